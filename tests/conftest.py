@@ -1,0 +1,1 @@
+"""Shared fixtures: see tests/support/ for the nats-server and server helpers."""
