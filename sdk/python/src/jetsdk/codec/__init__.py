@@ -1,0 +1,1 @@
+"""Sans-I/O codecs for the jet wire and disk formats (spec/)."""

@@ -1,0 +1,1 @@
+"""The `jet` command line."""
