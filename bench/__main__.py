@@ -22,10 +22,14 @@ def main() -> int:
         if m.name.startswith("bench_")
     )
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("names", nargs="*", choices=[[], *names] if names else None,
-                        help=f"benchmarks to run (default: all of {', '.join(names)})")
+    parser.add_argument(
+        "names", nargs="*", help=f"benchmarks to run (default: all of {', '.join(names)})"
+    )
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
     args = parser.parse_args()
+    unknown = sorted(set(args.names) - set(names))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; known: {names}")
     for name in args.names or names:
         module = importlib.import_module(f"bench.bench_{name}")
         print(f"\n=== {name} ===", flush=True)
