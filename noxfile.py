@@ -54,4 +54,3 @@ def bench(session: nox.Session) -> None:
     """Benchmarks, printed side by side with their baselines and ratios."""
     session.install(*PACKAGES)
     session.run("python", "-m", "bench", *session.posargs, env={"PYTHONPATH": "."})
-

@@ -172,7 +172,7 @@ def peek_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int,
     """
     if len(buf) - pos < HEADER_SIZE:
         raise CodecError("truncated record header", reason="truncated")
-    offset, ts, epoch, length, _crc = HEADER.unpack_from(buf, pos)
+    offset, ts, epoch, _length, _crc = HEADER.unpack_from(buf, pos)
     if length > MAX_BODY_BYTES:
         raise CodecError(f"record length {length} over limit", reason="limit")
     return offset, ts, epoch, HEADER_SIZE + length
@@ -205,7 +205,7 @@ def decode_record(
         size = peek_header(buf, pos)[3]
         if len(buf) - pos < size:
             raise CodecError("truncated record body", reason="truncated")
-    offset, ts, epoch, length, _crc = HEADER.unpack_from(buf, pos)
+    offset, ts, epoch, _length, _crc = HEADER.unpack_from(buf, pos)
     end = pos + size
     p = pos + HEADER_SIZE
     try:
@@ -275,9 +275,7 @@ def decode_record(
     )
 
 
-def iter_records(
-    buf: bytes | bytearray | memoryview, *, verify: bool = True
-) -> Iterator[Record]:
+def iter_records(buf: bytes | bytearray | memoryview, *, verify: bool = True) -> Iterator[Record]:
     """Decode consecutive records; a trailing partial record is ignored (spec: fetch).
 
     A whole record that fails its CRC or is malformed raises CodecError.
