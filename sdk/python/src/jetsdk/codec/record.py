@@ -172,7 +172,7 @@ def peek_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int,
     """
     if len(buf) - pos < HEADER_SIZE:
         raise CodecError("truncated record header", reason="truncated")
-    offset, ts, epoch, _length, _crc = HEADER.unpack_from(buf, pos)
+    offset, ts, epoch, length, _crc = HEADER.unpack_from(buf, pos)
     if length > MAX_BODY_BYTES:
         raise CodecError(f"record length {length} over limit", reason="limit")
     return offset, ts, epoch, HEADER_SIZE + length

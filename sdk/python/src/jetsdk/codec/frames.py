@@ -1,0 +1,216 @@
+"""Client protocol framing (spec/protocol.md, "Frame"), sans-I/O in the style of h11.
+
+Layout (big-endian)::
+
+    length          uint32   bytes after this field: 6 + len(body)
+    api             uint8    API key (:class:`Api`); a response repeats the request's key
+    flags           uint8    bit 0 response, bit 1 error (JSON error body); other bits 0
+    correlation_id  uint32   chosen by the requester, echoed in the response
+    body            length - 6 bytes
+
+Sending: ``sock.sendall(encode_frame(api, cid, body))``. Receiving::
+
+    decoder = FrameDecoder()
+    while data := sock.recv(65536):
+        decoder.feed(data)
+        while (frame := decoder.next_frame()) is not None:
+            handle(frame)
+
+This module is pure: no I/O. The decoder raises only :class:`CodecError` (or its subclass
+:class:`FrameTooLarge`).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+import attrs
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
+
+__all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
+    "FLAG_ERROR",
+    "FLAG_RESPONSE",
+    "FRAME_HEADER_SIZE",
+    "MIN_FRAME_LENGTH",
+    "Api",
+    "Frame",
+    "FrameDecoder",
+    "FrameTooLarge",
+    "encode_frame",
+    "encode_frame_header",
+]
+
+
+class Api(enum.IntEnum):
+    """API keys of the client protocol."""
+
+    HELLO = 0
+    METADATA = 1
+    CREATE_STREAM = 2
+    DELETE_STREAM = 3
+    DESCRIBE_STREAM = 4
+    LIST_OFFSETS = 5
+    PRODUCE = 6
+    FETCH = 7
+
+
+FLAG_RESPONSE = 0x01
+"""Set on every response frame."""
+FLAG_ERROR = 0x02
+"""Set (together with FLAG_RESPONSE) on an error response; the body is a JSON error object."""
+_KNOWN_FLAGS = FLAG_RESPONSE | FLAG_ERROR
+
+_HEADER = struct.Struct(">IBBI")
+FRAME_HEADER_SIZE = _HEADER.size  # 10
+"""length u32 | api u8 | flags u8 | correlation_id u32."""
+MIN_FRAME_LENGTH = FRAME_HEADER_SIZE - 4  # 6
+"""Smallest valid value of the length field (a frame with an empty body)."""
+_PREFIX = struct.Struct(">I")
+
+
+class FrameTooLarge(CodecError):
+    """A length prefix over the frame limit: refused before the body is read.
+
+    Attributes:
+        size: the length field that was received (bytes after the prefix).
+        limit: the limit in force.
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit}", reason="limit")
+        self.size = size
+        self.limit = limit
+
+
+@attrs.frozen
+class Frame:
+    """One decoded frame."""
+
+    api: int
+    """API key (see :class:`Api`; unknown keys are kept so the server can answer them)."""
+    flags: int
+    """Flag bits (FLAG_RESPONSE, FLAG_ERROR)."""
+    correlation_id: int
+    """Requester-chosen id, echoed in the response."""
+    body: bytes
+    """The body bytes (its encoding depends on the API)."""
+
+    @property
+    def is_response(self) -> bool:
+        """True for a response frame."""
+        return bool(self.flags & FLAG_RESPONSE)
+
+    @property
+    def is_error(self) -> bool:
+        """True for an error response (JSON error body, see messages.decode_error)."""
+        return bool(self.flags & FLAG_ERROR)
+
+
+def encode_frame_header(api: int, correlation_id: int, body_len: int, *, flags: int = 0) -> bytes:
+    """The 10 header bytes of a frame whose body of ``body_len`` bytes is sent separately.
+
+    Raises:
+        CodecError: a field out of range, unknown flag bits, or the frame would exceed
+            MAX_FRAME_BYTES (reason ``"limit"``).
+    """
+    length = body_len + MIN_FRAME_LENGTH
+    if body_len < 0 or length > MAX_FRAME_BYTES:
+        raise CodecError(f"frame body of {body_len} bytes exceeds MAX_FRAME_BYTES", reason="limit")
+    if flags & ~_KNOWN_FLAGS:
+        raise CodecError(f"unknown frame flags {flags:#x}", reason="limit")
+    try:
+        return _HEADER.pack(length, api, flags, correlation_id)
+    except struct.error as exc:
+        raise CodecError(f"frame header field out of range: {exc}", reason="limit") from None
+
+
+def encode_frame(api: int, correlation_id: int, body: bytes, *, flags: int = 0) -> bytes:
+    """A whole frame: header and body.
+
+    Raises:
+        CodecError: as :func:`encode_frame_header`.
+    """
+    return encode_frame_header(api, correlation_id, len(body), flags=flags) + body
+
+
+class FrameDecoder:
+    """Incremental frame decoder: :meth:`feed` bytes in, pull frames with :meth:`next_frame`.
+
+    Memory is bounded by what the caller feeds between two drains: at most one incomplete
+    frame (itself at most ``max_frame_bytes`` + 4 bytes, since an oversized prefix is refused
+    as soon as its 4 bytes are in) plus the last chunk fed. Call :meth:`next_frame` until it
+    returns None after every :meth:`feed`.
+
+    After :meth:`next_frame` raised, the decoder is broken (the byte stream cannot be
+    trusted): every later call raises the same error again.
+
+    Not thread-safe; one decoder per connection direction.
+    """
+
+    __slots__ = ("_buf", "_error", "_max")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        """Create a decoder that refuses length fields over ``max_frame_bytes``.
+
+        Raises:
+            ValueError: ``max_frame_bytes`` below 6 or above MAX_FRAME_BYTES.
+        """
+        if not MIN_FRAME_LENGTH <= max_frame_bytes <= MAX_FRAME_BYTES:
+            raise ValueError(
+                f"max_frame_bytes must be within [{MIN_FRAME_LENGTH}, {MAX_FRAME_BYTES}]"
+            )
+        self._max = max_frame_bytes
+        self._buf = bytearray()
+        self._error: CodecError | None = None
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The limit on the length field."""
+        return self._max
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes fed but not yet returned as frames."""
+        return len(self._buf)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes. An empty ``data`` is a no-op (EOF is the caller's business:
+        check :attr:`buffered_bytes` to tell a clean close from a torn frame)."""
+        self._buf += data
+
+    def next_frame(self) -> Frame | None:
+        """The next whole frame, or None if more bytes are needed.
+
+        Raises:
+            FrameTooLarge: the length prefix is over the limit (raised as soon as the 4
+                prefix bytes are in, before any body byte).
+            CodecError: the length field is below 6, or unknown flag bits are set.
+        """
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        n = len(buf)
+        if n < 4:
+            return None
+        (length,) = _PREFIX.unpack_from(buf, 0)
+        if length > self._max:
+            self._error = FrameTooLarge(length, self._max)
+            raise self._error
+        if length < MIN_FRAME_LENGTH:
+            self._error = CodecError(f"frame length {length} below {MIN_FRAME_LENGTH}")
+            raise self._error
+        total = length + 4
+        if n < total:
+            return None
+        _length, api, flags, cid = _HEADER.unpack_from(buf, 0)
+        if flags & ~_KNOWN_FLAGS or flags == FLAG_ERROR:
+            self._error = CodecError(f"bad frame flags {flags:#04x}")
+            raise self._error
+        body = bytes(buf[FRAME_HEADER_SIZE:total])
+        # Deleting from the front of a bytearray only moves its start pointer (no copy).
+        del buf[:total]
+        return Frame(api=api, flags=flags, correlation_id=cid, body=body)

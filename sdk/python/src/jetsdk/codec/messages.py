@@ -1,0 +1,414 @@
+"""Request and response bodies of the client protocol (spec/protocol.md, "APIs").
+
+JSON APIs (Hello, Metadata, CreateStream, DeleteStream, DescribeStream, ListOffsets) and
+error responses use :func:`encode_json` / :func:`decode_json` and the error helpers;
+Produce and Fetch have binary bodies, encoded and decoded here field by field.
+
+This module is pure: no I/O. Decoders raise only :class:`CodecError`; encoders raise
+CodecError with reason ``"limit"`` for a field over its limit or out of its integer range.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import orjson
+
+from jetsdk.codec import _wire as w
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode, error_name
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.limits import MAX_SUBJECT_BYTES
+
+# --------------------------------------------------------------------------------------
+# JSON bodies and errors
+
+
+def encode_json(obj: Mapping[str, Any]) -> bytes:
+    """Encode a JSON object body (UTF-8, compact, keys in insertion order).
+
+    Raises:
+        CodecError: ``obj`` holds something JSON cannot represent (reason ``"limit"``).
+    """
+    try:
+        return orjson.dumps(obj)
+    except (orjson.JSONEncodeError, TypeError) as exc:
+        raise CodecError(f"body is not JSON-encodable: {exc}", reason="limit") from None
+
+
+def decode_json(body: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """Decode a JSON body that must be an object.
+
+    Raises:
+        CodecError: not UTF-8 JSON, or not an object.
+    """
+    try:
+        obj = orjson.loads(body)
+    except (orjson.JSONDecodeError, ValueError, TypeError, RecursionError) as exc:
+        raise CodecError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise CodecError(f"JSON body must be an object, not {type(obj).__name__}")
+    return obj
+
+
+@attrs.frozen
+class ErrorBody:
+    """A decoded error response body."""
+
+    code: int
+    """Wire error code (an :class:`ErrorCode` value, or a code this version does not know)."""
+    name: str
+    """The code's name as sent by the server."""
+    message: str
+    """Human-readable explanation."""
+    details: dict[str, Any] = attrs.field(factory=dict)
+    """Code-specific fields (spec/protocol.md, "Error codes"); empty if none."""
+
+    @property
+    def error_code(self) -> ErrorCode | None:
+        """The code as an ErrorCode, or None if unknown to this version."""
+        try:
+            return ErrorCode(self.code)
+        except ValueError:
+            return None
+
+
+def encode_error(code: ErrorCode, message: str, details: Mapping[str, Any] | None = None) -> bytes:
+    """The JSON body of an error response: ``{"code", "name", "message", "details"}``.
+
+    Raises:
+        CodecError: ``details`` is not JSON-encodable (reason ``"limit"``).
+    """
+    obj = {
+        "code": int(code),
+        "name": error_name(code),
+        "message": message,
+        "details": dict(details) if details else {},
+    }
+    return encode_json(obj)
+
+
+def decode_error(body: bytes | bytearray | memoryview) -> ErrorBody:
+    """Decode an error response body.
+
+    ``name``, ``message`` and ``details`` are optional on the wire (defaults: the code's
+    name, ``""``, ``{}``); ``code`` is required.
+
+    Raises:
+        CodecError: not a JSON object, or a field of the wrong type.
+    """
+    obj = decode_json(body)
+    code = obj.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise CodecError("error body has no integer 'code'")
+    name = obj.get("name", error_name(code))
+    message = obj.get("message", "")
+    details = obj.get("details") or {}
+    if not isinstance(name, str) or not isinstance(message, str):
+        raise CodecError("error body 'name' and 'message' must be strings")
+    if not isinstance(details, dict):
+        raise CodecError("error body 'details' must be an object")
+    return ErrorBody(code=code, name=name, message=message, details=details)
+
+
+# --------------------------------------------------------------------------------------
+# Produce
+
+_PRODUCE_HEAD = struct.Struct(">IBIB")  # partition, ack_policy, timeout_ms, flags
+_PRODUCER = struct.Struct(">QQ")
+_RESULT = struct.Struct(">Hqq")
+PRODUCE_FLAG_PRODUCER = 0x01
+"""Produce request flag: producer_id and base_seq follow."""
+_MIN_PRODUCE_MESSAGE = 2 + 4 + 2 + 4  # empty subject, null key, no headers, empty value
+_ACK_POLICIES = frozenset(int(p) for p in AckPolicy)
+
+
+@attrs.frozen
+class ProduceMessage:
+    """One message of a Produce request."""
+
+    value: bytes
+    """The payload."""
+    key: bytes | None = None
+    """The key, or None for a keyless message."""
+    headers: tuple[tuple[str, bytes], ...] = ()
+    """Ordered (name, value) pairs; names may repeat."""
+    subject: str = ""
+    """NATS subject to publish on; empty for the partition's subject."""
+
+
+@attrs.frozen
+class ProduceRequest:
+    """Body of a Produce request."""
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    ack_policy: AckPolicy
+    """When the partition leader acknowledges (spec/acks.md)."""
+    timeout_ms: int
+    """How long the server waits for acks, in milliseconds."""
+    messages: tuple[ProduceMessage, ...]
+    """The messages, in order."""
+    producer_id: int | None = None
+    """Idempotent producer id, or None."""
+    base_seq: int = 0
+    """Sequence of the first message (message i has base_seq + i); with a producer id."""
+
+
+@attrs.frozen
+class ProduceResult:
+    """Outcome of one produced message."""
+
+    error_code: int
+    """0 on success, else a wire error code (TIMEOUT: the outcome is unknown)."""
+    offset: int
+    """Assigned offset, or -1 (ack policy NONE, or an error without an offset)."""
+    timestamp: int
+    """Stored timestamp in ns since the epoch, or -1."""
+
+
+def encode_produce_request(req: ProduceRequest) -> bytes:
+    """Encode a Produce request body.
+
+    Raises:
+        CodecError: a field over its limit or out of range (reason ``"limit"``).
+    """
+    if req.ack_policy not in _ACK_POLICIES:
+        raise CodecError(f"unknown ack policy {req.ack_policy}", reason="limit")
+    parts: list[bytes] = []
+    w.put_str16(parts, req.stream, "stream name")
+    flags = 0 if req.producer_id is None else PRODUCE_FLAG_PRODUCER
+    try:
+        parts.append(_PRODUCE_HEAD.pack(req.partition, req.ack_policy, req.timeout_ms, flags))
+        if req.producer_id is not None:
+            parts.append(_PRODUCER.pack(req.producer_id, req.base_seq))
+        parts.append(w.U32.pack(len(req.messages)))
+    except struct.error as exc:
+        raise CodecError(f"produce request field out of range: {exc}", reason="limit") from None
+    for msg in req.messages:
+        w.put_str16(parts, msg.subject, "subject", MAX_SUBJECT_BYTES)
+        w.put_key(parts, msg.key)
+        w.put_headers(parts, msg.headers)
+        w.put_value(parts, msg.value)
+    return b"".join(parts)
+
+
+def decode_produce_request(body: bytes | bytearray | memoryview) -> ProduceRequest:
+    """Decode a Produce request body.
+
+    Raises:
+        CodecError: truncated, trailing bytes, unknown ack policy or flags, a field over its
+            limit.
+    """
+    try:
+        stream, p = w.get_str16(body, 0, "stream name")
+        w.need(body, p, _PRODUCE_HEAD.size, "produce request")
+        partition, ack, timeout_ms, flags = _PRODUCE_HEAD.unpack_from(body, p)
+        p += _PRODUCE_HEAD.size
+        if ack not in _ACK_POLICIES:
+            raise CodecError(f"unknown ack policy {ack}")
+        if flags & ~PRODUCE_FLAG_PRODUCER:
+            raise CodecError(f"unknown produce flags {flags:#x}")
+        producer_id: int | None = None
+        base_seq = 0
+        if flags & PRODUCE_FLAG_PRODUCER:
+            w.need(body, p, 16, "producer id")
+            producer_id, base_seq = _PRODUCER.unpack_from(body, p)
+            p += 16
+        w.need(body, p, 4, "message count")
+        (count,) = w.U32.unpack_from(body, p)
+        p += 4
+        if count * _MIN_PRODUCE_MESSAGE > len(body) - p:
+            raise CodecError(f"message count {count} exceeds the body", reason="truncated")
+        messages: list[ProduceMessage] = []
+        get_str16, get_key, get_headers, get_value = (
+            w.get_str16,
+            w.get_key,
+            w.get_headers,
+            w.get_value,
+        )
+        for _ in range(count):
+            subject, p = get_str16(body, p, "subject", MAX_SUBJECT_BYTES)
+            key, p = get_key(body, p)
+            headers, p = get_headers(body, p)
+            value, p = get_value(body, p)
+            messages.append(ProduceMessage(value=value, key=key, headers=headers, subject=subject))
+        w.check_end(body, p, "produce request")
+    except w.DECODE_ERRORS as exc:
+        raise w.convert(exc, "produce request") from None
+    return ProduceRequest(
+        stream=stream,
+        partition=partition,
+        ack_policy=AckPolicy(ack),
+        timeout_ms=timeout_ms,
+        messages=tuple(messages),
+        producer_id=producer_id,
+        base_seq=base_seq,
+    )
+
+
+def encode_produce_response(results: Sequence[ProduceResult]) -> bytes:
+    """Encode a Produce response body (one result per request message, in order).
+
+    Raises:
+        CodecError: a field out of range (reason ``"limit"``).
+    """
+    pack = _RESULT.pack
+    try:
+        return w.U32.pack(len(results)) + b"".join(
+            pack(r.error_code, r.offset, r.timestamp) for r in results
+        )
+    except struct.error as exc:
+        raise CodecError(f"produce result field out of range: {exc}", reason="limit") from None
+
+
+def decode_produce_response(body: bytes | bytearray | memoryview) -> list[ProduceResult]:
+    """Decode a Produce response body.
+
+    Raises:
+        CodecError: truncated or trailing bytes.
+    """
+    try:
+        w.need(body, 0, 4, "result count")
+        (count,) = w.U32.unpack_from(body, 0)
+        size = _RESULT.size
+        if len(body) - 4 != count * size:
+            reason = "truncated" if len(body) - 4 < count * size else "malformed"
+            raise CodecError(
+                f"produce response length does not match {count} results", reason=reason
+            )
+        return [
+            ProduceResult(error_code=e, offset=o, timestamp=t)
+            for e, o, t in _RESULT.iter_unpack(memoryview(body)[4:])
+        ]
+    except w.DECODE_ERRORS as exc:
+        raise w.convert(exc, "produce response") from None
+
+
+# --------------------------------------------------------------------------------------
+# Fetch
+
+_FETCH_REQ = struct.Struct(">IqIIi")  # partition, offset, max_bytes, max_wait_ms, replica_id
+_FETCH_RESP = struct.Struct(">HqqqI")  # error_code, hw, log_start, leo, records_len
+FETCH_RESPONSE_HEADER_SIZE = _FETCH_RESP.size  # 30
+"""Size of the fixed part of a Fetch response body, before the record bytes."""
+
+
+@attrs.frozen
+class FetchRequest:
+    """Body of a Fetch request (a long poll)."""
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    offset: int
+    """First offset wanted."""
+    max_bytes: int
+    """Soft bound on the size of the returned records."""
+    max_wait_ms: int
+    """How long to wait for committed records; 0 answers at once."""
+    replica_id: int = -1
+    """-1 for consumers; a follower's server number for replication."""
+
+
+@attrs.frozen
+class FetchResponseHeader:
+    """The fixed part of a Fetch response body."""
+
+    error_code: int
+    """0, or OFFSET_OUT_OF_RANGE (then records_len is 0)."""
+    hw: int
+    """High watermark: first offset not yet committed."""
+    log_start: int
+    """First offset still stored."""
+    leo: int
+    """Log end offset: next offset to be assigned."""
+    records_len: int
+    """Length of the record bytes that follow."""
+
+
+def encode_fetch_request(req: FetchRequest) -> bytes:
+    """Encode a Fetch request body.
+
+    Raises:
+        CodecError: a field out of range (reason ``"limit"``).
+    """
+    parts: list[bytes] = []
+    w.put_str16(parts, req.stream, "stream name")
+    try:
+        parts.append(
+            _FETCH_REQ.pack(
+                req.partition, req.offset, req.max_bytes, req.max_wait_ms, req.replica_id
+            )
+        )
+    except struct.error as exc:
+        raise CodecError(f"fetch request field out of range: {exc}", reason="limit") from None
+    return b"".join(parts)
+
+
+def decode_fetch_request(body: bytes | bytearray | memoryview) -> FetchRequest:
+    """Decode a Fetch request body.
+
+    Raises:
+        CodecError: truncated or trailing bytes.
+    """
+    try:
+        stream, p = w.get_str16(body, 0, "stream name")
+        w.need(body, p, _FETCH_REQ.size, "fetch request")
+        partition, offset, max_bytes, max_wait_ms, replica_id = _FETCH_REQ.unpack_from(body, p)
+        w.check_end(body, p + _FETCH_REQ.size, "fetch request")
+    except w.DECODE_ERRORS as exc:
+        raise w.convert(exc, "fetch request") from None
+    return FetchRequest(
+        stream=stream,
+        partition=partition,
+        offset=offset,
+        max_bytes=max_bytes,
+        max_wait_ms=max_wait_ms,
+        replica_id=replica_id,
+    )
+
+
+def encode_fetch_response_header(
+    error_code: int, hw: int, log_start: int, leo: int, records_len: int
+) -> bytes:
+    """The 30 bytes that precede the record bytes of a Fetch response body.
+
+    Raises:
+        CodecError: a field out of range (reason ``"limit"``).
+    """
+    try:
+        return _FETCH_RESP.pack(error_code, hw, log_start, leo, records_len)
+    except struct.error as exc:
+        raise CodecError(f"fetch response field out of range: {exc}", reason="limit") from None
+
+
+def decode_fetch_response(
+    body: bytes | bytearray | memoryview,
+) -> tuple[FetchResponseHeader, memoryview]:
+    """Split a Fetch response body into its header and its record bytes (not copied).
+
+    Decode the records with :func:`jetsdk.codec.record.iter_records` (a trailing partial
+    record is normal and ignored).
+
+    Raises:
+        CodecError: truncated, or the records length does not match the body.
+    """
+    if len(body) < FETCH_RESPONSE_HEADER_SIZE:
+        raise CodecError("truncated fetch response", reason="truncated")
+    error_code, hw, log_start, leo, records_len = _FETCH_RESP.unpack_from(body, 0)
+    have = len(body) - FETCH_RESPONSE_HEADER_SIZE
+    if records_len != have:
+        reason = "truncated" if records_len > have else "malformed"
+        raise CodecError(
+            f"fetch response records_len {records_len} but {have} bytes follow", reason=reason
+        )
+    header = FetchResponseHeader(
+        error_code=error_code, hw=hw, log_start=log_start, leo=leo, records_len=records_len
+    )
+    return header, memoryview(body)[FETCH_RESPONSE_HEADER_SIZE:]
