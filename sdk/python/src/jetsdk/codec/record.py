@@ -104,54 +104,70 @@ def encode_body(
     """Encode the part of a record that does not depend on its offset.
 
     Raises:
-        CodecError: a field is over its limit (reason ``"limit"``).
+        CodecError: a field is over its limit or out of range (reason ``"limit"``).
     """
     parts: list[bytes] = []
-    if producer_id is None:
-        parts.append(b"\x00")
-    else:
-        parts.append(b"\x01")
-        parts.append(_PRODUCER.pack(producer_id, producer_seq))
-    if key is None:
-        parts.append(b"\xff\xff\xff\xff")
-    else:
-        if len(key) > MAX_KEY_BYTES:
-            raise CodecError(f"key of {len(key)} bytes exceeds {MAX_KEY_BYTES}", reason="limit")
-        parts.append(_I32.pack(len(key)))
-        parts.append(key)
-    for text in (subject, reply):
-        raw = text.encode()
-        if len(raw) > MAX_SUBJECT_BYTES:
-            raise CodecError(f"subject of {len(raw)} bytes exceeds limit", reason="limit")
-        parts.append(_U16.pack(len(raw)))
-        parts.append(raw)
-    if len(headers) > MAX_HEADER_COUNT:
-        raise CodecError(f"{len(headers)} headers exceed {MAX_HEADER_COUNT}", reason="limit")
-    parts.append(_U16.pack(len(headers)))
-    for name, hval in headers:
-        raw = name.encode()
-        if len(raw) > MAX_HEADER_NAME_BYTES:
-            raise CodecError("header name exceeds limit", reason="limit")
-        parts.append(_U16.pack(len(raw)))
-        parts.append(raw)
-        parts.append(_U32.pack(len(hval)))
-        parts.append(bytes(hval))
-    if len(value) > MAX_VALUE_BYTES:
-        raise CodecError(f"value of {len(value)} bytes exceeds {MAX_VALUE_BYTES}", reason="limit")
-    parts.append(_U32.pack(len(value)))
-    parts.append(bytes(value))
+    try:
+        if producer_id is None:
+            parts.append(b"\x00")
+        else:
+            parts.append(b"\x01")
+            parts.append(_PRODUCER.pack(producer_id, producer_seq))
+        if key is None:
+            parts.append(b"\xff\xff\xff\xff")
+        else:
+            if len(key) > MAX_KEY_BYTES:
+                raise CodecError(f"key of {len(key)} bytes exceeds {MAX_KEY_BYTES}", reason="limit")
+            parts.append(_I32.pack(len(key)))
+            parts.append(key)
+        for text in (subject, reply):
+            raw = text.encode()
+            if len(raw) > MAX_SUBJECT_BYTES:
+                raise CodecError(f"subject of {len(raw)} bytes exceeds limit", reason="limit")
+            parts.append(_U16.pack(len(raw)))
+            parts.append(raw)
+        if len(headers) > MAX_HEADER_COUNT:
+            raise CodecError(f"{len(headers)} headers exceed {MAX_HEADER_COUNT}", reason="limit")
+        parts.append(_U16.pack(len(headers)))
+        for name, hval in headers:
+            raw = name.encode()
+            if len(raw) > MAX_HEADER_NAME_BYTES:
+                raise CodecError("header name exceeds limit", reason="limit")
+            parts.append(_U16.pack(len(raw)))
+            parts.append(raw)
+            parts.append(_U32.pack(len(hval)))
+            parts.append(bytes(hval))
+        if len(value) > MAX_VALUE_BYTES:
+            raise CodecError(
+                f"value of {len(value)} bytes exceeds {MAX_VALUE_BYTES}", reason="limit"
+            )
+        parts.append(_U32.pack(len(value)))
+        parts.append(bytes(value))
+    except (struct.error, UnicodeEncodeError) as exc:
+        raise CodecError(f"record field out of range: {exc}", reason="limit") from None
     return b"".join(parts)
 
 
 def frame_body(offset: int, timestamp: int, leader_epoch: int, body: bytes) -> bytes:
-    """Prefix an encoded body with its header (offset, timestamp, epoch, length, CRC)."""
-    head = HEADER.pack(offset, timestamp, leader_epoch, len(body), 0)[:CRC_COVERED_HEADER]
+    """Prefix an encoded body with its header (offset, timestamp, epoch, length, CRC).
+
+    Raises:
+        CodecError: a header field out of range (reason ``"limit"``).
+    """
+    try:
+        head = HEADER.pack(offset, timestamp, leader_epoch, len(body), 0)[:CRC_COVERED_HEADER]
+    except struct.error as exc:
+        raise CodecError(f"record header field out of range: {exc}", reason="limit") from None
     crc = zlib.crc32(body, zlib.crc32(head))
     return head + _U32.pack(crc) + body
 
 
 def encode_record(record: Record) -> bytes:
-    """Encode a whole record to its stored bytes."""
+    """Encode a whole record to its stored bytes.
+
+    Raises:
+        CodecError: a field over its limit or out of range (reason ``"limit"``).
+    """
     body = encode_body(
         record.value,
         key=record.key,
@@ -230,10 +246,14 @@ def decode_record(
             raise CodecError(f"bad key length {klen}")
         (slen,) = _U16.unpack_from(buf, p)
         p += 2
+        if slen > MAX_SUBJECT_BYTES:
+            raise CodecError(f"subject of {slen} bytes exceeds limit", reason="limit")
         subject = bytes(buf[p : p + slen]).decode()
         p += slen
         (rlen,) = _U16.unpack_from(buf, p)
         p += 2
+        if rlen > MAX_SUBJECT_BYTES:
+            raise CodecError(f"reply of {rlen} bytes exceeds limit", reason="limit")
         reply = bytes(buf[p : p + rlen]).decode()
         p += rlen
         (hcount,) = _U16.unpack_from(buf, p)
@@ -244,6 +264,8 @@ def decode_record(
         for _ in range(hcount):
             (nlen,) = _U16.unpack_from(buf, p)
             p += 2
+            if nlen > MAX_HEADER_NAME_BYTES:
+                raise CodecError(f"header name of {nlen} bytes exceeds limit", reason="limit")
             name = bytes(buf[p : p + nlen]).decode()
             p += nlen
             (vlen,) = _U32.unpack_from(buf, p)
