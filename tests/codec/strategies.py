@@ -1,0 +1,115 @@
+"""Hypothesis strategies for every codec value type (within the encoders' limits)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from jetsdk.codec.envelope import Ack, EnvelopeMessage
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.messages import (
+    FetchRequest,
+    ProduceMessage,
+    ProduceRequest,
+    ProduceResult,
+)
+from jetsdk.codec.record import Record
+
+U16 = st.integers(0, 2**16 - 1)
+U32 = st.integers(0, 2**32 - 1)
+I32 = st.integers(-(2**31), 2**31 - 1)
+I64 = st.integers(-(2**63), 2**63 - 1)
+U64 = st.integers(0, 2**64 - 1)
+
+small_bytes = st.binary(max_size=40)
+text = st.text(max_size=20)
+names = st.text(max_size=12)
+keys = st.none() | small_bytes
+headers = st.lists(st.tuples(names, small_bytes), max_size=4).map(tuple)
+ack_policies = st.sampled_from(list(AckPolicy))
+producer_ids = st.none() | U64
+
+records = st.builds(
+    Record,
+    offset=I64,
+    timestamp=I64,
+    leader_epoch=U32,
+    value=small_bytes,
+    key=keys,
+    subject=text,
+    reply=text,
+    headers=headers,
+    producer_id=producer_ids,
+    producer_seq=U64,
+)
+
+produce_messages = st.builds(
+    ProduceMessage, value=small_bytes, key=keys, headers=headers, subject=text
+)
+
+
+@st.composite
+def produce_requests(draw: st.DrawFn) -> ProduceRequest:
+    producer_id = draw(producer_ids)
+    return ProduceRequest(
+        stream=draw(names),
+        partition=draw(U32),
+        ack_policy=draw(ack_policies),
+        timeout_ms=draw(U32),
+        messages=tuple(draw(st.lists(produce_messages, max_size=4))),
+        producer_id=producer_id,
+        base_seq=0 if producer_id is None else draw(U64),
+    )
+
+
+produce_results = st.builds(ProduceResult, error_code=U16, offset=I64, timestamp=I64)
+
+fetch_requests = st.builds(
+    FetchRequest,
+    stream=names,
+    partition=U32,
+    offset=I64,
+    max_bytes=U32,
+    max_wait_ms=U32,
+    replica_id=I32,
+)
+
+
+@st.composite
+def envelope_messages(draw: st.DrawFn) -> EnvelopeMessage:
+    producer_id = draw(producer_ids)
+    return EnvelopeMessage(
+        value=draw(small_bytes),
+        key=draw(keys),
+        headers=draw(headers),
+        ack_inbox=draw(text),
+        correlation_id=draw(text),
+        ack_policy=draw(ack_policies),
+        producer_id=producer_id,
+        producer_seq=0 if producer_id is None else draw(U64),
+    )
+
+
+acks = st.builds(
+    Ack,
+    stream=st.text(max_size=20).filter(lambda s: len(s.encode()) <= 255),
+    partition=U32,
+    offset=I64,
+    timestamp=I64,
+    correlation_id=text,
+    ack_policy=ack_policies,
+    error_code=U16,
+    error_message=text,
+)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.text(max_size=10)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=5)

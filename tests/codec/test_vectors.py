@@ -1,0 +1,276 @@
+"""The byte-exact vectors in spec/vectors/ against the codecs, both ways."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from jetsdk.codec import envelope as env
+from jetsdk.codec import frames as fr
+from jetsdk.codec import messages as msg
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import Record, decode_record, encode_record, iter_records
+
+ROOT = Path(__file__).resolve().parents[2]
+VECTORS = ROOT / "spec" / "vectors"
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = orjson.loads((VECTORS / name).read_bytes())
+    return data
+
+
+def ids(cases: list[dict[str, Any]]) -> list[str]:
+    return [c["name"] for c in cases]
+
+
+def unhex(value: str | None) -> bytes | None:
+    return None if value is None else bytes.fromhex(value)
+
+
+def headers_of(pairs: list[list[str]]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, bytes.fromhex(value)) for name, value in pairs)
+
+
+def record_of(f: dict[str, Any]) -> Record:
+    return Record(
+        offset=f["offset"],
+        timestamp=f["timestamp"],
+        leader_epoch=f["leader_epoch"],
+        value=bytes.fromhex(f["value_hex"]),
+        key=unhex(f["key_hex"]),
+        subject=f["subject"],
+        reply=f["reply"],
+        headers=headers_of(f["headers"]),
+        producer_id=f["producer_id"],
+        producer_seq=f["producer_seq"],
+    )
+
+
+RECORD = load("record.json")
+ENVELOPE = load("envelope.json")
+PROTOCOL = load("protocol.json")
+
+
+def test_vectors_are_up_to_date() -> None:
+    spec = importlib.util.spec_from_file_location("gen_vectors", ROOT / "tools" / "gen_vectors.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name, build in module.FILES.items():
+        assert module.render(build) == (VECTORS / name).read_bytes(), f"{name} is stale"
+
+
+def test_vector_files_cover_the_brief() -> None:
+    assert {
+        "keyless",
+        "keyed",
+        "tombstone",
+        "headers_repeated_names",
+        "producer_id",
+        "unicode_subject_and_header",
+    } <= set(ids(RECORD["cases"]))
+    assert {"message_minimal", "message_full", "ack", "ack_error", "ack_batch"} <= set(
+        ids(ENVELOPE["cases"])
+    )
+    assert any(p["name"].startswith("cookie_but_") for p in ENVELOPE["plain"])
+    body_types = {c["fields"]["body_type"] for c in PROTOCOL["cases"]}
+    assert body_types == {
+        "json",
+        "error",
+        "produce_request",
+        "produce_response",
+        "fetch_request",
+        "fetch_response",
+    }
+    apis = {c["fields"]["api"] for c in PROTOCOL["cases"]}
+    assert apis == {int(a) for a in fr.Api}
+
+
+# ---------------------------------------------------------------------------- records
+
+
+@pytest.mark.parametrize("case", RECORD["cases"], ids=ids(RECORD["cases"]))
+def test_record_vector(case: dict[str, Any]) -> None:
+    raw = bytes.fromhex(case["hex"])
+    record = record_of(case["fields"])
+    assert encode_record(record) == raw
+    assert decode_record(raw) == (record, len(raw))
+    assert decode_record(memoryview(raw)) == (record, len(raw))
+
+
+@pytest.mark.parametrize("case", RECORD["invalid"], ids=ids(RECORD["invalid"]))
+def test_record_invalid_vector(case: dict[str, Any]) -> None:
+    with pytest.raises(CodecError) as info:
+        decode_record(bytes.fromhex(case["hex"]))
+    assert info.value.reason == case["error_reason"]
+
+
+# ---------------------------------------------------------------------------- envelope
+
+
+def message_of(f: dict[str, Any]) -> env.EnvelopeMessage:
+    return env.EnvelopeMessage(
+        value=bytes.fromhex(f["value_hex"]),
+        key=unhex(f["key_hex"]),
+        headers=headers_of(f["headers"]),
+        ack_inbox=f["ack_inbox"],
+        correlation_id=f["correlation_id"],
+        ack_policy=AckPolicy(f["ack_policy"]),
+        producer_id=f["producer_id"],
+        producer_seq=f["producer_seq"],
+    )
+
+
+def ack_of(f: dict[str, Any]) -> env.Ack:
+    return env.Ack(**{**f, "ack_policy": AckPolicy(f["ack_policy"])})
+
+
+@pytest.mark.parametrize("case", ENVELOPE["cases"], ids=ids(ENVELOPE["cases"]))
+def test_envelope_vector(case: dict[str, Any]) -> None:
+    raw = bytes.fromhex(case["hex"])
+    if case["type"] == "message":
+        m = message_of(case["fields"])
+        assert env.encode_message(m) == raw
+        assert env.decode_message(raw) == m
+        assert env.parse_nats_payload(raw) == m
+    else:
+        acks = [ack_of(a) for a in case["fields"]["acks"]]
+        encoded = env.encode_ack(acks[0]) if case["type"] == "ack" else env.encode_acks(acks)
+        assert encoded == raw
+        assert env.decode_acks(raw) == acks
+        assert env.parse_nats_payload(raw) is None  # an ack on a stream subject is plain
+
+
+@pytest.mark.parametrize("case", ENVELOPE["invalid"], ids=ids(ENVELOPE["invalid"]))
+def test_envelope_invalid_vector(case: dict[str, Any]) -> None:
+    raw = bytes.fromhex(case["hex"])
+    decode = env.decode_message if case["type"] == "message" else env.decode_acks
+    with pytest.raises(CodecError) as info:
+        decode(raw)
+    assert info.value.reason == case["error_reason"]
+
+
+@pytest.mark.parametrize("case", ENVELOPE["plain"], ids=ids(ENVELOPE["plain"]))
+def test_envelope_plain_vector(case: dict[str, Any]) -> None:
+    assert env.parse_nats_payload(bytes.fromhex(case["hex"])) is None
+
+
+# ---------------------------------------------------------------------------- protocol
+
+
+def produce_request_of(f: dict[str, Any]) -> msg.ProduceRequest:
+    return msg.ProduceRequest(
+        stream=f["stream"],
+        partition=f["partition"],
+        ack_policy=AckPolicy(f["ack_policy"]),
+        timeout_ms=f["timeout_ms"],
+        producer_id=f["producer_id"],
+        base_seq=f["base_seq"],
+        messages=tuple(
+            msg.ProduceMessage(
+                value=bytes.fromhex(m["value_hex"]),
+                key=unhex(m["key_hex"]),
+                headers=headers_of(m["headers"]),
+                subject=m["subject"],
+            )
+            for m in f["messages"]
+        ),
+    )
+
+
+def encode_body(body_type: str, f: Any) -> bytes:
+    if body_type == "json":
+        return msg.encode_json(f)
+    if body_type == "error":
+        return msg.encode_error(f["code"], f["message"], f["details"])
+    if body_type == "produce_request":
+        return msg.encode_produce_request(produce_request_of(f))
+    if body_type == "produce_response":
+        return msg.encode_produce_response([msg.ProduceResult(**r) for r in f["results"]])
+    if body_type == "fetch_request":
+        return msg.encode_fetch_request(msg.FetchRequest(**f))
+    assert body_type == "fetch_response"
+    data = b"".join(encode_record(record_of(r)) for r in f["records"])
+    data += bytes.fromhex(f["trailing_hex"])
+    head = msg.encode_fetch_response_header(
+        f["error_code"], f["hw"], f["log_start"], f["leo"], len(data)
+    )
+    return head + data
+
+
+def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
+    if body_type == "json":
+        assert msg.decode_json(body) == f
+    elif body_type == "error":
+        assert msg.decode_error(body) == msg.ErrorBody(**f)
+    elif body_type == "produce_request":
+        assert msg.decode_produce_request(body) == produce_request_of(f)
+    elif body_type == "produce_response":
+        assert msg.decode_produce_response(body) == [msg.ProduceResult(**r) for r in f["results"]]
+    elif body_type == "fetch_request":
+        assert msg.decode_fetch_request(body) == msg.FetchRequest(**f)
+    else:
+        header, records = msg.decode_fetch_response(body)
+        assert (header.error_code, header.hw, header.log_start, header.leo) == (
+            f["error_code"],
+            f["hw"],
+            f["log_start"],
+            f["leo"],
+        )
+        assert header.records_len == len(records)
+        assert list(iter_records(records)) == [record_of(r) for r in f["records"]]
+
+
+@pytest.mark.parametrize("case", PROTOCOL["cases"], ids=ids(PROTOCOL["cases"]))
+def test_protocol_vector(case: dict[str, Any]) -> None:
+    raw = bytes.fromhex(case["hex"])
+    f = case["fields"]
+    body = encode_body(f["body_type"], f["body"])
+    assert fr.encode_frame(f["api"], f["correlation_id"], body, flags=f["flags"]) == raw
+    header = fr.encode_frame_header(f["api"], f["correlation_id"], len(body), flags=f["flags"])
+    assert header == raw[: fr.FRAME_HEADER_SIZE]
+    decoder = fr.FrameDecoder()
+    decoder.feed(raw)
+    frame = decoder.next_frame()
+    assert frame == fr.Frame(
+        api=f["api"], flags=f["flags"], correlation_id=f["correlation_id"], body=body
+    )
+    assert decoder.next_frame() is None
+    assert decoder.buffered_bytes == 0
+    check_decoded_body(f["body_type"], f["body"], frame.body)
+
+
+def decode_frame(raw: bytes, max_frame_bytes: int) -> fr.Frame | None:
+    decoder = fr.FrameDecoder(max_frame_bytes)
+    decoder.feed(raw)
+    return decoder.next_frame()
+
+
+DECODERS: dict[str, Any] = {
+    "json": msg.decode_json,
+    "error": msg.decode_error,
+    "produce_request": msg.decode_produce_request,
+    "produce_response": msg.decode_produce_response,
+    "fetch_request": msg.decode_fetch_request,
+    "fetch_response": msg.decode_fetch_response,
+}
+
+
+@pytest.mark.parametrize("case", PROTOCOL["invalid"], ids=ids(PROTOCOL["invalid"]))
+def test_protocol_invalid_vector(case: dict[str, Any]) -> None:
+    raw = bytes.fromhex(case["hex"])
+    if case["type"] == "frame":
+        limit = case.get("max_frame_bytes", fr.DEFAULT_MAX_FRAME_BYTES)
+        with pytest.raises(CodecError) as info:
+            decode_frame(raw, limit)
+    else:
+        with pytest.raises(CodecError) as info:
+            DECODERS[case["type"]](raw)
+    assert info.value.reason == case["error_reason"]

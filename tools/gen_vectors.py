@@ -1,0 +1,874 @@
+"""Generate the byte-exact test vectors in spec/vectors/ (record, envelope, protocol).
+
+Usage (from the repository root)::
+
+    python tools/gen_vectors.py           # (re)write spec/vectors/*.json
+    python tools/gen_vectors.py --check   # exit 1 if a committed file differs
+
+Output is deterministic: fixed inputs, no clock, no randomness. Each file is a JSON object::
+
+    {"format": ..., "doc": ..., "cases": [{"name", "type", "fields", "hex"}],
+     "invalid": [{"name", "type", "hex", "error_reason"}], ...}
+
+Field conventions (spec/README.md, "Test vectors"): byte strings are lowercase hex in fields
+whose name ends in ``_hex`` (``null`` for an absent key); headers are ``[name, value_hex]``
+pairs; integers are exact (timestamps exceed 2**53: parse them as 64-bit integers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from jetsdk.codec import envelope as env
+from jetsdk.codec import frames as fr
+from jetsdk.codec import messages as msg
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.record import Record, encode_body, encode_record, frame_body
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "spec" / "vectors"
+
+T0 = 1_700_000_000_000_000_000
+"""2023-11-14T22:13:20Z in ns: the base timestamp of every vector."""
+
+Fields = dict[str, Any]
+Case = dict[str, Any]
+
+
+def hx(data: bytes | None) -> str | None:
+    return None if data is None else data.hex()
+
+
+def headers_fields(headers: tuple[tuple[str, bytes], ...]) -> list[list[str]]:
+    return [[name, value.hex()] for name, value in headers]
+
+
+# --------------------------------------------------------------------------------------
+# records
+
+
+def record_fields(r: Record) -> Fields:
+    return {
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "leader_epoch": r.leader_epoch,
+        "key_hex": hx(r.key),
+        "value_hex": r.value.hex(),
+        "subject": r.subject,
+        "reply": r.reply,
+        "headers": headers_fields(r.headers),
+        "producer_id": r.producer_id,
+        "producer_seq": r.producer_seq,
+    }
+
+
+RECORDS: list[tuple[str, Record]] = [
+    ("keyless", Record(offset=0, timestamp=T0, leader_epoch=0, value=b"hello", subject="orders")),
+    (
+        "keyed",
+        Record(
+            offset=1,
+            timestamp=T0 + 1000,
+            leader_epoch=1,
+            value=b'{"amount":42}',
+            key=b"order-17",
+            subject="orders",
+        ),
+    ),
+    (
+        "empty_key_is_not_null",
+        Record(offset=2, timestamp=T0 + 2000, leader_epoch=1, value=b"v", key=b"", subject="a"),
+    ),
+    (
+        "tombstone",
+        Record(offset=3, timestamp=T0 + 3000, leader_epoch=1, value=b"", key=b"order-17"),
+    ),
+    (
+        "headers_repeated_names",
+        Record(
+            offset=4,
+            timestamp=T0 + 4000,
+            leader_epoch=2,
+            value=b"\x00\x01\x02",
+            key=b"k",
+            subject="orders.1",
+            reply="_INBOX.abc",
+            headers=(("trace", b"t-1"), ("tag", b"a"), ("tag", b""), ("bin", b"\xff\x00")),
+        ),
+    ),
+    (
+        "producer_id",
+        Record(
+            offset=5,
+            timestamp=T0 + 5000,
+            leader_epoch=3,
+            value=b"idempotent",
+            key=b"k",
+            subject="orders",
+            producer_id=0x1234,
+            producer_seq=7,
+        ),
+    ),
+    (
+        "producer_id_max",
+        Record(
+            offset=2**63 - 1,
+            timestamp=-1,
+            leader_epoch=2**32 - 1,
+            value=b"",
+            producer_id=2**64 - 1,
+            producer_seq=2**64 - 1,
+        ),
+    ),
+    (
+        "unicode_subject_and_header",
+        Record(
+            offset=6,
+            timestamp=T0 + 6000,
+            leader_epoch=0,
+            value="héllo wörld".encode(),
+            key="ключ".encode(),
+            subject="zakázky.新しい",
+            headers=(("名前", "値".encode()),),
+        ),
+    ),
+]
+
+
+def _corrupt_record(body: bytes, offset: int = 9) -> str:
+    """A record whose CRC is valid but whose body is malformed."""
+    return frame_body(offset, T0, 0, body).hex()
+
+
+def record_file() -> dict[str, Any]:
+    cases = [
+        {"name": name, "type": "record", "fields": record_fields(r), "hex": encode_record(r).hex()}
+        for name, r in RECORDS
+    ]
+    good = encode_record(RECORDS[1][1])
+    flipped = bytearray(good)
+    flipped[-1] ^= 0x01
+    body = encode_body(b"v", key=b"k", subject="s")
+    invalid = [
+        {"name": "empty", "hex": "", "error_reason": "truncated"},
+        {"name": "truncated_header", "hex": good[:27].hex(), "error_reason": "truncated"},
+        {"name": "truncated_body", "hex": good[:-1].hex(), "error_reason": "truncated"},
+        {"name": "value_bit_flip", "hex": bytes(flipped).hex(), "error_reason": "crc"},
+        {
+            "name": "unknown_attributes",
+            "hex": _corrupt_record(b"\x02" + body[1:]),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "negative_key_length",
+            "hex": _corrupt_record(b"\x00\xff\xff\xff\xfe" + body[5:]),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "trailing_byte_in_body",
+            "hex": _corrupt_record(body + b"\x00"),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "body_shorter_than_fields",
+            "hex": _corrupt_record(body[:-1]),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "subject_not_utf8",
+            "hex": _corrupt_record(
+                encode_body(b"v", subject="s").replace(b"\x00\x01s", b"\x00\x01\xff")
+            ),
+            "error_reason": "malformed",
+        },
+    ]
+    for case in invalid:
+        case["type"] = "record"
+    return {
+        "format": "record",
+        "doc": "spec/storage.md (Record). decode: one record at byte 0 of hex, CRC verified.",
+        "cases": cases,
+        "invalid": invalid,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# envelope
+
+
+def message_fields(m: env.EnvelopeMessage) -> Fields:
+    return {
+        "value_hex": m.value.hex(),
+        "key_hex": hx(m.key),
+        "headers": headers_fields(m.headers),
+        "ack_inbox": m.ack_inbox,
+        "correlation_id": m.correlation_id,
+        "ack_policy": int(m.ack_policy),
+        "producer_id": m.producer_id,
+        "producer_seq": m.producer_seq,
+    }
+
+
+def ack_fields(a: env.Ack) -> Fields:
+    return {
+        "stream": a.stream,
+        "partition": a.partition,
+        "offset": a.offset,
+        "timestamp": a.timestamp,
+        "correlation_id": a.correlation_id,
+        "ack_policy": int(a.ack_policy),
+        "error_code": a.error_code,
+        "error_message": a.error_message,
+    }
+
+
+MESSAGES: list[tuple[str, env.EnvelopeMessage]] = [
+    ("message_minimal", env.EnvelopeMessage(value=b"hi")),
+    (
+        "message_full",
+        env.EnvelopeMessage(
+            value=b'{"amount":42}',
+            key=b"order-17",
+            headers=(("trace", b"t-1"), ("tag", b"a"), ("tag", b"b")),
+            ack_inbox="_INBOX.q8Zt3",
+            correlation_id="req-1",
+            ack_policy=AckPolicy.ALL,
+            producer_id=0x1234,
+            producer_seq=7,
+        ),
+    ),
+    (
+        "message_keyed_leader_ack",
+        env.EnvelopeMessage(
+            value=b"",
+            key=b"order-17",
+            ack_inbox="_INBOX.q8Zt3",
+            correlation_id="42",
+            ack_policy=AckPolicy.LEADER,
+        ),
+    ),
+]
+
+ACK_OK = env.Ack(
+    stream="orders",
+    partition=0,
+    offset=17,
+    timestamp=T0,
+    correlation_id="req-1",
+    ack_policy=AckPolicy.LEADER,
+)
+ACK_ERR = env.Ack(
+    stream="orders",
+    partition=2,
+    offset=-1,
+    timestamp=-1,
+    correlation_id="req-2",
+    ack_policy=AckPolicy.ALL,
+    error_code=int(ErrorCode.NOT_ENOUGH_REPLICAS),
+    error_message="isr 1 below min_isr 2",
+)
+ACK_PLAIN = env.Ack(
+    stream="orders",
+    partition=0,
+    offset=18,
+    timestamp=T0 + 1,
+    correlation_id="",
+    ack_policy=AckPolicy.LEADER,
+)
+
+
+def envelope_file() -> dict[str, Any]:
+    cases: list[Case] = [
+        {
+            "name": n,
+            "type": "message",
+            "fields": message_fields(m),
+            "hex": env.encode_message(m).hex(),
+        }
+        for n, m in MESSAGES
+    ]
+    for name, acks, raw in (
+        ("ack", [ACK_OK], env.encode_ack(ACK_OK)),
+        ("ack_error", [ACK_ERR], env.encode_ack(ACK_ERR)),
+        ("ack_for_plain_request", [ACK_PLAIN], env.encode_ack(ACK_PLAIN)),
+        ("ack_batch", [ACK_OK, ACK_ERR, ACK_PLAIN], env.encode_acks([ACK_OK, ACK_ERR, ACK_PLAIN])),
+    ):
+        kind = "ack" if raw[5] == env.KIND_ACK else "ack_batch"
+        cases.append(
+            {
+                "name": name,
+                "type": kind,
+                "fields": {"acks": [ack_fields(a) for a in acks]},
+                "hex": raw.hex(),
+            }
+        )
+
+    full = env.encode_message(MESSAGES[1][1])
+    ack = env.encode_ack(ACK_OK)
+
+    def reseal(
+        raw: bytes, version: int | None = None, kind: int | None = None, flags: int | None = None
+    ) -> bytes:
+        """Change header fields and recompute the CRC so only that change is wrong."""
+        b = bytearray(raw)
+        if version is not None:
+            b[4] = version
+        if kind is not None:
+            b[5] = kind
+        if flags is not None:
+            b[6:8] = flags.to_bytes(2, "big")
+        crc = zlib.crc32(bytes(b[12:]), zlib.crc32(bytes(b[:8])))
+        b[8:12] = crc.to_bytes(4, "big")
+        return bytes(b)
+
+    flipped = bytearray(full)
+    flipped[-1] ^= 0x20
+    invalid: list[Case] = [
+        {
+            "name": "message_truncated_header",
+            "type": "message",
+            "hex": full[:11].hex(),
+            "error_reason": "truncated",
+        },
+        {
+            "name": "message_truncated_value",
+            "type": "message",
+            "hex": reseal(full[:-1]).hex(),
+            "error_reason": "truncated",
+        },
+        {
+            "name": "message_bad_crc",
+            "type": "message",
+            "hex": bytes(flipped).hex(),
+            "error_reason": "crc",
+        },
+        {
+            "name": "message_version_2",
+            "type": "message",
+            "hex": reseal(full, version=2).hex(),
+            "error_reason": "version",
+        },
+        {
+            "name": "message_unknown_flag",
+            "type": "message",
+            "hex": reseal(full, flags=0x0003).hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "message_trailing_byte",
+            "type": "message",
+            "hex": reseal(full + b"\x00").hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "message_unknown_ack_policy",
+            "type": "message",
+            "hex": reseal(full[:12] + b"\x03" + full[13:]).hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "message_is_an_ack",
+            "type": "message",
+            "hex": ack.hex(),
+            "error_reason": "malformed",
+        },
+        {"name": "ack_is_a_message", "type": "ack", "hex": full.hex(), "error_reason": "malformed"},
+        {
+            "name": "ack_bad_crc",
+            "type": "ack",
+            "hex": (ack[:-1] + bytes([ack[-1] ^ 1])).hex(),
+            "error_reason": "crc",
+        },
+        {
+            "name": "ack_truncated",
+            "type": "ack",
+            "hex": reseal(ack[:-1]).hex(),
+            "error_reason": "truncated",
+        },
+        {
+            "name": "ack_with_flags",
+            "type": "ack",
+            "hex": reseal(ack, flags=1).hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "ack_batch_empty",
+            "type": "ack_batch",
+            "hex": reseal(ack[:5] + b"\x02" + ack[6:12] + b"\x00\x00").hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "unknown_kind",
+            "type": "ack",
+            "hex": reseal(ack, kind=3).hex(),
+            "error_reason": "malformed",
+        },
+    ]
+    plain = [
+        {"name": "text", "hex": b"hello world".hex()},
+        {"name": "empty", "hex": ""},
+        {"name": "cookie_only", "hex": env.COOKIE.hex()},
+        {"name": "json", "hex": b'{"cookie": false}'.hex()},
+    ] + [
+        {"name": f"cookie_but_{c['name']}", "hex": c["hex"]}
+        for c in invalid
+        if c["type"] == "message" and c["name"] != "message_truncated_header"
+    ]
+    return {
+        "format": "envelope",
+        "doc": "spec/envelope.md. type message: decode_message; ack and ack_batch: decode_acks "
+        "(fields.acks lists the acks in order). plain: payloads parse_nats_payload must treat "
+        "as plain messages (stored as they are).",
+        "cases": cases,
+        "invalid": invalid,
+        "plain": plain,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# protocol
+
+
+def produce_request_fields(r: msg.ProduceRequest) -> Fields:
+    return {
+        "stream": r.stream,
+        "partition": r.partition,
+        "ack_policy": int(r.ack_policy),
+        "timeout_ms": r.timeout_ms,
+        "producer_id": r.producer_id,
+        "base_seq": r.base_seq,
+        "messages": [
+            {
+                "subject": m.subject,
+                "key_hex": hx(m.key),
+                "headers": headers_fields(m.headers),
+                "value_hex": m.value.hex(),
+            }
+            for m in r.messages
+        ],
+    }
+
+
+def frame_case(
+    name: str, api: fr.Api, cid: int, flags: int, body_type: str, body_fields: Any, body: bytes
+) -> Case:
+    return {
+        "name": name,
+        "type": "frame",
+        "fields": {
+            "api": int(api),
+            "flags": flags,
+            "correlation_id": cid,
+            "body_type": body_type,
+            "body": body_fields,
+        },
+        "hex": fr.encode_frame(api, cid, body, flags=flags).hex(),
+    }
+
+
+def json_case(name: str, api: fr.Api, cid: int, flags: int, obj: dict[str, Any]) -> Case:
+    return frame_case(name, api, cid, flags, "json", obj, msg.encode_json(obj))
+
+
+RESP = fr.FLAG_RESPONSE
+ERR = fr.FLAG_RESPONSE | fr.FLAG_ERROR
+
+STREAM_INFO: dict[str, Any] = {
+    "name": "orders",
+    "subject": "orders",
+    "group": None,
+    "partitions": [
+        {
+            "partition": 0,
+            "subject": "orders",
+            "leader": "s1",
+            "replicas": ["s1"],
+            "isr": ["s1"],
+            "leader_epoch": 1,
+        }
+    ],
+    "replication_factor": 1,
+    "compact": False,
+    "config": {"retention_max_age_s": None},
+    "created_ns": T0,
+}
+
+PRODUCE_REQ = msg.ProduceRequest(
+    stream="orders",
+    partition=1,
+    ack_policy=AckPolicy.ALL,
+    timeout_ms=5000,
+    messages=(
+        msg.ProduceMessage(value=b"hello", key=b"k1", headers=(("trace", b"t-1"),)),
+        msg.ProduceMessage(value=b"", key=b"k2", subject="orders.1"),
+        msg.ProduceMessage(value=b"plain"),
+    ),
+    producer_id=0x1234,
+    base_seq=100,
+)
+PRODUCE_REQ_MIN = msg.ProduceRequest(
+    stream="s",
+    partition=0,
+    ack_policy=AckPolicy.NONE,
+    timeout_ms=0,
+    messages=(msg.ProduceMessage(value=b"x"),),
+)
+PRODUCE_RESULTS = [
+    msg.ProduceResult(error_code=0, offset=17, timestamp=T0),
+    msg.ProduceResult(error_code=0, offset=18, timestamp=T0),
+    msg.ProduceResult(error_code=int(ErrorCode.TIMEOUT), offset=-1, timestamp=-1),
+]
+FETCH_REQ = msg.FetchRequest(
+    stream="orders", partition=0, offset=17, max_bytes=1048576, max_wait_ms=500
+)
+FETCH_REQ_FOLLOWER = msg.FetchRequest(
+    stream="orders", partition=3, offset=0, max_bytes=65536, max_wait_ms=0, replica_id=2
+)
+FETCH_RECORDS = [
+    Record(offset=17, timestamp=T0, leader_epoch=1, value=b"hello", key=b"k1", subject="orders"),
+    Record(offset=19, timestamp=T0 + 5, leader_epoch=1, value=b"world", subject="orders"),
+]
+
+
+def fetch_response_case(
+    name: str,
+    cid: int,
+    error_code: int,
+    hw: int,
+    log_start: int,
+    leo: int,
+    records: list[Record],
+    trailing: bytes = b"",
+) -> Case:
+    data = b"".join(encode_record(r) for r in records) + trailing
+    body = msg.encode_fetch_response_header(error_code, hw, log_start, leo, len(data)) + data
+    fields = {
+        "error_code": error_code,
+        "hw": hw,
+        "log_start": log_start,
+        "leo": leo,
+        "records": [record_fields(r) for r in records],
+        "trailing_hex": trailing.hex(),
+    }
+    return frame_case(name, fr.Api.FETCH, cid, RESP, "fetch_response", fields, body)
+
+
+def protocol_file() -> dict[str, Any]:
+    err = {
+        "code": 5,
+        "name": "STREAM_NOT_FOUND",
+        "message": "no stream 'nope'",
+        "details": {"stream": "nope"},
+    }
+    cases: list[Case] = [
+        json_case("hello_request", fr.Api.HELLO, 1, 0, {"protocol": 1, "client": "jetsdk/0.1.0"}),
+        json_case(
+            "hello_response",
+            fr.Api.HELLO,
+            1,
+            RESP,
+            {
+                "protocol": 1,
+                "server_id": "s1",
+                "version": "0.1.0",
+                "max_frame_bytes": 16777216,
+                "max_message_bytes": 1048576,
+            },
+        ),
+        json_case("metadata_request", fr.Api.METADATA, 2, 0, {"streams": None}),
+        json_case(
+            "metadata_response",
+            fr.Api.METADATA,
+            2,
+            RESP,
+            {"servers": [{"id": "s1", "address": "127.0.0.1:9292"}], "streams": [STREAM_INFO]},
+        ),
+        json_case(
+            "create_stream_request",
+            fr.Api.CREATE_STREAM,
+            3,
+            0,
+            {"name": "orders", "subject": "orders", "partitions": 1, "replication_factor": 1},
+        ),
+        json_case(
+            "create_stream_response",
+            fr.Api.CREATE_STREAM,
+            3,
+            RESP,
+            {"created": True, "stream": STREAM_INFO},
+        ),
+        json_case("delete_stream_request", fr.Api.DELETE_STREAM, 4, 0, {"name": "orders"}),
+        json_case("delete_stream_response", fr.Api.DELETE_STREAM, 4, RESP, {"deleted": True}),
+        json_case("describe_stream_request", fr.Api.DESCRIBE_STREAM, 5, 0, {"name": "orders"}),
+        json_case(
+            "list_offsets_request",
+            fr.Api.LIST_OFFSETS,
+            6,
+            0,
+            {"stream": "orders", "partition": 0, "position": "timestamp", "timestamp_ns": T0},
+        ),
+        json_case(
+            "list_offsets_response",
+            fr.Api.LIST_OFFSETS,
+            6,
+            RESP,
+            {"offset": 17, "hw": 20, "log_start": 0},
+        ),
+        frame_case(
+            "produce_request",
+            fr.Api.PRODUCE,
+            7,
+            0,
+            "produce_request",
+            produce_request_fields(PRODUCE_REQ),
+            msg.encode_produce_request(PRODUCE_REQ),
+        ),
+        frame_case(
+            "produce_request_minimal",
+            fr.Api.PRODUCE,
+            0xFFFFFFFF,
+            0,
+            "produce_request",
+            produce_request_fields(PRODUCE_REQ_MIN),
+            msg.encode_produce_request(PRODUCE_REQ_MIN),
+        ),
+        frame_case(
+            "produce_response",
+            fr.Api.PRODUCE,
+            7,
+            RESP,
+            "produce_response",
+            {
+                "results": [
+                    {"error_code": r.error_code, "offset": r.offset, "timestamp": r.timestamp}
+                    for r in PRODUCE_RESULTS
+                ]
+            },
+            msg.encode_produce_response(PRODUCE_RESULTS),
+        ),
+        frame_case(
+            "fetch_request",
+            fr.Api.FETCH,
+            8,
+            0,
+            "fetch_request",
+            {
+                "stream": "orders",
+                "partition": 0,
+                "offset": 17,
+                "max_bytes": 1048576,
+                "max_wait_ms": 500,
+                "replica_id": -1,
+            },
+            msg.encode_fetch_request(FETCH_REQ),
+        ),
+        frame_case(
+            "fetch_request_follower",
+            fr.Api.FETCH,
+            9,
+            0,
+            "fetch_request",
+            {
+                "stream": "orders",
+                "partition": 3,
+                "offset": 0,
+                "max_bytes": 65536,
+                "max_wait_ms": 0,
+                "replica_id": 2,
+            },
+            msg.encode_fetch_request(FETCH_REQ_FOLLOWER),
+        ),
+        fetch_response_case("fetch_response_empty", 8, 0, 17, 0, 17, []),
+        fetch_response_case("fetch_response_records_with_gap", 8, 0, 20, 0, 21, FETCH_RECORDS),
+        fetch_response_case(
+            "fetch_response_partial_tail",
+            8,
+            0,
+            20,
+            0,
+            21,
+            FETCH_RECORDS[:1],
+            encode_record(FETCH_RECORDS[1])[:40],
+        ),
+        fetch_response_case(
+            "fetch_response_offset_out_of_range",
+            8,
+            int(ErrorCode.OFFSET_OUT_OF_RANGE),
+            20,
+            5,
+            21,
+            [],
+        ),
+        frame_case(
+            "error_stream_not_found",
+            fr.Api.DESCRIBE_STREAM,
+            5,
+            ERR,
+            "error",
+            err,
+            msg.encode_error(ErrorCode.STREAM_NOT_FOUND, "no stream 'nope'", {"stream": "nope"}),
+        ),
+        frame_case(
+            "error_frame_too_large",
+            fr.Api.HELLO,
+            0,
+            ERR,
+            "error",
+            {
+                "code": 3,
+                "name": "FRAME_TOO_LARGE",
+                "message": "frame of 16777217 bytes exceeds the limit of 16777216",
+                "details": {"max_frame_bytes": 16777216},
+            },
+            msg.encode_error(
+                ErrorCode.FRAME_TOO_LARGE,
+                "frame of 16777217 bytes exceeds the limit of 16777216",
+                {"max_frame_bytes": 16777216},
+            ),
+        ),
+    ]
+    produce = msg.encode_produce_request(PRODUCE_REQ)
+    fetch = msg.encode_fetch_request(FETCH_REQ)
+    invalid: list[Case] = [
+        {
+            "name": "frame_length_below_6",
+            "type": "frame",
+            "hex": "0000000500000000000100",
+            "error_reason": "malformed",
+        },
+        {
+            "name": "frame_too_large_prefix_only",
+            "type": "frame",
+            "hex": "01000001",
+            "error_reason": "limit",
+            "max_frame_bytes": 16777216,
+        },
+        {
+            "name": "frame_error_flag_without_response",
+            "type": "frame",
+            "hex": "00000006060200000001",
+            "error_reason": "malformed",
+        },
+        {
+            "name": "frame_unknown_flag",
+            "type": "frame",
+            "hex": "00000006060500000001",
+            "error_reason": "malformed",
+        },
+        {
+            "name": "json_not_an_object",
+            "type": "json",
+            "hex": b"[1,2]".hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "json_invalid",
+            "type": "json",
+            "hex": b'{"a":'.hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "error_without_code",
+            "type": "error",
+            "hex": b'{"message":"x"}'.hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "produce_request_truncated",
+            "type": "produce_request",
+            "hex": produce[:-1].hex(),
+            "error_reason": "truncated",
+        },
+        {
+            "name": "produce_request_trailing_byte",
+            "type": "produce_request",
+            "hex": (produce + b"\x00").hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "produce_request_ack_policy_3",
+            "type": "produce_request",
+            "hex": (produce[:12] + b"\x03" + produce[13:]).hex(),
+            "error_reason": "malformed",
+        },
+        {
+            "name": "produce_request_count_too_big",
+            "type": "produce_request",
+            "hex": msg.encode_produce_request(PRODUCE_REQ_MIN)[:13].hex() + "ffffffff",
+            "error_reason": "truncated",
+        },
+        {
+            "name": "produce_response_truncated",
+            "type": "produce_response",
+            "hex": msg.encode_produce_response(PRODUCE_RESULTS)[:-1].hex(),
+            "error_reason": "truncated",
+        },
+        {
+            "name": "fetch_request_truncated",
+            "type": "fetch_request",
+            "hex": fetch[:-1].hex(),
+            "error_reason": "truncated",
+        },
+        {
+            "name": "fetch_response_records_len_mismatch",
+            "type": "fetch_response",
+            "hex": msg.encode_fetch_response_header(0, 1, 0, 1, 10).hex() + "00",
+            "error_reason": "truncated",
+        },
+    ]
+    return {
+        "format": "protocol",
+        "doc": "spec/protocol.md. type frame: a whole frame; fields.body_type names the body "
+        "codec (json, error, produce_request, produce_response, fetch_request, fetch_response). "
+        "JSON bodies are compact with keys in the order given: other encoders may differ in "
+        "bytes and must compare the decoded objects. invalid: type frame goes through a frame "
+        "decoder (max_frame_bytes 16777216 unless given); other types are bodies.",
+        "cases": cases,
+        "invalid": invalid,
+    }
+
+
+FILES: dict[str, Callable[[], dict[str, Any]]] = {
+    "record.json": record_file,
+    "envelope.json": envelope_file,
+    "protocol.json": protocol_file,
+}
+
+
+def render(build: Callable[[], dict[str, Any]]) -> bytes:
+    return orjson.dumps(build(), option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--check", action="store_true", help="fail if a file is stale")
+    parser.add_argument("--out", type=Path, default=OUT, help="output directory")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, build in FILES.items():
+        path: Path = args.out / name
+        data = render(build)
+        if args.check:
+            if not path.exists() or path.read_bytes() != data:
+                stale.append(name)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            print(f"wrote {path}")
+    if stale:
+        print(
+            f"stale vectors: {', '.join(stale)}; run python tools/gen_vectors.py", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
