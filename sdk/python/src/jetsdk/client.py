@@ -1,0 +1,648 @@
+"""The client: connections to the cluster, the metadata cache, admin calls, request routing.
+
+Usage::
+
+    async with Client(["127.0.0.1:9292"]) as client:
+        await client.create_stream("orders", "orders", partitions=3)
+        for info in await client.list_streams():
+            print(info.name, info.partition_count)
+
+A Client connects to the first reachable server in ``servers`` (sending Hello), keeps a
+metadata cache (streams, partitions, leaders, server addresses) and routes partition
+requests (Produce, Fetch, ListOffsets) to the partition's leader, opening one connection per
+server as needed. A ``NotLeader``, a lost connection or an ``Unavailable`` server refreshes
+the metadata and the request is retried with bounded exponential backoff
+(:class:`~jetsdk.retry.RetryPolicy`). Connections that break are reopened on next use.
+
+All background work (one reader task per connection) runs in a task group owned by the
+``async with`` block; nothing starts before ``__aenter__`` and nothing outlives
+``__aexit__``.
+
+Task safety: one event loop; any number of tasks (producers, consumers, admin calls) may
+share one Client. For threads, use :mod:`jetsdk.sync`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import anyio
+import anyio.abc
+
+from jetsdk._version import PROTOCOL_VERSION, __version__
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import Api
+from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_MESSAGE_BYTES
+from jetsdk.codec.messages import (
+    FetchRequest,
+    FetchResponseHeader,
+    ProduceRequest,
+    ProduceResult,
+    decode_fetch_response,
+    decode_json,
+    decode_produce_response,
+    encode_fetch_request,
+    encode_json,
+    encode_produce_request,
+)
+from jetsdk.connection import Connection, PendingResponse
+from jetsdk.errors import (
+    ClientClosed,
+    InvalidArgument,
+    JetConnectionError,
+    JetError,
+    MalformedFrame,
+    PartitionNotFound,
+    StreamExists,
+    StreamNotFound,
+    Unavailable,
+    UnsupportedApi,
+    error_from_code,
+)
+from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamInfo
+from jetsdk.retry import DEFAULT_RETRY, RetryPolicy, needs_metadata_refresh
+from jetsdk.subjects import subject_matches
+from jetsdk.transport import Address, Dialer, parse_address, tcp_dialer
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "DEFAULT_SERVERS",
+    "ENV_SERVERS",
+    "Client",
+    "resolve_servers",
+]
+
+_T = TypeVar("_T")
+
+DEFAULT_SERVERS = ("127.0.0.1:9292",)
+"""Used when neither ``servers`` nor $JET_SERVERS is given."""
+ENV_SERVERS = "JET_SERVERS"
+"""Environment variable holding a comma-separated server list."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds to connect and get the Hello answer from one server."""
+DEFAULT_REQUEST_TIMEOUT = 30.0
+"""Seconds to wait for a response (a Fetch adds its own long-poll wait on top)."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+OffsetPosition = Literal["earliest", "latest"] | datetime | int
+"""A ListOffsets position: ``"earliest"``, ``"latest"``, or a time (datetime, or int ns)."""
+
+
+def resolve_servers(servers: str | Sequence[str] | None) -> list[Address]:
+    """Parse a server list: a sequence, a comma-separated string, or None ($JET_SERVERS,
+    then 127.0.0.1:9292).
+
+    Raises:
+        InvalidArgument: an empty list or a malformed address.
+    """
+    if servers is None:
+        servers = os.environ.get(ENV_SERVERS) or ",".join(DEFAULT_SERVERS)
+    if isinstance(servers, str):
+        servers = servers.split(",")
+    addresses = [parse_address(s) for s in servers if s.strip()]
+    if not addresses:
+        raise InvalidArgument("no servers given", details={"field": "servers"})
+    return addresses
+
+
+def _is_retriable(error: JetError) -> bool:
+    return error.retriable
+
+
+class Client:
+    """A connection to a jet cluster. Use as ``async with Client(...) as client:``."""
+
+    def __init__(
+        self,
+        servers: str | Sequence[str] | None = None,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        dialer: Dialer = tcp_dialer,
+        client_name: str = f"jetsdk/{__version__}",
+    ) -> None:
+        """Configure a client; it connects in ``__aenter__``.
+
+        Args:
+            servers: bootstrap servers (``"host:port"`` strings or one comma-separated
+                string); default $JET_SERVERS, then ``127.0.0.1:9292``.
+            connect_timeout: seconds to connect to one server and get its Hello answer.
+            request_timeout: seconds to wait for any response.
+            retry: retry policy for retriable errors.
+            dialer: opens byte streams (tests pass :meth:`jetsdk.testing.MemoryNetwork.dial`).
+            client_name: sent in Hello.
+
+        Raises:
+            InvalidArgument: a malformed server address.
+        """
+        self._bootstrap_addresses = resolve_servers(servers)
+        self.connect_timeout = connect_timeout
+        self.request_timeout = request_timeout
+        self.retry = retry
+        self._dialer = dialer
+        self._client_name = client_name
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self._connections: dict[Address, Connection] = {}
+        self._dial_locks: dict[Address, anyio.Lock] = {}
+        self._address_of_id: dict[str, Address] = {}
+        self._bootstrap: Connection | None = None
+        self._metadata = ClusterMetadata()
+        self._metadata_stale = True
+        self._metadata_version = 0
+        self._metadata_lock: anyio.Lock | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Client:
+        if self._tg is not None or self._closed:
+            raise ClientClosed("a Client can be entered once")
+        self._metadata_lock = anyio.Lock()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        try:
+            await self._any_connection()
+        except BaseException as exc:
+            self._closed = True
+            await self._close_connections()
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        self._closed = True
+        await self._close_connections()
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    async def _close_connections(self) -> None:
+        connections, self._connections = list(self._connections.values()), {}
+        self._bootstrap = None
+        for conn in connections:
+            await conn.aclose()
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The Hello answer of the server this client bootstrapped from."""
+        return dict(self._bootstrap.server_info) if self._bootstrap else {}
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The server's message size limit (from Hello; the default if unknown)."""
+        value = self.server_info.get("max_message_bytes")
+        return value if isinstance(value, int) else DEFAULT_MAX_MESSAGE_BYTES
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The server's frame limit (from Hello; the default if unknown)."""
+        value = self.server_info.get("max_frame_bytes")
+        return value if isinstance(value, int) else DEFAULT_MAX_FRAME_BYTES
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _check_open(self) -> anyio.abc.TaskGroup:
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        if self._tg is None:
+            raise ClientClosed("use the client inside `async with Client(...) as client:`")
+        return self._tg
+
+    async def _connection(self, address: Address) -> Connection:
+        tg = self._check_open()
+        conn = self._connections.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._dial_locks.setdefault(address, anyio.Lock())
+        async with lock:
+            conn = self._connections.get(address)
+            if conn is not None and not conn.closed:
+                return conn
+            stream = await self._dialer(address, self.connect_timeout)
+            conn = Connection(stream, label=str(address))
+            await tg.start(conn.run)
+            try:
+                hello = await self._hello(conn)
+            except BaseException:
+                await conn.aclose()
+                raise
+            self._check_open()
+            conn.server_info = hello
+            self._connections[address] = conn
+            server_id = hello.get("server_id")
+            if isinstance(server_id, str):
+                self._address_of_id[server_id] = address
+            return conn
+
+    async def _hello(self, conn: Connection) -> dict[str, Any]:
+        body = encode_json({"protocol": PROTOCOL_VERSION, "client": self._client_name})
+        try:
+            answer = await conn.request(Api.HELLO, body, timeout=self.connect_timeout)
+        except JetError as exc:
+            if isinstance(exc, UnsupportedApi):
+                raise
+            raise JetConnectionError(f"no Hello answer from {conn.label}: {exc}") from exc
+        hello = _decode(answer)
+        if hello.get("protocol", PROTOCOL_VERSION) != PROTOCOL_VERSION:
+            raise UnsupportedApi(
+                f"{conn.label} speaks protocol {hello.get('protocol')}, not {PROTOCOL_VERSION}"
+            )
+        return hello
+
+    async def _any_connection(self) -> Connection:
+        """The bootstrap connection: any reachable server."""
+        self._check_open()
+        if self._bootstrap is not None and not self._bootstrap.closed:
+            return self._bootstrap
+        candidates = list(self._bootstrap_addresses)
+        for address in self._address_of_id.values():
+            if address not in candidates:
+                candidates.append(address)
+        for server in self._metadata.servers.values():
+            try:
+                address = parse_address(server.address)
+            except InvalidArgument:
+                continue
+            if address not in candidates:
+                candidates.append(address)
+        failures: list[str] = []
+        for address in candidates:
+            try:
+                conn = await self._connection(address)
+            except (JetConnectionError, UnsupportedApi) as exc:
+                failures.append(str(exc))
+                continue
+            self._bootstrap = conn
+            return conn
+        raise JetConnectionError("could not connect to any server: " + "; ".join(failures))
+
+    async def _server_connection(self, server_id: str) -> Connection:
+        address = self._address_of_id.get(server_id)
+        if address is None:
+            server = self._metadata.servers.get(server_id)
+            if server is None:
+                self._metadata_stale = True
+                raise Unavailable(f"server {server_id!r} is not in the metadata")
+            address = parse_address(server.address)
+        return await self._connection(address)
+
+    async def _retrying(
+        self,
+        attempt: Callable[[], Awaitable[_T]],
+        *,
+        retry_if: Callable[[JetError], bool] = _is_retriable,
+    ) -> _T:
+        tries = 0
+        while True:
+            try:
+                return await attempt()
+            except JetError as exc:
+                tries += 1
+                if tries >= self.retry.attempts or not retry_if(exc) or self._closed:
+                    raise
+                if needs_metadata_refresh(exc):
+                    self._metadata_stale = True
+                await anyio.sleep(self.retry.delay(tries))
+
+    async def request_any(self, api: int, body: bytes, *, timeout: float | None = None) -> bytes:
+        """Send a request to any server (admin APIs), retrying retriable errors.
+
+        Raises:
+            JetError: the server's error, or JetConnectionError if no server is reachable.
+        """
+
+        async def attempt() -> bytes:
+            conn = await self._any_connection()
+            return await conn.request(api, body, timeout=timeout or self.request_timeout)
+
+        return await self._retrying(attempt)
+
+    # -- metadata -------------------------------------------------------------------------
+
+    async def refresh_metadata(self) -> ClusterMetadata:
+        """Fetch the full metadata now (concurrent callers share one request)."""
+        self._check_open()
+        assert self._metadata_lock is not None
+        version = self._metadata_version
+        async with self._metadata_lock:
+            if self._metadata_version == version:
+                answer = await self.request_any(Api.METADATA, encode_json({"streams": None}))
+                self._metadata = _parse(ClusterMetadata.from_json, answer)
+                self._metadata_stale = False
+                self._metadata_version += 1
+        return self._metadata
+
+    async def metadata(self, *, refresh: bool = False) -> ClusterMetadata:
+        """The cached metadata (fetched first if stale, missing, or ``refresh``)."""
+        if refresh or self._metadata_stale:
+            return await self.refresh_metadata()
+        return self._metadata
+
+    async def stream_info(self, name: str, *, refresh: bool = False) -> StreamInfo:
+        """A stream's metadata from the cache (refreshed once if the stream is missing).
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
+        meta = await self.metadata(refresh=refresh)
+        info = meta.streams.get(name)
+        if info is None and not refresh:
+            meta = await self.refresh_metadata()
+            info = meta.streams.get(name)
+        if info is None:
+            raise StreamNotFound(f"stream {name!r} does not exist", details={"stream": name})
+        return info
+
+    async def partition_info(self, stream: str, partition: int) -> PartitionInfo:
+        """A partition's metadata from the cache.
+
+        Raises:
+            StreamNotFound, PartitionNotFound: no such stream or partition.
+        """
+        info = await self.stream_info(stream)
+        part = info.partition(partition)
+        if part is None:
+            raise PartitionNotFound(
+                f"stream {stream!r} has no partition {partition}",
+                details={"stream": stream, "partition": partition},
+            )
+        return part
+
+    async def streams_for_subject(self, subject: str) -> list[tuple[StreamInfo, int]]:
+        """Every (stream, partition) whose partition subject matches the literal ``subject``,
+        ordered by stream name."""
+        meta = await self.metadata(refresh=True)
+        found = []
+        for name in sorted(meta.streams):
+            info = meta.streams[name]
+            for part in info.partitions:
+                if subject_matches(part.subject, subject):
+                    found.append((info, part.partition))
+        return found
+
+    # -- partition routing ----------------------------------------------------------------
+
+    async def leader_connection(self, stream: str, partition: int) -> Connection:
+        """The connection to the partition's leader (metadata refreshed if stale).
+
+        Raises:
+            StreamNotFound, PartitionNotFound, Unavailable (no leader), JetConnectionError.
+        """
+        part = await self.partition_info(stream, partition)
+        if part.leader is None:
+            self._metadata_stale = True
+            raise Unavailable(f"partition {stream}/{partition} has no leader")
+        return await self._server_connection(part.leader)
+
+    async def send_to_leader(
+        self, stream: str, partition: int, api: int, body: bytes
+    ) -> PendingResponse:
+        """Write a request to the partition leader without waiting (no retries).
+
+        Two calls from one task reach the leader in call order (same connection).
+        """
+        conn = await self.leader_connection(stream, partition)
+        return await conn.send(api, body)
+
+    async def request_leader(
+        self,
+        stream: str,
+        partition: int,
+        api: int,
+        body: bytes,
+        *,
+        timeout: float | None = None,
+        retry_if: Callable[[JetError], bool] = _is_retriable,
+    ) -> bytes:
+        """Send a request to the partition leader, retrying per ``retry_if`` (after a
+        metadata refresh when the leader may have moved).
+
+        Raises:
+            JetError: the last error once retries are exhausted or it is not retriable.
+        """
+
+        async def attempt() -> bytes:
+            conn = await self.leader_connection(stream, partition)
+            return await conn.request(api, body, timeout=timeout or self.request_timeout)
+
+        return await self._retrying(attempt, retry_if=retry_if)
+
+    async def produce(
+        self,
+        request: ProduceRequest,
+        *,
+        timeout: float | None = None,
+        retry_if: Callable[[JetError], bool] = _is_retriable,
+    ) -> list[ProduceResult]:
+        """Send one Produce request to the leader; return one result per message.
+
+        The server's own ``timeout_ms`` is in the request; ``timeout`` bounds the wait for
+        the response (default: that plus the client's request timeout).
+        """
+        body = encode_produce_request(request)
+        wait = timeout if timeout is not None else request.timeout_ms / 1000 + self.request_timeout
+        answer = await self.request_leader(
+            request.stream, request.partition, Api.PRODUCE, body, timeout=wait, retry_if=retry_if
+        )
+        try:
+            results = decode_produce_response(answer)
+        except CodecError as exc:
+            raise MalformedFrame(f"bad Produce response: {exc}") from exc
+        if len(results) != len(request.messages):
+            raise MalformedFrame(
+                f"Produce response has {len(results)} results for {len(request.messages)}"
+            )
+        return results
+
+    async def fetch(
+        self,
+        stream: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int,
+        max_wait: float,
+    ) -> tuple[FetchResponseHeader, memoryview]:
+        """One Fetch (long poll) from the partition leader, retrying retriable errors.
+
+        Returns the response header and the raw record bytes (decode them with
+        :func:`jetsdk.codec.record.iter_records`).
+
+        Raises:
+            OffsetOutOfRange: ``offset`` is below the log start or above the HW (the error's
+                ``log_start`` and ``hw`` say where the log is).
+            JetError: other errors.
+        """
+        body = encode_fetch_request(
+            FetchRequest(
+                stream=stream,
+                partition=partition,
+                offset=offset,
+                max_bytes=max_bytes,
+                max_wait_ms=max(0, int(max_wait * 1000)),
+            )
+        )
+        wait = max_wait + self.request_timeout
+
+        async def attempt() -> tuple[FetchResponseHeader, memoryview]:
+            conn = await self.leader_connection(stream, partition)
+            answer = await conn.request(Api.FETCH, body, timeout=wait)
+            try:
+                header, records = decode_fetch_response(answer)
+            except CodecError as exc:
+                raise MalformedFrame(f"bad Fetch response: {exc}") from exc
+            if header.error_code != ErrorCode.NONE:
+                raise error_from_code(
+                    header.error_code,
+                    f"fetch {stream}/{partition} at offset {offset}",
+                    {
+                        "stream": stream,
+                        "partition": partition,
+                        "offset": offset,
+                        "log_start": header.log_start,
+                        "hw": header.hw,
+                    },
+                )
+            return header, records
+
+        return await self._retrying(attempt)
+
+    # -- admin ----------------------------------------------------------------------------
+
+    async def create_stream(
+        self,
+        name: str,
+        subject: str | None = None,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        compact: bool = False,
+        group: str | None = None,
+        retention_max_age: float | None = None,
+        retention_max_bytes: int | None = None,
+        retention_max_messages: int | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age: float | None = None,
+        delete_retention: float | None = None,
+        max_message_bytes: int | None = None,
+        exist_ok: bool = True,
+    ) -> StreamInfo:
+        """Create a stream listening on ``subject`` (default: the name).
+
+        Creating a stream that exists with the same settings succeeds (idempotent) unless
+        ``exist_ok`` is False. Durations are float seconds; None leaves the server default.
+
+        Raises:
+            StreamExists: the name exists with other settings (or at all, if not exist_ok).
+            InvalidArgument: a bad name, subject or option (``field`` says which).
+        """
+        obj: dict[str, Any] = {
+            "name": name,
+            "subject": subject if subject is not None else name,
+            "partitions": partitions,
+            "replication_factor": replication_factor,
+            "group": group,
+            "compact": compact,
+        }
+        optional = {
+            "retention_max_age_s": retention_max_age,
+            "retention_max_bytes": retention_max_bytes,
+            "retention_max_messages": retention_max_messages,
+            "segment_max_bytes": segment_max_bytes,
+            "segment_max_age_s": segment_max_age,
+            "delete_retention_s": delete_retention,
+            "max_message_bytes": max_message_bytes,
+        }
+        obj.update({k: v for k, v in optional.items() if v is not None})
+        answer = _decode(await self.request_any(Api.CREATE_STREAM, encode_json(obj)))
+        raw = answer.get("stream")
+        if not isinstance(raw, dict):
+            raise MalformedFrame("CreateStream response has no 'stream' object")
+        info = StreamInfo.from_json(raw)
+        self._metadata_stale = True
+        if answer.get("created") is False and not exist_ok:
+            raise StreamExists(f"stream {name!r} already exists", details={"stream": name})
+        return info
+
+    async def delete_stream(self, name: str) -> None:
+        """Delete a stream and its data.
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
+        await self.request_any(Api.DELETE_STREAM, encode_json({"name": name}))
+        self._metadata_stale = True
+
+    async def list_streams(self) -> list[StreamInfo]:
+        """Every stream, ordered by name (fresh metadata)."""
+        meta = await self.refresh_metadata()
+        return [meta.streams[name] for name in sorted(meta.streams)]
+
+    async def describe_stream(self, name: str) -> StreamInfo:
+        """A stream with per-partition ``hw``, ``leo``, ``log_start``, ``size_bytes``,
+        ``segments`` (as seen by the answering server).
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
+        answer = await self.request_any(Api.DESCRIBE_STREAM, encode_json({"name": name}))
+        return _parse(StreamInfo.from_json, answer)
+
+    async def list_offsets(
+        self, stream: str, partition: int = 0, position: OffsetPosition = "latest"
+    ) -> OffsetInfo:
+        """Resolve a position to an offset on the partition leader.
+
+        Args:
+            position: ``"earliest"`` (log start), ``"latest"`` (the high watermark: the next
+                offset a committed message gets), or a time (a datetime, or an int of ns
+                since the epoch): the first offset stored at or after it, else the HW.
+
+        Raises:
+            StreamNotFound, PartitionNotFound, InvalidArgument.
+        """
+        obj: dict[str, Any] = {"stream": stream, "partition": partition}
+        if isinstance(position, datetime):
+            obj.update(position="timestamp", timestamp_ns=datetime_to_ns(position))
+        elif isinstance(position, int) and not isinstance(position, bool):
+            obj.update(position="timestamp", timestamp_ns=position)
+        elif position in ("earliest", "latest"):
+            obj["position"] = position
+        else:
+            raise InvalidArgument(f"bad position {position!r}", details={"field": "position"})
+        answer = await self.request_leader(stream, partition, Api.LIST_OFFSETS, encode_json(obj))
+        return _parse(OffsetInfo.from_json, answer)
+
+
+def datetime_to_ns(moment: datetime) -> int:
+    """Nanoseconds since the epoch of ``moment`` (a naive datetime is taken as local time)."""
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+def _decode(body: bytes) -> dict[str, Any]:
+    try:
+        return decode_json(body)
+    except CodecError as exc:
+        raise MalformedFrame(f"bad JSON response: {exc}") from exc
+
+
+def _parse(parser: Callable[[dict[str, Any]], _T], body: bytes) -> _T:
+    return parser(_decode(body))

@@ -1,0 +1,51 @@
+"""Bounded retries with exponential backoff for retriable errors."""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+
+from jetsdk.errors import (
+    JetConnectionError,
+    JetError,
+    NotLeader,
+    ShuttingDown,
+    Unavailable,
+)
+
+__all__ = ["DEFAULT_RETRY", "RetryPolicy", "needs_metadata_refresh"]
+
+
+@attrs.frozen
+class RetryPolicy:
+    """How many times, and how patiently, a retriable request is sent again."""
+
+    attempts: int = 6
+    """Total attempts (first try included); 1 disables retries."""
+    backoff: float = 0.05
+    """Pause before the first retry, seconds; doubles after each retry."""
+    backoff_max: float = 2.0
+    """Largest pause, seconds."""
+    jitter: float = 0.2
+    """Each pause is shortened by up to this fraction at random (spreads herds)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        if self.backoff < 0 or self.backoff_max < 0 or not 0 <= self.jitter <= 1:
+            raise ValueError("backoff, backoff_max must be >= 0 and jitter within [0, 1]")
+
+    def delay(self, retry: int) -> float:
+        """Pause before retry number ``retry`` (1 for the first retry)."""
+        base = min(self.backoff * (2 ** (retry - 1)), self.backoff_max)
+        return float(base * (1 - self.jitter * random.random()))
+
+
+DEFAULT_RETRY = RetryPolicy()
+"""The policy clients use unless told otherwise."""
+
+
+def needs_metadata_refresh(error: JetError) -> bool:
+    """True for errors after which the partition leader may have moved."""
+    return isinstance(error, NotLeader | JetConnectionError | Unavailable | ShuttingDown)

@@ -1,0 +1,182 @@
+"""The byte-stream interface the connection runs on, and its anyio TCP backend.
+
+I/O sits behind a small interface (:class:`ByteStream`: ``read``, ``write``, ``aclose``)
+so the connection logic can run over TCP or over an in-memory pipe in tests
+(:func:`jetsdk.testing.memory_stream_pair`). A :data:`Dialer` opens a ByteStream to an
+address; :func:`tcp_dialer` is the real one.
+
+Exceptions are translated here, at the I/O boundary (:func:`map_io_errors`): OS errors,
+anyio's broken/closed-resource errors and end-of-stream become
+:class:`~jetsdk.errors.JetConnectionError`. Nothing above this module sees an OSError.
+
+TLS (``start_tls``) arrives with authentication (issue 7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Protocol
+
+import anyio
+import anyio.abc
+import attrs
+
+from jetsdk.errors import InvalidArgument, JetConnectionError
+
+__all__ = [
+    "DEFAULT_PORT",
+    "READ_CHUNK_BYTES",
+    "Address",
+    "AnyioByteStream",
+    "ByteStream",
+    "Dialer",
+    "map_io_errors",
+    "parse_address",
+    "tcp_dialer",
+]
+
+DEFAULT_PORT = 9292
+"""Port of a jet server when an address gives none."""
+
+READ_CHUNK_BYTES = 256 * 1024
+"""Bytes asked for per read; large so a big fetch response needs few reads."""
+
+
+class ByteStream(Protocol):
+    """A reliable, ordered, bidirectional byte stream (one connection).
+
+    ``read`` and ``write`` may be called concurrently from two tasks (one reader, one
+    writer); two concurrent writers must be serialized by the caller.
+    """
+
+    async def read(self, max_bytes: int = READ_CHUNK_BYTES) -> bytes:
+        """Up to ``max_bytes`` bytes; ``b""`` once the peer closed its side.
+
+        Raises:
+            JetConnectionError: the stream broke.
+        """
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Send all of ``data``.
+
+        Raises:
+            JetConnectionError: the stream broke or is closed.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close both directions. Idempotent; never raises."""
+        ...
+
+
+@attrs.frozen
+class Address:
+    """A server address."""
+
+    host: str
+    """Host name or IP literal (IPv6 without brackets)."""
+    port: int
+    """TCP port."""
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def parse_address(text: str) -> Address:
+    """Parse ``host:port``, ``host`` (default port), ``[v6]:port`` or ``[v6]``.
+
+    Raises:
+        InvalidArgument: empty host or a bad port.
+    """
+    text = text.strip()
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise InvalidArgument(f"bad address {text!r}", details={"field": "servers"})
+        host, rest = text[1:end], text[end + 1 :]
+        port_text = rest[1:] if rest.startswith(":") else ""
+        if rest and not rest.startswith(":"):
+            raise InvalidArgument(f"bad address {text!r}", details={"field": "servers"})
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, ""
+    if not host:
+        raise InvalidArgument(f"bad address {text!r}: no host", details={"field": "servers"})
+    if not port_text:
+        return Address(host, DEFAULT_PORT)
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise InvalidArgument(f"bad address {text!r}: bad port", details={"field": "servers"})
+    return Address(host, port)
+
+
+@contextmanager
+def map_io_errors(what: str) -> Iterator[None]:
+    """Translate I/O exceptions raised inside the block into JetConnectionError."""
+    try:
+        yield
+    except (
+        OSError,
+        anyio.BrokenResourceError,
+        anyio.ClosedResourceError,
+        anyio.EndOfStream,
+    ) as exc:
+        if isinstance(exc, JetConnectionError):
+            raise
+        detail = str(exc) or type(exc).__name__
+        raise JetConnectionError(f"{what}: {detail}") from exc
+
+
+@attrs.define(eq=False)
+class AnyioByteStream:
+    """:class:`ByteStream` over an anyio byte stream (a TCP socket stream)."""
+
+    stream: anyio.abc.ByteStream
+    """The wrapped anyio stream."""
+    label: str = ""
+    """Peer description for error messages."""
+
+    async def read(self, max_bytes: int = READ_CHUNK_BYTES) -> bytes:
+        """See :meth:`ByteStream.read`."""
+        with map_io_errors(f"read from {self.label}"):
+            try:
+                return await self.stream.receive(max_bytes)
+            except anyio.EndOfStream:
+                return b""
+
+    async def write(self, data: bytes) -> None:
+        """See :meth:`ByteStream.write`."""
+        with map_io_errors(f"write to {self.label}"):
+            await self.stream.send(data)
+
+    async def aclose(self) -> None:
+        """See :meth:`ByteStream.aclose`."""
+        # A close that races a broken socket may raise; closing is best effort.
+        with anyio.CancelScope(shield=True):
+            with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self.stream.aclose()
+
+
+Dialer = Callable[[Address, float], Awaitable[ByteStream]]
+"""Opens a ByteStream to an address within a timeout (seconds); raises JetConnectionError."""
+
+
+async def tcp_dialer(address: Address, timeout: float) -> ByteStream:
+    """Open a TCP connection (TCP_NODELAY on) to ``address`` within ``timeout`` seconds.
+
+    Raises:
+        JetConnectionError: refused, unreachable, or not connected in time.
+    """
+    try:
+        with anyio.fail_after(timeout), map_io_errors(f"connect to {address}"):
+            sock = await anyio.connect_tcp(address.host, address.port)
+    except TimeoutError:
+        raise JetConnectionError(f"connect to {address}: timed out after {timeout}s") from None
+    return AnyioByteStream(sock, label=str(address))
