@@ -1,1 +1,37 @@
-"""Shared fixtures: see tests/support/ for the nats-server and server helpers."""
+"""Shared fixtures: see tests/support/ for the nats-server, `jet dev` and server helpers.
+
+- ``nats_server`` (function scope): a fresh nats-server on a free 127.0.0.1 port.
+- ``jet_dev`` (module scope): ``jet dev --servers 1`` as a subprocess; ``.nats_url``,
+  ``.servers`` (list of "host:port"), ``.proc``; stopped by PID at teardown.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from support.jet_dev import JetDev
+from support.nats_server import NatsServer
+
+
+@pytest.fixture
+def nats_server() -> Iterator[NatsServer]:
+    """A nats-server for one test (stopped by PID afterwards)."""
+    with NatsServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def jet_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
+    """`jet dev --servers 1` for one test module."""
+    data_dir = tmp_path_factory.mktemp("jet-dev") / "data"
+    dev = JetDev.start(data_dir)
+    try:
+        yield dev
+    finally:
+        dev.stop()

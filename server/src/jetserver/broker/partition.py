@@ -1,0 +1,379 @@
+"""One partition led by this server: ingest queue, sequencer, group-commit flusher, acks, HW.
+
+Data path::
+
+    NATS callback (on_message) -> queue -> sequencer task: parse, encode bodies,
+        Log.append(batch) -> LEADER acks -> wake flusher
+    flusher task: Log.flush() in a worker thread (one fsync covers every record appended so
+        far) -> high watermark = flushed offset -> ALL acks -> wake fetch waiters
+
+At replication factor 1, committed means flushed, so the high watermark is the flushed
+offset: consumers only ever see records that are on disk.
+
+Task safety: every method runs on the event loop thread; the only work in other threads is
+Log.flush / Log.compact / checkpointing, which the storage engine allows concurrently with
+the single writer (the sequencer).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from typing import Any
+
+import anyio
+import attrs
+from anyio.abc import TaskStatus
+from nats.aio.msg import Msg
+
+from jetsdk.codec.envelope import COOKIE, Ack, parse_nats_payload
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import encode_body
+from jetserver.broker.acks import publish_acks
+from jetserver.config import IngestConfig, StorageConfig
+from jetserver.logs import fields
+from jetserver.nats_link import NatsLink
+from jetserver.storage import Log
+
+log = logging.getLogger(__name__)
+
+_FLUSH_RETRY_S = 1.0
+
+
+@attrs.frozen
+class _Pending:
+    """An ALL ack waiting for the flush that covers its offset."""
+
+    offset: int
+    inbox: str
+    ack: Ack
+
+
+@attrs.define(eq=False)
+class PartitionReplica:
+    """The leader replica of one partition on this server (RF=1 for now)."""
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    subject: str
+    """The NATS subject this partition listens on."""
+    log: Log
+    """The partition's log (owned: closed by :meth:`run` on exit)."""
+    link: NatsLink
+    """NATS link for acks."""
+    max_message_bytes: int
+    """Largest message stored (value + key + headers)."""
+    ingest: IngestConfig
+    """Batching and backpressure settings."""
+    storage: StorageConfig
+    """Checkpoint and maintenance intervals."""
+    leader_epoch: int = 0
+    """Epoch stamped on appended records."""
+    compact: bool = False
+    """Run key compaction in maintenance."""
+
+    _queue: collections.deque[Msg] = attrs.field(factory=collections.deque)
+    _queued_bytes: int = 0
+    _wake: anyio.Event = attrs.field(factory=anyio.Event)
+    _space: anyio.Event = attrs.field(factory=anyio.Event)
+    _dirty: anyio.Event = attrs.field(factory=anyio.Event)
+    _hw_moved: anyio.Event = attrs.field(factory=anyio.Event)
+    _pending_all: collections.deque[_Pending] = attrs.field(factory=collections.deque)
+    _stopping: bool = False
+    _closed: bool = False
+    _drain: bool = True
+    _checkpointed_hw: int = -1
+    _stopped: anyio.Event = attrs.field(factory=anyio.Event)
+    messages_in: int = 0
+    """Messages appended since start."""
+    messages_rejected: int = 0
+    """Messages refused (too large, bad fields, storage errors)."""
+
+    # ---------------------------------------------------------------- ingest side
+
+    async def on_message(self, msg: Msg) -> None:
+        """NATS callback: queue the message for the sequencer (waits when the queue is full)."""
+        if self._stopping:
+            return
+        while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
+            self._space = anyio.Event() if self._space.is_set() else self._space
+            await self._space.wait()
+        self._queue.append(msg)
+        self._queued_bytes += len(msg.data)
+        self._wake.set()
+
+    # ---------------------------------------------------------------- read side
+
+    @property
+    def closed(self) -> bool:
+        """True once the partition stopped (deleted or shutting down)."""
+        return self._closed
+
+    @property
+    def high_watermark(self) -> int:
+        """First offset not yet committed."""
+        return int(self.log.high_watermark)
+
+    async def wait_for_hw_above(self, offset: int, timeout_s: float) -> None:
+        """Return when the HW passes ``offset``, the partition stops, or ``timeout_s`` passes."""
+        with anyio.move_on_after(timeout_s):
+            while self.log.high_watermark <= offset and not self._closed and not self._stopping:
+                await self._hw_moved.wait()
+
+    def wake_waiters(self) -> None:
+        """Wake every fetch waiting on this partition (HW move, stop, shutdown)."""
+        event, self._hw_moved = self._hw_moved, anyio.Event()
+        event.set()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run sequencer, flusher and maintenance until :meth:`stop`; then flush, checkpoint
+        the HW and close the log (also when cancelled)."""
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._flusher)
+                tg.start_soon(self._maintenance)
+                task_status.started()
+                await self._sequencer()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish()
+
+    def stop(self, *, drain: bool = True) -> None:
+        """Ask :meth:`run` to end: with ``drain``, messages already queued are appended first."""
+        self._stopping = True
+        self._drain = drain
+        self._wake.set()
+        self._space.set()
+        self.wake_waiters()
+
+    async def wait_stopped(self) -> None:
+        """Return once :meth:`run` has closed the log."""
+        await self._stopped.wait()
+
+    async def _finish(self) -> None:
+        try:
+            if not self._closed:
+                try:
+                    flushed = await anyio.to_thread.run_sync(self.log.flush)
+                    await self._commit(flushed)
+                    await anyio.to_thread.run_sync(self.log.checkpoint_high_watermark)
+                except Exception:
+                    log.exception("final flush failed", extra=self._fields())
+                await self._fail_pending_all(ErrorCode.SHUTTING_DOWN, "partition stopped")
+                self.log.close()
+        finally:
+            self._closed = True
+            self.wake_waiters()
+            self._stopped.set()
+
+    # ---------------------------------------------------------------- sequencer
+
+    async def _sequencer(self) -> None:
+        while True:
+            if not self._queue:
+                if self._stopping:
+                    return
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            if self._stopping and not self._drain:
+                self._queue.clear()
+                return
+            batch: list[Msg] = []
+            size = 0
+            while self._queue and (not batch or size < self.ingest.max_batch_bytes):
+                msg = self._queue.popleft()
+                batch.append(msg)
+                size += len(msg.data)
+            self._queued_bytes -= size
+            if self._queued_bytes < self.ingest.max_pending_bytes:
+                self._space.set()
+            await self._append_batch(batch)
+            await anyio.lowlevel.checkpoint()
+
+    def _ack(
+        self, offset: int, ts: int, corr: str, policy: AckPolicy, code: int = 0, msg: str = ""
+    ) -> Ack:
+        return Ack(
+            stream=self.stream,
+            partition=self.partition,
+            offset=offset,
+            timestamp=ts,
+            correlation_id=corr,
+            ack_policy=policy,
+            error_code=code,
+            error_message=msg,
+        )
+
+    async def _append_batch(self, batch: list[Msg]) -> None:
+        bodies: list[bytes] = []
+        wanted: list[tuple[str, str, AckPolicy]] = []  # (inbox, corr, policy) per body
+        errors: list[tuple[str, Ack]] = []
+        limit = self.max_message_bytes
+        for msg in batch:
+            data = msg.data
+            reply = msg.reply or ""
+            env = parse_nats_payload(data) if data[:4] == COOKIE else None
+            producer_id: int | None = None
+            producer_seq = 0
+            if env is not None:
+                value, key, headers = env.value, env.key, env.headers
+                inbox, corr, policy = env.ack_inbox, env.correlation_id, env.ack_policy
+                producer_id, producer_seq = env.producer_id, env.producer_seq
+                if not inbox:
+                    policy = AckPolicy.NONE
+            else:
+                value, key, corr = data, None, ""
+                headers = _nats_headers(msg.headers)
+                inbox = reply
+                policy = AckPolicy.LEADER if reply else AckPolicy.NONE
+            size = len(value) + (len(key) if key else 0) + sum(len(n) + len(v) for n, v in headers)
+            if size > limit:
+                self.messages_rejected += 1
+                if policy != AckPolicy.NONE:
+                    errors.append(
+                        (
+                            inbox,
+                            self._ack(
+                                -1,
+                                -1,
+                                corr,
+                                policy,
+                                ErrorCode.MESSAGE_TOO_LARGE,
+                                f"message of {size} bytes exceeds max_message_bytes {limit}",
+                            ),
+                        )
+                    )
+                continue
+            try:
+                body = encode_body(
+                    value,
+                    key=key,
+                    subject=msg.subject,
+                    reply=reply,
+                    headers=headers,
+                    producer_id=producer_id,
+                    producer_seq=producer_seq,
+                )
+            except CodecError as exc:
+                self.messages_rejected += 1
+                if policy != AckPolicy.NONE:
+                    errors.append(
+                        (
+                            inbox,
+                            self._ack(-1, -1, corr, policy, ErrorCode.INVALID_ARGUMENT, str(exc)),
+                        )
+                    )
+                continue
+            bodies.append(body)
+            wanted.append((inbox, corr, policy))
+        now: list[tuple[str, Ack]] = errors
+        if bodies:
+            try:
+                first, ts = self.log.append(bodies, time.time_ns(), self.leader_epoch)
+            except Exception as exc:
+                log.error("append failed", extra=self._fields(records=len(bodies), error=repr(exc)))
+                self.messages_rejected += len(bodies)
+                for inbox, corr, policy in wanted:
+                    if policy != AckPolicy.NONE:
+                        now.append(
+                            (
+                                inbox,
+                                self._ack(-1, -1, corr, policy, ErrorCode.STORAGE_ERROR, str(exc)),
+                            )
+                        )
+            else:
+                self.messages_in += len(bodies)
+                for i, (inbox, corr, policy) in enumerate(wanted):
+                    if policy == AckPolicy.LEADER:
+                        now.append((inbox, self._ack(first + i, ts, corr, policy)))
+                    elif policy == AckPolicy.ALL:
+                        self._pending_all.append(
+                            _Pending(first + i, inbox, self._ack(first + i, ts, corr, policy))
+                        )
+                self._dirty.set()
+        if now:
+            await publish_acks(self.link, now)
+
+    # ---------------------------------------------------------------- flusher
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty = anyio.Event()
+            target = self.log.log_end_offset
+            try:
+                flushed = await anyio.to_thread.run_sync(self.log.flush, target)
+            except Exception as exc:
+                log.error("flush failed; retrying", extra=self._fields(error=repr(exc)))
+                await self._fail_pending_all(ErrorCode.STORAGE_ERROR, f"flush failed: {exc}")
+                await anyio.sleep(_FLUSH_RETRY_S)
+                self._dirty.set()
+                continue
+            await self._commit(flushed)
+
+    async def _commit(self, flushed: int) -> None:
+        """RF=1: the flushed offset is the commit point; move the HW, ack ALL, wake fetches."""
+        if flushed > self.log.high_watermark:
+            self.log.set_high_watermark(flushed)
+            self.wake_waiters()
+        done: list[tuple[str, Ack]] = []
+        while self._pending_all and self._pending_all[0].offset < flushed:
+            p = self._pending_all.popleft()
+            done.append((p.inbox, p.ack))
+        if done:
+            await publish_acks(self.link, done)
+
+    async def _fail_pending_all(self, code: ErrorCode, message: str) -> None:
+        failed = [
+            (p.inbox, attrs.evolve(p.ack, error_code=code, error_message=message))
+            for p in self._pending_all
+        ]
+        self._pending_all.clear()
+        if failed:
+            await publish_acks(self.link, failed)
+
+    # ---------------------------------------------------------------- maintenance
+
+    async def _maintenance(self) -> None:
+        next_maintenance = time.monotonic() + self.storage.maintenance_interval_s
+        while True:
+            await anyio.sleep(self.storage.hw_checkpoint_interval_s)
+            hw = self.log.high_watermark
+            if hw != self._checkpointed_hw:
+                try:
+                    await anyio.to_thread.run_sync(self.log.checkpoint_high_watermark)
+                    self._checkpointed_hw = hw
+                except Exception as exc:
+                    log.warning("hw checkpoint failed", extra=self._fields(error=repr(exc)))
+            if time.monotonic() >= next_maintenance:
+                next_maintenance = time.monotonic() + self.storage.maintenance_interval_s
+                await self.run_maintenance()
+
+    async def run_maintenance(self) -> None:
+        """Apply retention now, then compaction if the stream is compacted."""
+        try:
+            deleted = self.log.enforce_retention()
+            if deleted:
+                log.info("retention deleted segments", extra=self._fields(segments=deleted))
+            if self.compact:
+                report = await anyio.to_thread.run_sync(self.log.compact)
+                log.debug("compacted", extra=self._fields(report=str(report)))
+        except Exception as exc:
+            log.warning("maintenance failed", extra=self._fields(error=repr(exc)))
+
+    def _fields(self, **extra: Any) -> dict[str, Any]:
+        return fields(stream=self.stream, partition=self.partition, **extra)
+
+
+def _nats_headers(headers: dict[str, str] | None) -> tuple[tuple[str, bytes], ...]:
+    if not headers:
+        return ()
+    return tuple((k, v.encode()) for k, v in headers.items())

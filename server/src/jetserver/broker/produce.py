@@ -1,0 +1,197 @@
+"""Produce through the server: publish to NATS in envelopes, collect the leader's acks.
+
+Every Produce request gets a token; its messages are published with the ack inbox
+``<prefix>.<token>`` and correlation ids ``"0"``, ``"1"``, ... (the message index). One
+wildcard subscription ``<prefix>.*`` receives every ack for this server and routes it by
+token to the waiting request, which answers once every message is acked or its timeout
+passes (TIMEOUT for the missing ones: they may or may not be stored).
+
+Task safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import anyio
+import attrs
+from nats.aio.msg import Msg
+
+from jetsdk.codec.envelope import EnvelopeMessage, decode_acks, encode_message
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.messages import ProduceRequest, ProduceResult
+from jetserver.broker.streams import StreamManager
+from jetserver.config import LimitsConfig
+from jetserver.errors import invalid_argument, partition_not_found
+from jetserver.logs import fields
+from jetserver.metadata.validate import (
+    has_wildcard,
+    partition_subject,
+    subject_error,
+    subject_matches,
+)
+from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
+
+log = logging.getLogger(__name__)
+
+
+@attrs.define(eq=False)
+class _Waiting:
+    """A Produce request waiting for its acks."""
+
+    results: list[ProduceResult | None]
+    remaining: int
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+
+
+def message_size(value: bytes, key: bytes | None, headers: tuple[tuple[str, bytes], ...]) -> int:
+    """Size a message counts against max_message_bytes: value + key + header names/values."""
+    return len(value) + (len(key) if key else 0) + sum(len(n) + len(v) for n, v in headers)
+
+
+@attrs.define(eq=False)
+class ProduceService:
+    """Publishes Produce requests to NATS and waits for their acks."""
+
+    link: NatsLink
+    """NATS link."""
+    streams: StreamManager
+    """Stream lookups."""
+    limits: LimitsConfig
+    """Produce timeout cap and the default message size limit."""
+    _prefix: str = ""
+    _sub: SubscriptionHandle | None = None
+    _waiting: dict[str, _Waiting] = attrs.field(factory=dict)
+    _tokens: itertools.count[int] = attrs.field(factory=itertools.count)
+    acks_unmatched: int = 0
+    """Acks received for no waiting request (late, after a timeout)."""
+
+    async def start(self) -> None:
+        """Subscribe to this server's ack inboxes."""
+        self._prefix = self.link.new_inbox()
+        self._sub = await self.link.subscribe(self._prefix + ".*", self._on_acks)
+
+    async def stop(self) -> None:
+        """Unsubscribe; waiting requests time out on their own."""
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _on_acks(self, msg: Msg) -> None:
+        token = msg.subject.rsplit(".", 1)[-1]
+        waiting = self._waiting.get(token)
+        if waiting is None:
+            self.acks_unmatched += 1
+            return
+        try:
+            acks = decode_acks(msg.data)
+        except CodecError as exc:
+            log.warning("undecodable ack", extra=fields(subject=msg.subject, error=str(exc)))
+            return
+        for ack in acks:
+            try:
+                index = int(ack.correlation_id)
+            except ValueError:
+                continue
+            if not 0 <= index < len(waiting.results) or waiting.results[index] is not None:
+                continue
+            waiting.results[index] = ProduceResult(
+                error_code=ack.error_code, offset=ack.offset, timestamp=ack.timestamp
+            )
+            waiting.remaining -= 1
+        if waiting.remaining <= 0:
+            waiting.done.set()
+
+    def _check(self, req: ProduceRequest) -> tuple[str, int]:
+        """Validate the request; return the partition subject and message size limit."""
+        meta = self.streams.stream(req.stream)
+        if not 0 <= req.partition < meta.spec.partitions:
+            raise partition_not_found(req.stream, req.partition, meta.spec.partitions)
+        psubj = partition_subject(meta.spec.subject, req.partition)
+        for i, m in enumerate(req.messages):
+            if not m.subject:
+                if has_wildcard(psubj):
+                    raise invalid_argument(
+                        "subject",
+                        f"message {i}: partition subject {psubj!r} has wildcards, so each "
+                        "message needs a subject",
+                    )
+                continue
+            error = subject_error(m.subject, allow_wildcards=False)
+            if error is not None:
+                raise invalid_argument("subject", f"message {i}: {error}")
+            if not subject_matches(psubj, m.subject):
+                raise invalid_argument(
+                    "subject",
+                    f"message {i}: subject {m.subject!r} does not match partition subject "
+                    f"{psubj!r}",
+                )
+        limit = meta.spec.max_message_bytes or self.limits.max_message_bytes
+        return psubj, limit
+
+    async def produce(self, req: ProduceRequest) -> list[ProduceResult]:
+        """Publish every message and return one result per message, in order.
+
+        Raises:
+            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, INVALID_ARGUMENT (subjects).
+        """
+        psubj, limit = self._check(req)
+        n = len(req.messages)
+        results: list[ProduceResult | None] = [None] * n
+        if not self.link.connected:
+            return [ProduceResult(ErrorCode.UNAVAILABLE, -1, -1)] * n
+        token = format(next(self._tokens), "x")
+        inbox = f"{self._prefix}.{token}"
+        policy = req.ack_policy
+        waiting = _Waiting(results=results, remaining=0)
+        if policy != AckPolicy.NONE:
+            self._waiting[token] = waiting
+        timeout_s = min(req.timeout_ms, self.limits.max_produce_timeout_ms) / 1000
+        to_send: list[tuple[int, str, bytes]] = []
+        for i, m in enumerate(req.messages):
+            if message_size(m.value, m.key, m.headers) > limit:
+                results[i] = ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
+                continue
+            envelope = EnvelopeMessage(
+                value=m.value,
+                key=m.key,
+                headers=m.headers,
+                ack_inbox=inbox if policy != AckPolicy.NONE else "",
+                correlation_id=str(i),
+                ack_policy=policy,
+                producer_id=req.producer_id,
+                producer_seq=req.base_seq + i if req.producer_id is not None else 0,
+            )
+            try:
+                to_send.append((i, m.subject or psubj, encode_message(envelope)))
+            except CodecError:
+                results[i] = ProduceResult(ErrorCode.INVALID_ARGUMENT, -1, -1)
+        if policy != AckPolicy.NONE:
+            # Counted before publishing: an ack may arrive while a publish yields.
+            waiting.remaining = len(to_send)
+        try:
+            with anyio.move_on_after(timeout_s):
+                for i, subject, payload in to_send:
+                    try:
+                        await self.link.publish(subject, payload)
+                    except NatsUnavailable:
+                        if results[i] is None:
+                            results[i] = ProduceResult(ErrorCode.UNAVAILABLE, -1, -1)
+                            waiting.remaining -= 1
+                        continue
+                    if policy == AckPolicy.NONE:
+                        results[i] = ProduceResult(ErrorCode.NONE, -1, -1)
+                if policy == AckPolicy.NONE:
+                    try:
+                        await self.link.flush(timeout_s)
+                    except NatsUnavailable:
+                        for i, r in enumerate(results):
+                            if r is not None and r.error_code == ErrorCode.NONE:
+                                results[i] = ProduceResult(ErrorCode.UNAVAILABLE, -1, -1)
+                elif waiting.remaining > 0:
+                    await waiting.done.wait()
+        finally:
+            self._waiting.pop(token, None)
+        return [r if r is not None else ProduceResult(ErrorCode.TIMEOUT, -1, -1) for r in results]

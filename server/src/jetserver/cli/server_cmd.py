@@ -1,0 +1,151 @@
+"""``jet server``: run one server.
+
+Configuration precedence: flags > environment (``JET_<SECTION>_<KEY>``) > ``--config`` TOML
+file > defaults (see jetserver.config). SIGTERM or SIGINT shuts down cleanly; a second
+signal aborts the grace period for in-flight requests (data is still flushed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from jetserver import logs
+from jetserver.config import FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
+from jetserver.config_load import load_config
+from jetserver.errors import ConfigError, JetServerError
+
+log = logging.getLogger("jetserver.cli")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+# flag dest -> (section, key)
+_FLAG_KEYS: dict[str, tuple[str, str]] = {
+    "server_id": ("server", "id"),
+    "data_dir": ("server", "data_dir"),
+    "host": ("listen", "host"),
+    "port": ("listen", "port"),
+    "ready_file": ("listen", "ready_file"),
+    "advertise": ("listen", "advertise"),
+    "nats": ("nats", "servers"),
+    "nats_user": ("nats", "user"),
+    "nats_password": ("nats", "password"),
+    "nats_token": ("nats", "token"),
+    "nats_ca": ("nats", "tls_ca"),
+    "nats_cert": ("nats", "tls_cert"),
+    "nats_key": ("nats", "tls_key"),
+    "max_message_bytes": ("limits", "max_message_bytes"),
+    "max_frame_bytes": ("limits", "max_frame_bytes"),
+    "fetch_io": ("fetch", "io"),
+    "log_level": ("logging", "level"),
+    "log_format": ("logging", "format"),
+}
+
+
+def register(subparsers: Any) -> None:
+    """Add ``jet server``."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "server",
+        help="run a jet server",
+        description="Run a jet server: store NATS subjects as durable streams and serve the "
+        "client protocol. Flags override JET_* environment variables, which override the "
+        "--config file.",
+    )
+    p.add_argument("--config", type=Path, help="TOML config file (also JET_CONFIG)")
+    p.add_argument("--server-id", help="server id (default s1)")
+    p.add_argument("--data-dir", help="data directory (default ./jet-data)")
+    p.add_argument("--host", help="listen host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 9292; 0 = any free port)")
+    p.add_argument("--ready-file", help='write {"address": "host:port"} here once listening')
+    p.add_argument("--advertise", help="host:port clients should use (default: bound address)")
+    p.add_argument(
+        "--nats",
+        action="append",
+        metavar="URL",
+        help="NATS server URL (repeat or comma-separate; default nats://127.0.0.1:4222)",
+    )
+    p.add_argument("--nats-user", help="NATS user")
+    p.add_argument("--nats-password", help="NATS password (prefer JET_NATS_PASSWORD)")
+    p.add_argument("--nats-token", help="NATS token (prefer JET_NATS_TOKEN)")
+    p.add_argument("--nats-ca", help="CA bundle to verify NATS (enables TLS)")
+    p.add_argument("--nats-cert", help="client certificate for NATS mutual TLS")
+    p.add_argument("--nats-key", help="client key for NATS mutual TLS")
+    p.add_argument("--max-message-bytes", type=int, help="largest message stored (default 1 MiB)")
+    p.add_argument("--max-frame-bytes", type=int, help="largest request frame (default 16 MiB)")
+    p.add_argument(
+        "--fetch-io", choices=[FETCH_IO_SENDFILE, FETCH_IO_READ], help="how fetches send records"
+    )
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    p.add_argument("--log-format", choices=["text", "json"], help="log format (default text)")
+    p.set_defaults(func=run_command)
+
+
+def config_from_args(args: argparse.Namespace, env: dict[str, str]) -> ServerConfig:
+    """The merged configuration for parsed ``args`` and ``env``.
+
+    Raises:
+        ConfigError: a bad value anywhere.
+    """
+    overrides: dict[tuple[str, str], Any] = {}
+    for dest, key in _FLAG_KEYS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if dest == "nats":
+            value = tuple(u.strip() for item in value for u in item.split(",") if u.strip())
+        overrides[key] = value
+    return load_config(args.config, env, overrides)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Entry point of ``jet server``."""
+    try:
+        config = config_from_args(args, dict(os.environ))
+    except ConfigError as exc:
+        print(f"jet server: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logs.configure(config.logging.level, config.logging.format)
+    try:
+        anyio.run(serve, config, backend="asyncio")
+    except JetServerError as exc:
+        log.error("server failed", extra=logs.fields(error=str(exc)))
+        return EXIT_FAILED
+    except OSError as exc:
+        log.error("server failed", extra=logs.fields(error=str(exc)))
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def serve(config: ServerConfig) -> None:
+    """Run a server until SIGTERM/SIGINT."""
+    from jetserver.server import Server
+
+    server = Server(config)
+    async with anyio.create_task_group() as tg:
+
+        async def on_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                count = 0
+                async for signum in signals:
+                    count += 1
+                    log.info(
+                        "signal received",
+                        extra=logs.fields(signal=signal.Signals(signum).name, count=count),
+                    )
+                    server.request_stop()
+                    if count >= 2:
+                        run_scope.cancel()
+
+        with anyio.CancelScope() as run_scope:
+            tg.start_soon(on_signals)
+            await server.run()
+        tg.cancel_scope.cancel()

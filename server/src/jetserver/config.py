@@ -1,0 +1,370 @@
+"""Server configuration: one frozen attrs class per section, with its defaults beside it.
+
+Durations are float seconds (``*_s``); sizes are bytes. Loading from a TOML file, the
+environment and flags lives in :mod:`jetserver.config_load`; this module only declares the
+shape, the defaults and the checks of each value.
+
+TOML layout (every key optional)::
+
+    [server]   id, data_dir, shutdown_timeout_s
+    [listen]   host, port, ready_file, advertise
+    [nats]     servers, user, password, token, tls_ca, tls_cert, tls_key, ...
+    [limits]   max_frame_bytes, max_message_bytes, max_inflight_per_connection, ...
+    [ingest]   max_batch_bytes, max_pending_bytes, ...
+    [storage]  segment_max_bytes, segment_max_age_s, index_interval_bytes, ...
+    [fetch]    io ("sendfile" or "read"), max_wait_ms
+    [logging]  level, format ("text" or "json")
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import attrs
+
+from jetsdk.codec.limits import (
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_FRAME_BYTES,
+    MAX_VALUE_BYTES,
+)
+from jetserver.errors import ConfigError
+
+MiB = 1024 * 1024
+
+
+def _positive(_inst: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value <= 0:
+        raise ConfigError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+def _non_negative(_inst: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value < 0:
+        raise ConfigError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+def _one_of(*choices: str) -> Any:
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value not in choices:
+            raise ConfigError(f"{attribute.name} must be one of {list(choices)}, got {value!r}")
+
+    return check
+
+
+# --------------------------------------------------------------------------------------
+# [server]
+
+DEFAULT_SERVER_ID = "s1"
+DEFAULT_DATA_DIR = "jet-data"
+DEFAULT_SHUTDOWN_TIMEOUT_S = 10.0
+
+
+@attrs.frozen
+class ServerSection:
+    """Identity and data location of this server."""
+
+    id: str = DEFAULT_SERVER_ID
+    """Server id, unique in a cluster (letters, digits, ``-`` and ``_``)."""
+    data_dir: str = DEFAULT_DATA_DIR
+    """Directory holding metadata.json and every partition's log."""
+    shutdown_timeout_s: float = attrs.field(default=DEFAULT_SHUTDOWN_TIMEOUT_S, validator=_positive)
+    """How long a clean shutdown may take before in-flight requests are cut."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.id or not all(c.isalnum() or c in "-_" for c in self.id):
+            raise ConfigError(f"server id must be letters, digits, '-' or '_', got {self.id!r}")
+        if not self.data_dir:
+            raise ConfigError("data_dir must not be empty")
+
+
+# --------------------------------------------------------------------------------------
+# [listen]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9292
+DEFAULT_BACKLOG = 128
+
+
+@attrs.frozen
+class ListenConfig:
+    """Where the client protocol listens."""
+
+    host: str = DEFAULT_HOST
+    """Interface to bind (``0.0.0.0`` for all)."""
+    port: int = DEFAULT_PORT
+    """TCP port; 0 picks a free one (see ``ready_file``)."""
+    ready_file: str | None = None
+    """If set, ``{"address": "host:port"}`` JSON is written here once listening."""
+    advertise: str | None = None
+    """``host:port`` clients should use to reach this server (default: the bound address)."""
+    backlog: int = attrs.field(default=DEFAULT_BACKLOG, validator=_positive)
+    """Listen backlog."""
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be within 0..65535, got {self.port}")
+
+
+# --------------------------------------------------------------------------------------
+# [nats]
+
+DEFAULT_NATS_SERVERS = ("nats://127.0.0.1:4222",)
+DEFAULT_NATS_NAME = "jet-server"
+DEFAULT_NATS_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_NATS_RECONNECT_WAIT_S = 0.25
+DEFAULT_NATS_RECONNECT_MAX_WAIT_S = 5.0
+DEFAULT_NATS_MAX_RECONNECT_ATTEMPTS = -1
+DEFAULT_NATS_PING_INTERVAL_S = 20.0
+DEFAULT_NATS_MAX_OUTSTANDING_PINGS = 3
+DEFAULT_NATS_PENDING_BYTES = 64 * MiB
+DEFAULT_NATS_SUB_PENDING_MSGS = 1_000_000
+DEFAULT_NATS_SUB_PENDING_BYTES = 512 * MiB
+
+
+@attrs.frozen
+class NatsConfig:
+    """The NATS connection (nats-py options)."""
+
+    servers: tuple[str, ...] = DEFAULT_NATS_SERVERS
+    """Server URLs (``nats://``, ``tls://``); several for a NATS cluster."""
+    user: str | None = None
+    """User name (with ``password``)."""
+    password: str | None = None
+    """Password for ``user``."""
+    token: str | None = None
+    """Authentication token (instead of user and password)."""
+    tls_ca: str | None = None
+    """CA bundle (PEM) to verify the NATS server; enables TLS."""
+    tls_cert: str | None = None
+    """Client certificate (PEM) for mutual TLS; needs ``tls_key``."""
+    tls_key: str | None = None
+    """Private key (PEM) of ``tls_cert``."""
+    tls_hostname: str | None = None
+    """Host name to verify the server certificate against (default: the URL's host)."""
+    name: str = DEFAULT_NATS_NAME
+    """Connection name shown by NATS monitoring."""
+    connect_timeout_s: float = attrs.field(
+        default=DEFAULT_NATS_CONNECT_TIMEOUT_S, validator=_positive
+    )
+    """Timeout of one connection attempt."""
+    reconnect_wait_s: float = attrs.field(
+        default=DEFAULT_NATS_RECONNECT_WAIT_S, validator=_positive
+    )
+    """First reconnect delay; doubles per failed attempt up to ``reconnect_max_wait_s``."""
+    reconnect_max_wait_s: float = attrs.field(
+        default=DEFAULT_NATS_RECONNECT_MAX_WAIT_S, validator=_positive
+    )
+    """Longest delay between reconnect attempts."""
+    max_reconnect_attempts: int = DEFAULT_NATS_MAX_RECONNECT_ATTEMPTS
+    """Reconnect attempts per server before giving up; -1 = forever."""
+    ping_interval_s: float = attrs.field(default=DEFAULT_NATS_PING_INTERVAL_S, validator=_positive)
+    """Interval of client pings (detects a dead connection)."""
+    max_outstanding_pings: int = attrs.field(
+        default=DEFAULT_NATS_MAX_OUTSTANDING_PINGS, validator=_positive
+    )
+    """Unanswered pings before the connection is considered dead."""
+    pending_bytes: int = attrs.field(default=DEFAULT_NATS_PENDING_BYTES, validator=_positive)
+    """Outgoing bytes nats-py buffers while reconnecting."""
+    sub_pending_msgs: int = attrs.field(default=DEFAULT_NATS_SUB_PENDING_MSGS, validator=_positive)
+    """Messages a subscription may queue before NATS calls it a slow consumer."""
+    sub_pending_bytes: int = attrs.field(
+        default=DEFAULT_NATS_SUB_PENDING_BYTES, validator=_positive
+    )
+    """Bytes a subscription may queue before NATS calls it a slow consumer."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.servers:
+            raise ConfigError("nats.servers must name at least one URL")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("nats.tls_cert and nats.tls_key go together")
+        if self.token is not None and self.user is not None:
+            raise ConfigError("use either nats.token or nats.user/password, not both")
+        if self.reconnect_max_wait_s < self.reconnect_wait_s:
+            raise ConfigError("nats.reconnect_max_wait_s must be >= nats.reconnect_wait_s")
+
+    @property
+    def uses_tls(self) -> bool:
+        """True if a TLS context is needed (a CA, a client cert, or a ``tls://`` URL)."""
+        return (
+            self.tls_ca is not None
+            or self.tls_cert is not None
+            or any(s.startswith("tls://") for s in self.servers)
+        )
+
+
+# --------------------------------------------------------------------------------------
+# [limits]
+
+DEFAULT_MAX_INFLIGHT_PER_CONNECTION = 64
+DEFAULT_MAX_CONNECTIONS = 1024
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+DEFAULT_READ_TIMEOUT_S = 30.0
+DEFAULT_WRITE_TIMEOUT_S = 30.0
+DEFAULT_MAX_PRODUCE_TIMEOUT_MS = 300_000
+DEFAULT_MAX_FETCH_WAIT_MS = 300_000
+
+
+@attrs.frozen
+class LimitsConfig:
+    """Per-connection and per-message limits of the client protocol."""
+
+    max_frame_bytes: int = attrs.field(default=DEFAULT_MAX_FRAME_BYTES, validator=_positive)
+    """Largest request frame (length prefix value); a bigger prefix closes the connection."""
+    max_message_bytes: int = attrs.field(default=DEFAULT_MAX_MESSAGE_BYTES, validator=_positive)
+    """Largest message stored (value + key + headers), unless a stream sets its own."""
+    max_inflight_per_connection: int = attrs.field(
+        default=DEFAULT_MAX_INFLIGHT_PER_CONNECTION, validator=_positive
+    )
+    """Pipelined requests handled at once per connection; reading pauses beyond it."""
+    max_connections: int = attrs.field(default=DEFAULT_MAX_CONNECTIONS, validator=_positive)
+    """Client connections served at once; more are closed at accept."""
+    idle_timeout_s: float = attrs.field(default=DEFAULT_IDLE_TIMEOUT_S, validator=_positive)
+    """A connection with no request and nothing in flight for this long is closed."""
+    read_timeout_s: float = attrs.field(default=DEFAULT_READ_TIMEOUT_S, validator=_positive)
+    """A frame that started arriving must be complete within this time."""
+    write_timeout_s: float = attrs.field(default=DEFAULT_WRITE_TIMEOUT_S, validator=_positive)
+    """A response must be accepted by the client's socket within this time."""
+    max_produce_timeout_ms: int = attrs.field(
+        default=DEFAULT_MAX_PRODUCE_TIMEOUT_MS, validator=_positive
+    )
+    """Produce ``timeout_ms`` values above this are clamped."""
+    max_fetch_wait_ms: int = attrs.field(default=DEFAULT_MAX_FETCH_WAIT_MS, validator=_positive)
+    """Fetch ``max_wait_ms`` values above this are clamped."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_frame_bytes > MAX_FRAME_BYTES:
+            raise ConfigError(f"limits.max_frame_bytes must be <= {MAX_FRAME_BYTES}")
+        if self.max_message_bytes > MAX_VALUE_BYTES:
+            raise ConfigError(f"limits.max_message_bytes must be <= {MAX_VALUE_BYTES}")
+
+
+# --------------------------------------------------------------------------------------
+# [ingest]
+
+DEFAULT_MAX_BATCH_BYTES = 8 * MiB
+DEFAULT_MAX_PENDING_BYTES = 64 * MiB
+
+
+@attrs.frozen
+class IngestConfig:
+    """How NATS messages are sequenced into a partition."""
+
+    max_batch_bytes: int = attrs.field(default=DEFAULT_MAX_BATCH_BYTES, validator=_positive)
+    """Most payload bytes appended in one Log.append (at least one message)."""
+    max_pending_bytes: int = attrs.field(default=DEFAULT_MAX_PENDING_BYTES, validator=_positive)
+    """Bytes queued per partition before the NATS callback waits (backpressure)."""
+
+
+# --------------------------------------------------------------------------------------
+# [storage]
+
+DEFAULT_SEGMENT_MAX_BYTES = 256 * MiB
+DEFAULT_SEGMENT_MAX_AGE_S = 7 * 24 * 3600.0
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+DEFAULT_DELETE_RETENTION_S = 86400.0
+DEFAULT_HW_CHECKPOINT_INTERVAL_S = 5.0
+DEFAULT_MAINTENANCE_INTERVAL_S = 60.0
+
+
+@attrs.frozen
+class StorageConfig:
+    """Defaults for new streams' logs and background maintenance."""
+
+    segment_max_bytes: int = attrs.field(default=DEFAULT_SEGMENT_MAX_BYTES, validator=_positive)
+    """Default segment size of a new stream."""
+    segment_max_age_s: float = attrs.field(default=DEFAULT_SEGMENT_MAX_AGE_S, validator=_positive)
+    """Default age after which the active segment rolls."""
+    index_interval_bytes: int = attrs.field(
+        default=DEFAULT_INDEX_INTERVAL_BYTES, validator=_positive
+    )
+    """Bytes between two offset-index entries."""
+    hw_checkpoint_interval_s: float = attrs.field(
+        default=DEFAULT_HW_CHECKPOINT_INTERVAL_S, validator=_positive
+    )
+    """How often a moved high watermark is checkpointed to disk (and always at shutdown)."""
+    maintenance_interval_s: float = attrs.field(
+        default=DEFAULT_MAINTENANCE_INTERVAL_S, validator=_positive
+    )
+    """How often retention and compaction run per partition."""
+
+
+# --------------------------------------------------------------------------------------
+# [fetch]
+
+FETCH_IO_SENDFILE = "sendfile"
+FETCH_IO_READ = "read"
+DEFAULT_FETCH_IO = FETCH_IO_SENDFILE
+
+
+@attrs.frozen
+class FetchConfig:
+    """How fetch responses are written."""
+
+    io: str = attrs.field(
+        default=DEFAULT_FETCH_IO, validator=_one_of(FETCH_IO_SENDFILE, FETCH_IO_READ)
+    )
+    """``sendfile`` (os.sendfile from the segment file) or ``read`` (pread + send)."""
+
+
+# --------------------------------------------------------------------------------------
+# [logging]
+
+DEFAULT_LOG_LEVEL = "INFO"
+DEFAULT_LOG_FORMAT = "text"
+
+
+@attrs.frozen
+class LoggingConfig:
+    """Log output (to stderr)."""
+
+    level: str = DEFAULT_LOG_LEVEL
+    """DEBUG, INFO, WARNING, ERROR."""
+    format: str = attrs.field(default=DEFAULT_LOG_FORMAT, validator=_one_of("text", "json"))
+    """``text`` (key=value fields) or ``json`` (one object per line)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.level.upper() not in logging.getLevelNamesMapping():
+            raise ConfigError(f"logging.level {self.level!r} is not a level name")
+
+
+# --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ServerConfig:
+    """The whole configuration of one server."""
+
+    server: ServerSection = attrs.field(factory=ServerSection)
+    """Identity and data directory."""
+    listen: ListenConfig = attrs.field(factory=ListenConfig)
+    """Client protocol listener."""
+    nats: NatsConfig = attrs.field(factory=NatsConfig)
+    """NATS connection."""
+    limits: LimitsConfig = attrs.field(factory=LimitsConfig)
+    """Protocol and message limits."""
+    ingest: IngestConfig = attrs.field(factory=IngestConfig)
+    """Sequencing of NATS messages."""
+    storage: StorageConfig = attrs.field(factory=StorageConfig)
+    """Log defaults and maintenance."""
+    fetch: FetchConfig = attrs.field(factory=FetchConfig)
+    """Fetch I/O."""
+    logging: LoggingConfig = attrs.field(factory=LoggingConfig)
+    """Log output."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.limits.max_message_bytes >= self.limits.max_frame_bytes:
+            raise ConfigError("limits.max_message_bytes must be below limits.max_frame_bytes")
+
+
+SECTIONS: dict[str, type[Any]] = {
+    "server": ServerSection,
+    "listen": ListenConfig,
+    "nats": NatsConfig,
+    "limits": LimitsConfig,
+    "ingest": IngestConfig,
+    "storage": StorageConfig,
+    "fetch": FetchConfig,
+    "logging": LoggingConfig,
+}
+"""Section name -> its attrs class, in the order of ServerConfig's fields."""

@@ -1,0 +1,172 @@
+"""Values of the cluster metadata: stream specs, partition assignments, the whole state.
+
+All values are frozen and hold only JSON-friendly data, so the same state can be persisted
+to metadata.json now and replicated through Raft later (issue 4). ``to_dict``/``from_dict``
+are the one serialization, used for the file, for replay and for the wire StreamInfo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+DEFAULT_PARTITIONS = 1
+DEFAULT_REPLICATION_FACTOR = 1
+DEFAULT_SEGMENT_MAX_BYTES = 268_435_456
+DEFAULT_SEGMENT_MAX_AGE_S = 604_800.0
+DEFAULT_DELETE_RETENTION_S = 86_400.0
+
+
+@attrs.frozen
+class StreamSpec:
+    """What a client asked for when creating a stream (defaults filled in)."""
+
+    name: str
+    """Stream name (validated: see metadata.validate)."""
+    subject: str
+    """NATS subject of partition 0 (wildcards allowed)."""
+    partitions: int = DEFAULT_PARTITIONS
+    """Number of partitions; partition p > 0 listens on ``<subject>.<p>``."""
+    replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    """Replicas per partition."""
+    group: str | None = None
+    """Load-balance group: streams of one group share a NATS queue subscription."""
+    compact: bool = False
+    """Key compaction on."""
+    retention_max_age_s: float | None = None
+    """Delete segments older than this (None: keep)."""
+    retention_max_bytes: int | None = None
+    """Keep at most this many bytes per partition (None: no limit)."""
+    retention_max_messages: int | None = None
+    """Keep at most this many messages per partition (None: no limit)."""
+    segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES
+    """Roll the active segment at this size."""
+    segment_max_age_s: float = DEFAULT_SEGMENT_MAX_AGE_S
+    """Roll the active segment at this age."""
+    delete_retention_s: float = DEFAULT_DELETE_RETENTION_S
+    """How long compaction keeps tombstones."""
+    max_message_bytes: int | None = None
+    """Largest message stored (None: the server's limit)."""
+    internal: bool = False
+    """An internal stream (name starting with ``__``), e.g. the SDK's ``__offsets``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as a JSON object."""
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamSpec:
+        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
+        names = {f.name for f in attrs.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def config_dict(self) -> dict[str, Any]:
+        """The settings shown as ``config`` in StreamInfo."""
+        d = self.to_dict()
+        for key in ("name", "subject", "partitions", "replication_factor", "group", "compact"):
+            d.pop(key)
+        return d
+
+
+@attrs.frozen
+class PartitionAssignment:
+    """Who holds one partition."""
+
+    partition: int
+    """Partition number."""
+    leader: str
+    """Server id of the leader."""
+    replicas: tuple[str, ...]
+    """Server ids holding a replica, leader first."""
+    isr: tuple[str, ...]
+    """In-sync replicas."""
+    leader_epoch: int = 0
+    """Bumped at every leader change."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {
+            "partition": self.partition,
+            "leader": self.leader,
+            "replicas": list(self.replicas),
+            "isr": list(self.isr),
+            "leader_epoch": self.leader_epoch,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PartitionAssignment:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            partition=int(data["partition"]),
+            leader=str(data["leader"]),
+            replicas=tuple(data["replicas"]),
+            isr=tuple(data["isr"]),
+            leader_epoch=int(data.get("leader_epoch", 0)),
+        )
+
+
+@attrs.frozen
+class StreamMeta:
+    """One stream as the metadata knows it."""
+
+    spec: StreamSpec
+    """The settings it was created with."""
+    stream_id: str
+    """Unique id of this incarnation (a re-created stream gets a new one; names its data)."""
+    created_ns: int
+    """Creation time, nanoseconds since the epoch (chosen by the proposer)."""
+    partitions: tuple[PartitionAssignment, ...]
+    """One assignment per partition, in partition order."""
+
+    @property
+    def name(self) -> str:
+        """The stream name."""
+        return self.spec.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {
+            "spec": self.spec.to_dict(),
+            "stream_id": self.stream_id,
+            "created_ns": self.created_ns,
+            "partitions": [p.to_dict() for p in self.partitions],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StreamMeta:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            spec=StreamSpec.from_dict(data["spec"]),
+            stream_id=str(data["stream_id"]),
+            created_ns=int(data["created_ns"]),
+            partitions=tuple(PartitionAssignment.from_dict(p) for p in data["partitions"]),
+        )
+
+
+@attrs.frozen
+class MetadataState:
+    """The whole metadata: every stream, and how many operations produced it.
+
+    Treat as immutable: :func:`jetserver.metadata.ops.apply` returns a new state.
+    """
+
+    streams: Mapping[str, StreamMeta] = attrs.field(factory=dict)
+    """Streams by name."""
+    applied: int = 0
+    """Operations applied so far (the Raft log index, later)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (the content of metadata.json)."""
+        return {
+            "version": 1,
+            "applied": self.applied,
+            "streams": [s.to_dict() for s in sorted(self.streams.values(), key=lambda s: s.name)],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MetadataState:
+        """Inverse of :meth:`to_dict`."""
+        streams = [StreamMeta.from_dict(s) for s in data.get("streams", [])]
+        return cls(streams={s.name: s for s in streams}, applied=int(data.get("applied", 0)))

@@ -1,0 +1,297 @@
+"""The server's NATS connection behind a small interface (nats-py is asyncio-only).
+
+Everything else in the server talks to NATS through :class:`NatsLink`: connect (with
+retries), subscribe with a callback (optionally in a queue group), publish, flush, close,
+and whether the link is up. nats-py reconnects on its own with exponential backoff (see
+:func:`backoff_delay`) and replays subscriptions, so ingest resumes by itself after NATS
+comes back.
+
+Task safety: use from the event loop thread only (the asyncio backend of anyio).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import attrs
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from jetserver.config import NatsConfig
+from jetserver.errors import JetServerError
+from jetserver.logs import fields
+
+log = logging.getLogger(__name__)
+
+MessageHandler = Callable[[Msg], Awaitable[None]]
+"""Called for each message of a subscription, one at a time, in arrival order."""
+
+_MAX_BACKOFF_EXPONENT = 16
+
+
+class NatsUnavailable(JetServerError):
+    """The NATS link is down (not connected yet, reconnecting or closed)."""
+
+
+def backoff_delay(
+    attempt: int, base_s: float, max_s: float, rng: random.Random | None = None
+) -> float:
+    """Delay before reconnect ``attempt`` (0-based): ``base * 2**attempt``, capped, +-20 %."""
+    delay = min(max_s, base_s * (2 ** min(attempt, _MAX_BACKOFF_EXPONENT)))
+    jitter = (rng or random).uniform(0.8, 1.2)
+    return float(min(max_s, delay * jitter))
+
+
+def tls_context(config: NatsConfig) -> ssl.SSLContext | None:
+    """The TLS context for ``config`` (None if TLS is not used).
+
+    Raises:
+        JetServerError: a CA, certificate or key file cannot be loaded.
+    """
+    if not config.uses_tls:
+        return None
+    try:
+        ctx = ssl.create_default_context(cafile=config.tls_ca)
+        if config.tls_cert is not None:
+            ctx.load_cert_chain(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise JetServerError(f"cannot load NATS TLS files: {exc}") from exc
+    return ctx
+
+
+@attrs.define(eq=False)
+class SubscriptionHandle:
+    """A live subscription; :meth:`unsubscribe` ends it."""
+
+    subject: str
+    """The subscribed subject (may hold wildcards)."""
+    queue: str
+    """Queue group, empty if none."""
+    _sub: Subscription
+
+    async def unsubscribe(self) -> None:
+        """Stop the subscription (messages already queued in nats-py are dropped)."""
+        try:
+            await self._sub.unsubscribe()
+        except Exception as exc:  # the link may be closed or reconnecting
+            log.debug("unsubscribe failed", extra=fields(subject=self.subject, error=str(exc)))
+
+
+@attrs.define(eq=False)
+class NatsLink:
+    """One NATS connection shared by ingest, acks and Produce."""
+
+    config: NatsConfig
+    """Connection settings."""
+    _nc: NatsClient | None = None
+    _rng: random.Random = attrs.field(factory=random.Random)
+    _state_changed: anyio.Event = attrs.field(factory=anyio.Event)
+    disconnects: int = 0
+    """Times the link was lost since start."""
+    reconnects: int = 0
+    """Times the link came back."""
+
+    @property
+    def connected(self) -> bool:
+        """True while the connection is up (False while reconnecting or after close)."""
+        return self._nc is not None and self._nc.is_connected
+
+    @property
+    def client(self) -> NatsClient:
+        """The nats-py client (connected or reconnecting)."""
+        if self._nc is None:
+            raise NatsUnavailable("NATS is not connected")
+        return self._nc
+
+    @property
+    def max_payload(self) -> int:
+        """The NATS server's max_payload (0 if unknown)."""
+        if self._nc is None:
+            return 0
+        return int(self._nc.max_payload)
+
+    def _reconnect_handler(self, servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
+        server = min(servers, key=lambda s: s.reconnects)
+        delay = backoff_delay(
+            server.reconnects,
+            self.config.reconnect_wait_s,
+            self.config.reconnect_max_wait_s,
+            self._rng,
+        )
+        return server, delay
+
+    async def _on_error(self, exc: Exception) -> None:
+        log.warning("nats error", extra=fields(error=f"{type(exc).__name__}: {exc}"))
+
+    async def _on_disconnected(self) -> None:
+        self.disconnects += 1
+        log.warning("nats disconnected; reconnecting", extra=fields(disconnects=self.disconnects))
+        self._notify()
+
+    async def _on_reconnected(self) -> None:
+        self.reconnects += 1
+        url = self._nc.connected_url.netloc if self._nc and self._nc.connected_url else "?"
+        log.info("nats reconnected", extra=fields(server=url))
+        self._notify()
+
+    async def _on_closed(self) -> None:
+        log.info("nats connection closed")
+        self._notify()
+
+    def _notify(self) -> None:
+        event, self._state_changed = self._state_changed, anyio.Event()
+        event.set()
+
+    async def wait_state_change(self) -> None:
+        """Return at the next disconnect, reconnect or close."""
+        await self._state_changed.wait()
+
+    async def connect(self, *, attempts: int | None = None) -> None:
+        """Connect, retrying with backoff until it works (or ``attempts`` failed).
+
+        Raises:
+            NatsUnavailable: ``attempts`` connection attempts failed.
+            JetServerError: TLS files cannot be loaded.
+        """
+        cfg = self.config
+        tls = tls_context(cfg)
+        attempt = 0
+        while True:
+            nc = NatsClient()
+            try:
+                await nc.connect(
+                    servers=list(cfg.servers),
+                    name=cfg.name,
+                    user=cfg.user,
+                    password=cfg.password,
+                    token=cfg.token,
+                    tls=tls,
+                    tls_hostname=cfg.tls_hostname,
+                    connect_timeout=cfg.connect_timeout_s,  # type: ignore[arg-type]
+                    reconnect_time_wait=cfg.reconnect_wait_s,  # type: ignore[arg-type]
+                    max_reconnect_attempts=cfg.max_reconnect_attempts,
+                    ping_interval=cfg.ping_interval_s,  # type: ignore[arg-type]
+                    max_outstanding_pings=cfg.max_outstanding_pings,
+                    pending_size=cfg.pending_bytes,
+                    allow_reconnect=True,
+                    reconnect_to_server_handler=self._reconnect_handler,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=self._on_reconnected,
+                    closed_cb=self._on_closed,
+                )
+            except Exception as exc:
+                attempt += 1
+                if attempts is not None and attempt >= attempts:
+                    raise NatsUnavailable(
+                        f"cannot connect to NATS at {', '.join(cfg.servers)}: {exc}"
+                    ) from exc
+                delay = backoff_delay(
+                    attempt - 1, cfg.reconnect_wait_s, cfg.reconnect_max_wait_s, self._rng
+                )
+                log.warning(
+                    "cannot connect to nats; retrying",
+                    extra=fields(
+                        servers=",".join(cfg.servers),
+                        error=str(exc) or type(exc).__name__,
+                        retry_in_s=round(delay, 2),
+                    ),
+                )
+                await anyio.sleep(delay)
+                continue
+            self._nc = nc
+            url = nc.connected_url.netloc if nc.connected_url else "?"
+            log.info("nats connected", extra=fields(server=url, max_payload=nc.max_payload))
+            return
+
+    async def subscribe(
+        self, subject: str, handler: MessageHandler, *, queue: str = ""
+    ) -> SubscriptionHandle:
+        """Subscribe with a callback (never the async iterator, which drops under load).
+
+        Raises:
+            NatsUnavailable: the link is closed.
+        """
+        nc = self.client
+        if nc.is_closed:
+            raise NatsUnavailable("NATS connection is closed")
+        sub = await nc.subscribe(
+            subject,
+            queue=queue,
+            cb=handler,
+            pending_msgs_limit=self.config.sub_pending_msgs,
+            pending_bytes_limit=self.config.sub_pending_bytes,
+        )
+        return SubscriptionHandle(subject, queue, sub)
+
+    async def publish(
+        self,
+        subject: str,
+        payload: bytes,
+        *,
+        reply: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Queue one message for sending (nats-py flushes in the background).
+
+        Raises:
+            NatsUnavailable: the link is down or its reconnect buffer is full.
+        """
+        nc = self.client
+        if not nc.is_connected:
+            raise NatsUnavailable("NATS link is down")
+        try:
+            await nc.publish(subject, payload, reply=reply, headers=headers)
+        except Exception as exc:
+            raise NatsUnavailable(f"NATS publish failed: {exc}") from exc
+
+    async def publish_best_effort(self, subject: str, payload: bytes) -> bool:
+        """Publish, logging instead of raising on failure (acks while NATS is away)."""
+        if self._nc is None or self._nc.is_closed:
+            return False
+        try:
+            await self._nc.publish(subject, payload)
+        except Exception as exc:
+            log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
+            return False
+        return True
+
+    async def flush(self, timeout_s: float) -> None:
+        """Wait until NATS has received everything published so far (a PING round trip).
+
+        Raises:
+            NatsUnavailable: the link is down or the round trip timed out.
+        """
+        nc = self.client
+        if not nc.is_connected:
+            raise NatsUnavailable("NATS link is down")
+        try:
+            await nc.flush(timeout=max(timeout_s, 0.001))  # type: ignore[arg-type]
+        except Exception as exc:
+            raise NatsUnavailable(f"NATS flush failed: {exc or type(exc).__name__}") from exc
+
+    def new_inbox(self) -> str:
+        """A unique inbox subject prefix for this connection."""
+        return str(self.client.new_inbox())
+
+    async def close(self) -> None:
+        """Flush what was published and close (subscriptions end first)."""
+        nc, self._nc = self._nc, None
+        if nc is None or nc.is_closed:
+            return
+        started = time.monotonic()
+        try:
+            if nc.is_connected:
+                with anyio.move_on_after(2.0):
+                    await nc.flush(timeout=2)
+            await nc.close()
+        except Exception as exc:
+            log.debug("nats close failed", extra=fields(error=str(exc)))
+        log.debug("nats closed", extra=fields(took_s=round(time.monotonic() - started, 3)))

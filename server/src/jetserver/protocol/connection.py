@@ -1,0 +1,252 @@
+"""One client connection: read frames, run requests concurrently, write responses.
+
+- Pipelining: every request runs in its own task; at most ``max_inflight_per_connection`` at
+  once (reading pauses beyond that, so a client cannot queue unbounded work).
+- Responses are written whole under a lock, each within ``write_timeout_s``; a client that
+  does not read is disconnected.
+- A length prefix over the limit gets FRAME_TOO_LARGE (correlation id 0), an undecodable
+  frame or body gets MALFORMED_FRAME; then the connection is closed.
+- A frame that started arriving must complete within ``read_timeout_s``; a connection with
+  nothing in flight and no request for ``idle_timeout_s`` is closed.
+
+Task safety: one :class:`Connection` per socket, owned by the listener's task group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import (
+    FLAG_ERROR,
+    FLAG_RESPONSE,
+    Frame,
+    FrameDecoder,
+    FrameTooLarge,
+    encode_frame,
+)
+from jetsdk.codec.messages import encode_error
+from jetserver.config import LimitsConfig
+from jetserver.logs import fields
+from jetserver.protocol.socket_io import SocketIO
+from jetserver.storage import ReadSlice
+
+log = logging.getLogger(__name__)
+
+_ERROR_FLAGS = FLAG_RESPONSE | FLAG_ERROR
+_CLOSE_NOTICE_TIMEOUT_S = 1.0
+"""Bound on writing the last error frame before closing a misbehaving connection."""
+
+
+@attrs.frozen
+class Reply:
+    """A response to write: frame bytes, optionally followed by file bytes."""
+
+    data: bytes
+    """A whole frame, or (with ``records``) the frame header and the fixed part of the body."""
+    records: ReadSlice | None = None
+    """Record bytes to send after ``data`` (closed after sending)."""
+    close: bool = False
+    """Close the connection after this reply (malformed input)."""
+
+
+def error_reply(
+    api: int,
+    correlation_id: int,
+    code: ErrorCode,
+    message: str,
+    details: dict[str, Any] | None = None,
+    *,
+    close: bool = False,
+) -> Reply:
+    """An error frame (flags response|error, JSON error body)."""
+    body = encode_error(code, message, details)
+    return Reply(encode_frame(api, correlation_id, body, flags=_ERROR_FLAGS), close=close)
+
+
+Handler = Callable[[Frame], Awaitable[Reply]]
+"""Answers one request frame; must not raise (errors become error replies)."""
+
+
+@attrs.define(eq=False)
+class Connection:
+    """Serves one client socket until it closes, misbehaves, times out or the server stops."""
+
+    io: SocketIO
+    """The socket."""
+    handler: Handler
+    """Request handler."""
+    limits: LimitsConfig
+    """Frame size, in-flight, timeouts."""
+    use_sendfile: bool = True
+    """Write fetch records with os.sendfile (else pread + send)."""
+    _write_lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    _inflight: int = 0
+    _slots: anyio.Semaphore | None = None
+    _last_activity: float = attrs.field(factory=time.monotonic)
+    _closing: bool = False
+    _scope: anyio.CancelScope | None = None
+    requests: int = 0
+    """Requests received."""
+
+    async def serve(self) -> None:
+        """Run until the connection ends; never raises (errors are logged)."""
+        self._slots = anyio.Semaphore(self.limits.max_inflight_per_connection)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._scope = tg.cancel_scope
+                await self._read_loop(tg)
+                # Peer closed its side or we stopped reading: let in-flight requests finish.
+                if self._closing:
+                    tg.cancel_scope.cancel()
+        except Exception as exc:  # one client must never take the server down
+            log.debug("connection error", extra=fields(peer=self.io.peer, error=repr(exc)))
+        finally:
+            self.io.close()
+
+    async def _read_loop(self, tg: anyio.abc.TaskGroup) -> None:
+        decoder = FrameDecoder(self.limits.max_frame_bytes)
+        frame_started: float | None = None
+        assert self._slots is not None
+        while not self._closing:
+            now = time.monotonic()
+            if decoder.buffered_bytes:
+                if frame_started is None:
+                    frame_started = now
+                timeout = frame_started + self.limits.read_timeout_s - now
+            else:
+                frame_started = None
+                timeout = self._last_activity + self.limits.idle_timeout_s - now
+            data = b""
+            timed_out = True
+            with anyio.move_on_after(max(timeout, 0.0)):
+                data = await self.io.recv()
+                timed_out = False
+            if timed_out:
+                if decoder.buffered_bytes:
+                    await self._fail(
+                        ErrorCode.MALFORMED_FRAME,
+                        f"incomplete frame: {decoder.buffered_bytes} bytes received, the rest "
+                        f"did not arrive within {self.limits.read_timeout_s} s",
+                    )
+                    return
+                if self._inflight > 0:
+                    self._last_activity = time.monotonic()
+                    continue
+                if time.monotonic() - self._last_activity >= self.limits.idle_timeout_s:
+                    log.debug("idle connection closed", extra=fields(peer=self.io.peer))
+                    self._closing = True
+                    return
+                continue
+            if not data:
+                if decoder.buffered_bytes:
+                    log.debug(
+                        "connection closed mid-frame",
+                        extra=fields(peer=self.io.peer, buffered=decoder.buffered_bytes),
+                    )
+                return
+            decoder.feed(data)
+            while True:
+                try:
+                    frame = decoder.next_frame()
+                except FrameTooLarge as exc:
+                    await self._fail(
+                        ErrorCode.FRAME_TOO_LARGE,
+                        str(exc),
+                        {"max_frame_bytes": exc.limit},
+                    )
+                    return
+                except CodecError as exc:
+                    await self._fail(ErrorCode.MALFORMED_FRAME, f"malformed frame: {exc}")
+                    return
+                if frame is None:
+                    break
+                frame_started = time.monotonic() if decoder.buffered_bytes else None
+                self.requests += 1
+                self._last_activity = time.monotonic()
+                if frame.is_response:
+                    await self._fail(
+                        ErrorCode.MALFORMED_FRAME,
+                        "a client must send requests, not response frames",
+                        correlation_id=frame.correlation_id,
+                        api=frame.api,
+                    )
+                    return
+                await self._slots.acquire()
+                self._inflight += 1
+                tg.start_soon(self._run_request, frame)
+
+    async def _run_request(self, frame: Frame) -> None:
+        assert self._slots is not None
+        try:
+            reply = await self.handler(frame)
+            await self._write(reply)
+            if reply.close:
+                self._shutdown()
+        finally:
+            self._inflight -= 1
+            self._last_activity = time.monotonic()
+            self._slots.release()
+
+    async def _write(self, reply: Reply) -> None:
+        records = reply.records
+        try:
+            if self._closing:
+                return
+            async with self._write_lock:
+                with anyio.move_on_after(self.limits.write_timeout_s) as scope:
+                    if records is None or records.length == 0:
+                        await self.io.send_all(reply.data)
+                    elif self.use_sendfile:
+                        await self.io.send_all(reply.data, more=True)
+                        await self.io.sendfile(records.fileno, records.position, records.length)
+                    else:
+                        chunk = await anyio.to_thread.run_sync(records.read_bytes)
+                        await self.io.send_buffers([reply.data, chunk])
+                if scope.cancelled_caught:
+                    log.info(
+                        "client not reading; connection closed",
+                        extra=fields(peer=self.io.peer, timeout_s=self.limits.write_timeout_s),
+                    )
+                    self._shutdown()
+        except OSError as exc:
+            log.debug("write failed", extra=fields(peer=self.io.peer, error=repr(exc)))
+            self._shutdown()
+        finally:
+            if records is not None:
+                records.close()
+
+    async def _fail(
+        self,
+        code: ErrorCode,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        correlation_id: int = 0,
+        api: int = 0,
+    ) -> None:
+        """Send a last error frame (bounded) and close the connection."""
+        log.info(
+            "bad client input; closing connection",
+            extra=fields(peer=self.io.peer, code=code.name, reason=message),
+        )
+        reply = error_reply(api, correlation_id, code, message, details)
+        self._closing = True
+        with anyio.move_on_after(_CLOSE_NOTICE_TIMEOUT_S):
+            async with self._write_lock:
+                with contextlib.suppress(OSError):
+                    await self.io.send_all(reply.data)
+
+    def _shutdown(self) -> None:
+        """Stop reading and cancel in-flight requests; serve() then closes the socket."""
+        self._closing = True
+        if self._scope is not None:
+            self._scope.cancel()

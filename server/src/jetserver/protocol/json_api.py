@@ -1,0 +1,151 @@
+"""The JSON APIs: Hello, Metadata, CreateStream, DeleteStream, DescribeStream, ListOffsets.
+
+Each function takes the decoded request object and returns the response object, raising
+:class:`~jetserver.errors.ApiError` for an error response (spec/protocol.md, "APIs").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetserver import __version__
+from jetserver.broker.streams import StreamManager
+from jetserver.config import ServerConfig
+from jetserver.errors import ApiError, invalid_argument
+from jetserver.metadata.model import StreamMeta
+from jetserver.metadata.validate import partition_subject
+from jetserver.storage import Log
+
+PROTOCOL_VERSION = 1
+POSITIONS = ("earliest", "latest", "timestamp")
+
+
+def _str_field(req: dict[str, Any], field: str) -> str:
+    value = req.get(field)
+    if not isinstance(value, str) or not value:
+        raise invalid_argument(field, f"{field} must be a non-empty string")
+    return value
+
+
+def _int_field(req: dict[str, Any], field: str, default: int | None = None) -> int:
+    value = req.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid_argument(field, f"{field} must be an integer, got {value!r}")
+    return value
+
+
+def hello(req: dict[str, Any], config: ServerConfig) -> dict[str, Any]:
+    """Hello: check the protocol version, describe the server."""
+    protocol = req.get("protocol", PROTOCOL_VERSION)
+    if protocol != PROTOCOL_VERSION:
+        raise ApiError(
+            ErrorCode.UNSUPPORTED_API,
+            f"protocol version {protocol!r} is not supported (this server speaks "
+            f"{PROTOCOL_VERSION})",
+            {"protocol": PROTOCOL_VERSION},
+        )
+    return {
+        "protocol": PROTOCOL_VERSION,
+        "server_id": config.server.id,
+        "version": __version__,
+        "max_frame_bytes": config.limits.max_frame_bytes,
+        "max_message_bytes": config.limits.max_message_bytes,
+    }
+
+
+def _log_view(log: Log) -> dict[str, Any]:
+    return {
+        "hw": log.high_watermark,
+        "leo": log.log_end_offset,
+        "log_start": log.log_start_offset,
+        "size_bytes": log.size_bytes,
+        "segments": log.segment_count,
+    }
+
+
+def stream_info(
+    meta: StreamMeta, streams: StreamManager | None = None, *, describe: bool = False
+) -> dict[str, Any]:
+    """StreamInfo JSON; with ``describe``, each partition also has hw, leo, log_start,
+    size_bytes and segments (null where this server holds no replica)."""
+    spec = meta.spec
+    partitions = []
+    for a in meta.partitions:
+        info: dict[str, Any] = {
+            "partition": a.partition,
+            "subject": partition_subject(spec.subject, a.partition),
+            "leader": a.leader,
+            "replicas": list(a.replicas),
+            "isr": list(a.isr),
+            "leader_epoch": a.leader_epoch,
+        }
+        if describe:
+            replica = streams.local_replica(spec.name, a.partition) if streams else None
+            if replica is not None and not replica.closed:
+                info.update(_log_view(replica.log))
+            else:
+                info.update(dict.fromkeys(("hw", "leo", "log_start", "size_bytes", "segments")))
+        partitions.append(info)
+    return {
+        "name": spec.name,
+        "subject": spec.subject,
+        "group": spec.group,
+        "partitions": partitions,
+        "replication_factor": spec.replication_factor,
+        "compact": spec.compact,
+        "config": spec.config_dict(),
+        "created_ns": meta.created_ns,
+    }
+
+
+def metadata(
+    req: dict[str, Any], streams: StreamManager, servers: list[dict[str, str]]
+) -> dict[str, Any]:
+    """Metadata: the servers and the requested streams (all if ``streams`` is null)."""
+    names = req.get("streams")
+    if names is None:
+        metas = streams.streams()
+    else:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise invalid_argument("streams", "streams must be null or a list of names")
+        metas = [m for m in streams.streams() if m.name in set(names)]
+    return {"servers": servers, "streams": [stream_info(m) for m in metas]}
+
+
+async def create_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
+    """CreateStream (idempotent for the same settings)."""
+    created, meta = await streams.create(req)
+    return {"created": created, "stream": stream_info(meta)}
+
+
+async def delete_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
+    """DeleteStream: removes the stream and its data."""
+    await streams.delete(_str_field(req, "name"))
+    return {"deleted": True}
+
+
+def describe_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
+    """DescribeStream: StreamInfo with per-partition log positions and sizes."""
+    meta = streams.stream(_str_field(req, "name"))
+    return stream_info(meta, streams, describe=True)
+
+
+def list_offsets(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
+    """ListOffsets: earliest (log start), latest (HW) or the first offset at a timestamp."""
+    name = _str_field(req, "stream")
+    partition = _int_field(req, "partition", 0)
+    position = req.get("position", "latest")
+    if position not in POSITIONS:
+        raise invalid_argument("position", f"position must be one of {list(POSITIONS)}")
+    log = streams.replica(name, partition).log
+    hw = log.high_watermark
+    if position == "earliest":
+        offset = log.log_start_offset
+    elif position == "latest":
+        offset = hw
+    else:
+        ts = _int_field(req, "timestamp_ns")
+        found = log.offset_for_timestamp(ts)
+        offset = hw if found is None or found >= hw else found
+    return {"offset": offset, "hw": hw, "log_start": log.log_start_offset}

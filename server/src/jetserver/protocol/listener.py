@@ -1,0 +1,139 @@
+"""The TCP listener of the client protocol: accept connections, serve each in its own task.
+
+``serve_tcp`` binds, reports the bound address through ``task_status.started(address)``,
+then accepts until cancelled. Connections beyond ``max_connections`` get a
+TOO_MANY_REQUESTS error frame and are closed. A connection's failure never reaches the
+listener or the other connections.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+
+import anyio
+import attrs
+from anyio.abc import TaskStatus
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetserver.config import LimitsConfig
+from jetserver.logs import fields
+from jetserver.protocol.connection import Connection, Handler, error_reply
+from jetserver.protocol.socket_io import SocketIO
+
+log = logging.getLogger(__name__)
+
+_ACCEPT_ERROR_BACKOFF_S = 0.1
+
+
+def bind_listener(host: str, port: int, backlog: int) -> socket.socket:
+    """A non-blocking listening TCP socket on ``host:port`` (port 0: any free port).
+
+    Raises:
+        OSError: the address cannot be bound.
+    """
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, socktype, proto, _canon, addr = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def format_address(sock: socket.socket) -> str:
+    """``host:port`` of a bound socket (IPv6 hosts in brackets)."""
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@attrs.define(eq=False)
+class ProtocolListener:
+    """Accepts client connections and serves them with ``handler``."""
+
+    handler: Handler
+    """Answers requests."""
+    limits: LimitsConfig
+    """Connection limits and timeouts."""
+    use_sendfile: bool = True
+    """Fetch I/O mode for new connections."""
+    connections: int = 0
+    """Connections open now."""
+    accepted: int = 0
+    """Connections accepted since start."""
+
+    async def serve_tcp(
+        self,
+        host: str,
+        port: int,
+        backlog: int = 128,
+        *,
+        task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen on ``host:port`` and serve connections until cancelled.
+
+        ``task_status.started(address)`` reports the bound ``host:port`` once listening.
+
+        Raises:
+            OSError: the address cannot be bound (before ``started``).
+        """
+        listener = bind_listener(host, port, backlog)
+        try:
+            address = format_address(listener)
+            async with anyio.create_task_group() as tg:
+                task_status.started(address)
+                log.info("listening", extra=fields(address=address))
+                while True:
+                    try:
+                        sock, _addr = listener.accept()
+                    except (BlockingIOError, InterruptedError):
+                        await anyio.wait_readable(listener)
+                        continue
+                    except OSError as exc:
+                        # EMFILE and friends: keep the listener alive and back off.
+                        log.error(
+                            "accept failed",
+                            extra=fields(error=errno.errorcode.get(exc.errno or 0, str(exc))),
+                        )
+                        await anyio.sleep(_ACCEPT_ERROR_BACKOFF_S)
+                        continue
+                    self.accepted += 1
+                    if self.connections >= self.limits.max_connections:
+                        tg.start_soon(self._refuse, sock)
+                        continue
+                    tg.start_soon(self._serve, sock)
+        finally:
+            listener.close()
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self.connections += 1
+        try:
+            io = SocketIO(sock)
+            log.debug("client connected", extra=fields(peer=io.peer))
+            conn = Connection(io, self.handler, self.limits, use_sendfile=self.use_sendfile)
+            await conn.serve()
+            log.debug("client gone", extra=fields(peer=io.peer, requests=conn.requests))
+        finally:
+            self.connections -= 1
+
+    async def _refuse(self, sock: socket.socket) -> None:
+        io = SocketIO(sock)
+        reply = error_reply(
+            0,
+            0,
+            ErrorCode.TOO_MANY_REQUESTS,
+            f"connection limit of {self.limits.max_connections} reached",
+        )
+        try:
+            with anyio.move_on_after(1.0):
+                await io.send_all(reply.data)
+        except OSError:
+            pass
+        finally:
+            io.close()

@@ -1,0 +1,152 @@
+"""The jet server: metadata, NATS link, partitions, Produce service and protocol listener.
+
+Start-up: load metadata, connect to NATS (retrying with backoff), open and recover every
+partition log and subscribe it, subscribe the ack inboxes, then listen; the bound address
+is reported through ``task_status.started(address)`` and the optional ready file.
+
+Shutdown (:meth:`Server.request_stop`, SIGTERM/SIGINT in the CLI): new requests get
+SHUTTING_DOWN and long polls return; in-flight requests get a grace period; connections
+close; ingest stops (unsubscribe); what was already queued is appended; every partition is
+flushed, its HW checkpointed and its log closed; pending acks are flushed to NATS. Nothing
+acknowledged is lost.
+
+Task safety: run one Server per event loop (asyncio backend: nats-py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+import anyio
+import attrs
+import orjson
+from anyio.abc import TaskStatus
+
+from jetsdk.codec.frames import Frame
+from jetserver.broker.produce import ProduceService
+from jetserver.broker.streams import StreamManager
+from jetserver.config import FETCH_IO_SENDFILE, ServerConfig
+from jetserver.logs import fields
+from jetserver.metadata.store import MetadataStore, write_atomic
+from jetserver.nats_link import NatsLink
+from jetserver.protocol.connection import Reply
+from jetserver.protocol.handlers import Dispatcher
+from jetserver.protocol.listener import ProtocolListener
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE_FRACTION = 0.5
+"""Share of shutdown_timeout_s given to in-flight requests before connections close."""
+
+
+@attrs.define(eq=False)
+class Server:
+    """One jet server. Call :meth:`run` in a task group; stop it with :meth:`request_stop`."""
+
+    config: ServerConfig
+    """Configuration."""
+    address: str | None = None
+    """Bound ``host:port`` once listening."""
+    streams: StreamManager | None = None
+    """Streams (set while running; for tests and tools)."""
+    link: NatsLink | None = None
+    """The NATS link (set while running)."""
+    _stop: anyio.Event = attrs.field(factory=anyio.Event)
+    _inflight: int = 0
+    _idle: anyio.Event = attrs.field(factory=anyio.Event)
+    _dispatcher: Dispatcher | None = None
+
+    def request_stop(self) -> None:
+        """Begin a clean shutdown; :meth:`run` returns when it is complete."""
+        self._stop.set()
+
+    async def _handle(self, frame: Frame) -> Reply:
+        assert self._dispatcher is not None
+        self._inflight += 1
+        try:
+            return await self._dispatcher.handle(frame)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    async def run(self, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until :meth:`request_stop` (or cancellation); report the address when listening.
+
+        Raises:
+            MetadataCorrupt: metadata.json does not parse.
+            NatsUnavailable / JetServerError: NATS TLS files unusable.
+            OSError: the data directory or the listen address is unusable.
+        """
+        cfg = self.config
+        data_dir = Path(cfg.server.data_dir)
+        store = await anyio.to_thread.run_sync(MetadataStore.open, data_dir)
+        link = self.link = NatsLink(cfg.nats)
+        await link.connect()
+        streams = self.streams = StreamManager(cfg, store, link)
+        produce = ProduceService(link, streams, cfg.limits)
+        try:
+            async with anyio.create_task_group() as tg:
+                await streams.start(tg)
+                await produce.start()
+                dispatcher = self._dispatcher = Dispatcher(cfg, streams, produce)
+                listener = ProtocolListener(
+                    self._handle, cfg.limits, use_sendfile=cfg.fetch.io == FETCH_IO_SENDFILE
+                )
+                with anyio.CancelScope() as listen_scope:
+                    async with anyio.create_task_group() as listen_tg:
+                        address = await listen_tg.start(
+                            listener.serve_tcp,
+                            cfg.listen.host,
+                            cfg.listen.port,
+                            cfg.listen.backlog,
+                        )
+                        self.address = address
+                        dispatcher.address = cfg.listen.advertise or address
+                        if cfg.listen.ready_file:
+                            _write_ready_file(Path(cfg.listen.ready_file), address)
+                        log.info(
+                            "server ready",
+                            extra=fields(
+                                server_id=cfg.server.id,
+                                address=address,
+                                data_dir=str(data_dir),
+                                streams=len(store.state.streams),
+                                fetch_io=cfg.fetch.io,
+                            ),
+                        )
+                        task_status.started(address)
+                        await self._stop.wait()
+                        log.info("shutting down")
+                        dispatcher.shutting_down = True
+                        streams.wake_all()
+                        if self._inflight:
+                            self._idle = anyio.Event()
+                            grace = cfg.server.shutdown_timeout_s * SHUTDOWN_GRACE_FRACTION
+                            with anyio.move_on_after(grace):
+                                await self._idle.wait()
+                        listen_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await produce.stop()
+                    await streams.stop()
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await streams.stop()
+                await link.close()
+                if cfg.listen.ready_file:
+                    _remove(Path(cfg.listen.ready_file))
+            log.info("server stopped", extra=fields(server_id=cfg.server.id))
+
+
+def _write_ready_file(path: Path, address: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, orjson.dumps({"address": address, "pid": os.getpid()}))
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

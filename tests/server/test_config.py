@@ -1,0 +1,99 @@
+"""Configuration: defaults, TOML file, JET_* environment, flags, and their precedence."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from jetserver.cli.server_cmd import config_from_args, register
+from jetserver.config import DEFAULT_PORT, ServerConfig
+from jetserver.config_load import load_config
+from jetserver.errors import ConfigError
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["server", *argv])
+
+
+def test_defaults() -> None:
+    cfg = load_config()
+    assert cfg == ServerConfig()
+    assert cfg.listen.port == DEFAULT_PORT == 9292
+    assert cfg.listen.host == "127.0.0.1"
+    assert cfg.limits.max_message_bytes == 1024 * 1024
+
+
+def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
+    conf = tmp_path / "jet.toml"
+    conf.write_text(
+        '[listen]\nport = 1111\nhost = "0.0.0.0"\n'
+        '[nats]\nservers = ["nats://file:4222"]\nreconnect_wait_s = 1\n'
+        "[limits]\nmax_message_bytes = 5000\n"
+    )
+    env = {"JET_LISTEN_PORT": "2222", "JET_NATS_SERVERS": "nats://a:1,nats://b:2"}
+    cfg = config_from_args(parse("--config", str(conf)), env)
+    assert cfg.listen.port == 2222  # env beats file
+    assert cfg.listen.host == "0.0.0.0"  # file beats default
+    assert cfg.nats.servers == ("nats://a:1", "nats://b:2")
+    assert cfg.nats.reconnect_wait_s == 1.0  # int accepted for float seconds
+    assert cfg.limits.max_message_bytes == 5000
+    cfg = config_from_args(
+        parse("--config", str(conf), "--port", "3333", "--nats", "nats://x:1,nats://y:2"), env
+    )
+    assert cfg.listen.port == 3333  # flag beats env
+    assert cfg.nats.servers == ("nats://x:1", "nats://y:2")
+
+
+def test_config_file_from_env(tmp_path: Path) -> None:
+    conf = tmp_path / "jet.toml"
+    conf.write_text("[server]\nid = 's9'\n")
+    cfg = load_config(None, {"JET_CONFIG": str(conf)})
+    assert cfg.server.id == "s9"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[listen]\nprot = 1\n", "unknown key 'prot'"),
+        ("[lisen]\nport = 1\n", "unknown section [lisen]"),
+        ("[listen]\nport = 'x'\n", "expected an integer"),
+        ("[listen]\nport = 70000\n", "port must be within"),
+        ("[fetch]\nio = 'mmap'\n", "io must be one of"),
+        ("[nats]\ntls_cert = 'c.pem'\n", "tls_cert and nats.tls_key go together"),
+        ("[limits]\nmax_message_bytes = 0\n", "must be > 0"),
+        ("not toml ===", "not valid TOML"),
+    ],
+)
+def test_bad_file_values_are_named(tmp_path: Path, text: str, fragment: str) -> None:
+    conf = tmp_path / "jet.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(conf)
+    assert fragment in str(info.value)
+
+
+def test_bad_env_is_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {"JET_LISTEN_PORT": "abc"})
+    assert "JET_LISTEN_PORT" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        load_config(None, {"JET_LISTEN_PROT": "1"})
+    assert "listen.prot" in str(info.value)
+    # Unrelated JET_* variables (other sections' prefixes) are ignored.
+    assert load_config(None, {"JET_SOMETHING": "x"}) == ServerConfig()
+
+
+def test_bool_and_optional_from_env() -> None:
+    cfg = load_config(None, {"JET_NATS_TOKEN": "", "JET_LOGGING_LEVEL": "debug"})
+    assert cfg.nats.token is None
+    assert cfg.logging.level == "debug"
+
+
+def test_missing_config_file() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(Path("/nonexistent/jet.toml"))
+    assert "cannot read" in str(info.value)

@@ -1,0 +1,1 @@
+"""Test kit: real nats-server processes, the `jet dev` cluster, a raw protocol client."""
