@@ -1,3 +1,80 @@
-"""jetsdk: the Python SDK for jet streams."""
+"""jetsdk: the Python SDK for jet streams (durable, replicated streams for NATS).
 
-__version__ = "0.1.0"
+The async API (anyio: runs under asyncio and trio)::
+
+    from jetsdk import Client, Producer, Consumer
+
+    async with Client(["127.0.0.1:9292"]) as client:
+        await client.create_stream("orders", "orders", partitions=3)
+        async with Producer(client, "orders") as producer:
+            ack = await producer.send(b"hello", key=b"user-1")
+        async with Consumer(client, "orders", start="earliest") as consumer:
+            async for msg in consumer:
+                ...
+
+The same API for threads and scripts, without async: :mod:`jetsdk.sync`.
+Errors: :mod:`jetsdk.errors` (every one is a :class:`JetError` with ``code`` and
+``retriable``).
+"""
+
+from jetsdk._version import __version__
+from jetsdk.client import Client
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.consumer import Consumer, StartAt
+from jetsdk.errors import (
+    ClientClosed,
+    InvalidArgument,
+    JetConnectionError,
+    JetError,
+    MessageTooLarge,
+    NotEnoughReplicas,
+    NotLeader,
+    OffsetOutOfRange,
+    PartitionNotFound,
+    PermissionDenied,
+    ProtocolError,
+    StreamExists,
+    StreamNotFound,
+    Timeout,
+    Unavailable,
+)
+from jetsdk.message import Ack, Message
+from jetsdk.metadata import OffsetInfo, PartitionInfo, StreamInfo
+from jetsdk.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner
+from jetsdk.producer import Producer, SendHandle
+from jetsdk.retry import RetryPolicy
+
+__all__ = [
+    "Ack",
+    "AckPolicy",
+    "Client",
+    "ClientClosed",
+    "Consumer",
+    "DefaultPartitioner",
+    "ErrorCode",
+    "InvalidArgument",
+    "JetConnectionError",
+    "JetError",
+    "Message",
+    "MessageTooLarge",
+    "NotEnoughReplicas",
+    "NotLeader",
+    "OffsetInfo",
+    "OffsetOutOfRange",
+    "PartitionInfo",
+    "PartitionNotFound",
+    "Partitioner",
+    "PermissionDenied",
+    "Producer",
+    "ProtocolError",
+    "RetryPolicy",
+    "RoundRobinPartitioner",
+    "SendHandle",
+    "StartAt",
+    "StreamExists",
+    "StreamInfo",
+    "StreamNotFound",
+    "Timeout",
+    "Unavailable",
+    "__version__",
+]

@@ -171,11 +171,11 @@ class Client:
         self._tg = tg
         try:
             await self._any_connection()
-        except BaseException as exc:
+        except BaseException:
             self._closed = True
             await self._close_connections()
             tg.cancel_scope.cancel()
-            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            await tg.__aexit__(None, None, None)
             raise
         return self
 
@@ -189,7 +189,9 @@ class Client:
         await self._close_connections()
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
-        return await self._tg.__aexit__(exc_type, exc, tb)
+        # Background tasks never raise; the body's own exception propagates unwrapped.
+        await self._tg.__aexit__(None, None, None)
+        return None
 
     async def _close_connections(self) -> None:
         connections, self._connections = list(self._connections.values()), {}

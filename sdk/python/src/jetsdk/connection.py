@@ -178,7 +178,9 @@ class Connection:
     ) -> bool | None:
         await self.aclose()
         assert self._task_group is not None
-        return await self._task_group.__aexit__(exc_type, exc, tb)
+        self._task_group.cancel_scope.cancel()
+        await self._task_group.__aexit__(None, None, None)
+        return None
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

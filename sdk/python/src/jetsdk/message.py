@@ -1,0 +1,118 @@
+"""What applications get back: consumed :class:`Message`\\ s and produce :class:`Ack`\\ s."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+import attrs
+
+from jetsdk.codec.record import Record
+
+__all__ = ["Ack", "Headers", "HeadersInput", "Message", "normalize_headers"]
+
+Headers = tuple[tuple[str, bytes], ...]
+"""Ordered (name, value) pairs; names may repeat."""
+
+HeadersInput = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
+"""Headers as callers may give them: a mapping, or (name, value) pairs; str values are
+encoded as UTF-8."""
+
+
+def normalize_headers(headers: HeadersInput | None) -> Headers:
+    """Turn caller-supplied headers into :data:`Headers`.
+
+    Raises:
+        TypeError: a name that is not a str or a value that is neither bytes nor str.
+    """
+    if not headers:
+        return ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    out: list[tuple[str, bytes]] = []
+    for name, value in pairs:
+        if not isinstance(name, str):
+            raise TypeError(f"header name must be str, not {type(name).__name__}")
+        if isinstance(value, str):
+            out.append((name, value.encode()))
+        elif isinstance(value, bytes | bytearray | memoryview):
+            out.append((name, bytes(value)))
+        else:
+            raise TypeError(f"header {name!r} value must be bytes or str")
+    return tuple(out)
+
+
+@attrs.frozen
+class Ack:
+    """The outcome of a successful send."""
+
+    stream: str
+    """Stream the message was stored in."""
+    partition: int
+    """Partition number."""
+    offset: int
+    """Offset assigned to the message; -1 with ack policy NONE."""
+    timestamp: int
+    """Stored timestamp, ns since the epoch; -1 with ack policy NONE."""
+
+
+@attrs.frozen(slots=True)
+class Message:
+    """A consumed message: the stored record plus where it came from.
+
+    The record fields (offset, timestamp, key, value, headers, subject, reply) are
+    read-through properties, so building a Message costs one small object per record.
+    """
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    record: Record
+    """The decoded record (all stored fields, including producer id and sequence)."""
+
+    @property
+    def offset(self) -> int:
+        """Offset within the partition."""
+        return self.record.offset
+
+    @property
+    def timestamp(self) -> int:
+        """Server-assigned time, ns since the epoch."""
+        return self.record.timestamp
+
+    @property
+    def key(self) -> bytes | None:
+        """The key, or None."""
+        return self.record.key
+
+    @property
+    def value(self) -> bytes:
+        """The payload."""
+        return self.record.value
+
+    @property
+    def headers(self) -> Headers:
+        """Ordered (name, value) pairs."""
+        return self.record.headers
+
+    @property
+    def subject(self) -> str:
+        """NATS subject the message arrived on."""
+        return self.record.subject
+
+    @property
+    def reply(self) -> str:
+        """NATS reply subject of a plain message ("" if none)."""
+        return self.record.reply
+
+    @property
+    def datetime(self) -> datetime:
+        """The timestamp as an aware UTC datetime (microsecond precision)."""
+        return datetime.fromtimestamp(self.record.timestamp / 1e9, tz=UTC)
+
+    def header(self, name: str) -> bytes | None:
+        """The first value of header ``name``, or None."""
+        for key, value in self.record.headers:
+            if key == name:
+                return value
+        return None

@@ -1,0 +1,94 @@
+"""SendHandle: the awaitable result of :meth:`Producer.send_soon`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import anyio
+
+from jetsdk.errors import JetError
+from jetsdk.message import Ack
+
+__all__ = ["SendHandle"]
+
+
+class SendHandle:
+    """The pending outcome of one sent message (a future).
+
+    ``await handle`` returns the :class:`~jetsdk.message.Ack` or raises the
+    :class:`~jetsdk.errors.JetError` the message failed with. Callbacks registered with
+    :meth:`add_done_callback` run in the producer's event loop once the outcome is known.
+
+    Task safety: use from the event loop the producer runs in.
+    """
+
+    __slots__ = ("_ack", "_callbacks", "_error", "_event")
+
+    def __init__(self) -> None:
+        self._ack: Ack | None = None
+        self._error: JetError | None = None
+        self._event: anyio.Event | None = None
+        self._callbacks: list[Callable[[SendHandle], None]] | None = None
+
+    def done(self) -> bool:
+        """True once the message was acknowledged or failed."""
+        return self._ack is not None or self._error is not None
+
+    def result(self) -> Ack:
+        """The ack of a done handle.
+
+        Raises:
+            JetError: the message failed.
+            RuntimeError: not done yet.
+        """
+        if self._error is not None:
+            raise self._error
+        if self._ack is None:
+            raise RuntimeError("the send is not done yet; await the handle")
+        return self._ack
+
+    def exception(self) -> JetError | None:
+        """The error of a failed handle, None if it succeeded or is not done."""
+        return self._error
+
+    def add_done_callback(self, callback: Callable[[SendHandle], None]) -> None:
+        """Call ``callback(handle)`` once done (at once if already done).
+
+        Exceptions raised by callbacks propagate out of the producer's sender task, so keep
+        callbacks small and safe.
+        """
+        if self.done():
+            callback(self)
+        elif self._callbacks is None:
+            self._callbacks = [callback]
+        else:
+            self._callbacks.append(callback)
+
+    async def wait(self) -> Ack:
+        """Wait for the outcome; same as ``await handle``."""
+        if not self.done():
+            if self._event is None:
+                self._event = anyio.Event()
+            await self._event.wait()
+        return self.result()
+
+    def __await__(self) -> Generator[Any, None, Ack]:
+        return self.wait().__await__()
+
+    # -- producer side --------------------------------------------------------------------
+
+    def _set(self, ack: Ack | None, error: JetError | None) -> None:
+        if self.done():
+            return
+        self._ack, self._error = ack, error
+        if self._event is not None:
+            self._event.set()
+        if self._callbacks:
+            callbacks, self._callbacks = self._callbacks, None
+            for callback in callbacks:
+                callback(self)
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done() else ("failed" if self._error else "acked")
+        return f"<SendHandle {state}>"

@@ -1,0 +1,445 @@
+"""The Producer: partitioning, batching with a linger bound, an in-flight window, acks.
+
+Usage::
+
+    async with Client(servers) as client, Producer(client, "orders") as producer:
+        ack = await producer.send(b"hello", key=b"user-1")       # wait for this ack
+        handles = [await producer.send_soon(b"x%d" % i) for i in range(1000)]  # pipeline
+        acks = [await h for h in handles]
+    # leaving the block flushes: every message sent before is acknowledged or failed
+
+How it works: :meth:`Producer.send_soon` picks the partition (explicit, the
+partitioner's choice for the key, or round-robin), queues the message in the
+:class:`~jetsdk.producer.accumulator.Accumulator` and returns a
+:class:`~jetsdk.producer.handle.SendHandle`. One sender task per partition (started on
+first use, in the producer's task group) cuts batches when they are full, ``linger``
+seconds old or flushed, and sends each as one Produce request to the partition leader
+through the :class:`~jetsdk.client.Client`, which retries after leader changes.
+
+Backpressure: at most ``max_pending`` messages may be queued or in flight; ``send_soon``
+waits for room beyond that. Ordering: with ``max_in_flight=1`` (default) one Produce
+request per partition is outstanding at a time, so messages of one partition are stored in
+send order, retries included. A larger window pipelines requests (more throughput when the
+round trip dominates) but a retried batch may then land after a later one.
+
+Delivery is at-least-once: a batch whose connection broke after it was written is sent
+again. With ``idempotent=True`` each message carries a producer id and sequence so the
+server can recognise such a retry (it answers DUPLICATE_SEQUENCE, treated as success).
+
+Task safety: one event loop; any number of tasks may send concurrently.
+"""
+
+from __future__ import annotations
+
+import secrets
+from types import TracebackType
+
+import anyio
+import anyio.abc
+import attrs
+
+from jetsdk.client import Client
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
+from jetsdk.errors import (
+    ClientClosed,
+    InvalidArgument,
+    JetConnectionError,
+    JetError,
+    MessageTooLarge,
+    NotEnoughReplicas,
+    NotLeader,
+    PartitionNotFound,
+    ShuttingDown,
+    StorageError,
+    TooManyRequests,
+    Unavailable,
+    error_from_code,
+)
+from jetsdk.message import Ack, HeadersInput, normalize_headers
+from jetsdk.partitioner import DefaultPartitioner, Partitioner
+from jetsdk.producer.accumulator import (
+    DEFAULT_LINGER,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_MESSAGES,
+    Accumulator,
+    Batch,
+)
+from jetsdk.producer.handle import SendHandle
+
+__all__ = [
+    "DEFAULT_ACK_TIMEOUT",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_PENDING",
+    "Producer",
+]
+
+DEFAULT_ACK_TIMEOUT = 30.0
+"""Seconds the server waits for the acks of a batch before answering TIMEOUT."""
+DEFAULT_MAX_PENDING = 10_000
+"""Most messages queued or in flight per producer before send_soon waits."""
+DEFAULT_MAX_IN_FLIGHT = 1
+"""Outstanding Produce requests per partition (1 keeps per-partition order on retries)."""
+
+_PER_MESSAGE_OVERHEAD = 16
+_PER_HEADER_OVERHEAD = 6
+
+# Errors after which the server did not store the batch, or at-least-once allows a resend.
+_RETRY_CLASSES = (
+    NotLeader,
+    Unavailable,
+    ShuttingDown,
+    TooManyRequests,
+    NotEnoughReplicas,
+    StorageError,
+    JetConnectionError,
+)
+
+
+def _should_retry(error: JetError) -> bool:
+    return isinstance(error, _RETRY_CLASSES)
+
+
+@attrs.define(eq=False, slots=True)
+class _Pending:
+    message: ProduceMessage
+    handle: SendHandle
+
+
+@attrs.define(eq=False)
+class _PartitionSender:
+    wake: anyio.Event
+    in_flight: anyio.Semaphore
+    next_seq: int = 0
+
+
+class Producer:
+    """Sends messages to one stream. Use as ``async with Producer(client, stream) as p:``."""
+
+    def __init__(
+        self,
+        client: Client,
+        stream: str,
+        *,
+        ack: AckPolicy = AckPolicy.LEADER,
+        linger: float = DEFAULT_LINGER,
+        max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        partitioner: Partitioner | None = None,
+        idempotent: bool = False,
+    ) -> None:
+        """Configure a producer; it starts in ``__aenter__``.
+
+        Args:
+            client: an entered :class:`~jetsdk.client.Client`.
+            stream: the stream to send to.
+            ack: default ack policy (per-message override in :meth:`send`).
+            linger: seconds a message may wait for others to share its batch (0: send as
+                soon as the partition's sender is free).
+            max_batch_messages: most messages per Produce request.
+            max_batch_bytes: most (estimated) bytes per Produce request.
+            max_in_flight: outstanding Produce requests per partition (see module doc).
+            max_pending: most messages queued or unacknowledged; send_soon waits beyond.
+            ack_timeout: seconds the server waits for acks before answering TIMEOUT.
+            partitioner: ``(key, value, num_partitions) -> partition`` for messages without
+                an explicit partition; default: murmur2 of the key, round-robin if keyless.
+            idempotent: attach a producer id and sequences so retries can be deduplicated.
+
+        Raises:
+            ValueError: a limit out of range.
+        """
+        if max_in_flight < 1 or max_pending < 1:
+            raise ValueError("max_in_flight and max_pending must be >= 1")
+        if ack_timeout <= 0:
+            raise ValueError("ack_timeout must be > 0")
+        self.client = client
+        self.stream = stream
+        self.ack = AckPolicy(ack)
+        self.max_in_flight = max_in_flight
+        self.max_pending = max_pending
+        self.ack_timeout = ack_timeout
+        self.idempotent = idempotent
+        self._partitioner: Partitioner = partitioner or DefaultPartitioner()
+        self._acc: Accumulator[_Pending] = Accumulator(
+            linger=linger, max_batch_messages=max_batch_messages, max_batch_bytes=max_batch_bytes
+        )
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._senders: dict[int, _PartitionSender] = {}
+        self._window: anyio.Semaphore | None = None
+        self._unresolved = 0
+        self._idle: anyio.Event | None = None
+        self._flushing = 0
+        self._closed = False
+        self._num_partitions = 0
+        self._max_message_bytes = 0
+        self.producer_id: int | None = None
+        """The idempotent producer id (None unless ``idempotent``)."""
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Producer:
+        if self._tg is not None or self._closed:
+            raise ClientClosed("a Producer can be entered once")
+        info = await self.client.stream_info(self.stream, refresh=True)
+        self._num_partitions = info.partition_count
+        limit = self.client.max_message_bytes
+        stream_limit = info.config.get("max_message_bytes")
+        if isinstance(stream_limit, int) and stream_limit > 0:
+            limit = min(limit, stream_limit)
+        self._max_message_bytes = limit
+        if self.idempotent:
+            self.producer_id = secrets.randbits(63)
+        self._window = anyio.Semaphore(self.max_pending)
+        self._idle = anyio.Event()
+        self._idle.set()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        try:
+            if exc_type is None:
+                await self.flush()
+        finally:
+            self._closed = True
+            closed = ClientClosed("the producer was closed before the message was sent")
+            for pending in self._acc.drain_all():
+                self._resolve(pending, None, closed)
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+        return None
+
+    @property
+    def num_partitions(self) -> int:
+        """Partitions of the stream (known once entered)."""
+        return self._num_partitions
+
+    @property
+    def pending(self) -> int:
+        """Messages queued or awaiting their ack."""
+        return self._unresolved
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def send(
+        self,
+        value: bytes,
+        key: bytes | None = None,
+        headers: HeadersInput | None = None,
+        *,
+        ack: AckPolicy | None = None,
+        partition: int | None = None,
+        subject: str = "",
+    ) -> Ack:
+        """Send one message and wait for its ack.
+
+        Args:
+            value: the payload.
+            key: the key (drives partitioning and compaction), or None.
+            headers: a mapping or (name, value) pairs; str values are UTF-8 encoded.
+            ack: ack policy for this message (default: the producer's).
+            partition: explicit partition (default: the partitioner's choice).
+            subject: NATS subject to publish on, which must match the partition's subject
+                pattern (default: the partition subject).
+
+        Returns:
+            The :class:`~jetsdk.message.Ack` (offset -1 with ack policy NONE).
+
+        Raises:
+            MessageTooLarge: over the server's or stream's message limit.
+            PartitionNotFound: ``partition`` out of range.
+            Timeout: no ack in time (the message may or may not be stored).
+            JetError: any other failure (see :mod:`jetsdk.errors`).
+        """
+        handle = await self.send_soon(
+            value, key, headers, ack=ack, partition=partition, subject=subject
+        )
+        return await handle
+
+    async def send_soon(
+        self,
+        value: bytes,
+        key: bytes | None = None,
+        headers: HeadersInput | None = None,
+        *,
+        ack: AckPolicy | None = None,
+        partition: int | None = None,
+        subject: str = "",
+    ) -> SendHandle:
+        """Queue one message and return at once with a handle to its outcome.
+
+        Waits only while ``max_pending`` messages are already pending (backpressure).
+        Arguments as :meth:`send`; errors about the message itself (too large, bad
+        partition, bad headers) are raised here, delivery errors by the handle.
+        """
+        window = self._check_open()
+        value = bytes(value)
+        if key is not None:
+            key = bytes(key)
+        hdrs = normalize_headers(headers)
+        size = (
+            len(value)
+            + (len(key) if key is not None else 0)
+            + sum(len(n) + len(v) + _PER_HEADER_OVERHEAD for n, v in hdrs)
+        )
+        if size > self._max_message_bytes:
+            raise MessageTooLarge(
+                f"message of {size} bytes exceeds the limit of {self._max_message_bytes}",
+                details={"max_message_bytes": self._max_message_bytes},
+            )
+        if partition is None:
+            partition = self._partitioner(key, value, self._num_partitions)
+        if not 0 <= partition < self._num_partitions:
+            raise PartitionNotFound(
+                f"stream {self.stream!r} has no partition {partition}",
+                details={"stream": self.stream, "partition": partition},
+            )
+        if subject:
+            _validate_subject(subject)
+        policy = self.ack if ack is None else AckPolicy(ack)
+        try:
+            window.acquire_nowait()
+        except anyio.WouldBlock:
+            await window.acquire()
+        if self._closed:
+            window.release()
+            raise ClientClosed("the producer is closed")
+        handle = SendHandle()
+        pending = _Pending(ProduceMessage(value, key, hdrs, subject), handle)
+        self._unresolved += 1
+        if self._unresolved == 1:
+            assert self._idle is not None
+            self._idle = anyio.Event()
+        self._acc.append(
+            partition,
+            pending,
+            size=size + len(subject) + _PER_MESSAGE_OVERHEAD,
+            ack_policy=policy,
+            now=anyio.current_time(),
+        )
+        self._sender(partition).wake.set()
+        return handle
+
+    async def flush(self) -> None:
+        """Send everything queued now (ignoring linger) and wait until every message sent
+        before the call is acknowledged or failed. Does not raise for failed messages
+        (their handles do)."""
+        self._check_open()
+        self._flushing += 1
+        try:
+            for sender in self._senders.values():
+                sender.wake.set()
+            assert self._idle is not None
+            while self._unresolved:
+                await self._idle.wait()
+        finally:
+            self._flushing -= 1
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _check_open(self) -> anyio.Semaphore:
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        if self._tg is None or self._window is None:
+            raise ClientClosed("use the producer inside `async with Producer(...) as p:`")
+        return self._window
+
+    def _sender(self, partition: int) -> _PartitionSender:
+        sender = self._senders.get(partition)
+        if sender is None:
+            sender = _PartitionSender(anyio.Event(), anyio.Semaphore(self.max_in_flight))
+            self._senders[partition] = sender
+            assert self._tg is not None
+            self._tg.start_soon(self._send_loop, partition, sender)
+        return sender
+
+    async def _send_loop(self, partition: int, sender: _PartitionSender) -> None:
+        acc = self._acc
+        while True:
+            while not acc.ready(partition, anyio.current_time(), flushing=self._flushing > 0):
+                sender.wake = anyio.Event()
+                deadline = acc.deadline(partition)
+                if deadline is None:
+                    await sender.wake.wait()
+                else:
+                    with anyio.move_on_after(deadline - anyio.current_time()):
+                        await sender.wake.wait()
+            await sender.in_flight.acquire()
+            batch = acc.drain(partition)
+            if batch is None:
+                sender.in_flight.release()
+                continue
+            base_seq = sender.next_seq
+            sender.next_seq += len(batch.items)
+            if self.max_in_flight == 1:
+                await self._send_batch(batch, base_seq, sender)
+            else:
+                assert self._tg is not None
+                self._tg.start_soon(self._send_batch, batch, base_seq, sender)
+
+    async def _send_batch(
+        self, batch: Batch[_Pending], base_seq: int, sender: _PartitionSender
+    ) -> None:
+        request = ProduceRequest(
+            stream=self.stream,
+            partition=batch.partition,
+            ack_policy=batch.ack_policy,
+            timeout_ms=int(self.ack_timeout * 1000),
+            messages=tuple(p.message for p in batch.items),
+            producer_id=self.producer_id,
+            base_seq=base_seq if self.producer_id is not None else 0,
+        )
+        try:
+            results = await self.client.produce(request, retry_if=_should_retry)
+        except JetError as exc:
+            for pending in batch.items:
+                self._resolve(pending, None, exc)
+        except BaseException:
+            closed = ClientClosed("the producer was closed while the message was in flight")
+            for pending in batch.items:
+                self._resolve(pending, None, closed)
+            raise
+        else:
+            for pending, result in zip(batch.items, results):
+                self._resolve_result(pending, batch.partition, result)
+        finally:
+            sender.in_flight.release()
+
+    def _resolve_result(self, pending: _Pending, partition: int, result: ProduceResult) -> None:
+        code = result.error_code
+        if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE:
+            ack = Ack(self.stream, partition, result.offset, result.timestamp)
+            self._resolve(pending, ack, None)
+        else:
+            error = error_from_code(
+                code,
+                f"send to {self.stream}/{partition} failed",
+                {"stream": self.stream, "partition": partition},
+            )
+            self._resolve(pending, None, error)
+
+    def _resolve(self, pending: _Pending, ack: Ack | None, error: JetError | None) -> None:
+        if pending.handle.done():
+            return
+        pending.handle._set(ack, error)
+        assert self._window is not None
+        assert self._idle is not None
+        self._window.release()
+        self._unresolved -= 1
+        if self._unresolved == 0:
+            self._idle.set()
+
+
+def _validate_subject(subject: str) -> None:
+    if any(c.isspace() for c in subject) or "" in subject.split("."):
+        raise InvalidArgument(f"bad subject {subject!r}", details={"field": "subject"})
