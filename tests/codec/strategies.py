@@ -28,19 +28,25 @@ headers = st.lists(st.tuples(names, small_bytes), max_size=4).map(tuple)
 ack_policies = st.sampled_from(list(AckPolicy))
 producer_ids = st.none() | U64
 
-records = st.builds(
-    Record,
-    offset=I64,
-    timestamp=I64,
-    leader_epoch=U32,
-    value=small_bytes,
-    key=keys,
-    subject=text,
-    reply=text,
-    headers=headers,
-    producer_id=producer_ids,
-    producer_seq=U64,
-)
+
+@st.composite
+def _records(draw: st.DrawFn) -> Record:
+    producer_id = draw(producer_ids)
+    return Record(
+        offset=draw(I64),
+        timestamp=draw(I64),
+        leader_epoch=draw(U32),
+        value=draw(small_bytes),
+        key=draw(keys),
+        subject=draw(text),
+        reply=draw(text),
+        headers=draw(headers),
+        producer_id=producer_id,
+        producer_seq=0 if producer_id is None else draw(U64),
+    )
+
+
+records = _records()
 
 produce_messages = st.builds(
     ProduceMessage, value=small_bytes, key=keys, headers=headers, subject=text

@@ -105,7 +105,9 @@ def decode_error(body: bytes | bytearray | memoryview) -> ErrorBody:
         raise CodecError("error body has no integer 'code'")
     name = obj.get("name", error_name(code))
     message = obj.get("message", "")
-    details = obj.get("details") or {}
+    details = obj.get("details")
+    if details is None:
+        details = {}
     if not isinstance(name, str) or not isinstance(message, str):
         raise CodecError("error body 'name' and 'message' must be strings")
     if not isinstance(details, dict):

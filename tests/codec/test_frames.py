@@ -1,0 +1,184 @@
+"""FrameDecoder: chunking independence, limits, broken-stream behaviour."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import (
+    FLAG_ERROR,
+    FLAG_RESPONSE,
+    FRAME_HEADER_SIZE,
+    Api,
+    Frame,
+    FrameDecoder,
+    FrameTooLarge,
+    encode_frame,
+    encode_frame_header,
+)
+from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
+
+from .strategies import U32
+
+frames = st.builds(
+    Frame,
+    api=st.integers(0, 255),
+    flags=st.sampled_from([0, FLAG_RESPONSE, FLAG_RESPONSE | FLAG_ERROR]),
+    correlation_id=U32,
+    body=st.binary(max_size=64),
+)
+
+
+def encode(frame: Frame) -> bytes:
+    return encode_frame(frame.api, frame.correlation_id, frame.body, flags=frame.flags)
+
+
+def drain(decoder: FrameDecoder) -> list[Frame]:
+    out = []
+    while (frame := decoder.next_frame()) is not None:
+        out.append(frame)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(frames, max_size=6), st.randoms(use_true_random=False))
+def test_any_chunking_yields_the_same_frames(batch: list[Frame], rnd: random.Random) -> None:
+    stream = b"".join(encode(f) for f in batch)
+    # all at once
+    whole = FrameDecoder()
+    whole.feed(stream)
+    assert drain(whole) == batch
+    # byte by byte
+    single = FrameDecoder()
+    got: list[Frame] = []
+    for i in range(len(stream)):
+        single.feed(stream[i : i + 1])
+        got.extend(drain(single))
+    assert got == batch
+    # random chunks, including empty ones
+    chunked = FrameDecoder()
+    got = []
+    pos = 0
+    while pos < len(stream):
+        step = rnd.randint(0, 40)
+        chunked.feed(memoryview(stream)[pos : pos + step])
+        pos += step
+        got.extend(drain(chunked))
+    assert got == batch
+    assert chunked.buffered_bytes == 0
+
+
+def test_frame_properties_and_header() -> None:
+    raw = encode_frame(Api.FETCH, 0xDEADBEEF, b"xyz", flags=FLAG_RESPONSE | FLAG_ERROR)
+    assert raw == bytes.fromhex("00000009 07 03 deadbeef") + b"xyz"
+    assert raw[:FRAME_HEADER_SIZE] == encode_frame_header(
+        Api.FETCH, 0xDEADBEEF, 3, flags=FLAG_RESPONSE | FLAG_ERROR
+    )
+    decoder = FrameDecoder()
+    decoder.feed(raw)
+    frame = decoder.next_frame()
+    assert frame is not None
+    assert frame.is_response
+    assert frame.is_error
+    assert not Frame(api=0, flags=0, correlation_id=0, body=b"").is_response
+
+
+def test_oversized_prefix_refused_after_ten_bytes() -> None:
+    decoder = FrameDecoder(max_frame_bytes=1024)
+    header = encode_frame_header(Api.PRODUCE, 5, 2000)
+    assert len(header) == 10
+    decoder.feed(header)
+    with pytest.raises(FrameTooLarge) as info:
+        decoder.next_frame()
+    assert info.value.size == 2006
+    assert info.value.limit == 1024
+    assert info.value.reason == "limit"
+    assert isinstance(info.value, CodecError)
+
+
+def test_oversized_prefix_refused_from_the_prefix_alone() -> None:
+    decoder = FrameDecoder()
+    decoder.feed((DEFAULT_MAX_FRAME_BYTES + 1).to_bytes(4, "big"))
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frame()
+
+
+def test_prefix_at_the_limit_waits_for_the_body() -> None:
+    decoder = FrameDecoder(max_frame_bytes=100)
+    decoder.feed((100).to_bytes(4, "big") + b"\x06\x00\x00\x00\x00\x01")
+    assert decoder.next_frame() is None
+    decoder.feed(b"b" * 94)
+    frame = decoder.next_frame()
+    assert frame is not None
+    assert frame.body == b"b" * 94
+
+
+def test_incomplete_prefix_needs_data() -> None:
+    decoder = FrameDecoder()
+    for b in b"\x00\x00\x00":
+        decoder.feed(bytes([b]))
+        assert decoder.next_frame() is None
+
+
+@pytest.mark.parametrize("length", [0, 1, 5])
+def test_length_below_six_is_malformed(length: int) -> None:
+    decoder = FrameDecoder()
+    decoder.feed(length.to_bytes(4, "big"))
+    with pytest.raises(CodecError) as info:
+        decoder.next_frame()
+    assert info.value.reason == "malformed"
+    assert not isinstance(info.value, FrameTooLarge)
+
+
+def test_decoder_stays_broken_after_an_error() -> None:
+    decoder = FrameDecoder(max_frame_bytes=10)
+    decoder.feed(b"\x00\x00\x01\x00")
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frame()
+    decoder.feed(encode_frame(0, 1, b""))
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frame()
+
+
+@pytest.mark.parametrize("flags", [FLAG_ERROR, 0x04, 0x80, 0xFF])
+def test_bad_flags_are_malformed(flags: int) -> None:
+    decoder = FrameDecoder()
+    decoder.feed(b"\x00\x00\x00\x06\x01" + bytes([flags]) + b"\x00\x00\x00\x01")
+    with pytest.raises(CodecError):
+        decoder.next_frame()
+
+
+@pytest.mark.parametrize(
+    ("api", "cid", "flags"),
+    [(256, 0, 0), (-1, 0, 0), (0, 2**32, 0), (0, -1, 0), (0, 0, 0x04), (0, 0, 0x100)],
+)
+def test_encoder_refuses_out_of_range_fields(api: int, cid: int, flags: int) -> None:
+    with pytest.raises(CodecError) as info:
+        encode_frame(api, cid, b"", flags=flags)
+    assert info.value.reason == "limit"
+
+
+def test_encoder_refuses_oversized_body() -> None:
+    with pytest.raises(CodecError) as info:
+        encode_frame_header(0, 0, MAX_FRAME_BYTES)
+    assert info.value.reason == "limit"
+    assert len(encode_frame_header(0, 0, MAX_FRAME_BYTES - 6)) == FRAME_HEADER_SIZE
+
+
+@pytest.mark.parametrize("limit", [5, MAX_FRAME_BYTES + 1])
+def test_decoder_limit_is_validated(limit: int) -> None:
+    with pytest.raises(ValueError, match="max_frame_bytes"):
+        FrameDecoder(limit)
+
+
+def test_memory_is_released_after_each_frame() -> None:
+    decoder = FrameDecoder()
+    one = encode_frame(Api.PRODUCE, 1, b"x" * 1000)
+    for _ in range(100):
+        decoder.feed(one)
+        assert decoder.next_frame() is not None
+        assert decoder.buffered_bytes == 0

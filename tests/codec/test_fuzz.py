@@ -1,0 +1,218 @@
+"""Fuzz-style tests: on any input, decoders return or raise CodecError, nothing else.
+
+Covers random bytes, truncation at every position of valid encodings, and single-byte
+mutations (also re-sealed with a valid CRC so the body parsers are reached).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetsdk.codec import envelope as env
+from jetsdk.codec import messages as msg
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import FrameDecoder
+from jetsdk.codec.record import HEADER_SIZE, decode_record, encode_record, frame_body, iter_records
+
+from .strategies import (
+    acks,
+    envelope_messages,
+    fetch_requests,
+    json_objects,
+    produce_requests,
+    produce_results,
+    records,
+)
+
+FUZZ = settings(max_examples=200, deadline=None)
+VECTORS = Path(__file__).resolve().parents[2] / "spec" / "vectors"
+
+
+def decode_fetch_with_records(body: bytes) -> None:
+    _header, data = msg.decode_fetch_response(body)
+    for _ in iter_records(data):
+        pass
+
+
+def decode_frames(raw: bytes) -> None:
+    decoder = FrameDecoder(max_frame_bytes=1 << 20)
+    decoder.feed(raw)
+    while decoder.next_frame() is not None:
+        pass
+
+
+DECODERS: dict[str, Callable[[bytes], Any]] = {
+    "record": decode_record,
+    "iter_records": lambda b: list(iter_records(b)),
+    "message": env.decode_message,
+    "acks": env.decode_acks,
+    "json": msg.decode_json,
+    "error": msg.decode_error,
+    "produce_request": msg.decode_produce_request,
+    "produce_response": msg.decode_produce_response,
+    "fetch_request": msg.decode_fetch_request,
+    "fetch_response": decode_fetch_with_records,
+    "frames": decode_frames,
+}
+
+STRICT = set(DECODERS) - {"iter_records", "frames"}
+"""Decoders for which any strict prefix of a valid encoding is an error (a frame decoder and
+iter_records wait for / ignore a partial tail instead)."""
+
+
+def only_codec_error(name: str, data: bytes) -> bool:
+    """Decode; True if it raised CodecError. Any other exception fails the test."""
+    try:
+        DECODERS[name](data)
+    except CodecError:
+        return True
+    return False
+
+
+def fetch_body(recs: list[Any]) -> bytes:
+    data = b"".join(encode_record(r) for r in recs)
+    return msg.encode_fetch_response_header(0, 1, 0, 1, len(data)) + data
+
+
+ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
+    "record": records.map(encode_record),
+    "iter_records": st.lists(records, max_size=3).map(
+        lambda rs: b"".join(encode_record(r) for r in rs)
+    ),
+    "message": envelope_messages().map(env.encode_message),
+    "acks": st.lists(acks, min_size=1, max_size=3).map(env.encode_acks),
+    "json": json_objects.map(msg.encode_json),
+    "error": st.tuples(st.integers(0, 30), st.text(max_size=10)).map(
+        lambda t: msg.encode_error(t[0], t[1], {"k": t[1]})  # type: ignore[arg-type]
+    ),
+    "produce_request": produce_requests().map(msg.encode_produce_request),
+    "produce_response": st.lists(produce_results, max_size=4).map(msg.encode_produce_response),
+    "fetch_request": fetch_requests.map(msg.encode_fetch_request),
+    "fetch_response": st.lists(records, max_size=3).map(fetch_body),
+    "frames": st.lists(st.binary(max_size=20), max_size=3).map(
+        lambda bodies: b"".join(
+            (len(b) + 6).to_bytes(4, "big") + b"\x06\x00\x00\x00\x00\x01" + b for b in bodies
+        )
+    ),
+}
+
+
+def reseal(name: str, raw: bytes) -> bytes:
+    """Recompute the CRC of a (possibly mutated) record or envelope so it passes the check."""
+    if name == "record" and len(raw) >= HEADER_SIZE:
+        offset = int.from_bytes(raw[:8], "big", signed=True)
+        ts = int.from_bytes(raw[8:16], "big", signed=True)
+        epoch = int.from_bytes(raw[16:20], "big")
+        return frame_body(offset, ts, epoch, raw[HEADER_SIZE:])
+    if name in ("message", "acks") and len(raw) >= env.ENVELOPE_HEADER_SIZE:
+        crc = zlib.crc32(raw[12:], zlib.crc32(raw[:8]))
+        return raw[:8] + crc.to_bytes(4, "big") + raw[12:]
+    return raw
+
+
+def vector_encodings() -> list[tuple[str, bytes]]:
+    """Valid encodings from the committed vectors, tagged with their decoder."""
+    out: list[tuple[str, bytes]] = []
+    for case in orjson.loads((VECTORS / "record.json").read_bytes())["cases"]:
+        out.append(("record", bytes.fromhex(case["hex"])))
+    for case in orjson.loads((VECTORS / "envelope.json").read_bytes())["cases"]:
+        out.append(("message" if case["type"] == "message" else "acks", bytes.fromhex(case["hex"])))
+    for case in orjson.loads((VECTORS / "protocol.json").read_bytes())["cases"]:
+        raw = bytes.fromhex(case["hex"])
+        body_type = case["fields"]["body_type"]
+        out.append((body_type, raw[10:]))
+    return out
+
+
+VECTOR_ENCODINGS = vector_encodings()
+
+
+@pytest.mark.parametrize(("name", "raw"), VECTOR_ENCODINGS, ids=[n for n, _ in VECTOR_ENCODINGS])
+def test_every_truncation_of_a_vector_fails(name: str, raw: bytes) -> None:
+    for cut in range(len(raw)):
+        assert only_codec_error(name, raw[:cut]), f"{name} decoded a prefix of {cut} bytes"
+
+
+@pytest.mark.parametrize(("name", "raw"), VECTOR_ENCODINGS, ids=[n for n, _ in VECTOR_ENCODINGS])
+def test_every_single_byte_mutation_of_a_vector_is_handled(name: str, raw: bytes) -> None:
+    for i in range(len(raw)):
+        for delta in (0x01, 0x80, 0xFF):
+            mutated = bytearray(raw)
+            mutated[i] ^= delta
+            only_codec_error(name, bytes(mutated))
+            only_codec_error(name, reseal(name, bytes(mutated)))
+            if name == "message":
+                env.parse_nats_payload(bytes(mutated))  # must not raise
+
+
+@pytest.mark.parametrize("name", sorted(DECODERS))
+@FUZZ
+@given(data=st.binary(max_size=300))
+def test_random_bytes(name: str, data: bytes) -> None:
+    only_codec_error(name, data)
+    only_codec_error(name, reseal(name, data))
+
+
+@FUZZ
+@given(body=st.binary(max_size=200), kind=st.integers(0, 3), flags=st.integers(0, 3))
+def test_random_envelope_bodies_with_valid_crc(body: bytes, kind: int, flags: int) -> None:
+    raw = reseal("message", env.COOKIE + bytes([1, kind, 0, flags]) + b"\x00" * 4 + body)
+    only_codec_error("message", raw)
+    only_codec_error("acks", raw)
+    env.parse_nats_payload(raw)
+
+
+@FUZZ
+@given(data=st.data())
+def test_every_truncation_of_valid_encodings(data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(sorted(DECODERS)), label="decoder")
+    raw = data.draw(ENCODINGS[name], label="encoding")
+    assert not only_codec_error(name, raw)
+    for cut in range(len(raw)):
+        failed = only_codec_error(name, raw[:cut])
+        assert failed or name not in STRICT, f"{name} decoded a prefix of {cut} bytes"
+
+
+@FUZZ
+@given(data=st.data())
+def test_single_byte_mutations_of_valid_encodings(data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(sorted(DECODERS)), label="decoder")
+    raw = data.draw(ENCODINGS[name], label="encoding")
+    if not raw:
+        return
+    for _ in range(4):
+        mutated = bytearray(raw)
+        i = data.draw(st.integers(0, len(raw) - 1), label="position")
+        mutated[i] = data.draw(st.integers(0, 255), label="byte")
+        only_codec_error(name, bytes(mutated))
+        only_codec_error(name, reseal(name, bytes(mutated)))
+
+
+@FUZZ
+@given(data=st.binary(max_size=300), chunks=st.lists(st.integers(0, 50), max_size=20))
+def test_frame_decoder_on_random_chunks(data: bytes, chunks: list[int]) -> None:
+    decoder = FrameDecoder(max_frame_bytes=1000)
+    pos = 0
+    try:
+        for size in [*chunks, len(data)]:
+            decoder.feed(data[pos : pos + size])
+            pos += size
+            while decoder.next_frame() is not None:
+                pass
+    except CodecError:
+        pass
+
+
+@FUZZ
+@given(st.binary(max_size=100))
+def test_parse_nats_payload_never_raises(tail: bytes) -> None:
+    assert env.parse_nats_payload(env.COOKIE + tail) is None or tail
+    env.parse_nats_payload(tail)

@@ -1,0 +1,244 @@
+"""Request/response bodies: round trips, limits, error bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetsdk.codec.error_codes import (
+    RETRIABLE,
+    AckPolicy,
+    ErrorCode,
+    error_name,
+    is_retriable,
+)
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.limits import (
+    MAX_HEADER_COUNT,
+    MAX_HEADER_NAME_BYTES,
+    MAX_KEY_BYTES,
+    MAX_SUBJECT_BYTES,
+)
+from jetsdk.codec.messages import (
+    FETCH_RESPONSE_HEADER_SIZE,
+    ErrorBody,
+    FetchRequest,
+    FetchResponseHeader,
+    ProduceMessage,
+    ProduceRequest,
+    ProduceResult,
+    decode_error,
+    decode_fetch_request,
+    decode_fetch_response,
+    decode_json,
+    decode_produce_request,
+    decode_produce_response,
+    encode_error,
+    encode_fetch_request,
+    encode_fetch_response_header,
+    encode_json,
+    encode_produce_request,
+    encode_produce_response,
+)
+from jetsdk.codec.record import Record, encode_record, iter_records
+
+from .strategies import (
+    I64,
+    U16,
+    U32,
+    fetch_requests,
+    json_objects,
+    produce_requests,
+    produce_results,
+    records,
+)
+
+PROPS = settings(max_examples=200, deadline=None)
+
+
+@PROPS
+@given(produce_requests())
+def test_produce_request_round_trip(req: ProduceRequest) -> None:
+    raw = encode_produce_request(req)
+    assert decode_produce_request(raw) == req
+    assert decode_produce_request(memoryview(raw)) == req
+    assert decode_produce_request(bytearray(raw)) == req
+
+
+@PROPS
+@given(st.lists(produce_results, max_size=8))
+def test_produce_response_round_trip(results: list[ProduceResult]) -> None:
+    assert decode_produce_response(encode_produce_response(results)) == results
+
+
+@PROPS
+@given(fetch_requests)
+def test_fetch_request_round_trip(req: FetchRequest) -> None:
+    assert decode_fetch_request(encode_fetch_request(req)) == req
+
+
+@PROPS
+@given(U16, I64, I64, I64, st.lists(records, max_size=3))
+def test_fetch_response_round_trip(
+    code: int, hw: int, log_start: int, leo: int, recs: list[Record]
+) -> None:
+    data = b"".join(encode_record(r) for r in recs)
+    body = encode_fetch_response_header(code, hw, log_start, leo, len(data)) + data
+    header, view = decode_fetch_response(body)
+    assert header == FetchResponseHeader(code, hw, log_start, leo, len(data))
+    assert bytes(view) == data
+    assert list(iter_records(view)) == recs
+    assert FETCH_RESPONSE_HEADER_SIZE == 30
+
+
+@PROPS
+@given(json_objects)
+def test_json_round_trip(obj: dict[str, Any]) -> None:
+    assert decode_json(encode_json(obj)) == obj
+
+
+@PROPS
+@given(st.sampled_from(list(ErrorCode)), st.text(max_size=30), json_objects)
+def test_error_round_trip(code: ErrorCode, message: str, details: dict[str, Any]) -> None:
+    got = decode_error(encode_error(code, message, details))
+    assert got == ErrorBody(code=int(code), name=code.name, message=message, details=details)
+    assert got.error_code is code
+
+
+def test_error_body_defaults_and_unknown_codes() -> None:
+    assert decode_error(b'{"code": 99}') == ErrorBody(99, "CODE_99", "", {})
+    assert decode_error(b'{"code": 99}').error_code is None
+    assert decode_error(b'{"code": 5, "details": null}').name == "STREAM_NOT_FOUND"
+    for bad in (
+        b'{"code": "5"}',
+        b'{"code": true}',
+        b'{"code": 5, "details": []}',
+        b'{"code": 5, "message": 3}',
+        b"[]",
+        b"nope",
+        b"\xff",
+    ):
+        with pytest.raises(CodecError):
+            decode_error(bad)
+
+
+def test_json_encoding_failures_are_codec_errors() -> None:
+    with pytest.raises(CodecError) as info:
+        encode_json({"x": object()})
+    assert info.value.reason == "limit"
+    with pytest.raises(CodecError):
+        encode_json({1: 2})  # type: ignore[dict-item]
+    with pytest.raises(CodecError):
+        encode_error(ErrorCode.UNKNOWN, "x", {"a": {1, 2}})
+
+
+def test_error_codes_table() -> None:
+    assert [c.value for c in ErrorCode] == list(range(21))
+    assert {c.name for c in RETRIABLE} == {
+        "NOT_LEADER",
+        "TIMEOUT",
+        "NOT_ENOUGH_REPLICAS",
+        "STORAGE_ERROR",
+        "UNAVAILABLE",
+        "SHUTTING_DOWN",
+        "TOO_MANY_REQUESTS",
+    }
+    assert is_retriable(12)
+    assert not is_retriable(5)
+    assert not is_retriable(1000)
+    assert error_name(3) == "FRAME_TOO_LARGE"
+    assert error_name(1000) == "CODE_1000"
+    assert [p.value for p in AckPolicy] == [0, 1, 2]
+
+
+def _req(**kw: Any) -> ProduceRequest:
+    base: dict[str, Any] = {
+        "stream": "s",
+        "partition": 0,
+        "ack_policy": AckPolicy.LEADER,
+        "timeout_ms": 1,
+        "messages": (ProduceMessage(value=b"v"),),
+    }
+    base.update(kw)
+    return ProduceRequest(**base)
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        _req(partition=2**32),
+        _req(partition=-1),
+        _req(timeout_ms=-1),
+        _req(ack_policy=3),
+        _req(producer_id=2**64),
+        _req(producer_id=1, base_seq=-1),
+        _req(stream="x" * 65536),
+        _req(stream="\udcff"),
+        _req(messages=(ProduceMessage(value=b"", key=b"k" * (MAX_KEY_BYTES + 1)),)),
+        _req(messages=(ProduceMessage(value=b"", subject="s" * (MAX_SUBJECT_BYTES + 1)),)),
+        _req(messages=(ProduceMessage(value=b"", headers=(("h", b""),) * (MAX_HEADER_COUNT + 1)),)),
+        _req(
+            messages=(
+                ProduceMessage(value=b"", headers=(("h" * (MAX_HEADER_NAME_BYTES + 1), b""),)),
+            )
+        ),
+    ],
+)
+def test_produce_request_limits(req: ProduceRequest) -> None:
+    with pytest.raises(CodecError) as info:
+        encode_produce_request(req)
+    assert info.value.reason == "limit"
+
+
+def test_limit_values_are_accepted_at_the_edge() -> None:
+    req = _req(
+        messages=(
+            ProduceMessage(
+                value=b"",
+                key=b"k" * MAX_KEY_BYTES,
+                subject="s" * MAX_SUBJECT_BYTES,
+                headers=(("h" * MAX_HEADER_NAME_BYTES, b""),) * MAX_HEADER_COUNT,
+            ),
+        )
+    )
+    assert decode_produce_request(encode_produce_request(req)) == req
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: encode_produce_response([ProduceResult(2**16, 0, 0)]),
+        lambda: encode_produce_response([ProduceResult(0, 2**63, 0)]),
+        lambda: encode_fetch_request(FetchRequest("s", 0, 0, 2**32, 0)),
+        lambda: encode_fetch_request(FetchRequest("s", 0, 0, 0, 0, replica_id=2**31)),
+        lambda: encode_fetch_response_header(0, 0, 0, 0, -1),
+        lambda: encode_fetch_response_header(-1, 0, 0, 0, 0),
+    ],
+)
+def test_other_encoders_refuse_out_of_range(call: Any) -> None:
+    with pytest.raises(CodecError) as info:
+        call()
+    assert info.value.reason == "limit"
+
+
+def test_fetch_response_header_layout() -> None:
+    raw = encode_fetch_response_header(9, 1, 2, 3, 0)
+    assert (
+        raw.hex()
+        == "0009" + "0000000000000001" + "0000000000000002" + "0000000000000003" + "00000000"
+    )
+
+
+@given(U32)
+@settings(max_examples=50, deadline=None)
+def test_huge_message_count_is_refused_without_allocating(count: int) -> None:
+    raw = bytearray(encode_produce_request(_req(messages=())))
+    raw[-4:] = count.to_bytes(4, "big")
+    if count == 0:
+        assert decode_produce_request(bytes(raw)).messages == ()
+    else:
+        with pytest.raises(CodecError):
+            decode_produce_request(bytes(raw))
