@@ -34,7 +34,13 @@ import attrs
 from jetsdk.codec import _wire as w
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.limits import MAX_SUBJECT_BYTES
+from jetsdk.codec.limits import (
+    MAX_ACKS_PER_BATCH,
+    MAX_CORRELATION_ID_BYTES,
+    MAX_ERROR_MESSAGE_BYTES,
+    MAX_STREAM_NAME_BYTES,
+    MAX_SUBJECT_BYTES,
+)
 
 __all__ = [
     "COOKIE",
@@ -67,15 +73,6 @@ KIND_ACK = 1
 KIND_ACK_BATCH = 2
 FLAG_PRODUCER = 0x0001
 """Kind 0 flag: producer_id and producer_seq are present."""
-
-MAX_CORRELATION_ID_BYTES = 1024
-"""Largest correlation id, UTF-8 encoded."""
-MAX_ERROR_MESSAGE_BYTES = 4096
-"""Largest ack error message, UTF-8 encoded."""
-MAX_STREAM_NAME_BYTES = 255
-"""Largest stream name in an ack (names are 1-255 ASCII characters, spec/protocol.md)."""
-MAX_ACKS_PER_BATCH = 0xFFFF
-"""Most acks in one kind 2 envelope (the count is a u16)."""
 
 _HEADER = struct.Struct(">4sBBHI")  # cookie, version, kind, flags, crc
 ENVELOPE_HEADER_SIZE = _HEADER.size  # 12

@@ -30,3 +30,15 @@ before any body byte is read."""
 
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 """Default largest message (value plus key plus headers) a server stores."""
+
+MAX_CORRELATION_ID_BYTES = 1024
+"""Largest envelope/ack correlation id, UTF-8 encoded."""
+
+MAX_ERROR_MESSAGE_BYTES = 4096
+"""Largest ack error message, UTF-8 encoded."""
+
+MAX_STREAM_NAME_BYTES = 255
+"""Largest stream name (names are 1-255 characters of [A-Za-z0-9_.-], spec/protocol.md)."""
+
+MAX_ACKS_PER_BATCH = 0xFFFF
+"""Most acks in one kind 2 envelope (the count is a u16)."""
