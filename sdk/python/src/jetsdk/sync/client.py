@@ -1,0 +1,237 @@
+# generated — do not edit: made by tools/gen_sync.py from jetsdk/client.py
+
+"""Blocking :class:`Client` (generated from :mod:`jetsdk.client`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+from jetsdk._sync_support import LoopThread, SyncWrapper
+from jetsdk._version import __version__
+from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, OffsetPosition
+from jetsdk.client import Client as _AsyncClient
+from jetsdk.errors import ClientClosed
+from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamInfo
+from jetsdk.retry import DEFAULT_RETRY, RetryPolicy
+from jetsdk.transport import Dialer, tcp_dialer
+
+
+class Client(SyncWrapper):
+    """A connection to a jet cluster. Use as ``with Client(...) as client:``.
+
+    Blocking version of :class:`jetsdk.client.Client`
+    (generated); every call runs in the client's private event-loop thread. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        servers: str | Sequence[str] | None = None,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        dialer: Dialer = tcp_dialer,
+        client_name: str = f"jetsdk/{__version__}",
+        backend: str = "asyncio",
+    ) -> None:
+        """Configure a client; it connects in ``__enter__``.
+
+        Args:
+            servers: bootstrap servers (``"host:port"`` strings or one comma-separated
+                string); default $JET_SERVERS, then ``127.0.0.1:9292``.
+            connect_timeout: seconds to connect to one server and get its Hello answer.
+            request_timeout: seconds to wait for any response.
+            retry: retry policy for retriable errors.
+            dialer: opens byte streams (tests pass :meth:`jetsdk.testing.MemoryNetwork.dial`).
+            client_name: sent in Hello.
+
+        Raises:
+            InvalidArgument: a malformed server address.
+
+        backend: the anyio backend of the private loop thread (``"asyncio"`` or ``"trio"``).
+        """
+        self._async: _AsyncClient | None = None
+        self._factory: Callable[[], _AsyncClient] = lambda: _AsyncClient(
+            servers,
+            connect_timeout=connect_timeout,
+            request_timeout=request_timeout,
+            retry=retry,
+            dialer=dialer,
+            client_name=client_name,
+        )
+        self._backend = backend
+        self._loop: LoopThread | None = None
+
+    @property
+    def _obj(self) -> _AsyncClient:
+        if self._async is None:
+            raise ClientClosed("use Client in a `with` block (or call open() first)")
+        return self._async
+
+    def open(self) -> Client:
+        """Start the Client (what entering ``with`` does); see :meth:`close`."""
+        if self._async is not None:
+            raise ClientClosed("Client is already open")
+        loop = LoopThread(self._backend)
+        portal = loop.start()
+        try:
+            self._async = self._enter_async(portal, self._factory)
+        except BaseException:
+            loop.stop()
+            self._portal = None
+            raise
+        self._loop = loop
+        return self
+
+    def close(self) -> None:
+        """Close the Client (what leaving ``with`` does); idempotent."""
+        self.__exit__(None, None, None)
+
+    def __enter__(self) -> Client:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._exit_async(exc_type, exc, tb)
+        finally:
+            loop, self._loop = self._loop, None
+            if loop is not None:
+                loop.stop()
+            self._portal = None
+            self._async = None
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The Hello answer of the server this client bootstrapped from."""
+        return self._obj.server_info
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The server's message size limit (from Hello; the default if unknown)."""
+        return self._obj.max_message_bytes
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The server's frame limit (from Hello; the default if unknown)."""
+        return self._obj.max_frame_bytes
+
+    def refresh_metadata(self) -> ClusterMetadata:
+        """Fetch the full metadata now (concurrent callers share one request)."""
+        return self._run(self._obj.refresh_metadata)
+
+    def metadata(self, *, refresh: bool = False) -> ClusterMetadata:
+        """The cached metadata (fetched first if stale, missing, or ``refresh``)."""
+        return self._run(self._obj.metadata, refresh=refresh)
+
+    def stream_info(self, name: str, *, refresh: bool = False) -> StreamInfo:
+        """A stream's metadata from the cache (refreshed once if the stream is missing).
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
+        return self._run(self._obj.stream_info, name, refresh=refresh)
+
+    def partition_info(self, stream: str, partition: int) -> PartitionInfo:
+        """A partition's metadata from the cache.
+
+        Raises:
+            StreamNotFound, PartitionNotFound: no such stream or partition.
+        """
+        return self._run(self._obj.partition_info, stream, partition)
+
+    def streams_for_subject(self, subject: str) -> list[tuple[StreamInfo, int]]:
+        """Every (stream, partition) whose partition subject matches the literal ``subject``,
+        ordered by stream name.
+        """
+        return self._run(self._obj.streams_for_subject, subject)
+
+    def create_stream(
+        self,
+        name: str,
+        subject: str | None = None,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        compact: bool = False,
+        group: str | None = None,
+        retention_max_age: float | None = None,
+        retention_max_bytes: int | None = None,
+        retention_max_messages: int | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age: float | None = None,
+        delete_retention: float | None = None,
+        max_message_bytes: int | None = None,
+        exist_ok: bool = True,
+    ) -> StreamInfo:
+        """Create a stream listening on ``subject`` (default: the name).
+
+        Creating a stream that exists with the same settings succeeds (idempotent) unless
+        ``exist_ok`` is False. Durations are float seconds; None leaves the server default.
+
+        Raises:
+            StreamExists: the name exists with other settings (or at all, if not exist_ok).
+            InvalidArgument: a bad name, subject or option (``field`` says which).
+        """
+        return self._run(
+            self._obj.create_stream,
+            name,
+            subject,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            compact=compact,
+            group=group,
+            retention_max_age=retention_max_age,
+            retention_max_bytes=retention_max_bytes,
+            retention_max_messages=retention_max_messages,
+            segment_max_bytes=segment_max_bytes,
+            segment_max_age=segment_max_age,
+            delete_retention=delete_retention,
+            max_message_bytes=max_message_bytes,
+            exist_ok=exist_ok,
+        )
+
+    def delete_stream(self, name: str) -> None:
+        """Delete a stream and its data.
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
+        self._run(self._obj.delete_stream, name)
+
+    def list_streams(self) -> list[StreamInfo]:
+        """Every stream, ordered by name (fresh metadata)."""
+        return self._run(self._obj.list_streams)
+
+    def describe_stream(self, name: str) -> StreamInfo:
+        """A stream with per-partition ``hw``, ``leo``, ``log_start``, ``size_bytes``,
+        ``segments`` (as seen by the answering server).
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
+        return self._run(self._obj.describe_stream, name)
+
+    def list_offsets(
+        self,
+        stream: str,
+        partition: int = 0,
+        position: OffsetPosition = "latest",
+    ) -> OffsetInfo:
+        """Resolve a position to an offset on the partition leader.
+
+        Args:
+            position: ``"earliest"`` (log start), ``"latest"`` (the high watermark: the next
+                offset a committed message gets), or a time (a datetime, or an int of ns
+                since the epoch): the first offset stored at or after it, else the HW.
+
+        Raises:
+            StreamNotFound, PartitionNotFound, InvalidArgument.
+        """
+        return self._run(self._obj.list_offsets, stream, partition, position)

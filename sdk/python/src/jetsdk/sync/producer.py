@@ -1,0 +1,185 @@
+# generated — do not edit: made by tools/gen_sync.py from jetsdk/producer/producer.py
+
+"""Blocking :class:`Producer` (generated from :mod:`jetsdk.producer.producer`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+
+from jetsdk._sync_support import SendHandle, SyncWrapper
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.errors import ClientClosed
+from jetsdk.message import Ack, HeadersInput
+from jetsdk.partitioner import Partitioner
+from jetsdk.producer.accumulator import (
+    DEFAULT_LINGER,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_MESSAGES,
+)
+from jetsdk.producer.producer import DEFAULT_ACK_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_PENDING
+from jetsdk.producer.producer import Producer as _AsyncProducer
+from jetsdk.sync.client import Client
+
+
+class Producer(SyncWrapper):
+    """Sends messages to one stream. Use as ``with Producer(client, stream) as p:``.
+
+    Blocking version of :class:`jetsdk.producer.producer.Producer`
+    (generated); every call runs in the client's private event-loop thread. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        stream: str,
+        *,
+        ack: AckPolicy = AckPolicy.LEADER,
+        linger: float = DEFAULT_LINGER,
+        max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        partitioner: Partitioner | None = None,
+        idempotent: bool = False,
+    ) -> None:
+        """Configure a producer; it starts in ``__enter__``.
+
+        Args:
+            client: an entered :class:`~jetsdk.client.Client`.
+            stream: the stream to send to.
+            ack: default ack policy (per-message override in :meth:`send`).
+            linger: seconds a message may wait for others to share its batch (0: send as
+                soon as the partition's sender is free).
+            max_batch_messages: most messages per Produce request.
+            max_batch_bytes: most (estimated) bytes per Produce request.
+            max_in_flight: outstanding Produce requests per partition (see module doc).
+            max_pending: most messages queued or unacknowledged; send_soon waits beyond.
+            ack_timeout: seconds the server waits for acks before answering TIMEOUT.
+            partitioner: ``(key, value, num_partitions) -> partition`` for messages without
+                an explicit partition; default: murmur2 of the key, round-robin if keyless.
+            idempotent: attach a producer id and sequences so retries can be deduplicated.
+
+        Raises:
+            ValueError: a limit out of range.
+        """
+        self._async: _AsyncProducer | None = None
+        self._factory: Callable[[], _AsyncProducer] = lambda: _AsyncProducer(
+            client._obj,
+            stream,
+            ack=ack,
+            linger=linger,
+            max_batch_messages=max_batch_messages,
+            max_batch_bytes=max_batch_bytes,
+            max_in_flight=max_in_flight,
+            max_pending=max_pending,
+            ack_timeout=ack_timeout,
+            partitioner=partitioner,
+            idempotent=idempotent,
+        )
+        self._owner = client
+
+    @property
+    def _obj(self) -> _AsyncProducer:
+        if self._async is None:
+            raise ClientClosed("use Producer in a `with` block (or call open() first)")
+        return self._async
+
+    def open(self) -> Producer:
+        """Start the Producer (what entering ``with`` does); see :meth:`close`."""
+        if self._async is not None:
+            raise ClientClosed("Producer is already open")
+        self._async = self._enter_async(self._owner._check(), self._factory)
+        return self
+
+    def close(self) -> None:
+        """Close the Producer (what leaving ``with`` does); idempotent."""
+        self.__exit__(None, None, None)
+
+    def __enter__(self) -> Producer:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._exit_async(exc_type, exc, tb)
+        finally:
+            self._portal = None
+            self._async = None
+
+    @property
+    def num_partitions(self) -> int:
+        """Partitions of the stream (known once entered)."""
+        return self._obj.num_partitions
+
+    @property
+    def pending(self) -> int:
+        """Messages queued or awaiting their ack."""
+        return self._obj.pending
+
+    def send(
+        self,
+        value: bytes,
+        key: bytes | None = None,
+        headers: HeadersInput | None = None,
+        *,
+        ack: AckPolicy | None = None,
+        partition: int | None = None,
+        subject: str = "",
+    ) -> Ack:
+        """Send one message and wait for its ack.
+
+        Args:
+            value: the payload.
+            key: the key (drives partitioning and compaction), or None.
+            headers: a mapping or (name, value) pairs; str values are UTF-8 encoded.
+            ack: ack policy for this message (default: the producer's).
+            partition: explicit partition (default: the partitioner's choice).
+            subject: NATS subject to publish on, which must match the partition's subject
+                pattern (default: the partition subject).
+
+        Returns:
+            The :class:`~jetsdk.message.Ack` (offset -1 with ack policy NONE).
+
+        Raises:
+            MessageTooLarge: over the server's or stream's message limit.
+            PartitionNotFound: ``partition`` out of range.
+            Timeout: no ack in time (the message may or may not be stored).
+            JetError: any other failure (see :mod:`jetsdk.errors`).
+        """
+        return self._run(
+            self._obj.send, value, key, headers, ack=ack, partition=partition, subject=subject
+        )
+
+    def send_soon(
+        self,
+        value: bytes,
+        key: bytes | None = None,
+        headers: HeadersInput | None = None,
+        *,
+        ack: AckPolicy | None = None,
+        partition: int | None = None,
+        subject: str = "",
+    ) -> SendHandle:
+        """Queue one message and return at once with a handle to its outcome.
+
+        Waits only while ``max_pending`` messages are already pending (backpressure).
+        Arguments as :meth:`send`; errors about the message itself (too large, bad
+        partition, bad headers) are raised here, delivery errors by the handle.
+        """
+        result = self._run(
+            self._obj.send_soon, value, key, headers, ack=ack, partition=partition, subject=subject
+        )
+        return SendHandle(self, result)
+
+    def flush(self) -> None:
+        """Send everything queued now (ignoring linger) and wait until every message sent
+        before the call is acknowledged or failed. Does not raise for failed messages
+        (their handles do).
+        """
+        self._run(self._obj.flush)

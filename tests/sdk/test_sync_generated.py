@@ -1,0 +1,60 @@
+"""The generated sync API is up to date, lint-clean, and fails cleanly without a server."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jetsdk import sync
+from jetsdk.errors import ClientClosed, JetConnectionError
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_generated_files_are_fresh() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_sync.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_generated_files_have_header_and_are_formatted() -> None:
+    files = sorted((ROOT / "sdk/python/src/jetsdk/sync").glob("*.py"))
+    assert len(files) == 4
+    for path in files:
+        assert path.read_text().startswith("# generated — do not edit")
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    if not Path(ruff).exists():
+        pytest.skip("ruff not installed")
+    proc = subprocess.run(
+        [ruff, "format", "--check", *map(str, files)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_public_methods_mirror_the_async_classes() -> None:
+    from jetsdk import Client, Consumer, Producer
+
+    assert {"send", "send_soon", "flush"} <= set(dir(sync.Producer))
+    assert {"fetch", "seek", "position", "__iter__", "__next__"} <= set(dir(sync.Consumer))
+    for cls in (Client, Producer, Consumer):
+        mirror = getattr(sync, cls.__name__)
+        public = {n for n in dir(cls) if not n.startswith("_")}
+        missing = public - set(dir(mirror))
+        skipped = {"leader_connection", "send_to_leader", "request_any", "request_leader"}
+        assert missing <= skipped | {"produce", "fetch"}, missing
+
+
+def test_unreachable_server_and_use_before_open() -> None:
+    client = sync.Client(["127.0.0.1:1"], connect_timeout=2)
+    with pytest.raises(JetConnectionError):
+        client.open()
+    with pytest.raises(ClientClosed):
+        client.list_streams()

@@ -1,0 +1,534 @@
+"""Generate the blocking API (``jetsdk.sync``) from the async classes.
+
+    python tools/gen_sync.py           # (re)write sdk/python/src/jetsdk/sync/*.py
+    python tools/gen_sync.py --check   # exit 1 if the files on disk are stale
+
+Only the async code is written by hand. For each class in :data:`SPECS` this reads the
+source with :mod:`ast` and emits a wrapper class with the same name, the same public
+methods, signatures, defaults and docstrings (rewritten by the ordered substitution table
+:data:`DOC_SUBS`), where
+
+- ``async def m(...)`` becomes ``def m(...)`` that runs the coroutine in the client's loop
+  thread (``SyncWrapper._run``) and returns its result;
+- a plain ``def m(...)`` runs in the loop thread too (``_run_sync``): the object's state
+  belongs to that thread;
+- ``@property`` reads are forwarded as they are;
+- ``__aenter__/__aexit__`` become ``__enter__/__exit__`` plus ``open()/close()``;
+  ``__aiter__/__anext__`` become ``__iter__/__next__``;
+- parameters typed with a wrapped class (a sync ``Client`` given to ``Producer``) are
+  unwrapped, and results typed with a class in :data:`RETURN_WRAPPERS` are wrapped.
+
+Why wrappers around a private event-loop thread instead of an unasync-style rewrite to
+blocking sockets: the async objects run background tasks (connection readers, the
+producer's per-partition senders and linger timers, the consumer's prefetching fetchers)
+that must keep running between two calls of a synchronous caller. A rewrite would need a
+threaded twin of every one of them; wrappers reuse the one tested implementation. See
+``jetsdk/_sync_support.py`` for the loop thread.
+
+The output is deterministic and already in ``ruff format`` style; imports are resolved to
+the module that defines each name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "sdk" / "python" / "src"
+OUT = SRC / "jetsdk" / "sync"
+LINE = 100
+HEADER = "# generated — do not edit: made by tools/gen_sync.py from {source}\n"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One async class to wrap."""
+
+    module: str
+    cls: str
+    out: str
+    owns_loop: bool = False
+    skip: frozenset[str] = field(default_factory=frozenset)
+
+
+SPECS = (
+    Spec(
+        "jetsdk.client",
+        "Client",
+        "client.py",
+        owns_loop=True,
+        skip=frozenset(
+            {"leader_connection", "send_to_leader", "request_any", "request_leader", "produce"}
+            | {"fetch"}
+        ),
+    ),
+    Spec("jetsdk.producer.producer", "Producer", "producer.py"),
+    Spec("jetsdk.consumer.consumer", "Consumer", "consumer.py"),
+)
+
+WRAPPED = {spec.cls: f"jetsdk.sync.{spec.out[:-3]}" for spec in SPECS}
+"""Async class name -> module of its sync twin."""
+
+RETURN_WRAPPERS = {"SendHandle": "jetsdk._sync_support"}
+"""Result types replaced by a sync twin of the same name, built as ``Twin(self, value)``."""
+
+DOC_SUBS = (
+    ("async with ", "with "),
+    ("async for ", "for "),
+    ("await ", ""),
+    ("__aenter__", "__enter__"),
+    ("__aexit__", "__exit__"),
+    ("__anext__", "__next__"),
+    ("__aiter__", "__iter__"),
+    ("asyncio and trio", "a private event-loop thread"),
+    ("StopAsyncIteration", "StopIteration"),
+)
+"""Ordered substitutions applied to docstrings."""
+
+_BUILTINS = set(dir(builtins))
+
+
+def _doc(text: str | None, indent: str) -> list[str]:
+    if not text:
+        return []
+    for old, new in DOC_SUBS:
+        text = text.replace(old, new)
+    lines = text.strip("\n").split("\n")
+    # ast.get_docstring(clean=True) dedents; re-indent every non-empty line.
+    body = [indent + line if line.strip() else "" for line in lines]
+    body[0] = indent + '"""' + lines[0]
+    if len(lines) == 1:
+        return [body[0] + '"""']
+    return [*body, indent + '"""']
+
+
+@dataclass
+class _Imports:
+    names: dict[str, str] = field(default_factory=dict)  # local name -> module
+
+    def add(self, name: str, module: str) -> None:
+        self.names.setdefault(name, module)
+
+    def render(self) -> list[str]:
+        by_module: dict[str, list[str]] = {}
+        for name, module in self.names.items():
+            by_module.setdefault(module, []).append(name)
+        std = sorted(m for m in by_module if m.split(".")[0] in sys.stdlib_module_names)
+        third = sorted(m for m in by_module if m not in std and not m.startswith("jetsdk"))
+        own = sorted(m for m in by_module if m.startswith("jetsdk"))
+        out: list[str] = []
+        for group in (std, third, own):
+            for module in group:
+                names = sorted(by_module[module], key=_isort_key)
+                plain = [n for n in names if " as " not in n]
+                if plain:
+                    out.extend(_from_import(module, plain))
+                for aliased in (n for n in names if " as " in n):
+                    out.extend(_from_import(module, [aliased]))
+            if group:
+                out.append("")
+        return out
+
+
+def _from_import(module: str, names: list[str]) -> list[str]:
+    line = f"from {module} import {', '.join(names)}"
+    if len(line) <= LINE:
+        return [line]
+    return [f"from {module} import (", *(f"    {n}," for n in names), ")"]
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    # ruff's isort order within one import: CONSTANTS, Classes, functions.
+    plain = name.split(" as ")[0]
+    if plain.isupper() or (plain.upper() == plain and "_" in plain):
+        return (0, plain)
+    if plain[:1].isupper():
+        return (1, plain)
+    return (2, plain)
+
+
+class _Source:
+    """Name resolution for one source module."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+        self.path = SRC / (module.replace(".", "/") + ".py")
+        self.text = self.path.read_text()
+        self.tree = ast.parse(self.text)
+        self.origin: dict[str, str] = {}
+        for node in self.tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    self.origin[alias.asname or alias.name] = node.module
+            elif isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                self.origin.setdefault(node.name, module)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self.origin.setdefault(target.id, module)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                self.origin.setdefault(node.target.id, module)
+
+    def cls(self, name: str) -> ast.ClassDef:
+        for node in self.tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                return node
+        raise SystemExit(f"gen_sync: class {name} not found in {self.module}")
+
+
+def _names(node: ast.AST | None) -> Iterable[str]:
+    if node is None:
+        return []
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+
+
+@dataclass
+class _Param:
+    name: str
+    annotation: ast.expr | None
+    default: ast.expr | None
+    kind: str  # "pos", "kw", "posonly"
+
+
+def _params(args: ast.arguments) -> list[_Param]:
+    if args.vararg or args.kwarg:
+        raise SystemExit("gen_sync: *args/**kwargs are not supported")
+    positional = [*args.posonlyargs, *args.args]
+    defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
+    defaults += list(args.defaults)
+    out = [
+        _Param(a.arg, a.annotation, d, "posonly" if a in args.posonlyargs else "pos")
+        for a, d in zip(positional, defaults)
+    ]
+    out += [_Param(a.arg, a.annotation, d, "kw") for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    return [p for p in out if p.name != "self"]
+
+
+class _Emitter:
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.source = _Source(spec.module)
+        self.imports = _Imports()
+        self.lines: list[str] = []
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _need(self, node: ast.AST | None) -> None:
+        for name in _names(node):
+            if name in _BUILTINS or name == self.spec.cls or name.startswith('"'):
+                continue
+            if name in WRAPPED:
+                self.imports.add(name, WRAPPED[name])
+            elif name in RETURN_WRAPPERS:
+                self.imports.add(name, RETURN_WRAPPERS[name])
+            elif name in self.source.origin:
+                self.imports.add(name, self.source.origin[name])
+            else:
+                raise SystemExit(f"gen_sync: cannot resolve name {name!r} in {self.spec.module}")
+
+    def _annotation(self, node: ast.expr | None) -> str:
+        self._need(node)
+        return "" if node is None else self._src(node)
+
+    def _src(self, node: ast.expr) -> str:
+        # The source text as written (already in ruff style), else a re-rendering.
+        text = ast.get_source_segment(self.source.text, node)
+        return text if text is not None and "\n" not in text else ast.unparse(node)
+
+    def _signature(self, name: str, params: list[_Param], returns: str, indent: str) -> None:
+        parts = ["self"]
+        seen_kw = False
+        for i, p in enumerate(params):
+            if p.kind == "kw" and not seen_kw:
+                parts.append("*")
+                seen_kw = True
+            text = p.name
+            ann = self._annotation(p.annotation)
+            if ann:
+                text += f": {ann}"
+            if p.default is not None:
+                self._need(p.default)
+                default = self._src(p.default)
+                text += f" = {default}" if ann else f"={default}"
+            parts.append(text)
+            if p.kind == "posonly" and (i + 1 == len(params) or params[i + 1].kind != "posonly"):
+                parts.append("/")
+        one = f"{indent}def {name}({', '.join(parts)}) -> {returns}:"
+        if len(one) <= LINE:
+            self.lines.append(one)
+            return
+        self.lines.append(f"{indent}def {name}(")
+        self.lines.extend(f"{indent}    {part}," for part in parts)
+        self.lines.append(f"{indent}) -> {returns}:")
+
+    def _call(self, prefix: str, head: str, params: list[_Param], suffix: str, indent: str) -> None:
+        args = [head] if head else []
+        for p in params:
+            value = f"{p.name}._obj" if _wrapped_name(p.annotation) else p.name
+            args.append(value if p.kind != "kw" else f"{p.name}={value}")
+        one = f"{indent}{prefix}({', '.join(args)}){suffix}"
+        if len(one) <= LINE:
+            self.lines.append(one)
+            return
+        inner = f"{indent}    {', '.join(args)}"
+        if len(inner) <= LINE:
+            self.lines += [f"{indent}{prefix}(", inner, f"{indent}){suffix}"]
+            return
+        self.lines.append(f"{indent}{prefix}(")
+        self.lines.extend(f"{indent}    {a}," for a in args)
+        self.lines.append(f"{indent}){suffix}")
+
+    # -- the class ------------------------------------------------------------------------
+
+    def emit(self) -> str:
+        spec, node = self.spec, self.source.cls(self.spec.cls)
+        async_name = f"_Async{spec.cls}"
+        self.imports.add(f"{spec.cls} as {async_name}", spec.module)
+        self.imports.add("SyncWrapper", "jetsdk._sync_support")
+        self.imports.add("ClientClosed", "jetsdk.errors")
+        self.imports.add("TracebackType", "types")
+        self.imports.add("Callable", "collections.abc")
+        if spec.owns_loop:
+            self.imports.add("LoopThread", "jetsdk._sync_support")
+        body: list[str] = []
+        self.lines = body
+        doc = ast.get_docstring(node)
+        extra = (
+            f"\n\nBlocking version of :class:`{spec.module}.{spec.cls}`\n(generated); "
+            "every call runs in the client's private event-loop thread. Thread-safe."
+        )
+        body += _doc((doc or spec.cls) + extra, "    ")
+        methods = {
+            m.name: m for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        self._emit_init(methods["__init__"], async_name)
+        self._emit_lifecycle(async_name)
+        for name, method in methods.items():
+            if name in spec.skip or name in ("__init__", "__aenter__", "__aexit__"):
+                continue
+            if name.startswith("_") and name not in ("__aiter__", "__anext__"):
+                continue
+            self._emit_method(method)
+        header = [
+            HEADER.format(source=f"{spec.module.replace('.', '/')}.py"),
+            f'"""Blocking :class:`{spec.cls}` (generated from :mod:`{spec.module}`)."""',
+            "",
+            "from __future__ import annotations",
+            "",
+            *self.imports.render(),
+            "",
+            f"class {spec.cls}(SyncWrapper):",
+        ]
+        return "\n".join([*header, *body]).rstrip("\n") + "\n"
+
+    def _emit_init(self, init: ast.FunctionDef | ast.AsyncFunctionDef, async_name: str) -> None:
+        params = _params(init.args)
+        if self.spec.owns_loop:
+            backend = _Param("backend", _BACKEND_ANN, _BACKEND_DEFAULT, "kw")
+            params_sig = [*params, backend]
+        else:
+            params_sig = params
+        self.lines.append("")
+        self._signature("__init__", params_sig, "None", "    ")
+        doc = ast.get_docstring(init) or ""
+        if self.spec.owns_loop:
+            doc += (
+                "\n\nbackend: the anyio backend of the private loop thread "
+                '(``"asyncio"`` or ``"trio"``).'
+            )
+        self.lines += _doc(doc, "        ")
+        self.lines.append(f"        self._async: {async_name} | None = None")
+        factory = f"        self._factory: Callable[[], {async_name}] = lambda: {async_name}("
+        self.lines.append(factory)
+        args = []
+        for p in params:
+            value = f"{p.name}._obj" if _wrapped_name(p.annotation) else p.name
+            args.append(value if p.kind != "kw" else f"{p.name}={value}")
+        self.lines.extend(f"            {a}," for a in args)
+        self.lines.append("        )")
+        if self.spec.owns_loop:
+            self.lines.append("        self._backend = backend")
+            self.lines.append("        self._loop: LoopThread | None = None")
+        else:
+            owner = next(p.name for p in params if _wrapped_name(p.annotation))
+            self.lines.append(f"        self._owner = {owner}")
+
+    def _emit_lifecycle(self, async_name: str) -> None:
+        cls = self.spec.cls
+        L = self.lines
+        L += [
+            "",
+            "    @property",
+            f"    def _obj(self) -> {async_name}:",
+            "        if self._async is None:",
+            f'            raise ClientClosed("use {cls} in a `with` block (or call open() first)")',
+            "        return self._async",
+            "",
+            f"    def open(self) -> {cls}:",
+            f'        """Start the {cls} (what entering ``with`` does); see :meth:`close`."""',
+            "        if self._async is not None:",
+            f'            raise ClientClosed("{cls} is already open")',
+        ]
+        if self.spec.owns_loop:
+            L += [
+                "        loop = LoopThread(self._backend)",
+                "        portal = loop.start()",
+                "        try:",
+                "            self._async = self._enter_async(portal, self._factory)",
+                "        except BaseException:",
+                "            loop.stop()",
+                "            self._portal = None",
+                "            raise",
+                "        self._loop = loop",
+                "        return self",
+            ]
+        else:
+            L += [
+                "        self._async = self._enter_async(self._owner._check(), self._factory)",
+                "        return self",
+            ]
+        L += [
+            "",
+            "    def close(self) -> None:",
+            f'        """Close the {cls} (what leaving ``with`` does); idempotent."""',
+            "        self.__exit__(None, None, None)",
+            "",
+            f"    def __enter__(self) -> {cls}:",
+            "        return self.open()",
+            "",
+            "    def __exit__(",
+            "        self,",
+            "        exc_type: type[BaseException] | None,",
+            "        exc: BaseException | None,",
+            "        tb: TracebackType | None,",
+            "    ) -> None:",
+        ]
+        if self.spec.owns_loop:
+            L += [
+                "        try:",
+                "            self._exit_async(exc_type, exc, tb)",
+                "        finally:",
+                "            loop, self._loop = self._loop, None",
+                "            if loop is not None:",
+                "                loop.stop()",
+                "            self._portal = None",
+                "            self._async = None",
+            ]
+        else:
+            L += [
+                "        try:",
+                "            self._exit_async(exc_type, exc, tb)",
+                "        finally:",
+                "            self._portal = None",
+                "            self._async = None",
+            ]
+
+    def _emit_method(self, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        name = method.name
+        params = _params(method.args)
+        returns = self._annotation(method.returns) or "None"
+        is_property = any(
+            isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list
+        )
+        doc = ast.get_docstring(method)
+        L = self.lines
+        L.append("")
+        if name == "__aiter__":
+            L += [f"    def __iter__(self) -> {self.spec.cls}:", "        return self"]
+            return
+        if name == "__anext__":
+            L.append(f"    def __next__(self) -> {returns}:")
+            L += _doc(doc, "        ")
+            L.append("        return self._next(self._obj)")
+            return
+        if is_property:
+            L.append("    @property")
+            L.append(f"    def {name}(self) -> {returns}:")
+            L += _doc(doc, "        ")
+            L.append(f"        return self._obj.{name}")
+            return
+        self._signature(name, params, returns, "    ")
+        L += _doc(doc, "        ")
+        runner = "self._run" if isinstance(method, ast.AsyncFunctionDef) else "self._run_sync"
+        head = f"self._obj.{name}"
+        wrapper = RETURN_WRAPPERS.get(returns)
+        if wrapper is not None:
+            self._call(f"result = {runner}", head, params, "", "        ")
+            self.lines.append(f"        return {returns}(self, result)")
+        elif returns == "None":
+            self._call(runner, head, params, "", "        ")
+        else:
+            self._call(f"return {runner}", head, params, "", "        ")
+
+
+_BACKEND_ANN = ast.Name("str")
+_BACKEND_DEFAULT = ast.Name('"asyncio"')  # rendered verbatim by ast.unparse
+
+
+def _wrapped_name(annotation: ast.expr | None) -> bool:
+    return isinstance(annotation, ast.Name) and annotation.id in WRAPPED
+
+
+def _init_module() -> str:
+    lines = [
+        HEADER.format(source="the async classes"),
+        '"""The blocking jetsdk API, for scripts, threads and Spark executors.',
+        "",
+        "Same classes, methods and arguments as the async API, without ``await``::",
+        "",
+        "    from jetsdk.sync import Client, Producer, Consumer",
+        "",
+        '    with Client(["127.0.0.1:9292"]) as client:',
+        '        client.create_stream("orders", "orders", partitions=3)',
+        '        with Producer(client, "orders") as producer:',
+        '            ack = producer.send(b"hello", key=b"user-1")',
+        '            handle = producer.send_soon(b"pipelined")  # handle.result(timeout)',
+        '        with Consumer(client, "orders", start="earliest") as consumer:',
+        "            for msg in consumer:",
+        "                ...",
+        "",
+        "Generated by ``tools/gen_sync.py`` from the async classes; each sync client runs the",
+        "async code in a private event-loop thread (see :mod:`jetsdk._sync_support`).",
+        '"""',
+        "",
+        "from jetsdk._sync_support import SendHandle",
+        *sorted(f"from {WRAPPED[s.cls]} import {s.cls}" for s in SPECS),
+        "",
+        "__all__ = [" + ", ".join(f'"{n}"' for n in sorted([*WRAPPED, "SendHandle"])) + "]",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def generate() -> dict[Path, str]:
+    """Every generated file: path -> content."""
+    files = {OUT / spec.out: _Emitter(spec).emit() for spec in SPECS}
+    files[OUT / "__init__.py"] = _init_module()
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate jetsdk.sync from the async API.")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
+    args = parser.parse_args(argv)
+    files = generate()
+    if args.check:
+        stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
+        for path in stale:
+            print(f"stale: {path.relative_to(ROOT)} (run python tools/gen_sync.py)")
+        return 1 if stale else 0
+    OUT.mkdir(exist_ok=True)
+    for path, text in files.items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
