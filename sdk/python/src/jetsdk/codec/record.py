@@ -135,6 +135,8 @@ def encode_body(
                 raise CodecError("header name exceeds limit", reason="limit")
             parts.append(_U16.pack(len(raw)))
             parts.append(raw)
+            if len(hval) > MAX_VALUE_BYTES:
+                raise CodecError("header value exceeds limit", reason="limit")
             parts.append(_U32.pack(len(hval)))
             parts.append(bytes(hval))
         if len(value) > MAX_VALUE_BYTES:
@@ -270,10 +272,14 @@ def decode_record(
             p += nlen
             (vlen,) = _U32.unpack_from(buf, p)
             p += 4
+            if vlen > MAX_VALUE_BYTES:
+                raise CodecError(f"header value of {vlen} bytes exceeds limit", reason="limit")
             headers.append((name, bytes(buf[p : p + vlen])))
             p += vlen
         (vlen,) = _U32.unpack_from(buf, p)
         p += 4
+        if vlen > MAX_VALUE_BYTES:
+            raise CodecError(f"value of {vlen} bytes exceeds limit", reason="limit")
         value = bytes(buf[p : p + vlen])
         p += vlen
     except (struct.error, UnicodeDecodeError, IndexError) as exc:
