@@ -55,7 +55,7 @@ class Ack:
     """Stored timestamp, ns since the epoch; -1 with ack policy NONE."""
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, repr=False)
 class Message:
     """A consumed message: the stored record plus where it came from.
 
@@ -109,6 +109,14 @@ class Message:
     def datetime(self) -> datetime:
         """The timestamp as an aware UTC datetime (microsecond precision)."""
         return datetime.fromtimestamp(self.record.timestamp / 1e9, tz=UTC)
+
+    def __repr__(self) -> str:
+        r = self.record
+        value = r.value if len(r.value) <= 64 else r.value[:64] + b"..."
+        return (
+            f"Message(stream={self.stream!r}, partition={self.partition}, offset={r.offset}, "
+            f"timestamp={r.timestamp}, key={r.key!r}, value={value!r}, headers={r.headers!r})"
+        )
 
     def header(self, name: str) -> bytes | None:
         """The first value of header ``name``, or None."""

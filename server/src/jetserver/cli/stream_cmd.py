@@ -1,0 +1,317 @@
+"""``jet stream create|list|info|delete``: manage streams through the client protocol.
+
+Also holds what every client-side command shares (``--servers``, running a command with a
+:class:`jetsdk.Client` and mapping errors to the exit codes of :mod:`jetserver.cli.main`):
+``jet pub`` and ``jet sub`` (:mod:`jetserver.cli.pubsub_cmd`) use it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import orjson
+
+from jetsdk import Client, JetConnectionError, JetError, StreamExists
+from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, ENV_SERVERS
+from jetsdk.errors import InvalidArgument
+from jetsdk.metadata import StreamInfo
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+_UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+_IUNITS = {"ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}
+_DURATIONS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+# -- shared by the client-side commands ---------------------------------------------------
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--servers`` and ``--connect-timeout``."""
+    parser.add_argument(
+        "--servers",
+        metavar="HOST:PORT[,...]",
+        help=f"servers to connect to (default: ${ENV_SERVERS}, then 127.0.0.1:9292)",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=positive_float,
+        default=DEFAULT_CONNECT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"give up connecting after this long (default {DEFAULT_CONNECT_TIMEOUT:g})",
+    )
+
+
+def run_with_client(args: argparse.Namespace, body: Callable[[Client], Awaitable[int]]) -> int:
+    """Connect, run ``body(client)``, and turn errors into exit codes and stderr lines."""
+
+    async def main() -> int:
+        async with Client(args.servers, connect_timeout=args.connect_timeout) as client:
+            return await body(client)
+
+    try:
+        return anyio.run(main)
+    except InvalidArgument as exc:
+        return fail(f"{exc}", EXIT_USAGE)
+    except JetConnectionError as exc:
+        return fail(f"cannot reach a server: {exc}", EXIT_UNREACHABLE)
+    except JetError as exc:
+        return fail(f"{type(exc).__name__}: {exc}", EXIT_FAILED)
+    except BrokenPipeError:
+        # The reader went away (e.g. `jet sub | head`); not an error.
+        sys.stderr.close()
+        return EXIT_OK
+
+
+def fail(message: str, code: int) -> int:
+    """Print ``jet: message`` on stderr and return ``code``."""
+    print(f"jet: {message}", file=sys.stderr)
+    return code
+
+
+def print_json(obj: Any) -> None:
+    """One JSON document on its own line (flushed)."""
+    sys.stdout.write(orjson.dumps(obj).decode() + "\n")
+    sys.stdout.flush()
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = nonnegative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def size(text: str) -> int:
+    """argparse type: bytes, e.g. ``1048576``, ``500MB``, ``1GiB``."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]i?)?[bB]?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 1048576, 500MB, 1GiB)")
+    unit = (match.group(2) or "").lower()
+    return int(match.group(1)) * (_IUNITS[unit] if unit.endswith("i") else _UNITS[unit])
+
+
+def duration(text: str) -> float:
+    """argparse type: seconds, e.g. ``3600``, ``90s``, ``30m``, ``12h``, ``7d``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 12h, 7d)")
+    return float(match.group(1)) * _DURATIONS[match.group(2) or ""]
+
+
+# -- jet stream ---------------------------------------------------------------------------
+
+
+def register(subparsers: Any) -> None:
+    """Add ``jet stream`` and its subcommands."""
+    stream: argparse.ArgumentParser = subparsers.add_parser(
+        "stream",
+        help="create, list, inspect and delete streams",
+        description="Manage streams (durable logs of NATS subjects).",
+    )
+    sub = stream.add_subparsers(dest="stream_command", metavar="SUBCOMMAND")
+    sub.required = True
+
+    create = sub.add_parser(
+        "create",
+        help="create a stream",
+        description="Create a stream that stores the messages of SUBJECT. Partition 0 "
+        "listens on SUBJECT, partition p > 0 on SUBJECT.p.",
+    )
+    create.add_argument("name", metavar="NAME", help="stream name ([A-Za-z0-9_.-], 1-255)")
+    create.add_argument("--subject", help="NATS subject to store (default: NAME)")
+    create.add_argument("--partitions", type=positive_int, default=1, metavar="N")
+    create.add_argument(
+        "--replicas", type=positive_int, default=1, metavar="R", help="replication factor"
+    )
+    create.add_argument("--compact", action="store_true", help="keep only the last per key")
+    create.add_argument(
+        "--group", metavar="G", help="load-balance group (one of its streams stores each message)"
+    )
+    create.add_argument(
+        "--retention-max-age", type=duration, metavar="DURATION", help="e.g. 7d, 12h"
+    )
+    create.add_argument("--retention-max-bytes", type=size, metavar="SIZE", help="per partition")
+    create.add_argument(
+        "--retention-max-messages", type=positive_int, metavar="N", help="per partition"
+    )
+    create.add_argument("--segment-max-bytes", type=size, metavar="SIZE")
+    create.add_argument("--segment-max-age", type=duration, metavar="DURATION")
+    create.add_argument("--max-message-bytes", type=size, metavar="SIZE")
+    create.add_argument(
+        "--if-not-exists",
+        action="store_true",
+        help="succeed if the stream already exists with the same settings",
+    )
+    create.add_argument("--json", action="store_true", help="print the stream as JSON")
+    add_client_options(create)
+    create.set_defaults(func=_create)
+
+    listing = sub.add_parser("list", help="list streams", description="List every stream.")
+    listing.add_argument("--json", action="store_true", help="one JSON array of streams")
+    add_client_options(listing)
+    listing.set_defaults(func=_list)
+
+    info = sub.add_parser(
+        "info",
+        help="show a stream and its partitions",
+        description="Show a stream: settings and, per partition, leader, replicas, ISR, "
+        "high watermark (hw), log end offset (leo) and log start.",
+    )
+    info.add_argument("name", metavar="NAME")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    add_client_options(info)
+    info.set_defaults(func=_info)
+
+    delete = sub.add_parser(
+        "delete", help="delete a stream and its data", description="Delete a stream and its data."
+    )
+    delete.add_argument("name", metavar="NAME")
+    add_client_options(delete)
+    delete.set_defaults(func=_delete)
+
+
+def _create(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        try:
+            info = await client.create_stream(
+                args.name,
+                args.subject,
+                partitions=args.partitions,
+                replication_factor=args.replicas,
+                compact=args.compact,
+                group=args.group,
+                retention_max_age=args.retention_max_age,
+                retention_max_bytes=args.retention_max_bytes,
+                retention_max_messages=args.retention_max_messages,
+                segment_max_bytes=args.segment_max_bytes,
+                segment_max_age=args.segment_max_age,
+                max_message_bytes=args.max_message_bytes,
+                exist_ok=args.if_not_exists,
+            )
+        except StreamExists as exc:
+            hint = "" if args.if_not_exists else " (--if-not-exists accepts identical settings)"
+            return fail(f"{exc}{hint}", EXIT_FAILED)
+        if args.json:
+            print_json(info.to_json())
+        else:
+            print(
+                f"stream {info.name} on {info.subject}: {info.partition_count} partition(s), "
+                f"replication factor {info.replication_factor}"
+            )
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def _list(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        streams = await client.list_streams()
+        if args.json:
+            print_json([s.to_json() for s in streams])
+            return EXIT_OK
+        rows = [["NAME", "SUBJECT", "PARTITIONS", "REPLICAS", "COMPACT", "GROUP"]]
+        for s in streams:
+            rows.append(
+                [
+                    s.name,
+                    s.subject,
+                    str(s.partition_count),
+                    str(s.replication_factor),
+                    "yes" if s.compact else "no",
+                    s.group or "-",
+                ]
+            )
+        _print_table(rows)
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def _info(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        info = await client.describe_stream(args.name)
+        if args.json:
+            print_json(info.to_json())
+            return EXIT_OK
+        _print_info(info)
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def _delete(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        await client.delete_stream(args.name)
+        print(f"deleted stream {args.name}")
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def _print_info(info: StreamInfo) -> None:
+    print(f"stream:      {info.name}")
+    print(f"subject:     {info.subject}")
+    print(f"group:       {info.group or '-'}")
+    print(f"replicas:    {info.replication_factor}")
+    print(f"compact:     {'yes' if info.compact else 'no'}")
+    settings = {k: v for k, v in info.config.items() if v is not None}
+    if settings:
+        print("config:      " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
+    rows = [["PARTITION", "SUBJECT", "LEADER", "REPLICAS", "ISR", "LOG_START", "HW", "LEO"]]
+    for p in info.partitions:
+        rows.append(
+            [
+                str(p.partition),
+                p.subject,
+                p.leader or "-",
+                ",".join(p.replicas) or "-",
+                ",".join(p.isr) or "-",
+                _opt(p.log_start),
+                _opt(p.hw),
+                _opt(p.leo),
+            ]
+        )
+    print()
+    _print_table(rows)
+
+
+def _opt(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _print_table(rows: list[list[str]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())

@@ -1,0 +1,195 @@
+"""`jet stream ...`, `jet pub`, `jet sub` as subprocesses: output and exit codes."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from typing import Any
+
+import orjson
+import pytest
+
+from jetserver.cli.main import main
+from support.jet_dev import JetDev
+
+TIMEOUT = 60
+
+
+def jet(
+    dev: JetDev | None, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("JET_SERVERS", None)
+    if dev is not None:
+        env["JET_SERVERS"] = ",".join(dev.servers)
+    return subprocess.run(
+        [sys.executable, "-m", "jetserver.cli.main", *args],
+        input=stdin.decode() if stdin is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+        check=False,
+    )
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def json_lines(text: str) -> list[Any]:
+    return [orjson.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_stream_lifecycle(jet_dev: JetDev) -> None:
+    out = ok(
+        jet(jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
+    )
+    assert "clilife" in out
+    again = jet(
+        jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2"
+    )
+    assert again.returncode == 1
+    assert "exists" in again.stderr
+    ok(
+        jet(
+            jet_dev,
+            "stream",
+            "create",
+            "clilife",
+            "--subject",
+            "cli.life",
+            "--partitions",
+            "2",
+            "--if-not-exists",
+        )
+    )
+    listing = ok(jet(jet_dev, "stream", "list"))
+    assert "clilife" in listing
+    assert "cli.life" in listing
+    (streams,) = json_lines(ok(jet(jet_dev, "stream", "list", "--json")))
+    assert "clilife" in [s["name"] for s in streams]
+    (info,) = json_lines(ok(jet(jet_dev, "stream", "info", "clilife", "--json")))
+    assert info["name"] == "clilife"
+    assert [p["partition"] for p in info["partitions"]] == [0, 1]
+    for p in info["partitions"]:
+        assert {"leader", "replicas", "isr", "hw", "leo"} <= p.keys()
+        assert p["hw"] == 0
+    assert "LEADER" in ok(jet(jet_dev, "stream", "info", "clilife"))
+    ok(jet(jet_dev, "stream", "delete", "clilife"))
+    gone = jet(jet_dev, "stream", "info", "clilife")
+    assert gone.returncode == 1
+    assert "StreamNotFound" in gone.stderr
+    assert jet(jet_dev, "stream", "delete", "clilife").returncode == 1
+
+
+def test_pub_and_sub(jet_dev: JetDev) -> None:
+    ok(jet(jet_dev, "stream", "create", "clips", "--subject", "cli.ps", "--partitions", "2"))
+    first = ok(jet(jet_dev, "pub", "cli.ps", "hello", "--key", "k1", "--header", "trace=abc"))
+    assert first.strip() == "stream=clips partition=0 offset=0"
+    (ack,) = json_lines(ok(jet(jet_dev, "pub", "cli.ps.1", "one", "--json", "--ack", "all")))
+    assert (ack["stream"], ack["partition"], ack["offset"]) == ("clips", 1, 0)
+    ok(jet(jet_dev, "pub", "cli.ps", "-", "--ack", "leader", stdin=b"from stdin"))
+    raw = bytes([0xFF, 0x00, 0x80])
+    # A non-UTF-8 value can only come through stdin.
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jetserver.cli.main",
+            "pub",
+            "cli.ps",
+            "-",
+            "--servers",
+            jet_dev.server,
+        ],
+        input=raw,
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+    lines = json_lines(
+        ok(jet(jet_dev, "sub", "clips", "--partition", "0", "--count", "3", "--json"))
+    )
+    assert [m["offset"] for m in lines] == [0, 1, 2]
+    assert lines[0]["key"] == "k1"
+    assert lines[0]["value"] == "hello"
+    assert lines[0]["subject"] == "cli.ps"
+    assert lines[0]["headers"] == [{"name": "trace", "value": "abc", "encoding": "utf-8"}]
+    assert lines[0]["timestamp"] > 0
+    assert lines[1]["value"] == "from stdin"
+    assert lines[2]["value_encoding"] == "base64"
+    assert base64.b64decode(lines[2]["value"]) == raw
+
+    text = ok(jet(jet_dev, "sub", "clips", "--from", "1", "--partition", "0", "--count", "1"))
+    assert text.startswith("partition=0 offset=1 ")
+    assert "value=from stdin" in text
+    all_parts = json_lines(ok(jet(jet_dev, "sub", "clips", "--count", "4", "--json")))
+    assert sorted((m["partition"], m["offset"]) for m in all_parts) == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+    ]
+    idle = ok(jet(jet_dev, "sub", "clips", "--from", "new-only", "--idle-timeout", "0.3"))
+    assert idle == ""
+
+
+def test_pub_errors(jet_dev: JetDev) -> None:
+    missing = jet(jet_dev, "pub", "cli.nobody.listens", "x")
+    assert missing.returncode == 1
+    assert "no stream" in missing.stderr
+    assert jet(jet_dev, "pub", "cli.ps", "x", "--header", "novalue").returncode == 2
+    assert jet(jet_dev, "sub", "cli-no-such-stream", "--count", "1").returncode == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("stream",),
+        ("stream", "create"),
+        ("stream", "create", "x", "--partitions", "0"),
+        ("stream", "create", "x", "--retention-max-age", "forever"),
+        ("pub", "only-subject"),
+        ("pub", "s", "v", "--ack", "sometimes"),
+        ("sub", "s", "--count", "-1"),
+    ],
+)
+def test_bad_arguments_exit_2(args: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse errors: checked in-process (same main() the `jet` script runs).
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    assert info.value.code == 2
+    assert "usage: jet" in capsys.readouterr().err
+
+
+def test_bad_values_exit_2_as_subprocess() -> None:
+    for args in (
+        ("sub", "s", "--from", "yesterday-ish"),
+        ("pub", "cli.*", "x"),
+        ("stream", "list", "--servers", "host:notaport"),
+    ):
+        proc = jet(None, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+
+
+def test_unreachable_server_exits_3() -> None:
+    for args in (("stream", "list"), ("pub", "a", "b"), ("sub", "a", "--count", "1")):
+        proc = jet(None, *args, "--servers", "127.0.0.1:1", "--connect-timeout", "2")
+        assert proc.returncode == 3, proc.stderr
+        assert "cannot reach" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [(), ("stream",), ("stream", "create"), ("stream", "info"), ("pub",), ("sub",)]
+)
+def test_help_everywhere(args: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--help"])
+    assert info.value.code == 0
+    assert "usage: jet" in capsys.readouterr().out
