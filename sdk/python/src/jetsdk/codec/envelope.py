@@ -83,6 +83,7 @@ _ACK_MID = struct.Struct(">Iqq")  # partition, offset, timestamp
 _ACK_TAIL = struct.Struct(">BH")  # ack_policy, error_code
 _U32 = struct.Struct(">I")
 _ACK_POLICIES = frozenset(int(p) for p in AckPolicy)
+_POLICY_BY_VALUE = tuple(AckPolicy)  # index by wire value: faster than AckPolicy(value)
 _MIN_ACK = 2 + _ACK_MID.size + 2 + _ACK_TAIL.size + 2
 
 
@@ -253,7 +254,7 @@ def decode_message(payload: bytes | bytearray | memoryview) -> EnvelopeMessage:
         headers=headers,
         ack_inbox=ack_inbox,
         correlation_id=correlation_id,
-        ack_policy=AckPolicy(ack_policy),
+        ack_policy=_POLICY_BY_VALUE[ack_policy],
         producer_id=producer_id,
         producer_seq=producer_seq,
     )
@@ -277,7 +278,7 @@ def _get_ack(buf: w.Buffer, p: int) -> tuple[Ack, int]:
         offset=offset,
         timestamp=timestamp,
         correlation_id=correlation_id,
-        ack_policy=AckPolicy(ack_policy),
+        ack_policy=_POLICY_BY_VALUE[ack_policy],
         error_code=error_code,
         error_message=error_message,
     )
