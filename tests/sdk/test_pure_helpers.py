@@ -109,4 +109,4 @@ def test_normalize_headers() -> None:
     assert normalize_headers([("a", "1"), ("a", "2")]) == (("a", b"1"), ("a", b"2"))
     assert normalize_headers(None) == ()
     with pytest.raises(TypeError):
-        normalize_headers({"a": 1})  # type: ignore[arg-type]
+        normalize_headers({"a": 1})  # type: ignore[dict-item]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import attrs
@@ -14,9 +14,9 @@ __all__ = ["Ack", "Headers", "HeadersInput", "Message", "normalize_headers"]
 Headers = tuple[tuple[str, bytes], ...]
 """Ordered (name, value) pairs; names may repeat."""
 
-HeadersInput = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
-"""Headers as callers may give them: a mapping, or (name, value) pairs; str values are
-encoded as UTF-8."""
+HeadersInput = Mapping[str, bytes | str] | Sequence[tuple[str, bytes | str]]
+"""Headers as callers may give them: a mapping, or a sequence of (name, value) pairs (names
+may repeat); str values are encoded as UTF-8."""
 
 
 def normalize_headers(headers: HeadersInput | None) -> Headers:
