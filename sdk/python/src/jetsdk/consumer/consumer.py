@@ -25,7 +25,7 @@ deleted, corrupt records, OffsetOutOfRange with ``reset="raise"``) are raised fr
 ``__anext__``/``fetch`` call; the partition's fetcher stops until :meth:`seek`.
 
 Extension point for consumer groups (issue 5): the assignment is changed only through
-``_assign``/``_revoke``, and every delivered message passes through ``_delivered``, so a
+``_assign``/``_revoke``, and every handed-out run of messages passes through ``_delivered``, so a
 group member can drive the assignment and track offsets to commit without touching the
 fetch logic.
 
@@ -80,6 +80,15 @@ class _Fetched:
     records: list[Record]
     hw: int
     error: JetError | None = None
+
+
+@attrs.define(eq=False, slots=True)
+class _Ready:
+    """Decoded records of one partition, handed out from ``index`` on."""
+
+    partition: int
+    records: list[Record]
+    index: int = 0
 
 
 @attrs.define(eq=False)
@@ -137,7 +146,7 @@ class Consumer:
         self._states: dict[int, _PartitionState] = {}
         self._send: MemoryObjectSendStream[_Fetched] | None = None
         self._receive: MemoryObjectReceiveStream[_Fetched] | None = None
-        self._buffer: deque[Message] = deque()
+        self._buffer: deque[_Ready] = deque()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -215,9 +224,10 @@ class Consumer:
                 state.scope.cancel()
         self._drop_buffered(set(partitions))
 
-    def _delivered(self, message: Message) -> None:
-        """Called for every message handed to the application (advances its position)."""
-        self._states[message.partition].position = message.offset + 1
+    def _delivered(self, partition: int, last_offset: int) -> None:
+        """Called whenever messages of ``partition`` up to ``last_offset`` were handed to the
+        application (advances its position)."""
+        self._states[partition].position = last_offset + 1
 
     # -- public API ----------------------------------------------------------------------
 
@@ -284,9 +294,13 @@ class Consumer:
                 await self._fill(None)
             except ClientClosed:
                 raise StopAsyncIteration from None
-        message = self._buffer.popleft()
-        self._delivered(message)
-        return message
+        ready = self._buffer[0]
+        record = ready.records[ready.index]
+        ready.index += 1
+        if ready.index == len(ready.records):
+            self._buffer.popleft()
+        self._delivered(ready.partition, record.offset)
+        return Message(self.stream, ready.partition, record)
 
     async def fetch(self, max_records: int = 500, timeout: float | None = None) -> list[Message]:
         """Up to ``max_records`` messages: what is already here, or the first batch to
@@ -303,14 +317,18 @@ class Consumer:
         out: list[Message] = []
         if not self._buffer:
             await self._fill(timeout)
+        stream = self.stream
         while len(out) < max_records:
             if not self._buffer and not self._fill_nowait():
                 break
-            take = min(max_records - len(out), len(self._buffer))
-            for _ in range(take):
-                message = self._buffer.popleft()
-                self._delivered(message)
-                out.append(message)
+            ready = self._buffer[0]
+            end = min(len(ready.records), ready.index + max_records - len(out))
+            partition = ready.partition
+            out.extend([Message(stream, partition, r) for r in ready.records[ready.index : end]])
+            self._delivered(partition, ready.records[end - 1].offset)
+            ready.index = end
+            if end == len(ready.records):
+                self._buffer.popleft()
         return out
 
     # -- internals ------------------------------------------------------------------------
@@ -343,8 +361,8 @@ class Consumer:
         )
 
     def _drop_buffered(self, partitions: set[int]) -> None:
-        if any(m.partition in partitions for m in self._buffer):
-            self._buffer = deque(m for m in self._buffer if m.partition not in partitions)
+        if any(r.partition in partitions for r in self._buffer):
+            self._buffer = deque(r for r in self._buffer if r.partition not in partitions)
 
     async def _fill(self, timeout: float | None) -> bool:
         """Wait for the next current batch and put it in the buffer; False on timeout."""
@@ -389,8 +407,8 @@ class Consumer:
             state.credit.release()
         if item.error is not None:
             raise item.error
-        stream, partition = self.stream, item.partition
-        self._buffer.extend(Message(stream, partition, r) for r in item.records)
+        if item.records:
+            self._buffer.append(_Ready(item.partition, item.records))
 
     async def _fetch_loop(
         self,
@@ -452,7 +470,7 @@ class Consumer:
                 await send.send(_Fetched(partition, generation, records, header.hw))
 
     def _buffer_has(self, partition: int) -> bool:
-        return any(m.partition == partition for m in self._buffer)
+        return any(r.partition == partition for r in self._buffer)
 
     async def _deliver_error(
         self,
