@@ -107,15 +107,19 @@ acks = st.builds(
     error_message=text,
 )
 
-json_values = st.recursive(
+json_scalars = (
     st.none()
     | st.booleans()
     | st.integers(-(2**63), 2**64 - 1)
-    | st.text(max_size=10)
-    | st.floats(allow_nan=False, allow_infinity=False),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
-    ),
-    max_leaves=10,
+    | st.text(max_size=6)
+    | st.floats(allow_nan=False, allow_infinity=False)
 )
-json_objects = st.dictionaries(st.text(max_size=8), json_values, max_size=5)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+json_objects = st.dictionaries(st.text(max_size=6), json_values, max_size=4)
+flat_json_objects = st.dictionaries(st.text(max_size=6), json_scalars, max_size=3)

@@ -29,7 +29,7 @@ frames = st.builds(
     api=st.integers(0, 255),
     flags=st.sampled_from([0, FLAG_RESPONSE, FLAG_RESPONSE | FLAG_ERROR]),
     correlation_id=U32,
-    body=st.binary(max_size=64),
+    body=st.binary(max_size=32),
 )
 
 
@@ -45,7 +45,7 @@ def drain(decoder: FrameDecoder) -> list[Frame]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(frames, max_size=6), st.randoms(use_true_random=False))
+@given(st.lists(frames, max_size=4), st.randoms(use_true_random=False))
 def test_any_chunking_yields_the_same_frames(batch: list[Frame], rnd: random.Random) -> None:
     stream = b"".join(encode(f) for f in batch)
     # all at once
@@ -182,3 +182,12 @@ def test_memory_is_released_after_each_frame() -> None:
         decoder.feed(one)
         assert decoder.next_frame() is not None
         assert decoder.buffered_bytes == 0
+
+
+def test_broken_decoder_drops_further_input() -> None:
+    decoder = FrameDecoder(max_frame_bytes=10)
+    decoder.feed(b"\x00\x00\x01\x00")
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frame()
+    decoder.feed(b"x" * 1000)
+    assert decoder.buffered_bytes == 4

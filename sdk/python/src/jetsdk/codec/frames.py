@@ -179,8 +179,10 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. An empty ``data`` is a no-op (EOF is the caller's business:
-        check :attr:`buffered_bytes` to tell a clean close from a torn frame)."""
-        self._buf += data
+        check :attr:`buffered_bytes` to tell a clean close from a torn frame). Ignored once
+        the decoder is broken, so memory stays bounded."""
+        if self._error is None:
+            self._buf += data
 
     def next_frame(self) -> Frame | None:
         """The next whole frame, or None if more bytes are needed.
