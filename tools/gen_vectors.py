@@ -42,6 +42,11 @@ Fields = dict[str, Any]
 Case = dict[str, Any]
 
 
+def bad(name: str, type_: str, hex_: str, reason: str) -> Case:
+    """An invalid case: decoding ``hex_`` with the ``type_`` decoder fails with ``reason``."""
+    return {"name": name, "type": type_, "hex": hex_, "error_reason": reason}
+
+
 def hx(data: bytes | None) -> str | None:
     return None if data is None else data.hex()
 
@@ -331,85 +336,30 @@ def envelope_file() -> dict[str, Any]:
     flipped = bytearray(full)
     flipped[-1] ^= 0x20
     invalid: list[Case] = [
-        {
-            "name": "message_truncated_header",
-            "type": "message",
-            "hex": full[:11].hex(),
-            "error_reason": "truncated",
-        },
-        {
-            "name": "message_truncated_value",
-            "type": "message",
-            "hex": reseal(full[:-1]).hex(),
-            "error_reason": "truncated",
-        },
-        {
-            "name": "message_bad_crc",
-            "type": "message",
-            "hex": bytes(flipped).hex(),
-            "error_reason": "crc",
-        },
-        {
-            "name": "message_version_2",
-            "type": "message",
-            "hex": reseal(full, version=2).hex(),
-            "error_reason": "version",
-        },
-        {
-            "name": "message_unknown_flag",
-            "type": "message",
-            "hex": reseal(full, flags=0x0003).hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "message_trailing_byte",
-            "type": "message",
-            "hex": reseal(full + b"\x00").hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "message_unknown_ack_policy",
-            "type": "message",
-            "hex": reseal(full[:12] + b"\x03" + full[13:]).hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "message_is_an_ack",
-            "type": "message",
-            "hex": ack.hex(),
-            "error_reason": "malformed",
-        },
-        {"name": "ack_is_a_message", "type": "ack", "hex": full.hex(), "error_reason": "malformed"},
-        {
-            "name": "ack_bad_crc",
-            "type": "ack",
-            "hex": (ack[:-1] + bytes([ack[-1] ^ 1])).hex(),
-            "error_reason": "crc",
-        },
-        {
-            "name": "ack_truncated",
-            "type": "ack",
-            "hex": reseal(ack[:-1]).hex(),
-            "error_reason": "truncated",
-        },
-        {
-            "name": "ack_with_flags",
-            "type": "ack",
-            "hex": reseal(ack, flags=1).hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "ack_batch_empty",
-            "type": "ack_batch",
-            "hex": reseal(ack[:5] + b"\x02" + ack[6:12] + b"\x00\x00").hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "unknown_kind",
-            "type": "ack",
-            "hex": reseal(ack, kind=3).hex(),
-            "error_reason": "malformed",
-        },
+        bad("message_truncated_header", "message", full[:11].hex(), "truncated"),
+        bad("message_truncated_value", "message", reseal(full[:-1]).hex(), "truncated"),
+        bad("message_bad_crc", "message", bytes(flipped).hex(), "crc"),
+        bad("message_version_2", "message", reseal(full, version=2).hex(), "version"),
+        bad("message_unknown_flag", "message", reseal(full, flags=0x0003).hex(), "malformed"),
+        bad("message_trailing_byte", "message", reseal(full + b"\x00").hex(), "malformed"),
+        bad(
+            "message_unknown_ack_policy",
+            "message",
+            reseal(full[:12] + b"\x03" + full[13:]).hex(),
+            "malformed",
+        ),
+        bad("message_is_an_ack", "message", ack.hex(), "malformed"),
+        bad("ack_is_a_message", "ack", full.hex(), "malformed"),
+        bad("ack_bad_crc", "ack", (ack[:-1] + bytes([ack[-1] ^ 1])).hex(), "crc"),
+        bad("ack_truncated", "ack", reseal(ack[:-1]).hex(), "truncated"),
+        bad("ack_with_flags", "ack", reseal(ack, flags=1).hex(), "malformed"),
+        bad(
+            "ack_batch_empty",
+            "ack_batch",
+            reseal(ack[:5] + b"\x02" + ack[6:12] + b"\x00\x00").hex(),
+            "malformed",
+        ),
+        bad("unknown_kind", "ack", reseal(ack, kind=3).hex(), "malformed"),
     ]
     plain = [
         {"name": "text", "hex": b"hello world".hex()},
@@ -737,12 +687,7 @@ def protocol_file() -> dict[str, Any]:
     produce = msg.encode_produce_request(PRODUCE_REQ)
     fetch = msg.encode_fetch_request(FETCH_REQ)
     invalid: list[Case] = [
-        {
-            "name": "frame_length_below_6",
-            "type": "frame",
-            "hex": "0000000500000000000100",
-            "error_reason": "malformed",
-        },
+        bad("frame_length_below_6", "frame", "0000000500000000000100", "malformed"),
         {
             "name": "frame_too_large_prefix_only",
             "type": "frame",
@@ -750,78 +695,43 @@ def protocol_file() -> dict[str, Any]:
             "error_reason": "limit",
             "max_frame_bytes": 16777216,
         },
-        {
-            "name": "frame_error_flag_without_response",
-            "type": "frame",
-            "hex": "00000006060200000001",
-            "error_reason": "malformed",
-        },
-        {
-            "name": "frame_unknown_flag",
-            "type": "frame",
-            "hex": "00000006060500000001",
-            "error_reason": "malformed",
-        },
-        {
-            "name": "json_not_an_object",
-            "type": "json",
-            "hex": b"[1,2]".hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "json_invalid",
-            "type": "json",
-            "hex": b'{"a":'.hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "error_without_code",
-            "type": "error",
-            "hex": b'{"message":"x"}'.hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "produce_request_truncated",
-            "type": "produce_request",
-            "hex": produce[:-1].hex(),
-            "error_reason": "truncated",
-        },
-        {
-            "name": "produce_request_trailing_byte",
-            "type": "produce_request",
-            "hex": (produce + b"\x00").hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "produce_request_ack_policy_3",
-            "type": "produce_request",
-            "hex": (produce[:12] + b"\x03" + produce[13:]).hex(),
-            "error_reason": "malformed",
-        },
-        {
-            "name": "produce_request_count_too_big",
-            "type": "produce_request",
-            "hex": msg.encode_produce_request(PRODUCE_REQ_MIN)[:13].hex() + "ffffffff",
-            "error_reason": "truncated",
-        },
-        {
-            "name": "produce_response_truncated",
-            "type": "produce_response",
-            "hex": msg.encode_produce_response(PRODUCE_RESULTS)[:-1].hex(),
-            "error_reason": "truncated",
-        },
-        {
-            "name": "fetch_request_truncated",
-            "type": "fetch_request",
-            "hex": fetch[:-1].hex(),
-            "error_reason": "truncated",
-        },
-        {
-            "name": "fetch_response_records_len_mismatch",
-            "type": "fetch_response",
-            "hex": msg.encode_fetch_response_header(0, 1, 0, 1, 10).hex() + "00",
-            "error_reason": "truncated",
-        },
+        bad("frame_error_flag_without_response", "frame", "00000006060200000001", "malformed"),
+        bad("frame_unknown_flag", "frame", "00000006060500000001", "malformed"),
+        bad("json_not_an_object", "json", b"[1,2]".hex(), "malformed"),
+        bad("json_invalid", "json", b'{"a":'.hex(), "malformed"),
+        bad("error_without_code", "error", b'{"message":"x"}'.hex(), "malformed"),
+        bad("produce_request_truncated", "produce_request", produce[:-1].hex(), "truncated"),
+        bad(
+            "produce_request_trailing_byte",
+            "produce_request",
+            (produce + b"\x00").hex(),
+            "malformed",
+        ),
+        bad(
+            "produce_request_ack_policy_3",
+            "produce_request",
+            (produce[:12] + b"\x03" + produce[13:]).hex(),
+            "malformed",
+        ),
+        bad(
+            "produce_request_count_too_big",
+            "produce_request",
+            msg.encode_produce_request(PRODUCE_REQ_MIN)[:13].hex() + "ffffffff",
+            "truncated",
+        ),
+        bad(
+            "produce_response_truncated",
+            "produce_response",
+            msg.encode_produce_response(PRODUCE_RESULTS)[:-1].hex(),
+            "truncated",
+        ),
+        bad("fetch_request_truncated", "fetch_request", fetch[:-1].hex(), "truncated"),
+        bad(
+            "fetch_response_records_len_mismatch",
+            "fetch_response",
+            msg.encode_fetch_response_header(0, 1, 0, 1, 10).hex() + "00",
+            "truncated",
+        ),
     ]
     return {
         "format": "protocol",
