@@ -242,3 +242,19 @@ class RawClient:
             if not records or records[-1].offset + 1 >= end:
                 return [r for r in out if upto is None or r.offset < upto]
             offset = records[-1].offset + 1
+
+    async def collect(
+        self, stream: str, partition: int, count: int, *, offset: int = 0, timeout_s: float = 10.0
+    ) -> list[Record]:
+        """Long-poll until ``count`` records from ``offset`` are committed (or fail after
+        ``timeout_s``)."""
+        out: list[Record] = []
+        with anyio.fail_after(timeout_s):
+            while len(out) < count:
+                _header, records = await self.fetch(
+                    stream, partition, offset, max_wait_ms=int(timeout_s * 1000)
+                )
+                out.extend(records)
+                if records:
+                    offset = records[-1].offset + 1
+        return out

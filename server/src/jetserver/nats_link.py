@@ -273,6 +273,13 @@ class NatsLink:
         if not nc.is_connected:
             raise NatsUnavailable("NATS link is down")
         try:
+            # nats-py (2.16) writes PING straight to the transport while earlier commands
+            # (SUB, PUB) may still wait in its pending buffer, so a bare flush() can return
+            # before they reached the server. Push the pending buffer out first.
+            flush_pending = getattr(nc, "_flush_pending", None)
+            if flush_pending is not None:
+                with anyio.fail_after(max(timeout_s, 0.001)):
+                    await flush_pending(force_flush=True)
             await nc.flush(timeout=max(timeout_s, 0.001))  # type: ignore[arg-type]
         except Exception as exc:
             raise NatsUnavailable(f"NATS flush failed: {exc or type(exc).__name__}") from exc

@@ -15,6 +15,9 @@ from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.storage import Log, OffsetOutOfRange, ReadSlice
 
+MAX_GAP_SKIPS = 64
+"""Empty reads (compaction gaps) skipped within one Fetch before answering empty."""
+
 
 @attrs.frozen
 class FetchAnswer:
@@ -45,9 +48,10 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
     """
     replica = streams.replica(req.stream, req.partition)
     log = replica.log
-    if req.offset < log.log_start_offset or req.offset > log.high_watermark:
+    if req.offset < log.log_start_offset or req.offset > log.log_end_offset:
         return _out_of_range(replica.log)
-    if req.offset == log.high_watermark and req.max_wait_ms > 0:
+    # hw <= offset <= leo: wait (a follower's hw may lag the hw a consumer saw elsewhere).
+    if req.offset >= log.high_watermark and req.max_wait_ms > 0:
         wait_ms = min(req.max_wait_ms, limits.max_fetch_wait_ms)
         await replica.wait_for_hw_above(req.offset, wait_ms / 1000)
         if replica.closed:
@@ -56,14 +60,22 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
     hw = log.high_watermark
     if req.offset >= hw:
         return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset)
-    try:
-        records = log.read(req.offset, max(req.max_bytes, 1), hw)
-    except OffsetOutOfRange:
-        return _out_of_range(log)
-    if records.length == 0:
+    offset = req.offset
+    for _ in range(MAX_GAP_SKIPS):
+        try:
+            records = log.read(offset, max(req.max_bytes, 1), hw)
+        except OffsetOutOfRange:
+            return _out_of_range(log)
+        if records.length:
+            return FetchAnswer(
+                ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, records
+            )
         records.close()
-        return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset)
-    return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, records)
+        # An empty slice below the HW is a compaction gap: skip it silently.
+        if records.next_offset <= offset or records.next_offset >= hw:
+            break
+        offset = records.next_offset
+    return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset)
 
 
 def _out_of_range(log: Log) -> FetchAnswer:

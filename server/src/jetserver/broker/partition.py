@@ -92,6 +92,8 @@ class PartitionReplica:
     """Messages appended since start."""
     messages_rejected: int = 0
     """Messages refused (too large, bad fields, storage errors)."""
+    fetch_waiters: int = 0
+    """Fetches parked waiting for the HW to move."""
 
     # ---------------------------------------------------------------- ingest side
 
@@ -120,9 +122,13 @@ class PartitionReplica:
 
     async def wait_for_hw_above(self, offset: int, timeout_s: float) -> None:
         """Return when the HW passes ``offset``, the partition stops, or ``timeout_s`` passes."""
-        with anyio.move_on_after(timeout_s):
-            while self.log.high_watermark <= offset and not self._closed and not self._stopping:
-                await self._hw_moved.wait()
+        self.fetch_waiters += 1
+        try:
+            with anyio.move_on_after(timeout_s):
+                while self.log.high_watermark <= offset and not self._closed and not self._stopping:
+                    await self._hw_moved.wait()
+        finally:
+            self.fetch_waiters -= 1
 
     def wake_waiters(self) -> None:
         """Wake every fetch waiting on this partition (HW move, stop, shutdown)."""

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 class _Waiting:
     """A Produce request waiting for its acks."""
 
+    stream: str
+    partition: int
     results: list[ProduceResult | None]
     remaining: int
     done: anyio.Event = attrs.field(factory=anyio.Event)
@@ -72,6 +74,7 @@ class ProduceService:
         """Subscribe to this server's ack inboxes."""
         self._prefix = self.link.new_inbox()
         self._sub = await self.link.subscribe(self._prefix + ".*", self._on_acks)
+        await self.link.flush(5.0)
 
     async def stop(self) -> None:
         """Unsubscribe; waiting requests time out on their own."""
@@ -91,6 +94,9 @@ class ProduceService:
             log.warning("undecodable ack", extra=fields(subject=msg.subject, error=str(exc)))
             return
         for ack in acks:
+            # Every stream a subject feeds acks the message; only ours counts.
+            if ack.stream != waiting.stream or ack.partition != waiting.partition:
+                continue
             try:
                 index = int(ack.correlation_id)
             except ValueError:
@@ -145,7 +151,7 @@ class ProduceService:
         token = format(next(self._tokens), "x")
         inbox = f"{self._prefix}.{token}"
         policy = req.ack_policy
-        waiting = _Waiting(results=results, remaining=0)
+        waiting = _Waiting(req.stream, req.partition, results=results, remaining=0)
         if policy != AckPolicy.NONE:
             self._waiting[token] = waiting
         timeout_s = min(req.timeout_ms, self.limits.max_produce_timeout_ms) / 1000

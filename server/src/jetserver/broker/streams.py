@@ -35,13 +35,14 @@ from jetserver.metadata.model import StreamMeta
 from jetserver.metadata.ops import CreateStream, DeleteStream
 from jetserver.metadata.store import MetadataStore
 from jetserver.metadata.validate import partition_subject, spec_from_request
-from jetserver.nats_link import NatsLink, SubscriptionHandle
+from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.storage import Log, LogConfig
 
 log = logging.getLogger(__name__)
 
 STREAMS_DIR = "streams"
 DELETED_SUFFIX = ".deleted"
+SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 QUEUE_GROUP_PREFIX = "jet.lb."
 """NATS queue group of a load-balance group ``g`` is ``jet.lb.g``."""
 
@@ -157,6 +158,16 @@ class StreamManager:
                 )
         for meta in self.streams():
             await self._open_stream(meta)
+        await self._confirm_subscriptions()
+
+    async def _confirm_subscriptions(self) -> None:
+        """Round-trip to NATS so the new subscriptions are active before we answer: a
+        message published after CreateStream returns is then captured."""
+        try:
+            await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S)
+        except NatsUnavailable as exc:
+            # Subscriptions are replayed by nats-py once the link is back.
+            log.warning("cannot confirm subscriptions", extra=fields(error=str(exc)))
 
     async def _open_stream(self, meta: StreamMeta) -> None:
         assert self._tg is not None
@@ -274,6 +285,7 @@ class StreamManager:
                 )
                 try:
                     await self._open_stream(result.stream)
+                    await self._confirm_subscriptions()
                 except Exception as exc:
                     log.exception("cannot open new stream", extra=fields(stream=spec.name))
                     raise ApiError(

@@ -36,7 +36,7 @@ from jetsdk.codec.frames import (
 from jetsdk.codec.messages import encode_error
 from jetserver.config import LimitsConfig
 from jetserver.logs import fields
-from jetserver.protocol.socket_io import SocketIO
+from jetserver.protocol.socket_io import READ_INLINE_MAX_BYTES, SocketIO
 from jetserver.storage import ReadSlice
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,10 @@ class Connection:
                         await self.io.send_all(reply.data, more=True)
                         await self.io.sendfile(records.fileno, records.position, records.length)
                     else:
-                        chunk = await anyio.to_thread.run_sync(records.read_bytes)
+                        if records.length <= READ_INLINE_MAX_BYTES:
+                            chunk = records.read_bytes()
+                        else:
+                            chunk = await anyio.to_thread.run_sync(records.read_bytes)
                         await self.io.send_buffers([reply.data, chunk])
                 if scope.cancelled_caught:
                     log.info(

@@ -33,6 +33,7 @@ from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
+from jetserver.storage import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class Dispatcher:
             return Reply(encode_frame(api, cid, encode_json(response), flags=FLAG_RESPONSE))
         except ApiError as exc:
             return error_reply(api, cid, exc.code, exc.message, exc.details)
+        except StorageError as exc:
+            details = {"retriable": exc.retriable}
+            return error_reply(api, cid, exc.code, f"storage: {exc}", details)
         except CodecError as exc:
             return error_reply(
                 api,

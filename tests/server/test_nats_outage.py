@@ -1,0 +1,57 @@
+"""NATS going away and coming back: Produce answers UNAVAILABLE, then ingest resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import nats
+import pytest
+
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.messages import ProduceMessage
+from jetserver.nats_link import NatsLink
+from support.jet_server import running_server
+from support.nats_server import NatsServer
+from support.raw_client import RawClient
+
+pytestmark = pytest.mark.anyio
+
+
+async def wait_link(link: NatsLink, connected: bool, timeout_s: float = 20.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while link.connected is not connected:
+            await link.wait_state_change()
+
+
+async def test_nats_restart_ingest_resumes(nats_server: NatsServer, tmp_path: Path) -> None:
+    async with running_server(nats_server.url, tmp_path / "data") as server:
+        assert server.address is not None
+        assert server.link is not None
+        async with await RawClient.connect(server.address) as c:
+            await c.create_stream(name="dur", subject="dur")
+            first = await c.produce("dur", 0, [ProduceMessage(b"before")])
+            assert (first[0].error_code, first[0].offset) == (0, 0)
+
+            await anyio.to_thread.run_sync(nats_server.stop)
+            await wait_link(server.link, connected=False)
+            down = await c.produce("dur", 0, [ProduceMessage(b"lost")], ack_policy=AckPolicy.ALL)
+            assert down[0].error_code == ErrorCode.UNAVAILABLE
+            # Reads keep working without NATS.
+            assert [r.value for r in await c.fetch_all("dur", 0)] == [b"before"]
+
+            await anyio.to_thread.run_sync(nats_server.start)  # same port
+            await wait_link(server.link, connected=True)
+            await server.link.flush(5)  # the replayed subscriptions are in place
+            again = await c.produce("dur", 0, [ProduceMessage(b"after")])
+            assert (again[0].error_code, again[0].offset) == (0, 1)
+            plain = await nats.connect(nats_server.url)
+            try:
+                await plain.publish("dur", b"plain-after")
+                await plain.flush()
+            finally:
+                await plain.close()
+            records = await c.collect("dur", 0, 3)
+    assert [r.value for r in records] == [b"before", b"after", b"plain-after"]
+    assert server.link.disconnects >= 1
+    assert server.link.reconnects >= 1
