@@ -43,7 +43,7 @@ DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
 T = TypeVar("T")
 
 
-@attrs.frozen
+@attrs.define(slots=True, eq=False)
 class Queued(Generic[T]):
     """One message waiting in a partition queue."""
 
@@ -119,14 +119,16 @@ class Accumulator(Generic[T]):
     def append(
         self, partition: int, item: T, *, size: int, ack_policy: AckPolicy, now: float
     ) -> bool:
-        """Queue a message; return True if the head batch of its partition is now full."""
+        """Queue a message; return True if this made the head batch of its partition full
+        (it was not before)."""
         queue = self._queues.get(partition)
         if queue is None:
             queue = self._queues[partition] = _Queue()
+        was_full = self._head_full(queue)
         queue.entries.append(Queued(item, size, ack_policy, now))
         queue.size += size
         self._total += 1
-        return self._head_full(queue)
+        return not was_full and self._head_full(queue)
 
     def _head_full(self, queue: _Queue[T]) -> bool:
         entries = queue.entries

@@ -32,10 +32,12 @@ Task safety: one event loop; any number of tasks may send concurrently.
 from __future__ import annotations
 
 import secrets
+import time
 from types import TracebackType
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 
 from jetsdk.client import Client
@@ -111,6 +113,7 @@ class _PartitionSender:
     wake: anyio.Event
     in_flight: anyio.Semaphore
     next_seq: int = 0
+    waiting: bool = False
 
 
 class Producer:
@@ -168,8 +171,9 @@ class Producer:
         )
         self._tg: anyio.abc.TaskGroup | None = None
         self._senders: dict[int, _PartitionSender] = {}
-        self._window: anyio.Semaphore | None = None
+        self._space: anyio.Event | None = None
         self._unresolved = 0
+        self._since_yield = 0
         self._idle: anyio.Event | None = None
         self._flushing = 0
         self._closed = False
@@ -192,7 +196,7 @@ class Producer:
         self._max_message_bytes = limit
         if self.idempotent:
             self.producer_id = secrets.randbits(63)
-        self._window = anyio.Semaphore(self.max_pending)
+        self._space = anyio.Event()
         self._idle = anyio.Event()
         self._idle.set()
         tg = anyio.create_task_group()
@@ -212,6 +216,8 @@ class Producer:
                 await self.flush()
         finally:
             self._closed = True
+            if self._space is not None:
+                self._space.set()  # senders blocked on backpressure see the close
             closed = ClientClosed("the producer was closed before the message was sent")
             for pending in self._acc.drain_all():
                 self._resolve(pending, None, closed)
@@ -282,16 +288,15 @@ class Producer:
         Arguments as :meth:`send`; errors about the message itself (too large, bad
         partition, bad headers) are raised here, delivery errors by the handle.
         """
-        window = self._check_open()
+        self._check_open()
         value = bytes(value)
+        size = len(value)
         if key is not None:
             key = bytes(key)
-        hdrs = normalize_headers(headers)
-        size = (
-            len(value)
-            + (len(key) if key is not None else 0)
-            + sum(len(n) + len(v) + _PER_HEADER_OVERHEAD for n, v in hdrs)
-        )
+            size += len(key)
+        hdrs = normalize_headers(headers) if headers else ()
+        if hdrs:
+            size += sum(len(n) + len(v) + _PER_HEADER_OVERHEAD for n, v in hdrs)
         if size > self._max_message_bytes:
             raise MessageTooLarge(
                 f"message of {size} bytes exceeds the limit of {self._max_message_bytes}",
@@ -307,27 +312,33 @@ class Producer:
         if subject:
             _validate_subject(subject)
         policy = self.ack if ack is None else AckPolicy(ack)
-        try:
-            window.acquire_nowait()
-        except anyio.WouldBlock:
-            await window.acquire()
-        if self._closed:
-            window.release()
-            raise ClientClosed("the producer is closed")
+        while self._unresolved >= self.max_pending:  # backpressure
+            assert self._space is not None
+            if self._space.is_set():
+                self._space = anyio.Event()
+            await self._space.wait()
+            self._check_open()
         handle = SendHandle()
         pending = _Pending(ProduceMessage(value, key, hdrs, subject), handle)
         self._unresolved += 1
         if self._unresolved == 1:
             assert self._idle is not None
             self._idle = anyio.Event()
-        self._acc.append(
+        full = self._acc.append(
             partition,
             pending,
             size=size + len(subject) + _PER_MESSAGE_OVERHEAD,
             ack_policy=policy,
-            now=anyio.current_time(),
+            now=time.monotonic(),
         )
-        self._sender(partition).wake.set()
+        sender = self._sender(partition)
+        if sender.waiting:
+            sender.wake.set()
+        self._since_yield += 1
+        if full or self._since_yield >= self._acc.max_batch_messages:
+            # Let the senders ship full batches before queueing more.
+            self._since_yield = 0
+            await anyio.lowlevel.checkpoint()
         return handle
 
     async def flush(self) -> None:
@@ -347,12 +358,11 @@ class Producer:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _check_open(self) -> anyio.Semaphore:
+    def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed("the producer is closed")
-        if self._tg is None or self._window is None:
+        if self._tg is None:
             raise ClientClosed("use the producer inside `async with Producer(...) as p:`")
-        return self._window
 
     def _sender(self, partition: int) -> _PartitionSender:
         sender = self._senders.get(partition)
@@ -366,14 +376,18 @@ class Producer:
     async def _send_loop(self, partition: int, sender: _PartitionSender) -> None:
         acc = self._acc
         while True:
-            while not acc.ready(partition, anyio.current_time(), flushing=self._flushing > 0):
+            while not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0):
                 sender.wake = anyio.Event()
                 deadline = acc.deadline(partition)
-                if deadline is None:
-                    await sender.wake.wait()
-                else:
-                    with anyio.move_on_after(deadline - anyio.current_time()):
+                sender.waiting = True
+                try:
+                    if deadline is None:
                         await sender.wake.wait()
+                    else:
+                        with anyio.move_on_after(deadline - time.monotonic()):
+                            await sender.wake.wait()
+                finally:
+                    sender.waiting = False
             await sender.in_flight.acquire()
             batch = acc.drain(partition)
             if batch is None:
@@ -432,10 +446,11 @@ class Producer:
         if pending.handle.done():
             return
         pending.handle._set(ack, error)
-        assert self._window is not None
+        assert self._space is not None
         assert self._idle is not None
-        self._window.release()
         self._unresolved -= 1
+        if self._unresolved < self.max_pending:
+            self._space.set()
         if self._unresolved == 0:
             self._idle.set()
 

@@ -1,0 +1,369 @@
+"""jetsdk through a jet server vs NATS JetStream through nats-py, side by side in one run.
+
+Both sides use the same nats-server binary (JetStream on its own nats-server with ``-js``
+and a temporary store, file storage, one replica) and run in one Python process on the
+asyncio backend (nats-py is asyncio-only):
+
+(a) acked publish throughput, 100-byte values, ack LEADER, RF=1: ``Producer.send_soon`` +
+    ``flush`` vs ``js.publish_async`` + ``publish_async_completed``, both with a window of
+    4000 unacknowledged messages;
+(b) consume N stored messages from offset 0 (1M; quick: 100k): ``Consumer.fetch`` vs a
+    JetStream ordered push consumer and a pull consumer ``fetch(batch=1000)`` (no acks);
+(c) publish -> consume latency p50/p99 at a fixed rate (producer and consumer in this
+    process, one clock): linger 0 on the jet side;
+(d) ack ALL (fsynced group commit on the leader) vs JetStream with ``sync_interval:
+    always`` (fsync per write), same window as (a).
+
+Ratios are jet / JetStream for throughput (above 1 = jet faster) and JetStream / jet for
+latency (above 1 = jet faster). ``JET_BENCH_PROFILE=1`` adds a cProfile of the client side of
+(a) and (b). Run: ``python -m bench sdk [--quick]``.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from jetsdk import AckPolicy, Client, Consumer, Producer
+from jetserver.devcluster import DevCluster
+from jetserver.nats_process import find_nats_server
+
+VALUE = b"x" * 100
+WINDOW = 4000
+SETTLE_TIMEOUT_S = 600.0
+
+
+@contextmanager
+def jetstream_server(*, sync_always: bool) -> Iterator[str]:
+    """A nats-server with JetStream on a free port; yields its URL; stopped by PID."""
+    work = Path(tempfile.mkdtemp(prefix="bench-js-"))
+    ports = work / "ports"
+    ports.mkdir()
+    sync = "\n  sync_interval: always" if sync_always else ""
+    (work / "js.conf").write_text(
+        f'max_payload: 8388608\njetstream {{\n  store_dir: "{work / "store"}"{sync}\n}}\n'
+    )
+    binary = find_nats_server()
+    log = open(work / "log", "wb")  # noqa: SIM115 - closed below
+    args = [binary, "-a", "127.0.0.1", "-p", "-1", "-c", str(work / "js.conf")]
+    proc = subprocess.Popen(
+        [*args, "--ports_file_dir", str(ports)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        ports_file = ports / f"{Path(binary).name}_{proc.pid}.ports"
+        deadline = time.monotonic() + 30
+        while not ports_file.exists() or not ports_file.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"JetStream nats-server did not start: {work / 'log'}")
+            time.sleep(0.02)
+        time.sleep(0.05)
+        url = orjson.loads(ports_file.read_bytes())["nats"][0]
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+class Results:
+    """Rows of (label, jet, jetstream, unit, higher_is_better)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, float, float, str, bool]] = []
+
+    def add(self, label: str, jet: float, js: float, unit: str, higher_is_better: bool) -> None:
+        self.rows.append((label, jet, js, unit, higher_is_better))
+        ratio = _ratio(jet, js, higher_is_better)
+        print(f"  {label:<44} jet {jet:>12,.1f}  jetstream {js:>12,.1f} {unit:<6} ratio {ratio}")
+
+    def table(self) -> None:
+        print("\n  summary (ratio > 1: jet better)")
+        for label, jet, js, unit, hib in self.rows:
+            print(f"  {label:<44} {jet:>12,.1f} {js:>12,.1f} {unit:<6} {_ratio(jet, js, hib)}")
+
+
+def _ratio(jet: float, js: float, higher_is_better: bool) -> str:
+    if jet <= 0 or js <= 0:
+        return "n/a"
+    return f"{(jet / js if higher_is_better else js / jet):.2f}x"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _profiled(label: str, fn: Callable[[], Awaitable[float]]) -> float:
+    if not os.environ.get("JET_BENCH_PROFILE"):
+        return await fn()
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        return await fn()
+    finally:
+        profile.disable()
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(12)
+        print(f"\n  --- cProfile, client side of {label} ---")
+        print("\n".join("    " + line for line in out.getvalue().splitlines()[4:24]))
+
+
+# -- jet side -----------------------------------------------------------------------------
+
+
+async def jet_publish(client: Client, stream: str, n: int, ack: AckPolicy) -> float:
+    """Messages per second for ``n`` acked sends through a window of WINDOW."""
+    async with Producer(client, stream, ack=ack, max_pending=WINDOW, max_in_flight=4) as p:
+        start = time.perf_counter()
+        handle = None
+        for _ in range(n):
+            handle = await p.send_soon(VALUE)
+        await p.flush()
+        elapsed = time.perf_counter() - start
+        assert handle is not None
+        handle.result()
+    return n / elapsed
+
+
+async def jet_fill(client: Client, stream: str, n: int) -> None:
+    async with Producer(
+        client, stream, ack=AckPolicy.LEADER, max_pending=20_000, max_in_flight=8
+    ) as p:
+        for _ in range(n):
+            await p.send_soon(VALUE)
+        await p.flush()
+
+
+async def jet_consume(client: Client, stream: str, n: int) -> float:
+    async with Consumer(client, stream, start="earliest") as consumer:
+        start = time.perf_counter()
+        got = 0
+        with anyio.fail_after(SETTLE_TIMEOUT_S):
+            while got < n:
+                got += len(await consumer.fetch(max_records=10_000, timeout=10))
+        return got / (time.perf_counter() - start)
+
+
+async def jet_latency(client: Client, stream: str, rate: int, seconds: float) -> list[float]:
+    latencies: list[float] = []
+    total = int(rate * seconds)
+    async with (
+        Consumer(client, stream, start="new-only", max_wait=5.0) as consumer,
+        Producer(client, stream, linger=0, max_pending=WINDOW) as producer,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def consume() -> None:
+            with anyio.fail_after(seconds + 60):
+                while len(latencies) < total:
+                    for msg in await consumer.fetch(max_records=1000):
+                        sent = int.from_bytes(msg.value[:8], "big")
+                        latencies.append((time.perf_counter_ns() - sent) / 1e6)
+
+        tg.start_soon(consume)
+        await _paced(total, rate, lambda: producer.send_soon(_stamp()))
+    return latencies
+
+
+# -- JetStream side -----------------------------------------------------------------------
+
+
+async def js_setup(url: str, name: str, subject: str) -> tuple[Any, Any]:
+    import nats
+    from nats.js.api import StorageType, StreamConfig
+
+    nc = await nats.connect(url)
+    js = nc.jetstream(publish_async_max_pending=WINDOW)
+    await js.add_stream(
+        StreamConfig(name=name, subjects=[subject], storage=StorageType.FILE, num_replicas=1)
+    )
+    return nc, js
+
+
+async def js_publish(js: Any, subject: str, n: int) -> float:
+    start = time.perf_counter()
+    future = None
+    for _ in range(n):
+        future = await js.publish_async(subject, VALUE)
+    await js.publish_async_completed()
+    elapsed = time.perf_counter() - start
+    assert future is not None
+    await future
+    return n / elapsed
+
+
+async def js_fill(js: Any, subject: str, n: int) -> None:
+    for _ in range(n):
+        await js.publish_async(subject, VALUE)
+    await js.publish_async_completed()
+
+
+async def js_consume_ordered(js: Any, subject: str, n: int) -> float:
+    sub = await js.subscribe(subject, ordered_consumer=True)
+    start = time.perf_counter()
+    got = 0
+    with anyio.fail_after(SETTLE_TIMEOUT_S):
+        async for _msg in sub.messages:
+            got += 1
+            if got == n:
+                break
+    rate = got / (time.perf_counter() - start)
+    await sub.unsubscribe()
+    return rate
+
+
+async def js_consume_pull(js: Any, subject: str, n: int) -> float:
+    from nats.js.api import AckPolicy as JsAck
+    from nats.js.api import ConsumerConfig, DeliverPolicy
+
+    config = ConsumerConfig(ack_policy=JsAck.NONE, deliver_policy=DeliverPolicy.ALL)
+    sub = await js.pull_subscribe(subject, durable=None, config=config)
+    start = time.perf_counter()
+    got = 0
+    with anyio.fail_after(SETTLE_TIMEOUT_S):
+        while got < n:
+            got += len(await sub.fetch(batch=1000, timeout=10))
+    rate = got / (time.perf_counter() - start)
+    await sub.unsubscribe()
+    return rate
+
+
+async def js_latency(js: Any, subject: str, rate: int, seconds: float) -> list[float]:
+    from nats.js.api import DeliverPolicy
+
+    latencies: list[float] = []
+    total = int(rate * seconds)
+    done = anyio.Event()
+
+    async def on_msg(msg: Any) -> None:
+        sent = int.from_bytes(msg.data[:8], "big")
+        latencies.append((time.perf_counter_ns() - sent) / 1e6)
+        if len(latencies) >= total:
+            done.set()
+
+    sub = await js.subscribe(
+        subject, cb=on_msg, ordered_consumer=True, deliver_policy=DeliverPolicy.NEW
+    )
+    await _paced(total, rate, lambda: js.publish_async(subject, _stamp()))
+    with anyio.fail_after(seconds + 60):
+        await done.wait()
+    await sub.unsubscribe()
+    return latencies
+
+
+# -- shared -------------------------------------------------------------------------------
+
+
+def _stamp() -> bytes:
+    return time.perf_counter_ns().to_bytes(8, "big") + VALUE[8:]
+
+
+async def _paced(total: int, rate: int, send: Callable[[], Awaitable[Any]]) -> None:
+    start = time.perf_counter()
+    for i in range(total):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await anyio.sleep(delay)
+        await send()
+
+
+async def _main(quick: bool, jet_servers: list[str], js_url: str, js_sync_url: str) -> None:
+    import nats
+
+    n_pub = 20_000 if quick else 200_000
+    n_consume = 100_000 if quick else 1_000_000
+    n_all = 5_000 if quick else 50_000
+    rate, seconds = (500, 3.0) if quick else (1000, 10.0)
+    results = Results()
+    async with Client(jet_servers) as client:
+        for name in ("bpub", "bcons", "blat", "ball"):
+            await client.create_stream(name, f"bench.{name}")
+        nc, js = await js_setup(js_url, "BPUB", "js.pub")
+        await js.add_stream(name="BCONS", subjects=["js.cons"])
+        await js.add_stream(name="BLAT", subjects=["js.lat"])
+        sync_nc, sync_js = await js_setup(js_sync_url, "BALL", "js.all")
+        try:
+            print(f"(a) acked publish, {n_pub:,} x 100 B, ack LEADER, RF=1, window {WINDOW}")
+            jet_rate = await _profiled(
+                "(a) publish", lambda: jet_publish(client, "bpub", n_pub, AckPolicy.LEADER)
+            )
+            js_rate = await js_publish(js, "js.pub", n_pub)
+            results.add("publish ack LEADER", jet_rate, js_rate, "msg/s", True)
+
+            print(f"(b) consume {n_consume:,} stored messages from offset 0 (filling...)")
+            fill_start = time.perf_counter()
+            await jet_fill(client, "bcons", n_consume)
+            print(f"  jet fill took {time.perf_counter() - fill_start:.1f} s")
+            await js_fill(js, "js.cons", n_consume)
+            jet_rate = await _profiled(
+                "(b) consume", lambda: jet_consume(client, "bcons", n_consume)
+            )
+            ordered = await js_consume_ordered(js, "js.cons", n_consume)
+            pull = await js_consume_pull(js, "js.cons", n_consume)
+            results.add("consume vs ordered consumer", jet_rate, ordered, "msg/s", True)
+            results.add("consume vs pull fetch(1000)", jet_rate, pull, "msg/s", True)
+
+            print(f"(c) publish->consume latency at {rate} msg/s for {seconds:g} s")
+            jet_lat = await jet_latency(client, "blat", rate, seconds)
+            js_lat = await js_latency(js, "js.lat", rate, seconds)
+            for q, label in ((0.5, "p50"), (0.99, "p99")):
+                results.add(
+                    f"latency {label}",
+                    _percentile(jet_lat, q),
+                    _percentile(js_lat, q),
+                    "ms",
+                    False,
+                )
+            print(
+                f"  mean jet {statistics.fmean(jet_lat):.2f} ms, "
+                f"jetstream {statistics.fmean(js_lat):.2f} ms"
+            )
+
+            print(f"(d) ack ALL (fsync group commit) vs JetStream sync_interval=always, {n_all:,}")
+            jet_rate = await jet_publish(client, "ball", n_all, AckPolicy.ALL)
+            js_rate = await js_publish(sync_js, "js.all", n_all)
+            results.add("publish ack ALL / fsync always", jet_rate, js_rate, "msg/s", True)
+        finally:
+            await nc.close()
+            await sync_nc.close()
+    results.table()
+    del nats
+
+
+def run(quick: bool) -> None:
+    """Run the four comparisons and print them side by side with ratios."""
+    with (
+        open(os.devnull, "wb") as devnull,
+        DevCluster(servers=1, log_file=devnull) as dev,
+        jetstream_server(sync_always=False) as js_url,
+        jetstream_server(sync_always=True) as js_sync_url,
+    ):
+        anyio.run(_main, quick, dev.addresses, js_url, js_sync_url, backend="asyncio")
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(quick="--quick" in sys.argv)
