@@ -50,7 +50,7 @@ def test_trailing_partial_record_is_ignored() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(records, max_size=4))
+@given(st.lists(records, max_size=3))
 def test_record_round_trip_property(recs: list[Record]) -> None:
     raw = b"".join(encode_record(r) for r in recs)
     assert list(iter_records(raw)) == recs
