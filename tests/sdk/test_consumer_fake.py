@@ -143,3 +143,14 @@ async def test_iteration_stops_when_closed_elsewhere() -> None:
             assert (await consumer.__anext__()).value == b"only"
             with anyio.move_on_after(0.05):
                 await consumer.__anext__()  # nothing more: waits until cancelled
+
+
+async def test_deleted_stream_surfaces_stream_not_found() -> None:
+    async with cluster_and_client() as (cluster, client):
+        cluster.add_stream("s")
+        cluster.append("s", 0, b"a")
+        async with Consumer(client, "s", max_wait=0.05) as consumer:
+            assert [m.value for m in await consumer.fetch(timeout=5)] == [b"a"]
+            del cluster.streams["s"]
+            with anyio.fail_after(5), pytest.raises(StreamNotFound):
+                await consumer.fetch(timeout=5)
