@@ -13,7 +13,7 @@ from jetsdk.codec.messages import ProduceMessage
 from jetserver.nats_link import NatsLink
 from support.jet_server import running_server
 from support.nats_server import NatsServer
-from support.raw_client import RawClient
+from support.raw_client import RawClient, ServerError
 
 pytestmark = pytest.mark.anyio
 
@@ -35,8 +35,9 @@ async def test_nats_restart_ingest_resumes(nats_server: NatsServer, tmp_path: Pa
 
             await anyio.to_thread.run_sync(nats_server.stop)
             await wait_link(server.link, connected=False)
-            down = await c.produce("dur", 0, [ProduceMessage(b"lost")], ack_policy=AckPolicy.ALL)
-            assert down[0].error_code == ErrorCode.UNAVAILABLE
+            with pytest.raises(ServerError) as err:
+                await c.produce("dur", 0, [ProduceMessage(b"lost")], ack_policy=AckPolicy.ALL)
+            assert err.value.code == ErrorCode.UNAVAILABLE
             # Reads keep working without NATS.
             assert [r.value for r in await c.fetch_all("dur", 0)] == [b"before"]
 

@@ -199,6 +199,8 @@ class RawClient:
         *,
         ack_policy: AckPolicy = AckPolicy.LEADER,
         timeout_ms: int = 5000,
+        producer_id: int | None = None,
+        base_seq: int = 0,
     ) -> list[ProduceResult]:
         """Produce; one result per message."""
         req = ProduceRequest(
@@ -207,6 +209,8 @@ class RawClient:
             ack_policy=ack_policy,
             timeout_ms=timeout_ms,
             messages=tuple(messages),
+            producer_id=producer_id,
+            base_seq=base_seq,
         )
         frame = await self.request(
             Api.PRODUCE, encode_produce_request(req), timeout_ms / 1000 + DEFAULT_TIMEOUT_S

@@ -93,6 +93,7 @@ class NatsLink:
     _nc: NatsClient | None = None
     _rng: random.Random = attrs.field(factory=random.Random)
     _state_changed: anyio.Event = attrs.field(factory=anyio.Event)
+    _closing: bool = False
     disconnects: int = 0
     """Times the link was lost since start."""
     reconnects: int = 0
@@ -132,7 +133,12 @@ class NatsLink:
 
     async def _on_disconnected(self) -> None:
         self.disconnects += 1
-        log.warning("nats disconnected; reconnecting", extra=fields(disconnects=self.disconnects))
+        if self._closing:
+            log.debug("nats disconnected (closing)")
+        else:
+            log.warning(
+                "nats disconnected; reconnecting", extra=fields(disconnects=self.disconnects)
+            )
         self._notify()
 
     async def _on_reconnected(self) -> None:
@@ -291,6 +297,7 @@ class NatsLink:
     async def close(self) -> None:
         """Flush what was published and close (subscriptions end first)."""
         nc, self._nc = self._nc, None
+        self._closing = True
         if nc is None or nc.is_closed:
             return
         started = time.monotonic()

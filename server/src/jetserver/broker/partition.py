@@ -32,6 +32,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
 from jetserver.broker.acks import publish_acks
+from jetserver.broker.producers import ProducerTable
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.logs import fields
 from jetserver.nats_link import NatsLink
@@ -49,6 +50,17 @@ class _Pending:
     offset: int
     inbox: str
     ack: Ack
+
+
+@attrs.frozen
+class _Wanted:
+    """Who asked for an ack of one message, and how."""
+
+    inbox: str
+    corr: str
+    policy: AckPolicy
+    producer_id: int | None
+    producer_seq: int
 
 
 @attrs.define(eq=False)
@@ -76,6 +88,8 @@ class PartitionReplica:
     compact: bool = False
     """Run key compaction in maintenance."""
 
+    producers: ProducerTable = attrs.field(factory=ProducerTable)
+    """Recent idempotent producers (duplicates are answered DUPLICATE_SEQUENCE)."""
     _queue: collections.deque[Msg] = attrs.field(factory=collections.deque)
     _queued_bytes: int = 0
     _wake: anyio.Event = attrs.field(factory=anyio.Event)
@@ -83,6 +97,7 @@ class PartitionReplica:
     _dirty: anyio.Event = attrs.field(factory=anyio.Event)
     _hw_moved: anyio.Event = attrs.field(factory=anyio.Event)
     _pending_all: collections.deque[_Pending] = attrs.field(factory=collections.deque)
+    _pending_unordered: bool = False
     _stopping: bool = False
     _closed: bool = False
     _drain: bool = True
@@ -220,8 +235,10 @@ class PartitionReplica:
 
     async def _append_batch(self, batch: list[Msg]) -> None:
         bodies: list[bytes] = []
-        wanted: list[tuple[str, str, AckPolicy]] = []  # (inbox, corr, policy) per body
-        errors: list[tuple[str, Ack]] = []
+        wanted: list[_Wanted] = []  # one per body
+        now: list[tuple[str, Ack]] = []  # acks to send after this batch
+        dups: list[tuple[_Wanted, int | None, int, int]] = []  # (who, batch index, offset, ts)
+        in_batch: dict[tuple[int, int], int] = {}
         limit = self.max_message_bytes
         for msg in batch:
             data = msg.data
@@ -240,24 +257,23 @@ class PartitionReplica:
                 headers = _nats_headers(msg.headers)
                 inbox = reply
                 policy = AckPolicy.LEADER if reply else AckPolicy.NONE
+            who = _Wanted(inbox, corr, policy, producer_id, producer_seq)
             size = len(value) + (len(key) if key else 0) + sum(len(n) + len(v) for n, v in headers)
             if size > limit:
                 self.messages_rejected += 1
-                if policy != AckPolicy.NONE:
-                    errors.append(
-                        (
-                            inbox,
-                            self._ack(
-                                -1,
-                                -1,
-                                corr,
-                                policy,
-                                ErrorCode.MESSAGE_TOO_LARGE,
-                                f"message of {size} bytes exceeds max_message_bytes {limit}",
-                            ),
-                        )
-                    )
+                text = f"message of {size} bytes exceeds max_message_bytes {limit}"
+                self._error_ack(now, who, ErrorCode.MESSAGE_TOO_LARGE, text)
                 continue
+            if producer_id is not None:
+                stored = self.producers.lookup(producer_id, producer_seq)
+                if stored is not None:
+                    dups.append((who, None, stored[0], stored[1]))
+                    continue
+                index = in_batch.get((producer_id, producer_seq))
+                if index is not None:
+                    dups.append((who, index, -1, -1))
+                    continue
+                in_batch[(producer_id, producer_seq)] = len(bodies)
             try:
                 body = encode_body(
                     value,
@@ -270,43 +286,65 @@ class PartitionReplica:
                 )
             except CodecError as exc:
                 self.messages_rejected += 1
-                if policy != AckPolicy.NONE:
-                    errors.append(
-                        (
-                            inbox,
-                            self._ack(-1, -1, corr, policy, ErrorCode.INVALID_ARGUMENT, str(exc)),
-                        )
-                    )
+                self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
+                if producer_id is not None:
+                    del in_batch[(producer_id, producer_seq)]
                 continue
             bodies.append(body)
-            wanted.append((inbox, corr, policy))
-        now: list[tuple[str, Ack]] = errors
+            wanted.append(who)
+        first, ts = -1, -1
         if bodies:
             try:
                 first, ts = self.log.append(bodies, time.time_ns(), self.leader_epoch)
             except Exception as exc:
                 log.error("append failed", extra=self._fields(records=len(bodies), error=repr(exc)))
                 self.messages_rejected += len(bodies)
-                for inbox, corr, policy in wanted:
-                    if policy != AckPolicy.NONE:
-                        now.append(
-                            (
-                                inbox,
-                                self._ack(-1, -1, corr, policy, ErrorCode.STORAGE_ERROR, str(exc)),
-                            )
-                        )
+                for who in wanted:
+                    self._error_ack(now, who, ErrorCode.STORAGE_ERROR, str(exc))
+                for who, index, _o, _t in dups:
+                    if index is not None:
+                        self._error_ack(now, who, ErrorCode.STORAGE_ERROR, str(exc))
+                dups = [d for d in dups if d[1] is None]
+                wanted = []
             else:
                 self.messages_in += len(bodies)
-                for i, (inbox, corr, policy) in enumerate(wanted):
-                    if policy == AckPolicy.LEADER:
-                        now.append((inbox, self._ack(first + i, ts, corr, policy)))
-                    elif policy == AckPolicy.ALL:
-                        self._pending_all.append(
-                            _Pending(first + i, inbox, self._ack(first + i, ts, corr, policy))
-                        )
+                for i, who in enumerate(wanted):
+                    if who.producer_id is not None:
+                        self.producers.record(who.producer_id, who.producer_seq, first + i, ts)
+                    self._success_ack(now, who, first + i, ts)
                 self._dirty.set()
+        for who, index, offset, stamp in dups:
+            if index is not None:
+                offset, stamp = first + index, ts
+            self._success_ack(now, who, offset, stamp, ErrorCode.DUPLICATE_SEQUENCE)
         if now:
             await publish_acks(self.link, now)
+
+    def _error_ack(
+        self, out: list[tuple[str, Ack]], who: _Wanted, code: ErrorCode, text: str
+    ) -> None:
+        if who.policy != AckPolicy.NONE:
+            out.append((who.inbox, self._ack(-1, -1, who.corr, who.policy, code, text)))
+
+    def _success_ack(
+        self,
+        out: list[tuple[str, Ack]],
+        who: _Wanted,
+        offset: int,
+        ts: int,
+        code: ErrorCode = ErrorCode.NONE,
+    ) -> None:
+        """LEADER: ack now; ALL: once the HW passes ``offset`` (now if it already has)."""
+        if who.policy == AckPolicy.NONE:
+            return
+        text = "" if code == ErrorCode.NONE else f"already stored at offset {offset}"
+        ack = self._ack(offset, ts, who.corr, who.policy, code, text)
+        if who.policy == AckPolicy.ALL and offset >= self.log.high_watermark:
+            if self._pending_all and offset < self._pending_all[-1].offset:
+                self._pending_unordered = True  # a duplicate of an earlier record
+            self._pending_all.append(_Pending(offset, who.inbox, ack))
+        else:
+            out.append((who.inbox, ack))
 
     # ---------------------------------------------------------------- flusher
 
@@ -334,6 +372,15 @@ class PartitionReplica:
         while self._pending_all and self._pending_all[0].offset < flushed:
             p = self._pending_all.popleft()
             done.append((p.inbox, p.ack))
+        if self._pending_unordered:
+            keep = collections.deque[_Pending]()
+            for p in self._pending_all:
+                if p.offset < flushed:
+                    done.append((p.inbox, p.ack))
+                else:
+                    keep.append(p)
+            self._pending_all = keep
+            self._pending_unordered = any(a.offset > b.offset for a, b in zip(keep, list(keep)[1:]))
         if done:
             await publish_acks(self.link, done)
 

@@ -24,7 +24,7 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import ProduceRequest, ProduceResult
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
-from jetserver.errors import invalid_argument, partition_not_found
+from jetserver.errors import ApiError, invalid_argument, partition_not_found
 from jetserver.logs import fields
 from jetserver.metadata.validate import (
     has_wildcard,
@@ -141,13 +141,17 @@ class ProduceService:
         """Publish every message and return one result per message, in order.
 
         Raises:
-            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, INVALID_ARGUMENT (subjects).
+            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, INVALID_ARGUMENT (subjects),
+                UNAVAILABLE (NATS link down).
         """
         psubj, limit = self._check(req)
         n = len(req.messages)
         results: list[ProduceResult | None] = [None] * n
         if not self.link.connected:
-            return [ProduceResult(ErrorCode.UNAVAILABLE, -1, -1)] * n
+            raise ApiError(
+                ErrorCode.UNAVAILABLE,
+                "the server's NATS link is down; retry later or use another server",
+            )
         token = format(next(self._tokens), "x")
         inbox = f"{self._prefix}.{token}"
         policy = req.ack_policy

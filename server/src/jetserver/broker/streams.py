@@ -18,7 +18,7 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,9 @@ import attrs
 from anyio.abc import TaskGroup
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.record import Record, iter_records
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.logs import fields
@@ -36,7 +38,7 @@ from jetserver.metadata.ops import CreateStream, DeleteStream
 from jetserver.metadata.store import MetadataStore
 from jetserver.metadata.validate import partition_subject, spec_from_request
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
-from jetserver.storage import Log, LogConfig
+from jetserver.storage import Log, LogConfig, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +181,9 @@ class StreamManager:
             if assignment.leader != self.server_id:
                 continue
             pdir = directory / str(p)
-            log_ = await anyio.to_thread.run_sync(self._open_log, pdir, cfg, meta.name, p)
+            log_, producers = await anyio.to_thread.run_sync(
+                self._open_log, pdir, cfg, meta.name, p
+            )
             replica = PartitionReplica(
                 stream=meta.name,
                 partition=p,
@@ -191,6 +195,7 @@ class StreamManager:
                 storage=self.config.storage,
                 leader_epoch=assignment.leader_epoch,
                 compact=meta.spec.compact,
+                producers=producers,
             )
             await self._tg.start(replica.run)
             running = _Running(replica)
@@ -213,7 +218,9 @@ class StreamManager:
             )
 
     @staticmethod
-    def _open_log(directory: Path, cfg: LogConfig, name: str, partition: int) -> Log:
+    def _open_log(
+        directory: Path, cfg: LogConfig, name: str, partition: int
+    ) -> tuple[Log, ProducerTable]:
         directory.mkdir(parents=True, exist_ok=True)
         log_ = Log.open(directory, cfg)
         report = log_.recovery
@@ -225,7 +232,15 @@ class StreamManager:
         # RF=1: whatever survived on disk is durable once flushed, so it is committed.
         log_.flush()
         log_.set_high_watermark(log_.log_end_offset)
-        return log_
+        producers = ProducerTable()
+        try:
+            producers.rebuild(_tail_records(log_, REBUILD_RECORDS))
+        except StorageError as exc:
+            log.warning(
+                "cannot rebuild idempotent producer state",
+                extra=fields(stream=name, partition=partition, error=str(exc)),
+            )
+        return log_, producers
 
     async def stop(self) -> None:
         """Stop ingest (unsubscribe), append what was queued, flush, checkpoint, close logs."""
@@ -322,6 +337,22 @@ class StreamManager:
                 directory.rename(doomed)
                 await anyio.to_thread.run_sync(shutil.rmtree, doomed, True)
             log.info("stream deleted", extra=fields(stream=name))
+
+
+def _tail_records(log_: Log, count: int) -> Iterator[Record]:
+    """The last ``count`` records (fewer if compacted or short), in offset order."""
+    offset = max(log_.log_start_offset, log_.log_end_offset - count)
+    end = log_.log_end_offset
+    while offset < end:
+        with log_.read(offset, 1 << 20, end) as records:
+            data = records.read_bytes()
+            nxt = records.next_offset
+        for record in iter_records(data, verify=False):
+            yield record
+            nxt = max(nxt, record.offset + 1)
+        if nxt <= offset:
+            return
+        offset = nxt
 
 
 def _report_cut_something(report: object) -> bool:

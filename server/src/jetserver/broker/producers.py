@@ -1,0 +1,94 @@
+"""Idempotent producers: recognise a retried message by (producer id, sequence).
+
+Per partition, the leader remembers for each recent producer where its recent sequences
+were stored, as runs ``(first_seq, first_offset, count, timestamp)`` (consecutive sequences
+at consecutive offsets with one timestamp). A message whose (producer id, sequence) is
+remembered is a retry: it is not stored again and is answered DUPLICATE_SEQUENCE with the
+stored copy's offset and timestamp (spec/acks.md).
+
+A sequence that is not remembered is stored, even if it is lower than one already seen: a
+producer with several requests in flight may retry an older batch after a newer one landed,
+and refusing it would lose it. So the guarantee is "no duplicate while the leader remembers
+the producer" (``MAX_RUNS_PER_PRODUCER`` runs, ``MAX_PRODUCERS`` producers, least recently
+used first out); beyond that a late retry is stored twice, never lost.
+
+Pure and single-threaded (the partition's sequencer owns its table).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+
+import attrs
+
+from jetsdk.codec.record import Record
+
+MAX_PRODUCERS = 1024
+"""Producers remembered per partition."""
+MAX_RUNS_PER_PRODUCER = 64
+"""Runs of stored sequences remembered per producer."""
+REBUILD_RECORDS = 10_000
+"""Records at the end of the log scanned at start-up to rebuild the table."""
+
+
+@attrs.define
+class _Run:
+    first_seq: int
+    first_offset: int
+    count: int
+    timestamp: int
+
+    def find(self, seq: int) -> int | None:
+        delta = seq - self.first_seq
+        return self.first_offset + delta if 0 <= delta < self.count else None
+
+
+@attrs.define(eq=False)
+class ProducerTable:
+    """Recent (producer id, sequence) -> (offset, timestamp) of one partition."""
+
+    _producers: collections.OrderedDict[int, collections.deque[_Run]] = attrs.field(
+        factory=collections.OrderedDict
+    )
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def lookup(self, producer_id: int, seq: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the stored copy, or None if not remembered."""
+        runs = self._producers.get(producer_id)
+        if runs is None:
+            return None
+        for run in reversed(runs):
+            offset = run.find(seq)
+            if offset is not None:
+                return offset, run.timestamp
+        return None
+
+    def record(self, producer_id: int, seq: int, offset: int, timestamp: int) -> None:
+        """Remember that ``seq`` of ``producer_id`` is stored at ``offset``."""
+        runs = self._producers.get(producer_id)
+        if runs is None:
+            runs = collections.deque(maxlen=MAX_RUNS_PER_PRODUCER)
+            self._producers[producer_id] = runs
+            if len(self._producers) > MAX_PRODUCERS:
+                self._producers.popitem(last=False)
+        else:
+            self._producers.move_to_end(producer_id)
+        if runs:
+            last = runs[-1]
+            if (
+                seq == last.first_seq + last.count
+                and offset == last.first_offset + last.count
+                and timestamp == last.timestamp
+            ):
+                last.count += 1
+                return
+        runs.append(_Run(seq, offset, 1, timestamp))
+
+    def rebuild(self, records: Iterable[Record]) -> None:
+        """Remember the producers of ``records`` (in offset order)."""
+        for r in records:
+            if r.producer_id is not None:
+                self.record(r.producer_id, r.producer_seq, r.offset, r.timestamp)
