@@ -25,6 +25,9 @@ SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
 def tests(session: nox.Session) -> None:
     """Run every test (unit, storage, integration against a real nats-server)."""
     session.install(*PACKAGES, *TEST_DEPS)
+    # The generated sync API and the spec vectors must be current with their sources.
+    session.run("python", "tools/gen_sync.py", "--check")
+    session.run("python", "tools/gen_vectors.py", "--check")
     session.run("pytest", *session.posargs)
 
 
@@ -33,6 +36,7 @@ def lint(session: nox.Session) -> None:
     """ruff check and format check."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 @nox.session
