@@ -1,0 +1,300 @@
+"""Key compaction of a partition log (spec/storage.md, "Compaction").
+
+The cleanable range is the longest run of segments from the start of the log that are not
+the active segment, lie wholly below the high watermark and are not damaged. Within it:
+
+* the latest record of each key (by offset, within the range) is kept, older ones dropped;
+* keyless records are always kept;
+* a tombstone (a key with an empty value) is kept while it is the latest record of its key
+  and its timestamp is at most ``delete_retention_s`` old, then dropped;
+* kept records are copied byte for byte: offsets (and CRCs) never change, so gaps in the
+  offsets are normal.
+
+Consecutive segments are merged while their combined size fits ``segment_max_bytes``
+(and their offsets fit u32 relative offsets); the result is named by the first segment's base
+offset. Work happens in two passes without any lock (a key -> latest-offset map, then the
+rewrite into ``<base>.log.cleaned`` etc.); the swap is done by the Log under its writer
+lock, in an order that recovery can finish after a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import mmap
+import os
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import attrs
+
+from jetsdk.codec.record import Record, decode_record
+from jetserver.storage.files import (
+    CLEANED_SUFFIX,
+    LOG_SUFFIX,
+    SharedFile,
+    fsync_directory,
+    segment_file_name,
+    write_file_durably,
+)
+from jetserver.storage.offset_index import U32_MAX, OffsetIndex
+from jetserver.storage.segment import NO_TIMESTAMP, Segment, SegmentState
+from jetserver.storage.time_index import TimeIndex
+
+_WRITE_BUFFER = 1024 * 1024
+
+
+@attrs.frozen
+class CompactionReport:
+    """What one :meth:`Log.compact` run did."""
+
+    segments_before: int = 0
+    """Segments in the whole log before the run."""
+    segments_after: int = 0
+    """Segments in the whole log after the run."""
+    segments_cleaned: int = 0
+    """Segments that were rewritten (merged or cleaned)."""
+    records_before: int = 0
+    """Records in the cleanable range before the run."""
+    records_after: int = 0
+    """Records in the cleanable range after the run."""
+    bytes_before: int = 0
+    """Bytes in the cleanable range before the run."""
+    bytes_after: int = 0
+    """Bytes in the cleanable range after the run."""
+    tombstones_dropped: int = 0
+    """Tombstones removed because they were older than ``delete_retention_s``."""
+    skipped: str | None = None
+    """Why nothing was attempted (compaction disabled, nothing cleanable), or None."""
+    aborted: str | None = None
+    """Why the rewrite was thrown away (the log changed underneath, a record failed its
+    CRC), or None if it was swapped in."""
+
+
+@attrs.define
+class KeyMap:
+    """The first pass: latest offset per key, and per-segment counts."""
+
+    latest: dict[bytes, int]
+    """Key -> offset of its latest record in the cleanable range."""
+    records: list[int]
+    """Records per segment."""
+    keyed: list[int]
+    """Keyed records per segment."""
+    expired_tombstones: list[int]
+    """Tombstones older than delete_retention_s per segment."""
+
+
+def build_key_map(
+    segments: Sequence[tuple[Segment, SegmentState]], *, now_ns: int, delete_retention_ns: int
+) -> KeyMap:
+    """Read every record of ``segments`` (CRC-verified). Raises CodecError on damage."""
+    latest: dict[bytes, int] = {}
+    records: list[int] = []
+    keyed: list[int] = []
+    expired: list[int] = []
+    for seg, st in segments:
+        n = k = e = 0
+        for rec in _records(seg, st):
+            n += 1
+            if rec.key is not None:
+                k += 1
+                latest[rec.key] = rec.offset
+                if not rec.value and now_ns - rec.timestamp > delete_retention_ns:
+                    e += 1
+        records.append(n)
+        keyed.append(k)
+        expired.append(e)
+    return KeyMap(latest, records, keyed, expired)
+
+
+def plan_groups(
+    segments: Sequence[tuple[Segment, SegmentState]], key_map: KeyMap, segment_max_bytes: int
+) -> list[list[int]]:
+    """Indices of the segments to rewrite, grouped into the output segments.
+
+    A group of one segment is kept only if it has a record to drop.
+    """
+    bases = [seg.base_offset for seg, _ in segments]
+    latest_in = [0] * len(segments)
+    for offset in key_map.latest.values():
+        latest_in[bisect_right(bases, offset) - 1] += 1
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for i, (seg, st) in enumerate(segments):
+        if current:
+            first_base = segments[current[0]][0].base_offset
+            if size + st.size > segment_max_bytes or st.next_offset - 1 - first_base > U32_MAX:
+                groups.append(current)
+                current, size = [], 0
+        current.append(i)
+        size += st.size
+        del seg
+    if current:
+        groups.append(current)
+    return [
+        g
+        for g in groups
+        if len(g) > 1 or key_map.keyed[g[0]] > latest_in[g[0]] or key_map.expired_tombstones[g[0]]
+    ]
+
+
+@attrs.define
+class CleanedGroup:
+    """A rewritten group, ready to swap in."""
+
+    sources: list[tuple[Segment, SegmentState]]
+    """The segments it replaces, with the state they had when read."""
+    segment: Segment
+    """The new segment (its files still carry the ``.cleaned`` suffix)."""
+    records_in: int
+    records_out: int
+    bytes_in: int
+    bytes_out: int
+    tombstones_dropped: int
+
+    @property
+    def cleaned_paths(self) -> tuple[Path, Path, Path]:
+        """The ``.log.cleaned``, ``.index.cleaned`` and ``.timeindex.cleaned`` paths."""
+        seg = self.segment
+        return (
+            seg.log_path.with_name(seg.log_path.name + CLEANED_SUFFIX),
+            seg.index_path.with_name(seg.index_path.name + CLEANED_SUFFIX),
+            seg.timeindex_path.with_name(seg.timeindex_path.name + CLEANED_SUFFIX),
+        )
+
+    def discard(self) -> None:
+        """Delete the cleaned files and release the new segment's descriptor."""
+        self.segment.release()
+        for path in self.cleaned_paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def write_group(
+    directory: Path,
+    sources: list[tuple[Segment, SegmentState]],
+    key_map: KeyMap,
+    *,
+    interval: int,
+    now_ns: int,
+    delete_retention_ns: int,
+) -> CleanedGroup:
+    """Write the cleaned segment for ``sources`` into ``.cleaned`` files and fsync them.
+
+    Raises:
+        CodecError: a source record is damaged. OSError: the write failed.
+    """
+    base = sources[0][0].base_offset
+    log_path = directory / (segment_file_name(base, LOG_SUFFIX) + CLEANED_SUFFIX)
+    index = OffsetIndex()
+    timeindex = TimeIndex()
+    latest = key_map.latest
+    records_in = records_out = bytes_in = dropped_tombstones = 0
+    position = 0
+    last_indexed = 0
+    running = NO_TIMESTAMP
+    first_ts: int | None = None
+    last_offset: int | None = None
+    fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        out = io.BufferedWriter(io.FileIO(fd, "w", closefd=False), _WRITE_BUFFER)
+        for seg, st in sources:
+            bytes_in += st.size
+            for rec, view in _records_with_bytes(seg, st):
+                records_in += 1
+                if rec.key is not None:
+                    if latest.get(rec.key) != rec.offset:
+                        continue
+                    if not rec.value and now_ns - rec.timestamp > delete_retention_ns:
+                        dropped_tombstones += 1
+                        continue
+                if rec.timestamp > running:
+                    running = rec.timestamp
+                if position - last_indexed >= interval:
+                    index.append(rec.offset - base, position)
+                    timeindex.append(running, rec.offset - base)
+                    last_indexed = position
+                if first_ts is None:
+                    first_ts = rec.timestamp
+                out.write(view)
+                position += len(view)
+                records_out += 1
+                last_offset = rec.offset
+        out.flush()
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(log_path)
+        raise
+    file = SharedFile(fd, log_path)
+    state = SegmentState(
+        position,
+        base if last_offset is None else last_offset + 1,
+        running,
+        index,
+        timeindex,
+        len(index),
+        0,
+    )
+    segment = Segment(directory, base, file, state, interval=interval, first_timestamp=first_ts)
+    group = CleanedGroup(
+        sources, segment, records_in, records_out, bytes_in, position, dropped_tombstones
+    )
+    try:
+        _, index_path, time_path = group.cleaned_paths
+        write_file_durably(index_path, index.to_bytes())
+        write_file_durably(time_path, timeindex.to_bytes())
+    except BaseException:
+        group.discard()
+        raise
+    return group
+
+
+def swap_files(directory: Path, group: CleanedGroup) -> None:
+    """Move a cleaned group's files into place (the caller holds the log's writer lock).
+
+    Order (each step leaves a state recovery repairs): unlink the first source's indexes;
+    rename the cleaned log over the first source's log; rename the cleaned indexes; unlink
+    the other sources (recovery deletes them if a crash leaves them overlapping); fsync the
+    directory.
+    """
+    first = group.sources[0][0]
+    log_c, index_c, time_c = group.cleaned_paths
+    for path in (first.index_path, first.timeindex_path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    fsync_directory(directory)
+    os.replace(log_c, first.log_path)
+    os.replace(index_c, first.index_path)
+    os.replace(time_c, first.timeindex_path)
+    group.segment.file.path = first.log_path
+    for seg, _st in group.sources[1:]:
+        seg.delete_files()
+    fsync_directory(directory)
+
+
+def _records(seg: Segment, st: SegmentState) -> Iterator[Record]:
+    for rec, _view in _records_with_bytes(seg, st):
+        yield rec
+
+
+def _records_with_bytes(seg: Segment, st: SegmentState) -> Iterator[tuple[Record, memoryview]]:
+    if st.size == 0:
+        return
+    mm = mmap.mmap(seg.file.fd, st.size, access=mmap.ACCESS_READ)
+    try:
+        with memoryview(mm) as mv:
+            pos = 0
+            while pos < st.size:
+                rec, end = decode_record(mv, pos, verify=True)
+                view = mv[pos:end]
+                try:
+                    yield rec, view
+                finally:
+                    view.release()
+                pos = end
+    finally:
+        mm.close()

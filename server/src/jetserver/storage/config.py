@@ -1,0 +1,77 @@
+"""Per-partition log settings (spec/storage.md, "Configuration")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+DEFAULT_SEGMENT_MAX_BYTES = 256 * 1024 * 1024
+"""Roll the active segment once appending would take it past this size."""
+DEFAULT_SEGMENT_MAX_AGE_S = 7 * 24 * 3600.0
+"""Roll the active segment once a new record is this much newer than its first one."""
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+"""Bytes of log between two offset-index (and time-index) entries."""
+DEFAULT_DELETE_RETENTION_S = 86400.0
+"""How long compaction keeps a tombstone after its timestamp."""
+
+MAX_SEGMENT_BYTES = 2**31 - 1
+"""Largest ``segment_max_bytes``: index positions are u32, and one batch may overshoot."""
+MAX_INDEX_INTERVAL_BYTES = 2**30
+"""Largest ``index_interval_bytes``."""
+
+
+def _positive_int(limit: int) -> Any:
+    def check(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
+            raise ValueError(f"{attr.name} must be an int in [1, {limit}], got {value!r}")
+
+    return check
+
+
+def _positive_float(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{attr.name} must be a number > 0, got {value!r}")
+
+
+def _optional_non_negative(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{attr.name} must be None or a number >= 0, got {value!r}")
+
+
+def _non_negative_float(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{attr.name} must be a number >= 0, got {value!r}")
+
+
+@attrs.frozen
+class LogConfig:
+    """Settings of one partition log. Invalid values raise ValueError at construction."""
+
+    segment_max_bytes: int = attrs.field(
+        default=DEFAULT_SEGMENT_MAX_BYTES, validator=_positive_int(MAX_SEGMENT_BYTES)
+    )
+    """Roll before an append would grow the active segment past this many bytes."""
+    segment_max_age_s: float = attrs.field(
+        default=DEFAULT_SEGMENT_MAX_AGE_S, validator=_positive_float
+    )
+    """Roll before appending a batch whose timestamp is this much later than the active
+    segment's first record."""
+    index_interval_bytes: int = attrs.field(
+        default=DEFAULT_INDEX_INTERVAL_BYTES, validator=_positive_int(MAX_INDEX_INTERVAL_BYTES)
+    )
+    """Bytes of log between index entries (smaller: faster lookups, bigger indexes)."""
+    retention_max_age_s: float | None = attrs.field(default=None, validator=_optional_non_negative)
+    """Delete whole segments whose newest record is older than this; None: no age limit."""
+    retention_max_bytes: int | None = attrs.field(default=None, validator=_optional_non_negative)
+    """Delete the oldest segments while the log is larger than this; None: no size limit."""
+    retention_max_messages: int | None = attrs.field(default=None, validator=_optional_non_negative)
+    """Delete the oldest segments while the log spans more offsets; None: no limit."""
+    compact: bool = False
+    """Key compaction enabled (``Log.compact`` is a no-op otherwise)."""
+    delete_retention_s: float = attrs.field(
+        default=DEFAULT_DELETE_RETENTION_S, validator=_non_negative_float
+    )
+    """Compaction drops a tombstone once its timestamp is older than this."""

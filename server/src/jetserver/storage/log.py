@@ -1,0 +1,908 @@
+"""The partition log: the storage engine's one public object (spec/storage.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import struct
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import accumulate, repeat
+from operator import add
+from pathlib import Path
+from types import TracebackType
+
+import attrs
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import HEADER_SIZE, MAX_BODY_BYTES, check_crc, peek_header
+from jetserver.storage import compaction
+from jetserver.storage.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_FILE,
+    LOG_START_OFFSET_FILE,
+    write_checkpoint,
+)
+from jetserver.storage.compaction import CompactionReport
+from jetserver.storage.config import LogConfig
+from jetserver.storage.epoch_cache import MAX_EPOCH, LeaderEpochCache
+from jetserver.storage.errors import (
+    CorruptRangeError,
+    InvalidArgumentError,
+    InvalidRecordsError,
+    LogClosedError,
+    OffsetOutOfRange,
+    StorageError,
+)
+from jetserver.storage.files import FileLease, fdatasync, fsync_directory
+from jetserver.storage.framing import frame_batch
+from jetserver.storage.offset_index import U32_MAX, index_points
+from jetserver.storage.read_slice import ReadSlice, empty_slice
+from jetserver.storage.recovery import LOCK_FILE, RecoveryReport, recover
+from jetserver.storage.retention import segments_to_delete
+from jetserver.storage.segment import NO_TIMESTAMP, IndexPoint, Segment, SegmentState
+
+_I64_MIN = -(2**63)
+_I64_MAX = 2**63 - 1
+
+
+@attrs.frozen
+class SegmentInfo:
+    """A description of one segment (for tools, tests and metrics)."""
+
+    base_offset: int
+    """Base offset (the file name)."""
+    next_offset: int
+    """Offset of its last record plus one (the base offset if empty)."""
+    size_bytes: int
+    """Bytes of valid records."""
+    max_timestamp: int | None
+    """Largest record timestamp, None if empty."""
+    index_entries: int
+    """Offset-index (and time-index) entries."""
+    corrupt_end: int | None
+    """If set, offsets [next_offset, corrupt_end) are unreadable."""
+
+
+class Log:
+    """One partition's log in one directory: segments, indexes, checkpoints.
+
+    Open with :meth:`Log.open`. Offsets are assigned by :meth:`append` (or come with the
+    records in :meth:`append_raw`); :meth:`read` returns byte ranges of stored records up to
+    the high watermark; :meth:`flush` fsyncs with group commit.
+
+    Thread-safety: writer operations (``append``, ``append_raw``, ``truncate_to``, ``roll``,
+    ``enforce_retention``, ``close``) serialize on an internal lock and are meant for one
+    writer task. ``read``, ``offset_for_timestamp`` and the properties may be called from any
+    thread at any time. ``flush`` may be called from any number of threads (they share
+    fsyncs). ``compact`` may run in a background thread; it holds the writer lock only to swap
+    files in.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Callable[[], int],
+        lock_fd: int,
+    ) -> None:
+        # Use Log.open(); this constructor only prepares the fields.
+        self._dir = directory
+        self._config = config
+        self._clock = clock
+        self._lock_fd = lock_fd
+        self._lock = threading.Lock()
+        self._write_lock = threading.RLock()
+        self._compact_lock = threading.Lock()
+        self._ckpt_lock = threading.Lock()
+        self._flush_cond = threading.Condition(threading.Lock())
+        self._fsync_running = False
+        self._fsyncs = 0
+        self._flushed = 0
+        self._truncations = 0
+        self._segments: tuple[Segment, ...] = ()
+        self._bases: list[int] = []
+        self._leo = 0
+        self._hw = 0
+        self._log_start = 0
+        self._last_ts = NO_TIMESTAMP
+        self._closed = False
+        self.recovery: RecoveryReport
+        """What :meth:`open` found and repaired."""
+        self.epochs: LeaderEpochCache
+        """The leader-epoch cache (KIP-101): assign, latest_epoch, end_offset_for."""
+
+    # -- opening and closing -----------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path | str,
+        config: LogConfig = LogConfig(),  # noqa: B008  (frozen, so a shared default is safe)
+        *,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> Log:
+        """Open (creating if needed) and recover the log in ``directory``.
+
+        Corrupt data never raises: it is repaired or fenced off and described in
+        :attr:`recovery`. ``clock`` (nanoseconds) drives age-based rolling, retention and
+        tombstone expiry.
+
+        Raises:
+            StorageError: the directory cannot be created, listed or locked (another Log has
+                it open), or a segment file cannot be opened.
+        """
+        path = Path(directory)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            lock_fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open log directory {path}: {exc}") from exc
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(lock_fd)
+            raise StorageError(f"{path} is in use by another open Log") from exc
+        log = cls(path, config, clock, lock_fd)
+        try:
+            log._load()
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        return log
+
+    def _load(self) -> None:
+        try:
+            found = recover(self._dir, self._config)
+        except OSError as exc:
+            raise StorageError(f"recovery of {self._dir} failed: {exc}") from exc
+        self._segments = tuple(found.segments)
+        self._bases = [seg.base_offset for seg in self._segments]
+        active = self._segments[-1]
+        self._leo = max(active.state.next_offset, active.base_offset)
+        self._log_start = found.log_start_offset
+        self._hw = found.high_watermark
+        self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
+        self.epochs = LeaderEpochCache(self._dir, lambda: self._leo, found.epochs)
+        try:
+            self.epochs.truncate_from_end(self._leo)
+            self.epochs.truncate_from_start(self._log_start)
+            active.fsync()
+        except OSError as exc:
+            for seg in self._segments:
+                seg.release()
+            raise StorageError(f"recovery of {self._dir} failed: {exc}") from exc
+        self._flushed = self._leo
+        self.recovery = found.report
+
+    def close(self) -> None:
+        """Write the indexes and checkpoints, fsync, release the files (idempotent).
+
+        Read slices already handed out stay valid until they are closed.
+
+        Raises:
+            StorageError: a final write failed (the files are released anyway; the next open
+                recovers as after a crash).
+        """
+        with self._write_lock:
+            if self._closed:
+                return
+            active = self._segments[-1]
+            try:
+                active.write_indexes()
+                active.fsync()
+                self.checkpoint_high_watermark()
+                write_checkpoint(
+                    self._dir, CLEAN_SHUTDOWN_FILE, [(active.base_offset, active.state.size)]
+                )
+            except OSError as exc:
+                raise StorageError(f"close of {self._dir} failed: {exc}") from exc
+            finally:
+                self._release_all()
+
+    def _release_all(self) -> None:
+        with self._lock:
+            self._closed = True
+            segments, self._segments = self._segments, ()
+            self._bases = []
+        for seg in segments:
+            seg.release()
+        os.close(self._lock_fd)
+        with self._flush_cond:
+            self._flush_cond.notify_all()
+
+    def _crash(self) -> None:
+        """Tests only: drop the files as a killed process would (no index, no checkpoint)."""
+        with self._write_lock:
+            if not self._closed:
+                self._release_all()
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- properties -------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        """The partition directory."""
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        """The settings the log was opened with."""
+        return self._config
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    @property
+    def log_start_offset(self) -> int:
+        """First offset a read may ask for."""
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """LEO: the offset the next appended record gets."""
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        """Offsets below this are committed and served by :meth:`read` by default."""
+        return self._hw
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every offset below this is on disk (fsynced)."""
+        return self._flushed
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of records in all segments."""
+        return sum(seg.state.size for seg in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        """Number of segments (including the active one)."""
+        return len(self._segments)
+
+    @property
+    def fsync_count(self) -> int:
+        """Number of fsyncs :meth:`flush` has issued (for tests and metrics)."""
+        return self._fsyncs
+
+    def segments(self) -> tuple[SegmentInfo, ...]:
+        """A description of every segment, oldest first."""
+        return tuple(
+            SegmentInfo(
+                seg.base_offset,
+                seg.state.next_offset,
+                seg.state.size,
+                None if seg.state.max_timestamp == NO_TIMESTAMP else seg.state.max_timestamp,
+                seg.state.entries,
+                seg.corrupt_end,
+            )
+            for seg in self._segments
+        )
+
+    def set_high_watermark(self, hw: int) -> int:
+        """Set the high watermark, clamped into [log start, LEO]; return the value set."""
+        with self._lock:
+            self._hw = min(max(hw, self._log_start), self._leo)
+            return self._hw
+
+    def checkpoint_high_watermark(self) -> None:
+        """Write the high watermark to ``high-watermark-checkpoint`` atomically.
+
+        Raises:
+            StorageError: the write failed.
+        """
+        with self._ckpt_lock:
+            try:
+                write_checkpoint(self._dir, HIGH_WATERMARK_FILE, [(self._hw,)])
+            except OSError as exc:
+                raise StorageError(f"cannot write the high watermark checkpoint: {exc}") from exc
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self._dir} is closed")
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(
+        self, bodies: Sequence[bytes], timestamp_ns: int, leader_epoch: int
+    ) -> tuple[int, int]:
+        """Append records (bodies from ``jetsdk.codec.record.encode_body``) at the LEO.
+
+        The records get consecutive offsets and one timestamp: ``timestamp_ns``, or the last
+        timestamp in the log if that is larger (timestamps never decrease). Rolls the active
+        segment first if the batch would overfill it, or if ``segment_max_age_s`` passed
+        between the segment's first record and this batch's timestamp.
+
+        Returns:
+            ``(first_offset, timestamp_used)``; for an empty batch ``(LEO, timestamp)``.
+
+        Raises:
+            InvalidRecordsError: ``leader_epoch`` is below the latest epoch, or a body is
+                larger than the record format allows.
+            InvalidArgumentError: timestamp or epoch out of range.
+            StorageError: the write failed (nothing was appended).
+        """
+        if not _I64_MIN <= timestamp_ns <= _I64_MAX or not 0 <= leader_epoch <= MAX_EPOCH:
+            raise InvalidArgumentError(f"bad timestamp {timestamp_ns} or epoch {leader_epoch}")
+        with self._write_lock:
+            self._check_open()
+            ts = timestamp_ns if timestamp_ns > self._last_ts else self._last_ts
+            n = len(bodies)
+            first = self._leo
+            if n == 0:
+                return first, ts
+            if leader_epoch < self.epochs.latest_epoch:
+                raise InvalidRecordsError(
+                    f"leader epoch {leader_epoch} is below the latest {self.epochs.latest_epoch}"
+                )
+            try:
+                data = frame_batch(first, ts, leader_epoch, bodies)
+            except struct.error as exc:
+                raise InvalidRecordsError(f"cannot frame the batch: {exc}") from exc
+            if len(data) > MAX_BODY_BYTES and max(map(len, bodies)) > MAX_BODY_BYTES:
+                raise InvalidRecordsError(f"a record body is over {MAX_BODY_BYTES} bytes")
+            seg = self._prepare_segment(len(data), first, first + n - 1, ts)
+            st = seg.state
+            points: list[IndexPoint] = []
+            interval = self._config.index_interval_bytes
+            last_indexed = seg.last_indexed_position
+            if st.size + len(data) - HEADER_SIZE - last_indexed >= interval:
+                starts = list(
+                    accumulate(map(add, map(len, bodies), repeat(HEADER_SIZE, n)), initial=st.size)
+                )
+                points = [
+                    IndexPoint(first + i, starts[i], ts)
+                    for i in index_points(last_indexed, interval, starts, n)
+                ]
+            seg.append(data, first + n - 1, ts, ts, points)
+            with self._lock:
+                self._leo = first + n
+            self._last_ts = ts
+            if leader_epoch != self.epochs.latest_epoch:
+                self.epochs.assign(leader_epoch, first)
+            return first, ts
+
+    def append_raw(self, data: bytes) -> int:
+        """Append already-framed records (replication); return the new LEO.
+
+        Every whole record's CRC is verified; offsets must be >= LEO and increasing (gaps are
+        allowed: the leader's log may be compacted); leader epochs must not decrease. A
+        trailing partial record is ignored (the returned LEO says where to fetch next).
+        Timestamps are kept as they are.
+
+        Raises:
+            InvalidRecordsError: a bad CRC, an offset or epoch out of order, or a batch that
+                cannot fit one segment. Nothing is appended then.
+            StorageError: the write failed.
+        """
+        view = memoryview(data)
+        n = len(view)
+        with self._write_lock:
+            self._check_open()
+            prev = self._leo - 1
+            latest_epoch = self.epochs.latest_epoch
+            offsets: list[int] = []
+            starts: list[int] = []
+            running: list[int] = []
+            new_epochs: list[tuple[int, int]] = []
+            max_ts = self._last_ts
+            pos = 0
+            while n - pos >= HEADER_SIZE:
+                try:
+                    offset, ts, epoch, size = peek_header(view, pos)
+                    if n - pos < size:
+                        break
+                    check_crc(view, pos)
+                except CodecError as exc:
+                    raise InvalidRecordsError(f"record at byte {pos}: {exc}") from exc
+                if offset <= prev:
+                    raise InvalidRecordsError(
+                        f"record at byte {pos} has offset {offset}, expected > {prev}"
+                    )
+                if epoch < latest_epoch:
+                    raise InvalidRecordsError(
+                        f"record {offset} has epoch {epoch} below the latest {latest_epoch}"
+                    )
+                if epoch > latest_epoch:
+                    new_epochs.append((epoch, offset))
+                    latest_epoch = epoch
+                if ts > max_ts:
+                    max_ts = ts
+                offsets.append(offset)
+                starts.append(pos)
+                running.append(max_ts)
+                prev = offset
+                pos += size
+            if not offsets:
+                return self._leo
+            whole = bytes(view[:pos]) if pos < n or not isinstance(data, bytes) else data
+            seg = self._prepare_segment(pos, offsets[0], offsets[-1], max_ts)
+            st = seg.state
+            abs_starts = [st.size + s for s in starts]
+            points = [
+                IndexPoint(offsets[i], abs_starts[i], running[i])
+                for i in index_points(
+                    seg.last_indexed_position, self._config.index_interval_bytes, abs_starts
+                )
+            ]
+            first_ts = peek_header(view, 0)[1]
+            seg.append(whole, offsets[-1], max_ts, first_ts, points)
+            with self._lock:
+                self._leo = offsets[-1] + 1
+            self._last_ts = max_ts
+            for epoch, offset in new_epochs:
+                self.epochs.assign(epoch, offset)
+            return self._leo
+
+    def _prepare_segment(
+        self, batch_bytes: int, first_offset: int, last_offset: int, timestamp: int
+    ) -> Segment:
+        """The segment a batch goes to, rolling first if needed (writer lock held).
+
+        Age is measured like Kafka's ``segment.ms``: from the active segment's first record
+        timestamp to the incoming batch's timestamp (not the wall clock).
+        """
+        if last_offset - first_offset > U32_MAX or batch_bytes > U32_MAX:
+            raise InvalidRecordsError("batch too large for one segment")
+        seg = self._segments[-1]
+        st = seg.state
+        if st.size == 0:
+            if last_offset - seg.base_offset > U32_MAX:
+                self._replace_empty_active(first_offset)
+                return self._segments[-1]
+            return seg
+        cfg = self._config
+        if (
+            st.size + batch_bytes > cfg.segment_max_bytes
+            or st.size + batch_bytes > U32_MAX
+            or last_offset - seg.base_offset > U32_MAX
+            or (
+                seg.first_timestamp is not None
+                and timestamp - seg.first_timestamp >= cfg.segment_max_age_s * 1e9
+            )
+        ):
+            self._roll(first_offset)
+        return self._segments[-1]
+
+    def roll(self) -> bool:
+        """Start a new active segment at the LEO now; False if the active one is empty.
+
+        Raises:
+            StorageError: a file operation failed.
+        """
+        with self._write_lock:
+            self._check_open()
+            if self._segments[-1].state.size == 0:
+                return False
+            self._roll(self._leo)
+            return True
+
+    def _roll(self, new_base: int) -> None:
+        old = self._segments[-1]
+        try:
+            old.write_indexes()
+            old.fsync()
+        except OSError as exc:
+            raise StorageError(f"cannot finish segment {old.log_path}: {exc}") from exc
+        new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
+        try:
+            fsync_directory(self._dir)
+        except OSError as exc:
+            new.release()
+            raise StorageError(f"cannot fsync {self._dir}: {exc}") from exc
+        with self._lock:
+            self._segments = (*self._segments, new)
+            self._bases = [*self._bases, new_base]
+        with self._flush_cond:
+            # The old segment was just fsynced, and so was every one before it.
+            if self._leo > self._flushed:
+                self._flushed = self._leo
+            self._flush_cond.notify_all()
+
+    def _replace_empty_active(self, new_base: int) -> None:
+        old = self._segments[-1]
+        new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
+        with self._lock:
+            self._segments = (*self._segments[:-1], new)
+            self._bases = [*self._bases[:-1], new_base]
+        old.delete_files()
+        old.release()
+        fsync_directory(self._dir)
+
+    # -- flushing (group commit) -------------------------------------------------------------
+
+    def flush(self, upto: int | None = None) -> int:
+        """Block until every offset below ``upto`` (default: the LEO now) is fsynced.
+
+        Group commit: one fsync covers everything appended before it started; a caller that
+        arrives while an fsync is running waits for it and starts another only if that one
+        did not cover its offsets. Call from a worker thread in async code.
+
+        Returns:
+            :attr:`flushed_offset` (>= ``upto`` clamped to the LEO).
+
+        Raises:
+            LogClosedError: the log is closed. StorageError: fsync failed.
+        """
+        while True:
+            with self._flush_cond:
+                while True:
+                    self._check_open()
+                    target = self._leo if upto is None else min(upto, self._leo)
+                    if self._flushed >= target:
+                        return self._flushed
+                    if not self._fsync_running:
+                        break
+                    self._flush_cond.wait(timeout=1.0)
+                self._fsync_running = True
+            covered = -1
+            try:
+                with self._lock:
+                    self._check_open()
+                    seg = self._segments[-1]
+                    covered = self._leo
+                    truncations = self._truncations
+                    lease = FileLease(seg.file)
+                try:
+                    fdatasync(seg.file.fd)
+                finally:
+                    lease.release()
+            except OSError as exc:
+                raise StorageError(f"fsync of {seg.log_path} failed: {exc}") from exc
+            finally:
+                with self._flush_cond:
+                    self._fsync_running = False
+                    if covered >= 0:
+                        self._fsyncs += 1
+                        if truncations == self._truncations and covered > self._flushed:
+                            self._flushed = covered
+                    self._flush_cond.notify_all()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> ReadSlice:
+        """Stored records from ``offset`` on, as a byte range of one segment file.
+
+        Returns whole records with offsets >= ``offset`` and < ``max_offset`` (default: the
+        high watermark; never above the LEO), at most ``max_bytes`` bytes unless the first
+        record alone is bigger (then exactly that record). The slice comes from one segment:
+        read again at ``next_offset`` for more. An empty slice means nothing is available
+        yet; its ``next_offset`` may skip a compaction gap. Close the slice when done.
+
+        Raises:
+            OffsetOutOfRange: ``offset`` is below the log start or above the LEO.
+            CorruptRangeError: ``offset`` lies in a range recovery fenced off.
+            InvalidArgumentError: negative ``max_bytes``.
+            LogClosedError: the log is closed.
+        """
+        if max_bytes < 0:
+            raise InvalidArgumentError(f"max_bytes must be >= 0, got {max_bytes}")
+        skip_before = -1  # base offsets <= this were found empty past ``offset``
+        while True:
+            with self._lock:
+                self._check_open()
+                leo = self._leo
+                if offset < self._log_start or offset > leo:
+                    raise OffsetOutOfRange(offset, self._log_start, leo)
+                bound = self._hw if max_offset is None else min(max_offset, leo)
+                if offset >= bound:
+                    return empty_slice(offset, offset)
+                segments = self._segments
+                i = max(bisect_right(self._bases, max(offset, skip_before)) - 1, 0)
+                while i < len(segments):
+                    seg = segments[i]
+                    st = seg.state
+                    if st.size and offset < st.next_offset and seg.base_offset > skip_before:
+                        break
+                    end = seg.corrupt_end
+                    if end is not None and st.next_offset <= offset < end:
+                        raise CorruptRangeError(st.next_offset, end, str(seg.log_path))
+                    i += 1
+                else:
+                    return empty_slice(offset, bound)
+                lease = FileLease(seg.file)
+            try:
+                found = seg.slice(offset, bound, max_bytes, st)
+            except CodecError as exc:
+                lease.release()
+                raise CorruptRangeError(offset, st.next_offset, str(seg.log_path)) from exc
+            except BaseException:
+                lease.release()
+                raise
+            if found is None:  # nothing at or after ``offset`` here after all
+                lease.release()
+                skip_before = seg.base_offset
+                continue
+            start, end_pos, first, next_offset = found
+            if start == end_pos:
+                lease.release()
+                return empty_slice(offset, next_offset)
+            return ReadSlice(seg.file.fd, start, end_pos - start, first, next_offset, lease)
+
+    def offset_for_timestamp(self, timestamp_ns: int, max_offset: int | None = None) -> int | None:
+        """The first offset whose record has a timestamp >= ``timestamp_ns``.
+
+        Only offsets in [log start, ``max_offset``) count (default: the high watermark).
+        None if there is no such record (yet).
+        """
+        with self._lock:
+            self._check_open()
+            bound = self._hw if max_offset is None else min(max_offset, self._leo)
+            log_start = self._log_start
+            segments = self._segments
+        for seg in segments:
+            st = seg.state
+            if st.max_timestamp < timestamp_ns:
+                continue
+            with self._lock:
+                if seg.file.closed:
+                    continue
+                lease = FileLease(seg.file)
+            try:
+                found = seg.find_timestamp(timestamp_ns, st)
+            except CodecError:
+                found = None
+            finally:
+                lease.release()
+            if found is None:
+                continue
+            found = max(found, log_start)
+            return found if found < bound else None
+        return None
+
+    # -- truncation, retention, compaction ---------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record with offset >= ``offset``; the LEO becomes ``offset``.
+
+        Used by followers to cut a divergent tail. Below the log start, the whole log is
+        dropped and restarts empty at ``offset``. The leader-epoch cache is truncated too;
+        the high watermark and flushed offset are clamped. The cut is fsynced.
+
+        Raises:
+            InvalidArgumentError: negative offset. StorageError: a file operation failed.
+        """
+        if offset < 0:
+            raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
+        with self._write_lock:
+            self._check_open()
+            if offset >= self._leo:
+                return
+            if offset < self._log_start:
+                self._truncate_fully(offset)
+                return
+            segments = self._segments
+            keep = max(bisect_right(self._bases, offset) - 1, 0)
+            target = segments[keep]
+            dropped = segments[keep + 1 :]
+            try:
+                target.truncate_to(offset)
+                target.fsync()
+            except OSError as exc:
+                raise StorageError(f"truncate of {target.log_path} failed: {exc}") from exc
+            with self._lock:
+                self._segments = segments[: keep + 1]
+                self._bases = self._bases[: keep + 1]
+                self._leo = offset
+                self._hw = min(self._hw, offset)
+                self._truncations += 1
+            for seg in dropped:
+                seg.delete_files()
+                seg.release()
+            # The target is the active segment now: its index files are rewritten at roll or
+            # close, and recovery does not trust them before that.
+            for path in (target.index_path, target.timeindex_path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            fsync_directory(self._dir)
+            with self._flush_cond:
+                self._flushed = min(self._flushed, offset)
+            self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
+            self.epochs.truncate_from_end(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        segments = self._segments
+        new = Segment.create(self._dir, offset, self._config.index_interval_bytes)
+        write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(offset,)])
+        with self._lock:
+            self._segments = (new,)
+            self._bases = [offset]
+            self._leo = self._log_start = self._hw = offset
+            self._truncations += 1
+        for seg in segments:
+            seg.delete_files()
+            seg.release()
+        fsync_directory(self._dir)
+        with self._flush_cond:
+            self._flushed = offset
+        self._last_ts = NO_TIMESTAMP
+        self.epochs.clear()
+
+    def enforce_retention(self) -> int:
+        """Delete the oldest whole segments beyond the retention limits; return how many.
+
+        Never deletes the active segment or a segment with offsets at or above the high
+        watermark. The new log start offset is checkpointed before any file is deleted.
+
+        Raises:
+            StorageError: a file operation failed.
+        """
+        with self._write_lock:
+            self._check_open()
+            segments = self._segments
+            count = segments_to_delete(
+                segments,
+                config=self._config,
+                log_start_offset=self._log_start,
+                log_end_offset=self._leo,
+                high_watermark=self._hw,
+                now_ns=self._clock(),
+            )
+            if not count:
+                return 0
+            new_start = max(self._log_start, segments[count].base_offset)
+            try:
+                write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(new_start,)])
+            except OSError as exc:
+                raise StorageError(f"cannot checkpoint the log start offset: {exc}") from exc
+            with self._lock:
+                self._segments = segments[count:]
+                self._bases = self._bases[count:]
+                self._log_start = new_start
+                self._hw = max(self._hw, new_start)
+            for seg in segments[:count]:
+                seg.delete_files()
+                seg.release()
+            fsync_directory(self._dir)
+            self.epochs.truncate_from_start(new_start)
+            return count
+
+    def compact(self) -> CompactionReport:
+        """Key-compact the segments below the high watermark (see spec/storage.md).
+
+        Safe to run in a background thread while the writer appends and readers read: the
+        rewrite happens without locks, and the swap takes the writer lock briefly. If the
+        log changed underneath (truncation, retention) the rewrite is discarded and the
+        report says so. A no-op (``skipped``) unless ``config.compact``.
+
+        Raises:
+            StorageError: a file operation failed.
+        """
+        if not self._config.compact:
+            return CompactionReport(skipped="compaction is disabled for this log")
+        with self._compact_lock:
+            with self._lock:
+                self._check_open()
+                segments = self._segments
+                hw = self._hw
+                cleanable = []
+                for seg in segments[:-1]:
+                    st = seg.state
+                    if st.next_offset > hw or seg.corrupt_end is not None:
+                        break
+                    cleanable.append((seg, st))
+                leases = [FileLease(seg.file) for seg, _ in cleanable]
+            try:
+                return self._compact(len(segments), cleanable)
+            except OSError as exc:
+                raise StorageError(f"compaction of {self._dir} failed: {exc}") from exc
+            finally:
+                for lease in leases:
+                    lease.release()
+
+    def _compact(
+        self, segments_before: int, cleanable: list[tuple[Segment, SegmentState]]
+    ) -> CompactionReport:
+        if not cleanable:
+            return CompactionReport(
+                segments_before=segments_before,
+                segments_after=segments_before,
+                skipped="no segment is wholly below the high watermark",
+            )
+        now = self._clock()
+        retention_ns = int(self._config.delete_retention_s * 1e9)
+        bytes_before = sum(st.size for _, st in cleanable)
+        try:
+            key_map = compaction.build_key_map(
+                cleanable, now_ns=now, delete_retention_ns=retention_ns
+            )
+        except CodecError as exc:
+            return CompactionReport(segments_before=segments_before, aborted=f"damaged: {exc}")
+        records_before = sum(key_map.records)
+        groups = compaction.plan_groups(cleanable, key_map, self._config.segment_max_bytes)
+        cleaned: list[compaction.CleanedGroup] = []
+        try:
+            for group in groups:
+                cleaned.append(
+                    compaction.write_group(
+                        self._dir,
+                        [cleanable[i] for i in group],
+                        key_map,
+                        interval=self._config.index_interval_bytes,
+                        now_ns=now,
+                        delete_retention_ns=retention_ns,
+                    )
+                )
+        except CodecError as exc:
+            for group_done in cleaned:
+                group_done.discard()
+            return CompactionReport(segments_before=segments_before, aborted=f"damaged: {exc}")
+        except BaseException:
+            for group_done in cleaned:
+                group_done.discard()
+            raise
+        aborted = self._swap_in(cleaned)
+        if aborted is not None:
+            return CompactionReport(
+                segments_before=segments_before,
+                segments_after=len(self._segments),
+                records_before=records_before,
+                records_after=records_before,
+                bytes_before=bytes_before,
+                bytes_after=bytes_before,
+                aborted=aborted,
+            )
+        dropped_records = sum(g.records_in - g.records_out for g in cleaned)
+        dropped_bytes = sum(g.bytes_in - g.bytes_out for g in cleaned)
+        return CompactionReport(
+            segments_before=segments_before,
+            segments_after=len(self._segments),
+            segments_cleaned=sum(len(g.sources) for g in cleaned),
+            records_before=records_before,
+            records_after=records_before - dropped_records,
+            bytes_before=bytes_before,
+            bytes_after=bytes_before - dropped_bytes,
+            tombstones_dropped=sum(g.tombstones_dropped for g in cleaned),
+        )
+
+    def _swap_in(self, cleaned: list[compaction.CleanedGroup]) -> str | None:
+        """Swap cleaned groups in under the writer lock; a reason string if abandoned."""
+        if not cleaned:
+            return None
+        with self._write_lock:
+            current = self._segments
+            ids = {id(seg): i for i, seg in enumerate(current[:-1])}
+            for group in cleaned:
+                for seg, st in group.sources:
+                    if id(seg) not in ids or seg.state is not st:
+                        for g in cleaned:
+                            g.discard()
+                        return "the log changed during compaction (truncation or retention)"
+            if self._closed:
+                for g in cleaned:
+                    g.discard()
+                return "the log was closed during compaction"
+            replaced: list[Segment] = []
+            new_list: list[Segment | None] = list(current)
+            for group in cleaned:
+                compaction.swap_files(self._dir, group)
+                first = ids[id(group.sources[0][0])]
+                new_list[first] = group.segment
+                for seg, _st in group.sources[1:]:
+                    new_list[ids[id(seg)]] = None
+                replaced.extend(seg for seg, _st in group.sources)
+            segments = tuple(seg for seg in new_list if seg is not None)
+            with self._lock:
+                self._segments = segments
+                self._bases = [seg.base_offset for seg in segments]
+            for seg in replaced:
+                seg.release()
+            return None

@@ -1,0 +1,67 @@
+"""The result of a read: a byte range of a segment file holding whole stored records."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import attrs
+
+from jetserver.storage.files import FileLease, pread_exact
+
+
+@attrs.frozen
+class ReadSlice:
+    """Stored records ``[first_offset, next_offset)`` as they lie in one segment file.
+
+    The bytes are exactly the records' stored form (spec/storage.md, "Record"), so a server
+    can send them with ``os.sendfile(sock, fileno, position, length)`` or :meth:`read_bytes`.
+    The slice holds a reference to the file: the descriptor stays valid (even if compaction
+    or retention unlinks the file) until :meth:`close` or the context manager's exit.
+
+    Thread-safety: immutable; ``close`` may be called from any thread, once or many times.
+    """
+
+    fileno: int
+    """File descriptor to read from; -1 for an empty slice."""
+    position: int
+    """Byte position of the first record in the file."""
+    length: int
+    """Number of bytes (whole records only); 0 for an empty slice."""
+    first_offset: int
+    """Offset of the first record in the slice (the offset asked for when empty)."""
+    next_offset: int
+    """Offset to read next: one past the last record, or past a gap known to hold nothing."""
+    lease: FileLease | None = attrs.field(default=None, eq=False, repr=False)
+    """Internal: the reference keeping ``fileno`` open."""
+
+    @property
+    def empty(self) -> bool:
+        """True if the slice holds no record."""
+        return self.length == 0
+
+    def read_bytes(self) -> bytes:
+        """The slice's bytes (``os.pread`` of the range). Raises OSError on I/O failure."""
+        if self.length == 0:
+            return b""
+        return pread_exact(self.fileno, self.length, self.position)
+
+    def close(self) -> None:
+        """Release the file reference (idempotent)."""
+        if self.lease is not None:
+            self.lease.release()
+
+    def __enter__(self) -> ReadSlice:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def empty_slice(offset: int, next_offset: int) -> ReadSlice:
+    """A slice with no records."""
+    return ReadSlice(fileno=-1, position=0, length=0, first_offset=offset, next_offset=next_offset)

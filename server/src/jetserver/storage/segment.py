@@ -1,0 +1,339 @@
+"""One segment: a ``.log`` file of stored records plus its offset and time indexes.
+
+Segment files are named by their 20-digit base offset (spec/storage.md, "Files"). The
+``.log`` is append-only while the segment is active; the indexes live in memory and are
+written to ``.index`` / ``.timeindex`` when the segment is rolled, compacted or the log is
+closed (recovery rebuilds them for the active segment from the log itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from jetsdk.codec.record import HEADER_SIZE, peek_header
+from jetserver.storage.errors import StorageError
+from jetserver.storage.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    SharedFile,
+    fdatasync,
+    pread_exact,
+    segment_file_name,
+    write_all,
+    write_file_durably,
+)
+from jetserver.storage.offset_index import OffsetIndex
+from jetserver.storage.time_index import TimeIndex
+
+NO_TIMESTAMP = -(2**63)
+"""Max timestamp of a segment without records."""
+MIN_SCAN_CHUNK = 8192
+MAX_SCAN_CHUNK = 1024 * 1024
+
+
+class SegmentState(NamedTuple):
+    """What a reader may see of a segment; replaced as a whole on every change."""
+
+    size: int
+    """Bytes of whole, valid records in the ``.log``."""
+    next_offset: int
+    """Offset of the last record plus one (the base offset if empty)."""
+    max_timestamp: int
+    """Largest record timestamp (NO_TIMESTAMP if empty)."""
+    offset_index: OffsetIndex
+    """The offset index (only the first ``entries`` entries are visible)."""
+    time_index: TimeIndex
+    """The time index, one entry per offset-index entry."""
+    entries: int
+    """Number of visible index entries."""
+    generation: int
+    """Bumped by truncation, so cached positions from before are ignored."""
+
+
+class IndexPoint(NamedTuple):
+    """An index entry to add: the record's offset, position and running max timestamp."""
+
+    offset: int
+    position: int
+    max_timestamp: int
+
+
+class Segment:
+    """A segment of a partition log.
+
+    Thread-safety: one writer (append/truncate/write_indexes); any number of readers use
+    ``state`` snapshots and the ``locate``/``slice``/``find_timestamp`` methods while holding
+    a lease on ``file``.
+    """
+
+    __slots__ = (
+        "_hint",
+        "base_offset",
+        "corrupt_end",
+        "directory",
+        "file",
+        "first_timestamp",
+        "interval",
+        "state",
+    )
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        file: SharedFile,
+        state: SegmentState,
+        *,
+        interval: int,
+        first_timestamp: int | None,
+        corrupt_end: int | None = None,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.file = file
+        self.state = state
+        self.interval = interval
+        self.first_timestamp = first_timestamp
+        """Timestamp of the first record (for rolling by age), None if empty."""
+        self.corrupt_end = corrupt_end
+        """If set, offsets [state.next_offset, corrupt_end) are unreadable (damaged file)."""
+        self._hint: tuple[int, int, int] | None = None  # (generation, offset, position)
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, interval: int) -> Segment:
+        """Create the ``.log`` of a new, empty segment (an existing empty file is reused).
+
+        Raises:
+            StorageError: the file exists and is not empty, or cannot be created.
+        """
+        path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        try:
+            file = SharedFile.open(path, create=True)
+            if os.fstat(file.fd).st_size:
+                file.release()
+                raise StorageError(f"{path} already exists and is not empty")
+        except OSError as exc:
+            raise StorageError(f"cannot create segment {path}: {exc}") from exc
+        state = SegmentState(0, base_offset, NO_TIMESTAMP, OffsetIndex(), TimeIndex(), 0, 0)
+        return cls(directory, base_offset, file, state, interval=interval, first_timestamp=None)
+
+    # -- names -------------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> Path:
+        """Path of the ``.log`` file."""
+        return self.directory / segment_file_name(self.base_offset, LOG_SUFFIX)
+
+    @property
+    def index_path(self) -> Path:
+        """Path of the ``.index`` file."""
+        return self.directory / segment_file_name(self.base_offset, INDEX_SUFFIX)
+
+    @property
+    def timeindex_path(self) -> Path:
+        """Path of the ``.timeindex`` file."""
+        return self.directory / segment_file_name(self.base_offset, TIMEINDEX_SUFFIX)
+
+    @property
+    def last_indexed_position(self) -> int:
+        """Position of the last indexed record (0 if there is no entry)."""
+        st = self.state
+        return st.offset_index.positions[st.entries - 1] if st.entries else 0
+
+    # -- writing (the log's writer only) ------------------------------------------------------
+
+    def append(
+        self,
+        data: bytes,
+        last_offset: int,
+        max_timestamp: int,
+        first_timestamp: int,
+        points: Sequence[IndexPoint],
+    ) -> None:
+        """Append whole records at the end of the ``.log`` and their index entries.
+
+        Raises:
+            StorageError: the write failed (the file is cut back to its previous size).
+        """
+        st = self.state
+        try:
+            write_all(self.file.fd, data, st.size)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.file.fd, st.size)
+            raise StorageError(f"write to {self.log_path} failed: {exc}") from exc
+        index, timeindex = st.offset_index, st.time_index
+        base = self.base_offset
+        for point in points:
+            rel = point.offset - base
+            index.append(rel, point.position)
+            timeindex.append(point.max_timestamp, rel)
+        if self.first_timestamp is None:
+            self.first_timestamp = first_timestamp
+        self.state = SegmentState(
+            st.size + len(data),
+            last_offset + 1,
+            max_timestamp if max_timestamp > st.max_timestamp else st.max_timestamp,
+            index,
+            timeindex,
+            len(index),
+            st.generation,
+        )
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop records with offset >= ``offset``; return the number of bytes cut.
+
+        Raises:
+            StorageError: the file could not be truncated.
+        """
+        st = self.state
+        position, _ = self.locate(offset, st)
+        if position >= st.size:
+            return 0
+        keep = st.offset_index.floor_for_position(position - 1, st.entries) + 1
+        try:
+            os.ftruncate(self.file.fd, position)
+        except OSError as exc:
+            raise StorageError(f"truncate of {self.log_path} failed: {exc}") from exc
+        index = st.offset_index.truncated(keep)
+        timeindex = st.time_index.truncated(keep)
+        start = index.positions[keep - 1] if keep else 0
+        running = timeindex.timestamps[keep - 1] if keep else NO_TIMESTAMP
+        last_offset = None
+        for _pos, off, ts, _epoch, _size in self.iter_headers(start, position):
+            last_offset = off
+            if ts > running:
+                running = ts
+        next_offset = self.base_offset if last_offset is None else last_offset + 1
+        if position == 0:
+            self.first_timestamp = None
+        self._hint = None
+        self.state = SegmentState(
+            position, next_offset, running, index, timeindex, keep, st.generation + 1
+        )
+        return st.size - position
+
+    def write_indexes(self) -> None:
+        """Write the visible index entries to ``.index`` and ``.timeindex`` and fsync them."""
+        st = self.state
+        write_file_durably(self.index_path, st.offset_index.truncated(st.entries).to_bytes())
+        write_file_durably(self.timeindex_path, st.time_index.truncated(st.entries).to_bytes())
+
+    def fsync(self) -> None:
+        """fdatasync the ``.log``."""
+        fdatasync(self.file.fd)
+
+    def release(self) -> None:
+        """Drop the segment's own reference to the ``.log`` descriptor."""
+        self.file.release()
+
+    def delete_files(self) -> None:
+        """Unlink the segment's files (open descriptors stay valid)."""
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    # -- reading (hold a lease on ``file``) ---------------------------------------------------
+
+    def iter_headers(self, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """``(position, offset, timestamp, leader_epoch, size)`` of records in [start, end).
+
+        Reads headers only, with ``pread`` in chunks; no CRC check. A header whose length
+        field is absurd raises CodecError; a record running past ``end`` is still yielded
+        (callers compare ``position + size`` with their bound).
+        """
+        fd = self.file.fd
+        chunk = min(max(2 * self.interval, MIN_SCAN_CHUNK), MAX_SCAN_CHUNK)
+        buf = b""
+        buf_start = start
+        pos = start
+        while pos + HEADER_SIZE <= end:
+            rel = pos - buf_start
+            if rel + HEADER_SIZE > len(buf):
+                buf = pread_exact(fd, min(chunk, end - pos), pos)
+                buf_start = pos
+                rel = 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            offset, ts, epoch, size = peek_header(buf, rel)
+            yield pos, offset, ts, epoch, size
+            pos += size
+
+    def locate(self, offset: int, st: SegmentState) -> tuple[int, int]:
+        """``(position, offset)`` of the first record with offset >= ``offset``.
+
+        ``(st.size, st.next_offset)`` if the segment has no such record.
+        """
+        hint = self._hint
+        if (
+            hint is not None
+            and hint[1] == offset
+            and hint[0] == st.generation
+            and hint[2] < st.size
+        ):
+            return hint[2], offset
+        i = st.offset_index.floor_for_offset(offset - self.base_offset, st.entries)
+        start = st.offset_index.positions[i] if i >= 0 else 0
+        for pos, off, _ts, _epoch, _size in self.iter_headers(start, st.size):
+            if off >= offset:
+                return pos, off
+        return st.size, st.next_offset
+
+    def slice(
+        self, offset: int, bound: int, max_bytes: int, st: SegmentState
+    ) -> tuple[int, int, int, int] | None:
+        """Byte range of the records to return for a read starting at ``offset``.
+
+        Returns ``(start, end, first_offset, next_offset)`` covering whole records with
+        offsets in [offset, bound), at most ``max_bytes`` unless the first record alone is
+        larger; ``start == end`` if the first record at or after ``offset`` is >= bound.
+        None if the segment has no record at or after ``offset``.
+        """
+        start, first = self.locate(offset, st)
+        if start >= st.size:
+            return None
+        if first >= bound:
+            return start, start, first, bound
+        if bound >= st.next_offset:
+            end_limit = st.size
+            end_offset = st.next_offset
+        else:
+            end_limit, _ = self.locate(bound, st)
+            end_offset = bound
+        if end_limit - start <= max_bytes:
+            return start, end_limit, first, end_offset
+        limit = start + max_bytes
+        i = st.offset_index.floor_for_position(limit, st.entries)
+        scan = start
+        if i >= 0 and st.offset_index.positions[i] > start:
+            scan = st.offset_index.positions[i]
+        end = end_limit
+        next_offset = end_offset
+        for pos, off, _ts, _epoch, size in self.iter_headers(scan, end_limit):
+            if pos + size > limit:
+                if pos == start:  # the first record alone is bigger than max_bytes
+                    end, next_offset = pos + size, off + 1
+                else:
+                    end, next_offset = pos, off
+                    self._hint = (st.generation, off, pos)
+                break
+        return start, end, first, next_offset
+
+    def find_timestamp(self, timestamp: int, st: SegmentState) -> int | None:
+        """Offset of the first record whose (running max) timestamp is >= ``timestamp``."""
+        if st.max_timestamp < timestamp:
+            return None
+        i = st.time_index.last_before(timestamp, st.entries)
+        start = st.offset_index.positions[i] if i >= 0 else 0
+        running = st.time_index.timestamps[i] if i >= 0 else NO_TIMESTAMP
+        for _pos, off, ts, _epoch, _size in self.iter_headers(start, st.size):
+            if ts > running:
+                running = ts
+            if running >= timestamp:
+                return off
+        return None

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jetserver.storage import CorruptFileError
+from jetserver.storage.checkpoint import (
+    format_checkpoint,
+    parse_checkpoint,
+    read_checkpoint,
+    read_single_value,
+    write_checkpoint,
+)
+
+
+def test_format_is_kafka_like() -> None:
+    assert format_checkpoint([(42,)]) == b"0\n1\n42\n"
+    assert format_checkpoint([(0, 0), (3, 120)]) == b"0\n2\n0 0\n3 120\n"
+    assert format_checkpoint([]) == b"0\n0\n"
+    with pytest.raises(ValueError):
+        format_checkpoint([(-1,)])
+
+
+def test_parse_round_trip() -> None:
+    assert parse_checkpoint(b"0\n2\n0 0\n3 120\n", 2) == [(0, 0), (3, 120)]
+    assert parse_checkpoint(b"0\n0\n", 1) == []
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"0\n1\n42",  # no final newline
+        b"1\n1\n42\n",  # unknown version
+        b"0\n2\n42\n",  # count mismatch
+        b"0\n1\n042\n",  # leading zero
+        b"0\n1\n-4\n",
+        b"0\n1\n4 2\n",  # wrong field count
+        b"0\n1\n 42\n",
+        b"0\r\n1\r\n42\r\n",
+        b"0\n1\n99999999999999999999999\n",
+    ],
+)
+def test_parse_is_strict(data: bytes) -> None:
+    with pytest.raises(CorruptFileError):
+        parse_checkpoint(data, 1)
+
+
+def test_files(tmp_path: Path) -> None:
+    assert read_checkpoint(tmp_path, "hw", 1) is None
+    write_checkpoint(tmp_path, "hw", [(7,)])
+    assert read_single_value(tmp_path, "hw") == 7
+    (tmp_path / "two").write_bytes(b"0\n2\n1\n2\n")
+    with pytest.raises(CorruptFileError):
+        read_single_value(tmp_path, "two")

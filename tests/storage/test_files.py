@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jetserver.storage import LogClosedError
+from jetserver.storage.files import (
+    FileLease,
+    SharedFile,
+    parse_segment_file_name,
+    segment_file_name,
+    write_file_atomically,
+)
+
+
+def test_segment_names() -> None:
+    assert segment_file_name(0, ".log") == "00000000000000000000.log"
+    assert segment_file_name(1234, ".timeindex") == "00000000000000001234.timeindex"
+    assert parse_segment_file_name("00000000000000001234.index") == (1234, ".index")
+    assert parse_segment_file_name("1234.log") is None
+    assert parse_segment_file_name("00000000000000001234.log.cleaned") is None
+    with pytest.raises(ValueError):
+        segment_file_name(-1, ".log")
+    with pytest.raises(ValueError):
+        segment_file_name(1, ".txt")
+
+
+def test_shared_file_closes_with_last_reference(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"hello")
+    shared = SharedFile.open(path)
+    lease = FileLease(shared)
+    shared.release()  # the owner lets go (e.g. the segment was deleted)
+    os.unlink(path)
+    assert os.pread(shared.fd, 5, 0) == b"hello"  # still readable through the lease
+    lease.release()
+    lease.release()  # idempotent
+    assert shared.closed
+    with pytest.raises(LogClosedError):
+        FileLease(shared)
+
+
+def test_atomic_write_leaves_no_tmp(tmp_path: Path) -> None:
+    target = tmp_path / "ckpt"
+    write_file_atomically(target, b"one")
+    write_file_atomically(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]

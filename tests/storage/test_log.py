@@ -1,0 +1,280 @@
+"""Log: append, read, timestamps, rolling, append_raw, truncation, reopen."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from jetsdk.codec.record import encode_body, frame_body, iter_records
+from jetserver.storage import (
+    InvalidArgumentError,
+    InvalidRecordsError,
+    Log,
+    LogClosedError,
+    LogConfig,
+    OffsetOutOfRange,
+    StorageError,
+)
+
+from .helpers import SMALL, bodies, read_all
+
+
+def test_empty_log(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "p") as log:
+        assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (0, 0, 0)
+        assert log.segment_count == 1
+        assert log.recovery.ok
+        sl = log.read(0, 100)
+        assert sl.empty
+        assert (sl.first_offset, sl.next_offset, sl.fileno) == (0, 0, -1)
+        assert sl.read_bytes() == b""
+        with pytest.raises(OffsetOutOfRange) as info:
+            log.read(1, 100)
+        assert (info.value.log_start_offset, info.value.log_end_offset) == (0, 0)
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
+        ".lock",
+        "00000000000000000000.index",
+        "00000000000000000000.log",
+        "00000000000000000000.timeindex",
+        "clean-shutdown",
+        "high-watermark-checkpoint",
+        "log-start-offset-checkpoint",
+    ]
+
+
+def test_append_assigns_offsets_and_stores_records_verbatim(tmp_path: Path) -> None:
+    with Log.open(tmp_path) as log:
+        batch = bodies(3)
+        assert log.append(batch, 1_000, 0) == (0, 1_000)
+        assert log.append(bodies(2, start=3), 2_000, 0) == (3, 2_000)
+        assert log.log_end_offset == 5
+        expected = b"".join(
+            [frame_body(i, 1_000, 0, b) for i, b in enumerate(batch)]
+            + [frame_body(3 + i, 2_000, 0, b) for i, b in enumerate(bodies(2, start=3))]
+        )
+        assert (tmp_path / "00000000000000000000.log").read_bytes() == expected
+        # Reads stop at the high watermark.
+        assert log.read(0, 1000).empty
+        log.set_high_watermark(5)
+        with log.read(0, 10_000) as sl:
+            assert sl.read_bytes() == expected
+            assert (sl.position, sl.length, sl.first_offset, sl.next_offset) == (
+                0,
+                len(expected),
+                0,
+                5,
+            )
+            assert os.pread(sl.fileno, sl.length, sl.position) == expected
+
+
+def test_timestamps_never_decrease(tmp_path: Path) -> None:
+    with Log.open(tmp_path) as log:
+        assert log.append(bodies(1), 500, 0) == (0, 500)
+        assert log.append(bodies(1), 400, 0) == (1, 500)  # clamped
+        assert log.append(bodies(1), 600, 0) == (2, 600)
+        log.set_high_watermark(3)
+        assert [r.timestamp for r in read_all(log)] == [500, 500, 600]
+
+
+def test_read_respects_max_bytes_and_max_offset(tmp_path: Path) -> None:
+    with Log.open(tmp_path, LogConfig(index_interval_bytes=64)) as log:
+        log.append(bodies(100, size=50), 1, 0)
+        log.set_high_watermark(100)
+        size = len(frame_body(0, 1, 0, bodies(1, size=50)[0]))
+        with log.read(10, 5 * size + 3) as sl:
+            recs = list(iter_records(sl.read_bytes()))
+            assert [r.offset for r in recs] == [10, 11, 12, 13, 14]
+            assert sl.length == 5 * size
+            assert sl.next_offset == 15
+        with log.read(10, 1) as sl:  # one whole record even if max_bytes is smaller
+            assert [r.offset for r in iter_records(sl.read_bytes())] == [10]
+            assert sl.next_offset == 11
+        with log.read(10, 10_000, max_offset=13) as sl:
+            assert [r.offset for r in iter_records(sl.read_bytes())] == [10, 11, 12]
+            assert sl.next_offset == 13
+        assert log.read(13, 100, max_offset=13).empty
+        assert [r.offset for r in read_all(log, 37, max_bytes=333)] == list(range(37, 100))
+        with pytest.raises(InvalidArgumentError):
+            log.read(0, -1)
+
+
+def test_rolls_by_size_and_reads_across_segments(tmp_path: Path) -> None:
+    with Log.open(tmp_path, SMALL) as log:
+        for i in range(30):
+            log.append(bodies(5, start=5 * i, size=40), 1000 + i, 0)
+        assert log.segment_count > 5
+        infos = log.segments()
+        assert all(s.size_bytes <= SMALL.segment_max_bytes for s in infos)
+        assert [s.base_offset for s in infos[1:]] == [s.next_offset for s in infos[:-1]]
+        log.set_high_watermark(150)
+        recs = read_all(log, max_bytes=300)
+        assert [r.offset for r in recs] == list(range(150))
+        assert recs[77].value.startswith(b"v77")
+        # A read never spans two segments.
+        with log.read(0, 1_000_000) as sl:
+            assert sl.next_offset == infos[0].next_offset
+
+
+def test_one_batch_larger_than_a_segment_goes_alone(tmp_path: Path) -> None:
+    with Log.open(tmp_path, LogConfig(segment_max_bytes=100)) as log:
+        log.append(bodies(1), 1, 0)
+        log.append(bodies(10, start=1, size=50), 1, 0)
+        assert [s.base_offset for s in log.segments()] == [0, 1]
+        log.set_high_watermark(11)
+        assert len(read_all(log)) == 11
+
+
+def test_rolls_by_age(tmp_path: Path) -> None:
+    now = [10**18]
+    cfg = LogConfig(segment_max_age_s=60)
+    with Log.open(tmp_path, cfg, clock=lambda: now[0]) as log:
+        log.append(bodies(2), now[0], 0)
+        now[0] += 59 * 10**9
+        log.append(bodies(2), now[0], 0)
+        assert log.segment_count == 1
+        now[0] += 2 * 10**9
+        log.append(bodies(2), now[0], 0)
+        assert [s.base_offset for s in log.segments()] == [0, 4]
+        assert log.roll()
+        assert not log.roll()  # the new active segment is empty
+        assert log.segment_count == 3
+
+
+def test_offset_for_timestamp(tmp_path: Path) -> None:
+    with Log.open(tmp_path, SMALL) as log:
+        for i in range(40):
+            log.append(bodies(3, size=30), 100 * (i + 1), 0)  # offsets 3i..3i+2 at 100(i+1)
+        log.set_high_watermark(log.log_end_offset)
+        assert log.segment_count > 3
+        assert log.offset_for_timestamp(0) == 0
+        assert log.offset_for_timestamp(100) == 0
+        assert log.offset_for_timestamp(101) == 3
+        assert log.offset_for_timestamp(2050) == 3 * 20
+        assert log.offset_for_timestamp(4000) == 117
+        assert log.offset_for_timestamp(4001) is None
+        log.set_high_watermark(60)
+        assert log.offset_for_timestamp(2050) is None  # not committed yet
+        assert log.offset_for_timestamp(2050, max_offset=120) == 60
+
+
+def test_append_raw_replicates_exact_bytes(tmp_path: Path) -> None:
+    with (
+        Log.open(tmp_path / "leader", SMALL) as leader,
+        Log.open(tmp_path / "follower", SMALL) as follower,
+    ):
+        for i in range(20):
+            leader.append(bodies(4, start=4 * i, size=30), 10 + i, i // 5)
+        leader.set_high_watermark(leader.log_end_offset)
+        offset = 0
+        while offset < leader.log_end_offset:
+            with leader.read(offset, 700, max_offset=leader.log_end_offset) as sl:
+                offset = follower.append_raw(sl.read_bytes())
+                assert offset == sl.next_offset
+        assert follower.log_end_offset == 80
+        assert follower.epochs.entries == leader.epochs.entries
+        follower.set_high_watermark(80)
+        assert read_all(follower) == read_all(leader)
+        assert follower.offset_for_timestamp(15) == leader.offset_for_timestamp(15) == 20
+
+
+def test_append_raw_validation(tmp_path: Path) -> None:
+    with Log.open(tmp_path) as log:
+        good = frame_body(0, 1, 0, encode_body(b"a")) + frame_body(1, 1, 0, encode_body(b"b"))
+        partial = frame_body(2, 1, 0, encode_body(b"c"))
+        assert log.append_raw(good + partial[:-3]) == 2  # trailing partial record ignored
+        with pytest.raises(InvalidRecordsError):
+            log.append_raw(frame_body(1, 1, 0, encode_body(b"x")))  # below the LEO
+        bad = bytearray(partial)
+        bad[-1] ^= 1
+        with pytest.raises(InvalidRecordsError):
+            log.append_raw(bytes(bad))
+        with pytest.raises(InvalidRecordsError):  # not increasing inside the batch
+            log.append_raw(partial + partial)
+        log.append_raw(frame_body(10, 1, 3, encode_body(b"gap")))  # gaps are allowed
+        assert log.log_end_offset == 11
+        with pytest.raises(InvalidRecordsError):  # epochs never go back
+            log.append_raw(frame_body(11, 1, 2, encode_body(b"old")))
+        with pytest.raises(InvalidRecordsError):
+            log.append(bodies(1), 1, 2)
+        assert log.append_raw(b"") == 11
+
+
+def test_truncate_to(tmp_path: Path) -> None:
+    with Log.open(tmp_path, SMALL) as log:
+        for i in range(30):
+            log.append(bodies(5, start=5 * i, size=40), 1000 + i, i // 10)
+        log.set_high_watermark(150)
+        segments_before = log.segment_count
+        log.truncate_to(63)
+        assert log.log_end_offset == 63
+        assert log.high_watermark == 63
+        assert log.flushed_offset <= 63
+        assert log.segment_count < segments_before
+        assert [r.offset for r in read_all(log)] == list(range(63))
+        assert [(e.epoch, e.start_offset) for e in log.epochs.entries] == [(0, 0), (1, 50)]
+        assert log.append(bodies(2, start=900), 5, 1) == (63, 1012)  # ts stays monotonic
+        log.truncate_to(200)  # past the end: no-op
+        assert log.log_end_offset == 65
+        log.set_high_watermark(65)
+    with Log.open(tmp_path, SMALL) as log:
+        assert log.recovery.ok
+        recs = read_all(log)
+        assert [r.offset for r in recs] == list(range(65))
+        assert recs[63].value.startswith(b"v900")
+
+
+def test_truncate_below_log_start_restarts_empty(tmp_path: Path) -> None:
+    with Log.open(tmp_path, SMALL) as log:
+        log.append(bodies(3), 1, 0)
+        log.truncate_to(3)
+        log.truncate_to(0)
+        assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+
+
+def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    with Log.open(tmp_path, SMALL) as log:
+        for i in range(10):
+            log.append(bodies(7, start=7 * i, size=40), 1000 + i, 1)
+        log.set_high_watermark(50)
+        before = read_all(log)
+    with Log.open(tmp_path, SMALL) as log:
+        assert log.recovery.ok
+        assert log.recovery.clean_shutdown
+        assert log.recovery.indexes_rebuilt == 0
+        assert log.high_watermark == 50
+        assert log.log_end_offset == 70
+        assert read_all(log) == before
+        assert log.epochs.latest_epoch == 1
+        assert log.append(bodies(1), 0, 1) == (70, 1009)
+
+
+def test_directory_is_locked(tmp_path: Path) -> None:
+    with Log.open(tmp_path), pytest.raises(StorageError):
+        Log.open(tmp_path)
+
+
+def test_closed_log_refuses(tmp_path: Path) -> None:
+    log = Log.open(tmp_path)
+    log.append(bodies(1), 1, 0)
+    log.set_high_watermark(1)
+    sl = log.read(0, 100)
+    log.close()
+    log.close()
+    assert len(sl.read_bytes()) == sl.length  # a slice outlives the log
+    sl.close()
+    for call in (lambda: log.read(0, 1), lambda: log.append(bodies(1), 1, 0), log.flush):
+        with pytest.raises(LogClosedError):
+            call()
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    with Log.open(tmp_path) as log:
+        with pytest.raises(InvalidArgumentError):
+            log.append(bodies(1), 2**63, 0)
+        with pytest.raises(InvalidArgumentError):
+            log.append(bodies(1), 0, -1)
+        with pytest.raises(InvalidArgumentError):
+            log.truncate_to(-1)
+        assert log.append([], 5, 0) == (0, 5)
