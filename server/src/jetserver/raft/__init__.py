@@ -1,0 +1,38 @@
+"""Replicated cluster metadata: the metadata state machine under Raft (PySyncObj).
+
+``metadata_raft.MetadataRaft`` is the interface the server uses (propose, state, leadership,
+wait/watch); ``machine`` is the pure state machine applied under Raft; ``host`` hosts
+PySyncObj in its own thread; ``journal`` is the durable journal PySyncObj writes; ``bridge``
+carries results from that thread into the event loop; ``config`` and ``errors`` are what
+their names say. spec/cluster.md, "Metadata Raft", documents the behaviour.
+"""
+
+from jetserver.raft.config import RaftConfig, RaftPeer
+from jetserver.raft.errors import (
+    NotLeader,
+    OutcomeUnknown,
+    ProposalTimeout,
+    RaftClosed,
+    RaftError,
+    RaftStartError,
+    RaftTimeout,
+    Unavailable,
+)
+from jetserver.raft.host import RaftStatus
+from jetserver.raft.metadata_raft import Applied, MetadataRaft
+
+__all__ = [
+    "Applied",
+    "MetadataRaft",
+    "NotLeader",
+    "OutcomeUnknown",
+    "ProposalTimeout",
+    "RaftClosed",
+    "RaftConfig",
+    "RaftError",
+    "RaftPeer",
+    "RaftStartError",
+    "RaftStatus",
+    "RaftTimeout",
+    "Unavailable",
+]

@@ -1,0 +1,89 @@
+"""Helpers for Raft tests: loopback configs, in-process clusters, bounded leader waits."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from jetserver.metadata.model import StreamSpec
+from jetserver.metadata.ops import CreateStream
+from jetserver.raft import MetadataRaft, RaftConfig, RaftPeer, RaftStatus
+
+PASSWORD = secrets.token_hex(16)
+"""Cluster password of the test clusters."""
+LEADER_WAIT_S = 10.0
+"""Bound on electing a leader in tests."""
+MAX_LEADER_ROUNDS = 200
+"""Bound on status changes observed while waiting for an agreed leader."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_configs(root: Path, n: int = 3, **overrides: Any) -> list[RaftConfig]:
+    """Configs of an ``n``-member loopback group, data under ``root/<server id>``."""
+    ids = [f"s{i + 1}" for i in range(n)]
+    addresses = {i: f"127.0.0.1:{free_port()}" for i in ids}
+    return [
+        RaftConfig(
+            server_id=i,
+            address=addresses[i],
+            peers=tuple(RaftPeer(j, addresses[j]) for j in ids if j != i),
+            data_dir=root / i,
+            password=PASSWORD,
+            **overrides,
+        )
+        for i in ids
+    ]
+
+
+def create_op(name: str, partitions: int = 1) -> CreateStream:
+    """A CreateStream with fixed ids (replicas s1)."""
+    spec = StreamSpec(name=name, subject=f"subj.{name}", partitions=partitions)
+    return CreateStream(spec, f"id-{name}", 1, tuple(("s1",) for _ in range(partitions)))
+
+
+@asynccontextmanager
+async def running(configs: Sequence[RaftConfig]) -> AsyncIterator[list[MetadataRaft]]:
+    """Start one MetadataRaft per config (all stopped on exit)."""
+    async with AsyncExitStack() as stack:
+        nodes = [await stack.enter_async_context(MetadataRaft(c)) for c in configs]
+        yield nodes
+
+
+async def any_status_change(nodes: Sequence[MetadataRaft], limit_s: float) -> None:
+    """Return when the status of any of ``nodes`` changes (or after ``limit_s``)."""
+    with anyio.move_on_after(limit_s):
+        async with anyio.create_task_group() as tg:
+
+            async def watch(node: MetadataRaft, seen: RaftStatus) -> None:
+                await node.wait_status(lambda s: s != seen, timeout=limit_s)
+                tg.cancel_scope.cancel()
+
+            for node in nodes:
+                tg.start_soon(watch, node, node.status)
+
+
+async def agreed_leader(
+    nodes: Sequence[MetadataRaft], limit_s: float = LEADER_WAIT_S
+) -> MetadataRaft:
+    """The node all ``nodes`` agree is the leader (bounded in time and rounds)."""
+    with anyio.fail_after(limit_s):
+        for _ in range(MAX_LEADER_ROUNDS):
+            leaders = [n for n in nodes if n.is_leader]
+            if len(leaders) == 1 and all(
+                n.leader_address == leaders[0].config.address for n in nodes
+            ):
+                return leaders[0]
+            await any_status_change(nodes, limit_s)
+    raise AssertionError(f"no agreed leader after {MAX_LEADER_ROUNDS} status changes")

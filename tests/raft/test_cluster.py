@@ -1,0 +1,306 @@
+"""A 3-member metadata Raft group in one process (three MetadataRaft on loopback ports)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import socket
+import struct
+import zlib
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetserver.metadata.ops import DeleteStream
+from jetserver.raft import (
+    MetadataRaft,
+    NotLeader,
+    RaftClosed,
+    RaftConfig,
+    RaftPeer,
+    RaftStartError,
+    RaftTimeout,
+)
+from jetserver.raft.journal import scan_records
+from raft.kit import PASSWORD, agreed_leader, create_op, free_port, make_configs, running
+
+pytestmark = pytest.mark.anyio
+
+WAIT_S = 10.0
+MAX_POLLS = 500
+POLL_S = 0.01
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Cluster tests run on asyncio; the first test also runs on trio."""
+    return "asyncio"
+
+
+async def wait_file(path: Path) -> None:
+    """Bounded poll for a file PySyncObj writes in its thread (no event to wait on)."""
+    for _ in range(MAX_POLLS):
+        if await anyio.Path(path).exists():
+            return
+        await anyio.sleep(POLL_S)
+    raise AssertionError(f"{path} did not appear")
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_propose_on_the_leader_read_everywhere(tmp_path: Path) -> None:
+    async with running(make_configs(tmp_path)) as nodes:
+        leader = await agreed_leader(nodes)
+        applied = [await leader.propose(create_op(f"st{i}")) for i in range(5)]
+        assert [a.index for a in applied] == sorted({a.index for a in applied})
+        assert all(a.result.created and not a.duplicate for a in applied)
+        assert leader.state.streams.keys() == {f"st{i}" for i in range(5)}
+        last = applied[-1].index
+        for node in nodes:
+            state = await node.wait_applied(last, timeout=WAIT_S)
+            assert state == leader.state
+            assert node.leader_id == leader.config.server_id
+
+
+async def test_a_follower_answers_not_leader_or_forwards(tmp_path: Path) -> None:
+    async with running(make_configs(tmp_path)) as nodes:
+        leader = await agreed_leader(nodes)
+        follower = next(n for n in nodes if n is not leader)
+        with pytest.raises(NotLeader) as info:
+            await follower.propose(create_op("nope"))
+        assert info.value.leader_id == leader.config.server_id
+        assert info.value.leader_address == leader.config.address
+        assert info.value.code == ErrorCode.NOT_LEADER
+        assert "nope" not in leader.state.streams
+        # forward=True: PySyncObj sends it to the leader; the result is computed locally.
+        applied = await follower.propose(create_op("fwd"), forward=True)
+        assert applied.result.created
+        assert "fwd" in follower.state.streams
+        assert (await leader.wait_applied(applied.index, timeout=WAIT_S)).streams.keys() == {"fwd"}
+
+
+async def test_a_reproposed_op_id_is_applied_once_with_the_original_result(tmp_path: Path) -> None:
+    async with running(make_configs(tmp_path)) as nodes:
+        leader = await agreed_leader(nodes)
+        await leader.propose(create_op("a"))
+        first = await leader.propose(DeleteStream("a"), op_id="delete-a")
+        again = await leader.propose(DeleteStream("a"), op_id="delete-a")
+        assert first.result.ok
+        assert again.duplicate
+        assert (again.index, again.result) == (first.index, first.result)
+        fresh = await leader.propose(DeleteStream("a"))
+        assert fresh.result.error_code == ErrorCode.STREAM_NOT_FOUND
+        assert leader.index == fresh.index == first.index + 2
+
+
+async def test_watchers_follow_leadership_and_state(tmp_path: Path) -> None:
+    async with running(make_configs(tmp_path)) as nodes:
+        leader = await agreed_leader(nodes)
+        follower = next(n for n in nodes if n is not leader)
+        seen: list[set[str]] = []
+        with anyio.fail_after(WAIT_S):
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    async for state in follower.watch_state():
+                        seen.append(set(state.streams))
+                        if "b" in state.streams:
+                            tg.cancel_scope.cancel()
+
+                tg.start_soon(watch)
+                await leader.propose(create_op("a"))
+                await leader.propose(create_op("b"))
+        assert seen[-1] == {"a", "b"}
+        async for status in follower.watch_status():
+            assert status.leader_id == leader.config.server_id
+            assert not status.is_leader
+            assert len(status.members) == 3
+            break
+
+
+async def test_stopping_the_leader_elects_another_and_it_catches_up_on_return(
+    tmp_path: Path,
+) -> None:
+    configs = make_configs(tmp_path)
+    async with running(configs) as nodes:
+        old = await agreed_leader(nodes)
+        await old.propose(create_op("before"))
+        survivors = [n for n in nodes if n is not old]
+        await old.aclose()
+        with pytest.raises(RaftClosed):
+            await old.propose(create_op("late"))
+        new = await agreed_leader(survivors)
+        assert new is not old
+        applied = await new.propose(create_op("after"))
+        async with MetadataRaft(old.config) as back:
+            state = await back.wait_applied(applied.index, timeout=WAIT_S)
+            assert state.streams.keys() == {"before", "after"}
+            assert state == new.state
+
+
+async def test_snapshot_and_journal_restore_a_restarted_node_alone(tmp_path: Path) -> None:
+    configs = make_configs(tmp_path)
+    async with running(configs) as nodes:
+        leader = await agreed_leader(nodes)
+        for i in range(10):
+            await leader.propose(create_op(f"a{i}"))
+        s1 = nodes[0]
+        await s1.wait_applied(leader.index, timeout=WAIT_S)
+        s1.force_compaction()
+        await wait_file(configs[0].snapshot_path)
+        for i in range(3):
+            last = await leader.propose(create_op(f"b{i}"))
+        for node in nodes:
+            await node.wait_applied(last.index, timeout=WAIT_S)
+        expected = leader.state
+    snapshot = orjson.loads(configs[0].snapshot_path.read_bytes())
+    assert snapshot["format"] == 1
+    assert len(snapshot["machine"]["metadata"]["streams"]) >= 10
+    journal_entries, _, _ = scan_records(configs[0].journal_path.read_bytes())
+    assert len(journal_entries) < 10  # compacted: the snapshot holds the rest
+    # Restart s1 alone: no leader can be elected, the state comes from its own files.
+    async with MetadataRaft(configs[0]) as alone:
+        assert alone.state == expected
+        assert alone.status.leader_address is None
+
+
+async def test_a_lagging_member_receives_the_snapshot(tmp_path: Path) -> None:
+    configs = make_configs(tmp_path)
+    async with running(configs[:2]) as (a, b):
+        leader = await agreed_leader([a, b])
+        for i in range(6):
+            last = await leader.propose(create_op(f"x{i}"))
+        for node in (a, b):
+            await node.wait_applied(last.index, timeout=WAIT_S)
+            node.force_compaction()
+        for config in configs[:2]:
+            await wait_file(config.snapshot_path)
+        async with MetadataRaft(configs[2]) as late:
+            state = await late.wait_applied(last.index, timeout=WAIT_S)
+            assert state == leader.state
+            assert configs[2].snapshot_path.exists()
+
+
+async def test_add_and_remove_a_server(tmp_path: Path) -> None:
+    configs = make_configs(tmp_path)
+    async with running(configs) as nodes:
+        leader = await agreed_leader(nodes)
+        first = await leader.propose(create_op("a"))
+        fourth = RaftConfig(
+            server_id="s4",
+            address=f"127.0.0.1:{free_port()}",
+            peers=tuple(RaftPeer(c.server_id, c.address) for c in configs),
+            data_dir=tmp_path / "s4",
+            password=PASSWORD,
+        )
+        async with MetadataRaft(fourth) as new:
+            await leader.add_server("s4", fourth.address)
+            applied = await leader.propose(create_op("b"))
+            state = await new.wait_applied(applied.index, timeout=WAIT_S)
+            assert state == leader.state
+            assert first.index < applied.index
+            assert new.leader_id == leader.config.server_id
+            assert fourth.address in leader.status.members
+            await leader.remove_server("s4", fourth.address)
+            status = await leader.wait_status(lambda s: len(s.members) == 3, timeout=WAIT_S)
+            assert fourth.address not in status.members
+
+
+async def test_a_member_with_the_wrong_password_learns_nothing(tmp_path: Path) -> None:
+    good = make_configs(tmp_path)
+    bad = RaftConfig(
+        server_id=good[2].server_id,
+        address=good[2].address,
+        peers=good[2].peers,
+        data_dir=good[2].data_dir,
+        password="not-the-cluster-password",
+    )
+    async with running([good[0], good[1], bad]) as (a, b, intruder):
+        leader = await agreed_leader([a, b])
+        await leader.propose(create_op("secret"))
+        with pytest.raises(RaftTimeout):
+            await intruder.wait_leader(timeout=1.0)
+        assert not intruder.state.streams
+
+
+async def receive_until_closed(stream: anyio.abc.ByteStream) -> None:
+    for _ in range(MAX_POLLS):
+        await stream.receive()
+    raise AssertionError("the connection stayed open")
+
+
+class _Exploit:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.mkdir, (str(self.marker),))
+
+
+async def test_an_unauthenticated_pickle_is_never_unpickled(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    async with running(make_configs(tmp_path)) as nodes:
+        leader = await agreed_leader(nodes)
+        host, port = leader.config.address.rsplit(":", 1)
+        payload = zlib.compress(pickle.dumps(_Exploit(marker)), 3)
+        with anyio.fail_after(WAIT_S):
+            stream = await anyio.connect_tcp(host, int(port))
+            async with stream:
+                await stream.send(struct.pack("i", len(payload)) + payload)
+                # The node drops the connection when the message fails authentication.
+                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                    await receive_until_closed(stream)
+        assert not marker.exists()
+        applied = await leader.propose(create_op("still-fine"))
+        assert applied.result.created
+
+
+async def test_start_fails_cleanly_when_the_port_is_taken(tmp_path: Path) -> None:
+    config = make_configs(tmp_path, n=1)[0]
+    host, port = config.address.rsplit(":", 1)
+    with socket.socket() as taken:
+        taken.bind((host, int(port)))
+        taken.listen()
+        with pytest.raises(RaftStartError, match="cannot start"):
+            async with MetadataRaft(config):
+                pass
+
+
+async def test_start_fails_cleanly_on_a_corrupt_snapshot(tmp_path: Path) -> None:
+    config = make_configs(tmp_path, n=1)[0]
+    config.data_dir.mkdir(parents=True)
+    config.snapshot_path.write_bytes(b"{not json")
+    with pytest.raises(RaftStartError, match="cannot start"):
+        async with MetadataRaft(config):
+            pass
+
+
+async def test_a_single_member_group_leads_itself(tmp_path: Path) -> None:
+    async with running(make_configs(tmp_path, n=1)) as (alone,):
+        await alone.wait_status(lambda s: s.is_leader, timeout=WAIT_S)
+        assert (await alone.propose(create_op("solo"))).result.created
+
+
+async def test_a_healthy_cluster_is_quiet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        async with running(make_configs(tmp_path)) as nodes:
+            leader = await agreed_leader(nodes)
+            for i in range(20):
+                last = await leader.propose(create_op(f"q{i}"))
+            for node in nodes:
+                await node.wait_applied(last.index, timeout=WAIT_S)
+    loud = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.name.startswith(("jetserver.raft", "pysyncobj"))
+    ]
+    assert not loud, [r.getMessage() for r in loud]
+    infos = {r.getMessage() for r in caplog.records if r.levelno == logging.INFO}
+    assert infos <= {"metadata raft leader changed"}
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
