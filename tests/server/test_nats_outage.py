@@ -56,3 +56,19 @@ async def test_nats_restart_ingest_resumes(nats_server: NatsServer, tmp_path: Pa
     assert [r.value for r in records] == [b"before", b"after", b"plain-after"]
     assert server.link.disconnects >= 1
     assert server.link.reconnects >= 1
+
+
+async def test_stop_while_nats_is_unreachable(tmp_path: Path) -> None:
+    from jetserver.server import Server
+    from support.jet_server import make_config
+
+    # Nothing listens on this port: the server keeps retrying until asked to stop.
+    with NatsServer() as gone:
+        url = gone.url
+    server = Server(make_config(url, tmp_path / "data"))
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.run)
+            await anyio.sleep(0.3)  # a few failed attempts (any count is fine)
+            server.request_stop()
+    assert server.address is None

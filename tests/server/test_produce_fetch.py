@@ -150,3 +150,16 @@ async def test_restart_reads_everything_back(nats_server: NatsServer, tmp_path: 
             assert (await c.describe("keep"))["partitions"][1]["hw"] == 151
             more = await c.produce("keep", 0, [ProduceMessage(b"after")])
             assert more[0].offset == 150
+
+
+async def test_message_over_nats_max_payload_is_too_large(tmp_path: Path) -> None:
+    with NatsServer(max_payload=64 * 1024) as small:
+        async with running_server(small.url, tmp_path / "data") as server:
+            assert server.address is not None
+            async with await RawClient.connect(server.address) as c:
+                await c.create_stream(name="np", subject="np")
+                results = await c.produce(
+                    "np", 0, [ProduceMessage(b"x" * (100 * 1024)), ProduceMessage(b"ok")]
+                )
+    assert results[0].error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert (results[1].error_code, results[1].offset) == (0, 0)

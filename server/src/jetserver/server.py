@@ -39,6 +39,8 @@ from jetserver.protocol.listener import ProtocolListener
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_FRACTION = 0.5
+ENVELOPE_ALLOWANCE_BYTES = 64 * 1024
+"""Room for the envelope and NATS headers above a maximal message."""
 """Share of shutdown_timeout_s given to in-flight requests before connections close."""
 
 
@@ -85,7 +87,20 @@ class Server:
         data_dir = Path(cfg.server.data_dir)
         store = await anyio.to_thread.run_sync(MetadataStore.open, data_dir)
         link = self.link = NatsLink(cfg.nats)
-        await link.connect()
+        async with anyio.create_task_group() as connect_tg:
+            # A stop request while NATS is still unreachable ends the retries.
+            async def stop_connecting() -> None:
+                await self._stop.wait()
+                connect_tg.cancel_scope.cancel()
+
+            connect_tg.start_soon(stop_connecting)
+            await link.connect()
+            connect_tg.cancel_scope.cancel()
+        if not link.connected:
+            log.info("stopped before NATS was reachable")
+            await link.close()
+            return
+        _check_nats_payload(link, cfg)
         streams = self.streams = StreamManager(cfg, store, link)
         produce = ProduceService(link, streams, cfg.limits)
         try:
@@ -140,6 +155,21 @@ class Server:
                 if cfg.listen.ready_file:
                     _remove(Path(cfg.listen.ready_file))
             log.info("server stopped", extra=fields(server_id=cfg.server.id))
+
+
+def _check_nats_payload(link: NatsLink, cfg: ServerConfig) -> None:
+    """Warn if NATS refuses payloads our message limit allows (envelope included)."""
+    needed = cfg.limits.max_message_bytes + ENVELOPE_ALLOWANCE_BYTES
+    if link.max_payload and link.max_payload < needed:
+        log.warning(
+            "NATS max_payload is below max_message_bytes plus the envelope: messages near "
+            "the limit will be refused (raise max_payload in the nats-server config, or "
+            "lower limits.max_message_bytes)",
+            extra=fields(
+                nats_max_payload=link.max_payload,
+                max_message_bytes=cfg.limits.max_message_bytes,
+            ),
+        )
 
 
 def _write_ready_file(path: Path, address: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import struct
 import time
 from typing import Any
 
@@ -30,6 +31,7 @@ from nats.aio.msg import Msg
 from jetsdk.codec.envelope import COOKIE, Ack, parse_nats_payload
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 from jetsdk.codec.record import encode_body
 from jetserver.broker.acks import publish_acks
 from jetserver.broker.producers import ProducerTable
@@ -41,6 +43,13 @@ from jetserver.storage import Log
 log = logging.getLogger(__name__)
 
 _FLUSH_RETRY_S = 1.0
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_NO_PRODUCER_NO_KEY = b"\x00\xff\xff\xff\xff"
+"""Record body start: attributes 0, key length -1."""
+_EMPTY_REPLY_NO_HEADERS = b"\x00\x00\x00\x00"
+"""Record body: reply length 0, header count 0."""
+_MAX_CACHED_SUBJECTS = 10_000
 
 
 @attrs.frozen
@@ -91,6 +100,7 @@ class PartitionReplica:
     producers: ProducerTable = attrs.field(factory=ProducerTable)
     """Recent idempotent producers (duplicates are answered DUPLICATE_SEQUENCE)."""
     _queue: collections.deque[Msg] = attrs.field(factory=collections.deque)
+    _plain_prefix: dict[str, bytes] = attrs.field(factory=dict)
     _queued_bytes: int = 0
     _wake: anyio.Event = attrs.field(factory=anyio.Event)
     _space: anyio.Event = attrs.field(factory=anyio.Event)
@@ -216,7 +226,11 @@ class PartitionReplica:
             self._queued_bytes -= size
             if self._queued_bytes < self.ingest.max_pending_bytes:
                 self._space.set()
-            await self._append_batch(batch)
+            try:
+                await self._append_batch(batch)
+            except Exception:
+                # A bug must not stop the partition: the batch's publishers time out.
+                log.exception("ingest batch failed", extra=self._fields(messages=len(batch)))
             await anyio.lowlevel.checkpoint()
 
     def _ack(
@@ -235,14 +249,27 @@ class PartitionReplica:
 
     async def _append_batch(self, batch: list[Msg]) -> None:
         bodies: list[bytes] = []
-        wanted: list[_Wanted] = []  # one per body
+        wanted: list[_Wanted | None] = []  # one per body (None: no ack, no producer)
         now: list[tuple[str, Ack]] = []  # acks to send after this batch
         dups: list[tuple[_Wanted, int | None, int, int]] = []  # (who, batch index, offset, ts)
         in_batch: dict[tuple[int, int], int] = {}
         limit = self.max_message_bytes
+        plain_prefix = self._plain_prefix
         for msg in batch:
             data = msg.data
             reply = msg.reply or ""
+            if not reply and not msg.headers and data[:4] != COOKIE:
+                # Fast path: a plain message with nothing to ack (the bulk of cross-talk).
+                if len(data) > limit:
+                    self.messages_rejected += 1
+                    continue
+                prefix = plain_prefix.get(msg.subject)
+                if prefix is None:
+                    prefix = self._new_plain_prefix(msg.subject)
+                if prefix:
+                    bodies.append(b"".join((prefix, _U32.pack(len(data)), data)))
+                    wanted.append(None)
+                    continue
             env = parse_nats_payload(data) if data[:4] == COOKIE else None
             producer_id: int | None = None
             producer_seq = 0
@@ -299,8 +326,9 @@ class PartitionReplica:
             except Exception as exc:
                 log.error("append failed", extra=self._fields(records=len(bodies), error=repr(exc)))
                 self.messages_rejected += len(bodies)
-                for who in wanted:
-                    self._error_ack(now, who, ErrorCode.STORAGE_ERROR, str(exc))
+                for maybe in wanted:
+                    if maybe is not None:
+                        self._error_ack(now, maybe, ErrorCode.STORAGE_ERROR, str(exc))
                 for who, index, _o, _t in dups:
                     if index is not None:
                         self._error_ack(now, who, ErrorCode.STORAGE_ERROR, str(exc))
@@ -308,10 +336,12 @@ class PartitionReplica:
                 wanted = []
             else:
                 self.messages_in += len(bodies)
-                for i, who in enumerate(wanted):
-                    if who.producer_id is not None:
-                        self.producers.record(who.producer_id, who.producer_seq, first + i, ts)
-                    self._success_ack(now, who, first + i, ts)
+                for i, maybe in enumerate(wanted):
+                    if maybe is None:
+                        continue
+                    if maybe.producer_id is not None:
+                        self.producers.record(maybe.producer_id, maybe.producer_seq, first + i, ts)
+                    self._success_ack(now, maybe, first + i, ts)
                 self._dirty.set()
         for who, index, offset, stamp in dups:
             if index is not None:
@@ -319,6 +349,19 @@ class PartitionReplica:
             self._success_ack(now, who, offset, stamp, ErrorCode.DUPLICATE_SEQUENCE)
         if now:
             await publish_acks(self.link, now)
+
+    def _new_plain_prefix(self, subject: str) -> bytes:
+        """Record body bytes before the value of a plain message on ``subject`` (no key,
+        no reply, no headers): spec/storage.md "Record". Empty if the subject is too long
+        (the general path then reports it)."""
+        raw = subject.encode()
+        if len(raw) > MAX_SUBJECT_BYTES:
+            return b""
+        prefix = b"".join((_NO_PRODUCER_NO_KEY, _U16.pack(len(raw)), raw, _EMPTY_REPLY_NO_HEADERS))
+        if len(self._plain_prefix) >= _MAX_CACHED_SUBJECTS:
+            self._plain_prefix.clear()
+        self._plain_prefix[subject] = prefix
+        return prefix
 
     def _error_ack(
         self, out: list[tuple[str, Ack]], who: _Wanted, code: ErrorCode, text: str

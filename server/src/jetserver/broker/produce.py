@@ -160,6 +160,7 @@ class ProduceService:
             self._waiting[token] = waiting
         timeout_s = min(req.timeout_ms, self.limits.max_produce_timeout_ms) / 1000
         to_send: list[tuple[int, str, bytes]] = []
+        max_payload = self.link.max_payload
         for i, m in enumerate(req.messages):
             if message_size(m.value, m.key, m.headers) > limit:
                 results[i] = ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
@@ -175,9 +176,15 @@ class ProduceService:
                 producer_seq=req.base_seq + i if req.producer_id is not None else 0,
             )
             try:
-                to_send.append((i, m.subject or psubj, encode_message(envelope)))
+                payload = encode_message(envelope)
             except CodecError:
                 results[i] = ProduceResult(ErrorCode.INVALID_ARGUMENT, -1, -1)
+                continue
+            if max_payload and len(payload) > max_payload:
+                # NATS itself would refuse it (its max_payload is below our message limit).
+                results[i] = ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
+                continue
+            to_send.append((i, m.subject or psubj, payload))
         if policy != AckPolicy.NONE:
             # Counted before publishing: an ack may arrive while a publish yields.
             waiting.remaining = len(to_send)
