@@ -104,7 +104,8 @@ def test_remembered_ids_are_bounded_oldest_first() -> None:
 
 def test_snapshot_round_trip_through_orjson() -> None:
     state = MachineState()
-    for i, op in enumerate([create("a", 2), create("b"), DeleteStream("a"), DeleteStream("x")]):
+    ops: list[Op] = [create("a", 2), create("b"), DeleteStream("a"), DeleteStream("x")]
+    for i, op in enumerate(ops):
         state, _ = apply_entry(state, entry(f"op{i}", op))
     doc = orjson.loads(orjson.dumps(machine_to_dict(state)))
     restored = machine_from_dict(doc)
