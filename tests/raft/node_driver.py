@@ -2,13 +2,14 @@
 
 Usage: ``python node_driver.py CONFIG.json`` with the cluster password in the environment
 variable ``JET_RAFT_PASSWORD``. CONFIG.json: ``{"server_id", "address", "data_dir",
-"peers": [[server_id, address], ...]}``.
+"peers": [[server_id, address], ...], "options": {RaftConfig timing fields}}``.
 
 stdin, one JSON object per line, each with an ``id`` echoed in its answer:
 
 - ``{"cmd": "status"}`` -> role, index, stream names and remembered op ids
-- ``{"cmd": "propose", "name", "op_id", "timeout"}`` -> ``ok`` + index/created/duplicate,
-  or ``ok: false`` + ``error`` (the exception class name) and the leader if known
+- ``{"cmd": "propose", "name", "op_id", "timeout"}`` -> ``ok`` + index/created/duplicate
+  and ``elapsed_s`` (propose call to applied, measured in the process), or ``ok: false``
+  + ``error`` (the exception class name) and the leader if known
 - ``{"cmd": "wait_applied", "index", "timeout"}`` -> ``ok``
 - ``{"cmd": "quit"}`` (or end of stdin) -> clean stop
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +64,13 @@ async def handle(raft: MetadataRaft, msg: dict[str, Any]) -> dict[str, Any]:
     if cmd == "propose":
         name = str(msg["name"])
         op = CreateStream(StreamSpec(name=name, subject=f"subj.{name}"), name, 1, (("s1",),))
+        started = time.perf_counter()
         try:
             applied = await raft.propose(op, op_id=msg["op_id"], timeout=float(msg["timeout"]))
         except RaftError as exc:
             return {"ok": False, "error": type(exc).__name__, "leader_id": raft.leader_id}
         return {
+            "elapsed_s": time.perf_counter() - started,
             "ok": applied.result.ok,
             "index": applied.index,
             "created": applied.result.created,
@@ -89,6 +93,7 @@ async def main(config_path: Path) -> None:
         peers=tuple(RaftPeer(i, a) for i, a in doc["peers"]),
         data_dir=Path(doc["data_dir"]),
         password=os.environ[PASSWORD_ENV],
+        **doc.get("options", {}),
     )
     async with MetadataRaft(config) as raft, anyio.create_task_group() as tg:
 

@@ -31,6 +31,17 @@ START_WAIT_S = 15.0
 """Bound on a driver process becoming ready."""
 STOP_WAIT_S = 5.0
 """Bound on a clean stop before the process is killed."""
+OPTION_FIELDS = (
+    "heartbeat_s",
+    "election_timeout_min_s",
+    "election_timeout_max_s",
+    "connection_timeout_s",
+    "connection_retry_s",
+    "leader_fallback_s",
+    "tick_s",
+    "fsync",
+)
+"""RaftConfig fields passed on to the driver."""
 
 
 class NodeProcess:
@@ -63,6 +74,7 @@ class NodeProcess:
                     "address": self.config.address,
                     "data_dir": str(self.config.data_dir),
                     "peers": [[p.server_id, p.address] for p in self.config.peers],
+                    "options": {name: getattr(self.config, name) for name in OPTION_FIELDS},
                 }
             )
         )

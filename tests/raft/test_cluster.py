@@ -167,6 +167,26 @@ async def test_snapshot_and_journal_restore_a_restarted_node_alone(tmp_path: Pat
         assert alone.status.leader_address is None
 
 
+async def test_a_full_restart_keeps_everything_and_continues(tmp_path: Path) -> None:
+    configs = make_configs(tmp_path)
+    async with running(configs) as nodes:
+        leader = await agreed_leader(nodes)
+        for i in range(5):
+            last = await leader.propose(create_op(f"r{i}"))
+        for node in nodes:
+            await node.wait_applied(last.index, timeout=WAIT_S)
+        expected = leader.state
+    async with running(configs) as nodes:
+        leader = await agreed_leader(nodes)
+        assert all(n.state == expected for n in nodes)
+        again = await leader.propose(create_op("r4"), op_id=last.op_id)
+        assert again.duplicate
+        assert again.index == last.index
+        more = await leader.propose(create_op("after-restart"))
+        assert more.index > last.index
+        assert set(leader.state.streams) == {*expected.streams, "after-restart"}
+
+
 async def test_a_lagging_member_receives_the_snapshot(tmp_path: Path) -> None:
     configs = make_configs(tmp_path)
     async with running(configs[:2]) as (a, b):

@@ -155,3 +155,18 @@ def test_replay_and_snapshot_restore_are_deterministic(entries: list[bytes], cut
     assert restored == state
     assert tail == outcomes[cut:]
     assert state.index == len(entries)
+
+
+def test_an_op_that_makes_apply_raise_fails_alike_and_the_log_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import jetserver.raft.machine as machine
+
+    def broken(state: object, op: object) -> object:
+        raise RuntimeError(f"bug at {id(op):#x}")
+
+    monkeypatch.setattr(machine, "apply", broken)
+    state, outcome = apply_entry(MachineState(), entry("x", DeleteStream("a")))
+    assert outcome.result.error_code == ErrorCode.UNKNOWN
+    assert outcome.result.message == "metadata op failed (RuntimeError)"
+    assert state.index == 1

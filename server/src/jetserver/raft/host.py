@@ -43,10 +43,12 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.node import TCPNode
 
+from jetsdk.codec.error_codes import ErrorCode
 from jetserver.logs import fields
 from jetserver.raft import journal, logbridge
 from jetserver.raft.config import RaftConfig
 from jetserver.raft.machine import (
+    UNDECODABLE,
     EntryOutcome,
     MachineState,
     apply_entry,
@@ -291,6 +293,12 @@ class RaftHost:
 
     def _apply(self, payload: bytes) -> EntryOutcome:
         self.machine, outcome = apply_entry(self.machine, payload)
+        result = outcome.result
+        if result.error_code == ErrorCode.UNKNOWN or result.message.startswith(UNDECODABLE):
+            log.error(
+                "metadata raft: an entry could not be applied",
+                extra=fields(index=outcome.index, error=outcome.result.message),
+            )
         return outcome
 
     def _build(self) -> Any:

@@ -11,7 +11,9 @@ position and result. An entry whose ``op_id`` is remembered is not applied again
 outcome is the remembered one (``duplicate=True``). A proposer that does not know whether
 its proposal was applied (timeout, leader change) retries with the same ``op_id`` and gets
 the original result exactly once. An entry that cannot be decoded (a newer server's op kind)
-consumes its log position and yields an INVALID_ARGUMENT result on every server alike.
+consumes its log position and yields an INVALID_ARGUMENT result on every server alike; an
+operation that makes ``apply`` raise (a bug) yields an UNKNOWN error result, alike too,
+instead of stopping the log.
 
 Snapshots: :func:`machine_to_dict` / :func:`machine_from_dict` (JSON-friendly, orjson), used
 by the Raft host for PySyncObj's full dump; never pickle.
@@ -37,6 +39,8 @@ MAX_OP_ID_CHARS = 128
 """Longest accepted op id."""
 SNAPSHOT_FORMAT = 1
 """Version of :func:`machine_to_dict`'s layout."""
+UNDECODABLE = "undecodable metadata entry"
+"""Start of the result message of an entry that could not be decoded."""
 
 
 class EntryDecodeError(ValueError):
@@ -135,14 +139,19 @@ def apply_entry(state: MachineState, data: bytes) -> tuple[MachineState, EntryOu
         entry = decode_entry(data)
     except EntryDecodeError as exc:
         bumped = attrs.evolve(state.metadata, applied=index)
-        result = OpResult(ErrorCode.INVALID_ARGUMENT, f"undecodable metadata entry: {exc}")
+        result = OpResult(ErrorCode.INVALID_ARGUMENT, f"{UNDECODABLE}: {exc}")
         return attrs.evolve(state, metadata=bumped), EntryOutcome(index, result)
     seen = state.recent.get(entry.op_id)
     if seen is not None:
         bumped = attrs.evolve(state.metadata, applied=index)
         outcome = EntryOutcome(seen.index, seen.result, duplicate=True)
         return attrs.evolve(state, metadata=bumped), outcome
-    metadata, result = apply(state.metadata, entry.op)
+    try:
+        metadata, result = apply(state.metadata, entry.op)
+    except Exception as exc:  # a bug in apply: fail the op alike everywhere, keep going
+        metadata = attrs.evolve(state.metadata, applied=index)
+        # Only the type: a message may hold addresses that differ between servers.
+        result = OpResult(ErrorCode.UNKNOWN, f"metadata op failed ({type(exc).__name__})")
     recent = dict(state.recent)
     recent[entry.op_id] = RememberedOp(index, result)
     while len(recent) > MAX_REMEMBERED_OPS:

@@ -91,6 +91,16 @@ _UNKNOWN = {
 }
 
 
+def error_for(fail_reason: int, what: str) -> RaftError | None:
+    """The error for PySyncObj's ``FAIL_REASON`` of a command (None for success)."""
+    if fail_reason == FAIL_SUCCESS:
+        return None
+    if fail_reason in _NOT_APPLIED:
+        return Unavailable(f"{what}: {_NOT_APPLIED[fail_reason]}")
+    reason = _UNKNOWN.get(fail_reason, f"raft failure {fail_reason}")
+    return OutcomeUnknown(f"{what}: {reason}")
+
+
 @attrs.frozen
 class Applied:
     """A proposal's outcome once applied on this server."""
@@ -386,12 +396,10 @@ class MetadataRaft:
         done = slot.done
         if done is None:
             raise ProposalTimeout(f"no outcome for {what} within {limit} s")
-        if done.fail_reason == FAIL_SUCCESS:
-            return done
-        if done.fail_reason in _NOT_APPLIED:
-            raise Unavailable(f"{what}: {_NOT_APPLIED[done.fail_reason]}")
-        reason = _UNKNOWN.get(done.fail_reason, f"raft failure {done.fail_reason}")
-        raise OutcomeUnknown(f"{what}: {reason}")
+        error = error_for(done.fail_reason, what)
+        if error is not None:
+            raise error
+        return done
 
     # -- waiting and watching ------------------------------------------------------------
 
