@@ -1,0 +1,69 @@
+"""The committed-offset table of a group, with no-regression (spec/groups.md, "Commits").
+
+Fencing (is the committer the partition's owner, in the right owner generation?) is decided by
+:class:`~jetsdk.group.state.GroupState`, which knows ownership; this table enforces the other
+rule: a committed offset never moves backwards.
+
+Not thread-safe: owned by one GroupState.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+
+from jetsdk.group.stream_partition import StreamPartition
+
+__all__ = ["CommittedOffset", "OffsetTable"]
+
+
+@attrs.frozen
+class CommittedOffset:
+    """The committed position of one partition."""
+
+    offset: int
+    """Next offset to consume: every record below it was processed."""
+    metadata: str
+    """Free-form text committed with it."""
+    member: str
+    """The member that committed it."""
+    generation: int
+    """That member's owner generation for the partition."""
+    timestamp: int
+    """Log time (ns) of the record that committed it."""
+
+
+@attrs.define(eq=False)
+class OffsetTable:
+    """Committed offsets by partition; an offset only ever moves forward."""
+
+    _entries: dict[StreamPartition, CommittedOffset] = attrs.field(factory=dict)
+
+    def get(self, partition: StreamPartition) -> CommittedOffset | None:
+        """The committed offset of ``partition``, or None if nothing was committed."""
+        return self._entries.get(partition)
+
+    def offset(self, partition: StreamPartition) -> int | None:
+        """Just the committed offset number, or None."""
+        entry = self._entries.get(partition)
+        return None if entry is None else entry.offset
+
+    def would_regress(self, partition: StreamPartition, offset: int) -> bool:
+        """True if committing ``offset`` would move ``partition`` backwards."""
+        entry = self._entries.get(partition)
+        return entry is not None and offset < entry.offset
+
+    def put(self, partition: StreamPartition, entry: CommittedOffset) -> None:
+        """Store ``entry``; the caller has checked fencing and :meth:`would_regress`."""
+        if self.would_regress(partition, entry.offset):
+            raise ValueError(f"offset of {partition} would move backwards")
+        self._entries[partition] = entry
+
+    def items(self) -> Iterator[tuple[StreamPartition, CommittedOffset]]:
+        """All entries, sorted by partition."""
+        for key in sorted(self._entries):
+            yield key, self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
