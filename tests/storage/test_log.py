@@ -278,3 +278,24 @@ def test_bad_arguments(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError):
             log.truncate_to(-1)
         assert log.append([], 5, 0) == (0, 5)
+
+
+def test_big_reads_end_on_index_entries(tmp_path: Path) -> None:
+    with Log.open(tmp_path, LogConfig(index_interval_bytes=256)) as log:
+        for i in range(50):
+            log.append(bodies(100, start=100 * i, size=60), i, 0)
+        log.set_high_watermark(log.log_end_offset)
+        offset = 0
+        seen = 0
+        while True:
+            with log.read(offset, 16_384) as sl:
+                if sl.empty:
+                    break
+                recs = list(iter_records(sl.read_bytes()))
+                assert [r.offset for r in recs] == list(range(offset, sl.next_offset))
+                assert sum(len(r.value) + 60 for r in recs) >= 0
+                if sl.next_offset < log.log_end_offset:
+                    assert 16_384 * 7 // 8 <= sl.length <= 16_384
+                seen += len(recs)
+                offset = sl.next_offset
+        assert seen == 5000

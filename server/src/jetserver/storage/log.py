@@ -717,6 +717,10 @@ class Log:
                 self._flushed = min(self._flushed, offset)
             self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
             self.epochs.truncate_from_end(offset)
+            if target.state.next_offset < offset:
+                # The cut landed in a compaction gap: start a new segment at ``offset`` so
+                # the LEO survives a restart (recovery derives it from the last segment).
+                self._roll(offset)
 
     def _truncate_fully(self, offset: int) -> None:
         segments = self._segments

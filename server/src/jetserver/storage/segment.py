@@ -312,6 +312,12 @@ class Segment:
         scan = start
         if i >= 0 and st.offset_index.positions[i] > start:
             scan = st.offset_index.positions[i]
+            if (limit - scan) * 8 <= max_bytes:
+                # An indexed record starts close enough to the limit: end there without
+                # reading any header (the slice is at least 7/8 of max_bytes).
+                next_offset = self.base_offset + st.offset_index.relative_offsets[i]
+                self._hint = (st.generation, next_offset, scan)
+                return start, scan, first, next_offset
         end = end_limit
         next_offset = end_offset
         for pos, off, _ts, _epoch, size in self.iter_headers(scan, end_limit):
