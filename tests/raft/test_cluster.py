@@ -12,11 +12,14 @@ from pathlib import Path
 
 import anyio
 import orjson
+import pysyncobj.pickle as pysyncobj_pickle
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver.metadata.ops import DeleteStream
+from jetserver.metadata.model import StreamSpec
+from jetserver.metadata.ops import CreateStream, DeleteStream
 from jetserver.raft import (
+    EntryTooLarge,
     MetadataRaft,
     NotLeader,
     RaftClosed,
@@ -26,6 +29,7 @@ from jetserver.raft import (
     RaftTimeout,
 )
 from jetserver.raft.journal import scan_records
+from jetserver.raft.machine import MAX_ENTRY_BYTES, Entry, encode_entry
 from raft.kit import PASSWORD, agreed_leader, create_op, free_port, make_configs, running
 
 pytestmark = pytest.mark.anyio
@@ -33,6 +37,7 @@ pytestmark = pytest.mark.anyio
 WAIT_S = 10.0
 MAX_POLLS = 500
 POLL_S = 0.01
+QUIET_OPS = 100
 
 
 @pytest.fixture
@@ -278,6 +283,41 @@ async def test_an_unauthenticated_pickle_is_never_unpickled(tmp_path: Path) -> N
         assert applied.result.created
 
 
+def _op_with_command_bytes(low: int, high: int) -> CreateStream:
+    """An op whose PySyncObj command (type byte + pickle) is ``low <= length < high``."""
+
+    def op(n: int) -> CreateStream:
+        return CreateStream(StreamSpec(name="big", subject="big"), "big", 1, (("r" * n,),))
+
+    def command_bytes(n: int) -> int:
+        return 1 + len(pysyncobj_pickle.dumps((0, (encode_entry(Entry("big", op(n))),))))
+
+    for n in range(low - 2000, high):
+        if low <= command_bytes(n) < high:
+            return op(n)
+    raise AssertionError("no size found")
+
+
+async def test_large_entries_replicate_whole_and_oversized_ones_are_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    batch = 2**16  # PySyncObj's default batch size, whose multiples broke its chunking
+    async with running(make_configs(tmp_path)) as nodes:
+        leader = await agreed_leader(nodes)
+        with caplog.at_level(logging.WARNING):
+            applied = await leader.propose(
+                _op_with_command_bytes(2 * batch - 20, 2 * batch - 5), op_id="big"
+            )
+            for node in nodes:
+                assert "big" in (await node.wait_applied(applied.index, timeout=WAIT_S)).streams
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+        huge = CreateStream(
+            StreamSpec(name="huge", subject="huge"), "h", 1, (("r" * MAX_ENTRY_BYTES,),)
+        )
+        with pytest.raises(EntryTooLarge, match="limit"):
+            await leader.propose(huge)
+
+
 async def test_start_fails_cleanly_when_the_port_is_taken(tmp_path: Path) -> None:
     config = make_configs(tmp_path, n=1)[0]
     host, port = config.address.rsplit(":", 1)
@@ -310,7 +350,7 @@ async def test_a_healthy_cluster_is_quiet(
     with caplog.at_level(logging.DEBUG):
         async with running(make_configs(tmp_path)) as nodes:
             leader = await agreed_leader(nodes)
-            for i in range(20):
+            for i in range(QUIET_OPS):
                 last = await leader.propose(create_op(f"q{i}"))
             for node in nodes:
                 await node.wait_applied(last.index, timeout=WAIT_S)

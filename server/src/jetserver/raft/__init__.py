@@ -9,6 +9,7 @@ their names say. spec/cluster.md, "Metadata Raft", documents the behaviour.
 
 from jetserver.raft.config import RaftConfig, RaftPeer
 from jetserver.raft.errors import (
+    EntryTooLarge,
     NotLeader,
     OutcomeUnknown,
     ProposalTimeout,
@@ -23,6 +24,7 @@ from jetserver.raft.metadata_raft import Applied, MetadataRaft
 
 __all__ = [
     "Applied",
+    "EntryTooLarge",
     "MetadataRaft",
     "NotLeader",
     "OutcomeUnknown",

@@ -59,6 +59,13 @@ class ProposalTimeout(OutcomeUnknown):
     """No outcome within the proposal timeout (the op may still be applied later)."""
 
 
+class EntryTooLarge(RaftError):
+    """The operation encodes to more than the largest metadata entry; never retriable."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+    retriable = False
+
+
 class RaftTimeout(RaftError):
     """A wait (applied index, leader) did not finish within its bound."""
 

@@ -48,6 +48,7 @@ from jetserver.logs import fields
 from jetserver.raft import journal, logbridge
 from jetserver.raft.config import RaftConfig
 from jetserver.raft.machine import (
+    MAX_ENTRY_BYTES,
     UNDECODABLE,
     EntryOutcome,
     MachineState,
@@ -64,6 +65,11 @@ BIND_RETRY_S = 0.1
 """Pause between two bind tries."""
 SNAPSHOT_FORMAT = 1
 """Version of the snapshot file layout."""
+APPEND_BATCH_BYTES = 4 * MAX_ENTRY_BYTES
+"""PySyncObj ``appendEntriesBatchSizeBytes``: above any entry, so that PySyncObj never
+splits an entry over several messages (its "transmission" path cuts the last chunk of an
+entry whose pickled size crosses a multiple of the batch size, and the follower fails to
+unpickle it: reproduced with 0.3.17)."""
 TICK_ERROR_LOG_EVERY = 100
 """Log one in this many consecutive tick failures (the first is always logged)."""
 
@@ -310,6 +316,7 @@ class RaftHost:
             autoTick=False,
             appendEntriesUseBatch=False,
             appendEntriesPeriod=config.heartbeat_s,
+            appendEntriesBatchSizeBytes=APPEND_BATCH_BYTES,
             raftMinTimeout=config.election_timeout_min_s,
             raftMaxTimeout=config.election_timeout_max_s,
             connectionTimeout=config.connection_timeout_s,

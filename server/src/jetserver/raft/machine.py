@@ -37,6 +37,8 @@ MAX_REMEMBERED_OPS = 1024
 """Op ids remembered for de-duplication (oldest forgotten first)."""
 MAX_OP_ID_CHARS = 128
 """Longest accepted op id."""
+MAX_ENTRY_BYTES = 1024 * 1024
+"""Largest encoded entry (the Raft host keeps every entry in one append message)."""
 SNAPSHOT_FORMAT = 1
 """Version of :func:`machine_to_dict`'s layout."""
 UNDECODABLE = "undecodable metadata entry"
@@ -57,14 +59,22 @@ class Entry:
     """The metadata operation."""
 
 
+class EntryTooLarge(ValueError):
+    """An encoded entry over :data:`MAX_ENTRY_BYTES`."""
+
+
 def encode_entry(entry: Entry) -> bytes:
     """The entry as orjson bytes (what the Raft log stores).
 
     Raises:
         ValueError: the op id is empty or longer than :data:`MAX_OP_ID_CHARS`.
+        EntryTooLarge: the encoded entry is over :data:`MAX_ENTRY_BYTES`.
     """
     _check_op_id(entry.op_id)
-    return orjson.dumps({"op_id": entry.op_id, "op": entry.op.to_dict()})
+    data = orjson.dumps({"op_id": entry.op_id, "op": entry.op.to_dict()})
+    if len(data) > MAX_ENTRY_BYTES:
+        raise EntryTooLarge(f"metadata entry is {len(data)} bytes; the limit is {MAX_ENTRY_BYTES}")
+    return data
 
 
 def decode_entry(data: bytes) -> Entry:

@@ -52,6 +52,7 @@ from jetserver.metadata.ops import Op, OpResult
 from jetserver.raft.bridge import Cell, ThreadWaker
 from jetserver.raft.config import RaftConfig
 from jetserver.raft.errors import (
+    EntryTooLarge,
     NotLeader,
     OutcomeUnknown,
     ProposalTimeout,
@@ -72,6 +73,7 @@ from jetserver.raft.host import (
     Stopped,
 )
 from jetserver.raft.machine import Entry, EntryOutcome, MachineState, encode_entry
+from jetserver.raft.machine import EntryTooLarge as _EncodedTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +311,8 @@ class MetadataRaft:
 
         Raises:
             NotLeader: not the leader and ``forward`` is False (nothing proposed).
+            EntryTooLarge: the op encodes to more than ``machine.MAX_ENTRY_BYTES``.
+            ValueError: ``op_id`` is empty or too long.
             Unavailable: not applied (no leader, queue full, superseded).
             OutcomeUnknown: may or may not be applied (retry with the same ``op_id``).
             ProposalTimeout: no outcome in time (an OutcomeUnknown).
@@ -316,7 +320,10 @@ class MetadataRaft:
         """
         self._check_open()
         op_id = op_id or uuid.uuid4().hex
-        payload = encode_entry(Entry(op_id=op_id, op=op))
+        try:
+            payload = encode_entry(Entry(op_id=op_id, op=op))
+        except _EncodedTooLarge as exc:
+            raise EntryTooLarge(str(exc)) from exc
         if not forward and not self.is_leader:
             raise NotLeader(self.leader_id, self.leader_address)
         host = self._host
