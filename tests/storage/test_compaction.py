@@ -6,6 +6,8 @@ import shutil
 import threading
 from pathlib import Path
 
+import pytest
+
 from jetsdk.codec.record import Record, encode_body
 from jetserver.storage import Log, LogConfig
 from jetserver.storage import compaction as compaction_module
@@ -225,3 +227,19 @@ def test_truncation_into_a_compaction_gap_keeps_the_leo(tmp_path: Path) -> None:
     with Log.open(tmp_path, CFG) as log:
         assert log.log_end_offset == gap_end - 1
         assert log.append([encode_body(b"new", key=b"same")], 99, 0)[0] == gap_end - 1
+
+
+def test_small_read_chunks_and_large_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compaction_module, "_READ_CHUNK", 100)
+    now = 1000 * SEC
+    with Log.open(tmp_path, CFG, clock=lambda: now) as log:
+        for i in range(30):
+            value = b"v%d-" % i + b"z" * (150 if i % 7 == 0 else 5)  # some records > 100 B
+            append_keyed(log, [(b"k%d" % (i % 4), value), (None, b"n%d" % i)], now)
+        log.set_high_watermark(log.log_end_offset)
+        before = read_all(log)
+        clean_end = log.segments()[-1].base_offset
+        assert log.compact().aborted is None
+        assert read_all(log) == expected_after_compaction(before, clean_end, now, 100 * SEC)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import mmap
 import os
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
@@ -29,12 +28,14 @@ from pathlib import Path
 
 import attrs
 
-from jetsdk.codec.record import Record, decode_record
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import HEADER_SIZE, Record, decode_record, peek_header
 from jetserver.storage.files import (
     CLEANED_SUFFIX,
     LOG_SUFFIX,
     SharedFile,
     fsync_directory,
+    pread_exact,
     segment_file_name,
     write_file_durably,
 )
@@ -43,6 +44,7 @@ from jetserver.storage.segment import NO_TIMESTAMP, Segment, SegmentState
 from jetserver.storage.time_index import TimeIndex
 
 _WRITE_BUFFER = 1024 * 1024
+_READ_CHUNK = 4 * 1024 * 1024
 
 
 @attrs.frozen
@@ -282,19 +284,35 @@ def _records(seg: Segment, st: SegmentState) -> Iterator[Record]:
 
 
 def _records_with_bytes(seg: Segment, st: SegmentState) -> Iterator[tuple[Record, memoryview]]:
-    if st.size == 0:
-        return
-    mm = mmap.mmap(seg.file.fd, st.size, access=mmap.ACCESS_READ)
-    try:
-        with memoryview(mm) as mv:
-            pos = 0
-            while pos < st.size:
-                rec, end = decode_record(mv, pos, verify=True)
-                view = mv[pos:end]
+    """Decode the segment's records with ``pread`` in chunks.
+
+    Not mmap: a truncation racing with compaction would turn a read past the new end of
+    file into SIGBUS; ``pread`` just comes back short, which is reported as damage (the
+    swap is abandoned anyway because the segment changed).
+    """
+    fd = seg.file.fd
+    pos = 0
+    while pos < st.size:
+        want = min(_READ_CHUNK, st.size - pos)
+        buf = pread_exact(fd, want, pos)
+        if len(buf) < HEADER_SIZE:
+            raise CodecError(f"{seg.log_path} is shorter than expected", reason="truncated")
+        size = peek_header(buf)[3]
+        if size > len(buf):  # one record bigger than the chunk
+            buf = pread_exact(fd, size, pos)
+        with memoryview(buf) as mv:
+            at = 0
+            end_of_buf = len(buf)
+            while end_of_buf - at >= HEADER_SIZE and at + peek_header(mv, at)[3] <= end_of_buf:
+                rec, end = decode_record(mv, at, verify=True)
+                view = mv[at:end]
                 try:
                     yield rec, view
                 finally:
                     view.release()
-                pos = end
-    finally:
-        mm.close()
+                at = end
+        if at == 0:
+            raise CodecError(
+                f"{seg.log_path}: record at byte {pos} is cut short", reason="truncated"
+            )
+        pos += at
