@@ -52,9 +52,10 @@ from jetserver.storage.errors import (
     OffsetOutOfRange,
     StorageError,
 )
-from jetserver.storage.log import Log, SegmentInfo
+from jetserver.storage.log import Log
 from jetserver.storage.read_slice import ReadSlice
 from jetserver.storage.recovery import RecoveryReport
+from jetserver.storage.segment import SegmentInfo
 
 __all__ = [
     "DEFAULT_DELETE_RETENTION_S",

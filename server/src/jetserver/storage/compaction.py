@@ -30,6 +30,7 @@ import attrs
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, Record, decode_record, peek_header
+from jetserver.storage.config import LogConfig
 from jetserver.storage.files import (
     CLEANED_SUFFIX,
     LOG_SUFFIX,
@@ -276,6 +277,110 @@ def swap_files(directory: Path, group: CleanedGroup) -> None:
     for seg, _st in group.sources[1:]:
         seg.delete_files()
     fsync_directory(directory)
+
+
+@attrs.define
+class Rewrite:
+    """The cleaned groups of one run, ready to swap in, and the run's counts."""
+
+    groups: list[CleanedGroup]
+    records_before: int
+    bytes_before: int
+
+    def report(
+        self, segments_before: int, segments_after: int, aborted: str | None
+    ) -> CompactionReport:
+        """The run's report, once the swap was done (or abandoned: ``aborted``)."""
+        if aborted is not None:
+            return CompactionReport(
+                segments_before=segments_before,
+                segments_after=segments_after,
+                records_before=self.records_before,
+                records_after=self.records_before,
+                bytes_before=self.bytes_before,
+                bytes_after=self.bytes_before,
+                aborted=aborted,
+            )
+        groups = self.groups
+        return CompactionReport(
+            segments_before=segments_before,
+            segments_after=segments_after,
+            segments_cleaned=sum(len(g.sources) for g in groups),
+            records_before=self.records_before,
+            records_after=self.records_before - sum(g.records_in - g.records_out for g in groups),
+            bytes_before=self.bytes_before,
+            bytes_after=self.bytes_before - sum(g.bytes_in - g.bytes_out for g in groups),
+            tombstones_dropped=sum(g.tombstones_dropped for g in groups),
+        )
+
+
+def rewrite(
+    directory: Path,
+    cleanable: list[tuple[Segment, SegmentState]],
+    config: LogConfig,
+    now_ns: int,
+) -> Rewrite | CompactionReport:
+    """Both passes over ``cleanable`` (no lock needed: the caller holds file leases).
+
+    Returns the cleaned groups, or a report saying why nothing was done.
+
+    Raises:
+        OSError: writing a cleaned file failed (nothing is left behind).
+    """
+    if not cleanable:
+        return CompactionReport(skipped="no segment is wholly below the high watermark")
+    retention_ns = int(config.delete_retention_s * 1e9)
+    bytes_before = sum(st.size for _, st in cleanable)
+    try:
+        key_map = build_key_map(cleanable, now_ns=now_ns, delete_retention_ns=retention_ns)
+    except CodecError as exc:
+        return CompactionReport(aborted=f"damaged: {exc}")
+    groups = plan_groups(cleanable, key_map, config.segment_max_bytes)
+    cleaned: list[CleanedGroup] = []
+    try:
+        for group in groups:
+            cleaned.append(
+                write_group(
+                    directory,
+                    [cleanable[i] for i in group],
+                    key_map,
+                    interval=config.index_interval_bytes,
+                    now_ns=now_ns,
+                    delete_retention_ns=retention_ns,
+                )
+            )
+    except CodecError as exc:
+        for done in cleaned:
+            done.discard()
+        return CompactionReport(aborted=f"damaged: {exc}")
+    except BaseException:
+        for done in cleaned:
+            done.discard()
+        raise
+    return Rewrite(cleaned, sum(key_map.records), bytes_before)
+
+
+def replace(
+    current: tuple[Segment, ...], cleaned: list[CleanedGroup]
+) -> tuple[tuple[Segment, ...], list[Segment]] | None:
+    """The segment list with the cleaned groups in place, and the segments they replace.
+
+    None if any source segment is gone, changed or became the active segment since it
+    was read (the rewrite must then be thrown away).
+    """
+    index = {id(seg): i for i, seg in enumerate(current[:-1])}
+    for group in cleaned:
+        for seg, st in group.sources:
+            if id(seg) not in index or seg.state is not st:
+                return None
+    new_list: list[Segment | None] = list(current)
+    replaced: list[Segment] = []
+    for group in cleaned:
+        new_list[index[id(group.sources[0][0])]] = group.segment
+        for seg, _st in group.sources[1:]:
+            new_list[index[id(seg)]] = None
+        replaced.extend(seg for seg, _st in group.sources)
+    return tuple(seg for seg in new_list if seg is not None), replaced
 
 
 def _records(seg: Segment, st: SegmentState) -> Iterator[Record]:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import struct
-import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -15,59 +13,36 @@ from operator import add
 from pathlib import Path
 from types import TracebackType
 
-import attrs
-
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, MAX_BODY_BYTES, check_crc, peek_header
-from jetserver.storage import compaction
 from jetserver.storage.checkpoint import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_FILE,
-    LOG_START_OFFSET_FILE,
     write_checkpoint,
 )
-from jetserver.storage.compaction import CompactionReport
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import MAX_EPOCH, LeaderEpochCache
 from jetserver.storage.errors import (
     CorruptRangeError,
     InvalidArgumentError,
     InvalidRecordsError,
-    LogClosedError,
     OffsetOutOfRange,
     StorageError,
 )
-from jetserver.storage.files import FileLease, fdatasync, fsync_directory
+from jetserver.storage.files import FileLease, fdatasync
 from jetserver.storage.framing import frame_batch
+from jetserver.storage.group_commit import GroupCommit
+from jetserver.storage.maintenance import LogMaintenance
 from jetserver.storage.offset_index import U32_MAX, index_points
 from jetserver.storage.read_slice import ReadSlice, empty_slice
-from jetserver.storage.recovery import LOCK_FILE, RecoveryReport, recover
-from jetserver.storage.retention import segments_to_delete
-from jetserver.storage.segment import NO_TIMESTAMP, IndexPoint, Segment, SegmentState
+from jetserver.storage.recovery import LOCK_FILE, recover
+from jetserver.storage.segment import NO_TIMESTAMP, IndexPoint, Segment, SegmentInfo
 
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
 
 
-@attrs.frozen
-class SegmentInfo:
-    """A description of one segment (for tools, tests and metrics)."""
-
-    base_offset: int
-    """Base offset (the file name)."""
-    next_offset: int
-    """Offset of its last record plus one (the base offset if empty)."""
-    size_bytes: int
-    """Bytes of valid records."""
-    max_timestamp: int | None
-    """Largest record timestamp, None if empty."""
-    index_entries: int
-    """Offset-index (and time-index) entries."""
-    corrupt_end: int | None
-    """If set, offsets [next_offset, corrupt_end) are unreadable."""
-
-
-class Log:
+class Log(LogMaintenance):
     """One partition's log in one directory: segments, indexes, checkpoints.
 
     Open with :meth:`Log.open`. Offsets are assigned by :meth:`append` (or come with the
@@ -80,40 +55,11 @@ class Log:
     thread at any time. ``flush`` may be called from any number of threads (they share
     fsyncs). ``compact`` may run in a background thread; it holds the writer lock only to swap
     files in.
-    """
 
-    def __init__(
-        self,
-        directory: Path,
-        config: LogConfig,
-        clock: Callable[[], int],
-        lock_fd: int,
-    ) -> None:
-        # Use Log.open(); this constructor only prepares the fields.
-        self._dir = directory
-        self._config = config
-        self._clock = clock
-        self._lock_fd = lock_fd
-        self._lock = threading.Lock()
-        self._write_lock = threading.RLock()
-        self._compact_lock = threading.Lock()
-        self._ckpt_lock = threading.Lock()
-        self._flush_cond = threading.Condition(threading.Lock())
-        self._fsync_running = False
-        self._fsyncs = 0
-        self._flushed = 0
-        self._truncations = 0
-        self._segments: tuple[Segment, ...] = ()
-        self._bases: list[int] = []
-        self._leo = 0
-        self._hw = 0
-        self._log_start = 0
-        self._last_ts = NO_TIMESTAMP
-        self._closed = False
-        self.recovery: RecoveryReport
-        """What :meth:`open` found and repaired."""
-        self.epochs: LeaderEpochCache
-        """The leader-epoch cache (KIP-101): assign, latest_epoch, end_offset_for."""
+    The class is split over modules: :class:`~jetserver.storage.log_state.LogState` (fields,
+    rolling), :class:`~jetserver.storage.maintenance.LogMaintenance` (``truncate_to``,
+    ``enforce_retention``, ``compact``) and this one (open/close, append, flush, read).
+    """
 
     # -- opening and closing -----------------------------------------------------------------
 
@@ -175,7 +121,7 @@ class Log:
             for seg in self._segments:
                 seg.release()
             raise StorageError(f"recovery of {self._dir} failed: {exc}") from exc
-        self._flushed = self._leo
+        self._commit = GroupCommit(self._leo)
         self.recovery = found.report
 
     def close(self) -> None:
@@ -211,8 +157,7 @@ class Log:
         for seg in segments:
             seg.release()
         os.close(self._lock_fd)
-        with self._flush_cond:
-            self._flush_cond.notify_all()
+        self._commit.wake()
 
     def _crash(self) -> None:
         """Tests only: drop the files as a killed process would (no index, no checkpoint)."""
@@ -266,7 +211,7 @@ class Log:
     @property
     def flushed_offset(self) -> int:
         """Every offset below this is on disk (fsynced)."""
-        return self._flushed
+        return self._commit.flushed_offset
 
     @property
     def size_bytes(self) -> int:
@@ -281,7 +226,7 @@ class Log:
     @property
     def fsync_count(self) -> int:
         """Number of fsyncs :meth:`flush` has issued (for tests and metrics)."""
-        return self._fsyncs
+        return self._commit.fsync_count
 
     def segments(self) -> tuple[SegmentInfo, ...]:
         """A description of every segment, oldest first."""
@@ -314,10 +259,6 @@ class Log:
                 write_checkpoint(self._dir, HIGH_WATERMARK_FILE, [(self._hw,)])
             except OSError as exc:
                 raise StorageError(f"cannot write the high watermark checkpoint: {exc}") from exc
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosedError(f"log {self._dir} is closed")
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -495,38 +436,6 @@ class Log:
             self._roll(self._leo)
             return True
 
-    def _roll(self, new_base: int) -> None:
-        old = self._segments[-1]
-        try:
-            old.write_indexes()
-            old.fsync()
-        except OSError as exc:
-            raise StorageError(f"cannot finish segment {old.log_path}: {exc}") from exc
-        new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
-        try:
-            fsync_directory(self._dir)
-        except OSError as exc:
-            new.release()
-            raise StorageError(f"cannot fsync {self._dir}: {exc}") from exc
-        with self._lock:
-            self._segments = (*self._segments, new)
-            self._bases = [*self._bases, new_base]
-        with self._flush_cond:
-            # The old segment was just fsynced, and so was every one before it.
-            if self._leo > self._flushed:
-                self._flushed = self._leo
-            self._flush_cond.notify_all()
-
-    def _replace_empty_active(self, new_base: int) -> None:
-        old = self._segments[-1]
-        new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
-        with self._lock:
-            self._segments = (*self._segments[:-1], new)
-            self._bases = [*self._bases[:-1], new_base]
-        old.delete_files()
-        old.release()
-        fsync_directory(self._dir)
-
     # -- flushing (group commit) -------------------------------------------------------------
 
     def flush(self, upto: int | None = None) -> int:
@@ -542,39 +451,29 @@ class Log:
         Raises:
             LogClosedError: the log is closed. StorageError: fsync failed.
         """
-        while True:
-            with self._flush_cond:
-                while True:
-                    self._check_open()
-                    target = self._leo if upto is None else min(upto, self._leo)
-                    if self._flushed >= target:
-                        return self._flushed
-                    if not self._fsync_running:
-                        break
-                    self._flush_cond.wait(timeout=1.0)
-                self._fsync_running = True
-            covered = -1
-            try:
-                with self._lock:
-                    self._check_open()
-                    seg = self._segments[-1]
-                    covered = self._leo
-                    truncations = self._truncations
-                    lease = FileLease(seg.file)
+
+        def target() -> int:
+            self._check_open()
+            return self._leo if upto is None else min(upto, self._leo)
+
+        def begin() -> tuple[int, Callable[[], None]]:
+            with self._lock:
+                self._check_open()
+                seg = self._segments[-1]
+                covered = self._leo
+                lease = FileLease(seg.file)
+
+            def sync() -> None:
                 try:
                     fdatasync(seg.file.fd)
+                except OSError as exc:
+                    raise StorageError(f"fsync of {seg.log_path} failed: {exc}") from exc
                 finally:
                     lease.release()
-            except OSError as exc:
-                raise StorageError(f"fsync of {seg.log_path} failed: {exc}") from exc
-            finally:
-                with self._flush_cond:
-                    self._fsync_running = False
-                    if covered >= 0:
-                        self._fsyncs += 1
-                        if truncations == self._truncations and covered > self._flushed:
-                            self._flushed = covered
-                    self._flush_cond.notify_all()
+
+            return covered, sync
+
+        return self._commit.flush(target, begin)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -667,246 +566,3 @@ class Log:
             found = max(found, log_start)
             return found if found < bound else None
         return None
-
-    # -- truncation, retention, compaction ---------------------------------------------------
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop every record with offset >= ``offset``; the LEO becomes ``offset``.
-
-        Used by followers to cut a divergent tail. Below the log start, the whole log is
-        dropped and restarts empty at ``offset``. The leader-epoch cache is truncated too;
-        the high watermark and flushed offset are clamped. The cut is fsynced.
-
-        Raises:
-            InvalidArgumentError: negative offset. StorageError: a file operation failed.
-        """
-        if offset < 0:
-            raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
-        with self._write_lock:
-            self._check_open()
-            if offset >= self._leo:
-                return
-            if offset < self._log_start:
-                self._truncate_fully(offset)
-                return
-            segments = self._segments
-            keep = max(bisect_right(self._bases, offset) - 1, 0)
-            target = segments[keep]
-            dropped = segments[keep + 1 :]
-            try:
-                target.truncate_to(offset)
-                target.fsync()
-            except OSError as exc:
-                raise StorageError(f"truncate of {target.log_path} failed: {exc}") from exc
-            with self._lock:
-                self._segments = segments[: keep + 1]
-                self._bases = self._bases[: keep + 1]
-                self._leo = offset
-                self._hw = min(self._hw, offset)
-                self._truncations += 1
-            for seg in dropped:
-                seg.delete_files()
-                seg.release()
-            # The target is the active segment now: its index files are rewritten at roll or
-            # close, and recovery does not trust them before that.
-            for path in (target.index_path, target.timeindex_path):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-            fsync_directory(self._dir)
-            with self._flush_cond:
-                self._flushed = min(self._flushed, offset)
-            self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
-            self.epochs.truncate_from_end(offset)
-            if target.state.next_offset < offset:
-                # The cut landed in a compaction gap: start a new segment at ``offset`` so
-                # the LEO survives a restart (recovery derives it from the last segment).
-                self._roll(offset)
-
-    def _truncate_fully(self, offset: int) -> None:
-        segments = self._segments
-        new = Segment.create(self._dir, offset, self._config.index_interval_bytes)
-        write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(offset,)])
-        with self._lock:
-            self._segments = (new,)
-            self._bases = [offset]
-            self._leo = self._log_start = self._hw = offset
-            self._truncations += 1
-        for seg in segments:
-            seg.delete_files()
-            seg.release()
-        fsync_directory(self._dir)
-        with self._flush_cond:
-            self._flushed = offset
-        self._last_ts = NO_TIMESTAMP
-        self.epochs.clear()
-
-    def enforce_retention(self) -> int:
-        """Delete the oldest whole segments beyond the retention limits; return how many.
-
-        Never deletes the active segment or a segment with offsets at or above the high
-        watermark. The new log start offset is checkpointed before any file is deleted.
-
-        Raises:
-            StorageError: a file operation failed.
-        """
-        with self._write_lock:
-            self._check_open()
-            segments = self._segments
-            count = segments_to_delete(
-                segments,
-                config=self._config,
-                log_start_offset=self._log_start,
-                log_end_offset=self._leo,
-                high_watermark=self._hw,
-                now_ns=self._clock(),
-            )
-            if not count:
-                return 0
-            new_start = max(self._log_start, segments[count].base_offset)
-            try:
-                write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(new_start,)])
-            except OSError as exc:
-                raise StorageError(f"cannot checkpoint the log start offset: {exc}") from exc
-            with self._lock:
-                self._segments = segments[count:]
-                self._bases = self._bases[count:]
-                self._log_start = new_start
-                self._hw = max(self._hw, new_start)
-            for seg in segments[:count]:
-                seg.delete_files()
-                seg.release()
-            fsync_directory(self._dir)
-            self.epochs.truncate_from_start(new_start)
-            return count
-
-    def compact(self) -> CompactionReport:
-        """Key-compact the segments below the high watermark (see spec/storage.md).
-
-        Safe to run in a background thread while the writer appends and readers read: the
-        rewrite happens without locks, and the swap takes the writer lock briefly. If the
-        log changed underneath (truncation, retention) the rewrite is discarded and the
-        report says so. A no-op (``skipped``) unless ``config.compact``.
-
-        Raises:
-            StorageError: a file operation failed.
-        """
-        if not self._config.compact:
-            return CompactionReport(skipped="compaction is disabled for this log")
-        with self._compact_lock:
-            with self._lock:
-                self._check_open()
-                segments = self._segments
-                hw = self._hw
-                cleanable = []
-                for seg in segments[:-1]:
-                    st = seg.state
-                    if st.next_offset > hw or seg.corrupt_end is not None:
-                        break
-                    cleanable.append((seg, st))
-                leases = [FileLease(seg.file) for seg, _ in cleanable]
-            try:
-                return self._compact(len(segments), cleanable)
-            except OSError as exc:
-                raise StorageError(f"compaction of {self._dir} failed: {exc}") from exc
-            finally:
-                for lease in leases:
-                    lease.release()
-
-    def _compact(
-        self, segments_before: int, cleanable: list[tuple[Segment, SegmentState]]
-    ) -> CompactionReport:
-        if not cleanable:
-            return CompactionReport(
-                segments_before=segments_before,
-                segments_after=segments_before,
-                skipped="no segment is wholly below the high watermark",
-            )
-        now = self._clock()
-        retention_ns = int(self._config.delete_retention_s * 1e9)
-        bytes_before = sum(st.size for _, st in cleanable)
-        try:
-            key_map = compaction.build_key_map(
-                cleanable, now_ns=now, delete_retention_ns=retention_ns
-            )
-        except CodecError as exc:
-            return CompactionReport(segments_before=segments_before, aborted=f"damaged: {exc}")
-        records_before = sum(key_map.records)
-        groups = compaction.plan_groups(cleanable, key_map, self._config.segment_max_bytes)
-        cleaned: list[compaction.CleanedGroup] = []
-        try:
-            for group in groups:
-                cleaned.append(
-                    compaction.write_group(
-                        self._dir,
-                        [cleanable[i] for i in group],
-                        key_map,
-                        interval=self._config.index_interval_bytes,
-                        now_ns=now,
-                        delete_retention_ns=retention_ns,
-                    )
-                )
-        except CodecError as exc:
-            for group_done in cleaned:
-                group_done.discard()
-            return CompactionReport(segments_before=segments_before, aborted=f"damaged: {exc}")
-        except BaseException:
-            for group_done in cleaned:
-                group_done.discard()
-            raise
-        aborted = self._swap_in(cleaned)
-        if aborted is not None:
-            return CompactionReport(
-                segments_before=segments_before,
-                segments_after=len(self._segments),
-                records_before=records_before,
-                records_after=records_before,
-                bytes_before=bytes_before,
-                bytes_after=bytes_before,
-                aborted=aborted,
-            )
-        dropped_records = sum(g.records_in - g.records_out for g in cleaned)
-        dropped_bytes = sum(g.bytes_in - g.bytes_out for g in cleaned)
-        return CompactionReport(
-            segments_before=segments_before,
-            segments_after=len(self._segments),
-            segments_cleaned=sum(len(g.sources) for g in cleaned),
-            records_before=records_before,
-            records_after=records_before - dropped_records,
-            bytes_before=bytes_before,
-            bytes_after=bytes_before - dropped_bytes,
-            tombstones_dropped=sum(g.tombstones_dropped for g in cleaned),
-        )
-
-    def _swap_in(self, cleaned: list[compaction.CleanedGroup]) -> str | None:
-        """Swap cleaned groups in under the writer lock; a reason string if abandoned."""
-        if not cleaned:
-            return None
-        with self._write_lock:
-            current = self._segments
-            ids = {id(seg): i for i, seg in enumerate(current[:-1])}
-            for group in cleaned:
-                for seg, st in group.sources:
-                    if id(seg) not in ids or seg.state is not st:
-                        for g in cleaned:
-                            g.discard()
-                        return "the log changed during compaction (truncation or retention)"
-            if self._closed:
-                for g in cleaned:
-                    g.discard()
-                return "the log was closed during compaction"
-            replaced: list[Segment] = []
-            new_list: list[Segment | None] = list(current)
-            for group in cleaned:
-                compaction.swap_files(self._dir, group)
-                first = ids[id(group.sources[0][0])]
-                new_list[first] = group.segment
-                for seg, _st in group.sources[1:]:
-                    new_list[ids[id(seg)]] = None
-                replaced.extend(seg for seg, _st in group.sources)
-            segments = tuple(seg for seg in new_list if seg is not None)
-            with self._lock:
-                self._segments = segments
-                self._bases = [seg.base_offset for seg in segments]
-            for seg in replaced:
-                seg.release()
-            return None

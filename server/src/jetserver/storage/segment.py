@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import attrs
+
 from jetsdk.codec.record import HEADER_SIZE, peek_header
 from jetserver.storage.errors import StorageError
 from jetserver.storage.files import (
@@ -53,6 +55,24 @@ class SegmentState(NamedTuple):
     """Number of visible index entries."""
     generation: int
     """Bumped by truncation, so cached positions from before are ignored."""
+
+
+@attrs.frozen
+class SegmentInfo:
+    """A description of one segment (for tools, tests and metrics)."""
+
+    base_offset: int
+    """Base offset (the file name)."""
+    next_offset: int
+    """Offset of its last record plus one (the base offset if empty)."""
+    size_bytes: int
+    """Bytes of valid records."""
+    max_timestamp: int | None
+    """Largest record timestamp, None if empty."""
+    index_entries: int
+    """Offset-index (and time-index) entries."""
+    corrupt_end: int | None
+    """If set, offsets [next_offset, corrupt_end) are unreadable."""
 
 
 class IndexPoint(NamedTuple):

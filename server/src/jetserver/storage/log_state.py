@@ -1,0 +1,86 @@
+"""The state of a partition log shared by its parts (see :class:`jetserver.storage.Log`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from jetserver.storage.config import LogConfig
+from jetserver.storage.epoch_cache import LeaderEpochCache
+from jetserver.storage.errors import LogClosedError, StorageError
+from jetserver.storage.files import fsync_directory
+from jetserver.storage.group_commit import GroupCommit
+from jetserver.storage.recovery import RecoveryReport
+from jetserver.storage.segment import NO_TIMESTAMP, Segment
+
+
+class LogState:
+    """Fields and locks of a Log, and the segment-list operations every part needs.
+
+    Locks: ``_write_lock`` serializes writers (append, truncate, roll, retention, close and
+    compaction's swap); ``_lock`` guards the segment list and offsets for short snapshots
+    (readers take only this one).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Callable[[], int],
+        lock_fd: int,
+    ) -> None:
+        # Use Log.open(); this constructor only prepares the fields.
+        self._dir = directory
+        self._config = config
+        self._clock = clock
+        self._lock_fd = lock_fd
+        self._lock = threading.Lock()
+        self._write_lock = threading.RLock()
+        self._compact_lock = threading.Lock()
+        self._ckpt_lock = threading.Lock()
+        self._commit = GroupCommit(0)
+        self._segments: tuple[Segment, ...] = ()
+        self._bases: list[int] = []
+        self._leo = 0
+        self._hw = 0
+        self._log_start = 0
+        self._last_ts = NO_TIMESTAMP
+        self._closed = False
+        self.recovery: RecoveryReport
+        """What :meth:`open` found and repaired."""
+        self.epochs: LeaderEpochCache
+        """The leader-epoch cache (KIP-101): assign, latest_epoch, end_offset_for."""
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self._dir} is closed")
+
+    def _roll(self, new_base: int) -> None:
+        old = self._segments[-1]
+        try:
+            old.write_indexes()
+            old.fsync()
+        except OSError as exc:
+            raise StorageError(f"cannot finish segment {old.log_path}: {exc}") from exc
+        new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
+        try:
+            fsync_directory(self._dir)
+        except OSError as exc:
+            new.release()
+            raise StorageError(f"cannot fsync {self._dir}: {exc}") from exc
+        with self._lock:
+            self._segments = (*self._segments, new)
+            self._bases = [*self._bases, new_base]
+        # The old segment was just fsynced, and so was every one before it.
+        self._commit.advance(self._leo)
+
+    def _replace_empty_active(self, new_base: int) -> None:
+        old = self._segments[-1]
+        new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
+        with self._lock:
+            self._segments = (*self._segments[:-1], new)
+            self._bases = [*self._bases[:-1], new_base]
+        old.delete_files()
+        old.release()
+        fsync_directory(self._dir)

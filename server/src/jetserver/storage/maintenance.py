@@ -1,0 +1,191 @@
+"""Truncation, retention and compaction of a partition log (spec/storage.md §9-11)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from bisect import bisect_right
+
+import attrs
+
+from jetserver.storage import compaction
+from jetserver.storage.checkpoint import LOG_START_OFFSET_FILE, write_checkpoint
+from jetserver.storage.compaction import CompactionReport
+from jetserver.storage.errors import InvalidArgumentError, StorageError
+from jetserver.storage.files import FileLease, fsync_directory
+from jetserver.storage.log_state import LogState
+from jetserver.storage.retention import segments_to_delete
+from jetserver.storage.segment import NO_TIMESTAMP, Segment, SegmentState
+
+
+class LogMaintenance(LogState):
+    """The writer-side operations that remove records; mixed into :class:`Log`."""
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record with offset >= ``offset``; the LEO becomes ``offset``.
+
+        Used by followers to cut a divergent tail. Below the log start, the whole log is
+        dropped and restarts empty at ``offset``. The leader-epoch cache is truncated too;
+        the high watermark and flushed offset are clamped. The cut is fsynced.
+
+        Raises:
+            InvalidArgumentError: negative offset. StorageError: a file operation failed.
+        """
+        if offset < 0:
+            raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
+        with self._write_lock:
+            self._check_open()
+            if offset >= self._leo:
+                return
+            if offset < self._log_start:
+                self._truncate_fully(offset)
+                return
+            segments = self._segments
+            keep = max(bisect_right(self._bases, offset) - 1, 0)
+            target = segments[keep]
+            dropped = segments[keep + 1 :]
+            try:
+                target.truncate_to(offset)
+                target.fsync()
+            except OSError as exc:
+                raise StorageError(f"truncate of {target.log_path} failed: {exc}") from exc
+            with self._lock:
+                self._segments = segments[: keep + 1]
+                self._bases = self._bases[: keep + 1]
+                self._leo = offset
+                self._hw = min(self._hw, offset)
+            for seg in dropped:
+                seg.delete_files()
+                seg.release()
+            # The target is the active segment now: its index files are rewritten at roll or
+            # close, and recovery does not trust them before that.
+            for path in (target.index_path, target.timeindex_path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            fsync_directory(self._dir)
+            self._commit.clamp(offset)
+            self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
+            self.epochs.truncate_from_end(offset)
+            if target.state.next_offset < offset:
+                # The cut landed in a compaction gap: start a new segment at ``offset`` so
+                # the LEO survives a restart (recovery derives it from the last segment).
+                self._roll(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        segments = self._segments
+        new = Segment.create(self._dir, offset, self._config.index_interval_bytes)
+        write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(offset,)])
+        with self._lock:
+            self._segments = (new,)
+            self._bases = [offset]
+            self._leo = self._log_start = self._hw = offset
+        for seg in segments:
+            seg.delete_files()
+            seg.release()
+        fsync_directory(self._dir)
+        self._commit.reset(offset)
+        self._last_ts = NO_TIMESTAMP
+        self.epochs.clear()
+
+    def enforce_retention(self) -> int:
+        """Delete the oldest whole segments beyond the retention limits; return how many.
+
+        Never deletes the active segment or a segment with offsets at or above the high
+        watermark. The new log start offset is checkpointed before any file is deleted.
+
+        Raises:
+            StorageError: a file operation failed.
+        """
+        with self._write_lock:
+            self._check_open()
+            segments = self._segments
+            count = segments_to_delete(
+                segments,
+                config=self._config,
+                log_start_offset=self._log_start,
+                log_end_offset=self._leo,
+                high_watermark=self._hw,
+                now_ns=self._clock(),
+            )
+            if not count:
+                return 0
+            new_start = max(self._log_start, segments[count].base_offset)
+            try:
+                write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(new_start,)])
+            except OSError as exc:
+                raise StorageError(f"cannot checkpoint the log start offset: {exc}") from exc
+            with self._lock:
+                self._segments = segments[count:]
+                self._bases = self._bases[count:]
+                self._log_start = new_start
+                self._hw = max(self._hw, new_start)
+            for seg in segments[:count]:
+                seg.delete_files()
+                seg.release()
+            fsync_directory(self._dir)
+            self.epochs.truncate_from_start(new_start)
+            return count
+
+    def compact(self) -> CompactionReport:
+        """Key-compact the segments below the high watermark (see spec/storage.md).
+
+        Safe to run in a background thread while the writer appends and readers read: the
+        rewrite happens without locks, and the swap takes the writer lock briefly. If the
+        log changed underneath (truncation, retention) the rewrite is discarded and the
+        report says so. A no-op (``skipped``) unless ``config.compact``.
+
+        Raises:
+            StorageError: a file operation failed.
+        """
+        if not self._config.compact:
+            return CompactionReport(skipped="compaction is disabled for this log")
+        with self._compact_lock:
+            with self._lock:
+                self._check_open()
+                segments = self._segments
+                hw = self._hw
+                cleanable = []
+                for seg in segments[:-1]:
+                    st = seg.state
+                    if st.next_offset > hw or seg.corrupt_end is not None:
+                        break
+                    cleanable.append((seg, st))
+                leases = [FileLease(seg.file) for seg, _ in cleanable]
+            try:
+                return self._compact(len(segments), cleanable)
+            except OSError as exc:
+                raise StorageError(f"compaction of {self._dir} failed: {exc}") from exc
+            finally:
+                for lease in leases:
+                    lease.release()
+
+    def _compact(
+        self, segments_before: int, cleanable: list[tuple[Segment, SegmentState]]
+    ) -> CompactionReport:
+        rewrite = compaction.rewrite(self._dir, cleanable, self._config, self._clock())
+        if isinstance(rewrite, CompactionReport):
+            return attrs.evolve(
+                rewrite, segments_before=segments_before, segments_after=segments_before
+            )
+        aborted = self._swap_in(rewrite.groups)
+        return rewrite.report(segments_before, len(self._segments), aborted)
+
+    def _swap_in(self, cleaned: list[compaction.CleanedGroup]) -> str | None:
+        """Swap cleaned groups in under the writer lock; a reason string if abandoned."""
+        if not cleaned:
+            return None
+        with self._write_lock:
+            replacement = None if self._closed else compaction.replace(self._segments, cleaned)
+            if replacement is None:
+                for group in cleaned:
+                    group.discard()
+                return "the log changed during compaction (truncation, retention or close)"
+            segments, replaced = replacement
+            for group in cleaned:
+                compaction.swap_files(self._dir, group)
+            with self._lock:
+                self._segments = segments
+                self._bases = [seg.base_offset for seg in segments]
+            for seg in replaced:
+                seg.release()
+            return None
