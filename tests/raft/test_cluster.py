@@ -30,7 +30,7 @@ from jetserver.raft import (
 )
 from jetserver.raft.journal import scan_records
 from jetserver.raft.machine import MAX_ENTRY_BYTES, Entry, encode_entry
-from raft.kit import PASSWORD, agreed_leader, create_op, free_port, make_configs, running
+from raft.kit import PASSWORD, agreed_leader, create_op, make_configs, running
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +38,7 @@ WAIT_S = 10.0
 MAX_POLLS = 500
 POLL_S = 0.01
 QUIET_OPS = 100
+JOIN_QUIET_S = 1.0
 
 
 @pytest.fixture
@@ -209,19 +210,40 @@ async def test_a_lagging_member_receives_the_snapshot(tmp_path: Path) -> None:
             assert configs[2].snapshot_path.exists()
 
 
+def address_above(addresses: list[str]) -> str:
+    """A free loopback address sorting after ``addresses`` (PySyncObj connects from the
+    higher address to the lower, so such a member reaches the others by itself)."""
+    for port in range(65535, 50000, -1):
+        candidate = f"127.0.0.1:{port}"
+        if candidate <= max(addresses):
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return candidate
+    raise AssertionError("no free port")
+
+
 async def test_add_and_remove_a_server(tmp_path: Path) -> None:
     configs = make_configs(tmp_path)
     async with running(configs) as nodes:
         leader = await agreed_leader(nodes)
         first = await leader.propose(create_op("a"))
+        term = leader.status.term
         fourth = RaftConfig(
             server_id="s4",
-            address=f"127.0.0.1:{free_port()}",
+            address=address_above([c.address for c in configs]),
             peers=tuple(RaftPeer(c.server_id, c.address) for c in configs),
             data_dir=tmp_path / "s4",
             password=PASSWORD,
+            join=True,
         )
         async with MetadataRaft(fourth) as new:
+            # Waiting to be added, it must not campaign (its term would depose the leader).
+            with pytest.raises(RaftTimeout):
+                await new.wait_status(lambda s: s.term > 0, timeout=JOIN_QUIET_S)
             await leader.add_server("s4", fourth.address)
             applied = await leader.propose(create_op("b"))
             state = await new.wait_applied(applied.index, timeout=WAIT_S)
@@ -229,6 +251,7 @@ async def test_add_and_remove_a_server(tmp_path: Path) -> None:
             assert first.index < applied.index
             assert new.leader_id == leader.config.server_id
             assert fourth.address in leader.status.members
+            assert (leader.is_leader, leader.status.term) == (True, term)
             await leader.remove_server("s4", fourth.address)
             status = await leader.wait_status(lambda s: len(s.members) == 3, timeout=WAIT_S)
             assert fourth.address not in status.members

@@ -132,6 +132,10 @@ class RaftConfig:
     """See :data:`DEFAULT_COMPACTION_MIN_TIME_S`."""
     dynamic_membership: bool = True
     """Allow :meth:`MetadataRaft.add_server` / ``remove_server`` (must match on all members)."""
+    join: bool = False
+    """This server is being added to a running group: it starts no election before it has
+    heard from a leader (otherwise its term climbs while it waits to be added, and its
+    first vote request after the add deposes the leader)."""
     fsync: bool = True
     """fsync the journal before acknowledging an entry (off only for tests of speed)."""
 

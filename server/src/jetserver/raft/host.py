@@ -41,6 +41,7 @@ import attrs
 import orjson
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
+from pysyncobj.monotonic import monotonic
 from pysyncobj.node import TCPNode
 
 from jetsdk.codec.error_codes import ErrorCode
@@ -202,6 +203,11 @@ def _keep_next_index_on_stale_acks(obj: Any) -> None:
         on_message(node, message)
 
     obj._SyncObj__transport.setOnMessageReceivedCallback(filtered)
+
+
+def _postpone_election(obj: Any, delay_s: float) -> None:
+    """Keep PySyncObj from starting an election for ``delay_s`` from now."""
+    obj._SyncObj__raftElectionDeadline = monotonic() + delay_s
 
 
 class _MetadataSyncObj(SyncObj):  # type: ignore[misc]
@@ -397,7 +403,13 @@ class RaftHost:
     def _loop(self, obj: Any) -> None:
         failures = 0
         machine = self.machine
+        joining = self._config.join
         while not self._stop.is_set():
+            if joining:
+                if obj._getLeader() is None:
+                    _postpone_election(obj, self._config.election_timeout_max_s)
+                else:
+                    joining = False
             try:
                 obj.doTick(self._config.tick_s)
                 failures = 0

@@ -8,7 +8,7 @@ interface (``add``, ``clear``, ``deleteEntriesFrom``, ``deleteEntriesTo``, index
 commit index, term and vote):
 
 - ``journal.log``: an 8-byte magic, then records ``u32 length | u32 crc32 | u64 index |
-  u64 term | command`` (little-endian; the CRC covers index, term and command). Every
+  u64 term | command`` (big-endian; the CRC covers index, term and command). Every
   append is written and ``fdatasync``-ed before PySyncObj continues (and so before it
   acknowledges the entry). On open, a torn or corrupt tail is cut at the last good record
   and the number of bytes cut is logged.
@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"JETRAFT1"
 """First bytes of a journal file."""
-_RECORD_HEAD = struct.Struct("<II")
-_ENTRY_HEAD = struct.Struct("<QQ")
+_RECORD_HEAD = struct.Struct(">II")
+_ENTRY_HEAD = struct.Struct(">QQ")
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """Largest record accepted when reading (a longer length field is corruption)."""
 
