@@ -32,7 +32,7 @@ DEFAULT_CONNECTION_RETRY_S = 0.25
 """Reconnect to an unreachable peer this often (``connectionRetryTime``)."""
 DEFAULT_LEADER_FALLBACK_S = 1.0
 """A leader without a majority's answers this long steps down (``leaderFallbackTimeout``)."""
-DEFAULT_TICK_S = 0.01
+DEFAULT_TICK_S = 0.02
 """Longest wait of the Raft thread for socket events between two timer checks."""
 DEFAULT_PROPOSE_TIMEOUT_S = 5.0
 """Default bound of :meth:`MetadataRaft.propose`."""

@@ -274,7 +274,10 @@ class RaftHost:
         if obj is None:
             self._post(CommandDone(token, None, FAIL_REASON.NOT_LEADER))
             return
-        obj.apply_entry(payload, callback=functools.partial(self._on_done, token))
+        # PySyncObj queues the command, then writes to its wake-up pipe; a full pipe means
+        # a wake-up is pending already (the command is queued either way).
+        with contextlib.suppress(BlockingIOError):
+            obj.apply_entry(payload, callback=functools.partial(self._on_done, token))
 
     def change_membership(self, token: int, add: bool, address: str, server_id: str) -> None:
         """Add or remove a member through the log (leader only; PySyncObj checks it)."""
