@@ -204,7 +204,7 @@ async def _e2e_mode(
         for max_bytes in (64 * 1024, 1024 * 1024):
             parent, child = multiprocessing.Pipe()
             ctx = multiprocessing.get_context("spawn")
-            rounds = 1 if quick else 3
+            rounds = 1 if quick else 2
             proc = ctx.Process(target=_consume, args=(address, "bench", max_bytes, rounds, child))
             proc.start()
             elapsed, nbytes, nrecords, nfetches = await anyio.to_thread.run_sync(parent.recv)
@@ -217,7 +217,7 @@ async def _e2e_mode(
 async def _measure_e2e(quick: bool) -> None:
     from jetserver.nats_process import NatsServerProcess
 
-    fill = 20_000 if quick else 200_000
+    fill = 20_000 if quick else 100_000
     value_size = 1000
     with (
         tempfile.TemporaryDirectory(prefix="jet-bench-e2e-") as tmp,

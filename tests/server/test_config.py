@@ -97,3 +97,19 @@ def test_missing_config_file() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(Path("/nonexistent/jet.toml"))
     assert "cannot read" in str(info.value)
+
+
+def test_print_config_round_trips(tmp_path: Path) -> None:
+    from jetserver.config_load import to_toml
+
+    cfg = load_config(
+        None,
+        {"JET_NATS_SERVERS": "nats://a:1,nats://b:2", "JET_NATS_TOKEN": "secret"},
+        {("listen", "port"): 0, ("fetch", "io"): "read"},
+    )
+    text = to_toml(cfg)
+    assert 'token = "***"' in text
+    assert "secret" not in text
+    conf = tmp_path / "out.toml"
+    conf.write_text(to_toml(cfg, show_secrets=True))
+    assert load_config(conf) == cfg

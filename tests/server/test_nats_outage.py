@@ -30,7 +30,7 @@ async def test_nats_restart_ingest_resumes(nats_server: NatsServer, tmp_path: Pa
         assert server.link is not None
         async with await RawClient.connect(server.address) as c:
             await c.create_stream(name="dur", subject="dur")
-            first = await c.produce("dur", 0, [ProduceMessage(b"before")])
+            first = await c.produce("dur", 0, [ProduceMessage(b"before")], ack_policy=AckPolicy.ALL)
             assert (first[0].error_code, first[0].offset) == (0, 0)
 
             await anyio.to_thread.run_sync(nats_server.stop)
@@ -72,3 +72,30 @@ async def test_stop_while_nats_is_unreachable(tmp_path: Path) -> None:
             await anyio.sleep(0.3)  # a few failed attempts (any count is fine)
             server.request_stop()
     assert server.address is None
+
+
+async def test_nats_authentication(tmp_path: Path) -> None:
+    from jetserver.config import NatsConfig
+    from jetserver.nats_link import NatsUnavailable
+
+    with NatsServer(extra_config='authorization { user: "jet", password: "s3cret" }') as auth:
+        good = NatsLink(NatsConfig(servers=(auth.url,), user="jet", password="s3cret"))
+        await good.connect(attempts=1)
+        assert good.connected
+        await good.close()
+        bad = NatsLink(NatsConfig(servers=(auth.url,), user="jet", password="wrong"))
+        with pytest.raises(NatsUnavailable):
+            await bad.connect(attempts=1)
+        await bad.close()
+
+
+def test_tls_files_are_checked(tmp_path: Path) -> None:
+    from jetserver.config import NatsConfig
+    from jetserver.errors import JetServerError
+    from jetserver.nats_link import tls_context
+
+    assert tls_context(NatsConfig()) is None
+    assert tls_context(NatsConfig(servers=("tls://127.0.0.1:4222",))) is not None
+    with pytest.raises(JetServerError) as err:
+        tls_context(NatsConfig(tls_ca=str(tmp_path / "missing-ca.pem")))
+    assert "TLS" in str(err.value)

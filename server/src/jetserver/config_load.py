@@ -179,3 +179,36 @@ def load_config(
         except ConfigError as exc:
             raise ConfigError(f"[{section}] {exc}") from None
     return ServerConfig(**sections)
+
+
+SECRET_KEYS = frozenset({("nats", "password"), ("nats", "token")})
+"""Settings masked by :func:`to_toml` unless asked otherwise."""
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
+def to_toml(config: ServerConfig, *, show_secrets: bool = False) -> str:
+    """The configuration as a TOML file that :func:`load_config` reads back (unset optional
+    values are written as comments; secrets are masked unless ``show_secrets``)."""
+    lines: list[str] = []
+    for section in SECTIONS:
+        lines.append(f"[{section}]")
+        values = attrs.asdict(getattr(config, section), recurse=False)
+        for key, value in values.items():
+            if value is None:
+                lines.append(f"# {key} =")
+            elif (section, key) in SECRET_KEYS and not show_secrets:
+                lines.append(f'{key} = "***"')
+            else:
+                lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import attrs
+import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -186,7 +187,10 @@ class NatsLink:
                     ping_interval=cfg.ping_interval_s,  # type: ignore[arg-type]
                     max_outstanding_pings=cfg.max_outstanding_pings,
                     pending_size=cfg.pending_bytes,
-                    allow_reconnect=True,
+                    # nats-py's own first-connect loop retries forever without telling us;
+                    # connect once here (our loop retries with backoff and logs), then turn
+                    # reconnection on for the life of the connection.
+                    allow_reconnect=False,
                     reconnect_to_server_handler=self._reconnect_handler,
                     error_cb=self._on_error,
                     disconnected_cb=self._on_disconnected,
@@ -195,6 +199,11 @@ class NatsLink:
                 )
             except Exception as exc:
                 attempt += 1
+                if isinstance(exc, nats.errors.AuthorizationError):
+                    raise NatsUnavailable(
+                        f"NATS at {', '.join(cfg.servers)} refused our credentials "
+                        "(check nats.user/password/token)"
+                    ) from exc
                 if attempts is not None and attempt >= attempts:
                     raise NatsUnavailable(
                         f"cannot connect to NATS at {', '.join(cfg.servers)}: {exc}"
@@ -212,6 +221,7 @@ class NatsLink:
                 )
                 await anyio.sleep(delay)
                 continue
+            nc.options["allow_reconnect"] = True
             self._nc = nc
             url = nc.connected_url.netloc if nc.connected_url else "?"
             log.info("nats connected", extra=fields(server=url, max_payload=nc.max_payload))

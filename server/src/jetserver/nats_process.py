@@ -66,6 +66,8 @@ class NatsServerProcess:
     """NATS max_payload in bytes."""
     work_dir: Path | None = None
     """Where the config, ports file, log and JetStream store go (default: a temp dir)."""
+    extra_config: str = ""
+    """More nats-server config lines (e.g. ``authorization { token: "s3cret" }``)."""
     new_session: bool = False
     """Start in its own session, so a terminal's Ctrl-C reaches only the owner."""
     proc: subprocess.Popen[bytes] | None = None
@@ -111,6 +113,8 @@ class NatsServerProcess:
             old.unlink()
         conf = self.work_dir / "nats-server.conf"
         lines = [f"max_payload: {self.max_payload}"]
+        if self.extra_config:
+            lines.append(self.extra_config)
         if self.jetstream:
             store = self.work_dir / "jetstream"
             lines.append(f'jetstream {{ store_dir: "{store}" }}')

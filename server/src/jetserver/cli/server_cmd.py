@@ -19,7 +19,7 @@ import anyio
 
 from jetserver import logs
 from jetserver.config import FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
-from jetserver.config_load import load_config
+from jetserver.config_load import load_config, to_toml
 from jetserver.errors import ConfigError, JetServerError
 
 log = logging.getLogger("jetserver.cli")
@@ -86,6 +86,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     p.add_argument("--log-format", choices=["text", "json"], help="log format (default text)")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the effective configuration as TOML (secrets masked) and exit",
+    )
     p.set_defaults(func=run_command)
 
 
@@ -113,6 +118,9 @@ def run_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"jet server: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "print_config", False):
+        print(to_toml(config), end="")
+        return EXIT_OK
     logs.configure(config.logging.level, config.logging.format)
     try:
         anyio.run(serve, config, backend="asyncio")
