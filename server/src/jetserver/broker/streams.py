@@ -224,10 +224,23 @@ class StreamManager:
         directory.mkdir(parents=True, exist_ok=True)
         log_ = Log.open(directory, cfg)
         report = log_.recovery
-        if _report_cut_something(report):
+        if not report.ok or report.indexes_rebuilt:
             log.warning(
                 "recovery repaired the log",
-                extra=fields(stream=name, partition=partition, report=str(report)),
+                extra=fields(
+                    stream=name,
+                    partition=partition,
+                    bytes_truncated=report.bytes_truncated,
+                    indexes_rebuilt=report.indexes_rebuilt,
+                    corrupt_files=",".join(report.corrupt_files) or None,
+                    unreadable_ranges=str(list(report.unreadable_ranges)) or None,
+                    notes="; ".join(report.notes) or None,
+                ),
+            )
+        elif not report.clean_shutdown:
+            log.info(
+                "log recovered after an unclean shutdown; nothing to repair",
+                extra=fields(stream=name, partition=partition),
             )
         # RF=1: whatever survived on disk is durable once flushed, so it is committed.
         log_.flush()
@@ -353,12 +366,3 @@ def _tail_records(log_: Log, count: int) -> Iterator[Record]:
         if nxt <= offset:
             return
         offset = nxt
-
-
-def _report_cut_something(report: object) -> bool:
-    """True if a recovery report says bytes were cut, indexes rebuilt or files were corrupt."""
-    for attr in ("bytes_truncated", "indexes_rebuilt", "corrupt_files"):
-        value = getattr(report, attr, None)
-        if value:
-            return True
-    return False

@@ -1,0 +1,81 @@
+"""The server on top of the storage engine: retention (fetch below the log start), compaction
+gaps (skipped silently), recovery of a torn tail at start-up."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.messages import ProduceMessage
+from jetserver.server import Server
+from support.jet_server import running_server
+from support.nats_server import NatsServer
+from support.raw_client import RawClient
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_retention_moves_the_log_start(jet: Server) -> None:
+    assert jet.address is not None and jet.streams is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(
+            name="ret", subject="ret", segment_max_bytes=4096, retention_max_messages=50
+        )
+        for _ in range(5):
+            await c.produce("ret", 0, [ProduceMessage(b"v" * 200)] * 40, ack_policy=AckPolicy.ALL)
+        replica = jet.streams.replica("ret", 0)
+        await replica.run_maintenance()
+        log_start = replica.log.log_start_offset
+        assert log_start > 0
+        header, records = await c.fetch("ret", 0, 0)
+        assert header.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert header.log_start == log_start
+        assert records == []
+        assert (await c.list_offsets("ret", 0, "earliest"))["offset"] == log_start
+        kept = await c.fetch_all("ret", 0, log_start)
+        assert [r.offset for r in kept] == list(range(log_start, 200))
+        assert (await c.describe("ret"))["partitions"][0]["log_start"] == log_start
+
+
+async def test_compaction_gaps_are_skipped(jet: Server) -> None:
+    assert jet.address is not None and jet.streams is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="cmp", subject="cmp", compact=True, segment_max_bytes=2048)
+        for round_ in range(6):
+            msgs = [ProduceMessage(f"{k}-{round_}".encode(), key=k.encode()) for k in "abcd"]
+            await c.produce("cmp", 0, msgs * 3, ack_policy=AckPolicy.ALL)
+        replica = jet.streams.replica("cmp", 0)
+        await replica.run_maintenance()
+        records = await c.fetch_all("cmp", 0)
+    offsets = [r.offset for r in records]
+    assert offsets == sorted(offsets)
+    assert len(records) < 72  # something was compacted away
+    assert offsets[-1] == 71  # the active segment is kept whole
+    latest = {r.key: r.value for r in records}
+    assert latest == {k.encode(): f"{k}-5".encode() for k in "abcd"}
+
+
+async def test_torn_tail_is_cut_at_start(
+    nats_server: NatsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    async with running_server(nats_server.url, data) as server:
+        assert server.address is not None
+        async with await RawClient.connect(server.address) as c:
+            await c.create_stream(name="torn", subject="torn")
+            await c.produce("torn", 0, [ProduceMessage(b"ok")] * 10, ack_policy=AckPolicy.ALL)
+    (segment,) = list((data / "streams").glob("torn-*/0/*.log"))
+    with segment.open("ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x0a half a record")
+    caplog.set_level(logging.WARNING, logger="jetserver")
+    async with running_server(nats_server.url, data) as server:
+        assert server.address is not None
+        async with await RawClient.connect(server.address) as c:
+            records = await c.fetch_all("torn", 0)
+            assert [r.value for r in records] == [b"ok"] * 10
+            more = await c.produce("torn", 0, [ProduceMessage(b"next")])
+            assert more[0].offset == 10
+    assert any("recovery repaired the log" in r.getMessage() for r in caplog.records)
