@@ -19,7 +19,8 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_retention_moves_the_log_start(jet: Server) -> None:
-    assert jet.address is not None and jet.streams is not None
+    assert jet.address is not None
+    assert jet.streams is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(
             name="ret", subject="ret", segment_max_bytes=4096, retention_max_messages=50
@@ -41,7 +42,8 @@ async def test_retention_moves_the_log_start(jet: Server) -> None:
 
 
 async def test_compaction_gaps_are_skipped(jet: Server) -> None:
-    assert jet.address is not None and jet.streams is not None
+    assert jet.address is not None
+    assert jet.streams is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="cmp", subject="cmp", compact=True, segment_max_bytes=2048)
         for round_ in range(6):
