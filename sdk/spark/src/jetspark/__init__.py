@@ -1,1 +1,48 @@
-"""Spark Structured Streaming source and sinks for jet streams (issue 6: not yet built)."""
+"""jetspark: Spark Structured Streaming source and sinks for jet streams (PySpark 4.2+).
+
+    import jetspark
+    jetspark.register(spark)                       # the "jetstream" format
+
+    orders = (spark.readStream.format("jetstream")
+              .option("servers", "127.0.0.1:9292")
+              .option("streams", "orders")
+              .option("startingOffsets", "earliest")
+              .load())                              # key, value, stream, subject, partition,
+                                                    # offset, timestamp[, headers]
+    sink = jetspark.foreach_batch_sink(servers="127.0.0.1:9292", stream="totals")
+    query = totals.writeStream.foreachBatch(sink).option("checkpointLocation", cp).start()
+
+Also ``spark.read.format("jetstream")`` (batch, startingOffsets/endingOffsets),
+``df.write.format("jetstream")`` and ``df.writeStream.format("jetstream")``. Options,
+schema and guarantees: spec/spark.md. Errors: :mod:`jetspark.errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jetspark.errors import ColumnError, DataLossError, JetSparkError, OptionError, SinkWriteError
+from jetspark.foreach_batch import BatchResult, ForeachBatchSink, foreach_batch_sink
+from jetspark.offsets_mirror import committed_offsets, group_lag
+from jetspark.source import FORMAT, JetStreamDataSource
+
+__all__ = [
+    "FORMAT",
+    "BatchResult",
+    "ColumnError",
+    "DataLossError",
+    "ForeachBatchSink",
+    "JetSparkError",
+    "JetStreamDataSource",
+    "OptionError",
+    "SinkWriteError",
+    "committed_offsets",
+    "foreach_batch_sink",
+    "group_lag",
+    "register",
+]
+
+
+def register(spark: Any) -> None:
+    """Register the ``jetstream`` format with a SparkSession (idempotent)."""
+    spark.dataSource.register(JetStreamDataSource)

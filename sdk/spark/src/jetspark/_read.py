@@ -1,0 +1,237 @@
+"""Reading for the source: partition discovery, start offsets, and one offset range.
+
+The async functions run in a :class:`~jetspark._bridge.Bridge`'s loop; :func:`read_range`
+is the synchronous generator an executor's ``read()`` returns. It reads exactly the
+records with offsets in ``[start, end)``, so reading the same range twice yields the same
+rows (as long as retention or compaction has not removed records in between).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+
+import anyio
+import attrs
+import pyarrow as pa
+
+from jetsdk.client import Client
+from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
+from jetsdk.errors import OffsetOutOfRange
+from jetsdk.metadata import OffsetInfo
+from jetspark._bridge import shared_bridge
+from jetspark.errors import DataLossError, OptionError
+from jetspark.offsets import OffsetRange, Offsets
+from jetspark.options import EARLIEST, LATEST, SourceOptions
+from jetspark.schema import records_to_batch
+
+__all__ = ["Snapshot", "read_range", "resolve_ends", "resolve_start", "snapshot"]
+
+log = logging.getLogger("jetspark")
+
+Snapshot = dict[str, dict[int, OffsetInfo]]
+"""``{stream: {partition: OffsetInfo}}``: each partition's log start and high watermark."""
+
+
+async def snapshot(client: Client, opts: SourceOptions, *, require: bool) -> Snapshot:
+    """The log start and high watermark of every partition of the source's streams.
+
+    Args:
+        require: raise if a stream named in option ``streams`` does not exist (else it is
+            left out).
+
+    Raises:
+        OptionError: ``require`` and a listed stream does not exist.
+    """
+    meta = await client.metadata(refresh=True)
+    if opts.pattern is None:
+        names = list(opts.streams)
+        missing = [n for n in names if n not in meta.streams]
+        if missing and require:
+            raise OptionError("streams", f"stream(s) {', '.join(missing)} do not exist")
+        names = [n for n in names if n in meta.streams]
+    else:
+        names = sorted(n for n in meta.streams if opts.matches(n))
+    out: Snapshot = {name: {} for name in names}
+
+    async def one(stream: str, partition: int) -> None:
+        out[stream][partition] = await client.list_offsets(stream, partition, "latest")
+
+    async with anyio.create_task_group() as tg:
+        for name in names:
+            for part in meta.streams[name].partitions:
+                tg.start_soon(one, name, part.partition)
+    return out
+
+
+async def resolve_start(client: Client, opts: SourceOptions, snap: Snapshot) -> Offsets:
+    """Where a new query (or a batch read) starts, per option startingTimestamp or
+    startingOffsets.
+
+    Raises:
+        OptionError: startingOffsets JSON that misses or invents a partition, or names an
+            offset past the high watermark.
+    """
+    out: Offsets = {stream: {} for stream in snap}
+    if opts.starting_timestamp_ms is not None:
+        ts_ns = opts.starting_timestamp_ms * 1_000_000
+
+        async def at_time(stream: str, partition: int) -> None:
+            info = await client.list_offsets(stream, partition, ts_ns)
+            out[stream][partition] = info.offset
+
+        async with anyio.create_task_group() as tg:
+            for stream, parts in snap.items():
+                for part in parts:
+                    tg.start_soon(at_time, stream, part)
+        return out
+    return _resolve_spec(opts.starting, "startingOffsets", snap)
+
+
+def resolve_ends(opts: SourceOptions, snap: Snapshot) -> Offsets:
+    """Where a batch read ends, per option endingOffsets."""
+    return _resolve_spec(opts.ending, "endingOffsets", snap)
+
+
+def _resolve_spec(spec: object, option: str, snap: Snapshot) -> Offsets:
+    out: Offsets = {}
+    for stream, parts in snap.items():
+        out[stream] = {}
+        given: Mapping[int, int] | None = None
+        if isinstance(spec, dict):
+            given = spec.get(stream)
+            if given is None:
+                raise OptionError(
+                    option,
+                    f"stream {stream!r} is not listed (list every stream read, with -2 for "
+                    "earliest or -1 for latest per partition)",
+                )
+            extra = sorted(set(given) - set(parts))
+            if extra:
+                raise OptionError(option, f"stream {stream!r} has no partition {extra[0]}")
+        for part, info in sorted(parts.items()):
+            if given is None:
+                out[stream][part] = info.log_start if spec == "earliest" else info.hw
+                continue
+            if part not in given:
+                raise OptionError(
+                    option,
+                    f"{stream}/{part} is not listed (list every partition, -2 = earliest, "
+                    "-1 = latest)",
+                )
+            offset = given[part]
+            if offset == EARLIEST:
+                offset = info.log_start
+            elif offset == LATEST:
+                offset = info.hw
+            elif offset > info.hw:
+                raise OptionError(
+                    option, f"{stream}/{part}: offset {offset} is past the high watermark {info.hw}"
+                )
+            out[stream][part] = offset
+    return out
+
+
+@attrs.frozen
+class _Fetched:
+    records: list[Record]
+    """Whole records of the response (offsets may be >= the range's end)."""
+    raw_len: int
+    """Record bytes received."""
+    hw: int
+    log_start: int
+    leo: int
+    out_of_range: bool = False
+
+
+async def _fetch(
+    client: Client, stream: str, partition: int, offset: int, max_bytes: int
+) -> _Fetched:
+    try:
+        header, raw = await client.fetch(
+            stream, partition, offset, max_bytes=max_bytes, max_wait=0.0
+        )
+    except OffsetOutOfRange as exc:
+        hw = exc.hw if exc.hw is not None else -1
+        log_start = exc.log_start if exc.log_start is not None else 0
+        return _Fetched([], 0, hw, log_start, hw, out_of_range=True)
+    records = list(iter_records(raw))
+    if not records and len(raw) >= HEADER_SIZE:
+        # Only a partial record came back: ask again for at least its size.
+        size = peek_header(raw)[3]
+        header, raw = await client.fetch(
+            stream, partition, offset, max_bytes=max(max_bytes, size), max_wait=0.0
+        )
+        records = list(iter_records(raw))
+    return _Fetched(records, len(raw), header.hw, header.log_start, header.leo)
+
+
+def read_range(
+    opts: SourceOptions, rng: OffsetRange, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``rng`` as Arrow batches (one per Fetch response).
+
+    The next Fetch is in flight while the current response is converted.
+
+    Raises:
+        DataLossError: with ``failOnDataLoss``, records of the range are gone (removed by
+            retention, or the log was truncated or recreated below the range's end).
+            Compaction gaps are skipped silently.
+        JetError: the SDK's errors (after its retries).
+    """
+    bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+    client = bridge.client
+    offset = rng.start
+    future = bridge.submit(_fetch, client, rng.stream, rng.partition, offset, opts.fetch_max_bytes)
+    while offset < rng.end:
+        got = future.result()
+        if got.out_of_range:
+            if offset < got.log_start:
+                gone_to = min(got.log_start, rng.end)
+                if opts.fail_on_data_loss and not rng.new_partition:
+                    raise DataLossError(
+                        rng.stream,
+                        rng.partition,
+                        f"offsets {offset}..{gone_to - 1} were removed (retention) before "
+                        "the query read them",
+                    )
+                if not rng.new_partition:
+                    log.warning(
+                        "jetstream %s/%s: offsets %d..%d are gone, skipping",
+                        rng.stream,
+                        rng.partition,
+                        offset,
+                        gone_to - 1,
+                    )
+                offset = got.log_start
+                if offset < rng.end:
+                    future = bridge.submit(
+                        _fetch, client, rng.stream, rng.partition, offset, opts.fetch_max_bytes
+                    )
+                continue
+            _truncated(opts, rng, offset, got.leo)
+            return
+        if not got.records:
+            if got.hw <= offset:
+                _truncated(opts, rng, offset, got.hw)
+            # offset < hw and nothing came back: a compaction gap reaching the HW.
+            return
+        inside = [r for r in got.records if r.offset < rng.end]
+        nxt = got.records[-1].offset + 1
+        if nxt < rng.end:
+            future = bridge.submit(
+                _fetch, client, rng.stream, rng.partition, nxt, opts.fetch_max_bytes
+            )
+        if inside:
+            yield records_to_batch(inside, rng.stream, rng.partition, schema)
+        offset = nxt
+
+
+def _truncated(opts: SourceOptions, rng: OffsetRange, offset: int, log_end: int) -> None:
+    message = (
+        f"the log ends at offset {log_end}, below offset {offset} the query reads up to "
+        f"{rng.end} (truncated, or the stream was recreated)"
+    )
+    if opts.fail_on_data_loss:
+        raise DataLossError(rng.stream, rng.partition, message)
+    log.warning("jetstream %s/%s: %s; skipping", rng.stream, rng.partition, message)

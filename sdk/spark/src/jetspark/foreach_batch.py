@@ -1,0 +1,141 @@
+"""``df.writeStream.foreachBatch(jetspark.foreach_batch_sink(...))``: exactly-once writes of
+each micro-batch.
+
+    sink = jetspark.foreach_batch_sink(servers="127.0.0.1:9292", stream="totals")
+    query = totals.writeStream.foreachBatch(sink).option("checkpointLocation", cp).start()
+
+Each call writes the batch with one Spark job (one task per partition of the batch);
+every task sends its rows with a producer id derived from (sink name or query id, batch id,
+Spark partition id), so when Spark replays a batch id after a failure the server recognises
+every message already stored and keeps one copy (:mod:`jetspark._write`). The guarantee holds
+when a replayed batch has the same rows in the same Spark partitions in the same order,
+which Spark's deterministic replay gives for a deterministic query (spec/spark.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import attrs
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jetspark._write import (
+    WriteStats,
+    check_columns,
+    producer_id_for,
+    sink_columns,
+    write_rows,
+)
+from jetspark.errors import JetSparkError
+from jetspark.options import SinkOptions, sink_options
+from jetspark.writer import QUERY_ID_PROPERTY
+
+__all__ = ["BatchResult", "ForeachBatchSink", "foreach_batch_sink"]
+
+
+@attrs.frozen
+class BatchResult:
+    """What one call of the sink wrote."""
+
+    batch_id: int
+    """The micro-batch id."""
+    written: int
+    """Messages newly stored."""
+    duplicates: int
+    """Messages already stored by an earlier attempt of this batch (not stored again)."""
+
+
+def foreach_batch_sink(
+    servers: str | list[str] | tuple[str, ...] | None = None,
+    stream: str | None = None,
+    *,
+    ack: str = "all",
+    name: str | None = None,
+    ack_timeout: float | None = None,
+    request_timeout: float | None = None,
+) -> ForeachBatchSink:
+    """A function for ``writeStream.foreachBatch`` that writes each batch to ``stream``.
+
+    Args:
+        servers: bootstrap servers (a list or comma-separated string; default $JET_SERVERS).
+        stream: target stream; None to route each row by its ``stream`` column.
+        ack: ``"all"`` (default), ``"leader"`` or ``"none"`` (no ack: no exactly-once).
+        name: the sink's identity for exactly-once (default: the streaming query's id, which
+            survives restarts from the same checkpoint). Set it to keep the guarantee across
+            a new checkpoint that replays the same batches.
+        ack_timeout: seconds the server may take to acknowledge (default 30).
+        request_timeout: seconds to wait for one response (default 30).
+
+    Columns: ``value`` (required), ``key``, ``headers``, ``partition``, ``stream``; string or
+    binary like Spark's Kafka sink; other columns are ignored.
+
+    Raises:
+        OptionError: a bad argument (named as the option it stands for).
+    """
+    raw: dict[str, str] = {"ack": ack}
+    if servers is not None:
+        raw["servers"] = servers if isinstance(servers, str) else ",".join(servers)
+    if stream is not None:
+        raw["stream"] = stream
+    if name is not None:
+        raw["sinkName"] = name
+    if ack_timeout is not None:
+        raw["ackTimeout"] = str(ack_timeout)
+    if request_timeout is not None:
+        raw["requestTimeout"] = str(request_timeout)
+    return ForeachBatchSink(sink_options(raw))
+
+
+class ForeachBatchSink:
+    """The callable :func:`foreach_batch_sink` returns; keeps the last results for
+    inspection (``results``, most recent last, bounded)."""
+
+    MAX_RESULTS = 100
+    """Batch results kept in :attr:`results`."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+        self.results: list[BatchResult] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        """Write micro-batch ``batch_id`` (called by Spark on the driver).
+
+        Raises:
+            ColumnError: missing or mistyped columns.
+            JetSparkError: no query id to derive producer ids from (pass ``name``).
+            SinkWriteError, JetError: the write failed (Spark fails the batch; its replay
+                stores only what is missing).
+        """
+        check_columns(df.schema, self.opts)
+        sink = self.opts.sink_name
+        if sink is None:
+            sink = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not sink:
+            raise JetSparkError(
+                "foreach_batch_sink: no streaming query id in this call; pass name=..."
+            )
+        columns = [
+            F.col(name) if name is not None else F.lit(None) for name in sink_columns(df.schema)
+        ]
+        task = partial(_write_task, self.opts, sink, batch_id)
+        stats = df.select(*columns).rdd.mapPartitionsWithIndex(task).collect()
+        result = BatchResult(
+            batch_id, sum(s.written for s in stats), sum(s.duplicates for s in stats)
+        )
+        with self._lock:
+            self.results.append(result)
+            del self.results[: -self.MAX_RESULTS]
+
+
+def _write_task(
+    opts: SinkOptions, sink: str, batch_id: int, task: int, rows: Iterator[Any]
+) -> Iterator[WriteStats]:
+    # The RDD partition index is the Spark partition id of the batch's task: it and the
+    # rows in it are what a replay reproduces, so they seed the producer id.
+    producer_id = producer_id_for("foreachBatch", sink, batch_id, task)
+    yield write_rows(opts, producer_id, task, rows)

@@ -1,0 +1,145 @@
+"""Source offsets as Spark checkpoints them, and the pure planning arithmetic.
+
+A source offset is ``{stream: {partition: next_offset}}``: for every partition, the first
+offset *not* included (Kafka's convention). Spark stores it as JSON in the checkpoint's
+offset log, so partition numbers are strings there; :func:`to_json` and :func:`from_json`
+convert, always in one canonical order (streams by name, partitions by number) so two equal
+offsets serialize identically.
+
+Also here: admission control (:func:`limit_offsets`) and splitting a micro-batch into
+Spark partitions (:func:`plan_ranges`). Pure code: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+__all__ = [
+    "OffsetRange",
+    "Offsets",
+    "from_json",
+    "limit_offsets",
+    "plan_ranges",
+    "to_json",
+]
+
+Offsets = dict[str, dict[int, int]]
+"""``{stream: {partition: next offset}}``."""
+
+
+@attrs.frozen
+class OffsetRange:
+    """Offsets ``[start, end)`` of one stream partition."""
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    start: int
+    """First offset to read."""
+    end: int
+    """First offset not to read."""
+    new_partition: bool = False
+    """True for a partition that appeared after the query started: it is read from its log
+    start, and records gone before the query ever saw them are not data loss."""
+
+    @property
+    def size(self) -> int:
+        """Offsets in the range (an upper bound on records: compaction leaves gaps)."""
+        return max(0, self.end - self.start)
+
+
+def to_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[str, int]]:
+    """The checkpoint form: canonical order, partitions as strings."""
+    return {
+        stream: {str(p): offsets[stream][p] for p in sorted(offsets[stream])}
+        for stream in sorted(offsets)
+    }
+
+
+def from_json(obj: object) -> Offsets:
+    """Parse the checkpoint form.
+
+    Raises:
+        ValueError: not ``{stream: {partition: offset >= 0}}``.
+    """
+    if not isinstance(obj, dict):
+        raise ValueError(f"a jetstream offset must be a JSON object, got {obj!r}")
+    out: Offsets = {}
+    for stream, parts in obj.items():
+        if not isinstance(stream, str) or not isinstance(parts, dict):
+            raise ValueError(f"bad jetstream offset entry {stream!r}: {parts!r}")
+        out[stream] = {}
+        for part, offset in parts.items():
+            if not (isinstance(part, str) and part.isdigit()) or not isinstance(offset, int):
+                raise ValueError(f"bad jetstream offset {stream}/{part}: {offset!r}")
+            if offset < 0:
+                raise ValueError(f"negative jetstream offset {stream}/{part}: {offset}")
+            out[stream][int(part)] = offset
+    return out
+
+
+def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
+    """Admission control: end offsets at most ``max_records`` past ``start`` in total.
+
+    Each partition gets a share of the limit proportional to what it has available (like
+    Spark's Kafka source), the remainder going to the partitions with the most left, so the
+    total is exactly ``min(max_records, available)`` and every batch makes progress.
+    Partitions of ``latest`` missing from ``start`` start at 0.
+    """
+    avail: dict[tuple[str, int], int] = {}
+    for stream, parts in latest.items():
+        for part, end in parts.items():
+            begin = start.get(stream, {}).get(part, 0)
+            avail[(stream, part)] = max(0, end - begin)
+    total = sum(avail.values())
+    if total <= max_records:
+        return {s: dict(p) for s, p in latest.items()}
+    take = {tp: n * max_records // total for tp, n in avail.items()}
+    left = max_records - sum(take.values())
+    for tp in sorted(avail, key=lambda tp: (-(avail[tp] - take[tp]), tp)):
+        if left <= 0:
+            break
+        if take[tp] < avail[tp]:
+            take[tp] += 1
+            left -= 1
+    out: Offsets = {}
+    for (stream, part), n in take.items():
+        out.setdefault(stream, {})[part] = start.get(stream, {}).get(part, 0) + n
+    return out
+
+
+def plan_ranges(
+    start: Offsets, end: Offsets, *, min_partitions: int | None = None
+) -> list[OffsetRange]:
+    """The non-empty ranges of a micro-batch, one per stream partition, split further when
+    ``min_partitions`` asks for more (large ranges are cut into near-equal pieces in
+    proportion to their size). Ordered by stream, partition, start.
+
+    A partition in ``end`` but not in ``start`` is new: it is read from offset 0 (the log
+    start) and marked :attr:`OffsetRange.new_partition`.
+    """
+    ranges = []
+    for stream in sorted(end):
+        for part in sorted(end[stream]):
+            stop = end[stream][part]
+            known = start.get(stream, {}).get(part)
+            begin = 0 if known is None else known
+            if stop > begin:
+                ranges.append(OffsetRange(stream, part, begin, stop, known is None))
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+    out = []
+    for r in ranges:
+        # Pieces in proportion to the range's share of all offsets, at least one.
+        pieces = max(1, min(r.size, round(r.size * min_partitions / total)))
+        step, extra = divmod(r.size, pieces)
+        pos = r.start
+        for i in range(pieces):
+            nxt = pos + step + (1 if i < extra else 0)
+            out.append(OffsetRange(r.stream, r.partition, pos, nxt, r.new_partition))
+            pos = nxt
+    return out

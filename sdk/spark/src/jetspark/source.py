@@ -1,0 +1,311 @@
+"""The ``jetstream`` Spark data source: streaming and batch reads, and the writers' entry.
+
+    jetspark.register(spark)
+    df = (spark.readStream.format("jetstream")
+          .option("servers", "127.0.0.1:9292").option("streams", "orders")
+          .option("startingOffsets", "earliest").load())
+
+Where the pieces run: :class:`JetStreamDataSource` methods run on the driver while Spark
+plans; the stream reader's offset methods (``initialOffset``, ``latestOffset``,
+``partitions``, ``commit``) run in one long-lived Python process on the driver; ``read`` runs
+on executors from a pickled copy of the reader, so readers hold only options and the schema
+(connections come from :func:`jetspark._bridge.shared_bridge`, per process).
+
+Options and semantics: spec/spark.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from jetspark import offsets_mirror
+from jetspark._bridge import shared_bridge
+from jetspark._read import Snapshot, read_range, resolve_ends, resolve_start, snapshot
+from jetspark.errors import DataLossError, OptionError
+from jetspark.offsets import OffsetRange, Offsets, from_json, limit_offsets, plan_ranges, to_json
+from jetspark.options import SourceOptions, sink_options, source_options
+from jetspark.schema import arrow_schema, source_schema
+
+__all__ = [
+    "FORMAT",
+    "JetBatchReader",
+    "JetInputPartition",
+    "JetStreamDataSource",
+    "JetStreamReader",
+]
+
+FORMAT = "jetstream"
+"""The format name: ``spark.readStream.format("jetstream")``."""
+
+log = logging.getLogger("jetspark")
+
+
+class JetInputPartition(InputPartition):
+    """One Spark partition: an :class:`~jetspark.offsets.OffsetRange` (``.value``)."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__(rng)
+        self.range = rng
+        """The offsets to read."""
+
+
+class JetStreamDataSource(DataSource):
+    """The ``jetstream`` format (register with :func:`jetspark.register`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name, ``jetstream``."""
+        return FORMAT
+
+    def schema(self) -> str:
+        """The source row schema (spec/spark.md); ``headers`` only with includeHeaders."""
+        text = str(self.options.get("includeHeaders", "false")).strip().lower()
+        if text not in ("true", "false"):
+            raise OptionError("includeHeaders", f"{text!r} is not true or false")
+        return source_schema(text == "true")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader (``spark.read``)."""
+        return JetBatchReader(source_options(self.options, streaming=False), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A streaming reader (``spark.readStream``)."""
+        return JetStreamReader(source_options(self.options, streaming=True), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A batch writer (``df.write.format("jetstream")``)."""
+        from jetspark.writer import JetBatchWriter
+
+        _no_overwrite(overwrite)
+        return JetBatchWriter(sink_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """A streaming writer (``df.writeStream.format("jetstream")``), exactly-once per batch."""
+        from jetspark.writer import JetStreamWriter
+
+        _no_overwrite(overwrite)
+        return JetStreamWriter(sink_options(self.options), schema)
+
+
+def _no_overwrite(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionError("mode", "streams are append-only: use mode 'append'")
+
+
+def _cap(latest: Offsets, target: Offsets, begin: Offsets) -> Offsets:
+    """``latest`` capped at the AvailableNow ``target``; partitions that appeared after the
+    target was taken stay where they are (or out, if new)."""
+    out: Offsets = {}
+    for stream, parts in latest.items():
+        for part, end in parts.items():
+            known = begin.get(stream, {}).get(part)
+            cap = target.get(stream, {}).get(part)
+            if cap is None:
+                if known is not None:
+                    out.setdefault(stream, {})[part] = known
+                continue
+            out.setdefault(stream, {})[part] = max(known or 0, min(end, cap))
+    return out
+
+
+def _read_partition(
+    opts: SourceOptions, schema: StructType, partition: InputPartition
+) -> Iterator[pa.RecordBatch]:
+    rng = getattr(partition, "range", None)
+    if not isinstance(rng, OffsetRange):
+        return iter(())  # Spark's placeholder partition when there is nothing to read
+    return read_range(opts, rng, arrow_schema(schema))
+
+
+class JetBatchReader(DataSourceReader):
+    """``spark.read.format("jetstream")``: the offsets between startingOffsets (or
+    startingTimestamp) and endingOffsets, as they are when the query is planned."""
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One partition per stream partition with records to read (split by minPartitions).
+
+        Raises:
+            OptionError: a listed stream does not exist, or bad start/end offsets.
+        """
+        opts = self.opts
+        bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+        snap: Snapshot = bridge.call(snapshot, bridge.client, opts, require=True)
+        start = bridge.call(resolve_start, bridge.client, opts, snap)
+        end = resolve_ends(opts, snap)
+        for stream, parts in start.items():
+            for part, begin in parts.items():
+                if begin > end[stream][part]:
+                    raise OptionError(
+                        "startingOffsets",
+                        f"{stream}/{part} starts at {begin}, after its end {end[stream][part]}",
+                    )
+                if opts.fail_on_data_loss and begin < snap[stream][part].log_start:
+                    raise DataLossError(
+                        stream,
+                        part,
+                        f"offset {begin} was asked for but the log starts at "
+                        f"{snap[stream][part].log_start}",
+                    )
+        ranges = plan_ranges(start, end, min_partitions=opts.min_partitions)
+        return [JetInputPartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The records of one range (executor side)."""
+        return _read_partition(self.opts, self.schema, partition)
+
+
+class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("jetstream")`` (see the module doc for where it runs)."""
+
+    def __init__(self, opts: SourceOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self._target: Offsets | None = None
+        self._latest: Offsets | None = None
+        self._mirrored: Offsets = {}
+
+    # -- driver side ------------------------------------------------------------------
+
+    def _snapshot(self, *, require: bool) -> Snapshot:
+        opts = self.opts
+        bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+        return bridge.call(snapshot, bridge.client, opts, require=require)
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts (startingTimestamp, else startingOffsets; default
+        latest). A restarted query starts from its checkpoint instead."""
+        opts = self.opts
+        snap = self._snapshot(require=True)
+        bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+        return to_json(bridge.call(resolve_start, bridge.client, opts, snap))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """maxRecordsPerTrigger as a read limit (all available without it)."""
+        limit = self.opts.max_records_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: remember the high watermarks now; never read past them."""
+        self._target = self._latest_offsets(self._snapshot(require=False), {})
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the next micro-batch: the high watermarks (capped by the
+        AvailableNow target), limited by ``limit`` (maxRecordsPerTrigger).
+
+        Partitions that appeared since ``start`` are included from their log start.
+
+        Raises:
+            DataLossError: with failOnDataLoss, a partition of ``start`` is gone, lost
+                records to retention past ``start``, or its log ends below ``start``.
+        """
+        begin = from_json(start)
+        # Spark asks for the next batch only once the previous one is committed, so
+        # ``start`` is processed: mirror it (commit() alone misses the last batch of a
+        # query, whose commit Spark issues when planning the batch after it).
+        self._mirror(begin)
+        latest = self._latest_offsets(self._snapshot(require=False), begin)
+        self._latest = latest
+        if self._target is not None:
+            latest = _cap(latest, self._target, begin)
+        if isinstance(limit, ReadMaxRows):
+            latest = limit_offsets(begin, latest, limit.max_rows)
+        return to_json(latest)
+
+    def _latest_offsets(self, snap: Snapshot, begin: Offsets) -> Offsets:
+        fail = self.opts.fail_on_data_loss
+        latest: Offsets = {
+            stream: {p: info.hw for p, info in parts.items()} for stream, parts in snap.items()
+        }
+        for stream, parts in begin.items():
+            for part, offset in parts.items():
+                info = snap.get(stream, {}).get(part)
+                if info is None:
+                    if fail:
+                        raise DataLossError(stream, part, "the stream or partition is gone")
+                    log.warning("jetstream %s/%s is gone; no longer read", stream, part)
+                    continue
+                if info.hw < offset:
+                    if fail:
+                        raise DataLossError(
+                            stream,
+                            part,
+                            f"the high watermark {info.hw} is below the checkpointed offset "
+                            f"{offset} (truncated, or the stream was recreated)",
+                        )
+                    latest[stream][part] = offset  # wait for the log to pass it again
+                elif fail and offset < info.log_start and offset < info.hw:
+                    raise DataLossError(
+                        stream,
+                        part,
+                        f"offsets {offset}..{info.log_start - 1} were removed (retention) "
+                        "before the query read them",
+                    )
+        return latest
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The high watermarks seen by the last latestOffset call (for query progress)."""
+        return None if self._latest is None else to_json(self._latest)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One Spark partition per stream partition with new offsets (split by
+        minPartitions)."""
+        ranges = plan_ranges(
+            from_json(start), from_json(end), min_partitions=self.opts.min_partitions
+        )
+        return [JetInputPartition(r) for r in ranges]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark finished the batch ending at ``end``: mirror it into ``__offsets`` when
+        option ``group`` is set (failures are logged, not raised: the checkpoint is the
+        truth, the mirror is for lag tools)."""
+        self._mirror(from_json(end))
+
+    def _mirror(self, offsets: Offsets) -> None:
+        group = self.opts.group
+        if group is None:
+            return
+        changed = {
+            stream: {p: o for p, o in parts.items() if self._mirrored.get(stream, {}).get(p) != o}
+            for stream, parts in offsets.items()
+        }
+        changed = {s: p for s, p in changed.items() if p}
+        if not changed:
+            return
+        try:
+            opts = self.opts
+            bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+            bridge.call(offsets_mirror.write_offsets, bridge.client, group, changed)
+        except Exception as exc:
+            log.warning("jetstream: could not mirror offsets of group %r: %s", group, exc)
+            return
+        for stream, parts in changed.items():
+            self._mirrored.setdefault(stream, {}).update(parts)
+
+    # -- executor side ----------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The records of one range, exactly ``[start, end)`` (executor side)."""
+        return _read_partition(self.opts, self.schema, partition)

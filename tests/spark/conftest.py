@@ -1,0 +1,83 @@
+"""Fixtures for the Spark tests: one local[2] SparkSession and one `jet dev` per session.
+
+The jet server runs maintenance every half second so that retention and compaction
+happen within a test. Spark's UI is off and shuffles use two partitions, to keep the suite
+fast on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from support.jet_dev import JetDev
+
+MAINTENANCE_INTERVAL_S = "0.5"
+
+
+@pytest.fixture(scope="session")
+def spark_jet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
+    """`jet dev --servers 1` with fast maintenance, shared by every Spark test."""
+    data_dir = tmp_path_factory.mktemp("spark-jet") / "data"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JET_STORAGE_MAINTENANCE_INTERVAL_S", MAINTENANCE_INTERVAL_S)
+        dev = JetDev.start(data_dir)
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """A local[2] SparkSession with the jetstream format registered."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java for Spark")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    import jetspark
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("jetspark-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    jetspark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``check`` every 50 ms until it is true; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    """A fresh checkpoint directory."""
+    return tmp_path / "checkpoint"

@@ -1,0 +1,84 @@
+"""Helpers for the Spark tests: write and read streams with jetsdk directly."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import anyio
+
+from jetsdk import AckPolicy, Client, Producer
+from jetsdk.codec.record import Record, iter_records
+
+
+def unique(prefix: str) -> str:
+    """A stream name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create(servers: Sequence[str], name: str, **settings: object) -> None:
+    """Create a stream (settings as :meth:`jetsdk.Client.create_stream`)."""
+
+    async def main() -> None:
+        async with Client(list(servers)) as client:
+            await client.create_stream(name, **settings)  # type: ignore[arg-type]
+
+    anyio.run(main)
+
+
+def produce(
+    servers: Sequence[str],
+    stream: str,
+    messages: Sequence[tuple[bytes | None, bytes]],
+    *,
+    headers: Sequence[tuple[str, bytes]] = (),
+) -> None:
+    """Send ``(key, value)`` messages with ack ALL and wait for every ack."""
+
+    async def main() -> None:
+        async with (
+            Client(list(servers)) as client,
+            Producer(client, stream, ack=AckPolicy.ALL) as producer,
+        ):
+            handles = [
+                await producer.send_soon(value, key, headers or None) for key, value in messages
+            ]
+            for handle in handles:
+                await handle
+
+    anyio.run(main)
+
+
+def read_all(servers: Sequence[str], stream: str) -> list[Record]:
+    """Every committed record of ``stream`` (all partitions, each in offset order)."""
+
+    async def main() -> list[Record]:
+        out: list[Record] = []
+        async with Client(list(servers)) as client:
+            info = await client.stream_info(stream, refresh=True)
+            for part in info.partitions:
+                bounds = await client.list_offsets(stream, part.partition, "earliest")
+                offset = bounds.log_start
+                while offset < bounds.hw:
+                    _header, raw = await client.fetch(
+                        stream, part.partition, offset, max_bytes=1 << 20, max_wait=0.0
+                    )
+                    records = [r for r in iter_records(raw) if r.offset < bounds.hw]
+                    if not records:
+                        break
+                    out.extend(records)
+                    offset = records[-1].offset + 1
+        return out
+
+    return anyio.run(main)
+
+
+def bounds(servers: Sequence[str], stream: str, partition: int = 0) -> tuple[int, int]:
+    """``(log_start, hw)`` of one partition."""
+
+    async def main() -> tuple[int, int]:
+        async with Client(list(servers)) as client:
+            info = await client.list_offsets(stream, partition, "earliest")
+            return info.log_start, info.hw
+
+    return anyio.run(main)
