@@ -528,6 +528,9 @@ class GroupMember:
     def _reconcile(self, state: GroupState, now: float) -> None:
         me = self.member_id
         owned = state.owned_by(me)
+        # Offsets sent for ownerships we no longer have are never needed again.
+        for key in [k for k in self._sent if k[0] not in owned or owned[k[0]].generation != k[1]]:
+            del self._sent[key]
         for p in sorted(self._local):
             local = self._local[p]
             own = owned.get(p)
