@@ -278,7 +278,11 @@ def run(quick: bool) -> None:
     try:
         append_bytes = 32_000_000 if quick else 200_000_000
         runs = 2 if quick else 3
-        print(f"temp dir {tmp}; batches of {BATCH} records; best of {runs} runs", flush=True)
+        print(
+            f"temp dir {tmp}; batches of {BATCH} records; best of {runs} runs; "
+            f"{os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         for size in (100, 1024):
             bench_append(tmp, table, size, append_bytes, runs)
         for size in (100, 1024):
@@ -289,11 +293,16 @@ def run(quick: bool) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     table.print()
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
     print(
         "raw/rec: the same stored bytes written with one buffered write() per record; "
         "raw/batch: one write() per 1000-record batch (no framing, no CRC)."
     )
-    LogConfig()  # the defaults were used throughout (256 MiB segments, 4 KiB index interval)
+    defaults = LogConfig()
+    print(
+        f"Log defaults throughout: {defaults.segment_max_bytes >> 20} MiB segments, "
+        f"{defaults.index_interval_bytes} B index interval."
+    )
 
 
 if __name__ == "__main__":

@@ -299,3 +299,21 @@ def test_big_reads_end_on_index_entries(tmp_path: Path) -> None:
                 seen += len(recs)
                 offset = sl.next_offset
         assert seen == 5000
+
+
+def test_append_raw_with_older_timestamps_keeps_indexes_rebuildable(tmp_path: Path) -> None:
+    cfg = LogConfig(segment_max_bytes=400, index_interval_bytes=40)
+    body = encode_body(b"x" * 20)
+    with Log.open(tmp_path, cfg) as log:
+        offset = 0
+        for ts in [100, 90, 300, 50, 50, 400, 10, 500, 20, 30, 600, 5]:
+            offset = log.append_raw(frame_body(offset, ts, 0, body))
+        assert log.segment_count > 1
+        log.set_high_watermark(offset)
+        assert log.offset_for_timestamp(150) == 2  # the running max reaches 300 at offset 2
+        assert log.offset_for_timestamp(350) == 5
+        assert log.offset_for_timestamp(450) == 7
+        log.roll()
+    with Log.open(tmp_path, cfg) as log:
+        assert log.recovery.indexes_rebuilt == 0
+        assert log.offset_for_timestamp(450) == 7

@@ -342,9 +342,8 @@ class Log(LogMaintenance):
             latest_epoch = self.epochs.latest_epoch
             offsets: list[int] = []
             starts: list[int] = []
-            running: list[int] = []
+            stamps: list[int] = []
             new_epochs: list[tuple[int, int]] = []
-            max_ts = self._last_ts
             pos = 0
             while n - pos >= HEADER_SIZE:
                 try:
@@ -365,18 +364,18 @@ class Log(LogMaintenance):
                 if epoch > latest_epoch:
                     new_epochs.append((epoch, offset))
                     latest_epoch = epoch
-                if ts > max_ts:
-                    max_ts = ts
                 offsets.append(offset)
                 starts.append(pos)
-                running.append(max_ts)
+                stamps.append(ts)
                 prev = offset
                 pos += size
             if not offsets:
                 return self._leo
             whole = bytes(view[:pos]) if pos < n or not isinstance(data, bytes) else data
-            seg = self._prepare_segment(pos, offsets[0], offsets[-1], max_ts)
+            seg = self._prepare_segment(pos, offsets[0], offsets[-1], max(stamps))
             st = seg.state
+            # Time-index entries carry the segment's running max timestamp (spec §4).
+            running = list(accumulate(stamps, max, initial=st.max_timestamp))[1:]
             abs_starts = [st.size + s for s in starts]
             points = [
                 IndexPoint(offsets[i], abs_starts[i], running[i])
@@ -384,11 +383,10 @@ class Log(LogMaintenance):
                     seg.last_indexed_position, self._config.index_interval_bytes, abs_starts
                 )
             ]
-            first_ts = peek_header(view, 0)[1]
-            seg.append(whole, offsets[-1], max_ts, first_ts, points)
+            seg.append(whole, offsets[-1], running[-1], stamps[0], points)
             with self._lock:
                 self._leo = offsets[-1] + 1
-            self._last_ts = max_ts
+            self._last_ts = max(self._last_ts, running[-1])
             for epoch, offset in new_epochs:
                 self.epochs.assign(epoch, offset)
             return self._leo
