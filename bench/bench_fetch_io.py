@@ -230,7 +230,8 @@ async def _measure_e2e(quick: bool) -> None:
         )
         print(f"{'max_bytes':>9} {'mode':>9} {'MB/s':>7} {'records/s':>10} {'fetches/s':>10}")
         by_mode: dict[str, list[tuple[int, float, int, int, int]]] = {}
-        for i, mode in enumerate(("sendfile", "read", "sendfile", "read")):
+        modes = ("sendfile", "read", "auto")
+        for i, mode in enumerate(modes * 2):
             rows = await _e2e_mode(nats.url, data, mode, fill if i == 0 else 0, value_size, quick)
             prev = by_mode.get(mode)
             # Keep the faster of the two runs per mode and size (less noise from neighbours).
@@ -240,7 +241,7 @@ async def _measure_e2e(quick: bool) -> None:
                 else [min(a, b, key=lambda r: r[1]) for a, b in zip(prev, rows)]
             )
         for idx in range(2):
-            for mode in ("sendfile", "read"):
+            for mode in modes:
                 max_bytes, elapsed, nbytes, nrecords, nfetches = by_mode[mode][idx]
                 print(
                     f"{max_bytes // 1024:>7}Ki {mode:>9} {nbytes / elapsed / 1e6:>7.0f}"

@@ -133,3 +133,20 @@ async def test_pipelined_requests_complete_in_any_order(strict: Server) -> None:
         frames = await c.pipeline([(Api.HELLO, b"{}")] * 200)
     assert len(frames) == 200
     assert all(not f.is_error for f in frames.values())
+
+
+async def test_connection_limit(nats_server: NatsServer, tmp_path: Path) -> None:
+    async with running_server(
+        nats_server.url, tmp_path / "data", limits__max_connections=2
+    ) as server:
+        assert server.address is not None
+        async with (
+            await RawClient.connect(server.address) as a,
+            await RawClient.connect(server.address) as b,
+        ):
+            await a.hello()
+            await b.hello()
+            async with await RawClient.connect(server.address) as c:
+                frames = await c.wait_closed(5)
+            assert error_code_of(frames) == ErrorCode.TOO_MANY_REQUESTS
+            assert (await a.hello())["protocol"] == 1

@@ -163,3 +163,23 @@ async def test_message_over_nats_max_payload_is_too_large(tmp_path: Path) -> Non
                 )
     assert results[0].error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert (results[1].error_code, results[1].offset) == (0, 0)
+
+
+@pytest.mark.parametrize("io", ["sendfile", "read", "auto"])
+async def test_fetch_io_modes_send_the_same_bytes(
+    nats_server: NatsServer, tmp_path: Path, io: str
+) -> None:
+    values = [bytes([i % 256]) * 2000 for i in range(300)]
+    async with running_server(nats_server.url, tmp_path / "data", fetch__io=io) as server:
+        assert server.address is not None
+        async with await RawClient.connect(server.address) as c:
+            await c.create_stream(name="io", subject="io")
+            for i in range(0, 300, 100):
+                batch = [ProduceMessage(v) for v in values[i : i + 100]]
+                await c.produce("io", 0, batch, ack_policy=AckPolicy.ALL)
+            header, big = await c.fetch("io", 0, 0, max_bytes=1 << 20)  # > 256 KiB: sendfile
+            assert header.records_len > 256 * 1024
+            _h, small = await c.fetch("io", 0, 0, max_bytes=4096)  # small: read in auto
+            assert [r.value for r in big] == values[: len(big)]
+            assert [r.value for r in small] == values[: len(small)]
+            assert [r.value for r in await c.fetch_all("io", 0)] == values

@@ -294,17 +294,34 @@ class StorageConfig:
 
 FETCH_IO_SENDFILE = "sendfile"
 FETCH_IO_READ = "read"
-DEFAULT_FETCH_IO = FETCH_IO_SENDFILE
+FETCH_IO_AUTO = "auto"
+DEFAULT_FETCH_IO = FETCH_IO_AUTO
+DEFAULT_SENDFILE_MIN_BYTES = 256 * 1024
 
 
 @attrs.frozen
 class FetchConfig:
-    """How fetch responses are written."""
+    """How fetch responses are written (figures: bench/bench_fetch_io.py)."""
 
     io: str = attrs.field(
-        default=DEFAULT_FETCH_IO, validator=_one_of(FETCH_IO_SENDFILE, FETCH_IO_READ)
+        default=DEFAULT_FETCH_IO,
+        validator=_one_of(FETCH_IO_SENDFILE, FETCH_IO_READ, FETCH_IO_AUTO),
     )
-    """``sendfile`` (os.sendfile from the segment file) or ``read`` (pread + send)."""
+    """``sendfile`` (os.sendfile from the segment file), ``read`` (pread + one sendmsg), or
+    ``auto``: read for responses below ``sendfile_min_bytes``, sendfile from there up."""
+    sendfile_min_bytes: int = attrs.field(
+        default=DEFAULT_SENDFILE_MIN_BYTES, validator=_non_negative
+    )
+    """``auto``: smallest record payload sent with os.sendfile."""
+
+    @property
+    def sendfile_threshold(self) -> int:
+        """Record bytes from which os.sendfile is used (a huge value: never)."""
+        if self.io == FETCH_IO_SENDFILE:
+            return 1
+        if self.io == FETCH_IO_READ:
+            return 1 << 62
+        return max(1, self.sendfile_min_bytes)
 
 
 # --------------------------------------------------------------------------------------

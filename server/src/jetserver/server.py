@@ -28,7 +28,7 @@ from anyio.abc import TaskStatus
 from jetsdk.codec.frames import Frame
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.streams import StreamManager
-from jetserver.config import FETCH_IO_SENDFILE, ServerConfig
+from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.store import MetadataStore, write_atomic
 from jetserver.nats_link import NatsLink
@@ -109,7 +109,7 @@ class Server:
                 await produce.start()
                 dispatcher = self._dispatcher = Dispatcher(cfg, streams, produce)
                 listener = ProtocolListener(
-                    self._handle, cfg.limits, use_sendfile=cfg.fetch.io == FETCH_IO_SENDFILE
+                    self._handle, cfg.limits, sendfile_min_bytes=cfg.fetch.sendfile_threshold
                 )
                 with anyio.CancelScope() as listen_scope:
                     async with anyio.create_task_group() as listen_tg:

@@ -198,7 +198,10 @@ class PartitionReplica:
                 except Exception:
                     log.exception("final flush failed", extra=self._fields())
                 await self._fail_pending_all(ErrorCode.SHUTTING_DOWN, "partition stopped")
-                self.log.close()
+                try:
+                    self.log.close()
+                except Exception:
+                    log.exception("closing the log failed", extra=self._fields())
         finally:
             self._closed = True
             self.wake_waiters()

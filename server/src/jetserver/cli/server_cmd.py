@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from jetserver import logs
-from jetserver.config import FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
+from jetserver.config import FETCH_IO_AUTO, FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
 from jetserver.config_load import load_config, to_toml
 from jetserver.errors import ConfigError, JetServerError
 
@@ -82,7 +82,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-message-bytes", type=int, help="largest message stored (default 1 MiB)")
     p.add_argument("--max-frame-bytes", type=int, help="largest request frame (default 16 MiB)")
     p.add_argument(
-        "--fetch-io", choices=[FETCH_IO_SENDFILE, FETCH_IO_READ], help="how fetches send records"
+        "--fetch-io",
+        choices=[FETCH_IO_AUTO, FETCH_IO_SENDFILE, FETCH_IO_READ],
+        help="how fetches send records (default auto: read+send for small, sendfile for big)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     p.add_argument("--log-format", choices=["text", "json"], help="log format (default text)")

@@ -86,8 +86,9 @@ class Connection:
     """Request handler."""
     limits: LimitsConfig
     """Frame size, in-flight, timeouts."""
-    use_sendfile: bool = True
-    """Write fetch records with os.sendfile (else pread + send)."""
+    sendfile_min_bytes: int = 1
+    """Fetch records of at least this size go out with os.sendfile, smaller ones with
+    pread + one sendmsg (config ``fetch.io``)."""
     _write_lock: anyio.Lock = attrs.field(factory=anyio.Lock)
     _inflight: int = 0
     _slots: anyio.Semaphore | None = None
@@ -205,7 +206,7 @@ class Connection:
                 with anyio.move_on_after(self.limits.write_timeout_s) as scope:
                     if records is None or records.length == 0:
                         await self.io.send_all(reply.data)
-                    elif self.use_sendfile:
+                    elif records.length >= self.sendfile_min_bytes:
                         await self.io.send_all(reply.data, more=True)
                         await self.io.sendfile(records.fileno, records.position, records.length)
                     else:

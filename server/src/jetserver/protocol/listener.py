@@ -61,8 +61,8 @@ class ProtocolListener:
     """Answers requests."""
     limits: LimitsConfig
     """Connection limits and timeouts."""
-    use_sendfile: bool = True
-    """Fetch I/O mode for new connections."""
+    sendfile_min_bytes: int = 1
+    """Fetch records from this size on are sent with os.sendfile (see Connection)."""
     connections: int = 0
     """Connections open now."""
     accepted: int = 0
@@ -116,14 +116,23 @@ class ProtocolListener:
         try:
             io = SocketIO(sock)
             log.debug("client connected", extra=fields(peer=io.peer))
-            conn = Connection(io, self.handler, self.limits, use_sendfile=self.use_sendfile)
+            conn = Connection(
+                io, self.handler, self.limits, sendfile_min_bytes=self.sendfile_min_bytes
+            )
             await conn.serve()
             log.debug("client gone", extra=fields(peer=io.peer, requests=conn.requests))
+        except Exception as exc:  # e.g. the peer reset before we set socket options
+            log.debug("connection setup failed", extra=fields(error=repr(exc)))
+            sock.close()
         finally:
             self.connections -= 1
 
     async def _refuse(self, sock: socket.socket) -> None:
-        io = SocketIO(sock)
+        try:
+            io = SocketIO(sock)
+        except OSError:
+            sock.close()
+            return
         reply = error_reply(
             0,
             0,
