@@ -239,3 +239,22 @@ def test_unclean_open_fsyncs_and_marks_everything_flushed(tmp_path: Path) -> Non
     with Log.open(tmp_path, CFG) as log:
         assert not log.recovery.clean_shutdown
         assert log.flushed_offset == log.log_end_offset == 80
+
+
+def test_overlapping_active_segment_is_quarantined(tmp_path: Path) -> None:
+    build(tmp_path, clean=True)
+    logs = sorted(tmp_path.glob("*.log"))
+    # A stray copy of the first segment, named as if it started inside the second one.
+    inside = int(logs[1].name[:20]) + 1
+    stray = tmp_path / f"{inside:020d}.log"
+    stray.write_bytes(logs[0].read_bytes())
+    expected_leo = int(logs[2].name[:20])
+    for path in logs[2:]:
+        for suffix in (".log", ".index", ".timeindex"):
+            path.with_suffix(suffix).unlink()
+    with Log.open(tmp_path, CFG) as log:
+        assert stray.name in log.recovery.corrupt_files
+        assert (tmp_path / (stray.name + ".quarantined")).exists()
+        assert not stray.exists()
+        assert log.log_end_offset == expected_leo
+        assert [r.offset for r in read_all(log)] == list(range(min(expected_leo, 80)))

@@ -23,6 +23,7 @@ Rules, in order:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from pathlib import Path
@@ -62,6 +63,8 @@ from jetserver.storage.segment import NO_TIMESTAMP, Segment, SegmentState
 from jetserver.storage.time_index import TimeIndex
 
 LOCK_FILE = ".lock"
+QUARANTINE_SUFFIX = ".quarantined"
+"""Appended to a segment file recovery cannot place in the log (kept for inspection)."""
 
 
 @attrs.frozen
@@ -177,13 +180,18 @@ def recover(directory: Path, config: LogConfig) -> Recovered:
     segments: list[Segment] = []
     try:
         for i, base in enumerate(bases):
+            is_last = i == len(bases) - 1
             if segments and base < segments[-1].state.next_offset:
+                if is_last:
+                    # Compaction never merges the active segment, so this is not one of its
+                    # leftovers: keep the file for inspection, out of the log.
+                    _quarantine(directory, base, found)
+                    break
                 for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
                     name = segment_file_name(base, suffix)
                     if (directory / name).exists():
                         _unlink(directory, name, found, "overlaps the previous segment")
                 continue
-            is_last = i == len(bases) - 1
             next_base = None if is_last else bases[i + 1]
             segments.append(
                 _load_segment(
@@ -248,6 +256,22 @@ def _unlink(directory: Path, name: str, found: _Findings, why: str) -> None:
         return
     found.deleted.append(name)
     found.notes.append(f"deleted {name}: {why}")
+    found.dir_changed = True
+
+
+def _quarantine(directory: Path, base: int, found: _Findings) -> None:
+    name = segment_file_name(base, LOG_SUFFIX)
+    try:
+        os.replace(directory / name, directory / (name + QUARANTINE_SUFFIX))
+    except OSError as exc:
+        raise StorageError(f"cannot move {directory / name} aside: {exc}") from exc
+    for suffix in (INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / segment_file_name(base, suffix))
+    found.corrupt.append(name)
+    found.notes.append(
+        f"{name} overlaps the previous segment; renamed to {name}{QUARANTINE_SUFFIX}"
+    )
     found.dir_changed = True
 
 
