@@ -10,7 +10,9 @@ Two measurements:
    a stream filled with records, consumers fetching the whole log, with ``fetch.io`` set to
    each mode.
 
-The server's default (``jetserver.config.DEFAULT_FETCH_IO``) was chosen from these figures.
+The server's default (``jetserver.config.DEFAULT_FETCH_IO``, sendfile) was chosen from these
+figures; ``auto`` (read+send below ``fetch.sendfile_min_bytes``, sendfile above) and ``read``
+stay available.
 """
 
 from __future__ import annotations
