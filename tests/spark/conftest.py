@@ -23,6 +23,7 @@ pytest.importorskip("pyarrow")
 from support.jet_dev import JetDev
 
 MAINTENANCE_INTERVAL_S = "0.5"
+HW_CHECKPOINT_INTERVAL_S = "0.25"  # maintenance runs at most once per checkpoint tick
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +32,7 @@ def spark_jet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
     data_dir = tmp_path_factory.mktemp("spark-jet") / "data"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("JET_STORAGE_MAINTENANCE_INTERVAL_S", MAINTENANCE_INTERVAL_S)
+        mp.setenv("JET_STORAGE_HW_CHECKPOINT_INTERVAL_S", HW_CHECKPOINT_INTERVAL_S)
         dev = JetDev.start(data_dir)
     try:
         yield dev

@@ -32,19 +32,27 @@ def produce(
     messages: Sequence[tuple[bytes | None, bytes]],
     *,
     headers: Sequence[tuple[str, bytes]] = (),
+    chunk: int = 0,
 ) -> None:
-    """Send ``(key, value)`` messages with ack ALL and wait for every ack."""
+    """Send ``(key, value)`` messages with ack ALL and wait for every ack.
+
+    ``chunk`` > 0 sends that many at a time (waiting for their acks in between), so the
+    server appends them in separate batches and small segments can roll between them.
+    """
 
     async def main() -> None:
         async with (
             Client(list(servers)) as client,
             Producer(client, stream, ack=AckPolicy.ALL) as producer,
         ):
-            handles = [
-                await producer.send_soon(value, key, headers or None) for key, value in messages
-            ]
-            for handle in handles:
-                await handle
+            step = chunk or len(messages) or 1
+            for i in range(0, len(messages), step):
+                handles = [
+                    await producer.send_soon(value, key, headers or None)
+                    for key, value in messages[i : i + step]
+                ]
+                for handle in handles:
+                    await handle
 
     anyio.run(main)
 

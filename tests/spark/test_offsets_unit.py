@@ -1,0 +1,72 @@
+"""Pure planning arithmetic: checkpoint JSON, admission control, range splitting."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetspark.offsets import OffsetRange, from_json, limit_offsets, plan_ranges, to_json
+
+
+def test_json_round_trip_is_canonical() -> None:
+    offsets = {"b": {10: 5, 2: 7}, "a": {0: 1}}
+    text = to_json(offsets)
+    assert list(text) == ["a", "b"]
+    assert list(text["b"]) == ["2", "10"]
+    assert from_json(text) == offsets
+
+
+@pytest.mark.parametrize(
+    "bad", [[], {"a": 1}, {"a": {"x": 1}}, {"a": {"0": -1}}, {"a": {"0": "1"}}]
+)
+def test_from_json_rejects_garbage(bad: object) -> None:
+    with pytest.raises(ValueError, match="jetstream offset"):
+        from_json(bad)
+
+
+offsets_maps = st.dictionaries(
+    st.sampled_from(["a", "b", "c"]),
+    st.dictionaries(st.integers(0, 5), st.integers(0, 1000), min_size=1, max_size=4),
+    min_size=1,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(latest=offsets_maps, data=st.data(), limit=st.integers(1, 3000))
+def test_limit_offsets_takes_exactly_the_limit_and_never_moves_back(
+    latest: dict[str, dict[int, int]], data: st.DataObject, limit: int
+) -> None:
+    start = {
+        s: {p: data.draw(st.integers(0, end)) for p, end in parts.items()}
+        for s, parts in latest.items()
+    }
+    end = limit_offsets(start, latest, limit)
+    available = sum(latest[s][p] - start[s][p] for s in latest for p in latest[s])
+    taken = sum(end[s][p] - start[s][p] for s in end for p in end[s])
+    assert taken == min(limit, available)
+    for s, parts in end.items():
+        for p, offset in parts.items():
+            assert start[s][p] <= offset <= latest[s][p]
+
+
+def test_limit_offsets_is_proportional() -> None:
+    end = limit_offsets({"s": {0: 0, 1: 0}}, {"s": {0: 300, 1: 100}}, 100)
+    assert end == {"s": {0: 75, 1: 25}}
+
+
+def test_plan_ranges_marks_new_partitions_and_skips_empty() -> None:
+    ranges = plan_ranges({"s": {0: 5, 1: 9}}, {"s": {0: 8, 1: 9, 2: 4}})
+    assert ranges == [OffsetRange("s", 0, 5, 8), OffsetRange("s", 2, 0, 4, new_partition=True)]
+
+
+def test_plan_ranges_splits_for_min_partitions() -> None:
+    ranges = plan_ranges({"s": {0: 0, 1: 0}}, {"s": {0: 90, 1: 10}}, min_partitions=10)
+    assert len(ranges) >= 10
+    for part, total in ((0, 90), (1, 10)):
+        pieces = [r for r in ranges if r.partition == part]
+        assert pieces[0].start == 0
+        assert pieces[-1].end == total
+        assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
