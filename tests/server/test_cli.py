@@ -70,6 +70,33 @@ def test_config_errors_exit_2(tmp_path: Path) -> None:
     assert "JET_LIMITS_MAX_MESSAGE_BYTES" in result.stderr
 
 
+def test_port_in_use_exits_1(nats_server: NatsServer, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                *JET,
+                "server",
+                "--nats",
+                nats_server.url,
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert "Address already in use" in result.stderr
+
+
 def test_dev_refuses_several_servers_until_clustering(tmp_path: Path) -> None:
     result = subprocess.run(
         [*JET, "dev", "--servers", "3", "--data-dir", str(tmp_path)],

@@ -50,6 +50,14 @@ def backoff_delay(
     return float(min(max_s, delay * jitter))
 
 
+def _is_auth_error(exc: BaseException) -> bool:
+    """True for NATS refusing our credentials (nats-py raises a generic Error for it)."""
+    text = str(exc).lower()
+    return isinstance(exc, nats.errors.AuthorizationError) or (
+        "authorization violation" in text or "authentication" in text
+    )
+
+
 def tls_context(config: NatsConfig) -> ssl.SSLContext | None:
     """The TLS context for ``config`` (None if TLS is not used).
 
@@ -199,7 +207,7 @@ class NatsLink:
                 )
             except Exception as exc:
                 attempt += 1
-                if isinstance(exc, nats.errors.AuthorizationError):
+                if _is_auth_error(exc):
                     raise NatsUnavailable(
                         f"NATS at {', '.join(cfg.servers)} refused our credentials "
                         "(check nats.user/password/token)"

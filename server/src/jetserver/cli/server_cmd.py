@@ -84,7 +84,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--fetch-io",
         choices=[FETCH_IO_AUTO, FETCH_IO_SENDFILE, FETCH_IO_READ],
-        help="how fetches send records (default auto: read+send for small, sendfile for big)",
+        help="how fetches send records (default sendfile; auto: read+send below 256 KiB)",
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     p.add_argument("--log-format", choices=["text", "json"], help="log format (default text)")
@@ -126,13 +126,25 @@ def run_command(args: argparse.Namespace) -> int:
     logs.configure(config.logging.level, config.logging.format)
     try:
         anyio.run(serve, config, backend="asyncio")
-    except JetServerError as exc:
-        log.error("server failed", extra=logs.fields(error=str(exc)))
-        return EXIT_FAILED
-    except OSError as exc:
-        log.error("server failed", extra=logs.fields(error=str(exc)))
+    except (JetServerError, OSError, BaseExceptionGroup) as exc:
+        cause = _operator_error(exc)
+        if cause is None:
+            raise
+        log.error("server failed", extra=logs.fields(error=str(cause)))
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _operator_error(exc: BaseException) -> BaseException | None:
+    """The JetServerError or OSError behind ``exc`` (task groups wrap them), else None."""
+    if isinstance(exc, JetServerError | OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _operator_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 async def serve(config: ServerConfig) -> None:
