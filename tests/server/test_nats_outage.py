@@ -100,3 +100,81 @@ def test_tls_files_are_checked(tmp_path: Path) -> None:
     with pytest.raises(JetServerError) as err:
         tls_context(NatsConfig(tls_ca=str(tmp_path / "missing-ca.pem")))
     assert "TLS" in str(err.value)
+
+
+def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 (openssl CLI)."""
+    import shutil
+    import subprocess
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl not installed")
+    ca_key, ca_crt = directory / "ca.key", directory / "ca.pem"
+    key, csr, crt = directory / "srv.key", directory / "srv.csr", directory / "srv.pem"
+    ext = directory / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1\n")
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], check=True, capture_output=True, timeout=60)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(ca_key),
+        "-out",
+        str(ca_crt),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=jet-test-ca",
+    )
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        "/CN=127.0.0.1",
+    )
+    run(
+        "x509",
+        "-req",
+        "-in",
+        str(csr),
+        "-CA",
+        str(ca_crt),
+        "-CAkey",
+        str(ca_key),
+        "-CAcreateserial",
+        "-out",
+        str(crt),
+        "-days",
+        "1",
+        "-extfile",
+        str(ext),
+    )
+    return ca_crt, crt, key
+
+
+async def test_nats_over_tls(tmp_path: Path) -> None:
+    ca, crt, key = _make_certs(tmp_path)
+    tls = f'tls {{ cert_file: "{crt}", key_file: "{key}" }}'
+    with NatsServer(extra_config=tls) as secure:
+        url = secure.url.replace("nats://", "tls://")
+        async with running_server(url, tmp_path / "data", nats__tls_ca=str(ca)) as server:
+            assert server.address is not None
+            assert server.link is not None
+            assert server.link.connected
+            async with await RawClient.connect(server.address) as c:
+                await c.create_stream(name="tls", subject="tls")
+                results = await c.produce("tls", 0, [ProduceMessage(b"secret")])
+                assert results[0].offset == 0
