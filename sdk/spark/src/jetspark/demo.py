@@ -1,0 +1,213 @@
+"""The README demo's Spark part: orders → a streaming aggregation → a results stream.
+
+    python -m jetspark.demo 127.0.0.1:9292        # or jetspark.demo.run(servers)
+
+1. produces ``orders`` keyed JSON orders (``{"order_id", "customer", "amount_cents"}``) into
+   the stream ``orders`` (3 partitions);
+2. runs a Spark Structured Streaming query: ``jetstream`` source → parse JSON → per-customer
+   count and sum (update mode) → :func:`jetspark.foreach_batch_sink` into the compacted
+   stream ``order-totals`` (key = customer), exactly-once, with Trigger.AvailableNow and
+   at most 1000 orders per micro-batch; the query's offsets are mirrored under group
+   ``demo-order-totals``;
+3. reads ``order-totals`` back with jetsdk and prints the latest total per customer, checked
+   against the orders actually stored.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import orjson
+
+import jetspark
+from jetsdk import AckPolicy, Client, Producer
+from jetsdk.codec.record import Record, iter_records
+
+__all__ = ["CUSTOMERS", "local_spark", "run"]
+
+CUSTOMERS = ("ada", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
+"""The demo's customers."""
+QUERY_TIMEOUT_S = 600.0
+"""Seconds the demo waits for its streaming query."""
+
+
+def local_spark(app: str = "jetspark-demo") -> Any:
+    """A local[2] SparkSession set up like the tests (UI off, 2 shuffle partitions)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+async def _produce(servers: list[str], stream: str, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    async with Client(servers) as client:
+        await client.create_stream(stream, partitions=3)
+        async with Producer(client, stream, ack=AckPolicy.ALL) as producer:
+            handles = []
+            for i in range(count):
+                customer = rng.choice(CUSTOMERS)
+                value = orjson.dumps(
+                    {"order_id": i, "customer": customer, "amount_cents": rng.randint(100, 9999)}
+                )
+                handles.append(await producer.send_soon(value, customer.encode()))
+            for handle in handles:
+                await handle
+
+
+async def _read_all(servers: list[str], stream: str) -> list[Record]:
+    out: list[Record] = []
+    async with Client(servers) as client:
+        info = await client.stream_info(stream, refresh=True)
+        for part in info.partitions:
+            bounds = await client.list_offsets(stream, part.partition, "earliest")
+            offset = bounds.log_start
+            while offset < bounds.hw:
+                _header, raw = await client.fetch(
+                    stream, part.partition, offset, max_bytes=1 << 20, max_wait=0.0
+                )
+                records = [r for r in iter_records(raw) if r.offset < bounds.hw]
+                if not records:
+                    break
+                out.extend(records)
+                offset = records[-1].offset + 1
+    return out
+
+
+def run(
+    servers: str | Sequence[str],
+    *,
+    orders: int = 5000,
+    spark: Any | None = None,
+    orders_stream: str = "orders",
+    totals_stream: str = "order-totals",
+    seed: int = 7,
+    echo: Callable[[str], None] = print,
+) -> dict[str, tuple[int, int]]:
+    """Run the demo pipeline against ``servers`` and print the results.
+
+    Args:
+        servers: jet servers (``host:port`` list or comma-separated string).
+        orders: how many orders to produce.
+        spark: a SparkSession to use (default: a local[2] one, stopped at the end).
+        orders_stream, totals_stream: stream names.
+        seed: seeds the generated orders.
+        echo: where the output lines go.
+
+    Returns:
+        ``{customer: (orders, total_cents)}`` as read back from ``totals_stream``.
+
+    Raises:
+        RuntimeError: the query failed or the totals do not match the stored orders.
+    """
+    from pyspark.sql import functions as F
+
+    server_list = [servers] if isinstance(servers, str) else list(servers)
+    server_list = [s.strip() for item in server_list for s in item.split(",") if s.strip()]
+    joined = ",".join(server_list)
+    started = time.perf_counter()
+    anyio.run(_produce, server_list, orders_stream, orders, seed)
+    echo(f"produced {orders} orders into {orders_stream!r} ({time.perf_counter() - started:.1f} s)")
+
+    anyio.run(_create_totals, server_list, totals_stream)
+    own_spark = spark is None
+    session = local_spark() if spark is None else spark
+    try:
+        jetspark.register(session)
+        parsed = (
+            session.readStream.format("jetstream")
+            .option("servers", joined)
+            .option("streams", orders_stream)
+            .option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", "1000")
+            .option("group", "demo-order-totals")
+            .load()
+            .select(
+                F.from_json(
+                    F.col("value").cast("string"),
+                    "order_id long, customer string, amount_cents long",
+                ).alias("o")
+            )
+            .select("o.*")
+        )
+        totals = parsed.groupBy("customer").agg(
+            F.count(F.lit(1)).alias("orders"), F.sum("amount_cents").alias("total_cents")
+        )
+        results = totals.select(
+            F.col("customer").alias("key"),
+            F.to_json(F.struct("customer", "orders", "total_cents")).alias("value"),
+        )
+        sink = jetspark.foreach_batch_sink(joined, totals_stream)
+        with tempfile.TemporaryDirectory(prefix="jetspark-demo-") as checkpoint:
+            started = time.perf_counter()
+            query = (
+                results.writeStream.outputMode("update")
+                .foreachBatch(sink)
+                .option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True)
+                .start()
+            )
+            if not query.awaitTermination(QUERY_TIMEOUT_S):
+                query.stop()
+                raise RuntimeError(f"the demo query did not finish in {QUERY_TIMEOUT_S} s")
+            if query.exception() is not None:
+                raise RuntimeError(f"the demo query failed: {query.exception()}")
+        echo(
+            f"spark: {len(sink.results)} micro-batches, "
+            f"{sum(r.written for r in sink.results)} updates written to {totals_stream!r} "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
+    finally:
+        if own_spark:
+            session.stop()
+
+    latest: dict[str, tuple[int, int]] = {}
+    for record in sorted(anyio.run(_read_all, server_list, totals_stream), key=_order):
+        row = orjson.loads(record.value)
+        latest[row["customer"]] = (row["orders"], row["total_cents"])
+    expected: dict[str, tuple[int, int]] = {}
+    for record in anyio.run(_read_all, server_list, orders_stream):
+        order = orjson.loads(record.value)
+        count, total = expected.get(order["customer"], (0, 0))
+        expected[order["customer"]] = (count + 1, total + order["amount_cents"])
+    echo(f"{'customer':<10}{'orders':>8}{'total':>14}")
+    for customer in sorted(latest):
+        count, total = latest[customer]
+        echo(f"{customer:<10}{count:>8}{total / 100:>14,.2f}")
+    lag = jetspark.group_lag(server_list, "demo-order-totals")
+    echo(f"group demo-order-totals lag: {sum(lag.values())} (per partition {sorted(lag.items())})")
+    if latest != expected:
+        raise RuntimeError(f"totals {latest} do not match the stored orders {expected}")
+    echo("totals match the stored orders: OK")
+    return latest
+
+
+async def _create_totals(servers: list[str], stream: str) -> None:
+    async with Client(servers) as client:
+        await client.create_stream(stream, compact=True)
+
+
+def _order(record: Record) -> tuple[int, int]:
+    return (record.timestamp, record.offset)
+
+
+if __name__ == "__main__":
+    run(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("JET_SERVERS", "127.0.0.1:9292"))
