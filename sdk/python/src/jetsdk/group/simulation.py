@@ -3,11 +3,11 @@
 N member slots run :class:`~jetsdk.group.member.GroupMember` over one simulated group-log
 partition, and consume simulated data partitions with at-least-once commits. The log delays,
 drops and FIFO-orders each member's appends; the server stamps records with its own clock;
-members have skewed local clocks. Faults during the first phase: crashes with restarts
-(static members keep their instance id), pauses (some longer than the session timeout),
-graceful leaves, "zombies" (a paused static member whose replacement starts meanwhile), stuck
-revocations (longer than the release timeout) and retention moving the log start. Then the
-faults stop and the group must settle.
+members have skewed, slightly fast or slow local clocks. Faults during the first phase:
+crashes with restarts (static members keep their instance id), pauses (some longer than the
+session timeout), graceful leaves, "zombies" (a paused static member whose replacement starts
+meanwhile), stuck revocations (longer than the release timeout) and retention moving the log
+start. Then the faults stop, the network heals, and the group must settle.
 
 Everything is driven by one ``random.Random(seed)``: a seed replays a run exactly. The checks
 of :mod:`jetsdk.group.invariants` run throughout; :func:`run` returns a summary or raises
@@ -95,6 +95,8 @@ class SimConfig:
     """Share of acknowledgements lost (during the fault phase)."""
     max_clock_skew: float = 5.0
     """Local clocks are off by up to this much from the server's."""
+    max_clock_drift: float = 0.002
+    """Local clocks run up to this fraction fast or slow (the lease margin must cover it)."""
     produce_rate: float = 15.0
     """Messages per second per data partition, during the fault phase."""
     process_batch: int = 8
@@ -154,6 +156,7 @@ class _Process:
     slot: int
     member: GroupMember
     skew: float
+    rate: float = 1.0
     alive: bool = True
     paused_until: float = 0.0
     pauses: list[tuple[float, float]] = attrs.field(factory=list)
@@ -299,7 +302,7 @@ class Simulation:
     # ------------------------------------------------------------------ processes
 
     def local(self, proc: _Process) -> float:
-        return self.now + proc.skew
+        return self.now * proc.rate + proc.skew
 
     def start_process(self, slot: int) -> None:
         cfg, rng = self.cfg, self.rng
@@ -326,7 +329,8 @@ class Simulation:
             GROUP, pid, dict(streams), config, log_start=self.log_start, start=start
         )
         skew = rng.uniform(-cfg.max_clock_skew, cfg.max_clock_skew)
-        proc = _Process(pid, slot, member, skew=skew, started_at=self.now)
+        rate = 1.0 + rng.uniform(-cfg.max_clock_drift, cfg.max_clock_drift)
+        proc = _Process(pid, slot, member, skew=skew, rate=rate, started_at=self.now)
         self.slots[slot] = proc
         self.processes.append(proc)
         member.join(self.local(proc))
@@ -381,7 +385,7 @@ class Simulation:
             return
         wake = member.next_wakeup()
         if wake is not None:
-            when = max(self.now, wake - proc.skew)
+            when = max(self.now, (wake - proc.skew) / proc.rate)
             if proc.wake_at is None or when < proc.wake_at or proc.wake_at <= self.now:
                 proc.wake_at = when
                 self.in_process(proc, when + 1e-6, lambda: self.step(proc))
