@@ -17,6 +17,11 @@ DEFAULT_REPLICATION_FACTOR = 1
 DEFAULT_SEGMENT_MAX_BYTES = 268_435_456
 DEFAULT_SEGMENT_MAX_AGE_S = 604_800.0
 DEFAULT_DELETE_RETENTION_S = 86_400.0
+DURABILITY_FLUSHED = "flushed"
+"""Commit = fsynced on every in-sync replica (the default)."""
+DURABILITY_REPLICATED = "replicated"
+"""Commit = written (not necessarily fsynced) on every in-sync replica."""
+DURABILITIES = (DURABILITY_FLUSHED, DURABILITY_REPLICATED)
 
 
 @attrs.frozen
@@ -51,6 +56,10 @@ class StreamSpec:
     """Largest message stored (None: the server's limit)."""
     internal: bool = False
     """An internal stream (name starting with ``__``), e.g. the SDK's ``__offsets``."""
+    min_isr: int = 1
+    """Fewest in-sync replicas for an ALL ack (NOT_ENOUGH_REPLICAS below it)."""
+    durability: str = DURABILITY_FLUSHED
+    """What commit means: ``flushed`` (fsync on every ISR member) or ``replicated``."""
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a JSON object."""

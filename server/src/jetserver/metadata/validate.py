@@ -17,6 +17,8 @@ from jetserver.metadata.model import (
     DEFAULT_DELETE_RETENTION_S,
     DEFAULT_SEGMENT_MAX_AGE_S,
     DEFAULT_SEGMENT_MAX_BYTES,
+    DURABILITIES,
+    DURABILITY_FLUSHED,
     StreamSpec,
 )
 
@@ -155,6 +157,11 @@ def _bool(req: Mapping[str, Any], field: str) -> bool:
     return value
 
 
+def default_min_isr(replication_factor: int) -> int:
+    """The default minimum ISR: 2 when the replication factor is 3 or more, else 1."""
+    return 2 if replication_factor >= 3 else 1
+
+
 def spec_from_request(
     req: Mapping[str, Any],
     *,
@@ -202,6 +209,14 @@ def spec_from_request(
     segment_max_bytes = _opt_int(req, "segment_max_bytes", minimum=MIN_SEGMENT_MAX_BYTES)
     segment_max_age_s = _opt_float(req, "segment_max_age_s")
     delete_retention_s = _opt_float(req, "delete_retention_s", positive=False)
+    min_isr = _opt_int(req, "min_isr", minimum=1, maximum=rf) or default_min_isr(rf)
+    durability = req.get("durability")
+    if durability is None:
+        durability = DURABILITY_FLUSHED
+    elif durability not in DURABILITIES:
+        raise invalid_argument(
+            "durability", f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}"
+        )
     return StreamSpec(
         name=name,
         subject=subject,
@@ -219,4 +234,6 @@ def spec_from_request(
         ),
         max_message_bytes=_opt_int(req, "max_message_bytes", minimum=1, maximum=max_message_bytes),
         internal=internal,
+        min_isr=min_isr,
+        durability=durability,
     )
