@@ -35,9 +35,11 @@ from jetserver.storage.files import (
     CLEANED_SUFFIX,
     LOG_SUFFIX,
     SharedFile,
+    fsync,
     fsync_directory,
     pread_exact,
     segment_file_name,
+    traced_create,
     write_file_durably,
 )
 from jetserver.storage.offset_index import U32_MAX, OffsetIndex
@@ -203,6 +205,7 @@ def write_group(
     last_offset: int | None = None
     fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
+        traced_create(fd)
         out = io.BufferedWriter(io.FileIO(fd, "w", closefd=False), _WRITE_BUFFER)
         for seg, st in sources:
             bytes_in += st.size
@@ -227,7 +230,7 @@ def write_group(
                 records_out += 1
                 last_offset = rec.offset
         out.flush()
-        os.fsync(fd)
+        fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(log_path)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+from jetserver.storage import durability_trace
 from jetserver.storage.errors import LogClosedError
 
 LOG_SUFFIX = ".log"
@@ -41,11 +43,15 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
 
 def fsync_directory(directory: Path) -> None:
     """Make renames, creations and deletions in ``directory`` durable."""
+    trace = durability_trace.TRACE
+    entries = durability_trace.list_entries(directory) if trace is not None else {}
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+    if trace is not None:
+        trace.dir_synced(directory, entries)
 
 
 def write_file_durably(path: Path, data: bytes) -> None:
@@ -55,8 +61,9 @@ def write_file_durably(path: Path, data: bytes) -> None:
     """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
+        traced_create(fd)
         write_all(fd, data, 0)
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
 
@@ -99,8 +106,29 @@ def pread_exact(fd: int, length: int, position: int) -> bytes:
 
 def fdatasync(fd: int) -> None:
     """fdatasync where the platform has it, fsync elsewhere."""
-    sync = getattr(os, "fdatasync", os.fsync)
+    _traced_sync(fd, getattr(os, "fdatasync", os.fsync))
+
+
+def fsync(fd: int) -> None:
+    """os.fsync (recorded by the durability trace when it is on)."""
+    _traced_sync(fd, os.fsync)
+
+
+def _traced_sync(fd: int, sync: Callable[[int], None]) -> None:
+    trace = durability_trace.TRACE
+    if trace is None:
+        sync(fd)
+        return
+    size = os.fstat(fd).st_size  # before the sync: a racing append is not durable
     sync(fd)
+    trace.synced(fd, size)
+
+
+def traced_create(fd: int) -> None:
+    """Tell the durability trace (when on) that ``fd`` was just created or truncated."""
+    trace = durability_trace.TRACE
+    if trace is not None:
+        trace.created(fd)
 
 
 class SharedFile:
@@ -126,6 +154,10 @@ class SharedFile:
     def open(cls, path: Path, *, create: bool = False) -> SharedFile:
         """Open ``path`` read-write (creating it if ``create``); raises OSError."""
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        if create and durability_trace.TRACE is not None and not path.exists():
+            fd = os.open(path, flags, 0o644)
+            traced_create(fd)
+            return cls(fd, path)
         return cls(os.open(path, flags, 0o644), path)
 
     def acquire(self) -> None:

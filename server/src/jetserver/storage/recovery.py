@@ -52,6 +52,7 @@ from jetserver.storage.files import (
     TIMEINDEX_SUFFIX,
     TMP_SUFFIX,
     SharedFile,
+    fsync,
     fsync_directory,
     parse_segment_file_name,
     pread_exact,
@@ -385,7 +386,7 @@ def _load_segment(
             cut = size - valid_end
             try:
                 os.ftruncate(fd, valid_end)
-                os.fsync(fd)
+                fsync(fd)
             except OSError as exc:
                 raise StorageError(f"cannot truncate {directory / log_name}: {exc}") from exc
             found.bytes_truncated += cut
