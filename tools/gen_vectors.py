@@ -479,8 +479,19 @@ FETCH_REQ = msg.FetchRequest(
     stream="orders", partition=0, offset=17, max_bytes=1048576, max_wait_ms=500
 )
 FETCH_REQ_FOLLOWER = msg.FetchRequest(
-    stream="orders", partition=3, offset=0, max_bytes=65536, max_wait_ms=0, replica_id=2
+    stream="orders",
+    partition=3,
+    offset=120,
+    max_bytes=65536,
+    max_wait_ms=500,
+    replica_id=2,
+    replica_flushed=118,
+    leader_epoch=4,
 )
+OFFSET_FOR_EPOCH_REQ = msg.OffsetForLeaderEpochRequest(
+    stream="orders", partition=3, leader_epoch=3, current_leader_epoch=4, replica_id=2
+)
+OFFSET_FOR_EPOCH_RESP = msg.OffsetForLeaderEpochResponse(leader_epoch=3, end_offset=117)
 FETCH_RECORDS = [
     Record(offset=17, timestamp=T0, leader_epoch=1, value=b"hello", key=b"k1", subject="orders"),
     Record(offset=19, timestamp=T0 + 5, leader_epoch=1, value=b"world", subject="orders"),
@@ -616,6 +627,8 @@ def protocol_file() -> dict[str, Any]:
                 "max_bytes": 1048576,
                 "max_wait_ms": 500,
                 "replica_id": -1,
+                "replica_flushed": -1,
+                "leader_epoch": -1,
             },
             msg.encode_fetch_request(FETCH_REQ),
         ),
@@ -628,12 +641,28 @@ def protocol_file() -> dict[str, Any]:
             {
                 "stream": "orders",
                 "partition": 3,
-                "offset": 0,
+                "offset": 120,
                 "max_bytes": 65536,
-                "max_wait_ms": 0,
+                "max_wait_ms": 500,
                 "replica_id": 2,
+                "replica_flushed": 118,
+                "leader_epoch": 4,
             },
             msg.encode_fetch_request(FETCH_REQ_FOLLOWER),
+        ),
+        json_case(
+            "offset_for_leader_epoch_request",
+            fr.Api.OFFSET_FOR_LEADER_EPOCH,
+            10,
+            0,
+            OFFSET_FOR_EPOCH_REQ.to_json(),
+        ),
+        json_case(
+            "offset_for_leader_epoch_response",
+            fr.Api.OFFSET_FOR_LEADER_EPOCH,
+            10,
+            RESP,
+            OFFSET_FOR_EPOCH_RESP.to_json(),
         ),
         fetch_response_case("fetch_response_empty", 8, 0, 17, 0, 17, []),
         fetch_response_case("fetch_response_records_with_gap", 8, 0, 20, 0, 21, FETCH_RECORDS),
@@ -726,6 +755,18 @@ def protocol_file() -> dict[str, Any]:
             "truncated",
         ),
         bad("fetch_request_truncated", "fetch_request", fetch[:-1].hex(), "truncated"),
+        bad(
+            "fetch_request_follower_without_replica_fields",
+            "fetch_request",
+            msg.encode_fetch_request(FETCH_REQ_FOLLOWER)[:-16].hex(),
+            "truncated",
+        ),
+        bad(
+            "fetch_request_consumer_with_replica_fields",
+            "fetch_request",
+            (fetch + msg.encode_fetch_request(FETCH_REQ_FOLLOWER)[-16:]).hex(),
+            "malformed",
+        ),
         bad(
             "fetch_response_records_len_mismatch",
             "fetch_response",

@@ -69,15 +69,21 @@ def produce_requests(draw: st.DrawFn) -> ProduceRequest:
 
 produce_results = st.builds(ProduceResult, error_code=U16, offset=I64, timestamp=I64)
 
-fetch_requests = st.builds(
-    FetchRequest,
-    stream=names,
-    partition=U32,
-    offset=I64,
-    max_bytes=U32,
-    max_wait_ms=U32,
-    replica_id=I32,
-)
+
+@st.composite
+def fetch_requests(draw: st.DrawFn) -> FetchRequest:
+    replica_id = draw(I32)
+    replica = replica_id >= 0
+    return FetchRequest(
+        stream=draw(names),
+        partition=draw(U32),
+        offset=draw(I64),
+        max_bytes=draw(U32),
+        max_wait_ms=draw(U32),
+        replica_id=replica_id,
+        replica_flushed=draw(I64) if replica else -1,
+        leader_epoch=draw(I64) if replica else -1,
+    )
 
 
 @st.composite

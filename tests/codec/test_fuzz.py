@@ -95,7 +95,7 @@ ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
     ),
     "produce_request": produce_requests().map(msg.encode_produce_request),
     "produce_response": st.lists(produce_results, max_size=4).map(msg.encode_produce_response),
-    "fetch_request": fetch_requests.map(msg.encode_fetch_request),
+    "fetch_request": fetch_requests().map(msg.encode_fetch_request),
     "fetch_response": st.lists(records, max_size=3).map(fetch_body),
     "frames": st.lists(st.binary(max_size=20), max_size=3).map(
         lambda bodies: b"".join(

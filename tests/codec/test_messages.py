@@ -27,6 +27,8 @@ from jetsdk.codec.messages import (
     ErrorBody,
     FetchRequest,
     FetchResponseHeader,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
     ProduceMessage,
     ProduceRequest,
     ProduceResult,
@@ -76,7 +78,7 @@ def test_produce_response_round_trip(results: list[ProduceResult]) -> None:
 
 
 @PROPS
-@given(fetch_requests)
+@given(fetch_requests())
 def test_fetch_request_round_trip(req: FetchRequest) -> None:
     assert decode_fetch_request(encode_fetch_request(req)) == req
 
@@ -215,6 +217,8 @@ def test_limit_values_are_accepted_at_the_edge() -> None:
         lambda: encode_produce_response([ProduceResult(0, 2**63, 0)]),
         lambda: encode_fetch_request(FetchRequest("s", 0, 0, 2**32, 0)),
         lambda: encode_fetch_request(FetchRequest("s", 0, 0, 0, 0, replica_id=2**31)),
+        lambda: encode_fetch_request(FetchRequest("s", 0, 0, 0, 0, replica_flushed=5)),
+        lambda: encode_fetch_request(FetchRequest("s", 0, 0, 0, 0, 1, leader_epoch=2**63)),
         lambda: encode_fetch_response_header(0, 0, 0, 0, -1),
         lambda: encode_fetch_response_header(-1, 0, 0, 0, 0),
     ],
@@ -243,3 +247,27 @@ def test_huge_message_count_is_refused_without_allocating(count: int) -> None:
     else:
         with pytest.raises(CodecError):
             decode_produce_request(bytes(raw))
+
+
+def test_offset_for_leader_epoch_bodies_round_trip() -> None:
+    req = OffsetForLeaderEpochRequest("s", 2, leader_epoch=3, current_leader_epoch=4, replica_id=1)
+    assert OffsetForLeaderEpochRequest.from_json(decode_json(encode_json(req.to_json()))) == req
+    resp = OffsetForLeaderEpochResponse(leader_epoch=3, end_offset=17)
+    assert OffsetForLeaderEpochResponse.from_json(resp.to_json()) == resp
+    minimal = OffsetForLeaderEpochRequest.from_json(
+        {"stream": "s", "partition": 0, "leader_epoch": 0}
+    )
+    assert (minimal.current_leader_epoch, minimal.replica_id) == (-1, -1)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"partition": 0, "leader_epoch": 0},
+        {"stream": "s", "partition": "0", "leader_epoch": 0},
+        {"stream": "s", "partition": 0, "leader_epoch": True},
+    ],
+)
+def test_offset_for_leader_epoch_request_refuses_bad_fields(obj: dict[str, Any]) -> None:
+    with pytest.raises(CodecError):
+        OffsetForLeaderEpochRequest.from_json(obj)

@@ -56,6 +56,7 @@ class Api(enum.IntEnum):
     LIST_OFFSETS = 5
     PRODUCE = 6
     FETCH = 7
+    OFFSET_FOR_LEADER_EPOCH = 8
 
 
 FLAG_RESPONSE = 0x01

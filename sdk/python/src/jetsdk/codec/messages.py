@@ -1,8 +1,9 @@
 """Request and response bodies of the client protocol (spec/protocol.md, "APIs").
 
-JSON APIs (Hello, Metadata, CreateStream, DeleteStream, DescribeStream, ListOffsets) and
-error responses use :func:`encode_json` / :func:`decode_json` and the error helpers;
-Produce and Fetch have binary bodies, encoded and decoded here field by field.
+JSON APIs (Hello, Metadata, CreateStream, DeleteStream, DescribeStream, ListOffsets,
+OffsetForLeaderEpoch) and error responses use :func:`encode_json` / :func:`decode_json` and
+the error helpers; Produce and Fetch have binary bodies, encoded and decoded here field by
+field.
 
 This module is pure: no I/O. Decoders raise only :class:`CodecError`; encoders raise
 CodecError with reason ``"limit"`` for a field over its limit or out of its integer range.
@@ -341,6 +342,7 @@ def decode_produce_response(body: bytes | bytearray | memoryview) -> list[Produc
 # Fetch
 
 _FETCH_REQ = struct.Struct(">IqIIi")  # partition, offset, max_bytes, max_wait_ms, replica_id
+_FETCH_REQ_REPLICA = struct.Struct(">qq")  # replica_flushed, leader_epoch (replica_id >= 0)
 _FETCH_RESP = struct.Struct(">HqqqI")  # error_code, hw, log_start, leo, records_len
 FETCH_RESPONSE_HEADER_SIZE = _FETCH_RESP.size  # 30
 """Size of the fixed part of a Fetch response body, before the record bytes."""
@@ -361,7 +363,11 @@ class FetchRequest:
     max_wait_ms: int
     """How long to wait for committed records; 0 answers at once."""
     replica_id: int = -1
-    """-1 for consumers; a follower's server number for replication."""
+    """-1 for consumers; for a follower, its index in the partition's replica list."""
+    replica_flushed: int = -1
+    """Replicas only: every offset below this is fsynced on the follower (-1 for consumers)."""
+    leader_epoch: int = -1
+    """Replicas only: the leader epoch the follower fetches under (-1 for consumers)."""
 
 
 @attrs.frozen
@@ -381,10 +387,12 @@ class FetchResponseHeader:
 
 
 def encode_fetch_request(req: FetchRequest) -> bytes:
-    """Encode a Fetch request body.
+    """Encode a Fetch request body; ``replica_flushed`` and ``leader_epoch`` follow only
+    when ``replica_id >= 0``.
 
     Raises:
-        CodecError: a field out of range (reason ``"limit"``).
+        CodecError: a field out of range, or replica fields set on a consumer request
+            (reason ``"limit"``).
     """
     parts: list[bytes] = []
     w.put_str16(parts, req.stream, "stream name")
@@ -394,13 +402,19 @@ def encode_fetch_request(req: FetchRequest) -> bytes:
                 req.partition, req.offset, req.max_bytes, req.max_wait_ms, req.replica_id
             )
         )
+        if req.replica_id >= 0:
+            parts.append(_FETCH_REQ_REPLICA.pack(req.replica_flushed, req.leader_epoch))
     except struct.error as exc:
         raise CodecError(f"fetch request field out of range: {exc}", reason="limit") from None
+    if req.replica_id < 0 and (req.replica_flushed != -1 or req.leader_epoch != -1):
+        raise CodecError(
+            "replica_flushed and leader_epoch are sent only when replica_id >= 0", reason="limit"
+        )
     return b"".join(parts)
 
 
 def decode_fetch_request(body: bytes | bytearray | memoryview) -> FetchRequest:
-    """Decode a Fetch request body.
+    """Decode a Fetch request body (with the replica fields when ``replica_id >= 0``).
 
     Raises:
         CodecError: truncated or trailing bytes.
@@ -409,7 +423,13 @@ def decode_fetch_request(body: bytes | bytearray | memoryview) -> FetchRequest:
         stream, p = w.get_str16(body, 0, "stream name")
         w.need(body, p, _FETCH_REQ.size, "fetch request")
         partition, offset, max_bytes, max_wait_ms, replica_id = _FETCH_REQ.unpack_from(body, p)
-        w.check_end(body, p + _FETCH_REQ.size, "fetch request")
+        p += _FETCH_REQ.size
+        flushed = epoch = -1
+        if replica_id >= 0:
+            w.need(body, p, _FETCH_REQ_REPLICA.size, "fetch request")
+            flushed, epoch = _FETCH_REQ_REPLICA.unpack_from(body, p)
+            p += _FETCH_REQ_REPLICA.size
+        w.check_end(body, p, "fetch request")
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "fetch request") from None
     return FetchRequest(
@@ -419,6 +439,8 @@ def decode_fetch_request(body: bytes | bytearray | memoryview) -> FetchRequest:
         max_bytes=max_bytes,
         max_wait_ms=max_wait_ms,
         replica_id=replica_id,
+        replica_flushed=flushed,
+        leader_epoch=epoch,
     )
 
 
@@ -460,3 +482,84 @@ def decode_fetch_response(
         error_code=error_code, hw=hw, log_start=log_start, leo=leo, records_len=records_len
     )
     return header, memoryview(body)[FETCH_RESPONSE_HEADER_SIZE:]
+
+
+# --------------------------------------------------------------------------------------
+# OffsetForLeaderEpoch (JSON; used by followers, spec/cluster.md "Replication")
+
+
+@attrs.frozen
+class OffsetForLeaderEpochRequest:
+    """Body of an OffsetForLeaderEpoch request: where does ``leader_epoch`` end on the leader?"""
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    leader_epoch: int
+    """The epoch asked about (the follower's latest epoch)."""
+    current_leader_epoch: int = -1
+    """The epoch the follower believes the leader has; a mismatch is NOT_LEADER (-1: no check)."""
+    replica_id: int = -1
+    """The asking follower's index in the replica list (-1: not a replica)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object (keys in the spec's order)."""
+        return {
+            "stream": self.stream,
+            "partition": self.partition,
+            "leader_epoch": self.leader_epoch,
+            "current_leader_epoch": self.current_leader_epoch,
+            "replica_id": self.replica_id,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> OffsetForLeaderEpochRequest:
+        """Parse a decoded JSON request.
+
+        Raises:
+            CodecError: a missing or mistyped field.
+        """
+        stream = obj.get("stream")
+        if not isinstance(stream, str):
+            raise CodecError("OffsetForLeaderEpoch: stream must be a string")
+        return cls(
+            stream=stream,
+            partition=_json_int(obj, "partition"),
+            leader_epoch=_json_int(obj, "leader_epoch"),
+            current_leader_epoch=_json_int(obj, "current_leader_epoch", -1),
+            replica_id=_json_int(obj, "replica_id", -1),
+        )
+
+
+@attrs.frozen
+class OffsetForLeaderEpochResponse:
+    """Body of an OffsetForLeaderEpoch response (Kafka KIP-101 / KIP-279 semantics)."""
+
+    leader_epoch: int
+    """The largest epoch <= the one asked about that the leader knows (-1: none)."""
+    end_offset: int
+    """Where that epoch ends on the leader: its LEO for the current epoch, else the next
+    epoch's start offset (-1: unknown)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {"leader_epoch": self.leader_epoch, "end_offset": self.end_offset}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> OffsetForLeaderEpochResponse:
+        """Parse a decoded JSON response.
+
+        Raises:
+            CodecError: a missing or mistyped field.
+        """
+        return cls(
+            leader_epoch=_json_int(obj, "leader_epoch"), end_offset=_json_int(obj, "end_offset")
+        )
+
+
+def _json_int(obj: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    value = obj.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CodecError(f"{key} must be an integer, got {value!r}")
+    return value
