@@ -1,0 +1,50 @@
+"""Replication settings of one server (spec/cluster.md, "Replication")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+DEFAULT_REPLICA_LAG_MAX_S = 10.0
+DEFAULT_LEADER_SILENCE_S = 1.5
+DEFAULT_FETCH_MAX_WAIT_S = 0.5
+DEFAULT_FETCH_MAX_BYTES = 1 << 20
+DEFAULT_ISR_CHECK_INTERVAL_S = 0.25
+DEFAULT_RETRY_MIN_S = 0.05
+DEFAULT_RETRY_MAX_S = 1.0
+DEFAULT_REQUEST_SLACK_S = 1.0
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+@attrs.frozen
+class ReplicationConfig:
+    """How followers fetch and when the leader changes the ISR."""
+
+    replica_lag_max_s: float = attrs.field(default=DEFAULT_REPLICA_LAG_MAX_S, validator=_positive)
+    """A follower that has not caught up with the leader for this long leaves the ISR."""
+    leader_silence_s: float = attrs.field(default=DEFAULT_LEADER_SILENCE_S, validator=_positive)
+    """A follower that got no answer from its leader for this long reports it silent
+    (and again after every further period of silence)."""
+    fetch_max_wait_s: float = attrs.field(default=DEFAULT_FETCH_MAX_WAIT_S, validator=_positive)
+    """Long-poll bound of a replica fetch."""
+    fetch_max_bytes: int = attrs.field(default=DEFAULT_FETCH_MAX_BYTES, validator=_positive)
+    """Soft bound on the records of one replica fetch."""
+    isr_check_interval_s: float = attrs.field(
+        default=DEFAULT_ISR_CHECK_INTERVAL_S, validator=_positive
+    )
+    """How often the leader looks for followers to drop from the ISR."""
+    retry_min_s: float = attrs.field(default=DEFAULT_RETRY_MIN_S, validator=_positive)
+    """First pause after a failed fetch (doubles up to ``retry_max_s``)."""
+    retry_max_s: float = attrs.field(default=DEFAULT_RETRY_MAX_S, validator=_positive)
+    """Longest pause between failed fetches."""
+    request_slack_s: float = attrs.field(default=DEFAULT_REQUEST_SLACK_S, validator=_positive)
+    """A replica request times out after its long-poll bound plus this."""
+
+    def backoff_s(self, failures: int) -> float:
+        """Pause after ``failures`` consecutive failures (>= 1)."""
+        return float(min(self.retry_min_s * 2 ** max(failures - 1, 0), self.retry_max_s))

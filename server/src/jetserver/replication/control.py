@@ -1,0 +1,28 @@
+"""What replication needs from the control plane (spec/cluster.md, "Interfaces").
+
+``jetserver.cluster.Controller`` implements it over the metadata Raft; tests and the
+simulation use their own.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class ControlPlane(Protocol):
+    """ISR changes and silent-leader reports, as the data plane sends them."""
+
+    server_id: str
+
+    async def propose_isr(
+        self, stream: str, partition: int, leader_epoch: int, isr: tuple[str, ...]
+    ) -> bool:
+        """Propose ``isr`` as the partition leader of ``leader_epoch``; True once applied,
+        False if refused (stale epoch, not the leader)."""
+        ...
+
+    async def report_leader_silent(
+        self, stream: str, partition: int, leader_epoch: int, reporter: str
+    ) -> None:
+        """Tell the metadata leader that the leader of ``leader_epoch`` is silent."""
+        ...

@@ -1,0 +1,281 @@
+"""Leader-side replication state of one partition: follower progress, ISR, high watermark.
+
+Pure and sans-I/O: the caller feeds it events (the leader's own appends and flushes,
+replica fetches, metadata ISR changes) with the current time from an injected clock, and
+asks it what to do (the high watermark, the ISR to propose, whether ALL acks may proceed).
+The same object drives the server (``broker/partition.py``) and the seeded simulation.
+
+Rules (spec/cluster.md, "Replication"):
+
+- A follower's progress is what its fetches report: ``leo`` = the fetch offset, ``flushed``
+  = the ``replica_flushed`` field.
+- **Caught up.** At a fetch at time ``t`` with offset ``o``, the follower is caught up at
+  ``t`` if ``o >=`` the leader's LEO now, or caught up at its previous fetch time if ``o >=``
+  the leader's LEO at its previous fetch (Kafka's rule: under steady load a follower is
+  never exactly at the LEO, but it reaches where the leader was one fetch ago).
+- **Shrink.** An ISR follower not caught up for more than ``replica_lag_max_s`` is dropped.
+- **Expand.** A non-ISR replica rejoins when, at a fetch, it has caught up (as above, at
+  that fetch or the previous one), and its offset is >= the high watermark and >= the start
+  offset of the leader's current epoch (it has reconciled with this leader).
+- **High watermark** = min over the *maximal* ISR (the committed ISR plus the members of a
+  proposal in flight) of each member's ``flushed`` offset (durability ``flushed``) or
+  ``leo`` (durability ``replicated``), the leader included; never above the leader's LEO,
+  and it never decreases. A follower that has not fetched yet in this epoch holds it back.
+  Using the maximal ISR means a shrink takes effect only once the metadata committed it,
+  so no offset is committed on fewer replicas than the metadata's ISR.
+- **Min ISR.** ALL acks are refused (NOT_ENOUGH_REPLICAS) while the committed ISR has
+  fewer than ``min_isr`` members.
+
+Task safety: not thread-safe; one owner (the partition's event loop, or the simulation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_REPLICATED
+
+UNKNOWN = -1
+"""Progress of a follower that has not fetched in this epoch."""
+
+
+@attrs.define
+class FollowerProgress:
+    """What the leader knows about one follower."""
+
+    leo: int = UNKNOWN
+    """The follower's log end offset (its last fetch offset)."""
+    flushed: int = UNKNOWN
+    """Every offset below this is fsynced on the follower (as last reported)."""
+    last_fetch_s: float | None = None
+    """Clock time of the last fetch (None: none in this epoch)."""
+    leader_leo_at_last_fetch: int = UNKNOWN
+    """The leader's LEO when that fetch arrived."""
+    last_caught_up_s: float = 0.0
+    """Last time the follower was caught up (see the module docstring)."""
+    hw_sent: int = UNKNOWN
+    """The last high watermark sent to the follower."""
+    caught_up_at_last_fetch: bool = False
+    """Its last fetch offset reached the leader's LEO at that fetch or at the one before."""
+
+
+@attrs.define
+class LeaderState:
+    """Replication state of a partition led by ``leader`` in ``leader_epoch``.
+
+    Create it when the leadership starts (:meth:`start`); discard it when the epoch ends.
+    """
+
+    leader: str
+    """This server's id."""
+    leader_epoch: int
+    """The epoch this state belongs to."""
+    replicas: tuple[str, ...]
+    """Every replica, leader included, in metadata order."""
+    isr: tuple[str, ...]
+    """The ISR as committed in the metadata."""
+    durability: str
+    """``flushed`` or ``replicated``."""
+    min_isr: int
+    """Fewest ISR members for ALL acks."""
+    lag_max_s: float
+    """Seconds a follower may stay not caught up before it leaves the ISR."""
+    epoch_start_offset: int
+    """The leader's LEO when this epoch started."""
+    leo: int
+    """The leader's log end offset."""
+    flushed: int
+    """The leader's flushed offset."""
+    hw: int
+    """The high watermark (never decreases)."""
+    followers: dict[str, FollowerProgress] = attrs.field(factory=dict)
+    """Progress of every other replica."""
+    pending_isr: tuple[str, ...] | None = None
+    """An ISR change proposed to the metadata and not answered yet."""
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        leader: str,
+        leader_epoch: int,
+        replicas: Sequence[str],
+        isr: Sequence[str],
+        durability: str = DURABILITY_FLUSHED,
+        min_isr: int = 1,
+        lag_max_s: float,
+        leo: int,
+        flushed: int,
+        hw: int,
+        now: float,
+    ) -> LeaderState:
+        """The state at the start of a leadership.
+
+        Every follower counts as caught up at ``now`` (it gets ``lag_max_s`` to show up).
+
+        Raises:
+            ValueError: unknown durability, or ``leader`` not among ``replicas``.
+        """
+        if durability not in (DURABILITY_FLUSHED, DURABILITY_REPLICATED):
+            raise ValueError(f"unknown durability {durability!r}")
+        if leader not in replicas:
+            raise ValueError(f"leader {leader!r} is not a replica")
+        state = cls(
+            leader=leader,
+            leader_epoch=leader_epoch,
+            replicas=tuple(replicas),
+            isr=_ordered(replicas, set(isr) | {leader}),
+            durability=durability,
+            min_isr=min_isr,
+            lag_max_s=lag_max_s,
+            epoch_start_offset=leo,
+            leo=leo,
+            flushed=min(flushed, leo),
+            hw=min(hw, leo),
+            followers={r: FollowerProgress(last_caught_up_s=now) for r in replicas if r != leader},
+        )
+        state._recompute_hw()
+        return state
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def maximal_isr(self) -> tuple[str, ...]:
+        """The committed ISR plus the members of a proposal in flight."""
+        if self.pending_isr is None:
+            return self.isr
+        return _ordered(self.replicas, set(self.isr) | set(self.pending_isr))
+
+    def enough_replicas(self) -> bool:
+        """True if ALL acks may be accepted: the committed ISR has ``min_isr`` members."""
+        return len(self.isr) >= self.min_isr
+
+    def committed_on_enough(self) -> bool:
+        """True if records committed now are on at least ``min_isr`` replicas."""
+        return len(self.maximal_isr) >= self.min_isr
+
+    def _value(self, member: str) -> int:
+        """The offset ``member`` vouches for (flushed or LEO, by durability)."""
+        flushed = self.durability == DURABILITY_FLUSHED
+        if member == self.leader:
+            return self.flushed if flushed else self.leo
+        progress = self.followers.get(member)
+        if progress is None:
+            return UNKNOWN
+        return progress.flushed if flushed else progress.leo
+
+    def _recompute_hw(self) -> bool:
+        candidate = min(self._value(m) for m in self.maximal_isr)
+        candidate = min(candidate, self.leo)
+        if candidate > self.hw:
+            self.hw = candidate
+            return True
+        return False
+
+    # ------------------------------------------------------------------ events
+
+    def on_append(self, leo: int) -> None:
+        """The leader appended records; its LEO is now ``leo``."""
+        self.leo = max(self.leo, leo)
+        if self.durability == DURABILITY_REPLICATED:
+            self._recompute_hw()
+
+    def on_flush(self, flushed: int) -> bool:
+        """The leader fsynced up to ``flushed``; True if the HW moved."""
+        self.flushed = max(self.flushed, min(flushed, self.leo))
+        return self._recompute_hw()
+
+    def on_fetch(self, follower: str, offset: int, flushed: int, now: float) -> bool:
+        """A replica fetch from ``follower`` at ``offset`` reporting ``flushed``.
+
+        Returns True if the high watermark moved.
+
+        Raises:
+            KeyError: ``follower`` is not a follower replica of this partition.
+        """
+        progress = self.followers[follower]
+        if offset >= self.leo:
+            progress.last_caught_up_s = now
+            progress.caught_up_at_last_fetch = True
+        elif progress.last_fetch_s is not None and offset >= progress.leader_leo_at_last_fetch:
+            progress.last_caught_up_s = max(progress.last_caught_up_s, progress.last_fetch_s)
+            progress.caught_up_at_last_fetch = True
+        else:
+            progress.caught_up_at_last_fetch = False
+        progress.leo = offset
+        progress.flushed = min(max(flushed, UNKNOWN), offset)
+        progress.last_fetch_s = now
+        progress.leader_leo_at_last_fetch = self.leo
+        return self._recompute_hw()
+
+    def note_hw_sent(self, follower: str, hw: int) -> None:
+        """The fetch answer to ``follower`` carried ``hw``."""
+        progress = self.followers.get(follower)
+        if progress is not None:
+            progress.hw_sent = max(progress.hw_sent, hw)
+
+    def follower_needs_hw(self, follower: str) -> bool:
+        """True if ``follower`` has not been told the current high watermark."""
+        progress = self.followers.get(follower)
+        return progress is not None and progress.hw_sent < self.hw
+
+    def set_isr(self, isr: Sequence[str]) -> bool:
+        """The metadata committed ``isr`` for this epoch; True if the HW moved."""
+        self.isr = _ordered(self.replicas, set(isr) | {self.leader})
+        if self.pending_isr is not None and set(self.pending_isr) == set(self.isr):
+            self.pending_isr = None
+        return self._recompute_hw()
+
+    # ------------------------------------------------------------------ ISR changes
+
+    def _rejoins(self, member: str) -> bool:
+        progress = self.followers[member]
+        return progress.caught_up_at_last_fetch and progress.leo >= max(
+            self.hw, self.epoch_start_offset
+        )
+
+    def _lagging(self, member: str, now: float) -> bool:
+        return now - self.followers[member].last_caught_up_s > self.lag_max_s
+
+    def wanted_isr(self, now: float) -> tuple[str, ...]:
+        """The ISR the rules call for now (may equal the committed one)."""
+        keep = set()
+        for member in self.replicas:
+            if member == self.leader:
+                keep.add(member)
+            elif member in self.isr:
+                if not self._lagging(member, now):
+                    keep.add(member)
+            elif self._rejoins(member):
+                keep.add(member)
+        return _ordered(self.replicas, keep)
+
+    def isr_proposal(self, now: float) -> tuple[str, ...] | None:
+        """The ISR to propose now, or None (no change, or a proposal is in flight).
+
+        The caller proposes it to the metadata and reports the outcome with
+        :meth:`proposal_done`; meanwhile the HW is computed over the maximal ISR.
+        """
+        if self.pending_isr is not None:
+            return None
+        wanted = self.wanted_isr(now)
+        if set(wanted) == set(self.isr):
+            return None
+        self.pending_isr = wanted
+        return wanted
+
+    def proposal_done(self, isr: tuple[str, ...], accepted: bool) -> bool:
+        """The proposal of ``isr`` was applied (``accepted``) or refused; True if the HW
+        moved. A refused proposal means this epoch is over or the state was stale."""
+        if self.pending_isr is not None and set(self.pending_isr) == set(isr):
+            self.pending_isr = None
+        if accepted:
+            return self.set_isr(isr)
+        return self._recompute_hw()
+
+
+def _ordered(replicas: Sequence[str], members: set[str]) -> tuple[str, ...]:
+    """``members`` in replica-list order (members outside the list are dropped)."""
+    return tuple(r for r in replicas if r in members)

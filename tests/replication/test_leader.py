@@ -1,0 +1,193 @@
+"""LeaderState: follower progress, HW, ISR shrink/expand, min ISR (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jetserver.replication import LeaderState
+
+LAG = 10.0
+
+
+def leader(
+    *,
+    isr: tuple[str, ...] = ("a", "b", "c"),
+    durability: str = "flushed",
+    min_isr: int = 2,
+    leo: int = 0,
+    hw: int = 0,
+    now: float = 0.0,
+) -> LeaderState:
+    return LeaderState.start(
+        leader="a",
+        leader_epoch=1,
+        replicas=("a", "b", "c"),
+        isr=isr,
+        durability=durability,
+        min_isr=min_isr,
+        lag_max_s=LAG,
+        leo=leo,
+        flushed=leo,
+        hw=hw,
+        now=now,
+    )
+
+
+def test_hw_is_min_flushed_over_the_isr() -> None:
+    s = leader()
+    s.on_append(10)
+    assert not s.on_flush(10)  # followers have not fetched: HW stays
+    assert s.hw == 0
+    assert not s.on_fetch("b", 10, 10, 1.0)
+    assert s.on_fetch("c", 10, 7, 1.0)
+    assert s.hw == 7
+    assert s.on_fetch("c", 10, 10, 1.1)
+    assert s.hw == 10
+
+
+def test_flushed_durability_waits_for_the_leaders_own_fsync() -> None:
+    s = leader()
+    s.on_append(10)
+    s.on_fetch("b", 10, 10, 1.0)
+    s.on_fetch("c", 10, 10, 1.0)
+    assert s.hw == 0
+    assert s.on_flush(10)
+    assert s.hw == 10
+
+
+def test_replicated_durability_counts_leos() -> None:
+    s = leader(durability="replicated")
+    s.on_append(10)
+    s.on_fetch("b", 10, 0, 1.0)
+    s.on_fetch("c", 8, 0, 1.0)
+    assert s.hw == 8
+
+
+def test_hw_never_decreases_and_never_passes_the_leo() -> None:
+    s = leader(leo=5, hw=5)
+    s.on_fetch("b", 5, 5, 1.0)
+    s.on_fetch("c", 5, 5, 1.0)
+    assert s.hw == 5
+    s.on_fetch("b", 3, 3, 2.0)  # the follower restarted with less
+    assert s.hw == 5
+    s2 = leader(leo=5, hw=0, isr=("a",))
+    assert s2.hw == 5  # ISR of one: the leader's flushed offset
+
+
+def test_a_lagging_follower_is_dropped_and_hw_waits_for_the_metadata() -> None:
+    s = leader()
+    s.on_append(10)
+    s.on_flush(10)
+    s.on_fetch("b", 10, 10, 1.0)
+    assert s.isr_proposal(5.0) is None
+    assert s.hw == 0  # c never fetched: it holds the HW back
+    proposal = s.isr_proposal(LAG + 0.5)
+    assert proposal == ("a", "b")
+    assert s.pending_isr == ("a", "b")
+    assert s.maximal_isr == ("a", "b", "c")
+    assert s.hw == 0  # not committed yet
+    assert s.isr_proposal(LAG + 0.6) is None  # one in flight at a time
+    assert s.proposal_done(("a", "b"), accepted=True)
+    assert s.isr == ("a", "b")
+    assert s.hw == 10
+
+
+def test_a_refused_proposal_changes_nothing() -> None:
+    s = leader()
+    proposal = s.isr_proposal(LAG + 1)
+    assert proposal == ("a",)
+    assert not s.proposal_done(proposal, accepted=False)
+    assert s.isr == ("a", "b", "c")
+    assert s.pending_isr is None
+
+
+def test_a_follower_that_keeps_up_under_load_stays_in_sync() -> None:
+    s = leader()
+    leo = 0
+    t = 0.0
+    for _ in range(100):
+        t += 0.5
+        leo += 10
+        s.on_append(leo)
+        # b fetches what the leader had at its previous fetch: never exactly at the LEO
+        s.on_fetch("b", leo - 10, leo - 10, t)
+        s.on_fetch("c", leo - 10, leo - 10, t)
+    assert s.isr_proposal(t) is None
+
+
+def test_a_slow_follower_is_dropped() -> None:
+    s = leader()
+    leo = 0
+    t = 0.0
+    for i in range(40):
+        t += 0.5
+        leo += 10
+        s.on_append(leo)
+        s.on_fetch("b", leo, leo, t)
+        s.on_fetch("c", i, i, t)  # falls further behind every round
+    assert s.isr_proposal(t) == ("a", "b")
+
+
+def test_a_caught_up_follower_rejoins() -> None:
+    s = leader(isr=("a", "b"))
+    s.on_append(10)
+    s.on_flush(10)
+    s.on_fetch("b", 10, 10, 1.0)
+    assert s.hw == 10
+    s.on_fetch("c", 4, 4, 1.0)
+    assert s.isr_proposal(1.0) is None
+    s.on_fetch("c", 10, 10, 1.5)
+    proposal = s.isr_proposal(1.5)
+    assert proposal == ("a", "b", "c")
+    # while the expansion is in flight, c already counts for the HW
+    s.on_append(20)
+    s.on_flush(20)
+    s.on_fetch("b", 20, 20, 2.0)
+    assert s.hw == 10
+    s.on_fetch("c", 20, 20, 2.0)
+    assert s.hw == 20
+    s.proposal_done(proposal, accepted=True)
+    assert s.isr == ("a", "b", "c")
+
+
+def test_rejoin_needs_the_current_epoch() -> None:
+    s = leader(isr=("a",), leo=50, hw=40)
+    s.on_fetch("c", 45, 45, 1.0)  # behind this epoch's start: not reconciled/caught up
+    assert s.isr_proposal(1.0) is None
+
+
+def test_min_isr() -> None:
+    s = leader(min_isr=2)
+    assert s.enough_replicas()
+    s.set_isr(("a",))
+    assert not s.enough_replicas()
+    assert not s.committed_on_enough()
+    s.set_isr(("a", "c"))
+    assert s.enough_replicas()
+
+
+def test_hw_sent_tracking() -> None:
+    s = leader(isr=("a",), leo=3, hw=0)
+    assert s.hw == 3
+    assert s.follower_needs_hw("b")
+    s.note_hw_sent("b", 3)
+    assert not s.follower_needs_hw("b")
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="durability"):
+        leader(durability="maybe")
+    with pytest.raises(ValueError, match="replica"):
+        LeaderState.start(
+            leader="z",
+            leader_epoch=0,
+            replicas=("a",),
+            isr=("a",),
+            lag_max_s=1,
+            leo=0,
+            flushed=0,
+            hw=0,
+            now=0,
+        )
+    with pytest.raises(KeyError):
+        leader().on_fetch("z", 0, 0, 0.0)
