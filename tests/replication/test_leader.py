@@ -55,11 +55,13 @@ def test_flushed_durability_waits_for_the_leaders_own_fsync() -> None:
     assert s.hw == 10
 
 
-def test_replicated_durability_counts_leos() -> None:
+def test_replicated_durability_counts_follower_leos_and_the_leaders_flush() -> None:
     s = leader(durability="replicated")
     s.on_append(10)
     s.on_fetch("b", 10, 0, 1.0)
     s.on_fetch("c", 8, 0, 1.0)
+    assert s.hw == 0  # the leader itself always fsyncs before committing
+    assert s.on_flush(10)
     assert s.hw == 8
 
 
@@ -109,7 +111,8 @@ def test_a_follower_that_keeps_up_under_load_stays_in_sync() -> None:
         t += 0.5
         leo += 10
         s.on_append(leo)
-        # b fetches what the leader had at its previous fetch: never exactly at the LEO
+        s.on_flush(leo)
+        # b fetches what the leader had at its previous fetch: never exactly at the end
         s.on_fetch("b", leo - 10, leo - 10, t)
         s.on_fetch("c", leo - 10, leo - 10, t)
     assert s.isr_proposal(t) is None
@@ -123,6 +126,7 @@ def test_a_slow_follower_is_dropped() -> None:
         t += 0.5
         leo += 10
         s.on_append(leo)
+        s.on_flush(leo)
         s.on_fetch("b", leo, leo, t)
         s.on_fetch("c", i, i, t)  # falls further behind every round
     assert s.isr_proposal(t) == ("a", "b")
@@ -191,3 +195,40 @@ def test_bad_arguments() -> None:
         )
     with pytest.raises(KeyError):
         leader().on_fetch("z", 0, 0, 0.0)
+
+
+def test_caught_up_is_measured_against_what_the_leader_can_replicate() -> None:
+    s = leader()
+    s.on_append(100)  # appended, not yet fsynced: not replicable
+    assert s.replicable_end == 0
+    s.on_fetch("b", 0, 0, 20.0)
+    assert s.followers["b"].last_caught_up_s == 20.0
+    s.on_flush(100)
+    s.on_fetch("b", 50, 50, 21.0)  # a partial catch-up
+    assert s.followers["b"].last_caught_up_s == 21.0 - 1.0  # reached the end of its last fetch
+
+
+def test_a_failed_expansion_keeps_counting_the_member_until_resolved() -> None:
+    s = leader(isr=("a", "b"))
+    s.on_append(10)
+    s.on_flush(10)
+    s.on_fetch("b", 10, 10, 1.0)
+    s.on_fetch("c", 10, 10, 1.0)
+    proposal = s.isr_proposal(1.0)
+    assert proposal == ("a", "b", "c")
+    s.proposal_done(proposal, accepted=False)  # maybe applied after all
+    assert s.maximal_isr == ("a", "b", "c")
+    s.on_append(20)
+    s.on_flush(20)
+    s.on_fetch("b", 20, 20, 2.0)
+    assert s.hw == 10  # c may be in the metadata's ISR: it still counts
+    assert s.isr_proposal(2.0) == ("a", "b", "c")  # proposed again
+    s.proposal_done(("a", "b", "c"), accepted=True)
+    assert s.unresolved == frozenset()
+    s2 = leader(isr=("a", "b"))
+    s2.on_fetch("c", 0, 0, 1.0)
+    p2 = s2.isr_proposal(1.0)
+    assert p2 is not None
+    s2.proposal_done(p2, accepted=False)
+    s2.set_isr(("a", "b"))  # the metadata says it was not applied
+    assert s2.maximal_isr == ("a", "b")

@@ -7,22 +7,28 @@ The same object drives the server (``broker/partition.py``) and the seeded simul
 
 Rules (spec/cluster.md, "Replication"):
 
+- The leader replicates only what it has fsynced: replica fetches are served up to the
+  leader's flushed offset (its *replicable end*). So no follower ever holds a record the
+  leader could lose in a crash, and a leader that restarts in the same epoch cannot
+  diverge from its followers.
 - A follower's progress is what its fetches report: ``leo`` = the fetch offset, ``flushed``
   = the ``replica_flushed`` field.
 - **Caught up.** At a fetch at time ``t`` with offset ``o``, the follower is caught up at
-  ``t`` if ``o >=`` the leader's LEO now, or caught up at its previous fetch time if ``o >=``
-  the leader's LEO at its previous fetch (Kafka's rule: under steady load a follower is
-  never exactly at the LEO, but it reaches where the leader was one fetch ago).
+  ``t`` if ``o >=`` the leader's replicable end now, or caught up at its previous fetch time
+  if ``o >=`` the replicable end at its previous fetch (Kafka's rule: under steady load a
+  follower is never exactly at the end, but it reaches where the leader was one fetch
+  ago).
 - **Shrink.** An ISR follower not caught up for more than ``replica_lag_max_s`` is dropped.
 - **Expand.** A non-ISR replica rejoins when, at a fetch, it has caught up (as above, at
   that fetch or the previous one), and its offset is >= the high watermark and >= the start
   offset of the leader's current epoch (it has reconciled with this leader).
 - **High watermark** = min over the *maximal* ISR (the committed ISR plus the members of a
-  proposal in flight) of each member's ``flushed`` offset (durability ``flushed``) or
-  ``leo`` (durability ``replicated``), the leader included; never above the leader's LEO,
-  and it never decreases. A follower that has not fetched yet in this epoch holds it back.
-  Using the maximal ISR means a shrink takes effect only once the metadata committed it,
-  so no offset is committed on fewer replicas than the metadata's ISR.
+  proposal in flight) of each follower's ``flushed`` offset (durability ``flushed``) or
+  ``leo`` (durability ``replicated``) and of the leader's own flushed offset (the leader
+  always fsyncs before it commits); it never decreases. A follower that has not fetched
+  yet in this epoch holds it back. Using the maximal ISR means a shrink takes effect only
+  once the metadata committed it, so no offset is committed on fewer replicas than the
+  metadata's ISR.
 - **Min ISR.** ALL acks are refused (NOT_ENOUGH_REPLICAS) while the committed ISR has
   fewer than ``min_isr`` members.
 
@@ -51,14 +57,15 @@ class FollowerProgress:
     """Every offset below this is fsynced on the follower (as last reported)."""
     last_fetch_s: float | None = None
     """Clock time of the last fetch (None: none in this epoch)."""
-    leader_leo_at_last_fetch: int = UNKNOWN
-    """The leader's LEO when that fetch arrived."""
+    end_at_last_fetch: int = UNKNOWN
+    """The leader's replicable end (flushed offset) when that fetch arrived."""
     last_caught_up_s: float = 0.0
     """Last time the follower was caught up (see the module docstring)."""
     hw_sent: int = UNKNOWN
     """The last high watermark sent to the follower."""
     caught_up_at_last_fetch: bool = False
-    """Its last fetch offset reached the leader's LEO at that fetch or at the one before."""
+    """Its last fetch offset reached the leader's replicable end at that fetch or at the one
+    before."""
 
 
 @attrs.define
@@ -94,6 +101,10 @@ class LeaderState:
     """Progress of every other replica."""
     pending_isr: tuple[str, ...] | None = None
     """An ISR change proposed to the metadata and not answered yet."""
+    unresolved: frozenset[str] = frozenset()
+    """Members added by proposals without a definite outcome (refused or timed out): they
+    may be in the metadata's ISR, so they keep counting for the HW until an accepted
+    proposal or a metadata update says what the ISR is."""
 
     @classmethod
     def start(
@@ -143,10 +154,11 @@ class LeaderState:
 
     @property
     def maximal_isr(self) -> tuple[str, ...]:
-        """The committed ISR plus the members of a proposal in flight."""
-        if self.pending_isr is None:
+        """The committed ISR plus the members of a proposal in flight or unresolved."""
+        if self.pending_isr is None and not self.unresolved:
             return self.isr
-        return _ordered(self.replicas, set(self.isr) | set(self.pending_isr))
+        members = set(self.isr) | set(self.pending_isr or ()) | self.unresolved
+        return _ordered(self.replicas, members)
 
     def enough_replicas(self) -> bool:
         """True if ALL acks may be accepted: the committed ISR has ``min_isr`` members."""
@@ -157,18 +169,21 @@ class LeaderState:
         return len(self.maximal_isr) >= self.min_isr
 
     def _value(self, member: str) -> int:
-        """The offset ``member`` vouches for (flushed or LEO, by durability)."""
-        flushed = self.durability == DURABILITY_FLUSHED
+        """The offset ``member`` vouches for (flushed, or a follower's LEO if replicated)."""
         if member == self.leader:
-            return self.flushed if flushed else self.leo
+            return self.flushed
         progress = self.followers.get(member)
         if progress is None:
             return UNKNOWN
-        return progress.flushed if flushed else progress.leo
+        return progress.flushed if self.durability == DURABILITY_FLUSHED else progress.leo
+
+    @property
+    def replicable_end(self) -> int:
+        """Replica fetches are served records below this offset (the leader's flushed one)."""
+        return self.flushed
 
     def _recompute_hw(self) -> bool:
         candidate = min(self._value(m) for m in self.maximal_isr)
-        candidate = min(candidate, self.leo)
         if candidate > self.hw:
             self.hw = candidate
             return True
@@ -179,8 +194,6 @@ class LeaderState:
     def on_append(self, leo: int) -> None:
         """The leader appended records; its LEO is now ``leo``."""
         self.leo = max(self.leo, leo)
-        if self.durability == DURABILITY_REPLICATED:
-            self._recompute_hw()
 
     def on_flush(self, flushed: int) -> bool:
         """The leader fsynced up to ``flushed``; True if the HW moved."""
@@ -196,10 +209,10 @@ class LeaderState:
             KeyError: ``follower`` is not a follower replica of this partition.
         """
         progress = self.followers[follower]
-        if offset >= self.leo:
+        if offset >= self.replicable_end:
             progress.last_caught_up_s = now
             progress.caught_up_at_last_fetch = True
-        elif progress.last_fetch_s is not None and offset >= progress.leader_leo_at_last_fetch:
+        elif progress.last_fetch_s is not None and offset >= progress.end_at_last_fetch:
             progress.last_caught_up_s = max(progress.last_caught_up_s, progress.last_fetch_s)
             progress.caught_up_at_last_fetch = True
         else:
@@ -207,7 +220,7 @@ class LeaderState:
         progress.leo = offset
         progress.flushed = min(max(flushed, UNKNOWN), offset)
         progress.last_fetch_s = now
-        progress.leader_leo_at_last_fetch = self.leo
+        progress.end_at_last_fetch = self.replicable_end
         return self._recompute_hw()
 
     def note_hw_sent(self, follower: str, hw: int) -> None:
@@ -224,6 +237,7 @@ class LeaderState:
     def set_isr(self, isr: Sequence[str]) -> bool:
         """The metadata committed ``isr`` for this epoch; True if the HW moved."""
         self.isr = _ordered(self.replicas, set(isr) | {self.leader})
+        self.unresolved = frozenset()
         if self.pending_isr is not None and set(self.pending_isr) == set(self.isr):
             self.pending_isr = None
         return self._recompute_hw()
@@ -261,18 +275,24 @@ class LeaderState:
         if self.pending_isr is not None:
             return None
         wanted = self.wanted_isr(now)
-        if set(wanted) == set(self.isr):
+        if set(wanted) == set(self.isr) and not self.unresolved:
             return None
         self.pending_isr = wanted
         return wanted
 
     def proposal_done(self, isr: tuple[str, ...], accepted: bool) -> bool:
-        """The proposal of ``isr`` was applied (``accepted``) or refused; True if the HW
-        moved. A refused proposal means this epoch is over or the state was stale."""
+        """The proposal of ``isr`` was applied (``accepted``), or refused or without outcome
+        (not ``accepted``); True if the HW moved.
+
+        After a failed proposal its added members stay in :attr:`unresolved` (they count
+        for the HW) until a later proposal is accepted or :meth:`set_isr` brings the
+        metadata's ISR; the next :meth:`isr_proposal` proposes again.
+        """
         if self.pending_isr is not None and set(self.pending_isr) == set(isr):
             self.pending_isr = None
         if accepted:
             return self.set_isr(isr)
+        self.unresolved = self.unresolved | (frozenset(isr) - set(self.isr))
         return self._recompute_hw()
 
 
