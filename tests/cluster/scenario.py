@@ -1,0 +1,230 @@
+"""The shared shape of a fault test: a stream on a running cluster, drivers in the
+background, and the final verification with every checker.
+
+    async with Scenario.open(cluster, "orders", partitions=3, rf=3) as sc:
+        sc.start_producer(count=20_000, time_limit_s=60)
+        await sc.producer.wait_acked(1000, 20)
+        ... inject faults ...
+        await sc.verify()   # stops the drivers (bounded), then: acked ⊆ stored, exactly
+                            # once, order, HW monotonic, consumer, replica logs identical
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import attrs
+
+from cluster.checkers import (
+    Stored,
+    assert_clean,
+    check_acked_stored,
+    check_consumed,
+    check_exactly_once,
+    check_hw_monotonic,
+    check_order,
+    check_replicas_identical,
+)
+from cluster.harness import Cluster
+from cluster.views import replica_logs, wait_caught_up, wait_leader
+from cluster.workload import ConsumerDriver, HwMonitor, ProducerDriver, client, read_committed
+from jetsdk import Client
+
+LEADER_TIMEOUT_S = 30.0
+"""Bound on a partition getting a (new) leader."""
+CATCH_UP_TIMEOUT_S = 30.0
+"""Bound on every replica catching up at the end."""
+DRAIN_TIMEOUT_S = 40.0
+"""Bound on the drivers finishing after the stop signal."""
+BACKGROUND_LIMIT_S = 150.0
+"""Hard bound on any background driver."""
+
+
+@attrs.define(eq=False)
+class Scenario:
+    """A stream under test with its producer, consumer and HW monitor."""
+
+    cluster: Cluster
+    """The cluster."""
+    jet: Client
+    """The drivers' SDK client."""
+    stream: str
+    """The stream."""
+    partitions: int
+    """Its partition count."""
+    tg: anyio.abc.TaskGroup
+    """Where the drivers run."""
+    producer: ProducerDriver
+    """The acked producer."""
+    consumer: ConsumerDriver
+    """The consumer (started with the scenario)."""
+    monitor: HwMonitor
+    """The HW monitor (started with the scenario)."""
+    stop: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set to stop the consumer and the monitor."""
+    stop_producer: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set to stop the producer."""
+    producer_done: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set once the producer has flushed and returned."""
+    notes: list[str] = attrs.field(factory=list)
+    """What the test wants printed at the end (timings, counts)."""
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        cluster: Cluster,
+        stream: str,
+        *,
+        partitions: int,
+        rf: int,
+        value_bytes: int = 100,
+        **stream_options: int | float,
+    ) -> AsyncIterator[Scenario]:
+        """Create the stream, wait for its leaders, start the consumer and the monitor."""
+        async with client(cluster.addresses) as jet:
+            await jet.create_stream(
+                stream,
+                partitions=partitions,
+                replication_factor=rf,
+                **stream_options,  # type: ignore[arg-type]
+            )
+            for p in range(partitions):
+                await wait_leader(cluster, stream, p, LEADER_TIMEOUT_S)
+            async with anyio.create_task_group() as tg:
+                sc = cls(
+                    cluster,
+                    jet,
+                    stream,
+                    partitions,
+                    tg,
+                    ProducerDriver(jet, stream, partitions, value_bytes=value_bytes),
+                    ConsumerDriver(jet, stream),
+                    HwMonitor(cluster, stream),
+                )
+                tg.start_soon(sc.consumer.run, sc.stop, BACKGROUND_LIMIT_S)
+                tg.start_soon(sc.monitor.run, sc.stop, BACKGROUND_LIMIT_S)
+                try:
+                    yield sc
+                finally:
+                    sc.stop_producer.set()
+                    sc.stop.set()
+                    with anyio.move_on_after(DRAIN_TIMEOUT_S) as scope:
+                        await sc.producer_done.wait()
+                    if scope.cancelled_caught:
+                        tg.cancel_scope.cancel()
+
+    async def _drain(self) -> None:
+        """Stop the producer (bounded), let the consumer catch up with every ack (bounded;
+        verify() reports if it did not), then stop the consumer and the monitor."""
+        self.stop_producer.set()
+        with anyio.move_on_after(DRAIN_TIMEOUT_S):
+            await self.producer_done.wait()
+        want: dict[int, int] = {}
+        for a in self.producer.acked:
+            want[a.partition] = max(want.get(a.partition, 0), a.offset + 1)
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        while time.monotonic() < deadline and not self.consumer.error:
+            if all(self.consumer.reached(p) >= end for p, end in want.items()):
+                break
+            await anyio.sleep(0.1)
+        self.stop.set()
+
+    def start_producer(self, count: int, time_limit_s: float, *, rate: float = 1000.0) -> None:
+        """Start the producer in the background (stops at ``self.stop``)."""
+
+        async def run() -> None:
+            try:
+                await self.producer.run(count, time_limit_s, rate=rate, stop=self.stop_producer)
+            finally:
+                self.producer_done.set()
+
+        self.tg.start_soon(run)
+
+    async def wait_leaders(
+        self, timeout_s: float = LEADER_TIMEOUT_S, *, not_on: str | None = None
+    ) -> dict[int, str]:
+        """Wait until every partition has a running leader (not ``not_on``)."""
+        leaders = {}
+        for p in range(self.partitions):
+            info = await wait_leader(self.cluster, self.stream, p, timeout_s, not_on=not_on)
+            assert info.leader is not None
+            leaders[p] = info.leader
+        return leaders
+
+    def note(self, text: str) -> None:
+        """Print ``text`` now and keep it for the summary."""
+        print(text)
+        self.notes.append(text)
+
+    async def verify(self, *, compare_replicas: bool = True) -> dict[int, list[Stored]]:
+        """Stop the drivers, run every checker; return what is stored.
+
+        Waits (bounded) for leaders and for every replica to catch up to the HW, reads every
+        partition through its leader and every replica's files, then checks: acked ⊆
+        stored, exactly once, order, HW monotonic, consumer in order without gaps or
+        repeats and complete, replica logs byte-identical below the HW.
+        """
+        await self._drain()
+        await self.wait_leaders()
+        stored: dict[int, list[Stored]] = {}
+        replicas: list[str] = []
+        hws: dict[int, int] = {}
+        for p in range(self.partitions):
+            records, hw = await read_committed(self.jet, self.stream, p)
+            stored[p] = records
+            hws[p] = hw
+            if compare_replicas:
+                info, caught_up_hw = await wait_caught_up(
+                    self.cluster, self.stream, p, CATCH_UP_TIMEOUT_S
+                )
+                logs = await anyio.to_thread.run_sync(
+                    replica_logs, self.cluster, self.stream, p, info.replicas
+                )
+                replicas.extend(check_replicas_identical(logs, min(caught_up_hw, hw), log_start=0))
+        consumed = self.consumer.consumed
+        reached = {p: self.consumer.reached(p) for p in range(self.partitions)}
+        consumer_problems = check_consumed(consumed, self.producer.acked)
+        if self.consumer.error:
+            consumer_problems.append(f"consumer stopped: {self.consumer.error}")
+        for p in range(self.partitions):
+            acked_offsets = [a.offset for a in self.producer.acked if a.partition == p]
+            if acked_offsets and reached[p] <= max(acked_offsets):
+                consumer_problems.append(
+                    f"consumer reached {reached[p]} in partition {p}, acked up to "
+                    f"{max(acked_offsets)}"
+                )
+        summary = (
+            f"sent {self.producer.sent}, acked {len(self.producer.acked)}, failed "
+            f"{self.producer.failures}, stored {sum(len(v) for v in stored.values())}, "
+            f"hw {hws}, consumed {len(consumed)}, hw samples {len(self.monitor.samples)}"
+        )
+        self.note(summary)
+        assert_clean(
+            acked_subset_of_stored=check_acked_stored(self.producer.acked, stored),
+            exactly_once=check_exactly_once(stored),
+            order=check_order(stored),
+            hw_monotonic=check_hw_monotonic(self.monitor.samples),
+            consumer=consumer_problems,
+            replicas_identical=replicas,
+        )
+        return stored
+
+
+def first_ack_after(producer: ProducerDriver, t0: float, partition: int | None = None) -> float:
+    """Seconds from ``t0`` to the first ack after it (of ``partition`` if given); inf if none."""
+    times = [
+        a.at
+        for a in producer.acked
+        if a.at > t0 and (partition is None or a.partition == partition)
+    ]
+    return min(times) - t0 if times else float("inf")
+
+
+def elapsed(t0: float) -> float:
+    """Seconds since ``t0`` (time.monotonic())."""
+    return time.monotonic() - t0

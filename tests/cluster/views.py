@@ -1,0 +1,153 @@
+"""What each server of a test cluster says, and bounded waits on it.
+
+Every server is asked directly (a fresh connection, a short timeout), so a dead or paused
+server answers None instead of blocking the test, and a server's own view (its HW, its
+idea of the leader and ISR) can be told apart from another's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import anyio
+
+from cluster.checkers import Stored
+from cluster.harness import Cluster, HarnessError
+from cluster.records import read_disk_log
+from jetsdk.metadata import PartitionInfo
+from support.raw_client import RawClient
+
+VIEW_TIMEOUT_S = 1.0
+"""Bound on one per-server request."""
+POLL_S = 0.05
+"""Pause between two polls of a wait."""
+
+
+async def partition_view(address: str, stream: str) -> dict[int, dict[str, Any]] | None:
+    """DescribeStream answered by one server: partition -> its JSON (None if no answer)."""
+    try:
+        with anyio.fail_after(VIEW_TIMEOUT_S):
+            async with await RawClient.connect(address) as raw:
+                answer = await raw.describe(stream)
+    except Exception:  # no answer: a dead or paused server, an error frame
+        return None
+    parts = answer.get("partitions")
+    if not isinstance(parts, list):
+        return None
+    return {int(p["partition"]): p for p in parts if isinstance(p, dict)}
+
+
+async def partition_info(
+    cluster: Cluster, stream: str, partition: int, *, exclude: Iterable[str] = ()
+) -> PartitionInfo | None:
+    """The partition's metadata from the first live server (not in ``exclude``) answering."""
+    skip = set(exclude)
+    for s in cluster.live():
+        if s.server_id in skip:
+            continue
+        view = await partition_view(s.address, stream)
+        if view is not None and partition in view:
+            return PartitionInfo.from_json(view[partition])
+    return None
+
+
+async def wait_info(
+    cluster: Cluster,
+    stream: str,
+    partition: int,
+    accept: Callable[[PartitionInfo], bool],
+    timeout_s: float,
+    what: str,
+) -> PartitionInfo:
+    """Poll until a live server reports partition metadata that ``accept`` likes.
+
+    Raises:
+        HarnessError: not within ``timeout_s`` (the last view is in the message).
+    """
+    deadline = time.monotonic() + timeout_s
+    last: PartitionInfo | None = None
+    while True:
+        info = await partition_info(cluster, stream, partition)
+        if info is not None:
+            last = info
+            if accept(info):
+                return info
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{what} ({stream}/{partition}): not within {timeout_s} s; {last}")
+        await anyio.sleep(POLL_S)
+
+
+async def wait_leader(
+    cluster: Cluster,
+    stream: str,
+    partition: int,
+    timeout_s: float,
+    *,
+    not_on: str | None = None,
+    min_epoch: int = 0,
+) -> PartitionInfo:
+    """Wait for a leader that runs (and is not ``not_on``), with epoch >= ``min_epoch``, and
+    that itself reports being the leader."""
+    live = {s.server_id: s for s in cluster.live()}
+
+    async def ok(info: PartitionInfo) -> bool:
+        if info.leader is None or info.leader == not_on or info.leader_epoch < min_epoch:
+            return False
+        server = live.get(info.leader)
+        if server is None or not server.alive or server.paused:
+            return False
+        own = await partition_view(server.address, stream)
+        return own is not None and partition in own and own[partition].get("leader") == info.leader
+
+    deadline = time.monotonic() + timeout_s
+    last: PartitionInfo | None = None
+    while True:
+        live = {s.server_id: s for s in cluster.live()}
+        info = await partition_info(cluster, stream, partition)
+        if info is not None:
+            last = info
+            if await ok(info):
+                return info
+        if time.monotonic() > deadline:
+            raise HarnessError(
+                f"no leader for {stream}/{partition} (not {not_on}, epoch >= {min_epoch}) "
+                f"within {timeout_s} s; last view {last}"
+            )
+        await anyio.sleep(POLL_S)
+
+
+def replica_logs(
+    cluster: Cluster, stream: str, partition: int, replicas: Iterable[str]
+) -> dict[str, list[Stored]]:
+    """Each replica's records as its segment files hold them."""
+    return {sid: read_disk_log(cluster.server(sid).data_dir, stream, partition) for sid in replicas}
+
+
+async def wait_caught_up(
+    cluster: Cluster, stream: str, partition: int, timeout_s: float
+) -> tuple[PartitionInfo, int]:
+    """Wait until every replica's files hold every offset below the leader's HW, with the
+    leader's HW stable over two polls; return the leader's view and that HW."""
+    deadline = time.monotonic() + timeout_s
+    previous = -1
+    status = "no view"
+    while True:
+        info = await partition_info(cluster, stream, partition)
+        leader = cluster.server(info.leader) if info is not None and info.leader else None
+        own = await partition_view(leader.address, stream) if leader is not None else None
+        if info is not None and own is not None and partition in own:
+            hw = own[partition].get("hw")
+            if isinstance(hw, int):
+                logs = await anyio.to_thread.run_sync(
+                    replica_logs, cluster, stream, partition, info.replicas
+                )
+                ends = {sid: (rs[-1].offset + 1 if rs else 0) for sid, rs in logs.items()}
+                status = f"hw {hw}, replica ends {ends}, isr {info.isr}"
+                if hw == previous and all(end >= hw for end in ends.values()):
+                    return info, hw
+                previous = hw
+        if time.monotonic() > deadline:
+            raise HarnessError(f"{stream}/{partition} replicas not caught up: {status}")
+        await anyio.sleep(4 * POLL_S)
