@@ -84,7 +84,7 @@ def test_retention_past_the_start_is_data_loss(spark: Any, spark_jet: JetDev) ->
     log_start, hw = bounds(servers, name)
 
     def read(fail_on_data_loss: str) -> list[Any]:
-        return (
+        rows: list[Any] = (
             spark.read.format("jetstream")
             .option("servers", _servers(spark_jet))
             .option("streams", name)
@@ -93,6 +93,7 @@ def test_retention_past_the_start_is_data_loss(spark: Any, spark_jet: JetDev) ->
             .load()
             .collect()
         )
+        return rows
 
     with pytest.raises(Exception, match="failOnDataLoss") as info:
         read("true")
@@ -105,14 +106,20 @@ def test_batch_write_then_batch_read_by_offsets(spark: Any, spark_jet: JetDev) -
     servers = spark_jet.servers
     name = unique("batch")
     create(servers, name, partitions=2)
-    rows = [(f"k{i}", f"v{i}".encode(), i % 2, [("n", str(i).encode())]) for i in range(50)]
+    other = unique("batch-other")
+    create(servers, other)
+    # Rows name their stream in a column (no 'stream' option): 50 to `name`, 10 to `other`.
+    rows: list[tuple[Any, ...]] = [
+        (name, f"k{i}", f"v{i}".encode(), i % 2, [("n", str(i).encode())]) for i in range(50)
+    ]
+    rows += [(other, f"o{i}", b"other", None, None) for i in range(10)]
     df = spark.createDataFrame(
         rows,
-        "key string, value binary, partition int, headers array<struct<key:string,value:binary>>",
+        "stream string, key string, value binary, partition int, "
+        "headers array<struct<key:string,value:binary>>",
     )
-    df.write.format("jetstream").option("servers", _servers(spark_jet)).option("stream", name).mode(
-        "append"
-    ).save()
+    df.write.format("jetstream").option("servers", _servers(spark_jet)).mode("append").save()
+    assert len(read_all(servers, other)) == 10
     stored = read_all(servers, name)
     assert len(stored) == 50
 

@@ -269,11 +269,11 @@ def write_rows(
     """
     writer = _TaskWriter(opts, producer_id, task)
     default_stream = opts.stream
-    for value, key, headers, partition, stream in rows:
+    for value, key, headers, partition, row_stream in rows:
+        # As in Spark's Kafka sink, option 'stream' overrides the column.
+        stream = default_stream or row_stream
         if stream is None:
-            stream = default_stream
-            if stream is None:
-                raise ColumnError("stream", "a row has a null stream and option 'stream' is unset")
+            raise ColumnError("stream", "a row has a null stream and option 'stream' is unset")
         writer.add(
             stream,
             b"" if value is None else _as_bytes(value),
