@@ -1,0 +1,445 @@
+"""Replicated publishing and failover: jet RF=3 ack ALL vs NATS JetStream R3, in one run.
+
+Both sides run three servers on this machine's loopback, one after the other (never at the
+same time, so they do not share the 2 cores), with 100-byte values:
+
+(a) acked publish throughput: jet ``Producer(ack=ALL)`` (commit = fsynced on every in-sync
+    replica, min ISR 2) ``send_soon`` + ``flush`` vs nats-py ``js.publish_async`` +
+    ``publish_async_completed`` into a 3-replica file stream, both with a window of 4000
+    unacknowledged messages. JetStream runs with its default ``sync_interval`` (it fsyncs
+    every 2 minutes: an R3 ack means "in memory on 2 of 3 servers"); the full run adds a
+    row against ``sync_interval: always``, jet's default durability;
+(b) acked publish latency (send -> ack) at a fixed rate, p50 / p99;
+(c) failover: kill -9 (by PID) of the partition leader / the stream leader, while a
+    publisher sends one message at a time and retries (short timeouts, 50 ms backoff on
+    both sides) -> the first successful acked publish. The JetStream client is connected
+    to a server that is not killed (the most favourable case for it); the jet client loses
+    its connection to the killed leader and follows the new one by itself.
+
+Targets (issue 4, item 9): RF=3 ALL publish >= 1.0x JetStream R3 ``publish_async``;
+failover <= 0.5x JetStream's. Ratios printed as jet / JetStream for throughput (> 1: jet
+better) and JetStream / jet for times (> 1: jet better). Run: ``python -m bench cluster``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from cluster.harness import CLUSTERING_AVAILABLE, Cluster, free_port
+from cluster.views import wait_info, wait_leader
+from jetsdk import AckPolicy, Client, JetError, Producer, RetryPolicy
+from jetserver.nats_process import NatsServerProcess
+
+VALUE = b"x" * 100
+WINDOW = 4000
+"""Unacknowledged messages in flight (both sides)."""
+STREAM = "bench"
+SUBJECT = "bench.r3"
+READY_TIMEOUT_S = 60.0
+"""Bound on a cluster becoming ready to accept the stream."""
+FAILOVER_TIMEOUT_S = 60.0
+"""Bound on the first ack after a kill."""
+RETRY_PAUSE_S = 0.05
+"""Pause between publish attempts while failing over (both sides)."""
+ATTEMPT_TIMEOUT_S = 0.5
+"""Per-attempt publish timeout while failing over (both sides)."""
+FAILOVER_RETRY = RetryPolicy(attempts=2000, backoff=RETRY_PAUSE_S, backoff_max=RETRY_PAUSE_S)
+"""The jet client's retries during failover (same pause as the JetStream loop)."""
+
+
+@attrs.define
+class Figures:
+    """What one side measured."""
+
+    publish_rate: float = 0.0
+    """Acked messages per second through the window."""
+    latency_ms: list[float] = attrs.field(factory=list)
+    """Send -> ack latencies at the fixed rate."""
+    failover_s: list[float] = attrs.field(factory=list)
+    """kill -9 of the leader -> first acked publish, per round."""
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def _ratio(jet: float, js: float, higher_is_better: bool) -> str:
+    if jet <= 0 or js <= 0:
+        return "n/a"
+    return f"{(jet / js if higher_is_better else js / jet):.2f}x"
+
+
+async def _paced(total: int, rate: float, send: Callable[[], Awaitable[Any]]) -> None:
+    start = time.perf_counter()
+    for i in range(total):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await anyio.sleep(delay)
+        await send()
+
+
+# -- JetStream R3 -------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class JetStreamCluster:
+    """Three nats-servers with JetStream and cluster routes on 127.0.0.1."""
+
+    root: Path
+    """Work directories."""
+    sync_always: bool = False
+    """``sync_interval: always`` (fsync every write) instead of the default."""
+    nodes: list[NatsServerProcess] = attrs.field(factory=list)
+    """The servers (n1, n2, n3)."""
+
+    def start(self) -> None:
+        """Start the three servers (each waits for its client port)."""
+        names = ["n1", "n2", "n3"]
+        client_ports = [free_port() for _ in names]
+        route_ports = [free_port() for _ in names]
+        sync = "\n  sync_interval: always" if self.sync_always else ""
+        for i, name in enumerate(names):
+            work = self.root / name
+            routes = ", ".join(
+                f'"nats-route://127.0.0.1:{route_ports[j]}"' for j in range(3) if j != i
+            )
+            extra = (
+                f"server_name: {name}\n"
+                f'jetstream {{\n  store_dir: "{work / "store"}"{sync}\n}}\n'
+                f"cluster {{\n  name: jsbench\n  listen: 127.0.0.1:{route_ports[i]}\n"
+                f"  routes: [{routes}]\n}}"
+            )
+            node = NatsServerProcess(port=client_ports[i], work_dir=work, extra_config=extra)
+            self.nodes.append(node)
+        for node in self.nodes:
+            node.start()
+
+    @property
+    def urls(self) -> list[str]:
+        """Client URLs."""
+        return [n.url for n in self.nodes]
+
+    def node(self, name: str) -> NatsServerProcess:
+        """The node with this server_name."""
+        return self.nodes[int(name[1:]) - 1]
+
+    def stop(self) -> None:
+        """Stop every node by PID."""
+        for node in self.nodes:
+            node.stop()
+
+    @contextmanager
+    def running(self) -> Iterator[JetStreamCluster]:
+        """Start, yield, stop."""
+        try:
+            self.start()
+            yield self
+        finally:
+            self.stop()
+
+
+async def _js_connect(urls: list[str]) -> Any:
+    import nats
+
+    return await nats.connect(
+        urls, reconnect_time_wait=0.1, max_reconnect_attempts=-1, connect_timeout=2
+    )
+
+
+async def _js_add_stream(js: Any) -> None:
+    from nats.js.api import StorageType, StreamConfig
+
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            await js.add_stream(
+                StreamConfig(
+                    name=STREAM.upper(),
+                    subjects=[SUBJECT],
+                    storage=StorageType.FILE,
+                    num_replicas=3,
+                )
+            )
+            return
+        except Exception as exc:  # meta leader not elected yet, peers not connected
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"JetStream R3 stream not created: {exc}") from exc
+            await anyio.sleep(0.25)
+
+
+async def _js_stream_leader(js: Any) -> str:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            info = await js.stream_info(STREAM.upper())
+            leader = info.cluster.leader if info.cluster is not None else None
+            current = [r for r in (info.cluster.replicas or []) if r.current]
+            if leader and len(current) == 2:
+                return str(leader)
+        except Exception:  # no leader right now
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("JetStream stream has no leader with 2 current replicas")
+        await anyio.sleep(0.1)
+
+
+async def _js_publish_rate(js: Any, n: int) -> float:
+    start = time.perf_counter()
+    future = None
+    for _ in range(n):
+        future = await js.publish_async(SUBJECT, VALUE)
+    await js.publish_async_completed()
+    elapsed = time.perf_counter() - start
+    assert future is not None
+    await future
+    return n / elapsed
+
+
+async def _js_latency(js: Any, rate: float, total: int) -> list[float]:
+    latencies: list[float] = []
+    futures = []
+
+    async def send() -> None:
+        sent = time.perf_counter()
+        future = await js.publish_async(SUBJECT, VALUE)
+        future.add_done_callback(lambda _f: latencies.append((time.perf_counter() - sent) * 1e3))
+        futures.append(future)
+
+    await _paced(total, rate, send)
+    await js.publish_async_completed()
+    for f in futures:
+        await f
+    return latencies
+
+
+async def _js_failover(cluster: JetStreamCluster, rounds: int) -> list[float]:
+    import nats
+
+    out = []
+    for _ in range(rounds):
+        probe = await nats.connect(cluster.urls, connect_timeout=2)
+        leader = await _js_stream_leader(probe.jetstream())
+        await probe.close()
+        others = [n.url for n in cluster.nodes if n is not cluster.node(leader)]
+        nc = await nats.connect(others, reconnect_time_wait=0.1, connect_timeout=2)
+        js = nc.jetstream()
+        await js.publish(SUBJECT, VALUE, timeout=5)
+        victim = cluster.node(leader)
+        t0 = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL)
+        with anyio.fail_after(FAILOVER_TIMEOUT_S):
+            while True:
+                try:
+                    await js.publish(SUBJECT, VALUE, timeout=ATTEMPT_TIMEOUT_S)
+                    break
+                except Exception:  # timeouts, "no responders" while the leader is elected
+                    await anyio.sleep(RETRY_PAUSE_S)
+        out.append(time.monotonic() - t0)
+        print(f"  jetstream: killed stream leader {leader}; first ack after {out[-1]:.2f} s")
+        victim.stop()  # reap it
+        victim.start()
+        await _js_stream_leader(js)
+        await nc.close()
+    return out
+
+
+async def _js_bench(cluster: JetStreamCluster, quick: bool, failover_rounds: int) -> Figures:
+    n = 20_000 if quick else 100_000
+    rate, total = (500.0, 1500) if quick else (1000.0, 5000)
+    nc = await _js_connect(cluster.urls)
+    js = nc.jetstream(publish_async_max_pending=WINDOW)
+    figures = Figures()
+    try:
+        await _js_add_stream(js)
+        await _js_stream_leader(js)
+        await _js_publish_rate(js, 1000)  # warm-up
+        figures.publish_rate = await _js_publish_rate(js, n)
+        figures.latency_ms = await _js_latency(js, rate, total)
+    finally:
+        await nc.close()
+    if failover_rounds:
+        figures.failover_s = await _js_failover(cluster, failover_rounds)
+    return figures
+
+
+# -- jet RF=3 -----------------------------------------------------------------------------
+
+
+async def _jet_publish_rate(jet: Client, n: int) -> float:
+    async with Producer(jet, STREAM, ack=AckPolicy.ALL, max_pending=WINDOW, max_in_flight=4) as p:
+        start = time.perf_counter()
+        handle = None
+        for _ in range(n):
+            handle = await p.send_soon(VALUE)
+        await p.flush()
+        elapsed = time.perf_counter() - start
+        assert handle is not None
+        handle.result()
+    return n / elapsed
+
+
+async def _jet_latency(jet: Client, rate: float, total: int) -> list[float]:
+    latencies: list[float] = []
+    async with Producer(jet, STREAM, ack=AckPolicy.ALL, linger=0, max_pending=WINDOW) as p:
+
+        async def send() -> None:
+            sent = time.perf_counter()
+            handle = await p.send_soon(VALUE)
+            handle.add_done_callback(
+                lambda _h: latencies.append((time.perf_counter() - sent) * 1e3)
+            )
+
+        await _paced(total, rate, send)
+        await p.flush()
+    return latencies
+
+
+async def _jet_failover(cluster: Cluster, rounds: int) -> list[float]:
+    out = []
+    async with (
+        Client(
+            cluster.addresses, retry=FAILOVER_RETRY, request_timeout=ATTEMPT_TIMEOUT_S * 4
+        ) as jet,
+        Producer(jet, STREAM, ack=AckPolicy.ALL, linger=0, ack_timeout=2.0) as p,
+    ):
+        for _ in range(rounds):
+            info = await wait_info(
+                cluster, STREAM, 0, lambda i: len(i.isr) == 3, READY_TIMEOUT_S, "full ISR"
+            )
+            assert info.leader is not None
+            await p.send(VALUE, partition=0)
+            victim = cluster.server(info.leader)
+            t0 = time.monotonic()
+            victim.kill9()
+            with anyio.fail_after(FAILOVER_TIMEOUT_S):
+                while True:
+                    try:
+                        await p.send(VALUE, partition=0)
+                        break
+                    except JetError:
+                        await anyio.sleep(RETRY_PAUSE_S)
+            out.append(time.monotonic() - t0)
+            new = await wait_leader(cluster, STREAM, 0, READY_TIMEOUT_S)
+            print(
+                f"  jet: killed partition leader {info.leader} (epoch {info.leader_epoch}); "
+                f"first ack after {out[-1]:.2f} s; new leader {new.leader} "
+                f"(epoch {new.leader_epoch})"
+            )
+            await anyio.to_thread.run_sync(victim.start)
+    return out
+
+
+async def _jet_bench(cluster: Cluster, quick: bool, failover_rounds: int) -> Figures:
+    n = 20_000 if quick else 100_000
+    rate, total = (500.0, 1500) if quick else (1000.0, 5000)
+    figures = Figures()
+    async with Client(cluster.addresses) as jet:
+        await jet.create_stream(STREAM, SUBJECT, partitions=1, replication_factor=3)
+        await wait_info(cluster, STREAM, 0, lambda i: len(i.isr) == 3, READY_TIMEOUT_S, "ISR")
+        await _jet_publish_rate(jet, 1000)  # warm-up
+        figures.publish_rate = await _jet_publish_rate(jet, n)
+        figures.latency_ms = await _jet_latency(jet, rate, total)
+    if failover_rounds:
+        figures.failover_s = await _jet_failover(cluster, failover_rounds)
+    return figures
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+def _row(label: str, jet: float, js: float, unit: str, higher_is_better: bool) -> None:
+    print(
+        f"  {label:<40} jet {jet:>10,.1f}  jetstream {js:>10,.1f} {unit:<6} "
+        f"ratio {_ratio(jet, js, higher_is_better)}"
+    )
+
+
+def _report(jet: Figures | None, js: Figures, js_sync: Figures | None) -> None:
+    print("\n  summary (ratio > 1: jet better)")
+    j = jet or Figures()
+    if jet is None:
+        print("  jet RF=3: not measured (clustering is not in the server yet)")
+    _row("publish RF=3 ack ALL vs R3 publish_async", j.publish_rate, js.publish_rate, "msg/s", True)
+    if js_sync is not None:
+        _row(
+            "  ... vs R3 sync_interval=always",
+            j.publish_rate,
+            js_sync.publish_rate,
+            "msg/s",
+            True,
+        )
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        _row(
+            f"acked publish latency {name}",
+            _pct(j.latency_ms, q),
+            _pct(js.latency_ms, q),
+            "ms",
+            False,
+        )
+    jet_fo = statistics.median(j.failover_s) if j.failover_s else 0.0
+    js_fo = statistics.median(js.failover_s) if js.failover_s else 0.0
+    _row("failover kill -9 -> first ack (median)", jet_fo, js_fo, "s", False)
+    print("\n  targets (issue 4, item 9)")
+    if jet is not None and js.publish_rate > 0:
+        ratio = j.publish_rate / js.publish_rate
+        print(
+            f"  publish >= 1.0x JetStream R3 publish_async: {ratio:.2f}x "
+            f"{'met' if ratio >= 1.0 else 'NOT met'}"
+        )
+    if jet is not None and js_fo > 0 and jet_fo > 0:
+        ratio = jet_fo / js_fo
+        print(
+            f"  failover <= 0.5x JetStream's: {ratio:.2f}x {'met' if ratio <= 0.5 else 'NOT met'}"
+        )
+
+
+def run(quick: bool) -> None:
+    """Measure both sides one after the other and print them side by side."""
+    rounds = 1 if quick else 3
+    root = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    try:
+        print(f"JetStream R3 (3 nats-servers, routes on loopback), window {WINDOW}")
+        with JetStreamCluster(root / "js").running() as jsc:
+            js = anyio.run(_js_bench, jsc, quick, rounds, backend="asyncio")
+        print(
+            f"  publish {js.publish_rate:,.0f} msg/s; latency p50 {_pct(js.latency_ms, 0.5):.2f}"
+            f" ms p99 {_pct(js.latency_ms, 0.99):.2f} ms"
+        )
+        js_sync = None
+        if not quick:
+            print("JetStream R3 with sync_interval: always")
+            with JetStreamCluster(root / "js-sync", sync_always=True).running() as jsc:
+                js_sync = anyio.run(_js_bench, jsc, quick, 0, backend="asyncio")
+            print(f"  publish {js_sync.publish_rate:,.0f} msg/s")
+        jet = None
+        if CLUSTERING_AVAILABLE:
+            print(f"jet RF=3 ack ALL (3 jet servers + nats-server), window {WINDOW}")
+            with Cluster(root / "jet", servers_count=3, log_level="WARNING") as cluster:
+                jet = anyio.run(_jet_bench, cluster, quick, rounds, backend="asyncio")
+            print(
+                f"  publish {jet.publish_rate:,.0f} msg/s; latency p50 "
+                f"{_pct(jet.latency_ms, 0.5):.2f} ms p99 {_pct(jet.latency_ms, 0.99):.2f} ms"
+            )
+        _report(jet, js, js_sync)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv)
