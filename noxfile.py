@@ -17,6 +17,7 @@ TEST_DEPS = [
     "pytest-timeout>=2.3",
     "hypothesis>=6.100",
     "trio>=0.25",
+    "ruff>=0.6",  # tests check that generated code is formatted
 ]
 SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
 
