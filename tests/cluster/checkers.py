@@ -56,6 +56,8 @@ class Stored:
     """Leader epoch stored in the record."""
     raw: bytes = attrs.field(repr=False)
     """The record's bytes as stored (header included)."""
+    corrupt: bool = False
+    """The record failed its CRC or did not decode (read from a damaged file)."""
 
 
 @attrs.frozen
@@ -195,6 +197,9 @@ def check_replicas_identical(
         missing = [o for o in range(log_start, upto) if o not in have]
         if missing:
             out.append(f"{n}: {len(missing)} offsets below {upto} missing, first {missing[:5]}")
+        corrupt = sorted(o for o, r in have.items() if r.corrupt)
+        if corrupt:
+            out.append(f"{n}: {len(corrupt)} corrupt records below {upto}, first {corrupt[:5]}")
     for offset in range(log_start, upto):
         base = views[ref].get(offset)
         for n in names[1:]:

@@ -296,6 +296,16 @@ class JetProcess:
         except FileNotFoundError:
             return "(no log)"
 
+    def incarnation_log(self) -> str:
+        """Its log since the current incarnation started."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        marker = f"---- start {self.starts} at "
+        at = text.rfind(marker)
+        return text[at:] if at >= 0 else text
+
     def apply_power_loss(self) -> PowerLossReport:
         """Cut its files back to their last fsync (the process must be dead).
 

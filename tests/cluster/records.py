@@ -6,27 +6,45 @@ from __future__ import annotations
 from pathlib import Path
 
 from cluster.checkers import Stored, payload_id_of
-from jetsdk.codec.record import iter_records, peek_header
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import HEADER_SIZE, decode_record, peek_header
 
 
 def stored_from_raw(partition: int, data: bytes | memoryview) -> list[Stored]:
-    """Decode whole records (a trailing partial record is ignored) keeping their bytes."""
+    """Decode whole records keeping their bytes; a trailing partial record is ignored.
+
+    A whole record that fails its CRC or does not decode is kept with ``payload_id`` None
+    and ``corrupt`` True (its bytes then differ from a healthy replica's); decoding stops
+    at a header whose length is absurd (nothing after it can be framed).
+    """
     out = []
     view = memoryview(data)
     pos = 0
-    for rec in iter_records(view):
-        size = peek_header(view, pos)[3]
-        out.append(
-            Stored(
-                partition=partition,
-                offset=rec.offset,
-                payload_id=payload_id_of(rec.value),
-                producer_id=rec.producer_id,
-                producer_seq=rec.producer_seq,
-                leader_epoch=rec.leader_epoch,
-                raw=bytes(view[pos : pos + size]),
+    end = len(view)
+    while end - pos >= HEADER_SIZE:
+        try:
+            offset, _ts, epoch, size = peek_header(view, pos)
+        except CodecError:
+            break
+        if end - pos < size:
+            break
+        raw = bytes(view[pos : pos + size])
+        try:
+            rec, _ = decode_record(raw)
+        except CodecError:
+            out.append(Stored(partition, offset, None, None, 0, epoch, raw, corrupt=True))
+        else:
+            out.append(
+                Stored(
+                    partition,
+                    rec.offset,
+                    payload_id_of(rec.value),
+                    rec.producer_id,
+                    rec.producer_seq,
+                    rec.leader_epoch,
+                    raw,
+                )
             )
-        )
         pos += size
     return out
 

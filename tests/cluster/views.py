@@ -151,3 +151,19 @@ async def wait_caught_up(
         if time.monotonic() > deadline:
             raise HarnessError(f"{stream}/{partition} replicas not caught up: {status}")
         await anyio.sleep(4 * POLL_S)
+
+
+async def wait_full_isr(
+    cluster: Cluster, stream: str, partition: int, rf: int, timeout_s: float
+) -> tuple[PartitionInfo, str]:
+    """Wait until the partition has a leader and ``rf`` in-sync replicas; (info, leader)."""
+    info = await wait_info(
+        cluster,
+        stream,
+        partition,
+        lambda i: i.leader is not None and len(i.isr) == rf,
+        timeout_s,
+        f"a full ISR of {rf}",
+    )
+    assert info.leader is not None
+    return info, info.leader
