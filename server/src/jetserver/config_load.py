@@ -181,7 +181,7 @@ def load_config(
     return ServerConfig(**sections)
 
 
-SECRET_KEYS = frozenset({("nats", "password"), ("nats", "token")})
+SECRET_KEYS = frozenset({("nats", "password"), ("nats", "token"), ("cluster", "password")})
 """Settings masked by :func:`to_toml` unless asked otherwise."""
 
 

@@ -4,20 +4,34 @@ Used by ``jet dev``, the demo and tests. Every process is a child started here a
 here by PID (SIGTERM, then SIGKILL after a bound). Data goes to ``data_dir`` (a temporary
 directory, removed at stop, unless one is given).
 
+With ``servers > 1`` the servers form a cluster (spec/cluster.md): each gets a fixed client
+port and a metadata Raft port on 127.0.0.1, every other server as a peer, and a generated
+cluster password (passed in the environment variable ``JET_CLUSTER_PASSWORD``). Ports and
+password are kept in ``<data_dir>/devcluster.json`` so that a dev cluster started again on
+the same data directory finds its members at the same addresses. A single server runs
+without a cluster, on a port chosen at start.
+
+:meth:`DevCluster.kill` (SIGKILL), :meth:`DevCluster.stop_server` (SIGTERM) and
+:meth:`DevCluster.start_server` (again, same ports and data) serve fault tests.
+
 Thread safety: one owner per instance.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 import attrs
 import orjson
@@ -25,11 +39,37 @@ import orjson
 from jetserver.errors import JetServerError
 from jetserver.nats_process import NatsServerProcess
 
-MAX_DEV_SERVERS = 1
-"""Servers a dev cluster may run until clustering (issue 4) lands."""
+MAX_DEV_SERVERS = 9
+"""Most servers a dev cluster runs."""
+PASSWORD_ENV = "JET_CLUSTER_PASSWORD"
+"""Environment variable carrying the cluster password to the servers."""
+LAYOUT_FILE = "devcluster.json"
+"""Ports and password of a dev cluster, in its data directory."""
 DEFAULT_READY_TIMEOUT_S = 30.0
 DEFAULT_STOP_TIMEOUT_S = 20.0
 _POLL_INTERVAL_S = 0.02
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _resume(proc: subprocess.Popen[bytes]) -> None:
+    """SIGCONT (a stopped process would not act on SIGTERM)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGCONT)
+
+
+def _reap(p: ServerProcess, timeout_s: float) -> None:
+    if p.proc is None:
+        return
+    try:
+        p.proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        p.proc.kill()
+        p.proc.wait(timeout=timeout_s)
 
 
 class DevClusterError(JetServerError):
@@ -46,10 +86,30 @@ class ServerProcess:
     """Its data directory."""
     ready_file: Path
     """Where it writes its address."""
-    proc: subprocess.Popen[bytes]
-    """The process."""
+    proc: subprocess.Popen[bytes] | None
+    """The process (None while stopped)."""
     address: str = ""
     """``host:port`` once ready."""
+    port: int = 0
+    """Client port (0: chosen at start; fixed in a cluster)."""
+    raft_port: int = 0
+    """Metadata Raft port (cluster only)."""
+
+    @property
+    def pid(self) -> int:
+        """PID of the running process.
+
+        Raises:
+            DevClusterError: it is not running.
+        """
+        if self.proc is None:
+            raise DevClusterError(f"jet server {self.server_id} is not running")
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        """True while its process runs."""
+        return self.proc is not None and self.proc.poll() is None
 
 
 @attrs.define(eq=False)
@@ -71,7 +131,26 @@ class DevCluster:
     """The nats-server (after start)."""
     processes: list[ServerProcess] = attrs.field(factory=list)
     """The jet servers (after start)."""
+    password: str = attrs.field(default="", repr=False)
+    """The cluster password (with ``servers > 1``, after start)."""
     _own_dir: bool = False
+    _layout: dict[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def clustered(self) -> bool:
+        """True if the servers form a cluster (more than one)."""
+        return self.servers > 1
+
+    def server(self, server_id: str) -> ServerProcess:
+        """The server with this id.
+
+        Raises:
+            KeyError: no such server.
+        """
+        for p in self.processes:
+            if p.server_id == server_id:
+                return p
+        raise KeyError(server_id)
 
     @property
     def nats_url(self) -> str:
@@ -94,8 +173,7 @@ class DevCluster:
         """
         if not 1 <= self.servers <= MAX_DEV_SERVERS:
             raise DevClusterError(
-                f"--servers {self.servers}: this version runs {MAX_DEV_SERVERS} server; "
-                "clustering (replication, metadata via Raft) is not implemented yet"
+                f"--servers {self.servers}: a dev cluster runs 1 to {MAX_DEV_SERVERS} servers"
             )
         if self.data_dir is None:
             self.data_dir = Path(tempfile.mkdtemp(prefix="jet-dev-"))
@@ -106,8 +184,21 @@ class DevCluster:
                 work_dir=self.data_dir / "nats", new_session=self.new_session
             )
             self.nats.start()
+            self._load_layout()
             for i in range(1, self.servers + 1):
-                self.processes.append(self._spawn(f"s{i}"))
+                server_id = f"s{i}"
+                ports = self._layout.get("servers", {}).get(server_id, {})
+                p = ServerProcess(
+                    server_id,
+                    self.data_dir / server_id,
+                    self.data_dir / f"{server_id}.ready",
+                    None,
+                    port=int(ports.get("port", 0)),
+                    raft_port=int(ports.get("raft_port", 0)),
+                )
+                self.processes.append(p)
+            for p in self.processes:  # every member known before any starts (peers)
+                self._spawn(p)
             deadline = time.monotonic() + timeout_s
             for p in self.processes:
                 self._wait_ready(p, deadline)
@@ -115,10 +206,32 @@ class DevCluster:
             self.stop()
             raise
 
-    def _spawn(self, server_id: str) -> ServerProcess:
+    def _load_layout(self) -> None:
+        """Read (or create) the ports and password of a cluster."""
+        if not self.clustered:
+            return
         assert self.data_dir is not None
-        data = self.data_dir / server_id
-        ready = self.data_dir / f"{server_id}.ready"
+        path = self.data_dir / LAYOUT_FILE
+        try:
+            layout = orjson.loads(path.read_bytes())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            layout = None
+        ids = [f"s{i}" for i in range(1, self.servers + 1)]
+        if not isinstance(layout, dict) or sorted(layout.get("servers", {})) != sorted(ids):
+            layout = {
+                "password": secrets.token_urlsafe(24),
+                "servers": {i: {"port": _free_port(), "raft_port": _free_port()} for i in ids},
+            }
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(orjson.dumps(layout, option=orjson.OPT_INDENT_2))
+        self._layout = layout
+        self.password = str(layout["password"])
+
+    def _spawn(self, p: ServerProcess) -> None:
+        server_id = p.server_id
+        data = p.data_dir
+        ready = p.ready_file
         ready.unlink(missing_ok=True)
         args = [
             sys.executable,
@@ -132,24 +245,35 @@ class DevCluster:
             "--host",
             "127.0.0.1",
             "--port",
-            "0",
+            str(p.port),
             "--data-dir",
             str(data),
             "--ready-file",
             str(ready),
-            *self.server_args,
         ]
-        proc = subprocess.Popen(
+        env = dict(os.environ)
+        env.pop(PASSWORD_ENV, None)
+        if self.clustered:
+            peers = [
+                f"{o.server_id}@127.0.0.1:{o.raft_port}"
+                for o in self.processes
+                if o.server_id != server_id
+            ]
+            args += ["--raft-address", f"127.0.0.1:{p.raft_port}", "--peers", ",".join(peers)]
+            env[PASSWORD_ENV] = self.password
+        args += self.server_args
+        p.proc = subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,
             stdout=self.log_file if self.log_file is not None else None,
             stderr=self.log_file if self.log_file is not None else None,
             start_new_session=self.new_session,
+            env=env,
         )
-        return ServerProcess(server_id, data, ready, proc)
 
     def _wait_ready(self, p: ServerProcess, deadline: float) -> None:
         while True:
+            assert p.proc is not None
             code = p.proc.poll()
             if code is not None:
                 raise DevClusterError(f"jet server {p.server_id} exited with code {code}")
@@ -167,7 +291,7 @@ class DevCluster:
     def check(self) -> str | None:
         """A description of the first process that died, or None if all run."""
         for p in self.processes:
-            code = p.proc.poll()
+            code = None if p.proc is None else p.proc.poll()
             if code is not None:
                 return f"jet server {p.server_id} exited with code {code}"
         if self.nats is not None and self.nats.proc is not None:
@@ -180,14 +304,11 @@ class DevCluster:
         """Stop the jet servers (SIGTERM, SIGKILL after ``timeout_s``), then nats-server;
         remove a temporary data directory."""
         for p in self.processes:
-            if p.proc.poll() is None:
+            if p.proc is not None and p.proc.poll() is None:
+                _resume(p.proc)
                 p.proc.send_signal(signal.SIGTERM)
         for p in self.processes:
-            try:
-                p.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                p.proc.kill()
-                p.proc.wait(timeout=timeout_s)
+            _reap(p, timeout_s)
         self.processes.clear()
         if self.nats is not None:
             self.nats.stop()
@@ -196,6 +317,39 @@ class DevCluster:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self.data_dir = None
             self._own_dir = False
+
+    # ---------------------------------------------------------------- one server
+
+    def kill(self, server_id: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Send ``sig`` (default SIGKILL) to one server by PID and reap it (unless the
+        signal does not end it, e.g. SIGSTOP)."""
+        p = self.server(server_id)
+        if p.proc is None or p.proc.poll() is not None:
+            return
+        p.proc.send_signal(sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            _reap(p, DEFAULT_STOP_TIMEOUT_S)
+
+    def stop_server(self, server_id: str, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> None:
+        """Stop one server cleanly (SIGTERM, SIGKILL after ``timeout_s``)."""
+        p = self.server(server_id)
+        if p.proc is not None and p.proc.poll() is None:
+            _resume(p.proc)
+            p.proc.send_signal(signal.SIGTERM)
+        _reap(p, timeout_s)
+
+    def start_server(self, server_id: str, timeout_s: float = DEFAULT_READY_TIMEOUT_S) -> None:
+        """Start a stopped or killed server again (same ports, id and data); wait until
+        ready.
+
+        Raises:
+            DevClusterError: it is running, exited at start, or was not ready in time.
+        """
+        p = self.server(server_id)
+        if p.alive:
+            raise DevClusterError(f"jet server {server_id} is already running")
+        self._spawn(p)
+        self._wait_ready(p, time.monotonic() + timeout_s)
 
     def __enter__(self) -> DevCluster:
         self.start()

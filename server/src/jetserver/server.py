@@ -4,6 +4,12 @@ Start-up: load metadata, connect to NATS (retrying with backoff), open and recov
 partition log and subscribe it, subscribe the ack inboxes, then listen; the bound address
 is reported through ``task_status.started(address)`` and the optional ready file.
 
+In a cluster (``[cluster]`` configured) the metadata is the metadata Raft member's state
+(:class:`~jetserver.cluster.ClusterNode`, started first); the partitions opened at start are
+those this server holds replicas of in its recovered state; once listening, the server
+registers its client address through Raft and only then writes the ready file and logs
+"server ready". Replicas then follow every change of the replicated state.
+
 Shutdown (:meth:`Server.request_stop`, SIGTERM/SIGINT in the CLI): new requests get
 SHUTTING_DOWN and long polls return; in-flight requests get a grace period; connections
 close; ingest stops (unsubscribe); what was already queued is appended; every partition is
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -27,7 +34,8 @@ from anyio.abc import TaskStatus
 
 from jetsdk.codec.frames import Frame
 from jetserver.broker.produce import ProduceService
-from jetserver.broker.streams import StreamManager
+from jetserver.broker.streams import MetadataView, StreamManager
+from jetserver.cluster import ClusterNode
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.store import MetadataStore, write_atomic
@@ -56,6 +64,8 @@ class Server:
     """Streams (set while running; for tests and tools)."""
     link: NatsLink | None = None
     """The NATS link (set while running)."""
+    cluster: ClusterNode | None = None
+    """The control plane (set while running, in a cluster only)."""
     _stop: anyio.Event = attrs.field(factory=anyio.Event)
     _inflight: int = 0
     _idle: anyio.Event = attrs.field(factory=anyio.Event)
@@ -83,9 +93,30 @@ class Server:
             NatsUnavailable / JetServerError: NATS TLS files unusable.
             OSError: the data directory or the listen address is unusable.
         """
+        async with self._cluster_node() as node:
+            self.cluster = node
+            try:
+                await self._run(node, task_status)
+            finally:
+                self.cluster = None
+
+    @contextlib.asynccontextmanager
+    async def _cluster_node(self) -> AsyncIterator[ClusterNode | None]:
+        if not self.config.cluster.enabled:
+            yield None
+            return
+        async with ClusterNode.open(self.config) as node:
+            yield node
+
+    async def _run(self, node: ClusterNode | None, task_status: TaskStatus[str]) -> None:
         cfg = self.config
         data_dir = Path(cfg.server.data_dir)
-        store = await anyio.to_thread.run_sync(MetadataStore.open, data_dir)
+        store: MetadataView
+        if node is None:
+            store = await anyio.to_thread.run_sync(MetadataStore.open, data_dir)
+        else:
+            await anyio.to_thread.run_sync(lambda: data_dir.mkdir(parents=True, exist_ok=True))
+            store = node.raft
         link = self.link = NatsLink(cfg.nats)
         async with anyio.create_task_group() as connect_tg:
             # A stop request while NATS is still unreachable ends the retries.
@@ -101,13 +132,17 @@ class Server:
             await link.close()
             return
         _check_nats_payload(link, cfg)
-        streams = self.streams = StreamManager(cfg, store, link)
+        streams = self.streams = StreamManager(
+            cfg, store, link, controller=node.controller if node is not None else None
+        )
+        if node is not None:
+            node.attach(streams)
         produce = ProduceService(link, streams, cfg.limits)
         try:
             async with anyio.create_task_group() as tg:
                 await streams.start(tg)
                 await produce.start()
-                dispatcher = self._dispatcher = Dispatcher(cfg, streams, produce)
+                dispatcher = self._dispatcher = Dispatcher(cfg, streams, produce, cluster=node)
                 listener = ProtocolListener(
                     self._handle, cfg.limits, sendfile_min_bytes=cfg.fetch.sendfile_threshold
                 )
@@ -121,7 +156,11 @@ class Server:
                         )
                         self.address = address
                         dispatcher.address = cfg.listen.advertise or address
-                        if cfg.listen.ready_file:
+                        task_status.started(address)
+                        if node is not None:
+                            node.start(dispatcher.address)
+                            await _first(node.registered.wait, self._stop.wait)
+                        if cfg.listen.ready_file and not self._stop.is_set():
                             _write_ready_file(Path(cfg.listen.ready_file), address)
                         log.info(
                             "server ready",
@@ -131,9 +170,9 @@ class Server:
                                 data_dir=str(data_dir),
                                 streams=len(store.state.streams),
                                 fetch_io=cfg.fetch.io,
+                                cluster=node is not None,
                             ),
                         )
-                        task_status.started(address)
                         await self._stop.wait()
                         log.info("shutting down")
                         dispatcher.shutting_down = True
@@ -145,6 +184,8 @@ class Server:
                                 await self._idle.wait()
                         listen_scope.cancel()
                 with anyio.CancelScope(shield=True):
+                    if node is not None:
+                        await node.stop_tasks()
                     await produce.stop()
                     await streams.stop()
                 tg.cancel_scope.cancel()
@@ -155,6 +196,18 @@ class Server:
                 if cfg.listen.ready_file:
                     _remove(Path(cfg.listen.ready_file))
             log.info("server stopped", extra=fields(server_id=cfg.server.id))
+
+
+async def _first(*waits: Callable[[], Awaitable[object]]) -> None:
+    """Return as soon as one of ``waits`` returns."""
+    async with anyio.create_task_group() as tg:
+
+        async def run(wait: Callable[[], Awaitable[object]]) -> None:
+            await wait()
+            tg.cancel_scope.cancel()
+
+        for wait in waits:
+            tg.start_soon(run, wait)
 
 
 def _check_nats_payload(link: NatsLink, cfg: ServerConfig) -> None:

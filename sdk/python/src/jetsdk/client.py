@@ -10,9 +10,15 @@ Usage::
 A Client connects to the first reachable server in ``servers`` (sending Hello), keeps a
 metadata cache (streams, partitions, leaders, server addresses) and routes partition
 requests (Produce, Fetch, ListOffsets) to the partition's leader, opening one connection per
-server as needed. A ``NotLeader``, a lost connection or an ``Unavailable`` server refreshes
-the metadata and the request is retried with bounded exponential backoff
-(:class:`~jetsdk.retry.RetryPolicy`). Connections that break are reopened on next use.
+server as needed (at the address the metadata lists for the leader's id). A ``NotLeader``,
+a lost connection or an ``Unavailable`` server refreshes the metadata and the request is
+retried with bounded exponential backoff (:class:`~jetsdk.retry.RetryPolicy`), so requests
+follow a partition leader that moved after a failure. Connections that break are reopened
+on next use; the bootstrap connection moves to any server the metadata lists.
+
+Admin requests (CreateStream, DeleteStream) go to any server, which forwards them to the
+metadata leader of a cluster; each carries an ``op_id`` kept across the client's retries, so
+a retry after a lost answer is applied at most once.
 
 All background work (one reader task per connection) runs in a task group owned by the
 ``async with`` block; nothing starts before ``__aenter__`` and nothing outlives
@@ -25,6 +31,7 @@ share one Client. For threads, use :mod:`jetsdk.sync`.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
@@ -294,13 +301,15 @@ class Client:
         raise JetConnectionError("could not connect to any server: " + "; ".join(failures))
 
     async def _server_connection(self, server_id: str) -> Connection:
-        address = self._address_of_id.get(server_id)
+        # The metadata's address first: a server restarted on another port is listed there
+        # with its new address, while the id learned from Hello names the old one.
+        server = self._metadata.servers.get(server_id)
+        address = parse_address(server.address) if server is not None else None
         if address is None:
-            server = self._metadata.servers.get(server_id)
-            if server is None:
-                self._metadata_stale = True
-                raise Unavailable(f"server {server_id!r} is not in the metadata")
-            address = parse_address(server.address)
+            address = self._address_of_id.get(server_id)
+        if address is None:
+            self._metadata_stale = True
+            raise Unavailable(f"server {server_id!r} is not in the metadata")
         return await self._connection(address)
 
     async def _retrying(
@@ -345,6 +354,11 @@ class Client:
             if self._metadata_version == version:
                 answer = await self.request_any(Api.METADATA, encode_json({"streams": None}))
                 self._metadata = _parse(ClusterMetadata.from_json, answer)
+                for server in self._metadata.servers.values():
+                    try:
+                        self._address_of_id[server.id] = parse_address(server.address)
+                    except InvalidArgument:
+                        continue
                 self._metadata_stale = False
                 self._metadata_version += 1
         return self._metadata
@@ -554,6 +568,7 @@ class Client:
             InvalidArgument: a bad name, subject or option (``field`` says which).
         """
         obj: dict[str, Any] = {
+            "op_id": uuid.uuid4().hex,
             "name": name,
             "subject": subject if subject is not None else name,
             "partitions": partitions,
@@ -587,7 +602,8 @@ class Client:
         Raises:
             StreamNotFound: no such stream.
         """
-        await self.request_any(Api.DELETE_STREAM, encode_json({"name": name}))
+        body = encode_json({"op_id": uuid.uuid4().hex, "name": name})
+        await self.request_any(Api.DELETE_STREAM, body)
         self._metadata_stale = True
 
     async def list_streams(self) -> list[StreamInfo]:

@@ -21,8 +21,9 @@ __all__ = ["DEFAULT_RETRY", "RetryPolicy", "needs_metadata_refresh"]
 class RetryPolicy:
     """How many times, and how patiently, a retriable request is sent again."""
 
-    attempts: int = 6
-    """Total attempts (first try included); 1 disables retries."""
+    attempts: int = 10
+    """Total attempts (first try included); 1 disables retries. The default spans about
+    9 s of pauses: longer than a partition leader failover in a cluster."""
     backoff: float = 0.05
     """Pause before the first retry, seconds; doubles after each retry."""
     backoff_max: float = 2.0

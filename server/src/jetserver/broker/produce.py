@@ -115,6 +115,8 @@ class ProduceService:
         meta = self.streams.stream(req.stream)
         if not 0 <= req.partition < meta.spec.partitions:
             raise partition_not_found(req.stream, req.partition, meta.spec.partitions)
+        # In a cluster only the partition leader answers: NATS drops what nobody subscribes.
+        self.streams.leader_replica(req.stream, req.partition)
         psubj = partition_subject(meta.spec.subject, req.partition)
         for i, m in enumerate(req.messages):
             if not m.subject:
@@ -142,7 +144,7 @@ class ProduceService:
 
         Raises:
             ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, INVALID_ARGUMENT (subjects),
-                UNAVAILABLE (NATS link down).
+                UNAVAILABLE (NATS link down), NOT_LEADER (cluster: another server leads).
         """
         psubj, limit = self._check(req)
         n = len(req.messages)

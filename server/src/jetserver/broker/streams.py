@@ -2,14 +2,28 @@
 
 :class:`StreamManager` turns metadata into running partitions: it opens each partition's log
 (recovering it), starts its tasks, and subscribes it to its NATS subject (in the stream's
-load-balance queue group, if any). Creating a stream proposes a CreateStream to the metadata
-store, then starts the partitions; deleting stops them and removes the data.
+load-balance queue group, if any).
+
+Two modes:
+
+- **Single server** (no ``[cluster]``): the metadata is ``metadata.json``
+  (:class:`~jetserver.metadata.store.MetadataStore`). :meth:`StreamManager.create` proposes a
+  CreateStream, then opens and subscribes the partitions; :meth:`StreamManager.delete`
+  stops them and removes the data. This server leads every partition.
+- **Cluster**: the metadata is replicated by Raft; CreateStream/DeleteStream are handled by
+  :mod:`jetserver.cluster.forwarding`. Every server calls :meth:`StreamManager.reconcile`
+  with each new replicated state: it opens the partitions this server holds a replica of,
+  hands each its assignment (``PartitionReplica.apply_assignment``, which makes the replica
+  lead — subscribing to NATS — or follow), closes replicas it no longer holds, and removes
+  the data of streams that no longer exist. Assignments are applied per partition by a task
+  of their own, latest first, in order, so a slow follower reconciliation never delays the
+  other partitions.
 
 Data layout: ``<data_dir>/streams/<name>-<stream_id>/<partition>/`` per partition. A delete
 first renames the stream directory to ``*.deleted`` (atomic), then removes it, so an
 interrupted delete is finished at the next start.
 
-Task safety: event loop thread only; create/delete are serialized by a lock.
+Task safety: event loop thread only; create/delete/reconcile are serialized by a lock.
 """
 
 from __future__ import annotations
@@ -20,7 +34,7 @@ import shutil
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import attrs
@@ -33,7 +47,7 @@ from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.logs import fields
-from jetserver.metadata.model import StreamMeta
+from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.metadata.ops import CreateStream, DeleteStream
 from jetserver.metadata.store import MetadataStore
 from jetserver.metadata.validate import partition_subject, spec_from_request
@@ -47,6 +61,28 @@ DELETED_SUFFIX = ".deleted"
 SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 QUEUE_GROUP_PREFIX = "jet.lb."
 """NATS queue group of a load-balance group ``g`` is ``jet.lb.g``."""
+APPLY_RETRY_S = 1.0
+"""Pause before applying an assignment again after ``apply_assignment`` failed."""
+PARTITION_READY_TIMEOUT_S = 5.0
+"""Default bound of :meth:`StreamManager.wait_partition_ready`."""
+
+
+class MetadataView(Protocol):
+    """Where the manager reads the metadata: the single-server store or the Raft member."""
+
+    @property
+    def state(self) -> MetadataState:
+        """The current metadata."""
+        ...
+
+
+def queue_group(meta: StreamMeta) -> str:
+    """The NATS queue group of ``meta``'s subscriptions ("" if it has no group)."""
+    return QUEUE_GROUP_PREFIX + meta.spec.group if meta.spec.group else ""
+
+
+Wanted = tuple[PartitionAssignment, tuple[tuple[str, str], ...]]
+"""An assignment and the client addresses of its replicas (what a replica is handed)."""
 
 
 def stream_dir(data_dir: Path, meta: StreamMeta) -> Path:
@@ -75,18 +111,27 @@ class _Running:
 
     replica: PartitionReplica
     sub: SubscriptionHandle | None = None
+    stream_id: str = ""
+    queue: str = ""
+    wanted: Wanted | None = None
+    applied: Wanted | None = None
+    wake: anyio.Event = attrs.field(factory=anyio.Event)
+    ready: anyio.Event = attrs.field(factory=anyio.Event)
+    scope: anyio.CancelScope | None = None
 
 
 @attrs.define(eq=False)
 class StreamManager:
-    """Streams and partitions of this server (single server: it leads every partition)."""
+    """Streams and partitions of this server (see the module docstring for the two modes)."""
 
     config: ServerConfig
     """Server configuration."""
-    store: MetadataStore
-    """Metadata state machine and its persistence."""
+    store: MetadataView
+    """The metadata: a :class:`MetadataStore` (single server) or the metadata Raft member."""
     link: NatsLink
     """NATS link for subscriptions and acks."""
+    controller: Any = None
+    """Cluster mode: the :class:`jetserver.cluster.Controller` handed to replicas."""
     _tg: TaskGroup | None = None
     _running: dict[tuple[str, int], _Running] = attrs.field(factory=dict)
     _lock: anyio.Lock = attrs.field(factory=anyio.Lock)
@@ -100,6 +145,11 @@ class StreamManager:
     def server_id(self) -> str:
         """This server's id."""
         return self.config.server.id
+
+    @property
+    def clustered(self) -> bool:
+        """True if this server is a member of a cluster (metadata under Raft)."""
+        return self.config.cluster.enabled
 
     # ------------------------------------------------------------------ lookups
 
@@ -128,13 +178,68 @@ class StreamManager:
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(name, partition, meta.spec.partitions)
         running = self._running.get((name, partition))
-        if running is None or running.replica.closed:
+        if running is None or running.replica.closed or running.stream_id != meta.stream_id:
             raise ApiError(
                 ErrorCode.UNAVAILABLE,
                 f"partition {name}/{partition} is not open on this server",
                 {"stream": name, "partition": partition},
             )
         return running.replica
+
+    def leader_replica(self, name: str, partition: int) -> PartitionReplica | None:
+        """Check that this server leads ``name``/``partition`` and return its replica.
+
+        Single server: no check (this server leads everything); returns None (the replica
+        may not be needed, e.g. by Produce).
+
+        Raises:
+            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, NOT_LEADER (details ``leader``,
+                ``leader_epoch``), UNAVAILABLE (this server leads it but has not opened it
+                as leader yet).
+        """
+        if not self.clustered:
+            return None
+        meta = self.stream(name)
+        if not 0 <= partition < meta.spec.partitions:
+            raise partition_not_found(name, partition, meta.spec.partitions)
+        a = meta.partitions[partition]
+        if a.leader != self.server_id:
+            raise ApiError(
+                ErrorCode.NOT_LEADER,
+                f"partition {name}/{partition} is led by {a.leader}, not by this server",
+                {
+                    "stream": name,
+                    "partition": partition,
+                    "leader": a.leader,
+                    "leader_epoch": a.leader_epoch,
+                },
+            )
+        running = self._running.get((name, partition))
+        if (
+            running is None
+            or running.replica.closed
+            or running.applied is None
+            or running.applied[0].leader_epoch != a.leader_epoch
+        ):
+            raise ApiError(
+                ErrorCode.UNAVAILABLE,
+                f"partition {name}/{partition} is not open as leader on this server yet",
+                {"stream": name, "partition": partition},
+            )
+        return running.replica
+
+    async def wait_partition_ready(
+        self, name: str, partition: int, timeout_s: float = PARTITION_READY_TIMEOUT_S
+    ) -> bool:
+        """Wait until the local replica of ``name``/``partition`` has had an assignment
+        applied (cluster mode); False if it did not happen within ``timeout_s``."""
+        with anyio.move_on_after(timeout_s):
+            while True:
+                running = self._running.get((name, partition))
+                if running is not None and running.ready.is_set():
+                    return True
+                await anyio.sleep(0.01)
+        return False
 
     def local_replica(self, name: str, partition: int) -> PartitionReplica | None:
         """The local replica if open, else None (no error)."""
@@ -144,13 +249,17 @@ class StreamManager:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, tg: TaskGroup) -> None:
-        """Finish interrupted deletes, then open and subscribe every stream in the metadata."""
+        """Finish interrupted deletes, then open and subscribe every stream in the metadata
+        (cluster mode: reconcile with the local replicated state)."""
         self._tg = tg
         root = self.data_dir / STREAMS_DIR
         root.mkdir(parents=True, exist_ok=True)
         for leftover in root.glob(f"*{DELETED_SUFFIX}"):
             log.info("removing data of a deleted stream", extra=fields(path=str(leftover)))
             await anyio.to_thread.run_sync(shutil.rmtree, leftover, True)
+        if self.clustered:
+            await self.reconcile(self.store.state, collect=False)
+            return
         known = {stream_dir(self.data_dir, m).name for m in self.streams()}
         for path in root.iterdir():
             if path.name not in known:
@@ -172,54 +281,206 @@ class StreamManager:
             log.warning("cannot confirm subscriptions", extra=fields(error=str(exc)))
 
     async def _open_stream(self, meta: StreamMeta) -> None:
-        assert self._tg is not None
-        directory = stream_dir(self.data_dir, meta)
-        cfg = log_config(meta, self.config)
-        max_message = meta.spec.max_message_bytes or self.config.limits.max_message_bytes
+        """Single server: open every partition this server leads and subscribe it."""
         for assignment in meta.partitions:
-            p = assignment.partition
             if assignment.leader != self.server_id:
                 continue
-            pdir = directory / str(p)
-            log_, producers = await anyio.to_thread.run_sync(
-                self._open_log, pdir, cfg, meta.name, p
+            running = await self._open_partition(meta, assignment)
+            running.sub = await self.link.subscribe(
+                running.replica.subject, running.replica.on_message, queue=running.queue
             )
-            replica = PartitionReplica(
+            running.applied = (assignment, ())
+            running.ready.set()
+
+    async def _open_partition(self, meta: StreamMeta, assignment: PartitionAssignment) -> _Running:
+        """Open (recover) the log of one partition and start its replica's tasks."""
+        assert self._tg is not None
+        p = assignment.partition
+        cfg = log_config(meta, self.config)
+        max_message = meta.spec.max_message_bytes or self.config.limits.max_message_bytes
+        pdir = stream_dir(self.data_dir, meta) / str(p)
+        log_, producers = await anyio.to_thread.run_sync(
+            self._open_log, pdir, cfg, meta.name, p, meta.spec.replication_factor == 1
+        )
+        replica = PartitionReplica(
+            stream=meta.name,
+            partition=p,
+            subject=partition_subject(meta.spec.subject, p),
+            log=log_,
+            link=self.link,
+            max_message_bytes=max_message,
+            ingest=self.config.ingest,
+            storage=self.config.storage,
+            leader_epoch=assignment.leader_epoch,
+            compact=meta.spec.compact,
+            producers=producers,
+            **self._replica_extras(meta),
+        )
+        await self._tg.start(replica.run)
+        running = _Running(replica, stream_id=meta.stream_id, queue=queue_group(meta))
+        self._running[(meta.name, p)] = running
+        log.info(
+            "partition open",
+            extra=fields(
                 stream=meta.name,
                 partition=p,
-                subject=partition_subject(meta.spec.subject, p),
-                log=log_,
-                link=self.link,
-                max_message_bytes=max_message,
-                ingest=self.config.ingest,
-                storage=self.config.storage,
-                leader_epoch=assignment.leader_epoch,
-                compact=meta.spec.compact,
-                producers=producers,
-            )
-            await self._tg.start(replica.run)
-            running = _Running(replica)
-            self._running[(meta.name, p)] = running
-            queue = QUEUE_GROUP_PREFIX + meta.spec.group if meta.spec.group else ""
+                subject=replica.subject,
+                queue=running.queue or None,
+                log_start=log_.log_start_offset,
+                hw=log_.high_watermark,
+                leo=log_.log_end_offset,
+            ),
+        )
+        return running
+
+    def _replica_extras(self, meta: StreamMeta) -> dict[str, Any]:
+        """Constructor arguments of PartitionReplica that only a replicated data path takes
+        (passed when the class declares them: broker/partition.py owns its fields)."""
+        known = {f.name for f in attrs.fields(PartitionReplica)}
+        extras: dict[str, Any] = {
+            "server_id": self.server_id,
+            "controller": self.controller,
+            "queue_group": queue_group(meta),
+            "replication_factor": meta.spec.replication_factor,
+            "spec": meta.spec,
+        }
+        if not self.clustered:
+            extras.pop("controller")
+        return {k: v for k, v in extras.items() if k in known and v is not None}
+
+    # ------------------------------------------------------------------ cluster mode
+
+    async def reconcile(self, state: MetadataState, *, collect: bool) -> None:
+        """Make this server's replicas match ``state`` (cluster mode; idempotent).
+
+        Opens the partitions this server holds a replica of, hands every replica its
+        current assignment (in its own task, see the module docstring), closes replicas
+        it no longer holds (or of an older incarnation of the stream), and with
+        ``collect`` removes the data of streams that are not in ``state`` (only pass it
+        once the state is known to be current: a server restarting replays an older
+        state first).
+        """
+        async with self._lock:
+            addresses = state.client_addresses()
+            wanted: dict[tuple[str, int], tuple[StreamMeta, PartitionAssignment]] = {}
+            for meta in state.streams.values():
+                for a in meta.partitions:
+                    if self.server_id in a.replicas:
+                        wanted[(meta.name, a.partition)] = (meta, a)
+            for key, running in list(self._running.items()):
+                want = wanted.get(key)
+                if want is None or want[0].stream_id != running.stream_id:
+                    await self._close_partition(key, running)
+            if collect:
+                await self._collect(state)
+            for key, (meta, a) in sorted(wanted.items()):
+                found = self._running.get(key)
+                if found is not None:
+                    running = found
+                else:
+                    try:
+                        running = await self._open_partition(meta, a)
+                    except Exception:
+                        log.exception(
+                            "cannot open partition",
+                            extra=fields(stream=meta.name, partition=a.partition),
+                        )
+                        continue
+                    assert self._tg is not None
+                    self._tg.start_soon(self._applier, running)
+                target: Wanted = (a, tuple((r, addresses.get(r, "")) for r in a.replicas))
+                if running.wanted != target:
+                    running.wanted = target
+                    running.wake.set()
+
+    async def _collect(self, state: MetadataState) -> None:
+        """Remove stream directories that ``state`` does not know (deleted streams)."""
+        root = self.data_dir / STREAMS_DIR
+        known = {stream_dir(self.data_dir, m).name for m in state.streams.values()}
+        try:
+            paths = [p for p in root.iterdir() if p.is_dir()]
+        except FileNotFoundError:
+            return
+        for path in paths:
+            if path.name in known or path.name.endswith(DELETED_SUFFIX):
+                continue
+            log.info("removing data of a deleted stream", extra=fields(path=str(path)))
+            try:
+                await self._remove_dir(path)
+            except OSError as exc:
+                log.warning(
+                    "cannot remove data of a deleted stream",
+                    extra=fields(path=str(path), error=str(exc)),
+                )
+
+    async def _close_partition(self, key: tuple[str, int], running: _Running) -> None:
+        self._running.pop(key, None)
+        if running.scope is not None:
+            running.scope.cancel()
+        if running.sub is not None:
+            await running.sub.unsubscribe()
+            running.sub = None
+        running.replica.stop(drain=False)
+        await running.replica.wait_stopped()
+        log.info("partition closed", extra=fields(stream=key[0], partition=key[1]))
+
+    async def _applier(self, running: _Running) -> None:
+        """Hand the replica each new assignment, in order, until it is closed."""
+        with anyio.CancelScope() as scope:
+            running.scope = scope
+            while not running.replica.closed:
+                target = running.wanted
+                if target is None or target == running.applied:
+                    running.wake = anyio.Event()
+                    if running.wanted == running.applied:
+                        await running.wake.wait()
+                    continue
+                try:
+                    await self._apply(running, target)
+                except Exception:
+                    log.exception(
+                        "applying an assignment failed; retrying",
+                        extra=fields(
+                            stream=running.replica.stream, partition=running.replica.partition
+                        ),
+                    )
+                    await anyio.sleep(APPLY_RETRY_S)
+                    continue
+                running.applied = target
+                running.ready.set()
+
+    async def _apply(self, running: _Running, target: Wanted) -> None:
+        assignment, replica_addresses = target
+        replica = running.replica
+        apply_assignment = getattr(replica, "apply_assignment", None)
+        if apply_assignment is not None:
+            await apply_assignment(assignment, dict(replica_addresses))
+            return
+        # Until the replicated data path lands (broker/partition.py): the leader ingests,
+        # a follower only holds its log.
+        replica.leader_epoch = assignment.leader_epoch
+        if assignment.leader == self.server_id and running.sub is None:
             running.sub = await self.link.subscribe(
-                replica.subject, replica.on_message, queue=queue
+                replica.subject, replica.on_message, queue=running.queue
             )
-            log.info(
-                "partition open",
-                extra=fields(
-                    stream=meta.name,
-                    partition=p,
-                    subject=replica.subject,
-                    queue=queue or None,
-                    log_start=log_.log_start_offset,
-                    hw=log_.high_watermark,
-                    leo=log_.log_end_offset,
-                ),
-            )
+            await self._confirm_subscriptions()
+        elif assignment.leader != self.server_id and running.sub is not None:
+            await running.sub.unsubscribe()
+            running.sub = None
+        log.info(
+            "assignment applied",
+            extra=fields(
+                stream=replica.stream,
+                partition=replica.partition,
+                leader=assignment.leader,
+                leader_epoch=assignment.leader_epoch,
+                role="leader" if assignment.leader == self.server_id else "follower",
+            ),
+        )
 
     @staticmethod
     def _open_log(
-        directory: Path, cfg: LogConfig, name: str, partition: int
+        directory: Path, cfg: LogConfig, name: str, partition: int, sole_replica: bool
     ) -> tuple[Log, ProducerTable]:
         directory.mkdir(parents=True, exist_ok=True)
         log_ = Log.open(directory, cfg)
@@ -243,8 +504,10 @@ class StreamManager:
                 extra=fields(stream=name, partition=partition),
             )
         # RF=1: whatever survived on disk is durable once flushed, so it is committed.
+        # A replicated partition keeps its checkpointed HW: its tail may be uncommitted.
         log_.flush()
-        log_.set_high_watermark(log_.log_end_offset)
+        if sole_replica:
+            log_.set_high_watermark(log_.log_end_offset)
         producers = ProducerTable()
         try:
             producers.rebuild(_tail_records(log_, REBUILD_RECORDS))
@@ -259,8 +522,12 @@ class StreamManager:
         """Stop ingest (unsubscribe), append what was queued, flush, checkpoint, close logs."""
         running = list(self._running.values())
         for r in running:
+            if r.scope is not None:
+                r.scope.cancel()
+        for r in running:
             if r.sub is not None:
                 await r.sub.unsubscribe()
+                r.sub = None
         for r in running:
             r.replica.stop(drain=True)
         for r in running:
@@ -280,6 +547,7 @@ class StreamManager:
         Raises:
             ApiError: INVALID_ARGUMENT, STREAM_EXISTS, STORAGE_ERROR.
         """
+        store = self._single_store()
         spec = spec_from_request(
             request,
             cluster_size=1,
@@ -295,7 +563,7 @@ class StreamManager:
                 replicas=tuple((self.server_id,) for _ in range(spec.partitions)),
             )
             try:
-                result = await self.store.propose(op)
+                result = await store.propose(op)
             except OSError as exc:
                 raise ApiError(ErrorCode.STORAGE_ERROR, f"cannot write metadata: {exc}") from exc
             if not result.ok:
@@ -327,9 +595,10 @@ class StreamManager:
         Raises:
             ApiError: STREAM_NOT_FOUND, STORAGE_ERROR.
         """
+        store = self._single_store()
         async with self._lock:
             try:
-                result = await self.store.propose(DeleteStream(name))
+                result = await store.propose(DeleteStream(name))
             except OSError as exc:
                 raise ApiError(ErrorCode.STORAGE_ERROR, f"cannot write metadata: {exc}") from exc
             if not result.ok:
@@ -344,12 +613,25 @@ class StreamManager:
                     await running.sub.unsubscribe()
                 running.replica.stop(drain=False)
                 await running.replica.wait_stopped()
-            directory = stream_dir(self.data_dir, meta)
-            if directory.exists():
-                doomed = directory.with_name(directory.name + DELETED_SUFFIX)
-                directory.rename(doomed)
-                await anyio.to_thread.run_sync(shutil.rmtree, doomed, True)
+            await self._remove_dir(stream_dir(self.data_dir, meta))
             log.info("stream deleted", extra=fields(stream=name))
+
+    def _single_store(self) -> MetadataStore:
+        if not isinstance(self.store, MetadataStore):
+            raise RuntimeError("create/delete go through jetserver.cluster in a cluster")
+        return self.store
+
+    async def _remove_dir(self, directory: Path) -> None:
+        await anyio.to_thread.run_sync(_remove_dir, directory)
+
+
+def _remove_dir(directory: Path) -> None:
+    """Rename ``directory`` to ``*.deleted`` (atomic), then remove it (finished at the next
+    start if interrupted)."""
+    if directory.exists():
+        doomed = directory.with_name(directory.name + DELETED_SUFFIX)
+        directory.rename(doomed)
+        shutil.rmtree(doomed, True)
 
 
 def _tail_records(log_: Log, count: int) -> Iterator[Record]:

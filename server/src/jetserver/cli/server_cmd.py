@@ -48,6 +48,10 @@ _FLAG_KEYS: dict[str, tuple[str, str]] = {
     "fetch_io": ("fetch", "io"),
     "log_level": ("logging", "level"),
     "log_format": ("logging", "format"),
+    "raft_address": ("cluster", "raft_address"),
+    "peers": ("cluster", "peers"),
+    "cluster_password_file": ("cluster", "password_file"),
+    "join": ("cluster", "join"),
 }
 
 
@@ -86,6 +90,26 @@ def register(subparsers: Any) -> None:
         choices=[FETCH_IO_AUTO, FETCH_IO_SENDFILE, FETCH_IO_READ],
         help="how fetches send records (default sendfile; auto: read+send below 256 KiB)",
     )
+    p.add_argument(
+        "--raft-address",
+        help="cluster: this server's metadata Raft host:port (enables clustering)",
+    )
+    p.add_argument(
+        "--peers",
+        action="append",
+        metavar="ID@HOST:PORT",
+        help="cluster: the other members' Raft addresses (repeat or comma-separate)",
+    )
+    p.add_argument(
+        "--cluster-password-file",
+        help="cluster: file holding the cluster password (or set JET_CLUSTER_PASSWORD)",
+    )
+    p.add_argument(
+        "--join",
+        action="store_true",
+        default=None,
+        help="cluster: this server is being added to a running cluster",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     p.add_argument("--log-format", choices=["text", "json"], help="log format (default text)")
     p.add_argument(
@@ -107,7 +131,7 @@ def config_from_args(args: argparse.Namespace, env: dict[str, str]) -> ServerCon
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if dest == "nats":
+        if dest in ("nats", "peers"):
             value = tuple(u.strip() for item in value for u in item.split(",") if u.strip())
         overrides[key] = value
     return load_config(args.config, env, overrides)

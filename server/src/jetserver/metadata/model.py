@@ -1,8 +1,9 @@
 """Values of the cluster metadata: stream specs, partition assignments, the whole state.
 
 All values are frozen and hold only JSON-friendly data, so the same state can be persisted
-to metadata.json now and replicated through Raft later (issue 4). ``to_dict``/``from_dict``
-are the one serialization, used for the file, for replay and for the wire StreamInfo.
+to metadata.json (single server) or replicated through Raft (a cluster, spec/cluster.md).
+``to_dict``/``from_dict`` are the one serialization, used for the file, for Raft snapshots
+and for replay.
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ class PartitionAssignment:
     leader: str
     """Server id of the leader."""
     replicas: tuple[str, ...]
-    """Server ids holding a replica, leader first."""
+    """Server ids holding a replica; the first is the preferred leader (the leader at
+    creation). Not reordered when the leader changes."""
     isr: tuple[str, ...]
-    """In-sync replicas."""
+    """In-sync replicas (the leader included)."""
     leader_epoch: int = 0
     """Bumped at every leader change."""
 
@@ -155,8 +157,38 @@ class StreamMeta:
 
 
 @attrs.frozen
+class RegisteredServer:
+    """A server of the cluster, as it registered itself (RegisterServer)."""
+
+    server_id: str
+    """Its server id."""
+    client_address: str
+    """``host:port`` of its client protocol (what Metadata lists and peers dial)."""
+    raft_address: str
+    """``host:port`` of its metadata Raft member."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {
+            "server_id": self.server_id,
+            "client_address": self.client_address,
+            "raft_address": self.raft_address,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RegisteredServer:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            server_id=str(data["server_id"]),
+            client_address=str(data["client_address"]),
+            raft_address=str(data["raft_address"]),
+        )
+
+
+@attrs.frozen
 class MetadataState:
-    """The whole metadata: every stream, and how many operations produced it.
+    """The whole metadata: every stream, the registered servers, and how many operations
+    produced it.
 
     Treat as immutable: :func:`jetserver.metadata.ops.apply` returns a new state.
     """
@@ -164,18 +196,32 @@ class MetadataState:
     streams: Mapping[str, StreamMeta] = attrs.field(factory=dict)
     """Streams by name."""
     applied: int = 0
-    """Operations applied so far (the Raft log index, later)."""
+    """Operations applied so far (the state-machine index under Raft)."""
+    servers: Mapping[str, RegisteredServer] = attrs.field(factory=dict)
+    """Registered servers by id (empty on a single server without a cluster)."""
+
+    def client_addresses(self) -> dict[str, str]:
+        """Server id -> client ``host:port`` of every registered server."""
+        return {i: s.client_address for i, s in self.servers.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        """As a JSON object (the content of metadata.json)."""
-        return {
+        """As a JSON object (the content of metadata.json; ``servers`` only if any)."""
+        out: dict[str, Any] = {
             "version": 1,
             "applied": self.applied,
             "streams": [s.to_dict() for s in sorted(self.streams.values(), key=lambda s: s.name)],
         }
+        if self.servers:
+            out["servers"] = [self.servers[i].to_dict() for i in sorted(self.servers)]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MetadataState:
         """Inverse of :meth:`to_dict`."""
         streams = [StreamMeta.from_dict(s) for s in data.get("streams", [])]
-        return cls(streams={s.name: s for s in streams}, applied=int(data.get("applied", 0)))
+        servers = [RegisteredServer.from_dict(s) for s in data.get("servers", [])]
+        return cls(
+            streams={s.name: s for s in streams},
+            applied=int(data.get("applied", 0)),
+            servers={s.server_id: s for s in servers},
+        )

@@ -3,9 +3,14 @@
 ``apply(state, op)`` returns the next state and the operation's result; it reads no clock,
 no randomness and no files, so replaying the same operations from the same state always
 gives the same states (everything non-deterministic — the stream id, the creation time, the
-replica choice — is decided by the proposer and carried in the operation). Applying an
-operation twice is harmless: a repeated create returns ``created=False``, a repeated delete
-returns STREAM_NOT_FOUND, and the state does not change.
+replica and leader choices — is decided by the proposer and carried in the operation).
+Applying an operation twice is harmless: a repeated create returns ``created=False``, a
+repeated delete returns STREAM_NOT_FOUND, a repeated RegisterServer or UpdateIsr changes
+nothing, a repeated ElectLeader is refused (its epoch is no longer the next one).
+
+Operations: CreateStream, DeleteStream (streams), RegisterServer (a server's addresses),
+UpdateIsr (the partition leader changes its ISR, epoch-checked), ElectLeader (the metadata
+leader moves a partition's leadership to an ISR member, epoch + 1).
 """
 
 from __future__ import annotations
@@ -16,7 +21,13 @@ from typing import Any
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta, StreamSpec
+from jetserver.metadata.model import (
+    MetadataState,
+    PartitionAssignment,
+    RegisteredServer,
+    StreamMeta,
+    StreamSpec,
+)
 
 
 @attrs.frozen
@@ -59,7 +70,113 @@ class DeleteStream:
         return {"op": self.kind, "name": self.name}
 
 
-Op = CreateStream | DeleteStream
+@attrs.frozen
+class RegisterServer:
+    """Record (or update) a server's client and Raft addresses (idempotent)."""
+
+    server_id: str
+    """The server's id."""
+    client_address: str
+    """Its client protocol ``host:port``."""
+    raft_address: str
+    """Its metadata Raft ``host:port``."""
+
+    kind = "register_server"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (with ``op``)."""
+        return {
+            "op": self.kind,
+            "server_id": self.server_id,
+            "client_address": self.client_address,
+            "raft_address": self.raft_address,
+        }
+
+
+@attrs.frozen
+class UpdateIsr:
+    """The partition leader changes the in-sync replica set of its partition.
+
+    Refused (NOT_LEADER) unless ``leader`` is the partition's current leader and
+    ``leader_epoch`` its current epoch (a deposed leader cannot shrink or grow the ISR);
+    refused (INVALID_ARGUMENT) unless ``isr`` is a non-empty set of replicas holding the
+    leader.
+    """
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    leader: str
+    """The proposer: must be the partition leader."""
+    leader_epoch: int
+    """The proposer's leader epoch: must be the current one."""
+    isr: tuple[str, ...]
+    """The new ISR."""
+    stream_id: str | None = None
+    """If set, the stream incarnation the proposer holds (a re-created stream refuses it)."""
+
+    kind = "update_isr"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (with ``op``)."""
+        return {
+            "op": self.kind,
+            "stream": self.stream,
+            "partition": self.partition,
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "isr": list(self.isr),
+            "stream_id": self.stream_id,
+        }
+
+
+@attrs.frozen
+class ElectLeader:
+    """Make ``leader`` the partition leader at ``leader_epoch`` (= the current epoch + 1).
+
+    The new leader must be in the ISR; the old leader leaves the ISR (it rejoins once it has
+    caught up with the new leader). Refused (NOT_LEADER) if the epoch is not the next one
+    (someone else changed the partition first), INVALID_ARGUMENT if ``leader`` is not an
+    ISR member other than the current leader.
+    """
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    leader: str
+    """The new leader."""
+    leader_epoch: int
+    """The new epoch: current epoch + 1."""
+    stream_id: str | None = None
+    """If set, the stream incarnation the election was decided for."""
+
+    kind = "elect_leader"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (with ``op``)."""
+        return {
+            "op": self.kind,
+            "stream": self.stream,
+            "partition": self.partition,
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "stream_id": self.stream_id,
+        }
+
+
+Op = CreateStream | DeleteStream | RegisterServer | UpdateIsr | ElectLeader
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def op_from_dict(data: Mapping[str, Any]) -> Op:
@@ -78,6 +195,29 @@ def op_from_dict(data: Mapping[str, Any]) -> Op:
         )
     if kind == DeleteStream.kind:
         return DeleteStream(name=str(data["name"]))
+    if kind == RegisterServer.kind:
+        return RegisterServer(
+            server_id=str(data["server_id"]),
+            client_address=str(data["client_address"]),
+            raft_address=str(data["raft_address"]),
+        )
+    if kind == UpdateIsr.kind:
+        return UpdateIsr(
+            stream=str(data["stream"]),
+            partition=_int(data["partition"]),
+            leader=str(data["leader"]),
+            leader_epoch=_int(data["leader_epoch"]),
+            isr=tuple(str(i) for i in data["isr"]),
+            stream_id=_opt_str(data.get("stream_id")),
+        )
+    if kind == ElectLeader.kind:
+        return ElectLeader(
+            stream=str(data["stream"]),
+            partition=_int(data["partition"]),
+            leader=str(data["leader"]),
+            leader_epoch=_int(data["leader_epoch"]),
+            stream_id=_opt_str(data.get("stream_id")),
+        )
     raise ValueError(f"unknown metadata op {kind!r}")
 
 
@@ -92,7 +232,8 @@ class OpResult:
     created: bool = False
     """CreateStream: True if the stream is new, False if it already existed identically."""
     stream: StreamMeta | None = None
-    """CreateStream: the stream (new or existing); DeleteStream: the deleted stream."""
+    """CreateStream: the stream (new or existing); DeleteStream: the deleted stream;
+    UpdateIsr / ElectLeader: the stream after the change (also when nothing changed)."""
 
     @property
     def ok(self) -> bool:
@@ -111,45 +252,144 @@ def apply(state: MetadataState, op: Op) -> tuple[MetadataState, OpResult]:
     Pure and deterministic. A refused operation returns the same state object with only
     ``applied`` incremented (the operation still consumed a log position).
     """
-    applied = state.applied + 1
+    bumped = attrs.evolve(state, applied=state.applied + 1)
     if isinstance(op, CreateStream):
-        existing = state.streams.get(op.spec.name)
-        if existing is not None:
-            diff = _settings_diff(existing.spec, op.spec)
-            if not diff:
-                result = OpResult(created=False, stream=existing)
-            else:
-                result = OpResult(
-                    ErrorCode.STREAM_EXISTS,
-                    f"stream {op.spec.name!r} exists with other settings ({', '.join(diff)})",
-                    stream=existing,
-                )
-            return attrs.evolve(state, applied=applied), result
-        if len(op.replicas) != op.spec.partitions or any(not r for r in op.replicas):
-            return attrs.evolve(state, applied=applied), OpResult(
-                ErrorCode.INVALID_ARGUMENT, "one non-empty replica list per partition required"
-            )
-        meta = StreamMeta(
-            spec=op.spec,
-            stream_id=op.stream_id,
-            created_ns=op.created_ns,
-            partitions=tuple(
-                PartitionAssignment(
-                    partition=p, leader=replicas[0], replicas=replicas, isr=replicas
-                )
-                for p, replicas in enumerate(op.replicas)
-            ),
-        )
-        streams = dict(state.streams)
-        streams[meta.name] = meta
-        return MetadataState(streams=streams, applied=applied), OpResult(created=True, stream=meta)
+        return _create(bumped, op)
     if isinstance(op, DeleteStream):
         existing = state.streams.get(op.name)
         if existing is None:
-            return attrs.evolve(state, applied=applied), OpResult(
+            return bumped, OpResult(
                 ErrorCode.STREAM_NOT_FOUND, f"stream {op.name!r} does not exist"
             )
         streams = dict(state.streams)
         del streams[op.name]
-        return MetadataState(streams=streams, applied=applied), OpResult(stream=existing)
+        return attrs.evolve(bumped, streams=streams), OpResult(stream=existing)
+    if isinstance(op, RegisterServer):
+        record = RegisteredServer(op.server_id, op.client_address, op.raft_address)
+        if state.servers.get(op.server_id) == record:
+            return bumped, OpResult()
+        servers = dict(state.servers)
+        servers[op.server_id] = record
+        return attrs.evolve(bumped, servers=servers), OpResult()
+    if isinstance(op, UpdateIsr):
+        return _update_isr(bumped, op)
+    if isinstance(op, ElectLeader):
+        return _elect_leader(bumped, op)
     raise TypeError(f"not a metadata op: {op!r}")  # pragma: no cover
+
+
+def _create(state: MetadataState, op: CreateStream) -> tuple[MetadataState, OpResult]:
+    existing = state.streams.get(op.spec.name)
+    if existing is not None:
+        diff = _settings_diff(existing.spec, op.spec)
+        if not diff:
+            return state, OpResult(created=False, stream=existing)
+        return state, OpResult(
+            ErrorCode.STREAM_EXISTS,
+            f"stream {op.spec.name!r} exists with other settings ({', '.join(diff)})",
+            stream=existing,
+        )
+    if (
+        len(op.replicas) != op.spec.partitions
+        or any(not r for r in op.replicas)
+        or any(len(set(r)) != len(r) for r in op.replicas)
+    ):
+        return state, OpResult(
+            ErrorCode.INVALID_ARGUMENT,
+            "one non-empty list of distinct replicas per partition required",
+        )
+    meta = StreamMeta(
+        spec=op.spec,
+        stream_id=op.stream_id,
+        created_ns=op.created_ns,
+        partitions=tuple(
+            PartitionAssignment(partition=p, leader=replicas[0], replicas=replicas, isr=replicas)
+            for p, replicas in enumerate(op.replicas)
+        ),
+    )
+    streams = dict(state.streams)
+    streams[meta.name] = meta
+    return attrs.evolve(state, streams=streams), OpResult(created=True, stream=meta)
+
+
+def _partition_of(
+    state: MetadataState, stream: str, partition: int, stream_id: str | None
+) -> tuple[StreamMeta, PartitionAssignment] | OpResult:
+    meta = state.streams.get(stream)
+    if meta is None or (stream_id is not None and meta.stream_id != stream_id):
+        return OpResult(ErrorCode.STREAM_NOT_FOUND, f"stream {stream!r} does not exist")
+    if not 0 <= partition < len(meta.partitions):
+        return OpResult(
+            ErrorCode.PARTITION_NOT_FOUND, f"stream {stream!r} has no partition {partition}"
+        )
+    return meta, meta.partitions[partition]
+
+
+def _replace(
+    state: MetadataState, meta: StreamMeta, assignment: PartitionAssignment
+) -> tuple[MetadataState, OpResult]:
+    parts = list(meta.partitions)
+    parts[assignment.partition] = assignment
+    new_meta = attrs.evolve(meta, partitions=tuple(parts))
+    streams = dict(state.streams)
+    streams[meta.name] = new_meta
+    return attrs.evolve(state, streams=streams), OpResult(stream=new_meta)
+
+
+def _update_isr(state: MetadataState, op: UpdateIsr) -> tuple[MetadataState, OpResult]:
+    found = _partition_of(state, op.stream, op.partition, op.stream_id)
+    if isinstance(found, OpResult):
+        return state, found
+    meta, current = found
+    where = f"{op.stream}/{op.partition}"
+    if op.leader != current.leader or op.leader_epoch != current.leader_epoch:
+        return state, OpResult(
+            ErrorCode.NOT_LEADER,
+            f"{where}: ISR change by {op.leader} at epoch {op.leader_epoch} refused; the "
+            f"leader is {current.leader} at epoch {current.leader_epoch}",
+            stream=meta,
+        )
+    isr = op.isr
+    if (
+        not isr
+        or len(set(isr)) != len(isr)
+        or op.leader not in isr
+        or not set(isr) <= set(current.replicas)
+    ):
+        return state, OpResult(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{where}: ISR {list(isr)} must be distinct replicas holding the leader "
+            f"(replicas {list(current.replicas)})",
+            stream=meta,
+        )
+    if isr == current.isr:
+        return state, OpResult(stream=meta)
+    return _replace(state, meta, attrs.evolve(current, isr=isr))
+
+
+def _elect_leader(state: MetadataState, op: ElectLeader) -> tuple[MetadataState, OpResult]:
+    found = _partition_of(state, op.stream, op.partition, op.stream_id)
+    if isinstance(found, OpResult):
+        return state, found
+    meta, current = found
+    where = f"{op.stream}/{op.partition}"
+    if op.leader_epoch != current.leader_epoch + 1:
+        return state, OpResult(
+            ErrorCode.NOT_LEADER,
+            f"{where}: election for epoch {op.leader_epoch} refused; the current epoch is "
+            f"{current.leader_epoch}",
+            stream=meta,
+        )
+    if op.leader not in current.isr or op.leader == current.leader:
+        return state, OpResult(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{where}: new leader {op.leader} must be an ISR member other than the current "
+            f"leader {current.leader} (ISR {list(current.isr)})",
+            stream=meta,
+        )
+    isr = tuple(r for r in current.isr if r != current.leader)
+    return _replace(
+        state,
+        meta,
+        attrs.evolve(current, leader=op.leader, leader_epoch=op.leader_epoch, isr=isr),
+    )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -28,12 +28,16 @@ from jetsdk.codec.messages import (
 from jetserver.broker.fetch import fetch
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.streams import StreamManager
+from jetserver.cluster.elections import parse_report
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
 from jetserver.storage import StorageError
+
+if TYPE_CHECKING:
+    from jetserver.cluster import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +56,23 @@ class Dispatcher:
     """Advertised ``host:port`` of this server."""
     shutting_down: bool = False
     """Set at shutdown: new requests get SHUTTING_DOWN."""
+    cluster: ClusterNode | None = None
+    """The control plane, in a cluster (None: a server alone)."""
 
     def servers(self) -> list[dict[str, str]]:
-        """The Metadata ``servers`` list (just this server until clustering)."""
-        return [{"id": self.config.server.id, "address": self.address}]
+        """The Metadata ``servers`` list: every registered server of the cluster (this
+        server alone without a cluster, or before its registration is applied)."""
+        me = {"id": self.config.server.id, "address": self.address}
+        if self.cluster is None:
+            return [me]
+        registered = self.cluster.raft.state.servers
+        listed = [
+            {"id": s.server_id, "address": s.client_address}
+            for s in sorted(registered.values(), key=lambda s: s.server_id)
+        ]
+        if self.config.server.id not in registered:
+            listed = sorted([*listed, me], key=lambda s: s["id"])
+        return listed
 
     async def handle(self, frame: Frame) -> Reply:
         """Answer one request frame."""
@@ -95,13 +112,31 @@ class Dispatcher:
             return json_api.hello(req, self.config)
 
         async def metadata(req: dict[str, Any]) -> dict[str, Any]:
-            return json_api.metadata(req, self.streams, self.servers())
+            answer = json_api.metadata(req, self.streams, self.servers())
+            if self.cluster is not None:
+                answer["metadata_leader"] = self.cluster.raft.leader_id
+            return answer
 
         async def create(req: dict[str, Any]) -> dict[str, Any]:
+            if self.cluster is not None:
+                assert self.cluster.requests is not None
+                return await self.cluster.requests.create_stream(req)
             return await json_api.create_stream(req, self.streams)
 
         async def delete(req: dict[str, Any]) -> dict[str, Any]:
+            if self.cluster is not None:
+                assert self.cluster.requests is not None
+                return await self.cluster.requests.delete_stream(req)
             return await json_api.delete_stream(req, self.streams)
+
+        async def report_leader(req: dict[str, Any]) -> dict[str, Any]:
+            if self.cluster is None:
+                raise ApiError(
+                    ErrorCode.UNSUPPORTED_API,
+                    "ReportLeader: this server is not a member of a cluster",
+                    {"api": int(Api.REPORT_LEADER)},
+                )
+            return await self.cluster.elections.report(*parse_report(req))
 
         async def describe(req: dict[str, Any]) -> dict[str, Any]:
             return json_api.describe_stream(req, self.streams)
@@ -116,6 +151,7 @@ class Dispatcher:
             Api.DELETE_STREAM: delete,
             Api.DESCRIBE_STREAM: describe,
             Api.LIST_OFFSETS: offsets,
+            Api.REPORT_LEADER: report_leader,
         }
 
     async def _produce(self, frame: Frame) -> Reply:

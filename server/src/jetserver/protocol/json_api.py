@@ -132,13 +132,15 @@ def describe_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, An
 
 
 def list_offsets(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
-    """ListOffsets: earliest (log start), latest (HW) or the first offset at a timestamp."""
+    """ListOffsets: earliest (log start), latest (HW) or the first offset at a timestamp.
+
+    In a cluster only the partition leader answers (NOT_LEADER elsewhere)."""
     name = _str_field(req, "stream")
     partition = _int_field(req, "partition", 0)
     position = req.get("position", "latest")
     if position not in POSITIONS:
         raise invalid_argument("position", f"position must be one of {list(POSITIONS)}")
-    log = streams.replica(name, partition).log
+    log = (streams.leader_replica(name, partition) or streams.replica(name, partition)).log
     hw = log.high_watermark
     if position == "earliest":
         offset = log.log_start_offset

@@ -57,6 +57,7 @@ class Api(enum.IntEnum):
     PRODUCE = 6
     FETCH = 7
     OFFSET_FOR_LEADER_EPOCH = 8
+    REPORT_LEADER = 9
 
 
 FLAG_RESPONSE = 0x01

@@ -1,0 +1,21 @@
+"""The control plane of a cluster: membership, placement, forwarding, partition leadership.
+
+- :mod:`.node` — :class:`ClusterNode`: this server's metadata Raft member and background
+  tasks (registration, reconciliation of local replicas, liveness probes);
+- :mod:`.forwarding` — CreateStream / DeleteStream on any server, proposed by the metadata
+  leader (placement, op ids, retries);
+- :mod:`.placement` — where replicas and partition leaders go (pure);
+- :mod:`.controller` — :class:`Controller`, what replicas call: ISR changes, silent-leader
+  reports;
+- :mod:`.elections` — the metadata leader's partition leader elections (pure rules + state);
+- :mod:`.liveness` — which servers answer; :mod:`.peers` — server-to-server connections;
+- :mod:`.bootstrap` — ``[cluster]`` configuration to Raft configuration.
+
+spec/cluster.md documents the behaviour.
+"""
+
+from jetserver.cluster.controller import Controller, ControllerProtocol
+from jetserver.cluster.node import ClusterNode
+from jetserver.cluster.placement import place_replicas, server_load
+
+__all__ = ["ClusterNode", "Controller", "ControllerProtocol", "place_replicas", "server_load"]

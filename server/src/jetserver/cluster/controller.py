@@ -1,0 +1,188 @@
+"""The control plane as the data plane sees it: ISR changes and silent-leader reports.
+
+Replicas (broker/partition.py, jetserver.replication) hold a :class:`Controller` (the
+Protocol of spec/cluster.md) and call it; the implementation here turns the calls into
+metadata operations:
+
+- :meth:`Controller.propose_isr` — the partition leader proposes UpdateIsr through the
+  metadata Raft (``forward=True``: from a follower of the metadata Raft, PySyncObj carries
+  the entry to the metadata leader). The state machine refuses a stale epoch or a proposer
+  that does not lead. Retried with the same op id (applied at most once) within
+  ``ISR_PROPOSE_BOUND_S``.
+- :meth:`Controller.report_leader_silent` — sent to the metadata leader
+  (:class:`~jetserver.cluster.elections.Elections`, locally or with ReportLeader over the
+  client protocol). One attempt, bounded; callers report again while the leader stays
+  silent.
+
+Task safety: one event loop; any number of replicas may call concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import anyio
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.frames import Api
+from jetsdk.errors import JetError
+from jetserver.cluster.elections import Elections
+from jetserver.cluster.peers import PeerPool
+from jetserver.errors import ApiError
+from jetserver.logs import fields
+from jetserver.metadata.ops import UpdateIsr
+from jetserver.raft import MetadataRaft, OutcomeUnknown, RaftClosed, RaftError, Unavailable
+
+log = logging.getLogger(__name__)
+
+ISR_PROPOSE_BOUND_S = 10.0
+"""Total time :meth:`Controller.propose_isr` keeps retrying."""
+REPORT_TIMEOUT_S = 2.0
+"""Bound on one silent-leader report."""
+_BACKOFF_FIRST_S = 0.05
+_BACKOFF_MAX_S = 1.0
+
+
+class ControllerProtocol(Protocol):
+    """What replicas need from the control plane (spec/cluster.md, "Interfaces")."""
+
+    server_id: str
+
+    async def propose_isr(
+        self, stream: str, partition: int, leader_epoch: int, isr: tuple[str, ...]
+    ) -> bool:
+        """Propose a new ISR as the partition leader; True once applied, False if refused."""
+        ...
+
+    async def report_leader_silent(
+        self, stream: str, partition: int, leader_epoch: int, reporter: str
+    ) -> None:
+        """Tell the metadata leader that the leader of ``leader_epoch`` is silent."""
+        ...
+
+
+def backoff_s(attempt: int) -> float:
+    """Pause before retry ``attempt`` (1-based): 50 ms doubling up to 1 s."""
+    return float(min(_BACKOFF_FIRST_S * (2 ** (attempt - 1)), _BACKOFF_MAX_S))
+
+
+@attrs.define(eq=False)
+class Controller:
+    """:class:`ControllerProtocol` over the metadata Raft and the peer connections."""
+
+    server_id: str
+    """This server's id (the proposer of ISR changes, the reporter of silent leaders)."""
+    raft: MetadataRaft
+    """The metadata Raft member."""
+    peers: PeerPool
+    """Connections to the metadata leader."""
+    elections: Elections
+    """Used directly when this server is the metadata leader."""
+    client_addresses: Callable[[], Mapping[str, str]]
+    """Server id -> client address of the registered servers."""
+    isr_bound_s: float = ISR_PROPOSE_BOUND_S
+    """See :data:`ISR_PROPOSE_BOUND_S`."""
+    isr_changes: int = 0
+    """UpdateIsr proposals applied."""
+    reports_sent: int = 0
+    """Silent-leader reports sent."""
+
+    async def propose_isr(
+        self, stream: str, partition: int, leader_epoch: int, isr: tuple[str, ...]
+    ) -> bool:
+        """Propose UpdateIsr for a partition this server leads at ``leader_epoch``.
+
+        Returns:
+            True once applied; False if the state machine refused it (stale epoch, not the
+            leader, a bad ISR), the stream is gone, or no outcome was reached within
+            :attr:`isr_bound_s` (it may then still be applied: watch the metadata).
+        """
+        meta = self.raft.state.streams.get(stream)
+        if meta is None:
+            return False
+        op = UpdateIsr(stream, partition, self.server_id, leader_epoch, tuple(isr), meta.stream_id)
+        op_id = f"isr-{uuid.uuid4().hex}"
+        deadline = time.monotonic() + self.isr_bound_s
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = deadline - time.monotonic()
+            try:
+                applied = await self.raft.propose(
+                    op, op_id=op_id, timeout=max(0.1, remaining), forward=True
+                )
+            except RaftClosed:
+                return False
+            except (Unavailable, OutcomeUnknown) as exc:
+                if time.monotonic() + backoff_s(attempt) >= deadline:
+                    log.warning(
+                        "ISR change without outcome",
+                        extra=fields(stream=stream, partition=partition, error=str(exc)),
+                    )
+                    return False
+                await anyio.sleep(backoff_s(attempt))
+                continue
+            except RaftError as exc:
+                log.warning(
+                    "ISR change not proposed",
+                    extra=fields(stream=stream, partition=partition, error=str(exc)),
+                )
+                return False
+            result = applied.result
+            if result.ok:
+                self.isr_changes += 1
+                log.info(
+                    "ISR changed",
+                    extra=fields(
+                        stream=stream,
+                        partition=partition,
+                        leader_epoch=leader_epoch,
+                        isr=",".join(isr),
+                    ),
+                )
+            else:
+                log.info(
+                    "ISR change refused",
+                    extra=fields(stream=stream, partition=partition, reason=result.message),
+                )
+            return result.ok
+
+    async def report_leader_silent(
+        self, stream: str, partition: int, leader_epoch: int, reporter: str
+    ) -> None:
+        """Report the leader of ``stream``/``partition`` at ``leader_epoch`` silent.
+
+        One attempt bounded by :data:`REPORT_TIMEOUT_S`; failures are logged (DEBUG) and
+        swallowed: the caller reports again while the leader stays silent.
+        """
+        self.reports_sent += 1
+        try:
+            with anyio.fail_after(REPORT_TIMEOUT_S):
+                if self.raft.is_leader:
+                    await self.elections.report(stream, partition, leader_epoch, reporter)
+                    return
+                leader = self.raft.leader_id
+                address = self.client_addresses().get(leader) if leader else None
+                if address is None:
+                    raise ApiError(ErrorCode.UNAVAILABLE, "no metadata leader known")
+                await self.peers.request_json(
+                    address,
+                    Api.REPORT_LEADER,
+                    {
+                        "stream": stream,
+                        "partition": partition,
+                        "leader_epoch": leader_epoch,
+                        "reporter": reporter,
+                    },
+                    REPORT_TIMEOUT_S,
+                )
+        except (TimeoutError, ApiError, JetError) as exc:
+            log.debug(
+                "silent-leader report not delivered",
+                extra=fields(stream=stream, partition=partition, error=str(exc)),
+            )

@@ -1,0 +1,218 @@
+"""Partition leader election on the metadata leader, from followers' silent-leader reports.
+
+A follower replica whose partition leader stops answering reports it (ReportLeader, api 9)
+to the metadata leader. The metadata leader counts, per partition and leader epoch:
+
+- one vote per ISR member other than the leader that reported within
+  ``window_s`` (default 5 s);
+- one vote for the leader itself when this server's liveness probes find the leader's
+  server not answering at all (the leader is silent to the metadata leader too).
+
+When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it proposes
+ElectLeader: the new leader is the first replica, in the partition's replica order, among
+the reporters (a reporter is alive: it just spoke), at epoch + 1; the state machine drops
+the old leader from the ISR. Reports are kept in memory only: after a metadata leader
+change the followers' repeated reports rebuild the count within one report period.
+
+A partition whose ISR holds only the leader is never moved (no unclean election: the
+other replicas may lack committed records).
+
+:func:`votes_needed` and :func:`choose_leader` are pure and unit-tested.
+
+Task safety: one event loop; elections of one partition are serialized.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+import anyio
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetserver.errors import ApiError, invalid_argument, partition_not_found, stream_not_found
+from jetserver.logs import fields
+from jetserver.metadata.model import PartitionAssignment
+from jetserver.metadata.ops import ElectLeader
+from jetserver.raft import MetadataRaft, NotLeader, RaftError
+
+log = logging.getLogger(__name__)
+
+ELECTION_PROPOSE_TIMEOUT_S = 3.0
+"""Bound on proposing one ElectLeader."""
+
+
+def votes_needed(isr: Collection[str]) -> int:
+    """Votes that move the leadership of a partition with this ISR: a majority of it."""
+    return len(isr) // 2 + 1
+
+
+def choose_leader(
+    assignment: PartitionAssignment, reporters: Collection[str], leader_down: bool
+) -> str | None:
+    """The new leader if the reports (and the leader's own silence) reach a majority.
+
+    Args:
+        assignment: the partition's current assignment.
+        reporters: servers that reported the leader silent within the window.
+        leader_down: the leader's server does not answer this server's probes.
+
+    Returns:
+        The first replica (in replica order) that is an ISR member, not the leader, and a
+        reporter; None if the votes do not reach a majority of the ISR.
+    """
+    valid = [r for r in assignment.replicas if r in reporters and r in assignment.isr]
+    valid = [r for r in valid if r != assignment.leader]
+    votes = len(valid) + (1 if leader_down else 0)
+    if not valid or votes < votes_needed(assignment.isr):
+        return None
+    return valid[0]
+
+
+@attrs.define(eq=False)
+class _Reports:
+    epoch: int
+    at: dict[str, float] = attrs.field(factory=dict)
+    lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+
+
+@attrs.define(eq=False)
+class Elections:
+    """The metadata leader's side of partition leader failover."""
+
+    raft: MetadataRaft
+    """The metadata Raft member (elections are proposed only while it leads)."""
+    is_down: Callable[[str], bool]
+    """Liveness: True if a server does not answer this server's probes."""
+    window_s: float = 5.0
+    """How long a report counts."""
+    clock: Callable[[], float] = time.monotonic
+    """Monotonic clock (injected in tests)."""
+    _reports: dict[tuple[str, int], _Reports] = attrs.field(factory=dict)
+    elections: int = 0
+    """Leader elections proposed and applied by this server."""
+
+    async def report(
+        self, stream: str, partition: int, leader_epoch: int, reporter: str
+    ) -> dict[str, Any]:
+        """Count a report; elect a new leader if it completes a majority (ReportLeader).
+
+        Returns:
+            ``{"accepted", "leader", "leader_epoch"}`` (spec/protocol.md, api 9).
+
+        Raises:
+            ApiError: NOT_LEADER (not the metadata leader), STREAM_NOT_FOUND,
+                PARTITION_NOT_FOUND, INVALID_ARGUMENT; a RaftError code if the election
+                could not be proposed.
+        """
+        if not self.raft.is_leader:
+            raise ApiError(
+                ErrorCode.NOT_LEADER,
+                "not the metadata leader",
+                {"leader": self.raft.leader_id},
+            )
+        key = (stream, partition)
+        current = self._assignment(stream, partition)
+        reports = self._reports.get(key)
+        if reports is None or reports.epoch != current.leader_epoch:
+            reports = self._reports[key] = _Reports(current.leader_epoch)
+        async with reports.lock:
+            current = self._assignment(stream, partition)  # may have moved while waiting
+            answer = _answer(False, current)
+            if leader_epoch != current.leader_epoch or reporter not in current.isr:
+                return answer
+            if reporter == current.leader:
+                return answer
+            now = self.clock()
+            reports.at[reporter] = now
+            recent = {r for r, t in reports.at.items() if now - t <= self.window_s}
+            reports.at = {r: t for r, t in reports.at.items() if r in recent}
+            down = self.is_down(current.leader)
+            new_leader = choose_leader(current, recent, down)
+            log.info(
+                "partition leader reported silent",
+                extra=fields(
+                    stream=stream,
+                    partition=partition,
+                    leader=current.leader,
+                    leader_epoch=current.leader_epoch,
+                    reporter=reporter,
+                    reporters=",".join(sorted(recent)),
+                    leader_down=down,
+                    isr=",".join(current.isr),
+                ),
+            )
+            if new_leader is None:
+                return _answer(True, current)
+            return await self._elect(stream, partition, current, new_leader)
+
+    async def _elect(
+        self, stream: str, partition: int, current: PartitionAssignment, new_leader: str
+    ) -> dict[str, Any]:
+        meta = self.raft.state.streams[stream]
+        op = ElectLeader(stream, partition, new_leader, current.leader_epoch + 1, meta.stream_id)
+        try:
+            applied = await self.raft.propose(
+                op, op_id=f"elect-{uuid.uuid4().hex}", timeout=ELECTION_PROPOSE_TIMEOUT_S
+            )
+        except NotLeader as exc:
+            raise ApiError(exc.code, str(exc), {"leader": exc.leader_id}) from exc
+        except RaftError as exc:
+            raise ApiError(exc.code, f"leader election not applied: {exc}") from exc
+        result = applied.result
+        after = self._assignment(stream, partition)
+        if not result.ok:
+            log.info(
+                "leader election refused",
+                extra=fields(stream=stream, partition=partition, reason=result.message),
+            )
+            return _answer(True, after)
+        self._reports.pop((stream, partition), None)
+        self.elections += 1
+        log.info(
+            "partition leader elected",
+            extra=fields(
+                stream=stream,
+                partition=partition,
+                old_leader=current.leader,
+                leader=new_leader,
+                leader_epoch=op.leader_epoch,
+            ),
+        )
+        return _answer(True, after)
+
+    def _assignment(self, stream: str, partition: int) -> PartitionAssignment:
+        meta = self.raft.state.streams.get(stream)
+        if meta is None:
+            raise stream_not_found(stream)
+        if not 0 <= partition < len(meta.partitions):
+            raise partition_not_found(stream, partition, len(meta.partitions))
+        return meta.partitions[partition]
+
+
+def _answer(accepted: bool, a: PartitionAssignment) -> dict[str, Any]:
+    return {"accepted": accepted, "leader": a.leader, "leader_epoch": a.leader_epoch}
+
+
+def parse_report(request: Mapping[str, Any]) -> tuple[str, int, int, str]:
+    """Validate a ReportLeader request body: ``(stream, partition, leader_epoch, reporter)``.
+
+    Raises:
+        ApiError: INVALID_ARGUMENT naming the field.
+    """
+    values: list[Any] = []
+    for name, typ in (
+        ("stream", str),
+        ("partition", int),
+        ("leader_epoch", int),
+        ("reporter", str),
+    ):
+        value = request.get(name)
+        if isinstance(value, bool) or not isinstance(value, typ) or value in ("", None):
+            raise invalid_argument(name, f"{name} must be a {typ.__name__}, got {value!r}")
+        values.append(value)
+    return values[0], values[1], values[2], values[3]

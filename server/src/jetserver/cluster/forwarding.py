@@ -1,0 +1,321 @@
+"""CreateStream / DeleteStream in a cluster: proposed by the metadata leader, forwarded there
+from any other server.
+
+A server receiving the request:
+
+1. gives it an op id (the request's ``op_id`` if any): every retry below reuses it, and the
+   state machine applies an op id at most once, so a retry across a leader change never
+   creates or deletes twice and answers the first outcome;
+2. if it is the metadata leader: validates the request, places the replicas
+   (:mod:`.placement`, over the live registered servers), proposes the operation and waits
+   for it to be applied; a new stream is answered once every partition leader has opened
+   its replica (bounded), so a message published after the answer is captured;
+3. otherwise forwards the request with ``op_id`` and ``forwarded: true`` to the metadata
+   leader's client address, then waits until its own replicated state shows the outcome
+   (read-your-writes on the server the client talks to);
+4. retries retriable failures (no leader yet, leader changed, outcome unknown, connection
+   lost) with backoff until ``forward_timeout_s``.
+
+A CreateStream is one operation holding every partition's assignment, so a metadata
+leader failure during a create leaves either the whole stream or nothing.
+
+Task safety: one event loop; requests run concurrently (the Raft log orders them).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.frames import Api
+from jetsdk.errors import JetError
+from jetserver.broker.streams import StreamManager
+from jetserver.cluster.controller import backoff_s
+from jetserver.cluster.liveness import Liveness
+from jetserver.cluster.peers import PeerPool
+from jetserver.cluster.placement import place_replicas, server_load
+from jetserver.config import ServerConfig
+from jetserver.errors import ApiError, invalid_argument
+from jetserver.logs import fields
+from jetserver.metadata.model import MetadataState, StreamMeta
+from jetserver.metadata.ops import CreateStream, DeleteStream, OpResult
+from jetserver.metadata.validate import MAX_PARTITIONS, spec_from_request
+from jetserver.protocol.json_api import stream_info
+from jetserver.raft import MetadataRaft, NotLeader, OutcomeUnknown, RaftError, Unavailable
+from jetserver.raft.machine import MAX_OP_ID_CHARS
+
+log = logging.getLogger(__name__)
+
+PARTITIONS_READY_TIMEOUT_S = 5.0
+"""Bound on waiting for a new stream's partition leaders to open their replicas."""
+LOCAL_SETTLE_TIMEOUT_S = 5.0
+"""Bound on waiting for this server's state to show a forwarded operation's outcome."""
+READY_POLL_S = 0.05
+"""Pause between two readiness checks of a remote partition leader."""
+_ANY_RF = 1 << 30
+"""Replication factor bound given to request validation (placement checks the real one)."""
+
+
+def op_id_of(request: Mapping[str, Any]) -> str:
+    """The request's ``op_id``, or a new one.
+
+    Raises:
+        ApiError: INVALID_ARGUMENT if ``op_id`` is not a string of 1-128 characters.
+    """
+    value = request.get("op_id")
+    if value is None:
+        return uuid.uuid4().hex
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_OP_ID_CHARS:
+        raise invalid_argument("op_id", f"op_id must be a string of 1-{MAX_OP_ID_CHARS} characters")
+    return value
+
+
+@attrs.define(eq=False)
+class MetadataRequests:
+    """Answers CreateStream and DeleteStream on any server of a cluster."""
+
+    config: ServerConfig
+    """Server configuration (limits and defaults for validation, forward timeout)."""
+    raft: MetadataRaft
+    """The metadata Raft member."""
+    peers: PeerPool
+    """Connections to the metadata leader and partition leaders."""
+    liveness: Liveness
+    """Which servers answer (placement uses the live ones)."""
+    streams: StreamManager
+    """This server's replicas (readiness of local partition leaders)."""
+    forwarded_requests: int = 0
+    """Requests this server forwarded to the metadata leader."""
+
+    @property
+    def server_id(self) -> str:
+        """This server's id."""
+        return self.config.server.id
+
+    # ------------------------------------------------------------------ entry points
+
+    async def create_stream(self, request: dict[str, Any]) -> dict[str, Any]:
+        """CreateStream: ``{"created", "stream"}``.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT, STREAM_EXISTS, or a retriable code (UNAVAILABLE,
+                TIMEOUT, NOT_LEADER) when no metadata leader answered in time.
+        """
+        self._spec(request)  # refuse a bad request before forwarding it
+        op_id = op_id_of(request)
+
+        async def settle(answer: dict[str, Any]) -> None:
+            info = answer.get("stream")
+            if isinstance(info, dict):
+                name = info.get("name")
+                await self._wait_local(lambda s: name in s.streams, f"stream {name} to appear")
+
+        return await self._run(
+            Api.CREATE_STREAM, request, op_id, lambda: self._create_here(request, op_id), settle
+        )
+
+    async def delete_stream(self, request: dict[str, Any]) -> dict[str, Any]:
+        """DeleteStream: ``{"deleted": true}``.
+
+        Raises:
+            ApiError: STREAM_NOT_FOUND, or a retriable code as :meth:`create_stream`.
+        """
+        name = request.get("name")
+        if not isinstance(name, str) or not name:
+            raise invalid_argument("name", "name must be a non-empty string")
+        op_id = op_id_of(request)
+        before = self.raft.state.streams.get(name)
+
+        async def settle(_answer: dict[str, Any]) -> None:
+            def gone(state: MetadataState) -> bool:
+                now = state.streams.get(name)
+                return now is None or (before is not None and now.stream_id != before.stream_id)
+
+            await self._wait_local(gone, f"stream {name} to disappear")
+
+        return await self._run(
+            Api.DELETE_STREAM, request, op_id, lambda: self._delete_here(name, op_id), settle
+        )
+
+    # ------------------------------------------------------------------ the retry loop
+
+    async def _run(
+        self,
+        api: Api,
+        request: dict[str, Any],
+        op_id: str,
+        here: Callable[[], Awaitable[dict[str, Any]]],
+        settle: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> dict[str, Any]:
+        forwarded = request.get("forwarded") is True
+        bound = self.config.cluster.forward_timeout_s
+        deadline = time.monotonic() + bound
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if self.raft.is_leader:
+                    return await here()
+                if forwarded:
+                    raise NotLeader(self.raft.leader_id, self.raft.leader_address)
+                answer = await self._forward(api, request, op_id, deadline)
+                await settle(answer)
+                return answer
+            except NotLeader as exc:
+                if forwarded:
+                    raise ApiError(
+                        ErrorCode.NOT_LEADER,
+                        "not the metadata leader",
+                        {"leader": exc.leader_id},
+                    ) from exc
+                error: ApiError = ApiError(exc.code, str(exc))
+            except (Unavailable, OutcomeUnknown) as exc:
+                error = ApiError(exc.code, str(exc))
+            except RaftError as exc:
+                raise ApiError(exc.code, str(exc)) from exc
+            except JetError as exc:
+                code = _code(exc.code)
+                if not exc.retriable:
+                    raise ApiError(code, exc.message, exc.details) from exc
+                error = ApiError(code, f"metadata leader: {exc.message or exc}", exc.details)
+            pause = backoff_s(attempt)
+            if time.monotonic() + pause >= deadline:
+                raise ApiError(
+                    error.code,
+                    f"no metadata leader completed the request within {bound} s "
+                    f"(last error: {error.message})",
+                    error.details,
+                )
+            log.debug(
+                "metadata request retried",
+                extra=fields(api=api.name, op_id=op_id, attempt=attempt, error=error.message),
+            )
+            await anyio.sleep(pause)
+
+    async def _forward(
+        self, api: Api, request: dict[str, Any], op_id: str, deadline: float
+    ) -> dict[str, Any]:
+        leader = self.raft.leader_id
+        address = self.raft.state.client_addresses().get(leader) if leader else None
+        if address is None:
+            if leader is None:
+                raise Unavailable("no metadata leader is known (election in progress)")
+            raise Unavailable(f"the metadata leader {leader} has not registered its address")
+        body = dict(request)
+        body.update(op_id=op_id, forwarded=True)
+        self.forwarded_requests += 1
+        timeout = max(1.0, deadline - time.monotonic())
+        return await self.peers.request_json(address, api, body, timeout)
+
+    async def _wait_local(self, done: Callable[[MetadataState], bool], what: str) -> None:
+        with anyio.move_on_after(LOCAL_SETTLE_TIMEOUT_S):
+            async for state in self.raft.watch_state():
+                if done(state):
+                    return
+        log.warning("local metadata lags", extra=fields(waiting_for=what))
+
+    # ------------------------------------------------------------------ on the leader
+
+    def _spec(self, request: Mapping[str, Any]) -> Any:
+        cfg = self.config
+        return spec_from_request(
+            request,
+            cluster_size=_ANY_RF,
+            max_message_bytes=cfg.limits.max_message_bytes,
+            default_segment_max_bytes=cfg.storage.segment_max_bytes,
+            default_segment_max_age_s=cfg.storage.segment_max_age_s,
+        )
+
+    async def _create_here(self, request: Mapping[str, Any], op_id: str) -> dict[str, Any]:
+        spec = self._spec(request)
+        state = self.raft.state
+        remembered = self.raft.machine.recent.get(op_id)
+        existing = state.streams.get(spec.name)
+        result: OpResult
+        if remembered is not None:
+            result = remembered.result
+        elif existing is not None and existing.spec == spec:
+            result = OpResult(created=False, stream=existing)
+        else:
+            replicas = place_replicas(
+                spec.partitions,
+                spec.replication_factor,
+                self.liveness.live_servers(),
+                server_load(state.streams.values()),
+            )
+            op = CreateStream(
+                spec=spec,
+                stream_id=secrets.token_hex(4),
+                created_ns=time.time_ns(),
+                replicas=replicas,
+            )
+            result = (await self.raft.propose(op, op_id=op_id)).result
+        if not result.ok:
+            raise ApiError(result.error_code, result.message, {"stream": spec.name})
+        assert result.stream is not None
+        if result.created:
+            log.info(
+                "stream created",
+                extra=fields(
+                    stream=spec.name,
+                    subject=spec.subject,
+                    partitions=spec.partitions,
+                    replication_factor=spec.replication_factor,
+                    leaders=",".join(a.leader for a in result.stream.partitions),
+                ),
+            )
+            await self._wait_partitions_ready(result.stream)
+        return {"created": result.created, "stream": stream_info(result.stream)}
+
+    async def _delete_here(self, name: str, op_id: str) -> dict[str, Any]:
+        remembered = self.raft.machine.recent.get(op_id)
+        if remembered is not None:
+            result = remembered.result
+        else:
+            result = (await self.raft.propose(DeleteStream(name), op_id=op_id)).result
+        if not result.ok:
+            raise ApiError(result.error_code, result.message, {"stream": name})
+        log.info("stream deleted", extra=fields(stream=name))
+        return {"deleted": True}
+
+    async def _wait_partitions_ready(self, meta: StreamMeta) -> None:
+        """Wait (bounded) until every partition leader has opened its replica."""
+        with anyio.move_on_after(PARTITIONS_READY_TIMEOUT_S) as scope:
+            async with anyio.create_task_group() as tg:
+                for a in meta.partitions[:MAX_PARTITIONS]:
+                    tg.start_soon(self._wait_partition_ready, meta.name, a.partition, a.leader)
+        if scope.cancelled_caught:
+            log.warning(
+                "stream created, but not every partition leader opened its replica in time",
+                extra=fields(stream=meta.name, timeout_s=PARTITIONS_READY_TIMEOUT_S),
+            )
+
+    async def _wait_partition_ready(self, name: str, partition: int, leader: str) -> None:
+        if leader == self.server_id:
+            await self.streams.wait_partition_ready(name, partition)
+            return
+        request = {"stream": name, "partition": partition, "position": "latest"}
+        while True:
+            address = self.raft.state.client_addresses().get(leader)
+            if address is not None:
+                try:
+                    await self.peers.request_json(address, Api.LIST_OFFSETS, request, 1.0)
+                    return
+                except JetError:
+                    pass
+            await anyio.sleep(READY_POLL_S)
+
+
+def _code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.UNKNOWN

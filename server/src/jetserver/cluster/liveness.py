@@ -1,0 +1,109 @@
+"""Which registered servers answer: periodic Hello probes over the client protocol.
+
+Every server probes every other registered server every ``probe_interval_s`` (a Hello with a
+short bound). The view is local and advisory: the metadata leader uses it to leave servers
+that do not answer out of new streams' placements, and to count a partition leader that
+does not answer as agreeing that it is silent (spec/cluster.md, "Partition leader
+election"). A server never probed yet counts as live.
+
+Task safety: one event loop; :meth:`Liveness.run` is the only writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+import attrs
+
+from jetsdk.errors import JetError
+from jetserver.cluster.peers import PeerPool
+from jetserver.logs import fields
+from jetserver.metadata.model import MetadataState
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 1.0
+"""Bound on one probe (connect + Hello)."""
+
+
+@attrs.frozen
+class Probe:
+    """The last probe of one server."""
+
+    ok: bool
+    """True if it answered."""
+    at: float
+    """When (monotonic seconds)."""
+    address: str
+    """The client address probed."""
+
+
+@attrs.define(eq=False)
+class Liveness:
+    """This server's view of which servers answer."""
+
+    server_id: str
+    """This server (always live)."""
+    peers: PeerPool
+    """Connections used for probes."""
+    state: Callable[[], MetadataState]
+    """The current metadata (registered servers and their addresses)."""
+    interval_s: float = 0.5
+    """Probe period."""
+    probes: dict[str, Probe] = attrs.field(factory=dict)
+    """Last probe per server id."""
+    _changed: anyio.Event = attrs.field(factory=anyio.Event)
+
+    def is_down(self, server_id: str) -> bool:
+        """True if the last probe of ``server_id`` at its current address failed."""
+        if server_id == self.server_id:
+            return False
+        probe = self.probes.get(server_id)
+        registered = self.state().servers.get(server_id)
+        if probe is None or registered is None:
+            return False
+        return not probe.ok and probe.address == registered.client_address
+
+    def live_servers(self) -> list[str]:
+        """Registered servers not known to be down (this server included), sorted."""
+        ids = set(self.state().servers) | {self.server_id}
+        return sorted(s for s in ids if not self.is_down(s))
+
+    async def wait_probed(self, timeout_s: float) -> None:
+        """Wait for the next probe round to finish (or ``timeout_s``)."""
+        with anyio.move_on_after(timeout_s):
+            await self._changed.wait()
+
+    async def run(self) -> None:
+        """Probe every registered server each ``interval_s`` until cancelled."""
+        while True:
+            started = time.monotonic()
+            targets = {
+                s.server_id: s.client_address
+                for s in self.state().servers.values()
+                if s.server_id != self.server_id
+            }
+            async with anyio.create_task_group() as tg:
+                for server_id, address in targets.items():
+                    tg.start_soon(self._probe, server_id, address)
+            event, self._changed = self._changed, anyio.Event()
+            event.set()
+            await anyio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    async def _probe(self, server_id: str, address: str) -> None:
+        try:
+            await self.peers.hello(address, PROBE_TIMEOUT_S)
+            ok = True
+        except JetError:
+            ok = False
+        previous = self.probes.get(server_id)
+        self.probes[server_id] = Probe(ok, time.monotonic(), address)
+        if previous is None or previous.ok != ok:
+            log.log(
+                logging.INFO if previous is not None else logging.DEBUG,
+                "server answers" if ok else "server does not answer",
+                extra=fields(server=server_id, address=address),
+            )

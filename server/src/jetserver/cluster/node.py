@@ -1,0 +1,207 @@
+"""This server as a member of a cluster: the metadata Raft member and the control-plane tasks.
+
+:meth:`ClusterNode.open` starts the metadata Raft member (recovering its journal and
+snapshot) and the peer connections. The server then builds its
+:class:`~jetserver.broker.streams.StreamManager` over ``node.raft`` with ``node.controller``,
+calls :meth:`ClusterNode.attach`, starts listening, and calls :meth:`ClusterNode.start` with
+its client address, which runs until the block exits:
+
+- registration: RegisterServer(id, client address, Raft address) through Raft until applied
+  (again whenever the client address changes, e.g. a restart on another port);
+- reconciliation: each new replicated state (and the moment this member has caught up with
+  the leader's log) is handed to ``StreamManager.reconcile``;
+- liveness probes of the other registered servers (:mod:`.liveness`).
+
+Task safety: one event loop (the server's).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import attrs
+
+from jetserver.broker.streams import StreamManager
+from jetserver.cluster.bootstrap import raft_config
+from jetserver.cluster.controller import Controller, backoff_s
+from jetserver.cluster.elections import Elections
+from jetserver.cluster.forwarding import MetadataRequests
+from jetserver.cluster.liveness import Liveness
+from jetserver.cluster.peers import PeerPool
+from jetserver.config import ServerConfig
+from jetserver.logs import fields
+from jetserver.metadata.model import MetadataState, RegisteredServer
+from jetserver.metadata.ops import RegisterServer
+from jetserver.raft import MetadataRaft, OutcomeUnknown, RaftClosed, RaftConfig, Unavailable
+
+log = logging.getLogger(__name__)
+
+REGISTER_PROPOSE_TIMEOUT_S = 5.0
+"""Bound on one RegisterServer proposal (retried until applied)."""
+
+
+@attrs.define(eq=False)
+class ClusterNode:
+    """The control plane of one server (see the module docstring)."""
+
+    config: ServerConfig
+    """Server configuration (``[cluster]`` set)."""
+    raft: MetadataRaft
+    """The metadata Raft member."""
+    peers: PeerPool
+    """Client-protocol connections to the other servers."""
+    liveness: Liveness
+    """Which servers answer."""
+    elections: Elections
+    """Partition leader elections (acting while this server is the metadata leader)."""
+    controller: Controller
+    """Handed to replicas (ISR changes, silent-leader reports)."""
+    requests: MetadataRequests | None = None
+    """CreateStream / DeleteStream (after :meth:`attach`)."""
+    streams: StreamManager | None = None
+    """This server's replicas (after :meth:`attach`)."""
+    client_address: str = ""
+    """The client address registered (after :meth:`start`)."""
+    registered: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set once this server's RegisterServer is applied here."""
+    _tg: anyio.abc.TaskGroup | None = None
+    _dirty: anyio.Event = attrs.field(factory=anyio.Event)
+    _tasks_scope: anyio.CancelScope = attrs.field(factory=anyio.CancelScope)
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, config: ServerConfig, raft: RaftConfig | None = None
+    ) -> AsyncIterator[ClusterNode]:
+        """Start the Raft member and the peer pool; stop everything when the block exits.
+
+        Args:
+            config: the server configuration (with ``[cluster]``).
+            raft: the Raft configuration (default: :func:`~.bootstrap.raft_config`).
+
+        Raises:
+            ConfigError: no usable password or member list.
+            RaftStartError: the Raft port or the Raft data cannot be used.
+        """
+        raft_cfg = raft if raft is not None else raft_config(config)
+        server_id = config.server.id
+        async with MetadataRaft(raft_cfg) as member, anyio.create_task_group() as tg:
+            peers = PeerPool()
+            peers.start(tg)
+
+            def current_state() -> MetadataState:
+                return member.state
+
+            liveness = Liveness(
+                server_id, peers, current_state, interval_s=config.cluster.probe_interval_s
+            )
+            elections = Elections(
+                member, liveness.is_down, window_s=config.cluster.leader_silent_window_s
+            )
+            controller = Controller(
+                server_id,
+                member,
+                peers,
+                elections,
+                lambda: member.state.client_addresses(),
+            )
+            node = cls(config, member, peers, liveness, elections, controller, tg=tg)
+            try:
+                yield node
+            finally:
+                tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await peers.aclose()
+
+    def attach(self, streams: StreamManager) -> None:
+        """Give the node this server's StreamManager (before :meth:`start`)."""
+        self.streams = streams
+        self.requests = MetadataRequests(self.config, self.raft, self.peers, self.liveness, streams)
+
+    def start(self, client_address: str) -> None:
+        """Start registration, reconciliation and liveness probes (until the block exits).
+
+        Args:
+            client_address: ``host:port`` other servers and clients reach this server at.
+        """
+        assert self._tg is not None
+        assert self.streams is not None
+        self.client_address = client_address
+        self._tg.start_soon(self._run_tasks)
+
+    async def _run_tasks(self) -> None:
+        with self._tasks_scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._register)
+                tg.start_soon(self._watch_state)
+                tg.start_soon(self._watch_ready)
+                tg.start_soon(self._reconciler)
+                tg.start_soon(self.liveness.run)
+
+    async def stop_tasks(self) -> None:
+        """Stop the background tasks now (before the replicas are closed at shutdown)."""
+        self._tasks_scope.cancel()
+
+    # ------------------------------------------------------------------ registration
+
+    async def _register(self) -> None:
+        cluster = self.config.cluster
+        assert cluster.raft_address is not None
+        me = self.config.server.id
+        record = RegisteredServer(me, self.client_address, cluster.raft_address)
+        op = RegisterServer(me, self.client_address, cluster.raft_address)
+        op_id = f"register-{uuid.uuid4().hex}"
+        attempt = 0
+        started = time.monotonic()
+        while self.raft.state.servers.get(me) != record:
+            attempt += 1
+            try:
+                await self.raft.propose(
+                    op, op_id=op_id, timeout=REGISTER_PROPOSE_TIMEOUT_S, forward=True
+                )
+                continue
+            except RaftClosed:
+                return
+            except (Unavailable, OutcomeUnknown) as exc:
+                log.debug("registration retried", extra=fields(error=str(exc), attempt=attempt))
+            await anyio.sleep(backoff_s(attempt))
+        log.info(
+            "server registered",
+            extra=fields(
+                server_id=me,
+                client_address=self.client_address,
+                raft_address=cluster.raft_address,
+                after_s=round(time.monotonic() - started, 3),
+            ),
+        )
+        self.registered.set()
+
+    # ------------------------------------------------------------------ reconciliation
+
+    async def _watch_state(self) -> None:
+        async for _state in self.raft.watch_state():
+            self._dirty.set()
+
+    async def _watch_ready(self) -> None:
+        async for status in self.raft.watch_status():
+            if status.ready:
+                self._dirty.set()
+                return
+
+    async def _reconciler(self) -> None:
+        assert self.streams is not None
+        while True:
+            await self._dirty.wait()
+            self._dirty = anyio.Event()
+            try:
+                await self.streams.reconcile(self.raft.state, collect=self.raft.status.ready)
+            except Exception:
+                log.exception("reconciling replicas with the metadata failed")
+                await anyio.sleep(1.0)
+                self._dirty.set()

@@ -1,0 +1,123 @@
+"""Client-protocol connections from this server to the other servers of the cluster.
+
+The control plane talks to other servers over the same client protocol the SDK speaks
+(spec/protocol.md): forwarded CreateStream / DeleteStream to the metadata leader, reports of
+a silent partition leader, liveness probes (Hello). :class:`PeerPool` keeps one multiplexed
+:class:`jetsdk.connection.Connection` per address, opened on first use and reopened after
+it breaks; every request is bounded in time.
+
+Task safety: one event loop; any number of tasks may call :meth:`PeerPool.request_json`.
+Reader tasks live in the task group given to :meth:`PeerPool.start`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.abc
+import attrs
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import decode_json, encode_json
+from jetsdk.connection import Connection
+from jetsdk.errors import JetConnectionError, JetError, MalformedFrame, Timeout
+from jetsdk.transport import parse_address, tcp_dialer
+
+DEFAULT_CONNECT_TIMEOUT_S = 2.0
+"""Bound on connecting to a peer and getting its Hello answer."""
+PEER_CLIENT_NAME = "jetserver-peer"
+"""The ``client`` sent in Hello by server-to-server connections."""
+PROTOCOL_VERSION = 1
+
+
+@attrs.define(eq=False)
+class PeerPool:
+    """Connections to other servers, by client address (``host:port``)."""
+
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    """Bound on connect + Hello."""
+    _tg: anyio.abc.TaskGroup | None = None
+    _connections: dict[str, Connection] = attrs.field(factory=dict)
+    _locks: dict[str, anyio.Lock] = attrs.field(factory=dict)
+    _closed: bool = False
+
+    def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Use ``tg`` for the connections' reader tasks."""
+        self._tg = tg
+
+    async def aclose(self) -> None:
+        """Close every connection (idempotent)."""
+        self._closed = True
+        connections, self._connections = list(self._connections.values()), {}
+        for conn in connections:
+            await conn.aclose()
+
+    async def _connection(self, address: str) -> Connection:
+        if self._tg is None or self._closed:
+            raise JetConnectionError("the peer pool is not running")
+        conn = self._connections.get(address)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._locks.setdefault(address, anyio.Lock())
+        async with lock:
+            conn = self._connections.get(address)
+            if conn is not None and not conn.closed:
+                return conn
+            try:
+                target = parse_address(address)
+            except JetError as exc:
+                raise JetConnectionError(f"bad peer address {address!r}: {exc}") from exc
+            stream = await tcp_dialer(target, self.connect_timeout_s)
+            conn = Connection(stream, label=address)
+            await self._tg.start(conn.run)
+            try:
+                body = encode_json({"protocol": PROTOCOL_VERSION, "client": PEER_CLIENT_NAME})
+                answer = await conn.request(Api.HELLO, body, timeout=self.connect_timeout_s)
+                conn.server_info = _decode(answer)
+            except BaseException:
+                await conn.aclose()
+                raise
+            self._connections[address] = conn
+            return conn
+
+    async def request(self, address: str, api: int, body: bytes, timeout_s: float) -> bytes:
+        """Send one request to the server at ``address``; return the response body.
+
+        Raises:
+            JetError: the server's error, a Timeout, or JetConnectionError (the connection is
+                reopened on the next call).
+        """
+        try:
+            with anyio.fail_after(timeout_s + self.connect_timeout_s):
+                conn = await self._connection(address)
+                return await conn.request(api, body, timeout=timeout_s)
+        except TimeoutError:
+            raise Timeout(f"no answer from {address} within {timeout_s} s") from None
+
+    async def request_json(
+        self, address: str, api: int, request: dict[str, Any], timeout_s: float
+    ) -> dict[str, Any]:
+        """:meth:`request` with JSON bodies.
+
+        Raises:
+            JetError: as :meth:`request`; MalformedFrame for a body that is not JSON.
+        """
+        return _decode(await self.request(address, api, encode_json(request), timeout_s))
+
+    async def hello(self, address: str, timeout_s: float) -> dict[str, Any]:
+        """A Hello round trip (a liveness probe); returns the Hello answer."""
+        return await self.request_json(
+            address,
+            Api.HELLO,
+            {"protocol": PROTOCOL_VERSION, "client": PEER_CLIENT_NAME},
+            timeout_s,
+        )
+
+
+def _decode(body: bytes) -> dict[str, Any]:
+    try:
+        return decode_json(body)
+    except CodecError as exc:
+        raise MalformedFrame(f"bad JSON response: {exc}") from exc

@@ -1,0 +1,101 @@
+"""Helpers for the control-plane cluster tests: a 3-server dev cluster, metadata reads,
+bounded waits.
+
+Every wait is bounded in time (and polls at a fixed interval); servers are started and
+killed by PID through :class:`jetserver.devcluster.DevCluster`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from jetserver.devcluster import DevCluster
+from support.raw_client import RawClient, ServerError
+
+T = TypeVar("T")
+
+WAIT_S = 15.0
+"""Default bound of :func:`eventually`."""
+POLL_S = 0.05
+"""Polling interval of :func:`eventually`."""
+REQUEST_S = 5.0
+"""Bound on one request in these helpers."""
+
+
+@contextmanager
+def dev_cluster(root: Path, servers: int = 3) -> Iterator[DevCluster]:
+    """A started dev cluster (logs in ``root/servers.log``), stopped by PID on exit."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "servers.log", "ab") as log:
+        cluster = DevCluster(servers=servers, data_dir=root / "data", log_file=log)
+        cluster.start()
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+async def call(address: str, api_call: Callable[[RawClient], Awaitable[T]]) -> T:
+    """Connect to ``address``, run ``api_call`` on the connection, bounded by REQUEST_S."""
+    with anyio.fail_after(REQUEST_S):
+        async with await RawClient.connect(address) as c:
+            return await api_call(c)
+
+
+async def metadata(address: str) -> dict[str, Any]:
+    """The Metadata answer of the server at ``address``."""
+    return await call(address, lambda c: c.metadata())
+
+
+async def eventually(
+    check: Callable[[], Awaitable[T | None]], what: str, timeout_s: float = WAIT_S
+) -> T:
+    """Poll ``check`` until it returns a value that is not None (errors count as None).
+
+    Raises:
+        AssertionError: not within ``timeout_s``, with the last error seen.
+    """
+    deadline = time.monotonic() + timeout_s
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = await check()
+        except (OSError, ServerError, TimeoutError, anyio.BrokenResourceError) as exc:
+            last, value = exc, None
+        if value is not None:
+            return value
+        await anyio.sleep(POLL_S)
+    raise AssertionError(f"not within {timeout_s} s: {what} (last error: {last!r})")
+
+
+async def metadata_leader(cluster: DevCluster, exclude: str | None = None) -> str:
+    """The metadata leader all live servers agree on (bounded wait)."""
+
+    async def agreed() -> str | None:
+        seen = set()
+        for p in cluster.processes:
+            if p.alive and p.server_id != exclude:
+                seen.add((await metadata(p.address)).get("metadata_leader"))
+        if len(seen) == 1:
+            leader = seen.pop()
+            if leader is not None and leader != exclude:
+                return str(leader)
+        return None
+
+    return await eventually(agreed, "one metadata leader agreed by every live server")
+
+
+def assignments(answer: dict[str, Any], stream: str) -> list[tuple[str, tuple[str, ...], int]]:
+    """``(leader, replicas, leader_epoch)`` per partition of ``stream`` in a Metadata answer."""
+    for info in answer["streams"]:
+        if info["name"] == stream:
+            return [
+                (p["leader"], tuple(p["replicas"]), p["leader_epoch"]) for p in info["partitions"]
+            ]
+    return []

@@ -1,0 +1,139 @@
+"""Partition leader election on the metadata leader: the vote rules (pure) and Elections over
+a real one-member metadata Raft."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetserver.cluster.elections import Elections, choose_leader, parse_report, votes_needed
+from jetserver.errors import ApiError
+from jetserver.metadata.model import PartitionAssignment, StreamSpec
+from jetserver.metadata.ops import CreateStream, UpdateIsr
+from jetserver.raft import MetadataRaft, RaftConfig
+
+PASSWORD = "elections-test-password-0123"
+
+
+def assignment(isr: tuple[str, ...], leader: str = "s1") -> PartitionAssignment:
+    return PartitionAssignment(0, leader, ("s1", "s2", "s3"), isr, 4)
+
+
+@pytest.mark.parametrize(("size", "needed"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3)])
+def test_votes_needed_is_a_majority_of_the_isr(size: int, needed: int) -> None:
+    assert votes_needed([f"s{i}" for i in range(size)]) == needed
+
+
+@pytest.mark.parametrize(
+    ("isr", "reporters", "down", "expected"),
+    [
+        (("s1", "s2", "s3"), {"s2"}, False, None),  # one of three
+        (("s1", "s2", "s3"), {"s2", "s3"}, False, "s2"),  # two followers agree
+        (("s1", "s2", "s3"), {"s3"}, True, "s3"),  # a follower + the leader's own silence
+        (("s1", "s2"), {"s2"}, False, None),  # one of two
+        (("s1", "s2"), {"s2"}, True, "s2"),  # the leader does not answer anyone
+        (("s1",), set(), True, None),  # nobody to take over (no unclean election)
+        (("s1", "s3"), {"s2", "s3"}, True, "s3"),  # s2 is not in the ISR: not a candidate
+        (("s1", "s2", "s3"), {"s1", "s2"}, False, None),  # the leader's own report is void
+    ],
+)
+def test_choose_leader(
+    isr: tuple[str, ...], reporters: set[str], down: bool, expected: str | None
+) -> None:
+    assert choose_leader(assignment(isr), reporters, down) == expected
+
+
+def test_choose_leader_prefers_replica_order() -> None:
+    a = PartitionAssignment(0, "s2", ("s2", "s3", "s1"), ("s1", "s2", "s3"), 0)
+    assert choose_leader(a, {"s1", "s3"}, False) == "s3"
+
+
+def test_parse_report() -> None:
+    req = {"stream": "a", "partition": 1, "leader_epoch": 2, "reporter": "s2"}
+    assert parse_report(req) == ("a", 1, 2, "s2")
+    for field, bad in (("partition", True), ("leader_epoch", "1"), ("reporter", ""), ("stream", 3)):
+        with pytest.raises(ApiError) as info:
+            parse_report({**req, field: bad})
+        assert info.value.details == {"field": field}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def raft(tmp_path: Path) -> AsyncIterator[MetadataRaft]:
+    config = RaftConfig(
+        server_id="s1",
+        address=f"127.0.0.1:{free_port()}",
+        peers=(),
+        data_dir=tmp_path / "raft",
+        password=PASSWORD,
+        fsync=False,
+    )
+    async with MetadataRaft(config) as node:
+        await node.wait_leader(timeout=10)
+        spec = StreamSpec(name="orders", subject="orders", replication_factor=3)
+        applied = await node.propose(CreateStream(spec, "id1", 1, (("s1", "s2", "s3"),)))
+        assert applied.result.ok
+        yield node
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.anyio
+async def test_two_followers_elect_a_new_leader(raft: MetadataRaft) -> None:
+    clock = Clock()
+    elections = Elections(raft, lambda _s: False, window_s=5.0, clock=clock)
+    answer = await elections.report("orders", 0, 0, "s2")
+    assert answer == {"accepted": True, "leader": "s1", "leader_epoch": 0}
+    clock.now += 6.0  # the first report expired
+    answer = await elections.report("orders", 0, 0, "s3")
+    assert answer == {"accepted": True, "leader": "s1", "leader_epoch": 0}
+    clock.now += 1.0
+    answer = await elections.report("orders", 0, 0, "s2")
+    assert answer == {"accepted": True, "leader": "s2", "leader_epoch": 1}
+    a = raft.state.streams["orders"].partitions[0]
+    assert (a.leader, a.isr, a.leader_epoch) == ("s2", ("s2", "s3"), 1)
+    assert elections.elections == 1
+    # A late report about the old epoch changes nothing.
+    answer = await elections.report("orders", 0, 0, "s3")
+    assert answer == {"accepted": False, "leader": "s2", "leader_epoch": 1}
+
+
+@pytest.mark.anyio
+async def test_a_leader_that_answers_nobody_counts_as_silent(raft: MetadataRaft) -> None:
+    await raft.propose(UpdateIsr("orders", 0, "s1", 0, ("s1", "s3")))
+    down = {"s1"}
+    elections = Elections(raft, lambda s: s in down, window_s=5.0)
+    assert (await elections.report("orders", 0, 0, "s2"))["accepted"] is False  # not in ISR
+    answer = await elections.report("orders", 0, 0, "s3")
+    assert answer == {"accepted": True, "leader": "s3", "leader_epoch": 1}
+
+
+@pytest.mark.anyio
+async def test_reports_about_unknown_partitions(raft: MetadataRaft) -> None:
+    elections = Elections(raft, lambda _s: False)
+    with pytest.raises(ApiError) as info:
+        await elections.report("nope", 0, 0, "s2")
+    assert info.value.code == ErrorCode.STREAM_NOT_FOUND
+    with pytest.raises(ApiError) as info:
+        await elections.report("orders", 3, 0, "s2")
+    assert info.value.code == ErrorCode.PARTITION_NOT_FOUND

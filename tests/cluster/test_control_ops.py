@@ -1,0 +1,176 @@
+"""Metadata operations of the control plane (pure): RegisterServer, UpdateIsr, ElectLeader."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetserver.metadata.model import MetadataState, RegisteredServer, StreamSpec
+from jetserver.metadata.ops import (
+    CreateStream,
+    DeleteStream,
+    ElectLeader,
+    Op,
+    RegisterServer,
+    UpdateIsr,
+    apply,
+    op_from_dict,
+)
+from jetserver.raft.machine import (
+    Entry,
+    MachineState,
+    apply_entry,
+    encode_entry,
+    machine_from_dict,
+    machine_to_dict,
+)
+
+R3 = ("s1", "s2", "s3")
+
+
+def state_with_stream(replicas: tuple[str, ...] = R3) -> MetadataState:
+    spec = StreamSpec(name="orders", subject="orders", partitions=2, replication_factor=3)
+    op = CreateStream(spec, "id1", 5, (replicas, replicas[1:] + replicas[:1]))
+    state, result = apply(MetadataState(), op)
+    assert result.ok
+    return state
+
+
+def part(state: MetadataState, p: int = 0) -> tuple[str, tuple[str, ...], int]:
+    a = state.streams["orders"].partitions[p]
+    return a.leader, a.isr, a.leader_epoch
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        RegisterServer("s1", "127.0.0.1:1", "127.0.0.1:2"),
+        UpdateIsr("orders", 0, "s1", 3, ("s1", "s2"), "id1"),
+        UpdateIsr("orders", 1, "s2", 0, ("s2",)),
+        ElectLeader("orders", 0, "s2", 4, "id1"),
+        ElectLeader("orders", 0, "s2", 4),
+    ],
+)
+def test_ops_round_trip_through_json(op: Op) -> None:
+    assert op_from_dict(orjson.loads(orjson.dumps(op.to_dict()))) == op
+
+
+def test_register_server_is_idempotent_and_updates_addresses() -> None:
+    state, result = apply(MetadataState(), RegisterServer("s1", "h:1", "h:2"))
+    assert result.ok
+    assert state.servers == {"s1": RegisteredServer("s1", "h:1", "h:2")}
+    again, result = apply(state, RegisterServer("s1", "h:1", "h:2"))
+    assert result.ok
+    assert again.servers is state.servers
+    assert again.applied == state.applied + 1
+    moved, _ = apply(again, RegisterServer("s1", "h:9", "h:2"))
+    assert moved.client_addresses() == {"s1": "h:9"}
+
+
+def test_streams_and_servers_survive_each_other() -> None:
+    state, _ = apply(MetadataState(), RegisterServer("s1", "h:1", "h:2"))
+    spec = StreamSpec(name="a", subject="a")
+    state, _ = apply(state, CreateStream(spec, "i", 1, (("s1",),)))
+    state, _ = apply(state, DeleteStream("a"))
+    assert "s1" in state.servers
+    restored = MetadataState.from_dict(orjson.loads(orjson.dumps(state.to_dict())))
+    assert restored == state
+
+
+def test_servers_are_not_written_when_there_are_none() -> None:
+    assert "servers" not in MetadataState().to_dict()
+
+
+def test_update_isr_by_the_leader_at_its_epoch() -> None:
+    state = state_with_stream()
+    state, result = apply(state, UpdateIsr("orders", 0, "s1", 0, ("s1", "s3"), "id1"))
+    assert result.ok
+    assert part(state) == ("s1", ("s1", "s3"), 0)
+    assert result.stream is not None
+    assert result.stream.partitions[0].isr == ("s1", "s3")
+    same, result = apply(state, UpdateIsr("orders", 0, "s1", 0, ("s1", "s3")))
+    assert result.ok
+    assert same.streams is state.streams
+
+
+@pytest.mark.parametrize(
+    ("op", "code"),
+    [
+        (UpdateIsr("orders", 0, "s2", 0, ("s2",)), ErrorCode.NOT_LEADER),
+        (UpdateIsr("orders", 0, "s1", 1, ("s1",)), ErrorCode.NOT_LEADER),
+        (UpdateIsr("orders", 0, "s1", 0, ("s2", "s3")), ErrorCode.INVALID_ARGUMENT),
+        (UpdateIsr("orders", 0, "s1", 0, ("s1", "s9")), ErrorCode.INVALID_ARGUMENT),
+        (UpdateIsr("orders", 0, "s1", 0, ("s1", "s1")), ErrorCode.INVALID_ARGUMENT),
+        (UpdateIsr("orders", 0, "s1", 0, ()), ErrorCode.INVALID_ARGUMENT),
+        (UpdateIsr("orders", 0, "s1", 0, ("s1",), "old-id"), ErrorCode.STREAM_NOT_FOUND),
+        (UpdateIsr("nope", 0, "s1", 0, ("s1",)), ErrorCode.STREAM_NOT_FOUND),
+        (UpdateIsr("orders", 7, "s1", 0, ("s1",)), ErrorCode.PARTITION_NOT_FOUND),
+    ],
+)
+def test_update_isr_refusals_leave_the_state(op: UpdateIsr, code: ErrorCode) -> None:
+    state = state_with_stream()
+    after, result = apply(state, op)
+    assert result.error_code == code
+    assert after.streams is state.streams
+    assert after.applied == state.applied + 1
+
+
+def test_elect_leader_moves_leadership_bumps_the_epoch_and_drops_the_old_leader() -> None:
+    state = state_with_stream()
+    state, result = apply(state, ElectLeader("orders", 0, "s2", 1, "id1"))
+    assert result.ok
+    assert part(state) == ("s2", ("s2", "s3"), 1)
+    assert state.streams["orders"].partitions[0].replicas == R3  # preferred order kept
+    assert part(state, 1) == ("s2", ("s2", "s3", "s1"), 0)  # other partitions untouched
+    # The deposed leader cannot change the ISR any more; the new one can.
+    _, refused = apply(state, UpdateIsr("orders", 0, "s1", 0, ("s1", "s2", "s3")))
+    assert refused.error_code == ErrorCode.NOT_LEADER
+    state, result = apply(state, UpdateIsr("orders", 0, "s2", 1, ("s2", "s3", "s1")))
+    assert result.ok
+    assert part(state) == ("s2", ("s2", "s3", "s1"), 1)
+
+
+@pytest.mark.parametrize(
+    ("op", "code"),
+    [
+        (ElectLeader("orders", 0, "s2", 2), ErrorCode.NOT_LEADER),
+        (ElectLeader("orders", 0, "s2", 0), ErrorCode.NOT_LEADER),
+        (ElectLeader("orders", 0, "s1", 1), ErrorCode.INVALID_ARGUMENT),
+        (ElectLeader("orders", 0, "s9", 1), ErrorCode.INVALID_ARGUMENT),
+        (ElectLeader("orders", 0, "s2", 1, "old-id"), ErrorCode.STREAM_NOT_FOUND),
+    ],
+)
+def test_elect_leader_refusals(op: ElectLeader, code: ErrorCode) -> None:
+    state = state_with_stream()
+    after, result = apply(state, op)
+    assert result.error_code == code
+    assert after.streams is state.streams
+
+
+def test_elect_leader_only_from_the_isr() -> None:
+    state = state_with_stream()
+    state, _ = apply(state, UpdateIsr("orders", 0, "s1", 0, ("s1", "s3")))
+    _, result = apply(state, ElectLeader("orders", 0, "s2", 1))
+    assert result.error_code == ErrorCode.INVALID_ARGUMENT
+    state, result = apply(state, ElectLeader("orders", 0, "s3", 1))
+    assert part(state) == ("s3", ("s3",), 1)
+
+
+def test_a_repeated_election_entry_is_applied_once() -> None:
+    machine = state = MachineState(metadata=state_with_stream())
+    entry = encode_entry(Entry("elect-1", ElectLeader("orders", 0, "s2", 1)))
+    machine, first = apply_entry(state, entry)
+    machine, second = apply_entry(machine, entry)
+    assert first.result.ok
+    assert second.duplicate
+    assert second.result == first.result
+    assert machine.metadata.streams["orders"].partitions[0].leader_epoch == 1
+    restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
+    assert restored == machine
+
+
+def test_create_refuses_a_server_twice_in_one_partition() -> None:
+    spec = StreamSpec(name="a", subject="a", replication_factor=2)
+    _, result = apply(MetadataState(), CreateStream(spec, "i", 1, (("s1", "s1"),)))
+    assert result.error_code == ErrorCode.INVALID_ARGUMENT
