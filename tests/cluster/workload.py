@@ -34,6 +34,8 @@ REQUEST_TIMEOUT_S = 5.0
 """Client request timeout: a paused server must not hold a request for long."""
 ACK_TIMEOUT_S = 5.0
 """Server-side bound on waiting for ALL acks."""
+FLUSH_BOUND_S = 30.0
+"""Bound on waiting for the outcomes of what was sent, once sending stops."""
 MAX_READ_REQUESTS = 100_000
 """Bound on the Fetch requests of one read."""
 
@@ -65,6 +67,11 @@ async def read_committed(
         if offset >= hw or not got:
             return out, hw
     raise AssertionError(f"read of {stream}/{partition} did not finish")
+
+
+async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 @attrs.define(eq=False)
@@ -130,30 +137,49 @@ class ProducerDriver:
         """Send up to ``count`` messages at about ``rate`` per second for at most
         ``time_limit_s`` (or until ``stop``), then wait (bounded) for every outcome."""
         deadline = time.monotonic() + time_limit_s
-        async with Producer(
-            self.jet,
-            self.stream,
-            ack=AckPolicy.ALL,
-            idempotent=True,
-            linger=0.002,
-            max_pending=window,
-            ack_timeout=ACK_TIMEOUT_S,
-        ) as producer:
-            started = time.monotonic()
-            for _ in range(count):
-                now = time.monotonic()
-                if now > deadline or (stop is not None and stop.is_set()):
-                    break
-                ahead = self.sent / rate - (now - started)
-                if ahead > 0:
-                    await anyio.sleep(min(ahead, 0.05))
-                counter = self.sent
-                partition = counter % self.partitions
-                handle = await producer.send_soon(self.value(counter), partition=partition)
-                handle.add_done_callback(self._done(partition, counter))
-                self.sent += 1
-            with anyio.move_on_after(max(5.0, deadline - time.monotonic()) + 30.0):
-                await producer.flush()
+        with anyio.CancelScope(
+            deadline=anyio.current_time() + time_limit_s + FLUSH_BOUND_S
+        ) as outer:
+            async with Producer(
+                self.jet,
+                self.stream,
+                ack=AckPolicy.ALL,
+                idempotent=True,
+                linger=0.002,
+                max_pending=window,
+                ack_timeout=ACK_TIMEOUT_S,
+            ) as producer:
+                async with anyio.create_task_group() as tg:
+                    sending = anyio.CancelScope()
+                    if stop is not None:
+                        tg.start_soon(_cancel_on, stop, sending)
+                    with sending:
+                        await self._send_loop(producer, count, deadline, rate, stop)
+                    tg.cancel_scope.cancel()
+                # Leaving the block flushes: every outcome, within FLUSH_BOUND_S.
+                outer.deadline = min(outer.deadline, anyio.current_time() + FLUSH_BOUND_S)
+
+    async def _send_loop(
+        self,
+        producer: Producer,
+        count: int,
+        deadline: float,
+        rate: float,
+        stop: anyio.Event | None,
+    ) -> None:
+        started = time.monotonic()
+        for _ in range(count):
+            now = time.monotonic()
+            if now > deadline or (stop is not None and stop.is_set()):
+                return
+            ahead = self.sent / rate - (now - started)
+            if ahead > 0:
+                await anyio.sleep(min(ahead, 0.05))
+            counter = self.sent
+            partition = counter % self.partitions
+            handle = await producer.send_soon(self.value(counter), partition=partition)
+            handle.add_done_callback(self._done(partition, counter))
+            self.sent += 1
 
     async def wait_acked(self, count: int, timeout_s: float) -> None:
         """Wait until ``count`` messages are acknowledged.
