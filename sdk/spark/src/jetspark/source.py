@@ -226,12 +226,19 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # ``start`` is processed: mirror it (commit() alone misses the last batch of a
         # query, whose commit Spark issues when planning the batch after it).
         self._mirror(begin)
-        latest = self._latest_offsets(self._snapshot(require=False), begin)
+        snap = self._snapshot(require=False)
+        latest = self._latest_offsets(snap, begin)
         self._latest = latest
         if self._target is not None:
             latest = _cap(latest, self._target, begin)
         if isinstance(limit, ReadMaxRows):
-            latest = limit_offsets(begin, latest, limit.max_rows)
+            # New partitions count from their log start, so a partition that gets no share
+            # this time is checkpointed there, never below records retention removed.
+            base = {stream: dict(parts) for stream, parts in begin.items()}
+            for stream, parts in snap.items():
+                for part, info in parts.items():
+                    base.setdefault(stream, {}).setdefault(part, info.log_start)
+            latest = limit_offsets(base, latest, limit.max_rows)
         return to_json(latest)
 
     def _latest_offsets(self, snap: Snapshot, begin: Offsets) -> Offsets:
