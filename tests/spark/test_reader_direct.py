@@ -53,7 +53,7 @@ def _reader(dev: JetDev, **options: str) -> Any:
 
 
 def _rows(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
-    out = []
+    out: list[tuple[Any, ...]] = []
     for partition in reader.partitions(start, end):
         for batch in reader.read(partition):
             out.extend(zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns))))
