@@ -21,13 +21,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any
 
 import anyio
 import orjson
 
 import jetspark
-from jetsdk import AckPolicy, Client, Producer
+from jetsdk import AckPolicy, Client, Producer, StreamExists
 from jetsdk.codec.record import Record, iter_records
 
 __all__ = ["CUSTOMERS", "local_spark", "run"]
@@ -57,10 +58,17 @@ def local_spark(app: str = "jetspark-demo") -> Any:
     return spark
 
 
-async def _produce(servers: list[str], stream: str, count: int, seed: int) -> None:
+async def _create(client: Client, stream: str, **settings: Any) -> None:
+    with suppress(StreamExists):  # made earlier with other settings: use it as it is
+        await client.create_stream(stream, **settings)
+
+
+async def _produce(
+    servers: list[str], stream: str, count: int, seed: int, replication_factor: int
+) -> None:
     rng = random.Random(seed)
     async with Client(servers) as client:
-        await client.create_stream(stream, partitions=3)
+        await _create(client, stream, partitions=3, replication_factor=replication_factor)
         async with Producer(client, stream, ack=AckPolicy.ALL) as producer:
             handles = []
             for i in range(count):
@@ -100,6 +108,7 @@ def run(
     orders_stream: str = "orders",
     totals_stream: str = "order-totals",
     seed: int = 7,
+    replication_factor: int = 1,
     echo: Callable[[str], None] = print,
 ) -> dict[str, tuple[int, int]]:
     """Run the demo pipeline against ``servers`` and print the results.
@@ -110,6 +119,8 @@ def run(
         spark: a SparkSession to use (default: a local[2] one, stopped at the end).
         orders_stream, totals_stream: stream names.
         seed: seeds the generated orders.
+        replication_factor: of the two streams, when the demo creates them (existing streams
+            are used as they are).
         echo: where the output lines go.
 
     Returns:
@@ -124,10 +135,10 @@ def run(
     server_list = [s.strip() for item in server_list for s in item.split(",") if s.strip()]
     joined = ",".join(server_list)
     started = time.perf_counter()
-    anyio.run(_produce, server_list, orders_stream, orders, seed)
+    anyio.run(_produce, server_list, orders_stream, orders, seed, replication_factor)
     echo(f"produced {orders} orders into {orders_stream!r} ({time.perf_counter() - started:.1f} s)")
 
-    anyio.run(_create_totals, server_list, totals_stream)
+    anyio.run(_create_totals, server_list, totals_stream, replication_factor)
     own_spark = spark is None
     session = local_spark() if spark is None else spark
     try:
@@ -200,9 +211,9 @@ def run(
     return latest
 
 
-async def _create_totals(servers: list[str], stream: str) -> None:
+async def _create_totals(servers: list[str], stream: str, replication_factor: int) -> None:
     async with Client(servers) as client:
-        await client.create_stream(stream, compact=True)
+        await _create(client, stream, compact=True, replication_factor=replication_factor)
 
 
 def _order(record: Record) -> tuple[int, int]:
