@@ -11,7 +11,7 @@ import nox
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.default_venv_backend = "uv|virtualenv"
 
-PACKAGES = ["-e", "sdk/python", "-e", "server"]
+PACKAGES = ["-e", "sdk/python", "-e", "server", "-e", "sdk/spark"]
 TEST_DEPS = [
     "pytest>=8",
     "pytest-timeout>=2.3",

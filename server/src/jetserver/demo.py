@@ -8,6 +8,8 @@ default), then shows the real flow and prints what happened:
 3. publish plain NATS messages with nats-py to the same subject (cross-talk) and get a
    LEADER ack back on the NATS reply subject;
 4. consume everything back with the SDK Consumer;
+   then a Spark Structured Streaming pipeline (jetspark): orders -> aggregation per
+   customer -> a compacted totals stream, printed and checked;
 5. restart the server and read the stream again from disk;
 6. describe the stream (high watermark, log end offset, sizes).
 
@@ -113,7 +115,19 @@ async def _consume(servers: list[str], expected: int, label: str) -> None:
             )
 
 
-def run(count: int, data_dir: Path) -> None:
+def _spark_pipeline(servers: list[str]) -> None:
+    _say("\nSpark: orders -> streaming aggregation per customer -> a compacted totals stream")
+    try:
+        import jetspark.demo
+    except ImportError as exc:  # jetspark (and pyspark) not installed
+        _say(f"  skipped: {exc}")
+        return
+    jetspark.demo.run(
+        servers, orders=2000, orders_stream="shop-orders", totals_stream="shop-totals", echo=_say
+    )
+
+
+def run(count: int, data_dir: Path, *, spark: bool = True) -> None:
     """Run the demo with ``count`` keyed orders, data under ``data_dir``."""
     log_path = data_dir / "servers.log"
     _say(f"starting nats-server and one jet server (data in {data_dir}, logs in {log_path})")
@@ -127,6 +141,8 @@ def run(count: int, data_dir: Path) -> None:
         anyio.run(_produce, servers, count)
         anyio.run(_cross_talk, cluster.nats_url)
         anyio.run(_consume, servers, count + 4, "first read")
+        if spark:
+            _spark_pipeline(servers)
     _say(
         "\nstopped everything (SIGTERM: the server flushed and checkpointed); "
         "starting again on the same data directory ..."
@@ -147,12 +163,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--count", type=int, default=1000, help="keyed orders to produce")
     parser.add_argument("--data-dir", type=Path, help="keep data here (default: a temp dir)")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark pipeline")
     args = parser.parse_args(argv)
     if args.data_dir is not None:
-        run(args.count, args.data_dir)
+        run(args.count, args.data_dir, spark=not args.no_spark)
         return 0
     with tempfile.TemporaryDirectory(prefix="jet-demo-") as tmp:
-        run(args.count, Path(tmp))
+        run(args.count, Path(tmp), spark=not args.no_spark)
     return 0
 
 
