@@ -24,8 +24,9 @@ WAIT_S = 15.0
 """Default bound of :func:`eventually`."""
 POLL_S = 0.05
 """Polling interval of :func:`eventually`."""
-REQUEST_S = 5.0
-"""Bound on one request in these helpers."""
+REQUEST_S = 20.0
+"""Bound on one request in these helpers (a forwarded create may retry for 10 s and wait
+5 s for its partition leaders)."""
 
 
 @contextmanager

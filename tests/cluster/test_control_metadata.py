@@ -17,7 +17,7 @@ import pytest
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import ProduceMessage
+from jetsdk.codec.messages import ProduceMessage, encode_json
 from jetserver.devcluster import DevCluster
 from support.raw_client import RawClient, ServerError
 
@@ -150,7 +150,8 @@ async def test_replication_factor_above_the_servers_is_refused(cluster: DevClust
 @pytest.mark.anyio
 async def test_sdk_produces_and_consumes_through_every_leader(cluster: DevCluster) -> None:
     async with Client(cluster.addresses[-1:]) as client:
-        info = await client.create_stream("sdk", partitions=3, replication_factor=3)
+        # RF 1: every partition led by another server, and nothing here waits on replication.
+        info = await client.create_stream("sdk", partitions=3, replication_factor=1)
         assert sorted(p.leader or "" for p in info.partitions) == ["s1", "s2", "s3"]
         async with Producer(client, "sdk", ack=AckPolicy.ALL) as producer:
             acks = [await producer.send(b"m%d" % i, partition=i % 3) for i in range(9)]
@@ -197,3 +198,14 @@ async def test_delete_removes_the_data_on_every_server(cluster: DevCluster) -> N
         await eventually(removed, "the stream's data removed on every server")
     for p in cluster.processes:
         assert not assignments(await metadata(p.address), "gone")
+
+
+@pytest.mark.anyio
+async def test_report_leader_on_a_follower_is_not_leader(cluster: DevCluster) -> None:
+    leader = await metadata_leader(cluster)
+    follower = next(p for p in cluster.processes if p.server_id != leader)
+    body = {"stream": "x", "partition": 0, "leader_epoch": 0, "reporter": "s1"}
+    with pytest.raises(ServerError) as info:
+        await call(follower.address, lambda c: c.request(Api.REPORT_LEADER, encode_json(body)))
+    assert info.value.code == ErrorCode.NOT_LEADER
+    assert info.value.error.details == {"leader": leader}

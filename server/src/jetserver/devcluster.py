@@ -50,10 +50,17 @@ DEFAULT_STOP_TIMEOUT_S = 20.0
 _POLL_INTERVAL_S = 0.02
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 now (all bound at once, so the kernel
+    cannot hand out one twice)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _resume(proc: subprocess.Popen[bytes]) -> None:
@@ -218,9 +225,10 @@ class DevCluster:
             layout = None
         ids = [f"s{i}" for i in range(1, self.servers + 1)]
         if not isinstance(layout, dict) or sorted(layout.get("servers", {})) != sorted(ids):
+            ports = iter(_free_ports(2 * len(ids)))
             layout = {
                 "password": secrets.token_urlsafe(24),
-                "servers": {i: {"port": _free_port(), "raft_port": _free_port()} for i in ids},
+                "servers": {i: {"port": next(ports), "raft_port": next(ports)} for i in ids},
             }
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:

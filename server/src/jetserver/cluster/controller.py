@@ -36,14 +36,21 @@ from jetserver.cluster.peers import PeerPool
 from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.metadata.ops import UpdateIsr
-from jetserver.raft import MetadataRaft, OutcomeUnknown, RaftClosed, RaftError, Unavailable
+from jetserver.raft import (
+    MetadataRaft,
+    OutcomeUnknown,
+    RaftClosed,
+    RaftError,
+    RaftStatus,
+    Unavailable,
+)
 
 log = logging.getLogger(__name__)
 
 ISR_PROPOSE_BOUND_S = 10.0
 """Total time :meth:`Controller.propose_isr` keeps retrying."""
-REPORT_TIMEOUT_S = 2.0
-"""Bound on one silent-leader report."""
+REPORT_TIMEOUT_S = 3.0
+"""Bound on delivering one silent-leader report (retries included)."""
 _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
 
@@ -157,32 +164,58 @@ class Controller:
     ) -> None:
         """Report the leader of ``stream``/``partition`` at ``leader_epoch`` silent.
 
-        One attempt bounded by :data:`REPORT_TIMEOUT_S`; failures are logged (DEBUG) and
-        swallowed: the caller reports again while the leader stays silent.
+        Delivered to the metadata leader within :data:`REPORT_TIMEOUT_S`: if no metadata
+        leader is known or it does not answer (it may have failed with the partition
+        leader), the report waits for the next metadata leader and is sent again. Failures
+        are logged (DEBUG) and swallowed: the caller reports again while the leader stays
+        silent.
         """
         self.reports_sent += 1
-        try:
-            with anyio.fail_after(REPORT_TIMEOUT_S):
-                if self.raft.is_leader:
-                    await self.elections.report(stream, partition, leader_epoch, reporter)
-                    return
+        request = {
+            "stream": stream,
+            "partition": partition,
+            "leader_epoch": leader_epoch,
+            "reporter": reporter,
+        }
+        error: BaseException | None = None
+        with anyio.move_on_after(REPORT_TIMEOUT_S):
+            attempt = 0
+            while True:
+                attempt += 1
                 leader = self.raft.leader_id
-                address = self.client_addresses().get(leader) if leader else None
-                if address is None:
-                    raise ApiError(ErrorCode.UNAVAILABLE, "no metadata leader known")
-                await self.peers.request_json(
-                    address,
-                    Api.REPORT_LEADER,
-                    {
-                        "stream": stream,
-                        "partition": partition,
-                        "leader_epoch": leader_epoch,
-                        "reporter": reporter,
-                    },
-                    REPORT_TIMEOUT_S,
-                )
-        except (TimeoutError, ApiError, JetError) as exc:
-            log.debug(
-                "silent-leader report not delivered",
-                extra=fields(stream=stream, partition=partition, error=str(exc)),
-            )
+                try:
+                    if self.raft.is_leader:
+                        await self.elections.report(stream, partition, leader_epoch, reporter)
+                        return
+                    address = self.client_addresses().get(leader) if leader else None
+                    if address is None:
+                        raise ApiError(ErrorCode.UNAVAILABLE, "no metadata leader known")
+                    await self.peers.request_json(
+                        address, Api.REPORT_LEADER, request, REPORT_TIMEOUT_S
+                    )
+                    return
+                except (ApiError, JetError) as exc:
+                    error = exc
+                # Wait for another metadata leader (or a short pause) and try again.
+                if not await self._leader_changed(leader, backoff_s(attempt)):
+                    break
+        log.debug(
+            "silent-leader report not delivered",
+            extra=fields(stream=stream, partition=partition, error=str(error)),
+        )
+
+    async def _leader_changed(self, old: str | None, limit_s: float) -> bool:
+        """Wait up to ``limit_s`` for a metadata leader other than ``old``; False if the
+        Raft member is closed."""
+
+        def changed(status: RaftStatus) -> bool:
+            return status.leader_id is not None and status.leader_id != old
+
+        with anyio.move_on_after(limit_s):
+            try:
+                await self.raft.wait_status(changed, timeout=limit_s + 1.0)
+            except RaftClosed:
+                return False
+            except RaftError:
+                pass
+        return True

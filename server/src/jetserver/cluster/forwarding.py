@@ -245,6 +245,7 @@ class MetadataRequests:
         elif existing is not None and existing.spec == spec:
             result = OpResult(created=False, stream=existing)
         else:
+            await self.liveness.recheck_down()
             replicas = place_replicas(
                 spec.partitions,
                 spec.replication_factor,

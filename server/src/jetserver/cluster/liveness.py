@@ -72,6 +72,16 @@ class Liveness:
         ids = set(self.state().servers) | {self.server_id}
         return sorted(s for s in ids if not self.is_down(s))
 
+    async def recheck_down(self) -> None:
+        """Probe again, now, every server whose last probe failed (a server that came back
+        since must not be left out of a placement for up to one probe period)."""
+        state = self.state()
+        down = {s: state.servers[s].client_address for s in state.servers if self.is_down(s)}
+        if down:
+            async with anyio.create_task_group() as tg:
+                for server_id, address in down.items():
+                    tg.start_soon(self._probe, server_id, address)
+
     async def wait_probed(self, timeout_s: float) -> None:
         """Wait for the next probe round to finish (or ``timeout_s``)."""
         with anyio.move_on_after(timeout_s):

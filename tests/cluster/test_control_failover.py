@@ -1,0 +1,268 @@
+"""Metadata leader failure on a real 3-server cluster: kill -9 by PID, Raft elects a new
+leader, stream operations continue, a create interrupted by the kill completes or fails
+cleanly (never half-created), and a partition leader killed is replaced from the ISR once
+followers report it silent (ReportLeader, as the replicas do).
+
+Every wait is bounded; every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import anyio
+import pytest
+
+from jetsdk import Client
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.frames import Api
+from jetserver.devcluster import DevCluster
+from support.raw_client import ConnectionClosed, RawClient, ServerError
+
+from .control_kit import assignments, call, dev_cluster, eventually, metadata, metadata_leader
+
+KILL_DELAYS_S = (0.0, 0.3)
+"""One round of "kill the metadata leader during a create" per delay between sending the
+create and the kill (the first lands before the entry commits, the second usually after it
+committed, while the leader waits for the partition leaders to open their replicas)."""
+PARTITIONS = 24
+"""Partitions of the streams created while the leader is killed (one op holds them all)."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    """One cluster for the module: every test restarts the servers it killed."""
+    with dev_cluster(tmp_path_factory.mktemp("failover")) as dev:
+        yield dev
+
+
+def live(cluster: DevCluster) -> list[str]:
+    return [p.address for p in cluster.processes if p.alive]
+
+
+async def stream_everywhere(cluster: DevCluster, name: str) -> list[Any] | None:
+    """The stream's assignments if every live server agrees on them (None otherwise)."""
+    seen = [assignments(await metadata(a), name) for a in live(cluster)]
+    return seen[0] if all(s == seen[0] for s in seen) else None
+
+
+@pytest.mark.anyio
+async def test_metadata_leader_killed_then_operations_continue(cluster: DevCluster) -> None:
+    async with Client(cluster.addresses) as client:
+        await client.create_stream("before", partitions=3, replication_factor=3)
+    old = await metadata_leader(cluster)
+    killed_at = time.monotonic()
+    cluster.kill(old)
+    new = await metadata_leader(cluster, exclude=old)
+    elected_s = time.monotonic() - killed_at
+    assert new != old
+    survivors = [p for p in cluster.processes if p.alive]
+    # Stream operations continue, through the new leader and through its follower.
+    for p in survivors:
+        name = f"after-{p.server_id}"
+        spec: dict[str, Any] = {"name": name, "subject": name, "partitions": 2}
+        spec["replication_factor"] = 2
+        answer = await call(p.address, partial(RawClient.create_stream, **spec))
+        assert answer["created"] is True
+        assert {r for part in answer["stream"]["partitions"] for r in part["replicas"]} <= {
+            q.server_id for q in survivors
+        }
+    # RF 3 needs the dead server: refused while it does not answer.
+    with pytest.raises(ServerError) as info:
+        await call(
+            survivors[0].address,
+            lambda c: c.create_stream(name="rf3", subject="rf3", replication_factor=3),
+        )
+    assert info.value.code == ErrorCode.INVALID_ARGUMENT
+    await call(survivors[1].address, lambda c: c.delete_stream("before"))
+    # The killed server restarts on its data, catches up and registers again.
+    await anyio.to_thread.run_sync(cluster.start_server, old)
+    restarted = cluster.server(old)
+
+    async def caught_up() -> bool | None:
+        answer = await metadata(restarted.address)
+        names = {s["name"] for s in answer["streams"]}
+        ok = {"after-" + p.server_id for p in survivors} <= names and "before" not in names
+        return True if ok and answer["metadata_leader"] == new else None
+
+    await eventually(caught_up, "the restarted server has the streams created without it")
+
+    async def data_removed() -> bool | None:
+        root = restarted.data_dir / "streams"
+        return None if any(d.name.startswith("before") for d in root.iterdir()) else True
+
+    await eventually(data_removed, "the restarted server removed the deleted stream's data")
+    print(f"metadata leader kill -9 -> new leader agreed by all: {elected_s:.3f} s")
+
+
+async def send_create(address: str, body: dict[str, Any]) -> dict[str, Any] | ServerError | str:
+    """One CreateStream; the answer, the error frame, or why no answer came."""
+    try:
+        with anyio.fail_after(20):
+            async with await RawClient.connect(address) as c:
+                return await c.call_json(Api.CREATE_STREAM, body, timeout_s=20)
+    except ServerError as exc:
+        return exc
+    except (OSError, TimeoutError, ConnectionClosed, anyio.BrokenResourceError) as exc:
+        return f"no answer: {exc!r}"
+
+
+@pytest.mark.anyio
+async def test_metadata_leader_killed_during_create(cluster: DevCluster) -> None:
+    outcomes = []
+    for round_, delay in enumerate(KILL_DELAYS_S):
+        leader = await metadata_leader(cluster)
+        name = f"interrupted-{round_}"
+        op_id = uuid.uuid4().hex
+        body = {
+            "name": name,
+            "subject": name,
+            "partitions": PARTITIONS,
+            "replication_factor": 2,
+            "op_id": op_id,
+        }
+        target = cluster.server(leader).address
+        async with anyio.create_task_group() as tg:
+            result: list[Any] = []
+
+            async def create(
+                out: list[Any] = result, b: dict[str, Any] = body, to: str = target
+            ) -> None:
+                out.append(await send_create(to, b))
+
+            tg.start_soon(create)
+            await anyio.sleep(delay)
+            cluster.kill(leader)
+        first = result[0]
+        # Whatever the first answer was, the stream now exists whole or not at all ...
+        await metadata_leader(cluster, exclude=leader)
+        seen = await eventually(
+            partial(stream_everywhere, cluster, name), "survivors agree on the stream"
+        )
+        assert len(seen) in (0, PARTITIONS), seen
+        # ... and a retry with the same op id on a survivor completes it exactly once.
+        survivor = next(p for p in cluster.processes if p.alive)
+        retried = await send_create(survivor.address, body)
+        assert isinstance(retried, dict), retried
+        assert len(retried["stream"]["partitions"]) == PARTITIONS
+        if isinstance(first, dict):
+            assert first["created"] is True
+            assert retried == first  # the remembered outcome of the same op id
+        assert retried["created"] is True  # exactly once: the retry is that same creation
+        done = await eventually(
+            partial(stream_everywhere, cluster, name), "survivors agree on the stream"
+        )
+        assert len(done) == PARTITIONS
+        outcomes.append(
+            f"{'answered' if isinstance(first, dict) else 'interrupted'}, "
+            f"{'applied' if seen else 'not applied'} before the kill"
+        )
+        await anyio.to_thread.run_sync(cluster.start_server, leader)
+    print(f"interrupted creates: {outcomes}")
+
+
+async def leader_everywhere(cluster: DevCluster, name: str, partition: int) -> tuple[str, int]:
+    """The partition's (leader, epoch) once every live server agrees on it (else ("", -1))."""
+    seen = set()
+    for address in live(cluster):
+        leader, _replicas, epoch = assignments(await metadata(address), name)[partition]
+        seen.add((leader, epoch))
+    return seen.pop() if len(seen) == 1 else ("", -1)
+
+
+@pytest.mark.anyio
+async def test_reports_from_a_majority_of_the_isr_move_the_leadership(cluster: DevCluster) -> None:
+    """ReportLeader (api 9) end to end, no kill: two of three ISR members report the leader
+    silent; the metadata leader elects the first reporter at epoch 1; the old leader turns
+    follower and the SDK follows the new one."""
+    meta_leader = await metadata_leader(cluster)
+    spec: dict[str, Any] = {"name": "rep", "subject": "rep", "replication_factor": 3}
+    answer = await call(cluster.processes[0].address, partial(RawClient.create_stream, **spec))
+    part = answer["stream"]["partitions"][0]
+    old = part["leader"]
+    reporters = [r for r in part["replicas"] if r != old]
+    address = cluster.server(meta_leader).address
+    base = {"stream": "rep", "partition": 0, "leader_epoch": 0}
+    answers = [
+        await call(
+            address,
+            partial(RawClient.call_json, api=Api.REPORT_LEADER, body={**base, "reporter": r}),
+        )
+        for r in reporters
+    ]
+    # The first report alone is not a majority; the second completes it (on a loaded
+    # machine a replica's own report may have joined the first one already).
+    assert answers[0]["leader"] in (old, *reporters)
+    new = answers[1]["leader"]
+    assert new in reporters
+    assert answers[1]["leader_epoch"] == 1
+
+    async def moved() -> tuple[str, int] | None:
+        got = await leader_everywhere(cluster, "rep", 0)
+        return got if got == (new, 1) else None
+
+    await eventually(moved, "every server knows the new leader")
+
+    async def serving() -> bool | None:
+        got = await call(cluster.server(new).address, partial(RawClient.list_offsets, stream="rep"))
+        return True if got["offset"] == 0 else None
+
+    await eventually(serving, "the new leader serves")
+    with pytest.raises(ServerError) as info:
+        await call(cluster.server(old).address, partial(RawClient.list_offsets, stream="rep"))
+    assert info.value.code == ErrorCode.NOT_LEADER
+    async with Client([cluster.server(old).address]) as client:
+        assert (await client.list_offsets("rep")).offset == 0
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("metadata_leader_too", [False, True])
+async def test_partition_leader_killed_is_replaced_by_the_followers_reports(
+    cluster: DevCluster, metadata_leader_too: bool
+) -> None:
+    """kill -9 of a partition leader (also the metadata leader in the second case): the
+    followers' own silent-leader reports elect a new leader from the ISR; timed."""
+    meta_leader = await metadata_leader(cluster)
+    name = f"auto-{int(metadata_leader_too)}"
+    spec: dict[str, Any] = {"name": name, "subject": name, "partitions": 3}
+    spec["replication_factor"] = 3
+    answer = await call(cluster.processes[0].address, partial(RawClient.create_stream, **spec))
+    parts = answer["stream"]["partitions"]
+    part = next(p for p in parts if (p["leader"] == meta_leader) == metadata_leader_too)
+    victim, partition = part["leader"], part["partition"]
+    await anyio.sleep(1.0)  # the followers are fetching from the leader
+    killed_at = time.monotonic()
+    cluster.kill(victim)
+
+    async def elected() -> tuple[str, int] | None:
+        got = await leader_everywhere(cluster, name, partition)
+        return got if got[0] not in ("", victim) else None
+
+    new, epoch = await eventually(elected, "a new partition leader", timeout_s=20)
+    failover_s = time.monotonic() - killed_at
+    assert epoch == 1
+    assert new in part["isr"]
+
+    async def serving() -> bool | None:
+        got = await call(
+            cluster.server(new).address,
+            partial(RawClient.list_offsets, stream=name, partition=partition),
+        )
+        return True if got["offset"] >= 0 else None
+
+    await eventually(serving, "the new leader answers for the partition")
+    served_s = time.monotonic() - killed_at
+    print(
+        f"partition leader kill -9 (metadata leader too: {metadata_leader_too}) -> "
+        f"new leader in every survivor's metadata {failover_s:.3f} s, serving {served_s:.3f} s"
+    )
+    await anyio.to_thread.run_sync(cluster.start_server, victim)
