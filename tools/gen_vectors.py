@@ -664,6 +664,20 @@ def protocol_file() -> dict[str, Any]:
             RESP,
             OFFSET_FOR_EPOCH_RESP.to_json(),
         ),
+        json_case(
+            "report_leader_request",
+            fr.Api.REPORT_LEADER,
+            11,
+            0,
+            {"stream": "orders", "partition": 0, "leader_epoch": 3, "reporter": "s2"},
+        ),
+        json_case(
+            "report_leader_response",
+            fr.Api.REPORT_LEADER,
+            11,
+            RESP,
+            {"accepted": True, "leader": "s3", "leader_epoch": 4},
+        ),
         fetch_response_case("fetch_response_empty", 8, 0, 17, 0, 17, []),
         fetch_response_case("fetch_response_records_with_gap", 8, 0, 20, 0, 21, FETCH_RECORDS),
         fetch_response_case(

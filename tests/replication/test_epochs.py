@@ -88,3 +88,12 @@ def test_empty_follower() -> None:
         leader_end_offset=10,
     )
     assert (t.offset, t.done) == (0, True)
+
+
+def test_a_later_epoch_the_leader_never_had_is_cut_at_its_start() -> None:
+    # Found by the simulation (seed 12): the follower led epoch 2 from offset 101 while the
+    # new leader (epoch 3) kept epoch 1 up to 103. The leader answers (1, 103) for epoch 2;
+    # the follower's epoch 1 ends at 101, so both logs agree only up to 101.
+    follower = [(0, 0), (1, 62), (2, 101)]
+    leader = [(0, 0), (1, 62), (3, 103)]
+    assert reconcile(follower, 179, leader, 200) == (101, 1)

@@ -1,18 +1,39 @@
-"""Fetch: a long poll answered as soon as committed records exist at or after the offset.
+"""Fetch: a long poll answered as soon as records past the offset may be served.
+
+Three kinds of reader (spec/protocol.md "Fetch", spec/cluster.md "Replication"):
+
+- a **consumer** at the leader (or a server alone): committed records, below the HW;
+- a **consumer at an ISR follower** (read replicas): records below that follower's own HW;
+  a server whose replica is not the leader nor an ISR follower answers NOT_LEADER;
+- a **follower** (``replica_id >= 0``) at the leader of its ``leader_epoch``: records up to
+  the leader's flushed offset (the leader replicates only what it fsynced); the fetch
+  reports the follower's progress, which moves the HW; it waits for new flushed records or
+  a new HW, and its answer carries the HW.
 
 The answer is the response header plus a :class:`~jetserver.storage.ReadSlice` of the
 segment file; the connection writes the slice with ``os.sendfile`` or pread + send (config
-``fetch.io``). Waiting uses the partition's HW event: no polling.
+``fetch.io``). Waiting uses the partition's events: no polling.
+
+:func:`offset_for_leader_epoch` answers OffsetForLeaderEpoch (api 8) for followers.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetsdk.codec.messages import FetchRequest
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.messages import (
+    FetchRequest,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
+from jetserver.errors import invalid_argument
 from jetserver.storage import Log, OffsetOutOfRange, ReadSlice
 
 MAX_GAP_SKIPS = 64
@@ -41,12 +62,17 @@ class FetchAnswer:
 
 
 async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest) -> FetchAnswer:
-    """Answer ``req``: wait (up to ``max_wait_ms``) for committed data past its offset.
+    """Answer ``req``: wait (up to ``max_wait_ms``) for records past its offset.
 
     Raises:
-        ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, UNAVAILABLE.
+        ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, UNAVAILABLE, NOT_LEADER,
+            INVALID_ARGUMENT (an unknown replica id).
     """
     replica = streams.replica(req.stream, req.partition)
+    if req.replica_id >= 0:
+        return await _replica_fetch(replica, limits, req)
+    if not replica.serves_consumers():
+        replica.check_leader(-1)  # raises NOT_LEADER with the leader's id
     log = replica.log
     if req.offset < log.log_start_offset or req.offset > log.log_end_offset:
         return _out_of_range(replica.log)
@@ -57,13 +83,39 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
         if replica.closed:
             replica = streams.replica(req.stream, req.partition)  # raises if deleted
             log = replica.log
+        if not replica.serves_consumers():
+            replica.check_leader(-1)
+    return _read(log, req.offset, req.max_bytes, log.high_watermark)
+
+
+async def _replica_fetch(
+    replica: PartitionReplica, limits: LimitsConfig, req: FetchRequest
+) -> FetchAnswer:
+    """A follower's fetch at the leader (see the module docstring)."""
+    state = replica.check_leader(req.leader_epoch)
+    follower = replica.follower_name(req.replica_id)
+    log = replica.log
+    if req.offset < log.log_start_offset or req.offset > log.log_end_offset:
+        return _out_of_range(log)
+    await replica.replica_fetched(follower, req.offset, req.replica_flushed)
+    if req.max_wait_ms > 0 and not replica.replica_has_news(follower, req.offset):
+        wait_ms = min(req.max_wait_ms, limits.max_fetch_wait_ms)
+        await replica.wait_replica_news(follower, req.offset, wait_ms / 1000)
+        state = replica.check_leader(req.leader_epoch)  # still leading after the wait?
+    hw = state.hw
+    state.note_hw_sent(follower, hw)
+    answer = _read(log, req.offset, req.max_bytes, log.flushed_offset)
+    return attrs.evolve(answer, hw=hw)
+
+
+def _read(log: Log, offset: int, max_bytes: int, end: int) -> FetchAnswer:
+    """Records from ``offset`` below ``end``, skipping compaction gaps."""
     hw = log.high_watermark
-    if req.offset >= hw:
+    if offset >= end:
         return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset)
-    offset = req.offset
     for _ in range(MAX_GAP_SKIPS):
         try:
-            records = log.read(offset, max(req.max_bytes, 1), hw)
+            records = log.read(offset, max(max_bytes, 1), end)
         except OffsetOutOfRange:
             return _out_of_range(log)
         if records.length:
@@ -71,8 +123,8 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
                 ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, records
             )
         records.close()
-        # An empty slice below the HW is a compaction gap: skip it silently.
-        if records.next_offset <= offset or records.next_offset >= hw:
+        # An empty slice below the end is a compaction gap: skip it silently.
+        if records.next_offset <= offset or records.next_offset >= end:
             break
         offset = records.next_offset
     return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset)
@@ -82,3 +134,21 @@ def _out_of_range(log: Log) -> FetchAnswer:
     return FetchAnswer(
         ErrorCode.OFFSET_OUT_OF_RANGE, log.high_watermark, log.log_start_offset, log.log_end_offset
     )
+
+
+def offset_for_leader_epoch(streams: StreamManager, body: dict[str, Any]) -> dict[str, Any]:
+    """OffsetForLeaderEpoch (api 8): where an epoch ends in this leader's log.
+
+    Raises:
+        ApiError: INVALID_ARGUMENT (bad fields), STREAM_NOT_FOUND, PARTITION_NOT_FOUND,
+            UNAVAILABLE, NOT_LEADER (not the leader, or ``current_leader_epoch`` is not its
+            epoch).
+    """
+    try:
+        req = OffsetForLeaderEpochRequest.from_json(body)
+    except CodecError as exc:
+        raise invalid_argument("leader_epoch", str(exc)) from None
+    replica = streams.replica(req.stream, req.partition)
+    replica.check_leader(req.current_leader_epoch)
+    epoch, end = replica.log.epochs.epoch_and_end_offset_for(req.leader_epoch)
+    return OffsetForLeaderEpochResponse(leader_epoch=epoch, end_offset=end).to_json()

@@ -1,14 +1,27 @@
-"""One partition led by this server: ingest queue, sequencer, group-commit flusher, acks, HW.
+"""One partition replica on this server: ingest, sequencer, flusher, acks, HW, and its role.
 
-Data path::
+Leader data path::
 
     NATS callback (on_message) -> queue -> sequencer task: parse, encode bodies,
         Log.append(batch) -> LEADER acks -> wake flusher
     flusher task: Log.flush() in a worker thread (one fsync covers every record appended so
-        far) -> high watermark = flushed offset -> ALL acks -> wake fetch waiters
+        far) -> high watermark -> ALL acks -> wake fetch waiters
 
-At replication factor 1, committed means flushed, so the high watermark is the flushed
-offset: consumers only ever see records that are on disk.
+Roles (spec/cluster.md, "Replication"):
+
+- **single** (a server without a cluster: the stream manager subscribes the replica and
+  never calls :meth:`PartitionReplica.apply_assignment`): committed means flushed, so the
+  high watermark is the flushed offset.
+- **leader** (``apply_assignment`` names this server): records its epoch's start in the
+  epoch cache, rebuilds the idempotent-producer table from the log tail, subscribes to NATS,
+  and keeps a :class:`~jetserver.replication.LeaderState`: replica fetches
+  (:meth:`replica_fetched`) and its own flushes move the HW (min over the ISR); ALL acks go
+  out once the HW passes the record; ISR changes are proposed to the controller.
+- **follower**: unsubscribed; a :class:`~jetserver.replication.fetcher.FollowerFetcher`
+  reconciles by leader epoch and fetches from the leader; consumers may read below its HW
+  while it is in the ISR (read replicas).
+- **none**: holds the log only (not a replica in the metadata, or before the first
+  assignment in a cluster).
 
 Task safety: every method runs on the event loop thread; the only work in other threads is
 Log.flush / Log.compact / checkpointing, which the storage engine allows concurrently with
@@ -25,7 +38,7 @@ from typing import Any
 
 import anyio
 import attrs
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 from nats.aio.msg import Msg
 
 from jetsdk.codec.envelope import COOKIE, Ack, parse_nats_payload
@@ -35,9 +48,19 @@ from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 from jetsdk.codec.record import encode_body
 from jetserver.broker.acks import publish_acks
 from jetserver.broker.producers import ProducerTable
+from jetserver.broker.roles import (
+    ROLE_LEADER,
+    ROLE_NONE,
+    ROLE_SINGLE,
+    ReplicaRoles,
+    checkpointed_hw,
+)
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.logs import fields
-from jetserver.nats_link import NatsLink
+from jetserver.metadata.model import PartitionAssignment, StreamSpec
+from jetserver.nats_link import NatsLink, SubscriptionHandle
+from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig
+from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
 
 log = logging.getLogger(__name__)
@@ -73,8 +96,14 @@ class _Wanted:
 
 
 @attrs.define(eq=False)
-class PartitionReplica:
-    """The leader replica of one partition on this server (RF=1 for now)."""
+class PartitionReplica(ReplicaRoles):
+    """The replica of one partition on this server (see the module docstring for roles).
+
+    Lifecycle: ``await tg.start(replica.run)``; in a cluster, then ``await
+    replica.apply_assignment(assignment, addresses)`` on every metadata change (in order);
+    ``replica.stop()`` and ``await replica.wait_stopped()`` to close it (it unsubscribes
+    and closes its log itself).
+    """
 
     stream: str
     """Stream name."""
@@ -96,6 +125,19 @@ class PartitionReplica:
     """Epoch stamped on appended records."""
     compact: bool = False
     """Run key compaction in maintenance."""
+    server_id: str = ""
+    """This server's id (cluster mode)."""
+    controller: ControlPlane | None = None
+    """Where ISR changes are proposed and silent leaders reported (cluster mode; None on a
+    server alone)."""
+    queue_group: str = ""
+    """NATS queue group of the subscription (load-balance groups)."""
+    replication_factor: int = 1
+    """Replicas of the partition."""
+    spec: StreamSpec | None = None
+    """The stream's settings (durability, min ISR); None: defaults."""
+    replication: ReplicationConfig = attrs.field(factory=ReplicationConfig)
+    """Replication timings."""
 
     producers: ProducerTable = attrs.field(factory=ProducerTable)
     """Recent idempotent producers (duplicates are answered DUPLICATE_SEQUENCE)."""
@@ -119,12 +161,30 @@ class PartitionReplica:
     """Messages refused (too large, bad fields, storage errors)."""
     fetch_waiters: int = 0
     """Fetches parked waiting for the HW to move."""
+    _role: str = ""
+    _assignment: PartitionAssignment | None = None
+    _leader_state: LeaderState | None = None
+    _fetcher: FollowerFetcher | None = None
+    _sub: SubscriptionHandle | None = None
+    _tg: TaskGroup | None = None
+    _role_scope: anyio.CancelScope | None = None
+    _role_done: anyio.Event | None = None
+    _role_lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    _replica_news: anyio.Event = attrs.field(factory=anyio.Event)
+    _isr_wake: anyio.Event = attrs.field(factory=anyio.Event)
+    _committed_floor: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if not self._role:
+            # Without a controller nothing will assign a role: this server leads alone.
+            self._role = ROLE_SINGLE if self.controller is None else ROLE_NONE
+        self._committed_floor = max(self.log.high_watermark, checkpointed_hw(self.log))
 
     # ---------------------------------------------------------------- ingest side
 
     async def on_message(self, msg: Msg) -> None:
         """NATS callback: queue the message for the sequencer (waits when the queue is full)."""
-        if self._stopping:
+        if self._stopping or self._role not in (ROLE_LEADER, ROLE_SINGLE):
             return
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
             self._space = anyio.Event() if self._space.is_set() else self._space
@@ -167,22 +227,28 @@ class PartitionReplica:
         the HW and close the log (also when cancelled)."""
         try:
             async with anyio.create_task_group() as tg:
+                self._tg = tg
                 tg.start_soon(self._flusher)
                 tg.start_soon(self._maintenance)
                 task_status.started()
                 await self._sequencer()
                 tg.cancel_scope.cancel()
         finally:
+            self._tg = None
             with anyio.CancelScope(shield=True):
                 await self._finish()
 
     def stop(self, *, drain: bool = True) -> None:
-        """Ask :meth:`run` to end: with ``drain``, messages already queued are appended first."""
+        """Ask :meth:`run` to end: with ``drain``, messages already queued are appended first.
+
+        New messages are refused from now on; :meth:`run` unsubscribes and closes the log.
+        """
         self._stopping = True
         self._drain = drain
         self._wake.set()
         self._space.set()
         self.wake_waiters()
+        self._wake_replicas()
 
     async def wait_stopped(self) -> None:
         """Return once :meth:`run` has closed the log."""
@@ -190,6 +256,7 @@ class PartitionReplica:
 
     async def _finish(self) -> None:
         try:
+            await self._unsubscribe()
             if not self._closed:
                 try:
                     flushed = await anyio.to_thread.run_sync(self.log.flush)
@@ -251,6 +318,8 @@ class PartitionReplica:
         )
 
     async def _append_batch(self, batch: list[Msg]) -> None:
+        if self._role not in (ROLE_LEADER, ROLE_SINGLE):
+            return  # queued before this replica stopped leading: its publishers retry
         bodies: list[bytes] = []
         wanted: list[_Wanted | None] = []  # one per body (None: no ack, no producer)
         now: list[tuple[str, Ack]] = []  # acks to send after this batch
@@ -293,6 +362,10 @@ class PartitionReplica:
                 self.messages_rejected += 1
                 text = f"message of {size} bytes exceeds max_message_bytes {limit}"
                 self._error_ack(now, who, ErrorCode.MESSAGE_TOO_LARGE, text)
+                continue
+            if policy == AckPolicy.ALL and not self._enough_replicas():
+                self.messages_rejected += 1
+                self._error_ack(now, who, ErrorCode.NOT_ENOUGH_REPLICAS, self._isr_text())
                 continue
             if producer_id is not None:
                 stored = self.producers.lookup(producer_id, producer_seq)
@@ -339,6 +412,8 @@ class PartitionReplica:
                 wanted = []
             else:
                 self.messages_in += len(bodies)
+                if self._leader_state is not None:
+                    self._leader_state.on_append(first + len(bodies))
                 for i, maybe in enumerate(wanted):
                     if maybe is None:
                         continue
@@ -410,25 +485,65 @@ class PartitionReplica:
             await self._commit(flushed)
 
     async def _commit(self, flushed: int) -> None:
-        """RF=1: the flushed offset is the commit point; move the HW, ack ALL, wake fetches."""
+        """The log is fsynced up to ``flushed``: move the HW (single: to ``flushed``; leader:
+        per the ISR), ack ALL, wake fetches."""
+        state = self._leader_state
+        if state is not None:
+            state.on_append(self.log.log_end_offset)
+            moved = state.on_flush(flushed)
+            self._wake_replicas()
+            if moved:
+                await self._advance_hw()
+            return
+        if self._role != ROLE_SINGLE:
+            return
         if flushed > self.log.high_watermark:
             self.log.set_high_watermark(flushed)
             self.wake_waiters()
-        done: list[tuple[str, Ack]] = []
-        while self._pending_all and self._pending_all[0].offset < flushed:
-            p = self._pending_all.popleft()
-            done.append((p.inbox, p.ack))
+        await self._ack_committed(flushed, True)
+
+    async def _advance_hw(self) -> None:
+        """Leader: apply the HW of the leader state, ack what it committed."""
+        state = self._leader_state
+        if state is None:
+            return
+        if state.hw > self.log.high_watermark:
+            self.log.set_high_watermark(state.hw)
+            self.wake_waiters()
+        self._wake_replicas()
+        await self._ack_committed(self.log.high_watermark, state.committed_on_enough())
+
+    async def _ack_committed(self, hw: int, enough: bool) -> None:
+        """Send the pending ALL acks below ``hw`` (as NOT_ENOUGH_REPLICAS unless ``enough``)."""
+        done: list[_Pending] = []
+        while self._pending_all and self._pending_all[0].offset < hw:
+            done.append(self._pending_all.popleft())
         if self._pending_unordered:
             keep = collections.deque[_Pending]()
             for p in self._pending_all:
-                if p.offset < flushed:
-                    done.append((p.inbox, p.ack))
+                if p.offset < hw:
+                    done.append(p)
                 else:
                     keep.append(p)
             self._pending_all = keep
             self._pending_unordered = any(a.offset > b.offset for a, b in zip(keep, list(keep)[1:]))
-        if done:
-            await publish_acks(self.link, done)
+        if not done:
+            return
+        if enough:
+            await publish_acks(self.link, [(p.inbox, p.ack) for p in done])
+            return
+        text = (
+            "committed on fewer than min_isr replicas (the ISR shrank before the record "
+            f"committed); it may not survive a failure. {self._isr_text()}"
+        )
+        failed = [
+            (
+                p.inbox,
+                attrs.evolve(p.ack, error_code=ErrorCode.NOT_ENOUGH_REPLICAS, error_message=text),
+            )
+            for p in done
+        ]
+        await publish_acks(self.link, failed)
 
     async def _fail_pending_all(self, code: ErrorCode, message: str) -> None:
         failed = [

@@ -25,7 +25,7 @@ from jetsdk.codec.messages import (
     encode_json,
     encode_produce_response,
 )
-from jetserver.broker.fetch import fetch
+from jetserver.broker.fetch import fetch, offset_for_leader_epoch
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.streams import StreamManager
 from jetserver.cluster.elections import parse_report
@@ -138,6 +138,9 @@ class Dispatcher:
                 )
             return await self.cluster.elections.report(*parse_report(req))
 
+        async def offset_for_epoch(req: dict[str, Any]) -> dict[str, Any]:
+            return offset_for_leader_epoch(self.streams, req)
+
         async def describe(req: dict[str, Any]) -> dict[str, Any]:
             return json_api.describe_stream(req, self.streams)
 
@@ -152,6 +155,7 @@ class Dispatcher:
             Api.DESCRIBE_STREAM: describe,
             Api.LIST_OFFSETS: offsets,
             Api.REPORT_LEADER: report_leader,
+            Api.OFFSET_FOR_LEADER_EPOCH: offset_for_epoch,
         }
 
     async def _produce(self, frame: Frame) -> Reply:

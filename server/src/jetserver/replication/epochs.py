@@ -60,7 +60,9 @@ def truncation_point(
         return Truncation(min(leader_end_offset, local_leo), True)
     if follower_epoch != leader_epoch:
         return Truncation(min(follower_end, local_leo), False)
-    return Truncation(min(leader_end_offset, local_leo), True)
+    # Both know the epoch: the logs agree up to where it ends on *both* (the follower may
+    # hold a later epoch the leader never had, starting before the leader's end).
+    return Truncation(min(leader_end_offset, follower_end, local_leo), True)
 
 
 def leader_answer(

@@ -20,8 +20,10 @@ Rules (spec/cluster.md, "Replication"):
   ago).
 - **Shrink.** An ISR follower not caught up for more than ``replica_lag_max_s`` is dropped.
 - **Expand.** A non-ISR replica rejoins when, at a fetch, it has caught up (as above, at
-  that fetch or the previous one), and its offset is >= the high watermark and >= the start
-  offset of the leader's current epoch (it has reconciled with this leader).
+  that fetch or the previous one), its offset is >= the start offset of the leader's
+  current epoch (it has reconciled with this leader), and it vouches for the high
+  watermark (its flushed offset, or its LEO if durability is ``replicated``, is >= the
+  HW): it holds every committed record the way the stream's durability requires.
 - **High watermark** = min over the *maximal* ISR (the committed ISR plus the members of a
   proposal in flight) of each follower's ``flushed`` offset (durability ``flushed``) or
   ``leo`` (durability ``replicated``) and of the leader's own flushed offset (the leader
@@ -246,8 +248,10 @@ class LeaderState:
 
     def _rejoins(self, member: str) -> bool:
         progress = self.followers[member]
-        return progress.caught_up_at_last_fetch and progress.leo >= max(
-            self.hw, self.epoch_start_offset
+        return (
+            progress.caught_up_at_last_fetch
+            and progress.leo >= self.epoch_start_offset
+            and self._value(member) >= self.hw
         )
 
     def _lagging(self, member: str, now: float) -> bool:

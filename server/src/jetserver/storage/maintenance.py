@@ -71,6 +71,26 @@ class LogMaintenance(LogState):
                 # the LEO survives a restart (recovery derives it from the last segment).
                 self._roll(offset)
 
+    def restart_at(self, offset: int) -> None:
+        """Drop every record and restart the log empty at ``offset`` (> LEO): log start,
+        LEO and high watermark become ``offset``.
+
+        Used by a follower that is behind its leader's log start (retention on the leader
+        removed what it would fetch next). The new log start is checkpointed first.
+
+        Raises:
+            InvalidArgumentError: ``offset`` is not above the LEO. StorageError: a file
+                operation failed.
+        """
+        with self._write_lock:
+            self._check_open()
+            if offset <= self._leo:
+                raise InvalidArgumentError(f"restart offset {offset} is not above LEO {self._leo}")
+            try:
+                self._truncate_fully(offset)
+            except OSError as exc:
+                raise StorageError(f"cannot restart the log at {offset}: {exc}") from exc
+
     def _truncate_fully(self, offset: int) -> None:
         segments = self._segments
         new = Segment.create(self._dir, offset, self._config.index_interval_bytes)

@@ -1,0 +1,439 @@
+"""Replication roles of a partition replica: leader, follower, none (spec/cluster.md).
+
+:class:`ReplicaRoles` is mixed into :class:`~jetserver.broker.partition.PartitionReplica`
+(which holds the fields declared here); it implements
+:meth:`~ReplicaRoles.apply_assignment`, the leader's side of replica fetches and ISR
+proposals, and starts the follower's :class:`~jetserver.replication.fetcher.FollowerFetcher`.
+
+- Becoming **leader** (a new epoch): stop the previous role, record the epoch's start
+  offset in the epoch cache, rebuild the idempotent-producer table from the log tail, start
+  a :class:`~jetserver.replication.LeaderState`, propose ISR changes in a loop, subscribe
+  to NATS. In the same epoch, a new assignment only brings a new ISR.
+- Becoming **follower**: unsubscribe, drop queued messages, fail pending ALL acks with
+  NOT_LEADER (the message may or may not be committed: idempotent producers retry safely),
+  and run a fetcher for the new leader and epoch.
+- **none**: neither (not a replica any more).
+
+Task safety: event loop only; role changes are serialized by a lock; the role's tasks run
+in the partition's task group under a cancel scope that the next role change cancels (and
+waits for) before it acts.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from nats.aio.msg import Msg
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.record import Record, iter_records
+from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
+from jetserver.errors import ApiError
+from jetserver.metadata.model import DURABILITY_FLUSHED, PartitionAssignment, StreamSpec
+from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
+from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
+from jetserver.replication.fetcher import FollowerFetcher
+from jetserver.replication.ids import replica_index
+from jetserver.storage import Log, StorageError
+from jetserver.storage.checkpoint import HIGH_WATERMARK_FILE, read_single_value
+
+log = logging.getLogger(__name__)
+
+SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
+"""Bound on confirming a new NATS subscription (a PING round trip)."""
+
+ROLE_SINGLE = "single"
+"""A server without a cluster: it leads, committed means flushed."""
+ROLE_LEADER = "leader"
+ROLE_FOLLOWER = "follower"
+ROLE_NONE = "none"
+
+
+class ReplicaRoles:
+    """The role half of :class:`~jetserver.broker.partition.PartitionReplica`."""
+
+    # Fields and methods of PartitionReplica used here.
+    stream: str
+    partition: int
+    subject: str
+    log: Log
+    link: NatsLink
+    leader_epoch: int
+    producers: ProducerTable
+    server_id: str
+    controller: ControlPlane | None
+    queue_group: str
+    spec: StreamSpec | None
+    replication: ReplicationConfig
+    _closed: bool
+    _stopping: bool
+    _queue: collections.deque[Msg]
+    _queued_bytes: int
+    _space: anyio.Event
+    _dirty: anyio.Event
+    _role: str
+    _assignment: PartitionAssignment | None
+    _leader_state: LeaderState | None
+    _fetcher: FollowerFetcher | None
+    _sub: SubscriptionHandle | None
+    _tg: TaskGroup | None
+    _role_scope: anyio.CancelScope | None
+    _role_done: anyio.Event | None
+    _role_lock: anyio.Lock
+    _replica_news: anyio.Event
+    _isr_wake: anyio.Event
+    _committed_floor: int
+    on_message: Callable[[Msg], Awaitable[None]]
+    wake_waiters: Callable[[], None]
+    _fail_pending_all: Callable[[ErrorCode, str], Awaitable[None]]
+    _advance_hw: Callable[[], Awaitable[None]]
+    _fields: Callable[..., dict[str, Any]]
+
+    @property
+    def role(self) -> str:
+        """``single``, ``leader``, ``follower`` or ``none``."""
+        return self._role
+
+    @property
+    def assignment(self) -> PartitionAssignment | None:
+        """The last assignment applied (None: none yet, or a server alone)."""
+        return self._assignment
+
+    @property
+    def leader_state(self) -> LeaderState | None:
+        """The replication state while leading (None otherwise)."""
+        return self._leader_state
+
+    @property
+    def fetcher(self) -> FollowerFetcher | None:
+        """The fetch loop while following (None otherwise)."""
+        return self._fetcher
+
+    @property
+    def durability(self) -> str:
+        """The stream's durability setting."""
+        return self.spec.durability if self.spec is not None else DURABILITY_FLUSHED
+
+    @property
+    def min_isr(self) -> int:
+        """The stream's minimum ISR for ALL acks."""
+        return self.spec.min_isr if self.spec is not None else 1
+
+    def _enough_replicas(self) -> bool:
+        state = self._leader_state
+        return state is None or state.enough_replicas()
+
+    def _isr_text(self) -> str:
+        isr = self._leader_state.isr if self._leader_state is not None else ()
+        return f"ISR {list(isr)} is below min_isr {self.min_isr}"
+
+    async def apply_assignment(
+        self, assignment: PartitionAssignment, addresses: Mapping[str, str]
+    ) -> None:
+        """Take the role ``assignment`` gives this server (idempotent; call in order).
+
+        Leader (``assignment.leader`` is this server): in a new epoch, record the epoch's
+        start offset in the epoch cache, rebuild the idempotent-producer table, start
+        tracking followers and subscribe to NATS; in the same epoch, adopt the new ISR.
+        Follower: unsubscribe, fail pending ALL acks (NOT_LEADER), and start fetching from
+        the leader at ``addresses[leader]`` after reconciling by leader epoch. Not a
+        replica: neither.
+
+        Args:
+            assignment: the partition's current assignment from the metadata.
+            addresses: server id -> client ``host:port`` of the replicas.
+
+        Raises:
+            StorageError: the epoch cache or the log could not be written (the caller
+                retries).
+        """
+        async with self._role_lock:
+            if self._closed or self._stopping:
+                return
+            previous = self._assignment
+            self._assignment = assignment
+            me = self.server_id
+            if assignment.leader == me:
+                state = self._leader_state
+                if state is not None and state.leader_epoch == assignment.leader_epoch:
+                    if state.set_isr(assignment.isr):
+                        await self._advance_hw()
+                    return
+                await self._become_leader(assignment)
+            elif me in assignment.replicas:
+                address = addresses.get(assignment.leader, "")
+                fetcher = self._fetcher
+                if (
+                    fetcher is not None
+                    and previous is not None
+                    and fetcher.leader == assignment.leader
+                    and fetcher.leader_epoch == assignment.leader_epoch
+                    and fetcher.leader_address == address
+                ):
+                    return
+                await self._become_follower(assignment, address)
+            else:
+                await self._end_role(ROLE_NONE)
+            log.info(
+                "assignment applied",
+                extra=self._fields(
+                    role=self._role,
+                    leader=assignment.leader,
+                    leader_epoch=assignment.leader_epoch,
+                    isr=",".join(assignment.isr),
+                    leo=self.log.log_end_offset,
+                    hw=self.log.high_watermark,
+                ),
+            )
+
+    async def _end_role(self, next_role: str) -> None:
+        """Stop the current role's tasks, ingest and pending acks; switch to ``next_role``."""
+        self._role = next_role
+        await self._unsubscribe()
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._space.set()
+        scope, done = self._role_scope, self._role_done
+        self._role_scope = self._role_done = None
+        if scope is not None:
+            scope.cancel()
+        if done is not None:
+            await done.wait()
+        self._fetcher = None
+        if self._leader_state is not None:
+            self._leader_state = None
+            await self._fail_pending_all(
+                ErrorCode.NOT_LEADER, "leadership moved; the message may or may not be stored"
+            )
+        self._wake_replicas()
+        self.wake_waiters()
+
+    def _start_role_task(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`)."""
+        if self._tg is None:
+            raise RuntimeError("apply_assignment before run() started")
+        scope = anyio.CancelScope()
+        done = anyio.Event()
+        self._role_scope, self._role_done = scope, done
+
+        async def runner() -> None:
+            try:
+                with scope:
+                    await fn()
+            except Exception:
+                log.exception("replication task failed", extra=self._fields())
+            finally:
+                done.set()
+
+        self._tg.start_soon(runner)
+
+    async def _become_leader(self, a: PartitionAssignment) -> None:
+        await self._end_role(ROLE_NONE)
+        log_ = self.log
+        await anyio.to_thread.run_sync(log_.epochs.assign, a.leader_epoch, log_.log_end_offset)
+        self.leader_epoch = a.leader_epoch
+        try:
+            table = ProducerTable()
+            await anyio.to_thread.run_sync(
+                lambda: table.rebuild(tail_records(log_, REBUILD_RECORDS))
+            )
+            self.producers = table
+        except StorageError as exc:
+            log.warning(
+                "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
+            )
+        self._leader_state = LeaderState.start(
+            leader=self.server_id,
+            leader_epoch=a.leader_epoch,
+            replicas=a.replicas,
+            isr=a.isr,
+            durability=self.durability,
+            min_isr=self.min_isr,
+            lag_max_s=self.replication.replica_lag_max_s,
+            leo=log_.log_end_offset,
+            flushed=log_.flushed_offset,
+            hw=log_.high_watermark,
+            now=anyio.current_time(),
+        )
+        self._role = ROLE_LEADER
+        await self._advance_hw()
+        self._dirty.set()  # flush whatever a previous role left unflushed
+        self._start_role_task(self._isr_loop)
+        await self._subscribe()
+
+    async def _become_follower(self, a: PartitionAssignment, address: str) -> None:
+        await self._end_role(ROLE_FOLLOWER)
+        fetcher = FollowerFetcher(
+            stream=self.stream,
+            partition=self.partition,
+            server_id=self.server_id,
+            replica_id=replica_index(a.replicas, self.server_id),
+            leader=a.leader,
+            leader_address=address,
+            leader_epoch=a.leader_epoch,
+            log=self.log,
+            durability=self.durability,
+            config=self.replication,
+            on_hw=self._follower_hw,
+            request_flush=self._dirty.set,
+            controller=self.controller,
+            committed_floor=self._committed_floor,
+        )
+        self._fetcher = fetcher
+        self.leader_epoch = a.leader_epoch
+        self._start_role_task(fetcher.run)
+
+    async def _follower_hw(self, hw: int) -> None:
+        if hw > self.log.high_watermark:
+            self.log.set_high_watermark(hw)
+            self.wake_waiters()
+
+    async def _subscribe(self) -> None:
+        if self._sub is not None:
+            return
+        self._sub = await self.link.subscribe(self.subject, self.on_message, queue=self.queue_group)
+        try:
+            await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S)
+        except NatsUnavailable as exc:
+            # nats-py replays the subscription once the link is back.
+            log.warning("cannot confirm the subscription", extra=self._fields(error=str(exc)))
+
+    async def _unsubscribe(self) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            await sub.unsubscribe()
+
+    async def _isr_loop(self) -> None:
+        """Leader: propose ISR changes (lagging followers out, caught-up ones in)."""
+        while True:
+            with anyio.move_on_after(self.replication.isr_check_interval_s):
+                await self._isr_wake.wait()
+            self._isr_wake = anyio.Event()
+            state = self._leader_state
+            if state is None:
+                return
+            proposal = state.isr_proposal(anyio.current_time())
+            if proposal is None:
+                continue
+            accepted = False
+            if self.controller is not None:
+                log.info(
+                    "proposing an ISR change",
+                    extra=self._fields(isr=",".join(state.isr), proposed=",".join(proposal)),
+                )
+                accepted = await self.controller.propose_isr(
+                    self.stream, self.partition, state.leader_epoch, proposal
+                )
+            if self._leader_state is not state:
+                return
+            if state.proposal_done(proposal, accepted):
+                await self._advance_hw()
+            if not accepted:
+                await anyio.sleep(self.replication.isr_check_interval_s)
+
+    # ---------------------------------------------------------------- replica fetches
+
+    def check_leader(self, leader_epoch: int) -> LeaderState:
+        """The leader state if this replica leads in ``leader_epoch`` (-1: any epoch).
+
+        Raises:
+            ApiError: NOT_LEADER (details ``leader``, ``leader_epoch``).
+        """
+        state = self._leader_state
+        if state is None or (leader_epoch >= 0 and leader_epoch != state.leader_epoch):
+            a = self._assignment
+            raise ApiError(
+                ErrorCode.NOT_LEADER,
+                f"this server does not lead {self.stream}/{self.partition} in epoch {leader_epoch}",
+                {
+                    "stream": self.stream,
+                    "partition": self.partition,
+                    "leader": a.leader if a is not None else None,
+                    "leader_epoch": a.leader_epoch if a is not None else None,
+                },
+            )
+        return state
+
+    def follower_name(self, replica_id: int) -> str:
+        """The server id of follower ``replica_id``.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT if it is not a follower of this partition.
+        """
+        a = self._assignment
+        name = replica_at(a.replicas, replica_id) if a is not None else None
+        if name is None or name == self.server_id:
+            raise ApiError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"replica_id {replica_id} is not a follower of {self.stream}/{self.partition}",
+                {"field": "replica_id"},
+            )
+        return name
+
+    async def replica_fetched(self, follower: str, offset: int, flushed: int) -> None:
+        """Leader: a replica fetch from ``follower`` at ``offset`` reporting ``flushed``."""
+        state = self._leader_state
+        if state is None:
+            return
+        if state.on_fetch(follower, offset, flushed, anyio.current_time()):
+            await self._advance_hw()
+        if follower not in state.isr and state.pending_isr is None:
+            self._isr_wake.set()  # maybe caught up: propose the expansion now
+
+    def replica_has_news(self, follower: str, offset: int) -> bool:
+        """True if a replica fetch at ``offset`` can be answered with records or a new HW."""
+        state = self._leader_state
+        if state is None or self._closed or self._stopping:
+            return True
+        return offset < self.log.flushed_offset or state.follower_needs_hw(follower)
+
+    async def wait_replica_news(self, follower: str, offset: int, timeout_s: float) -> None:
+        """Leader: wait up to ``timeout_s`` until :meth:`replica_has_news`."""
+        with anyio.move_on_after(timeout_s):
+            while not self.replica_has_news(follower, offset):
+                await self._replica_news.wait()
+
+    def _wake_replicas(self) -> None:
+        event, self._replica_news = self._replica_news, anyio.Event()
+        event.set()
+
+    def serves_consumers(self) -> bool:
+        """True if consumers may fetch here: this replica leads, or follows while in the
+        ISR (read replicas: records below its own HW)."""
+        if self._role in (ROLE_LEADER, ROLE_SINGLE):
+            return True
+        a = self._assignment
+        return self._role == ROLE_FOLLOWER and a is not None and self.server_id in a.isr
+
+
+def tail_records(log_: Log, count: int) -> Iterator[Record]:
+    """The last ``count`` records (fewer if compacted or short), in offset order."""
+    offset = max(log_.log_start_offset, log_.log_end_offset - count)
+    end = log_.log_end_offset
+    while offset < end:
+        with log_.read(offset, 1 << 20, end) as records:
+            data = records.read_bytes()
+            nxt = records.next_offset
+        for record in iter_records(data, verify=False):
+            yield record
+            nxt = max(nxt, record.offset + 1)
+        if nxt <= offset:
+            return
+        offset = nxt
+
+
+def checkpointed_hw(log_: Log) -> int:
+    """The HW checkpoint as written (not clamped to what recovery kept); 0 if unreadable.
+
+    A follower whose log lost records below it (a damaged disk) must not count as holding
+    every committed record until it has fetched them again.
+    """
+    try:
+        return read_single_value(log_.directory, HIGH_WATERMARK_FILE) or 0
+    except (StorageError, OSError):
+        return 0

@@ -1,0 +1,289 @@
+"""The follower's fetch loop: reconcile by leader epoch, then fetch from the leader.
+
+One :class:`FollowerFetcher` runs per follower replica and leader epoch (the partition
+starts a new one when the leader or the epoch changes). Over one client-protocol connection
+to the leader it:
+
+1. **Reconciles** (KIP-101): ``OffsetForLeaderEpoch(latest local epoch)``, truncate to
+   :func:`~jetserver.replication.truncation_point`, again until done; a log that is empty,
+   or whose tail is damaged, starts at what it holds.
+2. **Fetches** in a loop: ``Fetch(replica_id, offset = LEO, replica_flushed, leader_epoch)``
+   (a long poll); appends the records as they are (``Log.append_raw``, CRC-checked); with
+   durability ``flushed`` fsyncs them (group commit) before the next fetch so that fetch
+   reports them flushed; with ``replicated`` the partition's flusher fsyncs in the
+   background. The HW carried by each answer becomes the follower's HW
+   (:func:`~jetserver.replication.follower_hw`).
+3. **Watches the leader**: no answer for ``leader_silence_s`` → report the leader silent to
+   the controller, again every period while it lasts — only while this replica holds every
+   record it knows to be committed (a replica that lost data must not be elected).
+
+``OFFSET_OUT_OF_RANGE``: below the leader's log start (retention moved it) the log restarts
+empty at the leader's log start; above the leader's LEO the follower reconciles again.
+``NOT_LEADER`` (the leader moved or the epochs disagree): wait and retry; the partition
+hands over a new assignment when the metadata changes.
+
+Task safety: runs as one task in the partition's task group; it is the log's only writer
+while the partition follows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import (
+    FetchRequest,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    decode_fetch_response,
+    decode_json,
+    encode_fetch_request,
+    encode_json,
+)
+from jetsdk.connection import Connection
+from jetsdk.errors import JetError
+from jetsdk.transport import parse_address, tcp_dialer
+from jetserver.logs import fields
+from jetserver.replication.config import ReplicationConfig
+from jetserver.replication.control import ControlPlane
+from jetserver.replication.epochs import truncation_point
+from jetserver.replication.follower import SilenceDetector, follower_hw
+from jetserver.storage import Log, StorageError
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 2.0
+"""Bound on dialing the leader."""
+
+
+class _Restart(Exception):
+    """Start over: reconnect and reconcile."""
+
+
+@attrs.define(eq=False)
+class FollowerFetcher:
+    """Replicates one partition from its leader (see the module docstring)."""
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    server_id: str
+    """This server's id (the reporter of a silent leader)."""
+    replica_id: int
+    """This server's index in the partition's replica list (sent as ``replica_id``)."""
+    leader: str
+    """The leader's server id."""
+    leader_address: str
+    """The leader's client ``host:port`` ("" if unknown: wait for a new assignment)."""
+    leader_epoch: int
+    """The epoch this fetcher follows."""
+    log: Log
+    """The partition log."""
+    durability: str
+    """``flushed`` or ``replicated``."""
+    config: ReplicationConfig
+    """Fetch sizes, timeouts, silence bound."""
+    on_hw: Callable[[int], Awaitable[None]]
+    """Called with the new HW when it moves (the partition sets it and wakes readers)."""
+    request_flush: Callable[[], None]
+    """Asks the partition's flusher to fsync soon (durability ``replicated``)."""
+    controller: ControlPlane | None = None
+    """Where silent leaders are reported (None: not reported)."""
+    committed_floor: int = 0
+    """Offsets below this were committed before (the checkpointed HW at open): until the
+    log holds them again, this replica does not report a silent leader."""
+    clock: Callable[[], float] = anyio.current_time
+    """Monotonic seconds."""
+    fetches: int = 0
+    """Fetch answers received."""
+    records_bytes: int = 0
+    """Record bytes appended."""
+    truncations: int = 0
+    """Truncations made by reconciliation."""
+    _silence: SilenceDetector | None = None
+    _leader_hw: int = -1
+
+    @property
+    def whole(self) -> bool:
+        """True if this replica holds every record it knows to be committed (fsynced, or
+        written if durability is ``replicated``)."""
+        log_ = self.log
+        have = log_.flushed_offset if self.durability == "flushed" else log_.log_end_offset
+        return have >= self.committed_floor and have >= self._leader_hw
+
+    async def run(self) -> None:
+        """Replicate until cancelled."""
+        self._silence = SilenceDetector(self.config.leader_silence_s, self.clock())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_leader)
+            await self._replicate()
+            tg.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ silence
+
+    async def _watch_leader(self) -> None:
+        assert self._silence is not None
+        while True:
+            await anyio.sleep(max(self._silence.next_check_s(self.clock()), 0.01))
+            if not self._silence.should_report(self.clock()):
+                continue
+            if not self.whole:
+                log.warning(
+                    "leader silent; not reporting it: this replica lacks committed records",
+                    extra=self._fields(flushed=self.log.flushed_offset),
+                )
+                continue
+            log.info("leader silent; reporting it", extra=self._fields())
+            if self.controller is not None:
+                await self.controller.report_leader_silent(
+                    self.stream, self.partition, self.leader_epoch, self.server_id
+                )
+
+    # ------------------------------------------------------------------ main loop
+
+    async def _replicate(self) -> None:
+        failures = 0
+        while True:
+            if not self.leader_address:
+                await anyio.sleep_forever()  # a new assignment will bring the address
+            try:
+                stream = await tcp_dialer(parse_address(self.leader_address), CONNECT_TIMEOUT_S)
+                async with Connection(stream, label=self.leader_address) as conn:
+                    await self._reconcile(conn)
+                    failures = 0
+                    await self._fetch_loop(conn)
+            except (JetError, _Restart, CodecError, StorageError, OSError) as exc:
+                failures += 1
+                level = logging.DEBUG if failures > 1 else logging.INFO
+                log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
+            await anyio.sleep(self.config.backoff_s(max(failures, 1)))
+
+    async def _json(self, conn: Connection, api: int, obj: dict[str, Any]) -> dict[str, Any]:
+        body = await conn.request(api, encode_json(obj), timeout=self.config.request_slack_s)
+        self._heard()
+        return decode_json(body)
+
+    def _heard(self) -> None:
+        if self._silence is not None:
+            self._silence.heard(self.clock())
+
+    async def _reconcile(self, conn: Connection) -> None:
+        """Truncate the log where it diverges from the leader's (KIP-101)."""
+        log_ = self.log
+        for _ in range(64):  # each round lowers the latest epoch; 64 is far beyond need
+            latest = log_.epochs.latest_epoch
+            if latest < 0:
+                return
+            req = OffsetForLeaderEpochRequest(
+                self.stream,
+                self.partition,
+                leader_epoch=latest,
+                current_leader_epoch=self.leader_epoch,
+                replica_id=self.replica_id,
+            )
+            answer = OffsetForLeaderEpochResponse.from_json(
+                await self._json(conn, Api.OFFSET_FOR_LEADER_EPOCH, req.to_json())
+            )
+            cut = truncation_point(
+                local_epoch_end=log_.epochs.epoch_and_end_offset_for,
+                local_leo=log_.log_end_offset,
+                local_hw=log_.high_watermark,
+                leader_epoch=answer.leader_epoch,
+                leader_end_offset=answer.end_offset,
+            )
+            await self._truncate(cut.offset)
+            if cut.done:
+                return
+        raise _Restart("reconciliation did not converge")
+
+    async def _truncate(self, offset: int) -> None:
+        log_ = self.log
+        if offset < log_.log_end_offset:
+            if offset < log_.high_watermark:
+                log.error(
+                    "truncating below the high watermark",
+                    extra=self._fields(offset=offset, hw=log_.high_watermark),
+                )
+            log.info(
+                "truncating to the divergence point",
+                extra=self._fields(offset=offset, leo=log_.log_end_offset),
+            )
+            self.truncations += 1
+            await anyio.to_thread.run_sync(log_.truncate_to, offset)
+        # An epoch this replica led without appending anything leaves an entry at its LEO.
+        await anyio.to_thread.run_sync(log_.epochs.truncate_from_end, offset)
+
+    async def _fetch_loop(self, conn: Connection) -> None:
+        cfg = self.config
+        log_ = self.log
+        wait_ms = int(cfg.fetch_max_wait_s * 1000)
+        while True:
+            req = FetchRequest(
+                stream=self.stream,
+                partition=self.partition,
+                offset=log_.log_end_offset,
+                max_bytes=cfg.fetch_max_bytes,
+                max_wait_ms=wait_ms,
+                replica_id=self.replica_id,
+                replica_flushed=log_.flushed_offset,
+                leader_epoch=self.leader_epoch,
+            )
+            body = await conn.request(
+                Api.FETCH,
+                encode_fetch_request(req),
+                timeout=cfg.fetch_max_wait_s + cfg.request_slack_s,
+            )
+            self._heard()
+            self.fetches += 1
+            header, records = decode_fetch_response(body)
+            if header.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                await self._out_of_range(header.log_start, header.leo)
+                continue
+            if header.error_code != ErrorCode.NONE:
+                raise _Restart(f"fetch answered error {header.error_code}")
+            self._leader_hw = max(self._leader_hw, header.hw)
+            if len(records):
+                data = bytes(records)
+                await anyio.to_thread.run_sync(log_.append_raw, data)
+                self.records_bytes += len(data)
+                if self.durability == "flushed":
+                    await anyio.to_thread.run_sync(log_.flush)
+                else:
+                    self.request_flush()
+            new = follower_hw(
+                log_.high_watermark,
+                header.hw,
+                leo=log_.log_end_offset,
+                flushed=log_.flushed_offset,
+                durability=self.durability,
+            )
+            if new > log_.high_watermark:
+                await self.on_hw(new)
+
+    async def _out_of_range(self, leader_log_start: int, leader_leo: int) -> None:
+        log_ = self.log
+        if log_.log_end_offset < leader_log_start:
+            log.warning(
+                "behind the leader's log start: restarting the log there",
+                extra=self._fields(leo=log_.log_end_offset, leader_log_start=leader_log_start),
+            )
+            await anyio.to_thread.run_sync(log_.restart_at, leader_log_start)
+            return
+        raise _Restart(f"offset {log_.log_end_offset} beyond the leader's LEO {leader_leo}")
+
+    def _fields(self, **extra: Any) -> dict[str, Any]:
+        return fields(
+            stream=self.stream,
+            partition=self.partition,
+            leader=self.leader,
+            leader_epoch=self.leader_epoch,
+            **extra,
+        )
