@@ -78,6 +78,11 @@ WRAPPED = {spec.cls: f"jetsdk.sync.{spec.out[:-3]}" for spec in SPECS}
 RETURN_WRAPPERS = {"SendHandle": "jetsdk._sync_support"}
 """Result types replaced by a sync twin of the same name, built as ``Twin(self, value)``."""
 
+CALLBACK_WRAPPERS = {"PartitionsCallback": ("thread_callback", "jetsdk._sync_support")}
+"""Constructor parameters whose annotation names one of these types are callbacks: the sync
+object passes them on wrapped (``thread_callback(cb)``) so they run in a worker thread and
+may call the blocking API."""
+
 DOC_SUBS = (
     ("async with ", "with "),
     ("async for ", "for "),
@@ -337,6 +342,11 @@ class _Emitter:
         self.lines.append("")
         self._signature("__init__", params_sig, "None", "    ")
         doc = ast.get_docstring(init) or ""
+        if any(_callback_wrapper(p.annotation) for p in params):
+            doc += (
+                "\n\nCallbacks run in a worker thread (not the loop thread): they may block and"
+                "\nmay call this object's methods."
+            )
         if self.spec.owns_loop:
             doc += (
                 "\n\nbackend: the anyio backend of the private loop thread "
@@ -349,6 +359,10 @@ class _Emitter:
         args = []
         for p in params:
             value = f"{p.name}._obj" if _wrapped_name(p.annotation) else p.name
+            wrapper = _callback_wrapper(p.annotation)
+            if wrapper is not None:
+                self.imports.add(*wrapper)
+                value = f"{wrapper[0]}({value})"
             args.append(value if p.kind != "kw" else f"{p.name}={value}")
         self.lines.extend(f"            {a}," for a in args)
         self.lines.append("        )")
@@ -469,6 +483,13 @@ class _Emitter:
 
 _BACKEND_ANN = ast.Name("str")
 _BACKEND_DEFAULT = ast.Name('"asyncio"')  # rendered verbatim by ast.unparse
+
+
+def _callback_wrapper(annotation: ast.expr | None) -> tuple[str, str] | None:
+    for name in _names(annotation):
+        if name in CALLBACK_WRAPPERS:
+            return CALLBACK_WRAPPERS[name]
+    return None
 
 
 def _wrapped_name(annotation: ast.expr | None) -> bool:

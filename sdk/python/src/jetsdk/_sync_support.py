@@ -31,13 +31,14 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 import anyio
+import anyio.to_thread
 from anyio.from_thread import BlockingPortal
 
 from jetsdk.errors import ClientClosed, Timeout
 from jetsdk.message import Ack
 from jetsdk.producer.handle import SendHandle as AsyncSendHandle
 
-__all__ = ["LOOP_START_TIMEOUT", "LoopThread", "SendHandle", "SyncWrapper"]
+__all__ = ["LOOP_START_TIMEOUT", "LoopThread", "SendHandle", "SyncWrapper", "thread_callback"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -205,3 +206,22 @@ async def _wait_handle(handle: AsyncSendHandle, timeout: float | None) -> Ack:
     with anyio.move_on_after(timeout if timeout is not None else float("inf")):
         return await handle.wait()
     raise Timeout(f"the send was not acknowledged within {timeout}s")
+
+
+def thread_callback(
+    callback: Callable[[T], object] | None,
+) -> Callable[[T], Awaitable[None]] | None:
+    """Wrap a callback given to the sync API so it runs in a worker thread.
+
+    The async object awaits the wrapper; the loop thread stays free meanwhile, so the callback
+    may call the blocking API (e.g. ``consumer.commit()`` in ``on_revoked``) without
+    deadlocking, and may block (database writes) without stalling heartbeats.
+    """
+    if callback is None:
+        return None
+    target = callback
+
+    async def in_thread(arg: T) -> None:
+        await anyio.to_thread.run_sync(target, arg)
+
+    return in_thread

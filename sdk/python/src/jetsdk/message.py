@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 import attrs
 
 from jetsdk.codec.record import Record
 
-__all__ = ["Ack", "Headers", "HeadersInput", "Message", "normalize_headers"]
+__all__ = ["Ack", "Acker", "Headers", "HeadersInput", "Message", "normalize_headers"]
 
 Headers = tuple[tuple[str, bytes], ...]
 """Ordered (name, value) pairs; names may repeat."""
@@ -41,6 +42,14 @@ def normalize_headers(headers: HeadersInput | None) -> Headers:
     return tuple(out)
 
 
+class Acker(Protocol):
+    """Whoever handed a :class:`Message` out and takes its acknowledgement back."""
+
+    def ack_offset(self, offset: int) -> None:
+        """The message at ``offset`` has been processed."""
+        ...
+
+
 @attrs.frozen
 class Ack:
     """The outcome of a successful send."""
@@ -69,6 +78,21 @@ class Message:
     """Partition number."""
     record: Record
     """The decoded record (all stored fields, including producer id and sequence)."""
+    delivery_count: int = 1
+    """How many times this message has been handed to an application of its consumer group,
+    this time included, as far as the group log tells (1 for a consumer without a group).
+    Exact across graceful hand-overs; after a crash it may be lower than the truth (see
+    jetsdk.consumer.progress)."""
+    _acker: Acker | None = attrs.field(default=None, eq=False, repr=False)
+
+    def ack(self) -> None:
+        """Mark this message processed (per-message acks, out of order allowed).
+
+        Thread-safe: may be called from any thread, also from the threads of the sync API.
+        Acking twice, or after the partition moved to another consumer, does nothing.
+        """
+        if self._acker is not None:
+            self._acker.ack_offset(self.record.offset)
 
     @property
     def offset(self) -> int:

@@ -1,4 +1,4 @@
-"""The Consumer: long-poll fetchers per partition, one response prefetched ahead.
+"""The Consumer: reads partitions (its own choice, or its share in a consumer group).
 
 Usage::
 
@@ -7,169 +7,278 @@ Usage::
             print(msg.partition, msg.offset, msg.key, msg.value)
         batch = await c.fetch(max_records=500, timeout=1.0)  # or in batches
 
-How it works: for each assigned partition a fetcher task (in the consumer's task group)
-sends Fetch long polls to the partition leader, decodes the records with
-:func:`jetsdk.codec.record.iter_records` (a trailing partial record is ignored and fetched
-again) and hands each batch to the consumer through a bounded channel. Each partition may
-have one decoded batch waiting besides the one being read, so the next response is always
-on its way while the application works through the current one.
+    # a member of a consumer group (spec/groups.md): partitions are shared among members,
+    # offsets are committed to the group log, and a restart resumes where it left off
+    async with Consumer(client, group="billing", streams=["orders"]) as c:
+        async for msg in c:
+            ...                                   # processed when the next one is asked for
 
-:meth:`Consumer.position` is the next offset the application will get (the offset after
-the last message returned). :meth:`Consumer.seek` discards what was prefetched for the
-partition and restarts its fetcher. An out-of-range offset is handled by the reset policy
-(:mod:`jetsdk.consumer.positions`).
+    # per-message acks, out of order; the committed offset is the first un-acked one
+    async with Consumer(client, group="billing", streams=["orders"], manual_ack=True) as c:
+        async for msg in c:
+            tg.start_soon(handle_then_ack, msg)   # msg.ack() when done
 
-Errors: retriable ones (leader moves, lost connections) are retried by the client and
-then by the fetcher with backoff, without surfacing. Non-retriable ones (the stream was
-deleted, corrupt records, OffsetOutOfRange with ``reset="raise"``) are raised from the next
-``__anext__``/``fetch`` call; the partition's fetcher stops until :meth:`seek`.
+How it works: each partition read has a fetcher task (:mod:`jetsdk.consumer.fetcher`) that
+long-polls its leader and appends decoded batches to the consumer's buffer (at most two per
+partition, so the next response is on its way while the application reads the current one).
+Messages are handed out in fetch order per partition. Every partition run keeps a
+:class:`~jetsdk.consumer.acks.PartitionAcks`: the position, the acks, what to commit.
 
-Extension point for consumer groups (issue 5): the assignment is changed only through
-``_assign``/``_revoke``, and every handed-out run of messages passes through ``_delivered``, so a
-group member can drive the assignment and track offsets to commit without touching the
-fetch logic.
+With a ``group``, a :class:`~jetsdk.consumer.group.GroupRuntime` drives the group member
+(:mod:`jetsdk.consumer.membership` reacts to it): partitions start from the group's committed
+offset, are revoked (in-flight work finished, offsets committed in the release record), lost,
+and committed periodically (``auto_commit``), on revoke and on close. Before any message of a
+group partition is handed out, the member's lease on it is checked (``may_process``).
 
-Task safety: one event loop; iterate from one task at a time.
+Acks: in the default mode a message counts as processed when the application asks for the
+next one (``__anext__``/``fetch``), or when the consumer is closed without an exception. With
+``manual_ack=True`` each message needs ``msg.ack()`` (any order, any thread); at most
+``max_unacked`` messages may be un-acked at once, beyond that iteration waits
+(backpressure). Un-acked messages are delivered again after a restart or a rebalance
+(at-least-once), with ``msg.delivery_count`` (see :mod:`jetsdk.consumer.progress`).
+
+Errors: retriable ones are retried without surfacing. Others (the stream was deleted,
+corrupt records, OffsetOutOfRange with ``reset="raise"``, NoCommittedOffset,
+MemberFenced, an exception raised by a callback) are raised from the next
+``__anext__``/``fetch`` call.
+
+Task safety: one event loop; iterate from one task at a time. ``msg.ack()`` is thread-safe.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 
 import anyio
 import anyio.abc
-import attrs
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.lowlevel import EventLoopToken
 
 from jetsdk.client import Client
-from jetsdk.codec.errors import CodecError
-from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
+from jetsdk.codec.record import Record
+from jetsdk.consumer.acks import PartitionAcks
+from jetsdk.consumer.fetcher import Fetched, PartitionRun, fetch_loop
+from jetsdk.consumer.membership import (
+    DEFAULT_AUTO_COMMIT_INTERVAL,
+    GroupSide,
+    OffsetAndMetadata,
+    PartitionRef,
+    PartitionsCallback,
+)
 from jetsdk.consumer.positions import (
     ResetPolicy,
     StartPosition,
     parse_reset,
     parse_start,
-    reset_offset,
     start_offset,
 )
-from jetsdk.errors import (
-    ClientClosed,
-    JetError,
-    MalformedFrame,
-    OffsetOutOfRange,
-    PartitionNotFound,
-)
+from jetsdk.consumer.progress import Progress
+from jetsdk.errors import ClientClosed, InvalidArgument, PartitionNotFound
+from jetsdk.group.assignors import Assignor
+from jetsdk.group.errors import NoCommittedOffset
+from jetsdk.group.member import MemberConfig
+from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.message import Message
-from jetsdk.retry import RetryPolicy
 
-__all__ = ["DEFAULT_FETCH_MAX_BYTES", "DEFAULT_FETCH_MAX_WAIT", "Consumer"]
+__all__ = [
+    "DEFAULT_FETCH_MAX_BYTES",
+    "DEFAULT_FETCH_MAX_WAIT",
+    "DEFAULT_MAX_UNACKED",
+    "Consumer",
+]
 
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
 """Soft bound on the record bytes of one Fetch response."""
 DEFAULT_FETCH_MAX_WAIT = 0.5
 """Seconds a Fetch long poll waits for new records before answering empty."""
-_FETCHER_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.1, backoff_max=2.0)
+DEFAULT_MAX_UNACKED = 1000
+"""Manual acks: most messages handed out and not acknowledged before iteration waits."""
+WINDOW_FACTOR = 10
+"""Manual acks: a partition stops handing out once ``WINDOW_FACTOR * max_unacked`` messages
+lie between its first un-acked message and its position (bounds memory and redelivery)."""
+_PREFETCH_BATCHES = 2
 
 
-@attrs.define(eq=False)
-class _Fetched:
-    partition: int
-    generation: int
-    records: list[Record]
-    hw: int
-    error: JetError | None = None
+class _Acker:
+    """Takes ``msg.ack()`` of one partition run back to the consumer, from any thread."""
 
+    __slots__ = ("consumer", "run")
 
-@attrs.define(eq=False, slots=True)
-class _Ready:
-    """Decoded records of one partition, handed out from ``index`` on."""
+    def __init__(self, consumer: Consumer, run: PartitionRun) -> None:
+        self.consumer = consumer
+        self.run = run
 
-    partition: int
-    records: list[Record]
-    index: int = 0
-
-
-@attrs.define(eq=False)
-class _PartitionState:
-    position: int
-    generation: int = 0
-    hw: int = -1
-    log_start: int = -1
-    scope: anyio.CancelScope | None = None
-    credit: anyio.Semaphore | None = None
-    stopped: bool = False
+    def ack_offset(self, offset: int) -> None:
+        consumer = self.consumer
+        if threading.get_ident() == consumer._loop_thread:
+            consumer._acked(self.run, offset)
+        elif consumer._token is not None and not consumer._closed:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the consumer closed
+                anyio.from_thread.run_sync(consumer._acked, self.run, offset, token=consumer._token)
 
 
 class Consumer:
-    """Reads one stream's partitions in offset order. Use as ``async with Consumer(...)``."""
+    """Reads partitions in offset order, alone or in a group: ``async with Consumer(...)``."""
 
     def __init__(
         self,
         client: Client,
-        stream: str,
+        stream: str | None = None,
         *,
+        streams: Sequence[str] | None = None,
+        group: str | None = None,
         partitions: Iterable[int] | None = None,
-        start: StartPosition = "earliest",
+        start: StartPosition | None = None,
         reset: ResetPolicy = "earliest",
         max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
         max_wait: float = DEFAULT_FETCH_MAX_WAIT,
+        manual_ack: bool = False,
+        max_unacked: int = DEFAULT_MAX_UNACKED,
+        auto_commit: float | None = DEFAULT_AUTO_COMMIT_INTERVAL,
+        member_id: str | None = None,
+        instance_id: str | None = None,
+        assignors: Sequence[str | Assignor] | None = None,
+        group_config: MemberConfig | None = None,
+        on_assigned: PartitionsCallback | None = None,
+        on_revoked: PartitionsCallback | None = None,
+        on_lost: PartitionsCallback | None = None,
     ) -> None:
-        """Configure a consumer; it resolves positions and starts fetching in ``__aenter__``.
+        """Configure a consumer; it resolves positions (or joins its group) in ``__aenter__``.
 
         Args:
             client: an entered :class:`~jetsdk.client.Client`.
-            stream: the stream to read.
-            partitions: partition numbers to read (default: all).
-            start: where to start: ``"earliest"``, ``"latest"``, ``"new-only"``, an offset
-                (int), a datetime, or a :class:`~jetsdk.consumer.positions.StartAt`.
-            reset: what to do with an out-of-range offset: ``"earliest"``, ``"latest"`` or
-                ``"raise"``.
+            stream: the stream to read (or use ``streams``).
+            streams: several streams (with a group: the group subscription).
+            group: a consumer group name: share the streams' partitions with the group's
+                other members and commit offsets to the group log (spec/groups.md).
+            partitions: without a group, the partition numbers of ``stream`` to read
+                (default: all).
+            start: without a group, where to start: ``"earliest"`` (default), ``"latest"``,
+                ``"new-only"``, an offset, a datetime or a
+                :class:`~jetsdk.consumer.positions.StartAt`. With a group, where to start a
+                partition the group has no committed offset for (default: per ``reset``).
+            reset: ``"earliest"``, ``"latest"`` or ``"raise"``: what to do with an offset out
+                of range, and, in a group, with a partition that has no committed offset
+                (``raise`` raises NoCommittedOffset; seek the partition to go on).
             max_bytes: soft bound on one Fetch response's record bytes.
             max_wait: long-poll wait of one Fetch, seconds.
+            manual_ack: every message must be acknowledged (``msg.ack()``); see the module
+                doc. Default: processed when the next message is asked for.
+            max_unacked: manual acks: most un-acked messages before iteration waits.
+            auto_commit: group: seconds between automatic commits; commits also happen on
+                revoke and on close. None: only :meth:`commit` commits.
+            member_id: group: this process incarnation's member id (default: random).
+            instance_id: group: static membership; a stable name for this consumer across
+                restarts (a restart within the session timeout moves no partition).
+            assignors: group: assignor names (``"sticky"``, ``"range"``,
+                ``"roundrobin"``) or :class:`~jetsdk.group.assignors.Assignor` objects, most
+                preferred first (default: sticky, range, roundrobin).
+            group_config: group: timing (session timeout, heartbeat interval, release
+                timeout, checkpoint interval, lease margin) and client metadata.
+            on_assigned: group: called with the partitions this member starts consuming,
+                before they are fetched (a plain or async callable; :meth:`seek` works).
+            on_revoked: group: called with the partitions being handed to another member,
+                after in-flight work finished and before the final offsets are committed (a
+                :meth:`commit` here is accepted).
+            on_lost: group: called with partitions taken away without a hand-over (session
+                expired, lease ran out): their in-flight work may be processed twice.
 
         Raises:
-            InvalidArgument: a bad start or reset value.
+            InvalidArgument: a bad combination or value.
         """
         if max_bytes < 1 or max_wait < 0:
             raise ValueError("max_bytes must be >= 1 and max_wait >= 0")
+        if max_unacked < 1:
+            raise ValueError("max_unacked must be >= 1")
+        names = list(streams or ())
+        if stream is not None:
+            names.insert(0, stream)
+        if not names or len(set(names)) != len(names):
+            raise InvalidArgument(
+                "name a stream, or distinct streams", details={"field": "streams"}
+            )
+        if partitions is not None and (group is not None or len(names) != 1):
+            raise InvalidArgument(
+                "partitions= needs exactly one stream and no group", details={"field": "partitions"}
+            )
         self.client = client
-        self.stream = stream
+        self.streams: tuple[str, ...] = tuple(names)
+        """The streams read (in a group: the subscription)."""
+        self._single = names[0] if len(names) == 1 else None
         self._wanted = None if partitions is None else sorted(set(partitions))
-        self._start = parse_start(start)
+        self._start = parse_start(start) if start is not None else None
         self.reset: ResetPolicy = parse_reset(reset)
         self.max_bytes = max_bytes
         self.max_wait = max_wait
+        self.manual_ack = manual_ack
+        self.max_unacked = max_unacked
+        self._group: GroupSide | None = None
+        if group is not None:
+            self._group = GroupSide(
+                self,
+                group,
+                member_id=member_id,
+                instance_id=instance_id,
+                assignors=assignors,
+                config=group_config,
+                auto_commit=auto_commit,
+                on_assigned=on_assigned,
+                on_revoked=on_revoked,
+                on_lost=on_lost,
+            )
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
-        self._states: dict[int, _PartitionState] = {}
-        self._send: MemoryObjectSendStream[_Fetched] | None = None
-        self._receive: MemoryObjectReceiveStream[_Fetched] | None = None
-        self._buffer: deque[_Ready] = deque()
+        self._runs: dict[StreamPartition, PartitionRun] = {}
+        self._buffer: deque[Fetched] = deque()
+        self._signal = anyio.Event()
+        self._errors: deque[BaseException] = deque()
+        self._handed: list[PartitionRun] = []
+        self._unacked_total = 0
+        self._loop_thread = 0
+        self._token: EventLoopToken | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Consumer:
         if self._tg is not None or self._closed:
             raise ClientClosed("a Consumer can be entered once")
-        info = await self.client.stream_info(self.stream, refresh=True)
-        available = [p.partition for p in info.partitions]
-        partitions = available if self._wanted is None else self._wanted
-        for p in partitions:
-            if p not in available:
-                raise PartitionNotFound(
-                    f"stream {self.stream!r} has no partition {p}",
-                    details={"stream": self.stream, "partition": p},
-                )
-        positions = {p: await self._resolve_start(p) for p in partitions}
-        self._send, self._receive = anyio.create_memory_object_stream[_Fetched](
-            max(1, len(partitions))
-        )
+        self._loop_thread = threading.get_ident()
+        self._token = anyio.lowlevel.current_token()
+        self._signal = anyio.Event()
+        counts = {}
+        for name in self.streams:
+            counts[name] = (await self.client.stream_info(name, refresh=True)).partition_count
+        positions: dict[StreamPartition, int] = {}
+        if self._group is None:
+            for name in self.streams:
+                wanted = self._wanted if self._wanted is not None else range(counts[name])
+                for p in wanted:
+                    if not 0 <= p < counts[name]:
+                        raise PartitionNotFound(
+                            f"stream {name!r} has no partition {p}",
+                            details={"stream": name, "partition": p},
+                        )
+                    key = StreamPartition(name, p)
+                    positions[key] = await self._initial_offset(key, self._start)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        self._assign(positions)
+        try:
+            for key, offset in positions.items():
+                self._begin_run(key, offset)
+            if self._group is not None:
+                await self._group.open(tg, counts)
+        except BaseException:
+            self._closed = True
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+            raise
         return self
 
     async def __aexit__(
@@ -178,79 +287,155 @@ class Consumer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        self._closed = True
         assert self._tg is not None
-        self._tg.cancel_scope.cancel()
         try:
-            await self._tg.__aexit__(None, None, None)
+            if self._group is not None and not self._closed:
+                with anyio.CancelScope(shield=True):
+                    await self._group.close(clean=exc_type is None)
         finally:
-            if self._send is not None:
-                self._send.close()
-            if self._receive is not None:
-                self._receive.close()
+            self._closed = True
+            self._notify()
+            for run in list(self._runs.values()):
+                run.end()
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
         return None
 
-    async def _resolve_start(self, partition: int) -> int:
-        start = self._start
+    async def _initial_offset(self, key: StreamPartition, start: object) -> int:
+        """Where a partition with no committed offset starts (``start``, else ``reset``)."""
+        client = self.client
+        if start is None:
+            if self.reset == "raise":
+                raise NoCommittedOffset(key.stream, key.partition)
+            start = parse_start("earliest" if self.reset == "earliest" else "new-only")
+        start = parse_start(start)  # type: ignore[arg-type]
         if start.kind == "offset":
             return start.value
         if start.kind == "timestamp":
-            found = await self.client.list_offsets(self.stream, partition, start.value)
+            found = await client.list_offsets(key.stream, key.partition, start.value)
             return start_offset(start, log_start=found.log_start, hw=found.hw, at_time=found.offset)
-        found = await self.client.list_offsets(self.stream, partition, "earliest")
+        found = await client.list_offsets(key.stream, key.partition, "earliest")
         return start_offset(start, log_start=found.log_start, hw=found.hw)
 
-    # -- assignment (the extension point for consumer groups) ------------------------------
+    # -- partition runs -------------------------------------------------------------------
 
-    def assignment(self) -> tuple[int, ...]:
-        """The partitions this consumer reads, ascending."""
-        return tuple(sorted(self._states))
+    def _begin_run(
+        self,
+        key: StreamPartition,
+        offset: int,
+        generation: int | None = None,
+        inherited: Progress | None = None,
+    ) -> PartitionRun:
+        """Start reading ``key`` from ``offset`` (ends the partition's previous run)."""
+        assert self._tg is not None
+        old = self._runs.get(key)
+        if old is not None:
+            self._end_run(old)
+        acks = PartitionAcks(offset, self.manual_ack, inherited)
+        run = PartitionRun(key, acks, generation, credit=anyio.Semaphore(_PREFETCH_BATCHES))
+        run.scope = anyio.CancelScope()
+        self._runs[key] = run
+        self._tg.start_soon(self._fetch, run, offset)
+        return run
 
-    def _assign(self, positions: dict[int, int]) -> None:
-        """Start reading partitions from the given offsets (replaces current positions)."""
-        for partition, offset in positions.items():
-            state = self._states.get(partition)
-            if state is None:
-                state = self._states[partition] = _PartitionState(position=offset)
-            else:
-                state.position = offset
-            self._restart(partition, state)
+    async def _fetch(self, run: PartitionRun, offset: int) -> None:
+        assert run.scope is not None
+        with run.scope:
+            await fetch_loop(
+                self.client,
+                run,
+                offset,
+                max_bytes=self.max_bytes,
+                max_wait=self.max_wait,
+                reset=self.reset,
+                deliver=self._deliver,
+            )
 
-    def _revoke(self, partitions: Iterable[int]) -> None:
-        """Stop reading partitions and drop what was prefetched for them."""
-        for partition in partitions:
-            state = self._states.pop(partition, None)
-            if state is not None and state.scope is not None:
-                state.scope.cancel()
-        self._drop_buffered(set(partitions))
+    def _deliver(self, item: Fetched) -> None:
+        if self._runs.get(item.key) is item.run:
+            self._buffer.append(item)
+            self._notify()
 
-    def _delivered(self, partition: int, last_offset: int) -> None:
-        """Called whenever messages of ``partition`` up to ``last_offset`` were handed to the
-        application (advances its position)."""
-        self._states[partition].position = last_offset + 1
+    def _end_run(self, run: PartitionRun) -> None:
+        """Stop a run: no more fetching, its buffered batches dropped, its acks ignored."""
+        run.end()
+        if self._runs.get(run.key) is run:
+            del self._runs[run.key]
+        self._unacked_total -= run.acks.unacked
+        self._drop_buffered(run)
+        self._notify()
 
-    # -- public API ----------------------------------------------------------------------
+    def _drop_buffered(self, run: PartitionRun) -> None:
+        if any(item.run is run for item in self._buffer):
+            self._buffer = deque(item for item in self._buffer if item.run is not run)
 
-    def position(self, partition: int) -> int:
-        """The next offset the application will receive from ``partition``.
+    def _notify(self) -> None:
+        self._signal.set()
+        self._signal = anyio.Event()
+
+    def _acked(self, run: PartitionRun, offset: int) -> None:
+        if run.acks.ack(offset):
+            self._unacked_total -= 1
+            self._notify()
+
+    # -- partitions and positions ----------------------------------------------------------
+
+    def _key(self, partition: PartitionRef) -> StreamPartition:
+        if isinstance(partition, int):
+            if self._single is None:
+                raise InvalidArgument(
+                    "this consumer reads several streams: name the partition as "
+                    "StreamPartition(stream, partition)",
+                    details={"field": "partition"},
+                )
+            return StreamPartition(self._single, partition)
+        stream, number = partition
+        return StreamPartition(stream, number)
+
+    def _run(self, partition: PartitionRef) -> PartitionRun:
+        key = self._key(partition)
+        run = self._runs.get(key)
+        if run is None:
+            raise PartitionNotFound(
+                f"partition {key} is not assigned to this consumer",
+                details={"stream": key.stream, "partition": key.partition},
+            )
+        if run.reset_to is not None and not any(i.run is run for i in self._buffer):
+            run.acks.position, run.reset_to = run.reset_to, None
+        return run
+
+    def assignment(self) -> list[StreamPartition]:
+        """The partitions this consumer reads now, sorted."""
+        return sorted(self._runs)
+
+    def position(self, partition: PartitionRef) -> int:
+        """The next offset the application will receive from ``partition`` (an int for a
+        single-stream consumer, else a :class:`StreamPartition`).
 
         Raises:
             PartitionNotFound: the partition is not assigned.
         """
-        return self._state(partition).position
+        return self._run(partition).position
 
-    def high_watermark(self, partition: int) -> int | None:
+    def high_watermark(self, partition: PartitionRef) -> int | None:
         """The partition's high watermark as of the last fetch (None before any)."""
-        hw = self._state(partition).hw
+        hw = self._run(partition).hw
         return None if hw < 0 else hw
 
-    def lag(self, partition: int) -> int | None:
-        """Committed messages not yet received: HW minus position (None before a fetch)."""
-        state = self._state(partition)
-        return None if state.hw < 0 else max(0, state.hw - state.position)
+    def lag(self, partition: PartitionRef | None = None) -> int | None:
+        """Committed messages not yet received: HW minus position, for one partition or
+        summed over the assignment (None until every partition has been fetched once)."""
+        runs = [self._run(partition)] if partition is not None else list(self._runs.values())
+        if any(r.hw < 0 for r in runs):
+            return None
+        return sum(max(0, r.hw - r.position) for r in runs)
 
-    def seek(self, partition: int, offset: int) -> None:
-        """Continue ``partition`` from ``offset``; prefetched messages are discarded.
+    def seek(self, partition: PartitionRef, offset: int) -> None:
+        """Continue ``partition`` from ``offset``; prefetched and un-acked messages of it are
+        forgotten (their acks are ignored).
+
+        In a group, a commit below the group's committed offset is refused by the log, so
+        after a seek backwards the committed offset stays until the position passes it.
 
         Raises:
             PartitionNotFound: the partition is not assigned.
@@ -258,24 +443,102 @@ class Consumer:
         """
         if offset < 0:
             raise ValueError("offset must be >= 0")
-        state = self._state(partition)
         self._check_open()
-        state.position = offset
-        self._drop_buffered({partition})
-        self._restart(partition, state)
+        key = self._key(partition)
+        if self._group is not None and self._group.seek_starting(key, offset):
+            return
+        run = self._run(key)
+        self._begin_run(key, offset, run.generation)
 
-    async def seek_to(self, partition: int, start: StartPosition) -> int:
+    async def seek_to(self, partition: PartitionRef, start: StartPosition) -> int:
         """Resolve a start position (as in the constructor) and :meth:`seek` there;
         return the offset."""
         self._check_open()
-        self._state(partition)
-        saved, self._start = self._start, parse_start(start)
-        try:
-            offset = await self._resolve_start(partition)
-        finally:
-            self._start = saved
-        self.seek(partition, offset)
+        key = self._key(partition)
+        offset = await self._initial_offset(key, start)
+        self.seek(key, offset)
         return offset
+
+    async def seek_to_beginning(self, partitions: Iterable[PartitionRef] | None = None) -> None:
+        """Seek partitions (default: all assigned) to their first stored offset."""
+        for key in self._keys(partitions):
+            await self.seek_to(key, "earliest")
+
+    async def seek_to_end(self, partitions: Iterable[PartitionRef] | None = None) -> None:
+        """Seek partitions (default: all assigned) to their high watermark (only messages
+        stored from now on)."""
+        for key in self._keys(partitions):
+            await self.seek_to(key, "new-only")
+
+    def _keys(self, partitions: Iterable[PartitionRef] | None) -> list[StreamPartition]:
+        if partitions is None:
+            return sorted(self._runs)
+        return [self._key(p) for p in partitions]
+
+    # -- groups, commits, acks ---------------------------------------------------------------
+
+    @property
+    def group(self) -> str | None:
+        """The consumer group, or None."""
+        return None if self._group is None else self._group.name
+
+    @property
+    def member_id(self) -> str | None:
+        """This member's id in its group (None without a group)."""
+        return None if self._group is None else self._group.member_id
+
+    @property
+    def generation(self) -> int | None:
+        """The group generation in this member's view (None without a group or view)."""
+        return None if self._group is None else self._group.generation
+
+    def committed(self, partition: PartitionRef) -> OffsetAndMetadata | None:
+        """The group's committed offset of any partition of its streams (not only assigned
+        ones), from this member's view of the group log; None if nothing is committed.
+
+        Raises:
+            InvalidArgument: the consumer has no group.
+        """
+        return self._require_group().committed(self._key(partition))
+
+    async def commit(
+        self,
+        offsets: Mapping[PartitionRef, int | OffsetAndMetadata] | None = None,
+        *,
+        metadata: str = "",
+    ) -> None:
+        """Commit offsets to the group log and wait until the log has accepted them.
+
+        Args:
+            offsets: partition -> next offset to consume (or an OffsetAndMetadata); default:
+                every assigned partition after the last message handed out (with manual
+                acks: at the first un-acked message).
+            metadata: text stored with each offset (at most 1024 bytes).
+
+        Raises:
+            CommitFailed: the log refused a commit (the partition moved to another member, a
+                stale ownership, an offset below the committed one) or did not answer in time.
+            InvalidArgument: the consumer has no group; metadata too long.
+        """
+        group = self._require_group()
+        if offsets is None:
+            self._settle()  # what the application got so far is what it is done with
+        await group.commit(
+            None if offsets is None else {self._key(k): v for k, v in offsets.items()},
+            metadata,
+        )
+
+    def ack(self, message: Message) -> None:
+        """Acknowledge ``message`` (the same as ``message.ack()``)."""
+        message.ack()
+
+    def _require_group(self) -> GroupSide:
+        self._check_open()
+        if self._group is None:
+            raise InvalidArgument("this needs a consumer group (group=...)")
+        return self._group
+
+    # -- iteration ----------------------------------------------------------------------
 
     def __aiter__(self) -> Consumer:
         return self
@@ -284,23 +547,24 @@ class Consumer:
         """The next message (waits as long as needed).
 
         Raises:
-            JetError: a non-retriable error of a partition's fetcher.
+            JetError: a non-retriable error (see the module doc).
             StopAsyncIteration: the consumer is closed.
         """
-        if not self._buffer:
-            if self._tg is None:
-                self._check_open()
+        self._settle()
+        while True:
             try:
-                await self._fill(None)
+                item = await self._front(None)
             except ClientClosed:
                 raise StopAsyncIteration from None
-        ready = self._buffer[0]
-        record = ready.records[ready.index]
-        ready.index += 1
-        if ready.index == len(ready.records):
-            self._buffer.popleft()
-        self._delivered(ready.partition, record.offset)
-        return Message(self.stream, ready.partition, record)
+            assert item is not None
+            run = item.run
+            record = item.records[item.index]
+            item.index += 1
+            if item.index == len(item.records):
+                self._pop_front(item)
+            count = run.acks.admit(record.offset)
+            if count:
+                return self._hand_out(run, record.offset, count, record)
 
     async def fetch(self, max_records: int = 500, timeout: float | None = None) -> list[Message]:
         """Up to ``max_records`` messages: what is already here, or the first batch to
@@ -309,29 +573,115 @@ class Consumer:
         Returns an empty list if nothing arrived in time.
 
         Raises:
-            JetError: a non-retriable error of a partition's fetcher.
+            JetError: a non-retriable error (see the module doc).
             ClientClosed: the consumer is closed.
         """
         if max_records < 1:
             raise ValueError("max_records must be >= 1")
+        self._settle()
         out: list[Message] = []
-        if not self._buffer:
-            await self._fill(timeout)
-        stream = self.stream
-        while len(out) < max_records:
-            if not self._buffer and not self._fill_nowait():
-                break
-            ready = self._buffer[0]
-            end = min(len(ready.records), ready.index + max_records - len(out))
-            partition = ready.partition
-            out.extend([Message(stream, partition, r) for r in ready.records[ready.index : end]])
-            self._delivered(partition, ready.records[end - 1].offset)
-            ready.index = end
-            if end == len(ready.records):
-                self._buffer.popleft()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        item = await self._front(deadline)
+        while item is not None and len(out) < max_records:
+            run, records, start = item.run, item.records, item.index
+            end = min(len(records), start + max_records - len(out))
+            if self.manual_ack:
+                end = min(end, start + max(1, self.max_unacked - self._unacked_total))
+            if not self.manual_ack and run.acks.is_plain(records[start].offset):
+                stream, partition, acker = run.key.stream, run.key.partition, _Acker(self, run)
+                out.extend([Message(stream, partition, r, 1, acker) for r in records[start:end]])
+                run.acks.advance(records[end - 1].offset + 1)
+                if not self._handed or self._handed[-1] is not run:
+                    self._handed.append(run)
+            else:
+                for record in records[start:end]:
+                    count = run.acks.admit(record.offset)
+                    if count:
+                        out.append(self._hand_out(run, record.offset, count, record))
+            item.index = end
+            if end == len(records):
+                self._pop_front(item)
+            item = self._front_nowait()
         return out
 
-    # -- internals ------------------------------------------------------------------------
+    def _hand_out(self, run: PartitionRun, offset: int, count: int, record: Record) -> Message:
+        run.acks.handed_out(offset, count)
+        if self.manual_ack:
+            self._unacked_total += 1
+        elif not self._handed or self._handed[-1] is not run:
+            self._handed.append(run)
+        key = run.key
+        return Message(key.stream, key.partition, record, count, _Acker(self, run))
+
+    def _settle(self) -> None:
+        """Auto acks: what was handed out before this call is processed now."""
+        if self._handed:
+            for run in self._handed:
+                run.acks.settle()
+            self._handed.clear()
+            if self._group is not None and self._group.draining:
+                self._notify()
+
+    def _pop_front(self, item: Fetched) -> None:
+        if self._buffer and self._buffer[0] is item:
+            self._buffer.popleft()
+            item.run.credit.release()
+
+    def _eligible(self, item: Fetched, now: float) -> bool | None:
+        """True: hand it out; False: not now; None: stale, drop it."""
+        run = item.run
+        if self._runs.get(item.key) is not run or run.revoking:
+            return None
+        if item.error is not None:
+            return True
+        if self.manual_ack and (
+            self._unacked_total >= self.max_unacked
+            or run.acks.window >= WINDOW_FACTOR * self.max_unacked
+        ):
+            return False
+        return self._group is None or self._group.may_process(item.key, now)
+
+    def _front_nowait(self) -> Fetched | None:
+        """The first buffered batch that may be handed out now, moved to the front."""
+        if self._errors:
+            raise self._errors.popleft()
+        if self._group is not None:
+            self._group.check_fenced()
+        now = time.monotonic()
+        buffer = self._buffer
+        for i, item in enumerate(buffer):
+            ok = self._eligible(item, now)
+            if ok is None:
+                continue
+            if not ok:
+                if self._group is not None:
+                    self._group.kick()
+                continue
+            if i:
+                del buffer[i]
+                buffer.appendleft(item)
+            if item.error is not None:
+                self._pop_front(item)
+                self._end_run(item.run)
+                raise item.error
+            return item
+        if any(self._eligible(item, now) is None for item in buffer):
+            self._buffer = deque(item for item in buffer if self._eligible(item, now) is not None)
+        return None
+
+    async def _front(self, deadline: float | None) -> Fetched | None:
+        """Wait for a batch to hand out (None once ``deadline`` passed)."""
+        while True:
+            self._check_open()
+            item = self._front_nowait()
+            if item is not None:
+                return item
+            signal = self._signal
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return None
+            with anyio.move_on_after(wait if wait is not None else float("inf")):
+                await signal.wait()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -339,146 +689,7 @@ class Consumer:
         if self._tg is None:
             raise ClientClosed("use the consumer inside `async with Consumer(...) as c:`")
 
-    def _state(self, partition: int) -> _PartitionState:
-        state = self._states.get(partition)
-        if state is None:
-            raise PartitionNotFound(
-                f"partition {partition} of {self.stream!r} is not assigned to this consumer",
-                details={"stream": self.stream, "partition": partition},
-            )
-        return state
-
-    def _restart(self, partition: int, state: _PartitionState) -> None:
-        assert self._tg is not None
-        if state.scope is not None:
-            state.scope.cancel()
-        state.generation += 1
-        state.stopped = False
-        state.scope = anyio.CancelScope()
-        state.credit = anyio.Semaphore(1)
-        self._tg.start_soon(
-            self._fetch_loop, partition, state, state.generation, state.position, state.scope
-        )
-
-    def _drop_buffered(self, partitions: set[int]) -> None:
-        if any(r.partition in partitions for r in self._buffer):
-            self._buffer = deque(r for r in self._buffer if r.partition not in partitions)
-
-    async def _fill(self, timeout: float | None) -> bool:
-        """Wait for the next current batch and put it in the buffer; False on timeout."""
-        self._check_open()
-        assert self._receive is not None
-        while not self._buffer:
-            if timeout is None:
-                item = await self._receive_item()
-            else:
-                with anyio.move_on_after(timeout):
-                    item = await self._receive_item()
-                    self._accept(item)
-                    continue
-                return False
-            self._accept(item)
-        return True
-
-    async def _receive_item(self) -> _Fetched:
-        assert self._receive is not None
-        try:
-            return await self._receive.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            raise ClientClosed("the consumer is closed") from None
-
-    def _fill_nowait(self) -> bool:
-        assert self._receive is not None
-        while not self._buffer:
-            try:
-                item = self._receive.receive_nowait()
-            except anyio.WouldBlock:
-                return False
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                raise ClientClosed("the consumer is closed") from None
-            self._accept(item)
-        return True
-
-    def _accept(self, item: _Fetched) -> None:
-        state = self._states.get(item.partition)
-        if state is None or item.generation != state.generation:
-            return  # from before a seek or revoke
-        if state.credit is not None:
-            state.credit.release()
-        if item.error is not None:
-            raise item.error
-        if item.records:
-            self._buffer.append(_Ready(item.partition, item.records))
-
-    async def _fetch_loop(
-        self,
-        partition: int,
-        state: _PartitionState,
-        generation: int,
-        offset: int,
-        scope: anyio.CancelScope,
-    ) -> None:
-        assert self._send is not None
-        send = self._send
-        credit = state.credit
-        assert credit is not None
-        failures = 0
-        max_bytes = self.max_bytes
-        with scope:
-            while True:
-                try:
-                    header, raw = await self.client.fetch(
-                        self.stream,
-                        partition,
-                        offset,
-                        max_bytes=max_bytes,
-                        max_wait=self.max_wait,
-                    )
-                    records = [r for r in iter_records(raw) if r.offset >= offset]
-                    if not records and len(raw) >= HEADER_SIZE:
-                        # Only a partial record came back: ask for at least its size.
-                        max_bytes = max(self.max_bytes, peek_header(raw)[3])
-                    else:
-                        max_bytes = self.max_bytes
-                except OffsetOutOfRange as exc:
-                    log_start = exc.log_start if exc.log_start is not None else 0
-                    hw = exc.hw if exc.hw is not None else 0
-                    resume = reset_offset(offset, self.reset, log_start=log_start, hw=hw)
-                    if resume is None or resume == offset:
-                        await self._deliver_error(send, credit, partition, generation, exc)
-                        return
-                    offset = resume
-                    state.position = resume if not self._buffer_has(partition) else state.position
-                    continue
-                except CodecError as exc:
-                    error = MalformedFrame(f"corrupt records in {self.stream}/{partition}: {exc}")
-                    await self._deliver_error(send, credit, partition, generation, error)
-                    return
-                except JetError as exc:
-                    if not exc.retriable:
-                        await self._deliver_error(send, credit, partition, generation, exc)
-                        return
-                    failures += 1
-                    await anyio.sleep(_FETCHER_BACKOFF.delay(failures))
-                    continue
-                failures = 0
-                state.hw, state.log_start = header.hw, header.log_start
-                if not records:
-                    continue
-                offset = records[-1].offset + 1
-                await credit.acquire()
-                await send.send(_Fetched(partition, generation, records, header.hw))
-
-    def _buffer_has(self, partition: int) -> bool:
-        return any(r.partition == partition for r in self._buffer)
-
-    async def _deliver_error(
-        self,
-        send: MemoryObjectSendStream[_Fetched],
-        credit: anyio.Semaphore,
-        partition: int,
-        generation: int,
-        error: JetError,
-    ) -> None:
-        await credit.acquire()
-        await send.send(_Fetched(partition, generation, [], -1, error))
+    def _fail(self, error: BaseException) -> None:
+        """Raise ``error`` from the next ``__anext__``/``fetch`` call."""
+        self._errors.append(error)
+        self._notify()

@@ -1,13 +1,35 @@
-"""Exceptions of the consumer-group core (:mod:`jetsdk.group`).
+"""Exceptions of consumer groups (:mod:`jetsdk.group` and the group consumer).
 
-One root, :class:`GroupError`; every error this package raises on purpose derives from it.
+One root, :class:`GroupError`, itself a :class:`~jetsdk.errors.JetError` (so ``except
+JetError`` catches everything the SDK raises); every error this package raises on purpose
+derives from it. None of them is retriable as such: each says what to do instead.
 """
 
 from __future__ import annotations
 
+from typing import Any
 
-class GroupError(Exception):
+from jetsdk.errors import JetError
+
+
+class GroupError(JetError):
     """Root of every consumer-group error."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Subclasses have their own constructors: pickle the plain Exception way.
+        return (_rebuild_group_error, (type(self), self.message, self.__dict__))
+
+    @property
+    def retriable(self) -> bool:
+        """Always False: group errors are decisions, not transient failures."""
+        return False
+
+
+def _rebuild_group_error(cls: type[GroupError], message: str, state: dict[str, Any]) -> GroupError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidGroupRecord(GroupError, ValueError):
@@ -75,3 +97,38 @@ class MemberFenced(GroupError):
     The core reports it as a :class:`~jetsdk.group.member.Fenced` action; the consumer raises
     this to its user once it has handed back what it owned.
     """
+
+
+class CommitFailed(GroupError):
+    """The group log refused an offset commit (spec/groups.md, "Commits").
+
+    Attributes:
+        stream: the stream name.
+        partition: the partition number.
+        offset: the offset that was not committed.
+        reason: ``not_owner`` (the partition moved to another member), ``stale_generation``
+            (this member's ownership ended and began again), ``regression`` (below the
+            committed offset) or ``timeout`` (no answer from the group log in time; the
+            commit may still apply).
+    """
+
+    def __init__(self, stream: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(f"commit of {stream}[{partition}] at offset {offset} failed: {reason}")
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
+
+
+class NoCommittedOffset(GroupError):
+    """The group has no committed offset for a partition and the reset policy is ``raise``.
+
+    Attributes:
+        stream: the stream name.
+        partition: the partition number.
+    """
+
+    def __init__(self, stream: str, partition: int) -> None:
+        super().__init__(f"the group has no committed offset for {stream}[{partition}]")
+        self.stream = stream
+        self.partition = partition

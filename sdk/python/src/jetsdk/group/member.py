@@ -376,18 +376,21 @@ class GroupMember:
         final_offsets: Mapping[StreamPartition, int] | None = None,
         *,
         temporary: bool | None = None,
+        metadata: Mapping[StreamPartition, str] | None = None,
     ) -> None:
         """Leave the group, committing ``final_offsets``; no action follows but the append.
 
         ``temporary`` (default: True for static members) keeps the member's slot until its
         session timeout, so a restart with the same instance id causes no rebalance.
+        ``metadata`` is committed with the final offset of each partition it names.
         """
         if self.phase in (Phase.IDLE, Phase.CLOSED):
             self.phase = Phase.CLOSED
             return
         offsets = final_offsets or {}
+        notes = metadata or {}
         entries = [
-            FinalOffset(p.stream, p.partition, loc.generation, offsets.get(p))
+            FinalOffset(p.stream, p.partition, loc.generation, offsets.get(p), notes.get(p, ""))
             for p, loc in sorted(self._local.items())
             if loc.status is not _Status.RELEASED
         ]

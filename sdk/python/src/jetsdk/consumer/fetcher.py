@@ -1,0 +1,157 @@
+"""One partition's long-poll fetch loop and the per-partition state a consumer keeps.
+
+For each partition it reads, a :class:`~jetsdk.consumer.consumer.Consumer` runs
+:func:`fetch_loop` in its task group: Fetch long polls to the partition leader, records
+decoded with :func:`jetsdk.codec.record.iter_records` (a trailing partial record is ignored
+and fetched again), each decoded batch handed to the consumer's inbox. A credit semaphore
+allows one batch waiting per partition besides the one being read, so the next response is
+always on its way while the application works through the current one.
+
+Errors: retriable ones are retried with backoff without surfacing; the others are handed to
+the consumer as a batch with an ``error`` and the loop ends (until a seek restarts it). An
+out-of-range offset is handled by the reset policy (:mod:`jetsdk.consumer.positions`).
+
+Not thread-safe: runs in the consumer's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import attrs
+
+from jetsdk.client import Client
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
+from jetsdk.consumer.acks import PartitionAcks
+from jetsdk.consumer.positions import ResetPolicy, reset_offset
+from jetsdk.errors import JetError, MalformedFrame, OffsetOutOfRange
+from jetsdk.group.stream_partition import StreamPartition
+from jetsdk.retry import RetryPolicy
+
+__all__ = ["FETCHER_BACKOFF", "Fetched", "PartitionRun", "fetch_loop"]
+
+FETCHER_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.1, backoff_max=2.0)
+"""Backoff between a fetcher's attempts after retriable errors."""
+
+
+@attrs.define(eq=False, slots=True)
+class Fetched:
+    """A decoded batch (or an error) from one fetcher run."""
+
+    key: StreamPartition
+    """The partition."""
+    run: PartitionRun
+    """The run it belongs to (a batch of an ended run is dropped)."""
+    records: list[Record]
+    """Records in offset order (empty with an error)."""
+    error: JetError | None = None
+    """A non-retriable error that stopped the fetcher."""
+    index: int = 0
+    """Next record to hand out."""
+
+
+@attrs.define(eq=False)
+class PartitionRun:
+    """One partition being read, from an assignment or a seek to the next.
+
+    A new run (new object) starts at every seek; batches and acks of an older run are
+    recognised by identity and ignored.
+    """
+
+    key: StreamPartition
+    """The partition."""
+    acks: PartitionAcks
+    """Delivery bookkeeping (position, acks, what to commit)."""
+    generation: int | None = None
+    """Owner generation in the group (None without a group)."""
+    hw: int = -1
+    """High watermark as of the last fetch (-1 before any)."""
+    log_start: int = -1
+    """Log start as of the last fetch (-1 before any)."""
+    scope: anyio.CancelScope | None = None
+    """Cancels the fetch loop."""
+    credit: anyio.Semaphore = attrs.field(factory=lambda: anyio.Semaphore(1))
+    """One batch may wait in the inbox besides the one being handed out."""
+    revoking: bool = False
+    """A group revocation is finishing in-flight work; nothing more is fetched."""
+    reset_to: int | None = None
+    """Set by the fetcher when the reset policy moved it (the position follows)."""
+
+    @property
+    def position(self) -> int:
+        """Next offset the application will get."""
+        return self.acks.position
+
+    def stop(self) -> None:
+        """Stop fetching and ignore later acks of this run's messages (if ``final``)."""
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def end(self) -> None:
+        """Stop fetching; acks of this run's messages are ignored from now on."""
+        self.stop()
+        self.acks.alive = False
+
+
+async def fetch_loop(
+    client: Client,
+    run: PartitionRun,
+    offset: int,
+    *,
+    max_bytes: int,
+    max_wait: float,
+    reset: ResetPolicy,
+    deliver: Callable[[Fetched], None],
+) -> None:
+    """Fetch ``run``'s partition from ``offset`` until cancelled or a non-retriable error.
+
+    ``deliver`` is called with each batch once the run's credit allows it.
+    """
+    stream, partition = run.key
+    failures = 0
+    limit = max_bytes
+    credit = run.credit
+    while True:
+        try:
+            header, raw = await client.fetch(
+                stream, partition, offset, max_bytes=limit, max_wait=max_wait
+            )
+            records = [r for r in iter_records(raw) if r.offset >= offset]
+            if not records and len(raw) >= HEADER_SIZE:
+                # Only a partial record came back: ask for at least its size.
+                limit = max(max_bytes, peek_header(raw)[3])
+            else:
+                limit = max_bytes
+        except OffsetOutOfRange as exc:
+            log_start = exc.log_start if exc.log_start is not None else 0
+            hw = exc.hw if exc.hw is not None else 0
+            resume = reset_offset(offset, reset, log_start=log_start, hw=hw)
+            if resume is None or resume == offset:
+                await credit.acquire()
+                deliver(Fetched(run.key, run, [], exc))
+                return
+            offset = resume
+            run.reset_to = resume
+            continue
+        except CodecError as exc:
+            error = MalformedFrame(f"corrupt records in {stream}/{partition}: {exc}")
+            await credit.acquire()
+            deliver(Fetched(run.key, run, [], error))
+            return
+        except JetError as exc:
+            if not exc.retriable:
+                await credit.acquire()
+                deliver(Fetched(run.key, run, [], exc))
+                return
+            failures += 1
+            await anyio.sleep(FETCHER_BACKOFF.delay(failures))
+            continue
+        failures = 0
+        run.hw, run.log_start = header.hw, header.log_start
+        if not records:
+            continue
+        offset = records[-1].offset + 1
+        await credit.acquire()
+        deliver(Fetched(run.key, run, records))
