@@ -93,6 +93,8 @@ class ReplicaRoles:
     _fail_pending_all: Callable[[ErrorCode, str], Awaitable[None]]
     _advance_hw: Callable[[], Awaitable[None]]
     _fields: Callable[..., dict[str, Any]]
+    _scrubbed: bool = False
+    """The log was CRC-checked (or needs no check) since this process opened it."""
 
     @property
     def role(self) -> str:
@@ -283,10 +285,15 @@ class ReplicaRoles:
             request_flush=self._dirty.set,
             controller=self.controller,
             committed_floor=self._committed_floor,
+            scrub=not self._scrubbed and not self.log.recovery.clean_shutdown,
+            on_scrubbed=self._mark_scrubbed,
         )
         self._fetcher = fetcher
         self.leader_epoch = a.leader_epoch
         self._start_role_task(fetcher.run)
+
+    def _mark_scrubbed(self) -> None:
+        self._scrubbed = True
 
     async def _follower_hw(self, hw: int) -> None:
         if hw > self.log.high_watermark:

@@ -4,6 +4,8 @@ One :class:`FollowerFetcher` runs per follower replica and leader epoch (the par
 starts a new one when the leader or the epoch changes). Over one client-protocol connection
 to the leader it:
 
+0. After an unclean shutdown, **scrubs** its log once (:mod:`~jetserver.replication.scrub`)
+   and truncates at the first damaged record, to fetch the rest again.
 1. **Reconciles** (KIP-101): ``OffsetForLeaderEpoch(latest local epoch)``, truncate to
    :func:`~jetserver.replication.truncation_point`, again until done; a log that is empty,
    or whose tail is damaged, starts at what it holds.
@@ -55,6 +57,7 @@ from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
+from jetserver.replication.scrub import first_damaged_offset
 from jetserver.storage import Log, StorageError
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,11 @@ class FollowerFetcher:
     committed_floor: int = 0
     """Offsets below this were committed before (the checkpointed HW at open): until the
     log holds them again, this replica does not report a silent leader."""
+    scrub: bool = False
+    """CRC-check the whole log first and truncate at the first damaged record (after an
+    unclean shutdown, see :mod:`~jetserver.replication.scrub`)."""
+    on_scrubbed: Callable[[], None] | None = None
+    """Called once the scrub is done (so the next fetcher of this log skips it)."""
     clock: Callable[[], float] = anyio.current_time
     """Monotonic seconds."""
     fetches: int = 0
@@ -122,6 +130,16 @@ class FollowerFetcher:
     async def run(self) -> None:
         """Replicate until cancelled."""
         self._silence = SilenceDetector(self.config.leader_silence_s, self.clock())
+        if self.scrub:
+            damaged = await anyio.to_thread.run_sync(first_damaged_offset, self.log)
+            if damaged is not None:
+                log.warning(
+                    "damaged records found: truncating there to fetch them again",
+                    extra=self._fields(offset=damaged, leo=self.log.log_end_offset),
+                )
+                await self._truncate(damaged, damaged=True)
+            if self.on_scrubbed is not None:
+                self.on_scrubbed()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_leader)
             await self._replicate()
@@ -204,10 +222,10 @@ class FollowerFetcher:
                 return
         raise _Restart("reconciliation did not converge")
 
-    async def _truncate(self, offset: int) -> None:
+    async def _truncate(self, offset: int, *, damaged: bool = False) -> None:
         log_ = self.log
         if offset < log_.log_end_offset:
-            if offset < log_.high_watermark:
+            if offset < log_.high_watermark and not damaged:
                 log.error(
                     "truncating below the high watermark",
                     extra=self._fields(offset=offset, hw=log_.high_watermark),
