@@ -57,14 +57,23 @@ async def stream_everywhere(cluster: DevCluster, name: str) -> list[Any] | None:
 
 @pytest.mark.anyio
 async def test_metadata_leader_killed_then_operations_continue(cluster: DevCluster) -> None:
-    async with Client(cluster.addresses) as client:
-        await client.create_stream("before", partitions=3, replication_factor=3)
     old = await metadata_leader(cluster)
-    killed_at = time.monotonic()
-    cluster.kill(old)
-    new = await metadata_leader(cluster, exclude=old)
-    elected_s = time.monotonic() - killed_at
-    assert new != old
+    # An SDK client bootstrapped from the server about to die.
+    first = cluster.server(old).address
+    others = [a for a in cluster.addresses if a != first]
+    async with Client([first, *others]) as client:
+        await client.create_stream("before", partitions=3, replication_factor=3)
+        assert client.server_info["server_id"] == old
+        killed_at = time.monotonic()
+        cluster.kill(old)
+        new = await metadata_leader(cluster, exclude=old)
+        elected_s = time.monotonic() - killed_at
+        assert new != old
+        # Admin calls move to a live server by themselves.
+        info = await client.create_stream("sdk-after", replication_factor=2)
+        assert old not in info.partitions[0].replicas
+        assert "sdk-after" in [i.name for i in await client.list_streams()]
+        await client.delete_stream("sdk-after")
     survivors = [p for p in cluster.processes if p.alive]
     # Stream operations continue, through the new leader and through its follower.
     for p in survivors:

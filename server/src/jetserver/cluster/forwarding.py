@@ -49,7 +49,14 @@ from jetserver.metadata.model import MetadataState, StreamMeta
 from jetserver.metadata.ops import CreateStream, DeleteStream, OpResult
 from jetserver.metadata.validate import MAX_PARTITIONS, spec_from_request
 from jetserver.protocol.json_api import stream_info
-from jetserver.raft import MetadataRaft, NotLeader, OutcomeUnknown, RaftError, Unavailable
+from jetserver.raft import (
+    MetadataRaft,
+    NotLeader,
+    OutcomeUnknown,
+    RaftError,
+    RaftTimeout,
+    Unavailable,
+)
 from jetserver.raft.machine import MAX_OP_ID_CHARS
 
 log = logging.getLogger(__name__)
@@ -58,7 +65,7 @@ PARTITIONS_READY_TIMEOUT_S = 5.0
 """Bound on waiting for a new stream's partition leaders to open their replicas."""
 LOCAL_SETTLE_TIMEOUT_S = 5.0
 """Bound on waiting for this server's state to show a forwarded operation's outcome."""
-READY_POLL_S = 0.05
+READY_POLL_S = 0.02
 """Pause between two readiness checks of a remote partition leader."""
 _ANY_RF = 1 << 30
 """Replication factor bound given to request validation (placement checks the real one)."""
@@ -216,11 +223,16 @@ class MetadataRequests:
         return await self.peers.request_json(address, api, body, timeout)
 
     async def _wait_local(self, done: Callable[[MetadataState], bool], what: str) -> None:
-        with anyio.move_on_after(LOCAL_SETTLE_TIMEOUT_S):
-            async for state in self.raft.watch_state():
-                if done(state):
-                    return
-        log.warning("local metadata lags", extra=fields(waiting_for=what))
+        deadline = time.monotonic() + LOCAL_SETTLE_TIMEOUT_S
+        while not done(self.raft.state):
+            remaining = deadline - time.monotonic()
+            try:
+                if remaining <= 0:
+                    raise RaftTimeout(f"waited {LOCAL_SETTLE_TIMEOUT_S} s")
+                await self.raft.wait_applied(self.raft.index + 1, timeout=remaining)
+            except RaftError:
+                log.warning("local metadata lags", extra=fields(waiting_for=what))
+                return
 
     # ------------------------------------------------------------------ on the leader
 
