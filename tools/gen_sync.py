@@ -64,7 +64,14 @@ SPECS = (
         "client.py",
         owns_loop=True,
         skip=frozenset(
-            {"leader_connection", "send_to_leader", "request_any", "request_leader", "produce"}
+            {
+                "leader_connection",
+                "replica_connection",
+                "send_to_leader",
+                "request_any",
+                "request_leader",
+                "produce",
+            }
             | {"fetch"}
         ),
     ),

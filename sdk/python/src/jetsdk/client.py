@@ -31,6 +31,7 @@ share one Client. For threads, use :mod:`jetsdk.sync`.
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -161,6 +162,7 @@ class Client:
         self._connections: dict[Address, Connection] = {}
         self._dial_locks: dict[Address, anyio.Lock] = {}
         self._address_of_id: dict[str, Address] = {}
+        self._read_replica: dict[tuple[str, int], str] = {}
         self._bootstrap: Connection | None = None
         self._metadata = ClusterMetadata()
         self._metadata_stale = True
@@ -425,6 +427,26 @@ class Client:
             raise Unavailable(f"partition {stream}/{partition} has no leader")
         return await self._server_connection(part.leader)
 
+    async def replica_connection(self, stream: str, partition: int) -> Connection:
+        """A connection to an in-sync follower of the partition (read replicas), or to its
+        leader if the ISR holds no follower. The follower is picked at random once per
+        partition and kept until a fetch from it fails.
+
+        Raises:
+            StreamNotFound, PartitionNotFound, Unavailable, JetConnectionError.
+        """
+        part = await self.partition_info(stream, partition)
+        followers = [r for r in part.isr if r != part.leader]
+        key = (stream, partition)
+        chosen = self._read_replica.get(key)
+        if chosen not in followers:
+            if not followers:
+                self._read_replica.pop(key, None)
+                return await self.leader_connection(stream, partition)
+            chosen = random.choice(followers)
+            self._read_replica[key] = chosen
+        return await self._server_connection(chosen)
+
     async def send_to_leader(
         self, stream: str, partition: int, api: int, body: bytes
     ) -> PendingResponse:
@@ -493,8 +515,13 @@ class Client:
         *,
         max_bytes: int,
         max_wait: float,
+        read_replicas: bool = False,
     ) -> tuple[FetchResponseHeader, memoryview]:
         """One Fetch (long poll) from the partition leader, retrying retriable errors.
+
+        With ``read_replicas``, from an in-sync follower instead (see
+        :meth:`replica_connection`): it serves committed records too, up to its own high
+        watermark, which lags the leader's slightly (spec/cluster.md, "Read replicas").
 
         Returns the response header and the raw record bytes (decode them with
         :func:`jetsdk.codec.record.iter_records`).
@@ -516,8 +543,16 @@ class Client:
         wait = max_wait + self.request_timeout
 
         async def attempt() -> tuple[FetchResponseHeader, memoryview]:
-            conn = await self.leader_connection(stream, partition)
-            answer = await conn.request(Api.FETCH, body, timeout=wait)
+            if not read_replicas:
+                conn = await self.leader_connection(stream, partition)
+                answer = await conn.request(Api.FETCH, body, timeout=wait)
+            else:
+                conn = await self.replica_connection(stream, partition)
+                try:
+                    answer = await conn.request(Api.FETCH, body, timeout=wait)
+                except JetError:
+                    self._read_replica.pop((stream, partition), None)  # pick again
+                    raise
             try:
                 header, records = decode_fetch_response(answer)
             except CodecError as exc:

@@ -148,6 +148,7 @@ class Consumer:
         on_assigned: PartitionsCallback | None = None,
         on_revoked: PartitionsCallback | None = None,
         on_lost: PartitionsCallback | None = None,
+        read_replicas: bool = False,
     ) -> None:
         """Configure a consumer; it resolves positions (or joins its group) in ``__aenter__``.
 
@@ -188,6 +189,9 @@ class Consumer:
                 :meth:`commit` here is accepted).
             on_lost: group: called with partitions taken away without a hand-over (session
                 expired, lease ran out): their in-flight work may be processed twice.
+            read_replicas: fetch from an in-sync follower of each partition instead of its
+                leader (read scaling): committed records only, up to that follower's high
+                watermark, which trails the leader's by about one replication round trip.
 
         Raises:
             InvalidArgument: a bad combination or value.
@@ -216,6 +220,7 @@ class Consumer:
         self.reset: ResetPolicy = parse_reset(reset)
         self.max_bytes = max_bytes
         self.max_wait = max_wait
+        self.read_replicas = read_replicas
         self.manual_ack = manual_ack
         self.max_unacked = max_unacked
         self._group: GroupSide | None = None
@@ -347,6 +352,7 @@ class Consumer:
                 offset,
                 max_bytes=self.max_bytes,
                 max_wait=self.max_wait,
+                read_replicas=self.read_replicas,
                 reset=self.reset,
                 deliver=self._deliver,
             )

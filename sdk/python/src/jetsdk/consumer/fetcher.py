@@ -103,9 +103,11 @@ async def fetch_loop(
     max_bytes: int,
     max_wait: float,
     reset: ResetPolicy,
+    read_replicas: bool = False,
     deliver: Callable[[Fetched], None],
 ) -> None:
-    """Fetch ``run``'s partition from ``offset`` until cancelled or a non-retriable error.
+    """Fetch ``run``'s partition from ``offset`` until cancelled or a non-retriable error
+    (from an in-sync follower with ``read_replicas``).
 
     ``deliver`` is called with each batch once the run's credit allows it.
     """
@@ -116,7 +118,12 @@ async def fetch_loop(
     while True:
         try:
             header, raw = await client.fetch(
-                stream, partition, offset, max_bytes=limit, max_wait=max_wait
+                stream,
+                partition,
+                offset,
+                max_bytes=limit,
+                max_wait=max_wait,
+                read_replicas=read_replicas,
             )
             records = [r for r in iter_records(raw) if r.offset >= offset]
             if not records and len(raw) >= HEADER_SIZE:

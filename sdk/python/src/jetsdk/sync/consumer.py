@@ -58,6 +58,7 @@ class Consumer(SyncWrapper):
         on_assigned: PartitionsCallback | None = None,
         on_revoked: PartitionsCallback | None = None,
         on_lost: PartitionsCallback | None = None,
+        read_replicas: bool = False,
     ) -> None:
         """Configure a consumer; it resolves positions (or joins its group) in ``__enter__``.
 
@@ -98,6 +99,9 @@ class Consumer(SyncWrapper):
                 :meth:`commit` here is accepted).
             on_lost: group: called with partitions taken away without a hand-over (session
                 expired, lease ran out): their in-flight work may be processed twice.
+            read_replicas: fetch from an in-sync follower of each partition instead of its
+                leader (read scaling): committed records only, up to that follower's high
+                watermark, which trails the leader's by about one replication round trip.
 
         Raises:
             InvalidArgument: a bad combination or value.
@@ -126,6 +130,7 @@ class Consumer(SyncWrapper):
             on_assigned=thread_callback(on_assigned),
             on_revoked=thread_callback(on_revoked),
             on_lost=thread_callback(on_lost),
+            read_replicas=read_replicas,
         )
         self._owner = client
 
