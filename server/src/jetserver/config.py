@@ -31,6 +31,7 @@ from jetsdk.codec.limits import (
     MAX_VALUE_BYTES,
 )
 from jetserver.errors import ConfigError
+from jetserver.replication.config import ReplicationConfig
 
 MiB = 1024 * 1024
 
@@ -481,6 +482,8 @@ class ServerConfig:
     """Log output."""
     cluster: ClusterConfig = attrs.field(factory=ClusterConfig)
     """Cluster membership (off by default: one server alone)."""
+    replication: ReplicationConfig = attrs.field(factory=ReplicationConfig)
+    """Partition replication timings (a cluster only)."""
 
     def __attrs_post_init__(self) -> None:
         if self.limits.max_message_bytes >= self.limits.max_frame_bytes:
@@ -499,5 +502,6 @@ SECTIONS: dict[str, type[Any]] = {
     "fetch": FetchConfig,
     "logging": LoggingConfig,
     "cluster": ClusterConfig,
+    "replication": ReplicationConfig,
 }
 """Section name -> its attrs class, in the order of ServerConfig's fields."""

@@ -343,6 +343,7 @@ class StreamManager:
             "queue_group": queue_group(meta),
             "replication_factor": meta.spec.replication_factor,
             "spec": meta.spec,
+            "replication": self.config.replication,
         }
         if not self.clustered:
             extras.pop("controller")

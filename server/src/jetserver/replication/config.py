@@ -1,10 +1,13 @@
-"""Replication settings of one server (spec/cluster.md, "Replication")."""
+"""Replication settings of one server: the ``[replication]`` section of the server
+configuration (spec/cluster.md, "Replication")."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import attrs
+
+from jetserver.errors import ConfigError
 
 DEFAULT_REPLICA_LAG_MAX_S = 10.0
 DEFAULT_LEADER_SILENCE_S = 1.5
@@ -18,12 +21,16 @@ DEFAULT_REQUEST_SLACK_S = 1.0
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+        raise ConfigError(f"replication.{attribute.name} must be > 0, got {value!r}")
 
 
 @attrs.frozen
 class ReplicationConfig:
-    """How followers fetch and when the leader changes the ISR."""
+    """How followers fetch and when the leader changes the ISR.
+
+    Raises:
+        ConfigError: a value that is not positive.
+    """
 
     replica_lag_max_s: float = attrs.field(default=DEFAULT_REPLICA_LAG_MAX_S, validator=_positive)
     """A follower that has not caught up with the leader for this long leaves the ISR."""
