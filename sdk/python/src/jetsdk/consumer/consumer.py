@@ -102,6 +102,8 @@ DEFAULT_MAX_UNACKED = 1000
 WINDOW_FACTOR = 10
 """Manual acks: a partition stops handing out once ``WINDOW_FACTOR * max_unacked`` messages
 lie between its first un-acked message and its position (bounds memory and redelivery)."""
+YIELD_INTERVAL = 0.005
+"""Iteration yields to the event loop at least this often (seconds) while messages flow."""
 _PREFETCH_BATCHES = 2
 
 
@@ -246,6 +248,7 @@ class Consumer:
         self._handed: list[PartitionRun] = []
         self._unacked_total = 0
         self._loop_thread = 0
+        self._yield_at = 0.0
         self._token: EventLoopToken | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -557,6 +560,12 @@ class Consumer:
             StopAsyncIteration: the consumer is closed.
         """
         self._settle()
+        now = time.monotonic()
+        if now >= self._yield_at:
+            # Let the fetchers and the group member's tasks run even while messages are
+            # buffered (a busy loop would starve heartbeats and lose the leases).
+            self._yield_at = now + YIELD_INTERVAL
+            await anyio.lowlevel.checkpoint()
         while True:
             try:
                 item = await self._front(None)
@@ -585,6 +594,7 @@ class Consumer:
         if max_records < 1:
             raise ValueError("max_records must be >= 1")
         self._settle()
+        await anyio.lowlevel.checkpoint()  # see __anext__
         out: list[Message] = []
         deadline = None if timeout is None else time.monotonic() + timeout
         item = await self._front(deadline)

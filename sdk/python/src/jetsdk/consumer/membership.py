@@ -88,6 +88,14 @@ class _Start:
     offset: int | None
     generation: int
     progress: Progress | None
+    announced: bool = False
+
+
+@attrs.define(eq=False)
+class _Revoke:
+    key: StreamPartition
+    run: PartitionRun | None
+    deadline: float
 
 
 async def _invoke(callback: PartitionsCallback, partitions: list[StreamPartition]) -> None:
@@ -157,7 +165,7 @@ class GroupSide:
         self._tg: anyio.abc.TaskGroup | None = None
         self._starting: dict[StreamPartition, _Start] = {}
         self._start_queue: list[_Start] = []
-        self._revoke_queue: list[tuple[PartitionRun, float]] = []
+        self._revoke_queue: list[_Revoke] = []
         self._lost_queue: list[StreamPartition] = []
         self._fenced: MemberFenced | None = None
         self._next_commit = 0.0
@@ -370,6 +378,8 @@ class GroupSide:
                 except JetError as exc:
                     consumer._fail(exc)
         live = [s for s in batch if self._starting.get(s.key) is s and s.offset is not None]
+        for start in live:
+            start.announced = True
         if self.on_assigned is not None and live:
             try:
                 await _invoke(self.on_assigned, [s.key for s in live])
@@ -398,16 +408,18 @@ class GroupSide:
         """See GroupHandler."""
         runtime = self.runtime
         assert runtime is not None
-        self._starting.pop(partition, None)
+        start = self._starting.pop(partition, None)
         run = self.consumer._runs.get(partition)
-        if run is None:
+        if run is None and (start is None or not start.announced):
             if runtime.member.release(partition, None):
                 runtime.kick()
             return
-        run.revoking = True
-        run.stop()
-        self.consumer._drop_buffered(run)
-        self._revoke_queue.append((run, deadline))
+        if run is not None:
+            run.revoking = True
+            run.stop()
+            self.consumer._drop_buffered(run)
+        # on_assigned saw it: on_revoked must see it too (after the callbacks in flight).
+        self._revoke_queue.append(_Revoke(partition, run, deadline))
         self.draining += 1
         if len(self._revoke_queue) == 1:
             assert self._tg is not None
@@ -419,19 +431,23 @@ class GroupSide:
         consumer, runtime = self.consumer, self.runtime
         assert runtime is not None
         try:
-            deadline = min(d for _, d in batch)
+            deadline = min(r.deadline for r in batch)
             now = time.monotonic()
             # Leave time for the release to be stored before the lease ends.
             until = deadline - max(0.05, min(1.0, (deadline - now) / 4))
             with anyio.move_on_after(max(0.0, until - now)):
-                while not all(run.acks.drained for run, _ in batch):
+                while not all(r.run is None or r.run.acks.drained for r in batch):
                     await consumer._signal.wait()
             if self.on_revoked is not None:
                 try:
-                    await _invoke(self.on_revoked, [run.key for run, _ in batch])
+                    await _invoke(self.on_revoked, [r.key for r in batch])
                 except Exception as exc:
                     consumer._fail(exc)
-            for run, _deadline in batch:
+            for entry in batch:
+                run = entry.run
+                if run is None:
+                    runtime.member.release(entry.key, None)  # never started: nothing to commit
+                    continue
                 if consumer._runs.get(run.key) is not run:
                     continue  # lost meanwhile
                 offset: int | None = None
@@ -449,10 +465,12 @@ class GroupSide:
 
     def group_lose(self, partition: StreamPartition, reason: str) -> None:
         """See GroupHandler."""
-        self._starting.pop(partition, None)
+        start = self._starting.pop(partition, None)
         run = self.consumer._runs.get(partition)
         if run is not None:
             self.consumer._end_run(run)
+        elif start is None or not start.announced:
+            return
         if self.on_lost is not None:
             self._lost_queue.append(partition)
             if len(self._lost_queue) == 1:
