@@ -36,6 +36,9 @@ from typing import IO, Any
 import attrs
 import orjson
 
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import Api, FrameDecoder, encode_frame
+from jetsdk.codec.messages import decode_json, encode_json
 from jetserver.errors import JetServerError
 from jetserver.nats_process import NatsServerProcess
 
@@ -61,6 +64,24 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def _metadata(address: str, timeout_s: float) -> dict[str, Any]:
+    """One blocking Metadata request to the server at ``address``."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(encode_frame(Api.METADATA, 1, encode_json({"streams": []})))
+        decoder = FrameDecoder()
+        while True:
+            frame = decoder.next_frame()
+            if frame is not None:
+                if frame.is_error:
+                    raise ValueError(f"Metadata refused by {address}")
+                return decode_json(frame.body)
+            data = sock.recv(65536)
+            if not data:
+                raise ValueError(f"{address} closed the connection")
+            decoder.feed(data)
 
 
 def _resume(proc: subprocess.Popen[bytes]) -> None:
@@ -209,9 +230,30 @@ class DevCluster:
             deadline = time.monotonic() + timeout_s
             for p in self.processes:
                 self._wait_ready(p, deadline)
+            if self.clustered:
+                self._wait_all_registered(deadline)
         except BaseException:
             self.stop()
             raise
+
+    def _wait_all_registered(self, deadline: float) -> None:
+        """Wait until every server's metadata lists every server (a ready server has
+        registered itself, but may not have applied the others' registrations yet)."""
+        for p in self.processes:
+            while True:
+                error: Exception | None = None
+                try:
+                    listed = _metadata(p.address, max(0.1, deadline - time.monotonic()))
+                except (OSError, CodecError, ValueError) as exc:
+                    listed, error = {}, exc
+                if len(listed.get("servers", [])) == len(self.processes):
+                    break
+                if time.monotonic() > deadline:
+                    raise DevClusterError(
+                        f"jet server {p.server_id} does not list every server in time "
+                        f"({error or listed.get('servers')})"
+                    )
+                time.sleep(_POLL_INTERVAL_S)
 
     def _load_layout(self) -> None:
         """Read (or create) the ports and password of a cluster."""

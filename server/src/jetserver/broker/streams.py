@@ -52,6 +52,7 @@ from jetserver.metadata.ops import CreateStream, DeleteStream
 from jetserver.metadata.store import MetadataStore
 from jetserver.metadata.validate import partition_subject, spec_from_request
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
+from jetserver.replication.control import ControlPlane
 from jetserver.storage import Log, LogConfig, StorageError
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class StreamManager:
     """The metadata: a :class:`MetadataStore` (single server) or the metadata Raft member."""
     link: NatsLink
     """NATS link for subscriptions and acks."""
-    controller: Any = None
+    controller: ControlPlane | None = None
     """Cluster mode: the :class:`jetserver.cluster.Controller` handed to replicas."""
     _tg: TaskGroup | None = None
     _running: dict[tuple[str, int], _Running] = attrs.field(factory=dict)
@@ -314,7 +315,12 @@ class StreamManager:
             leader_epoch=assignment.leader_epoch,
             compact=meta.spec.compact,
             producers=producers,
-            **self._replica_extras(meta),
+            server_id=self.server_id,
+            controller=self.controller if self.clustered else None,
+            queue_group=queue_group(meta),
+            replication_factor=meta.spec.replication_factor,
+            spec=meta.spec,
+            replication=self.config.replication,
         )
         await self._tg.start(replica.run)
         running = _Running(replica, stream_id=meta.stream_id, queue=queue_group(meta))
@@ -332,22 +338,6 @@ class StreamManager:
             ),
         )
         return running
-
-    def _replica_extras(self, meta: StreamMeta) -> dict[str, Any]:
-        """Constructor arguments of PartitionReplica that only a replicated data path takes
-        (passed when the class declares them: broker/partition.py owns its fields)."""
-        known = {f.name for f in attrs.fields(PartitionReplica)}
-        extras: dict[str, Any] = {
-            "server_id": self.server_id,
-            "controller": self.controller,
-            "queue_group": queue_group(meta),
-            "replication_factor": meta.spec.replication_factor,
-            "spec": meta.spec,
-            "replication": self.config.replication,
-        }
-        if not self.clustered:
-            extras.pop("controller")
-        return {k: v for k, v in extras.items() if k in known and v is not None}
 
     # ------------------------------------------------------------------ cluster mode
 
