@@ -11,6 +11,9 @@ The async API (anyio: runs under asyncio and trio)::
         async with Consumer(client, "orders", start="earliest") as consumer:
             async for msg in consumer:
                 ...
+        async with Consumer(client, group="billing", streams=["orders"]) as consumer:
+            async for msg in consumer:      # this member's share; offsets committed
+                ...
 
 The same API for threads and scripts, without async: :mod:`jetsdk.sync`.
 Errors: :mod:`jetsdk.errors` (every one is a :class:`JetError` with ``code`` and
@@ -20,7 +23,7 @@ Errors: :mod:`jetsdk.errors` (every one is a :class:`JetError` with ``code`` and
 from jetsdk._version import __version__
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
-from jetsdk.consumer import Consumer, StartAt
+from jetsdk.consumer import Consumer, OffsetAndMetadata, StartAt
 from jetsdk.errors import (
     ClientClosed,
     InvalidArgument,
@@ -38,6 +41,9 @@ from jetsdk.errors import (
     Timeout,
     Unavailable,
 )
+from jetsdk.group.errors import CommitFailed, GroupError, MemberFenced, NoCommittedOffset
+from jetsdk.group.member import MemberConfig
+from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.message import Ack, Message
 from jetsdk.metadata import OffsetInfo, PartitionInfo, StreamInfo
 from jetsdk.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner
@@ -49,16 +55,22 @@ __all__ = [
     "AckPolicy",
     "Client",
     "ClientClosed",
+    "CommitFailed",
     "Consumer",
     "DefaultPartitioner",
     "ErrorCode",
+    "GroupError",
     "InvalidArgument",
     "JetConnectionError",
     "JetError",
+    "MemberConfig",
+    "MemberFenced",
     "Message",
     "MessageTooLarge",
+    "NoCommittedOffset",
     "NotEnoughReplicas",
     "NotLeader",
+    "OffsetAndMetadata",
     "OffsetInfo",
     "OffsetOutOfRange",
     "PartitionInfo",
@@ -74,6 +86,7 @@ __all__ = [
     "StreamExists",
     "StreamInfo",
     "StreamNotFound",
+    "StreamPartition",
     "Timeout",
     "Unavailable",
     "__version__",
