@@ -33,7 +33,7 @@ from jetsdk.codec.messages import (
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
-from jetserver.errors import invalid_argument
+from jetserver.errors import ApiError, invalid_argument
 from jetserver.storage import Log, OffsetOutOfRange, ReadSlice
 
 MAX_GAP_SKIPS = 64
@@ -68,6 +68,7 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
         ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, UNAVAILABLE, NOT_LEADER,
             INVALID_ARGUMENT (an unknown replica id).
     """
+    _check_holds_replica(streams, req.stream, req.partition)
     replica = streams.replica(req.stream, req.partition)
     if req.replica_id >= 0:
         return await _replica_fetch(replica, limits, req)
@@ -106,6 +107,25 @@ async def _replica_fetch(
     state.note_hw_sent(follower, hw)
     answer = _read(log, req.offset, req.max_bytes, log.flushed_offset)
     return attrs.evolve(answer, hw=hw)
+
+
+def _check_holds_replica(streams: StreamManager, stream: str, partition: int) -> None:
+    """NOT_LEADER (details ``leader``) if this server holds no replica of the partition."""
+    meta = streams.stream(stream)
+    if not 0 <= partition < len(meta.partitions):
+        return  # streams.replica reports PARTITION_NOT_FOUND
+    a = meta.partitions[partition]
+    if streams.server_id not in a.replicas:
+        raise ApiError(
+            ErrorCode.NOT_LEADER,
+            f"this server holds no replica of {stream}/{partition}; its leader is {a.leader}",
+            {
+                "stream": stream,
+                "partition": partition,
+                "leader": a.leader,
+                "leader_epoch": a.leader_epoch,
+            },
+        )
 
 
 def _read(log: Log, offset: int, max_bytes: int, end: int) -> FetchAnswer:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from jetsdk._sync_support import LoopThread, SyncWrapper
 from jetsdk._version import __version__
@@ -168,12 +168,18 @@ class Client(SyncWrapper):
         segment_max_age: float | None = None,
         delete_retention: float | None = None,
         max_message_bytes: int | None = None,
+        min_isr: int | None = None,
+        durability: Literal["flushed", "replicated"] | None = None,
         exist_ok: bool = True,
     ) -> StreamInfo:
         """Create a stream listening on ``subject`` (default: the name).
 
         Creating a stream that exists with the same settings succeeds (idempotent) unless
         ``exist_ok`` is False. Durations are float seconds; None leaves the server default.
+        ``min_isr``: fewest in-sync replicas for an ALL ack (default 2 when the replication
+        factor is 3 or more, else 1). ``durability``: ``"flushed"`` (default: an ALL ack
+        means fsynced on every in-sync replica) or ``"replicated"`` (fsynced on the leader,
+        written on the followers); see spec/cluster.md, "Replication".
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
@@ -194,6 +200,8 @@ class Client(SyncWrapper):
             segment_max_age=segment_max_age,
             delete_retention=delete_retention,
             max_message_bytes=max_message_bytes,
+            min_isr=min_isr,
+            durability=durability,
             exist_ok=exist_ok,
         )
 
