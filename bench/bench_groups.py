@@ -1,0 +1,452 @@
+"""Consumer groups: jet group members vs a JetStream durable pull consumer with workers.
+
+Every member/worker is its own process (``python -m bench.bench_groups worker SPEC``), like a
+real deployment; the coordinator (this module's ``run``) starts them, says go, and reads what
+they report in their output files.
+
+(a) group consume throughput over 8 partitions (jet) / one stream (JetStream), N stored
+    100-byte messages, 1, 2 and 4 member processes; jet auto-commits every 1 s, JetStream
+    workers ack every message (explicit acks: what a durable work queue needs; shown also
+    with ``ack_policy: none``, which never redelivers, as an upper bound). Rate = N /
+    (last message consumed - first message consumed); the time from "go" until every member
+    has its partitions (jet: join + rebalances) is printed beside it.
+(b) commit overhead: 2 jet members with auto-commit every 1 s vs no commits at all.
+(c) rebalance: 3 members/workers, a producer at a fixed rate, each message takes 1 ms to
+    process; one member is killed with SIGKILL. jet: time until every partition the victim
+    owned is consumed again by a survivor (session timeout 2 s, heartbeat 0.2 s). JetStream:
+    time until every message the victim had received but not acked is processed by a survivor
+    (ack_wait 2 s). Both measure how long the dead process's work stays stuck.
+
+Ratios: jet / JetStream for throughput (above 1 = jet faster), JetStream / jet for the
+rebalance time (above 1 = jet faster). Run: ``python -m bench groups [--quick]``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from bench.bench_sdk import Results, jet_fill, jetstream_server, js_fill, js_setup
+from jetsdk import Client, Consumer, MemberConfig, Producer, StreamPartition
+from jetserver.devcluster import DevCluster
+
+PARTITIONS = 8
+SESSION = 2.0
+HEARTBEAT = 0.2
+ACK_WAIT = 2.0
+ROOT = Path(__file__).resolve().parents[1]
+WAIT_S = 300.0
+
+
+# -- workers (child processes) -------------------------------------------------------------
+
+
+def _stopped(stop: Path) -> bool:
+    return stop.exists()
+
+
+def _wait_go(go: Path) -> None:
+    while not go.exists():
+        time.sleep(0.002)
+
+
+async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
+    stop, go = Path(spec["stop"]), Path(spec["go"])
+    delay = spec.get("delay", 0.0)
+    cfg = MemberConfig(session_timeout=SESSION, heartbeat_interval=HEARTBEAT, release_timeout=4.0)
+
+    def note(tag: str) -> Any:
+        def callback(parts: list[StreamPartition]) -> None:
+            listed = ",".join(str(p.partition) for p in parts)
+            out.write(f"{tag} {listed} {time.time():.4f}\n")
+            out.flush()
+
+        return callback
+
+    async with Client(spec["servers"]) as client:
+        out.write("ready\n")
+        out.flush()
+        _wait_go(go)
+        count, first, last = 0, 0.0, 0.0
+        next_progress = 0.0
+        async with Consumer(
+            client,
+            group=spec["group"],
+            streams=[spec["stream"]],
+            group_config=cfg,
+            auto_commit=spec["auto_commit"],
+            on_assigned=note("a"),
+            on_revoked=note("r"),
+            on_lost=note("l"),
+        ) as consumer:
+            while not _stopped(stop):
+                batch = await consumer.fetch(max_records=1000, timeout=0.2)
+                now = time.time()
+                if batch:
+                    count += len(batch)
+                    first = first or now
+                    last = now
+                    if spec.get("track"):
+                        seen = sorted({m.partition for m in batch})
+                        out.write(f"seen {','.join(map(str, seen))} {now:.4f}\n")
+                    if delay:
+                        await anyio.sleep(delay * len(batch))
+                if now >= next_progress:
+                    out.write(f"progress {count}\n")
+                    out.flush()
+                    next_progress = now + 0.1
+        out.write(f"progress {count}\n")
+        out.write("result " + orjson.dumps({"count": count, "first": first, "last": last}).decode())
+        out.write("\n")
+
+
+async def _js_worker(spec: dict[str, Any], out: Any) -> None:
+    import nats
+    import nats.errors
+
+    stop, go = Path(spec["stop"]), Path(spec["go"])
+    delay = spec.get("delay", 0.0)
+    nc = await nats.connect(spec["url"])
+    try:
+        js = nc.jetstream()
+        sub = await js.pull_subscribe_bind(durable=spec["durable"], stream=spec["js_stream"])
+        out.write("ready\n")
+        out.flush()
+        _wait_go(go)
+        count, first, last = 0, 0.0, 0.0
+        next_progress = 0.0
+        while not _stopped(stop):
+            try:
+                msgs = await sub.fetch(batch=256, timeout=0.2)
+            except nats.errors.TimeoutError:
+                msgs = []
+            now = time.time()
+            if msgs:
+                seqs = [m.metadata.sequence.stream for m in msgs]
+                if spec.get("track"):
+                    out.write(f"got {','.join(map(str, seqs))} {now:.4f}\n")
+                    out.flush()
+                if delay:
+                    await anyio.sleep(delay * len(msgs))
+                if spec.get("ack", True):
+                    for m in msgs:
+                        await m.ack()
+                count += len(msgs)
+                first = first or now
+                last = time.time()
+                if spec.get("track"):
+                    out.write(f"done {','.join(map(str, seqs))} {last:.4f}\n")
+            if now >= next_progress:
+                out.write(f"progress {count}\n")
+                out.flush()
+                next_progress = now + 0.1
+        out.write(f"progress {count}\n")
+        out.write("result " + orjson.dumps({"count": count, "first": first, "last": last}).decode())
+        out.write("\n")
+    finally:
+        await nc.close()
+
+
+async def _producer(spec: dict[str, Any], out: Any) -> None:
+    stop, go = Path(spec["stop"]), Path(spec["go"])
+    rate = spec["rate"]
+    if spec["kind"] == "jet-produce":
+        async with Client(spec["servers"]) as client, Producer(client, spec["stream"]) as p:
+            out.write("ready\n")
+            out.flush()
+            _wait_go(go)
+            start, i = time.perf_counter(), 0
+            while not _stopped(stop):
+                await p.send_soon(b"x" * 100)
+                i += 1
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    await anyio.sleep(delay)
+        return
+    import nats
+
+    nc = await nats.connect(spec["url"])
+    js = nc.jetstream()
+    out.write("ready\n")
+    out.flush()
+    _wait_go(go)
+    start, i = time.perf_counter(), 0
+    while not _stopped(stop):
+        await js.publish_async(spec["subject"], b"x" * 100)
+        i += 1
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await anyio.sleep(delay)
+    await js.publish_async_completed()
+    await nc.close()
+
+
+def worker_main(raw: str) -> None:
+    """Entry point of a worker process."""
+    spec = orjson.loads(raw)
+    kinds = {
+        "jet": _jet_worker,
+        "js": _js_worker,
+        "jet-produce": _producer,
+        "js-produce": _producer,
+    }
+    with open(spec["out"], "a") as out:
+        anyio.run(kinds[spec["kind"]], spec, out, backend="asyncio")
+
+
+# -- coordinator ------------------------------------------------------------------------
+
+
+class Round:
+    """A set of worker processes sharing a go and a stop file."""
+
+    def __init__(self, work: Path) -> None:
+        self.dir = Path(tempfile.mkdtemp(dir=work))
+        self.go, self.stop = self.dir / "go", self.dir / "stop"
+        self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def spawn(self, spec: dict[str, Any]) -> int:
+        out = self.dir / f"w{len(self.procs)}.log"
+        spec = {**spec, "go": str(self.go), "stop": str(self.stop), "out": str(out)}
+        args = [sys.executable, "-m", "bench.bench_groups", "worker", orjson.dumps(spec).decode()]
+        proc = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.DEVNULL)
+        self.procs.append((proc, out))
+        return len(self.procs) - 1
+
+    def lines(self, i: int) -> list[str]:
+        out = self.procs[i][1]
+        return out.read_text().splitlines() if out.exists() else []
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while not all("ready" in self.lines(i) for i in range(len(self.procs))):
+            if time.monotonic() > deadline:
+                raise RuntimeError("workers did not get ready")
+            time.sleep(0.05)
+
+    def progress(self, i: int) -> int:
+        counts = [int(x.split()[1]) for x in self.lines(i) if x.startswith("progress ")]
+        return counts[-1] if counts else 0
+
+    def kill(self, i: int) -> None:
+        self.procs[i][0].send_signal(signal.SIGKILL)
+        self.procs[i][0].wait(30)
+
+    def finish(self) -> list[dict[str, Any]]:
+        self.stop.touch()
+        results = []
+        for i, (proc, _out) in enumerate(self.procs):
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+            for line in self.lines(i):
+                if line.startswith("result "):
+                    results.append(orjson.loads(line[len("result ") :]))
+        return results
+
+
+def _throughput(work: Path, specs: list[dict[str, Any]], n: int) -> tuple[float, float]:
+    """(messages/s over the consuming span, seconds from go until the first message)."""
+    rnd = Round(work)
+    for spec in specs:
+        rnd.spawn(spec)
+    rnd.wait_ready()
+    go_at = time.time()
+    rnd.go.touch()
+    deadline = time.monotonic() + WAIT_S
+    while sum(rnd.progress(i) for i in range(len(specs))) < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError("consumption did not finish in time")
+        time.sleep(0.05)
+    results = rnd.finish()
+    first = min(r["first"] for r in results if r["count"])
+    last = max(r["last"] for r in results if r["count"])
+    total = sum(r["count"] for r in results)
+    return total / (last - first), first - go_at
+
+
+def _jet_takeover(work: Path, base: dict[str, Any], rate: int) -> float:
+    rnd = Round(work)
+    rnd.spawn({**base, "kind": "jet-produce", "rate": rate})
+    members = [rnd.spawn({**base, "kind": "jet", "track": True, "delay": 0.001}) for _ in range(3)]
+    rnd.wait_ready()
+    rnd.go.touch()
+    time.sleep(4.0)
+    victim = members[1]
+    owned: set[int] = set()
+    for line in rnd.lines(victim):
+        tag, *rest = line.split()
+        if tag in ("a", "r", "l"):
+            parts = {int(p) for p in rest[0].split(",") if p}
+            owned = owned | parts if tag == "a" else owned - parts
+    rnd.kill(victim)
+    killed = time.time()
+    moved: dict[int, float] = {}
+    deadline = time.monotonic() + 60
+    while len(moved) < len(owned) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        for i in members:
+            if i == victim:
+                continue
+            for line in rnd.lines(i):
+                if line.startswith("seen "):
+                    _, listed, at = line.split()
+                    for p in map(int, listed.split(",")):
+                        if p in owned and float(at) > killed:
+                            moved[p] = min(moved.get(p, float(at)), float(at))
+    rnd.finish()
+    if not owned or len(moved) < len(owned):
+        return float("nan")
+    return max(moved.values()) - killed
+
+
+def _js_redelivery(work: Path, base: dict[str, Any], rate: int) -> float:
+    rnd = Round(work)
+    rnd.spawn({**base, "kind": "js-produce", "rate": rate})
+    workers = [rnd.spawn({**base, "kind": "js", "track": True, "delay": 0.001}) for _ in range(3)]
+    rnd.wait_ready()
+    rnd.go.touch()
+    time.sleep(4.0)
+    victim = workers[1]
+    rnd.kill(victim)
+    killed = time.time()
+    got: set[int] = set()
+    done: set[int] = set()
+    for line in rnd.lines(victim):
+        tag, *rest = line.split()
+        if tag in ("got", "done") and len(rest) == 2:
+            (got if tag == "got" else done).update(int(s) for s in rest[0].split(","))
+    stuck = got - done
+    redone: dict[int, float] = {}
+    deadline = time.monotonic() + 60
+    while stuck and len(redone) < len(stuck) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        for i in workers:
+            if i == victim:
+                continue
+            for line in rnd.lines(i):
+                if line.startswith("done "):
+                    _, seqs, at = line.split()
+                    for s in map(int, seqs.split(",")):
+                        if s in stuck and float(at) > killed:
+                            redone[s] = min(redone.get(s, float(at)), float(at))
+    rnd.finish()
+    if not stuck or len(redone) < len(stuck):
+        return float("nan")
+    return max(redone.values()) - killed
+
+
+async def _prepare(servers: list[str], js_url: str, stream: str, n: int) -> None:
+    async with Client(servers) as client:
+        await client.create_stream(stream, f"bench.{stream}", partitions=PARTITIONS)
+        await client.create_stream("live", "bench.live", partitions=PARTITIONS)
+        await jet_fill(client, stream, n)
+    nc, js = await js_setup(js_url, "GROUPS", "js.groups")
+    await js.add_stream(name="LIVE", subjects=["js.live"])
+    await js_fill(js, "js.groups", n)
+    await nc.close()
+
+
+async def _durable(
+    js_url: str, stream: str, name: str, ack_wait: float, *, ack: bool = True
+) -> None:
+    import nats
+    from nats.js.api import AckPolicy as JsAck
+    from nats.js.api import ConsumerConfig, DeliverPolicy
+
+    nc = await nats.connect(js_url)
+    js = nc.jetstream()
+    config = ConsumerConfig(
+        durable_name=name,
+        ack_policy=JsAck.EXPLICIT if ack else JsAck.NONE,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=ack_wait,
+        max_ack_pending=20_000,
+    )
+    await js.add_consumer(stream, config)
+    await nc.close()
+
+
+def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
+    n = 60_000 if quick else 400_000
+    rate = 1000
+    results = Results()
+    print(f"(a) group consume throughput, {n:,} x 100 B, {PARTITIONS} partitions (filling...)")
+    anyio.run(_prepare, servers, js_url, "grp", n, backend="asyncio")
+    jet_base = {"servers": servers, "stream": "grp", "auto_commit": 1.0}
+    for members in (1, 2, 4):
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        jet_rate, jet_start = _throughput(
+            work, [{**jet_base, "kind": "jet", "group": group}] * members, n
+        )
+        durable = f"d{uuid.uuid4().hex[:6]}"
+        anyio.run(_durable, js_url, "GROUPS", durable, 30.0, backend="asyncio")
+        js_base = {"url": js_url, "js_stream": "GROUPS", "durable": durable}
+        js_rate, js_start = _throughput(work, [{**js_base, "kind": "js"}] * members, n)
+        durable = f"d{uuid.uuid4().hex[:6]}"
+        anyio.run(partial(_durable, js_url, "GROUPS", durable, 30.0, ack=False), backend="asyncio")
+        no_ack = {**js_base, "kind": "js", "durable": durable, "ack": False}
+        js_none, _ = _throughput(work, [no_ack] * members, n)
+        print(
+            f"  {members} member(s): first message after go: jet {jet_start:.2f} s, "
+            f"jetstream {js_start:.2f} s"
+        )
+        results.add(f"{members} member(s) vs acks each", jet_rate, js_rate, "msg/s", True)
+        results.add(f"{members} member(s) vs ack none", jet_rate, js_none, "msg/s", True)
+    print("(b) commit overhead: 2 jet members, auto-commit every 1 s vs none")
+    rates: dict[float | None, float] = {1.0: 0.0, None: 0.0}
+    for _ in range(2):  # interleaved, best of two: short runs on a shared box are noisy
+        for auto_commit in (1.0, None):
+            group = f"g-{uuid.uuid4().hex[:6]}"
+            spec = {**jet_base, "kind": "jet", "group": group, "auto_commit": auto_commit}
+            rates[auto_commit] = max(rates[auto_commit], _throughput(work, [spec] * 2, n)[0])
+    print(
+        f"  auto-commit 1 s {rates[1.0]:,.0f} msg/s, no commits {rates[None]:,.0f} msg/s, "
+        f"ratio {rates[1.0] / rates[None]:.2f}"
+    )
+    print(f"(c) rebalance: 3 members, {rate} msg/s produced, 1 ms per message, SIGKILL one")
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    takeover = _jet_takeover(
+        work, {"servers": servers, "stream": "live", "group": group, "auto_commit": 1.0}, rate
+    )
+    durable = f"d{uuid.uuid4().hex[:6]}"
+    anyio.run(_durable, js_url, "LIVE", durable, ACK_WAIT, backend="asyncio")
+    js_base = {"url": js_url, "js_stream": "LIVE", "durable": durable, "subject": "js.live"}
+    redelivery = _js_redelivery(work, js_base, rate)
+    print(
+        f"  jet: session timeout {SESSION} s, heartbeat {HEARTBEAT} s; "
+        f"JetStream: ack_wait {ACK_WAIT} s"
+    )
+    results.add("killed member's work resumes after, s", takeover, redelivery, "s", False)
+    results.table()
+
+
+def run(quick: bool) -> None:
+    """Run (a)-(c) and print them side by side with ratios."""
+    work = Path(tempfile.mkdtemp(prefix="bench-groups-"))
+    with (
+        open(os.devnull, "wb") as devnull,
+        DevCluster(servers=1, log_file=devnull) as dev,
+        jetstream_server(sync_always=False) as js_url,
+    ):
+        _main(quick, dev.addresses, js_url, work)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "worker":
+        worker_main(sys.argv[2])
+    else:
+        run(quick="--quick" in sys.argv)
