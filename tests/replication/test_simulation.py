@@ -13,7 +13,7 @@ import pytest
 
 from jetserver.replication import Truncation, epochs
 
-from . import simulation
+from . import sim_replica
 from .invariants import InvariantViolation
 from .simulation import SimConfig, run_seed
 
@@ -82,7 +82,7 @@ def test_the_checkers_catch_a_wrong_truncation_rule(monkeypatch: pytest.MonkeyPa
             return Truncation(min(follower_end, kw["local_leo"]), False)
         return Truncation(min(kw["leader_end_offset"], kw["local_leo"]), True)
 
-    monkeypatch.setattr(simulation, "truncation_point", wrong)
+    monkeypatch.setattr(sim_replica, "truncation_point", wrong)
     assert epochs.truncation_point is not wrong
     caught: BaseException | None = None
     for seed in range(40):
