@@ -2,11 +2,14 @@
 
 A follower of a RF=3 partition (small segments, so there are several) is killed with
 SIGKILL; one bit of a record in an early, closed segment is flipped and the last segment
-is cut in half. It restarts on those files while the producer goes on, and right after it
-is up the partition leader is killed too. Expected: the damaged replica detects the damage
-(recovery), never leads with data missing (the final check finds every acknowledged
-message at its offset), and re-replicates what it lost from the leader, so that in the end
-the three replica logs are byte-identical below the HW.
+is cut in half. It restarts on those files while the producer goes on. As soon as it is up,
+the other follower is paused (SIGSTOP) and the partition leader is killed, so that the
+damaged replica is the only one able to report the leader silent; the paused follower
+resumes after ``PAUSE_S``. Expected: the damaged replica detects the damage (recovery),
+never leads with data missing (the final check finds every acknowledged message at its
+offset; the partition may stay leaderless until the healthy follower is back), and
+re-replicates what it lost, so that in the end the three replica logs are byte-identical
+below the HW.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ pytestmark = [pytest.mark.fault, pytest.mark.anyio, needs_cluster]
 SEGMENT_BYTES = 32 * 1024
 """Small segments: 2000 acked 100-byte messages fill several."""
 LEADER_BOUND_S = 30.0
+PAUSE_S = 4.0
+"""How long the healthy follower stays paused while the leader is dead."""
 
 
 @pytest.fixture
@@ -79,8 +84,14 @@ async def test_damaged_minority_replica_recovers_and_never_leads_with_data_missi
             assert detected, f"{damaged.server_id} did not report the damage at start"
             sc.note(f"{damaged.server_id} reported: {detected[0][:300]}")
             leader = cluster.server(leader_id)
+            healthy = cluster.server(
+                next(r for r in info.replicas if r not in (leader_id, damaged.server_id))
+            )
+            healthy.pause()
             t0 = time.monotonic()
             leader.kill9()
+            await anyio.sleep(PAUSE_S)
+            healthy.resume()
             new = await wait_leader(
                 cluster,
                 "orders",
@@ -90,8 +101,9 @@ async def test_damaged_minority_replica_recovers_and_never_leads_with_data_missi
                 min_epoch=info.leader_epoch + 1,
             )
             sc.note(
-                f"killed leader {leader_id} right after the restart: new leader {new.leader} "
-                f"(ISR {new.isr}) after {elapsed(t0):.2f} s"
+                f"paused {healthy.server_id}, killed leader {leader_id} right after the restart, "
+                f"resumed {healthy.server_id} {PAUSE_S} s later: new leader {new.leader} "
+                f"(epoch {new.leader_epoch}, ISR {new.isr}) {elapsed(t0):.2f} s after the kill"
             )
             await anyio.to_thread.run_sync(leader.start)
             acked = len(sc.producer.acked)

@@ -32,8 +32,9 @@ PATIENT_RETRY = RetryPolicy(attempts=60, backoff=0.05, backoff_max=0.25)
 """Client retries that ride out a failover (about 15 s)."""
 REQUEST_TIMEOUT_S = 5.0
 """Client request timeout: a paused server must not hold a request for long."""
-ACK_TIMEOUT_S = 5.0
-"""Server-side bound on waiting for ALL acks."""
+ACK_TIMEOUT_S = 15.0
+"""Server-side bound on waiting for ALL acks (above the default replica_lag_max_s of 10 s, so
+a send waits out an ISR shrink instead of failing)."""
 FLUSH_BOUND_S = 30.0
 """Bound on waiting for the outcomes of what was sent, once sending stops."""
 MAX_READ_REQUESTS = 100_000
