@@ -2,14 +2,15 @@
 
 A follower of a RF=3 partition (small segments, so there are several) is killed with
 SIGKILL; one bit of a record in an early, closed segment is flipped and the last segment
-is cut in half. It restarts on those files while the producer goes on. As soon as it is up,
-the other follower is paused (SIGSTOP) and the partition leader is killed, so that the
-damaged replica is the only one able to report the leader silent; the paused follower
-resumes after ``PAUSE_S``. Expected: the damaged replica detects the damage (recovery),
-never leads with data missing (the final check finds every acknowledged message at its
-offset; the partition may stay leaderless until the healthy follower is back), and
-re-replicates what it lost, so that in the end the three replica logs are byte-identical
-below the HW.
+is cut in the middle of a record. Once it has restarted and logged both damages (a torn
+tail cut by recovery, a damaged record found by the replication scrub), the other follower
+is paused (SIGSTOP) and the partition leader is killed, so that the damaged replica is the
+only one able to report the leader silent; the paused follower resumes after ``PAUSE_S``.
+
+Expected: the damaged replica detects the damage, never leads with data missing (the
+final check finds every acknowledged message at its offset; the partition may stay
+leaderless until the healthy follower is back), and re-replicates what it lost, so that
+in the end the three replica logs are byte-identical below the HW.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from cluster.harness import Cluster, JetProcess, needs_cluster
+from cluster.harness import Cluster, JetProcess, needs_cluster, wait_until_async
 from cluster.records import partition_dir
 from cluster.scenario import Scenario, elapsed
 from cluster.views import wait_full_isr, wait_leader
@@ -31,6 +32,8 @@ pytestmark = [pytest.mark.fault, pytest.mark.anyio, needs_cluster]
 SEGMENT_BYTES = 32 * 1024
 """Small segments: 2000 acked 100-byte messages fill several."""
 LEADER_BOUND_S = 30.0
+DETECTION_BOUND_S = 15.0
+"""Bound on the damaged replica reporting what it found."""
 PAUSE_S = 4.0
 """How long the healthy follower stays paused while the leader is dead."""
 
@@ -55,11 +58,25 @@ def damage(server: JetProcess, stream: str, partition: int) -> str:
         f.write(bytes([byte[0] ^ 0x10]))
     last = segments[-1]
     last_size = last.stat().st_size
-    os.truncate(last, last_size // 2)
+    cut = last_size // 2 - 37  # inside a record (records here are 165 bytes)
+    os.truncate(last, cut)
     return (
         f"flipped a bit at byte {size // 2} of {flipped.name}, cut {last.name} from "
-        f"{last_size} to {last_size // 2} bytes"
+        f"{last_size} to {cut} bytes"
     )
+
+
+DETECTION_MARKS = ("damaged records", "torn tail")
+"""What the server logs when it finds damage (replication scrub, storage recovery)."""
+
+
+def detections(server: JetProcess) -> list[str]:
+    """Log lines of the current incarnation that report damage."""
+    return [
+        line
+        for line in server.incarnation_log().splitlines()
+        if any(mark in line for mark in DETECTION_MARKS)
+    ]
 
 
 async def test_damaged_minority_replica_recovers_and_never_leads_with_data_missing(
@@ -76,13 +93,13 @@ async def test_damaged_minority_replica_recovers_and_never_leads_with_data_missi
             damaged.kill9()
             sc.note(f"{damaged.server_id}: {damage(damaged, 'orders', 0)}")
             await anyio.to_thread.run_sync(damaged.start)
-            detected = [
-                line
-                for line in damaged.incarnation_log().splitlines()
-                if "recovery" in line and ("repaired" in line or "corrupt" in line)
-            ]
-            assert detected, f"{damaged.server_id} did not report the damage at start"
-            sc.note(f"{damaged.server_id} reported: {detected[0][:300]}")
+            await wait_until_async(
+                lambda: len(detections(damaged)) >= 2,
+                DETECTION_BOUND_S,
+                f"{damaged.server_id} reports both damages",
+            )
+            for line in detections(damaged):
+                sc.note(f"{damaged.server_id} reported: {line[:400]}")
             leader = cluster.server(leader_id)
             healthy = cluster.server(
                 next(r for r in info.replicas if r not in (leader_id, damaged.server_id))
