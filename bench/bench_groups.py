@@ -5,7 +5,8 @@ real deployment; the coordinator (this module's ``run``) starts them, says go, a
 they report in their output files.
 
 (a) group consume throughput over 8 partitions (jet) / one stream (JetStream), N stored
-    100-byte messages, 1, 2 and 4 member processes; jet auto-commits every 1 s, JetStream
+    100-byte messages, 1, 2 and 4 member processes, batches of up to 1000 (jet ``fetch``,
+    JetStream pull ``fetch``); jet auto-commits every 1 s, JetStream
     workers ack every message (explicit acks: what a durable work queue needs; shown also
     with ``ack_policy: none``, which never redelivers, as an upper bound). Rate = N /
     (last message consumed - first message consumed); the time from "go" until every member
@@ -128,8 +129,8 @@ async def _js_worker(spec: dict[str, Any], out: Any) -> None:
         next_progress = 0.0
         while not _stopped(stop):
             try:
-                msgs = await sub.fetch(batch=256, timeout=0.2)
-            except nats.errors.TimeoutError:
+                msgs = await sub.fetch(batch=1000, timeout=0.2)
+            except (nats.errors.TimeoutError, TimeoutError):
                 msgs = []
             now = time.time()
             if msgs:
@@ -239,6 +240,10 @@ class Round:
         counts = [int(x.split()[1]) for x in self.lines(i) if x.startswith("progress ")]
         return counts[-1] if counts else 0
 
+    def failed(self) -> bool:
+        """True if a worker exited with an error."""
+        return any(proc.poll() not in (None, 0) for proc, _ in self.procs)
+
     def kill(self, i: int) -> None:
         self.procs[i][0].send_signal(signal.SIGKILL)
         self.procs[i][0].wait(30)
@@ -268,8 +273,9 @@ def _throughput(work: Path, specs: list[dict[str, Any]], n: int) -> tuple[float,
     rnd.go.touch()
     deadline = time.monotonic() + WAIT_S
     while sum(rnd.progress(i) for i in range(len(specs))) < n:
-        if time.monotonic() > deadline:
-            raise RuntimeError("consumption did not finish in time")
+        if time.monotonic() > deadline or rnd.failed():
+            rnd.finish()
+            raise RuntimeError("consumption did not finish (a worker failed, or timed out)")
         time.sleep(0.05)
     results = rnd.finish()
     first = min(r["first"] for r in results if r["count"])

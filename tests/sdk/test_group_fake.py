@@ -10,6 +10,7 @@ import anyio.lowlevel
 import pytest
 
 from jetsdk import Client
+from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer import Consumer, OffsetAndMetadata
 from jetsdk.group import StreamPartition as SP
@@ -259,3 +260,32 @@ async def test_several_streams_and_custom_assignor() -> None:
                 c.position(0)
             assert c.position(SP("t", 0)) == 1
             assert c.position(("s", 1)) == 1
+
+
+async def test_lease_runs_out_when_appends_fail_then_the_member_resumes() -> None:
+    async with cluster_and_client() as (cluster, client):
+        fill(cluster, 2, 3)
+        lost: list[list[SP]] = []
+        assigned: list[list[SP]] = []
+        async with member(
+            client, on_lost=lost.append, on_assigned=assigned.append, auto_commit=0.05
+        ) as c:
+            assert sorted(await take(c, 6)) == [(p, o) for p in range(2) for o in range(3)]
+            with anyio.fail_after(5):
+                while any(c.committed(p) != OffsetAndMetadata(3) for p in range(2)):
+                    await c.fetch(timeout=0.05)
+            # Nothing reaches the group log for a while: no heartbeat is stored, so the
+            # member cannot know it still owns its partitions and stops consuming them.
+            cluster.fail_next_produce.extend([ErrorCode.UNAVAILABLE] * 60)
+            with anyio.fail_after(10):
+                while not lost:
+                    await c.fetch(timeout=0.05)
+            assert sorted(lost[0]) == [SP("s", 0), SP("s", 1)]
+            assert c.assignment() == []
+            for p in range(2):
+                cluster.append("s", p, b"later")
+            cluster.fail_next_produce.clear()
+            # appends go through again: the ownership in the log is still ours, so it resumes
+            got = await take(c, 2)
+            assert sorted(got) == [(0, 3), (1, 3)]
+            assert len(assigned) >= 2

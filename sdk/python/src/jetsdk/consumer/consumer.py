@@ -21,7 +21,8 @@ Usage::
 How it works: each partition read has a fetcher task (:mod:`jetsdk.consumer.fetcher`) that
 long-polls its leader and appends decoded batches to the consumer's buffer (at most two per
 partition, so the next response is on its way while the application reads the current one).
-Messages are handed out in fetch order per partition. Every partition run keeps a
+Messages are handed out in fetch order per partition (:mod:`jetsdk.consumer.delivery`:
+backpressure, leases, acks from any thread). Every partition run keeps a
 :class:`~jetsdk.consumer.acks.PartitionAcks`: the position, the acks, what to commit.
 
 With a ``group``, a :class:`~jetsdk.consumer.group.GroupRuntime` drives the group member
@@ -47,10 +48,6 @@ Task safety: one event loop; iterate from one task at a time. ``msg.ack()`` is t
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 
@@ -58,12 +55,11 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
-from anyio.lowlevel import EventLoopToken
 
 from jetsdk.client import Client
-from jetsdk.codec.record import Record
 from jetsdk.consumer.acks import PartitionAcks
-from jetsdk.consumer.fetcher import Fetched, PartitionRun, fetch_loop
+from jetsdk.consumer.delivery import Delivery
+from jetsdk.consumer.fetcher import PartitionRun, fetch_loop
 from jetsdk.consumer.membership import (
     DEFAULT_AUTO_COMMIT_INTERVAL,
     GroupSide,
@@ -99,30 +95,7 @@ DEFAULT_FETCH_MAX_WAIT = 0.5
 """Seconds a Fetch long poll waits for new records before answering empty."""
 DEFAULT_MAX_UNACKED = 1000
 """Manual acks: most messages handed out and not acknowledged before iteration waits."""
-WINDOW_FACTOR = 10
-"""Manual acks: a partition stops handing out once ``WINDOW_FACTOR * max_unacked`` messages
-lie between its first un-acked message and its position (bounds memory and redelivery)."""
-YIELD_INTERVAL = 0.005
-"""Iteration yields to the event loop at least this often (seconds) while messages flow."""
 _PREFETCH_BATCHES = 2
-
-
-class _Acker:
-    """Takes ``msg.ack()`` of one partition run back to the consumer, from any thread."""
-
-    __slots__ = ("consumer", "run")
-
-    def __init__(self, consumer: Consumer, run: PartitionRun) -> None:
-        self.consumer = consumer
-        self.run = run
-
-    def ack_offset(self, offset: int) -> None:
-        consumer = self.consumer
-        if threading.get_ident() == consumer._loop_thread:
-            consumer._acked(self.run, offset)
-        elif consumer._token is not None and not consumer._closed:
-            with contextlib.suppress(RuntimeError):  # the loop is gone: the consumer closed
-                anyio.from_thread.run_sync(consumer._acked, self.run, offset, token=consumer._token)
 
 
 class Consumer:
@@ -241,24 +214,15 @@ class Consumer:
             )
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
-        self._runs: dict[StreamPartition, PartitionRun] = {}
-        self._buffer: deque[Fetched] = deque()
-        self._signal = anyio.Event()
-        self._errors: deque[BaseException] = deque()
-        self._handed: list[PartitionRun] = []
-        self._unacked_total = 0
-        self._loop_thread = 0
-        self._yield_at = 0.0
-        self._token: EventLoopToken | None = None
+        self._delivery = Delivery(manual_ack=manual_ack, max_unacked=max_unacked)
+        self._delivery.leases = self._group
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Consumer:
         if self._tg is not None or self._closed:
             raise ClientClosed("a Consumer can be entered once")
-        self._loop_thread = threading.get_ident()
-        self._token = anyio.lowlevel.current_token()
-        self._signal = anyio.Event()
+        self._delivery.start()
         counts = {}
         for name in self.streams:
             counts[name] = (await self.client.stream_info(name, refresh=True)).partition_count
@@ -302,8 +266,9 @@ class Consumer:
                     await self._group.close(clean=exc_type is None)
         finally:
             self._closed = True
-            self._notify()
-            for run in list(self._runs.values()):
+            self._delivery.closed = True
+            self._delivery.notify()
+            for run in list(self._delivery.runs.values()):
                 run.end()
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
@@ -336,13 +301,13 @@ class Consumer:
     ) -> PartitionRun:
         """Start reading ``key`` from ``offset`` (ends the partition's previous run)."""
         assert self._tg is not None
-        old = self._runs.get(key)
+        old = self._delivery.runs.get(key)
         if old is not None:
-            self._end_run(old)
+            self._delivery.end_run(old)
         acks = PartitionAcks(offset, self.manual_ack, inherited)
         run = PartitionRun(key, acks, generation, credit=anyio.Semaphore(_PREFETCH_BATCHES))
         run.scope = anyio.CancelScope()
-        self._runs[key] = run
+        self._delivery.runs[key] = run
         self._tg.start_soon(self._fetch, run, offset)
         return run
 
@@ -357,35 +322,8 @@ class Consumer:
                 max_wait=self.max_wait,
                 read_replicas=self.read_replicas,
                 reset=self.reset,
-                deliver=self._deliver,
+                deliver=self._delivery.deliver,
             )
-
-    def _deliver(self, item: Fetched) -> None:
-        if self._runs.get(item.key) is item.run:
-            self._buffer.append(item)
-            self._notify()
-
-    def _end_run(self, run: PartitionRun) -> None:
-        """Stop a run: no more fetching, its buffered batches dropped, its acks ignored."""
-        run.end()
-        if self._runs.get(run.key) is run:
-            del self._runs[run.key]
-        self._unacked_total -= run.acks.unacked
-        self._drop_buffered(run)
-        self._notify()
-
-    def _drop_buffered(self, run: PartitionRun) -> None:
-        if any(item.run is run for item in self._buffer):
-            self._buffer = deque(item for item in self._buffer if item.run is not run)
-
-    def _notify(self) -> None:
-        self._signal.set()
-        self._signal = anyio.Event()
-
-    def _acked(self, run: PartitionRun, offset: int) -> None:
-        if run.acks.ack(offset):
-            self._unacked_total -= 1
-            self._notify()
 
     # -- partitions and positions ----------------------------------------------------------
 
@@ -403,19 +341,19 @@ class Consumer:
 
     def _run(self, partition: PartitionRef) -> PartitionRun:
         key = self._key(partition)
-        run = self._runs.get(key)
+        run = self._delivery.runs.get(key)
         if run is None:
             raise PartitionNotFound(
                 f"partition {key} is not assigned to this consumer",
                 details={"stream": key.stream, "partition": key.partition},
             )
-        if run.reset_to is not None and not any(i.run is run for i in self._buffer):
+        if run.reset_to is not None and not self._delivery.has_buffered(run):
             run.acks.position, run.reset_to = run.reset_to, None
         return run
 
     def assignment(self) -> list[StreamPartition]:
         """The partitions this consumer reads now, sorted."""
-        return sorted(self._runs)
+        return sorted(self._delivery.runs)
 
     def position(self, partition: PartitionRef) -> int:
         """The next offset the application will receive from ``partition`` (an int for a
@@ -434,7 +372,10 @@ class Consumer:
     def lag(self, partition: PartitionRef | None = None) -> int | None:
         """Committed messages not yet received: HW minus position, for one partition or
         summed over the assignment (None until every partition has been fetched once)."""
-        runs = [self._run(partition)] if partition is not None else list(self._runs.values())
+        if partition is None:
+            runs = list(self._delivery.runs.values())
+        else:
+            runs = [self._run(partition)]
         if any(r.hw < 0 for r in runs):
             return None
         return sum(max(0, r.hw - r.position) for r in runs)
@@ -481,7 +422,7 @@ class Consumer:
 
     def _keys(self, partitions: Iterable[PartitionRef] | None) -> list[StreamPartition]:
         if partitions is None:
-            return sorted(self._runs)
+            return sorted(self._delivery.runs)
         return [self._key(p) for p in partitions]
 
     # -- groups, commits, acks ---------------------------------------------------------------
@@ -531,7 +472,7 @@ class Consumer:
         """
         group = self._require_group()
         if offsets is None:
-            self._settle()  # what the application got so far is what it is done with
+            self._delivery.settle()  # what the application got so far is done with
         await group.commit(
             None if offsets is None else {self._key(k): v for k, v in offsets.items()},
             metadata,
@@ -559,27 +500,12 @@ class Consumer:
             JetError: a non-retriable error (see the module doc).
             StopAsyncIteration: the consumer is closed.
         """
-        self._settle()
-        now = time.monotonic()
-        if now >= self._yield_at:
-            # Let the fetchers and the group member's tasks run even while messages are
-            # buffered (a busy loop would starve heartbeats and lose the leases).
-            self._yield_at = now + YIELD_INTERVAL
-            await anyio.lowlevel.checkpoint()
-        while True:
-            try:
-                item = await self._front(None)
-            except ClientClosed:
-                raise StopAsyncIteration from None
-            assert item is not None
-            run = item.run
-            record = item.records[item.index]
-            item.index += 1
-            if item.index == len(item.records):
-                self._pop_front(item)
-            count = run.acks.admit(record.offset)
-            if count:
-                return self._hand_out(run, record.offset, count, record)
+        if self._tg is None:
+            self._check_open()
+        try:
+            return await self._delivery.next_message()
+        except ClientClosed:
+            raise StopAsyncIteration from None
 
     async def fetch(self, max_records: int = 500, timeout: float | None = None) -> list[Message]:
         """Up to ``max_records`` messages: what is already here, or the first batch to
@@ -593,111 +519,8 @@ class Consumer:
         """
         if max_records < 1:
             raise ValueError("max_records must be >= 1")
-        self._settle()
-        await anyio.lowlevel.checkpoint()  # see __anext__
-        out: list[Message] = []
-        deadline = None if timeout is None else time.monotonic() + timeout
-        item = await self._front(deadline)
-        while item is not None and len(out) < max_records:
-            run, records, start = item.run, item.records, item.index
-            end = min(len(records), start + max_records - len(out))
-            if self.manual_ack:
-                end = min(end, start + max(1, self.max_unacked - self._unacked_total))
-            if not self.manual_ack and run.acks.is_plain(records[start].offset):
-                stream, partition, acker = run.key.stream, run.key.partition, _Acker(self, run)
-                out.extend([Message(stream, partition, r, 1, acker) for r in records[start:end]])
-                run.acks.advance(records[end - 1].offset + 1)
-                if not self._handed or self._handed[-1] is not run:
-                    self._handed.append(run)
-            else:
-                for record in records[start:end]:
-                    count = run.acks.admit(record.offset)
-                    if count:
-                        out.append(self._hand_out(run, record.offset, count, record))
-            item.index = end
-            if end == len(records):
-                self._pop_front(item)
-            item = self._front_nowait()
-        return out
-
-    def _hand_out(self, run: PartitionRun, offset: int, count: int, record: Record) -> Message:
-        run.acks.handed_out(offset, count)
-        if self.manual_ack:
-            self._unacked_total += 1
-        elif not self._handed or self._handed[-1] is not run:
-            self._handed.append(run)
-        key = run.key
-        return Message(key.stream, key.partition, record, count, _Acker(self, run))
-
-    def _settle(self) -> None:
-        """Auto acks: what was handed out before this call is processed now."""
-        if self._handed:
-            for run in self._handed:
-                run.acks.settle()
-            self._handed.clear()
-            if self._group is not None and self._group.draining:
-                self._notify()
-
-    def _pop_front(self, item: Fetched) -> None:
-        if self._buffer and self._buffer[0] is item:
-            self._buffer.popleft()
-            item.run.credit.release()
-
-    def _eligible(self, item: Fetched, now: float) -> bool | None:
-        """True: hand it out; False: not now; None: stale, drop it."""
-        run = item.run
-        if self._runs.get(item.key) is not run or run.revoking:
-            return None
-        if item.error is not None:
-            return True
-        if self.manual_ack and (
-            self._unacked_total >= self.max_unacked
-            or run.acks.window >= WINDOW_FACTOR * self.max_unacked
-        ):
-            return False
-        return self._group is None or self._group.may_process(item.key, now)
-
-    def _front_nowait(self) -> Fetched | None:
-        """The first buffered batch that may be handed out now, moved to the front."""
-        if self._errors:
-            raise self._errors.popleft()
-        if self._group is not None:
-            self._group.check_fenced()
-        now = time.monotonic()
-        buffer = self._buffer
-        for i, item in enumerate(buffer):
-            ok = self._eligible(item, now)
-            if ok is None:
-                continue
-            if not ok:
-                if self._group is not None:
-                    self._group.kick()
-                continue
-            if i:
-                del buffer[i]
-                buffer.appendleft(item)
-            if item.error is not None:
-                self._pop_front(item)
-                self._end_run(item.run)
-                raise item.error
-            return item
-        if any(self._eligible(item, now) is None for item in buffer):
-            self._buffer = deque(item for item in buffer if self._eligible(item, now) is not None)
-        return None
-
-    async def _front(self, deadline: float | None) -> Fetched | None:
-        """Wait for a batch to hand out (None once ``deadline`` passed)."""
-        while True:
-            self._check_open()
-            item = self._front_nowait()
-            if item is not None:
-                return item
-            signal = self._signal
-            wait = None if deadline is None else deadline - time.monotonic()
-            if wait is not None and wait <= 0:
-                return None
-            with anyio.move_on_after(wait if wait is not None else float("inf")):
-                await signal.wait()
+        self._check_open()
+        return await self._delivery.next_batch(max_records, timeout)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -707,5 +530,4 @@ class Consumer:
 
     def _fail(self, error: BaseException) -> None:
         """Raise ``error`` from the next ``__anext__``/``fetch`` call."""
-        self._errors.append(error)
-        self._notify()
+        self._delivery.fail(error)

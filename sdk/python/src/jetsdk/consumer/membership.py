@@ -203,7 +203,7 @@ class GroupSide:
                 finals: dict[StreamPartition, int] = {}
                 notes: dict[StreamPartition, str] = {}
                 if self.auto_commit is not None:
-                    for key, run in self.consumer._runs.items():
+                    for key, run in self.consumer._delivery.runs.items():
                         if run.generation is None:
                             continue
                         offset = run.acks.finish() if clean else run.acks.committable()
@@ -234,7 +234,7 @@ class GroupSide:
 
     def check_fenced(self) -> None:
         """Raise MemberFenced once what the member owned has been handed back."""
-        if self._fenced is not None and not self.consumer._runs and not self._starting:
+        if self._fenced is not None and not self.consumer._delivery.runs and not self._starting:
             raise self._fenced
 
     def committed(self, key: StreamPartition) -> OffsetAndMetadata | None:
@@ -281,7 +281,7 @@ class GroupSide:
         if now >= self._next_commit:
             self._next_commit = now + self.auto_commit
             sent = False
-            for run in list(self.consumer._runs.values()):
+            for run in list(self.consumer._delivery.runs.values()):
                 if run.generation is not None and not run.revoking:
                     sent = self._commit_run(run) is not None or sent
             if sent and self.runtime is not None:
@@ -301,7 +301,7 @@ class GroupSide:
             )
         wanted: dict[StreamPartition, int] = {}
         if offsets is None:
-            for key, run in list(self.consumer._runs.items()):
+            for key, run in list(self.consumer._delivery.runs.items()):
                 if run.generation is not None:
                     offset = self._commit_run(run, metadata)
                     if offset is not None:
@@ -314,7 +314,7 @@ class GroupSide:
                     offset, note = value, metadata
                 if offset < 0 or len(note.encode()) > MAX_USER_METADATA_BYTES:
                     raise InvalidArgument("bad offset or metadata", details={"field": "offsets"})
-                current = self.consumer._runs.get(key)
+                current = self.consumer._delivery.runs.get(key)
                 if current is not None and current.acks.committable() == offset:
                     progress = current.acks.progress(note)
                 else:
@@ -409,7 +409,7 @@ class GroupSide:
         runtime = self.runtime
         assert runtime is not None
         start = self._starting.pop(partition, None)
-        run = self.consumer._runs.get(partition)
+        run = self.consumer._delivery.runs.get(partition)
         if run is None and (start is None or not start.announced):
             if runtime.member.release(partition, None):
                 runtime.kick()
@@ -417,7 +417,7 @@ class GroupSide:
         if run is not None:
             run.revoking = True
             run.stop()
-            self.consumer._drop_buffered(run)
+            self.consumer._delivery.drop_buffered(run)
         # on_assigned saw it: on_revoked must see it too (after the callbacks in flight).
         self._revoke_queue.append(_Revoke(partition, run, deadline))
         self.draining += 1
@@ -437,7 +437,7 @@ class GroupSide:
             until = deadline - max(0.05, min(1.0, (deadline - now) / 4))
             with anyio.move_on_after(max(0.0, until - now)):
                 while not all(r.run is None or r.run.acks.drained for r in batch):
-                    await consumer._signal.wait()
+                    await consumer._delivery.signal.wait()
             if self.on_revoked is not None:
                 try:
                     await _invoke(self.on_revoked, [r.key for r in batch])
@@ -448,7 +448,7 @@ class GroupSide:
                 if run is None:
                     runtime.member.release(entry.key, None)  # never started: nothing to commit
                     continue
-                if consumer._runs.get(run.key) is not run:
+                if consumer._delivery.runs.get(run.key) is not run:
                     continue  # lost meanwhile
                 offset: int | None = None
                 note = ""
@@ -457,7 +457,7 @@ class GroupSide:
                     note = encode_progress(run.acks.progress())
                     if self._behind(run.key, offset):
                         offset, note = None, ""
-                consumer._end_run(run)
+                consumer._delivery.end_run(run)
                 runtime.member.release(run.key, offset, note)
             runtime.kick()
         finally:
@@ -466,9 +466,9 @@ class GroupSide:
     def group_lose(self, partition: StreamPartition, reason: str) -> None:
         """See GroupHandler."""
         start = self._starting.pop(partition, None)
-        run = self.consumer._runs.get(partition)
+        run = self.consumer._delivery.runs.get(partition)
         if run is not None:
-            self.consumer._end_run(run)
+            self.consumer._delivery.end_run(run)
         elif start is None or not start.announced:
             return
         if self.on_lost is not None:
@@ -492,7 +492,7 @@ class GroupSide:
             f"member {self.member_id} of group {self.name!r} was replaced by {by or 'another'}"
             " (same instance id)"
         )
-        self.consumer._notify()
+        self.consumer._delivery.notify()
 
     def group_failed(self, error: JetError) -> None:
         """See GroupHandler."""

@@ -1,0 +1,281 @@
+"""Handing fetched messages to the application: the rules between the fetchers and the user.
+
+A :class:`Delivery` holds a consumer's partition runs and the batches their fetchers
+decoded, and hands messages out in fetch order per partition, skipping a batch (for now) when
+
+- manual acks: ``max_unacked`` messages are un-acked (backpressure: iteration waits), or the
+  partition's window from its first un-acked message reached ``WINDOW_FACTOR * max_unacked``;
+- a group partition's lease does not allow processing it now (``may_process``);
+
+and dropping batches of runs that ended (seek, revoke, loss). Every message carries an acker
+for its run, so ``msg.ack()`` works from any thread and is ignored once the run ended.
+
+Not thread-safe except :meth:`_Acker.ack_offset`: the consumer's event loop owns it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from typing import Protocol
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.lowlevel import EventLoopToken
+
+from jetsdk.codec.record import Record
+from jetsdk.consumer.fetcher import Fetched, PartitionRun
+from jetsdk.errors import ClientClosed
+from jetsdk.group.stream_partition import StreamPartition
+from jetsdk.message import Message
+
+__all__ = ["WINDOW_FACTOR", "YIELD_INTERVAL", "Delivery", "Leases"]
+
+WINDOW_FACTOR = 10
+"""Manual acks: a partition stops handing out once ``WINDOW_FACTOR * max_unacked`` messages
+lie between its first un-acked message and its position (bounds memory and redelivery)."""
+YIELD_INTERVAL = 0.005
+"""Iteration yields to the event loop at least this often (seconds) while messages flow."""
+
+
+class Leases(Protocol):
+    """What a group member tells delivery (:class:`~jetsdk.consumer.membership.GroupSide`)."""
+
+    @property
+    def draining(self) -> int:
+        """Revocations waiting for in-flight work."""
+
+    def may_process(self, key: StreamPartition, now: float) -> bool:
+        """True if messages of ``key`` may be handed out now."""
+
+    def check_fenced(self) -> None:
+        """Raise MemberFenced when due."""
+
+    def kick(self) -> None:
+        """Ask the member to re-decide soon."""
+
+
+class _Acker:
+    """Takes ``msg.ack()`` of one partition run back to the delivery, from any thread."""
+
+    __slots__ = ("delivery", "run")
+
+    def __init__(self, delivery: Delivery, run: PartitionRun) -> None:
+        self.delivery = delivery
+        self.run = run
+
+    def ack_offset(self, offset: int) -> None:
+        delivery = self.delivery
+        if threading.get_ident() == delivery.loop_thread:
+            delivery.acked(self.run, offset)
+        elif delivery.token is not None and not delivery.closed:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the consumer closed
+                anyio.from_thread.run_sync(delivery.acked, self.run, offset, token=delivery.token)
+
+
+class Delivery:
+    """Partition runs, fetched batches, and the rules for handing messages out."""
+
+    def __init__(self, *, manual_ack: bool, max_unacked: int) -> None:
+        self.manual_ack = manual_ack
+        self.max_unacked = max_unacked
+        self.runs: dict[StreamPartition, PartitionRun] = {}
+        """The partitions being read, by partition."""
+        self.buffer: deque[Fetched] = deque()
+        self.signal = anyio.Event()
+        """Set (and replaced) whenever something changed: a batch, an ack, an error."""
+        self.errors: deque[BaseException] = deque()
+        self.unacked_total = 0
+        self.closed = False
+        self.leases: Leases | None = None
+        self.loop_thread = 0
+        self.token: EventLoopToken | None = None
+        self._handed: list[PartitionRun] = []
+        self._yield_at = 0.0
+
+    def start(self) -> None:
+        """Bind to the running event loop (acks from other threads come back to it)."""
+        self.loop_thread = threading.get_ident()
+        self.token = anyio.lowlevel.current_token()
+        self.signal = anyio.Event()
+
+    # -- runs and batches ----------------------------------------------------------------
+
+    def deliver(self, item: Fetched) -> None:
+        """A fetcher decoded a batch (or hit an error)."""
+        if self.runs.get(item.key) is item.run:
+            self.buffer.append(item)
+            self.notify()
+
+    def end_run(self, run: PartitionRun) -> None:
+        """Stop a run: no more fetching, its buffered batches dropped, its acks ignored."""
+        run.end()
+        if self.runs.get(run.key) is run:
+            del self.runs[run.key]
+        self.unacked_total -= run.acks.unacked
+        self.drop_buffered(run)
+        self.notify()
+
+    def drop_buffered(self, run: PartitionRun) -> None:
+        """Forget the batches ``run`` fetched and nobody got yet."""
+        if any(item.run is run for item in self.buffer):
+            self.buffer = deque(item for item in self.buffer if item.run is not run)
+
+    def has_buffered(self, run: PartitionRun) -> bool:
+        """True if batches of ``run`` wait to be handed out."""
+        return any(item.run is run for item in self.buffer)
+
+    def notify(self) -> None:
+        """Wake whoever waits for a change."""
+        self.signal.set()
+        self.signal = anyio.Event()
+
+    def acked(self, run: PartitionRun, offset: int) -> None:
+        """``msg.ack()`` arrived in the loop thread."""
+        if run.acks.ack(offset):
+            self.unacked_total -= 1
+            self.notify()
+
+    def fail(self, error: BaseException) -> None:
+        """Raise ``error`` from the next ``__anext__``/``fetch`` call."""
+        self.errors.append(error)
+        self.notify()
+
+    def settle(self) -> None:
+        """Auto acks: what was handed out before this call is processed now."""
+        if self._handed:
+            for run in self._handed:
+                run.acks.settle()
+            self._handed.clear()
+            if self.leases is not None and self.leases.draining:
+                self.notify()
+
+    # -- handing out ---------------------------------------------------------------------
+
+    async def next_message(self) -> Message:
+        """The next message (waits as long as needed).
+
+        Raises:
+            ClientClosed: closed. JetError: an error of a fetcher or of the group.
+        """
+        self.settle()
+        now = time.monotonic()
+        if now >= self._yield_at:
+            # Let the fetchers and the group member's tasks run even while messages are
+            # buffered (a busy loop would starve heartbeats and lose the leases).
+            self._yield_at = now + YIELD_INTERVAL
+            await anyio.lowlevel.checkpoint()
+        while True:
+            item = await self._front(None)
+            assert item is not None
+            run = item.run
+            record = item.records[item.index]
+            item.index += 1
+            if item.index == len(item.records):
+                self._pop_front(item)
+            count = run.acks.admit(record.offset)
+            if count:
+                return self._hand_out(run, record.offset, count, record)
+
+    async def next_batch(self, max_records: int, timeout: float | None) -> list[Message]:
+        """Up to ``max_records`` messages, waiting up to ``timeout`` for the first."""
+        self.settle()
+        await anyio.lowlevel.checkpoint()  # see next_message
+        out: list[Message] = []
+        deadline = None if timeout is None else time.monotonic() + timeout
+        item = await self._front(deadline)
+        while item is not None and len(out) < max_records:
+            run, records, start = item.run, item.records, item.index
+            end = min(len(records), start + max_records - len(out))
+            if self.manual_ack:
+                end = min(end, start + max(1, self.max_unacked - self.unacked_total))
+            if not self.manual_ack and run.acks.is_plain(records[start].offset):
+                stream, partition, acker = run.key.stream, run.key.partition, _Acker(self, run)
+                out.extend([Message(stream, partition, r, 1, acker) for r in records[start:end]])
+                run.acks.advance(records[end - 1].offset + 1)
+                if not self._handed or self._handed[-1] is not run:
+                    self._handed.append(run)
+            else:
+                for record in records[start:end]:
+                    count = run.acks.admit(record.offset)
+                    if count:
+                        out.append(self._hand_out(run, record.offset, count, record))
+            item.index = end
+            if end == len(records):
+                self._pop_front(item)
+            item = self._front_nowait()
+        return out
+
+    def _hand_out(self, run: PartitionRun, offset: int, count: int, record: Record) -> Message:
+        run.acks.handed_out(offset, count)
+        if self.manual_ack:
+            self.unacked_total += 1
+        elif not self._handed or self._handed[-1] is not run:
+            self._handed.append(run)
+        key = run.key
+        return Message(key.stream, key.partition, record, count, _Acker(self, run))
+
+    def _pop_front(self, item: Fetched) -> None:
+        if self.buffer and self.buffer[0] is item:
+            self.buffer.popleft()
+            item.run.credit.release()
+
+    def _eligible(self, item: Fetched, now: float) -> bool | None:
+        """True: hand it out; False: not now; None: stale, drop it."""
+        run = item.run
+        if self.runs.get(item.key) is not run or run.revoking:
+            return None
+        if item.error is not None:
+            return True
+        if self.manual_ack and (
+            self.unacked_total >= self.max_unacked
+            or run.acks.window >= WINDOW_FACTOR * self.max_unacked
+        ):
+            return False
+        return self.leases is None or self.leases.may_process(item.key, now)
+
+    def _front_nowait(self) -> Fetched | None:
+        """The first buffered batch that may be handed out now, moved to the front."""
+        if self.errors:
+            raise self.errors.popleft()
+        if self.leases is not None:
+            self.leases.check_fenced()
+        now = time.monotonic()
+        buffer = self.buffer
+        for i, item in enumerate(buffer):
+            ok = self._eligible(item, now)
+            if ok is None:
+                continue
+            if not ok:
+                if self.leases is not None:
+                    self.leases.kick()
+                continue
+            if i:
+                del buffer[i]
+                buffer.appendleft(item)
+            if item.error is not None:
+                self._pop_front(item)
+                self.end_run(item.run)
+                raise item.error
+            return item
+        if any(self._eligible(item, now) is None for item in buffer):
+            self.buffer = deque(item for item in buffer if self._eligible(item, now) is not None)
+        return None
+
+    async def _front(self, deadline: float | None) -> Fetched | None:
+        """Wait for a batch to hand out (None once ``deadline`` passed)."""
+        while True:
+            if self.closed:
+                raise ClientClosed("the consumer is closed")
+            item = self._front_nowait()
+            if item is not None:
+                return item
+            signal = self.signal
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return None
+            with anyio.move_on_after(wait if wait is not None else float("inf")):
+                await signal.wait()
