@@ -30,9 +30,10 @@ from cluster.checkers import (
     check_replicas_identical,
 )
 from cluster.harness import Cluster
-from cluster.views import replica_logs, wait_caught_up, wait_leader
+from cluster.views import read_through, replica_logs, wait_caught_up, wait_leader
 from cluster.workload import ConsumerDriver, HwMonitor, ProducerDriver, client, read_committed
 from jetsdk import Client
+from jetsdk.metadata import PartitionInfo
 
 LEADER_TIMEOUT_S = 30.0
 """Bound on a partition getting a (new) leader."""
@@ -173,6 +174,7 @@ class Scenario:
         await self.wait_leaders()
         stored: dict[int, list[Stored]] = {}
         replicas: list[str] = []
+        replica_reads: list[str] = []
         hws: dict[int, int] = {}
         for p in range(self.partitions):
             records, hw = await read_committed(self.jet, self.stream, p)
@@ -211,8 +213,35 @@ class Scenario:
             hw_monotonic=check_hw_monotonic(self.monitor.samples),
             consumer=consumer_problems,
             replicas_identical=replicas,
+            reads_through_every_isr_member=replica_reads,
         )
         return stored
+
+    async def _read_every_isr_member(
+        self, info: PartitionInfo, leader_records: list[Stored], leader_hw: int
+    ) -> list[str]:
+        """What a consumer reads at each ISR member (leader, read replicas) is the leader's
+        committed log up to that member's HW, which is not above the leader's."""
+        out = []
+        for sid in info.isr:
+            answer = await read_through(
+                self.cluster.server(sid).address, self.stream, info.partition
+            )
+            if isinstance(answer, str):
+                out.append(f"partition {info.partition}: {answer}")
+                continue
+            records, hw = answer
+            if hw > leader_hw:
+                out.append(
+                    f"partition {info.partition}: {sid} serves HW {hw} > leader's {leader_hw}"
+                )
+            out.extend(
+                f"partition {info.partition} read at {sid}: {v}"
+                for v in check_replicas_identical(
+                    {"leader": leader_records, sid: records}, min(hw, leader_hw)
+                )
+            )
+        return out
 
 
 def first_ack_after(producer: ProducerDriver, t0: float, partition: int | None = None) -> float:

@@ -15,14 +15,21 @@ import anyio
 
 from cluster.checkers import Stored
 from cluster.harness import Cluster, HarnessError
-from cluster.records import read_disk_log
+from cluster.records import read_disk_log, stored_from_raw
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.metadata import PartitionInfo
-from support.raw_client import RawClient
+from support.raw_client import RawClient, ServerError
 
 VIEW_TIMEOUT_S = 1.0
 """Bound on one per-server request."""
 POLL_S = 0.05
 """Pause between two polls of a wait."""
+READ_TIMEOUT_S = 10.0
+"""Bound on one Fetch of :func:`read_through`."""
+MAX_READ_REQUESTS = 100_000
+"""Bound on the Fetch requests of one :func:`read_through`."""
 
 
 async def partition_view(address: str, stream: str) -> dict[int, dict[str, Any]] | None:
@@ -167,3 +174,27 @@ async def wait_full_isr(
     )
     assert info.leader is not None
     return info, info.leader
+
+
+async def read_through(address: str, stream: str, partition: int) -> tuple[list[Stored], int] | str:
+    """Every record a consumer can read at this server (the leader, or an ISR follower as a
+    read replica: up to its own HW), with the HW it reported; or why it refused."""
+    out: list[Stored] = []
+    offset = 0
+    async with await RawClient.connect(address) as raw:
+        for _ in range(MAX_READ_REQUESTS):
+            body = encode_fetch_request(FetchRequest(stream, partition, offset, 1 << 20, 0))
+            try:
+                frame = await raw.request(Api.FETCH, body, READ_TIMEOUT_S)
+            except ServerError as exc:
+                return f"{address} refused: {exc}"
+            header, records = decode_fetch_response(frame.body)
+            if header.error_code != ErrorCode.NONE:
+                return f"{address} answered {ErrorCode(header.error_code).name}"
+            got = stored_from_raw(partition, records)
+            out.extend(got)
+            if got:
+                offset = got[-1].offset + 1
+            if offset >= header.hw or not got:
+                return out, header.hw
+    raise AssertionError(f"read of {stream}/{partition} at {address} did not finish")
