@@ -30,7 +30,7 @@ from jetsdk.codec.record import Record
 from jetsdk.consumer.fetcher import Fetched, PartitionRun
 from jetsdk.errors import ClientClosed
 from jetsdk.group.stream_partition import StreamPartition
-from jetsdk.message import Message
+from jetsdk.message import Acker, Message
 
 __all__ = ["WINDOW_FACTOR", "YIELD_INTERVAL", "Delivery", "Leases"]
 
@@ -161,7 +161,8 @@ class Delivery:
         Raises:
             ClientClosed: closed. JetError: an error of a fetcher or of the group.
         """
-        self.settle()
+        if self._handed:
+            self.settle()
         now = time.monotonic()
         if now >= self._yield_at:
             # Let the fetchers and the group member's tasks run even while messages are
@@ -169,8 +170,23 @@ class Delivery:
             self._yield_at = now + YIELD_INTERVAL
             await anyio.lowlevel.checkpoint()
         while True:
-            item = await self._front(None)
-            assert item is not None
+            buffer = self.buffer
+            item = buffer[0] if buffer else None
+            # The common case first: the front batch is current and nothing holds it back.
+            if (
+                item is None
+                or item.error is not None
+                or self.manual_ack
+                or self.leases is not None
+                or self.errors
+                or self.closed
+                or self.runs.get(item.key) is not item.run
+                or item.run.revoking
+            ):
+                item = None if self.closed else self._front_nowait(now)
+                if item is None:
+                    item = await self._front(None)
+                    assert item is not None
             run = item.run
             record = item.records[item.index]
             item.index += 1
@@ -193,7 +209,7 @@ class Delivery:
             if self.manual_ack:
                 end = min(end, start + max(1, self.max_unacked - self.unacked_total))
             if not self.manual_ack and run.acks.is_plain(records[start].offset):
-                stream, partition, acker = run.key.stream, run.key.partition, _Acker(self, run)
+                stream, partition, acker = run.key.stream, run.key.partition, self._acker(run)
                 out.extend([Message(stream, partition, r, 1, acker) for r in records[start:end]])
                 run.acks.advance(records[end - 1].offset + 1)
                 if not self._handed or self._handed[-1] is not run:
@@ -210,13 +226,18 @@ class Delivery:
         return out
 
     def _hand_out(self, run: PartitionRun, offset: int, count: int, record: Record) -> Message:
-        run.acks.handed_out(offset, count)
         if self.manual_ack:
+            run.acks.handed_out(offset, count)
             self.unacked_total += 1
         elif not self._handed or self._handed[-1] is not run:
-            self._handed.append(run)
+            self._handed.append(run)  # (admit already moved the position)
         key = run.key
-        return Message(key.stream, key.partition, record, count, _Acker(self, run))
+        return Message(key.stream, key.partition, record, count, run.acker or self._acker(run))
+
+    def _acker(self, run: PartitionRun) -> Acker:
+        if run.acker is None:
+            run.acker = _Acker(self, run)
+        return run.acker
 
     def _pop_front(self, item: Fetched) -> None:
         if self.buffer and self.buffer[0] is item:
@@ -237,13 +258,14 @@ class Delivery:
             return False
         return self.leases is None or self.leases.may_process(item.key, now)
 
-    def _front_nowait(self) -> Fetched | None:
+    def _front_nowait(self, now: float | None = None) -> Fetched | None:
         """The first buffered batch that may be handed out now, moved to the front."""
         if self.errors:
             raise self.errors.popleft()
         if self.leases is not None:
             self.leases.check_fenced()
-        now = time.monotonic()
+        if now is None:
+            now = time.monotonic()
         buffer = self.buffer
         for i, item in enumerate(buffer):
             ok = self._eligible(item, now)

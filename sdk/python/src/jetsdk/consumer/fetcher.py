@@ -28,6 +28,7 @@ from jetsdk.consumer.acks import PartitionAcks
 from jetsdk.consumer.positions import ResetPolicy, reset_offset
 from jetsdk.errors import JetError, MalformedFrame, OffsetOutOfRange
 from jetsdk.group.stream_partition import StreamPartition
+from jetsdk.message import Acker
 from jetsdk.retry import RetryPolicy
 
 __all__ = ["FETCHER_BACKOFF", "Fetched", "PartitionRun", "fetch_loop"]
@@ -78,6 +79,8 @@ class PartitionRun:
     """A group revocation is finishing in-flight work; nothing more is fetched."""
     reset_to: int | None = None
     """Set by the fetcher when the reset policy moved it (the position follows)."""
+    acker: Acker | None = None
+    """What this run's messages call ``ack_offset`` on (made by the delivery)."""
 
     @property
     def position(self) -> int:
