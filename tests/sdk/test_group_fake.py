@@ -289,3 +289,31 @@ async def test_lease_runs_out_when_appends_fail_then_the_member_resumes() -> Non
             got = await take(c, 2)
             assert sorted(got) == [(0, 3), (1, 3)]
             assert len(assigned) >= 2
+
+
+async def test_unacked_messages_move_with_a_revoked_partition() -> None:
+    async with cluster_and_client() as (cluster, client):
+        fill(cluster, 2, 4)
+        async with member(client, manual_ack=True, assignors=["range"]) as a:
+            msgs = await a.fetch(timeout=5)
+            with anyio.fail_after(5):
+                while len(msgs) < 8:
+                    msgs += await a.fetch(timeout=5)
+            for m in msgs:
+                if m.offset in (0, 2):
+                    m.ack()  # 1 and 3 of each partition stay un-acked
+            async with member(client, manual_ack=True, assignors=["range"]) as b:
+                # a cannot finish (un-acked messages): the release goes out shortly before
+                # its lease ends, carrying the progress; b skips 0 and 2 and counts 1 and 3
+                got: list[tuple[int, int, int]] = []
+                with anyio.fail_after(10):
+                    while len(got) < 2:
+                        await a.fetch(timeout=0.02)
+                        got += [
+                            (m.partition, m.offset, m.delivery_count)
+                            for m in await b.fetch(timeout=0.02)
+                        ]
+                (moved,) = {p for p, _, _ in got}
+                assert sorted(got) == [(moved, 1, 2), (moved, 3, 2)]
+                assert [k.partition for k in b.assignment()] == [moved]
+                assert b.committed(moved) == OffsetAndMetadata(1)
