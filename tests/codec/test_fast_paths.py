@@ -1,0 +1,183 @@
+"""The codec fast paths agree byte for byte with the reference encoders and decoders."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetsdk.codec.envelope import (
+    COOKIE,
+    Ack,
+    AckEncoder,
+    EnvelopeMessage,
+    MessageEncoder,
+    decode_ack_tuples,
+    decode_acks,
+    encode_ack,
+    encode_acks,
+    encode_message,
+    encode_message_fields,
+    parse_nats_payload,
+)
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import encode_body
+from jetsdk.codec.transcode import envelope_record, record_subjects
+
+from .strategies import acks, envelope_messages, text
+
+PROPS = settings(max_examples=200, deadline=None)
+
+
+@PROPS
+@given(envelope_messages())
+def test_message_encoder_matches_encode_message(m: EnvelopeMessage) -> None:
+    expected = encode_message(m)
+    encoder = MessageEncoder(m.ack_inbox, m.ack_policy)
+    got = encoder.encode(m.value, m.key, m.headers, m.correlation_id, m.producer_id, m.producer_seq)
+    assert got == expected
+    assert (
+        encode_message_fields(
+            m.value,
+            m.key,
+            m.headers,
+            m.ack_inbox,
+            m.correlation_id,
+            m.ack_policy,
+            m.producer_id,
+            m.producer_seq,
+        )
+        == expected
+    )
+
+
+@PROPS
+@given(st.lists(acks, min_size=1, max_size=5), st.text(max_size=10), st.integers(0, 2**32 - 1))
+def test_ack_encoder_matches_encode_acks(batch: list[Ack], stream: str, partition: int) -> None:
+    same = [
+        Ack(stream, partition, a.offset, a.timestamp, a.correlation_id, a.ack_policy)
+        if i % 2
+        else Ack(
+            stream,
+            partition,
+            a.offset,
+            a.timestamp,
+            a.correlation_id,
+            a.ack_policy,
+            a.error_code,
+            a.error_message,
+        )
+        for i, a in enumerate(batch)
+    ]
+    fields = [
+        (a.offset, a.timestamp, a.correlation_id, a.ack_policy, a.error_code, a.error_message)
+        for a in same
+    ]
+    expected = encode_ack(same[0]) if len(same) == 1 else encode_acks(same)
+    assert AckEncoder(stream, partition).encode(fields) == expected
+    assert decode_acks(expected) == same
+    assert decode_ack_tuples(expected) == [
+        (
+            a.stream,
+            a.partition,
+            a.offset,
+            a.timestamp,
+            a.correlation_id,
+            a.ack_policy,
+            a.error_code,
+            a.error_message,
+        )
+        for a in same
+    ]
+
+
+def test_ack_encoder_limits() -> None:
+    enc = AckEncoder("s", 0)
+    with pytest.raises(CodecError):
+        enc.encode([])
+    with pytest.raises(CodecError):
+        enc.encode([(2**63, 0, "", AckPolicy.LEADER, 0, "")])
+    with pytest.raises(CodecError):
+        enc.encode([(0, 0, "", 9, 0, "")])
+    with pytest.raises(CodecError):
+        enc.encode([(0, 0, "x" * 2000, AckPolicy.LEADER, 0, "")])
+    with pytest.raises(CodecError):
+        AckEncoder("s" * 300, 0)
+
+
+@PROPS
+@given(envelope_messages(), text, text)
+def test_envelope_record_matches_decode_then_encode_body(
+    m: EnvelopeMessage, subject: str, reply: str
+) -> None:
+    raw = encode_message(m)
+    got = envelope_record(raw, record_subjects(subject, reply))
+    assert got is not None
+    body, size, inbox, corr, policy, producer_id, producer_seq = got
+    assert body == encode_body(
+        m.value,
+        key=m.key,
+        subject=subject,
+        reply=reply,
+        headers=m.headers,
+        producer_id=m.producer_id,
+        producer_seq=m.producer_seq,
+    )
+    key_len = len(m.key) if m.key else 0
+    assert size == len(m.value) + key_len + sum(len(n) + len(v) for n, v in m.headers)
+    assert (inbox, corr, policy, producer_id) == (
+        m.ack_inbox,
+        m.correlation_id,
+        m.ack_policy,
+        m.producer_id,
+    )
+    assert producer_seq == (m.producer_seq if m.producer_id is not None else 0)
+
+
+def _reseal(raw: bytes) -> bytes:
+    crc = zlib.crc32(raw[12:], zlib.crc32(raw[:8]))
+    return raw[:8] + crc.to_bytes(4, "big") + raw[12:]
+
+
+@PROPS
+@given(envelope_messages(), st.data())
+def test_envelope_record_is_plain_exactly_when_parse_is(
+    m: EnvelopeMessage, data: st.DataObject
+) -> None:
+    raw = bytearray(encode_message(m))
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(raw)))
+    for candidate in (bytes(raw), _reseal(bytes(raw)), bytes(raw[:cut])):
+        parsed = parse_nats_payload(candidate)
+        got = envelope_record(candidate, record_subjects("a", ""))
+        assert (got is None) == (parsed is None)
+        if parsed is not None:
+            assert got is not None
+            assert got[0] == encode_body(
+                parsed.value,
+                key=parsed.key,
+                subject="a",
+                headers=parsed.headers,
+                producer_id=parsed.producer_id,
+                producer_seq=parsed.producer_seq,
+            )
+
+
+@PROPS
+@given(st.binary(max_size=80))
+def test_envelope_record_on_random_tails(tail: bytes) -> None:
+    for candidate in (tail, COOKIE + tail, _reseal(COOKIE + b"\x01\x00\x00\x00" + tail)):
+        got = envelope_record(candidate, b"\x00\x00\x00\x00")
+        assert (got is None) == (parse_nats_payload(candidate) is None)
+
+
+def test_record_subjects_limits() -> None:
+    assert record_subjects("ab", "") == b"\x00\x02ab\x00\x00"
+    with pytest.raises(CodecError):
+        record_subjects("x" * 5000, "")
+    with pytest.raises(CodecError):
+        record_subjects("a", "\ud800")
