@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -35,6 +36,25 @@ MessageHandler = Callable[[Msg], Awaitable[None]]
 """Called for each message of a subscription, one at a time, in arrival order."""
 
 _MAX_BACKOFF_EXPONENT = 16
+_BAD_SUBJECT = re.compile(r"\s")
+"""What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""
+_MAX_CACHED_SUBJECTS = 4096
+_NATS_PY_PUB_INTERNALS = (
+    "_pending",
+    "_pending_data_size",
+    "_max_pending_size",
+    "_flush_queue",
+    "_flush_pending",
+    "stats",
+)
+"""nats-py client attributes :meth:`NatsLink.publish_many` writes through (checked at
+connect; without them it publishes message by message)."""
+
+
+def _has_pub_internals(nc: NatsClient) -> bool:
+    return all(hasattr(nc, name) for name in _NATS_PY_PUB_INTERNALS) and isinstance(
+        getattr(nc, "_pending", None), list
+    )
 
 
 class NatsUnavailable(JetServerError):
@@ -103,6 +123,8 @@ class NatsLink:
     _rng: random.Random = attrs.field(factory=random.Random)
     _state_changed: anyio.Event = attrs.field(factory=anyio.Event)
     _closing: bool = False
+    _batch_pub: bool = False
+    _subjects: dict[str, bytes] = attrs.field(factory=dict)
     disconnects: int = 0
     """Times the link was lost since start."""
     reconnects: int = 0
@@ -231,6 +253,7 @@ class NatsLink:
                 continue
             nc.options["allow_reconnect"] = True
             self._nc = nc
+            self._batch_pub = _has_pub_internals(nc)
             url = nc.connected_url.netloc if nc.connected_url else "?"
             log.info("nats connected", extra=fields(server=url, max_payload=nc.max_payload))
             return
@@ -275,6 +298,67 @@ class NatsLink:
             await nc.publish(subject, payload, reply=reply, headers=headers)
         except Exception as exc:
             raise NatsUnavailable(f"NATS publish failed: {exc}") from exc
+
+    async def publish_many(self, messages: Sequence[tuple[str, bytes]]) -> int:
+        """Queue several messages at once, in order (no reply subject, no headers).
+
+        One buffer write for all of them instead of one nats-py ``publish`` each: this is
+        the Produce and ack hot path. Falls back to publishing one by one if this nats-py
+        version lacks the internals used.
+
+        Returns:
+            How many leading messages were queued: all of them, or fewer if the link is
+            down, a subject is invalid or a payload is over the server's max_payload (the
+            rest were not published).
+        """
+        nc = self._nc
+        if nc is None or not nc.is_connected or not messages:
+            return 0
+        if not self._batch_pub:
+            for done, (subject, payload) in enumerate(messages):
+                try:
+                    await nc.publish(subject, payload)
+                except Exception as exc:
+                    log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
+                    return done
+            return len(messages)
+        subjects = self._subjects
+        max_payload = int(nc.max_payload or 0)
+        cmds: list[bytes] = []
+        payload_bytes = 0
+        queued = 0
+        for subject, payload in messages:
+            raw = subjects.get(subject)
+            if raw is None:
+                if not subject or _BAD_SUBJECT.search(subject):
+                    log.debug("publish refused: bad subject", extra=fields(subject=subject))
+                    break
+                if len(subjects) >= _MAX_CACHED_SUBJECTS:
+                    subjects.clear()
+                raw = subjects[subject] = subject.encode()
+            size = len(payload)
+            if max_payload and size > max_payload:
+                log.debug("publish refused: over max_payload", extra=fields(subject=subject))
+                break
+            cmds.append(b"PUB %b %d\r\n%b\r\n" % (raw, size, payload))
+            payload_bytes += size
+            queued += 1
+        if not cmds:
+            return 0
+        data = b"".join(cmds)
+        # What nats-py's publish does per message, once for the whole batch.
+        nc._pending.append(data)
+        nc._pending_data_size += len(data)
+        nc.stats["out_msgs"] += queued
+        nc.stats["out_bytes"] += payload_bytes
+        try:
+            if 0 < nc._max_pending_size < nc._pending_data_size:
+                await nc._flush_pending(force_flush=True)
+            elif nc._flush_queue is not None and nc._flush_queue.empty():
+                await nc._flush_pending()
+        except Exception as exc:  # queued already: nats-py sends or drops it on reconnect
+            log.debug("flush kick failed", extra=fields(error=str(exc)))
+        return queued
 
     async def publish_best_effort(self, subject: str, payload: bytes) -> bool:
         """Publish, logging instead of raising on failure (acks while NATS is away)."""

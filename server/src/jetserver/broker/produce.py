@@ -18,7 +18,7 @@ import anyio
 import attrs
 from nats.aio.msg import Msg
 
-from jetsdk.codec.envelope import EnvelopeMessage, decode_acks, encode_message
+from jetsdk.codec.envelope import MessageEncoder, decode_ack_tuples
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import ProduceRequest, ProduceResult
@@ -33,6 +33,13 @@ from jetserver.metadata.validate import (
     subject_matches,
 )
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
+
+_CORRELATION_IDS = tuple(str(i) for i in range(4096))
+"""Correlation ids of the first messages of a request, formatted once."""
+_PUBLISHED = ProduceResult(ErrorCode.NONE, -1, -1)
+"""Result of a message with ack policy NONE that reached NATS."""
+_UNAVAILABLE = ProduceResult(ErrorCode.UNAVAILABLE, -1, -1)
+_TIMEOUT = ProduceResult(ErrorCode.TIMEOUT, -1, -1)
 
 log = logging.getLogger(__name__)
 
@@ -89,24 +96,27 @@ class ProduceService:
             self.acks_unmatched += 1
             return
         try:
-            acks = decode_acks(msg.data)
+            acks = decode_ack_tuples(msg.data)
         except CodecError as exc:
             log.warning("undecodable ack", extra=fields(subject=msg.subject, error=str(exc)))
             return
-        for ack in acks:
+        results = waiting.results
+        count = len(results)
+        stream, partition = waiting.stream, waiting.partition
+        matched = 0
+        for ack_stream, ack_partition, offset, timestamp, corr, _policy, code, _text in acks:
             # Every stream a subject feeds acks the message; only ours counts.
-            if ack.stream != waiting.stream or ack.partition != waiting.partition:
+            if ack_partition != partition or ack_stream != stream:
                 continue
             try:
-                index = int(ack.correlation_id)
+                index = int(corr)
             except ValueError:
                 continue
-            if not 0 <= index < len(waiting.results) or waiting.results[index] is not None:
+            if not 0 <= index < count or results[index] is not None:
                 continue
-            waiting.results[index] = ProduceResult(
-                error_code=ack.error_code, offset=ack.offset, timestamp=ack.timestamp
-            )
-            waiting.remaining -= 1
+            results[index] = ProduceResult(code, offset, timestamp)
+            matched += 1
+        waiting.remaining -= matched
         if waiting.remaining <= 0:
             waiting.done.set()
 
@@ -118,9 +128,10 @@ class ProduceService:
         # In a cluster only the partition leader answers: NATS drops what nobody subscribes.
         self.streams.leader_replica(req.stream, req.partition)
         psubj = partition_subject(meta.spec.subject, req.partition)
+        wildcard = has_wildcard(psubj)
         for i, m in enumerate(req.messages):
             if not m.subject:
-                if has_wildcard(psubj):
+                if wildcard:
                     raise invalid_argument(
                         "subject",
                         f"message {i}: partition subject {psubj!r} has wildcards, so each "
@@ -161,24 +172,31 @@ class ProduceService:
         if policy != AckPolicy.NONE:
             self._waiting[token] = waiting
         timeout_s = min(req.timeout_ms, self.limits.max_produce_timeout_ms) / 1000
-        to_send: list[tuple[int, str, bytes]] = []
+        to_send: list[tuple[str, bytes]] = []
+        sent_index: list[int] = []
         max_payload = self.link.max_payload
+        encoder = MessageEncoder(inbox if policy != AckPolicy.NONE else "", policy)
+        encode = encoder.encode
+        producer_id = req.producer_id
+        base_seq = req.base_seq
+        corr_ids = _CORRELATION_IDS
         for i, m in enumerate(req.messages):
-            if message_size(m.value, m.key, m.headers) > limit:
+            value, key, headers = m.value, m.key, m.headers
+            size = len(value) + (len(key) if key else 0)
+            if headers:
+                size += sum(len(n) + len(v) for n, v in headers)
+            if size > limit:
                 results[i] = ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
                 continue
-            envelope = EnvelopeMessage(
-                value=m.value,
-                key=m.key,
-                headers=m.headers,
-                ack_inbox=inbox if policy != AckPolicy.NONE else "",
-                correlation_id=str(i),
-                ack_policy=policy,
-                producer_id=req.producer_id,
-                producer_seq=req.base_seq + i if req.producer_id is not None else 0,
-            )
             try:
-                payload = encode_message(envelope)
+                payload = encode(
+                    value,
+                    key,
+                    headers,
+                    corr_ids[i] if i < len(corr_ids) else str(i),
+                    producer_id,
+                    base_seq + i if producer_id is not None else 0,
+                )
             except CodecError:
                 results[i] = ProduceResult(ErrorCode.INVALID_ARGUMENT, -1, -1)
                 continue
@@ -186,31 +204,30 @@ class ProduceService:
                 # NATS itself would refuse it (its max_payload is below our message limit).
                 results[i] = ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
                 continue
-            to_send.append((i, m.subject or psubj, payload))
+            to_send.append((m.subject or psubj, payload))
+            sent_index.append(i)
         if policy != AckPolicy.NONE:
             # Counted before publishing: an ack may arrive while a publish yields.
             waiting.remaining = len(to_send)
         try:
             with anyio.move_on_after(timeout_s):
-                for i, subject, payload in to_send:
-                    try:
-                        await self.link.publish(subject, payload)
-                    except NatsUnavailable:
-                        if results[i] is None:
-                            results[i] = ProduceResult(ErrorCode.UNAVAILABLE, -1, -1)
-                            waiting.remaining -= 1
-                        continue
-                    if policy == AckPolicy.NONE:
-                        results[i] = ProduceResult(ErrorCode.NONE, -1, -1)
+                queued = await self.link.publish_many(to_send)
+                for i in sent_index[queued:]:
+                    # Not published (the NATS link went down): certainly not stored.
+                    if results[i] is None:
+                        results[i] = _UNAVAILABLE
+                        waiting.remaining -= 1
                 if policy == AckPolicy.NONE:
+                    published = sent_index[:queued]
+                    for i in published:
+                        results[i] = _PUBLISHED
                     try:
                         await self.link.flush(timeout_s)
                     except NatsUnavailable:
-                        for i, r in enumerate(results):
-                            if r is not None and r.error_code == ErrorCode.NONE:
-                                results[i] = ProduceResult(ErrorCode.UNAVAILABLE, -1, -1)
+                        for i in published:
+                            results[i] = _UNAVAILABLE
                 elif waiting.remaining > 0:
                     await waiting.done.wait()
         finally:
             self._waiting.pop(token, None)
-        return [r if r is not None else ProduceResult(ErrorCode.TIMEOUT, -1, -1) for r in results]
+        return [r if r is not None else _TIMEOUT for r in results]
