@@ -1,65 +1,172 @@
 """Publishing acks: the acks of one batch that go to the same inbox leave as one message.
 
-One ack alone is a kind 1 envelope; several are a kind 2 batch, split so that no NATS
-message exceeds :data:`MAX_ACK_PAYLOAD_BYTES` or the envelope's count limit.
+A partition builds one :class:`PartitionAck` per acknowledged message (a tuple: this is per
+message work on the ingest hot path) and hands them to :func:`publish_acks` with the
+inbox each goes to. One ack alone is a kind 1 envelope; several for one inbox are a kind 2
+batch, split so that no NATS message exceeds :data:`MAX_ACK_PAYLOAD_BYTES` (or the NATS
+server's max_payload, if smaller) or the envelope's count limit. Every payload of one call
+goes to NATS in one buffer write (:meth:`~jetserver.nats_link.NatsLink.publish_many`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-from jetsdk.codec.envelope import MAX_ACKS_PER_BATCH, Ack, encode_ack, encode_acks
+from jetsdk.codec.envelope import MAX_ACKS_PER_BATCH, Ack, AckEncoder, AckFields
+from jetsdk.codec.errors import CodecError
+from jetserver.logs import fields
 from jetserver.nats_link import NatsLink
+
+log = logging.getLogger(__name__)
 
 MAX_ACK_PAYLOAD_BYTES = 256 * 1024
 """Bound on one ack batch message (well below NATS's default 1 MiB max_payload)."""
 _ACK_FIXED_BYTES = 2 + 4 + 8 + 8 + 2 + 1 + 2 + 2
 """Encoded size of an ack without its strings."""
+_MIN_ACK_PAYLOAD_BYTES = 4096
+"""Lower bound on the split size whatever NATS says (one ack always fits)."""
+_MAX_CACHED_ENCODERS = 4096
+
+_encoders: dict[tuple[str, int], AckEncoder] = {}
 
 
-def ack_size(ack: Ack) -> int:
-    """Encoded size of ``ack`` inside a batch."""
-    return (
-        _ACK_FIXED_BYTES
-        + len(ack.stream.encode())
-        + len(ack.correlation_id.encode())
-        + len(ack.error_message.encode())
-    )
+class PartitionAck(NamedTuple):
+    """One ack of a partition (its stream and partition are given when publishing); the
+    field order is :data:`~jetsdk.codec.envelope.AckFields`."""
+
+    offset: int
+    """Assigned offset, or -1 for an error without one."""
+    timestamp: int
+    """Stored timestamp (ns since the epoch), or -1."""
+    correlation_id: str
+    """The message's correlation id (empty for a plain message)."""
+    ack_policy: int
+    """The policy the ack satisfies (LEADER or ALL)."""
+    error_code: int = 0
+    """0, or the wire error code."""
+    error_message: str = ""
+    """Explanation when error_code is not 0."""
 
 
-def encode_ack_payloads(acks: list[Ack]) -> list[bytes]:
-    """The NATS payloads carrying ``acks`` (all for one inbox), in order."""
+def _text_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def ack_size(stream: str, ack: AckFields) -> int:
+    """Encoded size of ``ack`` of ``stream`` inside a batch."""
+    return _ACK_FIXED_BYTES + _text_size(stream) + _text_size(ack[2]) + _text_size(ack[5])
+
+
+def _encoder(stream: str, partition: int) -> AckEncoder:
+    key = (stream, partition)
+    encoder = _encoders.get(key)
+    if encoder is None:
+        if len(_encoders) >= _MAX_CACHED_ENCODERS:
+            _encoders.clear()
+        encoder = _encoders[key] = AckEncoder(stream, partition)
+    return encoder
+
+
+def ack_payloads(
+    stream: str,
+    partition: int,
+    acks: Sequence[AckFields],
+    max_bytes: int = MAX_ACK_PAYLOAD_BYTES,
+) -> list[bytes]:
+    """The NATS payloads carrying ``acks`` of one stream partition (all for one inbox), in
+    order: byte for byte what :func:`~jetsdk.codec.envelope.encode_ack` /
+    ``encode_acks`` write for them.
+
+    Raises:
+        CodecError: an ack field out of range.
+    """
+    encoder = _encoder(stream, partition)
     if len(acks) == 1:
-        return [encode_ack(acks[0])]
+        return [encoder.encode(acks)]
     payloads: list[bytes] = []
-    chunk: list[Ack] = []
+    start = 0
     size = 0
-    for ack in acks:
-        n = ack_size(ack)
-        if chunk and (size + n > MAX_ACK_PAYLOAD_BYTES or len(chunk) >= MAX_ACKS_PER_BATCH):
-            payloads.append(encode_ack(chunk[0]) if len(chunk) == 1 else encode_acks(chunk))
-            chunk, size = [], 0
-        chunk.append(ack)
+    fixed = _ACK_FIXED_BYTES + _text_size(stream)
+    for i, ack in enumerate(acks):
+        n = fixed + _text_size(ack[2]) + (_text_size(ack[5]) if ack[5] else 0)
+        if i > start and (size + n > max_bytes or i - start >= MAX_ACKS_PER_BATCH):
+            payloads.append(encoder.encode(acks[start:i]))
+            start, size = i, 0
         size += n
-    if chunk:
-        payloads.append(encode_ack(chunk[0]) if len(chunk) == 1 else encode_acks(chunk))
+    payloads.append(encoder.encode(acks[start:]))
     return payloads
 
 
-def group_by_inbox(items: Iterable[tuple[str, Ack]]) -> dict[str, list[Ack]]:
+def encode_ack_payloads(acks: Sequence[Ack], max_bytes: int = MAX_ACK_PAYLOAD_BYTES) -> list[bytes]:
+    """As :func:`ack_payloads` for :class:`~jetsdk.codec.envelope.Ack` objects, which may
+    mix stream partitions (each run of one partition is batched on its own).
+
+    Raises:
+        CodecError: an ack field out of range.
+    """
+    payloads: list[bytes] = []
+    run: list[AckFields] = []
+    key: tuple[str, int] | None = None
+    for ack in acks:
+        if run and key != (ack.stream, ack.partition):
+            assert key is not None
+            payloads.extend(ack_payloads(*key, run, max_bytes))
+            run = []
+        key = (ack.stream, ack.partition)
+        run.append(
+            (
+                ack.offset,
+                ack.timestamp,
+                ack.correlation_id,
+                ack.ack_policy,
+                ack.error_code,
+                ack.error_message,
+            )
+        )
+    if run:
+        assert key is not None
+        payloads.extend(ack_payloads(*key, run, max_bytes))
+    return payloads
+
+
+def group_by_inbox(items: Iterable[tuple[str, PartitionAck]]) -> dict[str, list[PartitionAck]]:
     """``(inbox, ack)`` pairs grouped by inbox, keeping order within each inbox."""
-    out: dict[str, list[Ack]] = {}
+    out: dict[str, list[PartitionAck]] = {}
     for inbox, ack in items:
-        out.setdefault(inbox, []).append(ack)
+        group = out.get(inbox)
+        if group is None:
+            out[inbox] = [ack]
+        else:
+            group.append(ack)
     return out
 
 
-async def publish_acks(link: NatsLink, items: Iterable[tuple[str, Ack]]) -> None:
-    """Publish the acks, one message (or a few for huge batches) per inbox.
+async def publish_acks(
+    link: NatsLink, stream: str, partition: int, items: Iterable[tuple[str, PartitionAck]]
+) -> None:
+    """Publish the acks of one stream partition, one message (or a few for huge batches)
+    per inbox.
 
-    Best effort: an ack that cannot be published while NATS is away is dropped (the
-    producer times out and retries; see spec/acks.md).
+    Best effort: an ack that cannot be published (NATS away, an ack inbox that is not a
+    valid subject) is dropped; the publisher times out and retries (spec/acks.md).
     """
+    max_bytes = MAX_ACK_PAYLOAD_BYTES
+    if link.max_payload:
+        max_bytes = max(_MIN_ACK_PAYLOAD_BYTES, min(max_bytes, link.max_payload - 64))
+    messages: list[tuple[str, bytes]] = []
     for inbox, acks in group_by_inbox(items).items():
-        for payload in encode_ack_payloads(acks):
-            await link.publish_best_effort(inbox, payload)
+        try:
+            payloads = ack_payloads(stream, partition, acks, max_bytes)
+        except CodecError as exc:  # a bug: acks are built from stored records
+            log.error("ack encoding failed", extra=fields(inbox=inbox, error=str(exc)))
+            continue
+        messages.extend((inbox, payload) for payload in payloads)
+    while messages:
+        queued = await link.publish_many(messages)
+        if queued >= len(messages) or not link.connected:
+            return
+        # Skip the one NATS refused (bad inbox subject, too large); publish the rest.
+        log.debug("ack dropped", extra=fields(inbox=messages[queued][0]))
+        messages = messages[queued + 1 :]

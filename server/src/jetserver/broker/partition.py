@@ -34,19 +34,20 @@ import collections
 import logging
 import struct
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
 from nats.aio.msg import Msg
 
-from jetsdk.codec.envelope import COOKIE, Ack, parse_nats_payload
+from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 from jetsdk.codec.record import encode_body
-from jetserver.broker.acks import publish_acks
+from jetsdk.codec.transcode import envelope_record, record_subjects
+from jetserver.broker.acks import PartitionAck, publish_acks
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.roles import (
     ROLE_LEADER,
@@ -75,18 +76,16 @@ _EMPTY_REPLY_NO_HEADERS = b"\x00\x00\x00\x00"
 _MAX_CACHED_SUBJECTS = 10_000
 
 
-@attrs.frozen
-class _Pending:
+class _Pending(NamedTuple):
     """An ALL ack waiting for the flush that covers its offset."""
 
     offset: int
     inbox: str
-    ack: Ack
+    ack: PartitionAck
 
 
-@attrs.frozen
-class _Wanted:
-    """Who asked for an ack of one message, and how."""
+class _Wanted(NamedTuple):
+    """Who asked for an ack of one message, and how (a tuple: built per message)."""
 
     inbox: str
     corr: str
@@ -143,6 +142,7 @@ class PartitionReplica(ReplicaRoles):
     """Recent idempotent producers (duplicates are answered DUPLICATE_SEQUENCE)."""
     _queue: collections.deque[Msg] = attrs.field(factory=collections.deque)
     _plain_prefix: dict[str, bytes] = attrs.field(factory=dict)
+    _subject_fields: dict[str, bytes] = attrs.field(factory=dict)
     _queued_bytes: int = 0
     _wake: anyio.Event = attrs.field(factory=anyio.Event)
     _space: anyio.Event = attrs.field(factory=anyio.Event)
@@ -303,26 +303,15 @@ class PartitionReplica(ReplicaRoles):
                 log.exception("ingest batch failed", extra=self._fields(messages=len(batch)))
             await anyio.lowlevel.checkpoint()
 
-    def _ack(
-        self, offset: int, ts: int, corr: str, policy: AckPolicy, code: int = 0, msg: str = ""
-    ) -> Ack:
-        return Ack(
-            stream=self.stream,
-            partition=self.partition,
-            offset=offset,
-            timestamp=ts,
-            correlation_id=corr,
-            ack_policy=policy,
-            error_code=code,
-            error_message=msg,
-        )
+    async def _publish_acks(self, items: list[tuple[str, PartitionAck]]) -> None:
+        await publish_acks(self.link, self.stream, self.partition, items)
 
     async def _append_batch(self, batch: list[Msg]) -> None:
         if self._role not in (ROLE_LEADER, ROLE_SINGLE):
             return  # queued before this replica stopped leading: its publishers retry
         bodies: list[bytes] = []
         wanted: list[_Wanted | None] = []  # one per body (None: no ack, no producer)
-        now: list[tuple[str, Ack]] = []  # acks to send after this batch
+        now: list[tuple[str, PartitionAck]] = []  # acks to send after this batch
         dups: list[tuple[_Wanted, int | None, int, int]] = []  # (who, batch index, offset, ts)
         in_batch: dict[tuple[int, int], int] = {}
         limit = self.max_message_bytes
@@ -342,22 +331,28 @@ class PartitionReplica(ReplicaRoles):
                     bodies.append(b"".join((prefix, _U32.pack(len(data)), data)))
                     wanted.append(None)
                     continue
-            env = parse_nats_payload(data) if data[:4] == COOKIE else None
+            env = None
+            if data[:4] == COOKIE:
+                subjects = self._record_subjects(msg.subject, reply)
+                if subjects is not None:
+                    # The record body straight from the envelope's bytes (no decoding into
+                    # objects); None: not a valid envelope, so a plain message.
+                    env = envelope_record(data, subjects)
             producer_id: int | None = None
             producer_seq = 0
+            body: bytes | None = None
+            headers: tuple[tuple[str, bytes], ...] = ()
             if env is not None:
-                value, key, headers = env.value, env.key, env.headers
-                inbox, corr, policy = env.ack_inbox, env.correlation_id, env.ack_policy
-                producer_id, producer_seq = env.producer_id, env.producer_seq
+                body, size, inbox, corr, policy, producer_id, producer_seq = env
                 if not inbox:
                     policy = AckPolicy.NONE
             else:
-                value, key, corr = data, None, ""
+                corr = ""
                 headers = _nats_headers(msg.headers)
                 inbox = reply
                 policy = AckPolicy.LEADER if reply else AckPolicy.NONE
+                size = len(data) + sum(len(n) + len(v) for n, v in headers)
             who = _Wanted(inbox, corr, policy, producer_id, producer_seq)
-            size = len(value) + (len(key) if key else 0) + sum(len(n) + len(v) for n, v in headers)
             if size > limit:
                 self.messages_rejected += 1
                 text = f"message of {size} bytes exceeds max_message_bytes {limit}"
@@ -377,22 +372,13 @@ class PartitionReplica(ReplicaRoles):
                     dups.append((who, index, -1, -1))
                     continue
                 in_batch[(producer_id, producer_seq)] = len(bodies)
-            try:
-                body = encode_body(
-                    value,
-                    key=key,
-                    subject=msg.subject,
-                    reply=reply,
-                    headers=headers,
-                    producer_id=producer_id,
-                    producer_seq=producer_seq,
-                )
-            except CodecError as exc:
-                self.messages_rejected += 1
-                self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
-                if producer_id is not None:
-                    del in_batch[(producer_id, producer_seq)]
-                continue
+            if body is None:  # a plain message
+                try:
+                    body = encode_body(data, subject=msg.subject, reply=reply, headers=headers)
+                except CodecError as exc:
+                    self.messages_rejected += 1
+                    self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
+                    continue
             bodies.append(body)
             wanted.append(who)
         first, ts = -1, -1
@@ -426,7 +412,7 @@ class PartitionReplica(ReplicaRoles):
                 offset, stamp = first + index, ts
             self._success_ack(now, who, offset, stamp, ErrorCode.DUPLICATE_SEQUENCE)
         if now:
-            await publish_acks(self.link, now)
+            await self._publish_acks(now)
 
     def _new_plain_prefix(self, subject: str) -> bytes:
         """Record body bytes before the value of a plain message on ``subject`` (no key,
@@ -441,15 +427,33 @@ class PartitionReplica(ReplicaRoles):
         self._plain_prefix[subject] = prefix
         return prefix
 
+    def _record_subjects(self, subject: str, reply: str) -> bytes | None:
+        """The subject and reply fields of a record body (cached for reply-less messages).
+        None if a subject is over the record limit: the message then takes the plain path,
+        whose encoder refuses it."""
+        if not reply:
+            cached = self._subject_fields.get(subject)
+            if cached is not None:
+                return cached
+        try:
+            raw = record_subjects(subject, reply)
+        except CodecError:
+            return None
+        if not reply:
+            if len(self._subject_fields) >= _MAX_CACHED_SUBJECTS:
+                self._subject_fields.clear()
+            self._subject_fields[subject] = raw
+        return raw
+
     def _error_ack(
-        self, out: list[tuple[str, Ack]], who: _Wanted, code: ErrorCode, text: str
+        self, out: list[tuple[str, PartitionAck]], who: _Wanted, code: ErrorCode, text: str
     ) -> None:
         if who.policy != AckPolicy.NONE:
-            out.append((who.inbox, self._ack(-1, -1, who.corr, who.policy, code, text)))
+            out.append((who.inbox, PartitionAck(-1, -1, who.corr, who.policy, code, text)))
 
     def _success_ack(
         self,
-        out: list[tuple[str, Ack]],
+        out: list[tuple[str, PartitionAck]],
         who: _Wanted,
         offset: int,
         ts: int,
@@ -459,7 +463,7 @@ class PartitionReplica(ReplicaRoles):
         if who.policy == AckPolicy.NONE:
             return
         text = "" if code == ErrorCode.NONE else f"already stored at offset {offset}"
-        ack = self._ack(offset, ts, who.corr, who.policy, code, text)
+        ack = PartitionAck(offset, ts, who.corr, who.policy, code, text)
         if who.policy == AckPolicy.ALL and offset >= self.log.high_watermark:
             if self._pending_all and offset < self._pending_all[-1].offset:
                 self._pending_unordered = True  # a duplicate of an earlier record
@@ -530,7 +534,7 @@ class PartitionReplica(ReplicaRoles):
         if not done:
             return
         if enough:
-            await publish_acks(self.link, [(p.inbox, p.ack) for p in done])
+            await self._publish_acks([(p.inbox, p.ack) for p in done])
             return
         text = (
             "committed on fewer than min_isr replicas (the ISR shrank before the record "
@@ -539,20 +543,20 @@ class PartitionReplica(ReplicaRoles):
         failed = [
             (
                 p.inbox,
-                attrs.evolve(p.ack, error_code=ErrorCode.NOT_ENOUGH_REPLICAS, error_message=text),
+                p.ack._replace(error_code=ErrorCode.NOT_ENOUGH_REPLICAS, error_message=text),
             )
             for p in done
         ]
-        await publish_acks(self.link, failed)
+        await self._publish_acks(failed)
 
     async def _fail_pending_all(self, code: ErrorCode, message: str) -> None:
         failed = [
-            (p.inbox, attrs.evolve(p.ack, error_code=code, error_message=message))
+            (p.inbox, p.ack._replace(error_code=code, error_message=message))
             for p in self._pending_all
         ]
         self._pending_all.clear()
         if failed:
-            await publish_acks(self.link, failed)
+            await self._publish_acks(failed)
 
     # ---------------------------------------------------------------- maintenance
 

@@ -1,0 +1,84 @@
+"""Ack payload encoding: batching per stream partition, splitting, byte-exact output."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetsdk.codec.envelope import Ack, decode_acks, encode_ack, encode_acks
+from jetsdk.codec.error_codes import AckPolicy
+from jetserver.broker.acks import (
+    PartitionAck,
+    ack_payloads,
+    ack_size,
+    encode_ack_payloads,
+    group_by_inbox,
+)
+
+partition_acks = st.builds(
+    PartitionAck,
+    offset=st.integers(-1, 2**40),
+    timestamp=st.integers(-1, 2**62),
+    correlation_id=st.text(max_size=6),
+    ack_policy=st.sampled_from([AckPolicy.LEADER, AckPolicy.ALL]),
+    error_code=st.sampled_from([0, 0, 0, 7]),
+    error_message=st.text(max_size=8),
+)
+acks = st.builds(
+    Ack,
+    stream=st.sampled_from(["orders", "pay", "é"]),
+    partition=st.integers(0, 2),
+    offset=st.integers(-1, 2**40),
+    timestamp=st.integers(-1, 2**62),
+    correlation_id=st.text(max_size=6),
+    ack_policy=st.sampled_from([AckPolicy.LEADER, AckPolicy.ALL]),
+    error_code=st.sampled_from([0, 0, 0, 7]),
+    error_message=st.text(max_size=8),
+)
+
+
+def _as_ack(stream: str, partition: int, a: PartitionAck) -> Ack:
+    return Ack(stream, partition, a[0], a[1], a[2], AckPolicy(a[3]), a[4], a[5])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(partition_acks, min_size=1, max_size=30),
+    st.sampled_from(["s", "é" * 3]),
+    st.integers(60, 400),
+)
+def test_payloads_decode_to_the_acks_in_order(
+    batch: list[PartitionAck], stream: str, max_bytes: int
+) -> None:
+    payloads = ack_payloads(stream, 3, batch, max_bytes)
+    expected = [_as_ack(stream, 3, a) for a in batch]
+    assert [a for p in payloads for a in decode_acks(p)] == expected
+    for p in payloads:
+        got = decode_acks(p)
+        fields = [
+            (a.offset, a.timestamp, a.correlation_id, a.ack_policy, a.error_code, a.error_message)
+            for a in got
+        ]
+        assert len(got) == 1 or sum(ack_size(stream, f) for f in fields) <= max_bytes
+        assert p == (encode_ack(got[0]) if len(got) == 1 else encode_acks(got))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(acks, min_size=1, max_size=20))
+def test_ack_objects_mixing_partitions(batch: list[Ack]) -> None:
+    payloads = encode_ack_payloads(batch, 200)
+    assert [a for p in payloads for a in decode_acks(p)] == batch
+    for p in payloads:
+        assert len({(a.stream, a.partition) for a in decode_acks(p)}) == 1
+
+
+def test_one_partition_one_payload() -> None:
+    batch = [PartitionAck(i, 5, str(i), AckPolicy.LEADER) for i in range(100)]
+    objects = [_as_ack("s", 0, a) for a in batch]
+    assert ack_payloads("s", 0, batch) == [encode_acks(objects)]
+    assert ack_payloads("s", 0, batch[:1]) == [encode_ack(objects[0])]
+
+
+def test_group_by_inbox_keeps_order() -> None:
+    a, b, c = (PartitionAck(i, 0, "", AckPolicy.LEADER) for i in range(3))
+    assert group_by_inbox([("x", a), ("y", b), ("x", c)]) == {"x": [a, c], "y": [b]}
