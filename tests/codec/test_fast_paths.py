@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -24,10 +25,18 @@ from jetsdk.codec.envelope import (
 )
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.messages import (
+    ProduceRequest,
+    ProduceResult,
+    decode_produce_request,
+    encode_produce_request,
+    encode_produce_response,
+    encode_produce_result_tuples,
+)
 from jetsdk.codec.record import encode_body
-from jetsdk.codec.transcode import envelope_record, record_subjects
+from jetsdk.codec.transcode import envelope_record, produce_envelopes, record_subjects
 
-from .strategies import acks, envelope_messages, text
+from .strategies import acks, envelope_messages, produce_requests, produce_results, text
 
 PROPS = settings(max_examples=200, deadline=None)
 
@@ -181,3 +190,65 @@ def test_record_subjects_limits() -> None:
         record_subjects("x" * 5000, "")
     with pytest.raises(CodecError):
         record_subjects("a", "\ud800")
+
+
+@PROPS
+@given(produce_requests(), st.sampled_from(["_INBOX.x.1", "", "é.i"]))
+def test_produce_envelopes_match_decode_then_encode(req: ProduceRequest, inbox: str) -> None:
+    body = encode_produce_request(req)
+    head, envelopes = produce_envelopes(body, inbox)
+    decoded = decode_produce_request(body)
+    assert head[:7] == (
+        decoded.stream,
+        decoded.partition,
+        decoded.ack_policy,
+        decoded.timeout_ms,
+        decoded.producer_id,
+        decoded.base_seq,
+        len(decoded.messages),
+    )
+    encoder = MessageEncoder(inbox if req.ack_policy != AckPolicy.NONE else "", req.ack_policy)
+    assert len(envelopes) == len(decoded.messages)
+    for i, (m, (subject, size, envelope)) in enumerate(zip(decoded.messages, envelopes)):
+        assert subject == m.subject
+        key_len = len(m.key) if m.key else 0
+        assert size == len(m.value) + key_len + sum(len(n) + len(v) for n, v in m.headers)
+        seq = decoded.base_seq + i if decoded.producer_id is not None else 0
+        try:
+            expected: bytes | None = encoder.encode(
+                m.value, m.key, m.headers, str(i), decoded.producer_id, seq
+            )
+        except CodecError:
+            expected = None
+        assert envelope == expected
+
+
+def _decodes(fn: Callable[[bytes], object], raw: bytes) -> bool:
+    try:
+        fn(raw)
+    except CodecError:
+        return False
+    return True
+
+
+@PROPS
+@given(produce_requests(), st.data())
+def test_produce_envelopes_refuse_what_the_decoder_refuses(
+    req: ProduceRequest, data: st.DataObject
+) -> None:
+    raw = bytearray(encode_produce_request(req))
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(raw)))
+    for candidate in (bytes(raw), bytes(raw[:cut]), bytes(raw) + b"\x00"):
+        assert _decodes(lambda b: produce_envelopes(b, "_INBOX.a"), candidate) == _decodes(
+            decode_produce_request, candidate
+        )
+
+
+@PROPS
+@given(st.lists(produce_results, max_size=10))
+def test_produce_result_tuples(results: list[ProduceResult]) -> None:
+    assert encode_produce_result_tuples(
+        [(r.error_code, r.offset, r.timestamp) for r in results]
+    ) == encode_produce_response(results)

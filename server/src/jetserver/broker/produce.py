@@ -18,10 +18,17 @@ import anyio
 import attrs
 from nats.aio.msg import Msg
 
-from jetsdk.codec.envelope import MessageEncoder, decode_ack_tuples
+from jetsdk.codec.envelope import decode_ack_tuples
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.messages import ProduceRequest, ProduceResult
+from jetsdk.codec.messages import (
+    ProduceRequest,
+    ProduceResult,
+    decode_produce_response,
+    encode_produce_request,
+    encode_produce_result_tuples,
+)
+from jetsdk.codec.transcode import ProducedEnvelope, produce_envelopes
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -34,12 +41,14 @@ from jetserver.metadata.validate import (
 )
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 
-_CORRELATION_IDS = tuple(str(i) for i in range(4096))
-"""Correlation ids of the first messages of a request, formatted once."""
-_PUBLISHED = ProduceResult(ErrorCode.NONE, -1, -1)
+Result = tuple[int, int, int]
+"""A message's outcome: (error_code, offset, timestamp)."""
+_PUBLISHED: Result = (ErrorCode.NONE, -1, -1)
 """Result of a message with ack policy NONE that reached NATS."""
-_UNAVAILABLE = ProduceResult(ErrorCode.UNAVAILABLE, -1, -1)
-_TIMEOUT = ProduceResult(ErrorCode.TIMEOUT, -1, -1)
+_UNAVAILABLE: Result = (ErrorCode.UNAVAILABLE, -1, -1)
+_TIMEOUT: Result = (ErrorCode.TIMEOUT, -1, -1)
+_TOO_LARGE: Result = (ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
+_INVALID: Result = (ErrorCode.INVALID_ARGUMENT, -1, -1)
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +59,7 @@ class _Waiting:
 
     stream: str
     partition: int
-    results: list[ProduceResult | None]
+    results: list[Result | None]
     remaining: int
     done: anyio.Event = attrs.field(factory=anyio.Event)
 
@@ -114,23 +123,25 @@ class ProduceService:
                 continue
             if not 0 <= index < count or results[index] is not None:
                 continue
-            results[index] = ProduceResult(code, offset, timestamp)
+            results[index] = (code, offset, timestamp)
             matched += 1
         waiting.remaining -= matched
         if waiting.remaining <= 0:
             waiting.done.set()
 
-    def _check(self, req: ProduceRequest) -> tuple[str, int]:
+    def _check(
+        self, stream: str, partition: int, messages: list[ProducedEnvelope]
+    ) -> tuple[str, int]:
         """Validate the request; return the partition subject and message size limit."""
-        meta = self.streams.stream(req.stream)
-        if not 0 <= req.partition < meta.spec.partitions:
-            raise partition_not_found(req.stream, req.partition, meta.spec.partitions)
+        meta = self.streams.stream(stream)
+        if not 0 <= partition < meta.spec.partitions:
+            raise partition_not_found(stream, partition, meta.spec.partitions)
         # In a cluster only the partition leader answers: NATS drops what nobody subscribes.
-        self.streams.leader_replica(req.stream, req.partition)
-        psubj = partition_subject(meta.spec.subject, req.partition)
+        self.streams.leader_replica(stream, partition)
+        psubj = partition_subject(meta.spec.subject, partition)
         wildcard = has_wildcard(psubj)
-        for i, m in enumerate(req.messages):
-            if not m.subject:
+        for i, (subject, _size, _envelope) in enumerate(messages):
+            if not subject:
                 if wildcard:
                     raise invalid_argument(
                         "subject",
@@ -138,74 +149,68 @@ class ProduceService:
                         "message needs a subject",
                     )
                 continue
-            error = subject_error(m.subject, allow_wildcards=False)
+            error = subject_error(subject, allow_wildcards=False)
             if error is not None:
                 raise invalid_argument("subject", f"message {i}: {error}")
-            if not subject_matches(psubj, m.subject):
+            if not subject_matches(psubj, subject):
                 raise invalid_argument(
                     "subject",
-                    f"message {i}: subject {m.subject!r} does not match partition subject "
-                    f"{psubj!r}",
+                    f"message {i}: subject {subject!r} does not match partition subject {psubj!r}",
                 )
         limit = meta.spec.max_message_bytes or self.limits.max_message_bytes
         return psubj, limit
 
     async def produce(self, req: ProduceRequest) -> list[ProduceResult]:
-        """Publish every message and return one result per message, in order.
+        """As :meth:`produce_body` for a decoded request: one result per message, in order.
 
         Raises:
+            ApiError: as :meth:`produce_body`.
+        """
+        body = await self.produce_body(encode_produce_request(req))
+        return decode_produce_response(body)
+
+    async def produce_body(self, body: bytes) -> bytes:
+        """Serve a Produce request body: publish every message, return the response body
+        (one result per message, in order).
+
+        The messages go from the request bytes to envelopes without being decoded into
+        objects (:func:`~jetsdk.codec.transcode.produce_envelopes`) and to NATS in one
+        write.
+
+        Raises:
+            CodecError: the body does not decode (MALFORMED_FRAME for the caller).
             ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, INVALID_ARGUMENT (subjects),
                 UNAVAILABLE (NATS link down), NOT_LEADER (cluster: another server leads).
         """
-        psubj, limit = self._check(req)
-        n = len(req.messages)
-        results: list[ProduceResult | None] = [None] * n
+        token = format(next(self._tokens), "x")
+        inbox = f"{self._prefix}.{token}"
+        head, messages = produce_envelopes(body, inbox)
+        stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
+        psubj, limit = self._check(stream, partition, messages)
         if not self.link.connected:
             raise ApiError(
                 ErrorCode.UNAVAILABLE,
                 "the server's NATS link is down; retry later or use another server",
             )
-        token = format(next(self._tokens), "x")
-        inbox = f"{self._prefix}.{token}"
-        policy = req.ack_policy
-        waiting = _Waiting(req.stream, req.partition, results=results, remaining=0)
+        results: list[Result | None] = [None] * n
+        waiting = _Waiting(stream, partition, results=results, remaining=0)
         if policy != AckPolicy.NONE:
             self._waiting[token] = waiting
-        timeout_s = min(req.timeout_ms, self.limits.max_produce_timeout_ms) / 1000
+        timeout_s = min(timeout_ms, self.limits.max_produce_timeout_ms) / 1000
         to_send: list[tuple[str, bytes]] = []
         sent_index: list[int] = []
         max_payload = self.link.max_payload
-        encoder = MessageEncoder(inbox if policy != AckPolicy.NONE else "", policy)
-        encode = encoder.encode
-        producer_id = req.producer_id
-        base_seq = req.base_seq
-        corr_ids = _CORRELATION_IDS
-        for i, m in enumerate(req.messages):
-            value, key, headers = m.value, m.key, m.headers
-            size = len(value) + (len(key) if key else 0)
-            if headers:
-                size += sum(len(n) + len(v) for n, v in headers)
+        for i, (subject, size, payload) in enumerate(messages):
             if size > limit:
-                results[i] = ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
-                continue
-            try:
-                payload = encode(
-                    value,
-                    key,
-                    headers,
-                    corr_ids[i] if i < len(corr_ids) else str(i),
-                    producer_id,
-                    base_seq + i if producer_id is not None else 0,
-                )
-            except CodecError:
-                results[i] = ProduceResult(ErrorCode.INVALID_ARGUMENT, -1, -1)
-                continue
-            if max_payload and len(payload) > max_payload:
+                results[i] = _TOO_LARGE
+            elif payload is None:
+                results[i] = _INVALID
+            elif max_payload and len(payload) > max_payload:
                 # NATS itself would refuse it (its max_payload is below our message limit).
-                results[i] = ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
-                continue
-            to_send.append((m.subject or psubj, payload))
-            sent_index.append(i)
+                results[i] = _TOO_LARGE
+            else:
+                to_send.append((subject or psubj, payload))
+                sent_index.append(i)
         if policy != AckPolicy.NONE:
             # Counted before publishing: an ack may arrive while a publish yields.
             waiting.remaining = len(to_send)
@@ -230,4 +235,4 @@ class ProduceService:
                     await waiting.done.wait()
         finally:
             self._waiting.pop(token, None)
-        return [r if r is not None else _TIMEOUT for r in results]
+        return encode_produce_result_tuples([r if r is not None else _TIMEOUT for r in results])

@@ -20,10 +20,8 @@ from jetsdk.codec.messages import (
     FETCH_RESPONSE_HEADER_SIZE,
     decode_fetch_request,
     decode_json,
-    decode_produce_request,
     encode_fetch_response_header,
     encode_json,
-    encode_produce_response,
 )
 from jetserver.broker.fetch import fetch, offset_for_leader_epoch
 from jetserver.broker.produce import ProduceService
@@ -159,9 +157,7 @@ class Dispatcher:
         }
 
     async def _produce(self, frame: Frame) -> Reply:
-        req = decode_produce_request(frame.body)
-        results = await self.produce.produce(req)
-        body = encode_produce_response(results)
+        body = await self.produce.produce_body(frame.body)
         return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
 
     async def _fetch(self, frame: Frame) -> Reply:

@@ -201,15 +201,18 @@ def encode_produce_request(req: ProduceRequest) -> bytes:
     return b"".join(parts)
 
 
-def decode_produce_request(body: bytes | bytearray | memoryview) -> ProduceRequest:
-    """Decode a Produce request body.
+ProduceHead = tuple[str, int, AckPolicy, int, int | None, int, int, int]
+"""The fixed part of a Produce request: (stream, partition, ack_policy, timeout_ms,
+producer_id, base_seq, message count, position of the first message)."""
+
+
+def decode_produce_head(body: bytes) -> ProduceHead:
+    """Decode the fixed part of a Produce request body (the messages are not looked at,
+    beyond checking that ``count`` of them can fit).
 
     Raises:
-        CodecError: truncated, trailing bytes, unknown ack policy or flags, a field over its
-            limit.
+        CodecError: truncated, unknown ack policy or flags, a count the body cannot hold.
     """
-    if not isinstance(body, bytes):
-        body = bytes(body)  # one copy; slices of bytes are then bytes (no second copy)
     try:
         stream, p = w.get_str16(body, 0, "stream name")
         w.need(body, p, _PRODUCE_HEAD.size, "produce request")
@@ -230,6 +233,33 @@ def decode_produce_request(body: bytes | bytearray | memoryview) -> ProduceReque
         p += 4
         if count * _MIN_PRODUCE_MESSAGE > len(body) - p:
             raise CodecError(f"message count {count} exceeds the body", reason="truncated")
+    except w.DECODE_ERRORS as exc:
+        raise w.convert(exc, "produce request") from None
+    return (
+        stream,
+        partition,
+        _POLICY_BY_VALUE[ack],
+        timeout_ms,
+        producer_id,
+        base_seq,
+        count,
+        p,
+    )
+
+
+def decode_produce_request(body: bytes | bytearray | memoryview) -> ProduceRequest:
+    """Decode a Produce request body.
+
+    Raises:
+        CodecError: truncated, trailing bytes, unknown ack policy or flags, a field over its
+            limit.
+    """
+    if not isinstance(body, bytes):
+        body = bytes(body)  # one copy; slices of bytes are then bytes (no second copy)
+    stream, partition, ack_policy, timeout_ms, producer_id, base_seq, count, p = (
+        decode_produce_head(body)
+    )
+    try:
         messages, p = _decode_produce_messages(body, p, count)
         w.check_end(body, p, "produce request")
     except w.DECODE_ERRORS as exc:
@@ -237,7 +267,7 @@ def decode_produce_request(body: bytes | bytearray | memoryview) -> ProduceReque
     return ProduceRequest(
         stream=stream,
         partition=partition,
-        ack_policy=_POLICY_BY_VALUE[ack],
+        ack_policy=ack_policy,
         timeout_ms=timeout_ms,
         messages=tuple(messages),
         producer_id=producer_id,
@@ -311,6 +341,20 @@ def encode_produce_response(results: Sequence[ProduceResult]) -> bytes:
         return w.U32.pack(len(results)) + b"".join(
             pack(r.error_code, r.offset, r.timestamp) for r in results
         )
+    except struct.error as exc:
+        raise CodecError(f"produce result field out of range: {exc}", reason="limit") from None
+
+
+def encode_produce_result_tuples(results: Sequence[tuple[int, int, int]]) -> bytes:
+    """Encode a Produce response body from ``(error_code, offset, timestamp)`` tuples (what
+    :func:`encode_produce_response` writes for the same results).
+
+    Raises:
+        CodecError: a field out of range (reason ``"limit"``).
+    """
+    pack = _RESULT.pack
+    try:
+        return w.U32.pack(len(results)) + b"".join([pack(*r) for r in results])
     except struct.error as exc:
         raise CodecError(f"produce result field out of range: {exc}", reason="limit") from None
 

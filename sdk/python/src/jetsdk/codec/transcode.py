@@ -1,12 +1,12 @@
-"""Envelope to stored record, without decoding the message into objects (the partition
-leader's ingest hot path).
+"""Transcoding between wire formats without decoding messages into objects: Produce request
+to envelopes (the server's Produce path) and envelope to stored record (the partition
+leader's ingest path).
 
-A kind 0 envelope and a record body hold the key, headers and value in the same encodings
-(``nbytes32``, ``headers``, ``bytes32``; spec/envelope.md, spec/storage.md), in a different
-order and with different fields around them. :func:`envelope_record` checks the envelope
-exactly as :func:`~jetsdk.codec.envelope.decode_message` does and assembles the record body
-from slices of the payload: byte for byte what
-:func:`~jetsdk.codec.record.encode_body` writes for the decoded message.
+A Produce request message, a kind 0 envelope and a record body hold the key, headers and
+value in the same encodings (``nbytes32``, ``headers``, ``bytes32``; spec/protocol.md,
+spec/envelope.md, spec/storage.md), in a different order and with different fields around
+them, so each output is assembled from slices of the input after the same checks the
+reference decoders make; outputs are byte for byte what the reference encoders write.
 
 This module is pure: no I/O. Thread-safe.
 """
@@ -14,17 +14,34 @@ This module is pure: no I/O. Thread-safe.
 from __future__ import annotations
 
 import struct
+import zlib
 
+from jetsdk.codec import _wire as w
 from jetsdk.codec.envelope import (
     COOKIE,
+    ENVELOPE_VERSION,
+    FLAG_PRODUCER,
     KEY_POS,
+    KIND_MESSAGE,
     AckPolicy,
     scan_message,
 )
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.limits import MAX_SUBJECT_BYTES
+from jetsdk.codec.limits import (
+    MAX_CORRELATION_ID_BYTES,
+    MAX_KEY_BYTES,
+    MAX_SUBJECT_BYTES,
+    MAX_VALUE_BYTES,
+)
+from jetsdk.codec.messages import ProduceHead, decode_produce_head
 
-__all__ = ["EnvelopeRecord", "envelope_record", "record_subjects"]
+__all__ = [
+    "EnvelopeRecord",
+    "ProducedEnvelope",
+    "envelope_record",
+    "produce_envelopes",
+    "record_subjects",
+]
 
 EnvelopeRecord = tuple[bytes, int, str, str, AckPolicy, int | None, int]
 """(record body, message size, ack_inbox, correlation_id, ack_policy, producer_id,
@@ -36,6 +53,140 @@ _PRODUCER = struct.Struct(">QQ")
 _NO_PRODUCER = b"\x00"
 _HAS_PRODUCER = b"\x01"
 _POLICY_BY_VALUE = tuple(AckPolicy)
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+_ENVELOPE_PREFIX = struct.Struct(">4sBBH")
+_NO_HEADERS = b"\x00\x00"
+_CORR16_CACHED = 4096
+_CORR16 = tuple(_U16.pack(len(str(i))) + str(i).encode() for i in range(_CORR16_CACHED))
+"""Correlation ids ``"0"``, ``"1"``, ... as str16, for the first messages of a request."""
+
+ProducedEnvelope = tuple[str, int, bytes | None]
+"""One message of a Produce request, ready to publish: (subject, empty for the partition's
+subject; message size as counted against max_message_bytes; the envelope, or None if its
+producer sequence is out of range)."""
+
+
+def _envelope_sealer(flags: int) -> tuple[bytes, int]:
+    prefix = _ENVELOPE_PREFIX.pack(COOKIE, ENVELOPE_VERSION, KIND_MESSAGE, flags)
+    return prefix, zlib.crc32(prefix)
+
+
+_SEAL_PLAIN = _envelope_sealer(0)
+_SEAL_PRODUCER = _envelope_sealer(FLAG_PRODUCER)
+
+
+def produce_envelopes(body: bytes, ack_inbox: str) -> tuple[ProduceHead, list[ProducedEnvelope]]:
+    """Decode a Produce request body and build the kind 0 envelope of every message.
+
+    Message ``i`` gets correlation id ``str(i)``, the request's ack policy, ``ack_inbox``
+    (empty with policy NONE, whatever is passed) and, with a producer id, sequence
+    ``base_seq + i``: each envelope is byte for byte what
+    :class:`~jetsdk.codec.envelope.MessageEncoder` writes for the message
+    :func:`~jetsdk.codec.messages.decode_produce_request` decodes.
+
+    Raises:
+        CodecError: the body does not decode (as ``decode_produce_request``), or the ack
+            inbox is over its limit.
+    """
+    head = decode_produce_head(body)
+    _stream, _partition, policy, _timeout, producer_id, base_seq, count, p = head
+    if policy == AckPolicy.NONE:
+        ack_inbox = ""
+    try:
+        raw_inbox = ack_inbox.encode()
+    except UnicodeEncodeError as exc:
+        raise CodecError(f"ack inbox is not encodable text: {exc}", reason="limit") from None
+    if len(raw_inbox) > MAX_SUBJECT_BYTES:
+        raise CodecError(f"ack inbox of {len(raw_inbox)} bytes exceeds limit", reason="limit")
+    inbox16 = _U16.pack(len(raw_inbox)) + raw_inbox
+    policy_byte = bytes((int(policy),))
+    prefix, prefix_crc = _SEAL_PLAIN if producer_id is None else _SEAL_PRODUCER
+    pack_u32 = _U32.pack
+    crc32 = zlib.crc32
+    u16 = _U16.unpack_from
+    u32 = _U32.unpack_from
+    i32 = _I32.unpack_from
+    n = len(body)
+    out: list[ProducedEnvelope] = []
+    append = out.append
+    try:
+        for i in range(count):
+            (slen,) = u16(body, p)
+            p += 2
+            if slen:
+                if slen > MAX_SUBJECT_BYTES:
+                    raise CodecError(f"subject of {slen} bytes exceeds limit", reason="limit")
+                end = p + slen
+                if end > n:
+                    raise CodecError("truncated subject", reason="truncated")
+                subject = body[p:end].decode()
+                p = end
+            else:
+                subject = ""
+            key_pos = p
+            (klen,) = i32(body, p)
+            p += 4
+            size = 0
+            if klen != -1:
+                if klen < 0:
+                    raise CodecError(f"bad key length {klen}")
+                if klen > MAX_KEY_BYTES:
+                    raise CodecError(f"key of {klen} bytes exceeds limit", reason="limit")
+                p += klen
+                if p > n:
+                    raise CodecError("truncated key", reason="truncated")
+                size = klen
+            if body[p : p + 2] == _NO_HEADERS:
+                p += 2
+            else:
+                headers, p = w.get_headers(body, p)
+                size += sum(len(name) + len(value) for name, value in headers)
+            value_pos = p
+            (vlen,) = u32(body, p)
+            p += 4
+            if vlen > MAX_VALUE_BYTES:
+                raise CodecError(f"value of {vlen} bytes exceeds limit", reason="limit")
+            end = p + vlen
+            if end > n:
+                raise CodecError("truncated value", reason="truncated")
+            p = end
+            size += vlen
+            corr16 = _CORR16[i] if i < _CORR16_CACHED else _str16_index(i)
+            if producer_id is None:
+                env_body = b"".join(
+                    (policy_byte, body[key_pos:value_pos], inbox16, corr16, body[value_pos:end])
+                )
+            else:
+                try:
+                    producer = _PRODUCER.pack(producer_id, base_seq + i)
+                except struct.error:
+                    append((subject, size, None))
+                    continue
+                env_body = b"".join(
+                    (
+                        policy_byte,
+                        body[key_pos:value_pos],
+                        inbox16,
+                        corr16,
+                        producer,
+                        body[value_pos:end],
+                    )
+                )
+            append(
+                (subject, size, b"".join((prefix, pack_u32(crc32(env_body, prefix_crc)), env_body)))
+            )
+        w.check_end(body, p, "produce request")
+    except w.DECODE_ERRORS as exc:
+        raise w.convert(exc, "produce request") from None
+    return head, out
+
+
+def _str16_index(i: int) -> bytes:
+    raw = str(i).encode()
+    if len(raw) > MAX_CORRELATION_ID_BYTES:  # pragma: no cover - needs 10**1024 messages
+        raise CodecError("correlation id over its limit", reason="limit")
+    return _U16.pack(len(raw)) + raw
 
 
 def record_subjects(subject: str, reply: str) -> bytes:
