@@ -275,3 +275,19 @@ async def test_partition_leader_killed_is_replaced_by_the_followers_reports(
         f"new leader in every survivor's metadata {failover_s:.3f} s, serving {served_s:.3f} s"
     )
     await anyio.to_thread.run_sync(cluster.start_server, victim)
+
+
+@pytest.mark.anyio
+async def test_clean_stop_marker(cluster: DevCluster) -> None:
+    """A clean stop leaves ``clean_stop`` (the next registration keeps the server's ISR
+    places); a start removes it, so a crash of that run is seen as one."""
+    p = cluster.processes[-1]
+    marker = p.data_dir / "clean_stop"
+    assert not marker.exists()
+    await anyio.to_thread.run_sync(cluster.stop_server, p.server_id)
+    assert marker.exists()
+    await anyio.to_thread.run_sync(cluster.start_server, p.server_id)
+    assert not marker.exists()
+    cluster.kill(p.server_id)
+    assert not marker.exists()
+    await anyio.to_thread.run_sync(cluster.start_server, p.server_id)

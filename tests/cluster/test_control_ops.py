@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import orjson
 import pytest
 
@@ -46,6 +47,8 @@ def part(state: MetadataState, p: int = 0) -> tuple[str, tuple[str, ...], int]:
     "op",
     [
         RegisterServer("s1", "127.0.0.1:1", "127.0.0.1:2"),
+        RegisterServer("s1", "127.0.0.1:1", "127.0.0.1:2", "run-7"),
+        RegisterServer("s1", "127.0.0.1:1", "127.0.0.1:2", "run-8", clean=True),
         UpdateIsr("orders", 0, "s1", 3, ("s1", "s2"), "id1"),
         UpdateIsr("orders", 1, "s2", 0, ("s2",)),
         ElectLeader("orders", 0, "s2", 4, "id1"),
@@ -174,3 +177,47 @@ def test_create_refuses_a_server_twice_in_one_partition() -> None:
     spec = StreamSpec(name="a", subject="a", replication_factor=2)
     _, result = apply(MetadataState(), CreateStream(spec, "i", 1, (("s1", "s1"),)))
     assert result.error_code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_restarted_server_leaves_the_isrs_it_shares_and_its_leaderships() -> None:
+    registered, _ = apply(MetadataState(), RegisterServer("s1", "h:1", "r:1", "run-1"))
+    state = state_with_stream()  # p0: leader s1 (s1, s2, s3); p1: leader s2 (s2, s3, s1)
+    state = attrs.evolve(state, servers=registered.servers)
+    state, result = apply(state, RegisterServer("s1", "h:1", "r:1", "run-2"))
+    assert result.ok
+    assert result.message == "restarted: left 2 ISR(s), 1 leadership(s) moved"
+    assert part(state, 0) == ("s2", ("s2", "s3"), 1)
+    assert part(state, 1) == ("s2", ("s2", "s3"), 0)
+    assert state.servers["s1"].incarnation == "run-2"
+    # The same registration again (a retry) changes nothing.
+    again, result = apply(state, RegisterServer("s1", "h:1", "r:1", "run-2"))
+    assert again.streams is state.streams
+    assert result.message == ""
+    # An address update without an incarnation is not a restart.
+    moved, _ = apply(state, RegisterServer("s2", "h:9", "r:2"))
+    assert part(moved, 0) == ("s2", ("s2", "s3"), 1)
+
+
+def test_a_restarted_server_alone_in_an_isr_keeps_it() -> None:
+    state = state_with_stream()
+    state, _ = apply(state, UpdateIsr("orders", 0, "s1", 0, ("s1",)))
+    state, _ = apply(state, RegisterServer("s1", "h:1", "r:1", "run-1"))
+    state, _ = apply(state, RegisterServer("s1", "h:1", "r:1", "run-2"))
+    assert part(state, 0) == ("s1", ("s1",), 0)
+
+
+def test_the_next_leader_after_a_restart_follows_replica_order() -> None:
+    state = state_with_stream()
+    state, _ = apply(state, UpdateIsr("orders", 0, "s1", 0, ("s1", "s3")))
+    state, _ = apply(state, RegisterServer("s1", "h:1", "r:1", "a"))
+    state, _ = apply(state, RegisterServer("s1", "h:1", "r:1", "b"))
+    assert part(state, 0) == ("s3", ("s3",), 1)
+
+
+def test_a_server_restarted_after_a_clean_stop_keeps_its_places() -> None:
+    registered, _ = apply(MetadataState(), RegisterServer("s1", "h:1", "r:1", "run-1"))
+    state = attrs.evolve(state_with_stream(), servers=registered.servers)
+    state, result = apply(state, RegisterServer("s1", "h:1", "r:1", "run-2", clean=True))
+    assert result.message == ""
+    assert part(state, 0) == ("s1", R3, 0)
+    assert state.servers["s1"].incarnation == "run-2"

@@ -5,9 +5,11 @@ partition log and subscribe it, subscribe the ack inboxes, then listen; the boun
 is reported through ``task_status.started(address)`` and the optional ready file.
 
 In a cluster (``[cluster]`` configured) the metadata is the metadata Raft member's state
-(:class:`~jetserver.cluster.ClusterNode`, started first); the partitions opened at start are
-those this server holds replicas of in its recovered state; once listening, the server
-registers its client address through Raft and only then writes the ready file and logs
+(:class:`~jetserver.cluster.ClusterNode`, started first). Once listening, the server
+registers its client address and a new incarnation through Raft (after a crash, which
+``clean_stop`` in the data directory tells apart from a clean stop, this takes it out of the
+ISRs it shared: its replicas must catch up first), then opens the partitions it
+holds replicas of in the replicated state, and only then writes the ready file and logs
 "server ready". Replicas then follow every change of the replicated state.
 
 Shutdown (:meth:`Server.request_stop`, SIGTERM/SIGINT in the CLI): new requests get
@@ -46,6 +48,9 @@ from jetserver.protocol.listener import ProtocolListener
 
 log = logging.getLogger(__name__)
 
+CLEAN_STOP_FILE = "clean_stop"
+"""Cluster mode: written in the data directory after a clean stop (every log flushed and
+closed), removed at start; its absence at start means the last run crashed."""
 SHUTDOWN_GRACE_FRACTION = 0.5
 ENVELOPE_ALLOWANCE_BYTES = 64 * 1024
 """Room for the envelope and NATS headers above a maximal message."""
@@ -112,10 +117,11 @@ class Server:
         cfg = self.config
         data_dir = Path(cfg.server.data_dir)
         store: MetadataView
+        clean = False
         if node is None:
             store = await anyio.to_thread.run_sync(MetadataStore.open, data_dir)
         else:
-            await anyio.to_thread.run_sync(lambda: data_dir.mkdir(parents=True, exist_ok=True))
+            clean = await anyio.to_thread.run_sync(_take_clean_marker, data_dir)
             store = node.raft
         link = self.link = NatsLink(cfg.nats)
         async with anyio.create_task_group() as connect_tg:
@@ -158,8 +164,8 @@ class Server:
                         dispatcher.address = cfg.listen.advertise or address
                         task_status.started(address)
                         if node is not None:
-                            node.start(dispatcher.address)
-                            await _first(node.registered.wait, self._stop.wait)
+                            node.start(dispatcher.address, clean=clean)
+                            await _first(node.reconciled.wait, self._stop.wait)
                         if cfg.listen.ready_file and not self._stop.is_set():
                             _write_ready_file(Path(cfg.listen.ready_file), address)
                         log.info(
@@ -187,7 +193,10 @@ class Server:
                     if node is not None:
                         await node.stop_tasks()
                     await produce.stop()
-                    await streams.stop()
+                    if await streams.stop() and node is not None:
+                        await anyio.to_thread.run_sync(
+                            write_atomic, data_dir / CLEAN_STOP_FILE, b"{}\n"
+                        )
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -208,6 +217,22 @@ async def _first(*waits: Callable[[], Awaitable[object]]) -> None:
 
         for wait in waits:
             tg.start_soon(run, wait)
+
+
+def _take_clean_marker(data_dir: Path) -> bool:
+    """True if the previous run stopped cleanly; removes the marker (durably) so that a
+    crash of this run is seen as one at the next start."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        (data_dir / CLEAN_STOP_FILE).unlink()
+    except FileNotFoundError:
+        return False
+    dir_fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return True
 
 
 def _check_nats_payload(link: NatsLink, cfg: ServerConfig) -> None:

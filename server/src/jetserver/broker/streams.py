@@ -251,7 +251,7 @@ class StreamManager:
 
     async def start(self, tg: TaskGroup) -> None:
         """Finish interrupted deletes, then open and subscribe every stream in the metadata
-        (cluster mode: reconcile with the local replicated state)."""
+        (cluster mode: nothing more; :meth:`reconcile` opens the replicas)."""
         self._tg = tg
         root = self.data_dir / STREAMS_DIR
         root.mkdir(parents=True, exist_ok=True)
@@ -259,8 +259,7 @@ class StreamManager:
             log.info("removing data of a deleted stream", extra=fields(path=str(leftover)))
             await anyio.to_thread.run_sync(shutil.rmtree, leftover, True)
         if self.clustered:
-            await self.reconcile(self.store.state, collect=False)
-            return
+            return  # the cluster node reconciles once this server's restart is registered
         known = {stream_dir(self.data_dir, m).name for m in self.streams()}
         for path in root.iterdir():
             if path.name not in known:
@@ -509,8 +508,12 @@ class StreamManager:
             )
         return log_, producers
 
-    async def stop(self) -> None:
-        """Stop ingest (unsubscribe), append what was queued, flush, checkpoint, close logs."""
+    async def stop(self) -> bool:
+        """Stop ingest (unsubscribe), append what was queued, flush, checkpoint, close logs.
+
+        Returns:
+            True if every log was flushed up to its end (a clean stop), False otherwise.
+        """
         running = list(self._running.values())
         for r in running:
             if r.scope is not None:
@@ -524,6 +527,7 @@ class StreamManager:
         for r in running:
             await r.replica.wait_stopped()
         self._running.clear()
+        return all(r.replica.log.flushed_offset >= r.replica.log.log_end_offset for r in running)
 
     def wake_all(self) -> None:
         """Wake every fetch waiting on any partition (shutdown)."""

@@ -6,10 +6,15 @@ snapshot) and the peer connections. The server then builds its
 calls :meth:`ClusterNode.attach`, starts listening, and calls :meth:`ClusterNode.start` with
 its client address, which runs until the block exits:
 
-- registration: RegisterServer(id, client address, Raft address) through Raft until applied
-  (again whenever the client address changes, e.g. a restart on another port);
-- reconciliation: each new replicated state (and the moment this member has caught up with
-  the leader's log) is handed to ``StreamManager.reconcile``;
+- registration: RegisterServer(id, client address, Raft address, incarnation, clean)
+  through Raft until applied. The incarnation is new at every start; after an unclean stop
+  the state machine takes this server out of the ISRs it shares and moves the leaderships
+  it held (see :class:`~jetserver.metadata.ops.RegisterServer`): a replica restarted after a
+  crash is not in sync until it has caught up again;
+- reconciliation, only once registered (so a restarted server never acts on the roles it
+  had before): each new replicated state (and the moment this member has caught up with
+  the leader's log) is handed to ``StreamManager.reconcile``; :attr:`ClusterNode.reconciled`
+  is set after the first one;
 - liveness probes of the other registered servers (:mod:`.liveness`).
 
 Task safety: one event loop (the server's).
@@ -70,6 +75,12 @@ class ClusterNode:
     """The client address registered (after :meth:`start`)."""
     registered: anyio.Event = attrs.field(factory=anyio.Event)
     """Set once this server's RegisterServer is applied here."""
+    reconciled: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set once the local replicas were reconciled after registration."""
+    incarnation: str = attrs.field(factory=lambda: uuid.uuid4().hex)
+    """Id of this run of the server (registered at start)."""
+    clean_start: bool = False
+    """The previous run stopped cleanly (registered at start)."""
     _tg: anyio.abc.TaskGroup | None = None
     _dirty: anyio.Event = attrs.field(factory=anyio.Event)
     _tasks_scope: anyio.CancelScope = attrs.field(factory=anyio.CancelScope)
@@ -124,15 +135,17 @@ class ClusterNode:
         self.streams = streams
         self.requests = MetadataRequests(self.config, self.raft, self.peers, self.liveness, streams)
 
-    def start(self, client_address: str) -> None:
+    def start(self, client_address: str, *, clean: bool = False) -> None:
         """Start registration, reconciliation and liveness probes (until the block exits).
 
         Args:
             client_address: ``host:port`` other servers and clients reach this server at.
+            clean: the previous run of this server stopped cleanly (every log flushed).
         """
         assert self._tg is not None
         assert self.streams is not None
         self.client_address = client_address
+        self.clean_start = clean
         self._tg.start_soon(self._run_tasks)
 
     async def _run_tasks(self) -> None:
@@ -151,20 +164,28 @@ class ClusterNode:
     # ------------------------------------------------------------------ registration
 
     async def _register(self) -> None:
+        """Propose this run's registration until it is applied here."""
         cluster = self.config.cluster
         assert cluster.raft_address is not None
         me = self.config.server.id
-        record = RegisteredServer(me, self.client_address, cluster.raft_address)
-        op = RegisterServer(me, self.client_address, cluster.raft_address)
+        record = RegisteredServer(me, self.client_address, cluster.raft_address, self.incarnation)
+        op = RegisterServer(
+            me, self.client_address, cluster.raft_address, self.incarnation, self.clean_start
+        )
         op_id = f"register-{uuid.uuid4().hex}"
         attempt = 0
         started = time.monotonic()
         while self.raft.state.servers.get(me) != record:
             attempt += 1
             try:
-                await self.raft.propose(
+                applied = await self.raft.propose(
                     op, op_id=op_id, timeout=REGISTER_PROPOSE_TIMEOUT_S, forward=True
                 )
+                if applied.result.message:
+                    log.info(
+                        "restart registered after an unclean stop",
+                        extra=fields(server_id=me, change=applied.result.message),
+                    )
                 continue
             except RaftClosed:
                 return
@@ -177,10 +198,13 @@ class ClusterNode:
                 server_id=me,
                 client_address=self.client_address,
                 raft_address=cluster.raft_address,
+                incarnation=self.incarnation,
+                clean=self.clean_start,
                 after_s=round(time.monotonic() - started, 3),
             ),
         )
         self.registered.set()
+        self._dirty.set()
 
     # ------------------------------------------------------------------ reconciliation
 
@@ -196,6 +220,7 @@ class ClusterNode:
 
     async def _reconciler(self) -> None:
         assert self.streams is not None
+        await self.registered.wait()
         while True:
             await self._dirty.wait()
             self._dirty = anyio.Event()
@@ -205,3 +230,5 @@ class ClusterNode:
                 log.exception("reconciling replicas with the metadata failed")
                 await anyio.sleep(1.0)
                 self._dirty.set()
+            else:
+                self.reconciled.set()

@@ -166,6 +166,8 @@ class RegisteredServer:
     """``host:port`` of its client protocol (what Metadata lists and peers dial)."""
     raft_address: str
     """``host:port`` of its metadata Raft member."""
+    incarnation: str = ""
+    """Id of the server's current run (a new one at every start; "" if never given)."""
 
     def to_dict(self) -> dict[str, Any]:
         """As a JSON object."""
@@ -173,6 +175,7 @@ class RegisteredServer:
             "server_id": self.server_id,
             "client_address": self.client_address,
             "raft_address": self.raft_address,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -182,6 +185,7 @@ class RegisteredServer:
             server_id=str(data["server_id"]),
             client_address=str(data["client_address"]),
             raft_address=str(data["raft_address"]),
+            incarnation=str(data.get("incarnation", "")),
         )
 
 

@@ -72,7 +72,16 @@ class DeleteStream:
 
 @attrs.frozen
 class RegisterServer:
-    """Record (or update) a server's client and Raft addresses (idempotent)."""
+    """Record (or update) a server's client and Raft addresses, at every start.
+
+    A new ``incarnation`` after an unclean stop (``clean`` false: a crash, a kill) also
+    takes the server out of every ISR it shares with other replicas, and moves the
+    leadership of the partitions it led to the next ISR member (epoch + 1): its log may
+    miss records it had (a cut unflushed tail, damaged files), so it is not in sync until
+    it has caught up again and the leader re-adds it. A partition whose ISR is this server
+    alone keeps it. After a clean stop (every log flushed and closed) it keeps its places.
+    Repeating the same registration changes nothing.
+    """
 
     server_id: str
     """The server's id."""
@@ -80,6 +89,10 @@ class RegisterServer:
     """Its client protocol ``host:port``."""
     raft_address: str
     """Its metadata Raft ``host:port``."""
+    incarnation: str = ""
+    """Id of this run of the server ("": an address update only)."""
+    clean: bool = False
+    """The previous run of the server stopped cleanly."""
 
     kind = "register_server"
 
@@ -90,6 +103,8 @@ class RegisterServer:
             "server_id": self.server_id,
             "client_address": self.client_address,
             "raft_address": self.raft_address,
+            "incarnation": self.incarnation,
+            "clean": self.clean,
         }
 
 
@@ -200,6 +215,8 @@ def op_from_dict(data: Mapping[str, Any]) -> Op:
             server_id=str(data["server_id"]),
             client_address=str(data["client_address"]),
             raft_address=str(data["raft_address"]),
+            incarnation=str(data.get("incarnation", "")),
+            clean=data.get("clean") is True,
         )
     if kind == UpdateIsr.kind:
         return UpdateIsr(
@@ -265,17 +282,45 @@ def apply(state: MetadataState, op: Op) -> tuple[MetadataState, OpResult]:
         del streams[op.name]
         return attrs.evolve(bumped, streams=streams), OpResult(stream=existing)
     if isinstance(op, RegisterServer):
-        record = RegisteredServer(op.server_id, op.client_address, op.raft_address)
-        if state.servers.get(op.server_id) == record:
-            return bumped, OpResult()
-        servers = dict(state.servers)
-        servers[op.server_id] = record
-        return attrs.evolve(bumped, servers=servers), OpResult()
+        return _register(bumped, op)
     if isinstance(op, UpdateIsr):
         return _update_isr(bumped, op)
     if isinstance(op, ElectLeader):
         return _elect_leader(bumped, op)
     raise TypeError(f"not a metadata op: {op!r}")  # pragma: no cover
+
+
+def _register(state: MetadataState, op: RegisterServer) -> tuple[MetadataState, OpResult]:
+    old = state.servers.get(op.server_id)
+    restarted = bool(op.incarnation) and (old is None or old.incarnation != op.incarnation)
+    incarnation = op.incarnation or (old.incarnation if old is not None else "")
+    record = RegisteredServer(op.server_id, op.client_address, op.raft_address, incarnation)
+    if record == old:
+        return state, OpResult()
+    servers = dict(state.servers)
+    servers[op.server_id] = record
+    state = attrs.evolve(state, servers=servers)
+    if not restarted or op.clean:
+        return state, OpResult()
+    streams = dict(state.streams)
+    left = moved = 0
+    for name, meta in state.streams.items():
+        parts = list(meta.partitions)
+        for i, a in enumerate(parts):
+            if op.server_id not in a.isr or len(a.isr) == 1:
+                continue
+            isr = tuple(r for r in a.isr if r != op.server_id)
+            left += 1
+            if a.leader == op.server_id:
+                leader = next(r for r in a.replicas if r in isr)
+                parts[i] = attrs.evolve(a, leader=leader, isr=isr, leader_epoch=a.leader_epoch + 1)
+                moved += 1
+            else:
+                parts[i] = attrs.evolve(a, isr=isr)
+        if parts != list(meta.partitions):
+            streams[name] = attrs.evolve(meta, partitions=tuple(parts))
+    message = f"restarted: left {left} ISR(s), {moved} leadership(s) moved" if left else ""
+    return attrs.evolve(state, streams=streams), OpResult(message=message)
 
 
 def _create(state: MetadataState, op: CreateStream) -> tuple[MetadataState, OpResult]:
