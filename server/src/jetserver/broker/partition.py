@@ -51,10 +51,8 @@ from jetserver.broker.acks import PartitionAck, publish_acks
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.roles import (
     ROLE_LEADER,
-    ROLE_NONE,
     ROLE_SINGLE,
     ReplicaRoles,
-    checkpointed_hw,
 )
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.logs import fields
@@ -175,10 +173,7 @@ class PartitionReplica(ReplicaRoles):
     _committed_floor: int = 0
 
     def __attrs_post_init__(self) -> None:
-        if not self._role:
-            # Without a controller nothing will assign a role: this server leads alone.
-            self._role = ROLE_SINGLE if self.controller is None else ROLE_NONE
-        self._committed_floor = max(self.log.high_watermark, checkpointed_hw(self.log))
+        self._init_roles()
 
     # ---------------------------------------------------------------- ingest side
 
@@ -230,6 +225,7 @@ class PartitionReplica(ReplicaRoles):
                 self._tg = tg
                 tg.start_soon(self._flusher)
                 tg.start_soon(self._maintenance)
+                await self._scrub_at_open()
                 task_status.started()
                 await self._sequencer()
                 tg.cancel_scope.cancel()

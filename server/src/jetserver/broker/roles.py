@@ -9,6 +9,10 @@ proposals, and starts the follower's :class:`~jetserver.replication.fetcher.Foll
   offset in the epoch cache, rebuild the idempotent-producer table from the log tail, start
   a :class:`~jetserver.replication.LeaderState`, propose ISR changes in a loop, subscribe
   to NATS. In the same epoch, a new assignment only brings a new ISR.
+- **At open** (a replicated partition after an unclean shutdown): CRC-check the whole log
+  and truncate at the first damaged record, before the partition is visible; a replica
+  that lost data this way, or whose recovery found damage, does not lead while another
+  ISR member can, and does not report its leader silent until it caught up once.
 - Becoming **follower**: unsubscribe, drop queued messages, fail pending ALL acks with
   NOT_LEADER (the message may or may not be committed: idempotent producers retry safely),
   and run a fetcher for the new leader and epoch.
@@ -39,6 +43,7 @@ from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.ids import replica_index
+from jetserver.replication.scrub import first_damaged_offset
 from jetserver.storage import Log, StorageError
 from jetserver.storage.checkpoint import HIGH_WATERMARK_FILE, read_single_value
 
@@ -68,6 +73,7 @@ class ReplicaRoles:
     server_id: str
     controller: ControlPlane | None
     queue_group: str
+    replication_factor: int
     spec: StreamSpec | None
     replication: ReplicationConfig
     _closed: bool
@@ -95,6 +101,50 @@ class ReplicaRoles:
     _fields: Callable[..., dict[str, Any]]
     _scrubbed: bool = False
     """The log was CRC-checked (or needs no check) since this process opened it."""
+    _log_damaged: bool | None = None
+    """The log lost data at open or in the scrub and has not caught up with a leader since
+    (None: not assessed yet)."""
+    _scrub_cut: bool = False
+    """The scrub at open truncated damaged records."""
+
+    def _init_roles(self) -> None:
+        """Initial role and damage assessment (called once the fields are set)."""
+        if not self._role:
+            # Without a controller nothing will assign a role: this server leads alone.
+            self._role = ROLE_SINGLE if self.controller is None else ROLE_NONE
+        log_ = self.log
+        self._committed_floor = max(log_.high_watermark, checkpointed_hw(log_))
+
+    async def _scrub_at_open(self) -> None:
+        """A replicated partition opened after an unclean shutdown: CRC-check the whole log
+        and truncate at the first damaged record (see :mod:`~jetserver.replication.scrub`).
+
+        Runs before the partition is visible (``run`` calls it before reporting started),
+        so its HW never appears to move back.
+        """
+        log_ = self.log
+        if (
+            self._scrubbed
+            or self.controller is None
+            or self.replication_factor <= 1
+            or log_.recovery.clean_shutdown
+        ):
+            return
+        self._scrubbed = True
+        try:
+            damaged = await anyio.to_thread.run_sync(first_damaged_offset, log_)
+            if damaged is None:
+                return
+            log.warning(
+                "damaged records found: truncating there to fetch them again from the leader",
+                extra=self._fields(offset=damaged, leo=log_.log_end_offset),
+            )
+            await anyio.to_thread.run_sync(log_.truncate_to, damaged)
+            await anyio.to_thread.run_sync(log_.epochs.truncate_from_end, damaged)
+        except (StorageError, OSError) as exc:
+            log.error("the scrub at open failed", extra=self._fields(error=repr(exc)))
+        self._log_damaged = True
+        self._scrub_cut = True
 
     @property
     def role(self) -> str:
@@ -236,6 +286,16 @@ class ReplicaRoles:
 
     async def _become_leader(self, a: PartitionAssignment) -> None:
         await self._end_role(ROLE_NONE)
+        if self._corrupt_at_open() and any(r != self.server_id for r in a.isr):
+            # Leading with records missing would make the followers truncate to this log.
+            # Step aside: they report this leader silent and an ISR member takes over;
+            # this replica then follows it and fetches what it lost.
+            log.warning(
+                "not leading: recovery found damaged records; waiting for another ISR "
+                "member to take over",
+                extra=self._fields(leader_epoch=a.leader_epoch, isr=",".join(a.isr)),
+            )
+            return
         log_ = self.log
         await anyio.to_thread.run_sync(log_.epochs.assign, a.leader_epoch, log_.log_end_offset)
         self.leader_epoch = a.leader_epoch
@@ -285,15 +345,28 @@ class ReplicaRoles:
             request_flush=self._dirty.set,
             controller=self.controller,
             committed_floor=self._committed_floor,
-            scrub=not self._scrubbed and not self.log.recovery.clean_shutdown,
-            on_scrubbed=self._mark_scrubbed,
+            damaged=self._damaged(),
+            on_whole=self._mark_whole,
         )
         self._fetcher = fetcher
         self.leader_epoch = a.leader_epoch
         self._start_role_task(fetcher.run)
 
-    def _mark_scrubbed(self) -> None:
-        self._scrubbed = True
+    def _damaged(self) -> bool:
+        """True while the log may lack records it had (see ``_log_damaged``)."""
+        if self._log_damaged is None:
+            self._log_damaged = not self.log.recovery.ok
+        return self._log_damaged
+
+    def _mark_whole(self) -> None:
+        self._log_damaged = False
+
+    def _corrupt_at_open(self) -> bool:
+        """Recovery found damaged records (not just a torn tail, the normal outcome of a
+        crash): this replica may miss committed records until it caught up once."""
+        report = self.log.recovery
+        found = self._scrub_cut or report.corrupt_files or report.unreadable_ranges
+        return self._damaged() and bool(found)
 
     async def _follower_hw(self, hw: int) -> None:
         if hw > self.log.high_watermark:

@@ -4,8 +4,6 @@ One :class:`FollowerFetcher` runs per follower replica and leader epoch (the par
 starts a new one when the leader or the epoch changes). Over one client-protocol connection
 to the leader it:
 
-0. After an unclean shutdown, **scrubs** its log once (:mod:`~jetserver.replication.scrub`)
-   and truncates at the first damaged record, to fetch the rest again.
 1. **Reconciles** (KIP-101): ``OffsetForLeaderEpoch(latest local epoch)``, truncate to
    :func:`~jetserver.replication.truncation_point`, again until done; a log that is empty,
    or whose tail is damaged, starts at what it holds.
@@ -57,7 +55,6 @@ from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
-from jetserver.replication.scrub import first_damaged_offset
 from jetserver.storage import Log, StorageError
 
 log = logging.getLogger(__name__)
@@ -103,11 +100,12 @@ class FollowerFetcher:
     committed_floor: int = 0
     """Offsets below this were committed before (the checkpointed HW at open): until the
     log holds them again, this replica does not report a silent leader."""
-    scrub: bool = False
-    """CRC-check the whole log first and truncate at the first damaged record (after an
-    unclean shutdown, see :mod:`~jetserver.replication.scrub`)."""
-    on_scrubbed: Callable[[], None] | None = None
-    """Called once the scrub is done (so the next fetcher of this log skips it)."""
+    damaged: bool = False
+    """The log lost records this process cannot vouch for (recovery cut or fenced data,
+    or the scrub at open truncated it): until it has caught up with the leader once, this
+    replica does not report a silent leader."""
+    on_whole: Callable[[], None] | None = None
+    """Called when a damaged replica has caught up with its leader."""
     clock: Callable[[], float] = anyio.current_time
     """Monotonic seconds."""
     fetches: int = 0
@@ -119,27 +117,20 @@ class FollowerFetcher:
     _silence: SilenceDetector | None = None
     _leader_hw: int = -1
 
+    def _have(self) -> int:
+        log_ = self.log
+        return log_.flushed_offset if self.durability == "flushed" else log_.log_end_offset
+
     @property
     def whole(self) -> bool:
         """True if this replica holds every record it knows to be committed (fsynced, or
-        written if durability is ``replicated``)."""
-        log_ = self.log
-        have = log_.flushed_offset if self.durability == "flushed" else log_.log_end_offset
-        return have >= self.committed_floor and have >= self._leader_hw
+        written if durability is ``replicated``), and has no unrepaired damage."""
+        have = self._have()
+        return not self.damaged and have >= self.committed_floor and have >= self._leader_hw
 
     async def run(self) -> None:
         """Replicate until cancelled."""
         self._silence = SilenceDetector(self.config.leader_silence_s, self.clock())
-        if self.scrub:
-            damaged = await anyio.to_thread.run_sync(first_damaged_offset, self.log)
-            if damaged is not None:
-                log.warning(
-                    "damaged records found: truncating there to fetch them again",
-                    extra=self._fields(offset=damaged, leo=self.log.log_end_offset),
-                )
-                await self._truncate(damaged, damaged=True)
-            if self.on_scrubbed is not None:
-                self.on_scrubbed()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_leader)
             await self._replicate()
@@ -222,10 +213,10 @@ class FollowerFetcher:
                 return
         raise _Restart("reconciliation did not converge")
 
-    async def _truncate(self, offset: int, *, damaged: bool = False) -> None:
+    async def _truncate(self, offset: int) -> None:
         log_ = self.log
         if offset < log_.log_end_offset:
-            if offset < log_.high_watermark and not damaged:
+            if offset < log_.high_watermark:
                 log.error(
                     "truncating below the high watermark",
                     extra=self._fields(offset=offset, hw=log_.high_watermark),
@@ -285,6 +276,17 @@ class FollowerFetcher:
             )
             if new > log_.high_watermark:
                 await self.on_hw(new)
+            # An answer without records: this replica holds everything the leader has
+            # fsynced, so every committed record.
+            if (
+                self.damaged
+                and not len(records)
+                and self._have() >= max(header.hw, self.committed_floor)
+            ):
+                self.damaged = False
+                log.info("damaged replica caught up with its leader", extra=self._fields())
+                if self.on_whole is not None:
+                    self.on_whole()
 
     async def _out_of_range(self, leader_log_start: int, leader_leo: int) -> None:
         log_ = self.log
