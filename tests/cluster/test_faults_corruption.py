@@ -79,18 +79,6 @@ def detections(server: JetProcess) -> list[str]:
     ]
 
 
-@pytest.mark.xfail(
-    reason=(
-        "defect (replication + elections): a follower restarted after an unclean shutdown, "
-        "whose scrub truncated its log far below the committed HW, still counts as whole "
-        "(replication/fetcher.py Fetcher.whole: committed_floor is its checkpointed HW, 0 "
-        "here, and it had no fetch answer from the leader before the leader died), reports "
-        "the leader silent, and cluster/elections.py choose_leader elects it (first reporter "
-        "in replica order, no log-end comparison); the healthy follower then truncates to "
-        "it and ~1800-1900 acknowledged records are lost (HW on it goes ~2000 -> ~250)"
-    ),
-    strict=False,
-)
 async def test_damaged_minority_replica_recovers_and_never_leads_with_data_missing(
     tmp_path: Path,
 ) -> None:
