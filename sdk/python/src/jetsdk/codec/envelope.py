@@ -158,6 +158,8 @@ _ACK_BATCH = _sealer(KIND_ACK_BATCH, 0)
 _POLICY_BYTE = tuple(bytes((int(p),)) for p in AckPolicy)
 _NO_KEY = b"\xff\xff\xff\xff"
 _NO_HEADERS = b"\x00\x00"
+_POLICY_BYTES = frozenset(_POLICY_BYTE)
+_POLICY_KEY = struct.Struct(">Bi")
 _ACK_SUCCESS_TAIL = {int(p): bytes((int(p), 0, 0, 0, 0)) for p in AckPolicy}
 """ack_policy, error_code 0, empty error_message: the end of every success ack."""
 
@@ -465,17 +467,27 @@ def scan_message(buf: bytes) -> MessageLayout:
     Raises:
         CodecError: as :func:`decode_message`.
     """
-    kind, flags = _open(buf)
+    if (
+        buf[:8] == _MSG_PLAIN[0]
+        and len(buf) <= _SLICE_MAX_BYTES
+        and type(buf) is bytes
+        and buf[12:13] in _POLICY_BYTES
+    ):
+        # The common case, inline: a flags-0 message, CRC through a bytes slice.
+        kind, flags = KIND_MESSAGE, 0
+        if zlib.crc32(buf[ENVELOPE_HEADER_SIZE:], _MSG_PLAIN[1]) != _U32.unpack_from(buf, 8)[0]:
+            raise CodecError("envelope CRC mismatch", reason="crc")
+    else:
+        kind, flags = _open(buf)
     if kind != KIND_MESSAGE:
         raise CodecError(f"envelope kind {kind} is not a message")
     if flags & ~FLAG_PRODUCER:
         raise CodecError(f"unknown envelope flags {flags:#06x}")
     n = len(buf)
     try:
-        ack_policy = buf[ENVELOPE_HEADER_SIZE]
+        ack_policy, klen = _POLICY_KEY.unpack_from(buf, ENVELOPE_HEADER_SIZE)
         if ack_policy not in _ACK_POLICIES:
             raise CodecError(f"unknown ack policy {ack_policy}")
-        (klen,) = _I32.unpack_from(buf, KEY_POS)
         p = KEY_POS + 4
         if klen != -1:
             if klen < 0:
@@ -491,10 +503,28 @@ def scan_message(buf: bytes) -> MessageLayout:
         else:
             headers, p = w.get_headers(buf, p)
         headers_end = p
-        ack_inbox, p = w.get_str16(buf, p, "ack inbox", MAX_SUBJECT_BYTES)
-        correlation_id, p = w.get_str16(buf, p, "correlation id", MAX_CORRELATION_ID_BYTES)
+        # ack_inbox and correlation_id (str16 each), inline.
+        (ilen,) = _U16.unpack_from(buf, p)
+        if ilen > MAX_SUBJECT_BYTES:
+            raise CodecError(
+                f"ack inbox of {ilen} bytes exceeds {MAX_SUBJECT_BYTES}", reason="limit"
+            )
+        p += 2 + ilen
+        if p > n:
+            raise CodecError("truncated ack inbox", reason="truncated")
+        ack_inbox = buf[p - ilen : p].decode() if ilen else ""
+        (clen,) = _U16.unpack_from(buf, p)
+        if clen > MAX_CORRELATION_ID_BYTES:
+            raise CodecError(
+                f"correlation id of {clen} bytes exceeds {MAX_CORRELATION_ID_BYTES}",
+                reason="limit",
+            )
+        p += 2 + clen
+        if p > n:
+            raise CodecError("truncated correlation id", reason="truncated")
+        correlation_id = buf[p - clen : p].decode() if clen else ""
         producer_pos = -1
-        if flags & FLAG_PRODUCER:
+        if flags:
             w.need(buf, p, 16, "producer id")
             producer_pos = p
             p += 16
@@ -506,6 +536,8 @@ def scan_message(buf: bytes) -> MessageLayout:
             if end > n:
                 raise CodecError("truncated value", reason="truncated")
             raise CodecError(f"{n - end} trailing bytes after envelope message")
+    except UnicodeDecodeError:
+        raise CodecError("envelope text field is not valid UTF-8") from None
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "envelope message") from None
     return (ack_policy, klen, headers, headers_end, ack_inbox, correlation_id, producer_pos, p)

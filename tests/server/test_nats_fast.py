@@ -1,0 +1,210 @@
+"""The nats-py fast receive path (jetserver.nats_fast) and NatsLink.publish_many.
+
+The parser is checked against nats-py's own on random protocol streams cut at random
+points; direct delivery and batched publishing against a real nats-server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import nats
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nats.aio.msg import Msg
+from nats.protocol.parser import Parser
+
+from jetserver.config import NatsConfig
+from jetserver.nats_fast import FastParser, JetNatsClient, fast_path_supported
+from jetserver.nats_link import NatsLink
+from support.nats_server import NatsServer
+
+
+class _Recorder:
+    """Stands in for the nats-py client behind a parser: records what it is told."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self._subs: dict[int, object] = {}
+        self._jet_direct: dict[int, object] = {}
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        self.calls.append(("msg", sid, bytes(subject), bytes(reply), data, headers))
+
+    async def _process_ping(self) -> None:
+        self.calls.append(("ping",))
+
+    async def _process_pong(self) -> None:
+        self.calls.append(("pong",))
+
+    async def _process_info(self, info: dict[str, Any]) -> None:
+        self.calls.append(("info", info))
+
+    async def _process_err(self, err: str) -> None:
+        self.calls.append(("err", err))
+
+
+tokens = st.text("abcXYZ09_-", min_size=1, max_size=6)
+subjects = st.lists(tokens, min_size=1, max_size=3).map(".".join)
+payloads = st.one_of(
+    st.binary(max_size=40),
+    st.sampled_from([b"", b"MSG x 1 2\r\nhi\r\n", b"\r\n", b"PING\r\n", b"\r"]),
+)
+
+
+@st.composite
+def operations(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["msg", "msg", "msg", "reply", "hmsg", "ping", "pong", "ok"]))
+    sid = draw(st.integers(1, 300))
+    subject = draw(subjects).encode()
+    payload = draw(payloads)
+    if kind == "msg":
+        return b"MSG %b %d %d\r\n%b\r\n" % (subject, sid, len(payload), payload)
+    if kind == "reply":
+        reply = draw(subjects).encode()
+        return b"MSG %b %d %b %d\r\n%b\r\n" % (subject, sid, reply, len(payload), payload)
+    if kind == "hmsg":
+        hdr = b"NATS/1.0\r\nk: v\r\n\r\n"
+        total = len(hdr) + len(payload)
+        return b"HMSG %b %d %d %d\r\n%b%b\r\n" % (subject, sid, len(hdr), total, hdr, payload)
+    return {"ping": b"PING\r\n", "pong": b"PONG\r\n", "ok": b"+OK\r\n"}[kind]
+
+
+async def _feed(parser_class: type[Parser], chunks: list[bytes]) -> list[tuple[Any, ...]]:
+    nc = _Recorder()
+    parser = parser_class(nc)
+    for chunk in chunks:
+        await parser.parse(chunk)
+    assert not parser.buf, "everything was complete, nothing may be left"
+    return nc.calls
+
+
+def _cut(stream: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(stream) + 1) for c in cuts})
+    out, last = [], 0
+    for p in [*points, len(stream)]:
+        out.append(stream[last:p])
+        last = p
+    return out
+
+
+def test_fast_path_is_supported_by_the_installed_nats_py() -> None:
+    assert fast_path_supported()
+    assert isinstance(JetNatsClient()._ps, FastParser)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(operations(), min_size=1, max_size=12), st.lists(st.integers(0, 10**6)))
+def test_fast_parser_matches_nats_py(ops: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(ops)
+    chunks = _cut(stream, cuts)
+
+    async def both() -> None:
+        expected = await _feed(Parser, [stream])
+        assert await _feed(FastParser, chunks) == expected
+        assert await _feed(FastParser, [stream[i : i + 1] for i in range(len(stream))]) == (
+            expected
+        )
+
+    asyncio.run(both())
+
+
+@pytest.mark.anyio
+async def test_unusual_msg_lines_go_through_nats_py() -> None:
+    stream = b"MSG a  1 2\r\nhi\r\nMSG b\t2 3\r\nabc\r\nMSG c 3 r 1\r\nx\r\n"
+    assert await _feed(FastParser, [stream]) == await _feed(Parser, [stream])
+
+
+@pytest.mark.anyio
+async def test_direct_delivery_order_headers_reply_and_unsubscribe(
+    nats_server: NatsServer,
+) -> None:
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect(attempts=3)
+    got: list[Msg] = []
+    done = anyio.Event()
+
+    async def handler(msg: Msg) -> None:
+        got.append(msg)
+        if len(got) == 203:
+            done.set()
+
+    sub = await link.subscribe("fast.>", handler)
+    assert isinstance(link.client, JetNatsClient)
+    assert link.client._jet_direct
+    await link.flush(5)
+    plain = await nats.connect(nats_server.url)
+    try:
+        for i in range(100):
+            await plain.publish(f"fast.{i % 3}", b"m%d" % i)
+        await plain.publish("fast.h", b"with headers", headers={"k": "v"})
+        await plain.publish("fast.r", b"with reply", reply="_INBOX.r")
+        queued = await link.publish_many([(f"fast.p.{i}", b"p%d" % i) for i in range(100)])
+        assert queued == 100
+        await plain.publish("fast.end", b"end")
+        await plain.flush()
+        with anyio.fail_after(10):
+            await done.wait()
+    finally:
+        await plain.close()
+    datas = [m.data for m in got]
+    from_plain = [d for d in datas if d.startswith(b"m")]
+    from_link = [d for d in datas if d.startswith(b"p")]
+    assert from_plain == [b"m%d" % i for i in range(100)]
+    assert from_link == [b"p%d" % i for i in range(100)]
+    headers_msg = next(m for m in got if m.data == b"with headers")
+    assert headers_msg.headers == {"k": "v"}
+    assert next(m for m in got if m.data == b"with reply").reply == "_INBOX.r"
+    assert got[0].subject == "fast.0"
+    await sub.unsubscribe()
+    assert not link.client._jet_direct
+    await link.close()
+
+
+@pytest.mark.anyio
+async def test_direct_delivery_drops_beyond_the_pending_limit(nats_server: NatsServer) -> None:
+    link = NatsLink(NatsConfig(servers=(nats_server.url,), sub_pending_msgs=5))
+    await link.connect(attempts=3)
+    release = anyio.Event()
+    got: list[bytes] = []
+
+    async def slow(msg: Msg) -> None:
+        await release.wait()
+        got.append(msg.data)
+
+    await link.subscribe("slow", slow)
+    await link.flush(5)
+    assert await link.publish_many([("slow", b"%d" % i) for i in range(50)]) == 50
+    await link.flush(5)
+    with anyio.fail_after(10):
+        while link.client.stats["in_msgs"] < 50:  # noqa: ASYNC110 - no event for this
+            await anyio.sleep(0.01)
+    release.set()
+    with anyio.fail_after(10):
+        while len(got) < 5:  # noqa: ASYNC110 - polling the handler's list, bounded
+            await anyio.sleep(0.01)
+    await anyio.sleep(0.2)
+    # five pending (six if the handler had taken one before the rest arrived); the rest
+    # were dropped as a slow consumer, as nats-py does
+    assert got in ([b"%d" % i for i in range(5)], [b"%d" % i for i in range(6)])
+    await link.close()
+
+
+@pytest.mark.anyio
+async def test_publish_many_refuses_bad_subjects_and_oversized_payloads(
+    nats_server: NatsServer,
+) -> None:
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    assert await link.publish_many([("a", b"x")]) == 0  # not connected
+    await link.connect(attempts=3)
+    assert await link.publish_many([("a", b"x"), ("bad subject", b"y"), ("c", b"z")]) == 1
+    assert await link.publish_many([("a\r\nPUB x 1", b"y")]) == 0
+    big = b"x" * (link.max_payload + 1)
+    assert await link.publish_many([("a", b"x"), ("a", big)]) == 1
+    assert await link.publish_many([]) == 0
+    await link.close()
