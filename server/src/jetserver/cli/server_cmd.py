@@ -21,6 +21,7 @@ from jetserver import logs
 from jetserver.config import FETCH_IO_AUTO, FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
 from jetserver.config_load import load_config, to_toml
 from jetserver.errors import ConfigError, JetServerError
+from jetserver.runtime import tune_gc
 
 log = logging.getLogger("jetserver.cli")
 
@@ -148,6 +149,7 @@ def run_command(args: argparse.Namespace) -> int:
         print(to_toml(config), end="")
         return EXIT_OK
     logs.configure(config.logging.level, config.logging.format)
+    tune_gc()
     try:
         anyio.run(serve, config, backend="asyncio")
     except (JetServerError, OSError, BaseExceptionGroup) as exc:
