@@ -1,7 +1,8 @@
 """Replicated publishing and failover: jet RF=3 ack ALL vs NATS JetStream R3, in one run.
 
-Both sides run three servers on this machine's loopback, one after the other (never at the
-same time, so they do not share the 2 cores), with 100-byte values:
+Both sides run three servers on this machine's loopback, started together; the publish
+measurements alternate between the sides (median of the rounds), so that a change of the
+machine's load hits both; 100-byte values:
 
 (a) acked publish throughput: jet ``Producer(ack=ALL)`` (commit = fsynced on every in-sync
     replica, min ISR 2) ``send_soon`` + ``flush`` vs nats-py ``js.publish_async`` +
@@ -23,6 +24,7 @@ better) and JetStream / jet for times (> 1: jet better). Run: ``python -m bench 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -259,25 +261,6 @@ async def _js_failover(cluster: JetStreamCluster, rounds: int) -> list[float]:
     return out
 
 
-async def _js_bench(cluster: JetStreamCluster, quick: bool, failover_rounds: int) -> Figures:
-    n = 20_000 if quick else 100_000
-    rate, total = (500.0, 1500) if quick else (1000.0, 5000)
-    nc = await _js_connect(cluster.urls)
-    js = nc.jetstream(publish_async_max_pending=WINDOW)
-    figures = Figures()
-    try:
-        await _js_add_stream(js)
-        await _js_stream_leader(js)
-        await _js_publish_rate(js, 1000)  # warm-up
-        figures.publish_rate = await _js_publish_rate(js, n)
-        figures.latency_ms = await _js_latency(js, rate, total)
-    finally:
-        await nc.close()
-    if failover_rounds:
-        figures.failover_s = await _js_failover(cluster, failover_rounds)
-    return figures
-
-
 # -- jet RF=3 -----------------------------------------------------------------------------
 
 
@@ -345,19 +328,69 @@ async def _jet_failover(cluster: Cluster, rounds: int) -> list[float]:
     return out
 
 
-async def _jet_bench(cluster: Cluster, quick: bool, failover_rounds: int) -> Figures:
+# -- both, interleaved ----------------------------------------------------------------
+
+
+def _bind(
+    publish: Callable[[Any, int], Awaitable[float]], target: Any
+) -> Callable[[int], Awaitable[float]]:
+    return lambda n: publish(target, n)
+
+
+async def _measure(
+    jsc: JetStreamCluster, jsc_sync: JetStreamCluster | None, cluster: Cluster | None, quick: bool
+) -> tuple[Figures, Figures | None, Figures | None]:
+    """Publish rounds alternate between the sides (so a change of machine load hits both),
+    then latency, then failover (each side in turn)."""
     n = 20_000 if quick else 100_000
+    rounds = 2 if quick else 3
     rate, total = (500.0, 1500) if quick else (1000.0, 5000)
-    figures = Figures()
-    async with Client(cluster.addresses) as jet:
-        await jet.create_stream(STREAM, SUBJECT, partitions=1, replication_factor=3)
-        await wait_info(cluster, STREAM, 0, lambda i: len(i.isr) == 3, READY_TIMEOUT_S, "ISR")
-        await _jet_publish_rate(jet, 1000)  # warm-up
-        figures.publish_rate = await _jet_publish_rate(jet, n)
-        figures.latency_ms = await _jet_latency(jet, rate, total)
-    if failover_rounds:
-        figures.failover_s = await _jet_failover(cluster, failover_rounds)
-    return figures
+    js, js_sync, jet = Figures(), Figures() if jsc_sync else None, Figures() if cluster else None
+    contexts: dict[str, Any] = {}
+    connections = []
+    for name, c in (("js", jsc), ("js_sync", jsc_sync)):
+        if c is not None:
+            nc = await _js_connect(c.urls)
+            connections.append(nc)
+            contexts[name] = nc.jetstream(publish_async_max_pending=WINDOW)
+            await _js_add_stream(contexts[name])
+            await _js_stream_leader(contexts[name])
+    jet_client = Client(cluster.addresses if cluster else ["127.0.0.1:1"])
+    try:
+        if cluster is not None:
+            await jet_client.__aenter__()
+            await jet_client.create_stream(STREAM, SUBJECT, partitions=1, replication_factor=3)
+            await wait_info(cluster, STREAM, 0, lambda i: len(i.isr) == 3, READY_TIMEOUT_S, "ISR")
+        sides: list[tuple[str, Callable[[int], Awaitable[float]]]] = [
+            (name, _bind(_js_publish_rate, ctx)) for name, ctx in contexts.items()
+        ]
+        if cluster is not None:
+            sides.append(("jet", _bind(_jet_publish_rate, jet_client)))
+        rates: dict[str, list[float]] = {name: [] for name, _ in sides}
+        for _name, publish in sides:
+            await publish(1000)  # warm-up
+        for r in range(rounds):
+            for name, publish in sides[r % len(sides) :] + sides[: r % len(sides)]:
+                rates[name].append(await publish(n))
+        for name, values in rates.items():
+            print(f"  publish {name:<8} " + "  ".join(f"{v:>9,.0f}" for v in values) + " msg/s")
+        js.publish_rate = statistics.median(rates["js"])
+        js.latency_ms = await _js_latency(contexts["js"], rate, total)
+        if js_sync is not None:
+            js_sync.publish_rate = statistics.median(rates["js_sync"])
+        if jet is not None:
+            jet.publish_rate = statistics.median(rates["jet"])
+            jet.latency_ms = await _jet_latency(jet_client, rate, total)
+    finally:
+        for nc in connections:
+            await nc.close()
+        if cluster is not None:
+            await jet_client.__aexit__(None, None, None)
+    failover_rounds = 1 if quick else 3
+    js.failover_s = await _js_failover(jsc, failover_rounds)
+    if jet is not None and cluster is not None:
+        jet.failover_s = await _jet_failover(cluster, failover_rounds)
+    return js, js_sync, jet
 
 
 # -- report -------------------------------------------------------------------------------
@@ -410,33 +443,28 @@ def _report(jet: Figures | None, js: Figures, js_sync: Figures | None) -> None:
 
 
 def run(quick: bool) -> None:
-    """Measure both sides one after the other and print them side by side."""
-    rounds = 1 if quick else 3
+    """Start both sides (and, in the full run, JetStream with sync_interval always), measure
+    them interleaved, print them side by side."""
     root = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    print(
+        f"JetStream R3 (3 nats-servers, routes on loopback) vs jet RF=3 ack ALL (3 jet servers "
+        f"+ nats-server); window {WINDOW}; load average {os.getloadavg()[0]:.1f}"
+    )
     try:
-        print(f"JetStream R3 (3 nats-servers, routes on loopback), window {WINDOW}")
-        with JetStreamCluster(root / "js").running() as jsc:
-            js = anyio.run(_js_bench, jsc, quick, rounds, backend="asyncio")
-        print(
-            f"  publish {js.publish_rate:,.0f} msg/s; latency p50 {_pct(js.latency_ms, 0.5):.2f}"
-            f" ms p99 {_pct(js.latency_ms, 0.99):.2f} ms"
-        )
-        js_sync = None
-        if not quick:
-            print("JetStream R3 with sync_interval: always")
-            with JetStreamCluster(root / "js-sync", sync_always=True).running() as jsc:
-                js_sync = anyio.run(_js_bench, jsc, quick, 0, backend="asyncio")
-            print(f"  publish {js_sync.publish_rate:,.0f} msg/s")
-        jet = None
-        if CLUSTERING_AVAILABLE:
-            print(f"jet RF=3 ack ALL (3 jet servers + nats-server), window {WINDOW}")
-            with Cluster(root / "jet", servers_count=3, log_level="WARNING") as cluster:
-                jet = anyio.run(_jet_bench, cluster, quick, rounds, backend="asyncio")
-            print(
-                f"  publish {jet.publish_rate:,.0f} msg/s; latency p50 "
-                f"{_pct(jet.latency_ms, 0.5):.2f} ms p99 {_pct(jet.latency_ms, 0.99):.2f} ms"
-            )
+        with contextlib.ExitStack() as stack:
+            jsc = stack.enter_context(JetStreamCluster(root / "js").running())
+            jsc_sync = None
+            if not quick:
+                sync = JetStreamCluster(root / "js-sync", sync_always=True)
+                jsc_sync = stack.enter_context(sync.running())
+            cluster = None
+            if CLUSTERING_AVAILABLE:
+                cluster = stack.enter_context(
+                    Cluster(root / "jet", servers_count=3, log_level="WARNING")
+                )
+            js, js_sync, jet = anyio.run(_measure, jsc, jsc_sync, cluster, quick, backend="asyncio")
         _report(jet, js, js_sync)
+        print(f"  load average at the end {os.getloadavg()[0]:.1f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
