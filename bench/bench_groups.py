@@ -6,11 +6,13 @@ they report in their output files.
 
 (a) group consume throughput over 8 partitions (jet) / one stream (JetStream), N stored
     100-byte messages, 1, 2 and 4 member processes, batches of up to 1000 (jet ``fetch``,
-    JetStream pull ``fetch``); jet auto-commits every 1 s, JetStream
+    JetStream pull ``fetch``); jet members use the default timing (session 10 s, heartbeat
+    3 s) and auto-commit every 1 s; JetStream
     workers ack every message (explicit acks: what a durable work queue needs; shown also
-    with ``ack_policy: none``, which never redelivers, as an upper bound). Rate = N /
-    (last message consumed - first message consumed); the time from "go" until every member
-    has its partitions (jet: join + rebalances) is printed beside it.
+    with ``ack_policy: none``, which never redelivers, as an upper bound). Rate = N / (time
+    every message had been consumed once - first message consumed): duplicates (after a
+    lost lease under load) do not count; their number and the time from "go" to the first
+    message (jet: join) are printed beside it.
 (b) commit overhead: 2 jet members with auto-commit every 1 s vs no commits at all.
 (c) rebalance: 3 members/workers, a producer at a fixed rate, each message takes 1 ms to
     process; one member is killed with SIGKILL. jet: time until every partition the victim
@@ -65,7 +67,12 @@ def _wait_go(go: Path) -> None:
 async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
     stop, go = Path(spec["stop"]), Path(spec["go"])
     delay = spec.get("delay", 0.0)
-    cfg = MemberConfig(session_timeout=SESSION, heartbeat_interval=HEARTBEAT, release_timeout=4.0)
+    if spec.get("short_session"):
+        cfg = MemberConfig(
+            session_timeout=SESSION, heartbeat_interval=HEARTBEAT, release_timeout=4.0
+        )
+    else:
+        cfg = MemberConfig()  # the defaults: session 10 s, heartbeat 3 s
 
     def note(tag: str) -> Any:
         def callback(parts: list[StreamPartition]) -> None:
@@ -75,6 +82,7 @@ async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
 
         return callback
 
+    ends: dict[str, int] = spec.get("ends", {})
     async with Client(spec["servers"]) as client:
         out.write("ready\n")
         out.flush()
@@ -98,6 +106,9 @@ async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
                     count += len(batch)
                     first = first or now
                     last = now
+                    for m in batch:
+                        if ends.get(str(m.partition)) == m.offset + 1:
+                            out.write(f"end {m.partition} {now:.4f}\n")
                     if spec.get("track"):
                         seen = sorted({m.partition for m in batch})
                         out.write(f"seen {','.join(map(str, seen))} {now:.4f}\n")
@@ -134,8 +145,9 @@ async def _js_worker(spec: dict[str, Any], out: Any) -> None:
                 msgs = []
             now = time.time()
             if msgs:
-                seqs = [m.metadata.sequence.stream for m in msgs]
-                if spec.get("track"):
+                track = spec.get("track")
+                seqs = [m.metadata.sequence.stream for m in msgs] if track else []
+                if track:
                     out.write(f"got {','.join(map(str, seqs))} {now:.4f}\n")
                     out.flush()
                 if delay:
@@ -146,7 +158,7 @@ async def _js_worker(spec: dict[str, Any], out: Any) -> None:
                 count += len(msgs)
                 first = first or now
                 last = time.time()
-                if spec.get("track"):
+                if track:
                     out.write(f"done {','.join(map(str, seqs))} {last:.4f}\n")
             if now >= next_progress:
                 out.write(f"progress {count}\n")
@@ -263,8 +275,20 @@ class Round:
         return results
 
 
-def _throughput(work: Path, specs: list[dict[str, Any]], n: int) -> tuple[float, float]:
-    """(messages/s over the consuming span, seconds from go until the first message)."""
+def _ends(rnd: Round, count: int) -> dict[int, float]:
+    """Per partition, when its last message was first consumed (jet workers' ``end`` lines)."""
+    ends: dict[int, float] = {}
+    for i in range(count):
+        for line in rnd.lines(i):
+            if line.startswith("end "):
+                _, p, at = line.split()
+                ends[int(p)] = min(ends.get(int(p), float(at)), float(at))
+    return ends
+
+
+def _throughput(work: Path, specs: list[dict[str, Any]], n: int) -> tuple[float, float, int]:
+    """(unique messages/s from the first message consumed until every message was consumed
+    once, seconds from go until the first message, messages consumed more than once)."""
     rnd = Round(work)
     for spec in specs:
         rnd.spawn(spec)
@@ -272,22 +296,34 @@ def _throughput(work: Path, specs: list[dict[str, Any]], n: int) -> tuple[float,
     go_at = time.time()
     rnd.go.touch()
     deadline = time.monotonic() + WAIT_S
-    while sum(rnd.progress(i) for i in range(len(specs))) < n:
+    partitioned = "ends" in specs[0]
+
+    def done() -> bool:
+        if partitioned:  # every partition's last message consumed by someone
+            return len(_ends(rnd, len(specs))) == len(specs[0]["ends"])
+        return sum(rnd.progress(i) for i in range(len(specs))) >= n
+
+    while not done():
         if time.monotonic() > deadline or rnd.failed():
             rnd.finish()
             raise RuntimeError("consumption did not finish (a worker failed, or timed out)")
         time.sleep(0.05)
+    ends = _ends(rnd, len(specs))
     results = rnd.finish()
+    lost = sum(1 for i in range(len(specs)) for x in rnd.lines(i) if x.startswith("l "))
+    if lost:
+        print(f"  (a member lost its lease {lost} time(s): an overloaded box)")
     first = min(r["first"] for r in results if r["count"])
-    last = max(r["last"] for r in results if r["count"])
+    last = max(ends.values()) if partitioned else max(r["last"] for r in results if r["count"])
     total = sum(r["count"] for r in results)
-    return total / (last - first), first - go_at
+    return n / (last - first), first - go_at, max(0, total - n)
 
 
 def _jet_takeover(work: Path, base: dict[str, Any], rate: int) -> float:
     rnd = Round(work)
     rnd.spawn({**base, "kind": "jet-produce", "rate": rate})
-    members = [rnd.spawn({**base, "kind": "jet", "track": True, "delay": 0.001}) for _ in range(3)]
+    member = {**base, "kind": "jet", "track": True, "delay": 0.001, "short_session": True}
+    members = [rnd.spawn(member) for _ in range(3)]
     rnd.wait_ready()
     rnd.go.touch()
     time.sleep(4.0)
@@ -355,15 +391,18 @@ def _js_redelivery(work: Path, base: dict[str, Any], rate: int) -> float:
     return max(redone.values()) - killed
 
 
-async def _prepare(servers: list[str], js_url: str, stream: str, n: int) -> None:
+async def _prepare(servers: list[str], js_url: str, stream: str, n: int) -> dict[str, int]:
+    """Fill both sides; the jet stream's partition ends (HW per partition)."""
     async with Client(servers) as client:
         await client.create_stream(stream, f"bench.{stream}", partitions=PARTITIONS)
         await client.create_stream("live", "bench.live", partitions=PARTITIONS)
         await jet_fill(client, stream, n)
+        ends = {str(p): (await client.list_offsets(stream, p)).hw for p in range(PARTITIONS)}
     nc, js = await js_setup(js_url, "GROUPS", "js.groups")
     await js.add_stream(name="LIVE", subjects=["js.live"])
     await js_fill(js, "js.groups", n)
     await nc.close()
+    return ends
 
 
 async def _durable(
@@ -391,24 +430,24 @@ def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
     rate = 1000
     results = Results()
     print(f"(a) group consume throughput, {n:,} x 100 B, {PARTITIONS} partitions (filling...)")
-    anyio.run(_prepare, servers, js_url, "grp", n, backend="asyncio")
-    jet_base = {"servers": servers, "stream": "grp", "auto_commit": 1.0}
+    ends = anyio.run(_prepare, servers, js_url, "grp", n, backend="asyncio")
+    jet_base = {"servers": servers, "stream": "grp", "auto_commit": 1.0, "ends": ends}
     for members in (1, 2, 4):
         group = f"g-{uuid.uuid4().hex[:6]}"
-        jet_rate, jet_start = _throughput(
+        jet_rate, jet_start, dups = _throughput(
             work, [{**jet_base, "kind": "jet", "group": group}] * members, n
         )
         durable = f"d{uuid.uuid4().hex[:6]}"
         anyio.run(_durable, js_url, "GROUPS", durable, 30.0, backend="asyncio")
         js_base = {"url": js_url, "js_stream": "GROUPS", "durable": durable}
-        js_rate, js_start = _throughput(work, [{**js_base, "kind": "js"}] * members, n)
+        js_rate, js_start, _ = _throughput(work, [{**js_base, "kind": "js"}] * members, n)
         durable = f"d{uuid.uuid4().hex[:6]}"
         anyio.run(partial(_durable, js_url, "GROUPS", durable, 30.0, ack=False), backend="asyncio")
         no_ack = {**js_base, "kind": "js", "durable": durable, "ack": False}
-        js_none, _ = _throughput(work, [no_ack] * members, n)
+        js_none, _, _ = _throughput(work, [no_ack] * members, n)
         print(
             f"  {members} member(s): first message after go: jet {jet_start:.2f} s, "
-            f"jetstream {js_start:.2f} s"
+            f"jetstream {js_start:.2f} s; jet messages consumed twice: {dups}"
         )
         results.add(f"{members} member(s) vs acks each", jet_rate, js_rate, "msg/s", True)
         results.add(f"{members} member(s) vs ack none", jet_rate, js_none, "msg/s", True)

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
@@ -28,8 +29,8 @@ from jetsdk.group.member import MemberConfig
 from support.jet_dev import JetDev
 
 WORKER = Path(__file__).with_name("group_worker.py")
-SESSION = 2.0
-HEARTBEAT = 0.2
+SESSION = 2.5
+HEARTBEAT = 0.25
 AUTO_COMMIT = 0.5
 CFG = MemberConfig(session_timeout=SESSION, heartbeat_interval=HEARTBEAT, release_timeout=4.0)
 _names = itertools.count()
@@ -159,13 +160,23 @@ def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: li
         60,
         "three members sharing the six partitions",
     )
-    anyio.run(produce, servers, stream, 1200, 600)
+    # Kill while messages flow: production goes on in a thread, the victim dies mid-batch.
+    producing = threading.Thread(target=anyio.run, args=(produce, servers, stream, 1200, 600))
+    producing.start()
     victim = workers[1]
-    victim_parts = sorted(p for p, w in owners().items() if w is victim)
-    assert victim_parts
+    wait_for(lambda: len(read_lines(victim.out)) > 250, 30, "the victim at work")
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait(timeout=10)
     killed_at = time.time()
+    owned: set[int] = set()  # what the victim held when it died, from its own log
+    for line in read_lines(victim.out):
+        if line.kind == "a":
+            owned.add(line.partition)
+        elif line.kind in ("r", "l"):
+            owned.discard(line.partition)
+    victim_parts = sorted(owned)
+    assert victim_parts
+    producing.join(timeout=60)
     anyio.run(produce, servers, stream, 1200, 1800)
     hw = anyio.run(high_watermarks, servers, stream, partitions)
     assert sum(hw.values()) == 3000
@@ -185,29 +196,42 @@ def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: li
     seen = processed()
     # 1. at least once
     assert set(seen) == {(p, o) for p in range(partitions) for o in range(hw[p])}
-    # 2. duplicates only where the killed member worked, within its uncommitted window
+    # 2. duplicates only where a member stopped without handing over (the killed one, or
+    #    one whose lease ran out on an overloaded box), within its uncommitted window
     dups = {k: v for k, v in seen.items() if len(v) > 1}
     window = AUTO_COMMIT + 1.5  # commit interval + a batch in flight + slack on a busy box
+    stops: dict[int, list[tuple[Worker, float]]] = defaultdict(list)
+    for p in victim_parts:
+        stops[p].append((victim, killed_at))
+    for w in workers:
+        for line in read_lines(w.out):
+            if line.kind == "l":
+                stops[line.partition].append((w, line.at))
     for (p, _o), copies in dups.items():
-        assert p in victim_parts, (p, copies)
-        assert len(copies) == 2
-        first = [line for w, line in copies if w is victim]
-        assert first, copies
-        assert first[0].at >= killed_at - window
+        first_worker, first = min(copies, key=lambda c: c[1].at)
+        assert any(w is first_worker and at - window <= first.at <= at for w, at in stops[p]), (
+            p,
+            copies,
+            stops[p],
+        )
     # 3. the victim's partitions were taken over within the session timeout (+ slack)
+    takeovers = []
     for p in victim_parts:
         resumed = [
             line.at
             for w in workers
             if w is not victim
             for line in read_lines(w.out)
-            if line.kind == "a" and line.partition == p and line.at >= killed_at - 0.5
+            if line.kind == "a" and line.partition == p and line.at >= killed_at - 0.1
         ]
         assert resumed, p
-        assert min(resumed) - killed_at < SESSION + HEARTBEAT + 5.0
+        takeovers.append(min(resumed) - killed_at)
+    assert max(takeovers) < SESSION + HEARTBEAT + 5.0
     counts = Counter(line.count for copies in seen.values() for _, line in copies)
-    assert set(counts) <= {1, 2}
-    print(f"duplicates: {len(dups)}; takeover after kill: see worker logs; counts {counts}")
+    print(
+        f"\nkill test: {len(dups)} duplicates, victim's partitions {victim_parts} taken over "
+        f"{max(takeovers):.2f} s after SIGKILL (session {SESSION} s), delivery counts {counts}"
+    )
 
 
 @pytest.mark.anyio
