@@ -112,6 +112,7 @@ async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
                     if spec.get("track"):
                         seen = sorted({m.partition for m in batch})
                         out.write(f"seen {','.join(map(str, seen))} {now:.4f}\n")
+                        out.flush()
                     if delay:
                         await anyio.sleep(delay * len(batch))
                 if now >= next_progress:
@@ -152,14 +153,17 @@ async def _js_worker(spec: dict[str, Any], out: Any) -> None:
                     out.flush()
                 if delay:
                     await anyio.sleep(delay * len(msgs))
+                last = time.time()
+                if track:
+                    # Written (and flushed) before the acks: a message whose "done" line a
+                    # killed worker did not write is surely redelivered.
+                    out.write(f"done {','.join(map(str, seqs))} {last:.4f}\n")
+                    out.flush()
                 if spec.get("ack", True):
                     for m in msgs:
                         await m.ack()
                 count += len(msgs)
                 first = first or now
-                last = time.time()
-                if track:
-                    out.write(f"done {','.join(map(str, seqs))} {last:.4f}\n")
             if now >= next_progress:
                 out.write(f"progress {count}\n")
                 out.flush()
@@ -256,7 +260,15 @@ class Round:
         """True if a worker exited with an error."""
         return any(proc.poll() not in (None, 0) for proc, _ in self.procs)
 
-    def kill(self, i: int) -> None:
+    def kill_mid_batch(self, i: int, marker: str) -> None:
+        """SIGKILL worker ``i`` while it processes a batch (its last line starts with
+        ``marker``), so it dies with work in flight; bounded wait, then kill anyway."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            lines = self.lines(i)
+            if lines and lines[-1].startswith(marker):
+                break
+            time.sleep(0.005)
         self.procs[i][0].send_signal(signal.SIGKILL)
         self.procs[i][0].wait(30)
 
@@ -328,14 +340,14 @@ def _jet_takeover(work: Path, base: dict[str, Any], rate: int) -> float:
     rnd.go.touch()
     time.sleep(4.0)
     victim = members[1]
+    rnd.kill_mid_batch(victim, "seen ")
+    killed = time.time()
     owned: set[int] = set()
     for line in rnd.lines(victim):
         tag, *rest = line.split()
         if tag in ("a", "r", "l"):
             parts = {int(p) for p in rest[0].split(",") if p}
             owned = owned | parts if tag == "a" else owned - parts
-    rnd.kill(victim)
-    killed = time.time()
     moved: dict[int, float] = {}
     deadline = time.monotonic() + 60
     while len(moved) < len(owned) and time.monotonic() < deadline:
@@ -363,7 +375,7 @@ def _js_redelivery(work: Path, base: dict[str, Any], rate: int) -> float:
     rnd.go.touch()
     time.sleep(4.0)
     victim = workers[1]
-    rnd.kill(victim)
+    rnd.kill_mid_batch(victim, "got ")
     killed = time.time()
     got: set[int] = set()
     done: set[int] = set()
