@@ -125,6 +125,8 @@ _RESULT = struct.Struct(">Hqq")
 PRODUCE_FLAG_PRODUCER = 0x01
 """Produce request flag: producer_id and base_seq follow."""
 _MIN_PRODUCE_MESSAGE = 2 + 4 + 2 + 4  # empty subject, null key, no headers, empty value
+_PLAIN_MESSAGE_HEAD = b"\x00\x00" + w.NULL_LEN + b"\x00\x00"
+"""A Produce message up to its value: empty subject, no key, no headers."""
 _ACK_POLICIES = frozenset(int(p) for p in AckPolicy)
 _POLICY_BY_VALUE = tuple(AckPolicy)  # index by wire value: faster than AckPolicy(value)
 
@@ -193,11 +195,23 @@ def encode_produce_request(req: ProduceRequest) -> bytes:
         parts.append(w.U32.pack(len(req.messages)))
     except struct.error as exc:
         raise CodecError(f"produce request field out of range: {exc}", reason="limit") from None
+    append = parts.append
+    pack_u32 = w.U32.pack
     for msg in req.messages:
+        value = msg.value
+        if not msg.subject and msg.key is None and not msg.headers:
+            # The common message, inline: no subject, no key, no headers.
+            n = len(value)
+            if n > MAX_VALUE_BYTES:
+                raise CodecError(f"value of {n} bytes exceeds {MAX_VALUE_BYTES}", reason="limit")
+            append(_PLAIN_MESSAGE_HEAD)
+            append(pack_u32(n))
+            append(value)
+            continue
         w.put_str16(parts, msg.subject, "subject", MAX_SUBJECT_BYTES)
         w.put_key(parts, msg.key)
         w.put_headers(parts, msg.headers)
-        w.put_value(parts, msg.value)
+        w.put_value(parts, value)
     return b"".join(parts)
 
 

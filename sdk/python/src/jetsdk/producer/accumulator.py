@@ -18,7 +18,7 @@ Not thread-safe; the producer calls it from its event loop only.
 from __future__ import annotations
 
 from collections import deque
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import attrs
 
@@ -43,9 +43,8 @@ DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
 T = TypeVar("T")
 
 
-@attrs.define(slots=True, eq=False)
-class Queued(Generic[T]):
-    """One message waiting in a partition queue."""
+class Queued(NamedTuple, Generic[T]):
+    """One message waiting in a partition queue (a tuple: one is built per message)."""
 
     item: T
     """The caller's payload (the producer's pending message)."""
@@ -75,6 +74,8 @@ class Batch(Generic[T]):
 class _Queue(Generic[T]):
     entries: deque[Queued[T]] = attrs.field(factory=deque)
     size: int = 0
+    mixed: bool = False
+    """Some queued message has another ack policy than the head (closes the head batch)."""
 
 
 class Accumulator(Generic[T]):
@@ -124,8 +125,16 @@ class Accumulator(Generic[T]):
         queue = self._queues.get(partition)
         if queue is None:
             queue = self._queues[partition] = _Queue()
-        was_full = self._head_full(queue)
-        queue.entries.append(Queued(item, size, ack_policy, now))
+        entries = queue.entries
+        count = len(entries)
+        if count >= self.max_batch_messages or queue.size >= self.max_batch_bytes or queue.mixed:
+            was_full = True
+        else:
+            was_full = False
+            # A later message with another policy closes the head batch.
+            if count and ack_policy != entries[0].ack_policy:
+                queue.mixed = True
+        entries.append(Queued(item, size, ack_policy, now))
         queue.size += size
         self._total += 1
         return not was_full and self._head_full(queue)
@@ -134,10 +143,11 @@ class Accumulator(Generic[T]):
         entries = queue.entries
         if not entries:
             return False
-        if len(entries) >= self.max_batch_messages or queue.size >= self.max_batch_bytes:
-            return True
-        # A later message with another policy closes the head batch.
-        return entries[-1].ack_policy != entries[0].ack_policy
+        return (
+            len(entries) >= self.max_batch_messages
+            or queue.size >= self.max_batch_bytes
+            or queue.mixed
+        )
 
     def deadline(self, partition: int) -> float | None:
         """When the head batch becomes ready by age (None if the queue is empty)."""
@@ -179,6 +189,9 @@ class Accumulator(Generic[T]):
             size += head.size
         queue.size -= size
         self._total -= len(items)
+        if queue.mixed:
+            first_policy = entries[0].ack_policy if entries else policy
+            queue.mixed = any(e.ack_policy != first_policy for e in entries)
         return Batch(partition, policy, tuple(items), size)
 
     def drain_all(self) -> list[T]:

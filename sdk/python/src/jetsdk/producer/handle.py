@@ -23,17 +23,18 @@ class SendHandle:
     Task safety: use from the event loop the producer runs in.
     """
 
-    __slots__ = ("_ack", "_callbacks", "_error", "_event")
+    __slots__ = ("_ack", "_acked", "_callbacks", "_error", "_event")
 
     def __init__(self) -> None:
         self._ack: Ack | None = None
+        self._acked: tuple[str, int, int, int] | None = None  # the Ack's fields, built lazily
         self._error: JetError | None = None
         self._event: anyio.Event | None = None
         self._callbacks: list[Callable[[SendHandle], None]] | None = None
 
     def done(self) -> bool:
         """True once the message was acknowledged or failed."""
-        return self._ack is not None or self._error is not None
+        return self._acked is not None or self._ack is not None or self._error is not None
 
     def result(self) -> Ack:
         """The ack of a done handle.
@@ -45,7 +46,9 @@ class SendHandle:
         if self._error is not None:
             raise self._error
         if self._ack is None:
-            raise RuntimeError("the send is not done yet; await the handle")
+            if self._acked is None:
+                raise RuntimeError("the send is not done yet; await the handle")
+            self._ack = Ack(*self._acked)
         return self._ack
 
     def exception(self) -> JetError | None:
@@ -82,6 +85,19 @@ class SendHandle:
         if self.done():
             return
         self._ack, self._error = ack, error
+        self._wake()
+
+    def _set_acked(self, stream: str, partition: int, offset: int, timestamp: int) -> bool:
+        """Succeed with an Ack of these fields (built when asked for); False if already
+        done."""
+        if self._acked is not None or self._ack is not None or self._error is not None:
+            return False
+        self._acked = (stream, partition, offset, timestamp)
+        if self._event is not None or self._callbacks:
+            self._wake()
+        return True
+
+    def _wake(self) -> None:
         if self._event is not None:
             self._event.set()
         if self._callbacks:

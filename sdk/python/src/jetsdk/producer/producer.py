@@ -424,31 +424,39 @@ class Producer:
                 self._resolve(pending, None, closed)
             raise
         else:
-            for pending, result in zip(batch.items, results):
-                self._resolve_result(pending, batch.partition, result)
+            self._resolve_results(batch, results)
         finally:
             sender.in_flight.release()
 
-    def _resolve_result(self, pending: _Pending, partition: int, result: ProduceResult) -> None:
-        code = result.error_code
-        if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE:
-            ack = Ack(self.stream, partition, result.offset, result.timestamp)
-            self._resolve(pending, ack, None)
-        else:
-            error = error_from_code(
-                code,
-                f"send to {self.stream}/{partition} failed",
-                {"stream": self.stream, "partition": partition},
-            )
-            self._resolve(pending, None, error)
+    def _resolve_results(self, batch: Batch[_Pending], results: list[ProduceResult]) -> None:
+        stream, partition = self.stream, batch.partition
+        acked = 0
+        for pending, result in zip(batch.items, results):
+            code = result.error_code
+            if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE:
+                if pending.handle._set_acked(stream, partition, result.offset, result.timestamp):
+                    acked += 1
+            else:
+                error = error_from_code(
+                    code,
+                    f"send to {stream}/{partition} failed",
+                    {"stream": stream, "partition": partition},
+                )
+                self._resolve(pending, None, error)
+        if acked:
+            self._settled(acked)
 
     def _resolve(self, pending: _Pending, ack: Ack | None, error: JetError | None) -> None:
         if pending.handle.done():
             return
         pending.handle._set(ack, error)
+        self._settled(1)
+
+    def _settled(self, count: int) -> None:
+        """``count`` more messages are acknowledged or failed."""
         assert self._space is not None
         assert self._idle is not None
-        self._unresolved -= 1
+        self._unresolved -= count
         if self._unresolved < self.max_pending:
             self._space.set()
         if self._unresolved == 0:
