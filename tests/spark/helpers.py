@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from jetsdk import AckPolicy, Client, Producer
+from jetsdk import AckPolicy, Client, OffsetOutOfRange, Producer
 from jetsdk.codec.record import Record, iter_records
 
 
@@ -68,9 +68,17 @@ def read_all(servers: Sequence[str], stream: str) -> list[Record]:
                 bounds = await client.list_offsets(stream, part.partition, "earliest")
                 offset = bounds.log_start
                 while offset < bounds.hw:
-                    _header, raw = await client.fetch(
-                        stream, part.partition, offset, max_bytes=1 << 20, max_wait=0.0
-                    )
+                    try:
+                        _header, raw = await client.fetch(
+                            stream, part.partition, offset, max_bytes=1 << 20, max_wait=0.0
+                        )
+                    except OffsetOutOfRange as exc:
+                        # retention ran between ListOffsets and this Fetch: read on from
+                        # the new log start (records below it are gone for every reader)
+                        if exc.log_start is None or exc.log_start <= offset:
+                            raise
+                        offset = exc.log_start
+                        continue
                     records = [r for r in iter_records(raw) if r.offset < bounds.hw]
                     if not records:
                         break
