@@ -33,8 +33,11 @@ __all__ = [
     "Queued",
 ]
 
-DEFAULT_LINGER = 0.005
-"""Seconds a message may wait for others to share its batch."""
+DEFAULT_LINGER = 0.0
+"""Seconds a message may wait for others to share its batch. 0: batches form naturally
+while the partition's previous request is in flight (measured on one server: sequential
+``send`` 1.8-2.4 ms each vs 7-10 ms with 5 ms; 50 concurrent senders 7.6-11.9k msg/s vs
+4.2-5.5k; bulk ``send_soon`` throughput unchanged)."""
 DEFAULT_MAX_BATCH_MESSAGES = 1000
 """Most messages in one Produce request."""
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
