@@ -105,7 +105,9 @@ async def test_start_positions(jet_dev: JetDev) -> None:
     name = unique("pos")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(name, name)
-        async with Producer(client, name, linger=0) as producer:
+        # ack ALL: each ack comes after the record is committed (HW past it), so "latest"
+        # and "new-only" below see all six records without racing the HW.
+        async with Producer(client, name, linger=0, ack=AckPolicy.ALL) as producer:
             for i in range(3):
                 await producer.send(b"early-%d" % i)
             await anyio.sleep(0.01)
