@@ -19,9 +19,7 @@ Two modes:
   of their own, latest first, in order, so a slow follower reconciliation never delays the
   other partitions.
 
-Data layout: ``<data_dir>/streams/<name>-<stream_id>/<partition>/`` per partition. A delete
-first renames the stream directory to ``*.deleted`` (atomic), then removes it, so an
-interrupted delete is finished at the next start.
+Data layout and the blocking file helpers: :mod:`jetserver.broker.stream_files`.
 
 Task safety: event loop thread only; create/delete/reconcile are serialized by a lock.
 """
@@ -32,7 +30,7 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,9 +39,15 @@ import attrs
 from anyio.abc import TaskGroup
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetsdk.codec.record import Record, iter_records
 from jetserver.broker.partition import PartitionReplica
-from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
+from jetserver.broker.stream_files import (
+    DELETED_SUFFIX,
+    STREAMS_DIR,
+    log_config,
+    open_partition_log,
+    remove_stream_dir,
+    stream_dir,
+)
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.logs import fields
@@ -53,12 +57,9 @@ from jetserver.metadata.store import MetadataStore
 from jetserver.metadata.validate import partition_subject, spec_from_request
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication.control import ControlPlane
-from jetserver.storage import Log, LogConfig, StorageError
 
 log = logging.getLogger(__name__)
 
-STREAMS_DIR = "streams"
-DELETED_SUFFIX = ".deleted"
 SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 QUEUE_GROUP_PREFIX = "jet.lb."
 """NATS queue group of a load-balance group ``g`` is ``jet.lb.g``."""
@@ -84,26 +85,6 @@ def queue_group(meta: StreamMeta) -> str:
 
 Wanted = tuple[PartitionAssignment, tuple[tuple[str, str], ...]]
 """An assignment and the client addresses of its replicas (what a replica is handed)."""
-
-
-def stream_dir(data_dir: Path, meta: StreamMeta) -> Path:
-    """Directory holding every partition of ``meta``."""
-    return data_dir / STREAMS_DIR / f"{meta.name}-{meta.stream_id}"
-
-
-def log_config(meta: StreamMeta, config: ServerConfig) -> LogConfig:
-    """The storage settings of a stream's partitions."""
-    spec = meta.spec
-    return LogConfig(
-        segment_max_bytes=spec.segment_max_bytes,
-        segment_max_age_s=spec.segment_max_age_s,
-        index_interval_bytes=config.storage.index_interval_bytes,
-        retention_max_age_s=spec.retention_max_age_s,
-        retention_max_bytes=spec.retention_max_bytes,
-        retention_max_messages=spec.retention_max_messages,
-        compact=spec.compact,
-        delete_retention_s=spec.delete_retention_s,
-    )
 
 
 @attrs.define(eq=False)
@@ -300,7 +281,7 @@ class StreamManager:
         max_message = meta.spec.max_message_bytes or self.config.limits.max_message_bytes
         pdir = stream_dir(self.data_dir, meta) / str(p)
         log_, producers = await anyio.to_thread.run_sync(
-            self._open_log, pdir, cfg, meta.name, p, meta.spec.replication_factor == 1
+            open_partition_log, pdir, cfg, meta.name, p, meta.spec.replication_factor == 1
         )
         replica = PartitionReplica(
             stream=meta.name,
@@ -468,46 +449,6 @@ class StreamManager:
             ),
         )
 
-    @staticmethod
-    def _open_log(
-        directory: Path, cfg: LogConfig, name: str, partition: int, sole_replica: bool
-    ) -> tuple[Log, ProducerTable]:
-        directory.mkdir(parents=True, exist_ok=True)
-        log_ = Log.open(directory, cfg)
-        report = log_.recovery
-        if not report.ok or report.indexes_rebuilt:
-            log.warning(
-                "recovery repaired the log",
-                extra=fields(
-                    stream=name,
-                    partition=partition,
-                    bytes_truncated=report.bytes_truncated,
-                    indexes_rebuilt=report.indexes_rebuilt,
-                    corrupt_files=",".join(report.corrupt_files) or None,
-                    unreadable_ranges=str(list(report.unreadable_ranges)) or None,
-                    notes="; ".join(report.notes) or None,
-                ),
-            )
-        elif not report.clean_shutdown:
-            log.info(
-                "log recovered after an unclean shutdown; nothing to repair",
-                extra=fields(stream=name, partition=partition),
-            )
-        # RF=1: whatever survived on disk is durable once flushed, so it is committed.
-        # A replicated partition keeps its checkpointed HW: its tail may be uncommitted.
-        log_.flush()
-        if sole_replica:
-            log_.set_high_watermark(log_.log_end_offset)
-        producers = ProducerTable()
-        try:
-            producers.rebuild(_tail_records(log_, REBUILD_RECORDS))
-        except StorageError as exc:
-            log.warning(
-                "cannot rebuild idempotent producer state",
-                extra=fields(stream=name, partition=partition, error=str(exc)),
-            )
-        return log_, producers
-
     async def stop(self) -> bool:
         """Stop ingest (unsubscribe), append what was queued, flush, checkpoint, close logs.
 
@@ -617,29 +558,4 @@ class StreamManager:
         return self.store
 
     async def _remove_dir(self, directory: Path) -> None:
-        await anyio.to_thread.run_sync(_remove_dir, directory)
-
-
-def _remove_dir(directory: Path) -> None:
-    """Rename ``directory`` to ``*.deleted`` (atomic), then remove it (finished at the next
-    start if interrupted)."""
-    if directory.exists():
-        doomed = directory.with_name(directory.name + DELETED_SUFFIX)
-        directory.rename(doomed)
-        shutil.rmtree(doomed, True)
-
-
-def _tail_records(log_: Log, count: int) -> Iterator[Record]:
-    """The last ``count`` records (fewer if compacted or short), in offset order."""
-    offset = max(log_.log_start_offset, log_.log_end_offset - count)
-    end = log_.log_end_offset
-    while offset < end:
-        with log_.read(offset, 1 << 20, end) as records:
-            data = records.read_bytes()
-            nxt = records.next_offset
-        for record in iter_records(data, verify=False):
-            yield record
-            nxt = max(nxt, record.offset + 1)
-        if nxt <= offset:
-            return
-        offset = nxt
+        await anyio.to_thread.run_sync(remove_stream_dir, directory)

@@ -1,0 +1,119 @@
+"""Where a stream's data lives on disk, and opening / removing it (blocking helpers).
+
+Layout: ``<data_dir>/streams/<name>-<stream_id>/<partition>/`` per partition. A removal
+first renames the stream directory to ``*.deleted`` (atomic), then deletes it, so an
+interrupted removal is finished at the next start (:data:`DELETED_SUFFIX`).
+
+Every function here blocks (file I/O): call it from a worker thread in async code.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from jetsdk.codec.record import Record, iter_records
+from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
+from jetserver.config import ServerConfig
+from jetserver.logs import fields
+from jetserver.metadata.model import StreamMeta
+from jetserver.storage import Log, LogConfig, StorageError
+
+log = logging.getLogger(__name__)
+
+STREAMS_DIR = "streams"
+"""Directory of the streams' data inside the server's data directory."""
+DELETED_SUFFIX = ".deleted"
+"""Suffix of a stream directory being removed."""
+
+
+def stream_dir(data_dir: Path, meta: StreamMeta) -> Path:
+    """Directory holding every partition of ``meta``."""
+    return data_dir / STREAMS_DIR / f"{meta.name}-{meta.stream_id}"
+
+
+def log_config(meta: StreamMeta, config: ServerConfig) -> LogConfig:
+    """The storage settings of a stream's partitions."""
+    spec = meta.spec
+    return LogConfig(
+        segment_max_bytes=spec.segment_max_bytes,
+        segment_max_age_s=spec.segment_max_age_s,
+        index_interval_bytes=config.storage.index_interval_bytes,
+        retention_max_age_s=spec.retention_max_age_s,
+        retention_max_bytes=spec.retention_max_bytes,
+        retention_max_messages=spec.retention_max_messages,
+        compact=spec.compact,
+        delete_retention_s=spec.delete_retention_s,
+    )
+
+
+def open_partition_log(
+    directory: Path, cfg: LogConfig, name: str, partition: int, sole_replica: bool
+) -> tuple[Log, ProducerTable]:
+    """Open (recover) a partition's log, log what recovery repaired, and rebuild the
+    idempotent-producer table from its tail.
+
+    With ``sole_replica`` (replication factor 1) whatever survived on disk is committed once
+    flushed, so the HW is set to the log end; a replicated partition keeps its checkpointed
+    HW (its tail may be uncommitted).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    log_ = Log.open(directory, cfg)
+    report = log_.recovery
+    if not report.ok or report.indexes_rebuilt:
+        log.warning(
+            "recovery repaired the log",
+            extra=fields(
+                stream=name,
+                partition=partition,
+                bytes_truncated=report.bytes_truncated,
+                indexes_rebuilt=report.indexes_rebuilt,
+                corrupt_files=",".join(report.corrupt_files) or None,
+                unreadable_ranges=str(list(report.unreadable_ranges)) or None,
+                notes="; ".join(report.notes) or None,
+            ),
+        )
+    elif not report.clean_shutdown:
+        log.info(
+            "log recovered after an unclean shutdown; nothing to repair",
+            extra=fields(stream=name, partition=partition),
+        )
+    log_.flush()
+    if sole_replica:
+        log_.set_high_watermark(log_.log_end_offset)
+    producers = ProducerTable()
+    try:
+        producers.rebuild(tail_records(log_, REBUILD_RECORDS))
+    except StorageError as exc:
+        log.warning(
+            "cannot rebuild idempotent producer state",
+            extra=fields(stream=name, partition=partition, error=str(exc)),
+        )
+    return log_, producers
+
+
+def remove_stream_dir(directory: Path) -> None:
+    """Rename ``directory`` to ``*.deleted`` (atomic), then remove it (finished at the next
+    start if interrupted)."""
+    if directory.exists():
+        doomed = directory.with_name(directory.name + DELETED_SUFFIX)
+        directory.rename(doomed)
+        shutil.rmtree(doomed, True)
+
+
+def tail_records(log_: Log, count: int) -> Iterator[Record]:
+    """The last ``count`` records (fewer if compacted or short), in offset order."""
+    offset = max(log_.log_start_offset, log_.log_end_offset - count)
+    end = log_.log_end_offset
+    while offset < end:
+        with log_.read(offset, 1 << 20, end) as records:
+            data = records.read_bytes()
+            nxt = records.next_offset
+        for record in iter_records(data, verify=False):
+            yield record
+            nxt = max(nxt, record.offset + 1)
+        if nxt <= offset:
+            return
+        offset = nxt
