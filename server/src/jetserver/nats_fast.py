@@ -71,10 +71,12 @@ class FastParser(nats_parser.Parser):
 
     async def parse(self, data: bytes = b"") -> None:
         """Parse ``data`` (what the last read returned) and dispatch what it holds."""
+        if self.state != nats_parser.AWAITING_CONTROL_LINE:
+            # nats-py is in the middle of an operation (e.g. it read a MSG line that ended
+            # the previous chunk and now awaits the payload, with an empty buffer).
+            await super().parse(data)
+            return
         if self.buf:
-            if self.state != nats_parser.AWAITING_CONTROL_LINE:
-                await super().parse(data)  # nats-py is in the middle of an operation
-                return
             data = bytes(self.buf) + data
             self.buf = bytearray()
         nc = self.nc
