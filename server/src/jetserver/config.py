@@ -14,6 +14,7 @@ TOML layout (every key optional)::
     [storage]  segment_max_bytes, segment_max_age_s, index_interval_bytes, ...
     [fetch]    io ("sendfile" or "read"), max_wait_ms
     [logging]  level, format ("text" or "json")
+    [metrics]  port (None: off), host
     [cluster]  raft_address, peers, password / password_file, ... (absent: one server alone)
 """
 
@@ -205,6 +206,7 @@ DEFAULT_READ_TIMEOUT_S = 30.0
 DEFAULT_WRITE_TIMEOUT_S = 30.0
 DEFAULT_MAX_PRODUCE_TIMEOUT_MS = 300_000
 DEFAULT_MAX_FETCH_WAIT_MS = 300_000
+DEFAULT_MAX_FETCH_BYTES = 8 * MiB
 
 
 @attrs.frozen
@@ -233,6 +235,9 @@ class LimitsConfig:
     """Produce ``timeout_ms`` values above this are clamped."""
     max_fetch_wait_ms: int = attrs.field(default=DEFAULT_MAX_FETCH_WAIT_MS, validator=_positive)
     """Fetch ``max_wait_ms`` values above this are clamped."""
+    max_fetch_bytes: int = attrs.field(default=DEFAULT_MAX_FETCH_BYTES, validator=_positive)
+    """Fetch ``max_bytes`` values above this are clamped (a first record bigger than the
+    limit is still served alone, as for any ``max_bytes``)."""
 
     def __attrs_post_init__(self) -> None:
         if self.max_frame_bytes > MAX_FRAME_BYTES:
@@ -349,6 +354,27 @@ class LoggingConfig:
     def __attrs_post_init__(self) -> None:
         if self.level.upper() not in logging.getLevelNamesMapping():
             raise ConfigError(f"logging.level {self.level!r} is not a level name")
+
+
+# --------------------------------------------------------------------------------------
+# [metrics]
+
+DEFAULT_METRICS_HOST = "127.0.0.1"
+
+
+@attrs.frozen
+class MetricsConfig:
+    """The Prometheus metrics endpoint (plain text exposition over HTTP, ``GET /metrics``)."""
+
+    port: int | None = None
+    """TCP port of the endpoint; None: no endpoint; 0: any free port (logged, and in the
+    ready file as ``metrics_address``)."""
+    host: str = DEFAULT_METRICS_HOST
+    """Interface to bind (loopback by default: the endpoint has no authentication)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.port is not None and not 0 <= self.port <= 65535:
+            raise ConfigError(f"port must be within 0..65535, got {self.port}")
 
 
 # --------------------------------------------------------------------------------------
@@ -480,6 +506,8 @@ class ServerConfig:
     """Fetch I/O."""
     logging: LoggingConfig = attrs.field(factory=LoggingConfig)
     """Log output."""
+    metrics: MetricsConfig = attrs.field(factory=MetricsConfig)
+    """Prometheus metrics endpoint (off by default)."""
     cluster: ClusterConfig = attrs.field(factory=ClusterConfig)
     """Cluster membership (off by default: one server alone)."""
     replication: ReplicationConfig = attrs.field(factory=ReplicationConfig)
@@ -501,6 +529,7 @@ SECTIONS: dict[str, type[Any]] = {
     "storage": StorageConfig,
     "fetch": FetchConfig,
     "logging": LoggingConfig,
+    "metrics": MetricsConfig,
     "cluster": ClusterConfig,
     "replication": ReplicationConfig,
 }

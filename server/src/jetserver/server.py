@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -41,6 +42,8 @@ from jetserver.cluster import ClusterNode
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.store import MetadataStore, write_atomic
+from jetserver.metrics import MetricsSources, render
+from jetserver.metrics_http import serve_metrics
 from jetserver.nats_link import NatsLink
 from jetserver.protocol.connection import Reply
 from jetserver.protocol.handlers import Dispatcher
@@ -71,6 +74,10 @@ class Server:
     """The NATS link (set while running)."""
     cluster: ClusterNode | None = None
     """The control plane (set while running, in a cluster only)."""
+    metrics: MetricsSources | None = None
+    """What the metrics endpoint reports (request counts are kept even without one)."""
+    metrics_address: str | None = None
+    """Bound ``host:port`` of the metrics endpoint (``[metrics] port`` set)."""
     _stop: anyio.Event = attrs.field(factory=anyio.Event)
     _inflight: int = 0
     _idle: anyio.Event = attrs.field(factory=anyio.Event)
@@ -83,8 +90,12 @@ class Server:
     async def _handle(self, frame: Frame) -> Reply:
         assert self._dispatcher is not None
         self._inflight += 1
+        started = time.perf_counter()
         try:
-            return await self._dispatcher.handle(frame)
+            reply = await self._dispatcher.handle(frame)
+            if self.metrics is not None:
+                self.metrics.requests.observe(frame.api, reply.data, time.perf_counter() - started)
+            return reply
         finally:
             self._inflight -= 1
             if self._inflight == 0:
@@ -144,6 +155,7 @@ class Server:
         if node is not None:
             node.attach(streams)
         produce = ProduceService(link, streams, cfg.limits)
+        metrics = self.metrics = MetricsSources(cfg.server.id, streams=streams, link=link)
         try:
             async with anyio.create_task_group() as tg:
                 await streams.start(tg)
@@ -152,6 +164,12 @@ class Server:
                 listener = ProtocolListener(
                     self._handle, cfg.limits, sendfile_min_bytes=cfg.fetch.sendfile_threshold
                 )
+                metrics.listener = listener
+                metrics.consumer_positions = dispatcher.consumer_positions
+                if cfg.metrics.port is not None:
+                    self.metrics_address = await tg.start(
+                        serve_metrics, cfg.metrics.host, cfg.metrics.port, lambda: render(metrics)
+                    )
                 with anyio.CancelScope() as listen_scope:
                     async with anyio.create_task_group() as listen_tg:
                         address = await listen_tg.start(
@@ -167,7 +185,9 @@ class Server:
                             node.start(dispatcher.address, clean=clean)
                             await _first(node.reconciled.wait, self._stop.wait)
                         if cfg.listen.ready_file and not self._stop.is_set():
-                            _write_ready_file(Path(cfg.listen.ready_file), address)
+                            _write_ready_file(
+                                Path(cfg.listen.ready_file), address, self.metrics_address
+                            )
                         log.info(
                             "server ready",
                             extra=fields(
@@ -250,9 +270,12 @@ def _check_nats_payload(link: NatsLink, cfg: ServerConfig) -> None:
         )
 
 
-def _write_ready_file(path: Path, address: str) -> None:
+def _write_ready_file(path: Path, address: str, metrics_address: str | None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, orjson.dumps({"address": address, "pid": os.getpid()}))
+    info: dict[str, object] = {"address": address, "pid": os.getpid()}
+    if metrics_address is not None:
+        info["metrics_address"] = metrics_address
+    write_atomic(path, orjson.dumps(info))
 
 
 def _remove(path: Path) -> None:

@@ -64,6 +64,9 @@ class FetchAnswer:
 async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest) -> FetchAnswer:
     """Answer ``req``: wait (up to ``max_wait_ms``) for records past its offset.
 
+    ``max_wait_ms`` and ``max_bytes`` are clamped to ``limits.max_fetch_wait_ms`` and
+    ``limits.max_fetch_bytes``.
+
     Raises:
         ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, UNAVAILABLE, NOT_LEADER,
             INVALID_ARGUMENT (an unknown replica id).
@@ -86,7 +89,7 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
             log = replica.log
         if not replica.serves_consumers():
             replica.check_leader(-1)
-    return _read(log, req.offset, req.max_bytes, log.high_watermark)
+    return _read(log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), log.high_watermark)
 
 
 async def _replica_fetch(
@@ -105,7 +108,7 @@ async def _replica_fetch(
         state = replica.check_leader(req.leader_epoch)  # still leading after the wait?
     hw = state.hw
     state.note_hw_sent(follower, hw)
-    answer = _read(log, req.offset, req.max_bytes, log.flushed_offset)
+    answer = _read(log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), log.flushed_offset)
     return attrs.evolve(answer, hw=hw)
 
 

@@ -49,6 +49,7 @@ _FLAG_KEYS: dict[str, tuple[str, str]] = {
     "fetch_io": ("fetch", "io"),
     "log_level": ("logging", "level"),
     "log_format": ("logging", "format"),
+    "metrics_port": ("metrics", "port"),
     "raft_address": ("cluster", "raft_address"),
     "peers": ("cluster", "peers"),
     "cluster_password_file": ("cluster", "password_file"),
@@ -113,6 +114,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     p.add_argument("--log-format", choices=["text", "json"], help="log format (default text)")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on 127.0.0.1:PORT/metrics (default: off; 0 = any port)",
+    )
     p.add_argument(
         "--print-config",
         action="store_true",

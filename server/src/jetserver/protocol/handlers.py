@@ -56,6 +56,8 @@ class Dispatcher:
     """Set at shutdown: new requests get SHUTTING_DOWN."""
     cluster: ClusterNode | None = None
     """The control plane, in a cluster (None: a server alone)."""
+    consumer_positions: dict[tuple[str, int], int] = attrs.field(factory=dict)
+    """(stream, partition) -> offset of the latest consumer Fetch (metrics: consumer lag)."""
 
     def servers(self) -> list[dict[str, str]]:
         """The Metadata ``servers`` list: every registered server of the cluster (this
@@ -162,6 +164,8 @@ class Dispatcher:
 
     async def _fetch(self, frame: Frame) -> Reply:
         req = decode_fetch_request(frame.body)
+        if req.replica_id < 0:
+            self.consumer_positions[(req.stream, req.partition)] = req.offset
         answer = await fetch(self.streams, self.config.limits, req)
         head = encode_fetch_response_header(
             answer.error_code, answer.hw, answer.log_start, answer.leo, answer.records_len

@@ -67,6 +67,8 @@ class ProtocolListener:
     """Connections open now."""
     accepted: int = 0
     """Connections accepted since start."""
+    refused: int = 0
+    """Connections refused at accept (``max_connections`` reached)."""
 
     async def serve_tcp(
         self,
@@ -105,6 +107,7 @@ class ProtocolListener:
                         continue
                     self.accepted += 1
                     if self.connections >= self.limits.max_connections:
+                        self.refused += 1
                         tg.start_soon(self._refuse, sock)
                         continue
                     tg.start_soon(self._serve, sock)

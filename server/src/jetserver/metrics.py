@@ -1,0 +1,289 @@
+"""Server metrics in the Prometheus text exposition format (version 0.0.4).
+
+Two kinds of value:
+
+- **counted as they happen** (:class:`RequestMetrics`): requests per API and outcome, and a
+  latency histogram per API, updated by the server for every request frame;
+- **read when scraped** (:func:`render`): partition offsets (HW, LEO, log start), ISR size,
+  replica and consumer lag, NATS link state, client connections. Reading them at scrape
+  time costs nothing on the request path.
+
+Every metric is prefixed ``jet_``. Metric names, labels and meanings are listed in the
+README ("Metrics"). Task safety: use from the server's event loop only.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from jetsdk.codec.error_codes import error_name
+from jetsdk.codec.frames import FLAG_ERROR, FRAME_HEADER_SIZE, Api
+from jetsdk.codec.messages import decode_error
+
+if TYPE_CHECKING:
+    from jetserver.broker.streams import StreamManager
+    from jetserver.nats_link import NatsLink
+    from jetserver.protocol.listener import ProtocolListener
+
+LATENCY_BUCKETS_S: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+"""Upper bounds (seconds) of the request latency histogram buckets (+Inf is implicit).
+Fetch long polls land in the high buckets by design."""
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The HTTP Content-Type of the exposition."""
+
+_FLAGS_OFFSET = 5
+"""Byte offset of the flags in a frame (u32 length, u8 api, u8 flags, u32 correlation id)."""
+
+
+def api_name(api: int) -> str:
+    """Lower-case API name (``produce``), ``api_<n>`` for an unknown key."""
+    try:
+        return Api(api).name.lower()
+    except ValueError:
+        return f"api_{api}"
+
+
+def reply_code(reply: bytes) -> str:
+    """``NONE`` for a response frame, else the error code name of an error frame."""
+    if len(reply) <= _FLAGS_OFFSET or not reply[_FLAGS_OFFSET] & FLAG_ERROR:
+        return "NONE"
+    try:
+        return error_name(decode_error(reply[FRAME_HEADER_SIZE:]).code)
+    except Exception:  # a response we built ourselves; never fail the request for a metric
+        return "UNKNOWN"
+
+
+@attrs.define
+class Histogram:
+    """Cumulative-bucket latency histogram (Prometheus semantics)."""
+
+    bounds: Sequence[float] = LATENCY_BUCKETS_S
+    """Bucket upper bounds, increasing."""
+    counts: list[int] = attrs.field(init=False)
+    """Observations per bucket (not cumulative; the last one is +Inf)."""
+    total: float = 0.0
+    """Sum of the observed values."""
+    count: int = 0
+    """Number of observations."""
+
+    def __attrs_post_init__(self) -> None:
+        self.counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        """Add one observation."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> Iterable[str]:
+        """Exposition lines ``name_bucket``, ``name_sum``, ``name_count`` (``labels``: the
+        inner text of a label set, may be empty)."""
+        sep = "," if labels else ""
+        running = 0
+        for bound, n in zip(self.bounds, self.counts, strict=False):
+            running += n
+            yield f'{name}_bucket{{{labels}{sep}le="{_number(bound)}"}} {running}'
+        running += self.counts[-1]
+        yield f'{name}_bucket{{{labels}{sep}le="+Inf"}} {running}'
+        yield f"{name}_sum{{{labels}}} {_number(self.total)}"
+        yield f"{name}_count{{{labels}}} {self.count}"
+
+
+@attrs.define
+class RequestMetrics:
+    """Requests answered, by API and outcome, and their latency by API."""
+
+    counts: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    """(api name, error code name or NONE) -> requests."""
+    latency: dict[str, Histogram] = attrs.field(factory=dict)
+    """api name -> latency histogram (handler start to reply built)."""
+
+    def observe(self, api: int, reply: bytes, seconds: float) -> None:
+        """Count one request of ``api`` answered with frame bytes ``reply`` in ``seconds``."""
+        name = api_name(api)
+        key = (name, reply_code(reply))
+        self.counts[key] = self.counts.get(key, 0) + 1
+        hist = self.latency.get(name)
+        if hist is None:
+            hist = self.latency[name] = Histogram()
+        hist.observe(seconds)
+
+
+@attrs.define(eq=False)
+class MetricsSources:
+    """What :func:`render` reads at scrape time (fields are None before they exist)."""
+
+    server_id: str
+    """This server's id (label ``server``)."""
+    requests: RequestMetrics = attrs.field(factory=RequestMetrics)
+    """Counted requests."""
+    streams: StreamManager | None = None
+    """Partitions."""
+    link: NatsLink | None = None
+    """The NATS link."""
+    listener: ProtocolListener | None = None
+    """Client connections."""
+    consumer_positions: dict[tuple[str, int], int] | None = None
+    """(stream, partition) -> offset asked by the latest consumer Fetch (for lag)."""
+
+
+def render(src: MetricsSources) -> str:
+    """The whole exposition text."""
+    out: list[str] = []
+    _requests(out, src.requests)
+    _connections(out, src.listener)
+    _nats(out, src.link)
+    _partitions(out, src)
+    return "\n".join(out) + "\n"
+
+
+def _requests(out: list[str], req: RequestMetrics) -> None:
+    _head(out, "jet_requests_total", "counter", "Requests answered, by API and error code.")
+    for (api, code), n in sorted(req.counts.items()):
+        out.append(f'jet_requests_total{{api="{api}",code="{code}"}} {n}')
+    _head(
+        out,
+        "jet_request_duration_seconds",
+        "histogram",
+        "Time from a request frame decoded to its reply built, by API.",
+    )
+    for api, hist in sorted(req.latency.items()):
+        out.extend(hist.lines("jet_request_duration_seconds", f'api="{api}"'))
+
+
+def _connections(out: list[str], listener: ProtocolListener | None) -> None:
+    if listener is None:
+        return
+    _gauge(out, "jet_connections", "Client connections open now.", listener.connections)
+    _head(out, "jet_connections_accepted_total", "counter", "Client connections accepted.")
+    out.append(f"jet_connections_accepted_total {listener.accepted}")
+    _head(
+        out,
+        "jet_connections_refused_total",
+        "counter",
+        "Client connections refused at accept (limits.max_connections).",
+    )
+    out.append(f"jet_connections_refused_total {listener.refused}")
+
+
+def _nats(out: list[str], link: NatsLink | None) -> None:
+    connected = 1 if link is not None and link.connected else 0
+    _gauge(out, "jet_nats_connected", "1 while the NATS link is connected, else 0.", connected)
+
+
+def _partitions(out: list[str], src: MetricsSources) -> None:
+    streams = src.streams
+    if streams is None:
+        return
+    rows: dict[str, list[str]] = {
+        "jet_partition_high_watermark": [],
+        "jet_partition_log_end_offset": [],
+        "jet_partition_log_start_offset": [],
+        "jet_partition_isr_size": [],
+        "jet_partition_replicas": [],
+        "jet_partition_leader": [],
+        "jet_partition_messages_in_total": [],
+        "jet_partition_messages_rejected_total": [],
+        "jet_partition_replica_lag_records": [],
+        "jet_partition_consumer_lag_records": [],
+    }
+    positions = src.consumer_positions or {}
+    for meta in streams.streams():
+        for p in range(meta.spec.partitions):
+            replica = streams.local_replica(meta.name, p)
+            if replica is None or replica.closed:
+                continue
+            labels = f'stream="{_escape(meta.name)}",partition="{p}"'
+            log = replica.log
+            hw, leo = log.high_watermark, log.log_end_offset
+            a = meta.partitions[p] if p < len(meta.partitions) else None
+            leads = a is None or a.leader == streams.server_id or not streams.clustered
+            isr = len(a.isr) if a is not None else 1
+            replicas = len(a.replicas) if a is not None else 1
+            rows["jet_partition_high_watermark"].append(f"{{{labels}}} {hw}")
+            rows["jet_partition_log_end_offset"].append(f"{{{labels}}} {leo}")
+            rows["jet_partition_log_start_offset"].append(f"{{{labels}}} {log.log_start_offset}")
+            rows["jet_partition_isr_size"].append(f"{{{labels}}} {isr}")
+            rows["jet_partition_replicas"].append(f"{{{labels}}} {replicas}")
+            rows["jet_partition_leader"].append(f"{{{labels}}} {1 if leads else 0}")
+            rows["jet_partition_messages_in_total"].append(f"{{{labels}}} {replica.messages_in}")
+            rows["jet_partition_messages_rejected_total"].append(
+                f"{{{labels}}} {replica.messages_rejected}"
+            )
+            state = replica.leader_state
+            if state is not None:
+                for follower, progress in sorted(state.followers.items()):
+                    lag = leo - progress.leo if progress.leo >= 0 else leo
+                    rows["jet_partition_replica_lag_records"].append(
+                        f'{{{labels},replica="{_escape(follower)}"}} {max(lag, 0)}'
+                    )
+            position = positions.get((meta.name, p))
+            if position is not None:
+                rows["jet_partition_consumer_lag_records"].append(
+                    f"{{{labels}}} {max(hw - position, 0)}"
+                )
+    for name, values in rows.items():
+        kind = "counter" if name.endswith("_total") else "gauge"
+        _head(out, name, kind, _PARTITION_HELP[name])
+        out.extend(name + v for v in values)
+
+
+_PARTITION_HELP = {
+    "jet_partition_high_watermark": "First offset not yet committed (local replica).",
+    "jet_partition_log_end_offset": "Next offset the local log will assign (LEO).",
+    "jet_partition_log_start_offset": "First offset still stored.",
+    "jet_partition_isr_size": "Members of the in-sync replica set (1 on a server alone).",
+    "jet_partition_replicas": "Replicas of the partition.",
+    "jet_partition_leader": "1 if this server leads the partition.",
+    "jet_partition_messages_in_total": "Messages appended by this server since start.",
+    "jet_partition_messages_rejected_total": "Messages refused (too large, storage errors...).",
+    "jet_partition_replica_lag_records": "Leader only: LEO minus the follower's LEO.",
+    "jet_partition_consumer_lag_records": (
+        "HW minus the offset asked by the latest consumer Fetch served here (with one "
+        "consumer per partition: its lag; consumer-group offsets live in the group log)."
+    ),
+}
+
+
+def _head(out: list[str], name: str, kind: str, text: str) -> None:
+    out.append(f"# HELP {name} {text}")
+    out.append(f"# TYPE {name} {kind}")
+
+
+def _gauge(out: list[str], name: str, text: str, value: float) -> None:
+    _head(out, name, "gauge", text)
+    out.append(f"{name} {_number(value)}")
+
+
+def _number(value: float) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -1,0 +1,119 @@
+"""The Prometheus metrics endpoint: scrape after real traffic and check the values."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import anyio
+import pytest
+
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import ProduceMessage
+from jetserver.metrics import Histogram
+from support.jet_server import running_server
+from support.nats_server import NatsServer
+from support.raw_client import RawClient, ServerError, split_address
+
+pytestmark = pytest.mark.anyio
+
+SCRAPE_TIMEOUT_S = 10.0
+
+
+async def scrape(address: str, path: str = "/metrics") -> tuple[int, str]:
+    """GET ``path``; (status, body)."""
+    host, port = split_address(address)
+    with anyio.fail_after(SCRAPE_TIMEOUT_S):
+        async with await anyio.connect_tcp(host, port) as s:
+            await s.send(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            data = b""
+            while True:
+                try:
+                    data += await s.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split()[1])
+    return status, body.decode()
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    """The sample ``name{labels}`` (labels must match exactly, in any order)."""
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([a-z_]+)(?:\{(.*)\})? (\S+)", line)
+        assert m, line
+        if m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if got == labels:
+            return float(m.group(3))
+    raise AssertionError(f"no sample {name}{labels} in:\n{text}")
+
+
+async def test_metrics_after_traffic(nats_server: NatsServer, tmp_path: Path) -> None:
+    async with running_server(nats_server.url, tmp_path / "data", metrics__port=0) as server:
+        assert server.address is not None
+        assert server.metrics_address is not None
+        async with await RawClient.connect(server.address) as c:
+            await c.create_stream(name="orders", subject="orders", partitions=2)
+            for i in range(5):
+                results = await c.produce(
+                    "orders", 0, [ProduceMessage(b"m%d" % i)] * 3, ack_policy=AckPolicy.ALL
+                )
+                assert all(r.error_code == 0 for r in results)
+            await c.produce("orders", 1, [ProduceMessage(b"x")], ack_policy=AckPolicy.ALL)
+            _header, records = await c.fetch("orders", 0, offset=4)
+            assert len(records) == 11
+            with pytest.raises(ServerError):
+                await c.describe("missing")
+            status, text = await scrape(server.metrics_address)
+        assert status == 200
+        assert value(text, "jet_partition_high_watermark", stream="orders", partition="0") == 15
+        assert value(text, "jet_partition_log_end_offset", stream="orders", partition="0") == 15
+        assert value(text, "jet_partition_high_watermark", stream="orders", partition="1") == 1
+        assert value(text, "jet_partition_isr_size", stream="orders", partition="0") == 1
+        assert value(text, "jet_partition_leader", stream="orders", partition="0") == 1
+        assert (
+            value(text, "jet_partition_consumer_lag_records", stream="orders", partition="0") == 11
+        )
+        assert value(text, "jet_requests_total", api="produce", code="NONE") == 6
+        assert value(text, "jet_requests_total", api="fetch", code="NONE") == 1
+        assert (
+            value(text, "jet_requests_total", api="describe_stream", code="STREAM_NOT_FOUND") == 1
+        )
+        assert value(text, "jet_request_duration_seconds_count", api="produce") == 6
+        assert value(text, "jet_request_duration_seconds_bucket", api="produce", le="+Inf") == 6
+        assert value(text, "jet_nats_connected") == 1
+        assert value(text, "jet_connections") == 1
+        assert value(text, "jet_connections_accepted_total") >= 1
+        assert value(text, "jet_connections_refused_total") == 0
+        assert "# TYPE jet_request_duration_seconds histogram" in text
+        # Other paths and methods are refused; the endpoint keeps serving.
+        assert (await scrape(server.metrics_address, "/"))[0] == 404
+        assert (await scrape(server.metrics_address))[0] == 200
+
+
+async def test_no_endpoint_by_default(nats_server: NatsServer, tmp_path: Path) -> None:
+    async with running_server(nats_server.url, tmp_path / "data") as server:
+        assert server.metrics_address is None
+        assert server.metrics is not None  # requests are still counted
+        async with await RawClient.connect(server.address or "") as c:
+            await c.call_json(Api.HELLO, {"protocol": 1})
+        assert server.metrics.requests.counts[("hello", "NONE")] == 1
+
+
+def test_histogram_buckets_are_cumulative() -> None:
+    h = Histogram(bounds=(0.1, 1.0))
+    for v in (0.05, 0.1, 0.5, 2.0):
+        h.observe(v)
+    lines = list(h.lines("x", 'api="a"'))
+    assert lines == [
+        'x_bucket{api="a",le="0.1"} 2',
+        'x_bucket{api="a",le="1.0"} 3',
+        'x_bucket{api="a",le="+Inf"} 4',
+        'x_sum{api="a"} 2.65',
+        'x_count{api="a"} 4',
+    ]
