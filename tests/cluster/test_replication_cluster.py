@@ -177,7 +177,8 @@ async def test_paused_follower_leaves_the_isr_min_isr_refuses_and_it_rejoins(
             await wait_info(
                 cluster, "strict", 0, lambda i: len(i.isr) == 2, BOUND_S, "strict ISR of 2"
             )
-            async with Producer(c, "strict", ack=AckPolicy.ALL) as p:
+            # NOT_ENOUGH_REPLICAS is retried until the delivery timeout, then raised.
+            async with Producer(c, "strict", ack=AckPolicy.ALL, delivery_timeout=2.0) as p:
                 with pytest.raises(NotEnoughReplicas):
                     await p.send(b"refused")
                 leader_ack = await p.send(b"leader-only", ack=AckPolicy.LEADER)

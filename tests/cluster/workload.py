@@ -35,6 +35,8 @@ REQUEST_TIMEOUT_S = 5.0
 ACK_TIMEOUT_S = 15.0
 """Server-side bound on waiting for ALL acks (above the default replica_lag_max_s of 10 s, so
 a send waits out an ISR shrink instead of failing)."""
+DELIVERY_TIMEOUT_S = 60.0
+"""The producer retries a failed send (leader change, lost connection) for this long."""
 FLUSH_BOUND_S = 30.0
 """Bound on waiting for the outcomes of what was sent, once sending stops."""
 MAX_READ_REQUESTS = 100_000
@@ -97,6 +99,8 @@ class ProducerDriver:
     """Messages handed to the producer."""
     last_failure: str = ""
     """The last failure's message."""
+    retries: int = 0
+    """Produce requests the SDK producer sent again (leader changes, lost connections)."""
     _changed: anyio.Event = attrs.field(factory=anyio.Event)
 
     def value(self, counter: int) -> bytes:
@@ -149,6 +153,7 @@ class ProducerDriver:
                 linger=0.002,
                 max_pending=window,
                 ack_timeout=ACK_TIMEOUT_S,
+                delivery_timeout=DELIVERY_TIMEOUT_S,
             ) as producer:
                 async with anyio.create_task_group() as tg:
                     sending = anyio.CancelScope()
@@ -159,6 +164,7 @@ class ProducerDriver:
                     tg.cancel_scope.cancel()
                 # Leaving the block flushes: every outcome, within FLUSH_BOUND_S.
                 outer.deadline = min(outer.deadline, anyio.current_time() + FLUSH_BOUND_S)
+            self.retries = producer.retries
 
     async def _send_loop(
         self,

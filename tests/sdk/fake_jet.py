@@ -35,6 +35,8 @@ class FakePartition:
     records: list[bytes] = attrs.field(factory=list)
     log_start: int = 0
     grew: anyio.Event = attrs.field(factory=anyio.Event)
+    sequences: dict[tuple[int, int], tuple[int, int]] = attrs.field(factory=dict)
+    """(producer id, sequence) -> (offset, timestamp) of idempotent messages stored."""
 
     @property
     def hw(self) -> int:
@@ -58,6 +60,9 @@ class FakeCluster:
     requests: list[tuple[str, int]] = attrs.field(factory=list)
     produce_batches: list[int] = attrs.field(factory=list)
     fail_next_produce: list[ErrorCode] = attrs.field(factory=list)
+    fail_next_results: list[tuple[ErrorCode, bool]] = attrs.field(factory=list)
+    """Per Produce request: (code, stored): the second half of its messages is answered
+    ``code`` (stored first if ``stored``: an outcome the client cannot know)."""
     max_message_bytes: int = 1024 * 1024
 
     @classmethod
@@ -196,10 +201,20 @@ class FakeCluster:
                 await peer.respond_error(frame, code, "injected")
                 return
             self.produce_batches.append(len(preq.messages))
+            failing = self.fail_next_results.pop(0) if self.fail_next_results else None
             results = []
-            for m in preq.messages:
+            for i, m in enumerate(preq.messages):
                 if len(m.value) > self.max_message_bytes:
                     results.append(ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1))
+                    continue
+                failed = failing is not None and i >= len(preq.messages) // 2
+                if failed and failing is not None and not failing[1]:
+                    results.append(ProduceResult(failing[0], -1, -1))
+                    continue
+                key = (preq.producer_id, preq.base_seq + i) if preq.producer_id else None
+                if key is not None and key in part.sequences:
+                    stored_at, stamp = part.sequences[key]
+                    results.append(ProduceResult(ErrorCode.DUPLICATE_SEQUENCE, stored_at, stamp))
                     continue
                 offset = part.hw
                 ts = time.time_ns()
@@ -207,7 +222,11 @@ class FakeCluster:
                     m.value, key=m.key, subject=m.subject or part.subject, headers=m.headers
                 )
                 part.records.append(frame_body(offset, ts, 0, body))
-                if preq.ack_policy == AckPolicy.NONE:
+                if key is not None:
+                    part.sequences[key] = (offset, ts)
+                if failed and failing is not None:
+                    results.append(ProduceResult(failing[0], -1, -1))
+                elif preq.ack_policy == AckPolicy.NONE:
                     results.append(ProduceResult(0, -1, -1))
                 else:
                     results.append(ProduceResult(0, offset, ts))

@@ -22,15 +22,28 @@ request per partition is outstanding at a time, so messages of one partition are
 send order, retries included. A larger window pipelines requests (more throughput when the
 round trip dominates) but a retried batch may then land after a later one.
 
-Delivery is at-least-once: a batch whose connection broke after it was written is sent
-again. With ``idempotent=True`` each message carries a producer id and sequence so the
-server can recognise such a retry (it answers DUPLICATE_SEQUENCE, treated as success).
+Retries: a batch that fails with a retriable error (the partition leader moved or died:
+NOT_LEADER, a lost connection, UNAVAILABLE, SHUTTING_DOWN, NOT_ENOUGH_REPLICAS,
+STORAGE_ERROR, TOO_MANY_REQUESTS; also TIMEOUT for idempotent producers), as a whole or
+for some of its messages, is sent again after a metadata refresh and a backoff, to the
+partition's current leader, until ``delivery_timeout`` seconds after its first send (Kafka's
+``delivery.timeout.ms``). Only then do its messages fail: with the last error, or
+:class:`~jetsdk.errors.Timeout` if the deadline cut an attempt short. The retry of a batch
+finishes before the partition's next batch is sent (with ``max_in_flight=1``).
+
+Delivery is at-least-once: a message whose outcome is unknown (lost connection, leader
+change while waiting for its ack) is sent again. With ``idempotent=True`` each message
+carries a producer id and sequence, and a retry re-sends the same sequences, so the leader
+(the new one too: it rebuilds its producer table from its log when it takes over) recognises
+a copy it already stores and answers DUPLICATE_SEQUENCE with the stored offset (treated as
+success): exactly once across failovers.
 
 Task safety: one event loop; any number of tasks may send concurrently.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from types import TracebackType
@@ -54,6 +67,7 @@ from jetsdk.errors import (
     PartitionNotFound,
     ShuttingDown,
     StorageError,
+    Timeout,
     TooManyRequests,
     Unavailable,
     error_from_code,
@@ -68,9 +82,11 @@ from jetsdk.producer.accumulator import (
     Batch,
 )
 from jetsdk.producer.handle import SendHandle
+from jetsdk.retry import needs_metadata_refresh
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
+    "DEFAULT_DELIVERY_TIMEOUT",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_MAX_PENDING",
     "Producer",
@@ -78,6 +94,9 @@ __all__ = [
 
 DEFAULT_ACK_TIMEOUT = 30.0
 """Seconds the server waits for the acks of a batch before answering TIMEOUT."""
+DEFAULT_DELIVERY_TIMEOUT = 120.0
+"""Seconds from a batch's first send until its messages must be acknowledged; retriable
+failures are retried until then (Kafka's ``delivery.timeout.ms``)."""
 DEFAULT_MAX_PENDING = 10_000
 """Most messages queued or in flight per producer before send_soon waits."""
 DEFAULT_MAX_IN_FLIGHT = 1
@@ -96,10 +115,37 @@ _RETRY_CLASSES = (
     StorageError,
     JetConnectionError,
 )
+_IDEMPOTENT_RETRY_CLASSES = (*_RETRY_CLASSES, Timeout)
+"""Also a request timeout (maybe stored) when the server deduplicates the retry."""
+
+
+_RETRY_CODES = frozenset(
+    {
+        ErrorCode.NOT_LEADER,
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.SHUTTING_DOWN,
+        ErrorCode.TOO_MANY_REQUESTS,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.STORAGE_ERROR,
+    }
+)
+"""Per-message result codes after which the message is sent again."""
+_IDEMPOTENT_RETRY_CODES = _RETRY_CODES | {ErrorCode.TIMEOUT}
+"""Also TIMEOUT (maybe stored) when the server deduplicates the retry."""
+_MAX_BACKOFF_STEP = 30
+"""Retry number beyond which the backoff stops growing (it is capped anyway)."""
+
+
+def _never(error: JetError) -> bool:
+    return False
 
 
 def _should_retry(error: JetError) -> bool:
     return isinstance(error, _RETRY_CLASSES)
+
+
+def _should_retry_idempotent(error: JetError) -> bool:
+    return isinstance(error, _IDEMPOTENT_RETRY_CLASSES)
 
 
 @attrs.define(eq=False, slots=True)
@@ -133,6 +179,7 @@ class Producer:
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         partitioner: Partitioner | None = None,
         idempotent: bool = False,
+        delivery_timeout: float = DEFAULT_DELIVERY_TIMEOUT,
     ) -> None:
         """Configure a producer; it starts in ``__aenter__``.
 
@@ -150,14 +197,16 @@ class Producer:
             partitioner: ``(key, value, num_partitions) -> partition`` for messages without
                 an explicit partition; default: murmur2 of the key, round-robin if keyless.
             idempotent: attach a producer id and sequences so retries can be deduplicated.
+            delivery_timeout: seconds from a batch's first send during which retriable
+                failures are retried (see module doc); then its messages fail.
 
         Raises:
             ValueError: a limit out of range.
         """
         if max_in_flight < 1 or max_pending < 1:
             raise ValueError("max_in_flight and max_pending must be >= 1")
-        if ack_timeout <= 0:
-            raise ValueError("ack_timeout must be > 0")
+        if ack_timeout <= 0 or delivery_timeout <= 0:
+            raise ValueError("ack_timeout and delivery_timeout must be > 0")
         self.client = client
         self.stream = stream
         self.ack = AckPolicy(ack)
@@ -165,6 +214,9 @@ class Producer:
         self.max_pending = max_pending
         self.ack_timeout = ack_timeout
         self.idempotent = idempotent
+        self.delivery_timeout = delivery_timeout
+        self.retries = 0
+        """Produce requests sent again so far (whole or partial batches)."""
         self._partitioner: Partitioner = partitioner or DefaultPartitioner()
         self._acc: Accumulator[_Pending] = Accumulator(
             linger=linger, max_batch_messages=max_batch_messages, max_batch_bytes=max_batch_bytes
@@ -404,47 +456,126 @@ class Producer:
     async def _send_batch(
         self, batch: Batch[_Pending], base_seq: int, sender: _PartitionSender
     ) -> None:
-        request = ProduceRequest(
-            stream=self.stream,
-            partition=batch.partition,
-            ack_policy=batch.ack_policy,
-            timeout_ms=int(self.ack_timeout * 1000),
-            messages=tuple(p.message for p in batch.items),
-            producer_id=self.producer_id,
-            base_seq=base_seq if self.producer_id is not None else 0,
-        )
         try:
-            results = await self.client.produce(request, retry_if=_should_retry)
-        except JetError as exc:
-            for pending in batch.items:
-                self._resolve(pending, None, exc)
+            await self._deliver(batch, base_seq)
         except BaseException:
             closed = ClientClosed("the producer was closed while the message was in flight")
             for pending in batch.items:
                 self._resolve(pending, None, closed)
             raise
-        else:
-            self._resolve_results(batch, results)
         finally:
             sender.in_flight.release()
 
-    def _resolve_results(self, batch: Batch[_Pending], results: list[ProduceResult]) -> None:
+    async def _deliver(self, batch: Batch[_Pending], base_seq: int) -> None:
+        """Send ``batch``, then send again what failed retriably (same sequences) until
+        every message is resolved or ``delivery_timeout`` passes."""
+        idempotent = self.producer_id is not None
+        retry_if = _should_retry_idempotent if idempotent else _should_retry
+        deadline = time.monotonic() + self.delivery_timeout
+        items = batch.items
+        seq = base_seq
+        tries = 0
+        while True:
+            request = ProduceRequest(
+                stream=self.stream,
+                partition=batch.partition,
+                ack_policy=batch.ack_policy,
+                timeout_ms=int(self.ack_timeout * 1000),
+                messages=tuple(p.message for p in items),
+                producer_id=self.producer_id,
+                base_seq=seq if idempotent else 0,
+            )
+            error: JetError | None = None
+            with anyio.move_on_after(deadline - time.monotonic()) as scope:
+                try:
+                    # No retries inside: this loop retries, so it knows every error.
+                    results = await self.client.produce(request, retry_if=_never)
+                except JetError as exc:
+                    if not retry_if(exc):
+                        self._fail(items, exc)
+                        return
+                    error = exc
+                else:
+                    error = self._resolve_results(batch, items, results, idempotent)
+                    if error is None:
+                        return
+            if scope.cancelled_caught:
+                self._fail(items, self._expired(batch, error))
+                return
+            assert error is not None
+            # What is still unresolved goes again: with the same sequences (idempotent: one
+            # contiguous run from the first to the last unresolved message), else alone.
+            left = [i for i, p in enumerate(items) if not p.handle.done()]
+            if not left:
+                return
+            if idempotent:
+                seq += left[0]
+                items = items[left[0] : left[-1] + 1]
+            else:
+                items = tuple(items[i] for i in left)
+            tries += 1
+            pause = self.client.retry.delay(min(tries, _MAX_BACKOFF_STEP))
+            if time.monotonic() + pause >= deadline:
+                self._fail(items, self._expired(batch, error))
+                return
+            await anyio.sleep(pause)
+            if needs_metadata_refresh(error):
+                with contextlib.suppress(JetError):
+                    await self.client.refresh_metadata()
+            self.retries += 1
+
+    def _expired(self, batch: Batch[_Pending], error: JetError | None) -> JetError:
+        """The error for messages not delivered within ``delivery_timeout``."""
+        where = f"{self.stream}/{batch.partition}"
+        details = {"stream": self.stream, "partition": batch.partition}
+        if error is None:
+            return Timeout(
+                f"send to {where} not acknowledged within delivery_timeout="
+                f"{self.delivery_timeout} s; the message may or may not be stored",
+                details=details,
+            )
+        return type(error)(
+            f"send to {where} failed after retrying for delivery_timeout="
+            f"{self.delivery_timeout} s: {error}",
+            code=error.code,
+            details={**details, **error.details},
+        )
+
+    def _fail(self, items: tuple[_Pending, ...], error: JetError) -> None:
+        for pending in items:
+            self._resolve(pending, None, error)
+
+    def _resolve_results(
+        self,
+        batch: Batch[_Pending],
+        items: tuple[_Pending, ...],
+        results: list[ProduceResult],
+        idempotent: bool,
+    ) -> JetError | None:
+        """Settle the handles of ``items``; return the error of the first message that
+        failed retriably (left unresolved, to be sent again), else None."""
         stream, partition = self.stream, batch.partition
         acked = 0
-        for pending, result in zip(batch.items, results):
+        retry: JetError | None = None
+        for pending, result in zip(items, results):
             code = result.error_code
             if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE:
                 if pending.handle._set_acked(stream, partition, result.offset, result.timestamp):
                     acked += 1
+                continue
+            error = error_from_code(
+                code,
+                f"send to {stream}/{partition} failed",
+                {"stream": stream, "partition": partition},
+            )
+            if code in (_IDEMPOTENT_RETRY_CODES if idempotent else _RETRY_CODES):
+                if retry is None:
+                    retry = error
             else:
-                error = error_from_code(
-                    code,
-                    f"send to {stream}/{partition} failed",
-                    {"stream": stream, "partition": partition},
-                )
                 self._resolve(pending, None, error)
         if acked:
             self._settled(acked)
+        return retry
 
     def _resolve(self, pending: _Pending, ack: Ack | None, error: JetError | None) -> None:
         if pending.handle.done():
