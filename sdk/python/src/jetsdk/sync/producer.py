@@ -17,7 +17,12 @@ from jetsdk.producer.accumulator import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_MESSAGES,
 )
-from jetsdk.producer.producer import DEFAULT_ACK_TIMEOUT, DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_PENDING
+from jetsdk.producer.producer import (
+    DEFAULT_ACK_TIMEOUT,
+    DEFAULT_DELIVERY_TIMEOUT,
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_PENDING,
+)
 from jetsdk.producer.producer import Producer as _AsyncProducer
 from jetsdk.sync.client import Client
 
@@ -43,6 +48,7 @@ class Producer(SyncWrapper):
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         partitioner: Partitioner | None = None,
         idempotent: bool = False,
+        delivery_timeout: float = DEFAULT_DELIVERY_TIMEOUT,
     ) -> None:
         """Configure a producer; it starts in ``__enter__``.
 
@@ -60,6 +66,8 @@ class Producer(SyncWrapper):
             partitioner: ``(key, value, num_partitions) -> partition`` for messages without
                 an explicit partition; default: murmur2 of the key, round-robin if keyless.
             idempotent: attach a producer id and sequences so retries can be deduplicated.
+            delivery_timeout: seconds from a batch's first send during which retriable
+                failures are retried (see module doc); then its messages fail.
 
         Raises:
             ValueError: a limit out of range.
@@ -77,6 +85,7 @@ class Producer(SyncWrapper):
             ack_timeout=ack_timeout,
             partitioner=partitioner,
             idempotent=idempotent,
+            delivery_timeout=delivery_timeout,
         )
         self._owner = client
 
