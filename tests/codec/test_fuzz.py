@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from jetsdk.codec import envelope as env
 from jetsdk.codec import messages as msg
+from jetsdk.codec import transcode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FrameDecoder
 from jetsdk.codec.record import HEADER_SIZE, decode_record, encode_record, frame_body, iter_records
@@ -42,6 +43,20 @@ def decode_fetch_with_records(body: bytes) -> None:
         pass
 
 
+def envelopes_of_request(body: bytes) -> None:
+    transcode.produce_envelopes(bytes(body), "_INBOX.fuzz")
+
+
+def envelope_record_checked(raw: bytes) -> None:
+    """The server's ingest fast path: never raises; None exactly when the reference parser
+    says the payload is not a valid envelope."""
+    out = transcode.envelope_record(raw, transcode.record_subjects("s", ""))
+    assert (out is None) == (env.parse_nats_payload(raw) is None)
+    if out is not None:
+        return
+    env.decode_message(raw)  # a cookie-less or invalid payload: the reference must refuse
+
+
 def decode_frames(raw: bytes) -> None:
     decoder = FrameDecoder(max_frame_bytes=1 << 20)
     decoder.feed(raw)
@@ -53,7 +68,11 @@ DECODERS: dict[str, Callable[[bytes], Any]] = {
     "record": decode_record,
     "iter_records": lambda b: list(iter_records(b)),
     "message": env.decode_message,
+    "scan_message": lambda b: env.scan_message(bytes(b)),
     "acks": env.decode_acks,
+    "ack_tuples": env.decode_ack_tuples,
+    "envelope_record": envelope_record_checked,
+    "produce_envelopes": envelopes_of_request,
     "json": msg.decode_json,
     "error": msg.decode_error,
     "produce_request": msg.decode_produce_request,
@@ -88,7 +107,11 @@ ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
         lambda rs: b"".join(encode_record(r) for r in rs)
     ),
     "message": envelope_messages().map(env.encode_message),
+    "scan_message": envelope_messages().map(env.encode_message),
     "acks": st.lists(acks, min_size=1, max_size=3).map(env.encode_acks),
+    "ack_tuples": st.lists(acks, min_size=1, max_size=3).map(env.encode_acks),
+    "envelope_record": envelope_messages().map(env.encode_message),
+    "produce_envelopes": produce_requests().map(msg.encode_produce_request),
     "json": json_objects.map(msg.encode_json),
     "error": st.tuples(st.integers(0, 30), st.text(max_size=10)).map(
         lambda t: msg.encode_error(t[0], t[1], {"k": t[1]})  # type: ignore[arg-type]
@@ -112,7 +135,8 @@ def reseal(name: str, raw: bytes) -> bytes:
         ts = int.from_bytes(raw[8:16], "big", signed=True)
         epoch = int.from_bytes(raw[16:20], "big")
         return frame_body(offset, ts, epoch, raw[HEADER_SIZE:])
-    if name in ("message", "acks") and len(raw) >= env.ENVELOPE_HEADER_SIZE:
+    envelopes = ("message", "scan_message", "envelope_record", "acks", "ack_tuples")
+    if name in envelopes and len(raw) >= env.ENVELOPE_HEADER_SIZE:
         crc = zlib.crc32(raw[12:], zlib.crc32(raw[:8]))
         return raw[:8] + crc.to_bytes(4, "big") + raw[12:]
     return raw
