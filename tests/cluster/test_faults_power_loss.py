@@ -20,6 +20,8 @@ import pytest
 
 from cluster.harness import Cluster, needs_cluster
 from cluster.scenario import Scenario, elapsed, first_ack_after
+from cluster.views import wait_full_isr, wait_leader
+from support.raw_client import RawClient
 
 pytestmark = [pytest.mark.fault, pytest.mark.anyio]
 
@@ -66,3 +68,88 @@ async def test_power_loss_on_every_server_keeps_every_acked_record(
                 f"first ack after the restart began: {first_ack_after(sc.producer, t_dead):.2f} s"
             )
             await sc.verify(compare_replicas=servers > 1)
+
+
+@needs_cluster
+@pytest.mark.parametrize(
+    ("durability", "hold_followers"),
+    [
+        pytest.param("flushed", False, id="flushed"),
+        pytest.param("replicated", True, id="replicated-followers-held"),
+    ],
+)
+async def test_power_loss_on_the_leader_alone_restarting_at_once(
+    tmp_path: Path, durability: str, hold_followers: bool
+) -> None:
+    """The leader of a partition loses power alone (its files cut back to their last
+    fsync) and starts again at once, racing the followers' silent-leader reports. Its log
+    may now miss records the followers have; whichever comes first (the election, or its
+    own registration as restarted after an unclean stop), it must not lead with records
+    missing: every acknowledged record survives, nothing is stored twice, the producer
+    goes on without a failed send, and the replicas converge.
+
+    ``hold_followers``: the followers are paused (SIGSTOP) from before the cut until the
+    restarted server answers on its port, so no election can happen first and its own
+    registration after an unclean stop usually decides (which path won is printed)."""
+    with Cluster(tmp_path, servers_count=3, power_loss=True) as cluster:
+        async with Scenario.open(
+            cluster,
+            "orders",
+            partitions=PARTITIONS,
+            rf=3,
+            durability=durability,  # type: ignore[arg-type]
+        ) as sc:
+            sc.start_producer(count=50_000, time_limit_s=60.0, rate=PRODUCE_RATE)
+            await sc.producer.wait_acked(ACKED_BEFORE_LOSS, 30.0)
+            before, leader = await wait_full_isr(cluster, "orders", 0, 3, 30.0)
+            victim = cluster.server(leader)
+            followers = [cluster.server(r) for r in before.replicas if r != leader]
+            if hold_followers:
+                for f in followers:
+                    f.pause()
+            t0 = time.monotonic()
+            victim.kill9()
+            report = victim.apply_power_loss()
+            lost = sum(b - a for b, a in report.truncated.values())
+            try:
+                victim.spawn()
+                if hold_followers:
+                    await wait_answering(victim.address, 30.0)
+            finally:
+                for f in followers:
+                    f.resume()
+            await anyio.to_thread.run_sync(victim.wait_ready)
+            sc.note(
+                f"{victim.server_id} (leader of orders/0, epoch {before.leader_epoch}) lost "
+                f"power: {lost} bytes cut, {len(report.deleted)} file(s) dropped; running "
+                f"again after {elapsed(t0):.2f} s"
+            )
+            after = await wait_leader(cluster, "orders", 0, 30.0, min_epoch=before.leader_epoch + 1)
+            sc.note(
+                f"orders/0 leader {after.leader} epoch {after.leader_epoch} isr {after.isr} "
+                f"after {elapsed(t0):.2f} s"
+            )
+            acked_at_restart = len(sc.producer.acked)
+            await sc.producer.wait_acked(acked_at_restart + ACKED_AFTER_RESTART, 40.0)
+            moved = "leadership(s) moved" in victim.incarnation_log()
+            sc.note(
+                "leadership moved by "
+                + ("the restarted server's registration" if moved else "an election")
+            )
+            await sc.verify()
+            sc.note(f"producer retries: {sc.producer.retries}")
+            assert not sc.producer.failures, (sc.producer.failures, sc.producer.last_failure)
+
+
+async def wait_answering(address: str, timeout_s: float) -> None:
+    """Wait until a server accepts connections at ``address`` (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with anyio.fail_after(1.0):
+                async with await RawClient.connect(address):
+                    return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+        await anyio.sleep(0.05)
