@@ -18,6 +18,7 @@ TEST_DEPS = [
     "hypothesis>=6.100",
     "trio>=0.25",
     "ruff>=0.6",  # tests check that generated code is formatted
+    "cryptography>=42",  # tests/security make a throwaway CA
 ]
 SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
 

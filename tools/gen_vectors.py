@@ -678,6 +678,90 @@ def protocol_file() -> dict[str, Any]:
             RESP,
             {"accepted": True, "leader": "s3", "leader_epoch": 4},
         ),
+        json_case(
+            "authenticate_request_password",
+            fr.Api.AUTHENTICATE,
+            12,
+            0,
+            {"mechanism": "password", "user": "alice", "password": "s3cret"},
+        ),
+        json_case(
+            "authenticate_request_token",
+            fr.Api.AUTHENTICATE,
+            13,
+            0,
+            {"mechanism": "token", "token": "Zm9vYmFy"},
+        ),
+        json_case("authenticate_response", fr.Api.AUTHENTICATE, 12, RESP, {"identity": "alice"}),
+        json_case(
+            "set_acl_request",
+            fr.Api.SET_ACL,
+            14,
+            0,
+            {
+                "identity": "alice",
+                "grants": [
+                    {"permission": "publish", "pattern": "orders.*"},
+                    {"permission": "group", "pattern": "etl-*"},
+                ],
+                "op_id": "7f3a9e",
+            },
+        ),
+        json_case(
+            "set_acl_response",
+            fr.Api.SET_ACL,
+            14,
+            RESP,
+            {
+                "identity": "alice",
+                "grants": [
+                    {"permission": "publish", "pattern": "orders.*"},
+                    {"permission": "group", "pattern": "etl-*"},
+                ],
+            },
+        ),
+        json_case("list_acls_request", fr.Api.LIST_ACLS, 15, 0, {}),
+        json_case(
+            "list_acls_response",
+            fr.Api.LIST_ACLS,
+            15,
+            RESP,
+            {"acls": {"alice": [{"permission": "fetch", "pattern": "orders.*"}], "bob": []}},
+        ),
+        frame_case(
+            "error_unauthenticated",
+            fr.Api.METADATA,
+            16,
+            ERR,
+            "error",
+            {
+                "code": 17,
+                "name": "UNAUTHENTICATED",
+                "message": "authenticate first (Authenticate, API 10)",
+                "details": {},
+            },
+            msg.encode_error(
+                ErrorCode.UNAUTHENTICATED, "authenticate first (Authenticate, API 10)", {}
+            ),
+        ),
+        frame_case(
+            "error_permission_denied",
+            fr.Api.PRODUCE,
+            17,
+            ERR,
+            "error",
+            {
+                "code": 16,
+                "name": "PERMISSION_DENIED",
+                "message": "permission denied: needs publish on stream 'payments'",
+                "details": {"identity": "alice"},
+            },
+            msg.encode_error(
+                ErrorCode.PERMISSION_DENIED,
+                "permission denied: needs publish on stream 'payments'",
+                {"identity": "alice"},
+            ),
+        ),
         fetch_response_case("fetch_response_empty", 8, 0, 17, 0, 17, []),
         fetch_response_case("fetch_response_records_with_gap", 8, 0, 20, 0, 21, FETCH_RECORDS),
         fetch_response_case(

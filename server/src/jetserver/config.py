@@ -16,6 +16,8 @@ TOML layout (every key optional)::
     [logging]  level, format ("text" or "json")
     [metrics]  port (None: off), host
     [cluster]  raft_address, peers, password / password_file, ... (absent: one server alone)
+    [tls]      cert, key, ca, client_auth, peer_* (jetserver.security.config)
+    [auth]     enabled, users, tokens, tls_identity, internal_token, acls
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from jetsdk.codec.limits import (
 )
 from jetserver.errors import ConfigError
 from jetserver.replication.config import ReplicationConfig
+from jetserver.security.config import AuthConfig, TlsConfig
 
 MiB = 1024 * 1024
 
@@ -145,6 +148,8 @@ class NatsConfig:
     """Private key (PEM) of ``tls_cert``."""
     tls_hostname: str | None = None
     """Host name to verify the server certificate against (default: the URL's host)."""
+    creds_file: str | None = None
+    """NATS credentials file (decentralized auth: user JWT + NKey seed)."""
     name: str = DEFAULT_NATS_NAME
     """Connection name shown by NATS monitoring."""
     connect_timeout_s: float = attrs.field(
@@ -510,6 +515,10 @@ class ServerConfig:
     """Prometheus metrics endpoint (off by default)."""
     cluster: ClusterConfig = attrs.field(factory=ClusterConfig)
     """Cluster membership (off by default: one server alone)."""
+    tls: TlsConfig = attrs.field(factory=TlsConfig)
+    """TLS on the listener and to peers (off by default)."""
+    auth: AuthConfig = attrs.field(factory=AuthConfig)
+    """Authentication and bootstrap grants (off by default)."""
     replication: ReplicationConfig = attrs.field(factory=ReplicationConfig)
     """Partition replication timings (a cluster only)."""
 
@@ -532,5 +541,7 @@ SECTIONS: dict[str, type[Any]] = {
     "metrics": MetricsConfig,
     "cluster": ClusterConfig,
     "replication": ReplicationConfig,
+    "tls": TlsConfig,
+    "auth": AuthConfig,
 }
 """Section name -> its attrs class, in the order of ServerConfig's fields."""

@@ -181,7 +181,14 @@ def load_config(
     return ServerConfig(**sections)
 
 
-SECRET_KEYS = frozenset({("nats", "password"), ("nats", "token"), ("cluster", "password")})
+SECRET_KEYS = frozenset(
+    {
+        ("nats", "password"),
+        ("nats", "token"),
+        ("cluster", "password"),
+        ("auth", "internal_token"),
+    }
+)
 """Settings masked by :func:`to_toml` unless asked otherwise."""
 
 

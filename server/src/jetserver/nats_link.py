@@ -213,6 +213,7 @@ class NatsLink:
                     user=cfg.user,
                     password=cfg.password,
                     token=cfg.token,
+                    user_credentials=cfg.creds_file,
                     tls=tls,
                     tls_hostname=cfg.tls_hostname,
                     connect_timeout=cfg.connect_timeout_s,  # type: ignore[arg-type]

@@ -12,7 +12,9 @@ ISRs it shared: its replicas must catch up first), then opens the partitions it
 holds replicas of in the replicated state, and only then writes the ready file and logs
 "server ready". Replicas then follow every change of the replicated state.
 
-Shutdown (:meth:`Server.request_stop`, SIGTERM/SIGINT in the CLI): new requests get
+Shutdown (:meth:`Server.request_stop`, SIGTERM/SIGINT in the CLI): in a cluster, the
+partition leaderships of this server first move to in-sync followers (bounded; see
+:mod:`jetserver.cluster.handoff`) while it still serves; then new requests get
 SHUTTING_DOWN and long polls return; in-flight requests get a grace period; connections
 close; ingest stops (unsubscribe); what was already queued is appended; every partition is
 flushed, its HW checkpointed and its log closed; pending acks are flushed to NATS. Nothing
@@ -39,6 +41,11 @@ from jetsdk.codec.frames import Frame
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.streams import MetadataView, StreamManager
 from jetserver.cluster import ClusterNode
+from jetserver.cluster.handoff import (
+    HANDOFF_TIMEOUT_FRACTION,
+    hand_off_leaderships,
+    leave_isrs,
+)
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.store import MetadataStore, write_atomic
@@ -48,6 +55,9 @@ from jetserver.nats_link import NatsLink
 from jetserver.protocol.connection import Reply
 from jetserver.protocol.handlers import Dispatcher
 from jetserver.protocol.listener import ProtocolListener
+from jetserver.security.gate import Security, Session
+from jetserver.security.wiring import acl_proposer, connection_setup
+from jetserver.security.wiring import bootstrap as bootstrap_acls
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +97,12 @@ class Server:
         """Begin a clean shutdown; :meth:`run` returns when it is complete."""
         self._stop.set()
 
-    async def _handle(self, frame: Frame) -> Reply:
+    async def _handle(self, frame: Frame, session: Session | None = None) -> Reply:
         assert self._dispatcher is not None
         self._inflight += 1
         started = time.perf_counter()
         try:
-            reply = await self._dispatcher.handle(frame)
+            reply = await self._dispatcher.handle(frame, session)
             if self.metrics is not None:
                 self.metrics.requests.observe(frame.api, reply.data, time.perf_counter() - started)
             return reply
@@ -160,9 +170,15 @@ class Server:
             async with anyio.create_task_group() as tg:
                 await streams.start(tg)
                 await produce.start()
-                dispatcher = self._dispatcher = Dispatcher(cfg, streams, produce, cluster=node)
+                security = Security(cfg, lambda: store.state.acls, acl_proposer(store, node))
+                dispatcher = self._dispatcher = Dispatcher(
+                    cfg, streams, produce, cluster=node, security=security
+                )
                 listener = ProtocolListener(
-                    self._handle, cfg.limits, sendfile_min_bytes=cfg.fetch.sendfile_threshold
+                    self._handle,
+                    cfg.limits,
+                    sendfile_min_bytes=cfg.fetch.sendfile_threshold,
+                    setup=connection_setup(security, self._handle),
                 )
                 metrics.listener = listener
                 metrics.consumer_positions = dispatcher.consumer_positions
@@ -199,8 +215,19 @@ class Server:
                                 cluster=node is not None,
                             ),
                         )
+                        if cfg.auth.acls:
+                            tg.start_soon(bootstrap_acls, cfg, security)
                         await self._stop.wait()
                         log.info("shutting down")
+                        if node is not None:
+                            # Still serving: move partition leaderships to in-sync
+                            # followers first, so producers fail over without a timeout.
+                            await hand_off_leaderships(
+                                node.raft,
+                                streams,
+                                cfg.server.id,
+                                cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
+                            )
                         dispatcher.shutting_down = True
                         streams.wake_all()
                         if self._inflight:
@@ -213,7 +240,16 @@ class Server:
                     if node is not None:
                         await node.stop_tasks()
                     await produce.stop()
-                    if await streams.stop() and node is not None:
+                    clean = await streams.stop()
+                    if node is not None:
+                        # The replicas stopped fetching: leave the ISRs so that their
+                        # leaders commit without waiting for this server.
+                        await leave_isrs(
+                            node.raft,
+                            cfg.server.id,
+                            cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
+                        )
+                    if clean and node is not None:
                         await anyio.to_thread.run_sync(
                             write_atomic, data_dir / CLEAN_STOP_FILE, b"{}\n"
                         )

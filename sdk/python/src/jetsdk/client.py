@@ -35,6 +35,7 @@ import random
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from ssl import SSLContext
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -74,6 +75,7 @@ from jetsdk.errors import (
 )
 from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamInfo
 from jetsdk.retry import DEFAULT_RETRY, RetryPolicy, needs_metadata_refresh
+from jetsdk.security import Credentials, authenticate, tls_context, tls_dialer
 from jetsdk.subjects import subject_matches
 from jetsdk.transport import Address, Dialer, parse_address, tcp_dialer
 
@@ -134,8 +136,17 @@ class Client:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY,
-        dialer: Dialer = tcp_dialer,
+        dialer: Dialer | None = None,
         client_name: str = f"jetsdk/{__version__}",
+        tls: SSLContext | bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        server_hostname: str | None = None,
+        credentials: Credentials | None = None,
+        token: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         """Configure a client; it connects in ``__aenter__``.
 
@@ -145,13 +156,35 @@ class Client:
             connect_timeout: seconds to connect to one server and get its Hello answer.
             request_timeout: seconds to wait for any response.
             retry: retry policy for retriable errors.
-            dialer: opens byte streams (tests pass :meth:`jetsdk.testing.MemoryNetwork.dial`).
+            dialer: opens byte streams (tests pass :meth:`jetsdk.testing.MemoryNetwork.dial`);
+                default plain TCP, or TLS when a TLS option is given.
             client_name: sent in Hello.
+            tls: an ``SSLContext`` to connect with TLS, or True for a default context
+                (built from ``tls_ca``/``tls_cert``/``tls_key`` if given).
+            tls_ca, tls_cert, tls_key: PEM files: CA bundle to verify servers with, client
+                certificate and key to present (any of them turns TLS on).
+            server_hostname: name checked against server certificates (default: the host
+                of each address).
+            credentials: what to authenticate with when a server requires it (or pass
+                ``token``, or ``user`` and ``password``).
 
         Raises:
-            InvalidArgument: a malformed server address.
+            InvalidArgument: a malformed server address, unusable TLS files, or conflicting
+                credentials.
         """
         self._bootstrap_addresses = resolve_servers(servers)
+        if credentials is None and (token is not None or user is not None or password):
+            credentials = Credentials(token=token, user=user, password=password)
+        self.credentials = credentials
+        self.identity: str | None = None
+        """The identity the last authenticated connection was given (None: none yet)."""
+        if dialer is None:
+            if isinstance(tls, SSLContext):
+                dialer = tls_dialer(tls, server_hostname)
+            elif tls or tls_ca or tls_cert or tls_key:
+                dialer = tls_dialer(tls_context(tls_ca, tls_cert, tls_key), server_hostname)
+            else:
+                dialer = tcp_dialer
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.retry = retry
@@ -249,6 +282,7 @@ class Client:
             await tg.start(conn.run)
             try:
                 hello = await self._hello(conn)
+                await self._authenticate(conn, hello)
             except BaseException:
                 await conn.aclose()
                 raise
@@ -274,6 +308,14 @@ class Client:
                 f"{conn.label} speaks protocol {hello.get('protocol')}, not {PROTOCOL_VERSION}"
             )
         return hello
+
+    async def _authenticate(self, conn: Connection, hello: dict[str, Any]) -> None:
+        """Authenticate when the server requires it and did not already (TLS identity)."""
+        identity = hello.get("identity")
+        if isinstance(identity, str):
+            self.identity = identity
+        elif hello.get("auth_required") is True and self.credentials is not None:
+            self.identity = await authenticate(conn, self.credentials, self.connect_timeout)
 
     async def _any_connection(self) -> Connection:
         """The bootstrap connection: any reachable server."""

@@ -44,6 +44,7 @@ from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, 
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.ids import replica_index
 from jetserver.replication.scrub import first_damaged_offset
+from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log, StorageError
 from jetserver.storage.checkpoint import HIGH_WATERMARK_FILE, read_single_value
 
@@ -347,6 +348,7 @@ class ReplicaRoles:
             committed_floor=self._committed_floor,
             damaged=self._damaged(),
             on_whole=self._mark_whole,
+            security=peer_security_of(self.controller),
         )
         self._fetcher = fetcher
         self.leader_epoch = a.leader_epoch

@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "jetserver.cli.dev_cmd",  # jet dev
     "jetserver.cli.stream_cmd",  # jet stream create|list|info|delete
     "jetserver.cli.pubsub_cmd",  # jet pub, jet sub
+    "jetserver.cli.security_cmd",  # jet passwd, jet acl
 )
 
 

@@ -20,6 +20,7 @@ from jetsdk import Client, JetConnectionError, JetError, StreamExists
 from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, ENV_SERVERS
 from jetsdk.errors import InvalidArgument
 from jetsdk.metadata import StreamInfo
+from jetserver.cli.security_opts import add_security_options, security_kwargs
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -48,13 +49,16 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"give up connecting after this long (default {DEFAULT_CONNECT_TIMEOUT:g})",
     )
+    add_security_options(parser)
 
 
 def run_with_client(args: argparse.Namespace, body: Callable[[Client], Awaitable[int]]) -> int:
     """Connect, run ``body(client)``, and turn errors into exit codes and stderr lines."""
 
     async def main() -> int:
-        async with Client(args.servers, connect_timeout=args.connect_timeout) as client:
+        async with Client(
+            args.servers, connect_timeout=args.connect_timeout, **security_kwargs(args)
+        ) as client:
             return await body(client)
 
     try:

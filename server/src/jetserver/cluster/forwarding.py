@@ -45,8 +45,8 @@ from jetserver.cluster.placement import place_replicas, server_load
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.logs import fields
-from jetserver.metadata.model import MetadataState, StreamMeta
-from jetserver.metadata.ops import CreateStream, DeleteStream, OpResult
+from jetserver.metadata.model import Grant, MetadataState, StreamMeta
+from jetserver.metadata.ops import CreateStream, DeleteStream, OpResult, SetAcl
 from jetserver.metadata.validate import MAX_PARTITIONS, spec_from_request
 from jetserver.protocol.json_api import stream_info
 from jetserver.raft import (
@@ -151,6 +151,31 @@ class MetadataRequests:
         return await self._run(
             Api.DELETE_STREAM, request, op_id, lambda: self._delete_here(name, op_id), settle
         )
+
+    async def set_acl(
+        self, request: dict[str, Any], identity: str, grants: tuple[Grant, ...]
+    ) -> None:
+        """SetAcl (validated by the caller): replace ``identity``'s grants through Raft; with
+        ``if_absent`` in the request, only if the identity has no entry yet.
+
+        Raises:
+            ApiError: a retriable code as :meth:`create_stream` when no leader answered.
+        """
+        op_id = op_id_of(request)
+        if_absent = request.get("if_absent") is True
+
+        async def here() -> dict[str, Any]:
+            present = identity in self.raft.state.acls
+            if self.raft.machine.recent.get(op_id) is None and not (if_absent and present):
+                result = (await self.raft.propose(SetAcl(identity, grants), op_id=op_id)).result
+                if not result.ok:
+                    raise ApiError(result.error_code, result.message)
+            return {"identity": identity}
+
+        async def settle(_answer: dict[str, Any]) -> None:
+            await self._wait_local(lambda s: identity in s.acls, f"acl of {identity}")
+
+        await self._run(Api.SET_ACL, request, op_id, here, settle)
 
     # ------------------------------------------------------------------ the retry loop
 

@@ -44,6 +44,7 @@ from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, RegisteredServer
 from jetserver.metadata.ops import RegisterServer
 from jetserver.raft import MetadataRaft, OutcomeUnknown, RaftClosed, RaftConfig, Unavailable
+from jetserver.security.peer import PeerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class ClusterNode:
         raft_cfg = raft if raft is not None else raft_config(config)
         server_id = config.server.id
         async with MetadataRaft(raft_cfg) as member, anyio.create_task_group() as tg:
-            peers = PeerPool()
+            peers = PeerPool(security=PeerSecurity.from_config(config))
             peers.start(tg)
 
             def current_state() -> MetadataState:

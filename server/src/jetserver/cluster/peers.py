@@ -23,7 +23,8 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.connection import Connection
 from jetsdk.errors import JetConnectionError, JetError, MalformedFrame, Timeout
-from jetsdk.transport import parse_address, tcp_dialer
+from jetsdk.transport import parse_address
+from jetserver.security.peer import PLAIN, PeerSecurity
 
 DEFAULT_CONNECT_TIMEOUT_S = 2.0
 """Bound on connecting to a peer and getting its Hello answer."""
@@ -38,6 +39,8 @@ class PeerPool:
 
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     """Bound on connect + Hello."""
+    security: PeerSecurity = PLAIN
+    """TLS and the internal token for peer connections."""
     _tg: anyio.abc.TaskGroup | None = None
     _connections: dict[str, Connection] = attrs.field(factory=dict)
     _locks: dict[str, anyio.Lock] = attrs.field(factory=dict)
@@ -69,13 +72,14 @@ class PeerPool:
                 target = parse_address(address)
             except JetError as exc:
                 raise JetConnectionError(f"bad peer address {address!r}: {exc}") from exc
-            stream = await tcp_dialer(target, self.connect_timeout_s)
+            stream = await self.security.dial(target, self.connect_timeout_s)
             conn = Connection(stream, label=address)
             await self._tg.start(conn.run)
             try:
                 body = encode_json({"protocol": PROTOCOL_VERSION, "client": PEER_CLIENT_NAME})
                 answer = await conn.request(Api.HELLO, body, timeout=self.connect_timeout_s)
                 conn.server_info = _decode(answer)
+                await self.security.authenticate(conn, self.connect_timeout_s)
             except BaseException:
                 await conn.aclose()
                 raise

@@ -190,6 +190,25 @@ class RegisteredServer:
 
 
 @attrs.frozen
+class Grant:
+    """One permission of an identity on the names matching a glob pattern."""
+
+    permission: str
+    """``publish``, ``fetch``, ``admin`` (stream names) or ``group`` (group names)."""
+    pattern: str
+    """Glob (``*``, ``?``, ``[...]``) matched against the whole stream or group name."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object."""
+        return {"permission": self.permission, "pattern": self.pattern}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Grant:
+        """Inverse of :meth:`to_dict`."""
+        return cls(permission=str(data["permission"]), pattern=str(data["pattern"]))
+
+
+@attrs.frozen
 class MetadataState:
     """The whole metadata: every stream, the registered servers, and how many operations
     produced it.
@@ -203,6 +222,8 @@ class MetadataState:
     """Operations applied so far (the state-machine index under Raft)."""
     servers: Mapping[str, RegisteredServer] = attrs.field(factory=dict)
     """Registered servers by id (empty on a single server without a cluster)."""
+    acls: Mapping[str, tuple[Grant, ...]] = attrs.field(factory=dict)
+    """Identity -> its grants (an empty tuple: an identity with no rights)."""
 
     def client_addresses(self) -> dict[str, str]:
         """Server id -> client ``host:port`` of every registered server."""
@@ -217,6 +238,8 @@ class MetadataState:
         }
         if self.servers:
             out["servers"] = [self.servers[i].to_dict() for i in sorted(self.servers)]
+        if self.acls:
+            out["acls"] = {i: [g.to_dict() for g in self.acls[i]] for i in sorted(self.acls)}
         return out
 
     @classmethod
@@ -228,4 +251,8 @@ class MetadataState:
             streams={s.name: s for s in streams},
             applied=int(data.get("applied", 0)),
             servers={s.server_id: s for s in servers},
+            acls={
+                str(i): tuple(Grant.from_dict(g) for g in grants)
+                for i, grants in data.get("acls", {}).items()
+            },
         )

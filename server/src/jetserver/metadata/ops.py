@@ -10,7 +10,8 @@ nothing, a repeated ElectLeader is refused (its epoch is no longer the next one)
 
 Operations: CreateStream, DeleteStream (streams), RegisterServer (a server's addresses),
 UpdateIsr (the partition leader changes its ISR, epoch-checked), ElectLeader (the metadata
-leader moves a partition's leadership to an ISR member, epoch + 1).
+leader moves a partition's leadership to an ISR member, epoch + 1), SetAcl (an identity's
+grants; replacing them with the same grants changes nothing).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.metadata.model import (
+    Grant,
     MetadataState,
     PartitionAssignment,
     RegisteredServer,
@@ -181,7 +183,28 @@ class ElectLeader:
         }
 
 
-Op = CreateStream | DeleteStream | RegisterServer | UpdateIsr | ElectLeader
+@attrs.frozen
+class SetAcl:
+    """Replace the grants of one identity (validated by the proposer)."""
+
+    identity: str
+    """The identity."""
+    grants: tuple[Grant, ...]
+    """Its new grants (empty: no rights; the entry stays, so bootstrap grants from the
+    configuration are not proposed again)."""
+
+    kind = "set_acl"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (with ``op``)."""
+        return {
+            "op": self.kind,
+            "identity": self.identity,
+            "grants": [g.to_dict() for g in self.grants],
+        }
+
+
+Op = CreateStream | DeleteStream | RegisterServer | UpdateIsr | ElectLeader | SetAcl
 
 
 def _int(value: Any) -> int:
@@ -235,6 +258,11 @@ def op_from_dict(data: Mapping[str, Any]) -> Op:
             leader_epoch=_int(data["leader_epoch"]),
             stream_id=_opt_str(data.get("stream_id")),
         )
+    if kind == SetAcl.kind:
+        return SetAcl(
+            identity=str(data["identity"]),
+            grants=tuple(Grant.from_dict(g) for g in data["grants"]),
+        )
     raise ValueError(f"unknown metadata op {kind!r}")
 
 
@@ -287,6 +315,12 @@ def apply(state: MetadataState, op: Op) -> tuple[MetadataState, OpResult]:
         return _update_isr(bumped, op)
     if isinstance(op, ElectLeader):
         return _elect_leader(bumped, op)
+    if isinstance(op, SetAcl):
+        if state.acls.get(op.identity) == op.grants:
+            return bumped, OpResult()
+        acls = dict(state.acls)
+        acls[op.identity] = op.grants
+        return attrs.evolve(bumped, acls=acls), OpResult()
     raise TypeError(f"not a metadata op: {op!r}")  # pragma: no cover
 
 

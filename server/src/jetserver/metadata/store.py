@@ -103,7 +103,8 @@ class MetadataStore:
         """
         async with self._lock:
             new_state, result = apply(self.state, op)
-            if result.ok and new_state.streams is not self.state.streams:
+            changed = new_state.streams is not self.state.streams
+            if result.ok and (changed or new_state.acls is not self.state.acls):
                 data = orjson.dumps(new_state.to_dict(), option=orjson.OPT_INDENT_2)
                 await anyio.to_thread.run_sync(write_atomic, self.path, data)
                 self.state = new_state

@@ -32,10 +32,12 @@ from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
+from jetserver.security.gate import Session
 from jetserver.storage import StorageError
 
 if TYPE_CHECKING:
     from jetserver.cluster import ClusterNode
+    from jetserver.security.gate import Security
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ class Dispatcher:
     """Set at shutdown: new requests get SHUTTING_DOWN."""
     cluster: ClusterNode | None = None
     """The control plane, in a cluster (None: a server alone)."""
+    security: Security | None = None
+    """Authentication and authorization gate (None: nothing checked)."""
     consumer_positions: dict[tuple[str, int], int] = attrs.field(factory=dict)
     """(stream, partition) -> offset of the latest consumer Fetch (metrics: consumer lag)."""
 
@@ -74,12 +78,16 @@ class Dispatcher:
             listed = sorted([*listed, me], key=lambda s: s["id"])
         return listed
 
-    async def handle(self, frame: Frame) -> Reply:
-        """Answer one request frame."""
+    async def handle(self, frame: Frame, session: Session | None = None) -> Reply:
+        """Answer one request frame (``session``: what the connection authenticated as)."""
         api, cid = frame.api, frame.correlation_id
         try:
             if self.shutting_down:
                 raise ApiError(ErrorCode.SHUTTING_DOWN, "server is shutting down")
+            if self.security is not None:
+                screened = await self.security.screen(frame, session or Session())
+                if screened is not None:
+                    return screened
             if api == Api.PRODUCE:
                 return await self._produce(frame)
             if api == Api.FETCH:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+from collections.abc import Awaitable, Callable
 
 import anyio
 import attrs
@@ -63,6 +64,9 @@ class ProtocolListener:
     """Connection limits and timeouts."""
     sendfile_min_bytes: int = 1
     """Fetch records from this size on are sent with os.sendfile (see Connection)."""
+    setup: Callable[[socket.socket], Awaitable[tuple[SocketIO, Handler]]] | None = None
+    """Per accepted socket: wrap it (TLS handshake) and give its handler (a session-bound
+    one); None: plain socket and ``handler``."""
     connections: int = 0
     """Connections open now."""
     accepted: int = 0
@@ -117,11 +121,12 @@ class ProtocolListener:
     async def _serve(self, sock: socket.socket) -> None:
         self.connections += 1
         try:
-            io = SocketIO(sock)
+            if self.setup is not None:
+                io, handler = await self.setup(sock)
+            else:
+                io, handler = SocketIO(sock), self.handler
             log.debug("client connected", extra=fields(peer=io.peer))
-            conn = Connection(
-                io, self.handler, self.limits, sendfile_min_bytes=self.sendfile_min_bytes
-            )
+            conn = Connection(io, handler, self.limits, sendfile_min_bytes=self.sendfile_min_bytes)
             await conn.serve()
             log.debug("client gone", extra=fields(peer=io.peer, requests=conn.requests))
         except Exception as exc:  # e.g. the peer reset before we set socket options

@@ -49,12 +49,13 @@ from jetsdk.codec.messages import (
 )
 from jetsdk.connection import Connection
 from jetsdk.errors import JetError
-from jetsdk.transport import parse_address, tcp_dialer
+from jetsdk.transport import parse_address
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
+from jetserver.security.peer import PLAIN, PeerSecurity
 from jetserver.storage import Log, StorageError
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,8 @@ class FollowerFetcher:
     """Called when a damaged replica has caught up with its leader."""
     clock: Callable[[], float] = anyio.current_time
     """Monotonic seconds."""
+    security: PeerSecurity = PLAIN
+    """TLS and the internal token for the connection to the leader."""
     fetches: int = 0
     """Fetch answers received."""
     records_bytes: int = 0
@@ -164,8 +167,10 @@ class FollowerFetcher:
             if not self.leader_address:
                 await anyio.sleep_forever()  # a new assignment will bring the address
             try:
-                stream = await tcp_dialer(parse_address(self.leader_address), CONNECT_TIMEOUT_S)
+                address = parse_address(self.leader_address)
+                stream = await self.security.dial(address, CONNECT_TIMEOUT_S)
                 async with Connection(stream, label=self.leader_address) as conn:
+                    await self.security.authenticate(conn, CONNECT_TIMEOUT_S)
                     await self._reconcile(conn)
                     failures = 0
                     await self._fetch_loop(conn)

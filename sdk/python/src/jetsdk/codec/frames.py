@@ -58,6 +58,9 @@ class Api(enum.IntEnum):
     FETCH = 7
     OFFSET_FOR_LEADER_EPOCH = 8
     REPORT_LEADER = 9
+    AUTHENTICATE = 10
+    SET_ACL = 11
+    LIST_ACLS = 12
 
 
 FLAG_RESPONSE = 0x01

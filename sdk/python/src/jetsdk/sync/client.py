@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from ssl import SSLContext
 from types import TracebackType
 from typing import Any, Literal
 
@@ -15,7 +16,8 @@ from jetsdk.client import Client as _AsyncClient
 from jetsdk.errors import ClientClosed
 from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamInfo
 from jetsdk.retry import DEFAULT_RETRY, RetryPolicy
-from jetsdk.transport import Dialer, tcp_dialer
+from jetsdk.security import Credentials
+from jetsdk.transport import Dialer
 
 
 class Client(SyncWrapper):
@@ -32,8 +34,17 @@ class Client(SyncWrapper):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         retry: RetryPolicy = DEFAULT_RETRY,
-        dialer: Dialer = tcp_dialer,
+        dialer: Dialer | None = None,
         client_name: str = f"jetsdk/{__version__}",
+        tls: SSLContext | bool | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        server_hostname: str | None = None,
+        credentials: Credentials | None = None,
+        token: str | None = None,
+        user: str | None = None,
+        password: str | None = None,
         backend: str = "asyncio",
     ) -> None:
         """Configure a client; it connects in ``__enter__``.
@@ -44,11 +55,21 @@ class Client(SyncWrapper):
             connect_timeout: seconds to connect to one server and get its Hello answer.
             request_timeout: seconds to wait for any response.
             retry: retry policy for retriable errors.
-            dialer: opens byte streams (tests pass :meth:`jetsdk.testing.MemoryNetwork.dial`).
+            dialer: opens byte streams (tests pass :meth:`jetsdk.testing.MemoryNetwork.dial`);
+                default plain TCP, or TLS when a TLS option is given.
             client_name: sent in Hello.
+            tls: an ``SSLContext`` to connect with TLS, or True for a default context
+                (built from ``tls_ca``/``tls_cert``/``tls_key`` if given).
+            tls_ca, tls_cert, tls_key: PEM files: CA bundle to verify servers with, client
+                certificate and key to present (any of them turns TLS on).
+            server_hostname: name checked against server certificates (default: the host
+                of each address).
+            credentials: what to authenticate with when a server requires it (or pass
+                ``token``, or ``user`` and ``password``).
 
         Raises:
-            InvalidArgument: a malformed server address.
+            InvalidArgument: a malformed server address, unusable TLS files, or conflicting
+                credentials.
 
         backend: the anyio backend of the private loop thread (``"asyncio"`` or ``"trio"``).
         """
@@ -60,6 +81,15 @@ class Client(SyncWrapper):
             retry=retry,
             dialer=dialer,
             client_name=client_name,
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            server_hostname=server_hostname,
+            credentials=credentials,
+            token=token,
+            user=user,
+            password=password,
         )
         self._backend = backend
         self._loop: LoopThread | None = None

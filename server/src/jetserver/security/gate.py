@@ -1,0 +1,341 @@
+"""The security gate in front of the request handlers: TLS at accept, authentication, ACLs.
+
+:meth:`Security.setup` runs once per accepted socket (TLS handshake, bounded by
+``limits.read_timeout_s``; a TLS-derived identity) and gives the connection its
+:class:`Session`. :meth:`Security.screen` runs before every request:
+
+- Authenticate (API 10) is answered here; bad credentials get UNAUTHENTICATED and the
+  connection is closed.
+- With ``[auth] enabled``, any request but Hello and Authenticate on a connection that has
+  not authenticated gets UNAUTHENTICATED and the connection is closed.
+- Then the identity's grants (replicated metadata, :mod:`.acl`) decide: PERMISSION_DENIED
+  (connection kept) or on to the handler. SetAcl / ListAcls (APIs 11, 12) are answered here.
+
+With auth disabled (the default) nothing is checked: SetAcl still stores grants (so they can
+be prepared before auth is switched on) and Authenticate answers the identity ``anonymous``.
+
+Task safety: one event loop; a Session belongs to one connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import attrs
+import orjson
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, encode_frame
+from jetsdk.codec.messages import (
+    decode_fetch_request,
+    decode_json,
+    decode_produce_head,
+    decode_produce_request,
+    encode_json,
+)
+from jetserver.config import ServerConfig
+from jetserver.errors import ApiError
+from jetserver.logs import fields
+from jetserver.metadata.model import Grant
+from jetserver.protocol import json_api
+from jetserver.protocol.connection import Reply, error_reply
+from jetserver.protocol.socket_io import SocketIO
+from jetserver.security import acl
+from jetserver.security.passwords import INTERNAL_IDENTITY, parse_entry, verify_password
+from jetserver.security.tls_io import TlsSocketIO, server_context
+
+log = logging.getLogger(__name__)
+
+GROUPS_STREAM = "__groups"
+"""The consumer groups' log (spec/groups.md); guarded by the ``group`` permission."""
+ANONYMOUS = "anonymous"
+"""The identity Authenticate answers while auth is disabled."""
+MAX_CREDENTIAL_CHARS = 4096
+"""Longer tokens or passwords are refused before hashing."""
+
+_INTERNAL_ONLY = frozenset({Api.OFFSET_FOR_LEADER_EPOCH, Api.REPORT_LEADER})
+
+AclProposer = Callable[[dict[str, Any], str, tuple[Grant, ...]], Awaitable[None]]
+"""Stores an identity's grants in the metadata (single-server store or through Raft), given
+the SetAcl request (``op_id``, ``forwarded``, ``if_absent``) and its validated content."""
+
+
+@attrs.define(eq=False)
+class Session:
+    """What one connection has proven."""
+
+    identity: str | None = None
+    """The authenticated identity (None: not authenticated)."""
+    tls_identity: str | None = None
+    """The verified client certificate's CN (None: no certificate)."""
+
+    @property
+    def internal(self) -> bool:
+        """True for another server of the cluster (every right)."""
+        return self.identity == INTERNAL_IDENTITY
+
+
+class _Denied(Exception):
+    """A request the identity may not make."""
+
+
+@attrs.define(eq=False)
+class Security:
+    """TLS, authentication and authorization of one server (see the module docstring)."""
+
+    config: ServerConfig
+    """Server configuration (``[tls]``, ``[auth]``, limits)."""
+    acls: Callable[[], Mapping[str, tuple[Grant, ...]]]
+    """The current grants of every identity (replicated metadata)."""
+    propose_acl: AclProposer
+    """How SetAcl is applied."""
+    _context: ssl.SSLContext | None = None
+    _users: dict[str, str] = attrs.field(factory=dict)
+    _tokens: dict[str, str] = attrs.field(factory=dict)
+    _internal_digest: bytes | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.config.tls.enabled:
+            self._context = server_context(self.config.tls)
+        auth = self.config.auth
+        self._users = dict(parse_entry(e) for e in auth.users)
+        self._tokens = {digest: identity for identity, digest in map(parse_entry, auth.tokens)}
+        token = auth.resolved_internal_token()
+        if token is not None:
+            self._internal_digest = hashlib.sha256(token.encode()).digest()
+
+    @property
+    def auth_enabled(self) -> bool:
+        """True if every connection must authenticate."""
+        return self.config.auth.enabled
+
+    # ------------------------------------------------------------------ accept
+
+    async def setup(self, sock: socket.socket) -> tuple[SocketIO, Session]:
+        """Wrap an accepted socket (TLS handshake if configured) and open its session.
+
+        Raises:
+            OSError / ssl.SSLError / TimeoutError: the handshake failed or took too long.
+        """
+        session = Session()
+        if self._context is None:
+            return SocketIO(sock), session
+        io = TlsSocketIO(sock, self._context)
+        try:
+            with anyio.fail_after(self.config.limits.read_timeout_s):
+                await io.start()
+        except BaseException:
+            io.close()
+            raise
+        cn = io.peer_common_name()
+        session.tls_identity = cn
+        if cn is not None and self.config.auth.tls_identity:
+            session.identity = cn
+        return io, session
+
+    # ------------------------------------------------------------------ per request
+
+    async def screen(self, frame: Frame, session: Session) -> Reply | None:
+        """Answer or refuse ``frame`` here, or None to let the handlers answer it."""
+        api = frame.api
+        try:
+            if api == Api.AUTHENTICATE:
+                return await self._authenticate(frame, session)
+            if api == Api.HELLO:
+                return self._hello(frame, session) if self.auth_enabled else None
+            if self.auth_enabled:
+                if session.identity is None:
+                    return error_reply(
+                        api,
+                        frame.correlation_id,
+                        ErrorCode.UNAUTHENTICATED,
+                        "authenticate first (Authenticate, API 10)",
+                        close=True,
+                    )
+                if not session.internal:
+                    self._authorize(frame, self.acls().get(session.identity, ()))
+            if api == Api.SET_ACL:
+                return await self._set_acl(frame)
+            if api == Api.LIST_ACLS:
+                return self._json_reply(frame, {"acls": self._acl_dict()})
+            return None
+        except _Denied as exc:
+            return error_reply(
+                api,
+                frame.correlation_id,
+                ErrorCode.PERMISSION_DENIED,
+                str(exc),
+                {"identity": session.identity},
+            )
+        except ApiError as exc:
+            return error_reply(api, frame.correlation_id, exc.code, exc.message, exc.details)
+        except CodecError as exc:
+            return error_reply(
+                api,
+                frame.correlation_id,
+                ErrorCode.MALFORMED_FRAME,
+                f"request body does not decode: {exc}",
+                close=True,
+            )
+
+    def _json_reply(self, frame: Frame, obj: dict[str, Any]) -> Reply:
+        body = encode_json(obj)
+        return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
+
+    def _hello(self, frame: Frame, session: Session) -> Reply:
+        answer = json_api.hello(decode_json(frame.body), self.config)
+        answer["auth_required"] = True
+        if session.identity is not None:
+            answer["identity"] = session.identity
+        return self._json_reply(frame, answer)
+
+    # ------------------------------------------------------------------ authentication
+
+    async def _authenticate(self, frame: Frame, session: Session) -> Reply:
+        req = decode_json(frame.body)
+        if not self.auth_enabled:
+            return self._json_reply(frame, {"identity": ANONYMOUS})
+        identity = await self._identity_of(req, session)
+        if identity is None:
+            log.info(
+                "authentication failed",
+                extra=fields(mechanism=str(req.get("mechanism"))[:20], user=_user_of(req)),
+            )
+            return error_reply(
+                frame.api,
+                frame.correlation_id,
+                ErrorCode.UNAUTHENTICATED,
+                "bad credentials",
+                close=True,
+            )
+        session.identity = identity
+        return self._json_reply(frame, {"identity": identity})
+
+    async def _identity_of(self, req: Mapping[str, Any], session: Session) -> str | None:
+        mechanism = req.get("mechanism")
+        if mechanism == "token":
+            token = req.get("token")
+            if not isinstance(token, str) or not 0 < len(token) <= MAX_CREDENTIAL_CHARS:
+                return None
+            digest = hashlib.sha256(token.encode()).digest()
+            if self._internal_digest is not None and hmac.compare_digest(
+                digest, self._internal_digest
+            ):
+                return INTERNAL_IDENTITY
+            return self._tokens.get("sha256$" + digest.hex())
+        if mechanism == "password":
+            user, password = req.get("user"), req.get("password")
+            if not isinstance(user, str) or not isinstance(password, str):
+                return None
+            stored = self._users.get(user)
+            if stored is None or len(password) > MAX_CREDENTIAL_CHARS:
+                return None
+            ok = await anyio.to_thread.run_sync(verify_password, password, stored)
+            return user if ok else None
+        if mechanism == "tls" and self.config.auth.tls_identity:
+            return session.tls_identity
+        return None
+
+    # ------------------------------------------------------------------ authorization
+
+    def _authorize(self, frame: Frame, grants: tuple[Grant, ...]) -> None:
+        api = frame.api
+        if api in _INTERNAL_ONLY:
+            raise _Denied("server-to-server API")
+        if api == Api.PRODUCE:
+            self._authorize_produce(frame, grants)
+        elif api == Api.FETCH:
+            req = decode_fetch_request(frame.body)
+            if req.replica_id >= 0:
+                raise _Denied("replica fetches are for servers")
+            _need(
+                acl.allows(grants, acl.FETCH, req.stream) or _groups_reader(req.stream, grants),
+                f"fetch on stream {req.stream!r}",
+            )
+        elif api in (Api.CREATE_STREAM, Api.DELETE_STREAM):
+            name = decode_json(frame.body).get("name")
+            if isinstance(name, str):
+                creating_groups = api == Api.CREATE_STREAM and _groups_reader(name, grants)
+                _need(
+                    creating_groups or acl.allows(grants, acl.ADMIN, name),
+                    f"admin on stream {name!r}",
+                )
+        elif api in (Api.DESCRIBE_STREAM, Api.LIST_OFFSETS):
+            body = decode_json(frame.body)
+            name = body.get("name" if api == Api.DESCRIBE_STREAM else "stream")
+            if isinstance(name, str):
+                _need(
+                    acl.allows_any(grants, name) or _groups_reader(name, grants),
+                    f"a permission on stream {name!r}",
+                )
+        elif api in (Api.SET_ACL, Api.LIST_ACLS):
+            _need(acl.is_cluster_admin(grants), "admin on '*' (cluster admin)")
+
+    def _authorize_produce(self, frame: Frame, grants: tuple[Grant, ...]) -> None:
+        stream = decode_produce_head(frame.body)[0]
+        if stream != GROUPS_STREAM:
+            _need(acl.allows(grants, acl.PUBLISH, stream), f"publish on stream {stream!r}")
+            return
+        if acl.allows(grants, acl.PUBLISH, stream):
+            return  # explicitly granted the whole internal stream
+        for message in decode_produce_request(frame.body).messages:
+            group = _record_group(message.key, message.value)
+            _need(
+                group is not None and acl.allows_group(grants, group),
+                f"group {group!r}" if group is not None else "group records keyed by group",
+            )
+
+    # ------------------------------------------------------------------ ACL management
+
+    async def _set_acl(self, frame: Frame) -> Reply:
+        req = decode_json(frame.body)
+        try:
+            identity, grants = acl.grants_from_request(req)
+        except ValueError as exc:
+            raise ApiError(ErrorCode.INVALID_ARGUMENT, str(exc), {"field": "grants"}) from exc
+        await self.propose_acl(req, identity, grants)
+        log.info("acl set", extra=fields(identity=identity, grants=len(grants)))
+        return self._json_reply(
+            frame, {"identity": identity, "grants": [g.to_dict() for g in grants]}
+        )
+
+    def _acl_dict(self) -> dict[str, list[dict[str, Any]]]:
+        current = self.acls()
+        return {i: [g.to_dict() for g in current[i]] for i in sorted(current)}
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise _Denied(f"permission denied: needs {what}")
+
+
+def _groups_reader(stream: str, grants: tuple[Grant, ...]) -> bool:
+    return stream == GROUPS_STREAM and acl.has_group_permission(grants)
+
+
+def _record_group(key: bytes | None, value: bytes) -> str | None:
+    """The group a ``__groups`` record belongs to: its key, which must equal the record's
+    ``group`` field (None if either is missing or they differ)."""
+    if key is None:
+        return None
+    try:
+        group = key.decode("utf-8")
+        body = orjson.loads(value)
+    except (UnicodeDecodeError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(body, dict) or body.get("group") != group:
+        return None
+    return group
+
+
+def _user_of(req: Mapping[str, Any]) -> str:
+    user = req.get("user")
+    return user[:64] if isinstance(user, str) else ""
