@@ -34,6 +34,7 @@ import collections
 import logging
 import struct
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import anyio
@@ -135,6 +136,10 @@ class PartitionReplica(ReplicaRoles):
     """The stream's settings (durability, min ISR); None: defaults."""
     replication: ReplicationConfig = attrs.field(factory=ReplicationConfig)
     """Replication timings."""
+    on_leadership_end: Callable[[str, int], None] | None = None
+    """Called with (stream, partition) when this replica stops leading, after its pending
+    ALL acks were failed with NOT_LEADER (the server's Produce service then answers the
+    requests still waiting for this partition at once instead of at their timeout)."""
 
     producers: ProducerTable = attrs.field(factory=ProducerTable)
     """Recent idempotent producers (duplicates are answered DUPLICATE_SEQUENCE)."""
@@ -553,6 +558,8 @@ class PartitionReplica(ReplicaRoles):
         self._pending_all.clear()
         if failed:
             await self._publish_acks(failed)
+        if code == ErrorCode.NOT_LEADER and self.on_leadership_end is not None:
+            self.on_leadership_end(self.stream, self.partition)
 
     # ---------------------------------------------------------------- maintenance
 

@@ -49,6 +49,9 @@ _UNAVAILABLE: Result = (ErrorCode.UNAVAILABLE, -1, -1)
 _TIMEOUT: Result = (ErrorCode.TIMEOUT, -1, -1)
 _TOO_LARGE: Result = (ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
 _INVALID: Result = (ErrorCode.INVALID_ARGUMENT, -1, -1)
+_NOT_LEADER: Result = (ErrorCode.NOT_LEADER, -1, -1)
+"""Result of a message whose partition leadership left this server before its ack (it
+may or may not be stored: an idempotent producer's retry is deduplicated)."""
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,21 @@ class ProduceService:
         self._prefix = self.link.new_inbox()
         self._sub = await self.link.subscribe(self._prefix + ".*", self._on_acks)
         await self.link.flush(5.0)
+        self.streams.leadership_listeners.append(self.leadership_lost)
+
+    def leadership_lost(self, stream: str, partition: int) -> None:
+        """This server stopped leading ``stream``/``partition``: answer the requests still
+        waiting for its acks now (NOT_LEADER for the messages not acked yet) instead of at
+        their timeout; NATS drops what is published while no replica subscribes."""
+        for waiting in self._waiting.values():
+            if waiting.stream != stream or waiting.partition != partition:
+                continue
+            results = waiting.results
+            for i, result in enumerate(results):
+                if result is None:
+                    results[i] = _NOT_LEADER
+            waiting.remaining = 0
+            waiting.done.set()
 
     async def stop(self) -> None:
         """Unsubscribe; waiting requests time out on their own."""

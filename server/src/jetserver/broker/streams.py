@@ -30,7 +30,7 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -117,6 +117,12 @@ class StreamManager:
     _tg: TaskGroup | None = None
     _running: dict[tuple[str, int], _Running] = attrs.field(factory=dict)
     _lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    leadership_listeners: list[Callable[[str, int], None]] = attrs.field(factory=list)
+    """Called with (stream, partition) when a local replica stops leading."""
+
+    def _leadership_ended(self, stream: str, partition: int) -> None:
+        for listener in self.leadership_listeners:
+            listener(stream, partition)
 
     @property
     def data_dir(self) -> Path:
@@ -301,6 +307,7 @@ class StreamManager:
             replication_factor=meta.spec.replication_factor,
             spec=meta.spec,
             replication=self.config.replication,
+            on_leadership_end=self._leadership_ended,
         )
         await self._tg.start(replica.run)
         running = _Running(replica, stream_id=meta.stream_id, queue=queue_group(meta))

@@ -20,8 +20,9 @@ Rules (spec/cluster.md, "Replication"):
   ago).
 - **Shrink.** An ISR follower not caught up for more than ``replica_lag_max_s`` is dropped.
 - **Expand.** A non-ISR replica rejoins when, at a fetch, it has caught up (as above, at
-  that fetch or the previous one), its offset is >= the start offset of the leader's
-  current epoch (it has reconciled with this leader), and it vouches for the high
+  that fetch or the previous one; a fetch before the metadata removed it does not
+  count), its offset is >= the start offset of the leader's current epoch (it has
+  reconciled with this leader), and it vouches for the high
   watermark (its flushed offset, or its LEO if durability is ``replicated``, is >= the
   HW): it holds every committed record the way the stream's durability requires.
 - **High watermark** = min over the *maximal* ISR (the committed ISR plus the members of a
@@ -237,7 +238,14 @@ class LeaderState:
         return progress is not None and progress.hw_sent < self.hw
 
     def set_isr(self, isr: Sequence[str]) -> bool:
-        """The metadata committed ``isr`` for this epoch; True if the HW moved."""
+        """The metadata committed ``isr`` for this epoch; True if the HW moved.
+
+        A member the metadata removed must catch up at a new fetch to rejoin (a server
+        that left the ISRs as it shut down must not be added back by its last fetch)."""
+        for member in set(self.isr) - set(isr) - {self.leader}:
+            progress = self.followers.get(member)
+            if progress is not None:
+                progress.caught_up_at_last_fetch = False
         self.isr = _ordered(self.replicas, set(isr) | {self.leader})
         self.unresolved = frozenset()
         if self.pending_isr is not None and set(self.pending_isr) == set(self.isr):
