@@ -13,10 +13,14 @@ Takes ~40 s (three restarts of a server process, each waiting for a full ISR).
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
+import orjson
 import pytest
 
 from cluster.checkers import Acked
@@ -33,6 +37,7 @@ ACKED_BETWEEN_RESTARTS = 300
 """Acks to see after a restart before the next one."""
 FULL_ISR_TIMEOUT_S = 30.0
 """Bound on the ISR of every partition being whole again."""
+JET = [sys.executable, "-m", "jetserver.cli.main"]
 STALL_BOUND_S = 10.0
 """No restart may stall writes this long (the ack timeout is 15 s: a lost handoff, with
 requests waiting out their timeout, shows up here; the figure printed is what counts)."""
@@ -88,9 +93,41 @@ async def test_rolling_restart_under_load_loses_nothing(tmp_path: Path) -> None:
                     f"now {[(p, getattr(i, 'leader', i)) for p, i in moved]}"
                 )
                 assert code == 0, server.log_tail()
+            status = await anyio.to_thread.run_sync(jet_cluster_status, cluster.addresses)
             await sc.verify()
             sc.note(
                 f"producer retries: {sc.producer.retries}; stalls {[round(s, 3) for s in stalls]}"
             )
             assert not sc.producer.failures, (sc.producer.failures, sc.producer.last_failure)
             assert max(stalls) < STALL_BOUND_S, stalls
+            # `jet cluster status` once every ISR was whole again: every server answers,
+            # each partition has a leader at an epoch after the handoffs and a full ISR.
+            assert {s["id"]: s["up"] for s in status["servers"]} == {
+                "s1": True,
+                "s2": True,
+                "s3": True,
+            }, status
+            assert status["metadata_leader"] in {"s1", "s2", "s3"}, status
+            for p in status["partitions"]:
+                assert p["leader"] is not None, status
+                assert p["leader_epoch"] >= 1, status
+                assert isinstance(p["hw"], int), status
+                assert p["hw"] > 0, status
+
+
+def jet_cluster_status(addresses: list[str]) -> dict[str, Any]:
+    """``jet cluster status --json`` until it exits 0 (every server up, full ISRs); bounded."""
+    deadline = time.monotonic() + FULL_ISR_TIMEOUT_S
+    while True:
+        proc = subprocess.run(
+            [*JET, "cluster", "status", "--json", "--servers", ",".join(addresses)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if proc.returncode == 0 or time.monotonic() > deadline:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            out: dict[str, Any] = orjson.loads(proc.stdout)
+            return out
+        time.sleep(0.5)  # polling another process: no event to wait on

@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "jetserver.cli.stream_cmd",  # jet stream create|list|info|delete
     "jetserver.cli.pubsub_cmd",  # jet pub, jet sub
     "jetserver.cli.security_cmd",  # jet passwd, jet acl
+    "jetserver.cli.cluster_cmd",  # jet cluster status
 )
 
 
