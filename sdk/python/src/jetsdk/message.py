@@ -81,8 +81,16 @@ class Message:
     delivery_count: int = 1
     """How many times this message has been handed to an application of its consumer group,
     this time included, as far as the group log tells (1 for a consumer without a group).
-    Exact across graceful hand-overs; after a crash it may be lower than the truth (see
-    jetsdk.consumer.progress)."""
+
+    Precisely: 1 + the earlier deliveries recorded in the group log. A delivery is recorded
+    when its owner commits afterwards (auto-commit, :meth:`Consumer.commit`, the release on
+    revoke, the leave on close) while the message is still un-acknowledged. So the count is
+    exact across graceful hand-overs and restarts, and a **lower bound** otherwise: deliveries
+    by an owner that crashed, or lost its partition by lease or session expiry, before its
+    next commit are not counted (a message that crashes its consumer every time before the
+    next auto-commit keeps coming back with the same count), and a commit whose progress
+    exceeds the 4096-byte metadata limit drops the counts of its highest ranges (those
+    messages come back with count 1). It never over-counts. spec/groups.md §7.1."""
     _acker: Acker | None = attrs.field(default=None, eq=False, repr=False)
 
     def ack(self) -> None:

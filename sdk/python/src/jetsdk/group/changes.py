@@ -32,7 +32,7 @@ __all__ = [
 
 RemoveReason = Literal["left", "expired", "replaced"]
 ReleaseReason = Literal["released", "forced", "expired", "left"]
-RejectReason = Literal["not_owner", "stale_generation", "regression"]
+RejectReason = Literal["not_owner", "stale_generation", "regression", "group_active"]
 
 
 @attrs.frozen
@@ -166,7 +166,8 @@ class CommitRejected:
     offset: int
     """The offset it tried to commit."""
     reason: RejectReason
-    """not_owner, stale_generation or regression."""
+    """not_owner, stale_generation, regression, or group_active (a simple commit for a
+    partition a member owns or targets)."""
 
 
 @attrs.frozen

@@ -2,7 +2,8 @@
 
 Fencing (is the committer the partition's owner, in the right owner generation?) is decided by
 :class:`~jetsdk.group.state.GroupState`, which knows ownership; this table enforces the other
-rule: a committed offset never moves backwards.
+rule: a committed offset never moves backwards, except by a simple commit from outside the
+membership while nobody owns or targets the partition (an offset reset, §7.2: :meth:`reset`).
 
 Not thread-safe: owned by one GroupState.
 """
@@ -27,9 +28,9 @@ class CommittedOffset:
     metadata: str
     """Free-form text committed with it."""
     member: str
-    """The member that committed it."""
+    """The member that committed it (for a simple commit: the committer's name)."""
     generation: int
-    """That member's owner generation for the partition."""
+    """That member's owner generation for the partition (-1: a simple commit, §7.2)."""
     timestamp: int
     """Log time (ns) of the record that committed it."""
 
@@ -58,6 +59,11 @@ class OffsetTable:
         """Store ``entry``; the caller has checked fencing and :meth:`would_regress`."""
         if self.would_regress(partition, entry.offset):
             raise ValueError(f"offset of {partition} would move backwards")
+        self._entries[partition] = entry
+
+    def reset(self, partition: StreamPartition, entry: CommittedOffset) -> None:
+        """Store ``entry`` even below the committed offset (a simple commit, §7.2); the caller
+        has checked that no member owns or targets ``partition``."""
         self._entries[partition] = entry
 
     def items(self) -> Iterator[tuple[StreamPartition, CommittedOffset]]:

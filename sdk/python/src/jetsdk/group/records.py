@@ -46,6 +46,7 @@ __all__ = [
     "MAX_TIMEOUT_MS",
     "MIN_TIMEOUT_MS",
     "RECORD_VERSION",
+    "SIMPLE_GENERATION",
     "Checkpoint",
     "FinalOffset",
     "GroupRecord",
@@ -206,9 +207,19 @@ class Heartbeat:
     """The generation of the member's view when it sent this (informational)."""
 
 
+SIMPLE_GENERATION = -1
+"""The generation of a *simple* commit: from outside the membership (Kafka's generation -1),
+accepted only while no member owns or targets the partition (spec/groups.md §7.2)."""
+
+
+def _commit_generation(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _check_int(value, attribute.name, SIMPLE_GENERATION)
+
+
 @attrs.frozen
 class OffsetCommit:
-    """An offset commit for one partition, valid only from its owner in its owner generation."""
+    """An offset commit for one partition: from its owner in its owner generation, or a simple
+    commit (generation :data:`SIMPLE_GENERATION`) while nobody owns or targets it."""
 
     group: str = attrs.field(validator=_id_validator)
     """The group name."""
@@ -218,8 +229,9 @@ class OffsetCommit:
     """The stream name."""
     partition: int = attrs.field(validator=_partition_validator)
     """The partition number."""
-    generation: int = attrs.field(validator=_non_negative)
-    """The owner generation: the group generation in which the member acquired the partition."""
+    generation: int = attrs.field(validator=_commit_generation)
+    """The owner generation: the group generation in which the member acquired the partition
+    (:data:`SIMPLE_GENERATION` for a simple commit from outside the membership)."""
     offset: int = attrs.field(validator=_non_negative)
     """The next offset to consume (every record below it is processed)."""
     metadata: str = attrs.field(default="", validator=_metadata_validator)

@@ -22,7 +22,7 @@ from jetsdk.group.assignors import Assignor
 from jetsdk.group.errors import InvalidGroupRecord
 from jetsdk.group.membership import _Member, _Owner, slot_of
 from jetsdk.group.offsets import CommittedOffset
-from jetsdk.group.records import Join
+from jetsdk.group.records import SIMPLE_GENERATION, Join
 from jetsdk.group.stream_partition import StreamPartition
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def state_from_json(
                     offset=_int(offset, "offset"),
                     metadata=_str(metadata, "metadata"),
                     member=_str(member, "member"),
-                    generation=_int(generation, "generation"),
+                    generation=_int(generation, "generation", SIMPLE_GENERATION),
                     timestamp=_int(timestamp, "timestamp"),
                 ),
             )

@@ -48,6 +48,7 @@ from jetsdk.group.errors import UnknownAssignor
 from jetsdk.group.membership import MemberInfo, Ownership, _Member, _Owner
 from jetsdk.group.offsets import CommittedOffset, OffsetTable
 from jetsdk.group.records import (
+    SIMPLE_GENERATION,
     Checkpoint,
     GroupRecord,
     Heartbeat,
@@ -258,7 +259,8 @@ class GroupState:
                 record.metadata,
                 changes,
             )
-            self._touch(record.member)
+            if record.generation != SIMPLE_GENERATION:
+                self._touch(record.member)
         elif isinstance(record, Release):
             dirty = self._on_release(record, changes) or dirty
             self._touch(record.member)
@@ -386,7 +388,16 @@ class GroupState:
         changes: list[Change],
     ) -> None:
         own = self._owners.get(partition)
-        if own is None or own.owner != member:
+        if generation == SIMPLE_GENERATION:
+            # A simple commit (§7.2): only while no member owns or targets the partition;
+            # like an offset reset, it may move the offset back.
+            if own is not None or partition in self._targets:
+                changes.append(CommitRejected(member, partition, offset, "group_active"))
+            else:
+                entry = CommittedOffset(offset, metadata, member, generation, self._clock)
+                self._offsets.reset(partition, entry)
+                changes.append(CommitAccepted(member, partition, offset))
+        elif own is None or own.owner != member:
             changes.append(CommitRejected(member, partition, offset, "not_owner"))
         elif own.generation != generation:
             changes.append(CommitRejected(member, partition, offset, "stale_generation"))

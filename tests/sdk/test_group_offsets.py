@@ -1,0 +1,74 @@
+"""Reading a group's offsets from outside it, and simple commits (spec/groups.md §7.2),
+against a real `jet dev`."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+
+from jetsdk import Client, Producer
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.consumer import Consumer, OffsetAndMetadata
+from jetsdk.consumer.group_offsets import (
+    PartitionLag,
+    commit_offsets,
+    group_lag,
+    group_offsets,
+    read_group,
+)
+from jetsdk.group.errors import CommitFailed
+from jetsdk.group.member import MemberConfig
+from jetsdk.group.stream_partition import StreamPartition as SP
+from support.jet_dev import JetDev
+
+pytestmark = pytest.mark.anyio
+
+CFG = MemberConfig(session_timeout=5.0, heartbeat_interval=0.25, release_timeout=5.0)
+WAIT_S = 30.0
+
+
+async def test_simple_commits_lag_and_a_member_taking_over(jet_dev: JetDev) -> None:
+    stream, group = f"so-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    p0, p1 = SP(stream, 0), SP(stream, 1)
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, stream, partitions=2)
+        async with Producer(client, stream, ack=AckPolicy.ALL) as producer:
+            for i in range(10):
+                await producer.send(b"v%d" % i, partition=i % 2)
+        assert await group_offsets(client, group) == {}
+        await commit_offsets(client, group, {p0: 3, p1: OffsetAndMetadata(4, "tool")})
+        assert await group_offsets(client, group) == {
+            p0: OffsetAndMetadata(3),
+            p1: OffsetAndMetadata(4, "tool"),
+        }
+        # A reset may move an offset back while the group has no members.
+        await commit_offsets(client, group, {p0: 2}, committer="ops")
+        lag = await group_lag(client, group)
+        assert lag == {p0: PartitionLag(2, 5, 3), p1: PartitionLag(4, 5, 1)}
+        state = await read_group(client, group)
+        assert state is not None
+        entry = state.committed(p0)
+        assert entry is not None
+        assert (entry.member, entry.generation) == ("ops", -1)
+
+        # A member starts from the simple commits; while it owns the partitions, simple
+        # commits are refused.
+        got: set[tuple[int, int]] = set()
+        async with Consumer(
+            client, stream, group=group, group_config=CFG, auto_commit=None
+        ) as consumer:
+            with anyio.fail_after(WAIT_S):
+                while len(got) < 4:
+                    for msg in await consumer.fetch(timeout=0.5):
+                        got.add((msg.partition, msg.offset))
+            assert got == {(0, 2), (0, 3), (0, 4), (1, 4)}
+            with pytest.raises(CommitFailed) as info:
+                await commit_offsets(client, group, {p0: 0})
+            assert info.value.reason == "group_active"
+            await consumer.commit()
+        # The member left (its final offsets committed): simple commits apply again.
+        assert (await group_offsets(client, group))[p0].offset == 5
+        await commit_offsets(client, group, {p0: 1})
+        assert (await group_lag(client, group, [stream]))[p0] == PartitionLag(1, 5, 4)
