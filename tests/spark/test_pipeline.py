@@ -6,9 +6,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import jetspark
+from jetsdk import Client
+from jetsdk.consumer.group_offsets import PartitionLag, group_lag
 from support.jet_dev import JetDev
 
 from .conftest import wait_until
@@ -40,7 +43,7 @@ def test_source_transform_sink_end_to_end(spark: Any, spark_jet: JetDev, checkpo
         .option("startingOffsets", "earliest")
         .option("maxRecordsPerTrigger", "100")
         .option("includeHeaders", "true")
-        .option("group", "e2e")
+        .option("group", "spark-demo")
         .load()
     )
     upper = df.select("key", F.upper(F.col("value").cast("string")).alias("value"), "headers")
@@ -66,10 +69,21 @@ def test_source_transform_sink_end_to_end(spark: Any, spark_jet: JetDev, checkpo
     # Admission control: 200 offsets at most 100 per trigger.
     assert len(sink.results) >= 2
     assert all(r.written <= 100 and r.duplicates == 0 for r in sink.results)
-    # The processed offsets are mirrored for lag tools.
-    mirrored = jetspark.committed_offsets(servers, "e2e")
-    assert sum(mirrored.values()) == 200
-    assert jetspark.group_lag(servers, "e2e") == {(src, p): 0 for p in range(3)}
+    # The processed offsets are mirrored as the group's commits (spec/groups.md §7.2): the
+    # SDK's own lag tool reads them.
+    mirrored = jetspark.committed_offsets(servers, "spark-demo")
+    assert sum(v for (stream, _), v in mirrored.items() if stream == src) == 200
+    assert jetspark.group_lag(servers, "spark-demo")[(src, 0)] == 0
+    lag = anyio.run(_sdk_lag, servers, "spark-demo", src)
+    assert {p: (entry.committed, entry.lag) for p, entry in lag.items()} == {
+        p: (mirrored[(src, p)], 0) for p in range(3)
+    }
+
+
+async def _sdk_lag(servers: list[str], group: str, stream: str) -> dict[int, PartitionLag]:
+    async with Client(servers) as client:
+        found = await group_lag(client, group, [stream])
+    return {key.partition: entry for key, entry in found.items()}
 
 
 class _FailingSink:

@@ -109,7 +109,8 @@ class SourceOptions:
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     """Record bytes per Fetch request."""
     group: str | None = None
-    """Group name to mirror processed offsets under (``__offsets``), None for none."""
+    """Consumer group to mirror processed offsets under (simple commits in ``__groups``,
+    spec/groups.md §7.2), None for none."""
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
     """Seconds to wait for one server response."""
 

@@ -285,8 +285,8 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [JetInputPartition(r) for r in ranges]
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Spark finished the batch ending at ``end``: mirror it into ``__offsets`` when
-        option ``group`` is set (failures are logged, not raised: the checkpoint is the
+        """Spark finished the batch ending at ``end``: mirror it as the commits of consumer
+        group ``group`` (option) when set (failures are logged, not raised: the checkpoint is the
         truth, the mirror is for lag tools)."""
         self._mirror(from_json(end))
 
