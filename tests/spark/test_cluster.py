@@ -1,0 +1,81 @@
+"""jetspark against a 3-server cluster (`jet dev --servers 3`): streams with RF=3, partition
+leaders spread over the servers; source → transform → sink end to end, offsets mirrored.
+
+Uses the shared local[2] Spark session; the cluster is this module's own (~5 s to start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import jetspark
+from jetsdk import Client
+from support.jet_dev import JetDev
+
+from .helpers import create, produce, read_all, unique
+
+pytestmark = pytest.mark.spark
+
+QUERY_TIMEOUT_S = 180
+
+
+@pytest.fixture(scope="module")
+def jet_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
+    """`jet dev --servers 3` for this module."""
+    dev = JetDev.start(tmp_path_factory.mktemp("spark-cluster") / "data", servers=3)
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+async def _leaders(servers: list[str], stream: str) -> set[str | None]:
+    async with Client(servers) as client:
+        info = await client.stream_info(stream, refresh=True)
+        assert all(len(p.replicas) == 3 for p in info.partitions), info
+        return {p.leader for p in info.partitions}
+
+
+@pytest.mark.timeout(400)  # may be the first Spark test: bears the session start (~70 s loaded)
+def test_source_to_sink_on_a_three_server_cluster(
+    spark: Any, jet_cluster: JetDev, checkpoint: Path
+) -> None:
+    from pyspark.sql import functions as F
+
+    servers = jet_cluster.servers
+    assert len(servers) == 3
+    src, out = unique("c-orders"), unique("c-upper")
+    create(servers, src, partitions=3, replication_factor=3)
+    create(servers, out, partitions=3, replication_factor=3)
+    # Leaders on more than one server: Spark's reads and writes go to several servers.
+    assert len(anyio.run(_leaders, servers, src)) > 1
+    sent = [(f"k{i % 5}".encode(), f"order-{i}".encode()) for i in range(120)]
+    produce(servers, src, sent)
+
+    df = (
+        spark.readStream.format("jetstream")
+        .option("servers", ",".join(servers))
+        .option("streams", src)
+        .option("startingOffsets", "earliest")
+        .option("group", "spark-cluster")
+        .load()
+    )
+    upper = df.select("key", F.upper(F.col("value").cast("string")).alias("value"))
+    sink = jetspark.foreach_batch_sink(servers, out)
+    query = (
+        upper.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_TIMEOUT_S)
+    assert query.exception() is None
+
+    got = read_all(servers, out)
+    assert sorted((r.key, r.value) for r in got) == sorted((k, v.upper()) for k, v in sent)
+    assert jetspark.group_lag(servers, "spark-cluster") == {(src, p): 0 for p in range(3)}
