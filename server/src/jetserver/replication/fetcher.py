@@ -240,6 +240,12 @@ class FollowerFetcher:
         log_ = self.log
         wait_ms = int(cfg.fetch_max_wait_s * 1000)
         while True:
+            if self.durability == "flushed" and log_.flushed_offset < log_.log_end_offset:
+                # Records an earlier fetch appended but a role change stopped before its
+                # fsync (a leader change mid-fetch): fsync them now, or this fetch, and every
+                # later one while nothing new arrives, would report them unflushed and the
+                # leader's HW would wait for them forever.
+                await anyio.to_thread.run_sync(log_.flush)
             req = FetchRequest(
                 stream=self.stream,
                 partition=self.partition,
