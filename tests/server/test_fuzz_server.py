@@ -28,9 +28,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nats.aio.msg import Msg
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
@@ -47,6 +49,8 @@ from jetsdk.codec.messages import (
     encode_json,
     encode_produce_request,
 )
+from jetserver.config import NatsConfig
+from jetserver.nats_link import NatsLink, _ping_round_trip
 from support.jet_server import ServerProcess
 from support.nats_server import NatsServer
 from support.raw_client import split_address
@@ -60,9 +64,10 @@ RSS_GROWTH_LIMIT_BYTES = 64 * 1024 * 1024
 """Allowed VmRSS growth over the fuzzing run (allocator noise, caches; a leak per request
 would exceed it over a long run)."""
 STREAM = "f"
+NORMAL_ATTEMPTS = 10
 SERVER_ENV = {
     "JET_LIMITS_MAX_FETCH_WAIT_MS": "50",
-    "JET_LIMITS_MAX_PRODUCE_TIMEOUT_MS": "1000",
+    "JET_LIMITS_MAX_PRODUCE_TIMEOUT_MS": "2000",
     "JET_LIMITS_READ_TIMEOUT_S": "2",
     "JET_LIMITS_MAX_FRAME_BYTES": str(1024 * 1024),
     "JET_LIMITS_MAX_MESSAGE_BYTES": "10000",
@@ -301,9 +306,14 @@ def normal_round(address: str, name: str) -> None:
         if frame.is_error:
             assert decode_error(frame.body).code == ErrorCode.STREAM_EXISTS
         req = ProduceRequest(name, 0, AckPolicy.ALL, 10_000, (ProduceMessage(b"ok"),))
-        frame = request(sock, Api.PRODUCE, encode_produce_request(req), 2)
-        (result,) = decode_produce_response(frame.body)
-        assert result.error_code == ErrorCode.NONE
+        for attempt in range(NORMAL_ATTEMPTS):
+            # TIMEOUT is retriable (as the SDK does): right after CreateStream the
+            # partition's NATS subscription may not be active yet.
+            frame = request(sock, Api.PRODUCE, encode_produce_request(req), 10 + attempt)
+            (result,) = decode_produce_response(frame.body)
+            if result.error_code != ErrorCode.TIMEOUT:
+                break
+        assert result.error_code == ErrorCode.NONE, result
         fetch = FetchRequest(name, 0, result.offset, 1 << 20, 0)
         frame = request(sock, Api.FETCH, encode_fetch_request(fetch), 3)
         header, records = decode_fetch_response(frame.body)
@@ -366,7 +376,33 @@ def test_fuzz_requests_over_sockets(server: ServerProcess) -> None:
         assert growth < RSS_GROWTH_LIMIT_BYTES, f"VmRSS grew by {growth} bytes"
     log = server.log_path.read_text(errors="replace")
     assert "request failed" not in log, log[-5000:]
+    assert "nats: encountered error" not in log, log[-5000:]  # nats-py's read loop died
     print(
         f"fuzzed {seen['examples']} examples in {time.monotonic() - started:.1f} s; "
         f"VmRSS {seen['rss']} -> {rss_bytes(pid)}; responses {sorted(outcomes.items())}"
     )
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_flush_timeouts_do_not_break_the_nats_link(nats_server: NatsServer) -> None:
+    """Regression (found by the fuzzer): nats-py's flush cancelled its PONG future on a
+    timeout and the late PONG then killed its read loop, so the link stopped delivering."""
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect(attempts=3)
+    try:
+        got = anyio.Event()
+
+        async def handler(_msg: Msg) -> None:
+            got.set()
+
+        await link.subscribe("after.timeouts", handler)
+        for _ in range(5):
+            with pytest.raises(TimeoutError):
+                await _ping_round_trip(link.client, 1e-9)  # the PONG comes later
+        await link.flush(EXAMPLE_BOUND_S)  # their PONGs arrived before this one
+        await link.publish("after.timeouts", b"x")
+        with anyio.fail_after(EXAMPLE_BOUND_S):
+            await got.wait()
+    finally:
+        await link.close()

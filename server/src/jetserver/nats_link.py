@@ -11,6 +11,7 @@ Task safety: use from the event loop thread only (the asyncio backend of anyio).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import re
@@ -398,7 +399,7 @@ class NatsLink:
             if flush_pending is not None:
                 with anyio.fail_after(max(timeout_s, 0.001)):
                     await flush_pending(force_flush=True)
-            await nc.flush(timeout=max(timeout_s, 0.001))  # type: ignore[arg-type]
+            await _ping_round_trip(nc, max(timeout_s, 0.001))
         except Exception as exc:
             raise NatsUnavailable(f"NATS flush failed: {exc or type(exc).__name__}") from exc
 
@@ -423,3 +424,26 @@ class NatsLink:
         except Exception as exc:
             log.debug("nats close failed", extra=fields(error=str(exc)))
         log.debug("nats closed", extra=fields(took_s=round(time.monotonic() - started, 3)))
+
+async def _ping_round_trip(nc: NatsClient, timeout_s: float) -> None:
+    """``nc.flush(timeout)`` that survives cancellation and timeouts.
+
+    nats-py's flush cancels its PONG future on a timeout (and ``wait_for`` does when the
+    caller is cancelled) but leaves it queued; the late PONG then calls ``set_result`` on
+    the cancelled future, the InvalidStateError ends nats-py's read loop and the connection
+    silently stops delivering (found by tests/server/test_fuzz_server.py: a Produce with
+    ack policy NONE whose client went away mid-flush). Here the future is never cancelled:
+    the PONG completes it whenever it comes.
+
+    Raises:
+        TimeoutError: no PONG within ``timeout_s``.
+    """
+    send_ping = getattr(nc, "_send_ping", None)
+    if send_ping is None:  # another nats-py: its own flush
+        await nc.flush(timeout=timeout_s)  # type: ignore[arg-type]
+        return
+    future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    await send_ping(future)
+    done, _pending = await asyncio.wait({future}, timeout=timeout_s)
+    if not done:
+        raise TimeoutError(f"no PONG within {timeout_s} s")
