@@ -17,6 +17,7 @@ from jetsdk.consumer.group import ensure_groups_stream
 from jetsdk.errors import PermissionDenied
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.partitioner import partition_for_key
+from jetserver.cli.main import main as jet_main
 from jetserver.security.passwords import hash_token
 from support.jet_server import running_server
 from support.nats_server import NatsServer
@@ -108,6 +109,15 @@ async def test_permissions_per_operation(nats_server: NatsServer, tmp_path: Path
             body = encode_json({"stream": "orders.eu", "partition": 0, "leader_epoch": 0})
             with pytest.raises(PermissionDenied):
                 await ops.request_any(Api.OFFSET_FOR_LEADER_EPOCH, body)
+            # The CLI: `jet acl set` as ops works, as alice fails (exit code 1).
+            cli = ["--servers", addr, "--token", TOKENS["ops"]]
+            code = await anyio.to_thread.run_sync(
+                jet_main, ["acl", "set", "dave", "fetch:orders.*", *cli]
+            )
+            assert code == 0
+            assert (await list_acls(ops))["dave"] == [("fetch", "orders.*")]
+            cli[-1] = TOKENS["alice"]
+            assert await anyio.to_thread.run_sync(jet_main, ["acl", "clear", "dave", *cli]) == 1
     # The grants survive a restart (single server: metadata.json).
     async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
         assert jet.address is not None
@@ -177,3 +187,44 @@ async def test_groups_log_is_guarded(nats_server: NatsServer, tmp_path: Path) ->
                         (ProduceMessage(_group_record("etl-1"), b"etl-1"),),
                     )
                 )
+
+
+async def test_consumer_group_needs_group_grant(nats_server: NatsServer, tmp_path: Path) -> None:
+    """The SDK's consumer groups end to end: a member joins, consumes and commits in a group
+    it has rights on; joining another group raises PermissionDenied."""
+    from jetsdk.consumer import Consumer
+    from jetsdk.group.member import MemberConfig
+
+    config = MemberConfig(session_timeout=2.5, heartbeat_interval=0.25, release_timeout=4.0)
+    async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
+        addr = jet.address
+        assert addr is not None
+        async with (
+            Client(addr, token=TOKENS["ops"]) as ops,
+            Client(addr, token=TOKENS["alice"]) as alice,
+            Client(addr, token=TOKENS["carol"]) as carol,
+        ):
+            await _wait_bootstrap(ops)
+            await ops.create_stream("orders.g", "orders.g")
+            for i in range(5):
+                assert (await alice.produce(_produce("orders.g", b"%d" % i)))[0].error_code == 0
+            async with Consumer(
+                carol, group="etl-a", streams=["orders.g"], group_config=config
+            ) as consumer:
+                got: list[bytes] = []
+                with anyio.fail_after(30):
+                    while len(got) < 5:
+                        got += [m.value for m in await consumer.fetch(timeout=5)]
+                assert got == [b"%d" % i for i in range(5)]
+                await consumer.commit()
+                assert consumer.committed(0) is not None
+
+            async def join_billing() -> None:
+                async with Consumer(
+                    carol, group="billing", streams=["orders.g"], group_config=config
+                ) as other:
+                    with anyio.fail_after(30):
+                        await other.fetch(timeout=5)
+
+            with pytest.raises(PermissionDenied):
+                await join_billing()

@@ -40,7 +40,14 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_json
 from jetsdk.codec.record import HEADER_SIZE, iter_records, peek_header
-from jetsdk.errors import JetError, OffsetOutOfRange, StreamExists, StreamNotFound
+from jetsdk.errors import (
+    JetError,
+    OffsetOutOfRange,
+    PermissionDenied,
+    StreamExists,
+    StreamNotFound,
+    Unauthenticated,
+)
 from jetsdk.group.assignors import Assignor
 from jetsdk.group.changes import CommitRejected
 from jetsdk.group.member import (
@@ -301,6 +308,9 @@ class GroupRuntime:
             sent_at = time.monotonic()
             try:
                 results = await self.client.produce(request)
+            except (PermissionDenied, Unauthenticated) as exc:
+                self._fail(exc)  # no rights on this group: sending again will not help
+                return
             except JetError:
                 # Lost appends are part of the protocol (heartbeats and releases are sent
                 # again, commits at the next auto-commit); a waiting commit() times out.
