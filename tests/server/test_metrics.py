@@ -6,13 +6,14 @@ import re
 from pathlib import Path
 
 import anyio
+import orjson
 import pytest
 
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage
 from jetserver.metrics import Histogram
-from support.jet_server import running_server
+from support.jet_server import ServerProcess, running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError, split_address
 
@@ -117,3 +118,26 @@ def test_histogram_buckets_are_cumulative() -> None:
         'x_sum{api="a"} 2.65',
         'x_count{api="a"} 4',
     ]
+
+
+async def test_cli_json_logs_and_metrics_port(nats_server: NatsServer, tmp_path: Path) -> None:
+    """`jet server --log-format json --metrics-port 0`: every log line is a JSON object with
+    ts, level, logger, msg and the record's fields; the ready file names the metrics
+    address, which serves the exposition."""
+    data_dir = tmp_path / "data"
+    proc = ServerProcess.start(
+        nats_server.url, data_dir, "--log-format", "json", "--metrics-port", "0"
+    )
+    try:
+        ready = orjson.loads((tmp_path / "data.ready").read_bytes())
+        status, text = await scrape(ready["metrics_address"])
+        assert status == 200
+        assert value(text, "jet_nats_connected") == 1
+    finally:
+        assert proc.stop() == 0
+    lines = [ln for ln in proc.log_path.read_text().splitlines() if ln.strip()]
+    records = [orjson.loads(ln) for ln in lines]
+    assert all({"ts", "level", "logger", "msg"} <= r.keys() for r in records)
+    (ready_line,) = [r for r in records if r["msg"] == "server ready"]
+    assert ready_line["server_id"] == "s1"
+    assert any(r["msg"] == "metrics endpoint listening" for r in records)
