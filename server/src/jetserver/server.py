@@ -144,6 +144,8 @@ class Server:
         else:
             clean = await anyio.to_thread.run_sync(_take_clean_marker, data_dir)
             store = node.raft
+        # TLS files, password hashes and the internal token are checked before anything starts.
+        security = Security(cfg, lambda: store.state.acls, acl_proposer(store, node))
         link = self.link = NatsLink(cfg.nats)
         async with anyio.create_task_group() as connect_tg:
             # A stop request while NATS is still unreachable ends the retries.
@@ -170,7 +172,6 @@ class Server:
             async with anyio.create_task_group() as tg:
                 await streams.start(tg)
                 await produce.start()
-                security = Security(cfg, lambda: store.state.acls, acl_proposer(store, node))
                 dispatcher = self._dispatcher = Dispatcher(
                     cfg, streams, produce, cluster=node, security=security
                 )
