@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from jetserver.config_load import load_config
@@ -18,6 +20,7 @@ from jetserver.raft.machine import (
 )
 from jetserver.security import acl
 from jetserver.security.passwords import hash_token, parse_entry
+from jetserver.security.peer import PeerSecurity
 
 
 def test_patterns() -> None:
@@ -90,3 +93,22 @@ def test_auth_config_checks() -> None:
     config = load_config(None, {"JET_AUTH_ENABLED": "true", "JET_AUTH_TOKENS": entry}, {})
     assert config.auth.enabled
     assert parse_entry(config.auth.tokens[0]) == ("ci", hash_token("t"))
+
+
+def test_cluster_with_auth_needs_an_internal_token(tmp_path: Path) -> None:
+    cluster = {
+        ("cluster", "raft_address"): "127.0.0.1:7001",
+        ("cluster", "peers"): ("s2@127.0.0.1:7002",),
+        ("cluster", "password"): "cluster-password-0123456789",
+        ("auth", "enabled"): True,
+    }
+    with pytest.raises(ConfigError, match="internal_token"):
+        PeerSecurity.from_config(load_config(None, {}, cluster))
+    token_file = tmp_path / "token"
+    token_file.write_text("internal-token-0123456789\n")
+    config = load_config(None, {}, {**cluster, ("auth", "internal_token_file"): str(token_file)})
+    peer = PeerSecurity.from_config(config)
+    assert peer.credentials is not None
+    assert peer.credentials.token == "internal-token-0123456789"
+    assert not peer.dialer_tls
+    assert PeerSecurity.from_config(load_config(None, {}, {})).credentials is None
