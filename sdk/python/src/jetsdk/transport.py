@@ -9,7 +9,7 @@ Exceptions are translated here, at the I/O boundary (:func:`map_io_errors`): OS 
 anyio's broken/closed-resource errors and end-of-stream become
 :class:`~jetsdk.errors.JetConnectionError`. Nothing above this module sees an OSError.
 
-TLS (``start_tls``) arrives with authentication (issue 7).
+TLS: :func:`jetsdk.security.tls_dialer` (TLS from the first byte; no STARTTLS).
 """
 
 from __future__ import annotations
