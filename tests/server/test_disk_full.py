@@ -29,7 +29,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
 from support.jet_server import running_server
 from support.nats_server import NatsServer
-from support.raw_client import RawClient
+from support.raw_client import RawClient, ServerError
 
 pytestmark = pytest.mark.anyio
 
@@ -65,6 +65,15 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def grow(mnt: Path) -> None:
     done = _run("mount", "-o", f"remount,size={BIG}", str(mnt))
     assert done.returncode == 0, done.stderr
+
+
+async def create_code(c: RawClient, name: str) -> int:
+    """CreateStream ``name``; the error code (NONE: created)."""
+    try:
+        await c.create_stream(name=name, subject=name)
+    except ServerError as exc:
+        return exc.code
+    return ErrorCode.NONE
 
 
 def value(i: int) -> bytes:
@@ -115,6 +124,10 @@ async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk:
         assert all(r.error_code == ErrorCode.STORAGE_ERROR for r in results)
         n += BATCH
 
+        # Creating a stream on the full disk: created, or a typed STORAGE_ERROR.
+        created_full = await create_code(c, "t")
+        assert created_full in (ErrorCode.NONE, ErrorCode.STORAGE_ERROR)
+
         # Space returns: ingest resumes at the next offset.
         grow(small_disk)
         with anyio.fail_after(BOUND_S):
@@ -131,6 +144,13 @@ async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk:
         with anyio.fail_after(BOUND_S):
             records = await c.fetch_all("s", 0)
         assert {r.offset: r.value for r in records} == acked
+
+        # The stream created on the full disk (or created now) takes messages too.
+        with anyio.fail_after(BOUND_S):
+            created = await create_code(c, "t")
+            assert created == (ErrorCode.STREAM_EXISTS if created_full else ErrorCode.NONE)
+            results = await c.produce("t", 0, [ProduceMessage(b"t")], ack_policy=AckPolicy.ALL)
+        assert [r.error_code for r in results] == [ErrorCode.NONE]
 
     # Nothing corrupted: a fresh start recovers every acknowledged record.
     async with running_server(nats_server.url, data_dir, **settings) as server:
