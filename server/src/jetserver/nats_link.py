@@ -425,6 +425,7 @@ class NatsLink:
             log.debug("nats close failed", extra=fields(error=str(exc)))
         log.debug("nats closed", extra=fields(took_s=round(time.monotonic() - started, 3)))
 
+
 async def _ping_round_trip(nc: NatsClient, timeout_s: float) -> None:
     """``nc.flush(timeout)`` that survives cancellation and timeouts.
 
