@@ -187,6 +187,8 @@ class Server:
                     self.metrics_address = await tg.start(
                         serve_metrics, cfg.metrics.host, cfg.metrics.port, lambda: render(metrics)
                     )
+                if cfg.auth.acls and node is None:
+                    await bootstrap_acls(cfg, security)  # in place before the first client
                 with anyio.CancelScope() as listen_scope:
                     async with anyio.create_task_group() as listen_tg:
                         address = await listen_tg.start(
@@ -216,8 +218,8 @@ class Server:
                                 cluster=node is not None,
                             ),
                         )
-                        if cfg.auth.acls:
-                            tg.start_soon(bootstrap_acls, cfg, security)
+                        if cfg.auth.acls and node is not None:
+                            tg.start_soon(bootstrap_acls, cfg, security)  # needs Raft
                         await self._stop.wait()
                         log.info("shutting down")
                         if node is not None:
