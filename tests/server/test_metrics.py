@@ -20,6 +20,7 @@ from support.raw_client import RawClient, ServerError, split_address
 pytestmark = pytest.mark.anyio
 
 SCRAPE_TIMEOUT_S = 10.0
+OUTAGE_BOUND_S = 30.0
 
 
 async def scrape(address: str, path: str = "/metrics") -> tuple[int, str]:
@@ -88,6 +89,7 @@ async def test_metrics_after_traffic(nats_server: NatsServer, tmp_path: Path) ->
         assert value(text, "jet_request_duration_seconds_count", api="produce") == 6
         assert value(text, "jet_request_duration_seconds_bucket", api="produce", le="+Inf") == 6
         assert value(text, "jet_nats_connected") == 1
+        assert value(text, "jet_nats_disconnects_total") == 0
         assert value(text, "jet_connections") == 1
         assert value(text, "jet_connections_accepted_total") >= 1
         assert value(text, "jet_connections_refused_total") == 0
@@ -141,3 +143,26 @@ async def test_cli_json_logs_and_metrics_port(nats_server: NatsServer, tmp_path:
     (ready_line,) = [r for r in records if r["msg"] == "server ready"]
     assert ready_line["server_id"] == "s1"
     assert any(r["msg"] == "metrics endpoint listening" for r in records)
+
+
+async def test_nats_link_state_follows_an_outage(nats_server: NatsServer, tmp_path: Path) -> None:
+    """jet_nats_connected drops to 0 while NATS is down and returns to 1 (with the
+    disconnect and reconnect counted) once it is back."""
+    async with running_server(nats_server.url, tmp_path / "data", metrics__port=0) as server:
+        address = server.metrics_address or ""
+
+        async def until(name: str, expected: float) -> str:
+            with anyio.fail_after(OUTAGE_BOUND_S):
+                while True:
+                    _status, text = await scrape(address)
+                    if value(text, name) == expected:
+                        return text
+                    await anyio.sleep(0.05)  # polling an HTTP endpoint: no event to wait on
+
+        await until("jet_nats_connected", 1)
+        await anyio.to_thread.run_sync(nats_server.stop)
+        await until("jet_nats_connected", 0)
+        await anyio.to_thread.run_sync(nats_server.start)
+        text = await until("jet_nats_connected", 1)
+        assert value(text, "jet_nats_disconnects_total") >= 1
+        assert value(text, "jet_nats_reconnects_total") >= 1

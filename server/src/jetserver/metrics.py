@@ -191,6 +191,12 @@ def _connections(out: list[str], listener: ProtocolListener | None) -> None:
 def _nats(out: list[str], link: NatsLink | None) -> None:
     connected = 1 if link is not None and link.connected else 0
     _gauge(out, "jet_nats_connected", "1 while the NATS link is connected, else 0.", connected)
+    if link is None:
+        return
+    _head(out, "jet_nats_disconnects_total", "counter", "Times the NATS link was lost.")
+    out.append(f"jet_nats_disconnects_total {link.disconnects}")
+    _head(out, "jet_nats_reconnects_total", "counter", "Times the NATS link came back.")
+    out.append(f"jet_nats_reconnects_total {link.reconnects}")
 
 
 def _partitions(out: list[str], src: MetricsSources) -> None:
