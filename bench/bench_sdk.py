@@ -18,10 +18,13 @@ asyncio backend (nats-py is asyncio-only):
 (d) ack ALL (fsynced group commit on the leader) vs JetStream with ``sync_interval:
     always`` (fsync per write), same window as (a).
 
-The machine may be shared and noisy: (a) and (d) run ROUNDS rounds, alternating jet and
-JetStream, and report each side's best round (every round is printed). Both sides use the
-same payload size, the same window, the same nats-server binary, and run their clients in
-this one process on asyncio.
+The machine may be shared and noisy: (a) and (d) first run each side once untimed (a
+warm-up of WARMUP messages: connections, first segment, code paths), then ROUNDS rounds
+alternating jet and JetStream, and report each side's best round and the median of the
+per-round ratios (every round is printed, with the load average). Both sides use the same
+payload size, the same window of unacknowledged messages, the same nats-server binary, and
+run their clients in this one process on asyncio. The jet server's CPU per message is
+printed for each jet round (from /proc, Linux only).
 
 Ratios are jet / JetStream for throughput (above 1 = jet faster) and JetStream / jet for
 latency (above 1 = jet faster). ``JET_BENCH_PROFILE=1`` adds a cProfile of the client side of
@@ -54,8 +57,11 @@ from jetserver.nats_process import find_nats_server
 VALUE = b"x" * 100
 WINDOW = 4000
 SETTLE_TIMEOUT_S = 600.0
-ROUNDS = 2
+ROUNDS = 3
 """Alternating jet/JetStream rounds of (a) and (d); the best of each side is reported."""
+QUICK_ROUNDS = 2
+WARMUP = 2000
+"""Messages each side publishes untimed before the rounds of (a) and (d)."""
 
 
 @contextmanager
@@ -262,16 +268,51 @@ async def js_consume_pull(js: Any, subject: str, n: int) -> float:
 
 
 async def best_of(
-    rounds: int, label: str, jet: Callable[[], Awaitable[float]], js: Callable[[], Awaitable[float]]
+    rounds: int,
+    label: str,
+    jet: Callable[[int], Awaitable[float]],
+    js: Callable[[int], Awaitable[float]],
+    n: int,
+    server_pid: int | None,
 ) -> tuple[float, float]:
-    """Run ``jet`` and ``js`` alternately ``rounds`` times; return each side's best rate."""
+    """Warm each side up (WARMUP messages, untimed), then run ``jet(n)`` and ``js(n)``
+    alternately ``rounds`` times; return each side's best rate."""
+    await jet(min(WARMUP, n))
+    await js(min(WARMUP, n))
     jet_rates: list[float] = []
     js_rates: list[float] = []
     for i in range(rounds):
-        jet_rates.append(await _profiled(label, jet) if i == 0 else await jet())
-        js_rates.append(await js())
-        print(f"    round {i + 1}: jet {jet_rates[-1]:,.0f}  jetstream {js_rates[-1]:,.0f} msg/s")
+        cpu = _process_cpu_s(server_pid)
+        jet_rates.append(await _profiled(label, lambda: jet(n)) if i == 0 else await jet(n))
+        used = _process_cpu_s(server_pid) - cpu
+        js_rates.append(await js(n))
+        per_msg = f", jet server CPU {used / n * 1e6:.1f} us/msg" if used > 0 else ""
+        print(
+            f"    round {i + 1}: jet {jet_rates[-1]:,.0f}  jetstream {js_rates[-1]:,.0f} msg/s"
+            f"  ratio {jet_rates[-1] / js_rates[-1]:.2f}x{per_msg}  (load {_load()})"
+        )
+    ratios = [a / b for a, b in zip(jet_rates, js_rates)]
+    print(f"    median of the per-round ratios: {statistics.median(ratios):.2f}x")
     return max(jet_rates), max(js_rates)
+
+
+def _process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` (0.0 if unknown: not Linux, no pid)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
 
 
 async def js_latency(js: Any, subject: str, rate: int, seconds: float) -> list[float]:
@@ -313,14 +354,16 @@ async def _paced(total: int, rate: int, send: Callable[[], Awaitable[Any]]) -> N
         await send()
 
 
-async def _main(quick: bool, jet_servers: list[str], js_url: str, js_sync_url: str) -> None:
+async def _main(
+    quick: bool, jet_servers: list[str], js_url: str, js_sync_url: str, server_pid: int | None
+) -> None:
     import nats
 
     n_pub = 20_000 if quick else 200_000
     n_consume = 100_000 if quick else 1_000_000
     n_all = 5_000 if quick else 50_000
     rate, seconds = (500, 3.0) if quick else (1000, 10.0)
-    rounds = 1 if quick else ROUNDS
+    rounds = QUICK_ROUNDS if quick else ROUNDS
     results = Results()
     async with Client(jet_servers) as client:
         for name in ("bpub", "bcons", "blat", "blat2", "ball"):
@@ -331,12 +374,18 @@ async def _main(quick: bool, jet_servers: list[str], js_url: str, js_sync_url: s
         sync_nc, sync_js = await js_setup(js_sync_url, "BALL", "js.all")
         await sync_js.add_stream(name="BLATS", subjects=["js.lats"])
         try:
-            print(f"(a) acked publish, {n_pub:,} x 100 B, ack LEADER, RF=1, window {WINDOW}")
+            print(
+                f"(a) acked publish, {n_pub:,} x 100 B, ack LEADER, RF=1, window {WINDOW} "
+                f"unacknowledged messages on both sides, {rounds} rounds after a warm-up "
+                f"(load {_load()})"
+            )
             jet_rate, js_rate = await best_of(
                 rounds,
                 "(a) publish",
-                lambda: jet_publish(client, "bpub", n_pub, AckPolicy.LEADER),
-                lambda: js_publish(js, "js.pub", n_pub),
+                lambda n: jet_publish(client, "bpub", n, AckPolicy.LEADER),
+                lambda n: js_publish(js, "js.pub", n),
+                n_pub,
+                server_pid,
             )
             results.add("publish ack LEADER", jet_rate, js_rate, "msg/s", True)
 
@@ -353,7 +402,9 @@ async def _main(quick: bool, jet_servers: list[str], js_url: str, js_sync_url: s
             results.add("consume vs ordered consumer", jet_rate, ordered, "msg/s", True)
             results.add("consume vs pull fetch(1000)", jet_rate, pull, "msg/s", True)
 
-            print(f"(c) publish->consume latency at {rate} msg/s for {seconds:g} s")
+            print(
+                f"(c) publish->consume latency at {rate} msg/s for {seconds:g} s (load {_load()})"
+            )
             jet_lat = await jet_latency(client, "blat", rate, seconds)
             js_lat = await js_latency(js, "js.lat", rate, seconds)
             for q, label in ((0.5, "p50"), (0.99, "p99")):
@@ -384,12 +435,18 @@ async def _main(quick: bool, jet_servers: list[str], js_url: str, js_sync_url: s
                 f"jetstream {statistics.fmean(js_lat):.2f} ms"
             )
 
-            print(f"(d) ack ALL (fsync group commit) vs JetStream sync_interval=always, {n_all:,}")
+            print(
+                f"(d) ack ALL (fsync group commit) vs JetStream sync_interval=always, "
+                f"{n_all:,} x 100 B, window {WINDOW} on both sides, {rounds} rounds after a "
+                f"warm-up (load {_load()})"
+            )
             jet_rate, js_rate = await best_of(
                 rounds,
                 "(d) publish ALL",
-                lambda: jet_publish(client, "ball", n_all, AckPolicy.ALL),
-                lambda: js_publish(sync_js, "js.all", n_all),
+                lambda n: jet_publish(client, "ball", n, AckPolicy.ALL),
+                lambda n: js_publish(sync_js, "js.all", n),
+                n_all,
+                server_pid,
             )
             results.add("publish ack ALL / fsync always", jet_rate, js_rate, "msg/s", True)
         finally:
@@ -407,7 +464,8 @@ def run(quick: bool) -> None:
         jetstream_server(sync_always=False) as js_url,
         jetstream_server(sync_always=True) as js_sync_url,
     ):
-        anyio.run(_main, quick, dev.addresses, js_url, js_sync_url, backend="asyncio")
+        server_pid = dev.processes[0].pid if dev.processes else None
+        anyio.run(_main, quick, dev.addresses, js_url, js_sync_url, server_pid, backend="asyncio")
 
 
 if __name__ == "__main__":

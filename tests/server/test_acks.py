@@ -1,7 +1,9 @@
-"""Ack payload encoding: batching per stream partition, splitting, byte-exact output."""
+"""Ack payload encoding: batching per stream partition, splitting, byte-exact output; acks
+to the server's own Produce inboxes handed over in process."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +15,10 @@ from jetserver.broker.acks import (
     ack_size,
     encode_ack_payloads,
     group_by_inbox,
+    publish_acks,
 )
+from jetserver.config import NatsConfig
+from jetserver.nats_link import NatsLink
 
 partition_acks = st.builds(
     PartitionAck,
@@ -82,3 +87,17 @@ def test_one_partition_one_payload() -> None:
 def test_group_by_inbox_keeps_order() -> None:
     a, b, c = (PartitionAck(i, 0, "", AckPolicy.LEADER) for i in range(3))
     assert group_by_inbox([("x", a), ("y", b), ("x", c)]) == {"x": [a, c], "y": [b]}
+
+
+@pytest.mark.anyio
+async def test_acks_to_a_local_inbox_are_handed_over_in_process() -> None:
+    # The link is not connected: acks to the registered prefix arrive anyway, in order and
+    # grouped per inbox; the others would go to NATS (here: refused, nothing raised).
+    link = NatsLink(NatsConfig())
+    got: list[tuple[str, str, int, list[PartitionAck]]] = []
+    link.local_inboxes["_INBOX.me"] = lambda token, s, p, a: got.append((token, s, p, list(a)))
+    a1, a2, a3 = (PartitionAck(i, 5, str(i), AckPolicy.LEADER) for i in range(3))
+    items = [("_INBOX.me.1f", a1), ("_INBOX.other.1f", a2), ("_INBOX.me.20", a3)]
+    items.append(("_INBOX.me.1f", a3))
+    await publish_acks(link, "orders", 2, items)
+    assert got == [("1f", "orders", 2, [a1, a3]), ("20", "orders", 2, [a3])]

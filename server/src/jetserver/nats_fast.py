@@ -14,7 +14,10 @@ keeping nats-py's behaviour and falling back to its own code for anything unusua
   ``asyncio.Queue``: messages go to a deque drained by one delivery task per subscription,
   which awaits the callback for each message in order (as nats-py does). Pending limits
   are kept: beyond them a message is dropped and reported as a slow consumer, as nats-py
-  does.
+  does. A subscription may also give a *sink*: a plain function that takes a message
+  without headers at once (no ``Msg`` object, no task hop) or declines it; a declined
+  message, and every later one until the deque is empty again, goes through the deque and
+  the callback, so the order is kept.
 
 Both rely on nats-py internals (``Parser``, ``Client._process_msg``, ``_build_message``);
 :func:`fast_path_supported` checks they look as expected, and :class:`JetNatsClient`
@@ -44,6 +47,9 @@ _CRLF = b"\r\n"
 _SPACE = b" "
 
 Handler = Callable[[Msg], Awaitable[None]]
+Sink = Callable[[str, str, bytes], bool]
+"""Takes ``(subject, reply, data)`` of a message without headers now and returns True, or
+returns False to have it delivered through the callback (e.g. while its queue is full)."""
 _MAX_CACHED_SUBJECTS = 10_000
 
 
@@ -84,6 +90,10 @@ class FastParser(nats_parser.Parser):
         subs = nc._subs
         n = len(data)
         pos = 0
+        # The subscription of the previous MSG (runs of one sid are the common case); reset
+        # after any await, which may unsubscribe.
+        last_sid_raw = b""
+        last_direct: _Direct | None = None
         while pos < n and data.startswith(_MSG, pos):
             end = data.find(_CRLF, pos)
             if end < 0:
@@ -103,11 +113,16 @@ class FastParser(nats_parser.Parser):
             if stop + 2 > n:
                 break  # the payload is not complete yet
             pos = stop + 2
+            if sid_raw == last_sid_raw and last_direct is not None:
+                last_direct.push(subject, reply, data[start:stop])
+                continue
             sid = int(sid_raw)
             direct = directs.get(sid)
             if direct is not None and sid in subs:
+                last_sid_raw, last_direct = sid_raw, direct
                 direct.push(subject, reply, data[start:stop])
             else:
+                last_direct = None
                 await nc._process_msg(sid, subject, reply, data[start:stop], None)
         if pos >= n:
             return
@@ -134,6 +149,7 @@ class _Direct:
     """Direct delivery for one subscription: a deque and the task that drains it."""
 
     __slots__ = (
+        "busy",
         "handler",
         "max_bytes",
         "max_msgs",
@@ -141,17 +157,27 @@ class _Direct:
         "pending_bytes",
         "queue",
         "sid",
+        "sink",
         "task",
         "waiting",
         "wake",
     )
 
     def __init__(
-        self, nc: JetNatsClient, sid: int, handler: Handler, max_msgs: int, max_bytes: int
+        self,
+        nc: JetNatsClient,
+        sid: int,
+        handler: Handler,
+        max_msgs: int,
+        max_bytes: int,
+        sink: Sink | None = None,
     ) -> None:
         self.nc = nc
         self.sid = sid
         self.handler = handler
+        self.sink = sink
+        self.busy = False
+        """The task is delivering a message (a later one must not overtake it by the sink)."""
         self.max_msgs = max_msgs
         self.max_bytes = max_bytes
         self.queue: collections.deque[Msg] = collections.deque()
@@ -179,11 +205,20 @@ class _Direct:
             if len(names) >= _MAX_CACHED_SUBJECTS:
                 names.clear()
             subject_text = names[subject] = subject.decode()
+        reply_text = reply.decode() if reply else ""
+        sink = self.sink
+        if (
+            sink is not None
+            and not queue
+            and not self.busy
+            and sink(subject_text, reply_text, data)
+        ):
+            return
         queue.append(
             Msg(
                 _client=nc,
                 subject=subject_text,
-                reply=reply.decode() if reply else "",
+                reply=reply_text,
                 data=data,
                 headers=None,
                 _sid=self.sid,
@@ -218,12 +253,15 @@ class _Direct:
                 continue
             msg = queue.popleft()
             self.pending_bytes -= len(msg.data)
+            self.busy = True
             try:
                 await handler(msg)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # as nats-py: callback errors go to the error callback
                 await self.nc._error_cb(exc)
+            finally:
+                self.busy = False
 
 
 class JetNatsClient(NatsClient):
@@ -236,14 +274,17 @@ class JetNatsClient(NatsClient):
         if _SUPPORTED:
             self._ps = FastParser(self)
 
-    def deliver_directly(self, sid: int, handler: Handler, max_msgs: int, max_bytes: int) -> bool:
-        """Deliver the messages of subscription ``sid`` to ``handler`` through a deque and
-        one task instead of nats-py's queue. Returns False (nothing changed) if this nats-py
-        is not supported. Call :meth:`stop_direct` when unsubscribing."""
+    def deliver_directly(
+        self, sid: int, handler: Handler, max_msgs: int, max_bytes: int, sink: Sink | None = None
+    ) -> bool:
+        """Deliver the messages of subscription ``sid`` to ``sink`` when it takes them, else
+        to ``handler`` through a deque and one task, instead of nats-py's queue (see the
+        module docstring). Returns False (nothing changed) if this nats-py is not supported.
+        Call :meth:`stop_direct` when unsubscribing."""
         if not _SUPPORTED:
             return False
         self.stop_direct(sid)
-        direct = _Direct(self, sid, handler, max_msgs, max_bytes)
+        direct = _Direct(self, sid, handler, max_msgs, max_bytes, sink)
         direct.start()
         self._jet_direct[sid] = direct
         return True

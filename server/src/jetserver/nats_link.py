@@ -18,7 +18,7 @@ import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
@@ -30,7 +30,10 @@ from nats.aio.subscription import Subscription
 from jetserver.config import NatsConfig
 from jetserver.errors import JetServerError
 from jetserver.logs import fields
-from jetserver.nats_fast import JetNatsClient
+from jetserver.nats_fast import JetNatsClient, Sink
+
+if TYPE_CHECKING:
+    from jetserver.broker.acks import LocalAckReceiver
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +133,10 @@ class NatsLink:
     _closing: bool = False
     _batch_pub: bool = False
     _subjects: dict[str, bytes] = attrs.field(factory=dict)
+    local_inboxes: dict[str, LocalAckReceiver] = attrs.field(factory=dict)
+    """Inbox prefix -> the in-process receiver of this server's acks to ``<prefix>.<token>``
+    (the Produce service registers its inbox; :func:`~jetserver.broker.acks.publish_acks`
+    hands such acks over directly instead of through NATS)."""
     disconnects: int = 0
     """Times the link was lost since start."""
     reconnects: int = 0
@@ -265,9 +272,18 @@ class NatsLink:
             return
 
     async def subscribe(
-        self, subject: str, handler: MessageHandler, *, queue: str = ""
+        self, subject: str, handler: MessageHandler, *, queue: str = "", sink: Sink | None = None
     ) -> SubscriptionHandle:
         """Subscribe with a callback (never the async iterator, which drops under load).
+
+        Args:
+            subject: the subject (wildcards allowed).
+            handler: awaited for each message, one at a time, in arrival order.
+            queue: NATS queue group ("": none).
+            sink: optional fast path for messages without headers: a plain function that
+                takes ``(subject, reply, data)`` now (True) or declines (False: the message
+                and those after it go to ``handler``); order is kept either way
+                (:mod:`~jetserver.nats_fast`). Ignored where the fast path is unsupported.
 
         Raises:
             NatsUnavailable: the link is closed.
@@ -285,7 +301,11 @@ class NatsLink:
         if isinstance(nc, JetNatsClient):
             # Same callback, order and limits; cheaper than nats-py's queue (nats_fast.py).
             nc.deliver_directly(
-                sub._id, handler, self.config.sub_pending_msgs, self.config.sub_pending_bytes
+                sub._id,
+                handler,
+                self.config.sub_pending_msgs,
+                self.config.sub_pending_bytes,
+                sink,
             )
         return SubscriptionHandle(subject, queue, sub, nc)
 

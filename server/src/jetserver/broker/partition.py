@@ -2,7 +2,7 @@
 
 Leader data path::
 
-    NATS callback (on_message) -> queue -> sequencer task: parse, encode bodies,
+    NATS sink (accept) or callback (on_message) -> queue -> sequencer task: parse, encode bodies,
         Log.append(batch) -> LEADER acks -> wake flusher
     flusher task: Log.flush() in a worker thread (one fsync covers every record appended so
         far) -> high watermark -> ALL acks -> wake fetch waiters
@@ -73,6 +73,14 @@ _NO_PRODUCER_NO_KEY = b"\x00\xff\xff\xff\xff"
 _EMPTY_REPLY_NO_HEADERS = b"\x00\x00\x00\x00"
 """Record body: reply length 0, header count 0."""
 _MAX_CACHED_SUBJECTS = 10_000
+_LEADER = int(AckPolicy.LEADER)
+_ALL = int(AckPolicy.ALL)
+_new_tuple = tuple.__new__
+"""Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
+
+
+Ingested = tuple[str, str, bytes, "dict[str, str] | None"]
+"""A message queued for the sequencer: subject, reply ("" if none), payload, headers."""
 
 
 class _Pending(NamedTuple):
@@ -143,7 +151,7 @@ class PartitionReplica(ReplicaRoles):
 
     producers: ProducerTable = attrs.field(factory=ProducerTable)
     """Recent idempotent producers (duplicates are answered DUPLICATE_SEQUENCE)."""
-    _queue: collections.deque[Msg] = attrs.field(factory=collections.deque)
+    _queue: collections.deque[Ingested] = attrs.field(factory=collections.deque)
     _plain_prefix: dict[str, bytes] = attrs.field(factory=dict)
     _subject_fields: dict[str, bytes] = attrs.field(factory=dict)
     _queued_bytes: int = 0
@@ -182,6 +190,19 @@ class PartitionReplica(ReplicaRoles):
 
     # ---------------------------------------------------------------- ingest side
 
+    def accept(self, subject: str, reply: str, data: bytes) -> bool:
+        """NATS sink (a message without headers): queue it for the sequencer and return True,
+        or return False while the queue is full (it then comes through :meth:`on_message`,
+        which waits for room). Messages arriving while not leading are dropped (True)."""
+        if self._stopping or self._role not in (ROLE_LEADER, ROLE_SINGLE):
+            return True
+        if self._queued_bytes >= self.ingest.max_pending_bytes:
+            return False
+        self._queue.append((subject, reply, data, None))
+        self._queued_bytes += len(data)
+        self._wake.set()
+        return True
+
     async def on_message(self, msg: Msg) -> None:
         """NATS callback: queue the message for the sequencer (waits when the queue is full)."""
         if self._stopping or self._role not in (ROLE_LEADER, ROLE_SINGLE):
@@ -189,7 +210,7 @@ class PartitionReplica(ReplicaRoles):
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
             self._space = anyio.Event() if self._space.is_set() else self._space
             await self._space.wait()
-        self._queue.append(msg)
+        self._queue.append((msg.subject, msg.reply or "", msg.data, msg.headers))
         self._queued_bytes += len(msg.data)
         self._wake.set()
 
@@ -288,12 +309,12 @@ class PartitionReplica(ReplicaRoles):
             if self._stopping and not self._drain:
                 self._queue.clear()
                 return
-            batch: list[Msg] = []
+            batch: list[Ingested] = []
             size = 0
             while self._queue and (not batch or size < self.ingest.max_batch_bytes):
-                msg = self._queue.popleft()
-                batch.append(msg)
-                size += len(msg.data)
+                item = self._queue.popleft()
+                batch.append(item)
+                size += len(item[2])
             self._queued_bytes -= size
             if self._queued_bytes < self.ingest.max_pending_bytes:
                 self._space.set()
@@ -307,7 +328,7 @@ class PartitionReplica(ReplicaRoles):
     async def _publish_acks(self, items: list[tuple[str, PartitionAck]]) -> None:
         await publish_acks(self.link, self.stream, self.partition, items)
 
-    async def _append_batch(self, batch: list[Msg]) -> None:
+    async def _append_batch(self, batch: list[Ingested]) -> None:
         if self._role not in (ROLE_LEADER, ROLE_SINGLE):
             return  # queued before this replica stopped leading: its publishers retry
         bodies: list[bytes] = []
@@ -317,24 +338,22 @@ class PartitionReplica(ReplicaRoles):
         in_batch: dict[tuple[int, int], int] = {}
         limit = self.max_message_bytes
         plain_prefix = self._plain_prefix
-        for msg in batch:
-            data = msg.data
-            reply = msg.reply or ""
-            if not reply and not msg.headers and data[:4] != COOKIE:
+        for subject, reply, data, nats_headers in batch:
+            if not reply and not nats_headers and data[:4] != COOKIE:
                 # Fast path: a plain message with nothing to ack (the bulk of cross-talk).
                 if len(data) > limit:
                     self.messages_rejected += 1
                     continue
-                prefix = plain_prefix.get(msg.subject)
+                prefix = plain_prefix.get(subject)
                 if prefix is None:
-                    prefix = self._new_plain_prefix(msg.subject)
+                    prefix = self._new_plain_prefix(subject)
                 if prefix:
                     bodies.append(b"".join((prefix, _U32.pack(len(data)), data)))
                     wanted.append(None)
                     continue
             env = None
             if data[:4] == COOKIE:
-                subjects = self._record_subjects(msg.subject, reply)
+                subjects = self._record_subjects(subject, reply)
                 if subjects is not None:
                     # The record body straight from the envelope's bytes (no decoding into
                     # objects); None: not a valid envelope, so a plain message.
@@ -349,11 +368,11 @@ class PartitionReplica(ReplicaRoles):
                     policy = AckPolicy.NONE
             else:
                 corr = ""
-                headers = _nats_headers(msg.headers)
+                headers = _nats_headers(nats_headers)
                 inbox = reply
                 policy = AckPolicy.LEADER if reply else AckPolicy.NONE
                 size = len(data) + sum(len(n) + len(v) for n, v in headers)
-            who = _Wanted(inbox, corr, policy, producer_id, producer_seq)
+            who = _new_tuple(_Wanted, (inbox, corr, policy, producer_id, producer_seq))
             if size > limit:
                 self.messages_rejected += 1
                 text = f"message of {size} bytes exceeds max_message_bytes {limit}"
@@ -375,7 +394,7 @@ class PartitionReplica(ReplicaRoles):
                 in_batch[(producer_id, producer_seq)] = len(bodies)
             if body is None:  # a plain message
                 try:
-                    body = encode_body(data, subject=msg.subject, reply=reply, headers=headers)
+                    body = encode_body(data, subject=subject, reply=reply, headers=headers)
                 except CodecError as exc:
                     self.messages_rejected += 1
                     self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
@@ -401,12 +420,7 @@ class PartitionReplica(ReplicaRoles):
                 self.messages_in += len(bodies)
                 if self._leader_state is not None:
                     self._leader_state.on_append(first + len(bodies))
-                for i, maybe in enumerate(wanted):
-                    if maybe is None:
-                        continue
-                    if maybe.producer_id is not None:
-                        self.producers.record(maybe.producer_id, maybe.producer_seq, first + i, ts)
-                    self._success_ack(now, maybe, first + i, ts)
+                self._acks_after_append(now, wanted, first, ts)
                 self._dirty.set()
         for who, index, offset, stamp in dups:
             if index is not None:
@@ -414,6 +428,37 @@ class PartitionReplica(ReplicaRoles):
             self._success_ack(now, who, offset, stamp, ErrorCode.DUPLICATE_SEQUENCE)
         if now:
             await self._publish_acks(now)
+
+    def _acks_after_append(
+        self,
+        out: list[tuple[str, PartitionAck]],
+        wanted: list[_Wanted | None],
+        first: int,
+        ts: int,
+    ) -> None:
+        """:meth:`_success_ack` for each appended message (``wanted[i]`` at ``first + i``),
+        inlined (this runs per message) and recording idempotent producers."""
+        hw = self.log.high_watermark
+        pending = self._pending_all
+        producers = self.producers
+        offset = first - 1
+        for who in wanted:
+            offset += 1
+            if who is None:
+                continue
+            inbox, corr, policy, producer_id, producer_seq = who
+            if producer_id is not None:
+                producers.record(producer_id, producer_seq, offset, ts)
+            if policy == _LEADER:
+                out.append((inbox, _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))))
+            elif policy == _ALL:
+                ack = _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))
+                if offset < hw:
+                    out.append((inbox, ack))
+                    continue
+                if pending and offset < pending[-1].offset:
+                    self._pending_unordered = True
+                pending.append(_Pending(offset, inbox, ack))
 
     def _new_plain_prefix(self, subject: str) -> bytes:
         """Record body bytes before the value of a plain message on ``subject`` (no key,

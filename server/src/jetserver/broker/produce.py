@@ -4,7 +4,9 @@ Every Produce request gets a token; its messages are published with the ack inbo
 ``<prefix>.<token>`` and correlation ids ``"0"``, ``"1"``, ... (the message index). One
 wildcard subscription ``<prefix>.*`` receives every ack for this server and routes it by
 token to the waiting request, which answers once every message is acked or its timeout
-passes (TIMEOUT for the missing ones: they may or may not be stored).
+passes (TIMEOUT for the missing ones: they may or may not be stored). Acks from partitions
+led by this server arrive in process (:meth:`ProduceService._on_local_acks`, registered in
+:attr:`~jetserver.nats_link.NatsLink.local_inboxes`), the others through the subscription.
 
 Task safety: event loop thread only.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Sequence
 
 import anyio
 import attrs
@@ -29,6 +32,7 @@ from jetsdk.codec.messages import (
     encode_produce_result_tuples,
 )
 from jetsdk.codec.transcode import ProducedEnvelope, produce_envelopes
+from jetserver.broker.acks import PartitionAck
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -92,6 +96,7 @@ class ProduceService:
     async def start(self) -> None:
         """Subscribe to this server's ack inboxes."""
         self._prefix = self.link.new_inbox()
+        self.link.local_inboxes[self._prefix] = self._on_local_acks
         self._sub = await self.link.subscribe(self._prefix + ".*", self._on_acks)
         await self.link.flush(5.0)
         self.streams.leadership_listeners.append(self.leadership_lost)
@@ -112,6 +117,7 @@ class ProduceService:
 
     async def stop(self) -> None:
         """Unsubscribe; waiting requests time out on their own."""
+        self.link.local_inboxes.pop(self._prefix, None)
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None
@@ -135,6 +141,32 @@ class ProduceService:
             # Every stream a subject feeds acks the message; only ours counts.
             if ack_partition != partition or ack_stream != stream:
                 continue
+            try:
+                index = int(corr)
+            except ValueError:
+                continue
+            if not 0 <= index < count or results[index] is not None:
+                continue
+            results[index] = (code, offset, timestamp)
+            matched += 1
+        waiting.remaining -= matched
+        if waiting.remaining <= 0:
+            waiting.done.set()
+
+    def _on_local_acks(
+        self, token: str, stream: str, partition: int, acks: Sequence[PartitionAck]
+    ) -> None:
+        """Acks of ``stream``/``partition`` on this server to ``<prefix>.<token>``."""
+        waiting = self._waiting.get(token)
+        if waiting is None:
+            self.acks_unmatched += 1
+            return
+        if partition != waiting.partition or stream != waiting.stream:
+            return  # another stream fed by the same subject
+        results = waiting.results
+        count = len(results)
+        matched = 0
+        for offset, timestamp, corr, _policy, code, _text in acks:
             try:
                 index = int(corr)
             except ValueError:

@@ -79,7 +79,7 @@ class ReplicaRoles:
     replication: ReplicationConfig
     _closed: bool
     _stopping: bool
-    _queue: collections.deque[Msg]
+    _queue: collections.deque[tuple[str, str, bytes, dict[str, str] | None]]
     _queued_bytes: int
     _space: anyio.Event
     _dirty: anyio.Event
@@ -96,6 +96,7 @@ class ReplicaRoles:
     _isr_wake: anyio.Event
     _committed_floor: int
     on_message: Callable[[Msg], Awaitable[None]]
+    accept: Callable[[str, str, bytes], bool]
     wake_waiters: Callable[[], None]
     _fail_pending_all: Callable[[ErrorCode, str], Awaitable[None]]
     _advance_hw: Callable[[], Awaitable[None]]
@@ -378,7 +379,9 @@ class ReplicaRoles:
     async def _subscribe(self) -> None:
         if self._sub is not None:
             return
-        self._sub = await self.link.subscribe(self.subject, self.on_message, queue=self.queue_group)
+        self._sub = await self.link.subscribe(
+            self.subject, self.on_message, queue=self.queue_group, sink=self.accept
+        )
         try:
             await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S)
         except NatsUnavailable as exc:

@@ -273,8 +273,9 @@ class StreamManager:
             if assignment.leader != self.server_id:
                 continue
             running = await self._open_partition(meta, assignment)
+            replica = running.replica
             running.sub = await self.link.subscribe(
-                running.replica.subject, running.replica.on_message, queue=running.queue
+                replica.subject, replica.on_message, queue=running.queue, sink=replica.accept
             )
             running.applied = (assignment, ())
             running.ready.set()
