@@ -10,7 +10,10 @@ machine's load hits both; 100-byte values:
     unacknowledged messages. JetStream runs with its default ``sync_interval`` (it fsyncs
     every 2 minutes: an R3 ack means "in memory on 2 of 3 servers"); the full run adds a
     row against ``sync_interval: always``, jet's default durability;
-(b) acked publish latency (send -> ack) at a fixed rate, p50 / p99;
+(b) acked publish latency (send -> ack) at a fixed rate, p50 / p99; also jet with
+    ``durability="replicated"`` (a second stream: an ALL ack waits for the leader's fsync
+    and the followers' writes, not their fsyncs) and, in the full run, JetStream with
+    ``sync_interval: always``, to show what the fsyncs on jet's path cost;
 (c) failover: kill -9 (by PID) of the partition leader / the stream leader, while a
     publisher sends one message at a time and retries (short timeouts, 50 ms backoff on
     both sides) -> the first successful acked publish. The JetStream client is connected
@@ -52,6 +55,9 @@ WINDOW = 4000
 """Unacknowledged messages in flight (both sides)."""
 STREAM = "bench"
 SUBJECT = "bench.r3"
+STREAM_REPLICATED = "bench-replicated"
+"""A stream with durability "replicated" (latency breakdown)."""
+SUBJECT_REPLICATED = "benchrepl.r3"
 READY_TIMEOUT_S = 60.0
 """Bound on a cluster becoming ready to accept the stream."""
 FAILOVER_TIMEOUT_S = 60.0
@@ -74,6 +80,8 @@ class Figures:
     """Send -> ack latencies at the fixed rate."""
     failover_s: list[float] = attrs.field(factory=list)
     """kill -9 of the leader -> first acked publish, per round."""
+    latency_relaxed_ms: list[float] = attrs.field(factory=list)
+    """Send -> ack latencies with relaxed durability (jet: "replicated")."""
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -277,9 +285,9 @@ async def _jet_publish_rate(jet: Client, n: int) -> float:
     return n / elapsed
 
 
-async def _jet_latency(jet: Client, rate: float, total: int) -> list[float]:
+async def _jet_latency(jet: Client, rate: float, total: int, stream: str = STREAM) -> list[float]:
     latencies: list[float] = []
-    async with Producer(jet, STREAM, ack=AckPolicy.ALL, linger=0, max_pending=WINDOW) as p:
+    async with Producer(jet, stream, ack=AckPolicy.ALL, linger=0, max_pending=WINDOW) as p:
 
         async def send() -> None:
             sent = time.perf_counter()
@@ -360,7 +368,15 @@ async def _measure(
         if cluster is not None:
             await jet_client.__aenter__()
             await jet_client.create_stream(STREAM, SUBJECT, partitions=1, replication_factor=3)
-            await wait_info(cluster, STREAM, 0, lambda i: len(i.isr) == 3, READY_TIMEOUT_S, "ISR")
+            await jet_client.create_stream(
+                STREAM_REPLICATED,
+                SUBJECT_REPLICATED,
+                partitions=1,
+                replication_factor=3,
+                durability="replicated",
+            )
+            for name in (STREAM, STREAM_REPLICATED):
+                await wait_info(cluster, name, 0, lambda i: len(i.isr) == 3, READY_TIMEOUT_S, "ISR")
         sides: list[tuple[str, Callable[[int], Awaitable[float]]]] = [
             (name, _bind(_js_publish_rate, ctx)) for name, ctx in contexts.items()
         ]
@@ -378,9 +394,11 @@ async def _measure(
         js.latency_ms = await _js_latency(contexts["js"], rate, total)
         if js_sync is not None:
             js_sync.publish_rate = statistics.median(rates["js_sync"])
+            js_sync.latency_ms = await _js_latency(contexts["js_sync"], rate, total)
         if jet is not None:
             jet.publish_rate = statistics.median(rates["jet"])
             jet.latency_ms = await _jet_latency(jet_client, rate, total)
+            jet.latency_relaxed_ms = await _jet_latency(jet_client, rate, total, STREAM_REPLICATED)
     finally:
         for nc in connections:
             await nc.close()
@@ -425,6 +443,22 @@ def _report(jet: Figures | None, js: Figures, js_sync: Figures | None) -> None:
             "ms",
             False,
         )
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        _row(
+            f'  ... jet durability="replicated" {name}',
+            _pct(j.latency_relaxed_ms, q),
+            _pct(js.latency_ms, q),
+            "ms",
+            False,
+        )
+        if js_sync is not None:
+            _row(
+                f"  ... vs R3 sync_interval=always {name}",
+                _pct(j.latency_ms, q),
+                _pct(js_sync.latency_ms, q),
+                "ms",
+                False,
+            )
     jet_fo = statistics.median(j.failover_s) if j.failover_s else 0.0
     js_fo = statistics.median(js.failover_s) if js.failover_s else 0.0
     _row("failover kill -9 -> first ack (median)", jet_fo, js_fo, "s", False)
