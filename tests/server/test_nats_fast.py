@@ -180,6 +180,50 @@ async def test_direct_delivery_order_headers_reply_and_unsubscribe(
 
 
 @pytest.mark.anyio
+async def test_sink_takes_messages_and_declined_ones_keep_their_order(
+    nats_server: NatsServer,
+) -> None:
+    # The sink declines messages 100-199 (as a partition does while its queue is full):
+    # they and every later one go through the handler until its deque is empty again;
+    # one publishing connection, so one order across sink and handler.
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect(attempts=3)
+    order: list[bytes] = []
+    by_sink: list[bytes] = []
+    events = {200: anyio.Event(), 400: anyio.Event()}
+
+    def delivered(data: bytes) -> None:
+        order.append(data)
+        if len(order) in events:
+            events[len(order)].set()
+
+    def sink(subject: str, reply: str, data: bytes) -> bool:
+        assert (subject, reply) == ("sink.s", "")
+        if 100 <= int(data) < 200:
+            return False
+        by_sink.append(data)
+        delivered(data)
+        return True
+
+    async def handler(msg: Msg) -> None:
+        delivered(msg.data)
+
+    await link.subscribe("sink.s", handler, sink=sink)
+    await link.flush(5)
+    for start in (0, 200):
+        for chunk in range(start, start + 200, 50):
+            batch = [("sink.s", b"%d" % i) for i in range(chunk, chunk + 50)]
+            assert await link.publish_many(batch) == 50
+        with anyio.fail_after(20):
+            await events[start + 200].wait()
+    assert order == [b"%d" % i for i in range(400)]
+    # Once the deque was empty again, the sink took every message.
+    assert by_sink[:100] == [b"%d" % i for i in range(100)]
+    assert by_sink[-200:] == [b"%d" % i for i in range(200, 400)]
+    await link.close()
+
+
+@pytest.mark.anyio
 async def test_direct_delivery_drops_beyond_the_pending_limit(nats_server: NatsServer) -> None:
     link = NatsLink(NatsConfig(servers=(nats_server.url,), sub_pending_msgs=5))
     await link.connect(attempts=3)
