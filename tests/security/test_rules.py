@@ -89,6 +89,11 @@ def test_auth_config_checks() -> None:
         load_config(None, {}, {("auth", "acls"): ("alice:root:*",)})
     with pytest.raises(ConfigError, match="internal_token"):
         load_config(None, {}, {("auth", "internal_token"): "short"})
+    env = {"JET_AUTH_ACLS": "ops:admin:*,alice:publish+fetch:orders.*"}
+    assert acl.bootstrap_acls(load_config(None, env, {}).auth.acls) == {
+        "ops": (Grant("admin", "*"),),
+        "alice": (Grant("publish", "orders.*"), Grant("fetch", "orders.*")),
+    }
     entry = f"ci={hash_token('t')}"
     config = load_config(None, {"JET_AUTH_ENABLED": "true", "JET_AUTH_TOKENS": entry}, {})
     assert config.auth.enabled

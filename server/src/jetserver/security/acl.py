@@ -111,7 +111,8 @@ def grants_from_request(request: Mapping[str, Any]) -> tuple[str, tuple[Grant, .
 
 
 def parse_grant_spec(spec: str) -> tuple[str, tuple[Grant, ...]]:
-    """``"identity:perm[,perm...]:pattern"`` -> ``(identity, grants)``.
+    """``"identity:perm[,perm...]:pattern"`` -> ``(identity, grants)``; permissions may also
+    be joined with ``+`` (``JET_AUTH_ACLS`` splits its value on commas).
 
     Raises:
         ConfigError: malformed.
@@ -122,7 +123,8 @@ def parse_grant_spec(spec: str) -> tuple[str, tuple[Grant, ...]]:
     identity, perms, pattern = parts
     try:
         check_identity(identity)
-        grants = tuple(check_grant(p.strip(), pattern) for p in perms.split(",") if p.strip())
+        names = perms.replace("+", ",").split(",")
+        grants = tuple(check_grant(p.strip(), pattern) for p in names if p.strip())
     except ValueError as exc:
         raise ConfigError(f"acl {spec!r}: {exc}") from None
     if not grants:

@@ -21,6 +21,9 @@ TOML::
     internal_token_file = "..."
     acls = ["alice:publish,fetch:orders.*", "ops:admin:*", "etl:group:etl-*"]
 
+In ``JET_AUTH_ACLS`` (comma-separated entries) join permissions with ``+``:
+``JET_AUTH_ACLS="ops:admin:*,alice:publish+fetch:orders.*"``.
+
 ``acls`` are bootstrap grants: at start a server proposes them for every identity that has
 no entry in the replicated metadata yet (later changes are made with ``jet acl``).
 """
