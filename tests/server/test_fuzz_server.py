@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
 from collections.abc import Iterator
@@ -50,7 +51,7 @@ from jetsdk.codec.messages import (
     encode_produce_request,
 )
 from jetserver.config import NatsConfig
-from jetserver.nats_link import NatsLink, _ping_round_trip
+from jetserver.nats_link import NatsLink, NatsUnavailable
 from support.jet_server import ServerProcess
 from support.nats_server import NatsServer
 from support.raw_client import split_address
@@ -387,7 +388,8 @@ def test_fuzz_requests_over_sockets(server: ServerProcess) -> None:
 @pytest.mark.anyio
 async def test_flush_timeouts_do_not_break_the_nats_link(nats_server: NatsServer) -> None:
     """Regression (found by the fuzzer): nats-py's flush cancelled its PONG future on a
-    timeout and the late PONG then killed its read loop, so the link stopped delivering."""
+    timeout and the late PONG then killed its read loop, so the link stopped delivering.
+    The nats-server is paused (SIGSTOP) so that the flushes time out for certain."""
     link = NatsLink(NatsConfig(servers=(nats_server.url,)))
     await link.connect(attempts=3)
     try:
@@ -397,10 +399,14 @@ async def test_flush_timeouts_do_not_break_the_nats_link(nats_server: NatsServer
             got.set()
 
         await link.subscribe("after.timeouts", handler)
-        for _ in range(5):
-            with pytest.raises(TimeoutError):
-                await _ping_round_trip(link.client, 1e-9)  # the PONG comes later
-        await link.flush(EXAMPLE_BOUND_S)  # their PONGs arrived before this one
+        os.kill(nats_server.pid, signal.SIGSTOP)  # PONGs come only after SIGCONT
+        try:
+            for _ in range(3):
+                with pytest.raises(NatsUnavailable):
+                    await link.flush(0.05)
+        finally:
+            os.kill(nats_server.pid, signal.SIGCONT)
+        await link.flush(EXAMPLE_BOUND_S)  # the late PONGs arrive before this one's
         await link.publish("after.timeouts", b"x")
         with anyio.fail_after(EXAMPLE_BOUND_S):
             await got.wait()
