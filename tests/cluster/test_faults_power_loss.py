@@ -74,7 +74,10 @@ async def test_power_loss_on_every_server_keeps_every_acked_record(
 @pytest.mark.parametrize(
     ("durability", "hold_followers"),
     [
-        pytest.param("flushed", False, id="flushed"),
+        # One case keeps CI short (~18 s): the weaker durability, and the followers held so
+        # that the restarted leader's own registration decides. Without holding them the
+        # election usually wins the race (test_faults_leader covers that path); add
+        # pytest.param("flushed", False) to run both.
         pytest.param("replicated", True, id="replicated-followers-held"),
     ],
 )
