@@ -8,7 +8,9 @@ failed with ENOSPC and was cut back), checks that every acknowledged record stil
 back, then gives the filesystem more room with ``mount -o remount,size=16m`` (the
 equivalent of an operator freeing space) and produces again: the same partition accepts
 messages at the next offset. Finally the server is stopped and started again on the same
-directory, and every acknowledged record must read back byte for byte at its offset.
+directory, and every acknowledged record must read back byte for byte at its offset. A
+second test restarts the server while the disk is still full (the stop cannot write index
+files; the start rebuilds them) and checks the same.
 
 A read-only disk (EROFS) takes the same path (any OSError of a segment write is answered
 with STORAGE_ERROR), but a tmpfs cannot be remounted read-only while the server holds
@@ -80,6 +82,26 @@ def value(i: int) -> bytes:
     return (b"%08d" % i) * (MESSAGE_BYTES // 8)
 
 
+async def fill(c: RawClient, acked: dict[int, bytes]) -> tuple[int, list[int]]:
+    """Produce batches to s/0 (ack ALL) until one has an error; record what was acked.
+    Returns (messages sent, error codes)."""
+    n = 0
+    errors: list[int] = []
+    with anyio.fail_after(BOUND_S * 2):
+        for _ in range(MAX_BATCHES):
+            msgs = [ProduceMessage(value(n + i)) for i in range(BATCH)]
+            results = await c.produce("s", 0, msgs, ack_policy=AckPolicy.ALL)
+            for i, r in enumerate(results):
+                if r.error_code == ErrorCode.NONE:
+                    acked[r.offset] = value(n + i)
+                else:
+                    errors.append(r.error_code)
+            n += BATCH
+            if errors:
+                break
+    return n, errors
+
+
 async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk: Path) -> None:
     data_dir = small_disk / "data"
     settings = {
@@ -92,20 +114,7 @@ async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk:
         await RawClient.connect(server.address or "") as c,
     ):
         await c.create_stream(name="s", subject="s")
-        n = 0
-        errors: list[int] = []
-        with anyio.fail_after(BOUND_S * 2):
-            for _ in range(MAX_BATCHES):
-                msgs = [ProduceMessage(value(n + i)) for i in range(BATCH)]
-                results = await c.produce("s", 0, msgs, ack_policy=AckPolicy.ALL)
-                for i, r in enumerate(results):
-                    if r.error_code == ErrorCode.NONE:
-                        acked[r.offset] = value(n + i)
-                    else:
-                        errors.append(r.error_code)
-                n += BATCH
-                if errors:
-                    break
+        n, errors = await fill(c, acked)
         assert errors, "the 2 MiB disk never filled up"
         assert set(errors) == {ErrorCode.STORAGE_ERROR}, errors
         assert acked, "nothing fit on the disk"
@@ -161,3 +170,30 @@ async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk:
             with anyio.fail_after(BOUND_S):
                 records = await c.fetch_all("s", 0)
     assert {r.offset: r.value for r in records} == acked
+
+
+async def test_restart_on_a_full_disk(nats_server: NatsServer, small_disk: Path) -> None:
+    """Stopped and started again while the disk is still full: the stop cannot write its
+    index files (logged), the start rebuilds them from the log, every acknowledged record
+    reads back, and once there is room again appends continue at the next offset."""
+    data_dir = small_disk / "data"
+    settings = {"storage__segment_max_bytes": 256 * 1024, "logging__level": "INFO"}
+    acked: dict[int, bytes] = {}
+    async with (
+        running_server(nats_server.url, data_dir, **settings) as server,
+        await RawClient.connect(server.address or "") as c,
+    ):
+        await c.create_stream(name="s", subject="s")
+        _n, errors = await fill(c, acked)
+        assert set(errors) == {ErrorCode.STORAGE_ERROR}, errors
+    async with (
+        running_server(nats_server.url, data_dir, **settings) as server,
+        await RawClient.connect(server.address or "") as c,
+    ):
+        with anyio.fail_after(BOUND_S):
+            records = await c.fetch_all("s", 0)
+        assert {r.offset: r.value for r in records} == acked
+        grow(small_disk)
+        with anyio.fail_after(BOUND_S):
+            results = await c.produce("s", 0, [ProduceMessage(b"more")], ack_policy=AckPolicy.ALL)
+        assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, len(acked))]
