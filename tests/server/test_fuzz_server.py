@@ -384,6 +384,23 @@ def test_fuzz_requests_over_sockets(server: ServerProcess) -> None:
     )
 
 
+def thread_states(pid: int) -> list[str]:
+    """The state letter of every thread of ``pid`` (/proc/PID/task/*/stat)."""
+    return [
+        (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        for task in Path(f"/proc/{pid}/task").iterdir()
+    ]
+
+
+async def wait_stopped(pid: int) -> None:
+    """Wait until every thread of ``pid`` is stopped (kill returns before they are)."""
+    with anyio.fail_after(EXAMPLE_BOUND_S):
+        while True:
+            if all(state in "Tt" for state in thread_states(pid)):
+                return
+            await anyio.sleep(0.01)  # no event for another process's state: poll, bounded
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 @pytest.mark.anyio
 async def test_flush_timeouts_do_not_break_the_nats_link(nats_server: NatsServer) -> None:
@@ -401,6 +418,7 @@ async def test_flush_timeouts_do_not_break_the_nats_link(nats_server: NatsServer
         await link.subscribe("after.timeouts", handler)
         os.kill(nats_server.pid, signal.SIGSTOP)  # PONGs come only after SIGCONT
         try:
+            await wait_stopped(nats_server.pid)
             for _ in range(3):
                 with pytest.raises(NatsUnavailable):
                     await link.flush(0.05)
