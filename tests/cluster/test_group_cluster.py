@@ -23,7 +23,7 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster
-from cluster.views import wait_full_isr, wait_leader
+from cluster.views import partition_info, wait_full_isr, wait_leader
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.record import iter_records
@@ -165,13 +165,19 @@ async def test_group_survives_kill_9_of_its_group_log_leader(tmp_path: Path) -> 
                 assert time.monotonic() < deadline, "the group never started consuming"
                 await anyio.sleep(0.02)
             t0 = time.monotonic()
+            led = []
+            for p in range(PARTITIONS):
+                data = await partition_info(cluster, stream, p)
+                if data is not None and data.leader == leader:
+                    led.append(p)
             victim.kill9()
             after = await wait_leader(
                 cluster, GROUPS_STREAM, gp, 30.0, not_on=leader, min_epoch=before.leader_epoch + 1
             )
             print(
                 f"killed {leader} (leader of {GROUPS_STREAM}/{gp}) with {len(processed)} "
-                f"processed; new leader {after.leader} after {time.monotonic() - t0:.2f} s"
+                f"processed, also leader of {stream} partitions {led}; new leader "
+                f"{after.leader} after {time.monotonic() - t0:.2f} s"
             )
             with anyio.fail_after(WAIT_S):
                 await producing.wait()
