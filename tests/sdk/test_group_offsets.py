@@ -10,6 +10,7 @@ import pytest
 
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.record import iter_records
 from jetsdk.consumer import Consumer, OffsetAndMetadata
 from jetsdk.consumer.group_offsets import (
     PartitionLag,
@@ -20,7 +21,10 @@ from jetsdk.consumer.group_offsets import (
 )
 from jetsdk.group.errors import CommitFailed
 from jetsdk.group.member import MemberConfig
+from jetsdk.group.reader import GroupLogReader
+from jetsdk.group.records import GROUPS_STREAM, Checkpoint, decode_record
 from jetsdk.group.stream_partition import StreamPartition as SP
+from jetsdk.partitioner import partition_for_key
 from support.jet_dev import JetDev
 
 pytestmark = pytest.mark.anyio
@@ -72,3 +76,29 @@ async def test_simple_commits_lag_and_a_member_taking_over(jet_dev: JetDev) -> N
         assert (await group_offsets(client, group))[p0].offset == 5
         await commit_offsets(client, group, {p0: 1})
         assert (await group_lag(client, group, [stream]))[p0] == PartitionLag(1, 5, 4)
+
+
+async def test_simple_commits_write_checkpoints_for_a_group_without_members(
+    jet_dev: JetDev,
+) -> None:
+    stream, group = f"sc-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, stream, partitions=1)
+        await commit_offsets(client, group, {SP(stream, 0): 1})
+        await commit_offsets(client, group, {SP(stream, 0): 2}, checkpoint_interval=1e-9)
+        state = await read_group(client, group)
+        assert state is not None
+        info = await client.stream_info(GROUPS_STREAM, refresh=True)
+        gp = partition_for_key(group.encode(), info.partition_count)
+        hw = (await client.list_offsets(GROUPS_STREAM, gp, "latest")).hw
+        _, raw = await client.fetch(GROUPS_STREAM, gp, 0, max_bytes=1 << 20, max_wait=0)
+        mine = [r for r in iter_records(raw) if r.offset < hw and r.key == group.encode()]
+        last = decode_record(mine[-1].value)
+        assert isinstance(last, Checkpoint)
+        assert (last.member, last.as_of) == ("simple", mine[-2].offset)
+        # A reader starting after the last commit restores the state from the checkpoint.
+        reader = GroupLogReader(group, 0, mine[-2].offset + 1)
+        reader.feed(mine[-1].offset, mine[-1].timestamp, mine[-1].value)
+        reader.caught_up(mine[-1].offset + 1)
+        assert reader.state is not None
+        assert reader.state.committed_offsets() == state.committed_offsets()

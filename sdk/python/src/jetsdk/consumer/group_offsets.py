@@ -18,6 +18,7 @@ state).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable, Mapping
 
@@ -34,7 +35,13 @@ from jetsdk.group.changes import Change, CommitAccepted, CommitRejected
 from jetsdk.group.errors import CommitFailed
 from jetsdk.group.member import DEFAULT_CHECKPOINT_INTERVAL
 from jetsdk.group.reader import GroupLogReader
-from jetsdk.group.records import GROUPS_STREAM, SIMPLE_GENERATION, OffsetCommit, encode_record
+from jetsdk.group.records import (
+    GROUPS_STREAM,
+    SIMPLE_GENERATION,
+    Checkpoint,
+    OffsetCommit,
+    encode_record,
+)
 from jetsdk.group.state import GroupState
 from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.partitioner import partition_for_key
@@ -107,6 +114,23 @@ async def _replay(
     raise JetError(f"replaying group {group!r} did not reach the end of {GROUPS_STREAM}")
 
 
+async def _append_checkpoint(
+    client: Client, state: GroupState, committer: str, partition: int, timeout: float
+) -> None:
+    record = Checkpoint(
+        group=state.group, member=committer, as_of=state.last_offset, state=state.snapshot()
+    )
+    request = ProduceRequest(
+        stream=GROUPS_STREAM,
+        partition=partition,
+        ack_policy=AckPolicy.ALL,
+        timeout_ms=max(1, int(timeout * 1000)),
+        messages=(ProduceMessage(encode_record(record), state.group.encode()),),
+    )
+    with contextlib.suppress(JetError):  # best effort: the next commit tries again
+        await client.produce(request)
+
+
 async def read_group(client: Client, group: str) -> GroupState | None:
     """The group's state as of the current end of its log (None if ``__groups`` does not
     exist yet).
@@ -166,6 +190,7 @@ async def commit_offsets(
     *,
     committer: str = DEFAULT_COMMITTER,
     timeout: float = 30.0,
+    checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
 ) -> None:
     """Commit offsets for ``group`` from outside its membership (simple commits, §7.2).
 
@@ -179,6 +204,11 @@ async def commit_offsets(
         offsets: next offset to consume per partition (with optional metadata).
         committer: stored as the commits' ``member`` (a name for whoever commits).
         timeout: seconds the server may take to store the commits.
+        checkpoint_interval: a group without members has no leader to write checkpoints
+            (spec/groups.md §8.8), so new readers would replay its whole log: when the
+            group has no active member and its last checkpoint is older than this (log
+            time, seconds), a checkpoint of the state read back is appended too (best
+            effort; duplicates are harmless).
 
     Raises:
         CommitFailed: a commit was refused (reason ``group_active``) or not stored.
@@ -217,6 +247,12 @@ async def commit_offsets(
             )
         stored[result.offset] = (key, offset)
     state, changes = await _replay(client, group, partition, until=min(stored))
+    if (
+        state.leader() is None
+        and state.last_checkpoint_at is not None
+        and state.clock - state.last_checkpoint_at >= checkpoint_interval * 1e9
+    ):
+        await _append_checkpoint(client, state, committer, partition, timeout)
     for at, (key, offset) in sorted(stored.items()):
         got = [c for c in changes.get(at, []) if isinstance(c, CommitAccepted | CommitRejected)]
         if not got:
