@@ -9,10 +9,11 @@ import anyio
 import orjson
 import pytest
 
-from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage
 from jetserver.metrics import Histogram
+from support.jet_dev import JetDev
 from support.jet_server import ServerProcess, running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError, split_address
@@ -169,3 +170,51 @@ async def test_nats_link_state_follows_an_outage(nats_server: NatsServer, tmp_pa
         await until(jet_nats_connected=0, jet_nats_disconnects_total=1)
         await anyio.to_thread.run_sync(nats_server.start)
         await until(jet_nats_connected=1, jet_nats_reconnects_total=1)
+
+
+async def test_cluster_partition_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`jet dev --servers 3` with a metrics port each: for a partition replicated 3 times,
+    exactly one server reports itself leader, every server reports the ISR size 3 and the
+    same HW and LEO once replication caught up, and the leader reports its followers' lag.
+    (About 10 s: a 3-server cluster start.)"""
+    monkeypatch.setenv("JET_METRICS_PORT", "0")
+    data_dir = tmp_path / "data"
+    dev = await anyio.to_thread.run_sync(lambda: JetDev.start(data_dir, servers=3))
+    try:
+        metrics = [
+            orjson.loads((data_dir / f"s{i}.ready").read_bytes())["metrics_address"]
+            for i in (1, 2, 3)
+        ]
+        async with await RawClient.connect(dev.servers[0]) as c:
+            await c.create_stream(name="m", subject="m", partitions=2, replication_factor=3)
+            with anyio.fail_after(OUTAGE_BOUND_S):
+                while True:  # the new partitions' leaders open asynchronously: retry
+                    results = await c.produce(
+                        "m", 0, [ProduceMessage(b"x")] * 5, ack_policy=AckPolicy.ALL
+                    )
+                    if all(r.error_code == ErrorCode.NONE for r in results):
+                        break
+                    await anyio.sleep(0.1)
+        hw = results[-1].offset + 1
+        labels = {"stream": "m", "partition": "0"}
+        with anyio.fail_after(OUTAGE_BOUND_S):
+            while True:
+                texts = [(await scrape(a))[1] for a in metrics]
+                hws = [value(t, "jet_partition_high_watermark", **labels) for t in texts]
+                leos = [value(t, "jet_partition_log_end_offset", **labels) for t in texts]
+                # (A retried batch may have been stored too: the HW is at least ``hw``.)
+                if len(set(hws)) == 1 and hws[0] >= hw and leos == hws:
+                    break
+                await anyio.sleep(0.1)  # followers learn the HW with their next fetch
+        assert [value(t, "jet_partition_isr_size", **labels) for t in texts] == [3] * 3
+        assert [value(t, "jet_partition_replicas", **labels) for t in texts] == [3] * 3
+        leaders = [t for t in texts if value(t, "jet_partition_leader", **labels) == 1]
+        assert len(leaders) == 1
+        lag_lines = [
+            ln
+            for ln in leaders[0].splitlines()
+            if ln.startswith('jet_partition_replica_lag_records{stream="m",partition="0",')
+        ]
+        assert len(lag_lines) == 2  # one per follower
+    finally:
+        await anyio.to_thread.run_sync(dev.stop)
