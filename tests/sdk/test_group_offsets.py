@@ -102,3 +102,43 @@ async def test_simple_commits_write_checkpoints_for_a_group_without_members(
         reader.caught_up(mine[-1].offset + 1)
         assert reader.state is not None
         assert reader.state.committed_offsets() == state.committed_offsets()
+
+
+async def test_simple_consumer_resumes_from_and_commits_to_the_group(jet_dev: JetDev) -> None:
+    stream, group = f"sx-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
+    p0 = SP(stream, 0)
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, stream, partitions=2)
+        async with Producer(client, stream, ack=AckPolicy.ALL) as producer:
+            for i in range(6):
+                await producer.send(b"v%d" % i, partition=0)
+        await commit_offsets(client, group, {p0: 2})
+        async with Consumer(client, stream, group=group, partitions=[0]) as consumer:
+            assert consumer.group == group
+            assert consumer.committed(0) == OffsetAndMetadata(2)
+            with anyio.fail_after(WAIT_S):
+                first = await consumer.__anext__()
+                second = await consumer.__anext__()
+            assert (first.offset, second.offset) == (2, 3)
+            await consumer.commit()  # both handed out: processed
+            assert consumer.committed(0) == OffsetAndMetadata(4)
+        assert (await group_offsets(client, group))[p0].offset == 4
+        # A restarted simple consumer resumes there.
+        async with Consumer(client, stream, group=group, partitions=[0]) as consumer:
+            with anyio.fail_after(WAIT_S):
+                assert (await consumer.__anext__()).offset == 4
+            # While a member owns the partition, the simple consumer's commits are refused.
+            assigned = anyio.Event()
+            async with Consumer(
+                client,
+                stream,
+                group=group,
+                group_config=CFG,
+                auto_commit=None,
+                on_assigned=lambda _parts: assigned.set(),
+            ):
+                with anyio.fail_after(WAIT_S):
+                    await assigned.wait()
+                with pytest.raises(CommitFailed) as info:
+                    await consumer.commit({0: 5})
+                assert info.value.reason == "group_active"

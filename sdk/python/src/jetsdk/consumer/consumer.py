@@ -75,6 +75,7 @@ from jetsdk.consumer.positions import (
     start_offset,
 )
 from jetsdk.consumer.progress import Progress
+from jetsdk.consumer.simple import SimpleCommits
 from jetsdk.errors import ClientClosed, InvalidArgument, PartitionNotFound
 from jetsdk.group.assignors import Assignor
 from jetsdk.group.errors import NoCommittedOffset
@@ -133,8 +134,11 @@ class Consumer:
             streams: several streams (with a group: the group subscription).
             group: a consumer group name: share the streams' partitions with the group's
                 other members and commit offsets to the group log (spec/groups.md).
-            partitions: without a group, the partition numbers of ``stream`` to read
-                (default: all).
+            partitions: the partition numbers of ``stream`` to read (default: all). With
+                ``group``: a *simple consumer* (manual assignment, no membership) that starts
+                from the group's committed offsets and whose :meth:`commit` writes simple
+                commits (spec/groups.md §7.2: refused while a group member owns or targets
+                the partition); no auto-commit in this mode.
             start: without a group, where to start: ``"earliest"`` (default), ``"latest"``,
                 ``"new-only"``, an offset, a datetime or a
                 :class:`~jetsdk.consumer.positions.StartAt`. With a group, where to start a
@@ -182,9 +186,9 @@ class Consumer:
             raise InvalidArgument(
                 "name a stream, or distinct streams", details={"field": "streams"}
             )
-        if partitions is not None and (group is not None or len(names) != 1):
+        if partitions is not None and len(names) != 1:
             raise InvalidArgument(
-                "partitions= needs exactly one stream and no group", details={"field": "partitions"}
+                "partitions= needs exactly one stream", details={"field": "partitions"}
             )
         self.client = client
         self.streams: tuple[str, ...] = tuple(names)
@@ -199,7 +203,10 @@ class Consumer:
         self.manual_ack = manual_ack
         self.max_unacked = max_unacked
         self._group: GroupSide | None = None
-        if group is not None:
+        self._simple: SimpleCommits | None = None
+        if group is not None and partitions is not None:
+            self._simple = SimpleCommits(client, group)
+        elif group is not None:
             self._group = GroupSide(
                 self,
                 group,
@@ -227,6 +234,8 @@ class Consumer:
         for name in self.streams:
             counts[name] = (await self.client.stream_info(name, refresh=True)).partition_count
         positions: dict[StreamPartition, int] = {}
+        if self._simple is not None:
+            await self._simple.load()
         if self._group is None:
             for name in self.streams:
                 wanted = self._wanted if self._wanted is not None else range(counts[name])
@@ -237,7 +246,11 @@ class Consumer:
                             details={"stream": name, "partition": p},
                         )
                     key = StreamPartition(name, p)
-                    positions[key] = await self._initial_offset(key, self._start)
+                    done = None if self._simple is None else self._simple.committed.get(key)
+                    if done is not None:
+                        positions[key] = done.offset
+                    else:
+                        positions[key] = await self._initial_offset(key, self._start)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
@@ -429,7 +442,9 @@ class Consumer:
 
     @property
     def group(self) -> str | None:
-        """The consumer group, or None."""
+        """The consumer group (also of a simple consumer), or None."""
+        if self._simple is not None:
+            return self._simple.group
         return None if self._group is None else self._group.name
 
     @property
@@ -446,9 +461,15 @@ class Consumer:
         """The group's committed offset of any partition of its streams (not only assigned
         ones), from this member's view of the group log; None if nothing is committed.
 
+        A simple consumer (``group`` with ``partitions``) answers from the offsets it read
+        when entered and those it committed since.
+
         Raises:
             InvalidArgument: the consumer has no group.
         """
+        if self._simple is not None:
+            self._check_open()
+            return self._simple.committed.get(self._key(partition))
         return self._require_group().committed(self._key(partition))
 
     async def commit(
@@ -470,6 +491,15 @@ class Consumer:
                 stale ownership, an offset below the committed one) or did not answer in time.
             InvalidArgument: the consumer has no group; metadata too long.
         """
+        if self._simple is not None:
+            # A simple consumer (spec/groups.md §7.2): CommitFailed "group_active" while a
+            # member of the group owns or targets a partition.
+            self._check_open()
+            if offsets is None:
+                self._delivery.settle()
+            wanted = None if offsets is None else {self._key(k): v for k, v in offsets.items()}
+            await self._simple.commit(self._delivery.runs, wanted, metadata)
+            return
         group = self._require_group()
         if offsets is None:
             self._delivery.settle()  # what the application got so far is done with

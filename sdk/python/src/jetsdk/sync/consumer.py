@@ -68,8 +68,11 @@ class Consumer(SyncWrapper):
             streams: several streams (with a group: the group subscription).
             group: a consumer group name: share the streams' partitions with the group's
                 other members and commit offsets to the group log (spec/groups.md).
-            partitions: without a group, the partition numbers of ``stream`` to read
-                (default: all).
+            partitions: the partition numbers of ``stream`` to read (default: all). With
+                ``group``: a *simple consumer* (manual assignment, no membership) that starts
+                from the group's committed offsets and whose :meth:`commit` writes simple
+                commits (spec/groups.md §7.2: refused while a group member owns or targets
+                the partition); no auto-commit in this mode.
             start: without a group, where to start: ``"earliest"`` (default), ``"latest"``,
                 ``"new-only"``, an offset, a datetime or a
                 :class:`~jetsdk.consumer.positions.StartAt`. With a group, where to start a
@@ -220,7 +223,7 @@ class Consumer(SyncWrapper):
 
     @property
     def group(self) -> str | None:
-        """The consumer group, or None."""
+        """The consumer group (also of a simple consumer), or None."""
         return self._obj.group
 
     @property
@@ -236,6 +239,9 @@ class Consumer(SyncWrapper):
     def committed(self, partition: PartitionRef) -> OffsetAndMetadata | None:
         """The group's committed offset of any partition of its streams (not only assigned
         ones), from this member's view of the group log; None if nothing is committed.
+
+        A simple consumer (``group`` with ``partitions``) answers from the offsets it read
+        when entered and those it committed since.
 
         Raises:
             InvalidArgument: the consumer has no group.
