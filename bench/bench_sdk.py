@@ -18,6 +18,10 @@ asyncio backend (nats-py is asyncio-only):
 (d) ack ALL (fsynced group commit on the leader) vs JetStream with ``sync_interval:
     always`` (fsync per write), same window as (a).
 
+Before (c) and (d) the page cache is written back (``os.sync``): the fills of (b) leave
+enough dirty data that the fsyncs measured next would wait behind its writeback (seen as
+0.4 s p99 latency spikes on the jet side of (c)).
+
 The machine may be shared and noisy: (a) and (d) first run each side once untimed (a
 warm-up of WARMUP messages: connections, first segment, code paths), then ROUNDS rounds
 alternating jet and JetStream, and report each side's best round and the median of the
@@ -282,14 +286,18 @@ async def best_of(
     jet_rates: list[float] = []
     js_rates: list[float] = []
     for i in range(rounds):
-        cpu = _process_cpu_s(server_pid)
+        cpu, mine = _process_cpu_s(server_pid), time.process_time()
         jet_rates.append(await _profiled(label, lambda: jet(n)) if i == 0 else await jet(n))
-        used = _process_cpu_s(server_pid) - cpu
+        used, jet_client = _process_cpu_s(server_pid) - cpu, time.process_time() - mine
+        mine = time.process_time()
         js_rates.append(await js(n))
-        per_msg = f", jet server CPU {used / n * 1e6:.1f} us/msg" if used > 0 else ""
+        js_client = time.process_time() - mine
+        server = f" + server {used / n * 1e6:.1f}" if used > 0 else ""
         print(
             f"    round {i + 1}: jet {jet_rates[-1]:,.0f}  jetstream {js_rates[-1]:,.0f} msg/s"
-            f"  ratio {jet_rates[-1] / js_rates[-1]:.2f}x{per_msg}  (load {_load()})"
+            f"  ratio {jet_rates[-1] / js_rates[-1]:.2f}x  (load {_load()})\n"
+            f"      CPU us/msg: jet client {jet_client / n * 1e6:.1f}{server}, "
+            f"JetStream client {js_client / n * 1e6:.1f} (+ nats-server, not measured)"
         )
     ratios = [a / b for a, b in zip(jet_rates, js_rates)]
     print(f"    median of the per-round ratios: {statistics.median(ratios):.2f}x")
@@ -306,6 +314,16 @@ def _process_cpu_s(pid: int | None) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _settle_disk() -> None:
+    """Write back the dirty page cache (os.sync) before a measurement that fsyncs: the fills
+    of (b) leave ~100 MB or more unwritten (JetStream's default store flushes every two
+    minutes), and the fsyncs of (c) and (d) would otherwise queue behind that writeback."""
+    started = time.perf_counter()
+    with anyio.fail_after(SETTLE_TIMEOUT_S):
+        await anyio.to_thread.run_sync(os.sync)
+    print(f"  (os.sync before the next part took {time.perf_counter() - started:.1f} s)")
 
 
 def _load() -> str:
@@ -402,6 +420,7 @@ async def _main(
             results.add("consume vs ordered consumer", jet_rate, ordered, "msg/s", True)
             results.add("consume vs pull fetch(1000)", jet_rate, pull, "msg/s", True)
 
+            await _settle_disk()
             print(
                 f"(c) publish->consume latency at {rate} msg/s for {seconds:g} s (load {_load()})"
             )
@@ -435,6 +454,7 @@ async def _main(
                 f"jetstream {statistics.fmean(js_lat):.2f} ms"
             )
 
+            await _settle_disk()
             print(
                 f"(d) ack ALL (fsync group commit) vs JetStream sync_interval=always, "
                 f"{n_all:,} x 100 B, window {WINDOW} on both sides, {rounds} rounds after a "
