@@ -40,7 +40,8 @@ QUERY_TIMEOUT_S = 600.0
 
 
 def local_spark(app: str = "jetspark-demo") -> Any:
-    """A local[2] SparkSession set up like the tests (UI off, 2 shuffle partitions)."""
+    """A local[2] SparkSession set up like the tests (UI off, 2 shuffle partitions, a JVM
+    with the C1 compiler only and the serial GC: short jobs on small machines)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -52,6 +53,7 @@ def local_spark(app: str = "jetspark-demo") -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
