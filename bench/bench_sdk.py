@@ -25,10 +25,10 @@ enough dirty data that the fsyncs measured next would wait behind its writeback 
 The machine may be shared and noisy: (a) and (d) first run each side once untimed (a
 warm-up of WARMUP messages: connections, first segment, code paths), then ROUNDS rounds
 alternating jet and JetStream, and report each side's best round and the median of the
-per-round ratios (every round is printed, with the load average). Both sides use the same
-payload size, the same window of unacknowledged messages, the same nats-server binary, and
-run their clients in this one process on asyncio. The jet server's CPU per message is
-printed for each jet round (from /proc, Linux only).
+per-round ratios, the steadier figure (every round is printed, with the load average and
+CPU per message: both clients, and the jet server from /proc on Linux). Both sides use the
+same payload size, the same window of unacknowledged messages, the same nats-server binary,
+and run their clients in this one process on asyncio.
 
 Ratios are jet / JetStream for throughput (above 1 = jet faster) and JetStream / jet for
 latency (above 1 = jet faster). ``JET_BENCH_PROFILE=1`` adds a cProfile of the client side of
@@ -61,9 +61,9 @@ from jetserver.nats_process import find_nats_server
 VALUE = b"x" * 100
 WINDOW = 4000
 SETTLE_TIMEOUT_S = 600.0
-ROUNDS = 3
+ROUNDS = 5
 """Alternating jet/JetStream rounds of (a) and (d); the best of each side is reported."""
-QUICK_ROUNDS = 2
+QUICK_ROUNDS = 3
 WARMUP = 2000
 """Messages each side publishes untimed before the rounds of (a) and (d)."""
 
@@ -113,6 +113,7 @@ class Results:
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, float, float, str, bool]] = []
+        self.notes: list[str] = []
 
     def add(self, label: str, jet: float, js: float, unit: str, higher_is_better: bool) -> None:
         self.rows.append((label, jet, js, unit, higher_is_better))
@@ -123,6 +124,8 @@ class Results:
         print("\n  summary (ratio > 1: jet better)")
         for label, jet, js, unit, hib in self.rows:
             print(f"  {label:<44} {jet:>12,.1f} {js:>12,.1f} {unit:<6} {_ratio(jet, js, hib)}")
+        for note in self.notes:
+            print(f"  {note}")
 
 
 def _ratio(jet: float, js: float, higher_is_better: bool) -> str:
@@ -278,9 +281,10 @@ async def best_of(
     js: Callable[[int], Awaitable[float]],
     n: int,
     server_pid: int | None,
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Warm each side up (WARMUP messages, untimed), then run ``jet(n)`` and ``js(n)``
-    alternately ``rounds`` times; return each side's best rate."""
+    alternately ``rounds`` times; return each side's best rate and the median of the
+    per-round ratios."""
     await jet(min(WARMUP, n))
     await js(min(WARMUP, n))
     jet_rates: list[float] = []
@@ -299,9 +303,9 @@ async def best_of(
             f"      CPU us/msg: jet client {jet_client / n * 1e6:.1f}{server}, "
             f"JetStream client {js_client / n * 1e6:.1f} (+ nats-server, not measured)"
         )
-    ratios = [a / b for a, b in zip(jet_rates, js_rates)]
-    print(f"    median of the per-round ratios: {statistics.median(ratios):.2f}x")
-    return max(jet_rates), max(js_rates)
+    median = statistics.median(a / b for a, b in zip(jet_rates, js_rates))
+    print(f"    median of the per-round ratios: {median:.2f}x")
+    return max(jet_rates), max(js_rates), median
 
 
 def _process_cpu_s(pid: int | None) -> float:
@@ -377,9 +381,9 @@ async def _main(
 ) -> None:
     import nats
 
-    n_pub = 20_000 if quick else 200_000
+    n_pub = 20_000 if quick else 120_000
     n_consume = 100_000 if quick else 1_000_000
-    n_all = 5_000 if quick else 50_000
+    n_all = 5_000 if quick else 20_000
     rate, seconds = (500, 3.0) if quick else (1000, 10.0)
     rounds = QUICK_ROUNDS if quick else ROUNDS
     results = Results()
@@ -397,7 +401,7 @@ async def _main(
                 f"unacknowledged messages on both sides, {rounds} rounds after a warm-up "
                 f"(load {_load()})"
             )
-            jet_rate, js_rate = await best_of(
+            jet_rate, js_rate, median = await best_of(
                 rounds,
                 "(a) publish",
                 lambda n: jet_publish(client, "bpub", n, AckPolicy.LEADER),
@@ -406,6 +410,9 @@ async def _main(
                 server_pid,
             )
             results.add("publish ack LEADER", jet_rate, js_rate, "msg/s", True)
+            results.notes.append(
+                f"publish ack LEADER: median of the per-round ratios {median:.2f}x"
+            )
 
             print(f"(b) consume {n_consume:,} stored messages from offset 0 (filling...)")
             fill_start = time.perf_counter()
@@ -460,7 +467,7 @@ async def _main(
                 f"{n_all:,} x 100 B, window {WINDOW} on both sides, {rounds} rounds after a "
                 f"warm-up (load {_load()})"
             )
-            jet_rate, js_rate = await best_of(
+            jet_rate, js_rate, median = await best_of(
                 rounds,
                 "(d) publish ALL",
                 lambda n: jet_publish(client, "ball", n, AckPolicy.ALL),
@@ -469,6 +476,9 @@ async def _main(
                 server_pid,
             )
             results.add("publish ack ALL / fsync always", jet_rate, js_rate, "msg/s", True)
+            results.notes.append(
+                f"publish ack ALL / fsync always: median of the per-round ratios {median:.2f}x"
+            )
         finally:
             await nc.close()
             await sync_nc.close()
