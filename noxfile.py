@@ -30,7 +30,8 @@ def tests(session: nox.Session) -> None:
     # The generated sync API and the spec vectors must be current with their sources.
     session.run("python", "tools/gen_sync.py", "--check")
     session.run("python", "tools/gen_vectors.py", "--check")
-    session.run("pytest", *session.posargs)
+    # The slowest tests are listed at the end so that CI time stays visible.
+    session.run("pytest", *(session.posargs or ["--durations=25"]))
 
 
 @nox.session
