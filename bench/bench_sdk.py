@@ -18,9 +18,9 @@ asyncio backend (nats-py is asyncio-only):
 (d) ack ALL (fsynced group commit on the leader) vs JetStream with ``sync_interval:
     always`` (fsync per write), same window as (a).
 
-Before (c) and (d) the page cache is written back (``os.sync``): the fills of (b) leave
-enough dirty data that the fsyncs measured next would wait behind its writeback (seen as
-0.4 s p99 latency spikes on the jet side of (c)).
+Before (c) and (d) the page cache is written back (``os.sync``, its duration printed), so
+that the fsyncs measured there do not queue behind the writeback of what (b) wrote (about
+100 MB per side; JetStream's default store flushes only every two minutes).
 
 The machine may be shared and noisy: (a) and (d) first run each side once untimed (a
 warm-up of WARMUP messages: connections, first segment, code paths), then ROUNDS rounds
@@ -321,9 +321,8 @@ def _process_cpu_s(pid: int | None) -> float:
 
 
 async def _settle_disk() -> None:
-    """Write back the dirty page cache (os.sync) before a measurement that fsyncs: the fills
-    of (b) leave ~100 MB or more unwritten (JetStream's default store flushes every two
-    minutes), and the fsyncs of (c) and (d) would otherwise queue behind that writeback."""
+    """Write back the dirty page cache (os.sync) before a measurement that fsyncs, so its
+    fsyncs do not queue behind the writeback of earlier parts (see the module docstring)."""
     started = time.perf_counter()
     with anyio.fail_after(SETTLE_TIMEOUT_S):
         await anyio.to_thread.run_sync(os.sync)
