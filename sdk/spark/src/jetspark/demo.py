@@ -142,6 +142,8 @@ def run(
 
     anyio.run(_create_totals, server_list, totals_stream, replication_factor)
     own_spark = spark is None
+    if own_spark:
+        echo("starting a local[2] Spark session (the JVM takes a while) ...")
     session = local_spark() if spark is None else spark
     try:
         jetspark.register(session)
@@ -169,6 +171,12 @@ def run(
             F.to_json(F.struct("customer", "orders", "total_cents")).alias("value"),
         )
         sink = jetspark.foreach_batch_sink(joined, totals_stream)
+        echo(
+            f"query: jetstream source {orders_stream!r} (from the earliest offset, at most 1000 "
+            "orders per micro-batch) -> parse JSON -> count and sum per customer (update "
+            f"mode) -> foreach_batch_sink into the compacted stream {totals_stream!r} "
+            "(exactly-once), Trigger.AvailableNow"
+        )
         with tempfile.TemporaryDirectory(prefix="jetspark-demo-") as checkpoint:
             started = time.perf_counter()
             query = (
