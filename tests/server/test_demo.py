@@ -47,7 +47,7 @@ def test_demo_on_one_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     demo.run(100, tmp_path, servers=1, spark=False)
     out = capsys.readouterr().out
     assert "processed 104 messages (104 expected)" in out
-    assert "skipped: needs 2 or more servers" in out
+    assert "skipped: needs 3 or more servers" in out
     assert "stopped nats-server and the jet servers." in out
 
 

@@ -20,8 +20,9 @@ directory (the embedded default), then shows the real flow and prints what happe
 7. a summary.
 
 Everything started is stopped at the end (also on an error or Ctrl-C), by PID; the
-temporary directory is removed. ``--servers 1`` runs the same flow on one server (no
-replication, no failover step); ``--no-spark`` skips step 6.
+temporary directory is removed. ``--servers 1`` (or 2) runs the same flow with
+replication factor 1 (2) and without the failover step (which needs a majority of 3 servers
+alive); ``--no-spark`` skips step 6.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from jetsdk import AckPolicy, Client, Consumer, JetError, Producer, StreamInfo
 from jetsdk.envelope import parse_ack
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.partitioner import partition_for_key
-from jetserver.devcluster import DevCluster
+from jetserver.devcluster import MAX_DEV_SERVERS, DevCluster
 
 STREAM = "orders"
 SUBJECT = "orders"
@@ -478,9 +479,14 @@ def run(count: int, data_dir: Path, *, servers: int = 3, spark: bool = True) -> 
         _section(f"4. consume with a consumer group of {MEMBERS} members")
         anyio.run(_group_step, addresses, tally)
         _section("5. kill -9 a partition leader while producing")
-        if servers < 2:
-            _say("  skipped: needs 2 or more servers (--servers 3)")
-            tally.failover = "skipped (one server)"
+        if servers < 3:
+            # With 2 servers the metadata Raft has no majority once one is killed: no new
+            # leader could be elected.
+            _say(
+                "  skipped: needs 3 or more servers (a new leader is elected by a majority "
+                "of the metadata Raft)"
+            )
+            tally.failover = f"skipped ({servers} server(s))"
         else:
             victim = anyio.run(_failover, cluster, rf, tally)
             _restart(cluster, victim, rf)
@@ -514,11 +520,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--count", type=int, default=1000, help="keyed orders to produce")
     parser.add_argument("--servers", type=int, default=3, help="jet servers (default 3)")
-    parser.add_argument("--data-dir", type=Path, help="keep data here (default: a temp dir)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="keep the data here, a new or empty directory (default: a temp dir)",
+    )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark pipeline")
     args = parser.parse_args(argv)
-    if args.count < 1 or args.servers < 1:
-        parser.error("--count and --servers must be at least 1")
+    if args.count < 1:
+        parser.error("--count must be at least 1")
+    if not 1 <= args.servers <= MAX_DEV_SERVERS:
+        parser.error(f"--servers must be 1 to {MAX_DEV_SERVERS}")
+    if args.data_dir is not None and args.data_dir.exists() and any(args.data_dir.iterdir()):
+        parser.error(f"--data-dir {args.data_dir}: not empty (the demo counts on new streams)")
     signal.signal(signal.SIGTERM, _interrupt)  # stop the children on SIGTERM too
     try:
         if args.data_dir is not None:
