@@ -5,7 +5,7 @@ Leader data path::
     NATS sink (accept) or callback (on_message) -> queue -> sequencer task: parse, encode bodies,
         Log.append(batch) -> LEADER acks -> wake flusher
     flusher task: Log.flush() in a worker thread (one fsync covers every record appended so
-        far) -> high watermark -> ALL acks -> wake fetch waiters
+        far) -> high watermark -> ALL acks -> wake fetch waiters (broker/commit.py)
 
 Roles (spec/cluster.md, "Replication"):
 
@@ -49,6 +49,7 @@ from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.transcode import envelope_record, record_subjects
 from jetserver.broker.acks import PartitionAck, publish_acks
+from jetserver.broker.commit import Committer, PendingAck
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.roles import (
     ROLE_LEADER,
@@ -65,7 +66,6 @@ from jetserver.storage import Log
 
 log = logging.getLogger(__name__)
 
-_FLUSH_RETRY_S = 1.0
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _NO_PRODUCER_NO_KEY = b"\x00\xff\xff\xff\xff"
@@ -83,14 +83,6 @@ Ingested = tuple[str, str, bytes, "dict[str, str] | None"]
 """A message queued for the sequencer: subject, reply ("" if none), payload, headers."""
 
 
-class _Pending(NamedTuple):
-    """An ALL ack waiting for the flush that covers its offset."""
-
-    offset: int
-    inbox: str
-    ack: PartitionAck
-
-
 class _Wanted(NamedTuple):
     """Who asked for an ack of one message, and how (a tuple: built per message)."""
 
@@ -102,7 +94,7 @@ class _Wanted(NamedTuple):
 
 
 @attrs.define(eq=False)
-class PartitionReplica(ReplicaRoles):
+class PartitionReplica(ReplicaRoles, Committer):
     """The replica of one partition on this server (see the module docstring for roles).
 
     Lifecycle: ``await tg.start(replica.run)``; in a cluster, then ``await
@@ -159,7 +151,7 @@ class PartitionReplica(ReplicaRoles):
     _space: anyio.Event = attrs.field(factory=anyio.Event)
     _dirty: anyio.Event = attrs.field(factory=anyio.Event)
     _hw_moved: anyio.Event = attrs.field(factory=anyio.Event)
-    _pending_all: collections.deque[_Pending] = attrs.field(factory=collections.deque)
+    _pending_all: collections.deque[PendingAck] = attrs.field(factory=collections.deque)
     _pending_unordered: bool = False
     _stopping: bool = False
     _closed: bool = False
@@ -458,7 +450,7 @@ class PartitionReplica(ReplicaRoles):
                     continue
                 if pending and offset < pending[-1].offset:
                     self._pending_unordered = True
-                pending.append(_Pending(offset, inbox, ack))
+                pending.append(PendingAck(offset, inbox, ack))
 
     def _new_plain_prefix(self, subject: str) -> bytes:
         """Record body bytes before the value of a plain message on ``subject`` (no key,
@@ -513,98 +505,9 @@ class PartitionReplica(ReplicaRoles):
         if who.policy == AckPolicy.ALL and offset >= self.log.high_watermark:
             if self._pending_all and offset < self._pending_all[-1].offset:
                 self._pending_unordered = True  # a duplicate of an earlier record
-            self._pending_all.append(_Pending(offset, who.inbox, ack))
+            self._pending_all.append(PendingAck(offset, who.inbox, ack))
         else:
             out.append((who.inbox, ack))
-
-    # ---------------------------------------------------------------- flusher
-
-    async def _flusher(self) -> None:
-        while True:
-            await self._dirty.wait()
-            self._dirty = anyio.Event()
-            target = self.log.log_end_offset
-            try:
-                flushed = await anyio.to_thread.run_sync(self.log.flush, target)
-            except Exception as exc:
-                log.error("flush failed; retrying", extra=self._fields(error=repr(exc)))
-                await self._fail_pending_all(ErrorCode.STORAGE_ERROR, f"flush failed: {exc}")
-                await anyio.sleep(_FLUSH_RETRY_S)
-                self._dirty.set()
-                continue
-            await self._commit(flushed)
-
-    async def _commit(self, flushed: int) -> None:
-        """The log is fsynced up to ``flushed``: move the HW (single: to ``flushed``; leader:
-        per the ISR), ack ALL, wake fetches."""
-        state = self._leader_state
-        if state is not None:
-            state.on_append(self.log.log_end_offset)
-            moved = state.on_flush(flushed)
-            self._wake_replicas()
-            if moved:
-                await self._advance_hw()
-            return
-        if self._role != ROLE_SINGLE:
-            return
-        if flushed > self.log.high_watermark:
-            self.log.set_high_watermark(flushed)
-            self.wake_waiters()
-        await self._ack_committed(flushed, True)
-
-    async def _advance_hw(self) -> None:
-        """Leader: apply the HW of the leader state, ack what it committed."""
-        state = self._leader_state
-        if state is None:
-            return
-        if state.hw > self.log.high_watermark:
-            self.log.set_high_watermark(state.hw)
-            self.wake_waiters()
-        self._wake_replicas()
-        await self._ack_committed(self.log.high_watermark, state.committed_on_enough())
-
-    async def _ack_committed(self, hw: int, enough: bool) -> None:
-        """Send the pending ALL acks below ``hw`` (as NOT_ENOUGH_REPLICAS unless ``enough``)."""
-        done: list[_Pending] = []
-        while self._pending_all and self._pending_all[0].offset < hw:
-            done.append(self._pending_all.popleft())
-        if self._pending_unordered:
-            keep = collections.deque[_Pending]()
-            for p in self._pending_all:
-                if p.offset < hw:
-                    done.append(p)
-                else:
-                    keep.append(p)
-            self._pending_all = keep
-            self._pending_unordered = any(a.offset > b.offset for a, b in zip(keep, list(keep)[1:]))
-        if not done:
-            return
-        if enough:
-            await self._publish_acks([(p.inbox, p.ack) for p in done])
-            return
-        text = (
-            "committed on fewer than min_isr replicas (the ISR shrank before the record "
-            f"committed); it may not survive a failure. {self._isr_text()}"
-        )
-        failed = [
-            (
-                p.inbox,
-                p.ack._replace(error_code=ErrorCode.NOT_ENOUGH_REPLICAS, error_message=text),
-            )
-            for p in done
-        ]
-        await self._publish_acks(failed)
-
-    async def _fail_pending_all(self, code: ErrorCode, message: str) -> None:
-        failed = [
-            (p.inbox, p.ack._replace(error_code=code, error_message=message))
-            for p in self._pending_all
-        ]
-        self._pending_all.clear()
-        if failed:
-            await self._publish_acks(failed)
-        if code == ErrorCode.NOT_LEADER and self.on_leadership_end is not None:
-            self.on_leadership_end(self.stream, self.partition)
 
     # ---------------------------------------------------------------- maintenance
 

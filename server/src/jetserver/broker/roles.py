@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -98,9 +98,14 @@ class ReplicaRoles:
     on_message: Callable[[Msg], Awaitable[None]]
     accept: Callable[[str, str, bytes], bool]
     wake_waiters: Callable[[], None]
-    _fail_pending_all: Callable[[ErrorCode, str], Awaitable[None]]
-    _advance_hw: Callable[[], Awaitable[None]]
     _fields: Callable[..., dict[str, Any]]
+
+    if TYPE_CHECKING:  # from Committer (broker/commit.py)
+
+        async def _fail_pending_all(self, code: ErrorCode, message: str) -> None: ...
+
+        async def _advance_hw(self) -> None: ...
+
     _scrubbed: bool = False
     """The log was CRC-checked (or needs no check) since this process opened it."""
     _log_damaged: bool | None = None
