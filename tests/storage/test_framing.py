@@ -1,10 +1,26 @@
+"""Batch framing and the append-time index entries match the codec and the spec's rule."""
+
 from __future__ import annotations
 
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jetsdk.codec.record import frame_body
-from jetserver.storage.framing import frame_batch
+from jetsdk.codec.record import encode_body, frame_body
+from jetserver.storage import Log, LogConfig, crc, framing
+from jetserver.storage.framing import BULK_MIN_RECORDS, frame_batch, frame_batch_sizes
+from jetserver.storage.log import _batch_index_entries
+from jetserver.storage.offset_index import index_points
+
+HEADER = 28
+
+
+def expected(first: int, ts: int, epoch: int, bodies: list[bytes]) -> bytes:
+    return b"".join(frame_body(first + i, ts, epoch, b) for i, b in enumerate(bodies))
 
 
 @settings(max_examples=200, deadline=None)
@@ -17,5 +33,123 @@ from jetserver.storage.framing import frame_batch
 def test_frame_batch_matches_the_codec(
     first: int, ts: int, epoch: int, bodies: list[bytes]
 ) -> None:
-    expected = b"".join(frame_body(first + i, ts, epoch, b) for i, b in enumerate(bodies))
-    assert frame_batch(first, ts, epoch, bodies) == expected
+    assert frame_batch(first, ts, epoch, bodies) == expected(first, ts, epoch, bodies)
+
+
+# Offsets next to the boundaries the bulk path splits on: 2**16 (CRC table runs), 2**32
+# (the two header words of the offset) and the top of the i64 range.
+BOUNDARY_OFFSETS = st.one_of(
+    st.integers(0, 2**63 - 200),
+    st.sampled_from([0, 1, 2**16 - 30, 2**32 - 30, 2**48 + 2**16 - 7, 2**63 - 100]).flatmap(
+        lambda b: st.integers(b, b + 40)
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    first=BOUNDARY_OFFSETS,
+    ts=st.integers(-(2**63), 2**63 - 1),
+    epoch=st.integers(0, 2**32 - 1),
+    size=st.integers(0, 200),
+    varied=st.lists(st.binary(max_size=200), max_size=3),
+    n=st.integers(BULK_MIN_RECORDS, 60),
+)
+def test_bulk_framing_matches_the_codec(
+    first: int, ts: int, epoch: int, size: int, varied: list[bytes], n: int
+) -> None:
+    # Mostly same-size bodies (the uniform path), with up to 3 of other sizes mixed in.
+    bodies = [bytes([i % 251]) * size for i in range(n - len(varied))] + varied
+    if first + n - 1 > 2**63 - 1:
+        first = 2**63 - n
+    data, lens, uniform = frame_batch_sizes(first, ts, epoch, bodies)
+    assert lens == [len(b) for b in bodies]
+    assert uniform == (len(set(lens)) == 1)
+    assert data == expected(first, ts, epoch, bodies)
+
+
+def test_bulk_framing_edge_cases() -> None:
+    big = [b"a" * 65535, b"b" * 65536, b"c" * 70_000, b"", b"d"] * 2
+    assert frame_batch(2**16 - 3, 5, 1, big) == expected(2**16 - 3, 5, 1, big)
+    same_big = [b"z" * 70_000] * BULK_MIN_RECORDS
+    assert frame_batch(7, 5, 1, same_big) == expected(7, 5, 1, same_big)
+    # More records than one CRC-table run: crosses 2**16 boundaries several times.
+    many = [bytes([i % 7]) for i in range(150_000)]
+    assert frame_batch(12_345, -1, 3, many) == framing._frame_loop(12_345, -1, 3, many)
+    negative = [b"n"] * 20  # i64 offsets may be negative in the format (never in a Log)
+    assert frame_batch(-10, 0, 0, negative) == expected(-10, 0, 0, negative)
+    mixed = [b"x" * (i % 5) for i in range(70_000)]
+    assert frame_batch(2**32 - 5, 0, 0, mixed) == framing._frame_loop(2**32 - 5, 0, 0, mixed)
+
+
+@pytest.mark.parametrize(
+    ("first", "ts", "epoch"),
+    [(2**63 - 3, 0, 0), (-(2**63) - 1, 0, 0), (0, 2**63, 0), (0, -(2**63) - 1, 0), (0, 0, 2**32)],
+)
+def test_out_of_range_fields_raise_struct_error(first: int, ts: int, epoch: int) -> None:
+    with pytest.raises(struct.error):
+        frame_batch(first, ts, epoch, [b"x"] * (BULK_MIN_RECORDS + 2))
+
+
+def test_zlib_fallback_frames_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    bodies = [b"v%d" % i for i in range(50)] + [b"same"] * 50
+    fast = frame_batch(2**16 - 10, 99, 4, bodies)
+    monkeypatch.setattr(framing, "_crc32", zlib.crc32)
+    assert frame_batch(2**16 - 10, 99, 4, bodies) == fast == expected(2**16 - 10, 99, 4, bodies)
+
+
+def test_crc_implementation_is_zlibs() -> None:
+    assert crc.IMPLEMENTATION in ("isal", "zlib")
+    assert crc.crc32(b"123456789", 0) == 0xCBF43926
+    data = bytes(range(256)) * 5
+    assert crc.crc32(data[100:], crc.crc32(data[:100], 0)) == zlib.crc32(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(0, 3000),
+    record=st.integers(HEADER, 600),
+    n=st.integers(1, 80),
+    interval=st.integers(1, 5000),
+    behind=st.integers(0, 6000),
+    data=st.data(),
+)
+def test_batch_index_entries_follow_the_rule(
+    size: int, record: int, n: int, interval: int, behind: int, data: st.DataObject
+) -> None:
+    last_indexed = max(0, size - behind)
+    uniform = data.draw(st.booleans())
+    if uniform:
+        lens = [record - HEADER] * n
+    else:
+        lens = data.draw(st.lists(st.integers(0, 600), min_size=n, max_size=n))
+    starts = [size]
+    for length in lens:
+        starts.append(starts[-1] + HEADER + length)
+    points = index_points(last_indexed, interval, starts, n)
+    entries = _batch_index_entries(
+        1000, 77, lens, len(set(lens)) == 1, size, last_indexed, interval
+    )
+    assert list(entries.offsets) == [1000 + i for i in points]
+    assert list(entries.positions) == [starts[i] for i in points]
+    assert list(entries.max_timestamps) == [77] * len(points)
+
+
+@pytest.mark.parametrize("record_size", [40, 100, 333, 1024, 5000])
+def test_index_written_while_appending_equals_the_rebuilt_one(
+    tmp_path: Path, record_size: int
+) -> None:
+    cfg = LogConfig(segment_max_bytes=200_000, index_interval_bytes=700)
+    body = encode_body(b"x" * (record_size - 43))
+    other = encode_body(b"y" * (record_size // 2))
+    with Log.open(tmp_path, cfg) as log:
+        for i, n in enumerate([1, 9, 50, 3, 200, 8, 120]):
+            log.append([body] * n + [other] * (i % 2), 10 + i, 0)
+    written = {p.name: p.read_bytes() for p in tmp_path.glob("*index")}
+    assert written
+    assert any(written.values())
+    for name in written:
+        (tmp_path / name).unlink()
+    with Log.open(tmp_path, cfg) as log:
+        assert log.recovery.indexes_rebuilt >= 2
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*index")} == written

@@ -30,13 +30,19 @@ from jetserver.storage.errors import (
     StorageError,
 )
 from jetserver.storage.files import FileLease, fdatasync
-from jetserver.storage.framing import frame_batch
+from jetserver.storage.framing import frame_batch_sizes
 from jetserver.storage.group_commit import GroupCommit
 from jetserver.storage.maintenance import LogMaintenance
 from jetserver.storage.offset_index import U32_MAX, index_points
 from jetserver.storage.read_slice import ReadSlice, empty_slice
 from jetserver.storage.recovery import LOCK_FILE, recover
-from jetserver.storage.segment import NO_TIMESTAMP, IndexPoint, Segment, SegmentInfo
+from jetserver.storage.segment import (
+    NO_INDEX_ENTRIES,
+    NO_TIMESTAMP,
+    IndexEntries,
+    Segment,
+    SegmentInfo,
+)
 
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
@@ -295,25 +301,21 @@ class Log(LogMaintenance):
                     f"leader epoch {leader_epoch} is below the latest {self.epochs.latest_epoch}"
                 )
             try:
-                data = frame_batch(first, ts, leader_epoch, bodies)
+                data, lens, uniform = frame_batch_sizes(first, ts, leader_epoch, bodies)
             except struct.error as exc:
                 raise InvalidRecordsError(f"cannot frame the batch: {exc}") from exc
-            if len(data) > MAX_BODY_BYTES and max(map(len, bodies)) > MAX_BODY_BYTES:
+            if len(data) > MAX_BODY_BYTES and max(lens) > MAX_BODY_BYTES:
                 raise InvalidRecordsError(f"a record body is over {MAX_BODY_BYTES} bytes")
             seg = self._prepare_segment(len(data), first, first + n - 1, ts)
             st = seg.state
-            points: list[IndexPoint] = []
+            entries = NO_INDEX_ENTRIES
             interval = self._config.index_interval_bytes
             last_indexed = seg.last_indexed_position
             if st.size + len(data) - HEADER_SIZE - last_indexed >= interval:
-                starts = list(
-                    accumulate(map(add, map(len, bodies), repeat(HEADER_SIZE, n)), initial=st.size)
+                entries = _batch_index_entries(
+                    first, ts, lens, uniform, st.size, last_indexed, interval
                 )
-                points = [
-                    IndexPoint(first + i, starts[i], ts)
-                    for i in index_points(last_indexed, interval, starts, n)
-                ]
-            seg.append(data, first + n - 1, ts, ts, points)
+            seg.append(data, first + n - 1, ts, ts, entries)
             with self._lock:
                 self._leo = first + n
             self._last_ts = ts
@@ -377,13 +379,15 @@ class Log(LogMaintenance):
             # Time-index entries carry the segment's running max timestamp (spec §4).
             running = list(accumulate(stamps, max, initial=st.max_timestamp))[1:]
             abs_starts = [st.size + s for s in starts]
-            points = [
-                IndexPoint(offsets[i], abs_starts[i], running[i])
-                for i in index_points(
-                    seg.last_indexed_position, self._config.index_interval_bytes, abs_starts
-                )
-            ]
-            seg.append(whole, offsets[-1], running[-1], stamps[0], points)
+            points = index_points(
+                seg.last_indexed_position, self._config.index_interval_bytes, abs_starts
+            )
+            entries = IndexEntries(
+                [offsets[i] for i in points],
+                [abs_starts[i] for i in points],
+                [running[i] for i in points],
+            )
+            seg.append(whole, offsets[-1], running[-1], stamps[0], entries)
             with self._lock:
                 self._leo = offsets[-1] + 1
             self._last_ts = max(self._last_ts, running[-1])
@@ -564,3 +568,33 @@ class Log(LogMaintenance):
             found = max(found, log_start)
             return found if found < bound else None
         return None
+
+
+def _batch_index_entries(
+    first: int,
+    ts: int,
+    lens: list[int],
+    uniform: bool,
+    size: int,
+    last_indexed: int,
+    interval: int,
+) -> IndexEntries:
+    """Index entries for a batch of records with bodies ``lens`` appended at ``size``.
+
+    Applies the rule of :func:`jetserver.storage.offset_index.index_points`; when every
+    record has the same size (``uniform``) the entries are evenly spaced and computed
+    without a scan.
+    """
+    n = len(lens)
+    record = lens[0] + HEADER_SIZE
+    if uniform:
+        step = -(-interval // record)  # records between entries
+        i0 = max(0, -(-(last_indexed + interval - size) // record))
+        positions: Sequence[int] = range(size + i0 * record, size + n * record, step * record)
+        offsets: Sequence[int] = range(first + i0, first + n, step)
+    else:
+        starts = list(accumulate(map(add, lens, repeat(HEADER_SIZE, n)), initial=size))
+        points = index_points(last_indexed, interval, starts, n)
+        positions = [starts[i] for i in points]
+        offsets = [first + i for i in points]
+    return IndexEntries(offsets, positions, [ts] * len(positions))

@@ -76,6 +76,11 @@ class OffsetIndex:
         self.relative_offsets.append(relative_offset)
         self.positions.append(position)
 
+    def extend(self, relative_offsets: Sequence[int], positions: Sequence[int]) -> None:
+        """Add entries (parallel sequences; the caller keeps entries increasing)."""
+        self.relative_offsets.extend(relative_offsets)
+        self.positions.extend(positions)
+
     def floor_for_offset(self, relative_offset: int, n: int) -> int:
         """Index of the last of the first ``n`` entries with offset <= the given one, or -1."""
         return bisect_right(self.relative_offsets, relative_offset, 0, n) - 1

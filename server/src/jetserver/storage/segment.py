@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
+from itertools import repeat
+from operator import sub
 from pathlib import Path
 from typing import NamedTuple
 
@@ -75,12 +77,18 @@ class SegmentInfo:
     """If set, offsets [next_offset, corrupt_end) are unreadable."""
 
 
-class IndexPoint(NamedTuple):
-    """An index entry to add: the record's offset, position and running max timestamp."""
+class IndexEntries(NamedTuple):
+    """Index entries to add with a batch, as parallel sequences (one item per entry)."""
 
-    offset: int
-    position: int
-    max_timestamp: int
+    offsets: Sequence[int]
+    """Absolute offsets of the indexed records."""
+    positions: Sequence[int]
+    """Their byte positions in the ``.log``."""
+    max_timestamps: Sequence[int]
+    """The segment's running max timestamp at each of them."""
+
+
+NO_INDEX_ENTRIES = IndexEntries((), (), ())
 
 
 class Segment:
@@ -173,7 +181,7 @@ class Segment:
         last_offset: int,
         max_timestamp: int,
         first_timestamp: int,
-        points: Sequence[IndexPoint],
+        entries: IndexEntries,
     ) -> None:
         """Append whole records at the end of the ``.log`` and their index entries.
 
@@ -188,11 +196,10 @@ class Segment:
                 os.ftruncate(self.file.fd, st.size)
             raise StorageError(f"write to {self.log_path} failed: {exc}") from exc
         index, timeindex = st.offset_index, st.time_index
-        base = self.base_offset
-        for point in points:
-            rel = point.offset - base
-            index.append(rel, point.position)
-            timeindex.append(point.max_timestamp, rel)
+        if entries.offsets:
+            relative = list(map(sub, entries.offsets, repeat(self.base_offset)))
+            index.extend(relative, entries.positions)
+            timeindex.extend(entries.max_timestamps, relative)
         if self.first_timestamp is None:
             self.first_timestamp = first_timestamp
         self.state = SegmentState(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 from array import array
 from bisect import bisect_left
+from collections.abc import Sequence
 from itertools import chain
 
 from jetserver.storage.errors import CorruptFileError
@@ -48,6 +49,11 @@ class TimeIndex:
         """Add an entry (the caller keeps entries ordered)."""
         self.timestamps.append(timestamp)
         self.relative_offsets.append(relative_offset)
+
+    def extend(self, timestamps: Sequence[int], relative_offsets: Sequence[int]) -> None:
+        """Add entries (parallel sequences; the caller keeps entries ordered)."""
+        self.timestamps.extend(timestamps)
+        self.relative_offsets.extend(relative_offsets)
 
     def last_before(self, timestamp: int, n: int) -> int:
         """Index of the last of the first ``n`` entries with timestamp < the given one, or -1."""
