@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+_UNKNOWN_NAME = frozenset({ErrorCode.STREAM_NOT_FOUND, ErrorCode.PARTITION_NOT_FOUND})
+"""Errors that a starting cluster server turns into UNAVAILABLE (see Dispatcher.handle)."""
+
+
 @attrs.define(eq=False)
 class Dispatcher:
     """Answers requests for one server (shared by all connections)."""
@@ -99,6 +103,17 @@ class Dispatcher:
             response = await json_handler(request)
             return Reply(encode_frame(api, cid, encode_json(response), flags=FLAG_RESPONSE))
         except ApiError as exc:
+            if exc.code in _UNKNOWN_NAME and self.starting:
+                # Its Raft state may still be behind (e.g. after a restart of the whole
+                # cluster the log is applied only once a leader commits): "does not exist"
+                # would be a lie a client acts on. It is retriable instead.
+                return error_reply(
+                    api,
+                    cid,
+                    ErrorCode.UNAVAILABLE,
+                    f"server is starting, its metadata may not be current yet ({exc.message})",
+                    exc.details,
+                )
             return error_reply(api, cid, exc.code, exc.message, exc.details)
         except StorageError as exc:
             details = {"retriable": exc.retriable}
@@ -115,12 +130,20 @@ class Dispatcher:
             log.exception("request failed", extra=fields(api=api))
             return error_reply(api, cid, ErrorCode.UNKNOWN, f"internal error: {exc!r}")
 
+    @property
+    def starting(self) -> bool:
+        """In a cluster: this server has not yet registered and reconciled its replicas."""
+        return self.cluster is not None and not self.cluster.reconciled.is_set()
+
     def _json_handlers(self) -> dict[int, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
         async def hello(req: dict[str, Any]) -> dict[str, Any]:
             return json_api.hello(req, self.config)
 
         async def metadata(req: dict[str, Any]) -> dict[str, Any]:
             answer = json_api.metadata(req, self.streams, self.servers())
+            names = req.get("streams")
+            if self.starting and isinstance(names, list) and len(answer["streams"]) < len(names):
+                raise ApiError(ErrorCode.UNAVAILABLE, "server is starting: metadata not current")
             if self.cluster is not None:
                 answer["metadata_leader"] = self.cluster.raft.leader_id
             return answer
