@@ -79,12 +79,16 @@ def _tables() -> tuple[array[int], array[int]]:
 
 _splitters: dict[int, struct.Struct] = {}
 _MAX_SPLITTERS = 64
+_MAX_CACHED_RECORDS = 4096
+"""Per-batch-size helpers for bigger batches are built each time (bounded memory)."""
 
 
 def _splitter(n: int) -> struct.Struct:
     """A Struct that cuts ``n`` 28-byte headers out of one buffer."""
     s = _splitters.get(n)
     if s is None:
+        if n > _MAX_CACHED_RECORDS:
+            return struct.Struct(f"{HEADER_SIZE}s" * n)
         if len(_splitters) >= _MAX_SPLITTERS:
             _splitters.clear()
         s = _splitters[n] = struct.Struct(f"{HEADER_SIZE}s" * n)
@@ -98,6 +102,8 @@ def _repeated(value: int, n: int) -> int:
     """The integer whose ``n`` little-endian u32 words all equal ``value``."""
     ones = _ones.get(n)
     if ones is None:
+        if n > _MAX_CACHED_RECORDS:
+            return value * int.from_bytes(b"\x01\x00\x00\x00" * n, "little")
         if len(_ones) >= _MAX_SPLITTERS:
             _ones.clear()
         ones = _ones[n] = int.from_bytes(b"\x01\x00\x00\x00" * n, "little")
