@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,8 +35,8 @@ from anyio.abc import TaskGroup
 from nats.aio.msg import Msg
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetsdk.codec.record import Record, iter_records
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
+from jetserver.broker.stream_files import tail_records
 from jetserver.errors import ApiError
 from jetserver.metadata.model import DURABILITY_FLUSHED, PartitionAssignment, StreamSpec
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
@@ -499,22 +499,6 @@ class ReplicaRoles:
             return True
         a = self._assignment
         return self._role == ROLE_FOLLOWER and a is not None and self.server_id in a.isr
-
-
-def tail_records(log_: Log, count: int) -> Iterator[Record]:
-    """The last ``count`` records (fewer if compacted or short), in offset order."""
-    offset = max(log_.log_start_offset, log_.log_end_offset - count)
-    end = log_.log_end_offset
-    while offset < end:
-        with log_.read(offset, 1 << 20, end) as records:
-            data = records.read_bytes()
-            nxt = records.next_offset
-        for record in iter_records(data, verify=False):
-            yield record
-            nxt = max(nxt, record.offset + 1)
-        if nxt <= offset:
-            return
-        offset = nxt
 
 
 def checkpointed_hw(log_: Log) -> int:
