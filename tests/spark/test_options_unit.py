@@ -7,7 +7,15 @@ import pytest
 from jetsdk import AckPolicy
 from jetspark._write import producer_id_for
 from jetspark.errors import OptionError
-from jetspark.options import SourceOptions, parse_offset_spec, sink_options, source_options
+from jetspark.options import (
+    Security,
+    SourceOptions,
+    parse_offset_spec,
+    security_args,
+    security_options,
+    sink_options,
+    source_options,
+)
 
 SERVERS = {"servers": "127.0.0.1:9292"}
 
@@ -94,3 +102,93 @@ def test_producer_ids_are_stable_63_bit_and_distinct() -> None:
     assert a == producer_id_for("foreachBatch", "query-1", 7, 0)
     assert 0 < a < 2**63
     assert len({producer_id_for("q", b, t) for b in range(50) for t in range(8)}) == 400
+
+
+def test_security_defaults_to_plain_tcp_without_credentials() -> None:
+    opts = sink_options(SERVERS)
+    assert opts.security == Security()
+    assert opts.security.client_kwargs() == {
+        "tls": None,
+        "tls_ca": None,
+        "tls_cert": None,
+        "tls_key": None,
+        "server_hostname": None,
+        "token": None,
+        "user": None,
+        "password": None,
+    }
+
+
+def test_security_options_any_case_on_source_and_sink() -> None:
+    raw = {
+        **SERVERS,
+        "TLS": "True",
+        "tlsca": "/ca.pem",
+        "tlsCert": "/c.pem",
+        "tlsKey": "/k.pem",
+        "tlsServerHostname": "jet.example",
+        "user": "alice",
+        "password": "s3cret",
+    }
+    sec = source_options({**raw, "streams": "a"}, streaming=True).security
+    assert sec == sink_options(raw).security
+    assert sec.client_kwargs() == {
+        "tls": True,
+        "tls_ca": "/ca.pem",
+        "tls_cert": "/c.pem",
+        "tls_key": "/k.pem",
+        "server_hostname": "jet.example",
+        "token": None,
+        "user": "alice",
+        "password": "s3cret",
+    }
+    # A TLS file alone turns TLS on (as in the SDK); a token alone needs no TLS.
+    assert sink_options({**SERVERS, "tlsCa": "/ca.pem"}).security.tls is True
+    token = sink_options({**SERVERS, "token": "t0k"}).security
+    assert (token.tls, token.token) == (False, "t0k")
+
+
+@pytest.mark.parametrize(
+    ("raw", "option"),
+    [
+        ({"tls": "yes"}, "tls"),
+        ({"tls": "false", "tlsCa": "/ca.pem"}, "tls"),
+        ({"tlsCa": " "}, "tlsCa"),
+        ({"tlsCert": "/c.pem"}, "tlsKey"),
+        ({"tlsKey": "/k.pem"}, "tlsCert"),
+        ({"tlsServerHostname": "jet.example"}, "tlsServerHostname"),
+        ({"token": "SECRET-TOKEN", "user": "alice", "password": "SECRET-PW"}, "token"),
+        ({"user": "alice"}, "password"),
+        ({"password": "SECRET-PW"}, "user"),
+        ({"token": ""}, "token"),
+        ({"tlsCaa": "/ca.pem"}, "tlsCaa"),
+    ],
+)
+def test_bad_security_options_name_the_option_never_a_secret(
+    raw: dict[str, str], option: str
+) -> None:
+    for parse in (
+        lambda r: sink_options(r),
+        lambda r: source_options({**r, "streams": "a"}, streaming=True),
+    ):
+        with pytest.raises(OptionError, match=f"option '{option}'") as info:
+            parse({**SERVERS, **raw})
+        assert info.value.option == option
+        assert "SECRET" not in str(info.value)
+
+
+def test_secrets_stay_out_of_repr() -> None:
+    opts = sink_options({**SERVERS, "user": "alice", "password": "SECRET-PW"})
+    assert "alice" in repr(opts)
+    assert "SECRET" not in repr(opts)
+    source = source_options({**SERVERS, "streams": "a", "token": "SECRET-TOKEN"}, streaming=True)
+    assert "SECRET" not in repr(source)
+
+
+def test_security_keyword_arguments_and_security_options() -> None:
+    raw = security_args(tls=True, tls_ca="/ca.pem", server_hostname="h", token="t")
+    assert raw == {"tls": "true", "tlsCa": "/ca.pem", "tlsServerHostname": "h", "token": "t"}
+    sec = security_options({**raw, "stream": "ignored"})
+    assert (sec.tls, sec.tls_ca, sec.server_hostname, sec.token) == (True, "/ca.pem", "h", "t")
+    with pytest.raises(OptionError, match="option 'user'"):
+        security_options(security_args(password="SECRET-PW"))

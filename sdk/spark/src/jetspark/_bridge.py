@@ -30,6 +30,7 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from jetsdk.client import Client
+from jetspark.options import NO_SECURITY, Security
 
 __all__ = ["LOOP_START_TIMEOUT_S", "Bridge", "shared_bridge"]
 
@@ -40,13 +41,19 @@ LOOP_START_TIMEOUT_S = 60.0
 """Seconds to wait for the loop thread and the first connection."""
 
 _lock = threading.Lock()
-_shared: dict[tuple[int, tuple[str, ...], float], Bridge] = {}
+_shared: dict[tuple[int, tuple[str, ...], float, Security], Bridge] = {}
 
 
 class Bridge:
     """An entered async Client in a private event-loop thread."""
 
-    def __init__(self, servers: Sequence[str], *, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        servers: Sequence[str],
+        *,
+        request_timeout: float = 30.0,
+        security: Security = NO_SECURITY,
+    ) -> None:
         """Start the loop thread and connect (blocks until connected).
 
         Raises:
@@ -62,6 +69,7 @@ class Bridge:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="jetspark-loop", daemon=True)
         self._request_timeout = request_timeout
+        self._security = security
         self._thread.start()
         if not self._ready.wait(LOOP_START_TIMEOUT_S):
             raise RuntimeError("jetspark: the event loop thread did not start in time")
@@ -83,6 +91,10 @@ class Bridge:
         try:
             anyio.run(self._main)
         except BaseException as exc:  # reported to __init__ (or ends a dead bridge)
+            # The portal's task group wraps what the Client raised (Unauthenticated,
+            # JetConnectionError...): report that error itself.
+            while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]
             self._error = exc
             self._ready.set()
 
@@ -90,7 +102,11 @@ class Bridge:
         self._stop = anyio.Event()
         async with (
             BlockingPortal() as portal,
-            Client(list(self.servers), request_timeout=self._request_timeout) as client,
+            Client(
+                list(self.servers),
+                request_timeout=self._request_timeout,
+                **self._security.client_kwargs(),
+            ) as client,
         ):
             self._portal = portal
             self._client = client
@@ -128,12 +144,15 @@ async def _set_event(event: anyio.Event) -> None:
     event.set()
 
 
-def shared_bridge(servers: Sequence[str], *, request_timeout: float = 30.0) -> Bridge:
-    """This process's bridge to ``servers`` (created on first use, rebuilt if it died)."""
-    key = (os.getpid(), tuple(servers), request_timeout)
+def shared_bridge(
+    servers: Sequence[str], *, request_timeout: float = 30.0, security: Security = NO_SECURITY
+) -> Bridge:
+    """This process's bridge to ``servers`` with ``security`` (created on first use, rebuilt
+    if it died)."""
+    key = (os.getpid(), tuple(servers), request_timeout, security)
     with _lock:
         bridge = _shared.get(key)
         if bridge is None or not bridge.alive:
-            bridge = Bridge(servers, request_timeout=request_timeout)
+            bridge = Bridge(servers, request_timeout=request_timeout, security=security)
             _shared[key] = bridge
         return bridge

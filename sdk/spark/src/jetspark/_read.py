@@ -179,7 +179,9 @@ def read_range(
             Compaction gaps are skipped silently.
         JetError: the SDK's errors (after its retries).
     """
-    bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+    bridge = shared_bridge(
+        opts.servers, request_timeout=opts.request_timeout, security=opts.security
+    )
     client = bridge.client
     offset = rng.start
     future = bridge.submit(_fetch, client, rng.stream, rng.partition, offset, opts.fetch_max_bytes)

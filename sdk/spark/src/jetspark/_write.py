@@ -152,7 +152,9 @@ class _TaskWriter:
         self.opts = opts
         self.producer_id = producer_id
         self.task = task
-        self.bridge: Bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+        self.bridge: Bridge = shared_bridge(
+            opts.servers, request_timeout=opts.request_timeout, security=opts.security
+        )
         self.partition_counts: dict[str, int] = {}
         self.targets: dict[tuple[str, int], _Target] = {}
         self.keyless = 0

@@ -31,7 +31,7 @@ from jetspark._write import (
     write_rows,
 )
 from jetspark.errors import JetSparkError
-from jetspark.options import SinkOptions, sink_options
+from jetspark.options import SinkOptions, security_args, sink_options
 from jetspark.writer import QUERY_ID_PROPERTY
 
 __all__ = ["BatchResult", "ForeachBatchSink", "foreach_batch_sink"]
@@ -57,6 +57,14 @@ def foreach_batch_sink(
     name: str | None = None,
     ack_timeout: float | None = None,
     request_timeout: float | None = None,
+    tls: bool | None = None,
+    tls_ca: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    server_hostname: str | None = None,
+    token: str | None = None,
+    user: str | None = None,
+    password: str | None = None,
 ) -> ForeachBatchSink:
     """A function for ``writeStream.foreachBatch`` that writes each batch to ``stream``.
 
@@ -69,6 +77,9 @@ def foreach_batch_sink(
             a new checkpoint that replays the same batches.
         ack_timeout: seconds the server may take to acknowledge (default 30).
         request_timeout: seconds to wait for one response (default 30).
+        tls, tls_ca, tls_cert, tls_key, server_hostname: TLS, as options ``tls``,
+            ``tlsCa``, ``tlsCert``, ``tlsKey``, ``tlsServerHostname`` (spec/spark.md).
+        token, user, password: credentials, as options ``token``, ``user``, ``password``.
 
     Columns: ``value`` (required), ``key``, ``headers``, ``partition``, ``stream``; string or
     binary like Spark's Kafka sink; other columns are ignored.
@@ -76,7 +87,19 @@ def foreach_batch_sink(
     Raises:
         OptionError: a bad argument (named as the option it stands for).
     """
-    raw: dict[str, str] = {"ack": ack}
+    raw: dict[str, str] = {
+        "ack": ack,
+        **security_args(
+            tls=tls,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            server_hostname=server_hostname,
+            token=token,
+            user=user,
+            password=password,
+        ),
+    }
     if servers is not None:
         raw["servers"] = servers if isinstance(servers, str) else ",".join(servers)
     if stream is not None:

@@ -20,6 +20,7 @@ here. :func:`committed_offsets` and :func:`group_lag` read it back (blocking).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from jetsdk.client import Client
 from jetsdk.consumer.group_offsets import commit_offsets, group_offsets
@@ -27,6 +28,7 @@ from jetsdk.consumer.group_offsets import group_lag as sdk_group_lag
 from jetsdk.consumer.membership import OffsetAndMetadata
 from jetsdk.group.stream_partition import StreamPartition
 from jetspark._bridge import shared_bridge
+from jetspark.options import security_args, security_options
 
 __all__ = [
     "MIRROR_COMMITTER",
@@ -62,14 +64,21 @@ async def _committed(client: Client, group: str) -> dict[tuple[str, int], int]:
     return {(key.stream, key.partition): entry.offset for key, entry in found.items()}
 
 
-def committed_offsets(servers: Sequence[str], group: str) -> dict[tuple[str, int], int]:
+def committed_offsets(
+    servers: Sequence[str], group: str, **security: Any
+) -> dict[tuple[str, int], int]:
     """``{(stream, partition): next offset}`` committed for ``group`` (blocking; by Spark's
     mirror or by anyone else committing for that group).
 
+    ``security``: the keyword arguments of :func:`jetspark.foreach_batch_sink` for TLS and
+    credentials (``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``server_hostname``,
+    ``token``, ``user``, ``password``).
+
     Raises:
+        OptionError: a bad security argument.
         JetError: the SDK's errors.
     """
-    bridge = shared_bridge(servers)
+    bridge = shared_bridge(servers, security=security_options(security_args(**security)))
     return bridge.call(_committed, bridge.client, group)
 
 
@@ -78,12 +87,17 @@ async def _lag(client: Client, group: str) -> dict[tuple[str, int], int]:
     return {(key.stream, key.partition): lag.lag for key, lag in found.items()}
 
 
-def group_lag(servers: Sequence[str], group: str) -> dict[tuple[str, int], int]:
+def group_lag(servers: Sequence[str], group: str, **security: Any) -> dict[tuple[str, int], int]:
     """``{(stream, partition): high watermark - committed offset}`` for every partition of
     the streams ``group`` has offsets for (blocking).
 
+    ``security``: the keyword arguments of :func:`jetspark.foreach_batch_sink` for TLS and
+    credentials (``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``server_hostname``,
+    ``token``, ``user``, ``password``).
+
     Raises:
+        OptionError: a bad security argument.
         JetError: the SDK's errors.
     """
-    bridge = shared_bridge(servers)
+    bridge = shared_bridge(servers, security=security_options(security_args(**security)))
     return bridge.call(_lag, bridge.client, group)

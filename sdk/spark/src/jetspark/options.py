@@ -14,7 +14,7 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import orjson
@@ -28,12 +28,16 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
     "EARLIEST",
     "LATEST",
+    "SECURITY_OPTIONS",
     "SINK_OPTIONS",
     "SOURCE_OPTIONS",
     "OffsetSpec",
+    "Security",
     "SinkOptions",
     "SourceOptions",
     "parse_offset_spec",
+    "security_args",
+    "security_options",
     "sink_options",
     "source_options",
 ]
@@ -57,6 +61,18 @@ OffsetSpec = Literal["earliest", "latest"] | dict[str, dict[int, int]]
 """``"earliest"``, ``"latest"``, or ``{stream: {partition: offset}}`` where an offset may be
 :data:`EARLIEST` (-2) or :data:`LATEST` (-1)."""
 
+SECURITY_OPTIONS = (
+    "tls",
+    "tlsCa",
+    "tlsCert",
+    "tlsKey",
+    "tlsServerHostname",
+    "token",
+    "user",
+    "password",
+)
+"""Connection options shared by the source and the sinks (TLS and credentials)."""
+
 SOURCE_OPTIONS = (
     "servers",
     "streams",
@@ -71,13 +87,61 @@ SOURCE_OPTIONS = (
     "fetchMaxBytes",
     "group",
     "requestTimeout",
+    *SECURITY_OPTIONS,
 )
 """Options the source understands (documented names; Spark matches them ignoring case)."""
-SINK_OPTIONS = ("servers", "stream", "ack", "ackTimeout", "requestTimeout", "sinkName")
+SINK_OPTIONS = (
+    "servers",
+    "stream",
+    "ack",
+    "ackTimeout",
+    "requestTimeout",
+    "sinkName",
+    *SECURITY_OPTIONS,
+)
 """Options the sinks understand."""
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+@attrs.frozen
+class Security:
+    """How to connect: TLS and credentials (secrets never appear in ``repr``)."""
+
+    tls: bool = False
+    """Connect with TLS (also on when any of the TLS files is given)."""
+    tls_ca: str | None = None
+    """PEM CA bundle to verify servers with (default: the system's)."""
+    tls_cert: str | None = None
+    """PEM client certificate to present (with ``tls_key``)."""
+    tls_key: str | None = None
+    """PEM key of ``tls_cert``."""
+    server_hostname: str | None = None
+    """Name checked against server certificates (default: each address's host)."""
+    token: str | None = attrs.field(default=None, repr=False)
+    """Bearer token (secret)."""
+    user: str | None = None
+    """User name (with ``password``)."""
+    password: str | None = attrs.field(default=None, repr=False)
+    """Password of ``user`` (secret)."""
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :class:`jetsdk.Client`."""
+        return {
+            "tls": True if self.tls else None,
+            "tls_ca": self.tls_ca,
+            "tls_cert": self.tls_cert,
+            "tls_key": self.tls_key,
+            "server_hostname": self.server_hostname,
+            "token": self.token,
+            "user": self.user,
+            "password": self.password,
+        }
+
+
+NO_SECURITY = Security()
+"""Plain TCP, no credentials."""
 
 
 @attrs.frozen
@@ -113,6 +177,8 @@ class SourceOptions:
     spec/groups.md §7.2), None for none."""
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
     """Seconds to wait for one server response."""
+    security: Security = NO_SECURITY
+    """TLS and credentials."""
 
     def matches(self, stream: str) -> bool:
         """True if ``stream`` is one of the streams this source reads."""
@@ -137,6 +203,8 @@ class SinkOptions:
     """Seconds to wait for one server response."""
     sink_name: str | None = None
     """Identity of a streaming sink for exactly-once (default: the query id)."""
+    security: Security = NO_SECURITY
+    """TLS and credentials."""
 
 
 def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -227,6 +295,7 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         fetch_max_bytes=fetch_max_bytes,
         group=group,
         request_timeout=_seconds(opts, "requestTimeout", DEFAULT_REQUEST_TIMEOUT_S),
+        security=_security(opts),
     )
 
 
@@ -255,7 +324,18 @@ def sink_options(raw: Mapping[str, str]) -> SinkOptions:
         ack_timeout=_seconds(opts, "ackTimeout", DEFAULT_ACK_TIMEOUT_S),
         request_timeout=_seconds(opts, "requestTimeout", DEFAULT_REQUEST_TIMEOUT_S),
         sink_name=sink_name,
+        security=_security(opts),
     )
+
+
+def security_options(raw: Mapping[str, str]) -> Security:
+    """Parse only the connection options (:data:`SECURITY_OPTIONS`); others are ignored.
+
+    Raises:
+        OptionError: naming the first bad option (never showing a secret's value).
+    """
+    opts = {k.lower(): str(v) for k, v in raw.items() if k.lower() in _SECURITY_LOWER}
+    return _security(opts)
 
 
 def parse_offset_spec(option: str, text: str) -> OffsetSpec:
@@ -298,7 +378,78 @@ def parse_offset_spec(option: str, text: str) -> OffsetSpec:
     return out
 
 
+def security_args(
+    *,
+    tls: bool | None = None,
+    tls_ca: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    server_hostname: str | None = None,
+    token: str | None = None,
+    user: str | None = None,
+    password: str | None = None,
+) -> dict[str, str]:
+    """The Python keyword arguments of :func:`jetspark.foreach_batch_sink` and the offsets
+    helpers as raw options (``tls_ca`` -> ``tlsCa``, ``server_hostname`` ->
+    ``tlsServerHostname``; None left out), for :func:`sink_options` or
+    :func:`security_options`."""
+    raw: dict[str, str] = {}
+    if tls is not None:
+        raw["tls"] = "true" if tls else "false"
+    for option, value in (
+        ("tlsCa", tls_ca),
+        ("tlsCert", tls_cert),
+        ("tlsKey", tls_key),
+        ("tlsServerHostname", server_hostname),
+        ("token", token),
+        ("user", user),
+        ("password", password),
+    ):
+        if value is not None:
+            raw[option] = str(value)
+    return raw
+
+
 # -- helpers -------------------------------------------------------------------------------
+
+_SECURITY_LOWER = frozenset(name.lower() for name in SECURITY_OPTIONS)
+
+
+def _security(opts: Mapping[str, str]) -> Security:
+    values: dict[str, str | None] = {}
+    for option in SECURITY_OPTIONS[1:]:
+        text = opts.get(option.lower())
+        if text is not None and not text.strip():
+            raise OptionError(option, "must not be empty")
+        values[option] = text
+    files = [values["tlsCa"], values["tlsCert"], values["tlsKey"]]
+    tls_text = opts.get("tls")
+    tls = _bool(opts, "tls", False)
+    if tls_text is not None and not tls and any(f is not None for f in files):
+        raise OptionError("tls", "is false but tlsCa, tlsCert or tlsKey is given")
+    tls = tls or any(f is not None for f in files)
+    if (values["tlsCert"] is None) != (values["tlsKey"] is None):
+        option = "tlsKey" if values["tlsKey"] is None else "tlsCert"
+        raise OptionError(option, "tlsCert and tlsKey go together")
+    if values["tlsServerHostname"] is not None and not tls:
+        raise OptionError("tlsServerHostname", "only with TLS (tls=true or a tls* file)")
+    token, user, password = values["token"], values["user"], values["password"]
+    if token is not None and (user is not None or password is not None):
+        raise OptionError("token", "give either token or user + password, not both")
+    if (user is None) != (password is None):
+        raise OptionError(
+            "password" if password is None else "user", "user and password go together"
+        )
+    return Security(
+        tls=tls,
+        tls_ca=values["tlsCa"],
+        tls_cert=values["tlsCert"],
+        tls_key=values["tlsKey"],
+        server_hostname=values["tlsServerHostname"],
+        token=token,
+        user=user,
+        password=password,
+    )
 
 
 def _normalize(raw: Mapping[str, str], known: tuple[str, ...]) -> dict[str, str]:

@@ -151,7 +151,9 @@ class JetBatchReader(DataSourceReader):
             OptionError: a listed stream does not exist, or bad start/end offsets.
         """
         opts = self.opts
-        bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+        bridge = shared_bridge(
+            opts.servers, request_timeout=opts.request_timeout, security=opts.security
+        )
         snap: Snapshot = bridge.call(snapshot, bridge.client, opts, require=True)
         start = bridge.call(resolve_start, bridge.client, opts, snap)
         end = resolve_ends(opts, snap)
@@ -191,7 +193,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _snapshot(self, *, require: bool) -> Snapshot:
         opts = self.opts
-        bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+        bridge = shared_bridge(
+            opts.servers, request_timeout=opts.request_timeout, security=opts.security
+        )
         return bridge.call(snapshot, bridge.client, opts, require=require)
 
     def initialOffset(self) -> dict[str, Any]:
@@ -199,7 +203,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest). A restarted query starts from its checkpoint instead."""
         opts = self.opts
         snap = self._snapshot(require=True)
-        bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+        bridge = shared_bridge(
+            opts.servers, request_timeout=opts.request_timeout, security=opts.security
+        )
         return to_json(bridge.call(resolve_start, bridge.client, opts, snap))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -303,7 +309,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         try:
             opts = self.opts
-            bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+            bridge = shared_bridge(
+                opts.servers, request_timeout=opts.request_timeout, security=opts.security
+            )
             bridge.call(offsets_mirror.write_offsets, bridge.client, group, changed)
         except Exception as exc:
             log.warning("jetstream: could not mirror offsets of group %r: %s", group, exc)

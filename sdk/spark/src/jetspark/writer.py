@@ -54,7 +54,9 @@ class JetCommitMessage(WriterCommitMessage):
 def _check_target(opts: SinkOptions, schema: StructType) -> None:
     check_columns(schema, opts)
     if opts.stream is not None:
-        bridge = shared_bridge(opts.servers, request_timeout=opts.request_timeout)
+        bridge = shared_bridge(
+            opts.servers, request_timeout=opts.request_timeout, security=opts.security
+        )
         try:
             bridge.call(bridge.client.stream_info, opts.stream, refresh=True)
         except Exception as exc:
