@@ -19,6 +19,7 @@ Task safety: one event loop; a Session belongs to one connection.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -50,6 +51,7 @@ from jetserver.protocol.connection import Reply, error_reply
 from jetserver.protocol.socket_io import SocketIO
 from jetserver.security import acl
 from jetserver.security.passwords import INTERNAL_IDENTITY, parse_entry, verify_password
+from jetserver.security.throttle import LoginThrottle
 from jetserver.security.tls_io import TlsSocketIO, server_context
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,8 @@ class Session:
     """The authenticated identity (None: not authenticated)."""
     tls_identity: str | None = None
     """The verified client certificate's CN (None: no certificate)."""
+    peer: str = ""
+    """The client's IP address ("" if unknown): failed logins are throttled per address."""
 
     @property
     def internal(self) -> bool:
@@ -101,6 +105,7 @@ class Security:
     _users: dict[str, str] = attrs.field(factory=dict)
     _tokens: dict[str, str] = attrs.field(factory=dict)
     _internal_digest: bytes | None = None
+    _throttle: LoginThrottle = attrs.field(factory=LoginThrottle)
 
     def __attrs_post_init__(self) -> None:
         if self.config.tls.enabled:
@@ -126,6 +131,8 @@ class Security:
             OSError / ssl.SSLError / TimeoutError: the handshake failed or took too long.
         """
         session = Session()
+        with contextlib.suppress(OSError, IndexError):  # already gone: the first read says so
+            session.peer = str(sock.getpeername()[0])
         if self._context is None:
             return SocketIO(sock), session
         io = TlsSocketIO(sock, self._context)
@@ -207,8 +214,11 @@ class Security:
         if identity is None:
             log.info(
                 "authentication failed",
-                extra=fields(mechanism=str(req.get("mechanism"))[:20], user=_user_of(req)),
+                extra=fields(
+                    mechanism=str(req.get("mechanism"))[:20], user=_user_of(req), peer=session.peer
+                ),
             )
+            await anyio.sleep(self._throttle.failed(session.peer))
             return error_reply(
                 frame.api,
                 frame.correlation_id,
