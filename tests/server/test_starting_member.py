@@ -9,6 +9,7 @@ stand-in for the cluster node that only has what the dispatcher reads.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,16 +21,32 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api, Frame, FrameDecoder
 from jetsdk.codec.messages import decode_error
 from jetserver.protocol.handlers import Dispatcher
+from jetserver.raft.errors import RaftTimeout
 from jetserver.server import Server
 
 pytestmark = pytest.mark.anyio
 
 
+class _Raft:
+    """Only what the dispatcher reads; ``wait_applied`` runs ``on_apply`` once, if set (an
+    entry arriving), and otherwise times out (nothing more to apply)."""
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.leader_id = None
+        self.state = SimpleNamespace(servers={})
+        self.on_apply: Callable[[], Awaitable[object]] | None = None
+
+    async def wait_applied(self, index: int, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - same signature as MetadataRaft
+        if self.on_apply is None:
+            raise RaftTimeout("nothing more to apply")
+        apply, self.on_apply = self.on_apply, None
+        await apply()
+        self.index = index
+
+
 def _node() -> Any:
-    return SimpleNamespace(
-        reconciled=anyio.Event(),
-        raft=SimpleNamespace(state=SimpleNamespace(servers={}), leader_id=None),
-    )
+    return SimpleNamespace(reconciled=anyio.Event(), raft=_Raft())
 
 
 async def _ask(dispatcher: Dispatcher, api: Api, body: dict[str, Any]) -> tuple[bool, Any]:
@@ -60,3 +77,21 @@ async def test_unknown_stream_is_unavailable_until_reconciled(jet: Server) -> No
     error, payload = await _ask(dispatcher, Api.METADATA, {"streams": ["nope"]})
     assert not error
     assert orjson.loads(payload)["streams"] == []
+
+
+async def test_a_stream_created_elsewhere_a_moment_ago_is_found_after_catching_up(
+    jet: Server,
+) -> None:
+    """Its Raft entry arrives while the request waits (STALE_METADATA_GRACE_S)."""
+    assert jet._dispatcher is not None
+    node = _node()
+    node.reconciled.set()
+    dispatcher = Dispatcher(jet.config, jet.streams, jet._dispatcher.produce, cluster=node)
+    node.raft.on_apply = lambda: jet.streams.create({"name": "late", "subject": "late"})
+    error, payload = await _ask(dispatcher, Api.DESCRIBE_STREAM, {"name": "late"})
+    assert not error
+    assert orjson.loads(payload)["name"] == "late"
+    node.raft.on_apply = lambda: jet.streams.create({"name": "later", "subject": "later"})
+    error, payload = await _ask(dispatcher, Api.METADATA, {"streams": ["later"]})
+    assert not error
+    assert [s["name"] for s in orjson.loads(payload)["streams"]] == ["later"]

@@ -8,6 +8,7 @@ connection; anything unexpected becomes UNKNOWN (logged with its traceback).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
+from jetserver.raft.errors import RaftError
 from jetserver.security.gate import Session
 from jetserver.storage import StorageError
 
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+STALE_METADATA_GRACE_S = 1.0
+"""In a cluster, how long a server waits for its Raft state to apply a stream it does not
+know (created through another server a moment ago) before it answers STREAM_NOT_FOUND."""
 _UNKNOWN_NAME = frozenset({ErrorCode.STREAM_NOT_FOUND, ErrorCode.PARTITION_NOT_FOUND})
 """Errors that a starting cluster server turns into UNAVAILABLE (see Dispatcher.handle)."""
 
@@ -92,16 +97,12 @@ class Dispatcher:
                 screened = await self.security.screen(frame, session or Session())
                 if screened is not None:
                     return screened
-            if api == Api.PRODUCE:
-                return await self._produce(frame)
-            if api == Api.FETCH:
-                return await self._fetch(frame)
-            json_handler = self._json_handlers().get(api)
-            if json_handler is None:
-                raise ApiError(ErrorCode.UNSUPPORTED_API, f"unknown API key {api}", {"api": api})
-            request = decode_json(frame.body)
-            response = await json_handler(request)
-            return Reply(encode_frame(api, cid, encode_json(response), flags=FLAG_RESPONSE))
+            try:
+                return await self._dispatch(frame)
+            except ApiError as exc:
+                if exc.code not in _UNKNOWN_NAME or self.cluster is None or self.starting:
+                    raise
+                return await self._dispatch_after_catching_up(frame, exc)
         except ApiError as exc:
             if exc.code in _UNKNOWN_NAME and self.starting:
                 # Its Raft state may still be behind (e.g. after a restart of the whole
@@ -130,6 +131,48 @@ class Dispatcher:
             log.exception("request failed", extra=fields(api=api))
             return error_reply(api, cid, ErrorCode.UNKNOWN, f"internal error: {exc!r}")
 
+    async def _dispatch(self, frame: Frame) -> Reply:
+        api = frame.api
+        if api == Api.PRODUCE:
+            return await self._produce(frame)
+        if api == Api.FETCH:
+            return await self._fetch(frame)
+        json_handler = self._json_handlers().get(api)
+        if json_handler is None:
+            raise ApiError(ErrorCode.UNSUPPORTED_API, f"unknown API key {api}", {"api": api})
+        request = decode_json(frame.body)
+        response = await json_handler(request)
+        return Reply(
+            encode_frame(api, frame.correlation_id, encode_json(response), flags=FLAG_RESPONSE)
+        )
+
+    async def _dispatch_after_catching_up(self, frame: Frame, error: ApiError) -> Reply:
+        """A stream this server does not know may be one that another server created a
+        moment ago and whose Raft entry it has not applied yet: ask again after each entry
+        it applies, for up to STALE_METADATA_GRACE_S; then ``error`` stands."""
+        deadline = time.monotonic() + STALE_METADATA_GRACE_S
+        while await self._applied_more(deadline):
+            try:
+                return await self._dispatch(frame)
+            except ApiError as exc:
+                if exc.code not in _UNKNOWN_NAME:
+                    raise
+                error = exc
+        raise error
+
+    async def _applied_more(self, deadline: float) -> bool:
+        """Wait until this server applies one more metadata entry; False at ``deadline``."""
+        assert self.cluster is not None
+        raft = self.cluster.raft
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            await raft.wait_applied(raft.index + 1, timeout=remaining)
+        except RaftError:
+            return False
+        return True
+
     @property
     def starting(self) -> bool:
         """In a cluster: this server has not yet registered and reconciled its replicas."""
@@ -142,8 +185,14 @@ class Dispatcher:
         async def metadata(req: dict[str, Any]) -> dict[str, Any]:
             answer = json_api.metadata(req, self.streams, self.servers())
             names = req.get("streams")
-            if self.starting and isinstance(names, list) and len(answer["streams"]) < len(names):
-                raise ApiError(ErrorCode.UNAVAILABLE, "server is starting: metadata not current")
+            if self.cluster is not None and isinstance(names, list):
+                if self.starting and len(answer["streams"]) < len(set(names)):
+                    raise ApiError(ErrorCode.UNAVAILABLE, "server is starting")
+                deadline = time.monotonic() + STALE_METADATA_GRACE_S
+                while len(answer["streams"]) < len(set(names)) and await self._applied_more(
+                    deadline
+                ):
+                    answer = json_api.metadata(req, self.streams, self.servers())
             if self.cluster is not None:
                 answer["metadata_leader"] = self.cluster.raft.leader_id
             return answer
