@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import anyio
 import attrs
@@ -133,25 +133,16 @@ class ProduceService:
         except CodecError as exc:
             log.warning("undecodable ack", extra=fields(subject=msg.subject, error=str(exc)))
             return
-        results = waiting.results
-        count = len(results)
         stream, partition = waiting.stream, waiting.partition
-        matched = 0
-        for ack_stream, ack_partition, offset, timestamp, corr, _policy, code, _text in acks:
-            # Every stream a subject feeds acks the message; only ours counts.
-            if ack_partition != partition or ack_stream != stream:
-                continue
-            try:
-                index = int(corr)
-            except ValueError:
-                continue
-            if not 0 <= index < count or results[index] is not None:
-                continue
-            results[index] = (code, offset, timestamp)
-            matched += 1
-        waiting.remaining -= matched
-        if waiting.remaining <= 0:
-            waiting.done.set()
+        # Every stream a subject feeds acks the message; only ours counts.
+        _settle(
+            waiting,
+            (
+                (offset, timestamp, corr, code)
+                for ack_stream, ack_partition, offset, timestamp, corr, _p, code, _t in acks
+                if ack_partition == partition and ack_stream == stream
+            ),
+        )
 
     def _on_local_acks(
         self, token: str, stream: str, partition: int, acks: Sequence[PartitionAck]
@@ -163,21 +154,10 @@ class ProduceService:
             return
         if partition != waiting.partition or stream != waiting.stream:
             return  # another stream fed by the same subject
-        results = waiting.results
-        count = len(results)
-        matched = 0
-        for offset, timestamp, corr, _policy, code, _text in acks:
-            try:
-                index = int(corr)
-            except ValueError:
-                continue
-            if not 0 <= index < count or results[index] is not None:
-                continue
-            results[index] = (code, offset, timestamp)
-            matched += 1
-        waiting.remaining -= matched
-        if waiting.remaining <= 0:
-            waiting.done.set()
+        _settle(
+            waiting,
+            ((offset, timestamp, corr, code) for offset, timestamp, corr, _p, code, _t in acks),
+        )
 
     def _check(
         self, stream: str, partition: int, messages: list[ProducedEnvelope]
@@ -286,3 +266,23 @@ class ProduceService:
         finally:
             self._waiting.pop(token, None)
         return encode_produce_result_tuples([r if r is not None else _TIMEOUT for r in results])
+
+
+def _settle(waiting: _Waiting, acks: Iterable[tuple[int, int, str, int]]) -> None:
+    """Record ``(offset, timestamp, correlation id, code)`` acks of ``waiting``'s partition
+    (ids are message indexes; unknown or repeated ones are ignored); wake it when complete."""
+    results = waiting.results
+    count = len(results)
+    matched = 0
+    for offset, timestamp, corr, code in acks:
+        try:
+            index = int(corr)
+        except ValueError:
+            continue
+        if not 0 <= index < count or results[index] is not None:
+            continue
+        results[index] = (code, offset, timestamp)
+        matched += 1
+    waiting.remaining -= matched
+    if waiting.remaining <= 0:
+        waiting.done.set()
