@@ -130,7 +130,13 @@ async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk:
         results = await c.produce(
             "s", 0, [ProduceMessage(value(n)) for _ in range(BATCH)], ack_policy=AckPolicy.ALL
         )
-        assert all(r.error_code == ErrorCode.STORAGE_ERROR for r in results)
+        # Every message is refused with STORAGE_ERROR, except that a few may fit into the
+        # room a refused append left when it was cut back (seen once in CI): those are
+        # stored and acked like any other.
+        assert {r.error_code for r in results} <= {ErrorCode.NONE, ErrorCode.STORAGE_ERROR}
+        for i, r in enumerate(results):
+            if r.error_code == ErrorCode.NONE:
+                acked[r.offset] = value(n + i)
         n += BATCH
 
         # Creating a stream on the full disk: created, or a typed STORAGE_ERROR.
