@@ -51,6 +51,7 @@ from jetserver.storage.errors import (
     LogClosedError,
     OffsetOutOfRange,
     StorageError,
+    SyncFailedError,
 )
 from jetserver.storage.log import Log
 from jetserver.storage.read_slice import ReadSlice
@@ -77,4 +78,5 @@ __all__ = [
     "RecoveryReport",
     "SegmentInfo",
     "StorageError",
+    "SyncFailedError",
 ]

@@ -81,6 +81,16 @@ class InvalidArgumentError(StorageError, ValueError):
     retriable = False
 
 
+class SyncFailedError(StorageError):
+    """An fsync/fdatasync of the log failed, now or earlier.
+
+    Linux may drop the dirty pages of a failed writeback and report the error only once, so
+    nothing written since the last good sync can be trusted to be on disk, and a later
+    fsync that "succeeds" proves nothing about it. The log refuses to flush until
+    :meth:`~jetserver.storage.log.Log.recover_unsynced` cut it back to what was synced.
+    """
+
+
 class LogClosedError(StorageError):
     """The log was closed; open it again to use it."""
 

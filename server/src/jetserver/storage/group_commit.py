@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from jetserver.storage.errors import SyncFailedError
+
 
 class GroupCommit:
     """Tracks the flushed offset and lets concurrent flush callers share fsyncs.
@@ -12,6 +14,13 @@ class GroupCommit:
     A caller whose target is not yet flushed either starts an fsync (if none is running) or
     waits for the running one; when that one ends it returns if it was covered, or else one
     of the waiters starts the next fsync, which covers all of them.
+
+    The flushed offset moves only after an fsync returned without error. Once an fsync
+    failed, the log is *poisoned*: Linux may have dropped the dirty pages of the failed
+    writeback (and reports the error once), so neither what that fsync covered nor anything
+    appended after it can be made durable by a later fsync. Every flush that needs more than
+    the flushed offset then raises :class:`SyncFailedError` until :meth:`reset` or
+    :meth:`clamp` (the log was cut back to what is on disk) clears the poison.
 
     Thread-safety: every method may be called from any thread.
     """
@@ -22,6 +31,7 @@ class GroupCommit:
         self._running = False
         self._generation = 0  # bumped by clamp(): an fsync that straddles it proves nothing
         self._fsyncs = 0
+        self._failed: str | None = None
 
     @property
     def flushed_offset(self) -> int:
@@ -33,6 +43,11 @@ class GroupCommit:
         """fsyncs issued by :meth:`flush`."""
         return self._fsyncs
 
+    @property
+    def failure(self) -> str | None:
+        """Why the log is poisoned (an fsync failed and it was not cut back yet), or None."""
+        return self._failed
+
     def flush(
         self,
         target: Callable[[], int],
@@ -43,6 +58,9 @@ class GroupCommit:
         ``target`` is re-evaluated on every wake-up (it may raise to abort, e.g. when the
         log is closed). ``begin`` takes a snapshot under the log's lock and returns
         ``(offset covered, sync)``; ``sync()`` does the fsync outside any lock.
+
+        Raises:
+            SyncFailedError: this fsync or an earlier one failed (the log is poisoned).
         """
         while True:
             with self._cond:
@@ -50,37 +68,67 @@ class GroupCommit:
                     wanted = target()
                     if self._flushed >= wanted:
                         return self._flushed
+                    if self._failed is not None:
+                        raise SyncFailedError(self._failed)
                     if not self._running:
                         break
                     self._cond.wait(timeout=1.0)
                 self._running = True
                 generation = self._generation
-            covered = -1
+            synced = -1
             try:
                 covered, sync = begin()
-                sync()
+                try:
+                    sync()
+                except BaseException as exc:
+                    with self._cond:
+                        if generation == self._generation:
+                            self._failed = (
+                                f"fsync failed ({exc}); records from offset {self._flushed} "
+                                "on are not known to be on disk"
+                            )
+                    if isinstance(exc, Exception) and not isinstance(exc, SyncFailedError):
+                        raise SyncFailedError(str(exc)) from exc
+                    raise
+                synced = covered
             finally:
                 with self._cond:
                     self._running = False
-                    if covered >= 0:
+                    if synced >= 0:
                         self._fsyncs += 1
-                        if generation == self._generation and covered > self._flushed:
-                            self._flushed = covered
+                        if generation == self._generation and synced > self._flushed:
+                            self._flushed = synced
                     self._cond.notify_all()
 
     def advance(self, offset: int) -> None:
         """Everything below ``offset`` became durable another way (a segment roll)."""
         with self._cond:
-            if offset > self._flushed:
+            if self._failed is None and offset > self._flushed:
                 self._flushed = offset
             self._cond.notify_all()
 
+    def fail(self, reason: str) -> None:
+        """An fsync outside :meth:`flush` failed (a roll, a truncation): poison the log."""
+        with self._cond:
+            self._failed = reason
+            self._cond.notify_all()
+
     def clamp(self, offset: int) -> None:
-        """The log was truncated to ``offset``: nothing at or above it is flushed."""
+        """The log was truncated to ``offset`` (at most the flushed offset after a failed
+        fsync, so the poison is cleared then): nothing at or above it is flushed."""
         with self._cond:
             self._generation += 1
             if self._flushed > offset:
                 self._flushed = offset
+            if self._failed is not None and offset <= self._flushed:
+                self._failed = None
+            self._cond.notify_all()
+
+    def rebase(self, offset: int) -> None:
+        """The log was (re)loaded from disk and is flushed up to ``offset``; a poison stays."""
+        with self._cond:
+            self._generation += 1
+            self._flushed = offset
             self._cond.notify_all()
 
     def reset(self, offset: int) -> None:
@@ -88,6 +136,7 @@ class GroupCommit:
         with self._cond:
             self._generation += 1
             self._flushed = offset
+            self._failed = None
             self._cond.notify_all()
 
     def wake(self) -> None:

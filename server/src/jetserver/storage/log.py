@@ -31,7 +31,6 @@ from jetserver.storage.errors import (
 )
 from jetserver.storage.files import FileLease, fdatasync
 from jetserver.storage.framing import frame_batch_sizes
-from jetserver.storage.group_commit import GroupCommit
 from jetserver.storage.maintenance import LogMaintenance
 from jetserver.storage.offset_index import U32_MAX, index_points
 from jetserver.storage.read_slice import ReadSlice, empty_slice
@@ -106,7 +105,9 @@ class Log(LogMaintenance):
             raise
         return log
 
-    def _load(self) -> None:
+    def _load(self, synced: int | None = None) -> None:
+        """Recover the directory and take what it holds (``synced``: a reload after a failed
+        fsync, nothing above it counts as flushed and the log stays poisoned)."""
         try:
             found = recover(self._dir, self._config)
         except OSError as exc:
@@ -127,7 +128,7 @@ class Log(LogMaintenance):
             for seg in self._segments:
                 seg.release()
             raise StorageError(f"recovery of {self._dir} failed: {exc}") from exc
-        self._commit = GroupCommit(self._leo)
+        self._commit.rebase(self._leo if synced is None else min(synced, self._leo))
         self.recovery = found.report
 
     def close(self) -> None:
@@ -218,6 +219,11 @@ class Log(LogMaintenance):
     def flushed_offset(self) -> int:
         """Every offset below this is on disk (fsynced)."""
         return self._commit.flushed_offset
+
+    @property
+    def sync_failure(self) -> str | None:
+        """Why the log is poisoned (an fsync failed; see :meth:`recover_unsynced`), or None."""
+        return self._commit.failure
 
     @property
     def size_bytes(self) -> int:
@@ -451,7 +457,9 @@ class Log(LogMaintenance):
             :attr:`flushed_offset` (>= ``upto`` clamped to the LEO).
 
         Raises:
-            LogClosedError: the log is closed. StorageError: fsync failed.
+            LogClosedError: the log is closed. SyncFailedError: this fsync or an earlier
+                one failed; nothing above :attr:`flushed_offset` can be made durable until
+                :meth:`recover_unsynced` cut it off.
         """
 
         def target() -> int:

@@ -52,6 +52,10 @@ class LogState:
         self.epochs: LeaderEpochCache
         """The leader-epoch cache (KIP-101): assign, latest_epoch, end_offset_for."""
 
+    def _load(self, synced: int | None = None) -> None:
+        """Recover the directory and take what it holds (implemented by the Log)."""
+        raise NotImplementedError
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"log {self._dir} is closed")
@@ -62,6 +66,7 @@ class LogState:
             old.write_indexes()
             old.fsync()
         except OSError as exc:
+            self._commit.fail(f"fsync at the roll of {old.log_path} failed ({exc})")
             raise StorageError(f"cannot finish segment {old.log_path}: {exc}") from exc
         new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
         try:

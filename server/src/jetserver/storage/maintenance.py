@@ -48,6 +48,7 @@ class LogMaintenance(LogState):
                 target.truncate_to(offset)
                 target.fsync()
             except OSError as exc:
+                self._commit.fail(f"truncate of {target.log_path} failed ({exc})")
                 raise StorageError(f"truncate of {target.log_path} failed: {exc}") from exc
             with self._lock:
                 self._segments = segments[: keep + 1]
@@ -70,6 +71,39 @@ class LogMaintenance(LogState):
                 # The cut landed in a compaction gap: start a new segment at ``offset`` so
                 # the LEO survives a restart (recovery derives it from the last segment).
                 self._roll(offset)
+
+    def recover_unsynced(self) -> int:
+        """After a failed fsync: cut the log back to the last successful sync; return it.
+
+        What a failed fsync covered, and everything appended after it, may be missing from
+        the disk even though the page cache still shows it (Linux drops the dirty pages of a
+        failed writeback and reports the error once), so it is dropped here, as recovery
+        after a crash would find it, and must come back from its source (a producer's retry,
+        the leader). Clears the poison: new appends are flushed as usual. A no-op returning
+        the flushed offset when no fsync failed.
+
+        Raises:
+            StorageError: the cut failed (the log stays poisoned; close it and reopen).
+        """
+        with self._write_lock:
+            self._check_open()
+            if self._commit.failure is None:
+                return self._commit.flushed_offset
+            synced = self._commit.flushed_offset
+            hw, old = self._hw, self._segments
+            # What the files hold now (a dropped writeback may have left a torn tail), with
+            # the recovery scan a restart would run.
+            self._load(synced)
+            for seg in old:
+                seg.release()
+            with self._lock:
+                self._hw = min(max(hw, self._hw), self._leo)
+            if synced < self._leo:
+                # The page cache may still show records the disk lacks: cut them too.
+                self.truncate_to(synced)
+            else:
+                self._commit.clamp(self._leo)
+            return self._leo
 
     def restart_at(self, offset: int) -> None:
         """Drop every record and restart the log empty at ``offset`` (> LEO): log start,
