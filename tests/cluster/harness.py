@@ -155,6 +155,8 @@ class JetProcess:
     """True between :meth:`pause` and :meth:`resume`."""
     starts: int = 0
     """Number of starts (incarnations) so far."""
+    extra_env: dict[str, str] = attrs.field(factory=dict)
+    """Added to the environment of every start (e.g. the fsync fault shim)."""
 
     @property
     def data_dir(self) -> Path:
@@ -202,7 +204,7 @@ class JetProcess:
         ready.unlink(missing_ok=True)
         config_path = self.root / "config.toml"
         config_path.write_text(to_toml(self.config))
-        env = {**os.environ, PASSWORD_ENV: CLUSTER_PASSWORD}
+        env = {**os.environ, **self.extra_env, PASSWORD_ENV: CLUSTER_PASSWORD}
         env.pop(TRACE_ENV_VAR, None)
         if self.trace:
             env[TRACE_ENV_VAR] = str(self.trace_path)
@@ -333,6 +335,8 @@ class Cluster:
     """Extra config sections merged into every server's TOML."""
     log_level: str = "INFO"
     """Server log level."""
+    server_env: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
+    """Extra environment per server id (``s1``...), for every start of that server."""
     nats: NatsServerProcess | None = None
     """The nats-server (after :meth:`start`)."""
     servers: list[JetProcess] = attrs.field(factory=list)
@@ -392,7 +396,17 @@ class Cluster:
                 }
             for section, values in self.settings.items():
                 config.setdefault(section, {}).update(values)
-            out.append(JetProcess(sid, root, port, raft_port, config, trace=self.power_loss))
+            out.append(
+                JetProcess(
+                    sid,
+                    root,
+                    port,
+                    raft_port,
+                    config,
+                    trace=self.power_loss,
+                    extra_env=dict(self.server_env.get(sid, {})),
+                )
+            )
         return out
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:

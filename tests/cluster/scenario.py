@@ -188,6 +188,7 @@ class Scenario:
                     replica_logs, self.cluster, self.stream, p, info.replicas
                 )
                 replicas.extend(check_replicas_identical(logs, min(caught_up_hw, hw), log_start=0))
+                replica_reads.extend(await self._read_every_isr_member(info, records, hw))
         consumed = self.consumer.consumed
         reached = {p: self.consumer.reached(p) for p in range(self.partitions)}
         consumer_problems = check_consumed(consumed, self.producer.acked)

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from jetsdk.codec.record import encode_body, frame_body
 from jetserver.storage import Log, LogConfig, crc, framing
 from jetserver.storage.framing import BULK_MIN_RECORDS, frame_batch, frame_batch_sizes
-from jetserver.storage.log import _batch_index_entries
 from jetserver.storage.offset_index import index_points
+from jetserver.storage.segment import batch_index_entries
 
 HEADER = 28
 
@@ -127,9 +127,7 @@ def test_batch_index_entries_follow_the_rule(
     for length in lens:
         starts.append(starts[-1] + HEADER + length)
     points = index_points(last_indexed, interval, starts, n)
-    entries = _batch_index_entries(
-        1000, 77, lens, len(set(lens)) == 1, size, last_indexed, interval
-    )
+    entries = batch_index_entries(1000, 77, lens, len(set(lens)) == 1, size, last_indexed, interval)
     assert list(entries.offsets) == [1000 + i for i in points]
     assert list(entries.positions) == [starts[i] for i in points]
     assert list(entries.max_timestamps) == [77] * len(points)

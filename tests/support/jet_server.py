@@ -10,6 +10,7 @@ of the CLI and of signal handling; it is stopped by PID.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -75,8 +76,12 @@ class ServerProcess:
     """Its stderr."""
 
     @classmethod
-    def start(cls, nats_url: str, data_dir: Path, *extra: str) -> ServerProcess:
+    def start(
+        cls, nats_url: str, data_dir: Path, *extra: str, env: dict[str, str] | None = None
+    ) -> ServerProcess:
         """Start `jet server --port 0 --ready-file ...` and wait for the ready file.
+
+        ``env`` is added to this process's environment for the child (e.g. a fault shim).
 
         Raises:
             RuntimeError: it exited or was not ready in time.
@@ -107,6 +112,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=log_file,
+                env=None if env is None else {**os.environ, **env},
             )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:

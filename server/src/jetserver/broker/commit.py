@@ -22,9 +22,10 @@ import anyio
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import PartitionAck
+from jetserver.broker.producers import ProducerTable
 from jetserver.broker.roles import ROLE_SINGLE
 from jetserver.replication import LeaderState
-from jetserver.storage import Log
+from jetserver.storage import Log, SyncFailedError
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ class Committer:
     _publish_acks: Callable[[list[tuple[str, PartitionAck]]], Any]
     _isr_text: Callable[[], str]
     _fields: Callable[..., dict[str, Any]]
+    producers: ProducerTable
+    sync_failures: int
+    stop: Callable[..., None]
 
     async def _flusher(self) -> None:
         while True:
@@ -69,6 +73,10 @@ class Committer:
             target = self.log.log_end_offset
             try:
                 flushed = await anyio.to_thread.run_sync(self.log.flush, target)
+            except SyncFailedError as exc:
+                await self._recover_unsynced(exc)
+                self._dirty.set()
+                continue
             except Exception as exc:
                 log.error("flush failed; retrying", extra=self._fields(error=repr(exc)))
                 await self._fail_pending_all(ErrorCode.STORAGE_ERROR, f"flush failed: {exc}")
@@ -76,6 +84,48 @@ class Committer:
                 self._dirty.set()
                 continue
             await self._commit(flushed)
+
+    async def _recover_unsynced(self, exc: Exception) -> None:
+        """An fsync failed: cut the log back to its last good sync (spec/storage.md,
+        "fsync errors"), forget what the cut removed, fail the ALL acks waiting for it.
+
+        The cut, the producer table and the pending acks change with no await in between,
+        so no append, duplicate check or ack interleaves. The replica keeps its role: no
+        follower holds anything above the leader's flushed offset and no consumer read
+        past the HW, so the records that come next at the cut offsets diverge from nothing.
+        """
+        log_ = self.log
+        if log_.sync_failure is None:
+            return
+        self.sync_failures += 1
+        cut_from = log_.flushed_offset
+        leo = log_.log_end_offset
+        try:
+            end = log_.recover_unsynced()
+        except Exception as again:
+            log.critical(
+                "fsync failed and the log cannot be cut back to disk; stopping the partition",
+                extra=self._fields(error=repr(again), first_error=repr(exc)),
+            )
+            self.stop(drain=False)
+            return
+        self.producers.forget_from(end)
+        if self._leader_state is not None:
+            self._leader_state.on_cut(end)
+        lost = [p for p in self._pending_all if p.offset >= end]
+        self._pending_all = collections.deque(p for p in self._pending_all if p.offset < end)
+        log.error(
+            "fsync failed: cut the log back to its last good sync; the records above it "
+            "must come again from their producers or the leader",
+            extra=self._fields(error=repr(exc), flushed=cut_from, leo_was=leo, leo=end),
+        )
+        text = f"fsync failed, the record is not stored (retry): {exc}"
+        failed = [
+            (p.inbox, p.ack._replace(error_code=ErrorCode.STORAGE_ERROR, error_message=text))
+            for p in lost
+        ]
+        if failed:
+            await self._publish_acks(failed)
 
     async def _commit(self, flushed: int) -> None:
         """The log is fsynced up to ``flushed``: move the HW (single: to ``flushed``; leader:

@@ -161,6 +161,8 @@ class PartitionReplica(ReplicaRoles, Committer):
     messages_in: int = 0
     """Messages appended since start."""
     messages_rejected: int = 0
+    sync_failures: int = 0
+    """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
     """Messages refused (too large, bad fields, storage errors)."""
     fetch_waiters: int = 0
     """Fetches parked waiting for the HW to move."""

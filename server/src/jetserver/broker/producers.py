@@ -87,6 +87,18 @@ class ProducerTable:
                 return
         runs.append(_Run(seq, offset, 1, timestamp))
 
+    def forget_from(self, offset: int) -> None:
+        """The log was cut back to ``offset``: forget every sequence stored at or above it,
+        so that a retry of one of them is stored again, not answered as a duplicate."""
+        for producer_id in list(self._producers):
+            runs = self._producers[producer_id]
+            while runs and runs[-1].first_offset >= offset:
+                runs.pop()
+            if runs and runs[-1].first_offset + runs[-1].count > offset:
+                runs[-1].count = offset - runs[-1].first_offset
+            if not runs:
+                del self._producers[producer_id]
+
     def rebuild(self, records: Iterable[Record]) -> None:
         """Remember the producers of ``records`` (in offset order)."""
         for r in records:

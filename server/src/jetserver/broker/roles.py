@@ -35,6 +35,7 @@ from anyio.abc import TaskGroup
 from nats.aio.msg import Msg
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.broker.stream_files import tail_records
 from jetserver.errors import ApiError
@@ -312,7 +313,7 @@ class ReplicaRoles:
                 lambda: table.rebuild(tail_records(log_, REBUILD_RECORDS))
             )
             self.producers = table
-        except StorageError as exc:
+        except (StorageError, CodecError) as exc:
             log.warning(
                 "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
             )

@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import Record, iter_records
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.config import ServerConfig
@@ -86,7 +87,7 @@ def open_partition_log(
     producers = ProducerTable()
     try:
         producers.rebuild(tail_records(log_, REBUILD_RECORDS))
-    except StorageError as exc:
+    except (StorageError, CodecError) as exc:  # a damaged tail must not stop the server
         log.warning(
             "cannot rebuild idempotent producer state",
             extra=fields(stream=name, partition=partition, error=str(exc)),

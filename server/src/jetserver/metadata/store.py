@@ -20,6 +20,7 @@ import attrs
 import orjson
 
 from jetserver.errors import JetServerError
+from jetserver.fatal import fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
 from jetserver.metadata.ops import Op, OpResult, apply
@@ -34,7 +35,11 @@ class MetadataCorrupt(JetServerError):
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (tmp + fsync + rename + dir fsync)."""
+    """Replace ``path`` with ``data`` atomically and durably (tmp + fsync + rename + dir fsync).
+
+    A failed fsync stops the server (:mod:`jetserver.fatal`): the new state may be visible
+    in the page cache but not on disk, and nothing can make it durable now.
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -42,13 +47,13 @@ def write_atomic(path: Path, data: bytes) -> None:
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        fsync_or_die(fd, str(tmp))
     finally:
         os.close(fd)
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        fsync_or_die(dir_fd, str(path.parent))
     finally:
         os.close(dir_fd)
 

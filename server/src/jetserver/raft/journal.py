@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from jetserver.fatal import fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.store import write_atomic
 
@@ -59,7 +60,7 @@ class JournalCorrupt(Exception):
 def _sync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fsync_or_die(fd, f"the Raft journal directory {path}")
     finally:
         os.close(fd)
 
@@ -151,8 +152,12 @@ class DurableJournal:
         return os.fstat(self._fd).st_size
 
     def _sync(self, fd: int | None = None) -> None:
+        # A failed sync stops the server: entries, votes and terms this server may have
+        # acknowledged might not be on disk, and no later fsync can make them so.
         if self._fsync:
-            os.fdatasync(self._fd if fd is None else fd)
+            fsync_or_die(
+                self._fd if fd is None else fd, f"the Raft journal {self._path}", data_only=True
+            )
 
     def _load_meta(self) -> dict[str, Any]:
         try:

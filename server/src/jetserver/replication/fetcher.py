@@ -175,10 +175,31 @@ class FollowerFetcher:
                     failures = 0
                     await self._fetch_loop(conn)
             except (JetError, _Restart, CodecError, StorageError, OSError) as exc:
+                if self.log.sync_failure is not None:
+                    await self._recover_unsynced(exc)
                 failures += 1
                 level = logging.DEBUG if failures > 1 else logging.INFO
                 log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
             await anyio.sleep(self.config.backoff_s(max(failures, 1)))
+
+    async def _recover_unsynced(self, exc: Exception) -> None:
+        """An fsync failed: cut the log back to its last good sync (what the failed fsync
+        covered may be missing from the disk). The leader never counted those records as
+        flushed here, so the next fetch asks for them again."""
+        log_ = self.log
+        leo = log_.log_end_offset
+        try:
+            end = await anyio.to_thread.run_sync(log_.recover_unsynced)
+        except StorageError as again:
+            log.critical(
+                "fsync failed and the log cannot be cut back to disk",
+                extra=self._fields(error=repr(again), first_error=repr(exc)),
+            )
+            raise
+        log.error(
+            "fsync failed: cut the log back to its last good sync; fetching the rest again",
+            extra=self._fields(error=repr(exc), leo_was=leo, leo=end),
+        )
 
     async def _json(self, conn: Connection, api: int, obj: dict[str, Any]) -> dict[str, Any]:
         body = await conn.request(api, encode_json(obj), timeout=self.config.request_slack_s)

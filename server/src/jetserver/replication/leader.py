@@ -203,6 +203,13 @@ class LeaderState:
         self.flushed = max(self.flushed, min(flushed, self.leo))
         return self._recompute_hw()
 
+    def on_cut(self, leo: int) -> None:
+        """An fsync failed and the leader's log was cut back to ``leo``, its last good sync
+        (never below the HW). No follower holds anything above it: replica fetches are
+        served only up to the leader's flushed offset."""
+        self.leo = leo
+        self.flushed = min(self.flushed, leo)
+
     def on_fetch(self, follower: str, offset: int, flushed: int, now: float) -> bool:
         """A replica fetch from ``follower`` at ``offset`` reporting ``flushed``.
 

@@ -8,8 +8,7 @@ import struct
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from itertools import accumulate, repeat
-from operator import add
+from itertools import accumulate
 from pathlib import Path
 from types import TracebackType
 
@@ -41,6 +40,7 @@ from jetserver.storage.segment import (
     IndexEntries,
     Segment,
     SegmentInfo,
+    batch_index_entries,
 )
 
 _I64_MIN = -(2**63)
@@ -318,7 +318,7 @@ class Log(LogMaintenance):
             interval = self._config.index_interval_bytes
             last_indexed = seg.last_indexed_position
             if st.size + len(data) - HEADER_SIZE - last_indexed >= interval:
-                entries = _batch_index_entries(
+                entries = batch_index_entries(
                     first, ts, lens, uniform, st.size, last_indexed, interval
                 )
             seg.append(data, first + n - 1, ts, ts, entries)
@@ -576,33 +576,3 @@ class Log(LogMaintenance):
             found = max(found, log_start)
             return found if found < bound else None
         return None
-
-
-def _batch_index_entries(
-    first: int,
-    ts: int,
-    lens: list[int],
-    uniform: bool,
-    size: int,
-    last_indexed: int,
-    interval: int,
-) -> IndexEntries:
-    """Index entries for a batch of records with bodies ``lens`` appended at ``size``.
-
-    Applies the rule of :func:`jetserver.storage.offset_index.index_points`; when every
-    record has the same size (``uniform``) the entries are evenly spaced and computed
-    without a scan.
-    """
-    n = len(lens)
-    record = lens[0] + HEADER_SIZE
-    if uniform:
-        step = -(-interval // record)  # records between entries
-        i0 = max(0, -(-(last_indexed + interval - size) // record))
-        positions: Sequence[int] = range(size + i0 * record, size + n * record, step * record)
-        offsets: Sequence[int] = range(first + i0, first + n, step)
-    else:
-        starts = list(accumulate(map(add, lens, repeat(HEADER_SIZE, n)), initial=size))
-        points = index_points(last_indexed, interval, starts, n)
-        positions = [starts[i] for i in points]
-        offsets = [first + i for i in points]
-    return IndexEntries(offsets, positions, [ts] * len(positions))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from itertools import repeat
-from operator import sub
+from itertools import accumulate, repeat
+from operator import add, sub
 from pathlib import Path
 from typing import NamedTuple
 
@@ -31,7 +31,7 @@ from jetserver.storage.files import (
     write_all,
     write_file_durably,
 )
-from jetserver.storage.offset_index import OffsetIndex
+from jetserver.storage.offset_index import OffsetIndex, index_points
 from jetserver.storage.time_index import TimeIndex
 
 NO_TIMESTAMP = -(2**63)
@@ -370,3 +370,33 @@ class Segment:
             if running >= timestamp:
                 return off
         return None
+
+
+def batch_index_entries(
+    first: int,
+    ts: int,
+    lens: list[int],
+    uniform: bool,
+    size: int,
+    last_indexed: int,
+    interval: int,
+) -> IndexEntries:
+    """Index entries for a batch of records with bodies ``lens`` appended at ``size``.
+
+    Applies the rule of :func:`jetserver.storage.offset_index.index_points`; when every
+    record has the same size (``uniform``) the entries are evenly spaced and computed
+    without a scan.
+    """
+    n = len(lens)
+    record = lens[0] + HEADER_SIZE
+    if uniform:
+        step = -(-interval // record)  # records between entries
+        i0 = max(0, -(-(last_indexed + interval - size) // record))
+        positions: Sequence[int] = range(size + i0 * record, size + n * record, step * record)
+        offsets: Sequence[int] = range(first + i0, first + n, step)
+    else:
+        starts = list(accumulate(map(add, lens, repeat(HEADER_SIZE, n)), initial=size))
+        points = index_points(last_indexed, interval, starts, n)
+        positions = [starts[i] for i in points]
+        offsets = [first + i for i in points]
+    return IndexEntries(offsets, positions, [ts] * len(positions))

@@ -1,0 +1,106 @@
+"""Issue 10: one failed fsync on a replicated partition costs no acknowledged record.
+
+Every server runs with the fsync fault shim (tests/support/fsync_fault.py) loaded but
+unarmed. Once an RF 3 partition has its full ISR and acks are flowing, the test arms one
+server (the leader, or a follower): its next-but-one fdatasync of a segment of the stream
+fails with EIO and the bytes written since the last good sync are dropped, as after a
+failed writeback on Linux. The idempotent ALL producer keeps sending; acks must go on, and
+the final check (acked ⊆ stored, exactly once, order, HW monotonic, consumer, replica logs
+byte-identical below the HW) must pass.
+
+On the code before the fix a failed fsync still advanced the flushed offset: a follower
+reported the dropped bytes as flushed (the leader counted them toward the HW), and a leader
+moved its HW over them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from cluster.harness import Cluster, needs_cluster, wait_until_async
+from cluster.scenario import Scenario
+from cluster.views import wait_full_isr
+from jetserver.fatal import EXIT_STORAGE_FATAL
+from jetserver.raft.config import JOURNAL_FILE
+from support.fsync_fault import ArmableFault, ShimUnavailable, shim_path
+
+pytestmark = [pytest.mark.fault, pytest.mark.anyio, needs_cluster]
+
+SERVERS = ("s1", "s2", "s3")
+BOUND_S = 30.0
+ACKS_AFTER = 300
+JOURNAL = f"/{JOURNAL_FILE}"
+"""Acks that must arrive after the fault fired."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def shim() -> Path:
+    try:
+        return shim_path()
+    except ShimUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize("victim", ["leader", "follower"])
+async def test_failed_fsync_on_a_replica_loses_no_acked_record(
+    tmp_path: Path, shim: Path, victim: str
+) -> None:
+    faults = {
+        sid: ArmableFault(tmp_path / f"{sid}.fault", tmp_path / f"{sid}.fired") for sid in SERVERS
+    }
+    env = {sid: f.env() for sid, f in faults.items()}
+    with Cluster(tmp_path / "cluster", servers_count=3, server_env=env) as cluster:
+        async with Scenario.open(cluster, "orders", partitions=1, rf=3) as sc:
+            sc.start_producer(count=100_000, time_limit_s=90.0, rate=1000.0)
+            await sc.producer.wait_acked(300, BOUND_S)
+            info, leader = await wait_full_isr(cluster, "orders", 0, 3, BOUND_S)
+            target = leader if victim == "leader" else next(r for r in info.replicas if r != leader)
+            fault = faults[target]
+            fault.arm(f"/{target}/data/streams/orders-", 2)
+            await wait_until_async(lambda: fault.fired, BOUND_S, f"fsync fault on {target}")
+            acked = len(sc.producer.acked)
+            await sc.producer.wait_acked(acked + ACKS_AFTER, BOUND_S)
+            sc.note(f"fsync of {fault.marker.read_text().strip()} failed on {victim} {target}")
+            await sc.verify()
+            log_text = await anyio.to_thread.run_sync(cluster.server(target).incarnation_log)
+            assert "cut the log back to its last good sync" in log_text
+
+
+async def test_failed_fsync_of_the_raft_journal_stops_the_server(
+    tmp_path: Path, shim: Path
+) -> None:
+    """The server whose Raft journal fsync fails exits at once (status 74) with a clear
+    error; the other two go on, and it rejoins after a restart."""
+    faults = {
+        sid: ArmableFault(tmp_path / f"{sid}.fault", tmp_path / f"{sid}.fired", suffix=JOURNAL)
+        for sid in SERVERS
+    }
+    env = {sid: f.env() for sid, f in faults.items()}
+    with Cluster(tmp_path / "cluster", servers_count=3, server_env=env) as cluster:
+        victim = cluster.server("s2")
+        async with Scenario.open(cluster, "orders", partitions=2, rf=3) as sc:
+            sc.start_producer(count=100_000, time_limit_s=90.0, rate=500.0)
+            await wait_full_isr(cluster, "orders", 0, 3, BOUND_S)
+            faults["s2"].arm("/s2/data/raft/", 1)
+            # A metadata change makes every member append to (and sync) its journal.
+            await sc.jet.create_stream("other", replication_factor=1)
+            await wait_until_async(lambda: faults["s2"].fired, BOUND_S, "journal fault fired")
+            await wait_until_async(lambda: not victim.alive, BOUND_S, "s2 stopped")
+            assert victim.proc is not None
+            assert victim.proc.returncode == EXIT_STORAGE_FATAL
+            log_text = await anyio.to_thread.run_sync(victim.incarnation_log)
+            assert "FATAL: fsync of the Raft journal" in log_text
+            acked = len(sc.producer.acked)
+            await sc.producer.wait_acked(acked + 300, BOUND_S)  # the other two go on
+            faults["s2"].control.unlink()
+            await anyio.to_thread.run_sync(victim.start)
+            await wait_full_isr(cluster, "orders", 0, 3, BOUND_S)
+            await sc.verify()
