@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jetserver.cluster.handoff import plan_handoffs, plan_isr_exits
 from jetserver.metadata.model import MetadataState, StreamSpec
-from jetserver.metadata.ops import CreateStream, ElectLeader, UpdateIsr, apply
+from jetserver.metadata.ops import CreateStream, ElectLeader, LeaveIsr, UpdateIsr, apply
 
 R3 = ("s1", "s2", "s3")
 
@@ -34,13 +34,10 @@ def test_a_leader_alone_in_its_isr_keeps_the_partition() -> None:
     assert plan_handoffs(state, "s1") == ([], ["orders/0"])
 
 
-def test_a_follower_leaves_every_isr_it_shares_at_the_current_leader_and_epoch() -> None:
+def test_a_follower_leaves_every_isr_it_shares_by_removing_only_itself() -> None:
     state = state_with_stream()
     ops = plan_isr_exits(state, "s3")
-    assert ops == [
-        UpdateIsr("orders", 0, "s1", 0, ("s1", "s2"), "id1"),
-        UpdateIsr("orders", 1, "s2", 0, ("s2", "s1"), "id1"),
-    ]
+    assert ops == [LeaveIsr("orders", 0, "s3", "id1"), LeaveIsr("orders", 1, "s3", "id1")]
     for op in ops:
         state, result = apply(state, op)
         assert result.ok
@@ -49,9 +46,16 @@ def test_a_follower_leaves_every_isr_it_shares_at_the_current_leader_and_epoch()
     assert all(op.partition != 0 for op in plan_isr_exits(state, "s1"))
 
 
-def test_an_exit_planned_before_a_leader_change_is_refused() -> None:
+def test_an_exit_planned_before_a_leader_change_still_removes_only_the_leaver() -> None:
     state = state_with_stream()
     (op, *_rest) = plan_isr_exits(state, "s3")
-    state, _ = apply(state, ElectLeader("orders", 0, "s2", 1, "id1"))
-    _, result = apply(state, op)
+    state, _ = apply(state, ElectLeader("orders", 0, "s2", 1, "id1"))  # s1 leaves the ISR
+    state, result = apply(state, op)
+    assert result.ok
+    a = state.streams["orders"].partitions[0]
+    assert (a.leader, a.isr) == ("s2", ("s2",))  # s1 is not put back
+
+
+def test_the_leader_cannot_leave_its_own_isr() -> None:
+    _, result = apply(state_with_stream(), LeaveIsr("orders", 0, "s1", "id1"))
     assert not result.ok

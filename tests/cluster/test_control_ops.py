@@ -185,7 +185,9 @@ def test_a_restarted_server_leaves_the_isrs_it_shares_and_its_leaderships() -> N
     state = attrs.evolve(state, servers=registered.servers)
     state, result = apply(state, RegisterServer("s1", "h:1", "r:1", "run-2"))
     assert result.ok
-    assert result.message == "restarted: left 2 ISR(s), 1 leadership(s) moved"
+    assert result.message == (
+        "restarted: left 2 ISR(s), 1 leadership(s) moved, 0 kept in a new epoch"
+    )
     assert part(state, 0) == ("s2", ("s2", "s3"), 1)
     assert part(state, 1) == ("s2", ("s2", "s3"), 0)
     assert state.servers["s1"].incarnation == "run-2"
@@ -198,12 +200,13 @@ def test_a_restarted_server_leaves_the_isrs_it_shares_and_its_leaderships() -> N
     assert part(moved, 0) == ("s2", ("s2", "s3"), 1)
 
 
-def test_a_restarted_server_alone_in_an_isr_keeps_it() -> None:
+def test_a_restarted_server_alone_in_an_isr_keeps_it_in_a_new_epoch() -> None:
     state = state_with_stream()
     state, _ = apply(state, UpdateIsr("orders", 0, "s1", 0, ("s1",)))
     state, _ = apply(state, RegisterServer("s1", "h:1", "r:1", "run-1"))
+    assert part(state, 0) == ("s1", ("s1",), 1)  # a first registration is a (re)start too
     state, _ = apply(state, RegisterServer("s1", "h:1", "r:1", "run-2"))
-    assert part(state, 0) == ("s1", ("s1",), 0)
+    assert part(state, 0) == ("s1", ("s1",), 2)
 
 
 def test_the_next_leader_after_a_restart_follows_replica_order() -> None:

@@ -221,7 +221,7 @@ class ReplicaRoles:
             if assignment.leader == me:
                 state = self._leader_state
                 if state is not None and state.leader_epoch == assignment.leader_epoch:
-                    if state.set_isr(assignment.isr):
+                    if state.set_isr(assignment.isr, assignment.partition_epoch):
                         await self._advance_hw()
                     return
                 await self._become_leader(assignment)
@@ -329,6 +329,7 @@ class ReplicaRoles:
             flushed=log_.flushed_offset,
             hw=log_.high_watermark,
             now=anyio.current_time(),
+            partition_epoch=a.partition_epoch,
         )
         self._role = ROLE_LEADER
         await self._advance_hw()
@@ -418,7 +419,11 @@ class ReplicaRoles:
                     extra=self._fields(isr=",".join(state.isr), proposed=",".join(proposal)),
                 )
                 accepted = await self.controller.propose_isr(
-                    self.stream, self.partition, state.leader_epoch, proposal
+                    self.stream,
+                    self.partition,
+                    state.leader_epoch,
+                    proposal,
+                    partition_epoch=state.pending_base,
                 )
             if self._leader_state is not state:
                 return

@@ -61,7 +61,13 @@ class ControllerProtocol(Protocol):
     server_id: str
 
     async def propose_isr(
-        self, stream: str, partition: int, leader_epoch: int, isr: tuple[str, ...]
+        self,
+        stream: str,
+        partition: int,
+        leader_epoch: int,
+        isr: tuple[str, ...],
+        *,
+        partition_epoch: int | None = None,
     ) -> bool:
         """Propose a new ISR as the partition leader; True once applied, False if refused."""
         ...
@@ -100,7 +106,13 @@ class Controller:
     """Silent-leader reports sent."""
 
     async def propose_isr(
-        self, stream: str, partition: int, leader_epoch: int, isr: tuple[str, ...]
+        self,
+        stream: str,
+        partition: int,
+        leader_epoch: int,
+        isr: tuple[str, ...],
+        *,
+        partition_epoch: int | None = None,
     ) -> bool:
         """Propose UpdateIsr for a partition this server leads at ``leader_epoch``.
 
@@ -112,7 +124,15 @@ class Controller:
         meta = self.raft.state.streams.get(stream)
         if meta is None:
             return False
-        op = UpdateIsr(stream, partition, self.server_id, leader_epoch, tuple(isr), meta.stream_id)
+        op = UpdateIsr(
+            stream,
+            partition,
+            self.server_id,
+            leader_epoch,
+            tuple(isr),
+            meta.stream_id,
+            partition_epoch,
+        )
         op_id = f"isr-{uuid.uuid4().hex}"
         deadline = time.monotonic() + self.isr_bound_s
         attempt = 0

@@ -17,9 +17,10 @@ replicas may lack committed records); it is unavailable until the server is back
 Then, once its replicas are closed (its follower fetchers stopped), the server leaves the
 ISRs it is a follower in (:func:`leave_isrs`): otherwise their leaders could not commit
 (the HW is the minimum over the ISR) until the lag bound dropped it, ``replica_lag_max_s``
-later. It proposes ``UpdateIsr`` in the leader's name, a compare-and-set on the current
-(leader, epoch), which a leader change in between makes the state machine refuse; the
-leader re-adds it once it has fetched and caught up again after its restart.
+later. It proposes ``LeaveIsr`` ("remove me"), never a whole ISR computed from its own view:
+two servers stopping at once plan from the same state, and a whole-set proposal applied
+second would put the first one back. The leader re-adds it once it has fetched and caught
+up again after its restart.
 
 Stream ops (``ElectLeader`` itself) need a metadata Raft majority; without one nothing
 moves and the shutdown goes on when the bound passes.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import Protocol
 
 import anyio
 import attrs
@@ -40,7 +42,7 @@ from jetserver.broker.roles import ROLE_LEADER
 from jetserver.broker.streams import StreamManager
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
-from jetserver.metadata.ops import ElectLeader, UpdateIsr
+from jetserver.metadata.ops import ElectLeader, LeaveIsr
 from jetserver.raft import MetadataRaft, RaftError
 
 log = logging.getLogger(__name__)
@@ -150,17 +152,16 @@ async def hand_off_leaderships(
     return result
 
 
-def plan_isr_exits(state: MetadataState, me: str) -> list[UpdateIsr]:
-    """The ISR changes that take ``me`` out of every ISR it shares as a follower (at the
-    current leader and epoch). Pure."""
-    ops: list[UpdateIsr] = []
+def plan_isr_exits(state: MetadataState, me: str) -> list[LeaveIsr]:
+    """The ``LeaveIsr`` ops that take ``me`` out of every ISR it shares as a follower.
+    Pure."""
+    ops: list[LeaveIsr] = []
     for name in sorted(state.streams):
         meta = state.streams[name]
         for a in meta.partitions:
             if a.leader is None or a.leader == me or me not in a.isr:
                 continue
-            isr = tuple(r for r in a.isr if r != me)
-            ops.append(UpdateIsr(name, a.partition, a.leader, a.leader_epoch, isr, meta.stream_id))
+            ops.append(LeaveIsr(name, a.partition, me, meta.stream_id))
     return ops
 
 
@@ -173,7 +174,7 @@ async def leave_isrs(raft: MetadataRaft, me: str, timeout_s: float) -> int:
     deadline = started + timeout_s
     left = 0
 
-    async def propose(op: UpdateIsr) -> None:
+    async def propose(op: LeaveIsr) -> None:
         nonlocal left
         try:
             applied = await raft.propose(
@@ -205,6 +206,55 @@ async def leave_isrs(raft: MetadataRaft, me: str, timeout_s: float) -> int:
             extra=fields(isrs=left, elapsed_ms=round((time.monotonic() - started) * 1000, 1)),
         )
     return left
+
+
+NATS_OUTAGE_HANDOFF_S = 3.0
+"""A cluster server whose NATS link stays down this long hands its leaderships over."""
+
+
+class _LinkState(Protocol):
+    @property
+    def connected(self) -> bool: ...
+
+    async def wait_state_change(self) -> None: ...
+
+
+async def hand_off_during_nats_outages(
+    link: _LinkState,
+    raft: MetadataRaft,
+    streams: StreamManager,
+    me: str,
+    *,
+    bound_s: float = NATS_OUTAGE_HANDOFF_S,
+    timeout_s: float = 10.0,
+) -> None:
+    """Run until cancelled: once per NATS outage longer than ``bound_s``, hand every
+    leadership of ``me`` to an in-sync follower (:func:`hand_off_leaderships`).
+
+    A leader without NATS stores nothing (it ingests from its subscription) while its
+    followers and the metadata still see it alive, so without this its partitions are
+    unavailable for as long as the outage lasts. Once per outage: if NATS is down for
+    every server, leaderships move at most once each, not back and forth.
+    """
+    while True:
+        while link.connected:
+            await link.wait_state_change()
+        with anyio.move_on_after(bound_s):
+            while not link.connected:
+                await link.wait_state_change()
+        if _is_up(link):  # back within the bound
+            continue
+        log.warning(
+            "nats link down; handing partition leaderships over to in-sync followers",
+            extra=fields(after_s=bound_s),
+        )
+        await hand_off_leaderships(raft, streams, me, timeout_s)
+        while not link.connected:
+            await link.wait_state_change()
+
+
+def _is_up(link: _LinkState) -> bool:
+    return link.connected
 
 
 def _key(where: str) -> tuple[str, int]:

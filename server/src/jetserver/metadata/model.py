@@ -95,6 +95,10 @@ class PartitionAssignment:
     """In-sync replicas (the leader included)."""
     leader_epoch: int = 0
     """Bumped at every leader change."""
+    partition_epoch: int = 0
+    """Bumped at every change of this assignment (ISR, leader, epoch): ISR updates are
+    compare-and-set on it (like Kafka's partition epoch in AlterPartition), so a proposal
+    computed from an older view is refused."""
 
     def to_dict(self) -> dict[str, Any]:
         """As a JSON object."""
@@ -104,7 +108,12 @@ class PartitionAssignment:
             "replicas": list(self.replicas),
             "isr": list(self.isr),
             "leader_epoch": self.leader_epoch,
+            "partition_epoch": self.partition_epoch,
         }
+
+    def changed(self, **changes: Any) -> PartitionAssignment:
+        """A copy with ``changes`` and the partition epoch bumped."""
+        return attrs.evolve(self, partition_epoch=self.partition_epoch + 1, **changes)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PartitionAssignment:
@@ -115,6 +124,7 @@ class PartitionAssignment:
             replicas=tuple(data["replicas"]),
             isr=tuple(data["isr"]),
             leader_epoch=int(data.get("leader_epoch", 0)),
+            partition_epoch=int(data.get("partition_epoch", 0)),
         )
 
 

@@ -9,7 +9,8 @@ repeated delete returns STREAM_NOT_FOUND, a repeated RegisterServer or UpdateIsr
 nothing, a repeated ElectLeader is refused (its epoch is no longer the next one).
 
 Operations: CreateStream, DeleteStream (streams), RegisterServer (a server's addresses),
-UpdateIsr (the partition leader changes its ISR, epoch-checked), ElectLeader (the metadata
+UpdateIsr (the partition leader changes its ISR, compare-and-set on the partition epoch),
+LeaveIsr (a stopping follower takes itself out of an ISR), ElectLeader (the metadata
 leader moves a partition's leadership to an ISR member, epoch + 1), SetAcl (an identity's
 grants; replacing them with the same grants changes nothing).
 """
@@ -115,7 +116,9 @@ class UpdateIsr:
     """The partition leader changes the in-sync replica set of its partition.
 
     Refused (NOT_LEADER) unless ``leader`` is the partition's current leader and
-    ``leader_epoch`` its current epoch (a deposed leader cannot shrink or grow the ISR);
+    ``leader_epoch`` its current epoch (a deposed leader cannot shrink or grow the ISR)
+    and, when given, ``partition_epoch`` the current partition epoch (a proposal from a
+    stale view cannot undo a later change, e.g. re-add a server that left);
     refused (INVALID_ARGUMENT) unless ``isr`` is a non-empty set of replicas holding the
     leader.
     """
@@ -132,6 +135,9 @@ class UpdateIsr:
     """The new ISR."""
     stream_id: str | None = None
     """If set, the stream incarnation the proposer holds (a re-created stream refuses it)."""
+    partition_epoch: int | None = None
+    """If set, the partition epoch the proposal was computed from: refused (NOT_LEADER)
+    unless it is still the current one (compare-and-set; every change bumps it)."""
 
     kind = "update_isr"
 
@@ -144,6 +150,39 @@ class UpdateIsr:
             "leader": self.leader,
             "leader_epoch": self.leader_epoch,
             "isr": list(self.isr),
+            "stream_id": self.stream_id,
+            "partition_epoch": self.partition_epoch,
+        }
+
+
+@attrs.frozen
+class LeaveIsr:
+    """A follower takes itself out of a partition's ISR (it is stopping).
+
+    Only ever removes ``server_id``, so plans made by several stopping servers from the same
+    state compose (none re-adds another). A no-op if it is not in the ISR or is the ISR's
+    only member; refused (INVALID_ARGUMENT) for the leader, which hands off its leadership
+    with ElectLeader first.
+    """
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    server_id: str
+    """The server leaving."""
+    stream_id: str | None = None
+    """If set, the stream incarnation the proposer holds."""
+
+    kind = "leave_isr"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (with ``op``)."""
+        return {
+            "op": self.kind,
+            "stream": self.stream,
+            "partition": self.partition,
+            "server_id": self.server_id,
             "stream_id": self.stream_id,
         }
 
@@ -204,7 +243,7 @@ class SetAcl:
         }
 
 
-Op = CreateStream | DeleteStream | RegisterServer | UpdateIsr | ElectLeader | SetAcl
+Op = CreateStream | DeleteStream | RegisterServer | UpdateIsr | LeaveIsr | ElectLeader | SetAcl
 
 
 def _int(value: Any) -> int:
@@ -248,6 +287,16 @@ def op_from_dict(data: Mapping[str, Any]) -> Op:
             leader=str(data["leader"]),
             leader_epoch=_int(data["leader_epoch"]),
             isr=tuple(str(i) for i in data["isr"]),
+            stream_id=_opt_str(data.get("stream_id")),
+            partition_epoch=None
+            if data.get("partition_epoch") is None
+            else _int(data["partition_epoch"]),
+        )
+    if kind == LeaveIsr.kind:
+        return LeaveIsr(
+            stream=str(data["stream"]),
+            partition=_int(data["partition"]),
+            server_id=str(data["server_id"]),
             stream_id=_opt_str(data.get("stream_id")),
         )
     if kind == ElectLeader.kind:
@@ -313,6 +362,8 @@ def apply(state: MetadataState, op: Op) -> tuple[MetadataState, OpResult]:
         return _register(bumped, op)
     if isinstance(op, UpdateIsr):
         return _update_isr(bumped, op)
+    if isinstance(op, LeaveIsr):
+        return _leave_isr(bumped, op)
     if isinstance(op, ElectLeader):
         return _elect_leader(bumped, op)
     if isinstance(op, SetAcl):
@@ -337,23 +388,35 @@ def _register(state: MetadataState, op: RegisterServer) -> tuple[MetadataState, 
     if not restarted or op.clean:
         return state, OpResult()
     streams = dict(state.streams)
-    left = moved = 0
+    left = moved = renewed = 0
     for name, meta in state.streams.items():
         parts = list(meta.partitions)
         for i, a in enumerate(parts):
-            if op.server_id not in a.isr or len(a.isr) == 1:
+            if op.server_id not in a.isr:
+                continue
+            if len(a.isr) == 1:
+                if a.leader == op.server_id:
+                    # It keeps leading (it alone holds every committed record), but in a
+                    # new epoch: if it lost a tail it had, what it appends now must not
+                    # look like the same history to a returning follower (KIP-101).
+                    parts[i] = a.changed(leader_epoch=a.leader_epoch + 1)
+                    renewed += 1
                 continue
             isr = tuple(r for r in a.isr if r != op.server_id)
             left += 1
             if a.leader == op.server_id:
                 leader = next(r for r in a.replicas if r in isr)
-                parts[i] = attrs.evolve(a, leader=leader, isr=isr, leader_epoch=a.leader_epoch + 1)
+                parts[i] = a.changed(leader=leader, isr=isr, leader_epoch=a.leader_epoch + 1)
                 moved += 1
             else:
-                parts[i] = attrs.evolve(a, isr=isr)
+                parts[i] = a.changed(isr=isr)
         if parts != list(meta.partitions):
             streams[name] = attrs.evolve(meta, partitions=tuple(parts))
-    message = f"restarted: left {left} ISR(s), {moved} leadership(s) moved" if left else ""
+    message = (
+        f"restarted: left {left} ISR(s), {moved} leadership(s) moved, {renewed} kept in a new epoch"
+        if left or renewed
+        else ""
+    )
     return attrs.evolve(state, streams=streams), OpResult(message=message)
 
 
@@ -428,6 +491,13 @@ def _update_isr(state: MetadataState, op: UpdateIsr) -> tuple[MetadataState, OpR
             f"leader is {current.leader} at epoch {current.leader_epoch}",
             stream=meta,
         )
+    if op.partition_epoch is not None and op.partition_epoch != current.partition_epoch:
+        return state, OpResult(
+            ErrorCode.NOT_LEADER,
+            f"{where}: ISR change computed at partition epoch {op.partition_epoch} refused; "
+            f"the partition changed since (partition epoch {current.partition_epoch})",
+            stream=meta,
+        )
     isr = op.isr
     if (
         not isr
@@ -443,7 +513,25 @@ def _update_isr(state: MetadataState, op: UpdateIsr) -> tuple[MetadataState, OpR
         )
     if isr == current.isr:
         return state, OpResult(stream=meta)
-    return _replace(state, meta, attrs.evolve(current, isr=isr))
+    return _replace(state, meta, current.changed(isr=isr))
+
+
+def _leave_isr(state: MetadataState, op: LeaveIsr) -> tuple[MetadataState, OpResult]:
+    found = _partition_of(state, op.stream, op.partition, op.stream_id)
+    if isinstance(found, OpResult):
+        return state, found
+    meta, current = found
+    if op.server_id == current.leader:
+        return state, OpResult(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{op.stream}/{op.partition}: the leader {op.server_id} cannot leave the ISR "
+            "(hand off the leadership first)",
+            stream=meta,
+        )
+    if op.server_id not in current.isr or len(current.isr) == 1:
+        return state, OpResult(stream=meta)
+    isr = tuple(r for r in current.isr if r != op.server_id)
+    return _replace(state, meta, current.changed(isr=isr))
 
 
 def _elect_leader(state: MetadataState, op: ElectLeader) -> tuple[MetadataState, OpResult]:
@@ -468,7 +556,5 @@ def _elect_leader(state: MetadataState, op: ElectLeader) -> tuple[MetadataState,
         )
     isr = tuple(r for r in current.isr if r != current.leader)
     return _replace(
-        state,
-        meta,
-        attrs.evolve(current, leader=op.leader, leader_epoch=op.leader_epoch, isr=isr),
+        state, meta, current.changed(leader=op.leader, leader_epoch=op.leader_epoch, isr=isr)
     )

@@ -15,7 +15,13 @@ class ControlPlane(Protocol):
     server_id: str
 
     async def propose_isr(
-        self, stream: str, partition: int, leader_epoch: int, isr: tuple[str, ...]
+        self,
+        stream: str,
+        partition: int,
+        leader_epoch: int,
+        isr: tuple[str, ...],
+        *,
+        partition_epoch: int | None = None,
     ) -> bool:
         """Propose ``isr`` as the partition leader of ``leader_epoch``; True once applied,
         False if refused (stale epoch, not the leader)."""

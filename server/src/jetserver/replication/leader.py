@@ -108,6 +108,11 @@ class LeaderState:
     """Members added by proposals without a definite outcome (refused or timed out): they
     may be in the metadata's ISR, so they keep counting for the HW until an accepted
     proposal or a metadata update says what the ISR is."""
+    partition_epoch: int = 0
+    """The metadata's partition epoch that :attr:`isr` reflects (ISR proposals are
+    compare-and-set on it; an older metadata state never replaces a newer view)."""
+    pending_base: int = 0
+    """The partition epoch the proposal in flight was computed from."""
 
     @classmethod
     def start(
@@ -124,6 +129,7 @@ class LeaderState:
         flushed: int,
         hw: int,
         now: float,
+        partition_epoch: int = 0,
     ) -> LeaderState:
         """The state at the start of a leadership.
 
@@ -149,6 +155,7 @@ class LeaderState:
             flushed=min(flushed, leo),
             hw=min(hw, leo),
             followers={r: FollowerProgress(last_caught_up_s=now) for r in replicas if r != leader},
+            partition_epoch=partition_epoch,
         )
         state._recompute_hw()
         return state
@@ -244,11 +251,16 @@ class LeaderState:
         progress = self.followers.get(follower)
         return progress is not None and progress.hw_sent < self.hw
 
-    def set_isr(self, isr: Sequence[str]) -> bool:
-        """The metadata committed ``isr`` for this epoch; True if the HW moved.
+    def set_isr(self, isr: Sequence[str], partition_epoch: int | None = None) -> bool:
+        """The metadata committed ``isr`` for this epoch (at ``partition_epoch``, if
+        known); True if the HW moved. A state older than the view's is ignored.
 
         A member the metadata removed must catch up at a new fetch to rejoin (a server
         that left the ISRs as it shut down must not be added back by its last fetch)."""
+        if partition_epoch is not None:
+            if partition_epoch < self.partition_epoch:
+                return False
+            self.partition_epoch = partition_epoch
         for member in set(self.isr) - set(isr) - {self.leader}:
             progress = self.followers.get(member)
             if progress is not None:
@@ -297,6 +309,7 @@ class LeaderState:
         if set(wanted) == set(self.isr) and not self.unresolved:
             return None
         self.pending_isr = wanted
+        self.pending_base = self.partition_epoch
         return wanted
 
     def proposal_done(self, isr: tuple[str, ...], accepted: bool) -> bool:
@@ -307,10 +320,18 @@ class LeaderState:
         for the HW) until a later proposal is accepted or :meth:`set_isr` brings the
         metadata's ISR; the next :meth:`isr_proposal` proposes again.
         """
+        base = self.pending_base
         if self.pending_isr is not None and set(self.pending_isr) == set(isr):
             self.pending_isr = None
         if accepted:
-            return self.set_isr(isr)
+            # Applied as a compare-and-set on ``base``: the metadata's ISR became ``isr`` at
+            # partition epoch base + 1 (or stayed ``isr``). Adopt that unless the view
+            # already reflects a later metadata state (set_isr came first): the view only
+            # moves forward along the metadata's history.
+            if self.partition_epoch > base:
+                return self._recompute_hw()
+            changed = set(isr) != set(self.isr)
+            return self.set_isr(isr, base + 1 if changed else base)
         self.unresolved = self.unresolved | (frozenset(isr) - set(self.isr))
         return self._recompute_hw()
 
