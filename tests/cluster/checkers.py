@@ -16,6 +16,7 @@ the invariant holds. :func:`assert_clean` fails a test with the first violations
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
@@ -234,6 +235,32 @@ def check_consumed(
         if seen is None or seen.payload_id != a.payload_id:
             out.append(f"consumer: acked {a.payload_id} at {a.partition}/{a.offset} not seen")
     return out
+
+
+_LEADS = re.compile(
+    r"assignment applied stream=(?P<stream>\S+) partition=(?P<partition>\d+) role=leader "
+    r".*?leader_epoch=(?P<epoch>\d+)"
+)
+
+
+def leaderships(logs: Mapping[str, str]) -> dict[tuple[str, int, int], set[str]]:
+    """(stream, partition, leader epoch) -> the servers whose log says they took the
+    leader role in it (``logs``: server id -> its whole log)."""
+    out: dict[tuple[str, int, int], set[str]] = {}
+    for server, text in logs.items():
+        for m in _LEADS.finditer(text):
+            key = (m["stream"], int(m["partition"]), int(m["epoch"]))
+            out.setdefault(key, set()).add(server)
+    return out
+
+
+def check_one_leader_per_epoch(logs: Mapping[str, str]) -> list[str]:
+    """No two servers led one partition in one leader epoch."""
+    return [
+        f"{stream}/{partition} epoch {epoch} led by {sorted(servers)}"
+        for (stream, partition, epoch), servers in sorted(leaderships(logs).items())
+        if len(servers) > 1
+    ]
 
 
 def assert_clean(**checks: list[str]) -> None:

@@ -40,6 +40,7 @@ from jetserver.devcluster import MAX_DEV_SERVERS
 from jetserver.nats_process import NatsServerProcess
 from jetserver.storage.durability_trace import ENV_VAR as TRACE_ENV_VAR
 from jetserver.storage.durability_trace import PowerLossReport, simulate_power_loss
+from support.netns import NetLab
 
 READY_TIMEOUT_S = 30.0
 """Bound on one server becoming ready (ready file written)."""
@@ -157,6 +158,10 @@ class JetProcess:
     """Number of starts (incarnations) so far."""
     extra_env: dict[str, str] = attrs.field(factory=dict)
     """Added to the environment of every start (e.g. the fsync fault shim)."""
+    host: str = "127.0.0.1"
+    """Its address (another one for a server in its own network namespace)."""
+    exec_prefix: tuple[str, ...] = ()
+    """Command prefix, e.g. ``ip netns exec NS`` (the process keeps the PID it execs)."""
 
     @property
     def data_dir(self) -> Path:
@@ -165,13 +170,13 @@ class JetProcess:
 
     @property
     def address(self) -> str:
-        """``127.0.0.1:PORT`` (the same across restarts)."""
-        return f"127.0.0.1:{self.port}"
+        """``HOST:PORT`` (the same across restarts)."""
+        return f"{self.host}:{self.port}"
 
     @property
     def raft_address(self) -> str:
-        """``127.0.0.1:RAFT_PORT``."""
-        return f"127.0.0.1:{self.raft_port}"
+        """``HOST:RAFT_PORT``."""
+        return f"{self.host}:{self.raft_port}"
 
     @property
     def trace_path(self) -> Path:
@@ -213,6 +218,7 @@ class JetProcess:
             log_file.flush()
             self.proc = subprocess.Popen(
                 [
+                    *self.exec_prefix,
                     sys.executable,
                     "-m",
                     "jetserver.cli.main",
@@ -337,6 +343,9 @@ class Cluster:
     """Server log level."""
     server_env: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     """Extra environment per server id (``s1``...), for every start of that server."""
+    netlab: NetLab | None = None
+    """If set, every server runs in its own namespace of this lab (host = server id), and
+    so does nats-server (host ``nats``); the test reaches them from its own namespace."""
     nats: NatsServerProcess | None = None
     """The nats-server (after :meth:`start`)."""
     servers: list[JetProcess] = attrs.field(factory=list)
@@ -368,6 +377,8 @@ class Cluster:
     def _configs(self) -> list[JetProcess]:
         ids = [f"s{i}" for i in range(1, self.servers_count + 1)]
         ports = {i: (free_port(), free_port()) for i in ids}
+        lab = self.netlab
+        hosts = {i: lab.ip(i) if lab is not None else "127.0.0.1" for i in ids}
         out = []
         for sid in ids:
             root = self.root / sid
@@ -375,7 +386,7 @@ class Cluster:
             config: dict[str, dict[str, Any]] = {
                 "server": {"id": sid, "data_dir": str(root / "data")},
                 "listen": {
-                    "host": "127.0.0.1",
+                    "host": hosts[sid],
                     "port": port,
                     "ready_file": str(root / "ready.json"),
                 },
@@ -389,9 +400,9 @@ class Cluster:
             }
             if self.servers_count > 1:
                 config["cluster"] = {
-                    "raft_address": f"127.0.0.1:{raft_port}",
+                    "raft_address": f"{hosts[sid]}:{raft_port}",
                     "peers": [
-                        f"{other}@127.0.0.1:{ports[other][1]}" for other in ids if other != sid
+                        f"{other}@{hosts[other]}:{ports[other][1]}" for other in ids if other != sid
                     ],
                 }
             for section, values in self.settings.items():
@@ -405,6 +416,8 @@ class Cluster:
                     config,
                     trace=self.power_loss,
                     extra_env=dict(self.server_env.get(sid, {})),
+                    host=hosts[sid],
+                    exec_prefix=tuple(lab.exec_prefix(sid)) if lab is not None else (),
                 )
             )
         return out
@@ -415,7 +428,12 @@ class Cluster:
         again if one fails."""
         self.root.mkdir(parents=True, exist_ok=True)
         try:
-            self.nats = NatsServerProcess(work_dir=self.root / "nats")
+            lab = self.netlab
+            self.nats = NatsServerProcess(
+                work_dir=self.root / "nats",
+                host=lab.ip("nats") if lab is not None else "127.0.0.1",
+                exec_prefix=tuple(lab.exec_prefix("nats")) if lab is not None else (),
+            )
             self.nats.start()
             self.servers = self._configs()
             for s in self.servers:
@@ -465,6 +483,16 @@ class Cluster:
             s.spawn()
         for s in down:
             s.wait_ready(timeout_s)
+
+    def all_logs(self) -> dict[str, str]:
+        """Server id -> its whole log file (every incarnation)."""
+        out = {}
+        for s in self.servers:
+            try:
+                out[s.server_id] = s.log_path.read_text(errors="replace")
+            except FileNotFoundError:
+                out[s.server_id] = ""
+        return out
 
     def logs(self, chars: int = 2000) -> str:
         """The tail of every server's log (for failure messages)."""

@@ -26,6 +26,7 @@ from cluster.checkers import (
     check_consumed,
     check_exactly_once,
     check_hw_monotonic,
+    check_one_leader_per_epoch,
     check_order,
     check_replicas_identical,
 )
@@ -215,6 +216,7 @@ class Scenario:
             consumer=consumer_problems,
             replicas_identical=replicas,
             reads_through_every_isr_member=replica_reads,
+            one_leader_per_epoch=check_one_leader_per_epoch(self.cluster.all_logs()),
         )
         return stored
 

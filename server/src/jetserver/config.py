@@ -121,7 +121,11 @@ DEFAULT_NATS_CONNECT_TIMEOUT_S = 5.0
 DEFAULT_NATS_RECONNECT_WAIT_S = 0.25
 DEFAULT_NATS_RECONNECT_MAX_WAIT_S = 5.0
 DEFAULT_NATS_MAX_RECONNECT_ATTEMPTS = -1
-DEFAULT_NATS_PING_INTERVAL_S = 20.0
+DEFAULT_NATS_PING_INTERVAL_S = 2.0
+"""A silent NATS link (a cut network: no RST arrives) is noticed after about
+``(max_outstanding_pings + 1) * ping_interval_s`` = 8 s; a leader then hands its
+partitions over (cluster/handoff.py). nats-py's default of 2 minutes left a cut-off leader
+in place, storing nothing, for minutes."""
 DEFAULT_NATS_MAX_OUTSTANDING_PINGS = 3
 DEFAULT_NATS_PENDING_BYTES = 64 * MiB
 DEFAULT_NATS_SUB_PENDING_MSGS = 1_000_000

@@ -70,6 +70,10 @@ class NatsServerProcess:
     """More nats-server config lines (e.g. ``authorization { token: "s3cret" }``)."""
     new_session: bool = False
     """Start in its own session, so a terminal's Ctrl-C reaches only the owner."""
+    host: str = "127.0.0.1"
+    """Address to listen on (tests of network partitions use a namespace's address)."""
+    exec_prefix: tuple[str, ...] = ()
+    """Command prefix, e.g. ``ip netns exec NS`` (tests of network partitions)."""
     proc: subprocess.Popen[bytes] | None = None
     """The running process, if any."""
     _own_dir: bool = False
@@ -83,10 +87,10 @@ class NatsServerProcess:
 
     @property
     def url(self) -> str:
-        """``nats://127.0.0.1:PORT``."""
+        """``nats://HOST:PORT``."""
         if self.port <= 0:
             raise NatsServerError("nats-server has not been started")
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.host}:{self.port}"
 
     @property
     def log_path(self) -> Path:
@@ -120,9 +124,10 @@ class NatsServerProcess:
             lines.append(f'jetstream {{ store_dir: "{store}" }}')
         conf.write_text("\n".join(lines) + "\n")
         args = [
+            *self.exec_prefix,
             binary,
             "-a",
-            "127.0.0.1",
+            self.host,
             "-p",
             str(self.port),
             "-c",

@@ -43,6 +43,7 @@ from jetserver.broker.streams import MetadataView, StreamManager
 from jetserver.cluster import ClusterNode
 from jetserver.cluster.handoff import (
     HANDOFF_TIMEOUT_FRACTION,
+    hand_off_during_nats_outages,
     hand_off_leaderships,
     leave_isrs,
 )
@@ -220,7 +221,19 @@ class Server:
                         )
                         if cfg.auth.acls and node is not None:
                             tg.start_soon(bootstrap_acls, cfg, security)  # needs Raft
+                        if node is not None:
+                            outage_scope = anyio.CancelScope()
+
+                            async def watch_nats(scope: anyio.CancelScope = outage_scope) -> None:
+                                with scope:
+                                    await hand_off_during_nats_outages(
+                                        link, node.raft, streams, cfg.server.id
+                                    )
+
+                            tg.start_soon(watch_nats)
                         await self._stop.wait()
+                        if node is not None:
+                            outage_scope.cancel()
                         log.info("shutting down")
                         if node is not None:
                             # Still serving: move partition leaderships to in-sync
