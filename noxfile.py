@@ -61,3 +61,13 @@ def bench(session: nox.Session) -> None:
     """Benchmarks, printed side by side with their baselines and ratios."""
     session.install(*PACKAGES)
     session.run("python", "-m", "bench", *session.posargs, env={"PYTHONPATH": "."})
+
+
+@nox.session
+def faults(session: nox.Session) -> None:
+    """Seeded fault campaign on real processes; ends with a durability report per class.
+
+    ``nox -s faults -- --minutes 30`` (also ``--runs N``, ``--seed S``, ``--only PREFIX``).
+    """
+    session.install(*PACKAGES, *TEST_DEPS)
+    session.run("python", "tools/fault_campaign.py", *session.posargs)

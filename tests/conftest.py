@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
 
@@ -35,3 +36,12 @@ def jet_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
         yield dev
     finally:
         dev.stop()
+
+
+@pytest.fixture(scope="session")
+def fsync_shim() -> Path:
+    """The fsync fault shim (tests/support/fsync_fault.py), built once; skip without cc."""
+    try:
+        return shim_path()
+    except ShimUnavailable as exc:
+        pytest.skip(str(exc))

@@ -35,6 +35,7 @@ from cluster.views import read_through, replica_logs, wait_caught_up, wait_leade
 from cluster.workload import ConsumerDriver, HwMonitor, ProducerDriver, client, read_committed
 from jetsdk import Client
 from jetsdk.metadata import PartitionInfo
+from support.fault_report import longest_gap, write_report
 
 LEADER_TIMEOUT_S = 30.0
 """Bound on a partition getting a (new) leader."""
@@ -74,6 +75,8 @@ class Scenario:
     """Set once the producer has flushed and returned."""
     notes: list[str] = attrs.field(factory=list)
     """What the test wants printed at the end (timings, counts)."""
+    faults: int = 1
+    """Faults the test injected (for the durability report of ``nox -s faults``)."""
 
     @classmethod
     @asynccontextmanager
@@ -208,9 +211,20 @@ class Scenario:
             f"hw {hws}, consumed {len(consumed)}, hw samples {len(self.monitor.samples)}"
         )
         self.note(summary)
+        checks = {
+            "acked_subset_of_stored": check_acked_stored(self.producer.acked, stored),
+            "exactly_once": check_exactly_once(stored),
+        }
+        write_report(
+            faults=self.faults,
+            acked=len(self.producer.acked),
+            lost=len(checks["acked_subset_of_stored"]),
+            duplicated=len(checks["exactly_once"]),
+            longest_without_ack_s=longest_gap(a.at for a in self.producer.acked),
+        )
         assert_clean(
-            acked_subset_of_stored=check_acked_stored(self.producer.acked, stored),
-            exactly_once=check_exactly_once(stored),
+            acked_subset_of_stored=checks["acked_subset_of_stored"],
+            exactly_once=checks["exactly_once"],
             order=check_order(stored),
             hw_monotonic=check_hw_monotonic(self.monitor.samples),
             consumer=consumer_problems,

@@ -25,7 +25,7 @@ from cluster.scenario import Scenario
 from cluster.views import wait_full_isr
 from jetserver.fatal import EXIT_STORAGE_FATAL
 from jetserver.raft.config import JOURNAL_FILE
-from support.fsync_fault import ArmableFault, ShimUnavailable, shim_path
+from support.fsync_fault import ArmableFault
 
 pytestmark = [pytest.mark.fault, pytest.mark.anyio, needs_cluster]
 
@@ -41,17 +41,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-def shim() -> Path:
-    try:
-        return shim_path()
-    except ShimUnavailable as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.mark.parametrize("victim", ["leader", "follower"])
 async def test_failed_fsync_on_a_replica_loses_no_acked_record(
-    tmp_path: Path, shim: Path, victim: str
+    tmp_path: Path, fsync_shim: Path, victim: str
 ) -> None:
     faults = {
         sid: ArmableFault(tmp_path / f"{sid}.fault", tmp_path / f"{sid}.fired") for sid in SERVERS
@@ -75,7 +67,7 @@ async def test_failed_fsync_on_a_replica_loses_no_acked_record(
 
 
 async def test_failed_fsync_of_the_raft_journal_stops_the_server(
-    tmp_path: Path, shim: Path
+    tmp_path: Path, fsync_shim: Path
 ) -> None:
     """The server whose Raft journal fsync fails exits at once (status 74) with a clear
     error; the other two go on, and it rejoins after a restart."""

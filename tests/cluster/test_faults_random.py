@@ -123,6 +123,7 @@ async def test_seeded_random_faults_keep_every_invariant(tmp_path: Path) -> None
                 acked = len(sc.producer.acked)
                 await sc.producer.wait_acked(acked + 300, 30.0)
                 sc.note(f"{len(schedule)} faults: " + "; ".join(schedule))
+                sc.faults = len(schedule)
                 await sc.verify()
     except BaseException as exc:
         print(f"\nFAILED with {SEED_ENV}={seed}; schedule:\n  " + "\n  ".join(schedule))

@@ -22,7 +22,8 @@ import pytest
 
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
-from support.fsync_fault import FsyncFault, ShimUnavailable, shim_path
+from support.fault_report import write_report
+from support.fsync_fault import FsyncFault
 from support.jet_server import ServerProcess
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -40,21 +41,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-def shim() -> Path:
-    try:
-        return shim_path()
-    except ShimUnavailable as exc:
-        pytest.skip(str(exc))
-
-
 def value(i: int) -> bytes:
     return b"record-%06d-" % i + b"x" * 80
 
 
 @pytest.mark.parametrize("fail_at", [2, 15])
 async def test_failed_fsync_on_a_single_server_loses_no_acked_record(
-    nats_server: NatsServer, tmp_path: Path, shim: Path, fail_at: int
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path, fail_at: int
 ) -> None:
     data = tmp_path / "data"
     marker = tmp_path / "fault-fired"
@@ -97,6 +90,7 @@ async def test_failed_fsync_on_a_single_server_loses_no_acked_record(
     assert not lost, f"{len(lost)} of {COUNT} acked records lost or changed, first {lost[:5]}"
     counts = collections.Counter(r.value for r in records)
     dups = [v for v, n in counts.items() if n > 1]
+    write_report(faults=1, acked=len(acked), lost=len(lost), duplicated=len(dups))
     assert not dups, f"{len(dups)} records stored twice"
     # The producer's retries stored again what the cut removed: every send was acked.
     assert not failed, f"{len(failed)} sends failed, first: {failed[0]!r}"
