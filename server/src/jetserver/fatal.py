@@ -14,6 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
+
+from jetserver.storage import files as storage_files
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +41,22 @@ def die(what: str, exc: BaseException) -> None:
 
 
 def fsync_or_die(fd: int, what: str, *, data_only: bool = False) -> None:
-    """fsync (or fdatasync) ``fd``; on failure stop the server via :func:`die`."""
+    """fsync (or fdatasync) ``fd``; on failure stop the server via :func:`die`.
+
+    Goes through :mod:`jetserver.storage.files`, so a power-loss test's durability trace
+    sees the Raft journal and the metadata files too."""
     try:
         if data_only:
-            os.fdatasync(fd)
+            storage_files.fdatasync(fd)
         else:
-            os.fsync(fd)
+            storage_files.fsync(fd)
+    except OSError as exc:
+        die(f"fsync of {what}", exc)
+
+
+def fsync_directory_or_die(directory: Path, what: str) -> None:
+    """fsync ``directory`` (make creations and renames in it durable), or stop."""
+    try:
+        storage_files.fsync_directory(directory)
     except OSError as exc:
         die(f"fsync of {what}", exc)

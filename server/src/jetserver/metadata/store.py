@@ -20,7 +20,7 @@ import attrs
 import orjson
 
 from jetserver.errors import JetServerError
-from jetserver.fatal import fsync_or_die
+from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
 from jetserver.metadata.ops import Op, OpResult, apply
@@ -51,11 +51,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        fsync_or_die(dir_fd, str(path.parent))
-    finally:
-        os.close(dir_fd)
+    fsync_directory_or_die(path.parent, str(path.parent))
 
 
 def load_state(path: Path) -> MetadataState:

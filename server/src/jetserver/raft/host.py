@@ -45,6 +45,7 @@ from pysyncobj.monotonic import monotonic
 from pysyncobj.node import TCPNode
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.raft import journal, logbridge
 from jetserver.raft.config import RaftConfig
@@ -157,15 +158,18 @@ def _write_synced(path: str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        fsync_or_die(fd, f"the Raft snapshot {path}")
     finally:
         os.close(fd)
 
 
 def _sync_path(path: Path) -> None:
+    if path.is_dir():
+        fsync_directory_or_die(path, f"the Raft directory {path}")
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        fsync_or_die(fd, f"the Raft snapshot {path}")
     finally:
         os.close(fd)
 

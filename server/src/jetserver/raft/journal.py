@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from jetserver.fatal import fsync_or_die
+from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.store import write_atomic
 
@@ -58,11 +58,7 @@ class JournalCorrupt(Exception):
 
 
 def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fsync_or_die(fd, f"the Raft journal directory {path}")
-    finally:
-        os.close(fd)
+    fsync_directory_or_die(path, f"the Raft journal directory {path}")
 
 
 def encode_record(command: bytes, index: int, term: int) -> bytes:

@@ -17,9 +17,9 @@ entry was not made durable by a directory fsync (in a directory the engine fsync
 
 Not modelled: the old content of a file rewritten in place (its size is reset to 0 until
 the next fsync, which is harsher than most file systems), a rename or unlink not yet made
-durable (the new state is kept), directories the engine never fsyncs (their entries are
-kept), and files outside the storage engine (Raft journal, metadata) which fsync by
-themselves.
+durable (the new state is kept), and directories the engine never fsyncs (their entries
+are kept). The Raft journal, its snapshot and meta files and the metadata file are traced
+too: they sync through :mod:`jetserver.fatal`, which uses this module's functions.
 
 Cost when off: one module attribute test per fsync or file creation. Enable the trace from
 the server's first start on an empty data directory (a file that existed before tracing
