@@ -64,7 +64,8 @@ CLASSES: list[tuple[str, str]] = [
     ("power-loss", "tests/cluster/test_faults_power_loss.py"),
     ("leader-kill", "tests/cluster/test_faults_leader.py"),
     ("follower-kill", "tests/cluster/test_faults_follower.py"),
-    ("bit-rot", "tests/cluster/test_faults_corruption.py"),
+    ("bit-rot-unclean", "tests/cluster/test_faults_corruption.py"),
+    ("bit-rot-clean-restart", "tests/cluster/test_faults_bitrot.py"),
     ("random-kills-pauses-nats", "tests/cluster/test_faults_random.py"),
 ]
 RUN_TIMEOUT_S = 600.0

@@ -124,18 +124,21 @@ class ReplicaRoles:
         self._committed_floor = max(log_.high_watermark, checkpointed_hw(log_))
 
     async def _scrub_at_open(self) -> None:
-        """A replicated partition opened after an unclean shutdown: CRC-check the whole log
-        and truncate at the first damaged record (see :mod:`~jetserver.replication.scrub`).
+        """A replicated partition opened after an unclean shutdown (or after any, with
+        ``replication.scrub_on_clean_start``): CRC-check the whole log and truncate at the
+        first damaged record (see :mod:`~jetserver.replication.scrub`).
 
-        Runs before the partition is visible (``run`` calls it before reporting started),
-        so its HW never appears to move back.
+        Bit rot in a sealed segment can happen while the server is down after a clean stop
+        too; finding it costs one CRC pass over the partition's files. Runs before the
+        partition is visible (``run`` calls it before reporting started), so its HW never
+        appears to move back.
         """
         log_ = self.log
         if (
             self._scrubbed
             or self.controller is None
             or self.replication_factor <= 1
-            or log_.recovery.clean_shutdown
+            or (log_.recovery.clean_shutdown and not self.replication.scrub_on_clean_start)
         ):
             return
         self._scrubbed = True
