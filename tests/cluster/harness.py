@@ -76,6 +76,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1: every socket stays bound until all
+    are chosen, so the OS cannot hand out the same port twice within one call."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> float:
     """Poll ``predicate`` until true; return the seconds it took.
 
@@ -376,7 +391,8 @@ class Cluster:
 
     def _configs(self) -> list[JetProcess]:
         ids = [f"s{i}" for i in range(1, self.servers_count + 1)]
-        ports = {i: (free_port(), free_port()) for i in ids}
+        chosen = iter(free_ports(2 * len(ids)))
+        ports = {i: (next(chosen), next(chosen)) for i in ids}
         lab = self.netlab
         hosts = {i: lab.ip(i) if lab is not None else "127.0.0.1" for i in ids}
         out = []

@@ -75,6 +75,30 @@ def test_a_truncation_above_the_flushed_offset_keeps_the_poison() -> None:
     assert commit.failure is None
 
 
+def test_a_sync_that_fails_after_a_concurrent_truncation_still_poisons() -> None:
+    # A truncation (clamp) while the fsync runs, and then the fsync fails: the pages it
+    # dropped may hold records below the truncation point, so the log stays poisoned and
+    # a later successful fsync must not move the flushed offset over them.
+    commit = GroupCommit(5)
+
+    def clamp_then_fail() -> tuple[int, Callable[[], None]]:
+        def sync() -> None:
+            commit.clamp(15)
+            raise OSError(errno.EIO, "injected")
+
+        return 20, sync
+
+    with pytest.raises(SyncFailedError):
+        commit.flush(lambda: 20, clamp_then_fail)
+    assert commit.failure is not None
+    with pytest.raises(SyncFailedError):
+        commit.flush(lambda: 15, lambda: (15, lambda: None))
+    assert commit.flushed_offset == 5
+    # Cutting back to what is on disk clears it.
+    commit.clamp(5)
+    assert commit.failure is None
+
+
 def test_failed_fdatasync_leaves_flushed_offset_and_recovery_cuts_to_disk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

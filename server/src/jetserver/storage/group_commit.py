@@ -82,11 +82,12 @@ class GroupCommit:
                     sync()
                 except BaseException as exc:
                     with self._cond:
-                        if generation == self._generation:
-                            self._failed = (
-                                f"fsync failed ({exc}); records from offset {self._flushed} "
-                                "on are not known to be on disk"
-                            )
+                        # Recorded even when a clamp() ran during the fsync: the pages
+                        # the failed writeback dropped may lie below the clamp point.
+                        self._failed = (
+                            f"fsync failed ({exc}); records from offset {self._flushed} "
+                            "on are not known to be on disk"
+                        )
                     if isinstance(exc, Exception) and not isinstance(exc, SyncFailedError):
                         raise SyncFailedError(str(exc)) from exc
                     raise
