@@ -55,6 +55,17 @@ class PartitionAck(NamedTuple):
     """Explanation when error_code is not 0."""
 
 
+class PendingAck(NamedTuple):
+    """An ALL ack waiting for the high watermark to pass its offset."""
+
+    offset: int
+    """The record's offset."""
+    inbox: str
+    """Where the ack goes."""
+    ack: PartitionAck
+    """The ack."""
+
+
 LocalAckReceiver = Callable[[str, str, int, Sequence[PartitionAck]], None]
 """Receives ``(token, stream, partition, acks)`` for the acks to ``<prefix>.<token>`` of a
 prefix registered in :attr:`~jetserver.nats_link.NatsLink.local_inboxes` (event loop

@@ -3,9 +3,10 @@
 :class:`Committer` is mixed into :class:`~jetserver.broker.partition.PartitionReplica`
 (which holds the fields declared here). Its flusher task waits until records were
 appended, fsyncs them in a worker thread (one fsync covers everything appended so far),
-then moves the high watermark (single server: to the flushed offset; leader: per the ISR),
-sends the ALL acks the HW passed and wakes parked fetches. Records appended during an
-fsync are covered by the next one (group commit).
+then tells the replica's :class:`~jetserver.replication.core.ReplicaCore`, which says what
+follows: the high watermark to set (single server: the flushed offset; leader: per the
+ISR), the ALL acks to send, whom to wake (:meth:`Committer._carry_out`). Records appended
+during an fsync are covered by the next one (group commit).
 
 Task safety: event loop thread (Log.flush runs in a worker thread, which the storage engine
 allows concurrently with the single writer).
@@ -13,18 +14,16 @@ allows concurrently with the single writer).
 
 from __future__ import annotations
 
-import collections
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import anyio
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver.broker.acks import PartitionAck
+from jetserver.broker.acks import PartitionAck, PendingAck
 from jetserver.broker.producers import ProducerTable
-from jetserver.broker.roles import ROLE_SINGLE
-from jetserver.replication import LeaderState
+from jetserver.replication.core import Outcome, ReplicaCore
 from jetserver.storage import Log, SyncFailedError
 
 log = logging.getLogger(__name__)
@@ -32,16 +31,7 @@ log = logging.getLogger(__name__)
 FLUSH_RETRY_S = 1.0
 """Pause before retrying after a failed fsync."""
 
-
-class PendingAck(NamedTuple):
-    """An ALL ack waiting for the flush that covers its offset."""
-
-    offset: int
-    """The record's offset."""
-    inbox: str
-    """Where the ack goes."""
-    ack: PartitionAck
-    """The ack."""
+__all__ = ["FLUSH_RETRY_S", "Committer", "PendingAck"]
 
 
 class Committer:
@@ -52,15 +42,11 @@ class Committer:
     partition: int
     on_leadership_end: Callable[[str, int], None] | None
     log: Log
+    _core: ReplicaCore[PendingAck]
     _dirty: anyio.Event
-    _role: str
-    _leader_state: LeaderState | None
-    _pending_all: collections.deque[PendingAck]
-    _pending_unordered: bool
     wake_waiters: Callable[[], None]
     _wake_replicas: Callable[[], None]
     _publish_acks: Callable[[list[tuple[str, PartitionAck]]], Any]
-    _isr_text: Callable[[], str]
     _fields: Callable[..., dict[str, Any]]
     producers: ProducerTable
     sync_failures: int
@@ -110,91 +96,39 @@ class Committer:
             self.stop(drain=False)
             return
         self.producers.forget_from(end)
-        if self._leader_state is not None:
-            self._leader_state.on_cut(end)
-        lost = [p for p in self._pending_all if p.offset >= end]
-        self._pending_all = collections.deque(p for p in self._pending_all if p.offset < end)
+        out = self._core.cut(end, f"fsync failed, the record is not stored (retry): {exc}")
         log.error(
             "fsync failed: cut the log back to its last good sync; the records above it "
             "must come again from their producers or the leader",
             extra=self._fields(error=repr(exc), flushed=cut_from, leo_was=leo, leo=end),
         )
-        text = f"fsync failed, the record is not stored (retry): {exc}"
-        failed = [
-            (p.inbox, p.ack._replace(error_code=ErrorCode.STORAGE_ERROR, error_message=text))
-            for p in lost
-        ]
-        if failed:
-            await self._publish_acks(failed)
+        await self._carry_out(out)
 
     async def _commit(self, flushed: int) -> None:
-        """The log is fsynced up to ``flushed``: move the HW (single: to ``flushed``; leader:
-        per the ISR), ack ALL, wake fetches."""
-        state = self._leader_state
-        if state is not None:
-            state.on_append(self.log.log_end_offset)
-            moved = state.on_flush(flushed)
-            self._wake_replicas()
-            if moved:
-                await self._advance_hw()
-            return
-        if self._role != ROLE_SINGLE:
-            return
-        if flushed > self.log.high_watermark:
-            self.log.set_high_watermark(flushed)
-            self.wake_waiters()
-        await self._ack_committed(flushed, True)
-
-    async def _advance_hw(self) -> None:
-        """Leader: apply the HW of the leader state, ack what it committed."""
-        state = self._leader_state
-        if state is None:
-            return
-        if state.hw > self.log.high_watermark:
-            self.log.set_high_watermark(state.hw)
-            self.wake_waiters()
-        self._wake_replicas()
-        await self._ack_committed(self.log.high_watermark, state.committed_on_enough())
-
-    async def _ack_committed(self, hw: int, enough: bool) -> None:
-        """Send the pending ALL acks below ``hw`` (as NOT_ENOUGH_REPLICAS unless ``enough``)."""
-        done: list[PendingAck] = []
-        while self._pending_all and self._pending_all[0].offset < hw:
-            done.append(self._pending_all.popleft())
-        if self._pending_unordered:
-            keep = collections.deque[PendingAck]()
-            for p in self._pending_all:
-                if p.offset < hw:
-                    done.append(p)
-                else:
-                    keep.append(p)
-            self._pending_all = keep
-            self._pending_unordered = any(a.offset > b.offset for a, b in zip(keep, list(keep)[1:]))
-        if not done:
-            return
-        if enough:
-            await self._publish_acks([(p.inbox, p.ack) for p in done])
-            return
-        text = (
-            "committed on fewer than min_isr replicas (the ISR shrank before the record "
-            f"committed); it may not survive a failure. {self._isr_text()}"
+        """The log is fsynced up to ``flushed``: the core moves the HW and acks."""
+        log_ = self.log
+        await self._carry_out(
+            self._core.flushed(flushed, leo=log_.log_end_offset, hw=log_.high_watermark)
         )
-        failed = [
-            (
-                p.inbox,
-                p.ack._replace(error_code=ErrorCode.NOT_ENOUGH_REPLICAS, error_message=text),
+
+    async def _carry_out(self, out: Outcome[PendingAck]) -> None:
+        """Do what the core decided: set the HW, wake waiters, send the acks."""
+        if out.hw is not None and out.hw > self.log.high_watermark:
+            self.log.set_high_watermark(out.hw)
+            self.wake_waiters()
+        if out.wake_replicas:
+            self._wake_replicas()
+        if out.acks:
+            await self._publish_acks(
+                [
+                    (p.inbox, p.ack)
+                    if code == ErrorCode.NONE
+                    else (p.inbox, p.ack._replace(error_code=code, error_message=text))
+                    for p, code, text in out.acks
+                ]
             )
-            for p in done
-        ]
-        await self._publish_acks(failed)
+        if out.leadership_ended and self.on_leadership_end is not None:
+            self.on_leadership_end(self.stream, self.partition)
 
     async def _fail_pending_all(self, code: ErrorCode, message: str) -> None:
-        failed = [
-            (p.inbox, p.ack._replace(error_code=code, error_message=message))
-            for p in self._pending_all
-        ]
-        self._pending_all.clear()
-        if failed:
-            await self._publish_acks(failed)
-        if code == ErrorCode.NOT_LEADER and self.on_leadership_end is not None:
-            self.on_leadership_end(self.stream, self.partition)
+        await self._carry_out(self._core.fail_all(code, message))

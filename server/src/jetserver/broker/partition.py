@@ -48,19 +48,16 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.transcode import envelope_record, record_subjects
-from jetserver.broker.acks import PartitionAck, publish_acks
-from jetserver.broker.commit import Committer, PendingAck
+from jetserver.broker.acks import PartitionAck, PendingAck, publish_acks
+from jetserver.broker.commit import Committer
 from jetserver.broker.producers import ProducerTable
-from jetserver.broker.roles import (
-    ROLE_LEADER,
-    ROLE_SINGLE,
-    ReplicaRoles,
-)
+from jetserver.broker.roles import ReplicaRoles
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.logs import fields
-from jetserver.metadata.model import PartitionAssignment, StreamSpec
+from jetserver.metadata.model import StreamSpec
 from jetserver.nats_link import NatsLink, SubscriptionHandle
-from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig
+from jetserver.replication import ControlPlane, ReplicationConfig
+from jetserver.replication.core import ReplicaCore
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
 
@@ -151,8 +148,6 @@ class PartitionReplica(ReplicaRoles, Committer):
     _space: anyio.Event = attrs.field(factory=anyio.Event)
     _dirty: anyio.Event = attrs.field(factory=anyio.Event)
     _hw_moved: anyio.Event = attrs.field(factory=anyio.Event)
-    _pending_all: collections.deque[PendingAck] = attrs.field(factory=collections.deque)
-    _pending_unordered: bool = False
     _stopping: bool = False
     _closed: bool = False
     _drain: bool = True
@@ -166,9 +161,7 @@ class PartitionReplica(ReplicaRoles, Committer):
     """Messages refused (too large, bad fields, storage errors)."""
     fetch_waiters: int = 0
     """Fetches parked waiting for the HW to move."""
-    _role: str = ""
-    _assignment: PartitionAssignment | None = None
-    _leader_state: LeaderState | None = None
+    _core: ReplicaCore[PendingAck] = attrs.field(init=False)
     _fetcher: FollowerFetcher | None = None
     _sub: SubscriptionHandle | None = None
     _tg: TaskGroup | None = None
@@ -188,7 +181,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         """NATS sink (a message without headers): queue it for the sequencer and return True,
         or return False while the queue is full (it then comes through :meth:`on_message`,
         which waits for room). Messages arriving while not leading are dropped (True)."""
-        if self._stopping or self._role not in (ROLE_LEADER, ROLE_SINGLE):
+        if self._stopping or not self._core.leading:
             return True
         if self._queued_bytes >= self.ingest.max_pending_bytes:
             return False
@@ -199,7 +192,7 @@ class PartitionReplica(ReplicaRoles, Committer):
 
     async def on_message(self, msg: Msg) -> None:
         """NATS callback: queue the message for the sequencer (waits when the queue is full)."""
-        if self._stopping or self._role not in (ROLE_LEADER, ROLE_SINGLE):
+        if self._stopping or not self._core.leading:
             return
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
             self._space = anyio.Event() if self._space.is_set() else self._space
@@ -323,7 +316,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         await publish_acks(self.link, self.stream, self.partition, items)
 
     async def _append_batch(self, batch: list[Ingested]) -> None:
-        if self._role not in (ROLE_LEADER, ROLE_SINGLE):
+        if not self._core.leading:
             return  # queued before this replica stopped leading: its publishers retry
         bodies: list[bytes] = []
         wanted: list[_Wanted | None] = []  # one per body (None: no ack, no producer)
@@ -372,9 +365,9 @@ class PartitionReplica(ReplicaRoles, Committer):
                 text = f"message of {size} bytes exceeds max_message_bytes {limit}"
                 self._error_ack(now, who, ErrorCode.MESSAGE_TOO_LARGE, text)
                 continue
-            if policy == AckPolicy.ALL and not self._enough_replicas():
+            if policy == AckPolicy.ALL and not self._core.enough_replicas():
                 self.messages_rejected += 1
-                self._error_ack(now, who, ErrorCode.NOT_ENOUGH_REPLICAS, self._isr_text())
+                self._error_ack(now, who, ErrorCode.NOT_ENOUGH_REPLICAS, self._core.isr_text())
                 continue
             if producer_id is not None:
                 stored = self.producers.lookup(producer_id, producer_seq)
@@ -412,8 +405,7 @@ class PartitionReplica(ReplicaRoles, Committer):
                 wanted = []
             else:
                 self.messages_in += len(bodies)
-                if self._leader_state is not None:
-                    self._leader_state.on_append(first + len(bodies))
+                self._core.appended(first + len(bodies))
                 self._acks_after_append(now, wanted, first, ts)
                 self._dirty.set()
         for who, index, offset, stamp in dups:
@@ -433,7 +425,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         """:meth:`_success_ack` for each appended message (``wanted[i]`` at ``first + i``),
         inlined (this runs per message) and recording idempotent producers."""
         hw = self.log.high_watermark
-        pending = self._pending_all
+        core = self._core
         producers = self.producers
         offset = first - 1
         for who in wanted:
@@ -450,9 +442,7 @@ class PartitionReplica(ReplicaRoles, Committer):
                 if offset < hw:
                     out.append((inbox, ack))
                     continue
-                if pending and offset < pending[-1].offset:
-                    self._pending_unordered = True
-                pending.append(PendingAck(offset, inbox, ack))
+                core.add_pending(PendingAck(offset, inbox, ack))
 
     def _new_plain_prefix(self, subject: str) -> bytes:
         """Record body bytes before the value of a plain message on ``subject`` (no key,
@@ -505,9 +495,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         text = "" if code == ErrorCode.NONE else f"already stored at offset {offset}"
         ack = PartitionAck(offset, ts, who.corr, who.policy, code, text)
         if who.policy == AckPolicy.ALL and offset >= self.log.high_watermark:
-            if self._pending_all and offset < self._pending_all[-1].offset:
-                self._pending_unordered = True  # a duplicate of an earlier record
-            self._pending_all.append(PendingAck(offset, who.inbox, ack))
+            self._core.add_pending(PendingAck(offset, who.inbox, ack))
         else:
             out.append((who.inbox, ack))
 

@@ -36,12 +36,20 @@ from nats.aio.msg import Msg
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetserver.broker.acks import PendingAck
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.broker.stream_files import tail_records
 from jetserver.errors import ApiError
 from jetserver.metadata.model import DURABILITY_FLUSHED, PartitionAssignment, StreamSpec
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
+from jetserver.replication.core import (
+    ROLE_FOLLOWER,
+    ROLE_NONE,
+    Outcome,
+    Plan,
+    ReplicaCore,
+)
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.ids import replica_index
 from jetserver.replication.scrub import first_damaged_offset
@@ -54,15 +62,10 @@ log = logging.getLogger(__name__)
 SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 """Bound on confirming a new NATS subscription (a PING round trip)."""
 
-ROLE_SINGLE = "single"
-"""A server without a cluster: it leads, committed means flushed."""
-ROLE_LEADER = "leader"
-ROLE_FOLLOWER = "follower"
-ROLE_NONE = "none"
-
 
 class ReplicaRoles:
-    """The role half of :class:`~jetserver.broker.partition.PartitionReplica`."""
+    """The role half of :class:`~jetserver.broker.partition.PartitionReplica`: the driver
+    of its :class:`~jetserver.replication.core.ReplicaCore` for assignments."""
 
     # Fields and methods of PartitionReplica used here.
     stream: str
@@ -78,15 +81,13 @@ class ReplicaRoles:
     replication_factor: int
     spec: StreamSpec | None
     replication: ReplicationConfig
+    _core: ReplicaCore[PendingAck]
     _closed: bool
     _stopping: bool
     _queue: collections.deque[tuple[str, str, bytes, dict[str, str] | None]]
     _queued_bytes: int
     _space: anyio.Event
     _dirty: anyio.Event
-    _role: str
-    _assignment: PartitionAssignment | None
-    _leader_state: LeaderState | None
     _fetcher: FollowerFetcher | None
     _sub: SubscriptionHandle | None
     _tg: TaskGroup | None
@@ -103,24 +104,24 @@ class ReplicaRoles:
 
     if TYPE_CHECKING:  # from Committer (broker/commit.py)
 
-        async def _fail_pending_all(self, code: ErrorCode, message: str) -> None: ...
-
-        async def _advance_hw(self) -> None: ...
+        async def _carry_out(self, out: Outcome[PendingAck]) -> None: ...
 
     _scrubbed: bool = False
     """The log was CRC-checked (or needs no check) since this process opened it."""
-    _log_damaged: bool | None = None
-    """The log lost data at open or in the scrub and has not caught up with a leader since
-    (None: not assessed yet)."""
-    _scrub_cut: bool = False
-    """The scrub at open truncated damaged records."""
 
     def _init_roles(self) -> None:
-        """Initial role and damage assessment (called once the fields are set)."""
-        if not self._role:
-            # Without a controller nothing will assign a role: this server leads alone.
-            self._role = ROLE_SINGLE if self.controller is None else ROLE_NONE
+        """The core, with the damage recovery reported (called once the fields are set)."""
         log_ = self.log
+        report = log_.recovery
+        self._core = ReplicaCore(
+            me=self.server_id,
+            clustered=self.controller is not None,
+            durability=self.spec.durability if self.spec is not None else DURABILITY_FLUSHED,
+            min_isr=self.spec.min_isr if self.spec is not None else 1,
+            lag_max_s=self.replication.replica_lag_max_s,
+            damaged=not report.ok,
+            found_damage=bool(report.corrupt_files or report.unreadable_ranges),
+        )
         self._committed_floor = max(log_.high_watermark, checkpointed_hw(log_))
 
     async def _scrub_at_open(self) -> None:
@@ -154,23 +155,23 @@ class ReplicaRoles:
             await anyio.to_thread.run_sync(log_.epochs.truncate_from_end, damaged)
         except (StorageError, OSError) as exc:
             log.error("the scrub at open failed", extra=self._fields(error=repr(exc)))
-        self._log_damaged = True
-        self._scrub_cut = True
+        self._core.damaged = True
+        self._core.found_damage = True
 
     @property
     def role(self) -> str:
         """``single``, ``leader``, ``follower`` or ``none``."""
-        return self._role
+        return self._core.role
 
     @property
     def assignment(self) -> PartitionAssignment | None:
         """The last assignment applied (None: none yet, or a server alone)."""
-        return self._assignment
+        return self._core.assignment
 
     @property
     def leader_state(self) -> LeaderState | None:
         """The replication state while leading (None otherwise)."""
-        return self._leader_state
+        return self._core.leader_state
 
     @property
     def fetcher(self) -> FollowerFetcher | None:
@@ -180,20 +181,12 @@ class ReplicaRoles:
     @property
     def durability(self) -> str:
         """The stream's durability setting."""
-        return self.spec.durability if self.spec is not None else DURABILITY_FLUSHED
+        return self._core.durability
 
     @property
     def min_isr(self) -> int:
         """The stream's minimum ISR for ALL acks."""
-        return self.spec.min_isr if self.spec is not None else 1
-
-    def _enough_replicas(self) -> bool:
-        state = self._leader_state
-        return state is None or state.enough_replicas()
-
-    def _isr_text(self) -> str:
-        isr = self._leader_state.isr if self._leader_state is not None else ()
-        return f"ISR {list(isr)} is below min_isr {self.min_isr}"
+        return self._core.min_isr
 
     async def apply_assignment(
         self, assignment: PartitionAssignment, addresses: Mapping[str, str]
@@ -205,7 +198,7 @@ class ReplicaRoles:
         tracking followers and subscribe to NATS; in the same epoch, adopt the new ISR.
         Follower: unsubscribe, fail pending ALL acks (NOT_LEADER), and start fetching from
         the leader at ``addresses[leader]`` after reconciling by leader epoch. Not a
-        replica: neither.
+        replica: neither. What to do is the core's decision (:meth:`ReplicaCore.assign`).
 
         Args:
             assignment: the partition's current assignment from the metadata.
@@ -218,34 +211,37 @@ class ReplicaRoles:
         async with self._role_lock:
             if self._closed or self._stopping:
                 return
-            previous = self._assignment
-            self._assignment = assignment
-            me = self.server_id
-            if assignment.leader == me:
-                state = self._leader_state
-                if state is not None and state.leader_epoch == assignment.leader_epoch:
-                    if state.set_isr(assignment.isr, assignment.partition_epoch):
-                        await self._advance_hw()
-                    return
+            core = self._core
+            address = addresses.get(assignment.leader or "", "")
+            plan = core.assign(assignment, address)
+            if plan is Plan.KEEP:
+                return
+            if plan is Plan.ADOPT_ISR:
+                await self._carry_out(core.adopt_isr(assignment, self.log.high_watermark))
+                return
+            if plan is Plan.LEAD:
                 await self._become_leader(assignment)
-            elif me in assignment.replicas:
-                address = addresses.get(assignment.leader, "")
-                fetcher = self._fetcher
-                if (
-                    fetcher is not None
-                    and previous is not None
-                    and fetcher.leader == assignment.leader
-                    and fetcher.leader_epoch == assignment.leader_epoch
-                    and fetcher.leader_address == address
-                ):
-                    return
+            elif plan is Plan.STEP_ASIDE:
+                await self._end_role(ROLE_NONE)
+                # Leading with records missing would make the followers truncate to this
+                # log. Step aside: they report this leader silent and an ISR member takes
+                # over; this replica then follows it and fetches what it lost.
+                log.warning(
+                    "not leading: recovery found damaged records; waiting for another ISR "
+                    "member to take over",
+                    extra=self._fields(
+                        leader_epoch=assignment.leader_epoch, isr=",".join(assignment.isr)
+                    ),
+                )
+                return
+            elif plan is Plan.FOLLOW:
                 await self._become_follower(assignment, address)
             else:
                 await self._end_role(ROLE_NONE)
             log.info(
                 "assignment applied",
                 extra=self._fields(
-                    role=self._role,
+                    role=core.role,
                     leader=assignment.leader,
                     leader_epoch=assignment.leader_epoch,
                     isr=",".join(assignment.isr),
@@ -256,7 +252,7 @@ class ReplicaRoles:
 
     async def _end_role(self, next_role: str) -> None:
         """Stop the current role's tasks, ingest and pending acks; switch to ``next_role``."""
-        self._role = next_role
+        out = self._core.end_role(next_role)
         await self._unsubscribe()
         self._queue.clear()
         self._queued_bytes = 0
@@ -268,12 +264,7 @@ class ReplicaRoles:
         if done is not None:
             await done.wait()
         self._fetcher = None
-        if self._leader_state is not None:
-            self._leader_state = None
-            await self._fail_pending_all(
-                ErrorCode.NOT_LEADER, "leadership moved; the message may or may not be stored"
-            )
-        self._wake_replicas()
+        await self._carry_out(out)
         self.wake_waiters()
 
     def _start_role_task(self, fn: Callable[[], Any]) -> None:
@@ -297,16 +288,6 @@ class ReplicaRoles:
 
     async def _become_leader(self, a: PartitionAssignment) -> None:
         await self._end_role(ROLE_NONE)
-        if self._corrupt_at_open() and any(r != self.server_id for r in a.isr):
-            # Leading with records missing would make the followers truncate to this log.
-            # Step aside: they report this leader silent and an ISR member takes over;
-            # this replica then follows it and fetches what it lost.
-            log.warning(
-                "not leading: recovery found damaged records; waiting for another ISR "
-                "member to take over",
-                extra=self._fields(leader_epoch=a.leader_epoch, isr=",".join(a.isr)),
-            )
-            return
         log_ = self.log
         await anyio.to_thread.run_sync(log_.epochs.assign, a.leader_epoch, log_.log_end_offset)
         self.leader_epoch = a.leader_epoch
@@ -320,28 +301,22 @@ class ReplicaRoles:
             log.warning(
                 "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
             )
-        self._leader_state = LeaderState.start(
-            leader=self.server_id,
-            leader_epoch=a.leader_epoch,
-            replicas=a.replicas,
-            isr=a.isr,
-            durability=self.durability,
-            min_isr=self.min_isr,
-            lag_max_s=self.replication.replica_lag_max_s,
+        out = self._core.lead(
+            a,
             leo=log_.log_end_offset,
             flushed=log_.flushed_offset,
             hw=log_.high_watermark,
             now=anyio.current_time(),
-            partition_epoch=a.partition_epoch,
         )
-        self._role = ROLE_LEADER
-        await self._advance_hw()
+        await self._carry_out(out)
         self._dirty.set()  # flush whatever a previous role left unflushed
         self._start_role_task(self._isr_loop)
         await self._subscribe()
 
     async def _become_follower(self, a: PartitionAssignment, address: str) -> None:
         await self._end_role(ROLE_FOLLOWER)
+        core = self._core
+        core.follow(a, address)
         fetcher = FollowerFetcher(
             stream=self.stream,
             partition=self.partition,
@@ -357,29 +332,13 @@ class ReplicaRoles:
             request_flush=self._dirty.set,
             controller=self.controller,
             committed_floor=self._committed_floor,
-            damaged=self._damaged(),
-            on_whole=self._mark_whole,
+            damaged=core.damaged,
+            on_whole=core.caught_up,
             security=peer_security_of(self.controller),
         )
         self._fetcher = fetcher
         self.leader_epoch = a.leader_epoch
         self._start_role_task(fetcher.run)
-
-    def _damaged(self) -> bool:
-        """True while the log may lack records it had (see ``_log_damaged``)."""
-        if self._log_damaged is None:
-            self._log_damaged = not self.log.recovery.ok
-        return self._log_damaged
-
-    def _mark_whole(self) -> None:
-        self._log_damaged = False
-
-    def _corrupt_at_open(self) -> bool:
-        """Recovery found damaged records (not just a torn tail, the normal outcome of a
-        crash): this replica may miss committed records until it caught up once."""
-        report = self.log.recovery
-        found = self._scrub_cut or report.corrupt_files or report.unreadable_ranges
-        return self._damaged() and bool(found)
 
     async def _follower_hw(self, hw: int) -> None:
         if hw > self.log.high_watermark:
@@ -405,16 +364,18 @@ class ReplicaRoles:
 
     async def _isr_loop(self) -> None:
         """Leader: propose ISR changes (lagging followers out, caught-up ones in)."""
+        core = self._core
         while True:
             with anyio.move_on_after(self.replication.isr_check_interval_s):
                 await self._isr_wake.wait()
             self._isr_wake = anyio.Event()
-            state = self._leader_state
+            state = core.leader_state
             if state is None:
                 return
-            proposal = state.isr_proposal(anyio.current_time())
-            if proposal is None:
+            wanted = core.isr_proposal(anyio.current_time())
+            if wanted is None:
                 continue
+            proposal, base = wanted
             accepted = False
             if self.controller is not None:
                 log.info(
@@ -422,16 +383,13 @@ class ReplicaRoles:
                     extra=self._fields(isr=",".join(state.isr), proposed=",".join(proposal)),
                 )
                 accepted = await self.controller.propose_isr(
-                    self.stream,
-                    self.partition,
-                    state.leader_epoch,
-                    proposal,
-                    partition_epoch=state.pending_base,
+                    self.stream, self.partition, state.leader_epoch, proposal, partition_epoch=base
                 )
-            if self._leader_state is not state:
+            if core.leader_state is not state:
                 return
-            if state.proposal_done(proposal, accepted):
-                await self._advance_hw()
+            await self._carry_out(
+                core.proposal_done(state, proposal, accepted, hw=self.log.high_watermark)
+            )
             if not accepted:
                 await anyio.sleep(self.replication.isr_check_interval_s)
 
@@ -443,9 +401,9 @@ class ReplicaRoles:
         Raises:
             ApiError: NOT_LEADER (details ``leader``, ``leader_epoch``).
         """
-        state = self._leader_state
+        state = self._core.leader_state
         if state is None or (leader_epoch >= 0 and leader_epoch != state.leader_epoch):
-            a = self._assignment
+            a = self._core.assignment
             raise ApiError(
                 ErrorCode.NOT_LEADER,
                 f"this server does not lead {self.stream}/{self.partition} in epoch {leader_epoch}",
@@ -464,7 +422,7 @@ class ReplicaRoles:
         Raises:
             ApiError: INVALID_ARGUMENT if it is not a follower of this partition.
         """
-        a = self._assignment
+        a = self._core.assignment
         name = replica_at(a.replicas, replica_id) if a is not None else None
         if name is None or name == self.server_id:
             raise ApiError(
@@ -476,17 +434,16 @@ class ReplicaRoles:
 
     async def replica_fetched(self, follower: str, offset: int, flushed: int) -> None:
         """Leader: a replica fetch from ``follower`` at ``offset`` reporting ``flushed``."""
-        state = self._leader_state
-        if state is None:
-            return
-        if state.on_fetch(follower, offset, flushed, anyio.current_time()):
-            await self._advance_hw()
-        if follower not in state.isr and state.pending_isr is None:
-            self._isr_wake.set()  # maybe caught up: propose the expansion now
+        out = self._core.replica_fetched(
+            follower, offset, flushed, anyio.current_time(), hw=self.log.high_watermark
+        )
+        if out.wake_isr:
+            self._isr_wake.set()
+        await self._carry_out(out)
 
     def replica_has_news(self, follower: str, offset: int) -> bool:
         """True if a replica fetch at ``offset`` can be answered with records or a new HW."""
-        state = self._leader_state
+        state = self._core.leader_state
         if state is None or self._closed or self._stopping:
             return True
         return offset < self.log.flushed_offset or state.follower_needs_hw(follower)
@@ -504,10 +461,7 @@ class ReplicaRoles:
     def serves_consumers(self) -> bool:
         """True if consumers may fetch here: this replica leads, or follows while in the
         ISR (read replicas: records below its own HW)."""
-        if self._role in (ROLE_LEADER, ROLE_SINGLE):
-            return True
-        a = self._assignment
-        return self._role == ROLE_FOLLOWER and a is not None and self.server_id in a.isr
+        return self._core.serves_consumers()
 
 
 def checkpointed_hw(log_: Log) -> int:

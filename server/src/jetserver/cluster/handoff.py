@@ -38,12 +38,12 @@ from typing import Protocol
 import anyio
 import attrs
 
-from jetserver.broker.roles import ROLE_LEADER
 from jetserver.broker.streams import StreamManager
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
 from jetserver.metadata.ops import ElectLeader, LeaveIsr
 from jetserver.raft import MetadataRaft, RaftError
+from jetserver.replication.core import ROLE_LEADER
 
 log = logging.getLogger(__name__)
 
