@@ -6,18 +6,35 @@ Part of the seeded replication simulation (:mod:`.simulation`).
 from __future__ import annotations
 
 import random
+from typing import NamedTuple
 
 import attrs
 
+from jetserver.metadata.model import MetadataState, PartitionAssignment
+from jetserver.metadata.ops import Op
 from jetserver.storage import EpochEntry, LeaderEpochCache
 
 from .invariants import Rec
 
+STREAM = "orders"
+"""The simulated stream (one partition)."""
 CTL = "ctl"
 CLIENT = "client"
 NOT_LEADER = "NOT_LEADER"
 OUT_OF_RANGE = "OUT_OF_RANGE"
 NOT_ENOUGH_REPLICAS = "NOT_ENOUGH_REPLICAS"
+
+
+@attrs.frozen
+class Step:
+    """One scripted fault: at ``at`` seconds, ``kind`` (crash, power_loss, stop, isolate,
+    pause, fsync_fail) on ``nodes`` (a leader/follower role name such as ``leader`` or
+    ``follower1`` is resolved from the metadata at that moment), lasting ``length``."""
+
+    at: float
+    kind: str
+    nodes: tuple[str, ...]
+    length: float = 1.0
 
 
 @attrs.frozen
@@ -47,6 +64,16 @@ class SimConfig:
     meta_interval_s: float = 0.2
     checkpoint_interval_s: float = 0.3
     retry_s: float = 0.02
+    fsync_fail: float = 0.0
+    """Chance that one fsync fails (its unsynced records are dropped, as Linux does)."""
+    stops: bool = True
+    """Graceful stops (handoff, then leave the ISR) among the faults, sometimes two at
+    once."""
+    handoff_s: float = 0.3
+    """How long a stopping node waits for its handoffs before it closes its replica."""
+    register_retry_s: float = 0.1
+    script: tuple[Step, ...] = ()
+    """Faults at fixed times (a regression scenario) in place of random ones."""
 
 
 # ------------------------------------------------------------------------ messages
@@ -54,11 +81,38 @@ class SimConfig:
 
 @attrs.frozen
 class Meta:
-    version: int
-    leader: str
-    replicas: tuple[str, ...]
-    isr: tuple[str, ...]
-    epoch: int
+    """The metadata as the controller's state machine applied it (the real ops)."""
+
+    state: MetadataState
+
+    @property
+    def version(self) -> int:
+        return self.state.applied
+
+    @property
+    def a(self) -> PartitionAssignment:
+        return self.state.streams[STREAM].partitions[0]
+
+
+@attrs.frozen
+class Propose:
+    """A metadata op from a node (handoff, leaving the ISR, registration)."""
+
+    sender: str
+    op: Op
+    rid: int = 0
+
+
+@attrs.frozen
+class Registered:
+    rid: int
+
+
+class SimPending(NamedTuple):
+    """An ALL ack waiting in the replica core."""
+
+    offset: int
+    rid: int
 
 
 @attrs.frozen
@@ -100,6 +154,7 @@ class ProposeIsr:
     sender: str
     epoch: int
     isr: tuple[str, ...]
+    partition_epoch: int
 
 
 @attrs.frozen

@@ -1,9 +1,16 @@
-"""One simulated replica: leader, follower or idle, per the metadata it received.
+"""One simulated replica: the server's replica core around an in-memory log.
 
-Part of the seeded replication simulation (:mod:`.simulation`). It drives the server's pure
-replication core (LeaderState, truncation_point, follower_hw, SilenceDetector) with the
-same protocol as the server: OffsetForLeaderEpoch, then long-poll fetches served up to the
-leader's flushed offset, HW piggybacked, ISR proposals to the controller, silence reports.
+Part of the seeded replication simulation (:mod:`.simulation`). Every decision of the
+replica is the server's own :class:`~jetserver.replication.core.ReplicaCore` (the role an
+assignment asks for, the leader state, the HW, the ALL acks, the ISR proposals, the cut
+after a failed fsync) fed with the real metadata (:mod:`jetserver.metadata.ops` applied by
+the controller); the follower's reconciliation uses the server's pure rules
+(truncation_point, follower_hw, SilenceDetector). This module is only the wiring: the
+simulated network, timers and log, with the same protocol as the server: registration at
+every start, OffsetForLeaderEpoch, then long-poll fetches served up to the leader's flushed
+offset, HW piggybacked, ISR proposals compare-and-set on the partition epoch, silence
+reports, and on a graceful stop the handoff and LeaveIsr planned by
+:mod:`jetserver.cluster.handoff` from the node's own (maybe stale) view.
 """
 
 from __future__ import annotations
@@ -13,7 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from jetserver.replication import LeaderState, SilenceDetector, follower_hw, truncation_point
+from jetsdk.codec.error_codes import ErrorCode
+from jetserver.cluster.handoff import plan_handoffs, plan_isr_exits
+from jetserver.metadata.ops import RegisterServer
+from jetserver.replication import SilenceDetector, follower_hw, truncation_point
+from jetserver.replication.core import (
+    ROLE_FOLLOWER,
+    ROLE_LEADER,
+    ROLE_NONE,
+    Outcome,
+    Plan,
+    ReplicaCore,
+)
 
 from .invariants import Rec
 from .sim_model import (
@@ -30,9 +48,12 @@ from .sim_model import (
     Meta,
     Produce,
     ProduceReply,
+    Propose,
     ProposeIsr,
+    Registered,
     Silent,
     SimLog,
+    SimPending,
 )
 
 if TYPE_CHECKING:
@@ -41,20 +62,20 @@ if TYPE_CHECKING:
 
 @attrs.define(eq=False)
 class Node:
-    """One replica: leader, follower or idle, per the metadata it received."""
+    """One replica process: its log survives crashes; everything else is per life."""
 
     name: str
     sim: Sim
     log: SimLog = attrs.field(factory=SimLog)
     alive: bool = True
     incarnation: int = 0
+    registered: bool = True
+    stopping: bool = False
     frozen_until: float = 0.0
     meta: Meta | None = None
-    role: str | None = None
+    core: ReplicaCore[SimPending] = attrs.field(init=False)
     epoch: int = -1
     token: int = 0
-    state: LeaderState | None = None
-    acks: list[tuple[int, int]] = attrs.field(factory=list)  # (offset, rid)
     parked: list[Fetch] = attrs.field(factory=list)
     flushing: bool = False
     rid: int = 0
@@ -62,8 +83,23 @@ class Node:
     phase: str | None = None
     silence: SilenceDetector | None = None
     proposal_rid: int | None = None
-    proposal: tuple[str, ...] = ()
     leader_hw: int = -1
+    answer_isr: Callable[[bool], None] | None = None
+    fail_next_fsync: bool = False
+    """Settles the ISR proposal in flight (with its leader state and proposal)."""
+
+    def __attrs_post_init__(self) -> None:
+        self.core = self._new_core()
+
+    def _new_core(self) -> ReplicaCore[SimPending]:
+        cfg = self.sim.cfg
+        return ReplicaCore(
+            me=self.name,
+            clustered=True,
+            durability=cfg.durability,
+            min_isr=cfg.min_isr,
+            lag_max_s=cfg.lag_max_s,
+        )
 
     # -- views for the checkers --------------------------------------------------------
 
@@ -74,6 +110,10 @@ class Node:
     @property
     def hw(self) -> int:
         return self.log.hw
+
+    @property
+    def role(self) -> str:
+        return self.core.role
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -114,29 +154,93 @@ class Node:
         self.log.hw_checkpoint = self.log.hw
         self.after(self.sim.cfg.checkpoint_interval_s, self._checkpoint, token=False)
 
+    def carry_out(self, out: Outcome[SimPending]) -> None:
+        """Do what the core decided (as broker/commit.py ``_carry_out`` does)."""
+        if out.hw is not None and out.hw > self.log.hw:
+            self.set_hw(out.hw)
+        for p, code, _text in out.acks:
+            error = None if code == ErrorCode.NONE else code.name
+            self.send(CLIENT, ProduceReply(p.rid, error, p.offset))
+        if out.wake_replicas:
+            self.answer_parked()
+        if out.wake_isr:
+            self.maybe_propose()
+
     # -- life ----------------------------------------------------------------------------
 
     def crash(self, power_loss: bool) -> None:
         self.alive = False
         self.incarnation += 1
-        self.role, self.state, self.meta, self.epoch = None, None, None, -1
-        self.acks, self.parked, self.flushing, self.inflight = [], [], False, None
+        self._drop_life()
         self.log.crash(self.sim.rng, power_loss)
 
-    def restart(self) -> None:
+    def _drop_life(self) -> None:
+        self.core = self._new_core()
+        self.meta, self.epoch = None, -1
+        self.parked, self.flushing, self.inflight = [], False, None
+        self.stopping = False
+
+    def restart(self, clean: bool = False) -> None:
+        """Start again; register (a new incarnation; ``clean``: the last stop was
+        graceful) before applying any assignment, as the server does."""
         if self.alive:
             return
         self.alive = True
         self.incarnation += 1
         self.frozen_until = 0.0
+        self.registered = False
         self.sim.checker.check_log(self)
         self.start_timers()
+        self._register(clean)
+
+    def _register(self, clean: bool) -> None:
+        if self.registered:
+            return
+        self.rid += 1
+        op = RegisterServer(
+            self.name, f"{self.name}:1", f"{self.name}:2", f"i{self.incarnation}", clean
+        )
+        self.send(CTL, Propose(self.name, op, self.rid))
+        self.after(self.sim.cfg.register_retry_s, lambda: self._register(clean), token=False)
+
+    def stop(self, restart_after: float) -> None:
+        """A graceful stop (SIGTERM), planned from this node's own view of the metadata:
+        hand its leaderships over, wait (bounded), close the replica (flush, checkpoint),
+        leave the ISRs, exit; start again ``restart_after`` later."""
+        if not self.alive or self.stopping:
+            return
+        self.stopping = True
+        if self.meta is not None:
+            elections, _kept = plan_handoffs(self.meta.state, self.name)
+            for op in elections:
+                self.send(CTL, Propose(self.name, op))
+
+        def close() -> None:
+            self.carry_out(self.core.end_role(ROLE_NONE))
+            self._reset_role()
+            self.log.flushed = self.log.leo  # the final flush
+            self.log.hw_checkpoint = self.log.hw
+            if self.meta is not None:
+                for op in plan_isr_exits(self.meta.state, self.name):
+                    self.send(CTL, Propose(self.name, op))
+            self.after(self.sim.cfg.delay_max_s * 4, exit_, token=False)
+
+        def exit_() -> None:
+            self.alive = False
+            self.incarnation += 1
+            self._drop_life()
+            self.log.crash(self.sim.rng, power_loss=False)
+            self.sim.after(restart_after, lambda: self.restart(clean=True))
+
+        self.after(self.sim.cfg.handoff_s, close, token=False)
 
     # -- metadata ------------------------------------------------------------------------
 
     def receive(self, msg: Any) -> None:
         if isinstance(msg, Meta):
             self.apply_meta(msg)
+        elif isinstance(msg, Registered):
+            self.registered = True
         elif isinstance(msg, Fetch):
             self.on_fetch(msg)
         elif isinstance(msg, FetchReply):
@@ -151,51 +255,44 @@ class Node:
             self.on_isr_reply(msg)
 
     def apply_meta(self, meta: Meta) -> None:
+        if not self.registered or self.stopping:
+            return
         if self.meta is not None and meta.version <= self.meta.version:
             return
-        old = self.meta
         self.meta = meta
-        if meta.leader == self.name:
-            if self.role != "leader" or self.epoch != meta.epoch:
-                self.become_leader(meta)
-            else:
-                assert self.state is not None
-                if self.state.set_isr(meta.isr):
-                    self.hw_advanced()
-        elif self.name in meta.replicas:
-            changed = old is None or old.leader != meta.leader or old.epoch != meta.epoch
-            if self.role != "follower" or changed or self.epoch != meta.epoch:
-                self.become_follower(meta)
-        else:
-            self._reset_role(None, -1)
+        a = meta.a
+        core = self.core
+        plan = core.assign(a, a.leader)
+        if plan is Plan.KEEP:
+            return
+        if plan is Plan.ADOPT_ISR:
+            self.carry_out(core.adopt_isr(a, self.log.hw))
+            return
+        next_role = ROLE_FOLLOWER if plan is Plan.FOLLOW else ROLE_NONE
+        self.carry_out(core.end_role(next_role))
+        self._reset_role()
+        if plan is Plan.LEAD:
+            self.become_leader(meta)
+        elif plan is Plan.FOLLOW:
+            core.follow(a, a.leader)
+            self.become_follower(meta)
 
-    def _reset_role(self, role: str | None, epoch: int) -> None:
+    def _reset_role(self) -> None:
         self.token += 1
-        self.role, self.epoch = role, epoch
-        self.state, self.acks, self.parked = None, [], []
+        self.epoch = -1
+        self.parked = []
         self.inflight, self.phase, self.silence, self.proposal_rid = None, None, None, None
 
     # -- leader --------------------------------------------------------------------------
 
     def become_leader(self, meta: Meta) -> None:
-        self._reset_role("leader", meta.epoch)
-        self.sim.checker.leading(self.name, meta.epoch)
+        a = meta.a
+        self.epoch = a.leader_epoch
+        self.sim.checker.leading(self.name, a.leader_epoch)
         log = self.log
-        log.epochs.assign(meta.epoch, log.leo)
-        self.state = LeaderState.start(
-            leader=self.name,
-            leader_epoch=meta.epoch,
-            replicas=meta.replicas,
-            isr=meta.isr,
-            durability=self.sim.cfg.durability,
-            min_isr=self.sim.cfg.min_isr,
-            lag_max_s=self.sim.cfg.lag_max_s,
-            leo=log.leo,
-            flushed=log.flushed,
-            hw=log.hw,
-            now=self.sim.now,
-        )
-        self.set_hw(self.state.hw)
+        log.epochs.assign(a.leader_epoch, log.leo)
+        out = self.core.lead(a, leo=log.leo, flushed=log.flushed, hw=log.hw, now=self.sim.now)
+        self.carry_out(out)
         self.maybe_flush()
         self.after(self.sim.cfg.isr_check_s, self._isr_loop)
 
@@ -204,41 +301,47 @@ class Node:
         self.after(self.sim.cfg.isr_check_s, self._isr_loop)
 
     def maybe_propose(self) -> None:
-        assert self.state is not None
-        proposal = self.state.isr_proposal(self.sim.now)
-        if proposal is None:
+        core = self.core
+        state = core.leader_state
+        if state is None or self.proposal_rid is not None:
             return
+        wanted = core.isr_proposal(self.sim.now)
+        if wanted is None:
+            return
+        proposal, base = wanted
         self.rid += 1
         rid = self.proposal_rid = self.rid
-        self.proposal = proposal
-        self.send(CTL, ProposeIsr(rid, self.name, self.epoch, proposal))
+        self.send(CTL, ProposeIsr(rid, self.name, self.epoch, proposal, base))
+
+        def answered(accepted: bool) -> None:
+            self.proposal_rid = None
+            self.carry_out(core.proposal_done(state, proposal, accepted, hw=self.log.hw))
+
+        self.answer_isr = answered
 
         def timeout() -> None:
-            if self.proposal_rid == rid and self.state is not None:
-                self.proposal_rid = None
-                if self.state.proposal_done(proposal, accepted=False):
-                    self.hw_advanced()
+            if self.proposal_rid == rid:
+                answered(False)
 
         self.after(self.sim.cfg.request_timeout_s * 3, timeout)
 
     def on_isr_reply(self, msg: IsrReply) -> None:
-        if self.role != "leader" or msg.rid != self.proposal_rid or self.state is None:
+        if msg.rid != self.proposal_rid or self.answer_isr is None:
             return
-        self.proposal_rid = None
-        if self.state.proposal_done(self.proposal, msg.accepted):
-            self.hw_advanced()
+        self.answer_isr(msg.accepted)
 
     def on_produce(self, msg: Produce) -> None:
-        if self.role != "leader" or self.state is None:
+        core = self.core
+        if core.role != ROLE_LEADER or self.stopping:
             self.send(CLIENT, ProduceReply(msg.rid, NOT_LEADER))
             return
-        if not self.state.enough_replicas():
+        if not core.enough_replicas():
             self.send(CLIENT, ProduceReply(msg.rid, NOT_ENOUGH_REPLICAS))
             return
         offset = self.log.leo
         self.log.append([Rec(offset, self.epoch, msg.value)])
-        self.state.on_append(self.log.leo)
-        self.acks.append((offset, msg.rid))
+        core.appended(self.log.leo)
+        core.add_pending(SimPending(offset, msg.rid))
         self.maybe_flush()
 
     def maybe_flush(self) -> None:
@@ -246,49 +349,59 @@ class Node:
             return
         self.flushing = True
         target, generation = self.log.leo, self.log.generation
-        delay = self.sim.rng.uniform(self.sim.cfg.fsync_min_s, self.sim.cfg.fsync_max_s)
+        cfg = self.sim.cfg
+        delay = self.sim.rng.uniform(cfg.fsync_min_s, cfg.fsync_max_s)
+        fails = self.fail_next_fsync or (
+            cfg.fsync_fail > 0 and self.sim.rng.random() < cfg.fsync_fail
+        )
+        self.fail_next_fsync = False
 
         def done() -> None:
             self.flushing = False
-            if self.log.generation == generation:
+            if fails:
+                self.sync_failed()
+            elif self.log.generation == generation:
                 self.log.flushed = max(self.log.flushed, target)
-            self.flushed_changed()
+                self.flushed_changed()
             self.maybe_flush()
 
         self.after(delay, done, token=False)
 
+    def sync_failed(self) -> None:
+        """An fsync failed: the unsynced records are gone from the disk; cut the log back
+        to its last good sync (Log.recover_unsynced) and tell the core."""
+        log = self.log
+        end = log.flushed
+        self.sim.faults.append(f"{self.sim.now:.3f} fsync failed on {self.name} at {end}")
+        if end < log.leo:
+            self.sim.checker.truncating(self, end)
+        log.truncate_to(end)
+        self.carry_out(self.core.cut(end, "fsync failed"))
+        if self.core.role == ROLE_FOLLOWER and self.phase == "flushing":
+            self.fetch()
+
     def flushed_changed(self) -> None:
-        if self.role == "leader" and self.state is not None:
-            if self.state.on_flush(self.log.flushed):
-                self.hw_advanced()
-            self.answer_parked()
-        elif self.role == "follower":
+        core = self.core
+        if core.role == ROLE_LEADER:
+            self.carry_out(core.flushed(self.log.flushed, leo=self.log.leo, hw=self.log.hw))
+        elif core.role == ROLE_FOLLOWER:
             self.follower_flushed()
 
-    def hw_advanced(self) -> None:
-        assert self.state is not None
-        self.set_hw(self.state.hw)
-        keep = []
-        for offset, rid in self.acks:
-            if offset < self.state.hw:
-                ok = self.state.committed_on_enough()
-                self.send(CLIENT, ProduceReply(rid, None if ok else NOT_ENOUGH_REPLICAS, offset))
-            else:
-                keep.append((offset, rid))
-        self.acks = keep
-        self.answer_parked()
-
     def on_fetch(self, msg: Fetch) -> None:
-        if self.role != "leader" or self.state is None or msg.epoch != self.epoch:
+        state = self.core.leader_state
+        if state is None or msg.epoch != self.epoch:
             self.send(msg.sender, FetchReply(msg.rid, NOT_LEADER))
             return
-        if msg.offset > self.log.leo or msg.sender not in self.state.followers:
+        if msg.offset > self.log.leo or msg.sender not in state.followers:
             self.send(msg.sender, FetchReply(msg.rid, OUT_OF_RANGE))
             return
-        if self.state.on_fetch(msg.sender, msg.offset, msg.flushed, self.sim.now):
-            self.hw_advanced()
+        self.carry_out(
+            self.core.replica_fetched(
+                msg.sender, msg.offset, msg.flushed, self.sim.now, hw=self.log.hw
+            )
+        )
         self.maybe_propose()
-        if msg.offset >= self.log.flushed and not self.state.follower_needs_hw(msg.sender):
+        if msg.offset >= self.log.flushed and not state.follower_needs_hw(msg.sender):
             self.parked.append(msg)
             self.after(self.sim.cfg.fetch_max_wait_s, lambda: self._expire(msg))
             return
@@ -300,26 +413,29 @@ class Node:
             self._answer(msg)
 
     def answer_parked(self) -> None:
-        if self.state is None:
+        state = self.core.leader_state
+        if state is None:
             return
         ready = [
             m
             for m in self.parked
-            if m.offset < self.log.flushed or self.state.follower_needs_hw(m.sender)
+            if m.offset < self.log.flushed or state.follower_needs_hw(m.sender)
         ]
         for m in ready:
             self.parked.remove(m)
             self._answer(m)
 
     def _answer(self, msg: Fetch) -> None:
-        assert self.state is not None
+        state = self.core.leader_state
+        if state is None:
+            return
         end = min(self.log.flushed, msg.offset + self.sim.cfg.fetch_max_records)
         records = tuple(self.log.records[msg.offset : max(end, msg.offset)])
-        self.state.note_hw_sent(msg.sender, self.state.hw)
-        self.send(msg.sender, FetchReply(msg.rid, None, records, self.state.hw))
+        state.note_hw_sent(msg.sender, state.hw)
+        self.send(msg.sender, FetchReply(msg.rid, None, records, state.hw))
 
     def on_epoch_query(self, msg: EpochQuery) -> None:
-        if self.role != "leader" or msg.current_epoch != self.epoch:
+        if self.core.role != ROLE_LEADER or msg.current_epoch != self.epoch:
             self.send(msg.sender, EpochReply(msg.rid, NOT_LEADER))
             return
         epoch, end = self.log.epochs.epoch_and_end_offset_for(msg.epoch)
@@ -328,14 +444,14 @@ class Node:
     # -- follower ------------------------------------------------------------------------
 
     def become_follower(self, meta: Meta) -> None:
-        self._reset_role("follower", meta.epoch)
+        self.epoch = meta.a.leader_epoch
         self.silence = SilenceDetector(self.sim.cfg.silence_s, self.sim.now)
         self.after(self.sim.cfg.silence_s / 4, self._silence_loop)
         self.reconcile()
 
     def _leader(self) -> str:
         assert self.meta is not None
-        return self.meta.leader
+        return self.meta.a.leader
 
     def _request(self, msg_fn: Callable[[int], Any]) -> None:
         self.rid += 1
@@ -364,7 +480,7 @@ class Node:
         self._request(lambda rid: EpochQuery(rid, self.name, latest, self.epoch))
 
     def on_epoch_reply(self, msg: EpochReply) -> None:
-        if self.role != "follower" or msg.rid != self.inflight or self.phase != "reconcile":
+        if self.core.role != ROLE_FOLLOWER or msg.rid != self.inflight or self.phase != "reconcile":
             return
         self.inflight = None
         assert self.silence is not None
@@ -393,7 +509,7 @@ class Node:
         self._request(lambda rid: Fetch(rid, self.name, log.leo, log.flushed, self.epoch))
 
     def on_fetch_reply(self, msg: FetchReply) -> None:
-        if self.role != "follower" or msg.rid != self.inflight or self.phase != "fetch":
+        if self.core.role != ROLE_FOLLOWER or msg.rid != self.inflight or self.phase != "fetch":
             return
         self.inflight = None
         assert self.silence is not None

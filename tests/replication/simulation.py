@@ -1,17 +1,21 @@
-"""A deterministic, seeded simulation of one partition's ISR replication (issue 4 item 8).
+"""A deterministic, seeded simulation of one partition's ISR replication (issue 4 item 8,
+issue 10 item 3).
 
-N replicas of one partition, a tiny metadata controller and a producer exchange messages
-over a simulated network (delay, loss, partitions) under an injected virtual clock, with
+N replicas of one partition, the metadata controller and a producer exchange messages over
+a simulated network (delay, loss, partitions) under an injected virtual clock, with
 crashes (a process crash keeps what was written; a power loss also drops a random part of
-what was not fsynced) and pauses (SIGSTOP). The replicas run the real pure replication
-core of the server — :class:`~jetserver.replication.LeaderState`,
-:func:`~jetserver.replication.truncation_point`, :func:`~jetserver.replication.follower_hw`,
-:class:`~jetserver.replication.SilenceDetector` and the storage's
-:class:`~jetserver.storage.LeaderEpochCache` — around an in-memory log, with the same
-protocol as the server: OffsetForLeaderEpoch then Fetch(offset = LEO, replica_flushed,
-leader_epoch) served up to the leader's flushed offset, long polls, HW piggybacked, ISR
-changes proposed to the controller (epoch-checked), silent leaders reported and replaced by
-a majority of the ISR. :mod:`invariants` checks every property as the run goes.
+what was not fsynced), pauses (SIGSTOP), graceful stops (one or two at once: handoff, then
+LeaveIsr, planned from the stopping node's own view), failed fsyncs (the unsynced records
+dropped) and restarts that register again (an unclean one leaves the ISR).
+
+Nothing of the replica or the metadata is re-implemented here: each replica runs the
+server's :class:`~jetserver.replication.core.ReplicaCore` (roles, leader state, HW, ALL
+acks, ISR proposals, the cut after a failed fsync; see :mod:`.sim_replica`), and the
+controller changes a real :class:`~jetserver.metadata.model.MetadataState` only through
+:func:`jetserver.metadata.ops.apply`, electing with the server's
+:func:`~jetserver.cluster.elections.choose_leader`. :mod:`invariants` checks every
+property as the run goes. A scenario can also be scripted (``SimConfig.script``): the
+regression scenarios of issue 10 are.
 
 Same seed, same run: every choice comes from one ``random.Random(seed)``, events are
 ordered by (time, sequence number).
@@ -26,21 +30,36 @@ from typing import Any
 
 import attrs
 
+from jetserver.cluster.elections import choose_leader
+from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamSpec
+from jetserver.metadata.ops import (
+    CreateStream,
+    ElectLeader,
+    Op,
+    RegisterServer,
+    UpdateIsr,
+    apply,
+)
+
 from .invariants import Checker
 from .sim_model import (
     CLIENT,
     CTL,
+    STREAM,
     IsrReply,
     Meta,
     Produce,
     ProduceReply,
+    Propose,
     ProposeIsr,
+    Registered,
     Silent,
     SimConfig,
+    Step,
 )
 from .sim_replica import Node
 
-__all__ = ["Client", "Controller", "Node", "Sim", "SimConfig", "run_seed"]
+__all__ = ["Client", "Controller", "Node", "Sim", "SimConfig", "Step", "run_seed"]
 
 # ------------------------------------------------------------------------ the world
 
@@ -123,7 +142,10 @@ class Sim:
         names = list(self.nodes)
         victim = self.rng.choice(names)
         node = self.nodes[victim]
-        kind = self.rng.choice(("crash", "partition", "pause", "isolate_ctl"))
+        kinds = ["crash", "partition", "pause", "isolate_ctl"]
+        if self.cfg.stops:
+            kinds += ["stop", "two_stops"]
+        kind = self.rng.choice(kinds)
         length = self.rng.uniform(0.1, 2.0)
         if kind == "crash" and node.alive:
             power = self.cfg.power_loss and self.rng.random() < 0.5
@@ -139,6 +161,14 @@ class Sim:
         elif kind == "pause" and node.alive:
             self.faults.append(f"{self.now:.3f} pause {victim} {length:.2f}s")
             node.frozen_until = max(node.frozen_until, self.now + length)
+        elif kind == "stop" and node.alive:
+            self.faults.append(f"{self.now:.3f} stop {victim} {length:.2f}s")
+            node.stop(length)
+        elif kind == "two_stops":
+            pair = self.rng.sample(names, 2)
+            self.faults.append(f"{self.now:.3f} stop {pair[0]} and {pair[1]} {length:.2f}s")
+            for name in pair:
+                self.nodes[name].stop(length)
         elif kind == "isolate_ctl":
             cut = {frozenset((victim, CTL))}
             self.faults.append(f"{self.now:.3f} isolate {victim} from ctl {length:.2f}s")
@@ -146,12 +176,44 @@ class Sim:
             self.after(length, lambda: self.cut.difference_update(cut))
         self.after(self.rng.expovariate(self.cfg.faults_per_s), self._fault)
 
+    def _resolve(self, name: str) -> str:
+        a = self.ctl.a
+        if name == "leader":
+            return a.leader
+        if name.startswith("follower"):
+            followers = [r for r in a.replicas if r != a.leader]
+            return followers[int(name[len("follower") :]) - 1]
+        return name
+
+    def _scripted(self, step: Step) -> None:
+        names = [self._resolve(n) for n in step.nodes]
+        self.faults.append(f"{self.now:.3f} {step.kind} {' '.join(names)} {step.length:.2f}s")
+        for name in names:
+            node = self.nodes[name]
+            if step.kind in ("crash", "power_loss"):
+                if node.alive:
+                    node.crash(power_loss=step.kind == "power_loss")
+                    self.after(step.length, node.restart)
+            elif step.kind == "stop":
+                node.stop(step.length)
+            elif step.kind == "isolate":
+                others = [n for n in [*self.nodes, CTL, CLIENT] if n != name]
+                cut = {frozenset((name, o)) for o in others}
+                self.cut |= cut
+                self.after(step.length, lambda cut=cut: self.cut.difference_update(cut))
+            elif step.kind == "pause":
+                node.frozen_until = max(node.frozen_until, self.now + step.length)
+            elif step.kind == "fsync_fail":
+                node.fail_next_fsync = True
+            else:
+                raise ValueError(f"unknown scripted fault {step.kind!r}")
+
     def _heal(self) -> None:
         self.cut.clear()
         for node in self.nodes.values():
             node.frozen_until = min(node.frozen_until, self.now)
             if not node.alive:
-                node.restart()
+                node.restart(clean=False)
 
     # ---------------------------------------------------------------- run
 
@@ -161,7 +223,9 @@ class Sim:
         self.client.start()
         for node in self.nodes.values():
             node.start_timers()
-        if self.cfg.faults_per_s > 0:
+        for step in self.cfg.script:
+            self.at(step.at, lambda step=step: self._scripted(step))
+        if self.cfg.faults_per_s > 0 and not self.cfg.script:
             self.after(self.rng.expovariate(self.cfg.faults_per_s), self._fault)
         self.run_until(self.cfg.duration_s)
         self.client.stop()
@@ -178,19 +242,54 @@ class Sim:
 
 @attrs.define(eq=False)
 class Controller:
-    """The metadata (reliable, as Raft makes it), reached over the simulated network."""
+    """The metadata (reliable, as Raft makes it), reached over the simulated network.
+
+    Its state is a real :class:`~jetserver.metadata.model.MetadataState` changed only by
+    the real :func:`jetserver.metadata.ops.apply`: ``UpdateIsr`` (compare-and-set on the
+    partition epoch), ``LeaveIsr``, ``ElectLeader`` (from silence reports, chosen by
+    :func:`~jetserver.cluster.elections.choose_leader`, and from handoffs) and
+    ``RegisterServer`` (every start; an unclean one takes the server out of the ISR and
+    moves its leadership).
+    """
 
     sim: Sim
     replicas: tuple[str, ...]
-    leader: str = attrs.field(init=False)
-    isr: tuple[str, ...] = attrs.field(init=False)
-    epoch: int = 0
-    version: int = 0
+    state: MetadataState = attrs.field(init=False)
     votes: dict[str, float] = attrs.field(factory=dict)
+    refused: int = 0
+    """Operations the state machine refused (stale ISR proposals, late handoffs)."""
 
     def __attrs_post_init__(self) -> None:
-        self.leader = self.replicas[0]
-        self.isr = self.replicas
+        state = MetadataState()
+        for name in self.replicas:
+            state, _ = apply(state, RegisterServer(name, f"{name}:1", f"{name}:2", "i0", True))
+        spec = StreamSpec(
+            name=STREAM,
+            subject=STREAM,
+            partitions=1,
+            replication_factor=len(self.replicas),
+            min_isr=self.sim.cfg.min_isr,
+            durability=self.sim.cfg.durability,
+        )
+        state, result = apply(state, CreateStream(spec, "sim", 0, (self.replicas,)))
+        assert result.ok, result
+        self.state = state
+
+    @property
+    def a(self) -> PartitionAssignment:
+        return self.state.streams[STREAM].partitions[0]
+
+    @property
+    def leader(self) -> str:
+        return self.a.leader
+
+    @property
+    def isr(self) -> tuple[str, ...]:
+        return self.a.isr
+
+    @property
+    def epoch(self) -> int:
+        return self.a.leader_epoch
 
     def start(self) -> None:
         self.sim.checker.metadata_changed(self.epoch)
@@ -198,7 +297,7 @@ class Controller:
         self.sim.after(self.sim.cfg.meta_interval_s, self._periodic)
 
     def meta(self) -> Meta:
-        return Meta(self.version, self.leader, self.replicas, self.isr, self.epoch)
+        return Meta(self.state)
 
     def _broadcast(self) -> None:
         for name in [*self.replicas, CLIENT]:
@@ -208,23 +307,29 @@ class Controller:
         self._broadcast()
         self.sim.after(self.sim.cfg.meta_interval_s, self._periodic)
 
-    def _changed(self) -> None:
-        self.version += 1
-        self.sim.checker.metadata_changed(self.epoch)
-        self._broadcast()
+    def _apply(self, op: Op) -> bool:
+        before = self.a
+        self.state, result = apply(self.state, op)
+        if not result.ok:
+            self.refused += 1
+        if self.a != before:
+            self.sim.checker.metadata_changed(self.epoch)
+            if self.a.leader_epoch != before.leader_epoch:
+                self.votes.clear()
+            self._broadcast()
+        return result.ok
 
     def receive(self, msg: Any) -> None:
         if isinstance(msg, ProposeIsr):
-            ok = (
-                msg.sender == self.leader
-                and msg.epoch == self.epoch
-                and self.leader in msg.isr
-                and set(msg.isr) <= set(self.replicas)
+            op = UpdateIsr(
+                STREAM, 0, msg.sender, msg.epoch, msg.isr, partition_epoch=msg.partition_epoch
             )
-            if ok and set(msg.isr) != set(self.isr):
-                self.isr = tuple(r for r in self.replicas if r in msg.isr)
-                self._changed()
+            ok = self._apply(op)
             self.sim.send(CTL, msg.sender, IsrReply(msg.rid, ok))
+        elif isinstance(msg, Propose):
+            self._apply(msg.op)
+            if isinstance(msg.op, RegisterServer):
+                self.sim.send(CTL, msg.sender, Registered(msg.rid))
         elif isinstance(msg, Silent):
             self._silent(msg)
 
@@ -237,21 +342,16 @@ class Controller:
         )
 
     def _silent(self, msg: Silent) -> None:
-        if msg.epoch != self.epoch or msg.sender not in self.isr or msg.sender == self.leader:
+        a = self.a
+        if msg.epoch != a.leader_epoch or msg.sender not in a.isr or msg.sender == a.leader:
             return
         now = self.sim.now
         self.votes[msg.sender] = now
         window = self.sim.cfg.vote_window_s
-        recent = [v for v, t in self.votes.items() if now - t <= window and v in self.isr]
-        votes = len(recent) + (1 if self._leader_unreachable() else 0)
-        if len(self.isr) > 1 and votes >= len(self.isr) // 2 + 1:
-            new = next(r for r in self.replicas if r in recent)
-            old = self.leader
-            self.leader = new
-            self.epoch += 1
-            self.isr = tuple(r for r in self.isr if r != old)
-            self.votes.clear()
-            self._changed()
+        recent = {v for v, t in self.votes.items() if now - t <= window}
+        new = choose_leader(a, recent, self._leader_unreachable())
+        if new is not None:
+            self._apply(ElectLeader(STREAM, 0, new, a.leader_epoch + 1, "sim"))
 
 
 # ------------------------------------------------------------------------ client
@@ -281,7 +381,7 @@ class Client:
             self.count += 1
             value = f"v{self.count}"
             self.outstanding[self.count] = value
-            self.sim.send(CLIENT, self.meta.leader, Produce(self.count, value))
+            self.sim.send(CLIENT, self.meta.a.leader, Produce(self.count, value))
         self.sim.after(self.sim.cfg.produce_interval_s, self._tick)
 
     def receive(self, msg: Any) -> None:
