@@ -69,6 +69,8 @@ CLASSES: list[tuple[str, str]] = [
     ("random-kills-pauses-nats", "tests/cluster/test_faults_random.py"),
 ]
 RUN_TIMEOUT_S = 600.0
+FAILED_OUTPUT_DIR = Path(tempfile.gettempdir()) / "jet-fault-campaign"
+"""Where the whole output of each failed run is kept."""
 
 
 @dataclass
@@ -116,9 +118,12 @@ def run_one(name: str, node: str, seed: int, row: Row, work: Path) -> None:
         row.failed += 1
         row.failures.append(f"seed {seed}")
         tail = "\n".join(output.strip().splitlines()[-40:])
+        kept = FAILED_OUTPUT_DIR / f"{name}-{seed}.log"
+        FAILED_OUTPUT_DIR.mkdir(parents=True, exist_ok=True)
+        kept.write_text(output)
         print(
             f"  {name} seed {seed}: FAILED in {took:.0f} s (rerun: JET_FAULT_SEED={seed} "
-            f"pytest '{node}')\n{tail}",
+            f"pytest '{node}'; whole output in {kept})\n{tail}",
             flush=True,
         )
     else:

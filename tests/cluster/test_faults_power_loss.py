@@ -57,7 +57,9 @@ async def test_power_loss_on_every_server_keeps_every_acked_record(
                 lost = sum(before - after for before, after in report.truncated.values())
                 sc.note(
                     f"{sid}: power loss cut {len(report.truncated)} file(s) by {lost} bytes, "
-                    f"dropped {len(report.deleted)}, kept {report.kept} whole"
+                    f"dropped {len(report.deleted)}, kept {report.kept} whole; cut "
+                    f"{sorted(Path(p).name for p in report.truncated)}, dropped "
+                    f"{sorted(f'{Path(p).name} ({why})' for p, why in report.deleted.items())}"
                 )
             t_dead = time.monotonic()
             await anyio.to_thread.run_sync(cluster.start_all)

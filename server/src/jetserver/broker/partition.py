@@ -60,6 +60,7 @@ from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.core import ReplicaCore
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
+from jetserver.storage.clock import wall_ns
 
 log = logging.getLogger(__name__)
 
@@ -391,7 +392,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         first, ts = -1, -1
         if bodies:
             try:
-                first, ts = self.log.append(bodies, time.time_ns(), self.leader_epoch)
+                first, ts = self.log.append(bodies, wall_ns(), self.leader_epoch)
             except Exception as exc:
                 log.error("append failed", extra=self._fields(records=len(bodies), error=repr(exc)))
                 self.messages_rejected += len(bodies)

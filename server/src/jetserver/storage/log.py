@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
-import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import accumulate
@@ -19,6 +18,7 @@ from jetserver.storage.checkpoint import (
     HIGH_WATERMARK_FILE,
     write_checkpoint,
 )
+from jetserver.storage.clock import DELETION_CLOCK
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import MAX_EPOCH, LeaderEpochCache
 from jetserver.storage.errors import (
@@ -74,13 +74,14 @@ class Log(LogMaintenance):
         directory: Path | str,
         config: LogConfig = LogConfig(),  # noqa: B008  (frozen, so a shared default is safe)
         *,
-        clock: Callable[[], int] = time.time_ns,
+        clock: Callable[[], int] = DELETION_CLOCK,
     ) -> Log:
         """Open (creating if needed) and recover the log in ``directory``.
 
         Corrupt data never raises: it is repaired or fenced off and described in
         :attr:`recovery`. ``clock`` (nanoseconds) drives age-based rolling, retention and
-        tombstone expiry.
+        tombstone expiry (default: the wall clock guarded against forward jumps,
+        :data:`~jetserver.storage.clock.DELETION_CLOCK`).
 
         Raises:
             StorageError: the directory cannot be created, listed or locked (another Log has
