@@ -59,6 +59,14 @@ CLASSES: list[tuple[str, str]] = [
         "partition-non-transitive",
         "tests/cluster/test_faults_partition.py::test_partition[non-transitive]",
     ),
+    (
+        "partition-one-way-from-leader",
+        "tests/cluster/test_faults_partition.py::test_partition[one-way-from-leader]",
+    ),
+    (
+        "partition-one-way-to-leader",
+        "tests/cluster/test_faults_partition.py::test_partition[one-way-to-leader]",
+    ),
     ("partition-flapping", "tests/cluster/test_faults_partition.py::test_flapping_link"),
     ("two-sigterms-then-kill9", "tests/cluster/test_faults_two_stops.py"),
     ("power-loss", "tests/cluster/test_faults_power_loss.py"),
@@ -67,6 +75,7 @@ CLASSES: list[tuple[str, str]] = [
     ("bit-rot-unclean", "tests/cluster/test_faults_corruption.py"),
     ("bit-rot-clean-restart", "tests/cluster/test_faults_bitrot.py"),
     ("random-kills-pauses-nats", "tests/cluster/test_faults_random.py"),
+    ("wall-clock-jump", "tests/server/test_clock_jump.py"),
 ]
 RUN_TIMEOUT_S = 600.0
 FAILED_OUTPUT_DIR = Path(tempfile.gettempdir()) / "jet-fault-campaign"

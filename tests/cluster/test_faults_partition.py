@@ -12,6 +12,9 @@ Cases:
   majority and from its followers) while it keeps NATS and its clients;
 - the leader cut off from NATS only (it keeps its followers and the Raft);
 - a non-transitive cut: leader and one follower cannot talk, both still talk to the third;
+- one-way (asymmetric) drops: the leader's packets to its followers are dropped while
+  theirs reach it, and the reverse (a blackhole route on one side only; TCP then breaks
+  differently on each side: connects time out on one, half-open connections on the other);
 - a flapping link: a follower's link goes down and up several times.
 
 Each case needs root and network namespaces; without them it is skipped with the reason.
@@ -79,6 +82,13 @@ async def run_case(tmp_path: Path, lab: NetLab, case: str) -> None:
                 follower = others(leader)[0]
                 lab.isolate(leader, [follower])
                 lab.isolate(follower, [leader])
+            elif case == "one-way-from-leader":
+                # The leader's packets to its followers are dropped; theirs reach it.
+                lab.isolate(leader, others(leader))
+            elif case == "one-way-to-leader":
+                # The followers' packets to the leader are dropped; its packets reach them.
+                for o in others(leader):
+                    lab.isolate(o, [leader])
             elif case == "flapping":
                 follower = others(leader)[0]
                 for _ in range(FLAPS):
@@ -99,7 +109,16 @@ async def run_case(tmp_path: Path, lab: NetLab, case: str) -> None:
             await sc.verify()
 
 
-@pytest.mark.parametrize("case", ["leader-isolated", "leader-without-nats", "non-transitive"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "leader-isolated",
+        "leader-without-nats",
+        "non-transitive",
+        "one-way-from-leader",
+        "one-way-to-leader",
+    ],
+)
 async def test_partition(tmp_path: Path, lab: NetLab, case: str) -> None:
     await run_case(tmp_path, lab, case)
 

@@ -185,9 +185,13 @@ class Dispatcher:
         async def metadata(req: dict[str, Any]) -> dict[str, Any]:
             answer = json_api.metadata(req, self.streams, self.servers())
             names = req.get("streams")
+            if self.starting and (
+                not isinstance(names, list) or len(answer["streams"]) < len(set(names))
+            ):
+                # Its Raft state may be behind: a stream missing from this answer would
+                # read as "does not exist" to a client (the SDK asks for everything).
+                raise ApiError(ErrorCode.UNAVAILABLE, "server is starting")
             if self.cluster is not None and isinstance(names, list):
-                if self.starting and len(answer["streams"]) < len(set(names)):
-                    raise ApiError(ErrorCode.UNAVAILABLE, "server is starting")
                 deadline = time.monotonic() + STALE_METADATA_GRACE_S
                 while len(answer["streams"]) < len(set(names)) and await self._applied_more(
                     deadline
