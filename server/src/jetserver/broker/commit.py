@@ -22,7 +22,6 @@ import anyio
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import PartitionAck, PendingAck
-from jetserver.broker.producers import ProducerTable
 from jetserver.replication.core import Outcome, ReplicaCore
 from jetserver.storage import Log, SyncFailedError
 
@@ -48,7 +47,6 @@ class Committer:
     _wake_replicas: Callable[[], None]
     _publish_acks: Callable[[list[tuple[str, PartitionAck]]], Any]
     _fields: Callable[..., dict[str, Any]]
-    producers: ProducerTable
     sync_failures: int
     stop: Callable[..., None]
 
@@ -95,7 +93,6 @@ class Committer:
             )
             self.stop(drain=False)
             return
-        self.producers.forget_from(end)
         out = self._core.cut(end, f"fsync failed, the record is not stored (retry): {exc}")
         log.error(
             "fsync failed: cut the log back to its last good sync; the records above it "

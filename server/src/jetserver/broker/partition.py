@@ -140,7 +140,8 @@ class PartitionReplica(ReplicaRoles, Committer):
     requests still waiting for this partition at once instead of at their timeout)."""
 
     producers: ProducerTable = attrs.field(factory=ProducerTable)
-    """Recent idempotent producers (duplicates are answered DUPLICATE_SEQUENCE)."""
+    """The idempotent producers found in the log tail at open (the replica core owns the
+    table from then on: ``_core.producers``)."""
     _queue: collections.deque[Ingested] = attrs.field(factory=collections.deque)
     _plain_prefix: dict[str, bytes] = attrs.field(factory=dict)
     _subject_fields: dict[str, bytes] = attrs.field(factory=dict)
@@ -371,7 +372,7 @@ class PartitionReplica(ReplicaRoles, Committer):
                 self._error_ack(now, who, ErrorCode.NOT_ENOUGH_REPLICAS, self._core.isr_text())
                 continue
             if producer_id is not None:
-                stored = self.producers.lookup(producer_id, producer_seq)
+                stored = self._core.producers.lookup(producer_id, producer_seq)
                 if stored is not None:
                     dups.append((who, None, stored[0], stored[1]))
                     continue
@@ -427,7 +428,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         inlined (this runs per message) and recording idempotent producers."""
         hw = self.log.high_watermark
         core = self._core
-        producers = self.producers
+        producers = core.producers
         offset = first - 1
         for who in wanted:
             offset += 1

@@ -119,6 +119,7 @@ class ReplicaRoles:
             durability=self.spec.durability if self.spec is not None else DURABILITY_FLUSHED,
             min_isr=self.spec.min_isr if self.spec is not None else 1,
             lag_max_s=self.replication.replica_lag_max_s,
+            producers=self.producers,
             damaged=not report.ok,
             found_damage=bool(report.corrupt_files or report.unreadable_ranges),
         )
@@ -291,22 +292,24 @@ class ReplicaRoles:
         log_ = self.log
         await anyio.to_thread.run_sync(log_.epochs.assign, a.leader_epoch, log_.log_end_offset)
         self.leader_epoch = a.leader_epoch
+        rebuilt = ProducerTable()
+        table: ProducerTable | None = rebuilt
         try:
-            table = ProducerTable()
             await anyio.to_thread.run_sync(
-                lambda: table.rebuild(tail_records(log_, REBUILD_RECORDS))
+                lambda: rebuilt.rebuild(tail_records(log_, REBUILD_RECORDS))
             )
-            self.producers = table
         except (StorageError, CodecError) as exc:
             log.warning(
                 "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
             )
+            table = None
         out = self._core.lead(
             a,
             leo=log_.log_end_offset,
             flushed=log_.flushed_offset,
             hw=log_.high_watermark,
             now=anyio.current_time(),
+            producers=table,
         )
         await self._carry_out(out)
         self._dirty.set()  # flush whatever a previous role left unflushed

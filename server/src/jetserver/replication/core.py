@@ -27,6 +27,7 @@ from typing import Generic, Protocol, TypeVar
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.broker.producers import ProducerTable
 from jetserver.metadata.model import DURABILITY_FLUSHED, PartitionAssignment
 from jetserver.replication.leader import LeaderState
 
@@ -117,6 +118,10 @@ class ReplicaCore(Generic[P]):
     """ALL acks waiting for the HW, in offset order unless :attr:`pending_unordered`."""
     pending_unordered: bool = False
     """An ack was queued below an earlier one (a duplicate of an earlier record)."""
+    producers: ProducerTable = attrs.field(factory=ProducerTable)
+    """Recent idempotent producers' sequences (duplicates are answered
+    DUPLICATE_SEQUENCE): rebuilt from the log tail when a leadership starts, forgotten
+    above a cut."""
 
     def __attrs_post_init__(self) -> None:
         self.role = ROLE_NONE if self.clustered else ROLE_SINGLE
@@ -185,10 +190,20 @@ class ReplicaCore(Generic[P]):
         return out
 
     def lead(
-        self, a: PartitionAssignment, *, leo: int, flushed: int, hw: int, now: float
+        self,
+        a: PartitionAssignment,
+        *,
+        leo: int,
+        flushed: int,
+        hw: int,
+        now: float,
+        producers: ProducerTable | None = None,
     ) -> Outcome[P]:
         """Start leading epoch ``a.leader_epoch`` (after :meth:`end_role`, once the log is
-        prepared: the epoch's start recorded, the producer table rebuilt)."""
+        prepared: the epoch's start recorded; ``producers``: the producer table rebuilt
+        from the log tail, None to keep the current one)."""
+        if producers is not None:
+            self.producers = producers
         self.leader_state = LeaderState.start(
             leader=self.me,
             leader_epoch=a.leader_epoch,
@@ -258,6 +273,7 @@ class ReplicaCore(Generic[P]):
         again)."""
         if self.leader_state is not None:
             self.leader_state.on_cut(end)
+        self.producers.forget_from(end)
         lost = [p for p in self.pending if p.offset >= end]
         if lost:
             self.pending = collections.deque(p for p in self.pending if p.offset < end)
