@@ -14,7 +14,8 @@ asyncio backend (nats-py is asyncio-only):
     they are fsynced (committed at RF=1), a JetStream consumer as soon as the message is in
     the store, fsynced or not; so (c) is shown twice: against JetStream's default
     (``sync_interval`` 2 min: not durable when delivered) and against ``sync_interval:
-    always`` (durable when delivered, like jet);
+    always`` (durable when delivered, like jet); and (c'') jet with ``durability="written"``
+    (RF 1: visible once written, before the fsync) against JetStream's default;
 (d) ack ALL (fsynced group commit on the leader) vs JetStream with ``sync_interval:
     always`` (fsync per write), same window as (a).
 
@@ -389,6 +390,7 @@ async def _main(
     async with Client(jet_servers) as client:
         for name in ("bpub", "bcons", "blat", "blat2", "ball"):
             await client.create_stream(name, f"bench.{name}")
+        await client.create_stream("blatw", "bench.blatw", durability="written")
         nc, js = await js_setup(js_url, "BPUB", "js.pub")
         await js.add_stream(name="BCONS", subjects=["js.cons"])
         await js.add_stream(name="BLAT", subjects=["js.lat"])
@@ -459,6 +461,21 @@ async def _main(
                 f"  mean jet {statistics.fmean(jet_lat):.2f} ms, "
                 f"jetstream {statistics.fmean(js_lat):.2f} ms"
             )
+
+            print(
+                "(c'') jet with durability=written (visible before fsync, RF 1) vs JetStream's "
+                "default (not fsynced when delivered)"
+            )
+            jet_lat = await jet_latency(client, "blatw", rate, seconds)
+            js_lat = await js_latency(js, "js.lat", rate, seconds)
+            for q, label in ((0.5, "p50"), (0.99, "p99")):
+                results.add(
+                    f"latency {label} (neither fsynced)",
+                    _percentile(jet_lat, q),
+                    _percentile(js_lat, q),
+                    "ms",
+                    False,
+                )
 
             await _settle_disk()
             print(

@@ -340,8 +340,10 @@ class Node:
             return
         offset = self.log.leo
         self.log.append([Rec(offset, self.epoch, msg.value)])
-        core.appended(self.log.leo)
         core.add_pending(SimPending(offset, msg.rid))
+        committed = core.appended(self.log.leo, self.log.hw)
+        if committed is not None:
+            self.carry_out(committed)
         self.maybe_flush()
 
     def maybe_flush(self) -> None:

@@ -82,7 +82,7 @@ def test_the_hw_waits_for_the_isr_and_a_cut_fails_the_acks_above_it() -> None:
     core.lead(a("s1", isr=("s1", "s2")), leo=0, flushed=0, hw=0, now=0.0)
     for i in range(4):
         core.add_pending(Ack(i, i))
-    core.appended(4)
+    assert core.appended(4, 0) is None  # durability flushed: a flush commits
     assert core.flushed(4, leo=4, hw=0).hw is None  # s2 has not fetched
     out = core.replica_fetched("s2", 2, 2, 0.1, hw=0)
     assert out.hw == 2
@@ -104,3 +104,30 @@ def test_acks_queued_out_of_order_are_all_sent() -> None:
     assert not core.pending_unordered
     out = core.flushed(6, leo=6, hw=3)
     assert [p.rid for p, _, _ in out.acks] == [1]
+
+
+def test_durability_written_commits_on_append() -> None:
+    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=False, durability="written")
+    core.add_pending(Ack(0, 1))
+    out = core.appended(2, 0)
+    assert out is not None
+    assert out.hw == 2
+    assert [(p.rid, code) for p, code, _ in out.acks] == [(1, ErrorCode.NONE)]
+    # The flush that follows changes nothing visible.
+    assert core.flushed(2, leo=2, hw=2).hw is None
+
+
+def test_durability_written_in_a_cluster_commits_on_the_leaders_append() -> None:
+    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, durability="written")
+    solo = PartitionAssignment(0, "s1", ("s1",), ("s1",), 1)
+    core.assign(solo, "h1")
+    core.lead(solo, leo=0, flushed=0, hw=0, now=0.0)
+    core.add_pending(Ack(0, 1))
+    out = core.appended(1, 0)
+    assert out is not None
+    assert out.hw == 1
+    assert [p.rid for p, _, _ in out.acks] == [1]
+    # A failed fsync cuts below the HW: with "written" the HW comes back down with it.
+    core.cut(0, "fsync failed")
+    assert core.leader_state is not None
+    assert core.leader_state.hw == 0

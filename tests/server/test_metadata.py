@@ -241,3 +241,14 @@ def test_corrupt_metadata_file_is_reported(tmp_path: Path) -> None:
 
     with pytest.raises(MetadataCorrupt):
         load_state(tmp_path / "metadata.json")
+
+
+def test_durability_written_needs_replication_factor_1() -> None:
+    spec = spec_from_request({"name": "w", "subject": "w", "durability": "written"})
+    assert spec.durability == "written"
+    with pytest.raises(ApiError, match="replication_factor 1") as info:
+        spec_from_request(
+            {"name": "w", "subject": "w", "durability": "written", "replication_factor": 3},
+            cluster_size=3,
+        )
+    assert info.value.details == {"field": "durability"}

@@ -9,6 +9,9 @@
  *   JET_FSYNC_FAULT_CONTROL if set, a file read at every sync instead of MATCH/AT: two
  *                          lines, the match and the call number; absent: no fault. The
  *                          count starts when the file's contents change (arm it any time).
+ *   JET_FSYNC_GATE         if set, a file: while it exists, a sync of a watched file waits
+ *                          (polling every millisecond, at most 120 s) and creates
+ *                          "<gate>.blocked" when it starts waiting (an fsync held open).
  * Every sync of a watched file records the file's size when it succeeds; the failing one
  * truncates the file to the size at its last good sync (0 if none was seen) first.
  */
@@ -78,6 +81,20 @@ static int watched(int fd, const char *match, char *path, size_t size) {
     return len >= slen && strcmp(path + len - slen, suffix) == 0;
 }
 
+static void wait_at_gate(void) {
+    const char *gate = getenv("JET_FSYNC_GATE");
+    char blocked[4200];
+    struct stat st;
+    int waited;
+    if (gate == NULL || *gate == 0 || stat(gate, &st) != 0) return;
+    snprintf(blocked, sizeof blocked, "%s.blocked", gate);
+    {
+        FILE *f = fopen(blocked, "w");
+        if (f != NULL) fclose(f);
+    }
+    for (waited = 0; waited < 120000 && stat(gate, &st) == 0; waited++) usleep(1000);
+}
+
 static int sync_with_fault(int fd, const char *name) {
     int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, name);
     char path[4096];
@@ -85,6 +102,7 @@ static int sync_with_fault(int fd, const char *name) {
     struct stat st;
     int rc;
     if (!watched(fd, current(&at), path, sizeof path)) return real(fd);
+    wait_at_gate();
     call = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
     if (at > 0 && call == at) {
         const char *mark = getenv("JET_FSYNC_FAULT_FILE");

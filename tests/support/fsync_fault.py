@@ -112,3 +112,38 @@ class ArmableFault:
     def fired(self) -> bool:
         """True once the armed fault fired."""
         return self.marker.exists()
+
+
+@attrs.frozen
+class FsyncGate:
+    """Holds the syncs of the watched files open while the gate file exists (the shim
+    polls it), so a test can see what happens before an fsync ends."""
+
+    gate: Path
+    """The gate file: present = closed."""
+    match: str
+    """Substring of the watched files' paths."""
+    suffix: str = ".log"
+    """Watched paths must end with it."""
+
+    def env(self) -> dict[str, str]:
+        """Environment for the child process (merge into ``os.environ``)."""
+        env = preload_env(None, self.suffix)
+        env["JET_FSYNC_FAULT_MATCH"] = self.match
+        env["JET_FSYNC_FAULT_AT"] = "0"
+        env["JET_FSYNC_GATE"] = str(self.gate)
+        return env
+
+    def close(self) -> None:
+        """From now on, syncs of watched files wait."""
+        self.blocked.unlink(missing_ok=True)
+        self.gate.touch()
+
+    def open(self) -> None:
+        """Let the waiting syncs go."""
+        self.gate.unlink(missing_ok=True)
+
+    @property
+    def blocked(self) -> Path:
+        """Created by the shim when a sync starts waiting at the closed gate."""
+        return self.gate.with_name(self.gate.name + ".blocked")

@@ -634,7 +634,7 @@ class Client:
         delete_retention: float | None = None,
         max_message_bytes: int | None = None,
         min_isr: int | None = None,
-        durability: Literal["flushed", "replicated"] | None = None,
+        durability: Literal["flushed", "replicated", "written"] | None = None,
         exist_ok: bool = True,
     ) -> StreamInfo:
         """Create a stream listening on ``subject`` (default: the name).
@@ -643,8 +643,11 @@ class Client:
         ``exist_ok`` is False. Durations are float seconds; None leaves the server default.
         ``min_isr``: fewest in-sync replicas for an ALL ack (default 2 when the replication
         factor is 3 or more, else 1). ``durability``: ``"flushed"`` (default: an ALL ack
-        means fsynced on every in-sync replica) or ``"replicated"`` (fsynced on the leader,
-        written on the followers); see spec/cluster.md, "Replication".
+        means fsynced on every in-sync replica), ``"replicated"`` (fsynced on the leader,
+        written on the followers) or ``"written"`` (replication factor 1 only: committed
+        and visible once written, before the fsync, like Kafka's and JetStream's defaults;
+        a power loss or a failed fsync can lose the last milliseconds of acknowledged
+        records); see spec/cluster.md, "Durability".
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).

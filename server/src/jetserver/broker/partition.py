@@ -407,7 +407,9 @@ class PartitionReplica(ReplicaRoles, Committer):
                 wanted = []
             else:
                 self.messages_in += len(bodies)
-                self._core.appended(first + len(bodies))
+                committed = self._core.appended(first + len(bodies), self.log.high_watermark)
+                if committed is not None:  # durability "written": committed once appended
+                    await self._carry_out(committed)
                 self._acks_after_append(now, wanted, first, ts)
                 self._dirty.set()
         for who, index, offset, stamp in dups:

@@ -22,7 +22,12 @@ DURABILITY_FLUSHED = "flushed"
 """Commit = fsynced on every in-sync replica (the default)."""
 DURABILITY_REPLICATED = "replicated"
 """Commit = written (not necessarily fsynced) on every in-sync replica."""
-DURABILITIES = (DURABILITY_FLUSHED, DURABILITY_REPLICATED)
+DURABILITY_WRITTEN = "written"
+"""Commit = written (not necessarily fsynced) on the leader, which is the only replica
+(replication factor 1 only): consumers see records before they are fsynced, as with
+Kafka's and JetStream's defaults; a power loss or a failed fsync can lose what was acked
+in the last fsync window (spec/cluster.md, "Durability")."""
+DURABILITIES = (DURABILITY_FLUSHED, DURABILITY_REPLICATED, DURABILITY_WRITTEN)
 
 
 @attrs.frozen

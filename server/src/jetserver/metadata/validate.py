@@ -19,6 +19,7 @@ from jetserver.metadata.model import (
     DEFAULT_SEGMENT_MAX_BYTES,
     DURABILITIES,
     DURABILITY_FLUSHED,
+    DURABILITY_WRITTEN,
     StreamSpec,
 )
 
@@ -216,6 +217,12 @@ def spec_from_request(
     elif durability not in DURABILITIES:
         raise invalid_argument(
             "durability", f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}"
+        )
+    elif durability == DURABILITY_WRITTEN and rf != 1:
+        raise invalid_argument(
+            "durability",
+            f"durability {DURABILITY_WRITTEN!r} needs replication_factor 1 (got {rf}): with "
+            "replicas use 'replicated' (written on every ISR member, fsynced on the leader)",
         )
     return StreamSpec(
         name=name,

@@ -28,7 +28,7 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.producers import ProducerTable
-from jetserver.metadata.model import DURABILITY_FLUSHED, PartitionAssignment
+from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN, PartitionAssignment
 from jetserver.replication.leader import LeaderState
 
 ROLE_SINGLE = "single"
@@ -246,10 +246,20 @@ class ReplicaCore(Generic[P]):
             self.pending_unordered = True
         pending.append(p)
 
-    def appended(self, leo: int) -> None:
-        """Records were appended; the log ends at ``leo``."""
-        if self.leader_state is not None:
-            self.leader_state.on_append(leo)
+    def appended(self, leo: int, hw: int) -> Outcome[P] | None:
+        """Records were appended; the log ends at ``leo`` (its HW is ``hw``). With
+        durability ``written`` they are committed now (the outcome says so); otherwise
+        None: a flush commits them."""
+        state = self.leader_state
+        if state is not None:
+            if state.on_append(leo):
+                return self._advance(hw)
+            return None
+        if self.durability == DURABILITY_WRITTEN and self.role == ROLE_SINGLE and leo > hw:
+            out: Outcome[P] = Outcome(hw=leo)
+            out.acks = self._take_below(leo, True)
+            return out
+        return None
 
     def flushed(self, flushed: int, *, leo: int, hw: int) -> Outcome[P]:
         """The log is fsynced below ``flushed`` (its LEO is ``leo``, its HW ``hw``)."""

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_REPLICATED
+from jetserver.metadata.model import DURABILITIES, DURABILITY_FLUSHED, DURABILITY_WRITTEN
 
 UNKNOWN = -1
 """Progress of a follower that has not fetched in this epoch."""
@@ -138,7 +138,7 @@ class LeaderState:
         Raises:
             ValueError: unknown durability, or ``leader`` not among ``replicas``.
         """
-        if durability not in (DURABILITY_FLUSHED, DURABILITY_REPLICATED):
+        if durability not in DURABILITIES:
             raise ValueError(f"unknown durability {durability!r}")
         if leader not in replicas:
             raise ValueError(f"leader {leader!r} is not a replica")
@@ -181,7 +181,7 @@ class LeaderState:
     def _value(self, member: str) -> int:
         """The offset ``member`` vouches for (flushed, or a follower's LEO if replicated)."""
         if member == self.leader:
-            return self.flushed
+            return self.leo if self.durability == DURABILITY_WRITTEN else self.flushed
         progress = self.followers.get(member)
         if progress is None:
             return UNKNOWN
@@ -201,9 +201,11 @@ class LeaderState:
 
     # ------------------------------------------------------------------ events
 
-    def on_append(self, leo: int) -> None:
-        """The leader appended records; its LEO is now ``leo``."""
+    def on_append(self, leo: int) -> bool:
+        """The leader appended records; its LEO is now ``leo``. True if the HW moved (only
+        with durability ``written``, where the leader vouches for its LEO)."""
         self.leo = max(self.leo, leo)
+        return self.durability == DURABILITY_WRITTEN and self._recompute_hw()
 
     def on_flush(self, flushed: int) -> bool:
         """The leader fsynced up to ``flushed``; True if the HW moved."""
@@ -216,6 +218,7 @@ class LeaderState:
         served only up to the leader's flushed offset."""
         self.leo = leo
         self.flushed = min(self.flushed, leo)
+        self.hw = min(self.hw, leo)  # only durability ``written`` commits above flushed
 
     def on_fetch(self, follower: str, offset: int, flushed: int, now: float) -> bool:
         """A replica fetch from ``follower`` at ``offset`` reporting ``flushed``.
