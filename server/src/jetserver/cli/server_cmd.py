@@ -157,12 +157,7 @@ def run_command(args: argparse.Namespace) -> int:
     logs.configure(config.logging.level, config.logging.format)
     tune_gc()
     try:
-        anyio.run(
-            serve,
-            config,
-            backend="asyncio",
-            backend_options={"use_uvloop": os.environ.get("JET_UVLOOP") == "1"},
-        )
+        anyio.run(serve, config, backend="asyncio")
     except (JetServerError, OSError, BaseExceptionGroup) as exc:
         cause = _operator_error(exc)
         if cause is None:
