@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver import hops
 from jetserver.broker.acks import PartitionAck, PendingAck
 from jetserver.replication.core import Outcome, ReplicaCore
 from jetserver.storage import Log, SyncFailedError
@@ -56,7 +57,11 @@ class Committer:
             self._dirty = anyio.Event()
             target = self.log.log_end_offset
             try:
+                if hops.ENABLED:
+                    hops.mark("fsync.start")
                 flushed = await anyio.to_thread.run_sync(self.log.flush, target)
+                if hops.ENABLED:
+                    hops.mark("fsync.end")
             except SyncFailedError as exc:
                 await self._recover_unsynced(exc)
                 self._dirty.set()
@@ -111,6 +116,8 @@ class Committer:
     async def _carry_out(self, out: Outcome[PendingAck]) -> None:
         """Do what the core decided: set the HW, wake waiters, send the acks."""
         if out.hw is not None and out.hw > self.log.high_watermark:
+            if hops.ENABLED:
+                hops.mark("hw")
             self.log.set_high_watermark(out.hw)
             self.wake_waiters()
         if out.wake_replicas:

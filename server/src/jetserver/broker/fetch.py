@@ -30,6 +30,7 @@ from jetsdk.codec.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from jetserver import hops
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
@@ -84,6 +85,8 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
     if req.offset >= log.high_watermark and req.max_wait_ms > 0:
         wait_ms = min(req.max_wait_ms, limits.max_fetch_wait_ms)
         await replica.wait_for_hw_above(req.offset, wait_ms / 1000)
+        if hops.ENABLED:
+            hops.mark("fetch.woken")
         if replica.closed:
             replica = streams.replica(req.stream, req.partition)  # raises if deleted
             log = replica.log

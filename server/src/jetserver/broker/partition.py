@@ -48,6 +48,7 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.transcode import envelope_record, record_subjects
+from jetserver import hops
 from jetserver.broker.acks import PartitionAck, PendingAck, publish_acks
 from jetserver.broker.commit import Committer
 from jetserver.broker.producers import ProducerTable
@@ -187,6 +188,8 @@ class PartitionReplica(ReplicaRoles, Committer):
             return True
         if self._queued_bytes >= self.ingest.max_pending_bytes:
             return False
+        if hops.ENABLED:
+            hops.mark("sink")
         self._queue.append((subject, reply, data, None))
         self._queued_bytes += len(data)
         self._wake.set()
@@ -199,6 +202,8 @@ class PartitionReplica(ReplicaRoles, Committer):
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
             self._space = anyio.Event() if self._space.is_set() else self._space
             await self._space.wait()
+        if hops.ENABLED:
+            hops.mark("sink")
         self._queue.append((msg.subject, msg.reply or "", msg.data, msg.headers))
         self._queued_bytes += len(msg.data)
         self._wake.set()
@@ -407,6 +412,8 @@ class PartitionReplica(ReplicaRoles, Committer):
                 wanted = []
             else:
                 self.messages_in += len(bodies)
+                if hops.ENABLED:
+                    hops.mark("append")
                 committed = self._core.appended(first + len(bodies), self.log.high_watermark)
                 if committed is not None:  # durability "written": committed once appended
                     await self._carry_out(committed)

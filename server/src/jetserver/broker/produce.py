@@ -32,6 +32,7 @@ from jetsdk.codec.messages import (
     encode_produce_result_tuples,
 )
 from jetsdk.codec.transcode import ProducedEnvelope, produce_envelopes
+from jetserver import hops
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
@@ -247,6 +248,8 @@ class ProduceService:
         try:
             with anyio.move_on_after(timeout_s):
                 queued = await self.link.publish_many(to_send)
+                if hops.ENABLED:
+                    hops.mark("published")
                 for i in sent_index[queued:]:
                     # Not published (the NATS link went down): certainly not stored.
                     if results[i] is None:
@@ -285,4 +288,6 @@ def _settle(waiting: _Waiting, acks: Iterable[tuple[int, int, str, int]]) -> Non
         matched += 1
     waiting.remaining -= matched
     if waiting.remaining <= 0:
+        if hops.ENABLED:
+            hops.mark("acked")
         waiting.done.set()

@@ -28,18 +28,23 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import (
     FLAG_ERROR,
     FLAG_RESPONSE,
+    Api,
     Frame,
     FrameDecoder,
     FrameTooLarge,
     encode_frame,
 )
 from jetsdk.codec.messages import encode_error
+from jetserver import hops
 from jetserver.config import LimitsConfig
 from jetserver.logs import fields
 from jetserver.protocol.socket_io import READ_INLINE_MAX_BYTES, SocketIO
 from jetserver.storage import ReadSlice
 
 log = logging.getLogger(__name__)
+
+_API_NAMES: dict[int, str] = {Api.PRODUCE: "produce", Api.FETCH: "fetch"}
+"""Hop names of the APIs on a message's path (jetserver.hops)."""
 
 _ERROR_FLAGS = FLAG_RESPONSE | FLAG_ERROR
 _CLOSE_NOTICE_TIMEOUT_S = 1.0
@@ -154,6 +159,8 @@ class Connection:
                         extra=fields(peer=self.io.peer, buffered=decoder.buffered_bytes),
                     )
                 return
+            if hops.ENABLED:
+                hops.mark("read")
             decoder.feed(data)
             while True:
                 try:
@@ -188,8 +195,12 @@ class Connection:
     async def _run_request(self, frame: Frame) -> None:
         assert self._slots is not None
         try:
+            if hops.ENABLED:
+                hops.mark(f"req.{_API_NAMES.get(frame.api, str(frame.api))}")
             reply = await self.handler(frame)
             await self._write(reply)
+            if hops.ENABLED:
+                hops.mark(f"resp.{_API_NAMES.get(frame.api, str(frame.api))}")
             if reply.close:
                 self._shutdown()
         finally:

@@ -1,0 +1,212 @@
+"""Where the time of one message goes: publish -> ack and publish -> consume, hop by hop.
+
+One jet server (``jet dev``, RF 1) runs with ``JET_HOP_TRACE`` (jetserver/hops.py), which
+records the moment each message reaches each hop inside the server; this process
+publishes timestamped 100-byte messages at a fixed rate with a ``Producer`` (linger 0) and
+reads them with a ``Consumer`` (long-poll fetch), noting when each send starts, when its
+ack arrives and when the consumer gets it. All timestamps are ``perf_counter_ns``
+(CLOCK_MONOTONIC, one clock for every process of the machine). The rate keeps one message
+in flight at a time, so each message's hops are the first marks of each kind after its
+previous hop.
+
+Printed per hop: p50 and p99 of the time since the previous hop, in microseconds, for the
+default durability (``flushed``: visible once fsynced) and for ``written`` (RF 1, visible
+once written), then the end-to-end figures. Run: ``python -m bench latency [--quick]``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import anyio
+
+from jetsdk import AckPolicy, Client, Consumer, Producer
+from jetsdk.codec.frames import Api
+from jetsdk.connection import Connection, PendingResponse
+from jetserver.devcluster import DevCluster
+
+ACK_PATH = (
+    "send",
+    "write",
+    "read",
+    "req.produce",
+    "published",
+    "sink",
+    "append",
+    "acked",
+    "resp.produce",
+    "ack",
+)
+"""Hops of a message from the producer to its ack."""
+CONSUME_PATH = ("append", "fsync.start", "fsync.end", "hw", "fetch.woken", "resp.fetch", "consumed")
+"""Hops from the append to the consumer (durability flushed)."""
+WRITTEN_PATH = ("append", "hw", "fetch.woken", "resp.fetch", "consumed")
+"""Hops from the append to the consumer (durability written: no fsync on the path)."""
+VALUE_BYTES = 100
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def _run(address: list[str], stream: str, rate: int, seconds: float) -> dict[str, list[int]]:
+    """Publish and consume; return the client-side marks per kind (``write``: the SDK's
+    connection is about to write a Produce request)."""
+    marks: dict[str, list[int]] = defaultdict(list)
+    original = Connection.send
+
+    async def marked_send(self: Connection, api: int, body: bytes) -> PendingResponse:
+        if api == Api.PRODUCE:
+            marks["write"].append(time.perf_counter_ns())
+        return await original(self, api, body)
+
+    Connection.send = marked_send  # type: ignore[method-assign]
+    try:
+        return await _publish_and_consume(address, stream, rate, seconds, marks)
+    finally:
+        Connection.send = original  # type: ignore[method-assign]
+
+
+async def _publish_and_consume(
+    address: list[str], stream: str, rate: int, seconds: float, marks: dict[str, list[int]]
+) -> dict[str, list[int]]:
+    total = int(rate * seconds)
+    async with (
+        Client(address) as client,
+        Consumer(client, stream, start="new-only", max_wait=5.0) as consumer,
+        Producer(client, stream, linger=0, ack=AckPolicy.LEADER) as producer,
+        anyio.create_task_group() as tg,
+    ):
+        seen = 0
+
+        async def consume() -> None:
+            nonlocal seen
+            with anyio.fail_after(seconds + 60):
+                while seen < total:
+                    got = await consumer.fetch(max_records=1000)
+                    now = time.perf_counter_ns()
+                    for _msg in got:
+                        marks["consumed"].append(now)
+                    seen += len(got)
+
+        tg.start_soon(consume)
+        start = time.perf_counter()
+        for i in range(total):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await anyio.sleep(delay)
+            sent = time.perf_counter_ns()
+            marks["send"].append(sent)
+            await producer.send(sent.to_bytes(8, "big") + bytes(VALUE_BYTES - 8))
+            marks["ack"].append(time.perf_counter_ns())
+    return marks
+
+
+def _load_marks(prefix: Path) -> dict[str, list[int]]:
+    marks: dict[str, list[int]] = defaultdict(list)
+    for path in prefix.parent.glob(prefix.name + ".*"):
+        for line in path.read_text(encoding="ascii").splitlines():
+            name, ns = line.split()
+            marks[name].append(int(ns))
+    return marks
+
+
+def _hops(marks: dict[str, list[int]], path: tuple[str, ...]) -> dict[str, list[float]]:
+    """Per hop, the microseconds since the previous hop, message by message."""
+    ordered = {name: sorted(values) for name, values in marks.items()}
+    out: dict[str, list[float]] = defaultdict(list)
+    for start in ordered.get(path[0], []) if path[0] == "send" else []:
+        _chain(ordered, path, start, out)
+    return out
+
+
+def _chain(
+    ordered: dict[str, list[int]], path: tuple[str, ...], start: int, out: dict[str, list[float]]
+) -> int | None:
+    previous = start
+    for name in path[1:]:
+        values = ordered.get(name, [])
+        i = bisect.bisect_left(values, previous)
+        if i == len(values):
+            return None
+        out[name].append((values[i] - previous) / 1000)
+        previous = values[i]
+    return previous
+
+
+def _consume_hops(marks: dict[str, list[int]], path: tuple[str, ...]) -> dict[str, list[float]]:
+    ordered = {name: sorted(values) for name, values in marks.items()}
+    out: dict[str, list[float]] = defaultdict(list)
+    appends = ordered.get("append", [])
+    for send in ordered.get("send", []):
+        i = bisect.bisect_left(appends, send)
+        if i < len(appends):
+            _chain(ordered, path, appends[i], out)
+    return out
+
+
+def _print(title: str, hops: dict[str, list[float]], path: tuple[str, ...]) -> None:
+    print(f"  {title}")
+    print(f"    {'hop':<34} {'p50 us':>9} {'p99 us':>9}")
+    for prev, name in itertools.pairwise(path):
+        values = hops.get(name, [])
+        print(
+            f"    {prev + ' -> ' + name:<34} {_pct(values, 0.5):>9.0f} {_pct(values, 0.99):>9.0f}"
+        )
+
+
+def _end_to_end(marks: dict[str, list[int]]) -> tuple[list[float], list[float]]:
+    sends, acks = marks["send"], marks["ack"]
+    ack_ms = [(a - s) / 1e6 for s, a in zip(sends, acks, strict=False)]
+    consumed = sorted(marks["consumed"])
+    out = []
+    for s in sends:
+        i = bisect.bisect_left(consumed, s)
+        if i < len(consumed):
+            out.append((consumed[i] - s) / 1e6)
+    return ack_ms, out
+
+
+async def _measure(
+    addresses: list[str], durability: str, rate: int, seconds: float
+) -> dict[str, list[int]]:
+    async with Client(addresses) as client:
+        await client.create_stream("lat", "lat", durability=durability)  # type: ignore[arg-type]
+    return await _run(addresses, "lat", rate, seconds)
+
+
+def run(quick: bool) -> None:
+    """Measure both durabilities and print the breakdown."""
+    rate, seconds = (500, 3.0) if quick else (500, 10.0)
+    for durability in ("flushed", "written"):
+        with tempfile.TemporaryDirectory(prefix="jet-hops-") as tmp:
+            prefix = Path(tmp) / "hops"
+            os.environ["JET_HOP_TRACE"] = str(prefix)
+            try:
+                with (
+                    open(os.devnull, "wb") as devnull,
+                    DevCluster(servers=1, log_file=devnull) as dev,
+                ):
+                    client_marks = anyio.run(
+                        _measure, dev.addresses, durability, rate, seconds, backend="asyncio"
+                    )
+            finally:
+                os.environ.pop("JET_HOP_TRACE", None)
+            marks = _load_marks(prefix)
+            marks.update(client_marks)
+        print(f"\ndurability={durability}: {rate} msg/s for {seconds:g} s, 100 B, linger 0")
+        _print("publish -> ack (ack LEADER)", _hops(marks, ACK_PATH), ACK_PATH)
+        path = CONSUME_PATH if durability == "flushed" else WRITTEN_PATH
+        _print("append -> consumer", _consume_hops(marks, path), path)
+        ack_ms, consume_ms = _end_to_end(marks)
+        print(
+            f"  end to end: ack p50 {_pct(ack_ms, 0.5):.2f} ms p99 {_pct(ack_ms, 0.99):.2f} ms; "
+            f"consume p50 {_pct(consume_ms, 0.5):.2f} ms p99 {_pct(consume_ms, 0.99):.2f} ms"
+        )

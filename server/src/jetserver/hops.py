@@ -1,0 +1,45 @@
+"""Opt-in timestamps of the hops a message takes through the server (``bench latency``).
+
+With the environment variable ``JET_HOP_TRACE=<path>`` set, :func:`mark` records
+``(name, time.perf_counter_ns())`` in memory and the process writes them at exit to
+``<path>.<pid>``, one ``name ns`` line each. ``perf_counter_ns`` is CLOCK_MONOTONIC on
+Linux, the same clock in every process of the machine, so the benchmark lines these marks
+up with its own client-side ones. Without the variable, call sites cost one check of
+:data:`ENABLED` and nothing is recorded.
+
+Marks (in the order a message meets them): ``req.produce`` (a Produce request decoded),
+``published`` (its envelopes written to NATS), ``sink`` (the leader's subscription took
+it), ``append`` (appended to the log), ``acked`` (the request's acks all arrived),
+``resp.produce`` (the Produce response written), ``fsync.start`` / ``fsync.end`` (the
+group commit's fsync in its worker thread), ``hw`` (the HW moved), ``fetch.woken`` (a
+parked Fetch woke up), ``resp.fetch`` (its response written).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+
+_PATH = os.environ.get("JET_HOP_TRACE", "")
+ENABLED = bool(_PATH)
+"""True if hops are recorded (check it before calling :func:`mark` on a hot path)."""
+MAX_MARKS = 2_000_000
+"""Marks kept at most (a bound on memory in a long run)."""
+
+_marks: list[tuple[str, int]] = []
+
+
+def mark(name: str) -> None:
+    """Record that a message reached hop ``name`` now."""
+    if len(_marks) < MAX_MARKS:
+        _marks.append((name, time.perf_counter_ns()))
+
+
+def _dump() -> None:
+    with open(f"{_PATH}.{os.getpid()}", "w", encoding="ascii") as f:
+        f.writelines(f"{name} {ns}\n" for name, ns in _marks)
+
+
+if ENABLED:
+    atexit.register(_dump)
