@@ -227,7 +227,7 @@ class Connection:
         frame = encode_frame(api, cid, body)
         self._waiters[cid] = pending
         if self._write_lock is None:
-            self._write_lock = anyio.Lock()
+            self._write_lock = anyio.Lock(fast_acquire=True)  # no yield when free
         async with self._write_lock:
             if self._closed_error is not None:
                 self._waiters.pop(cid, None)

@@ -94,7 +94,7 @@ class Connection:
     sendfile_min_bytes: int = 1
     """Fetch records of at least this size go out with os.sendfile, smaller ones with
     pread + one sendmsg (config ``fetch.io``)."""
-    _write_lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    _write_lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True))
     _inflight: int = 0
     _slots: anyio.Semaphore | None = None
     _last_activity: float = attrs.field(factory=time.monotonic)
@@ -105,7 +105,7 @@ class Connection:
 
     async def serve(self) -> None:
         """Run until the connection ends; never raises (errors are logged)."""
-        self._slots = anyio.Semaphore(self.limits.max_inflight_per_connection)
+        self._slots = anyio.Semaphore(self.limits.max_inflight_per_connection, fast_acquire=True)
         try:
             async with anyio.create_task_group() as tg:
                 self._scope = tg.cancel_scope

@@ -318,7 +318,9 @@ class Consumer:
         if old is not None:
             self._delivery.end_run(old)
         acks = PartitionAcks(offset, self.manual_ack, inherited)
-        run = PartitionRun(key, acks, generation, credit=anyio.Semaphore(_PREFETCH_BATCHES))
+        run = PartitionRun(
+            key, acks, generation, credit=anyio.Semaphore(_PREFETCH_BATCHES, fast_acquire=True)
+        )
         run.scope = anyio.CancelScope()
         self._delivery.runs[key] = run
         self._tg.start_soon(self._fetch, run, offset)

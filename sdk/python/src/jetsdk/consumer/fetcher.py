@@ -73,7 +73,7 @@ class PartitionRun:
     """Log start as of the last fetch (-1 before any)."""
     scope: anyio.CancelScope | None = None
     """Cancels the fetch loop."""
-    credit: anyio.Semaphore = attrs.field(factory=lambda: anyio.Semaphore(1))
+    credit: anyio.Semaphore = attrs.field(factory=lambda: anyio.Semaphore(1, fast_acquire=True))
     """One batch may wait in the inbox besides the one being handed out."""
     revoking: bool = False
     """A group revocation is finishing in-flight work; nothing more is fetched."""

@@ -419,7 +419,9 @@ class Producer:
     def _sender(self, partition: int) -> _PartitionSender:
         sender = self._senders.get(partition)
         if sender is None:
-            sender = _PartitionSender(anyio.Event(), anyio.Semaphore(self.max_in_flight))
+            sender = _PartitionSender(
+                anyio.Event(), anyio.Semaphore(self.max_in_flight, fast_acquire=True)
+            )
             self._senders[partition] = sender
             assert self._tg is not None
             self._tg.start_soon(self._send_loop, partition, sender)
