@@ -72,7 +72,7 @@ from jetsdk.errors import (
     Unavailable,
     error_from_code,
 )
-from jetsdk.message import Ack, HeadersInput, normalize_headers
+from jetsdk.message import Ack, HeadersInput
 from jetsdk.partitioner import DefaultPartitioner, Partitioner
 from jetsdk.producer.accumulator import (
     DEFAULT_LINGER,
@@ -81,6 +81,7 @@ from jetsdk.producer.accumulator import (
     Accumulator,
     Batch,
 )
+from jetsdk.producer.checks import checked_message, message_size
 from jetsdk.producer.handle import SendHandle
 from jetsdk.retry import needs_metadata_refresh
 
@@ -103,7 +104,6 @@ DEFAULT_MAX_IN_FLIGHT = 1
 """Outstanding Produce requests per partition (1 keeps per-partition order on retries)."""
 
 _PER_MESSAGE_OVERHEAD = 16
-_PER_HEADER_OVERHEAD = 6
 
 # Errors after which the server did not store the batch, or at-least-once allows a resend.
 _RETRY_CLASSES = (
@@ -341,14 +341,8 @@ class Producer:
         partition, bad headers) are raised here, delivery errors by the handle.
         """
         self._check_open()
-        value = bytes(value)
-        size = len(value)
-        if key is not None:
-            key = bytes(key)
-            size += len(key)
-        hdrs = normalize_headers(headers) if headers else ()
-        if hdrs:
-            size += sum(len(n) + len(v) + _PER_HEADER_OVERHEAD for n, v in hdrs)
+        value, key, hdrs = checked_message(value, key, headers, subject)
+        size = message_size(value, key, hdrs)
         if size > self._max_message_bytes:
             raise MessageTooLarge(
                 f"message of {size} bytes exceeds the limit of {self._max_message_bytes}",
@@ -361,8 +355,6 @@ class Producer:
                 f"stream {self.stream!r} has no partition {partition}",
                 details={"stream": self.stream, "partition": partition},
             )
-        if subject:
-            _validate_subject(subject)
         policy = self.ack if ack is None else AckPolicy(ack)
         while self._unresolved >= self.max_pending:  # backpressure
             assert self._space is not None
@@ -497,6 +489,15 @@ class Producer:
                         self._fail(items, exc)
                         return
                     error = exc
+                except Exception as exc:
+                    # must fail this batch alone, never the producer's tasks.
+                    self._fail(
+                        items,
+                        InvalidArgument(
+                            f"the batch could not be sent: {exc!r}", details={"field": "message"}
+                        ),
+                    )
+                    return
                 else:
                     error = self._resolve_results(batch, items, results, idempotent)
                     if error is None:
@@ -594,8 +595,3 @@ class Producer:
             self._space.set()
         if self._unresolved == 0:
             self._idle.set()
-
-
-def _validate_subject(subject: str) -> None:
-    if any(c.isspace() for c in subject) or "" in subject.split("."):
-        raise InvalidArgument(f"bad subject {subject!r}", details={"field": "subject"})
