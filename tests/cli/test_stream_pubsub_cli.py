@@ -49,11 +49,30 @@ def test_stream_lifecycle(jet_dev: JetDev) -> None:
         jet(jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
     )
     assert "clilife" in out
-    again = jet(
-        jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2"
+    # Idempotent like the SDK: the same settings succeed and say so.
+    again = ok(
+        jet(jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
     )
-    assert again.returncode == 1
-    assert "exists" in again.stderr
+    assert "exists with the same settings" in again
+    strict = jet(
+        jet_dev,
+        "stream",
+        "create",
+        "clilife",
+        "--subject",
+        "cli.life",
+        "--partitions",
+        "2",
+        "--fail-if-exists",
+    )
+    assert strict.returncode == 1
+    assert "already exists" in strict.stderr
+    # Other settings fail, naming the difference.
+    other = jet(
+        jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "3"
+    )
+    assert other.returncode == 1
+    assert "partitions" in other.stderr
     ok(
         jet(
             jet_dev,

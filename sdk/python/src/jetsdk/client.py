@@ -681,7 +681,10 @@ class Client:
         info = StreamInfo.from_json(raw)
         self._metadata_stale = True
         if answer.get("created") is False and not exist_ok:
-            raise StreamExists(f"stream {name!r} already exists", details={"stream": name})
+            raise StreamExists(
+                f"stream {name!r} already exists with the same settings",
+                details={"stream": name, "same_settings": True},
+            )
         return info
 
     async def delete_stream(self, name: str) -> None:

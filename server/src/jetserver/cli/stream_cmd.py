@@ -174,10 +174,14 @@ def register(subparsers: Any) -> None:
     create.add_argument("--segment-max-age", type=duration, metavar="DURATION")
     create.add_argument("--max-message-bytes", type=size, metavar="SIZE")
     create.add_argument(
-        "--if-not-exists",
+        "--fail-if-exists",
         action="store_true",
-        help="succeed if the stream already exists with the same settings",
+        help="fail if the stream exists at all (default: the same settings succeed, "
+        "like the SDK's create_stream)",
     )
+    create.add_argument(
+        "--if-not-exists", action="store_true", help=argparse.SUPPRESS
+    )  # the default now; kept for scripts that pass it
     create.add_argument("--json", action="store_true", help="print the stream as JSON")
     add_client_options(create)
     create.set_defaults(func=_create)
@@ -222,17 +226,21 @@ def _create(args: argparse.Namespace) -> int:
                 segment_max_bytes=args.segment_max_bytes,
                 segment_max_age=args.segment_max_age,
                 max_message_bytes=args.max_message_bytes,
-                exist_ok=args.if_not_exists,
+                exist_ok=False,
             )
+            created = True
         except StreamExists as exc:
-            hint = "" if args.if_not_exists else " (--if-not-exists accepts identical settings)"
-            return fail(f"{exc}{hint}", EXIT_FAILED)
+            if not exc.details.get("same_settings") or args.fail_if_exists:
+                return fail(str(exc), EXIT_FAILED)
+            info = await client.describe_stream(args.name)
+            created = False
         if args.json:
-            print_json(info.to_json())
+            print_json({**info.to_json(), "created": created})
         else:
             print(
                 f"stream {info.name} on {info.subject}: {info.partition_count} partition(s), "
                 f"replication factor {info.replication_factor}"
+                + ("" if created else " (exists with the same settings)")
             )
         return EXIT_OK
 
