@@ -30,6 +30,7 @@ from jetsdk.codec import envelope as env
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.json_ack import encode_json_ack
 from jetsdk.codec.record import Record, encode_body, encode_record, frame_body
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -371,14 +372,40 @@ def envelope_file() -> dict[str, Any]:
         for c in invalid
         if c["type"] == "message" and c["name"] != "message_truncated_header"
     ]
+    json_acks = [
+        {
+            "name": name,
+            "fields": {
+                "stream": "orders",
+                "partition": partition,
+                "offset": offset,
+                "error_code": code,
+                "error_message": text,
+            },
+            "text": encode_json_ack("orders", partition, offset, code, text).decode(),
+        }
+        for name, partition, offset, code, text in (
+            ("json_ack", 0, 18, 0, ""),
+            ("json_ack_duplicate", 1, 7, int(ErrorCode.DUPLICATE_SEQUENCE), ""),
+            (
+                "json_ack_error",
+                2,
+                -1,
+                int(ErrorCode.MESSAGE_TOO_LARGE),
+                "message of 2000 bytes exceeds max_message_bytes 1000",
+            ),
+        )
+    ]
     return {
         "format": "envelope",
         "doc": "spec/envelope.md. type message: decode_message; ack and ack_batch: decode_acks "
         "(fields.acks lists the acks in order). plain: payloads parse_nats_payload must treat "
-        "as plain messages (stored as they are).",
+        "as plain messages (stored as they are). json_acks: the JSON ack of a plain request "
+        "(spec/acks.md), byte for byte (text, UTF-8).",
         "cases": cases,
         "invalid": invalid,
         "plain": plain,
+        "json_acks": json_acks,
     }
 
 

@@ -14,6 +14,7 @@ from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.json_ack import decode_json_ack, encode_json_ack
 from jetsdk.codec.record import Record, decode_record, encode_record, iter_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -274,3 +275,22 @@ def test_protocol_invalid_vector(case: dict[str, Any]) -> None:
         with pytest.raises(CodecError) as info:
             DECODERS[case["type"]](raw)
     assert info.value.reason == case["error_reason"]
+
+
+def test_json_acks() -> None:
+    cases = ENVELOPE["json_acks"]
+    assert {"json_ack", "json_ack_duplicate", "json_ack_error"} <= set(ids(cases))
+    for case in cases:
+        f = case["fields"]
+        raw = case["text"].encode()
+        encoded = encode_json_ack(
+            f["stream"], f["partition"], f["offset"], f["error_code"], f["error_message"]
+        )
+        assert encoded == raw, case["name"]
+        assert decode_json_ack(raw) == (
+            f["stream"],
+            f["partition"],
+            f["offset"],
+            f["error_code"],
+            f["error_message"],
+        ), case["name"]

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import orjson
 import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from jetsdk.codec.envelope import Ack, EnvelopeMessage, decode_acks, encode_message
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.envelope import parse_ack
 from jetserver.server import Server
 from support.jet_server import running_server
 from support.nats_server import NatsServer
@@ -60,19 +62,24 @@ async def test_cross_talk_plain_messages_are_stored_with_subject_reply_headers(
     assert records[0].timestamp <= records[1].timestamp <= records[2].timestamp
 
 
-async def test_plain_request_gets_a_leader_ack_on_its_reply_subject(
+async def test_plain_request_gets_a_json_ack_on_its_reply_subject(
     jet: Server, nc: NatsClient
 ) -> None:
+    """Readable by any NATS client, like JetStream's PubAck (spec/acks.md)."""
     assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="req", subject="req")
     reply = await nc.request("req", b"hello", timeout=10)
-    (ack,) = decode_acks(reply.data)
-    assert ack.stream == "req"
-    assert ack.partition == 0
-    assert ack.offset == 0
-    assert ack.ack_policy == AckPolicy.LEADER
-    assert ack.error_code == 0
+    assert orjson.loads(reply.data) == {"stream": "req", "partition": 0, "offset": 0}
+    reply = await nc.request("req", b"again", timeout=10)
+    assert reply.data == b'{"stream":"req","partition":0,"offset":1}'
+    (ack,) = parse_ack(reply.data)  # the SDK reads it too
+    assert (ack.stream, ack.offset, ack.ack_policy, ack.error_code) == (
+        "req",
+        1,
+        AckPolicy.LEADER,
+        0,
+    )
 
 
 async def test_wildcard_subjects(jet: Server, nc: NatsClient) -> None:
@@ -212,8 +219,10 @@ async def test_oversized_message_gets_an_error_ack_and_is_not_stored(
             assert [len(r.value) for r in records] == [1000]
             # A plain request that is too large is refused on its reply subject too.
             reply = await nc.request("big", b"y" * 2000, timeout=10)
-            (ack,) = decode_acks(reply.data)
-            assert ack.error_code == ErrorCode.MESSAGE_TOO_LARGE
+            error = orjson.loads(reply.data)["error"]
+            assert error["code"] == ErrorCode.MESSAGE_TOO_LARGE
+            assert error["name"] == "MESSAGE_TOO_LARGE"
+            assert "1000" in error["description"]
 
 
 async def test_load_balance_group_splits_a_subject(jet: Server, nc: NatsClient) -> None:

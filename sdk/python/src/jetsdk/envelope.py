@@ -32,7 +32,9 @@ leader then may batch their acks into one payload. No ack arriving in time means
 outcome is unknown: the message may or may not be stored (spec/acks.md).
 
 A plain NATS request (a message with a reply subject and no envelope) to a stream subject
-is acked on its reply subject with policy LEADER; :func:`parse_ack` decodes that too.
+is acked on its reply subject with policy LEADER, in JSON that any client reads
+(``{"stream":"orders","partition":0,"offset":18}``, or ``{"stream":...,"error":{"code",
+"name","description"}}``); :func:`parse_ack` decodes that too.
 
 Everything here is pure and thread-safe.
 """
@@ -52,6 +54,7 @@ from jetsdk.codec.envelope import (
 )
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.json_ack import decode_json_ack
 
 __all__ = [
     "COOKIE",
@@ -139,12 +142,17 @@ def new_correlation_id() -> str:
 
 
 def parse_ack(payload: bytes | bytearray | memoryview) -> list[Ack]:
-    """The acks in a payload received on an ack inbox (one, or several for a batch).
+    """The acks in a payload received on an ack inbox (one, or several for a batch), or
+    the JSON ack of a plain request (its ``timestamp`` is -1 and ``correlation_id`` "").
 
     Raises:
-        CodecError: the payload is not a valid ack envelope.
+        CodecError: the payload is neither a valid ack envelope nor a JSON ack.
     """
-    return decode_acks(payload)
+    data = bytes(payload)
+    if data[:1] == b"{":
+        stream, partition, offset, code, text = decode_json_ack(data)
+        return [Ack(stream, partition, offset, -1, "", AckPolicy.LEADER, code, text)]
+    return decode_acks(data)
 
 
 def parse_message(payload: bytes | bytearray | memoryview) -> EnvelopeMessage | None:

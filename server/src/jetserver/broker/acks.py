@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from jetsdk.codec.envelope import MAX_ACKS_PER_BATCH, Ack, AckEncoder, AckFields
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.json_ack import encode_json_ack
 from jetserver.logs import fields
 from jetserver.nats_link import NatsLink
 
@@ -64,6 +65,12 @@ class PendingAck(NamedTuple):
     """Where the ack goes."""
     ack: PartitionAck
     """The ack."""
+
+
+JSON_ACK_MARK = "\x00"
+"""Prefix of an inbox (inside the server only) whose acks go out as JSON: the reply subject
+of a plain NATS request (spec/acks.md, "JSON acks for plain requests"). No NATS subject
+holds a NUL, so it never collides with one."""
 
 
 LocalAckReceiver = Callable[[str, str, int, Sequence[PartitionAck]], None]
@@ -180,6 +187,12 @@ async def publish_acks(
     messages: list[tuple[str, bytes]] = []
     local = link.local_inboxes
     for inbox, acks in group_by_inbox(items).items():
+        if inbox.startswith(JSON_ACK_MARK):
+            reply = inbox[1:]
+            messages.extend(
+                (reply, encode_json_ack(stream, partition, a[0], a[4], a[5])) for a in acks
+            )
+            continue
         if local:
             prefix, _, token = inbox.rpartition(".")
             receiver = local.get(prefix)

@@ -49,7 +49,7 @@ from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.transcode import envelope_record, record_subjects
 from jetserver import hops
-from jetserver.broker.acks import PartitionAck, PendingAck, publish_acks
+from jetserver.broker.acks import JSON_ACK_MARK, PartitionAck, PendingAck, publish_acks
 from jetserver.broker.commit import Committer
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.roles import ReplicaRoles
@@ -363,7 +363,7 @@ class PartitionReplica(ReplicaRoles, Committer):
             else:
                 corr = ""
                 headers = _nats_headers(nats_headers)
-                inbox = reply
+                inbox = JSON_ACK_MARK + reply if reply else ""  # a plain request: JSON ack
                 policy = AckPolicy.LEADER if reply else AckPolicy.NONE
                 size = len(data) + sum(len(n) + len(v) for n, v in headers)
             who = _new_tuple(_Wanted, (inbox, corr, policy, producer_id, producer_seq))

@@ -1,0 +1,74 @@
+"""JSON acks: what a plain NATS request (no envelope, a reply subject) gets back.
+
+A client that has no jet library reads them with any JSON parser, as it reads JetStream's
+PubAck (spec/acks.md, "JSON acks for plain requests")::
+
+    {"stream":"orders","partition":0,"offset":18}
+    {"stream":"orders","partition":0,"offset":18,"duplicate":true}
+    {"stream":"orders","partition":0,"error":{"code":10,"name":"MESSAGE_TOO_LARGE","description":"..."}}
+
+Keys in this order, no spaces (orjson's compact form); ``duplicate`` only when true.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+
+
+def encode_json_ack(
+    stream: str, partition: int, offset: int, error_code: int = 0, error_message: str = ""
+) -> bytes:
+    """The JSON ack of one message (``error_code`` 0: success; DUPLICATE_SEQUENCE: a
+    success marked ``"duplicate": true``)."""
+    body: dict[str, Any] = {"stream": stream, "partition": partition}
+    if error_code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE):
+        body["offset"] = offset
+        if error_code == ErrorCode.DUPLICATE_SEQUENCE:
+            body["duplicate"] = True
+    else:
+        body["error"] = {
+            "code": int(error_code),
+            "name": _name(error_code),
+            "description": error_message,
+        }
+    return orjson.dumps(body)
+
+
+def decode_json_ack(data: bytes) -> tuple[str, int, int, int, str]:
+    """``(stream, partition, offset, error_code, error_message)`` of a JSON ack (offset -1
+    for an error; a duplicate is DUPLICATE_SEQUENCE with its offset).
+
+    Raises:
+        CodecError: not a JSON ack.
+    """
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"not a JSON ack: {exc}") from None
+    if not isinstance(obj, dict):
+        raise CodecError("a JSON ack is an object")
+    stream, partition = obj.get("stream"), obj.get("partition")
+    if not isinstance(stream, str) or not isinstance(partition, int):
+        raise CodecError("a JSON ack has a string 'stream' and an integer 'partition'")
+    error = obj.get("error")
+    if error is not None:
+        if not isinstance(error, dict) or not isinstance(error.get("code"), int):
+            raise CodecError("a JSON ack's 'error' has an integer 'code'")
+        return stream, partition, -1, error["code"], str(error.get("description", ""))
+    offset = obj.get("offset")
+    if not isinstance(offset, int):
+        raise CodecError("a JSON ack has an integer 'offset' or an 'error'")
+    code = ErrorCode.DUPLICATE_SEQUENCE if obj.get("duplicate") is True else ErrorCode.NONE
+    return stream, partition, offset, int(code), ""
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return "UNKNOWN"
