@@ -31,6 +31,7 @@ from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.json_ack import encode_json_ack
+from jetsdk.codec.nats_headers import parse_header_block
 from jetsdk.codec.record import Record, encode_body, encode_record, frame_body
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -396,16 +397,37 @@ def envelope_file() -> dict[str, Any]:
             ),
         )
     ]
+    header_blocks = [
+        {
+            "name": name,
+            "block_hex": block.hex(),
+            "headers": headers_fields(parse_header_block(block)),
+        }
+        for name, block in (
+            (
+                "repeated_names_and_case",
+                b"NATS/1.0\r\nX-Multi: a\r\nX-Multi: b\r\nx-multi: c\r\n\r\n",
+            ),
+            (
+                "empty_and_binary_values",
+                b"NATS/1.0\r\nEmpty:\r\nRaw: \xff\xfe bytes\r\nSpaced:  two\r\n\r\n",
+            ),
+            ("inline_status_line", b"NATS/1.0 503\r\nKept: yes\r\n\r\n"),
+            ("line_without_colon_skipped", b"NATS/1.0\r\nno colon\r\nA:b\r\n\r\n"),
+        )
+    ]
     return {
         "format": "envelope",
         "doc": "spec/envelope.md. type message: decode_message; ack and ack_batch: decode_acks "
         "(fields.acks lists the acks in order). plain: payloads parse_nats_payload must treat "
         "as plain messages (stored as they are). json_acks: the JSON ack of a plain request "
-        "(spec/acks.md), byte for byte (text, UTF-8).",
+        "(spec/acks.md), byte for byte (text, UTF-8). nats_header_blocks: a NATS header "
+        "block and the headers a plain message stores from it (parse_header_block).",
         "cases": cases,
         "invalid": invalid,
         "plain": plain,
         "json_acks": json_acks,
+        "nats_header_blocks": header_blocks,
     }
 
 

@@ -15,6 +15,7 @@ from jetsdk.codec import messages as msg
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.json_ack import decode_json_ack, encode_json_ack
+from jetsdk.codec.nats_headers import parse_header_block
 from jetsdk.codec.record import Record, decode_record, encode_record, iter_records
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -294,3 +295,11 @@ def test_json_acks() -> None:
             f["error_code"],
             f["error_message"],
         ), case["name"]
+
+
+def test_nats_header_blocks() -> None:
+    cases = ENVELOPE["nats_header_blocks"]
+    assert {"repeated_names_and_case", "empty_and_binary_values"} <= set(ids(cases))
+    for case in cases:
+        block = bytes.fromhex(case["block_hex"])
+        assert parse_header_block(block) == headers_of(case["headers"]), case["name"]

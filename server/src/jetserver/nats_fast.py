@@ -33,6 +33,7 @@ import collections
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
@@ -40,11 +41,23 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.protocol import parser as nats_parser
 
+from jetsdk.codec.nats_headers import parse_header_block
+
 log = logging.getLogger(__name__)
 
 _MSG = b"MSG "
 _CRLF = b"\r\n"
 _SPACE = b" "
+
+
+@dataclass
+class HeaderedMsg(Msg):
+    """A message of a direct subscription with its header lines as sent (order, repeats
+    and case: :func:`~jetsdk.codec.nats_headers.parse_header_block`); ``headers`` is
+    nats-py's map of the same block (the last value of a repeated name)."""
+
+    header_lines: tuple[tuple[str, bytes], ...] = ()
+
 
 Handler = Callable[[Msg], Awaitable[None]]
 Sink = Callable[[str, str, bytes], bool]
@@ -273,6 +286,11 @@ class JetNatsClient(NatsClient):
         self._jet_subjects: dict[bytes, str] = {}
         if _SUPPORTED:
             self._ps = FastParser(self)
+        else:
+            log.warning(
+                "this nats-py lacks the internals of jet's NATS reader: ingest is slower, and "
+                "a plain message keeps only the last value of a repeated header name"
+            )
 
     def deliver_directly(
         self, sid: int, handler: Handler, max_msgs: int, max_bytes: int, sink: Sink | None = None
@@ -336,7 +354,17 @@ class JetNatsClient(NatsClient):
             self._jet_slow_consumer(sid, subject, reply)
             return
         hdr = await self._process_headers(headers)
-        queue.append(self._build_message(sid, subject, reply, data, hdr))
+        queue.append(
+            HeaderedMsg(
+                _client=self,
+                subject=subject.decode(),
+                reply=reply.decode() if reply else "",
+                data=data,
+                headers=hdr,
+                _sid=sid,
+                header_lines=parse_header_block(bytes(headers)),
+            )
+        )
         direct.pending_bytes += size
         if direct.waiting:
             direct.waiting = False

@@ -56,6 +56,7 @@ from jetserver.broker.roles import ReplicaRoles
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import StreamSpec
+from jetserver.nats_fast import HeaderedMsg
 from jetserver.nats_link import NatsLink, SubscriptionHandle
 from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.core import ReplicaCore
@@ -78,8 +79,9 @@ _new_tuple = tuple.__new__
 """Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
 
 
-Ingested = tuple[str, str, bytes, "dict[str, str] | None"]
-"""A message queued for the sequencer: subject, reply ("" if none), payload, headers."""
+Ingested = tuple[str, str, bytes, "tuple[tuple[str, bytes], ...] | None"]
+"""A message queued for the sequencer: subject, reply ("" if none), payload, NATS header
+lines as sent (None if none)."""
 
 
 class _Wanted(NamedTuple):
@@ -204,7 +206,8 @@ class PartitionReplica(ReplicaRoles, Committer):
             await self._space.wait()
         if hops.ENABLED:
             hops.mark("sink")
-        self._queue.append((msg.subject, msg.reply or "", msg.data, msg.headers))
+        headers = msg.header_lines if isinstance(msg, HeaderedMsg) else _nats_headers(msg.headers)
+        self._queue.append((msg.subject, msg.reply or "", msg.data, headers or None))
         self._queued_bytes += len(msg.data)
         self._wake.set()
 
@@ -362,7 +365,7 @@ class PartitionReplica(ReplicaRoles, Committer):
                     policy = AckPolicy.NONE
             else:
                 corr = ""
-                headers = _nats_headers(nats_headers)
+                headers = nats_headers or ()
                 inbox = JSON_ACK_MARK + reply if reply else ""  # a plain request: JSON ack
                 policy = AckPolicy.LEADER if reply else AckPolicy.NONE
                 size = len(data) + sum(len(n) + len(v) for n, v in headers)

@@ -84,7 +84,7 @@ class ReplicaRoles:
     _core: ReplicaCore[PendingAck]
     _closed: bool
     _stopping: bool
-    _queue: collections.deque[tuple[str, str, bytes, dict[str, str] | None]]
+    _queue: collections.deque[tuple[str, str, bytes, tuple[tuple[str, bytes], ...] | None]]
     _queued_bytes: int
     _space: anyio.Event
     _dirty: anyio.Event
