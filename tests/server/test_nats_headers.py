@@ -8,9 +8,14 @@ the ingest read headers through nats-py's parser into a dict: ``X-Multi: a`` and
 
 from __future__ import annotations
 
-import anyio
-import pytest
+from typing import Any
 
+import anyio
+import orjson
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from jetsdk.codec.error_codes import ErrorCode
 from jetserver.server import Server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -52,3 +57,36 @@ async def test_header_lines_are_stored_as_sent(jet: Server, nats_server: NatsSer
         records = await c.collect("hdr", 0, 2)
     assert [r.headers for r in records] == EXPECTED
     assert [r.value for r in records] == [b"multi", b""]
+
+
+async def test_header_controls_of_plain_requests(jet: Server, nc: NatsClient) -> None:
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="ctl", subject="ctl")
+
+        async def request(payload: bytes, **headers: str) -> dict[str, Any]:
+            reply = await nc.request("ctl", payload, timeout=10, headers=headers)
+            answer: dict[str, Any] = orjson.loads(reply.data)
+            return answer
+
+        first = await request(b"keyed", **{"Jet-Key": "user-1", "jet-ack": "all", "X-App": "1"})
+        assert first == {"stream": "ctl", "partition": 0, "offset": 0}
+        described = await c.describe("ctl")
+        assert described["partitions"][0]["hw"] >= 1  # ALL: committed when acked
+        second = await request(b"next", **{"Jet-Expected-Offset": "1"})
+        assert second["offset"] == 1
+        wrong = await request(b"stale", **{"Jet-Expected-Offset": "1"})
+        assert wrong["error"]["name"] == "WRONG_EXPECTED_OFFSET"
+        assert wrong["error"]["code"] == ErrorCode.WRONG_EXPECTED_OFFSET
+        assert "next offset is 2" in wrong["error"]["description"]
+        bad = await request(b"bad", **{"Jet-Ack": "maybe"})
+        assert bad["error"]["name"] == "INVALID_ARGUMENT"
+        assert "Jet-Ack" in bad["error"]["description"]
+        # Neither refused message was stored: the next one gets offset 2.
+        assert (await request(b"last"))["offset"] == 2
+        records = await c.collect("ctl", 0, 2)
+    assert [(r.offset, r.key, r.value) for r in records] == [
+        (0, b"user-1", b"keyed"),
+        (1, None, b"next"),
+    ]
+    assert records[0].headers == (("X-App", b"1"),)  # the controls are not stored

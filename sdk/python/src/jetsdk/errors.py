@@ -52,6 +52,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "UnsupportedApi",
+    "WrongExpectedOffset",
     "error_from_body",
     "error_from_code",
 ]
@@ -302,6 +303,13 @@ class DuplicateSequence(JetError):
     default_code = ErrorCode.DUPLICATE_SEQUENCE
 
 
+class WrongExpectedOffset(JetError):
+    """The message expected another offset (``Jet-Expected-Offset``); it is not stored
+    (details ``expected``, ``next``)."""
+
+    default_code = ErrorCode.WRONG_EXPECTED_OFFSET
+
+
 _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.UNKNOWN: ServerError,
     ErrorCode.MALFORMED_FRAME: MalformedFrame,
@@ -323,6 +331,7 @@ _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.SHUTTING_DOWN: ShuttingDown,
     ErrorCode.TOO_MANY_REQUESTS: TooManyRequests,
     ErrorCode.DUPLICATE_SEQUENCE: DuplicateSequence,
+    ErrorCode.WRONG_EXPECTED_OFFSET: WrongExpectedOffset,
 }
 """Wire code -> exception class. Every ErrorCode except NONE has an entry."""
 

@@ -51,6 +51,7 @@ from jetsdk.codec.transcode import envelope_record, record_subjects
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, PartitionAck, PendingAck, publish_acks
 from jetserver.broker.commit import Committer
+from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.roles import ReplicaRoles
 from jetserver.config import IngestConfig, StorageConfig
@@ -359,6 +360,8 @@ class PartitionReplica(ReplicaRoles, Committer):
             producer_seq = 0
             body: bytes | None = None
             headers: tuple[tuple[str, bytes], ...] = ()
+            key: bytes | None = None
+            controls: Controls | None = None
             if env is not None:
                 body, size, inbox, corr, policy, producer_id, producer_seq = env
                 if not inbox:
@@ -368,8 +371,16 @@ class PartitionReplica(ReplicaRoles, Committer):
                 headers = nats_headers or ()
                 inbox = JSON_ACK_MARK + reply if reply else ""  # a plain request: JSON ack
                 policy = AckPolicy.LEADER if reply else AckPolicy.NONE
-                size = len(data) + sum(len(n) + len(v) for n, v in headers)
+                if headers and (controls := read_controls(headers)) is not None:
+                    headers, asked, key = controls.headers, controls.policy, controls.key
+                    if reply and asked is not None:
+                        policy = asked
+                size = len(data) + len(key or b"") + sum(len(n) + len(v) for n, v in headers)
             who = _new_tuple(_Wanted, (inbox, corr, policy, producer_id, producer_seq))
+            if controls is not None and controls.error:
+                self.messages_rejected += 1
+                self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, controls.error)
+                continue
             if size > limit:
                 self.messages_rejected += 1
                 text = f"message of {size} bytes exceeds max_message_bytes {limit}"
@@ -391,10 +402,17 @@ class PartitionReplica(ReplicaRoles, Committer):
                 in_batch[(producer_id, producer_seq)] = len(bodies)
             if body is None:  # a plain message
                 try:
-                    body = encode_body(data, subject=subject, reply=reply, headers=headers)
+                    body = encode_body(data, key=key, subject=subject, reply=reply, headers=headers)
                 except CodecError as exc:
                     self.messages_rejected += 1
                     self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
+                    continue
+                expected = controls.expected_offset if controls is not None else None
+                if expected is not None and expected != self.log.log_end_offset + len(bodies):
+                    self.messages_rejected += 1
+                    got = self.log.log_end_offset + len(bodies)
+                    text = f"expected offset {expected}, but the next offset is {got}"
+                    self._error_ack(now, who, ErrorCode.WRONG_EXPECTED_OFFSET, text)
                     continue
             bodies.append(body)
             wanted.append(who)

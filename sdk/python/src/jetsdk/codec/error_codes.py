@@ -33,6 +33,7 @@ class ErrorCode(enum.IntEnum):
     SHUTTING_DOWN = 18
     TOO_MANY_REQUESTS = 19
     DUPLICATE_SEQUENCE = 20
+    WRONG_EXPECTED_OFFSET = 21
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset(
