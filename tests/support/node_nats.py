@@ -1,0 +1,47 @@
+"""The npm package ``nats`` (nats.js) for tests that drive jet from another language.
+
+:func:`node_nats_dir` installs it once per test session into a temporary folder (npm from
+the package registry; nothing is committed) and returns the folder to run ``node`` in.
+:class:`NodeUnavailable` says why it cannot (no node or npm, the install failed); tests
+skip with that reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+NATS_JS_VERSION = "2.29.3"
+INSTALL_TIMEOUT_S = 300.0
+SCRIPT = Path(__file__).with_name("node_client.js")
+
+
+class NodeUnavailable(RuntimeError):
+    """Node.js or the nats package cannot be used here."""
+
+
+@functools.cache
+def node_nats_dir() -> Path:
+    """A folder with ``node_modules/nats`` and the client script (installed once)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        raise NodeUnavailable("node and npm are needed for the Node.js client tests")
+    folder = Path(tempfile.mkdtemp(prefix="jet-node-nats-"))
+    try:
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--silent", f"nats@{NATS_JS_VERSION}"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise NodeUnavailable(f"npm install nats timed out: {exc}") from None
+    if done.returncode != 0 or not (folder / "node_modules" / "nats").is_dir():
+        raise NodeUnavailable(f"npm install nats failed: {done.stderr[-2000:]}")
+    shutil.copy(SCRIPT, folder / SCRIPT.name)
+    return folder
