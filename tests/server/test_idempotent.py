@@ -74,3 +74,18 @@ async def test_retries_are_not_stored_twice(nats_server: NatsServer, tmp_path: P
             assert len(records) == 8
             assert [r.producer_seq for r in records[:5]] == [0, 1, 2, 3, 4]
             assert records[0].producer_id == 7
+
+
+def test_msg_ids_expire_after_the_window_and_are_forgotten_above_a_cut() -> None:
+    table = ProducerTable()
+    s = 10**9
+    table.record_msg_id(b"a", 0, 100 * s)
+    table.record_msg_id(b"b", 1, 150 * s)
+    table.record_msg_id(b"c", 2, 160 * s)
+    window = 120 * s
+    assert table.lookup_msg_id(b"a", 200 * s, window) == (0, 100 * s)
+    assert table.lookup_msg_id(b"a", 221 * s, window) is None  # older than the window
+    assert table.lookup_msg_id(b"b", 221 * s, window) == (1, 150 * s)
+    table.forget_from(2)  # a failed fsync cut the log back to offset 2
+    assert table.lookup_msg_id(b"c", 221 * s, window) is None
+    assert table.lookup_msg_id(b"b", 221 * s, window) == (1, 150 * s)

@@ -8,6 +8,7 @@ the ingest read headers through nats-py's parser into a dict: ``X-Multi: a`` and
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from nats.aio.client import Client as NatsClient
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.server import Server
+from support.jet_server import ServerProcess
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -90,3 +92,36 @@ async def test_header_controls_of_plain_requests(jet: Server, nc: NatsClient) ->
         (1, None, b"next"),
     ]
     assert records[0].headers == (("X-App", b"1"),)  # the controls are not stored
+
+
+async def test_nats_msg_id_deduplicates_within_the_window_and_across_a_restart(
+    nats_server: NatsServer, nc: NatsClient, tmp_path: Path
+) -> None:
+    proc = ServerProcess.start(nats_server.url, tmp_path / "data", "--log-level", "INFO")
+    try:
+        async with await RawClient.connect(proc.address) as c:
+            await c.create_stream(name="ids", subject="ids")
+
+        async def request(payload: bytes, msg_id: str) -> dict[str, Any]:
+            reply = await nc.request("ids", payload, timeout=10, headers={"Nats-Msg-Id": msg_id})
+            answer: dict[str, Any] = orjson.loads(reply.data)
+            return answer
+
+        assert await request(b"one", "order-1") == {"stream": "ids", "partition": 0, "offset": 0}
+        assert await request(b"two", "order-2") == {"stream": "ids", "partition": 0, "offset": 1}
+        again = await request(b"one, sent again", "order-1")
+        assert again == {"stream": "ids", "partition": 0, "offset": 0, "duplicate": True}
+    finally:
+        assert proc.stop() == 0
+    # A new leadership (here: the same server started again) rebuilds the ids from its log.
+    proc = ServerProcess.start(nats_server.url, tmp_path / "data", "--log-level", "INFO")
+    try:
+        async with await RawClient.connect(proc.address) as c:
+            again = await request(b"two, after a restart", "order-2")
+            assert again == {"stream": "ids", "partition": 0, "offset": 1, "duplicate": True}
+            assert (await request(b"three", "order-3"))["offset"] == 2
+            records = await c.collect("ids", 0, 3)
+    finally:
+        assert proc.stop() == 0
+    assert [r.value for r in records] == [b"one", b"two", b"three"]
+    assert records[0].headers == (("Nats-Msg-Id", b"order-1"),)  # kept: the ids survive

@@ -635,6 +635,7 @@ class Client:
         max_message_bytes: int | None = None,
         min_isr: int | None = None,
         durability: Literal["flushed", "replicated", "written"] | None = None,
+        duplicate_window: float | None = None,
         exist_ok: bool = True,
     ) -> StreamInfo:
         """Create a stream listening on ``subject`` (default: the name).
@@ -647,7 +648,8 @@ class Client:
         written on the followers) or ``"written"`` (replication factor 1 only: committed
         and visible once written, before the fsync, like Kafka's and JetStream's defaults;
         a power loss or a failed fsync can lose the last milliseconds of acknowledged
-        records); see spec/cluster.md, "Durability".
+        records); see spec/cluster.md, "Durability". ``duplicate_window``: how long a plain
+        NATS message's ``Nats-Msg-Id`` is remembered for deduplication (default 120 s).
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
@@ -672,6 +674,7 @@ class Client:
             "max_message_bytes": max_message_bytes,
             "min_isr": min_isr,
             "durability": durability,
+            "duplicate_window_s": duplicate_window,
         }
         obj.update({k: v for k, v in optional.items() if v is not None})
         answer = _decode(await self.request_any(Api.CREATE_STREAM, encode_json(obj)))

@@ -9,6 +9,9 @@ headers; names are matched without regard to case and are not stored as user hea
 - ``Jet-Expected-Offset: <n>``: store the message only if it gets offset ``n``; otherwise
   it is refused with WRONG_EXPECTED_OFFSET (optimistic concurrency, like Liftbridge's
   ExpectedOffset and JetStream's ``Nats-Expected-Last-Sequence``).
+- ``Nats-Msg-Id: <id>``: NATS's own name; a message whose id was stored within the
+  stream's ``duplicate_window_s`` is not stored again and is acked as a duplicate. Unlike
+  the ``Jet-`` controls it is stored (a new leader rebuilds the ids from its log).
 
 A bad value (an unknown policy, an offset that is not a non-negative integer) refuses the
 message with INVALID_ARGUMENT. Pure.
@@ -23,7 +26,8 @@ from jetsdk.codec.error_codes import AckPolicy
 ACK = "jet-ack"
 KEY = "jet-key"
 EXPECTED_OFFSET = "jet-expected-offset"
-_NAMES = frozenset((ACK, KEY, EXPECTED_OFFSET))
+MSG_ID = "nats-msg-id"
+_NAMES = frozenset((ACK, KEY, EXPECTED_OFFSET, MSG_ID))
 _POLICIES = {b"none": AckPolicy.NONE, b"leader": AckPolicy.LEADER, b"all": AckPolicy.ALL}
 
 
@@ -38,6 +42,9 @@ class Controls(NamedTuple):
     """``Jet-Key``, or None."""
     expected_offset: int | None
     """``Jet-Expected-Offset``, or None."""
+    msg_id: bytes | None
+    """``Nats-Msg-Id`` (stored with the record too, so a new leader rebuilds its
+    deduplication table from the log), or None."""
     error: str
     """Why a control's value is bad ("" if none is)."""
 
@@ -50,6 +57,7 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
     policy: AckPolicy | None = None
     key: bytes | None = None
     expected: int | None = None
+    msg_id: bytes | None = None
     error = ""
     for name, value in headers:
         lowered = name.lower()
@@ -66,5 +74,7 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
             else:
                 error = f"Jet-Expected-Offset must be a non-negative integer, not {value[:40]!r}"
         else:
+            if lowered == MSG_ID:
+                msg_id = value
             kept.append((name, value))
-    return Controls(tuple(kept), policy, key, expected, error)
+    return Controls(tuple(kept), policy, key, expected, msg_id, error)

@@ -333,7 +333,8 @@ class PartitionReplica(ReplicaRoles, Committer):
         wanted: list[_Wanted | None] = []  # one per body (None: no ack, no producer)
         now: list[tuple[str, PartitionAck]] = []  # acks to send after this batch
         dups: list[tuple[_Wanted, int | None, int, int]] = []  # (who, batch index, offset, ts)
-        in_batch: dict[tuple[int, int], int] = {}
+        in_batch: dict[tuple[int, int] | bytes, int] = {}  # producer (id, seq) or msg id
+        msg_ids: list[tuple[int, bytes]] = []  # (batch index, Nats-Msg-Id) of plain messages
         limit = self.max_message_bytes
         plain_prefix = self._plain_prefix
         for subject, reply, data, nats_headers in batch:
@@ -377,10 +378,16 @@ class PartitionReplica(ReplicaRoles, Committer):
                         policy = asked
                 size = len(data) + len(key or b"") + sum(len(n) + len(v) for n, v in headers)
             who = _new_tuple(_Wanted, (inbox, corr, policy, producer_id, producer_seq))
-            if controls is not None and controls.error:
-                self.messages_rejected += 1
-                self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, controls.error)
-                continue
+            if controls is not None:
+                if controls.error:
+                    self.messages_rejected += 1
+                    self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, controls.error)
+                    continue
+                if controls.msg_id is not None:
+                    seen = self._seen_msg_id(controls.msg_id, in_batch)
+                    if seen is not None:
+                        dups.append((who, *seen))
+                        continue
             if size > limit:
                 self.messages_rejected += 1
                 text = f"message of {size} bytes exceeds max_message_bytes {limit}"
@@ -407,13 +414,17 @@ class PartitionReplica(ReplicaRoles, Committer):
                     self.messages_rejected += 1
                     self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
                     continue
-                expected = controls.expected_offset if controls is not None else None
-                if expected is not None and expected != self.log.log_end_offset + len(bodies):
-                    self.messages_rejected += 1
-                    got = self.log.log_end_offset + len(bodies)
-                    text = f"expected offset {expected}, but the next offset is {got}"
-                    self._error_ack(now, who, ErrorCode.WRONG_EXPECTED_OFFSET, text)
-                    continue
+                if controls is not None:
+                    expected = controls.expected_offset
+                    if expected is not None and expected != self.log.log_end_offset + len(bodies):
+                        self.messages_rejected += 1
+                        got = self.log.log_end_offset + len(bodies)
+                        text = f"expected offset {expected}, but the next offset is {got}"
+                        self._error_ack(now, who, ErrorCode.WRONG_EXPECTED_OFFSET, text)
+                        continue
+                    if controls.msg_id is not None:
+                        in_batch[controls.msg_id] = len(bodies)
+                        msg_ids.append((len(bodies), controls.msg_id))
             bodies.append(body)
             wanted.append(who)
         first, ts = -1, -1
@@ -439,6 +450,8 @@ class PartitionReplica(ReplicaRoles, Committer):
                 if committed is not None:  # durability "written": committed once appended
                     await self._carry_out(committed)
                 self._acks_after_append(now, wanted, first, ts)
+                for index, msg_id in msg_ids:
+                    self._core.producers.record_msg_id(msg_id, first + index, ts)
                 self._dirty.set()
         for who, index, offset, stamp in dups:
             if index is not None:
@@ -475,6 +488,18 @@ class PartitionReplica(ReplicaRoles, Committer):
                     out.append((inbox, ack))
                     continue
                 core.add_pending(PendingAck(offset, inbox, ack))
+
+    def _seen_msg_id(
+        self, msg_id: bytes, in_batch: dict[tuple[int, int] | bytes, int]
+    ) -> tuple[int | None, int, int] | None:
+        """Where a plain message with ``msg_id`` is already stored, as a ``dups`` entry's
+        tail ``(batch index or None, offset, timestamp)``; None if it is new."""
+        window_ns = int(self._core.duplicate_window_s * 1e9)
+        stored = self._core.producers.lookup_msg_id(msg_id, wall_ns(), window_ns)
+        if stored is not None:
+            return None, stored[0], stored[1]
+        index = in_batch.get(msg_id)
+        return (index, -1, -1) if index is not None else None
 
     def _new_plain_prefix(self, subject: str) -> bytes:
         """Record body bytes before the value of a plain message on ``subject`` (no key,

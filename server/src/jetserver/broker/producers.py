@@ -30,6 +30,10 @@ MAX_RUNS_PER_PRODUCER = 64
 """Runs of stored sequences remembered per producer."""
 REBUILD_RECORDS = 10_000
 """Records at the end of the log scanned at start-up to rebuild the table."""
+MSG_ID_HEADER = "nats-msg-id"
+"""A plain message's id for deduplication (NATS's name; matched without regard to case)."""
+MAX_MSG_IDS = 100_000
+"""Message ids remembered per partition (the oldest are forgotten first)."""
 
 
 @attrs.define
@@ -51,6 +55,31 @@ class ProducerTable:
     _producers: collections.OrderedDict[int, collections.deque[_Run]] = attrs.field(
         factory=collections.OrderedDict
     )
+    _msg_ids: collections.OrderedDict[bytes, tuple[int, int]] = attrs.field(
+        factory=collections.OrderedDict
+    )
+    """``Nats-Msg-Id`` -> (offset, timestamp), in offset order."""
+
+    def lookup_msg_id(self, msg_id: bytes, now_ns: int, window_ns: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the message stored with ``msg_id`` less than
+        ``window_ns`` before ``now_ns``, or None (older ids are forgotten here)."""
+        ids = self._msg_ids
+        horizon = now_ns - window_ns
+        while ids:
+            oldest = next(iter(ids.values()))
+            if oldest[1] >= horizon:
+                break
+            ids.popitem(last=False)
+        found = ids.get(msg_id)
+        return found if found is not None and found[1] >= horizon else None
+
+    def record_msg_id(self, msg_id: bytes, offset: int, timestamp: int) -> None:
+        """Remember that the message with ``msg_id`` is stored at ``offset``."""
+        ids = self._msg_ids
+        ids[msg_id] = (offset, timestamp)
+        ids.move_to_end(msg_id)
+        if len(ids) > MAX_MSG_IDS:
+            ids.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -98,9 +127,15 @@ class ProducerTable:
                 runs[-1].count = offset - runs[-1].first_offset
             if not runs:
                 del self._producers[producer_id]
+        ids = self._msg_ids
+        while ids and next(reversed(ids.values()))[0] >= offset:
+            ids.popitem(last=True)
 
     def rebuild(self, records: Iterable[Record]) -> None:
         """Remember the producers of ``records`` (in offset order)."""
         for r in records:
             if r.producer_id is not None:
                 self.record(r.producer_id, r.producer_seq, r.offset, r.timestamp)
+            for name, value in r.headers:
+                if name.lower() == MSG_ID_HEADER:
+                    self.record_msg_id(value, r.offset, r.timestamp)

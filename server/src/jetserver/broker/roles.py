@@ -40,7 +40,12 @@ from jetserver.broker.acks import PendingAck
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.broker.stream_files import tail_records
 from jetserver.errors import ApiError
-from jetserver.metadata.model import DURABILITY_FLUSHED, PartitionAssignment, StreamSpec
+from jetserver.metadata.model import (
+    DEFAULT_DUPLICATE_WINDOW_S,
+    DURABILITY_FLUSHED,
+    PartitionAssignment,
+    StreamSpec,
+)
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
 from jetserver.replication.core import (
@@ -119,6 +124,11 @@ class ReplicaRoles:
             durability=self.spec.durability if self.spec is not None else DURABILITY_FLUSHED,
             min_isr=self.spec.min_isr if self.spec is not None else 1,
             lag_max_s=self.replication.replica_lag_max_s,
+            duplicate_window_s=(
+                self.spec.duplicate_window_s
+                if self.spec is not None
+                else DEFAULT_DUPLICATE_WINDOW_S
+            ),
             producers=self.producers,
             damaged=not report.ok,
             found_damage=bool(report.corrupt_files or report.unreadable_ranges),

@@ -18,6 +18,8 @@ DEFAULT_REPLICATION_FACTOR = 1
 DEFAULT_SEGMENT_MAX_BYTES = 268_435_456
 DEFAULT_SEGMENT_MAX_AGE_S = 604_800.0
 DEFAULT_DELETE_RETENTION_S = 86_400.0
+DEFAULT_DUPLICATE_WINDOW_S = 120.0
+"""How long a plain message's ``Nats-Msg-Id`` is remembered (JetStream's default)."""
 DURABILITY_FLUSHED = "flushed"
 """Commit = fsynced on every in-sync replica (the default)."""
 DURABILITY_REPLICATED = "replicated"
@@ -66,6 +68,8 @@ class StreamSpec:
     """Fewest in-sync replicas for an ALL ack (NOT_ENOUGH_REPLICAS below it)."""
     durability: str = DURABILITY_FLUSHED
     """What commit means: ``flushed`` (fsync on every ISR member) or ``replicated``."""
+    duplicate_window_s: float = DEFAULT_DUPLICATE_WINDOW_S
+    """A plain message whose ``Nats-Msg-Id`` was stored this recently is not stored again."""
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a JSON object."""

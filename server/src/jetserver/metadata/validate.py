@@ -15,6 +15,7 @@ from jetsdk.codec.limits import MAX_SUBJECT_BYTES, MAX_VALUE_BYTES
 from jetserver.errors import invalid_argument
 from jetserver.metadata.model import (
     DEFAULT_DELETE_RETENTION_S,
+    DEFAULT_DUPLICATE_WINDOW_S,
     DEFAULT_SEGMENT_MAX_AGE_S,
     DEFAULT_SEGMENT_MAX_BYTES,
     DURABILITIES,
@@ -243,4 +244,9 @@ def spec_from_request(
         internal=internal,
         min_isr=min_isr,
         durability=durability,
+        duplicate_window_s=(
+            DEFAULT_DUPLICATE_WINDOW_S
+            if (window := _opt_float(req, "duplicate_window_s", positive=False)) is None
+            else window
+        ),
     )

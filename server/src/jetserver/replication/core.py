@@ -99,6 +99,8 @@ class ReplicaCore(Generic[P]):
     """Fewest ISR members for ALL acks (the stream's setting)."""
     lag_max_s: float = 10.0
     """Seconds a follower may lag before it leaves the ISR."""
+    duplicate_window_s: float = 120.0
+    """How long a plain message's ``Nats-Msg-Id`` is remembered (the stream's setting)."""
     damaged: bool = False
     """The log may lack records it had (recovery or the scrub cut records below what was
     committed) until it caught up with a leader once."""
