@@ -58,8 +58,11 @@ async def test_a_nodejs_client_stores_reads_acks_and_uses_header_controls(
         stale = out["stale"]["error"]
         assert isinstance(stale, dict)
         assert stale["name"] == "WRONG_EXPECTED_OFFSET"
-        records = await c.collect("node", 0, 4)
-    first, plain, keyed, expected = records
+        assert out["first"] == {"stream": "node", "partition": 0, "offset": 4}
+        assert out["resend"] == {"stream": "node", "partition": 0, "offset": 4, "duplicate": True}
+        records = await c.collect("node", 0, 5)
+    first, plain, keyed, expected, once = records
+    assert once.value == b"first"
     assert first.value == b"from node"
     assert [(n.lower(), v) for n, v in first.headers] == [("x-multi", b"a"), ("x-multi", b"b")]
     assert (plain.value, plain.reply != "") == (b"plain request", True)

@@ -30,6 +30,13 @@ async function main() {
     const reply = await nc.request(subject, sc.encode(name), { headers: h, timeout: 10000 });
     out[name] = JSON.parse(sc.decode(reply.data));
   }
+  // 5. Deduplication by Nats-Msg-Id: the resend is acked as a duplicate, not stored.
+  for (const name of ["first", "resend"]) {
+    const h = headers();
+    h.set("Nats-Msg-Id", "order-17");
+    const reply = await nc.request(subject, sc.encode(name), { headers: h, timeout: 10000 });
+    out[name] = JSON.parse(sc.decode(reply.data));
+  }
   await nc.drain();
   console.log(JSON.stringify(out));
 }
