@@ -10,8 +10,10 @@ in flight at a time, so each message's hops are the first marks of each kind aft
 previous hop.
 
 Printed per hop: p50 and p99 of the time since the previous hop, in microseconds, for the
-default durability (``flushed``: visible once fsynced) and for ``written`` (RF 1, visible
-once written), then the end-to-end figures. Run: ``python -m bench latency [--quick]``.
+default durability (``flushed``: visible once fsynced), the same with Produce going through
+NATS instead of being appended by the leader directly (``[ingest] produce_direct = false``),
+and ``written`` (RF 1, visible once written), then the end-to-end figures.
+Run: ``python -m bench latency [--quick]``.
 """
 
 from __future__ import annotations
@@ -36,14 +38,21 @@ ACK_PATH = (
     "write",
     "read",
     "req.produce",
-    "published",
     "sink",
     "append",
     "acked",
     "resp.produce",
     "ack",
 )
-"""Hops of a message from the producer to its ack."""
+"""Hops of a message from the producer to its ack (the leader appends it directly)."""
+ACK_PATH_VIA_NATS = (*ACK_PATH[:4], "published", *ACK_PATH[4:])
+"""The same through NATS (``[ingest] produce_direct = false``)."""
+CASES = (
+    ("flushed", True),
+    ("flushed", False),
+    ("written", True),
+)
+"""(durability, produce_direct) per measured case."""
 CONSUME_PATH = ("append", "fsync.start", "fsync.end", "hw", "fetch.woken", "resp.fetch", "consumed")
 """Hops from the append to the consumer (durability flushed)."""
 WRITTEN_PATH = ("append", "hw", "fetch.woken", "resp.fetch", "consumed")
@@ -185,10 +194,11 @@ async def _measure(
 def run(quick: bool) -> None:
     """Measure both durabilities and print the breakdown."""
     rate, seconds = (500, 3.0) if quick else (500, 10.0)
-    for durability in ("flushed", "written"):
+    for durability, direct in CASES:
         with tempfile.TemporaryDirectory(prefix="jet-hops-") as tmp:
             prefix = Path(tmp) / "hops"
             os.environ["JET_HOP_TRACE"] = str(prefix)
+            os.environ["JET_INGEST_PRODUCE_DIRECT"] = "true" if direct else "false"
             try:
                 with (
                     open(os.devnull, "wb") as devnull,
@@ -199,10 +209,16 @@ def run(quick: bool) -> None:
                     )
             finally:
                 os.environ.pop("JET_HOP_TRACE", None)
+                os.environ.pop("JET_INGEST_PRODUCE_DIRECT", None)
             marks = _load_marks(prefix)
             marks.update(client_marks)
-        print(f"\ndurability={durability}: {rate} msg/s for {seconds:g} s, 100 B, linger 0")
-        _print("publish -> ack (ack LEADER)", _hops(marks, ACK_PATH), ACK_PATH)
+        how = "appended directly" if direct else "through NATS"
+        print(
+            f"\ndurability={durability}, produce {how}: {rate} msg/s for {seconds:g} s, "
+            "100 B, linger 0"
+        )
+        ack_path = ACK_PATH if direct else ACK_PATH_VIA_NATS
+        _print("publish -> ack (ack LEADER)", _hops(marks, ack_path), ack_path)
         path = CONSUME_PATH if durability == "flushed" else WRITTEN_PATH
         _print("append -> consumer", _consume_hops(marks, path), path)
         ack_ms, consume_ms = _end_to_end(marks)

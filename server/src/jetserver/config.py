@@ -270,6 +270,10 @@ class IngestConfig:
     """Most payload bytes appended in one Log.append (at least one message)."""
     max_pending_bytes: int = attrs.field(default=DEFAULT_MAX_PENDING_BYTES, validator=_positive)
     """Bytes queued per partition before the NATS callback waits (backpressure)."""
+    produce_direct: bool = True
+    """A server that receives a Produce request and leads its partition appends the
+    messages directly, publishing their NATS copies with ``Jet-Stored`` for live
+    subscribers; false: through NATS like any publisher (one more hop)."""
 
 
 # --------------------------------------------------------------------------------------

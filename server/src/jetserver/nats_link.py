@@ -330,8 +330,11 @@ class NatsLink:
         except Exception as exc:
             raise NatsUnavailable(f"NATS publish failed: {exc}") from exc
 
-    async def publish_many(self, messages: Sequence[tuple[str, bytes]]) -> int:
-        """Queue several messages at once, in order (no reply subject, no headers).
+    async def publish_many(
+        self, messages: Sequence[tuple[str, bytes]], header_block: bytes = b""
+    ) -> int:
+        """Queue several messages at once, in order (no reply subject; every message with
+        the NATS header block ``header_block`` if given: ``NATS/1.0`` line to blank line).
 
         One buffer write for all of them instead of one nats-py ``publish`` each: this is
         the Produce and ack hot path. Falls back to publishing one by one if this nats-py
@@ -346,9 +349,10 @@ class NatsLink:
         if nc is None or not nc.is_connected or not messages:
             return 0
         if not self._batch_pub:
+            headers = _header_map(header_block)
             for done, (subject, payload) in enumerate(messages):
                 try:
-                    await nc.publish(subject, payload)
+                    await nc.publish(subject, payload, headers=headers)
                 except Exception as exc:
                     log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
                     return done
@@ -356,6 +360,7 @@ class NatsLink:
         subjects = self._subjects
         max_payload = int(nc.max_payload or 0)
         cmds: list[bytes] = []
+        hlen = len(header_block)
         payload_bytes = 0
         queued = 0
         for subject, payload in messages:
@@ -368,10 +373,15 @@ class NatsLink:
                     subjects.clear()
                 raw = subjects[subject] = subject.encode()
             size = len(payload)
-            if max_payload and size > max_payload:
+            if max_payload and size + hlen > max_payload:
                 log.debug("publish refused: over max_payload", extra=fields(subject=subject))
                 break
-            cmds.append(b"PUB %b %d\r\n%b\r\n" % (raw, size, payload))
+            if hlen:
+                cmds.append(
+                    b"HPUB %b %d %d\r\n%b%b\r\n" % (raw, hlen, hlen + size, header_block, payload)
+                )
+            else:
+                cmds.append(b"PUB %b %d\r\n%b\r\n" % (raw, size, payload))
             payload_bytes += size
             queued += 1
         if not cmds:
@@ -468,3 +478,15 @@ async def _ping_round_trip(nc: NatsClient, timeout_s: float) -> None:
     done, _pending = await asyncio.wait({future}, timeout=timeout_s)
     if not done:
         raise TimeoutError(f"no PONG within {timeout_s} s")
+
+
+def _header_map(block: bytes) -> dict[str, str] | None:
+    """nats-py's header map of a header block (``Name: value`` lines; None if empty)."""
+    if not block:
+        return None
+    out: dict[str, str] = {}
+    for line in block.decode().split("\r\n")[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            out[name.strip()] = value.strip()
+    return out

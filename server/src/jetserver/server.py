@@ -167,7 +167,7 @@ class Server:
         )
         if node is not None:
             node.attach(streams)
-        produce = ProduceService(link, streams, cfg.limits)
+        produce = ProduceService(link, streams, cfg.limits, direct=cfg.ingest.produce_direct)
         metrics = self.metrics = MetricsSources(cfg.server.id, streams=streams, link=link)
         try:
             async with anyio.create_task_group() as tg:

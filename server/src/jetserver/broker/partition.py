@@ -34,7 +34,7 @@ import collections
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import anyio
@@ -45,15 +45,16 @@ from nats.aio.msg import Msg
 from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 from jetsdk.codec.record import encode_body
-from jetsdk.codec.transcode import envelope_record, record_subjects
+from jetsdk.codec.transcode import envelope_record
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, PartitionAck, PendingAck, publish_acks
 from jetserver.broker.commit import Committer
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.producers import ProducerTable
+from jetserver.broker.record_fields import RecordFields
 from jetserver.broker.roles import ReplicaRoles
+from jetserver.broker.stored_copy import is_stored_copy, stored_value
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import StreamSpec
@@ -67,13 +68,7 @@ from jetserver.storage.clock import wall_ns
 
 log = logging.getLogger(__name__)
 
-_U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_NO_PRODUCER_NO_KEY = b"\x00\xff\xff\xff\xff"
-"""Record body start: attributes 0, key length -1."""
-_EMPTY_REPLY_NO_HEADERS = b"\x00\x00\x00\x00"
-"""Record body: reply length 0, header count 0."""
-_MAX_CACHED_SUBJECTS = 10_000
 _LEADER = int(AckPolicy.LEADER)
 _ALL = int(AckPolicy.ALL)
 _new_tuple = tuple.__new__
@@ -147,8 +142,7 @@ class PartitionReplica(ReplicaRoles, Committer):
     """The idempotent producers found in the log tail at open (the replica core owns the
     table from then on: ``_core.producers``)."""
     _queue: collections.deque[Ingested] = attrs.field(factory=collections.deque)
-    _plain_prefix: dict[str, bytes] = attrs.field(factory=dict)
-    _subject_fields: dict[str, bytes] = attrs.field(factory=dict)
+    _fields_cache: RecordFields = attrs.field(factory=RecordFields)
     _queued_bytes: int = 0
     _wake: anyio.Event = attrs.field(factory=anyio.Event)
     _space: anyio.Event = attrs.field(factory=anyio.Event)
@@ -162,9 +156,11 @@ class PartitionReplica(ReplicaRoles, Committer):
     messages_in: int = 0
     """Messages appended since start."""
     messages_rejected: int = 0
+    """Messages refused (too large, bad fields, storage errors)."""
+    copies_skipped: int = 0
+    """NATS copies of messages this partition's leader stored directly, not stored again."""
     sync_failures: int = 0
     """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
-    """Messages refused (too large, bad fields, storage errors)."""
     fetch_waiters: int = 0
     """Fetches parked waiting for the HW to move."""
     _core: ReplicaCore[PendingAck] = attrs.field(init=False)
@@ -177,9 +173,11 @@ class PartitionReplica(ReplicaRoles, Committer):
     _replica_news: anyio.Event = attrs.field(factory=anyio.Event)
     _isr_wake: anyio.Event = attrs.field(factory=anyio.Event)
     _committed_floor: int = 0
+    _stored_value: bytes = b""
 
     def __attrs_post_init__(self) -> None:
         self._init_roles()
+        self._stored_value = stored_value(self.stream, self.partition)
 
     # ---------------------------------------------------------------- ingest side
 
@@ -205,12 +203,42 @@ class PartitionReplica(ReplicaRoles, Committer):
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
             self._space = anyio.Event() if self._space.is_set() else self._space
             await self._space.wait()
+        headers = msg.header_lines if isinstance(msg, HeaderedMsg) else _nats_headers(msg.headers)
+        if headers and msg.data[:4] == COOKIE and is_stored_copy(headers, self._stored_value):
+            self.copies_skipped += 1  # its leader stored it directly (broker/stored_copy.py)
+            return
         if hops.ENABLED:
             hops.mark("sink")
-        headers = msg.header_lines if isinstance(msg, HeaderedMsg) else _nats_headers(msg.headers)
         self._queue.append((msg.subject, msg.reply or "", msg.data, headers or None))
         self._queued_bytes += len(msg.data)
         self._wake.set()
+
+    @property
+    def takes_direct(self) -> bool:
+        """True if Produce messages may be appended here directly (:meth:`ingest_direct`):
+        this replica leads and is not stopping, and no NATS queue group shares its subject
+        (there NATS alone decides which stream stores a message)."""
+        return self._core.leading and not self._stopping and not self.queue_group
+
+    async def ingest_direct(self, messages: Sequence[tuple[str, bytes]]) -> bool:
+        """Queue enveloped messages of a Produce request as if they came from NATS, after
+        waiting for room in the queue; False (nothing queued) if :attr:`takes_direct` no
+        longer holds. Their NATS copies must carry the ``Jet-Stored`` header."""
+        while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
+            self._space = anyio.Event() if self._space.is_set() else self._space
+            await self._space.wait()
+        if not self.takes_direct:
+            return False
+        if hops.ENABLED:
+            hops.mark("sink")
+        queue = self._queue
+        size = 0
+        for subject, payload in messages:
+            queue.append((subject, "", payload, None))
+            size += len(payload)
+        self._queued_bytes += size
+        self._wake.set()
+        return True
 
     # ---------------------------------------------------------------- read side
 
@@ -336,7 +364,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         in_batch: dict[tuple[int, int] | bytes, int] = {}  # producer (id, seq) or msg id
         msg_ids: list[tuple[int, bytes]] = []  # (batch index, Nats-Msg-Id) of plain messages
         limit = self.max_message_bytes
-        plain_prefix = self._plain_prefix
+        plain_prefix = self._fields_cache.plain_prefix
         for subject, reply, data, nats_headers in batch:
             if not reply and not nats_headers and data[:4] != COOKIE:
                 # Fast path: a plain message with nothing to ack (the bulk of cross-talk).
@@ -345,14 +373,14 @@ class PartitionReplica(ReplicaRoles, Committer):
                     continue
                 prefix = plain_prefix.get(subject)
                 if prefix is None:
-                    prefix = self._new_plain_prefix(subject)
+                    prefix = self._fields_cache.new_plain_prefix(subject)
                 if prefix:
                     bodies.append(b"".join((prefix, _U32.pack(len(data)), data)))
                     wanted.append(None)
                     continue
             env = None
             if data[:4] == COOKIE:
-                subjects = self._record_subjects(subject, reply)
+                subjects = self._fields_cache.subjects(subject, reply)
                 if subjects is not None:
                     # The record body straight from the envelope's bytes (no decoding into
                     # objects); None: not a valid envelope, so a plain message.
@@ -500,37 +528,6 @@ class PartitionReplica(ReplicaRoles, Committer):
             return None, stored[0], stored[1]
         index = in_batch.get(msg_id)
         return (index, -1, -1) if index is not None else None
-
-    def _new_plain_prefix(self, subject: str) -> bytes:
-        """Record body bytes before the value of a plain message on ``subject`` (no key,
-        no reply, no headers): spec/storage.md "Record". Empty if the subject is too long
-        (the general path then reports it)."""
-        raw = subject.encode()
-        if len(raw) > MAX_SUBJECT_BYTES:
-            return b""
-        prefix = b"".join((_NO_PRODUCER_NO_KEY, _U16.pack(len(raw)), raw, _EMPTY_REPLY_NO_HEADERS))
-        if len(self._plain_prefix) >= _MAX_CACHED_SUBJECTS:
-            self._plain_prefix.clear()
-        self._plain_prefix[subject] = prefix
-        return prefix
-
-    def _record_subjects(self, subject: str, reply: str) -> bytes | None:
-        """The subject and reply fields of a record body (cached for reply-less messages).
-        None if a subject is over the record limit: the message then takes the plain path,
-        whose encoder refuses it."""
-        if not reply:
-            cached = self._subject_fields.get(subject)
-            if cached is not None:
-                return cached
-        try:
-            raw = record_subjects(subject, reply)
-        except CodecError:
-            return None
-        if not reply:
-            if len(self._subject_fields) >= _MAX_CACHED_SUBJECTS:
-                self._subject_fields.clear()
-            self._subject_fields[subject] = raw
-        return raw
 
     def _error_ack(
         self, out: list[tuple[str, PartitionAck]], who: _Wanted, code: ErrorCode, text: str

@@ -34,6 +34,8 @@ from jetsdk.codec.messages import (
 from jetsdk.codec.transcode import ProducedEnvelope, produce_envelopes
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
+from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.stored_copy import stored_header_block
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -87,6 +89,10 @@ class ProduceService:
     """Stream lookups."""
     limits: LimitsConfig
     """Produce timeout cap and the default message size limit."""
+    direct: bool = True
+    """Append a request's messages directly when this server leads the partition (their
+    NATS copies carry ``Jet-Stored``); False: always through NATS (JET_PRODUCE_VIA_NATS=1,
+    for comparison in ``bench latency``)."""
     _prefix: str = ""
     _sub: SubscriptionHandle | None = None
     _waiting: dict[str, _Waiting] = attrs.field(factory=dict)
@@ -162,13 +168,18 @@ class ProduceService:
 
     def _check(
         self, stream: str, partition: int, messages: list[ProducedEnvelope]
-    ) -> tuple[str, int]:
-        """Validate the request; return the partition subject and message size limit."""
+    ) -> tuple[str, int, PartitionReplica | None]:
+        """Validate the request; return the partition subject, the message size limit and
+        the local replica to append to directly (None: publish and let NATS deliver)."""
         meta = self.streams.stream(stream)
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(stream, partition, meta.spec.partitions)
         # In a cluster only the partition leader answers: NATS drops what nobody subscribes.
-        self.streams.leader_replica(stream, partition)
+        replica = self.streams.leader_replica(stream, partition)
+        if replica is None:
+            replica = self.streams.local_replica(stream, partition)
+        if replica is not None and not (self.direct and replica.takes_direct):
+            replica = None
         psubj = partition_subject(meta.spec.subject, partition)
         wildcard = has_wildcard(psubj)
         for i, (subject, _size, _envelope) in enumerate(messages):
@@ -189,7 +200,7 @@ class ProduceService:
                     f"message {i}: subject {subject!r} does not match partition subject {psubj!r}",
                 )
         limit = meta.spec.max_message_bytes or self.limits.max_message_bytes
-        return psubj, limit
+        return psubj, limit, replica
 
     async def produce(self, req: ProduceRequest) -> list[ProduceResult]:
         """As :meth:`produce_body` for a decoded request: one result per message, in order.
@@ -217,7 +228,7 @@ class ProduceService:
         inbox = f"{self._prefix}.{token}"
         head, messages = produce_envelopes(body, inbox)
         stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
-        psubj, limit = self._check(stream, partition, messages)
+        psubj, limit, replica = self._check(stream, partition, messages)
         if not self.link.connected:
             raise ApiError(
                 ErrorCode.UNAVAILABLE,
@@ -247,6 +258,17 @@ class ProduceService:
             waiting.remaining = len(to_send)
         try:
             with anyio.move_on_after(timeout_s):
+                if replica is not None and await replica.ingest_direct(to_send):
+                    # Stored here; the NATS copies are for live subscribers only.
+                    await self.link.publish_many(to_send, stored_header_block(stream, partition))
+                    if policy == AckPolicy.NONE:
+                        for i in sent_index:
+                            results[i] = _PUBLISHED
+                    elif waiting.remaining > 0:
+                        await waiting.done.wait()
+                    return encode_produce_result_tuples(
+                        [r if r is not None else _TIMEOUT for r in results]
+                    )
                 queued = await self.link.publish_many(to_send)
                 if hops.ENABLED:
                     hops.mark("published")

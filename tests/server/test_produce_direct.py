@@ -1,0 +1,144 @@
+"""Produce on the partition leader appends directly; NATS copies are for subscribers only.
+
+The server that receives a Produce request and leads the partition queues the messages
+into the partition itself and publishes them to NATS with ``Jet-Stored: <stream>
+<partition>`` (broker/stored_copy.py). Nothing may be stored twice: the partition skips
+its own marked copies, other streams on the subject store them once, and live NATS
+subscribers still see every message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.messages import ProduceMessage
+from jetsdk.envelope import build_message
+from jetserver.broker.stored_copy import STORED_HEADER
+from jetserver.server import Server
+from support.jet_server import running_server
+from support.nats_server import NatsServer
+from support.raw_client import RawClient
+
+pytestmark = pytest.mark.anyio
+
+N = 60
+
+
+async def _wait_skipped(server: Server, stream: str, count: int) -> None:
+    """Until the partition has skipped ``count`` marked NATS copies (bounded)."""
+    assert server.streams is not None
+    replica = server.streams.replica(stream, 0)
+    with anyio.fail_after(10):
+        while replica.copies_skipped < count:
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.parametrize("policy", [AckPolicy.NONE, AckPolicy.LEADER, AckPolicy.ALL])
+async def test_direct_produce_stores_once_and_still_reaches_nats(
+    jet: Server, nc: NatsClient, policy: AckPolicy
+) -> None:
+    assert jet.address is not None and jet.streams is not None
+    seen: list[Msg] = []
+    got_all = anyio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        seen.append(msg)
+        if len(seen) == N:
+            got_all.set()
+
+    await nc.subscribe("d.x", cb=on_msg)
+    await nc.flush()
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="d", subject="d.x")
+        await c.create_stream(name="wide", subject="d.*")  # the same messages, once
+        for start in range(0, N, 10):
+            batch = [ProduceMessage(b"m%d" % i, key=b"k") for i in range(start, start + 10)]
+            results = await c.produce("d", 0, batch, ack_policy=policy)
+            assert all(r.error_code == ErrorCode.NONE for r in results)
+            if policy != AckPolicy.NONE:
+                assert [r.offset for r in results] == list(range(start, start + 10))
+        with anyio.fail_after(10):
+            await got_all.wait()
+        await _wait_skipped(jet, "d", N)
+        stored = await c.collect("d", 0, N)
+        wide = await c.collect("wide", 0, N)
+        # Nothing more arrives: the copies were skipped, not stored after the first N.
+        header, extra = await c.fetch("d", 0, N, max_wait_ms=200)
+        assert extra == []
+        assert (header.hw, header.leo) == (N, N)
+        header, extra = await c.fetch("wide", 0, N, max_wait_ms=200)
+        assert extra == []
+    expected = [b"m%d" % i for i in range(N)]
+    assert [r.value for r in stored] == expected
+    assert [r.value for r in wide] == expected
+    assert all(r.key == b"k" for r in stored + wide)
+    assert len(seen) == N
+    assert all(m.headers == {STORED_HEADER: "d 0"} for m in seen)
+
+
+async def test_a_marked_copy_from_any_publisher_is_not_stored_by_that_partition(
+    jet: Server, nc: NatsClient
+) -> None:
+    """The marker names one partition: that partition skips it, other streams store it."""
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="d", subject="d.x")
+        await c.create_stream(name="wide", subject="d.*")
+        envelope = build_message(b"marked")
+        await nc.publish("d.x", envelope, headers={STORED_HEADER: "d 0"})
+        await nc.publish("d.x", envelope, headers={STORED_HEADER: "other 0"})
+        await nc.flush()
+        wide = await c.collect("wide", 0, 2)
+        await _wait_skipped(jet, "d", 1)
+        stored = await c.collect("d", 0, 1)
+        _h, extra = await c.fetch("d", 0, 1, max_wait_ms=200)
+    assert [r.value for r in wide] == [b"marked", b"marked"]
+    assert [r.value for r in stored] == [b"marked"]
+    assert extra == []
+
+
+async def test_load_balance_groups_keep_the_nats_path(jet: Server, nc: NatsClient) -> None:
+    """In a NATS queue group NATS picks the storing stream: Produce must not append
+    directly, or a message would be stored by the target and by another group member."""
+    assert jet.address is not None and jet.streams is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="lb1", subject="work", group="workers")
+        await c.create_stream(name="lb2", subject="work", group="workers")
+        assert not jet.streams.replica("lb1", 0).takes_direct
+        results = await c.produce(
+            "lb1", 0, [ProduceMessage(b"w%d" % i) for i in range(20)], ack_policy=AckPolicy.NONE
+        )
+        assert all(r.error_code == ErrorCode.NONE for r in results)
+        got: list[bytes] = []
+        with anyio.fail_after(10):
+            while len(got) < 20:
+                got = []
+                for name in ("lb1", "lb2"):
+                    _h, records = await c.fetch(name, 0, 0, max_wait_ms=50)
+                    got.extend(r.value for r in records)
+    assert sorted(got) == sorted(b"w%d" % i for i in range(20))
+
+
+async def test_produce_through_nats_when_direct_is_off(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    async with running_server(
+        nats_server.url, tmp_path / "data", ingest__produce_direct=False
+    ) as server:
+        assert server.address is not None
+        async with await RawClient.connect(server.address) as c:
+            await c.create_stream(name="d", subject="d.x")
+            results = await c.produce(
+                "d", 0, [ProduceMessage(b"a"), ProduceMessage(b"b")], ack_policy=AckPolicy.ALL
+            )
+            assert [r.offset for r in results] == [0, 1]
+            records = await c.collect("d", 0, 2)
+        assert server.streams is not None
+        assert server.streams.replica("d", 0).copies_skipped == 0
+    assert [r.value for r in records] == [b"a", b"b"]
