@@ -293,12 +293,13 @@ class FollowerFetcher:
             self._leader_hw = max(self._leader_hw, header.hw)
             if len(records):
                 data = bytes(records)
-                await anyio.to_thread.run_sync(log_.append_raw, data)
-                self.records_bytes += len(data)
                 if self.durability == "flushed":
-                    await anyio.to_thread.run_sync(log_.flush)
+                    # One worker-thread round trip for both (the next fetch reports them).
+                    await anyio.to_thread.run_sync(_append_and_flush, log_, data)
                 else:
+                    await anyio.to_thread.run_sync(log_.append_raw, data)
                     self.request_flush()
+                self.records_bytes += len(data)
             new = follower_hw(
                 log_.high_watermark,
                 header.hw,
@@ -339,3 +340,9 @@ class FollowerFetcher:
             leader_epoch=self.leader_epoch,
             **extra,
         )
+
+
+def _append_and_flush(log_: Log, data: bytes) -> None:
+    """Append records fetched from the leader and fsync them (in a worker thread)."""
+    log_.append_raw(data)
+    log_.flush()
