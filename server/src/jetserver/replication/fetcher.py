@@ -50,6 +50,7 @@ from jetsdk.codec.messages import (
 from jetsdk.connection import Connection
 from jetsdk.errors import JetError
 from jetsdk.transport import parse_address
+from jetserver import hops
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane
@@ -292,10 +293,14 @@ class FollowerFetcher:
                 raise _Restart(f"fetch answered error {header.error_code}")
             self._leader_hw = max(self._leader_hw, header.hw)
             if len(records):
+                if hops.ENABLED:
+                    hops.mark("repl.fetched")
                 data = bytes(records)
                 if self.durability == "flushed":
                     # One worker-thread round trip for both (the next fetch reports them).
                     await anyio.to_thread.run_sync(_append_and_flush, log_, data)
+                    if hops.ENABLED:
+                        hops.mark("repl.flushed")
                 else:
                     await anyio.to_thread.run_sync(log_.append_raw, data)
                     self.request_flush()
