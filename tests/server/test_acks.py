@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from jetsdk.codec.envelope import Ack, decode_acks, encode_ack, encode_acks
 from jetsdk.codec.error_codes import AckPolicy
 from jetserver.broker.acks import (
+    AckRouter,
     PartitionAck,
     ack_payloads,
     ack_size,
     encode_ack_payloads,
     group_by_inbox,
-    publish_acks,
 )
 from jetserver.config import NatsConfig
 from jetserver.nats_link import NatsLink
@@ -93,11 +93,11 @@ def test_group_by_inbox_keeps_order() -> None:
 async def test_acks_to_a_local_inbox_are_handed_over_in_process() -> None:
     # The link is not connected: acks to the registered prefix arrive anyway, in order and
     # grouped per inbox; the others would go to NATS (here: refused, nothing raised).
-    link = NatsLink(NatsConfig())
+    router = AckRouter(NatsLink(NatsConfig()))
     got: list[tuple[str, str, int, list[PartitionAck]]] = []
-    link.local_inboxes["_INBOX.me"] = lambda token, s, p, a: got.append((token, s, p, list(a)))
+    router.local_inboxes["_INBOX.me"] = lambda token, s, p, a: got.append((token, s, p, list(a)))
     a1, a2, a3 = (PartitionAck(i, 5, str(i), AckPolicy.LEADER) for i in range(3))
     items = [("_INBOX.me.1f", a1), ("_INBOX.other.1f", a2), ("_INBOX.me.20", a3)]
     items.append(("_INBOX.me.1f", a3))
-    await publish_acks(link, "orders", 2, items)
+    await router.publish("orders", 2, items)
     assert got == [("1f", "orders", 2, [a1, a3]), ("20", "orders", 2, [a3])]

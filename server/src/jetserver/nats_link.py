@@ -18,7 +18,7 @@ import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import attrs
@@ -31,9 +31,6 @@ from jetserver.config import NatsConfig
 from jetserver.errors import JetServerError
 from jetserver.logs import fields
 from jetserver.nats_fast import JetNatsClient, Sink
-
-if TYPE_CHECKING:
-    from jetserver.broker.acks import LocalAckReceiver
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +130,6 @@ class NatsLink:
     _closing: bool = False
     _batch_pub: bool = False
     _subjects: dict[str, bytes] = attrs.field(factory=dict)
-    local_inboxes: dict[str, LocalAckReceiver] = attrs.field(factory=dict)
-    """Inbox prefix -> the in-process receiver of this server's acks to ``<prefix>.<token>``
-    (the Produce service registers its inbox; :func:`~jetserver.broker.acks.publish_acks`
-    hands such acks over directly instead of through NATS)."""
     disconnects: int = 0
     """Times the link was lost since start."""
     reconnects: int = 0

@@ -1,14 +1,14 @@
 """Publishing acks: the acks of one batch that go to the same inbox leave as one message.
 
 A partition builds one :class:`PartitionAck` per acknowledged message (a tuple: this is per
-message work on the ingest hot path) and hands them to :func:`publish_acks` with the
+message work on the ingest hot path) and hands them to :meth:`AckRouter.publish` with the
 inbox each goes to. One ack alone is a kind 1 envelope; several for one inbox are a kind 2
 batch, split so that no NATS message exceeds :data:`MAX_ACK_PAYLOAD_BYTES` (or the NATS
 server's max_payload, if smaller) or the envelope's count limit. Every payload of one call
 goes to NATS in one buffer write (:meth:`~jetserver.nats_link.NatsLink.publish_many`).
 
 In-process acks: the acks to an inbox of this server's own Produce service (registered in
-:attr:`~jetserver.nats_link.NatsLink.local_inboxes`) are handed to it directly, without
+:attr:`AckRouter.local_inboxes`) are handed to it directly, without
 encoding, NATS and decoding (spec/acks.md, "In-process acks"): the Produce path's acks
 cost a fraction and skip two NATS hops.
 """
@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
+
+import attrs
 
 from jetsdk.codec.envelope import MAX_ACKS_PER_BATCH, Ack, AckEncoder, AckFields
 from jetsdk.codec.errors import CodecError
@@ -75,7 +77,7 @@ holds a NUL, so it never collides with one."""
 
 LocalAckReceiver = Callable[[str, str, int, Sequence[PartitionAck]], None]
 """Receives ``(token, stream, partition, acks)`` for the acks to ``<prefix>.<token>`` of a
-prefix registered in :attr:`~jetserver.nats_link.NatsLink.local_inboxes` (event loop
+prefix registered in :attr:`AckRouter.local_inboxes` (event loop
 thread; must not raise)."""
 
 
@@ -172,46 +174,58 @@ def group_by_inbox(items: Iterable[tuple[str, PartitionAck]]) -> dict[str, list[
     return out
 
 
-async def publish_acks(
-    link: NatsLink, stream: str, partition: int, items: Iterable[tuple[str, PartitionAck]]
-) -> None:
-    """Publish the acks of one stream partition, one message (or a few for huge batches)
-    per inbox.
+@attrs.define(eq=False)
+class AckRouter:
+    """Sends the acks of this server's partitions: to an in-process receiver when the
+    inbox belongs to this server (the Produce service registers its prefix), as JSON to
+    a plain request's reply subject, otherwise as ack envelopes through NATS."""
 
-    Best effort: an ack that cannot be published (NATS away, an ack inbox that is not a
-    valid subject) is dropped; the publisher times out and retries (spec/acks.md).
-    """
-    max_bytes = MAX_ACK_PAYLOAD_BYTES
-    if link.max_payload:
-        max_bytes = max(_MIN_ACK_PAYLOAD_BYTES, min(max_bytes, link.max_payload - 64))
-    messages: list[tuple[str, bytes]] = []
-    local = link.local_inboxes
-    for inbox, acks in group_by_inbox(items).items():
-        if inbox.startswith(JSON_ACK_MARK):
-            reply = inbox[1:]
-            messages.extend(
-                (reply, encode_json_ack(stream, partition, a[0], a[4], a[5])) for a in acks
-            )
-            continue
-        if local:
-            prefix, _, token = inbox.rpartition(".")
-            receiver = local.get(prefix)
-            if receiver is not None:
-                try:
-                    receiver(token, stream, partition, acks)
-                except Exception:  # a bug: the publisher times out, as for a lost ack
-                    log.exception("in-process ack delivery failed", extra=fields(inbox=inbox))
+    link: NatsLink
+    """NATS link the acks for other processes go through."""
+    local_inboxes: dict[str, LocalAckReceiver] = attrs.field(factory=dict)
+    """Inbox prefix -> the in-process receiver of acks to ``<prefix>.<token>``."""
+
+    async def publish(
+        self, stream: str, partition: int, items: Iterable[tuple[str, PartitionAck]]
+    ) -> None:
+        """Send the acks of one stream partition, one message (or a few for huge batches)
+        per inbox.
+
+        Best effort: an ack that cannot be published (NATS away, an ack inbox that is not
+        a valid subject) is dropped; the publisher times out and retries (spec/acks.md).
+        """
+        link = self.link
+        max_bytes = MAX_ACK_PAYLOAD_BYTES
+        if link.max_payload:
+            max_bytes = max(_MIN_ACK_PAYLOAD_BYTES, min(max_bytes, link.max_payload - 64))
+        messages: list[tuple[str, bytes]] = []
+        local = self.local_inboxes
+        for inbox, acks in group_by_inbox(items).items():
+            if inbox.startswith(JSON_ACK_MARK):
+                reply = inbox[1:]
+                messages.extend(
+                    (reply, encode_json_ack(stream, partition, a[0], a[4], a[5])) for a in acks
+                )
                 continue
-        try:
-            payloads = ack_payloads(stream, partition, acks, max_bytes)
-        except CodecError as exc:  # a bug: acks are built from stored records
-            log.error("ack encoding failed", extra=fields(inbox=inbox, error=str(exc)))
-            continue
-        messages.extend((inbox, payload) for payload in payloads)
-    while messages:
-        queued = await link.publish_many(messages)
-        if queued >= len(messages) or not link.connected:
-            return
-        # Skip the one NATS refused (bad inbox subject, too large); publish the rest.
-        log.debug("ack dropped", extra=fields(inbox=messages[queued][0]))
-        messages = messages[queued + 1 :]
+            if local:
+                prefix, _, token = inbox.rpartition(".")
+                receiver = local.get(prefix)
+                if receiver is not None:
+                    try:
+                        receiver(token, stream, partition, acks)
+                    except Exception:  # a bug: the publisher times out, as for a lost ack
+                        log.exception("in-process ack delivery failed", extra=fields(inbox=inbox))
+                    continue
+            try:
+                payloads = ack_payloads(stream, partition, acks, max_bytes)
+            except CodecError as exc:  # a bug: acks are built from stored records
+                log.error("ack encoding failed", extra=fields(inbox=inbox, error=str(exc)))
+                continue
+            messages.extend((inbox, payload) for payload in payloads)
+        while messages:
+            queued = await link.publish_many(messages)
+            if queued >= len(messages) or not link.connected:
+                return
+            # Skip the one NATS refused (bad inbox subject, too large); publish the rest.
+            log.debug("ack dropped", extra=fields(inbox=messages[queued][0]))
+            messages = messages[queued + 1 :]

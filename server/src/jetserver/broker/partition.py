@@ -48,7 +48,7 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.transcode import envelope_record
 from jetserver import hops
-from jetserver.broker.acks import JSON_ACK_MARK, PartitionAck, PendingAck, publish_acks
+from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
 from jetserver.broker.commit import Committer
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.producers import ProducerTable
@@ -109,7 +109,9 @@ class PartitionReplica(ReplicaRoles, Committer):
     log: Log
     """The partition's log (owned: closed by :meth:`run` on exit)."""
     link: NatsLink
-    """NATS link for acks."""
+    """NATS link for the subscription."""
+    acks: AckRouter
+    """Where acks go."""
     max_message_bytes: int
     """Largest message stored (value + key + headers)."""
     ingest: IngestConfig
@@ -352,7 +354,7 @@ class PartitionReplica(ReplicaRoles, Committer):
             await anyio.lowlevel.checkpoint()
 
     async def _publish_acks(self, items: list[tuple[str, PartitionAck]]) -> None:
-        await publish_acks(self.link, self.stream, self.partition, items)
+        await self.acks.publish(self.stream, self.partition, items)
 
     async def _append_batch(self, batch: list[Ingested]) -> None:
         if not self._core.leading:

@@ -6,7 +6,8 @@ wildcard subscription ``<prefix>.*`` receives every ack for this server and rout
 token to the waiting request, which answers once every message is acked or its timeout
 passes (TIMEOUT for the missing ones: they may or may not be stored). Acks from partitions
 led by this server arrive in process (:meth:`ProduceService._on_local_acks`, registered in
-:attr:`~jetserver.nats_link.NatsLink.local_inboxes`), the others through the subscription.
+:attr:`~jetserver.broker.acks.AckRouter.local_inboxes`), the others through the
+subscription.
 
 Task safety: event loop thread only.
 """
@@ -103,7 +104,7 @@ class ProduceService:
     async def start(self) -> None:
         """Subscribe to this server's ack inboxes."""
         self._prefix = self.link.new_inbox()
-        self.link.local_inboxes[self._prefix] = self._on_local_acks
+        self.streams.acks.local_inboxes[self._prefix] = self._on_local_acks
         self._sub = await self.link.subscribe(self._prefix + ".*", self._on_acks)
         await self.link.flush(5.0)
         self.streams.leadership_listeners.append(self.leadership_lost)
@@ -124,7 +125,7 @@ class ProduceService:
 
     async def stop(self) -> None:
         """Unsubscribe; waiting requests time out on their own."""
-        self.link.local_inboxes.pop(self._prefix, None)
+        self.streams.acks.local_inboxes.pop(self._prefix, None)
         if self._sub is not None:
             await self._sub.unsubscribe()
             self._sub = None

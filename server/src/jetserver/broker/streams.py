@@ -39,6 +39,7 @@ import attrs
 from anyio.abc import TaskGroup
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.broker.acks import AckRouter
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.stream_files import (
     DELETED_SUFFIX,
@@ -114,6 +115,10 @@ class StreamManager:
     """NATS link for subscriptions and acks."""
     controller: ControlPlane | None = None
     """Cluster mode: the :class:`jetserver.cluster.Controller` handed to replicas."""
+    acks: AckRouter = attrs.field(
+        init=False, default=attrs.Factory(lambda self: AckRouter(self.link), takes_self=True)
+    )
+    """Where the replicas send acks (the Produce service registers its inbox here)."""
     _tg: TaskGroup | None = None
     _running: dict[tuple[str, int], _Running] = attrs.field(factory=dict)
     _lock: anyio.Lock = attrs.field(factory=anyio.Lock)
@@ -296,6 +301,7 @@ class StreamManager:
             subject=partition_subject(meta.spec.subject, p),
             log=log_,
             link=self.link,
+            acks=self.acks,
             max_message_bytes=max_message,
             ingest=self.config.ingest,
             storage=self.config.storage,
