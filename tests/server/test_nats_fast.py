@@ -19,7 +19,7 @@ from nats.protocol.parser import Parser
 
 from jetserver.config import NatsConfig
 from jetserver.nats_fast import FastParser, JetNatsClient, fast_path_supported
-from jetserver.nats_link import NatsLink
+from jetserver.nats_link import _NATS_PY_PUB_INTERNALS, NatsLink
 from support.nats_server import NatsServer
 
 
@@ -94,8 +94,24 @@ def _cut(stream: bytes, cuts: list[int]) -> list[bytes]:
 
 
 def test_fast_path_is_supported_by_the_installed_nats_py() -> None:
+    """Fails loudly when a nats-py release drops an internal the fast paths use (the
+    server would silently fall back to the slow ones); pinned in server/pyproject.toml."""
     assert fast_path_supported()
     assert isinstance(JetNatsClient()._ps, FastParser)
+
+
+@pytest.mark.anyio
+async def test_batched_publish_internals_exist_on_a_connected_client(
+    nats_server: NatsServer,
+) -> None:
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect()
+    try:
+        missing = [name for name in _NATS_PY_PUB_INTERNALS if not hasattr(link.client, name)]
+        assert missing == []
+        assert link._batch_pub, "publish_many would fall back to one publish per message"
+    finally:
+        await link.close()
 
 
 @settings(max_examples=300, deadline=None)

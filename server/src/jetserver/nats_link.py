@@ -394,17 +394,6 @@ class NatsLink:
             log.debug("flush kick failed", extra=fields(error=str(exc)))
         return queued
 
-    async def publish_best_effort(self, subject: str, payload: bytes) -> bool:
-        """Publish, logging instead of raising on failure (acks while NATS is away)."""
-        if self._nc is None or self._nc.is_closed:
-            return False
-        try:
-            await self._nc.publish(subject, payload)
-        except Exception as exc:
-            log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
-            return False
-        return True
-
     async def flush(self, timeout_s: float) -> None:
         """Wait until NATS has received everything published so far (a PING round trip).
 

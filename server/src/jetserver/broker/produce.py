@@ -75,11 +75,6 @@ class _Waiting:
     done: anyio.Event = attrs.field(factory=anyio.Event)
 
 
-def message_size(value: bytes, key: bytes | None, headers: tuple[tuple[str, bytes], ...]) -> int:
-    """Size a message counts against max_message_bytes: value + key + header names/values."""
-    return len(value) + (len(key) if key else 0) + sum(len(n) + len(v) for n, v in headers)
-
-
 @attrs.define(eq=False)
 class ProduceService:
     """Publishes Produce requests to NATS and waits for their acks."""

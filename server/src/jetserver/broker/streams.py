@@ -436,32 +436,7 @@ class StreamManager:
 
     async def _apply(self, running: _Running, target: Wanted) -> None:
         assignment, replica_addresses = target
-        replica = running.replica
-        apply_assignment = getattr(replica, "apply_assignment", None)
-        if apply_assignment is not None:
-            await apply_assignment(assignment, dict(replica_addresses))
-            return
-        # Until the replicated data path lands (broker/partition.py): the leader ingests,
-        # a follower only holds its log.
-        replica.leader_epoch = assignment.leader_epoch
-        if assignment.leader == self.server_id and running.sub is None:
-            running.sub = await self.link.subscribe(
-                replica.subject, replica.on_message, queue=running.queue
-            )
-            await self._confirm_subscriptions()
-        elif assignment.leader != self.server_id and running.sub is not None:
-            await running.sub.unsubscribe()
-            running.sub = None
-        log.info(
-            "assignment applied",
-            extra=fields(
-                stream=replica.stream,
-                partition=replica.partition,
-                leader=assignment.leader,
-                leader_epoch=assignment.leader_epoch,
-                role="leader" if assignment.leader == self.server_id else "follower",
-            ),
-        )
+        await running.replica.apply_assignment(assignment, dict(replica_addresses))
 
     async def stop(self) -> bool:
         """Stop ingest (unsubscribe), append what was queued, flush, checkpoint, close logs.

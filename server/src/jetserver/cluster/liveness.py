@@ -82,11 +82,6 @@ class Liveness:
                 for server_id, address in down.items():
                     tg.start_soon(self._probe, server_id, address)
 
-    async def wait_probed(self, timeout_s: float) -> None:
-        """Wait for the next probe round to finish (or ``timeout_s``)."""
-        with anyio.move_on_after(timeout_s):
-            await self._changed.wait()
-
     async def run(self) -> None:
         """Probe every registered server each ``interval_s`` until cancelled."""
         while True:

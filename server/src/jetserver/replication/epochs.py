@@ -63,11 +63,3 @@ def truncation_point(
     # Both know the epoch: the logs agree up to where it ends on *both* (the follower may
     # hold a later epoch the leader never had, starting before the leader's end).
     return Truncation(min(leader_end_offset, follower_end, local_leo), True)
-
-
-def leader_answer(
-    local_epoch_end: Callable[[int], tuple[int, int]], requested_epoch: int
-) -> tuple[int, int]:
-    """The leader's side: ``(epoch, end offset)`` for a requested epoch (the cache lookup;
-    a separate name so the simulation and the server answer the same way)."""
-    return local_epoch_end(requested_epoch)

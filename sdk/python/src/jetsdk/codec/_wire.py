@@ -138,16 +138,6 @@ def get_bytes32(buf: Buffer, p: int, what: str, limit: int) -> tuple[bytes, int]
     return get_bytes(buf, p, n, what)
 
 
-def get_key(buf: Buffer, p: int) -> tuple[bytes | None, int]:
-    """Read a key (``nbytes32`` under MAX_KEY_BYTES)."""
-    return get_nbytes32(buf, p, "key", MAX_KEY_BYTES)
-
-
-def get_value(buf: Buffer, p: int) -> tuple[bytes, int]:
-    """Read a value (``bytes32`` under MAX_VALUE_BYTES)."""
-    return get_bytes32(buf, p, "value", MAX_VALUE_BYTES)
-
-
 def get_headers(buf: Buffer, p: int) -> tuple[Headers, int]:
     """Read ``headers``."""
     (count,) = U16.unpack_from(buf, p)
