@@ -1,4 +1,5 @@
-"""Read-only views of a group's members and partition ownership (used by GroupState)."""
+"""A group's members and partition ownership: GroupState's mutable entries and the
+read-only views it hands out."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import attrs
 
 from jetsdk.group.stream_partition import StreamPartition
 
-__all__ = ["MemberInfo", "Ownership", "slot_of"]
+__all__ = ["MemberEntry", "MemberInfo", "OwnerEntry", "Ownership", "slot_of"]
 
 NS_PER_MS = 1_000_000
 
@@ -23,8 +24,8 @@ def slot_of(member: str, instance: str | None) -> str:
 
 
 @attrs.define(eq=False)
-class _Member:
-    """Mutable member entry inside a GroupState."""
+class MemberEntry:
+    """A member as GroupState keeps it (mutable; :meth:`view` gives the public value)."""
 
     member: str
     instance: str | None
@@ -101,8 +102,8 @@ class MemberInfo:
 
 
 @attrs.define(eq=False)
-class _Owner:
-    """Mutable ownership entry inside a GroupState."""
+class OwnerEntry:
+    """A partition's owner as GroupState keeps it (mutable)."""
 
     owner: str
     generation: int

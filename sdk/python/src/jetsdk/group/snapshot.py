@@ -1,4 +1,6 @@
-"""GroupState <-> the JSON object carried by checkpoint records (spec/groups.md, "Checkpoint").
+"""A group state's checkpoint: :class:`GroupSnapshot` <-> the JSON object carried by
+checkpoint records (spec/groups.md, "Checkpoint"). GroupState builds and restores the
+value (:meth:`~jetsdk.group.state.GroupState.snapshot`, ``restore``).
 
 Layout (all lists sorted; times are log nanoseconds; timeouts milliseconds)::
 
@@ -16,62 +18,73 @@ Pure code, no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from jetsdk.group.assignors import Assignor
+import attrs
+
 from jetsdk.group.errors import InvalidGroupRecord
-from jetsdk.group.membership import _Member, _Owner, slot_of
+from jetsdk.group.membership import MemberEntry, OwnerEntry
 from jetsdk.group.offsets import CommittedOffset
 from jetsdk.group.records import SIMPLE_GENERATION, Join
 from jetsdk.group.stream_partition import StreamPartition
 
-if TYPE_CHECKING:
-    from jetsdk.group.state import GroupState
-
-__all__ = ["state_from_json", "state_to_json"]
+__all__ = ["GroupSnapshot", "snapshot_from_json", "snapshot_to_json"]
 
 
-def state_to_json(state: GroupState) -> dict[str, Any]:
-    """The canonical JSON-ready form of ``state``."""
-    members = []
-    for key in sorted(state._members):
-        m = state._members[key]
-        members.append(
-            {
-                "member": m.member,
-                "instance": m.instance,
-                "subscriptions": dict(sorted(m.subscriptions.items())),
-                "assignors": list(m.assignors),
-                "session_timeout_ms": m.session_timeout_ms,
-                "release_timeout_ms": m.release_timeout_ms,
-                "metadata": m.metadata,
-                "joined_offset": m.joined_offset,
-                "last_seen": m.last_seen,
-                "parked": m.parked,
-            }
-        )
-    targets = [
-        [p.stream, p.partition, state._slots[slot]] for p, slot in sorted(state._targets.items())
-    ]
-    owners = [
-        [p.stream, p.partition, o.owner, o.generation, o.requested_at, o.force_at]
-        for p, o in sorted(state._owners.items())
-    ]
-    offsets = [
-        [p.stream, p.partition, c.offset, c.metadata, c.member, c.generation, c.timestamp]
-        for p, c in state._offsets.items()
+@attrs.define(eq=False)
+class GroupSnapshot:
+    """Everything a group state holds, as plain values (lists in canonical order)."""
+
+    group: str
+    clock: int
+    generation: int
+    last_offset: int
+    last_checkpoint_at: int | None
+    assignor: str
+    members: list[MemberEntry]
+    """Sorted by member id."""
+    targets: list[tuple[StreamPartition, str]]
+    """(partition, target member id), sorted by partition."""
+    owners: list[tuple[StreamPartition, OwnerEntry]]
+    """Sorted by partition."""
+    offsets: list[tuple[StreamPartition, CommittedOffset]]
+    """In the offset table's order."""
+
+
+def snapshot_to_json(snap: GroupSnapshot) -> dict[str, Any]:
+    """The canonical JSON-ready form of ``snap``."""
+    members = [
+        {
+            "member": m.member,
+            "instance": m.instance,
+            "subscriptions": dict(sorted(m.subscriptions.items())),
+            "assignors": list(m.assignors),
+            "session_timeout_ms": m.session_timeout_ms,
+            "release_timeout_ms": m.release_timeout_ms,
+            "metadata": m.metadata,
+            "joined_offset": m.joined_offset,
+            "last_seen": m.last_seen,
+            "parked": m.parked,
+        }
+        for m in snap.members
     ]
     return {
-        "group": state.group,
-        "clock": state._clock,
-        "generation": state._generation,
-        "last_offset": state._last_offset,
-        "last_checkpoint_at": state._last_checkpoint_at,
-        "assignor": state._assignor,
+        "group": snap.group,
+        "clock": snap.clock,
+        "generation": snap.generation,
+        "last_offset": snap.last_offset,
+        "last_checkpoint_at": snap.last_checkpoint_at,
+        "assignor": snap.assignor,
         "members": members,
-        "targets": targets,
-        "owners": owners,
-        "offsets": offsets,
+        "targets": [[p.stream, p.partition, member] for p, member in snap.targets],
+        "owners": [
+            [p.stream, p.partition, o.owner, o.generation, o.requested_at, o.force_at]
+            for p, o in snap.owners
+        ],
+        "offsets": [
+            [p.stream, p.partition, c.offset, c.metadata, c.member, c.generation, c.timestamp]
+            for p, c in snap.offsets
+        ],
     }
 
 
@@ -98,7 +111,7 @@ def _rows(obj: Mapping[str, Any], name: str, width: int) -> list[list[Any]]:
     return rows
 
 
-def _member(obj: object) -> _Member:
+def _member(obj: object) -> MemberEntry:
     if not isinstance(obj, dict):
         raise InvalidGroupRecord("checkpoint: a member must be an object")
     # Reuse the join record's validation for the fields they share.
@@ -115,7 +128,7 @@ def _member(obj: object) -> _Member:
     parked = obj.get("parked")
     if not isinstance(parked, bool):
         raise InvalidGroupRecord("checkpoint: parked must be a boolean")
-    return _Member(
+    return MemberEntry(
         member=join.member,
         instance=join.instance,
         subscriptions=join.subscription_map,
@@ -129,58 +142,66 @@ def _member(obj: object) -> _Member:
     )
 
 
-def state_from_json(
-    cls: type[GroupState], obj: Mapping[str, Any], assignors: Mapping[str, Assignor]
-) -> GroupState:
-    """Rebuild a state; raises InvalidGroupRecord if ``obj`` is malformed."""
+def _partition(stream: object, partition: object) -> StreamPartition:
+    return StreamPartition(_str(stream, "stream"), _int(partition, "partition"))
+
+
+def snapshot_from_json(obj: Mapping[str, Any]) -> GroupSnapshot:
+    """Parse a checkpoint's ``state`` (field types and ranges; the state checks how the
+    parts fit together).
+
+    Raises:
+        InvalidGroupRecord: ``obj`` is malformed.
+    """
     if not isinstance(obj, Mapping):
         raise InvalidGroupRecord("checkpoint: state must be an object")
     try:
-        state = cls(_str(obj.get("group"), "group"), assignors=assignors)
-        state._clock = _int(obj.get("clock"), "clock")
-        state._generation = _int(obj.get("generation"), "generation")
-        state._last_offset = _int(obj.get("last_offset"), "last_offset", -1)
-        state._last_checkpoint_at = _opt_int(obj.get("last_checkpoint_at"), "last_checkpoint_at")
-        state._assignor = _str(obj.get("assignor"), "assignor")
         members = obj.get("members")
         if not isinstance(members, list):
             raise InvalidGroupRecord("checkpoint: members must be a list")
-        for raw in members:
-            m = _member(raw)
-            if m.member in state._members or m.slot in state._slots:
-                raise InvalidGroupRecord("checkpoint: a member or slot repeats")
-            state._members[m.member] = m
-            state._slots[m.slot] = m.member
-        for stream, partition, member in _rows(obj, "targets", 3):
-            entry = state._members.get(member)
-            if entry is None:
-                raise InvalidGroupRecord("checkpoint: a target is not a member")
-            p = StreamPartition(_str(stream, "stream"), _int(partition, "partition"))
-            state._targets[p] = slot_of(entry.member, entry.instance)
-        for stream, partition, member, generation, requested, force in _rows(obj, "owners", 6):
-            p = StreamPartition(_str(stream, "stream"), _int(partition, "partition"))
-            state._owners[p] = _Owner(
-                owner=_str(member, "owner"),
-                generation=_int(generation, "generation"),
-                requested_at=_opt_int(requested, "requested_at"),
-                force_at=_opt_int(force, "force_at"),
-            )
-        for row in _rows(obj, "offsets", 7):
-            stream, partition, offset, metadata, member, generation, timestamp = row
-            p = StreamPartition(_str(stream, "stream"), _int(partition, "partition"))
-            state._offsets.put(
-                p,
-                CommittedOffset(
-                    offset=_int(offset, "offset"),
-                    metadata=_str(metadata, "metadata"),
-                    member=_str(member, "member"),
-                    generation=_int(generation, "generation", SIMPLE_GENERATION),
-                    timestamp=_int(timestamp, "timestamp"),
-                ),
-            )
+        return GroupSnapshot(
+            group=_str(obj.get("group"), "group"),
+            clock=_int(obj.get("clock"), "clock"),
+            generation=_int(obj.get("generation"), "generation"),
+            last_offset=_int(obj.get("last_offset"), "last_offset", -1),
+            last_checkpoint_at=_opt_int(obj.get("last_checkpoint_at"), "last_checkpoint_at"),
+            assignor=_str(obj.get("assignor"), "assignor"),
+            members=[_member(raw) for raw in members],
+            targets=[
+                (_partition(stream, partition), _str(member, "member"))
+                for stream, partition, member in _rows(obj, "targets", 3)
+            ],
+            owners=[
+                (
+                    _partition(stream, partition),
+                    OwnerEntry(
+                        owner=_str(member, "owner"),
+                        generation=_int(generation, "generation"),
+                        requested_at=_opt_int(requested, "requested_at"),
+                        force_at=_opt_int(force, "force_at"),
+                    ),
+                )
+                for stream, partition, member, generation, requested, force in _rows(
+                    obj, "owners", 6
+                )
+            ],
+            offsets=[
+                (
+                    _partition(stream, partition),
+                    CommittedOffset(
+                        offset=_int(offset, "offset"),
+                        metadata=_str(metadata, "metadata"),
+                        member=_str(member, "member"),
+                        generation=_int(generation, "generation", SIMPLE_GENERATION),
+                        timestamp=_int(timestamp, "timestamp"),
+                    ),
+                )
+                for stream, partition, offset, metadata, member, generation, timestamp in _rows(
+                    obj, "offsets", 7
+                )
+            ],
+        )
     except InvalidGroupRecord:
         raise
     except (TypeError, ValueError) as exc:
         raise InvalidGroupRecord(f"checkpoint: {exc}") from None
-    state._next_deadline = state._earliest_deadline()
-    return state

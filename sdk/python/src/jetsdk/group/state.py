@@ -44,8 +44,8 @@ from jetsdk.group.changes import (
     ReleaseRequested,
     RemoveReason,
 )
-from jetsdk.group.errors import UnknownAssignor
-from jetsdk.group.membership import MemberInfo, Ownership, _Member, _Owner
+from jetsdk.group.errors import InvalidGroupRecord, UnknownAssignor
+from jetsdk.group.membership import MemberEntry, MemberInfo, OwnerEntry, Ownership
 from jetsdk.group.offsets import CommittedOffset, OffsetTable
 from jetsdk.group.records import (
     SIMPLE_GENERATION,
@@ -57,6 +57,7 @@ from jetsdk.group.records import (
     OffsetCommit,
     Release,
 )
+from jetsdk.group.snapshot import GroupSnapshot, snapshot_from_json, snapshot_to_json
 from jetsdk.group.stream_partition import StreamPartition
 
 __all__ = ["GroupState"]
@@ -81,10 +82,10 @@ class GroupState:
     _last_offset: int = attrs.field(default=-1, init=False)
     _last_checkpoint_at: int | None = attrs.field(default=None, init=False)
     _assignor: str = attrs.field(default="", init=False)
-    _members: dict[str, _Member] = attrs.field(factory=dict, init=False)
+    _members: dict[str, MemberEntry] = attrs.field(factory=dict, init=False)
     _slots: dict[str, str] = attrs.field(factory=dict, init=False)
     _targets: dict[StreamPartition, str] = attrs.field(factory=dict, init=False)
-    _owners: dict[StreamPartition, _Owner] = attrs.field(factory=dict, init=False)
+    _owners: dict[StreamPartition, OwnerEntry] = attrs.field(factory=dict, init=False)
     _offsets: OffsetTable = attrs.field(factory=OffsetTable, init=False)
     # A lower bound on the earliest expiry or forced release; below it, nothing times out.
     _next_deadline: int = attrs.field(default=_NEVER, init=False)
@@ -361,7 +362,7 @@ class GroupState:
                 own.force_at = deadline if own.force_at is None else min(own.force_at, deadline)
                 self._next_deadline = min(self._next_deadline, own.force_at)
                 changes.append(ReleaseRequested(replaces, p, own.force_at))
-        entry = _Member(
+        entry = MemberEntry(
             member=rec.member,
             instance=rec.instance,
             subscriptions=subs,
@@ -507,7 +508,7 @@ class GroupState:
             own = self._owners.get(p)
             if own is None:
                 if target is not None and not self._members[target].parked:
-                    self._owners[p] = _Owner(target, self._generation)
+                    self._owners[p] = OwnerEntry(target, self._generation)
                     changes.append(
                         PartitionAcquired(target, p, self._generation, self._offsets.offset(p))
                     )
@@ -529,9 +530,21 @@ class GroupState:
 
         Canonical: two states are equal iff their snapshots are equal.
         """
-        from jetsdk.group.snapshot import state_to_json
-
-        return state_to_json(self)
+        slots = self._slots
+        return snapshot_to_json(
+            GroupSnapshot(
+                group=self.group,
+                clock=self._clock,
+                generation=self._generation,
+                last_offset=self._last_offset,
+                last_checkpoint_at=self._last_checkpoint_at,
+                assignor=self._assignor,
+                members=[self._members[k] for k in sorted(self._members)],
+                targets=[(p, slots[slot]) for p, slot in sorted(self._targets.items())],
+                owners=sorted(self._owners.items()),
+                offsets=list(self._offsets.items()),
+            )
+        )
 
     @classmethod
     def restore(
@@ -542,6 +555,23 @@ class GroupState:
         Raises:
             InvalidGroupRecord: the snapshot is malformed.
         """
-        from jetsdk.group.snapshot import state_from_json
-
-        return state_from_json(cls, snapshot, assignors)
+        snap = snapshot_from_json(snapshot)
+        state = cls(snap.group, assignors=assignors)
+        state._clock, state._generation = snap.clock, snap.generation
+        state._last_offset, state._last_checkpoint_at = snap.last_offset, snap.last_checkpoint_at
+        state._assignor = snap.assignor
+        for m in snap.members:
+            if m.member in state._members or m.slot in state._slots:
+                raise InvalidGroupRecord("checkpoint: a member or slot repeats")
+            state._members[m.member] = m
+            state._slots[m.slot] = m.member
+        for p, member in snap.targets:
+            entry = state._members.get(member)
+            if entry is None:
+                raise InvalidGroupRecord("checkpoint: a target is not a member")
+            state._targets[p] = entry.slot
+        state._owners.update(snap.owners)
+        for p, offset in snap.offsets:
+            state._offsets.put(p, offset)
+        state._next_deadline = state._earliest_deadline()
+        return state
