@@ -21,9 +21,10 @@ from typing import NamedTuple
 
 import attrs
 
-from jetsdk.codec.envelope import MAX_ACKS_PER_BATCH, Ack, AckEncoder, AckFields
+from jetsdk.codec.envelope_acks import Ack, AckEncoder, AckFields
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.json_ack import encode_json_ack
+from jetsdk.codec.limits import MAX_ACKS_PER_BATCH
 from jetserver.logs import fields
 from jetserver.nats_link import NatsLink
 

@@ -22,7 +22,7 @@ import anyio
 import attrs
 from nats.aio.msg import Msg
 
-from jetsdk.codec.envelope import decode_ack_tuples
+from jetsdk.codec.envelope_acks import decode_ack_tuples
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import (
