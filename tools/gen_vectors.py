@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from jetsdk.codec import envelope as env
+from jetsdk.codec import epoch_messages as epoch_msg
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
@@ -537,10 +538,10 @@ FETCH_REQ_FOLLOWER = msg.FetchRequest(
     replica_flushed=118,
     leader_epoch=4,
 )
-OFFSET_FOR_EPOCH_REQ = msg.OffsetForLeaderEpochRequest(
+OFFSET_FOR_EPOCH_REQ = epoch_msg.OffsetForLeaderEpochRequest(
     stream="orders", partition=3, leader_epoch=3, current_leader_epoch=4, replica_id=2
 )
-OFFSET_FOR_EPOCH_RESP = msg.OffsetForLeaderEpochResponse(leader_epoch=3, end_offset=117)
+OFFSET_FOR_EPOCH_RESP = epoch_msg.OffsetForLeaderEpochResponse(leader_epoch=3, end_offset=117)
 FETCH_RECORDS = [
     Record(offset=17, timestamp=T0, leader_epoch=1, value=b"hello", key=b"k1", subject="orders"),
     Record(offset=19, timestamp=T0 + 5, leader_epoch=1, value=b"world", subject="orders"),

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jetsdk.codec.epoch_messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from jetsdk.codec.error_codes import (
     RETRIABLE,
     AckPolicy,
@@ -27,8 +28,6 @@ from jetsdk.codec.messages import (
     ErrorBody,
     FetchRequest,
     FetchResponseHeader,
-    OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse,
     ProduceMessage,
     ProduceRequest,
     ProduceResult,

@@ -23,12 +23,11 @@ from typing import Any
 
 import attrs
 
+from jetsdk.codec.epoch_messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import (
     FetchRequest,
-    OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse,
 )
 from jetserver import hops
 from jetserver.broker.partition import PartitionReplica

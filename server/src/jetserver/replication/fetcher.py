@@ -35,13 +35,12 @@ from typing import Any
 import anyio
 import attrs
 
+from jetsdk.codec.epoch_messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import (
     FetchRequest,
-    OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse,
     decode_fetch_response,
     decode_json,
     encode_fetch_request,
