@@ -34,6 +34,14 @@ from collections.abc import Mapping
 
 import attrs
 
+from jetsdk.group.actions import (
+    Action,
+    AppendRecord,
+    Fenced,
+    LosePartition,
+    RevokePartition,
+    StartPartition,
+)
 from jetsdk.group.assignors import BUILTIN_ASSIGNORS, Assignor
 from jetsdk.group.changes import Change, MemberRemoved
 from jetsdk.group.errors import InvalidGroupConfig, NotOwner
@@ -48,8 +56,6 @@ from jetsdk.group.records import (
     Leave,
     OffsetCommit,
     Release,
-    encode_record,
-    record_key,
 )
 from jetsdk.group.state import GroupState
 from jetsdk.group.stream_partition import StreamPartition
@@ -120,68 +126,6 @@ class MemberConfig:
     def margin(self) -> float:
         """The effective lease margin in seconds."""
         return self.session_timeout / 10 if self.lease_margin is None else self.lease_margin
-
-
-@attrs.frozen
-class AppendRecord:
-    """Append ``record`` to the group log, then call ``on_appended`` with its timestamp."""
-
-    record: GroupRecord
-    """The record."""
-
-    @property
-    def key(self) -> bytes:
-        """The message key (the group name)."""
-        return record_key(self.record)
-
-    @property
-    def value(self) -> bytes:
-        """The encoded message value."""
-        return encode_record(self.record)
-
-
-@attrs.frozen
-class StartPartition:
-    """Start consuming ``partition`` from ``offset`` (None: use the reset policy)."""
-
-    partition: StreamPartition
-    """The partition."""
-    offset: int | None
-    """First offset to consume, or None if the group has no committed offset."""
-    generation: int
-    """The owner generation (commits carry it; the member adds it)."""
-
-
-@attrs.frozen
-class RevokePartition:
-    """Stop fetching ``partition``, finish in-flight work, call ``release`` before ``deadline``."""
-
-    partition: StreamPartition
-    """The partition."""
-    deadline: float
-    """Local time after which the partition is lost instead (LosePartition follows)."""
-
-
-@attrs.frozen
-class LosePartition:
-    """Stop consuming ``partition`` at once; another member may own it already."""
-
-    partition: StreamPartition
-    """The partition."""
-    reason: str
-    """taken (expired, forced or fenced in the log) or lease (the view is too old to be sure)."""
-
-
-@attrs.frozen
-class Fenced:
-    """Another incarnation with this member's instance id joined; close without rejoining."""
-
-    by: str
-    """The member id of the new incarnation."""
-
-
-Action = AppendRecord | StartPartition | RevokePartition | LosePartition | Fenced
-"""Any action."""
 
 
 class Phase(enum.Enum):
