@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jetsdk.codec import envelope as env
@@ -237,6 +237,12 @@ def test_frame_decoder_on_random_chunks(data: bytes, chunks: list[int]) -> None:
 
 @FUZZ
 @given(st.binary(max_size=100))
+@example(env.encode_message(env.EnvelopeMessage(b"v", key=b"k", ack_inbox="i"))[4:])
 def test_parse_nats_payload_never_raises(tail: bytes) -> None:
-    assert env.parse_nats_payload(env.COOKIE + tail) is None or tail
-    env.parse_nats_payload(tail)
+    # Whatever follows the cookie: either a plain message (None) or a valid envelope, and
+    # then exactly the bytes its message encodes to (one encoding per message).
+    payload = env.COOKIE + tail
+    parsed = env.parse_nats_payload(payload)
+    assert parsed is None or env.encode_message(parsed) == payload
+    parsed = env.parse_nats_payload(tail)
+    assert parsed is None or env.encode_message(parsed) == tail
