@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 from nats.protocol.parser import Parser
 
 from jetserver.config import NatsConfig
-from jetserver.nats_fast import FastParser, JetNatsClient, fast_path_supported
+from jetserver.nats_fast import FastParser, JetNatsClient, SkipMarked, fast_path_supported
 from jetserver.nats_link import _NATS_PY_PUB_INTERNALS, NatsLink
 from support.nats_server import NatsServer
 
@@ -30,6 +30,7 @@ class _Recorder:
         self.calls: list[tuple[Any, ...]] = []
         self._subs: dict[int, object] = {}
         self._jet_direct: dict[int, object] = {}
+        self.stats: dict[str, int] = {}
 
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
@@ -112,6 +113,72 @@ async def test_batched_publish_internals_exist_on_a_connected_client(
         assert link._batch_pub, "publish_many would fall back to one publish per message"
     finally:
         await link.close()
+
+
+_MARK = b"\r\nJet-Stored: s 0\r\n"
+
+
+def _is_marked(call: tuple[Any, ...]) -> bool:
+    headers, payload = call[5], call[4]
+    return bool(headers) and _MARK in headers and payload.startswith(b"\xffJET")
+
+
+class _SkipDirect:
+    """What the parser looks at of a direct subscription: its skip filter."""
+
+    def __init__(self) -> None:
+        self.skip = SkipMarked(_MARK, b"\xffJET")
+
+
+@st.composite
+def marked_or_not(draw: st.DrawFn) -> tuple[bytes, bool]:
+    """An HMSG for sid 7: with the marker line or a near miss, an envelope or not."""
+    header = draw(
+        st.sampled_from(
+            [
+                b"NATS/1.0" + _MARK + b"\r\n",
+                b"NATS/1.0\r\nk: v" + _MARK + b"\r\n",
+                b"NATS/1.0\r\nJet-Stored: s 01\r\n\r\n",
+                b"NATS/1.0\r\nJet-Stored: xs 0\r\n\r\n",
+            ]
+        )
+    )
+    payload = draw(st.sampled_from([b"\xffJET...", b"plain", b""]))
+    total = len(header) + len(payload)
+    op = b"HMSG s 7 %d %d\r\n%b%b\r\n" % (len(header), total, header, payload)
+    return op, _MARK in header and payload.startswith(b"\xffJET")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(operations().map(lambda op: (op, False)), marked_or_not()), max_size=12),
+    st.lists(st.integers(0, 10**6)),
+)
+def test_marked_copies_are_dropped_and_nothing_else(
+    ops: list[tuple[bytes, bool]], cuts: list[int]
+) -> None:
+    stream = b"".join(op for op, _ in ops)
+    kept = b"".join(op for op, dropped in ops if not dropped)
+
+    async def both() -> None:
+        expected = await _feed(Parser, [kept])
+        nc = _Recorder()
+        nc.stats.update(in_msgs=0, in_bytes=0)
+        direct = _SkipDirect()
+        nc._subs[7] = object()
+        nc._jet_direct[7] = direct
+        parser = FastParser(nc)
+        for chunk in _cut(stream, cuts):
+            await parser.parse(chunk)
+        # Marked copies the parser did not drop itself (after an operation it leaves to
+        # nats-py) reach _process_msg, where JetNatsClient drops them.
+        passed_on = [c for c in nc.calls if c[0] == "msg" and c[1] == 7 and _is_marked(c)]
+        assert [c for c in nc.calls if not (c[0] == "msg" and c[1] == 7 and _is_marked(c))] == (
+            expected
+        )
+        assert direct.skip.count + len(passed_on) == sum(dropped for _, dropped in ops)
+
+    asyncio.run(both())
 
 
 @settings(max_examples=300, deadline=None)

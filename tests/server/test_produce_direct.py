@@ -94,13 +94,17 @@ async def test_a_marked_copy_from_any_publisher_is_not_stored_by_that_partition(
         envelope = build_message(b"marked")
         await nc.publish("d.x", envelope, headers={STORED_HEADER: "d 0"})
         await nc.publish("d.x", envelope, headers={STORED_HEADER: "other 0"})
+        # Another spelling of the name: past the subscription's byte filter, caught by the
+        # partition's own check (spec: names match without regard to case).
+        await nc.publish("d.x", envelope, headers={"jet-stored": "d 0"})
+        await nc.publish("d.x", b"plain", headers={STORED_HEADER: "d 0"})  # not an envelope
         await nc.flush()
-        wide = await c.collect("wide", 0, 2)
-        await _wait_skipped(jet, "d", 1)
-        stored = await c.collect("d", 0, 1)
-        _h, extra = await c.fetch("d", 0, 1, max_wait_ms=200)
-    assert [r.value for r in wide] == [b"marked", b"marked"]
-    assert [r.value for r in stored] == [b"marked"]
+        wide = await c.collect("wide", 0, 4)
+        await _wait_skipped(jet, "d", 2)
+        stored = await c.collect("d", 0, 2)
+        _h, extra = await c.fetch("d", 0, 2, max_wait_ms=200)
+    assert [r.value for r in wide] == [b"marked", b"marked", b"marked", b"plain"]
+    assert [r.value for r in stored] == [b"marked", b"plain"]
     assert extra == []
 
 

@@ -46,6 +46,7 @@ from jetsdk.codec.nats_headers import parse_header_block
 log = logging.getLogger(__name__)
 
 _MSG = b"MSG "
+_HMSG = b"HMSG "
 _CRLF = b"\r\n"
 _SPACE = b" "
 
@@ -57,6 +58,37 @@ class HeaderedMsg(Msg):
     nats-py's map of the same block (the last value of a repeated name)."""
 
     header_lines: tuple[tuple[str, bytes], ...] = ()
+
+
+def header_lines(msg: Msg) -> tuple[tuple[str, bytes], ...]:
+    """A message's NATS header lines: as sent for a :class:`HeaderedMsg`, else from
+    nats-py's header map (one value per name)."""
+    if isinstance(msg, HeaderedMsg):
+        return msg.header_lines
+    if not msg.headers:
+        return ()
+    return tuple((k, v.encode()) for k, v in msg.headers.items())
+
+
+class SkipMarked:
+    """Drops messages whose header block holds ``header`` (exact bytes, e.g. one whole
+    ``\r\nName: value\r\n`` line) and whose payload starts with ``prefix``, before any
+    parsing or delivery; counts them."""
+
+    __slots__ = ("count", "header", "prefix")
+
+    def __init__(self, header: bytes, prefix: bytes = b"") -> None:
+        self.header = header
+        self.prefix = prefix
+        self.count = 0
+        """Messages dropped."""
+
+    def matches(self, headers: bytes, payload: bytes) -> bool:
+        """True (and counted) if the message is to be dropped."""
+        if self.header in headers and payload.startswith(self.prefix):
+            self.count += 1
+            return True
+        return False
 
 
 Handler = Callable[[Msg], Awaitable[None]]
@@ -107,7 +139,16 @@ class FastParser(nats_parser.Parser):
         # after any await, which may unsubscribe.
         last_sid_raw = b""
         last_direct: _Direct | None = None
-        while pos < n and data.startswith(_MSG, pos):
+        while pos < n:
+            if not data.startswith(_MSG, pos):
+                if not data.startswith(_HMSG, pos):
+                    break
+                done = await self._hmsg(data, pos, n)
+                if done < 0:
+                    break
+                pos = done
+                last_direct = None
+                continue
             end = data.find(_CRLF, pos)
             if end < 0:
                 break  # the control line is not complete yet
@@ -140,20 +181,57 @@ class FastParser(nats_parser.Parser):
         if pos >= n:
             return
         rest = data[pos:] if pos else data
-        if rest.startswith(_MSG) and not _complete_msg(rest):
-            self.buf.extend(rest)  # wait for the rest of this MSG
+        if (rest.startswith(_MSG) or rest.startswith(_HMSG)) and not _complete_msg(rest):
+            self.buf.extend(rest)  # wait for the rest of this message
             return
         await super().parse(rest)
 
+    async def _hmsg(self, data: bytes, pos: int, n: int) -> int:
+        """Handle the HMSG operation at ``pos``: drop it if its direct subscription's
+        :class:`SkipMarked` says so, else hand it to nats-py's message processing. Returns
+        the position after it, or -1 to leave it (and the rest) to nats-py's parser
+        (incomplete, or unusual spacing)."""
+        end = data.find(_CRLF, pos)
+        if end < 0:
+            return -1
+        parts = data[pos + 5 : end].split(_SPACE)
+        if len(parts) == 4:
+            subject, sid_raw, hlen_raw, size_raw = parts
+            reply = b""
+        elif len(parts) == 5:
+            subject, sid_raw, reply, hlen_raw, size_raw = parts
+        else:
+            return -1
+        if not (subject and sid_raw.isdigit() and hlen_raw.isdigit() and size_raw.isdigit()):
+            return -1
+        start = end + 2
+        hlen = int(hlen_raw)
+        stop = start + int(size_raw)
+        if stop + 2 > n or hlen > stop - start:
+            return -1
+        headers = data[start : start + hlen]
+        payload = data[start + hlen : stop]
+        nc = self.nc
+        sid = int(sid_raw)
+        direct = getattr(nc, "_jet_direct", {}).get(sid)
+        skip = direct.skip if direct is not None and sid in nc._subs else None
+        if skip is not None and skip.matches(headers, payload):
+            nc.stats["in_msgs"] += 1
+            nc.stats["in_bytes"] += len(payload)
+            return stop + 2
+        await nc._process_msg(sid, subject, reply, payload, headers)
+        return stop + 2
+
 
 def _complete_msg(data: bytes) -> bool:
-    """True if ``data`` starts with a whole MSG line whose payload has fully arrived, or with
-    a line the fast path does not handle (nats-py then parses it)."""
+    """True if ``data`` starts with a whole MSG or HMSG operation whose payload has fully
+    arrived, or with a line the fast path does not handle (nats-py then parses it)."""
     end = data.find(_CRLF)
     if end < 0:
         return False
-    parts = data[4:end].split(_SPACE)
-    if len(parts) not in (3, 4) or not parts[-1].isdigit():
+    headered = data.startswith(_HMSG)
+    parts = data[5 if headered else 4 : end].split(_SPACE)
+    if len(parts) not in ((4, 5) if headered else (3, 4)) or not parts[-1].isdigit():
         return True
     return end + 2 + int(parts[-1]) + 2 <= len(data)
 
@@ -171,6 +249,7 @@ class _Direct:
         "queue",
         "sid",
         "sink",
+        "skip",
         "task",
         "waiting",
         "wake",
@@ -184,11 +263,13 @@ class _Direct:
         max_msgs: int,
         max_bytes: int,
         sink: Sink | None = None,
+        skip: SkipMarked | None = None,
     ) -> None:
         self.nc = nc
         self.sid = sid
         self.handler = handler
         self.sink = sink
+        self.skip = skip
         self.busy = False
         """The task is delivering a message (a later one must not overtake it by the sink)."""
         self.max_msgs = max_msgs
@@ -293,16 +374,23 @@ class JetNatsClient(NatsClient):
             )
 
     def deliver_directly(
-        self, sid: int, handler: Handler, max_msgs: int, max_bytes: int, sink: Sink | None = None
+        self,
+        sid: int,
+        handler: Handler,
+        max_msgs: int,
+        max_bytes: int,
+        sink: Sink | None = None,
+        skip: SkipMarked | None = None,
     ) -> bool:
         """Deliver the messages of subscription ``sid`` to ``sink`` when it takes them, else
         to ``handler`` through a deque and one task, instead of nats-py's queue (see the
-        module docstring). Returns False (nothing changed) if this nats-py is not supported.
-        Call :meth:`stop_direct` when unsubscribing."""
+        module docstring); messages that ``skip`` matches are dropped first. Returns False
+        (nothing changed) if this nats-py is not supported. Call :meth:`stop_direct` when
+        unsubscribing."""
         if not _SUPPORTED:
             return False
         self.stop_direct(sid)
-        direct = _Direct(self, sid, handler, max_msgs, max_bytes, sink)
+        direct = _Direct(self, sid, handler, max_msgs, max_bytes, sink, skip)
         direct.start()
         self._jet_direct[sid] = direct
         return True
@@ -344,6 +432,10 @@ class JetNatsClient(NatsClient):
             direct.push(subject, reply, data)
             return
         size = len(data)
+        if direct.skip is not None and direct.skip.matches(headers, data):
+            self.stats["in_msgs"] += 1
+            self.stats["in_bytes"] += size
+            return
         stats: dict[str, Any] = self.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += size

@@ -30,7 +30,7 @@ from nats.aio.subscription import Subscription
 from jetserver.config import NatsConfig
 from jetserver.errors import JetServerError
 from jetserver.logs import fields
-from jetserver.nats_fast import JetNatsClient, Sink
+from jetserver.nats_fast import JetNatsClient, Sink, SkipMarked
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,13 @@ class NatsLink:
             return
 
     async def subscribe(
-        self, subject: str, handler: MessageHandler, *, queue: str = "", sink: Sink | None = None
+        self,
+        subject: str,
+        handler: MessageHandler,
+        *,
+        queue: str = "",
+        sink: Sink | None = None,
+        skip: SkipMarked | None = None,
     ) -> SubscriptionHandle:
         """Subscribe with a callback (never the async iterator, which drops under load).
 
@@ -277,6 +283,8 @@ class NatsLink:
                 takes ``(subject, reply, data)`` now (True) or declines (False: the message
                 and those after it go to ``handler``); order is kept either way
                 (:mod:`~jetserver.nats_fast`). Ignored where the fast path is unsupported.
+            skip: drop the messages it matches before any parsing (where the fast path is
+                supported; the handler must apply the same rule for the others).
 
         Raises:
             NatsUnavailable: the link is closed.
@@ -299,6 +307,7 @@ class NatsLink:
                 self.config.sub_pending_msgs,
                 self.config.sub_pending_bytes,
                 sink,
+                skip,
             )
         return SubscriptionHandle(subject, queue, sub, nc)
 

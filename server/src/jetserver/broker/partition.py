@@ -54,11 +54,11 @@ from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.record_fields import RecordFields
 from jetserver.broker.roles import ReplicaRoles
-from jetserver.broker.stored_copy import is_stored_copy, stored_value
+from jetserver.broker.stored_copy import is_stored_copy, stored_skip, stored_value
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import StreamSpec
-from jetserver.nats_fast import HeaderedMsg
+from jetserver.nats_fast import SkipMarked, header_lines
 from jetserver.nats_link import NatsLink, SubscriptionHandle
 from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.core import ReplicaCore
@@ -159,8 +159,9 @@ class PartitionReplica(ReplicaRoles, Committer):
     """Messages appended since start."""
     messages_rejected: int = 0
     """Messages refused (too large, bad fields, storage errors)."""
-    copies_skipped: int = 0
-    """NATS copies of messages this partition's leader stored directly, not stored again."""
+    _copies_skipped: int = 0
+    skip_copies: SkipMarked = attrs.field(init=False)
+    """The subscription filter that drops stored copies before parsing."""
     sync_failures: int = 0
     """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
     fetch_waiters: int = 0
@@ -180,6 +181,7 @@ class PartitionReplica(ReplicaRoles, Committer):
     def __attrs_post_init__(self) -> None:
         self._init_roles()
         self._stored_value = stored_value(self.stream, self.partition)
+        self.skip_copies = stored_skip(self.stream, self.partition)
 
     # ---------------------------------------------------------------- ingest side
 
@@ -205,15 +207,21 @@ class PartitionReplica(ReplicaRoles, Committer):
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
             self._space = anyio.Event() if self._space.is_set() else self._space
             await self._space.wait()
-        headers = msg.header_lines if isinstance(msg, HeaderedMsg) else _nats_headers(msg.headers)
+        headers = header_lines(msg)
         if headers and msg.data[:4] == COOKIE and is_stored_copy(headers, self._stored_value):
-            self.copies_skipped += 1  # its leader stored it directly (broker/stored_copy.py)
+            self._copies_skipped += 1  # its leader stored it directly (broker/stored_copy.py)
             return
         if hops.ENABLED:
             hops.mark("sink")
         self._queue.append((msg.subject, msg.reply or "", msg.data, headers or None))
         self._queued_bytes += len(msg.data)
         self._wake.set()
+
+    @property
+    def copies_skipped(self) -> int:
+        """NATS copies of messages this partition's leader stored directly, not stored
+        again (dropped by the subscription filter or by :meth:`on_message`)."""
+        return self._copies_skipped + self.skip_copies.count
 
     @property
     def takes_direct(self) -> bool:
@@ -586,9 +594,3 @@ class PartitionReplica(ReplicaRoles, Committer):
 
     def _fields(self, **extra: Any) -> dict[str, Any]:
         return fields(stream=self.stream, partition=self.partition, **extra)
-
-
-def _nats_headers(headers: dict[str, str] | None) -> tuple[tuple[str, bytes], ...]:
-    if not headers:
-        return ()
-    return tuple((k, v.encode()) for k, v in headers.items())

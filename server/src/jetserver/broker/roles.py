@@ -46,6 +46,7 @@ from jetserver.metadata.model import (
     PartitionAssignment,
     StreamSpec,
 )
+from jetserver.nats_fast import SkipMarked
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
 from jetserver.replication.core import (
@@ -104,6 +105,7 @@ class ReplicaRoles:
     _committed_floor: int
     on_message: Callable[[Msg], Awaitable[None]]
     accept: Callable[[str, str, bytes], bool]
+    skip_copies: SkipMarked
     wake_waiters: Callable[[], None]
     _fields: Callable[..., dict[str, Any]]
 
@@ -362,7 +364,11 @@ class ReplicaRoles:
         if self._sub is not None:
             return
         self._sub = await self.link.subscribe(
-            self.subject, self.on_message, queue=self.queue_group, sink=self.accept
+            self.subject,
+            self.on_message,
+            queue=self.queue_group,
+            sink=self.accept,
+            skip=self.skip_copies,
         )
         try:
             await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S)

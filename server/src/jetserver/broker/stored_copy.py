@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from jetsdk.codec.envelope import COOKIE
+from jetserver.nats_fast import SkipMarked
+
 STORED_HEADER = "Jet-Stored"
 """Header on the NATS copy of a message stored directly by its partition's leader."""
 _STORED_LOWER = STORED_HEADER.lower()
@@ -27,6 +30,14 @@ def stored_value(stream: str, partition: int) -> bytes:
 def stored_header_block(stream: str, partition: int) -> bytes:
     """The whole NATS header block (``NATS/1.0`` line to the blank line) of a stored copy."""
     return b"NATS/1.0\r\n%s: %s\r\n\r\n" % (STORED_HEADER.encode(), stored_value(stream, partition))
+
+
+def stored_skip(stream: str, partition: int) -> SkipMarked:
+    """The subscription filter that drops this partition's stored copies before parsing
+    (exact header bytes as :func:`stored_header_block` writes them, an envelope payload);
+    :func:`is_stored_copy` applies the full rule (any case) to what gets through."""
+    line = b"\r\n%s: %s\r\n" % (STORED_HEADER.encode(), stored_value(stream, partition))
+    return SkipMarked(line, COOKIE)
 
 
 def is_stored_copy(headers: Sequence[tuple[str, bytes]], value: bytes) -> bool:

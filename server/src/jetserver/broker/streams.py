@@ -280,7 +280,11 @@ class StreamManager:
             running = await self._open_partition(meta, assignment)
             replica = running.replica
             running.sub = await self.link.subscribe(
-                replica.subject, replica.on_message, queue=running.queue, sink=replica.accept
+                replica.subject,
+                replica.on_message,
+                queue=running.queue,
+                sink=replica.accept,
+                skip=replica.skip_copies,
             )
             running.applied = (assignment, ())
             running.ready.set()
