@@ -86,10 +86,11 @@ async def test_header_controls_of_plain_requests(jet: Server, nc: NatsClient) ->
         assert "Jet-Ack" in bad["error"]["description"]
         # Neither refused message was stored: the next one gets offset 2.
         assert (await request(b"last"))["offset"] == 2
-        records = await c.collect("ctl", 0, 2)
+        records = await c.collect("ctl", 0, 3)
     assert [(r.offset, r.key, r.value) for r in records] == [
         (0, b"user-1", b"keyed"),
         (1, None, b"next"),
+        (2, None, b"last"),
     ]
     assert records[0].headers == (("X-App", b"1"),)  # the controls are not stored
 

@@ -11,11 +11,12 @@ of the CLI and of signal handling; it is stopped by PID.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -77,11 +78,17 @@ class ServerProcess:
 
     @classmethod
     def start(
-        cls, nats_url: str, data_dir: Path, *extra: str, env: dict[str, str] | None = None
+        cls,
+        nats_url: str,
+        data_dir: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        file_limit: int | None = None,
     ) -> ServerProcess:
         """Start `jet server --port 0 --ready-file ...` and wait for the ready file.
 
-        ``env`` is added to this process's environment for the child (e.g. a fault shim).
+        ``env`` is added to this process's environment for the child (e.g. a fault shim);
+        ``file_limit`` sets the child's open-file limit (soft and hard).
 
         Raises:
             RuntimeError: it exited or was not ready in time.
@@ -113,6 +120,7 @@ class ServerProcess:
                 stdout=log_file,
                 stderr=log_file,
                 env=None if env is None else {**os.environ, **env},
+                preexec_fn=None if file_limit is None else _file_limit(file_limit),
             )
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
@@ -141,3 +149,10 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         return self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+def _file_limit(limit: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return apply

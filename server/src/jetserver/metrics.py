@@ -24,6 +24,7 @@ import attrs
 from jetsdk.codec.error_codes import error_name
 from jetsdk.codec.frames import FLAG_ERROR, FRAME_HEADER_SIZE, Api
 from jetsdk.codec.messages import decode_error
+from jetserver.resources import NEAR_LIMIT_FRACTION, open_file_limit, open_files
 
 if TYPE_CHECKING:
     from jetserver.broker.streams import StreamManager
@@ -156,7 +157,26 @@ def render(src: MetricsSources) -> str:
     _connections(out, src.listener)
     _nats(out, src.link)
     _partitions(out, src)
+    _files(out, src)
     return "\n".join(out) + "\n"
+
+
+def _files(out: list[str], src: MetricsSources) -> None:
+    used, limit = open_files(), open_file_limit()
+    if used >= 0:
+        _gauge(out, "jet_open_files", "Files (and sockets) the server holds open.", used)
+    _gauge(out, "jet_open_files_limit", "The open-file limit (soft RLIMIT_NOFILE).", limit)
+    near = 1 if used >= 0 and used >= limit * NEAR_LIMIT_FRACTION else 0
+    _gauge(out, "jet_open_files_near_limit", "1 above 80 % of the open-file limit.", near)
+    offline = list(src.streams.offline) if src.streams is not None else []
+    _head(
+        out,
+        "jet_partition_offline",
+        "gauge",
+        "1 for a partition whose replica here cannot open (see describe's offline reason).",
+    )
+    for stream, partition in sorted(offline):
+        out.append(f'jet_partition_offline{{stream="{_escape(stream)}",partition="{partition}"}} 1')
 
 
 def _requests(out: list[str], req: RequestMetrics) -> None:

@@ -56,6 +56,7 @@ from jetserver.nats_link import NatsLink
 from jetserver.protocol.connection import Reply
 from jetserver.protocol.handlers import Dispatcher
 from jetserver.protocol.listener import ProtocolListener
+from jetserver.resources import DataDirLock, log_file_limits, raise_open_file_limit
 from jetserver.security.gate import Security, Session
 from jetserver.security.wiring import acl_proposer, connection_setup
 from jetserver.security.wiring import bootstrap as bootstrap_acls
@@ -120,12 +121,18 @@ class Server:
             NatsUnavailable / JetServerError: NATS TLS files unusable.
             OSError: the data directory or the listen address is unusable.
         """
-        async with self._cluster_node() as node:
-            self.cluster = node
-            try:
-                await self._run(node, task_status)
-            finally:
-                self.cluster = None
+        before, after = raise_open_file_limit()
+        lock = DataDirLock(Path(self.config.server.data_dir))
+        await anyio.to_thread.run_sync(lock.acquire)
+        try:
+            async with self._cluster_node() as node:
+                self.cluster = node
+                try:
+                    await self._run(node, task_status, (before, after))
+                finally:
+                    self.cluster = None
+        finally:
+            lock.release()
 
     @contextlib.asynccontextmanager
     async def _cluster_node(self) -> AsyncIterator[ClusterNode | None]:
@@ -135,7 +142,9 @@ class Server:
         async with ClusterNode.open(self.config) as node:
             yield node
 
-    async def _run(self, node: ClusterNode | None, task_status: TaskStatus[str]) -> None:
+    async def _run(
+        self, node: ClusterNode | None, task_status: TaskStatus[str], file_limits: tuple[int, int]
+    ) -> None:
         cfg = self.config
         data_dir = Path(cfg.server.data_dir)
         store: MetadataView
@@ -145,6 +154,7 @@ class Server:
         else:
             clean = await anyio.to_thread.run_sync(_take_clean_marker, data_dir)
             store = node.raft
+        log_file_limits(sum(len(m.partitions) for m in store.state.streams.values()), *file_limits)
         # TLS files, password hashes and the internal token are checked before anything starts.
         security = Security(cfg, lambda: store.state.acls, acl_proposer(store, node))
         link = self.link = NatsLink(cfg.nats)

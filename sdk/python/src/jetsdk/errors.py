@@ -40,6 +40,7 @@ __all__ = [
     "NotLeader",
     "OffsetOutOfRange",
     "PartitionNotFound",
+    "PartitionOffline",
     "PermissionDenied",
     "ProtocolError",
     "ServerError",
@@ -310,6 +311,13 @@ class WrongExpectedOffset(JetError):
     default_code = ErrorCode.WRONG_EXPECTED_OFFSET
 
 
+class PartitionOffline(JetError):
+    """The partition's replica on the answering server cannot open (details ``offline``:
+    why, e.g. too many open files); not retried: someone must fix the server."""
+
+    default_code = ErrorCode.PARTITION_OFFLINE
+
+
 _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.UNKNOWN: ServerError,
     ErrorCode.MALFORMED_FRAME: MalformedFrame,
@@ -332,6 +340,7 @@ _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.TOO_MANY_REQUESTS: TooManyRequests,
     ErrorCode.DUPLICATE_SEQUENCE: DuplicateSequence,
     ErrorCode.WRONG_EXPECTED_OFFSET: WrongExpectedOffset,
+    ErrorCode.PARTITION_OFFLINE: PartitionOffline,
 }
 """Wire code -> exception class. Every ErrorCode except NONE has an entry."""
 

@@ -67,6 +67,10 @@ class PartitionInfo:
     """Bytes on disk (DescribeStream only)."""
     segments: int | None = None
     """Segment count (DescribeStream only)."""
+    offline: str | None = None
+    """Why the answering server's replica cannot open (too many open files, a damaged
+    disk...), or None (DescribeStream only). Produce and Fetch to it fail at once with
+    PartitionOffline."""
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> PartitionInfo:
@@ -83,6 +87,7 @@ class PartitionInfo:
             log_start=_get_opt(obj, "log_start", int),
             size_bytes=_get_opt(obj, "size_bytes", int),
             segments=_get_opt(obj, "segments", int),
+            offline=_get_opt(obj, "offline", str),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -99,6 +104,7 @@ class PartitionInfo:
             "log_start": self.log_start,
             "size_bytes": self.size_bytes,
             "segments": self.segments,
+            "offline": self.offline,
         }
 
 

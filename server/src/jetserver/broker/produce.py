@@ -170,6 +170,7 @@ class ProduceService:
         meta = self.streams.stream(stream)
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(stream, partition, meta.spec.partitions)
+        self.streams.offline.check(stream, partition)
         # In a cluster only the partition leader answers: NATS drops what nobody subscribes.
         replica = self.streams.leader_replica(stream, partition)
         if replica is None:

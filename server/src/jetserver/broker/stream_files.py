@@ -61,7 +61,7 @@ def open_partition_log(
     HW (its tail may be uncommitted).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    log_ = Log.open(directory, cfg)
+    log_ = Log.open(directory, cfg, lock=False)  # the server holds the data directory
     report = log_.recovery
     if not report.ok or report.indexes_rebuilt:
         log.warning(

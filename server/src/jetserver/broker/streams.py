@@ -40,6 +40,7 @@ from anyio.abc import TaskGroup
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import AckRouter
+from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.stream_files import (
     DELETED_SUFFIX,
@@ -58,6 +59,7 @@ from jetserver.metadata.store import MetadataStore
 from jetserver.metadata.validate import partition_subject, spec_from_request
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication.control import ControlPlane
+from jetserver.resources import FILES_PER_PARTITION, check_room, describe_open_error
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,8 @@ class StreamManager:
     _lock: anyio.Lock = attrs.field(factory=anyio.Lock)
     leadership_listeners: list[Callable[[str, int], None]] = attrs.field(factory=list)
     """Called with (stream, partition) when a local replica stops leading."""
+    offline: OfflinePartitions = attrs.field(factory=OfflinePartitions)
+    """Partitions whose replica here cannot open, and why."""
 
     def _leadership_ended(self, stream: str, partition: int) -> None:
         for listener in self.leadership_listeners:
@@ -165,11 +169,13 @@ class StreamManager:
         """The local replica of ``name``/``partition``.
 
         Raises:
-            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, or UNAVAILABLE if it is not open.
+            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, PARTITION_OFFLINE if it is offline
+                (it could not open), or UNAVAILABLE if it is not open (yet).
         """
         meta = self.stream(name)
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(name, partition, meta.spec.partitions)
+        self.offline.check(name, partition)
         running = self._running.get((name, partition))
         if running is None or running.replica.closed or running.stream_id != meta.stream_id:
             raise ApiError(
@@ -272,12 +278,20 @@ class StreamManager:
             # Subscriptions are replayed by nats-py once the link is back.
             log.warning("cannot confirm subscriptions", extra=fields(error=str(exc)))
 
-    async def _open_stream(self, meta: StreamMeta) -> None:
-        """Single server: open every partition this server leads and subscribe it."""
+    async def _open_stream(self, meta: StreamMeta, *, at_start: bool = True) -> None:
+        """Single server: open every partition this server leads and subscribe it. At start
+        a partition that cannot open is left offline (the others serve); otherwise the
+        error is raised."""
         for assignment in meta.partitions:
             if assignment.leader != self.server_id:
                 continue
-            running = await self._open_partition(meta, assignment)
+            try:
+                running = await self._open_partition(meta, assignment)
+            except Exception as exc:
+                if not at_start:
+                    raise
+                self.offline.failed(meta.name, assignment.partition, exc)
+                continue
             replica = running.replica
             running.sub = await self.link.subscribe(
                 replica.subject,
@@ -290,9 +304,10 @@ class StreamManager:
             running.ready.set()
 
     async def _open_partition(self, meta: StreamMeta, assignment: PartitionAssignment) -> _Running:
-        """Open (recover) the log of one partition and start its replica's tasks."""
+        """Open (recover) one partition's log, room permitting, and start its replica."""
         assert self._tg is not None
         p = assignment.partition
+        check_room(FILES_PER_PARTITION, f"partition {meta.name}/{p}")
         cfg = log_config(meta, self.config)
         max_message = meta.spec.max_message_bytes or self.config.limits.max_message_bytes
         pdir = stream_dir(self.data_dir, meta) / str(p)
@@ -321,6 +336,7 @@ class StreamManager:
             on_leadership_end=self._leadership_ended,
         )
         await self._tg.start(replica.run)
+        self.offline.opened(meta.name, p)
         running = _Running(replica, stream_id=meta.stream_id, queue=queue_group(meta))
         self._running[(meta.name, p)] = running
         log.info(
@@ -369,11 +385,8 @@ class StreamManager:
                 else:
                     try:
                         running = await self._open_partition(meta, a)
-                    except Exception:
-                        log.exception(
-                            "cannot open partition",
-                            extra=fields(stream=meta.name, partition=a.partition),
-                        )
+                    except Exception as exc:
+                        self.offline.failed(meta.name, a.partition, exc)
                         continue
                     assert self._tg is not None
                     self._tg.start_soon(self._applier, running)
@@ -485,6 +498,8 @@ class StreamManager:
             default_segment_max_age_s=self.config.storage.segment_max_age_s,
         )
         async with self._lock:
+            if spec.name not in store.state.streams:
+                check_room(spec.partitions * FILES_PER_PARTITION, f"stream {spec.name!r}")
             op = CreateStream(
                 spec=spec,
                 stream_id=secrets.token_hex(4),
@@ -509,12 +524,20 @@ class StreamManager:
                     ),
                 )
                 try:
-                    await self._open_stream(result.stream)
+                    await self._open_stream(result.stream, at_start=False)
                     await self._confirm_subscriptions()
                 except Exception as exc:
-                    log.exception("cannot open new stream", extra=fields(stream=spec.name))
+                    reason = describe_open_error(exc)
+                    log.error(
+                        "cannot open new stream; creating it is undone",
+                        extra=fields(stream=spec.name, error=reason),
+                    )
+                    with anyio.CancelScope(shield=True):
+                        await self._delete_locked(spec.name)
                     raise ApiError(
-                        ErrorCode.STORAGE_ERROR, f"stream created but cannot be opened: {exc}"
+                        ErrorCode.STORAGE_ERROR,
+                        f"stream {spec.name!r} cannot be opened, not created: {reason}",
+                        {"stream": spec.name},
                     ) from exc
             return result.created, result.stream
 
@@ -524,26 +547,30 @@ class StreamManager:
         Raises:
             ApiError: STREAM_NOT_FOUND, STORAGE_ERROR.
         """
-        store = self._single_store()
         async with self._lock:
-            try:
-                result = await store.propose(DeleteStream(name))
-            except OSError as exc:
-                raise ApiError(ErrorCode.STORAGE_ERROR, f"cannot write metadata: {exc}") from exc
-            if not result.ok:
-                raise ApiError(result.error_code, result.message, {"stream": name})
-            meta = result.stream
-            assert meta is not None
-            for p in range(meta.spec.partitions):
-                running = self._running.pop((name, p), None)
-                if running is None:
-                    continue
-                if running.sub is not None:
-                    await running.sub.unsubscribe()
-                running.replica.stop(drain=False)
-                await running.replica.wait_stopped()
-            await self._remove_dir(stream_dir(self.data_dir, meta))
+            await self._delete_locked(name)
             log.info("stream deleted", extra=fields(stream=name))
+
+    async def _delete_locked(self, name: str) -> None:
+        store = self._single_store()
+        try:
+            result = await store.propose(DeleteStream(name))
+        except OSError as exc:
+            raise ApiError(ErrorCode.STORAGE_ERROR, f"cannot write metadata: {exc}") from exc
+        if not result.ok:
+            raise ApiError(result.error_code, result.message, {"stream": name})
+        meta = result.stream
+        assert meta is not None
+        for p in range(meta.spec.partitions):
+            self.offline.opened(name, p)
+            running = self._running.pop((name, p), None)
+            if running is None:
+                continue
+            if running.sub is not None:
+                await running.sub.unsubscribe()
+            running.replica.stop(drain=False)
+            await running.replica.wait_stopped()
+        await self._remove_dir(stream_dir(self.data_dir, meta))
 
     def _single_store(self) -> MetadataStore:
         if not isinstance(self.store, MetadataStore):

@@ -317,6 +317,9 @@ def _print_info(info: StreamInfo) -> None:
         )
     print()
     _print_table(rows)
+    for p in info.partitions:
+        if p.offline is not None:
+            print(f"OFFLINE partition {p.partition}: {p.offline}")
 
 
 def _opt(value: int | None) -> str:

@@ -68,7 +68,8 @@ def stream_info(
     meta: StreamMeta, streams: StreamManager | None = None, *, describe: bool = False
 ) -> dict[str, Any]:
     """StreamInfo JSON; with ``describe``, each partition also has hw, leo, log_start,
-    size_bytes and segments (null where this server holds no replica)."""
+    size_bytes and segments (null where this server holds no replica) and ``offline``
+    (why its replica here cannot open, or null)."""
     spec = meta.spec
     partitions = []
     for a in meta.partitions:
@@ -86,6 +87,7 @@ def stream_info(
                 info.update(_log_view(replica.log))
             else:
                 info.update(dict.fromkeys(("hw", "leo", "log_start", "size_bytes", "segments")))
+            info["offline"] = streams.offline.get((spec.name, a.partition)) if streams else None
         partitions.append(info)
     return {
         "name": spec.name,

@@ -75,13 +75,16 @@ class Log(LogMaintenance):
         config: LogConfig = LogConfig(),  # noqa: B008  (frozen, so a shared default is safe)
         *,
         clock: Callable[[], int] = DELETION_CLOCK,
+        lock: bool = True,
     ) -> Log:
         """Open (creating if needed) and recover the log in ``directory``.
 
         Corrupt data never raises: it is repaired or fenced off and described in
         :attr:`recovery`. ``clock`` (nanoseconds) drives age-based rolling, retention and
         tombstone expiry (default: the wall clock guarded against forward jumps,
-        :data:`~jetserver.storage.clock.DELETION_CLOCK`).
+        :data:`~jetserver.storage.clock.DELETION_CLOCK`). ``lock``: hold an exclusive lock
+        on the directory's ``.lock`` file while open (one more open file); a caller that
+        already owns the whole data directory (the server) passes False.
 
         Raises:
             StorageError: the directory cannot be created, listed or locked (another Log has
@@ -90,19 +93,21 @@ class Log(LogMaintenance):
         path = Path(directory)
         try:
             path.mkdir(parents=True, exist_ok=True)
-            lock_fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            lock_fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644) if lock else -1
         except OSError as exc:
             raise StorageError(f"cannot open log directory {path}: {exc}") from exc
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(lock_fd)
-            raise StorageError(f"{path} is in use by another open Log") from exc
+        if lock_fd >= 0:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(lock_fd)
+                raise StorageError(f"{path} is in use by another open Log") from exc
         log = cls(path, config, clock, lock_fd)
         try:
             log._load()
         except BaseException:
-            os.close(lock_fd)
+            if lock_fd >= 0:
+                os.close(lock_fd)
             raise
         return log
 
@@ -164,7 +169,8 @@ class Log(LogMaintenance):
             self._bases = []
         for seg in segments:
             seg.release()
-        os.close(self._lock_fd)
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
         self._commit.wake()
 
     def _crash(self) -> None:

@@ -34,6 +34,7 @@ class ErrorCode(enum.IntEnum):
     TOO_MANY_REQUESTS = 19
     DUPLICATE_SEQUENCE = 20
     WRONG_EXPECTED_OFFSET = 21
+    PARTITION_OFFLINE = 22
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset(
