@@ -8,10 +8,12 @@ ones its leader reports (the committed end). ``--json`` prints one object::
     {"metadata_leader": "s1",
      "servers": [{"id": "s1", "address": "...", "up": true}, ...],
      "partitions": [{"stream": "orders", "partition": 0, "leader": "s1", "leader_epoch": 3,
-                     "replicas": [...], "isr": [...], "hw": 120, "leo": 121}, ...]}
+                     "replicas": [...], "isr": [...], "hw": 120, "leo": 121,
+                     "offline": {server: reason}}, ...]}
 
-Exit code 0 when every server answers and every partition has a leader and a full ISR,
-1 otherwise (so scripts doing a rolling restart can wait for 0 between two servers).
+Exit code 0 when every server answers and every partition has a leader, a full ISR and no
+offline replica, 1 otherwise (so scripts doing a rolling restart can wait for 0 between two
+servers).
 """
 
 from __future__ import annotations
@@ -104,6 +106,12 @@ def _report(
         for p in meta.streams[name].partitions:
             own = views.get(p.leader or "", {}).get(name)
             seen = own.partition(p.partition) if own is not None else None
+            offline = {}
+            for sid in p.replicas:
+                view = views.get(sid, {}).get(name)
+                part = view.partition(p.partition) if view is not None else None
+                if part is not None and part.offline is not None:
+                    offline[sid] = part.offline
             partitions.append(
                 {
                     "stream": name,
@@ -114,6 +122,7 @@ def _report(
                     "isr": list(p.isr),
                     "hw": seen.hw if seen is not None else None,
                     "leo": seen.leo if seen is not None else None,
+                    "offline": offline,
                 }
             )
     return {
@@ -128,7 +137,7 @@ def _report(
 
 def _healthy(report: dict[str, Any]) -> bool:
     return all(s["up"] for s in report["servers"]) and all(
-        p["leader"] is not None and len(p["isr"]) == len(p["replicas"])
+        p["leader"] is not None and len(p["isr"]) == len(p["replicas"]) and not p["offline"]
         for p in report["partitions"]
     )
 
@@ -161,6 +170,9 @@ def _print(report: dict[str, Any]) -> None:
             ]
         )
     _table(rows)
+    for p in report["partitions"]:
+        for sid, reason in sorted(p["offline"].items()):
+            print(f"OFFLINE {p['stream']}/{p['partition']} on {sid}: {reason}")
 
 
 def _table(rows: list[list[str]]) -> None:
