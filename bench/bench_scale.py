@@ -1,0 +1,148 @@
+"""How one server's costs grow with its partitions: ``python -m bench scale [--quick]``.
+
+For each size (1,000 / 5,000 / 10,000 partitions; ``--quick``: 500 / 2,000), a fresh
+``jet dev`` server (its own process) gets streams of 100 partitions each; then, from
+``/proc``: the create time per partition, RSS and open files per idle partition (above the
+empty server's), the idle CPU share over a few seconds once settled, and the time from a restart to
+ready. Then the produce throughput of one keyed producer writing to every partition of a
+1,000-partition stream (500 with ``--quick``) against one partition. Targets (issue 17):
+<= 20 KB RSS and <= 1 open file per idle partition, restart <= 10 s and idle CPU <= 5 %
+at 10,000 partitions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import anyio
+
+from jetsdk import AckPolicy, Client, Producer
+from jetserver.devcluster import DevCluster
+
+PER_STREAM = 100
+"""Partitions per stream."""
+SETTLE_S = 8.0
+"""Wait after creating before measuring idle costs."""
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/statm", encoding="ascii") as f:
+        return int(f.read().split()[1]) * _PAGE
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
+
+
+def _idle_cpu_share(pid: int, seconds: float) -> float:
+    start, t0 = _cpu_s(pid), time.monotonic()
+    time.sleep(seconds)
+    return (_cpu_s(pid) - start) / (time.monotonic() - t0)
+
+
+async def _create(address: list[str], partitions: int) -> float:
+    started = time.perf_counter()
+    async with Client(address) as client:
+        for i in range(partitions // PER_STREAM):
+            await client.create_stream(f"s{i}", f"s{i}", partitions=PER_STREAM)
+    return time.perf_counter() - started
+
+
+def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
+    with open(os.devnull, "wb") as devnull, DevCluster(servers=1, log_file=devnull) as dev:
+        sid = next(iter(dev.processes)).server_id
+        pid = dev.server(sid).pid
+        time.sleep(1.0)
+        rss0, files0 = _rss_bytes(pid), _open_files(pid)
+        create_s = anyio.run(_create, dev.addresses, partitions, backend="asyncio")
+        # Past the first HW checkpoint round (every 5 s), which new partitions all write.
+        time.sleep(SETTLE_S)
+        rss, files = _rss_bytes(pid), _open_files(pid)
+        cpu = _idle_cpu_share(pid, idle_s)
+        dev.stop_server(sid)
+        started = time.perf_counter()
+        dev.start_server(sid)
+        restart_s = time.perf_counter() - started
+        pid = dev.server(sid).pid
+        time.sleep(1.0)
+        rss_after, files_after = _rss_bytes(pid), _open_files(pid)
+    return {
+        "create_ms_per_partition": create_s * 1000 / partitions,
+        "rss_kb_per_partition": (rss - rss0) / 1024 / partitions,
+        "rss_kb_per_partition_after_restart": (rss_after - rss0) / 1024 / partitions,
+        "files_per_partition": (files - files0) / partitions,
+        "files_per_partition_after_restart": (files_after - files0) / partitions,
+        "idle_cpu_percent": cpu * 100,
+        "restart_s": restart_s,
+        "rss_mb": rss / 2**20,
+    }
+
+
+async def _produce_rate(address: list[str], stream: str, n: int, keyed: bool) -> float:
+    async with Client(address) as client, Producer(client, stream, ack=AckPolicy.LEADER) as p:
+        started = time.perf_counter()
+        for i in range(n):
+            await p.send_soon(b"x" * 100, key=b"k%d" % i if keyed else None, partition=None)
+        await p.flush()
+        return n / (time.perf_counter() - started)
+
+
+async def _produce(address: list[str], partitions: int, n: int) -> tuple[float, float]:
+    async with Client(address) as client:
+        await client.create_stream("wide", "wide", partitions=partitions)
+        await client.create_stream("one", "one", partitions=1)
+    wide = await _produce_rate(address, "wide", n, keyed=True)
+    one = await _produce_rate(address, "one", n, keyed=True)
+    return wide, one
+
+
+def run(quick: bool) -> None:
+    """Measure every size, then produce across partitions; print the table and targets."""
+    sizes, idle_s = ((500, 2000), 3.0) if quick else ((1000, 5000, 10000), 5.0)
+    print(
+        f"one server (jet dev), streams of {PER_STREAM} partitions; per partition: above "
+        "the empty server"
+    )
+    header = (
+        f"  {'partitions':>10} {'create ms':>10} {'RSS KB':>8} {'files':>6} {'idle CPU':>9} "
+        f"{'restart s':>10} {'RSS MB':>7} {'RSS KB*':>8} {'files*':>7}"
+    )
+    print(header)
+    results: dict[int, dict[str, float]] = {}
+    for n in sizes:
+        r = results[n] = _one_size(n, idle_s)
+        print(
+            f"  {n:>10,} {r['create_ms_per_partition']:>10.2f} "
+            f"{r['rss_kb_per_partition']:>8.1f} {r['files_per_partition']:>6.2f} "
+            f"{r['idle_cpu_percent']:>8.1f}% {r['restart_s']:>10.2f} {r['rss_mb']:>7.0f} "
+            f"{r['rss_kb_per_partition_after_restart']:>8.1f} "
+            f"{r['files_per_partition_after_restart']:>7.2f}",
+            flush=True,
+        )
+    print("  (* after the restart)")
+    largest = results[max(sizes)]
+    print(f"\n  targets at {max(sizes):,} partitions (issue 17: at 10,000)")
+    for label, value, target, unit in (
+        ("RSS per idle partition", largest["rss_kb_per_partition"], 20.0, "KB"),
+        ("open files per idle partition", largest["files_per_partition"], 1.0, ""),
+        ("restart to ready", largest["restart_s"], 10.0, "s"),
+        ("idle CPU", largest["idle_cpu_percent"], 5.0, "%"),
+    ):
+        verdict = "met" if round(value, 2) <= target else "NOT met"
+        print(f"  {label:<32} {value:8.2f} {unit:<2} <= {target:g} {unit:<2} {verdict}")
+    wide_n, msgs = (500, 20_000) if quick else (1000, 100_000)
+    with open(os.devnull, "wb") as devnull, DevCluster(servers=1, log_file=devnull) as dev:
+        wide, one = anyio.run(_produce, dev.addresses, wide_n, msgs, backend="asyncio")
+    print(
+        f"\n  produce {msgs:,} x 100 B, ack LEADER, keyed: to {wide_n:,} partitions "
+        f"{wide:,.0f} msg/s, to 1 partition {one:,.0f} msg/s, ratio {wide / one:.2f}x"
+    )
