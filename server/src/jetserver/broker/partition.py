@@ -177,11 +177,13 @@ class PartitionReplica(ReplicaRoles, Committer):
     _isr_wake: anyio.Event = attrs.field(factory=anyio.Event)
     _committed_floor: int = 0
     _stored_value: bytes = b""
+    _direct_ok: bool = False
 
     def __attrs_post_init__(self) -> None:
         self._init_roles()
         self._stored_value = stored_value(self.stream, self.partition)
         self.skip_copies = stored_skip(self.stream, self.partition)
+        self._direct_ok = self.replication_factor == 1 and not self.queue_group
 
     # ---------------------------------------------------------------- ingest side
 
@@ -225,10 +227,11 @@ class PartitionReplica(ReplicaRoles, Committer):
 
     @property
     def takes_direct(self) -> bool:
-        """True if Produce messages may be appended here directly (:meth:`ingest_direct`):
-        this replica leads and is not stopping, and no NATS queue group shares its subject
-        (there NATS alone decides which stream stores a message)."""
-        return self._core.leading and not self._stopping and not self.queue_group
+        """True if Produce may append here directly (:meth:`ingest_direct`): leading, not
+        stopping, one replica, no queue group (NATS picks the storing stream there). A
+        replicated partition keeps the NATS path, which carries messages to a new leader
+        while a leader cut off from its cluster still takes requests."""
+        return self._core.leading and not self._stopping and self._direct_ok
 
     async def ingest_direct(self, messages: Sequence[tuple[str, bytes]]) -> bool:
         """Queue enveloped messages of a Produce request as if they came from NATS, after
