@@ -55,6 +55,13 @@ class Spec:
     out: str
     owns_loop: bool = False
     skip: frozenset[str] = field(default_factory=frozenset)
+    queued: bool = False
+    """``send_soon``/``send`` check the message on the caller's thread and go through the
+    wrapper's send queue (:mod:`jetsdk._sync_sends`); ``flush`` and closing drain it."""
+    buffered: bool = False
+    """Iteration and ``fetch`` go through the wrapper's prefetch buffer (one loop-thread
+    round trip per batch, not per message); the methods in :data:`GIVES_BACK` and closing
+    first give the unconsumed buffered messages back (``_give_back_buffer``)."""
 
 
 SPECS = (
@@ -75,14 +82,17 @@ SPECS = (
             | {"fetch"}
         ),
     ),
-    Spec("jetsdk.producer.producer", "Producer", "producer.py"),
-    Spec("jetsdk.consumer.consumer", "Consumer", "consumer.py"),
+    Spec("jetsdk.producer.producer", "Producer", "producer.py", queued=True),
+    Spec("jetsdk.consumer.consumer", "Consumer", "consumer.py", buffered=True),
 )
+
+GIVES_BACK = frozenset({"commit", "position", "lag"})
+"""Methods of a buffered class that must see the positions of what the application got."""
 
 WRAPPED = {spec.cls: f"jetsdk.sync.{spec.out[:-3]}" for spec in SPECS}
 """Async class name -> module of its sync twin."""
 
-RETURN_WRAPPERS = {"SendHandle": "jetsdk._sync_support"}
+RETURN_WRAPPERS = {"SendHandle": "jetsdk._sync_sends"}
 """Result types replaced by a sync twin of the same name, built as ``Twin(self, value)``."""
 
 CALLBACK_WRAPPERS = {"PartitionsCallback": ("thread_callback", "jetsdk._sync_support")}
@@ -442,6 +452,13 @@ class _Emitter:
                 "            self._async = None",
             ]
         else:
+            if self.spec.buffered:
+                L += [
+                    "        if self._async is not None:",
+                    "            self._give_back_buffer(self._async)",
+                ]
+            if self.spec.queued:
+                L.append("        self._drain_queue()")
             L += [
                 "        try:",
                 "            self._exit_async(exc_type, exc, tb)",
@@ -466,7 +483,25 @@ class _Emitter:
         if name == "__anext__":
             L.append(f"    def __next__(self) -> {returns}:")
             L += _doc(doc, "        ")
-            L.append("        return self._next(self._obj)")
+            if self.spec.buffered:
+                L.append("        return self._buffered_next(self._obj)")
+            else:
+                L.append("        return self._next(self._obj)")
+            return
+        if self.spec.queued and name in ("send_soon", "send", "flush"):
+            self._signature(name, params, returns, "    ")
+            L += _doc(doc, "        ")
+            if name == "flush":
+                L.append("        self._queued().flush()")
+                return
+            self._call("prepared = self._obj._prepare", "", params, "", "        ")
+            tail = ".result()" if name == "send" else ""
+            L.append(f"        return self._queued().send_soon(prepared){tail}")
+            return
+        if self.spec.buffered and name == "fetch":
+            self._signature(name, params, returns, "    ")
+            L += _doc(doc, "        ")
+            self._call("return self._buffered_fetch", "self._obj", params, "", "        ")
             return
         if is_property:
             L.append("    @property")
@@ -476,6 +511,8 @@ class _Emitter:
             return
         self._signature(name, params, returns, "    ")
         L += _doc(doc, "        ")
+        if self.spec.buffered and name in GIVES_BACK:
+            L.append("        self._give_back_buffer(self._obj)")
         runner = "self._run" if isinstance(method, ast.AsyncFunctionDef) else "self._run_sync"
         head = f"self._obj.{name}"
         wrapper = RETURN_WRAPPERS.get(returns)
@@ -525,7 +562,7 @@ def _init_module() -> str:
         "async code in a private event-loop thread (see :mod:`jetsdk._sync_support`).",
         '"""',
         "",
-        "from jetsdk._sync_support import SendHandle",
+        "from jetsdk._sync_sends import SendHandle",
         *sorted(f"from {WRAPPED[s.cls]} import {s.cls}" for s in SPECS),
         "",
         "__all__ = [" + ", ".join(f'"{n}"' for n in sorted([*WRAPPED, "SendHandle"])) + "]",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, suppress
 from functools import partial
@@ -34,11 +35,17 @@ import anyio
 import anyio.to_thread
 from anyio.from_thread import BlockingPortal
 
-from jetsdk.errors import ClientClosed, Timeout
-from jetsdk.message import Ack
-from jetsdk.producer.handle import SendHandle as AsyncSendHandle
+from jetsdk._sync_sends import QueuedSends
+from jetsdk.errors import ClientClosed, ConcurrentUse
+from jetsdk.message import Message
 
-__all__ = ["LOOP_START_TIMEOUT", "LoopThread", "SendHandle", "SyncWrapper", "thread_callback"]
+__all__ = [
+    "ITER_BATCH",
+    "LOOP_START_TIMEOUT",
+    "LoopThread",
+    "SyncWrapper",
+    "thread_callback",
+]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -93,12 +100,41 @@ class LoopThread:
             self._thread.join(LOOP_STOP_TIMEOUT)
 
 
+ITER_BATCH = 1000
+"""Messages a sync consumer takes from its loop thread per round trip when iterating."""
+
+
 class SyncWrapper:
-    """Base of the generated sync classes: forwards calls into the owning loop thread."""
+    """Base of the generated sync classes: forwards calls into the owning loop thread.
+
+    A consumer's iteration and ``fetch`` go through a prefetch buffer on the calling side
+    (:meth:`_buffered_next`): one round trip to the loop thread brings a batch of what
+    the async consumer has ready, and the batch is handed out from here. Messages whose
+    partition run ended meanwhile (revoked, lost, sought) are dropped, not handed out; what
+    is still buffered is given back before a commit, a position query and closing, so auto
+    commits never count a message the application did not get.
+    """
 
     _portal: BlockingPortal | None = None
     _pid: int = 0
     _context: AbstractContextManager[Any] | None = None
+    _buffer: deque[Message] | None = None
+    _reading: threading.Lock | None = None
+    _sends: QueuedSends | None = None
+
+    def _queued(self) -> QueuedSends:
+        """The send queue of a sync producer (made on first use)."""
+        sends = self._sends
+        if sends is None:
+            sends = self._sends = QueuedSends(self._check(), getattr(self, "_obj"))  # noqa: B009
+        return sends
+
+    def _drain_queue(self) -> None:
+        """Closing: move what is still queued into the producer, which flushes it."""
+        sends, self._sends = self._sends, None
+        if sends is not None and self._portal is not None and os.getpid() == self._pid:
+            with suppress(ClientClosed, RuntimeError):
+                sends.drain()
 
     def _check(self) -> BlockingPortal:
         if self._portal is None:
@@ -124,6 +160,68 @@ class SyncWrapper:
             return fn(*args, **kwargs)
 
         return portal.call(call)
+
+    def _take(self, max_records: int) -> list[Message]:
+        """Up to ``max_records`` buffered messages still current (stale ones dropped)."""
+        buffer = self._buffer
+        out: list[Message] = []
+        while buffer and len(out) < max_records:
+            msg = buffer.popleft()
+            if not msg.stale:
+                out.append(msg)
+        return out
+
+    def _reader(self) -> threading.Lock:
+        lock = self._reading
+        if lock is None:
+            lock = self._reading = threading.Lock()
+            self._buffer = deque()
+        if not lock.acquire(blocking=False):
+            raise ConcurrentUse(
+                f"this {type(self).__name__} is being read by another thread; iterate or "
+                "fetch from one thread at a time (give each thread its own consumer)"
+            )
+        return lock
+
+    def _buffered_next(self, consumer: Any) -> Message:
+        """The next message: from the buffer, refilled a batch at a time."""
+        lock = self._reader()
+        try:
+            while True:
+                got = self._take(1)
+                if got:
+                    return got[0]
+                assert self._buffer is not None
+                batch: list[Message] = self._run(consumer.fetch, ITER_BATCH, None)
+                self._buffer.extend(batch)
+        finally:
+            lock.release()
+
+    def _buffered_fetch(
+        self, consumer: Any, max_records: int, timeout: float | None
+    ) -> list[Message]:
+        """``fetch``: buffered messages first, else one round trip."""
+        if max_records < 1:
+            raise ValueError("max_records must be >= 1")
+        lock = self._reader()
+        try:
+            got = self._take(max_records)
+            if got:
+                return got
+            fetched: list[Message] = self._run(consumer.fetch, max_records, timeout)
+            return fetched
+        finally:
+            lock.release()
+
+    def _give_back_buffer(self, consumer: Any) -> None:
+        """Tell the async consumer what the buffer still holds (see the class doc)."""
+        buffer = self._buffer
+        if not buffer:
+            return
+        pending = [msg for msg in list(buffer) if not msg.stale]
+        if pending:
+            with suppress(ClientClosed, RuntimeError):  # closing anyway: nothing to fix
+                self._run_sync(consumer._give_back, pending)
 
     def _next(self, iterator: AsyncIterator[T]) -> T:
         try:
@@ -155,57 +253,6 @@ class SyncWrapper:
 async def _construct(factory: Callable[[], T]) -> T:
     # Construct in the loop thread: async objects may create anyio primitives.
     return factory()
-
-
-class SendHandle:
-    """The blocking twin of :class:`jetsdk.producer.SendHandle` (a future).
-
-    ``result(timeout)`` blocks until the message is acknowledged or failed. Callbacks added
-    with :meth:`add_done_callback` run in the client's loop thread: keep them short and do
-    not call the sync API from them.
-    """
-
-    def __init__(self, owner: SyncWrapper, handle: AsyncSendHandle) -> None:
-        self._owner = owner
-        self._handle = handle
-
-    def done(self) -> bool:
-        """True once acknowledged or failed."""
-        return self._handle.done()
-
-    def result(self, timeout: float | None = None) -> Ack:
-        """The ack, waiting up to ``timeout`` seconds (None: no limit).
-
-        Raises:
-            Timeout: not done within ``timeout`` (the send itself goes on).
-            JetError: the message failed.
-        """
-        if self._handle.done():
-            return self._handle.result()
-        return self._owner._run(_wait_handle, self._handle, timeout)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The error the message failed with, or None if it was acknowledged."""
-        try:
-            self.result(timeout)
-        except Timeout:
-            raise
-        except BaseException as exc:
-            return exc
-        return None
-
-    def add_done_callback(self, callback: Callable[[SendHandle], None]) -> None:
-        """Call ``callback(handle)`` once done (in the loop thread)."""
-        self._owner._run_sync(self._handle.add_done_callback, lambda _h: callback(self))
-
-    def __repr__(self) -> str:
-        return repr(self._handle)
-
-
-async def _wait_handle(handle: AsyncSendHandle, timeout: float | None) -> Ack:
-    with anyio.move_on_after(timeout if timeout is not None else float("inf")):
-        return await handle.wait()
-    raise Timeout(f"the send was not acknowledged within {timeout}s")
 
 
 def thread_callback(

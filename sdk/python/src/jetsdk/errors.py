@@ -29,6 +29,7 @@ from jetsdk.codec.messages import ErrorBody
 
 __all__ = [
     "ClientClosed",
+    "ConcurrentUse",
     "DuplicateSequence",
     "FrameTooLarge",
     "InvalidArgument",
@@ -127,6 +128,16 @@ class JetConnectionError(JetError, ConnectionError):
 
 class ClientClosed(JetError):
     """The client, producer or consumer was closed (or not yet entered) when used."""
+
+    @property
+    def retriable(self) -> bool:
+        """Always False."""
+        return False
+
+
+class ConcurrentUse(JetError, RuntimeError):
+    """An object that one thread at a time may use was used by two at once (a sync
+    Consumer iterated or fetched from two threads). Nothing was taken from it."""
 
     @property
     def retriable(self) -> bool:

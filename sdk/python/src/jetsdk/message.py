@@ -49,6 +49,12 @@ class Acker(Protocol):
         """The message at ``offset`` has been processed."""
         ...
 
+    @property
+    def stale(self) -> bool:
+        """True once the partition run the message came from ended (revoked, lost, seek,
+        closed): a message still buffered by the sync API is then not handed out."""
+        ...
+
 
 @attrs.frozen
 class Ack:
@@ -101,6 +107,12 @@ class Message:
         """
         if self._acker is not None:
             self._acker.ack_offset(self.record.offset)
+
+    @property
+    def stale(self) -> bool:
+        """True once its consumer moved on from the partition run this message came from
+        (the partition was revoked, lost or sought, or the consumer closed)."""
+        return self._acker is not None and self._acker.stale
 
     @property
     def offset(self) -> int:

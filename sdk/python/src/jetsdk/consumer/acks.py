@@ -94,6 +94,12 @@ class PartitionAcks:
         if position > self.position:
             self.position = position
 
+    def rewind(self, offset: int) -> None:
+        """Auto mode: what was handed out from ``offset`` on did not reach the application
+        (the sync API's buffer gives it back): it is not processed."""
+        if self._safe <= offset < self.position:
+            self.position = offset
+
     def settle(self) -> None:
         """Auto mode: everything handed out so far is processed (the app asked for more)."""
         self._safe = self.position

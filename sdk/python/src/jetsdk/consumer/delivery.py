@@ -19,6 +19,7 @@ import contextlib
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Protocol
 
 import anyio
@@ -66,6 +67,11 @@ class _Acker:
     def __init__(self, delivery: Delivery, run: PartitionRun) -> None:
         self.delivery = delivery
         self.run = run
+
+    @property
+    def stale(self) -> bool:
+        # Read from the sync API's threads: two attribute reads, at worst a moment late.
+        return self.delivery.closed or not self.run.acks.alive
 
     def ack_offset(self, offset: int) -> None:
         delivery = self.delivery
@@ -143,6 +149,22 @@ class Delivery:
         """Raise ``error`` from the next ``__anext__``/``fetch`` call."""
         self.errors.append(error)
         self.notify()
+
+    def give_back(self, messages: Sequence[Message]) -> None:
+        """The sync API's buffer still holds ``messages`` (handed out here, not yet to the
+        application): in auto mode they must not count as processed, so each partition's
+        position goes back to the first of them (manual mode: they are unacknowledged
+        anyway). Messages of an ended run are ignored."""
+        if self.manual_ack:
+            return
+        first: dict[StreamPartition, int] = {}
+        for msg in messages:
+            if not msg.stale:  # its run is the partition's current one
+                first.setdefault(StreamPartition(msg.stream, msg.partition), msg.offset)
+        for key, offset in first.items():
+            run = self.runs.get(key)
+            if run is not None:
+                run.acks.rewind(offset)
 
     def settle(self) -> None:
         """Auto acks: what was handed out before this call is processed now."""

@@ -47,6 +47,7 @@ import contextlib
 import secrets
 import time
 from types import TracebackType
+from typing import NamedTuple
 
 import anyio
 import anyio.abc
@@ -59,17 +60,10 @@ from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
 from jetsdk.errors import (
     ClientClosed,
     InvalidArgument,
-    JetConnectionError,
     JetError,
     MessageTooLarge,
-    NotEnoughReplicas,
-    NotLeader,
     PartitionNotFound,
-    ShuttingDown,
-    StorageError,
     Timeout,
-    TooManyRequests,
-    Unavailable,
     error_from_code,
 )
 from jetsdk.message import Ack, HeadersInput
@@ -83,6 +77,14 @@ from jetsdk.producer.accumulator import (
 )
 from jetsdk.producer.checks import checked_message, message_size
 from jetsdk.producer.handle import SendHandle
+from jetsdk.producer.retry_rules import (
+    IDEMPOTENT_RETRY_CODES,
+    MAX_BACKOFF_STEP,
+    RETRY_CODES,
+    never,
+    should_retry,
+    should_retry_idempotent,
+)
 from jetsdk.retry import needs_metadata_refresh
 
 __all__ = [
@@ -105,47 +107,14 @@ DEFAULT_MAX_IN_FLIGHT = 1
 
 _PER_MESSAGE_OVERHEAD = 16
 
-# Errors after which the server did not store the batch, or at-least-once allows a resend.
-_RETRY_CLASSES = (
-    NotLeader,
-    Unavailable,
-    ShuttingDown,
-    TooManyRequests,
-    NotEnoughReplicas,
-    StorageError,
-    JetConnectionError,
-)
-_IDEMPOTENT_RETRY_CLASSES = (*_RETRY_CLASSES, Timeout)
-"""Also a request timeout (maybe stored) when the server deduplicates the retry."""
 
+class Prepared(NamedTuple):
+    """A checked message with its partition, ack policy and accounted size."""
 
-_RETRY_CODES = frozenset(
-    {
-        ErrorCode.NOT_LEADER,
-        ErrorCode.UNAVAILABLE,
-        ErrorCode.SHUTTING_DOWN,
-        ErrorCode.TOO_MANY_REQUESTS,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.STORAGE_ERROR,
-    }
-)
-"""Per-message result codes after which the message is sent again."""
-_IDEMPOTENT_RETRY_CODES = _RETRY_CODES | {ErrorCode.TIMEOUT}
-"""Also TIMEOUT (maybe stored) when the server deduplicates the retry."""
-_MAX_BACKOFF_STEP = 30
-"""Retry number beyond which the backoff stops growing (it is capped anyway)."""
-
-
-def _never(error: JetError) -> bool:
-    return False
-
-
-def _should_retry(error: JetError) -> bool:
-    return isinstance(error, _RETRY_CLASSES)
-
-
-def _should_retry_idempotent(error: JetError) -> bool:
-    return isinstance(error, _IDEMPOTENT_RETRY_CLASSES)
+    message: ProduceMessage
+    partition: int
+    policy: AckPolicy
+    size: int
 
 
 @attrs.define(eq=False, slots=True)
@@ -340,6 +309,22 @@ class Producer:
         Arguments as :meth:`send`; errors about the message itself (too large, bad
         partition, bad headers) are raised here, delivery errors by the handle.
         """
+        return await self._enqueue(
+            self._prepare(value, key, headers, ack=ack, partition=partition, subject=subject)
+        )
+
+    def _prepare(
+        self,
+        value: bytes,
+        key: bytes | None = None,
+        headers: HeadersInput | None = None,
+        *,
+        ack: AckPolicy | None = None,
+        partition: int | None = None,
+        subject: str = "",
+    ) -> Prepared:
+        """Check one message and choose its partition (pure: from any thread; the sync
+        API calls it on the caller's thread so a bad message fails there)."""
         self._check_open()
         value, key, hdrs = checked_message(value, key, headers, subject)
         size = message_size(value, key, hdrs)
@@ -356,14 +341,22 @@ class Producer:
                 details={"stream": self.stream, "partition": partition},
             )
         policy = self.ack if ack is None else AckPolicy(ack)
+        message = ProduceMessage(value, key, hdrs, subject)
+        return Prepared(message, partition, policy, size + len(subject) + _PER_MESSAGE_OVERHEAD)
+
+    async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
+        """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);
+        ``handle``: the one to complete (the sync API passes its thread-safe kind)."""
         while self._unresolved >= self.max_pending:  # backpressure
             assert self._space is not None
             if self._space.is_set():
                 self._space = anyio.Event()
             await self._space.wait()
             self._check_open()
-        handle = SendHandle()
-        pending = _Pending(ProduceMessage(value, key, hdrs, subject), handle)
+        if handle is None:
+            handle = SendHandle()
+        partition = prepared.partition
+        pending = _Pending(prepared.message, handle)
         self._unresolved += 1
         if self._unresolved == 1:
             assert self._idle is not None
@@ -371,8 +364,8 @@ class Producer:
         full = self._acc.append(
             partition,
             pending,
-            size=size + len(subject) + _PER_MESSAGE_OVERHEAD,
-            ack_policy=policy,
+            size=prepared.size,
+            ack_policy=prepared.policy,
             now=time.monotonic(),
         )
         sender = self._sender(partition)
@@ -464,7 +457,7 @@ class Producer:
         """Send ``batch``, then send again what failed retriably (same sequences) until
         every message is resolved or ``delivery_timeout`` passes."""
         idempotent = self.producer_id is not None
-        retry_if = _should_retry_idempotent if idempotent else _should_retry
+        retry_if = should_retry_idempotent if idempotent else should_retry
         deadline = time.monotonic() + self.delivery_timeout
         items = batch.items
         seq = base_seq
@@ -483,7 +476,7 @@ class Producer:
             with anyio.move_on_after(deadline - time.monotonic()) as scope:
                 try:
                     # No retries inside: this loop retries, so it knows every error.
-                    results = await self.client.produce(request, retry_if=_never)
+                    results = await self.client.produce(request, retry_if=never)
                 except JetError as exc:
                     if not retry_if(exc):
                         self._fail(items, exc)
@@ -517,7 +510,7 @@ class Producer:
             else:
                 items = tuple(items[i] for i in left)
             tries += 1
-            pause = self.client.retry.delay(min(tries, _MAX_BACKOFF_STEP))
+            pause = self.client.retry.delay(min(tries, MAX_BACKOFF_STEP))
             if time.monotonic() + pause >= deadline:
                 self._fail(items, self._expired(batch, error))
                 return
@@ -571,7 +564,7 @@ class Producer:
                 f"send to {stream}/{partition} failed",
                 {"stream": stream, "partition": partition},
             )
-            if code in (_IDEMPOTENT_RETRY_CODES if idempotent else _RETRY_CODES):
+            if code in (IDEMPOTENT_RETRY_CODES if idempotent else RETRY_CODES):
                 if retry is None:
                     retry = error
             else:

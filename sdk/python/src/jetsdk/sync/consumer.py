@@ -163,6 +163,8 @@ class Consumer(SyncWrapper):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._async is not None:
+            self._give_back_buffer(self._async)
         try:
             self._exit_async(exc_type, exc, tb)
         finally:
@@ -180,6 +182,7 @@ class Consumer(SyncWrapper):
         Raises:
             PartitionNotFound: the partition is not assigned.
         """
+        self._give_back_buffer(self._obj)
         return self._run_sync(self._obj.position, partition)
 
     def high_watermark(self, partition: PartitionRef) -> int | None:
@@ -190,6 +193,7 @@ class Consumer(SyncWrapper):
         """Committed messages not yet received: HW minus position, for one partition or
         summed over the assignment (None until every partition has been fetched once).
         """
+        self._give_back_buffer(self._obj)
         return self._run_sync(self._obj.lag, partition)
 
     def seek(self, partition: PartitionRef, offset: int) -> None:
@@ -267,6 +271,7 @@ class Consumer(SyncWrapper):
                 stale ownership, an offset below the committed one) or did not answer in time.
             InvalidArgument: the consumer has no group; metadata too long.
         """
+        self._give_back_buffer(self._obj)
         self._run(self._obj.commit, offsets, metadata=metadata)
 
     def ack(self, message: Message) -> None:
@@ -283,7 +288,7 @@ class Consumer(SyncWrapper):
             JetError: a non-retriable error (see the module doc).
             StopIteration: the consumer is closed.
         """
-        return self._next(self._obj)
+        return self._buffered_next(self._obj)
 
     def fetch(self, max_records: int = 500, timeout: float | None = None) -> list[Message]:
         """Up to ``max_records`` messages: what is already here, or the first batch to
@@ -295,4 +300,4 @@ class Consumer(SyncWrapper):
             JetError: a non-retriable error (see the module doc).
             ClientClosed: the consumer is closed.
         """
-        return self._run(self._obj.fetch, max_records, timeout)
+        return self._buffered_fetch(self._obj, max_records, timeout)

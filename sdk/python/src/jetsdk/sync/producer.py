@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import TracebackType
 
-from jetsdk._sync_support import SendHandle, SyncWrapper
+from jetsdk._sync_sends import SendHandle
+from jetsdk._sync_support import SyncWrapper
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.errors import ClientClosed
 from jetsdk.message import Ack, HeadersInput
@@ -115,6 +116,7 @@ class Producer(SyncWrapper):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._drain_queue()
         try:
             self._exit_async(exc_type, exc, tb)
         finally:
@@ -161,9 +163,10 @@ class Producer(SyncWrapper):
             Timeout: no ack in time (the message may or may not be stored).
             JetError: any other failure (see :mod:`jetsdk.errors`).
         """
-        return self._run(
-            self._obj.send, value, key, headers, ack=ack, partition=partition, subject=subject
+        prepared = self._obj._prepare(
+            value, key, headers, ack=ack, partition=partition, subject=subject
         )
+        return self._queued().send_soon(prepared).result()
 
     def send_soon(
         self,
@@ -181,14 +184,14 @@ class Producer(SyncWrapper):
         Arguments as :meth:`send`; errors about the message itself (too large, bad
         partition, bad headers) are raised here, delivery errors by the handle.
         """
-        result = self._run(
-            self._obj.send_soon, value, key, headers, ack=ack, partition=partition, subject=subject
+        prepared = self._obj._prepare(
+            value, key, headers, ack=ack, partition=partition, subject=subject
         )
-        return SendHandle(self, result)
+        return self._queued().send_soon(prepared)
 
     def flush(self) -> None:
         """Send everything queued now (ignoring linger) and wait until every message sent
         before the call is acknowledged or failed. Does not raise for failed messages
         (their handles do).
         """
-        self._run(self._obj.flush)
+        self._queued().flush()

@@ -1,0 +1,59 @@
+"""Which failures a producer sends again (at least once; with an idempotent producer also
+after a timeout, since the leader drops the duplicate). Pure values."""
+
+from __future__ import annotations
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.errors import (
+    JetConnectionError,
+    JetError,
+    NotEnoughReplicas,
+    NotLeader,
+    ShuttingDown,
+    StorageError,
+    Timeout,
+    TooManyRequests,
+    Unavailable,
+)
+
+# Errors after which the server did not store the batch, or at-least-once allows a resend.
+RETRY_CLASSES = (
+    NotLeader,
+    Unavailable,
+    ShuttingDown,
+    TooManyRequests,
+    NotEnoughReplicas,
+    StorageError,
+    JetConnectionError,
+)
+IDEMPOTENT_RETRY_CLASSES = (*RETRY_CLASSES, Timeout)
+"""Also a request timeout (maybe stored) when the server deduplicates the retry."""
+
+
+RETRY_CODES = frozenset(
+    {
+        ErrorCode.NOT_LEADER,
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.SHUTTING_DOWN,
+        ErrorCode.TOO_MANY_REQUESTS,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.STORAGE_ERROR,
+    }
+)
+"""Per-message result codes after which the message is sent again."""
+IDEMPOTENT_RETRY_CODES = RETRY_CODES | {ErrorCode.TIMEOUT}
+"""Also TIMEOUT (maybe stored) when the server deduplicates the retry."""
+MAX_BACKOFF_STEP = 30
+"""Retry number beyond which the backoff stops growing (it is capped anyway)."""
+
+
+def never(error: JetError) -> bool:
+    return False
+
+
+def should_retry(error: JetError) -> bool:
+    return isinstance(error, RETRY_CLASSES)
+
+
+def should_retry_idempotent(error: JetError) -> bool:
+    return isinstance(error, IDEMPOTENT_RETRY_CLASSES)
