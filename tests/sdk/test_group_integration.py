@@ -178,8 +178,13 @@ def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: li
     assert victim_parts
     producing.join(timeout=60)
     anyio.run(produce, servers, stream, 1200, 1800)
+    # Acked with LEADER (at append); committed (the HW) one fsync later.
+    wait_for(
+        lambda: sum(anyio.run(high_watermarks, servers, stream, partitions).values()) == 3000,
+        30,
+        "all 3000 messages committed",
+    )
     hw = anyio.run(high_watermarks, servers, stream, partitions)
-    assert sum(hw.values()) == 3000
 
     def processed() -> dict[tuple[int, int], list[tuple[Worker, Line]]]:
         seen: dict[tuple[int, int], list[tuple[Worker, Line]]] = defaultdict(list)
