@@ -23,6 +23,7 @@ import anyio
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetsdk.consumer.positions import StartAt, StartPosition
 from jetsdk.message import Message
+from jetserver.cli.progress import Progress
 from jetserver.cli.stream_cmd import (
     EXIT_FAILED,
     EXIT_OK,
@@ -94,7 +95,12 @@ def register(subparsers: Any) -> None:
         help="earliest (default), latest (the last message, then new ones), new-only, an "
         "offset, or an ISO-8601 time",
     )
-    sub.add_argument("--count", type=positive_int, metavar="N", help="stop after N messages")
+    sub.add_argument(
+        "--count",
+        type=positive_int,
+        metavar="N",
+        help="stop after N messages (a progress bar on stderr when it is a terminal)",
+    )
     sub.add_argument(
         "--idle-timeout",
         type=positive_float,
@@ -190,16 +196,23 @@ def _sub(args: argparse.Namespace) -> int:
 
     async def body(client: Client) -> int:
         printed = 0
-        async with Consumer(client, args.stream, partitions=args.partition, start=start) as c:
-            while args.count is None or printed < args.count:
-                want = 500 if args.count is None else min(500, args.count - printed)
-                batch = await c.fetch(max_records=want, timeout=args.idle_timeout)
-                if not batch:
-                    break  # idle timeout
-                for msg in batch:
-                    _print_message(msg, args.json)
-                printed += len(batch)
-                sys.stdout.flush()
+        progress = Progress(args.count) if args.count is not None else None
+        try:
+            async with Consumer(client, args.stream, partitions=args.partition, start=start) as c:
+                while args.count is None or printed < args.count:
+                    want = 5000 if args.count is None else min(5000, args.count - printed)
+                    batch = await c.fetch(max_records=want, timeout=args.idle_timeout)
+                    if not batch:
+                        break  # idle timeout
+                    for msg in batch:
+                        _print_message(msg, args.json)
+                    printed += len(batch)
+                    sys.stdout.flush()
+                    if progress is not None:
+                        progress.add(len(batch))
+        finally:
+            if progress is not None:
+                progress.close()
         return EXIT_OK
 
     return run_with_client(args, body)
