@@ -1,7 +1,7 @@
 """Consuming: :class:`Consumer` (alone or in a consumer group), start positions, offsets."""
 
 from jetsdk.consumer.consumer import Consumer
-from jetsdk.consumer.membership import OffsetAndMetadata, PartitionRef, PartitionsCallback
 from jetsdk.consumer.positions import StartAt
+from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
 
 __all__ = ["Consumer", "OffsetAndMetadata", "PartitionRef", "PartitionsCallback", "StartAt"]

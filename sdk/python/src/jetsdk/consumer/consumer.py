@@ -39,9 +39,8 @@ next one (``__anext__``/``fetch``), or when the consumer is closed without an ex
 (at-least-once), with ``msg.delivery_count`` (see :mod:`jetsdk.consumer.progress`).
 
 Errors: retriable ones are retried without surfacing. Others (the stream was deleted,
-corrupt records, OffsetOutOfRange with ``reset="raise"``, NoCommittedOffset,
-MemberFenced, an exception raised by a callback) are raised from the next
-``__anext__``/``fetch`` call.
+corrupt records, OffsetOutOfRange with ``reset="raise"``, NoCommittedOffset, MemberFenced,
+an exception raised by a callback) are raised from the next ``__anext__``/``fetch`` call.
 
 Task safety: one event loop; iterate from one task at a time. ``msg.ack()`` is thread-safe.
 """
@@ -60,13 +59,7 @@ from jetsdk.client import Client
 from jetsdk.consumer.acks import PartitionAcks
 from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun, fetch_loop
-from jetsdk.consumer.membership import (
-    DEFAULT_AUTO_COMMIT_INTERVAL,
-    GroupSide,
-    OffsetAndMetadata,
-    PartitionRef,
-    PartitionsCallback,
-)
+from jetsdk.consumer.membership import DEFAULT_AUTO_COMMIT_INTERVAL, GroupSide
 from jetsdk.consumer.positions import (
     ResetPolicy,
     StartPosition,
@@ -76,6 +69,7 @@ from jetsdk.consumer.positions import (
 )
 from jetsdk.consumer.progress import Progress
 from jetsdk.consumer.simple import SimpleCommits
+from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
 from jetsdk.errors import ClientClosed, InvalidArgument, PartitionNotFound
 from jetsdk.group.assignors import Assignor
 from jetsdk.group.errors import NoCommittedOffset
@@ -208,7 +202,7 @@ class Consumer:
             self._simple = SimpleCommits(client, group)
         elif group is not None:
             self._group = GroupSide(
-                self,
+                _GroupHost(self),
                 group,
                 member_id=member_id,
                 instance_id=instance_id,
@@ -568,3 +562,39 @@ class Consumer:
     def _fail(self, error: BaseException) -> None:
         """Raise ``error`` from the next ``__anext__``/``fetch`` call."""
         self._delivery.fail(error)
+
+
+class _GroupHost:
+    """The consumer as its GroupSide sees it (membership.GroupHost)."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+
+    @property
+    def client(self) -> Client:
+        return self._consumer.client
+
+    @property
+    def delivery(self) -> Delivery:
+        return self._consumer._delivery
+
+    @property
+    def start(self) -> object:
+        return self._consumer._start
+
+    async def initial_offset(self, key: StreamPartition, start: object) -> int:
+        return await self._consumer._initial_offset(key, start)
+
+    def begin_run(
+        self,
+        key: StreamPartition,
+        offset: int,
+        generation: int | None = None,
+        inherited: Progress | None = None,
+    ) -> PartitionRun:
+        return self._consumer._begin_run(key, offset, generation, inherited)
+
+    def fail(self, error: BaseException) -> None:
+        self._consumer._fail(error)

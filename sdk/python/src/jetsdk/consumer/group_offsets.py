@@ -29,7 +29,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer.group import REPLAY_LIMIT, ensure_groups_stream
-from jetsdk.consumer.membership import OffsetAndMetadata
+from jetsdk.consumer.values import OffsetAndMetadata
 from jetsdk.errors import JetError, OffsetOutOfRange, StreamNotFound
 from jetsdk.group.changes import Change, CommitAccepted, CommitRejected
 from jetsdk.group.errors import CommitFailed

@@ -28,14 +28,16 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import attrs
 
+from jetsdk.client import Client
+from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun
 from jetsdk.consumer.group import GroupRuntime, new_member_id
 from jetsdk.consumer.progress import (
@@ -44,17 +46,16 @@ from jetsdk.consumer.progress import (
     decode_progress,
     encode_progress,
 )
+from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
 from jetsdk.errors import InvalidArgument, JetError
 from jetsdk.group.assignors import BUILTIN_ASSIGNORS, Assignor
 from jetsdk.group.errors import CommitFailed, MemberFenced, NotOwner
 from jetsdk.group.member import MemberConfig, Phase
 from jetsdk.group.stream_partition import StreamPartition
 
-if TYPE_CHECKING:
-    from jetsdk.consumer.consumer import Consumer
-
 __all__ = [
     "DEFAULT_AUTO_COMMIT_INTERVAL",
+    "GroupHost",
     "GroupSide",
     "OffsetAndMetadata",
     "PartitionRef",
@@ -65,21 +66,6 @@ DEFAULT_AUTO_COMMIT_INTERVAL = 5.0
 """Seconds between automatic commits of a group consumer."""
 ASSIGNOR_ALIASES = {"round-robin": "roundrobin", "round_robin": "roundrobin"}
 """Other spellings accepted for the built-in assignors."""
-
-PartitionRef = int | StreamPartition | tuple[str, int]
-"""A partition: its number (single-stream consumers), or (stream, number)."""
-PartitionsCallback = Callable[[list[StreamPartition]], Awaitable[None] | None]
-"""``on_assigned``/``on_revoked``/``on_lost``: a plain or async callable taking partitions."""
-
-
-@attrs.frozen
-class OffsetAndMetadata:
-    """A committed (or to-be-committed) position of one partition."""
-
-    offset: int
-    """Next offset to consume: every record below it was processed."""
-    metadata: str = ""
-    """Free-form text stored with it."""
 
 
 @attrs.define(eq=False)
@@ -126,12 +112,43 @@ def _assignor_setup(
     return tuple(names), registry
 
 
+class GroupHost(Protocol):
+    """What :class:`GroupSide` needs of its consumer (and nothing more)."""
+
+    @property
+    def client(self) -> Client:
+        """The consumer's client."""
+
+    @property
+    def delivery(self) -> Delivery:
+        """The consumer's partition runs and fetched batches."""
+
+    @property
+    def start(self) -> object:
+        """Where a partition without a committed offset starts (None: per ``reset``)."""
+
+    async def initial_offset(self, key: StreamPartition, start: object) -> int:
+        """The offset a partition without a committed offset starts at."""
+
+    def begin_run(
+        self,
+        key: StreamPartition,
+        offset: int,
+        generation: int | None = None,
+        inherited: Progress | None = None,
+    ) -> PartitionRun:
+        """Start reading ``key`` from ``offset``."""
+
+    def fail(self, error: BaseException) -> None:
+        """Raise ``error`` from the consumer's next call."""
+
+
 class GroupSide:
     """Group membership of one consumer (see the module docstring)."""
 
     def __init__(
         self,
-        consumer: Consumer,
+        consumer: GroupHost,
         name: str,
         *,
         member_id: str | None,
@@ -203,7 +220,7 @@ class GroupSide:
                 finals: dict[StreamPartition, int] = {}
                 notes: dict[StreamPartition, str] = {}
                 if self.auto_commit is not None:
-                    for key, run in self.consumer._delivery.runs.items():
+                    for key, run in self.consumer.delivery.runs.items():
                         if run.generation is None:
                             continue
                         offset = run.acks.finish() if clean else run.acks.committable()
@@ -234,7 +251,7 @@ class GroupSide:
 
     def check_fenced(self) -> None:
         """Raise MemberFenced once what the member owned has been handed back."""
-        if self._fenced is not None and not self.consumer._delivery.runs and not self._starting:
+        if self._fenced is not None and not self.consumer.delivery.runs and not self._starting:
             raise self._fenced
 
     def committed(self, key: StreamPartition) -> OffsetAndMetadata | None:
@@ -281,7 +298,7 @@ class GroupSide:
         if now >= self._next_commit:
             self._next_commit = now + self.auto_commit
             sent = False
-            for run in list(self.consumer._delivery.runs.values()):
+            for run in list(self.consumer.delivery.runs.values()):
                 if run.generation is not None and not run.revoking:
                     sent = self._commit_run(run) is not None or sent
             if sent and self.runtime is not None:
@@ -301,7 +318,7 @@ class GroupSide:
             )
         wanted: dict[StreamPartition, int] = {}
         if offsets is None:
-            for key, run in list(self.consumer._delivery.runs.items()):
+            for key, run in list(self.consumer.delivery.runs.items()):
                 if run.generation is not None:
                     offset = self._commit_run(run, metadata)
                     if offset is not None:
@@ -314,7 +331,7 @@ class GroupSide:
                     offset, note = value, metadata
                 if offset < 0 or len(note.encode()) > MAX_USER_METADATA_BYTES:
                     raise InvalidArgument("bad offset or metadata", details={"field": "offsets"})
-                current = self.consumer._delivery.runs.get(key)
+                current = self.consumer.delivery.runs.get(key)
                 if current is not None and current.acks.committable() == offset:
                     progress = current.acks.progress(note)
                 else:
@@ -374,9 +391,9 @@ class GroupSide:
         for start in batch:
             if start.offset is None and self._starting.get(start.key) is start:
                 try:
-                    start.offset = await consumer._initial_offset(start.key, consumer._start)
+                    start.offset = await consumer.initial_offset(start.key, consumer.start)
                 except JetError as exc:
-                    consumer._fail(exc)
+                    consumer.fail(exc)
         live = [s for s in batch if self._starting.get(s.key) is s and s.offset is not None]
         for start in live:
             start.announced = True
@@ -384,12 +401,12 @@ class GroupSide:
             try:
                 await _invoke(self.on_assigned, [s.key for s in live])
             except Exception as exc:
-                consumer._fail(exc)
+                consumer.fail(exc)
         for start in live:
             if self._starting.get(start.key) is not start or start.offset is None:
                 continue
             del self._starting[start.key]
-            consumer._begin_run(start.key, start.offset, start.generation, start.progress)
+            consumer.begin_run(start.key, start.offset, start.generation, start.progress)
 
     def seek_starting(self, key: StreamPartition, offset: int) -> bool:
         """A seek on a partition not started yet: start it there. False if not starting."""
@@ -399,7 +416,7 @@ class GroupSide:
         if start.offset is None:
             start.offset = offset  # NoCommittedOffset: the application chose where
             del self._starting[key]
-            self.consumer._begin_run(key, offset, start.generation)
+            self.consumer.begin_run(key, offset, start.generation)
             return True
         start.offset, start.progress = offset, None
         return True
@@ -409,7 +426,7 @@ class GroupSide:
         runtime = self.runtime
         assert runtime is not None
         start = self._starting.pop(partition, None)
-        run = self.consumer._delivery.runs.get(partition)
+        run = self.consumer.delivery.runs.get(partition)
         if run is None and (start is None or not start.announced):
             if runtime.member.release(partition, None):
                 runtime.kick()
@@ -417,7 +434,7 @@ class GroupSide:
         if run is not None:
             run.revoking = True
             run.stop()
-            self.consumer._delivery.drop_buffered(run)
+            self.consumer.delivery.drop_buffered(run)
         # on_assigned saw it: on_revoked must see it too (after the callbacks in flight).
         self._revoke_queue.append(_Revoke(partition, run, deadline))
         self.draining += 1
@@ -437,18 +454,18 @@ class GroupSide:
             until = deadline - max(0.05, min(1.0, (deadline - now) / 4))
             with anyio.move_on_after(max(0.0, until - now)):
                 while not all(r.run is None or r.run.acks.drained for r in batch):
-                    await consumer._delivery.signal.wait()
+                    await consumer.delivery.signal.wait()
             if self.on_revoked is not None:
                 try:
                     await _invoke(self.on_revoked, [r.key for r in batch])
                 except Exception as exc:
-                    consumer._fail(exc)
+                    consumer.fail(exc)
             for entry in batch:
                 run = entry.run
                 if run is None:
                     runtime.member.release(entry.key, None)  # never started: nothing to commit
                     continue
-                if consumer._delivery.runs.get(run.key) is not run:
+                if consumer.delivery.runs.get(run.key) is not run:
                     continue  # lost meanwhile
                 offset: int | None = None
                 note = ""
@@ -457,7 +474,7 @@ class GroupSide:
                     note = encode_progress(run.acks.progress())
                     if self._behind(run.key, offset):
                         offset, note = None, ""
-                consumer._delivery.end_run(run)
+                consumer.delivery.end_run(run)
                 runtime.member.release(run.key, offset, note)
             runtime.kick()
         finally:
@@ -466,9 +483,9 @@ class GroupSide:
     def group_lose(self, partition: StreamPartition, reason: str) -> None:
         """See GroupHandler."""
         start = self._starting.pop(partition, None)
-        run = self.consumer._delivery.runs.get(partition)
+        run = self.consumer.delivery.runs.get(partition)
         if run is not None:
-            self.consumer._delivery.end_run(run)
+            self.consumer.delivery.end_run(run)
         elif start is None or not start.announced:
             return
         if self.on_lost is not None:
@@ -484,7 +501,7 @@ class GroupSide:
         try:
             await _invoke(self.on_lost, batch)
         except Exception as exc:
-            self.consumer._fail(exc)
+            self.consumer.fail(exc)
 
     def group_fenced(self, by: str) -> None:
         """See GroupHandler."""
@@ -492,8 +509,8 @@ class GroupSide:
             f"member {self.member_id} of group {self.name!r} was replaced by {by or 'another'}"
             " (same instance id)"
         )
-        self.consumer._delivery.notify()
+        self.consumer.delivery.notify()
 
     def group_failed(self, error: JetError) -> None:
         """See GroupHandler."""
-        self.consumer._fail(error)
+        self.consumer.fail(error)
