@@ -499,7 +499,8 @@ class StreamManager:
         )
         async with self._lock:
             if spec.name not in store.state.streams:
-                check_room(spec.partitions * FILES_PER_PARTITION, f"stream {spec.name!r}")
+                need = spec.partitions * FILES_PER_PARTITION
+                check_room(need, f"stream {spec.name!r}", reserve=False)
             op = CreateStream(
                 spec=spec,
                 stream_id=secrets.token_hex(4),
