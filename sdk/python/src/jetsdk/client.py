@@ -30,21 +30,36 @@ share one Client. For threads, use :mod:`jetsdk.sync`.
 
 from __future__ import annotations
 
-import os
 import random
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from ssl import SSLContext
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
+from uuid import uuid4
 
 import anyio
 import anyio.abc
 
-from jetsdk._version import PROTOCOL_VERSION, __version__
-from jetsdk.codec.error_codes import ErrorCode
-from jetsdk.codec.errors import CodecError
+from jetsdk._version import __version__
+from jetsdk.client_dial import (
+    DEFAULT_SERVERS,
+    ENV_SERVERS,
+    ConnectionPool,
+    choose_dialer,
+    resolve_servers,
+)
+from jetsdk.client_requests import (
+    Durability,
+    OffsetPosition,
+    create_stream_body,
+    datetime_to_ns,
+    decode_answer,
+    decode_fetch_answer,
+    decode_produce_answer,
+    list_offsets_body,
+    parse_answer,
+    partitions_matching,
+)
 from jetsdk.codec.frames import Api
 from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_MESSAGE_BYTES
 from jetsdk.codec.messages import (
@@ -52,9 +67,6 @@ from jetsdk.codec.messages import (
     FetchResponseHeader,
     ProduceRequest,
     ProduceResult,
-    decode_fetch_response,
-    decode_json,
-    decode_produce_response,
     encode_fetch_request,
     encode_json,
     encode_produce_request,
@@ -63,21 +75,17 @@ from jetsdk.connection import Connection, PendingResponse
 from jetsdk.errors import (
     ClientClosed,
     InvalidArgument,
-    JetConnectionError,
     JetError,
     MalformedFrame,
     PartitionNotFound,
     StreamExists,
     StreamNotFound,
     Unavailable,
-    UnsupportedApi,
-    error_from_code,
 )
 from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamInfo
-from jetsdk.retry import DEFAULT_RETRY, RetryPolicy, needs_metadata_refresh
-from jetsdk.security import Credentials, authenticate, tls_context, tls_dialer
-from jetsdk.subjects import subject_matches
-from jetsdk.transport import Address, Dialer, parse_address, tcp_dialer
+from jetsdk.retry import DEFAULT_RETRY, RetryPolicy, is_retriable, retry_calls
+from jetsdk.security import Credentials
+from jetsdk.transport import Address, Dialer, parse_address
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -85,45 +93,17 @@ __all__ = [
     "DEFAULT_SERVERS",
     "ENV_SERVERS",
     "Client",
+    "OffsetPosition",
+    "datetime_to_ns",
     "resolve_servers",
 ]
 
 _T = TypeVar("_T")
 
-DEFAULT_SERVERS = ("127.0.0.1:9292",)
-"""Used when neither ``servers`` nor $JET_SERVERS is given."""
-ENV_SERVERS = "JET_SERVERS"
-"""Environment variable holding a comma-separated server list."""
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds to connect and get the Hello answer from one server."""
 DEFAULT_REQUEST_TIMEOUT = 30.0
 """Seconds to wait for a response (a Fetch adds its own long-poll wait on top)."""
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-OffsetPosition = Literal["earliest", "latest"] | datetime | int
-"""A ListOffsets position: ``"earliest"``, ``"latest"``, or a time (datetime, or int ns)."""
-
-
-def resolve_servers(servers: str | Sequence[str] | None) -> list[Address]:
-    """Parse a server list: a sequence, a comma-separated string, or None ($JET_SERVERS,
-    then 127.0.0.1:9292).
-
-    Raises:
-        InvalidArgument: an empty list or a malformed address.
-    """
-    if servers is None:
-        servers = os.environ.get(ENV_SERVERS) or ",".join(DEFAULT_SERVERS)
-    if isinstance(servers, str):
-        servers = servers.split(",")
-    addresses = [parse_address(s) for s in servers if s.strip()]
-    if not addresses:
-        raise InvalidArgument("no servers given", details={"field": "servers"})
-    return addresses
-
-
-def _is_retriable(error: JetError) -> bool:
-    return error.retriable
 
 
 class Client:
@@ -176,27 +156,15 @@ class Client:
         if credentials is None and (token is not None or user is not None or password):
             credentials = Credentials(token=token, user=user, password=password)
         self.credentials = credentials
-        self.identity: str | None = None
-        """The identity the last authenticated connection was given (None: none yet)."""
         if dialer is None:
-            if isinstance(tls, SSLContext):
-                dialer = tls_dialer(tls, server_hostname)
-            elif tls or tls_ca or tls_cert or tls_key:
-                dialer = tls_dialer(tls_context(tls_ca, tls_cert, tls_key), server_hostname)
-            else:
-                dialer = tcp_dialer
+            dialer = choose_dialer(tls, tls_ca, tls_cert, tls_key, server_hostname)
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.retry = retry
-        self._dialer = dialer
-        self._client_name = client_name
+        self._pool = ConnectionPool(dialer, connect_timeout, client_name, credentials)
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
-        self._connections: dict[Address, Connection] = {}
-        self._dial_locks: dict[Address, anyio.Lock] = {}
-        self._address_of_id: dict[str, Address] = {}
         self._read_replica: dict[tuple[str, int], str] = {}
-        self._bootstrap: Connection | None = None
         self._metadata = ClusterMetadata()
         self._metadata_stale = True
         self._metadata_version = 0
@@ -215,7 +183,7 @@ class Client:
             await self._any_connection()
         except BaseException:
             self._closed = True
-            await self._close_connections()
+            await self._pool.close_all()
             tg.cancel_scope.cancel()
             await tg.__aexit__(None, None, None)
             raise
@@ -228,23 +196,23 @@ class Client:
         tb: TracebackType | None,
     ) -> bool | None:
         self._closed = True
-        await self._close_connections()
+        await self._pool.close_all()
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
         # Background tasks never raise; the body's own exception propagates unwrapped.
         await self._tg.__aexit__(None, None, None)
         return None
 
-    async def _close_connections(self) -> None:
-        connections, self._connections = list(self._connections.values()), {}
-        self._bootstrap = None
-        for conn in connections:
-            await conn.aclose()
-
     @property
     def server_info(self) -> dict[str, Any]:
         """The Hello answer of the server this client bootstrapped from."""
-        return dict(self._bootstrap.server_info) if self._bootstrap else {}
+        bootstrap = self._pool.bootstrap
+        return dict(bootstrap.server_info) if bootstrap else {}
+
+    @property
+    def identity(self) -> str | None:
+        """The identity the last authenticated connection was given (None: none yet)."""
+        return self._pool.identity
 
     @property
     def max_message_bytes(self) -> int:
@@ -268,81 +236,14 @@ class Client:
         return self._tg
 
     async def _connection(self, address: Address) -> Connection:
-        tg = self._check_open()
-        conn = self._connections.get(address)
-        if conn is not None and not conn.closed:
-            return conn
-        lock = self._dial_locks.setdefault(address, anyio.Lock())
-        async with lock:
-            conn = self._connections.get(address)
-            if conn is not None and not conn.closed:
-                return conn
-            stream = await self._dialer(address, self.connect_timeout)
-            conn = Connection(stream, label=str(address))
-            await tg.start(conn.run)
-            try:
-                hello = await self._hello(conn)
-                await self._authenticate(conn, hello)
-            except BaseException:
-                await conn.aclose()
-                raise
-            self._check_open()
-            conn.server_info = hello
-            self._connections[address] = conn
-            server_id = hello.get("server_id")
-            if isinstance(server_id, str):
-                self._address_of_id[server_id] = address
-            return conn
-
-    async def _hello(self, conn: Connection) -> dict[str, Any]:
-        body = encode_json({"protocol": PROTOCOL_VERSION, "client": self._client_name})
-        try:
-            answer = await conn.request(Api.HELLO, body, timeout=self.connect_timeout)
-        except JetError as exc:
-            if isinstance(exc, UnsupportedApi):
-                raise
-            raise JetConnectionError(f"no Hello answer from {conn.label}: {exc}") from exc
-        hello = _decode(answer)
-        if hello.get("protocol", PROTOCOL_VERSION) != PROTOCOL_VERSION:
-            raise UnsupportedApi(
-                f"{conn.label} speaks protocol {hello.get('protocol')}, not {PROTOCOL_VERSION}"
-            )
-        return hello
-
-    async def _authenticate(self, conn: Connection, hello: dict[str, Any]) -> None:
-        """Authenticate when the server requires it and did not already (TLS identity)."""
-        identity = hello.get("identity")
-        if isinstance(identity, str):
-            self.identity = identity
-        elif hello.get("auth_required") is True and self.credentials is not None:
-            self.identity = await authenticate(conn, self.credentials, self.connect_timeout)
+        return await self._pool.get(self._check_open(), address, self._check_open)
 
     async def _any_connection(self) -> Connection:
         """The bootstrap connection: any reachable server."""
-        self._check_open()
-        if self._bootstrap is not None and not self._bootstrap.closed:
-            return self._bootstrap
-        candidates = list(self._bootstrap_addresses)
-        for address in self._address_of_id.values():
-            if address not in candidates:
-                candidates.append(address)
-        for server in self._metadata.servers.values():
-            try:
-                address = parse_address(server.address)
-            except InvalidArgument:
-                continue
-            if address not in candidates:
-                candidates.append(address)
-        failures: list[str] = []
-        for address in candidates:
-            try:
-                conn = await self._connection(address)
-            except (JetConnectionError, UnsupportedApi) as exc:
-                failures.append(str(exc))
-                continue
-            self._bootstrap = conn
-            return conn
-        raise JetConnectionError("could not connect to any server: " + "; ".join(failures))
+        listed = [server.address for server in self._metadata.servers.values()]
+        return await self._pool.any(
+            self._check_open(), [*self._bootstrap_addresses, *listed], self._check_open
+        )
 
     async def _server_connection(self, server_id: str) -> Connection:
         # The metadata's address first: a server restarted on another port is listed there
@@ -350,7 +251,7 @@ class Client:
         server = self._metadata.servers.get(server_id)
         address = parse_address(server.address) if server is not None else None
         if address is None:
-            address = self._address_of_id.get(server_id)
+            address = self._pool.address_of_id.get(server_id)
         if address is None:
             self._metadata_stale = True
             raise Unavailable(f"server {server_id!r} is not in the metadata")
@@ -360,19 +261,17 @@ class Client:
         self,
         attempt: Callable[[], Awaitable[_T]],
         *,
-        retry_if: Callable[[JetError], bool] = _is_retriable,
+        retry_if: Callable[[JetError], bool] = is_retriable,
     ) -> _T:
-        tries = 0
-        while True:
-            try:
-                return await attempt()
-            except JetError as exc:
-                tries += 1
-                if tries >= self.retry.attempts or not retry_if(exc) or self._closed:
-                    raise
-                if needs_metadata_refresh(exc):
-                    self._metadata_stale = True
-                await anyio.sleep(self.retry.delay(tries))
+        return await retry_calls(
+            attempt,
+            self.retry,
+            retry_if=lambda exc: retry_if(exc) and not self._closed,
+            on_metadata_stale=self._mark_metadata_stale,
+        )
+
+    def _mark_metadata_stale(self) -> None:
+        self._metadata_stale = True
 
     async def request_any(self, api: int, body: bytes, *, timeout: float | None = None) -> bytes:
         """Send a request to any server (admin APIs), retrying retriable errors.
@@ -397,10 +296,10 @@ class Client:
         async with self._metadata_lock:
             if self._metadata_version == version:
                 answer = await self.request_any(Api.METADATA, encode_json({"streams": None}))
-                self._metadata = _parse(ClusterMetadata.from_json, answer)
+                self._metadata = parse_answer(ClusterMetadata.from_json, answer)
                 for server in self._metadata.servers.values():
                     try:
-                        self._address_of_id[server.id] = parse_address(server.address)
+                        self._pool.address_of_id[server.id] = parse_address(server.address)
                     except InvalidArgument:
                         continue
                 self._metadata_stale = False
@@ -446,14 +345,7 @@ class Client:
     async def streams_for_subject(self, subject: str) -> list[tuple[StreamInfo, int]]:
         """Every (stream, partition) whose partition subject matches the literal ``subject``,
         ordered by stream name."""
-        meta = await self.metadata(refresh=True)
-        found = []
-        for name in sorted(meta.streams):
-            info = meta.streams[name]
-            for part in info.partitions:
-                if subject_matches(part.subject, subject):
-                    found.append((info, part.partition))
-        return found
+        return partitions_matching(await self.metadata(refresh=True), subject)
 
     # -- partition routing ----------------------------------------------------------------
 
@@ -507,7 +399,7 @@ class Client:
         body: bytes,
         *,
         timeout: float | None = None,
-        retry_if: Callable[[JetError], bool] = _is_retriable,
+        retry_if: Callable[[JetError], bool] = is_retriable,
     ) -> bytes:
         """Send a request to the partition leader, retrying per ``retry_if`` (after a
         metadata refresh when the leader may have moved).
@@ -527,7 +419,7 @@ class Client:
         request: ProduceRequest,
         *,
         timeout: float | None = None,
-        retry_if: Callable[[JetError], bool] = _is_retriable,
+        retry_if: Callable[[JetError], bool] = is_retriable,
     ) -> list[ProduceResult]:
         """Send one Produce request to the leader; return one result per message.
 
@@ -539,15 +431,7 @@ class Client:
         answer = await self.request_leader(
             request.stream, request.partition, Api.PRODUCE, body, timeout=wait, retry_if=retry_if
         )
-        try:
-            results = decode_produce_response(answer)
-        except CodecError as exc:
-            raise MalformedFrame(f"bad Produce response: {exc}") from exc
-        if len(results) != len(request.messages):
-            raise MalformedFrame(
-                f"Produce response has {len(results)} results for {len(request.messages)}"
-            )
-        return results
+        return decode_produce_answer(answer, len(request.messages))
 
     async def fetch(
         self,
@@ -595,23 +479,7 @@ class Client:
                 except JetError:
                     self._read_replica.pop((stream, partition), None)  # pick again
                     raise
-            try:
-                header, records = decode_fetch_response(answer)
-            except CodecError as exc:
-                raise MalformedFrame(f"bad Fetch response: {exc}") from exc
-            if header.error_code != ErrorCode.NONE:
-                raise error_from_code(
-                    header.error_code,
-                    f"fetch {stream}/{partition} at offset {offset}",
-                    {
-                        "stream": stream,
-                        "partition": partition,
-                        "offset": offset,
-                        "log_start": header.log_start,
-                        "hw": header.hw,
-                    },
-                )
-            return header, records
+            return decode_fetch_answer(answer, stream, partition, offset)
 
         return await self._retrying(attempt)
 
@@ -634,7 +502,7 @@ class Client:
         delete_retention: float | None = None,
         max_message_bytes: int | None = None,
         min_isr: int | None = None,
-        durability: Literal["flushed", "replicated", "written"] | None = None,
+        durability: Durability | None = None,
         duplicate_window: float | None = None,
         exist_ok: bool = True,
     ) -> StreamInfo:
@@ -655,29 +523,25 @@ class Client:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
             InvalidArgument: a bad name, subject or option (``field`` says which).
         """
-        obj: dict[str, Any] = {
-            "op_id": uuid.uuid4().hex,
-            "name": name,
-            "subject": subject if subject is not None else name,
-            "partitions": partitions,
-            "replication_factor": replication_factor,
-            "group": group,
-            "compact": compact,
-        }
-        optional = {
-            "retention_max_age_s": retention_max_age,
-            "retention_max_bytes": retention_max_bytes,
-            "retention_max_messages": retention_max_messages,
-            "segment_max_bytes": segment_max_bytes,
-            "segment_max_age_s": segment_max_age,
-            "delete_retention_s": delete_retention,
-            "max_message_bytes": max_message_bytes,
-            "min_isr": min_isr,
-            "durability": durability,
-            "duplicate_window_s": duplicate_window,
-        }
-        obj.update({k: v for k, v in optional.items() if v is not None})
-        answer = _decode(await self.request_any(Api.CREATE_STREAM, encode_json(obj)))
+        body = create_stream_body(
+            name,
+            subject,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            compact=compact,
+            group=group,
+            retention_max_age=retention_max_age,
+            retention_max_bytes=retention_max_bytes,
+            retention_max_messages=retention_max_messages,
+            segment_max_bytes=segment_max_bytes,
+            segment_max_age=segment_max_age,
+            delete_retention=delete_retention,
+            max_message_bytes=max_message_bytes,
+            min_isr=min_isr,
+            durability=durability,
+            duplicate_window=duplicate_window,
+        )
+        answer = decode_answer(await self.request_any(Api.CREATE_STREAM, body))
         raw = answer.get("stream")
         if not isinstance(raw, dict):
             raise MalformedFrame("CreateStream response has no 'stream' object")
@@ -696,7 +560,7 @@ class Client:
         Raises:
             StreamNotFound: no such stream.
         """
-        body = encode_json({"op_id": uuid.uuid4().hex, "name": name})
+        body = encode_json({"op_id": uuid4().hex, "name": name})
         await self.request_any(Api.DELETE_STREAM, body)
         self._metadata_stale = True
 
@@ -713,7 +577,7 @@ class Client:
             StreamNotFound: no such stream.
         """
         answer = await self.request_any(Api.DESCRIBE_STREAM, encode_json({"name": name}))
-        return _parse(StreamInfo.from_json, answer)
+        return parse_answer(StreamInfo.from_json, answer)
 
     async def list_offsets(
         self, stream: str, partition: int = 0, position: OffsetPosition = "latest"
@@ -728,33 +592,6 @@ class Client:
         Raises:
             StreamNotFound, PartitionNotFound, InvalidArgument.
         """
-        obj: dict[str, Any] = {"stream": stream, "partition": partition}
-        if isinstance(position, datetime):
-            obj.update(position="timestamp", timestamp_ns=datetime_to_ns(position))
-        elif isinstance(position, int) and not isinstance(position, bool):
-            obj.update(position="timestamp", timestamp_ns=position)
-        elif position in ("earliest", "latest"):
-            obj["position"] = position
-        else:
-            raise InvalidArgument(f"bad position {position!r}", details={"field": "position"})
-        answer = await self.request_leader(stream, partition, Api.LIST_OFFSETS, encode_json(obj))
-        return _parse(OffsetInfo.from_json, answer)
-
-
-def datetime_to_ns(moment: datetime) -> int:
-    """Nanoseconds since the epoch of ``moment`` (a naive datetime is taken as local time)."""
-    if moment.tzinfo is None:
-        moment = moment.astimezone()
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-
-
-def _decode(body: bytes) -> dict[str, Any]:
-    try:
-        return decode_json(body)
-    except CodecError as exc:
-        raise MalformedFrame(f"bad JSON response: {exc}") from exc
-
-
-def _parse(parser: Callable[[dict[str, Any]], _T], body: bytes) -> _T:
-    return parser(_decode(body))
+        body = list_offsets_body(stream, partition, position)
+        answer = await self.request_leader(stream, partition, Api.LIST_OFFSETS, body)
+        return parse_answer(OffsetInfo.from_json, answer)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+import anyio
 import attrs
 
 from jetsdk.errors import (
@@ -14,7 +17,16 @@ from jetsdk.errors import (
     Unavailable,
 )
 
-__all__ = ["DEFAULT_RETRY", "RetryPolicy", "needs_metadata_refresh"]
+__all__ = [
+    "DEFAULT_RETRY",
+    "RetryPolicy",
+    "is_retriable",
+    "needs_metadata_refresh",
+    "retry_calls",
+]
+
+
+_T = TypeVar("_T")
 
 
 @attrs.frozen
@@ -47,6 +59,39 @@ DEFAULT_RETRY = RetryPolicy()
 """The policy clients use unless told otherwise."""
 
 
+def is_retriable(error: JetError) -> bool:
+    """Whether ``error`` may go away if the request is sent again."""
+    return error.retriable
+
+
 def needs_metadata_refresh(error: JetError) -> bool:
     """True for errors after which the partition leader may have moved."""
     return isinstance(error, NotLeader | JetConnectionError | Unavailable | ShuttingDown)
+
+
+async def retry_calls(
+    attempt: Callable[[], Awaitable[_T]],
+    policy: RetryPolicy,
+    *,
+    retry_if: Callable[[JetError], bool] = is_retriable,
+    on_metadata_stale: Callable[[], None] | None = None,
+) -> _T:
+    """Await ``attempt()`` until it returns, sending it again after an error ``retry_if``
+    accepts, at most ``policy.attempts`` times in all, with the policy's backoff between.
+    ``on_metadata_stale`` is called before a retry after an error that says the leader
+    may have moved.
+
+    Raises:
+        JetError: the last error.
+    """
+    tries = 0
+    while True:
+        try:
+            return await attempt()
+        except JetError as exc:
+            tries += 1
+            if tries >= policy.attempts or not retry_if(exc):
+                raise
+            if on_metadata_stale is not None and needs_metadata_refresh(exc):
+                on_metadata_stale()
+            await anyio.sleep(policy.delay(tries))

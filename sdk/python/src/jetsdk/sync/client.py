@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from ssl import SSLContext
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 from jetsdk._sync_support import LoopThread, SyncWrapper
 from jetsdk._version import __version__
-from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, OffsetPosition
+from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
 from jetsdk.client import Client as _AsyncClient
+from jetsdk.client_requests import Durability, OffsetPosition
 from jetsdk.errors import ClientClosed
 from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamInfo
 from jetsdk.retry import DEFAULT_RETRY, RetryPolicy
@@ -143,6 +144,11 @@ class Client(SyncWrapper):
         return self._obj.server_info
 
     @property
+    def identity(self) -> str | None:
+        """The identity the last authenticated connection was given (None: none yet)."""
+        return self._obj.identity
+
+    @property
     def max_message_bytes(self) -> int:
         """The server's message size limit (from Hello; the default if unknown)."""
         return self._obj.max_message_bytes
@@ -199,7 +205,7 @@ class Client(SyncWrapper):
         delete_retention: float | None = None,
         max_message_bytes: int | None = None,
         min_isr: int | None = None,
-        durability: Literal["flushed", "replicated", "written"] | None = None,
+        durability: Durability | None = None,
         duplicate_window: float | None = None,
         exist_ok: bool = True,
     ) -> StreamInfo:
