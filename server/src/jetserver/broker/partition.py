@@ -57,6 +57,7 @@ from jetserver.broker.record_fields import RecordFields
 from jetserver.broker.roles import ReplicaRoles
 from jetserver.broker.stored_copy import is_stored_copy, stored_skip, stored_value
 from jetserver.config import IngestConfig, StorageConfig
+from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.model import StreamSpec
 from jetserver.nats_fast import SkipMarked, header_lines
@@ -148,16 +149,16 @@ class PartitionReplica(ReplicaRoles, Committer):
     _fields_cache: RecordFields = attrs.field(factory=RecordFields)
     _queued_bytes: int = 0
     _wake: anyio.Event = attrs.field(factory=anyio.Event)
-    _space: anyio.Event = attrs.field(factory=anyio.Event)
+    _space: LazyEvent = attrs.field(factory=LazyEvent)
     _flush_running: bool = False
     _flush_again: bool = False
     _flush_idle: anyio.Event | None = None
-    _hw_moved: anyio.Event = attrs.field(factory=anyio.Event)
+    _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
     _stopping: bool = False
     _closed: bool = False
     _drain: bool = True
     _checkpointed_hw: int = -1
-    _stopped: anyio.Event = attrs.field(factory=anyio.Event)
+    _stopped: LazyEvent = attrs.field(factory=LazyEvent)
     messages_in: int = 0
     """Messages appended since start."""
     messages_rejected: int = 0
@@ -175,9 +176,9 @@ class PartitionReplica(ReplicaRoles, Committer):
     _tg: TaskGroup | None = None
     _role_scope: anyio.CancelScope | None = None
     _role_done: anyio.Event | None = None
-    _role_lock: anyio.Lock = attrs.field(factory=anyio.Lock)
-    _replica_news: anyio.Event = attrs.field(factory=anyio.Event)
-    _isr_wake: anyio.Event = attrs.field(factory=anyio.Event)
+    _role_lock_: anyio.Lock | None = None
+    _replica_news: LazyEvent = attrs.field(factory=LazyEvent)
+    _isr_wake: LazyEvent = attrs.field(factory=LazyEvent)
     _committed_floor: int = 0
     _stored_value: bytes = b""
     _direct_ok: bool = False
@@ -210,7 +211,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         if self._stopping or not self._core.leading:
             return
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
-            self._space = anyio.Event() if self._space.is_set() else self._space
+            self._space = LazyEvent() if self._space.is_set() else self._space
             await self._space.wait()
         headers = header_lines(msg)
         if headers and msg.data[:4] == COOKIE and is_stored_copy(headers, self._stored_value):
@@ -241,7 +242,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         waiting for room in the queue; False (nothing queued) if :attr:`takes_direct` no
         longer holds. Their NATS copies must carry the ``Jet-Stored`` header."""
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
-            self._space = anyio.Event() if self._space.is_set() else self._space
+            self._space = LazyEvent() if self._space.is_set() else self._space
             await self._space.wait()
         if not self.takes_direct:
             return False
@@ -280,7 +281,7 @@ class PartitionReplica(ReplicaRoles, Committer):
 
     def wake_waiters(self) -> None:
         """Wake every fetch waiting on this partition (HW move, stop, shutdown)."""
-        event, self._hw_moved = self._hw_moved, anyio.Event()
+        event, self._hw_moved = self._hw_moved, LazyEvent()
         event.set()
 
     # ---------------------------------------------------------------- lifecycle

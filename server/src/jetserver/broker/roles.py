@@ -40,6 +40,7 @@ from jetserver.broker.acks import PendingAck
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.broker.stream_files import tail_records
 from jetserver.errors import ApiError
+from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import (
     DEFAULT_DUPLICATE_WINDOW_S,
     DURABILITY_FLUSHED,
@@ -92,16 +93,16 @@ class ReplicaRoles:
     _stopping: bool
     _queue: collections.deque[tuple[str, str, bytes, tuple[tuple[str, bytes], ...] | None]]
     _queued_bytes: int
-    _space: anyio.Event
+    _space: LazyEvent
     request_flush: Callable[[], None]
     _fetcher: FollowerFetcher | None
     _sub: SubscriptionHandle | None
     _tg: TaskGroup | None
     _role_scope: anyio.CancelScope | None
     _role_done: anyio.Event | None
-    _role_lock: anyio.Lock
-    _replica_news: anyio.Event
-    _isr_wake: anyio.Event
+    _role_lock_: anyio.Lock | None
+    _replica_news: LazyEvent
+    _isr_wake: LazyEvent
     _committed_floor: int
     on_message: Callable[[Msg], Awaitable[None]]
     accept: Callable[[str, str, bytes], bool]
@@ -221,7 +222,9 @@ class ReplicaRoles:
             StorageError: the epoch cache or the log could not be written (the caller
                 retries).
         """
-        async with self._role_lock:
+        if self._role_lock_ is None:  # created on first use: idle partitions hold none
+            self._role_lock_ = anyio.Lock()
+        async with self._role_lock_:
             if self._closed or self._stopping:
                 return
             core = self._core
@@ -387,7 +390,7 @@ class ReplicaRoles:
         while True:
             with anyio.move_on_after(self.replication.isr_check_interval_s):
                 await self._isr_wake.wait()
-            self._isr_wake = anyio.Event()
+            self._isr_wake = LazyEvent()
             state = core.leader_state
             if state is None:
                 return
@@ -474,7 +477,7 @@ class ReplicaRoles:
                 await self._replica_news.wait()
 
     def _wake_replicas(self) -> None:
-        event, self._replica_news = self._replica_news, anyio.Event()
+        event, self._replica_news = self._replica_news, LazyEvent()
         event.set()
 
     def serves_consumers(self) -> bool:

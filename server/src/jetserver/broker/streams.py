@@ -52,6 +52,7 @@ from jetserver.broker.stream_files import (
 )
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
+from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.metadata.ops import CreateStream, DeleteStream
@@ -101,7 +102,7 @@ class _Running:
     wanted: Wanted | None = None
     applied: Wanted | None = None
     wake: anyio.Event = attrs.field(factory=anyio.Event)
-    ready: anyio.Event = attrs.field(factory=anyio.Event)
+    ready: LazyEvent = attrs.field(factory=LazyEvent)
     scope: anyio.CancelScope | None = None
 
 

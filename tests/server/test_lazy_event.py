@@ -1,0 +1,44 @@
+"""LazyEvent: anyio.Event's behaviour, with no event allocated until someone waits."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from jetserver.lazy_event import LazyEvent
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_waiters_wake_on_set_and_later_waits_return_at_once() -> None:
+    event = LazyEvent()
+    assert not event.is_set()
+    woken: list[int] = []
+
+    async def waiter(i: int) -> None:
+        await event.wait()
+        woken.append(i)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(waiter, i)
+            await anyio.wait_all_tasks_blocked()
+            assert woken == []
+            event.set()
+        assert sorted(woken) == [0, 1, 2]
+        assert event.is_set()
+        await event.wait()  # already set: returns
+        event.set()  # idempotent
+
+
+def test_no_event_allocated_until_a_wait() -> None:
+    event = LazyEvent()
+    event.set()
+    assert event.is_set()
+    assert event._event is None
