@@ -195,15 +195,6 @@ class AckRouter:
         Best effort: an ack that cannot be published (NATS away, an ack inbox that is not
         a valid subject) is dropped; the publisher times out and retries (spec/acks.md).
         """
-        messages = self.deliver(stream, partition, items)
-        if messages:
-            await self.send(messages)
-
-    def deliver(
-        self, stream: str, partition: int, items: Iterable[tuple[str, PartitionAck]]
-    ) -> list[tuple[str, bytes]]:
-        """Hand the acks for this process's inboxes over now; return the (subject, payload)
-        messages the others need (:meth:`send` them)."""
         link = self.link
         max_bytes = MAX_ACK_PAYLOAD_BYTES
         if link.max_payload:
@@ -232,11 +223,6 @@ class AckRouter:
                 log.error("ack encoding failed", extra=fields(inbox=inbox, error=str(exc)))
                 continue
             messages.extend((inbox, payload) for payload in payloads)
-        return messages
-
-    async def send(self, messages: list[tuple[str, bytes]]) -> None:
-        """Publish ack messages through NATS (best effort, see :meth:`publish`)."""
-        link = self.link
         while messages:
             queued = await link.publish_many(messages)
             if queued >= len(messages) or not link.connected:

@@ -3,10 +3,9 @@
 Leader data path::
 
     NATS sink (accept) or callback (on_message) -> queue -> sequencer task: parse, encode bodies,
-        Log.append(batch) -> LEADER acks -> request_flush
-    request_flush: Log.flush() on the fsync pool at once unless one is running (one fsync
-        covers every record appended so far); its completion callback -> high watermark ->
-        wake fetch waiters -> ALL acks (broker/commit.py)
+        Log.append(batch) -> LEADER acks -> wake flusher
+    flusher task: Log.flush() in a worker thread (one fsync covers every record appended so
+        far) -> high watermark -> ALL acks -> wake fetch waiters (broker/commit.py)
 
 Roles (spec/cluster.md, "Replication"):
 
@@ -150,9 +149,7 @@ class PartitionReplica(ReplicaRoles, Committer):
     _queued_bytes: int = 0
     _wake: anyio.Event = attrs.field(factory=anyio.Event)
     _space: LazyEvent = attrs.field(factory=LazyEvent)
-    _flush_running: bool = False
-    _flush_again: bool = False
-    _flush_idle: anyio.Event | None = None
+    _dirty: anyio.Event = attrs.field(factory=anyio.Event)
     _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
     _stopping: bool = False
     _closed: bool = False
@@ -292,6 +289,7 @@ class PartitionReplica(ReplicaRoles, Committer):
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                tg.start_soon(self._flusher)
                 tg.start_soon(self._maintenance)
                 await self._scrub_at_open()
                 task_status.started()
@@ -321,7 +319,6 @@ class PartitionReplica(ReplicaRoles, Committer):
     async def _finish(self) -> None:
         try:
             await self._unsubscribe()
-            await self._wait_flush_idle()
             if not self._closed:
                 try:
                     flushed = await anyio.to_thread.run_sync(self.log.flush)
@@ -367,6 +364,9 @@ class PartitionReplica(ReplicaRoles, Committer):
                 # A bug must not stop the partition: the batch's publishers time out.
                 log.exception("ingest batch failed", extra=self._fields(messages=len(batch)))
             await anyio.lowlevel.checkpoint()
+
+    async def _publish_acks(self, items: list[tuple[str, PartitionAck]]) -> None:
+        await self.acks.publish(self.stream, self.partition, items)
 
     async def _append_batch(self, batch: list[Ingested]) -> None:
         if not self._core.leading:
@@ -494,13 +494,13 @@ class PartitionReplica(ReplicaRoles, Committer):
                 self._acks_after_append(now, wanted, first, ts)
                 for index, msg_id in msg_ids:
                     self._core.producers.record_msg_id(msg_id, first + index, ts)
-                self.request_flush()
+                self._dirty.set()
         for who, index, offset, stamp in dups:
             if index is not None:
                 offset, stamp = first + index, ts
             self._success_ack(now, who, offset, stamp, ErrorCode.DUPLICATE_SEQUENCE)
         if now:
-            await self.acks.publish(self.stream, self.partition, now)
+            await self._publish_acks(now)
 
     def _acks_after_append(
         self,

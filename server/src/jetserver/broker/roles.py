@@ -94,7 +94,7 @@ class ReplicaRoles:
     _queue: collections.deque[tuple[str, str, bytes, tuple[tuple[str, bytes], ...] | None]]
     _queued_bytes: int
     _space: LazyEvent
-    request_flush: Callable[[], None]
+    _dirty: anyio.Event
     _fetcher: FollowerFetcher | None
     _sub: SubscriptionHandle | None
     _tg: TaskGroup | None
@@ -327,7 +327,7 @@ class ReplicaRoles:
             producers=table,
         )
         await self._carry_out(out)
-        self.request_flush()  # flush whatever a previous role left unflushed
+        self._dirty.set()  # flush whatever a previous role left unflushed
         self._start_role_task(self._isr_loop)
         await self._subscribe()
 
@@ -347,7 +347,7 @@ class ReplicaRoles:
             durability=self.durability,
             config=self.replication,
             on_hw=self._follower_hw,
-            request_flush=self.request_flush,
+            request_flush=self._dirty.set,
             controller=self.controller,
             committed_floor=self._committed_floor,
             damaged=core.damaged,
