@@ -9,13 +9,15 @@ asyncio backend (nats-py is asyncio-only):
     4000 unacknowledged messages;
 (b) consume N stored messages from offset 0 (1M; quick: 100k): ``Consumer.fetch`` vs a
     JetStream ordered push consumer and a pull consumer ``fetch(batch=1000)`` (no acks);
-(c) publish -> consume latency p50/p99 at a fixed rate (producer and consumer in this
-    process, one clock): linger 0 on the jet side. A jet consumer only sees records once
-    they are fsynced (committed at RF=1), a JetStream consumer as soon as the message is in
-    the store, fsynced or not; so (c) is shown twice: against JetStream's default
-    (``sync_interval`` 2 min: not durable when delivered) and against ``sync_interval:
-    always`` (durable when delivered, like jet); and (c'') jet with ``durability="written"``
-    (RF 1: visible once written, before the fsync) against JetStream's default;
+(c) publish -> consume latency p50/p99 at 500 and 5,000 msg/s (producer and consumer in this
+    process, one clock), ROUNDS rounds alternating the sides, the median of the per-round
+    figures: linger 0 on the jet side. A jet consumer only sees records once they are
+    fsynced (committed at RF=1), a JetStream consumer as soon as the message is in the
+    store, fsynced or not; so jet (default durability) is compared with JetStream
+    ``sync_interval: always`` (durable when delivered, like jet), jet with
+    ``durability="written"`` (RF 1: visible once written, before the fsync) with
+    JetStream's default (``sync_interval`` 2 min: not durable when delivered), and, for
+    reference, jet fsynced against JetStream's default;
 (d) ack ALL (fsynced group commit on the leader) vs JetStream with ``sync_interval:
     always`` (fsync per write), same window as (a).
 
@@ -110,21 +112,36 @@ def jetstream_server(*, sync_always: bool) -> Iterator[str]:
 
 
 class Results:
-    """Rows of (label, jet, jetstream, unit, higher_is_better)."""
+    """Rows of (label, jet, jetstream, unit, higher_is_better, target ratio or None)."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, float, float, str, bool]] = []
+        self.rows: list[tuple[str, float, float, str, bool, float | None]] = []
         self.notes: list[str] = []
 
-    def add(self, label: str, jet: float, js: float, unit: str, higher_is_better: bool) -> None:
-        self.rows.append((label, jet, js, unit, higher_is_better))
+    def add(
+        self,
+        label: str,
+        jet: float,
+        js: float,
+        unit: str,
+        higher_is_better: bool,
+        target: float | None = None,
+    ) -> None:
+        self.rows.append((label, jet, js, unit, higher_is_better, target))
         ratio = _ratio(jet, js, higher_is_better)
-        print(f"  {label:<44} jet {jet:>12,.1f}  jetstream {js:>12,.1f} {unit:<6} ratio {ratio}")
+        print(
+            f"  {label:<44} jet {jet:>12,.2f}  jetstream {js:>12,.2f} {unit:<6} ratio {ratio}"
+            f"  {_verdict(jet, js, higher_is_better, target)}"
+        )
 
     def table(self) -> None:
-        print("\n  summary (ratio > 1: jet better)")
-        for label, jet, js, unit, hib in self.rows:
-            print(f"  {label:<44} {jet:>12,.1f} {js:>12,.1f} {unit:<6} {_ratio(jet, js, hib)}")
+        print("\n  summary (ratio > 1: jet better; target: the ratio issue 11 asks for)")
+        print(f"  {'':<44} {'jet':>12} {'jetstream':>12} {'unit':<6} ratio  target")
+        for label, jet, js, unit, hib, target in self.rows:
+            print(
+                f"  {label:<44} {jet:>12,.2f} {js:>12,.2f} {unit:<6} {_ratio(jet, js, hib)}"
+                f"  {_verdict(jet, js, hib, target)}"
+            )
         for note in self.notes:
             print(f"  {note}")
 
@@ -133,6 +150,15 @@ def _ratio(jet: float, js: float, higher_is_better: bool) -> str:
     if jet <= 0 or js <= 0:
         return "n/a"
     return f"{(jet / js if higher_is_better else js / jet):.2f}x"
+
+
+def _verdict(jet: float, js: float, higher_is_better: bool, target: float | None) -> str:
+    if target is None:
+        return ""
+    if jet <= 0 or js <= 0:
+        return f">= {target:g}x n/a"
+    ratio = jet / js if higher_is_better else js / jet
+    return f">= {target:g}x {'met' if ratio >= target else 'NOT met'}"
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -210,6 +236,40 @@ async def jet_latency(client: Client, stream: str, rate: int, seconds: float) ->
         tg.start_soon(consume)
         await _paced(total, rate, lambda: producer.send_soon(_stamp()))
     return latencies
+
+
+async def latency_rows(
+    results: Results,
+    label: str,
+    jet: Callable[[], Awaitable[list[float]]],
+    js: Callable[[], Awaitable[list[float]]],
+    rounds: int,
+    target: float | None,
+) -> None:
+    """``rounds`` alternating rounds of each side; rows of the median per-round p50 and p99,
+    and jet's p99 / p50 (issue 11 asks for at most 3)."""
+    per: dict[str, list[tuple[float, float]]] = {"jet": [], "js": []}
+    for _ in range(rounds):
+        for side, fn in (("jet", jet), ("js", js)):
+            lat = await fn()
+            per[side].append((_percentile(lat, 0.5), _percentile(lat, 0.99)))
+    print(
+        f"  {label}: per round jet "
+        + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in per["jet"])
+        + " ms, jetstream "
+        + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in per["js"])
+        + " ms (p50/p99)"
+    )
+    jet50 = statistics.median(a for a, _ in per["jet"])
+    jet99 = statistics.median(b for _, b in per["jet"])
+    js50 = statistics.median(a for a, _ in per["js"])
+    js99 = statistics.median(b for _, b in per["js"])
+    results.add(f"latency p50 {label}", jet50, js50, "ms", False, target)
+    results.add(f"latency p99 {label}", jet99, js99, "ms", False, target)
+    spread = jet99 / jet50 if jet50 > 0 else 0.0
+    results.notes.append(
+        f"jet p99/p50 at {label}: {spread:.1f} (target <= 3: {'met' if spread <= 3 else 'NOT met'})"
+    )
 
 
 # -- JetStream side -----------------------------------------------------------------------
@@ -384,7 +444,7 @@ async def _main(
     n_pub = 20_000 if quick else 120_000
     n_consume = 100_000 if quick else 1_000_000
     n_all = 5_000 if quick else 20_000
-    rate, seconds = (500, 3.0) if quick else (1000, 10.0)
+    lat_seconds = 2.0 if quick else 6.0
     rounds = QUICK_ROUNDS if quick else ROUNDS
     results = Results()
     async with Client(jet_servers) as client:
@@ -410,7 +470,7 @@ async def _main(
                 n_pub,
                 server_pid,
             )
-            results.add("publish ack LEADER", jet_rate, js_rate, "msg/s", True)
+            results.add("publish ack LEADER", jet_rate, js_rate, "msg/s", True, 3.0)
             results.notes.append(
                 f"publish ack LEADER: median of the per-round ratios {median:.2f}x"
             )
@@ -425,57 +485,40 @@ async def _main(
             )
             ordered = await js_consume_ordered(js, "js.cons", n_consume)
             pull = await js_consume_pull(js, "js.cons", n_consume)
-            results.add("consume vs ordered consumer", jet_rate, ordered, "msg/s", True)
+            results.add("consume vs ordered consumer", jet_rate, ordered, "msg/s", True, 5.0)
             results.add("consume vs pull fetch(1000)", jet_rate, pull, "msg/s", True)
 
             await _settle_disk()
             print(
-                f"(c) publish->consume latency at {rate} msg/s for {seconds:g} s (load {_load()})"
+                f"(c) publish->consume latency, {rounds} rounds alternating jet and JetStream, "
+                f"median of the per-round p50 and p99 (load {_load()})"
             )
-            jet_lat = await jet_latency(client, "blat", rate, seconds)
-            js_lat = await js_latency(js, "js.lat", rate, seconds)
-            for q, label in ((0.5, "p50"), (0.99, "p99")):
-                results.add(
-                    f"latency {label} (js not fsynced)",
-                    _percentile(jet_lat, q),
-                    _percentile(js_lat, q),
-                    "ms",
-                    False,
+            for rate, secs in ((500, lat_seconds), (5000, lat_seconds / 2)):
+                await latency_rows(
+                    results,
+                    f"{rate:,}/s both fsynced",
+                    lambda r=rate, t=secs: jet_latency(client, "blat2", r, t),
+                    lambda r=rate, t=secs: js_latency(sync_js, "js.lats", r, t),
+                    rounds,
+                    target=1.0,
                 )
-            print(
-                f"  mean jet {statistics.fmean(jet_lat):.2f} ms, "
-                f"jetstream {statistics.fmean(js_lat):.2f} ms"
-            )
-            print("(c') the same, JetStream with sync_interval=always (durable when delivered)")
-            jet_lat = await jet_latency(client, "blat2", rate, seconds)
-            js_lat = await js_latency(sync_js, "js.lats", rate, seconds)
-            for q, label in ((0.5, "p50"), (0.99, "p99")):
-                results.add(
-                    f"latency {label} (both fsynced)",
-                    _percentile(jet_lat, q),
-                    _percentile(js_lat, q),
-                    "ms",
-                    False,
+            for rate, secs in ((500, lat_seconds), (5000, lat_seconds / 2)):
+                await latency_rows(
+                    results,
+                    f"{rate:,}/s jet written, js default",
+                    lambda r=rate, t=secs: jet_latency(client, "blatw", r, t),
+                    lambda r=rate, t=secs: js_latency(js, "js.lat", r, t),
+                    rounds,
+                    target=1.0,
                 )
-            print(
-                f"  mean jet {statistics.fmean(jet_lat):.2f} ms, "
-                f"jetstream {statistics.fmean(js_lat):.2f} ms"
+            await latency_rows(
+                results,
+                "500/s jet fsynced, js default",
+                lambda: jet_latency(client, "blat", 500, lat_seconds),
+                lambda: js_latency(js, "js.lat", 500, lat_seconds),
+                rounds,
+                target=None,
             )
-
-            print(
-                "(c'') jet with durability=written (visible before fsync, RF 1) vs JetStream's "
-                "default (not fsynced when delivered)"
-            )
-            jet_lat = await jet_latency(client, "blatw", rate, seconds)
-            js_lat = await js_latency(js, "js.lat", rate, seconds)
-            for q, label in ((0.5, "p50"), (0.99, "p99")):
-                results.add(
-                    f"latency {label} (neither fsynced)",
-                    _percentile(jet_lat, q),
-                    _percentile(js_lat, q),
-                    "ms",
-                    False,
-                )
 
             await _settle_disk()
             print(
@@ -491,7 +534,7 @@ async def _main(
                 n_all,
                 server_pid,
             )
-            results.add("publish ack ALL / fsync always", jet_rate, js_rate, "msg/s", True)
+            results.add("publish ack ALL / fsync always", jet_rate, js_rate, "msg/s", True, 12.0)
             results.notes.append(
                 f"publish ack ALL / fsync always: median of the per-round ratios {median:.2f}x"
             )
