@@ -175,7 +175,7 @@ class QueuedSends:
 
     async def _drain(self) -> None:
         if self._drain_lock is None:
-            self._drain_lock = anyio.Lock()
+            self._drain_lock = anyio.Lock(fast_acquire=True)  # no yield when free
         async with self._drain_lock:
             while True:
                 with self._room:
