@@ -36,18 +36,15 @@ from jetsdk.codec.limits import (
 from jetserver.errors import ConfigError
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.config import AuthConfig, TlsConfig
+from jetserver.validators import non_negative, positive
 
 MiB = 1024 * 1024
 
 
-def _positive(_inst: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value <= 0:
-        raise ConfigError(f"{attribute.name} must be > 0, got {value!r}")
+_positive = positive()
 
 
-def _non_negative(_inst: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value < 0:
-        raise ConfigError(f"{attribute.name} must be >= 0, got {value!r}")
+_non_negative = non_negative()
 
 
 def _one_of(*choices: str) -> Any:

@@ -18,8 +18,9 @@ class JetServerError(Exception):
     """Root of every exception the server raises on purpose."""
 
 
-class ConfigError(JetServerError):
-    """A configuration file, flag or environment variable holds a bad value.
+class ConfigError(JetServerError, ValueError):
+    """A configuration file, flag or environment variable holds a bad value (also a
+    ``ValueError``, which the storage engine's settings raised before).
 
     Attributes:
         source: where the value came from (``"flag --port"``, ``"env JET_LISTEN_PORT"``,

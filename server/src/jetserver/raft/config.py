@@ -14,11 +14,11 @@ without a password of at least :data:`MIN_PASSWORD_CHARS` characters.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from jetserver.errors import ConfigError
+from jetserver.validators import positive
 
 DEFAULT_HEARTBEAT_S = 0.05
 """Leader heartbeat / append-entries period (PySyncObj ``appendEntriesPeriod``)."""
@@ -77,9 +77,7 @@ class RaftPeer:
         _check_address(self.address, f"raft address of peer {self.server_id}")
 
 
-def _positive(_inst: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if value <= 0:
-        raise ConfigError(f"raft {attribute.name} must be > 0, got {value!r}")
+_positive = positive("raft")
 
 
 @attrs.frozen

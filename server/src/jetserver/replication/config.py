@@ -3,11 +3,9 @@ configuration (spec/cluster.md, "Replication")."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
-from jetserver.errors import ConfigError
+from jetserver.validators import positive
 
 DEFAULT_REPLICA_LAG_MAX_S = 10.0
 DEFAULT_LEADER_SILENCE_S = 1.5
@@ -19,9 +17,7 @@ DEFAULT_RETRY_MAX_S = 1.0
 DEFAULT_REQUEST_SLACK_S = 1.0
 
 
-def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not value > 0:
-        raise ConfigError(f"replication.{attribute.name} must be > 0, got {value!r}")
+_positive = positive("replication")
 
 
 @attrs.frozen

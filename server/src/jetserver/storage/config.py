@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
+
+from jetserver.validators import non_negative, optional_non_negative, positive, positive_int
 
 DEFAULT_SEGMENT_MAX_BYTES = 256 * 1024 * 1024
 """Roll the active segment once appending would take it past this size."""
@@ -21,34 +21,22 @@ MAX_INDEX_INTERVAL_BYTES = 2**30
 """Largest ``index_interval_bytes``."""
 
 
-def _positive_int(limit: int) -> Any:
-    def check(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
-            raise ValueError(f"{attr.name} must be an int in [1, {limit}], got {value!r}")
-
-    return check
+_positive_int = positive_int
 
 
-def _positive_float(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{attr.name} must be a number > 0, got {value!r}")
+_positive_float = positive()
 
 
-def _optional_non_negative(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{attr.name} must be None or a number >= 0, got {value!r}")
+_optional_non_negative = optional_non_negative()
 
 
-def _non_negative_float(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{attr.name} must be a number >= 0, got {value!r}")
+_non_negative_float = non_negative()
 
 
 @attrs.frozen
 class LogConfig:
-    """Settings of one partition log. Invalid values raise ValueError at construction."""
+    """Settings of one partition log. Invalid values raise ConfigError (a ValueError) at
+    construction."""
 
     segment_max_bytes: int = attrs.field(
         default=DEFAULT_SEGMENT_MAX_BYTES, validator=_positive_int(MAX_SEGMENT_BYTES)
