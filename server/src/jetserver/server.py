@@ -39,7 +39,8 @@ from anyio.abc import TaskStatus
 
 from jetsdk.codec.frames import Frame
 from jetserver.broker.produce import ProduceService
-from jetserver.broker.streams import MetadataView, StreamManager
+from jetserver.broker.running import MetadataView
+from jetserver.broker.streams import StreamManager
 from jetserver.cluster import ClusterNode
 from jetserver.cluster.handoff import (
     HANDOFF_TIMEOUT_FRACTION,

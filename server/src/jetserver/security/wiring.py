@@ -25,7 +25,7 @@ from jetserver.security.acl import bootstrap_acls
 from jetserver.security.gate import AclProposer, Security, Session
 
 if TYPE_CHECKING:
-    from jetserver.broker.streams import MetadataView
+    from jetserver.broker.running import MetadataView
     from jetserver.cluster import ClusterNode
     from jetserver.config import ServerConfig
 
