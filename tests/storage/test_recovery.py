@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jetsdk.codec.record import iter_records, peek_header
-from jetserver.storage import CorruptRangeError, Log, LogConfig
+from jetserver.storage import CorruptRangeError, Log, LogConfig, files
+from jetserver.storage import segment as segment_module
 from jetserver.storage.checkpoint import (
     HIGH_WATERMARK_FILE,
     LEADER_EPOCH_FILE,
@@ -258,3 +259,24 @@ def test_overlapping_active_segment_is_quarantined(tmp_path: Path) -> None:
         assert not stray.exists()
         assert log.log_end_offset == expected_leo
         assert [r.offset for r in read_all(log)] == list(range(min(expected_leo, 80)))
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_open_fsyncs_the_active_segment_only_after_an_unclean_close(
+    tmp_path: Path, clean: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean close fsynced the active segment and its marker names it at its size, so
+    the next open has nothing to sync; after a crash the open must sync what survived."""
+    build(tmp_path, clean=clean)
+    synced: list[int] = []
+    real = files.fdatasync
+
+    def counted(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(segment_module, "fdatasync", counted)
+    with Log.open(tmp_path, CFG) as log:
+        assert log.recovery.clean_shutdown is clean
+        assert log.flushed_offset == log.log_end_offset == 80
+        assert len(synced) == (0 if clean else 1)
