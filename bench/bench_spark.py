@@ -243,9 +243,10 @@ def _throughput(
     rows.unpersist()
     base_read = statistics.median(consume)
     base_write = statistics.median(produce)
+    unix = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.enabled", "false")
     print(
-        f"{count:,} rows of {value_bytes} B, {PARTITIONS} partitions, ack ALL, local[2], "
-        f"median of {rounds} round(s) [min..max]"
+        f"{count:,} rows of {value_bytes} B, {PARTITIONS} partitions, ack ALL, local[2] "
+        f"(Python workers over Unix sockets: {unix}), median of {rounds} round(s) [min..max]"
     )
     print("source (rows/s into a counting foreachBatch)")
     _ratio_line("jetsdk Consumer (baseline)", consume, None, None)
