@@ -203,3 +203,16 @@ def test_a_request_is_cut_exactly_at_the_byte_limit(size: int) -> None:
     writer.finish()
     assert writer.sent == _reference(rows, task=0, partitions=1)
     assert len(writer.sent) > 2
+
+
+def test_sliced_and_large_arrays_encode_like_plain_ones() -> None:
+    values = pa.array([b"a", None, b"ccc", b"", b"eeeee"], pa.binary())
+    keys = pa.array(["k1", "k2", None, "", "ключ"], pa.string())
+    plain = encode_messages(values.slice(1, 3), keys.slice(1, 3), None)
+    sliced = encode_messages(
+        pa.array([None, b"ccc", b""], pa.binary()), pa.array(["k2", None, ""], pa.string()), None
+    )
+    assert plain.data.to_pylist() == sliced.data.to_pylist()
+    large = encode_messages(values.cast(pa.large_binary()), keys.cast(pa.large_string()), None)
+    assert large.data.to_pylist() == encode_messages(values, keys, None).data.to_pylist()
+    assert large.sizes.tolist() == [3, 2, 3, 0, 13]

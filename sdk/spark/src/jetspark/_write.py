@@ -23,7 +23,6 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 from collections.abc import Iterable
-from typing import Any
 
 import attrs
 import numpy as np
@@ -135,14 +134,10 @@ def _headers_type_ok(dtype: DataType) -> bool:
 
 
 def sink_columns(schema: StructType) -> list[str | None]:
-    """The DataFrame's names of the sink columns in :data:`RowTuple` order (value, key,
+    """The DataFrame's names of the sink columns in the order (value, key,
     headers, partition, stream), None for a missing one."""
     names = {f.name.lower(): f.name for f in schema.fields}
     return [names.get(c) for c in _SINK_COLUMNS]
-
-
-def _as_bytes(value: Any) -> bytes:
-    return value.encode() if isinstance(value, str) else bytes(value)
 
 
 @attrs.define(eq=False)
