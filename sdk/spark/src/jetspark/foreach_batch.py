@@ -175,7 +175,5 @@ def _write_task(
     stats = write_batches(opts, producer_id, task, batches)
     yield pa.RecordBatch.from_pydict(
         {"task": [stats.task], "written": [stats.written], "duplicates": [stats.duplicates]},
-        schema=pa.schema(
-            [("task", pa.int32()), ("written", pa.int64()), ("duplicates", pa.int64())]
-        ),
+        schema=_STATS_ARROW,
     )
