@@ -1,34 +1,65 @@
-"""Spark integration throughput: jetspark vs using jetsdk directly.
+"""Spark integration throughput: jetspark vs using jetsdk directly (issue 13's targets).
 
 Source: a streaming query (``jetstream`` source, Trigger.AvailableNow, a trivial
 foreachBatch that counts) over a stream of N records, against a jetsdk Consumer reading the
-same records. Sink: ``foreach_batch_sink`` and ``df.write.format("jetstream")`` writing N rows
-(ack ALL), against a jetsdk Producer sending N messages (ack ALL). Spark's start-up is not
-counted; a streaming query's own start-up is shown apart ("wall" vs "in batches").
+same records. Sinks: ``foreach_batch_sink`` and ``df.write.format("jetstream")`` writing N
+rows (ack ALL), against a jetsdk Producer sending N messages (ack ALL). Spark's start-up is
+not counted; a streaming query's own start-up is shown apart ("wall" vs "in batches").
+
+Every rate is the median of the rounds, printed with its ratio to the jetsdk baseline and
+the issue's target. Then the fixed cost of an empty and of a 1-row batch (ms, median of
+calls), and the rates at 1 KB values.
 
     python -m bench spark [--quick]
+
+Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds. ``--quick``: 50,000 rows.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
+import attrs
 
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetserver.devcluster import DevCluster
 
-PARTITIONS = 4
+PARTITIONS = 8
 VALUE_BYTES = 100
+KB_VALUE_BYTES = 1000
 KEYS = 1000
+FIXED_CALLS = 5
+"""Calls per fixed-cost figure (median)."""
+
+SOURCE_TARGET = 0.8
+"""source >= 0.8x the jetsdk Consumer, inside batches."""
+FOREACH_TARGET = 0.7
+"""foreach_batch_sink (ack ALL) >= 0.7x the jetsdk Producer."""
+WRITE_TARGET = 0.7
+"""df.write >= 0.7x the jetsdk Producer."""
 
 
-async def _produce(servers: list[str], stream: str, count: int) -> float:
-    value = b"x" * VALUE_BYTES
+@attrs.frozen
+class Scale:
+    count: int
+    rounds: int
+    kb_count: int
+
+
+FULL = Scale(count=1_000_000, rounds=3, kb_count=100_000)
+QUICK = Scale(count=50_000, rounds=3, kb_count=10_000)
+
+
+async def _produce(servers: list[str], stream: str, count: int, value_bytes: int) -> float:
+    """Create ``stream`` and send ``count`` keyed messages with ack ALL; seconds taken."""
+    value = b"x" * value_bytes
     async with Client(servers) as client:
         await client.create_stream(stream, partitions=PARTITIONS)
         started = time.perf_counter()
@@ -52,6 +83,14 @@ async def _consume(servers: list[str], stream: str, count: int) -> float:
 async def _create(servers: list[str], stream: str) -> None:
     async with Client(servers) as client:
         await client.create_stream(stream, partitions=PARTITIONS)
+
+
+async def _count(servers: list[str], stream: str) -> int:
+    async with Client(servers) as client:
+        total = 0
+        for part in range(PARTITIONS):
+            total += (await client.list_offsets(stream, part, "latest")).hw
+        return total
 
 
 def _spark_source(spark: Any, servers: str, stream: str, count: int) -> tuple[float, float, int]:
@@ -81,25 +120,147 @@ def _spark_source(spark: Any, servers: str, stream: str, count: int) -> tuple[fl
     return wall, inside, len(batches)
 
 
-def _rows(spark: Any, count: int) -> Any:
+def _rows(spark: Any, count: int, value_bytes: int) -> Any:
     from pyspark.sql import functions as F
 
     df = spark.range(count, numPartitions=2).select(
         F.concat(F.lit("k"), (F.col("id") % KEYS).cast("string")).alias("key"),
-        F.lit("x" * VALUE_BYTES).alias("value"),
+        F.lit("x" * value_bytes).alias("value"),
     )
-    return df.cache()
+    df = df.cache()
+    df.count()
+    return df
 
 
-def _line(label: str, count: int, seconds: float, base: float | None) -> None:
-    rate = count / seconds if seconds > 0 else float("inf")
-    ratio = f"{(count / seconds) / base:6.2f}x" if base else "   1.00x"
-    print(f"  {label:<46}{rate:>12,.0f} rec/s {seconds:>8.2f} s  {ratio}", flush=True)
+def _write(df: Any, servers: str, stream: str) -> None:
+    df.write.format("jetstream").option("servers", servers).option("stream", stream).mode(
+        "append"
+    ).save()
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def _ratio_line(label: str, rates: list[float], base: float | None, target: float | None) -> None:
+    rate = statistics.median(rates)
+    if base is None:
+        tail = "    1.00x"
+    else:
+        tail = f"  {rate / base:6.2f}x"
+        if target is not None:
+            verdict = "met" if rate / base >= target else "NOT met"
+            tail += f"  (target >= {target:.1f}x: {verdict})"
+    spread = f"[{min(rates):,.0f}..{max(rates):,.0f}]" if len(rates) > 1 else ""
+    print(f"  {label:<42}{rate:>11,.0f} rows/s {spread:<22}{tail}", flush=True)
+
+
+def _ms_line(label: str, seconds: list[float]) -> None:
+    print(f"  {label:<58}{statistics.median(seconds) * 1000:>9.1f} ms", flush=True)
+
+
+def _fixed_costs(spark: Any, servers: list[str], joined: str) -> None:
+    """Median ms of empty and 1-row batches through each path."""
+    import jetspark
+
+    anyio.run(_produce, servers, "bench-one", 1, VALUE_BYTES)
+    anyio.run(_produce, servers, "bench-empty", 0, VALUE_BYTES)
+    one = _rows(spark, 1, VALUE_BYTES)
+    empty = one.limit(0).cache()
+    empty.count()
+
+    def read_count(stream: str) -> None:
+        spark.read.format("jetstream").option("servers", joined).option(
+            "streams", stream
+        ).load().count()
+
+    micro: list[float] = []
+    for _ in range(FIXED_CALLS):
+        _wall, inside, _n = _spark_source(spark, joined, "bench-one", 1)
+        micro.append(inside)
+    reads = {
+        s: [_timed(lambda s=s: read_count(s)) for _ in range(FIXED_CALLS)]
+        for s in ("bench-empty", "bench-one")
+    }
+    anyio.run(_create, servers, "bench-fixed")
+    sink = jetspark.foreach_batch_sink(joined, "bench-fixed", name="bench-fixed")
+    calls = iter(range(1_000_000))
+    fb = {
+        name: [_timed(lambda df=df: sink(df, next(calls))) for _ in range(FIXED_CALLS)]
+        for name, df in (("empty", empty), ("1-row", one))
+    }
+    wr = {
+        name: [_timed(lambda df=df: _write(df, joined, "bench-fixed")) for _ in range(FIXED_CALLS)]
+        for name, df in (("empty", empty), ("1-row", one))
+    }
+    print(f"fixed cost per batch (median of {FIXED_CALLS})")
+    _ms_line("source: 1-row micro-batch (triggerExecution)", micro)
+    _ms_line('source: spark.read.format("jetstream").count(), empty', reads["bench-empty"])
+    _ms_line('source: spark.read.format("jetstream").count(), 1 row', reads["bench-one"])
+    _ms_line("foreach_batch_sink call, empty batch", fb["empty"])
+    _ms_line("foreach_batch_sink call, 1-row batch", fb["1-row"])
+    _ms_line('df.write.format("jetstream"), empty', wr["empty"])
+    _ms_line('df.write.format("jetstream"), 1 row', wr["1-row"])
+
+
+def _throughput(
+    spark: Any, servers: list[str], joined: str, count: int, value_bytes: int, rounds: int
+) -> None:
+    """Print the source and sink rates (median of ``rounds``) against jetsdk."""
+    import jetspark
+
+    tag = f"{value_bytes}b"
+    src = f"bench-src-{tag}"
+    produce = [count / anyio.run(_produce, servers, src, count, value_bytes)]
+    for r in range(1, rounds):
+        produce.append(
+            count / anyio.run(_produce, servers, f"bench-p-{tag}-{r}", count, value_bytes)
+        )
+    consume = [count / anyio.run(_consume, servers, src, count) for _ in range(rounds)]
+    _spark_source(spark, joined, src, count)  # warm-up: workers, JIT
+    inside: list[float] = []
+    wall: list[float] = []
+    batches = 0
+    for _ in range(rounds):
+        w, i, batches = _spark_source(spark, joined, src, count)
+        inside.append(count / i)
+        wall.append(count / w)
+    rows = _rows(spark, count, value_bytes)
+    foreach: list[float] = []
+    write: list[float] = []
+    for r in range(rounds):
+        anyio.run(_create, servers, f"bench-fb-{tag}-{r}")
+        anyio.run(_create, servers, f"bench-ds-{tag}-{r}")
+        sink = jetspark.foreach_batch_sink(joined, f"bench-fb-{tag}-{r}", name="bench")
+        foreach.append(count / _timed(lambda sink=sink, r=r: sink(rows, r)))
+        write.append(count / _timed(lambda r=r: _write(rows, joined, f"bench-ds-{tag}-{r}")))
+        for stream in (f"bench-fb-{tag}-{r}", f"bench-ds-{tag}-{r}"):
+            stored = anyio.run(_count, servers, stream)
+            if stored != count:
+                raise RuntimeError(f"{stream} holds {stored} records, not {count}")
+    rows.unpersist()
+    base_read = statistics.median(consume)
+    base_write = statistics.median(produce)
+    unix = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.enabled", "false")
+    print(
+        f"{count:,} rows of {value_bytes} B, {PARTITIONS} partitions, ack ALL, local[2] "
+        f"(Python workers over Unix sockets: {unix}), median of {rounds} round(s) [min..max]"
+    )
+    print("source (rows/s into a counting foreachBatch)")
+    _ratio_line("jetsdk Consumer (baseline)", consume, None, None)
+    _ratio_line(f"jetstream source, in {batches} batch(es)", inside, base_read, SOURCE_TARGET)
+    _ratio_line("jetstream source, wall incl. query start", wall, base_read, None)
+    print("sink (rows/s stored, ack ALL)")
+    _ratio_line("jetsdk Producer (baseline)", produce, None, None)
+    _ratio_line("foreach_batch_sink (exactly-once)", foreach, base_write, FOREACH_TARGET)
+    _ratio_line('df.write.format("jetstream")', write, base_write, WRITE_TARGET)
 
 
 def run(quick: bool) -> None:
-    """Measure and print the source and sink comparisons."""
-    count = 20_000 if quick else 200_000
+    """Measure and print the source and sink comparisons, fixed costs and 1 KB rates."""
+    scale = QUICK if quick else FULL
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import jetspark
@@ -108,40 +269,15 @@ def run(quick: bool) -> None:
     with open(os.devnull, "wb") as devnull, DevCluster(servers=1, log_file=devnull) as dev:
         servers = dev.addresses
         joined = ",".join(servers)
-        produce_s = anyio.run(_produce, servers, "bench-src", count)
-        consume_s = anyio.run(_consume, servers, "bench-src", count)
         spark = local_spark("jetspark-bench")
         try:
             jetspark.register(spark)
-            _spark_source(spark, joined, "bench-src", count)  # warm-up: workers, JIT
-            wall, inside, batches = _spark_source(spark, joined, "bench-src", count)
-            rows = _rows(spark, count)
-            rows.count()
-            anyio.run(_create, servers, "bench-sink-fb")
-            anyio.run(_create, servers, "bench-sink-ds")
-            sink = jetspark.foreach_batch_sink(joined, "bench-sink-fb", name="bench")
-            started = time.perf_counter()
-            sink(rows, 0)
-            foreach_s = time.perf_counter() - started
-            started = time.perf_counter()
-            rows.write.format("jetstream").option("servers", joined).option(
-                "stream", "bench-sink-ds"
-            ).mode("append").save()
-            write_s = time.perf_counter() - started
+            _throughput(spark, servers, joined, scale.count, VALUE_BYTES, scale.rounds)
+            _fixed_costs(spark, servers, joined)
+            print("at 1 KB values:")
+            _throughput(spark, servers, joined, scale.kb_count, KB_VALUE_BYTES, 1)
         finally:
             spark.stop()
-
-    base_read = count / consume_s
-    base_write = count / produce_s
-    print(f"{count:,} records of {VALUE_BYTES} B, {PARTITIONS} partitions, ack ALL, local[2]")
-    print("source (records/s into a counting foreachBatch)")
-    _line("jetsdk Consumer (baseline)", count, consume_s, None)
-    _line(f"jetstream source, in {batches} batch(es)", count, inside, base_read)
-    _line("jetstream source, wall incl. query start", count, wall, base_read)
-    print("sink (records/s stored, ack ALL)")
-    _line("jetsdk Producer (baseline)", count, produce_s, None)
-    _line("foreach_batch_sink (exactly-once)", count, foreach_s, base_write)
-    _line('df.write.format("jetstream")', count, write_s, base_write)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,9 @@ def spark() -> Iterator[Any]:
         # Tests are short and the box has 2 cores: C1 only (no C2 compiler threads) and the
         # serial GC. Measured on two test_pipeline tests under load 8-11: 141-165 s -> 77-90 s.
         .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        # Python workers over Unix sockets: over TCP each Python task waits ~40 ms for
+        # its input (jetspark.demo.UNIX_SOCKETS).
+        .config("spark.python.unix.domain.socket.enabled", "true")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -59,12 +59,18 @@ def produce(
 
 def read_all(servers: Sequence[str], stream: str) -> list[Record]:
     """Every committed record of ``stream`` (all partitions, each in offset order)."""
+    return [r for records in read_partitions(servers, stream).values() for r in records]
 
-    async def main() -> list[Record]:
-        out: list[Record] = []
+
+def read_partitions(servers: Sequence[str], stream: str) -> dict[int, list[Record]]:
+    """Every committed record of ``stream`` by partition, each in offset order."""
+
+    async def main() -> dict[int, list[Record]]:
+        out: dict[int, list[Record]] = {}
         async with Client(list(servers)) as client:
             info = await client.stream_info(stream, refresh=True)
             for part in info.partitions:
+                got = out.setdefault(part.partition, [])
                 bounds = await client.list_offsets(stream, part.partition, "earliest")
                 offset = bounds.log_start
                 while offset < bounds.hw:
@@ -82,7 +88,7 @@ def read_all(servers: Sequence[str], stream: str) -> list[Record]:
                     records = [r for r in iter_records(raw) if r.offset < bounds.hw]
                     if not records:
                         break
-                    out.extend(records)
+                    got.extend(records)
                     offset = records[-1].offset + 1
         return out
 

@@ -16,14 +16,14 @@ import attrs
 import pyarrow as pa
 
 from jetsdk.client import Client
-from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
+from jetsdk.codec.record import HEADER_SIZE, peek_header
 from jetsdk.errors import OffsetOutOfRange
 from jetsdk.metadata import OffsetInfo
 from jetspark._bridge import shared_bridge
+from jetspark._records import records_batch, scan
 from jetspark.errors import DataLossError, OptionError
 from jetspark.offsets import OffsetRange, Offsets
 from jetspark.options import EARLIEST, LATEST, SourceOptions
-from jetspark.schema import records_to_batch
 
 __all__ = ["Snapshot", "read_range", "resolve_ends", "resolve_start", "snapshot"]
 
@@ -134,10 +134,8 @@ def _resolve_spec(spec: object, option: str, snap: Snapshot) -> Offsets:
 
 @attrs.frozen
 class _Fetched:
-    records: list[Record]
-    """Whole records of the response (offsets may be >= the range's end)."""
-    raw_len: int
-    """Record bytes received."""
+    raw: memoryview
+    """Record bytes of the response (whole records, maybe a trailing partial one)."""
     hw: int
     log_start: int
     leo: int
@@ -154,16 +152,15 @@ async def _fetch(
     except OffsetOutOfRange as exc:
         hw = exc.hw if exc.hw is not None else -1
         log_start = exc.log_start if exc.log_start is not None else 0
-        return _Fetched([], 0, hw, log_start, hw, out_of_range=True)
-    records = list(iter_records(raw))
-    if not records and len(raw) >= HEADER_SIZE:
-        # Only a partial record came back: ask again for at least its size.
+        return _Fetched(memoryview(b""), hw, log_start, hw, out_of_range=True)
+    if len(raw) >= HEADER_SIZE:
         size = peek_header(raw)[3]
-        header, raw = await client.fetch(
-            stream, partition, offset, max_bytes=max(max_bytes, size), max_wait=0.0
-        )
-        records = list(iter_records(raw))
-    return _Fetched(records, len(raw), header.hw, header.log_start, header.leo)
+        if size > len(raw):
+            # Only a partial record came back: ask again for at least its size.
+            header, raw = await client.fetch(
+                stream, partition, offset, max_bytes=max(max_bytes, size), max_wait=0.0
+            )
+    return _Fetched(raw, header.hw, header.log_start, header.leo)
 
 
 def read_range(
@@ -171,7 +168,8 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``rng`` as Arrow batches (one per Fetch response).
 
-    The next Fetch is in flight while the current response is converted.
+    The next Fetch is in flight while the current response is converted (by
+    :mod:`jetspark._records`, straight from the record bytes).
 
     Raises:
         DataLossError: with ``failOnDataLoss``, records of the range are gone (removed by
@@ -213,19 +211,18 @@ def read_range(
                 continue
             _truncated(opts, rng, offset, got.leo)
             return
-        if not got.records:
+        starts, nxt = scan(got.raw, rng.end)
+        if nxt is None:
             if got.hw <= offset:
                 _truncated(opts, rng, offset, got.hw)
             # offset < hw and nothing came back: a compaction gap reaching the HW.
             return
-        inside = [r for r in got.records if r.offset < rng.end]
-        nxt = got.records[-1].offset + 1
         if nxt < rng.end:
             future = bridge.submit(
                 _fetch, client, rng.stream, rng.partition, nxt, opts.fetch_max_bytes
             )
-        if inside:
-            yield records_to_batch(inside, rng.stream, rng.partition, schema)
+        if starts:
+            yield records_batch(got.raw, starts, rng.stream, rng.partition, schema)
         offset = nxt
 
 

@@ -9,21 +9,25 @@ every message it already stored with DUPLICATE_SEQUENCE instead of storing it ag
 (server: broker/producers.py). Keyless rows are spread round-robin from a start derived
 from the Spark partition id, so a replay picks the same partitions too.
 
-Rows come in as tuples (:data:`RowTuple`: from an RDD of rows, or from Arrow record batches
-of the Arrow writers through :func:`arrow_rows`); columns ``value`` (required), ``key``,
-``headers``, ``partition`` and ``stream`` as in Spark's Kafka sink, string or binary.
-:func:`check_columns` validates a schema on the driver.
+Rows come in as Arrow record batches (``mapInArrow`` for foreachBatch, the Arrow writers
+for ``df.write`` / ``df.writeStream``); columns ``value`` (required), ``key``, ``headers``,
+``partition`` and ``stream`` as in Spark's Kafka sink, string or binary. Each batch is
+encoded and partitioned in bulk (:mod:`jetspark._bulk`); the messages of each target
+partition go into Produce requests of at most :data:`MAX_CHUNK_MESSAGES` messages and
+:data:`MAX_CHUNK_BYTES` (estimated) bytes, cut where a row-at-a-time writer would cut them,
+whatever the batch boundaries. :func:`check_columns` validates a schema on the driver.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable
 
 import attrs
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -37,11 +41,14 @@ from pyspark.sql.types import (
 )
 
 from jetsdk.client import Client
+from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import ErrorCode, error_name, is_retriable
-from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import ProduceResult
 from jetsdk.errors import StreamNotFound
-from jetsdk.partitioner import partition_for_key
+from jetspark._arrow import I64
 from jetspark._bridge import Bridge, shared_bridge
+from jetspark._bulk import Messages, encode_messages, murmur2, request_body
 from jetspark.errors import ColumnError, JetSparkError, SinkWriteError
 from jetspark.options import SinkOptions
 
@@ -49,10 +56,9 @@ __all__ = [
     "MAX_CHUNK_BYTES",
     "MAX_CHUNK_MESSAGES",
     "WriteStats",
-    "arrow_rows",
     "check_columns",
     "producer_id_for",
-    "write_rows",
+    "write_batches",
 ]
 
 MAX_CHUNK_MESSAGES = 2000
@@ -128,23 +134,20 @@ def _headers_type_ok(dtype: DataType) -> bool:
 
 
 def sink_columns(schema: StructType) -> list[str | None]:
-    """The DataFrame's names of the sink columns in :data:`RowTuple` order (value, key,
+    """The DataFrame's names of the sink columns in the order (value, key,
     headers, partition, stream), None for a missing one."""
     names = {f.name.lower(): f.name for f in schema.fields}
     return [names.get(c) for c in _SINK_COLUMNS]
 
 
-def _as_bytes(value: Any) -> bytes:
-    return value.encode() if isinstance(value, str) else bytes(value)
-
-
 @attrs.define(eq=False)
 class _Target:
-    chunk: list[ProduceMessage] = attrs.field(factory=list)
+    chunk: list[bytes] = attrs.field(factory=list)
+    """Encoded messages of the open request (runs of rows)."""
+    chunk_count: int = 0
     chunk_bytes: int = 0
     next_seq: int = 0
     in_flight: concurrent.futures.Future[list[ProduceResult]] | None = None
-    in_flight_count: int = 0
 
 
 class _TaskWriter:
@@ -171,52 +174,123 @@ class _TaskWriter:
             count = self.partition_counts[stream] = info
         return count
 
-    def add(
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        """Encode, partition and queue the rows of ``batch`` (in row order)."""
+        n = batch.num_rows
+        if n == 0:
+            return
+        cols = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
+        streams, stream_of = self._streams(cols.get("stream"), n)
+        counts = np.array([self.partitions_of(s) for s in streams], dtype=np.int64)[stream_of]
+        msgs = encode_messages(cols["value"], cols.get("key"), cols.get("headers"))
+        partition = self._partitions(cols.get("partition"), msgs, counts, streams, stream_of)
+        # Group the rows by target, each group in row order.
+        target = stream_of * (int(counts.max()) + 1) + partition
+        order = np.argsort(target, kind="stable")
+        cuts = np.flatnonzero(np.diff(target[order])) + 1
+        for rows in np.split(order, cuts):
+            first = int(rows[0])
+            stream, part = streams[int(stream_of[first])], int(partition[first])
+            self._queue(stream, part, msgs.data.take(pa.array(rows)), msgs.sizes[rows])
+
+    def _streams(self, column: pa.Array | None, n: int) -> tuple[list[str], I64]:
+        """The target streams, and each row's index among them (option 'stream' wins)."""
+        if self.opts.stream is not None:
+            return [self.opts.stream], np.zeros(n, dtype=np.int64)
+        if column is None or column.null_count:
+            raise ColumnError("stream", "a row has a null stream and option 'stream' is unset")
+        names = pc.unique(column)
+        index = pc.index_in(column, value_set=names).to_numpy(zero_copy_only=False)
+        return [str(s) for s in names.to_pylist()], index.astype(np.int64)
+
+    def _partitions(
         self,
-        stream: str,
-        value: bytes,
-        key: bytes | None,
-        headers: tuple[tuple[str, bytes], ...],
-        partition: int | None,
-    ) -> None:
-        count = self.partitions_of(stream)
-        if partition is None:
-            if key is None:
-                partition = (self.task + self.keyless) % count
-                self.keyless += 1
-            else:
-                partition = partition_for_key(key, count)
-        elif not 0 <= partition < count:
-            raise ColumnError(
-                "partition", f"stream {stream!r} has no partition {partition} (it has {count})"
-            )
+        column: pa.Array | None,
+        msgs: Messages,
+        counts: I64,
+        streams: list[str],
+        stream_of: I64,
+    ) -> I64:
+        """Each row's partition: the ``partition`` column, else the key's hash, else
+        round-robin over the keyless rows from a start derived from the task."""
+        n = len(counts)
+        explicit = np.zeros(n, dtype=np.bool_)
+        partition = np.zeros(n, dtype=np.int64)
+        if column is not None:
+            explicit = column.is_valid().to_numpy(zero_copy_only=False)
+            values = pc.fill_null(column.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(explicit & ((values < 0) | (values >= counts)))
+            if len(bad):
+                i = int(bad[0])
+                stream = streams[int(stream_of[i])]
+                raise ColumnError(
+                    "partition",
+                    f"stream {stream!r} has no partition {int(values[i])} "
+                    f"(it has {int(counts[i])})",
+                )
+            partition = np.where(explicit, values, 0)
+        keyed = np.flatnonzero(~explicit & msgs.has_key)
+        if len(keyed):
+            hashes = murmur2(msgs.key_data, msgs.key_starts[keyed], msgs.key_lengths[keyed])
+            partition[keyed] = (hashes & 0x7FFFFFFF) % counts[keyed]
+        keyless = np.flatnonzero(~explicit & ~msgs.has_key)
+        if len(keyless):
+            turn = self.task + self.keyless + np.arange(len(keyless), dtype=np.int64)
+            partition[keyless] = turn % counts[keyless]
+            self.keyless += len(keyless)
+        return partition
+
+    def _queue(self, stream: str, partition: int, data: pa.Array, sizes: I64) -> None:
+        """Add one target's encoded messages, shipping each request as it fills: a request
+        closes before a message when it holds MAX_CHUNK_MESSAGES, or when the message would
+        take its estimated bytes (sizes + 16 per message) over MAX_CHUNK_BYTES."""
         target = self.targets.get((stream, partition))
         if target is None:
             target = self.targets[(stream, partition)] = _Target()
-        size = len(value) + (len(key) if key else 0) + sum(len(n) + len(v) for n, v in headers)
-        if target.chunk and (
-            len(target.chunk) >= MAX_CHUNK_MESSAGES or target.chunk_bytes + size > MAX_CHUNK_BYTES
-        ):
-            self.ship(stream, partition, target)
-        target.chunk.append(ProduceMessage(value, key, headers))
-        target.chunk_bytes += size + 16
+        buffers = data.buffers()
+        offsets = np.frombuffer(
+            buffers[1], dtype=np.int32, count=len(data) + 1, offset=4 * data.offset
+        )
+        payload = buffers[2]
+        cum = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes + 16, out=cum[1:])
+        i, m = 0, len(sizes)
+        while i < m:
+            if target.chunk_count and (
+                target.chunk_count >= MAX_CHUNK_MESSAGES
+                or target.chunk_bytes + int(sizes[i]) > MAX_CHUNK_BYTES
+            ):
+                self.ship(stream, partition, target)
+            # rows i..e-1 fit: each with chunk bytes so far + its size <= MAX_CHUNK_BYTES
+            bound = MAX_CHUNK_BYTES + 16 - target.chunk_bytes + int(cum[i])
+            end = int(np.searchsorted(cum, bound, side="right")) - 1
+            end = max(i + 1, min(end, i + MAX_CHUNK_MESSAGES - target.chunk_count, m))
+            lo, hi = int(offsets[i]), int(offsets[end])
+            target.chunk.append(payload[lo:hi].to_pybytes())
+            target.chunk_count += end - i
+            target.chunk_bytes += int(cum[end] - cum[i])
+            i = end
 
     def ship(self, stream: str, partition: int, target: _Target) -> None:
         # One request in flight per partition keeps the partition's rows in order.
         self.settle(stream, partition, target)
-        request = ProduceRequest(
-            stream=stream,
-            partition=partition,
-            ack_policy=self.opts.ack,
-            timeout_ms=int(self.opts.ack_timeout * 1000),
-            messages=tuple(target.chunk),
-            producer_id=self.producer_id,
-            base_seq=target.next_seq,
+        body = request_body(
+            stream,
+            partition,
+            self.opts.ack,
+            int(self.opts.ack_timeout * 1000),
+            self.producer_id,
+            target.next_seq,
+            target.chunk_count,
+            target.chunk,
         )
-        target.next_seq += len(target.chunk)
-        target.in_flight = self.bridge.submit(_produce, self.bridge.client, request)
-        target.in_flight_count = len(target.chunk)
+        wait = self.opts.ack_timeout + self.opts.request_timeout
+        target.in_flight = self.bridge.submit(
+            _produce, self.bridge.client, stream, partition, body, target.chunk_count, wait
+        )
+        target.next_seq += target.chunk_count
         target.chunk = []
+        target.chunk_count = 0
         target.chunk_bytes = 0
 
     def settle(self, stream: str, partition: int, target: _Target) -> None:
@@ -233,7 +307,7 @@ class _TaskWriter:
 
     def finish(self) -> WriteStats:
         for (stream, partition), target in self.targets.items():
-            if target.chunk:
+            if target.chunk_count:
                 self.ship(stream, partition, target)
         for (stream, partition), target in self.targets.items():
             self.settle(stream, partition, target)
@@ -244,69 +318,35 @@ async def _stream_info(client: Client, stream: str) -> int:
     return (await client.stream_info(stream, refresh=True)).partition_count
 
 
-async def _produce(client: Client, request: ProduceRequest) -> list[ProduceResult]:
-    """Send, and send again (same sequences) while some messages got a retriable error;
-    the ones already stored then come back DUPLICATE_SEQUENCE."""
-    results = await client.produce(request)
+async def _produce(
+    client: Client, stream: str, partition: int, body: bytes, count: int, wait: float
+) -> list[ProduceResult]:
+    """Send (as :meth:`jetsdk.Client.produce` does), and send again (same sequences) while
+    some messages got a retriable error; the ones already stored then come back
+    DUPLICATE_SEQUENCE."""
+
+    async def once() -> list[ProduceResult]:
+        answer = await client.request_leader(stream, partition, Api.PRODUCE, body, timeout=wait)
+        return decode_produce_answer(answer, count)
+
+    results = await once()
     for _ in range(MAX_RESENDS):
         if not any(is_retriable(r.error_code) for r in results):
             break
-        results = await client.produce(request)
+        results = await once()
     return results
 
 
-RowTuple = tuple[Any, Any, Any, Any, Any]
-"""``(value, key, headers, partition, stream)`` as Spark hands them over (str or bytes;
-headers a list of (key, value) pairs or dicts; None where missing)."""
-
-
-def write_rows(
-    opts: SinkOptions, producer_id: int, task: int, rows: Iterable[RowTuple]
+def write_batches(
+    opts: SinkOptions, producer_id: int, task: int, batches: Iterable[pa.RecordBatch]
 ) -> WriteStats:
-    """Write ``rows`` (one Spark task's data, in order) and wait for every ack.
+    """Write ``batches`` (one Spark task's rows, in order) and wait for every ack.
 
     Raises:
         ColumnError: a row with a bad partition, header or stream.
         SinkWriteError: the server refused messages; JetError: other SDK errors.
     """
     writer = _TaskWriter(opts, producer_id, task)
-    default_stream = opts.stream
-    for value, key, headers, partition, row_stream in rows:
-        # As in Spark's Kafka sink, option 'stream' overrides the column.
-        stream = default_stream or row_stream
-        if stream is None:
-            raise ColumnError("stream", "a row has a null stream and option 'stream' is unset")
-        writer.add(
-            stream,
-            b"" if value is None else _as_bytes(value),
-            None if key is None else _as_bytes(key),
-            _headers(headers) if headers else (),
-            partition,
-        )
-    return writer.finish()
-
-
-def _headers(headers: Iterable[Any]) -> tuple[tuple[str, bytes], ...]:
-    out = []
-    for header in headers:
-        if isinstance(header, dict):
-            name, value = header.get("key"), header.get("value")
-        else:
-            name, value = header[0], header[1]
-        if not isinstance(name, str):
-            raise ColumnError("headers", "a header has a null key")
-        out.append((name, b"" if value is None else _as_bytes(value)))
-    return tuple(out)
-
-
-def arrow_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[RowTuple]:
-    """The rows of Arrow ``batches`` as :data:`RowTuple` (columns matched by name)."""
     for batch in batches:
-        names = {name.lower(): i for i, name in enumerate(batch.schema.names)}
-        n = batch.num_rows
-
-        columns: list[Sequence[Any]] = []
-        for name in _SINK_COLUMNS:
-            i = names.get(name)
-            columns.append([None] * n if i is None else batch.column(i).to_pylist())
-        yield from zip(*columns)
+        writer.add_batch(batch)
+    return writer.finish()

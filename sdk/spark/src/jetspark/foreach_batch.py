@@ -4,7 +4,8 @@ each micro-batch.
     sink = jetspark.foreach_batch_sink(servers="127.0.0.1:9292", stream="totals")
     query = totals.writeStream.foreachBatch(sink).option("checkpointLocation", cp).start()
 
-Each call writes the batch with one Spark job (one task per partition of the batch);
+Each call writes the batch with one Spark job (one task per partition of the batch, fed
+Arrow batches by ``mapInArrow``);
 every task sends its rows with a producer id derived from (sink name or query id, batch id,
 Spark partition id), so when Spark replays a batch id after a failure the server recognises
 every message already stored and keeps one copy (:mod:`jetspark._write`). The guarantee holds
@@ -17,9 +18,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from functools import partial
-from typing import Any
 
 import attrs
+import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -28,7 +30,7 @@ from jetspark._write import (
     check_columns,
     producer_id_for,
     sink_columns,
-    write_rows,
+    write_batches,
 )
 from jetspark.errors import JetSparkError
 from jetspark.options import SinkOptions, security_args, sink_options
@@ -142,11 +144,10 @@ class ForeachBatchSink:
             raise JetSparkError(
                 "foreach_batch_sink: no streaming query id in this call; pass name=..."
             )
-        columns = [
-            F.col(name) if name is not None else F.lit(None) for name in sink_columns(df.schema)
-        ]
+        columns = [F.col(name) for name in sink_columns(df.schema) if name is not None]
         task = partial(_write_task, self.opts, sink, batch_id)
-        stats = df.select(*columns).rdd.mapPartitionsWithIndex(task).collect()
+        rows = df.select(*columns).mapInArrow(task, _STATS_SCHEMA).collect()
+        stats = [WriteStats(r["task"], r["written"], r["duplicates"]) for r in rows]
         result = BatchResult(
             batch_id, sum(s.written for s in stats), sum(s.duplicates for s in stats)
         )
@@ -155,10 +156,24 @@ class ForeachBatchSink:
             del self.results[: -self.MAX_RESULTS]
 
 
+_STATS_SCHEMA = "task int, written long, duplicates long"
+_STATS_ARROW = pa.schema(
+    [("task", pa.int32()), ("written", pa.int64()), ("duplicates", pa.int64())]
+)
+
+
 def _write_task(
-    opts: SinkOptions, sink: str, batch_id: int, task: int, rows: Iterator[Any]
-) -> Iterator[WriteStats]:
-    # The RDD partition index is the Spark partition id of the batch's task: it and the
+    opts: SinkOptions, sink: str, batch_id: int, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    # The task's partition id is the index of the batch DataFrame's partition: it and the
     # rows in it are what a replay reproduces, so they seed the producer id.
+    context = TaskContext.get()
+    if context is None:
+        raise JetSparkError("foreach_batch_sink: not running in a Spark task")
+    task = context.partitionId()
     producer_id = producer_id_for("foreachBatch", sink, batch_id, task)
-    yield write_rows(opts, producer_id, task, rows)
+    stats = write_batches(opts, producer_id, task, batches)
+    yield pa.RecordBatch.from_pydict(
+        {"task": [stats.task], "written": [stats.written], "duplicates": [stats.duplicates]},
+        schema=_STATS_ARROW,
+    )

@@ -51,7 +51,9 @@ def records_to_batch(
 ) -> pa.RecordBatch:
     """One Arrow record batch of source rows for ``records`` of one partition.
 
-    Columns are matched by name, so ``schema`` may carry ``headers`` or not.
+    Columns are matched by name, so ``schema`` may carry ``headers`` or not. The source
+    builds its batches from the record bytes instead (:mod:`jetspark._records`, same
+    result without a Python object per row); this row-by-row form is its reference.
     """
     n = len(records)
     columns: dict[str, pa.Array] = {}

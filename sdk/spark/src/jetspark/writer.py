@@ -29,7 +29,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from jetspark._bridge import shared_bridge
-from jetspark._write import WriteStats, arrow_rows, check_columns, producer_id_for, write_rows
+from jetspark._write import WriteStats, check_columns, producer_id_for, write_batches
 from jetspark.errors import JetSparkError, OptionError
 from jetspark.options import SinkOptions
 
@@ -92,7 +92,7 @@ class JetBatchWriter(DataSourceArrowWriter):
         """Write one task's rows (executor side)."""
         task = _task_id()
         producer_id = producer_id_for("write", self.job_id, task)
-        stats = write_rows(self.opts, producer_id, task, arrow_rows(iterator))
+        stats = write_batches(self.opts, producer_id, task, iterator)
         return JetCommitMessage(stats)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -138,7 +138,7 @@ class JetStreamWriter(DataSourceStreamArrowWriter):
             )
         task = context.partitionId()
         producer_id = producer_id_for("stream", sink, batch_id, task)
-        stats = write_rows(self.opts, producer_id, task, arrow_rows(iterator))
+        stats = write_batches(self.opts, producer_id, task, iterator)
         return JetCommitMessage(stats)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -1,0 +1,218 @@
+"""The sinks' bulk path (jetspark._bulk, jetspark._write) against the SDK's per-message
+code: wire bytes, Kafka's murmur2, partition choice, sequence numbers and request cuts
+across Arrow batch boundaries. No server, no JVM."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_produce_request
+from jetsdk.partitioner import murmur2 as sdk_murmur2
+from jetsdk.partitioner import partition_for_key
+from jetspark import _write
+from jetspark._bulk import encode_messages, murmur2, request_body
+from jetspark.errors import ColumnError
+from jetspark.options import sink_options
+
+_HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=30))
+def test_murmur2_matches_the_sdk(keys: list[bytes]) -> None:
+    array = pa.array(keys, pa.binary())
+    data = np.frombuffer(array.buffers()[2] or b"", dtype=np.uint8)
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[: len(keys) + 1].astype(np.int64)
+    got = murmur2(data, offsets[:-1], np.diff(offsets))
+    assert got.tolist() == [sdk_murmur2(k) & 0xFFFFFFFF for k in keys]
+
+
+def _row(rng: random.Random) -> dict[str, Any]:
+    return {
+        "value": rng.choice([None, b"", b"v" * rng.randrange(300), "välue"]),
+        "key": rng.choice([None, b"", b"k%d" % rng.randrange(50), "ключ"]),
+        "headers": rng.choice(
+            [None, [], [{"key": "a", "value": b"1"}], [{"key": "ü", "value": None}] * 2]
+        ),
+    }
+
+
+def _as_bytes(value: Any) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), count=st.integers(0, 30), string_keys=st.booleans())
+def test_request_bytes_equal_the_sdk_encoding(seed: int, count: int, string_keys: bool) -> None:
+    rng = random.Random(seed)
+    rows = [_row(rng) for _ in range(count)]
+    kind = pa.string() if string_keys else pa.binary()
+    cast = (lambda v: v.decode() if isinstance(v, bytes) else v) if string_keys else _as_bytes
+    value = pa.array([cast(r["value"]) for r in rows], kind)
+    key = pa.array([cast(r["key"]) for r in rows], kind)
+    headers = pa.array([r["headers"] for r in rows], _HEADERS)
+    msgs = encode_messages(value, key, headers)
+    body = request_body(
+        "s", 3, AckPolicy.ALL, 5000, 77, 10, count, [msgs.data.to_pylist()[i] for i in range(count)]
+    )
+    expected = [
+        ProduceMessage(
+            _as_bytes(r["value"]) or b"",
+            _as_bytes(r["key"]),
+            tuple((h["key"], h["value"] or b"") for h in r["headers"] or ()),
+        )
+        for r in rows
+    ]
+    request = ProduceRequest("s", 3, AckPolicy.ALL, 5000, tuple(expected), 77, 10)
+    assert body == encode_produce_request(request)
+    sizes = [
+        len(m.value) + len(m.key or b"") + sum(len(n) + len(v) for n, v in m.headers)
+        for m in expected
+    ]
+    assert msgs.sizes.tolist() == sizes
+    assert msgs.has_key.tolist() == [r["key"] is not None for r in rows]
+
+
+def test_a_header_without_key_is_a_column_error() -> None:
+    headers = pa.array([[{"key": None, "value": b"x"}]], _HEADERS)
+    with pytest.raises(ColumnError, match="null key"):
+        encode_messages(pa.array([b"v"]), None, headers)
+
+
+class _FakeWriter(_write._TaskWriter):
+    """The task writer with a fixed partition count and requests recorded, not sent."""
+
+    def __init__(self, task: int, partitions: int, stream: str | None = "s") -> None:
+        raw = {"servers": "127.0.0.1:1"} | ({"stream": stream} if stream else {})
+        self.opts = sink_options(raw)
+        self.producer_id = 1
+        self.task = task
+        self.partition_counts = {"s": partitions, "t": 2}
+        self.targets = {}
+        self.keyless = 0
+        self.written = 0
+        self.duplicates = 0
+        self.sent: list[tuple[str, int, int, int]] = []  # stream, partition, base seq, count
+
+    def ship(self, stream: str, partition: int, target: Any) -> None:
+        self.sent.append((stream, partition, target.next_seq, target.chunk_count))
+        target.next_seq += target.chunk_count
+        target.chunk, target.chunk_count, target.chunk_bytes = [], 0, 0
+
+    def settle(self, stream: str, partition: int, target: Any) -> None:
+        pass
+
+
+def _reference(rows: list[dict[str, Any]], task: int, partitions: int) -> list[Any]:
+    """The row-at-a-time rules of the sinks (before the bulk path): partition choice,
+    then a request closes before a row when it holds MAX_CHUNK_MESSAGES or the row would
+    take its estimate over MAX_CHUNK_BYTES."""
+    chunks: dict[int, list[int]] = {}  # partition -> [count, bytes]
+    seqs: dict[int, int] = {}
+    sent = []
+    keyless = 0
+    for row in rows:
+        key, value = row["key"], row["value"]
+        if row.get("partition") is not None:
+            part = row["partition"]
+        elif key is None:
+            part = (task + keyless) % partitions
+            keyless += 1
+        else:
+            part = partition_for_key(key, partitions)
+        size = len(value) + len(key or b"")
+        count, nbytes = chunks.setdefault(part, [0, 0])
+        if count and (count >= _write.MAX_CHUNK_MESSAGES or nbytes + size > _write.MAX_CHUNK_BYTES):
+            sent.append(("s", part, seqs.get(part, 0), count))
+            seqs[part] = seqs.get(part, 0) + count
+            count, nbytes = 0, 0
+        chunks[part] = [count + 1, nbytes + size + 16]
+    for part, (count, _) in chunks.items():
+        if count:
+            sent.append(("s", part, seqs.get(part, 0), count))
+    return sent
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_partitions_sequences_and_cuts_match_the_row_at_a_time_rules(seed: int) -> None:
+    rng = random.Random(seed)
+    sizes = [0, 10, 100, 3000, 40_000]
+    rows = [
+        {
+            "value": b"x" * rng.choice(sizes),
+            "key": rng.choice([None, b"k%d" % rng.randrange(1000)]),
+            "partition": rng.choice([None, None, None, rng.randrange(3)]),
+        }
+        for _ in range(9000)
+    ]
+    writer = _FakeWriter(task=5, partitions=3)
+    i = 0
+    while i < len(rows):  # Arrow batches of uneven sizes, as Spark may hand them over
+        step = rng.choice([1, 7, 500, 2500])
+        part = rows[i : i + step]
+        writer.add_batch(
+            pa.RecordBatch.from_pydict(
+                {
+                    "value": pa.array([r["value"] for r in part], pa.binary()),
+                    "key": pa.array([r["key"] for r in part], pa.binary()),
+                    "partition": pa.array([r["partition"] for r in part], pa.int32()),
+                }
+            )
+        )
+        i += step
+    writer.finish()
+    expected = _reference(rows, task=5, partitions=3)
+    assert sorted(writer.sent) == sorted(expected)
+    assert writer.keyless == sum(1 for r in rows if r["key"] is None and r["partition"] is None)
+
+
+def test_stream_column_routes_rows_and_bad_partitions_are_refused() -> None:
+    writer = _FakeWriter(task=0, partitions=4, stream=None)
+    batch = pa.RecordBatch.from_pydict(
+        {"value": [b"a", b"b", b"c"], "stream": ["s", "t", "s"], "partition": [3, 1, 0]}
+    )
+    writer.add_batch(batch)
+    writer.finish()
+    assert sorted(writer.sent) == [("s", 0, 0, 1), ("s", 3, 0, 1), ("t", 1, 0, 1)]
+    with pytest.raises(ColumnError, match="has no partition 2"):
+        writer.add_batch(
+            pa.RecordBatch.from_pydict({"value": [b"a"], "stream": ["t"], "partition": [2]})
+        )
+    with pytest.raises(ColumnError, match="null stream"):
+        writer.add_batch(
+            pa.RecordBatch.from_pydict({"value": [b"a"], "stream": pa.array([None], pa.string())})
+        )
+
+
+@pytest.mark.parametrize("size", [603, 724, 1074])
+def test_a_request_is_cut_exactly_at_the_byte_limit(size: int) -> None:
+    """Rows big enough that the byte estimate (value + 16 each), not the message count,
+    cuts the requests."""
+    rows = [{"value": b"x" * size, "key": None, "partition": 0} for _ in range(5000)]
+    writer = _FakeWriter(task=0, partitions=1)
+    values = pa.array([r["value"] for r in rows], pa.binary())
+    writer.add_batch(pa.RecordBatch.from_pydict({"value": values}))
+    writer.finish()
+    assert writer.sent == _reference(rows, task=0, partitions=1)
+    assert len(writer.sent) > 2
+
+
+def test_sliced_and_large_arrays_encode_like_plain_ones() -> None:
+    values = pa.array([b"a", None, b"ccc", b"", b"eeeee"], pa.binary())
+    keys = pa.array(["k1", "k2", None, "", "ключ"], pa.string())
+    plain = encode_messages(values.slice(1, 3), keys.slice(1, 3), None)
+    sliced = encode_messages(
+        pa.array([None, b"ccc", b""], pa.binary()), pa.array(["k2", None, ""], pa.string()), None
+    )
+    assert plain.data.to_pylist() == sliced.data.to_pylist()
+    large = encode_messages(values.cast(pa.large_binary()), keys.cast(pa.large_string()), None)
+    assert large.data.to_pylist() == encode_messages(values, keys, None).data.to_pylist()
+    assert large.sizes.tolist() == [3, 2, 3, 0, 13]
