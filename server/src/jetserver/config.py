@@ -36,6 +36,11 @@ from jetsdk.codec.limits import (
 from jetserver.errors import ConfigError
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.config import AuthConfig, TlsConfig
+from jetserver.storage.config import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_SEGMENT_MAX_AGE_S,
+    DEFAULT_SEGMENT_MAX_BYTES,
+)
 from jetserver.validators import non_negative, positive
 
 MiB = 1024 * 1024
@@ -276,10 +281,6 @@ class IngestConfig:
 # --------------------------------------------------------------------------------------
 # [storage]
 
-DEFAULT_SEGMENT_MAX_BYTES = 256 * MiB
-DEFAULT_SEGMENT_MAX_AGE_S = 7 * 24 * 3600.0
-DEFAULT_INDEX_INTERVAL_BYTES = 4096
-DEFAULT_DELETE_RETENTION_S = 86400.0
 DEFAULT_HW_CHECKPOINT_INTERVAL_S = 5.0
 DEFAULT_MAINTENANCE_INTERVAL_S = 60.0
 

@@ -13,11 +13,14 @@ from typing import Any
 
 import attrs
 
+from jetserver.storage.config import (
+    DEFAULT_DELETE_RETENTION_S,
+    DEFAULT_SEGMENT_MAX_AGE_S,
+    DEFAULT_SEGMENT_MAX_BYTES,
+)
+
 DEFAULT_PARTITIONS = 1
 DEFAULT_REPLICATION_FACTOR = 1
-DEFAULT_SEGMENT_MAX_BYTES = 268_435_456
-DEFAULT_SEGMENT_MAX_AGE_S = 604_800.0
-DEFAULT_DELETE_RETENTION_S = 86_400.0
 DEFAULT_DUPLICATE_WINDOW_S = 120.0
 """How long a plain message's ``Nats-Msg-Id`` is remembered (JetStream's default)."""
 DURABILITY_FLUSHED = "flushed"

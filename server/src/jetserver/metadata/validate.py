@@ -14,14 +14,16 @@ from typing import Any
 from jetsdk.codec.limits import MAX_SUBJECT_BYTES, MAX_VALUE_BYTES
 from jetserver.errors import invalid_argument
 from jetserver.metadata.model import (
-    DEFAULT_DELETE_RETENTION_S,
     DEFAULT_DUPLICATE_WINDOW_S,
-    DEFAULT_SEGMENT_MAX_AGE_S,
-    DEFAULT_SEGMENT_MAX_BYTES,
     DURABILITIES,
     DURABILITY_FLUSHED,
     DURABILITY_WRITTEN,
     StreamSpec,
+)
+from jetserver.storage.config import (
+    DEFAULT_DELETE_RETENTION_S,
+    DEFAULT_SEGMENT_MAX_AGE_S,
+    DEFAULT_SEGMENT_MAX_BYTES,
 )
 
 MAX_STREAM_NAME_CHARS = 255
