@@ -62,7 +62,6 @@ from jetserver.replication.ids import replica_index
 from jetserver.replication.scrub import first_damaged_offset
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log, StorageError
-from jetserver.storage.checkpoint import HIGH_WATERMARK_FILE, read_single_value
 
 log = logging.getLogger(__name__)
 
@@ -487,12 +486,10 @@ class ReplicaRoles:
 
 
 def checkpointed_hw(log_: Log) -> int:
-    """The HW checkpoint as written (not clamped to what recovery kept); 0 if unreadable.
+    """The HW checkpoint as written when the log was opened (not clamped to what recovery
+    kept); 0 if missing or unreadable.
 
     A follower whose log lost records below it (a damaged disk) must not count as holding
     every committed record until it has fetched them again.
     """
-    try:
-        return read_single_value(log_.directory, HIGH_WATERMARK_FILE) or 0
-    except (StorageError, OSError):
-        return 0
+    return log_.recovery.hw_checkpoint or 0  # read by recovery, in the opening thread

@@ -84,6 +84,9 @@ class RecoveryReport:
     """Log end offset after recovery."""
     high_watermark: int
     """High watermark after recovery."""
+    hw_checkpoint: int | None = None
+    """The high-watermark checkpoint as found on disk, before clamping (None: missing or
+    corrupt). A replica reads it at start without touching the file again."""
     bytes_truncated: int = 0
     """Bytes cut from torn tails (the last segment)."""
     truncated_files: tuple[str, ...] = ()
@@ -235,6 +238,7 @@ def recover(directory: Path, config: LogConfig) -> Recovered:
         log_start_offset=log_start,
         log_end_offset=leo,
         high_watermark=hw,
+        hw_checkpoint=hw_ckpt,
         bytes_truncated=found.bytes_truncated,
         truncated_files=tuple(found.truncated),
         indexes_rebuilt=len(found.rebuilt),
