@@ -32,7 +32,7 @@ def test_shared_file_closes_with_last_reference(tmp_path: Path) -> None:
     path.write_bytes(b"hello")
     shared = SharedFile.open(path)
     lease = FileLease(shared)
-    shared.release()  # the owner lets go (e.g. the segment was deleted)
+    shared.release_owner()  # the owner lets go (e.g. the segment was deleted)
     os.unlink(path)
     assert os.pread(shared.fd, 5, 0) == b"hello"  # still readable through the lease
     lease.release()

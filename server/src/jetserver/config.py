@@ -41,6 +41,7 @@ from jetserver.storage.config import (
     DEFAULT_SEGMENT_MAX_AGE_S,
     DEFAULT_SEGMENT_MAX_BYTES,
 )
+from jetserver.storage.files import DEFAULT_OPEN_SEALED_FILES
 from jetserver.validators import non_negative, positive
 
 MiB = 1024 * 1024
@@ -305,6 +306,10 @@ class StorageConfig:
         default=DEFAULT_MAINTENANCE_INTERVAL_S, validator=_positive
     )
     """How often retention and compaction run per partition."""
+    open_sealed_files: int = attrs.field(default=DEFAULT_OPEN_SEALED_FILES, validator=_positive)
+    """How many sealed (older) segment files stay open when idle, over all partitions; the
+    least recently read beyond it are closed and opened again on their next read. Active
+    segments are always open (one file per partition)."""
 
 
 # --------------------------------------------------------------------------------------

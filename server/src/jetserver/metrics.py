@@ -25,6 +25,7 @@ from jetsdk.codec.error_codes import error_name
 from jetsdk.codec.frames import FLAG_ERROR, FRAME_HEADER_SIZE, Api
 from jetsdk.codec.messages import decode_error
 from jetserver.resources import NEAR_LIMIT_FRACTION, open_file_limit, open_files
+from jetserver.storage.files import SEALED_FILES
 
 if TYPE_CHECKING:
     from jetserver.broker.streams import StreamManager
@@ -168,6 +169,19 @@ def _files(out: list[str], src: MetricsSources) -> None:
     _gauge(out, "jet_open_files_limit", "The open-file limit (soft RLIMIT_NOFILE).", limit)
     near = 1 if used >= 0 and used >= limit * NEAR_LIMIT_FRACTION else 0
     _gauge(out, "jet_open_files_near_limit", "1 above 80 % of the open-file limit.", near)
+    _gauge(
+        out,
+        "jet_open_sealed_files",
+        "Sealed segment files held open by the bounded cache ([storage] open_sealed_files).",
+        len(SEALED_FILES),
+    )
+    _head(
+        out,
+        "jet_sealed_files_parked_total",
+        "counter",
+        "Sealed segment files closed by the cache's bound (each reopened on its next read).",
+    )
+    out.append(f"jet_sealed_files_parked_total {SEALED_FILES.parks}")
     offline = list(src.streams.offline) if src.streams is not None else []
     _head(
         out,

@@ -9,7 +9,9 @@
   (:func:`describe_open_error`).
 
 An idle partition holds :data:`FILES_PER_PARTITION` open file (its active segment); its
-indexes and older segments are opened only while they are read or written.
+indexes are opened only while they are read or written, and its older (sealed) segments
+share a bounded cache of open files (:data:`~jetserver.storage.files.SEALED_FILES`, the
+``[storage] open_sealed_files`` setting).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.errors import ApiError, JetServerError
 from jetserver.logs import fields
+from jetserver.storage.files import SEALED_FILES
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +70,14 @@ def raise_open_file_limit() -> tuple[int, int]:
 
 
 def files_needed(partitions: int, connections: int = 0) -> int:
-    """An estimate of the files the server needs for this much work."""
-    return partitions * FILES_PER_PARTITION + connections * FILES_PER_CONNECTION + FILES_RESERVED
+    """An estimate of the files the server needs for this much work: the partitions'
+    active segments, the connections, the cache of open sealed segments, and a reserve."""
+    return (
+        partitions * FILES_PER_PARTITION
+        + connections * FILES_PER_CONNECTION
+        + SEALED_FILES.capacity
+        + FILES_RESERVED
+    )
 
 
 def log_file_limits(partitions: int, before: int, after: int) -> None:
@@ -80,6 +89,7 @@ def log_file_limits(partitions: int, before: int, after: int) -> None:
         partitions=partitions,
         files_needed=needed,
         files_per_partition=FILES_PER_PARTITION,
+        open_sealed_files=SEALED_FILES.capacity,
     )
     if needed > after * NEAR_LIMIT_FRACTION:
         log.warning("the open-file limit is near what the partitions need", extra=extra)

@@ -61,6 +61,7 @@ from jetserver.resources import DataDirLock, log_file_limits, raise_open_file_li
 from jetserver.security.gate import Security, Session
 from jetserver.security.wiring import acl_proposer, connection_setup
 from jetserver.security.wiring import bootstrap as bootstrap_acls
+from jetserver.storage.files import SEALED_FILES
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ class Server:
             OSError: the data directory or the listen address is unusable.
         """
         before, after = raise_open_file_limit()
+        SEALED_FILES.set_capacity(self.config.storage.open_sealed_files)
         lock = DataDirLock(Path(self.config.server.data_dir))
         await anyio.to_thread.run_sync(lock.acquire)
         try:

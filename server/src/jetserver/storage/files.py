@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
 from jetserver.storage import durability_trace
-from jetserver.storage.errors import LogClosedError
+from jetserver.storage.errors import LogClosedError, StorageError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -137,17 +138,37 @@ class SharedFile:
     The descriptor is closed when the last holder releases it, so a reader keeps a valid
     descriptor (and the data it saw) even after compaction or retention unlinks the file.
 
-    Thread-safety: acquire/release may be called from any thread.
+    A sealed segment's file can be *parked* by an :class:`~jetserver.storage.open_files.
+    OpenFileCache`: while only its owner (the segment) holds it, the descriptor is closed
+    and ``fd`` is -1; the next :meth:`acquire` opens the file again at ``path``. A file
+    whose segment was deleted (:meth:`retire`) is never opened again.
+
+    Thread-safety: acquire/release/park may be called from any thread.
     """
 
-    __slots__ = ("_lock", "_refs", "fd", "path")
+    __slots__ = (
+        "_lock",
+        "_owned",
+        "_park_when_idle",
+        "_refs",
+        "_retired",
+        "cache",
+        "fd",
+        "path",
+    )
 
     def __init__(self, fd: int, path: Path) -> None:
         self.fd = fd
-        """The descriptor (valid while any holder has not released it)."""
+        """The descriptor: valid while any holder has not released it, except that a
+        parked file has -1 until the next :meth:`acquire` (hold a lease to use it)."""
         self.path = path
         """The path the file was opened at (it may since have been renamed or unlinked)."""
+        self.cache: OpenFileCache | None = None
+        """The cache that may park this file (a sealed segment's), None while pinned open."""
         self._refs = 1
+        self._owned = True
+        self._retired = False
+        self._park_when_idle = False
         self._lock = threading.Lock()
 
     @classmethod
@@ -161,11 +182,33 @@ class SharedFile:
         return cls(os.open(path, flags, 0o644), path)
 
     def acquire(self) -> None:
-        """Take one more reference; LogClosedError if the descriptor is already closed."""
+        """Take one more reference, opening a parked file again.
+
+        Raises:
+            LogClosedError: the descriptor is already closed, or the file was parked and
+                is gone since (its segment was deleted). StorageError: reopening failed
+                (for example EMFILE).
+        """
         with self._lock:
             if self._refs <= 0:
                 raise LogClosedError(f"{self.path} is closed")
+            if self.fd < 0:
+                self._reopen()
             self._refs += 1
+        cache = self.cache
+        if cache is not None:
+            cache.touch(self)
+
+    def _reopen(self) -> None:
+        """Open a parked file again (lock held)."""
+        if self._retired:
+            raise LogClosedError(f"{self.path} was deleted")
+        try:
+            self.fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError as exc:
+            raise LogClosedError(f"{self.path} is gone") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot open {self.path} again: {exc}") from exc
 
     def release(self) -> None:
         """Drop one reference; the last one closes the descriptor."""
@@ -174,8 +217,74 @@ class SharedFile:
                 return
             self._refs -= 1
             if self._refs:
+                if self._refs == 1 and self._park_when_idle and self._owned and self.cache:
+                    self._park()
                 return
+            fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+        cache = self.cache
+        if cache is not None:
+            cache.forget(self)
+
+    def release_owner(self) -> None:
+        """The segment drops its own reference (it was deleted, replaced or closed)."""
+        with self._lock:
+            self._owned = False
+        self.release()
+
+    def retire(self) -> None:
+        """The file was unlinked: a parked descriptor is never opened again."""
+        with self._lock:
+            self._retired = True
+
+    def park(self) -> None:
+        """Close the descriptor while only the owner holds it (at once, or when the last
+        reader releases it); the next :meth:`acquire` opens the file again."""
+        with self._lock:
+            if self._refs <= 0 or self.fd < 0 or not self._owned or self.cache is None:
+                return
+            if self._refs == 1:
+                self._park()
+            else:
+                self._park_when_idle = True
+
+    def keep_open(self) -> None:
+        """Cancel a pending :meth:`park` (the file was used again)."""
+        with self._lock:
+            self._park_when_idle = False
+
+    def _park(self) -> None:
         os.close(self.fd)
+        self.fd = -1
+        self._park_when_idle = False
+
+    def pin(self) -> None:
+        """Keep the file open from now on (its segment became the active one again).
+
+        Raises:
+            LogClosedError, StorageError: as :meth:`acquire`.
+        """
+        with self._lock:
+            cache, self.cache = self.cache, None
+            self._park_when_idle = False
+            if self._refs > 0 and self.fd < 0:
+                self._reopen()
+        if cache is not None:
+            cache.forget(self)
+
+    def seal(self, cache: OpenFileCache) -> None:
+        """Let ``cache`` park the file when it is idle (its segment is sealed)."""
+        with self._lock:
+            if self._refs <= 0:
+                return
+            self.cache = cache
+        cache.touch(self)
+
+    @property
+    def parked(self) -> bool:
+        """True while the descriptor is closed by the cache (the file is still in use)."""
+        return self._refs > 0 and self.fd < 0
 
     @property
     def closed(self) -> bool:
@@ -202,3 +311,72 @@ class FileLease:
     def __del__(self) -> None:
         # A forgotten ReadSlice must not leak a descriptor forever.
         self.release()
+
+
+DEFAULT_OPEN_SEALED_FILES = 1024
+"""How many sealed segment files an :class:`OpenFileCache` keeps open by default."""
+
+
+class OpenFileCache:
+    """Keeps at most ``capacity`` sealed segment files open, least recently used parked.
+
+    Active segments are not in it (they stay open for appends). A parked file is opened
+    again on its next lease, so the bound costs an ``open(2)`` on a cold read, never data.
+    A file in use by a reader when it is evicted is parked when that reader lets go.
+
+    Thread-safety: all methods may be called from any thread. Lock order: the cache's
+    lock, then a file's.
+    """
+
+    def __init__(self, capacity: int = DEFAULT_OPEN_SEALED_FILES) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self._capacity = capacity
+        self._lru: OrderedDict[SharedFile, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.parks = 0
+        """Files parked so far (each costs one reopen if it is read again)."""
+
+    @property
+    def capacity(self) -> int:
+        """The most sealed files kept open when idle."""
+        return self._capacity
+
+    def set_capacity(self, capacity: int) -> None:
+        """Change the bound (parking files at once if it shrank)."""
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        with self._lock:
+            self._capacity = capacity
+            self._evict()
+
+    def __len__(self) -> int:
+        """Sealed files open now (or about to be parked when their readers let go)."""
+        return len(self._lru)
+
+    def touch(self, file: SharedFile) -> None:
+        """``file`` was just used: it becomes the most recently used, and the least
+        recently used beyond the bound are parked."""
+        with self._lock:
+            if file in self._lru:
+                self._lru.move_to_end(file)
+                file.keep_open()
+                return
+            self._lru[file] = None
+            self._evict()
+
+    def forget(self, file: SharedFile) -> None:
+        """``file`` was closed or pinned: it no longer counts."""
+        with self._lock:
+            self._lru.pop(file, None)
+
+    def _evict(self) -> None:
+        while len(self._lru) > self._capacity:
+            oldest, _ = self._lru.popitem(last=False)
+            oldest.park()
+            self.parks += 1
+
+
+SEALED_FILES = OpenFileCache()
+"""The server's cache of open sealed segment files (its bound is the ``[storage]
+open_sealed_files`` setting)."""

@@ -25,10 +25,11 @@ from jetserver.storage.errors import (
     CorruptRangeError,
     InvalidArgumentError,
     InvalidRecordsError,
+    LogClosedError,
     OffsetOutOfRange,
     StorageError,
 )
-from jetserver.storage.files import FileLease, fdatasync
+from jetserver.storage.files import SEALED_FILES, FileLease, OpenFileCache, fdatasync
 from jetserver.storage.framing import frame_batch_sizes
 from jetserver.storage.maintenance import LogMaintenance
 from jetserver.storage.offset_index import U32_MAX, index_points
@@ -76,6 +77,7 @@ class Log(LogMaintenance):
         *,
         clock: Callable[[], int] = DELETION_CLOCK,
         lock: bool = True,
+        file_cache: OpenFileCache = SEALED_FILES,
     ) -> Log:
         """Open (creating if needed) and recover the log in ``directory``.
 
@@ -84,7 +86,9 @@ class Log(LogMaintenance):
         tombstone expiry (default: the wall clock guarded against forward jumps,
         :data:`~jetserver.storage.clock.DELETION_CLOCK`). ``lock``: hold an exclusive lock
         on the directory's ``.lock`` file while open (one more open file); a caller that
-        already owns the whole data directory (the server) passes False.
+        already owns the whole data directory (the server) passes False. ``file_cache``
+        bounds how many of the sealed segments' files stay open (default: the process's
+        :data:`~jetserver.storage.files.SEALED_FILES`).
 
         Raises:
             StorageError: the directory cannot be created, listed or locked (another Log has
@@ -102,7 +106,7 @@ class Log(LogMaintenance):
             except OSError as exc:
                 os.close(lock_fd)
                 raise StorageError(f"{path} is in use by another open Log") from exc
-        log = cls(path, config, clock, lock_fd)
+        log = cls(path, config, clock, lock_fd, file_cache)
         try:
             log._load()
         except BaseException:
@@ -137,6 +141,8 @@ class Log(LogMaintenance):
             for seg in self._segments:
                 seg.release()
             raise StorageError(f"recovery of {self._dir} failed: {exc}") from exc
+        for seg in self._segments[:-1]:
+            seg.seal(self._file_cache)
         self._commit.rebase(self._leo if synced is None else min(synced, self._leo))
         self.recovery = found.report
 
@@ -574,7 +580,10 @@ class Log(LogMaintenance):
             with self._lock:
                 if seg.file.closed:
                     continue
-                lease = FileLease(seg.file)
+                try:
+                    lease = FileLease(seg.file)
+                except LogClosedError:  # parked, and deleted by retention since
+                    continue
             try:
                 found = seg.find_timestamp(timestamp_ns, st)
             except CodecError:

@@ -9,7 +9,7 @@ from pathlib import Path
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import LeaderEpochCache
 from jetserver.storage.errors import LogClosedError, StorageError
-from jetserver.storage.files import fsync_directory
+from jetserver.storage.files import OpenFileCache, fsync_directory
 from jetserver.storage.group_commit import GroupCommit
 from jetserver.storage.recovery import RecoveryReport
 from jetserver.storage.segment import NO_TIMESTAMP, Segment
@@ -29,12 +29,14 @@ class LogState:
         config: LogConfig,
         clock: Callable[[], int],
         lock_fd: int,
+        file_cache: OpenFileCache,
     ) -> None:
         # Use Log.open(); this constructor only prepares the fields.
         self._dir = directory
         self._config = config
         self._clock = clock
         self._lock_fd = lock_fd
+        self._file_cache = file_cache
         self._lock = threading.Lock()
         self._write_lock = threading.RLock()
         self._compact_lock = threading.Lock()
@@ -77,6 +79,7 @@ class LogState:
         with self._lock:
             self._segments = (*self._segments, new)
             self._bases = [*self._bases, new_base]
+        old.seal(self._file_cache)
         # The old segment was just fsynced, and so was every one before it.
         self._commit.advance(self._leo)
 

@@ -44,6 +44,7 @@ class LogMaintenance(LogState):
             keep = max(bisect_right(self._bases, offset) - 1, 0)
             target = segments[keep]
             dropped = segments[keep + 1 :]
+            target.pin()  # it becomes the active segment: appends need its file open
             try:
                 target.truncate_to(offset)
                 target.fsync()
@@ -240,6 +241,8 @@ class LogMaintenance(LogState):
             with self._lock:
                 self._segments = segments
                 self._bases = [seg.base_offset for seg in segments]
+            for group in cleaned:
+                group.segment.seal(self._file_cache)
             for seg in replaced:
                 seg.release()
             return None

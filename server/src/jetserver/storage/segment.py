@@ -24,6 +24,7 @@ from jetserver.storage.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIMEINDEX_SUFFIX,
+    OpenFileCache,
     SharedFile,
     fdatasync,
     pread_exact,
@@ -257,10 +258,23 @@ class Segment:
 
     def release(self) -> None:
         """Drop the segment's own reference to the ``.log`` descriptor."""
-        self.file.release()
+        self.file.release_owner()
+
+    def seal(self, cache: OpenFileCache) -> None:
+        """The segment is sealed: ``cache`` may close its file while no reader holds it."""
+        self.file.seal(cache)
+
+    def pin(self) -> None:
+        """The segment takes appends again: keep its file open (reopening it if parked).
+
+        Raises:
+            StorageError: it cannot be opened again.
+        """
+        self.file.pin()
 
     def delete_files(self) -> None:
         """Unlink the segment's files (open descriptors stay valid)."""
+        self.file.retire()
         for path in (self.log_path, self.index_path, self.timeindex_path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
