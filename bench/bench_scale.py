@@ -5,7 +5,9 @@ For each size (1,000 / 5,000 / 10,000 partitions; ``--quick``: 500 / 2,000), a f
 ``/proc``: the create time per partition, RSS and open files per idle partition (above the
 empty server's), the idle CPU share over a few seconds once settled, and the time from a restart to
 ready. Then the produce throughput of one keyed producer writing to every partition of a
-1,000-partition stream (500 with ``--quick``) against one partition. Targets (issue 17):
+1,000-partition stream (500 with ``--quick``) against one partition, and the cost of 10,000
+long-polling consumer connections (2,000 with ``--quick``; bench/scale_connections.py).
+Targets (issue 17):
 <= 20 KB RSS and <= 1 open file per idle partition, restart <= 10 s and idle CPU <= 5 %
 at 10,000 partitions.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import anyio
 
+from bench import scale_connections
 from jetsdk import AckPolicy, Client, Producer
 from jetserver.devcluster import DevCluster
 
@@ -197,4 +200,13 @@ def run(quick: bool) -> None:
     print(
         f"\n  produce {msgs:,} x 100 B, ack LEADER, keyed: to {wide_n:,} partitions "
         f"{wide:,.0f} msg/s, to 1 partition {one:,.0f} msg/s, ratio {wide / one:.2f}x"
+    )
+    conns = 2_000 if quick else 10_000
+    c = scale_connections.measure(conns)
+    print(
+        f"\n  {conns:,} consumer connections, each with a Fetch parked on an idle partition "
+        f"(all parked after {c['parked_s']:.1f} s): {c['rss_kb_per_connection']:.1f} KB RSS "
+        f"and {c['files_per_connection']:.2f} files per connection; acked Produce to another "
+        f"stream p50/p99 {c['produce_p50_ms']:.2f}/{c['produce_p99_ms']:.2f} ms while they "
+        f"wait, {c['produce_p50_before_ms']:.2f}/{c['produce_p99_before_ms']:.2f} ms before"
     )
