@@ -474,6 +474,25 @@ def _report(jet: Figures | None, js: Figures, js_sync: Figures | None) -> None:
         print(
             f"  failover <= 0.5x JetStream's: {ratio:.2f}x {'met' if ratio <= 0.5 else 'NOT met'}"
         )
+    if jet is None:
+        return
+    print("\n  targets (issue 11: latency)")
+    for q, name in ((0.5, "p50"), (0.99, "p99")):
+        mine, theirs = _pct(j.latency_ms, q), _pct(js.latency_ms, q)
+        if theirs > 0:
+            ratio = mine / theirs
+            verdict = "met" if ratio <= 2.0 else "NOT met"
+            print(f"  ack ALL {name} <= 2x JetStream R3's: {ratio:.2f}x {verdict}")
+        if js_sync is not None and _pct(js_sync.latency_ms, q) > 0:
+            ratio = mine / _pct(js_sync.latency_ms, q)
+            verdict = "met" if ratio <= 1.0 else "NOT met"
+            print(
+                f"  ack ALL {name} <= 1x JetStream R3 sync_interval=always: {ratio:.2f}x {verdict}"
+            )
+    if js.publish_rate > 0:
+        ratio = j.publish_rate / js.publish_rate
+        verdict = "met" if ratio >= 2.0 else "NOT met"
+        print(f"  RF 3 throughput >= 2x JetStream R3: {ratio:.2f}x {verdict}")
 
 
 def run(quick: bool) -> None:

@@ -298,3 +298,25 @@ async def test_clean_stop_marker(cluster: DevCluster) -> None:
     cluster.kill(p.server_id)
     assert not marker.exists()
     await anyio.to_thread.run_sync(cluster.start_server, p.server_id)
+
+
+IDLE_S = 6.5
+"""Four silence bounds (leader_silence_s 1.5 s), and past one idle long poll (5 s)."""
+
+
+@pytest.mark.anyio
+async def test_idle_partitions_keep_their_leaders(cluster: DevCluster) -> None:
+    """An idle partition's replica fetch answers only once per ``fetch_max_wait_s`` (5 s),
+    far past ``leader_silence_s`` (1.5 s): the followers count the leader's server answering
+    their servers' liveness probes as hearing from it, so nobody reports the leader silent
+    and no partition changes leader (spec/cluster.md, "Silent leaders")."""
+    name = f"idle-{uuid.uuid4().hex[:6]}"
+    spec: dict[str, Any] = {"name": name, "subject": name, "partitions": 6}
+    spec["replication_factor"] = 3
+    await call(cluster.processes[0].address, partial(RawClient.create_stream, **spec))
+    address = cluster.processes[0].address
+    before = assignments(await metadata(address), name)
+    assert all(epoch == 0 for _leader, _replicas, epoch in before)
+    await anyio.sleep(IDLE_S)  # the span observed: no event marks "nothing happened"
+    after = assignments(await metadata(address), name)
+    assert after == before

@@ -35,6 +35,8 @@ class FakePartition:
     records: list[bytes] = attrs.field(factory=list)
     log_start: int = 0
     grew: anyio.Event = attrs.field(factory=anyio.Event)
+    parked: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set when a Fetch waits for records here (a long poll reached the server)."""
     sequences: dict[tuple[int, int], tuple[int, int]] = attrs.field(factory=dict)
     """(producer id, sequence) -> (offset, timestamp) of idempotent messages stored."""
 
@@ -245,6 +247,7 @@ class FakeCluster:
                 await peer.respond(frame, head)
                 return
             if freq.offset == part.hw:
+                part.parked.set()
                 with anyio.move_on_after(freq.max_wait_ms / 1000):
                     await part.grew.wait()
             chunks: list[bytes] = []

@@ -56,7 +56,8 @@ async def test_long_poll_wakes_on_new_message() -> None:
         async with Consumer(client, "s", max_wait=10.0) as consumer:
 
             async def later() -> None:
-                await anyio.sleep(0.02)
+                with anyio.fail_after(5):
+                    await cluster.streams["s"].partitions[0].parked.wait()
                 cluster.append("s", 0, b"hello")
 
             async with anyio.create_task_group() as tg:

@@ -98,12 +98,19 @@ class Controller:
     """Used directly when this server is the metadata leader."""
     client_addresses: Callable[[], Mapping[str, str]]
     """Server id -> client address of the registered servers."""
+    heard_at: Mapping[str, float] = attrs.field(factory=dict)
+    """When each server last answered this server's liveness probes (``anyio`` clock)."""
     isr_bound_s: float = ISR_PROPOSE_BOUND_S
     """See :data:`ISR_PROPOSE_BOUND_S`."""
     isr_changes: int = 0
     """UpdateIsr proposals applied."""
     reports_sent: int = 0
     """Silent-leader reports sent."""
+
+    def server_heard_at(self, server_id: str) -> float | None:
+        """When ``server_id`` last answered a liveness probe (None: not yet); followers
+        count it as hearing from their leader (spec/cluster.md, "Silent leaders")."""
+        return self.heard_at.get(server_id)
 
     async def propose_isr(
         self,

@@ -55,6 +55,8 @@ class Liveness:
     """Probe period."""
     probes: dict[str, Probe] = attrs.field(factory=dict)
     """Last probe per server id."""
+    heard_at: dict[str, float] = attrs.field(factory=dict)
+    """When each server last answered a probe (``anyio.current_time()``), by server id."""
     _changed: anyio.Event = attrs.field(factory=anyio.Event)
 
     def is_down(self, server_id: str) -> bool:
@@ -102,6 +104,7 @@ class Liveness:
         try:
             await self.peers.hello(address, PROBE_TIMEOUT_S)
             ok = True
+            self.heard_at[server_id] = anyio.current_time()
         except JetError:
             ok = False
         previous = self.probes.get(server_id)

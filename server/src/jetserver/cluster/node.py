@@ -122,6 +122,7 @@ class ClusterNode:
                 peers,
                 elections,
                 lambda: member.state.client_addresses(),
+                heard_at=liveness.heard_at,
             )
             node = cls(config, member, peers, liveness, elections, controller, tg=tg)
             try:

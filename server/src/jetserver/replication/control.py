@@ -6,6 +6,7 @@ simulation use their own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -32,3 +33,10 @@ class ControlPlane(Protocol):
     ) -> None:
         """Tell the metadata leader that the leader of ``leader_epoch`` is silent."""
         ...
+
+
+def server_heard_of(controller: object) -> Callable[[str], float | None] | None:
+    """The controller's ``server_heard_at`` (when a server last answered its liveness
+    probes), or None for a control plane without liveness probes."""
+    heard = getattr(controller, "server_heard_at", None)
+    return heard if callable(heard) else None

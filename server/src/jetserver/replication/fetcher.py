@@ -13,9 +13,12 @@ to the leader it:
    reports them flushed; with ``replicated`` the partition's flusher fsyncs in the
    background. The HW carried by each answer becomes the follower's HW
    (:func:`~jetserver.replication.follower_hw`).
-3. **Watches the leader**: no answer for ``leader_silence_s`` → report the leader silent to
-   the controller, again every period while it lasts — only while this replica holds every
-   record it knows to be committed (a replica that lost data must not be elected).
+3. **Watches the leader**: no answer for ``leader_silence_s`` — neither to its fetches nor
+   to this server's liveness probes of the leader's server — → report the leader silent to
+   the controller, again every period while it lasts; a fetch unanswered within its long
+   poll plus ``request_slack_s`` is reported at once. Only while this replica holds every
+   record it knows to be committed (a replica that lost data must not be elected). The
+   probes are what keeps an idle partition's leader heard between long polls.
 
 ``OFFSET_OUT_OF_RANGE``: below the leader's log start (retention moved it) the log restarts
 empty at the leader's log start; above the leader's LEO the follower reconciles again.
@@ -47,7 +50,7 @@ from jetsdk.codec.messages import (
     encode_json,
 )
 from jetsdk.connection import Connection
-from jetsdk.errors import JetError
+from jetsdk.errors import JetError, Timeout
 from jetsdk.transport import parse_address
 from jetserver import hops
 from jetserver.logs import fields
@@ -111,6 +114,9 @@ class FollowerFetcher:
     """Monotonic seconds."""
     security: PeerSecurity = PLAIN
     """TLS and the internal token for the connection to the leader."""
+    server_heard: Callable[[str], float | None] | None = None
+    """When a server last answered this server's liveness probes (``clock`` time; None:
+    no probes); the leader's counts as hearing from the leader."""
     fetches: int = 0
     """Fetch answers received."""
     records_bytes: int = 0
@@ -142,22 +148,36 @@ class FollowerFetcher:
     # ------------------------------------------------------------------ silence
 
     async def _watch_leader(self) -> None:
-        assert self._silence is not None
+        silence = self._silence
+        assert silence is not None
         while True:
-            await anyio.sleep(max(self._silence.next_check_s(self.clock()), 0.01))
-            if not self._silence.should_report(self.clock()):
-                continue
-            if not self.whole:
-                log.warning(
-                    "leader silent; not reporting it: this replica lacks committed records",
-                    extra=self._fields(flushed=self.log.flushed_offset),
-                )
-                continue
-            log.info("leader silent; reporting it", extra=self._fields())
-            if self.controller is not None:
-                await self.controller.report_leader_silent(
-                    self.stream, self.partition, self.leader_epoch, self.server_id
-                )
+            await anyio.sleep(max(silence.next_check_s(self.clock()), 0.01))
+            self._heard_from_server()
+            if silence.should_report(self.clock()):
+                await self._report("leader silent")
+
+    def _heard_from_server(self) -> None:
+        """Count the leader's server answering this server's liveness probes as hearing
+        from the leader (its idle long polls answer only every ``fetch_max_wait_s``)."""
+        silence = self._silence
+        if self.server_heard is None or silence is None:
+            return
+        at = self.server_heard(self.leader)
+        if at is not None and at > silence.last_heard_s:
+            silence.heard(at)
+
+    async def _report(self, why: str) -> None:
+        if not self.whole:
+            log.warning(
+                f"{why}; not reporting it: this replica lacks committed records",
+                extra=self._fields(flushed=self.log.flushed_offset),
+            )
+            return
+        log.info(f"{why}; reporting it", extra=self._fields())
+        if self.controller is not None:
+            await self.controller.report_leader_silent(
+                self.stream, self.partition, self.leader_epoch, self.server_id
+            )
 
     # ------------------------------------------------------------------ main loop
 
@@ -277,11 +297,16 @@ class FollowerFetcher:
                 replica_flushed=log_.flushed_offset,
                 leader_epoch=self.leader_epoch,
             )
-            body = await conn.request(
-                Api.FETCH,
-                encode_fetch_request(req),
-                timeout=cfg.fetch_max_wait_s + cfg.request_slack_s,
-            )
+            try:
+                body = await conn.request(
+                    Api.FETCH,
+                    encode_fetch_request(req),
+                    timeout=cfg.fetch_max_wait_s + cfg.request_slack_s,
+                )
+            except Timeout:
+                # The leader's server may still answer probes: this partition is stuck there.
+                await self._report("replica fetch unanswered")
+                raise
             self._heard()
             self.fetches += 1
             header, records = decode_fetch_response(body)
