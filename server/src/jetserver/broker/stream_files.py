@@ -19,7 +19,7 @@ from jetsdk.codec.record import Record, iter_records
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
-from jetserver.metadata.model import StreamMeta
+from jetserver.metadata.model import MetadataState, StreamMeta
 from jetserver.storage import Log, LogConfig, StorageError
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,17 @@ def open_partition_log(
             extra=fields(stream=name, partition=partition, error=str(exc)),
         )
     return log_, producers
+
+
+def unknown_stream_dirs(data_dir: Path, state: MetadataState) -> list[Path]:
+    """Stream directories under ``data_dir`` that ``state`` does not know (deleted streams;
+    not those already renamed for removal)."""
+    known = {stream_dir(data_dir, m).name for m in state.streams.values()}
+    try:
+        paths = [p for p in (data_dir / STREAMS_DIR).iterdir() if p.is_dir()]
+    except FileNotFoundError:
+        return []
+    return [p for p in paths if p.name not in known and not p.name.endswith(DELETED_SUFFIX)]
 
 
 def remove_stream_dir(directory: Path) -> None:

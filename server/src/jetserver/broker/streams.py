@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import secrets
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,12 +54,14 @@ from jetserver.broker.stream_files import (
     open_partition_log,
     remove_stream_dir,
     stream_dir,
+    unknown_stream_dirs,
 )
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.logs import fields
+from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
-from jetserver.metadata.ops import CreateStream, DeleteStream
+from jetserver.metadata.ops import DeleteStream
 from jetserver.metadata.store import MetadataStore
 from jetserver.metadata.validate import partition_subject, spec_from_request
 from jetserver.nats_link import NatsLink, NatsUnavailable
@@ -258,10 +258,22 @@ class StreamManager:
 
     async def _open_stream(self, meta: StreamMeta) -> None:
         """Single server: open every partition of a new stream this server leads and
-        subscribe it; raises the first partition's error."""
-        for assignment in meta.partitions:
-            if assignment.leader == self.server_id:
-                await self._open_and_subscribe(meta, assignment, at_start=False)
+        subscribe it, START_OPEN_CONCURRENCY at a time; raises the first error."""
+        limiter = anyio.CapacityLimiter(START_OPEN_CONCURRENCY)
+        errors: list[Exception] = []
+
+        async def open_one(assignment: PartitionAssignment) -> None:
+            try:
+                await self._open_and_subscribe(meta, assignment, at_start=False, limiter=limiter)
+            except Exception as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for assignment in meta.partitions:
+                if assignment.leader == self.server_id:
+                    tg.start_soon(open_one, assignment)
+        if errors:
+            raise errors[0]
 
     async def _open_stream_at_start(self, meta: StreamMeta, limiter: anyio.CapacityLimiter) -> None:
         """As :meth:`_open_stream` at start, the partitions concurrently (``limiter`` bounds
@@ -411,15 +423,7 @@ class StreamManager:
 
     async def _collect(self, state: MetadataState) -> None:
         """Remove stream directories that ``state`` does not know (deleted streams)."""
-        root = self.data_dir / STREAMS_DIR
-        known = {stream_dir(self.data_dir, m).name for m in state.streams.values()}
-        try:
-            paths = [p for p in root.iterdir() if p.is_dir()]
-        except FileNotFoundError:
-            return
-        for path in paths:
-            if path.name in known or path.name.endswith(DELETED_SUFFIX):
-                continue
+        for path in unknown_stream_dirs(self.data_dir, state):
             log.info("removing data of a deleted stream", extra=fields(path=str(path)))
             try:
                 await self._remove_dir(path)
@@ -515,31 +519,15 @@ class StreamManager:
             if spec.name not in store.state.streams:
                 need = spec.partitions * FILES_PER_PARTITION
                 check_room(need, f"stream {spec.name!r}", reserve=False)
-            op = CreateStream(
-                spec=spec,
-                stream_id=secrets.token_hex(4),
-                created_ns=time.time_ns(),
-                replicas=tuple((self.server_id,) for _ in range(spec.partitions)),
-            )
+            op = create_stream_op(spec, tuple((self.server_id,) for _ in range(spec.partitions)))
             try:
                 result = await store.propose(op)
             except OSError as exc:
                 raise ApiError(ErrorCode.STORAGE_ERROR, f"cannot write metadata: {exc}") from exc
-            if not result.ok:
-                raise ApiError(result.error_code, result.message, {"stream": spec.name})
-            assert result.stream is not None
+            stream = created_stream(result, spec)
             if result.created:
-                log.info(
-                    "stream created",
-                    extra=fields(
-                        stream=spec.name,
-                        subject=spec.subject,
-                        partitions=spec.partitions,
-                        group=spec.group,
-                    ),
-                )
                 try:
-                    await self._open_stream(result.stream)
+                    await self._open_stream(stream)
                     await self._confirm_subscriptions()
                 except Exception as exc:
                     reason = describe_open_error(exc)
@@ -554,7 +542,7 @@ class StreamManager:
                         f"stream {spec.name!r} cannot be opened, not created: {reason}",
                         {"stream": spec.name},
                     ) from exc
-            return result.created, result.stream
+            return result.created, stream
 
     async def delete(self, name: str) -> None:
         """Delete a stream: metadata first, then stop its partitions and remove its data.

@@ -25,7 +25,6 @@ Task safety: one event loop; requests run concurrently (the Raft log orders them
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -45,8 +44,9 @@ from jetserver.cluster.placement import place_replicas, server_load
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.logs import fields
+from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import Grant, MetadataState, StreamMeta
-from jetserver.metadata.ops import CreateStream, DeleteStream, OpResult, SetAcl
+from jetserver.metadata.ops import DeleteStream, OpResult, SetAcl
 from jetserver.metadata.validate import MAX_PARTITIONS, spec_from_request
 from jetserver.protocol.json_api import stream_info
 from jetserver.raft import (
@@ -289,29 +289,12 @@ class MetadataRequests:
                 self.liveness.live_servers(),
                 server_load(state.streams.values()),
             )
-            op = CreateStream(
-                spec=spec,
-                stream_id=secrets.token_hex(4),
-                created_ns=time.time_ns(),
-                replicas=replicas,
-            )
+            op = create_stream_op(spec, replicas)
             result = (await self.raft.propose(op, op_id=op_id)).result
-        if not result.ok:
-            raise ApiError(result.error_code, result.message, {"stream": spec.name})
-        assert result.stream is not None
+        stream = created_stream(result, spec)
         if result.created:
-            log.info(
-                "stream created",
-                extra=fields(
-                    stream=spec.name,
-                    subject=spec.subject,
-                    partitions=spec.partitions,
-                    replication_factor=spec.replication_factor,
-                    leaders=",".join(a.leader for a in result.stream.partitions),
-                ),
-            )
-            await self._wait_partitions_ready(result.stream)
-        return {"created": result.created, "stream": stream_info(result.stream)}
+            await self._wait_partitions_ready(stream)
+        return {"created": result.created, "stream": stream_info(stream)}
 
     async def _delete_here(self, name: str, op_id: str) -> dict[str, Any]:
         remembered = self.raft.machine.recent.get(op_id)

@@ -15,10 +15,11 @@ to the leader it:
    (:func:`~jetserver.replication.follower_hw`).
 3. **Watches the leader**: no answer for ``leader_silence_s`` — neither to its fetches nor
    to this server's liveness probes of the leader's server — → report the leader silent to
-   the controller, again every period while it lasts; a fetch unanswered within its long
-   poll plus ``request_slack_s`` is reported at once. Only while this replica holds every
-   record it knows to be committed (a replica that lost data must not be elected). The
-   probes are what keeps an idle partition's leader heard between long polls.
+   the controller, again every period while it lasts; two fetches in a row unanswered
+   within their long poll plus ``request_slack_s`` are reported at once. Only while this
+   replica holds every record it knows to be committed (a replica that lost data must not
+   be elected). The probes are what keeps an idle partition's leader heard between long
+   polls.
 
 ``OFFSET_OUT_OF_RANGE``: below the leader's log start (retention moved it) the log restarts
 empty at the leader's log start; above the leader's LEO the follower reconciles again.
@@ -50,7 +51,15 @@ from jetsdk.codec.messages import (
     encode_json,
 )
 from jetsdk.connection import Connection
-from jetsdk.errors import JetError, Timeout
+from jetsdk.errors import (
+    JetError,
+    NotLeader,
+    PartitionNotFound,
+    PartitionOffline,
+    StreamNotFound,
+    Timeout,
+    Unavailable,
+)
 from jetsdk.transport import parse_address
 from jetserver import hops
 from jetserver.logs import fields
@@ -65,10 +74,26 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2.0
 """Bound on dialing the leader."""
+FETCH_TIMEOUTS_REPORTED = 2
+"""Replica fetches in a row unanswered within their long poll plus ``request_slack_s``
+that report the leader silent even while its server answers liveness probes."""
 
 
 class _Restart(Exception):
-    """Start over: reconnect and reconcile."""
+    """Start over: reconcile again (after a pause)."""
+
+
+LEADER_ANSWERS: tuple[type[JetError], ...] = (
+    NotLeader,
+    Unavailable,
+    PartitionOffline,
+    PartitionNotFound,
+    StreamNotFound,
+)
+"""Errors the leader's server answers while it cannot serve this fetch yet (it has not
+opened the partition, or leads another epoch): they count as hearing from it, and the
+fetcher retries on the same connection after a pause."""
+_RETRY_ON_CONNECTION: tuple[type[Exception], ...] = (*LEADER_ANSWERS, _Restart)
 
 
 @attrs.define(eq=False)
@@ -124,6 +149,8 @@ class FollowerFetcher:
     truncations: int = 0
     """Truncations made by reconciliation."""
     _silence: SilenceDetector | None = None
+    _failures: int = 0
+    _timeouts: int = 0
     _leader_hw: int = -1
 
     def _have(self) -> int:
@@ -182,7 +209,6 @@ class FollowerFetcher:
     # ------------------------------------------------------------------ main loop
 
     async def _replicate(self) -> None:
-        failures = 0
         while True:
             if not self.leader_address:
                 await anyio.sleep_forever()  # a new assignment will bring the address
@@ -191,16 +217,26 @@ class FollowerFetcher:
                 stream = await self.security.dial(address, CONNECT_TIMEOUT_S)
                 async with Connection(stream, label=self.leader_address) as conn:
                     await self.security.authenticate(conn, CONNECT_TIMEOUT_S)
-                    await self._reconcile(conn)
-                    failures = 0
-                    await self._fetch_loop(conn)
+                    while True:
+                        try:
+                            await self._reconcile(conn)
+                            await self._fetch_loop(conn)
+                        except _RETRY_ON_CONNECTION as exc:
+                            if isinstance(exc, LEADER_ANSWERS):
+                                self._heard()  # it answered: not silent
+                            await self._pause_after(exc)
             except (JetError, _Restart, CodecError, StorageError, OSError) as exc:
                 if self.log.sync_failure is not None:
                     await self._recover_unsynced(exc)
-                failures += 1
-                level = logging.DEBUG if failures > 1 else logging.INFO
-                log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
-            await anyio.sleep(self.config.backoff_s(max(failures, 1)))
+                await self._pause_after(exc)
+
+    async def _pause_after(self, exc: Exception) -> None:
+        """Log an interruption (the first of a series at INFO) and back off; the pause
+        doubles per failure until a fetch is answered again."""
+        self._failures += 1
+        level = logging.DEBUG if self._failures > 1 else logging.INFO
+        log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
+        await anyio.sleep(self.config.backoff_s(self._failures))
 
     async def _recover_unsynced(self, exc: Exception) -> None:
         """An fsync failed: cut the log back to its last good sync (what the failed fsync
@@ -304,10 +340,14 @@ class FollowerFetcher:
                     timeout=cfg.fetch_max_wait_s + cfg.request_slack_s,
                 )
             except Timeout:
-                # The leader's server may still answer probes: this partition is stuck there.
-                await self._report("replica fetch unanswered")
+                # Twice in a row while the leader's server may still answer probes: this
+                # partition is stuck there (once may be a loaded server answering late).
+                self._timeouts += 1
+                if self._timeouts >= FETCH_TIMEOUTS_REPORTED:
+                    await self._report("replica fetch unanswered")
                 raise
             self._heard()
+            self._timeouts = 0
             self.fetches += 1
             header, records = decode_fetch_response(body)
             if header.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -315,6 +355,7 @@ class FollowerFetcher:
                 continue
             if header.error_code != ErrorCode.NONE:
                 raise _Restart(f"fetch answered error {header.error_code}")
+            self._failures = 0
             self._leader_hw = max(self._leader_hw, header.hw)
             if len(records):
                 if hops.ENABLED:
