@@ -41,6 +41,7 @@ import anyio
 import anyio.abc
 
 from jetsdk._version import __version__
+from jetsdk.background import BackgroundTasks
 from jetsdk.client_dial import (
     DEFAULT_SERVERS,
     ENV_SERVERS,
@@ -169,6 +170,7 @@ class Client:
         self._metadata_stale = True
         self._metadata_version = 0
         self._metadata_lock: anyio.Lock | None = None
+        self._background = BackgroundTasks()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -176,16 +178,13 @@ class Client:
         if self._tg is not None or self._closed:
             raise ClientClosed("a Client can be entered once")
         self._metadata_lock = anyio.Lock()
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        self._tg = await self._background.open()
         try:
             await self._any_connection()
         except BaseException:
             self._closed = True
             await self._pool.close_all()
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+            await self._background.close()
             raise
         return self
 
@@ -197,10 +196,7 @@ class Client:
     ) -> bool | None:
         self._closed = True
         await self._pool.close_all()
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        # Background tasks never raise; the body's own exception propagates unwrapped.
-        await self._tg.__aexit__(None, None, None)
+        await self._background.close()
         return None
 
     @property

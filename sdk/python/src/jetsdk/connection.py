@@ -33,6 +33,7 @@ import anyio
 import anyio.abc
 import attrs
 
+from jetsdk.background import BackgroundTasks
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FLAG_ERROR, FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
 from jetsdk.codec.limits import MAX_FRAME_BYTES
@@ -143,6 +144,7 @@ class Connection:
         self._closed_error: JetError | None = None
         self._reader_scope: anyio.CancelScope | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._background = BackgroundTasks()
         self.server_info: dict[str, object] = {}
         """The Hello response, once the owner sent Hello (empty before)."""
 
@@ -159,14 +161,12 @@ class Connection:
         return len(self._waiters)
 
     async def __aenter__(self) -> Connection:
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._task_group = tg
+        tg = self._task_group = await self._background.open()
         try:
             await tg.start(self.run)
         except BaseException:
             await self.aclose()
-            await tg.__aexit__(None, None, None)
+            await self._background.close()
             raise
         return self
 
@@ -177,9 +177,7 @@ class Connection:
         tb: TracebackType | None,
     ) -> bool | None:
         await self.aclose()
-        assert self._task_group is not None
-        self._task_group.cancel_scope.cancel()
-        await self._task_group.__aexit__(None, None, None)
+        await self._background.close()
         return None
 
     async def run(

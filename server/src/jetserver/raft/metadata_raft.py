@@ -46,6 +46,7 @@ import anyio
 import attrs
 from anyio.abc import TaskGroup
 
+from jetsdk.background import BackgroundTasks
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
 from jetserver.metadata.ops import Op, OpResult
@@ -142,6 +143,7 @@ class MetadataRaft:
         self._host: RaftHost | None = None
         self._waker: ThreadWaker | None = None
         self._tg: TaskGroup | None = None
+        self._background = BackgroundTasks()
         self._status_cell: Cell[RaftStatus] | None = None
         self._machine_cell: Cell[MachineState] | None = None
         self._started: anyio.Event | None = None
@@ -167,8 +169,7 @@ class MetadataRaft:
         self._machine_cell = Cell(MachineState())
         self._started = anyio.Event()
         self._host = RaftHost(self._config, self._waker.wake)
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        self._tg = await self._background.open()
         try:
             self._tg.start_soon(self._dispatch)
             self._host.start()
@@ -239,8 +240,7 @@ class MetadataRaft:
             assert self._tg is not None
             assert self._waker is not None
             # Exited outside any shield: the task group's scope must be the current one.
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            await self._background.close()
             self._waker.close()
             self._wake_watchers()
 

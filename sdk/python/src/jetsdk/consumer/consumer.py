@@ -55,6 +55,7 @@ import anyio.abc
 import anyio.from_thread
 import anyio.lowlevel
 
+from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
 from jetsdk.consumer.acks import PartitionAcks
 from jetsdk.consumer.delivery import Delivery
@@ -214,6 +215,7 @@ class Consumer:
                 on_lost=on_lost,
             )
         self._tg: anyio.abc.TaskGroup | None = None
+        self._background = BackgroundTasks()
         self._closed = False
         self._delivery = Delivery(manual_ack=manual_ack, max_unacked=max_unacked)
         self._delivery.leases = self._group
@@ -245,9 +247,7 @@ class Consumer:
                         positions[key] = done.offset
                     else:
                         positions[key] = await self._initial_offset(key, self._start)
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        tg = self._tg = await self._background.open()
         try:
             for key, offset in positions.items():
                 self._begin_run(key, offset)
@@ -255,8 +255,7 @@ class Consumer:
                 await self._group.open(tg, counts)
         except BaseException:
             self._closed = True
-            tg.cancel_scope.cancel()
-            await tg.__aexit__(None, None, None)
+            await self._background.close()
             raise
         return self
 
@@ -277,8 +276,7 @@ class Consumer:
             self._delivery.notify()
             for run in list(self._delivery.runs.values()):
                 run.end()
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            await self._background.close()
         return None
 
     async def _initial_offset(self, key: StreamPartition, start: object) -> int:

@@ -54,6 +54,7 @@ import anyio.abc
 import anyio.lowlevel
 import attrs
 
+from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
@@ -191,6 +192,7 @@ class Producer:
             linger=linger, max_batch_messages=max_batch_messages, max_batch_bytes=max_batch_bytes
         )
         self._tg: anyio.abc.TaskGroup | None = None
+        self._background = BackgroundTasks()
         self._senders: dict[int, _PartitionSender] = {}
         self._space: anyio.Event | None = None
         self._unresolved = 0
@@ -220,9 +222,7 @@ class Producer:
         self._space = anyio.Event()
         self._idle = anyio.Event()
         self._idle.set()
-        tg = anyio.create_task_group()
-        await tg.__aenter__()
-        self._tg = tg
+        self._tg = await self._background.open()
         return self
 
     async def __aexit__(
@@ -242,8 +242,7 @@ class Producer:
             closed = ClientClosed("the producer was closed before the message was sent")
             for pending in self._acc.drain_all():
                 self._resolve(pending, None, closed)
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            await self._background.close()
         return None
 
     @property
