@@ -69,7 +69,9 @@ async def test_stop_while_nats_is_unreachable(tmp_path: Path) -> None:
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(server.run)
-            await anyio.sleep(0.3)  # a few failed attempts (any count is fine)
+            # Until the server is connecting to NATS (each attempt takes seconds to fail).
+            while server.link is None:  # noqa: ASYNC110 - no event for this, bounded above
+                await anyio.sleep(0.01)
             server.request_stop()
     assert server.address is None
 
