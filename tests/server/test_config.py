@@ -113,3 +113,17 @@ def test_print_config_round_trips(tmp_path: Path) -> None:
     conf = tmp_path / "out.toml"
     conf.write_text(to_toml(cfg, show_secrets=True))
     assert load_config(conf) == cfg
+
+
+def test_old_millisecond_limit_keys_still_work(tmp_path: Path) -> None:
+    """Durations are float seconds; the old ``_ms`` limit keys are read and converted."""
+    path = tmp_path / "jet.toml"
+    path.write_text("[limits]\nmax_fetch_wait_ms = 1500\n")
+    cfg = load_config(path, env={"JET_LIMITS_MAX_PRODUCE_TIMEOUT_MS": "2500"})
+    assert cfg.limits.max_fetch_wait_s == 1.5
+    assert cfg.limits.max_produce_timeout_s == 2.5
+    path.write_text("[limits]\nmax_fetch_wait_s = 0.25\n")
+    assert load_config(path).limits.max_fetch_wait_s == 0.25
+    path.write_text('[limits]\nmax_fetch_wait_ms = "soon"\n')
+    with pytest.raises(ConfigError, match="max_fetch_wait_ms must be a number"):
+        load_config(path)

@@ -12,7 +12,7 @@ TOML layout (every key optional)::
     [limits]   max_frame_bytes, max_message_bytes, max_inflight_per_connection, ...
     [ingest]   max_batch_bytes, max_pending_bytes, ...
     [storage]  segment_max_bytes, segment_max_age_s, index_interval_bytes, ...
-    [fetch]    io ("sendfile" or "read"), max_wait_ms
+    [fetch]    io ("sendfile", "read" or "auto"), sendfile_min_bytes
     [logging]  level, format ("text" or "json")
     [metrics]  port (None: off), host
     [cluster]  raft_address, peers, password / password_file, ... (absent: one server alone)
@@ -216,8 +216,8 @@ DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_READ_TIMEOUT_S = 30.0
 DEFAULT_WRITE_TIMEOUT_S = 30.0
-DEFAULT_MAX_PRODUCE_TIMEOUT_MS = 300_000
-DEFAULT_MAX_FETCH_WAIT_MS = 300_000
+DEFAULT_MAX_PRODUCE_TIMEOUT_S = 300.0
+DEFAULT_MAX_FETCH_WAIT_S = 300.0
 DEFAULT_MAX_FETCH_BYTES = 8 * MiB
 
 
@@ -241,12 +241,14 @@ class LimitsConfig:
     """A frame that started arriving must be complete within this time."""
     write_timeout_s: float = attrs.field(default=DEFAULT_WRITE_TIMEOUT_S, validator=_positive)
     """A response must be accepted by the client's socket within this time."""
-    max_produce_timeout_ms: int = attrs.field(
-        default=DEFAULT_MAX_PRODUCE_TIMEOUT_MS, validator=_positive
+    max_produce_timeout_s: float = attrs.field(
+        default=DEFAULT_MAX_PRODUCE_TIMEOUT_S, validator=_positive
     )
-    """Produce ``timeout_ms`` values above this are clamped."""
-    max_fetch_wait_ms: int = attrs.field(default=DEFAULT_MAX_FETCH_WAIT_MS, validator=_positive)
-    """Fetch ``max_wait_ms`` values above this are clamped."""
+    """Produce ``timeout_ms`` values above this are clamped (the old key
+    ``max_produce_timeout_ms``, in milliseconds, is still read)."""
+    max_fetch_wait_s: float = attrs.field(default=DEFAULT_MAX_FETCH_WAIT_S, validator=_positive)
+    """Fetch ``max_wait_ms`` values above this are clamped (the old key
+    ``max_fetch_wait_ms``, in milliseconds, is still read)."""
     max_fetch_bytes: int = attrs.field(default=DEFAULT_MAX_FETCH_BYTES, validator=_positive)
     """Fetch ``max_bytes`` values above this are clamped (a first record bigger than the
     limit is still served alone, as for any ``max_bytes``)."""

@@ -10,6 +10,7 @@ section, are errors: a typo must not silently fall back to a default.
 
 from __future__ import annotations
 
+import logging
 import tomllib
 import types
 import typing
@@ -21,6 +22,9 @@ import attrs
 
 from jetserver.config import SECTIONS, ServerConfig
 from jetserver.errors import ConfigError
+from jetserver.logs import fields
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "JET_"
 ENV_CONFIG_FILE = "JET_CONFIG"
@@ -85,6 +89,33 @@ def _convert(value: Any, typ: Any, *, from_text: bool, source: str) -> Any:
     raise ConfigError(f"unsupported config type {typ!r}", source=source)  # pragma: no cover
 
 
+RENAMED_KEYS: dict[tuple[str, str], tuple[str, float]] = {
+    ("limits", "max_produce_timeout_ms"): ("max_produce_timeout_s", 0.001),
+    ("limits", "max_fetch_wait_ms"): ("max_fetch_wait_s", 0.001),
+}
+"""Old keys still read: ``(section, old key) -> (new key, factor to the new unit)``
+(durations are float seconds everywhere; these were milliseconds)."""
+
+
+def _renamed(section: str, key: str, value: Any, source: str) -> tuple[str, Any]:
+    """``(key, value)`` under the current name (an old one is converted, with a warning)."""
+    new = RENAMED_KEYS.get((section, key))
+    if new is None:
+        return key, value
+    name, factor = new
+    try:
+        converted = float(value) * factor
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{section}.{key} must be a number, got {value!r}", source=source
+        ) from None
+    log.warning(
+        "config key renamed; the old name still works",
+        extra=fields(old=f"{section}.{key}", new=f"{section}.{name}", value=converted),
+    )
+    return name, converted
+
+
 def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
     """Parse a TOML config file into ``{section: {key: value}}`` (values not yet checked).
 
@@ -107,13 +138,16 @@ def read_config_file(path: Path) -> dict[str, dict[str, Any]]:
         if not isinstance(table, dict):
             raise ConfigError(f"[{section}] must be a table", source=source)
         known = _field_types(SECTIONS[section])
-        for key in table:
-            if key not in known:
+        values: dict[str, Any] = {}
+        for key, value in table.items():
+            name, value = _renamed(section, key, value, source)
+            if name not in known:
                 raise ConfigError(
                     f"unknown key {key!r} in [{section}] (known: {', '.join(known)})",
                     source=source,
                 )
-        out[section] = dict(table)
+            values[name] = value
+        out[section] = values
     return out
 
 
@@ -131,9 +165,10 @@ def env_overrides(env: Mapping[str, str]) -> dict[tuple[str, str], tuple[str, st
         for section in SECTIONS:
             if rest.startswith(section + "_"):
                 key = rest[len(section) + 1 :]
+                key, text = _renamed(section, key, text, f"env {var}")
                 if key not in _field_types(SECTIONS[section]):
                     raise ConfigError(f"unknown setting {section}.{key}", source=f"env {var}")
-                out[(section, key)] = (text, var)
+                out[(section, key)] = (str(text), var)
                 break
     return out
 

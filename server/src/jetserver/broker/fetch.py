@@ -64,7 +64,7 @@ class FetchAnswer:
 async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest) -> FetchAnswer:
     """Answer ``req``: wait (up to ``max_wait_ms``) for records past its offset.
 
-    ``max_wait_ms`` and ``max_bytes`` are clamped to ``limits.max_fetch_wait_ms`` and
+    ``max_wait_ms`` and ``max_bytes`` are clamped to ``limits.max_fetch_wait_s`` and
     ``limits.max_fetch_bytes``.
 
     Raises:
@@ -82,7 +82,7 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
         return _out_of_range(replica.log)
     # hw <= offset <= leo: wait (a follower's hw may lag the hw a consumer saw elsewhere).
     if req.offset >= log.high_watermark and req.max_wait_ms > 0:
-        wait_ms = min(req.max_wait_ms, limits.max_fetch_wait_ms)
+        wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
         await replica.wait_for_hw_above(req.offset, wait_ms / 1000)
         if hops.ENABLED:
             hops.mark("fetch.woken")
@@ -105,7 +105,7 @@ async def _replica_fetch(
         return _out_of_range(log)
     await replica.replica_fetched(follower, req.offset, req.replica_flushed)
     if req.max_wait_ms > 0 and not replica.replica_has_news(follower, req.offset):
-        wait_ms = min(req.max_wait_ms, limits.max_fetch_wait_ms)
+        wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
         await replica.wait_replica_news(follower, req.offset, wait_ms / 1000)
         state = replica.check_leader(req.leader_epoch)  # still leading after the wait?
     hw = state.hw

@@ -235,7 +235,7 @@ class ProduceService:
         waiting = _Waiting(stream, partition, results=results, remaining=0)
         if policy != AckPolicy.NONE:
             self._waiting[token] = waiting
-        timeout_s = min(timeout_ms, self.limits.max_produce_timeout_ms) / 1000
+        timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
         to_send: list[tuple[str, bytes]] = []
         sent_index: list[int] = []
         max_payload = self.link.max_payload
