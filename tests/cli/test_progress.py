@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import pty
+import select
 
 from jetserver.cli.progress import Progress, render
 
@@ -36,7 +37,11 @@ def test_drawn_and_erased_on_a_terminal() -> None:
             assert progress.enabled
             progress.add(10)  # the last one is always drawn
             progress.close()
-        written = os.read(main, 4096).decode()
+        written = ""
+        # The pty hands the bytes over asynchronously: read until the bar ("\r" + line)
+        # and its erasure ("\r" + blanks + "\r") have all arrived, or 5 s without any.
+        while written.count("\r") < 3 and select.select([main], [], [], 5.0)[0]:
+            written += os.read(main, 4096).decode()
     finally:
         os.close(main)
         os.close(side)
