@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import nats
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from nats.aio.msg import Msg
 from nats.protocol.parser import Parser
@@ -124,10 +124,15 @@ def _is_marked(call: tuple[Any, ...]) -> bool:
 
 
 class _SkipDirect:
-    """What the parser looks at of a direct subscription: its skip filter."""
+    """What the parser uses of a direct subscription: its skip filter, and ``push`` for a
+    message without headers (recorded as ``_process_msg`` would record it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nc: _Recorder) -> None:
         self.skip = SkipMarked(_MARK, b"\xffJET")
+        self.nc = nc
+
+    def push(self, subject: bytes, reply: bytes, data: bytes) -> None:
+        self.nc.calls.append(("msg", 7, bytes(subject), bytes(reply), data, None))
 
 
 @st.composite
@@ -154,6 +159,7 @@ def marked_or_not(draw: st.DrawFn) -> tuple[bytes, bool]:
     st.lists(st.one_of(operations().map(lambda op: (op, False)), marked_or_not()), max_size=12),
     st.lists(st.integers(0, 10**6)),
 )
+@example([(b"MSG 0 7 0\r\n\r\n", False)], [])  # a plain MSG for the direct subscription
 def test_marked_copies_are_dropped_and_nothing_else(
     ops: list[tuple[bytes, bool]], cuts: list[int]
 ) -> None:
@@ -164,7 +170,7 @@ def test_marked_copies_are_dropped_and_nothing_else(
         expected = await _feed(Parser, [kept])
         nc = _Recorder()
         nc.stats.update(in_msgs=0, in_bytes=0)
-        direct = _SkipDirect()
+        direct = _SkipDirect(nc)
         nc._subs[7] = object()
         nc._jet_direct[7] = direct
         parser = FastParser(nc)
