@@ -19,6 +19,7 @@ TEST_DEPS = [
     "trio>=0.25",
     "ruff>=0.6",  # tests check that generated code is formatted
     "cryptography>=42",  # tests/security make a throwaway CA
+    "matplotlib>=3.8",  # jet bench --plot (the server's optional extra "plot") is tested
 ]
 SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
 
