@@ -39,43 +39,43 @@ def bench_json(dev: JetDev, *args: str) -> dict[str, Any]:
     return report
 
 
-def test_fan_out_counts_match_what_was_sent(jet_dev: JetDev, tmp_path: Path) -> None:
+def test_fan_out_counts_match_what_was_sent(dev3: JetDev, tmp_path: Path) -> None:
     plot = tmp_path / "bench.png"
     report = bench_json(
-        jet_dev,
+        dev3,
         "benchfan",
-        "--pub", "2", "--sub", "2", "--msgs", "3000", "--size", "64",
-        "--partitions", "2", "--ack", "all", "--plot", str(plot),
+        "--pub", "2", "--sub", "2", "--msgs", "1000", "--size", "64",
+        "--partitions", "2", "--replicas", "3", "--ack", "all", "--plot", str(plot),
     )  # fmt: skip
     assert report["complete"] is True
     assert report["config"]["partitions"] == 2
-    assert report["pub"]["msgs"] == 3000
-    assert report["pub"]["bytes"] == 3000 * 64
+    assert report["pub"]["msgs"] == 1000
+    assert report["pub"]["bytes"] == 1000 * 64
     assert report["pub"]["errors"] == 0
-    assert [p["msgs"] for p in report["publishers"]] == [1500, 1500]
+    assert [p["msgs"] for p in report["publishers"]] == [500, 500]
     # Fan-out: every subscriber read every message.
-    assert report["sub"]["msgs"] == 6000
-    assert [s["msgs"] for s in report["subscribers"]] == [3000, 3000]
-    assert report["sub"]["latency_samples"] == 6000
+    assert report["sub"]["msgs"] == 2000
+    assert [s["msgs"] for s in report["subscribers"]] == [1000, 1000]
+    assert report["sub"]["latency_samples"] == 2000
     lat = report["pub"]["latency_ms"]
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p999"]
     assert report["pub"]["msg_per_s"] > 0
     assert report["pub"]["mb_per_s"] > 0
     # The servers stored exactly what was acknowledged.
-    assert sum(hws(jet_dev, "benchfan")) == 3000
+    assert sum(hws(dev3, "benchfan")) == 1000
     assert plot.read_bytes()[:8] == PNG_MAGIC
     assert plot.stat().st_size > 10_000
 
     # A second run on the existing stream reads only its own messages.
-    again = bench_json(jet_dev, "benchfan", "--pub", "1", "--sub", "1", "--msgs", "500")
+    again = bench_json(dev3, "benchfan", "--pub", "1", "--sub", "1", "--msgs", "500")
     assert again["sub"]["msgs"] == 500
     assert again["complete"]
-    assert sum(hws(jet_dev, "benchfan")) == 3500
+    assert sum(hws(dev3, "benchfan")) == 1500
 
 
-def test_group_mode_shares_partitions_and_commits(jet_dev: JetDev) -> None:
+def test_group_mode_shares_partitions_and_commits(dev3: JetDev) -> None:
     report = bench_json(
-        jet_dev,
+        dev3,
         "benchgroup",
         "--pub", "1", "--sub", "2", "--msgs", "2000", "--partitions", "3",
         "--group", "bench-g1",
@@ -84,20 +84,20 @@ def test_group_mode_shares_partitions_and_commits(jet_dev: JetDev) -> None:
     assert report["config"]["group"] == "bench-g1"
     assert report["unique_received"] == 2000
     assert report["sub"]["msgs"] == 2000  # counted once per (partition, offset)
-    ends = hws(jet_dev, "benchgroup")
+    ends = hws(dev3, "benchgroup")
     assert sum(ends) == 2000
 
     async def committed() -> dict[StreamPartition, int]:
-        async with Client(jet_dev.servers) as client:
+        async with Client(dev3.servers) as client:
             return {k: v.offset for k, v in (await group_offsets(client, "bench-g1")).items()}
 
     # The members committed what they read when they left.
     assert anyio.run(committed) == {StreamPartition("benchgroup", p): ends[p] for p in range(3)}
 
 
-def test_latency_mode_and_table(jet_dev: JetDev) -> None:
+def test_latency_mode_and_table(dev3: JetDev) -> None:
     proc = jet(
-        jet_dev, "bench", "benchlat", "--latency", "--msgs", "400", "--rate", "400", "--size", "32"
+        dev3, "bench", "benchlat", "--latency", "--msgs", "400", "--rate", "400", "--size", "32"
     )
     out = ok(proc)
     lines = out.splitlines()
@@ -113,9 +113,9 @@ def test_latency_mode_and_table(jet_dev: JetDev) -> None:
     assert float(pub[3].replace(",", "")) < 600
 
 
-def test_usage_errors(jet_dev: JetDev) -> None:
-    assert jet(jet_dev, "bench", "x", "--pub", "0").returncode == 2
-    assert jet(jet_dev, "bench", "x", "--group", "g").returncode == 2  # no subscriber
+def test_usage_errors(dev3: JetDev) -> None:
+    assert jet(dev3, "bench", "x", "--pub", "0").returncode == 2
+    assert jet(dev3, "bench", "x", "--group", "g").returncode == 2  # no subscriber
 
 
 def test_plot_without_matplotlib_is_explained(
