@@ -236,11 +236,20 @@ function resetForm(g) {
 
 // -- live plots ----------------------------------------------------------------------------
 
+// The smallest 1, 2 or 5 times a power of ten at or above v (at least 1): the y-axis top.
+function niceCeil(v) {
+  if (v <= 1) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
 function plot(id, title, t, series, unit) {
-  const W = 720, H = 220, L = 60, R = 10, T = 24, B = 28;
+  const W = 620, H = 200, L = 60, R = 10, T = 24, B = 28;
   const names = Object.keys(series);
-  let max = 1;
-  for (const n of names) for (const v of series[n]) if (v !== null && v > max) max = v;
+  let top = 0;
+  for (const n of names) for (const v of series[n]) if (v !== null && v > top) top = v;
+  const max = niceCeil(top);
   const t0 = t.length ? t[0] : 0, t1 = t.length ? t[t.length - 1] : 1;
   const span = Math.max(1, t1 - t0);
   const x = (tv) => L + ((tv - t0) / span) * (W - L - R);
@@ -249,7 +258,7 @@ function plot(id, title, t, series, unit) {
   for (let i = 0; i <= 4; i++) {
     const v = (max * i) / 4;
     nodes.push(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#e5e7eb" }));
-    nodes.push(svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, Math.round(v).toLocaleString("en-US")));
+    nodes.push(svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, v.toLocaleString("en-US", { maximumFractionDigits: 2 })));
   }
   nodes.push(svg("text", { x: L, y: H - 8 }, `${Math.round(span)} s`), svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, "now"));
   const legend = el("div", { class: "legend" });
@@ -268,10 +277,10 @@ function plot(id, title, t, series, unit) {
 async function pagePlots() {
   const h = await api("/api/history");
   const visible = (obj) => Object.fromEntries(Object.entries(obj).filter(([k]) => !k.startsWith("__")));
-  setMain(el("h2", {}, "Live plots (last 10 minutes, one sample a second)"),
+  setMain(el("h2", {}, "Live plots (last 10 minutes, one sample a second)"), el("div", { class: "plots" },
     plot("plot-in", "in: messages appended per second, by stream", h.t, visible(h.in), "msg/s"),
     plot("plot-out", "out: messages consumed by groups (committed) per second, by stream", h.t, visible(h.out), "msg/s"),
-    plot("plot-lag", "consumer-group lag", h.t, h.lag, "records"));
+    plot("plot-lag", "consumer-group lag", h.t, h.lag, "records")));
 }
 
 // -- routing -------------------------------------------------------------------------------
