@@ -124,9 +124,15 @@ async def _traffic(servers: list[str], count: int, rate: float) -> int:
 
 def save_svg(ansi: str, path: Path) -> None:
     """The captured screen as an SVG (rich renders the ANSI colours)."""
-    console = Console(record=True, width=WIDTH, file=open(os.devnull, "w"))  # noqa: SIM115
-    console.print(Text.from_ansi(ansi.rstrip("\n")))
-    console.save_svg(str(path), title="jet top")
+    text = Text.from_ansi(ansi.rstrip("\n"))
+    width = max(len(line.rstrip()) for line in text.plain.splitlines()) + 1
+    console = Console(record=True, width=width, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(text)
+    svg = console.export_svg(title="jet top")
+    # Local fonts only: rich names web fonts on a CDN, which a README picture does not need.
+    svg = re.sub(r'(local\("[^"]+"\))(,\s*url\("https://[^"]+"\) format\("[^"]+"\))+', r"\1", svg)
+    assert 'url("http' not in svg
+    path.write_text(svg)
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux)")

@@ -38,15 +38,21 @@ class JetConsole:
     proc: subprocess.Popen[str]
 
     @classmethod
-    def start(cls, dev: JetDev, *args: str) -> JetConsole:
-        """Start it against ``dev`` and wait for its ``console: URL`` line."""
+    def start(cls, dev: JetDev | list[str], *args: str) -> JetConsole:
+        """Start it against ``dev`` (or these server addresses) and wait for its
+        ``console: URL`` line."""
+        env = (
+            jet_env(dev)
+            if isinstance(dev, JetDev)
+            else jet_env(None) | {"JET_SERVERS": ",".join(dev)}
+        )
         proc = subprocess.Popen(
             [sys.executable, "-m", "jetserver.cli.main", "console", "--port", "0", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=jet_env(dev),
+            env=env,
         )
         lines: queue.Queue[str | None] = queue.Queue()
 

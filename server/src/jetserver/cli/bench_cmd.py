@@ -74,6 +74,12 @@ def register(subparsers: Any) -> None:
         help=f"latency mode: linger 0, paced at --rate "
         f"(default {DEFAULT_LATENCY_RATE:g}/s); at least one subscriber",
     )
+    p.add_argument(
+        "--window",
+        type=positive_int,
+        default=4000,
+        help="unacknowledged messages per publisher (default 4000)",
+    )
     p.add_argument("--partitions", type=positive_int, default=1, help="if creating STREAM")
     p.add_argument("--replicas", type=positive_int, default=1, help="if creating STREAM")
     p.add_argument(
@@ -116,6 +122,7 @@ def _bench(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         replicas=args.replicas,
         timeout=args.timeout,
+        max_pending=args.window,
     )
     kwargs = security_kwargs(args)
 

@@ -70,7 +70,7 @@ class BenchConfig:
     replicas: int = 1
     timeout: float = 120.0
     """Bound on the whole run, seconds."""
-    max_pending: int = 10_000
+    max_pending: int = 4000
     """Unacknowledged messages per publisher (the producer's window)."""
 
 
