@@ -75,6 +75,16 @@ async def _member(servers: list[str], ready: threading.Event, stop: threading.Ev
         await anyio.to_thread.run_sync(stop.wait, MEMBER_BOUND_S)  # hold the membership
 
 
+def _wait_console_sees(console: JetConsole, stream: str) -> None:
+    deadline = time.monotonic() + MEMBER_BOUND_S
+    while time.monotonic() < deadline:
+        streams = console.get("/api/streams")["streams"]
+        if any(s["name"] == stream and s["partition_rows"][0]["hw"] == 0 for s in streams):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the console never showed {stream}")
+
+
 @pytest.fixture(scope="package")
 def traffic(dev3: JetDev, console: JetConsole) -> Iterator[Traffic]:
     """conA (2 partitions, RF 3) with keyed JSON records with a header, one binary record,
@@ -86,6 +96,9 @@ def traffic(dev3: JetDev, console: JetConsole) -> Iterator[Traffic]:
             await client.create_stream(
                 "conA", partitions=2, replication_factor=3, retention_max_messages=100_000
             )
+        # Produce only once the console has sampled the empty stream: its in rate is then
+        # measured from HW 0 whatever the machine's load.
+        await anyio.to_thread.run_sync(_wait_console_sees, console, "conA")
         await _produce(dev3.servers, 0, 40)
         middle_ns = time.time_ns()
         await anyio.sleep(0.05)

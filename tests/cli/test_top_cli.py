@@ -161,13 +161,13 @@ def test_top_in_a_terminal(dev3: JetDev, tmp_path: Path) -> None:
 
         # Traffic on topb: its IN/S turns positive, then its HW settles on the SDK's figure.
         with anyio.from_thread.start_blocking_portal() as portal:
-            future = portal.start_task_soon(_traffic, dev3.servers, 300, 150.0)
+            future = portal.start_task_soon(_traffic, dev3.servers, 600, 150.0)
             pane.wait_for(
                 lambda s: 0 in rows(s, "topb") and num(rows(s, "topb")[0][6]) > 0,
                 "a positive IN/S on topb",
             )
             final_hw = future.result(timeout=WAIT_S)
-        assert final_hw == 300
+        assert final_hw == 600
         pane.wait_for(
             lambda s: 0 in rows(s, "topb") and num(rows(s, "topb")[0][4]) == final_hw,
             f"topb's HW at {final_hw}",
