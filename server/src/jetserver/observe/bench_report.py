@@ -109,7 +109,8 @@ def summary_table(report: dict[str, Any]) -> str:
             *((f"{lat[k]:.3f}" if have else "-") for k, _ in PERCENTILES),
         ]
 
-    rows.append(row("Pub (send->ack)", report["pub"]))
+    pub_label = "Pub (send->sent)" if cfg["ack"] == "none" else "Pub (send->ack)"
+    rows.append(row(pub_label, report["pub"]))
     if len(report["publishers"]) > 1:
         rows.extend(row("  " + p["name"], p) for p in report["publishers"])
     if report["subscribers"]:
