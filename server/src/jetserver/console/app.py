@@ -1,0 +1,385 @@
+"""The routes of ``jet console``: static pages and JSON endpoints over a :class:`Client`.
+
+A background task samples the cluster every second (:class:`ClusterSampler`) and keeps the
+last snapshot and a :class:`History` of rates and lags; the page endpoints answer from them.
+Browsing records asks the partition's leader through the client at request time.
+
+GET endpoints (all JSON)::
+
+    /api/config                      {"allow_writes", "servers", "sampled_at", "error"}
+    /api/cluster                     servers (up/down), metadata leader
+    /api/streams                     streams: config (retention), partitions (leader, ISR,
+                                     HW, LEO, log start, size, replica lag, rates)
+    /api/groups                      groups: members, assignment, committed offsets, lag
+    /api/history                     per-stream in/out msg/s and per-group lag over time
+    /api/records?stream=S&partition=P[&offset=N|&time=ISO-or-ms][&limit=L]
+
+Writes (only with ``--allow-writes``, and a request header ``X-Jet-Console: 1``, which a
+page of another origin cannot send without the browser asking first; the servers still
+check the console's credentials, so with auth on they need the ``admin`` grant)::
+
+    POST   /api/streams              {"name", "subject"?, "partitions"?, "replication_factor"?,
+                                      "retention_max_age"?, "retention_max_bytes"?,
+                                      "retention_max_messages"?}
+    DELETE /api/streams/NAME
+    POST   /api/groups/NAME/reset    {"stream", "to": "earliest"|"latest"|OFFSET,
+                                      "partitions"?: [P, ...]}
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.resources
+import time
+from datetime import UTC, datetime
+from http import HTTPStatus
+from typing import Any
+
+import anyio
+
+from jetsdk import (
+    Client,
+    CommitFailed,
+    InvalidArgument,
+    JetError,
+    OffsetOutOfRange,
+    PermissionDenied,
+    StreamExists,
+    StreamNotFound,
+    StreamPartition,
+)
+from jetsdk.codec.record import Record, iter_records
+from jetsdk.consumer.group_offsets import commit_offsets
+from jetsdk.metadata import partition_subject
+from jetserver.console.http import HttpError, Request, Response
+from jetserver.observe.sampler import ClusterSampler, History, Snapshot
+
+SAMPLE_INTERVAL_S = 1.0
+FIRST_SAMPLE_WAIT_S = 15.0
+MAX_RECORDS = 500
+_FETCH_BYTES = 1024 * 1024
+_MAX_FETCHES = 100
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+WRITE_HEADER = "x-jet-console"
+
+
+def _static_files() -> dict[str, tuple[bytes, str]]:
+    """The shipped assets, read once: name -> (bytes, content type)."""
+    root = importlib.resources.files("jetserver.console") / "static"
+    out = {}
+    for entry in root.iterdir():
+        suffix = "." + entry.name.rsplit(".", 1)[-1]
+        if entry.is_file() and suffix in _TYPES:
+            out[entry.name] = (entry.read_bytes(), _TYPES[suffix])
+    return out
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def record_json(record: Record, default_subject: str) -> dict[str, Any]:
+    """A record for the browser: each of key, value and header values as base64 and, when
+    it is UTF-8, as text."""
+    return {
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "time": datetime.fromtimestamp(record.timestamp / 1e9, UTC).isoformat(),
+        "subject": record.subject or default_subject,
+        "key_b64": _b64(record.key),
+        "key_text": _text(record.key),
+        "value_b64": _b64(record.value),
+        "value_text": _text(record.value),
+        "headers": [
+            {"name": name, "value_b64": _b64(value), "value_text": _text(value)}
+            for name, value in record.headers
+        ],
+    }
+
+
+def _int(query: dict[str, str], name: str, default: int | None = None) -> int:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"missing parameter {name!r}")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} must be an integer") from None
+    if value < 0:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} must be >= 0")
+    return value
+
+
+def parse_time(text: str) -> datetime:
+    """``time=``: an ISO-8601 time (UTC unless it says otherwise) or ms since the epoch."""
+    if text.isdigit():
+        return datetime.fromtimestamp(int(text) / 1000, UTC)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"time must be ISO-8601 or ms: {text!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+class ConsoleApp:
+    """State and routes of one console process."""
+
+    def __init__(
+        self, client: Client, sampler: ClusterSampler, *, allow_writes: bool, servers: str
+    ) -> None:
+        self.client = client
+        self.sampler = sampler
+        self.allow_writes = allow_writes
+        self.servers = servers
+        self.snapshot: Snapshot | None = None
+        self.history = History()
+        self.error: str | None = None
+        self.sampled = anyio.Event()
+        self.static = _static_files()
+
+    async def run_sampler(self, interval: float = SAMPLE_INTERVAL_S) -> None:
+        """Sample forever (until cancelled), every ``interval`` seconds."""
+        while True:
+            began = time.monotonic()
+            try:
+                snap = await self.sampler.sample()
+            except JetError as exc:
+                self.error = f"{type(exc).__name__}: {exc}"
+            else:
+                self.snapshot, self.error = snap, None
+                self.history.add(snap)
+            self.sampled.set()
+            await anyio.sleep(max(0.05, interval - (time.monotonic() - began)))
+
+    async def _snap(self) -> Snapshot:
+        with anyio.move_on_after(FIRST_SAMPLE_WAIT_S):
+            await self.sampled.wait()
+        if self.snapshot is None:
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, self.error or "no sample yet")
+        return self.snapshot
+
+    async def handle(self, req: Request) -> Response:
+        """Route one request."""
+        try:
+            return await self._route(req)
+        except StreamNotFound as exc:
+            raise HttpError(HTTPStatus.NOT_FOUND, str(exc)) from None
+        except PermissionDenied as exc:
+            raise HttpError(HTTPStatus.FORBIDDEN, f"the servers refused: {exc}") from None
+        except (InvalidArgument, OffsetOutOfRange) as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        except (StreamExists, CommitFailed) as exc:
+            raise HttpError(HTTPStatus.CONFLICT, str(exc)) from None
+        except JetError as exc:
+            raise HttpError(HTTPStatus.BAD_GATEWAY, f"{type(exc).__name__}: {exc}") from None
+
+    async def _route(self, req: Request) -> Response:
+        path = req.path.rstrip("/") or "/"
+        if req.method == "GET":
+            if path in ("/", "/index.html"):
+                return self._asset("index.html")
+            if path == "/favicon.ico":
+                return self._asset("favicon.svg")
+            if path.startswith("/static/"):
+                return self._asset(path[len("/static/") :])
+            getter = {
+                "/api/config": self._config,
+                "/api/cluster": self._cluster,
+                "/api/streams": self._streams,
+                "/api/groups": self._groups,
+                "/api/history": self._history,
+                "/api/records": self._records,
+            }.get(path)
+            if getter is not None:
+                return Response.json(await getter(req))
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no page {path}")
+        if req.method in ("POST", "DELETE"):
+            self._check_write(req)
+            parts = path.strip("/").split("/")
+            if req.method == "POST" and parts == ["api", "streams"]:
+                return Response.json(await self._create(req), HTTPStatus.CREATED)
+            if req.method == "DELETE" and len(parts) == 3 and parts[:2] == ["api", "streams"]:
+                await self.client.delete_stream(parts[2])
+                return Response.json({"deleted": parts[2]})
+            is_reset = len(parts) == 4 and parts[:2] == ["api", "groups"] and parts[3] == "reset"
+            if req.method == "POST" and is_reset:
+                return Response.json(await self._reset(parts[2], req))
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no action {req.method} {path}")
+        raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"method {req.method} not allowed")
+
+    def _asset(self, name: str) -> Response:
+        found = self.static.get(name)
+        if found is None:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no asset {name!r}")
+        return Response(HTTPStatus.OK, found[0], found[1])
+
+    def _check_write(self, req: Request) -> None:
+        if not self.allow_writes:
+            raise HttpError(
+                HTTPStatus.FORBIDDEN, "read-only console: start it with --allow-writes to change"
+            )
+        if req.headers.get(WRITE_HEADER) != "1":
+            raise HttpError(HTTPStatus.FORBIDDEN, f"writes need the header {WRITE_HEADER}: 1")
+
+    async def _config(self, _req: Request) -> dict[str, Any]:
+        return {
+            "allow_writes": self.allow_writes,
+            "servers": self.servers,
+            "sampled_at": self.snapshot.at if self.snapshot is not None else None,
+            "error": self.error,
+        }
+
+    async def _cluster(self, _req: Request) -> dict[str, Any]:
+        snap = await self._snap()
+        return {
+            "at": snap.at,
+            "metadata_leader": snap.metadata_leader,
+            "servers": list(snap.servers),
+            "streams": sum(1 for s in snap.streams if not s.name.startswith("__")),
+            "partitions": len(snap.partitions),
+            "under_replicated": sum(1 for p in snap.partitions if p.under_replicated),
+            "groups": len(snap.groups),
+        }
+
+    async def _streams(self, _req: Request) -> dict[str, Any]:
+        snap = await self._snap()
+        out = []
+        for info in snap.streams:
+            rows = [p.to_json() for p in snap.partitions if p.stream == info.name]
+            out.append(
+                {
+                    **info.to_json(),
+                    "internal": info.name.startswith("__"),
+                    "partition_rows": rows,
+                    "size_bytes": sum(r["size_bytes"] or 0 for r in rows),
+                    "messages": sum((r["hw"] or 0) - (r["log_start"] or 0) for r in rows),
+                }
+            )
+        return {"at": snap.at, "streams": out}
+
+    async def _groups(self, _req: Request) -> dict[str, Any]:
+        snap = await self._snap()
+        return {"at": snap.at, "groups": [g.to_json() for g in snap.groups]}
+
+    async def _history(self, _req: Request) -> dict[str, Any]:
+        await self._snap()
+        return self.history.to_json()
+
+    async def _records(self, req: Request) -> dict[str, Any]:
+        stream = req.query.get("stream")
+        if not stream:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "missing parameter 'stream'")
+        partition = _int(req.query, "partition", 0)
+        limit = min(_int(req.query, "limit", 50), MAX_RECORDS)
+        info = await self.client.stream_info(stream)
+        if partition >= info.partition_count:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"stream {stream!r} has no partition {partition}")
+        ends = await self.client.list_offsets(stream, partition, "earliest")
+        if req.query.get("time"):
+            found = await self.client.list_offsets(stream, partition, parse_time(req.query["time"]))
+            start = found.offset
+        elif req.query.get("offset", "") != "":
+            start = _int(req.query, "offset")
+        else:
+            start = max(ends.log_start, ends.hw - limit)  # the last `limit` records
+        start = min(max(start, ends.log_start), ends.hw)
+        subject = partition_subject(info.subject, partition)
+        records: list[dict[str, Any]] = []
+        offset = start
+        for _ in range(_MAX_FETCHES):
+            if len(records) >= limit or offset >= ends.hw:
+                break
+            try:
+                _header, raw = await self.client.fetch(
+                    stream, partition, offset, max_bytes=_FETCH_BYTES, max_wait=0
+                )
+            except OffsetOutOfRange as exc:
+                offset = exc.log_start or offset + 1
+                continue
+            got = False
+            for record in iter_records(raw):
+                if record.offset < offset:
+                    continue
+                got = True
+                records.append(record_json(record, subject))
+                offset = record.offset + 1
+                if len(records) >= limit:
+                    break
+            if not got:
+                break
+        return {
+            "stream": stream,
+            "partition": partition,
+            "log_start": ends.log_start,
+            "hw": ends.hw,
+            "start": start,
+            "next": offset,
+            "records": records,
+        }
+
+    async def _create(self, req: Request) -> dict[str, Any]:
+        body = req.json()
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "body must be an object with a 'name'")
+        options: dict[str, Any] = {}
+        for name, kind in (
+            ("partitions", int),
+            ("replication_factor", int),
+            ("retention_max_age", float),
+            ("retention_max_bytes", int),
+            ("retention_max_messages", int),
+        ):
+            value = body.get(name)
+            if value is None or value == "":
+                continue
+            try:
+                options[name] = kind(value)
+            except (TypeError, ValueError):
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} must be a number") from None
+        info = await self.client.create_stream(
+            body["name"], body.get("subject") or None, exist_ok=False, **options
+        )
+        return {"created": info.to_json()}
+
+    async def _reset(self, group: str, req: Request) -> dict[str, Any]:
+        body = req.json()
+        stream = body.get("stream") if isinstance(body, dict) else None
+        if not isinstance(stream, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "body must name a 'stream'")
+        to = body.get("to", "earliest")
+        info = await self.client.stream_info(stream, refresh=True)
+        wanted = body.get("partitions") or list(range(info.partition_count))
+        offsets: dict[StreamPartition, int] = {}
+        for p in wanted:
+            if not isinstance(p, int) or not 0 <= p < info.partition_count:
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"no partition {p!r} in {stream!r}")
+            if to in ("earliest", "latest"):
+                ends = await self.client.list_offsets(stream, p, "earliest")
+                offsets[StreamPartition(stream, p)] = (
+                    ends.log_start if to == "earliest" else ends.hw
+                )
+            elif isinstance(to, int) and to >= 0:
+                offsets[StreamPartition(stream, p)] = to
+            else:
+                raise HttpError(HTTPStatus.BAD_REQUEST, "'to' is earliest, latest or an offset")
+        await commit_offsets(self.client, group, offsets, committer="jet-console")
+        return {
+            "group": group,
+            "offsets": {f"{k.stream}/{k.partition}": v for k, v in sorted(offsets.items())},
+        }

@@ -1,0 +1,319 @@
+// jet console: vanilla JS, no build step. Pages are routed on the URL hash:
+//   #/cluster  #/streams  #/partition/STREAM/P  #/groups  #/plots
+// Every figure comes from the console's JSON endpoints (/api/...).
+"use strict";
+
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f"];
+let config = { allow_writes: false };
+let timer = null;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+const fmt = (n) => (n === null || n === undefined ? "-" : Number(n).toLocaleString("en-US"));
+const rate = (n) => (n === null || n === undefined ? "-" : Math.round(n).toLocaleString("en-US"));
+
+async function api(path, options) {
+  const res = await fetch(path, options);
+  const body = await res.json().catch(() => ({ error: res.statusText }));
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+
+async function write(method, path, body) {
+  return api(path, {
+    method,
+    headers: { "Content-Type": "application/json", "X-Jet-Console": "1" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+}
+
+function table(headers, rows) {
+  return el("table", {}, el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))), el("tbody", {}, rows));
+}
+
+function setMain(...nodes) {
+  const main = document.getElementById("main");
+  main.replaceChildren(...nodes);
+}
+
+function status(text, isError) {
+  const s = document.getElementById("status");
+  s.textContent = text;
+  s.className = "status" + (isError ? " error" : "");
+}
+
+// -- cluster -------------------------------------------------------------------------------
+
+async function pageCluster() {
+  const c = await api("/api/cluster");
+  setMain(
+    el("h2", {}, "Cluster"),
+    el("div", { class: "cards" },
+      card("Metadata leader", el("span", { id: "metadata-leader" }, c.metadata_leader || "none")),
+      card("Servers up", el("span", { id: "servers-up" }, `${c.servers.filter((s) => s.up).length}/${c.servers.length}`)),
+      card("Streams", el("span", { id: "stream-count" }, c.streams)),
+      card("Partitions", el("span", { id: "partition-count" }, c.partitions)),
+      card("Under-replicated", el("span", { id: "under-replicated" }, c.under_replicated)),
+      card("Consumer groups", el("span", { id: "group-count" }, c.groups))),
+    table(["Server", "Address", "Status", "Role"], c.servers.map((s) =>
+      el("tr", { "data-server": s.id },
+        el("td", {}, s.id), el("td", {}, s.address),
+        el("td", { class: s.up ? "up" : "down", "data-up": s.up ? "true" : "false" }, s.up ? "up" : "DOWN"),
+        el("td", {}, s.id === c.metadata_leader ? el("span", { class: "pill" }, "metadata leader") : "")))));
+}
+
+function card(label, value) {
+  return el("div", { class: "card" }, el("div", {}, label), el("div", { class: "big" }, value));
+}
+
+// -- streams -------------------------------------------------------------------------------
+
+function retention(cfg) {
+  const parts = [];
+  for (const [k, v] of Object.entries(cfg || {})) {
+    if (k.startsWith("retention") || k === "delete_retention") parts.push(`${k.replace("retention_", "")}=${v === null ? "none" : v}`);
+  }
+  return parts.join(" ") || "-";
+}
+
+async function pageStreams() {
+  const data = await api("/api/streams");
+  const shown = data.streams.filter((s) => !s.internal || location.hash.includes("all"));
+  const nodes = [el("h2", {}, "Streams")];
+  if (config.allow_writes) nodes.push(createForm());
+  nodes.push(table(["Stream", "Subject", "Partitions", "Replicas", "Messages", "Size (bytes)", "Retention", ""],
+    shown.map((s) => el("tr", { "data-stream": s.name },
+      el("td", {}, s.name), el("td", {}, s.subject),
+      el("td", { class: "num" }, s.partitions.length), el("td", { class: "num" }, s.replication_factor),
+      el("td", { class: "num messages" }, fmt(s.messages)), el("td", { class: "num size" }, fmt(s.size_bytes)),
+      el("td", { class: "retention" }, retention(s.config)),
+      el("td", {}, config.allow_writes ? el("button", { onclick: () => deleteStream(s.name), "data-delete": s.name }, "Delete") : "")))));
+  for (const s of shown) {
+    nodes.push(el("h3", {}, `${s.name} — partitions`));
+    nodes.push(table(["P", "Leader", "Replicas", "ISR", "HW", "LEO", "Log start", "Size", "In msg/s", "Out msg/s", "Replica lag", ""],
+      s.partition_rows.map((p) => el("tr", { "data-partition": `${p.stream}/${p.partition}`, class: p.under_replicated ? "under" : null },
+        el("td", { class: "num" }, p.partition),
+        el("td", { class: "leader" }, p.leader || "NONE"),
+        el("td", {}, p.replicas.join(",")),
+        el("td", { class: "isr" }, p.isr.join(",") + (p.under_replicated ? ` (${p.isr.length}/${p.replicas.length})` : "")),
+        el("td", { class: "num hw" }, fmt(p.hw)), el("td", { class: "num leo" }, fmt(p.leo)),
+        el("td", { class: "num log-start" }, fmt(p.log_start)), el("td", { class: "num size" }, fmt(p.size_bytes)),
+        el("td", { class: "num in" }, rate(p.in_rate)), el("td", { class: "num out" }, rate(p.out_rate)),
+        el("td", { class: "replica-lag" }, Object.entries(p.replica_lag).map(([r, v]) => `${r}:${v === null ? "?" : v}`).join(" ") || "-"),
+        el("td", {}, el("a", { href: `#/partition/${encodeURIComponent(p.stream)}/${p.partition}` }, "browse"))))));
+  }
+  setMain(...nodes);
+}
+
+function createForm() {
+  const name = el("input", { id: "new-name", placeholder: "name", required: true });
+  const parts = el("input", { id: "new-partitions", type: "number", min: 1, value: 1, title: "partitions" });
+  const rf = el("input", { id: "new-replicas", type: "number", min: 1, value: 1, title: "replication factor" });
+  const msg = el("span", { id: "create-result" });
+  return el("form", { class: "inline", id: "create-form", onsubmit: async (ev) => {
+    ev.preventDefault();
+    try {
+      await write("POST", "/api/streams", { name: name.value, partitions: parts.value, replication_factor: rf.value });
+      msg.textContent = `created ${name.value}`;
+    } catch (e) { msg.textContent = e.message; msg.className = "error"; }
+  } }, "New stream:", name, "partitions", parts, "replicas", rf, el("button", { type: "submit" }, "Create"), msg);
+}
+
+async function deleteStream(name) {
+  if (!confirm(`Delete stream ${name} and its data?`)) return;
+  try { await write("DELETE", `/api/streams/${encodeURIComponent(name)}`); render(); }
+  catch (e) { status(e.message, true); }
+}
+
+// -- a partition's records -----------------------------------------------------------------
+
+function b64bytes(b64) {
+  const bin = atob(b64 || "");
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+function show(text, b64, mode) {
+  if (b64 === null || b64 === undefined) return "∅";
+  if (mode === "hex") return Array.from(b64bytes(b64), (b) => b.toString(16).padStart(2, "0")).join(" ");
+  if (text === null) return "(binary) " + Array.from(b64bytes(b64), (b) => b.toString(16).padStart(2, "0")).join(" ");
+  if (mode === "json") {
+    try { return JSON.stringify(JSON.parse(text), null, 2); } catch (e) { return text; }
+  }
+  return text;
+}
+
+async function pagePartition(stream, partition) {
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const offset = el("input", { id: "offset", type: "number", min: 0, placeholder: "offset", value: q.get("offset") || "" });
+  const time = el("input", { id: "time", placeholder: "time (ISO-8601)", value: q.get("time") || "" });
+  const limit = el("input", { id: "limit", type: "number", min: 1, max: 500, value: q.get("limit") || 50 });
+  const mode = el("select", { id: "format" }, ["text", "json", "hex"].map((m) => el("option", { value: m, selected: q.get("format") === m }, m)));
+  const go = () => {
+    const p = new URLSearchParams();
+    if (offset.value !== "") p.set("offset", offset.value);
+    if (time.value) p.set("time", time.value);
+    p.set("limit", limit.value); p.set("format", mode.value);
+    location.hash = `#/partition/${encodeURIComponent(stream)}/${partition}?${p}`;
+  };
+  const params = new URLSearchParams({ stream, partition, limit: limit.value });
+  if (q.get("offset")) params.set("offset", q.get("offset"));
+  if (q.get("time")) params.set("time", q.get("time"));
+  const data = await api(`/api/records?${params}`);
+  const m = mode.value;
+  setMain(
+    el("h2", {}, `${stream} / partition ${partition}`),
+    el("p", { id: "range" }, `log start ${fmt(data.log_start)}, high watermark ${fmt(data.hw)}; showing from offset ${fmt(data.start)}`),
+    el("form", { class: "inline", onsubmit: (ev) => { ev.preventDefault(); go(); } },
+      "From offset", offset, "or time", time, "limit", limit, "as", mode, el("button", { type: "submit", id: "load" }, "Show")),
+    table(["Offset", "Time", "Subject", "Key", "Value", "Headers"], data.records.map((r) =>
+      el("tr", { "data-offset": r.offset },
+        el("td", { class: "num" }, r.offset), el("td", {}, r.time.replace("+00:00", "Z")),
+        el("td", { class: "subject" }, r.subject),
+        el("td", { class: "wrap key" }, show(r.key_text, r.key_b64, m)),
+        el("td", { class: "wrap value" }, show(r.value_text, r.value_b64, m)),
+        el("td", { class: "wrap headers" }, r.headers.map((h) => `${h.name}: ${show(h.value_text, h.value_b64, m === "hex" ? "hex" : "text")}`).join("\n"))))),
+    data.next < data.hw ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?offset=${data.next}&limit=${limit.value}&format=${m}` }, "next page →") : "");
+}
+
+// -- consumer groups -----------------------------------------------------------------------
+
+async function pageGroups() {
+  const data = await api("/api/groups");
+  const nodes = [el("h2", {}, "Consumer groups")];
+  if (!data.groups.length) nodes.push(el("p", {}, "No consumer group yet."));
+  for (const g of data.groups) {
+    nodes.push(el("h3", { "data-group": g.name }, `${g.name} — lag `, el("span", { class: "group-lag", "data-group-lag": g.name }, fmt(g.lag))));
+    nodes.push(table(["Member", "Instance", "Partitions"], g.members.length ? g.members.map((m) =>
+      el("tr", { "data-member": m.member }, el("td", {}, m.member), el("td", {}, m.instance || "-"), el("td", {}, m.partitions.join(" ") || "-"))) :
+      [el("tr", {}, el("td", { colspan: 3 }, "no active member"))]));
+    nodes.push(table(["Stream", "P", "Member", "Committed", "HW", "Lag"], g.partitions.map((p) =>
+      el("tr", { "data-group-partition": `${g.name}/${p.stream}/${p.partition}` },
+        el("td", {}, p.stream), el("td", { class: "num" }, p.partition), el("td", { class: "member" }, p.member || "-"),
+        el("td", { class: "num committed" }, fmt(p.committed)), el("td", { class: "num hw" }, fmt(p.hw)),
+        el("td", { class: "num lag" }, fmt(p.lag))))));
+    if (config.allow_writes) nodes.push(resetForm(g));
+  }
+  setMain(...nodes);
+}
+
+function resetForm(g) {
+  const streams = [...new Set(g.partitions.map((p) => p.stream))];
+  const stream = el("select", {}, streams.map((s) => el("option", { value: s }, s)));
+  const to = el("input", { value: "earliest", title: "earliest, latest or an offset" });
+  const msg = el("span", {});
+  return el("form", { class: "inline", "data-reset": g.name, onsubmit: async (ev) => {
+    ev.preventDefault();
+    const target = /^\d+$/.test(to.value) ? Number(to.value) : to.value;
+    try { await write("POST", `/api/groups/${encodeURIComponent(g.name)}/reset`, { stream: stream.value, to: target }); msg.textContent = "reset"; }
+    catch (e) { msg.textContent = e.message; msg.className = "error"; }
+  } }, "Reset offsets of", stream, "to", to, el("button", { type: "submit" }, "Reset"), msg);
+}
+
+// -- live plots ----------------------------------------------------------------------------
+
+// The smallest 1, 2 or 5 times a power of ten at or above v (at least 1): the y-axis top.
+function niceCeil(v) {
+  if (v <= 1) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+function plot(id, title, t, series, unit) {
+  const W = 620, H = 200, L = 60, R = 10, T = 24, B = 28;
+  const names = Object.keys(series);
+  let top = 0;
+  for (const n of names) for (const v of series[n]) if (v !== null && v > top) top = v;
+  const max = niceCeil(top);
+  const t0 = t.length ? t[0] : 0, t1 = t.length ? t[t.length - 1] : 1;
+  const span = Math.max(1, t1 - t0);
+  const x = (tv) => L + ((tv - t0) / span) * (W - L - R);
+  const y = (v) => T + (1 - v / max) * (H - T - B);
+  const nodes = [svg("text", { x: L, y: 15 }, `${title} (${unit})`)];
+  for (let i = 0; i <= 4; i++) {
+    const v = (max * i) / 4;
+    nodes.push(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), stroke: "#e5e7eb" }));
+    nodes.push(svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, v.toLocaleString("en-US", { maximumFractionDigits: 2 })));
+  }
+  nodes.push(svg("text", { x: L, y: H - 8 }, `${Math.round(span)} s`), svg("text", { x: W - R, y: H - 8, "text-anchor": "end" }, "now"));
+  const legend = el("div", { class: "legend" });
+  names.forEach((n, i) => {
+    const color = COLORS[i % COLORS.length];
+    const pts = [];
+    series[n].forEach((v, k) => { if (v !== null) pts.push(`${x(t[k]).toFixed(1)},${y(v).toFixed(1)}`); });
+    nodes.push(svg("polyline", { points: pts.join(" "), fill: "none", stroke: color, "stroke-width": 2, "data-series": n }));
+    const last = [...series[n]].reverse().find((v) => v !== null);
+    const sw = el("i", {}); sw.style.background = color;
+    legend.append(el("span", {}, sw, `${n}: `, el("b", { "data-latest": `${id}/${n}` }, last === undefined ? "-" : Math.round(last).toLocaleString("en-US"))));
+  });
+  return el("div", { class: "plot" }, svg("svg", { id, width: W, height: H, viewBox: `0 0 ${W} ${H}` }, nodes), legend);
+}
+
+async function pagePlots() {
+  const h = await api("/api/history");
+  const visible = (obj) => Object.fromEntries(Object.entries(obj).filter(([k]) => !k.startsWith("__")));
+  setMain(el("h2", {}, "Live plots (last 10 minutes, one sample a second)"), el("div", { class: "plots" },
+    plot("plot-in", "in: messages appended per second, by stream", h.t, visible(h.in), "msg/s"),
+    plot("plot-out", "out: messages consumed by groups (committed) per second, by stream", h.t, visible(h.out), "msg/s"),
+    plot("plot-lag", "consumer-group lag", h.t, h.lag, "records")));
+}
+
+// -- routing -------------------------------------------------------------------------------
+
+async function render() {
+  const hash = location.hash || "#/cluster";
+  const parts = hash.split("?")[0].split("/").slice(1).map(decodeURIComponent);
+  const page = parts[0] || "cluster";
+  document.querySelectorAll("header nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page || (page === "partition" && a.dataset.page === "streams")));
+  try {
+    if (page === "streams") await pageStreams();
+    else if (page === "partition") await pagePartition(parts[1], Number(parts[2] || 0));
+    else if (page === "groups") await pageGroups();
+    else if (page === "plots") await pagePlots();
+    else await pageCluster();
+    document.body.dataset.loaded = page;
+    status(`updated ${new Date().toLocaleTimeString()}` + (config.allow_writes ? " · writes allowed" : " · read-only"), false);
+  } catch (e) {
+    status(e.message, true);
+  }
+}
+
+function schedule() {
+  clearInterval(timer);
+  const page = (location.hash || "#/cluster").split("/")[1];
+  const every = page === "plots" ? 1000 : page === "partition" ? 0 : 2000;
+  if (every) timer = setInterval(() => { if (!document.querySelector("form :focus")) render(); }, every);
+}
+
+window.addEventListener("hashchange", () => { render(); schedule(); });
+window.addEventListener("DOMContentLoaded", async () => {
+  try { config = await api("/api/config"); } catch (e) { status(e.message, true); }
+  document.getElementById("footer").textContent = `servers: ${config.servers || "?"}`;
+  await render();
+  schedule();
+});

@@ -1,0 +1,38 @@
+"""Run the `jet` command as a subprocess against a `jet dev` (JET_SERVERS set from it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from support.jet_dev import JetDev
+
+TIMEOUT_S = 120
+
+
+def jet_env(dev: JetDev | None) -> dict[str, str]:
+    """The environment for `jet`: JET_SERVERS from ``dev`` (unset without one)."""
+    env = dict(os.environ)
+    env.pop("JET_SERVERS", None)
+    if dev is not None:
+        env["JET_SERVERS"] = ",".join(dev.servers)
+    return env
+
+
+def jet(dev: JetDev | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """``jet ARGS`` (bounded by TIMEOUT_S)."""
+    return subprocess.run(
+        [sys.executable, "-m", "jetserver.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env=jet_env(dev),
+        check=False,
+    )
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    """Its stdout, after checking the exit code was 0."""
+    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
