@@ -169,7 +169,7 @@ def run(
     anyio.run(_create_totals, server_list, totals_stream, replication_factor)
     own_spark = spark is None
     if own_spark:
-        echo(f"starting a Spark session on {master or 'local[2]'} (the JVM takes a while) ...")
+        echo(f"starting a Spark session on {_master_name(master)} (the JVM takes a while) ...")
     session = local_spark(master=master) if spark is None else spark
     try:
         jetspark.register(session)
@@ -245,6 +245,12 @@ def run(
         raise RuntimeError(f"totals {latest} do not match the stored orders {expected}")
     echo("totals match the stored orders: OK")
     return latest
+
+
+def _master_name(master: str | None) -> str:
+    if master is not None:
+        return master
+    return "spark-submit's master" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]"
 
 
 async def _create_totals(servers: list[str], stream: str, replication_factor: int) -> None:
