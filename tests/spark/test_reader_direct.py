@@ -80,6 +80,29 @@ def test_same_range_same_rows_and_admission_control(spark_jet: JetDev) -> None:
     assert reader.latestOffset(rest, ReadAllAvailable()) == rest  # nothing new
 
 
+def test_latest_offset_without_arguments_honours_max_records(spark_jet: JetDev) -> None:
+    """PySpark 4.0/4.1 call latestOffset() without start or limit: the reader counts from
+    the last batch Spark planned (a restart passes the checkpoint's offsets to
+    partitions(end, end) first) and applies maxRecordsPerTrigger itself."""
+    name = unique("nolimit")
+    create(spark_jet.servers, name, partitions=2)
+    produce(spark_jet.servers, name, [(f"k{i}".encode(), b"v%d" % i) for i in range(90)])
+    reader = _reader(spark_jet, streams=name, maxRecordsPerTrigger="40")
+    end = reader.latestOffset()  # a new query: Spark asks before initialOffset()
+    assert sum(end[name].values()) == 40
+    start = reader.initialOffset()
+    assert len(_rows(reader, start, end)) == 40  # plans the batch: the next starts at end
+    second = reader.latestOffset()
+    assert sum(second[name].values()) == 80
+    assert all(second[name][p] >= end[name][p] for p in end[name])
+
+    restarted = _reader(spark_jet, streams=name, maxRecordsPerTrigger="40")
+    restarted.partitions(second, second)  # what Spark's setLatestSeenOffset does
+    third = restarted.latestOffset()
+    assert sum(third[name].values()) == 90
+    assert len(_rows(restarted, second, third)) == 10
+
+
 def test_pattern_picks_up_new_streams_and_available_now_caps(spark_jet: JetDev) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 

@@ -78,6 +78,9 @@ def local_spark(app: str = "jetspark-demo", master: str | None = None) -> Any:
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config(UNIX_SOCKETS, "true")
+        # A Python worker has this long to connect back (default 15 s; on a loaded 2-core
+        # machine starting one, with pyarrow and pandas, took longer).
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

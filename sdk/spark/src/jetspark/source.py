@@ -29,16 +29,11 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from jetspark import offsets_mirror
 from jetspark._bridge import shared_bridge
+from jetspark._compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from jetspark._read import Snapshot, read_range, resolve_ends, resolve_start, snapshot
 from jetspark.errors import DataLossError, OptionError
 from jetspark.offsets import OffsetRange, Offsets, from_json, limit_offsets, plan_ranges, to_json
@@ -188,6 +183,8 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
         self._mirrored: Offsets = {}
+        self._planned: Offsets | None = None
+        """The end of the last batch planned (PySpark < 4.2: the next batch's start)."""
 
     # -- driver side ------------------------------------------------------------------
 
@@ -206,7 +203,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bridge = shared_bridge(
             opts.servers, request_timeout=opts.request_timeout, security=opts.security
         )
-        return to_json(bridge.call(resolve_start, bridge.client, opts, snap))
+        start = bridge.call(resolve_start, bridge.client, opts, snap)
+        self._planned = start
+        return to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """maxRecordsPerTrigger as a read limit (all available without it)."""
@@ -217,21 +216,33 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Trigger.AvailableNow: remember the high watermarks now; never read past them."""
         self._target = self._latest_offsets(self._snapshot(require=False), {})
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
         """The end of the next micro-batch: the high watermarks (capped by the
         AvailableNow target), limited by ``limit`` (maxRecordsPerTrigger).
 
         Partitions that appeared since ``start`` are included from their log start.
 
+        PySpark 4.0 and 4.1 call it without arguments: the start is then the end of the
+        last batch Spark planned (``partitions``; at a restart Spark passes the
+        checkpoint's latest offsets to ``partitions`` first), else the initial offsets, and
+        the limit is maxRecordsPerTrigger (spec/spark.md, "Admission control").
+
         Raises:
             DataLossError: with failOnDataLoss, a partition of ``start`` is gone, lost
                 records to retention past ``start``, or its log ends below ``start``.
         """
-        begin = from_json(start)
-        # Spark asks for the next batch only once the previous one is committed, so
-        # ``start`` is processed: mirror it (commit() alone misses the last batch of a
-        # query, whose commit Spark issues when planning the batch after it).
-        self._mirror(begin)
+        if start is not None:
+            begin = from_json(start)
+            # Spark asks for the next batch only once the previous one is committed, so
+            # ``start`` is processed: mirror it (commit() alone misses the last batch of a
+            # query, whose commit Spark issues when planning the batch after it).
+            self._mirror(begin)
+        else:
+            # A new query: Spark asks for the latest offset before the initial one.
+            begin = self._planned if self._planned is not None else from_json(self.initialOffset())
+            limit = self.getDefaultReadLimit()
         snap = self._snapshot(require=False)
         latest = self._latest_offsets(snap, begin)
         self._latest = latest
@@ -285,8 +296,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One Spark partition per stream partition with new offsets (split by
         minPartitions)."""
+        self._planned = from_json(end)
         ranges = plan_ranges(
-            from_json(start), from_json(end), min_partitions=self.opts.min_partitions
+            from_json(start), self._planned, min_partitions=self.opts.min_partitions
         )
         return [JetInputPartition(r) for r in ranges]
 
