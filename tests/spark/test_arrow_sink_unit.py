@@ -82,6 +82,31 @@ def test_request_bytes_equal_the_sdk_encoding(seed: int, count: int, string_keys
     assert msgs.has_key.tolist() == [r["key"] is not None for r in rows]
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), count=st.integers(1, 20))
+def test_subject_column_bytes_equal_the_sdk_encoding(seed: int, count: int) -> None:
+    rng = random.Random(seed)
+    rows = [_row(rng) for _ in range(count)]
+    subjects = [rng.choice([None, "", "orders.eu", "ö.x" * rng.randrange(1, 5)]) for _ in rows]
+    value = pa.array([_as_bytes(r["value"]) for r in rows], pa.binary())
+    key = pa.array([_as_bytes(r["key"]) for r in rows], pa.binary())
+    headers = pa.array([r["headers"] for r in rows], _HEADERS)
+    msgs = encode_messages(value, key, headers, pa.array(subjects, pa.string()))
+    body = request_body("s", 0, AckPolicy.ALL, 5000, 77, 0, count, msgs.data.to_pylist())
+    expected = tuple(
+        ProduceMessage(
+            _as_bytes(r["value"]) or b"",
+            _as_bytes(r["key"]),
+            tuple((h["key"], h["value"] or b"") for h in r["headers"] or ()),
+            subject or "",
+        )
+        for r, subject in zip(rows, subjects, strict=True)
+    )
+    assert body == encode_produce_request(
+        ProduceRequest("s", 0, AckPolicy.ALL, 5000, expected, 77, 0)
+    )
+
+
 def test_a_header_without_key_is_a_column_error() -> None:
     headers = pa.array([[{"key": None, "value": b"x"}]], _HEADERS)
     with pytest.raises(ColumnError, match="null key"):

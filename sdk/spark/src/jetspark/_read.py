@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 import anyio
 import attrs
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jetsdk.client import Client
 from jetsdk.codec.record import HEADER_SIZE, peek_header
@@ -169,7 +170,8 @@ def read_range(
     """Yield the records of ``rng`` as Arrow batches (one per Fetch response).
 
     The next Fetch is in flight while the current response is converted (by
-    :mod:`jetspark._records`, straight from the record bytes).
+    :mod:`jetspark._records`, straight from the record bytes). With option ``subjects``,
+    only the records whose subject matches are yielded.
 
     Raises:
         DataLossError: with ``failOnDataLoss``, records of the range are gone (removed by
@@ -181,6 +183,7 @@ def read_range(
         opts.servers, request_timeout=opts.request_timeout, security=opts.security
     )
     client = bridge.client
+    subjects = opts.subject_regex()
     offset = rng.start
     future = bridge.submit(_fetch, client, rng.stream, rng.partition, offset, opts.fetch_max_bytes)
     while offset < rng.end:
@@ -222,7 +225,12 @@ def read_range(
                 _fetch, client, rng.stream, rng.partition, nxt, opts.fetch_max_bytes
             )
         if starts:
-            yield records_batch(got.raw, starts, rng.stream, rng.partition, schema)
+            batch = records_batch(got.raw, starts, rng.stream, rng.partition, schema)
+            if subjects is not None:
+                column = batch.column(batch.schema.get_field_index("subject"))
+                batch = batch.filter(pc.match_substring_regex(column, subjects))
+            if batch.num_rows:
+                yield batch
         offset = nxt
 
 

@@ -13,12 +13,13 @@ partition id, so a replay picks the same partitions too.
 
 Rows come in as Arrow record batches (``mapInArrow`` for foreachBatch, the Arrow writers
 for ``df.write`` / ``df.writeStream``); columns ``value`` (required), ``key``, ``headers``,
-``partition`` and ``stream`` as in Spark's Kafka sink, string or binary, and ``offset``
-(ordering only, not written). Each batch is encoded and partitioned in bulk
-(:mod:`jetspark._bulk`) and kept until the task's last batch; then the messages of each target
-partition go into Produce requests of at most :data:`MAX_CHUNK_MESSAGES` messages and
-:data:`MAX_CHUNK_BYTES` (estimated) bytes, cut where a row-at-a-time writer would cut them,
-whatever the batch boundaries. :func:`check_columns` validates a schema on the driver.
+``partition`` and ``stream`` as in Spark's Kafka sink, string or binary, ``subject`` (the
+NATS subject to publish on) and ``offset`` (ordering only, not written). Each batch is
+encoded and partitioned in bulk (:mod:`jetspark._bulk`) and kept until the task's last
+batch; then the messages of each target partition go into Produce requests of at most
+:data:`MAX_CHUNK_MESSAGES` messages and :data:`MAX_CHUNK_BYTES` (estimated) bytes, cut
+where a row-at-a-time writer would cut them, whatever the batch boundaries.
+:func:`check_columns` validates a schema on the driver.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ MAX_CHUNK_BYTES = 1 << 20
 """Most (estimated) bytes in one Produce request."""
 MAX_RESENDS = 5
 """Times a request whose messages got a retriable per-message error is sent again."""
-_SINK_COLUMNS = ("value", "key", "headers", "partition", "stream", "offset")
+_SINK_COLUMNS = ("value", "key", "headers", "partition", "stream", "offset", "subject")
 _INT_TYPES = (ByteType, ShortType, IntegerType, LongType)
 
 
@@ -114,9 +115,11 @@ def check_columns(schema: StructType, opts: SinkOptions) -> None:
     field = fields.get("offset")
     if field is not None and not isinstance(field.dataType, _INT_TYPES):
         raise ColumnError("offset", f"must be an integer, not {field.dataType.simpleString()}")
+    for name in ("stream", "subject"):
+        field = fields.get(name)
+        if field is not None and not isinstance(field.dataType, StringType):
+            raise ColumnError(name, f"must be a string, not {field.dataType.simpleString()}")
     field = fields.get("stream")
-    if field is not None and not isinstance(field.dataType, StringType):
-        raise ColumnError("stream", f"must be a string, not {field.dataType.simpleString()}")
     if field is None and opts.stream is None:
         raise ColumnError("stream", "no 'stream' column and no 'stream' option: name the target")
     field = fields.get("headers")
@@ -141,7 +144,7 @@ def _headers_type_ok(dtype: DataType) -> bool:
 
 def sink_columns(schema: StructType) -> list[str | None]:
     """The DataFrame's names of the sink columns in the order (value, key,
-    headers, partition, stream, offset), None for a missing one."""
+    headers, partition, stream, offset, subject), None for a missing one."""
     names = {f.name.lower(): f.name for f in schema.fields}
     return [names.get(c) for c in _SINK_COLUMNS]
 
@@ -211,7 +214,9 @@ class _TaskWriter:
         cols = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
         streams, stream_of = self._streams(cols.get("stream"), n)
         counts = np.array([self.partitions_of(s) for s in streams], dtype=np.int64)[stream_of]
-        msgs = encode_messages(cols["value"], cols.get("key"), cols.get("headers"))
+        msgs = encode_messages(
+            cols["value"], cols.get("key"), cols.get("headers"), cols.get("subject")
+        )
         explicit = cols.get("partition")
         partition = self._partitions(explicit, msgs, counts, streams, stream_of)
         index = {name: i for i, name in enumerate(self.stream_names)}

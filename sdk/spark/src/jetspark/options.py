@@ -87,6 +87,7 @@ SOURCE_OPTIONS = (
     "fetchMaxBytes",
     "group",
     "requestTimeout",
+    "subjects",
     *SECURITY_OPTIONS,
 )
 """Options the source understands (documented names; Spark matches them ignoring case)."""
@@ -179,6 +180,26 @@ class SourceOptions:
     """Seconds to wait for one server response."""
     security: Security = NO_SECURITY
     """TLS and credentials."""
+    subjects: tuple[str, ...] = ()
+    """NATS subject patterns (``*``, ``>``) a record's subject must match to be a row;
+    empty for every record."""
+
+    def subject_regex(self) -> str | None:
+        """:attr:`subjects` as one regular expression over a whole subject, or None."""
+        if not self.subjects:
+            return None
+        alternatives = []
+        for pattern in self.subjects:
+            tokens = []
+            for token in pattern.split("."):
+                if token == "*":
+                    tokens.append(r"[^.]+")
+                elif token == ">":
+                    tokens.append(r".+")
+                else:
+                    tokens.append(re.escape(token))
+            alternatives.append(r"\.".join(tokens))
+        return "^(?:" + "|".join(alternatives) + ")$"
 
     def matches(self, stream: str) -> bool:
         """True if ``stream`` is one of the streams this source reads."""
@@ -281,9 +302,17 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         starting_ts = _int(opts, "startingTimestamp")
         if starting_ts < 0:
             raise OptionError("startingTimestamp", "must be >= 0 (ms since the epoch)")
+    subjects: tuple[str, ...] = ()
+    if "subjects" in opts:
+        subjects = tuple(p.strip() for p in opts["subjects"].split(",") if p.strip())
+        if not subjects:
+            raise OptionError("subjects", "no subject patterns given")
+        for subject in subjects:
+            _check_subject_pattern(subject)
     return SourceOptions(
         servers=servers,
         streams=streams,
+        subjects=subjects,
         pattern=pattern,
         starting=starting,
         ending=ending,
@@ -480,6 +509,19 @@ def _servers(opts: Mapping[str, str]) -> tuple[str, ...]:
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise OptionError("servers", f"{server!r} is not host:port")
     return servers
+
+
+def _check_subject_pattern(pattern: str) -> None:
+    tokens = pattern.split(".")
+    for i, token in enumerate(tokens):
+        if not token or any(c.isspace() for c in token):
+            raise OptionError("subjects", f"bad subject pattern {pattern!r}: empty token or space")
+        if token == ">" and i != len(tokens) - 1:
+            raise OptionError("subjects", f"bad subject pattern {pattern!r}: '>' must be last")
+        if token != "*" and token != ">" and ("*" in token or ">" in token):
+            raise OptionError(
+                "subjects", f"bad subject pattern {pattern!r}: a wildcard must be a whole token"
+            )
 
 
 def _check_name(option: str, name: str) -> None:
