@@ -215,3 +215,31 @@ def _all() -> Any:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     return ReadAllAvailable()
+
+
+def test_batch_read_ends_at_ending_timestamp(spark_jet: JetDev) -> None:
+    """endingTimestamp: each partition ends before its first record stored at or after it."""
+    from jetspark.errors import OptionError
+    from jetspark.options import source_options
+    from jetspark.source import JetBatchReader
+
+    from .helpers import read_all
+
+    name = unique("until")
+    create(spark_jet.servers, name)
+    produce(spark_jet.servers, name, [(None, b"v%d" % i) for i in range(40)], chunk=4)
+    stored = read_all(spark_jet.servers, name)
+    cut_ms = stored[20].timestamp // 1_000_000 + 1
+    expected = [r.value for r in stored if r.timestamp < cut_ms * 1_000_000]
+    assert 20 < len(expected) < 40  # acked rounds of 4: later records are stored later
+    raw = {"servers": ",".join(spark_jet.servers), "streams": name}
+    reader = JetBatchReader(
+        source_options({**raw, "endingTimestamp": str(cut_ms)}, streaming=False), _schema()
+    )
+    got = []
+    for partition in reader.partitions():
+        for batch in reader.read(partition):
+            got.extend(batch.column(1).to_pylist())
+    assert got == expected
+    with pytest.raises(OptionError, match="endingTimestamp"):
+        source_options({**raw, "endingTimestamp": "1"}, streaming=True)

@@ -73,25 +73,33 @@ async def resolve_start(client: Client, opts: SourceOptions, snap: Snapshot) -> 
         OptionError: startingOffsets JSON that misses or invents a partition, or names an
             offset past the high watermark.
     """
-    out: Offsets = {stream: {} for stream in snap}
     if opts.starting_timestamp_ms is not None:
-        ts_ns = opts.starting_timestamp_ms * 1_000_000
-
-        async def at_time(stream: str, partition: int) -> None:
-            info = await client.list_offsets(stream, partition, ts_ns)
-            out[stream][partition] = info.offset
-
-        async with anyio.create_task_group() as tg:
-            for stream, parts in snap.items():
-                for part in parts:
-                    tg.start_soon(at_time, stream, part)
-        return out
+        return await _offsets_at(client, snap, opts.starting_timestamp_ms)
     return _resolve_spec(opts.starting, "startingOffsets", snap)
 
 
-def resolve_ends(opts: SourceOptions, snap: Snapshot) -> Offsets:
-    """Where a batch read ends, per option endingOffsets."""
+async def resolve_ends(client: Client, opts: SourceOptions, snap: Snapshot) -> Offsets:
+    """Where a batch read ends, per option endingTimestamp or endingOffsets."""
+    if opts.ending_timestamp_ms is not None:
+        return await _offsets_at(client, snap, opts.ending_timestamp_ms)
     return _resolve_spec(opts.ending, "endingOffsets", snap)
+
+
+async def _offsets_at(client: Client, snap: Snapshot, ms: int) -> Offsets:
+    """Per partition, the first offset stored at or after ``ms`` (the high watermark if
+    none)."""
+    out: Offsets = {stream: {} for stream in snap}
+    ts_ns = ms * 1_000_000
+
+    async def at_time(stream: str, partition: int) -> None:
+        info = await client.list_offsets(stream, partition, ts_ns)
+        out[stream][partition] = info.offset
+
+    async with anyio.create_task_group() as tg:
+        for stream, parts in snap.items():
+            for part in parts:
+                tg.start_soon(at_time, stream, part)
+    return out
 
 
 def _resolve_spec(spec: object, option: str, snap: Snapshot) -> Offsets:

@@ -80,6 +80,7 @@ SOURCE_OPTIONS = (
     "startingOffsets",
     "endingOffsets",
     "startingTimestamp",
+    "endingTimestamp",
     "maxRecordsPerTrigger",
     "failOnDataLoss",
     "includeHeaders",
@@ -163,6 +164,9 @@ class SourceOptions:
     starting_timestamp_ms: int | None = None
     """Start at the first record stored at or after this time (ms since the epoch); takes
     precedence over ``starting``."""
+    ending_timestamp_ms: int | None = None
+    """Batch reads: end before the first record stored at or after this time (ms since the
+    epoch); takes precedence over ``ending``."""
     max_records_per_trigger: int | None = None
     """Most offsets per micro-batch (admission control), None for no limit."""
     fail_on_data_loss: bool = True
@@ -309,8 +313,16 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
             raise OptionError("subjects", "no subject patterns given")
         for subject in subjects:
             _check_subject_pattern(subject)
+    ending_ts = None
+    if "endingtimestamp" in opts:
+        if streaming:
+            raise OptionError("endingTimestamp", "only for batch reads (spark.read)")
+        ending_ts = _int(opts, "endingTimestamp")
+        if ending_ts < 0:
+            raise OptionError("endingTimestamp", "must be >= 0 (ms since the epoch)")
     return SourceOptions(
         servers=servers,
+        ending_timestamp_ms=ending_ts,
         streams=streams,
         subjects=subjects,
         pattern=pattern,

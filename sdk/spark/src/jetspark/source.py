@@ -133,7 +133,8 @@ def _read_partition(
 
 class JetBatchReader(DataSourceReader):
     """``spark.read.format("jetstream")``: the offsets between startingOffsets (or
-    startingTimestamp) and endingOffsets, as they are when the query is planned."""
+    startingTimestamp) and endingOffsets (or endingTimestamp), as they are when the query
+    is planned."""
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         self.opts = opts
@@ -151,7 +152,7 @@ class JetBatchReader(DataSourceReader):
         )
         snap: Snapshot = bridge.call(snapshot, bridge.client, opts, require=True)
         start = bridge.call(resolve_start, bridge.client, opts, snap)
-        end = resolve_ends(opts, snap)
+        end = bridge.call(resolve_ends, bridge.client, opts, snap)
         for stream, parts in start.items():
             for part, begin in parts.items():
                 if begin > end[stream][part]:
