@@ -243,3 +243,37 @@ def test_batch_read_ends_at_ending_timestamp(spark_jet: JetDev) -> None:
     assert got == expected
     with pytest.raises(OptionError, match="endingTimestamp"):
         source_options({**raw, "endingTimestamp": "1"}, streaming=True)
+
+
+def test_min_offsets_per_trigger_waits_until_enough_or_the_delay(spark_jet: JetDev) -> None:
+    """minOffsetsPerTrigger=50 with maxTriggerDelay=2s: the first batch goes at once, then
+    a batch waits for 50 new offsets, or for 2 s since the last batch."""
+    import time
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from .conftest import wait_until
+
+    name = unique("minoff")
+    create(spark_jet.servers, name)
+    produce(spark_jet.servers, name, [(None, b"a%d" % i) for i in range(10)])
+    reader = _reader(spark_jet, streams=name, minOffsetsPerTrigger="50", maxTriggerDelay="2s")
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadAllAvailable())
+    assert first == {name: {"0": 10}}  # the first batch is never held back
+    produce(spark_jet.servers, name, [(None, b"b%d" % i) for i in range(10)])
+    assert reader.latestOffset(first, ReadAllAvailable()) == first  # 10 < 50: wait
+    produce(spark_jet.servers, name, [(None, b"c%d" % i) for i in range(40)])
+    second = reader.latestOffset(first, ReadAllAvailable())
+    assert second == {name: {"0": 60}}  # 50 new: at once
+    released = time.monotonic()
+    produce(spark_jet.servers, name, [(None, b"d")])
+    assert reader.latestOffset(second, ReadAllAvailable()) == second
+    ends: list[dict[str, Any]] = []
+    wait_until(
+        lambda: ends.append(reader.latestOffset(second, ReadAllAvailable())) or ends[-1] != second,
+        30,
+        "the delay to pass",
+    )
+    assert ends[-1] == {name: {"0": 61}}
+    assert time.monotonic() - released >= 2.0

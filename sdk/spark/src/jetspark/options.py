@@ -21,6 +21,7 @@ import orjson
 
 from jetsdk.codec.error_codes import AckPolicy
 from jetspark.errors import OptionError
+from jetspark.subjects import pattern_problem, patterns_regex
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT_S",
@@ -73,6 +74,8 @@ SECURITY_OPTIONS = (
 )
 """Connection options shared by the source and the sinks (TLS and credentials)."""
 
+DEFAULT_MAX_TRIGGER_DELAY_S = 900.0
+"""maxTriggerDelay's default, 15 minutes (as Spark's Kafka source)."""
 SOURCE_OPTIONS = (
     "servers",
     "streams",
@@ -82,6 +85,8 @@ SOURCE_OPTIONS = (
     "startingTimestamp",
     "endingTimestamp",
     "maxRecordsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "failOnDataLoss",
     "includeHeaders",
     "minPartitions",
@@ -169,6 +174,11 @@ class SourceOptions:
     epoch); takes precedence over ``ending``."""
     max_records_per_trigger: int | None = None
     """Most offsets per micro-batch (admission control), None for no limit."""
+    min_offsets_per_trigger: int | None = None
+    """Fewest new offsets for a micro-batch, unless ``max_trigger_delay_s`` passed since the
+    last one; None for no minimum."""
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
+    """Longest wait for ``min_offsets_per_trigger`` (seconds)."""
     fail_on_data_loss: bool = True
     """Fail when unread records are gone (retention, deletion); compaction gaps never fail."""
     include_headers: bool = False
@@ -190,20 +200,7 @@ class SourceOptions:
 
     def subject_regex(self) -> str | None:
         """:attr:`subjects` as one regular expression over a whole subject, or None."""
-        if not self.subjects:
-            return None
-        alternatives = []
-        for pattern in self.subjects:
-            tokens = []
-            for token in pattern.split("."):
-                if token == "*":
-                    tokens.append(r"[^.]+")
-                elif token == ">":
-                    tokens.append(r".+")
-                else:
-                    tokens.append(re.escape(token))
-            alternatives.append(r"\.".join(tokens))
-        return "^(?:" + "|".join(alternatives) + ")$"
+        return patterns_regex(self.subjects) if self.subjects else None
 
     def matches(self, stream: str) -> bool:
         """True if ``stream`` is one of the streams this source reads."""
@@ -312,7 +309,15 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         if not subjects:
             raise OptionError("subjects", "no subject patterns given")
         for subject in subjects:
-            _check_subject_pattern(subject)
+            problem = pattern_problem(subject)
+            if problem is not None:
+                raise OptionError("subjects", f"bad subject pattern {subject!r}: {problem}")
+    min_offsets = _positive_int(opts, "minOffsetsPerTrigger")
+    if min_offsets is not None and not streaming:
+        raise OptionError("minOffsetsPerTrigger", "only for streaming reads (readStream)")
+    delay = DEFAULT_MAX_TRIGGER_DELAY_S
+    if "maxtriggerdelay" in opts:
+        delay = _duration(opts, "maxTriggerDelay")
     ending_ts = None
     if "endingtimestamp" in opts:
         if streaming:
@@ -323,6 +328,8 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     return SourceOptions(
         servers=servers,
         ending_timestamp_ms=ending_ts,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_s=delay,
         streams=streams,
         subjects=subjects,
         pattern=pattern,
@@ -523,19 +530,6 @@ def _servers(opts: Mapping[str, str]) -> tuple[str, ...]:
     return servers
 
 
-def _check_subject_pattern(pattern: str) -> None:
-    tokens = pattern.split(".")
-    for i, token in enumerate(tokens):
-        if not token or any(c.isspace() for c in token):
-            raise OptionError("subjects", f"bad subject pattern {pattern!r}: empty token or space")
-        if token == ">" and i != len(tokens) - 1:
-            raise OptionError("subjects", f"bad subject pattern {pattern!r}: '>' must be last")
-        if token != "*" and token != ">" and ("*" in token or ">" in token):
-            raise OptionError(
-                "subjects", f"bad subject pattern {pattern!r}: a wildcard must be a whole token"
-            )
-
-
 def _check_name(option: str, name: str) -> None:
     if not isinstance(name, str) or not _NAME_RE.match(name) or len(name.encode()) > 255:
         raise OptionError(option, f"bad name {name!r}")
@@ -566,6 +560,19 @@ def _bool(opts: Mapping[str, str], option: str, default: bool) -> bool:
     if lowered in ("true", "false"):
         return lowered == "true"
     raise OptionError(option, f"{text!r} is not true or false")
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$", re.IGNORECASE)
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _duration(opts: Mapping[str, str], option: str) -> float:
+    """Seconds from a duration such as ``15m``, ``30s``, ``500ms`` (no unit: seconds)."""
+    text = opts[option.lower()]
+    found = _DURATION_RE.match(text)
+    if found is None:
+        raise OptionError(option, f"{text!r} is not a duration (like 15m, 30s, 500ms)")
+    return float(found.group(1)) * _UNIT_S[(found.group(2) or "s").lower()]
 
 
 def _seconds(opts: Mapping[str, str], option: str, default: float) -> float:

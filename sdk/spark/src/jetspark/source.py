@@ -17,6 +17,7 @@ Options and semantics: spec/spark.md.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -184,6 +185,8 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
         self._mirrored: Offsets = {}
+        self._last_trigger = float("-inf")
+        """When latestOffset last let a batch with new offsets through (monotonic)."""
         self._planned: Offsets | None = None
         """The end of the last batch planned (PySpark < 4.2: the next batch's start)."""
 
@@ -249,6 +252,8 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest = latest
         if self._target is not None:
             latest = _cap(latest, self._target, begin)
+        if self._wait_for_more(snap, begin, latest):
+            return to_json(begin)
         if isinstance(limit, ReadMaxRows):
             # New partitions count from their log start, so a partition that gets no share
             # this time is checkpointed there, never below records retention removed.
@@ -258,6 +263,29 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     base.setdefault(stream, {}).setdefault(part, info.log_start)
             latest = limit_offsets(base, latest, limit.max_rows)
         return to_json(latest)
+
+    def _wait_for_more(self, snap: Snapshot, begin: Offsets, latest: Offsets) -> bool:
+        """minOffsetsPerTrigger: True to hold the next batch back (fewer new offsets than
+        the minimum, and less than maxTriggerDelay since the last batch; never under
+        Trigger.AvailableNow, never for the first batch)."""
+        minimum = self.opts.min_offsets_per_trigger
+        if minimum is None or self._target is not None:
+            return False
+        new = 0
+        for stream, parts in latest.items():
+            for part, end in parts.items():
+                known = begin.get(stream, {}).get(part)
+                if known is None:
+                    info = snap.get(stream, {}).get(part)
+                    known = info.log_start if info is not None else end
+                new += max(0, end - known)
+        if new == 0:
+            return False
+        now = time.monotonic()
+        if new < minimum and now - self._last_trigger < self.opts.max_trigger_delay_s:
+            return True
+        self._last_trigger = now
+        return False
 
     def _latest_offsets(self, snap: Snapshot, begin: Offsets) -> Offsets:
         fail = self.opts.fail_on_data_loss
