@@ -53,9 +53,6 @@ def main(servers: str, src: str, out: str, checkpoint: str, mode: str, hang: str
         .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
         .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
         .config("spark.python.unix.domain.socket.enabled", "true")
-        # A Python worker has this long to connect back (default 15 s; on a loaded 2-core
-        # machine starting one, with pyarrow and pandas, took longer).
-        .config("spark.python.authenticate.socketTimeout", "120s")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )

@@ -69,9 +69,6 @@ def spark() -> Iterator[Any]:
         # Python workers over Unix sockets: over TCP each Python task waits ~40 ms for
         # its input (jetspark.demo.UNIX_SOCKETS).
         .config("spark.python.unix.domain.socket.enabled", "true")
-        # A Python worker has this long to connect back (default 15 s; on a loaded 2-core
-        # machine starting one, with pyarrow and pandas, took longer).
-        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
