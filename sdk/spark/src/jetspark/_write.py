@@ -291,18 +291,8 @@ class _TaskWriter:
         data = pa.chunked_array([r.data for r in rows], pa.binary())
         explicit = pa.chunked_array([r.explicit for r in rows], pa.int64())
         offset = pa.chunked_array([r.offset for r in rows], pa.int64())
-        # Null first, without null_placement (its form changed across pyarrow versions).
-        table = pa.table(
-            {
-                "s": stream,
-                "on": offset.is_valid(),
-                "o": pc.fill_null(offset, 0),
-                "p": pc.fill_null(explicit, -1),  # partitions are >= 0
-                "m": data,
-            }
-        )
-        order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in table.column_names])
-        order_np = order.to_numpy()
+        order_np = _content_order(stream, offset, explicit, data)
+        order = pa.array(order_np)
         partition = np.concatenate([r.partition for r in rows])[order_np]
         stream = stream[order_np]
         counts = np.array([self.partitions_of(name) for name in names], dtype=np.int64)
@@ -400,6 +390,37 @@ class _TaskWriter:
         for (stream, partition), target in self.targets.items():
             self.settle(stream, partition, target)
         return WriteStats(self.task, self.written, self.duplicates)
+
+
+def _content_order(
+    stream: I64, offset: pa.ChunkedArray, explicit: pa.ChunkedArray, data: pa.ChunkedArray
+) -> I64:
+    """Row indices sorted by (stream, offset null first, partition null first, message
+    bytes): numpy sorts the integer keys; only rows that tie on all of them (every row when
+    there is no ``offset`` column) are then sorted by their bytes, in one Arrow sort."""
+    has_offset = offset.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = pc.fill_null(offset, 0).to_numpy().astype(np.int64)
+    partitions = pc.fill_null(explicit, -1).to_numpy().astype(np.int64)  # partitions >= 0
+    order: I64 = np.lexsort((partitions, offsets, has_offset, stream))
+    keys = np.stack([stream, has_offset, offsets, partitions])[:, order]
+    change = np.ones(len(order), dtype=np.bool_)
+    change[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
+    group = np.cumsum(change) - 1
+    size = np.bincount(group)
+    tied = size[group] > 1
+    if not tied.any():
+        return order
+    rows = order[tied]
+    messages = data.take(pa.array(rows))
+    if len(size) == 1:  # one group: sort the bytes alone (much faster than a table sort)
+        within = pc.sort_indices(messages).to_numpy()
+    else:
+        table = pa.table({"g": group[tied], "m": messages})
+        within = pc.sort_indices(table, sort_keys=[("g", "ascending"), ("m", "ascending")])
+        within = within.to_numpy()
+    # The tied rows keep their groups' places; inside each group, byte order.
+    order[np.flatnonzero(tied)] = rows[within]
+    return order
 
 
 async def _stream_info(client: Client, stream: str) -> int:
