@@ -95,6 +95,17 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+@nox.parametrize("pyspark", ["4.0", "4.1"])
+def spark_compat(session: nox.Session, pyspark: str) -> None:
+    """jetspark's smoke pipeline (tools/spark_smoke.py) on an older PySpark, each in its
+    own venv: ``nox -s spark_compat`` runs 4.0 and 4.1 (CI's tests run the newest)."""
+    major, minor = pyspark.split(".")
+    session.install(*PACKAGES, f"pyspark>={pyspark},<{major}.{int(minor) + 1}")
+    session.run("python", "-c", "import pyspark; print('pyspark', pyspark.__version__)")
+    session.run("python", "tools/spark_smoke.py")
+
+
+@nox.session
 def faults(session: nox.Session) -> None:
     """Seeded fault campaign on real processes; ends with a durability report per class.
 

@@ -28,6 +28,21 @@ JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 """Options of the local Spark JVM (driver = executor in local mode)."""
 
 
+SESSION_START_TIMEOUT_S = 400
+"""Timeout of a test that uses the shared session: whichever runs first bears its start,
+which took over 120 s (the suite's default) at load ~10 on two cores. A timeout inside
+getOrCreate() leaves py4j out of step, and every later test then fails."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give tests that use the ``spark`` session SESSION_START_TIMEOUT_S unless they set
+    their own timeout."""
+    for item in items:
+        uses_spark = "spark" in getattr(item, "fixturenames", ())
+        if uses_spark and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SESSION_START_TIMEOUT_S))
+
+
 @pytest.fixture(scope="session")
 def spark_jet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
     """`jet dev --servers 1` with fast maintenance, shared by every Spark test."""

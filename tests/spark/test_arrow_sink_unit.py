@@ -1,6 +1,7 @@
 """The sinks' bulk path (jetspark._bulk, jetspark._write) against the SDK's per-message
 code: wire bytes, Kafka's murmur2, partition choice, sequence numbers and request cuts
-across Arrow batch boundaries. No server, no JVM."""
+across Arrow batch boundaries, and that numbering does not depend on the order rows arrive
+in. No server, no JVM."""
 
 from __future__ import annotations
 
@@ -81,6 +82,31 @@ def test_request_bytes_equal_the_sdk_encoding(seed: int, count: int, string_keys
     assert msgs.has_key.tolist() == [r["key"] is not None for r in rows]
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), count=st.integers(1, 20))
+def test_subject_column_bytes_equal_the_sdk_encoding(seed: int, count: int) -> None:
+    rng = random.Random(seed)
+    rows = [_row(rng) for _ in range(count)]
+    subjects = [rng.choice([None, "", "orders.eu", "ö.x" * rng.randrange(1, 5)]) for _ in rows]
+    value = pa.array([_as_bytes(r["value"]) for r in rows], pa.binary())
+    key = pa.array([_as_bytes(r["key"]) for r in rows], pa.binary())
+    headers = pa.array([r["headers"] for r in rows], _HEADERS)
+    msgs = encode_messages(value, key, headers, pa.array(subjects, pa.string()))
+    body = request_body("s", 0, AckPolicy.ALL, 5000, 77, 0, count, msgs.data.to_pylist())
+    expected = tuple(
+        ProduceMessage(
+            _as_bytes(r["value"]) or b"",
+            _as_bytes(r["key"]),
+            tuple((h["key"], h["value"] or b"") for h in r["headers"] or ()),
+            subject or "",
+        )
+        for r, subject in zip(rows, subjects, strict=True)
+    )
+    assert body == encode_produce_request(
+        ProduceRequest("s", 0, AckPolicy.ALL, 5000, expected, 77, 0)
+    )
+
+
 def test_a_header_without_key_is_a_column_error() -> None:
     headers = pa.array([[{"key": None, "value": b"x"}]], _HEADERS)
     with pytest.raises(ColumnError, match="null key"):
@@ -97,13 +123,19 @@ class _FakeWriter(_write._TaskWriter):
         self.task = task
         self.partition_counts = {"s": partitions, "t": 2}
         self.targets = {}
-        self.keyless = 0
+        self.init_rows()
         self.written = 0
         self.duplicates = 0
         self.sent: list[tuple[str, int, int, int]] = []  # stream, partition, base seq, count
+        self.messages: dict[tuple[str, int, int], bytes] = {}  # (stream, partition, seq)
 
     def ship(self, stream: str, partition: int, target: Any) -> None:
         self.sent.append((stream, partition, target.next_seq, target.chunk_count))
+        raw = b"".join(target.chunk)
+        seq = target.next_seq
+        for message in _split_messages(raw):
+            self.messages[(stream, partition, seq)] = message
+            seq += 1
         target.next_seq += target.chunk_count
         target.chunk, target.chunk_count, target.chunk_bytes = [], 0, 0
 
@@ -111,15 +143,45 @@ class _FakeWriter(_write._TaskWriter):
         pass
 
 
+def _split_messages(raw: bytes) -> list[bytes]:
+    """Cut encoded Produce messages (subject str16, key nbytes32, headers, value bytes32)."""
+    out, i = [], 0
+    while i < len(raw):
+        start = i
+        i += 2 + int.from_bytes(raw[i : i + 2], "big")
+        klen = int.from_bytes(raw[i : i + 4], "big", signed=True)
+        i += 4 + max(klen, 0)
+        count = int.from_bytes(raw[i : i + 2], "big")
+        i += 2
+        for _ in range(count):
+            i += 2 + int.from_bytes(raw[i : i + 2], "big")
+            i += 4 + int.from_bytes(raw[i : i + 4], "big")
+        i += 4 + int.from_bytes(raw[i : i + 4], "big")
+        out.append(raw[start:i])
+    return out
+
+
+def _sort_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """spec/spark.md "Row order": offset column (null first), partition column (null
+    first), then the message's wire bytes (the SDK's encoding)."""
+    request = ProduceRequest(
+        "s", 0, AckPolicy.ALL, 0, (ProduceMessage(row["value"], row["key"], ()),), 1, 0
+    )
+    head = ProduceRequest("s", 0, AckPolicy.ALL, 0, (), 1, 0)
+    message = encode_produce_request(request)[len(encode_produce_request(head)) :]
+    part, offset = row.get("partition"), row.get("offset")
+    return (offset is not None, offset or 0, part is not None, part or 0, message)
+
+
 def _reference(rows: list[dict[str, Any]], task: int, partitions: int) -> list[Any]:
-    """The row-at-a-time rules of the sinks (before the bulk path): partition choice,
+    """The row-at-a-time rules of the sinks: rows sorted by content, partition choice,
     then a request closes before a row when it holds MAX_CHUNK_MESSAGES or the row would
     take its estimate over MAX_CHUNK_BYTES."""
     chunks: dict[int, list[int]] = {}  # partition -> [count, bytes]
     seqs: dict[int, int] = {}
     sent = []
     keyless = 0
-    for row in rows:
+    for row in sorted(rows, key=_sort_key):
         key, value = row["key"], row["value"]
         if row.get("partition") is not None:
             part = row["partition"]
@@ -153,25 +215,67 @@ def test_partitions_sequences_and_cuts_match_the_row_at_a_time_rules(seed: int) 
         }
         for _ in range(9000)
     ]
-    writer = _FakeWriter(task=5, partitions=3)
+    writer = _write_in_batches(rows, rng, task=5, partitions=3)
+    expected = _reference(rows, task=5, partitions=3)
+    assert sorted(writer.sent) == sorted(expected)
+    assert writer.keyless == sum(1 for r in rows if r["key"] is None and r["partition"] is None)
+
+
+def _write_in_batches(
+    rows: list[dict[str, Any]], rng: random.Random, task: int, partitions: int
+) -> _FakeWriter:
+    writer = _FakeWriter(task=task, partitions=partitions)
     i = 0
     while i < len(rows):  # Arrow batches of uneven sizes, as Spark may hand them over
         step = rng.choice([1, 7, 500, 2500])
         part = rows[i : i + step]
-        writer.add_batch(
-            pa.RecordBatch.from_pydict(
-                {
-                    "value": pa.array([r["value"] for r in part], pa.binary()),
-                    "key": pa.array([r["key"] for r in part], pa.binary()),
-                    "partition": pa.array([r["partition"] for r in part], pa.int32()),
-                }
-            )
-        )
+        columns = {
+            "value": pa.array([r["value"] for r in part], pa.binary()),
+            "key": pa.array([r["key"] for r in part], pa.binary()),
+            "partition": pa.array([r["partition"] for r in part], pa.int32()),
+        }
+        if "offset" in part[0]:
+            columns["offset"] = pa.array([r["offset"] for r in part], pa.int64())
+        writer.add_batch(pa.RecordBatch.from_pydict(columns))
         i += step
     writer.finish()
-    expected = _reference(rows, task=5, partitions=3)
-    assert sorted(writer.sent) == sorted(expected)
-    assert writer.keyless == sum(1 for r in rows if r["key"] is None and r["partition"] is None)
+    return writer
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("with_offsets", [False, True])
+def test_numbering_does_not_depend_on_arrival_order(seed: int, with_offsets: bool) -> None:
+    """The same rows (with repeated identical rows) in two orders and other batch cuts:
+    every (partition, sequence) holds the same message, each copy of a repeated row has
+    its own sequence, and with an ``offset`` column each partition is in offset order."""
+    rng = random.Random(seed)
+    rows = [
+        {
+            "value": b"v%d" % rng.randrange(40) * rng.choice([1, 300]),
+            "key": rng.choice([None, None, b"k%d" % rng.randrange(20)]),
+            "partition": rng.choice([None, None, None, rng.randrange(3)]),
+        }
+        for _ in range(3000)
+    ]
+    if with_offsets:  # distinct values: each message tells its row
+        for i, row in enumerate(rows):
+            row["offset"], row["value"] = 10 * i, b"%d" % i + row["value"]
+    else:
+        rows += [dict(r) for r in rows[:200]]  # identical copies
+    first = _write_in_batches(rows, rng, task=2, partitions=3)
+    shuffled = list(rows)
+    rng.shuffle(shuffled)
+    second = _write_in_batches(shuffled, rng, task=2, partitions=3)
+    assert first.messages == second.messages
+    assert len(first.messages) == len(rows)
+    assert sorted(first.sent) == sorted(second.sent)
+    if with_offsets:  # each partition holds its rows in offset order
+        offset_of = {_sort_key(r)[-1]: r["offset"] for r in rows}
+        for part in range(3):
+            seqs = sorted(seq for (_, p, seq) in first.messages if p == part)
+            offsets = [offset_of[first.messages[("s", part, seq)]] for seq in seqs]
+            assert offsets == sorted(offsets)
+            assert len(offsets) > 100
 
 
 def test_stream_column_routes_rows_and_bad_partitions_are_refused() -> None:
@@ -182,6 +286,7 @@ def test_stream_column_routes_rows_and_bad_partitions_are_refused() -> None:
     writer.add_batch(batch)
     writer.finish()
     assert sorted(writer.sent) == [("s", 0, 0, 1), ("s", 3, 0, 1), ("t", 1, 0, 1)]
+    assert writer.messages[("t", 1, 0)].endswith(b"b")
     with pytest.raises(ColumnError, match="has no partition 2"):
         writer.add_batch(
             pa.RecordBatch.from_pydict({"value": [b"a"], "stream": ["t"], "partition": [2]})

@@ -80,6 +80,29 @@ def test_same_range_same_rows_and_admission_control(spark_jet: JetDev) -> None:
     assert reader.latestOffset(rest, ReadAllAvailable()) == rest  # nothing new
 
 
+def test_latest_offset_without_arguments_honours_max_records(spark_jet: JetDev) -> None:
+    """PySpark 4.0/4.1 call latestOffset() without start or limit: the reader counts from
+    the last batch Spark planned (a restart passes the checkpoint's offsets to
+    partitions(end, end) first) and applies maxRecordsPerTrigger itself."""
+    name = unique("nolimit")
+    create(spark_jet.servers, name, partitions=2)
+    produce(spark_jet.servers, name, [(f"k{i}".encode(), b"v%d" % i) for i in range(90)])
+    reader = _reader(spark_jet, streams=name, maxRecordsPerTrigger="40")
+    end = reader.latestOffset()  # a new query: Spark asks before initialOffset()
+    assert sum(end[name].values()) == 40
+    start = reader.initialOffset()
+    assert len(_rows(reader, start, end)) == 40  # plans the batch: the next starts at end
+    second = reader.latestOffset()
+    assert sum(second[name].values()) == 80
+    assert all(second[name][p] >= end[name][p] for p in end[name])
+
+    restarted = _reader(spark_jet, streams=name, maxRecordsPerTrigger="40")
+    restarted.partitions(second, second)  # what Spark's setLatestSeenOffset does
+    third = restarted.latestOffset()
+    assert sum(third[name].values()) == 90
+    assert len(_rows(restarted, second, third)) == 10
+
+
 def test_pattern_picks_up_new_streams_and_available_now_caps(spark_jet: JetDev) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -192,3 +215,65 @@ def _all() -> Any:
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     return ReadAllAvailable()
+
+
+def test_batch_read_ends_at_ending_timestamp(spark_jet: JetDev) -> None:
+    """endingTimestamp: each partition ends before its first record stored at or after it."""
+    from jetspark.errors import OptionError
+    from jetspark.options import source_options
+    from jetspark.source import JetBatchReader
+
+    from .helpers import read_all
+
+    name = unique("until")
+    create(spark_jet.servers, name)
+    produce(spark_jet.servers, name, [(None, b"v%d" % i) for i in range(40)], chunk=4)
+    stored = read_all(spark_jet.servers, name)
+    cut_ms = stored[20].timestamp // 1_000_000 + 1
+    expected = [r.value for r in stored if r.timestamp < cut_ms * 1_000_000]
+    assert 20 < len(expected) < 40  # acked rounds of 4: later records are stored later
+    raw = {"servers": ",".join(spark_jet.servers), "streams": name}
+    reader = JetBatchReader(
+        source_options({**raw, "endingTimestamp": str(cut_ms)}, streaming=False), _schema()
+    )
+    got = []
+    for partition in reader.partitions():
+        for batch in reader.read(partition):
+            got.extend(batch.column(1).to_pylist())
+    assert got == expected
+    with pytest.raises(OptionError, match="endingTimestamp"):
+        source_options({**raw, "endingTimestamp": "1"}, streaming=True)
+
+
+def test_min_offsets_per_trigger_waits_until_enough_or_the_delay(spark_jet: JetDev) -> None:
+    """minOffsetsPerTrigger=50 with maxTriggerDelay=2s: the first batch goes at once, then
+    a batch waits for 50 new offsets, or for 2 s since the last batch."""
+    import time
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from .conftest import wait_until
+
+    name = unique("minoff")
+    create(spark_jet.servers, name)
+    produce(spark_jet.servers, name, [(None, b"a%d" % i) for i in range(10)])
+    reader = _reader(spark_jet, streams=name, minOffsetsPerTrigger="50", maxTriggerDelay="2s")
+    start = reader.initialOffset()
+    first = reader.latestOffset(start, ReadAllAvailable())
+    assert first == {name: {"0": 10}}  # the first batch is never held back
+    produce(spark_jet.servers, name, [(None, b"b%d" % i) for i in range(10)])
+    assert reader.latestOffset(first, ReadAllAvailable()) == first  # 10 < 50: wait
+    produce(spark_jet.servers, name, [(None, b"c%d" % i) for i in range(40)])
+    second = reader.latestOffset(first, ReadAllAvailable())
+    assert second == {name: {"0": 60}}  # 50 new: at once
+    released = time.monotonic()
+    produce(spark_jet.servers, name, [(None, b"d")])
+    assert reader.latestOffset(second, ReadAllAvailable()) == second
+    ends: list[dict[str, Any]] = []
+    wait_until(
+        lambda: ends.append(reader.latestOffset(second, ReadAllAvailable())) or ends[-1] != second,
+        30,
+        "the delay to pass",
+    )
+    assert ends[-1] == {name: {"0": 61}}
+    assert time.monotonic() - released >= 2.0

@@ -22,7 +22,8 @@ directory (the embedded default), then shows the real flow and prints what happe
 Everything started is stopped at the end (also on an error or Ctrl-C), by PID; the
 temporary directory is removed. ``--servers 1`` (or 2) runs the same flow with
 replication factor 1 (2) and without the failover step (which needs a majority of 3 servers
-alive); ``--no-spark`` skips step 6.
+alive); ``--no-spark`` skips step 6; ``--spark-master URL`` runs it on that Spark master
+(a standalone ``spark://host:port``, ``local-cluster[2,1,1024]``) instead of ``local[2]``.
 """
 
 from __future__ import annotations
@@ -423,7 +424,7 @@ def _restart(cluster: DevCluster, victim: str, rf: int) -> None:
 # ------------------------------------------------------------------ 6. Spark
 
 
-def _spark_pipeline(servers: list[str], rf: int, tally: Tally) -> None:
+def _spark_pipeline(servers: list[str], rf: int, tally: Tally, master: str | None) -> None:
     try:
         import jetspark.demo
     except ImportError as exc:  # jetspark (and pyspark) not installed
@@ -438,17 +439,25 @@ def _spark_pipeline(servers: list[str], rf: int, tally: Tally) -> None:
         totals_stream="shop-totals",
         replication_factor=rf,
         echo=_say,
+        master=master,
     )
     tally.spark = (
-        f"2000 orders -> totals of {len(totals)} customers, checked "
-        f"({time.perf_counter() - started:.1f} s incl. Spark start)"
+        f"2000 orders -> totals of {len(totals)} customers on {master or 'local[2]'}, "
+        f"checked ({time.perf_counter() - started:.1f} s incl. Spark start)"
     )
 
 
 # ------------------------------------------------------------------ the flow
 
 
-def run(count: int, data_dir: Path, *, servers: int = 3, spark: bool = True) -> None:
+def run(
+    count: int,
+    data_dir: Path,
+    *,
+    servers: int = 3,
+    spark: bool = True,
+    spark_master: str | None = None,
+) -> None:
     """Run the demo with ``count`` keyed orders on ``servers`` jet servers, data under
     ``data_dir``.
 
@@ -492,7 +501,7 @@ def run(count: int, data_dir: Path, *, servers: int = 3, spark: bool = True) -> 
             _restart(cluster, victim, rf)
         _section("6. Spark: orders -> streaming aggregation per customer -> a totals stream")
         if spark:
-            _spark_pipeline(addresses, rf, tally)
+            _spark_pipeline(addresses, rf, tally, spark_master)
         else:
             _say("  skipped (--no-spark)")
             tally.spark = "skipped (--no-spark)"
@@ -526,6 +535,10 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the data here, a new or empty directory (default: a temp dir)",
     )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark pipeline")
+    parser.add_argument(
+        "--spark-master",
+        help="run the Spark pipeline on this master (spark://HOST:PORT; default local[2])",
+    )
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
@@ -534,12 +547,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is not None and args.data_dir.exists() and any(args.data_dir.iterdir()):
         parser.error(f"--data-dir {args.data_dir}: not empty (the demo counts on new streams)")
     signal.signal(signal.SIGTERM, _interrupt)  # stop the children on SIGTERM too
+    options: dict[str, Any] = {
+        "servers": args.servers,
+        "spark": not args.no_spark,
+        "spark_master": args.spark_master,
+    }
     try:
         if args.data_dir is not None:
-            run(args.count, args.data_dir, servers=args.servers, spark=not args.no_spark)
+            run(args.count, args.data_dir, **options)
             return 0
         with tempfile.TemporaryDirectory(prefix="jet-demo-") as tmp:
-            run(args.count, Path(tmp), servers=args.servers, spark=not args.no_spark)
+            run(args.count, Path(tmp), **options)
     except KeyboardInterrupt:
         _say("\ninterrupted: stopped everything the demo started.")
         return 130

@@ -1,4 +1,5 @@
-"""jetspark: Spark Structured Streaming source and sinks for jet streams (PySpark 4.2+).
+"""jetspark: Spark Structured Streaming source and sinks for jet streams (PySpark 4.0+;
+4.2+ for Spark's admission control: spec/spark.md, "PySpark versions").
 
     import jetspark
     jetspark.register(spark)                       # the "jetstream" format

@@ -27,6 +27,7 @@ from jetsdk.codec.limits import (
     MAX_HEADER_COUNT,
     MAX_HEADER_NAME_BYTES,
     MAX_KEY_BYTES,
+    MAX_SUBJECT_BYTES,
     MAX_VALUE_BYTES,
 )
 from jetsdk.codec.messages import ProduceRequest, encode_produce_request
@@ -95,9 +96,15 @@ class Messages:
     """The keys (for partitioning): row i's key is ``key_data[key_starts[i]:...]``."""
 
 
-def encode_messages(value: pa.Array, key: pa.Array | None, headers: pa.Array | None) -> Messages:
+def encode_messages(
+    value: pa.Array,
+    key: pa.Array | None,
+    headers: pa.Array | None,
+    subject: pa.Array | None = None,
+) -> Messages:
     """Encode rows (``value`` string or binary, null = empty; ``key`` likewise, null =
-    keyless; ``headers`` a list of (key, value) structs or None).
+    keyless; ``headers`` a list of (key, value) structs or None; ``subject`` strings, null
+    or empty = the partition's subject).
 
     Raises:
         ColumnError: a header with a null key.
@@ -118,6 +125,15 @@ def encode_messages(value: pa.Array, key: pa.Array | None, headers: pa.Array | N
             raise CodecError(f"key of {int(k_len.max())} bytes exceeds {MAX_KEY_BYTES}")
     head = np.zeros((n, 6), dtype=np.uint8)  # empty subject, then the key length
     head[:, 2:6] = np.where(has_key, k_len, -1).astype(">i4").view(np.uint8).reshape(n, 4)
+    subject_parts: list[pa.Array | pa.Scalar] = []
+    if subject is not None and subject.null_count < n:
+        _, s_off, s_valid = binary_parts(subject)
+        s_len = np.where(s_valid, np.diff(s_off), 0)
+        if int(s_len.max()) > MAX_SUBJECT_BYTES:
+            raise CodecError(f"subject of {int(s_len.max())} bytes exceeds {MAX_SUBJECT_BYTES}")
+        head[:, 0:2] = s_len.astype(">u2").view(np.uint8).reshape(n, 2)
+        subject_parts = [_fixed(np.ascontiguousarray(head[:, 0:2])), _binary(subject)]
+        head = head[:, 2:6]
     tail = v_len.astype(">u4").view(np.uint8).reshape(n, 4)
     sizes = v_len + k_len
     middle: pa.Array | pa.Scalar = pa.scalar(_NO_HEADERS, pa.binary())
@@ -125,7 +141,8 @@ def encode_messages(value: pa.Array, key: pa.Array | None, headers: pa.Array | N
         middle, header_sizes = _encode_headers(headers)
         sizes = sizes + header_sizes
     parts = [
-        _fixed(head),
+        *subject_parts,
+        _fixed(np.ascontiguousarray(head)),
         _binary(key) if key is not None else pa.scalar(b"", pa.binary()),
         middle,
         _fixed(tail),

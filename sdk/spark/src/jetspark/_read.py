@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 import anyio
 import attrs
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jetsdk.client import Client
 from jetsdk.codec.record import HEADER_SIZE, peek_header
@@ -72,25 +73,33 @@ async def resolve_start(client: Client, opts: SourceOptions, snap: Snapshot) -> 
         OptionError: startingOffsets JSON that misses or invents a partition, or names an
             offset past the high watermark.
     """
-    out: Offsets = {stream: {} for stream in snap}
     if opts.starting_timestamp_ms is not None:
-        ts_ns = opts.starting_timestamp_ms * 1_000_000
-
-        async def at_time(stream: str, partition: int) -> None:
-            info = await client.list_offsets(stream, partition, ts_ns)
-            out[stream][partition] = info.offset
-
-        async with anyio.create_task_group() as tg:
-            for stream, parts in snap.items():
-                for part in parts:
-                    tg.start_soon(at_time, stream, part)
-        return out
+        return await _offsets_at(client, snap, opts.starting_timestamp_ms)
     return _resolve_spec(opts.starting, "startingOffsets", snap)
 
 
-def resolve_ends(opts: SourceOptions, snap: Snapshot) -> Offsets:
-    """Where a batch read ends, per option endingOffsets."""
+async def resolve_ends(client: Client, opts: SourceOptions, snap: Snapshot) -> Offsets:
+    """Where a batch read ends, per option endingTimestamp or endingOffsets."""
+    if opts.ending_timestamp_ms is not None:
+        return await _offsets_at(client, snap, opts.ending_timestamp_ms)
     return _resolve_spec(opts.ending, "endingOffsets", snap)
+
+
+async def _offsets_at(client: Client, snap: Snapshot, ms: int) -> Offsets:
+    """Per partition, the first offset stored at or after ``ms`` (the high watermark if
+    none)."""
+    out: Offsets = {stream: {} for stream in snap}
+    ts_ns = ms * 1_000_000
+
+    async def at_time(stream: str, partition: int) -> None:
+        info = await client.list_offsets(stream, partition, ts_ns)
+        out[stream][partition] = info.offset
+
+    async with anyio.create_task_group() as tg:
+        for stream, parts in snap.items():
+            for part in parts:
+                tg.start_soon(at_time, stream, part)
+    return out
 
 
 def _resolve_spec(spec: object, option: str, snap: Snapshot) -> Offsets:
@@ -169,7 +178,8 @@ def read_range(
     """Yield the records of ``rng`` as Arrow batches (one per Fetch response).
 
     The next Fetch is in flight while the current response is converted (by
-    :mod:`jetspark._records`, straight from the record bytes).
+    :mod:`jetspark._records`, straight from the record bytes). With option ``subjects``,
+    only the records whose subject matches are yielded.
 
     Raises:
         DataLossError: with ``failOnDataLoss``, records of the range are gone (removed by
@@ -181,6 +191,7 @@ def read_range(
         opts.servers, request_timeout=opts.request_timeout, security=opts.security
     )
     client = bridge.client
+    subjects = opts.subject_regex()
     offset = rng.start
     future = bridge.submit(_fetch, client, rng.stream, rng.partition, offset, opts.fetch_max_bytes)
     while offset < rng.end:
@@ -222,7 +233,12 @@ def read_range(
                 _fetch, client, rng.stream, rng.partition, nxt, opts.fetch_max_bytes
             )
         if starts:
-            yield records_batch(got.raw, starts, rng.stream, rng.partition, schema)
+            batch = records_batch(got.raw, starts, rng.stream, rng.partition, schema)
+            if subjects is not None:
+                column = batch.column(batch.schema.get_field_index("subject"))
+                batch = batch.filter(pc.match_substring_regex(column, subjects))
+            if batch.num_rows:
+                yield batch
         offset = nxt
 
 

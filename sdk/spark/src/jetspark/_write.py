@@ -2,20 +2,24 @@
 
 Exactly-once into the stream (spec/spark.md, "Exactly-once writes"): a writer task sends
 its rows with a producer id derived from what identifies the *data* (sink identity, batch
-id, Spark partition id), never from the attempt, and numbers the messages of each target
-partition 0, 1, 2, ... in row order. A replayed batch (task retry, query restart) sends the
-same rows with the same (producer id, sequence) pairs, and the partition leader answers
-every message it already stored with DUPLICATE_SEQUENCE instead of storing it again
-(server: broker/producers.py). Keyless rows are spread round-robin from a start derived
-from the Spark partition id, so a replay picks the same partitions too.
+id, Spark partition id), never from the attempt, sorts the task's rows by their content
+(target stream, ``partition`` column, ``offset`` column, encoded message) and numbers the
+messages of each target partition 0, 1, 2, ... in that order, whatever order the rows
+arrived in. A replayed batch (task retry, query restart) sends the same rows with the same
+(producer id, sequence) pairs, and the partition leader answers every message it already
+stored with DUPLICATE_SEQUENCE instead of storing it again (server: broker/producers.py).
+Keyless rows are spread round-robin, in sorted order, from a start derived from the Spark
+partition id, so a replay picks the same partitions too.
 
 Rows come in as Arrow record batches (``mapInArrow`` for foreachBatch, the Arrow writers
 for ``df.write`` / ``df.writeStream``); columns ``value`` (required), ``key``, ``headers``,
-``partition`` and ``stream`` as in Spark's Kafka sink, string or binary. Each batch is
-encoded and partitioned in bulk (:mod:`jetspark._bulk`); the messages of each target
-partition go into Produce requests of at most :data:`MAX_CHUNK_MESSAGES` messages and
-:data:`MAX_CHUNK_BYTES` (estimated) bytes, cut where a row-at-a-time writer would cut them,
-whatever the batch boundaries. :func:`check_columns` validates a schema on the driver.
+``partition`` and ``stream`` as in Spark's Kafka sink, string or binary, ``subject`` (the
+NATS subject to publish on) and ``offset`` (ordering only, not written). Each batch is
+encoded and partitioned in bulk (:mod:`jetspark._bulk`) and kept until the task's last
+batch; then the messages of each target partition go into Produce requests of at most
+:data:`MAX_CHUNK_MESSAGES` messages and :data:`MAX_CHUNK_BYTES` (estimated) bytes, cut
+where a row-at-a-time writer would cut them, whatever the batch boundaries.
+:func:`check_columns` validates a schema on the driver.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ MAX_CHUNK_BYTES = 1 << 20
 """Most (estimated) bytes in one Produce request."""
 MAX_RESENDS = 5
 """Times a request whose messages got a retriable per-message error is sent again."""
-_SINK_COLUMNS = ("value", "key", "headers", "partition", "stream")
+_SINK_COLUMNS = ("value", "key", "headers", "partition", "stream", "offset", "subject")
 _INT_TYPES = (ByteType, ShortType, IntegerType, LongType)
 
 
@@ -108,9 +112,14 @@ def check_columns(schema: StructType, opts: SinkOptions) -> None:
     field = fields.get("partition")
     if field is not None and not isinstance(field.dataType, _INT_TYPES):
         raise ColumnError("partition", f"must be an integer, not {field.dataType.simpleString()}")
+    field = fields.get("offset")
+    if field is not None and not isinstance(field.dataType, _INT_TYPES):
+        raise ColumnError("offset", f"must be an integer, not {field.dataType.simpleString()}")
+    for name in ("stream", "subject"):
+        field = fields.get(name)
+        if field is not None and not isinstance(field.dataType, StringType):
+            raise ColumnError(name, f"must be a string, not {field.dataType.simpleString()}")
     field = fields.get("stream")
-    if field is not None and not isinstance(field.dataType, StringType):
-        raise ColumnError("stream", f"must be a string, not {field.dataType.simpleString()}")
     if field is None and opts.stream is None:
         raise ColumnError("stream", "no 'stream' column and no 'stream' option: name the target")
     field = fields.get("headers")
@@ -135,7 +144,7 @@ def _headers_type_ok(dtype: DataType) -> bool:
 
 def sink_columns(schema: StructType) -> list[str | None]:
     """The DataFrame's names of the sink columns in the order (value, key,
-    headers, partition, stream), None for a missing one."""
+    headers, partition, stream, offset, subject), None for a missing one."""
     names = {f.name.lower(): f.name for f in schema.fields}
     return [names.get(c) for c in _SINK_COLUMNS]
 
@@ -150,6 +159,23 @@ class _Target:
     in_flight: concurrent.futures.Future[list[ProduceResult]] | None = None
 
 
+@attrs.frozen
+class _Rows:
+    """One Arrow batch's rows, encoded and partly placed (see :meth:`_TaskWriter.add_batch`)."""
+
+    stream: I64
+    """Index of the row's target stream in :attr:`_TaskWriter.stream_names`."""
+    partition: I64
+    """The ``partition`` column, or the key's hash partition; -1 for keyless rows without one."""
+    explicit: pa.Array
+    """int64: the ``partition`` column (nulls kept), for the sort."""
+    offset: pa.Array
+    """int64: the ``offset`` column (all null without one), for the sort."""
+    data: pa.Array
+    """binary: the encoded messages."""
+    sizes: I64
+
+
 class _TaskWriter:
     def __init__(self, opts: SinkOptions, producer_id: int, task: int) -> None:
         self.opts = opts
@@ -160,9 +186,14 @@ class _TaskWriter:
         )
         self.partition_counts: dict[str, int] = {}
         self.targets: dict[tuple[str, int], _Target] = {}
-        self.keyless = 0
+        self.init_rows()
         self.written = 0
         self.duplicates = 0
+
+    def init_rows(self) -> None:
+        self.stream_names: list[str] = []
+        self.rows: list[_Rows] = []
+        self.keyless = 0
 
     def partitions_of(self, stream: str) -> int:
         count = self.partition_counts.get(stream)
@@ -175,23 +206,36 @@ class _TaskWriter:
         return count
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
-        """Encode, partition and queue the rows of ``batch`` (in row order)."""
+        """Encode the rows of ``batch``, check and place them where their content decides
+        (``partition`` column, key hash); they are numbered and sent by :meth:`finish`."""
         n = batch.num_rows
         if n == 0:
             return
         cols = {name.lower(): batch.column(i) for i, name in enumerate(batch.schema.names)}
         streams, stream_of = self._streams(cols.get("stream"), n)
         counts = np.array([self.partitions_of(s) for s in streams], dtype=np.int64)[stream_of]
-        msgs = encode_messages(cols["value"], cols.get("key"), cols.get("headers"))
-        partition = self._partitions(cols.get("partition"), msgs, counts, streams, stream_of)
-        # Group the rows by target, each group in row order.
-        target = stream_of * (int(counts.max()) + 1) + partition
-        order = np.argsort(target, kind="stable")
-        cuts = np.flatnonzero(np.diff(target[order])) + 1
-        for rows in np.split(order, cuts):
-            first = int(rows[0])
-            stream, part = streams[int(stream_of[first])], int(partition[first])
-            self._queue(stream, part, msgs.data.take(pa.array(rows)), msgs.sizes[rows])
+        msgs = encode_messages(
+            cols["value"], cols.get("key"), cols.get("headers"), cols.get("subject")
+        )
+        explicit = cols.get("partition")
+        partition = self._partitions(explicit, msgs, counts, streams, stream_of)
+        index = {name: i for i, name in enumerate(self.stream_names)}
+        for name in streams:
+            if name not in index:
+                index[name] = len(self.stream_names)
+                self.stream_names.append(name)
+        global_of = np.array([index[name] for name in streams], dtype=np.int64)[stream_of]
+        offset = cols.get("offset")
+        self.rows.append(
+            _Rows(
+                stream=global_of,
+                partition=partition,
+                explicit=pa.nulls(n, pa.int64()) if explicit is None else explicit.cast(pa.int64()),
+                offset=pa.nulls(n, pa.int64()) if offset is None else offset.cast(pa.int64()),
+                data=msgs.data,
+                sizes=msgs.sizes,
+            )
+        )
 
     def _streams(self, column: pa.Array | None, n: int) -> tuple[list[str], I64]:
         """The target streams, and each row's index among them (option 'stream' wins)."""
@@ -211,11 +255,11 @@ class _TaskWriter:
         streams: list[str],
         stream_of: I64,
     ) -> I64:
-        """Each row's partition: the ``partition`` column, else the key's hash, else
-        round-robin over the keyless rows from a start derived from the task."""
+        """Each row's partition: the ``partition`` column, else the key's hash, else -1
+        (keyless: placed round-robin once the task's rows are sorted)."""
         n = len(counts)
         explicit = np.zeros(n, dtype=np.bool_)
-        partition = np.zeros(n, dtype=np.int64)
+        partition = np.full(n, -1, dtype=np.int64)
         if column is not None:
             explicit = column.is_valid().to_numpy(zero_copy_only=False)
             values = pc.fill_null(column.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
@@ -228,17 +272,50 @@ class _TaskWriter:
                     f"stream {stream!r} has no partition {int(values[i])} "
                     f"(it has {int(counts[i])})",
                 )
-            partition = np.where(explicit, values, 0)
+            partition = np.where(explicit, values, -1)
         keyed = np.flatnonzero(~explicit & msgs.has_key)
         if len(keyed):
             hashes = murmur2(msgs.key_data, msgs.key_starts[keyed], msgs.key_lengths[keyed])
             partition[keyed] = (hashes & 0x7FFFFFFF) % counts[keyed]
-        keyless = np.flatnonzero(~explicit & ~msgs.has_key)
+        return partition
+
+    def send_rows(self) -> None:
+        """Sort the task's rows by content (spec/spark.md, "Row order"), place the keyless
+        ones round-robin in that order, and queue each target's rows in that order."""
+        if not self.rows:
+            return
+        rows, self.rows = self.rows, []
+        names = sorted(self.stream_names)
+        rank = np.array([names.index(name) for name in self.stream_names], dtype=np.int64)
+        stream = rank[np.concatenate([r.stream for r in rows])]
+        data = pa.chunked_array([r.data for r in rows], pa.binary())
+        explicit = pa.chunked_array([r.explicit for r in rows], pa.int64())
+        offset = pa.chunked_array([r.offset for r in rows], pa.int64())
+        order_np = _content_order(stream, offset, explicit, data)
+        order = pa.array(order_np)
+        partition = np.concatenate([r.partition for r in rows])[order_np]
+        stream = stream[order_np]
+        counts = np.array([self.partitions_of(name) for name in names], dtype=np.int64)
+        keyless = np.flatnonzero(partition < 0)
         if len(keyless):
             turn = self.task + self.keyless + np.arange(len(keyless), dtype=np.int64)
-            partition[keyless] = turn % counts[keyless]
+            partition[keyless] = turn % counts[stream[keyless]]
             self.keyless += len(keyless)
-        return partition
+        sizes = np.concatenate([r.sizes for r in rows])[order_np]
+        messages = data.take(order)
+        # Group the sorted rows by target, each group in sorted order.
+        target = stream * (int(counts.max()) + 1) + partition
+        grouped = np.argsort(target, kind="stable")
+        cuts = np.flatnonzero(np.diff(target[grouped])) + 1
+        for picks in np.split(grouped, cuts):
+            first = int(picks[0])
+            name, part = names[int(stream[first])], int(partition[first])
+            chosen = messages.take(pa.array(picks))
+            start = 0
+            for chunk in chosen.chunks:
+                end = start + len(chunk)
+                self._queue(name, part, chunk, sizes[picks[start:end]])
+                start = end
 
     def _queue(self, stream: str, partition: int, data: pa.Array, sizes: I64) -> None:
         """Add one target's encoded messages, shipping each request as it fills: a request
@@ -306,12 +383,44 @@ class _TaskWriter:
                 raise SinkWriteError(stream, partition, error_name(result.error_code))
 
     def finish(self) -> WriteStats:
+        self.send_rows()
         for (stream, partition), target in self.targets.items():
             if target.chunk_count:
                 self.ship(stream, partition, target)
         for (stream, partition), target in self.targets.items():
             self.settle(stream, partition, target)
         return WriteStats(self.task, self.written, self.duplicates)
+
+
+def _content_order(
+    stream: I64, offset: pa.ChunkedArray, explicit: pa.ChunkedArray, data: pa.ChunkedArray
+) -> I64:
+    """Row indices sorted by (stream, offset null first, partition null first, message
+    bytes): numpy sorts the integer keys; only rows that tie on all of them (every row when
+    there is no ``offset`` column) are then sorted by their bytes, in one Arrow sort."""
+    has_offset = offset.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = pc.fill_null(offset, 0).to_numpy().astype(np.int64)
+    partitions = pc.fill_null(explicit, -1).to_numpy().astype(np.int64)  # partitions >= 0
+    order: I64 = np.lexsort((partitions, offsets, has_offset, stream))
+    keys = np.stack([stream, has_offset, offsets, partitions])[:, order]
+    change = np.ones(len(order), dtype=np.bool_)
+    change[1:] = np.any(keys[:, 1:] != keys[:, :-1], axis=0)
+    group = np.cumsum(change) - 1
+    size = np.bincount(group)
+    tied = size[group] > 1
+    if not tied.any():
+        return order
+    rows = order[tied]
+    messages = data.take(pa.array(rows))
+    if len(size) == 1:  # one group: sort the bytes alone (much faster than a table sort)
+        within = pc.sort_indices(messages).to_numpy()
+    else:
+        table = pa.table({"g": group[tied], "m": messages})
+        within = pc.sort_indices(table, sort_keys=[("g", "ascending"), ("m", "ascending")])
+        within = within.to_numpy()
+    # The tied rows keep their groups' places; inside each group, byte order.
+    order[np.flatnonzero(tied)] = rows[within]
+    return order
 
 
 async def _stream_info(client: Client, stream: str) -> int:
@@ -340,7 +449,7 @@ async def _produce(
 def write_batches(
     opts: SinkOptions, producer_id: int, task: int, batches: Iterable[pa.RecordBatch]
 ) -> WriteStats:
-    """Write ``batches`` (one Spark task's rows, in order) and wait for every ack.
+    """Write ``batches`` (one Spark task's rows, in any order) and wait for every ack.
 
     Raises:
         ColumnError: a row with a bad partition, header or stream.

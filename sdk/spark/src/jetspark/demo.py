@@ -1,6 +1,8 @@
 """The README demo's Spark part: orders → a streaming aggregation → a results stream.
 
     python -m jetspark.demo 127.0.0.1:9292        # or jetspark.demo.run(servers)
+    python -m jetspark.demo 127.0.0.1:9292 --master spark://127.0.0.1:7077
+    spark-submit --master spark://127.0.0.1:7077 .../jetspark/demo.py 127.0.0.1:9292
 
 1. produces ``orders`` keyed JSON orders (``{"order_id", "customer", "amount_cents"}``) into
    the stream ``orders`` (3 partitions);
@@ -15,6 +17,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import sys
@@ -30,6 +33,7 @@ import orjson
 import jetspark
 from jetsdk import AckPolicy, Client, Producer, StreamExists
 from jetsdk.codec.record import Record, iter_records
+from jetspark._compat import ADMISSION_CONTROL
 
 __all__ = ["CUSTOMERS", "UNIX_SOCKETS", "local_spark", "run"]
 
@@ -46,25 +50,42 @@ Linux every Python task waited about 40 ms for its input (delayed ACKs; measured
 is most of a small micro-batch's cost."""
 
 
-def local_spark(app: str = "jetspark-demo") -> Any:
-    """A local[2] SparkSession set up like the tests (UI off, 2 shuffle partitions, a JVM
-    with the C1 compiler only and the serial GC: short jobs on small machines; Python
-    workers over Unix sockets, :data:`UNIX_SOCKETS`)."""
+def local_spark(app: str = "jetspark-demo", master: str | None = None) -> Any:
+    """A SparkSession set up like the tests (UI off, 2 shuffle partitions, a JVM with the
+    C1 compiler only and the serial GC: short jobs on small machines; Python workers over
+    Unix sockets, :data:`UNIX_SOCKETS`).
+
+    ``master``: a Spark master URL (``spark://host:7077``, ``local-cluster[2,1,1024]``);
+    default ``local[2]``, or, under ``spark-submit``, the master it was given.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    import pyspark
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app)
+    # local-cluster starts executor JVMs from SPARK_HOME: pip's pyspark is a distribution.
+    os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
+    builder = SparkSession.builder
+    if master is not None:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        builder = builder.master("local[2]")
+    builder = (
+        builder.appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config(UNIX_SOCKETS, "true")
-        .getOrCreate()
     )
+    if not ADMISSION_CONTROL:
+        # PySpark 4.0/4.1: a Python worker had more than the default 15 s to connect back on
+        # a loaded 2-core machine (nox -s spark_compat). On 4.3 this setting broke the
+        # session's py4j gateway in the tests ("py4j does not exist in the JVM"): not set.
+        builder = builder.config("spark.python.authenticate.socketTimeout", "120s")
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -121,18 +142,20 @@ def run(
     seed: int = 7,
     replication_factor: int = 1,
     echo: Callable[[str], None] = print,
+    master: str | None = None,
 ) -> dict[str, tuple[int, int]]:
     """Run the demo pipeline against ``servers`` and print the results.
 
     Args:
         servers: jet servers (``host:port`` list or comma-separated string).
         orders: how many orders to produce.
-        spark: a SparkSession to use (default: a local[2] one, stopped at the end).
+        spark: a SparkSession to use (default: a new one, stopped at the end).
         orders_stream, totals_stream: stream names.
         seed: seeds the generated orders.
         replication_factor: of the two streams, when the demo creates them (existing streams
             are used as they are).
         echo: where the output lines go.
+        master: the Spark master of the session the demo makes (:func:`local_spark`).
 
     Returns:
         ``{customer: (orders, total_cents)}`` as read back from ``totals_stream``.
@@ -152,8 +175,8 @@ def run(
     anyio.run(_create_totals, server_list, totals_stream, replication_factor)
     own_spark = spark is None
     if own_spark:
-        echo("starting a local[2] Spark session (the JVM takes a while) ...")
-    session = local_spark() if spark is None else spark
+        echo(f"starting a Spark session on {_master_name(master)} (the JVM takes a while) ...")
+    session = local_spark(master=master) if spark is None else spark
     try:
         jetspark.register(session)
         parsed = (
@@ -230,6 +253,12 @@ def run(
     return latest
 
 
+def _master_name(master: str | None) -> str:
+    if master is not None:
+        return master
+    return "spark-submit's master" if "PYSPARK_GATEWAY_PORT" in os.environ else "local[2]"
+
+
 async def _create_totals(servers: list[str], stream: str, replication_factor: int) -> None:
     async with Client(servers) as client:
         await _create(client, stream, compact=True, replication_factor=replication_factor)
@@ -239,5 +268,18 @@ def _order(record: Record) -> tuple[int, int]:
     return (record.timestamp, record.offset)
 
 
+def main(argv: list[str] | None = None) -> None:
+    """``python -m jetspark.demo [SERVERS] [--master URL] [--orders N]`` (also under
+    ``spark-submit``, which then supplies the master)."""
+    parser = argparse.ArgumentParser(prog="python -m jetspark.demo", description=__doc__)
+    parser.add_argument(
+        "servers", nargs="?", default=os.environ.get("JET_SERVERS", "127.0.0.1:9292")
+    )
+    parser.add_argument("--master", help="Spark master URL (default local[2])")
+    parser.add_argument("--orders", type=int, default=5000, help="orders to produce")
+    args = parser.parse_args(argv)
+    run(args.servers, orders=args.orders, master=args.master)
+
+
 if __name__ == "__main__":
-    run(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("JET_SERVERS", "127.0.0.1:9292"))
+    main()

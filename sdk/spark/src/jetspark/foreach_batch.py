@@ -9,8 +9,8 @@ Arrow batches by ``mapInArrow``);
 every task sends its rows with a producer id derived from (sink name or query id, batch id,
 Spark partition id), so when Spark replays a batch id after a failure the server recognises
 every message already stored and keeps one copy (:mod:`jetspark._write`). The guarantee holds
-when a replayed batch has the same rows in the same Spark partitions in the same order,
-which Spark's deterministic replay gives for a deterministic query (spec/spark.md).
+when a replayed batch has the same rows in the same Spark partitions, in any order, which
+Spark's deterministic replay gives for a deterministic query (spec/spark.md).
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def foreach_batch_sink(
         token, user, password: credentials, as options ``token``, ``user``, ``password``.
 
     Columns: ``value`` (required), ``key``, ``headers``, ``partition``, ``stream``; string or
-    binary like Spark's Kafka sink; other columns are ignored.
+    binary like Spark's Kafka sink; ``offset`` (integer, not written) orders each task's
+    rows, pass the source's through to keep per-key order; other columns are ignored.
 
     Raises:
         OptionError: a bad argument (named as the option it stands for).

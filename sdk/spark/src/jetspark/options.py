@@ -21,6 +21,7 @@ import orjson
 
 from jetsdk.codec.error_codes import AckPolicy
 from jetspark.errors import OptionError
+from jetspark.subjects import pattern_problem, patterns_regex
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT_S",
@@ -73,6 +74,8 @@ SECURITY_OPTIONS = (
 )
 """Connection options shared by the source and the sinks (TLS and credentials)."""
 
+DEFAULT_MAX_TRIGGER_DELAY_S = 900.0
+"""maxTriggerDelay's default, 15 minutes (as Spark's Kafka source)."""
 SOURCE_OPTIONS = (
     "servers",
     "streams",
@@ -80,13 +83,17 @@ SOURCE_OPTIONS = (
     "startingOffsets",
     "endingOffsets",
     "startingTimestamp",
+    "endingTimestamp",
     "maxRecordsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
     "failOnDataLoss",
     "includeHeaders",
     "minPartitions",
     "fetchMaxBytes",
     "group",
     "requestTimeout",
+    "subjects",
     *SECURITY_OPTIONS,
 )
 """Options the source understands (documented names; Spark matches them ignoring case)."""
@@ -162,8 +169,16 @@ class SourceOptions:
     starting_timestamp_ms: int | None = None
     """Start at the first record stored at or after this time (ms since the epoch); takes
     precedence over ``starting``."""
+    ending_timestamp_ms: int | None = None
+    """Batch reads: end before the first record stored at or after this time (ms since the
+    epoch); takes precedence over ``ending``."""
     max_records_per_trigger: int | None = None
     """Most offsets per micro-batch (admission control), None for no limit."""
+    min_offsets_per_trigger: int | None = None
+    """Fewest new offsets for a micro-batch, unless ``max_trigger_delay_s`` passed since the
+    last one; None for no minimum."""
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
+    """Longest wait for ``min_offsets_per_trigger`` (seconds)."""
     fail_on_data_loss: bool = True
     """Fail when unread records are gone (retention, deletion); compaction gaps never fail."""
     include_headers: bool = False
@@ -179,6 +194,13 @@ class SourceOptions:
     """Seconds to wait for one server response."""
     security: Security = NO_SECURITY
     """TLS and credentials."""
+    subjects: tuple[str, ...] = ()
+    """NATS subject patterns (``*``, ``>``) a record's subject must match to be a row;
+    empty for every record."""
+
+    def subject_regex(self) -> str | None:
+        """:attr:`subjects` as one regular expression over a whole subject, or None."""
+        return patterns_regex(self.subjects) if self.subjects else None
 
     def matches(self, stream: str) -> bool:
         """True if ``stream`` is one of the streams this source reads."""
@@ -281,9 +303,35 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         starting_ts = _int(opts, "startingTimestamp")
         if starting_ts < 0:
             raise OptionError("startingTimestamp", "must be >= 0 (ms since the epoch)")
+    subjects: tuple[str, ...] = ()
+    if "subjects" in opts:
+        subjects = tuple(p.strip() for p in opts["subjects"].split(",") if p.strip())
+        if not subjects:
+            raise OptionError("subjects", "no subject patterns given")
+        for subject in subjects:
+            problem = pattern_problem(subject)
+            if problem is not None:
+                raise OptionError("subjects", f"bad subject pattern {subject!r}: {problem}")
+    min_offsets = _positive_int(opts, "minOffsetsPerTrigger")
+    if min_offsets is not None and not streaming:
+        raise OptionError("minOffsetsPerTrigger", "only for streaming reads (readStream)")
+    delay = DEFAULT_MAX_TRIGGER_DELAY_S
+    if "maxtriggerdelay" in opts:
+        delay = _duration(opts, "maxTriggerDelay")
+    ending_ts = None
+    if "endingtimestamp" in opts:
+        if streaming:
+            raise OptionError("endingTimestamp", "only for batch reads (spark.read)")
+        ending_ts = _int(opts, "endingTimestamp")
+        if ending_ts < 0:
+            raise OptionError("endingTimestamp", "must be >= 0 (ms since the epoch)")
     return SourceOptions(
         servers=servers,
+        ending_timestamp_ms=ending_ts,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_s=delay,
         streams=streams,
+        subjects=subjects,
         pattern=pattern,
         starting=starting,
         ending=ending,
@@ -512,6 +560,19 @@ def _bool(opts: Mapping[str, str], option: str, default: bool) -> bool:
     if lowered in ("true", "false"):
         return lowered == "true"
     raise OptionError(option, f"{text!r} is not true or false")
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$", re.IGNORECASE)
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def _duration(opts: Mapping[str, str], option: str) -> float:
+    """Seconds from a duration such as ``15m``, ``30s``, ``500ms`` (no unit: seconds)."""
+    text = opts[option.lower()]
+    found = _DURATION_RE.match(text)
+    if found is None:
+        raise OptionError(option, f"{text!r} is not a duration (like 15m, 30s, 500ms)")
+    return float(found.group(1)) * _UNIT_S[(found.group(2) or "s").lower()]
 
 
 def _seconds(opts: Mapping[str, str], option: str, default: float) -> float:

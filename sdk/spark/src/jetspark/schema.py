@@ -42,7 +42,10 @@ def source_schema(include_headers: bool) -> str:
 
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark expects for ``schema`` (as its Python data source checks it)."""
-    result: pa.Schema = to_arrow_schema(schema, timezone="UTC")
+    try:
+        result: pa.Schema = to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # PySpark < 4.2: no ``timezone``; timestamps are UTC by default
+        result = to_arrow_schema(schema)
     return result
 
 

@@ -17,6 +17,7 @@ Options and semantics: spec/spark.md.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -29,16 +30,11 @@ from pyspark.sql.datasource import (
     DataSourceWriter,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from jetspark import offsets_mirror
 from jetspark._bridge import shared_bridge
+from jetspark._compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from jetspark._read import Snapshot, read_range, resolve_ends, resolve_start, snapshot
 from jetspark.errors import DataLossError, OptionError
 from jetspark.offsets import OffsetRange, Offsets, from_json, limit_offsets, plan_ranges, to_json
@@ -138,7 +134,8 @@ def _read_partition(
 
 class JetBatchReader(DataSourceReader):
     """``spark.read.format("jetstream")``: the offsets between startingOffsets (or
-    startingTimestamp) and endingOffsets, as they are when the query is planned."""
+    startingTimestamp) and endingOffsets (or endingTimestamp), as they are when the query
+    is planned."""
 
     def __init__(self, opts: SourceOptions, schema: StructType) -> None:
         self.opts = opts
@@ -156,7 +153,7 @@ class JetBatchReader(DataSourceReader):
         )
         snap: Snapshot = bridge.call(snapshot, bridge.client, opts, require=True)
         start = bridge.call(resolve_start, bridge.client, opts, snap)
-        end = resolve_ends(opts, snap)
+        end = bridge.call(resolve_ends, bridge.client, opts, snap)
         for stream, parts in start.items():
             for part, begin in parts.items():
                 if begin > end[stream][part]:
@@ -188,6 +185,10 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
         self._mirrored: Offsets = {}
+        self._last_trigger = float("-inf")
+        """When latestOffset last let a batch with new offsets through (monotonic)."""
+        self._planned: Offsets | None = None
+        """The end of the last batch planned (PySpark < 4.2: the next batch's start)."""
 
     # -- driver side ------------------------------------------------------------------
 
@@ -206,7 +207,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         bridge = shared_bridge(
             opts.servers, request_timeout=opts.request_timeout, security=opts.security
         )
-        return to_json(bridge.call(resolve_start, bridge.client, opts, snap))
+        start = bridge.call(resolve_start, bridge.client, opts, snap)
+        self._planned = start
+        return to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """maxRecordsPerTrigger as a read limit (all available without it)."""
@@ -217,26 +220,40 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Trigger.AvailableNow: remember the high watermarks now; never read past them."""
         self._target = self._latest_offsets(self._snapshot(require=False), {})
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
         """The end of the next micro-batch: the high watermarks (capped by the
         AvailableNow target), limited by ``limit`` (maxRecordsPerTrigger).
 
         Partitions that appeared since ``start`` are included from their log start.
 
+        PySpark 4.0 and 4.1 call it without arguments: the start is then the end of the
+        last batch Spark planned (``partitions``; at a restart Spark passes the
+        checkpoint's latest offsets to ``partitions`` first), else the initial offsets, and
+        the limit is maxRecordsPerTrigger (spec/spark.md, "Admission control").
+
         Raises:
             DataLossError: with failOnDataLoss, a partition of ``start`` is gone, lost
                 records to retention past ``start``, or its log ends below ``start``.
         """
-        begin = from_json(start)
-        # Spark asks for the next batch only once the previous one is committed, so
-        # ``start`` is processed: mirror it (commit() alone misses the last batch of a
-        # query, whose commit Spark issues when planning the batch after it).
-        self._mirror(begin)
+        if start is not None:
+            begin = from_json(start)
+            # Spark asks for the next batch only once the previous one is committed, so
+            # ``start`` is processed: mirror it (commit() alone misses the last batch of a
+            # query, whose commit Spark issues when planning the batch after it).
+            self._mirror(begin)
+        else:
+            # A new query: Spark asks for the latest offset before the initial one.
+            begin = self._planned if self._planned is not None else from_json(self.initialOffset())
+            limit = self.getDefaultReadLimit()
         snap = self._snapshot(require=False)
         latest = self._latest_offsets(snap, begin)
         self._latest = latest
         if self._target is not None:
             latest = _cap(latest, self._target, begin)
+        if self._wait_for_more(snap, begin, latest):
+            return to_json(begin)
         if isinstance(limit, ReadMaxRows):
             # New partitions count from their log start, so a partition that gets no share
             # this time is checkpointed there, never below records retention removed.
@@ -246,6 +263,29 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     base.setdefault(stream, {}).setdefault(part, info.log_start)
             latest = limit_offsets(base, latest, limit.max_rows)
         return to_json(latest)
+
+    def _wait_for_more(self, snap: Snapshot, begin: Offsets, latest: Offsets) -> bool:
+        """minOffsetsPerTrigger: True to hold the next batch back (fewer new offsets than
+        the minimum, and less than maxTriggerDelay since the last batch; never under
+        Trigger.AvailableNow, never for the first batch)."""
+        minimum = self.opts.min_offsets_per_trigger
+        if minimum is None or self._target is not None:
+            return False
+        new = 0
+        for stream, parts in latest.items():
+            for part, end in parts.items():
+                known = begin.get(stream, {}).get(part)
+                if known is None:
+                    info = snap.get(stream, {}).get(part)
+                    known = info.log_start if info is not None else end
+                new += max(0, end - known)
+        if new == 0:
+            return False
+        now = time.monotonic()
+        if new < minimum and now - self._last_trigger < self.opts.max_trigger_delay_s:
+            return True
+        self._last_trigger = now
+        return False
 
     def _latest_offsets(self, snap: Snapshot, begin: Offsets) -> Offsets:
         fail = self.opts.fail_on_data_loss
@@ -285,8 +325,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One Spark partition per stream partition with new offsets (split by
         minPartitions)."""
+        self._planned = from_json(end)
         ranges = plan_ranges(
-            from_json(start), from_json(end), min_partitions=self.opts.min_partitions
+            from_json(start), self._planned, min_partitions=self.opts.min_partitions
         )
         return [JetInputPartition(r) for r in ranges]
 

@@ -21,14 +21,12 @@ from collections.abc import Iterator, Sequence
 import attrs
 import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import (
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    WriterCommitMessage,
-)
+from pyspark.sql import Row
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from jetspark._bridge import shared_bridge
+from jetspark._compat import StreamWriterBase
 from jetspark._write import WriteStats, check_columns, producer_id_for, write_batches
 from jetspark.errors import JetSparkError, OptionError
 from jetspark.options import SinkOptions
@@ -108,7 +106,34 @@ class JetBatchWriter(DataSourceArrowWriter):
         )
 
 
-class JetStreamWriter(DataSourceStreamArrowWriter):
+ROWS_PER_BATCH = 4096
+"""PySpark 4.0 (rows, not Arrow, in the streaming writer): rows per Arrow batch made."""
+
+
+def _arrow_batches(
+    items: Iterator[pa.RecordBatch] | Iterator[Row], schema: StructType
+) -> Iterator[pa.RecordBatch]:
+    """The writer's input as Arrow batches: as they come (PySpark 4.1+), or made from the
+    rows (4.0), ``ROWS_PER_BATCH`` at a time."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema: pa.Schema | None = None
+    rows: list[dict[str, object]] = []
+    for item in items:
+        if isinstance(item, pa.RecordBatch):
+            yield item
+            continue
+        if arrow_schema is None:
+            arrow_schema = to_arrow_schema(schema)
+        rows.append(item.asDict(recursive=True))
+        if len(rows) >= ROWS_PER_BATCH:
+            yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+            rows = []
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+
+
+class JetStreamWriter(StreamWriterBase):  # type: ignore[misc]
     """Streaming writer, exactly-once per micro-batch; see the module doc."""
 
     def __init__(self, opts: SinkOptions, schema: StructType) -> None:
@@ -119,9 +144,11 @@ class JetStreamWriter(DataSourceStreamArrowWriter):
         """
         _check_target(opts, schema)
         self.opts = opts
+        self.schema = schema
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        """Write one task's rows of a micro-batch (executor side).
+        """Write one task's rows of a micro-batch (executor side; Arrow batches, or rows
+        on PySpark 4.0).
 
         Raises:
             JetSparkError: the task has no batch or query id (not a micro-batch query).
@@ -138,7 +165,7 @@ class JetStreamWriter(DataSourceStreamArrowWriter):
             )
         task = context.partitionId()
         producer_id = producer_id_for("stream", sink, batch_id, task)
-        stats = write_batches(self.opts, producer_id, task, iterator)
+        stats = write_batches(self.opts, producer_id, task, _arrow_batches(iterator, self.schema))
         return JetCommitMessage(stats)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
