@@ -18,6 +18,9 @@ VARIANTS = {
     "lossy-slow": SimConfig(drop_rate=0.1, ack_loss_rate=0.1, slow_append_rate=0.1),
     "many-members-one-partition": SimConfig(members=7, partitions=1, messages=200),
     "crashy": SimConfig(crash_rate=0.5, pause_rate=0.3, max_deliveries=2),
+    "everyone-crashes": SimConfig(
+        crash_all_at=1.0, trickle=False, crash_rate=0.0, pause_rate=0.0, concurrency=1
+    ),
 }
 
 
@@ -87,8 +90,9 @@ def test_mutation_writing_dead_letters_without_looking_is_caught(
     see its predecessor's dead letter) must show up as duplicates."""
     real = member_mod.ShareMember.claims
 
-    def late(self, now, hws, *, dlq_hw=None):  # type: ignore[no-untyped-def]
-        return real(self, now, hws, dlq_hw=None if dlq_hw is None else dlq_hw + 1000)
+    def late(self, now, hws, *, dlq_hw=None, wall_ns=None):  # type: ignore[no-untyped-def]
+        later = None if dlq_hw is None else dlq_hw + 1000
+        return real(self, now, hws, dlq_hw=later, wall_ns=wall_ns)
 
     monkeypatch.setattr(member_mod.ShareMember, "claims", late)
     assert _violates(range(10), SimConfig(crash_rate=0.5, pause_rate=0.5))

@@ -307,10 +307,17 @@ class ShareMember:
 
     # -- claiming -------------------------------------------------------------------------
 
-    def needs_dlq_hw(self, stream: str, partition: int, now: float) -> bool:
+    def _claim_time(self, now: float, wall_ns: int | None) -> int:
+        if self.clock.offset is None and wall_ns is not None:
+            return wall_ns
+        return self.server_now(now)
+
+    def needs_dlq_hw(
+        self, stream: str, partition: int, now: float, wall_ns: int | None = None
+    ) -> bool:
         """Whether a claim on this partition now could dead-letter something (so the driver
         should learn the dead-letter end offset first)."""
-        t = self.server_now(now)
+        t = self._claim_time(now, wall_ns)
         maxd = self.config.max_deliveries
         for r in self.view.claimable(stream, partition, t):
             for i in range(r.end - r.start):
@@ -318,10 +325,20 @@ class ShareMember:
                     return True
         return False
 
-    def claims(self, now: float, hws: dict[int, int], *, dlq_hw: int | None = None) -> list[Claim]:
+    def claims(
+        self,
+        now: float,
+        hws: dict[int, int],
+        *,
+        dlq_hw: int | None = None,
+        wall_ns: int | None = None,
+    ) -> list[Claim]:
         """Claims to send now. ``hws``: the consumed partitions' high watermarks the driver
         knows. At most one claim per partition is in flight; the member claims only while it
-        holds fewer than ``max_held`` leases with offsets still waiting."""
+        holds fewer than ``max_held`` leases with offsets still waiting. ``wall_ns``: the
+        local wall clock, the server-time estimate used before any append was acknowledged
+        (a claim is checked against the log's own time, so a wrong estimate only costs a lost
+        claim)."""
         c = self.config
         for key, sent in list(self.claiming.items()):
             if now - sent > c.claim_timeout:
@@ -330,7 +347,7 @@ class ShareMember:
         busy = sum(1 for h in self.held.values() if h.waiting) + len(self.claiming)
         if busy >= c.max_held:
             return []
-        t = self.server_now(now)
+        t = self._claim_time(now, wall_ns)
         out: list[Claim] = []
         n = len(c.partitions)
         for k in range(n):

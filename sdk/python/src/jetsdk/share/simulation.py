@@ -73,6 +73,10 @@ class SimConfig:
     jump_rate: float = 0.02
     server_jump: float = 0.05
     """Largest forward jump of the server clock (must stay below the lease margin)."""
+    trickle: bool = True
+    """Produce half of the messages at the start and the rest over time (else all at once)."""
+    crash_all_at: float | None = None
+    """Crash every member at this time (their replacements start with no clock samples)."""
 
 
 @attrs.frozen
@@ -216,6 +220,8 @@ class Simulation:
         # Half of the messages at the start, the rest over the first half of the fault phase.
         for p in range(self.cfg.partitions):
             frac = 0.5 + 0.5 * min(1.0, self.now / (self.cfg.fault_time / 2))
+            if not self.cfg.trickle:
+                frac = 1.0
             self.produced[p] = max(self.produced[p], int(self.cfg.messages * frac))
 
     # -- members --------------------------------------------------------------------------
@@ -344,7 +350,8 @@ class Simulation:
                 self._append(m, s)
         hws = dict(self.produced)
         dlq_hw = len(self.dlq)
-        for c in core.claims(local, hws, dlq_hw=dlq_hw):
+        wall = EPOCH_NS + int(local * 1e9)
+        for c in core.claims(local, hws, dlq_hw=dlq_hw, wall_ns=wall):
             self._append(m, c)
 
     # -- running and checking -------------------------------------------------------------
@@ -357,6 +364,11 @@ class Simulation:
             if self.now < c.fault_time and self.rng.random() < 0.5 * c.step:
                 self.server_offset += self.rng.uniform(0, c.server_jump)
             self._produce()
+            if c.crash_all_at is not None and c.crash_all_at <= self.now < c.crash_all_at + c.step:
+                for name in list(self.members):
+                    del self.members[name]
+                    self.crashes += 1
+                    self._start_member()
             self._deliver_appends()
             for m in list(self.members.values()):
                 if m.name in self.members:
