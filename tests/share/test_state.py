@@ -49,7 +49,7 @@ def test_spec_examples_are_canonical(text: str) -> None:
 
 
 def test_spec_has_both_examples() -> None:
-    assert len(_BLOCK.findall(SPEC.read_text(encoding="utf-8"))) == 2
+    assert len(_BLOCK.findall(SPEC.read_text(encoding="utf-8"))) == 3
 
 
 @pytest.mark.parametrize(
@@ -94,9 +94,8 @@ def test_names_and_runs() -> None:
 def test_first_claim_wins_and_the_second_is_lost() -> None:
     state = ShareState(G)
     won = state.apply(0, 10 * S, claim("a", 0, 3))
-    assert won == [
-        Acquired("a", "s", 0, 0, 0, 11 * S, ((0, 1, False), (1, 1, False), (2, 1, False)))
-    ]
+    offsets = ((0, 1, False), (1, 1, False), (2, 1, False))
+    assert won == [Acquired("a", "s", 0, 0, 0, 11 * S, offsets, 0)]
     assert state.apply(1, 10 * S, claim("b", 0, 3)) == [ClaimLost("b", "s", 0, 0)]
     # b's view was stale: the range is held until a's deadline.
     assert state.apply(2, 11 * S, claim("b", 0, 3)) == [ClaimLost("b", "s", 0, 0)]
@@ -186,3 +185,19 @@ def test_other_groups_and_replays_are_ignored() -> None:
     state.apply(1, S, claim("a", 0, 1))
     assert state.apply(1, S, claim("b", 1, 2)) == []  # offset not past last_offset
     assert state.partition("s", 0).speo == 1
+
+
+def test_claims_at_speo_never_collide() -> None:
+    state = ShareState(G)
+    at_speo = [Claim(G, m, "s", 0, None, 450, 1000, 3, None, 200) for m in ("a", "b", "c", "a")]
+    changes = [state.apply(i, S, c)[0] for i, c in enumerate(at_speo)]
+    won = [(c.member, c.start, c.offsets[-1][0]) for c in changes if isinstance(c, Acquired)]
+    assert won == [("a", 0, 199), ("b", 200, 399), ("c", 400, 449)]
+    assert changes[3] == ClaimLost("a", "s", 0, None)  # nothing left below the claimant's HW
+    assert state.partition("s", 0).speo == 450
+
+
+def test_claim_at_speo_needs_a_size() -> None:
+    raw = encode_share_record(Claim(G, "a", "s", 0, None, 10, 1000, 3, None, None))
+    with pytest.raises(InvalidShareRecord):
+        decode_share_record(raw)

@@ -112,7 +112,7 @@ class ShareConsumer:
         max_deliveries: int = 5,
         dead_letter_stream: str | None = None,
         batch: int = 200,
-        max_held: int = 2,
+        max_held: int = 4,
         ack_interval: float = 0.02,
         partitions: list[int] | None = None,
     ) -> None:
@@ -134,6 +134,7 @@ class ShareConsumer:
         self._log = ""
         self._cache: dict[int, dict[int, Record]] = {}
         self._hws: dict[int, int] = {}
+        self._loading: dict[tuple[int, int], anyio.Event] = {}
         self._ready: list[Handout] = []
         self._dead: list[Handout] = []
         self._queue: list[_Queued] = []
@@ -309,29 +310,30 @@ class ShareConsumer:
                 continue
             failures = 0
             for record in iter_records(raw):
-                member.on_record(record.offset, record.timestamp, record.value)
+                for won in member.on_record(record.offset, record.timestamp, record.value):
+                    if self._tg is not None and won.offsets:
+                        low, high = won.offsets[0][0], won.offsets[-1][0] + 1
+                        self._tg.start_soon(self._load_range, won.partition, low, high)
                 offset = record.offset + 1
             self._caught_up = offset >= header.hw
             self._wake.set()
 
     async def _fetch_loop(self, partition: int) -> None:
+        """Watch the partition's high watermark (records are fetched per lease, so members
+        do not all read and decode everything)."""
         member = self.member
-        cache = self._cache[partition]
         pos = 0
         failures = 0
         while True:
             ps = member.view.partition(self.stream, partition)
-            pos = max(pos, ps.speo)
-            ahead = self.batch * (self.max_held + 2)
-            if not self._caught_up or pos - ps.speo >= ahead:
-                await anyio.sleep(0.005)
-                continue
+            pos = max(pos, ps.speo, self._hws.get(partition, 0))
             try:
-                header, raw = await self.client.fetch(
-                    self.stream, partition, pos, max_bytes=FETCH_MAX_BYTES, max_wait=0.5
+                header, _raw = await self.client.fetch(
+                    self.stream, partition, pos, max_bytes=1, max_wait=0.5
                 )
             except OffsetOutOfRange as exc:
-                pos = max(pos, exc.log_start or 0)
+                pos = exc.log_start if exc.log_start is not None and pos < exc.log_start else 0
+                self._hws.pop(partition, None)
                 await anyio.sleep(0.05)
                 continue
             except JetError as exc:
@@ -341,29 +343,60 @@ class ShareConsumer:
                 await anyio.sleep(_BACKOFF.delay(failures))
                 continue
             failures = 0
-            for record in iter_records(raw):
-                cache[record.offset] = record
-                pos = record.offset + 1
-            self._hws[partition] = min(header.hw, pos)
-            for o in [o for o in cache if o < ps.spso]:
-                del cache[o]
-            self._wake.set()
+            if header.hw != self._hws.get(partition):
+                self._hws[partition] = header.hw
+                self._wake.set()
+
+    async def _load_range(self, partition: int, start: int, end: int) -> None:
+        """Fetch the records of a lease just won into the cache (one request, usually)."""
+        key = (partition, start)
+        done = self._loading[key] = anyio.Event()
+        cache = self._cache[partition]
+        offset = start
+        try:
+            for _ in range(end - start):
+                if offset >= end:
+                    break
+                size = min(FETCH_MAX_BYTES * 4, max(64 * 1024, (end - offset) * 512))
+                _, raw = await self.client.fetch(
+                    self.stream, partition, offset, max_bytes=size, max_wait=0.0
+                )
+                last = offset
+                for r in iter_records(raw):
+                    if r.offset >= end:
+                        break
+                    cache[r.offset] = r
+                    last = r.offset + 1
+                if last == offset:
+                    break
+                offset = last
+        except JetError:
+            pass  # _record fetches what is missing when it is handed out
+        finally:
+            del self._loading[key]
+            done.set()
 
     async def _record(self, partition: int, offset: int) -> Record | None:
         cache = self._cache[partition]
-        record = cache.get(offset)
+        record = cache.pop(offset, None)
+        if record is not None:
+            return record
+        for (p, start), loading in list(self._loading.items()):
+            if p == partition and start <= offset:
+                await loading.wait()
+        record = cache.pop(offset, None)
         if record is not None:
             return record
         try:
             _, raw = await self.client.fetch(
-                self.stream, partition, offset, max_bytes=FETCH_MAX_BYTES, max_wait=0.0
+                self.stream, partition, offset, max_bytes=64 * 1024, max_wait=0.0
             )
         except OffsetOutOfRange:
             return None
         for r in iter_records(raw):
-            if r.offset >= self.member.view.partition(self.stream, partition).spso:
-                cache[r.offset] = r
-        return cache.get(offset)
+            if r.offset == offset:
+                return r
+        return None
 
     async def _append_loop(self) -> None:
         member = self.member
@@ -390,7 +423,7 @@ class ShareConsumer:
                 if ok:
                     member.on_appended(sent_at, results[i].timestamp)
                 elif isinstance(q.record, Claim):
-                    member.claim_failed(q.record.stream, q.record.partition)
+                    member.claim_failed(q.record.stream, q.record.partition, q.record.start)
             self._done += len(batch)
             self._stored.set()
             self._wake.set()
@@ -423,7 +456,8 @@ class ShareConsumer:
                 self._ready_event.set()
             if self._dead:
                 await self._write_dead_letters()
-            # Claim only while the application keeps up (a stuck one must not burn deliveries).
+            # Claim only while the application keeps up: a stuck one must not burn deliveries
+            # (what it does not take in time runs out and goes to the others).
             if self._caught_up and not self._closed and len(self._ready) < self.batch:
                 dlq_hw = None
                 wall = time.time_ns()

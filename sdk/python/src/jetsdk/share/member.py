@@ -40,8 +40,8 @@ class ShareConfig:
     max_deliveries: int = 5
     batch: int = 200
     """Most offsets in a new range."""
-    max_held: int = 2
-    """Most leases with offsets not yet handed out; the member claims more only below it."""
+    max_held: int = 4
+    """Most claims in flight plus leases with offsets not yet handed out."""
     margin: float | None = None
     """Stop handing out this long before the deadline (default min(1 s, ack_deadline / 10))."""
     claim_timeout: float = 5.0
@@ -84,6 +84,15 @@ class HeldLease:
 
 
 @attrs.define(eq=False)
+class _InFlight:
+    stream: str
+    partition: int
+    start: int | None
+    size: int
+    sent: float
+
+
+@attrs.define(eq=False)
 class _Outcomes:
     acked: set[int] = attrs.field(factory=set)
     released: dict[int, int] = attrs.field(factory=dict)
@@ -107,8 +116,9 @@ class ShareMember:
     view: ShareState = attrs.field(init=False)
     clock: ServerClockBound = attrs.field(factory=ServerClockBound, init=False)
     held: dict[LeaseKey, HeldLease] = attrs.field(factory=dict, init=False)
-    claiming: dict[tuple[str, int], float] = attrs.field(factory=dict, init=False)
-    """Partition -> local time a claim for it was sent (until it is seen or times out)."""
+    claiming: list[_InFlight] = attrs.field(factory=list, init=False)
+    """Claims sent and not yet seen in the log, in send order (forgotten after
+    ``claim_timeout``)."""
     _outcomes: dict[LeaseKey, _Outcomes] = attrs.field(factory=dict, init=False)
     _turn: int = attrs.field(default=0, init=False)
     _rejecting: dict[LeaseKey, set[int]] = attrs.field(factory=dict, init=False)
@@ -127,7 +137,8 @@ class ShareMember:
         for change in self.view.apply_bytes(offset, timestamp, value):
             if change.member != self.config.member:
                 continue
-            self.claiming.pop((change.stream, change.partition), None)
+            start = change.claimed_start if isinstance(change, Acquired) else change.start
+            self.claim_failed(change.stream, change.partition, start)
             if isinstance(change, ClaimLost):
                 continue
             won.append(change)
@@ -191,7 +202,9 @@ class ShareMember:
                 h.waiting.clear()
                 continue
             h.deadline = deadline
-            if h.waiting and not self._in_time(h, now):
+            # Without a clock sample yet (the reader saw the claim before its append's ack
+            # came back) nothing is handed out, and nothing is dropped either.
+            if h.waiting and self.clock.offset is not None and not self._in_time(h, now):
                 self.stopped_leases += 1
                 h.waiting.clear()
 
@@ -334,54 +347,57 @@ class ShareMember:
         wall_ns: int | None = None,
     ) -> list[Claim]:
         """Claims to send now. ``hws``: the consumed partitions' high watermarks the driver
-        knows. At most one claim per partition is in flight; the member claims only while it
-        holds fewer than ``max_held`` leases with offsets still waiting. ``wall_ns``: the
+        knows. The member claims only while its claims in flight plus its leases with offsets
+        still waiting are fewer than ``max_held``. ``wall_ns``: the
         local wall clock, the server-time estimate used before any append was acknowledged
         (a claim is checked against the log's own time, so a wrong estimate only costs a lost
         claim)."""
         c = self.config
-        for key, sent in list(self.claiming.items()):
-            if now - sent > c.claim_timeout:
-                del self.claiming[key]
+        self.claiming = [f for f in self.claiming if now - f.sent <= c.claim_timeout]
         self._refresh(now)
         busy = sum(1 for h in self.held.values() if h.waiting) + len(self.claiming)
-        if busy >= c.max_held:
-            return []
         t = self._claim_time(now, wall_ns)
         out: list[Claim] = []
         n = len(c.partitions)
-        for k in range(n):
-            if busy >= c.max_held:
-                break
-            p = c.partitions[(self._turn + k) % n]
-            if (c.stream, p) in self.claiming:
-                continue
-            claim = self._claim_for(p, t, hws.get(p), dlq_hw)
-            if claim is None:
-                continue
-            out.append(claim)
-            self.claiming[(c.stream, p)] = now
-            busy += 1
+        open_partitions = [c.partitions[(self._turn + k) % n] for k in range(n)]
         self._turn = (self._turn + 1) % max(1, n)
+        # Round-robin passes, one claim per partition per pass.
+        while busy < c.max_held and open_partitions:
+            for p in list(open_partitions):
+                if busy >= c.max_held:
+                    break
+                claim = self._claim_for(p, t, hws.get(p), dlq_hw)
+                if claim is None:
+                    open_partitions.remove(p)
+                    continue
+                out.append(claim)
+                size = claim.size if claim.start is None else claim.end - claim.start
+                self.claiming.append(_InFlight(c.stream, p, claim.start, size or 0, now))
+                busy += 1
         return out
 
     def _claim_for(self, p: int, t: int, hw: int | None, dlq_hw: int | None) -> Claim | None:
+        """A claim of an existing range with offsets available at ``t``, else of the next
+        ``batch`` offsets at SPEO (start null: no race on the start; spec §3.1)."""
         c = self.config
+        maxd = c.max_deliveries
+        mine = [f for f in self.claiming if f.stream == c.stream and f.partition == p]
         for r in self.view.claimable(c.stream, p, t):
-            return Claim(
-                c.group, c.member, c.stream, p, r.start, r.end, c.lease_ms, c.max_deliveries, dlq_hw
-            )
-        speo = self.view.partition(c.stream, p).speo
-        if hw is None or hw <= speo:
+            if not any(f.start == r.start for f in mine):
+                return Claim(
+                    c.group, c.member, c.stream, p, r.start, r.end, c.lease_ms, maxd, dlq_hw
+                )
+        pending = sum(f.size for f in mine if f.start is None)
+        if hw is None or hw <= self.view.partition(c.stream, p).speo + pending:
             return None
-        end = min(hw, speo + c.batch)
-        return Claim(
-            c.group, c.member, c.stream, p, speo, end, c.lease_ms, c.max_deliveries, dlq_hw
-        )
+        return Claim(c.group, c.member, c.stream, p, None, hw, c.lease_ms, maxd, dlq_hw, c.batch)
 
-    def claim_failed(self, stream: str, partition: int) -> None:
-        """A claim's append failed (not stored): the member may claim again."""
-        self.claiming.pop((stream, partition), None)
+    def claim_failed(self, stream: str, partition: int, start: int | None) -> None:
+        """A claim's append failed (not stored), or the log showed it: forget it."""
+        for i, f in enumerate(self.claiming):
+            if f.stream == stream and f.partition == partition and f.start == start:
+                del self.claiming[i]
+                return
 
     def held_keys(self) -> Iterable[LeaseKey]:
         return self.held.keys()

@@ -101,17 +101,19 @@ def runs_of(offsets: Sequence[int] | set[int]) -> list[Run]:
 
 @attrs.frozen
 class Claim:
-    """Take a lease on the range starting at ``start`` (spec §3.1)."""
+    """Take a lease on the range starting at ``start``, or (``start`` None) on a new range of
+    up to ``size`` offsets at the partition's SPEO, below ``end`` (spec §3.1)."""
 
     group: str
     member: str
     stream: str
     partition: int
-    start: int
+    start: int | None
     end: int
     lease_ms: int
     max_deliveries: int
     dlq_hw: int | None = None
+    size: int | None = None
 
 
 @attrs.frozen
@@ -147,6 +149,7 @@ def encode_share_record(record: ShareRecord) -> bytes:
             partition=record.partition,
             start=record.start,
             end=record.end,
+            size=record.size,
             lease_ms=record.lease_ms,
             max_deliveries=record.max_deliveries,
             dlq_hw=record.dlq_hw,
@@ -236,24 +239,30 @@ def decode_share_record(value: bytes | memoryview) -> ShareRecord:
     kind = obj.get("type")
     group, member, stream = _ident(obj, "group"), _ident(obj, "member"), _ident(obj, "stream")
     partition = _int(obj, "partition", 0, 65535)
-    start = _int(obj, "start")
     dlq_hw = _opt_int(obj, "dlq_hw")
     if kind == "claim":
         end = _int(obj, "end")
-        if not start < end <= start + MAX_RANGE:
-            raise _bad(f"range [{start}, {end}) is empty or longer than {MAX_RANGE}")
+        claim_start = _opt_int(obj, "start")
+        size = None if obj.get("size") is None else _int(obj, "size", 1, MAX_RANGE)
+        if claim_start is None:
+            if size is None:
+                raise _bad("a claim at SPEO (start null) needs a size")
+        elif not claim_start < end <= claim_start + MAX_RANGE:
+            raise _bad(f"range [{claim_start}, {end}) is empty or longer than {MAX_RANGE}")
         return Claim(
             group=group,
             member=member,
             stream=stream,
             partition=partition,
-            start=start,
+            start=claim_start,
             end=end,
             lease_ms=_int(obj, "lease_ms", 1, MAX_LEASE_MS),
             max_deliveries=_int(obj, "max_deliveries", 1, MAX_DELIVERIES_LIMIT),
             dlq_hw=dlq_hw,
+            size=size,
         )
     if kind == "settle":
+        start = _int(obj, "start")
         extend = obj.get("extend", False)
         if not isinstance(extend, bool):
             raise _bad("extend must be a boolean")

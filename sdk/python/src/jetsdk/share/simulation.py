@@ -121,7 +121,7 @@ class _Append:
     member: str
     sent_local: float
     value: bytes
-    is_claim: tuple[str, int] | None
+    is_claim: tuple[str, int, int | None] | None
 
 
 class Simulation:
@@ -187,7 +187,9 @@ class Simulation:
             delay = self.rng.uniform(0, self.cfg.lease)
         dropped = faults and self.rng.random() < self.cfg.drop_rate
         ack_lost = faults and self.rng.random() < self.cfg.ack_loss_rate
-        claim = (record.stream, record.partition) if isinstance(record, Claim) else None
+        claim = None
+        if isinstance(record, Claim):
+            claim = (record.stream, record.partition, record.start)
         item = _Append(m.name, self._local(m), encode_share_record(record), claim)
         heapq.heappush(self.inflight, (self.now + delay, id(item), item, dropped, ack_lost))
 

@@ -83,6 +83,8 @@ class Range:
         return False
 
     def any_available(self, t: int) -> bool:
+        if self.unfinished == 0:
+            return False
         return any(self.available(i, t) for i in range(self.end - self.start))
 
     def offsets_in(self, state: int) -> list[int]:
@@ -130,6 +132,8 @@ class Acquired:
     deadline: int
     offsets: tuple[tuple[int, int, bool], ...]
     """(offset, delivery count, dead_pending)."""
+    claimed_start: int | None = None
+    """The claim's ``start`` (None: a claim at SPEO)."""
 
 
 @attrs.frozen
@@ -139,7 +143,7 @@ class ClaimLost:
     member: str
     stream: str
     partition: int
-    start: int
+    start: int | None
 
 
 ShareChange = Acquired | ClaimLost
@@ -200,7 +204,13 @@ class ShareState:
     def _claim(self, ps: PartitionShare, q: int, t: int, c: Claim) -> ShareChange:
         lost = ClaimLost(c.member, c.stream, c.partition, c.start)
         created = False
-        if c.start == ps.speo:
+        if c.start is None:  # a new range at SPEO
+            end = min(c.end, ps.speo + (c.size or 0))
+            if end <= ps.speo:
+                return lost
+            r = Range.new(ps.speo, end)
+            created = True
+        elif c.start == ps.speo:
             r = Range.new(c.start, c.end)
             created = True
         else:
@@ -209,20 +219,26 @@ class ShareState:
                 return lost
             r = found
         taken: list[tuple[int, int, bool]] = []
-        for i in range(r.end - r.start):
-            if not r.available(i, t):
-                continue
-            o = r.start + i
-            if r.states[i] == DEAD_PENDING or r.counts[i] >= c.max_deliveries:
-                r.states[i] = DEAD_PENDING
-                if o not in r.dlq_from:
-                    r.dlq_from[o] = c.dlq_hw if c.dlq_hw is not None else 0
-                taken.append((o, r.counts[i], True))
-            else:
-                r.counts[i] += 1
-                r.states[i] = ACQUIRED
-                r.not_before.pop(o, None)
-                taken.append((o, r.counts[i], False))
+        if created:  # every offset is new: acquired, count 1 (max_deliveries >= 1)
+            n = r.end - r.start
+            r.counts = [1] * n
+            r.states = bytearray([ACQUIRED]) * n
+            taken = [(o, 1, False) for o in range(r.start, r.end)]
+        else:
+            for i in range(r.end - r.start):
+                if not r.available(i, t):
+                    continue
+                o = r.start + i
+                if r.states[i] == DEAD_PENDING or r.counts[i] >= c.max_deliveries:
+                    r.states[i] = DEAD_PENDING
+                    if o not in r.dlq_from:
+                        r.dlq_from[o] = c.dlq_hw if c.dlq_hw is not None else 0
+                    taken.append((o, r.counts[i], True))
+                else:
+                    r.counts[i] += 1
+                    r.states[i] = ACQUIRED
+                    r.not_before.pop(o, None)
+                    taken.append((o, r.counts[i], False))
         if not taken:
             return lost
         if created:
@@ -231,7 +247,9 @@ class ShareState:
         r.lease, r.holder, r.lease_ms = q, c.member, c.lease_ms
         r.deadline = t + c.lease_ms * _MS
         r.held = len(taken)
-        return Acquired(c.member, c.stream, c.partition, r.start, q, r.deadline, tuple(taken))
+        return Acquired(
+            c.member, c.stream, c.partition, r.start, q, r.deadline, tuple(taken), c.start
+        )
 
     def _settle(self, ps: PartitionShare, t: int, s: Settle) -> None:
         r = ps.ranges.get(s.start)
