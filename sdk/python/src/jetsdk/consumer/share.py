@@ -25,6 +25,7 @@ import contextlib
 import math
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from types import TracebackType
 
@@ -38,6 +39,7 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_json
 from jetsdk.codec.record import Record, iter_records
 from jetsdk.consumer.share_message import (
+    Outcome,
     ShareMessage,
     dead_letter_headers,
     is_dead_letter_of,
@@ -137,6 +139,7 @@ class ShareConsumer:
         self._loading: dict[tuple[int, int], anyio.Event] = {}
         self._ready: list[Handout] = []
         self._dead: list[Handout] = []
+        self._outcomes: deque[Outcome] = deque()
         self._queue: list[_Queued] = []
         self._seq = 0
         self._caught_up = False
@@ -245,7 +248,9 @@ class ShareConsumer:
                 if record is None:
                     self.member.nack(h.lease, h.offset, 0)
                     continue
-                return ShareMessage(self.stream, h.partition, record, h.delivery_count, h, self)
+                return ShareMessage(
+                    self.stream, h.partition, record, h.delivery_count, h, self._outcomes
+                )
             self._wake.set()
             wait = math.inf if deadline is None else deadline - time.monotonic()
             if wait <= 0:
@@ -264,29 +269,33 @@ class ShareConsumer:
             await self._flush_now()
 
     async def _flush_now(self) -> None:
+        await self._apply_outcomes()
         self._queue_settles()
         target = self._sent
         while self._done < target:
             self._stored = anyio.Event()
             await self._stored.wait()
 
-    # -- outcomes (ShareOutcomes) ---------------------------------------------------------
+    # -- outcomes -----------------------------------------------------------------------
 
-    async def settle_ack(self, handout: Handout) -> None:
-        self.member.ack(handout.lease, handout.offset)
-
-    async def settle_nack(self, handout: Handout, delay: float) -> None:
-        not_before = self.member.server_now(time.monotonic() + delay) if delay > 0 else 0
-        self.member.nack(handout.lease, handout.offset, not_before)
-
-    async def settle_reject(self, handout: Handout) -> None:
-        hw = await self._dlq_hw()
-        self.member.reject(handout.lease, handout.offset, hw)
-        self._wake.set()
-
-    async def settle_in_progress(self, handout: Handout) -> None:
-        self.member.in_progress(handout.lease)
-        self._wake.set()
+    async def _apply_outcomes(self) -> None:
+        """Move the outcomes the application queued (from any thread) into the member."""
+        member = self.member
+        outcomes = self._outcomes
+        reject_hw: int | None = None
+        while outcomes:
+            kind, h, delay = outcomes.popleft()
+            if kind == "ack":
+                member.ack(h.lease, h.offset)
+            elif kind == "nack":
+                later = member.server_now(time.monotonic() + delay) if delay > 0 else 0
+                member.nack(h.lease, h.offset, later)
+            elif kind == "reject":
+                if reject_hw is None:  # before the settle that makes it dead_pending (§6)
+                    reject_hw = await self._dlq_hw()
+                member.reject(h.lease, h.offset, reject_hw)
+            else:
+                member.in_progress(h.lease)
 
     # -- I/O tasks ------------------------------------------------------------------------
 
@@ -466,6 +475,8 @@ class ShareConsumer:
                 claims = member.claims(now, dict(self._hws), dlq_hw=dlq_hw, wall_ns=wall)
                 if claims:
                     self._enqueue(claims)
+            if self._outcomes:
+                await self._apply_outcomes()
             if now >= next_flush and member.pending_outcomes():
                 self._queue_settles()
                 next_flush = now + self.ack_interval

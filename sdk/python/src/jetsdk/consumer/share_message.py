@@ -6,7 +6,8 @@ handed the message out; the first outcome wins, later ones do nothing.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections import deque
+from collections.abc import Generator
 
 import attrs
 
@@ -21,8 +22,8 @@ __all__ = [
     "DLQ_PARTITION",
     "DLQ_REASON",
     "DLQ_STREAM",
+    "Outcome",
     "ShareMessage",
-    "ShareOutcomes",
     "dead_letter_headers",
     "is_dead_letter_of",
 ]
@@ -60,13 +61,22 @@ def is_dead_letter_of(headers: Headers, group: str, handout: Handout) -> bool:
     return seen == want
 
 
-class ShareOutcomes(Protocol):
-    """What a :class:`ShareMessage` reports its outcome to (its ShareConsumer)."""
+Outcome = tuple[str, Handout, float]
+"""(``ack`` | ``nack`` | ``reject`` | ``in_progress``, the handout, the nack delay)."""
 
-    async def settle_ack(self, handout: Handout) -> None: ...
-    async def settle_nack(self, handout: Handout, delay: float) -> None: ...
-    async def settle_reject(self, handout: Handout) -> None: ...
-    async def settle_in_progress(self, handout: Handout) -> None: ...
+
+class _Done:
+    """What the outcome methods return: already done, and awaitable (so ``await msg.ack()``
+    reads like the rest of the async API and ``msg.ack()`` works from the sync API)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that finishes at once
+
+
+DONE = _Done()
 
 
 @attrs.define(eq=False, repr=False)
@@ -83,7 +93,7 @@ class ShareMessage:
     record: Record
     delivery_count: int
     _handout: Handout
-    _outcomes: ShareOutcomes
+    _outcomes: deque[Outcome]
     _settled: bool = False
 
     def __repr__(self) -> str:
@@ -117,34 +127,33 @@ class ShareMessage:
         """Ordered (name, value) pairs."""
         return self.record.headers
 
-    async def ack(self) -> None:
-        """Done: never delivered again once the (batched) settle is stored. Returns at once;
-        :meth:`ShareConsumer.flush` waits for the settles."""
-        if not self._settled:
-            self._settled = True
-            await self._outcomes.settle_ack(self._handout)
+    def ack(self) -> _Done:
+        """Done: never delivered again once the (batched) settle is stored. Queues the
+        outcome and returns at once (awaiting the result is allowed and costs nothing);
+        :meth:`ShareConsumer.flush` waits for the settles. Thread-safe."""
+        return self._settle("ack", 0.0)
 
-    async def nack(
-        self, delay: float = 0.0, *, backoff: bool = False, max_delay: float = 300.0
-    ) -> None:
+    def nack(self, delay: float = 0.0, *, backoff: bool = False, max_delay: float = 300.0) -> _Done:
         """Give it back for redelivery (to any member) not before ``delay`` seconds; with
         ``backoff``, after ``delay * 2 ** (delivery_count - 1)`` capped by ``max_delay``.
         It counts as a delivery: after ``max_deliveries`` it is dead-lettered."""
-        if self._settled:
-            return
-        self._settled = True
         if backoff:
             delay = min(max_delay, delay * 2 ** max(0, self.delivery_count - 1))
-        await self._outcomes.settle_nack(self._handout, max(0.0, delay))
+        return self._settle("nack", max(0.0, delay))
 
-    async def reject(self) -> None:
+    def reject(self) -> _Done:
         """Straight to the dead-letter stream (written by this consumer, exactly once)."""
-        if not self._settled:
-            self._settled = True
-            await self._outcomes.settle_reject(self._handout)
+        return self._settle("reject", 0.0)
 
-    async def in_progress(self) -> None:
-        """Still working on it: restart the lease's ack deadline (for the whole range this
-        message came with)."""
+    def in_progress(self) -> _Done:
+        """Still working on it: restart the ack deadline of the lease this message came
+        with (the whole range)."""
         if not self._settled:
-            await self._outcomes.settle_in_progress(self._handout)
+            self._outcomes.append(("in_progress", self._handout, 0.0))
+        return DONE
+
+    def _settle(self, kind: str, delay: float) -> _Done:
+        if not self._settled:  # the first outcome wins
+            self._settled = True
+            self._outcomes.append((kind, self._handout, delay))
+        return DONE
