@@ -187,25 +187,33 @@ def _redelivery(work: Path, worker: dict[str, Any], producer: dict[str, Any]) ->
 
 
 async def _prepare(servers: list[str], js_url: str, n: int) -> None:
-    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
-
     async with Client(servers) as client:
         for parts in (1, 4):
             await client.create_stream(f"share{parts}", f"bench.share{parts}", partitions=parts)
             await jet_fill(client, f"share{parts}", n)
         await client.create_stream("sharelive", "bench.sharelive", partitions=4)
     nc, js = await js_setup(js_url, "SHLIMITS", "js.shlimits")
-    await js.add_stream(
-        StreamConfig(
-            name="SHWQ",
-            subjects=["js.shwq"],
-            storage=StorageType.FILE,
-            retention=RetentionPolicy.WORK_QUEUE,
-        )
-    )
     await js.add_stream(name="SHLIVE", subjects=["js.shlive"])
     await js_fill(js, "js.shlimits", n)
-    await js_fill(js, "js.shwq", n)
+    await nc.close()
+
+
+async def _work_queue(js_url: str, name: str, n: int) -> None:
+    """A fresh work-queue stream per round (acked messages leave it; one consumer only)."""
+    import nats
+    from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
+    nc = await nats.connect(js_url)
+    js = nc.jetstream(publish_async_max_pending=20_000)
+    subject = f"js.{name.lower()}"
+    config = StreamConfig(
+        name=name,
+        subjects=[subject],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.WORK_QUEUE,
+    )
+    await js.add_stream(config)
+    await js_fill(js, subject, n)
     await nc.close()
 
 
@@ -253,12 +261,13 @@ def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
                 f"share log {size:,} B = {size / n:.2f} B per acked message"
             )
             print(f"  {notes[-1]}")
-        for stream in ("SHWQ", "SHLIMITS"):
+        anyio.run(_work_queue, js_url, f"SHWQ{r}", n, backend="asyncio")
+        for stream in (f"SHWQ{r}", "SHLIMITS"):
             durable = f"d{uuid.uuid4().hex[:6]}"
             anyio.run(_durable, js_url, stream, durable, 30.0, backend="asyncio")
             spec = {"kind": "js", "url": js_url, "js_stream": stream, "durable": durable}
             rate, _ = _throughput(work, [spec] * WORKERS, n)
-            rates.setdefault(stream, []).append(rate)
+            rates.setdefault(stream.rstrip("0123456789"), []).append(rate)
             print(f"  round {r + 1}, JetStream {stream}: {rate:,.0f} msg/s")
     med = {k: sorted(v)[len(v) // 2] for k, v in rates.items()}
     for parts in (1, 4):

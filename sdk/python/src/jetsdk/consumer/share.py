@@ -292,7 +292,10 @@ class ShareConsumer:
                 member.nack(h.lease, h.offset, later)
             elif kind == "reject":
                 if reject_hw is None:  # before the settle that makes it dead_pending (§6)
-                    reject_hw = await self._dlq_hw()
+                    try:
+                        reject_hw = await self._dlq_hw()
+                    except JetError:
+                        reject_hw = 0  # look from the start: slower, still exactly once
                 member.reject(h.lease, h.offset, reject_hw)
             else:
                 member.in_progress(h.lease)
@@ -464,7 +467,8 @@ class ShareConsumer:
             if self._ready:
                 self._ready_event.set()
             if self._dead:
-                await self._write_dead_letters()
+                with contextlib.suppress(JetError):  # what is left is tried again next round
+                    await self._write_dead_letters()
             # Claim only while the application keeps up: a stuck one must not burn deliveries
             # (what it does not take in time runs out and goes to the others).
             if self._caught_up and not self._closed and len(self._ready) < self.batch:
@@ -486,11 +490,11 @@ class ShareConsumer:
 
     async def _write_dead_letters(self) -> None:
         member = self.member
-        todo, self._dead = self._dead, []
-        for h in todo:
+        while self._dead:
+            h = self._dead[0]
             record = await self._record(h.partition, h.offset)
             if record is not None and not await self._dead_letter_exists(h):
-                await self.client.produce(
+                (result,) = await self.client.produce(
                     ProduceRequest(
                         stream=self.dead_letter_stream,
                         partition=0,
@@ -505,7 +509,10 @@ class ShareConsumer:
                         ),
                     )
                 )
+                if result.error_code != ErrorCode.NONE:
+                    raise JetError(f"dead letter not stored (error code {result.error_code})")
             member.dead(h.lease, h.offset)
+            self._dead.pop(0)
 
     async def _dead_letter_exists(self, h: Handout) -> bool:
         offset = h.dlq_from

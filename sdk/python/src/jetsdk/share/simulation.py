@@ -136,6 +136,8 @@ class Simulation:
         self.log: list[tuple[int, bytes, float]] = []  # (timestamp, value, stored at)
         self.ref = ShareState(GROUP)
         self.inflight: list[tuple[float, int, _Append, bool, bool]] = []
+        self.acks: list[tuple[float, int, str, float, int]] = []  # acks on their way back
+        self._seq = 0
         self._n = 0
         self.members: dict[str, _Member] = {}
         self.dlq: list[tuple[int, int, int, str]] = []  # (partition, offset, count, reason)
@@ -191,7 +193,8 @@ class Simulation:
         if isinstance(record, Claim):
             claim = (record.stream, record.partition, record.start)
         item = _Append(m.name, self._local(m), encode_share_record(record), claim)
-        heapq.heappush(self.inflight, (self.now + delay, id(item), item, dropped, ack_lost))
+        self._seq += 1
+        heapq.heappush(self.inflight, (self.now + delay, self._seq, item, dropped, ack_lost))
 
     def _deliver_appends(self) -> None:
         while self.inflight and self.inflight[0][0] <= self.now:
@@ -216,7 +219,15 @@ class Simulation:
                 if item.is_claim is not None:
                     m.core.claim_failed(*item.is_claim)
             else:
-                m.core.on_appended(item.sent_local, ts)
+                # The ack comes back a little later: readers may see the record first.
+                back = self.now + self.rng.uniform(0, self.cfg.max_append_delay)
+                self._seq += 1
+                heapq.heappush(self.acks, (back, self._seq, item.member, item.sent_local, ts))
+        while self.acks and self.acks[0][0] <= self.now:
+            _, _, name, sent_local, ts = heapq.heappop(self.acks)
+            member = self.members.get(name)
+            if member is not None:
+                member.core.on_appended(sent_local, ts)
 
     def _produce(self) -> None:
         # Half of the messages at the start, the rest over the first half of the fault phase.
