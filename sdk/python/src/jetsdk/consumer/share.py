@@ -137,7 +137,7 @@ class ShareConsumer:
         self._cache: dict[int, dict[int, Record]] = {}
         self._hws: dict[int, int] = {}
         self._loading: dict[tuple[int, int], anyio.Event] = {}
-        self._ready: list[Handout] = []
+        self._ready: deque[Handout] = deque()
         self._dead: list[Handout] = []
         self._outcomes: deque[Outcome] = deque()
         self._queue: list[_Queued] = []
@@ -241,7 +241,7 @@ class ShareConsumer:
             if self._closed:
                 return None
             while self._ready:
-                h = self._ready.pop(0)
+                h = self._ready.popleft()
                 if not self.member.may_hold(h.lease, time.monotonic()):
                     continue  # its lease ran out here: it comes back to the group
                 record = await self._record(h.partition, h.offset)
