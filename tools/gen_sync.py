@@ -84,6 +84,7 @@ SPECS = (
     ),
     Spec("jetsdk.producer.producer", "Producer", "producer.py", queued=True),
     Spec("jetsdk.consumer.consumer", "Consumer", "consumer.py", buffered=True),
+    Spec("jetsdk.consumer.share", "ShareConsumer", "share.py", skip=frozenset({"close"})),
 )
 
 GIVES_BACK = frozenset({"commit", "position", "lag"})

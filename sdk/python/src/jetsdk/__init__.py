@@ -24,6 +24,8 @@ from jetsdk._version import __version__
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.consumer import Consumer, OffsetAndMetadata, StartAt
+from jetsdk.consumer.share import ShareConsumer
+from jetsdk.consumer.share_message import ShareMessage
 from jetsdk.errors import (
     ClientClosed,
     InvalidArgument,
@@ -82,6 +84,8 @@ __all__ = [
     "RetryPolicy",
     "RoundRobinPartitioner",
     "SendHandle",
+    "ShareConsumer",
+    "ShareMessage",
     "StartAt",
     "StreamExists",
     "StreamInfo",

@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "jetserver.cli.pubsub_cmd",  # jet pub, jet sub
     "jetserver.cli.security_cmd",  # jet passwd, jet acl
     "jetserver.cli.cluster_cmd",  # jet cluster status
+    "jetserver.cli.share_cmd",  # jet share status
     "jetserver.cli.bench_cmd",  # jet bench
     "jetserver.cli.top_cmd",  # jet top
     "jetserver.cli.console_cmd",  # jet console

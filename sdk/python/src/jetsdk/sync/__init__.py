@@ -23,5 +23,6 @@ from jetsdk._sync_sends import SendHandle
 from jetsdk.sync.client import Client
 from jetsdk.sync.consumer import Consumer
 from jetsdk.sync.producer import Producer
+from jetsdk.sync.share import ShareConsumer
 
-__all__ = ["Client", "Consumer", "Producer", "SendHandle"]
+__all__ = ["Client", "Consumer", "Producer", "SendHandle", "ShareConsumer"]

@@ -1,0 +1,159 @@
+"""A message handed out by a share group (:class:`ShareMessage`) and dead-letter headers.
+
+spec/share-groups.md §5-§7. The outcome methods go back to the :class:`ShareConsumer` that
+handed the message out; the first outcome wins, later ones do nothing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+
+import attrs
+
+from jetsdk.codec.record import Record
+from jetsdk.message import Headers
+from jetsdk.share.member import Handout
+
+__all__ = [
+    "DLQ_COUNT",
+    "DLQ_GROUP",
+    "DLQ_OFFSET",
+    "DLQ_PARTITION",
+    "DLQ_REASON",
+    "DLQ_STREAM",
+    "Outcome",
+    "ShareMessage",
+    "dead_letter_headers",
+    "is_dead_letter_of",
+]
+
+DLQ_GROUP = "Jet-Share-Group"
+DLQ_STREAM = "Jet-Share-Stream"
+DLQ_PARTITION = "Jet-Share-Partition"
+DLQ_OFFSET = "Jet-Share-Offset"
+DLQ_COUNT = "Jet-Share-Delivery-Count"
+DLQ_REASON = "Jet-Share-Reason"
+
+
+def dead_letter_headers(group: str, handout: Handout, original: Headers) -> Headers:
+    """The original headers plus where the record came from (spec §6)."""
+    return (
+        *original,
+        (DLQ_GROUP, group.encode()),
+        (DLQ_STREAM, handout.stream.encode()),
+        (DLQ_PARTITION, str(handout.partition).encode()),
+        (DLQ_OFFSET, str(handout.offset).encode()),
+        (DLQ_COUNT, str(handout.delivery_count).encode()),
+        (DLQ_REASON, (handout.reason or "max_deliveries").encode()),
+    )
+
+
+def is_dead_letter_of(headers: Headers, group: str, handout: Handout) -> bool:
+    """Whether a dead-letter record with ``headers`` is the one of ``handout``."""
+    want = {
+        DLQ_GROUP: group.encode(),
+        DLQ_STREAM: handout.stream.encode(),
+        DLQ_PARTITION: str(handout.partition).encode(),
+        DLQ_OFFSET: str(handout.offset).encode(),
+    }
+    seen = {name: value for name, value in headers if name in want}
+    return seen == want
+
+
+Outcome = tuple[str, Handout, float]
+"""(``ack`` | ``nack`` | ``reject`` | ``in_progress``, the handout, the nack delay)."""
+
+
+class _Done:
+    """What the outcome methods return: already done, and awaitable (so ``await msg.ack()``
+    reads like the rest of the async API and ``msg.ack()`` works from the sync API)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that finishes at once
+
+
+DONE = _Done()
+
+
+@attrs.define(eq=False, repr=False)
+class ShareMessage:
+    """A message from a share group: the record, its delivery count, and its outcome methods.
+
+    ``delivery_count``: how many leases acquired this message for delivery, this one included
+    (spec/share-groups.md §7): never raised by lost or repeated records; it does count a
+    delivery to a member that crashed before handing the message out.
+    """
+
+    stream: str
+    partition: int
+    record: Record
+    delivery_count: int
+    _handout: Handout
+    _outcomes: deque[Outcome]
+    _settled: bool = False
+
+    def __repr__(self) -> str:
+        return (
+            f"ShareMessage({self.stream}/{self.partition}@{self.offset}, "
+            f"delivery_count={self.delivery_count})"
+        )
+
+    @property
+    def offset(self) -> int:
+        """Offset within the partition."""
+        return self.record.offset
+
+    @property
+    def timestamp(self) -> int:
+        """Server-assigned time, ns since the epoch."""
+        return self.record.timestamp
+
+    @property
+    def key(self) -> bytes | None:
+        """The key, or None."""
+        return self.record.key
+
+    @property
+    def value(self) -> bytes:
+        """The payload."""
+        return self.record.value
+
+    @property
+    def headers(self) -> Headers:
+        """Ordered (name, value) pairs."""
+        return self.record.headers
+
+    def ack(self) -> _Done:
+        """Done: never delivered again once the (batched) settle is stored. Queues the
+        outcome and returns at once (awaiting the result is allowed and costs nothing);
+        :meth:`ShareConsumer.flush` waits for the settles. Thread-safe."""
+        return self._settle("ack", 0.0)
+
+    def nack(self, delay: float = 0.0, *, backoff: bool = False, max_delay: float = 300.0) -> _Done:
+        """Give it back for redelivery (to any member) not before ``delay`` seconds; with
+        ``backoff``, after ``delay * 2 ** (delivery_count - 1)`` capped by ``max_delay``.
+        It counts as a delivery: after ``max_deliveries`` it is dead-lettered."""
+        if backoff:
+            delay = min(max_delay, delay * 2 ** max(0, self.delivery_count - 1))
+        return self._settle("nack", max(0.0, delay))
+
+    def reject(self) -> _Done:
+        """Straight to the dead-letter stream (written by this consumer, exactly once)."""
+        return self._settle("reject", 0.0)
+
+    def in_progress(self) -> _Done:
+        """Still working on it: restart the ack deadline of the lease this message came
+        with (the whole range)."""
+        if not self._settled:
+            self._outcomes.append(("in_progress", self._handout, 0.0))
+        return DONE
+
+    def _settle(self, kind: str, delay: float) -> _Done:
+        if not self._settled:  # the first outcome wins
+            self._settled = True
+            self._outcomes.append((kind, self._handout, delay))
+        return DONE

@@ -1,0 +1,24 @@
+"""Share groups: queues on the log (spec/share-groups.md), the pure core.
+
+- :mod:`~jetsdk.share.records`: share-log records and their JSON;
+- :mod:`~jetsdk.share.state`: :class:`ShareState`, the state machine every member runs;
+- :mod:`~jetsdk.share.member`: :class:`ShareMember`, one member's decisions (what
+  :class:`jetsdk.ShareConsumer` drives);
+- :mod:`~jetsdk.share.simulation`: a seeded simulation with its checks (a test kit; not
+  imported here).
+"""
+
+from jetsdk.share.member import Handout, ShareConfig, ShareMember
+from jetsdk.share.records import Claim, Settle, decode_share_record, encode_share_record
+from jetsdk.share.state import ShareState
+
+__all__ = [
+    "Claim",
+    "Handout",
+    "Settle",
+    "ShareConfig",
+    "ShareMember",
+    "ShareState",
+    "decode_share_record",
+    "encode_share_record",
+]

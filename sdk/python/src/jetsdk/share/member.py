@@ -1,0 +1,403 @@
+"""One share-group member's decisions (spec/share-groups.md §5), pure and clock-free.
+
+:class:`ShareMember` keeps the member's view (:class:`ShareState`), the leases it won, what it
+may still hand out, and the outcomes (ack, nack, reject, dead, in progress) waiting to be sent
+as settle records. A driver feeds it share-log records, append acknowledgements and the local
+time, sends the claims and settles it returns, fetches the records of acquired offsets, writes
+dead letters, and hands messages to the application. The async driver is
+:class:`jetsdk.consumer.share.ShareConsumer`; the seeded simulation drives it too.
+
+Not thread-safe: one driver owns one.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+
+import attrs
+
+from jetsdk.group.lease import ServerClockBound
+from jetsdk.share.records import Claim, Settle, runs_of
+from jetsdk.share.state import DEAD_PENDING, Acquired, ClaimLost, ShareState
+
+__all__ = ["Handout", "HeldLease", "LeaseKey", "ShareConfig", "ShareMember"]
+
+LeaseKey = tuple[str, int, int, int]
+"""(stream, partition, range start, lease id)."""
+
+
+@attrs.frozen
+class ShareConfig:
+    """A member's settings."""
+
+    group: str
+    member: str
+    stream: str
+    partitions: tuple[int, ...]
+    ack_deadline: float = 30.0
+    """Lease length, seconds."""
+    max_deliveries: int = 5
+    batch: int = 200
+    """Most offsets in a new range."""
+    max_held: int = 4
+    """Most claims in flight plus leases with offsets not yet handed out."""
+    margin: float | None = None
+    """Stop handing out this long before the deadline (default min(1 s, ack_deadline / 10))."""
+    claim_timeout: float = 5.0
+    """Forget a claim not seen in the log after this long (it was lost) and claim again."""
+
+    @property
+    def lease_ms(self) -> int:
+        return max(1, int(self.ack_deadline * 1000))
+
+    @property
+    def stop_margin(self) -> float:
+        return self.margin if self.margin is not None else min(1.0, self.ack_deadline / 10)
+
+
+@attrs.frozen
+class Handout:
+    """One offset the member may now deliver (or must dead-letter, if ``dead_pending``)."""
+
+    stream: str
+    partition: int
+    offset: int
+    delivery_count: int
+    lease: LeaseKey
+    dead_pending: bool
+    dlq_from: int
+    reason: str = ""
+    """For a dead letter: ``max_deliveries`` or ``rejected``."""
+
+
+@attrs.define(eq=False)
+class HeldLease:
+    """A lease the member won and its local progress."""
+
+    key: LeaseKey
+    deadline: int
+    waiting: list[Handout]
+    """Acquired offsets not yet handed out, in offset order."""
+    out: set[int] = attrs.field(factory=set)
+    """Handed out and not yet settled locally."""
+
+
+@attrs.define(eq=False)
+class _InFlight:
+    stream: str
+    partition: int
+    start: int | None
+    size: int
+    sent: float
+
+
+@attrs.define(eq=False)
+class _Outcomes:
+    acked: set[int] = attrs.field(factory=set)
+    released: dict[int, int] = attrs.field(factory=dict)
+    rejected: set[int] = attrs.field(factory=set)
+    dead: set[int] = attrs.field(factory=set)
+    extend: bool = False
+    dlq_hw: int | None = None
+
+    def empty(self) -> bool:
+        return not (self.acked or self.released or self.rejected or self.dead or self.extend)
+
+    def size(self) -> int:
+        return len(self.acked) + len(self.released) + len(self.rejected) + len(self.dead)
+
+
+@attrs.define(eq=False)
+class ShareMember:
+    """One member's view and decisions (see the module docstring)."""
+
+    config: ShareConfig
+    view: ShareState = attrs.field(init=False)
+    clock: ServerClockBound = attrs.field(factory=ServerClockBound, init=False)
+    held: dict[LeaseKey, HeldLease] = attrs.field(factory=dict, init=False)
+    claiming: list[_InFlight] = attrs.field(factory=list, init=False)
+    """Claims sent and not yet seen in the log, in send order (forgotten after
+    ``claim_timeout``)."""
+    _outcomes: dict[LeaseKey, _Outcomes] = attrs.field(factory=dict, init=False)
+    _turn: int = attrs.field(default=0, init=False)
+    _rejecting: dict[LeaseKey, set[int]] = attrs.field(factory=dict, init=False)
+    stopped_leases: int = attrs.field(default=0, init=False)
+    """Leases whose waiting offsets were dropped because the local deadline passed."""
+
+    def __attrs_post_init__(self) -> None:
+        self.view = ShareState(self.config.group)
+        self._turn = zlib.crc32(self.config.member.encode()) % max(1, len(self.config.partitions))
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def on_record(self, offset: int, timestamp: int, value: bytes | memoryview) -> list[Acquired]:
+        """Apply one share-log record; return the leases this member just won."""
+        won: list[Acquired] = []
+        for change in self.view.apply_bytes(offset, timestamp, value):
+            if change.member != self.config.member:
+                continue
+            start = change.claimed_start if isinstance(change, Acquired) else change.start
+            self.claim_failed(change.stream, change.partition, start)
+            if isinstance(change, ClaimLost):
+                continue
+            won.append(change)
+            key = (change.stream, change.partition, change.start, change.lease)
+            r = self.view.partition(change.stream, change.partition).ranges[change.start]
+            waiting = [
+                Handout(
+                    change.stream,
+                    change.partition,
+                    o,
+                    count,
+                    key,
+                    dead,
+                    r.dlq_from.get(o, 0),
+                    "max_deliveries" if dead else "",
+                )
+                for o, count, dead in change.offsets
+            ]
+            self.held[key] = HeldLease(key, change.deadline, waiting)
+        return won
+
+    def on_appended(self, sent_at: float, timestamp_ns: int) -> None:
+        """An append sent at local ``sent_at`` was stored with server time ``timestamp_ns``."""
+        self.clock.observe(sent_at, timestamp_ns)
+
+    def server_now(self, now: float) -> int:
+        """Estimate of the server clock (ns) at local time ``now`` (an upper bound)."""
+        bound = self.clock.offset or 0.0
+        return int((now + bound) * 1e9)
+
+    # -- holding --------------------------------------------------------------------------
+
+    def _refresh(self, now: float) -> None:
+        """Forget leases the view says are gone; drop waiting offsets past the local deadline;
+        queue the dead letters of rejected offsets once the view shows them dead_pending."""
+        for key in list(self._rejecting):
+            stream, partition, start, _lease = key
+            h = self.held.get(key)
+            if h is None or not self.view.holds(*key, member=self.config.member):
+                del self._rejecting[key]
+                continue
+            r = self.view.partition(stream, partition).ranges[start]
+            offsets = self._rejecting[key]
+            for o in sorted(offsets):
+                if r.states[o - r.start] == DEAD_PENDING:
+                    offsets.discard(o)
+                    count = r.counts[o - r.start]
+                    h.waiting.append(
+                        Handout(
+                            stream, partition, o, count, key, True, r.dlq_from.get(o, 0), "rejected"
+                        )
+                    )
+            if not offsets:
+                del self._rejecting[key]
+        for key in list(self.held):
+            h = self.held[key]
+            deadline = self.view.deadline_of(key[0], key[1], key[2], key[3])
+            if deadline is None or not self.view.holds(*key, member=self.config.member):
+                if not h.out:
+                    del self.held[key]
+                h.waiting.clear()
+                continue
+            h.deadline = deadline
+            # Without a clock sample yet (the reader saw the claim before its append's ack
+            # came back) nothing is handed out, and nothing is dropped either.
+            if h.waiting and self.clock.offset is not None and not self._in_time(h, now):
+                self.stopped_leases += 1
+                h.waiting.clear()
+
+    def _in_time(self, h: HeldLease, now: float) -> bool:
+        local = self.clock.local_deadline(h.deadline)
+        if local is None:
+            return False
+        return now < local - self.config.stop_margin
+
+    def may_hold(self, key: LeaseKey, now: float) -> bool:
+        """Whether the member may still hand out offsets of lease ``key`` at local ``now``."""
+        h = self.held.get(key)
+        return (
+            h is not None
+            and self.view.holds(*key, member=self.config.member)
+            and self._in_time(h, now)
+        )
+
+    def take(self, now: float, limit: int) -> list[Handout]:
+        """Up to ``limit`` offsets to hand out now (in lease then offset order)."""
+        self._refresh(now)
+        out: list[Handout] = []
+        for h in self.held.values():
+            if len(out) >= limit:
+                break
+            if not h.waiting or not self._in_time(h, now):
+                continue
+            n = min(limit - len(out), len(h.waiting))
+            batch, h.waiting[:n] = h.waiting[:n], []
+            for item in batch:
+                h.out.add(item.offset)
+            out.extend(batch)
+        return out
+
+    def waiting_count(self) -> int:
+        return sum(len(h.waiting) for h in self.held.values())
+
+    # -- outcomes -------------------------------------------------------------------------
+
+    def _outcome(self, key: LeaseKey) -> _Outcomes:
+        o = self._outcomes.get(key)
+        if o is None:
+            o = self._outcomes[key] = _Outcomes()
+        return o
+
+    def _done(self, key: LeaseKey, offset: int) -> None:
+        h = self.held.get(key)
+        if h is not None:
+            h.out.discard(offset)
+
+    def ack(self, key: LeaseKey, offset: int) -> None:
+        self._outcome(key).acked.add(offset)
+        self._done(key, offset)
+
+    def nack(self, key: LeaseKey, offset: int, not_before: int) -> None:
+        self._outcome(key).released[offset] = max(0, not_before)
+        self._done(key, offset)
+
+    def reject(self, key: LeaseKey, offset: int, dlq_hw: int | None) -> None:
+        """Reject: the offset becomes dead_pending for this member (it then writes the dead
+        letter and calls :meth:`dead`)."""
+        out = self._outcome(key)
+        out.rejected.add(offset)
+        self._rejecting.setdefault(key, set()).add(offset)
+        if dlq_hw is not None:
+            out.dlq_hw = dlq_hw if out.dlq_hw is None else min(out.dlq_hw, dlq_hw)
+
+    def dead(self, key: LeaseKey, offset: int) -> None:
+        """The dead letter of ``offset`` is written (or was found)."""
+        self._outcome(key).dead.add(offset)
+        self._done(key, offset)
+
+    def in_progress(self, key: LeaseKey) -> None:
+        self._outcome(key).extend = True
+
+    def release_waiting(self) -> None:
+        """Give back every acquired offset not yet handed out (on close)."""
+        for key, h in self.held.items():
+            for item in h.waiting:
+                if not item.dead_pending:
+                    self._outcome(key).released[item.offset] = 0
+            h.waiting.clear()
+
+    def pending_outcomes(self) -> int:
+        return sum(o.size() + int(o.extend) for o in self._outcomes.values())
+
+    def settles(self) -> list[Settle]:
+        """Settle records for every queued outcome (the queue is emptied)."""
+        out: list[Settle] = []
+        c = self.config
+        for key, o in self._outcomes.items():
+            if o.empty():
+                continue
+            stream, partition, start, lease = key
+            out.append(
+                Settle(
+                    group=c.group,
+                    member=c.member,
+                    stream=stream,
+                    partition=partition,
+                    start=start,
+                    lease=lease,
+                    acked=tuple(runs_of(o.acked)),
+                    released=tuple(sorted(o.released.items())),
+                    rejected=tuple(runs_of(o.rejected)),
+                    dead=tuple(runs_of(o.dead)),
+                    extend=o.extend,
+                    dlq_hw=o.dlq_hw,
+                )
+            )
+        self._outcomes.clear()
+        return out
+
+    # -- claiming -------------------------------------------------------------------------
+
+    def _claim_time(self, now: float, wall_ns: int | None) -> int:
+        if self.clock.offset is None and wall_ns is not None:
+            return wall_ns
+        return self.server_now(now)
+
+    def needs_dlq_hw(
+        self, stream: str, partition: int, now: float, wall_ns: int | None = None
+    ) -> bool:
+        """Whether a claim on this partition now could dead-letter something (so the driver
+        should learn the dead-letter end offset first)."""
+        t = self._claim_time(now, wall_ns)
+        maxd = self.config.max_deliveries
+        for r in self.view.claimable(stream, partition, t):
+            for i in range(r.end - r.start):
+                if r.available(i, t) and r.counts[i] >= maxd:
+                    return True
+        return False
+
+    def claims(
+        self,
+        now: float,
+        hws: dict[int, int],
+        *,
+        dlq_hw: int | None = None,
+        wall_ns: int | None = None,
+    ) -> list[Claim]:
+        """Claims to send now. ``hws``: the consumed partitions' high watermarks the driver
+        knows. The member claims only while its claims in flight plus its leases with offsets
+        still waiting are fewer than ``max_held``. ``wall_ns``: the
+        local wall clock, the server-time estimate used before any append was acknowledged
+        (a claim is checked against the log's own time, so a wrong estimate only costs a lost
+        claim)."""
+        c = self.config
+        self.claiming = [f for f in self.claiming if now - f.sent <= c.claim_timeout]
+        self._refresh(now)
+        busy = sum(1 for h in self.held.values() if h.waiting) + len(self.claiming)
+        t = self._claim_time(now, wall_ns)
+        out: list[Claim] = []
+        n = len(c.partitions)
+        open_partitions = [c.partitions[(self._turn + k) % n] for k in range(n)]
+        self._turn = (self._turn + 1) % max(1, n)
+        # Round-robin passes, one claim per partition per pass.
+        while busy < c.max_held and open_partitions:
+            for p in list(open_partitions):
+                if busy >= c.max_held:
+                    break
+                claim = self._claim_for(p, t, hws.get(p), dlq_hw)
+                if claim is None:
+                    open_partitions.remove(p)
+                    continue
+                out.append(claim)
+                size = claim.size if claim.start is None else claim.end - claim.start
+                self.claiming.append(_InFlight(c.stream, p, claim.start, size or 0, now))
+                busy += 1
+        return out
+
+    def _claim_for(self, p: int, t: int, hw: int | None, dlq_hw: int | None) -> Claim | None:
+        """A claim of an existing range with offsets available at ``t``, else of the next
+        ``batch`` offsets at SPEO (start null: no race on the start; spec §3.1)."""
+        c = self.config
+        maxd = c.max_deliveries
+        mine = [f for f in self.claiming if f.stream == c.stream and f.partition == p]
+        for r in self.view.claimable(c.stream, p, t):
+            if not any(f.start == r.start for f in mine):
+                return Claim(
+                    c.group, c.member, c.stream, p, r.start, r.end, c.lease_ms, maxd, dlq_hw
+                )
+        pending = sum(f.size for f in mine if f.start is None)
+        if hw is None or hw <= self.view.partition(c.stream, p).speo + pending:
+            return None
+        return Claim(c.group, c.member, c.stream, p, None, hw, c.lease_ms, maxd, dlq_hw, c.batch)
+
+    def claim_failed(self, stream: str, partition: int, start: int | None) -> None:
+        """A claim's append failed (not stored), or the log showed it: forget it."""
+        for i, f in enumerate(self.claiming):
+            if f.stream == stream and f.partition == partition and f.start == start:
+                del self.claiming[i]
+                return
+
+    def held_keys(self) -> Iterable[LeaseKey]:
+        return self.held.keys()

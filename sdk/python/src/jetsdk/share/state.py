@@ -1,0 +1,344 @@
+"""The share-group state machine (spec/share-groups.md §4): records in, state and changes out.
+
+Every member runs one :class:`ShareState` over the same share log and so computes the same
+leases, offset states and delivery counts. Pure code: no I/O, no clock (the records' server
+timestamps are the only time), no randomness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+
+from jetsdk.share.records import (
+    Claim,
+    InvalidShareRecord,
+    Settle,
+    ShareRecord,
+    decode_share_record,
+)
+
+__all__ = [
+    "ACKED",
+    "ACQUIRED",
+    "AVAILABLE",
+    "DEAD",
+    "DEAD_PENDING",
+    "STATE_NAMES",
+    "Acquired",
+    "ClaimLost",
+    "PartitionShare",
+    "Range",
+    "ShareChange",
+    "ShareState",
+]
+
+AVAILABLE = 0
+ACQUIRED = 1
+DEAD_PENDING = 2
+ACKED = 3
+DEAD = 4
+STATE_NAMES = ("available", "acquired", "dead_pending", "acked", "dead")
+_MS = 1_000_000
+
+
+@attrs.define(eq=False)
+class Range:
+    """A range of offsets and its lease (spec §4). Lists are indexed by ``offset - start``."""
+
+    start: int
+    end: int
+    counts: list[int]
+    states: bytearray
+    not_before: dict[int, int] = attrs.field(factory=dict)
+    """Offset -> log time before which a released offset is not available (if > 0)."""
+    dlq_from: dict[int, int] = attrs.field(factory=dict)
+    """Offset -> dead-letter offset to look for an earlier dead letter from."""
+    lease: int = -1
+    """Current lease id (the winning claim's share-log offset), -1 before the first."""
+    holder: str | None = None
+    deadline: int = 0
+    lease_ms: int = 0
+    unfinished: int = 0
+    held: int = 0
+    """Offsets ``acquired`` or ``dead_pending`` under the current lease."""
+
+    @classmethod
+    def new(cls, start: int, end: int) -> Range:
+        n = end - start
+        return cls(start=start, end=end, counts=[0] * n, states=bytearray(n), unfinished=n)
+
+    def lease_over(self, t: int) -> bool:
+        """True if nobody holds the range at log time ``t``."""
+        return self.holder is None or t > self.deadline
+
+    def available(self, i: int, t: int) -> bool:
+        """Whether offset ``start + i`` may be acquired at log time ``t``."""
+        s = self.states[i]
+        if s == AVAILABLE:
+            return self.not_before.get(self.start + i, 0) <= t
+        if s in (ACQUIRED, DEAD_PENDING):
+            return t > self.deadline
+        return False
+
+    def any_available(self, t: int) -> bool:
+        if self.unfinished == 0:
+            return False
+        return any(self.available(i, t) for i in range(self.end - self.start))
+
+    def offsets_in(self, state: int) -> list[int]:
+        return [self.start + i for i, s in enumerate(self.states) if s == state]
+
+
+@attrs.define(eq=False)
+class PartitionShare:
+    """One consumed partition's share state."""
+
+    spso: int = 0
+    ranges: dict[int, Range] = attrs.field(factory=dict)
+    """By start, in creation (= offset) order."""
+    last_end: int = 0
+    acked_total: int = 0
+    dead_total: int = 0
+
+    @property
+    def speo(self) -> int:
+        return max(self.spso, self.last_end)
+
+    def range_of(self, offset: int) -> Range | None:
+        for r in self.ranges.values():
+            if r.start <= offset < r.end:
+                return r
+        return None
+
+    def state_of(self, offset: int) -> int:
+        """The offset's state (finished below SPSO, available above SPEO)."""
+        if offset < self.spso:
+            return ACKED
+        r = self.range_of(offset)
+        return AVAILABLE if r is None else r.states[offset - r.start]
+
+
+@attrs.frozen
+class Acquired:
+    """A claim won: ``member`` holds ``lease`` on these offsets until ``deadline``."""
+
+    member: str
+    stream: str
+    partition: int
+    start: int
+    lease: int
+    deadline: int
+    offsets: tuple[tuple[int, int, bool], ...]
+    """(offset, delivery count, dead_pending)."""
+    claimed_start: int | None = None
+    """The claim's ``start`` (None: a claim at SPEO)."""
+
+
+@attrs.frozen
+class ClaimLost:
+    """A claim was invalid (another member got there first, or nothing was available)."""
+
+    member: str
+    stream: str
+    partition: int
+    start: int | None
+
+
+ShareChange = Acquired | ClaimLost
+
+
+@attrs.define(eq=False)
+class ShareState:
+    """The state of one share group, from its log (spec §4)."""
+
+    group: str
+    partitions: dict[tuple[str, int], PartitionShare] = attrs.field(factory=dict)
+    last_offset: int = -1
+    clock: int = 0
+    skipped: int = 0
+    """Records skipped as invalid."""
+
+    def partition(self, stream: str, partition: int) -> PartitionShare:
+        key = (stream, partition)
+        ps = self.partitions.get(key)
+        if ps is None:
+            ps = self.partitions[key] = PartitionShare()
+        return ps
+
+    def apply_bytes(
+        self, offset: int, timestamp: int, value: bytes | memoryview
+    ) -> list[ShareChange]:
+        """Decode and apply one share-log record (invalid ones are skipped and counted).
+
+        Raises:
+            UnsupportedShareVersion: from the decoder; the reader must stop.
+        """
+        try:
+            record = decode_share_record(value)
+        except InvalidShareRecord:
+            self.skipped += 1
+            self.last_offset = max(self.last_offset, offset)
+            return []
+        return self.apply(offset, timestamp, record)
+
+    def apply(self, offset: int, timestamp: int, record: ShareRecord) -> list[ShareChange]:
+        """Apply a decoded record stored at ``offset`` with server time ``timestamp``."""
+        if offset <= self.last_offset:
+            return []
+        self.last_offset = offset
+        self.clock = max(self.clock, timestamp)
+        if record.group != self.group:
+            return []
+        t = timestamp
+        ps = self.partition(record.stream, record.partition)
+        if isinstance(record, Claim):
+            changes: list[ShareChange] = [self._claim(ps, offset, t, record)]
+        else:
+            self._settle(ps, t, record)
+            changes = []
+        self._advance(ps)
+        return changes
+
+    def _claim(self, ps: PartitionShare, q: int, t: int, c: Claim) -> ShareChange:
+        lost = ClaimLost(c.member, c.stream, c.partition, c.start)
+        created = False
+        if c.start is None:  # a new range at SPEO
+            end = min(c.end, ps.speo + (c.size or 0))
+            if end <= ps.speo:
+                return lost
+            r = Range.new(ps.speo, end)
+            created = True
+        elif c.start == ps.speo:
+            r = Range.new(c.start, c.end)
+            created = True
+        else:
+            found = ps.ranges.get(c.start)
+            if found is None or not found.lease_over(t):
+                return lost
+            r = found
+        taken: list[tuple[int, int, bool]] = []
+        if created:  # every offset is new: acquired, count 1 (max_deliveries >= 1)
+            n = r.end - r.start
+            r.counts = [1] * n
+            r.states = bytearray([ACQUIRED]) * n
+            taken = [(o, 1, False) for o in range(r.start, r.end)]
+        else:
+            for i in range(r.end - r.start):
+                if not r.available(i, t):
+                    continue
+                o = r.start + i
+                if r.states[i] == DEAD_PENDING or r.counts[i] >= c.max_deliveries:
+                    r.states[i] = DEAD_PENDING
+                    if o not in r.dlq_from:
+                        r.dlq_from[o] = c.dlq_hw if c.dlq_hw is not None else 0
+                    taken.append((o, r.counts[i], True))
+                else:
+                    r.counts[i] += 1
+                    r.states[i] = ACQUIRED
+                    r.not_before.pop(o, None)
+                    taken.append((o, r.counts[i], False))
+        if not taken:
+            return lost
+        if created:
+            ps.ranges[r.start] = r
+            ps.last_end = r.end
+        r.lease, r.holder, r.lease_ms = q, c.member, c.lease_ms
+        r.deadline = t + c.lease_ms * _MS
+        r.held = len(taken)
+        return Acquired(
+            c.member, c.stream, c.partition, r.start, q, r.deadline, tuple(taken), c.start
+        )
+
+    def _settle(self, ps: PartitionShare, t: int, s: Settle) -> None:
+        r = ps.ranges.get(s.start)
+        if r is None or r.lease != s.lease or r.holder != s.member:
+            return
+        for a, b in s.acked:
+            for o in range(max(a, r.start), min(b, r.end)):
+                if r.states[o - r.start] == ACQUIRED:
+                    r.states[o - r.start] = ACKED
+                    r.unfinished -= 1
+                    r.held -= 1
+                    ps.acked_total += 1
+        for o, not_before in s.released:
+            if r.start <= o < r.end and r.states[o - r.start] == ACQUIRED:
+                r.states[o - r.start] = AVAILABLE
+                r.held -= 1
+                if not_before > 0:
+                    r.not_before[o] = not_before
+        for a, b in s.rejected:
+            for o in range(max(a, r.start), min(b, r.end)):
+                if r.states[o - r.start] == ACQUIRED:
+                    r.states[o - r.start] = DEAD_PENDING
+                    r.dlq_from[o] = s.dlq_hw if s.dlq_hw is not None else 0
+        for a, b in s.dead:
+            for o in range(max(a, r.start), min(b, r.end)):
+                if r.states[o - r.start] == DEAD_PENDING:
+                    r.states[o - r.start] = DEAD
+                    r.unfinished -= 1
+                    r.held -= 1
+                    r.dlq_from.pop(o, None)
+                    ps.dead_total += 1
+        if s.extend and t <= r.deadline:
+            r.deadline = t + r.lease_ms * _MS
+        if r.held <= 0:
+            r.holder = None
+
+    def _advance(self, ps: PartitionShare) -> None:
+        while True:
+            r = ps.ranges.get(ps.spso)
+            if r is None or r.unfinished > 0:
+                return
+            del ps.ranges[r.start]
+            ps.spso = r.end
+
+    # -- questions a member asks ----------------------------------------------------------
+
+    def holds(self, stream: str, partition: int, start: int, lease: int, member: str) -> bool:
+        """Whether ``member`` still holds ``lease`` on the range at ``start``."""
+        ps = self.partitions.get((stream, partition))
+        r = None if ps is None else ps.ranges.get(start)
+        return r is not None and r.lease == lease and r.holder == member
+
+    def deadline_of(self, stream: str, partition: int, start: int, lease: int) -> int | None:
+        """The lease's deadline (log ns), or None if it is not the range's current lease."""
+        ps = self.partitions.get((stream, partition))
+        r = None if ps is None else ps.ranges.get(start)
+        return r.deadline if r is not None and r.lease == lease and r.holder else None
+
+    def claimable(self, stream: str, partition: int, t: int) -> Iterator[Range]:
+        """Ranges with offsets available at log time ``t``, oldest first."""
+        ps = self.partitions.get((stream, partition))
+        if ps is None:
+            return
+        for r in ps.ranges.values():
+            if r.lease_over(t) and r.any_available(t):
+                yield r
+
+    def snapshot(self) -> dict[str, object]:
+        """A comparable plain-data picture of the whole state (for tests and the CLI)."""
+        out: dict[str, object] = {}
+        for (stream, p), ps in sorted(self.partitions.items()):
+            out[f"{stream}/{p}"] = {
+                "spso": ps.spso,
+                "speo": ps.speo,
+                "acked": ps.acked_total,
+                "dead": ps.dead_total,
+                "ranges": [
+                    [
+                        r.start,
+                        r.end,
+                        r.lease,
+                        r.holder,
+                        r.deadline,
+                        list(r.counts),
+                        bytes(r.states).hex(),
+                        sorted(r.not_before.items()),
+                        sorted(r.dlq_from.items()),
+                    ]
+                    for r in ps.ranges.values()
+                ],
+            }
+        return out

@@ -1,0 +1,68 @@
+"""`jet share status GROUP` as a subprocess against a share group left in a known state."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import anyio
+import orjson
+
+from jetsdk import Client, Producer, ShareConsumer
+from support.jet_dev import JetDev
+
+
+def jet(dev: JetDev, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, JET_SERVERS=",".join(dev.servers))
+    return subprocess.run(
+        [sys.executable, "-m", "jetserver.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+async def leave_state(servers: list[str]) -> None:
+    """30 messages; of the first 10: 6 acked, 2 rejected (dead-lettered), 2 still held."""
+    async with Client(servers) as client:
+        await client.create_stream("sharecli", "sharecli")
+        async with Producer(client, "sharecli") as producer:
+            for i in range(30):
+                await producer.send_soon(b"%d" % i)
+        async with ShareConsumer(client, "sharecli", "clig", batch=10, max_held=1) as consumer:
+            for i in range(10):
+                msg = await consumer.next(timeout=30)
+                assert msg is not None
+                if i < 6:
+                    await msg.ack()
+                elif i < 8:
+                    await msg.reject()
+            await consumer.flush()
+            with anyio.fail_after(30):  # the rejected ones are dead-lettered by the driver
+                while consumer.member.view.partition("sharecli", 0).dead_total < 2:
+                    await anyio.sleep(0.05)
+                    await consumer.flush()
+
+
+def test_share_status(jet_dev: JetDev) -> None:
+    anyio.run(leave_state, jet_dev.servers)
+    proc = jet(jet_dev, "share", "status", "clig", "--json")
+    assert proc.returncode == 0, proc.stderr
+    (part,) = orjson.loads(proc.stdout)["partitions"]
+    assert part["stream"] == "sharecli"
+    assert part["hw"] == 30
+    assert part["acked"] == 6
+    assert part["dead_lettered"] == 2
+    assert part["acquired"] == 2  # handed out, not settled: held until the 30 s deadline
+    assert part["pending"] == 20
+    assert part["spso"] == 0
+    table = jet(jet_dev, "share", "status", "clig")
+    assert table.returncode == 0
+    assert "ACQUIRED" in table.stdout
+    assert "sharecli" in table.stdout
+    missing = jet(jet_dev, "share", "status", "nosuchgroup")
+    assert missing.returncode == 1
+    assert "no share group" in missing.stderr

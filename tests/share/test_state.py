@@ -1,0 +1,203 @@
+"""The share-group state machine and records (spec/share-groups.md §3-§4), case by case."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from jetsdk.share.records import (
+    Claim,
+    InvalidShareRecord,
+    Settle,
+    UnsupportedShareVersion,
+    decode_share_record,
+    encode_share_record,
+    runs_of,
+    share_stream_name,
+)
+from jetsdk.share.state import (
+    ACKED,
+    ACQUIRED,
+    AVAILABLE,
+    DEAD,
+    DEAD_PENDING,
+    Acquired,
+    ClaimLost,
+    ShareState,
+)
+
+SPEC = Path(__file__).resolve().parents[2] / "spec" / "share-groups.md"
+_BLOCK = re.compile(r"<!-- example -->\s*```json\n(.*?)\n```", re.S)
+S = 1_000_000_000
+G = "g"
+
+
+def claim(member: str, start: int, end: int, lease_ms: int = 1000, maxd: int = 3) -> Claim:
+    return Claim(G, member, "s", 0, start, end, lease_ms, maxd, None)
+
+
+def settle(member: str, start: int, lease: int, **kw: object) -> Settle:
+    return Settle(G, member, "s", 0, start, lease, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", _BLOCK.findall(SPEC.read_text(encoding="utf-8")))
+def test_spec_examples_are_canonical(text: str) -> None:
+    raw = text.encode()
+    assert encode_share_record(decode_share_record(raw)) == raw
+
+
+def test_spec_has_both_examples() -> None:
+    assert len(_BLOCK.findall(SPEC.read_text(encoding="utf-8"))) == 3
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[]",
+        b'{"v":1,"type":"claim","group":"g","member":"m","stream":"s","partition":0,"start":5,"end":5,"lease_ms":1,"max_deliveries":1}',
+        b'{"v":1,"type":"claim","group":"g","member":"m","stream":"s","partition":0,"start":0,"end":5,"lease_ms":0,"max_deliveries":1}',
+        b'{"v":1,"type":"settle","group":"g","member":"m\\u0001","stream":"s","partition":0,"start":0,"lease":1}',
+        b'{"v":1,"type":"settle","group":"g","member":"m","stream":"s","partition":0,"start":0,"lease":1,"acked":[[3,3]]}',
+        b'{"v":1,"type":"nope","group":"g","member":"m","stream":"s","partition":0,"start":0}',
+        b'{"v":true,"type":"claim"}',
+    ],
+)
+def test_invalid_records_are_refused(raw: bytes) -> None:
+    with pytest.raises(InvalidShareRecord):
+        decode_share_record(raw)
+
+
+def test_newer_version_stops_the_reader() -> None:
+    with pytest.raises(UnsupportedShareVersion):
+        decode_share_record(b'{"v":2,"type":"claim"}')
+    state = ShareState(G)
+    with pytest.raises(UnsupportedShareVersion):
+        state.apply_bytes(0, 1, b'{"v":2,"type":"claim"}')
+
+
+def test_invalid_record_is_skipped_by_the_state() -> None:
+    state = ShareState(G)
+    assert state.apply_bytes(0, 1, b"not json") == []
+    assert state.skipped == 1
+    assert state.last_offset == 0
+
+
+def test_names_and_runs() -> None:
+    assert share_stream_name("workers") == "__share.workers"
+    with pytest.raises(ValueError):
+        share_stream_name("bad name")
+    assert runs_of({5, 1, 2, 3, 7, 8}) == [(1, 4), (5, 6), (7, 9)]
+
+
+def test_first_claim_wins_and_the_second_is_lost() -> None:
+    state = ShareState(G)
+    won = state.apply(0, 10 * S, claim("a", 0, 3))
+    offsets = ((0, 1, False), (1, 1, False), (2, 1, False))
+    assert won == [Acquired("a", "s", 0, 0, 0, 11 * S, offsets, 0)]
+    assert state.apply(1, 10 * S, claim("b", 0, 3)) == [ClaimLost("b", "s", 0, 0)]
+    # b's view was stale: the range is held until a's deadline.
+    assert state.apply(2, 11 * S, claim("b", 0, 3)) == [ClaimLost("b", "s", 0, 0)]
+    assert state.partition("s", 0).speo == 3
+    # A new range is claimed at SPEO only.
+    assert isinstance(state.apply(3, 11 * S, claim("b", 3, 6))[0], Acquired)
+    assert state.apply(4, 11 * S, claim("c", 4, 9)) == [ClaimLost("c", "s", 0, 4)]
+
+
+def test_expiry_gives_the_range_to_the_next_claim_and_counts_it() -> None:
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 2))
+    state.apply(1, 10 * S + 1, settle("a", 0, 0, acked=((0, 1),)))
+    (won,) = state.apply(2, 11 * S + 1, claim("b", 0, 2))
+    assert isinstance(won, Acquired)
+    assert won.offsets == ((1, 2, False),)
+    # a's late settle is fenced: the lease is b's now.
+    state.apply(3, 11 * S + 2, settle("a", 0, 0, acked=((1, 2),)))
+    r = state.partition("s", 0).ranges[0]
+    assert r.states[1] == ACQUIRED
+    assert r.holder == "b"
+    assert state.partition("s", 0).acked_total == 1
+    state.apply(4, 11 * S + 3, settle("b", 0, 2, acked=((1, 2),)))
+    ps = state.partition("s", 0)
+    assert ps.spso == 2
+    assert not ps.ranges
+    assert ps.acked_total == 2
+
+
+def test_late_settle_before_another_claim_applies() -> None:
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 1))
+    state.apply(1, 20 * S, settle("a", 0, 0, acked=((0, 1),)))
+    assert state.partition("s", 0).spso == 1
+
+
+def test_extend_only_before_the_deadline() -> None:
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 1))
+    state.apply(1, 10 * S + S // 2, settle("a", 0, 0, extend=True))
+    r = state.partition("s", 0).ranges[0]
+    assert r.deadline == 11 * S + S // 2
+    state.apply(2, 12 * S, settle("a", 0, 0, extend=True))
+    assert r.deadline == 11 * S + S // 2
+    assert state.apply(3, 12 * S, claim("b", 0, 1))[0].member == "b"  # type: ignore[union-attr]
+
+
+def test_nack_with_not_before_and_lease_end_when_all_settled() -> None:
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 2))
+    state.apply(1, 10 * S, settle("a", 0, 0, acked=((0, 1),), released=((1, 12 * S),)))
+    r = state.partition("s", 0).ranges[0]
+    assert r.holder is None
+    assert r.states[1] == AVAILABLE
+    assert state.apply(2, 11 * S, claim("b", 0, 2)) == [ClaimLost("b", "s", 0, 0)]
+    (won,) = state.apply(3, 12 * S, claim("b", 0, 2))
+    assert isinstance(won, Acquired)
+    assert won.offsets == ((1, 2, False),)
+
+
+def test_max_deliveries_and_reject_make_dead_pending_once() -> None:
+    state = ShareState(G)
+    state.apply(0, 1 * S, claim("a", 0, 2, maxd=1))
+    state.apply(1, 1 * S, settle("a", 0, 0, released=((0, 0),), rejected=((1, 2),), dlq_hw=7))
+    r = state.partition("s", 0).ranges[0]
+    assert r.states[0] == AVAILABLE
+    assert r.states[1] == DEAD_PENDING
+    assert r.dlq_from == {1: 7}
+    assert r.holder == "a"  # still holds the dead_pending offset
+    # a dies; after the deadline b gets both: 0 is at max_deliveries, 1 is still to dead-letter.
+    (won,) = state.apply(2, 3 * S, Claim(G, "b", "s", 0, 0, 2, 1000, 1, dlq_hw=9))
+    assert isinstance(won, Acquired)
+    assert won.offsets == ((0, 1, True), (1, 1, True))
+    assert r.dlq_from == {0: 9, 1: 7}
+    assert r.counts == [1, 1]
+    state.apply(3, 3 * S, settle("b", 0, 2, dead=((0, 2),), acked=((0, 2),)))
+    ps = state.partition("s", 0)
+    assert ps.dead_total == 2
+    assert ps.acked_total == 0
+    assert ps.spso == 2
+    assert state.partition("s", 0).state_of(0) in (ACKED, DEAD)
+
+
+def test_other_groups_and_replays_are_ignored() -> None:
+    state = ShareState(G)
+    assert state.apply(0, S, Claim("other", "a", "s", 0, 0, 1, 1000, 1)) == []
+    state.apply(1, S, claim("a", 0, 1))
+    assert state.apply(1, S, claim("b", 1, 2)) == []  # offset not past last_offset
+    assert state.partition("s", 0).speo == 1
+
+
+def test_claims_at_speo_never_collide() -> None:
+    state = ShareState(G)
+    at_speo = [Claim(G, m, "s", 0, None, 450, 1000, 3, None, 200) for m in ("a", "b", "c", "a")]
+    changes = [state.apply(i, S, c)[0] for i, c in enumerate(at_speo)]
+    won = [(c.member, c.start, c.offsets[-1][0]) for c in changes if isinstance(c, Acquired)]
+    assert won == [("a", 0, 199), ("b", 200, 399), ("c", 400, 449)]
+    assert changes[3] == ClaimLost("a", "s", 0, None)  # nothing left below the claimant's HW
+    assert state.partition("s", 0).speo == 450
+
+
+def test_claim_at_speo_needs_a_size() -> None:
+    raw = encode_share_record(Claim(G, "a", "s", 0, None, 10, 1000, 3, None, None))
+    with pytest.raises(InvalidShareRecord):
+        decode_share_record(raw)
