@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 
 from bench import scale_connections
+from bench.scale_connections import open_files, rss_bytes
 from jetsdk import AckPolicy, Client, Producer
 from jetserver.devcluster import DevCluster
 
@@ -29,16 +30,6 @@ PER_STREAM = 100
 SETTLE_S = 8.0
 """Wait after creating before measuring idle costs."""
 _TICKS = os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * _PAGE
-
-
-def _open_files(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def _cpu_s(pid: int) -> float:
@@ -66,11 +57,11 @@ def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
         sid = next(iter(dev.processes)).server_id
         pid = dev.server(sid).pid
         time.sleep(1.0)
-        rss0, files0 = _rss_bytes(pid), _open_files(pid)
+        rss0, files0 = rss_bytes(pid), open_files(pid)
         create_s = anyio.run(_create, dev.addresses, partitions, backend="asyncio")
         # Past the first HW checkpoint round (every 5 s), which new partitions all write.
         time.sleep(SETTLE_S)
-        rss, files = _rss_bytes(pid), _open_files(pid)
+        rss, files = rss_bytes(pid), open_files(pid)
         cpu = _idle_cpu_share(pid, idle_s)
         dev.stop_server(sid)
         started = time.perf_counter()
@@ -78,7 +69,7 @@ def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
         restart_s = time.perf_counter() - started
         pid = dev.server(sid).pid
         time.sleep(1.0)
-        rss_after, files_after = _rss_bytes(pid), _open_files(pid)
+        rss_after, files_after = rss_bytes(pid), open_files(pid)
     return {
         "create_ms_per_partition": create_s * 1000 / partitions,
         "rss_kb_per_partition": (rss - rss0) / 1024 / partitions,

@@ -84,12 +84,14 @@ async def _hold(address: str, n: int, stream: str) -> None:
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
-def _rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/statm") as f:
+def rss_bytes(pid: int) -> int:
+    """Resident memory of process ``pid`` (from /proc)."""
+    with open(f"/proc/{pid}/statm", encoding="ascii") as f:
         return int(f.read().split()[1]) * _PAGE
 
 
-def _open_files(pid: int) -> int:
+def open_files(pid: int) -> int:
+    """Files (and sockets) process ``pid`` holds open."""
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
@@ -127,7 +129,7 @@ def measure(connections: int) -> dict[str, float]:
         pid = dev.server(sid).pid
         anyio.run(_setup, dev.addresses, backend="asyncio")
         before = anyio.run(_produce_latencies, dev.addresses, "busy", PRODUCE_SAMPLES)
-        rss0, files0 = _rss_bytes(pid), _open_files(pid)
+        rss0, files0 = rss_bytes(pid), open_files(pid)
         started = time.perf_counter()
         child = subprocess.Popen(
             [sys.executable, "-m", "bench.scale_connections", dev.addresses[0], str(connections)],
@@ -144,10 +146,10 @@ def measure(connections: int) -> dict[str, float]:
             parked_s = time.perf_counter() - started
             # Until the server holds every connection (its accept loop may lag the client).
             deadline = time.monotonic() + 60
-            while _open_files(pid) - files0 < connections and time.monotonic() < deadline:
+            while open_files(pid) - files0 < connections and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(1.0)
-            rss, files = _rss_bytes(pid), _open_files(pid)
+            rss, files = rss_bytes(pid), open_files(pid)
             during = anyio.run(_produce_latencies, dev.addresses, "busy", PRODUCE_SAMPLES)
         finally:
             if child.stdin is not None:
