@@ -148,3 +148,43 @@ async def test_produce_through_nats_when_direct_is_off(
         assert server.streams is not None
         assert server.streams.replica("d", 0).copies_skipped == 0
     assert [r.value for r in records] == [b"a", b"b"]
+
+
+async def test_copies_come_back_only_when_another_local_stream_wants_them(
+    jet: Server, nc: NatsClient
+) -> None:
+    """Stored copies go out on the no-echo ingest connection, so NATS does not send them
+    back to this server just to be skipped, until a second local stream listens on the
+    subject: from then on they come back and that stream stores them."""
+    assert jet.address is not None
+    assert jet.streams is not None
+    seen: list[bytes] = []
+
+    async def on_msg(msg: Msg) -> None:
+        seen.append(msg.data)
+
+    await nc.subscribe("e.x", cb=on_msg)
+    await nc.flush()
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="e", subject="e.x")
+        first = [ProduceMessage(b"a%d" % i) for i in range(10)]
+        results = await c.produce("e", 0, first, ack_policy=AckPolicy.LEADER)
+        assert [r.offset for r in results] == list(range(10))
+        with anyio.fail_after(10):
+            while len(seen) < 10:  # noqa: ASYNC110 - a list filled by a callback
+                await anyio.sleep(0.01)
+        # A round trip on the ingest connection: any echo would have arrived before it.
+        assert jet.link is not None
+        await jet.link.flush(5.0, ingest=True)
+        assert jet.streams.replica("e", 0).copies_skipped == 0
+
+        await c.create_stream(name="late", subject="e.*")
+        second = [ProduceMessage(b"b%d" % i) for i in range(10)]
+        results = await c.produce("e", 0, second, ack_policy=AckPolicy.LEADER)
+        assert [r.offset for r in results] == list(range(10, 20))
+        late = await c.collect("late", 0, 10)
+        await _wait_skipped(jet, "e", 10)
+        header, extra = await c.fetch("e", 0, 20, max_wait_ms=200)
+    assert extra == []
+    assert (header.hw, header.leo) == (20, 20)
+    assert [r.value for r in late] == [b"b%d" % i for i in range(10)]

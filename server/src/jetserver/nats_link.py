@@ -6,6 +6,15 @@ and whether the link is up. nats-py reconnects on its own with exponential backo
 :func:`backoff_delay`) and replays subscriptions, so ingest resumes by itself after NATS
 comes back.
 
+The link holds two NATS connections. Partition ingest subscriptions live on the *ingest*
+connection, opened with ``no_echo``: the NATS copies of records a leader stored directly
+(:mod:`jetserver.broker.stored_copy`) are published on it too, so NATS does not send them
+back to this server just to be dropped (that echo cost about a fifth of the server's CPU
+on acked publishing). Everything else (acks, Produce through NATS, control subjects) uses
+the *main* connection, whose publishes reach every subscription, this server's included.
+A stored copy whose subject also feeds another ingest subscription of this server goes on
+the main connection, so that subscription still gets it.
+
 Task safety: use from the event loop thread only (the asyncio backend of anyio).
 """
 
@@ -27,6 +36,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from jetsdk.subjects import subject_matches
 from jetserver.config import NatsConfig
 from jetserver.errors import JetServerError
 from jetserver.logs import fields
@@ -41,6 +51,7 @@ _MAX_BACKOFF_EXPONENT = 16
 _BAD_SUBJECT = re.compile(r"\s")
 """What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""
 _MAX_CACHED_SUBJECTS = 4096
+_MAX_ECHO_CACHE = 4096
 _NATS_PY_PUB_INTERNALS = (
     "_pending",
     "_pending_data_size",
@@ -107,9 +118,12 @@ class SubscriptionHandle:
     """Queue group, empty if none."""
     _sub: Subscription
     _nc: NatsClient | None = None
+    _link: NatsLink | None = None
 
     async def unsubscribe(self) -> None:
         """Stop the subscription (messages already queued in nats-py are dropped)."""
+        if self._link is not None:
+            self._link._forget_ingest(self._sub)
         if isinstance(self._nc, JetNatsClient):
             self._nc.stop_direct(self._sub._id)
         try:
@@ -120,11 +134,17 @@ class SubscriptionHandle:
 
 @attrs.define(eq=False)
 class NatsLink:
-    """One NATS connection shared by ingest, acks and Produce."""
+    """The server's NATS connections: ingest (``no_echo``) and main (acks, Produce, the
+    rest); see the module doc."""
 
     config: NatsConfig
     """Connection settings."""
     _nc: NatsClient | None = None
+    _ingest_nc: NatsClient | None = None
+    _ingest_subs: dict[Subscription, tuple[str, object]] = attrs.field(factory=dict)
+    """Live ingest subscriptions: subject and owner (what :meth:`publish_stored_copies`
+    is told to leave out)."""
+    _echo_cache: dict[tuple[str, int], bool] = attrs.field(factory=dict)
     _rng: random.Random = attrs.field(factory=random.Random)
     _state_changed: anyio.Event = attrs.field(factory=anyio.Event)
     _closing: bool = False
@@ -137,8 +157,13 @@ class NatsLink:
 
     @property
     def connected(self) -> bool:
-        """True while the connection is up (False while reconnecting or after close)."""
-        return self._nc is not None and self._nc.is_connected
+        """True while both connections are up (False while reconnecting or after close)."""
+        return (
+            self._nc is not None
+            and self._nc.is_connected
+            and self._ingest_nc is not None
+            and self._ingest_nc.is_connected
+        )
 
     @property
     def client(self) -> NatsClient:
@@ -179,7 +204,8 @@ class NatsLink:
 
     async def _on_reconnected(self) -> None:
         self.reconnects += 1
-        url = self._nc.connected_url.netloc if self._nc and self._nc.connected_url else "?"
+        nc = self._nc
+        url = nc.connected_url.netloc if nc is not None and nc.connected_url else "?"
         log.info("nats reconnected", extra=fields(server=url))
         self._notify()
 
@@ -196,12 +222,26 @@ class NatsLink:
         await self._state_changed.wait()
 
     async def connect(self, *, attempts: int | None = None) -> None:
-        """Connect, retrying with backoff until it works (or ``attempts`` failed).
+        """Connect both connections, retrying with backoff until they work (or
+        ``attempts`` failed).
 
         Raises:
             NatsUnavailable: ``attempts`` connection attempts failed.
             JetServerError: TLS files cannot be loaded.
         """
+        nc = await self._connect_one(attempts, no_echo=False)
+        try:
+            ingest = await self._connect_one(attempts, no_echo=True)
+        except BaseException:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2.0):
+                await nc.close()
+            raise
+        self._nc, self._ingest_nc = nc, ingest
+        self._batch_pub = _has_pub_internals(nc) and _has_pub_internals(ingest)
+        url = nc.connected_url.netloc if nc.connected_url else "?"
+        log.info("nats connected", extra=fields(server=url, max_payload=nc.max_payload))
+
+    async def _connect_one(self, attempts: int | None, *, no_echo: bool) -> NatsClient:
         cfg = self.config
         tls = tls_context(cfg)
         attempt = 0
@@ -210,7 +250,7 @@ class NatsLink:
             try:
                 await nc.connect(
                     servers=list(cfg.servers),
-                    name=cfg.name,
+                    name=f"{cfg.name} ingest" if no_echo and cfg.name else cfg.name,
                     user=cfg.user,
                     password=cfg.password,
                     token=cfg.token,
@@ -223,6 +263,7 @@ class NatsLink:
                     ping_interval=cfg.ping_interval_s,  # type: ignore[arg-type]
                     max_outstanding_pings=cfg.max_outstanding_pings,
                     pending_size=cfg.pending_bytes,
+                    no_echo=no_echo,
                     # nats-py's own first-connect loop retries forever without telling us;
                     # connect once here (our loop retries with backoff and logs), then turn
                     # reconnection on for the life of the connection.
@@ -258,11 +299,7 @@ class NatsLink:
                 await anyio.sleep(delay)
                 continue
             nc.options["allow_reconnect"] = True
-            self._nc = nc
-            self._batch_pub = _has_pub_internals(nc)
-            url = nc.connected_url.netloc if nc.connected_url else "?"
-            log.info("nats connected", extra=fields(server=url, max_payload=nc.max_payload))
-            return
+            return nc
 
     async def subscribe(
         self,
@@ -272,6 +309,7 @@ class NatsLink:
         queue: str = "",
         sink: Sink | None = None,
         skip: SkipMarked | None = None,
+        ingest_owner: object | None = None,
     ) -> SubscriptionHandle:
         """Subscribe with a callback (never the async iterator, which drops under load).
 
@@ -285,11 +323,14 @@ class NatsLink:
                 (:mod:`~jetserver.nats_fast`). Ignored where the fast path is unsupported.
             skip: drop the messages it matches before any parsing (where the fast path is
                 supported; the handler must apply the same rule for the others).
+            ingest_owner: a partition's ingest subscription: on the ingest connection
+                (``no_echo``), owned by this object (the ``owner`` its stored copies are
+                published with, :meth:`publish_stored_copies`). None: the main connection.
 
         Raises:
             NatsUnavailable: the link is closed.
         """
-        nc = self.client
+        nc = self.client if ingest_owner is None else self._ingest_client()
         if nc.is_closed:
             raise NatsUnavailable("NATS connection is closed")
         sub = await nc.subscribe(
@@ -309,7 +350,48 @@ class NatsLink:
                 sink,
                 skip,
             )
-        return SubscriptionHandle(subject, queue, sub, nc)
+        if ingest_owner is None:
+            return SubscriptionHandle(subject, queue, sub, nc)
+        self._ingest_subs[sub] = (subject, ingest_owner)
+        self._echo_cache.clear()
+        return SubscriptionHandle(subject, queue, sub, nc, self)
+
+    def _ingest_client(self) -> NatsClient:
+        if self._ingest_nc is None:
+            raise NatsUnavailable("NATS is not connected")
+        return self._ingest_nc
+
+    def _forget_ingest(self, sub: Subscription) -> None:
+        if self._ingest_subs.pop(sub, None) is not None:
+            self._echo_cache.clear()
+
+    def _echo_needed(self, subject: str, owner: object) -> bool:
+        """True if an ingest subscription of this server other than ``owner``'s matches
+        ``subject`` (it must get the copy: publish it on the main connection)."""
+        key = (subject, id(owner))
+        needed = self._echo_cache.get(key)
+        if needed is None:
+            needed = any(
+                who is not owner and subject_matches(pattern, subject)
+                for pattern, who in self._ingest_subs.values()
+            )
+            if len(self._echo_cache) >= _MAX_ECHO_CACHE:
+                self._echo_cache.clear()
+            self._echo_cache[key] = needed
+        return needed
+
+    async def publish_stored_copies(
+        self, messages: Sequence[tuple[str, bytes]], header_block: bytes, owner: object
+    ) -> int:
+        """:meth:`publish_many` for the NATS copies of records ``owner`` (a partition
+        leader, see :meth:`subscribe`) stored directly: on the ``no_echo`` ingest
+        connection, so they do not come back to this server, unless another ingest
+        subscription here wants one of them (then all go on the main connection, in
+        order)."""
+        nc = self._ingest_nc
+        if any(self._echo_needed(subject, owner) for subject, _p in messages):
+            nc = self._nc
+        return await self._publish_on(nc, messages, header_block)
 
     async def publish(
         self,
@@ -347,7 +429,11 @@ class NatsLink:
             down, a subject is invalid or a payload is over the server's max_payload (the
             rest were not published).
         """
-        nc = self._nc
+        return await self._publish_on(self._nc, messages, header_block)
+
+    async def _publish_on(
+        self, nc: NatsClient | None, messages: Sequence[tuple[str, bytes]], header_block: bytes
+    ) -> int:
         if nc is None or not nc.is_connected or not messages:
             return 0
         if not self._batch_pub:
@@ -403,13 +489,15 @@ class NatsLink:
             log.debug("flush kick failed", extra=fields(error=str(exc)))
         return queued
 
-    async def flush(self, timeout_s: float) -> None:
-        """Wait until NATS has received everything published so far (a PING round trip).
+    async def flush(self, timeout_s: float, *, ingest: bool = False) -> None:
+        """Wait until NATS has received everything published so far on the main
+        connection (a PING round trip); with ``ingest``, on the ingest connection instead
+        (which confirms the partitions' subscriptions).
 
         Raises:
             NatsUnavailable: the link is down or the round trip timed out.
         """
-        nc = self.client
+        nc = self._ingest_client() if ingest else self.client
         if not nc.is_connected:
             raise NatsUnavailable("NATS link is down")
         try:
@@ -429,9 +517,17 @@ class NatsLink:
         return str(self.client.new_inbox())
 
     async def close(self) -> None:
-        """Flush what was published and close (subscriptions end first)."""
-        nc, self._nc = self._nc, None
+        """Flush what was published and close both connections (subscriptions end
+        first)."""
         self._closing = True
+        ingest, self._ingest_nc = self._ingest_nc, None
+        self._ingest_subs.clear()
+        self._echo_cache.clear()
+        await self._close_one(ingest)
+        nc, self._nc = self._nc, None
+        await self._close_one(nc)
+
+    async def _close_one(self, nc: NatsClient | None) -> None:
         if isinstance(nc, JetNatsClient):
             nc.stop_all_direct()
         if nc is None or nc.is_closed:

@@ -269,8 +269,8 @@ class ProduceService:
                         # 0.1 ms of ack latency, python -m bench latency), and also when
                         # the wait timed out or was cancelled, for the records it stored.
                         with anyio.move_on_after(timeout_s, shield=True):
-                            await self.link.publish_many(
-                                to_send, stored_header_block(stream, partition)
+                            await self.link.publish_stored_copies(
+                                to_send, stored_header_block(stream, partition), replica
                             )
                     return encode_produce_result_tuples(
                         [r if r is not None else _TIMEOUT for r in results]

@@ -373,9 +373,10 @@ class ReplicaRoles:
             queue=self.queue_group,
             sink=self.accept,
             skip=self.skip_copies,
+            ingest_owner=self,
         )
         try:
-            await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S)
+            await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S, ingest=True)
         except NatsUnavailable as exc:
             # nats-py replays the subscription once the link is back.
             log.warning("cannot confirm the subscription", extra=self._fields(error=str(exc)))

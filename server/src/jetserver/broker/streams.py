@@ -251,7 +251,7 @@ class StreamManager:
         """Round-trip to NATS so the new subscriptions are active before we answer: a
         message published after CreateStream returns is then captured."""
         try:
-            await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S)
+            await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S, ingest=True)
         except NatsUnavailable as exc:
             # Subscriptions are replayed by nats-py once the link is back.
             log.warning("cannot confirm subscriptions", extra=fields(error=str(exc)))
@@ -314,6 +314,7 @@ class StreamManager:
             queue=running.queue,
             sink=replica.accept,
             skip=replica.skip_copies,
+            ingest_owner=replica,
         )
         running.applied = (assignment, ())
         running.ready.set()
