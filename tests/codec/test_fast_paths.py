@@ -34,7 +34,13 @@ from jetsdk.codec.messages import (
     encode_produce_result_tuples,
 )
 from jetsdk.codec.record import encode_body
-from jetsdk.codec.transcode import envelope_record, produce_envelopes, record_subjects
+from jetsdk.codec.transcode import (
+    DirectRecord,
+    direct_record,
+    envelope_record,
+    produce_envelopes,
+    record_subjects,
+)
 
 from .strategies import acks, envelope_messages, produce_requests, produce_results, text
 
@@ -221,6 +227,25 @@ def test_produce_envelopes_match_decode_then_encode(req: ProduceRequest, inbox: 
         except CodecError:
             expected = None
         assert envelope == expected
+
+
+@given(produce_requests(), st.sampled_from(["_INBOX.x.1", ""]), text)
+def test_direct_records_match_the_records_of_their_envelopes(
+    req: ProduceRequest, inbox: str, subject: str
+) -> None:
+    """A leader appending a Produce message directly builds from the request the very
+    record (and ack fields) it would build from the message's envelope."""
+    body = encode_produce_request(req)
+    records: list[DirectRecord | None] = []
+    _head, envelopes = produce_envelopes(body, inbox, records)
+    assert len(records) == len(envelopes)
+    subjects = record_subjects(subject, "")
+    for (_subject, _size, envelope), record in zip(envelopes, records):
+        if envelope is None:
+            assert record is None
+            continue
+        assert record is not None
+        assert direct_record(record, subjects) == envelope_record(envelope, subjects)
 
 
 def _decodes(fn: Callable[[bytes], object], raw: bytes) -> bool:

@@ -389,7 +389,7 @@ class NatsLink:
         subscription here wants one of them (then all go on the main connection, in
         order)."""
         nc = self._ingest_nc
-        if any(self._echo_needed(subject, owner) for subject, _p in messages):
+        if any(self._echo_needed(subject, owner) for subject in {s for s, _p in messages}):
             nc = self._nc
         return await self._publish_on(nc, messages, header_block)
 

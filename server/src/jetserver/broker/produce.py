@@ -28,11 +28,12 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import (
     ProduceRequest,
     ProduceResult,
+    decode_produce_head,
     decode_produce_response,
     encode_produce_request,
     encode_produce_result_tuples,
 )
-from jetsdk.codec.transcode import ProducedEnvelope, produce_envelopes
+from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envelopes
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.partition import PartitionReplica
@@ -162,6 +163,15 @@ class ProduceService:
             ((offset, timestamp, corr, code) for offset, timestamp, corr, _p, code, _t in acks),
         )
 
+    def _may_take_direct(self, body: bytes) -> bool:
+        """True if the request's partition is open here and takes Produce directly now
+        (a hint: :meth:`_check` decides)."""
+        if not self.direct:
+            return False
+        stream, partition = decode_produce_head(body)[:2]
+        replica = self.streams.local_replica(stream, partition)
+        return replica is not None and replica.takes_direct
+
     def _check(
         self, stream: str, partition: int, messages: list[ProducedEnvelope]
     ) -> tuple[str, int, PartitionReplica | None]:
@@ -223,7 +233,9 @@ class ProduceService:
         """
         token = format(next(self._tokens), "x")
         inbox = f"{self._prefix}.{token}"
-        head, messages = produce_envelopes(body, inbox)
+        # Where each message lies in the request, if this server may append it directly.
+        records: list[DirectRecord | None] | None = [] if self._may_take_direct(body) else None
+        head, messages = produce_envelopes(body, inbox, records)
         stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
         psubj, limit, replica = self._check(stream, partition, messages)
         if not self.link.connected:
@@ -255,7 +267,9 @@ class ProduceService:
             waiting.remaining = len(to_send)
         try:
             with anyio.move_on_after(timeout_s):
-                if replica is not None and await replica.ingest_direct(to_send):
+                if replica is not None and await replica.ingest_direct(
+                    to_send, _records_of(records, sent_index)
+                ):
                     try:
                         if policy == AckPolicy.NONE:
                             for i in sent_index:
@@ -297,6 +311,16 @@ class ProduceService:
         finally:
             self._waiting.pop(token, None)
         return encode_produce_result_tuples([r if r is not None else _TIMEOUT for r in results])
+
+
+def _records_of(
+    records: list[DirectRecord | None] | None, indexes: list[int]
+) -> list[DirectRecord] | None:
+    """The direct records of the messages at ``indexes`` (those with an envelope, so each
+    has one), or None if there are none."""
+    if records is None:
+        return None
+    return [r for i in indexes if (r := records[i]) is not None]
 
 
 def _settle(waiting: _Waiting, acks: Iterable[tuple[int, int, str, int]]) -> None:

@@ -37,6 +37,7 @@ from nats.aio.msg import Msg
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetserver.broker.acks import PendingAck
+from jetserver.broker.ingested import Ingested
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.broker.stream_files import tail_records
 from jetserver.errors import ApiError
@@ -91,7 +92,7 @@ class ReplicaRoles:
     _core: ReplicaCore[PendingAck]
     _closed: bool
     _stopping: bool
-    _queue: collections.deque[tuple[str, str, bytes, tuple[tuple[str, bytes], ...] | None]]
+    _queue: collections.deque[Ingested]
     _queued_bytes: int
     _space: LazyEvent
     _dirty: anyio.Event

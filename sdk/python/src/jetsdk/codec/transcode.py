@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from typing import NamedTuple
 
 from jetsdk.codec import _wire as w
 from jetsdk.codec.envelope import (
@@ -36,8 +37,10 @@ from jetsdk.codec.limits import (
 from jetsdk.codec.messages import ProduceHead, decode_produce_head
 
 __all__ = [
+    "DirectRecord",
     "EnvelopeRecord",
     "ProducedEnvelope",
+    "direct_record",
     "envelope_record",
     "produce_envelopes",
     "record_subjects",
@@ -57,14 +60,55 @@ _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _ENVELOPE_PREFIX = struct.Struct(">4sBBH")
 _NO_HEADERS = b"\x00\x00"
+_new_tuple = tuple.__new__
+"""Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
 _CORR16_CACHED = 4096
 _CORR16 = tuple(_U16.pack(len(str(i))) + str(i).encode() for i in range(_CORR16_CACHED))
 """Correlation ids ``"0"``, ``"1"``, ... as str16, for the first messages of a request."""
+_CORR_TEXT = tuple(str(i) for i in range(_CORR16_CACHED))
+"""The same as text."""
 
 ProducedEnvelope = tuple[str, int, bytes | None]
 """One message of a Produce request, ready to publish: (subject, empty for the partition's
 subject; message size as counted against max_message_bytes; the envelope, or None if its
 producer sequence is out of range)."""
+
+
+class DirectRecord(NamedTuple):
+    """Where one message of a Produce request lies in the request, for a leader that
+    appends it directly: :func:`direct_record` gives what :func:`envelope_record` gives
+    for its envelope, without parsing the envelope again."""
+
+    request: bytes
+    """The Produce request body."""
+    prefix: bytes
+    """The record body's producer field (absent, or present with id and sequence)."""
+    key_pos: int
+    """Start of the key (``nbytes32``) in ``request``; headers and value follow it."""
+    key_end: int
+    """End of the key."""
+    end: int
+    """End of the value."""
+    size: int
+    """Message size as counted against max_message_bytes."""
+    inbox: str
+    """Ack inbox (empty with policy NONE)."""
+    corr: str
+    """Correlation id."""
+    policy: AckPolicy
+    """The request's ack policy (as in the envelope, even where the inbox is empty)."""
+    producer_id: int | None
+    """Producer id (None without one)."""
+    producer_seq: int
+    """Producer sequence (0 without a producer)."""
+
+
+def direct_record(record: DirectRecord, subjects: bytes) -> EnvelopeRecord:
+    """What :func:`envelope_record` returns for the message's envelope, from its place in
+    the request (``subjects`` as for :func:`envelope_record`)."""
+    request, prefix, key_pos, key_end, end, size, inbox, corr, policy, producer_id, seq = record
+    body = b"".join((prefix, request[key_pos:key_end], subjects, request[key_end:end]))
+    return body, size, inbox, corr, policy, producer_id, seq
 
 
 def _envelope_sealer(flags: int) -> tuple[bytes, int]:
@@ -76,14 +120,17 @@ _SEAL_PLAIN = _envelope_sealer(0)
 _SEAL_PRODUCER = _envelope_sealer(FLAG_PRODUCER)
 
 
-def produce_envelopes(body: bytes, ack_inbox: str) -> tuple[ProduceHead, list[ProducedEnvelope]]:
+def produce_envelopes(
+    body: bytes, ack_inbox: str, records: list[DirectRecord | None] | None = None
+) -> tuple[ProduceHead, list[ProducedEnvelope]]:
     """Decode a Produce request body and build the kind 0 envelope of every message.
 
     Message ``i`` gets correlation id ``str(i)``, the request's ack policy, ``ack_inbox``
     (empty with policy NONE, whatever is passed) and, with a producer id, sequence
     ``base_seq + i``: each envelope is byte for byte what
     :class:`~jetsdk.codec.envelope.MessageEncoder` writes for the message
-    :func:`~jetsdk.codec.messages.decode_produce_request` decodes.
+    :func:`~jetsdk.codec.messages.decode_produce_request` decodes. With ``records``, each
+    message's :class:`DirectRecord` is appended to it too (None where the envelope is).
 
     Raises:
         CodecError: the body does not decode (as ``decode_produce_request``), or the ack
@@ -100,10 +147,12 @@ def produce_envelopes(body: bytes, ack_inbox: str) -> tuple[ProduceHead, list[Pr
     if len(raw_inbox) > MAX_SUBJECT_BYTES:
         raise CodecError(f"ack inbox of {len(raw_inbox)} bytes exceeds limit", reason="limit")
     inbox16 = _U16.pack(len(raw_inbox)) + raw_inbox
+    record_policy = _POLICY_BY_VALUE[policy]
     policy_byte = bytes((int(policy),))
     prefix, prefix_crc = _SEAL_PLAIN if producer_id is None else _SEAL_PRODUCER
     pack_u32 = _U32.pack
     crc32 = zlib.crc32
+    new_tuple = _new_tuple
     u16 = _U16.unpack_from
     u32 = _U32.unpack_from
     i32 = _I32.unpack_from
@@ -137,6 +186,7 @@ def produce_envelopes(body: bytes, ack_inbox: str) -> tuple[ProduceHead, list[Pr
                 if p > n:
                     raise CodecError("truncated key", reason="truncated")
                 size = klen
+            key_end = p
             if body[p : p + 2] == _NO_HEADERS:
                 p += 2
             else:
@@ -152,17 +202,60 @@ def produce_envelopes(body: bytes, ack_inbox: str) -> tuple[ProduceHead, list[Pr
                 raise CodecError("truncated value", reason="truncated")
             p = end
             size += vlen
-            corr16 = _CORR16[i] if i < _CORR16_CACHED else _str16_index(i)
+            if i < _CORR16_CACHED:
+                corr16, corr = _CORR16[i], _CORR_TEXT[i]
+            else:
+                corr16, corr = _str16_index(i), str(i)
             if producer_id is None:
                 env_body = b"".join(
                     (policy_byte, body[key_pos:value_pos], inbox16, corr16, body[value_pos:end])
                 )
+                if records is not None:
+                    records.append(
+                        new_tuple(
+                            DirectRecord,
+                            (
+                                body,
+                                _NO_PRODUCER,
+                                key_pos,
+                                key_end,
+                                end,
+                                size,
+                                ack_inbox,
+                                corr,
+                                record_policy,
+                                None,
+                                0,
+                            ),
+                        )
+                    )
             else:
                 try:
                     producer = _PRODUCER.pack(producer_id, base_seq + i)
                 except struct.error:
                     append((subject, size, None))
+                    if records is not None:
+                        records.append(None)
                     continue
+                if records is not None:
+                    records.append(
+                        new_tuple(
+                            DirectRecord,
+                            (
+                                body,
+                                _HAS_PRODUCER + producer,
+                                key_pos,
+                                key_end,
+                                end,
+                                size,
+                                ack_inbox,
+                                corr,
+                                record_policy,
+                                producer_id,
+                                base_seq + i,
+                            ),
+                        )
+                    )
                 env_body = b"".join(
                     (
                         policy_byte,
