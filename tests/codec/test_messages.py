@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,6 +44,7 @@ from jetsdk.codec.messages import (
     encode_json,
     encode_produce_request,
     encode_produce_response,
+    new_produce_message,
 )
 from jetsdk.codec.record import Record, encode_record, iter_records
 
@@ -270,3 +272,21 @@ def test_offset_for_leader_epoch_bodies_round_trip() -> None:
 def test_offset_for_leader_epoch_request_refuses_bad_fields(obj: dict[str, Any]) -> None:
     with pytest.raises(CodecError):
         OffsetForLeaderEpochRequest.from_json(obj)
+
+
+@given(produce_requests())
+def test_fast_builders_make_the_same_values(req: ProduceRequest) -> None:
+    """The hot-path builders (no attrs __init__) give values equal to, hashing like and
+    as frozen as the ones the constructors make."""
+    for m in req.messages:
+        fast = new_produce_message(m.value, m.key, m.headers, m.subject)
+        assert type(fast) is ProduceMessage
+        assert fast == m
+        assert hash(fast) == hash(m)
+    results = [ProduceResult(i, 2**40 + i, -1) for i in range(len(req.messages))]
+    decoded = decode_produce_response(encode_produce_response(results))
+    assert decoded == results
+    assert all(type(r) is ProduceResult for r in decoded)
+    if decoded:
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            decoded[0].offset = 1  # type: ignore[misc]

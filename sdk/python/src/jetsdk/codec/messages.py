@@ -12,8 +12,8 @@ CodecError with reason ``"limit"`` for a field over its limit or out of its inte
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 import orjson
@@ -22,6 +22,8 @@ from jetsdk.codec import _wire as w
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, error_name
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import MAX_KEY_BYTES, MAX_SUBJECT_BYTES, MAX_VALUE_BYTES
+
+_T = TypeVar("_T")
 
 # --------------------------------------------------------------------------------------
 # JSON bodies and errors
@@ -359,6 +361,45 @@ def encode_produce_response(results: Sequence[ProduceResult]) -> bytes:
         raise CodecError(f"produce result field out of range: {exc}", reason="limit") from None
 
 
+def _slot_builder(cls: type[_T], *names: str) -> Callable[..., _T]:
+    """A function building ``cls`` (a frozen, slotted attrs class) from its fields in
+    ``names`` order, setting the slots directly: about 3x faster than attrs' frozen
+    ``__init__`` (which goes through ``object.__setattr__``); for hot paths only, with
+    arguments known to be valid (no converters or validators run)."""
+    setters = tuple(getattr(cls, name).__set__ for name in names)
+    new = object.__new__
+    if len(setters) == 3:
+        set_a, set_b, set_c = setters
+
+        def build3(a: Any, b: Any, c: Any) -> _T:
+            obj = new(cls)
+            set_a(obj, a)
+            set_b(obj, b)
+            set_c(obj, c)
+            return obj
+
+        return build3
+    set_w, set_x, set_y, set_z = setters
+
+    def build4(a: Any, b: Any, c: Any, d: Any) -> _T:
+        obj = new(cls)
+        set_w(obj, a)
+        set_x(obj, b)
+        set_y(obj, c)
+        set_z(obj, d)
+        return obj
+
+    return build4
+
+
+_new_result = _slot_builder(ProduceResult, "error_code", "offset", "timestamp")
+new_produce_message: Callable[
+    [bytes, bytes | None, tuple[tuple[str, bytes], ...], str], ProduceMessage
+] = _slot_builder(ProduceMessage, "value", "key", "headers", "subject")
+"""``ProduceMessage(value, key, headers, subject)`` without attrs' frozen ``__init__``
+(the producer's hot path; the arguments are checked already)."""
+
+
 def encode_produce_result_tuples(results: Sequence[tuple[int, int, int]]) -> bytes:
     """Encode a Produce response body from ``(error_code, offset, timestamp)`` tuples (what
     :func:`encode_produce_response` writes for the same results).
@@ -388,10 +429,8 @@ def decode_produce_response(body: bytes | bytearray | memoryview) -> list[Produc
             raise CodecError(
                 f"produce response length does not match {count} results", reason=reason
             )
-        return [
-            ProduceResult(error_code=e, offset=o, timestamp=t)
-            for e, o, t in _RESULT.iter_unpack(memoryview(body)[4:])
-        ]
+        new = _new_result
+        return [new(e, o, t) for e, o, t in _RESULT.iter_unpack(memoryview(body)[4:])]
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "produce response") from None
 

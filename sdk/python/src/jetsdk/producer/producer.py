@@ -57,7 +57,12 @@ import attrs
 from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
-from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
+from jetsdk.codec.messages import (
+    ProduceMessage,
+    ProduceRequest,
+    ProduceResult,
+    new_produce_message,
+)
 from jetsdk.errors import (
     ClientClosed,
     InvalidArgument,
@@ -107,6 +112,10 @@ DEFAULT_MAX_IN_FLIGHT = 1
 """Outstanding Produce requests per partition (1 keeps per-partition order on retries)."""
 
 _PER_MESSAGE_OVERHEAD = 16
+
+
+_new_tuple = tuple.__new__
+"""Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
 
 
 class Prepared(NamedTuple):
@@ -340,8 +349,10 @@ class Producer:
                 details={"stream": self.stream, "partition": partition},
             )
         policy = self.ack if ack is None else AckPolicy(ack)
-        message = ProduceMessage(value, key, hdrs, subject)
-        return Prepared(message, partition, policy, size + len(subject) + _PER_MESSAGE_OVERHEAD)
+        message = new_produce_message(value, key, hdrs, subject)
+        return _new_tuple(
+            Prepared, (message, partition, policy, size + len(subject) + _PER_MESSAGE_OVERHEAD)
+        )
 
     async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
         """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);
