@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import attrs
 import pytest
 
 from jetsdk.client import datetime_to_ns, resolve_servers
+from jetsdk.codec.record import Record
 from jetsdk.consumer.positions import StartAt, parse_start, reset_offset, start_offset
 from jetsdk.errors import InvalidArgument, MalformedFrame
-from jetsdk.message import normalize_headers
+from jetsdk.message import Message, new_message, normalize_headers
 from jetsdk.metadata import StreamInfo, partition_subject
 from jetsdk.subjects import is_literal, subject_matches
 from jetsdk.transport import Address, parse_address
@@ -110,3 +112,13 @@ def test_normalize_headers() -> None:
     assert normalize_headers(None) == ()
     with pytest.raises(TypeError):
         normalize_headers({"a": 1})  # type: ignore[dict-item]
+
+
+def test_new_message_builds_the_same_frozen_message() -> None:
+    record = Record(offset=7, timestamp=1, leader_epoch=0, value=b"v", key=b"k")
+    fast = new_message("s", 2, record, 3, None)
+    assert type(fast) is Message
+    assert fast == Message("s", 2, record, 3)
+    assert (fast.offset, fast.key, fast.delivery_count, fast.stale) == (7, b"k", 3, False)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.partition = 1  # type: ignore[misc]

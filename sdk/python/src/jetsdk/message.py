@@ -168,3 +168,25 @@ class Message:
             if key == name:
                 return value
         return None
+
+
+_set_stream, _set_partition, _set_record, _set_count, _set_acker = (
+    getattr(Message, name).__set__
+    for name in ("stream", "partition", "record", "delivery_count", "_acker")
+)
+_new_object = object.__new__
+
+
+def new_message(
+    stream: str, partition: int, record: Record, delivery_count: int, acker: Acker | None
+) -> Message:
+    """``Message(stream, partition, record, delivery_count, acker)`` setting its slots
+    directly (attrs' frozen ``__init__`` goes through ``object.__setattr__`` per field):
+    the consumer's per-record hot path."""
+    message: Message = _new_object(Message)
+    _set_stream(message, stream)
+    _set_partition(message, partition)
+    _set_record(message, record)
+    _set_count(message, delivery_count)
+    _set_acker(message, acker)
+    return message

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import attrs
 
@@ -57,6 +57,9 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _I32 = struct.Struct(">i")
 _PRODUCER = struct.Struct(">QQ")
+_LENGTH = struct.Struct(">I")
+_LENGTH_POS = 20
+"""Where the body length lies in a record header."""
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -209,6 +212,48 @@ def check_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     return size
 
 
+def _slot(name: str) -> Callable[[Record, object], None]:
+    setter: Callable[[Record, object], None] = getattr(Record, name).__set__
+    return setter
+
+
+_set_offset, _set_ts, _set_epoch, _set_value, _set_key = map(
+    _slot, ("offset", "timestamp", "leader_epoch", "value", "key")
+)
+_set_subject, _set_reply, _set_headers, _set_pid, _set_pseq = map(
+    _slot, ("subject", "reply", "headers", "producer_id", "producer_seq")
+)
+_new_object = object.__new__
+
+
+def _new_record(
+    offset: int,
+    timestamp: int,
+    epoch: int,
+    value: bytes,
+    key: bytes | None,
+    subject: str,
+    reply: str,
+    headers: Headers,
+    producer_id: int | None,
+    producer_seq: int,
+) -> Record:
+    """``Record(...)`` setting its slots directly: attrs' frozen ``__init__`` goes through
+    ``object.__setattr__`` for each of the ten fields, the consumer's hot path."""
+    record: Record = _new_object(Record)
+    _set_offset(record, offset)
+    _set_ts(record, timestamp)
+    _set_epoch(record, epoch)
+    _set_value(record, value)
+    _set_key(record, key)
+    _set_subject(record, subject)
+    _set_reply(record, reply)
+    _set_headers(record, headers)
+    _set_pid(record, producer_id)
+    _set_pseq(record, producer_seq)
+    return record
+
+
 def decode_record(
     buf: bytes | bytearray | memoryview, pos: int = 0, *, verify: bool = True
 ) -> tuple[Record, int]:
@@ -217,15 +262,19 @@ def decode_record(
     Raises:
         CodecError: truncated, bad CRC (when ``verify``), or a malformed body.
     """
-    if verify:
-        size = check_crc(buf, pos)
-    else:
-        size = peek_header(buf, pos)[3]
-        if len(buf) - pos < size:
-            raise CodecError("truncated record body", reason="truncated")
-    offset, ts, epoch, _length, _crc = HEADER.unpack_from(buf, pos)
-    end = pos + size
+    if len(buf) - pos < HEADER_SIZE:
+        raise CodecError("truncated record header", reason="truncated")
+    offset, ts, epoch, length, crc = HEADER.unpack_from(buf, pos)
+    if length > MAX_BODY_BYTES:
+        raise CodecError(f"record length {length} over limit", reason="limit")
     p = pos + HEADER_SIZE
+    end = p + length
+    if len(buf) < end:
+        raise CodecError("truncated record body", reason="truncated")
+    if verify:
+        mv = memoryview(buf)
+        if crc != zlib.crc32(mv[p:end], zlib.crc32(mv[pos : pos + CRC_COVERED_HEADER])):
+            raise CodecError(f"record CRC mismatch at byte {pos}", reason="crc")
     try:
         attrs_byte = buf[p]
         p += 1
@@ -250,32 +299,19 @@ def decode_record(
         p += 2
         if slen > MAX_SUBJECT_BYTES:
             raise CodecError(f"subject of {slen} bytes exceeds limit", reason="limit")
-        subject = bytes(buf[p : p + slen]).decode()
+        subject = _text(buf, p, slen)
         p += slen
         (rlen,) = _U16.unpack_from(buf, p)
         p += 2
         if rlen > MAX_SUBJECT_BYTES:
             raise CodecError(f"reply of {rlen} bytes exceeds limit", reason="limit")
-        reply = bytes(buf[p : p + rlen]).decode()
+        reply = _text(buf, p, rlen) if rlen else ""
         p += rlen
         (hcount,) = _U16.unpack_from(buf, p)
         p += 2
-        if hcount > MAX_HEADER_COUNT:
-            raise CodecError(f"{hcount} headers exceed limit", reason="limit")
-        headers: list[tuple[str, bytes]] = []
-        for _ in range(hcount):
-            (nlen,) = _U16.unpack_from(buf, p)
-            p += 2
-            if nlen > MAX_HEADER_NAME_BYTES:
-                raise CodecError(f"header name of {nlen} bytes exceeds limit", reason="limit")
-            name = bytes(buf[p : p + nlen]).decode()
-            p += nlen
-            (vlen,) = _U32.unpack_from(buf, p)
-            p += 4
-            if vlen > MAX_VALUE_BYTES:
-                raise CodecError(f"header value of {vlen} bytes exceeds limit", reason="limit")
-            headers.append((name, bytes(buf[p : p + vlen])))
-            p += vlen
+        headers: Headers = ()
+        if hcount:
+            headers, p = _headers(buf, p, hcount)
         (vlen,) = _U32.unpack_from(buf, p)
         p += 4
         if vlen > MAX_VALUE_BYTES:
@@ -286,21 +322,48 @@ def decode_record(
         raise CodecError(f"malformed record body at byte {pos}: {exc}") from None
     if p != end:
         raise CodecError(f"record body length mismatch at byte {pos} ({p} != {end})")
-    return (
-        Record(
-            offset=offset,
-            timestamp=ts,
-            leader_epoch=epoch,
-            value=value,
-            key=key,
-            subject=subject,
-            reply=reply,
-            headers=tuple(headers),
-            producer_id=producer_id,
-            producer_seq=producer_seq,
-        ),
-        end,
+    record = _new_record(
+        offset, ts, epoch, value, key, subject, reply, headers, producer_id, producer_seq
     )
+    return record, end
+
+
+_subject_texts: dict[bytes, str] = {}
+_MAX_CACHED_TEXTS = 1024
+
+
+def _text(buf: bytes | bytearray | memoryview, p: int, size: int) -> str:
+    """The UTF-8 text at ``p`` (subjects repeat: the decoded strings are cached)."""
+    raw = bytes(buf[p : p + size])
+    text = _subject_texts.get(raw)
+    if text is None:
+        if len(raw) != size:
+            raise IndexError("text past the end of the record")
+        text = raw.decode()
+        if len(_subject_texts) >= _MAX_CACHED_TEXTS:
+            _subject_texts.clear()
+        _subject_texts[raw] = text
+    return text
+
+
+def _headers(buf: bytes | bytearray | memoryview, p: int, count: int) -> tuple[Headers, int]:
+    if count > MAX_HEADER_COUNT:
+        raise CodecError(f"{count} headers exceed limit", reason="limit")
+    headers: list[tuple[str, bytes]] = []
+    for _ in range(count):
+        (nlen,) = _U16.unpack_from(buf, p)
+        p += 2
+        if nlen > MAX_HEADER_NAME_BYTES:
+            raise CodecError(f"header name of {nlen} bytes exceeds limit", reason="limit")
+        name = bytes(buf[p : p + nlen]).decode()
+        p += nlen
+        (vlen,) = _U32.unpack_from(buf, p)
+        p += 4
+        if vlen > MAX_VALUE_BYTES:
+            raise CodecError(f"header value of {vlen} bytes exceeds limit", reason="limit")
+        headers.append((name, bytes(buf[p : p + vlen])))
+        p += vlen
+    return tuple(headers), p
 
 
 def iter_records(buf: bytes | bytearray | memoryview, *, verify: bool = True) -> Iterator[Record]:
@@ -310,9 +373,10 @@ def iter_records(buf: bytes | bytearray | memoryview, *, verify: bool = True) ->
     """
     pos = 0
     n = len(buf)
+    length_at = _LENGTH.unpack_from
     while n - pos >= HEADER_SIZE:
-        size = peek_header(buf, pos)[3]
-        if n - pos < size:
+        (length,) = length_at(buf, pos + _LENGTH_POS)
+        if n - pos < HEADER_SIZE + length and length <= MAX_BODY_BYTES:
             return
         record, pos = decode_record(buf, pos, verify=verify)
         yield record

@@ -31,7 +31,7 @@ from jetsdk.codec.record import Record
 from jetsdk.consumer.fetcher import Fetched, PartitionRun
 from jetsdk.errors import ClientClosed
 from jetsdk.group.stream_partition import StreamPartition
-from jetsdk.message import Acker, Message
+from jetsdk.message import Acker, Message, new_message
 
 __all__ = ["WINDOW_FACTOR", "YIELD_INTERVAL", "Delivery", "Leases"]
 
@@ -232,7 +232,9 @@ class Delivery:
                 end = min(end, start + max(1, self.max_unacked - self.unacked_total))
             if not self.manual_ack and run.acks.is_plain(records[start].offset):
                 stream, partition, acker = run.key.stream, run.key.partition, self._acker(run)
-                out.extend([Message(stream, partition, r, 1, acker) for r in records[start:end]])
+                out.extend(
+                    [new_message(stream, partition, r, 1, acker) for r in records[start:end]]
+                )
                 run.acks.advance(records[end - 1].offset + 1)
                 if not self._handed or self._handed[-1] is not run:
                     self._handed.append(run)
@@ -254,7 +256,7 @@ class Delivery:
         elif not self._handed or self._handed[-1] is not run:
             self._handed.append(run)  # (admit already moved the position)
         key = run.key
-        return Message(key.stream, key.partition, record, count, run.acker or self._acker(run))
+        return new_message(key.stream, key.partition, record, count, run.acker or self._acker(run))
 
     def _acker(self, run: PartitionRun) -> Acker:
         if run.acker is None:
