@@ -34,13 +34,12 @@ import collections
 import logging
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import anyio
 import attrs
 from anyio.abc import TaskGroup, TaskStatus
-from nats.aio.msg import Msg
 
 from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
@@ -51,16 +50,17 @@ from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
 from jetserver.broker.commit import Committer
 from jetserver.broker.header_controls import Controls, read_controls
+from jetserver.broker.ingest_side import IngestSide
 from jetserver.broker.ingested import Ingested
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.record_fields import RecordFields
 from jetserver.broker.roles import ReplicaRoles
-from jetserver.broker.stored_copy import is_stored_copy, stored_skip, stored_value
+from jetserver.broker.stored_copy import stored_skip, stored_value
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.model import StreamSpec
-from jetserver.nats_fast import SkipMarked, header_lines
+from jetserver.nats_fast import SkipMarked
 from jetserver.nats_link import NatsLink, SubscriptionHandle
 from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.core import ReplicaCore
@@ -88,7 +88,7 @@ class _Wanted(NamedTuple):
 
 
 @attrs.define(eq=False)
-class PartitionReplica(ReplicaRoles, Committer):
+class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     """The replica of one partition on this server (see the module docstring for roles).
 
     Lifecycle: ``await tg.start(replica.run)``; in a cluster, then ``await
@@ -181,87 +181,6 @@ class PartitionReplica(ReplicaRoles, Committer):
         self._stored_value = stored_value(self.stream, self.partition)
         self.skip_copies = stored_skip(self.stream, self.partition)
         self._direct_ok = self.replication_factor == 1 and not self.queue_group
-
-    # ---------------------------------------------------------------- ingest side
-
-    def accept(self, subject: str, reply: str, data: bytes) -> bool:
-        """NATS sink (a message without headers): queue it for the sequencer and return True,
-        or return False while the queue is full (it then comes through :meth:`on_message`,
-        which waits for room). Messages arriving while not leading are dropped (True)."""
-        if self._stopping or not self._core.leading:
-            return True
-        if self._queued_bytes >= self.ingest.max_pending_bytes:
-            return False
-        if hops.ENABLED:
-            hops.mark("sink")
-        self._queue.append((subject, reply, data, None))
-        self._queued_bytes += len(data)
-        self._wake.set()
-        return True
-
-    async def on_message(self, msg: Msg) -> None:
-        """NATS callback: queue the message for the sequencer (waits when the queue is full)."""
-        if self._stopping or not self._core.leading:
-            return
-        while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
-            self._space = LazyEvent() if self._space.is_set() else self._space
-            await self._space.wait()
-        headers = header_lines(msg)
-        if headers and msg.data[:4] == COOKIE and is_stored_copy(headers, self._stored_value):
-            self._copies_skipped += 1  # its leader stored it directly (broker/stored_copy.py)
-            return
-        if hops.ENABLED:
-            hops.mark("sink")
-        self._queue.append((msg.subject, msg.reply or "", msg.data, headers or None))
-        self._queued_bytes += len(msg.data)
-        self._wake.set()
-
-    @property
-    def copies_skipped(self) -> int:
-        """NATS copies of messages this partition's leader stored directly, not stored
-        again (dropped by the subscription filter or by :meth:`on_message`)."""
-        return self._copies_skipped + self.skip_copies.count
-
-    @property
-    def takes_direct(self) -> bool:
-        """True if Produce may append here directly (:meth:`ingest_direct`): leading, not
-        stopping, one replica, no queue group (NATS picks the storing stream there). A
-        replicated partition keeps the NATS path, which carries messages to a new leader
-        while a leader cut off from its cluster still takes requests."""
-        return self._core.leading and not self._stopping and self._direct_ok
-
-    async def ingest_direct(
-        self,
-        messages: Sequence[tuple[str, bytes]],
-        records: Sequence[DirectRecord] | None = None,
-    ) -> bool:
-        """Queue enveloped messages of a Produce request as if they came from NATS, after
-        waiting for room in the queue; False (nothing queued) if :attr:`takes_direct` no
-        longer holds. Their NATS copies must carry the ``Jet-Stored`` header.
-
-        ``records[i]``, if given, says where message ``i`` lies in its request
-        (:func:`~jetsdk.codec.transcode.produce_envelopes`): its record is then built
-        from there instead of from its envelope (the same bytes, less work)."""
-        while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
-            self._space = LazyEvent() if self._space.is_set() else self._space
-            await self._space.wait()
-        if not self.takes_direct:
-            return False
-        if hops.ENABLED:
-            hops.mark("sink")
-        queue = self._queue
-        size = 0
-        if records is None:
-            for subject, payload in messages:
-                queue.append((subject, "", payload, None))
-                size += len(payload)
-        else:
-            for (subject, payload), record in zip(messages, records, strict=True):
-                queue.append((subject, "", payload, record))
-                size += len(payload)
-        self._queued_bytes += size
-        self._wake.set()
-        return True
 
     # ---------------------------------------------------------------- read side
 
