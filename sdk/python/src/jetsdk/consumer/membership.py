@@ -223,11 +223,11 @@ class GroupSide:
                     for key, run in self.consumer.delivery.runs.items():
                         if run.generation is None:
                             continue
-                        offset = run.acks.finish() if clean else run.acks.committable()
+                        offset = run.processed.finish() if clean else run.processed.committable()
                         if self._behind(key, offset):
                             continue
                         finals[key] = offset
-                        notes[key] = encode_progress(run.acks.progress())
+                        notes[key] = encode_progress(run.processed.progress())
                 await runtime.leave(finals, notes, self.config.session_timeout)
         finally:
             runtime.stop()
@@ -277,10 +277,10 @@ class GroupSide:
         nothing was sent (not owned, or below the committed offset)."""
         runtime = self.runtime
         assert runtime is not None
-        offset = run.acks.committable()
+        offset = run.processed.committable()
         if self._behind(run.key, offset):
             return None
-        encoded = encode_progress(run.acks.progress(metadata))
+        encoded = encode_progress(run.processed.progress(metadata))
         view = runtime.member.view
         entry = None if view is None else view.committed(run.key)
         if entry is not None and entry.offset == offset and entry.metadata == encoded:
@@ -332,8 +332,8 @@ class GroupSide:
                 if offset < 0 or len(note.encode()) > MAX_USER_METADATA_BYTES:
                     raise InvalidArgument("bad offset or metadata", details={"field": "offsets"})
                 current = self.consumer.delivery.runs.get(key)
-                if current is not None and current.acks.committable() == offset:
-                    progress = current.acks.progress(note)
+                if current is not None and current.processed.committable() == offset:
+                    progress = current.processed.progress(note)
                 else:
                     progress = Progress(offset, offset, (), note)
                 try:
@@ -453,7 +453,7 @@ class GroupSide:
             # Leave time for the release to be stored before the lease ends.
             until = deadline - max(0.05, min(1.0, (deadline - now) / 4))
             with anyio.move_on_after(max(0.0, until - now)):
-                while not all(r.run is None or r.run.acks.drained for r in batch):
+                while not all(r.run is None or r.run.processed.drained for r in batch):
                     await consumer.delivery.signal.wait()
             if self.on_revoked is not None:
                 try:
@@ -470,8 +470,8 @@ class GroupSide:
                 offset: int | None = None
                 note = ""
                 if self.auto_commit is not None:
-                    offset = run.acks.committable()
-                    note = encode_progress(run.acks.progress())
+                    offset = run.processed.committable()
+                    note = encode_progress(run.processed.progress())
                     if self._behind(run.key, offset):
                         offset, note = None, ""
                 consumer.delivery.end_run(run)

@@ -59,7 +59,7 @@ class SimpleCommits:
         wanted: dict[StreamPartition, OffsetAndMetadata] = {}
         if offsets is None:
             for key, run in runs.items():
-                wanted[key] = OffsetAndMetadata(run.acks.committable(), metadata)
+                wanted[key] = OffsetAndMetadata(run.processed.committable(), metadata)
         else:
             for key, value in offsets.items():
                 if isinstance(value, OffsetAndMetadata):
