@@ -15,7 +15,7 @@ import anyio
 from jetsdk import Client, StreamNotFound, StreamPartition
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
-from jetsdk.consumer.group_offsets import group_offsets
+from jetsdk.consumer.group_admin import group_offsets
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 

@@ -28,7 +28,7 @@ from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer import Consumer
-from jetsdk.consumer.group import ensure_groups_stream
+from jetsdk.consumer.group_runtime import ensure_groups_stream
 from jetsdk.group.changes import CommitAccepted
 from jetsdk.group.member import MemberConfig
 from jetsdk.group.reader import GroupLogReader

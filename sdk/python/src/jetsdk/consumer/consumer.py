@@ -25,8 +25,8 @@ Messages are handed out in fetch order per partition (:mod:`jetsdk.consumer.deli
 backpressure, leases, acks from any thread). Every partition run keeps a
 :class:`~jetsdk.consumer.processed.ProcessedOffsets`: the position, the acks, what to commit.
 
-With a ``group``, a :class:`~jetsdk.consumer.group.GroupRuntime` drives the group member
-(:mod:`jetsdk.consumer.membership` reacts to it): partitions start from the group's committed
+With a ``group``, a :class:`~jetsdk.consumer.group_runtime.GroupRuntime` drives the group member
+(:mod:`jetsdk.consumer.group_side` reacts to it): partitions start from the group's committed
 offset, are revoked (in-flight work finished, offsets committed in the release record), lost,
 and committed periodically (``auto_commit``), on revoke and on close. Before any message of a
 group partition is handed out, the member's lease on it is checked (``may_process``).
@@ -59,7 +59,7 @@ from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
 from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun, fetch_loop
-from jetsdk.consumer.membership import DEFAULT_AUTO_COMMIT_INTERVAL, GroupSide
+from jetsdk.consumer.group_side import DEFAULT_AUTO_COMMIT_INTERVAL, GroupSide
 from jetsdk.consumer.positions import (
     ResetPolicy,
     StartPosition,

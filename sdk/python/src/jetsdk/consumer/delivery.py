@@ -43,7 +43,7 @@ YIELD_INTERVAL = 0.005
 
 
 class Leases(Protocol):
-    """What a group member tells delivery (:class:`~jetsdk.consumer.membership.GroupSide`)."""
+    """What a group member tells delivery (:class:`~jetsdk.consumer.group_side.GroupSide`)."""
 
     @property
     def draining(self) -> int:

@@ -17,7 +17,7 @@ import attrs
 
 from jetsdk.client import Client
 from jetsdk.consumer.fetcher import PartitionRun
-from jetsdk.consumer.group_offsets import commit_offsets, group_offsets
+from jetsdk.consumer.group_admin import commit_offsets, group_offsets
 from jetsdk.consumer.progress import MAX_USER_METADATA_BYTES
 from jetsdk.consumer.values import OffsetAndMetadata
 from jetsdk.errors import InvalidArgument

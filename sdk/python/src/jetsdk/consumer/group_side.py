@@ -1,6 +1,6 @@
 """A Consumer's side of consumer-group membership: what it does with the member's actions.
 
-:class:`GroupSide` is the :class:`~jetsdk.consumer.group.GroupHandler` of a group
+:class:`GroupSide` is the :class:`~jetsdk.consumer.group_runtime.GroupHandler` of a group
 :class:`~jetsdk.consumer.consumer.Consumer`:
 
 - **start** (the member acquired a partition): the start offset is the group's committed
@@ -39,7 +39,7 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun
-from jetsdk.consumer.group import GroupRuntime, new_member_id
+from jetsdk.consumer.group_runtime import GroupRuntime, new_member_id
 from jetsdk.consumer.progress import (
     MAX_USER_METADATA_BYTES,
     Progress,
