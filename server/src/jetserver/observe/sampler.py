@@ -386,7 +386,8 @@ class ClusterSampler:
                     keys.update(StreamPartition(stream, i) for i in range(info.partition_count))
             parts = []
             for sp in sorted(keys):
-                entry = offsets.get(sp)
+                committed = offsets.get(sp)
+                entry = None if committed is None else committed.position
                 part = self._leader_partition(meta, views, sp.stream, sp.partition)
                 hw = part[0]
                 base = entry.offset if entry is not None else part[1]

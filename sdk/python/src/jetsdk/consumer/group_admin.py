@@ -154,9 +154,7 @@ async def group_offsets(client: Client, group: str) -> dict[StreamPartition, Off
     state = await read_group(client, group)
     if state is None:
         return {}
-    return {
-        p: OffsetAndMetadata(c.offset, c.metadata) for p, c in state.committed_offsets().items()
-    }
+    return {p: c.position for p, c in state.committed_offsets().items()}
 
 
 async def group_lag(
@@ -259,7 +257,7 @@ async def commit_offsets(
             # Applied while the reader restored a checkpoint (no changes reported): judge by
             # the final state (a later commit may have replaced ours: then we cannot tell).
             now = state.committed(key)
-            if now is None or (now.member, now.offset) != (committer, offset):
+            if now is None or (now.member, now.position.offset) != (committer, offset):
                 raise CommitFailed(key.stream, key.partition, offset, "unknown")
         elif isinstance(got[0], CommitRejected):
             raise CommitFailed(key.stream, key.partition, offset, got[0].reason)

@@ -260,15 +260,14 @@ class GroupSide:
         entry = None if view is None else view.committed(key)
         if entry is None:
             return None
-        return OffsetAndMetadata(
-            entry.offset, decode_progress(entry.offset, entry.metadata).metadata
-        )
+        offset = entry.position.offset
+        return OffsetAndMetadata(offset, decode_progress(offset, entry.position.metadata).metadata)
 
     def _behind(self, key: StreamPartition, offset: int) -> bool:
         """True if ``offset`` is below the committed offset (the log would refuse it)."""
         view = None if self.runtime is None else self.runtime.member.view
         entry = None if view is None else view.committed(key)
-        return entry is not None and offset < entry.offset
+        return entry is not None and offset < entry.position.offset
 
     # -- commits -----------------------------------------------------------------------------
 
@@ -283,7 +282,7 @@ class GroupSide:
         encoded = encode_progress(run.processed.progress(metadata))
         view = runtime.member.view
         entry = None if view is None else view.committed(run.key)
-        if entry is not None and entry.offset == offset and entry.metadata == encoded:
+        if entry is not None and entry.position == OffsetAndMetadata(offset, encoded):
             return offset  # already committed
         try:
             runtime.member.commit(run.key, offset, encoded)
@@ -362,7 +361,7 @@ class GroupSide:
                 reason = "timeout"
             elif rejected is not None and rejected.offset == offset:
                 reason = rejected.reason
-            elif entry is None or entry.offset < offset:
+            elif entry is None or entry.position.offset < offset:
                 reason = "rejected"
             else:
                 continue
@@ -375,8 +374,8 @@ class GroupSide:
         progress = None
         view = None if self.runtime is None else self.runtime.member.view
         entry = None if view is None else view.committed(partition)
-        if offset is not None and entry is not None and entry.offset == offset:
-            progress = decode_progress(offset, entry.metadata)
+        if offset is not None and entry is not None and entry.position.offset == offset:
+            progress = decode_progress(offset, entry.position.metadata)
         start = _Start(partition, offset, generation, progress)
         self._starting[partition] = start
         self._start_queue.append(start)
