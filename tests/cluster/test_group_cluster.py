@@ -101,7 +101,7 @@ async def test_group_survives_kill_9_of_its_group_log_leader(tmp_path: Path) -> 
     seen_committed: dict[tuple[int, StreamPartition], int] = {}
     regressions: list[str] = []
     stop = anyio.Event()
-    with Cluster(tmp_path, servers_count=3) as cluster:
+    with Cluster(root=tmp_path, size=3) as cluster:
         servers = cluster.addresses
         async with Client(servers) as admin:
             await admin.create_stream(stream, stream, partitions=PARTITIONS, replication_factor=3)
