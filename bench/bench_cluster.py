@@ -45,10 +45,9 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from cluster.harness import CLUSTERING_AVAILABLE, Cluster, free_port
 from cluster.views import wait_info, wait_leader
 from jetsdk import AckPolicy, Client, JetError, Producer, RetryPolicy
-from jetserver.nats_process import NatsServerProcess
+from jetserver.testing import Cluster, NatsServer, free_ports
 
 VALUE = b"x" * 100
 WINDOW = 4000
@@ -115,14 +114,14 @@ class JetStreamCluster:
     """Work directories."""
     sync_always: bool = False
     """``sync_interval: always`` (fsync every write) instead of the default."""
-    nodes: list[NatsServerProcess] = attrs.field(factory=list)
+    nodes: list[NatsServer] = attrs.field(factory=list)
     """The servers (n1, n2, n3)."""
 
     def start(self) -> None:
         """Start the three servers (each waits for its client port)."""
         names = ["n1", "n2", "n3"]
-        client_ports = [free_port() for _ in names]
-        route_ports = [free_port() for _ in names]
+        ports = free_ports(2 * len(names))  # distinct: all bound at once
+        client_ports, route_ports = ports[: len(names)], ports[len(names) :]
         sync = "\n  sync_interval: always" if self.sync_always else ""
         for i, name in enumerate(names):
             work = self.root / name
@@ -135,7 +134,7 @@ class JetStreamCluster:
                 f"cluster {{\n  name: jsbench\n  listen: 127.0.0.1:{route_ports[i]}\n"
                 f"  routes: [{routes}]\n}}"
             )
-            node = NatsServerProcess(port=client_ports[i], work_dir=work, extra_config=extra)
+            node = NatsServer(port=client_ports[i], work_dir=work, extra_config=extra)
             self.nodes.append(node)
         for node in self.nodes:
             node.start()
@@ -145,7 +144,7 @@ class JetStreamCluster:
         """Client URLs."""
         return [n.url for n in self.nodes]
 
-    def node(self, name: str) -> NatsServerProcess:
+    def node(self, name: str) -> NatsServer:
         """The node with this server_name."""
         return self.nodes[int(name[1:]) - 1]
 
@@ -510,11 +509,7 @@ def run(quick: bool) -> None:
             if not quick:
                 sync = JetStreamCluster(root / "js-sync", sync_always=True)
                 jsc_sync = stack.enter_context(sync.running())
-            cluster = None
-            if CLUSTERING_AVAILABLE:
-                cluster = stack.enter_context(
-                    Cluster(root / "jet", servers_count=3, log_level="WARNING")
-                )
+            cluster = stack.enter_context(Cluster(root=root / "jet", size=3, log_level="WARNING"))
             js, js_sync, jet = anyio.run(_measure, jsc, jsc_sync, cluster, quick, backend="asyncio")
         _report(jet, js, js_sync)
         print(f"  load average at the end {os.getloadavg()[0]:.1f}")

@@ -217,13 +217,13 @@ async def _e2e_mode(
 
 
 async def _measure_e2e(quick: bool) -> None:
-    from jetserver.nats_process import NatsServerProcess
+    from jetserver.testing import NatsServer
 
     fill = 20_000 if quick else 100_000
     value_size = 1000
     with (
         tempfile.TemporaryDirectory(prefix="jet-bench-e2e-") as tmp,
-        NatsServerProcess(work_dir=Path(tmp) / "nats") as nats,
+        NatsServer(work_dir=Path(tmp) / "nats") as nats,
     ):
         data = Path(tmp) / "data"
         print(

@@ -496,7 +496,7 @@ def run(quick: bool) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-groups-"))
     with (
         open(os.devnull, "wb") as devnull,
-        DevCluster(servers=1, log_file=devnull) as dev,
+        DevCluster(size=1, log_file=devnull) as dev,
         jetstream_server(sync_always=False) as js_url,
     ):
         _main(quick, dev.addresses, js_url, work)

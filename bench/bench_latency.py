@@ -202,7 +202,7 @@ def run(quick: bool) -> None:
             try:
                 with (
                     open(os.devnull, "wb") as devnull,
-                    DevCluster(servers=1, log_file=devnull) as dev,
+                    DevCluster(size=1, log_file=devnull) as dev,
                 ):
                     client_marks = anyio.run(
                         _measure, dev.addresses, durability, rate, seconds, backend="asyncio"

@@ -53,8 +53,8 @@ async def _create(address: list[str], partitions: int) -> float:
 
 
 def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
-    with open(os.devnull, "wb") as devnull, DevCluster(servers=1, log_file=devnull) as dev:
-        sid = next(iter(dev.processes)).server_id
+    with open(os.devnull, "wb") as devnull, DevCluster(size=1, log_file=devnull) as dev:
+        sid = next(iter(dev.servers)).server_id
         pid = dev.server(sid).pid
         time.sleep(1.0)
         rss0, files0 = rss_bytes(pid), open_files(pid)
@@ -122,13 +122,13 @@ async def _create_rf3(address: list[str], partitions: int) -> None:
 def _failover(partitions: int) -> tuple[float, int, int, int]:
     """3 servers, RF 3: kill -9 one server; seconds until every partition it led has
     another leader; (seconds, partitions it led, Raft files' bytes on a survivor)."""
-    with open(os.devnull, "wb") as devnull, DevCluster(servers=3, log_file=devnull) as dev:
+    with open(os.devnull, "wb") as devnull, DevCluster(size=3, log_file=devnull) as dev:
         anyio.run(_create_rf3, dev.addresses, partitions, backend="asyncio")
         time.sleep(SETTLE_S)
         leaders = anyio.run(_leaders, dev.addresses, partitions // PER_STREAM, backend="asyncio")
         victim = max({lead for lead in leaders.values() if lead}, key=list(leaders.values()).count)
         led = sum(1 for lead in leaders.values() if lead == victim)
-        survivors = [p.address for p in dev.processes if p.server_id != victim]
+        survivors = [p.address for p in dev.servers if p.server_id != victim]
         dev.kill(victim)
         started = time.perf_counter()
         deadline = started + 120
@@ -138,7 +138,7 @@ def _failover(partitions: int) -> tuple[float, int, int, int]:
                 break
             time.sleep(0.1)
         moved_s = time.perf_counter() - started
-        survivor = next(p for p in dev.processes if p.server_id != victim)
+        survivor = next(p for p in dev.servers if p.server_id != victim)
         raft = [f for f in Path(survivor.data_dir).rglob("*") if "raft" in str(f) and f.is_file()]
         raft_bytes = sum(f.stat().st_size for f in raft)
     return moved_s, led, raft_bytes, len(raft)
@@ -186,7 +186,7 @@ def run(quick: bool) -> None:
         f"; metadata Raft files on a survivor: {raft_files}, {raft_bytes / 2**20:.1f} MiB"
     )
     wide_n, msgs = (500, 20_000) if quick else (1000, 100_000)
-    with open(os.devnull, "wb") as devnull, DevCluster(servers=1, log_file=devnull) as dev:
+    with open(os.devnull, "wb") as devnull, DevCluster(size=1, log_file=devnull) as dev:
         wide, one = anyio.run(_produce, dev.addresses, wide_n, msgs, backend="asyncio")
     print(
         f"\n  produce {msgs:,} x 100 B, ack LEADER, keyed: to {wide_n:,} partitions "

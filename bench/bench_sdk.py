@@ -59,7 +59,7 @@ import orjson
 
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetserver.devcluster import DevCluster
-from jetserver.nats_process import find_nats_server
+from jetserver.testing import find_nats_server
 
 VALUE = b"x" * 100
 WINDOW = 4000
@@ -549,11 +549,11 @@ def run(quick: bool) -> None:
     """Run the four comparisons and print them side by side with ratios."""
     with (
         open(os.devnull, "wb") as devnull,
-        DevCluster(servers=1, log_file=devnull) as dev,
+        DevCluster(size=1, log_file=devnull) as dev,
         jetstream_server(sync_always=False) as js_url,
         jetstream_server(sync_always=True) as js_sync_url,
     ):
-        server_pid = dev.processes[0].pid if dev.processes else None
+        server_pid = dev.servers[0].pid if dev.servers else None
         anyio.run(_main, quick, dev.addresses, js_url, js_sync_url, server_pid, backend="asyncio")
 
 

@@ -266,7 +266,7 @@ def run(quick: bool) -> None:
     import jetspark
     from jetspark.demo import local_spark
 
-    with open(os.devnull, "wb") as devnull, DevCluster(servers=1, log_file=devnull) as dev:
+    with open(os.devnull, "wb") as devnull, DevCluster(size=1, log_file=devnull) as dev:
         servers = dev.addresses
         joined = ",".join(servers)
         spark = local_spark("jetspark-bench")

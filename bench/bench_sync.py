@@ -105,7 +105,7 @@ def run(quick: bool) -> None:
     """Print each row: sync and async msg/s per round, and the median ratio."""
     rounds = 3
     n_iter, n_soon, n_send = (50_000, 20_000, 1_000) if quick else (100_000, 50_000, 3_000)
-    with open(os.devnull, "wb") as devnull, DevCluster(servers=1, log_file=devnull) as dev:
+    with open(os.devnull, "wb") as devnull, DevCluster(size=1, log_file=devnull) as dev:
         addr = dev.addresses
         stored = _stream(addr, n_iter)
         rows = (

@@ -15,7 +15,6 @@ import resource
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -119,13 +118,12 @@ def _pct(sorted_ms: list[float], q: float) -> float:
 
 def measure(connections: int) -> dict[str, float]:
     """Server costs per waiting connection, and Produce latency before and while they wait."""
-    config = Path(tempfile.mkdtemp(prefix="jet-bench-conns-")) / "jet.toml"
-    config.write_text(f"[limits]\nmax_connections = {connections + 1000}\n")
+    limits = {"limits": {"max_connections": connections + 1000}}
     with (
         open(os.devnull, "wb") as devnull,
-        DevCluster(servers=1, log_file=devnull, server_args=("--config", str(config))) as dev,
+        DevCluster(size=1, log_file=devnull, settings=limits) as dev,
     ):
-        sid = next(iter(dev.processes)).server_id
+        sid = next(iter(dev.servers)).server_id
         pid = dev.server(sid).pid
         anyio.run(_setup, dev.addresses, backend="asyncio")
         before = anyio.run(_produce_latencies, dev.addresses, "busy", PRODUCE_SAMPLES)

@@ -224,7 +224,7 @@ def message_fields(m: env.EnvelopeMessage) -> Fields:
     }
 
 
-def ack_fields(a: env.Ack) -> Fields:
+def ack_fields(a: env.EnvelopeAck) -> Fields:
     return {
         "stream": a.stream,
         "partition": a.partition,
@@ -264,7 +264,7 @@ MESSAGES: list[tuple[str, env.EnvelopeMessage]] = [
     ),
 ]
 
-ACK_OK = env.Ack(
+ACK_OK = env.EnvelopeAck(
     stream="orders",
     partition=0,
     offset=17,
@@ -272,7 +272,7 @@ ACK_OK = env.Ack(
     correlation_id="req-1",
     ack_policy=AckPolicy.LEADER,
 )
-ACK_ERR = env.Ack(
+ACK_ERR = env.EnvelopeAck(
     stream="orders",
     partition=2,
     offset=-1,
@@ -282,7 +282,7 @@ ACK_ERR = env.Ack(
     error_code=int(ErrorCode.NOT_ENOUGH_REPLICAS),
     error_message="isr 1 below min_isr 2",
 )
-ACK_PLAIN = env.Ack(
+ACK_PLAIN = env.EnvelopeAck(
     stream="orders",
     partition=0,
     offset=18,

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from jetsdk import AckPolicy, Client, Consumer, Producer, StreamPartition
-from jetsdk.consumer.group_offsets import commit_offsets
+from jetsdk.consumer.group_admin import commit_offsets
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from jetsdk import Client, StreamPartition
-from jetsdk.consumer.group_offsets import group_offsets
+from jetsdk.consumer.group_admin import group_offsets
 from jetserver.cli.main import main
 from jetserver.observe.bench_report import PlotUnavailable, summary_table, to_json, write_plot
 from jetserver.observe.bench_run import BenchConfig, BenchResult, SideStats

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import re
-import time
 from datetime import UTC, datetime
 from urllib.parse import quote
 
@@ -15,7 +14,8 @@ import anyio
 from jetsdk import Client, StreamNotFound, StreamPartition
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
-from jetsdk.consumer.group_offsets import group_offsets
+from jetsdk.consumer.group_admin import group_offsets
+from jetserver.testing import wait_until
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 
@@ -43,15 +43,6 @@ def sdk_view(dev: JetDev) -> dict[str, object]:
     return anyio.run(_sdk_view, dev.servers)
 
 
-def wait_until(check: object, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"never: {what}")
-
-
 def test_cluster_and_streams_match_the_sdk(
     dev3: JetDev, console: JetConsole, traffic: Traffic
 ) -> None:
@@ -71,7 +62,7 @@ def test_cluster_and_streams_match_the_sdk(
         }
         return {p: r["hw"] for p, r in rows.items()} == sdk["hw"]
 
-    wait_until(streams_caught_up, "the console's HWs equal the SDK's")
+    wait_until(streams_caught_up, WAIT_S, "the console's HWs equal the SDK's", interval_s=0.2)
     stream = next(s for s in console.get("/api/streams")["streams"] if s["name"] == "conA")
     assert stream["replication_factor"] == 3
     assert stream["config"]["retention_max_messages"] == 100_000
@@ -126,7 +117,12 @@ def test_groups_match_the_sdk(dev3: JetDev, console: JetConsole, traffic: Traffi
         groups = {g["name"]: g for g in console.get("/api/groups")["groups"]}
         return groups.get("conGrp")
 
-    wait_until(lambda: (g := group()) is not None and g["members"], "conGrp's member shown")
+    wait_until(
+        lambda: (g := group()) is not None and g["members"],
+        WAIT_S,
+        "conGrp's member shown",
+        interval_s=0.2,
+    )
     sdk = sdk_view(dev3)
     g = group()
     assert g is not None

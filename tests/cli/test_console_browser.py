@@ -16,7 +16,7 @@ import orjson
 from jetsdk import Client
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
-from jetsdk.consumer.group_offsets import group_offsets
+from jetsdk.consumer.group_admin import group_offsets
 from support.browser import headless_chromium, wait_js
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.text import Text
 
 from jetsdk import AckPolicy, Client, Producer, StreamPartition
-from jetsdk.consumer.group_offsets import commit_offsets, group_lag
+from jetsdk.consumer.group_admin import commit_offsets, group_lag
 from jetserver.observe.sampler import GroupPartition, GroupRow, PartitionRow, Snapshot
 from jetserver.observe.top_view import ViewState, render
 from support.jet_cli import jet_env

@@ -7,7 +7,6 @@ killed by PID through :class:`jetserver.devcluster.DevCluster`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 import anyio
 
 from jetserver.devcluster import DevCluster
+from jetserver.testing import WaitTimeout, wait_until_async
 from support.raw_client import RawClient, ServerError
 
 T = TypeVar("T")
@@ -34,7 +34,7 @@ def dev_cluster(root: Path, servers: int = 3) -> Iterator[DevCluster]:
     """A started dev cluster (logs in ``root/servers.log``), stopped by PID on exit."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / "servers.log", "ab") as log:
-        cluster = DevCluster(servers=servers, data_dir=root / "data", log_file=log)
+        cluster = DevCluster(size=servers, root=root / "data", log_file=log)
         cluster.start()
         try:
             yield cluster
@@ -60,19 +60,26 @@ async def eventually(
     """Poll ``check`` until it returns a value that is not None (errors count as None).
 
     Raises:
-        AssertionError: not within ``timeout_s``, with the last error seen.
+        WaitTimeout: not within ``timeout_s``, with the last error seen.
     """
-    deadline = time.monotonic() + timeout_s
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
+    got: list[T] = []
+    last: list[BaseException] = []
+
+    async def answered() -> bool:
         try:
             value = await check()
         except (OSError, ServerError, TimeoutError, anyio.BrokenResourceError) as exc:
-            last, value = exc, None
+            last[:] = [exc]
+            return False
         if value is not None:
-            return value
-        await anyio.sleep(POLL_S)
-    raise AssertionError(f"not within {timeout_s} s: {what} (last error: {last!r})")
+            got.append(value)
+        return value is not None
+
+    try:
+        await wait_until_async(answered, timeout_s, what, interval_s=POLL_S)
+    except WaitTimeout as exc:
+        raise WaitTimeout(f"{exc} (last error: {last[0] if last else None!r})") from None
+    return got[0]
 
 
 async def metadata_leader(cluster: DevCluster, exclude: str | None = None) -> str:
@@ -80,7 +87,7 @@ async def metadata_leader(cluster: DevCluster, exclude: str | None = None) -> st
 
     async def agreed() -> str | None:
         seen = set()
-        for p in cluster.processes:
+        for p in cluster.servers:
             if p.alive and p.server_id != exclude:
                 seen.add((await metadata(p.address)).get("metadata_leader"))
         if len(seen) == 1:

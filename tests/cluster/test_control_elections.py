@@ -3,7 +3,6 @@ a real one-member metadata Raft."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from jetserver.errors import ApiError
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import CreateStream, UpdateIsr
 from jetserver.raft import MetadataRaft, RaftConfig
+from jetserver.testing import free_ports
 
 PASSWORD = "elections-test-password-0123"
 
@@ -61,12 +61,6 @@ def test_parse_report() -> None:
         assert info.value.details == {"field": field}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
@@ -76,7 +70,7 @@ def anyio_backend() -> str:
 async def raft(tmp_path: Path) -> AsyncIterator[MetadataRaft]:
     config = RaftConfig(
         server_id="s1",
-        address=f"127.0.0.1:{free_port()}",
+        address=f"127.0.0.1:{free_ports(1)[0]}",
         peers=(),
         data_dir=tmp_path / "raft",
         password=PASSWORD,

@@ -46,7 +46,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
 
 
 def live(cluster: DevCluster) -> list[str]:
-    return [p.address for p in cluster.processes if p.alive]
+    return [p.address for p in cluster.servers if p.alive]
 
 
 async def stream_everywhere(cluster: DevCluster, name: str) -> list[Any] | None:
@@ -81,7 +81,7 @@ async def test_metadata_leader_killed_then_operations_continue(cluster: DevClust
                 await anyio.sleep(0.2)
         assert "sdk-after" in [i.name for i in await client.list_streams()]
         await client.delete_stream("sdk-after")
-    survivors = [p for p in cluster.processes if p.alive]
+    survivors = [p for p in cluster.servers if p.alive]
     # Stream operations continue, through the new leader and through its follower.
     for p in survivors:
         name = f"after-{p.server_id}"
@@ -166,7 +166,7 @@ async def test_metadata_leader_killed_during_create(cluster: DevCluster) -> None
         )
         assert len(seen) in (0, PARTITIONS), seen
         # ... and a retry with the same op id on a survivor completes it exactly once.
-        survivor = next(p for p in cluster.processes if p.alive)
+        survivor = next(p for p in cluster.servers if p.alive)
         retried = await send_create(survivor.address, body)
         assert isinstance(retried, dict), retried
         assert len(retried["stream"]["partitions"]) == PARTITIONS
@@ -202,7 +202,7 @@ async def test_reports_from_a_majority_of_the_isr_move_the_leadership(cluster: D
     follower and the SDK follows the new one."""
     meta_leader = await metadata_leader(cluster)
     spec: dict[str, Any] = {"name": "rep", "subject": "rep", "replication_factor": 3}
-    answer = await call(cluster.processes[0].address, partial(RawClient.create_stream, **spec))
+    answer = await call(cluster.servers[0].address, partial(RawClient.create_stream, **spec))
     part = answer["stream"]["partitions"][0]
     old = part["leader"]
     reporters = [r for r in part["replicas"] if r != old]
@@ -251,7 +251,7 @@ async def test_partition_leader_killed_is_replaced_by_the_followers_reports(
     name = f"auto-{int(metadata_leader_too)}"
     spec: dict[str, Any] = {"name": name, "subject": name, "partitions": 3}
     spec["replication_factor"] = 3
-    answer = await call(cluster.processes[0].address, partial(RawClient.create_stream, **spec))
+    answer = await call(cluster.servers[0].address, partial(RawClient.create_stream, **spec))
     parts = answer["stream"]["partitions"]
     part = next(p for p in parts if (p["leader"] == meta_leader) == metadata_leader_too)
     victim, partition = part["leader"], part["partition"]
@@ -288,7 +288,7 @@ async def test_partition_leader_killed_is_replaced_by_the_followers_reports(
 async def test_clean_stop_marker(cluster: DevCluster) -> None:
     """A clean stop leaves ``clean_stop`` (the next registration keeps the server's ISR
     places); a start removes it, so a crash of that run is seen as one."""
-    p = cluster.processes[-1]
+    p = cluster.servers[-1]
     marker = p.data_dir / "clean_stop"
     assert not marker.exists()
     await anyio.to_thread.run_sync(cluster.stop_server, p.server_id)
@@ -313,8 +313,8 @@ async def test_idle_partitions_keep_their_leaders(cluster: DevCluster) -> None:
     name = f"idle-{uuid.uuid4().hex[:6]}"
     spec: dict[str, Any] = {"name": name, "subject": name, "partitions": 6}
     spec["replication_factor"] = 3
-    await call(cluster.processes[0].address, partial(RawClient.create_stream, **spec))
-    address = cluster.processes[0].address
+    await call(cluster.servers[0].address, partial(RawClient.create_stream, **spec))
+    address = cluster.servers[0].address
     before = assignments(await metadata(address), name)
     assert all(epoch == 0 for _leader, _replicas, epoch in before)
     await anyio.sleep(IDLE_S)  # the span observed: no event marks "nothing happened"

@@ -37,16 +37,16 @@ def anyio_backend() -> str:
 
 async def followers(cluster: DevCluster) -> list[str]:
     leader = await metadata_leader(cluster)
-    return [p.server_id for p in cluster.processes if p.server_id != leader]
+    return [p.server_id for p in cluster.servers if p.server_id != leader]
 
 
 @pytest.mark.anyio
 async def test_metadata_lists_every_server_and_the_metadata_leader(cluster: DevCluster) -> None:
     leader = await metadata_leader(cluster)
-    for p in cluster.processes:
+    for p in cluster.servers:
         answer = await metadata(p.address)
         assert answer["servers"] == [
-            {"id": q.server_id, "address": q.address} for q in cluster.processes
+            {"id": q.server_id, "address": q.address} for q in cluster.servers
         ]
         assert answer["metadata_leader"] == leader
 
@@ -69,7 +69,7 @@ async def test_rf3_stream_is_known_everywhere_and_spread_evenly(cluster: DevClus
     expected = [(p["leader"], tuple(p["replicas"]), 0) for p in parts]
 
     async def everywhere() -> bool | None:
-        for q in cluster.processes:
+        for q in cluster.servers:
             if assignments(await metadata(q.address), "even") != expected:
                 return None
         return True
@@ -78,7 +78,7 @@ async def test_rf3_stream_is_known_everywhere_and_spread_evenly(cluster: DevClus
     # Every partition leader has opened its replica: ListOffsets answers at once there,
     # and NOT_LEADER elsewhere.
     for p in parts:
-        for q in cluster.processes:
+        for q in cluster.servers:
             request = partial(RawClient.list_offsets, stream="even", partition=p["partition"])
             if q.server_id == p["leader"]:
                 assert (await call(q.address, request))["offset"] == 0
@@ -107,14 +107,14 @@ async def test_create_and_delete_through_a_follower_are_forwarded(cluster: DevCl
 @pytest.mark.anyio
 async def test_creates_are_idempotent_across_servers(cluster: DevCluster) -> None:
     spec = {"name": "idem", "subject": "idem", "partitions": 2, "replication_factor": 3}
-    first = await call(cluster.processes[0].address, lambda c: c.create_stream(**spec))
+    first = await call(cluster.servers[0].address, lambda c: c.create_stream(**spec))
     assert first["created"] is True
-    for p in cluster.processes:
+    for p in cluster.servers:
         again = await call(p.address, lambda c: c.create_stream(**spec))
         assert again["created"] is False
         assert again["stream"] == first["stream"]
     with pytest.raises(ServerError) as info:
-        await call(cluster.processes[1].address, lambda c: c.create_stream(**spec, compact=True))
+        await call(cluster.servers[1].address, lambda c: c.create_stream(**spec, compact=True))
     assert info.value.code == ErrorCode.STREAM_EXISTS
 
 
@@ -122,22 +122,22 @@ async def test_creates_are_idempotent_across_servers(cluster: DevCluster) -> Non
 async def test_an_op_id_is_applied_once_whichever_server_receives_it(cluster: DevCluster) -> None:
     op_id = uuid.uuid4().hex
     spec = {"name": "once", "subject": "once", "op_id": op_id}
-    answers = [await call(p.address, lambda c: c.create_stream(**spec)) for p in cluster.processes]
+    answers = [await call(p.address, lambda c: c.create_stream(**spec)) for p in cluster.servers]
     # The retries are answered with the first outcome, not a fresh "created": false.
     assert [a["created"] for a in answers] == [True, True, True]
     delete = {"name": "once", "op_id": uuid.uuid4().hex}
-    for p in cluster.processes:
+    for p in cluster.servers:
         answer = await call(p.address, lambda c: c.call_json(Api.DELETE_STREAM, delete))
         assert answer == {"deleted": True}  # not STREAM_NOT_FOUND for the retries
     with pytest.raises(ServerError) as info:
-        await call(cluster.processes[0].address, lambda c: c.delete_stream("once"))
+        await call(cluster.servers[0].address, lambda c: c.delete_stream("once"))
     assert info.value.code == ErrorCode.STREAM_NOT_FOUND
 
 
 @pytest.mark.anyio
 async def test_replication_factor_above_the_servers_is_refused(cluster: DevCluster) -> None:
     big = {"name": "big", "subject": "big", "replication_factor": 4}
-    for p in cluster.processes:
+    for p in cluster.servers:
         with pytest.raises(ServerError) as info:
             await call(p.address, lambda c: c.create_stream(**big))
         assert info.value.code == ErrorCode.INVALID_ARGUMENT
@@ -166,11 +166,11 @@ async def test_sdk_produces_and_consumes_through_every_leader(cluster: DevCluste
 @pytest.mark.anyio
 async def test_produce_to_a_non_leader_is_refused(cluster: DevCluster) -> None:
     answer = await call(
-        cluster.processes[0].address,
+        cluster.servers[0].address,
         lambda c: c.create_stream(name="nl", subject="nl", replication_factor=3),
     )
     leader = answer["stream"]["partitions"][0]["leader"]
-    other = next(p for p in cluster.processes if p.server_id != leader)
+    other = next(p for p in cluster.servers if p.server_id != leader)
     with pytest.raises(ServerError) as info:
         await call(other.address, lambda c: c.produce("nl", 0, [ProduceMessage(b"x")]))
     assert info.value.code == ErrorCode.NOT_LEADER
@@ -184,7 +184,7 @@ async def test_delete_removes_the_data_on_every_server(cluster: DevCluster) -> N
         async with Producer(client, "gone", ack=AckPolicy.LEADER) as producer:
             for i in range(4):
                 await producer.send(b"x", partition=i % 2)
-        dirs = [p.data_dir / "streams" for p in cluster.processes]
+        dirs = [p.data_dir / "streams" for p in cluster.servers]
 
         def stream_dirs() -> list[str]:
             return sorted(d.name for root in dirs for d in root.iterdir() if "gone" in d.name)
@@ -196,14 +196,14 @@ async def test_delete_removes_the_data_on_every_server(cluster: DevCluster) -> N
             return True if not stream_dirs() else None
 
         await eventually(removed, "the stream's data removed on every server")
-    for p in cluster.processes:
+    for p in cluster.servers:
         assert not assignments(await metadata(p.address), "gone")
 
 
 @pytest.mark.anyio
 async def test_report_leader_on_a_follower_is_not_leader(cluster: DevCluster) -> None:
     leader = await metadata_leader(cluster)
-    follower = next(p for p in cluster.processes if p.server_id != leader)
+    follower = next(p for p in cluster.servers if p.server_id != leader)
     body = {"stream": "x", "partition": 0, "leader_epoch": 0, "reporter": "s1"}
     with pytest.raises(ServerError) as info:
         await call(follower.address, lambda c: c.request(Api.REPORT_LEADER, encode_json(body)))

@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from cluster.harness import Cluster, JetProcess, needs_cluster, wait_until_async
+from cluster.harness import Cluster, JetServer, needs_cluster, wait_until_async
 from cluster.records import partition_dir
 from cluster.scenario import Scenario
 from cluster.views import wait_full_isr, wait_leader
@@ -37,7 +37,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def flip_a_bit(server: JetProcess) -> str:
+def flip_a_bit(server: JetServer) -> str:
     directory = partition_dir(server.data_dir, "orders", 0)
     assert directory is not None
     segments = sorted(directory.glob("*.log"))
@@ -54,7 +54,7 @@ def flip_a_bit(server: JetProcess) -> str:
 
 async def test_bit_rot_in_a_sealed_segment_after_a_clean_restart(tmp_path: Path) -> None:
     settings = {"replication": {"scrub_on_clean_start": True}}
-    with Cluster(tmp_path, servers_count=3, settings=settings) as cluster:
+    with Cluster(root=tmp_path, size=3, settings=settings) as cluster:
         async with Scenario.open(
             cluster, "orders", partitions=1, rf=3, segment_max_bytes=SEGMENT_BYTES
         ) as sc:

@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from cluster.harness import Cluster, JetProcess, needs_cluster, wait_until_async
+from cluster.harness import Cluster, JetServer, needs_cluster, wait_until_async
 from cluster.records import partition_dir
 from cluster.scenario import Scenario, elapsed
 from cluster.views import wait_full_isr, wait_leader
@@ -43,7 +43,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def damage(server: JetProcess, stream: str, partition: int) -> str:
+def damage(server: JetServer, stream: str, partition: int) -> str:
     """Flip a bit in the middle of the second segment, cut the last one in half."""
     directory = partition_dir(server.data_dir, stream, partition)
     assert directory is not None, f"{server.server_id} has no files for {stream}/{partition}"
@@ -70,7 +70,7 @@ DETECTION_MARKS = ("damaged records", "torn tail")
 """What the server logs when it finds damage (replication scrub, storage recovery)."""
 
 
-def detections(server: JetProcess) -> list[str]:
+def detections(server: JetServer) -> list[str]:
     """Log lines of the current incarnation that report damage."""
     return [
         line
@@ -82,7 +82,7 @@ def detections(server: JetProcess) -> list[str]:
 async def test_damaged_minority_replica_recovers_and_never_leads_with_data_missing(
     tmp_path: Path,
 ) -> None:
-    with Cluster(tmp_path, servers_count=3) as cluster:
+    with Cluster(root=tmp_path, size=3) as cluster:
         async with Scenario.open(
             cluster, "orders", partitions=1, rf=3, segment_max_bytes=SEGMENT_BYTES
         ) as sc:

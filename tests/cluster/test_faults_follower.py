@@ -38,7 +38,7 @@ def anyio_backend() -> str:
 
 
 async def test_killed_follower_restarts_reconciles_and_catches_up(tmp_path: Path) -> None:
-    with Cluster(tmp_path, servers_count=3) as cluster:
+    with Cluster(root=tmp_path, size=3) as cluster:
         async with Scenario.open(cluster, "orders", partitions=PARTITIONS, rf=3) as sc:
             sc.start_producer(count=100_000, time_limit_s=90.0, rate=1000.0)
             await sc.producer.wait_acked(1000, 30.0)

@@ -49,7 +49,7 @@ async def test_failed_fsync_on_a_replica_loses_no_acked_record(
         sid: ArmableFault(tmp_path / f"{sid}.fault", tmp_path / f"{sid}.fired") for sid in SERVERS
     }
     env = {sid: f.env() for sid, f in faults.items()}
-    with Cluster(tmp_path / "cluster", servers_count=3, server_env=env) as cluster:
+    with Cluster(root=tmp_path / "cluster", size=3, server_env=env) as cluster:
         async with Scenario.open(cluster, "orders", partitions=1, rf=3) as sc:
             sc.start_producer(count=100_000, time_limit_s=90.0, rate=1000.0)
             await sc.producer.wait_acked(300, BOUND_S)
@@ -76,7 +76,7 @@ async def test_failed_fsync_of_the_raft_journal_stops_the_server(
         for sid in SERVERS
     }
     env = {sid: f.env() for sid, f in faults.items()}
-    with Cluster(tmp_path / "cluster", servers_count=3, server_env=env) as cluster:
+    with Cluster(root=tmp_path / "cluster", size=3, server_env=env) as cluster:
         victim = cluster.server("s2")
         async with Scenario.open(cluster, "orders", partitions=2, rf=3) as sc:
             sc.start_producer(count=100_000, time_limit_s=90.0, rate=500.0)

@@ -38,7 +38,7 @@ def anyio_backend() -> str:
 
 
 async def test_kill_9_the_partition_leader_loses_no_acked_message(tmp_path: Path) -> None:
-    with Cluster(tmp_path, servers_count=3) as cluster:
+    with Cluster(root=tmp_path, size=3) as cluster:
         async with Scenario.open(cluster, "orders", partitions=PARTITIONS, rf=3) as sc:
             sc.start_producer(count=50_000, time_limit_s=60.0, rate=1500.0)
             await sc.producer.wait_acked(ACKED_BEFORE_KILL, 30.0)

@@ -64,7 +64,7 @@ def others(leader: str) -> list[str]:
 
 
 async def run_case(tmp_path: Path, lab: NetLab, case: str) -> None:
-    with Cluster(tmp_path / "cluster", servers_count=3, netlab=lab) as cluster:
+    with Cluster(root=tmp_path / "cluster", size=3, netlab=lab) as cluster:
         async with Scenario.open(cluster, "orders", partitions=1, rf=3) as sc:
             sc.start_producer(count=100_000, time_limit_s=120.0, rate=500.0)
             await sc.producer.wait_acked(200, BOUND_S)

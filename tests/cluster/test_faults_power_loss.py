@@ -46,7 +46,7 @@ def anyio_backend() -> str:
 async def test_power_loss_on_every_server_keeps_every_acked_record(
     tmp_path: Path, servers: int
 ) -> None:
-    with Cluster(tmp_path, servers_count=servers, power_loss=True) as cluster:
+    with Cluster(root=tmp_path, size=servers, power_loss=True) as cluster:
         async with Scenario.open(cluster, "orders", partitions=PARTITIONS, rf=servers) as sc:
             sc.start_producer(count=50_000, time_limit_s=60.0, rate=PRODUCE_RATE)
             await sc.producer.wait_acked(ACKED_BEFORE_LOSS, 30.0)
@@ -96,7 +96,7 @@ async def test_power_loss_on_the_leader_alone_restarting_at_once(
     ``hold_followers``: the followers are paused (SIGSTOP) from before the cut until the
     restarted server answers on its port, so no election can happen first and its own
     registration after an unclean stop usually decides (which path won is printed)."""
-    with Cluster(tmp_path, servers_count=3, power_loss=True) as cluster:
+    with Cluster(root=tmp_path, size=3, power_loss=True) as cluster:
         async with Scenario.open(
             cluster,
             "orders",

@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from cluster.harness import Cluster, JetProcess, needs_cluster
+from cluster.harness import Cluster, JetServer, needs_cluster
 from cluster.scenario import Scenario
 from cluster.views import partition_info, wait_full_isr
 
@@ -62,7 +62,7 @@ async def _inject(
     """Inject one fault, hold it, heal it."""
     hold = rng.uniform(*HOLD_S)
     stamp = f"{time.monotonic() - t_start:6.2f}s"
-    victims: list[JetProcess] = []
+    victims: list[JetServer] = []
     if action == "kill_leader":
         p = rng.randrange(PARTITIONS)
         info = await partition_info(cluster, "orders", p)
@@ -104,7 +104,7 @@ async def test_seeded_random_faults_keep_every_invariant(tmp_path: Path) -> None
     kinds = [name for name, _ in ACTIONS]
     weights = [w for _, w in ACTIONS]
     try:
-        with Cluster(tmp_path, servers_count=3) as cluster:
+        with Cluster(root=tmp_path, size=3) as cluster:
             async with Scenario.open(cluster, "orders", partitions=PARTITIONS, rf=3) as sc:
                 sc.start_producer(count=200_000, time_limit_s=FAULT_PHASE_S + 60.0, rate=800.0)
                 await sc.producer.wait_acked(500, 30.0)

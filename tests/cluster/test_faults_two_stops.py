@@ -35,7 +35,7 @@ def anyio_backend() -> str:
 
 
 async def test_two_followers_stop_at_once_then_the_leader_is_killed(tmp_path: Path) -> None:
-    with Cluster(tmp_path / "cluster", servers_count=3) as cluster:
+    with Cluster(root=tmp_path / "cluster", size=3) as cluster:
         async with Scenario.open(cluster, "orders", partitions=1, rf=3) as sc:
             sc.start_producer(count=100_000, time_limit_s=120.0, rate=500.0)
             await sc.producer.wait_acked(300, BOUND_S)

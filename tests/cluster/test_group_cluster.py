@@ -28,7 +28,7 @@ from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer import Consumer
-from jetsdk.consumer.group import ensure_groups_stream
+from jetsdk.consumer.group_runtime import ensure_groups_stream
 from jetsdk.group.changes import CommitAccepted
 from jetsdk.group.member import MemberConfig
 from jetsdk.group.reader import GroupLogReader
@@ -101,7 +101,7 @@ async def test_group_survives_kill_9_of_its_group_log_leader(tmp_path: Path) -> 
     seen_committed: dict[tuple[int, StreamPartition], int] = {}
     regressions: list[str] = []
     stop = anyio.Event()
-    with Cluster(tmp_path, servers_count=3) as cluster:
+    with Cluster(root=tmp_path, size=3) as cluster:
         servers = cluster.addresses
         async with Client(servers) as admin:
             await admin.create_stream(stream, stream, partitions=PARTITIONS, replication_factor=3)

@@ -56,7 +56,7 @@ def anyio_backend() -> str:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("replication")
     settings = {"replication": {"replica_lag_max_s": LAG_MAX_S}}
-    with Cluster(root, servers_count=3, settings=settings) as c:
+    with Cluster(root=root, size=3, settings=settings) as c:
         yield c
 
 

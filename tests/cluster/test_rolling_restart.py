@@ -60,7 +60,7 @@ def max_gap(acked: list[Acked], start: float, end: float, partitions: set[int] |
 
 
 async def test_rolling_restart_under_load_loses_nothing(tmp_path: Path) -> None:
-    with Cluster(tmp_path, servers_count=3) as cluster:
+    with Cluster(root=tmp_path, size=3) as cluster:
         async with Scenario.open(cluster, "orders", partitions=PARTITIONS, rf=3) as sc:
             sc.start_producer(count=100_000, time_limit_s=90.0, rate=RATE)
             await sc.producer.wait_acked(ACKED_BETWEEN_RESTARTS, 30.0)

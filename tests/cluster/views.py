@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from cluster.checkers import Stored
-from cluster.harness import Cluster, HarnessError
+from cluster.harness import Cluster, WaitTimeout
 from cluster.records import read_disk_log, stored_from_raw
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
@@ -71,7 +71,7 @@ async def wait_info(
     """Poll until a live server reports partition metadata that ``accept`` likes.
 
     Raises:
-        HarnessError: not within ``timeout_s`` (the last view is in the message).
+        WaitTimeout: not within ``timeout_s`` (the last view is in the message).
     """
     deadline = time.monotonic() + timeout_s
     last: PartitionInfo | None = None
@@ -82,7 +82,7 @@ async def wait_info(
             if accept(info):
                 return info
         if time.monotonic() > deadline:
-            raise HarnessError(f"{what} ({stream}/{partition}): not within {timeout_s} s; {last}")
+            raise WaitTimeout(f"{what} ({stream}/{partition}): not within {timeout_s} s; {last}")
         await anyio.sleep(POLL_S)
 
 
@@ -118,7 +118,7 @@ async def wait_leader(
             if await ok(info):
                 return info
         if time.monotonic() > deadline:
-            raise HarnessError(
+            raise WaitTimeout(
                 f"no leader for {stream}/{partition} (not {not_on}, epoch >= {min_epoch}) "
                 f"within {timeout_s} s; last view {last}"
             )
@@ -156,7 +156,7 @@ async def wait_caught_up(
                     return info, hw
                 previous = hw
         if time.monotonic() > deadline:
-            raise HarnessError(f"{stream}/{partition} replicas not caught up: {status}")
+            raise WaitTimeout(f"{stream}/{partition} replicas not caught up: {status}")
         await anyio.sleep(4 * POLL_S)
 
 

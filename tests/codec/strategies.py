@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from jetsdk.codec.envelope import Ack, EnvelopeMessage
+from jetsdk.codec.envelope import EnvelopeAck, EnvelopeMessage
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import (
     FetchRequest,
@@ -102,7 +102,7 @@ def envelope_messages(draw: st.DrawFn) -> EnvelopeMessage:
 
 
 acks = st.builds(
-    Ack,
+    EnvelopeAck,
     stream=st.text(max_size=20),  # at most 80 UTF-8 bytes: under the 255-byte limit
     partition=U32,
     offset=I64,

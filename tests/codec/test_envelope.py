@@ -15,7 +15,7 @@ from jetsdk.codec.envelope import (
     ENVELOPE_HEADER_SIZE,
     MAX_ACKS_PER_BATCH,
     MAX_CORRELATION_ID_BYTES,
-    Ack,
+    EnvelopeAck,
     EnvelopeMessage,
     decode_acks,
     decode_message,
@@ -45,7 +45,7 @@ def test_message_round_trip(m: EnvelopeMessage) -> None:
 
 @PROPS
 @given(acks)
-def test_ack_round_trip(ack: Ack) -> None:
+def test_ack_round_trip(ack: EnvelopeAck) -> None:
     raw = encode_ack(ack)
     assert raw[5] == 1
     assert decode_acks(raw) == [ack]
@@ -54,7 +54,7 @@ def test_ack_round_trip(ack: Ack) -> None:
 
 @PROPS
 @given(st.lists(acks, min_size=1, max_size=5))
-def test_ack_batch_round_trip(batch: list[Ack]) -> None:
+def test_ack_batch_round_trip(batch: list[EnvelopeAck]) -> None:
     raw = encode_acks(batch)
     assert raw[5] == 2
     assert decode_acks(raw) == batch
@@ -74,7 +74,7 @@ def test_header_layout() -> None:
 
 
 def test_ack_batch_bounds() -> None:
-    ack = Ack("s", 0, 0, 0, "", AckPolicy.LEADER)
+    ack = EnvelopeAck("s", 0, 0, 0, "", AckPolicy.LEADER)
     with pytest.raises(CodecError):
         encode_acks([])
     with pytest.raises(CodecError):
@@ -121,7 +121,7 @@ def test_ack_encoder_limits(kw: dict[str, Any]) -> None:
         "ack_policy": AckPolicy.ALL,
     }
     with pytest.raises(CodecError) as info:
-        encode_ack(Ack(**{**base, **kw}))
+        encode_ack(EnvelopeAck(**{**base, **kw}))
     assert info.value.reason == "limit"
 
 
@@ -163,9 +163,17 @@ def test_new_ack_inbox_is_a_valid_unique_subject() -> None:
 
 
 def test_parse_ack() -> None:
-    ok = Ack("orders", 0, 5, 1, "c1", AckPolicy.LEADER)
-    bad = Ack("orders", 1, -1, -1, "c2", AckPolicy.ALL, ErrorCode.NOT_ENOUGH_REPLICAS, "isr")
+    ok = EnvelopeAck("orders", 0, 5, 1, "c1", AckPolicy.LEADER)
+    bad = EnvelopeAck(
+        "orders", 1, -1, -1, "c2", AckPolicy.ALL, ErrorCode.NOT_ENOUGH_REPLICAS, "isr"
+    )
     assert public.parse_ack(encode_ack(ok)) == [ok]
     assert public.parse_ack(encode_acks([ok, bad])) == [ok, bad]
     with pytest.raises(public.CodecError):
         public.parse_ack(public.build_message(b"x"))
+
+
+def test_old_ack_name_still_works_with_a_deprecation_warning() -> None:
+    with pytest.warns(DeprecationWarning, match="EnvelopeAck"):
+        old = public.Ack  # type: ignore[attr-defined]
+    assert old is public.EnvelopeAck

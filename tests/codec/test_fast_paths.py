@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from jetsdk.codec.envelope import (
     COOKIE,
-    Ack,
     AckEncoder,
+    EnvelopeAck,
     EnvelopeMessage,
     MessageEncoder,
     decode_ack_tuples,
@@ -71,11 +71,13 @@ def test_message_encoder_matches_encode_message(m: EnvelopeMessage) -> None:
 
 @PROPS
 @given(st.lists(acks, min_size=1, max_size=5), st.text(max_size=10), st.integers(0, 2**32 - 1))
-def test_ack_encoder_matches_encode_acks(batch: list[Ack], stream: str, partition: int) -> None:
+def test_ack_encoder_matches_encode_acks(
+    batch: list[EnvelopeAck], stream: str, partition: int
+) -> None:
     same = [
-        Ack(stream, partition, a.offset, a.timestamp, a.correlation_id, a.ack_policy)
+        EnvelopeAck(stream, partition, a.offset, a.timestamp, a.correlation_id, a.ack_policy)
         if i % 2
-        else Ack(
+        else EnvelopeAck(
             stream,
             partition,
             a.offset,

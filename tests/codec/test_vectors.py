@@ -130,8 +130,8 @@ def message_of(f: dict[str, Any]) -> env.EnvelopeMessage:
     )
 
 
-def ack_of(f: dict[str, Any]) -> env.Ack:
-    return env.Ack(**{**f, "ack_policy": AckPolicy(f["ack_policy"])})
+def ack_of(f: dict[str, Any]) -> env.EnvelopeAck:
+    return env.EnvelopeAck(**{**f, "ack_policy": AckPolicy(f["ack_policy"])})
 
 
 @pytest.mark.parametrize("case", ENVELOPE["cases"], ids=ids(ENVELOPE["cases"]))

@@ -28,7 +28,7 @@ def test_accepted_with_no_members_and_may_move_back() -> None:
     ]
     got = log.state.committed(S[0])
     assert got is not None
-    assert (got.offset, got.member, got.generation) == (20, "spark", SIMPLE_GENERATION)
+    assert (got.position.offset, got.member, got.generation) == (20, "spark", SIMPLE_GENERATION)
 
 
 def test_refused_while_a_member_owns_or_targets_the_partition() -> None:
@@ -63,7 +63,7 @@ def test_a_member_cannot_use_generation_minus_one_to_bypass_fencing() -> None:
     ]
     got = log.state.committed(S[0])
     assert got is not None
-    assert got.offset == 10
+    assert got.position.offset == 10
 
 
 def test_record_and_checkpoint_round_trip() -> None:

@@ -86,7 +86,7 @@ def test_cooperative_handoff_and_commit_fencing() -> None:
     assert log.add(commit("b", S[2], 2, 14), 0.17) == [CommitRejected("b", S[2], 14, "regression")]
     committed = log.state.committed(S[2])
     assert committed is not None
-    assert (committed.offset, committed.member, committed.generation) == (15, "b", 2)
+    assert (committed.position.offset, committed.member, committed.generation) == (15, "b", 2)
     assert committed.timestamp == ns(0.14)
 
 

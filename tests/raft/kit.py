@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -14,6 +13,7 @@ import anyio
 from jetserver.metadata.model import StreamSpec
 from jetserver.metadata.ops import CreateStream
 from jetserver.raft import MetadataRaft, RaftConfig, RaftPeer, RaftStatus
+from jetserver.testing import free_ports
 
 PASSWORD = secrets.token_hex(16)
 """Cluster password of the test clusters."""
@@ -23,17 +23,11 @@ MAX_LEADER_ROUNDS = 200
 """Bound on status changes observed while waiting for an agreed leader."""
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def make_configs(root: Path, n: int = 3, **overrides: Any) -> list[RaftConfig]:
     """Configs of an ``n``-member loopback group, data under ``root/<server id>``."""
     ids = [f"s{i + 1}" for i in range(n)]
-    addresses = {i: f"127.0.0.1:{free_port()}" for i in ids}
+    ports = iter(free_ports(len(ids)))  # distinct: all bound at once
+    addresses = {i: f"127.0.0.1:{next(ports)}" for i in ids}
     return [
         RaftConfig(
             server_id=i,

@@ -26,6 +26,7 @@ import pytest
 from jetsdk import Client, Producer, sync
 from jetsdk.consumer import Consumer, OffsetAndMetadata
 from jetsdk.group.member import MemberConfig
+from jetserver.testing import wait_until
 from support.jet_dev import JetDev
 
 WORKER = Path(__file__).with_name("group_worker.py")
@@ -119,15 +120,6 @@ async def high_watermarks(servers: list[str], stream: str, partitions: int) -> d
         return {p: (await client.list_offsets(stream, p, "latest")).hw for p in range(partitions)}
 
 
-def wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: list[Worker]) -> None:
     stream, group, partitions = unique("grp"), unique("g"), 6
     servers = jet_dev.servers
@@ -155,16 +147,17 @@ def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: li
                 del state[p]
         return state
 
-    wait_for(
+    wait_until(
         lambda: len(owners()) == partitions and len(set(map(id, owners().values()))) == 3,
         60,
         "three members sharing the six partitions",
+        interval_s=0.1,
     )
     # Kill while messages flow: production goes on in a thread, the victim dies mid-batch.
     producing = threading.Thread(target=anyio.run, args=(produce, servers, stream, 1200, 600))
     producing.start()
     victim = workers[1]
-    wait_for(lambda: len(read_lines(victim.out)) > 250, 30, "the victim at work")
+    wait_until(lambda: len(read_lines(victim.out)) > 250, 30, "the victim at work")
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait(timeout=10)
     killed_at = time.time()
@@ -179,10 +172,11 @@ def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: li
     producing.join(timeout=60)
     anyio.run(produce, servers, stream, 1200, 1800)
     # Acked with LEADER (at append); committed (the HW) one fsync later.
-    wait_for(
+    wait_until(
         lambda: sum(anyio.run(high_watermarks, servers, stream, partitions).values()) == 3000,
         30,
         "all 3000 messages committed",
+        interval_s=0.1,
     )
     hw = anyio.run(high_watermarks, servers, stream, partitions)
 
@@ -194,7 +188,7 @@ def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: li
                     seen[(line.partition, line.offset)].append((w, line))
         return seen
 
-    wait_for(lambda: len(processed()) == 3000, 60, "every message processed")
+    wait_until(lambda: len(processed()) == 3000, 60, "every message processed")
     stop.touch()
     for w in workers[::2]:
         assert w.proc.wait(timeout=30) == 0

@@ -23,6 +23,7 @@ from jetsdk import Client, Producer
 from jetsdk.codec.record import Record, iter_records
 from jetsdk.consumer.share import read_share_group
 from jetsdk.share.state import ShareState
+from jetserver.testing import wait_until
 from support.jet_dev import JetDev
 
 WORKER = Path(__file__).with_name("share_worker.py")
@@ -80,15 +81,6 @@ def start(
     return worker
 
 
-def wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 async def produce(servers: list[str], stream: str, count: int) -> None:
     async with Client(servers) as client:
         await client.create_stream(stream, stream)
@@ -128,18 +120,23 @@ def test_sigkill_holder_messages_go_to_the_others_after_the_deadline(
     anyio.run(produce, servers, stream, count)
     stop = tmp_path / "stop"
     holder = start(workers, jet_dev, stream, group, tmp_path, stop, "--mode", "hold")
-    wait_for(lambda: len(holder.lines()) >= 100, 30, "the holder to hold 100 messages")
+    wait_until(lambda: len(holder.lines()) >= 100, 30, "the holder to hold 100 messages")
     others = [
         start(workers, jet_dev, stream, group, tmp_path, stop, "--backend", backend)
         for backend in ("asyncio", "trio")
     ]
-    wait_for(lambda: all(w.out.exists() for w in others), 30, "the other workers to start")
+    wait_until(lambda: all(w.out.exists() for w in others), 30, "the other workers to start")
     held = {line.offset: line for line in holder.lines()}
     holder.proc.send_signal(signal.SIGKILL)
     killed_at = time.time()
     holder.proc.wait(timeout=10)
     held = {line.offset: line for line in holder.lines()}  # everything it handed out
-    wait_for(lambda: finished(servers, group, stream, count), 40, "every message to be acked")
+    wait_until(
+        lambda: finished(servers, group, stream, count),
+        40,
+        "every message to be acked",
+        interval_s=0.1,
+    )
     stop.touch()
     for w in others:
         assert w.proc.wait(timeout=30) == 0
@@ -178,11 +175,16 @@ def test_dead_letter_after_max_deliveries_exactly_once_across_a_kill(
     extra = ("--mode", "poison", "--max-deliveries", "3", "--batch", "10", "--dlq", dlq)
     first = start(workers, jet_dev, stream, group, tmp_path, stop, *extra)
     second = start(workers, jet_dev, stream, group, tmp_path, stop, *extra)
-    wait_for(lambda: len(first.lines()) >= 10, 30, "the first worker to get 10 messages")
+    wait_until(lambda: len(first.lines()) >= 10, 30, "the first worker to get 10 messages")
     first.proc.send_signal(signal.SIGKILL)
     first.proc.wait(timeout=10)
     third = start(workers, jet_dev, stream, group, tmp_path, stop, *extra, "--backend", "trio")
-    wait_for(lambda: finished(servers, group, stream, count), 40, "every message to finish")
+    wait_until(
+        lambda: finished(servers, group, stream, count),
+        40,
+        "every message to finish",
+        interval_s=0.1,
+    )
     stop.touch()
     for w in (second, third):
         assert w.proc.wait(timeout=30) == 0

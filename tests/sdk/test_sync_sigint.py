@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from jetsdk import sync
-from support.jet_server import ServerProcess
+from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 
 CHILD = Path(__file__).with_name("sigint_child.py")
@@ -32,7 +32,7 @@ BLOCKED_FOR_S = 0.5
 def test_ctrl_c_interrupts_a_blocking_sync_call(
     nats_server: NatsServer, tmp_path: Path, call: str
 ) -> None:
-    server = ServerProcess.start(nats_server.url, tmp_path / "data")
+    server = start_server_process(nats_server.url, tmp_path / "data")
     stream = f"int-{uuid.uuid4().hex[:8]}"
     try:
         with sync.Client([server.address]) as client:

@@ -13,7 +13,7 @@ from jetsdk import Client
 from jetsdk.acl import list_acls, set_acl
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import AckPolicy, ProduceMessage, ProduceRequest, encode_json
-from jetsdk.consumer.group import ensure_groups_stream
+from jetsdk.consumer.group_runtime import ensure_groups_stream
 from jetsdk.errors import PermissionDenied
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.partitioner import partition_for_key

@@ -45,7 +45,7 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[C
             "acls": ["ops:admin:*", "ops:publish:*", "ops:fetch:*"],
         },
     }
-    with Cluster(root / "cluster", settings=settings) as cluster:
+    with Cluster(root=root / "cluster", settings=settings) as cluster:
         yield cluster, str(ca.ca_path)
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jetsdk.codec.envelope import Ack, decode_acks, encode_ack, encode_acks
+from jetsdk.codec.envelope import EnvelopeAck, decode_acks, encode_ack, encode_acks
 from jetsdk.codec.error_codes import AckPolicy
 from jetserver.broker.acks import (
     AckRouter,
@@ -30,7 +30,7 @@ partition_acks = st.builds(
     error_message=st.text(max_size=8),
 )
 acks = st.builds(
-    Ack,
+    EnvelopeAck,
     stream=st.sampled_from(["orders", "pay", "é"]),
     partition=st.integers(0, 2),
     offset=st.integers(-1, 2**40),
@@ -42,8 +42,8 @@ acks = st.builds(
 )
 
 
-def _as_ack(stream: str, partition: int, a: PartitionAck) -> Ack:
-    return Ack(stream, partition, a[0], a[1], a[2], AckPolicy(a[3]), a[4], a[5])
+def _as_ack(stream: str, partition: int, a: PartitionAck) -> EnvelopeAck:
+    return EnvelopeAck(stream, partition, a[0], a[1], a[2], AckPolicy(a[3]), a[4], a[5])
 
 
 @settings(max_examples=200, deadline=None)
@@ -70,7 +70,7 @@ def test_payloads_decode_to_the_acks_in_order(
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(acks, min_size=1, max_size=20))
-def test_ack_objects_mixing_partitions(batch: list[Ack]) -> None:
+def test_ack_objects_mixing_partitions(batch: list[EnvelopeAck]) -> None:
     payloads = encode_ack_payloads(batch, 200)
     assert [a for p in payloads for a in decode_acks(p)] == batch
     for p in payloads:

@@ -13,7 +13,7 @@ import pytest
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import ProduceMessage
 from support.jet_dev import JetDev
-from support.jet_server import ServerProcess
+from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -23,9 +23,9 @@ JET = [sys.executable, "-m", "jetserver.cli.main"]
 @pytest.mark.anyio
 async def test_sigterm_is_a_clean_shutdown(nats_server: NatsServer, tmp_path: Path) -> None:
     data = tmp_path / "s1"
-    proc = ServerProcess.start(nats_server.url, data)
+    proc = start_server_process(nats_server.url, data)
     try:
-        ready = orjson.loads((tmp_path / "s1.ready").read_bytes())
+        ready = orjson.loads(proc.ready_file.read_bytes())
         assert ready["address"] == proc.address
         async with await RawClient.connect(proc.address) as c:
             await c.create_stream(name="cli", subject="cli")
@@ -40,10 +40,10 @@ async def test_sigterm_is_a_clean_shutdown(nats_server: NatsServer, tmp_path: Pa
     finally:
         code = proc.stop()
     assert code == 0, proc.log_path.read_text()
-    assert not (tmp_path / "s1.ready").exists()
+    assert not proc.ready_file.exists()
     log = proc.log_path.read_text()
     assert "server stopped" in log
-    proc = ServerProcess.start(nats_server.url, data)
+    proc = start_server_process(nats_server.url, data)
     try:
         async with await RawClient.connect(proc.address) as c:
             records = await c.fetch_all("cli", 0)
@@ -123,7 +123,7 @@ async def test_jet_dev_fixture(jet_dev: JetDev) -> None:
 
 def test_jet_dev_stops_everything_it_started(tmp_path: Path) -> None:
     dev = JetDev.start(tmp_path / "data")
-    server_pid_file = tmp_path / "data" / "s1.ready"
+    server_pid_file = tmp_path / "data" / "s1.run" / "ready.json"
     server_pid = orjson.loads(server_pid_file.read_bytes())["pid"]
     assert dev.stop() == 0
     assert not _alive(server_pid)

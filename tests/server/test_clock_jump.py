@@ -23,7 +23,7 @@ import pytest
 
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
-from support.jet_server import ServerProcess
+from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -60,7 +60,7 @@ async def test_a_wall_clock_jump_deletes_nothing_early_and_keeps_timestamps_in_o
     shift.write_text("0")
     config = tmp_path / "jet.toml"
     config.write_text("[storage]\nmaintenance_interval_s = 0.2\nhw_checkpoint_interval_s = 0.2\n")
-    proc = ServerProcess.start(
+    proc = start_server_process(
         nats_server.url,
         tmp_path / "data",
         "--config",

@@ -18,7 +18,7 @@ from cluster.harness import wait_until_async
 from jetsdk import Client, Consumer, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from support.fsync_fault import FsyncGate
-from support.jet_server import ServerProcess
+from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
@@ -37,7 +37,7 @@ async def test_written_commits_before_the_fsync_and_flushed_waits_for_it(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:
     gate = FsyncGate(tmp_path / "gate", match="/streams/")
-    proc = ServerProcess.start(
+    proc = start_server_process(
         nats_server.url, tmp_path / "data", "--log-level", "INFO", env=gate.env()
     )
     try:

@@ -24,7 +24,7 @@ from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from support.fault_report import write_report
 from support.fsync_fault import FsyncFault
-from support.jet_server import ServerProcess
+from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -52,7 +52,7 @@ async def test_failed_fsync_on_a_single_server_loses_no_acked_record(
     data = tmp_path / "data"
     marker = tmp_path / "fault-fired"
     fault = FsyncFault(match=SEGMENT, at=fail_at, marker=marker)
-    proc = ServerProcess.start(nats_server.url, data, "--log-level", "INFO", env=fault.env())
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
     acked: dict[int, bytes] = {}
     failed: list[BaseException] = []
     try:
@@ -78,7 +78,7 @@ async def test_failed_fsync_on_a_single_server_loses_no_acked_record(
     assert marker.exists(), "the injected fsync failure never fired"
     log_text = proc.log_path.read_text(errors="replace")
 
-    proc = ServerProcess.start(nats_server.url, data, "--log-level", "INFO")
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO")
     try:
         with anyio.fail_after(BOUND_S):
             async with await RawClient.connect(proc.address) as c:

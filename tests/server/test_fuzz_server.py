@@ -52,7 +52,8 @@ from jetsdk.codec.messages import (
 )
 from jetserver.config import NatsConfig
 from jetserver.nats_link import NatsLink, NatsUnavailable
-from support.jet_server import ServerProcess
+from jetserver.testing import JetServer
+from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import split_address
 
@@ -325,11 +326,11 @@ def normal_round(address: str, name: str) -> None:
 @pytest.fixture
 def server(
     nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ServerProcess]:
+) -> Iterator[JetServer]:
     """A `jet server` process with short fetch/produce waits (stopped by PID)."""
     for key, value in SERVER_ENV.items():
         monkeypatch.setenv(key, value)
-    proc = ServerProcess.start(nats_server.url, tmp_path / "data", "--log-level", "INFO")
+    proc = start_server_process(nats_server.url, tmp_path / "data", "--log-level", "INFO")
     try:
         yield proc
     finally:
@@ -339,7 +340,7 @@ def server(
 # ---------------------------------------------------------------------------- the test
 
 
-def test_fuzz_requests_over_sockets(server: ServerProcess) -> None:
+def test_fuzz_requests_over_sockets(server: JetServer) -> None:
     address, pid = server.address, server.proc.pid
     with connect(address) as sock:
         body = encode_json({"name": STREAM, "subject": STREAM, "partitions": 2})

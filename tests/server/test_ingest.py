@@ -10,7 +10,7 @@ import pytest
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
-from jetsdk.codec.envelope import Ack, EnvelopeMessage, decode_acks, encode_message
+from jetsdk.codec.envelope import EnvelopeAck, EnvelopeMessage, decode_acks, encode_message
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.envelope import parse_ack
 from jetserver.server import Server
@@ -25,7 +25,7 @@ class AckInbox:
     """Collects acks published to one inbox."""
 
     def __init__(self) -> None:
-        self.acks: list[Ack] = []
+        self.acks: list[EnvelopeAck] = []
         self.payloads = 0
         self._changed = anyio.Event()
 
@@ -35,7 +35,7 @@ class AckInbox:
         self._changed.set()
         self._changed = anyio.Event()
 
-    async def wait_for(self, count: int, timeout_s: float = 10.0) -> list[Ack]:
+    async def wait_for(self, count: int, timeout_s: float = 10.0) -> list[EnvelopeAck]:
         with anyio.fail_after(timeout_s):
             while len(self.acks) < count:
                 await self._changed.wait()

@@ -14,7 +14,7 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage
 from jetserver.metrics import Histogram
 from support.jet_dev import JetDev
-from support.jet_server import ServerProcess, running_server
+from support.jet_server import running_server, start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError, split_address
 
@@ -128,17 +128,17 @@ async def test_cli_json_logs_and_metrics_port(nats_server: NatsServer, tmp_path:
     ts, level, logger, msg and the record's fields; the ready file names the metrics
     address, which serves the exposition."""
     data_dir = tmp_path / "data"
-    proc = ServerProcess.start(
+    proc = start_server_process(
         nats_server.url, data_dir, "--log-format", "json", "--metrics-port", "0"
     )
     try:
-        ready = orjson.loads((tmp_path / "data.ready").read_bytes())
+        ready = orjson.loads(proc.ready_file.read_bytes())
         status, text = await scrape(ready["metrics_address"])
         assert status == 200
         assert value(text, "jet_nats_connected") == 1
     finally:
         assert proc.stop() == 0
-    lines = [ln for ln in proc.log_path.read_text().splitlines() if ln.strip()]
+    lines = [ln for ln in proc.incarnation_log().splitlines()[1:] if ln.strip()]
     records = [orjson.loads(ln) for ln in lines]
     assert all({"ts", "level", "logger", "msg"} <= r.keys() for r in records)
     (ready_line,) = [r for r in records if r["msg"] == "server ready"]
@@ -182,7 +182,7 @@ async def test_cluster_partition_metrics(tmp_path: Path, monkeypatch: pytest.Mon
     dev = await anyio.to_thread.run_sync(lambda: JetDev.start(data_dir, servers=3))
     try:
         metrics = [
-            orjson.loads((data_dir / f"s{i}.ready").read_bytes())["metrics_address"]
+            orjson.loads((data_dir / f"s{i}.run" / "ready.json").read_bytes())["metrics_address"]
             for i in (1, 2, 3)
         ]
         async with await RawClient.connect(dev.servers[0]) as c:

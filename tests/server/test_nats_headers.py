@@ -18,7 +18,7 @@ from nats.aio.client import Client as NatsClient
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.server import Server
-from support.jet_server import ServerProcess
+from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -98,7 +98,7 @@ async def test_header_controls_of_plain_requests(jet: Server, nc: NatsClient) ->
 async def test_nats_msg_id_deduplicates_within_the_window_and_across_a_restart(
     nats_server: NatsServer, nc: NatsClient, tmp_path: Path
 ) -> None:
-    proc = ServerProcess.start(nats_server.url, tmp_path / "data", "--log-level", "INFO")
+    proc = start_server_process(nats_server.url, tmp_path / "data", "--log-level", "INFO")
     try:
         async with await RawClient.connect(proc.address) as c:
             await c.create_stream(name="ids", subject="ids")
@@ -115,7 +115,7 @@ async def test_nats_msg_id_deduplicates_within_the_window_and_across_a_restart(
     finally:
         assert proc.stop() == 0
     # A new leadership (here: the same server started again) rebuilds the ids from its log.
-    proc = ServerProcess.start(nats_server.url, tmp_path / "data", "--log-level", "INFO")
+    proc = start_server_process(nats_server.url, tmp_path / "data", "--log-level", "INFO")
     try:
         async with await RawClient.connect(proc.address) as c:
             again = await request(b"two, after a restart", "order-2")

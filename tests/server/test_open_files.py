@@ -19,7 +19,7 @@ import pytest
 
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetsdk.errors import JetError, PartitionOffline, StorageError, StreamNotFound
-from support.jet_server import ServerProcess
+from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
@@ -50,7 +50,7 @@ async def _create_until_refused(address: str) -> tuple[list[str], JetError]:
 async def test_create_fails_clearly_and_leaves_nothing_behind(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    server = ServerProcess.start(nats_server.url, tmp_path / "data", file_limit=200)
+    server = start_server_process(nats_server.url, tmp_path / "data", file_limit=200)
     try:
         created, error = await _create_until_refused(server.address)
         assert isinstance(error, StorageError)
@@ -81,7 +81,7 @@ async def test_partitions_that_cannot_open_at_start_are_offline(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    server = ServerProcess.start(nats_server.url, data, file_limit=400)
+    server = start_server_process(nats_server.url, data, file_limit=400)
     try:
         async with Client([server.address]) as client:
             for i in range(8):
@@ -89,7 +89,7 @@ async def test_partitions_that_cannot_open_at_start_are_offline(
     finally:
         assert server.stop() == 0
     # 80 partitions, and room for about half of them after the reserve.
-    server = ServerProcess.start(nats_server.url, data, file_limit=110)
+    server = start_server_process(nats_server.url, data, file_limit=110)
     try:
         async with Client([server.address]) as client:
             infos = [await client.describe_stream(f"s{i}") for i in range(8)]

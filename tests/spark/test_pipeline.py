@@ -11,7 +11,7 @@ import pytest
 
 import jetspark
 from jetsdk import Client
-from jetsdk.consumer.group_offsets import PartitionLag, group_lag
+from jetsdk.consumer.group_admin import PartitionLag, group_lag
 from support.jet_dev import JetDev
 
 from .conftest import wait_until

@@ -6,7 +6,7 @@ good sync: the bytes written since then are gone, as after a failed writeback on
 (the kernel drops the dirty pages and reports the error once; the next fsync succeeds).
 
     env = FsyncFault(match="/orders/0/", at=5, marker=tmp / "fired").env()
-    ServerProcess.start(nats_url, data_dir, env=env)
+    start_server_process(nats_url, data_dir, env=env)
 
 It is compiled with the machine's C compiler once per test session into a temporary
 directory (never committed). :func:`shim_path` raises :class:`ShimUnavailable` where no C

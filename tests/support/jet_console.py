@@ -10,11 +10,6 @@ Stopped by PID (SIGTERM, then SIGKILL after a bound).
 from __future__ import annotations
 
 import http.client
-import queue
-import signal
-import subprocess
-import sys
-import threading
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,11 +17,11 @@ from urllib.parse import urlsplit
 import attrs
 import orjson
 
+from support.cli_child import CliChild
 from support.jet_cli import jet_env
 from support.jet_dev import JetDev
 
 READY_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
 HTTP_TIMEOUT_S = 30.0
 
 
@@ -35,7 +30,7 @@ class JetConsole:
     """A running `jet console`."""
 
     url: str
-    proc: subprocess.Popen[str]
+    child: CliChild
 
     @classmethod
     def start(cls, dev: JetDev | list[str], *args: str) -> JetConsole:
@@ -46,35 +41,9 @@ class JetConsole:
             if isinstance(dev, JetDev)
             else jet_env(None) | {"JET_SERVERS": ",".join(dev)}
         )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jetserver.cli.main", "console", "--port", "0", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-
-        def reader() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.put(line.rstrip("\n"))
-            lines.put(None)
-
-        threading.Thread(target=reader, name="jet-console-stdout", daemon=True).start()
-        seen = []
-        while True:
-            try:
-                line = lines.get(timeout=READY_TIMEOUT_S)
-            except queue.Empty:
-                _stop(proc)
-                raise RuntimeError(f"jet console printed no URL in time: {seen}") from None
-            if line is None:
-                raise RuntimeError(f"jet console exited ({proc.wait()}): {seen}")
-            seen.append(line)
-            if line.startswith("console: "):
-                return cls(line[len("console: ") :].strip(), proc)
+        child = CliChild.spawn(["console", "--port", "0", *args], env=env)
+        found = child.wait_for("console: ", timeout_s=READY_TIMEOUT_S)
+        return cls(found["console: "], child)
 
     def request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
@@ -102,7 +71,7 @@ class JetConsole:
 
     def stop(self) -> int:
         """Stop it by PID."""
-        return _stop(self.proc)
+        return self.child.stop()
 
     def __enter__(self) -> JetConsole:
         return self
@@ -114,13 +83,3 @@ class JetConsole:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _stop(proc: subprocess.Popen[str]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.wait(timeout=STOP_TIMEOUT_S)

@@ -3,25 +3,21 @@
     with JetDev.start(tmp_path) as dev:
         dev.nats_url        # "nats://127.0.0.1:PORT"
         dev.servers         # ["127.0.0.1:PORT"]
-        dev.proc            # the `jet dev` process
 
-Stopped by PID (SIGTERM, then SIGKILL after a bound); `jet dev` stops its children.
+Stopped by PID (SIGTERM, then SIGKILL after a bound); `jet dev` stops its children. (Tests
+that need servers rather than the `jet dev` command use :mod:`jetserver.testing`.)
 """
 
 from __future__ import annotations
 
-import queue
-import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from types import TracebackType
 
 import attrs
 
+from support.cli_child import CliChild
+
 READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 30.0
 
 
 @attrs.define(eq=False)
@@ -32,12 +28,10 @@ class JetDev:
     """NATS URL printed by `jet dev`."""
     servers: list[str]
     """Server addresses printed by `jet dev`."""
-    proc: subprocess.Popen[str]
-    """The `jet dev` process."""
+    child: CliChild
+    """The `jet dev` process and its stdout lines."""
     log_path: Path
     """Where the servers' logs and `jet dev`'s stderr go."""
-    output: list[str] = attrs.field(factory=list)
-    """Every stdout line so far (filled by a background reader)."""
 
     @property
     def server(self) -> str:
@@ -53,64 +47,22 @@ class JetDev:
         """
         data_dir.mkdir(parents=True, exist_ok=True)
         log_path = data_dir.parent / f"{data_dir.name}-jet-dev.log"
-        log_file = open(log_path, "ab")  # noqa: SIM115 - closed by the child's exit
-        args = [
-            sys.executable,
-            "-m",
-            "jetserver.cli.main",
-            "dev",
-            "--servers",
-            str(servers),
-            "--data-dir",
-            str(data_dir),
-            "--log-file",
-            str(log_path),
-            *extra_args,
-        ]
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log_file,
-            text=True,
-        )
-        log_file.close()
-        lines: queue.Queue[str | None] = queue.Queue()
-        output: list[str] = []
-
-        def reader() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                output.append(line.rstrip("\n"))
-                lines.put(line.rstrip("\n"))
-            lines.put(None)
-
-        threading.Thread(target=reader, name="jet-dev-stdout", daemon=True).start()
-        nats_url = ""
-        addresses: list[str] = []
+        args = ["dev", "--servers", str(servers), "--data-dir", str(data_dir)]
+        with open(log_path, "ab") as log_file:
+            child = CliChild.spawn(
+                [*args, "--log-file", str(log_path), *extra_args], stderr=log_file
+            )
         try:
-            while not (nats_url and addresses):
-                try:
-                    line = lines.get(timeout=READY_TIMEOUT_S)
-                except queue.Empty:
-                    raise RuntimeError("jet dev printed no addresses in time") from None
-                if line is None:
-                    raise RuntimeError(
-                        f"jet dev exited early (code {proc.wait()}); log: "
-                        f"{log_path.read_text(errors='replace')[-3000:]}"
-                    )
-                if line.startswith("nats: "):
-                    nats_url = line[len("nats: ") :].strip()
-                elif line.startswith("servers: "):
-                    addresses = [a for a in line[len("servers: ") :].strip().split(",") if a]
-        except BaseException:
-            _stop(proc)
-            raise
-        return cls(nats_url, addresses, proc, log_path, output)
+            found = child.wait_for("nats: ", "servers: ", timeout_s=READY_TIMEOUT_S)
+        except RuntimeError as exc:
+            log = log_path.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"jet dev: {exc}; log: {log}") from None
+        addresses = [a for a in found["servers: "].split(",") if a]
+        return cls(found["nats: "], addresses, child, log_path)
 
     def stop(self) -> int:
         """Stop `jet dev` (SIGTERM, SIGKILL after a bound); return its exit code."""
-        return _stop(self.proc)
+        return self.child.stop()
 
     def __enter__(self) -> JetDev:
         return self
@@ -122,13 +74,3 @@ class JetDev:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _stop(proc: subprocess.Popen[str]) -> int:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            return proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return proc.wait(timeout=STOP_TIMEOUT_S)

@@ -473,12 +473,12 @@ def run(
     _section(f"1. cluster: nats-server and {servers} jet server(s)")
     with (
         log_path.open("ab") as log,
-        DevCluster(servers=servers, data_dir=data_dir, new_session=True, log_file=log) as cluster,
+        DevCluster(size=servers, root=data_dir, new_session=True, log_file=log) as cluster,
     ):
         assert cluster.nats is not None
         _say(f"data in {data_dir}, server logs in {log_path}")
         _say(f"  nats-server  {cluster.nats_url}  PID {cluster.nats.pid}")
-        for p in cluster.processes:
+        for p in cluster.servers:
             _say(f"  jet server {p.server_id}  {p.address}  PID {p.pid}  data {p.data_dir}")
         addresses = cluster.addresses
         _section("2. create a replicated stream, produce keyed orders")

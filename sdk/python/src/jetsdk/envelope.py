@@ -42,11 +42,12 @@ Everything here is pure and thread-safe.
 from __future__ import annotations
 
 import secrets
+import warnings
 from collections.abc import Iterable, Mapping
 
 from jetsdk.codec.envelope import (
     COOKIE,
-    Ack,
+    EnvelopeAck,
     EnvelopeMessage,
     decode_acks,
     encode_message,
@@ -58,9 +59,9 @@ from jetsdk.codec.json_ack import decode_json_ack
 
 __all__ = [
     "COOKIE",
-    "Ack",
     "AckPolicy",
     "CodecError",
+    "EnvelopeAck",
     "EnvelopeMessage",
     "ErrorCode",
     "HeadersLike",
@@ -70,6 +71,20 @@ __all__ = [
     "parse_ack",
     "parse_message",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``Ack``: the old name of :class:`EnvelopeAck` (deprecated; ``jetsdk.Ack`` is the
+    outcome of a send, a different thing)."""
+    if name == "Ack":
+        warnings.warn(
+            "jetsdk.envelope.Ack is now jetsdk.envelope.EnvelopeAck",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return EnvelopeAck
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 HeadersLike = Mapping[str, bytes | str] | Iterable[tuple[str, bytes | str]]
 """Headers as a mapping or as (name, value) pairs (to repeat a name); str values are UTF-8
@@ -141,7 +156,7 @@ def new_correlation_id() -> str:
     return secrets.token_hex(8)
 
 
-def parse_ack(payload: bytes | bytearray | memoryview) -> list[Ack]:
+def parse_ack(payload: bytes | bytearray | memoryview) -> list[EnvelopeAck]:
     """The acks in a payload received on an ack inbox (one, or several for a batch), or
     the JSON ack of a plain request (its ``timestamp`` is -1 and ``correlation_id`` "").
 
@@ -151,7 +166,7 @@ def parse_ack(payload: bytes | bytearray | memoryview) -> list[Ack]:
     data = bytes(payload)
     if data[:1] == b"{":
         stream, partition, offset, code, text = decode_json_ack(data)
-        return [Ack(stream, partition, offset, -1, "", AckPolicy.LEADER, code, text)]
+        return [EnvelopeAck(stream, partition, offset, -1, "", AckPolicy.LEADER, code, text)]
     return decode_acks(data)
 
 

@@ -5,7 +5,7 @@ With option ``group`` the source also writes, after each committed micro-batch, 
 offset to process of every changed partition as **simple commits** of that group
 (spec/groups.md §7.2: commit records with generation -1 in the group's ``__groups``
 partition, member ``"jetspark"``, metadata ``"jetspark"``). So the SDK's own tools read
-them like any group's offsets: ``jetsdk.consumer.group_offsets.group_offsets`` /
+them like any group's offsets: ``jetsdk.consumer.group_admin.group_offsets`` /
 ``group_lag`` (and a group member that later takes the streams over starts from them).
 
 Simple commits apply only to partitions no group member owns or targets: mirror under a
@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jetsdk.client import Client
-from jetsdk.consumer.group_offsets import commit_offsets, group_offsets
-from jetsdk.consumer.group_offsets import group_lag as sdk_group_lag
-from jetsdk.consumer.membership import OffsetAndMetadata
+from jetsdk.consumer import OffsetAndMetadata
+from jetsdk.consumer.group_admin import commit_offsets, group_offsets
+from jetsdk.consumer.group_admin import group_lag as sdk_group_lag
 from jetsdk.group.stream_partition import StreamPartition
 from jetspark._bridge import shared_bridge
 from jetspark.options import security_args, security_options

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import attrs
 
-from jetsdk.codec.envelope_acks import Ack, AckEncoder, AckFields
+from jetsdk.codec.envelope_acks import AckEncoder, AckFields, EnvelopeAck
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.json_ack import encode_json_ack
 from jetsdk.codec.limits import MAX_ACKS_PER_BATCH
@@ -131,8 +131,10 @@ def ack_payloads(
     return payloads
 
 
-def encode_ack_payloads(acks: Sequence[Ack], max_bytes: int = MAX_ACK_PAYLOAD_BYTES) -> list[bytes]:
-    """As :func:`ack_payloads` for :class:`~jetsdk.codec.envelope.Ack` objects, which may
+def encode_ack_payloads(
+    acks: Sequence[EnvelopeAck], max_bytes: int = MAX_ACK_PAYLOAD_BYTES
+) -> list[bytes]:
+    """As :func:`ack_payloads` for :class:`~jetsdk.codec.envelope.EnvelopeAck` objects, which may
     mix stream partitions (each run of one partition is batched on its own).
 
     Raises:

@@ -13,6 +13,7 @@ then nats-server). The data directory is temporary and removed on exit unless
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -21,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 from jetserver.devcluster import DevCluster, DevClusterError
-from jetserver.nats_process import NatsServerError
+from jetserver.testing import NatsServerError, WaitTimeout
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -65,10 +66,11 @@ def run_command(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    log_file = open(args.log_file, "ab") if args.log_file else None  # noqa: SIM115
+    # The servers' output: the log file, else this process's stderr (a duplicate of fd 2).
+    log_file = open(args.log_file, "ab") if args.log_file else os.fdopen(os.dup(2), "wb")  # noqa: SIM115
     cluster = DevCluster(
-        servers=args.servers,
-        data_dir=args.data_dir,
+        size=args.servers,
+        root=args.data_dir,
         server_args=tuple(args.server_arg),
         log_file=log_file,
         new_session=True,
@@ -79,7 +81,7 @@ def run_command(args: argparse.Namespace) -> int:
         except DevClusterError as exc:
             print(f"jet dev: {exc}", file=sys.stderr)
             return EXIT_USAGE if "--servers" in str(exc) else EXIT_FAILED
-        except NatsServerError as exc:
+        except (NatsServerError, WaitTimeout) as exc:
             print(f"jet dev: {exc}", file=sys.stderr)
             return EXIT_FAILED
         print(f"nats: {cluster.nats_url}", flush=True)
@@ -96,7 +98,6 @@ def run_command(args: argparse.Namespace) -> int:
         return code
     finally:
         cluster.stop()
-        if log_file is not None:
-            log_file.close()
+        log_file.close()
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -49,7 +49,7 @@ from jetsdk import (
     StreamPartition,
 )
 from jetsdk.codec.record import Record, iter_records
-from jetsdk.consumer.group_offsets import commit_offsets
+from jetsdk.consumer.group_admin import commit_offsets
 from jetsdk.metadata import partition_subject
 from jetserver.console.http import HttpError, Request, Response
 from jetserver.observe.sampler import ClusterSampler, History, Snapshot

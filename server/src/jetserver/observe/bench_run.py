@@ -38,7 +38,7 @@ from jetsdk import (
     StreamNotFound,
     StreamPartition,
 )
-from jetsdk.consumer.group_offsets import commit_offsets
+from jetsdk.consumer.group_admin import commit_offsets
 from jetsdk.consumer.positions import StartAt
 
 STEP_S = 0.1

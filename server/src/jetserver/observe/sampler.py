@@ -10,7 +10,7 @@ Each :meth:`ClusterSampler.sample` (about once a second) reads:
   minus the follower's;
 - the consumer groups: their names, found by reading the keys of the records of the
   internal ``__groups`` stream (incrementally), then each group's state
-  (:func:`jetsdk.consumer.group_offsets.read_group`): members, assignment, committed offsets;
+  (:func:`jetsdk.consumer.group_admin.read_group`): members, assignment, committed offsets;
   a partition's **group lag** is its HW minus the committed offset (HW minus log start
   without a commit).
 
@@ -35,7 +35,7 @@ from jetsdk import Client, JetError, OffsetOutOfRange, StreamNotFound, StreamPar
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.codec.record import iter_records
-from jetsdk.consumer.group_offsets import read_group
+from jetsdk.consumer.group_admin import read_group
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.metadata import ClusterMetadata, StreamInfo
 
@@ -386,7 +386,8 @@ class ClusterSampler:
                     keys.update(StreamPartition(stream, i) for i in range(info.partition_count))
             parts = []
             for sp in sorted(keys):
-                entry = offsets.get(sp)
+                committed = offsets.get(sp)
+                entry = None if committed is None else committed.position
                 part = self._leader_partition(meta, views, sp.stream, sp.partition)
                 hw = part[0]
                 base = entry.offset if entry is not None else part[1]

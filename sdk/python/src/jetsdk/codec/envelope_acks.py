@@ -1,4 +1,4 @@
-"""Envelope acks (spec/envelope.md, kinds 1 and 2): :class:`Ack`, their encoders and
+"""Envelope acks (spec/envelope.md, kinds 1 and 2): :class:`EnvelopeAck`, their encoders and
 decoders. Importable from :mod:`jetsdk.codec.envelope` too. Pure, no I/O; decoders raise only
 :class:`CodecError`, encoders raise it with reason ``"limit"`` for a field out of range."""
 
@@ -41,7 +41,7 @@ from jetsdk.codec.limits import (
 
 
 @attrs.frozen
-class Ack:
+class EnvelopeAck:
     """An acknowledgement from a partition leader (kind 1, or one entry of kind 2)."""
 
     stream: str
@@ -62,7 +62,7 @@ class Ack:
     """Explanation when error_code is not 0."""
 
 
-def _put_ack(parts: list[bytes], ack: Ack) -> None:
+def _put_ack(parts: list[bytes], ack: EnvelopeAck) -> None:
     parts.append(str16(ack.stream, "stream name", MAX_STREAM_NAME_BYTES))
     _put_ack_rest(
         parts,
@@ -101,7 +101,7 @@ def _put_ack_rest(
     parts.append(str16(error_message, "error message", MAX_ERROR_MESSAGE_BYTES))
 
 
-def encode_ack(ack: Ack) -> bytes:
+def encode_ack(ack: EnvelopeAck) -> bytes:
     """Encode a kind 1 envelope (one ack).
 
     Raises:
@@ -112,7 +112,7 @@ def encode_ack(ack: Ack) -> bytes:
     return seal(ACK_ONE, b"".join(parts))
 
 
-def encode_acks(acks: Sequence[Ack]) -> bytes:
+def encode_acks(acks: Sequence[EnvelopeAck]) -> bytes:
     """Encode a kind 2 envelope: 1 to MAX_ACKS_PER_BATCH acks for one ack inbox.
 
     Raises:
@@ -135,7 +135,7 @@ ack_policy, error_code, error_message)."""
 
 class AckEncoder:
     """Encodes acks of one stream partition from plain :data:`AckFields` tuples (the
-    partition leader's hot path: no :class:`Ack` objects); output is byte for byte what
+    partition leader's hot path: no :class:`EnvelopeAck` objects); output is byte for byte what
     :func:`encode_ack` / :func:`encode_acks` write for the same acks.
 
     Thread safety: immutable after construction.
@@ -207,7 +207,7 @@ ack_policy, error_code, error_message)."""
 
 def decode_ack_tuples(payload: bytes | bytearray | memoryview) -> list[AckTuple]:
     """Decode a kind 1 or kind 2 envelope into :data:`AckTuple` tuples (what
-    :func:`decode_acks` returns, without building :class:`Ack` objects).
+    :func:`decode_acks` returns, without building :class:`EnvelopeAck` objects).
 
     Raises:
         CodecError: anything but a valid version 1 kind 1 or 2 envelope.
@@ -292,14 +292,14 @@ def decode_ack_tuples(payload: bytes | bytearray | memoryview) -> list[AckTuple]
     return out
 
 
-def decode_acks(payload: bytes | bytearray | memoryview) -> list[Ack]:
+def decode_acks(payload: bytes | bytearray | memoryview) -> list[EnvelopeAck]:
     """Decode a kind 1 (one ack) or kind 2 (ack batch) envelope.
 
     Raises:
         CodecError: anything but a valid version 1 kind 1 or 2 envelope.
     """
     return [
-        Ack(
+        EnvelopeAck(
             stream=stream,
             partition=partition,
             offset=offset,

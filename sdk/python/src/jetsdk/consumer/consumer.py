@@ -23,10 +23,10 @@ long-polls its leader and appends decoded batches to the consumer's buffer (at m
 partition, so the next response is on its way while the application reads the current one).
 Messages are handed out in fetch order per partition (:mod:`jetsdk.consumer.delivery`:
 backpressure, leases, acks from any thread). Every partition run keeps a
-:class:`~jetsdk.consumer.acks.PartitionAcks`: the position, the acks, what to commit.
+:class:`~jetsdk.consumer.processed.ProcessedOffsets`: the position, the acks, what to commit.
 
-With a ``group``, a :class:`~jetsdk.consumer.group.GroupRuntime` drives the group member
-(:mod:`jetsdk.consumer.membership` reacts to it): partitions start from the group's committed
+With a ``group``, a :class:`~jetsdk.consumer.group_runtime.GroupRuntime` drives the group member
+(:mod:`jetsdk.consumer.group_side` reacts to it): partitions start from the group's committed
 offset, are revoked (in-flight work finished, offsets committed in the release record), lost,
 and committed periodically (``auto_commit``), on revoke and on close. Before any message of a
 group partition is handed out, the member's lease on it is checked (``may_process``).
@@ -57,10 +57,9 @@ import anyio.lowlevel
 
 from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
-from jetsdk.consumer.acks import PartitionAcks
 from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun, fetch_loop
-from jetsdk.consumer.membership import DEFAULT_AUTO_COMMIT_INTERVAL, GroupSide
+from jetsdk.consumer.group_side import DEFAULT_AUTO_COMMIT_INTERVAL, GroupSide
 from jetsdk.consumer.positions import (
     ResetPolicy,
     StartPosition,
@@ -68,6 +67,7 @@ from jetsdk.consumer.positions import (
     parse_start,
     start_offset,
 )
+from jetsdk.consumer.processed import ProcessedOffsets
 from jetsdk.consumer.progress import Progress
 from jetsdk.consumer.simple import SimpleCommits
 from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
@@ -309,9 +309,9 @@ class Consumer:
         old = self._delivery.runs.get(key)
         if old is not None:
             self._delivery.end_run(old)
-        acks = PartitionAcks(offset, self.manual_ack, inherited)
+        processed = ProcessedOffsets(offset, self.manual_ack, inherited)
         run = PartitionRun(
-            key, acks, generation, credit=anyio.Semaphore(_PREFETCH_BATCHES, fast_acquire=True)
+            key, processed, generation, credit=anyio.Semaphore(_PREFETCH_BATCHES, fast_acquire=True)
         )
         run.scope = anyio.CancelScope()
         self._delivery.runs[key] = run
@@ -355,7 +355,7 @@ class Consumer:
                 details={"stream": key.stream, "partition": key.partition},
             )
         if run.reset_to is not None and not self._delivery.has_buffered(run):
-            run.acks.position, run.reset_to = run.reset_to, None
+            run.processed.position, run.reset_to = run.reset_to, None
         return run
 
     def assignment(self) -> list[StreamPartition]:

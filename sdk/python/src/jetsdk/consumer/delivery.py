@@ -43,7 +43,7 @@ YIELD_INTERVAL = 0.005
 
 
 class Leases(Protocol):
-    """What a group member tells delivery (:class:`~jetsdk.consumer.membership.GroupSide`)."""
+    """What a group member tells delivery (:class:`~jetsdk.consumer.group_side.GroupSide`)."""
 
     @property
     def draining(self) -> int:
@@ -71,7 +71,7 @@ class _Acker:
     @property
     def stale(self) -> bool:
         # Read from the sync API's threads: two attribute reads, at worst a moment late.
-        return self.delivery.closed or not self.run.acks.alive
+        return self.delivery.closed or not self.run.processed.alive
 
     def ack_offset(self, offset: int) -> None:
         delivery = self.delivery
@@ -121,7 +121,7 @@ class Delivery:
         run.end()
         if self.runs.get(run.key) is run:
             del self.runs[run.key]
-        self.unacked_total -= run.acks.unacked
+        self.unacked_total -= run.processed.unacked
         self.drop_buffered(run)
         self.notify()
 
@@ -141,7 +141,7 @@ class Delivery:
 
     def acked(self, run: PartitionRun, offset: int) -> None:
         """``msg.ack()`` arrived in the loop thread."""
-        if run.acks.ack(offset):
+        if run.processed.ack(offset):
             self.unacked_total -= 1
             self.notify()
 
@@ -164,13 +164,13 @@ class Delivery:
         for key, offset in first.items():
             run = self.runs.get(key)
             if run is not None:
-                run.acks.rewind(offset)
+                run.processed.rewind(offset)
 
     def settle(self) -> None:
         """Auto acks: what was handed out before this call is processed now."""
         if self._handed:
             for run in self._handed:
-                run.acks.settle()
+                run.processed.settle()
             self._handed.clear()
             if self.leases is not None and self.leases.draining:
                 self.notify()
@@ -214,7 +214,7 @@ class Delivery:
             item.index += 1
             if item.index == len(item.records):
                 self._pop_front(item)
-            count = run.acks.admit(record.offset)
+            count = run.processed.admit(record.offset)
             if count:
                 return self._hand_out(run, record.offset, count, record)
 
@@ -230,17 +230,17 @@ class Delivery:
             end = min(len(records), start + max_records - len(out))
             if self.manual_ack:
                 end = min(end, start + max(1, self.max_unacked - self.unacked_total))
-            if not self.manual_ack and run.acks.is_plain(records[start].offset):
+            if not self.manual_ack and run.processed.is_plain(records[start].offset):
                 stream, partition, acker = run.key.stream, run.key.partition, self._acker(run)
                 out.extend(
                     [new_message(stream, partition, r, 1, acker) for r in records[start:end]]
                 )
-                run.acks.advance(records[end - 1].offset + 1)
+                run.processed.advance(records[end - 1].offset + 1)
                 if not self._handed or self._handed[-1] is not run:
                     self._handed.append(run)
             else:
                 for record in records[start:end]:
-                    count = run.acks.admit(record.offset)
+                    count = run.processed.admit(record.offset)
                     if count:
                         out.append(self._hand_out(run, record.offset, count, record))
             item.index = end
@@ -251,7 +251,7 @@ class Delivery:
 
     def _hand_out(self, run: PartitionRun, offset: int, count: int, record: Record) -> Message:
         if self.manual_ack:
-            run.acks.handed_out(offset, count)
+            run.processed.handed_out(offset, count)
             self.unacked_total += 1
         elif not self._handed or self._handed[-1] is not run:
             self._handed.append(run)  # (admit already moved the position)
@@ -277,7 +277,7 @@ class Delivery:
             return True
         if self.manual_ack and (
             self.unacked_total >= self.max_unacked
-            or run.acks.window >= WINDOW_FACTOR * self.max_unacked
+            or run.processed.window >= WINDOW_FACTOR * self.max_unacked
         ):
             return False
         return self.leases is None or self.leases.may_process(item.key, now)

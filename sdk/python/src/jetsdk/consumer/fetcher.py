@@ -24,8 +24,8 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
-from jetsdk.consumer.acks import PartitionAcks
 from jetsdk.consumer.positions import ResetPolicy, reset_offset
+from jetsdk.consumer.processed import ProcessedOffsets
 from jetsdk.errors import JetError, MalformedFrame, OffsetOutOfRange
 from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.message import Acker
@@ -63,7 +63,7 @@ class PartitionRun:
 
     key: StreamPartition
     """The partition."""
-    acks: PartitionAcks
+    processed: ProcessedOffsets
     """Delivery bookkeeping (position, acks, what to commit)."""
     generation: int | None = None
     """Owner generation in the group (None without a group)."""
@@ -85,7 +85,7 @@ class PartitionRun:
     @property
     def position(self) -> int:
         """Next offset the application will get."""
-        return self.acks.position
+        return self.processed.position
 
     def stop(self) -> None:
         """Stop fetching and ignore later acks of this run's messages (if ``final``)."""
@@ -95,7 +95,7 @@ class PartitionRun:
     def end(self) -> None:
         """Stop fetching; acks of this run's messages are ignored from now on."""
         self.stop()
-        self.acks.alive = False
+        self.processed.alive = False
 
 
 async def fetch_loop(

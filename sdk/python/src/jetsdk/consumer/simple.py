@@ -17,7 +17,7 @@ import attrs
 
 from jetsdk.client import Client
 from jetsdk.consumer.fetcher import PartitionRun
-from jetsdk.consumer.group_offsets import commit_offsets, group_offsets
+from jetsdk.consumer.group_admin import commit_offsets, group_offsets
 from jetsdk.consumer.progress import MAX_USER_METADATA_BYTES
 from jetsdk.consumer.values import OffsetAndMetadata
 from jetsdk.errors import InvalidArgument
@@ -59,7 +59,7 @@ class SimpleCommits:
         wanted: dict[StreamPartition, OffsetAndMetadata] = {}
         if offsets is None:
             for key, run in runs.items():
-                wanted[key] = OffsetAndMetadata(run.acks.committable(), metadata)
+                wanted[key] = OffsetAndMetadata(run.processed.committable(), metadata)
         else:
             for key, value in offsets.items():
                 if isinstance(value, OffsetAndMetadata):

@@ -445,7 +445,8 @@ class GroupMember:
         sent = self._sent.get((partition, generation))
         if committed is None:
             return sent
-        return committed.offset if sent is None else max(committed.offset, sent)
+        offset = committed.position.offset
+        return offset if sent is None else max(offset, sent)
 
     def _track_membership(self, state: GroupState, now: float) -> None:
         info = state.member(self.member_id)

@@ -24,7 +24,7 @@ import attrs
 
 from jetsdk.group.errors import InvalidGroupRecord
 from jetsdk.group.membership import MemberEntry, OwnerEntry
-from jetsdk.group.offsets import CommittedOffset
+from jetsdk.group.offsets import CommitEntry, OffsetAndMetadata
 from jetsdk.group.records import SIMPLE_GENERATION, Join
 from jetsdk.group.stream_partition import StreamPartition
 
@@ -47,7 +47,7 @@ class GroupSnapshot:
     """(partition, target member id), sorted by partition."""
     owners: list[tuple[StreamPartition, OwnerEntry]]
     """Sorted by partition."""
-    offsets: list[tuple[StreamPartition, CommittedOffset]]
+    offsets: list[tuple[StreamPartition, CommitEntry]]
     """In the offset table's order."""
 
 
@@ -82,7 +82,15 @@ def snapshot_to_json(snap: GroupSnapshot) -> dict[str, Any]:
             for p, o in snap.owners
         ],
         "offsets": [
-            [p.stream, p.partition, c.offset, c.metadata, c.member, c.generation, c.timestamp]
+            [
+                p.stream,
+                p.partition,
+                c.position.offset,
+                c.position.metadata,
+                c.member,
+                c.generation,
+                c.timestamp,
+            ]
             for p, c in snap.offsets
         ],
     }
@@ -188,9 +196,10 @@ def snapshot_from_json(obj: Mapping[str, Any]) -> GroupSnapshot:
             offsets=[
                 (
                     _partition(stream, partition),
-                    CommittedOffset(
-                        offset=_int(offset, "offset"),
-                        metadata=_str(metadata, "metadata"),
+                    CommitEntry(
+                        position=OffsetAndMetadata(
+                            _int(offset, "offset"), _str(metadata, "metadata")
+                        ),
                         member=_str(member, "member"),
                         generation=_int(generation, "generation", SIMPLE_GENERATION),
                         timestamp=_int(timestamp, "timestamp"),

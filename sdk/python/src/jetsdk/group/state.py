@@ -46,7 +46,7 @@ from jetsdk.group.changes import (
 )
 from jetsdk.group.errors import InvalidGroupRecord, UnknownAssignor
 from jetsdk.group.membership import MemberEntry, MemberInfo, OwnerEntry, Ownership
-from jetsdk.group.offsets import CommittedOffset, OffsetTable
+from jetsdk.group.offsets import CommitEntry, OffsetAndMetadata, OffsetTable
 from jetsdk.group.records import (
     SIMPLE_GENERATION,
     Checkpoint,
@@ -179,11 +179,11 @@ class GroupState:
             out[p] = view
         return out
 
-    def committed(self, partition: StreamPartition) -> CommittedOffset | None:
+    def committed(self, partition: StreamPartition) -> CommitEntry | None:
         """The committed offset of ``partition``, or None."""
         return self._offsets.get(partition)
 
-    def committed_offsets(self) -> dict[StreamPartition, CommittedOffset]:
+    def committed_offsets(self) -> dict[StreamPartition, CommitEntry]:
         """Every committed offset, sorted by partition."""
         return dict(self._offsets.items())
 
@@ -395,7 +395,9 @@ class GroupState:
             if own is not None or partition in self._targets:
                 changes.append(CommitRejected(member, partition, offset, "group_active"))
             else:
-                entry = CommittedOffset(offset, metadata, member, generation, self._clock)
+                entry = CommitEntry(
+                    OffsetAndMetadata(offset, metadata), member, generation, self._clock
+                )
                 self._offsets.reset(partition, entry)
                 changes.append(CommitAccepted(member, partition, offset))
         elif own is None or own.owner != member:
@@ -405,7 +407,9 @@ class GroupState:
         elif self._offsets.would_regress(partition, offset):
             changes.append(CommitRejected(member, partition, offset, "regression"))
         else:
-            entry = CommittedOffset(offset, metadata, member, generation, self._clock)
+            entry = CommitEntry(
+                OffsetAndMetadata(offset, metadata), member, generation, self._clock
+            )
             self._offsets.put(partition, entry)
             changes.append(CommitAccepted(member, partition, offset))
 

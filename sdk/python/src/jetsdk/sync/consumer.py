@@ -14,7 +14,7 @@ from jetsdk.consumer.consumer import (
     DEFAULT_MAX_UNACKED,
 )
 from jetsdk.consumer.consumer import Consumer as _AsyncConsumer
-from jetsdk.consumer.membership import DEFAULT_AUTO_COMMIT_INTERVAL
+from jetsdk.consumer.group_side import DEFAULT_AUTO_COMMIT_INTERVAL
 from jetsdk.consumer.positions import ResetPolicy, StartPosition
 from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
 from jetsdk.errors import ClientClosed

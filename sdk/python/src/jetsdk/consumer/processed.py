@@ -1,21 +1,22 @@
-"""Per-partition delivery and acknowledgement bookkeeping of a consumer (pure).
+"""What a consumer has processed of one partition run: delivery and acknowledgement
+bookkeeping (pure).
 
-One :class:`PartitionAcks` lives for one run of a partition (from an assignment or a seek to
+One :class:`ProcessedOffsets` lives for one run of a partition (from an assignment or a seek to
 the next); a message handed out carries a reference to it, so an ack that arrives after the
 partition moved on finds a dead tracker and does nothing.
 
 Two modes:
 
 - **auto** (default): a message counts as processed once the application asks for more
-  (the next ``__anext__``/``fetch`` call, :meth:`PartitionAcks.settle`). Nothing is stored
+  (the next ``__anext__``/``fetch`` call, :meth:`ProcessedOffsets.settle`). Nothing is stored
   per message.
 - **manual**: each message must be acknowledged (``msg.ack()``), in any order. The first
   un-acknowledged offset is what gets committed; the acknowledged ones above it are
   remembered in the commit's progress (:mod:`jetsdk.consumer.progress`) so a later owner
   skips them.
 
-Either way :meth:`PartitionAcks.committable` is the offset to commit and
-:meth:`PartitionAcks.progress` the full state written with it.
+Either way :meth:`ProcessedOffsets.committable` is the offset to commit and
+:meth:`ProcessedOffsets.progress` the full state written with it.
 
 Not thread-safe: the consumer's event-loop thread owns it (acks from other threads are
 brought there first).
@@ -29,11 +30,11 @@ import attrs
 
 from jetsdk.consumer.progress import PendingRange, Progress, ranges_with_counts
 
-__all__ = ["PartitionAcks"]
+__all__ = ["ProcessedOffsets"]
 
 
 @attrs.define(eq=False)
-class PartitionAcks:
+class ProcessedOffsets:
     """Delivery state of one partition (see the module docstring).
 
     Args:

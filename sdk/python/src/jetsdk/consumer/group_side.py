@@ -1,6 +1,6 @@
 """A Consumer's side of consumer-group membership: what it does with the member's actions.
 
-:class:`GroupSide` is the :class:`~jetsdk.consumer.group.GroupHandler` of a group
+:class:`GroupSide` is the :class:`~jetsdk.consumer.group_runtime.GroupHandler` of a group
 :class:`~jetsdk.consumer.consumer.Consumer`:
 
 - **start** (the member acquired a partition): the start offset is the group's committed
@@ -39,7 +39,7 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun
-from jetsdk.consumer.group import GroupRuntime, new_member_id
+from jetsdk.consumer.group_runtime import GroupRuntime, new_member_id
 from jetsdk.consumer.progress import (
     MAX_USER_METADATA_BYTES,
     Progress,
@@ -223,11 +223,11 @@ class GroupSide:
                     for key, run in self.consumer.delivery.runs.items():
                         if run.generation is None:
                             continue
-                        offset = run.acks.finish() if clean else run.acks.committable()
+                        offset = run.processed.finish() if clean else run.processed.committable()
                         if self._behind(key, offset):
                             continue
                         finals[key] = offset
-                        notes[key] = encode_progress(run.acks.progress())
+                        notes[key] = encode_progress(run.processed.progress())
                 await runtime.leave(finals, notes, self.config.session_timeout)
         finally:
             runtime.stop()
@@ -260,15 +260,14 @@ class GroupSide:
         entry = None if view is None else view.committed(key)
         if entry is None:
             return None
-        return OffsetAndMetadata(
-            entry.offset, decode_progress(entry.offset, entry.metadata).metadata
-        )
+        offset = entry.position.offset
+        return OffsetAndMetadata(offset, decode_progress(offset, entry.position.metadata).metadata)
 
     def _behind(self, key: StreamPartition, offset: int) -> bool:
         """True if ``offset`` is below the committed offset (the log would refuse it)."""
         view = None if self.runtime is None else self.runtime.member.view
         entry = None if view is None else view.committed(key)
-        return entry is not None and offset < entry.offset
+        return entry is not None and offset < entry.position.offset
 
     # -- commits -----------------------------------------------------------------------------
 
@@ -277,13 +276,13 @@ class GroupSide:
         nothing was sent (not owned, or below the committed offset)."""
         runtime = self.runtime
         assert runtime is not None
-        offset = run.acks.committable()
+        offset = run.processed.committable()
         if self._behind(run.key, offset):
             return None
-        encoded = encode_progress(run.acks.progress(metadata))
+        encoded = encode_progress(run.processed.progress(metadata))
         view = runtime.member.view
         entry = None if view is None else view.committed(run.key)
-        if entry is not None and entry.offset == offset and entry.metadata == encoded:
+        if entry is not None and entry.position == OffsetAndMetadata(offset, encoded):
             return offset  # already committed
         try:
             runtime.member.commit(run.key, offset, encoded)
@@ -332,8 +331,8 @@ class GroupSide:
                 if offset < 0 or len(note.encode()) > MAX_USER_METADATA_BYTES:
                     raise InvalidArgument("bad offset or metadata", details={"field": "offsets"})
                 current = self.consumer.delivery.runs.get(key)
-                if current is not None and current.acks.committable() == offset:
-                    progress = current.acks.progress(note)
+                if current is not None and current.processed.committable() == offset:
+                    progress = current.processed.progress(note)
                 else:
                     progress = Progress(offset, offset, (), note)
                 try:
@@ -362,7 +361,7 @@ class GroupSide:
                 reason = "timeout"
             elif rejected is not None and rejected.offset == offset:
                 reason = rejected.reason
-            elif entry is None or entry.offset < offset:
+            elif entry is None or entry.position.offset < offset:
                 reason = "rejected"
             else:
                 continue
@@ -375,8 +374,8 @@ class GroupSide:
         progress = None
         view = None if self.runtime is None else self.runtime.member.view
         entry = None if view is None else view.committed(partition)
-        if offset is not None and entry is not None and entry.offset == offset:
-            progress = decode_progress(offset, entry.metadata)
+        if offset is not None and entry is not None and entry.position.offset == offset:
+            progress = decode_progress(offset, entry.position.metadata)
         start = _Start(partition, offset, generation, progress)
         self._starting[partition] = start
         self._start_queue.append(start)
@@ -453,7 +452,7 @@ class GroupSide:
             # Leave time for the release to be stored before the lease ends.
             until = deadline - max(0.05, min(1.0, (deadline - now) / 4))
             with anyio.move_on_after(max(0.0, until - now)):
-                while not all(r.run is None or r.run.acks.drained for r in batch):
+                while not all(r.run is None or r.run.processed.drained for r in batch):
                     await consumer.delivery.signal.wait()
             if self.on_revoked is not None:
                 try:
@@ -470,8 +469,8 @@ class GroupSide:
                 offset: int | None = None
                 note = ""
                 if self.auto_commit is not None:
-                    offset = run.acks.committable()
-                    note = encode_progress(run.acks.progress())
+                    offset = run.processed.committable()
+                    note = encode_progress(run.processed.progress())
                     if self._behind(run.key, offset):
                         offset, note = None, ""
                 consumer.delivery.end_run(run)

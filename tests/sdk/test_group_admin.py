@@ -12,7 +12,7 @@ from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer import Consumer, OffsetAndMetadata
-from jetsdk.consumer.group_offsets import (
+from jetsdk.consumer.group_admin import (
     PartitionLag,
     commit_offsets,
     group_lag,
@@ -142,3 +142,15 @@ async def test_simple_consumer_resumes_from_and_commits_to_the_group(jet_dev: Je
                 with pytest.raises(CommitFailed) as info:
                     await consumer.commit({0: 5})
                 assert info.value.reason == "group_active"
+
+
+def test_old_module_name_still_works_with_a_deprecation_warning() -> None:
+    import importlib
+    import sys
+
+    from jetsdk.consumer import group_admin
+
+    sys.modules.pop("jetsdk.consumer.group_offsets", None)
+    with pytest.warns(DeprecationWarning, match="group_admin"):
+        old = importlib.import_module("jetsdk.consumer.group_offsets")
+    assert old.commit_offsets is group_admin.commit_offsets

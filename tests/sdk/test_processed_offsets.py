@@ -1,4 +1,4 @@
-"""PartitionAcks and Progress (pure): committed = first un-acked, redelivery, delivery counts."""
+"""ProcessedOffsets and Progress (pure): committed = first un-acked, redelivery, delivery counts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jetsdk.consumer.acks import PartitionAcks
+from jetsdk.consumer.processed import ProcessedOffsets
 from jetsdk.consumer.progress import (
     MAX_USER_METADATA_BYTES,
     PROGRESS_PREFIX,
@@ -17,7 +17,7 @@ from jetsdk.consumer.progress import (
 from jetsdk.group.records import MAX_METADATA_BYTES
 
 
-def deliver(acks: PartitionAcks, offsets: list[int]) -> dict[int, int]:
+def deliver(acks: ProcessedOffsets, offsets: list[int]) -> dict[int, int]:
     out = {}
     for o in offsets:
         count = acks.admit(o)
@@ -28,7 +28,7 @@ def deliver(acks: PartitionAcks, offsets: list[int]) -> dict[int, int]:
 
 
 def test_manual_acks_out_of_order() -> None:
-    acks = PartitionAcks(10, manual=True)
+    acks = ProcessedOffsets(10, manual=True)
     assert deliver(acks, [10, 11, 12, 13]) == dict.fromkeys([10, 11, 12, 13], 1)
     assert acks.unacked == 4
     assert acks.ack(12)
@@ -48,7 +48,7 @@ def test_manual_acks_out_of_order() -> None:
 
 
 def test_auto_mode_settles_on_the_next_call() -> None:
-    acks = PartitionAcks(0)
+    acks = ProcessedOffsets(0)
     deliver(acks, [0, 1, 2])
     assert acks.committable() == 0
     assert not acks.drained
@@ -61,7 +61,7 @@ def test_auto_mode_settles_on_the_next_call() -> None:
 
 def test_inherited_progress_skips_processed_and_counts() -> None:
     inherited = Progress(5, 9, ((5, 6, 1), (7, 8, 2)))
-    acks = PartitionAcks(5, manual=True, inherited=inherited)
+    acks = ProcessedOffsets(5, manual=True, inherited=inherited)
     assert not acks.is_plain(5)
     assert acks.is_plain(9)
     assert deliver(acks, [5, 6, 7, 8, 9]) == {5: 2, 7: 3, 9: 1}
@@ -70,7 +70,7 @@ def test_inherited_progress_skips_processed_and_counts() -> None:
     acks.ack(7)
     assert acks.committable() == 9
     # a run that stopped before the inherited frontier keeps what it has not reached
-    acks2 = PartitionAcks(5, manual=True, inherited=inherited)
+    acks2 = ProcessedOffsets(5, manual=True, inherited=inherited)
     deliver(acks2, [5])
     acks2.ack(5)
     assert acks2.committable() == 7
@@ -78,7 +78,7 @@ def test_inherited_progress_skips_processed_and_counts() -> None:
 
 
 def test_inherited_progress_of_another_offset_is_ignored() -> None:
-    acks = PartitionAcks(6, inherited=Progress(5, 9, ((5, 6, 1),)))
+    acks = ProcessedOffsets(6, inherited=Progress(5, 9, ((5, 6, 1),)))
     assert acks.is_plain(6)
 
 
@@ -132,7 +132,7 @@ def test_runs_redeliver_exactly_the_unprocessed(
     delivered: dict[int, int] = {}
     progress = Progress(0, 0)
     for acked, settle in runs:
-        acks = PartitionAcks(progress.committed, manual=manual, inherited=progress)
+        acks = ProcessedOffsets(progress.committed, manual=manual, inherited=progress)
         got = deliver(acks, list(range(progress.committed, 12)))
         for offset, count in got.items():
             assert offset not in processed

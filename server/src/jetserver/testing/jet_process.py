@@ -1,0 +1,388 @@
+"""One ``jet server`` child process, restartable on the same data directory and ports.
+
+    server = JetServer("s1", root, server_config("s1", root, nats.url))
+    server.start()            # spawn, then wait for its ready file (bounded)
+    server.address            # "127.0.0.1:PORT"
+    server.kill9()            # SIGKILL by PID; the data directory stays as the kill left it
+    server.pause(); server.resume()   # SIGSTOP / SIGCONT
+    server.start()            # again: same id, data and ports
+    server.stop()             # SIGTERM (SIGCONT first if paused), SIGKILL after a bound
+
+Its TOML configuration is written at every start to ``root/config.toml``; the ready file,
+log (appended across restarts) and durability trace live in ``root`` too. Every wait is
+bounded; the process is only ever signalled by its PID.
+
+Thread safety: one owner; the blocking calls may run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+import orjson
+
+from jetserver.storage.durability_trace import ENV_VAR as TRACE_ENV_VAR
+from jetserver.storage.durability_trace import PowerLossReport, simulate_power_loss
+from jetserver.testing.waiting import WaitTimeout, wait_until
+
+__all__ = [
+    "PASSWORD_ENV",
+    "READY_TIMEOUT_S",
+    "STOP_TIMEOUT_S",
+    "JetServer",
+    "free_ports",
+    "server_config",
+    "to_toml",
+]
+
+READY_TIMEOUT_S = 30.0
+"""Bound on one server becoming ready (ready file written)."""
+STOP_TIMEOUT_S = 15.0
+"""Bound on a clean stop before SIGKILL."""
+PASSWORD_ENV = "JET_CLUSTER_PASSWORD"
+"""Environment variable carrying the cluster password to a server."""
+
+Config = dict[str, dict[str, Any]]
+"""A server configuration: section -> key -> value (written as TOML)."""
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1: every socket stays bound until all
+    are chosen, so the OS cannot hand out the same port twice within one call."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return orjson.dumps(value).decode()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def to_toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
+    """A TOML document of flat sections (str, int, float, bool and lists of them)."""
+    lines: list[str] = []
+    for name, values in sections.items():
+        lines.append(f"[{name}]")
+        lines.extend(f"{key} = {_toml_value(v)}" for key, v in values.items() if v is not None)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def server_config(
+    server_id: str,
+    root: Path,
+    nats_url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    data_dir: Path | None = None,
+    log_level: str = "INFO",
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Config:
+    """A test configuration: the given NATS, fast reconnects, the ready file in ``root``.
+
+    ``port`` 0 picks a free port at start (a restart then gets another one); ``settings``
+    (section -> key -> value) are merged last.
+    """
+    config: Config = {
+        "server": {"id": server_id, "data_dir": str(data_dir or root / "data")},
+        "listen": {"host": host, "port": port, "ready_file": str(root / "ready.json")},
+        "nats": {
+            "servers": [nats_url],
+            "reconnect_wait_s": 0.05,
+            "reconnect_max_wait_s": 0.5,
+            "connect_timeout_s": 2.0,
+        },
+        "logging": {"level": log_level},
+    }
+    for section, values in (settings or {}).items():
+        config.setdefault(section, {}).update(values)
+    return config
+
+
+@attrs.define(eq=False)
+class JetServer:
+    """One ``jet server`` process (see the module doc)."""
+
+    server_id: str
+    """Server id (``s1``, ``s2``, ...)."""
+    root: Path
+    """Directory of its config, ready file, log and trace (and by default its data)."""
+    config: Config
+    """Its configuration (written at each start): see :func:`server_config`."""
+    raft_port: int = 0
+    """Metadata Raft port (0: not clustered)."""
+    args: tuple[str, ...] = ()
+    """More ``jet server`` flags, after ``--config``."""
+    password: str = attrs.field(default="", repr=False)
+    """Cluster password (passed in :data:`PASSWORD_ENV`), or empty."""
+    trace: bool = False
+    """Record a durability trace (JET_TEST_DURABLE_LOG) for :meth:`apply_power_loss`."""
+    extra_env: dict[str, str] = attrs.field(factory=dict)
+    """Added to the environment of every start (e.g. a fault shim)."""
+    exec_prefix: tuple[str, ...] = ()
+    """Command prefix, e.g. ``ip netns exec NS`` (the process keeps the PID it execs)."""
+    log_file: IO[bytes] | None = None
+    """Where its output goes (None: ``root/server.log``, appended across restarts)."""
+    new_session: bool = False
+    """Start it in its own session (a terminal's Ctrl-C then reaches only the owner)."""
+    file_limit: int | None = None
+    """Its open-file limit (soft and hard), or None to inherit."""
+    proc: subprocess.Popen[bytes] | None = None
+    """The running process (None before the first start)."""
+    paused: bool = False
+    """True between :meth:`pause` and :meth:`resume`."""
+    starts: int = 0
+    """Number of starts (incarnations) so far."""
+    _ready_address: str = ""
+
+    @property
+    def host(self) -> str:
+        """The address it listens on."""
+        return str(self.config["listen"].get("host", "127.0.0.1"))
+
+    @property
+    def port(self) -> int:
+        """Client port: the configured one, else the one its ready file reported."""
+        configured = int(self.config["listen"].get("port", 0))
+        if configured or not self._ready_address:
+            return configured
+        return int(self._ready_address.rpartition(":")[2])
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` (with a configured port, the same across restarts)."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def raft_address(self) -> str:
+        """``HOST:RAFT_PORT``."""
+        return f"{self.host}:{self.raft_port}"
+
+    @property
+    def data_dir(self) -> Path:
+        """Its data directory."""
+        return Path(self.config["server"]["data_dir"])
+
+    @property
+    def ready_file(self) -> Path:
+        """Where it writes its address once ready."""
+        return Path(self.config["listen"]["ready_file"])
+
+    @property
+    def trace_path(self) -> Path:
+        """Its durability trace file (outside the data directory)."""
+        return self.root / "durability-trace.jsonl"
+
+    @property
+    def log_path(self) -> Path:
+        """Its stdout/stderr (unless :attr:`log_file` is given)."""
+        return self.root / "server.log"
+
+    @property
+    def pid(self) -> int:
+        """PID of the running process.
+
+        Raises:
+            WaitTimeout: it was never started.
+        """
+        if self.proc is None:
+            raise WaitTimeout(f"{self.server_id} was never started")
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        """True while the process runs (paused counts as alive)."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it to be ready."""
+        if self.alive:
+            raise WaitTimeout(f"{self.server_id} is already running")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.ready_file.unlink(missing_ok=True)
+        self._ready_address = ""
+        config_path = self.root / "config.toml"
+        config_path.write_text(to_toml(self.config))
+        env = {**os.environ, **self.extra_env}
+        env.pop(PASSWORD_ENV, None)
+        if self.password:
+            env[PASSWORD_ENV] = self.password
+        env.pop(TRACE_ENV_VAR, None)
+        if self.trace:
+            env[TRACE_ENV_VAR] = str(self.trace_path)
+        command = [
+            *self.exec_prefix,
+            sys.executable,
+            "-m",
+            "jetserver.cli.main",
+            "server",
+            "--config",
+            str(config_path),
+            *self.args,
+        ]
+        opened = (
+            open(self.log_path, "ab")  # noqa: SIM115 - closed by the with
+            if self.log_file is None
+            else contextlib.nullcontext(self.log_file)
+        )
+        with opened as log:
+            if self.log_file is None:  # a shared log gets no markers
+                log.write(f"---- start {self.starts + 1} at {time.time():.3f}\n".encode())
+                log.flush()
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=self.new_session,
+                preexec_fn=None if self.file_limit is None else _limit_files(self.file_limit),
+            )
+        self.paused = False
+        self.starts += 1
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait for the ready file of the current incarnation.
+
+        Raises:
+            WaitTimeout: it exited or was not ready in time (the log tail is included).
+        """
+
+        def is_ready() -> bool:
+            if not self.alive:
+                code = None if self.proc is None else self.proc.returncode
+                raise WaitTimeout(
+                    f"{self.server_id} exited at start with code {code}: {self.log_tail()}"
+                )
+            try:
+                address = orjson.loads(self.ready_file.read_bytes()).get("address")
+            except (FileNotFoundError, orjson.JSONDecodeError):
+                return False
+            self._ready_address = str(address or "")
+            return bool(address)
+
+        try:
+            wait_until(is_ready, timeout_s, f"{self.server_id} ready")
+        except WaitTimeout as exc:
+            if "exited at start" in str(exc):
+                raise
+            raise WaitTimeout(f"{exc}; log: {self.log_tail()}") from None
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Start (or restart) on the same data directory and ports; wait until ready."""
+        self.spawn()
+        self.wait_ready(timeout_s)
+
+    def kill9(self) -> None:
+        """SIGKILL by PID and reap (the data directory stays as the kill left it)."""
+        self.signal(signal.SIGKILL)
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` by PID; reap it if the signal ends it (SIGKILL, SIGTERM, SIGINT)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        if sig is signal.SIGSTOP:
+            self.pause()
+            return
+        os.kill(proc.pid, sig)
+        if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            if self.paused and sig is not signal.SIGKILL:
+                os.kill(proc.pid, signal.SIGCONT)
+            _reap(proc, STOP_TIMEOUT_S)
+            self.paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP by PID."""
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT by PID."""
+        if self.paused and self.alive:
+            os.kill(self.pid, signal.SIGCONT)
+        self.paused = False
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM (after SIGCONT if paused), SIGKILL after ``timeout_s``; the exit code."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            if self.paused:
+                os.kill(proc.pid, signal.SIGCONT)
+                self.paused = False
+            proc.send_signal(signal.SIGTERM)
+            _reap(proc, timeout_s)
+        return proc.returncode
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of its log file."""
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except FileNotFoundError:
+            return "(no log)"
+
+    def incarnation_log(self) -> str:
+        """Its log since the current incarnation started."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        marker = f"---- start {self.starts} at "
+        at = text.rfind(marker)
+        return text[at:] if at >= 0 else text
+
+    def apply_power_loss(self) -> PowerLossReport:
+        """Cut its files back to their last fsync (the process must be dead).
+
+        Raises:
+            WaitTimeout: it is still running, or it was not started with ``trace``.
+        """
+        if self.alive:
+            raise WaitTimeout(f"{self.server_id} is running; kill it first")
+        if not self.trace:
+            raise WaitTimeout(f"{self.server_id} was started without a durability trace")
+        return simulate_power_loss(self.trace_path)
+
+
+def _reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout_s)
+
+
+def _limit_files(limit: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return apply

@@ -1,0 +1,92 @@
+"""The public test kit's processes and waits (jetserver.testing): kill, pause, resume and
+restart by PID, the failure report of a dead server, bounded waits."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from jetserver.testing import Cluster, NatsServer, WaitTimeout, wait_until, wait_until_async
+
+
+def state(pid: int) -> str:
+    """The process state letter from /proc (T: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def accepts(url: str) -> bool:
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1) as sock:
+            return sock.recv(5) == b"INFO "
+    except OSError:
+        return False
+
+
+def test_wait_until_returns_the_time_taken_or_names_what_did_not_happen() -> None:
+    deadline = time.monotonic() + 0.05
+    took = wait_until(lambda: time.monotonic() > deadline, 5, "a moment")
+    assert 0.03 < took < 5
+    with pytest.raises(WaitTimeout, match=r"never: not within 0\.05 s"):
+        wait_until(lambda: False, 0.05, "never")
+
+
+def test_wait_until_async_takes_plain_and_async_predicates() -> None:
+    calls: list[int] = []
+
+    async def third_call() -> bool:
+        calls.append(1)
+        return len(calls) >= 3
+
+    async def main() -> None:
+        await wait_until_async(third_call, 5, "three calls", interval_s=0.001)
+        with pytest.raises(WaitTimeout, match="nothing"):
+            await wait_until_async(lambda: 0, 0.05, "nothing")
+
+    anyio.run(main)
+    assert len(calls) == 3
+
+
+def test_nats_server_pause_resume_kill_and_start_on_the_same_port() -> None:
+    with NatsServer() as nats:
+        url, pid = nats.url, nats.pid
+        assert accepts(url)
+        nats.pause()
+        wait_until(lambda: state(pid) == "T", 5, "stopped")  # signals arrive asynchronously
+        nats.resume()
+        wait_until(lambda: state(pid) != "T", 5, "resumed")
+        assert accepts(url)
+        nats.kill()
+        assert not accepts(url)
+        nats.start()
+        assert nats.url == url
+        assert nats.pid != pid
+        assert accepts(url)
+
+
+def test_a_single_server_cluster_reports_a_dead_server_and_restarts_it(tmp_path: Path) -> None:
+    with Cluster(size=1) as cluster:
+        root = cluster.root
+        assert root is not None
+        assert root.is_dir()
+        server = cluster.server("s1")
+        address, pid = server.address, server.pid
+        assert cluster.check() is None
+        cluster.kill("s1", signal.SIGSTOP)
+        assert server.paused
+        wait_until(lambda: state(pid) == "T", 5, "stopped")
+        server.resume()
+        cluster.kill("s1")
+        assert cluster.check() == f"jet server s1 exited with code {-signal.SIGKILL}"
+        cluster.start_server("s1")
+        assert cluster.check() is None
+        assert server.address == address
+        assert server.pid != pid
+        assert server.starts == 2
+        assert "---- start 2 at" in server.incarnation_log()
+    assert not root.exists(), "a temporary root is removed at stop"
