@@ -210,52 +210,16 @@ def produce_envelopes(
                 env_body = b"".join(
                     (policy_byte, body[key_pos:value_pos], inbox16, corr16, body[value_pos:end])
                 )
-                if records is not None:
-                    records.append(
-                        new_tuple(
-                            DirectRecord,
-                            (
-                                body,
-                                _NO_PRODUCER,
-                                key_pos,
-                                key_end,
-                                end,
-                                size,
-                                ack_inbox,
-                                corr,
-                                record_policy,
-                                None,
-                                0,
-                            ),
-                        )
-                    )
+                record_prefix, seq = _NO_PRODUCER, 0
             else:
+                seq = base_seq + i
                 try:
-                    producer = _PRODUCER.pack(producer_id, base_seq + i)
+                    producer = _PRODUCER.pack(producer_id, seq)
                 except struct.error:
                     append((subject, size, None))
                     if records is not None:
                         records.append(None)
                     continue
-                if records is not None:
-                    records.append(
-                        new_tuple(
-                            DirectRecord,
-                            (
-                                body,
-                                _HAS_PRODUCER + producer,
-                                key_pos,
-                                key_end,
-                                end,
-                                size,
-                                ack_inbox,
-                                corr,
-                                record_policy,
-                                producer_id,
-                                base_seq + i,
-                            ),
-                        )
-                    )
                 env_body = b"".join(
                     (
                         policy_byte,
@@ -266,6 +230,10 @@ def produce_envelopes(
                         body[value_pos:end],
                     )
                 )
+                record_prefix = _HAS_PRODUCER + producer
+            if records is not None:
+                where = (body, record_prefix, key_pos, key_end, end, size, ack_inbox, corr)
+                records.append(new_tuple(DirectRecord, (*where, record_policy, producer_id, seq)))
             append(
                 (subject, size, b"".join((prefix, pack_u32(crc32(env_body, prefix_crc)), env_body)))
             )
