@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -367,40 +368,50 @@ def _jet_takeover(work: Path, base: dict[str, Any], rate: int) -> float:
     return max(moved.values()) - killed
 
 
-def _js_redelivery(work: Path, base: dict[str, Any], rate: int) -> float:
-    rnd = Round(work)
-    rnd.spawn({**base, "kind": "js-produce", "rate": rate})
-    workers = [rnd.spawn({**base, "kind": "js", "track": True, "delay": 0.001}) for _ in range(3)]
+def redelivery_after_kill(
+    rnd: Round, worker: dict[str, Any], producer: dict[str, Any], workers: int
+) -> float:
+    """Seconds from a worker's SIGKILL (mid-batch) until every message it had got and not
+    done is done by another worker (nan if that takes over 60 s). The workers' lines:
+    ``got NAMES AT`` and ``done NAMES AT``, NAMES comma-separated (jet share: ``p:o``,
+    JetStream: sequences). Also used by bench_share."""
+    rnd.spawn(producer)
+    ids = [rnd.spawn({**worker, "track": True, "delay": 0.001}) for _ in range(workers)]
     rnd.wait_ready()
     rnd.go.touch()
     time.sleep(4.0)
-    victim = workers[1]
+    victim = ids[1]
     rnd.kill_mid_batch(victim, "got ")
     killed = time.time()
-    got: set[int] = set()
-    done: set[int] = set()
+    got: set[str] = set()
+    done: set[str] = set()
     for line in rnd.lines(victim):
         tag, *rest = line.split()
         if tag in ("got", "done") and len(rest) == 2:
-            (got if tag == "got" else done).update(int(s) for s in rest[0].split(","))
+            (got if tag == "got" else done).update(rest[0].split(","))
     stuck = got - done
-    redone: dict[int, float] = {}
+    redone: dict[str, float] = {}
     deadline = time.monotonic() + 60
     while stuck and len(redone) < len(stuck) and time.monotonic() < deadline:
         time.sleep(0.1)
-        for i in workers:
+        for i in ids:
             if i == victim:
                 continue
             for line in rnd.lines(i):
                 if line.startswith("done "):
-                    _, seqs, at = line.split()
-                    for s in map(int, seqs.split(",")):
-                        if s in stuck and float(at) > killed:
-                            redone[s] = min(redone.get(s, float(at)), float(at))
+                    _, names, at = line.split()
+                    for name in names.split(","):
+                        if name in stuck and float(at) > killed:
+                            redone[name] = min(redone.get(name, float(at)), float(at))
     rnd.finish()
     if not stuck or len(redone) < len(stuck):
         return float("nan")
     return max(redone.values()) - killed
+
+
+def _js_redelivery(work: Path, base: dict[str, Any], rate: int) -> float:
+    producer = {**base, "kind": "js-produce", "rate": rate}
+    return redelivery_after_kill(Round(work), {**base, "kind": "js"}, producer, 3)
 
 
 async def _prepare(servers: list[str], js_url: str, stream: str, n: int) -> dict[str, int]:
@@ -417,7 +428,7 @@ async def _prepare(servers: list[str], js_url: str, stream: str, n: int) -> dict
     return ends
 
 
-async def _durable(
+async def js_durable(
     js_url: str, stream: str, name: str, ack_wait: float, *, ack: bool = True
 ) -> None:
     import nats
@@ -450,11 +461,12 @@ def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
             work, [{**jet_base, "kind": "jet", "group": group}] * members, n
         )
         durable = f"d{uuid.uuid4().hex[:6]}"
-        anyio.run(_durable, js_url, "GROUPS", durable, 30.0, backend="asyncio")
+        anyio.run(js_durable, js_url, "GROUPS", durable, 30.0, backend="asyncio")
         js_base = {"url": js_url, "js_stream": "GROUPS", "durable": durable}
         js_rate, js_start, _ = _throughput(work, [{**js_base, "kind": "js"}] * members, n)
         durable = f"d{uuid.uuid4().hex[:6]}"
-        anyio.run(partial(_durable, js_url, "GROUPS", durable, 30.0, ack=False), backend="asyncio")
+        no_ack_durable = partial(js_durable, js_url, "GROUPS", durable, 30.0, ack=False)
+        anyio.run(no_ack_durable, backend="asyncio")
         no_ack = {**js_base, "kind": "js", "durable": durable, "ack": False}
         js_none, _, _ = _throughput(work, [no_ack] * members, n)
         print(
@@ -480,7 +492,7 @@ def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
         work, {"servers": servers, "stream": "live", "group": group, "auto_commit": 1.0}, rate
     )
     durable = f"d{uuid.uuid4().hex[:6]}"
-    anyio.run(_durable, js_url, "LIVE", durable, ACK_WAIT, backend="asyncio")
+    anyio.run(js_durable, js_url, "LIVE", durable, ACK_WAIT, backend="asyncio")
     js_base = {"url": js_url, "js_stream": "LIVE", "durable": durable, "subject": "js.live"}
     redelivery = _js_redelivery(work, js_base, rate)
     print(
@@ -491,15 +503,23 @@ def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
     results.table()
 
 
-def run(quick: bool) -> None:
-    """Run (a)-(c) and print them side by side with ratios."""
-    work = Path(tempfile.mkdtemp(prefix="bench-groups-"))
+def run_side_by_side(
+    main: Callable[[bool, list[str], str, Path], None], quick: bool, prefix: str
+) -> None:
+    """``main(quick, jet servers, JetStream URL, work dir)`` with a one-server jet dev
+    cluster and a JetStream server running (bench_share uses it too)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     with (
         open(os.devnull, "wb") as devnull,
         DevCluster(size=1, log_file=devnull) as dev,
         jetstream_server(sync_always=False) as js_url,
     ):
-        _main(quick, dev.addresses, js_url, work)
+        main(quick, dev.addresses, js_url, work)
+
+
+def run(quick: bool) -> None:
+    """Run (a)-(c) and print them side by side with ratios."""
+    run_side_by_side(_main, quick, "bench-groups-")
 
 
 if __name__ == "__main__":

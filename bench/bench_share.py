@@ -20,10 +20,8 @@ Run: ``python -m bench share [--quick]``.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -32,10 +30,16 @@ from typing import Any
 import anyio
 import orjson
 
-from bench.bench_groups import ROOT, Round, worker_main
-from bench.bench_sdk import Results, jet_fill, jetstream_server, js_fill, js_setup
+from bench.bench_groups import (
+    ROOT,
+    Round,
+    js_durable,
+    redelivery_after_kill,
+    run_side_by_side,
+    worker_main,
+)
+from bench.bench_sdk import Results, jet_fill, js_fill, js_setup
 from jetsdk import Client, ShareConsumer
-from jetserver.devcluster import DevCluster
 
 DEADLINE = 2.0
 WORKERS = 4
@@ -150,40 +154,7 @@ def _throughput(work: Path, specs: list[dict[str, Any]], n: int) -> tuple[float,
 
 def _redelivery(work: Path, worker: dict[str, Any], producer: dict[str, Any]) -> float:
     """Seconds from a worker's SIGKILL until everything it held is processed by others."""
-    rnd = ShareRound(work)
-    rnd.spawn(producer)
-    workers = [rnd.spawn({**worker, "track": True, "delay": 0.001}) for _ in range(WORKERS)]
-    rnd.wait_ready()
-    rnd.go.touch()
-    time.sleep(4.0)
-    victim = workers[1]
-    rnd.kill_mid_batch(victim, "got ")
-    killed = time.time()
-    got: set[str] = set()
-    done: set[str] = set()
-    for line in rnd.lines(victim):
-        tag, *rest = line.split()
-        if tag in ("got", "done") and len(rest) == 2:
-            # jet lines name one "p:o"; JetStream's name comma-separated sequences.
-            (got if tag == "got" else done).update(rest[0].split(","))
-    stuck = got - done
-    redone: dict[str, float] = {}
-    deadline = time.monotonic() + 60
-    while stuck and len(redone) < len(stuck) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        for i in workers:
-            if i == victim:
-                continue
-            for line in rnd.lines(i):
-                if line.startswith("done "):
-                    _, names, at = line.split()
-                    for name in names.split(","):
-                        if name in stuck and float(at) > killed:
-                            redone[name] = min(redone.get(name, float(at)), float(at))
-    rnd.finish()
-    if not stuck or len(redone) < len(stuck):
-        return float("nan")
-    return max(redone.values()) - killed
+    return redelivery_after_kill(ShareRound(work), worker, producer, WORKERS)
 
 
 async def _prepare(servers: list[str], js_url: str, n: int) -> None:
@@ -217,24 +188,6 @@ async def _work_queue(js_url: str, name: str, n: int) -> None:
     await nc.close()
 
 
-async def _durable(js_url: str, stream: str, name: str, ack_wait: float) -> None:
-    import nats
-    from nats.js.api import AckPolicy as JsAck
-    from nats.js.api import ConsumerConfig, DeliverPolicy
-
-    nc = await nats.connect(js_url)
-    js = nc.jetstream()
-    config = ConsumerConfig(
-        durable_name=name,
-        ack_policy=JsAck.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=ack_wait,
-        max_ack_pending=20_000,
-    )
-    await js.add_consumer(stream, config)
-    await nc.close()
-
-
 async def _share_log_bytes(servers: list[str], group: str) -> int:
     async with Client(servers) as client:
         info = await client.describe_stream(f"__share.{group}")
@@ -264,7 +217,7 @@ def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
         anyio.run(_work_queue, js_url, f"SHWQ{r}", n, backend="asyncio")
         for stream in (f"SHWQ{r}", "SHLIMITS"):
             durable = f"d{uuid.uuid4().hex[:6]}"
-            anyio.run(_durable, js_url, stream, durable, 30.0, backend="asyncio")
+            anyio.run(js_durable, js_url, stream, durable, 30.0, backend="asyncio")
             spec = {"kind": "js", "url": js_url, "js_stream": stream, "durable": durable}
             rate, _ = _throughput(work, [spec] * WORKERS, n)
             rates.setdefault(stream.rstrip("0123456789"), []).append(rate)
@@ -292,7 +245,7 @@ def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
     jet_prod = {"kind": "share-produce", "servers": servers, "stream": "sharelive", "rate": 1000}
     jet_s = _redelivery(work, jet_worker, jet_prod)
     durable = f"d{uuid.uuid4().hex[:6]}"
-    anyio.run(_durable, js_url, "SHLIVE", durable, DEADLINE, backend="asyncio")
+    anyio.run(js_durable, js_url, "SHLIVE", durable, DEADLINE, backend="asyncio")
     js_worker = {"kind": "js", "url": js_url, "js_stream": "SHLIVE", "durable": durable}
     js_prod = {"kind": "js-produce", "url": js_url, "subject": "js.shlive", "rate": 1000}
     js_s = _redelivery(work, js_worker, js_prod)
@@ -304,13 +257,7 @@ def _main(quick: bool, servers: list[str], js_url: str, work: Path) -> None:
 
 def run(quick: bool) -> None:
     """Run (a) and (b) and print them side by side with ratios."""
-    work = Path(tempfile.mkdtemp(prefix="bench-share-"))
-    with (
-        open(os.devnull, "wb") as devnull,
-        DevCluster(size=1, log_file=devnull) as dev,
-        jetstream_server(sync_always=False) as js_url,
-    ):
-        _main(quick, dev.addresses, js_url, work)
+    run_side_by_side(_main, quick, "bench-share-")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import pytest
 
 from jetsdk import AckPolicy, Client, Consumer, Producer, StreamPartition
 from jetsdk.consumer.group_admin import commit_offsets
+from jetserver.testing import wait_until
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 
@@ -76,13 +77,11 @@ async def _member(servers: list[str], ready: threading.Event, stop: threading.Ev
 
 
 def _wait_console_sees(console: JetConsole, stream: str) -> None:
-    deadline = time.monotonic() + MEMBER_BOUND_S
-    while time.monotonic() < deadline:
+    def shown() -> bool:
         streams = console.get("/api/streams")["streams"]
-        if any(s["name"] == stream and s["partition_rows"][0]["hw"] == 0 for s in streams):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the console never showed {stream}")
+        return any(s["name"] == stream and s["partition_rows"][0]["hw"] == 0 for s in streams)
+
+    wait_until(shown, MEMBER_BOUND_S, f"the console shows {stream}", interval_s=0.1)
 
 
 @pytest.fixture(scope="package")

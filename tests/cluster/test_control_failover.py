@@ -255,7 +255,16 @@ async def test_partition_leader_killed_is_replaced_by_the_followers_reports(
     parts = answer["stream"]["partitions"]
     part = next(p for p in parts if (p["leader"] == meta_leader) == metadata_leader_too)
     victim, partition = part["leader"], part["partition"]
-    await anyio.sleep(1.0)  # the followers are fetching from the leader
+
+    async def replicas_open() -> bool | None:  # every replica opened its log: they fetch
+        opened = [
+            any((d / str(partition)).is_dir() for d in (s.data_dir / "streams").glob(f"{name}-*"))
+            for s in cluster.servers
+            if s.server_id in part["replicas"]
+        ]
+        return True if len(opened) == 3 and all(opened) else None
+
+    await eventually(replicas_open, "every replica's log open")
     killed_at = time.monotonic()
     cluster.kill(victim)
 

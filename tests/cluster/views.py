@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from cluster.checkers import Stored
-from cluster.harness import Cluster, WaitTimeout
+from cluster.harness import Cluster, WaitTimeout, wait_until_async
 from cluster.records import read_disk_log, stored_from_raw
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
@@ -73,17 +73,21 @@ async def wait_info(
     Raises:
         WaitTimeout: not within ``timeout_s`` (the last view is in the message).
     """
-    deadline = time.monotonic() + timeout_s
-    last: PartitionInfo | None = None
-    while True:
+    last: list[PartitionInfo] = []
+
+    async def accepted() -> bool:
         info = await partition_info(cluster, stream, partition)
         if info is not None:
-            last = info
-            if accept(info):
-                return info
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"{what} ({stream}/{partition}): not within {timeout_s} s; {last}")
-        await anyio.sleep(POLL_S)
+            last[:] = [info]
+        return info is not None and accept(info)
+
+    try:
+        await wait_until_async(
+            accepted, timeout_s, f"{what} ({stream}/{partition})", interval_s=POLL_S
+        )
+    except WaitTimeout as exc:
+        raise WaitTimeout(f"{exc}; {last[0] if last else None}") from None
+    return last[0]
 
 
 async def wait_leader(

@@ -20,7 +20,7 @@ from jetsdk.codec import envelope as env
 from jetsdk.codec import messages as msg
 from jetsdk.codec import transcode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.frames import FrameDecoder
+from jetsdk.codec.frames import Frame, FrameDecoder
 from jetsdk.codec.record import HEADER_SIZE, decode_record, encode_record, frame_body, iter_records
 
 from .strategies import (
@@ -223,16 +223,25 @@ def test_single_byte_mutations_of_valid_encodings(data: st.DataObject) -> None:
 @FUZZ
 @given(data=st.binary(max_size=300), chunks=st.lists(st.integers(0, 50), max_size=20))
 def test_frame_decoder_on_random_chunks(data: bytes, chunks: list[int]) -> None:
-    decoder = FrameDecoder(max_frame_bytes=1000)
-    pos = 0
-    try:
-        for size in [*chunks, len(data)]:
-            decoder.feed(data[pos : pos + size])
-            pos += size
-            while decoder.next_frame() is not None:
-                pass
-    except CodecError:
-        pass
+    # However the bytes arrive, the decoder yields the same frames (and then the same
+    # error, if any) as when they arrive in one piece.
+    def decode(pieces: list[bytes]) -> tuple[list[Frame], str | None]:
+        decoder = FrameDecoder(max_frame_bytes=1000)
+        frames: list[Frame] = []
+        try:
+            for piece in pieces:
+                decoder.feed(piece)
+                while (frame := decoder.next_frame()) is not None:
+                    frames.append(frame)
+        except CodecError as exc:
+            return frames, type(exc).__name__
+        return frames, None
+
+    pieces, pos = [], 0
+    for size in [*chunks, len(data)]:
+        pieces.append(data[pos : pos + size])
+        pos += size
+    assert decode(pieces) == decode([data])
 
 
 @FUZZ

@@ -15,6 +15,7 @@ from jetsdk import (
     Client,
     Consumer,
     MessageTooLarge,
+    PartitionNotFound,
     Producer,
     StartAt,
     StreamNotFound,
@@ -23,6 +24,7 @@ from jetsdk import (
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.partitioner import partition_for_key
+from jetserver.testing import wait_until_async
 from support.jet_dev import JetDev
 
 pytestmark = pytest.mark.anyio
@@ -151,7 +153,17 @@ async def test_long_poll_wakes_on_produce(jet_dev: JetDev) -> None:
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(consume)
-                await anyio.sleep(0.2)  # let the long poll reach the server
+
+                def started() -> bool:  # the new-only start (the HW) is resolved
+                    try:
+                        consumer.position(0)
+                    except PartitionNotFound:
+                        return False
+                    return True
+
+                # Sent after the start was resolved, the message is delivered: by waking the
+                # parked long poll, or at once if it reaches the server first.
+                await wait_until_async(started, 10, "the consumer started", interval_s=0.005)
                 async with Producer(client, name, linger=0) as producer:
                     await producer.send(b"wake up")
                 with anyio.fail_after(10):

@@ -119,10 +119,11 @@ async def test_permissions_per_operation(nats_server: NatsServer, tmp_path: Path
             cli[-1] = TOKENS["alice"]
             assert await anyio.to_thread.run_sync(jet_main, ["acl", "clear", "dave", *cli]) == 1
     # The grants survive a restart (single server: metadata.json).
-    async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
-        assert jet.address is not None
-        async with Client(jet.address, token=TOKENS["ops"]) as ops:
-            assert (await list_acls(ops))["bob"] == []
+    async with (
+        running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet,
+        Client(jet.address, token=TOKENS["ops"]) as ops,
+    ):
+        assert (await list_acls(ops))["bob"] == []
 
 
 def _group_record(group: str, member: str = "m-1") -> bytes:

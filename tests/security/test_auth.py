@@ -35,7 +35,6 @@ def _auth_settings(**extra: object) -> dict[str, object]:
 
 async def test_token_password_missing_and_bad(nats_server: NatsServer, tmp_path: Path) -> None:
     async with running_server(nats_server.url, tmp_path / "data", **_auth_settings()) as jet:
-        assert jet.address is not None
         async with Client(jet.address, user="alice", password="s3cret") as c:
             assert c.identity == "alice"
             assert c.server_info["auth_required"] is True
@@ -75,7 +74,6 @@ async def test_tls_identity(nats_server: NatsServer, tmp_path: Path, ca: CertAut
         auth__acls=("carol:fetch:*", "alice:admin:*"),
     )
     async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
-        assert jet.address is not None
         tls = {"tls_ca": str(ca.ca_path)}
         async with Client(jet.address, **tls, tls_cert=carol.cert, tls_key=carol.key) as c:
             assert c.identity == "carol"  # from the certificate, no Authenticate needed
@@ -90,12 +88,13 @@ async def test_tls_identity(nats_server: NatsServer, tmp_path: Path, ca: CertAut
 
 
 async def test_auth_disabled_by_default(nats_server: NatsServer, tmp_path: Path) -> None:
-    async with running_server(nats_server.url, tmp_path / "data") as jet:
-        assert jet.address is not None
-        async with Client(jet.address, token="anything") as c:
-            assert "auth_required" not in c.server_info
-            assert c.identity is None
-            await c.create_stream("open-s", "open.s")
+    async with (
+        running_server(nats_server.url, tmp_path / "data") as jet,
+        Client(jet.address, token="anything") as c,
+    ):
+        assert "auth_required" not in c.server_info
+        assert c.identity is None
+        await c.create_stream("open-s", "open.s")
 
 
 def test_hashes_and_jet_passwd(

@@ -36,7 +36,6 @@ async def _call(console: JetConsole, *args: Any) -> tuple[int, Any, dict[str, st
 
 async def test_writes_need_the_admin_grant(nats_server: NatsServer, tmp_path: Path) -> None:
     async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
-        assert jet.address is not None
         async with Client(jet.address, token=TOKENS["ops"]) as ops:
             await _wait_bootstrap_for(ops)
             await ops.create_stream("seen", "seen")

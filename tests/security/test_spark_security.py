@@ -47,7 +47,6 @@ async def test_bridge_with_tls_and_token(
         "auth__acls": ("bot:admin:*", "bot:publish:*", "bot:fetch:*"),
     }
     async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
-        assert jet.address is not None
         raw = {"servers": jet.address, "tlsCa": str(ca.ca_path), "token": TOKEN}
         opts = sink_options(raw)
         # Bridge blocks its caller until connected: build and use it from a worker thread

@@ -35,7 +35,6 @@ async def test_tls_roundtrip_and_wrong_ca(
 ) -> None:
     settings = _tls_settings(ca)
     async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
-        assert jet.address is not None
         # A client trusting the CA: full round trip, records served through TLS (no sendfile).
         async with Client(jet.address, tls_ca=str(ca.ca_path), connect_timeout=CONNECT_S) as c:
             await c.create_stream("tls-s", "tls.s")
@@ -74,7 +73,6 @@ async def test_client_certificate_required(
     alice = ca.issue("alice", server=False)
     stranger = other_ca.issue("mallory", server=False)
     async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
-        assert jet.address is not None
         # No client certificate: refused.
         with pytest.raises(JetConnectionError):
             async with Client(jet.address, tls_ca=str(ca.ca_path), connect_timeout=CONNECT_S):
@@ -127,9 +125,7 @@ async def test_nats_link_with_client_certificate(tmp_path: Path, ca: CertAuthori
             "nats__tls_key": jet_cert.key,
         }
         async with running_server(url, tmp_path / "data", **settings) as jet:
-            assert jet.link is not None
             assert jet.link.connected
-            assert jet.address is not None
             async with Client(jet.address) as c:
                 await c.create_stream("mtls", "mtls")
                 request = ProduceRequest(

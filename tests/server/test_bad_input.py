@@ -46,7 +46,6 @@ def error_code_of(frames: list[Frame]) -> int:
 
 
 async def test_huge_length_prefix(strict: Server) -> None:
-    assert strict.address is not None
     async with await RawClient.connect(strict.address) as bad:
         await bad.send_raw(struct.pack(">I", 0xFFFFFFF0) + b"\x00" * 6)
         frames = await bad.wait_closed(5)
@@ -55,7 +54,6 @@ async def test_huge_length_prefix(strict: Server) -> None:
 
 
 async def test_garbage_bytes(strict: Server) -> None:
-    assert strict.address is not None
     async with await RawClient.connect(strict.address) as bad:
         await bad.send_raw(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         frames = await bad.wait_closed(5)
@@ -63,7 +61,6 @@ async def test_garbage_bytes(strict: Server) -> None:
 
 
 async def test_length_below_minimum(strict: Server) -> None:
-    assert strict.address is not None
     async with await RawClient.connect(strict.address) as bad:
         await bad.send_raw(struct.pack(">I", 3) + b"abc")
         frames = await bad.wait_closed(5)
@@ -71,7 +68,6 @@ async def test_length_below_minimum(strict: Server) -> None:
 
 
 async def test_undecodable_body_closes_the_connection(strict: Server) -> None:
-    assert strict.address is not None
     async with await RawClient.connect(strict.address) as bad:
         await bad.send_raw(encode_frame(Api.PRODUCE, 7, b"\x00\x05ab"))
         frames = await bad.wait_closed(5)
@@ -80,7 +76,6 @@ async def test_undecodable_body_closes_the_connection(strict: Server) -> None:
 
 
 async def test_truncated_frame_then_stall_times_out_while_others_work(strict: Server) -> None:
-    assert strict.address is not None
     async with (
         await RawClient.connect(strict.address) as bad,
         await RawClient.connect(strict.address) as good,
@@ -96,7 +91,6 @@ async def test_truncated_frame_then_stall_times_out_while_others_work(strict: Se
 
 
 async def test_idle_connection_is_closed(strict: Server) -> None:
-    assert strict.address is not None
     async with await RawClient.connect(strict.address) as idle:
         await idle.hello()
         frames = await idle.wait_closed(10)  # idle_timeout_s=2
@@ -104,7 +98,6 @@ async def test_idle_connection_is_closed(strict: Server) -> None:
 
 
 async def test_many_bad_clients_do_not_disturb_a_good_one(strict: Server) -> None:
-    assert strict.address is not None
     async with await RawClient.connect(strict.address) as good:
         await good.create_stream(name="s", subject="s")
         with anyio.fail_after(20):
@@ -128,7 +121,6 @@ async def test_many_bad_clients_do_not_disturb_a_good_one(strict: Server) -> Non
 
 
 async def test_pipelined_requests_complete_in_any_order(strict: Server) -> None:
-    assert strict.address is not None
     async with await RawClient.connect(strict.address) as c:
         frames = await c.pipeline([(Api.HELLO, b"{}")] * 200)
     assert len(frames) == 200
@@ -136,17 +128,14 @@ async def test_pipelined_requests_complete_in_any_order(strict: Server) -> None:
 
 
 async def test_connection_limit(nats_server: NatsServer, tmp_path: Path) -> None:
-    async with running_server(
-        nats_server.url, tmp_path / "data", limits__max_connections=2
-    ) as server:
-        assert server.address is not None
-        async with (
-            await RawClient.connect(server.address) as a,
-            await RawClient.connect(server.address) as b,
-        ):
-            await a.hello()
-            await b.hello()
-            async with await RawClient.connect(server.address) as c:
-                frames = await c.wait_closed(5)
-            assert error_code_of(frames) == ErrorCode.TOO_MANY_REQUESTS
-            assert (await a.hello())["protocol"] == 1
+    async with (
+        running_server(nats_server.url, tmp_path / "data", limits__max_connections=2) as server,
+        await RawClient.connect(server.address) as a,
+        await RawClient.connect(server.address) as b,
+    ):
+        await a.hello()
+        await b.hello()
+        async with await RawClient.connect(server.address) as c:
+            frames = await c.wait_closed(5)
+        assert error_code_of(frames) == ErrorCode.TOO_MANY_REQUESTS
+        assert (await a.hello())["protocol"] == 1

@@ -169,7 +169,6 @@ async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk:
 
     # Nothing corrupted: a fresh start recovers every acknowledged record.
     async with running_server(nats_server.url, data_dir, **settings) as server:
-        assert server.streams is not None
         report = server.streams.replica("s", 0).log
         assert report.log_end_offset == len(acked)
         async with await RawClient.connect(server.address or "") as c:

@@ -81,7 +81,6 @@ async def test_every_metric_named_is_exported(nats_server: NatsServer, tmp_path:
     named = {n for e in dashboard_exprs() for n in re.findall(r"\bjet_[a-z0-9_]+", e)}
     assert "jet_partition_replica_lag_records" in named
     async with running_server(nats_server.url, tmp_path / "data", metrics__port=0) as server:
-        assert server.address is not None
         assert server.metrics_address is not None
         async with await RawClient.connect(server.address) as c:
             await c.create_stream(name="dash", subject="dash", partitions=1)

@@ -32,48 +32,48 @@ def test_producer_table_runs() -> None:
 @pytest.mark.anyio
 async def test_retries_are_not_stored_twice(nats_server: NatsServer, tmp_path: Path) -> None:
     msgs = [ProduceMessage(f"m{i}".encode()) for i in range(5)]
-    async with running_server(nats_server.url, tmp_path / "data") as server:
-        assert server.address is not None
-        async with await RawClient.connect(server.address) as c:
-            await c.create_stream(name="idem", subject="idem")
-            first = await c.produce("idem", 0, msgs[:3], producer_id=7, base_seq=0)
-            assert [(r.error_code, r.offset) for r in first] == [(0, 0), (0, 1), (0, 2)]
-            retry = await c.produce("idem", 0, msgs[:3], producer_id=7, base_seq=0)
-            assert [r.error_code for r in retry] == [ErrorCode.DUPLICATE_SEQUENCE] * 3
-            assert [(r.offset, r.timestamp) for r in retry] == [
-                (r.offset, r.timestamp) for r in first
-            ]
-            # Overlapping retry: 1..4, of which 3 and 4 are new.
-            mixed = await c.produce(
-                "idem", 0, msgs[1:5], producer_id=7, base_seq=1, ack_policy=AckPolicy.ALL
-            )
-            assert [(r.error_code, r.offset) for r in mixed] == [
-                (ErrorCode.DUPLICATE_SEQUENCE, 1),
-                (ErrorCode.DUPLICATE_SEQUENCE, 2),
-                (0, 3),
-                (0, 4),
-            ]
-            # Same sequences from another producer id are new messages.
-            other = await c.produce("idem", 0, msgs[:1], producer_id=8, base_seq=0)
-            assert (other[0].error_code, other[0].offset) == (0, 5)
-            # A lower sequence never seen is stored (a late retry after a newer batch).
-            late = await c.produce("idem", 0, msgs[:1], producer_id=9, base_seq=5)
-            late2 = await c.produce("idem", 0, msgs[:1], producer_id=9, base_seq=2)
-            assert [late[0].offset, late2[0].offset] == [6, 7]
+    async with (
+        running_server(nats_server.url, tmp_path / "data") as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        await c.create_stream(name="idem", subject="idem")
+        first = await c.produce("idem", 0, msgs[:3], producer_id=7, base_seq=0)
+        assert [(r.error_code, r.offset) for r in first] == [(0, 0), (0, 1), (0, 2)]
+        retry = await c.produce("idem", 0, msgs[:3], producer_id=7, base_seq=0)
+        assert [r.error_code for r in retry] == [ErrorCode.DUPLICATE_SEQUENCE] * 3
+        assert [(r.offset, r.timestamp) for r in retry] == [(r.offset, r.timestamp) for r in first]
+        # Overlapping retry: 1..4, of which 3 and 4 are new.
+        mixed = await c.produce(
+            "idem", 0, msgs[1:5], producer_id=7, base_seq=1, ack_policy=AckPolicy.ALL
+        )
+        assert [(r.error_code, r.offset) for r in mixed] == [
+            (ErrorCode.DUPLICATE_SEQUENCE, 1),
+            (ErrorCode.DUPLICATE_SEQUENCE, 2),
+            (0, 3),
+            (0, 4),
+        ]
+        # Same sequences from another producer id are new messages.
+        other = await c.produce("idem", 0, msgs[:1], producer_id=8, base_seq=0)
+        assert (other[0].error_code, other[0].offset) == (0, 5)
+        # A lower sequence never seen is stored (a late retry after a newer batch).
+        late = await c.produce("idem", 0, msgs[:1], producer_id=9, base_seq=5)
+        late2 = await c.produce("idem", 0, msgs[:1], producer_id=9, base_seq=2)
+        assert [late[0].offset, late2[0].offset] == [6, 7]
     # After a restart the producer state is rebuilt from the log.
-    async with running_server(nats_server.url, tmp_path / "data") as server:
-        assert server.address is not None
-        async with await RawClient.connect(server.address) as c:
-            again = await c.produce("idem", 0, msgs[:3], producer_id=7, base_seq=0)
-            assert [(r.error_code, r.offset) for r in again] == [
-                (ErrorCode.DUPLICATE_SEQUENCE, 0),
-                (ErrorCode.DUPLICATE_SEQUENCE, 1),
-                (ErrorCode.DUPLICATE_SEQUENCE, 2),
-            ]
-            records = await c.fetch_all("idem", 0)
-            assert len(records) == 8
-            assert [r.producer_seq for r in records[:5]] == [0, 1, 2, 3, 4]
-            assert records[0].producer_id == 7
+    async with (
+        running_server(nats_server.url, tmp_path / "data") as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        again = await c.produce("idem", 0, msgs[:3], producer_id=7, base_seq=0)
+        assert [(r.error_code, r.offset) for r in again] == [
+            (ErrorCode.DUPLICATE_SEQUENCE, 0),
+            (ErrorCode.DUPLICATE_SEQUENCE, 1),
+            (ErrorCode.DUPLICATE_SEQUENCE, 2),
+        ]
+        records = await c.fetch_all("idem", 0)
+        assert len(records) == 8
+        assert [r.producer_seq for r in records[:5]] == [0, 1, 2, 3, 4]
+        assert records[0].producer_id == 7
 
 
 def test_msg_ids_expire_after_the_window_and_are_forgotten_above_a_cut() -> None:

@@ -45,7 +45,6 @@ class AckInbox:
 async def test_cross_talk_plain_messages_are_stored_with_subject_reply_headers(
     jet: Server, nc: NatsClient
 ) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="events", subject="events")
         await nc.publish("events", b"plain-1")
@@ -66,7 +65,6 @@ async def test_plain_request_gets_a_json_ack_on_its_reply_subject(
     jet: Server, nc: NatsClient
 ) -> None:
     """Readable by any NATS client, like JetStream's PubAck (spec/acks.md)."""
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="req", subject="req")
     reply = await nc.request("req", b"hello", timeout=10)
@@ -83,7 +81,6 @@ async def test_plain_request_gets_a_json_ack_on_its_reply_subject(
 
 
 async def test_wildcard_subjects(jet: Server, nc: NatsClient) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="star", subject="shop.*")
         await c.create_stream(name="tail", subject="shop.>")
@@ -97,7 +94,6 @@ async def test_wildcard_subjects(jet: Server, nc: NatsClient) -> None:
 
 
 async def test_two_streams_on_one_subject_each_get_a_copy(jet: Server, nc: NatsClient) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="copy1", subject="dup")
         await c.create_stream(name="copy2", subject="dup")
@@ -110,7 +106,6 @@ async def test_two_streams_on_one_subject_each_get_a_copy(jet: Server, nc: NatsC
 
 
 async def test_partition_subjects(jet: Server, nc: NatsClient) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="parts", subject="p", partitions=3)
         for p in range(3):
@@ -122,8 +117,6 @@ async def test_partition_subjects(jet: Server, nc: NatsClient) -> None:
 
 
 async def test_ack_policies(jet: Server, nc: NatsClient) -> None:
-    assert jet.address is not None
-    assert jet.streams is not None
     inbox = AckInbox()
     await nc.subscribe("_INBOX.test.acks", cb=inbox.on_msg)
     await nc.flush()
@@ -161,7 +154,6 @@ async def test_ack_policies(jet: Server, nc: NatsClient) -> None:
 
 
 async def test_acks_of_one_batch_share_a_message(jet: Server, nc: NatsClient) -> None:
-    assert jet.address is not None
     inbox = AckInbox()
     await nc.subscribe("_INBOX.test.batch", cb=inbox.on_msg)
     await nc.flush()
@@ -191,7 +183,6 @@ async def test_oversized_message_gets_an_error_ack_and_is_not_stored(
     async with running_server(
         nats_server.url, tmp_path / "data", limits__max_message_bytes=1000
     ) as server:
-        assert server.address is not None
         inbox = AckInbox()
         await nc.subscribe("_INBOX.test.big", cb=inbox.on_msg)
         await nc.flush()
@@ -226,7 +217,6 @@ async def test_oversized_message_gets_an_error_ack_and_is_not_stored(
 
 
 async def test_load_balance_group_splits_a_subject(jet: Server, nc: NatsClient) -> None:
-    assert jet.address is not None
     n = 200
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="lb1", subject="work", group="workers")

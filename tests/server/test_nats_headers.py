@@ -52,7 +52,6 @@ async def hpub(url: str, subject: str, blocks: list[tuple[bytes, bytes]]) -> Non
 
 
 async def test_header_lines_are_stored_as_sent(jet: Server, nats_server: NatsServer) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="hdr", subject="hdr")
         await hpub(nats_server.url, "hdr", BLOCKS)
@@ -62,7 +61,6 @@ async def test_header_lines_are_stored_as_sent(jet: Server, nats_server: NatsSer
 
 
 async def test_header_controls_of_plain_requests(jet: Server, nc: NatsClient) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="ctl", subject="ctl")
 

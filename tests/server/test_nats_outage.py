@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import anyio
@@ -25,34 +26,34 @@ async def wait_link(link: NatsLink, connected: bool, timeout_s: float = 20.0) ->
 
 
 async def test_nats_restart_ingest_resumes(nats_server: NatsServer, tmp_path: Path) -> None:
-    async with running_server(nats_server.url, tmp_path / "data") as server:
-        assert server.address is not None
-        assert server.link is not None
-        async with await RawClient.connect(server.address) as c:
-            await c.create_stream(name="dur", subject="dur")
-            first = await c.produce("dur", 0, [ProduceMessage(b"before")], ack_policy=AckPolicy.ALL)
-            assert (first[0].error_code, first[0].offset) == (0, 0)
+    async with (
+        running_server(nats_server.url, tmp_path / "data") as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        await c.create_stream(name="dur", subject="dur")
+        first = await c.produce("dur", 0, [ProduceMessage(b"before")], ack_policy=AckPolicy.ALL)
+        assert (first[0].error_code, first[0].offset) == (0, 0)
 
-            await anyio.to_thread.run_sync(nats_server.stop)
-            await wait_link(server.link, connected=False)
-            with pytest.raises(ServerError) as err:
-                await c.produce("dur", 0, [ProduceMessage(b"lost")], ack_policy=AckPolicy.ALL)
-            assert err.value.code == ErrorCode.UNAVAILABLE
-            # Reads keep working without NATS.
-            assert [r.value for r in await c.fetch_all("dur", 0)] == [b"before"]
+        await anyio.to_thread.run_sync(nats_server.stop)
+        await wait_link(server.link, connected=False)
+        with pytest.raises(ServerError) as err:
+            await c.produce("dur", 0, [ProduceMessage(b"lost")], ack_policy=AckPolicy.ALL)
+        assert err.value.code == ErrorCode.UNAVAILABLE
+        # Reads keep working without NATS.
+        assert [r.value for r in await c.fetch_all("dur", 0)] == [b"before"]
 
-            await anyio.to_thread.run_sync(nats_server.start)  # same port
-            await wait_link(server.link, connected=True)
-            await server.link.flush(5)  # the replayed subscriptions are in place
-            again = await c.produce("dur", 0, [ProduceMessage(b"after")])
-            assert (again[0].error_code, again[0].offset) == (0, 1)
-            plain = await nats.connect(nats_server.url)
-            try:
-                await plain.publish("dur", b"plain-after")
-                await plain.flush()
-            finally:
-                await plain.close()
-            records = await c.collect("dur", 0, 3)
+        await anyio.to_thread.run_sync(nats_server.start)  # same port
+        await wait_link(server.link, connected=True)
+        await server.link.flush(5)  # the replayed subscriptions are in place
+        again = await c.produce("dur", 0, [ProduceMessage(b"after")])
+        assert (again[0].error_code, again[0].offset) == (0, 1)
+        plain = await nats.connect(nats_server.url)
+        try:
+            await plain.publish("dur", b"plain-after")
+            await plain.flush()
+        finally:
+            await plain.close()
+        records = await c.collect("dur", 0, 3)
     assert [r.value for r in records] == [b"before", b"after", b"plain-after"]
     assert server.link.disconnects >= 1
     assert server.link.reconnects >= 1
@@ -60,20 +61,31 @@ async def test_nats_restart_ingest_resumes(nats_server: NatsServer, tmp_path: Pa
 
 async def test_stop_while_nats_is_unreachable(tmp_path: Path) -> None:
     from jetserver.server import Server
-    from support.jet_server import make_config
+    from jetserver.testing import in_process_config
 
     # Nothing listens on this port: the server keeps retrying until asked to stop.
     with NatsServer() as gone:
         url = gone.url
-    server = Server(make_config(url, tmp_path / "data"))
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.run)
-            # Until the server is connecting to NATS (each attempt takes seconds to fail).
-            while server.link is None:  # noqa: ASYNC110 - no event for this, bounded above
-                await anyio.sleep(0.01)
-            server.request_stop()
-    assert server.address is None
+    retrying = anyio.Event()
+
+    class OnRetry(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:  # "nats error", "cannot connect ..."
+                retrying.set()
+
+    handler = OnRetry()
+    logging.getLogger("jetserver.nats_link").addHandler(handler)
+    server = Server(in_process_config(url, tmp_path / "data"))
+    try:
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.run)
+                await retrying.wait()  # an attempt to connect failed
+                server.request_stop()
+    finally:
+        logging.getLogger("jetserver.nats_link").removeHandler(handler)
+    with pytest.raises(RuntimeError, match="not running"):
+        server.address  # noqa: B018 - it never listened
 
 
 async def test_nats_authentication(tmp_path: Path) -> None:
@@ -173,8 +185,6 @@ async def test_nats_over_tls(tmp_path: Path) -> None:
     with NatsServer(extra_config=tls) as secure:
         url = secure.url.replace("nats://", "tls://")
         async with running_server(url, tmp_path / "data", nats__tls_ca=str(ca)) as server:
-            assert server.address is not None
-            assert server.link is not None
             assert server.link.connected
             async with await RawClient.connect(server.address) as c:
                 await c.create_stream(name="tls", subject="tls")

@@ -48,7 +48,6 @@ def run_node(url: str, subject: str) -> dict[str, dict[str, object]]:
 async def test_a_nodejs_client_stores_reads_acks_and_uses_header_controls(
     jet: Server, nats_server: NatsServer
 ) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="node", subject="node")
         out = await anyio.to_thread.run_sync(run_node, nats_server.url, "node")

@@ -32,7 +32,6 @@ N = 60
 
 async def _wait_skipped(server: Server, stream: str, count: int) -> None:
     """Until the partition has skipped ``count`` marked NATS copies (bounded)."""
-    assert server.streams is not None
     replica = server.streams.replica(stream, 0)
     with anyio.fail_after(10):
         while replica.copies_skipped < count:  # noqa: ASYNC110 - a counter, no event
@@ -43,8 +42,6 @@ async def _wait_skipped(server: Server, stream: str, count: int) -> None:
 async def test_direct_produce_stores_once_and_still_reaches_nats(
     jet: Server, nc: NatsClient, policy: AckPolicy
 ) -> None:
-    assert jet.address is not None
-    assert jet.streams is not None
     seen: list[Msg] = []
     got_all = anyio.Event()
 
@@ -87,7 +84,6 @@ async def test_a_marked_copy_from_any_publisher_is_not_stored_by_that_partition(
     jet: Server, nc: NatsClient
 ) -> None:
     """The marker names one partition: that partition skips it, other streams store it."""
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="d", subject="d.x")
         await c.create_stream(name="wide", subject="d.*")
@@ -111,8 +107,6 @@ async def test_a_marked_copy_from_any_publisher_is_not_stored_by_that_partition(
 async def test_load_balance_groups_keep_the_nats_path(jet: Server, nc: NatsClient) -> None:
     """In a NATS queue group NATS picks the storing stream: Produce must not append
     directly, or a message would be stored by the target and by another group member."""
-    assert jet.address is not None
-    assert jet.streams is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="lb1", subject="work", group="workers")
         await c.create_stream(name="lb2", subject="work", group="workers")
@@ -137,7 +131,6 @@ async def test_produce_through_nats_when_direct_is_off(
     async with running_server(
         nats_server.url, tmp_path / "data", ingest__produce_direct=False
     ) as server:
-        assert server.address is not None
         async with await RawClient.connect(server.address) as c:
             await c.create_stream(name="d", subject="d.x")
             results = await c.produce(
@@ -145,7 +138,6 @@ async def test_produce_through_nats_when_direct_is_off(
             )
             assert [r.offset for r in results] == [0, 1]
             records = await c.collect("d", 0, 2)
-        assert server.streams is not None
         assert server.streams.replica("d", 0).copies_skipped == 0
     assert [r.value for r in records] == [b"a", b"b"]
 

@@ -20,8 +20,6 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_produce_each_ack_policy(jet: Server) -> None:
-    assert jet.address is not None
-    assert jet.streams is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="p", subject="p")
         msgs = [ProduceMessage(b"a", key=b"k1"), ProduceMessage(b"b", headers=(("h", b"v"),))]
@@ -41,7 +39,6 @@ async def test_produce_each_ack_policy(jet: Server) -> None:
 
 
 async def test_produce_validation(jet: Server) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="v", subject="v.*", partitions=2)
         with pytest.raises(ServerError) as err:
@@ -69,7 +66,6 @@ async def test_produce_validation(jet: Server) -> None:
 
 
 async def test_produce_oversized_is_refused_per_message(jet: Server) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="big", subject="big", max_message_bytes=100)
         results = await c.produce(
@@ -80,8 +76,6 @@ async def test_produce_oversized_is_refused_per_message(jet: Server) -> None:
 
 
 async def test_fetch_long_poll_wakes_on_new_data(jet: Server, nc: NatsClient) -> None:
-    assert jet.address is not None
-    assert jet.streams is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="lp", subject="lp")
         # A short wait with nothing new: empty answer.
@@ -107,7 +101,6 @@ async def test_fetch_long_poll_wakes_on_new_data(jet: Server, nc: NatsClient) ->
 
 
 async def test_fetch_offset_out_of_range_and_pipelining(jet: Server) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="r", subject="r")
         await c.produce("r", 0, [ProduceMessage(b"x")] * 3, ack_policy=AckPolicy.ALL)
@@ -131,36 +124,39 @@ async def test_fetch_offset_out_of_range_and_pipelining(jet: Server) -> None:
 async def test_restart_reads_everything_back(nats_server: NatsServer, tmp_path: Path) -> None:
     data = tmp_path / "data"
     values = [f"m{i}".encode() for i in range(300)]
-    async with running_server(nats_server.url, data) as server:
-        assert server.address is not None
-        async with await RawClient.connect(server.address) as c:
-            await c.create_stream(name="keep", subject="keep", partitions=2)
-            await c.produce("keep", 0, [ProduceMessage(v) for v in values[:150]])
-            await c.produce(
-                "keep", 1, [ProduceMessage(v) for v in values[150:]], ack_policy=AckPolicy.NONE
-            )
-            await c.produce("keep", 1, [ProduceMessage(b"last")], ack_policy=AckPolicy.ALL)
-    async with running_server(nats_server.url, data) as server:
-        assert server.address is not None
-        async with await RawClient.connect(server.address) as c:
-            p0 = await c.fetch_all("keep", 0)
-            p1 = await c.fetch_all("keep", 1)
-            assert [r.value for r in p0] == values[:150]
-            assert [r.value for r in p1] == [*values[150:], b"last"]
-            assert (await c.describe("keep"))["partitions"][1]["hw"] == 151
-            more = await c.produce("keep", 0, [ProduceMessage(b"after")])
-            assert more[0].offset == 150
+    async with (
+        running_server(nats_server.url, data) as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        await c.create_stream(name="keep", subject="keep", partitions=2)
+        await c.produce("keep", 0, [ProduceMessage(v) for v in values[:150]])
+        await c.produce(
+            "keep", 1, [ProduceMessage(v) for v in values[150:]], ack_policy=AckPolicy.NONE
+        )
+        await c.produce("keep", 1, [ProduceMessage(b"last")], ack_policy=AckPolicy.ALL)
+    async with (
+        running_server(nats_server.url, data) as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        p0 = await c.fetch_all("keep", 0)
+        p1 = await c.fetch_all("keep", 1)
+        assert [r.value for r in p0] == values[:150]
+        assert [r.value for r in p1] == [*values[150:], b"last"]
+        assert (await c.describe("keep"))["partitions"][1]["hw"] == 151
+        more = await c.produce("keep", 0, [ProduceMessage(b"after")])
+        assert more[0].offset == 150
 
 
 async def test_message_over_nats_max_payload_is_too_large(tmp_path: Path) -> None:
     with NatsServer(max_payload=64 * 1024) as small:
-        async with running_server(small.url, tmp_path / "data") as server:
-            assert server.address is not None
-            async with await RawClient.connect(server.address) as c:
-                await c.create_stream(name="np", subject="np")
-                results = await c.produce(
-                    "np", 0, [ProduceMessage(b"x" * (100 * 1024)), ProduceMessage(b"ok")]
-                )
+        async with (
+            running_server(small.url, tmp_path / "data") as server,
+            await RawClient.connect(server.address) as c,
+        ):
+            await c.create_stream(name="np", subject="np")
+            results = await c.produce(
+                "np", 0, [ProduceMessage(b"x" * (100 * 1024)), ProduceMessage(b"ok")]
+            )
     assert results[0].error_code == ErrorCode.MESSAGE_TOO_LARGE
     assert (results[1].error_code, results[1].offset) == (0, 0)
 
@@ -170,16 +166,17 @@ async def test_fetch_io_modes_send_the_same_bytes(
     nats_server: NatsServer, tmp_path: Path, io: str
 ) -> None:
     values = [bytes([i % 256]) * 2000 for i in range(300)]
-    async with running_server(nats_server.url, tmp_path / "data", fetch__io=io) as server:
-        assert server.address is not None
-        async with await RawClient.connect(server.address) as c:
-            await c.create_stream(name="io", subject="io")
-            for i in range(0, 300, 100):
-                batch = [ProduceMessage(v) for v in values[i : i + 100]]
-                await c.produce("io", 0, batch, ack_policy=AckPolicy.ALL)
-            header, big = await c.fetch("io", 0, 0, max_bytes=1 << 20)  # > 256 KiB: sendfile
-            assert header.records_len > 256 * 1024
-            _h, small = await c.fetch("io", 0, 0, max_bytes=4096)  # small: read in auto
-            assert [r.value for r in big] == values[: len(big)]
-            assert [r.value for r in small] == values[: len(small)]
-            assert [r.value for r in await c.fetch_all("io", 0)] == values
+    async with (
+        running_server(nats_server.url, tmp_path / "data", fetch__io=io) as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        await c.create_stream(name="io", subject="io")
+        for i in range(0, 300, 100):
+            batch = [ProduceMessage(v) for v in values[i : i + 100]]
+            await c.produce("io", 0, batch, ack_policy=AckPolicy.ALL)
+        header, big = await c.fetch("io", 0, 0, max_bytes=1 << 20)  # > 256 KiB: sendfile
+        assert header.records_len > 256 * 1024
+        _h, small = await c.fetch("io", 0, 0, max_bytes=4096)  # small: read in auto
+        assert [r.value for r in big] == values[: len(big)]
+        assert [r.value for r in small] == values[: len(small)]
+        assert [r.value for r in await c.fetch_all("io", 0)] == values

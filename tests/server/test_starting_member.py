@@ -59,7 +59,6 @@ async def _ask(dispatcher: Dispatcher, api: Api, body: dict[str, Any]) -> tuple[
 
 
 async def test_unknown_stream_is_unavailable_until_reconciled(jet: Server) -> None:
-    assert jet._dispatcher is not None
     node = _node()
     dispatcher = Dispatcher(jet.config, jet.streams, jet._dispatcher.produce, cluster=node)
     for api, body in [
@@ -86,7 +85,6 @@ async def test_a_stream_created_elsewhere_a_moment_ago_is_found_after_catching_u
     jet: Server,
 ) -> None:
     """Its Raft entry arrives while the request waits (STALE_METADATA_GRACE_S)."""
-    assert jet._dispatcher is not None
     node = _node()
     node.reconciled.set()
     dispatcher = Dispatcher(jet.config, jet.streams, jet._dispatcher.produce, cluster=node)

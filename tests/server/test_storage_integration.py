@@ -19,8 +19,6 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_retention_moves_the_log_start(jet: Server) -> None:
-    assert jet.address is not None
-    assert jet.streams is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(
             name="ret", subject="ret", segment_max_bytes=4096, retention_max_messages=50
@@ -42,8 +40,6 @@ async def test_retention_moves_the_log_start(jet: Server) -> None:
 
 
 async def test_compaction_gaps_are_skipped(jet: Server) -> None:
-    assert jet.address is not None
-    assert jet.streams is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="cmp", subject="cmp", compact=True, segment_max_bytes=2048)
         for round_ in range(6):
@@ -64,20 +60,22 @@ async def test_torn_tail_is_cut_at_start(
     nats_server: NatsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     data = tmp_path / "data"
-    async with running_server(nats_server.url, data) as server:
-        assert server.address is not None
-        async with await RawClient.connect(server.address) as c:
-            await c.create_stream(name="torn", subject="torn")
-            await c.produce("torn", 0, [ProduceMessage(b"ok")] * 10, ack_policy=AckPolicy.ALL)
+    async with (
+        running_server(nats_server.url, data) as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        await c.create_stream(name="torn", subject="torn")
+        await c.produce("torn", 0, [ProduceMessage(b"ok")] * 10, ack_policy=AckPolicy.ALL)
     (segment,) = list((data / "streams").glob("torn-*/0/*.log"))
     with segment.open("ab") as f:
         f.write(b"\x00\x00\x00\x00\x00\x00\x00\x0a half a record")
     caplog.set_level(logging.WARNING, logger="jetserver")
-    async with running_server(nats_server.url, data) as server:
-        assert server.address is not None
-        async with await RawClient.connect(server.address) as c:
-            records = await c.fetch_all("torn", 0)
-            assert [r.value for r in records] == [b"ok"] * 10
-            more = await c.produce("torn", 0, [ProduceMessage(b"next")])
-            assert more[0].offset == 10
+    async with (
+        running_server(nats_server.url, data) as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        records = await c.fetch_all("torn", 0)
+        assert [r.value for r in records] == [b"ok"] * 10
+        more = await c.produce("torn", 0, [ProduceMessage(b"next")])
+        assert more[0].offset == 10
     assert any("recovery repaired the log" in r.getMessage() for r in caplog.records)

@@ -15,7 +15,6 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_hello(jet: Server) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         info = await c.hello()
     assert info["protocol"] == 1
@@ -25,7 +24,6 @@ async def test_hello(jet: Server) -> None:
 
 
 async def test_create_is_idempotent_and_conflicts_are_stream_exists(jet: Server) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         first = await c.create_stream(name="orders", subject="orders.*", partitions=2)
         assert first["created"] is True
@@ -62,7 +60,6 @@ async def test_create_is_idempotent_and_conflicts_are_stream_exists(jet: Server)
 async def test_create_validation(
     jet: Server, request_fields: dict[str, object], field: str, fragment: str
 ) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         with pytest.raises(ServerError) as err:
             await c.create_stream(**request_fields)
@@ -72,7 +69,6 @@ async def test_create_validation(
 
 
 async def test_metadata_describe_and_list_offsets(jet: Server) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="a", subject="a")
         await c.create_stream(name="b", subject="b", group="g", compact=True)
@@ -109,7 +105,6 @@ async def test_metadata_describe_and_list_offsets(jet: Server) -> None:
 
 
 async def test_delete_removes_data(jet: Server, tmp_path: Path) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="gone", subject="gone")
         await c.produce("gone", 0, [ProduceMessage(b"x")])
@@ -131,7 +126,6 @@ async def test_delete_removes_data(jet: Server, tmp_path: Path) -> None:
 
 
 async def test_unknown_api_and_bad_json(jet: Server) -> None:
-    assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         with pytest.raises(ServerError) as err:
             await c.request(99, b"{}")

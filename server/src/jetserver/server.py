@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -56,7 +57,7 @@ from jetserver.metrics_http import serve_metrics
 from jetserver.nats_link import NatsLink
 from jetserver.protocol.connection import Reply
 from jetserver.protocol.handlers import Dispatcher
-from jetserver.protocol.listener import ProtocolListener
+from jetserver.protocol.listener import ProtocolListener, bind_listener, format_address
 from jetserver.resources import DataDirLock, log_file_limits, raise_open_file_limit
 from jetserver.security.gate import Security, Session
 from jetserver.security.wiring import acl_proposer, connection_setup
@@ -75,40 +76,92 @@ ENVELOPE_ALLOWANCE_BYTES = 64 * 1024
 
 
 @attrs.define(eq=False)
+class Running:
+    """What a started server is made of: built complete, in :meth:`Server._run`, once NATS
+    is reachable and the listening socket is bound."""
+
+    address: str
+    """Bound ``host:port``."""
+    link: NatsLink
+    """The NATS link."""
+    streams: StreamManager
+    """Streams and their partitions."""
+    produce: ProduceService
+    """The Produce service."""
+    dispatcher: Dispatcher
+    """Answers requests."""
+    listener: ProtocolListener
+    """Accepts client connections."""
+    metrics: MetricsSources
+    """What the metrics endpoint reports."""
+
+
+@attrs.define(eq=False)
 class Server:
-    """One jet server. Call :meth:`run` in a task group; stop it with :meth:`request_stop`."""
+    """One jet server. Call :meth:`run` in a task group; stop it with :meth:`request_stop`.
+
+    :attr:`address`, :attr:`streams`, :attr:`link` and :attr:`metrics` are there from the
+    moment ``task_status.started`` reports the address on (before, they raise
+    :class:`RuntimeError`); after :meth:`run` returned they show the stopped parts.
+    """
 
     config: ServerConfig
     """Configuration."""
-    address: str | None = None
-    """Bound ``host:port`` once listening."""
-    streams: StreamManager | None = None
-    """Streams (set while running; for tests and tools)."""
-    link: NatsLink | None = None
-    """The NATS link (set while running)."""
     cluster: ClusterNode | None = None
     """The control plane (set while running, in a cluster only)."""
-    metrics: MetricsSources | None = None
-    """What the metrics endpoint reports (request counts are kept even without one)."""
     metrics_address: str | None = None
     """Bound ``host:port`` of the metrics endpoint (``[metrics] port`` set)."""
+    _running: Running | None = None
     _stop: anyio.Event = attrs.field(factory=anyio.Event)
     _inflight: int = 0
     _idle: anyio.Event = attrs.field(factory=anyio.Event)
-    _dispatcher: Dispatcher | None = None
+
+    @property
+    def running(self) -> Running:
+        """The parts of the running server.
+
+        Raises:
+            RuntimeError: not started (or stopped).
+        """
+        if self._running is None:
+            raise RuntimeError("the server is not running")
+        return self._running
+
+    @property
+    def address(self) -> str:
+        """Bound ``host:port`` (see the class doc)."""
+        return self.running.address
+
+    @property
+    def streams(self) -> StreamManager:
+        """Streams (for tests and tools)."""
+        return self.running.streams
+
+    @property
+    def link(self) -> NatsLink:
+        """The NATS link."""
+        return self.running.link
+
+    @property
+    def metrics(self) -> MetricsSources:
+        """What the metrics endpoint reports (request counts are kept even without one)."""
+        return self.running.metrics
+
+    @property
+    def _dispatcher(self) -> Dispatcher:
+        return self.running.dispatcher
 
     def request_stop(self) -> None:
         """Begin a clean shutdown; :meth:`run` returns when it is complete."""
         self._stop.set()
 
     async def _handle(self, frame: Frame, session: Session | None = None) -> Reply:
-        assert self._dispatcher is not None
+        running = self.running
         self._inflight += 1
         started = time.perf_counter()
         try:
-            reply = await self._dispatcher.handle(frame, session)
-            if self.metrics is not None:
-                self.metrics.requests.observe(frame.api, reply.data, time.perf_counter() - started)
+            reply = await running.dispatcher.handle(frame, session)
+            running.metrics.requests.observe(frame.api, reply.data, time.perf_counter() - started)
             return reply
         finally:
             self._inflight -= 1
@@ -148,21 +201,57 @@ class Server:
     async def _run(
         self, node: ClusterNode | None, task_status: TaskStatus[str], file_limits: tuple[int, int]
     ) -> None:
+        """The assembly: metadata, security, NATS, then every part built complete, then
+        serve until asked to stop, then the shutdown in order."""
         cfg = self.config
         data_dir = Path(cfg.server.data_dir)
-        store: MetadataView
-        clean = False
-        if node is None:
-            store = await anyio.to_thread.run_sync(MetadataStore.open, data_dir)
-        else:
-            clean = await anyio.to_thread.run_sync(_take_clean_marker, data_dir)
-            store = node.raft
+        store, clean = await _open_metadata(node, data_dir)
         log_file_limits(sum(len(m.partitions) for m in store.state.streams.values()), *file_limits)
         # TLS files, password hashes and the internal token are checked before anything starts.
         security = Security(cfg, lambda: store.state.acls, acl_proposer(store, node))
-        link = self.link = NatsLink(cfg.nats)
+        link = NatsLink(cfg.nats)
+        if not await self._connect(link):
+            log.info("stopped before NATS was reachable")
+            await link.close()
+            return
+        _check_nats_payload(link, cfg)
+        streams = StreamManager(
+            cfg, store, link, controller=node.controller if node is not None else None
+        )
+        sock: socket.socket | None = None
+        try:
+            if node is not None:
+                node.attach(streams)
+            running, sock = self._assemble(link, streams, node, security)
+            self._running = running
+            async with anyio.create_task_group() as tg:
+                await streams.start(tg)
+                await running.produce.start()
+                if cfg.metrics.port is not None:
+                    metrics = running.metrics
+                    self.metrics_address = await tg.start(
+                        serve_metrics, cfg.metrics.host, cfg.metrics.port, lambda: render(metrics)
+                    )
+                if cfg.auth.acls and node is None:
+                    await bootstrap_acls(cfg, security)  # in place before the first client
+                await self._serve(tg, sock, node, clean, security, task_status)
+                with anyio.CancelScope(shield=True):
+                    await self._stop_parts(node, data_dir)
+                tg.cancel_scope.cancel()
+        finally:
+            if sock is not None:
+                sock.close()  # if serving never began (closing twice does nothing)
+            with anyio.CancelScope(shield=True):
+                await streams.stop()
+                await link.close()
+                if cfg.listen.ready_file:
+                    _remove(Path(cfg.listen.ready_file))
+            log.info("server stopped", extra=fields(server_id=cfg.server.id))
+
+    async def _connect(self, link: NatsLink) -> bool:
+        """Connect to NATS (retrying); False if a stop request came first."""
         async with anyio.create_task_group() as connect_tg:
-            # A stop request while NATS is still unreachable ends the retries.
+
             async def stop_connecting() -> None:
                 await self._stop.wait()
                 connect_tg.cancel_scope.cancel()
@@ -170,126 +259,140 @@ class Server:
             connect_tg.start_soon(stop_connecting)
             await link.connect()
             connect_tg.cancel_scope.cancel()
-        if not link.connected:
-            log.info("stopped before NATS was reachable")
-            await link.close()
-            return
-        _check_nats_payload(link, cfg)
-        streams = self.streams = StreamManager(
-            cfg, store, link, controller=node.controller if node is not None else None
-        )
-        if node is not None:
-            node.attach(streams)
+        return link.connected
+
+    def _assemble(
+        self,
+        link: NatsLink,
+        streams: StreamManager,
+        node: ClusterNode | None,
+        security: Security,
+    ) -> tuple[Running, socket.socket]:
+        """Bind the listening socket, then build the parts (which need its address)."""
+        cfg = self.config
+        sock = bind_listener(cfg.listen.host, cfg.listen.port, cfg.listen.backlog)
+        address = format_address(sock)
         produce = ProduceService(link, streams, cfg.limits, direct=cfg.ingest.produce_direct)
-        metrics = self.metrics = MetricsSources(cfg.server.id, streams=streams, link=link)
-        try:
-            async with anyio.create_task_group() as tg:
-                await streams.start(tg)
-                await produce.start()
-                dispatcher = self._dispatcher = Dispatcher(
-                    cfg, streams, produce, cluster=node, security=security
-                )
-                listener = ProtocolListener(
-                    self._handle,
-                    cfg.limits,
-                    sendfile_min_bytes=cfg.fetch.sendfile_threshold,
-                    setup=connection_setup(security, self._handle),
-                )
-                metrics.listener = listener
-                metrics.consumer_positions = dispatcher.consumer_positions
-                if cfg.metrics.port is not None:
-                    self.metrics_address = await tg.start(
-                        serve_metrics, cfg.metrics.host, cfg.metrics.port, lambda: render(metrics)
+        dispatcher = Dispatcher(
+            cfg,
+            streams,
+            produce,
+            address=cfg.listen.advertise or address,
+            cluster=node,
+            security=security,
+        )
+        listener = ProtocolListener(
+            self._handle,
+            cfg.limits,
+            sendfile_min_bytes=cfg.fetch.sendfile_threshold,
+            setup=connection_setup(security, self._handle),
+        )
+        metrics = MetricsSources(
+            cfg.server.id,
+            streams=streams,
+            link=link,
+            listener=listener,
+            consumer_positions=dispatcher.consumer_positions,
+        )
+        return Running(address, link, streams, produce, dispatcher, listener, metrics), sock
+
+    async def _serve(
+        self,
+        tg: anyio.abc.TaskGroup,
+        sock: socket.socket,
+        node: ClusterNode | None,
+        clean: bool,
+        security: Security,
+        task_status: TaskStatus[str],
+    ) -> None:
+        """Listen on ``sock``, announce readiness, serve until a stop request; then hand
+        leaderships off, refuse new requests and give in-flight ones their grace period."""
+        cfg, running = self.config, self.running
+        with anyio.CancelScope() as listen_scope:
+            async with anyio.create_task_group() as listen_tg:
+                listen_tg.start_soon(running.listener.serve, sock)
+                task_status.started(running.address)
+                if node is not None:
+                    node.start(running.dispatcher.address, clean=clean)
+                    await _first(node.reconciled.wait, self._stop.wait)
+                if cfg.listen.ready_file and not self._stop.is_set():
+                    _write_ready_file(
+                        Path(cfg.listen.ready_file), running.address, self.metrics_address
                     )
-                if cfg.auth.acls and node is None:
-                    await bootstrap_acls(cfg, security)  # in place before the first client
-                with anyio.CancelScope() as listen_scope:
-                    async with anyio.create_task_group() as listen_tg:
-                        address = await listen_tg.start(
-                            listener.serve_tcp,
-                            cfg.listen.host,
-                            cfg.listen.port,
-                            cfg.listen.backlog,
-                        )
-                        self.address = address
-                        dispatcher.address = cfg.listen.advertise or address
-                        task_status.started(address)
-                        if node is not None:
-                            node.start(dispatcher.address, clean=clean)
-                            await _first(node.reconciled.wait, self._stop.wait)
-                        if cfg.listen.ready_file and not self._stop.is_set():
-                            _write_ready_file(
-                                Path(cfg.listen.ready_file), address, self.metrics_address
-                            )
-                        log.info(
-                            "server ready",
-                            extra=fields(
-                                server_id=cfg.server.id,
-                                address=address,
-                                data_dir=str(data_dir),
-                                streams=len(store.state.streams),
-                                fetch_io=cfg.fetch.io,
-                                cluster=node is not None,
-                            ),
-                        )
-                        if cfg.auth.acls and node is not None:
-                            tg.start_soon(bootstrap_acls, cfg, security)  # needs Raft
-                        if node is not None:
-                            outage_scope = anyio.CancelScope()
+                log.info(
+                    "server ready",
+                    extra=fields(
+                        server_id=cfg.server.id,
+                        address=running.address,
+                        data_dir=cfg.server.data_dir,
+                        streams=len(running.streams.store.state.streams),
+                        fetch_io=cfg.fetch.io,
+                        cluster=node is not None,
+                    ),
+                )
+                if node is not None:
+                    if cfg.auth.acls:
+                        tg.start_soon(bootstrap_acls, cfg, security)  # needs Raft
+                    outages = anyio.CancelScope()
+                    tg.start_soon(_hand_off_during_outages, outages, node, running)
+                    await self._stop.wait()
+                    outages.cancel()
+                else:
+                    await self._stop.wait()
+                log.info("shutting down")
+                if node is not None:
+                    # Still serving: move partition leaderships to in-sync followers first,
+                    # so producers fail over without a timeout.
+                    await hand_off_leaderships(
+                        node.raft,
+                        running.streams,
+                        cfg.server.id,
+                        cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
+                    )
+                running.dispatcher.shutting_down = True
+                running.streams.wake_all()
+                if self._inflight:
+                    self._idle = anyio.Event()
+                    with anyio.move_on_after(
+                        cfg.server.shutdown_timeout_s * SHUTDOWN_GRACE_FRACTION
+                    ):
+                        await self._idle.wait()
+                listen_scope.cancel()
 
-                            async def watch_nats(scope: anyio.CancelScope = outage_scope) -> None:
-                                with scope:
-                                    await hand_off_during_nats_outages(
-                                        link, node.raft, streams, cfg.server.id
-                                    )
+    async def _stop_parts(self, node: ClusterNode | None, data_dir: Path) -> None:
+        """Stop the parts in order (shielded by the caller): what was queued is appended,
+        every log flushed and closed; in a cluster, leave the ISRs and mark a clean stop."""
+        cfg, running = self.config, self.running
+        if node is not None:
+            await node.stop_tasks()
+        await running.produce.stop()
+        clean = await running.streams.stop()
+        if node is not None:
+            # The replicas stopped fetching: leave the ISRs so that their leaders commit
+            # without waiting for this server.
+            await leave_isrs(
+                node.raft, cfg.server.id, cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION
+            )
+            if clean:
+                await anyio.to_thread.run_sync(write_atomic, data_dir / CLEAN_STOP_FILE, b"{}\n")
 
-                            tg.start_soon(watch_nats)
-                        await self._stop.wait()
-                        if node is not None:
-                            outage_scope.cancel()
-                        log.info("shutting down")
-                        if node is not None:
-                            # Still serving: move partition leaderships to in-sync
-                            # followers first, so producers fail over without a timeout.
-                            await hand_off_leaderships(
-                                node.raft,
-                                streams,
-                                cfg.server.id,
-                                cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
-                            )
-                        dispatcher.shutting_down = True
-                        streams.wake_all()
-                        if self._inflight:
-                            self._idle = anyio.Event()
-                            grace = cfg.server.shutdown_timeout_s * SHUTDOWN_GRACE_FRACTION
-                            with anyio.move_on_after(grace):
-                                await self._idle.wait()
-                        listen_scope.cancel()
-                with anyio.CancelScope(shield=True):
-                    if node is not None:
-                        await node.stop_tasks()
-                    await produce.stop()
-                    clean = await streams.stop()
-                    if node is not None:
-                        # The replicas stopped fetching: leave the ISRs so that their
-                        # leaders commit without waiting for this server.
-                        await leave_isrs(
-                            node.raft,
-                            cfg.server.id,
-                            cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
-                        )
-                    if clean and node is not None:
-                        await anyio.to_thread.run_sync(
-                            write_atomic, data_dir / CLEAN_STOP_FILE, b"{}\n"
-                        )
-                tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await streams.stop()
-                await link.close()
-                if cfg.listen.ready_file:
-                    _remove(Path(cfg.listen.ready_file))
-            log.info("server stopped", extra=fields(server_id=cfg.server.id))
+
+async def _open_metadata(node: ClusterNode | None, data_dir: Path) -> tuple[MetadataView, bool]:
+    """The metadata (the single-server store, or the cluster's Raft state) and, in a cluster,
+    whether the last run stopped cleanly (the marker is taken)."""
+    if node is None:
+        return await anyio.to_thread.run_sync(MetadataStore.open, data_dir), False
+    clean = await anyio.to_thread.run_sync(_take_clean_marker, data_dir)
+    return node.raft, clean
+
+
+async def _hand_off_during_outages(
+    scope: anyio.CancelScope, node: ClusterNode, running: Running
+) -> None:
+    with scope:
+        await hand_off_during_nats_outages(
+            running.link, node.raft, running.streams, node.config.server.id
+        )
 
 
 async def _first(*waits: Callable[[], Awaitable[object]]) -> None:

@@ -10,7 +10,15 @@ import attrs
 
 from jetsdk.codec.record import Record
 
-__all__ = ["Ack", "Acker", "Headers", "HeadersInput", "Message", "normalize_headers"]
+__all__ = [
+    "Ack",
+    "Acker",
+    "Headers",
+    "HeadersInput",
+    "Message",
+    "RecordView",
+    "normalize_headers",
+]
 
 Headers = tuple[tuple[str, bytes], ...]
 """Ordered (name, value) pairs; names may repeat."""
@@ -70,8 +78,63 @@ class Ack:
     """Stored timestamp, ns since the epoch; -1 with ack policy NONE."""
 
 
+class RecordView:
+    """Read-through properties of a consumed record held in ``self.record`` (shared by
+    :class:`Message` and :class:`~jetsdk.consumer.share_message.ShareMessage`)."""
+
+    __slots__ = ()
+    record: Record
+
+    @property
+    def offset(self) -> int:
+        """Offset within the partition."""
+        return self.record.offset
+
+    @property
+    def timestamp(self) -> int:
+        """Server-assigned time, ns since the epoch."""
+        return self.record.timestamp
+
+    @property
+    def key(self) -> bytes | None:
+        """The key, or None."""
+        return self.record.key
+
+    @property
+    def value(self) -> bytes:
+        """The payload."""
+        return self.record.value
+
+    @property
+    def headers(self) -> Headers:
+        """Ordered (name, value) pairs."""
+        return self.record.headers
+
+    @property
+    def subject(self) -> str:
+        """NATS subject the message arrived on."""
+        return self.record.subject
+
+    @property
+    def reply(self) -> str:
+        """NATS reply subject of a plain message ("" if none)."""
+        return self.record.reply
+
+    @property
+    def datetime(self) -> datetime:
+        """The timestamp as an aware UTC datetime (microsecond precision)."""
+        return datetime.fromtimestamp(self.record.timestamp / 1e9, tz=UTC)
+
+    def header(self, name: str) -> bytes | None:
+        """The first value of header ``name``, or None."""
+        for key, value in self.record.headers:
+            if key == name:
+                return value
+        return None
+
+
 @attrs.frozen(slots=True, repr=False)
-class Message:
+class Message(RecordView):
     """A consumed message: the stored record plus where it came from.
 
     The record fields (offset, timestamp, key, value, headers, subject, reply) are
@@ -114,46 +177,6 @@ class Message:
         (the partition was revoked, lost or sought, or the consumer closed)."""
         return self._acker is not None and self._acker.stale
 
-    @property
-    def offset(self) -> int:
-        """Offset within the partition."""
-        return self.record.offset
-
-    @property
-    def timestamp(self) -> int:
-        """Server-assigned time, ns since the epoch."""
-        return self.record.timestamp
-
-    @property
-    def key(self) -> bytes | None:
-        """The key, or None."""
-        return self.record.key
-
-    @property
-    def value(self) -> bytes:
-        """The payload."""
-        return self.record.value
-
-    @property
-    def headers(self) -> Headers:
-        """Ordered (name, value) pairs."""
-        return self.record.headers
-
-    @property
-    def subject(self) -> str:
-        """NATS subject the message arrived on."""
-        return self.record.subject
-
-    @property
-    def reply(self) -> str:
-        """NATS reply subject of a plain message ("" if none)."""
-        return self.record.reply
-
-    @property
-    def datetime(self) -> datetime:
-        """The timestamp as an aware UTC datetime (microsecond precision)."""
-        return datetime.fromtimestamp(self.record.timestamp / 1e9, tz=UTC)
-
     def __repr__(self) -> str:
         r = self.record
         value = r.value if len(r.value) <= 64 else r.value[:64] + b"..."
@@ -161,13 +184,6 @@ class Message:
             f"Message(stream={self.stream!r}, partition={self.partition}, offset={r.offset}, "
             f"timestamp={r.timestamp}, key={r.key!r}, value={value!r}, headers={r.headers!r})"
         )
-
-    def header(self, name: str) -> bytes | None:
-        """The first value of header ``name``, or None."""
-        for key, value in self.record.headers:
-            if key == name:
-                return value
-        return None
 
 
 _set_stream, _set_partition, _set_record, _set_count, _set_acker = (

@@ -22,13 +22,15 @@ from typing import Any
 
 import anyio
 
-from jetsdk import AckPolicy, Client
+from jetsdk import Client
 from jetserver.cli.progress import Progress
 from jetserver.cli.security_opts import security_kwargs
 from jetserver.cli.stream_cmd import (
+    ACK_POLICIES,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    add_ack_option,
     add_client_options,
     fail,
     nonnegative_int,
@@ -40,7 +42,6 @@ from jetserver.cli.stream_cmd import (
 from jetserver.observe.bench_report import PlotUnavailable, summary_table, to_json, write_plot
 from jetserver.observe.bench_run import BenchConfig, run_bench
 
-_ACKS = {"none": AckPolicy.NONE, "leader": AckPolicy.LEADER, "all": AckPolicy.ALL}
 DEFAULT_LATENCY_RATE = 1000.0
 
 
@@ -58,7 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sub", type=nonnegative_int, default=0, help="subscribers (default 0)")
     p.add_argument("--msgs", type=positive_int, default=100_000, help="messages (default 100k)")
     p.add_argument("--size", type=nonnegative_int, default=128, help="bytes each (default 128)")
-    p.add_argument("--ack", choices=sorted(_ACKS), default="leader", help="ack policy")
+    add_ack_option(p)
     p.add_argument(
         "--rate", type=positive_float, help="total msg/s over all publishers (default: max)"
     )
@@ -115,7 +116,7 @@ def _bench(args: argparse.Namespace) -> int:
         subscribers=subs,
         msgs=args.msgs,
         size=args.size,
-        ack=_ACKS[args.ack],
+        ack=ACK_POLICIES[args.ack],
         rate=rate,
         group=args.group,
         latency=args.latency,

@@ -20,14 +20,16 @@ from typing import Any
 
 import anyio
 
-from jetsdk import AckPolicy, Client, Consumer, Producer
+from jetsdk import Client, Consumer, Producer
 from jetsdk.consumer.positions import StartAt, StartPosition
 from jetsdk.message import Message
 from jetserver.cli.progress import Progress
 from jetserver.cli.stream_cmd import (
+    ACK_POLICIES,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    add_ack_option,
     add_client_options,
     fail,
     nonnegative_int,
@@ -36,8 +38,6 @@ from jetserver.cli.stream_cmd import (
     print_json,
     run_with_client,
 )
-
-_ACKS = {"none": AckPolicy.NONE, "leader": AckPolicy.LEADER, "all": AckPolicy.ALL}
 
 
 def register(subparsers: Any) -> None:
@@ -58,9 +58,7 @@ def register(subparsers: Any) -> None:
         metavar="NAME=VALUE",
         help="a header (repeatable)",
     )
-    pub.add_argument(
-        "--ack", choices=sorted(_ACKS), default="leader", help="ack policy (default leader)"
-    )
+    add_ack_option(pub)
     pub.add_argument("--stream", help="the stream to ack from, if several listen on SUBJECT")
     pub.add_argument(
         "--timeout",
@@ -143,7 +141,7 @@ def _pub(args: argparse.Namespace) -> int:
                     value,
                     key,
                     headers,
-                    ack=_ACKS[args.ack],
+                    ack=ACK_POLICIES[args.ack],
                     partition=partition,
                     subject=subject,
                 )

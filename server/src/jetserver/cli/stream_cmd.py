@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import orjson
 
-from jetsdk import Client, JetConnectionError, JetError, StreamExists
+from jetsdk import AckPolicy, Client, JetConnectionError, JetError, StreamExists
 from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, ENV_SERVERS
 from jetsdk.errors import InvalidArgument
 from jetsdk.metadata import StreamInfo
@@ -33,6 +33,16 @@ _DURATIONS = {"": 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400
 
 
 # -- shared by the client-side commands ---------------------------------------------------
+
+ACK_POLICIES = {"none": AckPolicy.NONE, "leader": AckPolicy.LEADER, "all": AckPolicy.ALL}
+"""The values of ``--ack`` (``jet pub``, ``jet bench``)."""
+
+
+def add_ack_option(parser: argparse.ArgumentParser) -> None:
+    """``--ack none|leader|all`` (default leader)."""
+    parser.add_argument(
+        "--ack", choices=sorted(ACK_POLICIES), default="leader", help="ack policy (default leader)"
+    )
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:

@@ -1,9 +1,10 @@
 """The TCP listener of the client protocol: accept connections, serve each in its own task.
 
 ``serve_tcp`` binds, reports the bound address through ``task_status.started(address)``,
-then accepts until cancelled. Connections beyond ``max_connections`` get a
-TOO_MANY_REQUESTS error frame and are closed. A connection's failure never reaches the
-listener or the other connections.
+then accepts until cancelled; ``serve`` accepts on a socket bound beforehand
+(:func:`bind_listener`: the server learns its address before it builds what needs it).
+Connections beyond ``max_connections`` get a TOO_MANY_REQUESTS error frame and are closed.
+A connection's failure never reaches the listener or the other connections.
 """
 
 from __future__ import annotations
@@ -90,10 +91,15 @@ class ProtocolListener:
             OSError: the address cannot be bound (before ``started``).
         """
         listener = bind_listener(host, port, backlog)
+        task_status.started(format_address(listener))
+        await self.serve(listener)
+
+    async def serve(self, listener: socket.socket) -> None:
+        """Serve connections on a bound listening socket (:func:`bind_listener`) until
+        cancelled; closes it at the end."""
         try:
             address = format_address(listener)
             async with anyio.create_task_group() as tg:
-                task_status.started(address)
                 log.info("listening", extra=fields(address=address))
                 while True:
                     try:

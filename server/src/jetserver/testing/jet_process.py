@@ -202,7 +202,10 @@ class JetServer:
 
     @property
     def log_path(self) -> Path:
-        """Its stdout/stderr (unless :attr:`log_file` is given)."""
+        """Its stdout/stderr: ``root/server.log``, or the file :attr:`log_file` names."""
+        name = getattr(self.log_file, "name", None)
+        if self.log_file is not None and isinstance(name, str):
+            return Path(name)
         return self.root / "server.log"
 
     @property

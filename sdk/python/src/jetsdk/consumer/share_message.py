@@ -12,7 +12,7 @@ from collections.abc import Generator
 import attrs
 
 from jetsdk.codec.record import Record
-from jetsdk.message import Headers
+from jetsdk.message import Headers, RecordView
 from jetsdk.share.member import Handout
 
 __all__ = [
@@ -80,7 +80,7 @@ DONE = _Done()
 
 
 @attrs.define(eq=False, repr=False)
-class ShareMessage:
+class ShareMessage(RecordView):
     """A message from a share group: the record, its delivery count, and its outcome methods.
 
     ``delivery_count``: how many leases acquired this message for delivery, this one included
@@ -101,31 +101,6 @@ class ShareMessage:
             f"ShareMessage({self.stream}/{self.partition}@{self.offset}, "
             f"delivery_count={self.delivery_count})"
         )
-
-    @property
-    def offset(self) -> int:
-        """Offset within the partition."""
-        return self.record.offset
-
-    @property
-    def timestamp(self) -> int:
-        """Server-assigned time, ns since the epoch."""
-        return self.record.timestamp
-
-    @property
-    def key(self) -> bytes | None:
-        """The key, or None."""
-        return self.record.key
-
-    @property
-    def value(self) -> bytes:
-        """The payload."""
-        return self.record.value
-
-    @property
-    def headers(self) -> Headers:
-        """Ordered (name, value) pairs."""
-        return self.record.headers
 
     def ack(self) -> _Done:
         """Done: never delivered again once the (batched) settle is stored. Queues the
