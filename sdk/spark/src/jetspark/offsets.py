@@ -122,8 +122,8 @@ def limit_bytes(
     most ``max_bytes`` (``bytes_per_offset`` per partition; 1.0 where missing).
 
     The bytes are shared in proportion to what each partition has available, as
-    :func:`limit_offsets` shares offsets; what is left goes, one offset at a time, to the
-    partitions with the most bytes left while it fits. A batch always makes progress: when
+    :func:`limit_offsets` shares offsets; what is left goes to the partitions with the most
+    bytes left, as many offsets as fit. A batch always makes progress: when
     not even one offset fits, the partition with the most bytes available gets one (a soft
     limit, like Delta's maxBytesPerTrigger). Partitions of ``latest`` missing from ``start``
     start at 0.
@@ -142,9 +142,10 @@ def limit_bytes(
     left = max_bytes - sum(take[tp] * size[tp] for tp in take)
     order = sorted(avail, key=lambda tp: (-(avail[tp] - take[tp]) * size[tp], tp))
     for tp in order:
-        if take[tp] < avail[tp] and size[tp] <= left:
-            take[tp] += 1
-            left -= size[tp]
+        more = min(avail[tp] - take[tp], int(left // size[tp]))
+        if more > 0:
+            take[tp] += more
+            left -= more * size[tp]
     if not any(take.values()):
         biggest = min(avail, key=lambda tp: (-avail[tp] * size[tp], tp))
         take[biggest] = 1
