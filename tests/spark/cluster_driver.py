@@ -1,22 +1,15 @@
 """A Spark driver for tests/spark/test_local_cluster.py, run as its own process on
 ``local-cluster[2,1,1024]`` (two executor JVMs with their own Python workers):
 
-    python tests/spark/cluster_driver.py SERVERS SRC OUT CHECKPOINT (run|standby) [HANG]
+    python tests/spark/cluster_driver.py SERVERS SRC OUT CHECKPOINT (run|available-now) [HANG]
 
 jetstream source → ``value`` with ``!`` appended → :func:`jetspark.foreach_batch_sink`.
 It prints JSON lines on stdout: ``{"event": "jvm", "pid": P}`` (the driver JVM, whose
 children are the executor JVMs), ``{"event": "start", "batch": N}`` before writing a
 batch and ``{"event": "done", "batch": N, "written": W, "duplicates": D}`` after, and
-``{"event": "end"}`` when the query stopped (``standby``). ``run`` never stops by itself:
-the test kills it. With ``HANG`` = N, batch N writes only its Spark partition 0, prints
-``{"event": "hang", "batch": N, "written": W}`` and waits to be killed.
-
-``standby`` is the restarted driver, started while the first one still runs so that its
-cold start (driver JVM, executor JVMs, their Python workers, warmed by a small
-``mapInArrow`` job that imports jetspark on both executors) overlaps the first driver's
-batches: it prints
-``{"event": "ready"}``, waits for a line on stdin, and only then starts the query from the
-checkpoint with Trigger.AvailableNow.
+``{"event": "end"}`` when the query stopped (``available-now``). ``run`` never stops by
+itself: the test kills it. With ``HANG`` = N, batch N writes only its Spark partition 0,
+prints ``{"event": "hang", "batch": N, "written": W}`` and waits to be killed.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from typing import Any
 
 import orjson
 
-MAX_RECORDS_PER_TRIGGER = 1000
+MAX_RECORDS_PER_TRIGGER = 1500
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
@@ -37,28 +30,6 @@ def _say(event: str, **fields: Any) -> None:
     line = {"event": event, "t": round(time.time(), 3), **fields}
     sys.stdout.write(orjson.dumps(line).decode() + "\n")
     sys.stdout.flush()
-
-
-EXECUTORS = 2
-WARM_BOUND_S = 300.0
-
-
-def _warm(batches: Any) -> Any:
-    """Import jetspark (and pyarrow, numpy) in an executor's Arrow Python worker."""
-    import jetspark  # noqa: F401
-
-    yield from batches
-
-
-def _warm_up(spark: Any, servers: str, src: str) -> None:
-    """Start both executors' Python workers on the path the sink takes (``mapInArrow``),
-    and read the source once (the Python data source's planning and reads)."""
-    deadline = time.monotonic() + WARM_BOUND_S
-    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus
-    while status().size() < EXECUTORS + 1 and time.monotonic() < deadline:  # + the driver
-        time.sleep(0.1)
-    spark.range(0, 2 * EXECUTORS, 1, 2 * EXECUTORS).mapInArrow(_warm, "id long").collect()
-    spark.read.format("jetstream").option("servers", servers).option("streams", src).load().count()
 
 
 def main(servers: str, src: str, out: str, checkpoint: str, mode: str, hang: str = "-1") -> None:
@@ -112,10 +83,7 @@ def main(servers: str, src: str, out: str, checkpoint: str, mode: str, hang: str
         _say("done", batch=batch_id, written=result.written, duplicates=result.duplicates)
 
     writer = df.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
-    if mode == "standby":
-        _warm_up(spark, servers, src)
-        _say("ready")
-        sys.stdin.readline()  # the test says go once the first driver is dead
+    if mode == "available-now":
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
         _say("end")

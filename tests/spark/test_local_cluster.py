@@ -5,10 +5,6 @@ runs; later the driver is killed (SIGKILL, the whole process group this test sta
 after writing part of a batch, and a new driver resumes from the checkpoint. The target
 stream ends with every source record exactly once.
 
-The new driver is its own application with its own executor JVMs, started as a standby
-while the first driver still runs (its cold start overlaps the first driver's batches);
-it starts the query from the checkpoint only after the first driver is dead.
-
 Only processes this test started are killed: the executor JVMs are found as children of
 the driver JVM (whose PID the driver prints), and the driver's process group is the one
 ``start_new_session`` made for it.
@@ -40,9 +36,7 @@ DRIVER = Path(__file__).with_name("cluster_driver.py")
 EVENT_TIMEOUT_S = 240.0
 """Bound on waiting for one driver event (a cold local-cluster start on a loaded 2-core
 machine took up to a minute)."""
-BATCH = 1000
-"""cluster_driver.MAX_RECORDS_PER_TRIGGER."""
-ROWS = 4 * BATCH  # four micro-batches
+ROWS = 7500  # five micro-batches of 1500 (cluster_driver.MAX_RECORDS_PER_TRIGGER)
 
 
 class _Driver:
@@ -52,7 +46,6 @@ class _Driver:
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, str(DRIVER), *args],
-            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -78,12 +71,6 @@ class _Driver:
                 raise AssertionError(f"driver exited ({self.proc.wait()}) before {event}")
             if got["event"] == event and all(got.get(k) == v for k, v in fields.items()):
                 return got
-
-    def go(self) -> None:
-        """Let a standby driver start its query."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -125,38 +112,35 @@ def test_executor_kill_and_driver_restart_are_exactly_once(
     args = [",".join(servers), src, out, str(tmp_path / "checkpoint")]
     log = (tmp_path / "drivers.log").open("w")
 
-    first = _Driver([*args, "run", "2"], log)
-    second: _Driver | None = None
+    first = _Driver([*args, "run", "3"], log)
     try:
         jvm = first.expect("jvm")["pid"]
-        second = _Driver([*args, "standby"], log)  # starts while the first one runs
         executors = [pid for pid, cmd in _children(jvm) if "CoarseGrainedExecutorBackend" in cmd]
         assert len(executors) == 2, _children(jvm)
         first.expect("done", batch=0)
         first.expect("start", batch=1)
         os.kill(executors[0], signal.SIGKILL)  # while batch 1 runs
-        done = first.expect("done", batch=1)
-        assert done["written"] + done["duplicates"] == BATCH
-        hang = first.expect("hang", batch=2)
-        assert 0 < hang["written"] < BATCH  # one of batch 2's two tasks wrote its rows
+        done = [first.expect("done", batch=1), first.expect("done", batch=2)]
+        assert [d["written"] + d["duplicates"] for d in done] == [1500, 1500]
+        hang = first.expect("hang", batch=3)
+        assert 0 < hang["written"] < 1500  # one of batch 3's two tasks wrote its rows
         # Spark replaced the dead executor (the query went on with two).
         alive = [pid for pid, cmd in _children(jvm) if "CoarseGrainedExecutorBackend" in cmd]
         assert executors[0] not in alive
-        first.kill()  # the driver dies with batch 2 half-written and not committed
-        assert len(read_all(servers, out)) == 2 * BATCH + hang["written"]
+    finally:
+        first.kill()  # the driver dies with batch 3 half-written and not committed
+    assert len(read_all(servers, out)) == 3 * 1500 + hang["written"]  # batches 0-2, part of 3
 
-        second.expect("ready")
-        second.go()
+    second = _Driver([*args, "available-now"], log)
+    try:
         replay = second.expect("done")
-        assert replay["batch"] == 2
+        assert replay["batch"] == 3
         assert replay["duplicates"] == hang["written"]  # the part stored before the kill
-        assert replay["written"] == BATCH - hang["written"]
-        second.expect("done", batch=3)
+        assert replay["written"] == 1500 - hang["written"]
+        second.expect("done", batch=4)
         second.expect("end")
         assert second.proc.wait(timeout=60) == 0
     finally:
-        first.kill()
-        if second is not None:
-            second.kill()
+        second.kill()
     got = read_all(servers, out)
     assert Counter((r.key, r.value) for r in got) == Counter((k, v + b"!") for k, v in sent)
