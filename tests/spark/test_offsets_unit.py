@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jetspark.offsets import OffsetRange, from_json, limit_offsets, plan_ranges, to_json
+from jetspark.offsets import (
+    OffsetRange,
+    from_json,
+    limit_bytes,
+    limit_offsets,
+    plan_ranges,
+    to_json,
+)
 
 
 def test_json_round_trip_is_canonical() -> None:
@@ -55,6 +62,50 @@ def test_limit_offsets_takes_exactly_the_limit_and_never_moves_back(
 def test_limit_offsets_is_proportional() -> None:
     end = limit_offsets({"s": {0: 0, 1: 0}}, {"s": {0: 300, 1: 100}}, 100)
     assert end == {"s": {0: 75, 1: 25}}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    latest=offsets_maps,
+    data=st.data(),
+    limit=st.integers(1, 200_000),
+    sizes=st.lists(st.floats(0.5, 5000.0), min_size=24, max_size=24),
+)
+def test_limit_bytes_stays_under_the_limit_and_always_moves_on(
+    latest: dict[str, dict[int, int]], data: st.DataObject, limit: int, sizes: list[float]
+) -> None:
+    start = {
+        s: {p: data.draw(st.integers(0, end)) for p, end in parts.items()}
+        for s, parts in latest.items()
+    }
+    per_offset = {(s, p): sizes[i * 6 + p] for i, s in enumerate("abc") for p in range(6)}
+    end = limit_bytes(start, latest, limit, per_offset)
+    available = sum(latest[s][p] - start[s][p] for s in latest for p in latest[s])
+    took = {(s, p): end[s][p] - start[s][p] for s in end for p in end[s]}
+    used = sum(n * per_offset[tp] for tp, n in took.items())
+    for (s, p), n in took.items():
+        assert 0 <= n <= latest[s][p] - start[s][p]
+    if available and not any(took.values()):
+        raise AssertionError("no progress")
+    if sum(took.values()) > 1:
+        assert used <= limit * (1 + 1e-9)
+    if used + min(per_offset.values()) <= limit and sum(took.values()) < available:
+        # Not full: something that fits was left behind only if larger than what is left.
+        left = limit - used
+        assert all(
+            per_offset[(s, p)] > left
+            for s in latest
+            for p in latest[s]
+            if took[(s, p)] < latest[s][p] - start[s][p]
+        )
+
+
+def test_limit_bytes_shares_bytes_in_proportion() -> None:
+    sizes = {("s", 0): 10.0, ("s", 1): 100.0}
+    end = limit_bytes({"s": {0: 0, 1: 0}}, {"s": {0: 100, 1: 100}}, 1100, sizes)
+    assert end == {"s": {0: 10, 1: 10}}  # 100 + 1000 bytes
+    assert limit_bytes({"s": {0: 0}}, {"s": {0: 5}}, 1, sizes) == {"s": {0: 1}}  # soft
+    assert limit_bytes({"s": {0: 0}}, {"s": {0: 5}}, 10_000, sizes) == {"s": {0: 5}}
 
 
 def test_plan_ranges_marks_new_partitions_and_skips_empty() -> None:

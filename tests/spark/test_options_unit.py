@@ -62,6 +62,31 @@ def test_pattern_matches_whole_names_and_never_internal_streams() -> None:
         ({**SERVERS, "streams": "a", "includeHeaders": "yes"}, "includeHeaders"),
         ({**SERVERS, "streams": "a", "startingTimestamp": "soon"}, "startingTimestamp"),
         ({**SERVERS, "streams": "a", "requestTimeout": "0"}, "requestTimeout"),
+        ({**SERVERS, "streams": "a", "maxBytesPerTrigger": "0"}, "maxBytesPerTrigger"),
+        (
+            {**SERVERS, "streams": "a", "maxRecordsPerTrigger": "5", "maxOffsetsPerTrigger": "5"},
+            "maxOffsetsPerTrigger",
+        ),
+        (
+            {**SERVERS, "streams": "a", "startingOffsetsByTimestamp": '{"b": {"0": 1}}'},
+            "startingOffsetsByTimestamp",
+        ),
+        (
+            {**SERVERS, "streams": "a", "startingOffsetsByTimestamp": '{"a": {"0": -1}}'},
+            "startingOffsetsByTimestamp",
+        ),
+        (
+            {**SERVERS, "streams": "a", "startingOffsetsByTimestamp": "latest"},
+            "startingOffsetsByTimestamp",
+        ),
+        (
+            {**SERVERS, "streams": "a", "startingOffsetsByTimestampStrategy": "earliest"},
+            "startingOffsetsByTimestampStrategy",
+        ),
+        (
+            {**SERVERS, "streams": "a", "endingOffsetsByTimestamp": '{"a": {"0": 1}}'},
+            "endingOffsetsByTimestamp",
+        ),
         ({**SERVERS, "streams": "a", "group": "a/b"}, "group"),
     ],
 )
@@ -69,6 +94,30 @@ def test_bad_source_options(raw: dict[str, str], option: str) -> None:
     with pytest.raises(OptionError, match=f"option '{option}'") as info:
         source_options(raw, streaming=True)
     assert info.value.option == option
+
+
+def test_kafka_style_limits_and_times() -> None:
+    opts = source_options(
+        {
+            **SERVERS,
+            "streams": "a",
+            "maxOffsetsPerTrigger": "7",
+            "maxBytesPerTrigger": "1000",
+            "startingOffsetsByTimestamp": '{"a": {"0": 5, "1": 6}}',
+            "startingOffsetsByTimestampStrategy": "Latest",
+        },
+        streaming=True,
+    )
+    assert opts.max_records_per_trigger == 7
+    assert opts.max_bytes_per_trigger == 1000
+    assert opts.starting_by_timestamp == {"a": {0: 5, 1: 6}}
+    assert opts.starting_timestamp_strategy == "latest"
+    batch = source_options(
+        {**SERVERS, "streams": "a", "endingOffsetsByTimestamp": '{"a": {"0": 9}}'},
+        streaming=False,
+    )
+    assert batch.ending_by_timestamp == {"a": {0: 9}}
+    assert batch.starting_timestamp_strategy == "error"
 
 
 def test_ending_offsets_for_batch_only_and_never_earliest() -> None:

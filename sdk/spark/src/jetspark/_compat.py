@@ -5,6 +5,9 @@
   read limits and ``SupportsTriggerAvailableNow``). Before it, Spark calls
   ``latestOffset()`` without arguments and the reader applies maxRecordsPerTrigger itself
   (:class:`jetspark.source.JetStreamReader`); the read-limit classes below stand in.
+- ``ReadMaxBytes`` (maxBytesPerTrigger as Spark's read limit) is used where
+  :mod:`pyspark.sql.streaming.datasource` has it; elsewhere the reader applies
+  maxBytesPerTrigger itself.
 - 4.1 added ``DataSourceStreamArrowWriter``; on 4.0 the streaming writer gets rows and
   turns them into Arrow batches (:mod:`jetspark.writer`).
 """
@@ -18,9 +21,11 @@ from pyspark.sql import datasource as _datasource
 
 __all__ = [
     "ADMISSION_CONTROL",
+    "READ_MAX_BYTES",
     "STREAM_ARROW_WRITER",
     "ReadAllAvailable",
     "ReadLimit",
+    "ReadMaxBytes",
     "ReadMaxRows",
     "StreamWriterBase",
     "SupportsTriggerAvailableNow",
@@ -57,6 +62,21 @@ except ImportError:  # PySpark 4.0, 4.1
 
         def prepareForTriggerAvailableNow(self) -> None:
             """Not called before PySpark 4.2."""
+
+
+try:
+    from pyspark.sql.streaming.datasource import ReadMaxBytes
+
+    READ_MAX_BYTES = True
+    """Spark's Python sources may return ``ReadMaxBytes`` as their read limit."""
+except ImportError:  # PySpark before ReadMaxBytes
+    READ_MAX_BYTES = False
+
+    @dataclass
+    class ReadMaxBytes(ReadLimit):  # type: ignore[no-redef]
+        """Stand-in for PySpark's ReadMaxBytes (never handed to Spark)."""
+
+        max_bytes: int
 
 
 _arrow_writer: Any = getattr(_datasource, "DataSourceStreamArrowWriter", None)

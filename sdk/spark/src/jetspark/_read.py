@@ -66,69 +66,117 @@ async def snapshot(client: Client, opts: SourceOptions, *, require: bool) -> Sna
 
 
 async def resolve_start(client: Client, opts: SourceOptions, snap: Snapshot) -> Offsets:
-    """Where a new query (or a batch read) starts, per option startingTimestamp or
-    startingOffsets.
+    """Where a new query (or a batch read) starts, per option startingTimestamp, else
+    startingOffsetsByTimestamp, else startingOffsets (Spark's Kafka source's precedence).
+
+    A start by time puts each partition at its first record stored at or after the time.
+    Where there is none, startingOffsetsByTimestampStrategy ``error`` fails and ``latest``
+    starts the partition at its high watermark.
 
     Raises:
-        OptionError: startingOffsets JSON that misses or invents a partition, or names an
-            offset past the high watermark.
+        OptionError: JSON that misses or invents a partition, an offset past the high
+            watermark, or (strategy ``error``) a time after a partition's last record.
     """
+    option, times = "startingTimestamp", None
     if opts.starting_timestamp_ms is not None:
-        return await _offsets_at(client, snap, opts.starting_timestamp_ms)
-    return _resolve_spec(opts.starting, "startingOffsets", snap)
+        times = {s: dict.fromkeys(parts, opts.starting_timestamp_ms) for s, parts in snap.items()}
+    elif opts.starting_by_timestamp is not None:
+        option = "startingOffsetsByTimestamp"
+        times = _listed(opts.starting_by_timestamp, option, snap, "a time in ms")
+    if times is None:
+        return _resolve_spec(opts.starting, "startingOffsets", snap)
+    found = await _offsets_at(client, times)
+    out: Offsets = {}
+    for stream, parts in found.items():
+        out[stream] = {}
+        for part, info in parts.items():
+            if info.offset < info.hw:
+                out[stream][part] = info.offset
+            elif opts.starting_timestamp_strategy == "latest":
+                out[stream][part] = info.hw
+            else:
+                raise OptionError(
+                    option,
+                    f"{stream}/{part} has no record stored at or after {times[stream][part]} "
+                    "ms (startingOffsetsByTimestampStrategy=latest starts such a partition "
+                    "at its high watermark)",
+                )
+    return out
 
 
 async def resolve_ends(client: Client, opts: SourceOptions, snap: Snapshot) -> Offsets:
-    """Where a batch read ends, per option endingTimestamp or endingOffsets."""
+    """Where a batch read ends, per option endingTimestamp, else endingOffsetsByTimestamp,
+    else endingOffsets. By time: before the first record stored at or after the time, the
+    high watermark if there is none."""
+    times = None
     if opts.ending_timestamp_ms is not None:
-        return await _offsets_at(client, snap, opts.ending_timestamp_ms)
-    return _resolve_spec(opts.ending, "endingOffsets", snap)
+        times = {s: dict.fromkeys(parts, opts.ending_timestamp_ms) for s, parts in snap.items()}
+    elif opts.ending_by_timestamp is not None:
+        times = _listed(opts.ending_by_timestamp, "endingOffsetsByTimestamp", snap, "a time")
+    if times is None:
+        return _resolve_spec(opts.ending, "endingOffsets", snap)
+    found = await _offsets_at(client, times)
+    return {
+        s: {p: min(info.offset, info.hw) for p, info in parts.items()} for s, parts in found.items()
+    }
 
 
-async def _offsets_at(client: Client, snap: Snapshot, ms: int) -> Offsets:
-    """Per partition, the first offset stored at or after ``ms`` (the high watermark if
-    none)."""
-    out: Offsets = {stream: {} for stream in snap}
-    ts_ns = ms * 1_000_000
+async def _offsets_at(
+    client: Client, times: Mapping[str, Mapping[int, int]]
+) -> dict[str, dict[int, OffsetInfo]]:
+    """Per partition, ListOffsets at its time (ms): ``offset`` is the first offset stored
+    at or after it, the high watermark if none."""
+    out: dict[str, dict[int, OffsetInfo]] = {stream: {} for stream in times}
 
-    async def at_time(stream: str, partition: int) -> None:
-        info = await client.list_offsets(stream, partition, ts_ns)
-        out[stream][partition] = info.offset
+    async def at_time(stream: str, partition: int, ms: int) -> None:
+        out[stream][partition] = await client.list_offsets(stream, partition, ms * 1_000_000)
 
     async with anyio.create_task_group() as tg:
-        for stream, parts in snap.items():
-            for part in parts:
-                tg.start_soon(at_time, stream, part)
+        for stream, parts in times.items():
+            for part, ms in parts.items():
+                tg.start_soon(at_time, stream, part, ms)
+    return out
+
+
+def _listed(
+    spec: Mapping[str, Mapping[int, int]], option: str, snap: Snapshot, what: str
+) -> dict[str, dict[int, int]]:
+    """``spec``'s value of every partition of ``snap``.
+
+    Raises:
+        OptionError: a stream or partition read is not in ``spec``, or ``spec`` names a
+            partition the stream does not have.
+    """
+    out: dict[str, dict[int, int]] = {}
+    for stream, parts in snap.items():
+        given = spec.get(stream)
+        if given is None:
+            raise OptionError(
+                option,
+                f"stream {stream!r} is not listed (list every stream read, {what} per partition)",
+            )
+        extra = sorted(set(given) - set(parts))
+        if extra:
+            raise OptionError(option, f"stream {stream!r} has no partition {extra[0]}")
+        missing = sorted(set(parts) - set(given))
+        if missing:
+            raise OptionError(option, f"{stream}/{missing[0]} is not listed (list every partition)")
+        out[stream] = {part: given[part] for part in sorted(parts)}
     return out
 
 
 def _resolve_spec(spec: object, option: str, snap: Snapshot) -> Offsets:
+    given_all = None
+    if isinstance(spec, dict):
+        given_all = _listed(spec, option, snap, "-2 for earliest or -1 for latest")
     out: Offsets = {}
     for stream, parts in snap.items():
         out[stream] = {}
-        given: Mapping[int, int] | None = None
-        if isinstance(spec, dict):
-            given = spec.get(stream)
-            if given is None:
-                raise OptionError(
-                    option,
-                    f"stream {stream!r} is not listed (list every stream read, with -2 for "
-                    "earliest or -1 for latest per partition)",
-                )
-            extra = sorted(set(given) - set(parts))
-            if extra:
-                raise OptionError(option, f"stream {stream!r} has no partition {extra[0]}")
         for part, info in sorted(parts.items()):
-            if given is None:
+            if given_all is None:
                 out[stream][part] = info.log_start if spec == "earliest" else info.hw
                 continue
-            if part not in given:
-                raise OptionError(
-                    option,
-                    f"{stream}/{part} is not listed (list every partition, -2 = earliest, "
-                    "-1 = latest)",
-                )
-            offset = given[part]
+            offset = given_all[stream][part]
             if offset == EARLIEST:
                 offset = info.log_start
             elif offset == LATEST:

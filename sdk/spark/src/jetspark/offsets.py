@@ -6,8 +6,8 @@ offset log, so partition numbers are strings there; :func:`to_json` and :func:`f
 convert, always in one canonical order (streams by name, partitions by number) so two equal
 offsets serialize identically.
 
-Also here: admission control (:func:`limit_offsets`) and splitting a micro-batch into
-Spark partitions (:func:`plan_ranges`). Pure code: no I/O.
+Also here: admission control (:func:`limit_offsets`, :func:`limit_bytes`) and splitting a
+micro-batch into Spark partitions (:func:`plan_ranges`). Pure code: no I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = [
     "OffsetRange",
     "Offsets",
     "from_json",
+    "limit_bytes",
     "limit_offsets",
     "plan_ranges",
     "to_json",
@@ -105,6 +106,49 @@ def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
         if take[tp] < avail[tp]:
             take[tp] += 1
             left -= 1
+    out: Offsets = {}
+    for (stream, part), n in take.items():
+        out.setdefault(stream, {})[part] = start.get(stream, {}).get(part, 0) + n
+    return out
+
+
+def limit_bytes(
+    start: Offsets,
+    latest: Offsets,
+    max_bytes: int,
+    bytes_per_offset: Mapping[tuple[str, int], float],
+) -> Offsets:
+    """Admission control by size: end offsets whose estimated bytes past ``start`` total at
+    most ``max_bytes`` (``bytes_per_offset`` per partition; 1.0 where missing).
+
+    The bytes are shared in proportion to what each partition has available, as
+    :func:`limit_offsets` shares offsets; what is left goes to the partitions with the most
+    bytes left, as many offsets as fit. A batch always makes progress: when
+    not even one offset fits, the partition with the most bytes available gets one (a soft
+    limit, like Delta's maxBytesPerTrigger). Partitions of ``latest`` missing from ``start``
+    start at 0.
+    """
+    avail: dict[tuple[str, int], int] = {}
+    size: dict[tuple[str, int], float] = {}
+    for stream, parts in latest.items():
+        for part, end in parts.items():
+            tp = (stream, part)
+            avail[tp] = max(0, end - start.get(stream, {}).get(part, 0))
+            size[tp] = max(bytes_per_offset.get(tp, 1.0), 1e-9)
+    total = sum(avail[tp] * size[tp] for tp in avail)
+    if total <= max_bytes:
+        return {s: dict(p) for s, p in latest.items()}
+    take = {tp: min(n, int(n * max_bytes // total)) for tp, n in avail.items()}
+    left = max_bytes - sum(take[tp] * size[tp] for tp in take)
+    order = sorted(avail, key=lambda tp: (-(avail[tp] - take[tp]) * size[tp], tp))
+    for tp in order:
+        more = min(avail[tp] - take[tp], int(left // size[tp]))
+        if more > 0:
+            take[tp] += more
+            left -= more * size[tp]
+    if not any(take.values()):
+        biggest = min(avail, key=lambda tp: (-avail[tp] * size[tp], tp))
+        take[biggest] = 1
     out: Offsets = {}
     for (stream, part), n in take.items():
         out.setdefault(stream, {})[part] = start.get(stream, {}).get(part, 0) + n

@@ -14,13 +14,31 @@ import difflib
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
-import orjson
 
 from jetsdk.codec.error_codes import AckPolicy
+from jetspark.connection_options import (
+    NO_SECURITY,
+    SECURITY_OPTIONS,
+    Security,
+    parse_bool,
+    parse_security,
+    security_args,
+    security_options,
+)
 from jetspark.errors import OptionError
+from jetspark.offset_options import (
+    EARLIEST,
+    LATEST,
+    TIMESTAMP_STRATEGIES,
+    OffsetSpec,
+    TimestampSpec,
+    check_name,
+    parse_offset_spec,
+    parse_timestamp_spec,
+)
 from jetspark.subjects import pattern_problem, patterns_regex
 
 __all__ = [
@@ -29,6 +47,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
     "EARLIEST",
     "LATEST",
+    "NO_SECURITY",
     "SECURITY_OPTIONS",
     "SINK_OPTIONS",
     "SOURCE_OPTIONS",
@@ -36,6 +55,7 @@ __all__ = [
     "Security",
     "SinkOptions",
     "SourceOptions",
+    "TimestampSpec",
     "parse_offset_spec",
     "security_args",
     "security_options",
@@ -43,10 +63,6 @@ __all__ = [
     "source_options",
 ]
 
-EARLIEST = -2
-"""In a startingOffsets/endingOffsets JSON: the partition's first stored offset."""
-LATEST = -1
-"""In a startingOffsets/endingOffsets JSON: the partition's high watermark."""
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
 """Record bytes asked for per Fetch."""
 MAX_FETCH_MAX_BYTES = 64 * 1024 * 1024
@@ -58,22 +74,6 @@ DEFAULT_ACK_TIMEOUT_S = 30.0
 MAX_MIN_PARTITIONS = 100_000
 """Largest accepted minPartitions."""
 
-OffsetSpec = Literal["earliest", "latest"] | dict[str, dict[int, int]]
-"""``"earliest"``, ``"latest"``, or ``{stream: {partition: offset}}`` where an offset may be
-:data:`EARLIEST` (-2) or :data:`LATEST` (-1)."""
-
-SECURITY_OPTIONS = (
-    "tls",
-    "tlsCa",
-    "tlsCert",
-    "tlsKey",
-    "tlsServerHostname",
-    "token",
-    "user",
-    "password",
-)
-"""Connection options shared by the source and the sinks (TLS and credentials)."""
-
 DEFAULT_MAX_TRIGGER_DELAY_S = 900.0
 """maxTriggerDelay's default, 15 minutes (as Spark's Kafka source)."""
 SOURCE_OPTIONS = (
@@ -83,8 +83,13 @@ SOURCE_OPTIONS = (
     "startingOffsets",
     "endingOffsets",
     "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "endingTimestamp",
+    "endingOffsetsByTimestamp",
     "maxRecordsPerTrigger",
+    "maxOffsetsPerTrigger",
+    "maxBytesPerTrigger",
     "minOffsetsPerTrigger",
     "maxTriggerDelay",
     "failOnDataLoss",
@@ -109,47 +114,6 @@ SINK_OPTIONS = (
 """Options the sinks understand."""
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-@attrs.frozen
-class Security:
-    """How to connect: TLS and credentials (secrets never appear in ``repr``)."""
-
-    tls: bool = False
-    """Connect with TLS (also on when any of the TLS files is given)."""
-    tls_ca: str | None = None
-    """PEM CA bundle to verify servers with (default: the system's)."""
-    tls_cert: str | None = None
-    """PEM client certificate to present (with ``tls_key``)."""
-    tls_key: str | None = None
-    """PEM key of ``tls_cert``."""
-    server_hostname: str | None = None
-    """Name checked against server certificates (default: each address's host)."""
-    token: str | None = attrs.field(default=None, repr=False)
-    """Bearer token (secret)."""
-    user: str | None = None
-    """User name (with ``password``)."""
-    password: str | None = attrs.field(default=None, repr=False)
-    """Password of ``user`` (secret)."""
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`jetsdk.Client`."""
-        return {
-            "tls": True if self.tls else None,
-            "tls_ca": self.tls_ca,
-            "tls_cert": self.tls_cert,
-            "tls_key": self.tls_key,
-            "server_hostname": self.server_hostname,
-            "token": self.token,
-            "user": self.user,
-            "password": self.password,
-        }
-
-
-NO_SECURITY = Security()
-"""Plain TCP, no credentials."""
-
 
 @attrs.frozen
 class SourceOptions:
@@ -168,12 +132,25 @@ class SourceOptions:
     """Where a batch read ends (batch reads only)."""
     starting_timestamp_ms: int | None = None
     """Start at the first record stored at or after this time (ms since the epoch); takes
+    precedence over ``starting_by_timestamp`` and ``starting``."""
+    starting_by_timestamp: TimestampSpec | None = None
+    """Per partition, start at the first record stored at or after its time (ms); takes
     precedence over ``starting``."""
+    starting_timestamp_strategy: Literal["error", "latest"] = "error"
+    """A start by time with no record stored at or after the time: fail the query
+    (``error``) or start that partition at its high watermark (``latest``)."""
     ending_timestamp_ms: int | None = None
     """Batch reads: end before the first record stored at or after this time (ms since the
-    epoch); takes precedence over ``ending``."""
+    epoch); takes precedence over ``ending_by_timestamp`` and ``ending``."""
+    ending_by_timestamp: TimestampSpec | None = None
+    """Batch reads: per partition, end before the first record stored at or after its time
+    (the high watermark if none); takes precedence over ``ending``."""
     max_records_per_trigger: int | None = None
     """Most offsets per micro-batch (admission control), None for no limit."""
+    max_bytes_per_trigger: int | None = None
+    """About this many stored bytes per micro-batch at most (estimated from each
+    partition's bytes per offset; a batch always takes at least one offset), None for no
+    limit. With ``max_records_per_trigger`` both apply."""
     min_offsets_per_trigger: int | None = None
     """Fewest new offsets for a micro-batch, unless ``max_trigger_delay_s`` passed since the
     last one; None for no minimum."""
@@ -256,7 +233,7 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         if not streams:
             raise OptionError("streams", "no stream names given")
         for name in streams:
-            _check_name("streams", name)
+            check_name("streams", name)
         if len(set(streams)) != len(streams):
             raise OptionError("streams", "a stream is listed twice")
     else:
@@ -285,13 +262,17 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
                     raise OptionError(option, f"stream {stream!r} does not match streamsPattern")
 
     max_records = _positive_int(opts, "maxRecordsPerTrigger")
+    if "maxoffsetspertrigger" in opts:  # Spark's Kafka source's name for it
+        if max_records is not None:
+            raise OptionError("maxOffsetsPerTrigger", "give maxRecordsPerTrigger or it, not both")
+        max_records = _positive_int(opts, "maxOffsetsPerTrigger")
     if max_records is not None and not streaming:
         raise OptionError("maxRecordsPerTrigger", "only for streaming reads (readStream)")
     group = opts.get("group")
     if group is not None:
         if not streaming:
             raise OptionError("group", "only for streaming reads (readStream)")
-        _check_name("group", group)
+        check_name("group", group)
     min_partitions = _positive_int(opts, "minPartitions")
     if min_partitions is not None and min_partitions > MAX_MIN_PARTITIONS:
         raise OptionError("minPartitions", f"at most {MAX_MIN_PARTITIONS}")
@@ -318,6 +299,20 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     delay = DEFAULT_MAX_TRIGGER_DELAY_S
     if "maxtriggerdelay" in opts:
         delay = _duration(opts, "maxTriggerDelay")
+    by_time = _by_timestamp(opts, "startingOffsetsByTimestamp", streams, pattern)
+    ending_by_time = None
+    if "endingoffsetsbytimestamp" in opts:
+        if streaming:
+            raise OptionError("endingOffsetsByTimestamp", "only for batch reads (spark.read)")
+        ending_by_time = _by_timestamp(opts, "endingOffsetsByTimestamp", streams, pattern)
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in TIMESTAMP_STRATEGIES:
+        raise OptionError(
+            "startingOffsetsByTimestampStrategy", f"{strategy!r} is not one of error, latest"
+        )
+    max_bytes = _positive_int(opts, "maxBytesPerTrigger")
+    if max_bytes is not None and not streaming:
+        raise OptionError("maxBytesPerTrigger", "only for streaming reads (readStream)")
     ending_ts = None
     if "endingtimestamp" in opts:
         if streaming:
@@ -336,14 +331,18 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         starting=starting,
         ending=ending,
         starting_timestamp_ms=starting_ts,
+        starting_by_timestamp=by_time,
+        starting_timestamp_strategy="latest" if strategy == "latest" else "error",
+        ending_by_timestamp=ending_by_time,
         max_records_per_trigger=max_records,
-        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-        include_headers=_bool(opts, "includeHeaders", False),
+        max_bytes_per_trigger=max_bytes,
+        fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
+        include_headers=parse_bool(opts, "includeHeaders", False),
         min_partitions=min_partitions,
         fetch_max_bytes=fetch_max_bytes,
         group=group,
         request_timeout=_seconds(opts, "requestTimeout", DEFAULT_REQUEST_TIMEOUT_S),
-        security=_security(opts),
+        security=parse_security(opts),
     )
 
 
@@ -356,7 +355,7 @@ def sink_options(raw: Mapping[str, str]) -> SinkOptions:
     opts = _normalize(raw, SINK_OPTIONS)
     stream = opts.get("stream")
     if stream is not None:
-        _check_name("stream", stream)
+        check_name("stream", stream)
     ack_text = opts.get("ack", "all").strip().upper()
     try:
         ack = AckPolicy[ack_text]
@@ -372,132 +371,11 @@ def sink_options(raw: Mapping[str, str]) -> SinkOptions:
         ack_timeout=_seconds(opts, "ackTimeout", DEFAULT_ACK_TIMEOUT_S),
         request_timeout=_seconds(opts, "requestTimeout", DEFAULT_REQUEST_TIMEOUT_S),
         sink_name=sink_name,
-        security=_security(opts),
+        security=parse_security(opts),
     )
-
-
-def security_options(raw: Mapping[str, str]) -> Security:
-    """Parse only the connection options (:data:`SECURITY_OPTIONS`); others are ignored.
-
-    Raises:
-        OptionError: naming the first bad option (never showing a secret's value).
-    """
-    opts = {k.lower(): str(v) for k, v in raw.items() if k.lower() in _SECURITY_LOWER}
-    return _security(opts)
-
-
-def parse_offset_spec(option: str, text: str) -> OffsetSpec:
-    """Parse ``earliest``, ``latest`` or ``{"stream": {"0": 12, "1": -2}}``.
-
-    Raises:
-        OptionError: anything else (a bad stream name, partition or offset).
-    """
-    word = text.strip()
-    if word.lower() in ("earliest", "latest"):
-        return "earliest" if word.lower() == "earliest" else "latest"
-    try:
-        obj = orjson.loads(word)
-    except orjson.JSONDecodeError:
-        raise OptionError(
-            option, f'{text!r} is neither earliest, latest nor JSON like {{"s": {{"0": 5}}}}'
-        ) from None
-    if not isinstance(obj, dict) or not obj:
-        raise OptionError(option, "JSON must be a non-empty object {stream: {partition: offset}}")
-    out: dict[str, dict[int, int]] = {}
-    for stream, parts in obj.items():
-        _check_name(option, stream)
-        if not isinstance(parts, dict) or not parts:
-            raise OptionError(option, f"stream {stream!r}: expected a non-empty object")
-        out[stream] = {}
-        for part, offset in parts.items():
-            try:
-                number = int(part)
-            except ValueError:
-                number = -1
-            if number < 0 or str(number) != part:
-                raise OptionError(option, f"stream {stream!r}: bad partition {part!r}")
-            if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
-                raise OptionError(
-                    option,
-                    f"{stream}/{part}: offset {offset!r} must be >= 0, -2 (earliest) or "
-                    "-1 (latest)",
-                )
-            out[stream][number] = offset
-    return out
-
-
-def security_args(
-    *,
-    tls: bool | None = None,
-    tls_ca: str | None = None,
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-    server_hostname: str | None = None,
-    token: str | None = None,
-    user: str | None = None,
-    password: str | None = None,
-) -> dict[str, str]:
-    """The Python keyword arguments of :func:`jetspark.foreach_batch_sink` and the offsets
-    helpers as raw options (``tls_ca`` -> ``tlsCa``, ``server_hostname`` ->
-    ``tlsServerHostname``; None left out), for :func:`sink_options` or
-    :func:`security_options`."""
-    raw: dict[str, str] = {}
-    if tls is not None:
-        raw["tls"] = "true" if tls else "false"
-    for option, value in (
-        ("tlsCa", tls_ca),
-        ("tlsCert", tls_cert),
-        ("tlsKey", tls_key),
-        ("tlsServerHostname", server_hostname),
-        ("token", token),
-        ("user", user),
-        ("password", password),
-    ):
-        if value is not None:
-            raw[option] = str(value)
-    return raw
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-_SECURITY_LOWER = frozenset(name.lower() for name in SECURITY_OPTIONS)
-
-
-def _security(opts: Mapping[str, str]) -> Security:
-    values: dict[str, str | None] = {}
-    for option in SECURITY_OPTIONS[1:]:
-        text = opts.get(option.lower())
-        if text is not None and not text.strip():
-            raise OptionError(option, "must not be empty")
-        values[option] = text
-    files = [values["tlsCa"], values["tlsCert"], values["tlsKey"]]
-    tls_text = opts.get("tls")
-    tls = _bool(opts, "tls", False)
-    if tls_text is not None and not tls and any(f is not None for f in files):
-        raise OptionError("tls", "is false but tlsCa, tlsCert or tlsKey is given")
-    tls = tls or any(f is not None for f in files)
-    if (values["tlsCert"] is None) != (values["tlsKey"] is None):
-        option = "tlsKey" if values["tlsKey"] is None else "tlsCert"
-        raise OptionError(option, "tlsCert and tlsKey go together")
-    if values["tlsServerHostname"] is not None and not tls:
-        raise OptionError("tlsServerHostname", "only with TLS (tls=true or a tls* file)")
-    token, user, password = values["token"], values["user"], values["password"]
-    if token is not None and (user is not None or password is not None):
-        raise OptionError("token", "give either token or user + password, not both")
-    if (user is None) != (password is None):
-        raise OptionError(
-            "password" if password is None else "user", "user and password go together"
-        )
-    return Security(
-        tls=tls,
-        tls_ca=values["tlsCa"],
-        tls_cert=values["tlsCert"],
-        tls_key=values["tlsKey"],
-        server_hostname=values["tlsServerHostname"],
-        token=token,
-        user=user,
-        password=password,
-    )
 
 
 def _normalize(raw: Mapping[str, str], known: tuple[str, ...]) -> dict[str, str]:
@@ -530,9 +408,21 @@ def _servers(opts: Mapping[str, str]) -> tuple[str, ...]:
     return servers
 
 
-def _check_name(option: str, name: str) -> None:
-    if not isinstance(name, str) or not _NAME_RE.match(name) or len(name.encode()) > 255:
-        raise OptionError(option, f"bad name {name!r}")
+def _by_timestamp(
+    opts: Mapping[str, str], option: str, streams: tuple[str, ...], pattern: str | None
+) -> TimestampSpec | None:
+    """Option ``option`` (JSON of times per partition) checked against the streams read,
+    or None when it is not given."""
+    text = opts.get(option.lower())
+    if text is None:
+        return None
+    spec = parse_timestamp_spec(option, text)
+    for stream in spec:
+        if pattern is None and stream not in streams:
+            raise OptionError(option, f"stream {stream!r} is not in option 'streams'")
+        if pattern is not None and re.fullmatch(pattern, stream) is None:
+            raise OptionError(option, f"stream {stream!r} does not match streamsPattern")
+    return spec
 
 
 def _int(opts: Mapping[str, str], option: str) -> int:
@@ -550,16 +440,6 @@ def _positive_int(opts: Mapping[str, str], option: str) -> int | None:
     if value < 1:
         raise OptionError(option, f"must be >= 1, got {value}")
     return value
-
-
-def _bool(opts: Mapping[str, str], option: str, default: bool) -> bool:
-    text = opts.get(option.lower())
-    if text is None:
-        return default
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    raise OptionError(option, f"{text!r} is not true or false")
 
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$", re.IGNORECASE)

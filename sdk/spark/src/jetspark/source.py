@@ -34,10 +34,27 @@ from pyspark.sql.types import StructType
 
 from jetspark import offsets_mirror
 from jetspark._bridge import shared_bridge
-from jetspark._compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from jetspark._compat import (
+    ADMISSION_CONTROL,
+    READ_MAX_BYTES,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from jetspark._read import Snapshot, read_range, resolve_ends, resolve_start, snapshot
+from jetspark._sizes import bytes_per_offset
 from jetspark.errors import DataLossError, OptionError
-from jetspark.offsets import OffsetRange, Offsets, from_json, limit_offsets, plan_ranges, to_json
+from jetspark.offsets import (
+    OffsetRange,
+    Offsets,
+    from_json,
+    limit_bytes,
+    limit_offsets,
+    plan_ranges,
+    to_json,
+)
 from jetspark.options import SourceOptions, sink_options, source_options
 from jetspark.schema import arrow_schema, source_schema
 
@@ -53,6 +70,9 @@ FORMAT = "jetstream"
 """The format name: ``spark.readStream.format("jetstream")``."""
 
 log = logging.getLogger("jetspark")
+
+_NO_ROW_LIMIT = 2**62
+"""A ``ReadMaxRows`` no batch reaches (see ``getDefaultReadLimit``)."""
 
 
 class JetInputPartition(InputPartition):
@@ -200,8 +220,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return bridge.call(snapshot, bridge.client, opts, require=require)
 
     def initialOffset(self) -> dict[str, Any]:
-        """Where a new query starts (startingTimestamp, else startingOffsets; default
-        latest). A restarted query starts from its checkpoint instead."""
+        """Where a new query starts (startingTimestamp, else startingOffsetsByTimestamp,
+        else startingOffsets; default latest). A restarted query starts from its
+        checkpoint instead."""
         opts = self.opts
         snap = self._snapshot(require=True)
         bridge = shared_bridge(
@@ -212,9 +233,36 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """maxRecordsPerTrigger as a read limit (all available without it)."""
-        limit = self.opts.max_records_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """maxRecordsPerTrigger as ``ReadMaxRows``, else maxBytesPerTrigger as
+        ``ReadMaxBytes``, else ``ReadAllAvailable``.
+
+        Spark's Python API has no composite limit: with both options the limit is
+        ``ReadMaxRows`` and ``latestOffset`` applies maxBytesPerTrigger as well (it applies
+        both options whenever Spark passes a limit other than ``ReadAllAvailable``). Where
+        PySpark has admission control but no ``ReadMaxBytes``, maxBytesPerTrigger alone
+        is handed over as a row limit no batch reaches, for the same reason.
+        """
+        opts = self.opts
+        if opts.max_records_per_trigger is not None:
+            return ReadMaxRows(opts.max_records_per_trigger)
+        if opts.max_bytes_per_trigger is not None:
+            if READ_MAX_BYTES or not ADMISSION_CONTROL:
+                return ReadMaxBytes(opts.max_bytes_per_trigger)
+            return ReadMaxRows(_NO_ROW_LIMIT)
+        return ReadAllAvailable()
+
+    def _limits(self, limit: ReadLimit | None) -> tuple[int | None, int | None]:
+        """The (offsets, bytes) limits of a batch under ``limit``: none for
+        ``ReadAllAvailable`` (or no limit), else this source's options (the tighter of
+        Spark's limit and the option for the kind Spark passes)."""
+        opts = self.opts
+        rows, size = opts.max_records_per_trigger, opts.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            rows = limit.max_rows if limit.max_rows < _NO_ROW_LIMIT else rows
+            return rows, size
+        if isinstance(limit, ReadMaxBytes):
+            return rows, limit.max_bytes
+        return None, None
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: remember the high watermarks now; never read past them."""
@@ -246,7 +294,11 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             # A new query: Spark asks for the latest offset before the initial one.
             begin = self._planned if self._planned is not None else from_json(self.initialOffset())
-            limit = self.getDefaultReadLimit()
+        rows, size = (
+            self._limits(limit)
+            if start is not None
+            else (self.opts.max_records_per_trigger, self.opts.max_bytes_per_trigger)
+        )
         snap = self._snapshot(require=False)
         latest = self._latest_offsets(snap, begin)
         self._latest = latest
@@ -254,14 +306,22 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = _cap(latest, self._target, begin)
         if self._wait_for_more(snap, begin, latest):
             return to_json(begin)
-        if isinstance(limit, ReadMaxRows):
+        if rows is not None or size is not None:
             # New partitions count from their log start, so a partition that gets no share
             # this time is checkpointed there, never below records retention removed.
             base = {stream: dict(parts) for stream, parts in begin.items()}
             for stream, parts in snap.items():
                 for part, info in parts.items():
                     base.setdefault(stream, {}).setdefault(part, info.log_start)
-            latest = limit_offsets(base, latest, limit.max_rows)
+            if rows is not None:
+                latest = limit_offsets(base, latest, rows)
+            if size is not None:
+                opts = self.opts
+                bridge = shared_bridge(
+                    opts.servers, request_timeout=opts.request_timeout, security=opts.security
+                )
+                sizes = bridge.call(bytes_per_offset, bridge.client, sorted(latest))
+                latest = limit_bytes(base, latest, size, sizes)
         return to_json(latest)
 
     def _wait_for_more(self, snap: Snapshot, begin: Offsets, latest: Offsets) -> bool:
