@@ -58,16 +58,13 @@ async def test_a_wall_clock_jump_deletes_nothing_early_and_keeps_timestamps_in_o
 ) -> None:
     shift = tmp_path / "clock-shift"
     shift.write_text("0")
-    config = tmp_path / "jet.toml"
-    config.write_text("[storage]\nmaintenance_interval_s = 0.2\nhw_checkpoint_interval_s = 0.2\n")
     proc = start_server_process(
         nats_server.url,
         tmp_path / "data",
-        "--config",
-        str(config),
         "--log-level",
         "INFO",
         env={"JET_TEST_CLOCK_SHIFT_FILE": str(shift)},
+        settings={"storage": {"maintenance_interval_s": 0.2, "hw_checkpoint_interval_s": 0.2}},
     )
     try:
         with anyio.fail_after(BOUND_S):

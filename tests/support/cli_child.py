@@ -13,7 +13,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import IO
+from types import TracebackType
+from typing import IO, Self
 
 import attrs
 
@@ -91,3 +92,25 @@ class CliChild:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         return self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+
+class RunsChild:
+    """For the owners of one :class:`CliChild` (field ``child``): ``stop()`` and a ``with``
+    block that stops it."""
+
+    child: CliChild
+
+    def stop(self) -> int:
+        """Stop it by PID (SIGTERM, SIGKILL after a bound); its exit code."""
+        return self.child.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

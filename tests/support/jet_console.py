@@ -10,14 +10,13 @@ Stopped by PID (SIGTERM, then SIGKILL after a bound).
 from __future__ import annotations
 
 import http.client
-from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
 import orjson
 
-from support.cli_child import CliChild
+from support.cli_child import CliChild, RunsChild
 from support.jet_cli import jet_env
 from support.jet_dev import JetDev
 
@@ -26,7 +25,7 @@ HTTP_TIMEOUT_S = 30.0
 
 
 @attrs.define(eq=False)
-class JetConsole:
+class JetConsole(RunsChild):
     """A running `jet console`."""
 
     url: str
@@ -68,18 +67,3 @@ class JetConsole:
         status, body, _ = self.request("GET", path)
         assert status == 200, (path, status, body)
         return body
-
-    def stop(self) -> int:
-        """Stop it by PID."""
-        return self.child.stop()
-
-    def __enter__(self) -> JetConsole:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

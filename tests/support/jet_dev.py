@@ -11,17 +11,16 @@ that need servers rather than the `jet dev` command use :mod:`jetserver.testing`
 from __future__ import annotations
 
 from pathlib import Path
-from types import TracebackType
 
 import attrs
 
-from support.cli_child import CliChild
+from support.cli_child import CliChild, RunsChild
 
 READY_TIMEOUT_S = 60.0
 
 
 @attrs.define(eq=False)
-class JetDev:
+class JetDev(RunsChild):
     """A running `jet dev`."""
 
     nats_url: str
@@ -59,18 +58,3 @@ class JetDev:
             raise RuntimeError(f"jet dev: {exc}; log: {log}") from None
         addresses = [a for a in found["servers: "].split(",") if a]
         return cls(found["nats: "], addresses, child, log_path)
-
-    def stop(self) -> int:
-        """Stop `jet dev` (SIGTERM, SIGKILL after a bound); return its exit code."""
-        return self.child.stop()
-
-    def __enter__(self) -> JetDev:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

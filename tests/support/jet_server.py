@@ -8,7 +8,9 @@ proc.address; proc.ready_file; proc.log_path; proc.stop()           # a `jet ser
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from jetserver.testing import JetServer, running_server, server_config
 
@@ -21,12 +23,16 @@ def start_server_process(
     *args: str,
     env: dict[str, str] | None = None,
     file_limit: int | None = None,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> JetServer:
     """Start `jet server` (id s1, port 0, log level DEBUG unless ``args`` say otherwise)
     with its data in ``data_dir`` and its run files in ``<data_dir>.run``; wait until ready.
-    ``env`` is added to its environment (e.g. a fault shim)."""
+    ``env`` is added to its environment (e.g. a fault shim); ``settings`` (section -> key ->
+    value) go into its config file (a second ``--config`` in ``args`` would replace it)."""
     root = data_dir.parent / f"{data_dir.name}.run"
-    config = server_config("s1", root, nats_url, data_dir=data_dir, log_level="DEBUG")
+    config = server_config(
+        "s1", root, nats_url, data_dir=data_dir, log_level="DEBUG", settings=settings
+    )
     server = JetServer(
         "s1", root, config, args=args, extra_env=dict(env or {}), file_limit=file_limit
     )

@@ -122,7 +122,8 @@ class Cluster:
     """Start children in their own sessions (a terminal's Ctrl-C then reaches only the
     owner, who stops them in order: servers first, NATS last)."""
     wait_registered: bool = True
-    """With ``size > 1``, :meth:`start` also waits until every server lists every server."""
+    """With ``size > 1``, :meth:`start` also waits until every server lists every server
+    (not with TLS or authentication in :attr:`settings`: the plain probe is refused)."""
     netlab: NetworkLab | None = None
     """Run every process in its own network namespace of this lab (see NetworkLab)."""
     nats: NatsServer | None = None
@@ -162,6 +163,13 @@ class Cluster:
     def live(self) -> list[JetServer]:
         """Servers whose process runs and is not paused."""
         return [s for s in self.servers if s.alive and not s.paused]
+
+    @property
+    def _secured(self) -> bool:
+        """TLS or authentication configured: the plain Metadata probe of
+        :meth:`wait_all_registered` gets no answer (the caller waits with its own client)."""
+        auth = self.settings.get("auth", {})
+        return bool(self.settings.get("tls")) or bool(auth.get("enabled"))
 
     # ---------------------------------------------------------------- planning
 
@@ -255,7 +263,7 @@ class Cluster:
             deadline = time.monotonic() + timeout_s
             for s in self.servers:
                 s.wait_ready(max(0.1, deadline - time.monotonic()))
-            if self.clustered and self.wait_registered:
+            if self.clustered and self.wait_registered and not self._secured:
                 self.wait_all_registered(max(0.1, deadline - time.monotonic()))
         except BaseException:
             self.stop()
