@@ -31,8 +31,9 @@ from cluster.harness import Cluster, free_ports, needs_cluster
 from cluster.views import replica_logs, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.frames import Api
 from jetsdk.codec.replica_fetch import ReplicaFetchPartition
-from jetsdk.errors import NotLeader
+from jetsdk.errors import JetError, NotLeader
 from jetserver.replication import ReplicationConfig
 from jetserver.replication.session import FetchSession
 
@@ -155,3 +156,46 @@ async def test_a_session_answers_each_partition_on_its_own(cluster: Cluster) -> 
     assert session.requests == 1  # both partitions in one request
     # Neither changed the leader's view: the real follower stays in the ISR.
     await wait_full_isr(cluster, "direct", 0, 3, BOUND_S)
+
+
+async def test_a_session_dials_again_when_its_idle_connection_broke(cluster: Cluster) -> None:
+    """A session whose connection broke while no partition fetched (its leader restarted)
+    dials again for the next request of any kind (here OffsetForLeaderEpoch, which a
+    follower sends first after an election)."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("redial", "redial", partitions=1, replication_factor=3)
+    info, leader = await wait_full_isr(cluster, "redial", 0, 3, BOUND_S)
+    follower = next(r for r in info.replicas if r != leader)
+    ask = {
+        "stream": "redial",
+        "partition": 0,
+        "leader_epoch": 0,
+        "current_leader_epoch": -1,
+        "replica_id": info.replicas.index(follower),
+    }
+    session = FetchSession(cluster.server(leader).address, ReplicationConfig())
+    session.users = 1
+    answered: list[str] = []
+
+    async def ask_until_answered() -> None:
+        while True:
+            try:
+                await session.request_json(Api.OFFSET_FOR_LEADER_EPOCH, ask, 2.0)
+                answered.append("answer")
+                return
+            except NotLeader:
+                answered.append("not leader")  # an answer too: the connection works
+                return
+            except JetError:
+                await anyio.sleep(0.2)
+
+    with anyio.fail_after(3 * BOUND_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.run)
+            await ask_until_answered()
+            await anyio.to_thread.run_sync(cluster.server(leader).stop)
+            await anyio.to_thread.run_sync(cluster.server(leader).start)
+            answered.clear()
+            await ask_until_answered()
+            tg.cancel_scope.cancel()
+    assert answered

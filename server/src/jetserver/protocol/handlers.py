@@ -272,6 +272,12 @@ class Dispatcher:
         return Reply(frame_head + head, records=answer.records)
 
     async def _replica_fetch(self, frame: Frame) -> Reply:
+        if self.cluster is None:
+            raise ApiError(
+                ErrorCode.UNSUPPORTED_API,
+                "ReplicaFetch: this server is not a member of a cluster",
+                {"api": int(Api.REPLICA_FETCH)},
+            )
         req = decode_replica_fetch_request(frame.body)
         answers = await replica_fetch(self.streams, self.config.limits, self.session_wakers, req)
         body = encode_replica_fetch_response(answers)

@@ -78,6 +78,8 @@ JSON_CONCURRENCY = 16
 """Other requests (OffsetForLeaderEpoch) in flight at once on a session's connection."""
 IDLE_CLOSE_S = 10.0
 """A session with no fetcher closes after this."""
+CONNECTION_CHECK_S = 1.0
+"""How often an idle session looks whether its connection broke (then it dials again)."""
 
 
 @attrs.define(eq=False)
@@ -183,6 +185,9 @@ class FetchSession:
             JetError: the server's error, a timeout, or no connection.
         """
         conn = self._conn
+        if conn is not None and conn.closed:
+            self._work.set()  # the loop notices and dials again
+            raise JetConnectionError(f"connection to {self.address} broke; dialing again")
         if conn is None:
             self._json_waiting += 1
             self._work.set()
@@ -192,7 +197,7 @@ class FetchSession:
             finally:
                 self._json_waiting -= 1
             conn = self._conn
-            if conn is None:
+            if conn is None or conn.closed:
                 raise JetConnectionError(f"no connection to {self.address}")
         async with self._json_slots:
             body = await conn.request(api, encode_json(obj), timeout=timeout_s)
@@ -205,7 +210,7 @@ class FetchSession:
         failures = 0
         try:
             while True:
-                await self._wait_for_work(fetches_only=False)
+                await self._wait_for_work()
                 try:
                     stream = await self.security.dial(
                         parse_address(self.address), CONNECT_TIMEOUT_S
@@ -240,17 +245,22 @@ class FetchSession:
             self.closed = True
             self._fail_waiting(ClientClosed(f"fetch session to {self.address} closed"))
 
-    async def _wait_for_work(self, *, fetches_only: bool) -> None:
-        """Return once a partition waits (or, with ``fetches_only`` False, another request
-        waits for the connection).
+    async def _wait_for_work(self, *, conn: Connection | None = None) -> None:
+        """Return once a partition waits (or, without ``conn``, another request waits for
+        a connection).
 
         Raises:
             _Idle: no fetcher used the session for ``IDLE_CLOSE_S``.
+            JetConnectionError: ``conn`` broke meanwhile (checked every
+                ``CONNECTION_CHECK_S``): the requests of other kinds on it would fail.
         """
-        while not (self._pending or (not fetches_only and self._json_waiting)):
+        while not (self._pending or (conn is None and self._json_waiting)):
             self._work = anyio.Event()
+            if conn is not None and conn.closed:
+                raise JetConnectionError(f"connection to {self.address} broke")
             if self.users > 0:
-                await self._work.wait()
+                with anyio.move_on_after(CONNECTION_CHECK_S):
+                    await self._work.wait()
                 continue
             with anyio.move_on_after(IDLE_CLOSE_S):
                 await self._work.wait()
@@ -267,7 +277,7 @@ class FetchSession:
         """Send the waiting partitions in one request per round, until the connection
         breaks (raises its error)."""
         while True:
-            await self._wait_for_work(fetches_only=True)
+            await self._wait_for_work(conn=conn)
             if self._awaited:
                 with anyio.move_on_after(COALESCE_S):
                     await self._back.wait()
