@@ -24,12 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 
 from jetsdk.codec import envelope as env
 from jetsdk.codec import epoch_messages as epoch_msg
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
+from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.json_ack import encode_json_ack
 from jetsdk.codec.nats_headers import parse_header_block
@@ -571,6 +573,58 @@ def fetch_response_case(
     return frame_case(name, fr.Api.FETCH, cid, RESP, "fetch_response", fields, body)
 
 
+REPLICA_FETCH_REQ = rf.ReplicaFetchRequest(
+    session_id=0x0123456789ABCDEF,
+    max_wait_ms=5000,
+    max_bytes=8388608,
+    partitions=(
+        rf.ReplicaFetchPartition("orders", 3, 120, 2, 118, 4, 1048576),
+        rf.ReplicaFetchPartition("audit", 0, 0, 1, 0, 7, 1048576),
+    ),
+)
+REPLICA_FETCH_WAKE = rf.ReplicaFetchRequest(
+    session_id=0x0123456789ABCDEF, max_wait_ms=0, max_bytes=0, flags=rf.FLAG_WAKE
+)
+REPLICA_FETCH_ANSWERS = [
+    rf.ReplicaFetchAnswer(0, 0, 20, 0, 21, "", b"".join(encode_record(r) for r in FETCH_RECORDS)),
+    rf.ReplicaFetchAnswer(
+        1, int(ErrorCode.NOT_LEADER), -1, -1, -1, "this server does not lead audit/0 in epoch 7"
+    ),
+]
+
+
+def _with_wake_flag(body: bytes) -> bytes:
+    """``body`` with its flags byte (after the 8-byte session id) set to WAKE."""
+    return body[:8] + bytes([rf.FLAG_WAKE]) + body[9:]
+
+
+def replica_fetch_request_fields(r: rf.ReplicaFetchRequest) -> Fields:
+    return {
+        "session_id": r.session_id,
+        "flags": r.flags,
+        "max_wait_ms": r.max_wait_ms,
+        "max_bytes": r.max_bytes,
+        "partitions": [attrs.asdict(p) for p in r.partitions],
+    }
+
+
+def replica_fetch_response_fields(answers: list[rf.ReplicaFetchAnswer]) -> Fields:
+    return {
+        "answers": [
+            {
+                "index": a.index,
+                "error_code": a.error_code,
+                "hw": a.hw,
+                "log_start": a.log_start,
+                "leo": a.leo,
+                "message": a.message,
+                "records_hex": bytes(a.records).hex(),
+            }
+            for a in answers
+        ]
+    }
+
+
 def protocol_file() -> dict[str, Any]:
     err = {
         "code": 5,
@@ -812,6 +866,42 @@ def protocol_file() -> dict[str, Any]:
                 {"identity": "alice"},
             ),
         ),
+        frame_case(
+            "replica_fetch_request",
+            fr.Api.REPLICA_FETCH,
+            20,
+            0,
+            "replica_fetch_request",
+            replica_fetch_request_fields(REPLICA_FETCH_REQ),
+            rf.encode_replica_fetch_request(REPLICA_FETCH_REQ),
+        ),
+        frame_case(
+            "replica_fetch_wake",
+            fr.Api.REPLICA_FETCH,
+            21,
+            0,
+            "replica_fetch_request",
+            replica_fetch_request_fields(REPLICA_FETCH_WAKE),
+            rf.encode_replica_fetch_request(REPLICA_FETCH_WAKE),
+        ),
+        frame_case(
+            "replica_fetch_response",
+            fr.Api.REPLICA_FETCH,
+            20,
+            RESP,
+            "replica_fetch_response",
+            replica_fetch_response_fields(REPLICA_FETCH_ANSWERS),
+            rf.encode_replica_fetch_response(REPLICA_FETCH_ANSWERS),
+        ),
+        frame_case(
+            "replica_fetch_response_nothing_new",
+            fr.Api.REPLICA_FETCH,
+            21,
+            RESP,
+            "replica_fetch_response",
+            replica_fetch_response_fields([]),
+            rf.encode_replica_fetch_response([]),
+        ),
         fetch_response_case("fetch_response_empty", 8, 0, 17, 0, 17, []),
         fetch_response_case("fetch_response_records_with_gap", 8, 0, 20, 0, 21, FETCH_RECORDS),
         fetch_response_case(
@@ -916,6 +1006,28 @@ def protocol_file() -> dict[str, Any]:
             "malformed",
         ),
         bad(
+            "replica_fetch_request_truncated",
+            "replica_fetch_request",
+            rf.encode_replica_fetch_request(REPLICA_FETCH_REQ)[:-1].hex(),
+            "truncated",
+        ),
+        bad(
+            "replica_fetch_wake_with_partitions",
+            "replica_fetch_request",
+            _with_wake_flag(
+                rf.encode_replica_fetch_request(
+                    attrs.evolve(REPLICA_FETCH_REQ, partitions=REPLICA_FETCH_REQ.partitions[:1])
+                )
+            ).hex(),
+            "malformed",
+        ),
+        bad(
+            "replica_fetch_response_records_truncated",
+            "replica_fetch_response",
+            rf.encode_replica_fetch_response(REPLICA_FETCH_ANSWERS[:1])[:-1].hex(),
+            "truncated",
+        ),
+        bad(
             "fetch_response_records_len_mismatch",
             "fetch_response",
             msg.encode_fetch_response_header(0, 1, 0, 1, 10).hex() + "00",
@@ -925,7 +1037,8 @@ def protocol_file() -> dict[str, Any]:
     return {
         "format": "protocol",
         "doc": "spec/protocol.md. type frame: a whole frame; fields.body_type names the body "
-        "codec (json, error, produce_request, produce_response, fetch_request, fetch_response). "
+        "codec (json, error, produce_request, produce_response, fetch_request, fetch_response, "
+        "replica_fetch_request, replica_fetch_response). "
         "JSON bodies are compact with keys in the order given: other encoders may differ in "
         "bytes and must compare the decoded objects. invalid: type frame goes through a frame "
         "decoder (max_frame_bytes 16777216 unless given); other types are bodies.",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
@@ -120,6 +121,33 @@ async def test_a_leader_that_answers_nobody_counts_as_silent(raft: MetadataRaft)
     assert (await elections.report("orders", 0, 0, "s2"))["accepted"] is False  # not in ISR
     answer = await elections.report("orders", 0, 0, "s3")
     assert answer == {"accepted": True, "leader": "s3", "leader_epoch": 1}
+
+
+@pytest.mark.anyio
+async def test_elections_reported_together_go_in_one_raft_entry(raft: MetadataRaft) -> None:
+    spec = StreamSpec(name="wide", subject="wide", partitions=40, replication_factor=3)
+    replicas = (("s1", "s2", "s3"),) * 40
+    assert (await raft.propose(CreateStream(spec, "id2", 1, replicas))).result.ok
+    elections = Elections(raft, lambda s: s == "s1", window_s=5.0)  # s1, the leader, is down
+    index_before = raft.index
+    answers: dict[int, dict[str, object]] = {}
+
+    async def report(p: int) -> None:
+        answers[p] = await elections.report("wide", p, 0, "s2")
+
+    async with anyio.create_task_group() as tg:
+        for p in range(40):
+            tg.start_soon(report, p)
+    assert all(answers[p] == {"accepted": True, "leader": "s2", "leader_epoch": 1} for p in answers)
+    assert len(answers) == 40
+    assert elections.elections == 40
+    # Reports that arrive together are proposed together: far fewer entries than elections.
+    assert elections.entries <= 3
+    assert raft.index - index_before == elections.entries
+    assert all(a.leader == "s2" for a in raft.state.streams["wide"].partitions)
+    # Reported again (a follower that did not hear the answer): refused as stale, no entry.
+    assert (await elections.report("wide", 0, 0, "s3"))["accepted"] is False
+    assert elections.entries <= 3
 
 
 @pytest.mark.anyio

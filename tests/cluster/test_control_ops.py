@@ -12,6 +12,7 @@ from jetserver.metadata.ops import (
     CreateStream,
     DeleteStream,
     ElectLeader,
+    ElectLeaders,
     Op,
     RegisterServer,
     UpdateIsr,
@@ -53,6 +54,7 @@ def part(state: MetadataState, p: int = 0) -> tuple[str, tuple[str, ...], int]:
         UpdateIsr("orders", 1, "s2", 0, ("s2",)),
         ElectLeader("orders", 0, "s2", 4, "id1"),
         ElectLeader("orders", 0, "s2", 4),
+        ElectLeaders((ElectLeader("orders", 0, "s2", 4, "id1"), ElectLeader("orders", 1, "s3", 2))),
     ],
 )
 def test_ops_round_trip_through_json(op: Op) -> None:
@@ -171,6 +173,36 @@ def test_a_repeated_election_entry_is_applied_once() -> None:
     assert machine.metadata.streams["orders"].partitions[0].leader_epoch == 1
     restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
     assert restored == machine
+
+
+def test_elect_leaders_applies_each_election_on_its_own() -> None:
+    state = state_with_stream()  # partition 0 led by s1, partition 1 by s2
+    op = ElectLeaders(
+        (
+            ElectLeader("orders", 0, "s2", 1, "id1"),
+            ElectLeader("orders", 1, "s3", 7, "id1"),  # a stale epoch: refused alone
+            ElectLeader("nope", 0, "s2", 1),  # an unknown stream: refused alone
+        )
+    )
+    after, result = apply(state, op)
+    assert result.ok
+    assert [r.error_code for r in result.results] == [
+        ErrorCode.NONE,
+        ErrorCode.NOT_LEADER,
+        ErrorCode.STREAM_NOT_FOUND,
+    ]
+    assert part(after, 0) == ("s2", ("s2", "s3"), 1)
+    assert part(after, 1) == part(state, 1)
+    assert after.applied == state.applied + 1  # one entry
+    # Through the Raft machine, and remembered with every result.
+    entry = encode_entry(Entry("elect-many", op))
+    machine, first = apply_entry(MachineState(metadata=state), entry)
+    machine, second = apply_entry(machine, entry)
+    assert second.duplicate
+    assert second.result == first.result
+    restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
+    assert restored == machine
+    assert restored.recent["elect-many"].result.results == result.results
 
 
 def test_create_refuses_a_server_twice_in_one_partition() -> None:

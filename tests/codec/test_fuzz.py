@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from jetsdk.codec import envelope as env
 from jetsdk.codec import messages as msg
+from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec import transcode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import Frame, FrameDecoder
@@ -79,6 +80,8 @@ DECODERS: dict[str, Callable[[bytes], Any]] = {
     "produce_response": msg.decode_produce_response,
     "fetch_request": msg.decode_fetch_request,
     "fetch_response": decode_fetch_with_records,
+    "replica_fetch_request": rf.decode_replica_fetch_request,
+    "replica_fetch_response": rf.decode_replica_fetch_response,
     "frames": decode_frames,
 }
 
@@ -101,6 +104,37 @@ def fetch_body(recs: list[Any]) -> bytes:
     return msg.encode_fetch_response_header(0, 1, 0, 1, len(data)) + data
 
 
+replica_fetch_partitions = st.builds(
+    rf.ReplicaFetchPartition,
+    stream=st.text(min_size=1, max_size=8),
+    partition=st.integers(0, 2**32 - 1),
+    offset=st.integers(-1, 2**63 - 1),
+    replica_id=st.integers(0, 5),
+    replica_flushed=st.integers(-1, 2**63 - 1),
+    leader_epoch=st.integers(0, 2**63 - 1),
+    max_bytes=st.integers(0, 2**32 - 1),
+)
+replica_fetch_requests = st.builds(
+    rf.ReplicaFetchRequest,
+    session_id=st.integers(0, 2**64 - 1),
+    max_wait_ms=st.integers(0, 2**32 - 1),
+    max_bytes=st.integers(0, 2**32 - 1),
+    partitions=st.lists(replica_fetch_partitions, max_size=3).map(tuple),
+)
+replica_fetch_answers = st.lists(
+    st.builds(
+        rf.ReplicaFetchAnswer,
+        index=st.integers(0, 2**32 - 1),
+        error_code=st.integers(0, 30),
+        hw=st.integers(-1, 2**63 - 1),
+        log_start=st.integers(-1, 2**63 - 1),
+        leo=st.integers(-1, 2**63 - 1),
+        message=st.text(max_size=10),
+        records=st.binary(max_size=20),
+    ),
+    max_size=3,
+)
+
 ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
     "record": records.map(encode_record),
     "iter_records": st.lists(records, max_size=3).map(
@@ -120,6 +154,8 @@ ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
     "produce_response": st.lists(produce_results, max_size=4).map(msg.encode_produce_response),
     "fetch_request": fetch_requests().map(msg.encode_fetch_request),
     "fetch_response": st.lists(records, max_size=3).map(fetch_body),
+    "replica_fetch_request": replica_fetch_requests.map(rf.encode_replica_fetch_request),
+    "replica_fetch_response": replica_fetch_answers.map(rf.encode_replica_fetch_response),
     "frames": st.lists(st.binary(max_size=20), max_size=3).map(
         lambda bodies: b"".join(
             (len(b) + 6).to_bytes(4, "big") + b"\x06\x00\x00\x00\x00\x01" + b for b in bodies

@@ -6,12 +6,14 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
 from jetsdk.codec import envelope as env
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
+from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.json_ack import decode_json_ack, encode_json_ack
@@ -90,6 +92,8 @@ def test_vector_files_cover_the_brief() -> None:
         "produce_response",
         "fetch_request",
         "fetch_response",
+        "replica_fetch_request",
+        "replica_fetch_response",
     }
     apis = {c["fields"]["api"] for c in PROTOCOL["cases"]}
     assert apis == {int(a) for a in fr.Api}
@@ -187,6 +191,31 @@ def produce_request_of(f: dict[str, Any]) -> msg.ProduceRequest:
     )
 
 
+def replica_fetch_request_of(f: Any) -> rf.ReplicaFetchRequest:
+    return rf.ReplicaFetchRequest(
+        session_id=f["session_id"],
+        max_wait_ms=f["max_wait_ms"],
+        max_bytes=f["max_bytes"],
+        partitions=tuple(rf.ReplicaFetchPartition(**p) for p in f["partitions"]),
+        flags=f["flags"],
+    )
+
+
+def replica_fetch_answers_of(f: Any) -> list[rf.ReplicaFetchAnswer]:
+    return [
+        rf.ReplicaFetchAnswer(
+            a["index"],
+            a["error_code"],
+            a["hw"],
+            a["log_start"],
+            a["leo"],
+            a["message"],
+            bytes.fromhex(a["records_hex"]),
+        )
+        for a in f["answers"]
+    ]
+
+
 def encode_body(body_type: str, f: Any) -> bytes:
     if body_type == "json":
         return msg.encode_json(f)
@@ -198,6 +227,10 @@ def encode_body(body_type: str, f: Any) -> bytes:
         return msg.encode_produce_response([msg.ProduceResult(**r) for r in f["results"]])
     if body_type == "fetch_request":
         return msg.encode_fetch_request(msg.FetchRequest(**f))
+    if body_type == "replica_fetch_request":
+        return rf.encode_replica_fetch_request(replica_fetch_request_of(f))
+    if body_type == "replica_fetch_response":
+        return rf.encode_replica_fetch_response(replica_fetch_answers_of(f))
     assert body_type == "fetch_response"
     data = b"".join(encode_record(record_of(r)) for r in f["records"])
     data += bytes.fromhex(f["trailing_hex"])
@@ -218,6 +251,13 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
         assert msg.decode_produce_response(body) == [msg.ProduceResult(**r) for r in f["results"]]
     elif body_type == "fetch_request":
         assert msg.decode_fetch_request(body) == msg.FetchRequest(**f)
+    elif body_type == "replica_fetch_request":
+        assert rf.decode_replica_fetch_request(body) == replica_fetch_request_of(f)
+    elif body_type == "replica_fetch_response":
+        decoded = rf.decode_replica_fetch_response(body)
+        assert [attrs.evolve(a, records=bytes(a.records)) for a in decoded] == (
+            replica_fetch_answers_of(f)
+        )
     else:
         header, records = msg.decode_fetch_response(body)
         assert (header.error_code, header.hw, header.log_start, header.leo) == (
@@ -262,6 +302,8 @@ DECODERS: dict[str, Any] = {
     "produce_response": msg.decode_produce_response,
     "fetch_request": msg.decode_fetch_request,
     "fetch_response": msg.decode_fetch_response,
+    "replica_fetch_request": rf.decode_replica_fetch_request,
+    "replica_fetch_response": rf.decode_replica_fetch_response,
 }
 
 

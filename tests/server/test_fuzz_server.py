@@ -182,7 +182,9 @@ def fetch_bodies(draw: st.DrawFn) -> bytes:
     return encode_fetch_request(req)
 
 
-JSON_APIS = [a for a in Api if a not in (Api.PRODUCE, Api.FETCH, Api.CREATE_STREAM)]
+JSON_APIS = [
+    a for a in Api if a not in (Api.PRODUCE, Api.FETCH, Api.CREATE_STREAM, Api.REPLICA_FETCH)
+]
 frames_one = st.one_of(
     st.tuples(st.sampled_from(JSON_APIS), json_bodies.map(raw_json)),
     st.tuples(st.just(Api.CREATE_STREAM), create_bodies().map(raw_json)),

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage
+from jetsdk.codec.replica_fetch import FLAG_WAKE, ReplicaFetchRequest, encode_replica_fetch_request
 from jetserver.server import Server
 from support.raw_client import RawClient, ServerError
 
@@ -129,6 +131,11 @@ async def test_unknown_api_and_bad_json(jet: Server) -> None:
     async with await RawClient.connect(jet.address) as c:
         with pytest.raises(ServerError) as err:
             await c.request(99, b"{}")
+        assert err.value.code == ErrorCode.UNSUPPORTED_API
+        # Fetch sessions are for servers of a cluster.
+        wake = ReplicaFetchRequest(session_id=1, max_wait_ms=0, max_bytes=0, flags=FLAG_WAKE)
+        with pytest.raises(ServerError) as err:
+            await c.request(Api.REPLICA_FETCH, encode_replica_fetch_request(wake))
         assert err.value.code == ErrorCode.UNSUPPORTED_API
         with pytest.raises(ServerError) as err:
             await c.call_json(2, {"name": 5, "subject": "x"})

@@ -158,8 +158,24 @@ def render(src: MetricsSources) -> str:
     _connections(out, src.listener)
     _nats(out, src.link)
     _partitions(out, src)
+    _fetch_sessions(out, src)
     _files(out, src)
     return "\n".join(out) + "\n"
+
+
+def _fetch_sessions(out: list[str], src: MetricsSources) -> None:
+    sessions = src.streams.fetch_sessions if src.streams is not None else None
+    if sessions is None:
+        return
+    open_ = sessions.sessions
+    _gauge(out, "jet_fetch_sessions", "Fetch sessions open to leader servers.", len(open_))
+    for name, text, attr in (
+        ("jet_fetch_session_partitions", "Follower replicas using the session.", "users"),
+        ("jet_fetch_session_requests_total", "ReplicaFetch requests answered.", "requests"),
+        ("jet_fetch_session_wakes_total", "Wakes sent to a parked request.", "wakes"),
+    ):
+        _head(out, name, "counter" if name.endswith("_total") else "gauge", text)
+        out.extend(f'{name}{{leader="{_escape(s.address)}"}} {getattr(s, attr)}' for s in open_)
 
 
 def _files(out: list[str], src: MetricsSources) -> None:

@@ -20,12 +20,10 @@ Roles (spec/cluster.md, "Replication"):
 - **follower**: unsubscribed; a :class:`~jetserver.replication.fetcher.FollowerFetcher`
   reconciles by leader epoch and fetches from the leader; consumers may read below its HW
   while it is in the ISR (read replicas).
-- **none**: holds the log only (not a replica in the metadata, or before the first
-  assignment in a cluster).
+- **none**: holds the log only (not a replica, or before the first assignment).
 
-Task safety: every method runs on the event loop thread; the only work in other threads is
-Log.flush / Log.compact / checkpointing, which the storage engine allows concurrently with
-the single writer (the sequencer).
+Task safety: event loop thread only; other threads only run Log.flush / Log.compact /
+checkpointing, which the storage engine allows beside the single writer (the sequencer).
 """
 
 from __future__ import annotations
@@ -65,6 +63,7 @@ from jetserver.nats_link import NatsLink, SubscriptionHandle
 from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.core import ReplicaCore
 from jetserver.replication.fetcher import FollowerFetcher
+from jetserver.replication.session import FetchSessions
 from jetserver.storage import Log
 from jetserver.storage.clock import wall_ns
 
@@ -122,8 +121,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     server_id: str = ""
     """This server's id (cluster mode)."""
     controller: ControlPlane | None = None
-    """Where ISR changes are proposed and silent leaders reported (cluster mode; None on a
-    server alone)."""
+    """Where ISR changes and silent leaders go (cluster mode; None on a server alone)."""
     queue_group: str = ""
     """NATS queue group of the subscription (load-balance groups)."""
     replication_factor: int = 1
@@ -132,14 +130,15 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     """The stream's settings (durability, min ISR); None: defaults."""
     replication: ReplicationConfig = attrs.field(factory=ReplicationConfig)
     """Replication timings."""
+    fetch_sessions: FetchSessions | None = None
+    """The server's fetch sessions, shared by followers (None: each runs its own)."""
     on_leadership_end: Callable[[str, int], None] | None = None
     """Called with (stream, partition) when this replica stops leading, after its pending
-    ALL acks were failed with NOT_LEADER (the server's Produce service then answers the
-    requests still waiting for this partition at once instead of at their timeout)."""
+    ALL acks were failed with NOT_LEADER (the Produce service then answers at once the
+    requests still waiting for this partition)."""
 
     producers: ProducerTable = attrs.field(factory=ProducerTable)
-    """The idempotent producers found in the log tail at open (the replica core owns the
-    table from then on: ``_core.producers``)."""
+    """Idempotent producers found in the log tail at open (then owned by the core)."""
     _queue: collections.deque[Ingested] = attrs.field(factory=collections.deque)
     _fields_cache: RecordFields = attrs.field(factory=RecordFields)
     _queued_bytes: int = 0
@@ -171,6 +170,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     _role_done: anyio.Event | None = None
     _role_lock_: anyio.Lock | None = None
     _replica_news: LazyEvent = attrs.field(factory=LazyEvent)
+    _news_wakers: set[anyio.Event] | None = None
     _isr_wake: LazyEvent = attrs.field(factory=LazyEvent)
     _committed_floor: int = 0
     _stored_value: bytes = b""

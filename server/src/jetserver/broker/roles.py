@@ -62,6 +62,7 @@ from jetserver.replication.core import (
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.ids import replica_index
 from jetserver.replication.scrub import first_damaged_offset
+from jetserver.replication.session import FetchSessions
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log, StorageError
 
@@ -89,6 +90,7 @@ class ReplicaRoles:
     replication_factor: int
     spec: StreamSpec | None
     replication: ReplicationConfig
+    fetch_sessions: FetchSessions | None
     _core: ReplicaCore[PendingAck]
     _closed: bool
     _stopping: bool
@@ -103,6 +105,7 @@ class ReplicaRoles:
     _role_done: anyio.Event | None
     _role_lock_: anyio.Lock | None
     _replica_news: LazyEvent
+    _news_wakers: set[anyio.Event] | None
     _isr_wake: LazyEvent
     _committed_floor: int
     on_message: Callable[[Msg], Awaitable[None]]
@@ -336,6 +339,8 @@ class ReplicaRoles:
         await self._end_role(ROLE_FOLLOWER)
         core = self._core
         core.follow(a, address)
+        sessions = self.fetch_sessions
+        session = sessions.acquire(address) if sessions is not None and address else None
         fetcher = FollowerFetcher(
             stream=self.stream,
             partition=self.partition,
@@ -355,10 +360,19 @@ class ReplicaRoles:
             on_whole=core.caught_up,
             security=peer_security_of(self.controller),
             server_heard=server_heard_of(self.controller),
+            session=session,
         )
         self._fetcher = fetcher
         self.leader_epoch = a.leader_epoch
-        self._start_role_task(fetcher.run)
+
+        async def run_fetcher() -> None:
+            try:
+                await fetcher.run()
+            finally:
+                if sessions is not None and session is not None:
+                    sessions.release(session)
+
+        self._start_role_task(run_fetcher)
 
     async def _follower_hw(self, hw: int) -> None:
         if hw > self.log.high_watermark:
@@ -482,6 +496,23 @@ class ReplicaRoles:
     def _wake_replicas(self) -> None:
         event, self._replica_news = self._replica_news, LazyEvent()
         event.set()
+        if self._news_wakers:
+            for waker in self._news_wakers:
+                waker.set()
+
+    def add_news_waker(self, waker: anyio.Event) -> None:
+        """Leader: set ``waker`` whenever parked replica fetches may have news (a fetch
+        session parked on many partitions waits on one event)."""
+        if self._news_wakers is None:
+            self._news_wakers = set()
+        self._news_wakers.add(waker)
+
+    def remove_news_waker(self, waker: anyio.Event) -> None:
+        """Undo :meth:`add_news_waker`."""
+        if self._news_wakers is not None:
+            self._news_wakers.discard(waker)
+            if not self._news_wakers:
+                self._news_wakers = None
 
     def serves_consumers(self) -> bool:
         """True if consumers may fetch here: this replica leads, or follows while in the

@@ -66,7 +66,9 @@ from jetserver.metadata.store import MetadataStore
 from jetserver.metadata.validate import partition_subject, spec_from_request
 from jetserver.nats_link import NatsLink, NatsUnavailable
 from jetserver.replication.control import ControlPlane
+from jetserver.replication.session import FetchSessions
 from jetserver.resources import FILES_PER_PARTITION, check_room, describe_open_error
+from jetserver.security.peer import peer_security_of
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,9 @@ class StreamManager:
     """Called with (stream, partition) when a local replica stops leading."""
     offline: OfflinePartitions = attrs.field(factory=OfflinePartitions)
     """Partitions whose replica here cannot open, and why."""
+    fetch_sessions: FetchSessions | None = None
+    """Cluster mode: the follower replicas' fetch sessions to leader servers (set by
+    :meth:`start`)."""
 
     def _leadership_ended(self, stream: str, partition: int) -> None:
         for listener in self.leadership_listeners:
@@ -225,6 +230,10 @@ class StreamManager:
         """Finish interrupted deletes, then open and subscribe every stream in the metadata
         (cluster mode: nothing more; :meth:`reconcile` opens the replicas)."""
         self._tg = tg
+        if self.clustered and self.fetch_sessions is None:
+            self.fetch_sessions = FetchSessions(
+                self.config.replication, tg, peer_security_of(self.controller)
+            )
         root = self.data_dir / STREAMS_DIR
         root.mkdir(parents=True, exist_ok=True)
         for leftover in root.glob(f"*{DELETED_SUFFIX}"):
@@ -360,6 +369,7 @@ class StreamManager:
             replication_factor=meta.spec.replication_factor,
             spec=meta.spec,
             replication=self.config.replication,
+            fetch_sessions=self.fetch_sessions,
             on_leadership_end=self._leadership_ended,
         )
         await self._tg.start(replica.run)

@@ -37,13 +37,18 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver.errors import ApiError, invalid_argument, partition_not_found, stream_not_found
 from jetserver.logs import fields
 from jetserver.metadata.model import PartitionAssignment
-from jetserver.metadata.ops import ElectLeader
+from jetserver.metadata.ops import ElectLeader, ElectLeaders, OpResult
 from jetserver.raft import MetadataRaft, NotLeader, RaftError
 
 log = logging.getLogger(__name__)
 
 ELECTION_PROPOSE_TIMEOUT_S = 3.0
-"""Bound on proposing one ElectLeader."""
+"""Bound on proposing one batch of elections."""
+BATCH_GATHER_S = 0.02
+"""How long the first election of a batch waits for others to join it (the reports of a
+dead server's partitions arrive together)."""
+MAX_BATCH = 500
+"""Most elections in one Raft entry (ElectLeaders)."""
 
 
 def votes_needed(isr: Collection[str]) -> int:
@@ -81,6 +86,16 @@ class _Reports:
 
 
 @attrs.define(eq=False)
+class _Queued:
+    """An election waiting for its batch."""
+
+    op: ElectLeader
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+    result: OpResult | None = None
+    error: ApiError | None = None
+
+
+@attrs.define(eq=False)
 class Elections:
     """The metadata leader's side of partition leader failover."""
 
@@ -95,6 +110,11 @@ class Elections:
     _reports: dict[tuple[str, int], _Reports] = attrs.field(factory=dict)
     elections: int = 0
     """Leader elections proposed and applied by this server."""
+    entries: int = 0
+    """Raft entries that carried them (one per batch)."""
+    _queue: list[_Queued] = attrs.field(factory=list)
+    _proposing: bool = False
+    _round_done: anyio.Event = attrs.field(factory=anyio.Event)
 
     async def report(
         self, stream: str, partition: int, leader_epoch: int, reporter: str
@@ -155,15 +175,7 @@ class Elections:
     ) -> dict[str, Any]:
         meta = self.raft.state.streams[stream]
         op = ElectLeader(stream, partition, new_leader, current.leader_epoch + 1, meta.stream_id)
-        try:
-            applied = await self.raft.propose(
-                op, op_id=f"elect-{uuid.uuid4().hex}", timeout=ELECTION_PROPOSE_TIMEOUT_S
-            )
-        except NotLeader as exc:
-            raise ApiError(exc.code, str(exc), {"leader": exc.leader_id}) from exc
-        except RaftError as exc:
-            raise ApiError(exc.code, f"leader election not applied: {exc}") from exc
-        result = applied.result
+        result = await self._batched(op)
         after = self._assignment(stream, partition)
         if not result.ok:
             log.info(
@@ -184,6 +196,72 @@ class Elections:
             ),
         )
         return _answer(True, after)
+
+    async def _batched(self, op: ElectLeader) -> OpResult:
+        """Propose ``op`` with the elections queued meanwhile, in one Raft entry (at most
+        MAX_BATCH); its own result.
+
+        The first caller that finds no batch in flight proposes (after BATCH_GATHER_S, for
+        the others to join); callers queued behind a batch in flight go in the next one.
+
+        Raises:
+            ApiError: NOT_LEADER (not the metadata leader any more) or the RaftError's code.
+        """
+        item = _Queued(op)
+        self._queue.append(item)
+        while not item.done.is_set():
+            if self._proposing:
+                await self._round_done.wait()
+                continue
+            self._proposing = True
+            try:
+                await anyio.sleep(BATCH_GATHER_S)
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                with anyio.CancelScope(shield=True):  # the others wait for this batch
+                    await self._propose(batch)
+            finally:
+                self._proposing = False
+                done, self._round_done = self._round_done, anyio.Event()
+                done.set()
+        if item.error is not None:
+            raise item.error
+        assert item.result is not None
+        return item.result
+
+    async def _propose(self, batch: list[_Queued]) -> None:
+        """Propose ``batch`` (one ElectLeader, or ElectLeaders) and hand out the results."""
+        if not batch:
+            return
+        op: ElectLeader | ElectLeaders = (
+            batch[0].op if len(batch) == 1 else ElectLeaders(tuple(q.op for q in batch))
+        )
+        try:
+            applied = await self.raft.propose(
+                op, op_id=f"elect-{uuid.uuid4().hex}", timeout=ELECTION_PROPOSE_TIMEOUT_S
+            )
+        except NotLeader as exc:
+            error = ApiError(exc.code, str(exc), {"leader": exc.leader_id})
+            for q in batch:
+                q.error = error
+                q.done.set()
+            return
+        except RaftError as exc:
+            error = ApiError(exc.code, f"leader election not applied: {exc}")
+            for q in batch:
+                q.error = error
+                q.done.set()
+            return
+        self.entries += 1
+        result = applied.result
+        results = (result,) if len(batch) == 1 else result.results
+        if len(results) != len(batch):  # not expected: say nothing was decided
+            unknown = OpResult(ErrorCode.UNKNOWN, "the election's outcome is not known")
+            results = (unknown,) * len(batch)
+        if len(batch) > 1:
+            log.info("leader elections proposed in one entry", extra=fields(count=len(batch)))
+        for q, r in zip(batch, results, strict=True):
+            q.result = r
+            q.done.set()
 
     def _assignment(self, stream: str, partition: int) -> PartitionAssignment:
         meta = self.raft.state.streams.get(stream)

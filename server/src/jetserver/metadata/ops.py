@@ -11,8 +11,9 @@ nothing, a repeated ElectLeader is refused (its epoch is no longer the next one)
 Operations: CreateStream, DeleteStream (streams), RegisterServer (a server's addresses),
 UpdateIsr (the partition leader changes its ISR, compare-and-set on the partition epoch),
 LeaveIsr (a stopping follower takes itself out of an ISR), ElectLeader (the metadata
-leader moves a partition's leadership to an ISR member, epoch + 1), SetAcl (an identity's
-grants; replacing them with the same grants changes nothing).
+leader moves a partition's leadership to an ISR member, epoch + 1), ElectLeaders (several
+ElectLeader in one entry, each checked on its own), SetAcl (an identity's grants; replacing
+them with the same grants changes nothing).
 """
 
 from __future__ import annotations
@@ -223,6 +224,22 @@ class ElectLeader:
 
 
 @attrs.frozen
+class ElectLeaders:
+    """Several :class:`ElectLeader` in one Raft entry (the metadata leader batches the
+    elections a server's death calls for). Each is applied on its own, in order, with
+    exactly ElectLeader's checks; the result's ``results`` holds each one's outcome."""
+
+    elections: tuple[ElectLeader, ...]
+    """The elections."""
+
+    kind = "elect_leaders"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (with ``op``)."""
+        return {"op": self.kind, "elections": [e.to_dict() for e in self.elections]}
+
+
+@attrs.frozen
 class SetAcl:
     """Replace the grants of one identity (validated by the proposer)."""
 
@@ -243,7 +260,8 @@ class SetAcl:
         }
 
 
-Op = CreateStream | DeleteStream | RegisterServer | UpdateIsr | LeaveIsr | ElectLeader | SetAcl
+_StreamOp = CreateStream | DeleteStream | UpdateIsr | LeaveIsr | ElectLeader | ElectLeaders
+Op = _StreamOp | RegisterServer | SetAcl
 
 
 def _int(value: Any) -> int:
@@ -300,19 +318,25 @@ def op_from_dict(data: Mapping[str, Any]) -> Op:
             stream_id=_opt_str(data.get("stream_id")),
         )
     if kind == ElectLeader.kind:
-        return ElectLeader(
-            stream=str(data["stream"]),
-            partition=_int(data["partition"]),
-            leader=str(data["leader"]),
-            leader_epoch=_int(data["leader_epoch"]),
-            stream_id=_opt_str(data.get("stream_id")),
-        )
+        return _elect_from_dict(data)
+    if kind == ElectLeaders.kind:
+        return ElectLeaders(tuple(_elect_from_dict(e) for e in data["elections"]))
     if kind == SetAcl.kind:
         return SetAcl(
             identity=str(data["identity"]),
             grants=tuple(Grant.from_dict(g) for g in data["grants"]),
         )
     raise ValueError(f"unknown metadata op {kind!r}")
+
+
+def _elect_from_dict(data: Mapping[str, Any]) -> ElectLeader:
+    return ElectLeader(
+        stream=str(data["stream"]),
+        partition=_int(data["partition"]),
+        leader=str(data["leader"]),
+        leader_epoch=_int(data["leader_epoch"]),
+        stream_id=_opt_str(data.get("stream_id")),
+    )
 
 
 @attrs.frozen
@@ -328,6 +352,8 @@ class OpResult:
     stream: StreamMeta | None = None
     """CreateStream: the stream (new or existing); DeleteStream: the deleted stream;
     UpdateIsr / ElectLeader: the stream after the change (also when nothing changed)."""
+    results: tuple[OpResult, ...] = ()
+    """ElectLeaders: each election's result, in order (the whole op always succeeds)."""
 
     @property
     def ok(self) -> bool:
@@ -366,6 +392,13 @@ def apply(state: MetadataState, op: Op) -> tuple[MetadataState, OpResult]:
         return _leave_isr(bumped, op)
     if isinstance(op, ElectLeader):
         return _elect_leader(bumped, op)
+    if isinstance(op, ElectLeaders):
+        results: list[OpResult] = []
+        current = bumped
+        for election in op.elections:
+            current, result = _elect_leader(current, election)
+            results.append(result)
+        return current, OpResult(results=tuple(results))
     if isinstance(op, SetAcl):
         if state.acls.get(op.identity) == op.grants:
             return bumped, OpResult()

@@ -24,8 +24,13 @@ from jetsdk.codec.messages import (
     encode_fetch_response_header,
     encode_json,
 )
+from jetsdk.codec.replica_fetch import (
+    decode_replica_fetch_request,
+    encode_replica_fetch_response,
+)
 from jetserver.broker.fetch import fetch, offset_for_leader_epoch
 from jetserver.broker.produce import ProduceService
+from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.streams import StreamManager
 from jetserver.cluster.elections import parse_report
 from jetserver.config import ServerConfig
@@ -71,6 +76,8 @@ class Dispatcher:
     """Authentication and authorization gate (None: nothing checked)."""
     consumer_positions: dict[tuple[str, int], int] = attrs.field(factory=dict)
     """(stream, partition) -> offset of the latest consumer Fetch (metrics: consumer lag)."""
+    session_wakers: SessionWakers = attrs.field(factory=SessionWakers)
+    """Followers' parked ReplicaFetch requests, by session (to wake them)."""
 
     def servers(self) -> list[dict[str, str]]:
         """The Metadata ``servers`` list: every registered server of the cluster (this
@@ -137,6 +144,8 @@ class Dispatcher:
             return await self._produce(frame)
         if api == Api.FETCH:
             return await self._fetch(frame)
+        if api == Api.REPLICA_FETCH:
+            return await self._replica_fetch(frame)
         json_handler = self._json_handlers().get(api)
         if json_handler is None:
             raise ApiError(ErrorCode.UNSUPPORTED_API, f"unknown API key {api}", {"api": api})
@@ -261,3 +270,15 @@ class Dispatcher:
             flags=FLAG_RESPONSE,
         )
         return Reply(frame_head + head, records=answer.records)
+
+    async def _replica_fetch(self, frame: Frame) -> Reply:
+        if self.cluster is None:
+            raise ApiError(
+                ErrorCode.UNSUPPORTED_API,
+                "ReplicaFetch: this server is not a member of a cluster",
+                {"api": int(Api.REPLICA_FETCH)},
+            )
+        req = decode_replica_fetch_request(frame.body)
+        answers = await replica_fetch(self.streams, self.config.limits, self.session_wakers, req)
+        body = encode_replica_fetch_response(answers)
+        return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))

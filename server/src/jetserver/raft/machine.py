@@ -170,13 +170,16 @@ def apply_entry(state: MachineState, data: bytes) -> tuple[MachineState, EntryOu
 
 
 def result_to_dict(result: OpResult) -> dict[str, Any]:
-    """An :class:`OpResult` as a JSON object."""
-    return {
+    """An :class:`OpResult` as a JSON object (``results`` only when there are some)."""
+    out: dict[str, Any] = {
         "error_code": int(result.error_code),
         "message": result.message,
         "created": result.created,
         "stream": None if result.stream is None else result.stream.to_dict(),
     }
+    if result.results:
+        out["results"] = [result_to_dict(r) for r in result.results]
+    return out
 
 
 def result_from_dict(data: Mapping[str, Any]) -> OpResult:
@@ -187,6 +190,7 @@ def result_from_dict(data: Mapping[str, Any]) -> OpResult:
         message=str(data.get("message", "")),
         created=bool(data.get("created", False)),
         stream=None if stream is None else StreamMeta.from_dict(stream),
+        results=tuple(result_from_dict(r) for r in data.get("results", ())),
     )
 
 

@@ -1,14 +1,16 @@
 """The follower's fetch loop: reconcile by leader epoch, then fetch from the leader.
 
 One :class:`FollowerFetcher` runs per follower replica and leader epoch (the partition
-starts a new one when the leader or the epoch changes). Over one client-protocol connection
-to the leader it:
+starts a new one when the leader or the epoch changes). Through the
+:class:`~jetserver.replication.session.FetchSession` to the leader's server (one connection
+and one long poll for every partition this server follows there) it:
 
 1. **Reconciles** (KIP-101): ``OffsetForLeaderEpoch(latest local epoch)``, truncate to
    :func:`~jetserver.replication.truncation_point`, again until done; a log that is empty,
    or whose tail is damaged, starts at what it holds.
-2. **Fetches** in a loop: ``Fetch(replica_id, offset = LEO, replica_flushed, leader_epoch)``
-   (a long poll); appends the records as they are (``Log.append_raw``, CRC-checked); with
+2. **Fetches** in a loop: ``(replica_id, offset = LEO, replica_flushed, leader_epoch)`` in
+   the session's ReplicaFetch (a long poll); appends the records as they are
+   (``Log.append_raw``, CRC-checked); with
    durability ``flushed`` fsyncs them (group commit) before the next fetch so that fetch
    reports them flushed; with ``replicated`` the partition's flusher fsyncs in the
    background. The HW carried by each answer becomes the follower's HW
@@ -43,14 +45,7 @@ from jetsdk.codec.epoch_messages import OffsetForLeaderEpochRequest, OffsetForLe
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import (
-    FetchRequest,
-    decode_fetch_response,
-    decode_json,
-    encode_fetch_request,
-    encode_json,
-)
-from jetsdk.connection import Connection
+from jetsdk.codec.replica_fetch import ReplicaFetchPartition
 from jetsdk.errors import (
     JetError,
     NotLeader,
@@ -60,20 +55,18 @@ from jetsdk.errors import (
     Timeout,
     Unavailable,
 )
-from jetsdk.transport import parse_address
 from jetserver import hops
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
+from jetserver.replication.session import FetchSession
 from jetserver.security.peer import PLAIN, PeerSecurity
 from jetserver.storage import Log, StorageError
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 2.0
-"""Bound on dialing the leader."""
 FETCH_TIMEOUTS_REPORTED = 2
 """Replica fetches in a row unanswered within their long poll plus ``request_slack_s``
 that report the leader silent even while its server answers liveness probes."""
@@ -92,8 +85,7 @@ LEADER_ANSWERS: tuple[type[JetError], ...] = (
 )
 """Errors the leader's server answers while it cannot serve this fetch yet (it has not
 opened the partition, or leads another epoch): they count as hearing from it, and the
-fetcher retries on the same connection after a pause."""
-_RETRY_ON_CONNECTION: tuple[type[Exception], ...] = (*LEADER_ANSWERS, _Restart)
+fetcher retries after a pause."""
 
 
 @attrs.define(eq=False)
@@ -138,7 +130,11 @@ class FollowerFetcher:
     clock: Callable[[], float] = anyio.current_time
     """Monotonic seconds."""
     security: PeerSecurity = PLAIN
-    """TLS and the internal token for the connection to the leader."""
+    """TLS and the internal token for the connection to the leader (a session of its own,
+    when ``session`` is None)."""
+    session: FetchSession | None = None
+    """The fetch session to the leader's server, shared with the other partitions this
+    server follows there (None: :meth:`run` runs one of its own)."""
     server_heard: Callable[[str], float | None] | None = None
     """When a server last answered this server's liveness probes (``clock`` time; None:
     no probes); the leader's counts as hearing from the leader."""
@@ -168,6 +164,10 @@ class FollowerFetcher:
         """Replicate until cancelled."""
         self._silence = SilenceDetector(self.config.leader_silence_s, self.clock())
         async with anyio.create_task_group() as tg:
+            if self.session is None and self.leader_address:
+                self.session = FetchSession(self.leader_address, self.config, self.security)
+                self.session.users += 1
+                tg.start_soon(self.session.run)
             tg.start_soon(self._watch_leader)
             await self._replicate()
             tg.cancel_scope.cancel()
@@ -210,22 +210,19 @@ class FollowerFetcher:
 
     async def _replicate(self) -> None:
         while True:
-            if not self.leader_address:
+            session = self.session
+            if not self.leader_address or session is None:
                 await anyio.sleep_forever()  # a new assignment will bring the address
+                return
             try:
-                address = parse_address(self.leader_address)
-                stream = await self.security.dial(address, CONNECT_TIMEOUT_S)
-                async with Connection(stream, label=self.leader_address) as conn:
-                    await self.security.authenticate(conn, CONNECT_TIMEOUT_S)
-                    while True:
-                        try:
-                            await self._reconcile(conn)
-                            await self._fetch_loop(conn)
-                        except _RETRY_ON_CONNECTION as exc:
-                            if isinstance(exc, LEADER_ANSWERS):
-                                self._heard()  # it answered: not silent
-                            await self._pause_after(exc)
-            except (JetError, _Restart, CodecError, StorageError, OSError) as exc:
+                await self._reconcile(session)
+                await self._fetch_loop(session)
+            except LEADER_ANSWERS as exc:
+                self._heard()  # it answered: not silent
+                await self._pause_after(exc)
+            except _Restart as exc:
+                await self._pause_after(exc)
+            except (JetError, CodecError, StorageError, OSError) as exc:
                 if self.log.sync_failure is not None:
                     await self._recover_unsynced(exc)
                 await self._pause_after(exc)
@@ -257,16 +254,16 @@ class FollowerFetcher:
             extra=self._fields(error=repr(exc), leo_was=leo, leo=end),
         )
 
-    async def _json(self, conn: Connection, api: int, obj: dict[str, Any]) -> dict[str, Any]:
-        body = await conn.request(api, encode_json(obj), timeout=self.config.request_slack_s)
+    async def _json(self, session: FetchSession, api: int, obj: dict[str, Any]) -> dict[str, Any]:
+        answer = await session.request_json(api, obj, self.config.request_slack_s)
         self._heard()
-        return decode_json(body)
+        return answer
 
     def _heard(self) -> None:
         if self._silence is not None:
             self._silence.heard(self.clock())
 
-    async def _reconcile(self, conn: Connection) -> None:
+    async def _reconcile(self, session: FetchSession) -> None:
         """Truncate the log where it diverges from the leader's (KIP-101)."""
         log_ = self.log
         for _ in range(64):  # each round lowers the latest epoch; 64 is far beyond need
@@ -281,7 +278,7 @@ class FollowerFetcher:
                 replica_id=self.replica_id,
             )
             answer = OffsetForLeaderEpochResponse.from_json(
-                await self._json(conn, Api.OFFSET_FOR_LEADER_EPOCH, req.to_json())
+                await self._json(session, Api.OFFSET_FOR_LEADER_EPOCH, req.to_json())
             )
             cut = truncation_point(
                 local_epoch_end=log_.epochs.epoch_and_end_offset_for,
@@ -312,10 +309,9 @@ class FollowerFetcher:
         # An epoch this replica led without appending anything leaves an entry at its LEO.
         await anyio.to_thread.run_sync(log_.epochs.truncate_from_end, offset)
 
-    async def _fetch_loop(self, conn: Connection) -> None:
+    async def _fetch_loop(self, session: FetchSession) -> None:
         cfg = self.config
         log_ = self.log
-        wait_ms = int(cfg.fetch_max_wait_s * 1000)
         while True:
             if self.durability == "flushed" and log_.flushed_offset < log_.log_end_offset:
                 # Records an earlier fetch appended but a role change stopped before its
@@ -323,22 +319,17 @@ class FollowerFetcher:
                 # later one while nothing new arrives, would report them unflushed and the
                 # leader's HW would wait for them forever.
                 await anyio.to_thread.run_sync(log_.flush)
-            req = FetchRequest(
+            part = ReplicaFetchPartition(
                 stream=self.stream,
                 partition=self.partition,
                 offset=log_.log_end_offset,
-                max_bytes=cfg.fetch_max_bytes,
-                max_wait_ms=wait_ms,
                 replica_id=self.replica_id,
                 replica_flushed=log_.flushed_offset,
                 leader_epoch=self.leader_epoch,
+                max_bytes=cfg.fetch_max_bytes,
             )
             try:
-                body = await conn.request(
-                    Api.FETCH,
-                    encode_fetch_request(req),
-                    timeout=cfg.fetch_max_wait_s + cfg.request_slack_s,
-                )
+                header = await session.fetch(part, cfg.fetch_max_wait_s + cfg.request_slack_s)
             except Timeout:
                 # Twice in a row while the leader's server may still answer probes: this
                 # partition is stuck there (once may be a loaded server answering late).
@@ -349,7 +340,7 @@ class FollowerFetcher:
             self._heard()
             self._timeouts = 0
             self.fetches += 1
-            header, records = decode_fetch_response(body)
+            records = header.records
             if header.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 await self._out_of_range(header.log_start, header.leo)
                 continue

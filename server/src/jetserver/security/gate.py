@@ -63,7 +63,7 @@ ANONYMOUS = "anonymous"
 MAX_CREDENTIAL_CHARS = 4096
 """Longer tokens or passwords are refused before hashing."""
 
-_INTERNAL_ONLY = frozenset({Api.OFFSET_FOR_LEADER_EPOCH, Api.REPORT_LEADER})
+_INTERNAL_ONLY = frozenset({Api.OFFSET_FOR_LEADER_EPOCH, Api.REPORT_LEADER, Api.REPLICA_FETCH})
 
 AclProposer = Callable[[dict[str, Any], str, tuple[Grant, ...]], Awaitable[None]]
 """Stores an identity's grants in the metadata (single-server store or through Raft), given

@@ -127,7 +127,8 @@ class Log(LogMaintenance):
         active = self._segments[-1]
         self._leo = max(active.state.next_offset, active.base_offset)
         self._log_start = found.log_start_offset
-        self._hw = found.high_watermark
+        hw = found.high_watermark  # a reload after a failed fsync keeps the HW readers see
+        self._hw = hw if synced is None else min(max(self._hw, hw), self._leo)
         self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
         self.epochs = LeaderEpochCache(self._dir, lambda: self._leo, found.epochs)
         try:

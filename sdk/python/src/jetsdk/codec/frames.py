@@ -61,6 +61,7 @@ class Api(enum.IntEnum):
     AUTHENTICATE = 10
     SET_ACL = 11
     LIST_ACLS = 12
+    REPLICA_FETCH = 13
 
 
 FLAG_RESPONSE = 0x01

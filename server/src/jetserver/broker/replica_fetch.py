@@ -1,0 +1,232 @@
+"""ReplicaFetch (api 13) at the leader: one long poll for many partitions of one follower
+server (spec/cluster.md, "Fetch sessions").
+
+Each partition of the request is handled exactly like a replica Fetch
+(:mod:`jetserver.broker.fetch`): the same checks (a replica here, leading in the
+follower's ``leader_epoch``, a known replica id, the offset in range), the follower's
+progress recorded (which may move the HW and the ISR), records up to the leader's flushed
+offset, the HW sent noted. What differs is the wait and the answer:
+
+- the request parks until **any** of its partitions has news (records the follower lacks,
+  a HW it has not been sent, an error, the leadership ended), the session is woken
+  (:class:`SessionWakers`: a follower with new partitions to add ends its parked request
+  with a wake request) or ``max_wait_ms`` passes;
+- after news or a wake it answers only the partitions with something to say; after
+  ``max_wait_ms`` (or with ``max_wait_ms`` 0) every partition. A partition left out is
+  asked for again in the follower's next request (its long poll goes on);
+- the records of the whole answer are bounded by ``max_bytes`` (and the server's
+  ``limits.max_fetch_bytes``); a partition with records that do not fit is left out, never
+  answered without its records (an empty answer tells a follower it holds everything the
+  leader flushed).
+
+Task safety: event loop only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.replica_fetch import (
+    ReplicaFetchAnswer,
+    ReplicaFetchPartition,
+    ReplicaFetchRequest,
+)
+from jetserver.broker.fetch import _check_holds_replica, _read
+from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.streams import StreamManager
+from jetserver.config import LimitsConfig
+from jetserver.errors import ApiError
+from jetserver.storage import StorageError
+
+READ_INLINE_MAX_BYTES = 256 * 1024
+"""Records up to this size are read on the event loop; bigger reads in a worker thread."""
+MAX_EARLY_WAKES = 1024
+"""Wakes remembered for sessions with no parked request (the oldest are forgotten)."""
+
+
+@attrs.define(eq=False)
+class SessionWakers:
+    """The leader's parked ReplicaFetch request per follower session, to wake it.
+
+    A wake that finds no parked request (it overtook the request it was meant for) is
+    remembered: the session's next request then answers at once.
+    """
+
+    _parked: dict[int, anyio.Event] = attrs.field(factory=dict)
+    _early: dict[int, float] = attrs.field(factory=dict)
+
+    def park(self, session_id: int) -> anyio.Event:
+        """The event that ends the session's request now being served."""
+        event = anyio.Event()
+        if self._early.pop(session_id, None) is not None:
+            event.set()
+        self._parked[session_id] = event
+        return event
+
+    def unpark(self, session_id: int, event: anyio.Event) -> None:
+        """The request of ``event`` is answered."""
+        if self._parked.get(session_id) is event:
+            del self._parked[session_id]
+
+    def wake(self, session_id: int) -> None:
+        """End the session's parked request (or its next one)."""
+        event = self._parked.get(session_id)
+        if event is not None:
+            event.set()
+            return
+        self._early[session_id] = time.monotonic()
+        while len(self._early) > MAX_EARLY_WAKES:
+            del self._early[next(iter(self._early))]
+
+
+@attrs.define(eq=False)
+class _Live:
+    """A partition of the request that passed the checks."""
+
+    index: int
+    part: ReplicaFetchPartition
+    replica: PartitionReplica
+    follower: str
+
+
+def _error(index: int, exc: ApiError | StorageError) -> ReplicaFetchAnswer:
+    code = exc.code
+    message = exc.message if isinstance(exc, ApiError) else f"storage: {exc}"
+    return ReplicaFetchAnswer(index, int(code), -1, -1, -1, message)
+
+
+async def replica_fetch(
+    streams: StreamManager,
+    limits: LimitsConfig,
+    wakers: SessionWakers,
+    req: ReplicaFetchRequest,
+) -> list[ReplicaFetchAnswer]:
+    """Answer ``req`` (see the module docstring)."""
+    if req.wake:
+        wakers.wake(req.session_id)
+        return []
+    woken = wakers.park(req.session_id)  # before any await: a wake may follow at once
+    try:
+        return await _serve(streams, limits, woken, req)
+    finally:
+        wakers.unpark(req.session_id, woken)
+
+
+async def _serve(
+    streams: StreamManager,
+    limits: LimitsConfig,
+    woken: anyio.Event,
+    req: ReplicaFetchRequest,
+) -> list[ReplicaFetchAnswer]:
+    answers: list[ReplicaFetchAnswer] = []
+    live: list[_Live] = []
+    for index, part in enumerate(req.partitions):
+        try:
+            _check_holds_replica(streams, part.stream, part.partition)
+            replica = streams.replica(part.stream, part.partition)
+            replica.check_leader(part.leader_epoch)
+            follower = replica.follower_name(part.replica_id)
+            log = replica.log
+            if part.offset < log.log_start_offset or part.offset > log.log_end_offset:
+                answers.append(_out_of_range(index, replica))
+                continue
+            await replica.replica_fetched(follower, part.offset, part.replica_flushed)
+        except (ApiError, StorageError) as exc:
+            answers.append(_error(index, exc))
+            continue
+        live.append(_Live(index, part, replica, follower))
+    wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
+    answer_all = wait_ms <= 0
+    if not answers and live and not answer_all and not any(_has_news(e) for e in live):
+        answer_all = not await _wait_news(live, woken, wait_ms / 1000)
+    budget = min(req.max_bytes, limits.max_fetch_bytes)
+    for e in live:
+        if not (answer_all or _has_news(e)):
+            continue  # nothing new: its long poll goes on in the next request
+        try:
+            answer = await _answer(streams, e, budget)
+        except (ApiError, StorageError) as exc:
+            answers.append(_error(e.index, exc))
+            continue
+        if answer is None:
+            continue  # records that do not fit this answer: the next request gets them
+        budget -= len(answer.records)
+        answers.append(answer)
+    answers.sort(key=lambda a: a.index)
+    return answers
+
+
+def _has_news(e: _Live) -> bool:
+    return e.replica.closed or e.replica.replica_has_news(e.follower, e.part.offset)
+
+
+async def _wait_news(live: list[_Live], woken: anyio.Event, timeout_s: float) -> bool:
+    """Wait until a partition has news or the session is woken; False after ``timeout_s``."""
+    news = anyio.Event()
+    for e in live:
+        e.replica.add_news_waker(news)
+    try:
+        with anyio.move_on_after(timeout_s):
+            async with anyio.create_task_group() as tg:
+
+                async def on_wake() -> None:
+                    await woken.wait()
+                    news.set()
+
+                tg.start_soon(on_wake)
+                await news.wait()
+                tg.cancel_scope.cancel()
+            return True
+        return False
+    finally:
+        for e in live:
+            e.replica.remove_news_waker(news)
+
+
+async def _answer(streams: StreamManager, e: _Live, budget: int) -> ReplicaFetchAnswer | None:
+    """The answer for one partition after the wait (None: its records do not fit)."""
+    replica = e.replica
+    if replica.closed:
+        replica = streams.replica(e.part.stream, e.part.partition)  # raises if deleted
+    state = replica.check_leader(e.part.leader_epoch)  # still leading after the wait?
+    log = replica.log
+    offset = e.part.offset
+    if offset < log.log_start_offset or offset > log.log_end_offset:
+        return _out_of_range(e.index, replica)
+    has_records = offset < log.flushed_offset
+    if has_records and budget <= 0:
+        return None
+    hw = state.hw
+    data = b""
+    if has_records:
+        read = _read(log, offset, min(e.part.max_bytes, budget), log.flushed_offset)
+        if read.error_code != ErrorCode.NONE:
+            return _out_of_range(e.index, replica)
+        records = read.records
+        if records is not None:
+            try:
+                if records.length <= READ_INLINE_MAX_BYTES:
+                    data = records.read_bytes()
+                else:
+                    data = await anyio.to_thread.run_sync(records.read_bytes)
+            finally:
+                records.close()
+    state.note_hw_sent(e.follower, hw)
+    return ReplicaFetchAnswer(
+        e.index, ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, "", data
+    )
+
+
+def _out_of_range(index: int, replica: PartitionReplica) -> ReplicaFetchAnswer:
+    log = replica.log
+    return ReplicaFetchAnswer(
+        index,
+        int(ErrorCode.OFFSET_OUT_OF_RANGE),
+        log.high_watermark,
+        log.log_start_offset,
+        log.log_end_offset,
+    )

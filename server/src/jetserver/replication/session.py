@@ -1,0 +1,397 @@
+"""Fetch sessions: one connection and one long poll per leader server (spec/cluster.md,
+"Fetch sessions").
+
+A follower server follows many partitions led by the same server. Instead of a connection
+and a long-poll Fetch per partition, every :class:`~jetserver.replication.fetcher.FollowerFetcher`
+whose leader is at one address shares a :class:`FetchSession`:
+
+- :meth:`FetchSession.fetch` takes one partition's replica fetch and waits for its answer.
+  The session's loop sends every waiting partition in one ReplicaFetch request (api 13)
+  and hands each its answer; a partition the leader left out (nothing new for it) waits on
+  in the next request, whose ``max_wait_ms`` ends at the earliest partition's long-poll
+  bound (``fetch_max_wait_s`` after it asked), so no partition waits longer than with its
+  own long poll.
+- Before the next request, the loop waits (at most ``COALESCE_S``) until the partitions
+  answered by the last one have asked again (those with records after appending and
+  fsyncing them): one request per round, as Kafka's replica fetcher thread does per
+  broker.
+- A partition that asks while a request is parked at the leader (a new follower, one back
+  from an error) sends a wake (ReplicaFetch with ``FLAG_WAKE``): the leader ends the parked
+  request and the next one carries everyone.
+- :meth:`FetchSession.request_json` sends the fetchers' other requests
+  (OffsetForLeaderEpoch) on the same connection, a bounded number at a time.
+
+Errors keep the per-partition rules of the fetcher: a partition's error (``NOT_LEADER``...)
+is raised to that partition's fetch as the exception a replica Fetch would raise; a request
+unanswered within its long poll plus ``request_slack_s`` raises
+:class:`~jetsdk.errors.Timeout` to every partition in it; a broken connection raises its
+error to every partition waiting, and the session dials again (backing off).
+
+:class:`FetchSessions` holds the sessions of one server by leader address; a session with
+no fetcher left closes after ``IDLE_CLOSE_S``.
+
+Task safety: one event loop. A session's loop runs in the task group given to
+:class:`FetchSessions`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import decode_json, encode_json
+from jetsdk.codec.replica_fetch import (
+    FLAG_WAKE,
+    ReplicaFetchAnswer,
+    ReplicaFetchPartition,
+    ReplicaFetchRequest,
+    decode_replica_fetch_response,
+    encode_replica_fetch_request,
+)
+from jetsdk.connection import Connection
+from jetsdk.errors import ClientClosed, JetConnectionError, JetError, Timeout, error_from_code
+from jetsdk.transport import parse_address
+from jetserver.logs import fields
+from jetserver.replication.config import ReplicationConfig
+from jetserver.security.peer import PLAIN, PeerSecurity
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 2.0
+"""Bound on dialing the leader."""
+COALESCE_S = 0.05
+"""Longest wait, before a request, for the partitions answered by the last one to ask
+again (those with records append and fsync them first)."""
+SESSION_MAX_BYTES = 8 << 20
+"""Soft bound on the records of one ReplicaFetch answer (the leader also clamps it to its
+``limits.max_fetch_bytes``); each partition's share is bounded by ``fetch_max_bytes``."""
+JSON_CONCURRENCY = 16
+"""Other requests (OffsetForLeaderEpoch) in flight at once on a session's connection."""
+IDLE_CLOSE_S = 10.0
+"""A session with no fetcher closes after this."""
+CONNECTION_CHECK_S = 1.0
+"""How often an idle session looks whether its connection broke (then it dials again)."""
+
+
+@attrs.define(eq=False)
+class _Entry:
+    """One partition's fetch waiting for its answer."""
+
+    part: ReplicaFetchPartition
+    asked_at: float
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+    answer: ReplicaFetchAnswer | None = None
+    error: Exception | None = None
+    abandoned: bool = False
+
+    def resolve(self, answer: ReplicaFetchAnswer | None, error: Exception | None) -> None:
+        if not self.done.is_set():
+            self.answer, self.error = answer, error
+            self.done.set()
+
+
+class _Idle(Exception):
+    """No fetcher uses the session any more."""
+
+
+@attrs.define(eq=False)
+class FetchSession:
+    """The fetches of every partition followed from one leader server (module docstring)."""
+
+    address: str
+    """The leader server's client ``host:port``."""
+    config: ReplicationConfig
+    """Long-poll bound, sizes, timeouts, backoff."""
+    security: PeerSecurity = PLAIN
+    """TLS and the internal token for the connection."""
+    clock: Callable[[], float] = anyio.current_time
+    """Monotonic seconds."""
+    session_id: int = attrs.field(factory=lambda: secrets.randbits(63))
+    """Names this session to the leader (wakes)."""
+    users: int = 0
+    """Fetchers using the session."""
+    closed: bool = False
+    """The loop ended: a new fetcher gets a new session."""
+    requests: int = 0
+    """ReplicaFetch requests answered."""
+    wakes: int = 0
+    """Wakes sent."""
+    _pending: list[_Entry] = attrs.field(factory=list)
+    _awaited: set[tuple[str, int]] = attrs.field(factory=set)
+    _back: anyio.Event = attrs.field(factory=anyio.Event)
+    _work: anyio.Event = attrs.field(factory=anyio.Event)
+    _more: anyio.Event | None = None
+    _conn: Connection | None = None
+    _connected: anyio.Event = attrs.field(factory=anyio.Event)
+    _json_waiting: int = 0
+    _json_slots: anyio.Semaphore = attrs.field(factory=lambda: anyio.Semaphore(JSON_CONCURRENCY))
+    _rotation: int = 0
+
+    # ------------------------------------------------------------------ fetchers' side
+
+    async def fetch(self, part: ReplicaFetchPartition, timeout_s: float) -> ReplicaFetchAnswer:
+        """One partition's replica fetch: its answer (error code NONE or
+        OFFSET_OUT_OF_RANGE).
+
+        Raises:
+            Timeout: no answer within ``timeout_s``.
+            JetError: the partition's error (its class from the error registry), the whole
+                request's, or the connection's.
+            CodecError: an answer that does not decode (the session reconnects).
+        """
+        if self.closed:
+            raise ClientClosed(f"fetch session to {self.address} closed")
+        entry = _Entry(part, self.clock())
+        self._pending.append(entry)
+        key = (part.stream, part.partition)
+        if key in self._awaited:
+            self._awaited.discard(key)
+            if not self._awaited:
+                self._back.set()
+        if self._more is not None:
+            self._more.set()  # a request is parked: wake it so the next one carries this
+        self._work.set()
+        try:
+            with anyio.move_on_after(timeout_s):
+                await entry.done.wait()
+        finally:
+            if not entry.done.is_set():
+                entry.abandoned = True
+                if entry in self._pending:
+                    self._pending.remove(entry)
+        if not entry.done.is_set():
+            raise Timeout(
+                f"replica fetch of {part.stream}/{part.partition} unanswered by "
+                f"{self.address} within {timeout_s:.1f} s"
+            )
+        if entry.error is not None:
+            raise entry.error
+        assert entry.answer is not None
+        return entry.answer
+
+    async def request_json(self, api: int, obj: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send another request (JSON body) on the session's connection.
+
+        Raises:
+            JetError: the server's error, a timeout, or no connection.
+        """
+        conn = self._conn
+        if conn is not None and conn.closed:
+            self._work.set()  # the loop notices and dials again
+            raise JetConnectionError(f"connection to {self.address} broke; dialing again")
+        if conn is None:
+            self._json_waiting += 1
+            self._work.set()
+            try:
+                with anyio.move_on_after(CONNECT_TIMEOUT_S + timeout_s):
+                    await self._connected.wait()
+            finally:
+                self._json_waiting -= 1
+            conn = self._conn
+            if conn is None or conn.closed:
+                raise JetConnectionError(f"no connection to {self.address}")
+        async with self._json_slots:
+            body = await conn.request(api, encode_json(obj), timeout=timeout_s)
+        return decode_json(body)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        """Connect, fetch in rounds, reconnect after failures; end once idle."""
+        failures = 0
+        try:
+            while True:
+                await self._wait_for_work()
+                try:
+                    stream = await self.security.dial(
+                        parse_address(self.address), CONNECT_TIMEOUT_S
+                    )
+                    async with Connection(stream, label=self.address) as conn:
+                        await self.security.authenticate(conn, CONNECT_TIMEOUT_S)
+                        self._conn = conn
+                        self._connected.set()
+                        failures = 0
+                        await self._rounds(conn)
+                except _Idle:
+                    raise
+                except Exception as exc:  # the session must outlive any one failure
+                    failures += 1
+                    if not isinstance(exc, (JetError, CodecError, OSError)):
+                        log.exception("fetch session failed", extra=fields(leader=self.address))
+                    level = logging.INFO if failures == 1 else logging.DEBUG
+                    log.log(
+                        level,
+                        "fetch session interrupted",
+                        extra=fields(leader=self.address, error=repr(exc)),
+                    )
+                    self._fail_waiting(exc)
+                    await anyio.sleep(self.config.backoff_s(failures))
+                finally:
+                    self._conn = None
+                    if self._connected.is_set():
+                        self._connected = anyio.Event()
+        except _Idle:
+            pass
+        finally:
+            self.closed = True
+            self._fail_waiting(ClientClosed(f"fetch session to {self.address} closed"))
+
+    async def _wait_for_work(self, *, conn: Connection | None = None) -> None:
+        """Return once a partition waits (or, without ``conn``, another request waits for
+        a connection).
+
+        Raises:
+            _Idle: no fetcher used the session for ``IDLE_CLOSE_S``.
+            JetConnectionError: ``conn`` broke meanwhile (checked every
+                ``CONNECTION_CHECK_S``): the requests of other kinds on it would fail.
+        """
+        while not (self._pending or (conn is None and self._json_waiting)):
+            self._work = anyio.Event()
+            if conn is not None and conn.closed:
+                raise JetConnectionError(f"connection to {self.address} broke")
+            if self.users > 0:
+                with anyio.move_on_after(CONNECTION_CHECK_S):
+                    await self._work.wait()
+                continue
+            with anyio.move_on_after(IDLE_CLOSE_S):
+                await self._work.wait()
+            if self.users == 0 and not self._pending and not self._json_waiting:
+                self.closed = True  # at once: a new fetcher now gets a new session
+                raise _Idle
+
+    def _fail_waiting(self, exc: Exception) -> None:
+        pending, self._pending = self._pending, []
+        for entry in pending:
+            entry.resolve(None, exc)
+
+    async def _rounds(self, conn: Connection) -> None:
+        """Send the waiting partitions in one request per round, until the connection
+        breaks (raises its error)."""
+        while True:
+            await self._wait_for_work(conn=conn)
+            if self._awaited:
+                with anyio.move_on_after(COALESCE_S):
+                    await self._back.wait()
+                self._awaited.clear()
+            batch = [e for e in self._pending if not e.abandoned]
+            self._pending = []
+            if batch:
+                await self._round(conn, batch)
+
+    async def _round(self, conn: Connection, batch: list[_Entry]) -> None:
+        self._rotation = (self._rotation + 1) % len(batch)
+        batch = batch[self._rotation :] + batch[: self._rotation]  # fairness under the bound
+        cfg = self.config
+        now = self.clock()
+        wait_s = min(e.asked_at + cfg.fetch_max_wait_s - now for e in batch)
+        wait_s = min(max(wait_s, 0.0), cfg.fetch_max_wait_s)
+        req = ReplicaFetchRequest(
+            session_id=self.session_id,
+            max_wait_ms=int(wait_s * 1000),
+            max_bytes=SESSION_MAX_BYTES,
+            partitions=tuple(e.part for e in batch),
+        )
+        more = self._more = anyio.Event()
+        body: bytes | None = None
+        error: JetError | None = None
+        try:
+            pending = await conn.send(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._wake_on_more, conn, more)
+                try:
+                    body = await pending.wait(wait_s + cfg.request_slack_s)
+                except JetError as exc:
+                    error = exc
+                tg.cancel_scope.cancel()
+        finally:
+            self._more = None
+        if error is not None:
+            for entry in batch:
+                entry.resolve(None, error)
+            if conn.closed:
+                raise error
+            return
+        assert body is not None
+        self.requests += 1
+        try:
+            answers = decode_replica_fetch_response(body)
+        except CodecError as exc:
+            for entry in batch:
+                entry.resolve(None, exc)
+            raise
+        self._deliver(batch, answers)
+
+    def _deliver(self, batch: list[_Entry], answers: list[ReplicaFetchAnswer]) -> None:
+        for answer in answers:
+            if not 0 <= answer.index < len(batch):
+                raise CodecError(f"replica fetch answer index {answer.index} out of range")
+            entry = batch[answer.index]
+            if answer.error_code in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
+                if not entry.abandoned:
+                    self._awaited.add((entry.part.stream, entry.part.partition))
+                entry.resolve(answer, None)
+            else:
+                entry.resolve(None, error_from_code(answer.error_code, answer.message))
+        left = [e for e in batch if not e.done.is_set() and not e.abandoned]
+        self._pending = left + self._pending
+        self._back = anyio.Event()
+        if not self._awaited:
+            self._back.set()
+
+    async def _wake_on_more(self, conn: Connection, more: anyio.Event) -> None:
+        """Once a partition asks while the request is parked, wake it (once)."""
+        await more.wait()
+        wake = ReplicaFetchRequest(
+            session_id=self.session_id, max_wait_ms=0, max_bytes=0, flags=FLAG_WAKE
+        )
+        try:
+            await conn.send(Api.REPLICA_FETCH, encode_replica_fetch_request(wake))
+            self.wakes += 1
+        except JetError:
+            pass  # the request in flight fails with the connection's error
+
+
+@attrs.define(eq=False)
+class FetchSessions:
+    """The fetch sessions of one server, by leader address."""
+
+    config: ReplicationConfig
+    """Replication settings."""
+    task_group: TaskGroup
+    """Where the sessions' loops run."""
+    security: PeerSecurity = PLAIN
+    """TLS and the internal token for connections to leaders."""
+    _sessions: dict[str, FetchSession] = attrs.field(factory=dict)
+
+    def acquire(self, address: str) -> FetchSession:
+        """The session to ``address`` (started if needed), counted as used until
+        :meth:`release`."""
+        session = self._sessions.get(address)
+        if session is None or session.closed:
+            session = FetchSession(address, self.config, self.security)
+            self._sessions[address] = session
+            self.task_group.start_soon(session.run)
+        session.users += 1
+        return session
+
+    def release(self, session: FetchSession) -> None:
+        """A fetcher stopped using ``session``."""
+        session.users -= 1
+        if session.users <= 0:
+            session._work.set()  # start its idle bound
+            if self._sessions.get(session.address) is session and session.closed:
+                del self._sessions[session.address]
+
+    @property
+    def sessions(self) -> list[FetchSession]:
+        """Open sessions."""
+        return [s for s in self._sessions.values() if not s.closed]

@@ -1,0 +1,201 @@
+"""Fetch sessions on a real 3-server cluster (spec/cluster.md, "Fetch sessions").
+
+One cluster for the module, with the replica long poll raised to 20 s (so that a partition
+held behind a parked request would show):
+
+- every follower server fetches all the partitions it follows from one leader server
+  through one session (metrics ``jet_fetch_session_partitions``), and ALL-acked records of
+  every partition reach every replica's files;
+- a stream created while the sessions are parked joins them at once (a wake), so its first
+  ALL ack does not wait for the parked long poll to end;
+- :class:`~jetserver.replication.session.FetchSession` used directly against a leader:
+  several partitions in one ReplicaFetch, each answered on its own (an offset past the
+  leader's end: OFFSET_OUT_OF_RANGE with the leader's offsets; a stale epoch: NotLeader),
+  neither changing the leader's view of its followers.
+
+Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from cluster.harness import Cluster, free_ports, needs_cluster
+from cluster.views import replica_logs, wait_caught_up, wait_full_isr
+from jetsdk import Client, Producer
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.frames import Api
+from jetsdk.codec.replica_fetch import ReplicaFetchPartition
+from jetsdk.errors import JetError, NotLeader
+from jetserver.replication import ReplicationConfig
+from jetserver.replication.session import FetchSession
+
+pytestmark = [pytest.mark.anyio, needs_cluster]
+
+FETCH_MAX_WAIT_S = 20.0
+"""replication.fetch_max_wait_s of the test servers."""
+BOUND_S = 30.0
+"""Bound on any cluster-side change."""
+PARTITIONS = 12
+"""Partitions of the wide stream."""
+METRICS_PORTS: dict[str, int] = {}
+"""Server id -> its metrics port (set by the cluster fixture)."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root: Path = tmp_path_factory.mktemp("sessions")
+    ports = free_ports(3)
+    env = {f"s{i + 1}": {"JET_METRICS_PORT": str(port)} for i, port in enumerate(ports)}
+    settings = {"replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S}}
+    METRICS_PORTS.update({f"s{i + 1}": port for i, port in enumerate(ports)})
+    with Cluster(root, servers_count=3, settings=settings, server_env=env) as c:
+        yield c
+
+
+def session_partitions(server_id: str) -> dict[str, int]:
+    """leader address -> follower replicas using the session (from the server's metrics)."""
+    port = METRICS_PORTS[server_id]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    found = re.findall(r'^jet_fetch_session_partitions\{leader="([^"]+)"\} (\d+)$', text, re.M)
+    return {leader: int(n) for leader, n in found}
+
+
+async def produce_all(cluster: Cluster, stream: str, count: int) -> None:
+    async with (
+        Client(cluster.addresses, request_timeout=10.0) as client,
+        Producer(client, stream, ack=AckPolicy.ALL) as producer,
+    ):
+        for i in range(count):
+            await producer.send_soon(b"v%d" % i, key=b"k%d" % i)
+        await producer.flush()
+
+
+async def test_followers_share_one_session_per_leader_server(cluster: Cluster) -> None:
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("wide", "wide", partitions=PARTITIONS, replication_factor=3)
+    infos = [(await wait_full_isr(cluster, "wide", p, 3, BOUND_S))[0] for p in range(PARTITIONS)]
+    await produce_all(cluster, "wide", 10 * PARTITIONS)
+    for p, info in enumerate(infos):
+        _info, hw = await wait_caught_up(cluster, "wide", p, BOUND_S)
+        logs = await anyio.to_thread.run_sync(replica_logs, cluster, "wide", p, info.replicas)
+        assert all(len(rs) >= hw for rs in logs.values())
+    address = {s.server_id: s.address for s in cluster.servers}
+    for server in cluster.servers:
+        followed: dict[str, int] = {}
+        for info in infos:
+            if info.leader != server.server_id:
+                assert info.leader is not None
+                followed[address[info.leader]] = followed.get(address[info.leader], 0) + 1
+        # One session per leader server, used by every partition followed from it.
+        seen = await anyio.to_thread.run_sync(session_partitions, server.server_id)
+        assert {a: n for a, n in seen.items() if n} == followed
+
+
+async def test_a_new_stream_joins_parked_sessions_at_once(cluster: Cluster) -> None:
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("parked", "parked", partitions=1, replication_factor=3)
+    await wait_full_isr(cluster, "parked", 0, 3, BOUND_S)
+    await anyio.sleep(1.0)  # every session's request is parked (its long poll is 20 s)
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("late", "late", partitions=3, replication_factor=3)
+    started = time.monotonic()
+    await produce_all(cluster, "late", 3)
+    # An ALL ack needs each follower's fetch in the new epoch: without the wake it waits
+    # for the parked request to end (up to 20 s).
+    assert time.monotonic() - started < FETCH_MAX_WAIT_S / 2
+
+
+async def test_a_session_answers_each_partition_on_its_own(cluster: Cluster) -> None:
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("direct", "direct", partitions=2, replication_factor=3)
+    info, leader = await wait_full_isr(cluster, "direct", 0, 3, BOUND_S)
+    await produce_all(cluster, "direct", 4)
+    _info, hw = await wait_caught_up(cluster, "direct", 0, BOUND_S)
+    follower = next(r for r in info.replicas if r != leader)
+    replica_id = info.replicas.index(follower)
+    session = FetchSession(cluster.server(leader).address, ReplicationConfig())
+    session.users = 1
+    beyond = ReplicaFetchPartition(
+        "direct", 0, 1_000_000, replica_id, 1_000_000, info.leader_epoch, 1 << 20
+    )
+    stale = ReplicaFetchPartition("direct", 0, 0, replica_id, 0, info.leader_epoch + 7, 1 << 20)
+    results: dict[str, object] = {}
+
+    async def ask(name: str, part: ReplicaFetchPartition) -> None:
+        try:
+            results[name] = await session.fetch(part, BOUND_S)
+        except NotLeader as exc:
+            results[name] = exc
+
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.run)
+            async with anyio.create_task_group() as asks:
+                asks.start_soon(ask, "beyond", beyond)
+                asks.start_soon(ask, "stale", stale)
+            tg.cancel_scope.cancel()
+    answer = results["beyond"]
+    assert not isinstance(answer, Exception)
+    assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE  # type: ignore[attr-defined]
+    assert answer.leo >= hw  # type: ignore[attr-defined]
+    assert isinstance(results["stale"], NotLeader)
+    assert session.requests == 1  # both partitions in one request
+    # Neither changed the leader's view: the real follower stays in the ISR.
+    await wait_full_isr(cluster, "direct", 0, 3, BOUND_S)
+
+
+async def test_a_session_dials_again_when_its_idle_connection_broke(cluster: Cluster) -> None:
+    """A session whose connection broke while no partition fetched (its leader restarted)
+    dials again for the next request of any kind (here OffsetForLeaderEpoch, which a
+    follower sends first after an election)."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("redial", "redial", partitions=1, replication_factor=3)
+    info, leader = await wait_full_isr(cluster, "redial", 0, 3, BOUND_S)
+    follower = next(r for r in info.replicas if r != leader)
+    ask = {
+        "stream": "redial",
+        "partition": 0,
+        "leader_epoch": 0,
+        "current_leader_epoch": -1,
+        "replica_id": info.replicas.index(follower),
+    }
+    session = FetchSession(cluster.server(leader).address, ReplicationConfig())
+    session.users = 1
+    answered: list[str] = []
+
+    async def ask_until_answered() -> None:
+        while True:
+            try:
+                await session.request_json(Api.OFFSET_FOR_LEADER_EPOCH, ask, 2.0)
+                answered.append("answer")
+                return
+            except NotLeader:
+                answered.append("not leader")  # an answer too: the connection works
+                return
+            except JetError:
+                await anyio.sleep(0.2)
+
+    with anyio.fail_after(3 * BOUND_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.run)
+            await ask_until_answered()
+            await anyio.to_thread.run_sync(cluster.server(leader).stop)
+            await anyio.to_thread.run_sync(cluster.server(leader).start)
+            answered.clear()
+            await ask_until_answered()
+            tg.cancel_scope.cancel()
+    assert answered
