@@ -83,7 +83,7 @@ def _elections(before: State, after: State) -> int:
 
 def measure(partitions: int, idle_s: float) -> dict[str, float]:
     """Create, idle, kill -9; the figures (see the module docstring)."""
-    with open(os.devnull, "wb") as devnull, DevCluster(servers=3, log_file=devnull) as dev:
+    with open(os.devnull, "wb") as devnull, DevCluster(size=3, log_file=devnull) as dev:
         create_s, refused = anyio.run(_create, dev.addresses, partitions, backend="asyncio")
         time.sleep(SETTLE_S)
         before = anyio.run(_state, dev.addresses, backend="asyncio")
@@ -96,7 +96,7 @@ def measure(partitions: int, idle_s: float) -> dict[str, float]:
         # A partition whose ISR is the victim alone stays without a leader (no unclean
         # election): it is counted apart.
         alone = {k for k, v in settled.items() if v[0] == victim and v[2] == (victim,)}
-        survivors = [p.address for p in dev.processes if p.server_id != victim]
+        survivors = [p.address for p in dev.servers if p.server_id != victim]
         dev.kill(victim)
         started = time.perf_counter()
         now = settled
@@ -110,7 +110,7 @@ def measure(partitions: int, idle_s: float) -> dict[str, float]:
         without = len(stuck)
         if stuck:
             print(f"  still without a leader (leader, epoch, ISR): {sorted(stuck.items())[:5]}")
-        survivor = next(p for p in dev.processes if p.server_id != victim)
+        survivor = next(p for p in dev.servers if p.server_id != victim)
         raft = [f for f in Path(survivor.data_dir).rglob("*") if "raft" in str(f) and f.is_file()]
         raft_bytes = sum(f.stat().st_size for f in raft)  # before the cluster's files go
     return {

@@ -27,7 +27,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from cluster.harness import Cluster, free_ports, needs_cluster
+from cluster.harness import Cluster, needs_cluster
 from cluster.views import replica_logs, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
@@ -36,6 +36,7 @@ from jetsdk.codec.replica_fetch import ReplicaFetchPartition
 from jetsdk.errors import JetError, NotLeader
 from jetserver.replication import ReplicationConfig
 from jetserver.replication.session import FetchSession
+from jetserver.testing import free_ports
 
 pytestmark = [pytest.mark.anyio, needs_cluster]
 
@@ -61,7 +62,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     env = {f"s{i + 1}": {"JET_METRICS_PORT": str(port)} for i, port in enumerate(ports)}
     settings = {"replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S}}
     METRICS_PORTS.update({f"s{i + 1}": port for i, port in enumerate(ports)})
-    with Cluster(root, servers_count=3, settings=settings, server_env=env) as c:
+    with Cluster(root=root, size=3, settings=settings, server_env=env) as c:
         yield c
 
 
