@@ -9,6 +9,7 @@ from typing import Protocol
 import attrs
 
 from jetsdk.codec.record import Record
+from jetsdk.codec.slots import slot_setters
 
 __all__ = [
     "Ack",
@@ -186,9 +187,8 @@ class Message(RecordView):
         )
 
 
-_set_stream, _set_partition, _set_record, _set_count, _set_acker = (
-    getattr(Message, name).__set__
-    for name in ("stream", "partition", "record", "delivery_count", "_acker")
+_set_stream, _set_partition, _set_record, _set_count, _set_acker = slot_setters(
+    Message, "stream", "partition", "record", "delivery_count", "_acker"
 )
 _new_object = object.__new__
 
@@ -197,8 +197,7 @@ def new_message(
     stream: str, partition: int, record: Record, delivery_count: int, acker: Acker | None
 ) -> Message:
     """``Message(stream, partition, record, delivery_count, acker)`` setting its slots
-    directly (attrs' frozen ``__init__`` goes through ``object.__setattr__`` per field):
-    the consumer's per-record hot path."""
+    directly (:mod:`jetsdk.codec.slots`): the consumer's per-record hot path."""
     message: Message = _new_object(Message)
     _set_stream(message, stream)
     _set_partition(message, partition)

@@ -163,12 +163,11 @@ class ProduceService:
             ((offset, timestamp, corr, code) for offset, timestamp, corr, _p, code, _t in acks),
         )
 
-    def _may_take_direct(self, body: bytes) -> bool:
-        """True if the request's partition is open here and takes Produce directly now
-        (a hint: :meth:`_check` decides)."""
+    def _may_take_direct(self, stream: str, partition: int) -> bool:
+        """True if the partition is open here and takes Produce directly now (a hint:
+        :meth:`_check` decides)."""
         if not self.direct:
             return False
-        stream, partition = decode_produce_head(body)[:2]
         replica = self.streams.local_replica(stream, partition)
         return replica is not None and replica.takes_direct
 
@@ -234,8 +233,11 @@ class ProduceService:
         token = format(next(self._tokens), "x")
         inbox = f"{self._prefix}.{token}"
         # Where each message lies in the request, if this server may append it directly.
-        records: list[DirectRecord | None] | None = [] if self._may_take_direct(body) else None
-        head, messages = produce_envelopes(body, inbox, records)
+        head = decode_produce_head(body)
+        records: list[DirectRecord | None] | None = (
+            [] if self._may_take_direct(head[0], head[1]) else None
+        )
+        head, messages = produce_envelopes(body, inbox, records, head)
         stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
         psubj, limit, replica = self._check(stream, partition, messages)
         if not self.link.connected:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import attrs
 
@@ -40,6 +40,7 @@ from jetsdk.codec.limits import (
     MAX_SUBJECT_BYTES,
     MAX_VALUE_BYTES,
 )
+from jetsdk.codec.slots import slot_setters
 
 HEADER = struct.Struct(">qqIII")
 """offset, timestamp, leader_epoch, length, crc."""
@@ -212,16 +213,11 @@ def check_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
     return size
 
 
-def _slot(name: str) -> Callable[[Record, object], None]:
-    setter: Callable[[Record, object], None] = getattr(Record, name).__set__
-    return setter
-
-
-_set_offset, _set_ts, _set_epoch, _set_value, _set_key = map(
-    _slot, ("offset", "timestamp", "leader_epoch", "value", "key")
+_set_offset, _set_ts, _set_epoch, _set_value, _set_key = slot_setters(
+    Record, "offset", "timestamp", "leader_epoch", "value", "key"
 )
-_set_subject, _set_reply, _set_headers, _set_pid, _set_pseq = map(
-    _slot, ("subject", "reply", "headers", "producer_id", "producer_seq")
+_set_subject, _set_reply, _set_headers, _set_pid, _set_pseq = slot_setters(
+    Record, "subject", "reply", "headers", "producer_id", "producer_seq"
 )
 _new_object = object.__new__
 
@@ -238,8 +234,8 @@ def _new_record(
     producer_id: int | None,
     producer_seq: int,
 ) -> Record:
-    """``Record(...)`` setting its slots directly: attrs' frozen ``__init__`` goes through
-    ``object.__setattr__`` for each of the ten fields, the consumer's hot path."""
+    """``Record(...)`` setting its slots directly (:mod:`jetsdk.codec.slots`): the
+    consumer's hot path."""
     record: Record = _new_object(Record)
     _set_offset(record, offset)
     _set_ts(record, timestamp)

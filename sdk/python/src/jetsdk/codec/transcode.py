@@ -121,7 +121,10 @@ _SEAL_PRODUCER = _envelope_sealer(FLAG_PRODUCER)
 
 
 def produce_envelopes(
-    body: bytes, ack_inbox: str, records: list[DirectRecord | None] | None = None
+    body: bytes,
+    ack_inbox: str,
+    records: list[DirectRecord | None] | None = None,
+    head: ProduceHead | None = None,
 ) -> tuple[ProduceHead, list[ProducedEnvelope]]:
     """Decode a Produce request body and build the kind 0 envelope of every message.
 
@@ -131,12 +134,15 @@ def produce_envelopes(
     :class:`~jetsdk.codec.envelope.MessageEncoder` writes for the message
     :func:`~jetsdk.codec.messages.decode_produce_request` decodes. With ``records``, each
     message's :class:`DirectRecord` is appended to it too (None where the envelope is).
+    ``head``: the body's :func:`~jetsdk.codec.messages.decode_produce_head`, if the caller
+    has it already.
 
     Raises:
         CodecError: the body does not decode (as ``decode_produce_request``), or the ack
             inbox is over its limit.
     """
-    head = decode_produce_head(body)
+    if head is None:
+        head = decode_produce_head(body)
     _stream, _partition, policy, _timeout, producer_id, base_seq, count, p = head
     if policy == AckPolicy.NONE:
         ack_inbox = ""
