@@ -151,9 +151,10 @@ class NatsLink:
     _batch_pub: bool = False
     _subjects: dict[str, bytes] = attrs.field(factory=dict)
     disconnects: int = 0
-    """Times the link was lost since start."""
+    """Times one of the link's two connections was lost since start (a NATS outage
+    counts twice)."""
     reconnects: int = 0
-    """Times the link came back."""
+    """Times one of them came back."""
 
     @property
     def connected(self) -> bool:
