@@ -59,13 +59,11 @@ class SessionWakers:
     _parked: dict[int, anyio.Event] = attrs.field(factory=dict)
     _early: dict[int, float] = attrs.field(factory=dict)
 
-    def park(self, session_id: int) -> anyio.Event:
-        """The event that ends the session's request now being served."""
-        event = anyio.Event()
+    def park(self, session_id: int, event: anyio.Event) -> None:
+        """``event`` ends the session's request now being served: a wake sets it."""
         if self._early.pop(session_id, None) is not None:
             event.set()
         self._parked[session_id] = event
-        return event
 
     def unpark(self, session_id: int, event: anyio.Event) -> None:
         """The request of ``event`` is answered."""
@@ -109,17 +107,18 @@ async def replica_fetch(
     if req.wake:
         wakers.wake(req.session_id)
         return []
-    woken = wakers.park(req.session_id)  # before any await: a wake may follow at once
+    news = anyio.Event()  # set by a partition's news or by the session's wake
+    wakers.park(req.session_id, news)  # before any await: a wake may follow at once
     try:
-        return await _serve(streams, limits, woken, req)
+        return await _serve(streams, limits, news, req)
     finally:
-        wakers.unpark(req.session_id, woken)
+        wakers.unpark(req.session_id, news)
 
 
 async def _serve(
     streams: StreamManager,
     limits: LimitsConfig,
-    woken: anyio.Event,
+    news: anyio.Event,
     req: ReplicaFetchRequest,
 ) -> list[ReplicaFetchAnswer]:
     answers: list[ReplicaFetchAnswer] = []
@@ -142,7 +141,7 @@ async def _serve(
     wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
     answer_all = wait_ms <= 0
     if not answers and live and not answer_all and not any(_has_news(e) for e in live):
-        answer_all = not await _wait_news(live, woken, wait_ms / 1000)
+        answer_all = not await _wait_news(live, news, wait_ms / 1000)
     budget = min(req.max_bytes, limits.max_fetch_bytes)
     for e in live:
         if not (answer_all or _has_news(e)):
@@ -164,22 +163,14 @@ def _has_news(e: _Live) -> bool:
     return e.replica.closed or e.replica.replica_has_news(e.follower, e.part.offset)
 
 
-async def _wait_news(live: list[_Live], woken: anyio.Event, timeout_s: float) -> bool:
-    """Wait until a partition has news or the session is woken; False after ``timeout_s``."""
-    news = anyio.Event()
+async def _wait_news(live: list[_Live], news: anyio.Event, timeout_s: float) -> bool:
+    """Wait until a partition has news or the session is woken (either sets ``news``, with
+    no task in between); False after ``timeout_s``."""
     for e in live:
         e.replica.add_news_waker(news)
     try:
         with anyio.move_on_after(timeout_s):
-            async with anyio.create_task_group() as tg:
-
-                async def on_wake() -> None:
-                    await woken.wait()
-                    news.set()
-
-                tg.start_soon(on_wake)
-                await news.wait()
-                tg.cancel_scope.cancel()
+            await news.wait()
             return True
         return False
     finally:

@@ -129,7 +129,8 @@ class FetchSession:
     _awaited: set[tuple[str, int]] = attrs.field(factory=set)
     _back: anyio.Event = attrs.field(factory=anyio.Event)
     _work: anyio.Event = attrs.field(factory=anyio.Event)
-    _more: anyio.Event | None = None
+    _woken: bool | None = None
+    """None: no request parked at the leader; False: one is, not yet woken; True: woken."""
     _conn: Connection | None = None
     _connected: anyio.Event = attrs.field(factory=anyio.Event)
     _json_waiting: int = 0
@@ -157,11 +158,14 @@ class FetchSession:
             self._awaited.discard(key)
             if not self._awaited:
                 self._back.set()
-        if self._more is not None:
-            self._more.set()  # a request is parked: wake it so the next one carries this
         self._work.set()
         try:
             with anyio.move_on_after(timeout_s):
+                if self._woken is False:
+                    # A request is parked: wake it (from this task, with no task in between)
+                    # so that the next one carries this partition.
+                    self._woken = True
+                    await self._wake()
                 await entry.done.wait()
         finally:
             if not entry.done.is_set():
@@ -300,20 +304,19 @@ class FetchSession:
             max_bytes=SESSION_MAX_BYTES,
             partitions=tuple(e.part for e in batch),
         )
-        more = self._more = anyio.Event()
+        # From here a partition that asks wakes the request (a wake that overtakes it is
+        # remembered by the leader, which then answers this request at once).
+        self._woken = False
         body: bytes | None = None
         error: JetError | None = None
         try:
             pending = await conn.send(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._wake_on_more, conn, more)
-                try:
-                    body = await pending.wait(wait_s + cfg.request_slack_s)
-                except JetError as exc:
-                    error = exc
-                tg.cancel_scope.cancel()
+            try:
+                body = await pending.wait(wait_s + cfg.request_slack_s)
+            except JetError as exc:
+                error = exc
         finally:
-            self._more = None
+            self._woken = None
         if error is not None:
             for entry in batch:
                 entry.resolve(None, error)
@@ -347,9 +350,11 @@ class FetchSession:
         if not self._awaited:
             self._back.set()
 
-    async def _wake_on_more(self, conn: Connection, more: anyio.Event) -> None:
-        """Once a partition asks while the request is parked, wake it (once)."""
-        await more.wait()
+    async def _wake(self) -> None:
+        """End the request parked at the leader (its answer is not awaited)."""
+        conn = self._conn
+        if conn is None:
+            return
         wake = ReplicaFetchRequest(
             session_id=self.session_id, max_wait_ms=0, max_bytes=0, flags=FLAG_WAKE
         )
