@@ -159,6 +159,7 @@ def render(src: MetricsSources) -> str:
     _nats(out, src.link)
     _partitions(out, src)
     _fetch_sessions(out, src)
+    _fsyncs(out, src)
     _files(out, src)
     return "\n".join(out) + "\n"
 
@@ -176,6 +177,27 @@ def _fetch_sessions(out: list[str], src: MetricsSources) -> None:
     ):
         _head(out, name, "counter" if name.endswith("_total") else "gauge", text)
         out.extend(f'{name}{{leader="{_escape(s.address)}"}} {getattr(s, attr)}' for s in open_)
+
+
+def _fsyncs(out: list[str], src: MetricsSources) -> None:
+    if src.streams is None:
+        return
+    runner = src.streams.fsyncs
+    _head(
+        out,
+        "jet_fsyncs_total",
+        "counter",
+        "Partition fsyncs by where they ran: on the event loop or in a worker thread.",
+    )
+    out.append(f'jet_fsyncs_total{{place="loop"}} {runner.loop_fsyncs}')
+    out.append(f'jet_fsyncs_total{{place="thread"}} {runner.thread_fsyncs}')
+    _head(
+        out,
+        "jet_fsyncs_slow_total",
+        "counter",
+        "fsyncs on the event loop slower than 5 ms (each sends fsyncs to threads for 30 s).",
+    )
+    out.append(f"jet_fsyncs_slow_total {runner.slow_fsyncs}")
 
 
 def _files(out: list[str], src: MetricsSources) -> None:

@@ -50,6 +50,7 @@ from jetserver.cluster.handoff import (
     leave_isrs,
 )
 from jetserver.config import ServerConfig
+from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
 from jetserver.metadata.store import MetadataStore, write_atomic
 from jetserver.metrics import MetricsSources, render
@@ -216,7 +217,11 @@ class Server:
             return
         _check_nats_payload(link, cfg)
         streams = StreamManager(
-            cfg, store, link, controller=node.controller if node is not None else None
+            cfg,
+            store,
+            link,
+            controller=node.controller if node is not None else None,
+            fsyncs=FsyncRunner(on_loop=cfg.storage.fsync_on_loop),
         )
         sock: socket.socket | None = None
         try:

@@ -2,7 +2,8 @@
 
 :class:`Committer` is mixed into :class:`~jetserver.broker.partition.PartitionReplica`
 (which holds the fields declared here). Its flusher task waits until records were
-appended, fsyncs them in a worker thread (one fsync covers everything appended so far),
+appended, fsyncs them (one fsync covers everything appended so far) on the event loop or
+in a worker thread as :class:`~jetserver.fsync_runner.FsyncRunner` decides,
 then tells the replica's :class:`~jetserver.replication.core.ReplicaCore`, which says what
 follows: the high watermark to set (single server: the flushed offset; leader: per the
 ISR), the ALL acks to send, whom to wake (:meth:`Committer._carry_out`). Records appended
@@ -23,6 +24,8 @@ import anyio
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck, PendingAck
+from jetserver.fsync_runner import FsyncRunner
+from jetserver.metadata.model import DURABILITY_FLUSHED
 from jetserver.replication.core import Outcome, ReplicaCore
 from jetserver.storage import Log, SyncFailedError
 
@@ -43,6 +46,7 @@ class Committer:
     on_leadership_end: Callable[[str, int], None] | None
     log: Log
     _core: ReplicaCore[PendingAck]
+    fsyncs: FsyncRunner
     _dirty: anyio.Event
     wake_waiters: Callable[[], None]
     _wake_replicas: Callable[[], None]
@@ -59,7 +63,11 @@ class Committer:
             try:
                 if hops.ENABLED:
                     hops.mark("fsync.start")
-                flushed = await anyio.to_thread.run_sync(self.log.flush, target)
+                # On the loop only where the fsync stands between a record and its
+                # readers; with ``written``/``replicated`` it is background work.
+                flushed = await self.fsyncs.flush(
+                    self.log, target, on_loop=self._core.durability == DURABILITY_FLUSHED
+                )
                 if hops.ENABLED:
                     hops.mark("fsync.end")
             except SyncFailedError as exc:

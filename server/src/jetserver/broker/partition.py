@@ -55,6 +55,7 @@ from jetserver.broker.record_fields import RecordFields
 from jetserver.broker.roles import ReplicaRoles
 from jetserver.broker.stored_copy import stored_skip, stored_value
 from jetserver.config import IngestConfig, StorageConfig
+from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.model import StreamSpec
@@ -132,6 +133,8 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     """Replication timings."""
     fetch_sessions: FetchSessions | None = None
     """The server's fetch sessions, shared by followers (None: each runs its own)."""
+    fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)
+    """Where this partition's fsyncs run (one per server, shared by its partitions)."""
     on_leadership_end: Callable[[str, int], None] | None = None
     """Called with (stream, partition) when this replica stops leading, after its pending
     ALL acks were failed with NOT_LEADER (the Produce service then answers at once the

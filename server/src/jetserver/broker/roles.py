@@ -41,6 +41,7 @@ from jetserver.broker.ingested import Ingested
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.broker.stream_files import tail_records
 from jetserver.errors import ApiError
+from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import (
     DEFAULT_DUPLICATE_WINDOW_S,
@@ -91,6 +92,7 @@ class ReplicaRoles:
     spec: StreamSpec | None
     replication: ReplicationConfig
     fetch_sessions: FetchSessions | None
+    fsyncs: FsyncRunner
     _core: ReplicaCore[PendingAck]
     _closed: bool
     _stopping: bool
@@ -361,6 +363,7 @@ class ReplicaRoles:
             security=peer_security_of(self.controller),
             server_heard=server_heard_of(self.controller),
             session=session,
+            fsyncs=self.fsyncs,
         )
         self._fetcher = fetcher
         self.leader_epoch = a.leader_epoch

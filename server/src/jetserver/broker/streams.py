@@ -58,6 +58,7 @@ from jetserver.broker.stream_files import (
 )
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
+from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
@@ -107,6 +108,8 @@ class StreamManager:
     fetch_sessions: FetchSessions | None = None
     """Cluster mode: the follower replicas' fetch sessions to leader servers (set by
     :meth:`start`)."""
+    fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)
+    """Where the partitions' fsyncs run (``[storage] fsync_on_loop``)."""
 
     def _leadership_ended(self, stream: str, partition: int) -> None:
         for listener in self.leadership_listeners:
@@ -370,6 +373,7 @@ class StreamManager:
             spec=meta.spec,
             replication=self.config.replication,
             fetch_sessions=self.fetch_sessions,
+            fsyncs=self.fsyncs,
             on_leadership_end=self._leadership_ended,
         )
         await self._tg.start(replica.run)

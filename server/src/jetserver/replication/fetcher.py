@@ -56,6 +56,7 @@ from jetsdk.errors import (
     Unavailable,
 )
 from jetserver import hops
+from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane
@@ -135,6 +136,8 @@ class FollowerFetcher:
     session: FetchSession | None = None
     """The fetch session to the leader's server, shared with the other partitions this
     server follows there (None: :meth:`run` runs one of its own)."""
+    fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)
+    """Where the fsyncs of fetched records run (the server's, shared by its partitions)."""
     server_heard: Callable[[str], float | None] | None = None
     """When a server last answered this server's liveness probes (``clock`` time; None:
     no probes); the leader's counts as hearing from the leader."""
@@ -353,8 +356,9 @@ class FollowerFetcher:
                     hops.mark("repl.fetched")
                 data = bytes(records)
                 if self.durability == "flushed":
-                    # One worker-thread round trip for both (the next fetch reports them).
-                    await anyio.to_thread.run_sync(_append_and_flush, log_, data)
+                    # Both in one go, on the loop or in one worker-thread round trip (the
+                    # next fetch reports them).
+                    await self.fsyncs.append_and_flush(log_, data)
                     if hops.ENABLED:
                         hops.mark("repl.flushed")
                 else:
@@ -401,9 +405,3 @@ class FollowerFetcher:
             leader_epoch=self.leader_epoch,
             **extra,
         )
-
-
-def _append_and_flush(log_: Log, data: bytes) -> None:
-    """Append records fetched from the leader and fsync them (in a worker thread)."""
-    log_.append_raw(data)
-    log_.flush()

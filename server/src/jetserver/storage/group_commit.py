@@ -52,12 +52,16 @@ class GroupCommit:
         self,
         target: Callable[[], int],
         begin: Callable[[], tuple[int, Callable[[], None]]],
-    ) -> int:
+        *,
+        wait: bool = True,
+    ) -> int | None:
         """Block until ``flushed_offset >= target()``; return the flushed offset.
 
         ``target`` is re-evaluated on every wake-up (it may raise to abort, e.g. when the
         log is closed). ``begin`` takes a snapshot under the log's lock and returns
         ``(offset covered, sync)``; ``sync()`` does the fsync outside any lock.
+        With ``wait=False`` it never waits for another caller's fsync: it returns None
+        instead (it still runs its own fsync, which blocks for that fsync's duration).
 
         Raises:
             SyncFailedError: this fsync or an earlier one failed (the log is poisoned).
@@ -72,6 +76,8 @@ class GroupCommit:
                         raise SyncFailedError(self._failed)
                     if not self._running:
                         break
+                    if not wait:
+                        return None
                     self._cond.wait(timeout=1.0)
                 self._running = True
                 generation = self._generation

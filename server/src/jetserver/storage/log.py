@@ -13,11 +13,7 @@ from types import TracebackType
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, MAX_BODY_BYTES, check_crc, peek_header
-from jetserver.storage.checkpoint import (
-    CLEAN_SHUTDOWN_FILE,
-    HIGH_WATERMARK_FILE,
-    write_checkpoint,
-)
+from jetserver.storage.checkpoint import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, write_checkpoint
 from jetserver.storage.clock import DELETION_CLOCK
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import MAX_EPOCH, LeaderEpochCache
@@ -478,7 +474,13 @@ class Log(LogMaintenance):
                 one failed; nothing above :attr:`flushed_offset` can be made durable until
                 :meth:`recover_unsynced` cut it off.
         """
+        return self._flush(upto, wait=True)  # type: ignore[return-value]  # never None
 
+    def flush_unless_busy(self, upto: int | None = None) -> int | None:
+        """:meth:`flush`, or None if it would wait for another thread's fsync (event loop)."""
+        return self._flush(upto, wait=False)
+
+    def _flush(self, upto: int | None, *, wait: bool) -> int | None:
         def target() -> int:
             self._check_open()
             return self._leo if upto is None else min(upto, self._leo)
@@ -500,7 +502,7 @@ class Log(LogMaintenance):
 
             return covered, sync
 
-        return self._commit.flush(target, begin)
+        return self._commit.flush(target, begin, wait=wait)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -1,0 +1,141 @@
+"""Where a partition's fsync runs: on the event loop while fsyncs are fast and few, else in a
+worker thread.
+
+A worker thread keeps the event loop free while the disk works, but the hand-off costs more
+than the fsync itself at light load: the thread must wake, take the GIL from the loop, and
+hand the result back through the loop's self-pipe, four wake-ups that each wait for a CPU on
+a busy machine (on the 2-core dev VM, 2026-11-26: a 0.18 ms fdatasync took 1.2-1.3 ms from
+hand-off to the loop seeing it return, p50; publish -> consume at 500 msg/s went from
+3.4-5.2 ms p50 to 2.4-3.8 ms with the fsync on the loop, interleaved runs of
+``/tmp/lat.py``-style 500 msg/s rounds). So :class:`FsyncRunner` runs an fsync directly on
+the loop unless:
+
+* it is off (``[storage] fsync_on_loop = false``);
+* the fsync is not on the way to readers: a partition with durability ``written`` or
+  ``replicated`` makes records visible before their fsync, and a stalled disk must not
+  stop it from serving them (tests/server/test_durability_written.py);
+* an fsync on the loop recently took longer than :data:`SLOW_FSYNC_S` (a slow or stalling
+  disk): for :data:`SLOW_BACKOFF_S` every fsync goes to a worker thread, so a disk that
+  stalls stalls the loop for at most one fsync per back-off period;
+* fsyncs on the loop took more than :data:`LOOP_SHARE` of its time lately (a decaying sum
+  over :data:`WINDOW_S`): under load the loop has other work, and a thread lets it parse
+  the next requests while the disk works (group commit then covers them);
+* another thread is already fsyncing that log (the loop never waits for it);
+* the records to append first are large (a follower catching up: :data:`INLINE_MAX_BYTES`).
+
+Durability is the same either way: the high watermark and ALL acks move only after the
+fsync returned. Task safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+
+import anyio
+import attrs
+
+from jetserver.logs import fields
+from jetserver.storage import Log
+
+log = logging.getLogger(__name__)
+
+SLOW_FSYNC_S = 0.005
+"""An fsync on the loop that took longer sends fsyncs to worker threads for a while."""
+SLOW_BACKOFF_S = 30.0
+"""How long fsyncs stay in worker threads after a slow one on the loop."""
+WINDOW_S = 0.1
+"""Time constant of the decaying sum of loop time spent in fsyncs."""
+LOOP_SHARE = 0.2
+"""Above this share of loop time spent in fsyncs, they go to worker threads."""
+INLINE_MAX_BYTES = 256 * 1024
+"""Most bytes a follower appends on the loop before an fsync there."""
+
+__all__ = ["FsyncRunner"]
+
+
+@attrs.define
+class FsyncRunner:
+    """Runs the fsyncs of a server's partitions (see the module docstring); one per server."""
+
+    on_loop: bool = True
+    """False: every fsync in a worker thread."""
+    clock: Callable[[], float] = attrs.field(default=time.perf_counter, repr=False)
+    """Monotonic seconds."""
+    loop_fsyncs: int = 0
+    """fsyncs run on the loop."""
+    thread_fsyncs: int = 0
+    """fsyncs handed to a worker thread."""
+    slow_fsyncs: int = 0
+    """fsyncs on the loop slower than :data:`SLOW_FSYNC_S`."""
+    _busy: float = 0.0
+    _busy_at: float = 0.0
+    _threads_until: float = 0.0
+
+    async def flush(self, log_: Log, upto: int | None = None, *, on_loop: bool = True) -> int:
+        """``log_.flush(upto)``, on the loop or in a worker thread (always in a thread with
+        ``on_loop`` false)."""
+        if on_loop and self._may_run_here():
+            start = self.clock()
+            try:
+                flushed = log_.flush_unless_busy(upto)
+            finally:
+                self._spent(start)
+            if flushed is not None:
+                self.loop_fsyncs += 1
+                return flushed
+        self.thread_fsyncs += 1
+        return await anyio.to_thread.run_sync(log_.flush, upto)
+
+    async def append_and_flush(self, log_: Log, data: bytes) -> None:
+        """Append records fetched from a leader (``log_.append_raw``) and fsync them."""
+        if len(data) <= INLINE_MAX_BYTES and self._may_run_here():
+            start = self.clock()
+            try:
+                log_.append_raw(data)
+                flushed = log_.flush_unless_busy()
+            finally:
+                self._spent(start)
+            if flushed is not None:
+                self.loop_fsyncs += 1
+                return
+            self.thread_fsyncs += 1
+            await anyio.to_thread.run_sync(log_.flush)
+            return
+        self.thread_fsyncs += 1
+        await anyio.to_thread.run_sync(_append_and_flush, log_, data)
+
+    def _may_run_here(self) -> bool:
+        if not self.on_loop:
+            return False
+        now = self.clock()
+        if now < self._threads_until:
+            return False
+        self._decay(now)
+        return self._busy <= LOOP_SHARE * WINDOW_S
+
+    def _decay(self, now: float) -> None:
+        if self._busy:
+            self._busy *= math.exp(-(now - self._busy_at) / WINDOW_S)
+        self._busy_at = now
+
+    def _spent(self, start: float) -> None:
+        now = self.clock()
+        took = now - start
+        self._decay(now)
+        self._busy += took
+        if took > SLOW_FSYNC_S:
+            self.slow_fsyncs += 1
+            self._threads_until = now + SLOW_BACKOFF_S
+            log.warning(
+                "slow fsync on the event loop; fsyncs go to worker threads for a while",
+                extra=fields(took_ms=round(took * 1000, 2), for_s=SLOW_BACKOFF_S),
+            )
+
+
+def _append_and_flush(log_: Log, data: bytes) -> None:
+    """Append records fetched from the leader and fsync them (in a worker thread)."""
+    log_.append_raw(data)
+    log_.flush()

@@ -1,0 +1,199 @@
+"""Where fsyncs run (jetserver.fsync_runner): on the event loop while they are fast and few,
+in a worker thread when the disk is slow, the loop busy, or another thread already fsyncs.
+
+Real logs on real files; the fdatasync the log calls is wrapped to be gated or to report a
+duration, and the runner's clock is a test clock, so the decisions are checked without
+timing anything.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from jetserver import fsync_runner
+from jetserver.fsync_runner import FsyncRunner
+from jetserver.storage import Log, SyncFailedError, files
+from jetserver.storage import log as log_module
+
+from .helpers import bodies
+
+pytestmark = pytest.mark.anyio
+WAIT = 10.0
+
+
+class Clock:
+    """A clock that each wrapped fdatasync moves forward by ``fsync_s``."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.fsync_s = 0.0002
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    real = files.fdatasync
+
+    def timed(fd: int) -> None:
+        real(fd)
+        c.now += c.fsync_s
+
+    monkeypatch.setattr(log_module, "fdatasync", timed)
+    return c
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[Log]:
+    with Log.open(tmp_path) as lg:
+        yield lg
+
+
+async def test_light_load_fsyncs_on_the_loop(
+    log: Log, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = FsyncRunner(clock=clock)
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    timed = log_module.fdatasync
+
+    def where(fd: int) -> None:
+        seen.append(threading.get_ident())
+        timed(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", where)
+    for i in range(20):
+        log.append(bodies(1, start=i), 1, 0)
+        assert await runner.flush(log) == i + 1
+        clock.now += 0.002  # 500 fsyncs/s: 10 % of the loop at 0.2 ms each
+    assert seen == [loop_thread] * 20
+    assert (runner.loop_fsyncs, runner.thread_fsyncs, runner.slow_fsyncs) == (20, 0, 0)
+    assert log.flushed_offset == 20
+
+
+async def test_off_means_every_fsync_in_a_thread(log: Log, clock: Clock) -> None:
+    runner = FsyncRunner(on_loop=False, clock=clock)
+    log.append(bodies(3), 1, 0)
+    assert await runner.flush(log) == 3
+    assert (runner.loop_fsyncs, runner.thread_fsyncs) == (0, 1)
+
+
+async def test_a_slow_fsync_sends_the_next_ones_to_threads_for_a_while(
+    log: Log, clock: Clock
+) -> None:
+    runner = FsyncRunner(clock=clock)
+    clock.fsync_s = fsync_runner.SLOW_FSYNC_S * 2  # the disk stalls once
+    log.append(bodies(1), 1, 0)
+    assert await runner.flush(log) == 1
+    assert (runner.loop_fsyncs, runner.slow_fsyncs) == (1, 1)
+    clock.fsync_s = 0.0002
+    for i in range(3):
+        clock.now += fsync_runner.SLOW_BACKOFF_S / 4
+        log.append(bodies(1, start=1 + i), 1, 0)
+        await runner.flush(log)
+    assert (runner.loop_fsyncs, runner.thread_fsyncs) == (1, 3)
+    clock.now += fsync_runner.SLOW_BACKOFF_S  # the back-off is over
+    log.append(bodies(1, start=4), 1, 0)
+    assert await runner.flush(log) == 5
+    assert (runner.loop_fsyncs, runner.thread_fsyncs) == (2, 3)
+
+
+async def test_a_loop_busy_with_fsyncs_hands_them_to_threads(log: Log, clock: Clock) -> None:
+    runner = FsyncRunner(clock=clock)
+    clock.fsync_s = 0.001  # fast enough, but back to back: every ms of loop time is fsync
+    for i in range(200):
+        log.append(bodies(1, start=i), 1, 0)
+        await runner.flush(log)
+    assert log.flushed_offset == 200
+    # The first ones ran on the loop until fsyncs filled a fifth of its time; then threads
+    # (which do not count as loop time, so the share decays and the loop takes some again).
+    assert runner.loop_fsyncs >= fsync_runner.LOOP_SHARE * fsync_runner.WINDOW_S / 0.001
+    assert runner.thread_fsyncs > runner.loop_fsyncs
+    clock.now += fsync_runner.WINDOW_S * 10  # quiet again
+    before = runner.loop_fsyncs
+    log.append(bodies(1, start=200), 1, 0)
+    await runner.flush(log)
+    assert runner.loop_fsyncs == before + 1
+
+
+async def test_the_loop_never_waits_for_another_threads_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+    real = files.fdatasync
+    calls = [0]
+
+    def gated(fd: int) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            entered.set()
+            assert release.wait(WAIT)
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", gated)
+    runner = FsyncRunner()
+    with Log.open(tmp_path) as log:
+        log.append(bodies(10), 1, 0)
+        other = threading.Thread(target=log.flush)  # e.g. a stopping partition's last flush
+        other.start()
+        assert entered.wait(WAIT)
+        log.append(bodies(5, start=10), 1, 0)
+        assert log.flush_unless_busy() is None  # it would have to wait: it does not
+        async with anyio.create_task_group() as tg:
+            done: list[int] = []
+
+            async def flush() -> None:
+                done.append(await runner.flush(log))
+
+            tg.start_soon(flush)
+            await anyio.lowlevel.checkpoint()  # the flush runs while the other fsync is held
+            release.set()
+        other.join(WAIT)
+        assert done == [15]
+        assert runner.thread_fsyncs == 1  # it went to a thread, which waited there
+
+
+async def test_a_failed_fsync_on_the_loop_raises_as_in_a_thread(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(log_module, "fdatasync", failing)
+    runner = FsyncRunner()
+    log.append(bodies(2), 1, 0)
+    with pytest.raises(SyncFailedError):
+        await runner.flush(log)
+    assert runner.loop_fsyncs == 0
+    assert log.flushed_offset == 0
+
+
+async def test_follower_records_appended_and_fsynced_on_the_loop_or_in_a_thread(
+    tmp_path: Path, clock: Clock
+) -> None:
+    with Log.open(tmp_path / "leader") as leader, Log.open(tmp_path / "follower") as follower:
+        leader.append(bodies(400, size=1000), 1, 0)
+        leader.flush()
+        leader.set_high_watermark(leader.log_end_offset)
+        raw = _read_raw(leader, 0, 2000)
+        runner = FsyncRunner(clock=clock)
+        await runner.append_and_flush(follower, raw)  # small: on the loop
+        assert follower.flushed_offset == follower.log_end_offset > 0
+        big = _read_raw(leader, follower.log_end_offset, fsync_runner.INLINE_MAX_BYTES + 10_000)
+        assert len(big) > fsync_runner.INLINE_MAX_BYTES
+        await runner.append_and_flush(follower, big)  # large: in a thread
+        assert follower.flushed_offset == follower.log_end_offset
+        assert (runner.loop_fsyncs, runner.thread_fsyncs) == (1, 1)
+
+
+def _read_raw(log: Log, offset: int, max_bytes: int) -> bytes:
+    with log.read(offset, max_bytes) as sl:
+        return sl.read_bytes()
