@@ -310,11 +310,12 @@ class FetchSession:
         body: bytes | None = None
         error: JetError | None = None
         try:
+            # A failed send fails the batch too: its partitions are no longer pending, so
+            # nothing else would answer them.
             pending = await conn.send(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
-            try:
-                body = await pending.wait(wait_s + cfg.request_slack_s)
-            except JetError as exc:
-                error = exc
+            body = await pending.wait(wait_s + cfg.request_slack_s)
+        except JetError as exc:
+            error = exc
         finally:
             self._woken = None
         if error is not None:
