@@ -25,15 +25,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import nats
 import pytest
+from nats.aio.msg import Msg
 
 from cluster.harness import Cluster, needs_cluster
 from cluster.views import replica_logs, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
+from jetsdk.codec.record import decode_record
 from jetsdk.codec.replica_fetch import ReplicaFetchPartition
 from jetsdk.errors import JetError, NotLeader
+from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.replication import ReplicationConfig
 from jetserver.replication.session import FetchSession
 from jetserver.testing import free_ports
@@ -200,3 +204,54 @@ async def test_a_session_dials_again_when_its_idle_connection_broke(cluster: Clu
             await ask_until_answered()
             tg.cancel_scope.cancel()
     assert answered
+
+
+async def test_replicated_all_acked_produce_is_appended_by_the_leader_directly(
+    cluster: Cluster,
+) -> None:
+    """At RF 3 an ALL-acked Produce is appended by the leader itself (its NATS copy is
+    marked ``Jet-Stored``), a LEADER-acked one still goes through NATS (unmarked: a cut-off
+    leader's NATS messages also reach the new leader); each record is stored once, in
+    every replica.
+
+    Run after the test that restarts a server, it also covers a session whose request
+    could not be sent (its connection had died with the old process): that request's
+    partitions must get the error at once, not wait for their fetch timeout (21 s here;
+    the ALL acks then waited that long, and their sends were retried)."""
+    seen: list[tuple[bytes, dict[str, str]]] = []
+    all_seen = anyio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        seen.append((msg.data, msg.headers or {}))
+        if len(seen) >= 10:
+            all_seen.set()
+
+    nc = await nats.connect(cluster.nats_url)
+    try:
+        await nc.subscribe("viadirect", cb=on_msg)
+        await nc.flush()
+        async with Client(cluster.addresses, request_timeout=30.0) as client:
+            await client.create_stream("viadirect", "viadirect", replication_factor=3)
+            info, _leader = await wait_full_isr(cluster, "viadirect", 0, 3, BOUND_S)
+            started = time.monotonic()
+            for policy, name in ((AckPolicy.ALL, b"all"), (AckPolicy.LEADER, b"leader")):
+                async with Producer(client, "viadirect", ack=policy, linger=0) as producer:
+                    for i in range(5):
+                        await producer.send(b"%s-%d" % (name, i))
+            took = time.monotonic() - started
+        with anyio.fail_after(BOUND_S):
+            await all_seen.wait()
+    finally:
+        await nc.close()
+    assert took < FETCH_MAX_WAIT_S / 2, "a follower's fetch waited for its timeout"
+    direct = {data[-5:] for data, headers in seen if STORED_HEADER in headers}
+    via_nats = {data[-8:] for data, headers in seen if STORED_HEADER not in headers}
+    assert direct == {b"all-%d" % i for i in range(5)}
+    assert via_nats == {b"leader-%d" % i for i in range(5)}
+    _info, hw = await wait_caught_up(cluster, "viadirect", 0, BOUND_S)
+    assert hw == 10
+    logs = await anyio.to_thread.run_sync(replica_logs, cluster, "viadirect", 0, info.replicas)
+    expected = [b"all-%d" % i for i in range(5)] + [b"leader-%d" % i for i in range(5)]
+    assert {sid: [decode_record(r.raw)[0].value for r in rs] for sid, rs in logs.items()} == {
+        sid: expected for sid in info.replicas
+    }

@@ -110,7 +110,7 @@ async def test_load_balance_groups_keep_the_nats_path(jet: Server, nc: NatsClien
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="lb1", subject="work", group="workers")
         await c.create_stream(name="lb2", subject="work", group="workers")
-        assert not jet.streams.replica("lb1", 0).takes_direct
+        assert not jet.streams.replica("lb1", 0).takes_direct(AckPolicy.ALL)
         results = await c.produce(
             "lb1", 0, [ProduceMessage(b"w%d" % i) for i in range(20)], ack_policy=AckPolicy.NONE
         )

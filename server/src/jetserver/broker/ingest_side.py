@@ -18,6 +18,7 @@ import anyio
 from nats.aio.msg import Msg
 
 from jetsdk.codec.envelope import COOKIE
+from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.transcode import DirectRecord
 from jetserver import hops
 from jetserver.broker.acks import PendingAck
@@ -45,7 +46,7 @@ class IngestSide:
     _stopping: bool
     _copies_skipped: int
     _stored_value: bytes
-    _direct_ok: bool
+    _direct_ok: bool | None
 
     def accept(self, subject: str, reply: str, data: bytes) -> bool:
         """NATS sink (a message without headers): queue it for the sequencer and return True,
@@ -85,21 +86,26 @@ class IngestSide:
         again (dropped by the subscription filter or by :meth:`on_message`)."""
         return self._copies_skipped + self.skip_copies.count
 
-    @property
-    def takes_direct(self) -> bool:
-        """True if Produce may append here directly (:meth:`ingest_direct`): leading, not
-        stopping, one replica, no queue group (NATS picks the storing stream there). A
-        replicated partition keeps the NATS path, which carries messages to a new leader
-        while a leader cut off from its cluster still takes requests."""
-        return self._core.leading and not self._stopping and self._direct_ok
+    def takes_direct(self, policy: int) -> bool:
+        """True if Produce with ack ``policy`` may append here directly
+        (:meth:`ingest_direct`): leading, not stopping, no queue group (NATS picks the
+        storing stream there), and one replica or an ALL ack. A replicated partition keeps
+        the NATS path for the other acks: a leader cut off from its cluster would ack what
+        it cannot commit, which through NATS also reaches the new leader. An ALL ack waits
+        for the commit, so there the direct path risks nothing acknowledged (a cut-off
+        leader's producers time out and retry, as with Kafka's acks=all)."""
+        if not self._core.leading or self._stopping or self._direct_ok is None:
+            return False
+        return self._direct_ok or policy == AckPolicy.ALL
 
     async def ingest_direct(
         self,
         messages: Sequence[tuple[str, bytes]],
         records: Sequence[DirectRecord] | None = None,
+        policy: int = AckPolicy.ALL,
     ) -> bool:
         """Queue enveloped messages of a Produce request as if they came from NATS, after
-        waiting for room in the queue; False (nothing queued) if :attr:`takes_direct` no
+        waiting for room in the queue; False (nothing queued) if :meth:`takes_direct` no
         longer holds. Their NATS copies must carry the ``Jet-Stored`` header.
 
         ``records[i]``, if given, says where message ``i`` lies in its request
@@ -108,7 +114,7 @@ class IngestSide:
         while self._queued_bytes >= self.ingest.max_pending_bytes and not self._stopping:
             self._space = LazyEvent() if self._space.is_set() else self._space
             await self._space.wait()
-        if not self.takes_direct:
+        if not self.takes_direct(policy):
             return False
         if hops.ENABLED:
             hops.mark("sink")

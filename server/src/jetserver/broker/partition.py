@@ -177,13 +177,15 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     _isr_wake: LazyEvent = attrs.field(factory=LazyEvent)
     _committed_floor: int = 0
     _stored_value: bytes = b""
-    _direct_ok: bool = False
+    _direct_ok: bool | None = None
+    """True: Produce appends directly (one replica); False: for ALL acks only (replicated);
+    None: never (a load-balance group)."""
 
     def __attrs_post_init__(self) -> None:
         self._init_roles()
         self._stored_value = stored_value(self.stream, self.partition)
         self.skip_copies = stored_skip(self.stream, self.partition)
-        self._direct_ok = self.replication_factor == 1 and not self.queue_group
+        self._direct_ok = None if self.queue_group else self.replication_factor == 1
 
     # ---------------------------------------------------------------- read side
 

@@ -163,16 +163,16 @@ class ProduceService:
             ((offset, timestamp, corr, code) for offset, timestamp, corr, _p, code, _t in acks),
         )
 
-    def _may_take_direct(self, stream: str, partition: int) -> bool:
+    def _may_take_direct(self, stream: str, partition: int, policy: int) -> bool:
         """True if the partition is open here and takes Produce directly now (a hint:
         :meth:`_check` decides)."""
         if not self.direct:
             return False
         replica = self.streams.local_replica(stream, partition)
-        return replica is not None and replica.takes_direct
+        return replica is not None and replica.takes_direct(policy)
 
     def _check(
-        self, stream: str, partition: int, messages: list[ProducedEnvelope]
+        self, stream: str, partition: int, policy: int, messages: list[ProducedEnvelope]
     ) -> tuple[str, int, PartitionReplica | None]:
         """Validate the request; return the partition subject, the message size limit and
         the local replica to append to directly (None: publish and let NATS deliver)."""
@@ -184,7 +184,7 @@ class ProduceService:
         replica = self.streams.leader_replica(stream, partition)
         if replica is None:
             replica = self.streams.local_replica(stream, partition)
-        if replica is not None and not (self.direct and replica.takes_direct):
+        if replica is not None and not (self.direct and replica.takes_direct(policy)):
             replica = None
         psubj = partition_subject(meta.spec.subject, partition)
         wildcard = has_wildcard(psubj)
@@ -235,11 +235,11 @@ class ProduceService:
         # Where each message lies in the request, if this server may append it directly.
         head = decode_produce_head(body)
         records: list[DirectRecord | None] | None = (
-            [] if self._may_take_direct(head[0], head[1]) else None
+            [] if self._may_take_direct(head[0], head[1], head[2]) else None
         )
         head, messages = produce_envelopes(body, inbox, records, head)
         stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
-        psubj, limit, replica = self._check(stream, partition, messages)
+        psubj, limit, replica = self._check(stream, partition, policy, messages)
         if not self.link.connected:
             raise ApiError(
                 ErrorCode.UNAVAILABLE,
@@ -270,7 +270,7 @@ class ProduceService:
         try:
             with anyio.move_on_after(timeout_s):
                 if replica is not None and await replica.ingest_direct(
-                    to_send, _records_of(records, sent_index)
+                    to_send, _records_of(records, sent_index), policy
                 ):
                     try:
                         if policy == AckPolicy.NONE:
