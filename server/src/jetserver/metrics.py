@@ -284,6 +284,7 @@ def _partitions(out: list[str], src: MetricsSources) -> None:
         "jet_partition_leader": [],
         "jet_partition_messages_in_total": [],
         "jet_partition_messages_rejected_total": [],
+        "jet_partition_produce_direct_total": [],
         "jet_partition_replica_lag_records": [],
         "jet_partition_consumer_lag_records": [],
     }
@@ -309,6 +310,9 @@ def _partitions(out: list[str], src: MetricsSources) -> None:
             rows["jet_partition_messages_in_total"].append(f"{{{labels}}} {replica.messages_in}")
             rows["jet_partition_messages_rejected_total"].append(
                 f"{{{labels}}} {replica.messages_rejected}"
+            )
+            rows["jet_partition_produce_direct_total"].append(
+                f"{{{labels}}} {replica.produce_direct}"
             )
             state = replica.leader_state
             if state is not None:
@@ -337,6 +341,10 @@ _PARTITION_HELP = {
     "jet_partition_leader": "1 if this server leads the partition.",
     "jet_partition_messages_in_total": "Messages appended by this server since start.",
     "jet_partition_messages_rejected_total": "Messages refused (too large, storage errors...).",
+    "jet_partition_produce_direct_total": (
+        "Produce messages this server queued for appending as their partition's leader "
+        "(not through NATS)."
+    ),
     "jet_partition_replica_lag_records": "Leader only: LEO minus the follower's LEO.",
     "jet_partition_consumer_lag_records": (
         "HW minus the offset asked by the latest consumer Fetch served here (with one "

@@ -26,7 +26,7 @@ import random
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -380,6 +380,18 @@ class NatsLink:
                 self._echo_cache.clear()
             self._echo_cache[key] = needed
         return needed
+
+    def echo_needed(self, subjects: Iterable[str], owner: object) -> bool:
+        """True if another ingest subscription of this server than ``owner``'s matches one
+        of ``subjects`` (then copies of them must go on the main connection)."""
+        return any(self._echo_needed(subject, owner) for subject in subjects)
+
+    async def publish_unstored_copies(self, messages: Sequence[tuple[str, bytes]]) -> int:
+        """:meth:`publish_many` on the ``no_echo`` ingest connection, unmarked: for the
+        messages a replicated partition's leader appended directly (spec/protocol.md,
+        Produce). They do not come back to this server; any other subscriber, a new leader
+        of the partition included, gets them as if they had been published to NATS."""
+        return await self._publish_on(self._ingest_nc, messages, b"")
 
     async def publish_stored_copies(
         self, messages: Sequence[tuple[str, bytes]], header_block: bytes, owner: object

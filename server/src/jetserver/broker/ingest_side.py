@@ -47,6 +47,7 @@ class IngestSide:
     _copies_skipped: int
     _stored_value: bytes
     _direct_ok: bool | None
+    produce_direct: int
 
     def accept(self, subject: str, reply: str, data: bytes) -> bool:
         """NATS sink (a message without headers): queue it for the sequencer and return True,
@@ -118,6 +119,7 @@ class IngestSide:
             return False
         if hops.ENABLED:
             hops.mark("sink")
+        self.produce_direct += len(messages)
         queue = self._queue
         size = 0
         if records is None:

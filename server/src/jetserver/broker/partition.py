@@ -158,6 +158,8 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     """Messages appended since start."""
     messages_rejected: int = 0
     """Messages refused (too large, bad fields, storage errors)."""
+    produce_direct: int = 0
+    """Produce messages queued by :meth:`ingest_direct` (appended without NATS)."""
     _copies_skipped: int = 0
     skip_copies: SkipMarked = attrs.field(init=False)
     """The subscription filter that drops stored copies before parsing."""

@@ -187,6 +187,12 @@ class ProduceService:
         if replica is not None and not (self.direct and replica.takes_direct(policy)):
             replica = None
         psubj = partition_subject(meta.spec.subject, partition)
+        if (
+            replica is not None
+            and replica.replication_factor > 1
+            and self.link.echo_needed({s or psubj for s, _n, _e in messages}, replica)
+        ):
+            replica = None  # copies on the main connection: its own subscription gets them
         wildcard = has_wildcard(psubj)
         for i, (subject, _size, _envelope) in enumerate(messages):
             if not subject:
@@ -272,6 +278,11 @@ class ProduceService:
                 if replica is not None and await replica.ingest_direct(
                     to_send, _records_of(records, sent_index), policy
                 ):
+                    if replica.replication_factor > 1:
+                        # Replicated: unmarked and before the ack wait, so that a new
+                        # leader elected meanwhile (this one cut off from its cluster)
+                        # stores them as through NATS and acks them.
+                        await self.link.publish_unstored_copies(to_send)
                     try:
                         if policy == AckPolicy.NONE:
                             for i in sent_index:
@@ -284,10 +295,11 @@ class ProduceService:
                         # NATS client's flush between the append and the response: about
                         # 0.1 ms of ack latency, python -m bench latency), and also when
                         # the wait timed out or was cancelled, for the records it stored.
-                        with anyio.move_on_after(timeout_s, shield=True):
-                            await self.link.publish_stored_copies(
-                                to_send, stored_header_block(stream, partition), replica
-                            )
+                        if replica.replication_factor == 1:
+                            with anyio.move_on_after(timeout_s, shield=True):
+                                await self.link.publish_stored_copies(
+                                    to_send, stored_header_block(stream, partition), replica
+                                )
                     return encode_produce_result_tuples(
                         [r if r is not None else _TIMEOUT for r in results]
                     )
