@@ -99,6 +99,35 @@ async def test_metrics_after_traffic(nats_server: NatsServer, tmp_path: Path) ->
         assert (await scrape(server.metrics_address))[0] == 200
 
 
+@pytest.mark.parametrize("on_loop", [True, False])
+async def test_fsyncs_counted_where_they_ran(
+    nats_server: NatsServer, tmp_path: Path, on_loop: bool
+) -> None:
+    """Acked sends one at a time: fsyncs on the event loop by default (while fast and
+    few), every one in a worker thread with ``[storage] fsync_on_loop = false``."""
+    async with running_server(
+        nats_server.url, tmp_path / "data", metrics__port=0, storage__fsync_on_loop=on_loop
+    ) as server:
+        assert server.metrics_address is not None
+        async with await RawClient.connect(server.address) as c:
+            await c.create_stream(name="sync", subject="sync")
+            for i in range(10):
+                results = await c.produce(
+                    "sync", 0, [ProduceMessage(b"m%d" % i)], ack_policy=AckPolicy.ALL
+                )
+                assert results[0].error_code == 0
+            _status, text = await scrape(server.metrics_address)
+    on, off = (
+        value(text, "jet_fsyncs_total", place="loop"),
+        value(text, "jet_fsyncs_total", place="thread"),
+    )
+    assert on + off >= 10  # each ALL-acked send, one at a time, waits for an fsync
+    if on_loop:
+        assert on >= 1  # on a loaded disk some may go to threads (slow or too many)
+    else:
+        assert on == 0
+
+
 async def test_no_endpoint_by_default(nats_server: NatsServer, tmp_path: Path) -> None:
     async with running_server(nats_server.url, tmp_path / "data") as server:
         assert server.metrics_address is None
