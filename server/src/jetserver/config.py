@@ -314,11 +314,11 @@ class StorageConfig:
     segments are always open (one file per partition)."""
     fsync_on_loop: bool = True
     """Run a partition's fsync directly on the event loop while fsyncs are fast (under
-    5 ms) and take under a fifth of its time, which saves about a millisecond per message
+    20 ms) and take under a fifth of its time, which saves about a millisecond per message
     at light load (no hand-off to a worker thread and back); false: always in a worker
     thread. Either way nothing is visible or ALL-acked before its fsync returned. The risk
     of true: a disk whose fsync stalls stalls the whole server for that one fsync, after
-    which fsyncs go to worker threads for 30 s (:mod:`jetserver.fsync_runner`)."""
+    which fsyncs go to worker threads for 10 s (:mod:`jetserver.fsync_runner`)."""
 
 
 # --------------------------------------------------------------------------------------

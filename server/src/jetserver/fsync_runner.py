@@ -42,9 +42,9 @@ from jetserver.storage import Log
 
 log = logging.getLogger(__name__)
 
-SLOW_FSYNC_S = 0.005
+SLOW_FSYNC_S = 0.02
 """An fsync on the loop that took longer sends fsyncs to worker threads for a while."""
-SLOW_BACKOFF_S = 30.0
+SLOW_BACKOFF_S = 10.0
 """How long fsyncs stay in worker threads after a slow one on the loop."""
 WINDOW_S = 0.1
 """Time constant of the decaying sum of loop time spent in fsyncs."""

@@ -195,7 +195,7 @@ def _fsyncs(out: list[str], src: MetricsSources) -> None:
         out,
         "jet_fsyncs_slow_total",
         "counter",
-        "fsyncs on the event loop slower than 5 ms (each sends fsyncs to threads for 30 s).",
+        "fsyncs on the event loop slower than 20 ms (each sends fsyncs to threads for 10 s).",
     )
     out.append(f"jet_fsyncs_slow_total {runner.slow_fsyncs}")
 
