@@ -8,6 +8,7 @@ import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.metadata.model import MetadataState, RegisteredServer, StreamSpec
+from jetserver.metadata.op_codec import op_from_dict
 from jetserver.metadata.ops import (
     CreateStream,
     DeleteStream,
@@ -16,8 +17,8 @@ from jetserver.metadata.ops import (
     Op,
     RegisterServer,
     UpdateIsr,
+    UpdateIsrs,
     apply,
-    op_from_dict,
 )
 from jetserver.raft.machine import (
     Entry,
@@ -55,6 +56,12 @@ def part(state: MetadataState, p: int = 0) -> tuple[str, tuple[str, ...], int]:
         ElectLeader("orders", 0, "s2", 4, "id1"),
         ElectLeader("orders", 0, "s2", 4),
         ElectLeaders((ElectLeader("orders", 0, "s2", 4, "id1"), ElectLeader("orders", 1, "s3", 2))),
+        UpdateIsrs(
+            (
+                UpdateIsr("orders", 0, "s1", 3, ("s1",), "id1", 2),
+                UpdateIsr("o", 1, "s2", 0, ("s2",)),
+            )
+        ),
     ],
 )
 def test_ops_round_trip_through_json(op: Op) -> None:
@@ -203,6 +210,31 @@ def test_elect_leaders_applies_each_election_on_its_own() -> None:
     restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
     assert restored == machine
     assert restored.recent["elect-many"].result.results == result.results
+
+
+def test_update_isrs_applies_each_change_on_its_own() -> None:
+    state = state_with_stream()  # partition 0 led by s1, partition 1 by s2
+    op = UpdateIsrs(
+        (
+            UpdateIsr("orders", 0, "s1", 0, ("s1", "s2"), "id1", 0),
+            UpdateIsr("orders", 1, "s3", 0, ("s3",)),  # not the leader: refused alone
+            UpdateIsr("orders", 1, "s2", 0, ("s2", "s1"), partition_epoch=0),
+        )
+    )
+    after, result = apply(state, op)
+    assert result.ok
+    assert [r.error_code for r in result.results] == [
+        ErrorCode.NONE,
+        ErrorCode.NOT_LEADER,
+        ErrorCode.NONE,
+    ]
+    assert part(after, 0) == ("s1", ("s1", "s2"), 0)
+    assert part(after, 1) == ("s2", ("s2", "s1"), 0)
+    assert after.applied == state.applied + 1  # one entry
+    # Applied again (a replayed entry), each change's compare-and-set refuses it.
+    again, result = apply(after, op)
+    assert [r.error_code for r in result.results] == [ErrorCode.NOT_LEADER] * 3
+    assert again.streams == after.streams
 
 
 def test_create_refuses_a_server_twice_in_one_partition() -> None:

@@ -31,7 +31,8 @@ import orjson
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.metadata.model import MetadataState, StreamMeta
-from jetserver.metadata.ops import Op, OpResult, apply, op_from_dict
+from jetserver.metadata.op_codec import op_from_dict
+from jetserver.metadata.ops import Op, OpResult, apply
 
 MAX_REMEMBERED_OPS = 1024
 """Op ids remembered for de-duplication (oldest forgotten first)."""
