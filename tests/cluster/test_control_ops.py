@@ -176,7 +176,9 @@ def test_a_repeated_election_entry_is_applied_once() -> None:
     machine, second = apply_entry(machine, entry)
     assert first.result.ok
     assert second.duplicate
-    assert second.result == first.result
+    # Remembered without the stream (codes and messages are what a proposer reads).
+    assert second.result == attrs.evolve(first.result, stream=None)
+    assert first.result.stream is not None
     assert machine.metadata.streams["orders"].partitions[0].leader_epoch == 1
     restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
     assert restored == machine
@@ -206,10 +208,32 @@ def test_elect_leaders_applies_each_election_on_its_own() -> None:
     machine, first = apply_entry(MachineState(metadata=state), entry)
     machine, second = apply_entry(machine, entry)
     assert second.duplicate
-    assert second.result == first.result
+    assert [r.error_code for r in second.result.results] == [
+        r.error_code for r in first.result.results
+    ]
+    assert all(r.stream is None for r in second.result.results)
     restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
     assert restored == machine
-    assert restored.recent["elect-many"].result.results == result.results
+    assert [r.message for r in restored.recent["elect-many"].result.results] == [
+        r.message for r in result.results
+    ]
+
+
+def test_remembered_results_keep_a_stream_only_for_create_and_delete() -> None:
+    spec = StreamSpec(name="wide", subject="wide", partitions=100, replication_factor=3)
+    machine = MachineState()
+    create = CreateStream(spec, "id9", 1, (R3,) * 100)
+    machine, created = apply_entry(machine, encode_entry(Entry("create", create)))
+    changes = UpdateIsrs(tuple(UpdateIsr("wide", p, "s1", 0, ("s1", "s2")) for p in range(100)))
+    machine, changed = apply_entry(machine, encode_entry(Entry("isr", changes)))
+    assert changed.result.results[0].stream is not None  # the proposer's own answer has it
+    assert machine.recent["create"].result == created.result  # a retried create needs it
+    remembered = machine.recent["isr"].result
+    assert remembered.stream is None
+    assert all(r.ok and r.stream is None for r in remembered.results)
+    # The snapshot holds the stream once (in the metadata), not once per remembered op.
+    snapshot = orjson.dumps(machine_to_dict(machine))
+    assert len(snapshot) < 3 * len(orjson.dumps(machine.metadata.to_dict()))
 
 
 def test_update_isrs_applies_each_change_on_its_own() -> None:
