@@ -117,6 +117,9 @@ class Controller:
     """Server id -> client address of the registered servers."""
     heard_at: Mapping[str, float] = attrs.field(factory=dict)
     """When each server last answered this server's liveness probes (``anyio`` clock)."""
+    is_down: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
+    """This server's liveness view: True if a server is down (refused, or its probes timed
+    out for a while; :meth:`jetserver.cluster.liveness.Liveness.is_down`)."""
     isr_bound_s: float = ISR_PROPOSE_BOUND_S
     """See :data:`ISR_PROPOSE_BOUND_S`."""
     isr_changes: int = 0
@@ -133,6 +136,11 @@ class Controller:
         """When ``server_id`` last answered a liveness probe (None: not yet); followers
         count it as hearing from their leader (spec/cluster.md, "Silent leaders")."""
         return self.heard_at.get(server_id)
+
+    def server_down(self, server_id: str) -> bool:
+        """True if this server's liveness probes find ``server_id`` down; a follower reports
+        its leader silent only then (spec/cluster.md, "Silent leaders")."""
+        return self.is_down(server_id)
 
     async def propose_isr(
         self,
