@@ -7,6 +7,7 @@ empty server's), the idle CPU share over a few seconds once settled, and the tim
 ready. Then the produce throughput of one keyed producer writing to every partition of a
 1,000-partition stream (500 with ``--quick``) against one partition, and the cost of 10,000
 long-polling consumer connections (2,000 with ``--quick``; bench/scale_connections.py).
+``JET_BENCH_SIZES=10000`` measures only the sizes listed (comma-separated), no more.
 Targets (issue 17):
 <= 20 KB RSS and <= 1 open file per idle partition, restart <= 10 s and idle CPU <= 5 %
 at 10,000 partitions.
@@ -63,7 +64,9 @@ def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
         time.sleep(SETTLE_S)
         rss, files = rss_bytes(pid), open_files(pid)
         cpu = _idle_cpu_share(pid, idle_s)
+        started = time.perf_counter()
         dev.stop_server(sid)
+        stop_s = time.perf_counter() - started
         started = time.perf_counter()
         dev.start_server(sid)
         restart_s = time.perf_counter() - started
@@ -78,6 +81,7 @@ def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
         "files_per_partition_after_restart": (files_after - files0) / partitions,
         "idle_cpu_percent": cpu * 100,
         "restart_s": restart_s,
+        "stop_s": stop_s,
         "rss_mb": rss / 2**20,
     }
 
@@ -147,13 +151,16 @@ def _failover(partitions: int) -> tuple[float, int, int, int]:
 def run(quick: bool) -> None:
     """Measure every size, then produce across partitions; print the table and targets."""
     sizes, idle_s = ((500, 2000), 3.0) if quick else ((1000, 5000, 10000), 5.0)
+    only = os.environ.get("JET_BENCH_SIZES")  # e.g. "10000": these sizes only, nothing else
+    if only:
+        sizes = tuple(int(n) for n in only.split(","))
     print(
         f"one server (jet dev), streams of {PER_STREAM} partitions; per partition: above "
         "the empty server"
     )
     header = (
         f"  {'partitions':>10} {'create ms':>10} {'RSS KB':>8} {'files':>6} {'idle CPU':>9} "
-        f"{'restart s':>10} {'RSS MB':>7} {'RSS KB*':>8} {'files*':>7}"
+        f"{'restart s':>10} {'stop s':>7} {'RSS MB':>7} {'RSS KB*':>8} {'files*':>7}"
     )
     print(header)
     results: dict[int, dict[str, float]] = {}
@@ -162,7 +169,8 @@ def run(quick: bool) -> None:
         print(
             f"  {n:>10,} {r['create_ms_per_partition']:>10.2f} "
             f"{r['rss_kb_per_partition']:>8.1f} {r['files_per_partition']:>6.2f} "
-            f"{r['idle_cpu_percent']:>8.1f}% {r['restart_s']:>10.2f} {r['rss_mb']:>7.0f} "
+            f"{r['idle_cpu_percent']:>8.1f}% {r['restart_s']:>10.2f} {r['stop_s']:>7.2f} "
+            f"{r['rss_mb']:>7.0f} "
             f"{r['rss_kb_per_partition_after_restart']:>8.1f} "
             f"{r['files_per_partition_after_restart']:>7.2f}",
             flush=True,
@@ -178,6 +186,8 @@ def run(quick: bool) -> None:
     ):
         verdict = "met" if round(value, 2) <= target else "NOT met"
         print(f"  {label:<32} {value:8.2f} {unit:<2} <= {target:g} {unit:<2} {verdict}")
+    if only:
+        return
     rf3 = 600 if quick else 3000
     moved_s, led, raft_bytes, raft_files = _failover(rf3)
     print(

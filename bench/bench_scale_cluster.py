@@ -83,7 +83,12 @@ def _elections(before: State, after: State) -> int:
 
 def measure(partitions: int, idle_s: float) -> dict[str, float]:
     """Create, idle, kill -9; the figures (see the module docstring)."""
-    with open(os.devnull, "wb") as devnull, DevCluster(size=3, log_file=devnull) as dev:
+    keep = os.environ.get("JET_BENCH_ROOT")  # keep data and per-server logs there
+    root = Path(keep) if keep else None
+    with (
+        open(os.devnull, "wb") as devnull,
+        DevCluster(size=3, root=root, log_file=None if keep else devnull) as dev,
+    ):
         create_s, refused = anyio.run(_create, dev.addresses, partitions, backend="asyncio")
         time.sleep(SETTLE_S)
         before = anyio.run(_state, dev.addresses, backend="asyncio")
@@ -100,11 +105,16 @@ def measure(partitions: int, idle_s: float) -> dict[str, float]:
         dev.kill(victim)
         started = time.perf_counter()
         now = settled
+        timeline: list[tuple[float, int]] = []
         while time.perf_counter() - started < FAILOVER_BOUND_S:
             now = anyio.run(_state, survivors, backend="asyncio")
-            if all(v[0] not in (None, victim) for k, v in now.items() if k not in alone):
+            left = sum(1 for k, v in now.items() if k not in alone and v[0] in (None, victim))
+            timeline.append((time.perf_counter() - started, left))
+            if not left:
                 break
             time.sleep(0.1)
+        marks = [f"{t:.1f}s:{n}" for t, n in timeline[:: max(1, len(timeline) // 12)]]
+        print(f"  partitions still to move over time: {' '.join(marks)}")
         moved_s = time.perf_counter() - started
         stuck = {k: now[k] for k in now if k not in alone and now[k][0] in (None, victim)}
         without = len(stuck)

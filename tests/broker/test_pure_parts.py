@@ -1,10 +1,12 @@
 """Direct tests of the broker's pure parts: header controls of plain NATS messages, the
-record-body caches of the sequencer, the offline-partition registry."""
+record-body caches of the sequencer, the offline-partition registry, opening many partition
+logs in one call."""
 
 from __future__ import annotations
 
 import errno
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -16,7 +18,9 @@ from jetsdk.codec.record import encode_body
 from jetserver.broker.header_controls import read_controls
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.record_fields import MAX_CACHED_SUBJECTS, RecordFields
+from jetserver.broker.stream_files import OpenJob, open_partition_logs
 from jetserver.errors import ApiError
+from jetserver.storage import LogConfig
 
 # -- header controls (spec/envelope.md, "Header controls") --------------------------------
 
@@ -145,3 +149,27 @@ def test_running_out_of_files_is_explained_with_the_remedy() -> None:
     assert reason is not None
     assert reason.startswith("too many open files (limit ")
     assert "ulimit -n" in reason
+
+
+# -- opening many partition logs in one worker call ----------------------------------------
+
+
+def test_opening_many_logs_keeps_going_past_one_that_fails(tmp_path: Path) -> None:
+    (tmp_path / "blocked").write_bytes(b"a file where a partition directory should be")
+    jobs = [
+        OpenJob(tmp_path / "a", LogConfig(), "a", 0, True),
+        OpenJob(tmp_path / "blocked" / "0", LogConfig(), "blocked", 0, True),
+        OpenJob(tmp_path / "b", LogConfig(), "b", 0, False),
+    ]
+    results = open_partition_logs(jobs)
+    assert isinstance(results[1], OSError)
+    opened = [r for r in results if not isinstance(r, Exception)]
+    assert len(opened) == 2
+    for log_, _producers in opened:
+        assert log_.log_end_offset == 0
+        log_.close()
+    # Closed cleanly: the next open finds the clean-shutdown marker.
+    again = open_partition_logs(jobs[:1])[0]
+    assert not isinstance(again, Exception)
+    assert again[0].recovery.clean_shutdown
+    again[0].close()

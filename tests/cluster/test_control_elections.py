@@ -1,5 +1,5 @@
 """Partition leader election on the metadata leader: the vote rules (pure) and Elections over
-a real one-member metadata Raft."""
+a real one-member metadata Raft; the partition leaders' batched ISR changes (Controller)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import anyio
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.cluster.controller import Controller
 from jetserver.cluster.elections import Elections, choose_leader, parse_report, votes_needed
+from jetserver.cluster.peers import PeerPool
 from jetserver.errors import ApiError
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import CreateStream, UpdateIsr
@@ -18,6 +20,8 @@ from jetserver.raft import MetadataRaft, RaftConfig
 from jetserver.testing import free_ports
 
 PASSWORD = "elections-test-password-0123"
+R2 = ("s1", "s2")
+R3 = ("s1", "s2", "s3")
 
 
 def assignment(isr: tuple[str, ...], leader: str = "s1") -> PartitionAssignment:
@@ -159,3 +163,36 @@ async def test_reports_about_unknown_partitions(raft: MetadataRaft) -> None:
     with pytest.raises(ApiError) as info:
         await elections.report("orders", 3, 0, "s2")
     assert info.value.code == ErrorCode.PARTITION_NOT_FOUND
+
+
+@pytest.mark.anyio
+async def test_isr_changes_proposed_together_go_in_one_raft_entry(raft: MetadataRaft) -> None:
+    spec = StreamSpec(name="wide", subject="wide", partitions=40, replication_factor=3)
+    replicas = (("s1", "s2", "s3"),) * 40
+    assert (await raft.propose(CreateStream(spec, "id2", 1, replicas))).result.ok
+    controller = Controller(
+        "s1", raft, PeerPool(), Elections(raft, lambda _s: False), client_addresses=dict
+    )
+    index_before = raft.index
+    accepted: dict[int, bool] = {}
+
+    async def shrink(p: int) -> None:
+        # s3 (a dead follower) leaves every ISR; partition 7 is proposed from a stale view.
+        epoch = 5 if p == 7 else 0
+        accepted[p] = await controller.propose_isr(
+            "wide", p, 0, ("s1", "s2"), partition_epoch=epoch
+        )
+
+    async with anyio.create_task_group() as tg:
+        for p in range(40):
+            tg.start_soon(shrink, p)
+    assert accepted == {p: p != 7 for p in range(40)}  # each change checked on its own
+    parts = raft.state.streams["wide"].partitions
+    assert [a.isr for a in parts] == [R2 if p != 7 else R3 for p in range(40)]
+    assert controller.isr_changes == 39
+    assert controller.isr_entries <= 3
+    assert raft.index - index_before == controller.isr_entries
+    # A lone change afterwards is its own update_isr entry.
+    assert await controller.propose_isr("wide", 7, 0, ("s1", "s2"), partition_epoch=0)
+    assert raft.state.streams["wide"].partitions[7].isr == R2
+    assert raft.index - index_before == controller.isr_entries

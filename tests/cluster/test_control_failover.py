@@ -329,3 +329,32 @@ async def test_idle_partitions_keep_their_leaders(cluster: DevCluster) -> None:
     await anyio.sleep(IDLE_S)  # the span observed: no event marks "nothing happened"
     after = assignments(await metadata(address), name)
     assert after == before
+
+
+PAUSE_S = 2.0
+"""Longer than leader_silence_s (1.5 s) and a probe's bound (1 s), shorter than DOWN_AFTER_S
+(3 s): a server this busy is slow, not dead."""
+
+
+@pytest.mark.anyio
+async def test_a_briefly_stalled_leader_keeps_its_leaderships(cluster: DevCluster) -> None:
+    """A partition leader's server that stops answering for PAUSE_S (SIGSTOP: an event loop
+    busy for that long) is not reported by its followers nor taken for down by the metadata
+    leader: its partitions keep their leader and epoch. (It was: every partition it led
+    moved, and at thousands of partitions the moves overloaded the others in turn.)"""
+    meta_leader = await metadata_leader(cluster)
+    name = f"stall-{uuid.uuid4().hex[:6]}"
+    spec: dict[str, Any] = {"name": name, "subject": name, "partitions": 6}
+    spec["replication_factor"] = 3
+    await call(cluster.servers[0].address, partial(RawClient.create_stream, **spec))
+    address = cluster.server(meta_leader).address
+    before = assignments(await metadata(address), name)
+    victim = next(leader for leader, _r, _e in before if leader != meta_leader)
+    cluster.server(victim).pause()
+    try:
+        await anyio.sleep(PAUSE_S)  # the span observed: no event marks "nothing happened"
+    finally:
+        cluster.server(victim).resume()
+    await anyio.sleep(2.0)  # reports sent during the pause would elect within this
+    after = assignments(await metadata(address), name)
+    assert after == before

@@ -8,6 +8,7 @@ import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.metadata.model import MetadataState, RegisteredServer, StreamSpec
+from jetserver.metadata.op_codec import op_from_dict
 from jetserver.metadata.ops import (
     CreateStream,
     DeleteStream,
@@ -16,8 +17,8 @@ from jetserver.metadata.ops import (
     Op,
     RegisterServer,
     UpdateIsr,
+    UpdateIsrs,
     apply,
-    op_from_dict,
 )
 from jetserver.raft.machine import (
     Entry,
@@ -55,6 +56,12 @@ def part(state: MetadataState, p: int = 0) -> tuple[str, tuple[str, ...], int]:
         ElectLeader("orders", 0, "s2", 4, "id1"),
         ElectLeader("orders", 0, "s2", 4),
         ElectLeaders((ElectLeader("orders", 0, "s2", 4, "id1"), ElectLeader("orders", 1, "s3", 2))),
+        UpdateIsrs(
+            (
+                UpdateIsr("orders", 0, "s1", 3, ("s1",), "id1", 2),
+                UpdateIsr("o", 1, "s2", 0, ("s2",)),
+            )
+        ),
     ],
 )
 def test_ops_round_trip_through_json(op: Op) -> None:
@@ -169,7 +176,9 @@ def test_a_repeated_election_entry_is_applied_once() -> None:
     machine, second = apply_entry(machine, entry)
     assert first.result.ok
     assert second.duplicate
-    assert second.result == first.result
+    # Remembered without the stream (codes and messages are what a proposer reads).
+    assert second.result == attrs.evolve(first.result, stream=None)
+    assert first.result.stream is not None
     assert machine.metadata.streams["orders"].partitions[0].leader_epoch == 1
     restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
     assert restored == machine
@@ -199,10 +208,57 @@ def test_elect_leaders_applies_each_election_on_its_own() -> None:
     machine, first = apply_entry(MachineState(metadata=state), entry)
     machine, second = apply_entry(machine, entry)
     assert second.duplicate
-    assert second.result == first.result
+    assert [r.error_code for r in second.result.results] == [
+        r.error_code for r in first.result.results
+    ]
+    assert all(r.stream is None for r in second.result.results)
     restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
     assert restored == machine
-    assert restored.recent["elect-many"].result.results == result.results
+    assert [r.message for r in restored.recent["elect-many"].result.results] == [
+        r.message for r in result.results
+    ]
+
+
+def test_remembered_results_keep_a_stream_only_for_create_and_delete() -> None:
+    spec = StreamSpec(name="wide", subject="wide", partitions=100, replication_factor=3)
+    machine = MachineState()
+    create = CreateStream(spec, "id9", 1, (R3,) * 100)
+    machine, created = apply_entry(machine, encode_entry(Entry("create", create)))
+    changes = UpdateIsrs(tuple(UpdateIsr("wide", p, "s1", 0, ("s1", "s2")) for p in range(100)))
+    machine, changed = apply_entry(machine, encode_entry(Entry("isr", changes)))
+    assert changed.result.results[0].stream is not None  # the proposer's own answer has it
+    assert machine.recent["create"].result == created.result  # a retried create needs it
+    remembered = machine.recent["isr"].result
+    assert remembered.stream is None
+    assert all(r.ok and r.stream is None for r in remembered.results)
+    # The snapshot holds the stream once (in the metadata), not once per remembered op.
+    snapshot = orjson.dumps(machine_to_dict(machine))
+    assert len(snapshot) < 3 * len(orjson.dumps(machine.metadata.to_dict()))
+
+
+def test_update_isrs_applies_each_change_on_its_own() -> None:
+    state = state_with_stream()  # partition 0 led by s1, partition 1 by s2
+    op = UpdateIsrs(
+        (
+            UpdateIsr("orders", 0, "s1", 0, ("s1", "s2"), "id1", 0),
+            UpdateIsr("orders", 1, "s3", 0, ("s3",)),  # not the leader: refused alone
+            UpdateIsr("orders", 1, "s2", 0, ("s2", "s1"), partition_epoch=0),
+        )
+    )
+    after, result = apply(state, op)
+    assert result.ok
+    assert [r.error_code for r in result.results] == [
+        ErrorCode.NONE,
+        ErrorCode.NOT_LEADER,
+        ErrorCode.NONE,
+    ]
+    assert part(after, 0) == ("s1", ("s1", "s2"), 0)
+    assert part(after, 1) == ("s2", ("s2", "s1"), 0)
+    assert after.applied == state.applied + 1  # one entry
+    # Applied again (a replayed entry), each change's compare-and-set refuses it.
+    again, result = apply(after, op)
+    assert [r.error_code for r in result.results] == [ErrorCode.NOT_LEADER] * 3
+    assert again.streams == after.streams
 
 
 def test_create_refuses_a_server_twice_in_one_partition() -> None:

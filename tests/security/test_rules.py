@@ -9,7 +9,8 @@ import pytest
 from jetserver.config_load import load_config
 from jetserver.errors import ConfigError
 from jetserver.metadata.model import Grant, MetadataState
-from jetserver.metadata.ops import SetAcl, apply, op_from_dict
+from jetserver.metadata.op_codec import op_from_dict
+from jetserver.metadata.ops import SetAcl, apply
 from jetserver.raft.machine import (
     Entry,
     MachineState,

@@ -50,6 +50,11 @@ async def test_sigterm_is_a_clean_shutdown(nats_server: NatsServer, tmp_path: Pa
         assert [r.value for r in records] == [str(i).encode() for i in range(200)]
     finally:
         assert proc.stop() == 0
+    log = proc.log_path.read_text().rsplit("---- start", 1)[-1]  # the second start's part
+    # The stop marked the log cleanly shut down (its close runs in a worker thread), and
+    # the start says once how many partitions it opened.
+    assert "unclean shutdown" not in log
+    assert "partitions opened count=1 offline=0" in log
 
 
 def test_config_errors_exit_2(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.errors import ApiError
 from jetserver.metadata.model import MetadataState, StreamSpec
-from jetserver.metadata.ops import CreateStream, DeleteStream, Op, apply, op_from_dict
+from jetserver.metadata.op_codec import op_from_dict
+from jetserver.metadata.ops import CreateStream, DeleteStream, Op, apply
 from jetserver.metadata.store import MetadataStore, load_state
 from jetserver.metadata.validate import (
     partition_subject,

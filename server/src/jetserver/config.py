@@ -408,9 +408,13 @@ class MetricsConfig:
 DEFAULT_LEADER_SILENT_WINDOW_S = 5.0
 DEFAULT_FORWARD_TIMEOUT_S = 10.0
 DEFAULT_PROBE_INTERVAL_S = 0.5
-DEFAULT_RAFT_HEARTBEAT_S = 0.05
-DEFAULT_RAFT_ELECTION_TIMEOUT_MIN_S = 0.3
-DEFAULT_RAFT_ELECTION_TIMEOUT_MAX_S = 0.6
+DEFAULT_RAFT_HEARTBEAT_S = 0.1
+DEFAULT_RAFT_ELECTION_TIMEOUT_MIN_S = 1.0
+DEFAULT_RAFT_ELECTION_TIMEOUT_MAX_S = 2.0
+"""A server's metadata Raft timing. 0.3-0.6 s (the Raft library's defaults) made the
+metadata leader change every few seconds while thousands of partitions were created or
+failed over on a loaded 2-core machine (load average 7-9): the Raft thread shares the
+interpreter and the CPU with the event loop, and missed heartbeats for that long."""
 MIN_CLUSTER_PASSWORD_CHARS = 16
 RAFT_DIR = "raft"
 """Default Raft directory inside ``server.data_dir``."""

@@ -258,12 +258,14 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
                 try:
                     flushed = await anyio.to_thread.run_sync(self.log.flush)
                     await self._commit(flushed)
-                    await anyio.to_thread.run_sync(self.log.checkpoint_high_watermark)
                 except Exception:
                     log.exception("final flush failed", extra=self._fields())
                 await self._fail_pending_all(ErrorCode.SHUTTING_DOWN, "partition stopped")
                 try:
-                    self.log.close()
+                    # In a worker thread: its fsyncs (indexes, the HW checkpoint, the
+                    # clean-shutdown marker) would hold the event loop, thousands of
+                    # partitions in a row at a server's stop.
+                    await anyio.to_thread.run_sync(self.log.close)
                 except Exception:
                     log.exception("closing the log failed", extra=self._fields())
         finally:

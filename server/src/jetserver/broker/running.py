@@ -5,15 +5,23 @@ Task safety: the server's event loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import anyio
 import attrs
 
+from jetserver.broker.acks import AckRouter
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.producers import ProducerTable
+from jetserver.config import ServerConfig
 from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
-from jetserver.nats_link import SubscriptionHandle
+from jetserver.metadata.validate import partition_subject
+from jetserver.nats_link import NatsLink, SubscriptionHandle
+from jetserver.replication.control import ControlPlane
+from jetserver.replication.session import FetchSessions
+from jetserver.storage import Log
 
 QUEUE_GROUP_PREFIX = "jet.lb."
 """NATS queue group of a load-balance group ``g`` is ``jet.lb.g``."""
@@ -53,3 +61,43 @@ class RunningPartition:
     wake: anyio.Event = attrs.field(factory=anyio.Event)
     ready: LazyEvent = attrs.field(factory=LazyEvent)
     scope: anyio.CancelScope | None = None
+
+
+def new_replica(
+    meta: StreamMeta,
+    assignment: PartitionAssignment,
+    log_: Log,
+    producers: ProducerTable,
+    *,
+    config: ServerConfig,
+    link: NatsLink,
+    acks: AckRouter,
+    server_id: str,
+    controller: ControlPlane | None,
+    fetch_sessions: FetchSessions | None,
+    on_leadership_end: Callable[[str, int], None],
+) -> PartitionReplica:
+    """The replica of one partition over its opened log (not started yet)."""
+    p = assignment.partition
+    return PartitionReplica(
+        stream=meta.name,
+        partition=p,
+        subject=partition_subject(meta.spec.subject, p),
+        log=log_,
+        link=link,
+        acks=acks,
+        max_message_bytes=meta.spec.max_message_bytes or config.limits.max_message_bytes,
+        ingest=config.ingest,
+        storage=config.storage,
+        leader_epoch=assignment.leader_epoch,
+        compact=meta.spec.compact,
+        producers=producers,
+        server_id=server_id,
+        controller=controller,
+        queue_group=queue_group(meta),
+        replication_factor=meta.spec.replication_factor,
+        spec=meta.spec,
+        replication=config.replication,
+        fetch_sessions=fetch_sessions,
+        on_leadership_end=on_leadership_end,
+    )

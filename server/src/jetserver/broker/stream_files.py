@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import Record, iter_records
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
-from jetserver.metadata.model import MetadataState, StreamMeta
+from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.storage import Log, LogConfig, StorageError
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,43 @@ def open_partition_log(
             extra=fields(stream=name, partition=partition, error=str(exc)),
         )
     return log_, producers
+
+
+class OpenJob(NamedTuple):
+    """The arguments of :func:`open_partition_log` for one partition."""
+
+    directory: Path
+    cfg: LogConfig
+    name: str
+    partition: int
+    sole_replica: bool
+
+
+def open_job(
+    data_dir: Path, meta: StreamMeta, assignment: PartitionAssignment, config: ServerConfig
+) -> OpenJob:
+    """What :func:`open_partition_log` needs to open this partition's log."""
+    p = assignment.partition
+    return OpenJob(
+        stream_dir(data_dir, meta) / str(p),
+        log_config(meta, config),
+        meta.name,
+        p,
+        meta.spec.replication_factor == 1,
+    )
+
+
+def open_partition_logs(jobs: Sequence[OpenJob]) -> list[tuple[Log, ProducerTable] | Exception]:
+    """:func:`open_partition_log` for each job, one after the other (in one worker-thread
+    call); each result is the opened log and producer table, or the exception that stopped
+    that partition from opening (the others still open)."""
+    results: list[tuple[Log, ProducerTable] | Exception] = []
+    for job in jobs:
+        try:
+            results.append(open_partition_log(*job))
+        except Exception as exc:
+            results.append(exc)
+    return results
 
 
 def unknown_stream_dirs(data_dir: Path, state: MetadataState) -> list[Path]:

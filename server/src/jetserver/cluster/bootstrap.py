@@ -14,7 +14,7 @@ from typing import Any
 from jetserver.config import RAFT_DIR, ServerConfig
 from jetserver.errors import ConfigError
 from jetserver.raft import RaftConfig, RaftPeer
-from jetserver.raft.config import DEFAULT_CONNECTION_TIMEOUT_S
+from jetserver.raft.config import DEFAULT_CONNECTION_TIMEOUT_S, DEFAULT_LEADER_FALLBACK_S
 
 
 def cluster_password(config: ServerConfig) -> str:
@@ -61,5 +61,13 @@ def raft_config(config: ServerConfig, **overrides: Any) -> RaftConfig:
         election_timeout_min_s=cluster.election_timeout_min_s,
         election_timeout_max_s=cluster.election_timeout_max_s,
         join=cluster.join,
-        **({"connection_timeout_s": connection_timeout} | overrides),
+        # A leader steps down after as long without a majority as a follower waits
+        # before it elects another (1 s would make a briefly starved leader step down).
+        **(
+            {
+                "connection_timeout_s": connection_timeout,
+                "leader_fallback_s": max(DEFAULT_LEADER_FALLBACK_S, cluster.election_timeout_max_s),
+            }
+            | overrides
+        ),
     )

@@ -6,9 +6,12 @@ metadata operations:
 
 - :meth:`Controller.propose_isr` — the partition leader proposes UpdateIsr through the
   metadata Raft (``forward=True``: from a follower of the metadata Raft, PySyncObj carries
-  the entry to the metadata leader). The state machine refuses a stale epoch or a proposer
-  that does not lead. Retried with the same op id (applied at most once) within
-  ``ISR_PROPOSE_BOUND_S``.
+  the entry to the metadata leader). The ISR changes this server's partitions propose
+  together (a dead follower's partitions all shrink within one check period) go in one
+  UpdateIsrs entry: the first waits ``ISR_BATCH_GATHER_S`` for others, those proposed while
+  a batch is in flight go in the next, up to ``ISR_MAX_BATCH`` each. The state machine
+  checks each change on its own and refuses a stale epoch or a proposer that does not
+  lead. Retried with the same op id (applied at most once) within ``ISR_PROPOSE_BOUND_S``.
 - :meth:`Controller.report_leader_silent` — sent to the metadata leader
   (:class:`~jetserver.cluster.elections.Elections`, locally or with ReportLeader over the
   client protocol). One attempt, bounded; callers report again while the leader stays
@@ -35,7 +38,7 @@ from jetserver.cluster.elections import Elections
 from jetserver.cluster.peers import PeerPool
 from jetserver.errors import ApiError
 from jetserver.logs import fields
-from jetserver.metadata.ops import UpdateIsr
+from jetserver.metadata.ops import UpdateIsr, UpdateIsrs
 from jetserver.raft import (
     MetadataRaft,
     OutcomeUnknown,
@@ -49,6 +52,11 @@ log = logging.getLogger(__name__)
 
 ISR_PROPOSE_BOUND_S = 10.0
 """Total time :meth:`Controller.propose_isr` keeps retrying."""
+ISR_BATCH_GATHER_S = 0.02
+"""How long the first ISR change of a batch waits for others to join it (a follower's
+death makes every partition it followed here shrink its ISR within one check period)."""
+ISR_MAX_BATCH = 500
+"""Most ISR changes in one Raft entry (UpdateIsrs)."""
 REPORT_TIMEOUT_S = 3.0
 """Bound on delivering one silent-leader report (retries included)."""
 _BACKOFF_FIRST_S = 0.05
@@ -85,6 +93,15 @@ def backoff_s(attempt: int) -> float:
 
 
 @attrs.define(eq=False)
+class _QueuedIsr:
+    """An ISR change waiting for its batch."""
+
+    op: UpdateIsr
+    done: anyio.Event = attrs.field(factory=anyio.Event)
+    ok: bool = False
+
+
+@attrs.define(eq=False)
 class Controller:
     """:class:`ControllerProtocol` over the metadata Raft and the peer connections."""
 
@@ -100,17 +117,30 @@ class Controller:
     """Server id -> client address of the registered servers."""
     heard_at: Mapping[str, float] = attrs.field(factory=dict)
     """When each server last answered this server's liveness probes (``anyio`` clock)."""
+    is_down: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
+    """This server's liveness view: True if a server is down (refused, or its probes timed
+    out for a while; :meth:`jetserver.cluster.liveness.Liveness.is_down`)."""
     isr_bound_s: float = ISR_PROPOSE_BOUND_S
     """See :data:`ISR_PROPOSE_BOUND_S`."""
     isr_changes: int = 0
-    """UpdateIsr proposals applied."""
+    """ISR changes applied."""
+    isr_entries: int = 0
+    """Raft entries that carried them (one per batch)."""
     reports_sent: int = 0
     """Silent-leader reports sent."""
+    _isr_queue: list[_QueuedIsr] = attrs.field(factory=list)
+    _isr_proposing: bool = False
+    _isr_round_done: anyio.Event = attrs.field(factory=anyio.Event)
 
     def server_heard_at(self, server_id: str) -> float | None:
         """When ``server_id`` last answered a liveness probe (None: not yet); followers
         count it as hearing from their leader (spec/cluster.md, "Silent leaders")."""
         return self.heard_at.get(server_id)
+
+    def server_down(self, server_id: str) -> bool:
+        """True if this server's liveness probes find ``server_id`` down; a follower reports
+        its leader silent only then (spec/cluster.md, "Silent leaders")."""
+        return self.is_down(server_id)
 
     async def propose_isr(
         self,
@@ -121,7 +151,9 @@ class Controller:
         *,
         partition_epoch: int | None = None,
     ) -> bool:
-        """Propose UpdateIsr for a partition this server leads at ``leader_epoch``.
+        """Propose UpdateIsr for a partition this server leads at ``leader_epoch``, batched
+        with the ISR changes of this server's other partitions proposed meanwhile (one
+        UpdateIsrs entry, see :meth:`_batched`).
 
         Returns:
             True once applied; False if the state machine refused it (stale epoch, not the
@@ -140,51 +172,96 @@ class Controller:
             meta.stream_id,
             partition_epoch,
         )
+        item = _QueuedIsr(op)
+        self._isr_queue.append(item)
+        try:
+            while not item.done.is_set():
+                if self._isr_proposing:
+                    await self._isr_round_done.wait()
+                    continue
+                self._isr_proposing = True
+                try:
+                    await anyio.sleep(ISR_BATCH_GATHER_S)
+                    batch = self._isr_queue[:ISR_MAX_BATCH]
+                    self._isr_queue = self._isr_queue[ISR_MAX_BATCH:]
+                    with anyio.CancelScope(shield=True):  # the others wait for this batch
+                        await self._propose_isr_batch(batch)
+                finally:
+                    self._isr_proposing = False
+                    done, self._isr_round_done = self._isr_round_done, anyio.Event()
+                    done.set()
+        finally:
+            if not item.done.is_set() and item in self._isr_queue:
+                self._isr_queue.remove(item)  # cancelled before its batch went out
+        return item.ok
+
+    async def _propose_isr_batch(self, batch: list[_QueuedIsr]) -> None:
+        """Propose ``batch`` (one UpdateIsr, or UpdateIsrs) through the metadata Raft,
+        retried with the same op id (applied at most once) within :attr:`isr_bound_s`, and
+        hand out each change's outcome."""
+        if not batch:
+            return
+        op: UpdateIsr | UpdateIsrs = (
+            batch[0].op if len(batch) == 1 else UpdateIsrs(tuple(q.op for q in batch))
+        )
         op_id = f"isr-{uuid.uuid4().hex}"
         deadline = time.monotonic() + self.isr_bound_s
         attempt = 0
-        while True:
-            attempt += 1
-            remaining = deadline - time.monotonic()
-            try:
-                applied = await self.raft.propose(
-                    op, op_id=op_id, timeout=max(0.1, remaining), forward=True
-                )
-            except RaftClosed:
-                return False
-            except (Unavailable, OutcomeUnknown) as exc:
-                if time.monotonic() + backoff_s(attempt) >= deadline:
-                    log.warning(
-                        "ISR change without outcome",
-                        extra=fields(stream=stream, partition=partition, error=str(exc)),
+        try:
+            while True:
+                attempt += 1
+                remaining = deadline - time.monotonic()
+                try:
+                    applied = await self.raft.propose(
+                        op, op_id=op_id, timeout=max(0.1, remaining), forward=True
                     )
-                    return False
-                await anyio.sleep(backoff_s(attempt))
-                continue
-            except RaftError as exc:
-                log.warning(
-                    "ISR change not proposed",
-                    extra=fields(stream=stream, partition=partition, error=str(exc)),
-                )
-                return False
+                except RaftClosed:
+                    return
+                except (Unavailable, OutcomeUnknown) as exc:
+                    if time.monotonic() + backoff_s(attempt) >= deadline:
+                        log.warning(
+                            "ISR change without outcome",
+                            extra=fields(changes=len(batch), error=str(exc)),
+                        )
+                        return
+                    await anyio.sleep(backoff_s(attempt))
+                    continue
+                except RaftError as exc:
+                    log.warning(
+                        "ISR change not proposed",
+                        extra=fields(changes=len(batch), error=str(exc)),
+                    )
+                    return
+                break
+            self.isr_entries += 1
             result = applied.result
-            if result.ok:
-                self.isr_changes += 1
-                log.info(
-                    "ISR changed",
-                    extra=fields(
-                        stream=stream,
-                        partition=partition,
-                        leader_epoch=leader_epoch,
-                        isr=",".join(isr),
-                    ),
-                )
-            else:
-                log.info(
-                    "ISR change refused",
-                    extra=fields(stream=stream, partition=partition, reason=result.message),
-                )
-            return result.ok
+            results = (result,) if len(batch) == 1 else result.results
+            if len(results) != len(batch):  # not expected: count none as applied
+                return
+            if len(batch) > 1:
+                log.info("ISR changes proposed in one entry", extra=fields(count=len(batch)))
+            for q, r in zip(batch, results, strict=True):
+                q.ok = r.ok
+                c = q.op
+                if r.ok:
+                    self.isr_changes += 1
+                    log.info(
+                        "ISR changed",
+                        extra=fields(
+                            stream=c.stream,
+                            partition=c.partition,
+                            leader_epoch=c.leader_epoch,
+                            isr=",".join(c.isr),
+                        ),
+                    )
+                else:
+                    log.info(
+                        "ISR change refused",
+                        extra=fields(stream=c.stream, partition=c.partition, reason=r.message),
+                    )
+        finally:
+            for q in batch:
+                q.done.set()
 
     async def report_leader_silent(
         self, stream: str, partition: int, leader_epoch: int, reporter: str

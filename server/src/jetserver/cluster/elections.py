@@ -153,7 +153,7 @@ class Elections:
             reports.at = {r: t for r, t in reports.at.items() if r in recent}
             down = self.is_down(current.leader)
             new_leader = choose_leader(current, recent, down)
-            log.info(
+            log.debug(  # one per report: thousands a second in a failover at scale
                 "partition leader reported silent",
                 extra=fields(
                     stream=stream,

@@ -4,7 +4,8 @@ Every server probes every other registered server every ``probe_interval_s`` (a 
 short bound). The view is local and advisory: the metadata leader uses it to leave servers
 that do not answer out of new streams' placements, and to count a partition leader that
 does not answer as agreeing that it is silent (spec/cluster.md, "Partition leader
-election"). A server never probed yet counts as live.
+election"). A server never probed yet counts as live; one whose probes only time out
+(slow, not gone) counts as down after ``DOWN_AFTER_S`` of failed probes in a row.
 
 Task safety: one event loop; :meth:`Liveness.run` is the only writer.
 """
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import anyio
 import attrs
 
-from jetsdk.errors import JetError
+from jetsdk.errors import JetError, Timeout
 from jetserver.cluster.peers import PeerPool
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
@@ -27,6 +28,11 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 1.0
 """Bound on one probe (connect + Hello)."""
+DOWN_AFTER_S = 3.0
+"""A server whose probes time out (rather than being refused) counts as down only once
+they have failed for this long in a row: a busy event loop (its own, or this server's)
+misses a probe's bound for a second or two during a failover of thousands of partitions,
+and a live leader taken for down loses its leaderships (see :meth:`Liveness.is_down`)."""
 
 
 @attrs.frozen
@@ -39,6 +45,11 @@ class Probe:
     """When (monotonic seconds)."""
     address: str
     """The client address probed."""
+    refused: bool = False
+    """It failed without timing out: the connection was refused or lost (nothing listens:
+    the process is gone), not merely slow."""
+    failing_since: float | None = None
+    """When (monotonic seconds) the current run of failed probes began (None: it answered)."""
 
 
 @attrs.define(eq=False)
@@ -53,6 +64,8 @@ class Liveness:
     """The current metadata (registered servers and their addresses)."""
     interval_s: float = 0.5
     """Probe period."""
+    down_after_s: float = DOWN_AFTER_S
+    """See :data:`DOWN_AFTER_S`."""
     probes: dict[str, Probe] = attrs.field(factory=dict)
     """Last probe per server id."""
     heard_at: dict[str, float] = attrs.field(factory=dict)
@@ -60,19 +73,30 @@ class Liveness:
     _changed: anyio.Event = attrs.field(factory=anyio.Event)
 
     def is_down(self, server_id: str) -> bool:
-        """True if the last probe of ``server_id`` at its current address failed."""
+        """True if the last probe of ``server_id`` at its current address failed, and either
+        was refused (nothing listens there) or probes have timed out for
+        :data:`DOWN_AFTER_S` in a row (a merely slow server is not down)."""
         if server_id == self.server_id:
             return False
         probe = self.probes.get(server_id)
         registered = self.state().servers.get(server_id)
         if probe is None or registered is None:
             return False
-        return not probe.ok and probe.address == registered.client_address
+        if probe.ok or probe.address != registered.client_address:
+            return False
+        if probe.refused:
+            return True
+        since = probe.at if probe.failing_since is None else probe.failing_since
+        return probe.at - since >= self.down_after_s
 
     def live_servers(self) -> list[str]:
         """Registered servers not known to be down (this server included), sorted."""
         ids = set(self.state().servers) | {self.server_id}
         return sorted(s for s in ids if not self.is_down(s))
+
+    async def next_round(self) -> None:
+        """Wait until the next round of probes has finished."""
+        await self._changed.wait()
 
     async def recheck_down(self) -> None:
         """Probe again, now, every server whose last probe failed (a server that came back
@@ -101,14 +125,23 @@ class Liveness:
             await anyio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     async def _probe(self, server_id: str, address: str) -> None:
+        refused = False
         try:
             await self.peers.hello(address, PROBE_TIMEOUT_S)
             ok = True
             self.heard_at[server_id] = anyio.current_time()
+        except Timeout:
+            ok = False
         except JetError:
             ok = False
+            refused = True
         previous = self.probes.get(server_id)
-        self.probes[server_id] = Probe(ok, time.monotonic(), address)
+        now = time.monotonic()
+        since: float | None = None
+        if not ok:
+            failing = previous is not None and not previous.ok and previous.address == address
+            since = previous.failing_since if failing and previous is not None else now
+        self.probes[server_id] = Probe(ok, now, address, refused, since)
         if previous is None or previous.ok != ok:
             log.log(
                 logging.INFO if previous is not None else logging.DEBUG,

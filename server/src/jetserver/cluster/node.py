@@ -123,6 +123,7 @@ class ClusterNode:
                 elections,
                 lambda: member.state.client_addresses(),
                 heard_at=liveness.heard_at,
+                is_down=liveness.is_down,
             )
             node = cls(config, member, peers, liveness, elections, controller, tg=tg)
             try:

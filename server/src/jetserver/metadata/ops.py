@@ -10,15 +10,16 @@ nothing, a repeated ElectLeader is refused (its epoch is no longer the next one)
 
 Operations: CreateStream, DeleteStream (streams), RegisterServer (a server's addresses),
 UpdateIsr (the partition leader changes its ISR, compare-and-set on the partition epoch),
+UpdateIsrs (several UpdateIsr in one entry, each checked on its own),
 LeaveIsr (a stopping follower takes itself out of an ISR), ElectLeader (the metadata
 leader moves a partition's leadership to an ISR member, epoch + 1), ElectLeaders (several
 ElectLeader in one entry, each checked on its own), SetAcl (an identity's grants; replacing
-them with the same grants changes nothing).
+them with the same grants changes nothing). Their JSON decoding is in
+:mod:`jetserver.metadata.op_codec`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -240,6 +241,22 @@ class ElectLeaders:
 
 
 @attrs.frozen
+class UpdateIsrs:
+    """Several :class:`UpdateIsr` in one Raft entry (a server's partition leaders batch the
+    ISR changes a follower's death calls for). Each is applied on its own, in order, with
+    exactly UpdateIsr's checks; the result's ``results`` holds each one's outcome."""
+
+    changes: tuple[UpdateIsr, ...]
+    """The ISR changes."""
+
+    kind = "update_isrs"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (with ``op``)."""
+        return {"op": self.kind, "changes": [c.to_dict() for c in self.changes]}
+
+
+@attrs.frozen
 class SetAcl:
     """Replace the grants of one identity (validated by the proposer)."""
 
@@ -260,83 +277,10 @@ class SetAcl:
         }
 
 
-_StreamOp = CreateStream | DeleteStream | UpdateIsr | LeaveIsr | ElectLeader | ElectLeaders
+_StreamOp = (
+    CreateStream | DeleteStream | UpdateIsr | UpdateIsrs | LeaveIsr | ElectLeader | ElectLeaders
+)
 Op = _StreamOp | RegisterServer | SetAcl
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected an integer, got {value!r}")
-    return value
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def op_from_dict(data: Mapping[str, Any]) -> Op:
-    """Inverse of ``op.to_dict()``.
-
-    Raises:
-        ValueError: unknown ``op``.
-    """
-    kind = data.get("op")
-    if kind == CreateStream.kind:
-        return CreateStream(
-            spec=StreamSpec.from_dict(data["spec"]),
-            stream_id=str(data["stream_id"]),
-            created_ns=int(data["created_ns"]),
-            replicas=tuple(tuple(r) for r in data["replicas"]),
-        )
-    if kind == DeleteStream.kind:
-        return DeleteStream(name=str(data["name"]))
-    if kind == RegisterServer.kind:
-        return RegisterServer(
-            server_id=str(data["server_id"]),
-            client_address=str(data["client_address"]),
-            raft_address=str(data["raft_address"]),
-            incarnation=str(data.get("incarnation", "")),
-            clean=data.get("clean") is True,
-        )
-    if kind == UpdateIsr.kind:
-        return UpdateIsr(
-            stream=str(data["stream"]),
-            partition=_int(data["partition"]),
-            leader=str(data["leader"]),
-            leader_epoch=_int(data["leader_epoch"]),
-            isr=tuple(str(i) for i in data["isr"]),
-            stream_id=_opt_str(data.get("stream_id")),
-            partition_epoch=None
-            if data.get("partition_epoch") is None
-            else _int(data["partition_epoch"]),
-        )
-    if kind == LeaveIsr.kind:
-        return LeaveIsr(
-            stream=str(data["stream"]),
-            partition=_int(data["partition"]),
-            server_id=str(data["server_id"]),
-            stream_id=_opt_str(data.get("stream_id")),
-        )
-    if kind == ElectLeader.kind:
-        return _elect_from_dict(data)
-    if kind == ElectLeaders.kind:
-        return ElectLeaders(tuple(_elect_from_dict(e) for e in data["elections"]))
-    if kind == SetAcl.kind:
-        return SetAcl(
-            identity=str(data["identity"]),
-            grants=tuple(Grant.from_dict(g) for g in data["grants"]),
-        )
-    raise ValueError(f"unknown metadata op {kind!r}")
-
-
-def _elect_from_dict(data: Mapping[str, Any]) -> ElectLeader:
-    return ElectLeader(
-        stream=str(data["stream"]),
-        partition=_int(data["partition"]),
-        leader=str(data["leader"]),
-        leader_epoch=_int(data["leader_epoch"]),
-        stream_id=_opt_str(data.get("stream_id")),
-    )
 
 
 @attrs.frozen
@@ -353,7 +297,8 @@ class OpResult:
     """CreateStream: the stream (new or existing); DeleteStream: the deleted stream;
     UpdateIsr / ElectLeader: the stream after the change (also when nothing changed)."""
     results: tuple[OpResult, ...] = ()
-    """ElectLeaders: each election's result, in order (the whole op always succeeds)."""
+    """ElectLeaders / UpdateIsrs: each one's result, in order (the whole op always
+    succeeds)."""
 
     @property
     def ok(self) -> bool:
@@ -392,11 +337,14 @@ def apply(state: MetadataState, op: Op) -> tuple[MetadataState, OpResult]:
         return _leave_isr(bumped, op)
     if isinstance(op, ElectLeader):
         return _elect_leader(bumped, op)
-    if isinstance(op, ElectLeaders):
+    if isinstance(op, ElectLeaders | UpdateIsrs):
         results: list[OpResult] = []
         current = bumped
-        for election in op.elections:
-            current, result = _elect_leader(current, election)
+        for each in op.elections if isinstance(op, ElectLeaders) else op.changes:
+            if isinstance(each, ElectLeader):
+                current, result = _elect_leader(current, each)
+            else:
+                current, result = _update_isr(current, each)
             results.append(result)
         return current, OpResult(results=tuple(results))
     if isinstance(op, SetAcl):

@@ -31,7 +31,8 @@ import orjson
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.metadata.model import MetadataState, StreamMeta
-from jetserver.metadata.ops import Op, OpResult, apply, op_from_dict
+from jetserver.metadata.op_codec import op_from_dict
+from jetserver.metadata.ops import CreateStream, DeleteStream, Op, OpResult, apply
 
 MAX_REMEMBERED_OPS = 1024
 """Op ids remembered for de-duplication (oldest forgotten first)."""
@@ -163,10 +164,25 @@ def apply_entry(state: MachineState, data: bytes) -> tuple[MachineState, EntryOu
         # Only the type: a message may hold addresses that differ between servers.
         result = OpResult(ErrorCode.UNKNOWN, f"metadata op failed ({type(exc).__name__})")
     recent = dict(state.recent)
-    recent[entry.op_id] = RememberedOp(index, result)
+    recent[entry.op_id] = RememberedOp(index, remembered_result(entry.op, result))
     while len(recent) > MAX_REMEMBERED_OPS:
         del recent[next(iter(recent))]
     return MachineState(metadata=metadata, recent=recent), EntryOutcome(index, result)
+
+
+def remembered_result(op: Op, result: OpResult) -> OpResult:
+    """The result remembered for re-proposals of ``op``'s id: CreateStream and DeleteStream
+    keep their stream (a retried create answers with it); every other op drops it (and each
+    of ``results``' streams). Their proposers read only the codes and messages, and a whole
+    stream per remembered ISR change or election made the snapshot of 1,024 remembered ops
+    tens of MB at thousands of partitions: serializing it in the Raft thread starved the
+    heartbeats and the metadata leader changed every few seconds."""
+    if isinstance(op, CreateStream | DeleteStream):
+        return result
+    if result.stream is None and not result.results:
+        return result
+    results = tuple(attrs.evolve(r, stream=None) for r in result.results)
+    return attrs.evolve(result, stream=None, results=results)
 
 
 def result_to_dict(result: OpResult) -> dict[str, Any]:

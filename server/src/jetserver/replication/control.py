@@ -40,3 +40,10 @@ def server_heard_of(controller: object) -> Callable[[str], float | None] | None:
     probes), or None for a control plane without liveness probes."""
     heard = getattr(controller, "server_heard_at", None)
     return heard if callable(heard) else None
+
+
+def server_down_of(controller: object) -> Callable[[str], bool] | None:
+    """The controller's ``server_down`` (True if its liveness probes find a server down),
+    or None for a control plane without liveness probes."""
+    down = getattr(controller, "server_down", None)
+    return down if callable(down) else None

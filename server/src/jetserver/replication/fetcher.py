@@ -16,8 +16,9 @@ and one long poll for every partition this server follows there) it:
    background. The HW carried by each answer becomes the follower's HW
    (:func:`~jetserver.replication.follower_hw`).
 3. **Watches the leader**: no answer for ``leader_silence_s`` — neither to its fetches nor
-   to this server's liveness probes of the leader's server — → report the leader silent to
-   the controller, again every period while it lasts; two fetches in a row unanswered
+   to this server's liveness probes of the leader's server — while those probes find the
+   leader's server down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader
+   silent to the controller, again every period while it lasts; two fetches in a row unanswered
    within their long poll plus ``request_slack_s`` are reported at once. Only while this
    replica holds every record it knows to be committed (a replica that lost data must not
    be elected). The probes are what keeps an idle partition's leader heard between long
@@ -141,6 +142,10 @@ class FollowerFetcher:
     server_heard: Callable[[str], float | None] | None = None
     """When a server last answered this server's liveness probes (``clock`` time; None:
     no probes); the leader's counts as hearing from the leader."""
+    server_down: Callable[[str], bool] | None = None
+    """This server's liveness view (None: no probes): a silence is reported only while the
+    leader's server is down in it (refused, or probes timing out for a while), so that a
+    busy server is not reported by every partition it leads (spec/cluster.md)."""
     fetches: int = 0
     """Fetch answers received."""
     records_bytes: int = 0
@@ -183,8 +188,15 @@ class FollowerFetcher:
         while True:
             await anyio.sleep(max(silence.next_check_s(self.clock()), 0.01))
             self._heard_from_server()
-            if silence.should_report(self.clock()):
-                await self._report("leader silent")
+            first = silence.last_report_s is None
+            if not silence.should_report(self.clock()):
+                continue
+            if self.server_down is not None and not self.server_down(self.leader):
+                # Its server answers probes or has been slow only briefly: a busy
+                # leader, not a dead one (checked again after another silence period).
+                log.debug("leader silent, its server not down; not reporting", extra=self._fields())
+                continue
+            await self._report("leader silent", repeated=not first)
 
     def _heard_from_server(self) -> None:
         """Count the leader's server answering this server's liveness probes as hearing
@@ -196,14 +208,20 @@ class FollowerFetcher:
         if at is not None and at > silence.last_heard_s:
             silence.heard(at)
 
-    async def _report(self, why: str) -> None:
+    async def _report(self, why: str, *, repeated: bool = False) -> None:
+        """Report the leader silent (if this replica is whole); a repeated report of the
+        same silence logs at DEBUG (thousands of partitions repeat theirs every period)."""
         if not self.whole:
             log.warning(
                 f"{why}; not reporting it: this replica lacks committed records",
                 extra=self._fields(flushed=self.log.flushed_offset),
             )
             return
-        log.info(f"{why}; reporting it", extra=self._fields())
+        log.log(
+            logging.DEBUG if repeated else logging.INFO,
+            f"{why}; reporting it",
+            extra=self._fields(),
+        )
         if self.controller is not None:
             await self.controller.report_leader_silent(
                 self.stream, self.partition, self.leader_epoch, self.server_id
