@@ -15,6 +15,7 @@ from jetserver.broker.acks import AckRouter
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.producers import ProducerTable
 from jetserver.config import ServerConfig
+from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.metadata.validate import partition_subject
@@ -75,6 +76,7 @@ def new_replica(
     server_id: str,
     controller: ControlPlane | None,
     fetch_sessions: FetchSessions | None,
+    fsyncs: FsyncRunner,
     on_leadership_end: Callable[[str, int], None],
 ) -> PartitionReplica:
     """The replica of one partition over its opened log (not started yet)."""
@@ -99,5 +101,6 @@ def new_replica(
         spec=meta.spec,
         replication=config.replication,
         fetch_sessions=fetch_sessions,
+        fsyncs=fsyncs,
         on_leadership_end=on_leadership_end,
     )

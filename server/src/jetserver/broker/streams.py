@@ -115,8 +115,7 @@ class StreamManager:
     fetch_sessions: FetchSessions | None = None
     """Cluster mode: the follower replicas' fetch sessions to leader servers (set by
     :meth:`start`)."""
-    fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)
-    """Where the partitions' fsyncs run (``[storage] fsync_on_loop``)."""
+    fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)  # [storage] fsync_on_loop
 
     def _leadership_ended(self, stream: str, partition: int) -> None:
         for listener in self.leadership_listeners:
