@@ -11,6 +11,8 @@ import pytest
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
 from jetserver.server import Server
+from jetserver.storage.checkpoint import HIGH_WATERMARK_FILE, read_single_value
+from jetserver.testing import wait_until_async
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -79,3 +81,40 @@ async def test_torn_tail_is_cut_at_start(
         more = await c.produce("torn", 0, [ProduceMessage(b"next")])
         assert more[0].offset == 10
     assert any("recovery repaired the log" in r.getMessage() for r in caplog.records)
+
+
+async def test_one_housekeeping_task_checkpoints_moved_hws_and_runs_retention(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """HW checkpoints and retention of every partition come from the server's one
+    housekeeping task (broker/housekeeping.py), not from a timer per partition."""
+    async with (
+        running_server(
+            nats_server.url,
+            tmp_path / "data",
+            storage__hw_checkpoint_interval_s=0.1,
+            storage__maintenance_interval_s=0.1,
+        ) as jet,
+        await RawClient.connect(jet.address) as c,
+    ):
+        for p in range(3):
+            await c.create_stream(
+                name=f"hk{p}", subject=f"hk{p}", segment_max_bytes=4096, retention_max_messages=50
+            )
+            for _ in range(3):
+                batch = [ProduceMessage(b"v" * 200)] * (10 * (p + 1))
+                await c.produce(f"hk{p}", 0, batch, ack_policy=AckPolicy.ALL)
+        replicas = [jet.streams.replica(f"hk{p}", 0) for p in range(3)]
+
+        def checkpointed() -> bool:
+            return all(
+                read_single_value(r.log.directory, HIGH_WATERMARK_FILE) == 30 * (p + 1)
+                for p, r in enumerate(replicas)
+            )
+
+        await wait_until_async(checkpointed, 10.0, "every partition's HW checkpointed")
+        # The third holds 90 records over several segments: retention (50) cuts it.
+        await wait_until_async(
+            lambda: replicas[2].log.log_start_offset > 0, 10.0, "retention applied"
+        )
+        assert replicas[0].log.log_start_offset == 0  # 30 records: nothing to cut

@@ -31,7 +31,6 @@ from __future__ import annotations
 import collections
 import logging
 import struct
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -219,13 +218,13 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     # ---------------------------------------------------------------- lifecycle
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run sequencer, flusher and maintenance until :meth:`stop`; then flush, checkpoint
-        the HW and close the log (also when cancelled)."""
+        """Run sequencer and flusher until :meth:`stop`; then flush, checkpoint the HW and
+        close the log (also when cancelled). HW checkpoints and maintenance meanwhile come
+        from the server's one housekeeping task (:mod:`jetserver.broker.housekeeping`)."""
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._flusher)
-                tg.start_soon(self._maintenance)
                 await self._scrub_at_open()
                 task_status.started()
                 await self._sequencer()
@@ -512,20 +511,14 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
 
     # ---------------------------------------------------------------- maintenance
 
-    async def _maintenance(self) -> None:
-        next_maintenance = time.monotonic() + self.storage.maintenance_interval_s
-        while True:
-            await anyio.sleep(self.storage.hw_checkpoint_interval_s)
-            hw = self.log.high_watermark
-            if hw != self._checkpointed_hw:
-                try:
-                    await anyio.to_thread.run_sync(self.log.checkpoint_high_watermark)
-                    self._checkpointed_hw = hw
-                except Exception as exc:
-                    log.warning("hw checkpoint failed", extra=self._fields(error=repr(exc)))
-            if time.monotonic() >= next_maintenance:
-                next_maintenance = time.monotonic() + self.storage.maintenance_interval_s
-                await self.run_maintenance()
+    @property
+    def hw_moved_since_checkpoint(self) -> bool:
+        """True if the HW moved since it was last checkpointed (housekeeping)."""
+        return self.log.high_watermark != self._checkpointed_hw
+
+    def checkpointed(self, hw: int) -> None:
+        """The HW ``hw`` (or a later one) was checkpointed."""
+        self._checkpointed_hw = hw
 
     async def run_maintenance(self) -> None:
         """Apply retention now, then compaction if the stream is compacted."""

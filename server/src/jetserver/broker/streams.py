@@ -13,14 +13,12 @@ Two modes:
 - **Cluster**: the metadata is replicated by Raft; CreateStream/DeleteStream are handled by
   :mod:`jetserver.cluster.forwarding`. Every server calls :meth:`StreamManager.reconcile`
   with each new replicated state: it opens the partitions this server holds a replica of,
-  hands each its assignment (``PartitionReplica.apply_assignment``, which makes the replica
-  lead — subscribing to NATS — or follow), closes replicas it no longer holds, and removes
-  the data of streams that no longer exist. Assignments are applied per partition by a task
-  of their own, latest first, in order, so a slow follower reconciliation never delays the
-  other partitions.
+  hands each its assignment (``PartitionReplica.apply_assignment``: lead, subscribing to
+  NATS, or follow), closes replicas it no longer holds, and removes the data of streams
+  that no longer exist. Assignments are applied per partition by a task of their own,
+  latest first, in order, so a slow follower never delays the other partitions.
 
-Data layout and the blocking file helpers: :mod:`jetserver.broker.stream_files`.
-
+Files: :mod:`~jetserver.broker.stream_files`; periodic work: :mod:`~jetserver.broker.housekeeping`.
 Task safety: event loop thread only; create/delete/reconcile are serialized by a lock.
 """
 
@@ -39,6 +37,7 @@ from anyio.abc import TaskGroup
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import AckRouter
+from jetserver.broker.housekeeping import run_housekeeping
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.producers import ProducerTable
@@ -239,6 +238,7 @@ class StreamManager:
         """Finish interrupted deletes, then open and subscribe every stream in the metadata
         (cluster mode: nothing more; :meth:`reconcile` opens the replicas)."""
         self._tg = tg
+        tg.start_soon(run_housekeeping, self._running, self.config.storage)
         if self.clustered and self.fetch_sessions is None:
             self.fetch_sessions = FetchSessions(
                 self.config.replication, tg, peer_security_of(self.controller)
