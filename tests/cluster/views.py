@@ -49,15 +49,31 @@ async def partition_view(address: str, stream: str) -> dict[int, dict[str, Any]]
 async def partition_info(
     cluster: Cluster, stream: str, partition: int, *, exclude: Iterable[str] = ()
 ) -> PartitionInfo | None:
-    """The partition's metadata from the first live server (not in ``exclude``) answering."""
+    """The freshest metadata of the partition among the live servers (not in ``exclude``).
+
+    Every live server is asked: one cut off from the metadata Raft (a deposed leader just
+    after a heal, say) still answers with the assignment it last applied, and trusting the
+    first answer let a test verify before the deposed leader had even heard of its new
+    epoch. The freshest view is the one with the highest leader epoch; among equal epochs,
+    the one the leader it names gave (it applies its own ISR changes first).
+    """
     skip = set(exclude)
-    for s in cluster.live():
-        if s.server_id in skip:
-            continue
-        view = await partition_view(s.address, stream)
+    views: dict[str, PartitionInfo] = {}
+
+    async def ask(server_id: str, address: str) -> None:
+        view = await partition_view(address, stream)
         if view is not None and partition in view:
-            return PartitionInfo.from_json(view[partition])
-    return None
+            views[server_id] = PartitionInfo.from_json(view[partition])
+
+    async with anyio.create_task_group() as tg:
+        for s in cluster.live():
+            if s.server_id not in skip:
+                tg.start_soon(ask, s.server_id, s.address)
+    if not views:
+        return None
+    return max(
+        views.items(), key=lambda kv: (kv[1].leader_epoch, kv[0] == kv[1].leader)
+    )[1]
 
 
 async def wait_info(
