@@ -71,9 +71,7 @@ async def partition_info(
                 tg.start_soon(ask, s.server_id, s.address)
     if not views:
         return None
-    return max(
-        views.items(), key=lambda kv: (kv[1].leader_epoch, kv[0] == kv[1].leader)
-    )[1]
+    return max(views.items(), key=lambda kv: (kv[1].leader_epoch, kv[0] == kv[1].leader))[1]
 
 
 async def wait_info(

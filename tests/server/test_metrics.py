@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -170,7 +173,34 @@ async def test_cli_json_logs_and_metrics_port(nats_server: NatsServer, tmp_path:
     assert all({"ts", "level", "logger", "msg"} <= r.keys() for r in records)
     (ready_line,) = [r for r in records if r["msg"] == "server ready"]
     assert ready_line["server_id"] == "s1"
+    assert ready_line["event_loop"] == "uvloop"  # [server] event_loop = "auto", installed
     assert any(r["msg"] == "metrics endpoint listening" for r in records)
+
+
+async def test_cli_event_loop_setting(nats_server: NatsServer, tmp_path: Path) -> None:
+    """`[server] event_loop = "asyncio"` runs the server on asyncio's own loop; an unknown
+    value is a configuration error (exit code 2)."""
+    proc = start_server_process(
+        nats_server.url,
+        tmp_path / "data",
+        "--log-format",
+        "json",
+        env={"JET_SERVER_EVENT_LOOP": "asyncio"},
+    )
+    assert proc.stop() == 0
+    lines = [ln for ln in proc.incarnation_log().splitlines()[1:] if ln.strip()]
+    (ready_line,) = [r for r in map(orjson.loads, lines) if r["msg"] == "server ready"]
+    assert ready_line["event_loop"] == "asyncio"
+    done = subprocess.run(  # noqa: ASYNC221 (a short, bounded CLI run)
+        [sys.executable, "-m", "jetserver.cli.main", "server", "--print-config"],
+        env={**os.environ, "JET_SERVER_EVENT_LOOP": "tokio"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "event_loop" in done.stderr
 
 
 async def test_nats_link_state_follows_an_outage(nats_server: NatsServer, tmp_path: Path) -> None:

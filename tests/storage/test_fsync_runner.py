@@ -9,6 +9,7 @@ timing anything.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,11 @@ from .helpers import bodies
 
 pytestmark = pytest.mark.anyio
 WAIT = 10.0
+LOOPS = [
+    pytest.param(("asyncio", {"use_uvloop": False}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+]
+"""The server's event loops: asyncio's own and uvloop (``[server] event_loop``)."""
 
 
 class Clock:
@@ -57,6 +63,7 @@ def log(tmp_path: Path) -> Iterator[Log]:
         yield lg
 
 
+@pytest.mark.parametrize("anyio_backend", LOOPS)
 async def test_light_load_fsyncs_on_the_loop(
     log: Log, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,6 +84,28 @@ async def test_light_load_fsyncs_on_the_loop(
     assert seen == [loop_thread] * 20
     assert (runner.loop_fsyncs, runner.thread_fsyncs, runner.slow_fsyncs) == (20, 0, 0)
     assert log.flushed_offset == 20
+
+
+@pytest.mark.parametrize("anyio_backend", LOOPS)
+async def test_the_loop_is_free_only_when_nothing_else_is_ready() -> None:
+    """asyncio shows its ready queue; uvloop does not, and its turn is timed instead."""
+    stop = anyio.Event()
+
+    async def busy_task() -> None:  # always ready: 1 ms of work per step
+        while not stop.is_set():
+            start = time.perf_counter()
+            while time.perf_counter() - start < 0.001:
+                pass
+            await anyio.lowlevel.checkpoint()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(busy_task)
+        await anyio.lowlevel.checkpoint()
+        busy = [await fsync_runner._loop_free() for _ in range(20)]
+        stop.set()
+    idle = [await fsync_runner._loop_free() for _ in range(20)]
+    assert not any(busy)
+    assert any(idle)  # timed on uvloop: a preempted turn may look busy, never all twenty
 
 
 async def test_off_means_every_fsync_in_a_thread(log: Log, clock: Clock) -> None:

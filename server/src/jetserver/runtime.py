@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import gc
 
+from jetserver.errors import ConfigError
+
 GC_GEN0_THRESHOLD = 20_000
 """Net container allocations between young-generation collections (CPython default 700)."""
 
@@ -28,3 +30,27 @@ def tune_gc() -> None:
     gc.freeze()
     _young, middle, old = gc.get_threshold()
     gc.set_threshold(GC_GEN0_THRESHOLD, middle, old)
+
+
+def uses_uvloop(choice: str) -> bool:
+    """Whether ``jet server`` runs on uvloop for ``[server] event_loop`` = ``choice``.
+
+    Raises:
+        ConfigError: ``uvloop`` was asked for and is not installed.
+    """
+    if choice == "asyncio":
+        return False
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        if choice == "uvloop":
+            raise ConfigError("event_loop = 'uvloop' but uvloop is not installed") from None
+        return False
+    return True
+
+
+def event_loop_name() -> str:
+    """``uvloop`` or ``asyncio``: the event loop running the caller."""
+    import asyncio
+
+    return type(asyncio.get_running_loop()).__module__.partition(".")[0]

@@ -60,6 +60,7 @@ from jetserver.protocol.connection import Reply
 from jetserver.protocol.handlers import Dispatcher
 from jetserver.protocol.listener import ProtocolListener, bind_listener, format_address
 from jetserver.resources import DataDirLock, log_file_limits, raise_open_file_limit
+from jetserver.runtime import event_loop_name
 from jetserver.security.gate import Security, Session
 from jetserver.security.wiring import acl_proposer, connection_setup
 from jetserver.security.wiring import bootstrap as bootstrap_acls
@@ -333,6 +334,7 @@ class Server:
                         streams=len(running.streams.store.state.streams),
                         fetch_io=cfg.fetch.io,
                         cluster=node is not None,
+                        event_loop=event_loop_name(),
                     ),
                 )
                 if node is not None:

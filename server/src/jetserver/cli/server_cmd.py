@@ -21,7 +21,7 @@ from jetserver import logs
 from jetserver.config import FETCH_IO_AUTO, FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
 from jetserver.config_load import load_config, to_toml
 from jetserver.errors import ConfigError, JetServerError
-from jetserver.runtime import tune_gc
+from jetserver.runtime import tune_gc, uses_uvloop
 
 log = logging.getLogger("jetserver.cli")
 
@@ -157,7 +157,12 @@ def run_command(args: argparse.Namespace) -> int:
     logs.configure(config.logging.level, config.logging.format)
     tune_gc()
     try:
-        anyio.run(serve, config, backend="asyncio")
+        uvloop = uses_uvloop(config.server.event_loop)
+    except ConfigError as exc:
+        print(f"jet server: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        anyio.run(serve, config, backend="asyncio", backend_options={"use_uvloop": uvloop})
     except (JetServerError, OSError, BaseExceptionGroup) as exc:
         cause = _operator_error(exc)
         if cause is None:

@@ -55,6 +55,43 @@ class SocketIO:
             except (BlockingIOError, InterruptedError):
                 await anyio.wait_readable(self.sock)
 
+    def recv_now(self, max_bytes: int = RECV_BYTES) -> bytes | None:
+        """What :meth:`recv` would return if it needs no wait; None if it would wait.
+
+        Raises:
+            OSError: connection reset and the like.
+        """
+        try:
+            return self.sock.recv(max_bytes)
+        except (BlockingIOError, InterruptedError):
+            return None
+
+    def send_now(self, data: bytes | memoryview, *, more: bool = False) -> int:
+        """Send what the socket takes without waiting; the number of bytes sent (0 if it
+        takes nothing now). The rest is for :meth:`send_all`.
+
+        Raises:
+            OSError: connection reset and the like.
+        """
+        try:
+            return self.sock.send(data, _MSG_MORE if more else 0)
+        except (BlockingIOError, InterruptedError):
+            return 0
+
+    def sendfile_now(self, fileno: int, offset: int, count: int) -> int:
+        """:meth:`sendfile` without waiting: the bytes sent (0 if none now).
+
+        Raises:
+            OSError: socket error, or EOF (the file is shorter than ``offset + count``).
+        """
+        try:
+            sent = os.sendfile(self.sock.fileno(), fileno, offset, count)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        if sent == 0 and count > 0:
+            raise OSError("file ended before the requested range was sent")
+        return sent
+
     async def send_all(self, data: bytes | memoryview, *, more: bool = False) -> None:
         """Send every byte of ``data`` (``more``: hint that more follows, MSG_MORE)."""
         view = memoryview(data).cast("B")

@@ -137,6 +137,18 @@ class TlsSocketIO(SocketIO):
         self._incoming.write(data)
         return True
 
+    def recv_now(self, max_bytes: int = RECV_BYTES) -> bytes | None:
+        """Always None: TLS records go through :meth:`recv`."""
+        return None
+
+    def send_now(self, data: bytes | memoryview, *, more: bool = False) -> int:
+        """Always 0: TLS records go through :meth:`send_all`."""
+        return 0
+
+    def sendfile_now(self, fileno: int, offset: int, count: int) -> int:
+        """Always 0: file bytes are encrypted by :meth:`sendfile`."""
+        return 0
+
     async def recv(self, max_bytes: int = RECV_BYTES) -> bytes:
         """Decrypted bytes; ``b""`` at end of stream (close_notify or EOF)."""
         while True:
