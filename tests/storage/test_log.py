@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from jetserver.storage import (
     OffsetOutOfRange,
     StorageError,
 )
+from jetserver.storage.segment import Segment
 
 from .helpers import SMALL, bodies, read_all
 
@@ -317,3 +319,45 @@ def test_append_raw_with_older_timestamps_keeps_indexes_rebuildable(tmp_path: Pa
     with Log.open(tmp_path, cfg) as log:
         assert log.recovery.indexes_rebuilt == 0
         assert log.offset_for_timestamp(450) == 7
+
+
+def test_a_tailing_read_starts_where_the_last_one_ended_without_a_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader keeping up asks next for the offset its last read ended at: the segment
+    remembers where that is, so no header is scanned from the last index entry; after a
+    gap (compaction leaves them) the record found there is the one returned."""
+    scans: list[int] = []
+    real = Segment.iter_headers
+
+    def counted(self: Segment, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+        scans.append(start)
+        return real(self, start, end)
+
+    monkeypatch.setattr(Segment, "iter_headers", counted)
+    with (
+        Log.open(tmp_path / "leader", LogConfig(index_interval_bytes=1 << 20)) as leader,
+        Log.open(tmp_path / "tail", LogConfig(index_interval_bytes=1 << 20)) as tail,
+    ):
+        leader.append(bodies(30, size=60), 1, 0)
+        leader.set_high_watermark(30)
+        with leader.read(0, 1 << 20) as sl:
+            assert sl.next_offset == 30
+        for start in (30, 35):
+            leader.append(bodies(5, start=start, size=60), 2, 0)
+            leader.set_high_watermark(start + 5)
+            scans.clear()
+            with leader.read(start, 1 << 20) as sl:
+                got = [r.offset for r in iter_records(sl.read_bytes())]
+            assert got == list(range(start, start + 5))
+            assert scans == []
+        # A gap: offsets 0-9, then 15.
+        tail.append_raw(b"".join(frame_body(i, 1, 0, b) for i, b in enumerate(bodies(10))))
+        tail.set_high_watermark(10)
+        with tail.read(0, 1 << 20) as sl:
+            assert sl.next_offset == 10
+        tail.append_raw(frame_body(15, 2, 0, bodies(1, start=15)[0]))
+        tail.set_high_watermark(16)
+        with tail.read(10, 1 << 20) as sl:
+            assert sl.first_offset == 15
+            assert [r.offset for r in iter_records(sl.read_bytes())] == [15]

@@ -59,12 +59,13 @@ _FLAGS_OFFSET = 5
 """Byte offset of the flags in a frame (u32 length, u8 api, u8 flags, u32 correlation id)."""
 
 
+_API_NAMES = {int(a): a.name.lower() for a in Api}
+
+
 def api_name(api: int) -> str:
     """Lower-case API name (``produce``), ``api_<n>`` for an unknown key."""
-    try:
-        return Api(api).name.lower()
-    except ValueError:
-        return f"api_{api}"
+    name = _API_NAMES.get(api)
+    return name if name is not None else f"api_{api}"
 
 
 def reply_code(reply: bytes) -> str:

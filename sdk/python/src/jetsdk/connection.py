@@ -233,18 +233,18 @@ class Connection:
             write_error: JetError | None = None
             # Shielded and bounded: either the whole frame is written, or the connection is
             # declared broken (half a frame on the wire would corrupt every later one).
-            with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(self._write_timeout) as write_scope:
-                    try:
-                        await self._stream.write(frame)
-                    except JetConnectionError as exc:
-                        write_error = exc
-                if write_scope.cancelled_caught:
-                    write_error = JetConnectionError(f"write to {self.label} timed out")
-                if write_error is not None:
-                    self._fail(write_error)
-                    await self._stream.aclose()
-                    raise write_error
+            deadline = anyio.current_time() + self._write_timeout
+            with anyio.CancelScope(shield=True, deadline=deadline) as write_scope:
+                try:
+                    await self._stream.write(frame)
+                except JetConnectionError as exc:
+                    write_error = exc
+            if write_scope.cancelled_caught:
+                write_error = JetConnectionError(f"write to {self.label} timed out")
+            if write_error is not None:
+                self._fail(write_error)
+                await self._stream.aclose()
+                raise write_error
         return pending
 
     async def request(
