@@ -19,10 +19,12 @@ and one long poll for every partition this server follows there) it:
    to this server's liveness probes of the leader's server — while those probes find the
    leader's server down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader
    silent to the controller, again every period while it lasts; two fetches in a row unanswered
-   within their long poll plus ``request_slack_s`` are reported at once. Only while this
-   replica holds every record it knows to be committed (a replica that lost data must not
-   be elected). The probes are what keeps an idle partition's leader heard between long
-   polls.
+   within their long poll plus ``request_slack_s`` while the session's other requests were
+   answered (this partition is stuck at a live leader) are reported at once; a whole
+   session request unanswered is the leader's server's silence, which the liveness view
+   decides. Only while this replica holds every record it knows to be committed (a
+   replica that lost data must not be elected). The probes are what keeps an idle
+   partition's leader heard between long polls.
 
 ``OFFSET_OUT_OF_RANGE``: below the leader's log start (retention moved it) the log restarts
 empty at the leader's log start; above the leader's LEO the follower reconciles again.
@@ -70,8 +72,9 @@ from jetserver.storage import Log, StorageError
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUTS_REPORTED = 2
-"""Replica fetches in a row unanswered within their long poll plus ``request_slack_s``
-that report the leader silent even while its server answers liveness probes."""
+"""Replica fetches in a row unanswered within their long poll plus ``request_slack_s``,
+while the fetch session got answers to other requests meanwhile, that report the leader
+silent even while its server answers liveness probes."""
 
 
 class _Restart(Exception):
@@ -349,14 +352,21 @@ class FollowerFetcher:
                 leader_epoch=self.leader_epoch,
                 max_bytes=cfg.fetch_max_bytes,
             )
+            answered_before = session.requests
             try:
                 header = await session.fetch(part, cfg.fetch_max_wait_s + cfg.request_slack_s)
             except Timeout:
-                # Twice in a row while the leader's server may still answer probes: this
-                # partition is stuck there (once may be a loaded server answering late).
-                self._timeouts += 1
-                if self._timeouts >= FETCH_TIMEOUTS_REPORTED:
-                    await self._report("replica fetch unanswered")
+                if session.requests > answered_before:
+                    # The leader's server answered the session meanwhile, not this
+                    # partition: twice in a row, it is stuck there (once may be a loaded
+                    # server answering late).
+                    self._timeouts += 1
+                    if self._timeouts >= FETCH_TIMEOUTS_REPORTED:
+                        await self._report("replica fetch unanswered")
+                # Else the whole session went unanswered: its server is silent or slow,
+                # which the liveness view decides (_watch_leader). Every partition followed
+                # there reporting at once (thousands) made a merely busy server lose its
+                # leaderships, and the reports kept the servers busy in turn.
                 raise
             self._heard()
             self._timeouts = 0
