@@ -240,6 +240,7 @@ class ReplicaRoles:
                 return
             if plan is Plan.ADOPT_ISR:
                 await self._carry_out(core.adopt_isr(assignment, self.log.high_watermark))
+                self._isr_wake.set()  # new members: the ISR check's next time may be sooner
                 return
             if plan is Plan.LEAD:
                 await self._become_leader(assignment)
@@ -408,8 +409,9 @@ class ReplicaRoles:
     async def _isr_loop(self) -> None:
         """Leader: propose ISR changes (lagging followers out, caught-up ones in)."""
         core = self._core
+        interval = self.replication.isr_check_interval_s
         while True:
-            with anyio.move_on_after(self.replication.isr_check_interval_s):
+            with anyio.move_on_after(core.isr_check_wait_s(anyio.current_time(), interval)):
                 await self._isr_wake.wait()
             self._isr_wake = LazyEvent()
             state = core.leader_state
