@@ -10,6 +10,8 @@ that records reports and a liveness view that finds the leader's server up.
   partitions do not report it (the liveness view decides), however many timeouts.
 - A partition left unanswered while the session's other requests are answered is stuck at
   a live leader: two timeouts in a row report it.
+- A silent leader is reported once the liveness view finds its server down (the event the
+  follower waits on), not before.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ from jetserver.storage import Log
 pytestmark = pytest.mark.anyio
 
 CONFIG = ReplicationConfig(
-    fetch_max_wait_s=0.1, request_slack_s=0.1, retry_min_s=0.02, retry_max_s=0.05
+    fetch_max_wait_s=0.1,
+    request_slack_s=0.1,
+    retry_min_s=0.02,
+    retry_max_s=0.05,
+    leader_silence_s=0.2,
 )
 BOUND_S = 10.0
 """Bound on each wait for the follower's fetches to time out."""
@@ -53,6 +59,9 @@ class Reports:
 
     def __init__(self) -> None:
         self.reports: list[tuple[str, int]] = []
+        self.down = False
+        self.down_event = anyio.Event()
+        self.reported = anyio.Event()
 
     async def propose_isr(
         self,
@@ -69,9 +78,13 @@ class Reports:
         self, stream: str, partition: int, leader_epoch: int, reporter: str
     ) -> None:
         self.reports.append((stream, partition))
+        self.reported.set()
 
     def server_down(self, server_id: str) -> bool:
-        return False  # its liveness probes answer: only a stuck partition is reported
+        return self.down  # while False, only a stuck partition is reported
+
+    def server_down_event(self, server_id: str) -> anyio.Event:
+        return self.down_event
 
 
 async def serve_leader(listener: anyio.abc.SocketListener, answer_streams: set[str]) -> None:
@@ -121,17 +134,23 @@ class CountingFetcher(FollowerFetcher):
     enough: int = 1
     failed: anyio.Event
 
-    async def _pause_after(self, exc: Exception) -> None:
-        await super()._pause_after(exc)
+    async def _pause_after(self, exc: Exception, *, quiet: bool = False) -> None:
+        await super()._pause_after(exc, quiet=quiet)
         if self._failures >= self.enough:
             self.failed.set()
 
 
 async def follow(
-    tmp_path: Path, answer_streams: set[str], stuck_timeouts: int
+    tmp_path: Path,
+    answer_streams: set[str],
+    stuck_timeouts: int,
+    *,
+    down_after: bool = False,
 ) -> tuple[Reports, FollowerFetcher, FetchSession]:
     """Run a follower of ``stuck/0`` (and a fetch loop of ``ok/0`` on the same session)
-    until ``stuck/0``'s fetches have failed ``stuck_timeouts`` times; the recorder."""
+    until ``stuck/0``'s fetches have failed ``stuck_timeouts`` times (with ``down_after``:
+    then the liveness view finds the leader's server down, until it is reported); the
+    recorder."""
     reports = Reports()
     log_ = Log.open(tmp_path / "stuck-0")
     async with (
@@ -158,6 +177,7 @@ async def follow(
             request_flush=lambda: None,
             controller=reports,
             server_down=reports.server_down,
+            server_down_event=reports.server_down_event,
             session=session,
         )
         fetcher.enough, fetcher.failed = stuck_timeouts, anyio.Event()
@@ -174,6 +194,12 @@ async def follow(
         tg.start_soon(fetcher.run)
         with anyio.fail_after(BOUND_S):
             await fetcher.failed.wait()
+        if down_after:
+            assert reports.reports == []  # silent for many periods, but its server is up
+            reports.down = True
+            reports.down_event.set()
+            with anyio.fail_after(BOUND_S):
+                await reports.reported.wait()
         tg.cancel_scope.cancel()
     log_.close()
     return reports, fetcher, session
@@ -195,3 +221,8 @@ async def test_a_partition_left_unanswered_by_a_live_leader_is_reported(tmp_path
     reports, _fetcher, session = await follow(tmp_path, {"ok"}, stuck_timeouts=3)
     assert session.requests >= 2
     assert ("stuck", 0) in reports.reports
+
+
+async def test_a_silent_leader_is_reported_once_its_server_is_down(tmp_path: Path) -> None:
+    reports, _fetcher, _session = await follow(tmp_path, set(), stuck_timeouts=4, down_after=True)
+    assert reports.reports[0] == ("stuck", 0)

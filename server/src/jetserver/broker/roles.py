@@ -52,7 +52,11 @@ from jetserver.metadata.model import (
 from jetserver.nats_fast import SkipMarked
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
-from jetserver.replication.control import server_down_of, server_heard_of
+from jetserver.replication.control import (
+    server_down_event_of,
+    server_down_of,
+    server_heard_of,
+)
 from jetserver.replication.core import (
     ROLE_FOLLOWER,
     ROLE_NONE,
@@ -364,6 +368,7 @@ class ReplicaRoles:
             security=peer_security_of(self.controller),
             server_heard=server_heard_of(self.controller),
             server_down=server_down_of(self.controller),
+            server_down_event=server_down_event_of(self.controller),
             session=session,
             fsyncs=self.fsyncs,
         )

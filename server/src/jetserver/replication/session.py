@@ -321,6 +321,11 @@ class FetchSession:
         finally:
             self._woken = None
         if error is not None:
+            if isinstance(error, Timeout):
+                log.info(  # once for every partition in it (they log it at DEBUG)
+                    "replica fetch request unanswered",
+                    extra=fields(leader=self.address, partitions=len(batch), error=str(error)),
+                )
             for entry in batch:
                 entry.resolve(None, error)
             if conn.closed:
