@@ -125,6 +125,7 @@ class Log(LogMaintenance):
         self._log_start = found.log_start_offset
         hw = found.high_watermark  # a reload after a failed fsync keeps the HW readers see
         self._hw = hw if synced is None else min(max(self._hw, hw), self._leo)
+        self._hw_on_disk = found.report.hw_checkpoint
         self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
         self.epochs = LeaderEpochCache(self._dir, lambda: self._leo, found.epochs)
         try:
@@ -157,9 +158,11 @@ class Log(LogMaintenance):
                 return
             active = self._segments[-1]
             try:
-                active.write_indexes()
-                active.fsync()
-                self.checkpoint_high_watermark()
+                active.write_indexes()  # unless the files hold them already
+                commit = self._commit
+                if commit.failure is not None or commit.flushed_offset < self._leo:
+                    active.fsync()  # else the last flush covered every record
+                self.checkpoint_high_watermark()  # unless the file holds it already
                 write_checkpoint(
                     self._dir, CLEAN_SHUTDOWN_FILE, [(active.base_offset, active.state.size)]
                 )
@@ -274,16 +277,22 @@ class Log(LogMaintenance):
             return self._hw
 
     def checkpoint_high_watermark(self) -> None:
-        """Write the high watermark to ``high-watermark-checkpoint`` atomically.
+        """Write the high watermark to ``high-watermark-checkpoint`` atomically, unless the
+        file already holds it (an idle partition's close: two fsyncs fewer).
 
         Raises:
             StorageError: the write failed.
         """
         with self._ckpt_lock:
+            hw = self._hw
+            if hw == self._hw_on_disk:
+                return
+            self._hw_on_disk = None  # unknown until written
             try:
-                write_checkpoint(self._dir, HIGH_WATERMARK_FILE, [(self._hw,)])
+                write_checkpoint(self._dir, HIGH_WATERMARK_FILE, [(hw,)])
             except OSError as exc:
                 raise StorageError(f"cannot write the high watermark checkpoint: {exc}") from exc
+            self._hw_on_disk = hw
 
     # -- appending ---------------------------------------------------------------------------
 

@@ -46,6 +46,8 @@ class LogState:
         self._bases: list[int] = []
         self._leo = 0
         self._hw = 0
+        self._hw_on_disk: int | None = None
+        """The value the HW checkpoint file holds, if known (read at open, or written)."""
         self._log_start = 0
         self._last_ts = NO_TIMESTAMP
         self._closed = False

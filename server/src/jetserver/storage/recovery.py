@@ -427,6 +427,8 @@ def _load_segment(
             first_timestamp=first_ts,
             corrupt_end=corrupt_end,
         )
+        if index_bytes is not None and time_bytes is not None:
+            seg.note_indexes_on_disk(index_bytes, time_bytes)
         if not is_last and (index_name in found.rebuilt):
             seg.write_indexes()
         return seg
