@@ -13,7 +13,7 @@ from types import TracebackType
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, MAX_BODY_BYTES, check_crc, peek_header
-from jetserver.storage.checkpoint import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, write_checkpoint
+from jetserver.storage.checkpoint import CLEAN_SHUTDOWN_FILE, write_checkpoint
 from jetserver.storage.clock import DELETION_CLOCK
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import MAX_EPOCH, LeaderEpochCache
@@ -58,7 +58,7 @@ class Log(LogMaintenance):
     fsyncs). ``compact`` may run in a background thread; it holds the writer lock only to swap
     files in.
 
-    The class is split over modules: :class:`~jetserver.storage.log_state.LogState` (fields,
+    The class is split over modules: :class:`~jetserver.storage.log_state.LogState` (fields, HW,
     rolling), :class:`~jetserver.storage.maintenance.LogMaintenance` (``truncate_to``,
     ``enforce_retention``, ``compact``) and this one (open/close, append, flush, read).
     """
@@ -279,30 +279,6 @@ class Log(LogMaintenance):
             )
             for seg in self._segments
         )
-
-    def set_high_watermark(self, hw: int) -> int:
-        """Set the high watermark, clamped into [log start, LEO]; return the value set."""
-        with self._lock:
-            self._hw = min(max(hw, self._log_start), self._leo)
-            return self._hw
-
-    def checkpoint_high_watermark(self) -> None:
-        """Write the high watermark to ``high-watermark-checkpoint`` atomically, unless the
-        file already holds it (an idle partition's close: two fsyncs fewer).
-
-        Raises:
-            StorageError: the write failed.
-        """
-        with self._ckpt_lock:
-            hw = self._hw
-            if hw == self._hw_on_disk:
-                return
-            self._hw_on_disk = None  # unknown until written
-            try:
-                write_checkpoint(self._dir, HIGH_WATERMARK_FILE, [(hw,)])
-            except OSError as exc:
-                raise StorageError(f"cannot write the high watermark checkpoint: {exc}") from exc
-            self._hw_on_disk = hw
 
     # -- appending ---------------------------------------------------------------------------
 

@@ -6,7 +6,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from jetserver.storage.checkpoint import CLEAN_SHUTDOWN_FILE, remove_file
+from jetserver.storage.checkpoint import (
+    CLEAN_SHUTDOWN_FILE,
+    HIGH_WATERMARK_FILE,
+    remove_file,
+    write_checkpoint,
+)
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import LeaderEpochCache
 from jetserver.storage.errors import LogClosedError, StorageError
@@ -59,6 +64,30 @@ class LogState:
         """What :meth:`open` found and repaired."""
         self.epochs: LeaderEpochCache
         """The leader-epoch cache (KIP-101): assign, latest_epoch, end_offset_for."""
+
+    def set_high_watermark(self, hw: int) -> int:
+        """Set the high watermark, clamped into [log start, LEO]; return the value set."""
+        with self._lock:
+            self._hw = min(max(hw, self._log_start), self._leo)
+            return self._hw
+
+    def checkpoint_high_watermark(self) -> None:
+        """Write the high watermark to ``high-watermark-checkpoint`` atomically, unless the
+        file already holds it (an idle partition's close: two fsyncs fewer).
+
+        Raises:
+            StorageError: the write failed.
+        """
+        with self._ckpt_lock:
+            hw = self._hw
+            if hw == self._hw_on_disk:
+                return
+            self._hw_on_disk = None  # unknown until written
+            try:
+                write_checkpoint(self._dir, HIGH_WATERMARK_FILE, [(hw,)])
+            except OSError as exc:
+                raise StorageError(f"cannot write the high watermark checkpoint: {exc}") from exc
+            self._hw_on_disk = hw
 
     def _drop_marker(self) -> None:
         """Delete a clean-shutdown marker kept at open (durably), before a truncation: a
