@@ -46,13 +46,17 @@ async def test_refused_is_down_at_once_a_silent_server_only_after_a_while(
         with anyio.fail_after(5):
             await live.next_round()
         assert live.is_down("gone")  # refused: the process is gone
+        assert live.down_event("gone").is_set()
         assert not live.is_down("slow")  # timed out once: maybe only busy
+        slow_down = live.down_event("slow")
+        assert not slow_down.is_set()
         first_failure = live.probes["slow"].failing_since
         assert first_failure is not None
         with anyio.fail_after(5):
             while not live.is_down("slow"):
                 await live.next_round()
         assert live.probes["slow"].at - first_failure >= 1.0
+        assert slow_down.is_set()  # what followers wait on instead of a timer each
         assert not live.is_down("me")
         tg.cancel_scope.cancel()
     await peers.aclose()

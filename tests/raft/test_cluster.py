@@ -387,3 +387,26 @@ async def test_a_healthy_cluster_is_quiet(
     assert infos <= {"metadata raft leader changed"}
     out, err = capfd.readouterr()
     assert (out, err) == ("", "")
+
+
+async def test_a_hastened_election_replaces_a_gone_leader_before_the_timeout(
+    tmp_path: Path,
+) -> None:
+    configs = make_configs(
+        tmp_path,
+        election_timeout_min_s=4.0,
+        election_timeout_max_s=4.5,
+        connection_timeout_s=4.5,
+        leader_fallback_s=4.5,
+    )
+    async with running(configs) as nodes:
+        old = await agreed_leader(nodes, limit_s=30.0)
+        survivors = [n for n in nodes if n is not old]
+        await old.aclose()
+        started = anyio.current_time()
+        for rank, node in enumerate(survivors):  # as ClusterNode staggers them
+            node.hasten_election(old.config.address, rank * 0.3)
+        new = await agreed_leader(survivors, limit_s=10.0)
+        # The election timeout alone would have waited at least 4 s.
+        assert anyio.current_time() - started < 3.0
+        assert new is not old

@@ -131,3 +131,18 @@ def test_durability_written_in_a_cluster_commits_on_the_leaders_append() -> None
     core.cut(0, "fsync failed")
     assert core.leader_state is not None
     assert core.leader_state.hw == 0
+
+
+def test_an_idle_leader_checks_its_isr_once_per_lag_bound() -> None:
+    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, lag_max_s=10.0)
+    assert core.isr_check_wait_s(0.0, 0.25) == 0.25  # not leading
+    core.lead(a("s1"), leo=0, flushed=0, hw=0, now=0.0)
+    assert core.isr_check_wait_s(4.0, 0.25) == 6.0  # the followers could lag at 10.0
+    core.replica_fetched("s2", 0, 0, 5.0, hw=0)
+    core.replica_fetched("s3", 0, 0, 7.0, hw=0)
+    assert core.isr_check_wait_s(8.0, 0.25) == 7.0  # s2, caught up at 5.0, first
+    assert core.isr_check_wait_s(14.9, 0.25) == 0.25  # never closer than the interval
+    proposal = core.isr_proposal(16.0)
+    assert proposal is not None
+    assert proposal[0] == ("s1", "s3")
+    assert core.isr_check_wait_s(16.0, 0.25) == 0.25  # a proposal in flight

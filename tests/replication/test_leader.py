@@ -232,3 +232,16 @@ def test_a_failed_expansion_keeps_counting_the_member_until_resolved() -> None:
     s2.proposal_done(p2, accepted=False)
     s2.set_isr(("a", "b"))  # the metadata says it was not applied
     assert s2.maximal_isr == ("a", "b")
+
+
+def test_next_shrink_is_when_the_first_isr_follower_could_lag() -> None:
+    s = leader(now=0.0)
+    assert s.next_shrink_s(2.0) == LAG - 2.0  # nobody fetched: due from the epoch start
+    s.on_fetch("b", 0, 0, 3.0)  # caught up at 3.0
+    s.on_fetch("c", 0, 0, 5.0)  # caught up at 5.0
+    assert s.next_shrink_s(6.0) == 3.0 + LAG - 6.0  # b's bound comes first
+    assert s.isr_proposal(3.0 + LAG - 0.01) is None  # nothing due before then
+    assert s.next_shrink_s(100.0) == 0.0  # overdue
+    assert s.isr_proposal(100.0) == ("a",)
+    alone = leader(isr=("a",))
+    assert alone.next_shrink_s(1.0) is None  # no ISR follower: nothing can shrink

@@ -31,7 +31,7 @@ from __future__ import annotations
 import collections
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import anyio
@@ -164,6 +164,10 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     """The subscription filter that drops stored copies before parsing."""
     sync_failures: int = 0
     """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
+    closer: Callable[[Log], Awaitable[None]] | None = None
+    """Closes the log at the end instead of a worker-thread call of its own: a server's
+    stop closes every log in batches, without fsyncing the clean-shutdown markers (it syncs
+    the file system once after, ``StreamManager.stop``)."""
     fetch_waiters: int = 0
     """Fetches parked waiting for the HW to move."""
     _core: ReplicaCore[PendingAck] = attrs.field(init=False)
@@ -183,6 +187,9 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     None: never (a load-balance group)."""
 
     def __attrs_post_init__(self) -> None:
+        # What the checkpoint file holds: an idle partition is not checkpointed again.
+        ckpt = self.log.recovery.hw_checkpoint
+        self._checkpointed_hw = -1 if ckpt is None else ckpt
         self._init_roles()
         self._stored_value = stored_value(self.stream, self.partition)
         self.skip_copies = stored_skip(self.stream, self.partition)
@@ -255,7 +262,11 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
             await self._unsubscribe()
             if not self._closed:
                 try:
-                    flushed = await anyio.to_thread.run_sync(self.log.flush)
+                    log_ = self.log
+                    if log_.sync_failure is None and log_.flushed_offset >= log_.log_end_offset:
+                        flushed = log_.flushed_offset  # nothing to flush: no thread round trip
+                    else:
+                        flushed = await anyio.to_thread.run_sync(log_.flush)
                     await self._commit(flushed)
                 except Exception:
                     log.exception("final flush failed", extra=self._fields())
@@ -264,7 +275,10 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
                     # In a worker thread: its fsyncs (indexes, the HW checkpoint, the
                     # clean-shutdown marker) would hold the event loop, thousands of
                     # partitions in a row at a server's stop.
-                    await anyio.to_thread.run_sync(self.log.close)
+                    if self.closer is not None:
+                        await self.closer(self.log)
+                    else:
+                        await anyio.to_thread.run_sync(self.log.close)
                 except Exception:
                     log.exception("closing the log failed", extra=self._fields())
         finally:

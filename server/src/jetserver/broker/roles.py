@@ -52,7 +52,11 @@ from jetserver.metadata.model import (
 from jetserver.nats_fast import SkipMarked
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
-from jetserver.replication.control import server_down_of, server_heard_of
+from jetserver.replication.control import (
+    server_down_event_of,
+    server_down_of,
+    server_heard_of,
+)
 from jetserver.replication.core import (
     ROLE_FOLLOWER,
     ROLE_NONE,
@@ -240,6 +244,7 @@ class ReplicaRoles:
                 return
             if plan is Plan.ADOPT_ISR:
                 await self._carry_out(core.adopt_isr(assignment, self.log.high_watermark))
+                self._isr_wake.set()  # new members: the ISR check's next time may be sooner
                 return
             if plan is Plan.LEAD:
                 await self._become_leader(assignment)
@@ -363,6 +368,7 @@ class ReplicaRoles:
             security=peer_security_of(self.controller),
             server_heard=server_heard_of(self.controller),
             server_down=server_down_of(self.controller),
+            server_down_event=server_down_event_of(self.controller),
             session=session,
             fsyncs=self.fsyncs,
         )
@@ -408,8 +414,9 @@ class ReplicaRoles:
     async def _isr_loop(self) -> None:
         """Leader: propose ISR changes (lagging followers out, caught-up ones in)."""
         core = self._core
+        interval = self.replication.isr_check_interval_s
         while True:
-            with anyio.move_on_after(self.replication.isr_check_interval_s):
+            with anyio.move_on_after(core.isr_check_wait_s(anyio.current_time(), interval)):
                 await self._isr_wake.wait()
             self._isr_wake = LazyEvent()
             state = core.leader_state

@@ -55,8 +55,10 @@ ISR_PROPOSE_BOUND_S = 10.0
 ISR_BATCH_GATHER_S = 0.02
 """How long the first ISR change of a batch waits for others to join it (a follower's
 death makes every partition it followed here shrink its ISR within one check period)."""
-ISR_MAX_BATCH = 500
-"""Most ISR changes in one Raft entry (UpdateIsrs)."""
+ISR_MAX_BATCH = 1000
+"""Most ISR changes in one Raft entry (UpdateIsrs; 1,000 with 255-character stream names
+encode to under half of ``MAX_ENTRY_BYTES``). A server failing over the 1,000 partitions it
+followed proposed them in two entries of 500, the second waiting for the first to apply."""
 REPORT_TIMEOUT_S = 3.0
 """Bound on delivering one silent-leader report (retries included)."""
 _BACKOFF_FIRST_S = 0.05
@@ -120,6 +122,10 @@ class Controller:
     is_down: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
     """This server's liveness view: True if a server is down (refused, or its probes timed
     out for a while; :meth:`jetserver.cluster.liveness.Liveness.is_down`)."""
+    server_down_event: Callable[[str], anyio.Event] | None = None
+    """An event set once this server's liveness view finds a server down
+    (:meth:`jetserver.cluster.liveness.Liveness.down_event`); None: followers watch their
+    leaders with timers alone."""
     isr_bound_s: float = ISR_PROPOSE_BOUND_S
     """See :data:`ISR_PROPOSE_BOUND_S`."""
     isr_changes: int = 0

@@ -1,11 +1,12 @@
 """Which registered servers answer: periodic Hello probes over the client protocol.
 
 Every server probes every other registered server every ``probe_interval_s`` (a Hello with a
-short bound). The view is local and advisory: the metadata leader uses it to leave servers
-that do not answer out of new streams' placements, and to count a partition leader that
-does not answer as agreeing that it is silent (spec/cluster.md, "Partition leader
-election"). A server never probed yet counts as live; one whose probes only time out
-(slow, not gone) counts as down after ``DOWN_AFTER_S`` of failed probes in a row.
+short bound), each server in a loop of its own. The view is local and advisory: the
+metadata leader uses it to leave servers that do not answer out of new streams'
+placements, and to count a partition leader that does not answer as agreeing that it is
+silent (spec/cluster.md, "Partition leader election"). A server never probed yet counts
+as live; one whose probes only time out (slow, not gone) counts as down after
+``DOWN_AFTER_S`` of failed probes in a row.
 
 Task safety: one event loop; :meth:`Liveness.run` is the only writer.
 """
@@ -71,6 +72,11 @@ class Liveness:
     heard_at: dict[str, float] = attrs.field(factory=dict)
     """When each server last answered a probe (``anyio.current_time()``), by server id."""
     _changed: anyio.Event = attrs.field(factory=anyio.Event)
+    _rounds: dict[str, int] = attrs.field(factory=dict)
+    _down_events: dict[str, anyio.Event] = attrs.field(factory=dict)
+    on_refused: Callable[[str], None] | None = None
+    """Called with a server's id when a probe of it is refused after it had answered (or
+    at the first probe): nothing listens at its address, the process is gone."""
 
     def is_down(self, server_id: str) -> bool:
         """True if the last probe of ``server_id`` at its current address failed, and either
@@ -89,14 +95,39 @@ class Liveness:
         since = probe.at if probe.failing_since is None else probe.failing_since
         return probe.at - since >= self.down_after_s
 
+    def down_event(self, server_id: str) -> anyio.Event:
+        """An event set once ``server_id`` is down in this view (:meth:`is_down`); a new,
+        unset one is handed out after it answers again. Followers wait on it instead of
+        each keeping a timer while their leader's server answers."""
+        event = self._down_events.get(server_id)
+        if event is None:
+            event = self._down_events[server_id] = anyio.Event()
+        if self.is_down(server_id):
+            event.set()
+        return event
+
+    def _note_down(self, server_id: str) -> None:
+        event = self._down_events.get(server_id)
+        if event is None:
+            return
+        if self.is_down(server_id):
+            event.set()
+        elif event.is_set():
+            self._down_events[server_id] = anyio.Event()
+
     def live_servers(self) -> list[str]:
         """Registered servers not known to be down (this server included), sorted."""
         ids = set(self.state().servers) | {self.server_id}
         return sorted(s for s in ids if not self.is_down(s))
 
     async def next_round(self) -> None:
-        """Wait until the next round of probes has finished."""
-        await self._changed.wait()
+        """Wait until every registered server has been probed once more."""
+        before = dict(self._rounds)
+        while True:
+            changed = self._changed
+            if all(self._rounds.get(s, 0) > before.get(s, 0) for s in self._targets()):
+                return
+            await changed.wait()
 
     async def recheck_down(self) -> None:
         """Probe again, now, every server whose last probe failed (a server that came back
@@ -108,21 +139,42 @@ class Liveness:
                 for server_id, address in down.items():
                     tg.start_soon(self._probe, server_id, address)
 
+    def _targets(self) -> dict[str, str]:
+        return {
+            s.server_id: s.client_address
+            for s in self.state().servers.values()
+            if s.server_id != self.server_id
+        }
+
     async def run(self) -> None:
-        """Probe every registered server each ``interval_s`` until cancelled."""
-        while True:
-            started = time.monotonic()
-            targets = {
-                s.server_id: s.client_address
-                for s in self.state().servers.values()
-                if s.server_id != self.server_id
-            }
-            async with anyio.create_task_group() as tg:
+        """Probe every registered server each ``interval_s`` until cancelled: one loop per
+        server, so that a server whose probe waits out its bound (a busy one) does not
+        hold back the probes of the others (a killed server's refusal is seen at its own
+        next probe, not after the slow one's timeout)."""
+        loops: dict[str, tuple[str, anyio.CancelScope]] = {}
+        async with anyio.create_task_group() as tg:
+            while True:
+                targets = self._targets()
+                for server_id, (address, scope) in list(loops.items()):
+                    if targets.get(server_id) != address:
+                        scope.cancel()
+                        del loops[server_id]
                 for server_id, address in targets.items():
-                    tg.start_soon(self._probe, server_id, address)
-            event, self._changed = self._changed, anyio.Event()
-            event.set()
-            await anyio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+                    if server_id not in loops:
+                        scope = anyio.CancelScope()
+                        loops[server_id] = (address, scope)
+                        tg.start_soon(self._probe_loop, server_id, address, scope)
+                await anyio.sleep(self.interval_s)
+
+    async def _probe_loop(self, server_id: str, address: str, scope: anyio.CancelScope) -> None:
+        with scope:
+            while True:
+                started = time.monotonic()
+                await self._probe(server_id, address)
+                self._rounds[server_id] = self._rounds.get(server_id, 0) + 1
+                event, self._changed = self._changed, anyio.Event()
+                event.set()
+                await anyio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     async def _probe(self, server_id: str, address: str) -> None:
         refused = False
@@ -142,6 +194,9 @@ class Liveness:
             failing = previous is not None and not previous.ok and previous.address == address
             since = previous.failing_since if failing and previous is not None else now
         self.probes[server_id] = Probe(ok, now, address, refused, since)
+        self._note_down(server_id)
+        if refused and self.on_refused is not None and (previous is None or previous.ok):
+            self.on_refused(server_id)
         if previous is None or previous.ok != ok:
             log.log(
                 logging.INFO if previous is not None else logging.DEBUG,

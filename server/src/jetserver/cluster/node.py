@@ -48,6 +48,10 @@ from jetserver.security.peer import PeerSecurity
 
 log = logging.getLogger(__name__)
 
+METADATA_ELECTION_STAGGER_S = 0.3
+"""Between the hastened metadata elections of the surviving members, by rank (server id
+order), when the metadata leader's process is gone: the first asks for votes at once, the
+next only if that one has not won meanwhile."""
 REGISTER_PROPOSE_TIMEOUT_S = 5.0
 """Bound on one RegisterServer proposal (retried until applied)."""
 
@@ -124,14 +128,29 @@ class ClusterNode:
                 lambda: member.state.client_addresses(),
                 heard_at=liveness.heard_at,
                 is_down=liveness.is_down,
+                server_down_event=liveness.down_event,
             )
             node = cls(config, member, peers, liveness, elections, controller, tg=tg)
+            liveness.on_refused = node._server_gone
             try:
                 yield node
             finally:
                 tg.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await peers.aclose()
+
+    def _server_gone(self, server_id: str) -> None:
+        """A server refused this server's probe: if it led the metadata Raft, elect another
+        now rather than after the election timeout (1-2 s, and more when votes split),
+        which every partition leadership it held waits for. The surviving members stagger
+        their elections by their rank (``METADATA_ELECTION_STAGGER_S`` apart)."""
+        status = self.raft.status
+        if status.is_leader or status.leader_id != server_id or status.leader_address is None:
+            return
+        me = self.config.server.id
+        members = sorted({me, *(p for p, _ in self.config.cluster.peer_list())} - {server_id})
+        rank = members.index(me) if me in members else 0
+        self.raft.hasten_election(status.leader_address, rank * METADATA_ELECTION_STAGGER_S)
 
     def attach(self, streams: StreamManager) -> None:
         """Give the node this server's StreamManager (before :meth:`start`)."""

@@ -214,6 +214,21 @@ def _postpone_election(obj: Any, delay_s: float) -> None:
     obj._SyncObj__raftElectionDeadline = monotonic() + delay_s
 
 
+def _hasten_election(obj: Any, leader_address: str, delay_s: float) -> None:
+    """Start an election ``delay_s`` from now if ``obj`` follows ``leader_address`` and
+    its election deadline is later (never postpones one)."""
+    leader = obj._getLeader()
+    if obj._isLeader() or leader is None or str(leader.id) != leader_address:
+        return
+    deadline = monotonic() + delay_s
+    if deadline < obj._SyncObj__raftElectionDeadline:
+        obj._SyncObj__raftElectionDeadline = deadline
+        log.info(
+            "metadata raft: the leader's process is gone; electing another",
+            extra=fields(leader=leader_address, in_s=round(delay_s, 3)),
+        )
+
+
 class _MetadataSyncObj(SyncObj):  # type: ignore[misc]
     """PySyncObj's replicated object: one replicated method applying an encoded entry."""
 
@@ -246,6 +261,7 @@ class RaftHost:
         self.events: deque[HostEvent] = deque()
         """Outcomes and lifecycle events, appended by the Raft thread, popped by the loop."""
         self._stop = threading.Event()
+        self._hasten: tuple[str, float] | None = None
         self._obj: Any = None
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(
@@ -294,6 +310,12 @@ class RaftHost:
             obj.addNodeToCluster(_node(address, server_id), callback=callback)
         else:
             obj.removeNodeFromCluster(_node(address, server_id), callback=callback)
+
+    def hasten_election(self, leader_address: str, delay_s: float) -> None:
+        """Start an election ``delay_s`` from now, instead of after the election timeout,
+        if this member still follows the leader at ``leader_address`` then (done by the
+        Raft thread at its next tick). For a leader whose process is known gone."""
+        self._hasten = (leader_address, delay_s)
 
     def force_compaction(self) -> None:
         """Snapshot and truncate the journal at the next tick (tests, operators)."""
@@ -417,6 +439,9 @@ class RaftHost:
                     _postpone_election(obj, self._config.election_timeout_max_s)
                 else:
                     joining = False
+            hasten, self._hasten = self._hasten, None
+            if hasten is not None:
+                _hasten_election(obj, *hasten)
             try:
                 obj.doTick(self._config.tick_s)
                 failures = 0

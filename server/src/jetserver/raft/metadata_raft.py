@@ -379,6 +379,15 @@ class MetadataRaft:
             lambda token: host.change_membership(token, add, address, server_id), limit_s, what
         )
 
+    def hasten_election(self, leader_address: str, delay_s: float) -> None:
+        """Elect a new leader ``delay_s`` from now rather than after the election timeout,
+        if this member still follows ``leader_address`` (the Raft address of a leader
+        whose process is known to be gone: its server refuses connections). Members
+        stagger ``delay_s`` so that they do not split their votes."""
+        self._check_open()
+        assert self._host is not None
+        self._host.hasten_election(leader_address, delay_s)
+
     def force_compaction(self) -> None:
         """Write a snapshot and truncate the journal at the next Raft tick."""
         self._check_open()

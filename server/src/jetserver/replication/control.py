@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import anyio
+
 
 class ControlPlane(Protocol):
     """ISR changes and silent-leader reports, as the data plane sends them."""
@@ -47,3 +49,10 @@ def server_down_of(controller: object) -> Callable[[str], bool] | None:
     or None for a control plane without liveness probes."""
     down = getattr(controller, "server_down", None)
     return down if callable(down) else None
+
+
+def server_down_event_of(controller: object) -> Callable[[str], anyio.Event] | None:
+    """The controller's ``server_down_event`` (an event set once its liveness view finds a
+    server down), or None for a control plane without it."""
+    event = getattr(controller, "server_down_event", None)
+    return event if callable(event) else None

@@ -317,6 +317,20 @@ class ReplicaCore(Generic[P]):
             return None
         return proposal, state.pending_base
 
+    def isr_check_wait_s(self, now: float, interval_s: float) -> float:
+        """Leader: how long the ISR check may sleep unless woken (a fetch that may expand
+        the ISR wakes it): ``interval_s`` while a proposal is in flight or unresolved,
+        else until an ISR follower could first lag (at least ``interval_s``, at most the
+        lag bound). An idle leader thus checks about once per lag bound instead of every
+        ``interval_s`` (thousands of partitions: thousands of wake-ups a second)."""
+        state = self.leader_state
+        if state is None or state.pending_isr is not None or state.unresolved:
+            return interval_s
+        due = state.next_shrink_s(now)
+        if due is None:
+            return max(interval_s, state.lag_max_s)
+        return max(interval_s, min(due, state.lag_max_s))
+
     def proposal_done(
         self, state: LeaderState, proposal: tuple[str, ...], accepted: bool, *, hw: int
     ) -> Outcome[P]:

@@ -19,10 +19,12 @@ and one long poll for every partition this server follows there) it:
    to this server's liveness probes of the leader's server — while those probes find the
    leader's server down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader
    silent to the controller, again every period while it lasts; two fetches in a row unanswered
-   within their long poll plus ``request_slack_s`` are reported at once. Only while this
-   replica holds every record it knows to be committed (a replica that lost data must not
-   be elected). The probes are what keeps an idle partition's leader heard between long
-   polls.
+   within their long poll plus ``request_slack_s`` while the session's other requests were
+   answered (this partition is stuck at a live leader) are reported at once; a whole
+   session request unanswered is the leader's server's silence, which the liveness view
+   decides. Only while this replica holds every record it knows to be committed (a
+   replica that lost data must not be elected). The probes are what keeps an idle
+   partition's leader heard between long polls.
 
 ``OFFSET_OUT_OF_RANGE``: below the leader's log start (retention moved it) the log restarts
 empty at the leader's log start; above the leader's LEO the follower reconciles again.
@@ -70,8 +72,14 @@ from jetserver.storage import Log, StorageError
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUTS_REPORTED = 2
-"""Replica fetches in a row unanswered within their long poll plus ``request_slack_s``
-that report the leader silent even while its server answers liveness probes."""
+"""Replica fetches in a row unanswered within their long poll plus ``request_slack_s``,
+while the fetch session got answers to other requests meanwhile, that report the leader
+silent even while its server answers liveness probes."""
+
+
+DOWN_RECHECK_S = 0.25
+"""While its leader is silent but the leader's server not (yet) down in this server's
+liveness view, a follower looks again this often."""
 
 
 class _Restart(Exception):
@@ -146,6 +154,11 @@ class FollowerFetcher:
     """This server's liveness view (None: no probes): a silence is reported only while the
     leader's server is down in it (refused, or probes timing out for a while), so that a
     busy server is not reported by every partition it leads (spec/cluster.md)."""
+    server_down_event: Callable[[str], anyio.Event] | None = None
+    """An event set once this server's liveness view finds a server down (None: not
+    known): while the leader's server is not down, the silence watch waits on it instead
+    of waking every silence period (thousands of followers: thousands of wake-ups a
+    second)."""
     fetches: int = 0
     """Fetch answers received."""
     records_bytes: int = 0
@@ -186,15 +199,21 @@ class FollowerFetcher:
         silence = self._silence
         assert silence is not None
         while True:
+            if self.server_down_event is not None and self.server_down is not None:
+                # Reports go out only while the leader's server is down: wait for that.
+                await self.server_down_event(self.leader).wait()
             await anyio.sleep(max(silence.next_check_s(self.clock()), 0.01))
             self._heard_from_server()
+            if silence.next_check_s(self.clock()) > 0:
+                continue  # heard meanwhile
+            if self.server_down is not None and not self.server_down(self.leader):
+                # Its server answers probes or has been slow only briefly: a busy leader,
+                # not a dead one. Look again soon: the liveness view may find it down at
+                # its next probe (waiting a whole silence period more delayed failovers).
+                await anyio.sleep(DOWN_RECHECK_S)
+                continue
             first = silence.last_report_s is None
             if not silence.should_report(self.clock()):
-                continue
-            if self.server_down is not None and not self.server_down(self.leader):
-                # Its server answers probes or has been slow only briefly: a busy
-                # leader, not a dead one (checked again after another silence period).
-                log.debug("leader silent, its server not down; not reporting", extra=self._fields())
                 continue
             await self._report("leader silent", repeated=not first)
 
@@ -230,29 +249,45 @@ class FollowerFetcher:
     # ------------------------------------------------------------------ main loop
 
     async def _replicate(self) -> None:
+        reconciled = False
         while True:
             session = self.session
             if not self.leader_address or session is None:
                 await anyio.sleep_forever()  # a new assignment will bring the address
                 return
             try:
-                await self._reconcile(session)
+                if not reconciled:
+                    await self._reconcile(session)
+                    reconciled = True
                 await self._fetch_loop(session)
             except LEADER_ANSWERS as exc:
+                reconciled = False
                 self._heard()  # it answered: not silent
                 await self._pause_after(exc)
             except _Restart as exc:
+                reconciled = False
                 await self._pause_after(exc)
+            except Timeout as exc:
+                # A fetch unanswered in time: same leader, same epoch, its log only grew
+                # meanwhile, so fetching on needs no new reconciliation (a changed epoch is
+                # answered NOT_LEADER). Reconciling again after every session timeout made
+                # each partition followed there send an OffsetForLeaderEpoch at once.
+                if self.log.sync_failure is not None:
+                    reconciled = False
+                    await self._recover_unsynced(exc)
+                await self._pause_after(exc, quiet=True)
             except (JetError, CodecError, StorageError, OSError) as exc:
+                reconciled = False
                 if self.log.sync_failure is not None:
                     await self._recover_unsynced(exc)
                 await self._pause_after(exc)
 
-    async def _pause_after(self, exc: Exception) -> None:
-        """Log an interruption (the first of a series at INFO) and back off; the pause
+    async def _pause_after(self, exc: Exception, *, quiet: bool = False) -> None:
+        """Log an interruption (the first of a series at INFO unless ``quiet``: a timeout,
+        which the fetch session logs once for all its partitions) and back off; the pause
         doubles per failure until a fetch is answered again."""
         self._failures += 1
-        level = logging.DEBUG if self._failures > 1 else logging.INFO
+        level = logging.DEBUG if self._failures > 1 or quiet else logging.INFO
         log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
         await anyio.sleep(self.config.backoff_s(self._failures))
 
@@ -349,14 +384,21 @@ class FollowerFetcher:
                 leader_epoch=self.leader_epoch,
                 max_bytes=cfg.fetch_max_bytes,
             )
+            answered_before = session.requests
             try:
                 header = await session.fetch(part, cfg.fetch_max_wait_s + cfg.request_slack_s)
             except Timeout:
-                # Twice in a row while the leader's server may still answer probes: this
-                # partition is stuck there (once may be a loaded server answering late).
-                self._timeouts += 1
-                if self._timeouts >= FETCH_TIMEOUTS_REPORTED:
-                    await self._report("replica fetch unanswered")
+                if session.requests > answered_before:
+                    # The leader's server answered the session meanwhile, not this
+                    # partition: twice in a row, it is stuck there (once may be a loaded
+                    # server answering late).
+                    self._timeouts += 1
+                    if self._timeouts >= FETCH_TIMEOUTS_REPORTED:
+                        await self._report("replica fetch unanswered")
+                # Else the whole session went unanswered: its server is silent or slow,
+                # which the liveness view decides (_watch_leader). Every partition followed
+                # there reporting at once (thousands) made a merely busy server lose its
+                # leaderships, and the reports kept the servers busy in turn.
                 raise
             self._heard()
             self._timeouts = 0

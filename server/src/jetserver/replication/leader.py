@@ -300,6 +300,17 @@ class LeaderState:
                 keep.add(member)
         return _ordered(self.replicas, keep)
 
+    def next_shrink_s(self, now: float) -> float | None:
+        """Seconds until an ISR follower could first count as lagging (0: already may),
+        if nothing else changes; None if the ISR has no follower. An ISR check before then
+        finds nothing to shrink (expansions come with fetches: see ``wake_isr``)."""
+        due = [
+            self.followers[m].last_caught_up_s + self.lag_max_s - now
+            for m in self.isr
+            if m != self.leader and m in self.followers
+        ]
+        return max(min(due), 0.0) if due else None
+
     def isr_proposal(self, now: float) -> tuple[str, ...] | None:
         """The ISR to propose now, or None (no change, or a proposal is in flight).
 

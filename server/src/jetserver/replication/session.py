@@ -24,7 +24,9 @@ whose leader is at one address shares a :class:`FetchSession`:
 Errors keep the per-partition rules of the fetcher: a partition's error (``NOT_LEADER``...)
 is raised to that partition's fetch as the exception a replica Fetch would raise; a request
 unanswered within its long poll plus ``request_slack_s`` raises
-:class:`~jetsdk.errors.Timeout` to every partition in it; a broken connection raises its
+:class:`~jetsdk.errors.Timeout` to every partition in it (its fetchers tell it from a
+partition left unanswered by a server that answers: :attr:`FetchSession.requests` did not
+move); a broken connection raises its
 error to every partition waiting, and the session dials again (backing off).
 
 :class:`FetchSessions` holds the sessions of one server by leader address; a session with
@@ -319,6 +321,11 @@ class FetchSession:
         finally:
             self._woken = None
         if error is not None:
+            if isinstance(error, Timeout):
+                log.info(  # once for every partition in it (they log it at DEBUG)
+                    "replica fetch request unanswered",
+                    extra=fields(leader=self.address, partitions=len(batch), error=str(error)),
+                )
             for entry in batch:
                 entry.resolve(None, error)
             if conn.closed:

@@ -86,9 +86,12 @@ def parse_checkpoint(
     return entries
 
 
-def write_checkpoint(directory: Path, name: str, entries: Sequence[Sequence[int]]) -> None:
-    """Atomically replace ``directory/name`` with a checkpoint of ``entries``."""
-    write_file_atomically(directory / name, format_checkpoint(entries))
+def write_checkpoint(
+    directory: Path, name: str, entries: Sequence[Sequence[int]], *, sync: bool = True
+) -> None:
+    """Atomically replace ``directory/name`` with a checkpoint of ``entries`` (without
+    ``sync``: not durable until the caller syncs the file system)."""
+    write_file_atomically(directory / name, format_checkpoint(entries), sync=sync)
 
 
 def read_checkpoint(directory: Path, name: str, fields: int) -> list[tuple[int, ...]] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import threading
@@ -42,6 +43,35 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
     return int(match.group(1)), match.group(2)
 
 
+def sync_file_system(path: Path) -> None:
+    """Make every write and directory change on the file system holding ``path`` durable:
+    Linux ``syncfs`` (one call for many files' changes, e.g. the clean-shutdown markers
+    every partition deletes at open); ``sync`` where it is missing or fails."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        syncfs = _syncfs()
+        if syncfs is None or syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+_SYNCFS: list[Callable[[int], int] | None] = []
+
+
+def _syncfs() -> Callable[[int], int] | None:
+    if not _SYNCFS:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.syncfs
+            fn.argtypes = [ctypes.c_int]
+            fn.restype = ctypes.c_int
+            _SYNCFS.append(fn)
+        except (OSError, AttributeError):
+            _SYNCFS.append(None)
+    return _SYNCFS[0]
+
+
 def fsync_directory(directory: Path) -> None:
     """Make renames, creations and deletions in ``directory`` durable."""
     trace = durability_trace.TRACE
@@ -69,12 +99,23 @@ def write_file_durably(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: Path, data: bytes) -> None:
+def write_file_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     """Replace ``path`` with ``data`` so a crash leaves the old or the new file, never a mix.
 
-    Write ``<path>.tmp``, fsync it, rename it over ``path``, fsync the directory.
+    Write ``<path>.tmp``, fsync it, rename it over ``path``, fsync the directory. Without
+    ``sync``: no fsync at all (the caller syncs the file system later; until then a crash
+    may leave the old file, the new one, or a new one empty or cut short).
     """
     tmp = path.with_name(path.name + TMP_SUFFIX)
+    if not sync:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            traced_create(fd)
+            write_all(fd, data, 0)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return
     write_file_durably(tmp, data)
     os.replace(tmp, path)
     fsync_directory(path.parent)

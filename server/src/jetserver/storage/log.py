@@ -13,7 +13,7 @@ from types import TracebackType
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, MAX_BODY_BYTES, check_crc, peek_header
-from jetserver.storage.checkpoint import CLEAN_SHUTDOWN_FILE, HIGH_WATERMARK_FILE, write_checkpoint
+from jetserver.storage.checkpoint import CLEAN_SHUTDOWN_FILE, write_checkpoint
 from jetserver.storage.clock import DELETION_CLOCK
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import MAX_EPOCH, LeaderEpochCache
@@ -58,7 +58,7 @@ class Log(LogMaintenance):
     fsyncs). ``compact`` may run in a background thread; it holds the writer lock only to swap
     files in.
 
-    The class is split over modules: :class:`~jetserver.storage.log_state.LogState` (fields,
+    The class is split over modules: :class:`~jetserver.storage.log_state.LogState` (fields, HW,
     rolling), :class:`~jetserver.storage.maintenance.LogMaintenance` (``truncate_to``,
     ``enforce_retention``, ``compact``) and this one (open/close, append, flush, read).
     """
@@ -74,6 +74,7 @@ class Log(LogMaintenance):
         clock: Callable[[], int] = DELETION_CLOCK,
         lock: bool = True,
         file_cache: OpenFileCache = SEALED_FILES,
+        keep_clean_marker: bool = False,
     ) -> Log:
         """Open (creating if needed) and recover the log in ``directory``.
 
@@ -84,7 +85,10 @@ class Log(LogMaintenance):
         on the directory's ``.lock`` file while open (one more open file); a caller that
         already owns the whole data directory (the server) passes False. ``file_cache``
         bounds how many of the sealed segments' files stay open (default: the process's
-        :data:`~jetserver.storage.files.SEALED_FILES`).
+        :data:`~jetserver.storage.files.SEALED_FILES`). ``keep_clean_marker``: leave
+        the clean-shutdown marker in place until the first truncation (appends alone never
+        make it name the active segment's size again; a server opening thousands of
+        partitions saves an unlink and a directory fsync each, spec/storage.md §9).
 
         Raises:
             StorageError: the directory cannot be created, listed or locked (another Log has
@@ -104,18 +108,18 @@ class Log(LogMaintenance):
                 raise StorageError(f"{path} is in use by another open Log") from exc
         log = cls(path, config, clock, lock_fd, file_cache)
         try:
-            log._load()
+            log._load(keep_clean_marker=keep_clean_marker)
         except BaseException:
             if lock_fd >= 0:
                 os.close(lock_fd)
             raise
         return log
 
-    def _load(self, synced: int | None = None) -> None:
+    def _load(self, synced: int | None = None, *, keep_clean_marker: bool = False) -> None:
         """Recover the directory and take what it holds (``synced``: a reload after a failed
         fsync, nothing above it counts as flushed and the log stays poisoned)."""
         try:
-            found = recover(self._dir, self._config)
+            found = recover(self._dir, self._config, keep_clean_marker=keep_clean_marker)
         except OSError as exc:
             raise StorageError(f"recovery of {self._dir} failed: {exc}") from exc
         self._segments = tuple(found.segments)
@@ -125,6 +129,8 @@ class Log(LogMaintenance):
         self._log_start = found.log_start_offset
         hw = found.high_watermark  # a reload after a failed fsync keeps the HW readers see
         self._hw = hw if synced is None else min(max(self._hw, hw), self._leo)
+        self._hw_on_disk = found.report.hw_checkpoint
+        self._marker_on_disk = found.report.clean_marker_kept
         self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
         self.epochs = LeaderEpochCache(self._dir, lambda: self._leo, found.epochs)
         try:
@@ -143,10 +149,12 @@ class Log(LogMaintenance):
         self._commit.rebase(self._leo if synced is None else min(synced, self._leo))
         self.recovery = found.report
 
-    def close(self) -> None:
+    def close(self, *, sync_marker: bool = True) -> None:
         """Write the indexes and checkpoints, fsync, release the files (idempotent).
 
-        Read slices already handed out stay valid until they are closed.
+        Read slices already handed out stay valid until they are closed. Without
+        ``sync_marker`` the clean-shutdown marker is written but not fsynced: the caller
+        syncs the file system once for many logs (a server's stop; spec/storage.md §5).
 
         Raises:
             StorageError: a final write failed (the files are released anyway; the next open
@@ -157,11 +165,16 @@ class Log(LogMaintenance):
                 return
             active = self._segments[-1]
             try:
-                active.write_indexes()
-                active.fsync()
-                self.checkpoint_high_watermark()
+                active.write_indexes()  # unless the files hold them already
+                commit = self._commit
+                if commit.failure is not None or commit.flushed_offset < self._leo:
+                    active.fsync()  # else the last flush covered every record
+                self.checkpoint_high_watermark()  # unless the file holds it already
                 write_checkpoint(
-                    self._dir, CLEAN_SHUTDOWN_FILE, [(active.base_offset, active.state.size)]
+                    self._dir,
+                    CLEAN_SHUTDOWN_FILE,
+                    [(active.base_offset, active.state.size)],
+                    sync=sync_marker,
                 )
             except OSError as exc:
                 raise StorageError(f"close of {self._dir} failed: {exc}") from exc
@@ -266,24 +279,6 @@ class Log(LogMaintenance):
             )
             for seg in self._segments
         )
-
-    def set_high_watermark(self, hw: int) -> int:
-        """Set the high watermark, clamped into [log start, LEO]; return the value set."""
-        with self._lock:
-            self._hw = min(max(hw, self._log_start), self._leo)
-            return self._hw
-
-    def checkpoint_high_watermark(self) -> None:
-        """Write the high watermark to ``high-watermark-checkpoint`` atomically.
-
-        Raises:
-            StorageError: the write failed.
-        """
-        with self._ckpt_lock:
-            try:
-                write_checkpoint(self._dir, HIGH_WATERMARK_FILE, [(self._hw,)])
-            except OSError as exc:
-                raise StorageError(f"cannot write the high watermark checkpoint: {exc}") from exc
 
     # -- appending ---------------------------------------------------------------------------
 

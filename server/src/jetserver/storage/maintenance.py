@@ -37,6 +37,7 @@ class LogMaintenance(LogState):
             self._check_open()
             if offset >= self._leo:
                 return
+            self._drop_marker()
             if offset < self._log_start:
                 self._truncate_fully(offset)
                 return
@@ -127,6 +128,7 @@ class LogMaintenance(LogState):
                 raise StorageError(f"cannot restart the log at {offset}: {exc}") from exc
 
     def _truncate_fully(self, offset: int) -> None:
+        self._drop_marker()
         segments = self._segments
         new = Segment.create(self._dir, offset, self._config.index_interval_bytes)
         write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(offset,)])

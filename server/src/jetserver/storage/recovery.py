@@ -87,6 +87,8 @@ class RecoveryReport:
     hw_checkpoint: int | None = None
     """The high-watermark checkpoint as found on disk, before clamping (None: missing or
     corrupt). A replica reads it at start without touching the file again."""
+    clean_marker_kept: bool = False
+    """The clean-shutdown marker was left in place (opened with ``keep_clean_marker``)."""
     bytes_truncated: int = 0
     """Bytes cut from torn tails (the last segment)."""
     truncated_files: tuple[str, ...] = ()
@@ -133,6 +135,7 @@ class _Findings:
     unreadable: list[tuple[int, int]] = attrs.Factory(list)
     notes: list[str] = attrs.Factory(list)
     dir_changed: bool = False
+    marker_kept: bool = False
 
 
 @attrs.define
@@ -147,8 +150,12 @@ class Recovered:
     report: RecoveryReport
 
 
-def recover(directory: Path, config: LogConfig) -> Recovered:
+def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = False) -> Recovered:
     """Load and repair the partition in ``directory`` (which must exist).
+
+    ``keep_clean_marker``: the clean-shutdown marker is read but not deleted
+    (:attr:`RecoveryReport.clean_marker_kept`); the Log deletes it before its first
+    truncation (spec/storage.md §9, step 2).
 
     Raises:
         StorageError: the directory cannot be listed or a segment file cannot be opened.
@@ -178,7 +185,7 @@ def recover(directory: Path, config: LogConfig) -> Recovered:
             for name in files:
                 _unlink(directory, name, found, "index without a .log")
 
-    clean = _read_clean_marker(directory, found)
+    clean = _read_clean_marker(directory, found, keep_clean_marker)
 
     bases = sorted(logs)
     segments: list[Segment] = []
@@ -230,15 +237,22 @@ def recover(directory: Path, config: LogConfig) -> Recovered:
 
     if found.dir_changed:
         fsync_directory(directory)
+    matched = clean is not None and clean == (segments[-1].base_offset, segments[-1].state.size)
+    if found.marker_kept and not matched:  # it describes nothing here: delete it as usual
+        try:
+            remove_file(directory, CLEAN_SHUTDOWN_FILE)
+        except OSError as exc:
+            raise StorageError(f"cannot remove {directory / CLEAN_SHUTDOWN_FILE}: {exc}") from exc
+        found.marker_kept = False
     report = RecoveryReport(
         directory=str(directory),
-        clean_shutdown=clean is not None
-        and clean == (segments[-1].base_offset, segments[-1].state.size),
+        clean_shutdown=matched,
         segments=len(segments),
         log_start_offset=log_start,
         log_end_offset=leo,
         high_watermark=hw,
         hw_checkpoint=hw_ckpt,
+        clean_marker_kept=found.marker_kept,
         bytes_truncated=found.bytes_truncated,
         truncated_files=tuple(found.truncated),
         indexes_rebuilt=len(found.rebuilt),
@@ -280,7 +294,7 @@ def _quarantine(directory: Path, base: int, found: _Findings) -> None:
     found.dir_changed = True
 
 
-def _read_clean_marker(directory: Path, found: _Findings) -> tuple[int, int] | None:
+def _read_clean_marker(directory: Path, found: _Findings, keep: bool) -> tuple[int, int] | None:
     marker: tuple[int, int] | None = None
     try:
         entries = read_checkpoint(directory, CLEAN_SHUTDOWN_FILE, 2)
@@ -290,6 +304,9 @@ def _read_clean_marker(directory: Path, found: _Findings) -> tuple[int, int] | N
             found.notes.append(f"{CLEAN_SHUTDOWN_FILE}: {len(entries)} entries, ignored")
     except (CorruptFileError, OSError) as exc:
         found.notes.append(f"{CLEAN_SHUTDOWN_FILE} unreadable, treated as a crash: {exc}")
+    if keep and marker is not None:
+        found.marker_kept = True
+        return marker
     try:
         remove_file(directory, CLEAN_SHUTDOWN_FILE)
     except OSError as exc:
@@ -427,6 +444,8 @@ def _load_segment(
             first_timestamp=first_ts,
             corrupt_end=corrupt_end,
         )
+        if index_bytes is not None and time_bytes is not None:
+            seg.note_indexes_on_disk(index_bytes, time_bytes)
         if not is_last and (index_name in found.rebuilt):
             seg.write_indexes()
         return seg

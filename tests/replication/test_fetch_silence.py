@@ -1,0 +1,228 @@
+"""Which replica-fetch timeouts a follower reports as a silent leader (spec/cluster.md,
+"Silent leaders").
+
+The leader here is a small ReplicaFetch peer on a real 127.0.0.1 socket: it answers the
+session's requests for some partitions and never for the stuck one, or answers nothing at
+all. The follower is a real :class:`FollowerFetcher` over a real log, with a control plane
+that records reports and a liveness view that finds the leader's server up.
+
+- A session whose requests all go unanswered is the leader's server's silence: its
+  partitions do not report it (the liveness view decides), however many timeouts.
+- A partition left unanswered while the session's other requests are answered is stuck at
+  a live leader: two timeouts in a row report it.
+- A silent leader is reported once the liveness view finds its server down (the event the
+  follower waits on), not before.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+
+from jetsdk.codec.frames import FLAG_RESPONSE, Api, FrameDecoder, encode_frame
+from jetsdk.codec.replica_fetch import (
+    ReplicaFetchAnswer,
+    ReplicaFetchPartition,
+    decode_replica_fetch_request,
+    encode_replica_fetch_response,
+)
+from jetserver.replication.config import ReplicationConfig
+from jetserver.replication.fetcher import FollowerFetcher
+from jetserver.replication.session import FetchSession
+from jetserver.storage import Log
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = ReplicationConfig(
+    fetch_max_wait_s=0.1,
+    request_slack_s=0.1,
+    retry_min_s=0.02,
+    retry_max_s=0.05,
+    leader_silence_s=0.2,
+)
+BOUND_S = 10.0
+"""Bound on each wait for the follower's fetches to time out."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Reports:
+    """A control plane that records silent-leader reports (server_down: never)."""
+
+    server_id = "f1"
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[str, int]] = []
+        self.down = False
+        self.down_event = anyio.Event()
+        self.reported = anyio.Event()
+
+    async def propose_isr(
+        self,
+        stream: str,
+        partition: int,
+        leader_epoch: int,
+        isr: tuple[str, ...],
+        *,
+        partition_epoch: int | None = None,
+    ) -> bool:
+        return False
+
+    async def report_leader_silent(
+        self, stream: str, partition: int, leader_epoch: int, reporter: str
+    ) -> None:
+        self.reports.append((stream, partition))
+        self.reported.set()
+
+    def server_down(self, server_id: str) -> bool:
+        return self.down  # while False, only a stuck partition is reported
+
+    def server_down_event(self, server_id: str) -> anyio.Event:
+        return self.down_event
+
+
+async def serve_leader(listener: anyio.abc.SocketListener, answer_streams: set[str]) -> None:
+    """Answer each ReplicaFetch after its long poll, for the partitions of
+    ``answer_streams`` only; with none, never answer."""
+
+    async def handle(conn: anyio.abc.SocketStream) -> None:
+        decoder = FrameDecoder()
+        async with conn, anyio.create_task_group() as tg:
+            while True:
+                try:
+                    data = await conn.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+                decoder.feed(data)
+                while (frame := decoder.next_frame()) is not None:
+                    if frame.api != Api.REPLICA_FETCH or not answer_streams:
+                        continue
+                    req = decode_replica_fetch_request(frame.body)
+                    if req.wake:
+                        continue
+                    answers = [
+                        ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
+                        for i, p in enumerate(req.partitions)
+                        if p.stream in answer_streams
+                    ]
+                    reply = encode_frame(
+                        frame.api,
+                        frame.correlation_id,
+                        encode_replica_fetch_response(answers),
+                        flags=FLAG_RESPONSE,
+                    )
+
+                    tg.start_soon(answer_later, conn, req.max_wait_ms / 1000, reply)
+
+    await listener.serve(handle)
+
+
+async def answer_later(conn: anyio.abc.SocketStream, wait_s: float, reply: bytes) -> None:
+    await anyio.sleep(wait_s)  # the long poll: nothing new
+    await conn.send(reply)
+
+
+class CountingFetcher(FollowerFetcher):
+    """A follower that sets :attr:`failed` once its fetches failed ``enough`` times."""
+
+    enough: int = 1
+    failed: anyio.Event
+
+    async def _pause_after(self, exc: Exception, *, quiet: bool = False) -> None:
+        await super()._pause_after(exc, quiet=quiet)
+        if self._failures >= self.enough:
+            self.failed.set()
+
+
+async def follow(
+    tmp_path: Path,
+    answer_streams: set[str],
+    stuck_timeouts: int,
+    *,
+    down_after: bool = False,
+) -> tuple[Reports, FollowerFetcher, FetchSession]:
+    """Run a follower of ``stuck/0`` (and a fetch loop of ``ok/0`` on the same session)
+    until ``stuck/0``'s fetches have failed ``stuck_timeouts`` times (with ``down_after``:
+    then the liveness view finds the leader's server down, until it is reported); the
+    recorder."""
+    reports = Reports()
+    log_ = Log.open(tmp_path / "stuck-0")
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        anyio.create_task_group() as tg,
+    ):
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        tg.start_soon(serve_leader, listener, answer_streams)
+        session = FetchSession(f"127.0.0.1:{port}", CONFIG)
+        session.users = 2
+        tg.start_soon(session.run)
+        fetcher = CountingFetcher(
+            stream="stuck",
+            partition=0,
+            server_id="f1",
+            replica_id=1,
+            leader="l1",
+            leader_address=f"127.0.0.1:{port}",
+            leader_epoch=0,
+            log=log_,
+            durability="flushed",
+            config=CONFIG,
+            on_hw=_ignore_hw,
+            request_flush=lambda: None,
+            controller=reports,
+            server_down=reports.server_down,
+            server_down_event=reports.server_down_event,
+            session=session,
+        )
+        fetcher.enough, fetcher.failed = stuck_timeouts, anyio.Event()
+
+        async def ok_partition() -> None:
+            part = ReplicaFetchPartition("ok", 0, 0, 1, 0, 0, 1 << 20)
+            while True:
+                try:
+                    await session.fetch(part, CONFIG.fetch_max_wait_s + CONFIG.request_slack_s)
+                except Exception:
+                    await anyio.sleep(CONFIG.retry_min_s)
+
+        tg.start_soon(ok_partition)
+        tg.start_soon(fetcher.run)
+        with anyio.fail_after(BOUND_S):
+            await fetcher.failed.wait()
+        if down_after:
+            assert reports.reports == []  # silent for many periods, but its server is up
+            reports.down = True
+            reports.down_event.set()
+            with anyio.fail_after(BOUND_S):
+                await reports.reported.wait()
+        tg.cancel_scope.cancel()
+    log_.close()
+    return reports, fetcher, session
+
+
+async def _ignore_hw(hw: int) -> None:
+    return None
+
+
+async def test_a_session_left_unanswered_is_not_reported_by_its_partitions(
+    tmp_path: Path,
+) -> None:
+    reports, _fetcher, session = await follow(tmp_path, set(), stuck_timeouts=4)
+    assert session.requests == 0
+    assert reports.reports == []
+
+
+async def test_a_partition_left_unanswered_by_a_live_leader_is_reported(tmp_path: Path) -> None:
+    reports, _fetcher, session = await follow(tmp_path, {"ok"}, stuck_timeouts=3)
+    assert session.requests >= 2
+    assert ("stuck", 0) in reports.reports
+
+
+async def test_a_silent_leader_is_reported_once_its_server_is_down(tmp_path: Path) -> None:
+    reports, _fetcher, _session = await follow(tmp_path, set(), stuck_timeouts=4, down_after=True)
+    assert reports.reports[0] == ("stuck", 0)

@@ -1,0 +1,128 @@
+"""A clean close writes and fsyncs only what changed since the log was opened
+(spec/storage.md §5): an idle partition's close after a clean open rewrites neither its
+indexes nor its HW checkpoint, and does not fsync its ``.log`` again; the clean-shutdown
+marker is always written, and the next open trusts it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+
+from jetserver.storage import Log, durability_trace
+from jetserver.storage.files import sync_file_system
+from storage.helpers import SMALL, bodies, read_all
+
+
+def traced_close(directory: Path, trace_path: Path, appended: int = 0) -> list[str]:
+    """Open the log, append ``appended`` records (flushed, HW at the end), close it, with
+    the durability trace on; the names of the files it fsynced, in order."""
+    trace_path.unlink(missing_ok=True)
+    durability_trace.enable(trace_path)
+    try:
+        log = Log.open(directory, SMALL)
+        if appended:
+            log.append(bodies(appended, start=log.log_end_offset), 1, 0)
+            log.flush()
+            log.set_high_watermark(log.log_end_offset)
+        start = trace_path.stat().st_size  # what the close does, not the open
+        log.close()
+    finally:
+        durability_trace.disable()
+    synced: list[str] = []
+    with trace_path.open("rb") as f:
+        f.seek(start)
+        for line in f:
+            event = orjson.loads(line)
+            if event["ev"] == "sync":
+                synced.append(Path(event["path"]).name)
+    return synced
+
+
+def test_an_idle_clean_close_syncs_only_the_clean_shutdown_marker(tmp_path: Path) -> None:
+    directory = tmp_path / "log"
+    first = traced_close(directory, tmp_path / "t1", appended=30)
+    assert any(name.endswith(".index") for name in first)
+    assert "high-watermark-checkpoint.tmp" in first
+    idle = traced_close(directory, tmp_path / "t2")  # opened cleanly, nothing appended
+    assert idle == ["clean-shutdown.tmp"]
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.clean_shutdown
+        assert log.recovery.indexes_rebuilt == 0
+        log.set_high_watermark(log.log_end_offset)
+        assert len(read_all(log)) == 30
+
+
+def test_a_close_after_appends_writes_indexes_log_and_hw_again(tmp_path: Path) -> None:
+    directory = tmp_path / "log"
+    traced_close(directory, tmp_path / "t1", appended=30)
+    again = traced_close(directory, tmp_path / "t2", appended=5)
+    assert any(name.endswith(".index") for name in again)
+    assert "high-watermark-checkpoint.tmp" in again
+    assert again[-1] == "clean-shutdown.tmp"
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.clean_shutdown
+        assert log.recovery.hw_checkpoint == 35
+        assert log.high_watermark == 35
+
+
+def test_a_kept_marker_goes_before_the_first_truncation(tmp_path: Path) -> None:
+    directory = tmp_path / "log"
+    marker = directory / "clean-shutdown"
+    segment = directory / "00000000000000000000.log"
+    traced_close(directory, tmp_path / "t1", appended=3)
+    size = segment.stat().st_size
+    log = Log.open(directory, SMALL, keep_clean_marker=True)
+    assert log.recovery.clean_shutdown
+    assert log.recovery.clean_marker_kept
+    assert marker.exists()  # not deleted at open
+    log.append(bodies(2, start=3), 1, 0)
+    assert marker.exists()  # appends only grow the segment past the size it names
+    log._crash()  # killed: the marker names a smaller size than the file has
+    os.truncate(segment, size)  # a power loss took every appended byte
+    with Log.open(directory, SMALL, keep_clean_marker=True) as lost:
+        assert lost.recovery.clean_shutdown  # exactly what the marker described
+        assert lost.log_end_offset == 3
+        lost.append(bodies(2, start=3), 1, 0)
+        lost._crash()
+    with Log.open(directory, SMALL, keep_clean_marker=True) as grown:
+        assert not grown.recovery.clean_shutdown  # scanned as after any crash
+        assert not grown.recovery.clean_marker_kept
+        assert not marker.exists()  # a marker that names nothing here is deleted
+        assert grown.log_end_offset == 5
+    with Log.open(directory, SMALL, keep_clean_marker=True) as log:
+        assert marker.exists()
+        log.truncate_to(1)
+        assert not marker.exists()  # deleted before the cut
+    assert marker.exists()  # the clean close writes it again
+
+
+def test_a_marker_left_to_a_later_sync_is_written_without_fsyncs(tmp_path: Path) -> None:
+    directory = tmp_path / "log"
+    traced_close(directory, tmp_path / "t1", appended=3)
+    trace_path = tmp_path / "t2"
+    durability_trace.enable(trace_path)
+    try:
+        Log.open(directory, SMALL).close(sync_marker=False)
+    finally:
+        durability_trace.disable()
+    events = [orjson.loads(line) for line in trace_path.read_bytes().splitlines()]
+    assert [e for e in events if e["ev"] in ("sync", "dir") and "clean" in str(e)] == []
+    sync_file_system(directory)  # as the server does once for all its partitions
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.clean_shutdown
+
+
+def test_a_torn_marker_is_a_crash_not_a_clean_stop(tmp_path: Path) -> None:
+    directory = tmp_path / "log"
+    traced_close(directory, tmp_path / "t1", appended=3)
+    marker = directory / "clean-shutdown"
+    whole = marker.read_bytes()
+    for cut in range(len(whole)):  # every way an unsynced marker can come back short
+        marker.write_bytes(whole[:cut])
+        with Log.open(directory, SMALL) as log:
+            assert not log.recovery.clean_shutdown, whole[:cut]
+            log.set_high_watermark(log.log_end_offset)
+            assert len(read_all(log)) == 3
+        marker.write_bytes(whole)
