@@ -100,6 +100,14 @@ def test_limit_bytes_stays_under_the_limit_and_always_moves_on(
         )
 
 
+def test_limit_bytes_takes_an_offset_that_fits_exactly_despite_float_sums() -> None:
+    """Found by the property above: 16.5 bytes left, 1.1 bytes per offset; 16.5 // 1.1 is
+    14.999... in floats, which left one offset that fits behind."""
+    sizes = {("c", 0): 1.1, ("c", 2): 624.0}
+    end = limit_bytes({"c": {0: 0, 2: 0}}, {"c": {0: 30, 2: 2}}, 657, sizes)
+    assert end == {"c": {0: 30, 2: 1}}
+
+
 def test_limit_bytes_shares_bytes_in_proportion() -> None:
     sizes = {("s", 0): 10.0, ("s", 1): 100.0}
     end = limit_bytes({"s": {0: 0, 1: 0}}, {"s": {0: 100, 1: 100}}, 1100, sizes)

@@ -112,6 +112,10 @@ def limit_offsets(start: Offsets, latest: Offsets, max_records: int) -> Offsets:
     return out
 
 
+_BYTES_SLACK = 1e-9
+"""Relative tolerance of :func:`limit_bytes`' byte sums."""
+
+
 def limit_bytes(
     start: Offsets,
     latest: Offsets,
@@ -141,8 +145,9 @@ def limit_bytes(
     take = {tp: min(n, int(n * max_bytes // total)) for tp, n in avail.items()}
     left = max_bytes - sum(take[tp] * size[tp] for tp in take)
     order = sorted(avail, key=lambda tp: (-(avail[tp] - take[tp]) * size[tp], tp))
+    slack = max_bytes * _BYTES_SLACK  # float sums: an offset that fits exactly still fits
     for tp in order:
-        more = min(avail[tp] - take[tp], int(left // size[tp]))
+        more = min(avail[tp] - take[tp], int((left + slack) // size[tp]))
         if more > 0:
             take[tp] += more
             left -= more * size[tp]
