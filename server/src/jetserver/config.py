@@ -83,8 +83,9 @@ class ServerSection:
     shutdown_timeout_s: float = attrs.field(default=DEFAULT_SHUTDOWN_TIMEOUT_S, validator=_positive)
     """How long a clean shutdown may take before in-flight requests are cut."""
     event_loop: str = attrs.field(default="auto", validator=_one_of(*EVENT_LOOPS))
-    """Event loop of ``jet server``: ``auto``, ``uvloop`` or ``asyncio``. uvloop takes
-    about a third off every hop of a request inside the server (``bench latency``)."""
+    """Event loop of ``jet server``: ``auto``, ``uvloop`` or ``asyncio``. On uvloop the
+    server took 13-31 % less CPU per message (interleaved pairs at 500 msg/s, loaded dev
+    VM, 2026-11-26); no latency change was shown."""
 
     def __attrs_post_init__(self) -> None:
         if not self.id or not all(c.isalnum() or c in "-_" for c in self.id):

@@ -13,6 +13,7 @@ are frozen so full collections skip them.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
 from jetserver.errors import ConfigError
@@ -51,6 +52,4 @@ def uses_uvloop(choice: str) -> bool:
 
 def event_loop_name() -> str:
     """``uvloop`` or ``asyncio``: the event loop running the caller."""
-    import asyncio
-
     return type(asyncio.get_running_loop()).__module__.partition(".")[0]

@@ -46,7 +46,7 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
 def sync_file_system(path: Path) -> None:
     """Make every write and directory change on the file system holding ``path`` durable:
     Linux ``syncfs`` (one call for many files' changes, e.g. the clean-shutdown markers
-    every partition deletes at open); ``sync`` where it is missing or fails."""
+    every partition writes at a server's stop); ``sync`` where it is missing or fails."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         syncfs = _syncfs()
