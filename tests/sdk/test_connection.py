@@ -1,6 +1,12 @@
-"""Connection: correlation, out-of-order answers, timeouts, failures, over an in-memory pipe."""
+"""Connection: correlation, out-of-order answers, timeouts, failures, over an in-memory pipe
+and over a real socket pair (:class:`~jetsdk.transport.SocketByteStream`: on asyncio its
+frames are read in a reader callback and its writes skip the lock when the socket takes
+them at once)."""
 
 from __future__ import annotations
+
+import socket
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -18,12 +24,28 @@ from jetsdk.errors import (
     Timeout,
 )
 from jetsdk.testing import FramePeer, memory_stream_pair
+from jetsdk.transport import ByteStream, SocketByteStream
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_responses_out_of_order_reach_their_requesters() -> None:
-    client_end, server_end = memory_stream_pair()
+def _socket_pair() -> tuple[ByteStream, ByteStream]:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    return SocketByteStream(a, label="a"), SocketByteStream(b, label="b")
+
+
+@pytest.fixture(params=["memory", "socket"])
+def stream_pair(request: pytest.FixtureRequest) -> Callable[[], tuple[ByteStream, ByteStream]]:
+    """Makes a connected (client end, server end) pair of either kind."""
+    return memory_stream_pair if request.param == "memory" else _socket_pair  # type: ignore[return-value]
+
+
+async def test_responses_out_of_order_reach_their_requesters(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    client_end, server_end = stream_pair()
     peer = FramePeer(server_end)
     results: dict[int, bytes] = {}
     async with Connection(client_end, label="mem") as conn, anyio.create_task_group() as tg:
@@ -40,8 +62,10 @@ async def test_responses_out_of_order_reach_their_requesters() -> None:
     assert results == {0: b"a0", 1: b"a1", 2: b"a2"}
 
 
-async def test_error_response_raises_registered_class() -> None:
-    client_end, server_end = memory_stream_pair()
+async def test_error_response_raises_registered_class(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    client_end, server_end = stream_pair()
     peer = FramePeer(server_end)
     async with Connection(client_end) as conn:
         async with anyio.create_task_group() as tg:
@@ -61,8 +85,10 @@ async def test_error_response_raises_registered_class() -> None:
         assert not conn.closed  # an error answer leaves the connection usable
 
 
-async def test_timeout_then_late_answer_is_dropped() -> None:
-    client_end, server_end = memory_stream_pair()
+async def test_timeout_then_late_answer_is_dropped(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    client_end, server_end = stream_pair()
     peer = FramePeer(server_end)
     async with Connection(client_end) as conn:
         with pytest.raises(Timeout) as info:
@@ -84,8 +110,10 @@ async def test_timeout_then_late_answer_is_dropped() -> None:
         assert conn.pending_count == 0
 
 
-async def test_connection_loss_fails_pending_with_retriable_error() -> None:
-    client_end, server_end = memory_stream_pair()
+async def test_connection_loss_fails_pending_with_retriable_error(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    client_end, server_end = stream_pair()
     peer = FramePeer(server_end)
     async with Connection(client_end) as conn:
         pending = [await conn.send(Api.FETCH, b"x") for _ in range(3)]
@@ -99,8 +127,10 @@ async def test_connection_loss_fails_pending_with_retriable_error() -> None:
             await conn.request(Api.METADATA, b"", timeout=1)
 
 
-async def test_garbage_from_server_is_a_protocol_error() -> None:
-    client_end, server_end = memory_stream_pair()
+async def test_garbage_from_server_is_a_protocol_error(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    client_end, server_end = stream_pair()
     async with Connection(client_end) as conn:
         pending = await conn.send(Api.METADATA, b"")
         await server_end.write(b"\x00\x00\x00\x01zzzz")  # length 1 < 6
@@ -109,8 +139,10 @@ async def test_garbage_from_server_is_a_protocol_error() -> None:
         assert conn.closed
 
 
-async def test_frame_too_large_on_correlation_zero_fails_everything() -> None:
-    client_end, server_end = memory_stream_pair()
+async def test_frame_too_large_on_correlation_zero_fails_everything(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    client_end, server_end = stream_pair()
     async with Connection(client_end) as conn:
         pending = await conn.send(Api.PRODUCE, b"big")
         body = encode_error(ErrorCode.FRAME_TOO_LARGE, "too big", {"max_frame_bytes": 10})
@@ -120,8 +152,10 @@ async def test_frame_too_large_on_correlation_zero_fails_everything() -> None:
         assert info.value.details == {"max_frame_bytes": 10}
 
 
-async def test_close_fails_pending_with_client_closed() -> None:
-    client_end, _server_end = memory_stream_pair()
+async def test_close_fails_pending_with_client_closed(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    client_end, _server_end = stream_pair()
     async with Connection(client_end) as conn:
         pending = await conn.send(Api.METADATA, b"")
         await conn.aclose()
@@ -129,8 +163,10 @@ async def test_close_fails_pending_with_client_closed() -> None:
             await pending.wait(5)
 
 
-async def test_cancelled_waiter_does_not_break_connection() -> None:
-    client_end, server_end = memory_stream_pair()
+async def test_cancelled_waiter_does_not_break_connection(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    client_end, server_end = stream_pair()
     peer = FramePeer(server_end)
     async with Connection(client_end) as conn:
         with anyio.move_on_after(0.05):

@@ -17,8 +17,15 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
-from jetsdk.codec.messages import ProduceMessage
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import (
+    ProduceMessage,
+    ProduceRequest,
+    decode_produce_response,
+    encode_produce_request,
+)
 from jetsdk.envelope import build_message
+from jetserver.broker.acks import PartitionAck
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
 from support.jet_server import running_server
@@ -180,3 +187,91 @@ async def test_copies_come_back_only_when_another_local_stream_wants_them(
     assert extra == []
     assert (header.hw, header.leo) == (20, 20)
     assert [r.value for r in late] == [b"b%d" % i for i in range(10)]
+
+
+@pytest.mark.parametrize("durability", ["flushed", "written"])
+async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order(
+    jet: Server, nc: NatsClient, durability: str
+) -> None:
+    """A Produce that finds its partition idle appends in its own task; one that finds
+    messages queued (here: plain NATS publishes, and other producers' requests) queues
+    behind them for the sequencer. Either way every message is stored once, each source's
+    messages in its order, and each ack names the offset its message is stored at."""
+    producers, requests, per_request, plain = 6, 15, 4, 120
+    acked: dict[bytes, int] = {}
+    async with await RawClient.connect(jet.address) as admin:
+        await admin.create_stream(name="mix", subject="mix.x", durability=durability)
+        replica = jet.streams.replica("mix", 0)
+        publish_acks = replica._publish_acks
+
+        async def slow_acks(items: list[tuple[str, PartitionAck]]) -> None:
+            # Sending acks rarely yields; here it always does, so that messages queue
+            # while a request is still inside its own append.
+            await anyio.sleep(0.001)
+            await publish_acks(items)
+
+        replica._publish_acks = slow_acks  # type: ignore[method-assign]
+
+        async def produce(p: int) -> None:
+            # Pipelined, five requests at a time: a request must not append in its own
+            # task ahead of an earlier one still queued.
+            policy = AckPolicy.ALL if p % 2 else AckPolicy.LEADER
+            async with await RawClient.connect(jet.address) as c:
+                for first in range(0, requests, 5):
+                    batches = [
+                        [b"p%d-%03d" % (p, r * per_request + i) for i in range(per_request)]
+                        for r in range(first, first + 5)
+                    ]
+                    bodies = [
+                        encode_produce_request(
+                            ProduceRequest(
+                                "mix", 0, policy, 5000, tuple(ProduceMessage(v) for v in values)
+                            )
+                        )
+                        for values in batches
+                    ]
+                    frames = await c.pipeline([(Api.PRODUCE, body) for body in bodies])
+                    for values, cid in zip(batches, sorted(frames), strict=True):
+                        results = decode_produce_response(frames[cid].body)
+                        assert [x.error_code for x in results] == [ErrorCode.NONE] * per_request
+                        acked.update(zip(values, (x.offset for x in results), strict=True))
+
+        async def publish() -> None:
+            for i in range(plain):
+                await nc.publish("mix.x", b"n-%03d" % i)
+                if i % 10 == 9:
+                    await nc.flush()
+            await nc.flush()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(publish)
+            for p in range(producers):
+                tg.start_soon(produce, p)
+        total = producers * requests * per_request + plain
+        stored = await admin.collect("mix", 0, total)
+        _h, extra = await admin.fetch("mix", 0, total, max_wait_ms=200)
+    assert 0 < replica.produce_inline < producers * requests * per_request  # both paths
+    values = [r.value for r in stored]
+    assert extra == []
+    assert len(set(values)) == len(values) == total
+    for source in [b"n-", *(b"p%d-" % p for p in range(producers))]:
+        mine = [v for v in values if v.startswith(source)]
+        assert mine == sorted(mine)
+    assert all(stored[offset].value == value for value, offset in acked.items())
+
+
+async def test_a_request_appends_in_its_own_task_only_behind_nothing(jet: Server) -> None:
+    """Idle partition: the messages are in the log when ``ingest_direct`` returns (no
+    sequencer turn). Something queued (a NATS message not yet sequenced): they queue
+    behind it instead of overtaking it."""
+    async with await RawClient.connect(jet.address) as admin:
+        await admin.create_stream(name="order", subject="order.x")
+        replica = jet.streams.replica("order", 0)
+        assert await replica.ingest_direct([("order.x", b"alone")], None, AckPolicy.NONE)
+        assert (replica.log.log_end_offset, replica.produce_inline) == (1, 1)
+
+        assert replica.accept("order.x", "", b"from-nats")  # queued, not yet appended
+        assert await replica.ingest_direct([("order.x", b"from-produce")], None, AckPolicy.NONE)
+        assert replica.produce_inline == 1
+        records = await admin.collect("order", 0, 3)
+    assert [r.value for r in records] == [b"alone", b"from-nats", b"from-produce"]

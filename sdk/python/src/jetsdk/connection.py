@@ -26,7 +26,9 @@ or ``async with Connection(...)`` for standalone use).
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import Callable
 from types import TracebackType
 
 import anyio
@@ -48,7 +50,7 @@ from jetsdk.errors import (
     Timeout,
     error_from_body,
 )
-from jetsdk.transport import READ_CHUNK_BYTES, ByteStream
+from jetsdk.transport import READ_CHUNK_BYTES, ByteStream, SocketByteStream
 
 __all__ = ["DEFAULT_WRITE_TIMEOUT", "Connection", "PendingResponse"]
 
@@ -60,26 +62,42 @@ _MAX_CORRELATION_ID = 0xFFFFFFFF
 
 @attrs.define(eq=False)
 class PendingResponse:
-    """A request that was written and whose response has not been collected yet."""
+    """A request that was written and whose response has not been collected yet.
+
+    On asyncio its waiter is a bare future with a timer handle: about half the cost of
+    anyio's event in a cancel scope with a deadline (13 against 24 us a wait on the 2-core
+    dev VM), paid twice per produced and consumed message. A cancelled caller still
+    unwinds at once: cancelling the task cancels the future it awaits.
+    """
 
     api: int
     """API key of the request."""
     correlation_id: int
     """Correlation id the response will carry."""
     _connection: Connection
-    _event: anyio.Event = attrs.field(factory=anyio.Event)
+    _future: asyncio.Future[bool] | None = None
+    """asyncio: set to True by the response, False by the timeout."""
+    _event: anyio.Event | None = None
+    """Other event loops (trio): set by the response."""
+    _done: bool = False
     _body: bytes | None = None
     _error: JetError | None = None
 
     @property
     def done(self) -> bool:
         """True once the response (or an error) arrived."""
-        return self._event.is_set()
+        return self._done
 
     def _resolve(self, body: bytes | None, error: JetError | None) -> None:
-        if not self._event.is_set():
+        if not self._done:
+            self._done = True
             self._body, self._error = body, error
-            self._event.set()
+            future = self._future
+            if future is not None:
+                if not future.done():
+                    future.set_result(True)
+            elif self._event is not None:
+                self._event.set()
 
     async def wait(self, timeout: float | None) -> bytes:
         """The response body.
@@ -92,14 +110,20 @@ class PendingResponse:
             JetError: the error response's class (see :mod:`jetsdk.errors`), or
                 JetConnectionError / ProtocolError if the connection broke.
         """
-        if not self._event.is_set():
+        if not self._done:
             try:
-                with anyio.move_on_after(math.inf if timeout is None else timeout):
-                    await self._event.wait()
+                future = self._future
+                if future is not None:
+                    await _wait_future(future, timeout)
+                else:
+                    if self._event is None:
+                        self._event = anyio.Event()
+                    with anyio.move_on_after(math.inf if timeout is None else timeout):
+                        await self._event.wait()
             finally:
-                if not self._event.is_set():  # timed out or cancelled: drop a late answer
+                if not self._done:  # timed out or cancelled: drop a late answer
                     self._connection._forget(self.correlation_id)
-            if not self._event.is_set():
+            if not self._done:
                 api = _api_name(self.api)
                 raise Timeout(
                     f"no response to {api} from {self._connection.label} within {timeout}s"
@@ -145,6 +169,10 @@ class Connection:
         self._reader_scope: anyio.CancelScope | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
         self._background = BackgroundTasks()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The asyncio loop the reader runs in (None: not started, or not asyncio)."""
+        # Writes the socket takes at once skip the lock and the write scope.
+        self._write_now: Callable[[bytes], int] | None = getattr(stream, "write_now", None)
         self.server_info: dict[str, object] = {}
         """The Hello response, once the owner sent Hello (empty before)."""
 
@@ -189,6 +217,7 @@ class Connection:
         """
         with anyio.CancelScope() as scope:
             self._reader_scope = scope
+            self._loop = _running_asyncio_loop()
             task_status.started()
             try:
                 await self._read_loop()
@@ -221,12 +250,26 @@ class Connection:
         """
         self._check_open()
         cid = self._allocate_id()
-        pending = PendingResponse(api, cid, self)
+        loop = self._loop
+        pending = PendingResponse(api, cid, self, loop.create_future() if loop else None)
         frame = encode_frame(api, cid, body)
         self._waiters[cid] = pending
-        if self._write_lock is None:
-            self._write_lock = anyio.Lock(fast_acquire=True)  # no yield when free
-        async with self._write_lock:
+        lock = self._write_lock
+        if self._write_now is not None and (lock is None or not lock.locked()):
+            # Nobody is writing: what the socket takes at once needs neither the lock nor a
+            # scope (nothing yields before the rest, if any, is written under the lock).
+            try:
+                sent = self._write_now(frame)
+            except JetConnectionError as exc:
+                self._fail(exc)
+                await self._stream.aclose()
+                raise
+            if sent == len(frame):
+                return pending
+            frame = frame[sent:]
+        if lock is None:
+            lock = self._write_lock = anyio.Lock(fast_acquire=True)  # no yield when free
+        async with lock:
             if self._closed_error is not None:
                 self._waiters.pop(cid, None)
                 raise self._closed_error
@@ -289,21 +332,58 @@ class Connection:
             pending._resolve(None, error)
 
     async def _read_loop(self) -> None:
-        stream, decoder = self._stream, self._decoder
+        stream = self._stream
+        if self._loop is not None and isinstance(stream, SocketByteStream):
+            await self._read_in_callbacks(stream, self._loop)
+            return
         while True:
-            data = await stream.read(READ_CHUNK_BYTES)
-            if not data:
-                torn = " (mid-frame)" if decoder.buffered_bytes else ""
-                raise JetConnectionError(f"connection closed by {self.label}{torn}")
-            decoder.feed(data)
-            while True:
-                try:
-                    frame = decoder.next_frame()
-                except CodecError as exc:
-                    raise MalformedFrame(f"bad frame from {self.label}: {exc}") from exc
-                if frame is None:
-                    break
-                self._dispatch(frame)
+            self._received(await stream.read(READ_CHUNK_BYTES))
+
+    async def _read_in_callbacks(
+        self, stream: SocketByteStream, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """Plain TCP on asyncio: frames are decoded and dispatched in the reader callback,
+        in the loop turn that sees them (one turn earlier than a reader task)."""
+        ended: asyncio.Future[BaseException] = loop.create_future()
+
+        def on_data(data: bytes) -> None:
+            if ended.done():
+                return
+            try:
+                self._received(data)
+            except Exception as exc:  # the reader task raises it, as _read_loop would
+                stream.stop_reading()
+                ended.set_result(exc)
+
+        def on_error(exc: JetConnectionError) -> None:
+            if not ended.done():
+                ended.set_result(exc)
+
+        stream.start_reading(loop, on_data, on_error)
+        try:
+            raise await ended
+        finally:
+            stream.stop_reading()
+
+    def _received(self, data: bytes) -> None:
+        """Decode and dispatch the frames in ``data`` (``b""``: the peer closed).
+
+        Raises:
+            JetConnectionError: the peer closed. MalformedFrame, ProtocolError: bad input.
+        """
+        decoder = self._decoder
+        if not data:
+            torn = " (mid-frame)" if decoder.buffered_bytes else ""
+            raise JetConnectionError(f"connection closed by {self.label}{torn}")
+        decoder.feed(data)
+        while True:
+            try:
+                frame = decoder.next_frame()
+            except CodecError as exc:
+                raise MalformedFrame(f"bad frame from {self.label}: {exc}") from exc
+            if frame is None:
+                return
+            self._dispatch(frame)
 
     def _dispatch(self, frame: Frame) -> None:
         if not frame.flags & FLAG_RESPONSE:
@@ -327,6 +407,33 @@ class Connection:
                 f"{self.label} answered {_api_name(pending.api)} with api {frame.api}"
             )
         pending._resolve(None if error else frame.body, error)
+
+
+async def _wait_future(future: asyncio.Future[bool], timeout: float | None) -> None:
+    """Wait until ``future`` is done or ``timeout`` seconds passed (it is then set False)."""
+    if future.done():
+        return
+    if timeout is None or timeout == math.inf:
+        await future
+        return
+    handle = future.get_loop().call_later(timeout, _expire, future)
+    try:
+        await future
+    finally:
+        handle.cancel()
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop; None under another one (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _api_name(api: int) -> str:

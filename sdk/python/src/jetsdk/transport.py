@@ -14,6 +14,7 @@ TLS: :func:`jetsdk.security.tls_dialer` (TLS from the first byte; no STARTTLS).
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -183,6 +184,7 @@ class SocketByteStream:
     label: str = ""
     """Peer description for error messages."""
     _closed: bool = False
+    _reading: tuple[asyncio.AbstractEventLoop, int] | None = None
 
     async def read(self, max_bytes: int = READ_CHUNK_BYTES) -> bytes:
         """See :meth:`ByteStream.read`."""
@@ -209,10 +211,65 @@ class SocketByteStream:
                     continue
                 view = view[sent:]
 
+    def write_now(self, data: bytes) -> int:
+        """Send what the socket takes of ``data`` now, without waiting; return how many
+        bytes that was (0 if it takes none now: write the rest with :meth:`write`).
+
+        Raises:
+            JetConnectionError: the stream broke or is closed.
+        """
+        with map_io_errors(f"write to {self.label}"):
+            if self._closed:
+                raise JetConnectionError(f"write to {self.label}: closed")
+            try:
+                return self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                return 0
+
+    def start_reading(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_data: Callable[[bytes], None],
+        on_error: Callable[[JetConnectionError], None],
+    ) -> None:
+        """asyncio only: call ``on_data`` from the event loop with the bytes of each read
+        (``b""`` once, at end of stream), or ``on_error`` once if the socket breaks, until
+        :meth:`stop_reading` or :meth:`aclose`; instead of :meth:`read`.
+
+        The socket stays registered with the selector meanwhile, so a response is handled
+        in the loop turn that sees it: :meth:`read` re-registers around each wait and
+        wakes its task one turn later.
+        """
+        fd = self.sock.fileno()
+
+        def readable() -> None:
+            try:
+                data = self.sock.recv(READ_CHUNK_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self.stop_reading()
+                on_error(JetConnectionError(f"read from {self.label}: {exc}"))
+                return
+            if not data:
+                self.stop_reading()
+            on_data(data)
+
+        self._reading = (loop, fd)
+        loop.add_reader(fd, readable)
+
+    def stop_reading(self) -> None:
+        """Undo :meth:`start_reading` (idempotent)."""
+        if self._reading is not None:
+            loop, fd = self._reading
+            self._reading = None
+            loop.remove_reader(fd)
+
     async def aclose(self) -> None:
         """See :meth:`ByteStream.aclose`."""
         # No checkpoint: closing must complete inside a cancelled scope too.
         if not self._closed:
+            self.stop_reading()
             self._closed = True
             anyio.notify_closing(self.sock)  # wakes a task waiting to read or write
             self.sock.close()

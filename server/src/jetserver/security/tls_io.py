@@ -161,6 +161,12 @@ class TlsSocketIO(SocketIO):
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return b""
 
+    async def recv_within(self, seconds: float, max_bytes: int = RECV_BYTES) -> bytes | None:
+        """Decrypted bytes as :meth:`recv`; None if none came within ``seconds``."""
+        with anyio.move_on_after(seconds):
+            return await self.recv(max_bytes)
+        return None
+
     async def send_all(self, data: bytes | memoryview, *, more: bool = False) -> None:
         """Encrypt and send every byte of ``data``."""
         view = memoryview(data).cast("B")

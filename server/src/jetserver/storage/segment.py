@@ -324,10 +324,12 @@ class Segment:
             yield pos, offset, ts, epoch, size
             pos += size
 
-    def locate(self, offset: int, st: SegmentState) -> tuple[int, int]:
+    def locate(self, offset: int, st: SegmentState, after: int = 0) -> tuple[int, int]:
         """``(position, offset)`` of the first record with offset >= ``offset``.
 
-        ``(st.size, st.next_offset)`` if the segment has no such record.
+        ``(st.size, st.next_offset)`` if the segment has no such record. ``after``: the
+        position of a record known to have a lower offset (the scan starts there if the
+        index knows nothing closer).
         """
         hint = self._hint
         if (
@@ -346,7 +348,7 @@ class Segment:
                 if found >= offset:
                     return hint[2], found
         i = st.offset_index.floor_for_offset(offset - self.base_offset, st.entries)
-        start = st.offset_index.positions[i] if i >= 0 else 0
+        start = max(st.offset_index.positions[i] if i >= 0 else 0, after)
         for pos, off, _ts, _epoch, _size in self.iter_headers(start, st.size):
             if off >= offset:
                 return pos, off
@@ -371,7 +373,9 @@ class Segment:
             end_limit = st.size
             end_offset = st.next_offset
         else:
-            end_limit, _ = self.locate(bound, st)
+            # From the first record on: a reader near the HW reads a few records, which the
+            # scan from the last index entry would reach only after ~30 headers.
+            end_limit, _ = self.locate(bound, st, after=start)
             end_offset = bound
         if end_limit - start <= max_bytes:
             # The next read of a reader keeping up starts where this one ends: remember it

@@ -221,7 +221,12 @@ class Delivery:
     async def next_batch(self, max_records: int, timeout: float | None) -> list[Message]:
         """Up to ``max_records`` messages, waiting up to ``timeout`` for the first."""
         self.settle()
-        await anyio.lowlevel.checkpoint()  # see next_message
+        if not self.buffer and (timeout is None or timeout > 0):
+            pass  # _front waits for a batch, which yields to the loop
+        elif not self.buffer or time.monotonic() >= self._yield_at:
+            # See next_message; a fetch(timeout=0) loop must not spin without yielding.
+            self._yield_at = time.monotonic() + YIELD_INTERVAL
+            await anyio.lowlevel.checkpoint()
         out: list[Message] = []
         deadline = None if timeout is None else time.monotonic() + timeout
         item = await self._front(deadline)
@@ -323,5 +328,8 @@ class Delivery:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 return None
-            with anyio.move_on_after(wait if wait is not None else float("inf")):
+            if wait is None:
                 await signal.wait()
+            else:
+                with anyio.move_on_after(wait):
+                    await signal.wait()
