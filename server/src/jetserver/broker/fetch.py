@@ -81,6 +81,8 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
     if req.offset < log.log_start_offset or req.offset > log.log_end_offset:
         return _out_of_range(replica.log)
     # hw <= offset <= leo: wait (a follower's hw may lag the hw a consumer saw elsewhere).
+    if hops.ENABLED and req.offset < log.high_watermark:
+        hops.mark("fetch.woken")  # it came after the HW moved: no wait
     if req.offset >= log.high_watermark and req.max_wait_ms > 0:
         wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
         await replica.wait_for_hw_above(req.offset, wait_ms / 1000)
