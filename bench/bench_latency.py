@@ -3,8 +3,9 @@
 One jet server (``jet dev``, RF 1) runs with ``JET_HOP_TRACE`` (jetserver/hops.py), which
 records the moment each message reaches each hop inside the server; this process
 publishes timestamped 100-byte messages at a fixed rate with a ``Producer`` (linger 0) and
-reads them with a ``Consumer`` (long-poll fetch), noting when each send starts, when its
-ack arrives and when the consumer gets it. All timestamps are ``perf_counter_ns``
+reads them with a ``Consumer`` (long-poll fetch), noting when each send starts, when the
+SDK decoded each Produce and Fetch response (``got.produce``, ``got.fetch``), when the ack
+arrives and when the consumer gets it. All timestamps are ``perf_counter_ns``
 (CLOCK_MONOTONIC, one clock for every process of the machine). The rate keeps one message
 in flight at a time, so each message's hops are the first marks of each kind after its
 previous hop.
@@ -42,6 +43,7 @@ ACK_PATH = (
     "append",
     "acked",
     "resp.produce",
+    "got.produce",
     "ack",
 )
 """Hops of a message from the producer to its ack (the leader appends it directly)."""
@@ -53,9 +55,18 @@ CASES = (
     ("written", True),
 )
 """(durability, produce_direct) per measured case."""
-CONSUME_PATH = ("append", "fsync.start", "fsync.end", "hw", "fetch.woken", "resp.fetch", "consumed")
+CONSUME_PATH = (
+    "append",
+    "fsync.start",
+    "fsync.end",
+    "hw",
+    "fetch.woken",
+    "resp.fetch",
+    "got.fetch",
+    "consumed",
+)
 """Hops from the append to the consumer (durability flushed)."""
-WRITTEN_PATH = ("append", "hw", "fetch.woken", "resp.fetch", "consumed")
+WRITTEN_PATH = ("append", "hw", "fetch.woken", "resp.fetch", "got.fetch", "consumed")
 """Hops from the append to the consumer (durability written: no fsync on the path)."""
 VALUE_BYTES = 100
 
@@ -67,20 +78,30 @@ def _pct(values: list[float], q: float) -> float:
 
 async def _run(address: list[str], stream: str, rate: int, seconds: float) -> dict[str, list[int]]:
     """Publish and consume; return the client-side marks per kind (``write``: the SDK's
-    connection is about to write a Produce request)."""
+    connection is about to write a Produce request; ``got.produce`` / ``got.fetch``: it
+    decoded the response and handed it to the waiting task)."""
     marks: dict[str, list[int]] = defaultdict(list)
     original = Connection.send
+    original_resolve = PendingResponse._resolve
 
     async def marked_send(self: Connection, api: int, body: bytes) -> PendingResponse:
         if api == Api.PRODUCE:
             marks["write"].append(time.perf_counter_ns())
         return await original(self, api, body)
 
+    def marked_resolve(self: PendingResponse, body: bytes | None, error: object) -> None:
+        if self.api in (Api.PRODUCE, Api.FETCH):
+            kind = "got.produce" if self.api == Api.PRODUCE else "got.fetch"
+            marks[kind].append(time.perf_counter_ns())
+        original_resolve(self, body, error)  # type: ignore[arg-type]
+
     Connection.send = marked_send  # type: ignore[method-assign]
+    PendingResponse._resolve = marked_resolve  # type: ignore[method-assign]
     try:
         return await _publish_and_consume(address, stream, rate, seconds, marks)
     finally:
         Connection.send = original  # type: ignore[method-assign]
+        PendingResponse._resolve = original_resolve  # type: ignore[method-assign]
 
 
 async def _publish_and_consume(

@@ -101,6 +101,8 @@ class Delivery:
         self.token: EventLoopToken | None = None
         self._handed: list[PartitionRun] = []
         self._yield_at = 0.0
+        self.readers_waiting = 0
+        """Application calls (``fetch``, iteration) waiting for a batch now."""
 
     def start(self) -> None:
         """Bind to the running event loop (acks from other threads come back to it)."""
@@ -110,11 +112,14 @@ class Delivery:
 
     # -- runs and batches ----------------------------------------------------------------
 
-    def deliver(self, item: Fetched) -> None:
-        """A fetcher decoded a batch (or hit an error)."""
+    def deliver(self, item: Fetched) -> bool:
+        """A fetcher decoded a batch (or hit an error); True if the application is waiting
+        for one (it runs at the next loop turn)."""
         if self.runs.get(item.key) is item.run:
             self.buffer.append(item)
             self.notify()
+            return self.readers_waiting > 0
+        return False
 
     def end_run(self, run: PartitionRun) -> None:
         """Stop a run: no more fetching, its buffered batches dropped, its acks ignored."""
@@ -328,8 +333,12 @@ class Delivery:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 return None
-            if wait is None:
-                await signal.wait()
-            else:
-                with anyio.move_on_after(wait):
+            self.readers_waiting += 1
+            try:
+                if wait is None:
                     await signal.wait()
+                else:
+                    with anyio.move_on_after(wait):
+                        await signal.wait()
+            finally:
+                self.readers_waiting -= 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from jetsdk.client import Client
@@ -107,12 +108,15 @@ async def fetch_loop(
     max_wait: float,
     reset: ResetPolicy,
     read_replicas: bool = False,
-    deliver: Callable[[Fetched], None],
+    deliver: Callable[[Fetched], bool],
 ) -> None:
     """Fetch ``run``'s partition from ``offset`` until cancelled or a non-retriable error
     (from an in-sync follower with ``read_replicas``).
 
-    ``deliver`` is called with each batch once the run's credit allows it.
+    ``deliver`` is called with each batch once the run's credit allows it; it returns True
+    if the application waits for it, and then the loop lets the application take it
+    before writing the next Fetch (a light-load consumer gets its records one request
+    write sooner; a busy one, never waiting, keeps its next response on the way).
     """
     stream, partition = run.key
     failures = 0
@@ -164,4 +168,5 @@ async def fetch_loop(
             continue
         offset = records[-1].offset + 1
         await credit.acquire()
-        deliver(Fetched(run.key, run, records))
+        if deliver(Fetched(run.key, run, records)):
+            await anyio.lowlevel.checkpoint()
