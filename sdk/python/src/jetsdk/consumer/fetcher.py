@@ -32,10 +32,14 @@ from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.message import Acker
 from jetsdk.retry import RetryPolicy
 
-__all__ = ["FETCHER_BACKOFF", "Fetched", "PartitionRun", "fetch_loop"]
+__all__ = ["FETCHER_BACKOFF", "HAND_OVER_FIRST", "Fetched", "PartitionRun", "fetch_loop"]
 
 FETCHER_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.1, backoff_max=2.0)
 """Backoff between a fetcher's attempts after retriable errors."""
+HAND_OVER_FIRST = 16
+"""A batch of at most this many records that the application waits for is handed over
+before the next Fetch is written (light load: the records arrive one request write sooner).
+A bigger one keeps the next Fetch on the way while the application works through it."""
 
 
 @attrs.define(eq=False, slots=True)
@@ -114,9 +118,8 @@ async def fetch_loop(
     (from an in-sync follower with ``read_replicas``).
 
     ``deliver`` is called with each batch once the run's credit allows it; it returns True
-    if the application waits for it, and then the loop lets the application take it
-    before writing the next Fetch (a light-load consumer gets its records one request
-    write sooner; a busy one, never waiting, keeps its next response on the way).
+    if the application waits for it, and then the loop lets the application take a small
+    batch (:data:`HAND_OVER_FIRST`) before writing the next Fetch.
     """
     stream, partition = run.key
     failures = 0
@@ -168,5 +171,5 @@ async def fetch_loop(
             continue
         offset = records[-1].offset + 1
         await credit.acquire()
-        if deliver(Fetched(run.key, run, records)):
+        if deliver(Fetched(run.key, run, records)) and len(records) <= HAND_OVER_FIRST:
             await anyio.lowlevel.checkpoint()
