@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from jetsdk import Consumer, OffsetOutOfRange, StartAt, StreamNotFound
+from jetsdk.consumer.fetcher import HAND_OVER_FIRST
 from jetsdk.errors import InvalidArgument, PartitionNotFound
 
 from .helpers import cluster_and_client
@@ -155,3 +156,33 @@ async def test_deleted_stream_surfaces_stream_not_found() -> None:
             del cluster.streams["s"]
             with anyio.fail_after(5), pytest.raises(StreamNotFound):
                 await consumer.fetch(timeout=5)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # relies on asyncio's FIFO wake-ups
+async def test_a_waiting_application_gets_a_small_batch_before_the_next_fetch(
+    anyio_backend: str,
+) -> None:
+    """Light load: a batch the application waits for is handed over before the fetcher
+    writes its next Fetch (one request write sooner). A big batch keeps the next Fetch on
+    its way while the application works through it (prefetch)."""
+    async with cluster_and_client() as (cluster, client):
+        cluster.add_stream("s")
+        async with Consumer(client, "s", max_wait=10.0) as consumer:
+            conn = await client.leader_connection("s", 0)
+            in_flight: list[int] = []
+            for count in (1, HAND_OVER_FIRST + 1):
+
+                async def later(count: int = count) -> None:
+                    with anyio.fail_after(5):
+                        await cluster.streams["s"].partitions[0].parked.wait()
+                    for i in range(count):
+                        cluster.append("s", 0, b"v%d" % i)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(later)
+                    with anyio.fail_after(5):
+                        got = await consumer.fetch(max_records=1000)
+                    in_flight.append(conn.pending_count)  # no await since fetch returned
+                assert len(got) == count
+                cluster.streams["s"].partitions[0].parked = anyio.Event()
+    assert in_flight == [0, 1]
