@@ -41,6 +41,7 @@ from jetserver.broker.stored_copy import stored_header_block
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
+from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.validate import (
     has_wildcard,
@@ -73,7 +74,9 @@ class _Waiting:
     partition: int
     results: list[Result | None]
     remaining: int
-    done: anyio.Event = attrs.field(factory=anyio.Event)
+    done: LazyEvent = attrs.field(factory=LazyEvent)
+    """Set once every ack arrived (an anyio.Event only if someone waits: most requests that
+    append in their own task never do)."""
 
 
 @attrs.define(eq=False)
