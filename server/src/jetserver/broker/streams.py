@@ -63,6 +63,7 @@ from jetserver.broker.stream_files import (
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.fsync_runner import FsyncRunner
+from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
@@ -462,7 +463,7 @@ class StreamManager:
             while not running.replica.closed:
                 target = running.wanted
                 if target is None or target == running.applied:
-                    running.wake = anyio.Event()
+                    running.wake = LazyEvent()
                     if running.wanted == running.applied:
                         await running.wake.wait()
                     continue
