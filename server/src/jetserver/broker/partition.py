@@ -145,7 +145,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     _queue: collections.deque[Ingested] = attrs.field(factory=collections.deque)
     _fields_cache: RecordFields = attrs.field(factory=RecordFields)
     _queued_bytes: int = 0
-    _wake: anyio.Event = attrs.field(factory=anyio.Event)
+    _wake: LazyEvent = attrs.field(factory=LazyEvent)
     _space: LazyEvent = attrs.field(factory=LazyEvent)
     _dirty: anyio.Event = attrs.field(init=False)
     """Set to have the flusher fsync (made with the flusher: :meth:`_request_flush`)."""
@@ -308,7 +308,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
             if not self._queue:
                 if self._stopping:
                     return
-                self._wake = anyio.Event()
+                self._wake = LazyEvent()
                 await self._wake.wait()
                 continue
             if self._stopping and not self._drain:

@@ -10,6 +10,7 @@ Every function here blocks (file I/O): call it from a worker thread in async cod
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -65,7 +66,8 @@ def open_partition_log(
     flushed, so the HW is set to the log end; a replicated partition keeps its checkpointed
     HW (its tail may be uncommitted).
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    if not os.path.isdir(directory):  # one stat (mkdir of an existing one: two calls)
+        directory.mkdir(parents=True, exist_ok=True)
     # The server holds the data directory (no lock file). The clean-shutdown marker stays
     # until the first truncation: deleting it (an unlink and a directory fsync) was two
     # thirds of the open work of a restart, and over a third of its time at 10,000.
