@@ -54,7 +54,7 @@ from jetserver.broker.stream_files import (
     LogCloser,
     MarkerSync,
     OpenJob,
-    open_job,
+    OpenJobs,
     open_partition_logs,
     remove_stream_dir,
     remove_unknown_stream_dirs,
@@ -311,6 +311,7 @@ class StreamManager:
         applier). A partition that cannot open is left offline (or its error appended to
         ``errors``, if given). Returns how many opened."""
         limiter = anyio.CapacityLimiter(START_OPEN_CONCURRENCY)
+        make_jobs = OpenJobs(self.data_dir, self.config)
         counts: list[int] = []
 
         def failed(meta: StreamMeta, a: PartitionAssignment, exc: Exception) -> None:
@@ -327,7 +328,7 @@ class StreamManager:
                 except ApiError as exc:
                     failed(meta, a, exc)
                     continue
-                jobs.append((meta, a, open_job(self.data_dir, meta, a, self.config)))
+                jobs.append((meta, a, make_jobs.job(meta, a)))
             results = await anyio.to_thread.run_sync(
                 open_partition_logs, [j for _m, _a, j in jobs], limiter=limiter
             )
