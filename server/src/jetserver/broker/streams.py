@@ -85,11 +85,9 @@ APPLY_RETRY_S = 1.0
 PARTITION_READY_TIMEOUT_S = 5.0
 """Default bound of :meth:`StreamManager.wait_partition_ready`."""
 START_OPEN_CONCURRENCY = 4
-"""Worker-thread calls opening (recovering) partitions at once. Opening is mostly Python
-(GIL-bound) with small cached reads: at 10,000 partitions on a 2-core VM, 4 calls
-restarted in 10.6-11.1 s (three runs) against 9.7-14.3 s (median 12.2, five runs) with
-16, whose threads fought over the GIL (up to 6 s of system CPU). Later, with cheaper
-opens, interleaved: 4 calls 7.4-8.2 s, 2 calls 7.4-8.4 s, 1 call 7.2-9.4 s (three each)."""
+"""Worker-thread calls opening (recovering) partitions at once: mostly GIL-bound Python. At
+10,000 partitions on 2 cores, 16 fought over the GIL (up to 6 s of system CPU per restart);
+4, 2 and 1 restarted alike (7.4-8.2, 7.4-8.4, 7.2-9.4 s; README "Known gaps")."""
 START_OPEN_BATCH = 32
 """Partitions one worker-thread call opens, one after the other (a hand-off to a worker
 thread and back per partition cost about a third of a restart's event-loop time)."""
