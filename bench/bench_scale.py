@@ -55,6 +55,9 @@ async def _create(address: list[str], partitions: int) -> float:
 
 RESTART_BOUND_S = 300.0
 """Bound on the restart (the figure is reported, however far above the target it is)."""
+STOP_BOUND_S = 300.0
+"""Bound on the clean stop. The test kit's default (15 s) kills a slower stop, and the
+restart then measured crash recovery of every partition, not a restart."""
 
 
 def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
@@ -69,7 +72,7 @@ def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
         rss, files = rss_bytes(pid), open_files(pid)
         cpu = _idle_cpu_share(pid, idle_s)
         started = time.perf_counter()
-        dev.stop_server(sid)
+        dev.stop_server(sid, STOP_BOUND_S)
         stop_s = time.perf_counter() - started
         started = time.perf_counter()
         dev.start_server(sid, RESTART_BOUND_S)

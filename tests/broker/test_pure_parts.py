@@ -20,7 +20,7 @@ from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.record_fields import MAX_CACHED_SUBJECTS, RecordFields
 from jetserver.broker.stream_files import OpenJob, open_partition_logs
 from jetserver.errors import ApiError
-from jetserver.storage import LogConfig
+from jetserver.storage import LogConfig, StorageError
 
 # -- header controls (spec/envelope.md, "Header controls") --------------------------------
 
@@ -162,7 +162,8 @@ def test_opening_many_logs_keeps_going_past_one_that_fails(tmp_path: Path) -> No
         OpenJob(tmp_path / "b", LogConfig(), "b", 0, False),
     ]
     results = open_partition_logs(jobs)
-    assert isinstance(results[1], OSError)
+    assert isinstance(results[1], StorageError)  # Log.open makes the directory
+    assert isinstance(results[1].__cause__, NotADirectoryError)
     opened = [r for r in results if not isinstance(r, Exception)]
     assert len(opened) == 2
     for log_, _producers in opened:

@@ -357,3 +357,54 @@ async def test_publish_many_refuses_bad_subjects_and_oversized_payloads(
     assert await link.publish_many([("a", b"x"), ("a", big)]) == 1
     assert await link.publish_many([]) == 0
     await link.close()
+
+
+@pytest.mark.anyio
+async def test_idle_direct_subscriptions_start_no_task_until_a_message_needs_one(
+    nats_server: NatsServer,
+) -> None:
+    # A server holds thousands of idle partition subscriptions: neither nats-py's delivery
+    # task and queue nor the direct delivery's task and deque may exist before a message
+    # needs them (the sink takes messages without them).
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect(attempts=3)
+    got: list[bytes] = []
+    arrived = anyio.Event()
+
+    async def handler(msg: Msg) -> None:
+        got.append(msg.data)
+        arrived.set()
+
+    def sink(subject: str, reply: str, data: bytes) -> bool:
+        if data == b"decline":
+            return False
+        got.append(data)
+        return True
+
+    tasks_before = len(asyncio.all_tasks())
+    subs = [await link.subscribe(f"idle.{i}", handler, sink=sink) for i in range(50)]
+    assert len(asyncio.all_tasks()) == tasks_before
+    assert isinstance(link.client, JetNatsClient)
+    nats_subs = [link.client._subs[sid] for sid in link.client._jet_direct]
+    assert all(s._wait_for_msgs_task is None for s in nats_subs)
+    assert all("_jet_queue" not in vars(s) for s in nats_subs)
+    assert all(d.queue is None and d.task is None for d in link.client._jet_direct.values())
+    await link.flush(5)
+    plain = await nats.connect(nats_server.url)
+    try:
+        await plain.publish("idle.3", b"taken")
+        await plain.publish("idle.3", b"decline")
+        await plain.flush()
+        with anyio.fail_after(10):
+            await arrived.wait()
+    finally:
+        await plain.close()
+    assert got == [b"taken", b"decline"]
+    started = [d for d in link.client._jet_direct.values() if d.task is not None]
+    assert [d.sid for d in started] == [nats_subs[3]._id]
+    assert len(asyncio.all_tasks()) == tasks_before + 1
+    for sub in subs:
+        await sub.unsubscribe()
+    assert not link.client._jet_direct
+    assert not link.client._subs
+    await link.close()

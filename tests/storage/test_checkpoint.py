@@ -6,12 +6,14 @@ import pytest
 
 from jetserver.storage import CorruptFileError
 from jetserver.storage.checkpoint import (
+    MAX_CHECKPOINT_BYTES,
     format_checkpoint,
     parse_checkpoint,
     read_checkpoint,
     read_single_value,
     write_checkpoint,
 )
+from jetserver.storage.files import READ_CHUNK, FileTooLarge, read_file_if_exists
 
 
 def test_format_is_kafka_like() -> None:
@@ -54,3 +56,21 @@ def test_files(tmp_path: Path) -> None:
     (tmp_path / "two").write_bytes(b"0\n2\n1\n2\n")
     with pytest.raises(CorruptFileError):
         read_single_value(tmp_path, "two")
+
+
+def test_reads_whole_files_and_refuses_oversized_checkpoints(tmp_path: Path) -> None:
+    # The one-open read used at every partition's open: missing, empty, small and
+    # multi-chunk files, and a checkpoint past its size bound stays a corrupt file.
+    assert read_file_if_exists(tmp_path / "missing") is None
+    (tmp_path / "empty").write_bytes(b"")
+    assert read_file_if_exists(tmp_path / "empty") == b""
+    big = bytes(range(256)) * (READ_CHUNK // 100)
+    (tmp_path / "big").write_bytes(big)
+    assert read_file_if_exists(tmp_path / "big") == big
+    with pytest.raises(FileTooLarge):
+        read_file_if_exists(tmp_path / "big", limit=len(big) - 1)
+    assert read_checkpoint(tmp_path, "missing", 1) is None
+    with (tmp_path / "huge").open("wb") as f:
+        f.truncate(MAX_CHECKPOINT_BYTES + 1)
+    with pytest.raises(CorruptFileError, match="too large"):
+        read_checkpoint(tmp_path, "huge", 1)

@@ -17,7 +17,9 @@ keeping nats-py's behaviour and falling back to its own code for anything unusua
   does. A subscription may also give a *sink*: a plain function that takes a message
   without headers at once (no ``Msg`` object, no task hop) or declines it; a declined
   message, and every later one until the deque is empty again, goes through the deque and
-  the callback, so the order is kept.
+  the callback, so the order is kept. An idle subscription costs little: the deque and
+  the task come with the first message that needs them, and
+  :meth:`JetNatsClient.subscribe_direct` subscribes without nats-py's own task and queue.
 
 Both rely on nats-py internals (``Parser``, ``Client._process_msg``, ``_build_message``);
 :func:`fast_path_supported` checks they look as expected, and :class:`JetNatsClient`
@@ -37,8 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
+from nats.aio import client as nats_client
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.protocol import parser as nats_parser
 
 from jetsdk.codec.nats_headers import parse_header_block
@@ -111,6 +115,8 @@ def fast_path_supported() -> bool:
         and hasattr(nats_parser, "AWAITING_CONTROL_LINE")
         and hasattr(nats_parser.Parser, "reset")
         and hasattr(NatsClient, "_process_headers")
+        and hasattr(NatsClient, "_send_subscribe")
+        and hasattr(Subscription, "_stop_processing")
     )
 
 
@@ -274,11 +280,35 @@ class _Direct:
         """The task is delivering a message (a later one must not overtake it by the sink)."""
         self.max_msgs = max_msgs
         self.max_bytes = max_bytes
-        self.queue: collections.deque[Msg] = collections.deque()
+        # The deque, the event and the task come with the first message the sink does not
+        # take (about 2.5 KB together: most of an idle partition's subscription).
+        self.queue: collections.deque[Msg] | None = None
         self.pending_bytes = 0
-        self.wake = asyncio.Event()
+        self.wake: asyncio.Event | None = None
         self.waiting = False
         self.task: asyncio.Task[None] | None = None
+
+    def full(self, size: int) -> bool:
+        """True if a message of ``size`` bytes would pass the pending limits."""
+        queue = self.queue
+        if queue is None:
+            return 0 < self.max_bytes < size
+        return (self.max_msgs > 0 and len(queue) >= self.max_msgs) or (
+            self.max_bytes > 0 and self.pending_bytes + size > self.max_bytes
+        )
+
+    def enqueue(self, msg: Msg, size: int) -> None:
+        """Queue ``msg`` for the delivery task (started on the first message)."""
+        queue = self.queue
+        if queue is None:
+            queue = self.queue = collections.deque()
+            self.wake = asyncio.Event()
+            self.task = asyncio.get_running_loop().create_task(self._run(queue, self.wake))
+        queue.append(msg)
+        self.pending_bytes += size
+        if self.waiting and self.wake is not None:
+            self.waiting = False
+            self.wake.set()
 
     def push(self, subject: bytes, reply: bytes, data: bytes) -> None:
         """Queue one message without headers (or drop it as a slow consumer)."""
@@ -287,10 +317,7 @@ class _Direct:
         stats = nc.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += size
-        queue = self.queue
-        if (self.max_msgs > 0 and len(queue) >= self.max_msgs) or (
-            self.max_bytes > 0 and self.pending_bytes + size > self.max_bytes
-        ):
+        if self.full(size):
             nc._jet_slow_consumer(self.sid, subject, reply)
             return
         names = nc._jet_subjects
@@ -303,12 +330,12 @@ class _Direct:
         sink = self.sink
         if (
             sink is not None
-            and not queue
+            and not self.queue
             and not self.busy
             and sink(subject_text, reply_text, data)
         ):
             return
-        queue.append(
+        self.enqueue(
             Msg(
                 _client=nc,
                 subject=subject_text,
@@ -316,32 +343,26 @@ class _Direct:
                 data=data,
                 headers=None,
                 _sid=self.sid,
-            )
+            ),
+            size,
         )
-        self.pending_bytes += size
-        if self.waiting:
-            self.waiting = False
-            self.wake.set()
-
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._run())
 
     def stop(self) -> None:
         if self.task is not None:
             self.task.cancel()
             self.task = None
-        self.queue.clear()
+        if self.queue is not None:
+            self.queue.clear()
         self.pending_bytes = 0
 
-    async def _run(self) -> None:
-        queue = self.queue
+    async def _run(self, queue: collections.deque[Msg], wake: asyncio.Event) -> None:
         handler = self.handler
         while True:
             if not queue:
-                self.wake.clear()
+                wake.clear()
                 self.waiting = True
                 try:
-                    await self.wake.wait()
+                    await wake.wait()
                 finally:
                     self.waiting = False
                 continue
@@ -356,6 +377,23 @@ class _Direct:
                 await self.nc._error_cb(exc)
             finally:
                 self.busy = False
+
+
+class _DirectSubscription(Subscription):
+    """nats-py's subscription of a direct delivery: it starts no task of its own, and its
+    ``asyncio.Queue`` (3 deques and an event: about 3 KB) is made only if nats-py's own
+    code asks for it (it is never used while the direct delivery runs)."""
+
+    @property
+    def _pending_queue(self) -> asyncio.Queue[Msg]:
+        queue: asyncio.Queue[Msg] | None = self.__dict__.get("_jet_queue")
+        if queue is None:
+            queue = self.__dict__["_jet_queue"] = asyncio.Queue(maxsize=self._pending_msgs_limit)
+        return queue
+
+    @_pending_queue.setter
+    def _pending_queue(self, value: asyncio.Queue[Msg]) -> None:
+        """nats-py's constructor makes a queue: dropped here, made again on first use."""
 
 
 class JetNatsClient(NatsClient):
@@ -390,10 +428,60 @@ class JetNatsClient(NatsClient):
         if not _SUPPORTED:
             return False
         self.stop_direct(sid)
-        direct = _Direct(self, sid, handler, max_msgs, max_bytes, sink, skip)
-        direct.start()
-        self._jet_direct[sid] = direct
+        self._jet_direct[sid] = _Direct(self, sid, handler, max_msgs, max_bytes, sink, skip)
         return True
+
+    async def subscribe_direct(
+        self,
+        subject: str,
+        queue: str,
+        handler: Handler,
+        max_msgs: int,
+        max_bytes: int,
+        sink: Sink | None = None,
+        skip: SkipMarked | None = None,
+    ) -> Subscription:
+        """Subscribe with direct delivery (:meth:`deliver_directly`) from the first
+        message on: as nats-py's ``subscribe(subject, queue, cb=handler, ...)`` but without
+        its per-subscription task and ``asyncio.Queue`` (about 4 KB per subscription, most
+        of an idle partition's memory with thousands of them). Where the fast path is not
+        supported, nats-py's own subscribe.
+
+        Raises:
+            nats.errors.Error: as nats-py's subscribe (closed, draining, bad subject).
+        """
+        if not _SUPPORTED:
+            return await self.subscribe(
+                subject,
+                queue=queue,
+                cb=handler,
+                pending_msgs_limit=max_msgs,
+                pending_bytes_limit=max_bytes,
+            )
+        validate = getattr(nats_client, "_validate_subject", None)
+        if validate is not None:
+            validate(subject, strict=True)
+        elif not subject:
+            raise nats.errors.BadSubjectError
+        if self.is_closed:
+            raise nats.errors.ConnectionClosedError
+        if self.is_draining:
+            raise nats.errors.ConnectionDrainingError
+        self._sid += 1
+        sid = self._sid
+        sub = _DirectSubscription(
+            self,
+            sid,
+            subject,
+            queue=queue,
+            cb=handler,
+            pending_msgs_limit=max_msgs,
+            pending_bytes_limit=max_bytes,
+        )
+        self.deliver_directly(sid, handler, max_msgs, max_bytes, sink, skip)
+        self._subs[sid] = sub
+        await self._send_subscribe(sub)
+        return sub
 
     def stop_direct(self, sid: int) -> None:
         """End direct delivery for ``sid`` (messages not yet delivered are dropped)."""
@@ -439,14 +527,11 @@ class JetNatsClient(NatsClient):
         stats: dict[str, Any] = self.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += size
-        queue = direct.queue
-        if (direct.max_msgs > 0 and len(queue) >= direct.max_msgs) or (
-            direct.max_bytes > 0 and direct.pending_bytes + size > direct.max_bytes
-        ):
+        if direct.full(size):
             self._jet_slow_consumer(sid, subject, reply)
             return
         hdr = await self._process_headers(headers)
-        queue.append(
+        direct.enqueue(
             HeaderedMsg(
                 _client=self,
                 subject=subject.decode(),
@@ -455,9 +540,6 @@ class JetNatsClient(NatsClient):
                 headers=hdr,
                 _sid=sid,
                 header_lines=parse_header_block(bytes(headers)),
-            )
+            ),
+            size,
         )
-        direct.pending_bytes += size
-        if direct.waiting:
-            direct.waiting = False
-            direct.wake.set()

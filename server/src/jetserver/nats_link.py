@@ -334,22 +334,25 @@ class NatsLink:
         nc = self.client if ingest_owner is None else self._ingest_client()
         if nc.is_closed:
             raise NatsUnavailable("NATS connection is closed")
-        sub = await nc.subscribe(
-            subject,
-            queue=queue,
-            cb=handler,
-            pending_msgs_limit=self.config.sub_pending_msgs,
-            pending_bytes_limit=self.config.sub_pending_bytes,
-        )
         if isinstance(nc, JetNatsClient):
-            # Same callback, order and limits; cheaper than nats-py's queue (nats_fast.py).
-            nc.deliver_directly(
-                sub._id,
+            # Same callback, order and limits; cheaper than nats-py's queue and task
+            # (nats_fast.py), in time and in memory per subscription.
+            sub = await nc.subscribe_direct(
+                subject,
+                queue,
                 handler,
                 self.config.sub_pending_msgs,
                 self.config.sub_pending_bytes,
                 sink,
                 skip,
+            )
+        else:
+            sub = await nc.subscribe(
+                subject,
+                queue=queue,
+                cb=handler,
+                pending_msgs_limit=self.config.sub_pending_msgs,
+                pending_bytes_limit=self.config.sub_pending_bytes,
             )
         if ingest_owner is None:
             return SubscriptionHandle(subject, queue, sub, nc)

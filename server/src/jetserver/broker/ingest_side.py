@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 from collections.abc import Awaitable, Callable, Sequence
 
-import anyio
 from nats.aio.msg import Msg
 
 from jetsdk.codec.envelope import COOKIE
@@ -41,7 +40,7 @@ class IngestSide:
     _core: ReplicaCore[PendingAck]
     _queue: collections.deque[Ingested]
     _queued_bytes: int
-    _wake: anyio.Event
+    _wake: LazyEvent
     _space: LazyEvent
     _stopping: bool
     _copies_skipped: int

@@ -4,8 +4,9 @@ Leader data path::
 
     NATS sink (accept) or callback (on_message) -> queue -> sequencer task: parse, encode bodies,
         Log.append(batch) -> LEADER acks -> wake flusher
-    flusher task: Log.flush() in a worker thread (one fsync covers every record appended so
-        far) -> high watermark -> ALL acks -> wake fetch waiters (broker/commit.py)
+    flusher task (started by the first append: an idle partition has none): Log.flush()
+        in a worker thread (one fsync covers every record appended so far) -> high
+        watermark -> ALL acks -> wake fetch waiters (broker/commit.py)
 
 Roles (spec/cluster.md, "Replication"):
 
@@ -144,9 +145,12 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     _queue: collections.deque[Ingested] = attrs.field(factory=collections.deque)
     _fields_cache: RecordFields = attrs.field(factory=RecordFields)
     _queued_bytes: int = 0
-    _wake: anyio.Event = attrs.field(factory=anyio.Event)
+    _wake: LazyEvent = attrs.field(factory=LazyEvent)
     _space: LazyEvent = attrs.field(factory=LazyEvent)
-    _dirty: anyio.Event = attrs.field(factory=anyio.Event)
+    _dirty: anyio.Event = attrs.field(init=False)
+    """Set to have the flusher fsync (made with the flusher: :meth:`_request_flush`)."""
+    _flushing: bool = False
+    """The flusher task runs (started by the first :meth:`_request_flush`)."""
     _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
     _stopping: bool = False
     _closed: bool = False
@@ -236,7 +240,6 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
-                tg.start_soon(self._flusher)
                 await self._scrub_at_open()
                 task_status.started()
                 await self._sequencer()
@@ -245,6 +248,18 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
             self._tg = None
             with anyio.CancelScope(shield=True):
                 await self._finish()
+
+    def _request_flush(self) -> None:
+        """Have the flusher fsync what was appended. The flusher task starts on the first
+        request: an idle partition has none (a task is about 4 KB; a server holds thousands
+        of idle partitions). Not running (``run`` ended): nothing to do, its end flushed."""
+        if not self._flushing:
+            if self._tg is None:
+                return
+            self._flushing = True
+            self._dirty = anyio.Event()
+            self._tg.start_soon(self._flusher)
+        self._dirty.set()
 
     def stop(self, *, drain: bool = True) -> None:
         """Ask :meth:`run` to end: with ``drain``, messages already queued are appended first.
@@ -298,7 +313,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
             if not self._queue or self._appending:
                 if self._stopping and not self._appending and not self._queue:
                     return
-                self._wake = anyio.Event()
+                self._wake = LazyEvent()
                 await self._wake.wait()
                 continue
             if self._stopping and not self._drain:
@@ -479,7 +494,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
                 self._acks_after_append(now, wanted, first, ts)
                 for index, msg_id in msg_ids:
                     self._core.producers.record_msg_id(msg_id, first + index, ts)
-                self._dirty.set()
+                self._request_flush()
         for who, index, offset, stamp in dups:
             if index is not None:
                 offset, stamp = first + index, ts

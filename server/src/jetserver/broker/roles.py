@@ -103,7 +103,7 @@ class ReplicaRoles:
     _queue: collections.deque[Ingested]
     _queued_bytes: int
     _space: LazyEvent
-    _dirty: anyio.Event
+    _request_flush: Callable[[], None]
     _fetcher: FollowerFetcher | None
     _sub: SubscriptionHandle | None
     _tg: TaskGroup | None
@@ -338,7 +338,7 @@ class ReplicaRoles:
             producers=table,
         )
         await self._carry_out(out)
-        self._dirty.set()  # flush whatever a previous role left unflushed
+        self._request_flush()  # flush whatever a previous role left unflushed
         self._start_role_task(self._isr_loop)
         await self._subscribe()
 
@@ -360,7 +360,7 @@ class ReplicaRoles:
             durability=self.durability,
             config=self.replication,
             on_hw=self._follower_hw,
-            request_flush=self._dirty.set,
+            request_flush=self._request_flush,
             controller=self.controller,
             committed_floor=self._committed_floor,
             damaged=core.damaged,

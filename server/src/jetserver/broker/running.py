@@ -59,7 +59,8 @@ class RunningPartition:
     queue: str = ""
     wanted: Wanted | None = None
     applied: Wanted | None = None
-    wake: anyio.Event = attrs.field(factory=anyio.Event)
+    wake: LazyEvent = attrs.field(factory=LazyEvent)
+    """Set when ``wanted`` changes (the applier waits on it; in a cluster only)."""
     ready: LazyEvent = attrs.field(factory=LazyEvent)
     scope: anyio.CancelScope | None = None
 

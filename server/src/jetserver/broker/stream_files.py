@@ -65,10 +65,10 @@ def open_partition_log(
     flushed, so the HW is set to the log end; a replicated partition keeps its checkpointed
     HW (its tail may be uncommitted).
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    # The server holds the data directory (no lock file). The clean-shutdown marker stays
-    # until the first truncation: deleting it (an unlink and a directory fsync) was two
-    # thirds of the open work of a restart, and over a third of its time at 10,000.
+    # Log.open makes the directory if needed. The server holds the data directory (no
+    # lock file). The clean-shutdown marker stays until the first truncation: deleting it
+    # (an unlink and a directory fsync) was two thirds of the open work of a restart, and
+    # over a third of its time at 10,000.
     log_ = Log.open(directory, cfg, lock=False, keep_clean_marker=True)
     report = log_.recovery
     if not report.ok or report.indexes_rebuilt:
@@ -113,18 +113,25 @@ class OpenJob(NamedTuple):
     sole_replica: bool
 
 
-def open_job(
-    data_dir: Path, meta: StreamMeta, assignment: PartitionAssignment, config: ServerConfig
-) -> OpenJob:
-    """What :func:`open_partition_log` needs to open this partition's log."""
-    p = assignment.partition
-    return OpenJob(
-        stream_dir(data_dir, meta) / str(p),
-        log_config(meta, config),
-        meta.name,
-        p,
-        meta.spec.replication_factor == 1,
-    )
+@attrs.define
+class OpenJobs:
+    """Makes the :class:`OpenJob` of each partition to open; the partitions of a stream
+    share its directory path and :class:`LogConfig` (made once: a restart makes thousands
+    of jobs on the event loop, and every open log keeps its config)."""
+
+    data_dir: Path
+    config: ServerConfig
+    _streams: dict[int, tuple[StreamMeta, Path, LogConfig]] = attrs.field(factory=dict)
+    """By ``id(meta)``; the meta is kept, so its id stays its own."""
+
+    def job(self, meta: StreamMeta, assignment: PartitionAssignment) -> OpenJob:
+        """What :func:`open_partition_log` needs to open this partition's log."""
+        known = self._streams.get(id(meta))
+        if known is None:
+            known = (meta, stream_dir(self.data_dir, meta), log_config(meta, self.config))
+            self._streams[id(meta)] = known
+        p = assignment.partition
+        return OpenJob(known[1] / str(p), known[2], meta.name, p, meta.spec.replication_factor == 1)
 
 
 def open_partition_logs(jobs: Sequence[OpenJob]) -> list[tuple[Log, ProducerTable] | Exception]:

@@ -54,7 +54,7 @@ from jetserver.broker.stream_files import (
     LogCloser,
     MarkerSync,
     OpenJob,
-    open_job,
+    OpenJobs,
     open_partition_logs,
     remove_stream_dir,
     remove_unknown_stream_dirs,
@@ -63,6 +63,7 @@ from jetserver.broker.stream_files import (
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.fsync_runner import FsyncRunner
+from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
@@ -83,8 +84,10 @@ APPLY_RETRY_S = 1.0
 """Pause before applying an assignment again after ``apply_assignment`` failed."""
 PARTITION_READY_TIMEOUT_S = 5.0
 """Default bound of :meth:`StreamManager.wait_partition_ready`."""
-START_OPEN_CONCURRENCY = 16
-"""Worker-thread calls opening (recovering) partitions at once."""
+START_OPEN_CONCURRENCY = 4
+"""Worker-thread calls opening (recovering) partitions at once: mostly GIL-bound Python. At
+10,000 partitions on 2 cores, 16 fought over the GIL (up to 6 s of system CPU per restart);
+4, 2 and 1 restarted alike (7.4-8.2, 7.4-8.4, 7.2-9.4 s; README "Known gaps")."""
 START_OPEN_BATCH = 32
 """Partitions one worker-thread call opens, one after the other (a hand-off to a worker
 thread and back per partition cost about a third of a restart's event-loop time)."""
@@ -307,6 +310,7 @@ class StreamManager:
         applier). A partition that cannot open is left offline (or its error appended to
         ``errors``, if given). Returns how many opened."""
         limiter = anyio.CapacityLimiter(START_OPEN_CONCURRENCY)
+        make_jobs = OpenJobs(self.data_dir, self.config)
         counts: list[int] = []
 
         def failed(meta: StreamMeta, a: PartitionAssignment, exc: Exception) -> None:
@@ -323,7 +327,7 @@ class StreamManager:
                 except ApiError as exc:
                     failed(meta, a, exc)
                     continue
-                jobs.append((meta, a, open_job(self.data_dir, meta, a, self.config)))
+                jobs.append((meta, a, make_jobs.job(meta, a)))
             results = await anyio.to_thread.run_sync(
                 open_partition_logs, [j for _m, _a, j in jobs], limiter=limiter
             )
@@ -462,7 +466,7 @@ class StreamManager:
             while not running.replica.closed:
                 target = running.wanted
                 if target is None or target == running.applied:
-                    running.wake = anyio.Event()
+                    running.wake = LazyEvent()
                     if running.wanted == running.applied:
                         await running.wake.wait()
                     continue

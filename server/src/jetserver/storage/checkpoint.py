@@ -27,7 +27,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jetserver.storage.errors import CorruptFileError
-from jetserver.storage.files import fsync_directory, write_file_atomically
+from jetserver.storage.files import (
+    FileTooLarge,
+    fsync_directory,
+    read_file_if_exists,
+    write_file_atomically,
+)
 
 CHECKPOINT_VERSION = 0
 HIGH_WATERMARK_FILE = "high-watermark-checkpoint"
@@ -103,12 +108,13 @@ def read_checkpoint(directory: Path, name: str, fields: int) -> list[tuple[int, 
     """
     path = directory / name
     try:
-        size = path.stat().st_size
-    except FileNotFoundError:
+        data = read_file_if_exists(path, MAX_CHECKPOINT_BYTES)
+    except FileTooLarge as exc:
+        too_large = f"{exc.size} bytes is too large for a checkpoint"
+        raise CorruptFileError(str(path), too_large) from exc
+    if data is None:
         return None
-    if size > MAX_CHECKPOINT_BYTES:
-        raise CorruptFileError(str(path), f"{size} bytes is too large for a checkpoint")
-    return parse_checkpoint(path.read_bytes(), fields, path=str(path))
+    return parse_checkpoint(data, fields, path=str(path))
 
 
 def read_single_value(directory: Path, name: str) -> int | None:

@@ -130,6 +130,45 @@ def write_all(fd: int, data: bytes | memoryview, position: int) -> None:
         position += written
 
 
+READ_CHUNK = 1 << 20
+"""Largest single read of :func:`read_file_if_exists`."""
+
+
+def read_file_if_exists(path: Path | str, limit: int | None = None) -> bytes | None:
+    """The whole contents of ``path``, or None if it does not exist: one open, one fstat,
+    usually one read (a restart reads several small files per partition, thousands of
+    partitions; pathlib's ``stat`` then ``read_bytes`` cost about twice the calls).
+
+    Raises:
+        FileTooLarge: the file holds more than ``limit`` bytes (nothing read).
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise FileTooLarge(size)
+        parts: list[bytes] = []
+        while True:  # to the end of the file: one read of it all, one that finds the end
+            chunk = os.read(fd, READ_CHUNK if parts else size + 1)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+    finally:
+        os.close(fd)
+
+
+class FileTooLarge(OSError):
+    """:func:`read_file_if_exists`: the file is larger than the caller's limit."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
 def pread_exact(fd: int, length: int, position: int) -> bytes:
     """Read up to ``length`` bytes at ``position``; shorter only at end of file."""
     data = os.pread(fd, length, position)

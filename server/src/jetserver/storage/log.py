@@ -96,7 +96,8 @@ class Log(LogMaintenance):
         """
         path = Path(directory)
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            if not os.path.isdir(path):  # one stat: a server opens thousands at its start
+                path.mkdir(parents=True, exist_ok=True)
             lock_fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644) if lock else -1
         except OSError as exc:
             raise StorageError(f"cannot open log directory {path}: {exc}") from exc

@@ -56,6 +56,7 @@ from jetserver.storage.files import (
     fsync_directory,
     parse_segment_file_name,
     pread_exact,
+    read_file_if_exists,
     segment_file_name,
 )
 from jetserver.storage.offset_index import OffsetIndex
@@ -324,10 +325,7 @@ def _read_value(directory: Path, name: str, found: _Findings) -> int | None:
 
 
 def _read_bytes(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
+    return read_file_if_exists(path)
 
 
 def _load_indexes(

@@ -1,0 +1,64 @@
+"""What an idle partition costs in tasks: one (its sequencer). Its flusher starts with the
+first append, its NATS subscription's delivery task with the first message its sink
+declines, and nats-py's own delivery task never (issue 17: thousands of idle partitions
+per server)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.messages import ProduceMessage
+from jetserver.server import Server
+from support.raw_client import RawClient
+
+pytestmark = pytest.mark.anyio
+
+PARTITIONS = 40
+
+
+def _name(task: asyncio.Task[object]) -> str:
+    name = str(getattr(task.get_coro(), "__qualname__", "?"))
+    if name.endswith("_run_coro"):  # anyio's wrapper: the task is named after the function
+        name = ".".join(task.get_name().split(".")[-2:])
+    return name
+
+
+def _tasks() -> Counter[str]:
+    """Running tasks by the name of the function they run (``Class.method``)."""
+    return Counter(_name(t) for t in asyncio.all_tasks() if not t.done())
+
+
+async def test_idle_partitions_hold_one_task_each_and_the_first_append_starts_the_flusher(
+    jet: Server,
+) -> None:
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="warm", subject="warm")
+        before = _tasks()
+        await c.create_stream(name="idle", subject="idle", partitions=PARTITIONS)
+        new = _tasks() - before
+        assert new["PartitionReplica.run"] == PARTITIONS  # the sequencers
+        # No flusher, no delivery task of jet's or of nats-py's per subscription.
+        assert new["Committer._flusher"] == 0, new
+        assert new["_Direct._run"] == 0, new
+        assert new["Subscription._wait_for_msgs"] == 0, new
+        replica = jet.streams.replica("idle", 5)
+        assert not replica._flushing
+        for round_ in range(3):  # each ALL ack needs a flush: the flusher serves them all
+            acks = await c.produce(
+                "idle", 5, [ProduceMessage(b"m%d" % round_)], ack_policy=AckPolicy.ALL
+            )
+            assert [(a.error_code, a.offset) for a in acks] == [(0, round_)]
+            assert replica.log.flushed_offset == round_ + 1
+            assert replica.high_watermark == round_ + 1
+        assert replica._flushing
+        new = _tasks() - before
+        assert new["Committer._flusher"] == 1
+        assert new["PartitionReplica.run"] == PARTITIONS
+        others = [jet.streams.replica("idle", p) for p in range(PARTITIONS) if p != 5]
+        assert not any(r._flushing for r in others)
+        records = await c.collect("idle", 5, 3)
+    assert [r.value for r in records] == [b"m0", b"m1", b"m2"]
