@@ -214,7 +214,13 @@ async def test_start_latest_for_a_new_group() -> None:
     async with cluster_and_client() as (cluster, client):
         fill(cluster, 1, 3)
         async with member(client, reset="latest") as c:
-            assert await c.fetch(timeout=0.2) == []
+            # Until the member has its partition, its start position is not chosen yet:
+            # appending before that (a fixed 0.2 s wait did, on a loaded machine) would
+            # put "fresh" below the latest offset it starts from.
+            with anyio.fail_after(10):
+                while not c.assignment():
+                    assert await c.fetch(timeout=0.05) == []
+            assert c.position(0) == 3
             cluster.append("s", 0, b"fresh")
             assert [m.value for m in await c.fetch(timeout=5)] == [b"fresh"]
 
