@@ -315,7 +315,14 @@ class JetServer:
         if sig is signal.SIGSTOP:
             self.pause()
             return
-        os.kill(proc.pid, sig)
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            # Already gone and reaped by a concurrent wait (Popen.poll answers None while
+            # another thread holds its waitpid lock): nothing left to signal.
+            _reap(proc, STOP_TIMEOUT_S)
+            self.paused = False
+            return
         if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
             if self.paused and sig is not signal.SIGKILL:
                 os.kill(proc.pid, signal.SIGCONT)
