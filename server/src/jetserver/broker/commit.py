@@ -25,6 +25,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck, PendingAck
 from jetserver.fsync_runner import FsyncRunner
+from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import DURABILITY_FLUSHED
 from jetserver.replication.core import Outcome, ReplicaCore
 from jetserver.storage import Log, SyncFailedError
@@ -54,6 +55,23 @@ class Committer:
     _fields: Callable[..., dict[str, Any]]
     sync_failures: int
     stop: Callable[..., None]
+    _hw_moved: LazyEvent
+    _closed: bool
+
+    async def wait_committed(self, end: int, failures: int) -> bool:
+        """Wait until the HW reaches ``end``: True then; False (at once when seen) if
+        :attr:`sync_failures` is no longer ``failures`` (an fsync failed since the caller
+        read it: its cut may have taken records below ``end``), the log ends below
+        ``end``, or the replica closed. No bound: the caller sets one."""
+        log_ = self.log
+        while True:
+            if self.sync_failures != failures:
+                return False
+            if log_.high_watermark >= end:
+                return True
+            if self._closed or log_.log_end_offset < end:
+                return False
+            await self._hw_moved.wait()
 
     async def _flusher(self) -> None:
         while True:

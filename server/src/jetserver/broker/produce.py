@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
 import attrs
@@ -51,6 +51,9 @@ from jetserver.metadata.validate import (
 )
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 
+After = Callable[[], Awaitable[None]]
+"""Work a request leaves for after its response (``Reply.after`` in
+:mod:`jetserver.protocol.connection`)."""
 Result = tuple[int, int, int]
 """A message's outcome: (error_code, offset, timestamp)."""
 _PUBLISHED: Result = (ErrorCode.NONE, -1, -1)
@@ -228,11 +231,29 @@ class ProduceService:
 
     async def produce_body(self, body: bytes) -> bytes:
         """Serve a Produce request body: publish every message, return the response body
-        (one result per message, in order).
+        (one result per message, in order); as :meth:`produce_then`, with its after-work
+        done before returning.
+
+        Raises:
+            CodecError, ApiError: as :meth:`produce_then`.
+        """
+        response, after = await self.produce_then(body)
+        if after is not None:
+            await after()
+        return response
+
+    async def produce_then(self, body: bytes) -> tuple[bytes, After | None]:
+        """Serve a Produce request body: the response body (one result per message, in
+        order) and the work to do once the response is on its way (None: nothing).
 
         The messages go from the request bytes to envelopes without being decoded into
         objects (:func:`~jetsdk.codec.transcode.produce_envelopes`) and to NATS in one
-        write.
+        write. Where this server stored them directly (one replica), their NATS copies for
+        live subscribers are the after-work: they go once the records are committed, so
+        neither the response nor the fsync and the consumers' wake-up that commit them
+        wait behind a NATS write (on the 2-core dev VM that write and its flush took 0.1-0.5
+        ms at light load, ``python -m bench latency``); and a record an fsync failure cut
+        back is not copied.
 
         Raises:
             CodecError: the body does not decode (MALFORMED_FRAME for the caller).
@@ -255,6 +276,7 @@ class ProduceService:
                 "the server's NATS link is down; retry later or use another server",
             )
         results: list[Result | None] = [None] * n
+        after: After | None = None
         waiting = _Waiting(stream, partition, results=results, remaining=0)
         if policy != AckPolicy.NONE:
             self._waiting[token] = waiting
@@ -276,11 +298,14 @@ class ProduceService:
         if policy != AckPolicy.NONE:
             # Counted before publishing: an ack may arrive while a publish yields.
             waiting.remaining = len(to_send)
+        # An fsync failure from here on may cut what this request appends: no copies then.
+        failures = -1 if replica is None else replica.sync_failures
         try:
             with anyio.move_on_after(timeout_s):
                 if replica is not None and await replica.ingest_direct(
                     to_send, _records_of(records, sent_index), policy
                 ):
+                    appended_end = replica.log.log_end_offset  # if appended in this task
                     if replica.replication_factor > 1:
                         # Replicated: unmarked and before the ack wait, so that a new
                         # leader elected meanwhile (this one cut off from its cluster)
@@ -294,18 +319,18 @@ class ProduceService:
                             await waiting.done.wait()
                     finally:
                         # Stored here; the NATS copies are for live subscribers only. They
-                        # go after the append, off the ack's path (publishing first put the
-                        # NATS client's flush between the append and the response: about
-                        # 0.1 ms of ack latency, python -m bench latency), and also when
-                        # the wait timed out or was cancelled, for the records it stored.
+                        # go after the response (see the docstring), and also when the
+                        # wait timed out or was cancelled, for the records it stored.
                         if replica.replication_factor == 1:
-                            with anyio.move_on_after(timeout_s, shield=True):
-                                await self.link.publish_stored_copies(
-                                    to_send, stored_header_block(stream, partition), replica
-                                )
+                            after = self._copies_after_commit(
+                                replica,
+                                _stored(to_send, sent_index, results, policy, appended_end),
+                                failures,
+                                timeout_s,
+                            )
                     return encode_produce_result_tuples(
                         [r if r is not None else _TIMEOUT for r in results]
-                    )
+                    ), after
                 queued = await self.link.publish_many(to_send)
                 if hops.ENABLED:
                     hops.mark("published")
@@ -327,7 +352,33 @@ class ProduceService:
                     await waiting.done.wait()
         finally:
             self._waiting.pop(token, None)
-        return encode_produce_result_tuples([r if r is not None else _TIMEOUT for r in results])
+        response = encode_produce_result_tuples([r if r is not None else _TIMEOUT for r in results])
+        return response, None
+
+    def _copies_after_commit(
+        self,
+        replica: PartitionReplica,
+        stored: tuple[list[tuple[str, bytes]], int],
+        failures: int,
+        timeout_s: float,
+    ) -> After | None:
+        """The after-work of a request whose messages ``replica`` stored directly:
+        ``stored`` = (the messages to copy, the end of their offsets). Publish their NATS
+        copies once the HW passed them (at once with durability ``written``), within
+        ``timeout_s``; none if the replica's fsync failures went past ``failures`` (a cut
+        may have taken them) or it closed first. Shielded: a request cancelled after its
+        append (its connection closed) still has its stored records copied."""
+        messages, end = stored
+        if not messages:
+            return None
+        header = stored_header_block(replica.stream, replica.partition)
+
+        async def publish_copies() -> None:
+            with anyio.move_on_after(timeout_s, shield=True):
+                if await replica.wait_committed(end, failures):
+                    await self.link.publish_stored_copies(messages, header, replica)
+
+        return publish_copies
 
 
 def _records_of(
@@ -338,6 +389,28 @@ def _records_of(
     if records is None:
         return None
     return [r for i in indexes if (r := records[i]) is not None]
+
+
+def _stored(
+    messages: list[tuple[str, bytes]],
+    indexes: list[int],
+    results: list[Result | None],
+    policy: int,
+    appended_end: int,
+) -> tuple[list[tuple[str, bytes]], int]:
+    """Of ``messages`` (request message ``indexes[i]`` each), those acked as stored and the
+    end of their offsets; with ack NONE (no offsets known) all of them, and
+    ``appended_end``, the log end when their append returned."""
+    if policy == AckPolicy.NONE:
+        return messages, appended_end
+    stored: list[tuple[str, bytes]] = []
+    end = 0
+    for message, i in zip(messages, indexes, strict=True):
+        result = results[i]
+        if result is not None and result[0] == ErrorCode.NONE and result[1] >= 0:
+            stored.append(message)
+            end = max(end, result[1] + 1)
+    return stored, end
 
 
 def _settle(waiting: _Waiting, acks: Iterable[tuple[int, int, str, int]]) -> None:

@@ -66,6 +66,10 @@ class Reply:
     """Record bytes to send after ``data`` (closed after sending)."""
     close: bool = False
     """Close the connection after this reply (malformed input)."""
+    after: Callable[[], Awaitable[None]] | None = None
+    """Work that belongs to the request but not before its response: run in the request's
+    task once the response is written (its in-flight slot already freed; an error is
+    logged, never sent). Used for the NATS copies of directly stored Produce messages."""
 
 
 def error_reply(
@@ -243,6 +247,14 @@ class Connection:
             self._last_activity = time.monotonic()
             if self._slot_freed is not None:
                 self._slot_freed.set()
+        if reply.after is not None:
+            try:
+                await reply.after()
+            except Exception as exc:
+                log.warning(
+                    "work after a response failed",
+                    extra=fields(peer=self.io.peer, api=frame.api, error=repr(exc)),
+                )
 
     async def _write(self, reply: Reply) -> None:
         records = reply.records

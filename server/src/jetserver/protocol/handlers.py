@@ -252,8 +252,10 @@ class Dispatcher:
         }
 
     async def _produce(self, frame: Frame) -> Reply:
-        body = await self.produce.produce_body(frame.body)
-        return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
+        body, after = await self.produce.produce_then(frame.body)
+        return Reply(
+            encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE), after=after
+        )
 
     async def _fetch(self, frame: Frame) -> Reply:
         req = decode_fetch_request(frame.body)
