@@ -73,6 +73,7 @@ SPECS = (
         skip=frozenset(
             {
                 "leader_connection",
+                "leader_connection_now",
                 "replica_connection",
                 "send_to_leader",
                 "request_any",

@@ -183,3 +183,29 @@ async def test_cancelled_waiter_does_not_break_connection(
 
             tg.start_soon(serve)
             assert await conn.request(Api.METADATA, b"", timeout=5) == b"ok"
+
+
+async def test_a_frame_begun_without_waiting_is_finished_before_the_next(
+    anyio_backend: str,
+) -> None:
+    # The server end does not read until both requests are out: the first frame is far
+    # larger than the socket buffers, so the socket takes only part of it at once.
+    client_end, server_end = _socket_pair()
+    peer = FramePeer(server_end)
+    big = b"x" * (8 << 20)
+    async with Connection(client_end) as conn:
+        first = conn.send_nowait(Api.PRODUCE, big)
+        if anyio_backend != "asyncio":
+            assert first is None  # no immediate write path there: send() is the way
+            return
+        assert first is not None
+        assert not conn.can_send_now  # the rest of the big frame is still being written
+        assert conn.send_nowait(Api.METADATA, b"second") is None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.send, Api.METADATA, b"second")
+            with anyio.fail_after(30):
+                frames = [await peer.receive(), await peer.receive()]
+        assert [f.body if f is not None else None for f in frames] == [big, b"second"]
+        assert frames[0] is not None
+        assert frames[0].correlation_id == first.correlation_id
+        assert conn.can_send_now

@@ -50,6 +50,7 @@ def test_public_methods_mirror_the_async_classes() -> None:
         missing = public - set(dir(mirror))
         skipped = {
             "leader_connection",
+            "leader_connection_now",
             "replica_connection",
             "send_to_leader",
             "request_any",

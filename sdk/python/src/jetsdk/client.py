@@ -357,6 +357,22 @@ class Client:
             raise Unavailable(f"partition {stream}/{partition} has no leader")
         return await self._server_connection(part.leader)
 
+    def leader_connection_now(self, stream: str, partition: int) -> Connection | None:
+        """The open connection to the partition's leader, if the cached metadata (not
+        stale) names one and a connection to it is open; None otherwise (then
+        :meth:`leader_connection`, which may refresh and dial). Never waits."""
+        if self._metadata_stale or self._closed:
+            return None
+        info = self._metadata.streams.get(stream)
+        part = None if info is None else info.partition(partition)
+        if part is None or part.leader is None:
+            return None
+        server = self._metadata.servers.get(part.leader)
+        address = parse_address(server.address) if server is not None else None
+        if address is None:
+            address = self._pool.address_of_id.get(part.leader)
+        return None if address is None else self._pool.open_connection(address)
+
     async def replica_connection(self, stream: str, partition: int) -> Connection:
         """A connection to an in-sync follower of the partition (read replicas), or to its
         leader if the ISR holds no follower. The follower is picked at random once per

@@ -131,6 +131,11 @@ class ConnectionPool:
         self.identity: str | None = None
         """The identity the last authenticated connection was given (None: none yet)."""
 
+    def open_connection(self, address: Address) -> Connection | None:
+        """The open connection to ``address`` if there is one (never dials)."""
+        conn = self._connections.get(address)
+        return conn if conn is not None and not conn.closed else None
+
     async def get(
         self, tg: anyio.abc.TaskGroup, address: Address, check_open: Callable[[], object]
     ) -> Connection:

@@ -165,6 +165,9 @@ class Connection:
         self._waiters: dict[int, PendingResponse] = {}
         self._next_id = 1
         self._write_lock: anyio.Lock | None = None
+        self._tail_written: anyio.Event | None = None
+        """Set while the rest of a frame :meth:`send_nowait` began is being written."""
+        self._tail_task: asyncio.Task[None] | None = None
         self._closed_error: JetError | None = None
         self._reader_scope: anyio.CancelScope | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -182,6 +185,18 @@ class Connection:
     def closed(self) -> bool:
         """True once the connection failed or was closed; it never reopens."""
         return self._closed_error is not None
+
+    @property
+    def can_send_now(self) -> bool:
+        """True if :meth:`send_nowait` would write a frame now."""
+        lock = self._write_lock
+        return (
+            self._loop is not None
+            and self._write_now is not None
+            and self._closed_error is None
+            and self._tail_written is None
+            and (lock is None or not lock.locked())
+        )
 
     @property
     def pending_count(self) -> int:
@@ -249,6 +264,9 @@ class Connection:
             ClientClosed: the connection was closed.
         """
         self._check_open()
+        while self._tail_written is not None:  # a frame send_nowait began goes first
+            await self._tail_written.wait()
+            self._check_open()
         cid = self._allocate_id()
         loop = self._loop
         pending = PendingResponse(api, cid, self, loop.create_future() if loop else None)
@@ -306,6 +324,63 @@ class Connection:
         """
         pending = await self.send(api, body)
         return await pending.wait(timeout)
+
+    def send_nowait(self, api: int, body: bytes) -> PendingResponse | None:
+        """Write a request frame from a plain function, without waiting: its handle, or
+        None if that cannot be done now (another frame is being written, the connection
+        is closed, or it is not plain TCP on asyncio): use :meth:`send` then.
+
+        A producer whose partition sender is idle writes its request this way in the
+        caller's task, one event-loop turn before the sender task would. What the socket
+        does not take at once is written by a task of this connection before any later
+        frame (bounded by the write timeout). If the connection breaks here, the returned
+        handle fails with the error :meth:`send` would have raised.
+        """
+        loop = self._loop
+        write_now = self._write_now
+        if loop is None or write_now is None or not self.can_send_now:
+            return None
+        cid = self._allocate_id()
+        pending = PendingResponse(api, cid, self, loop.create_future())
+        frame = encode_frame(api, cid, body)
+        self._waiters[cid] = pending
+        try:
+            sent = write_now(frame)
+        except JetConnectionError as exc:
+            self._fail(exc)
+            self._stop_reader()
+            return pending
+        if sent < len(frame):
+            self._tail_written = anyio.Event()
+            self._tail_task = loop.create_task(self._write_tail(frame[sent:]))
+        return pending
+
+    async def _write_tail(self, rest: bytes) -> None:
+        """Write the rest of a frame :meth:`send_nowait` began (shielded and bounded, as in
+        :meth:`send`); other frames wait for it."""
+        error: JetError | None = None
+        try:
+            deadline = anyio.current_time() + self._write_timeout
+            with anyio.CancelScope(shield=True, deadline=deadline) as scope:
+                try:
+                    await self._stream.write(rest)
+                except JetConnectionError as exc:
+                    error = exc
+            if scope.cancelled_caught:
+                error = JetConnectionError(f"write to {self.label} timed out")
+        finally:
+            done, self._tail_written, self._tail_task = self._tail_written, None, None
+            if error is not None:
+                self._fail(error)
+                self._stop_reader()
+            if done is not None:
+                done.set()
+
+    def _stop_reader(self) -> None:
+        """End the reader after a failure outside a task that could close the stream; the
+        reader closes it on its way out."""
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()
 
     # -- internals ------------------------------------------------------------------------
 

@@ -43,7 +43,6 @@ Task safety: one event loop; any number of tasks may send concurrently.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import time
 from types import TracebackType
@@ -52,25 +51,18 @@ from typing import NamedTuple
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import attrs
 
 from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
-from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import (
     ProduceMessage,
-    ProduceRequest,
-    ProduceResult,
     new_produce_message,
 )
 from jetsdk.errors import (
     ClientClosed,
-    InvalidArgument,
-    JetError,
     MessageTooLarge,
     PartitionNotFound,
-    Timeout,
-    error_from_code,
 )
 from jetsdk.message import Ack, HeadersInput
 from jetsdk.partitioner import DefaultPartitioner, Partitioner
@@ -79,19 +71,10 @@ from jetsdk.producer.accumulator import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_MESSAGES,
     Accumulator,
-    Batch,
 )
 from jetsdk.producer.checks import checked_message, message_size
+from jetsdk.producer.delivery import Delivering, _PartitionSender, _Pending
 from jetsdk.producer.handle import SendHandle
-from jetsdk.producer.retry_rules import (
-    IDEMPOTENT_RETRY_CODES,
-    MAX_BACKOFF_STEP,
-    RETRY_CODES,
-    never,
-    should_retry,
-    should_retry_idempotent,
-)
-from jetsdk.retry import needs_metadata_refresh
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
@@ -127,21 +110,7 @@ class Prepared(NamedTuple):
     size: int
 
 
-@attrs.define(eq=False, slots=True)
-class _Pending:
-    message: ProduceMessage
-    handle: SendHandle
-
-
-@attrs.define(eq=False)
-class _PartitionSender:
-    wake: anyio.Event
-    in_flight: anyio.Semaphore
-    next_seq: int = 0
-    waiting: bool = False
-
-
-class Producer:
+class Producer(Delivering):
     """Sends messages to one stream. Use as ``async with Producer(client, stream) as p:``."""
 
     def __init__(
@@ -379,7 +348,7 @@ class Producer:
             now=time.monotonic(),
         )
         sender = self._sender(partition)
-        if sender.waiting:
+        if sender.waiting and not self._send_now(partition, sender):
             sender.wake.set()
         self._since_yield += 1
         if full or self._since_yield >= self._acc.max_batch_messages:
@@ -423,9 +392,18 @@ class Producer:
         return sender
 
     async def _send_loop(self, partition: int, sender: _PartitionSender) -> None:
+        try:
+            await self._send_batches(partition, sender)
+        finally:
+            self._fail_written(sender)
+
+    async def _send_batches(self, partition: int, sender: _PartitionSender) -> None:
         acc = self._acc
         while True:
-            while not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0):
+            await self._see_through(sender)
+            while not sender.written and not acc.ready(
+                partition, time.monotonic(), flushing=self._flushing > 0
+            ):
                 sender.wake = anyio.Event()
                 deadline = acc.deadline(partition)
                 sender.waiting = True
@@ -437,7 +415,9 @@ class Producer:
                             await sender.wake.wait()
                 finally:
                     sender.waiting = False
-            await sender.in_flight.acquire()
+            if sender.written:  # a caller wrote a batch (and holds its slot)
+                continue
+            await sender.in_flight.acquire()  # (callers write only while this waits above)
             batch = acc.drain(partition)
             if batch is None:
                 sender.in_flight.release()
@@ -449,152 +429,3 @@ class Producer:
             else:
                 assert self._tg is not None
                 self._tg.start_soon(self._send_batch, batch, base_seq, sender)
-
-    async def _send_batch(
-        self, batch: Batch[_Pending], base_seq: int, sender: _PartitionSender
-    ) -> None:
-        try:
-            await self._deliver(batch, base_seq)
-        except BaseException:
-            closed = ClientClosed("the producer was closed while the message was in flight")
-            for pending in batch.items:
-                self._resolve(pending, None, closed)
-            raise
-        finally:
-            sender.in_flight.release()
-
-    async def _deliver(self, batch: Batch[_Pending], base_seq: int) -> None:
-        """Send ``batch``, then send again what failed retriably (same sequences) until
-        every message is resolved or ``delivery_timeout`` passes."""
-        idempotent = self.producer_id is not None
-        retry_if = should_retry_idempotent if idempotent else should_retry
-        deadline = time.monotonic() + self.delivery_timeout
-        items = batch.items
-        seq = base_seq
-        tries = 0
-        while True:
-            request = ProduceRequest(
-                stream=self.stream,
-                partition=batch.partition,
-                ack_policy=batch.ack_policy,
-                timeout_ms=int(self.ack_timeout * 1000),
-                messages=tuple(p.message for p in items),
-                producer_id=self.producer_id,
-                base_seq=seq if idempotent else 0,
-            )
-            error: JetError | None = None
-            with anyio.move_on_after(deadline - time.monotonic()) as scope:
-                try:
-                    # No retries inside: this loop retries, so it knows every error.
-                    results = await self.client.produce(request, retry_if=never)
-                except JetError as exc:
-                    if not retry_if(exc):
-                        self._fail(items, exc)
-                        return
-                    error = exc
-                except Exception as exc:
-                    # must fail this batch alone, never the producer's tasks.
-                    self._fail(
-                        items,
-                        InvalidArgument(
-                            f"the batch could not be sent: {exc!r}", details={"field": "message"}
-                        ),
-                    )
-                    return
-                else:
-                    error = self._resolve_results(batch, items, results, idempotent)
-                    if error is None:
-                        return
-            if scope.cancelled_caught:
-                self._fail(items, self._expired(batch, error))
-                return
-            assert error is not None
-            # What is still unresolved goes again: with the same sequences (idempotent: one
-            # contiguous run from the first to the last unresolved message), else alone.
-            left = [i for i, p in enumerate(items) if not p.handle.done()]
-            if not left:
-                return
-            if idempotent:
-                seq += left[0]
-                items = items[left[0] : left[-1] + 1]
-            else:
-                items = tuple(items[i] for i in left)
-            tries += 1
-            pause = self.client.retry.delay(min(tries, MAX_BACKOFF_STEP))
-            if time.monotonic() + pause >= deadline:
-                self._fail(items, self._expired(batch, error))
-                return
-            await anyio.sleep(pause)
-            if needs_metadata_refresh(error):
-                with contextlib.suppress(JetError):
-                    await self.client.refresh_metadata()
-            self.retries += 1
-
-    def _expired(self, batch: Batch[_Pending], error: JetError | None) -> JetError:
-        """The error for messages not delivered within ``delivery_timeout``."""
-        where = f"{self.stream}/{batch.partition}"
-        details = {"stream": self.stream, "partition": batch.partition}
-        if error is None:
-            return Timeout(
-                f"send to {where} not acknowledged within delivery_timeout="
-                f"{self.delivery_timeout} s; the message may or may not be stored",
-                details=details,
-            )
-        return type(error)(
-            f"send to {where} failed after retrying for delivery_timeout="
-            f"{self.delivery_timeout} s: {error}",
-            code=error.code,
-            details={**details, **error.details},
-        )
-
-    def _fail(self, items: tuple[_Pending, ...], error: JetError) -> None:
-        for pending in items:
-            self._resolve(pending, None, error)
-
-    def _resolve_results(
-        self,
-        batch: Batch[_Pending],
-        items: tuple[_Pending, ...],
-        results: list[ProduceResult],
-        idempotent: bool,
-    ) -> JetError | None:
-        """Settle the handles of ``items``; return the error of the first message that
-        failed retriably (left unresolved, to be sent again), else None."""
-        stream, partition = self.stream, batch.partition
-        acked = 0
-        retry: JetError | None = None
-        for pending, result in zip(items, results):
-            code = result.error_code
-            if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE:
-                if pending.handle._set_acked(stream, partition, result.offset, result.timestamp):
-                    acked += 1
-                continue
-            error = error_from_code(
-                code,
-                f"send to {stream}/{partition} failed",
-                {"stream": stream, "partition": partition},
-            )
-            if code in (IDEMPOTENT_RETRY_CODES if idempotent else RETRY_CODES):
-                if retry is None:
-                    retry = error
-            else:
-                self._resolve(pending, None, error)
-        if acked:
-            self._settled(acked)
-        return retry
-
-    def _resolve(self, pending: _Pending, ack: Ack | None, error: JetError | None) -> None:
-        if pending.handle.done():
-            return
-        pending.handle._set(ack, error)
-        self._settled(1)
-
-    def _settled(self, count: int) -> None:
-        """``count`` more messages are acknowledged or failed."""
-        assert self._space is not None
-        assert self._idle is not None
-        self._unresolved -= count
-        if self._unresolved < self.max_pending:
-            self._space.set()
-        if self._unresolved == 0:
-            self._idle.set()
