@@ -30,7 +30,7 @@ _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 class SocketIO:
     """A connected non-blocking socket."""
 
-    __slots__ = ("peer", "sock")
+    __slots__ = ("_early", "_max_read", "_waiter", "_watch", "peer", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         """Take ownership of ``sock`` (made non-blocking, TCP_NODELAY on)."""
@@ -38,6 +38,12 @@ class SocketIO:
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = sock
+        self._watch: asyncio.AbstractEventLoop | None = None
+        """The loop whose reader callback watches the socket (None: none registered)."""
+        self._waiter: asyncio.Future[bytes | None] | None = None
+        self._early: bytes | OSError | None = None
+        """What the reader callback received while nobody waited (for the next read)."""
+        self._max_read = RECV_BYTES
         try:
             peer = sock.getpeername()
             self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -51,37 +57,67 @@ class SocketIO:
             OSError: connection reset and the like.
         """
         while True:
-            try:
-                return self.sock.recv(max_bytes)
-            except (BlockingIOError, InterruptedError):
-                await anyio.wait_readable(self.sock)
+            data = SocketIO.recv_now(self, max_bytes)  # the socket's (TLS overrides it)
+            if data is not None:
+                return data
+            await anyio.wait_readable(self.sock)
 
     async def recv_within(self, seconds: float, max_bytes: int = RECV_BYTES) -> bytes | None:
         """As :meth:`recv`, but None if nothing arrived within ``seconds``.
 
-        On asyncio (and uvloop, which the server runs on) the wait is one future with a
-        reader callback and a timer, instead of anyio's readiness wait inside a timed cancel
-        scope: those were about a third of the Python calls per request of the server's
-        read loop (cProfile at 500 msg/s on the dev VM).
+        On asyncio (and uvloop, which the server runs on) the wait is one future that a
+        reader callback settles with the bytes it received, and a timer; the callback
+        stays registered from one wait to the next, so a connection that waits for each
+        request costs no ``epoll_ctl`` per request. A callback that finds nobody waiting
+        keeps what it read for the next read and stops watching until someone waits (a
+        connection paused at its in-flight limit is not read further). anyio's readiness
+        wait inside a timed cancel scope cost about a third of the Python calls per
+        request of the server's read loop (cProfile at 500 msg/s on the dev VM).
 
         Raises:
             OSError: connection reset and the like.
         """
+        data = self.recv_now(max_bytes)
+        if data is not None:
+            return data
         loop = asyncio.get_running_loop()
-        fd = self.sock.fileno()
-        while True:
-            data = self.recv_now(max_bytes)
-            if data is not None:
-                return data
-            ready: asyncio.Future[bool] = loop.create_future()
-            loop.add_reader(fd, _settle, ready, True)
-            timer = loop.call_later(seconds, _settle, ready, False)
-            try:
-                if not await ready:
-                    return None
-            finally:
-                timer.cancel()
-                loop.remove_reader(fd)
+        ready: asyncio.Future[bytes | None] = loop.create_future()
+        self._waiter = ready
+        self._max_read = max_bytes
+        if self._watch is None:
+            loop.add_reader(self.sock.fileno(), self._on_readable)
+            self._watch = loop
+        timer = loop.call_later(seconds, _settle, ready, None)
+        try:
+            return await ready
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _on_readable(self) -> None:
+        waiter = self._waiter
+        try:
+            data: bytes | OSError = self.sock.recv(self._max_read)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            data = exc
+        if waiter is not None and not waiter.done():
+            if isinstance(data, OSError):
+                waiter.set_exception(data)
+            else:
+                waiter.set_result(data)
+            if data:
+                return
+        else:
+            self._early = data
+        self._unwatch()  # nobody waits, or the stream ended: stop until someone waits
+
+    def _unwatch(self) -> None:
+        loop, self._watch = self._watch, None
+        if loop is not None:
+            with contextlib.suppress(Exception):  # the loop may be closed at shutdown
+                loop.remove_reader(self.sock.fileno())
 
     def recv_now(self, max_bytes: int = RECV_BYTES) -> bytes | None:
         """What :meth:`recv` would return if it needs no wait; None if it would wait.
@@ -89,6 +125,12 @@ class SocketIO:
         Raises:
             OSError: connection reset and the like.
         """
+        early = self._early
+        if early is not None:
+            self._early = None
+            if isinstance(early, OSError):
+                raise early
+            return early
         try:
             return self.sock.recv(max_bytes)
         except (BlockingIOError, InterruptedError):
@@ -169,10 +211,11 @@ class SocketIO:
 
     def close(self) -> None:
         """Close the socket (wait tasks must have been cancelled first)."""
+        self._unwatch()
         with contextlib.suppress(OSError):
             self.sock.close()
 
 
-def _settle(future: asyncio.Future[bool], value: bool) -> None:
+def _settle(future: asyncio.Future[bytes | None], value: bytes | None) -> None:
     if not future.done():
         future.set_result(value)

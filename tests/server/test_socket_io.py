@@ -1,0 +1,70 @@
+"""SocketIO's timed read over a real socket pair: the reader callback stays registered
+from one wait to the next, and nothing it reads is lost when nobody waits."""
+
+from __future__ import annotations
+
+import socket
+
+import anyio
+import pytest
+
+from jetserver.protocol.socket_io import SocketIO
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=[False, True], ids=["asyncio", "uvloop"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
+    """The server runs on asyncio or uvloop."""
+    return ("asyncio", {"use_uvloop": request.param})
+
+
+async def test_waits_return_what_arrives_and_keep_watching() -> None:
+    a, b = socket.socketpair()
+    io = SocketIO(a)
+    try:
+        assert await io.recv_within(0.05) is None  # nothing came: timed out
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_send_later, b, b"one")
+            with anyio.fail_after(5):
+                assert await io.recv_within(5) == b"one"
+        assert io._watch is not None  # still registered for the next wait
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_send_later, b, b"two")
+            with anyio.fail_after(5):
+                assert await io.recv_within(5) == b"two"
+    finally:
+        io.close()
+        b.close()
+    assert io._watch is None
+
+
+async def test_what_arrives_while_nobody_waits_is_kept_for_the_next_read() -> None:
+    a, b = socket.socketpair()
+    io = SocketIO(a)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_send_later, b, b"first")
+            with anyio.fail_after(5):
+                assert await io.recv_within(5) == b"first"
+        # Bytes arrive while the reader is busy elsewhere: the callback reads them and
+        # stops watching; the next read gets them, and the watch comes back with a wait.
+        b.send(b"early")
+        with anyio.fail_after(5):
+            while io._watch is not None:  # noqa: ASYNC110 - the loop's callback, no event
+                await anyio.sleep(0.001)
+        assert io.recv_now() == b"early"
+        assert io.recv_now() is None
+        b.send(b"late")
+        with anyio.fail_after(5):
+            assert await io.recv_within(5) == b"late"
+        b.close()
+        with anyio.fail_after(5):
+            assert await io.recv_within(5) == b""  # end of stream
+    finally:
+        io.close()
+
+
+async def _send_later(sock: socket.socket, data: bytes) -> None:
+    await anyio.sleep(0.01)
+    sock.send(data)
