@@ -42,3 +42,23 @@ def test_no_event_allocated_until_a_wait() -> None:
     event.set()
     assert event.is_set()
     assert event._event is None
+
+
+async def test_a_timed_wait_wakes_on_set_in_order_or_times_out() -> None:
+    event = LazyEvent()
+    assert await event.wait_within(0.01) is False  # not set: the timer ends it
+    woken: list[int] = []
+
+    async def waiter(i: int) -> None:
+        assert await event.wait_within(5) is True
+        woken.append(i)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(waiter, i)
+            await anyio.wait_all_tasks_blocked()
+            event.set()
+        assert woken == [0, 1, 2]  # in the order they came
+        assert await event.wait_within(5) is True  # already set: at once
+    assert event._futures is None

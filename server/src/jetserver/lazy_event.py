@@ -9,6 +9,8 @@ idle partitions they were a quarter of the server's memory per partition. A
 
 from __future__ import annotations
 
+import asyncio
+
 import anyio
 import anyio.lowlevel
 
@@ -21,17 +23,47 @@ class LazyEvent:
     Task safety: one event loop thread, like ``anyio.Event``.
     """
 
-    __slots__ = ("_event", "_set")
+    __slots__ = ("_event", "_futures", "_set")
 
     def __init__(self) -> None:
         self._event: anyio.Event | None = None
+        self._futures: dict[asyncio.Future[bool], None] | None = None
+        """Waiters of :meth:`wait_within`, in arrival order."""
         self._set = False
 
     def set(self) -> None:
-        """Set the flag and wake every waiter (idempotent)."""
+        """Set the flag and wake every waiter (idempotent); :meth:`wait_within` waiters
+        first, in the order they came."""
         self._set = True
+        futures, self._futures = self._futures, None
+        if futures:
+            for future in futures:
+                if not future.done():
+                    future.set_result(True)
         if self._event is not None:
             self._event.set()
+
+    async def wait_within(self, seconds: float) -> bool:
+        """Wait until set, at most ``seconds``: True if it is set (at once, without
+        yielding, if it already is), False on the timeout.
+
+        A bare asyncio future with a timer: anyio's ``move_on_after`` around :meth:`wait`
+        cost 17-29 us on the dev VM against 11 us for ``asyncio.timeout`` and less for
+        this, on every parked Fetch. asyncio only (the server's event loop)."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        if self._futures is None:
+            self._futures = {}
+        self._futures[future] = None
+        timer = loop.call_later(seconds, _expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            if self._futures is not None:
+                self._futures.pop(future, None)
 
     def is_set(self) -> bool:
         """True once :meth:`set` was called."""
@@ -45,3 +77,8 @@ class LazyEvent:
         if self._event is None:
             self._event = anyio.Event()
         await self._event.wait()
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)

@@ -16,6 +16,7 @@ allows concurrently with the single writer).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,20 +59,22 @@ class Committer:
     _hw_moved: LazyEvent
     _closed: bool
 
-    async def wait_committed(self, end: int, failures: int) -> bool:
+    async def wait_committed(self, end: int, failures: int, timeout_s: float) -> bool:
         """Wait until the HW reaches ``end``: True then; False (at once when seen) if
         :attr:`sync_failures` is no longer ``failures`` (an fsync failed since the caller
         read it: its cut may have taken records below ``end``), the log ends below
-        ``end``, or the replica closed. No bound: the caller sets one."""
+        ``end``, the replica closed, or ``timeout_s`` passed."""
         log_ = self.log
+        deadline = time.monotonic() + timeout_s
         while True:
             if self.sync_failures != failures:
                 return False
             if log_.high_watermark >= end:
                 return True
-            if self._closed or log_.log_end_offset < end:
+            left = deadline - time.monotonic()
+            if self._closed or log_.log_end_offset < end or left <= 0:
                 return False
-            await self._hw_moved.wait()
+            await self._hw_moved.wait_within(left)
 
     async def _flusher(self) -> None:
         while True:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import logging
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
@@ -220,9 +221,11 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
         """Return when the HW passes ``offset``, the partition stops, or ``timeout_s`` passes."""
         self.fetch_waiters += 1
         try:
-            with anyio.move_on_after(timeout_s):
-                while self.log.high_watermark <= offset and not self._closed and not self._stopping:
-                    await self._hw_moved.wait()
+            deadline = time.monotonic() + timeout_s
+            while self.log.high_watermark <= offset and not self._closed and not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0 or not await self._hw_moved.wait_within(left):
+                    return
         finally:
             self.fetch_waiters -= 1
 

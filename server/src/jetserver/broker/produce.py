@@ -366,17 +366,17 @@ class ProduceService:
         ``stored`` = (the messages to copy, the end of their offsets). Publish their NATS
         copies once the HW passed them (at once with durability ``written``), within
         ``timeout_s``; none if the replica's fsync failures went past ``failures`` (a cut
-        may have taken them) or it closed first. Shielded: a request cancelled after its
-        append (its connection closed) still has its stored records copied."""
+        may have taken them) or it closed first. A request's after-work is not cancelled
+        with its connection (``Reply.after``), so a request whose client went away after
+        its append still has its stored records copied."""
         messages, end = stored
         if not messages:
             return None
         header = stored_header_block(replica.stream, replica.partition)
 
         async def publish_copies() -> None:
-            with anyio.move_on_after(timeout_s, shield=True):
-                if await replica.wait_committed(end, failures):
-                    await self.link.publish_stored_copies(messages, header, replica)
+            if await replica.wait_committed(end, failures, timeout_s):
+                await self.link.publish_stored_copies(messages, header, replica)
 
         return publish_copies
 

@@ -68,8 +68,9 @@ class Reply:
     """Close the connection after this reply (malformed input)."""
     after: Callable[[], Awaitable[None]] | None = None
     """Work that belongs to the request but not before its response: run in the request's
-    task once the response is written (its in-flight slot already freed; an error is
-    logged, never sent). Used for the NATS copies of directly stored Produce messages."""
+    task once the response is written (its in-flight slot already freed, no longer
+    cancelled when the connection closes: it must bound itself; an error is logged, never
+    sent). Used for the NATS copies of directly stored Produce messages."""
 
 
 def error_reply(
@@ -248,6 +249,10 @@ class Connection:
             if self._slot_freed is not None:
                 self._slot_freed.set()
         if reply.after is not None:
+            # Not the connection's any more: its close must not cancel this (bounded) work.
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.discard(task)
             try:
                 await reply.after()
             except Exception as exc:
