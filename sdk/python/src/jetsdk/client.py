@@ -242,12 +242,7 @@ class Client:
         )
 
     async def _server_connection(self, server_id: str) -> Connection:
-        # The metadata's address first: a server restarted on another port is listed there
-        # with its new address, while the id learned from Hello names the old one.
-        server = self._metadata.servers.get(server_id)
-        address = parse_address(server.address) if server is not None else None
-        if address is None:
-            address = self._pool.address_of_id.get(server_id)
+        address = self._pool.address_for(self._metadata, server_id)
         if address is None:
             self._metadata_stale = True
             raise Unavailable(f"server {server_id!r} is not in the metadata")
@@ -361,16 +356,11 @@ class Client:
         """The open connection to the partition's leader, if the cached metadata (not
         stale) names one and a connection to it is open; None otherwise (then
         :meth:`leader_connection`, which may refresh and dial). Never waits."""
-        if self._metadata_stale or self._closed:
-            return None
-        info = self._metadata.streams.get(stream)
-        part = None if info is None else info.partition(partition)
+        info = None if self._metadata_stale else self._metadata.streams.get(stream)
+        part = None if info is None or self._closed else info.partition(partition)
         if part is None or part.leader is None:
             return None
-        server = self._metadata.servers.get(part.leader)
-        address = parse_address(server.address) if server is not None else None
-        if address is None:
-            address = self._pool.address_of_id.get(part.leader)
+        address = self._pool.address_for(self._metadata, part.leader)
         return None if address is None else self._pool.open_connection(address)
 
     async def replica_connection(self, stream: str, partition: int) -> Connection:

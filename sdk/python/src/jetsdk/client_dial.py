@@ -17,6 +17,7 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import encode_json
 from jetsdk.connection import Connection
 from jetsdk.errors import InvalidArgument, JetConnectionError, JetError, UnsupportedApi
+from jetsdk.metadata import ClusterMetadata
 from jetsdk.security import Credentials, authenticate, tls_context, tls_dialer
 from jetsdk.transport import Address, Dialer, parse_address, tcp_dialer
 
@@ -130,6 +131,15 @@ class ConnectionPool:
         """The connection admin requests go to (any reachable server)."""
         self.identity: str | None = None
         """The identity the last authenticated connection was given (None: none yet)."""
+
+    def address_for(self, metadata: ClusterMetadata, server_id: str) -> Address | None:
+        """Where server ``server_id`` listens: the metadata's address first (a server
+        restarted on another port is listed there with its new address, while the id
+        learned from Hello names the old one), else the one its Hello came from."""
+        server = metadata.servers.get(server_id)
+        if server is not None:
+            return parse_address(server.address)
+        return self.address_of_id.get(server_id)
 
     def open_connection(self, address: Address) -> Connection | None:
         """The open connection to ``address`` if there is one (never dials)."""

@@ -291,17 +291,7 @@ class Connection:
             if self._closed_error is not None:
                 self._waiters.pop(cid, None)
                 raise self._closed_error
-            write_error: JetError | None = None
-            # Shielded and bounded: either the whole frame is written, or the connection is
-            # declared broken (half a frame on the wire would corrupt every later one).
-            deadline = anyio.current_time() + self._write_timeout
-            with anyio.CancelScope(shield=True, deadline=deadline) as write_scope:
-                try:
-                    await self._stream.write(frame)
-                except JetConnectionError as exc:
-                    write_error = exc
-            if write_scope.cancelled_caught:
-                write_error = JetConnectionError(f"write to {self.label} timed out")
+            write_error = await self._write_whole(frame)
             if write_error is not None:
                 self._fail(write_error)
                 await self._stream.aclose()
@@ -360,14 +350,7 @@ class Connection:
         :meth:`send`); other frames wait for it."""
         error: JetError | None = None
         try:
-            deadline = anyio.current_time() + self._write_timeout
-            with anyio.CancelScope(shield=True, deadline=deadline) as scope:
-                try:
-                    await self._stream.write(rest)
-                except JetConnectionError as exc:
-                    error = exc
-            if scope.cancelled_caught:
-                error = JetConnectionError(f"write to {self.label} timed out")
+            error = await self._write_whole(rest)
         finally:
             done, self._tail_written, self._tail_task = self._tail_written, None, None
             if error is not None:
@@ -375,6 +358,21 @@ class Connection:
                 self._stop_reader()
             if done is not None:
                 done.set()
+
+    async def _write_whole(self, data: bytes) -> JetError | None:
+        """Write ``data``, shielded and bounded: either all of it is written (None), or the
+        error that makes the connection broken (half a frame on the wire would corrupt
+        every later one)."""
+        error: JetError | None = None
+        deadline = anyio.current_time() + self._write_timeout
+        with anyio.CancelScope(shield=True, deadline=deadline) as scope:
+            try:
+                await self._stream.write(data)
+            except JetConnectionError as exc:
+                error = exc
+        if scope.cancelled_caught:
+            error = JetConnectionError(f"write to {self.label} timed out")
+        return error
 
     def _stop_reader(self) -> None:
         """End the reader after a failure outside a task that could close the stream; the
