@@ -82,12 +82,19 @@ async def _run(address: list[str], stream: str, rate: int, seconds: float) -> di
     decoded the response and handed it to the waiting task)."""
     marks: dict[str, list[int]] = defaultdict(list)
     original = Connection.send
+    original_nowait = Connection.send_nowait
     original_resolve = PendingResponse._resolve
 
     async def marked_send(self: Connection, api: int, body: bytes) -> PendingResponse:
         if api == Api.PRODUCE:
             marks["write"].append(time.perf_counter_ns())
         return await original(self, api, body)
+
+    def marked_send_nowait(self: Connection, api: int, body: bytes) -> PendingResponse | None:
+        # The producer writes a request of an idle partition in the caller's task.
+        if api == Api.PRODUCE:
+            marks["write"].append(time.perf_counter_ns())
+        return original_nowait(self, api, body)
 
     def marked_resolve(self: PendingResponse, body: bytes | None, error: object) -> None:
         if self.api in (Api.PRODUCE, Api.FETCH):
@@ -96,11 +103,13 @@ async def _run(address: list[str], stream: str, rate: int, seconds: float) -> di
         original_resolve(self, body, error)  # type: ignore[arg-type]
 
     Connection.send = marked_send  # type: ignore[method-assign]
+    Connection.send_nowait = marked_send_nowait  # type: ignore[method-assign]
     PendingResponse._resolve = marked_resolve  # type: ignore[method-assign]
     try:
         return await _publish_and_consume(address, stream, rate, seconds, marks)
     finally:
         Connection.send = original  # type: ignore[method-assign]
+        Connection.send_nowait = original_nowait  # type: ignore[method-assign]
         PendingResponse._resolve = original_resolve  # type: ignore[method-assign]
 
 
