@@ -63,6 +63,7 @@ from jetserver.broker.stream_files import (
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.fsync_runner import FsyncRunner
+from jetserver.gc_pause import collector_paused, release_frozen
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
@@ -347,9 +348,10 @@ class StreamManager:
                     self._tg.start_soon(self._applier, running)
             counts.append(len(started))
 
-        async with anyio.create_task_group() as tg:
-            for i in range(0, len(wanted), START_OPEN_BATCH):
-                tg.start_soon(open_batch, wanted[i : i + START_OPEN_BATCH])
+        with collector_paused(len(wanted)):  # thousands at a start: see gc_pause
+            async with anyio.create_task_group() as tg:
+                for i in range(0, len(wanted), START_OPEN_BATCH):
+                    tg.start_soon(open_batch, wanted[i : i + START_OPEN_BATCH])
         return sum(counts)
 
     async def _subscribe_leader(
@@ -457,6 +459,7 @@ class StreamManager:
             running.sub = None
         running.replica.stop(drain=False)
         await running.replica.wait_stopped()
+        release_frozen()
         log.info("partition closed", extra=fields(stream=key[0], partition=key[1]))
 
     async def _applier(self, running: RunningPartition) -> None:
@@ -504,8 +507,9 @@ class StreamManager:
         for r in running:
             r.replica.closer = closer.close
             r.replica.stop(drain=True)
-        for r in running:
-            await r.replica.wait_stopped()
+        with collector_paused(len(running)):
+            for r in running:
+                await r.replica.wait_stopped()
         self._running.clear()
         await self._markers.after()  # every clean-shutdown marker durable
         return all(r.replica.log.flushed_offset >= r.replica.log.log_end_offset for r in running)
@@ -589,6 +593,7 @@ class StreamManager:
                 await running.sub.unsubscribe()
             running.replica.stop(drain=False)
             await running.replica.wait_stopped()
+        release_frozen()
         await self._remove_dir(stream_dir(self.data_dir, meta))
 
     def _single_store(self) -> MetadataStore:
