@@ -85,10 +85,11 @@ APPLY_RETRY_S = 1.0
 """Pause before applying an assignment again after ``apply_assignment`` failed."""
 PARTITION_READY_TIMEOUT_S = 5.0
 """Default bound of :meth:`StreamManager.wait_partition_ready`."""
-START_OPEN_CONCURRENCY = 4
-"""Worker-thread calls opening (recovering) partitions at once: mostly GIL-bound Python. At
-10,000 partitions on 2 cores, 16 fought over the GIL (up to 6 s of system CPU per restart);
-4, 2 and 1 restarted alike (7.4-8.2, 7.4-8.4, 7.2-9.4 s; README "Known gaps")."""
+START_OPEN_CONCURRENCY = 1
+"""Worker-thread calls opening (recovering) partitions at once: GIL-bound Python, so one
+thread opens while the event loop starts what it opened. At 10,000 partitions on 2 cores,
+4 threads and the loop handed the GIL back and forth around every file call: 5-6 s of
+system CPU and 11.4-12.6 s restarts against 1.6-1.8 s and 7.9-9.4 s with 1 (README)."""
 START_OPEN_BATCH = 32
 """Partitions one worker-thread call opens, one after the other (a hand-off to a worker
 thread and back per partition cost about a third of a restart's event-loop time)."""
