@@ -132,15 +132,18 @@ def write_all(fd: int, data: bytes | memoryview, position: int) -> None:
 
 READ_CHUNK = 1 << 20
 """Largest single read of :func:`read_file_if_exists`."""
+SMALL_READ = 4096
+"""First read of :func:`read_file_if_exists`: a file shorter than this needs no other call."""
 
 
 def read_file_if_exists(path: Path | str, limit: int | None = None) -> bytes | None:
-    """The whole contents of ``path``, or None if it does not exist: one open, one fstat,
-    usually one read (a restart reads several small files per partition, thousands of
-    partitions; pathlib's ``stat`` then ``read_bytes`` cost about twice the calls).
+    """The whole contents of ``path``, or None if it does not exist: one open and one read
+    for a file under SMALL_READ bytes, else one fstat and two more reads (a restart reads
+    several small files per partition, thousands of partitions; pathlib's ``stat`` then
+    ``read_bytes`` cost about twice the calls).
 
     Raises:
-        FileTooLarge: the file holds more than ``limit`` bytes (nothing read).
+        FileTooLarge: the file holds more than ``limit`` bytes (at most SMALL_READ read).
         OSError: the file exists but cannot be read.
     """
     try:
@@ -148,12 +151,19 @@ def read_file_if_exists(path: Path | str, limit: int | None = None) -> bytes | N
     except FileNotFoundError:
         return None
     try:
+        # A small file (checkpoints, markers, a short segment's indexes) in one read: a read
+        # of a regular file that returns less than asked for has reached its end.
+        first = os.read(fd, SMALL_READ)
+        if len(first) < SMALL_READ:
+            if limit is not None and len(first) > limit:
+                raise FileTooLarge(len(first))
+            return first
         size = os.fstat(fd).st_size
         if limit is not None and size > limit:
             raise FileTooLarge(size)
-        parts: list[bytes] = []
-        while True:  # to the end of the file: one read of it all, one that finds the end
-            chunk = os.read(fd, READ_CHUNK if parts else size + 1)
+        parts: list[bytes] = [first]
+        while True:  # to the end of the file: one read of the rest, one that finds the end
+            chunk = os.read(fd, READ_CHUNK if len(parts) > 1 else max(size + 1 - len(first), 1))
             if not chunk:
                 return b"".join(parts)
             parts.append(chunk)

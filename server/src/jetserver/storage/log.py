@@ -94,7 +94,7 @@ class Log(LogMaintenance):
             StorageError: the directory cannot be created, listed or locked (another Log has
                 it open), or a segment file cannot be opened.
         """
-        path = Path(directory)
+        path = directory if isinstance(directory, Path) else Path(directory)  # no re-parse
         try:
             if not os.path.isdir(path):  # one stat: a server opens thousands at its start
                 path.mkdir(parents=True, exist_ok=True)
