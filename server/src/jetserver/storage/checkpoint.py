@@ -102,7 +102,7 @@ def write_checkpoint(
 ) -> None:
     """Atomically replace ``directory/name`` with a checkpoint of ``entries`` (without
     ``sync``: not durable until the caller syncs the file system)."""
-    write_file_atomically(directory / name, format_checkpoint(entries), sync=sync)
+    write_file_atomically(f"{directory}/{name}", format_checkpoint(entries), sync=sync)
 
 
 def read_checkpoint(directory: Path, name: str, fields: int) -> list[tuple[int, ...]] | None:

@@ -267,8 +267,9 @@ class Segment:
         if digest == self._indexes_on_disk:
             return
         self._indexes_on_disk = None  # unknown until both are written
-        write_file_durably(self.index_path, index)
-        write_file_durably(self.timeindex_path, timeindex)
+        name = f"{self.directory}/{self.base_offset:020d}"  # str paths: a stop writes thousands
+        write_file_durably(name + INDEX_SUFFIX, index)
+        write_file_durably(name + TIMEINDEX_SUFFIX, timeindex)
         self._indexes_on_disk = digest
 
     def fsync(self) -> None:
