@@ -85,8 +85,9 @@ def fsync_directory(directory: Path) -> None:
         trace.dir_synced(directory, entries)
 
 
-def write_file_durably(path: Path | str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (replacing it in place) and fsync it.
+def write_file_durably(path: Path | str, data: bytes, *, sync: bool = True) -> None:
+    """Write ``data`` to ``path`` (replacing it in place) and fsync it (without ``sync``:
+    not durable until the caller syncs the file system).
 
     Not atomic: use for files whose damage recovery can detect (indexes).
     """
@@ -94,7 +95,8 @@ def write_file_durably(path: Path | str, data: bytes) -> None:
     try:
         traced_create(fd)
         write_all(fd, data, 0)
-        fsync(fd)
+        if sync:
+            fsync(fd)
     finally:
         os.close(fd)
 
