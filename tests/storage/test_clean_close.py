@@ -11,7 +11,6 @@ from pathlib import Path
 import orjson
 
 from jetserver.storage import Log, durability_trace
-from jetserver.storage.checkpoint import write_checkpoint
 from jetserver.storage.files import sync_file_system
 from storage.helpers import SMALL, bodies, read_all
 
@@ -113,51 +112,6 @@ def test_a_marker_left_to_a_later_sync_is_written_without_fsyncs(tmp_path: Path)
     sync_file_system(directory)  # as the server does once for all its partitions
     with Log.open(directory, SMALL) as log:
         assert log.recovery.clean_shutdown
-
-
-def test_a_deferred_marker_is_returned_and_the_index_files_left_unsynced(tmp_path: Path) -> None:
-    # A server's stop: the index files are written without fsyncs and the marker is not
-    # written; the caller syncs the file system, writes the marker, syncs again.
-    directory = tmp_path / "log"
-    traced_close(directory, tmp_path / "t1", appended=3)
-    trace_path = tmp_path / "t2"
-    durability_trace.enable(trace_path)
-    try:
-        log = Log.open(directory, SMALL)
-        log.append(bodies(40, start=3, size=30), 1, 0)  # past index_interval: new entries
-        log.flush()
-        log.set_high_watermark(log.log_end_offset)
-        start = trace_path.stat().st_size
-        marker = log.close(sync_marker=False, defer_marker=True)
-    finally:
-        durability_trace.disable()
-    with trace_path.open("rb") as f:
-        f.seek(start)
-        synced = [orjson.loads(line) for line in f]
-    synced_names = [Path(e["path"]).name for e in synced if e["ev"] == "sync"]
-    assert not [n for n in synced_names if n.endswith("index")], synced_names
-    assert not (directory / "clean-shutdown").exists()
-    active = max(p for p in os.listdir(directory) if p.endswith(".log"))
-    assert marker == (int(active[:-4]), (directory / active).stat().st_size)
-    index = (directory / active.replace(".log", ".index")).read_bytes()
-    assert index  # written (unsynced)
-    with Log.open(directory, SMALL) as again:  # no marker: recovered as after a crash
-        assert not again.recovery.clean_shutdown
-        assert again.log_end_offset == 43
-    # The same close with its marker written after a sync: the next open trusts both.
-    with Log.open(directory, SMALL) as log:
-        log.set_high_watermark(log.log_end_offset)
-    log = Log.open(directory, SMALL)
-    marker = log.close(sync_marker=False, defer_marker=True)
-    assert marker is not None
-    assert log.close(defer_marker=True) is None  # closed already
-    sync_file_system(directory)
-    write_checkpoint(directory, "clean-shutdown", [marker], sync=False)
-    sync_file_system(directory)
-    with Log.open(directory, SMALL) as log:
-        assert log.recovery.clean_shutdown
-        assert log.recovery.indexes_rebuilt == 0
-        assert len(read_all(log)) == 43
 
 
 def test_a_torn_marker_is_a_crash_not_a_clean_stop(tmp_path: Path) -> None:

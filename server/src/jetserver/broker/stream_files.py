@@ -25,7 +25,6 @@ from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.storage import Log, LogConfig, StorageError
-from jetserver.storage.checkpoint import CLEAN_SHUTDOWN_FILE, write_checkpoint
 from jetserver.storage.files import sync_file_system
 
 log = logging.getLogger(__name__)
@@ -234,30 +233,12 @@ class LogCloser:
     """Closes many logs in few worker-thread calls (a server's stop): each caller queues
     its log; up to ``CLOSE_THREADS`` callers at a time take batches of ``CLOSE_BATCH``
     from the queue to a worker thread until it is empty. A worker-thread round trip per
-    partition was most of the event loop's work of a stop at 10,000 partitions.
-
-    With ``defer_markers`` (a server's stop) the logs' index files are written without
-    fsyncs and their clean-shutdown markers are kept: :meth:`finish` syncs the file system,
-    then writes every marker, then syncs again (two fsyncs of index files per partition
-    were most of a stop's time at 10,000; spec/storage.md §5)."""
+    partition was most of the event loop's work of a stop at 10,000 partitions."""
 
     sync_marker: bool = True
     """Fsync each clean-shutdown marker (False: the caller syncs the file system after)."""
-    defer_markers: bool = False
-    """Write the markers in :meth:`finish`, after a sync (the index files unsynced)."""
     _queue: list[tuple[Log, list[BaseException | None], anyio.Event]] = attrs.field(factory=list)
     _runners: int = 0
-    _markers: list[tuple[Path, tuple[int, int]]] = attrs.field(factory=list)
-    """Deferred markers: (log directory, entry)."""
-
-    async def finish(self, sync: MarkerSync) -> None:
-        """After every close: make what they wrote durable, then (deferred) write every
-        marker and make those durable too."""
-        if self._markers:
-            await sync.after()  # the index files, before any marker vouches for them
-            markers, self._markers = self._markers, []
-            await anyio.to_thread.run_sync(_write_markers, markers)
-        await sync.after()
 
     async def close(self, log_: Log) -> None:
         """Close ``log_`` (in a batch); raises what its close raised."""
@@ -280,24 +261,8 @@ class LogCloser:
             raise item[1][0]
 
     def _close_all(self, batch: list[tuple[Log, list[BaseException | None], anyio.Event]]) -> None:
-        defer = self.defer_markers
         for log_, error, _done in batch:
             try:
-                marker = log_.close(sync_marker=self.sync_marker, defer_marker=defer)
-                if defer and marker is not None:
-                    self._markers.append((log_.directory, marker))  # atomic under the GIL
+                log_.close(sync_marker=self.sync_marker)
             except Exception as exc:
                 error[0] = exc
-
-
-def _write_markers(markers: list[tuple[Path, tuple[int, int]]]) -> None:
-    """Write deferred clean-shutdown markers, unsynced (a marker that cannot be written is
-    missing: that partition's next open recovers it as after a crash)."""
-    for directory, entry in markers:
-        try:
-            write_checkpoint(directory, CLEAN_SHUTDOWN_FILE, [entry], sync=False)
-        except OSError as exc:
-            log.warning(
-                "cannot write the clean-shutdown marker",
-                extra=fields(path=str(directory), error=str(exc)),
-            )

@@ -497,7 +497,7 @@ class StreamManager:
             if r.sub is not None:
                 await r.sub.unsubscribe()
                 r.sub = None
-        closer = LogCloser(sync_marker=False, defer_markers=True)  # file-system syncs below
+        closer = LogCloser(sync_marker=False)  # one file-system sync below, not 2 fsyncs each
         for r in running:
             r.replica.closer = closer.close
             r.replica.stop(drain=True)
@@ -505,7 +505,7 @@ class StreamManager:
             for r in running:
                 await r.replica.wait_stopped()
         self._running.clear()
-        await closer.finish(self._markers)  # index files, then every marker, durable
+        await self._markers.after()  # every clean-shutdown marker durable
         return all(r.replica.log.flushed_offset >= r.replica.log.log_end_offset for r in running)
 
     def wake_all(self) -> None:

@@ -85,9 +85,8 @@ def fsync_directory(directory: Path) -> None:
         trace.dir_synced(directory, entries)
 
 
-def write_file_durably(path: Path | str, data: bytes, *, sync: bool = True) -> None:
-    """Write ``data`` to ``path`` (replacing it in place) and fsync it (without ``sync``:
-    not durable until the caller syncs the file system).
+def write_file_durably(path: Path | str, data: bytes) -> None:
+    """Write ``data`` to ``path`` (replacing it in place) and fsync it.
 
     Not atomic: use for files whose damage recovery can detect (indexes).
     """
@@ -95,8 +94,7 @@ def write_file_durably(path: Path | str, data: bytes, *, sync: bool = True) -> N
     try:
         traced_create(fd)
         write_all(fd, data, 0)
-        if sync:
-            fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
 

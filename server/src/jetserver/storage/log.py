@@ -42,8 +42,6 @@ from jetserver.storage.segment import (
 
 _I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
-Marker = tuple[int, int]
-"""A clean-shutdown marker's entry: the active segment's base offset and size."""
 
 
 class Log(LogMaintenance):
@@ -152,14 +150,12 @@ class Log(LogMaintenance):
         self._commit.rebase(self._leo if synced is None else min(synced, self._leo))
         self.recovery = found.report
 
-    def close(self, *, sync_marker: bool = True, defer_marker: bool = False) -> Marker | None:
+    def close(self, *, sync_marker: bool = True) -> None:
         """Write the indexes and checkpoints, fsync, release the files (idempotent).
 
         Read slices already handed out stay valid until they are closed. Without
-        ``sync_marker`` the clean-shutdown marker is written but not fsynced. With
-        ``defer_marker`` the index files are not fsynced and the marker is not written but
-        returned: the caller syncs the file system, writes it, syncs again (a server's stop
-        closes thousands of logs so; spec/storage.md §5). Returns the marker (None: closed).
+        ``sync_marker`` the clean-shutdown marker is written but not fsynced: the caller
+        syncs the file system once for many logs (a server's stop; spec/storage.md §5).
 
         Raises:
             StorageError: a final write failed (the files are released anyway; the next open
@@ -167,18 +163,20 @@ class Log(LogMaintenance):
         """
         with self._write_lock:
             if self._closed:
-                return None
+                return
             active = self._segments[-1]
             try:
-                active.write_indexes(sync=not defer_marker)  # unless they hold them already
+                active.write_indexes()  # unless the files hold them already
                 commit = self._commit
                 if commit.failure is not None or commit.flushed_offset < self._leo:
                     active.fsync()  # else the last flush covered every record
                 self.checkpoint_high_watermark()  # unless the file holds it already
-                marker = (active.base_offset, active.state.size)
-                if not defer_marker:
-                    write_checkpoint(self._dir, CLEAN_SHUTDOWN_FILE, [marker], sync=sync_marker)
-                return marker
+                write_checkpoint(
+                    self._dir,
+                    CLEAN_SHUTDOWN_FILE,
+                    [(active.base_offset, active.state.size)],
+                    sync=sync_marker,
+                )
             except OSError as exc:
                 raise StorageError(f"close of {self._dir} failed: {exc}") from exc
             finally:

@@ -256,11 +256,10 @@ class Segment:
         """The index files hold these bytes (read at recovery)."""
         self._indexes_on_disk = _indexes_digest(index, timeindex)
 
-    def write_indexes(self, *, sync: bool = True) -> None:
-        """Write the visible index entries to ``.index`` and ``.timeindex`` and fsync them
-        (without ``sync``: the caller syncs the file system), unless the files already hold
-        exactly these bytes (an idle partition's clean close after a clean start: two file
-        writes and fsyncs fewer, spec/storage.md §5)."""
+    def write_indexes(self) -> None:
+        """Write the visible index entries to ``.index`` and ``.timeindex`` and fsync them,
+        unless the files already hold exactly these bytes (an idle partition's clean close
+        after a clean start: two file writes and fsyncs fewer, spec/storage.md §5)."""
         st = self.state
         index = st.offset_index.truncated(st.entries).to_bytes()
         timeindex = st.time_index.truncated(st.entries).to_bytes()
@@ -269,8 +268,8 @@ class Segment:
             return
         self._indexes_on_disk = None  # unknown until both are written
         name = f"{self.directory}/{self.base_offset:020d}"  # str paths: a stop writes thousands
-        write_file_durably(name + INDEX_SUFFIX, index, sync=sync)
-        write_file_durably(name + TIMEINDEX_SUFFIX, timeindex, sync=sync)
+        write_file_durably(name + INDEX_SUFFIX, index)
+        write_file_durably(name + TIMEINDEX_SUFFIX, timeindex)
         self._indexes_on_disk = digest
 
     def fsync(self) -> None:
