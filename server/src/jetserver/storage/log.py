@@ -166,7 +166,7 @@ class Log(LogMaintenance):
                 return
             active = self._segments[-1]
             try:
-                active.write_indexes()  # unless the files hold them already
+                active.write_indexes(keep_absent=True)  # unless they hold them already
                 commit = self._commit
                 if commit.failure is not None or commit.flushed_offset < self._leo:
                     active.fsync()  # else the last flush covered every record

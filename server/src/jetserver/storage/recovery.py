@@ -137,6 +137,8 @@ class _Findings:
     notes: list[str] = attrs.Factory(list)
     dir_changed: bool = False
     marker_kept: bool = False
+    listed: frozenset[str] = frozenset()
+    """The directory's files at the start (an index file not among them is not opened)."""
 
 
 @attrs.define
@@ -161,11 +163,11 @@ def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = Fal
     Raises:
         StorageError: the directory cannot be listed or a segment file cannot be opened.
     """
-    found = _Findings()
     try:
         names = sorted(os.listdir(directory))
     except OSError as exc:
         raise StorageError(f"cannot list {directory}: {exc}") from exc
+    found = _Findings(listed=frozenset(names))
 
     logs: set[int] = set()
     index_files: dict[int, list[str]] = {}
@@ -365,8 +367,9 @@ def _load_segment(
     try:
         fd = file.fd
         size = os.fstat(fd).st_size
-        index_bytes = _read_bytes(f"{directory}/{index_name}")  # str paths: see read_checkpoint
-        time_bytes = _read_bytes(f"{directory}/{time_name}")
+        listed = found.listed  # str paths: see read_checkpoint
+        index_bytes = _read_bytes(f"{directory}/{index_name}") if index_name in listed else None
+        time_bytes = _read_bytes(f"{directory}/{time_name}") if time_name in listed else None
         index, timeindex, problem, corrupt = _load_indexes(
             log_name[: -len(LOG_SUFFIX)], index_bytes, time_bytes, size
         )
@@ -444,6 +447,7 @@ def _load_segment(
         )
         if index_bytes is not None and time_bytes is not None:
             seg.note_indexes_on_disk(index_bytes, time_bytes)
+        seg.no_index_files = index_bytes is None and time_bytes is None
         if not is_last and (index_name in found.rebuilt):
             seg.write_indexes()
         return seg
