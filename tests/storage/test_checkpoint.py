@@ -13,7 +13,7 @@ from jetserver.storage.checkpoint import (
     read_single_value,
     write_checkpoint,
 )
-from jetserver.storage.files import READ_CHUNK, FileTooLarge, read_file_if_exists
+from jetserver.storage.files import READ_CHUNK, SMALL_READ, FileTooLarge, read_file_if_exists
 
 
 def test_format_is_kafka_like() -> None:
@@ -27,6 +27,19 @@ def test_format_is_kafka_like() -> None:
 def test_parse_round_trip() -> None:
     assert parse_checkpoint(b"0\n2\n0 0\n3 120\n", 2) == [(0, 0), (3, 120)]
     assert parse_checkpoint(b"0\n0\n", 1) == []
+    # One entry (most files; parsed in one match) of one, two and three fields.
+    assert parse_checkpoint(b"0\n1\n0\n", 1) == [(0,)]
+    assert parse_checkpoint(b"0\n1\n42\n", 1) == [(42,)]
+    assert parse_checkpoint(b"0\n1\n7 4096\n", 2) == [(7, 4096)]
+    assert parse_checkpoint(b"0\n1\n1 2 3\n", 3) == [(1, 2, 3)]
+    big = 10**19
+    assert parse_checkpoint(b"0\n1\n%d %d\n" % (big, big), 2) == [(big, big)]
+    with pytest.raises(CorruptFileError):
+        parse_checkpoint(b"0\n1\n42\n", 2)  # too few fields
+    with pytest.raises(CorruptFileError):
+        parse_checkpoint(b"0\n1\n4 02\n", 2)  # leading zero in the second field
+    with pytest.raises(CorruptFileError):
+        parse_checkpoint(b"0\n1\n4 2\n\n", 2)  # a trailing empty line
 
 
 @pytest.mark.parametrize(
@@ -69,6 +82,14 @@ def test_reads_whole_files_and_refuses_oversized_checkpoints(tmp_path: Path) -> 
     assert read_file_if_exists(tmp_path / "big") == big
     with pytest.raises(FileTooLarge):
         read_file_if_exists(tmp_path / "big", limit=len(big) - 1)
+    # Around the first read's size (one read below it, fstat and more reads from it on).
+    for size in (1, SMALL_READ - 1, SMALL_READ, SMALL_READ + 1, 2 * SMALL_READ):
+        data = bytes(range(251)) * (size // 251) + bytes(range(size % 251))
+        (tmp_path / "f").write_bytes(data)
+        assert read_file_if_exists(tmp_path / "f") == data
+        assert read_file_if_exists(str(tmp_path / "f"), limit=size) == data
+        with pytest.raises(FileTooLarge):
+            read_file_if_exists(tmp_path / "f", limit=size - 1)
     assert read_checkpoint(tmp_path, "missing", 1) is None
     with (tmp_path / "huge").open("wb") as f:
         f.truncate(MAX_CHECKPOINT_BYTES + 1)

@@ -126,3 +126,41 @@ def test_a_torn_marker_is_a_crash_not_a_clean_stop(tmp_path: Path) -> None:
             log.set_high_watermark(log.log_end_offset)
             assert len(read_all(log)) == 3
         marker.write_bytes(whole)
+
+
+def test_a_segment_without_index_entries_keeps_no_index_files(tmp_path: Path) -> None:
+    # spec/storage.md §3: a new partition's clean close creates no index files while its
+    # active segment has no index entries; the next open scans it (clean, nothing rebuilt).
+    directory = tmp_path / "log"
+    index, timeindex = directory / f"{0:020d}.index", directory / f"{0:020d}.timeindex"
+    Log.open(directory, SMALL).close()
+    assert not index.exists()
+    assert not timeindex.exists()
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.clean_shutdown
+        assert log.recovery.indexes_rebuilt == 0
+        log.append(bodies(2), 1, 0)  # under index_interval_bytes (100): still no entry
+        log.flush()
+        log.set_high_watermark(log.log_end_offset)
+    assert not index.exists()
+    assert not timeindex.exists()
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.clean_shutdown
+        assert log.recovery.indexes_rebuilt == 0
+        assert len(read_all(log)) == 2
+        log.append(bodies(10, start=2, size=30), 1, 0)  # past the interval: entries
+        log.flush()
+        log.set_high_watermark(log.log_end_offset)
+    assert index.stat().st_size > 0
+    assert timeindex.stat().st_size > 0
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.clean_shutdown
+        assert log.recovery.indexes_rebuilt == 0
+        assert len(read_all(log)) == 12
+        log.truncate_to(1)  # no entries again, but the files exist: rewritten (empty)
+        log.set_high_watermark(log.log_end_offset)
+    assert index.read_bytes() == b""
+    assert timeindex.read_bytes() == b""
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.clean_shutdown
+        assert log.log_end_offset == 1

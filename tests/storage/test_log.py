@@ -35,11 +35,10 @@ def test_empty_log(tmp_path: Path) -> None:
         with pytest.raises(OffsetOutOfRange) as info:
             log.read(1, 100)
         assert (info.value.log_start_offset, info.value.log_end_offset) == (0, 0)
+    # No index files: the segment has no entries and never had files (spec/storage.md §3).
     assert sorted(p.name for p in (tmp_path / "p").iterdir()) == [
         ".lock",
-        "00000000000000000000.index",
         "00000000000000000000.log",
-        "00000000000000000000.timeindex",
         "clean-shutdown",
         "high-watermark-checkpoint",
         "log-start-offset-checkpoint",

@@ -20,37 +20,104 @@ Errors: :mod:`jetsdk.errors` (every one is a :class:`JetError` with ``code`` and
 ``retriable``).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from jetsdk._version import __version__
-from jetsdk.client import Client
-from jetsdk.codec.error_codes import AckPolicy, ErrorCode
-from jetsdk.consumer import Consumer, OffsetAndMetadata, StartAt
-from jetsdk.consumer.share import ShareConsumer
-from jetsdk.consumer.share_message import ShareMessage
-from jetsdk.errors import (
-    ClientClosed,
-    InvalidArgument,
-    JetConnectionError,
-    JetError,
-    MessageTooLarge,
-    NotEnoughReplicas,
-    NotLeader,
-    OffsetOutOfRange,
-    PartitionNotFound,
-    PermissionDenied,
-    ProtocolError,
-    StreamExists,
-    StreamNotFound,
-    Timeout,
-    Unavailable,
-)
-from jetsdk.group.errors import CommitFailed, GroupError, MemberFenced, NoCommittedOffset
-from jetsdk.group.member import MemberConfig
-from jetsdk.group.stream_partition import StreamPartition
-from jetsdk.message import Ack, Message
-from jetsdk.metadata import OffsetInfo, PartitionInfo, StreamInfo
-from jetsdk.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner
-from jetsdk.producer import Producer, SendHandle
-from jetsdk.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from jetsdk.client import Client
+    from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+    from jetsdk.consumer import Consumer, OffsetAndMetadata, StartAt
+    from jetsdk.consumer.share import ShareConsumer
+    from jetsdk.consumer.share_message import ShareMessage
+    from jetsdk.errors import (
+        ClientClosed,
+        InvalidArgument,
+        JetConnectionError,
+        JetError,
+        MessageTooLarge,
+        NotEnoughReplicas,
+        NotLeader,
+        OffsetOutOfRange,
+        PartitionNotFound,
+        PermissionDenied,
+        ProtocolError,
+        StreamExists,
+        StreamNotFound,
+        Timeout,
+        Unavailable,
+    )
+    from jetsdk.group.errors import CommitFailed, GroupError, MemberFenced, NoCommittedOffset
+    from jetsdk.group.member import MemberConfig
+    from jetsdk.group.stream_partition import StreamPartition
+    from jetsdk.message import Ack, Message
+    from jetsdk.metadata import OffsetInfo, PartitionInfo, StreamInfo
+    from jetsdk.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner
+    from jetsdk.producer import Producer, SendHandle
+    from jetsdk.retry import RetryPolicy
+
+_LAZY = {
+    "Client": "jetsdk.client",
+    "AckPolicy": "jetsdk.codec.error_codes",
+    "ErrorCode": "jetsdk.codec.error_codes",
+    "Consumer": "jetsdk.consumer",
+    "OffsetAndMetadata": "jetsdk.consumer",
+    "StartAt": "jetsdk.consumer",
+    "ShareConsumer": "jetsdk.consumer.share",
+    "ShareMessage": "jetsdk.consumer.share_message",
+    "ClientClosed": "jetsdk.errors",
+    "InvalidArgument": "jetsdk.errors",
+    "JetConnectionError": "jetsdk.errors",
+    "JetError": "jetsdk.errors",
+    "MessageTooLarge": "jetsdk.errors",
+    "NotEnoughReplicas": "jetsdk.errors",
+    "NotLeader": "jetsdk.errors",
+    "OffsetOutOfRange": "jetsdk.errors",
+    "PartitionNotFound": "jetsdk.errors",
+    "PermissionDenied": "jetsdk.errors",
+    "ProtocolError": "jetsdk.errors",
+    "StreamExists": "jetsdk.errors",
+    "StreamNotFound": "jetsdk.errors",
+    "Timeout": "jetsdk.errors",
+    "Unavailable": "jetsdk.errors",
+    "CommitFailed": "jetsdk.group.errors",
+    "GroupError": "jetsdk.group.errors",
+    "MemberFenced": "jetsdk.group.errors",
+    "NoCommittedOffset": "jetsdk.group.errors",
+    "MemberConfig": "jetsdk.group.member",
+    "StreamPartition": "jetsdk.group.stream_partition",
+    "Ack": "jetsdk.message",
+    "Message": "jetsdk.message",
+    "OffsetInfo": "jetsdk.metadata",
+    "PartitionInfo": "jetsdk.metadata",
+    "StreamInfo": "jetsdk.metadata",
+    "DefaultPartitioner": "jetsdk.partitioner",
+    "Partitioner": "jetsdk.partitioner",
+    "RoundRobinPartitioner": "jetsdk.partitioner",
+    "Producer": "jetsdk.producer",
+    "SendHandle": "jetsdk.producer",
+    "RetryPolicy": "jetsdk.retry",
+}
+"""Where each public name lives: imported on first use, so that ``import jetsdk.codec``
+(the server's wire codec) does not import the whole client (the server imported 70
+SDK modules at every start, most of them never used there)."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "Ack",

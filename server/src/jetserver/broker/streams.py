@@ -63,6 +63,7 @@ from jetserver.broker.stream_files import (
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.fsync_runner import FsyncRunner
+from jetserver.gc_pause import collector_paused, release_frozen
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
@@ -84,10 +85,11 @@ APPLY_RETRY_S = 1.0
 """Pause before applying an assignment again after ``apply_assignment`` failed."""
 PARTITION_READY_TIMEOUT_S = 5.0
 """Default bound of :meth:`StreamManager.wait_partition_ready`."""
-START_OPEN_CONCURRENCY = 4
-"""Worker-thread calls opening (recovering) partitions at once: mostly GIL-bound Python. At
-10,000 partitions on 2 cores, 16 fought over the GIL (up to 6 s of system CPU per restart);
-4, 2 and 1 restarted alike (7.4-8.2, 7.4-8.4, 7.2-9.4 s; README "Known gaps")."""
+START_OPEN_CONCURRENCY = 1
+"""Worker-thread calls opening (recovering) partitions at once: GIL-bound Python, so one
+thread opens while the event loop starts what it opened. At 10,000 partitions on 2 cores,
+4 threads and the loop handed the GIL back and forth around every file call: 5-6 s of
+system CPU and 11.4-12.6 s restarts against 1.6-1.8 s and 7.9-9.4 s with 1 (README)."""
 START_OPEN_BATCH = 32
 """Partitions one worker-thread call opens, one after the other (a hand-off to a worker
 thread and back per partition cost about a third of a restart's event-loop time)."""
@@ -305,10 +307,10 @@ class StreamManager:
         errors: list[Exception] | None = None,
     ) -> int:
         """Open (recover) the logs of ``wanted`` partitions START_OPEN_BATCH per worker call,
-        START_OPEN_CONCURRENCY calls at once, and start each replica (with ``subscribe``:
-        single server, subscribe it as its leader; else: cluster, start its assignment
-        applier). A partition that cannot open is left offline (or its error appended to
-        ``errors``, if given). Returns how many opened."""
+        START_OPEN_CONCURRENCY calls at once, and start each replica (``subscribe``: single
+        server, subscribe it as leader; else: cluster, start its assignment applier). One
+        that cannot open is offline (or its error appended to ``errors``). Returns how many
+        opened."""
         limiter = anyio.CapacityLimiter(START_OPEN_CONCURRENCY)
         make_jobs = OpenJobs(self.data_dir, self.config)
         counts: list[int] = []
@@ -347,9 +349,10 @@ class StreamManager:
                     self._tg.start_soon(self._applier, running)
             counts.append(len(started))
 
-        async with anyio.create_task_group() as tg:
-            for i in range(0, len(wanted), START_OPEN_BATCH):
-                tg.start_soon(open_batch, wanted[i : i + START_OPEN_BATCH])
+        with collector_paused(len(wanted)):  # thousands at a start: see gc_pause
+            async with anyio.create_task_group() as tg:
+                for i in range(0, len(wanted), START_OPEN_BATCH):
+                    tg.start_soon(open_batch, wanted[i : i + START_OPEN_BATCH])
         return sum(counts)
 
     async def _subscribe_leader(
@@ -395,20 +398,13 @@ class StreamManager:
         self.offline.opened(meta.name, p)
         running = RunningPartition(replica, stream_id=meta.stream_id, queue=queue_group(meta))
         self._running[(meta.name, p)] = running
-        # DEBUG: one INFO line per partition was ~30 % of a restart's event-loop time at
-        # thousands of partitions; start logs one summary line ("partitions opened").
-        log.debug(
-            "partition open",
-            extra=fields(
-                stream=meta.name,
-                partition=p,
-                subject=replica.subject,
-                queue=running.queue or None,
-                log_start=log_.log_start_offset,
-                hw=log_.high_watermark,
-                leo=log_.log_end_offset,
-            ),
-        )
+        # DEBUG, its fields built only then: one INFO line per partition was ~30 % of a
+        # restart's event-loop time at thousands; start logs one line ("partitions opened").
+        if log.isEnabledFor(logging.DEBUG):
+            where = {"subject": replica.subject, "queue": running.queue or None}
+            at = {"log_start": log_.log_start_offset, "hw": log_.high_watermark}
+            at["leo"] = log_.log_end_offset
+            log.debug("partition open", extra=fields(stream=meta.name, partition=p, **where, **at))
         return running
 
     # ------------------------------------------------------------------ cluster mode
@@ -457,6 +453,7 @@ class StreamManager:
             running.sub = None
         running.replica.stop(drain=False)
         await running.replica.wait_stopped()
+        release_frozen()
         log.info("partition closed", extra=fields(stream=key[0], partition=key[1]))
 
     async def _applier(self, running: RunningPartition) -> None:
@@ -504,8 +501,9 @@ class StreamManager:
         for r in running:
             r.replica.closer = closer.close
             r.replica.stop(drain=True)
-        for r in running:
-            await r.replica.wait_stopped()
+        with collector_paused(len(running)):
+            for r in running:
+                await r.replica.wait_stopped()
         self._running.clear()
         await self._markers.after()  # every clean-shutdown marker durable
         return all(r.replica.log.flushed_offset >= r.replica.log.log_end_offset for r in running)
@@ -589,6 +587,7 @@ class StreamManager:
                 await running.sub.unsubscribe()
             running.replica.stop(drain=False)
             await running.replica.wait_stopped()
+        release_frozen()
         await self._remove_dir(stream_dir(self.data_dir, meta))
 
     def _single_store(self) -> MetadataStore:

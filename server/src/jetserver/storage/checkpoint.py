@@ -44,6 +44,9 @@ MAX_CHECKPOINT_BYTES = 16 * 1024 * 1024
 """A bigger checkpoint file is treated as corrupt rather than read into memory."""
 
 _NUMBER = re.compile(rb"^(0|[1-9][0-9]{0,19})$")
+_ONE_ENTRY = re.compile(rb"0\n1\n(0|[1-9][0-9]{0,19})(?: (0|[1-9][0-9]{0,19}))?\n")
+"""A version-0 file of one entry of one or two fields: most checkpoints (HW, log start,
+the clean-shutdown marker), parsed in one match (a restart parses thousands)."""
 
 
 def format_checkpoint(entries: Sequence[Sequence[int]]) -> bytes:
@@ -72,6 +75,9 @@ def parse_checkpoint(
         CorruptFileError: anything but the exact format (wrong version, count, field count,
             a missing final newline, stray whitespace).
     """
+    one = _ONE_ENTRY.fullmatch(data)
+    if one is not None and (one[2] is None) == (fields == 1) and fields <= 2:
+        return [(int(one[1]),) if one[2] is None else (int(one[1]), int(one[2]))]
     if not data.endswith(b"\n"):
         raise CorruptFileError(path, "does not end with a newline")
     lines = data[:-1].split(b"\n")
@@ -96,7 +102,7 @@ def write_checkpoint(
 ) -> None:
     """Atomically replace ``directory/name`` with a checkpoint of ``entries`` (without
     ``sync``: not durable until the caller syncs the file system)."""
-    write_file_atomically(directory / name, format_checkpoint(entries), sync=sync)
+    write_file_atomically(f"{directory}/{name}", format_checkpoint(entries), sync=sync)
 
 
 def read_checkpoint(directory: Path, name: str, fields: int) -> list[tuple[int, ...]] | None:
@@ -106,7 +112,7 @@ def read_checkpoint(directory: Path, name: str, fields: int) -> list[tuple[int, 
         CorruptFileError: the file exists but does not parse (or is absurdly large).
         OSError: the file exists but cannot be read.
     """
-    path = directory / name
+    path = f"{directory}/{name}"  # a str: a restart reads thousands (pathlib: 3x the CPU)
     try:
         data = read_file_if_exists(path, MAX_CHECKPOINT_BYTES)
     except FileTooLarge as exc:

@@ -94,7 +94,7 @@ class Log(LogMaintenance):
             StorageError: the directory cannot be created, listed or locked (another Log has
                 it open), or a segment file cannot be opened.
         """
-        path = Path(directory)
+        path = directory if isinstance(directory, Path) else Path(directory)  # no re-parse
         try:
             if not os.path.isdir(path):  # one stat: a server opens thousands at its start
                 path.mkdir(parents=True, exist_ok=True)
@@ -166,7 +166,7 @@ class Log(LogMaintenance):
                 return
             active = self._segments[-1]
             try:
-                active.write_indexes()  # unless the files hold them already
+                active.write_indexes(keep_absent=True)  # unless they hold them already
                 commit = self._commit
                 if commit.failure is not None or commit.flushed_offset < self._leo:
                     active.fsync()  # else the last flush covered every record

@@ -137,6 +137,8 @@ class _Findings:
     notes: list[str] = attrs.Factory(list)
     dir_changed: bool = False
     marker_kept: bool = False
+    listed: frozenset[str] = frozenset()
+    """The directory's files at the start (an index file not among them is not opened)."""
 
 
 @attrs.define
@@ -161,11 +163,11 @@ def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = Fal
     Raises:
         StorageError: the directory cannot be listed or a segment file cannot be opened.
     """
-    found = _Findings()
     try:
         names = sorted(os.listdir(directory))
     except OSError as exc:
         raise StorageError(f"cannot list {directory}: {exc}") from exc
+    found = _Findings(listed=frozenset(names))
 
     logs: set[int] = set()
     index_files: dict[int, list[str]] = {}
@@ -234,7 +236,7 @@ def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = Fal
     hw_ckpt = _read_value(directory, HIGH_WATERMARK_FILE, found)
     hw = min(max(hw_ckpt if hw_ckpt is not None else log_start, log_start), leo)
 
-    epochs, need_write = _read_epochs(directory, segments, found)
+    epochs, need_write = _read_epochs(directory, segments, found, LEADER_EPOCH_FILE in names)
 
     if found.dir_changed:
         fsync_directory(directory)
@@ -324,7 +326,7 @@ def _read_value(directory: Path, name: str, found: _Findings) -> int | None:
         return None
 
 
-def _read_bytes(path: Path) -> bytes | None:
+def _read_bytes(path: str) -> bytes | None:
     return read_file_if_exists(path)
 
 
@@ -365,8 +367,9 @@ def _load_segment(
     try:
         fd = file.fd
         size = os.fstat(fd).st_size
-        index_bytes = _read_bytes(directory / index_name)
-        time_bytes = _read_bytes(directory / time_name)
+        listed = found.listed  # str paths: see read_checkpoint
+        index_bytes = _read_bytes(f"{directory}/{index_name}") if index_name in listed else None
+        time_bytes = _read_bytes(f"{directory}/{time_name}") if time_name in listed else None
         index, timeindex, problem, corrupt = _load_indexes(
             log_name[: -len(LOG_SUFFIX)], index_bytes, time_bytes, size
         )
@@ -444,6 +447,7 @@ def _load_segment(
         )
         if index_bytes is not None and time_bytes is not None:
             seg.note_indexes_on_disk(index_bytes, time_bytes)
+        seg.no_index_files = index_bytes is None and time_bytes is None
         if not is_last and (index_name in found.rebuilt):
             seg.write_indexes()
         return seg
@@ -453,12 +457,14 @@ def _load_segment(
 
 
 def _read_epochs(
-    directory: Path, segments: list[Segment], found: _Findings
+    directory: Path, segments: list[Segment], found: _Findings, listed: bool
 ) -> tuple[list[EpochEntry], bool]:
-    """Epoch entries from the checkpoint, or rebuilt from the records; (entries, rewrite?)."""
+    """Epoch entries from the checkpoint, or rebuilt from the records; (entries, rewrite?).
+    ``listed``: the directory listing holds the checkpoint (else it is not opened: a
+    partition never led at an epoch above 0 has none, and a restart opens thousands)."""
     problem: str | None = None
     try:
-        raw = read_checkpoint(directory, LEADER_EPOCH_FILE, 2)
+        raw = read_checkpoint(directory, LEADER_EPOCH_FILE, 2) if listed else None
     except (CorruptFileError, OSError) as exc:
         raw, problem = None, str(exc)
     entries: list[EpochEntry] = []

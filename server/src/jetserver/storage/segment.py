@@ -110,6 +110,7 @@ class Segment:
         "file",
         "first_timestamp",
         "interval",
+        "no_index_files",
         "state",
     )
 
@@ -138,6 +139,9 @@ class Segment:
         self._hint: tuple[int, int, int, bool] | None = None
         self._indexes_on_disk: bytes | None = None
         """Digest of what the index files on disk hold, if known (see :meth:`write_indexes`)."""
+        self.no_index_files = False
+        """Known to have no index files (new, or none found at recovery): a clean close
+        writes none while it has no index entries (``write_indexes(keep_absent=True)``)."""
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, interval: int) -> Segment:
@@ -155,7 +159,9 @@ class Segment:
         except OSError as exc:
             raise StorageError(f"cannot create segment {path}: {exc}") from exc
         state = SegmentState(0, base_offset, NO_TIMESTAMP, OffsetIndex(), TimeIndex(), 0, 0)
-        return cls(directory, base_offset, file, state, interval=interval, first_timestamp=None)
+        seg = cls(directory, base_offset, file, state, interval=interval, first_timestamp=None)
+        seg.no_index_files = True
+        return seg
 
     # -- names -------------------------------------------------------------------------------
 
@@ -256,20 +262,25 @@ class Segment:
         """The index files hold these bytes (read at recovery)."""
         self._indexes_on_disk = _indexes_digest(index, timeindex)
 
-    def write_indexes(self) -> None:
+    def write_indexes(self, *, keep_absent: bool = False) -> None:
         """Write the visible index entries to ``.index`` and ``.timeindex`` and fsync them,
         unless the files already hold exactly these bytes (an idle partition's clean close
-        after a clean start: two file writes and fsyncs fewer, spec/storage.md §5)."""
+        after a clean start: two file writes and fsyncs fewer, spec/storage.md §5), or, with
+        ``keep_absent`` (a clean close), there are no entries and no files (spec §3)."""
         st = self.state
+        if keep_absent and self.no_index_files and not st.entries:
+            return
         index = st.offset_index.truncated(st.entries).to_bytes()
         timeindex = st.time_index.truncated(st.entries).to_bytes()
         digest = _indexes_digest(index, timeindex)
         if digest == self._indexes_on_disk:
             return
         self._indexes_on_disk = None  # unknown until both are written
-        write_file_durably(self.index_path, index)
-        write_file_durably(self.timeindex_path, timeindex)
+        name = f"{self.directory}/{self.base_offset:020d}"  # str paths: a stop writes thousands
+        write_file_durably(name + INDEX_SUFFIX, index)
+        write_file_durably(name + TIMEINDEX_SUFFIX, timeindex)
         self._indexes_on_disk = digest
+        self.no_index_files = False
 
     def fsync(self) -> None:
         """fdatasync the ``.log``."""
