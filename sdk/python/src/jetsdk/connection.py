@@ -168,6 +168,7 @@ class Connection:
         self._tail_written: anyio.Event | None = None
         """Set while the rest of a frame :meth:`send_nowait` began is being written."""
         self._tail_task: asyncio.Task[None] | None = None
+        """The task writing that rest (held here: asyncio keeps only weak references)."""
         self._closed_error: JetError | None = None
         self._reader_scope: anyio.CancelScope | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -247,8 +248,7 @@ class Connection:
         """Close the connection; pending requests fail with ClientClosed. Idempotent."""
         if self._closed_error is None:
             self._fail(ClientClosed(f"connection to {self.label} closed"))
-        if self._reader_scope is not None:
-            self._reader_scope.cancel()
+        self._stop_reader()
         await self._stream.aclose()
 
     # -- requests -------------------------------------------------------------------------

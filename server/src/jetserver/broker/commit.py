@@ -15,6 +15,7 @@ allows concurrently with the single writer).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -58,6 +59,17 @@ class Committer:
     stop: Callable[..., None]
     _hw_moved: LazyEvent
     _closed: bool
+    _copies_tail: asyncio.Future[None] | None
+
+    def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """A place in this partition's order of NATS copies, taken right after an append
+        (so in append order): the previous holder's future (None: nothing pending before)
+        and this one's, which its holder must finish once its copies went or were given
+        up, so that a later request's copies never overtake these."""
+        prev = self._copies_tail
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._copies_tail = mine
+        return (None if prev is None or prev.done() else prev), mine
 
     async def wait_committed(self, end: int, failures: int, timeout_s: float) -> bool:
         """Wait until the HW reaches ``end``: True then; False (at once when seen) if

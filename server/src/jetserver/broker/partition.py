@@ -29,6 +29,7 @@ checkpointing, which the storage engine allows beside the single writer (the seq
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import struct
@@ -170,6 +171,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     produce_inline: int = 0
     """Of those, the messages appended in their request's own task (:meth:`_append_now`)."""
     _copies_skipped: int = 0
+    _copies_tail: asyncio.Future[None] | None = None  # see Committer.copies_turn
     skip_copies: SkipMarked = attrs.field(init=False)
     """The subscription filter that drops stored copies before parsing."""
     sync_failures: int = 0

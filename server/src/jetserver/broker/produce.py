@@ -14,8 +14,10 @@ Task safety: event loop thread only.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
@@ -306,6 +308,7 @@ class ProduceService:
                     to_send, _records_of(records, sent_index), policy
                 ):
                     appended_end = replica.log.log_end_offset  # if appended in this task
+                    turn = replica.copies_turn() if replica.replication_factor == 1 else None
                     if replica.replication_factor > 1:
                         # Replicated: unmarked and before the ack wait, so that a new
                         # leader elected meanwhile (this one cut off from its cluster)
@@ -321,12 +324,12 @@ class ProduceService:
                         # Stored here; the NATS copies are for live subscribers only. They
                         # go after the response (see the docstring), and also when the
                         # wait timed out or was cancelled, for the records it stored.
-                        if replica.replication_factor == 1:
+                        if turn is not None:
+                            copies, end = _stored(
+                                to_send, sent_index, results, policy, appended_end
+                            )
                             after = self._copies_after_commit(
-                                replica,
-                                _stored(to_send, sent_index, results, policy, appended_end),
-                                failures,
-                                timeout_s,
+                                replica, copies, end, failures, timeout_s, turn
                             )
                     return encode_produce_result_tuples(
                         [r if r is not None else _TIMEOUT for r in results]
@@ -358,25 +361,37 @@ class ProduceService:
     def _copies_after_commit(
         self,
         replica: PartitionReplica,
-        stored: tuple[list[tuple[str, bytes]], int],
+        messages: list[tuple[str, bytes]],
+        end: int,
         failures: int,
         timeout_s: float,
+        turn: tuple[asyncio.Future[None] | None, asyncio.Future[None]],
     ) -> After | None:
-        """The after-work of a request whose messages ``replica`` stored directly:
-        ``stored`` = (the messages to copy, the end of their offsets). Publish their NATS
+        """The after-work of a request whose ``messages`` ``replica`` stored directly below
+        offset ``end``. Publish their NATS
         copies once the HW passed them (at once with durability ``written``), within
         ``timeout_s``; none if the replica's fsync failures went past ``failures`` (a cut
         may have taken them) or it closed first. A request's after-work is not cancelled
         with its connection (``Reply.after``), so a request whose client went away after
-        its append still has its stored records copied."""
-        messages, end = stored
+        its append still has its stored records copied. Copies go in append order: each
+        request's after the previous one's (``turn``, :meth:`PartitionReplica.copies_turn`)."""
+        prev, mine = turn
         if not messages:
+            _finish_after(prev, mine)
             return None
         header = stored_header_block(replica.stream, replica.partition)
 
         async def publish_copies() -> None:
-            if await replica.wait_committed(end, failures, timeout_s):
-                await self.link.publish_stored_copies(messages, header, replica)
+            try:
+                deadline = time.monotonic() + timeout_s
+                if prev is not None:
+                    await asyncio.wait((prev,), timeout=timeout_s)
+                left = deadline - time.monotonic()
+                if left > 0 and await replica.wait_committed(end, failures, left):
+                    await self.link.publish_stored_copies(messages, header, replica)
+            finally:
+                if not mine.done():
+                    mine.set_result(None)
 
         return publish_copies
 
@@ -389,6 +404,14 @@ def _records_of(
     if records is None:
         return None
     return [r for i in indexes if (r := records[i]) is not None]
+
+
+def _finish_after(prev: asyncio.Future[None] | None, mine: asyncio.Future[None]) -> None:
+    """Finish ``mine`` (a request with no copies to publish) once ``prev`` is finished."""
+    if prev is None:
+        mine.set_result(None)
+    else:
+        prev.add_done_callback(lambda _done: None if mine.done() else mine.set_result(None))
 
 
 def _stored(

@@ -234,6 +234,7 @@ class Connection:
                 self._spawn(frame)
 
     async def _run_request(self, frame: Frame) -> None:
+        reply: Reply | None = None
         try:
             if hops.ENABLED:
                 hops.mark(f"req.{_API_NAMES.get(frame.api, str(frame.api))}")
@@ -248,18 +249,22 @@ class Connection:
             self._last_activity = time.monotonic()
             if self._slot_freed is not None:
                 self._slot_freed.set()
-        if reply.after is not None:
-            # Not the connection's any more: its close must not cancel this (bounded) work.
-            task = asyncio.current_task()
-            if task is not None:
-                self._tasks.discard(task)
-            try:
-                await reply.after()
-            except Exception as exc:
-                log.warning(
-                    "work after a response failed",
-                    extra=fields(peer=self.io.peer, api=frame.api, error=repr(exc)),
-                )
+            if reply is not None and reply.after is not None:
+                # Also when the write failed or was cancelled: the work is the request's.
+                await self._run_after(reply.after, frame.api)
+
+    async def _run_after(self, after: Callable[[], Awaitable[None]], api: int) -> None:
+        # Not the connection's any more: its close must not cancel this (bounded) work.
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.discard(task)
+        try:
+            await after()
+        except Exception as exc:
+            log.warning(
+                "work after a response failed",
+                extra=fields(peer=self.io.peer, api=api, error=repr(exc)),
+            )
 
     async def _write(self, reply: Reply) -> None:
         records = reply.records
