@@ -13,7 +13,8 @@ previous hop.
 Printed per hop: p50 and p99 of the time since the previous hop, in microseconds, for the
 default durability (``flushed``: visible once fsynced), the same with Produce going through
 NATS instead of being appended by the leader directly (``[ingest] produce_direct = false``),
-and ``written`` (RF 1, visible once written), then the end-to-end figures.
+and ``written`` (RF 1, visible once written), then the end-to-end figures; then the same
+for an RF 3 ack ALL publish across three servers (:mod:`bench.latency_rf3`).
 Run: ``python -m bench latency [--quick]``.
 """
 
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import anyio
 
+from bench import latency_rf3
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetsdk.codec.frames import Api
 from jetsdk.connection import Connection, PendingResponse
@@ -253,3 +255,4 @@ def run(quick: bool) -> None:
             f"  end to end: ack p50 {_pct(ack_ms, 0.5):.2f} ms p99 {_pct(ack_ms, 0.99):.2f} ms; "
             f"consume p50 {_pct(consume_ms, 0.5):.2f} ms p99 {_pct(consume_ms, 0.99):.2f} ms"
         )
+    latency_rf3.run(quick)

@@ -101,3 +101,17 @@ async def test_acks_to_a_local_inbox_are_handed_over_in_process() -> None:
     items.append(("_INBOX.me.1f", a3))
     await router.publish("orders", 2, items)
     assert got == [("1f", "orders", 2, [a1, a3]), ("20", "orders", 2, [a3])]
+
+
+def test_route_hands_local_acks_over_at_once_and_leaves_the_rest_for_nats() -> None:
+    # route() runs without an event loop or await: a commit answers this server's Produce
+    # requests before it wakes anything else, and publishes the NATS-bound acks after.
+    router = AckRouter(NatsLink(NatsConfig()))
+    got: list[tuple[str, list[PartitionAck]]] = []
+    router.local_inboxes["_INBOX.me"] = lambda token, s, p, a: got.append((token, list(a)))
+    a1, a2 = (PartitionAck(i, 5, str(i), AckPolicy.ALL) for i in range(2))
+    messages = router.route("orders", 0, [("_INBOX.me.7", a1), ("_INBOX.other.7", a2)])
+    assert got == [("7", [a1])]
+    assert [subject for subject, _ in messages] == ["_INBOX.other.7"]
+    [(_, payload)] = messages
+    assert [(a.offset, a.correlation_id) for a in decode_acks(payload)] == [(1, "1")]

@@ -13,8 +13,9 @@ it), ``append`` (appended to the log), ``acked`` (the request's acks all arrived
 ``resp.produce`` (the Produce response written), ``fsync.start`` / ``fsync.end`` (the
 group commit's fsync, on the loop or in a worker thread), ``hw`` (the HW moved),
 ``fetch.woken`` (a parked Fetch woke up, or a Fetch came after the HW had moved past its
-offset), ``resp.fetch`` (its response written); on a follower, ``repl.fetched`` (records
-came from the leader) and ``repl.flushed`` (appended and fsynced).
+offset), ``resp.fetch`` (its response written), ``resp.replica_fetch`` (an answer to a
+follower's replica fetch written); on a follower, ``repl.fetched`` (records came from the
+leader) and ``repl.flushed`` (appended and fsynced).
 """
 
 from __future__ import annotations

@@ -192,11 +192,20 @@ class AckRouter:
         self, stream: str, partition: int, items: Iterable[tuple[str, PartitionAck]]
     ) -> None:
         """Send the acks of one stream partition, one message (or a few for huge batches)
-        per inbox.
+        per inbox: :meth:`route`, then :meth:`send`.
 
         Best effort: an ack that cannot be published (NATS away, an ack inbox that is not
         a valid subject) is dropped; the publisher times out and retries (spec/acks.md).
         """
+        messages = self.route(stream, partition, items)
+        if messages:
+            await self.send(messages)
+
+    def route(
+        self, stream: str, partition: int, items: Iterable[tuple[str, PartitionAck]]
+    ) -> list[tuple[str, bytes]]:
+        """Hand the in-process acks of one stream partition to their receivers now; the
+        NATS messages (subject, payload) of the others, for :meth:`send`."""
         link = self.link
         max_bytes = MAX_ACK_PAYLOAD_BYTES
         if link.max_payload:
@@ -225,6 +234,11 @@ class AckRouter:
                 log.error("ack encoding failed", extra=fields(inbox=inbox, error=str(exc)))
                 continue
             messages.extend((inbox, payload) for payload in payloads)
+        return messages
+
+    async def send(self, messages: list[tuple[str, bytes]]) -> None:
+        """Publish what :meth:`route` left for NATS (best effort, as :meth:`publish`)."""
+        link = self.link
         while messages:
             queued = await link.publish_many(messages)
             if queued >= len(messages) or not link.connected:

@@ -25,7 +25,7 @@ import anyio
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
-from jetserver.broker.acks import PartitionAck, PendingAck
+from jetserver.broker.acks import AckRouter, PendingAck
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import DURABILITY_FLUSHED
@@ -53,7 +53,7 @@ class Committer:
     _dirty: anyio.Event
     wake_waiters: Callable[[], None]
     _wake_replicas: Callable[[], None]
-    _publish_acks: Callable[[list[tuple[str, PartitionAck]]], Any]
+    acks: AckRouter
     _fields: Callable[..., dict[str, Any]]
     sync_failures: int
     stop: Callable[..., None]
@@ -155,23 +155,36 @@ class Committer:
         )
 
     async def _carry_out(self, out: Outcome[PendingAck]) -> None:
-        """Do what the core decided: set the HW, wake waiters, send the acks."""
-        if out.hw is not None and out.hw > self.log.high_watermark:
+        """Do what the core decided: set the HW, answer the acks of this server's Produce
+        requests, wake waiters and replica fetches, then send the acks that go through
+        NATS. In that order: a producer's answer is the commit's latency, and a woken
+        replica fetch answered first (the new HW, on its own) would run ahead of it."""
+        hw = out.hw
+        moved = hw is not None and hw > self.log.high_watermark
+        if hw is not None and moved:
             if hops.ENABLED:
                 hops.mark("hw")
-            self.log.set_high_watermark(out.hw)
-            self.wake_waiters()
-        if out.wake_replicas:
-            self._wake_replicas()
-        if out.acks:
-            await self._publish_acks(
+            self.log.set_high_watermark(hw)
+        messages = (
+            self.acks.route(
+                self.stream,
+                self.partition,
                 [
                     (p.inbox, p.ack)
                     if code == ErrorCode.NONE
                     else (p.inbox, p.ack._replace(error_code=code, error_message=text))
                     for p, code, text in out.acks
-                ]
+                ],
             )
+            if out.acks
+            else None
+        )
+        if moved:
+            self.wake_waiters()
+        if out.wake_replicas:
+            self._wake_replicas()
+        if messages:
+            await self.acks.send(messages)
         if out.leadership_ended and self.on_leadership_end is not None:
             self.on_leadership_end(self.stream, self.partition)
 

@@ -46,7 +46,11 @@ from jetserver.storage import ReadSlice
 
 log = logging.getLogger(__name__)
 
-_API_NAMES: dict[int, str] = {Api.PRODUCE: "produce", Api.FETCH: "fetch"}
+_API_NAMES: dict[int, str] = {
+    Api.PRODUCE: "produce",
+    Api.FETCH: "fetch",
+    Api.REPLICA_FETCH: "replica_fetch",
+}
 """Hop names of the APIs on a message's path (jetserver.hops)."""
 
 _ERROR_FLAGS = FLAG_RESPONSE | FLAG_ERROR
