@@ -148,7 +148,7 @@ def test_elect_leader_moves_leadership_bumps_the_epoch_and_drops_the_old_leader(
     [
         (ElectLeader("orders", 0, "s2", 2), ErrorCode.NOT_LEADER),
         (ElectLeader("orders", 0, "s2", 0), ErrorCode.NOT_LEADER),
-        (ElectLeader("orders", 0, "s1", 1), ErrorCode.INVALID_ARGUMENT),
+        (ElectLeader("orders", 0, "s1", 2), ErrorCode.NOT_LEADER),  # a renewal: epoch + 1
         (ElectLeader("orders", 0, "s9", 1), ErrorCode.INVALID_ARGUMENT),
         (ElectLeader("orders", 0, "s2", 1, "old-id"), ErrorCode.STREAM_NOT_FOUND),
     ],
@@ -158,6 +158,19 @@ def test_elect_leader_refusals(op: ElectLeader, code: ErrorCode) -> None:
     after, result = apply(state, op)
     assert result.error_code == code
     assert after.streams is state.streams
+
+
+def test_elect_leader_of_the_current_leader_renews_its_leadership_in_the_next_epoch() -> None:
+    # A leader that gave up its epoch after a failed fsync leads on in the next one, with
+    # the same ISR (its followers then truncate what its cut took back).
+    state = state_with_stream()
+    state, result = apply(state, ElectLeader("orders", 0, "s1", 1, "id1"))
+    assert result.ok
+    assert part(state) == ("s1", ("s1", "s2", "s3"), 1)
+    _, stale = apply(state, UpdateIsr("orders", 0, "s1", 0, ("s1", "s2")))
+    assert stale.error_code == ErrorCode.NOT_LEADER  # the old epoch is over
+    state, result = apply(state, UpdateIsr("orders", 0, "s1", 1, ("s1", "s2")))
+    assert result.ok
 
 
 def test_elect_leader_only_from_the_isr() -> None:

@@ -21,8 +21,9 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster, wait_until_async
+from cluster.records import read_disk_log
 from cluster.scenario import Scenario
-from cluster.views import wait_full_isr
+from cluster.views import wait_full_isr, wait_leader
 from jetserver.fatal import EXIT_STORAGE_FATAL
 from jetserver.raft.config import JOURNAL_FILE
 from support.fsync_fault import ArmableFault
@@ -39,6 +40,74 @@ JOURNAL = f"/{JOURNAL_FILE}"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+async def test_a_leader_whose_failed_fsync_cut_records_its_followers_hold_renews_its_epoch(
+    tmp_path: Path, fsync_shim: Path
+) -> None:
+    """Followers are sent records before the leader has fsynced them (they store theirs
+    meanwhile). Here the leader's fsync of records both followers already hold is held at a
+    gate, then fails: the leader must give up its epoch at once and lead on in the next one,
+    where the followers truncate to its cut. Checked as above, plus the renewal.
+
+    On the code that replicated before the leader's fsync but kept the epoch, this failed
+    (the followers' copies of the cut records contradicted what the leader appended next at
+    those offsets: replicas_identical, 7 violations; and no new epoch)."""
+    faults = {
+        sid: ArmableFault(tmp_path / f"{sid}.fault", tmp_path / f"{sid}.fired") for sid in SERVERS
+    }
+    gates = {sid: tmp_path / f"{sid}.gate" for sid in SERVERS}
+    env = {
+        sid: {
+            **faults[sid].env(),
+            "JET_FSYNC_GATE": str(gates[sid]),
+            # In a worker thread, so the leader serves its followers while the fsync is held.
+            "JET_STORAGE_FSYNC_ON_LOOP": "false",
+        }
+        for sid in SERVERS
+    }
+    with Cluster(root=tmp_path / "cluster", size=3, server_env=env) as cluster:
+        async with Scenario.open(cluster, "orders", partitions=1, rf=3) as sc:
+            sc.start_producer(count=100_000, time_limit_s=90.0, rate=200.0)
+            await sc.producer.wait_acked(100, BOUND_S)
+            info, leader = await wait_full_isr(cluster, "orders", 0, 3, BOUND_S)
+            followers = [r for r in info.replicas if r != leader]
+            gate = gates[leader]
+            blocked = gate.with_name(gate.name + ".blocked")
+            gate.touch()  # closed: the leader's next watched fsync waits here, then fails
+            faults[leader].arm(f"/{leader}/data/streams/orders-", 1)
+            await wait_until_async(blocked.exists, BOUND_S, f"an fsync held on {leader}")
+            acked_before = len(sc.producer.acked)
+
+            def ends() -> dict[str, int]:
+                out = {}
+                for sid in info.replicas:
+                    records = read_disk_log(cluster.server(sid).data_dir, "orders", 0)
+                    out[sid] = records[-1].offset + 1 if records else 0
+                return out
+
+            held = await anyio.to_thread.run_sync(ends)
+
+            async def followers_hold_the_unsynced_records() -> bool:
+                now = await anyio.to_thread.run_sync(ends)
+                return all(now[f] >= held[leader] for f in followers)
+
+            await wait_until_async(
+                followers_hold_the_unsynced_records, BOUND_S, "followers hold the held records"
+            )
+            assert len(sc.producer.acked) == acked_before  # nothing commits past the held fsync
+            gate.unlink()
+            await wait_until_async(lambda: faults[leader].fired, BOUND_S, "the held fsync failed")
+            renewed = await wait_leader(
+                cluster, "orders", 0, BOUND_S, min_epoch=info.leader_epoch + 1
+            )
+            assert renewed.leader == leader
+            assert renewed.isr == info.isr
+            await sc.producer.wait_acked(len(sc.producer.acked) + ACKS_AFTER, BOUND_S)
+            sc.note(f"held {held}; renewed at epoch {renewed.leader_epoch}")
+            await sc.verify()
+            log_text = await anyio.to_thread.run_sync(cluster.server(leader).incarnation_log)
+            assert "gave up its epoch and asks for a new one" in log_text
 
 
 @pytest.mark.parametrize("victim", ["leader", "follower"])

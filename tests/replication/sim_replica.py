@@ -7,9 +7,11 @@ after a failed fsync) fed with the real metadata (:mod:`jetserver.metadata.ops` 
 the controller); the follower's reconciliation uses the server's pure rules
 (truncation_point, follower_hw, SilenceDetector). This module is only the wiring: the
 simulated network, timers and log, with the same protocol as the server: registration at
-every start, OffsetForLeaderEpoch, then long-poll fetches served up to the leader's flushed
-offset, HW piggybacked, ISR proposals compare-and-set on the partition epoch, silence
-reports, and on a graceful stop the handoff and LeaveIsr planned by
+every start, OffsetForLeaderEpoch, then long-poll fetches served up to the leader's LEO
+(woken by its appends, before its fsync), HW piggybacked, a leader that gave up its epoch
+after a failed fsync asking the controller to renew it, ISR proposals compare-and-set on
+the partition epoch, silence reports, and on a graceful stop the handoff and LeaveIsr
+planned by
 :mod:`jetserver.cluster.handoff` from the node's own (maybe stale) view.
 """
 
@@ -344,6 +346,7 @@ class Node:
         committed = core.appended(self.log.leo, self.log.hw)
         if committed is not None:
             self.carry_out(committed)
+        self.answer_parked()  # before the fsync, as the server does
         self.maybe_flush()
 
     def maybe_flush(self) -> None:
@@ -378,9 +381,23 @@ class Node:
         if end < log.leo:
             self.sim.checker.truncating(self, end)
         log.truncate_to(end)
-        self.carry_out(self.core.cut(end, "fsync failed"))
+        out = self.core.cut(end, "fsync failed")
+        self.carry_out(out)
+        if out.renew_epoch is not None:
+            self.sim.faults.append(f"{self.sim.now:.3f} {self.name} gave up epoch {self.epoch}")
+            self._renew(out.renew_epoch)
         if self.core.role == ROLE_FOLLOWER and self.phase == "flushing":
             self.fetch()
+
+    def _renew(self, epoch: int) -> None:
+        """Ask the controller to renew the leadership given up in ``epoch`` (as
+        ReplicaRoles.renew_leadership does) until the metadata moved past it (this life
+        only: ``after`` drops it at a crash)."""
+        a = self.meta.a if self.meta is not None else None
+        if a is None or a.leader_epoch > epoch or a.leader != self.name:
+            return
+        self.send(CTL, Silent(self.name, epoch))
+        self.after(self.sim.cfg.silence_s / 4, lambda: self._renew(epoch), token=False)
 
     def flushed_changed(self) -> None:
         core = self.core
@@ -403,7 +420,7 @@ class Node:
             )
         )
         self.maybe_propose()
-        if msg.offset >= self.log.flushed and not state.follower_needs_hw(msg.sender):
+        if msg.offset >= self.log.leo and not state.follower_needs_hw(msg.sender):
             self.parked.append(msg)
             self.after(self.sim.cfg.fetch_max_wait_s, lambda: self._expire(msg))
             return
@@ -419,9 +436,7 @@ class Node:
         if state is None:
             return
         ready = [
-            m
-            for m in self.parked
-            if m.offset < self.log.flushed or state.follower_needs_hw(m.sender)
+            m for m in self.parked if m.offset < self.log.leo or state.follower_needs_hw(m.sender)
         ]
         for m in ready:
             self.parked.remove(m)
@@ -431,8 +446,10 @@ class Node:
         state = self.core.leader_state
         if state is None:
             return
-        end = min(self.log.flushed, msg.offset + self.sim.cfg.fetch_max_records)
+        end = min(self.log.leo, msg.offset + self.sim.cfg.fetch_max_records)
         records = tuple(self.log.records[msg.offset : max(end, msg.offset)])
+        if records:
+            state.note_served(end)
         state.note_hw_sent(msg.sender, state.hw)
         self.send(msg.sender, FetchReply(msg.rid, None, records, state.hw))
 

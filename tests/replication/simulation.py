@@ -343,7 +343,10 @@ class Controller:
 
     def _silent(self, msg: Silent) -> None:
         a = self.a
-        if msg.epoch != a.leader_epoch or msg.sender not in a.isr or msg.sender == a.leader:
+        if msg.epoch != a.leader_epoch or msg.sender not in a.isr:
+            return
+        if msg.sender == a.leader:  # it gave up its epoch after a failed fsync: renew it
+            self._apply(ElectLeader(STREAM, 0, a.leader, a.leader_epoch + 1, "sim"))
             return
         now = self.sim.now
         self.votes[msg.sender] = now

@@ -146,3 +146,40 @@ def test_an_idle_leader_checks_its_isr_once_per_lag_bound() -> None:
     assert proposal is not None
     assert proposal[0] == ("s1", "s3")
     assert core.isr_check_wait_s(16.0, 0.25) == 0.25  # a proposal in flight
+
+
+def test_a_cut_of_records_a_follower_holds_gives_up_the_epoch_until_a_later_one() -> None:
+    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, min_isr=2)
+    core.assign(a("s1"), "h1")
+    core.lead(a("s1"), leo=0, flushed=0, hw=0, now=0.0)
+    for i in range(4):
+        core.add_pending(Ack(i, i))
+    core.appended(4, 0)
+    core.flushed(2, leo=4, hw=0)
+    state = core.leader_state
+    assert state is not None
+    state.note_served(4)  # followers were sent offsets 0-3; 2 and 3 are not fsynced here
+    out = core.cut(2, "fsync failed")
+    assert out.renew_epoch == 1
+    assert out.leadership_ended
+    assert core.role == ROLE_NONE
+    assert not core.leading
+    assert sorted((p.rid, code) for p, code, _ in out.acks) == [
+        (0, ErrorCode.NOT_LEADER),  # fsynced here, maybe committed later: may or may not
+        (1, ErrorCode.NOT_LEADER),
+        (2, ErrorCode.STORAGE_ERROR),  # cut: not stored
+        (3, ErrorCode.STORAGE_ERROR),
+    ]
+    assert core.assign(a("s1", pe=1), "h1") is Plan.FENCED  # the same epoch, again
+    assert core.assign(a("s1", epoch=2), "h1") is Plan.LEAD  # renewed
+
+
+def test_a_cut_of_records_no_follower_was_sent_keeps_the_epoch() -> None:
+    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True)
+    core.assign(a("s1"), "h1")
+    core.lead(a("s1"), leo=0, flushed=0, hw=0, now=0.0)
+    core.appended(4, 0)
+    core.flushed(2, leo=4, hw=0)
+    out = core.cut(2, "fsync failed")
+    assert out.renew_epoch is None
+    assert core.role == ROLE_LEADER

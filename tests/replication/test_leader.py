@@ -199,13 +199,26 @@ def test_bad_arguments() -> None:
 
 def test_caught_up_is_measured_against_what_the_leader_can_replicate() -> None:
     s = leader()
-    s.on_append(100)  # appended, not yet fsynced: not replicable
-    assert s.replicable_end == 0
+    s.on_append(100)  # appended, not yet fsynced: replicable (the follower fsyncs alongside)
+    assert s.replicable_end == 100
     s.on_fetch("b", 0, 0, 20.0)
-    assert s.followers["b"].last_caught_up_s == 20.0
-    s.on_flush(100)
-    s.on_fetch("b", 50, 50, 21.0)  # a partial catch-up
-    assert s.followers["b"].last_caught_up_s == 21.0 - 1.0  # reached the end of its last fetch
+    assert not s.followers["b"].caught_up_at_last_fetch
+    s.on_fetch("b", 100, 0, 21.0)
+    assert s.followers["b"].last_caught_up_s == 21.0
+    s.on_append(200)
+    s.on_fetch("b", 150, 100, 22.0)  # a partial catch-up
+    assert s.followers["b"].last_caught_up_s == 22.0 - 1.0  # reached the end of its last fetch
+    assert s.hw == 0  # nothing the leader has not fsynced commits
+
+
+def test_a_cut_of_records_a_follower_was_sent_ends_the_epoch() -> None:
+    s = leader()
+    s.on_append(10)
+    s.on_flush(6)
+    s.note_served(8)  # a replica fetch answer carried offsets 6 and 7, not yet fsynced here
+    assert not s.on_cut(8)  # nothing sent was cut
+    assert s.on_cut(6)
+    assert (s.leo, s.flushed) == (6, 6)
 
 
 def test_a_failed_expansion_keeps_counting_the_member_until_resolved() -> None:

@@ -12,8 +12,9 @@
  *   JET_FSYNC_GATE         if set, a file: while it exists, a sync of a watched file waits
  *                          (polling every millisecond, at most 120 s) and creates
  *                          "<gate>.blocked" when it starts waiting (an fsync held open).
- * Every sync of a watched file records the file's size when it succeeds; the failing one
- * truncates the file to the size at its last good sync (0 if none was seen) first.
+ * Every sync records the file's size when it succeeds (watched or not: a fault armed later
+ * knows it); the failing one truncates the file to the size at its last good sync (0 if
+ * none was seen since the file was opened) first.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -28,6 +29,7 @@
 #define MAX_FDS 65536
 
 static off_t synced_size[MAX_FDS];
+static ino_t synced_ino[MAX_FDS];
 static unsigned char seen[MAX_FDS];
 static long calls;
 
@@ -95,35 +97,45 @@ static void wait_at_gate(void) {
     for (waited = 0; waited < 120000 && stat(gate, &st) == 0; waited++) usleep(1000);
 }
 
+/* A sync that succeeds records the file's size (and inode: a reused descriptor of
+ * another file does not count), watched or not, so a fault armed later knows it. */
+static int recorded_sync(int (*real)(int), int fd) {
+    struct stat st;
+    int rc;
+    if (fd < 0 || fd >= MAX_FDS || fstat(fd, &st) != 0) return real(fd);
+    rc = real(fd);
+    if (rc == 0) {
+        synced_size[fd] = st.st_size;
+        synced_ino[fd] = st.st_ino;
+        seen[fd] = 1;
+    }
+    return rc;
+}
+
 static int sync_with_fault(int fd, const char *name) {
     int (*real)(int) = (int (*)(int))dlsym(RTLD_NEXT, name);
     char path[4096];
     long at = 0, call;
     struct stat st;
-    int rc;
-    if (!watched(fd, current(&at), path, sizeof path)) return real(fd);
+    if (!watched(fd, current(&at), path, sizeof path)) return recorded_sync(real, fd);
     wait_at_gate();
     call = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
     if (at > 0 && call == at) {
         const char *mark = getenv("JET_FSYNC_FAULT_FILE");
-        if (ftruncate(fd, seen[fd] ? synced_size[fd] : 0) != 0) { /* keep going: EIO */ }
+        off_t good = 0;
+        if (seen[fd] && fstat(fd, &st) == 0 && st.st_ino == synced_ino[fd]) good = synced_size[fd];
+        if (ftruncate(fd, good) != 0) { /* keep going: EIO */ }
         if (mark != NULL && *mark != 0) {
             FILE *f = fopen(mark, "w");
             if (f != NULL) {
-                fprintf(f, "%s %lld\n", path, (long long)(seen[fd] ? synced_size[fd] : 0));
+                fprintf(f, "%s %lld\n", path, (long long)good);
                 fclose(f);
             }
         }
         errno = EIO;
         return -1;
     }
-    if (fstat(fd, &st) != 0) return real(fd);
-    rc = real(fd);
-    if (rc == 0) {
-        synced_size[fd] = st.st_size;
-        seen[fd] = 1;
-    }
-    return rc;
+    return recorded_sync(real, fd);
 }
 
 int fsync(int fd) { return sync_with_fault(fd, "fsync"); }

@@ -60,6 +60,7 @@ class Committer:
     _hw_moved: LazyEvent
     _closed: bool
     _copies_tail: asyncio.Future[None] | None
+    renew_leadership: Callable[[int], None]
 
     def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """A place in this partition's order of NATS copies, taken right after an append
@@ -120,9 +121,11 @@ class Committer:
         "fsync errors"), forget what the cut removed, fail the ALL acks waiting for it.
 
         The cut, the producer table and the pending acks change with no await in between,
-        so no append, duplicate check or ack interleaves. The replica keeps its role: no
-        follower holds anything above the leader's flushed offset and no consumer read
-        past the HW, so the records that come next at the cut offsets diverge from nothing.
+        so no append, duplicate check or ack interleaves. No consumer read past the HW. A
+        replica whose followers were sent none of the records cut keeps its role: the
+        records that come next at the cut offsets diverge from nothing. A leader whose
+        followers were sent some gives up its epoch in the same step and asks for the next
+        one (:meth:`ReplicaCore.cut`).
         """
         log_ = self.log
         if log_.sync_failure is None:
@@ -146,6 +149,8 @@ class Committer:
             extra=self._fields(error=repr(exc), flushed=cut_from, leo_was=leo, leo=end),
         )
         await self._carry_out(out)
+        if out.renew_epoch is not None:
+            self.renew_leadership(out.renew_epoch)
 
     async def _commit(self, flushed: int) -> None:
         """The log is fsynced up to ``flushed``: the core moves the HW and acks."""

@@ -6,9 +6,10 @@ Three kinds of reader (spec/protocol.md "Fetch", spec/cluster.md "Replication"):
 - a **consumer at an ISR follower** (read replicas): records below that follower's own HW;
   a server whose replica is not the leader nor an ISR follower answers NOT_LEADER;
 - a **follower** (``replica_id >= 0``) at the leader of its ``leader_epoch``: records up to
-  the leader's flushed offset (the leader replicates only what it fsynced); the fetch
-  reports the follower's progress, which moves the HW; it waits for new flushed records or
-  a new HW, and its answer carries the HW.
+  the leader's LEO (the follower's fsync runs alongside the leader's; the HW counts both,
+  and a failed fsync's cut of records sent ends the leader's epoch); the fetch reports the
+  follower's progress, which moves the HW; it waits for new records or a new HW, and its
+  answer carries the HW.
 
 The answer is the response header plus a :class:`~jetserver.storage.ReadSlice` of the
 segment file; the connection writes the slice with ``os.sendfile`` or pread + send (config
@@ -112,7 +113,10 @@ async def _replica_fetch(
         state = replica.check_leader(req.leader_epoch)  # still leading after the wait?
     hw = state.hw
     state.note_hw_sent(follower, hw)
-    answer = _read(log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), log.flushed_offset)
+    end = log.log_end_offset
+    if req.offset < end:
+        state.note_served(end)  # before reading: a failed fsync's cut knows they went out
+    answer = _read(log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), end)
     return attrs.evolve(answer, hw=hw)
 
 

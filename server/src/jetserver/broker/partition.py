@@ -3,10 +3,9 @@
 Leader data path::
 
     NATS sink (accept) or callback (on_message) -> queue -> sequencer task: parse, encode bodies,
-        Log.append(batch) -> LEADER acks -> wake flusher
-    flusher task (started by the first append: an idle partition has none): Log.flush()
-        in a worker thread (one fsync covers every record appended so far) -> high
-        watermark -> ALL acks -> wake fetch waiters (broker/commit.py)
+        Log.append(batch) -> LEADER acks -> wake replica fetches (followers), then the flusher
+    flusher task (started by the first append): Log.flush() (one fsync covers every record
+        appended so far) -> high watermark -> ALL acks -> wake fetch waiters (broker/commit.py)
 
 Roles (spec/cluster.md, "Replication"):
 
@@ -499,6 +498,8 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
                 self._acks_after_append(now, wanted, first, ts)
                 for index, msg_id in msg_ids:
                     self._core.producers.record_msg_id(msg_id, first + index, ts)
+                if self._core.leader_state is not None:  # followers store them meanwhile
+                    self._wake_replicas()
                 self._request_flush()
         for who, index, offset, stamp in dups:
             if index is not None:

@@ -4,8 +4,8 @@ server (spec/cluster.md, "Fetch sessions").
 Each partition of the request is handled exactly like a replica Fetch
 (:mod:`jetserver.broker.fetch`): the same checks (a replica here, leading in the
 follower's ``leader_epoch``, a known replica id, the offset in range), the follower's
-progress recorded (which may move the HW and the ISR), records up to the leader's flushed
-offset, the HW sent noted. What differs is the wait and the answer:
+progress recorded (which may move the HW and the ISR), records up to the leader's LEO,
+the HW sent noted. What differs is the wait and the answer:
 
 - the request parks until **any** of its partitions has news (records the follower lacks,
   a HW it has not been sent, an error, the leadership ended), the session is woken
@@ -17,7 +17,7 @@ offset, the HW sent noted. What differs is the wait and the answer:
 - the records of the whole answer are bounded by ``max_bytes`` (and the server's
   ``limits.max_fetch_bytes``); a partition with records that do not fit is left out, never
   answered without its records (an empty answer tells a follower it holds everything the
-  leader flushed).
+  leader has).
 
 Task safety: event loop only.
 """
@@ -195,13 +195,16 @@ async def _answer(streams: StreamManager, e: _Live, budget: int) -> ReplicaFetch
     offset = e.part.offset
     if offset < log.log_start_offset or offset > log.log_end_offset:
         return _out_of_range(e.index, replica)
-    has_records = offset < log.flushed_offset
+    end = log.log_end_offset
+    has_records = offset < end
     if has_records and budget <= 0:
         return None
     hw = state.hw
     data = b""
     if has_records:
-        read = _read(log, offset, min(e.part.max_bytes, budget), log.flushed_offset)
+        # Before reading: a failed fsync's cut from now on knows these records went out.
+        state.note_served(end)
+        read = _read(log, offset, min(e.part.max_bytes, budget), end)
         if read.error_code != ErrorCode.NONE:
             return _out_of_range(e.index, replica)
         records = read.records

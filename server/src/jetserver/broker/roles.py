@@ -232,9 +232,7 @@ class ReplicaRoles:
             StorageError: the epoch cache or the log could not be written (the caller
                 retries).
         """
-        if self._role_lock_ is None:  # created on first use: idle partitions hold none
-            self._role_lock_ = anyio.Lock()
-        async with self._role_lock_:
+        async with self._role_lock():
             if self._closed or self._stopping:
                 return
             core = self._core
@@ -261,6 +259,9 @@ class ReplicaRoles:
                     ),
                 )
                 return
+            elif plan is Plan.FENCED:
+                await self._end_role(ROLE_NONE)  # the renewal (renew_leadership) goes on
+                return
             elif plan is Plan.FOLLOW:
                 await self._become_follower(assignment, address)
             else:
@@ -276,6 +277,40 @@ class ReplicaRoles:
                     hw=self.log.high_watermark,
                 ),
             )
+
+    def _role_lock(self) -> anyio.Lock:
+        if self._role_lock_ is None:  # created on first use: idle partitions hold none
+            self._role_lock_ = anyio.Lock()
+        return self._role_lock_
+
+    def renew_leadership(self, epoch: int) -> None:
+        """This replica gave up leading ``epoch`` after a failed fsync whose cut took back
+        records its followers were sent (:meth:`ReplicaCore.cut`): end the role's tasks and
+        ask the metadata, until it answers with a later epoch, to renew the leadership
+        (ReportLeader from the leader itself). Followers reconcile with the new epoch and
+        truncate what the cut took back."""
+        if self._tg is not None:
+            self._tg.start_soon(self._renew, epoch)
+
+    async def _renew(self, epoch: int) -> None:
+        log.warning(
+            "fsync failed after followers were sent records the cut took back: this leader "
+            "gave up its epoch and asks for a new one",
+            extra=self._fields(leader_epoch=epoch, leo=self.log.log_end_offset),
+        )
+        async with self._role_lock():
+            if self._core.fenced_epoch == epoch and self._core.role == ROLE_NONE:
+                await self._end_role(ROLE_NONE)  # unsubscribe, stop the ISR task
+        failures = 0
+        while self.controller is not None and not (self._closed or self._stopping):
+            a = self._core.assignment
+            if a is None or a.leader_epoch > epoch or a.leader != self.server_id:
+                return  # renewed (or moved): apply_assignment takes it from here
+            await self.controller.report_leader_silent(
+                self.stream, self.partition, epoch, self.server_id
+            )
+            failures += 1
+            await anyio.sleep(self.replication.backoff_s(failures))
 
     async def _end_role(self, next_role: str) -> None:
         """Stop the current role's tasks, ingest and pending acks; switch to ``next_role``."""
@@ -496,7 +531,7 @@ class ReplicaRoles:
         state = self._core.leader_state
         if state is None or self._closed or self._stopping:
             return True
-        return offset < self.log.flushed_offset or state.follower_needs_hw(follower)
+        return offset < self.log.log_end_offset or state.follower_needs_hw(follower)
 
     async def wait_replica_news(self, follower: str, offset: int, timeout_s: float) -> None:
         """Leader: wait up to ``timeout_s`` until :meth:`replica_has_news`."""

@@ -121,7 +121,9 @@ class Elections:
     async def report(
         self, stream: str, partition: int, leader_epoch: int, reporter: str
     ) -> dict[str, Any]:
-        """Count a report; elect a new leader if it completes a majority (ReportLeader).
+        """Count a report; elect a new leader if it completes a majority (ReportLeader). A
+        report from the leader itself renews its leadership in the next epoch (it gave up
+        its epoch after a failed fsync).
 
         Returns:
             ``{"accepted", "leader", "leader_epoch"}`` (spec/protocol.md, api 9).
@@ -148,7 +150,9 @@ class Elections:
             if leader_epoch != current.leader_epoch or reporter not in current.isr:
                 return answer
             if reporter == current.leader:
-                return answer
+                # The leader itself: it gave up this epoch after a failed fsync whose cut
+                # took back records its followers were sent, and leads on in the next one.
+                return await self._elect(stream, partition, current, reporter)
             now = self.clock()
             reports.at[reporter] = now
             recent = {r for r, t in reports.at.items() if now - t <= self.window_s}

@@ -194,9 +194,10 @@ class ElectLeader:
     """Make ``leader`` the partition leader at ``leader_epoch`` (= the current epoch + 1).
 
     The new leader must be in the ISR; the old leader leaves the ISR (it rejoins once it has
-    caught up with the new leader). Refused (NOT_LEADER) if the epoch is not the next one
-    (someone else changed the partition first), INVALID_ARGUMENT if ``leader`` is not an
-    ISR member other than the current leader.
+    caught up with the new leader). ``leader`` may be the current leader: a renewal (it
+    gave up its epoch after a failed fsync and asked for the next), the ISR unchanged.
+    Refused (NOT_LEADER) if the epoch is not the next one (someone else changed the
+    partition first), INVALID_ARGUMENT if ``leader`` is not an ISR member.
     """
 
     stream: str
@@ -528,13 +529,16 @@ def _elect_leader(state: MetadataState, op: ElectLeader) -> tuple[MetadataState,
             f"{current.leader_epoch}",
             stream=meta,
         )
-    if op.leader not in current.isr or op.leader == current.leader:
+    if op.leader not in current.isr:
         return state, OpResult(
             ErrorCode.INVALID_ARGUMENT,
-            f"{where}: new leader {op.leader} must be an ISR member other than the current "
-            f"leader {current.leader} (ISR {list(current.isr)})",
+            f"{where}: new leader {op.leader} must be an ISR member (ISR {list(current.isr)})",
             stream=meta,
         )
+    if op.leader == current.leader:
+        # A renewal: the leader gave up its epoch itself (a failed fsync took back records
+        # its followers hold) and leads on in the next one, with the same ISR.
+        return _replace(state, meta, current.changed(leader_epoch=op.leader_epoch))
     isr = tuple(r for r in current.isr if r != current.leader)
     return _replace(
         state, meta, current.changed(leader=op.leader, leader_epoch=op.leader_epoch, isr=isr)

@@ -33,7 +33,8 @@ class ControlPlane(Protocol):
     async def report_leader_silent(
         self, stream: str, partition: int, leader_epoch: int, reporter: str
     ) -> None:
-        """Tell the metadata leader that the leader of ``leader_epoch`` is silent."""
+        """Tell the metadata leader that the leader of ``leader_epoch`` is silent; with
+        ``reporter`` = that leader, that it gave up the epoch and asks for the next one."""
         ...
 
 

@@ -60,6 +60,10 @@ class Plan(enum.Enum):
     STEP_ASIDE = "step_aside"
     """Named leader, but recovery found damaged records while another ISR member can
     lead: end the role and wait for that member to take over, then follow it."""
+    FENCED = "fenced"
+    """Named leader in an epoch this replica gave up after a failed fsync
+    (:meth:`ReplicaCore.cut`): stay out of any role until the metadata names it (or
+    another member) in a later epoch."""
     FOLLOW = "follow"
     """Follow a (new) leader: end the role, then :meth:`ReplicaCore.follow`."""
     NONE = "none"
@@ -80,6 +84,9 @@ class Outcome(Generic[P]):
     """Propose an ISR change now (a follower may have caught up)."""
     leadership_ended: bool = False
     """This replica stopped leading (requests waiting for it can be answered now)."""
+    renew_epoch: int | None = None
+    """The leader epoch this replica just gave up (a failed fsync's cut took back records a
+    follower was sent): ask the metadata to renew the leadership in the next epoch."""
 
 
 @attrs.define(eq=False)
@@ -124,6 +131,9 @@ class ReplicaCore(Generic[P]):
     """Recent idempotent producers' sequences (duplicates are answered
     DUPLICATE_SEQUENCE): rebuilt from the log tail when a leadership starts, forgotten
     above a cut."""
+    fenced_epoch: int | None = None
+    """The last leader epoch this replica gave up after a failed fsync (:meth:`cut`): it
+    never leads that epoch, or an older one, again."""
 
     def __attrs_post_init__(self) -> None:
         self.role = ROLE_NONE if self.clustered else ROLE_SINGLE
@@ -165,6 +175,8 @@ class ReplicaCore(Generic[P]):
         previous, self.assignment = self.assignment, a
         me = self.me
         if a.leader == me:
+            if self.fenced_epoch is not None and a.leader_epoch <= self.fenced_epoch:
+                return Plan.FENCED
             state = self.leader_state
             if state is not None and state.leader_epoch == a.leader_epoch:
                 return Plan.ADOPT_ISR
@@ -282,14 +294,27 @@ class ReplicaCore(Generic[P]):
     def cut(self, end: int, message: str) -> Outcome[P]:
         """An fsync failed and the log was cut back to ``end``, its last good sync: the
         ALL acks above it fail with STORAGE_ERROR and ``message`` (the producer sends
-        again)."""
-        if self.leader_state is not None:
-            self.leader_state.on_cut(end)
+        again).
+
+        A leader whose followers were sent records above ``end`` (they are served up to the
+        leader's LEO) also gives up its epoch at once: the records it would append next at
+        those offsets must not pass for the same history as theirs. Its other pending ALL
+        acks fail with NOT_LEADER; the outcome's ``renew_epoch`` asks the driver to have
+        the metadata renew the leadership in the next epoch, where the followers'
+        reconciliation truncates them to ``end``."""
+        state = self.leader_state
+        fence = state is not None and state.on_cut(end)
         self.producers.forget_from(end)
         lost = [p for p in self.pending if p.offset >= end]
         if lost:
             self.pending = collections.deque(p for p in self.pending if p.offset < end)
-        return Outcome(acks=[(p, ErrorCode.STORAGE_ERROR, message) for p in lost])
+        acks = [(p, ErrorCode.STORAGE_ERROR, message) for p in lost]
+        if state is None or not fence:
+            return Outcome(acks=acks)
+        out = self.end_role(ROLE_NONE)
+        out.acks = acks + out.acks
+        self.fenced_epoch = out.renew_epoch = state.leader_epoch
+        return out
 
     def fail_all(self, code: ErrorCode, message: str) -> Outcome[P]:
         """Fail every pending ALL ack (a failed flush, a stop)."""

@@ -7,10 +7,11 @@ The same object drives the server (``broker/partition.py``) and the seeded simul
 
 Rules (spec/cluster.md, "Replication"):
 
-- The leader replicates only what it has fsynced: replica fetches are served up to the
-  leader's flushed offset (its *replicable end*). So no follower ever holds a record the
-  leader could lose in a crash, and a leader that restarts in the same epoch cannot
-  diverge from its followers.
+- The leader replicates what it has appended: replica fetches are served up to its LEO
+  (its *replicable end*), so followers fsync alongside the leader. The HW counts the
+  leader's own flushed offset (below). A failed fsync whose cut takes back records a
+  follower was sent (:attr:`LeaderState.served_end`) ends the epoch (:meth:`on_cut`); a
+  restart after a crash gets a new epoch from the metadata before it leads.
 - A follower's progress is what its fetches report: ``leo`` = the fetch offset, ``flushed``
   = the ``replica_flushed`` field.
 - **Caught up.** At a fetch at time ``t`` with offset ``o``, the follower is caught up at
@@ -61,7 +62,7 @@ class FollowerProgress:
     last_fetch_s: float | None = None
     """Clock time of the last fetch (None: none in this epoch)."""
     end_at_last_fetch: int = UNKNOWN
-    """The leader's replicable end (flushed offset) when that fetch arrived."""
+    """The leader's replicable end (its LEO) when that fetch arrived."""
     last_caught_up_s: float = 0.0
     """Last time the follower was caught up (see the module docstring)."""
     hw_sent: int = UNKNOWN
@@ -113,6 +114,9 @@ class LeaderState:
     compare-and-set on it; an older metadata state never replaces a newer view)."""
     pending_base: int = 0
     """The partition epoch the proposal in flight was computed from."""
+    served_end: int = 0
+    """Replica fetches were sent records below this offset: those above the leader's
+    flushed offset may be taken back by a failed fsync's cut (:meth:`on_cut`)."""
 
     @classmethod
     def start(
@@ -189,8 +193,15 @@ class LeaderState:
 
     @property
     def replicable_end(self) -> int:
-        """Replica fetches are served records below this offset (the leader's flushed one)."""
-        return self.flushed
+        """Replica fetches are served records below this offset: the leader's LEO. Followers
+        append and fsync them while the leader fsyncs its own copy; the HW still counts
+        the leader's flushed offset (:meth:`_value`)."""
+        return self.leo
+
+    def note_served(self, end: int) -> None:
+        """A replica fetch answer carries records below ``end``."""
+        if end > self.served_end:
+            self.served_end = end
 
     def _recompute_hw(self) -> bool:
         candidate = min(self._value(m) for m in self.maximal_isr)
@@ -212,13 +223,15 @@ class LeaderState:
         self.flushed = max(self.flushed, min(flushed, self.leo))
         return self._recompute_hw()
 
-    def on_cut(self, leo: int) -> None:
+    def on_cut(self, leo: int) -> bool:
         """An fsync failed and the leader's log was cut back to ``leo``, its last good sync
-        (never below the HW). No follower holds anything above it: replica fetches are
-        served only up to the leader's flushed offset."""
+        (never below the HW). True if a follower may hold records the cut took back (a
+        replica fetch was answered with records above ``leo``): this epoch must end, or
+        the records appended next at those offsets would diverge from theirs unnoticed."""
         self.leo = leo
         self.flushed = min(self.flushed, leo)
         self.hw = min(self.hw, leo)  # only durability ``written`` commits above flushed
+        return self.served_end > leo
 
     def on_fetch(self, follower: str, offset: int, flushed: int, now: float) -> bool:
         """A replica fetch from ``follower`` at ``offset`` reporting ``flushed``.
