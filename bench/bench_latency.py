@@ -31,6 +31,7 @@ from pathlib import Path
 import anyio
 
 from bench import latency_rf3
+from bench.pacing import paced
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetsdk.codec.frames import Api
 from jetsdk.connection import Connection, PendingResponse
@@ -139,11 +140,7 @@ async def _publish_and_consume(
                     seen += len(got)
 
         tg.start_soon(consume)
-        start = time.perf_counter()
-        for i in range(total):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await anyio.sleep(delay)
+        async for _ in paced(total, rate):
             sent = time.perf_counter_ns()
             marks["send"].append(sent)
             await producer.send(sent.to_bytes(8, "big") + bytes(VALUE_BYTES - 8))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import anyio
 
+from bench.pacing import paced
 from jetsdk import AckPolicy, Client, Producer
 from jetserver.devcluster import DevCluster
 
@@ -60,11 +61,7 @@ async def _publish(addresses: list[str], rate: int, total: int) -> tuple[list[in
         async with Producer(client, "lat3", ack=AckPolicy.ALL, linger=0) as producer:
             for _ in range(WARMUP):  # the ISR is full and every connection open
                 await producer.send(bytes(VALUE_BYTES))
-            start = time.perf_counter()
-            for i in range(total):
-                delay = start + i / rate - time.perf_counter()
-                if delay > 0:
-                    await anyio.sleep(delay)
+            async for _ in paced(total, rate):
                 sent = time.perf_counter_ns()
                 await producer.send(bytes(VALUE_BYTES))
                 sends.append(sent)

@@ -72,8 +72,8 @@ def test_every_change_bumps_the_partition_epoch_and_a_stale_update_is_refused() 
     assert result.ok
     assert (p0(state).isr, p0(state).partition_epoch) == (("s1",), v0 + 2)
     before = p0(state).partition_epoch
-    state, _ = apply(state, ElectLeader("orders", 0, "s1", p0(state).leader_epoch + 1, "id1"))
-    assert p0(state).partition_epoch == before  # refused (s1 already leads): no change
+    state, _ = apply(state, ElectLeader("orders", 0, "s2", p0(state).leader_epoch + 1, "id1"))
+    assert p0(state).partition_epoch == before  # refused (s2 left the ISR): no change
 
 
 def test_an_elected_leader_is_always_in_the_committed_isr() -> None:

@@ -434,8 +434,8 @@ class FollowerFetcher:
             )
             if new > log_.high_watermark:
                 await self.on_hw(new)
-            # An answer without records: this replica holds everything the leader has
-            # fsynced, so every committed record.
+            # An answer without records: this replica holds everything the leader has,
+            # so every committed record.
             if (
                 self.damaged
                 and not len(records)

@@ -149,6 +149,9 @@ class ShareConsumer:
         self._stored = anyio.Event()
         self._sent = 0
         self._done = 0
+        self._stored_end = 0  # end of the share-log records this member stored
+        self._read_end = 0  # where the member's view has read the share log to
+        self._read = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
         self._error: BaseException | None = None
         self._closed = False
@@ -260,7 +263,8 @@ class ShareConsumer:
                 await self._ready_event.wait()
 
     async def flush(self, timeout: float = 30.0) -> None:
-        """Wait until every outcome queued so far is stored in the share log.
+        """Wait until every outcome queued so far is stored in the share log and this
+        member's :attr:`member` view has read it back.
 
         Raises:
             TimeoutError: not within ``timeout`` seconds.
@@ -275,6 +279,9 @@ class ShareConsumer:
         while self._done < target:
             self._stored = anyio.Event()
             await self._stored.wait()
+        while self._read_end < self._stored_end:
+            self._read = anyio.Event()
+            await self._read.wait()
 
     # -- outcomes -----------------------------------------------------------------------
 
@@ -328,6 +335,8 @@ class ShareConsumer:
                         self._tg.start_soon(self._load_range, won.partition, low, high)
                 offset = record.offset + 1
             self._caught_up = offset >= header.hw
+            self._read_end = offset
+            self._read.set()
             self._wake.set()
 
     async def _fetch_loop(self, partition: int) -> None:
@@ -434,6 +443,7 @@ class ShareConsumer:
                 ok = i < len(results) and results[i].error_code == ErrorCode.NONE
                 if ok:
                     member.on_appended(sent_at, results[i].timestamp)
+                    self._stored_end = max(self._stored_end, results[i].offset + 1)
                 elif isinstance(q.record, Claim):
                     member.claim_failed(q.record.stream, q.record.partition, q.record.start)
             self._done += len(batch)

@@ -110,7 +110,8 @@ class ShareConsumer(SyncWrapper):
         return self._run(self._obj.next, timeout)
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Wait until every outcome queued so far is stored in the share log.
+        """Wait until every outcome queued so far is stored in the share log and this
+        member's view has read it back.
 
         Raises:
             TimeoutError: not within ``timeout`` seconds.
