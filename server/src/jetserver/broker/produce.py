@@ -190,6 +190,14 @@ class ProduceService:
         self.streams.offline.check(stream, partition)
         # In a cluster only the partition leader answers: NATS drops what nobody subscribes.
         replica = self.streams.leader_replica(stream, partition)
+        if replica is not None and not replica.leading:
+            # Between its epochs (it gave up one after a failed fsync and waits for the
+            # next): through NATS the messages would reach no subscriber.
+            raise ApiError(
+                ErrorCode.UNAVAILABLE,
+                f"partition {stream}/{partition} is between leader epochs here; retry",
+                {"stream": stream, "partition": partition},
+            )
         if replica is None:
             replica = self.streams.local_replica(stream, partition)
         if replica is not None and not (self.direct and replica.takes_direct(policy)):
@@ -260,7 +268,8 @@ class ProduceService:
         Raises:
             CodecError: the body does not decode (MALFORMED_FRAME for the caller).
             ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, INVALID_ARGUMENT (subjects),
-                UNAVAILABLE (NATS link down), NOT_LEADER (cluster: another server leads).
+                UNAVAILABLE (NATS link down, or the leader here is between epochs),
+                NOT_LEADER (cluster: another server leads).
         """
         token = format(next(self._tokens), "x")
         inbox = f"{self._prefix}.{token}"

@@ -278,6 +278,11 @@ class ReplicaRoles:
                 ),
             )
 
+    @property
+    def leading(self) -> bool:
+        """True while records may be appended here (leader or single)."""
+        return self._core.leading
+
     def _role_lock(self) -> anyio.Lock:
         if self._role_lock_ is None:  # created on first use: idle partitions hold none
             self._role_lock_ = anyio.Lock()
