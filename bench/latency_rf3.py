@@ -7,10 +7,11 @@ message in flight at a time. The leader is the process that decoded the Produce 
 the followers are those that appended replicated records (``repl.fetched``).
 
 Per message, the hops are the first marks of each kind after the previous hop: the leader
-appends and fsyncs; its answer to a parked replica fetch (``resp.replica_fetch``) carries
-the records; each follower appends and fsyncs them (``repl.fetched`` → ``repl.flushed``)
-and its next replica fetch reports them; the HW moves once the slower follower's report
-arrived; the Produce response follows.
+appends; its answer to a parked replica fetch (``resp.replica_fetch``) carries the records
+before its own fsync; each follower appends and fsyncs them (``repl.fetched`` →
+``repl.flushed``) while the leader fsyncs its copy, and its next replica fetch reports
+them; the HW moves once the leader's fsync and the slower follower's report are both in;
+the Produce response follows.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from jetserver.devcluster import DevCluster
 ROWS = (
     "send -> leader req.produce",
     "req.produce -> append",
-    "append -> fsync.start",
-    "fsync.start -> fsync.end",
-    "fsync.end -> resp.replica_fetch",
+    "append -> resp.replica_fetch",
     "resp.replica_fetch -> repl.fetched (first follower)",
     "repl.fetched -> repl.flushed (slower follower)",
-    "repl.flushed (slower) -> hw",
+    "append -> fsync.start (leader, alongside)",
+    "fsync.start -> fsync.end (leader)",
+    "later of both fsyncs -> hw",
     "hw -> acked",
     "acked -> resp.produce",
     "resp.produce -> ack (client)",
@@ -88,26 +89,26 @@ def _after(values: list[int], t: int | None) -> int | None:
 
 
 def _trace(leader: Marks, followers: list[Marks], sent: int) -> list[int] | None:
-    """One message's hop times (leader, first follower, slower follower, leader), or None
-    if a mark is missing."""
+    """One message's times (see :data:`ROWS`), or None if a mark is missing."""
     req = _after(leader["req.produce"], sent)
     append = _after(leader["append"], req)
+    answer = _after(leader.get("resp.replica_fetch", []), append)
     fsync_start = _after(leader.get("fsync.start", []), append)
     fsync_end = _after(leader.get("fsync.end", []), fsync_start)
-    answer = _after(leader.get("resp.replica_fetch", []), fsync_end)
     pairs = []
     for f in followers:
         fetched = _after(f["repl.fetched"], append)
         pairs.append((fetched, _after(f.get("repl.flushed", []), fetched)))
-    if any(a is None or b is None for a, b in pairs) or not pairs:
+    if not pairs or any(a is None or b is None for a, b in pairs):
         return None
     first = min(a for a, _ in pairs if a is not None)
     slower_fetched, slower = max(pairs, key=lambda p: p[1] or 0)
-    hw = _after(leader.get("hw", []), slower)
+    both = max(slower or 0, fsync_end or 0)
+    hw = _after(leader.get("hw", []), both)
     done = _after(leader.get("acked", []), hw)
     resp = _after(leader.get("resp.produce", []), done)
-    out = [sent, req, append, fsync_start, fsync_end, answer, first, slower_fetched, slower]
-    out += [hw, done, resp]
+    out = [sent, req, append, answer, first, slower_fetched, slower, fsync_start, fsync_end]
+    out += [both, hw, done, resp]
     return None if None in out else [t for t in out if t is not None]
 
 
@@ -120,16 +121,16 @@ def _breakdown(processes: list[Marks], sends: list[int], acks: list[int]) -> dic
         t = _trace(leader, followers, sent)
         if t is None:
             continue
-        sent, req, append, fs0, fs1, answer, first, s_fetched, s_flushed, hw, done, resp = t
+        sent, req, append, answer, first, s_fetched, s_flushed, fs0, fs1, both, hw, done, resp = t
         spans = (
             (sent, req),
             (req, append),
-            (append, fs0),
-            (fs0, fs1),
-            (fs1, answer),
+            (append, answer),
             (answer, first),
             (s_fetched, s_flushed),
-            (s_flushed, hw),
+            (append, fs0),
+            (fs0, fs1),
+            (both, hw),
             (hw, done),
             (done, resp),
             (resp, acked),
