@@ -111,7 +111,7 @@ class ShareConsumer(SyncWrapper):
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every outcome queued so far is stored in the share log and this
-        member's view has read it back.
+        member's :attr:`member` view has read it back.
 
         Raises:
             TimeoutError: not within ``timeout`` seconds.
