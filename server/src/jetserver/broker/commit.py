@@ -164,12 +164,12 @@ class Committer:
         requests, wake waiters and replica fetches, then send the acks that go through
         NATS. In that order: a producer's answer is the commit's latency, and a woken
         replica fetch answered first (the new HW, on its own) would run ahead of it."""
-        hw = out.hw
-        moved = hw is not None and hw > self.log.high_watermark
-        if hw is not None and moved:
+        moved = False
+        if out.hw is not None and out.hw > self.log.high_watermark:
             if hops.ENABLED:
                 hops.mark("hw")
-            self.log.set_high_watermark(hw)
+            self.log.set_high_watermark(out.hw)
+            moved = True
         messages = (
             self.acks.route(
                 self.stream,

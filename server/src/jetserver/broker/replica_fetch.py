@@ -124,6 +124,7 @@ async def _serve(
 ) -> list[ReplicaFetchAnswer]:
     answers: list[ReplicaFetchAnswer] = []
     live: list[_Live] = []
+    committed = False
     for index, part in enumerate(req.partitions):
         try:
             _check_holds_replica(streams, part.stream, part.partition)
@@ -136,15 +137,16 @@ async def _serve(
                 continue
             hw_was = replica.log.high_watermark
             await replica.replica_fetched(follower, part.offset, part.replica_flushed)
-            if replica.log.high_watermark != hw_was:
-                # This fetch committed records: let the producers' answers, ready now, go
-                # before this one (it carries only the new HW). Measured: the commit's
-                # ack left 0.1 ms after the HW moved instead of 0.6 ms (RF 3, 200 msg/s).
-                await asyncio.sleep(0)
+            committed = committed or replica.log.high_watermark != hw_was
         except (ApiError, StorageError) as exc:
             answers.append(_error(index, exc))
             continue
         live.append(_Live(index, part, replica, follower))
+    if committed:
+        # This request committed records: let the producers' answers, ready now, go before
+        # this one (it carries the new HW). Measured: the commit's ack left 0.1 ms after
+        # the HW moved instead of 0.6 ms (RF 3, 200 msg/s).
+        await asyncio.sleep(0)
     wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
     answer_all = wait_ms <= 0
     if not answers and live and not answer_all and not any(_has_news(e) for e in live):
