@@ -95,6 +95,20 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def build(session: nox.Session) -> None:
+    """Build the six artifacts (an sdist and a wheel per distribution) into dist/ and check
+    them as a package index would (``twine check --strict``: metadata, long description)."""
+    session.install("build>=1.2", "twine>=5")
+    shutil.rmtree("dist", ignore_errors=True)
+    for package in ("sdk/python", "server", "sdk/spark"):
+        session.run("python", "-m", "build", "--outdir", "dist", package)
+    artifacts = sorted(os.listdir("dist"))
+    if len(artifacts) != 6:
+        session.error(f"expected 6 artifacts in dist/, found {artifacts}")
+    session.run("twine", "check", "--strict", *(os.path.join("dist", a) for a in artifacts))
+
+
+@nox.session
 @nox.parametrize("pyspark", ["4.0", "4.1"])
 def spark_compat(session: nox.Session, pyspark: str) -> None:
     """jetspark's smoke pipeline (tools/spark_smoke.py) on an older PySpark, each in its

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jetspark._version import __version__
 from jetspark.errors import ColumnError, DataLossError, JetSparkError, OptionError, SinkWriteError
 from jetspark.foreach_batch import BatchResult, ForeachBatchSink, foreach_batch_sink
 from jetspark.offsets_mirror import committed_offsets, group_lag
@@ -37,6 +38,7 @@ __all__ = [
     "JetStreamDataSource",
     "OptionError",
     "SinkWriteError",
+    "__version__",
     "committed_offsets",
     "foreach_batch_sink",
     "group_lag",
