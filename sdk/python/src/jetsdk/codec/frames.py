@@ -78,6 +78,28 @@ MIN_FRAME_LENGTH = FRAME_HEADER_SIZE - 4  # 6
 _PREFIX = struct.Struct(">I")
 
 
+_FOREIGN_PREFIX_BYTES = 5
+_FOREIGN_GREETINGS = (
+    (
+        b"INFO ",
+        "the peer speaks the NATS protocol: this is a nats-server's client port, not a "
+        "jet server's (jet dev prints each jet server's address; the SDK reads $JET_SERVERS)",
+    ),
+    (b"HTTP/", "the peer speaks HTTP (a console or metrics port?), not jet's protocol"),
+    (b"SSH-", "the peer speaks SSH, not jet's protocol"),
+)
+"""First bytes of other protocols' greetings. Read as a length prefix they are far over any
+frame limit, so they are recognised only then (no cost to a good frame)."""
+
+
+def _foreign_protocol(prefix: bytes) -> str:
+    """What a too-large length prefix says if it is another protocol's greeting, else ""."""
+    for greeting, meaning in _FOREIGN_GREETINGS:
+        if prefix.startswith(greeting[: len(prefix)]) and len(prefix) >= 4:
+            return meaning
+    return ""
+
+
 class FrameTooLarge(CodecError):
     """A length prefix over the frame limit: refused before the body is read.
 
@@ -206,7 +228,12 @@ class FrameDecoder:
             return None
         (length,) = _PREFIX.unpack_from(buf, 0)
         if length > self._max:
-            self._error = FrameTooLarge(length, self._max)
+            foreign = _foreign_protocol(bytes(buf[:_FOREIGN_PREFIX_BYTES]))
+            self._error = (
+                CodecError(foreign, reason="foreign")
+                if foreign
+                else FrameTooLarge(length, self._max)
+            )
             raise self._error
         if length < MIN_FRAME_LENGTH:
             self._error = CodecError(f"frame length {length} below {MIN_FRAME_LENGTH}")
