@@ -14,6 +14,10 @@ exit, so a script that forgot to close its client would hang on exit. A daemon t
 cannot block exit. Closing the client (``with`` or ``close()``) still stops the thread
 cleanly.
 
+SIGTERM: while a sync client is open, SIGTERM raises ``SystemExit(143)`` in the main thread
+(unless the application set its own handler), so ``with`` blocks close as on Ctrl-C
+(:mod:`jetsdk._sigterm`).
+
 Fork safety: a loop thread does not survive ``fork()`` (Spark's Python workers, process
 pools). Using a sync object in a child process raises
 :class:`~jetsdk.errors.ClientClosed` with a clear message; create clients after the fork
@@ -35,6 +39,7 @@ import anyio
 import anyio.to_thread
 from anyio.from_thread import BlockingPortal
 
+from jetsdk import _sigterm
 from jetsdk._sync_sends import QueuedSends
 from jetsdk.errors import ClientClosed, ConcurrentUse
 from jetsdk.message import Message
@@ -66,6 +71,7 @@ class LoopThread:
         self._portal: BlockingPortal | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="jetsdk-loop", daemon=True)
+        self._sigterm_held = False
 
     def start(self) -> BlockingPortal:
         """Start the thread; return the portal once the loop runs.
@@ -74,6 +80,7 @@ class LoopThread:
             RuntimeError: the loop did not start (e.g. an unknown backend).
         """
         self._thread.start()
+        self._sigterm_held = _sigterm.hold()  # SIGTERM closes it as Ctrl-C does
         if not self._ready.wait(LOOP_START_TIMEOUT) or self._portal is None:
             raise RuntimeError(f"jetsdk event loop did not start: {self._error!r}")
         return self._portal
@@ -93,6 +100,8 @@ class LoopThread:
 
     def stop(self) -> None:
         """Stop the loop (cancelling whatever still runs in it) and join the thread."""
+        held, self._sigterm_held = self._sigterm_held, False
+        _sigterm.release(held)
         portal = self._portal
         if portal is not None and self._thread.is_alive() and os.getpid() == self.pid:
             with suppress(RuntimeError):  # already stopped
