@@ -566,10 +566,15 @@ class Client:
         await self.request_any(Api.DELETE_STREAM, body)
         self._metadata_stale = True
 
-    async def list_streams(self) -> list[StreamInfo]:
-        """Every stream, ordered by name (fresh metadata)."""
+    async def list_streams(self, *, include_internal: bool = False) -> list[StreamInfo]:
+        """Every stream, ordered by name (fresh metadata); internal streams (``__groups``,
+        ``__share.*``: :attr:`StreamInfo.internal`) only with ``include_internal``."""
         meta = await self.refresh_metadata()
-        return [meta.streams[name] for name in sorted(meta.streams)]
+        return [
+            meta.streams[name]
+            for name in sorted(meta.streams)
+            if include_internal or not meta.streams[name].internal
+        ]
 
     async def describe_stream(self, name: str) -> StreamInfo:
         """A stream with per-partition ``hw``, ``leo``, ``log_start``, ``size_bytes``,

@@ -108,6 +108,11 @@ class PartitionInfo:
         }
 
 
+INTERNAL_PREFIX = "__"
+"""Names of internal streams start with this (the group log ``__groups``, share logs
+``__share.*``): listings leave them out unless asked."""
+
+
 @attrs.frozen
 class StreamInfo:
     """A stream and its partitions."""
@@ -133,6 +138,11 @@ class StreamInfo:
     def partition_count(self) -> int:
         """Number of partitions."""
         return len(self.partitions)
+
+    @property
+    def internal(self) -> bool:
+        """True for an internal stream (its name starts with ``__``)."""
+        return self.name.startswith(INTERNAL_PREFIX)
 
     def partition(self, number: int) -> PartitionInfo | None:
         """The partition ``number``, or None."""

@@ -198,6 +198,9 @@ def register(subparsers: Any) -> None:
 
     listing = sub.add_parser("list", help="list streams", description="List every stream.")
     listing.add_argument("--json", action="store_true", help="one JSON array of streams")
+    listing.add_argument(
+        "--all", action="store_true", help="include internal streams (__groups, __share.*)"
+    )
     add_client_options(listing)
     listing.set_defaults(func=_list)
 
@@ -259,7 +262,7 @@ def _create(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     async def body(client: Client) -> int:
-        streams = await client.list_streams()
+        streams = await client.list_streams(include_internal=args.all)
         if args.json:
             print_json([s.to_json() for s in streams])
             return EXIT_OK

@@ -255,9 +255,11 @@ class Client(SyncWrapper):
         """
         self._run(self._obj.delete_stream, name)
 
-    def list_streams(self) -> list[StreamInfo]:
-        """Every stream, ordered by name (fresh metadata)."""
-        return self._run(self._obj.list_streams)
+    def list_streams(self, *, include_internal: bool = False) -> list[StreamInfo]:
+        """Every stream, ordered by name (fresh metadata); internal streams (``__groups``,
+        ``__share.*``: :attr:`StreamInfo.internal`) only with ``include_internal``.
+        """
+        return self._run(self._obj.list_streams, include_internal=include_internal)
 
     def describe_stream(self, name: str) -> StreamInfo:
         """A stream with per-partition ``hw``, ``leo``, ``log_start``, ``size_bytes``,
