@@ -16,7 +16,8 @@ from pathlib import Path
 
 NATS_JS_VERSION = "2.29.3"
 INSTALL_TIMEOUT_S = 300.0
-SCRIPT = Path(__file__).with_name("node_client.js")
+SCRIPTS = sorted(Path(__file__).parent.glob("node_*.js"))
+"""Every Node.js script of the tests (copied next to ``node_modules``)."""
 
 
 class NodeUnavailable(RuntimeError):
@@ -25,7 +26,7 @@ class NodeUnavailable(RuntimeError):
 
 @functools.cache
 def node_nats_dir() -> Path:
-    """A folder with ``node_modules/nats`` and the client script (installed once)."""
+    """A folder with ``node_modules/nats`` and the client scripts (installed once)."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         raise NodeUnavailable("node and npm are needed for the Node.js client tests")
@@ -43,5 +44,6 @@ def node_nats_dir() -> Path:
         raise NodeUnavailable(f"npm install nats timed out: {exc}") from None
     if done.returncode != 0 or not (folder / "node_modules" / "nats").is_dir():
         raise NodeUnavailable(f"npm install nats failed: {done.stderr[-2000:]}")
-    shutil.copy(SCRIPT, folder / SCRIPT.name)
+    for script in SCRIPTS:
+        shutil.copy(script, folder / script.name)
     return folder

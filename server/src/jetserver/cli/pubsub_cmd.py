@@ -23,6 +23,7 @@ import anyio
 from jetsdk import Client, Consumer, Producer
 from jetsdk.consumer.positions import StartAt, StartPosition
 from jetsdk.message import Message
+from jetsdk.partitioner import partition_for_key
 from jetserver.cli.progress import Progress
 from jetserver.cli.stream_cmd import (
     ACK_POLICIES,
@@ -46,11 +47,22 @@ def register(subparsers: Any) -> None:
         "pub",
         help="publish a message to a stream",
         description="Publish VALUE on SUBJECT through a jet server and wait for the ack of "
-        "the stream partition listening on SUBJECT. Prints stream, partition and offset.",
+        "the stream partition listening on SUBJECT. With --key on a stream's own subject, "
+        "the key picks the partition as every jet client does (murmur2, spec/partitioning.md)"
+        ". Prints stream, partition and offset.",
     )
     pub.add_argument("subject", metavar="SUBJECT", help="NATS subject (no wildcards)")
     pub.add_argument("value", metavar="VALUE", help="message value ('-' reads stdin)")
-    pub.add_argument("--key", help="message key (UTF-8)")
+    pub.add_argument(
+        "--key",
+        help="message key (UTF-8); on the stream's subject it also picks the partition",
+    )
+    pub.add_argument(
+        "--partition",
+        type=nonnegative_int,
+        metavar="P",
+        help="send to partition P of the stream listening on SUBJECT (instead of the key's)",
+    )
     pub.add_argument(
         "--header",
         action="append",
@@ -133,8 +145,21 @@ def _pub(args: argparse.Namespace) -> int:
             where = f"stream {args.stream!r} " if args.stream else "no stream "
             return fail(f"{where}listens on subject {args.subject!r}", EXIT_FAILED)
         info, partition = targets[0]
+        if args.partition is not None:
+            if args.partition >= info.partition_count:
+                return fail(
+                    f"stream {info.name!r} has {info.partition_count} partitions, no "
+                    f"partition {args.partition}",
+                    EXIT_USAGE,
+                )
+            partition = args.partition
+        elif key is not None and args.subject == info.subject:
+            # The stream's own subject: the key picks the partition, as in the SDK.
+            partition = partition_for_key(key, info.partition_count)
         part = info.partitions[partition]
-        subject = "" if part.subject == args.subject else args.subject
+        # Another partition than SUBJECT's, or its own subject: the partition's subject.
+        moved = partition != targets[0][1]
+        subject = "" if moved or part.subject == args.subject else args.subject
         async with Producer(client, info.name, linger=0, ack_timeout=args.timeout) as producer:
             with anyio.fail_after(args.timeout + client.request_timeout):
                 ack = await producer.send(
