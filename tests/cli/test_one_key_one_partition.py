@@ -5,43 +5,26 @@ partition of the subject it was given (partition 0 for the stream's own subject)
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import uuid
 from collections import defaultdict
 
 import anyio
 import orjson
-import pytest
 
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetsdk.partitioner import partition_for_key
 from support.jet_cli import jet, ok
 from support.jet_dev import JetDev
-from support.node_nats import NodeUnavailable, node_nats_dir
+from support.node_nats import run_node_script
 
 PARTITIONS = 3
 KEYS = [f"customer-{i}" for i in range(10)]
-NODE_TIMEOUT_S = 60.0
 
 
 def _node(url: str, subject: str) -> dict[str, dict[str, object]]:
-    try:
-        folder = node_nats_dir()
-    except NodeUnavailable as exc:
-        pytest.skip(str(exc))
-    node = shutil.which("node")
-    assert node is not None
-    done = subprocess.run(
-        [node, "node_keyed.js", url, subject, str(PARTITIONS), *KEYS],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=NODE_TIMEOUT_S,
-        check=False,
+    out: dict[str, dict[str, object]] = run_node_script(
+        "node_keyed.js", url, subject, str(PARTITIONS), *KEYS
     )
-    assert done.returncode == 0, done.stderr
-    out: dict[str, dict[str, object]] = orjson.loads(done.stdout.strip().splitlines()[-1])
     return out
 
 

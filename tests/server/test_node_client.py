@@ -8,40 +8,19 @@ where node or npm is missing.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import anyio
-import orjson
 import pytest
 
 from jetserver.server import Server
 from support.nats_server import NatsServer
-from support.node_nats import NodeUnavailable, node_nats_dir
+from support.node_nats import run_node_script
 from support.raw_client import RawClient
 
 pytestmark = pytest.mark.anyio
 
-NODE_TIMEOUT_S = 60.0
-
 
 def run_node(url: str, subject: str) -> dict[str, dict[str, object]]:
-    try:
-        folder = node_nats_dir()
-    except NodeUnavailable as exc:
-        pytest.skip(str(exc))
-    node = shutil.which("node")
-    assert node is not None
-    done = subprocess.run(
-        [node, "node_client.js", url, subject],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=NODE_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, dict[str, object]] = orjson.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, dict[str, object]] = run_node_script("node_client.js", url, subject)
     return result
 
 

@@ -13,6 +13,10 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
 
 NATS_JS_VERSION = "2.29.3"
 INSTALL_TIMEOUT_S = 300.0
@@ -47,3 +51,31 @@ def node_nats_dir() -> Path:
     for script in SCRIPTS:
         shutil.copy(script, folder / script.name)
     return folder
+
+
+NODE_TIMEOUT_S = 60.0
+
+
+def run_node_script(script: str, *args: str) -> Any:
+    """Run one of the scripts with node; the JSON of its last stdout line. Skips the test
+    (pytest.skip) where node or the nats package is not to be had.
+
+    Raises:
+        AssertionError: the script failed (its stderr tail in the message).
+    """
+    try:
+        folder = node_nats_dir()
+    except NodeUnavailable as exc:
+        pytest.skip(str(exc))
+    node = shutil.which("node")
+    assert node is not None
+    done = subprocess.run(
+        [node, script, *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=NODE_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return orjson.loads(done.stdout.strip().splitlines()[-1])

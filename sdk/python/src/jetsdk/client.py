@@ -569,12 +569,8 @@ class Client:
     async def list_streams(self, *, include_internal: bool = False) -> list[StreamInfo]:
         """Every stream, ordered by name (fresh metadata); internal streams (``__groups``,
         ``__share.*``: :attr:`StreamInfo.internal`) only with ``include_internal``."""
-        meta = await self.refresh_metadata()
-        return [
-            meta.streams[name]
-            for name in sorted(meta.streams)
-            if include_internal or not meta.streams[name].internal
-        ]
+        streams = (await self.refresh_metadata()).streams
+        return [s for _, s in sorted(streams.items()) if include_internal or not s.internal]
 
     async def describe_stream(self, name: str) -> StreamInfo:
         """A stream with per-partition ``hw``, ``leo``, ``log_start``, ``size_bytes``,
