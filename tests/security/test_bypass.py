@@ -194,3 +194,49 @@ async def test_jet_subjects_are_reserved_for_user_streams(
                 assert refused.value.details.get("field") == "subject"
             with contextlib.suppress(JetError):
                 await ops.delete_stream("spy")
+
+
+async def test_share_group_runs_on_a_group_grant(nats_server: NatsServer, tmp_path: Path) -> None:
+    """A share group works with ``group`` on its name (its log ``__share.<g>``: created, read
+    and appended through that grant); another group's identity cannot join it."""
+    from jetsdk.consumer.share import ShareConsumer, read_share_group
+
+    tokens = {**TOKENS, "w": "w-token-0123456789abcdef"}
+    settings = {
+        **SETTINGS,
+        "auth__tokens": tuple(f"{n}={hash_token(t)}" for n, t in tokens.items()),
+        "auth__acls": (
+            *SETTINGS["auth__acls"],  # type: ignore[misc]
+            "w:group:w-*",
+            "w:fetch:jobs",
+            "w:admin+publish+fetch:w-*",
+        ),
+    }
+    async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
+        addr = jet.address
+        assert addr is not None
+        async with (
+            Client(addr, token=tokens["ops"]) as ops,
+            Client(addr, token=tokens["w"]) as w,
+            Client(addr, token=tokens["mallory"]) as mallory,
+        ):
+            await _wait_bootstrap(ops)
+            await ops.create_stream("jobs", "jobs")
+            for i in range(5):
+                await ops.produce(_produce("jobs", 0, b"%d" % i))
+            got: list[bytes] = []
+            async with ShareConsumer(w, "jobs", "w-1", ack_deadline=10.0) as consumer:
+                with anyio.fail_after(30):
+                    while len(got) < 5:
+                        msg = await consumer.next(timeout=5)
+                        if msg is not None:
+                            got.append(msg.value)
+                            await msg.ack()
+                await consumer.flush()
+            assert sorted(got) == [b"%d" % i for i in range(5)]
+            state = await read_share_group(w, "w-1")
+            assert state is not None
+            assert state.partition("jobs", 0).spso == 5
+            with pytest.raises(PermissionDenied):
+                async with ShareConsumer(mallory, "jobs", "w-1") as intruder:
+                    await intruder.next(timeout=1)

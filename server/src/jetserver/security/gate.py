@@ -37,6 +37,7 @@ from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, encode_frame
 from jetsdk.codec.messages import (
     decode_fetch_request,
     decode_json,
+    decode_produce_head,
     decode_produce_request,
     encode_json,
 )
@@ -299,10 +300,10 @@ class Security:
         """Produce: ``publish`` on the stream and on every other stream its messages reach
         through NATS; into an internal stream by a ``group`` grant, only that group's
         records (spec/security.md §3, §4)."""
-        stream, partition, subjects = produce_subjects(frame.body)
+        stream, partition = decode_produce_head(frame.body)[:2]
         if acl.allows(grants, acl.PUBLISH, stream):
             if not stream.startswith(acl.INTERNAL_PREFIX):
-                self._authorize_reach(stream, partition, subjects, grants)
+                self._authorize_reach(frame.body, stream, partition, grants)
             return  # an internal stream granted explicitly: no NATS copies reach others
         if stream == GROUPS_STREAM and acl.has_group_permission(grants):
             messages = decode_produce_request(frame.body).messages
@@ -315,12 +316,15 @@ class Security:
         _need(False, f"publish on stream {stream!r}")
 
     def _authorize_reach(
-        self, stream: str, partition: int, subjects: frozenset[str], grants: tuple[Grant, ...]
+        self, body: bytes, stream: str, partition: int, grants: tuple[Grant, ...]
     ) -> None:
-        psubj = self._reach.partition_subject(stream, partition)
-        if psubj is None:
+        neighbours = self._reach.neighbours(stream, partition)
+        if neighbours is None:
             return  # no such partition: the handler answers
-        for subject in subjects:
+        psubj, *others = neighbours
+        if all(acl.allows(grants, acl.PUBLISH, other) for other in others):
+            return  # whatever the subjects, they reach only streams the identity may write
+        for subject in produce_subjects(body)[2]:
             if subject and not subject_matches(psubj, subject):
                 continue  # refused by the handler as a whole: nothing is published
             for other in self._reach.reached(subject or psubj):
