@@ -321,9 +321,11 @@ class Security:
         neighbours = self._reach.neighbours(stream, partition)
         if neighbours is None:
             return  # no such partition: the handler answers
-        psubj, *others = neighbours
-        if all(acl.allows(grants, acl.PUBLISH, other) for other in others):
+        if len(neighbours) == 1 or all(
+            acl.allows(grants, acl.PUBLISH, other) for other in neighbours[1:]
+        ):
             return  # whatever the subjects, they reach only streams the identity may write
+        psubj = neighbours[0]
         for subject in produce_subjects(body)[2]:
             if subject and not subject_matches(psubj, subject):
                 continue  # refused by the handler as a whole: nothing is published
