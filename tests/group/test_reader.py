@@ -7,7 +7,7 @@ import pytest
 
 from jetsdk.group.errors import UnsupportedGroupVersion
 from jetsdk.group.reader import GroupLogReader
-from jetsdk.group.records import Checkpoint, decode_record, encode_record
+from jetsdk.group.records import Checkpoint, Join, decode_record, encode_record
 from jetsdk.group.state import GroupState
 
 from .helpers import GROUP, Log, checkpoint, hb, ns
@@ -108,7 +108,23 @@ def test_bad_records_are_skipped_and_newer_versions_raise() -> None:
     reader.feed(2, ns(0), encode_record(bad_cp))  # ignored by a replaying reader
     assert reader.skipped == 2
     with pytest.raises(UnsupportedGroupVersion):
-        reader.feed(3, ns(0), orjson.dumps({"v": 2, "type": "join"}))
+        reader.feed(3, ns(0), orjson.dumps({"v": 2, "type": "join", "group": GROUP}))
+
+
+def test_other_groups_newer_records_are_skipped() -> None:
+    """Issue 31 case 4: a record of a newer version that is not this group's (another group's,
+    or naming none, as a raw ``{"v":99}``) never stops the reader (spec/groups.md §3.1)."""
+    reader = GroupLogReader(GROUP)
+    assert reader.feed(0, ns(0), b'{"v":99}') == []
+    other = {"v": 99, "type": "heartbeat", "group": "attackers", "member": "m"}
+    assert reader.feed(1, ns(0), orjson.dumps(other)) == []
+    assert reader.feed(2, ns(0), orjson.dumps({"v": 99, "group": 7})) == []
+    assert reader.skipped == 3
+    assert reader.next_offset == 3
+    join = Join(group=GROUP, member="m-1", subscriptions={"s": 1})
+    reader.feed(3, ns(1), encode_record(join))
+    assert reader.state is not None
+    assert [m.member for m in reader.state.members()] == ["m-1"]
 
 
 def test_malformed_checkpoint_is_skipped_while_bootstrapping() -> None:

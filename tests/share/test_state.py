@@ -74,7 +74,16 @@ def test_newer_version_stops_the_reader() -> None:
         decode_share_record(b'{"v":2,"type":"claim"}')
     state = ShareState(G)
     with pytest.raises(UnsupportedShareVersion):
-        state.apply_bytes(0, 1, b'{"v":2,"type":"claim"}')
+        state.apply_bytes(0, 1, b'{"v":2,"type":"claim","group":"%s"}' % G.encode())
+
+
+def test_other_groups_newer_records_are_skipped() -> None:
+    """A newer record not of this group (or naming none) is skipped, not fatal."""
+    state = ShareState(G)
+    assert state.apply_bytes(0, 1, b'{"v":99}') == []
+    assert state.apply_bytes(1, 1, b'{"v":99,"type":"claim","group":"other"}') == []
+    assert state.skipped == 2
+    assert state.last_offset == 1
 
 
 def test_invalid_record_is_skipped_by_the_state() -> None:

@@ -210,7 +210,12 @@ class Server:
         store, clean = await _open_metadata(node, data_dir)
         log_file_limits(sum(len(m.partitions) for m in store.state.streams.values()), *file_limits)
         # TLS files, password hashes and the internal token are checked before anything starts.
-        security = Security(cfg, lambda: store.state.acls, acl_proposer(store, node))
+        security = Security(
+            cfg,
+            lambda: store.state.acls,
+            acl_proposer(store, node),
+            streams=lambda: store.state.streams,
+        )
         link = NatsLink(cfg.nats)
         if not await self._connect(link):
             log.info("stopped before NATS was reachable")

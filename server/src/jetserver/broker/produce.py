@@ -45,6 +45,7 @@ from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
+from jetserver.metadata.reserved import is_internal
 from jetserver.metadata.validate import (
     has_wildcard,
     partition_subject,
@@ -200,10 +201,13 @@ class ProduceService:
             )
         if replica is None:
             replica = self.streams.local_replica(stream, partition)
-        if replica is not None and not (self.direct and replica.takes_direct(policy)):
+        internal = is_internal(stream)
+        if replica is not None and not ((self.direct or internal) and replica.takes_direct(policy)):
             replica = None
         psubj = partition_subject(meta.spec.subject, partition)
-        if (
+        if internal:
+            _check_internal(stream, partition, policy, replica)
+        elif (
             replica is not None
             and replica.replication_factor > 1
             and self.link.echo_needed({s or psubj for s, _n, _e in messages}, replica)
@@ -281,6 +285,7 @@ class ProduceService:
         head, messages = produce_envelopes(body, inbox, records, head)
         stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
         psubj, limit, replica = self._check(stream, partition, policy, messages)
+        internal = is_internal(stream)  # appended here only, no NATS copies (security.md §2)
         if not self.link.connected:
             raise ApiError(
                 ErrorCode.UNAVAILABLE,
@@ -318,7 +323,7 @@ class ProduceService:
                 ):
                     appended_end = replica.log.log_end_offset  # if appended in this task
                     turn = replica.copies_turn() if replica.replication_factor == 1 else None
-                    if replica.replication_factor > 1:
+                    if replica.replication_factor > 1 and not internal:
                         # Replicated: unmarked and before the ack wait, so that a new
                         # leader elected meanwhile (this one cut off from its cluster)
                         # stores them as through NATS and acks them.
@@ -337,12 +342,20 @@ class ProduceService:
                             copies, end = _stored(
                                 to_send, sent_index, results, policy, appended_end
                             )
+                            if internal:
+                                copies = []
                             after = self._copies_after_commit(
                                 replica, copies, end, failures, timeout_s, turn
                             )
                     return encode_produce_result_tuples(
                         [r if r is not None else _TIMEOUT for r in results]
                     ), after
+                if internal:
+                    raise ApiError(
+                        ErrorCode.NOT_LEADER,
+                        f"partition {stream}/{partition} is no longer led here; retry",
+                        {"stream": stream, "partition": partition},
+                    )
                 queued = await self.link.publish_many(to_send)
                 if hops.ENABLED:
                     hops.mark("published")
@@ -403,6 +416,29 @@ class ProduceService:
                     mine.set_result(None)
 
         return publish_copies
+
+
+def _check_internal(
+    stream: str, partition: int, policy: int, replica: PartitionReplica | None
+) -> None:
+    """An internal stream takes no NATS messages: its partition's replica here must append
+    the request directly.
+
+    Raises:
+        ApiError: INVALID_ARGUMENT (``ack_policy``: a replicated internal stream takes ALL
+            acks only), UNAVAILABLE (the replica is not open or not leading here yet).
+    """
+    if replica is not None:
+        return
+    if policy != AckPolicy.ALL:
+        raise invalid_argument(
+            "ack_policy", f"internal stream {stream!r} is replicated: it takes ALL acks only"
+        )
+    raise ApiError(
+        ErrorCode.UNAVAILABLE,
+        f"partition {stream}/{partition} does not take writes here yet; retry",
+        {"stream": stream, "partition": partition},
+    )
 
 
 def _records_of(

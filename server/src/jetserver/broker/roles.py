@@ -49,6 +49,7 @@ from jetserver.metadata.model import (
     PartitionAssignment,
     StreamSpec,
 )
+from jetserver.metadata.reserved import is_internal
 from jetserver.nats_fast import SkipMarked
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
@@ -430,8 +431,8 @@ class ReplicaRoles:
             self.wake_waiters()
 
     async def _subscribe(self) -> None:
-        if self._sub is not None:
-            return
+        if self._sub is not None or is_internal(self.stream):
+            return  # an internal stream takes no NATS messages (spec/security.md §2)
         self._sub = await self.link.subscribe(
             self.subject,
             self.on_message,

@@ -69,8 +69,8 @@ from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.metadata.ops import DeleteStream
+from jetserver.metadata.reserved import checked_spec, is_internal
 from jetserver.metadata.store import MetadataStore
-from jetserver.metadata.validate import spec_from_request
 from jetserver.nats_link import NatsLink, NatsUnavailable
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.session import FetchSessions
@@ -359,14 +359,15 @@ class StreamManager:
         self, running: RunningPartition, assignment: PartitionAssignment
     ) -> None:
         replica = running.replica
-        running.sub = await self.link.subscribe(
-            replica.subject,
-            replica.on_message,
-            queue=running.queue,
-            sink=replica.accept,
-            skip=replica.skip_copies,
-            ingest_owner=replica,
-        )
+        if not is_internal(replica.stream):  # internal: no NATS messages (security.md §2)
+            running.sub = await self.link.subscribe(
+                replica.subject,
+                replica.on_message,
+                queue=running.queue,
+                sink=replica.accept,
+                skip=replica.skip_copies,
+                ingest_owner=replica,
+            )
         running.applied = (assignment, ())
         running.ready.set()
 
@@ -522,7 +523,7 @@ class StreamManager:
             ApiError: INVALID_ARGUMENT, STREAM_EXISTS, STORAGE_ERROR.
         """
         store = self._single_store()
-        spec = spec_from_request(
+        spec = checked_spec(
             request,
             cluster_size=1,
             max_message_bytes=self.config.limits.max_message_bytes,

@@ -47,7 +47,8 @@ from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import Grant, MetadataState, StreamMeta
 from jetserver.metadata.ops import DeleteStream, OpResult, SetAcl
-from jetserver.metadata.validate import MAX_PARTITIONS, spec_from_request
+from jetserver.metadata.reserved import checked_spec
+from jetserver.metadata.validate import MAX_PARTITIONS
 from jetserver.protocol.json_api import stream_info
 from jetserver.raft import (
     MetadataRaft,
@@ -263,7 +264,7 @@ class MetadataRequests:
 
     def _spec(self, request: Mapping[str, Any]) -> Any:
         cfg = self.config
-        return spec_from_request(
+        return checked_spec(
             request,
             cluster_size=_ANY_RF,
             max_message_bytes=cfg.limits.max_message_bytes,

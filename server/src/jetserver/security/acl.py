@@ -7,9 +7,13 @@ Permissions (spec/protocol.md, "Authorization"):
 - ``admin``: CreateStream, DeleteStream. ``admin`` on the pattern ``*`` exactly also makes
   the identity a **cluster admin**: SetAcl and ListAcls.
 - ``group`` on a **group-name** pattern: join and commit in those consumer groups, i.e.
-  Produce to ``__groups`` records whose key and ``group`` field name such a group; and read
-  ``__groups`` (any group permission; a reader sees the other groups' records that share a
-  partition).
+  Produce to ``__groups`` valid records whose key and ``group`` field name such a group, to
+  the key's partition; and read ``__groups`` (any group permission; a reader sees the other
+  groups' records that share a partition). The same for share groups: create, read and
+  append records of ``__share.<g>`` for a granted ``g`` (spec/security.md §4, checked in
+  :mod:`.internal_records`).
+- A Produce also needs ``publish`` on every other stream its subjects reach
+  (spec/security.md §3, :mod:`.reach`).
 - Any stream permission allows DescribeStream on that stream. Metadata and Hello are open
   to every authenticated identity.
 

@@ -30,7 +30,6 @@ from typing import Any
 
 import anyio
 import attrs
-import orjson
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
@@ -42,22 +41,29 @@ from jetsdk.codec.messages import (
     decode_produce_request,
     encode_json,
 )
+from jetsdk.codec.produce_scan import produce_subjects
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
-from jetserver.metadata.model import Grant
+from jetserver.metadata.model import Grant, StreamMeta
+from jetserver.metadata.reserved import GROUPS_STREAM, share_group_of
+from jetserver.metadata.validate import subject_matches
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
 from jetserver.protocol.socket_io import SocketIO
 from jetserver.security import acl
+from jetserver.security.internal_records import (
+    Denied,
+    check_group_records,
+    check_share_records,
+)
 from jetserver.security.passwords import INTERNAL_IDENTITY, parse_entry, verify_password
+from jetserver.security.reach import StreamReach
 from jetserver.security.throttle import LoginThrottle
 from jetserver.security.tls_io import TlsSocketIO, server_context
 
 log = logging.getLogger(__name__)
 
-GROUPS_STREAM = "__groups"
-"""The consumer groups' log (spec/groups.md); guarded by the ``group`` permission."""
 ANONYMOUS = "anonymous"
 """The identity Authenticate answers while auth is disabled."""
 MAX_CREDENTIAL_CHARS = 4096
@@ -87,10 +93,6 @@ class Session:
         return self.identity == INTERNAL_IDENTITY
 
 
-class _Denied(Exception):
-    """A request the identity may not make."""
-
-
 @attrs.define(eq=False)
 class Security:
     """TLS, authentication and authorization of one server (see the module docstring)."""
@@ -101,13 +103,18 @@ class Security:
     """The current grants of every identity (replicated metadata)."""
     propose_acl: AclProposer
     """How SetAcl is applied."""
+    streams: Callable[[], Mapping[str, StreamMeta]] = dict
+    """The current streams (replicated metadata): a Produce is authorized against every
+    stream its messages reach (spec/security.md §3)."""
     _context: ssl.SSLContext | None = None
     _users: dict[str, str] = attrs.field(factory=dict)
     _tokens: dict[str, str] = attrs.field(factory=dict)
     _internal_digest: bytes | None = None
     _throttle: LoginThrottle = attrs.field(factory=LoginThrottle)
+    _reach: StreamReach = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        self._reach = StreamReach(self.streams)
         if self.config.tls.enabled:
             self._context = server_context(self.config.tls)
         auth = self.config.auth
@@ -174,7 +181,7 @@ class Security:
             if api == Api.LIST_ACLS:
                 return self._json_reply(frame, {"acls": self._acl_dict()})
             return None
-        except _Denied as exc:
+        except Denied as exc:
             return error_reply(
                 api,
                 frame.correlation_id,
@@ -259,21 +266,21 @@ class Security:
     def _authorize(self, frame: Frame, grants: tuple[Grant, ...]) -> None:
         api = frame.api
         if api in _INTERNAL_ONLY:
-            raise _Denied("server-to-server API")
+            raise Denied("server-to-server API")
         if api == Api.PRODUCE:
             self._authorize_produce(frame, grants)
         elif api == Api.FETCH:
             req = decode_fetch_request(frame.body)
             if req.replica_id >= 0:
-                raise _Denied("replica fetches are for servers")
+                raise Denied("replica fetches are for servers")
             _need(
-                acl.allows(grants, acl.FETCH, req.stream) or _groups_reader(req.stream, grants),
+                acl.allows(grants, acl.FETCH, req.stream) or _group_reader(req.stream, grants),
                 f"fetch on stream {req.stream!r}",
             )
         elif api in (Api.CREATE_STREAM, Api.DELETE_STREAM):
             name = decode_json(frame.body).get("name")
             if isinstance(name, str):
-                creating_groups = api == Api.CREATE_STREAM and _groups_reader(name, grants)
+                creating_groups = api == Api.CREATE_STREAM and _group_reader(name, grants)
                 _need(
                     creating_groups or acl.allows(grants, acl.ADMIN, name),
                     f"admin on stream {name!r}",
@@ -283,25 +290,52 @@ class Security:
             name = body.get("name" if api == Api.DESCRIBE_STREAM else "stream")
             if isinstance(name, str):
                 _need(
-                    acl.allows_any(grants, name) or _groups_reader(name, grants),
+                    acl.allows_any(grants, name) or _group_reader(name, grants),
                     f"a permission on stream {name!r}",
                 )
         elif api in (Api.SET_ACL, Api.LIST_ACLS):
             _need(acl.is_cluster_admin(grants), "admin on '*' (cluster admin)")
 
     def _authorize_produce(self, frame: Frame, grants: tuple[Grant, ...]) -> None:
-        stream = decode_produce_head(frame.body)[0]
-        if stream != GROUPS_STREAM:
-            _need(acl.allows(grants, acl.PUBLISH, stream), f"publish on stream {stream!r}")
-            return
+        """Produce: ``publish`` on the stream and on every other stream its messages reach
+        through NATS; into an internal stream by a ``group`` grant, only that group's
+        records (spec/security.md §3, §4)."""
+        stream, partition = decode_produce_head(frame.body)[:2]
         if acl.allows(grants, acl.PUBLISH, stream):
-            return  # explicitly granted the whole internal stream
-        for message in decode_produce_request(frame.body).messages:
-            group = _record_group(message.key, message.value)
-            _need(
-                group is not None and acl.allows_group(grants, group),
-                f"group {group!r}" if group is not None else "group records keyed by group",
-            )
+            if not stream.startswith(acl.INTERNAL_PREFIX):
+                self._authorize_reach(frame.body, stream, partition, grants)
+            return  # an internal stream granted explicitly: no NATS copies reach others
+        if stream == GROUPS_STREAM and acl.has_group_permission(grants):
+            messages = decode_produce_request(frame.body).messages
+            check_group_records(grants, partition, self._reach.partitions(stream), messages)
+            return
+        share_group = share_group_of(stream)
+        if share_group is not None and acl.allows_group(grants, share_group):
+            check_share_records(share_group, decode_produce_request(frame.body).messages)
+            return
+        _need(False, f"publish on stream {stream!r}")
+
+    def _authorize_reach(
+        self, body: bytes, stream: str, partition: int, grants: tuple[Grant, ...]
+    ) -> None:
+        neighbours = self._reach.neighbours(stream, partition)
+        if neighbours is None:
+            return  # no such partition: the handler answers
+        if len(neighbours) == 1 or all(
+            acl.allows(grants, acl.PUBLISH, other) for other in neighbours[1:]
+        ):
+            return  # whatever the subjects, they reach only streams the identity may write
+        psubj = neighbours[0]
+        for subject in produce_subjects(body)[2]:
+            if subject and not subject_matches(psubj, subject):
+                continue  # refused by the handler as a whole: nothing is published
+            for other in self._reach.reached(subject or psubj):
+                if other != stream:
+                    _need(
+                        acl.allows(grants, acl.PUBLISH, other),
+                        f"publish on stream {other!r} (messages on subject "
+                        f"{subject or psubj!r} are stored there too)",
+                    )
 
     # ------------------------------------------------------------------ ACL management
 
@@ -324,26 +358,16 @@ class Security:
 
 def _need(ok: bool, what: str) -> None:
     if not ok:
-        raise _Denied(f"permission denied: needs {what}")
+        raise Denied(f"permission denied: needs {what}")
 
 
-def _groups_reader(stream: str, grants: tuple[Grant, ...]) -> bool:
-    return stream == GROUPS_STREAM and acl.has_group_permission(grants)
-
-
-def _record_group(key: bytes | None, value: bytes) -> str | None:
-    """The group a ``__groups`` record belongs to: its key, which must equal the record's
-    ``group`` field (None if either is missing or they differ)."""
-    if key is None:
-        return None
-    try:
-        group = key.decode("utf-8")
-        body = orjson.loads(value)
-    except (UnicodeDecodeError, orjson.JSONDecodeError):
-        return None
-    if not isinstance(body, dict) or body.get("group") != group:
-        return None
-    return group
+def _group_reader(stream: str, grants: tuple[Grant, ...]) -> bool:
+    """True if ``grants`` read (and may create) internal stream ``stream`` through a
+    ``group`` grant: ``__groups`` with any, ``__share.<g>`` with one on ``g``."""
+    if stream == GROUPS_STREAM:
+        return acl.has_group_permission(grants)
+    group = share_group_of(stream)
+    return group is not None and acl.allows_group(grants, group)
 
 
 def _user_of(req: Mapping[str, Any]) -> str:

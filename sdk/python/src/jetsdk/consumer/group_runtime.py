@@ -25,6 +25,7 @@ awaits (so each call on it is atomic).
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Mapping
@@ -76,6 +77,8 @@ __all__ = [
     "ensure_groups_stream",
     "new_member_id",
 ]
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_GROUPS_PARTITIONS = 16
 """Partitions of ``__groups`` when this SDK creates it (fixed afterwards: groups map to one)."""
@@ -173,6 +176,7 @@ class GroupRuntime:
     _progress: anyio.Event = attrs.field(factory=anyio.Event, init=False)
     _scope: anyio.CancelScope | None = attrs.field(default=None, init=False)
     _stopping: bool = attrs.field(default=False, init=False)
+    _skipped_seen: int = attrs.field(default=0, init=False)
 
     @classmethod
     async def open(
@@ -280,6 +284,16 @@ class GroupRuntime:
             except JetError as exc:  # UnsupportedGroupVersion, UnknownAssignor
                 self._fail(exc)
                 return
+            if member.skipped > self._skipped_seen:
+                _log.warning(
+                    "skipped %d record(s) of %s partition %d: invalid, or another group's of "
+                    "a newer version (%d in all)",
+                    member.skipped - self._skipped_seen,
+                    GROUPS_STREAM,
+                    self.partition,
+                    member.skipped,
+                )
+                self._skipped_seen = member.skipped
             limit = GROUPS_FETCH_MAX_BYTES
             if not records and len(raw) >= HEADER_SIZE:
                 limit = max(limit, peek_header(raw)[3])

@@ -22,6 +22,7 @@ queued outcome is stored.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import time
 import uuid
@@ -52,6 +53,8 @@ from jetsdk.share.records import share_subject as _share_subject
 from jetsdk.share.state import ShareState
 
 __all__ = ["ShareConsumer", "ensure_share_stream", "read_share_group"]
+
+_logger = logging.getLogger(__name__)
 
 FETCH_MAX_BYTES = 1 << 20
 LOG_FETCH_MAX_BYTES = 4 << 20
@@ -328,12 +331,21 @@ class ShareConsumer:
                 await anyio.sleep(_BACKOFF.delay(failures))
                 continue
             failures = 0
+            skipped = member.view.skipped
             for record in iter_records(raw):
                 for won in member.on_record(record.offset, record.timestamp, record.value):
                     if self._tg is not None and won.offsets:
                         low, high = won.offsets[0][0], won.offsets[-1][0] + 1
                         self._tg.start_soon(self._load_range, won.partition, low, high)
                 offset = record.offset + 1
+            if member.view.skipped > skipped:
+                _logger.warning(
+                    "skipped %d record(s) of %s: invalid, or another group's of a newer "
+                    "version (%d in all)",
+                    member.view.skipped - skipped,
+                    self._log,
+                    member.view.skipped,
+                )
             self._caught_up = offset >= header.hw
             self._read_end = offset
             self._read.set()

@@ -215,6 +215,12 @@ class GroupMember:
         """The group-log offset to fetch next."""
         return self._reader.next_offset
 
+    @property
+    def skipped(self) -> int:
+        """Group-log records skipped so far (invalid, or another group's of a newer
+        version; see :attr:`GroupLogReader.skipped`)."""
+        return self._reader.skipped
+
     def on_record(self, offset: int, timestamp: int, value: bytes | memoryview) -> list[Change]:
         """Feed one group-log record (in offset order; other groups' records too).
 

@@ -22,7 +22,7 @@ import attrs
 from jetsdk.group.assignors import BUILTIN_ASSIGNORS, Assignor
 from jetsdk.group.changes import Change
 from jetsdk.group.errors import InvalidGroupRecord, UnsupportedGroupVersion
-from jetsdk.group.records import Checkpoint, GroupRecord, decode_record
+from jetsdk.group.records import Checkpoint, GroupRecord, decode_record, record_group
 from jetsdk.group.state import GroupState
 
 __all__ = ["GroupLogReader"]
@@ -48,7 +48,8 @@ class GroupLogReader:
     next_offset: int = attrs.field(init=False)
     """The offset to fetch next."""
     skipped: int = attrs.field(default=0, init=False)
-    """Invalid records skipped so far (every reader skips the same ones)."""
+    """Records skipped so far: invalid ones, and other groups' records of a newer version
+    (every reader skips the same ones)."""
     _state: GroupState | None = attrs.field(default=None, init=False)
     _from: int = attrs.field(init=False)
     _buffer: list[tuple[int, int, GroupRecord]] = attrs.field(factory=list, init=False)
@@ -92,7 +93,9 @@ class GroupLogReader:
         :attr:`next_offset` are ignored (re-fed after a retry).
 
         Raises:
-            UnsupportedGroupVersion: a record of a newer protocol version; stop reading.
+            UnsupportedGroupVersion: a record of this group of a newer protocol version; stop
+                reading (spec/groups.md §3.1). Another group's is skipped like an invalid one
+                (§2: a reader ignores records of other groups, whatever their version).
             UnknownAssignor: see GroupState.apply.
         """
         if offset < self.next_offset:
@@ -100,7 +103,11 @@ class GroupLogReader:
         try:
             record = decode_record(value)
         except UnsupportedGroupVersion:
-            raise
+            if record_group(value) == self.group:
+                raise
+            self.next_offset = offset + 1
+            self.skipped += 1
+            return []
         except InvalidGroupRecord:
             self.next_offset = offset + 1
             self.skipped += 1

@@ -501,6 +501,19 @@ def _decode_object(obj: dict[str, Any]) -> GroupRecord:
     raise InvalidGroupRecord(f"unknown record type {kind!r}", reason="type")
 
 
+def record_group(data: bytes | memoryview) -> str | None:
+    """The ``group`` field of a group-log value, whatever else it holds (None: not a JSON
+    object with a string ``group``). Readers use it to leave other groups' records alone."""
+    if len(data) > MAX_RECORD_BYTES:
+        return None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    group = obj.get("group") if isinstance(obj, dict) else None
+    return group if isinstance(group, str) else None
+
+
 def decode_record(data: bytes | memoryview) -> GroupRecord:
     """Decode a group-log message value.
 

@@ -37,6 +37,7 @@ __all__ = [
     "decode_share_record",
     "encode_share_record",
     "runs_of",
+    "share_record_group",
     "share_stream_name",
     "share_subject",
 ]
@@ -214,6 +215,19 @@ def _pairs(obj: dict[str, Any], name: str, *, runs: bool) -> tuple[tuple[int, in
             raise _bad(f"{name} entry {item} is out of range")
         out.append((a, b))
     return tuple(out)
+
+
+def share_record_group(value: bytes | memoryview) -> str | None:
+    """The ``group`` field of a share-log value, whatever else it holds (None: not a JSON
+    object with a string ``group``)."""
+    if len(value) > _MAX_RECORD_BYTES:
+        return None
+    try:
+        obj = orjson.loads(bytes(value))
+    except orjson.JSONDecodeError:
+        return None
+    group = obj.get("group") if isinstance(obj, dict) else None
+    return group if isinstance(group, str) else None
 
 
 def decode_share_record(value: bytes | memoryview) -> ShareRecord:

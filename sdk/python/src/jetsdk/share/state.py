@@ -16,7 +16,9 @@ from jetsdk.share.records import (
     InvalidShareRecord,
     Settle,
     ShareRecord,
+    UnsupportedShareVersion,
     decode_share_record,
+    share_record_group,
 )
 
 __all__ = [
@@ -158,7 +160,7 @@ class ShareState:
     last_offset: int = -1
     clock: int = 0
     skipped: int = 0
-    """Records skipped as invalid."""
+    """Records skipped: invalid ones, and other groups' records of a newer version."""
 
     def partition(self, stream: str, partition: int) -> PartitionShare:
         key = (stream, partition)
@@ -173,10 +175,17 @@ class ShareState:
         """Decode and apply one share-log record (invalid ones are skipped and counted).
 
         Raises:
-            UnsupportedShareVersion: from the decoder; the reader must stop.
+            UnsupportedShareVersion: a record of this group of a newer version; the reader
+                must stop. One naming another group is skipped like an invalid one.
         """
         try:
             record = decode_share_record(value)
+        except UnsupportedShareVersion:
+            if share_record_group(value) == self.group:
+                raise
+            self.skipped += 1
+            self.last_offset = max(self.last_offset, offset)
+            return []
         except InvalidShareRecord:
             self.skipped += 1
             self.last_offset = max(self.last_offset, offset)
