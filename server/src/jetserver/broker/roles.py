@@ -110,6 +110,7 @@ class ReplicaRoles:
     _role_scope: anyio.CancelScope | None
     _role_done: anyio.Event | None
     _role_lock_: anyio.Lock | None
+    _run_started: LazyEvent
     _replica_news: LazyEvent
     _news_wakers: set[anyio.Event] | None
     _isr_wake: LazyEvent
@@ -228,12 +229,18 @@ class ReplicaRoles:
             assignment: the partition's current assignment from the metadata.
             addresses: server id -> client ``host:port`` of the replicas.
 
+        Ordered with :meth:`run` (spec/cluster.md, "Replica reconciliation"): before
+        ``run`` has started, the call waits for it; once the replica is stopping (or
+        stops while the role is being prepared), the assignment is dropped with a DEBUG
+        line and no role task or subscription is started. Never raises for either.
+
         Raises:
             StorageError: the epoch cache or the log could not be written (the caller
                 retries).
         """
         async with self._role_lock():
-            if self._closed or self._stopping:
+            if not await self._wait_for_run():
+                self._drop(assignment)
                 return
             core = self._core
             address = addresses.get(assignment.leader or "", "")
@@ -245,7 +252,9 @@ class ReplicaRoles:
                 self._isr_wake.set()  # new members: the ISR check's next time may be sooner
                 return
             if plan is Plan.LEAD:
-                await self._become_leader(assignment)
+                if not await self._become_leader(assignment):
+                    self._drop(assignment)
+                    return
             elif plan is Plan.STEP_ASIDE:
                 await self._end_role(ROLE_NONE)
                 # Leading with records missing would make the followers truncate to this
@@ -263,7 +272,9 @@ class ReplicaRoles:
                 await self._end_role(ROLE_NONE)  # the renewal (renew_leadership) goes on
                 return
             elif plan is Plan.FOLLOW:
-                await self._become_follower(assignment, address)
+                if not await self._become_follower(assignment, address):
+                    self._drop(assignment)
+                    return
             else:
                 await self._end_role(ROLE_NONE)
             log.info(
@@ -277,6 +288,23 @@ class ReplicaRoles:
                     hw=self.log.high_watermark,
                 ),
             )
+
+    async def _wait_for_run(self) -> bool:
+        """Wait until :meth:`run` has started (True) or the replica stopped first, or
+        ``run`` ended (False). The event is set once, by whichever comes first."""
+        if not self._run_started.is_set():
+            await self._run_started.wait()
+        return self._roles_open()
+
+    def _roles_open(self) -> bool:
+        """True while role tasks may start: :meth:`run` is running and no stop was asked."""
+        return self._tg is not None and not (self._closed or self._stopping)
+
+    def _drop(self, assignment: PartitionAssignment) -> None:
+        log.debug(
+            "assignment not applied: the partition is stopping",
+            extra=self._fields(leader=assignment.leader, leader_epoch=assignment.leader_epoch),
+        )
 
     @property
     def leading(self) -> bool:
@@ -335,9 +363,9 @@ class ReplicaRoles:
         self.wake_waiters()
 
     def _start_role_task(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`)."""
-        if self._tg is None:
-            raise RuntimeError("apply_assignment before run() started")
+        """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`); call only while
+        :meth:`_roles_open` (checked after the role's last await)."""
+        assert self._tg is not None
         scope = anyio.CancelScope()
         done = anyio.Event()
         self._role_scope, self._role_done = scope, done
@@ -353,11 +381,12 @@ class ReplicaRoles:
 
         self._tg.start_soon(runner)
 
-    async def _become_leader(self, a: PartitionAssignment) -> None:
+    async def _become_leader(self, a: PartitionAssignment) -> bool:
+        """Lead epoch ``a.leader_epoch``; False if the replica began stopping meanwhile
+        (no role then: the worker-thread calls below give a stop time to end ``run``)."""
         await self._end_role(ROLE_NONE)
         log_ = self.log
         await anyio.to_thread.run_sync(log_.epochs.assign, a.leader_epoch, log_.log_end_offset)
-        self.leader_epoch = a.leader_epoch
         rebuilt = ProducerTable()
         table: ProducerTable | None = rebuilt
         try:
@@ -369,6 +398,9 @@ class ReplicaRoles:
                 "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
             )
             table = None
+        if not self._roles_open():
+            return False
+        self.leader_epoch = a.leader_epoch
         out = self._core.lead(
             a,
             leo=log_.log_end_offset,
@@ -378,12 +410,22 @@ class ReplicaRoles:
             producers=table,
         )
         await self._carry_out(out)
+        if not self._roles_open():  # (acks sent above: a stop may have begun)
+            await self._end_role(ROLE_NONE)
+            return False
         self._request_flush()  # flush whatever a previous role left unflushed
         self._start_role_task(self._isr_loop)
         await self._subscribe()
+        if self._tg is None:  # run ended while subscribing: its end unsubscribed before
+            await self._unsubscribe()
+        return True
 
-    async def _become_follower(self, a: PartitionAssignment, address: str) -> None:
+    async def _become_follower(self, a: PartitionAssignment, address: str) -> bool:
+        """Follow ``a.leader``; False if the replica began stopping meanwhile."""
         await self._end_role(ROLE_FOLLOWER)
+        if not self._roles_open():
+            await self._end_role(ROLE_NONE)
+            return False
         core = self._core
         core.follow(a, address)
         sessions = self.fetch_sessions
@@ -423,6 +465,7 @@ class ReplicaRoles:
                     sessions.release(session)
 
         self._start_role_task(run_fetcher)
+        return True
 
     async def _follower_hw(self, hw: int) -> None:
         if hw > self.log.high_watermark:
