@@ -10,6 +10,11 @@ nats-server) is handed an assignment that makes it leader:
   dropped, with no role task and no NATS subscription left behind (it used to raise the
   same RuntimeError, which a stopping server logged as a traceback: issue 31, case 8).
 
+A replica of a server that began a graceful stop and is handed a follower role (its
+handoff made another replica leader) does not fetch: caught up, it would be added back to
+the ISR it just left, after the server planned its ISR exits, and hold the new leader's HW
+back until the lag bound (seen in tests/cluster/test_stop_after_kill.py before the fix).
+
 The control plane is a stand-in that refuses every ISR change (nothing here proposes one).
 """
 
@@ -49,6 +54,8 @@ class RefusingControl:
     """A control plane that refuses ISR changes and drops silent-leader reports."""
 
     server_id = ME
+    stopping = False
+    """As :attr:`jetserver.cluster.Controller.stopping`: this server began a graceful stop."""
 
     async def propose_isr(
         self,
@@ -68,12 +75,16 @@ class RefusingControl:
 
 
 async def replica_over_a_real_log(
-    tmp_path: Path, link: NatsLink
+    tmp_path: Path,
+    link: NatsLink,
+    replicas: tuple[str, ...] = ("s1", "s2", "s3"),
+    control: RefusingControl | None = None,
 ) -> tuple[PartitionReplica, MetadataState]:
-    """orders/0, RF 3, led by s1 (this server) at epoch 0; its replica, not started."""
+    """orders/0, RF 3, led by the first of ``replicas`` at epoch 0 (by default s1, this
+    server); this server's replica, not started."""
     config = in_process_config("nats://127.0.0.1:1", tmp_path / "data", server__id=ME)
     spec = StreamSpec(name="orders", subject="orders", partitions=1, replication_factor=3)
-    state, result = apply(MetadataState(), CreateStream(spec, "id1", 5, (("s1", "s2", "s3"),)))
+    state, result = apply(MetadataState(), CreateStream(spec, "id1", 5, (replicas,)))
     assert result.ok
     meta = state.streams["orders"]
     a = meta.partitions[0]
@@ -90,7 +101,7 @@ async def replica_over_a_real_log(
         link=link,
         acks=AckRouter(link),
         server_id=ME,
-        controller=RefusingControl(),
+        controller=control or RefusingControl(),
         fetch_sessions=None,
         fsyncs=FsyncRunner(),
         on_leadership_end=lambda _stream, _partition: None,
@@ -196,5 +207,31 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
             "assignment not applied: the partition is stopping" in r.getMessage()
             for r in caplog.records
         )
+    finally:
+        await link.close()
+
+
+async def test_a_stopping_server_follows_without_fetching(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    link = await connected_link(nats_server)
+    control = RefusingControl()
+    try:
+        replica, state = await replica_over_a_real_log(
+            tmp_path, link, replicas=("s2", "s1", "s3"), control=control
+        )
+        a = state.streams["orders"].partitions[0]
+        assert a.leader == "s2"
+        async with anyio.create_task_group() as tg:
+            await tg.start(replica.run)
+            control.stopping = True  # SIGTERM: the graceful stop began
+            with anyio.fail_after(BOUND_S):
+                await replica.apply_assignment(a, ADDRESSES)
+            assert replica.fetcher is None
+            assert replica.role == ROLE_NONE
+            assert replica.assignment == a
+            replica.stop()
+            with anyio.fail_after(BOUND_S):
+                await replica.wait_stopped()
     finally:
         await link.close()

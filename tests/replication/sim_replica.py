@@ -213,9 +213,9 @@ class Node:
             return
         self.stopping = True
         if self.meta is not None:
-            # The stop's probe (Liveness.answering): the servers that run and are not
-            # stopping themselves.
-            live = {n for n, node in self.sim.nodes.items() if node.alive and not node.stopping}
+            # The stop's probe (Liveness.answering): the servers that run (one stopping
+            # too still answers until its own handoff is done).
+            live = {n for n, node in self.sim.nodes.items() if node.alive}
             for op in plan_handoffs(self.meta.state, self.name, live).elections:
                 self.send(CTL, Propose(self.name, op))
 

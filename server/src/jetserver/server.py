@@ -349,7 +349,9 @@ class Server:
                 log.info("shutting down")
                 if node is not None:
                     # Still serving: move partition leaderships to in-sync followers first,
-                    # so producers fail over without a timeout.
+                    # so producers fail over without a timeout. The replicas that become
+                    # followers do not fetch (they would rejoin the ISRs they just left).
+                    node.controller.stopping = True
                     await hand_off_leaderships(
                         node.raft,
                         running.streams,

@@ -56,6 +56,7 @@ from jetserver.replication.control import (
     server_down_event_of,
     server_down_of,
     server_heard_of,
+    server_stopping_of,
 )
 from jetserver.replication.core import (
     ROLE_FOLLOWER,
@@ -66,7 +67,7 @@ from jetserver.replication.core import (
 )
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.ids import replica_index
-from jetserver.replication.scrub import first_damaged_offset
+from jetserver.replication.scrub import checkpointed_hw, scrub_and_truncate
 from jetserver.replication.session import FetchSessions
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log, StorageError
@@ -168,20 +169,9 @@ class ReplicaRoles:
         ):
             return
         self._scrubbed = True
-        try:
-            damaged = await anyio.to_thread.run_sync(first_damaged_offset, log_)
-            if damaged is None:
-                return
-            log.warning(
-                "damaged records found: truncating there to fetch them again from the leader",
-                extra=self._fields(offset=damaged, leo=log_.log_end_offset),
-            )
-            await anyio.to_thread.run_sync(log_.truncate_to, damaged)
-            await anyio.to_thread.run_sync(log_.epochs.truncate_from_end, damaged)
-        except (StorageError, OSError) as exc:
-            log.error("the scrub at open failed", extra=self._fields(error=repr(exc)))
-        self._core.damaged = True
-        self._core.found_damage = True
+        if await scrub_and_truncate(log_, self.stream, self.partition):
+            self._core.damaged = True
+            self._core.found_damage = True
 
     @property
     def role(self) -> str:
@@ -229,82 +219,77 @@ class ReplicaRoles:
             assignment: the partition's current assignment from the metadata.
             addresses: server id -> client ``host:port`` of the replicas.
 
-        Ordered with :meth:`run` (spec/cluster.md, "Replica reconciliation"): before
-        ``run`` has started, the call waits for it; once the replica is stopping (or
-        stops while the role is being prepared), the assignment is dropped with a DEBUG
-        line and no role task or subscription is started. Never raises for either.
+        Ordered with :meth:`run` (spec/cluster.md, "Replica reconciliation"): waits for it
+        to start; dropped (DEBUG) once the replica stops, even while the role is prepared.
 
         Raises:
             StorageError: the epoch cache or the log could not be written (the caller
                 retries).
         """
         async with self._role_lock():
-            if not await self._wait_for_run():
-                self._drop(assignment)
-                return
-            core = self._core
-            address = addresses.get(assignment.leader or "", "")
-            plan = core.assign(assignment, address)
-            if plan is Plan.KEEP:
-                return
-            if plan is Plan.ADOPT_ISR:
-                await self._carry_out(core.adopt_isr(assignment, self.log.high_watermark))
-                self._isr_wake.set()  # new members: the ISR check's next time may be sooner
-                return
-            if plan is Plan.LEAD:
-                if not await self._become_leader(assignment):
-                    self._drop(assignment)
-                    return
-            elif plan is Plan.STEP_ASIDE:
-                await self._end_role(ROLE_NONE)
-                # Leading with records missing would make the followers truncate to this
-                # log. Step aside: they report this leader silent and an ISR member takes
-                # over; this replica then follows it and fetches what it lost.
-                log.warning(
-                    "not leading: recovery found damaged records; waiting for another ISR "
-                    "member to take over",
-                    extra=self._fields(
-                        leader_epoch=assignment.leader_epoch, isr=",".join(assignment.isr)
-                    ),
+            if not (await self._wait_for_run() and await self._take(assignment, addresses)):
+                log.debug(
+                    "assignment not applied: the partition is stopping",
+                    extra=self._fields(leader=assignment.leader, epoch=assignment.leader_epoch),
                 )
-                return
-            elif plan is Plan.FENCED:
-                await self._end_role(ROLE_NONE)  # the renewal (renew_leadership) goes on
-                return
-            elif plan is Plan.FOLLOW:
-                if not await self._become_follower(assignment, address):
-                    self._drop(assignment)
-                    return
-            else:
-                await self._end_role(ROLE_NONE)
-            log.info(
-                "assignment applied",
+
+    async def _take(self, assignment: PartitionAssignment, addresses: Mapping[str, str]) -> bool:
+        """Under the role lock; False if a stop came before the role was taken (none)."""
+        core = self._core
+        address = addresses.get(assignment.leader or "", "")
+        plan = core.assign(assignment, address)
+        if plan is Plan.KEEP:
+            return True
+        if plan is Plan.ADOPT_ISR:
+            await self._carry_out(core.adopt_isr(assignment, self.log.high_watermark))
+            self._isr_wake.set()  # new members: the ISR check's next time may be sooner
+            return True
+        if plan is Plan.LEAD:
+            if not await self._become_leader(assignment):
+                return False
+        elif plan is Plan.STEP_ASIDE:
+            await self._end_role(ROLE_NONE)
+            # Leading with records missing would make the followers truncate to this
+            # log. Step aside: they report this leader silent and an ISR member takes
+            # over; this replica then follows it and fetches what it lost.
+            log.warning(
+                "not leading: recovery found damaged records; waiting for another ISR "
+                "member to take over",
                 extra=self._fields(
-                    role=core.role,
-                    leader=assignment.leader,
-                    leader_epoch=assignment.leader_epoch,
-                    isr=",".join(assignment.isr),
-                    leo=self.log.log_end_offset,
-                    hw=self.log.high_watermark,
+                    leader_epoch=assignment.leader_epoch, isr=",".join(assignment.isr)
                 ),
             )
+            return True
+        elif plan is Plan.FENCED:
+            await self._end_role(ROLE_NONE)  # the renewal (renew_leadership) goes on
+            return True
+        elif plan is Plan.FOLLOW:
+            if not await self._become_follower(assignment, address):
+                return False
+        else:
+            await self._end_role(ROLE_NONE)
+        log.info(
+            "assignment applied",
+            extra=self._fields(
+                role=core.role,
+                leader=assignment.leader,
+                leader_epoch=assignment.leader_epoch,
+                isr=",".join(assignment.isr),
+                leo=self.log.log_end_offset,
+                hw=self.log.high_watermark,
+            ),
+        )
+        return True
 
     async def _wait_for_run(self) -> bool:
-        """Wait until :meth:`run` has started (True) or the replica stopped first, or
-        ``run`` ended (False). The event is set once, by whichever comes first."""
+        """True once :meth:`run` started; False if a stop (or the end of ``run``) came first."""
         if not self._run_started.is_set():
             await self._run_started.wait()
         return self._roles_open()
 
     def _roles_open(self) -> bool:
-        """True while role tasks may start: :meth:`run` is running and no stop was asked."""
+        """True while role tasks may start: :meth:`run` runs and no stop was asked."""
         return self._tg is not None and not (self._closed or self._stopping)
-
-    def _drop(self, assignment: PartitionAssignment) -> None:
-        log.debug(
-            "assignment not applied: the partition is stopping",
-            extra=self._fields(leader=assignment.leader, leader_epoch=assignment.leader_epoch),
-        )
 
     @property
     def leading(self) -> bool:
@@ -363,8 +348,8 @@ class ReplicaRoles:
         self.wake_waiters()
 
     def _start_role_task(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`); call only while
-        :meth:`_roles_open` (checked after the role's last await)."""
+        """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`); only while
+        :meth:`_roles_open` (its callers check that after their last await)."""
         assert self._tg is not None
         scope = anyio.CancelScope()
         done = anyio.Event()
@@ -382,8 +367,7 @@ class ReplicaRoles:
         self._tg.start_soon(runner)
 
     async def _become_leader(self, a: PartitionAssignment) -> bool:
-        """Lead epoch ``a.leader_epoch``; False if the replica began stopping meanwhile
-        (no role then: the worker-thread calls below give a stop time to end ``run``)."""
+        """Lead ``a.leader_epoch``; False if a stop began meanwhile (in the thread calls)."""
         await self._end_role(ROLE_NONE)
         log_ = self.log
         await anyio.to_thread.run_sync(log_.epochs.assign, a.leader_epoch, log_.log_end_offset)
@@ -421,11 +405,12 @@ class ReplicaRoles:
         return True
 
     async def _become_follower(self, a: PartitionAssignment, address: str) -> bool:
-        """Follow ``a.leader``; False if the replica began stopping meanwhile."""
+        """Follow ``a.leader`` (no fetching on a stopping server: ``server_stopping_of``);
+        False if this replica began stopping meanwhile."""
         await self._end_role(ROLE_FOLLOWER)
-        if not self._roles_open():
+        if not self._roles_open() or server_stopping_of(self.controller):
             await self._end_role(ROLE_NONE)
-            return False
+            return self._roles_open()
         core = self._core
         core.follow(a, address)
         sessions = self.fetch_sessions
@@ -612,13 +597,3 @@ class ReplicaRoles:
         """True if consumers may fetch here: this replica leads, or follows while in the
         ISR (read replicas: records below its own HW)."""
         return self._core.serves_consumers()
-
-
-def checkpointed_hw(log_: Log) -> int:
-    """The HW checkpoint as written when the log was opened (not clamped to what recovery
-    kept); 0 if missing or unreadable.
-
-    A follower whose log lost records below it (a damaged disk) must not count as holding
-    every committed record until it has fetched them again.
-    """
-    return log_.recovery.hw_checkpoint or 0  # read by recovery, in the opening thread

@@ -126,6 +126,9 @@ class Controller:
     """An event set once this server's liveness view finds a server down
     (:meth:`jetserver.cluster.liveness.Liveness.down_event`); None: followers watch their
     leaders with timers alone."""
+    stopping: bool = False
+    """Set when this server begins a graceful stop (before its handoffs): its replicas
+    handed a follower role from then on do not fetch (``server_stopping_of``)."""
     isr_bound_s: float = ISR_PROPOSE_BOUND_S
     """See :data:`ISR_PROPOSE_BOUND_S`."""
     isr_changes: int = 0
