@@ -10,10 +10,11 @@ nats-server) is handed an assignment that makes it leader:
   dropped, with no role task and no NATS subscription left behind (it used to raise the
   same RuntimeError, which a stopping server logged as a traceback: issue 31, case 8).
 
-A replica of a server that began a graceful stop and is handed a follower role (its
-handoff made another replica leader) does not fetch: caught up, it would be added back to
-the ISR it just left, after the server planned its ISR exits, and hold the new leader's HW
-back until the lag bound (seen in tests/cluster/test_stop_after_kill.py before the fix).
+A replica of a server that began a graceful stop and is handed a follower role outside
+the ISR (its handoff made another replica leader and took it out) does not fetch: caught
+up, it would be added back to the ISR it just left, after the server planned its ISR
+exits, and hold the new leader's HW back until the lag bound (seen in
+tests/cluster/test_stop_after_kill.py before the fix). One still in the ISR fetches on.
 
 The control plane is a stand-in that refuses every ISR change (nothing here proposes one).
 """
@@ -24,6 +25,7 @@ import logging
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 
 from jetserver.broker.acks import AckRouter
@@ -34,7 +36,7 @@ from jetserver.fsync_runner import FsyncRunner
 from jetserver.metadata.model import MetadataState, StreamSpec
 from jetserver.metadata.ops import CreateStream, apply
 from jetserver.nats_link import NatsLink
-from jetserver.replication.core import ROLE_LEADER, ROLE_NONE
+from jetserver.replication.core import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE
 from jetserver.testing import in_process_config, wait_until_async
 from support.nats_server import NatsServer
 
@@ -211,7 +213,7 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
         await link.close()
 
 
-async def test_a_stopping_server_follows_without_fetching(
+async def test_a_stopping_server_outside_the_isr_follows_without_fetching(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     link = await connected_link(nats_server)
@@ -222,14 +224,20 @@ async def test_a_stopping_server_follows_without_fetching(
         )
         a = state.streams["orders"].partitions[0]
         assert a.leader == "s2"
+        handed_off = attrs.evolve(a, isr=("s2", "s3"))  # as the handoff's ElectLeader leaves it
         async with anyio.create_task_group() as tg:
             await tg.start(replica.run)
             control.stopping = True  # SIGTERM: the graceful stop began
             with anyio.fail_after(BOUND_S):
-                await replica.apply_assignment(a, ADDRESSES)
+                await replica.apply_assignment(handed_off, ADDRESSES)
             assert replica.fetcher is None
             assert replica.role == ROLE_NONE
-            assert replica.assignment == a
+            assert replica.assignment == handed_off
+            # Still in the ISR: it fetches on (the leader's HW counts it) until it leaves.
+            with anyio.fail_after(BOUND_S):
+                await replica.apply_assignment(a, ADDRESSES)
+            assert replica.fetcher is not None
+            assert replica.role == ROLE_FOLLOWER
             replica.stop()
             with anyio.fail_after(BOUND_S):
                 await replica.wait_stopped()

@@ -230,7 +230,9 @@ class ReplicaRoles:
             if not (await self._wait_for_run() and await self._take(assignment, addresses)):
                 log.debug(
                     "assignment not applied: the partition is stopping",
-                    extra=self._fields(leader=assignment.leader, epoch=assignment.leader_epoch),
+                    extra=self._fields(
+                        leader=assignment.leader, leader_epoch=assignment.leader_epoch
+                    ),
                 )
 
     async def _take(self, assignment: PartitionAssignment, addresses: Mapping[str, str]) -> bool:
@@ -382,8 +384,6 @@ class ReplicaRoles:
                 "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
             )
             table = None
-        if not self._roles_open():
-            return False
         self.leader_epoch = a.leader_epoch
         out = self._core.lead(
             a,
@@ -394,7 +394,7 @@ class ReplicaRoles:
             producers=table,
         )
         await self._carry_out(out)
-        if not self._roles_open():  # (acks sent above: a stop may have begun)
+        if not self._roles_open():  # a stop came during the worker-thread calls above
             await self._end_role(ROLE_NONE)
             return False
         self._request_flush()  # flush whatever a previous role left unflushed
@@ -405,10 +405,11 @@ class ReplicaRoles:
         return True
 
     async def _become_follower(self, a: PartitionAssignment, address: str) -> bool:
-        """Follow ``a.leader`` (no fetching on a stopping server: ``server_stopping_of``);
-        False if this replica began stopping meanwhile."""
+        """Follow ``a.leader`` (on a stopping server, outside the ISR: without fetching, see
+        ``server_stopping_of``); False if this replica began stopping meanwhile."""
         await self._end_role(ROLE_FOLLOWER)
-        if not self._roles_open() or server_stopping_of(self.controller):
+        rejoin = server_stopping_of(self.controller) and self.server_id not in a.isr
+        if not self._roles_open() or rejoin:
             await self._end_role(ROLE_NONE)
             return self._roles_open()
         core = self._core

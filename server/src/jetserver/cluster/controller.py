@@ -128,7 +128,8 @@ class Controller:
     leaders with timers alone."""
     stopping: bool = False
     """Set when this server begins a graceful stop (before its handoffs): its replicas
-    handed a follower role from then on do not fetch (``server_stopping_of``)."""
+    handed a follower role outside the ISR from then on do not fetch
+    (``server_stopping_of``)."""
     isr_bound_s: float = ISR_PROPOSE_BOUND_S
     """See :data:`ISR_PROPOSE_BOUND_S`."""
     isr_changes: int = 0
