@@ -196,3 +196,24 @@ async def test_isr_changes_proposed_together_go_in_one_raft_entry(raft: Metadata
     assert await controller.propose_isr("wide", 7, 0, ("s1", "s2"), partition_epoch=0)
     assert raft.state.streams["wide"].partitions[7].isr == R2
     assert raft.index - index_before == controller.isr_entries
+
+
+@pytest.mark.anyio
+async def test_a_stopping_server_reports_no_silent_leader_and_is_not_elected(
+    raft: MetadataRaft,
+) -> None:
+    """Issue 31, item 5: a server in its graceful stop does not report a silent leader
+    (the first reporter in replica order is elected, and it is about to go); another
+    live follower's report, with the leader's silence, moves the leadership to that one."""
+    down = {"s1"}  # the leader (killed)
+    elections = Elections(raft, lambda s: s in down, window_s=5.0)
+    stopping = Controller("s2", raft, PeerPool(), elections, client_addresses=dict)
+    stopping.stopping = True
+    await stopping.report_leader_silent("orders", 0, 0, "s2")
+    assert stopping.reports_sent == 0
+    a = raft.state.streams["orders"].partitions[0]
+    assert (a.leader, a.leader_epoch) == ("s1", 0)  # s2 + the leader's silence would elect s2
+    live = Controller("s3", raft, PeerPool(), elections, client_addresses=dict)
+    await live.report_leader_silent("orders", 0, 0, "s3")
+    a = raft.state.streams["orders"].partitions[0]
+    assert (a.leader, a.leader_epoch) == ("s3", 1)

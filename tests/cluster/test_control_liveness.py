@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import anyio
 import anyio.abc
+import attrs
 import pytest
 
+from jetsdk.codec.frames import FLAG_RESPONSE, FrameDecoder, encode_frame
+from jetsdk.codec.messages import encode_json
 from jetserver.cluster import liveness as liveness_module
+from jetserver.cluster.handoff import handoff_candidates, plan_handoffs
 from jetserver.cluster.liveness import Liveness
 from jetserver.cluster.peers import PeerPool
-from jetserver.metadata.model import MetadataState, RegisteredServer
+from jetserver.metadata.model import MetadataState, RegisteredServer, StreamSpec
+from jetserver.metadata.ops import CreateStream, apply
 from jetserver.testing import free_ports
 
 
@@ -60,5 +65,92 @@ async def test_refused_is_down_at_once_a_silent_server_only_after_a_while(
         assert not live.is_down("me")
         tg.cancel_scope.cancel()
     await peers.aclose()
+    for stream in held:
+        await stream.aclose()
+
+
+async def answer_hellos(listener: anyio.abc.SocketListener) -> None:
+    """A server's client port as probes see it: every Hello gets an answer."""
+
+    async def handle(conn: anyio.abc.SocketStream) -> None:
+        decoder = FrameDecoder()
+        async with conn:
+            while True:
+                try:
+                    data = await conn.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+                decoder.feed(data)
+                while (frame := decoder.next_frame()) is not None:
+                    body = encode_json({"server_id": "?", "protocol": 1})
+                    await conn.send(
+                        encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE)
+                    )
+
+    await listener.serve(handle)
+
+
+@pytest.mark.anyio
+async def test_a_stop_hands_leaderships_only_to_isr_members_that_answer_now() -> None:
+    """Issue 31, case 8: a server killed just before a graceful stop was heard from less
+    than one probe period earlier and is not down in the liveness view yet; the stop's own
+    probe finds it gone, and its leaderships go to the next ISR member that answers. One
+    that only accepts connections (a paused process) is not chosen either."""
+    killed = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    alive = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    paused = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    held: list[anyio.abc.SocketStream] = []
+
+    async def hold(stream: anyio.abc.SocketStream) -> None:
+        held.append(stream)
+
+    def address(listener: anyio.abc.SocketListener) -> str:
+        return f"127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}"
+
+    spec = StreamSpec(name="orders", subject="orders", partitions=1, replication_factor=4)
+    replicas = (("me", "killed", "paused", "alive"),)
+    state, result = apply(MetadataState(), CreateStream(spec, "id1", 5, replicas))
+    assert result.ok
+    servers = {
+        "me": RegisteredServer("me", "127.0.0.1:1", "127.0.0.1:2"),
+        "killed": RegisteredServer("killed", address(killed), "127.0.0.1:3"),
+        "paused": RegisteredServer("paused", address(paused), "127.0.0.1:4"),
+        "alive": RegisteredServer("alive", address(alive), "127.0.0.1:5"),
+    }
+    state = attrs.evolve(state, servers=servers)
+    peers = PeerPool(connect_timeout_s=0.3)
+    live = Liveness("me", peers, lambda: state, interval_s=0.5)
+    async with anyio.create_task_group() as tg:
+        peers.start(tg)
+        killed_scope = anyio.CancelScope()
+        gone = anyio.Event()
+
+        async def serve_until_killed() -> None:
+            with killed_scope:
+                await answer_hellos(killed)
+            await killed.aclose()
+            gone.set()
+
+        tg.start_soon(serve_until_killed)
+        tg.start_soon(answer_hellos, alive)
+        tg.start_soon(paused.serve, hold)
+        assert await live.answering({"killed", "alive"}, 1.0) == {"killed", "alive"}
+        # Without the stop's own probe "killed" would be taken: its last answer is recent.
+        assert plan_handoffs(state, "me", {"killed", "alive"}).elections[0].leader == "killed"
+        killed_scope.cancel()  # the kill: its connections close, nothing listens there
+        with anyio.fail_after(5):
+            await gone.wait()
+        assert not live.is_down("killed")  # the probe loop has not seen it yet
+        candidates = handoff_candidates(state, "me")
+        assert candidates == {"killed", "paused", "alive"}
+        answered = await live.answering(candidates, 0.3)
+        assert answered == {"alive"}
+        assert live.is_down("killed")  # refused
+        plan = plan_handoffs(state, "me", answered)
+        assert [(op.leader, op.leader_epoch) for op in plan.elections] == [("alive", 1)]
+        tg.cancel_scope.cancel()
+    await peers.aclose()
+    await alive.aclose()
+    await paused.aclose()
     for stream in held:
         await stream.aclose()

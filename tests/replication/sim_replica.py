@@ -213,8 +213,10 @@ class Node:
             return
         self.stopping = True
         if self.meta is not None:
-            elections, _kept = plan_handoffs(self.meta.state, self.name)
-            for op in elections:
+            # The stop's probe (Liveness.answering): the servers that run (one stopping
+            # too still answers until its own handoff is done).
+            live = {n for n, node in self.sim.nodes.items() if node.alive}
+            for op in plan_handoffs(self.meta.state, self.name, live).elections:
                 self.send(CTL, Propose(self.name, op))
 
         def close() -> None:

@@ -13,8 +13,8 @@ holds replicas of in the replicated state, and only then writes the ready file a
 "server ready". Replicas then follow every change of the replicated state.
 
 Shutdown (:meth:`Server.request_stop`, SIGTERM/SIGINT in the CLI): in a cluster, the
-partition leaderships of this server first move to in-sync followers (bounded; see
-:mod:`jetserver.cluster.handoff`) while it still serves; then new requests get
+partition leaderships of this server first move to in-sync followers that answer a probe
+now (bounded; see :mod:`jetserver.cluster.handoff`) while it still serves; then new requests get
 SHUTTING_DOWN and long polls return; in-flight requests get a grace period; connections
 close; ingest stops (unsubscribe); what was already queued is appended; every partition is
 flushed, its HW checkpointed and its log closed; pending acks are flushed to NATS. Nothing
@@ -354,12 +354,15 @@ class Server:
                 log.info("shutting down")
                 if node is not None:
                     # Still serving: move partition leaderships to in-sync followers first,
-                    # so producers fail over without a timeout.
+                    # so producers fail over without a timeout. The replicas that become
+                    # followers do not fetch (they would rejoin the ISRs they just left).
+                    node.controller.stopping = True
                     await hand_off_leaderships(
                         node.raft,
                         running.streams,
                         cfg.server.id,
                         cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
+                        node.liveness,  # only to ISR members that answer now
                     )
                 running.dispatcher.shutting_down = True
                 running.streams.wake_all()
@@ -403,7 +406,7 @@ async def _hand_off_during_outages(
 ) -> None:
     with scope:
         await hand_off_during_nats_outages(
-            running.link, node.raft, running.streams, node.config.server.id
+            running.link, node.raft, running.streams, node.config.server.id, node.liveness
         )
 
 

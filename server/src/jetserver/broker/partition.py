@@ -92,11 +92,10 @@ class _Wanted(NamedTuple):
 class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     """The replica of one partition on this server (see the module docstring for roles).
 
-    Lifecycle: ``await tg.start(replica.run)``; in a cluster, then ``await
-    replica.apply_assignment(assignment, addresses)`` on every metadata change (in order);
-    ``replica.stop()`` and ``await replica.wait_stopped()`` to close it (it unsubscribes
-    and closes its log itself).
-    """
+    Lifecycle: ``await tg.start(replica.run)``; in a cluster ``await
+    replica.apply_assignment(assignment, addresses)`` on every metadata change (in order;
+    before ``run`` it waits, after :meth:`stop` it does nothing); ``replica.stop()`` and
+    ``await replica.wait_stopped()`` to close it (it unsubscribes, closes its log)."""
 
     stream: str
     """Stream name."""
@@ -176,9 +175,8 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     sync_failures: int = 0
     """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
     closer: Callable[[Log], Awaitable[None]] | None = None
-    """Closes the log at the end instead of a worker-thread call of its own: a server's
-    stop closes every log in batches, without fsyncing the clean-shutdown markers (it syncs
-    the file system once after, ``StreamManager.stop``)."""
+    """Closes the log at the end instead of a worker-thread call of its own: a server's stop
+    closes logs in batches, the clean-shutdown markers synced once (StreamManager.stop)."""
     fetch_waiters: int = 0
     """Fetches parked waiting for the HW to move."""
     _core: ReplicaCore[PendingAck] = attrs.field(init=False)
@@ -188,6 +186,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     _role_scope: anyio.CancelScope | None = None
     _role_done: anyio.Event | None = None
     _role_lock_: anyio.Lock | None = None
+    _run_started: LazyEvent = attrs.field(factory=LazyEvent)
     _replica_news: LazyEvent = attrs.field(factory=LazyEvent)
     _news_wakers: set[anyio.Event] | None = None
     _isr_wake: LazyEvent = attrs.field(factory=LazyEvent)
@@ -243,13 +242,15 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
         from the server's one housekeeping task (:mod:`jetserver.broker.housekeeping`)."""
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
                 await self._scrub_at_open()
+                self._tg = tg  # role tasks may start (apply_assignment waits until then)
+                self._run_started.set()
                 task_status.started()
                 await self._sequencer()
                 tg.cancel_scope.cancel()
         finally:
             self._tg = None
+            self._run_started.set()  # an apply_assignment waiting for run: it is over
             with anyio.CancelScope(shield=True):
                 await self._finish()
 
@@ -266,12 +267,11 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
         self._dirty.set()
 
     def stop(self, *, drain: bool = True) -> None:
-        """Ask :meth:`run` to end: with ``drain``, messages already queued are appended first.
-
-        New messages are refused from now on; :meth:`run` unsubscribes and closes the log.
-        """
+        """Ask :meth:`run` to end (``drain``: what is queued is appended first); new
+        messages are refused from now on; :meth:`run` unsubscribes and closes the log."""
         self._stopping = True
         self._drain = drain
+        self._run_started.set()  # apply_assignment stops waiting for run: none will come
         self._wake.set()
         self._space.set()
         self.wake_waiters()

@@ -57,6 +57,7 @@ from jetserver.replication.control import (
     server_down_event_of,
     server_down_of,
     server_heard_of,
+    server_stopping_of,
 )
 from jetserver.replication.core import (
     ROLE_FOLLOWER,
@@ -67,7 +68,7 @@ from jetserver.replication.core import (
 )
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.ids import replica_index
-from jetserver.replication.scrub import first_damaged_offset
+from jetserver.replication.scrub import checkpointed_hw, scrub_and_truncate
 from jetserver.replication.session import FetchSessions
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log, StorageError
@@ -111,6 +112,7 @@ class ReplicaRoles:
     _role_scope: anyio.CancelScope | None
     _role_done: anyio.Event | None
     _role_lock_: anyio.Lock | None
+    _run_started: LazyEvent
     _replica_news: LazyEvent
     _news_wakers: set[anyio.Event] | None
     _isr_wake: LazyEvent
@@ -168,20 +170,9 @@ class ReplicaRoles:
         ):
             return
         self._scrubbed = True
-        try:
-            damaged = await anyio.to_thread.run_sync(first_damaged_offset, log_)
-            if damaged is None:
-                return
-            log.warning(
-                "damaged records found: truncating there to fetch them again from the leader",
-                extra=self._fields(offset=damaged, leo=log_.log_end_offset),
-            )
-            await anyio.to_thread.run_sync(log_.truncate_to, damaged)
-            await anyio.to_thread.run_sync(log_.epochs.truncate_from_end, damaged)
-        except (StorageError, OSError) as exc:
-            log.error("the scrub at open failed", extra=self._fields(error=repr(exc)))
-        self._core.damaged = True
-        self._core.found_damage = True
+        if await scrub_and_truncate(log_, self.stream, self.partition):
+            self._core.damaged = True
+            self._core.found_damage = True
 
     @property
     def role(self) -> str:
@@ -229,55 +220,79 @@ class ReplicaRoles:
             assignment: the partition's current assignment from the metadata.
             addresses: server id -> client ``host:port`` of the replicas.
 
+        Ordered with :meth:`run` (spec/cluster.md, "Replica reconciliation"): waits for it
+        to start; dropped (DEBUG) once the replica stops, even while the role is prepared.
+
         Raises:
             StorageError: the epoch cache or the log could not be written (the caller
                 retries).
         """
         async with self._role_lock():
-            if self._closed or self._stopping:
-                return
-            core = self._core
-            address = addresses.get(assignment.leader or "", "")
-            plan = core.assign(assignment, address)
-            if plan is Plan.KEEP:
-                return
-            if plan is Plan.ADOPT_ISR:
-                await self._carry_out(core.adopt_isr(assignment, self.log.high_watermark))
-                self._isr_wake.set()  # new members: the ISR check's next time may be sooner
-                return
-            if plan is Plan.LEAD:
-                await self._become_leader(assignment)
-            elif plan is Plan.STEP_ASIDE:
-                await self._end_role(ROLE_NONE)
-                # Leading with records missing would make the followers truncate to this
-                # log. Step aside: they report this leader silent and an ISR member takes
-                # over; this replica then follows it and fetches what it lost.
-                log.warning(
-                    "not leading: recovery found damaged records; waiting for another ISR "
-                    "member to take over",
+            if not (await self._wait_for_run() and await self._take(assignment, addresses)):
+                log.debug(
+                    "assignment not applied: the partition is stopping",
                     extra=self._fields(
-                        leader_epoch=assignment.leader_epoch, isr=",".join(assignment.isr)
+                        leader=assignment.leader, leader_epoch=assignment.leader_epoch
                     ),
                 )
-                return
-            elif plan is Plan.FENCED:
-                await self._end_role(ROLE_NONE)  # the renewal (renew_leadership) goes on
-                return
-            elif plan is Plan.FOLLOW:
-                await self._become_follower(assignment, address)
-            else:
-                await self._end_role(ROLE_NONE)
-            log.info(
-                "assignment applied",
+
+    async def _take(self, assignment: PartitionAssignment, addresses: Mapping[str, str]) -> bool:
+        """Under the role lock; False if a stop came before the role was taken (none)."""
+        core = self._core
+        address = addresses.get(assignment.leader or "", "")
+        plan = core.assign(assignment, address)
+        if plan is Plan.KEEP:
+            return True
+        if plan is Plan.ADOPT_ISR:
+            await self._carry_out(core.adopt_isr(assignment, self.log.high_watermark))
+            self._isr_wake.set()  # new members: the ISR check's next time may be sooner
+            return True
+        if plan is Plan.LEAD:
+            if not await self._become_leader(assignment):
+                return False
+        elif plan is Plan.STEP_ASIDE:
+            await self._end_role(ROLE_NONE)
+            # Leading with records missing would make the followers truncate to this
+            # log. Step aside: they report this leader silent and an ISR member takes
+            # over; this replica then follows it and fetches what it lost.
+            log.warning(
+                "not leading: recovery found damaged records; waiting for another ISR "
+                "member to take over",
                 extra=self._fields(
-                    role=core.role,
-                    leader=assignment.leader,
-                    leader_epoch=assignment.leader_epoch,
-                    isr=",".join(assignment.isr),
-                    leo=self.log.log_end_offset,
-                    hw=self.log.high_watermark,
+                    leader_epoch=assignment.leader_epoch, isr=",".join(assignment.isr)
                 ),
             )
+            return True
+        elif plan is Plan.FENCED:
+            await self._end_role(ROLE_NONE)  # the renewal (renew_leadership) goes on
+            return True
+        elif plan is Plan.FOLLOW:
+            if not await self._become_follower(assignment, address):
+                return False
+        else:
+            await self._end_role(ROLE_NONE)
+        log.info(
+            "assignment applied",
+            extra=self._fields(
+                role=core.role,
+                leader=assignment.leader,
+                leader_epoch=assignment.leader_epoch,
+                isr=",".join(assignment.isr),
+                leo=self.log.log_end_offset,
+                hw=self.log.high_watermark,
+            ),
+        )
+        return True
+
+    async def _wait_for_run(self) -> bool:
+        """True once :meth:`run` started; False if a stop (or the end of ``run``) came first."""
+        if not self._run_started.is_set():
+            await self._run_started.wait()
+        return self._roles_open()
+
+    def _roles_open(self) -> bool:
+        """True while role tasks may start: :meth:`run` runs and no stop was asked."""
+        return self._tg is not None and not (self._closed or self._stopping)
 
     @property
     def leading(self) -> bool:
@@ -336,9 +351,9 @@ class ReplicaRoles:
         self.wake_waiters()
 
     def _start_role_task(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`)."""
-        if self._tg is None:
-            raise RuntimeError("apply_assignment before run() started")
+        """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`); only while
+        :meth:`_roles_open` (its callers check that after their last await)."""
+        assert self._tg is not None
         scope = anyio.CancelScope()
         done = anyio.Event()
         self._role_scope, self._role_done = scope, done
@@ -354,11 +369,11 @@ class ReplicaRoles:
 
         self._tg.start_soon(runner)
 
-    async def _become_leader(self, a: PartitionAssignment) -> None:
+    async def _become_leader(self, a: PartitionAssignment) -> bool:
+        """Lead ``a.leader_epoch``; False if a stop began meanwhile (in the thread calls)."""
         await self._end_role(ROLE_NONE)
         log_ = self.log
         await anyio.to_thread.run_sync(log_.epochs.assign, a.leader_epoch, log_.log_end_offset)
-        self.leader_epoch = a.leader_epoch
         rebuilt = ProducerTable()
         table: ProducerTable | None = rebuilt
         try:
@@ -370,6 +385,7 @@ class ReplicaRoles:
                 "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
             )
             table = None
+        self.leader_epoch = a.leader_epoch
         out = self._core.lead(
             a,
             leo=log_.log_end_offset,
@@ -379,12 +395,24 @@ class ReplicaRoles:
             producers=table,
         )
         await self._carry_out(out)
+        if not self._roles_open():  # a stop came during the worker-thread calls above
+            await self._end_role(ROLE_NONE)
+            return False
         self._request_flush()  # flush whatever a previous role left unflushed
         self._start_role_task(self._isr_loop)
         await self._subscribe()
+        if self._tg is None:  # run ended while subscribing: its end unsubscribed before
+            await self._unsubscribe()
+        return True
 
-    async def _become_follower(self, a: PartitionAssignment, address: str) -> None:
+    async def _become_follower(self, a: PartitionAssignment, address: str) -> bool:
+        """Follow ``a.leader`` (on a stopping server, outside the ISR: without fetching, see
+        ``server_stopping_of``); False if this replica began stopping meanwhile."""
         await self._end_role(ROLE_FOLLOWER)
+        rejoin = server_stopping_of(self.controller) and self.server_id not in a.isr
+        if not self._roles_open() or rejoin:
+            await self._end_role(ROLE_NONE)
+            return self._roles_open()
         core = self._core
         core.follow(a, address)
         sessions = self.fetch_sessions
@@ -424,6 +452,7 @@ class ReplicaRoles:
                     sessions.release(session)
 
         self._start_role_task(run_fetcher)
+        return True
 
     async def _follower_hw(self, hw: int) -> None:
         if hw > self.log.high_watermark:
@@ -570,13 +599,3 @@ class ReplicaRoles:
         """True if consumers may fetch here: this replica leads, or follows while in the
         ISR (read replicas: records below its own HW)."""
         return self._core.serves_consumers()
-
-
-def checkpointed_hw(log_: Log) -> int:
-    """The HW checkpoint as written when the log was opened (not clamped to what recovery
-    kept); 0 if missing or unreadable.
-
-    A follower whose log lost records below it (a damaged disk) must not count as holding
-    every committed record until it has fetched them again.
-    """
-    return log_.recovery.hw_checkpoint or 0  # read by recovery, in the opening thread

@@ -126,6 +126,10 @@ class Controller:
     """An event set once this server's liveness view finds a server down
     (:meth:`jetserver.cluster.liveness.Liveness.down_event`); None: followers watch their
     leaders with timers alone."""
+    stopping: bool = False
+    """Set when this server begins a graceful stop (before its handoffs): its replicas
+    handed a follower role outside the ISR from then on do not fetch
+    (``server_stopping_of``), and it reports no silent leader (a reporter can be elected)."""
     isr_bound_s: float = ISR_PROPOSE_BOUND_S
     """See :data:`ISR_PROPOSE_BOUND_S`."""
     isr_changes: int = 0
@@ -274,12 +278,18 @@ class Controller:
     ) -> None:
         """Report the leader of ``stream``/``partition`` at ``leader_epoch`` silent.
 
-        Delivered to the metadata leader within :data:`REPORT_TIMEOUT_S`: if no metadata
-        leader is known or it does not answer (it may have failed with the partition
-        leader), the report waits for the next metadata leader and is sent again. Failures
-        are logged (DEBUG) and swallowed: the caller reports again while the leader stays
-        silent.
+        Not sent once this server is :attr:`stopping`. Delivered to the metadata leader
+        within :data:`REPORT_TIMEOUT_S`: if no metadata leader is known or it does not
+        answer (it may have failed with the partition leader), the report waits for the
+        next metadata leader and is sent again. Failures are logged (DEBUG) and swallowed:
+        the caller reports again while the leader stays silent.
         """
+        if self.stopping:  # a reporter can be elected, and this server is about to go
+            log.debug(
+                "silent-leader report not sent: this server is stopping",
+                extra=fields(stream=stream, partition=partition, leader_epoch=leader_epoch),
+            )
+            return
         self.reports_sent += 1
         request = {
             "stream": stream,

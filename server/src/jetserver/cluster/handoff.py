@@ -1,18 +1,26 @@
 """Graceful shutdown: hand this server's partition leaderships to in-sync followers first.
 
-On SIGTERM a server of a cluster, before it stops serving, proposes for every partition it
-leads whose ISR holds another member an ``ElectLeader`` (the new leader: the first other
-ISR member in replica order; epoch + 1) through the metadata Raft (forwarded to the
-metadata leader), then waits, bounded, until its own replicas have applied the new
-assignments. Each of them is then a follower: its pending ALL acks were answered NOT_LEADER
-and the Produce requests still waiting for it were answered at once (producers retry them
-with the same sequences at the new leader, which deduplicates what it already has).
+On SIGTERM a server of a cluster, before it stops serving, probes the other ISR members of
+the partitions it leads (a Hello each, at once, bounded by ``HANDOFF_PROBE_TIMEOUT_S``:
+:meth:`~jetserver.cluster.liveness.Liveness.answering`), then proposes for every partition
+it leads whose ISR holds another member that answered an ``ElectLeader`` (the new leader:
+the first such member in replica order; epoch + 1) through the metadata Raft (forwarded to
+the metadata leader), then waits, bounded, until its own replicas have applied the new
+assignments. A member that did not answer (killed just before: refused; paused or
+stopping: no answer within the bound) is never chosen, as in Kafka's controlled shutdown,
+which moves leaderships to live ISR members only. Each of its replicas is then a
+follower: its pending ALL acks were answered NOT_LEADER and the Produce requests still
+waiting for it were answered at once (producers retry them with the same sequences at
+the new leader, which deduplicates what it already has).
 Committed records are on every ISR member, so the new leader has them; records the old
 leader had not committed yet are truncated when it follows and their producers' retries
 store them again.
 
 A partition whose ISR is this server alone keeps it (no unclean handoff: the other
-replicas may lack committed records); it is unavailable until the server is back.
+replicas may lack committed records); it is unavailable until the server is back. One whose
+other ISR members all failed the probe is not handed off either: once this server is gone
+the usual election applies (an ISR member that reports this leader silent is elected, with
+this server's silence as a vote), or, if none is alive, it waits for one to come back.
 
 Then, once its replicas are closed (its follower fetchers stopped), the server leaves the
 ISRs it is a follower in (:func:`leave_isrs`): otherwise their leaders could not commit
@@ -33,6 +41,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Collection
 from typing import Protocol
 
 import anyio
@@ -53,6 +62,31 @@ MAX_ISR_EXIT_ROUNDS = 3
 """Rounds of :func:`leave_isrs` (a round plans again after refusals)."""
 HANDOFF_POLL_S = 0.02
 """Pause between two checks that the local replicas applied the handoffs."""
+HANDOFF_PROBE_TIMEOUT_S = 1.0
+"""Bound on the probe of each handoff candidate (the liveness probes' own bound): a
+candidate that has not answered by then is not handed a leadership."""
+
+
+class Reachable(Protocol):
+    """Which servers answer now (:class:`~jetserver.cluster.liveness.Liveness`)."""
+
+    async def answering(self, server_ids: Collection[str], timeout_s: float) -> frozenset[str]:
+        """Probe ``server_ids`` now; those that answered within ``timeout_s``."""
+        ...
+
+
+@attrs.frozen
+class HandoffPlan:
+    """What a stopping server does with each partition it leads. Built by
+    :func:`plan_handoffs`."""
+
+    elections: tuple[ElectLeader, ...]
+    """Leaderships moved: to the first ISR member (replica order) that answered."""
+    kept: tuple[str, ...]
+    """``stream/partition`` kept: this server is alone in the ISR."""
+    no_live_member: tuple[str, ...]
+    """``stream/partition`` not handed off: no other ISR member answered (the election
+    rules decide once this server is gone)."""
 
 
 @attrs.frozen
@@ -67,13 +101,30 @@ class Handoff:
     """``stream/partition`` whose handoff was refused or not applied within the bound."""
     elapsed_s: float
     """Time spent."""
+    no_live_member: tuple[str, ...] = ()
+    """``stream/partition`` not handed off: no other ISR member answered the probe."""
 
 
-def plan_handoffs(state: MetadataState, me: str) -> tuple[list[ElectLeader], list[str]]:
-    """The elections that move every leadership of ``me`` to another ISR member, and the
-    partitions that stay (``me`` alone in the ISR). Pure."""
+def handoff_candidates(state: MetadataState, me: str) -> frozenset[str]:
+    """The servers ``me`` might hand a leadership to: the other ISR members of the
+    partitions it leads. Pure."""
+    return frozenset(
+        r
+        for meta in state.streams.values()
+        for a in meta.partitions
+        if a.leader == me
+        for r in a.isr
+        if r != me
+    )
+
+
+def plan_handoffs(state: MetadataState, me: str, live: Collection[str]) -> HandoffPlan:
+    """The elections that move every leadership of ``me`` to the first other ISR member,
+    in replica order, that is in ``live`` (answered the stop's probe); the partitions that
+    stay (``me`` alone in the ISR) and those with no live member to take them. Pure."""
     ops: list[ElectLeader] = []
     kept: list[str] = []
+    stranded: list[str] = []
     for name in sorted(state.streams):
         meta = state.streams[name]
         for a in meta.partitions:
@@ -83,23 +134,39 @@ def plan_handoffs(state: MetadataState, me: str) -> tuple[list[ElectLeader], lis
             if not others:
                 kept.append(f"{name}/{a.partition}")
                 continue
+            answering = [r for r in others if r in live]
+            if not answering:
+                stranded.append(f"{name}/{a.partition}")
+                continue
             ops.append(
-                ElectLeader(name, a.partition, others[0], a.leader_epoch + 1, meta.stream_id)
+                ElectLeader(name, a.partition, answering[0], a.leader_epoch + 1, meta.stream_id)
             )
-    return ops, kept
+    return HandoffPlan(tuple(ops), tuple(kept), tuple(stranded))
 
 
 async def hand_off_leaderships(
-    raft: MetadataRaft, streams: StreamManager, me: str, timeout_s: float
+    raft: MetadataRaft,
+    streams: StreamManager,
+    me: str,
+    timeout_s: float,
+    reachable: Reachable,
 ) -> Handoff:
     """Move the leadership of every partition ``me`` leads (and shares an ISR of) to an
-    in-sync follower; return once the local replicas applied it, or after ``timeout_s``.
+    in-sync follower that answers a probe now; return once the local replicas applied
+    it, or after ``timeout_s``.
 
     Never raises for refusals or timeouts (they are reported in the result and logged).
     """
     started = time.monotonic()
     deadline = started + timeout_s
-    ops, kept = plan_handoffs(raft.state, me)
+    candidates = handoff_candidates(raft.state, me)
+    live: frozenset[str] = frozenset()
+    if candidates:
+        live = await reachable.answering(
+            candidates, min(HANDOFF_PROBE_TIMEOUT_S, max(0.1, timeout_s / 2))
+        )
+    plan = plan_handoffs(raft.state, me, live)
+    ops, kept = plan.elections, plan.kept
     refused: list[str] = []
 
     async def elect(op: ElectLeader) -> None:
@@ -138,13 +205,18 @@ async def hand_off_leaderships(
     moved = sorted(
         f"{op.stream}/{op.partition}" for op in ops if f"{op.stream}/{op.partition}" not in failed
     )
-    result = Handoff(tuple(moved), tuple(kept), tuple(failed), time.monotonic() - started)
-    if ops or kept:
+    result = Handoff(
+        tuple(moved), kept, tuple(failed), time.monotonic() - started, plan.no_live_member
+    )
+    if ops or kept or plan.no_live_member:
         log.info(
             "leaderships handed over",
             extra=fields(
                 moved=len(result.moved),
+                to=",".join(sorted({op.leader for op in ops})) or None,
                 kept=len(result.kept),
+                no_live_member=",".join(plan.no_live_member) or None,
+                not_answering=",".join(sorted(candidates - live)) or None,
                 failed=",".join(result.failed) or None,
                 elapsed_ms=round(result.elapsed_s * 1000, 1),
             ),
@@ -224,6 +296,7 @@ async def hand_off_during_nats_outages(
     raft: MetadataRaft,
     streams: StreamManager,
     me: str,
+    reachable: Reachable,
     *,
     bound_s: float = NATS_OUTAGE_HANDOFF_S,
     timeout_s: float = 10.0,
@@ -248,7 +321,7 @@ async def hand_off_during_nats_outages(
             "nats link down; handing partition leaderships over to in-sync followers",
             extra=fields(after_s=bound_s),
         )
-        await hand_off_leaderships(raft, streams, me, timeout_s)
+        await hand_off_leaderships(raft, streams, me, timeout_s, reachable)
         while not link.connected:
             await link.wait_state_change()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import anyio
 import attrs
@@ -139,6 +139,23 @@ class Liveness:
                 for server_id, address in down.items():
                     tg.start_soon(self._probe, server_id, address)
 
+    async def answering(self, server_ids: Collection[str], timeout_s: float) -> frozenset[str]:
+        """Probe ``server_ids`` now, at once (each bounded by ``timeout_s``); those that
+        answered a probe sent from now on. A graceful stop hands leaderships only to these
+        (spec/cluster.md, "Graceful shutdown"): a server killed just before refuses, and
+        one that does not answer within the bound is not taken for live."""
+        started = anyio.current_time()
+        state = self.state()
+        targets = {
+            s: state.servers[s].client_address
+            for s in server_ids
+            if s in state.servers and s != self.server_id
+        }
+        async with anyio.create_task_group() as tg:
+            for server_id, address in targets.items():
+                tg.start_soon(self._probe, server_id, address, timeout_s)
+        return frozenset(s for s in targets if self.heard_at.get(s, started - 1.0) >= started)
+
     def _targets(self) -> dict[str, str]:
         return {
             s.server_id: s.client_address
@@ -176,10 +193,10 @@ class Liveness:
                 event.set()
                 await anyio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
-    async def _probe(self, server_id: str, address: str) -> None:
+    async def _probe(self, server_id: str, address: str, timeout_s: float | None = None) -> None:
         refused = False
         try:
-            await self.peers.hello(address, PROBE_TIMEOUT_S)
+            await self.peers.hello(address, PROBE_TIMEOUT_S if timeout_s is None else timeout_s)
             ok = True
             self.heard_at[server_id] = anyio.current_time()
         except Timeout:

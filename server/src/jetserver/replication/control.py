@@ -57,3 +57,12 @@ def server_down_event_of(controller: object) -> Callable[[str], anyio.Event] | N
     server down), or None for a control plane without it."""
     event = getattr(controller, "server_down_event", None)
     return event if callable(event) else None
+
+
+def server_stopping_of(controller: object) -> bool:
+    """True once the controller's server began a graceful stop (its ``stopping``): a replica
+    handed a follower role outside the ISR then does not fetch. Its fetches, caught up,
+    would have the new leader add it back to the ISR it just left by the handoff, after its
+    exits from the ISRs were planned: a stopped member in the ISR holds the HW back until
+    the lag bound (spec/cluster.md, "Graceful shutdown")."""
+    return bool(getattr(controller, "stopping", False))

@@ -14,9 +14,16 @@ The check runs in a worker thread; the cost is one sequential read of the log.
 
 from __future__ import annotations
 
+import logging
+
+import anyio
+
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, check_crc, peek_header
-from jetserver.storage import CorruptRangeError, Log, OffsetOutOfRange
+from jetserver.logs import fields
+from jetserver.storage import CorruptRangeError, Log, OffsetOutOfRange, StorageError
+
+log = logging.getLogger(__name__)
 
 SCRUB_CHUNK_BYTES = 1 << 20
 """Bytes read per step."""
@@ -60,3 +67,37 @@ def first_damaged_offset(log: Log, chunk_bytes: int = SCRUB_CHUNK_BYTES) -> int 
                 return offset  # no progress: a record larger than what read returns
             offset = next_offset  # a compaction gap
     return None
+
+
+def checkpointed_hw(log_: Log) -> int:
+    """The HW checkpoint as written when the log was opened (not clamped to what recovery
+    kept); 0 if missing or unreadable.
+
+    A follower whose log lost records below it (a damaged disk) must not count as holding
+    every committed record until it has fetched them again.
+    """
+    return log_.recovery.hw_checkpoint or 0  # read by recovery, in the opening thread
+
+
+async def scrub_and_truncate(log_: Log, stream: str, partition: int) -> bool:
+    """CRC-check ``log_`` (worker threads) and truncate it, and its epoch cache, at the
+    first damaged record; True if damage was found or the scrub itself failed (the replica
+    then counts as damaged)."""
+    try:
+        damaged = await anyio.to_thread.run_sync(first_damaged_offset, log_)
+        if damaged is None:
+            return False
+        log.warning(
+            "damaged records found: truncating there to fetch them again from the leader",
+            extra=fields(
+                stream=stream, partition=partition, offset=damaged, leo=log_.log_end_offset
+            ),
+        )
+        await anyio.to_thread.run_sync(log_.truncate_to, damaged)
+        await anyio.to_thread.run_sync(log_.epochs.truncate_from_end, damaged)
+    except (StorageError, OSError) as exc:
+        log.error(
+            "the scrub at open failed",
+            extra=fields(stream=stream, partition=partition, error=repr(exc)),
+        )
+    return True

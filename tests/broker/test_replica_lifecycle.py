@@ -1,0 +1,245 @@
+"""Issue 31, item 5: an assignment and the replica's own lifecycle are ordered.
+
+A partition replica (a real log in a temporary directory, a real NATS link to a real
+nats-server) is handed an assignment that makes it leader:
+
+- before its ``run()`` started: the call waits for ``run`` and then leads (it used to
+  raise ``RuntimeError: apply_assignment before run() started``);
+- while it stops: the role is being prepared (the epoch cache's fsync in a worker thread,
+  held here by its lock) when ``stop()`` comes and ``run()`` ends. The assignment is
+  dropped, with no role task and no NATS subscription left behind (it used to raise the
+  same RuntimeError, which a stopping server logged as a traceback: issue 31, case 8).
+
+A replica of a server that began a graceful stop and is handed a follower role outside
+the ISR (its handoff made another replica leader and took it out) does not fetch: caught
+up, it would be added back to the ISR it just left, after the server planned its ISR
+exits, and hold the new leader's HW back until the lag bound (seen in
+tests/cluster/test_stop_after_kill.py before the fix). One still in the ISR fetches on.
+
+The control plane is a stand-in that refuses every ISR change (nothing here proposes one).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import anyio
+import attrs
+import pytest
+
+from jetserver.broker.acks import AckRouter
+from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.running import new_replica
+from jetserver.broker.stream_files import OpenJobs, open_partition_logs
+from jetserver.fsync_runner import FsyncRunner
+from jetserver.metadata.model import MetadataState, StreamSpec
+from jetserver.metadata.ops import CreateStream, apply
+from jetserver.nats_link import NatsLink
+from jetserver.replication.core import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE
+from jetserver.testing import in_process_config, wait_until_async
+from support.nats_server import NatsServer
+
+pytestmark = pytest.mark.anyio
+
+ME = "s1"
+ADDRESSES = {"s1": "127.0.0.1:1", "s2": "127.0.0.1:2", "s3": "127.0.0.1:3"}
+BOUND_S = 10.0
+"""Bound on every wait."""
+POLL_S = 0.005
+NOT_BEFORE_RUN_S = 1.0
+"""How long an assignment handed over before ``run`` must stay unapplied (the old code
+raised within milliseconds: two worker-thread calls)."""
+
+
+class RefusingControl:
+    """A control plane that refuses ISR changes and drops silent-leader reports."""
+
+    server_id = ME
+    stopping = False
+    """As :attr:`jetserver.cluster.Controller.stopping`: this server began a graceful stop."""
+
+    async def propose_isr(
+        self,
+        stream: str,
+        partition: int,
+        leader_epoch: int,
+        isr: tuple[str, ...],
+        *,
+        partition_epoch: int | None = None,
+    ) -> bool:
+        return False
+
+    async def report_leader_silent(
+        self, stream: str, partition: int, leader_epoch: int, reporter: str
+    ) -> None:
+        return None
+
+
+async def replica_over_a_real_log(
+    tmp_path: Path,
+    link: NatsLink,
+    replicas: tuple[str, ...] = ("s1", "s2", "s3"),
+    control: RefusingControl | None = None,
+) -> tuple[PartitionReplica, MetadataState]:
+    """orders/0, RF 3, led by the first of ``replicas`` at epoch 0 (by default s1, this
+    server); this server's replica, not started."""
+    config = in_process_config("nats://127.0.0.1:1", tmp_path / "data", server__id=ME)
+    spec = StreamSpec(name="orders", subject="orders", partitions=1, replication_factor=3)
+    state, result = apply(MetadataState(), CreateStream(spec, "id1", 5, (replicas,)))
+    assert result.ok
+    meta = state.streams["orders"]
+    a = meta.partitions[0]
+    job = OpenJobs(tmp_path / "data", config).job(meta, a)
+    (opened,) = await anyio.to_thread.run_sync(open_partition_logs, [job])
+    assert not isinstance(opened, Exception), opened
+    log_, producers = opened
+    replica = new_replica(
+        meta,
+        a,
+        log_,
+        producers,
+        config=config,
+        link=link,
+        acks=AckRouter(link),
+        server_id=ME,
+        controller=control or RefusingControl(),
+        fetch_sessions=None,
+        fsyncs=FsyncRunner(),
+        on_leadership_end=lambda _stream, _partition: None,
+    )
+    return replica, state
+
+
+async def connected_link(nats: NatsServer) -> NatsLink:
+    link = NatsLink(in_process_config(nats.url, Path("/nonexistent")).nats)
+    await link.connect()
+    return link
+
+
+async def test_an_assignment_before_run_waits_for_run_then_leads(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    link = await connected_link(nats_server)
+    try:
+        replica, state = await replica_over_a_real_log(tmp_path, link)
+        a = state.streams["orders"].partitions[0]
+        outcome: list[object] = []
+        applied = anyio.Event()
+
+        async def hand_over() -> None:
+            try:
+                await replica.apply_assignment(a, ADDRESSES)
+                outcome.append("applied")
+            except Exception as exc:  # what the old code raised
+                outcome.append(exc)
+            applied.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hand_over)
+            with anyio.move_on_after(NOT_BEFORE_RUN_S):
+                await applied.wait()
+            assert outcome == [], "an assignment before run() must wait for run()"
+            assert replica.role == ROLE_NONE
+            await tg.start(replica.run)
+            with anyio.fail_after(BOUND_S):
+                await applied.wait()
+            assert outcome == ["applied"]
+            assert replica.role == ROLE_LEADER
+            assert replica.leader_epoch == a.leader_epoch
+            replica.stop()
+            with anyio.fail_after(BOUND_S):
+                await replica.wait_stopped()
+    finally:
+        await link.close()
+
+
+async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
+    nats_server: NatsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="jetserver.broker.roles")
+    link = await connected_link(nats_server)
+    try:
+        replica, state = await replica_over_a_real_log(tmp_path, link)
+        a = state.streams["orders"].partitions[0]
+        outcome: list[object] = []
+        returned = anyio.Event()
+        threads = anyio.to_thread.current_default_thread_limiter()
+
+        async def hand_over() -> None:
+            try:
+                await replica.apply_assignment(a, ADDRESSES)
+                outcome.append("returned")
+            except Exception as exc:  # what the old code raised
+                outcome.append(exc)
+            returned.set()
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(replica.run)
+            busy = threads.borrowed_tokens
+            # The new leader's first step is recording its epoch in the epoch cache, in a
+            # worker thread: hold the cache's lock so that the stop lands right there.
+            epochs_lock = replica.log.epochs._lock
+            epochs_lock.acquire()
+            try:
+                tg.start_soon(hand_over)
+                await wait_until_async(
+                    lambda: threads.borrowed_tokens > busy,
+                    BOUND_S,
+                    "the new leader's worker thread waits on the epoch cache",
+                    interval_s=POLL_S,
+                )
+                replica.stop()
+                await wait_until_async(
+                    lambda: replica._tg is None,
+                    BOUND_S,
+                    "run() has ended (its log is closing)",
+                    interval_s=POLL_S,
+                )
+            finally:
+                epochs_lock.release()
+            with anyio.fail_after(BOUND_S):
+                await returned.wait()
+                await replica.wait_stopped()
+        assert outcome == ["returned"], outcome
+        assert replica.role == ROLE_NONE
+        assert replica._sub is None  # nothing subscribed after the stop
+        assert replica._role_scope is None  # no role task started
+        assert any(
+            "assignment not applied: the partition is stopping" in r.getMessage()
+            for r in caplog.records
+        )
+    finally:
+        await link.close()
+
+
+async def test_a_stopping_server_outside_the_isr_follows_without_fetching(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    link = await connected_link(nats_server)
+    control = RefusingControl()
+    try:
+        replica, state = await replica_over_a_real_log(
+            tmp_path, link, replicas=("s2", "s1", "s3"), control=control
+        )
+        a = state.streams["orders"].partitions[0]
+        assert a.leader == "s2"
+        handed_off = attrs.evolve(a, isr=("s2", "s3"))  # as the handoff's ElectLeader leaves it
+        async with anyio.create_task_group() as tg:
+            await tg.start(replica.run)
+            control.stopping = True  # SIGTERM: the graceful stop began
+            with anyio.fail_after(BOUND_S):
+                await replica.apply_assignment(handed_off, ADDRESSES)
+            assert replica.fetcher is None
+            assert replica.role == ROLE_NONE
+            assert replica.assignment == handed_off
+            # Still in the ISR: it fetches on (the leader's HW counts it) until it leaves.
+            with anyio.fail_after(BOUND_S):
+                await replica.apply_assignment(a, ADDRESSES)
+            assert replica.fetcher is not None
+            assert replica.role == ROLE_FOLLOWER
+            replica.stop()
+            with anyio.fail_after(BOUND_S):
+                await replica.wait_stopped()
+    finally:
+        await link.close()
