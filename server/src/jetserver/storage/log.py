@@ -300,7 +300,8 @@ class Log(LogMaintenance):
             InvalidRecordsError: ``leader_epoch`` is below the latest epoch, or a body is
                 larger than the record format allows.
             InvalidArgumentError: timestamp or epoch out of range.
-            StorageError: the write failed (nothing was appended).
+            StorageError: the write failed (nothing was appended); DiskFull: refused by
+                the space guard (free space below the floor).
         """
         if not _I64_MIN <= timestamp_ns <= _I64_MAX or not 0 <= leader_epoch <= MAX_EPOCH:
             raise InvalidArgumentError(f"bad timestamp {timestamp_ns} or epoch {leader_epoch}")
@@ -321,6 +322,8 @@ class Log(LogMaintenance):
                 raise InvalidRecordsError(f"cannot frame the batch: {exc}") from exc
             if len(data) > MAX_BODY_BYTES and max(lens) > MAX_BODY_BYTES:
                 raise InvalidRecordsError(f"a record body is over {MAX_BODY_BYTES} bytes")
+            if self.space_guard is not None:
+                self.space_guard(len(data))
             seg = self._prepare_segment(len(data), first, first + n - 1, ts)
             st = seg.state
             entries = NO_INDEX_ENTRIES
