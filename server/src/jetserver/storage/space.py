@@ -140,8 +140,9 @@ class Reserve:
             self.held = True
             return True
 
-    def release(self) -> bool:
-        """Delete the file if held; True if that freed its space."""
+    def release(self, needed_by: Path | None = None) -> bool:
+        """Delete the file if held (for a write of ``needed_by``); True if that freed its
+        space."""
         with self._lock:
             if not self.held:
                 return False
@@ -151,7 +152,7 @@ class Reserve:
         log.warning(
             "disk full: released the space reserve for a metadata write; it is allocated "
             "again once there is room",
-            extra=fields(path=str(self.path), bytes=self.size),
+            extra=fields(path=str(self.path), bytes=self.size, write=str(needed_by)),
         )
         return True
 
@@ -188,7 +189,7 @@ class Reserves:
             return False
         with self._lock:
             candidates = list(self._by_device.get(device, ()))
-        return any(r.release() for r in candidates)
+        return any(r.release(path) for r in candidates)
 
 
 RESERVES = Reserves()
