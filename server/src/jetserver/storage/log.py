@@ -322,8 +322,6 @@ class Log(LogMaintenance):
                 raise InvalidRecordsError(f"cannot frame the batch: {exc}") from exc
             if len(data) > MAX_BODY_BYTES and max(lens) > MAX_BODY_BYTES:
                 raise InvalidRecordsError(f"a record body is over {MAX_BODY_BYTES} bytes")
-            if self.space_guard is not None:
-                self.space_guard(len(data))
             seg = self._prepare_segment(len(data), first, first + n - 1, ts)
             st = seg.state
             entries = NO_INDEX_ENTRIES
@@ -352,7 +350,7 @@ class Log(LogMaintenance):
         Raises:
             InvalidRecordsError: a bad CRC, an offset or epoch out of order, or a batch that
                 cannot fit one segment. Nothing is appended then.
-            StorageError: the write failed.
+            StorageError: the write failed; DiskFull: below the free-space floor.
         """
         view = memoryview(data)
         n = len(view)
@@ -423,6 +421,8 @@ class Log(LogMaintenance):
         """
         if last_offset - first_offset > U32_MAX or batch_bytes > U32_MAX:
             raise InvalidRecordsError("batch too large for one segment")
+        if self.space_guard is not None:
+            self.space_guard(batch_bytes)  # DiskFull below the free-space floor
         seg = self._segments[-1]
         st = seg.state
         if st.size == 0:

@@ -65,9 +65,9 @@ class LogState:
         self.epochs: LeaderEpochCache
         """The leader-epoch cache (KIP-101): assign, latest_epoch, end_offset_for."""
         self.space_guard: Callable[[int], None] | None = None
-        """Called by ``append`` with the bytes it is about to write; raises DiskFull to
-        refuse them (a server sets :meth:`jetserver.storage.space.DiskSpace.check`;
-        ``append_raw``, the followers' path, is not guarded)."""
+        """Called by ``append`` and ``append_raw`` with the bytes they are about to write;
+        raises DiskFull to refuse them (a server sets
+        :meth:`jetserver.storage.space.DiskSpace.check`)."""
 
     def set_high_watermark(self, hw: int) -> int:
         """Set the high watermark, clamped into [log start, LEO]; return the value set."""
