@@ -21,8 +21,11 @@ import orjson
 import pytest
 from nats.aio.client import Client as NatsClient
 
+from jetsdk import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
+from jetsdk.consumer.group_admin import commit_offsets, group_offsets
+from jetsdk.group.stream_partition import StreamPartition as SP
 from jetserver.metrics import render
 from support.jet_server import running_server
 from support.nats_server import NatsServer
@@ -138,7 +141,8 @@ async def test_floor_refuses_writes_before_the_disk_is_full(
 ) -> None:
     """With a 1 MiB floor on a 4 MiB disk, Produce and NATS ingest are refused with a
     typed, retriable STORAGE_ERROR naming the floor while a megabyte is still free; reads,
-    deletion and metadata keep working; writes resume by themselves when space returns."""
+    deletion, metadata and group commits (an internal stream) keep working; writes resume
+    by themselves when space returns."""
     floor = 1024 * 1024
     data_dir = disk / "data"
     settings = {
@@ -152,6 +156,8 @@ async def test_floor_refuses_writes_before_the_disk_is_full(
     ):
         await c.create_stream(name="s", subject="s")
         await c.create_stream(name="spare", subject="spare")
+        async with Client([server.address]) as client:
+            await commit_offsets(client, "g", {SP("s", 0): 0})  # creates __groups
         acked, errors = await fill(c, "s")
         assert acked > 0
         assert set(errors) == {ErrorCode.STORAGE_ERROR}, errors
@@ -174,6 +180,12 @@ async def test_floor_refuses_writes_before_the_disk_is_full(
             records = await c.fetch_all("s", 0)
         assert len(records) == acked == end
         assert log.log_end_offset == end
+
+        # Internal streams are not refused at the floor: consumer groups keep working.
+        async with Client([server.address]) as client:
+            with anyio.fail_after(BOUND_S):
+                await commit_offsets(client, "g", {SP("s", 0): 5})
+                assert (await group_offsets(client, "g"))[SP("s", 0)].offset == 5
 
         # CreateStream below the floor: a typed refusal naming the floor.
         refused = await create_error(c, "new")

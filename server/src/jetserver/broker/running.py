@@ -83,9 +83,11 @@ def new_replica(
     disk: DiskSpace | None = None,
 ) -> PartitionReplica:
     """The replica of one partition over its opened log (not started yet); its appends
-    are refused below ``disk``'s floor."""
+    are refused below ``disk``'s floor, except an internal stream's: group heartbeats,
+    commits and share records are small, and a group whose members cannot heartbeat falls
+    apart (spec/storage.md §13)."""
     p = assignment.partition
-    if disk is not None:
+    if disk is not None and not meta.spec.internal:
         log_.space_guard = disk.check
     return PartitionReplica(
         stream=meta.name,
