@@ -18,6 +18,7 @@ from jetserver.storage.space import (
     RESERVE_FILE,
     RESERVES,
     DiskSpace,
+    Reserve,
     default_floor,
     default_reserve,
     usage,
@@ -163,3 +164,17 @@ def test_released_reserve_counts_as_used(space: DiskSpace) -> None:
     assert usage(space.directory)[0] >= space.floor_setting
     space.sample()  # ...and still refused once its release freed more than the gap
     assert space.refusing
+
+
+def test_reserve_without_fallocate_writes_zeros(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where there is no posix_fallocate (macOS), the reserve is written with zeros."""
+    monkeypatch.delattr(os, "posix_fallocate", raising=False)
+    reserve = Reserve(tmp_path / RESERVE_FILE, 3 * 1024 * 1024 + 5)
+    assert reserve.ensure()
+    st = reserve.path.stat()
+    assert st.st_size == reserve.size
+    assert st.st_blocks * 512 >= reserve.size
+    assert reserve.release()
+    assert not reserve.path.exists()

@@ -83,8 +83,11 @@ def _allocate(path: Path, size: int) -> None:
     """Create ``path`` holding ``size`` allocated bytes and sync it (blocking)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
+        fallocate = getattr(os, "posix_fallocate", None)  # not on macOS
         try:
-            os.posix_fallocate(fd, 0, size)
+            if fallocate is None:
+                raise OSError(errno.ENOSYS, "no posix_fallocate")
+            fallocate(fd, 0, size)
         except OSError as exc:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise
