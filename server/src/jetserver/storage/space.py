@@ -15,7 +15,9 @@ reserve that gives metadata writes room on a full disk (spec/storage.md, "Free s
   (:func:`with_reserve`): deleting a stream, which frees space, needs such a write first.
 
 Task safety: :class:`DiskSpace` on the event loop (its blocking calls through worker
-threads); :class:`Reserve` and :data:`RESERVES` from any thread.
+threads), except :meth:`DiskSpace.check`, which a follower's append also calls from a worker
+thread: a race there only makes one estimate of the free space less exact (the next sample
+corrects it). :class:`Reserve` and :data:`RESERVES` from any thread.
 """
 
 from __future__ import annotations
