@@ -18,6 +18,8 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster, wait_until_async
+from cluster.scenario import Scenario
+from cluster.views import wait_full_isr, wait_info
 from jetserver.storage.space import RESERVE_FILE
 from support.raw_client import RawClient
 from support.tmpfs import fill_rest, free_bytes, mount_tmpfs, unmount
@@ -101,6 +103,60 @@ async def test_delete_on_full_disks_cluster_wide(tmp_path: Path) -> None:
                 )
                 with anyio.fail_after(BOUND_S):
                     await c.create_stream(name="again", subject="again", replication_factor=3)
+    finally:
+        for disk in reversed(mounted):
+            unmount(disk)
+
+
+LEFT_FREE = 100 * 1024
+"""Bytes left on the follower's disk: below its floor (5 % of 8 MiB, 419 KB), above zero."""
+LAG_S = 2.0
+"""``[replication] replica_lag_max_s``: a follower that stopped copying leaves the ISR."""
+
+
+async def test_a_follower_below_its_floor_stops_copying_and_catches_up(tmp_path: Path) -> None:
+    """A follower whose disk falls below its floor refuses its copies (the floor guards
+    ``append_raw`` too), so it never fills its disk, which its metadata writes may need;
+    it leaves the ISR while the leader and the other follower go on acking; once space is
+    back it catches up and rejoins, and nothing acknowledged is lost (Scenario.verify).
+
+    On the code before the floor, the follower copied until its disk had no byte left."""
+    root = tmp_path / "cluster"
+    disks = {sid: root / sid / "data" for sid in SERVERS}
+    mounted: list[Path] = []
+    settings = {"replication": {"replica_lag_max_s": LAG_S}}
+    try:
+        for disk in disks.values():
+            mount_tmpfs(disk, DISK)
+            mounted.append(disk)
+        with Cluster(root=root, size=3, settings=settings) as cluster:
+            async with Scenario.open(cluster, "orders", partitions=1, rf=3) as sc:
+                sc.start_producer(count=100_000, time_limit_s=90.0, rate=200.0)
+                await sc.producer.wait_acked(100, BOUND_S)
+                info, leader = await wait_full_isr(cluster, "orders", 0, 3, BOUND_S)
+                follower = next(r for r in info.replicas if r != leader)
+                disk = disks[follower]
+                filler = disk / "filler"
+                with filler.open("wb") as f:
+                    f.write(b"f" * (free_bytes(disk) - LEFT_FREE))
+
+                await wait_info(
+                    cluster,
+                    "orders",
+                    0,
+                    lambda i: follower not in i.isr and len(i.isr) == 2,
+                    BOUND_S,
+                    f"{follower} out of the ISR",
+                )
+                acked = len(sc.producer.acked)
+                await sc.producer.wait_acked(acked + 200, BOUND_S)  # acks go on without it
+                assert free_bytes(disk) > LEFT_FREE // 2, free_bytes(disk)
+
+                os.unlink(filler)
+                await wait_full_isr(cluster, "orders", 0, 3, BOUND_S)
+                await sc.producer.wait_acked(len(sc.producer.acked) + 100, BOUND_S)
+                sc.note(f"follower {follower} refused copies below its floor and rejoined")
+                await sc.verify()
     finally:
         for disk in reversed(mounted):
             unmount(disk)
