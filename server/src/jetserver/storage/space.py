@@ -312,7 +312,10 @@ class DiskSpace:
         if (
             self.refusing
             or now - self._sampled_at >= SAMPLE_INTERVAL_S
-            or self.free_bytes - self._written - self._missing() < self.floor_bytes
+            or (
+                self.floor_bytes > 0
+                and self.free_bytes - self._written - self._missing() < self.floor_bytes
+            )
         ):
             self.sample(now)
             self._written = nbytes
