@@ -161,8 +161,10 @@ async def test_floor_refuses_writes_before_the_disk_is_full(
         acked, errors = await fill(c, "s")
         assert acked > 0
         assert set(errors) == {ErrorCode.STORAGE_ERROR}, errors
-        # Refused before the disk was full: most of the floor is still free.
-        assert free_bytes(disk) > floor - BATCH * MESSAGE_BYTES * 2, free_bytes(disk)
+        # Refused before the disk was full: most of the floor is still free (the last
+        # append may go below it by its own size and a segment roll's files; under load
+        # up to 180 KB below was seen). The code before the floor: 12 KB free.
+        assert free_bytes(disk) > floor - 256 * 1024, free_bytes(disk)
         text = render(server.metrics)
         assert metric(text, "jet_disk_free_floor_bytes") == floor
         assert metric(text, "jet_disk_writes_refused") == 1

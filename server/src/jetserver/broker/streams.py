@@ -536,7 +536,7 @@ class StreamManager:
                 need = spec.partitions * FILES_PER_PARTITION
                 check_room(need, f"stream {spec.name!r}", reserve=False)
                 if self.disk is not None:
-                    self.disk.check()  # DiskFull (STORAGE_ERROR) below the floor
+                    self.disk.check_now()  # DiskFull (STORAGE_ERROR) below the floor
             op = create_stream_op(spec, tuple((self.server_id,) for _ in range(spec.partitions)))
             try:
                 result = await store.propose(op)

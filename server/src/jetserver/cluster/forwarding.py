@@ -283,7 +283,7 @@ class MetadataRequests:
             result = OpResult(created=False, stream=existing)
         else:
             if self.streams.disk is not None:
-                self.streams.disk.check()  # DiskFull: this (the metadata leader's) disk is low
+                self.streams.disk.check_now()  # DiskFull: this (metadata leader's) disk is low
             await self.liveness.recheck_down()
             replicas = place_replicas(
                 spec.partitions,

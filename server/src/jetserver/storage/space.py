@@ -277,6 +277,7 @@ class DiskSpace:
     def sample(self, now: float | None = None) -> None:
         """Read the free space now (one ``statvfs``) and decide whether to refuse."""
         self._sampled_at = time.monotonic() if now is None else now
+        self._written = 0
         try:
             self.free_bytes, self.total_bytes = usage(self.directory)
         except OSError as exc:
@@ -296,6 +297,16 @@ class DiskSpace:
     def _missing(self) -> int:
         """The reserve's bytes while it is released (free space is counted without them)."""
         return 0 if self.reserve.held else self.reserve.size
+
+    def check_now(self) -> None:
+        """:meth:`check` on a fresh sample (a stream's creation: rare, and the disk may
+        have filled since the last sample by writes that are not jet's).
+
+        Raises:
+            DiskFull: the free space is below the floor.
+        """
+        self.sample()
+        self.check()
 
     def check(self, nbytes: int = 0) -> None:
         """Raise DiskFull if client writes (``nbytes`` about to be written) are refused now.
