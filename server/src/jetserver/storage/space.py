@@ -104,6 +104,9 @@ def _allocate(path: Path, size: int) -> None:
 class Reserve:
     """A file of ``size`` allocated bytes, deleted to make room for a metadata write.
 
+    Thread-safe (a lock): the Raft thread and worker threads release it, a worker thread
+    allocates it.
+
     Args:
         path: the file.
         size: bytes to hold (0: no reserve).
@@ -167,7 +170,7 @@ class Reserve:
 
 
 class Reserves:
-    """The reserves of the servers in this process, by file system (device)."""
+    """The reserves of the servers in this process, by file system (device). Thread-safe."""
 
     def __init__(self) -> None:
         self._by_device: dict[int, list[Reserve]] = {}
@@ -220,7 +223,7 @@ class DiskSpace:
     """The free space of a data directory's file system, its floor and its reserve.
 
     Build with :meth:`open` (blocking), then run :meth:`run` in a task group; :meth:`close`
-    at the end.
+    at the end. Event loop only, except :meth:`check` (see the module docstring).
     """
 
     directory: Path
