@@ -127,3 +127,22 @@ def test_old_millisecond_limit_keys_still_work(tmp_path: Path) -> None:
     path.write_text('[limits]\nmax_fetch_wait_ms = "soon"\n')
     with pytest.raises(ConfigError, match="max_fetch_wait_ms must be a number"):
         load_config(path)
+
+
+def test_disk_space_settings(tmp_path: Path) -> None:
+    """[storage] disk_free_floor_bytes / disk_reserve_bytes: None (a default from the file
+    system's size) unless set; 0 turns them off; negatives are refused; the flag wins."""
+    assert load_config().storage.disk_free_floor_bytes is None
+    assert load_config().storage.disk_reserve_bytes is None
+    conf = tmp_path / "jet.toml"
+    conf.write_text("[storage]\ndisk_free_floor_bytes = 0\ndisk_reserve_bytes = 1048576\n")
+    cfg = load_config(conf)
+    assert cfg.storage.disk_free_floor_bytes == 0
+    assert cfg.storage.disk_reserve_bytes == 1048576
+    env = {"JET_STORAGE_DISK_FREE_FLOOR_BYTES": "5000"}
+    assert load_config(conf, env).storage.disk_free_floor_bytes == 5000
+    cfg = config_from_args(parse("--config", str(conf), "--disk-free-floor-bytes", "7"), env)
+    assert cfg.storage.disk_free_floor_bytes == 7
+    conf.write_text("[storage]\ndisk_free_floor_bytes = -1\n")
+    with pytest.raises(ConfigError, match="disk_free_floor_bytes"):
+        load_config(conf)

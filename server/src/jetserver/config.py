@@ -42,7 +42,7 @@ from jetserver.storage.config import (
     DEFAULT_SEGMENT_MAX_BYTES,
 )
 from jetserver.storage.files import DEFAULT_OPEN_SEALED_FILES
-from jetserver.validators import non_negative, positive
+from jetserver.validators import non_negative, optional_non_negative, positive
 
 MiB = 1024 * 1024
 
@@ -326,6 +326,13 @@ class StorageConfig:
     thread. Either way nothing is visible or ALL-acked before its fsync returned. The risk
     of true: a disk whose fsync stalls stalls the whole server for that one fsync, after
     which fsyncs go to worker threads for 10 s (:mod:`jetserver.fsync_runner`)."""
+    disk_free_floor_bytes: int | None = attrs.field(default=None, validator=optional_non_negative())
+    """Produce, NATS ingest and CreateStream are refused (STORAGE_ERROR) while the data
+    directory's file system has less free space; None: min(64 MiB, 5 % of its size); 0:
+    never (jetserver.storage.space)."""
+    disk_reserve_bytes: int | None = attrs.field(default=None, validator=optional_non_negative())
+    """Space held in ``<data_dir>/space-reserve`` and released when a metadata write finds
+    the disk full; None: min(16 MiB, 2 % of the file system's size); 0: none."""
 
 
 # --------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from jetserver.broker.streams import StreamManager
     from jetserver.nats_link import NatsLink
     from jetserver.protocol.listener import ProtocolListener
+    from jetserver.storage.space import DiskSpace
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.0005,
@@ -150,6 +151,8 @@ class MetricsSources:
     """Client connections."""
     consumer_positions: dict[tuple[str, int], int] | None = None
     """(stream, partition) -> offset asked by the latest consumer Fetch (for lag)."""
+    disk: DiskSpace | None = None
+    """Free space of the data directory's file system."""
 
 
 def render(src: MetricsSources) -> str:
@@ -162,6 +165,7 @@ def render(src: MetricsSources) -> str:
     _fetch_sessions(out, src)
     _fsyncs(out, src)
     _files(out, src)
+    _disk(out, src.disk)
     return "\n".join(out) + "\n"
 
 
@@ -230,6 +234,54 @@ def _files(out: list[str], src: MetricsSources) -> None:
     )
     for stream, partition in sorted(offline):
         out.append(f'jet_partition_offline{{stream="{_escape(stream)}",partition="{partition}"}} 1')
+
+
+def _disk(out: list[str], disk: DiskSpace | None) -> None:
+    if disk is None:
+        return
+    disk.sample()  # one statvfs per scrape
+    _gauge(
+        out,
+        "jet_disk_free_bytes",
+        "Free bytes of the data directory's file system.",
+        disk.free_bytes,
+    )
+    _gauge(
+        out, "jet_disk_size_bytes", "Size of the data directory's file system.", disk.total_bytes
+    )
+    _gauge(
+        out,
+        "jet_disk_free_floor_bytes",
+        "Client writes are refused below this much free space ([storage] disk_free_floor_bytes).",
+        disk.floor_bytes,
+    )
+    _gauge(
+        out,
+        "jet_disk_writes_refused",
+        "1 while client writes are refused (below the floor).",
+        int(disk.refusing),
+    )
+    _head(
+        out,
+        "jet_disk_refusals_total",
+        "counter",
+        "Appends and stream creations refused below the floor.",
+    )
+    out.append(f"jet_disk_refusals_total {disk.refused_checks}")
+    held = disk.reserve.size if disk.reserve.held else 0
+    _gauge(
+        out,
+        "jet_disk_reserve_bytes",
+        "Bytes held in reserve for metadata writes on a full disk.",
+        held,
+    )
+    _head(
+        out,
+        "jet_disk_reserve_releases_total",
+        "counter",
+        "Times the reserve was released for a metadata write.",
+    )
+    out.append(f"jet_disk_reserve_releases_total {disk.reserve.releases}")
 
 
 def _requests(out: list[str], req: RequestMetrics) -> None:

@@ -65,6 +65,7 @@ from jetserver.security.gate import Security, Session
 from jetserver.security.wiring import acl_proposer, connection_setup
 from jetserver.security.wiring import bootstrap as bootstrap_acls
 from jetserver.storage.files import SEALED_FILES
+from jetserver.storage.space import DiskSpace
 
 log = logging.getLogger(__name__)
 
@@ -180,15 +181,24 @@ class Server:
         """
         before, after = raise_open_file_limit()
         SEALED_FILES.set_capacity(self.config.storage.open_sealed_files)
-        lock = DataDirLock(Path(self.config.server.data_dir))
+        data_dir = Path(self.config.server.data_dir)
+        lock = DataDirLock(data_dir)
         await anyio.to_thread.run_sync(lock.acquire)
         try:
-            async with self._cluster_node() as node:
-                self.cluster = node
-                try:
-                    await self._run(node, task_status, (before, after))
-                finally:
-                    self.cluster = None
+            # Before the metadata Raft: its writes may need the reserve.
+            storage = self.config.storage
+            disk = await anyio.to_thread.run_sync(
+                DiskSpace.open, data_dir, storage.disk_free_floor_bytes, storage.disk_reserve_bytes
+            )
+            try:
+                async with self._cluster_node() as node:
+                    self.cluster = node
+                    try:
+                        await self._run(node, disk, task_status, (before, after))
+                    finally:
+                        self.cluster = None
+            finally:
+                disk.close()
         finally:
             lock.release()
 
@@ -201,7 +211,11 @@ class Server:
             yield node
 
     async def _run(
-        self, node: ClusterNode | None, task_status: TaskStatus[str], file_limits: tuple[int, int]
+        self,
+        node: ClusterNode | None,
+        disk: DiskSpace,
+        task_status: TaskStatus[str],
+        file_limits: tuple[int, int],
     ) -> None:
         """The assembly: metadata, security, NATS, then every part built complete, then
         serve until asked to stop, then the shutdown in order."""
@@ -228,6 +242,7 @@ class Server:
             link,
             controller=node.controller if node is not None else None,
             fsyncs=FsyncRunner(on_loop=cfg.storage.fsync_on_loop),
+            disk=disk,
         )
         sock: socket.socket | None = None
         try:
@@ -236,6 +251,7 @@ class Server:
             running, sock = self._assemble(link, streams, node, security)
             self._running = running
             async with anyio.create_task_group() as tg:
+                tg.start_soon(disk.run)
                 await streams.start(tg)
                 await running.produce.start()
                 if cfg.metrics.port is not None:
@@ -304,6 +320,7 @@ class Server:
             link=link,
             listener=listener,
             consumer_positions=dispatcher.consumer_positions,
+            disk=streams.disk,
         )
         return Running(address, link, streams, produce, dispatcher, listener, metrics), sock
 

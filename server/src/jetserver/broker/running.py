@@ -23,6 +23,7 @@ from jetserver.nats_link import NatsLink, SubscriptionHandle
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.session import FetchSessions
 from jetserver.storage import Log
+from jetserver.storage.space import DiskSpace
 
 QUEUE_GROUP_PREFIX = "jet.lb."
 """NATS queue group of a load-balance group ``g`` is ``jet.lb.g``."""
@@ -79,9 +80,15 @@ def new_replica(
     fetch_sessions: FetchSessions | None,
     fsyncs: FsyncRunner,
     on_leadership_end: Callable[[str, int], None],
+    disk: DiskSpace | None = None,
 ) -> PartitionReplica:
-    """The replica of one partition over its opened log (not started yet)."""
+    """The replica of one partition over its opened log (not started yet); its appends
+    are refused below ``disk``'s floor, except an internal stream's: group heartbeats,
+    commits and share records are small, and a group whose members cannot heartbeat falls
+    apart (spec/storage.md §13)."""
     p = assignment.partition
+    if disk is not None and not meta.spec.internal:
+        log_.space_guard = disk.check
     return PartitionReplica(
         stream=meta.name,
         partition=p,

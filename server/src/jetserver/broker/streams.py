@@ -59,6 +59,7 @@ from jetserver.broker.stream_files import (
     remove_stream_dir,
     remove_unknown_stream_dirs,
     stream_dir,
+    unknown_stream_dirs,
 )
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
@@ -77,6 +78,7 @@ from jetserver.replication.session import FetchSessions
 from jetserver.resources import FILES_PER_PARTITION, check_room, describe_open_error
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log
+from jetserver.storage.space import DiskSpace
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +124,7 @@ class StreamManager:
     """Cluster mode: the follower replicas' fetch sessions to leader servers (set by
     :meth:`start`)."""
     fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)  # [storage] fsync_on_loop
+    disk: DiskSpace | None = None  # free space: the floor of client writes (None: none)
     _markers: MarkerSync = attrs.field(
         init=False, default=attrs.Factory(lambda self: MarkerSync(self.data_dir), takes_self=True)
     )
@@ -260,13 +263,11 @@ class StreamManager:
             await anyio.to_thread.run_sync(shutil.rmtree, leftover, True)
         if self.clustered:
             return  # the cluster node reconciles once this server's restart is registered
-        known = {stream_dir(self.data_dir, m).name for m in self.streams()}
-        for path in root.iterdir():
-            if path.name not in known:
-                log.warning(
-                    "data directory not in metadata; left alone (remove it by hand)",
-                    extra=fields(path=str(path)),
-                )
+        for path in unknown_stream_dirs(self.data_dir, self.store.state):
+            log.warning(
+                "data directory not in metadata; left alone (remove it by hand)",
+                extra=fields(path=str(path)),
+            )
         started = time.monotonic()
         me = self.server_id
         wanted = [(m, a) for m in self.streams() for a in m.partitions if a.leader == me]
@@ -394,6 +395,7 @@ class StreamManager:
             fetch_sessions=self.fetch_sessions,
             fsyncs=self.fsyncs,
             on_leadership_end=self._leadership_ended,
+            disk=self.disk,
         )
         await self._tg.start(replica.run)
         self.offline.opened(meta.name, p)
@@ -534,6 +536,8 @@ class StreamManager:
             if spec.name not in store.state.streams:
                 need = spec.partitions * FILES_PER_PARTITION
                 check_room(need, f"stream {spec.name!r}", reserve=False)
+                if self.disk is not None:
+                    self.disk.check_now()  # DiskFull (STORAGE_ERROR) below the floor
             op = create_stream_op(spec, tuple((self.server_id,) for _ in range(spec.partitions)))
             try:
                 result = await store.propose(op)
@@ -589,12 +593,9 @@ class StreamManager:
             running.replica.stop(drain=False)
             await running.replica.wait_stopped()
         release_frozen()
-        await self._remove_dir(stream_dir(self.data_dir, meta))
+        await anyio.to_thread.run_sync(remove_stream_dir, stream_dir(self.data_dir, meta))
 
     def _single_store(self) -> MetadataStore:
         if not isinstance(self.store, MetadataStore):
             raise RuntimeError("create/delete go through jetserver.cluster in a cluster")
         return self.store
-
-    async def _remove_dir(self, directory: Path) -> None:
-        await anyio.to_thread.run_sync(remove_stream_dir, directory)

@@ -47,6 +47,7 @@ _FLAG_KEYS: dict[str, tuple[str, str]] = {
     "max_message_bytes": ("limits", "max_message_bytes"),
     "max_frame_bytes": ("limits", "max_frame_bytes"),
     "fetch_io": ("fetch", "io"),
+    "disk_free_floor_bytes": ("storage", "disk_free_floor_bytes"),
     "log_level": ("logging", "level"),
     "log_format": ("logging", "format"),
     "metrics_port": ("metrics", "port"),
@@ -91,6 +92,11 @@ def register(subparsers: Any) -> None:
         "--fetch-io",
         choices=[FETCH_IO_AUTO, FETCH_IO_SENDFILE, FETCH_IO_READ],
         help="how fetches send records (default sendfile; auto: read+send below 256 KiB)",
+    )
+    p.add_argument(
+        "--disk-free-floor-bytes",
+        type=int,
+        help="refuse writes below this much free disk (default min(64 MiB, 5%%); 0 = never)",
     )
     p.add_argument(
         "--raft-address",

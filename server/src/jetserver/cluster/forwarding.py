@@ -283,6 +283,8 @@ class MetadataRequests:
         elif existing is not None and existing.spec == spec:
             result = OpResult(created=False, stream=existing)
         else:
+            if self.streams.disk is not None:
+                self.streams.disk.check_now()  # DiskFull: this (metadata leader's) disk is low
             await self.liveness.recheck_down()
             replicas = place_replicas(
                 spec.partitions,

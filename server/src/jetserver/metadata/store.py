@@ -24,6 +24,7 @@ from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
 from jetserver.metadata.ops import Op, OpResult, apply
+from jetserver.storage.space import with_reserve
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically and durably (tmp + fsync + rename + dir fsync).
 
     A failed fsync stops the server (:mod:`jetserver.fatal`): the new state may be visible
-    in the page cache but not on disk, and nothing can make it durable now.
+    in the page cache but not on disk, and nothing can make it durable now. A failed write
+    (ENOSPC) removes the temporary file and raises.
     """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -48,6 +50,9 @@ def write_atomic(path: Path, data: bytes) -> None:
             written = os.write(fd, view)
             view = view[written:]
         fsync_or_die(fd, str(tmp))
+    except OSError:
+        tmp.unlink(missing_ok=True)  # its blocks go back at once (the fd closes below)
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, path)
@@ -107,6 +112,10 @@ class MetadataStore:
             changed = new_state.streams is not self.state.streams
             if result.ok and (changed or new_state.acls is not self.state.acls):
                 data = orjson.dumps(new_state.to_dict(), option=orjson.OPT_INDENT_2)
-                await anyio.to_thread.run_sync(write_atomic, self.path, data)
+                # On a full disk the space reserve is released for it: deleting a stream,
+                # which frees space, must be possible (jetserver.storage.space).
+                await anyio.to_thread.run_sync(
+                    with_reserve, self.path, lambda: write_atomic(self.path, data)
+                )
                 self.state = new_state
             return result

@@ -58,6 +58,7 @@ from jetserver.raft.machine import (
     machine_from_dict,
     machine_to_dict,
 )
+from jetserver.storage.space import with_reserve
 
 log = logging.getLogger(__name__)
 
@@ -485,7 +486,8 @@ class RaftHost:
                 ),
             },
         }
-        _write_synced(file_name, orjson.dumps(doc))
+        data = orjson.dumps(doc)
+        with_reserve(Path(file_name), lambda: _write_synced(file_name, data))
         log.debug(
             "metadata raft: snapshot written",
             extra=fields(index=self.machine.index, raft_index=int(last[1])),

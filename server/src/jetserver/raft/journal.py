@@ -39,6 +39,8 @@ import orjson
 from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.store import write_atomic
+from jetserver.storage.files import write_all
+from jetserver.storage.space import with_reserve
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +171,18 @@ class DurableJournal:
         return meta
 
     def _store_meta(self) -> None:
-        write_atomic(self._meta_path, orjson.dumps(self._meta))
+        data = orjson.dumps(self._meta)
+        with_reserve(self._meta_path, lambda: write_atomic(self._meta_path, data))
         self._meta_dirty = False
+
+    def _write_at(self, data: bytes, position: int) -> None:
+        """Write ``data`` at ``position``; on a failure cut the file back to ``position``
+        (no torn record stays behind a write that found the disk full)."""
+        try:
+            write_all(self._fd, data, position)
+        except OSError:
+            os.ftruncate(self._fd, position)
+            raise
 
     # -- PySyncObj's journal interface (names are PySyncObj's) ---------------------------
 
@@ -178,7 +190,9 @@ class DurableJournal:
         """Append an entry, durably."""
         data = command if isinstance(command, bytes) else command.encode()
         end = self._end()
-        os.pwrite(self._fd, encode_record(data, idx, term), end)
+        record = encode_record(data, idx, term)
+        # A full disk releases the space reserve: a DeleteStream must get into the log.
+        with_reserve(self._path, lambda: self._write_at(record, end))
         self._sync()
         self._entries.append((data, idx, term))
         self._offsets.append(end)
@@ -207,19 +221,12 @@ class DurableJournal:
             _sync_dir(self._path.parent)
         kept = self._entries[entryTo:]
         tmp = self._path.with_name(self._path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         offsets: list[int] = []
-        try:
-            buf = bytearray(MAGIC)
-            for command, idx, term in kept:
-                offsets.append(len(buf))
-                buf += encode_record(command, idx, term)
-            view = memoryview(buf)
-            while view:
-                view = view[os.write(fd, view) :]
-            self._sync(fd)
-        finally:
-            os.close(fd)
+        buf = bytearray(MAGIC)
+        for command, idx, term in kept:
+            offsets.append(len(buf))
+            buf += encode_record(command, idx, term)
+        with_reserve(tmp, lambda: self._write_new(tmp, bytes(buf)))
         os.replace(tmp, self._path)
         if self._fsync:
             _sync_dir(self._path.parent)
@@ -227,6 +234,17 @@ class DurableJournal:
         self._fd = os.open(self._path, os.O_RDWR)
         self._entries = list(kept)
         self._offsets = offsets
+
+    def _write_new(self, path: Path, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            write_all(fd, data, 0)
+            self._sync(fd)
+        except OSError:
+            path.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
 
     def __getitem__(self, item: Any) -> Any:
         return self._entries[item]

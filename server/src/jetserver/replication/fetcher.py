@@ -409,7 +409,6 @@ class FollowerFetcher:
                 continue
             if header.error_code != ErrorCode.NONE:
                 raise _Restart(f"fetch answered error {header.error_code}")
-            self._failures = 0
             self._leader_hw = max(self._leader_hw, header.hw)
             if len(records):
                 if hops.ENABLED:
@@ -425,6 +424,8 @@ class FollowerFetcher:
                     await anyio.to_thread.run_sync(log_.append_raw, data)
                     self.request_flush()
                 self.records_bytes += len(data)
+            # Reset once stored: a refused append (a disk below its floor) backs off.
+            self._failures = 0
             new = follower_hw(
                 log_.high_watermark,
                 header.hw,

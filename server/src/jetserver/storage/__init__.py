@@ -46,6 +46,7 @@ from jetserver.storage.epoch_cache import EpochEntry, LeaderEpochCache
 from jetserver.storage.errors import (
     CorruptFileError,
     CorruptRangeError,
+    DiskFull,
     InvalidArgumentError,
     InvalidRecordsError,
     LogClosedError,
@@ -66,6 +67,7 @@ __all__ = [
     "CompactionReport",
     "CorruptFileError",
     "CorruptRangeError",
+    "DiskFull",
     "EpochEntry",
     "InvalidArgumentError",
     "InvalidRecordsError",

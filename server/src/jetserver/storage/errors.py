@@ -111,3 +111,9 @@ class CorruptFileError(StorageError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class DiskFull(StorageError):
+    """Client writes are refused: the data directory's file system has less free space
+    than the configured floor (``[storage] disk_free_floor_bytes``). Retriable: writes are
+    accepted again as soon as space is freed (deleting a stream, retention, an operator)."""

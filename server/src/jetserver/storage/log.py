@@ -300,7 +300,8 @@ class Log(LogMaintenance):
             InvalidRecordsError: ``leader_epoch`` is below the latest epoch, or a body is
                 larger than the record format allows.
             InvalidArgumentError: timestamp or epoch out of range.
-            StorageError: the write failed (nothing was appended).
+            StorageError: the write failed (nothing was appended); DiskFull: refused by
+                the space guard (free space below the floor).
         """
         if not _I64_MIN <= timestamp_ns <= _I64_MAX or not 0 <= leader_epoch <= MAX_EPOCH:
             raise InvalidArgumentError(f"bad timestamp {timestamp_ns} or epoch {leader_epoch}")
@@ -349,7 +350,7 @@ class Log(LogMaintenance):
         Raises:
             InvalidRecordsError: a bad CRC, an offset or epoch out of order, or a batch that
                 cannot fit one segment. Nothing is appended then.
-            StorageError: the write failed.
+            StorageError: the write failed; DiskFull: below the free-space floor.
         """
         view = memoryview(data)
         n = len(view)
@@ -420,6 +421,8 @@ class Log(LogMaintenance):
         """
         if last_offset - first_offset > U32_MAX or batch_bytes > U32_MAX:
             raise InvalidRecordsError("batch too large for one segment")
+        if self.space_guard is not None:
+            self.space_guard(batch_bytes)  # DiskFull below the free-space floor
         seg = self._segments[-1]
         st = seg.state
         if st.size == 0:

@@ -64,6 +64,10 @@ class LogState:
         """What :meth:`open` found and repaired."""
         self.epochs: LeaderEpochCache
         """The leader-epoch cache (KIP-101): assign, latest_epoch, end_offset_for."""
+        self.space_guard: Callable[[int], None] | None = None
+        """Called by ``append`` and ``append_raw`` with the bytes they are about to write;
+        raises DiskFull to refuse them (a server sets
+        :meth:`jetserver.storage.space.DiskSpace.check`)."""
 
     def set_high_watermark(self, hw: int) -> int:
         """Set the high watermark, clamped into [log start, LEO]; return the value set."""

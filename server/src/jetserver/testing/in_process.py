@@ -19,12 +19,14 @@ import anyio
 from jetserver.config import ServerConfig
 from jetserver.config_load import load_config
 from jetserver.server import Server
+from jetserver.testing.jet_process import TEST_RESERVE_BYTES
 
 __all__ = ["in_process_config", "running_server"]
 
 
 def in_process_config(nats_url: str, data_dir: Path, **settings: Any) -> ServerConfig:
-    """A test configuration: port 0, the given NATS and data dir, fast reconnects.
+    """A test configuration: port 0, the given NATS and data dir, fast reconnects, a small
+    space reserve (``TEST_RESERVE_BYTES``).
 
     ``settings`` are ``section__key=value`` pairs, e.g. ``limits__max_message_bytes=1000``.
     """
@@ -36,6 +38,7 @@ def in_process_config(nats_url: str, data_dir: Path, **settings: Any) -> ServerC
         ("nats", "reconnect_max_wait_s"): 0.5,
         ("nats", "connect_timeout_s"): 2.0,
         ("logging", "level"): "DEBUG",
+        ("storage", "disk_reserve_bytes"): TEST_RESERVE_BYTES,
     }
     for name, value in settings.items():
         section, _, key = name.partition("__")

@@ -94,6 +94,10 @@ def to_toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+TEST_RESERVE_BYTES = 256 * 1024
+"""``[storage] disk_reserve_bytes`` of test servers (a test's metadata is small)."""
+
+
 def server_config(
     server_id: str,
     root: Path,
@@ -105,7 +109,8 @@ def server_config(
     log_level: str = "INFO",
     settings: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Config:
-    """A test configuration: the given NATS, fast reconnects, the ready file in ``root``.
+    """A test configuration: the given NATS, fast reconnects, the ready file in ``root``,
+    a small space reserve (:data:`TEST_RESERVE_BYTES`).
 
     ``port`` 0 picks a free port at start (a restart then gets another one); ``settings``
     (section -> key -> value) are merged last.
@@ -120,6 +125,9 @@ def server_config(
             "connect_timeout_s": 2.0,
         },
         "logging": {"level": log_level},
+        # Each server's data directory keeps its space reserve (16 MiB by default) after a
+        # stop, and pytest keeps the temporary directories of its last three sessions.
+        "storage": {"disk_reserve_bytes": TEST_RESERVE_BYTES},
     }
     for section, values in (settings or {}).items():
         config.setdefault(section, {}).update(values)
