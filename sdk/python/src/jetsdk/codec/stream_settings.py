@@ -227,9 +227,10 @@ def check_settings(req: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_STRUCTURAL = ("partitions", "replication_factor")
+"""Never repaired: they shape the stream's assignments (and were always bounded)."""
+
 _STORED_DEFAULTS: Mapping[str, Any] = {
-    "partitions": 1,
-    "replication_factor": 1,
     "min_isr": 1,
     "segment_max_bytes": DEFAULT_SEGMENT_MAX_BYTES,
     "segment_max_age_s": DEFAULT_SEGMENT_MAX_AGE_S,
@@ -247,7 +248,9 @@ def repair_stored(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     data unreadable, so each such value is clamped to its nearest limit (a wrong type
     becomes the default, or no limit for an optional one: never a limit that deletes
     more), and every change is described in the returned list for the caller to log.
-    Deterministic, so every member of a cluster repairs the same way.
+    ``partitions`` and ``replication_factor`` are left alone: they shape the stream's
+    assignments and were always bounded. Deterministic, so every member of a cluster
+    repairs the same way.
     """
     out = dict(data)
     notes: list[str] = []
@@ -258,7 +261,7 @@ def repair_stored(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
 
     for field, (minimum, maximum) in INT_SETTINGS.items():
         value = data.get(field)
-        if value is None and field not in _STORED_DEFAULTS:
+        if field in _STRUCTURAL or (value is None and field not in _STORED_DEFAULTS):
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             if field in data:
