@@ -9,8 +9,13 @@ at once, and the largest accepted values work.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,11 +24,15 @@ from nats.aio.client import Client as NatsClient
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.stream_settings import MAX_DURATION_S, MAX_SEGMENT_MAX_BYTES
+from jetserver.metadata.store import METADATA_FILE
 from jetserver.server import Server
+from support.jet_server import start_server_process
+from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
 
 pytestmark = pytest.mark.anyio
 
+JET = [sys.executable, "-m", "jetserver.cli.main"]
 PLAIN_MESSAGES = 400
 REFUSAL_BOUND_S = 2.0
 
@@ -156,3 +165,74 @@ async def test_numbers_json_cannot_carry_are_refused(jet: Server, text: str, cod
         assert err.value.error.details["field"] == "duplicate_window_s"
     async with await RawClient.connect(jet.address) as c:
         assert (await c.create_stream(name="t", subject="t"))["created"] is True
+
+
+async def test_stored_settings_beyond_the_limits_are_clamped_and_the_stream_serves(
+    nats_server: NatsServer, nc: NatsClient, tmp_path: Path
+) -> None:
+    """metadata.json written by an older version that accepted huge values: the server
+    starts, clamps each to its limit with a warning naming the stream and the setting,
+    and stores every message (before: OverflowError at ingest and at retention)."""
+    data = tmp_path / "data"
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO")
+    try:
+        async with await RawClient.connect(proc.address) as c:
+            await c.create_stream(name="old", subject="old", compact=True)
+    finally:
+        assert proc.stop() == 0
+    path = data / METADATA_FILE
+    state = json.loads(path.read_text())
+    state["streams"][0]["spec"].update(
+        duplicate_window_s=1e300,
+        retention_max_age_s=1e300,
+        delete_retention_s=1e300,
+        segment_max_bytes=2**40,
+        retention_max_bytes=2**64,  # no JSON writer of ours can, but a hand edit can
+        min_isr=7,
+    )
+    path.write_text(json.dumps(state))
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO")
+    try:
+        async with await RawClient.connect(proc.address) as c:
+            config = (await c.describe("old"))["config"]
+            await _publish_around_one_msg_id(nc, "old")
+            records = await c.collect("old", 0, PLAIN_MESSAGES, timeout_s=10)
+        log_text = proc.log_tail(200_000)
+    finally:
+        assert proc.stop() == 0
+    assert len(records) == PLAIN_MESSAGES
+    assert config["duplicate_window_s"] == MAX_DURATION_S
+    assert config["retention_max_age_s"] == MAX_DURATION_S
+    assert config["delete_retention_s"] == MAX_DURATION_S
+    assert config["segment_max_bytes"] == MAX_SEGMENT_MAX_BYTES
+    assert config["retention_max_bytes"] is None  # a wrong type: no limit, never a smaller one
+    assert config["min_isr"] == 1
+    for field in ("duplicate_window_s", "segment_max_bytes", "retention_max_bytes", "min_isr"):
+        assert f"{field}: stored value" in log_text, field
+    assert "clamped" in log_text
+    assert "OverflowError" not in log_text
+    assert "Traceback" not in log_text
+
+
+def test_a_server_default_segment_size_beyond_the_limit_stops_the_start(tmp_path: Path) -> None:
+    """A server-wide default that feeds stream settings is checked at start: exit 2, the
+    setting named, before anything is opened."""
+    for var, value, fragment in [
+        ("JET_STORAGE_SEGMENT_MAX_BYTES", str(2**40), "storage.segment_max_bytes"),
+        ("JET_STORAGE_SEGMENT_MAX_BYTES", "100", "storage.segment_max_bytes"),
+        ("JET_STORAGE_SEGMENT_MAX_AGE_S", "1e300", "storage.segment_max_age_s"),
+        ("JET_STORAGE_SEGMENT_MAX_AGE_S", "inf", "storage.segment_max_age_s"),
+    ]:
+        env = {**os.environ, var: value}
+        result = subprocess.run(
+            [*JET, "server", "--data-dir", str(tmp_path / "d")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+        assert result.returncode == 2, (var, value, result.stderr)
+        assert fragment in result.stderr, (var, value, result.stderr)
+        assert "configuration error" in result.stderr
+    assert not (tmp_path / "d" / METADATA_FILE).exists()

@@ -25,6 +25,7 @@ from jetsdk.codec.stream_settings import (
     DURABILITY_WRITTEN,
     repair_stored,
 )
+from jetserver.logs import fields
 
 __all__ = [
     "DEFAULT_DUPLICATE_WINDOW_S",
@@ -109,7 +110,7 @@ class StreamSpec:
         for note in notes:
             log.warning(
                 "stream setting out of limits in stored metadata; clamped",
-                extra={"stream": data.get("name"), "change": note},
+                extra=fields(stream=data.get("name"), change=note),
             )
         return cls(**{k: v for k, v in repaired.items() if k in names})
 
