@@ -16,41 +16,21 @@ import attrs
 
 from jetsdk.codec.stream_settings import (
     DEFAULT_DELETE_RETENTION_S,
-    DEFAULT_DUPLICATE_WINDOW_S,
     DEFAULT_SEGMENT_MAX_AGE_S,
     DEFAULT_SEGMENT_MAX_BYTES,
-    DURABILITIES,
-    DURABILITY_FLUSHED,
-    DURABILITY_REPLICATED,
-    DURABILITY_WRITTEN,
     repair_stored,
 )
+from jetsdk.codec.stream_settings import DEFAULT_DUPLICATE_WINDOW_S as DEFAULT_DUPLICATE_WINDOW_S
+from jetsdk.codec.stream_settings import DURABILITIES as DURABILITIES
+from jetsdk.codec.stream_settings import DURABILITY_FLUSHED as DURABILITY_FLUSHED
+from jetsdk.codec.stream_settings import DURABILITY_REPLICATED as DURABILITY_REPLICATED
+from jetsdk.codec.stream_settings import DURABILITY_WRITTEN as DURABILITY_WRITTEN
 from jetserver.logs import fields
-
-__all__ = [
-    "DEFAULT_DUPLICATE_WINDOW_S",
-    "DURABILITIES",
-    "DURABILITY_FLUSHED",
-    "DURABILITY_REPLICATED",
-    "DURABILITY_WRITTEN",
-    "Grant",
-    "MetadataState",
-    "PartitionAssignment",
-    "RegisteredServer",
-    "StreamMeta",
-    "StreamSpec",
-]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = 1
 DEFAULT_REPLICATION_FACTOR = 1
-# DURABILITY_FLUSHED: commit = fsynced on every in-sync replica (the default).
-# DURABILITY_REPLICATED: commit = written (not necessarily fsynced) on every in-sync replica.
-# DURABILITY_WRITTEN: commit = written (not necessarily fsynced) on the leader, which is the
-# only replica (replication factor 1 only): consumers see records before they are fsynced,
-# as with Kafka's and JetStream's defaults; a power loss or a failed fsync can lose what was
-# acked in the last fsync window (spec/cluster.md, "Durability").
 
 
 @attrs.frozen

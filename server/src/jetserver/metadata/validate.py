@@ -14,29 +14,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from jetsdk.codec.limits import MAX_SUBJECT_BYTES, MAX_VALUE_BYTES
-from jetsdk.codec.stream_settings import (
-    MAX_PARTITIONS,
-    MIN_SEGMENT_MAX_BYTES,
-    SettingError,
-    check_settings,
-    default_min_isr,
-)
+from jetsdk.codec.stream_settings import MAX_PARTITIONS as MAX_PARTITIONS
+from jetsdk.codec.stream_settings import MIN_SEGMENT_MAX_BYTES as MIN_SEGMENT_MAX_BYTES
+from jetsdk.codec.stream_settings import SettingError, check_settings
+from jetsdk.codec.stream_settings import default_min_isr as default_min_isr
 from jetserver.errors import invalid_argument
 from jetserver.metadata.model import StreamSpec
 from jetserver.storage.config import DEFAULT_SEGMENT_MAX_AGE_S, DEFAULT_SEGMENT_MAX_BYTES
-
-__all__ = [
-    "MAX_PARTITIONS",
-    "MIN_SEGMENT_MAX_BYTES",
-    "default_min_isr",
-    "has_wildcard",
-    "partition_subject",
-    "spec_from_request",
-    "subject_error",
-    "subject_matches",
-    "validate_stream_name",
-    "validate_subject",
-]
 
 MAX_STREAM_NAME_CHARS = 255
 MAX_GROUP_NAME_CHARS = 255

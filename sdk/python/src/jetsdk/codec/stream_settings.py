@@ -53,8 +53,14 @@ DEFAULT_DELETE_RETENTION_S = 86400.0
 """How long compaction keeps a tombstone after its timestamp."""
 
 DURABILITY_FLUSHED = "flushed"
+"""Commit = fsynced on every in-sync replica (the default)."""
 DURABILITY_REPLICATED = "replicated"
+"""Commit = written (not necessarily fsynced) on every in-sync replica."""
 DURABILITY_WRITTEN = "written"
+"""Commit = written (not necessarily fsynced) on the leader, which is the only replica
+(replication factor 1 only): consumers see records before they are fsynced, as with
+Kafka's and JetStream's defaults; a power loss or a failed fsync can lose what was acked
+in the last fsync window (spec/cluster.md, "Durability")."""
 DURABILITIES = (DURABILITY_FLUSHED, DURABILITY_REPLICATED, DURABILITY_WRITTEN)
 """The values of ``durability`` (spec/cluster.md, "Durability settings")."""
 
@@ -195,8 +201,9 @@ def check_settings(req: Mapping[str, Any]) -> dict[str, Any]:
     against its own limit, ``replication_factor`` against its cluster).
 
     Raises:
-        SettingError: the first bad setting, by the order of the spec's table; an unknown
-            key before any.
+        SettingError: the first bad setting found: an unknown key, then the integer
+            settings, the durations, the booleans, ``min_isr`` against the replication
+            factor, ``durability``.
     """
     for key in req:
         if key not in REQUEST_FIELDS:
