@@ -32,7 +32,7 @@ from jetsdk.codec.stream_settings import (
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.stream_files import log_config
 from jetserver.config import ServerConfig
-from jetserver.errors import ApiError
+from jetserver.errors import ApiError, ConfigError
 from jetserver.metadata.creation import create_stream_op
 from jetserver.metadata.model import StreamMeta, StreamSpec
 from jetserver.metadata.op_codec import op_from_dict
@@ -245,3 +245,11 @@ def test_stored_settings_are_repaired_into_valid_ones(data: dict[str, Any]) -> N
     }
     check_settings(settings_only)
     _derived_runtime_values(spec)
+
+
+@pytest.mark.parametrize("window", [1e300, math.inf, math.nan, -1.0, MAX_DURATION_S * 2])
+def test_the_replica_core_refuses_a_window_the_sequencer_cannot_use(window: float) -> None:
+    """Defence in depth below the validator: the core that feeds the sequencer's
+    ``int(window * 1e9)`` (broker/partition.py) refuses such a window at construction."""
+    with pytest.raises(ConfigError, match="duplicate_window_s"):
+        ReplicaCore(me="s1", clustered=False, duplicate_window_s=window)
