@@ -523,9 +523,7 @@ class Client:
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
-            InvalidArgument: a bad name, subject or option (``field`` says which); an
-                option outside the limits of spec/protocol.md "Stream settings" is refused
-                here, before anything is sent, by the server's own checker.
+            InvalidArgument: a bad name, subject or option (``field``), found here or by the server.
         """
         body = create_stream_body(
             name,

@@ -224,9 +224,7 @@ class Client(SyncWrapper):
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
-            InvalidArgument: a bad name, subject or option (``field`` says which); an
-                option outside the limits of spec/protocol.md "Stream settings" is refused
-                here, before anything is sent, by the server's own checker.
+            InvalidArgument: a bad name, subject or option (``field``), found here or by the server.
         """
         return self._run(
             self._obj.create_stream,
