@@ -207,6 +207,20 @@ def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
         assert anyio.run(exists, "conNew")
         again = rw.request("POST", "/api/streams", {"name": "conNew"}, {"X-Jet-Console": "1"})
         assert again[0] == 409
+        # Settings beyond their limits or of the wrong type: 400 naming the setting.
+        for field, value in (
+            ("retention_max_messages", 2**63),
+            ("retention_max_age", "nan"),
+            ("retention_max_age", "1e999"),
+            ("partitions", 2.7),
+            ("partitions", True),
+        ):
+            status, body, _ = rw.request(
+                "POST", "/api/streams", {"name": "conBad", field: value}, {"X-Jet-Console": "1"}
+            )
+            assert status == 400, (field, value, body)
+            assert field.removesuffix("_age") in str(body), (field, value, body)
+        assert not anyio.run(exists, "conBad")
         status, body, _ = rw.request("DELETE", "/api/streams/conNew", None, {"X-Jet-Console": "1"})
         assert status == 200, body
         assert not anyio.run(exists, "conNew")

@@ -107,7 +107,8 @@ def test_stream_lifecycle(jet_dev: JetDev) -> None:
 
 def test_pub_and_sub(jet_dev: JetDev) -> None:
     ok(jet(jet_dev, "stream", "create", "clips", "--subject", "cli.ps", "--partitions", "2"))
-    first = ok(jet(jet_dev, "pub", "cli.ps", "hello", "--key", "k1", "--header", "trace=abc"))
+    # The key picks the partition (murmur2: user-1 -> 0 of 2, spec/partitioning.md).
+    first = ok(jet(jet_dev, "pub", "cli.ps", "hello", "--key", "user-1", "--header", "trace=abc"))
     assert first.strip() == "stream=clips partition=0 offset=0"
     (ack,) = json_lines(ok(jet(jet_dev, "pub", "cli.ps.1", "one", "--json", "--ack", "all")))
     assert (ack["stream"], ack["partition"], ack["offset"]) == ("clips", 1, 0)
@@ -136,7 +137,7 @@ def test_pub_and_sub(jet_dev: JetDev) -> None:
         ok(jet(jet_dev, "sub", "clips", "--partition", "0", "--count", "3", "--json"))
     )
     assert [m["offset"] for m in lines] == [0, 1, 2]
-    assert lines[0]["key"] == "k1"
+    assert lines[0]["key"] == "user-1"
     assert lines[0]["value"] == "hello"
     assert lines[0]["subject"] == "cli.ps"
     assert lines[0]["headers"] == [{"name": "trace", "value": "abc", "encoding": "utf-8"}]

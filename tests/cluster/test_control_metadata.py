@@ -209,3 +209,43 @@ async def test_report_leader_on_a_follower_is_not_leader(cluster: DevCluster) ->
         await call(follower.address, lambda c: c.request(Api.REPORT_LEADER, encode_json(body)))
     assert info.value.code == ErrorCode.NOT_LEADER
     assert info.value.error.details == {"leader": leader}
+
+
+@pytest.mark.anyio
+async def test_settings_beyond_their_limits_are_refused_by_every_server(
+    cluster: DevCluster,
+) -> None:
+    """Issue 31 item 2 in a cluster: each server (followers check before forwarding, the
+    metadata leader again) refuses with the field named; the largest values work on 3
+    replicas."""
+    bad = [
+        ("duplicate_window_s", 1e300),
+        ("segment_max_bytes", 2**40),
+        ("retention_max_age_s", 2**63),
+        ("min_isr", 4),
+        ("surprise", 1),
+    ]
+    for p in cluster.servers:
+        for field, value in bad:
+            body = {"name": "lim", "subject": "lim", "replication_factor": 3, field: value}
+            with pytest.raises(ServerError) as info:
+                await call(p.address, lambda c, b=body: c.create_stream(**b))
+            assert info.value.code == ErrorCode.INVALID_ARGUMENT, (p.server_id, field)
+            assert info.value.error.details == {"field": field}
+    top = {
+        "name": "lim",
+        "subject": "lim",
+        "replication_factor": 3,
+        "duplicate_window_s": 3_155_760_000.0,
+        "segment_max_bytes": 2**31 - 1,
+        "retention_max_bytes": 2**63 - 1,
+    }
+    created = await call(cluster.servers[1].address, lambda c: c.create_stream(**top))
+    assert created["created"] is True
+    assert created["stream"]["config"]["duplicate_window_s"] == 3_155_760_000.0
+    async with (
+        Client(cluster.addresses) as client,
+        Producer(client, "lim", ack=AckPolicy.ALL) as producer,
+    ):
+        acks = [await producer.send(b"v%d" % i) for i in range(20)]
+    assert [a.offset for a in acks] == list(range(20))

@@ -28,6 +28,14 @@ def test_defaults() -> None:
         {"retention_max_age_s": -0.1},
         {"retention_max_messages": -5},
         {"delete_retention_s": -1},
+        # Upper bounds (issue 31): int(seconds * 1e9) and now_ns - age_ns never overflow.
+        {"retention_max_age_s": 1e300},
+        {"retention_max_age_s": float("nan")},
+        {"segment_max_age_s": float("inf")},
+        {"delete_retention_s": float("inf")},
+        {"delete_retention_s": float("nan")},
+        {"retention_max_bytes": 2**63},
+        {"retention_max_messages": 2**63},
     ],
 )
 def test_rejects_bad_values(kwargs: dict[str, object]) -> None:

@@ -33,6 +33,11 @@ from jetsdk.codec.limits import (
     MAX_FRAME_BYTES,
     MAX_VALUE_BYTES,
 )
+from jetsdk.codec.stream_settings import (
+    MAX_DURATION_S,
+    MAX_SEGMENT_MAX_BYTES,
+    MIN_SEGMENT_MAX_BYTES,
+)
 from jetserver.errors import ConfigError
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.config import AuthConfig, TlsConfig
@@ -40,9 +45,10 @@ from jetserver.storage.config import (
     DEFAULT_INDEX_INTERVAL_BYTES,
     DEFAULT_SEGMENT_MAX_AGE_S,
     DEFAULT_SEGMENT_MAX_BYTES,
+    MAX_INDEX_INTERVAL_BYTES,
 )
 from jetserver.storage.files import DEFAULT_OPEN_SEALED_FILES
-from jetserver.validators import non_negative, optional_non_negative, positive
+from jetserver.validators import int_in, non_negative, optional_non_negative, positive
 
 MiB = 1024 * 1024
 
@@ -299,12 +305,19 @@ DEFAULT_MAINTENANCE_INTERVAL_S = 60.0
 class StorageConfig:
     """Defaults for new streams' logs and background maintenance."""
 
-    segment_max_bytes: int = attrs.field(default=DEFAULT_SEGMENT_MAX_BYTES, validator=_positive)
-    """Default segment size of a new stream."""
-    segment_max_age_s: float = attrs.field(default=DEFAULT_SEGMENT_MAX_AGE_S, validator=_positive)
+    segment_max_bytes: int = attrs.field(
+        default=DEFAULT_SEGMENT_MAX_BYTES,
+        validator=int_in(MIN_SEGMENT_MAX_BYTES, MAX_SEGMENT_MAX_BYTES, "storage"),
+    )
+    """Default segment size of a new stream (within the stream setting's limits,
+    spec/protocol.md "Stream settings")."""
+    segment_max_age_s: float = attrs.field(
+        default=DEFAULT_SEGMENT_MAX_AGE_S, validator=positive("storage", maximum=MAX_DURATION_S)
+    )
     """Default age after which the active segment rolls."""
     index_interval_bytes: int = attrs.field(
-        default=DEFAULT_INDEX_INTERVAL_BYTES, validator=_positive
+        default=DEFAULT_INDEX_INTERVAL_BYTES,
+        validator=int_in(1, MAX_INDEX_INTERVAL_BYTES, "storage"),
     )
     """Bytes between two offset-index entries."""
     hw_checkpoint_interval_s: float = attrs.field(

@@ -17,7 +17,15 @@ from jetserver.errors import ConfigError
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
-__all__ = ["non_negative", "optional_non_negative", "positive", "positive_int"]
+__all__ = [
+    "at_most",
+    "int_in",
+    "non_negative",
+    "optional",
+    "optional_non_negative",
+    "positive",
+    "positive_int",
+]
 
 
 def _name(section: str, attribute: attrs.Attribute[Any]) -> str:
@@ -28,22 +36,61 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def positive(section: str = "") -> Validator:
-    """A number > 0."""
+def positive(section: str = "", *, maximum: float | None = None) -> Validator:
+    """A number > 0 (NaN refused), and at most ``maximum`` if given."""
 
     def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not _is_number(value) or not value > 0:
             raise ConfigError(f"{_name(section, attribute)} must be > 0, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(
+                f"{_name(section, attribute)} must be at most {maximum:g}, got {value!r}"
+            )
 
     return check
 
 
 def non_negative(section: str = "") -> Validator:
-    """A number >= 0."""
+    """A number >= 0 (NaN refused)."""
 
     def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if not _is_number(value) or value < 0:
+        if not _is_number(value) or not value >= 0:
             raise ConfigError(f"{_name(section, attribute)} must be >= 0, got {value!r}")
+
+    return check
+
+
+def at_most(maximum: float, section: str = "") -> Validator:
+    """A number in ``[0, maximum]`` (NaN and infinities refused)."""
+
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not _is_number(value) or not 0 <= value <= maximum:
+            raise ConfigError(
+                f"{_name(section, attribute)} must be >= 0 and at most {maximum:g}, got {value!r}"
+            )
+
+    return check
+
+
+def int_in(minimum: int, maximum: int, section: str = "") -> Validator:
+    """An int in [``minimum``, ``maximum``] (bool refused)."""
+
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+            raise ConfigError(
+                f"{_name(section, attribute)} must be an int in [{minimum}, {maximum}], "
+                f"got {value!r}"
+            )
+
+    return check
+
+
+def optional(inner: Validator) -> Validator:
+    """None, or what ``inner`` accepts."""
+
+    def check(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None:
+            inner(inst, attribute, value)
 
     return check
 

@@ -523,7 +523,7 @@ class Client:
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
-            InvalidArgument: a bad name, subject or option (``field`` says which).
+            InvalidArgument: a bad name, subject or option (``field``), found here or by the server.
         """
         body = create_stream_body(
             name,

@@ -20,6 +20,7 @@ from jetsdk.codec.messages import (
     decode_produce_response,
     encode_json,
 )
+from jetsdk.codec.stream_settings import SettingError, check_settings
 from jetsdk.errors import InvalidArgument, MalformedFrame, error_from_code
 from jetsdk.metadata import ClusterMetadata, StreamInfo
 from jetsdk.subjects import subject_matches
@@ -67,7 +68,13 @@ def create_stream_body(
     duplicate_window: float | None,
 ) -> bytes:
     """A CreateStream request body with a fresh ``op_id`` (None options are left out: the
-    server's defaults apply)."""
+    server's defaults apply).
+
+    Raises:
+        InvalidArgument: a setting outside its limits or of the wrong type, checked here
+            with the server's own checker (:mod:`jetsdk.codec.stream_settings`); ``field``
+            names the request key, as in the server's INVALID_ARGUMENT.
+    """
     obj: dict[str, Any] = {
         "op_id": uuid.uuid4().hex,
         "name": name,
@@ -90,6 +97,10 @@ def create_stream_body(
         "duplicate_window_s": duplicate_window,
     }
     obj.update({k: v for k, v in optional.items() if v is not None})
+    try:
+        check_settings(obj)
+    except SettingError as exc:
+        raise InvalidArgument(str(exc), details={"field": exc.field}) from None
     return encode_json(obj)
 
 

@@ -184,6 +184,12 @@ def register(subparsers: Any) -> None:
     create.add_argument("--segment-max-age", type=duration, metavar="DURATION")
     create.add_argument("--max-message-bytes", type=size, metavar="SIZE")
     create.add_argument(
+        "--duplicate-window",
+        type=duration,
+        metavar="DURATION",
+        help="how long a plain message's Nats-Msg-Id is remembered (default 120s; 0: off)",
+    )
+    create.add_argument(
         "--fail-if-exists",
         action="store_true",
         help="fail if the stream exists at all (default: the same settings succeed, "
@@ -239,6 +245,7 @@ def _create(args: argparse.Namespace) -> int:
                 segment_max_bytes=args.segment_max_bytes,
                 segment_max_age=args.segment_max_age,
                 max_message_bytes=args.max_message_bytes,
+                duplicate_window=args.duplicate_window,
                 exist_ok=False,
             )
             created = True

@@ -348,9 +348,14 @@ class ConsoleApp:
             value = body.get(name)
             if value is None or value == "":
                 continue
+            # A form sends strings; JSON numbers pass as they are (no bool, no 2.7 -> 2):
+            # the SDK then checks them against the stream settings' limits (InvalidArgument
+            # naming the setting -> 400).
+            if isinstance(value, bool) or (kind is int and isinstance(value, float)):
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} must be a whole number")
             try:
                 options[name] = kind(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} must be a number") from None
         info = await self.client.create_stream(
             body["name"], body.get("subject") or None, exist_ok=False, **options

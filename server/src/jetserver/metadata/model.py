@@ -8,31 +8,29 @@ and for replay.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from jetserver.storage.config import (
+from jetsdk.codec.stream_settings import (
     DEFAULT_DELETE_RETENTION_S,
     DEFAULT_SEGMENT_MAX_AGE_S,
     DEFAULT_SEGMENT_MAX_BYTES,
+    repair_stored,
 )
+from jetsdk.codec.stream_settings import DEFAULT_DUPLICATE_WINDOW_S as DEFAULT_DUPLICATE_WINDOW_S
+from jetsdk.codec.stream_settings import DURABILITIES as DURABILITIES
+from jetsdk.codec.stream_settings import DURABILITY_FLUSHED as DURABILITY_FLUSHED
+from jetsdk.codec.stream_settings import DURABILITY_REPLICATED as DURABILITY_REPLICATED
+from jetsdk.codec.stream_settings import DURABILITY_WRITTEN as DURABILITY_WRITTEN
+from jetserver.logs import fields
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PARTITIONS = 1
 DEFAULT_REPLICATION_FACTOR = 1
-DEFAULT_DUPLICATE_WINDOW_S = 120.0
-"""How long a plain message's ``Nats-Msg-Id`` is remembered (JetStream's default)."""
-DURABILITY_FLUSHED = "flushed"
-"""Commit = fsynced on every in-sync replica (the default)."""
-DURABILITY_REPLICATED = "replicated"
-"""Commit = written (not necessarily fsynced) on every in-sync replica."""
-DURABILITY_WRITTEN = "written"
-"""Commit = written (not necessarily fsynced) on the leader, which is the only replica
-(replication factor 1 only): consumers see records before they are fsynced, as with
-Kafka's and JetStream's defaults; a power loss or a failed fsync can lose what was acked
-in the last fsync window (spec/cluster.md, "Durability")."""
-DURABILITIES = (DURABILITY_FLUSHED, DURABILITY_REPLICATED, DURABILITY_WRITTEN)
 
 
 @attrs.frozen
@@ -80,9 +78,21 @@ class StreamSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StreamSpec:
-        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
+        """Inverse of :meth:`to_dict` (unknown keys ignored).
+
+        Settings outside today's limits (written by an older version that accepted them)
+        are clamped to the nearest limit with a warning naming the stream and the setting
+        (:func:`jetsdk.codec.stream_settings.repair_stored`): the stream keeps serving, and
+        no runtime value derived from a setting can overflow.
+        """
         names = {f.name for f in attrs.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        repaired, notes = repair_stored(data)
+        for note in notes:
+            log.warning(
+                "stream setting out of limits in stored metadata; clamped",
+                extra=fields(stream=data.get("name"), change=note),
+            )
+        return cls(**{k: v for k, v in repaired.items() if k in names})
 
     def config_dict(self) -> dict[str, Any]:
         """The settings shown as ``config`` in StreamInfo."""

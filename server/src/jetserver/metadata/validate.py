@@ -1,35 +1,29 @@
 """Validation of stream names, subjects and CreateStream requests (spec/protocol.md).
 
 Every check raises :class:`~jetserver.errors.ApiError` INVALID_ARGUMENT naming the field,
-with a message that says what is allowed.
+with a message that says what is allowed. The settings' limits and their checker are
+shared with the SDK (:mod:`jetsdk.codec.stream_settings`); this module adds what only a
+server knows (names, subjects, its cluster's size, its own message limit).
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from jetsdk.codec.limits import MAX_SUBJECT_BYTES, MAX_VALUE_BYTES
+from jetsdk.codec.stream_settings import MAX_PARTITIONS as MAX_PARTITIONS
+from jetsdk.codec.stream_settings import MIN_SEGMENT_MAX_BYTES as MIN_SEGMENT_MAX_BYTES
+from jetsdk.codec.stream_settings import SettingError, check_settings
+from jetsdk.codec.stream_settings import default_min_isr as default_min_isr
 from jetserver.errors import invalid_argument
-from jetserver.metadata.model import (
-    DEFAULT_DUPLICATE_WINDOW_S,
-    DURABILITIES,
-    DURABILITY_FLUSHED,
-    DURABILITY_WRITTEN,
-    StreamSpec,
-)
-from jetserver.storage.config import (
-    DEFAULT_DELETE_RETENTION_S,
-    DEFAULT_SEGMENT_MAX_AGE_S,
-    DEFAULT_SEGMENT_MAX_BYTES,
-)
+from jetserver.metadata.model import StreamSpec
+from jetserver.storage.config import DEFAULT_SEGMENT_MAX_AGE_S, DEFAULT_SEGMENT_MAX_BYTES
 
 MAX_STREAM_NAME_CHARS = 255
 MAX_GROUP_NAME_CHARS = 255
-MAX_PARTITIONS = 1024
-MIN_SEGMENT_MAX_BYTES = 1024
 INTERNAL_PREFIX = "__"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 
@@ -125,45 +119,13 @@ def partition_subject(subject: str, partition: int) -> str:
     return subject if partition == 0 else f"{subject}.{partition}"
 
 
-def _opt_int(
-    req: Mapping[str, Any], field: str, *, minimum: int, maximum: int | None = None
-) -> int | None:
-    value = req.get(field)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid_argument(field, f"{field} must be an integer or null, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f">= {minimum}" if maximum is None else f"within {minimum}..{maximum}"
-        raise invalid_argument(field, f"{field} must be {bound}, got {value}")
-    return value
-
-
-def _opt_float(req: Mapping[str, Any], field: str, *, positive: bool = True) -> float | None:
-    value = req.get(field)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise invalid_argument(field, f"{field} must be a number of seconds or null, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise invalid_argument(
-            field, f"{field} must be {'> 0' if positive else '>= 0'}, got {value}"
-        )
-    return float(value)
-
-
-def _bool(req: Mapping[str, Any], field: str) -> bool:
-    value = req.get(field, False)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise invalid_argument(field, f"{field} must be true or false, got {value!r}")
-    return value
-
-
-def default_min_isr(replication_factor: int) -> int:
-    """The default minimum ISR: 2 when the replication factor is 3 or more, else 1."""
-    return 2 if replication_factor >= 3 else 1
+@contextlib.contextmanager
+def _as_invalid_argument() -> Iterator[None]:
+    """A :class:`SettingError` of the shared checker as INVALID_ARGUMENT naming its field."""
+    try:
+        yield
+    except SettingError as exc:
+        raise invalid_argument(exc.field, str(exc)) from None
 
 
 def spec_from_request(
@@ -186,16 +148,18 @@ def spec_from_request(
     Raises:
         ApiError: INVALID_ARGUMENT with ``details.field``.
     """
-    internal = _bool(req, "internal")
+    with _as_invalid_argument():
+        settings = check_settings(req)
+    internal = settings["internal"]
     name = validate_stream_name(req.get("name"), internal=internal)
     subject = validate_subject(req.get("subject"))
-    partitions = _opt_int(req, "partitions", minimum=1, maximum=MAX_PARTITIONS) or 1
+    partitions = settings["partitions"]
     if partitions > 1 and subject.split(".")[-1] == ">":
         raise invalid_argument(
             "partitions",
             f"subject {subject!r} ends in '>', so the stream can have one partition only",
         )
-    rf = _opt_int(req, "replication_factor", minimum=1) or 1
+    rf = settings["replication_factor"]
     if rf > cluster_size:
         if cluster_size == 1:
             msg = f"replication factor {rf} needs a cluster; this server runs alone"
@@ -210,22 +174,12 @@ def spec_from_request(
             )
         if len(group) > MAX_GROUP_NAME_CHARS:
             raise invalid_argument("group", f"group name over {MAX_GROUP_NAME_CHARS} characters")
-    segment_max_bytes = _opt_int(req, "segment_max_bytes", minimum=MIN_SEGMENT_MAX_BYTES)
-    segment_max_age_s = _opt_float(req, "segment_max_age_s")
-    delete_retention_s = _opt_float(req, "delete_retention_s", positive=False)
-    min_isr = _opt_int(req, "min_isr", minimum=1, maximum=rf) or default_min_isr(rf)
-    durability = req.get("durability")
-    if durability is None:
-        durability = DURABILITY_FLUSHED
-    elif durability not in DURABILITIES:
+    max_message = settings["max_message_bytes"]
+    if max_message is not None and max_message > max_message_bytes:
         raise invalid_argument(
-            "durability", f"durability must be one of {', '.join(DURABILITIES)}, got {durability!r}"
-        )
-    elif durability == DURABILITY_WRITTEN and rf != 1:
-        raise invalid_argument(
-            "durability",
-            f"durability {DURABILITY_WRITTEN!r} needs replication_factor 1 (got {rf}): with "
-            "replicas use 'replicated' (written on every ISR member, fsynced on the leader)",
+            "max_message_bytes",
+            f"max_message_bytes must be within 1..{max_message_bytes} (this server's "
+            f"limits.max_message_bytes), got {max_message}",
         )
     return StreamSpec(
         name=name,
@@ -233,22 +187,16 @@ def spec_from_request(
         partitions=partitions,
         replication_factor=rf,
         group=group,
-        compact=_bool(req, "compact"),
-        retention_max_age_s=_opt_float(req, "retention_max_age_s"),
-        retention_max_bytes=_opt_int(req, "retention_max_bytes", minimum=1),
-        retention_max_messages=_opt_int(req, "retention_max_messages", minimum=1),
-        segment_max_bytes=segment_max_bytes or default_segment_max_bytes,
-        segment_max_age_s=segment_max_age_s or default_segment_max_age_s,
-        delete_retention_s=(
-            DEFAULT_DELETE_RETENTION_S if delete_retention_s is None else delete_retention_s
-        ),
-        max_message_bytes=_opt_int(req, "max_message_bytes", minimum=1, maximum=max_message_bytes),
+        compact=settings["compact"],
+        retention_max_age_s=settings["retention_max_age_s"],
+        retention_max_bytes=settings["retention_max_bytes"],
+        retention_max_messages=settings["retention_max_messages"],
+        segment_max_bytes=settings["segment_max_bytes"] or default_segment_max_bytes,
+        segment_max_age_s=settings["segment_max_age_s"] or default_segment_max_age_s,
+        delete_retention_s=settings["delete_retention_s"],
+        max_message_bytes=max_message,
         internal=internal,
-        min_isr=min_isr,
-        durability=durability,
-        duplicate_window_s=(
-            DEFAULT_DUPLICATE_WINDOW_S
-            if (window := _opt_float(req, "duplicate_window_s", positive=False)) is None
-            else window
-        ),
+        min_isr=settings["min_isr"],
+        durability=settings["durability"],
+        duplicate_window_s=settings["duplicate_window_s"],
     )

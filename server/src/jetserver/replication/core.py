@@ -27,9 +27,11 @@ from typing import Generic, Protocol, TypeVar
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.stream_settings import MAX_DURATION_S
 from jetserver.broker.producers import ProducerTable
 from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN, PartitionAssignment
 from jetserver.replication.leader import LeaderState
+from jetserver.validators import at_most
 
 ROLE_SINGLE = "single"
 """A server without a cluster: it leads, committed means flushed."""
@@ -106,8 +108,9 @@ class ReplicaCore(Generic[P]):
     """Fewest ISR members for ALL acks (the stream's setting)."""
     lag_max_s: float = 10.0
     """Seconds a follower may lag before it leaves the ISR."""
-    duplicate_window_s: float = 120.0
-    """How long a plain message's ``Nats-Msg-Id`` is remembered (the stream's setting)."""
+    duplicate_window_s: float = attrs.field(default=120.0, validator=at_most(MAX_DURATION_S))
+    """How long a plain message's ``Nats-Msg-Id`` is remembered (the stream's setting;
+    bounded so that the sequencer's ``int(window * 1e9)`` cannot overflow)."""
     damaged: bool = False
     """The log may lack records it had (recovery or the scrub cut records below what was
     committed) until it caught up with a leader once."""

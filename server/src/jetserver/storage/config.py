@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import attrs
 
-from jetserver.validators import non_negative, optional_non_negative, positive, positive_int
+from jetsdk.codec.stream_settings import (
+    DEFAULT_DELETE_RETENTION_S,
+    DEFAULT_SEGMENT_MAX_AGE_S,
+    DEFAULT_SEGMENT_MAX_BYTES,
+    MAX_COUNT,
+    MAX_DURATION_S,
+    MAX_SEGMENT_MAX_BYTES,
+)
+from jetserver.validators import at_most, optional, positive, positive_int
 
-DEFAULT_SEGMENT_MAX_BYTES = 256 * 1024 * 1024
-"""Roll the active segment once appending would take it past this size."""
-DEFAULT_SEGMENT_MAX_AGE_S = 7 * 24 * 3600.0
-"""Roll the active segment once a new record is this much newer than its first one."""
+__all__ = [
+    "DEFAULT_DELETE_RETENTION_S",
+    "DEFAULT_INDEX_INTERVAL_BYTES",
+    "DEFAULT_SEGMENT_MAX_AGE_S",
+    "DEFAULT_SEGMENT_MAX_BYTES",
+    "MAX_INDEX_INTERVAL_BYTES",
+    "MAX_SEGMENT_BYTES",
+    "LogConfig",
+]
+
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 """Bytes of log between two offset-index (and time-index) entries."""
-DEFAULT_DELETE_RETENTION_S = 86400.0
-"""How long compaction keeps a tombstone after its timestamp."""
 
-MAX_SEGMENT_BYTES = 2**31 - 1
+MAX_SEGMENT_BYTES = MAX_SEGMENT_MAX_BYTES
 """Largest ``segment_max_bytes``: index positions are u32, and one batch may overshoot."""
 MAX_INDEX_INTERVAL_BYTES = 2**30
 """Largest ``index_interval_bytes``."""
@@ -24,13 +36,18 @@ MAX_INDEX_INTERVAL_BYTES = 2**30
 _positive_int = positive_int
 
 
-_positive_float = positive()
+# Durations and sizes are bounded above as well (the stream settings' limits,
+# spec/protocol.md): ``int(seconds * 1e9)`` and ``now_ns - age_ns`` never overflow.
+_positive_float = positive(maximum=MAX_DURATION_S)
 
 
-_optional_non_negative = optional_non_negative()
+_optional_duration = optional(at_most(MAX_DURATION_S))
 
 
-_non_negative_float = non_negative()
+_optional_count = optional(at_most(MAX_COUNT))
+
+
+_non_negative_float = at_most(MAX_DURATION_S)
 
 
 @attrs.frozen
@@ -51,11 +68,11 @@ class LogConfig:
         default=DEFAULT_INDEX_INTERVAL_BYTES, validator=_positive_int(MAX_INDEX_INTERVAL_BYTES)
     )
     """Bytes of log between index entries (smaller: faster lookups, bigger indexes)."""
-    retention_max_age_s: float | None = attrs.field(default=None, validator=_optional_non_negative)
+    retention_max_age_s: float | None = attrs.field(default=None, validator=_optional_duration)
     """Delete whole segments whose newest record is older than this; None: no age limit."""
-    retention_max_bytes: int | None = attrs.field(default=None, validator=_optional_non_negative)
+    retention_max_bytes: int | None = attrs.field(default=None, validator=_optional_count)
     """Delete the oldest segments while the log is larger than this; None: no size limit."""
-    retention_max_messages: int | None = attrs.field(default=None, validator=_optional_non_negative)
+    retention_max_messages: int | None = attrs.field(default=None, validator=_optional_count)
     """Delete the oldest segments while the log spans more offsets; None: no limit."""
     compact: bool = False
     """Key compaction enabled (``Log.compact`` is a no-op otherwise)."""

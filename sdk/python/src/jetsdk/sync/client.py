@@ -224,7 +224,7 @@ class Client(SyncWrapper):
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
-            InvalidArgument: a bad name, subject or option (``field`` says which).
+            InvalidArgument: a bad name, subject or option (``field``), found here or by the server.
         """
         return self._run(
             self._obj.create_stream,
