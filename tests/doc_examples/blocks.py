@@ -21,13 +21,21 @@ import attrs
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository."""
-DOCUMENTS = [
-    ROOT / "README.md",
-    *sorted((ROOT / "docs").rglob("*.md")),
-    *sorted((ROOT / "spec").glob("*.md")),
-]
-"""Every Markdown file whose blocks are checked: the README, the site's pages and the spec
-(which the site renders)."""
+
+
+def _site_pages() -> list[Path]:
+    """The site's pages under docs/ in the order of mkdocs.yml's nav (a reader's order),
+    then any others."""
+    nav = re.findall(
+        r"^\s*-\s*(?:[^:\n]+:\s*)?(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.M
+    )
+    listed = [ROOT / "docs" / name for name in nav if (ROOT / "docs" / name).is_file()]
+    return listed + sorted(set((ROOT / "docs").rglob("*.md")) - set(listed))
+
+
+DOCUMENTS = [ROOT / "README.md", *_site_pages(), *sorted((ROOT / "spec").glob("*.md"))]
+"""Every Markdown file whose blocks are checked, in reading order: the README, the site's
+pages and the spec (which the site renders)."""
 RUNNABLE = {
     "python": "python",
     "py": "python",
