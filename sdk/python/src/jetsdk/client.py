@@ -142,8 +142,9 @@ class Client:
             client_name: sent in Hello.
             tls: an ``SSLContext`` to connect with TLS, or True for a default context
                 (built from ``tls_ca``/``tls_cert``/``tls_key`` if given).
-            tls_ca, tls_cert, tls_key: PEM files: CA bundle to verify servers with, client
-                certificate and key to present (any of them turns TLS on).
+            tls_ca: PEM file, the CA bundle to verify servers with (turns TLS on).
+            tls_cert: PEM file, the client certificate to present (turns TLS on).
+            tls_key: PEM file, the client certificate's key (turns TLS on).
             server_hostname: name checked against server certificates (default: the host
                 of each address).
             credentials: what to authenticate with when a server requires it (or pass
@@ -344,7 +345,8 @@ class Client:
         """The connection to the partition's leader (metadata refreshed if stale).
 
         Raises:
-            StreamNotFound, PartitionNotFound, Unavailable (no leader), JetConnectionError.
+            JetError: StreamNotFound, PartitionNotFound, Unavailable (no leader) or
+                JetConnectionError.
         """
         part = await self.partition_info(stream, partition)
         if part.leader is None:
@@ -369,7 +371,7 @@ class Client:
         partition and kept until a fetch from it fails.
 
         Raises:
-            StreamNotFound, PartitionNotFound, Unavailable, JetConnectionError.
+            JetError: StreamNotFound, PartitionNotFound, Unavailable or JetConnectionError.
         """
         part = await self.partition_info(stream, partition)
         followers = [r for r in part.isr if r != part.leader]
@@ -593,7 +595,7 @@ class Client:
                 since the epoch): the first offset stored at or after it, else the HW.
 
         Raises:
-            StreamNotFound, PartitionNotFound, InvalidArgument.
+            JetError: StreamNotFound, PartitionNotFound or InvalidArgument (a bad position).
         """
         body = list_offsets_body(stream, partition, position)
         answer = await self.request_leader(stream, partition, Api.LIST_OFFSETS, body)

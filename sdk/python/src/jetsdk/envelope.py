@@ -125,8 +125,9 @@ def build_message(
         correlation_id: echoed in the ack, to match acks to messages on a shared inbox.
         ack_policy: NONE, LEADER (after the leader's local append) or ALL (after commit).
             Ignored (no ack) without an ack inbox.
-        producer_id, producer_seq: idempotent producer identity (duplicates are refused
-            with DUPLICATE_SEQUENCE).
+        producer_id: idempotent producer identity, with ``producer_seq`` (a duplicate
+            is refused with DUPLICATE_SEQUENCE); None for none.
+        producer_seq: the message's sequence number for ``producer_id``.
 
     Raises:
         CodecError: a field over its limit (reason ``"limit"``).

@@ -79,9 +79,15 @@ def foreach_batch_sink(
             a new checkpoint that replays the same batches.
         ack_timeout: seconds the server may take to acknowledge (default 30).
         request_timeout: seconds to wait for one response (default 30).
-        tls, tls_ca, tls_cert, tls_key, server_hostname: TLS, as options ``tls``,
-            ``tlsCa``, ``tlsCert``, ``tlsKey``, ``tlsServerHostname`` (spec/spark.md).
-        token, user, password: credentials, as options ``token``, ``user``, ``password``.
+        tls: use TLS, as option ``tls`` (spec/spark.md, "Connection security").
+        tls_ca: CA bundle (PEM), as option ``tlsCa``.
+        tls_cert: client certificate (PEM), as option ``tlsCert``.
+        tls_key: client key (PEM), as option ``tlsKey``.
+        server_hostname: name checked against server certificates, as option
+            ``tlsServerHostname``.
+        token: a token to authenticate with, as option ``token``.
+        user: a user name, as option ``user``.
+        password: the user's password, as option ``password``.
 
     Columns: ``value`` (required), ``key``, ``headers``, ``partition``, ``stream``; string or
     binary like Spark's Kafka sink; ``offset`` (integer, not written) orders each task's

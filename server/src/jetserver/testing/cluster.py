@@ -95,7 +95,16 @@ def metadata_request(address: str, timeout_s: float) -> dict[str, Any]:
 
 @attrs.define(eq=False)
 class Cluster:
-    """nats-server + ``size`` jet servers (see the module doc). A context manager."""
+    """nats-server + ``size`` jet servers on 127.0.0.1, clustered when ``size > 1``.
+
+    A context manager: entering starts everything (bounded waits), leaving stops every
+    process by PID and removes the temporary directory::
+
+        with Cluster(size=3) as cluster:
+            cluster.addresses            # ["127.0.0.1:PORT", ...] for Client(...)
+            cluster.kill("s2")           # SIGKILL by PID; its data stays
+            cluster.start_server("s2")   # again: same id, ports and data
+    """
 
     size: int = 3
     """Number of jet servers."""

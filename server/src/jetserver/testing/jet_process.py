@@ -136,7 +136,9 @@ def server_config(
 
 @attrs.define(eq=False)
 class JetServer:
-    """One ``jet server`` process (see the module doc)."""
+    """One ``jet server`` child process, restartable on the same data directory and ports:
+    :meth:`start` (waits for its ready file), :meth:`stop` (SIGTERM, SIGKILL after a bound),
+    ``kill9``, ``pause``/``resume`` (SIGSTOP/SIGCONT), always by PID."""
 
     server_id: str
     """Server id (``s1``, ``s2``, ...)."""

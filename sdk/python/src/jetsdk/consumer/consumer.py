@@ -143,8 +143,9 @@ class Consumer:
                 (``raise`` raises NoCommittedOffset; seek the partition to go on).
             max_bytes: soft bound on one Fetch response's record bytes.
             max_wait: long-poll wait of one Fetch, seconds.
-            manual_ack: every message must be acknowledged (``msg.ack()``); see the module
-                doc. Default: processed when the next message is asked for.
+            manual_ack: every message must be acknowledged (``msg.ack()``, any order, any
+                thread); the committed offset is the first un-acked one. Default: a
+                message counts as processed when the next one is asked for.
             max_unacked: manual acks: most un-acked messages before iteration waits.
             auto_commit: group: seconds between automatic commits; commits also happen on
                 revoke and on close. None: only :meth:`commit` commits.

@@ -61,8 +61,9 @@ class Client(SyncWrapper):
             client_name: sent in Hello.
             tls: an ``SSLContext`` to connect with TLS, or True for a default context
                 (built from ``tls_ca``/``tls_cert``/``tls_key`` if given).
-            tls_ca, tls_cert, tls_key: PEM files: CA bundle to verify servers with, client
-                certificate and key to present (any of them turns TLS on).
+            tls_ca: PEM file, the CA bundle to verify servers with (turns TLS on).
+            tls_cert: PEM file, the client certificate to present (turns TLS on).
+            tls_key: PEM file, the client certificate's key (turns TLS on).
             server_hostname: name checked against server certificates (default: the host
                 of each address).
             credentials: what to authenticate with when a server requires it (or pass
@@ -284,6 +285,6 @@ class Client(SyncWrapper):
                 since the epoch): the first offset stored at or after it, else the HW.
 
         Raises:
-            StreamNotFound, PartitionNotFound, InvalidArgument.
+            JetError: StreamNotFound, PartitionNotFound or InvalidArgument (a bad position).
         """
         return self._run(self._obj.list_offsets, stream, partition, position)

@@ -61,14 +61,18 @@ class Producer(SyncWrapper):
                 soon as the partition's sender is free).
             max_batch_messages: most messages per Produce request.
             max_batch_bytes: most (estimated) bytes per Produce request.
-            max_in_flight: outstanding Produce requests per partition (see module doc).
+            max_in_flight: outstanding Produce requests per partition. 1 (default) keeps
+                each partition's messages in send order, retries included; more
+                pipelines requests, but a retried batch may land after a later one.
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
             ack_timeout: seconds the server waits for acks before answering TIMEOUT.
             partitioner: ``(key, value, num_partitions) -> partition`` for messages without
                 an explicit partition; default: murmur2 of the key, round-robin if keyless.
             idempotent: attach a producer id and sequences so retries can be deduplicated.
             delivery_timeout: seconds from a batch's first send during which retriable
-                failures are retried (see module doc); then its messages fail.
+                failures (leader moved, connection lost, ...) are retried on the
+                partition's current leader (Kafka's ``delivery.timeout.ms``); then its
+                messages fail with the last error.
 
         Raises:
             ValueError: a limit out of range.
