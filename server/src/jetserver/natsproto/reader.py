@@ -131,11 +131,13 @@ class NatsReader:
         try:
             while pos < n:
                 end = find(_CRLF, pos)
-                if end < 0 or end - pos > MAX_CONTROL_LINE_BYTES:
+                if end < 0:
                     if n - pos > MAX_CONTROL_LINE_BYTES:
                         raise self._fail("control line over MAX_CONTROL_LINE_BYTES", pos)
                     self._need = n - pos + 1
                     return pos
+                # (A complete MSG line is not held to MAX_CONTROL_LINE_BYTES: it buffers
+                # nothing more, and its size is checked.)
                 if not startswith(_MSG, pos):
                     done = self._other(data, pos, end, events)
                     if done < 0:
@@ -163,7 +165,7 @@ class NatsReader:
                 if stop + 2 > n:
                     self._need = stop + 2 - pos
                     return pos
-                if not startswith(_CRLF, stop):
+                if data[stop + 1] != 10 or data[stop] != 13:
                     raise self._fail("message not followed by CRLF", pos)
                 if sid_raw != last_sid_raw:
                     if len(sid_raw) > _MAX_SIZE_DIGITS or not sid_raw.isdigit():
@@ -181,22 +183,28 @@ class NatsReader:
         """Parses the operation whose control line is ``data[pos:end]`` (any but an
         upper-case ``MSG``); returns the position after it, or -1 if it is a message whose
         bytes have not all arrived (``_need`` set)."""
-        words = data[pos:end].split(None, 1)
-        op = words[0].upper() if words else b""
-        rest = words[1] if len(words) > 1 else b""
-        if op != b"MSG" and op != b"HMSG":
-            events.append(self._control(op, rest, pos))
-            return end + 2
+        if end - pos > MAX_CONTROL_LINE_BYTES:
+            raise self._fail("control line over MAX_CONTROL_LINE_BYTES", pos)
+        if data.startswith(_HMSG, pos):
+            op = b"HMSG"
+            args = data[pos + 5 : end].split()
+        else:
+            words = data[pos:end].split(None, 1)
+            op = words[0].upper() if words else b""
+            rest = words[1] if len(words) > 1 else b""
+            if op != b"MSG" and op != b"HMSG":
+                events.append(self._control(op, rest, pos))
+                return end + 2
+            args = rest.split()
         # MSG <subject> <sid> [reply] <size>
         # HMSG <subject> <sid> [reply] <header size> <size>
-        args = rest.split()
         headered = op == b"HMSG"
         count = len(args) - headered
         if count not in (3, 4):
             raise self._fail(f"malformed {op.decode()} arguments", pos)
-        numbers = args[1:2] + args[-1 - headered :]
-        if not all(len(x) <= _MAX_SIZE_DIGITS and x.isdigit() for x in numbers):
-            raise self._fail(f"malformed {op.decode()} sid or size", pos)
+        for number in (args[1], args[-1], args[-2]) if headered else (args[1], args[-1]):
+            if len(number) > _MAX_SIZE_DIGITS or not number.isdigit():
+                raise self._fail(f"malformed {op.decode()} sid or size", pos)
         size = int(args[-1])
         if size > self.max_message_bytes:
             raise self._fail("message over max_message_bytes", pos)
