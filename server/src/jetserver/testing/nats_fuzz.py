@@ -14,7 +14,8 @@ ack: a stopped read loop shows as a long wait. Publishers keep to ``rate`` messa
 second together, so that the canary does not just wait behind a backlog the fuzzer built
 (``rate`` 0: as fast as they can). :class:`FuzzReport` counts everything.
 
-Rounds bound what is in flight (one round) and what the fuzzer holds in memory.
+Rounds bound what is in flight (one round) and what the fuzzer holds in memory. The run
+stops after the first round that lost, duplicated or added a record.
 """
 
 from __future__ import annotations
@@ -316,6 +317,7 @@ async def run_fuzz(
     round_size: int = 4000,
     canary_interval_s: float = 0.02,
     rate: float = DEFAULT_RATE,
+    read_back_timeout_s: float = READ_BACK_TIMEOUT_S,
     server_log: Path | None = None,
     progress: bool = False,
 ) -> FuzzReport:
@@ -359,7 +361,7 @@ async def run_fuzz(
                 report.bytes_sent += sum(len(m.wire) for m in sent)
                 for m in sent:
                     report.kinds[m.kind] = report.kinds.get(m.kind, 0) + 1
-                deadline = time.monotonic() + READ_BACK_TIMEOUT_S
+                deadline = time.monotonic() + read_back_timeout_s
                 for i, name in enumerate(names):
                     expected = [m for m in sent if m.stream == i]
                     report.to_streams += len(expected)
@@ -373,6 +375,8 @@ async def run_fuzz(
                     raise RuntimeError(f"the canary failed: {canary.error!r}")
                 if progress:
                     print(f"  {report.sent} sent, {report.stored_once} stored once", flush=True)
+                if report.missing or report.duplicated or report.unexpected:
+                    break  # the next rounds would only repeat it; report now
             # Anything stored late (a duplicate) shows past the bases.
             await anyio.sleep(1.0)
             for i, name in enumerate(names):
