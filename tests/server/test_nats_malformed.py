@@ -86,6 +86,9 @@ async def test_malformed_header_blocks_stop_nothing(
         per_payload = len(MALFORMED) + 2
         bad = await c.collect("bad", 0, 2 * per_payload)
     assert [r.value for r in bad] == [b"one"] * per_payload + [b"two"] * per_payload
+    # Counted (jet_nats_malformed_headers_total): all but the well-formed odd status block.
+    assert jet.link.malformed_headers == 2 * (len(MALFORMED) - 1)
+    assert jet.link.handler_errors == 0
     for start in (0, per_payload):
         group = bad[start : start + per_payload]
         assert [r.headers for r in group] == [()] * len(MALFORMED) + [(("X-After", b"1"),), ()]
