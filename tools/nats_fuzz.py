@@ -35,14 +35,25 @@ def main() -> int:
     parser.add_argument("--round-size", type=int, default=4000)
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="messages/s, 0: max")
     parser.add_argument("--stall-ms", type=float, default=STALL_BOUND_S * 1000)
+    parser.add_argument(
+        "--fsync-in-threads",
+        action="store_true",
+        help="the server's fsyncs never on its event loop ([storage] fsync_on_loop = false):\n"
+        "canary stalls are then not a slow disk's",
+    )
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a new temp dir")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="jet-nats-fuzz-"))
-    print(f"nats fuzz: seed {seed}, {args.messages} messages, work dir {work}", flush=True)
+    print(
+        f"nats fuzz: seed {seed}, {args.messages} messages, rate {args.rate}/s, fsync on the "
+        f"server's loop {not args.fsync_in_threads}, work dir {work}",
+        flush=True,
+    )
     with NatsServer() as nats:
         root = work / "s1"
-        config = server_config("s1", root, nats.url, log_level="INFO")
+        settings = {"storage": {"fsync_on_loop": False}} if args.fsync_in_threads else None
+        config = server_config("s1", root, nats.url, log_level="INFO", settings=settings)
         server = JetServer("s1", root, config)
         server.start()
         try:

@@ -20,7 +20,13 @@ from nats.aio.msg import Msg
 from nats.protocol.parser import Parser
 
 from jetserver.config import NatsConfig
-from jetserver.nats_fast import JetNatsClient, JetParser, SkipMarked, fast_path_supported
+from jetserver.nats_fast import (
+    JetNatsClient,
+    JetParser,
+    SkipMarked,
+    fast_path_supported,
+    header_lines,
+)
 from jetserver.nats_link import _NATS_PY_PUB_INTERNALS, NatsLink
 from support.nats_server import NatsServer
 
@@ -470,3 +476,50 @@ def test_the_client_reads_any_header_block_without_raising(block: bytes) -> None
         assert headers is None or isinstance(headers, dict)
 
     asyncio.run(read())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("reader", ["jet", "nats-py"])
+async def test_malformed_header_blocks_reach_a_direct_subscription_without_headers(
+    nats_server: NatsServer, reader: str
+) -> None:
+    """Whichever parser reads (nats-py's where the fast path is unsupported), a malformed
+    block is dropped and its message delivered plain; the others keep their lines."""
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect(attempts=3)
+    if reader == "nats-py":
+        link.client._ps = Parser(link.client)
+    got: list[Msg] = []
+    done = anyio.Event()
+
+    async def handler(msg: Msg) -> None:
+        got.append(msg)
+        if msg.data == b"end":
+            done.set()
+
+    await link.subscribe("mal", handler)
+    await link.flush(5)
+    blocks = [
+        b"NATS/1.0\r\nX: 1\r\n",
+        b"N",
+        b"NATS/1.0 \xff\r\n\r\n",
+        b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n",
+    ]
+    host, port = nats_server.url.removeprefix("nats://").rsplit(":", 1)
+    async with await anyio.connect_tcp(host, int(port)) as sock:
+        await sock.receive()
+        out = [b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n']
+        for i, block in enumerate(blocks):
+            out.append(b"HPUB mal %d %d\r\n%bp%d\r\n" % (len(block), len(block) + 2, block, i))
+        out.append(b"PUB mal 3\r\nend\r\n")
+        await sock.send(b"".join(out))
+        with anyio.fail_after(10):
+            await done.wait()
+    try:
+        assert [m.data for m in got] == [b"p0", b"p1", b"p2", b"p3", b"end"]
+        assert [header_lines(m) for m in got] == [(), (), (), (("A", b"1"), ("A", b"2")), ()]
+        assert got[3].headers == {"A": "2"}
+        if reader == "jet":
+            assert link.malformed_headers == 2
+    finally:
+        await link.close()

@@ -391,6 +391,10 @@ class JetNatsClient(NatsClient):
         if direct is None or sid not in self._subs:
             await super()._process_msg(sid, subject, reply, data, headers)
             return
+        if headers and not header_block_ok(bytes(headers)):
+            # Only through nats-py's own parser (JetParser drops these blocks itself).
+            self._malformed(subject, len(headers))
+            headers = None  # type: ignore[assignment]
         if not headers:
             direct.push(subject, reply, data)
             return
@@ -405,14 +409,15 @@ class JetNatsClient(NatsClient):
         if direct.full(size):
             self._jet_slow_consumer(sid, subject, reply)
             return
-        lines = parse_header_block(bytes(headers))
+        block = bytes(headers)
+        lines = parse_header_block(block)
         direct.enqueue(
             HeaderedMsg(
                 _client=self,
                 subject=subject.decode(),
                 reply=reply.decode() if reply else "",
                 data=data,
-                headers=header_map(bytes(headers)),
+                headers=header_map(block, lines),
                 _sid=sid,
                 header_lines=lines,
             ),
@@ -425,7 +430,10 @@ class JetNatsClient(NatsClient):
         if not headers:
             return None
         if not header_block_ok(bytes(headers)):
-            if isinstance(self._ps, JetParser):
-                self._ps.malformed(b"", len(headers))
+            self._malformed(b"", len(headers))
             return None
         return header_map(bytes(headers))
+
+    def _malformed(self, subject: bytes, header_bytes: int) -> None:
+        if isinstance(self._ps, JetParser):
+            self._ps.malformed(subject, header_bytes)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import nats.errors
@@ -68,6 +69,10 @@ class DirectDelivery(Protocol):
         """Deliver one message without headers."""
 
 
+def _no_push(subject: bytes, reply: bytes, data: bytes) -> None:
+    raise AssertionError("no direct subscription yet")  # last_sid is -1 until one is set
+
+
 class JetParser(nats_parser.Parser):
     """The read side of a connection: :class:`~jetserver.natsproto.NatsReader` parses
     every byte the NATS server sends; this dispatches its events to the client (direct
@@ -119,18 +124,18 @@ class JetParser(nats_parser.Parser):
         # The direct subscription of the previous MSG (runs of one sid are the common
         # case); forgotten after any await, which may unsubscribe.
         last_sid = -1
-        last_direct: DirectDelivery | None = None
+        push: Callable[[bytes, bytes, bytes], None] = _no_push
         for event in events:
             try:
                 if type(event) is tuple:
                     subject, sid, reply, payload = event
-                    if sid == last_sid and last_direct is not None:
-                        last_direct.push(subject, reply, payload)
+                    if sid == last_sid:
+                        push(subject, reply, payload)
                         continue
                     direct = directs.get(sid)
                     if direct is not None and sid in subs:
-                        last_sid, last_direct = sid, direct
-                        direct.push(subject, reply, payload)
+                        last_sid, push = sid, direct.push
+                        push(subject, reply, payload)
                         continue
                     last_sid = -1
                     await nc._process_msg(sid, subject, reply, payload, None)

@@ -37,11 +37,14 @@ def header_block_ok(block: bytes) -> bool:
     )
 
 
-def header_map(block: bytes) -> dict[str, str] | None:
+def header_map(
+    block: bytes, lines: tuple[tuple[str, bytes], ...] | None = None
+) -> dict[str, str] | None:
     """The header map nats-py's client gives a message (its ``Msg.headers``): the inline
     status and description if any, then each line's name and value, stripped, the last
     value of a repeated name winning; None if empty. Never raises: a malformed block
-    gives None, undecodable bytes are replaced."""
+    gives None, undecodable bytes are replaced. ``lines``: the block's
+    :func:`~jetsdk.codec.nats_headers.parse_header_block`, if already known."""
     if not header_block_ok(block):
         return None
     out: dict[str, str] = {}
@@ -53,7 +56,7 @@ def header_map(block: bytes) -> dict[str, str] | None:
             out[STATUS_HEADER] = status.decode()
         if description.strip():
             out[DESCRIPTION_HEADER] = description.strip().decode(errors="replace")
-    for name, value in parse_header_block(block):
+    for name, value in parse_header_block(block) if lines is None else lines:
         name = name.strip()
         if name:
             out[name] = value.decode(errors="replace").strip()

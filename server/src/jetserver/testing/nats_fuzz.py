@@ -20,6 +20,7 @@ stops after the first round that lost, duplicated or added a record.
 
 from __future__ import annotations
 
+import datetime
 import random
 import socket
 import statistics
@@ -69,6 +70,11 @@ class FuzzReport:
     canary_sent: int = 0
     canary_answered: int = 0
     canary_latencies: list[float] = attrs.field(factory=list)
+    canary_started: list[float] = attrs.field(factory=list)
+    """Wall-clock time (s since the epoch) each answered canary request was sent."""
+    slow_fsyncs: list[tuple[float, float]] = attrs.field(factory=list)
+    """``(wall time, seconds)`` of each fsync the server's log reports as slow on its
+    event loop (the loop waited for the disk: a stall that is not the ingest's)."""
     seconds: float = 0.0
     server_log_problems: dict[str, int] = attrs.field(factory=dict)
     still_serving: bool = False
@@ -123,6 +129,31 @@ class FuzzReport:
             )
         else:
             out.append(f"  canary: {self.canary_answered} of {self.canary_sent} answered")
+        slow = [
+            (t, x)
+            for t, x in zip(self.canary_started, self.canary_latencies, strict=True)
+            if x > bound_s
+        ]
+        if slow:
+            near = sum(
+                1
+                for t, x in slow
+                if any(t - 1.0 <= f <= t + x + 1.0 for f, _took in self.slow_fsyncs)
+            )
+            worst = ", ".join(
+                f"{time.strftime('%H:%M:%S', time.gmtime(t))} {ms(x)}"
+                for t, x in sorted(slow, key=lambda s: -s[1])[:5]
+            )
+            out.append(
+                f"  canary acks over {ms(bound_s)}: {len(slow)}, of which {near} within 1 s of "
+                f"a slow fsync on the server's event loop; worst (UTC): {worst}"
+            )
+        if self.slow_fsyncs:
+            longest = max(took for _t, took in self.slow_fsyncs)
+            out.append(
+                f"  slow fsyncs on the server's event loop: {len(self.slow_fsyncs)}, "
+                f"longest {ms(longest)}"
+            )
         problems = ", ".join(f"{k} {v}" for k, v in self.server_log_problems.items())
         out.append(f"  server: still serving {self.still_serving}; log: {problems or 'clean'}")
         out.extend(f"  example: {e}" for e in self.examples)
@@ -136,8 +167,27 @@ _LOG_PROBLEMS = {
     "handling failed": b"nats message handling failed",
     "malformed header warnings": b"malformed header block",
     "tracebacks": b"Traceback",
-    "slow fsyncs on the event loop (a disk stall, not ingest)": b"slow fsync on the event loop",
 }
+
+
+def slow_fsyncs(path: Path) -> list[tuple[float, float]]:
+    """``(wall time, seconds)`` of the server log's "slow fsync on the event loop" lines."""
+    out: list[tuple[float, float]] = []
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        if b"slow fsync on the event loop" not in line:
+            continue
+        stamp, _sep, rest = line.partition(b" ")
+        took = rest.rpartition(b"took_ms=")[2].split(b" ")[0]
+        try:
+            when = datetime.datetime.fromisoformat(stamp.decode().replace("Z", "+00:00"))
+            out.append((when.timestamp(), float(took) / 1000))
+        except ValueError:
+            continue
+    return out
 
 
 def scan_server_log(path: Path) -> dict[str, int]:
@@ -160,6 +210,8 @@ class Canary(threading.Thread):
         self.stop_event = threading.Event()
         self.sent = 0
         self.latencies: list[float] = []
+        self.started: list[float] = []
+        """Wall time each answered request was sent."""
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -180,6 +232,7 @@ class Canary(threading.Thread):
                 self.sent += 1
                 body = b"canary %d" % n
                 started = time.monotonic()
+                wall = time.time()
                 sock.sendall(
                     b"PUB %b fz.canary.inbox.%d %d\r\n%b\r\n"
                     % (self.subject.encode(), n, len(body), body)
@@ -187,6 +240,7 @@ class Canary(threading.Thread):
                 want = b"fz.canary.inbox.%d" % n
                 if self._await_reply(sock, reader, want, started):
                     self.latencies.append(time.monotonic() - started)
+                    self.started.append(wall)
 
     def _await_reply(
         self, sock: socket.socket, reader: NatsReader, want: bytes, started: float
@@ -391,8 +445,10 @@ async def run_fuzz(
             canary.join(timeout=CANARY_TIMEOUT_S + 1)
     report.canary_sent = canary.sent
     report.canary_latencies = canary.latencies
+    report.canary_started = canary.started
     report.canary_answered = len(canary.latencies)
     report.seconds = time.monotonic() - started
     if server_log is not None:
         report.server_log_problems = scan_server_log(server_log)
+        report.slow_fsyncs = slow_fsyncs(server_log)
     return report
