@@ -147,3 +147,13 @@ def faults(session: nox.Session) -> None:
     """
     session.install(*PACKAGES, *TEST_DEPS)
     session.run("python", "tools/fault_campaign.py", *session.posargs)
+
+
+@nox.session
+def fuzz_nats(session: nox.Session) -> None:
+    """Long NATS ingest fuzz campaign (issue 31): raw-socket publishers of random
+    PUB/HPUB framing, header blocks and sizes against a live nats-server and jet server;
+    prints a report. ``nox -s fuzz_nats -- --messages 1000000`` (also ``--seed S``,
+    ``--rate R``, ``--stall-ms M``)."""
+    session.install(*PACKAGES, *TEST_DEPS)
+    session.run("python", "tools/nats_fuzz.py", *session.posargs)

@@ -1,7 +1,9 @@
-"""The nats-py fast receive path (jetserver.nats_fast) and NatsLink.publish_many.
+"""jet's receive path of nats-py connections (jetserver.nats_fast) and NatsLink.publish_many.
 
-The parser is checked against nats-py's own on random protocol streams cut at random
-points; direct delivery and batched publishing against a real nats-server.
+JetParser is checked against nats-py's own parser on random well-formed protocol streams
+cut at random points (the same calls to the client), and on malformed header blocks and
+failing handlers (where it differs on purpose: nothing stops it); direct delivery and
+batched publishing against a real nats-server.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from nats.aio.msg import Msg
 from nats.protocol.parser import Parser
 
 from jetserver.config import NatsConfig
-from jetserver.nats_fast import FastParser, JetNatsClient, SkipMarked, fast_path_supported
+from jetserver.nats_fast import (
+    JetNatsClient,
+    JetParser,
+    SkipMarked,
+    fast_path_supported,
+    header_lines,
+)
 from jetserver.nats_link import _NATS_PY_PUB_INTERNALS, NatsLink
 from support.nats_server import NatsServer
 
@@ -82,6 +90,8 @@ async def _feed(parser_class: type[Parser], chunks: list[bytes]) -> list[tuple[A
     for chunk in chunks:
         await parser.parse(chunk)
     assert not parser.buf, "everything was complete, nothing may be left"
+    if isinstance(parser, JetParser):
+        assert parser.reader.buffered == 0
     return nc.calls
 
 
@@ -98,7 +108,7 @@ def test_fast_path_is_supported_by_the_installed_nats_py() -> None:
     """Fails loudly when a nats-py release drops an internal the fast paths use (the
     server would silently fall back to the slow ones); pinned in server/pyproject.toml."""
     assert fast_path_supported()
-    assert isinstance(JetNatsClient()._ps, FastParser)
+    assert isinstance(JetNatsClient()._ps, JetParser)
 
 
 @pytest.mark.anyio
@@ -173,7 +183,7 @@ def test_marked_copies_are_dropped_and_nothing_else(
         direct = _SkipDirect(nc)
         nc._subs[7] = object()
         nc._jet_direct[7] = direct
-        parser = FastParser(nc)
+        parser = JetParser(nc)
         for chunk in _cut(stream, cuts):
             await parser.parse(chunk)
         # Marked copies the parser did not drop itself (after an operation it leaves to
@@ -195,10 +205,8 @@ def test_fast_parser_matches_nats_py(ops: list[bytes], cuts: list[int]) -> None:
 
     async def both() -> None:
         expected = await _feed(Parser, [stream])
-        assert await _feed(FastParser, chunks) == expected
-        assert await _feed(FastParser, [stream[i : i + 1] for i in range(len(stream))]) == (
-            expected
-        )
+        assert await _feed(JetParser, chunks) == expected
+        assert await _feed(JetParser, [stream[i : i + 1] for i in range(len(stream))]) == (expected)
 
     asyncio.run(both())
 
@@ -211,13 +219,13 @@ async def test_chunk_ending_after_a_msg_line_that_nats_py_parsed() -> None:
     expected = await _feed(Parser, [stream])
     assert expected[1] == ("msg", 10, b"a.b", b"", b"MSG \x00 0 0\r\n\x00\x00\x00\x00", None)
     for cut in range(len(stream) + 1):
-        assert await _feed(FastParser, [stream[:cut], stream[cut:]]) == expected, cut
+        assert await _feed(JetParser, [stream[:cut], stream[cut:]]) == expected, cut
 
 
 @pytest.mark.anyio
-async def test_unusual_msg_lines_go_through_nats_py() -> None:
+async def test_unusual_msg_lines_parse_as_nats_py_does() -> None:
     stream = b"MSG a  1 2\r\nhi\r\nMSG b\t2 3\r\nabc\r\nMSG c 3 r 1\r\nx\r\n"
-    assert await _feed(FastParser, [stream]) == await _feed(Parser, [stream])
+    assert await _feed(JetParser, [stream]) == await _feed(Parser, [stream])
 
 
 @pytest.mark.anyio
@@ -408,3 +416,110 @@ async def test_idle_direct_subscriptions_start_no_task_until_a_message_needs_one
     assert not link.client._jet_direct
     assert not link.client._subs
     await link.close()
+
+
+@pytest.mark.anyio
+async def test_malformed_header_blocks_reach_the_client_without_headers() -> None:
+    """Issue 31: nats-py's ``_process_headers`` raised IndexError on these and stopped the
+    read loop; now each message goes on without its block, counted."""
+    blocks = [b"NATS/1.0", b"N", b"", b"X: 1\r\n\r\n", b"NATS/1.0\r\n"]
+    stream = (
+        b"".join(b"HMSG s 3 %d %d\r\n%bp\r\n" % (len(b), len(b) + 1, b) for b in blocks)
+        + b"HMSG s 3 12 13\r\nNATS/1.0\r\n\r\np\r\nPING\r\n"
+    )
+    nc = _Recorder()
+    parser = JetParser(nc)
+    for i in range(len(stream)):
+        await parser.parse(stream[i : i + 1])
+    assert nc.calls == [("msg", 3, b"s", b"", b"p", None)] * len(blocks) + [
+        ("msg", 3, b"s", b"", b"p", b"NATS/1.0\r\n\r\n"),
+        ("ping",),
+    ]
+    assert parser.malformed_headers == len(blocks)
+
+
+class _Failing(_Recorder):
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+    ) -> None:
+        if data == b"boom":
+            raise IndexError("a handler bug")
+        await super()._process_msg(sid, subject, reply, data, headers)
+
+
+@pytest.mark.anyio
+async def test_a_failing_handler_does_not_stop_the_messages_after_it() -> None:
+    nc = _Failing()
+    parser = JetParser(nc)
+    await parser.parse(b"MSG a 1 4\r\nboom\r\nMSG a 1 2\r\nok\r\nPING\r\n")
+    assert nc.calls == [("msg", 1, b"a", b"", b"ok", None), ("ping",)]
+    assert parser.handler_errors == 1
+
+
+@pytest.mark.anyio
+async def test_a_broken_stream_is_a_protocol_error_after_what_came_before() -> None:
+    nc = _Recorder()
+    parser = JetParser(nc)
+    with pytest.raises(nats.errors.ProtocolError):
+        await parser.parse(b"MSG a 1 2\r\nok\r\nBOGUS\r\nPING\r\n")
+    assert nc.calls == [("msg", 1, b"a", b"", b"ok", None)]
+    parser.reset()  # nats-py on reconnect
+    await parser.parse(b"PING\r\n")
+    assert nc.calls[-1] == ("ping",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=60))
+def test_the_client_reads_any_header_block_without_raising(block: bytes) -> None:
+    async def read() -> None:
+        headers = await JetNatsClient()._process_headers(block)
+        assert headers is None or isinstance(headers, dict)
+
+    asyncio.run(read())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("reader", ["jet", "nats-py"])
+async def test_malformed_header_blocks_reach_a_direct_subscription_without_headers(
+    nats_server: NatsServer, reader: str
+) -> None:
+    """Whichever parser reads (nats-py's where the fast path is unsupported), a malformed
+    block is dropped and its message delivered plain; the others keep their lines."""
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect(attempts=3)
+    if reader == "nats-py":
+        link.client._ps = Parser(link.client)
+    got: list[Msg] = []
+    done = anyio.Event()
+
+    async def handler(msg: Msg) -> None:
+        got.append(msg)
+        if msg.data == b"end":
+            done.set()
+
+    await link.subscribe("mal", handler)
+    await link.flush(5)
+    blocks = [
+        b"NATS/1.0\r\nX: 1\r\n",
+        b"N",
+        b"NATS/1.0 \xff\r\n\r\n",
+        b"NATS/1.0\r\nA: 1\r\nA: 2\r\n\r\n",
+    ]
+    host, port = nats_server.url.removeprefix("nats://").rsplit(":", 1)
+    async with await anyio.connect_tcp(host, int(port)) as sock:
+        await sock.receive()
+        out = [b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n']
+        for i, block in enumerate(blocks):
+            out.append(b"HPUB mal %d %d\r\n%bp%d\r\n" % (len(block), len(block) + 2, block, i))
+        out.append(b"PUB mal 3\r\nend\r\n")
+        await sock.send(b"".join(out))
+        with anyio.fail_after(10):
+            await done.wait()
+    try:
+        assert [m.data for m in got] == [b"p0", b"p1", b"p2", b"p3", b"end"]
+        assert [header_lines(m) for m in got] == [(), (), (), (("A", b"1"), ("A", b"2")), ()]
+        assert got[3].headers == {"A": "2"}
+        if reader == "jet":
+            assert link.malformed_headers == 2
+    finally:
+        await link.close()

@@ -322,6 +322,20 @@ def _nats(out: list[str], link: NatsLink | None) -> None:
     out.append(f"jet_nats_disconnects_total {link.disconnects}")
     _head(out, "jet_nats_reconnects_total", "counter", "Times the NATS link came back.")
     out.append(f"jet_nats_reconnects_total {link.reconnects}")
+    _head(
+        out,
+        "jet_nats_malformed_headers_total",
+        "counter",
+        "NATS messages with a malformed header block, stored without headers.",
+    )
+    out.append(f"jet_nats_malformed_headers_total {link.malformed_headers}")
+    _head(
+        out,
+        "jet_nats_handler_errors_total",
+        "counter",
+        "Received NATS messages whose handling raised (logged, skipped).",
+    )
+    out.append(f"jet_nats_handler_errors_total {link.handler_errors}")
 
 
 def _partitions(out: list[str], src: MetricsSources) -> None:

@@ -1,14 +1,18 @@
-"""A cheaper receive path for nats-py: the ingest hot path of every partition leader.
+"""jet's read side of nats-py connections: the ingest hot path of every partition leader.
 
-nats-py (asyncio) spends about 6 us of CPU per received message: a regex per control line,
-two deletions from a bytearray, a generic ``_process_msg`` (stats, JetStream checks), then an
-``asyncio.Queue`` hop to a per-subscription task that calls the callback. At tens of
-thousands of messages per second that is a quarter of the server. Two pieces here, both
-keeping nats-py's behaviour and falling back to its own code for anything unusual:
+nats-py (asyncio) spends about 6 us of CPU per received message (a regex per control line,
+bytearray churn, a generic ``_process_msg``, an ``asyncio.Queue`` hop per message), and its
+parser and header code trust what a publisher sent: one malformed header block raised
+``IndexError`` inside its read loop and stopped the connection for every stream until the
+ping timeout (issue 31). Two pieces here:
 
-- :class:`FastParser`: parses runs of plain ``MSG`` operations straight out of each read
-  (``find`` + ``split``, no regex, no bytearray churn); every other operation (``HMSG``,
-  ``PING``, ``INFO``, ``-ERR``...) and any unusual line goes through nats-py's parser.
+- :class:`JetParser`: the object nats-py feeds each read. Every byte is parsed by jet's
+  own sans-I/O reader (:mod:`jetserver.natsproto`); messages of direct subscriptions go
+  to them at once, everything else to nats-py's ``_process_*`` handlers. No nats-py code
+  parses what a publisher sent: header maps come from :func:`~jetserver.natsproto.header_map`.
+  A malformed header block is counted, logged at a bounded rate, and its message
+  delivered without headers (spec/envelope.md); nothing a message carries can stop the
+  read loop.
 - :class:`JetNatsClient`: a nats-py client whose callback subscriptions registered with
   :meth:`JetNatsClient.deliver_directly` skip the generic message processing and the
   ``asyncio.Queue``: messages go to a deque drained by one delivery task per subscription,
@@ -21,9 +25,10 @@ keeping nats-py's behaviour and falling back to its own code for anything unusua
   the task come with the first message that needs them, and
   :meth:`JetNatsClient.subscribe_direct` subscribes without nats-py's own task and queue.
 
-Both rely on nats-py internals (``Parser``, ``Client._process_msg``, ``_build_message``);
-:func:`fast_path_supported` checks they look as expected, and :class:`JetNatsClient`
-behaves exactly like nats-py's client when they do not.
+Both rely on nats-py client internals (``_ps``, ``_subs``, ``_process_msg`` and the other
+``_process_*`` handlers, ``_build_message``); :func:`fast_path_supported` checks they look
+as expected, and :class:`JetNatsClient` behaves like nats-py's client when they do not
+(then with nats-py's parser: the server logs this at start).
 
 Task safety: event loop thread only (asyncio).
 """
@@ -46,13 +51,20 @@ from nats.aio.subscription import Subscription
 from nats.protocol import parser as nats_parser
 
 from jetsdk.codec.nats_headers import parse_header_block
+from jetserver.nats_read import JetParser, SkipMarked
+from jetserver.natsproto import header_block_ok, header_map
+
+__all__ = [
+    "HeaderedMsg",
+    "JetNatsClient",
+    "JetParser",
+    "Sink",
+    "SkipMarked",
+    "fast_path_supported",
+    "header_lines",
+]
 
 log = logging.getLogger(__name__)
-
-_MSG = b"MSG "
-_HMSG = b"HMSG "
-_CRLF = b"\r\n"
-_SPACE = b" "
 
 
 @dataclass
@@ -74,27 +86,6 @@ def header_lines(msg: Msg) -> tuple[tuple[str, bytes], ...]:
     return tuple((k, v.encode()) for k, v in msg.headers.items())
 
 
-class SkipMarked:
-    """Drops messages whose header block holds ``header`` (exact bytes, e.g. one whole
-    ``\r\nName: value\r\n`` line) and whose payload starts with ``prefix``, before any
-    parsing or delivery; counts them."""
-
-    __slots__ = ("count", "header", "prefix")
-
-    def __init__(self, header: bytes, prefix: bytes = b"") -> None:
-        self.header = header
-        self.prefix = prefix
-        self.count = 0
-        """Messages dropped."""
-
-    def matches(self, headers: bytes, payload: bytes) -> bool:
-        """True (and counted) if the message is to be dropped."""
-        if self.header in headers and payload.startswith(self.prefix):
-            self.count += 1
-            return True
-        return False
-
-
 Handler = Callable[[Msg], Awaitable[None]]
 Sink = Callable[[str, str, bytes], bool]
 """Takes ``(subject, reply, data)`` of a message without headers now and returns True, or
@@ -112,8 +103,11 @@ def fast_path_supported() -> bool:
     return (
         params == ["self", "sid", "subject", "reply", "data", "headers"]
         and build[:6] == ["self", "sid", "subject", "reply", "data", "headers"]
-        and hasattr(nats_parser, "AWAITING_CONTROL_LINE")
         and hasattr(nats_parser.Parser, "reset")
+        and all(
+            hasattr(NatsClient, name)
+            for name in ("_process_ping", "_process_pong", "_process_info", "_process_err")
+        )
         and hasattr(NatsClient, "_process_headers")
         and hasattr(NatsClient, "_send_subscribe")
         and hasattr(Subscription, "_stop_processing")
@@ -121,125 +115,6 @@ def fast_path_supported() -> bool:
 
 
 _SUPPORTED = fast_path_supported()
-
-
-class FastParser(nats_parser.Parser):
-    """nats-py's parser with a fast path for runs of ``MSG`` operations."""
-
-    async def parse(self, data: bytes = b"") -> None:
-        """Parse ``data`` (what the last read returned) and dispatch what it holds."""
-        if self.state != nats_parser.AWAITING_CONTROL_LINE:
-            # nats-py is in the middle of an operation (e.g. it read a MSG line that ended
-            # the previous chunk and now awaits the payload, with an empty buffer).
-            await super().parse(data)
-            return
-        if self.buf:
-            data = bytes(self.buf) + data
-            self.buf = bytearray()
-        nc = self.nc
-        directs: dict[int, _Direct] = getattr(nc, "_jet_direct", {})
-        subs = nc._subs
-        n = len(data)
-        pos = 0
-        # The subscription of the previous MSG (runs of one sid are the common case); reset
-        # after any await, which may unsubscribe.
-        last_sid_raw = b""
-        last_direct: _Direct | None = None
-        while pos < n:
-            if not data.startswith(_MSG, pos):
-                if not data.startswith(_HMSG, pos):
-                    break
-                done = await self._hmsg(data, pos, n)
-                if done < 0:
-                    break
-                pos = done
-                last_direct = None
-                continue
-            end = data.find(_CRLF, pos)
-            if end < 0:
-                break  # the control line is not complete yet
-            parts = data[pos + 4 : end].split(_SPACE)
-            if len(parts) == 3:
-                subject, sid_raw, size_raw = parts
-                reply = b""
-            elif len(parts) == 4:
-                subject, sid_raw, reply, size_raw = parts
-            else:
-                break  # unusual spacing: nats-py's regex decides
-            if not (subject and sid_raw.isdigit() and size_raw.isdigit()):
-                break
-            start = end + 2
-            stop = start + int(size_raw)
-            if stop + 2 > n:
-                break  # the payload is not complete yet
-            pos = stop + 2
-            if sid_raw == last_sid_raw and last_direct is not None:
-                last_direct.push(subject, reply, data[start:stop])
-                continue
-            sid = int(sid_raw)
-            direct = directs.get(sid)
-            if direct is not None and sid in subs:
-                last_sid_raw, last_direct = sid_raw, direct
-                direct.push(subject, reply, data[start:stop])
-            else:
-                last_direct = None
-                await nc._process_msg(sid, subject, reply, data[start:stop], None)
-        if pos >= n:
-            return
-        rest = data[pos:] if pos else data
-        if (rest.startswith(_MSG) or rest.startswith(_HMSG)) and not _complete_msg(rest):
-            self.buf.extend(rest)  # wait for the rest of this message
-            return
-        await super().parse(rest)
-
-    async def _hmsg(self, data: bytes, pos: int, n: int) -> int:
-        """Handle the HMSG operation at ``pos``: drop it if its direct subscription's
-        :class:`SkipMarked` says so, else hand it to nats-py's message processing. Returns
-        the position after it, or -1 to leave it (and the rest) to nats-py's parser
-        (incomplete, or unusual spacing)."""
-        end = data.find(_CRLF, pos)
-        if end < 0:
-            return -1
-        parts = data[pos + 5 : end].split(_SPACE)
-        if len(parts) == 4:
-            subject, sid_raw, hlen_raw, size_raw = parts
-            reply = b""
-        elif len(parts) == 5:
-            subject, sid_raw, reply, hlen_raw, size_raw = parts
-        else:
-            return -1
-        if not (subject and sid_raw.isdigit() and hlen_raw.isdigit() and size_raw.isdigit()):
-            return -1
-        start = end + 2
-        hlen = int(hlen_raw)
-        stop = start + int(size_raw)
-        if stop + 2 > n or hlen > stop - start:
-            return -1
-        headers = data[start : start + hlen]
-        payload = data[start + hlen : stop]
-        nc = self.nc
-        sid = int(sid_raw)
-        direct = getattr(nc, "_jet_direct", {}).get(sid)
-        skip = direct.skip if direct is not None and sid in nc._subs else None
-        if skip is not None and skip.matches(headers, payload):
-            nc.stats["in_msgs"] += 1
-            nc.stats["in_bytes"] += len(payload)
-            return stop + 2
-        await nc._process_msg(sid, subject, reply, payload, headers)
-        return stop + 2
-
-
-def _complete_msg(data: bytes) -> bool:
-    """True if ``data`` starts with a whole MSG or HMSG operation whose payload has fully
-    arrived, or with a line the fast path does not handle (nats-py then parses it)."""
-    end = data.find(_CRLF)
-    if end < 0:
-        return False
-    headered = data.startswith(_HMSG)
-    parts = data[5 if headered else 4 : end].split(_SPACE)
-    if len(parts) not in ((4, 5) if headered else (3, 4)) or not parts[-1].isdigit():
-        return True
-    return end + 2 + int(parts[-1]) + 2 <= len(data)
 
 
 class _Direct:
@@ -397,14 +272,14 @@ class _DirectSubscription(Subscription):
 
 
 class JetNatsClient(NatsClient):
-    """nats-py's client with :class:`FastParser` and direct delivery (when supported)."""
+    """nats-py's client with :class:`JetParser` and direct delivery (when supported)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._jet_direct: dict[int, _Direct] = {}
         self._jet_subjects: dict[bytes, str] = {}
         if _SUPPORTED:
-            self._ps = FastParser(self)
+            self._ps = JetParser(self)
         else:
             log.warning(
                 "this nats-py lacks the internals of jet's NATS reader: ingest is slower, and "
@@ -516,6 +391,10 @@ class JetNatsClient(NatsClient):
         if direct is None or sid not in self._subs:
             await super()._process_msg(sid, subject, reply, data, headers)
             return
+        if headers and not header_block_ok(bytes(headers)):
+            # Only through nats-py's own parser (JetParser drops these blocks itself).
+            self._malformed(subject, len(headers))
+            headers = None  # type: ignore[assignment]
         if not headers:
             direct.push(subject, reply, data)
             return
@@ -530,16 +409,31 @@ class JetNatsClient(NatsClient):
         if direct.full(size):
             self._jet_slow_consumer(sid, subject, reply)
             return
-        hdr = await self._process_headers(headers)
+        block = bytes(headers)
+        lines = parse_header_block(block)
         direct.enqueue(
             HeaderedMsg(
                 _client=self,
                 subject=subject.decode(),
                 reply=reply.decode() if reply else "",
                 data=data,
-                headers=hdr,
+                headers=header_map(block, lines),
                 _sid=sid,
-                header_lines=parse_header_block(bytes(headers)),
+                header_lines=lines,
             ),
             size,
         )
+
+    async def _process_headers(self, headers: bytes | None) -> dict[str, str] | None:
+        """nats-py's header map of a message, read by :func:`~jetserver.natsproto.header_map`
+        instead of nats-py's own code (which raised on malformed blocks, issue 31)."""
+        if not headers:
+            return None
+        if not header_block_ok(bytes(headers)):
+            self._malformed(b"", len(headers))
+            return None
+        return header_map(bytes(headers))
+
+    def _malformed(self, subject: bytes, header_bytes: int) -> None:
+        if isinstance(self._ps, JetParser):
+            self._ps.malformed(subject, header_bytes)

@@ -41,6 +41,8 @@ from jetserver.config import NatsConfig
 from jetserver.errors import JetServerError
 from jetserver.logs import fields
 from jetserver.nats_fast import JetNatsClient, Sink, SkipMarked
+from jetserver.nats_read import JetParser
+from jetserver.natsproto import header_map
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +167,21 @@ class NatsLink:
             and self._ingest_nc is not None
             and self._ingest_nc.is_connected
         )
+
+    @property
+    def malformed_headers(self) -> int:
+        """Messages received with a malformed header block (delivered without headers,
+        spec/envelope.md) on both connections since they opened."""
+        return sum(p.malformed_headers for p in self._parsers())
+
+    @property
+    def handler_errors(self) -> int:
+        """Received messages whose handling raised (logged and skipped)."""
+        return sum(p.handler_errors for p in self._parsers())
+
+    def _parsers(self) -> list[JetParser]:
+        ncs = (self._nc, self._ingest_nc)
+        return [nc._ps for nc in ncs if nc is not None and isinstance(nc._ps, JetParser)]
 
     @property
     def client(self) -> NatsClient:
@@ -453,7 +470,7 @@ class NatsLink:
         if nc is None or not nc.is_connected or not messages:
             return 0
         if not self._batch_pub:
-            headers = _header_map(header_block)
+            headers = header_map(header_block)
             for done, (subject, payload) in enumerate(messages):
                 try:
                     await nc.publish(subject, payload, headers=headers)
@@ -581,15 +598,3 @@ async def _ping_round_trip(nc: NatsClient, timeout_s: float) -> None:
     done, _pending = await asyncio.wait({future}, timeout=timeout_s)
     if not done:
         raise TimeoutError(f"no PONG within {timeout_s} s")
-
-
-def _header_map(block: bytes) -> dict[str, str] | None:
-    """nats-py's header map of a header block (``Name: value`` lines; None if empty)."""
-    if not block:
-        return None
-    out: dict[str, str] = {}
-    for line in block.decode().split("\r\n")[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            out[name.strip()] = value.strip()
-    return out
