@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jetsdk.share.member import ShareConfig, ShareMember
 from jetsdk.share.records import (
     Claim,
     InvalidShareRecord,
@@ -25,6 +26,7 @@ from jetsdk.share.state import (
     DEAD_PENDING,
     Acquired,
     ClaimLost,
+    Returned,
     ShareState,
 )
 
@@ -71,10 +73,10 @@ def test_invalid_records_are_refused(raw: bytes) -> None:
 
 def test_newer_version_stops_the_reader() -> None:
     with pytest.raises(UnsupportedShareVersion):
-        decode_share_record(b'{"v":2,"type":"claim"}')
+        decode_share_record(b'{"v":3,"type":"claim"}')
     state = ShareState(G)
     with pytest.raises(UnsupportedShareVersion):
-        state.apply_bytes(0, 1, b'{"v":2,"type":"claim"}')
+        state.apply_bytes(0, 1, b'{"v":3,"type":"claim"}')
 
 
 def test_invalid_record_is_skipped_by_the_state() -> None:
@@ -201,3 +203,70 @@ def test_claim_at_speo_needs_a_size() -> None:
     raw = encode_share_record(Claim(G, "a", "s", 0, None, 10, 1000, 3, None, None))
     with pytest.raises(InvalidShareRecord):
         decode_share_record(raw)
+
+
+def test_returned_offsets_do_not_count_and_end_the_lease() -> None:
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 3))
+    # a handed out 0 (acked) and gives back 1 and 2, never handed out.
+    (change,) = state.apply(1, 10 * S, settle("a", 0, 0, acked=((0, 1),), returned=((1, 3),)))
+    assert change == Returned("a", "s", 0, (1, 2))
+    r = state.partition("s", 0).ranges[0]
+    assert r.counts == [1, 0, 0]
+    assert r.holder is None  # nothing held: the next claim does not wait for the deadline
+    (won,) = state.apply(2, 10 * S, claim("b", 0, 3))
+    assert isinstance(won, Acquired)
+    assert won.offsets == ((1, 1, False), (2, 1, False))
+    # A returned entry of a lease that moved on is ignored (b holds it now).
+    assert state.apply(3, 10 * S, settle("a", 0, 0, returned=((1, 3),))) == []
+    assert r.counts == [1, 1, 1]
+
+
+def test_a_claim_with_a_size_takes_that_many_and_frees_the_rest() -> None:
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 4))
+    # a's lease runs out holding all four; b asks for two.
+    sized = Claim(G, "b", "s", 0, 0, 4, 1000, 3, None, 2)
+    (won,) = state.apply(1, 12 * S, sized)
+    assert isinstance(won, Acquired)
+    assert won.offsets == ((0, 2, False), (1, 2, False))
+    r = state.partition("s", 0).ranges[0]
+    assert bytes(r.states) == bytes([ACQUIRED, ACQUIRED, AVAILABLE, AVAILABLE])
+    assert r.counts == [2, 2, 1, 1]  # a's lease counted; b did not acquire 2 and 3
+    assert r.held == 2
+
+
+def test_the_reason_of_a_reject_survives_the_lease() -> None:
+    """Rejected just before the deadline: the next holder writes the dead letter, and the
+    state tells it the reason is ``rejected`` (count 1)."""
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 1))
+    state.apply(1, 11 * S + S // 2, settle("a", 0, 0, rejected=((0, 1),), dlq_hw=3))
+    (won,) = state.apply(2, 12 * S, claim("b", 0, 1))
+    assert isinstance(won, Acquired)
+    assert won.offsets == ((0, 1, True),)
+    r = state.partition("s", 0).ranges[0]
+    assert r.reasons == {0: "rejected"}
+    # ... and the member's hand-out says so.
+    member = ShareMember(ShareConfig(G, "b", "s", (0,), ack_deadline=1.0))
+    for q, (t, record) in enumerate(
+        [
+            (10 * S, claim("a", 0, 1)),
+            (11 * S + S // 2, settle("a", 0, 0, rejected=((0, 1),), dlq_hw=3)),
+            (12 * S, claim("b", 0, 1)),
+        ]
+    ):
+        member.on_record(q, t, encode_share_record(record))
+    member.on_appended(12.0, 12 * S, 12.001)
+    (letter,) = member.take_dead(12.01)
+    assert (letter.reason, letter.delivery_count, letter.dlq_from) == ("rejected", 1, 3)
+
+
+def test_version_1_records_are_still_read() -> None:
+    raw = (
+        b'{"v":1,"type":"claim","group":"g","member":"a","stream":"s","partition":0,'
+        b'"start":null,"end":5,"size":5,"lease_ms":1000,"max_deliveries":3,"dlq_hw":null}'
+    )
+    state = ShareState(G)
+    (won,) = state.apply_bytes(0, S, raw)
+    assert isinstance(won, Acquired)

@@ -4,7 +4,8 @@ A share group's log is the internal stream ``__share.<group>`` (one partition). 
 
 ====== ===================================================================================
 claim  take a lease on an offset range of a consumed partition (creating the range at SPEO)
-settle the lease holder's outcomes: acked, released (nack), rejected, dead, extend
+settle the lease holder's outcomes: acked, released (nack), returned (never handed out),
+       rejected, dead, extend
 ====== ===================================================================================
 
 Validation is part of the protocol: a record that breaks a rule is skipped by every reader
@@ -41,8 +42,9 @@ __all__ = [
     "share_subject",
 ]
 
-RECORD_VERSION = 1
-"""The version this module writes and the highest it reads."""
+RECORD_VERSION = 2
+"""The version this module writes and the highest it reads (1 has no ``returned`` and no
+``size`` on a claim of an existing range; spec §3)."""
 SHARE_STREAM_PREFIX = "__share."
 """A group's share log is the internal stream ``__share.<group>``."""
 SHARE_SUBJECT_PREFIX = "_jet.share."
@@ -102,7 +104,8 @@ def runs_of(offsets: Sequence[int] | set[int]) -> list[Run]:
 @attrs.frozen
 class Claim:
     """Take a lease on the range starting at ``start``, or (``start`` None) on a new range of
-    up to ``size`` offsets at the partition's SPEO, below ``end`` (spec §3.1)."""
+    up to ``size`` offsets at the partition's SPEO, below ``end`` (spec §3.1). On an existing
+    range, ``size`` (if set) is the most offsets acquired for delivery."""
 
     group: str
     member: str
@@ -132,6 +135,9 @@ class Settle:
     dead: tuple[Run, ...] = ()
     extend: bool = False
     dlq_hw: int | None = None
+    returned: tuple[Run, ...] = ()
+    """Acquired offsets given back that were never handed to the application: available
+    again at once, and this lease's delivery does not count (spec §7)."""
 
 
 ShareRecord = Claim | Settle
@@ -165,6 +171,7 @@ def encode_share_record(record: ShareRecord) -> bytes:
             lease=record.lease,
             acked=[list(r) for r in record.acked],
             released=[list(r) for r in record.released],
+            returned=[list(r) for r in record.returned],
             rejected=[list(r) for r in record.rejected],
             dead=[list(r) for r in record.dead],
             extend=record.extend,
@@ -243,8 +250,11 @@ def decode_share_record(value: bytes | memoryview) -> ShareRecord:
     if kind == "claim":
         end = _int(obj, "end")
         claim_start = _opt_int(obj, "start")
-        size = None if obj.get("size") is None else _int(obj, "size", 1, MAX_RANGE)
+        # size 0 (a claim of an existing range for its dead letters only) needs a start.
+        size = None if obj.get("size") is None else _int(obj, "size", 0, MAX_RANGE)
         if claim_start is None:
+            if size == 0:
+                raise _bad("a claim at SPEO needs a size of at least 1")
             if size is None:
                 raise _bad("a claim at SPEO (start null) needs a size")
         elif not claim_start < end <= claim_start + MAX_RANGE:
@@ -275,6 +285,7 @@ def decode_share_record(value: bytes | memoryview) -> ShareRecord:
             lease=_int(obj, "lease"),
             acked=_pairs(obj, "acked", runs=True),
             released=_pairs(obj, "released", runs=False),
+            returned=_pairs(obj, "returned", runs=True),
             rejected=_pairs(obj, "rejected", runs=True),
             dead=_pairs(obj, "dead", runs=True),
             extend=extend,

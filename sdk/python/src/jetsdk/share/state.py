@@ -30,6 +30,7 @@ __all__ = [
     "ClaimLost",
     "PartitionShare",
     "Range",
+    "Returned",
     "ShareChange",
     "ShareState",
 ]
@@ -55,6 +56,8 @@ class Range:
     """Offset -> log time before which a released offset is not available (if > 0)."""
     dlq_from: dict[int, int] = attrs.field(factory=dict)
     """Offset -> dead-letter offset to look for an earlier dead letter from."""
+    reasons: dict[int, str] = attrs.field(factory=dict)
+    """Offset -> why it is ``dead_pending``: ``rejected`` or ``max_deliveries`` (spec §6)."""
     lease: int = -1
     """Current lease id (the winning claim's share-log offset), -1 before the first."""
     holder: str | None = None
@@ -146,7 +149,17 @@ class ClaimLost:
     start: int | None
 
 
-ShareChange = Acquired | ClaimLost
+@attrs.frozen
+class Returned:
+    """A holder gave back offsets it never handed out (their delivery does not count)."""
+
+    member: str
+    stream: str
+    partition: int
+    offsets: tuple[int, ...]
+
+
+ShareChange = Acquired | ClaimLost | Returned
 
 
 @attrs.define(eq=False)
@@ -196,8 +209,7 @@ class ShareState:
         if isinstance(record, Claim):
             changes: list[ShareChange] = [self._claim(ps, offset, t, record)]
         else:
-            self._settle(ps, t, record)
-            changes = []
+            changes = self._settle(ps, t, record)
         self._advance(ps)
         return changes
 
@@ -211,6 +223,8 @@ class ShareState:
             r = Range.new(ps.speo, end)
             created = True
         elif c.start == ps.speo:
+            if c.size == 0:  # dead letters only: a new range has none
+                return lost
             r = Range.new(c.start, c.end)
             created = True
         else:
@@ -225,20 +239,25 @@ class ShareState:
             r.states = bytearray([ACQUIRED]) * n
             taken = [(o, 1, False) for o in range(r.start, r.end)]
         else:
+            room = c.size if c.size is not None else r.end - r.start
             for i in range(r.end - r.start):
                 if not r.available(i, t):
                     continue
                 o = r.start + i
                 if r.states[i] == DEAD_PENDING or r.counts[i] >= c.max_deliveries:
                     r.states[i] = DEAD_PENDING
+                    r.reasons.setdefault(o, "max_deliveries")
                     if o not in r.dlq_from:
                         r.dlq_from[o] = c.dlq_hw if c.dlq_hw is not None else 0
                     taken.append((o, r.counts[i], True))
-                else:
+                elif room > 0:
+                    room -= 1
                     r.counts[i] += 1
                     r.states[i] = ACQUIRED
                     r.not_before.pop(o, None)
                     taken.append((o, r.counts[i], False))
+                elif r.states[i] == ACQUIRED:  # the old lease ran out; not taken (size)
+                    r.states[i] = AVAILABLE
         if not taken:
             return lost
         if created:
@@ -251,40 +270,54 @@ class ShareState:
             c.member, c.stream, c.partition, r.start, q, r.deadline, tuple(taken), c.start
         )
 
-    def _settle(self, ps: PartitionShare, t: int, s: Settle) -> None:
+    def _settle(self, ps: PartitionShare, t: int, s: Settle) -> list[ShareChange]:
         r = ps.ranges.get(s.start)
         if r is None or r.lease != s.lease or r.holder != s.member:
-            return
+            return []
+        states = r.states
         for a, b in s.acked:
             for o in range(max(a, r.start), min(b, r.end)):
-                if r.states[o - r.start] == ACQUIRED:
-                    r.states[o - r.start] = ACKED
+                if states[o - r.start] == ACQUIRED:
+                    states[o - r.start] = ACKED
                     r.unfinished -= 1
                     r.held -= 1
                     ps.acked_total += 1
         for o, not_before in s.released:
-            if r.start <= o < r.end and r.states[o - r.start] == ACQUIRED:
-                r.states[o - r.start] = AVAILABLE
+            if r.start <= o < r.end and states[o - r.start] == ACQUIRED:
+                states[o - r.start] = AVAILABLE
                 r.held -= 1
                 if not_before > 0:
                     r.not_before[o] = not_before
+        returned: list[int] = []
+        for a, b in s.returned:
+            for o in range(max(a, r.start), min(b, r.end)):
+                if states[o - r.start] == ACQUIRED:
+                    states[o - r.start] = AVAILABLE
+                    r.counts[o - r.start] -= 1
+                    r.held -= 1
+                    returned.append(o)
         for a, b in s.rejected:
             for o in range(max(a, r.start), min(b, r.end)):
-                if r.states[o - r.start] == ACQUIRED:
-                    r.states[o - r.start] = DEAD_PENDING
+                if states[o - r.start] == ACQUIRED:
+                    states[o - r.start] = DEAD_PENDING
                     r.dlq_from[o] = s.dlq_hw if s.dlq_hw is not None else 0
+                    r.reasons[o] = "rejected"
         for a, b in s.dead:
             for o in range(max(a, r.start), min(b, r.end)):
-                if r.states[o - r.start] == DEAD_PENDING:
-                    r.states[o - r.start] = DEAD
+                if states[o - r.start] == DEAD_PENDING:
+                    states[o - r.start] = DEAD
                     r.unfinished -= 1
                     r.held -= 1
                     r.dlq_from.pop(o, None)
+                    r.reasons.pop(o, None)
                     ps.dead_total += 1
         if s.extend and t <= r.deadline:
             r.deadline = t + r.lease_ms * _MS
         if r.held <= 0:
             r.holder = None
+        if returned:
+            return [Returned(s.member, s.stream, s.partition, tuple(returned))]
+        return []
 
     def _advance(self, ps: PartitionShare) -> None:
         while True:
@@ -337,6 +370,7 @@ class ShareState:
                         bytes(r.states).hex(),
                         sorted(r.not_before.items()),
                         sorted(r.dlq_from.items()),
+                        sorted(r.reasons.items()),
                     ]
                     for r in ps.ranges.values()
                 ],
