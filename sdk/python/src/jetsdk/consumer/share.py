@@ -137,7 +137,6 @@ class ShareConsumer:
         self._cache: dict[int, dict[int, Record]] = {}
         self._hws: dict[int, int] = {}
         self._loading: dict[tuple[int, int], anyio.Event] = {}
-        self._ready: deque[Handout] = deque()
         self._dead: list[Handout] = []
         self._outcomes: deque[Outcome] = deque()
         self._queue: list[_Queued] = []
@@ -201,16 +200,17 @@ class ShareConsumer:
         await self.close()
 
     async def close(self) -> None:
-        """Give back what was acquired but not handed out, flush outcomes, stop."""
+        """Flush the outcomes the application gave, give back at once what was acquired
+        but not handed out (its delivery count unchanged) and release what was handed out
+        and not settled, so other members get them now (spec §5, "Leaving"); stop."""
         if self._closed or self._tg is None:
             return
-        self._closed = True
+        self._closed = True  # no new claims
         member = self.member
         with anyio.move_on_after(max(2.0, self.ack_interval * 10)):
-            for h in self._ready:
-                member.nack(h.lease, h.offset, 0)
-            self._ready.clear()
-            member.release_waiting()
+            await self._flush_now()  # claims in flight are stored and read back: all wins known
+            await self._apply_outcomes()
+            member.release_all()
             await self._flush_now()
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
@@ -236,31 +236,52 @@ class ShareConsumer:
         return msg
 
     async def next(self, timeout: float | None = None) -> ShareMessage | None:
-        """The next message, or None after ``timeout`` seconds (None: wait)."""
+        """The next message, or None after ``timeout`` seconds (None: wait) or once closed."""
+        batch = await self._take(1, timeout)
+        return batch[0] if batch else None
+
+    async def fetch(
+        self, max_records: int = 500, timeout: float | None = None
+    ) -> list[ShareMessage]:
+        """Up to ``max_records`` messages: those ready now, else waits up to ``timeout``
+        seconds (None: until there is one) for the first; empty after the timeout or once
+        closed. Each message counts as a delivery: hand it on, or ``nack()`` it."""
+        if max_records < 1:
+            raise ValueError("max_records must be at least 1")
+        return await self._take(max_records, timeout)
+
+    async def _take(self, limit: int, timeout: float | None) -> list[ShareMessage]:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if self._error is not None:
-                raise self._error
-            if self._closed:
-                return None
-            while self._ready:
-                h = self._ready.popleft()
-                if not self.member.may_hold(h.lease, time.monotonic()):
-                    continue  # its lease ran out here: it comes back to the group
-                record = await self._record(h.partition, h.offset)
-                if record is None:
-                    self.member.nack(h.lease, h.offset, 0)
-                    continue
-                return ShareMessage(
-                    self.stream, h.partition, record, h.delivery_count, h, self._outcomes
-                )
-            self._wake.set()
-            wait = math.inf if deadline is None else deadline - time.monotonic()
-            if wait <= 0:
-                return None
-            self._ready_event = anyio.Event()
-            with anyio.move_on_after(wait):
-                await self._ready_event.wait()
+        member = self.member
+        out: list[ShareMessage] = []
+        member.meter.waiting(time.monotonic())  # not busy while it waits here (pacing)
+        try:
+            while True:
+                if self._error is not None:
+                    raise self._error
+                if self._closed:
+                    return out
+                for h in member.take(time.monotonic(), limit - len(out)):
+                    record = await self._record(h.partition, h.offset)
+                    if record is None:  # gone from the stream (retention): give it back
+                        member.nack(h.lease, h.offset, 0)
+                        continue
+                    out.append(
+                        ShareMessage(
+                            self.stream, h.partition, record, h.delivery_count, h, self._outcomes
+                        )
+                    )
+                if out:
+                    return out
+                self._wake.set()
+                wait = math.inf if deadline is None else deadline - time.monotonic()
+                if wait <= 0:
+                    return out
+                self._ready_event = anyio.Event()
+                with anyio.move_on_after(wait):
+                    await self._ready_event.wait()
+        finally:
+            member.meter.done_waiting(time.monotonic(), len(out))
 
     async def flush(self, timeout: float = 30.0) -> None:
         """Wait until every outcome queued so far is stored in the share log and this
@@ -333,6 +354,7 @@ class ShareConsumer:
                     if self._tg is not None and won.offsets:
                         low, high = won.offsets[0][0], won.offsets[-1][0] + 1
                         self._tg.start_soon(self._load_range, won.partition, low, high)
+                        self._ready_event.set()
                 offset = record.offset + 1
             self._caught_up = offset >= header.hw
             self._read_end = offset
@@ -439,10 +461,11 @@ class ShareConsumer:
                 results = await self.client.produce(request)
             except JetError:
                 results = []  # lost appends are part of the protocol (spec §8)
+            acked_at = time.monotonic()
             for i, q in enumerate(batch):
                 ok = i < len(results) and results[i].error_code == ErrorCode.NONE
                 if ok:
-                    member.on_appended(sent_at, results[i].timestamp)
+                    member.on_appended(sent_at, results[i].timestamp, acked_at)
                     self._stored_end = max(self._stored_end, results[i].offset + 1)
                 elif isinstance(q.record, Claim):
                     member.claim_failed(q.record.stream, q.record.partition, q.record.start)
@@ -471,17 +494,14 @@ class ShareConsumer:
         next_flush = 0.0
         while True:
             now = time.monotonic()
-            room = max(0, 2 * self.batch - len(self._ready))
-            for h in member.take(now, room):
-                (self._dead if h.dead_pending else self._ready).append(h)
-            if self._ready:
-                self._ready_event.set()
+            member.refresh(now)  # gives back what can no longer be handed out in time
+            self._dead.extend(member.take_dead(now))
             if self._dead:
                 with contextlib.suppress(JetError):  # what is left is tried again next round
                     await self._write_dead_letters()
-            # Claim only while the application keeps up: a stuck one must not burn deliveries
-            # (what it does not take in time runs out and goes to the others).
-            if self._caught_up and not self._closed and len(self._ready) < self.batch:
+            # Claims are sized by the application's measured rate (ShareMember.capacity): a
+            # stuck or slow application does not acquire what it could not be handed in time.
+            if self._caught_up and not self._closed:
                 dlq_hw = None
                 wall = time.time_ns()
                 if any(member.needs_dlq_hw(self.stream, p, now, wall) for p in self._cache):

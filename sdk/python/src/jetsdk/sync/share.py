@@ -106,8 +106,15 @@ class ShareConsumer(SyncWrapper):
         return self._next(self._obj)
 
     def next(self, timeout: float | None = None) -> ShareMessage | None:
-        """The next message, or None after ``timeout`` seconds (None: wait)."""
+        """The next message, or None after ``timeout`` seconds (None: wait) or once closed."""
         return self._run(self._obj.next, timeout)
+
+    def fetch(self, max_records: int = 500, timeout: float | None = None) -> list[ShareMessage]:
+        """Up to ``max_records`` messages: those ready now, else waits up to ``timeout``
+        seconds (None: until there is one) for the first; empty after the timeout or once
+        closed. Each message counts as a delivery: hand it on, or ``nack()`` it.
+        """
+        return self._run(self._obj.fetch, max_records, timeout)
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every outcome queued so far is stored in the share log and this
