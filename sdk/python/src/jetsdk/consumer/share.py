@@ -26,8 +26,9 @@ import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -35,8 +36,7 @@ import attrs
 
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
-from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_json
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.codec.record import Record, iter_records
 from jetsdk.consumer.share_message import (
     Outcome,
@@ -44,43 +44,24 @@ from jetsdk.consumer.share_message import (
     dead_letter_headers,
     is_dead_letter_of,
 )
-from jetsdk.errors import JetError, OffsetOutOfRange, StreamExists, StreamNotFound
+from jetsdk.consumer.share_streams import (
+    LOG_FETCH_MAX_BYTES,
+    check_dead_letter_options,
+    ensure_dead_letter_stream,
+    ensure_share_stream,
+    read_share_group,
+    share_stream_info,
+)
+from jetsdk.errors import JetError, OffsetOutOfRange
 from jetsdk.retry import RetryPolicy
 from jetsdk.share.member import Handout, ShareConfig, ShareMember
 from jetsdk.share.records import Claim, ShareRecord, encode_share_record, share_stream_name
-from jetsdk.share.records import share_subject as _share_subject
-from jetsdk.share.state import ShareState
 
 __all__ = ["ShareConsumer", "ensure_share_stream", "read_share_group"]
 
 FETCH_MAX_BYTES = 1 << 20
-LOG_FETCH_MAX_BYTES = 4 << 20
 MAX_APPEND_BATCH = 500
 _BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
-
-
-async def ensure_share_stream(client: Client, group: str) -> str:
-    """The share log's stream name, creating the stream first if needed."""
-    name = share_stream_name(group)
-    try:
-        await client.stream_info(name, refresh=True)
-        return name
-    except StreamNotFound:
-        pass
-    meta = await client.metadata()
-    body = {
-        "op_id": uuid.uuid4().hex,
-        "name": name,
-        "subject": _share_subject(group),
-        "partitions": 1,
-        "replication_factor": min(3, max(1, len(meta.servers))),
-        "compact": False,
-        "internal": True,
-    }
-    with contextlib.suppress(StreamExists):
-        await client.request_any(Api.CREATE_STREAM, encode_json(body))
-    await client.stream_info(name, refresh=True)
-    return name
 
 
 @attrs.define(eq=False)
@@ -96,8 +77,12 @@ class ShareConsumer:
         ack_deadline: seconds a member holds what it acquired before it goes to another
             member (extend with ``msg.in_progress()``).
         max_deliveries: deliveries before a message is dead-lettered.
-        dead_letter_stream: where dead letters go (default ``<group>-dlq``; created with one
-            partition if missing).
+        dead_letter_stream: where dead letters go (default ``<group>-dlq``). Created if
+            missing, with one partition and the share log's replication factor unless
+            ``dead_letter_options`` say otherwise; an existing stream is used with its own
+            settings (refused if compacted: ``InvalidArgument`` with ``field`` ``compact``).
+        dead_letter_options: :meth:`Client.create_stream` settings for creating the
+            dead-letter stream (``replication_factor``, ``retention_max_age``, ...).
         batch: most offsets acquired at once (one range).
         max_held: ranges acquired ahead of the application.
         ack_interval: how long outcomes wait to be batched into settle records.
@@ -113,6 +98,7 @@ class ShareConsumer:
         ack_deadline: float = 30.0,
         max_deliveries: int = 5,
         dead_letter_stream: str | None = None,
+        dead_letter_options: Mapping[str, Any] | None = None,
         batch: int = 200,
         max_held: int = 4,
         ack_interval: float = 0.02,
@@ -127,6 +113,7 @@ class ShareConsumer:
         self.ack_deadline = ack_deadline
         self.max_deliveries = max_deliveries
         self.dead_letter_stream = dead_letter_stream or f"{group}-dlq"
+        self.dead_letter_options = check_dead_letter_options(dead_letter_options or {})
         self.batch = batch
         self.max_held = max_held
         self.ack_interval = ack_interval
@@ -167,8 +154,11 @@ class ShareConsumer:
     async def __aenter__(self) -> ShareConsumer:
         info = await self.client.stream_info(self.stream, refresh=True)
         parts = self._partitions or list(range(info.partition_count))
-        self._log = await ensure_share_stream(self.client, self.group)
-        await self.client.create_stream(self.dead_letter_stream, exist_ok=True)
+        log = await share_stream_info(self.client, self.group)
+        self._log = log.name
+        await ensure_dead_letter_stream(
+            self.client, self.dead_letter_stream, self.dead_letter_options, log.replication_factor
+        )
         self._member = ShareMember(
             ShareConfig(
                 group=self.group,
@@ -564,26 +554,3 @@ class ShareConsumer:
                 return False
             offset = records[-1].offset + 1
         return False
-
-
-async def read_share_group(client: Client, group: str) -> ShareState | None:
-    """The share group's state as of the current end of its share log (None if the group
-    has no share log). Read-only: it joins nothing."""
-    name = share_stream_name(group)
-    try:
-        end = (await client.list_offsets(name, 0, "latest")).hw
-    except StreamNotFound:
-        return None
-    state = ShareState(group)
-    offset = 0
-    for _ in range(end + 1):
-        if offset >= end:
-            break
-        _, raw = await client.fetch(name, 0, offset, max_bytes=LOG_FETCH_MAX_BYTES, max_wait=0.0)
-        records = list(iter_records(raw))
-        if not records:
-            break
-        for record in records:
-            state.apply_bytes(record.offset, record.timestamp, record.value)
-        offset = records[-1].offset + 1
-    return state

@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
+from typing import Any
 
 from jetsdk._sync_support import SyncWrapper
 from jetsdk.consumer.share import ShareConsumer as _AsyncShareConsumer
@@ -22,8 +23,12 @@ class ShareConsumer(SyncWrapper):
         ack_deadline: seconds a member holds what it acquired before it goes to another
             member (extend with ``msg.in_progress()``).
         max_deliveries: deliveries before a message is dead-lettered.
-        dead_letter_stream: where dead letters go (default ``<group>-dlq``; created with one
-            partition if missing).
+        dead_letter_stream: where dead letters go (default ``<group>-dlq``). Created if
+            missing, with one partition and the share log's replication factor unless
+            ``dead_letter_options`` say otherwise; an existing stream is used with its own
+            settings (refused if compacted: ``InvalidArgument`` with ``field`` ``compact``).
+        dead_letter_options: :meth:`Client.create_stream` settings for creating the
+            dead-letter stream (``replication_factor``, ``retention_max_age``, ...).
         batch: most offsets acquired at once (one range).
         max_held: ranges acquired ahead of the application.
         ack_interval: how long outcomes wait to be batched into settle records.
@@ -42,6 +47,7 @@ class ShareConsumer(SyncWrapper):
         ack_deadline: float = 30.0,
         max_deliveries: int = 5,
         dead_letter_stream: str | None = None,
+        dead_letter_options: Mapping[str, Any] | None = None,
         batch: int = 200,
         max_held: int = 4,
         ack_interval: float = 0.02,
@@ -55,6 +61,7 @@ class ShareConsumer(SyncWrapper):
             ack_deadline=ack_deadline,
             max_deliveries=max_deliveries,
             dead_letter_stream=dead_letter_stream,
+            dead_letter_options=dead_letter_options,
             batch=batch,
             max_held=max_held,
             ack_interval=ack_interval,

@@ -1,0 +1,146 @@
+"""The streams a share group uses besides the one it consumes (spec/share-groups.md §2, §6).
+
+- the share log ``__share.<group>``: internal, one partition, replication factor
+  ``min(3, servers)``, created by the first member (:func:`ensure_share_stream`);
+- the dead-letter stream, a first-class stream: created if missing with the share log's
+  replication factor (any other :meth:`Client.create_stream` setting may be chosen), and a
+  pre-created one is used with whatever settings it has, unless one makes dead-lettering
+  unsafe (:func:`ensure_dead_letter_stream`);
+- :func:`read_share_group`: the group's state from its share log, read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from jetsdk.client import Client
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import encode_json
+from jetsdk.codec.record import iter_records
+from jetsdk.errors import InvalidArgument, StreamExists, StreamNotFound
+from jetsdk.metadata import StreamInfo
+from jetsdk.share.records import share_stream_name, share_subject
+from jetsdk.share.state import ShareState
+
+__all__ = [
+    "DEAD_LETTER_OPTIONS",
+    "LOG_FETCH_MAX_BYTES",
+    "check_dead_letter_options",
+    "ensure_dead_letter_stream",
+    "ensure_share_stream",
+    "read_share_group",
+]
+
+LOG_FETCH_MAX_BYTES = 4 << 20
+DEAD_LETTER_OPTIONS = frozenset(
+    name
+    for name, p in inspect.signature(Client.create_stream).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("exist_ok",)
+)
+"""The :meth:`Client.create_stream` settings a dead-letter stream may be created with."""
+
+
+async def ensure_share_stream(client: Client, group: str) -> str:
+    """The share log's stream name, creating the stream first if needed."""
+    return (await share_stream_info(client, group)).name
+
+
+async def share_stream_info(client: Client, group: str) -> StreamInfo:
+    """The share log's stream (created first if needed: a creation race is harmless)."""
+    name = share_stream_name(group)
+    try:
+        return await client.stream_info(name, refresh=True)
+    except StreamNotFound:
+        pass
+    meta = await client.metadata()
+    body = {
+        "op_id": uuid.uuid4().hex,
+        "name": name,
+        "subject": share_subject(group),
+        "partitions": 1,
+        "replication_factor": min(3, max(1, len(meta.servers))),
+        "compact": False,
+        "internal": True,
+    }
+    with contextlib.suppress(StreamExists):
+        await client.request_any(Api.CREATE_STREAM, encode_json(body))
+    return await client.stream_info(name, refresh=True)
+
+
+def check_dead_letter_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the settings a dead-letter stream is to be created with.
+
+    Raises:
+        InvalidArgument: an unknown setting, or ``compact`` (``field`` names it).
+    """
+    for key in options:
+        if key not in DEAD_LETTER_OPTIONS:
+            known = ", ".join(sorted(DEAD_LETTER_OPTIONS))
+            raise InvalidArgument(
+                f"dead_letter_options: unknown setting {key!r} (known: {known})",
+                details={"field": key},
+            )
+    if options.get("compact"):
+        raise _compacted("dead_letter_options")
+    return dict(options)
+
+
+def _compacted(where: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"{where}: a dead-letter stream must not be compacted (compact=true would keep only "
+        "the latest dead letter per key, losing others and breaking the exactly-once lookup "
+        "of spec/share-groups.md §6)",
+        details={"field": "compact"},
+    )
+
+
+async def ensure_dead_letter_stream(
+    client: Client, name: str, options: Mapping[str, Any], replication_factor: int
+) -> StreamInfo:
+    """The dead-letter stream ``name``: used as it is if it exists (any partition count,
+    replication, retention, durability); else created with ``options`` and, unless they say
+    otherwise, one partition and ``replication_factor`` (the share log's).
+
+    Raises:
+        InvalidArgument: the stream is compacted (``field`` ``compact``); dead letters go to
+            partition 0, are looked up there by their headers, and must all be kept.
+    """
+    try:
+        info = await client.stream_info(name, refresh=True)
+    except StreamNotFound:
+        kwargs: dict[str, Any] = {"replication_factor": replication_factor}
+        kwargs.update(check_dead_letter_options(options))
+        try:
+            info = await client.create_stream(name, **kwargs)
+        except StreamExists:  # another member created it first, maybe with other settings
+            info = await client.stream_info(name, refresh=True)
+    if info.compact:
+        raise _compacted(f"dead-letter stream {name!r}")
+    return info
+
+
+async def read_share_group(client: Client, group: str) -> ShareState | None:
+    """The share group's state as of the current end of its share log (None if the group
+    has no share log). Read-only: it joins nothing."""
+    name = share_stream_name(group)
+    try:
+        end = (await client.list_offsets(name, 0, "latest")).hw
+    except StreamNotFound:
+        return None
+    state = ShareState(group)
+    offset = 0
+    for _ in range(end + 1):
+        if offset >= end:
+            break
+        _, raw = await client.fetch(name, 0, offset, max_bytes=LOG_FETCH_MAX_BYTES, max_wait=0.0)
+        records = list(iter_records(raw))
+        if not records:
+            break
+        for record in records:
+            state.apply_bytes(record.offset, record.timestamp, record.value)
+        offset = records[-1].offset + 1
+    return state
