@@ -18,6 +18,7 @@ VARIANTS = {
     "lossy-slow": SimConfig(drop_rate=0.1, ack_loss_rate=0.1, slow_append_rate=0.1),
     "many-members-one-partition": SimConfig(members=7, partitions=1, messages=200),
     "crashy": SimConfig(crash_rate=0.5, pause_rate=0.3, max_deliveries=2),
+    "group-settings": SimConfig(group_settings=True, crash_rate=0.3),
     "everyone-crashes": SimConfig(
         crash_all_at=1.0, trickle=False, crash_rate=0.0, pause_rate=0.0, concurrency=1
     ),

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from jetsdk.share.member import ShareConfig, ShareMember
+from jetsdk.share.member import LostOutcome, ShareConfig, ShareMember
 from jetsdk.share.records import (
     Claim,
     InvalidShareRecord,
+    Settings,
     Settle,
     UnsupportedShareVersion,
     decode_share_record,
@@ -26,6 +27,7 @@ from jetsdk.share.state import (
     DEAD_PENDING,
     Acquired,
     ClaimLost,
+    Fenced,
     Returned,
     ShareState,
 )
@@ -51,7 +53,7 @@ def test_spec_examples_are_canonical(text: str) -> None:
 
 
 def test_spec_has_both_examples() -> None:
-    assert len(_BLOCK.findall(SPEC.read_text(encoding="utf-8"))) == 3
+    assert len(_BLOCK.findall(SPEC.read_text(encoding="utf-8"))) == 4
 
 
 @pytest.mark.parametrize(
@@ -217,8 +219,9 @@ def test_returned_offsets_do_not_count_and_end_the_lease() -> None:
     (won,) = state.apply(2, 10 * S, claim("b", 0, 3))
     assert isinstance(won, Acquired)
     assert won.offsets == ((1, 1, False), (2, 1, False))
-    # A returned entry of a lease that moved on is ignored (b holds it now).
-    assert state.apply(3, 10 * S, settle("a", 0, 0, returned=((1, 3),))) == []
+    # A settle of a lease that moved on is ignored (b holds it now), and says so.
+    late = settle("a", 0, 0, returned=((1, 3),))
+    assert state.apply(3, 10 * S, late) == [Fenced("a", late)]
     assert r.counts == [1, 1, 1]
 
 
@@ -248,7 +251,7 @@ def test_the_reason_of_a_reject_survives_the_lease() -> None:
     r = state.partition("s", 0).ranges[0]
     assert r.reasons == {0: "rejected"}
     # ... and the member's hand-out says so.
-    member = ShareMember(ShareConfig(G, "b", "s", (0,), ack_deadline=1.0))
+    member = ShareMember(ShareConfig(G, "b", (("s", 0),), ack_deadline=1.0))
     for q, (t, record) in enumerate(
         [
             (10 * S, claim("a", 0, 1)),
@@ -270,3 +273,30 @@ def test_version_1_records_are_still_read() -> None:
     state = ShareState(G)
     (won,) = state.apply_bytes(0, S, raw)
     assert isinstance(won, Acquired)
+
+
+def test_a_member_is_told_of_its_late_ack() -> None:
+    """a's ack arrives after b claimed the range: the member reports it as lost."""
+    member = ShareMember(ShareConfig(G, "a", (("s", 0),), ack_deadline=1.0))
+    records = [
+        (10 * S, claim("a", 0, 2)),
+        (12 * S, claim("b", 0, 2)),
+        (12 * S, settle("a", 0, 0, acked=((0, 1),), released=((1, 0),))),
+    ]
+    for q, (t, record) in enumerate(records):
+        member.on_record(q, t, encode_share_record(record))
+    assert member.lost == [LostOutcome("s", 0, 0, "ack"), LostOutcome("s", 0, 1, "nack")]
+
+
+def test_group_settings_win_over_the_claim() -> None:
+    state = ShareState(G)
+    state.apply(0, S, Settings(G, "admin", 2000, 1))
+    (won,) = state.apply(1, 10 * S, claim("a", 0, 1, lease_ms=60_000, maxd=9))
+    assert isinstance(won, Acquired)
+    assert won.deadline == 12 * S
+    state.apply(2, 10 * S, settle("a", 0, 1, released=((0, 0),)))
+    (again,) = state.apply(3, 10 * S, claim("b", 0, 1, maxd=9))
+    assert isinstance(again, Acquired)
+    assert again.offsets == ((0, 1, True),)  # the group's limit of 1 was reached
+    raw = encode_share_record(Settings(G, "admin", 2000, 1))
+    assert decode_share_record(raw) == Settings(G, "admin", 2000, 1)

@@ -22,9 +22,25 @@ import attrs
 from jetsdk.group.lease import ServerClockBound
 from jetsdk.share.pace import RateMeter
 from jetsdk.share.records import Claim, Settle, runs_of
-from jetsdk.share.state import DEAD_PENDING, Acquired, ClaimLost, Range, Returned, ShareState
+from jetsdk.share.state import (
+    DEAD_PENDING,
+    Acquired,
+    ClaimLost,
+    Fenced,
+    Range,
+    Returned,
+    ShareState,
+)
 
-__all__ = ["TRIP_SAMPLES", "Handout", "HeldLease", "LeaseKey", "ShareConfig", "ShareMember"]
+__all__ = [
+    "TRIP_SAMPLES",
+    "Handout",
+    "HeldLease",
+    "LeaseKey",
+    "LostOutcome",
+    "ShareConfig",
+    "ShareMember",
+]
 
 TRIP_SAMPLES = 16
 """Append round trips remembered for the stop margin."""
@@ -39,8 +55,8 @@ class ShareConfig:
 
     group: str
     member: str
-    stream: str
-    partitions: tuple[int, ...]
+    partitions: tuple[tuple[str, int], ...]
+    """The consumed (stream, partition) pairs."""
     ack_deadline: float = 30.0
     """Lease length, seconds."""
     max_deliveries: int = 5
@@ -78,6 +94,17 @@ class Handout:
     dlq_from: int
     reason: str = ""
     """For a dead letter: ``max_deliveries`` or ``rejected``."""
+
+
+@attrs.frozen
+class LostOutcome:
+    """An outcome the share log did not apply: the lease had moved on (spec §8)."""
+
+    stream: str
+    partition: int
+    offset: int
+    kind: str
+    """``ack``, ``nack`` or ``reject``."""
 
 
 @attrs.define(eq=False)
@@ -149,6 +176,8 @@ class ShareMember:
     stopped_leases: int = attrs.field(default=0, init=False)
     """Leases whose waiting offsets were given back at their stop point (not handed out in
     time)."""
+    lost: list[LostOutcome] = attrs.field(factory=list, init=False)
+    """Outcomes of this member the log ignored (the driver reports and clears them)."""
     returned_total: int = attrs.field(default=0, init=False)
     """Offsets given back never handed out (at a stop point, paced out, or on close)."""
 
@@ -164,6 +193,9 @@ class ShareMember:
         won: list[Acquired] = []
         for change in self.view.apply_bytes(offset, timestamp, value):
             if change.member != self.config.member or isinstance(change, Returned):
+                continue
+            if isinstance(change, Fenced):
+                self._fenced(change)
                 continue
             start = change.claimed_start if isinstance(change, Acquired) else change.start
             self.claim_failed(change.stream, change.partition, start)
@@ -189,12 +221,34 @@ class ShareMember:
             self.held[key] = HeldLease(key, change.deadline, waiting, dead)
         return won
 
+    def _fenced(self, change: Fenced) -> None:
+        s = change.settle
+        lost = self.lost
+        for kind, runs in (("ack", s.acked), ("reject", s.rejected)):
+            for a, b in runs:
+                lost.extend(LostOutcome(s.stream, s.partition, o, kind) for o in range(a, b))
+        lost.extend(LostOutcome(s.stream, s.partition, o, "nack") for o, _ in s.released)
+        key = (s.stream, s.partition, s.start, s.lease)
+        self._rejecting.pop(key, None)
+
     def on_appended(self, sent_at: float, timestamp_ns: int, acked_at: float | None = None) -> None:
         """An append sent at local ``sent_at`` was stored with server time ``timestamp_ns``
         (and acknowledged at local ``acked_at``: its round trip sizes the stop margin)."""
         self.clock.observe(sent_at, timestamp_ns)
         if acked_at is not None:
             self._trips.append(max(0.0, acked_at - sent_at))
+
+    @property
+    def ack_deadline(self) -> float:
+        """The lease length, seconds: the group's settings record's, else the config's."""
+        s = self.view.settings
+        return self.config.ack_deadline if s is None else s.lease_ms / 1000
+
+    @property
+    def max_deliveries(self) -> int:
+        """The delivery limit: the group's settings record's, else the config's."""
+        s = self.view.settings
+        return self.config.max_deliveries if s is None else s.max_deliveries
 
     def stop_margin(self) -> float:
         """How long before a lease's (local) deadline the member stops handing out and gives
@@ -203,7 +257,9 @@ class ShareMember:
         stored before the deadline), at most half the lease."""
         c = self.config
         trip = 2 * max(self._trips) if self._trips else 0.0
-        return min(c.ack_deadline / 2, max(c.stop_margin, trip))
+        deadline = self.ack_deadline
+        base = c.margin if c.margin is not None else min(1.0, deadline / 10)
+        return min(deadline / 2, max(base, trip))
 
     def server_now(self, now: float) -> int:
         """Estimate of the server clock (ns) at local time ``now`` (an upper bound)."""
@@ -341,7 +397,8 @@ class ShareMember:
         rate = self.meter.rate(now)
         if rate is None:
             return c.batch
-        usable = max(c.ack_deadline * 0.1, c.ack_deadline - 2 * self.stop_margin())
+        deadline = self.ack_deadline
+        usable = max(deadline * 0.1, deadline - 2 * self.stop_margin())
         fits = math.floor(rate * usable)
         if fits < 1:
             return 1 if self.meter.is_waiting else 0
@@ -442,7 +499,7 @@ class ShareMember:
         """Whether a claim on this partition now could dead-letter something (so the driver
         should learn the dead-letter end offset first)."""
         t = self._claim_time(now, wall_ns)
-        maxd = self.config.max_deliveries
+        maxd = self.max_deliveries
         for r in self.view.claimable(stream, partition, t):
             for i in range(r.end - r.start):
                 if r.available(i, t) and r.counts[i] >= maxd:
@@ -452,7 +509,7 @@ class ShareMember:
     def claims(
         self,
         now: float,
-        hws: dict[int, int],
+        hws: dict[tuple[str, int], int],
         *,
         dlq_hw: int | None = None,
         wall_ns: int | None = None,
@@ -489,41 +546,43 @@ class ShareMember:
                     continue
                 out.append(claim)
                 size = claim.size or 0
-                self.claiming.append(_InFlight(c.stream, p, claim.start, size, now))
+                self.claiming.append(_InFlight(p[0], p[1], claim.start, size, now))
                 busy += 1
                 room -= size
         return out
 
     def _dead_work(self, r: Range, t: int) -> bool:
         """Whether a claim of ``r`` at ``t`` would take a dead letter to write."""
-        maxd = self.config.max_deliveries
+        maxd = self.max_deliveries
         return any(
             r.available(i, t) and (r.states[i] == DEAD_PENDING or r.counts[i] >= maxd)
             for i in range(r.end - r.start)
         )
 
     def _claim_for(
-        self, p: int, t: int, hw: int | None, dlq_hw: int | None, size: int
+        self, key: tuple[str, int], t: int, hw: int | None, dlq_hw: int | None, size: int
     ) -> Claim | None:
         """A claim of up to ``size`` offsets of an existing range with offsets available at
         ``t``, else of the next ``size`` offsets at SPEO (start null: no race on the start;
         spec §3.1). ``size`` 0: only a range with dead letters to write."""
         c = self.config
-        maxd = c.max_deliveries
-        mine = [f for f in self.claiming if f.stream == c.stream and f.partition == p]
-        for r in self.view.claimable(c.stream, p, t):
+        maxd = self.max_deliveries
+        lease_ms = max(1, int(self.ack_deadline * 1000))
+        stream, p = key
+        mine = [f for f in self.claiming if f.stream == stream and f.partition == p]
+        for r in self.view.claimable(stream, p, t):
             if any(f.start == r.start for f in mine):
                 continue
             if size == 0 and not self._dead_work(r, t):
                 continue
             size = min(size, r.end - r.start)
             return Claim(
-                c.group, c.member, c.stream, p, r.start, r.end, c.lease_ms, maxd, dlq_hw, size
+                c.group, c.member, stream, p, r.start, r.end, lease_ms, maxd, dlq_hw, size
             )
         pending = sum(f.size for f in mine if f.start is None)
-        if size == 0 or hw is None or hw <= self.view.partition(c.stream, p).speo + pending:
+        if size == 0 or hw is None or hw <= self.view.partition(stream, p).speo + pending:
             return None
-        return Claim(c.group, c.member, c.stream, p, None, hw, c.lease_ms, maxd, dlq_hw, size)
+        return Claim(c.group, c.member, stream, p, None, hw, lease_ms, maxd, dlq_hw, size)
 
     def claim_failed(self, stream: str, partition: int, start: int | None) -> None:
         """A claim's append failed (not stored), or the log showed it: forget it."""

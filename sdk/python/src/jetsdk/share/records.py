@@ -2,11 +2,12 @@
 
 A share group's log is the internal stream ``__share.<group>`` (one partition). Its records:
 
-====== ===================================================================================
-claim  take a lease on an offset range of a consumed partition (creating the range at SPEO)
-settle the lease holder's outcomes: acked, released (nack), returned (never handed out),
-       rejected, dead, extend
-====== ===================================================================================
+======== =================================================================================
+claim    take a lease on an offset range of a consumed partition (creating the range at SPEO)
+settle   the lease holder's outcomes: acked, released (nack), returned (never handed out),
+         rejected, dead, extend
+settings the group's lease length and delivery limit (v2)
+======== =================================================================================
 
 Validation is part of the protocol: a record that breaks a rule is skipped by every reader
 (:class:`InvalidShareRecord`); a newer version raises :class:`UnsupportedShareVersion`, which a
@@ -32,6 +33,7 @@ __all__ = [
     "Claim",
     "InvalidShareRecord",
     "Run",
+    "Settings",
     "Settle",
     "ShareRecord",
     "UnsupportedShareVersion",
@@ -140,13 +142,31 @@ class Settle:
     again at once, and this lease's delivery does not count (spec §7)."""
 
 
-ShareRecord = Claim | Settle
+@attrs.frozen
+class Settings:
+    """The group's settings (spec §3.3): the latest in the log applies to every claim."""
+
+    group: str
+    member: str
+    lease_ms: int
+    max_deliveries: int
+
+
+ShareRecord = Claim | Settle | Settings
 
 
 def encode_share_record(record: ShareRecord) -> bytes:
     """The canonical JSON value of ``record`` (fields in spec order)."""
     head: dict[str, Any] = {"v": RECORD_VERSION}
-    if isinstance(record, Claim):
+    if isinstance(record, Settings):
+        head.update(
+            type="settings",
+            group=record.group,
+            member=record.member,
+            lease_ms=record.lease_ms,
+            max_deliveries=record.max_deliveries,
+        )
+    elif isinstance(record, Claim):
         head.update(
             type="claim",
             group=record.group,
@@ -244,7 +264,15 @@ def decode_share_record(value: bytes | memoryview) -> ShareRecord:
     if version > RECORD_VERSION:
         raise UnsupportedShareVersion(f"share record version {version} > {RECORD_VERSION}")
     kind = obj.get("type")
-    group, member, stream = _ident(obj, "group"), _ident(obj, "member"), _ident(obj, "stream")
+    group, member = _ident(obj, "group"), _ident(obj, "member")
+    if kind == "settings" and version >= 2:
+        return Settings(
+            group=group,
+            member=member,
+            lease_ms=_int(obj, "lease_ms", 1, MAX_LEASE_MS),
+            max_deliveries=_int(obj, "max_deliveries", 1, MAX_DELIVERIES_LIMIT),
+        )
+    stream = _ident(obj, "stream")
     partition = _int(obj, "partition", 0, 65535)
     dlq_hw = _opt_int(obj, "dlq_hw")
     if kind == "claim":

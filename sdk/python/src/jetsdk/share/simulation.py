@@ -31,7 +31,7 @@ from collections import Counter, defaultdict
 import attrs
 
 from jetsdk.share.member import Handout, ShareConfig, ShareMember
-from jetsdk.share.records import Claim, ShareRecord, encode_share_record
+from jetsdk.share.records import Claim, Settings, ShareRecord, encode_share_record
 from jetsdk.share.state import (
     ACKED,
     ACQUIRED,
@@ -100,6 +100,9 @@ class SimConfig:
     stuck_time: float = 0.0
     strict: bool = False
     """Check that delivery counts equal hand-outs (needs the process and log faults off)."""
+    group_settings: bool = False
+    """The log starts with a settings record (``lease``, ``max_deliveries``) and the members
+    are configured with a longer lease and a higher limit: the group's must win."""
 
     @classmethod
     def fault_free(cls, **kw: object) -> SimConfig:
@@ -194,6 +197,10 @@ class Simulation:
             for o in self.rng.sample(range(self.cfg.messages), self.cfg.poison)
         }
         self.produced = {p: 0 for p in range(self.cfg.partitions)}
+        if self.cfg.group_settings:
+            settings = Settings(GROUP, "admin", int(self.cfg.lease * 1000), self.cfg.max_deliveries)
+            self.log.append((EPOCH_NS, encode_share_record(settings), 0.0))
+            self.ref.apply_bytes(0, EPOCH_NS, self.log[0][1])
         for _ in range(self.cfg.members):
             self._start_member()
 
@@ -211,10 +218,9 @@ class Simulation:
         cfg = ShareConfig(
             group=GROUP,
             member=name,
-            stream=STREAM,
-            partitions=tuple(range(self.cfg.partitions)),
-            ack_deadline=self.cfg.lease,
-            max_deliveries=self.cfg.max_deliveries,
+            partitions=tuple((STREAM, p) for p in range(self.cfg.partitions)),
+            ack_deadline=self.cfg.lease * (2 if self.cfg.group_settings else 1),
+            max_deliveries=self.cfg.max_deliveries + (2 if self.cfg.group_settings else 0),
             batch=self.cfg.batch,
             claim_timeout=self.cfg.lease * 2,
         )
@@ -431,7 +437,7 @@ class Simulation:
             m.next_flush = local + 0.02
             for s in core.settles():
                 self._append(m, s)
-        hws = dict(self.produced)
+        hws = {(STREAM, p): n for p, n in self.produced.items()}
         dlq_hw = len(self.dlq)
         wall = EPOCH_NS + int(local * 1e9)
         for c in core.claims(local, hws, dlq_hw=dlq_hw, wall_ns=wall):

@@ -14,6 +14,7 @@ import attrs
 from jetsdk.share.records import (
     Claim,
     InvalidShareRecord,
+    Settings,
     Settle,
     ShareRecord,
     decode_share_record,
@@ -30,6 +31,7 @@ __all__ = [
     "ClaimLost",
     "PartitionShare",
     "Range",
+    "Fenced",
     "Returned",
     "ShareChange",
     "ShareState",
@@ -159,7 +161,16 @@ class Returned:
     offsets: tuple[int, ...]
 
 
-ShareChange = Acquired | ClaimLost | Returned
+@attrs.frozen
+class Fenced:
+    """A settle was ignored: its writer no longer held the lease (another member claimed the
+    range after the deadline, or the range is finished). Its outcomes were not applied."""
+
+    member: str
+    settle: Settle
+
+
+ShareChange = Acquired | ClaimLost | Returned | Fenced
 
 
 @attrs.define(eq=False)
@@ -172,6 +183,8 @@ class ShareState:
     clock: int = 0
     skipped: int = 0
     """Records skipped as invalid."""
+    settings: Settings | None = None
+    """The group's settings: the latest settings record (spec §3.3), None before one."""
 
     def partition(self, stream: str, partition: int) -> PartitionShare:
         key = (stream, partition)
@@ -204,6 +217,9 @@ class ShareState:
         self.clock = max(self.clock, timestamp)
         if record.group != self.group:
             return []
+        if isinstance(record, Settings):
+            self.settings = record
+            return []
         t = timestamp
         ps = self.partition(record.stream, record.partition)
         if isinstance(record, Claim):
@@ -215,6 +231,9 @@ class ShareState:
 
     def _claim(self, ps: PartitionShare, q: int, t: int, c: Claim) -> ShareChange:
         lost = ClaimLost(c.member, c.stream, c.partition, c.start)
+        lease_ms, max_deliveries = c.lease_ms, c.max_deliveries
+        if self.settings is not None:  # the group's settings win over the claimant's
+            lease_ms, max_deliveries = self.settings.lease_ms, self.settings.max_deliveries
         created = False
         if c.start is None:  # a new range at SPEO
             end = min(c.end, ps.speo + (c.size or 0))
@@ -244,7 +263,7 @@ class ShareState:
                 if not r.available(i, t):
                     continue
                 o = r.start + i
-                if r.states[i] == DEAD_PENDING or r.counts[i] >= c.max_deliveries:
+                if r.states[i] == DEAD_PENDING or r.counts[i] >= max_deliveries:
                     r.states[i] = DEAD_PENDING
                     r.reasons.setdefault(o, "max_deliveries")
                     if o not in r.dlq_from:
@@ -263,8 +282,8 @@ class ShareState:
         if created:
             ps.ranges[r.start] = r
             ps.last_end = r.end
-        r.lease, r.holder, r.lease_ms = q, c.member, c.lease_ms
-        r.deadline = t + c.lease_ms * _MS
+        r.lease, r.holder, r.lease_ms = q, c.member, lease_ms
+        r.deadline = t + lease_ms * _MS
         r.held = len(taken)
         return Acquired(
             c.member, c.stream, c.partition, r.start, q, r.deadline, tuple(taken), c.start
@@ -273,7 +292,7 @@ class ShareState:
     def _settle(self, ps: PartitionShare, t: int, s: Settle) -> list[ShareChange]:
         r = ps.ranges.get(s.start)
         if r is None or r.lease != s.lease or r.holder != s.member:
-            return []
+            return [Fenced(s.member, s)]
         states = r.states
         for a, b in s.acked:
             for o in range(max(a, r.start), min(b, r.end)):
@@ -353,6 +372,8 @@ class ShareState:
     def snapshot(self) -> dict[str, object]:
         """A comparable plain-data picture of the whole state (for tests and the CLI)."""
         out: dict[str, object] = {}
+        if self.settings is not None:
+            out["settings"] = [self.settings.lease_ms, self.settings.max_deliveries]
         for (stream, p), ps in sorted(self.partitions.items()):
             out[f"{stream}/{p}"] = {
                 "spso": ps.spso,
