@@ -34,7 +34,9 @@ async def leave_state(dev: JetDev) -> subprocess.CompletedProcess[str]:
         async with Producer(client, "sharecli") as producer:
             for i in range(30):
                 await producer.send_soon(b"%d" % i)
-        async with ShareConsumer(client, "sharecli", "clig", batch=10, max_held=1) as consumer:
+        async with ShareConsumer(
+            client, "sharecli", group="clig", batch=10, max_held=1
+        ) as consumer:
             for i in range(10):
                 msg = await consumer.next(timeout=30)
                 assert msg is not None
@@ -44,7 +46,7 @@ async def leave_state(dev: JetDev) -> subprocess.CompletedProcess[str]:
                     await msg.reject()
             await consumer.flush()
             with anyio.fail_after(30):  # the rejected ones are dead-lettered by the driver
-                while consumer.member.view.partition("sharecli", 0).dead_total < 2:
+                while consumer.state.partition("sharecli", 0).dead_total < 2:
                     await anyio.sleep(0.05)
                     await consumer.flush()
             return await anyio.to_thread.run_sync(

@@ -37,12 +37,12 @@ async def reject_one(client: Client, stream: str, group: str, **options: object)
     await client.create_stream(stream, stream, replication_factor=3)
     async with Producer(client, stream) as producer:
         await producer.send_soon(b"x")
-    async with ShareConsumer(client, stream, group, **options) as consumer:  # type: ignore[arg-type]
+    async with ShareConsumer(client, stream, group=group, **options) as consumer:  # type: ignore[arg-type]
         msg = await consumer.next(timeout=30)
         assert msg is not None
         msg.reject()
         with anyio.fail_after(30):
-            while consumer.member.view.partition(stream, 0).dead_total < 1:
+            while consumer.state.partition(stream, 0).dead_total < 1:
                 await consumer.flush()
                 await anyio.sleep(0.05)
 
@@ -85,7 +85,7 @@ def test_a_compacted_stream_is_refused_naming_compact(dev3: JetDev) -> None:
             await client.create_stream(stream, stream)
             await client.create_stream(dlq, compact=True)
             with pytest.raises(InvalidArgument) as caught:
-                async with ShareConsumer(client, stream, group, dead_letter_stream=dlq):
+                async with ShareConsumer(client, stream, group=group, dead_letter_stream=dlq):
                     pass
             assert caught.value.field == "compact"
             assert "compact" in str(caught.value)
@@ -115,8 +115,8 @@ def test_settings_are_choosable(dev3: JetDev) -> None:
 
 def test_bad_options_are_refused_before_anything_is_created() -> None:
     with pytest.raises(InvalidArgument) as caught:
-        ShareConsumer(None, "s", "g", dead_letter_options={"replicas": 3})  # type: ignore[arg-type]
+        ShareConsumer(None, "s", group="g", dead_letter_options={"replicas": 3})  # type: ignore[arg-type]
     assert caught.value.field == "replicas"
     with pytest.raises(InvalidArgument) as caught:
-        ShareConsumer(None, "s", "g", dead_letter_options={"compact": True})  # type: ignore[arg-type]
+        ShareConsumer(None, "s", group="g", dead_letter_options={"compact": True})  # type: ignore[arg-type]
     assert caught.value.field == "compact"

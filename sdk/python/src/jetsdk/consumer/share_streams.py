@@ -6,7 +6,8 @@
   replication factor (any other :meth:`Client.create_stream` setting may be chosen), and a
   pre-created one is used with whatever settings it has, unless one makes dead-lettering
   unsafe (:func:`ensure_dead_letter_stream`);
-- :func:`read_share_group`: the group's state from its share log, read-only.
+- :func:`read_share_group`: the group's state from its share log, read-only;
+- :func:`write_dead_letter` and :func:`dead_letter_exists`: a dead letter, exactly once.
 """
 
 from __future__ import annotations
@@ -18,11 +19,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from jetsdk.client import Client
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import encode_json
-from jetsdk.codec.record import iter_records
-from jetsdk.errors import InvalidArgument, StreamExists, StreamNotFound
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_json
+from jetsdk.codec.record import Record, iter_records
+from jetsdk.consumer.share_message import dead_letter_headers, is_dead_letter_of
+from jetsdk.errors import (
+    InvalidArgument,
+    JetError,
+    OffsetOutOfRange,
+    StreamExists,
+    StreamNotFound,
+)
 from jetsdk.metadata import StreamInfo
+from jetsdk.share.member import Handout
 from jetsdk.share.records import share_stream_name, share_subject
 from jetsdk.share.state import ShareState
 
@@ -30,12 +40,16 @@ __all__ = [
     "DEAD_LETTER_OPTIONS",
     "LOG_FETCH_MAX_BYTES",
     "check_dead_letter_options",
+    "dead_letter_exists",
     "ensure_dead_letter_stream",
     "ensure_share_stream",
     "read_share_group",
+    "share_stream_info",
+    "write_dead_letter",
 ]
 
 LOG_FETCH_MAX_BYTES = 4 << 20
+DLQ_FETCH_MAX_BYTES = 1 << 20
 DEAD_LETTER_OPTIONS = frozenset(
     name
     for name, p in inspect.signature(Client.create_stream).parameters.items()
@@ -144,3 +158,53 @@ async def read_share_group(client: Client, group: str) -> ShareState | None:
             state.apply_bytes(record.offset, record.timestamp, record.value)
         offset = records[-1].offset + 1
     return state
+
+
+async def dead_letter_exists(client: Client, dlq: str, group: str, handout: Handout) -> bool:
+    """Whether partition 0 of ``dlq`` holds the dead letter of ``handout`` at or after its
+    ``dlq_from`` (a previous holder wrote it and died before its settle, spec §6 step 1)."""
+    offset = handout.dlq_from
+    for _ in range(100_000):
+        try:
+            header, raw = await client.fetch(
+                dlq, 0, offset, max_bytes=DLQ_FETCH_MAX_BYTES, max_wait=0.0
+            )
+        except OffsetOutOfRange as exc:
+            if exc.log_start is not None and offset < exc.log_start:
+                offset = exc.log_start
+                continue
+            return False
+        records = list(iter_records(raw))
+        for r in records:
+            if is_dead_letter_of(r.headers, group, handout):
+                return True
+        if not records or records[-1].offset + 1 >= header.hw:
+            return False
+        offset = records[-1].offset + 1
+    return False
+
+
+async def write_dead_letter(
+    client: Client, dlq: str, group: str, handout: Handout, record: Record
+) -> None:
+    """Append the dead letter of ``handout`` (the original record plus the spec §6 headers)
+    to partition 0 of ``dlq`` with ack ALL.
+
+    Raises:
+        JetError: it was not stored.
+    """
+    (result,) = await client.produce(
+        ProduceRequest(
+            stream=dlq,
+            partition=0,
+            ack_policy=AckPolicy.ALL,
+            timeout_ms=10_000,
+            messages=(
+                ProduceMessage(
+                    record.value, record.key, dead_letter_headers(group, handout, record.headers)
+                ),
+            ),
+        )
+    )
+    if result.error_code != ErrorCode.NONE:
+        raise JetError(f"dead letter not stored (error code {result.error_code})")

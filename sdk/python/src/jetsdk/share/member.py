@@ -576,9 +576,7 @@ class ShareMember:
             if size == 0 and not self._dead_work(r, t):
                 continue
             size = min(size, r.end - r.start)
-            return Claim(
-                c.group, c.member, stream, p, r.start, r.end, lease_ms, maxd, dlq_hw, size
-            )
+            return Claim(c.group, c.member, stream, p, r.start, r.end, lease_ms, maxd, dlq_hw, size)
         pending = sum(f.size for f in mine if f.start is None)
         if size == 0 or hw is None or hw <= self.view.partition(stream, p).speo + pending:
             return None
