@@ -73,6 +73,8 @@ DEFAULT_ACK_DEADLINE = 30.0
 """A new group's lease length, seconds, when its first member does not choose one."""
 DEFAULT_MAX_DELIVERIES = 5
 """A new group's delivery limit, when its first member does not choose one."""
+CLOSE_TIMEOUT = 10.0
+"""Most seconds close() spends flushing, writing dead letters and giving back."""
 SETTINGS_TIMEOUT = 30.0
 """Most seconds entering waits to read the group's settings from its share log."""
 _BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
@@ -171,6 +173,7 @@ class ShareConsumer:
         self._records: ShareRecords | None = None
         self._appender: ShareAppender | None = None
         self._dead: list[Handout] = []
+        self._dead_lock = anyio.Lock()
         self._outcomes: deque[Outcome] = deque()
         self._caught_up = False
         self._settings_checked = False
@@ -267,16 +270,22 @@ class ShareConsumer:
         await self.close()
 
     async def close(self) -> None:
-        """Flush the outcomes the application gave, give back at once what was acquired
-        but not handed out (its delivery count unchanged) and release what was handed out
-        and not settled, so other members get them now (spec §5, "Leaving"); stop."""
+        """Flush the outcomes the application gave (and write the dead letters of its
+        rejects), give back at once what was acquired but not handed out (its delivery
+        count unchanged) and release what was handed out and not settled, so other members
+        get them now (spec §5, "Leaving"); stop. Bounded by :data:`CLOSE_TIMEOUT`."""
         if self._closed or self._tg is None:
             return
         self._closed = True  # no new claims
         member = self._m
-        with anyio.move_on_after(max(2.0, self.ack_interval * 10)):
+        with anyio.move_on_after(CLOSE_TIMEOUT):
             await self._flush_now()  # claims in flight are stored and read back: all wins known
-            await self._apply_outcomes()
+            await self._flush_now()  # ... and the rejects are dead_pending in the view
+            now = time.monotonic()
+            member.refresh(now)
+            self._dead.extend(member.take_dead(now))
+            with contextlib.suppress(JetError):  # else the next holder writes them
+                await self._write_dead_letters()
             member.release_all()
             await self._flush_now()
         self._tg.cancel_scope.cancel()
@@ -531,10 +540,12 @@ class ShareConsumer:
         records = self._records
         assert records is not None
         dlq, group = self.dead_letter_stream, self.group
-        while self._dead:
-            h = self._dead[0]
-            record = await records.record((h.stream, h.partition), h.offset)
-            if record is not None and not await dead_letter_exists(self.client, dlq, group, h):
-                await write_dead_letter(self.client, dlq, group, h, record)
-            member.dead(h.lease, h.offset)
-            self._dead.pop(0)
+        async with self._dead_lock:  # the driver and close() both write
+            while self._dead:
+                h = self._dead[0]
+                record = await records.record((h.stream, h.partition), h.offset)
+                exists = await dead_letter_exists(self.client, dlq, group, h)
+                if record is not None and not exists:
+                    await write_dead_letter(self.client, dlq, group, h, record)
+                member.dead(h.lease, h.offset)
+                self._dead.pop(0)
