@@ -212,3 +212,28 @@ def test_group_is_required_and_keyword_only() -> None:
         ShareConsumer(None, "s")  # type: ignore[arg-type, call-arg]
     with pytest.raises(ValueError):
         ShareConsumer(None, group="g")  # type: ignore[arg-type]
+
+
+async def test_implicit_acks(jet_dev: JetDev) -> None:
+    """acks="implicit": asking for more acks what the last call handed out and the
+    application did not settle; close acks the last batch."""
+    stream, group = unique("imp"), unique("g")
+    async with Client(jet_dev.servers) as client:
+        await fill(client, stream, 10)
+        async with ShareConsumer(client, stream, group=group, acks="implicit") as consumer:
+            first: list[ShareMessage] = []
+            with anyio.fail_after(30):
+                while len(first) < 5:
+                    first.extend(await consumer.fetch(5 - len(first), timeout=5))
+            first[0].nack()  # settled explicitly: not acked implicitly
+            rest: list[ShareMessage] = []
+            with anyio.fail_after(30):
+                while len(rest) < 6:  # the nacked one comes back among them
+                    rest.extend(await consumer.fetch(6 - len(rest), timeout=5))
+            await consumer.flush()
+            assert consumer.state.partition(stream, 0).acked_total >= 4
+        state = await read_share_group(client, group)
+        assert state is not None
+        ps = state.partition(stream, 0)
+        assert (ps.acked_total, ps.spso) == (10, 10)
+        assert sorted(m.offset for m in rest) == [first[0].offset, *range(5, 10)]

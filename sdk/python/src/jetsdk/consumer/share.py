@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
@@ -81,6 +81,7 @@ _BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
 _logger = logging.getLogger("jetsdk.share")
 
 LostCallback = Callable[[list[LostOutcome]], object]
+AckMode = Literal["explicit", "implicit"]
 
 
 @attrs.frozen
@@ -123,6 +124,9 @@ class ShareConsumer:
             outcomes the share log ignored because the lease had moved to another member
             first (a late ``ack`` after the deadline: that message was or will be handed
             to another member).
+        acks: ``"explicit"`` (default: settle each message) or ``"implicit"`` (as Kafka's
+            implicit acknowledgement: the messages of one ``next()``/``fetch()`` not settled
+            otherwise are acked when the application asks for more, and on close).
     """
 
     def __init__(
@@ -141,6 +145,7 @@ class ShareConsumer:
         max_held: int = 4,
         ack_interval: float = 0.02,
         on_lost: LostCallback | None = None,
+        acks: AckMode = "explicit",
     ) -> None:
         share_stream_name(group)
         names = ([stream] if stream is not None else []) + list(streams or ())
@@ -154,6 +159,8 @@ class ShareConsumer:
             raise ValueError("ack_deadline and max_deliveries must be positive")
         if batch < 1 or max_held < 1:
             raise ValueError("batch and max_held must be positive")
+        if acks not in ("explicit", "implicit"):
+            raise ValueError(f"acks must be 'explicit' or 'implicit', not {acks!r}")
         self.client = client
         self.streams = tuple(names)
         self.stream = names[0]
@@ -167,6 +174,8 @@ class ShareConsumer:
         self.max_held = max_held
         self.ack_interval = ack_interval
         self.on_lost = on_lost
+        self.acks = acks
+        self._last: list[ShareMessage] = []  # the last hand-out (implicit acks)
         self.member_id = "s-" + uuid.uuid4().hex[:16]
         self._partitions = None if partitions is None else list(partitions)
         self._member: ShareMember | None = None
@@ -278,6 +287,8 @@ class ShareConsumer:
             return
         self._closed = True  # no new claims
         member = self._m
+        if self.acks == "implicit":
+            self._ack_last()
         with anyio.move_on_after(CLOSE_TIMEOUT):
             await self._flush_now()  # claims in flight are stored and read back: all wins known
             await self._flush_now()  # ... and the rejects are dead_pending in the view
@@ -331,7 +342,15 @@ class ShareConsumer:
         """Acknowledge ``message`` with ``kind`` (the same as ``message.ack(kind)``)."""
         return message.ack(kind)
 
+    def _ack_last(self) -> None:
+        """Implicit acks: what the application got last time and did not settle."""
+        for msg in self._last:
+            msg.ack()  # does nothing if it was settled already
+        self._last = []
+
     async def _take(self, limit: int, timeout: float | None) -> list[ShareMessage]:
+        if self.acks == "implicit":
+            self._ack_last()
         deadline = None if timeout is None else time.monotonic() + timeout
         member = self._m
         records = self._records
@@ -364,6 +383,8 @@ class ShareConsumer:
                     await self._ready_event.wait()
         finally:
             member.meter.done_waiting(time.monotonic(), len(out))
+            if self.acks == "implicit":
+                self._last = out
 
     async def flush(self, timeout: float = 30.0) -> None:
         """Wait until every outcome queued so far is stored in the share log and this

@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from jetsdk._sync_support import SyncWrapper
-from jetsdk.consumer.share import LostCallback, ShareSettings
+from jetsdk.consumer.share import AckMode, LostCallback, ShareSettings
 from jetsdk.consumer.share import ShareConsumer as _AsyncShareConsumer
 from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
 from jetsdk.errors import ClientClosed
@@ -48,6 +48,9 @@ class ShareConsumer(SyncWrapper):
             outcomes the share log ignored because the lease had moved to another member
             first (a late ``ack`` after the deadline: that message was or will be handed
             to another member).
+        acks: ``"explicit"`` (default: settle each message) or ``"implicit"`` (as Kafka's
+            implicit acknowledgement: the messages of one ``next()``/``fetch()`` not settled
+            otherwise are acked when the application asks for more, and on close).
 
     Blocking version of :class:`jetsdk.consumer.share.ShareConsumer`
     (generated); every call runs in the client's private event-loop thread. Thread-safe.
@@ -69,6 +72,7 @@ class ShareConsumer(SyncWrapper):
         max_held: int = 4,
         ack_interval: float = 0.02,
         on_lost: LostCallback | None = None,
+        acks: AckMode = "explicit",
     ) -> None:
         self._async: _AsyncShareConsumer | None = None
         self._factory: Callable[[], _AsyncShareConsumer] = lambda: _AsyncShareConsumer(
@@ -85,6 +89,7 @@ class ShareConsumer(SyncWrapper):
             max_held=max_held,
             ack_interval=ack_interval,
             on_lost=on_lost,
+            acks=acks,
         )
         self._owner = client
 
