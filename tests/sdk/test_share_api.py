@@ -237,3 +237,30 @@ async def test_implicit_acks(jet_dev: JetDev) -> None:
         ps = state.partition(stream, 0)
         assert (ps.acked_total, ps.spso) == (10, 10)
         assert sorted(m.offset for m in rest) == [first[0].offset, *range(5, 10)]
+
+
+async def test_in_progress_is_per_message(jet_dev: JetDev) -> None:
+    """Two messages of one lease: the one kept in progress stays with the first member past
+    the deadline; the other goes to the second member (it went with the range before)."""
+    stream, group = unique("pm"), unique("g")
+    async with Client(jet_dev.servers) as client:
+        await fill(client, stream, 2)
+        async with ShareConsumer(client, stream, group=group, ack_deadline=1.0, batch=2) as first:
+            kept = await first.next(timeout=30)
+            dropped = await first.next(timeout=30)
+            assert kept is not None
+            assert dropped is not None
+            async with ShareConsumer(client, stream, group=group) as second:
+                other = None
+                with anyio.fail_after(20):
+                    while other is None:  # about a deadline, renewing every 0.3 s
+                        kept.in_progress()
+                        other = await second.next(timeout=0.3)
+                assert (other.offset, other.delivery_count) == (dropped.offset, 2)
+                kept.in_progress()
+                assert await second.next(timeout=0.5) is None  # still first's
+                kept.ack()
+                other.ack()
+                await first.flush()
+                await second.flush()
+                assert second.state.partition(stream, 0).acked_total == 2

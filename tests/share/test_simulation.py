@@ -66,8 +66,13 @@ def test_mutation_ignoring_the_deadline_is_caught(monkeypatch: pytest.MonkeyPatc
     assert _violates(range(5))
 
 
-def test_mutation_claiming_a_held_range_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state_mod.Range, "lease_over", lambda self, t: True)
+def test_mutation_claiming_a_held_offset_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = state_mod.Range.available
+
+    def held_too(self, i, t):  # type: ignore[no-untyped-def]
+        return self.states[i] == state_mod.ACQUIRED or real(self, i, t)
+
+    monkeypatch.setattr(state_mod.Range, "available", held_too)
     assert _violates(range(5))
 
 

@@ -116,11 +116,12 @@ def test_expiry_gives_the_range_to_the_next_claim_and_counts_it() -> None:
     (won,) = state.apply(2, 11 * S + 1, claim("b", 0, 2))
     assert isinstance(won, Acquired)
     assert won.offsets == ((1, 2, False),)
-    # a's late settle is fenced: the lease is b's now.
-    state.apply(3, 11 * S + 2, settle("a", 0, 0, acked=((1, 2),)))
+    # a's late settle is fenced: offset 1 is b's lease's now.
+    late = settle("a", 0, 0, acked=((1, 2),))
+    assert state.apply(3, 11 * S + 2, late) == [Fenced("a", late)]
     r = state.partition("s", 0).ranges[0]
     assert r.states[1] == ACQUIRED
-    assert r.holder == "b"
+    assert (r.owners[1], r.leases[2].holder) == (2, "b")
     assert state.partition("s", 0).acked_total == 1
     state.apply(4, 11 * S + 3, settle("b", 0, 2, acked=((1, 2),)))
     ps = state.partition("s", 0)
@@ -141,9 +142,9 @@ def test_extend_only_before_the_deadline() -> None:
     state.apply(0, 10 * S, claim("a", 0, 1))
     state.apply(1, 10 * S + S // 2, settle("a", 0, 0, extend=True))
     r = state.partition("s", 0).ranges[0]
-    assert r.deadline == 11 * S + S // 2
+    assert r.leases[0].deadline == 11 * S + S // 2
     state.apply(2, 12 * S, settle("a", 0, 0, extend=True))
-    assert r.deadline == 11 * S + S // 2
+    assert r.leases[0].deadline == 11 * S + S // 2
     assert state.apply(3, 12 * S, claim("b", 0, 1))[0].member == "b"  # type: ignore[union-attr]
 
 
@@ -152,7 +153,7 @@ def test_nack_with_not_before_and_lease_end_when_all_settled() -> None:
     state.apply(0, 10 * S, claim("a", 0, 2))
     state.apply(1, 10 * S, settle("a", 0, 0, acked=((0, 1),), released=((1, 12 * S),)))
     r = state.partition("s", 0).ranges[0]
-    assert r.holder is None
+    assert not r.leases  # a holds nothing: its lease is over
     assert r.states[1] == AVAILABLE
     assert state.apply(2, 11 * S, claim("b", 0, 2)) == [ClaimLost("b", "s", 0, 0)]
     (won,) = state.apply(3, 12 * S, claim("b", 0, 2))
@@ -168,7 +169,7 @@ def test_max_deliveries_and_reject_make_dead_pending_once() -> None:
     assert r.states[0] == AVAILABLE
     assert r.states[1] == DEAD_PENDING
     assert r.dlq_from == {1: 7}
-    assert r.holder == "a"  # still holds the dead_pending offset
+    assert r.leases[0].holder == "a"  # still holds the dead_pending offset
     # a dies; after the deadline b gets both: 0 is at max_deliveries, 1 is still to dead-letter.
     (won,) = state.apply(2, 3 * S, Claim(G, "b", "s", 0, 0, 2, 1000, 1, dlq_hw=9))
     assert isinstance(won, Acquired)
@@ -215,7 +216,7 @@ def test_returned_offsets_do_not_count_and_end_the_lease() -> None:
     assert change == Returned("a", "s", 0, (1, 2))
     r = state.partition("s", 0).ranges[0]
     assert r.counts == [1, 0, 0]
-    assert r.holder is None  # nothing held: the next claim does not wait for the deadline
+    assert not r.leases  # nothing held: the next claim does not wait for the deadline
     (won,) = state.apply(2, 10 * S, claim("b", 0, 3))
     assert isinstance(won, Acquired)
     assert won.offsets == ((1, 1, False), (2, 1, False))
@@ -236,7 +237,36 @@ def test_a_claim_with_a_size_takes_that_many_and_frees_the_rest() -> None:
     r = state.partition("s", 0).ranges[0]
     assert bytes(r.states) == bytes([ACQUIRED, ACQUIRED, AVAILABLE, AVAILABLE])
     assert r.counts == [2, 2, 1, 1]  # a's lease counted; b did not acquire 2 and 3
-    assert r.held == 2
+    assert r.leases[1].held == 2
+    # The rest of the range goes to another member at once: leases are per offset.
+    (other,) = state.apply(2, 12 * S, Claim(G, "c", "s", 0, 0, 4, 1000, 3, None, 2))
+    assert isinstance(other, Acquired)
+    assert other.offsets == ((2, 2, False), (3, 2, False))
+    assert r.owners == [1, 1, 2, 2]
+
+
+def test_renew_keeps_one_message_past_its_lease() -> None:
+    """Per-message in progress: a renews offset 0 only; after a's lease deadline, b gets the
+    other offsets, not 0, and a's later ack of 0 applies."""
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 3))
+    state.apply(1, 10 * S + S // 2, settle("a", 0, 0, renew=((0, 1),)))
+    (won,) = state.apply(2, 11 * S + 1, claim("b", 0, 3))
+    assert isinstance(won, Acquired)
+    assert won.offsets == ((1, 2, False), (2, 2, False))
+    assert state.apply(3, 11 * S + 2, settle("a", 0, 0, acked=((0, 1),))) == []
+    ps = state.partition("s", 0)
+    assert ps.acked_total == 1
+    # b renews 1 just before its lease's deadline (12 s): at 12.5 s c gets 2 only.
+    state.apply(4, 12 * S, settle("b", 0, 2, renew=((1, 2),)))
+    (late,) = state.apply(5, 12 * S + S // 2, claim("c", 0, 3))
+    assert isinstance(late, Acquired)
+    assert late.offsets == ((2, 3, False),)
+    # A renew after the offset's deadline does not revive it.
+    state.apply(6, 14 * S, settle("b", 0, 2, renew=((1, 2),)))
+    (gone,) = state.apply(7, 14 * S, claim("d", 0, 3))
+    assert isinstance(gone, Acquired)
+    assert gone.offsets == ((1, 3, False), (2, 3, True))  # 2: max_deliveries reached
 
 
 def test_the_reason_of_a_reject_survives_the_lease() -> None:

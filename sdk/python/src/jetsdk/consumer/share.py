@@ -428,7 +428,7 @@ class ShareConsumer:
                         reject_hw = 0  # look from the start: slower, still exactly once
                 member.reject(h.lease, h.offset, reject_hw)
             else:
-                member.in_progress(h.lease)
+                member.renew(h.lease, h.offset)
 
     def _queue_settles(self) -> None:
         settles = self._m.settles()

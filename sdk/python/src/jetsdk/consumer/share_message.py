@@ -133,8 +133,9 @@ class ShareMessage(RecordView):
         return self._settle("reject", 0.0)
 
     def in_progress(self) -> Done:
-        """Still working on it: restart the ack deadline of this message. (The lease is per
-        range: the other messages of the range this member holds are extended with it.)"""
+        """Still working on it: restart the ack deadline of this message (this message
+        only: the others this member holds keep theirs). Call it again before each
+        deadline; a message whose deadline passed cannot be renewed."""
         if not self._settled:
             self._outcomes.append(("in_progress", self._handout, 0.0))
         return DONE

@@ -137,12 +137,14 @@ class _Outcomes:
     rejected: set[int] = attrs.field(factory=set)
     dead: set[int] = attrs.field(factory=set)
     returned: set[int] = attrs.field(factory=set)
+    renew: set[int] = attrs.field(factory=set)
     extend: bool = False
     dlq_hw: int | None = None
 
     def empty(self) -> bool:
         return (
             not (self.acked or self.released or self.rejected or self.dead or self.returned)
+            and not self.renew
             and not self.extend
         )
 
@@ -153,6 +155,7 @@ class _Outcomes:
             + len(self.rejected)
             + len(self.dead)
             + len(self.returned)
+            + len(self.renew)
         )
 
 
@@ -440,7 +443,12 @@ class ShareMember:
         self._done(key, offset)
 
     def in_progress(self, key: LeaseKey) -> None:
+        """Restart the deadline of the whole lease ``key`` (settle ``extend``)."""
         self._outcome(key).extend = True
+
+    def renew(self, key: LeaseKey, offset: int) -> None:
+        """Restart the deadline of ``offset`` only (settle ``renew``: per message)."""
+        self._outcome(key).renew.add(offset)
 
     def release_all(self) -> None:
         """On close: give back every acquired offset not yet handed out (``returned``: its
@@ -477,6 +485,7 @@ class ShareMember:
                     acked=tuple(runs_of(o.acked)),
                     released=tuple(sorted(o.released.items())),
                     returned=tuple(runs_of(o.returned)),
+                    renew=tuple(runs_of(o.renew)),
                     rejected=tuple(runs_of(o.rejected)),
                     dead=tuple(runs_of(o.dead)),
                     extend=o.extend,

@@ -140,6 +140,9 @@ class Settle:
     returned: tuple[Run, ...] = ()
     """Acquired offsets given back that were never handed to the application: available
     again at once, and this lease's delivery does not count (spec §7)."""
+    renew: tuple[Run, ...] = ()
+    """Offsets still being worked on: each gets a deadline of its own, a lease length from
+    this record's time (per-message in progress)."""
 
 
 @attrs.frozen
@@ -195,6 +198,7 @@ def encode_share_record(record: ShareRecord) -> bytes:
             rejected=[list(r) for r in record.rejected],
             dead=[list(r) for r in record.dead],
             extend=record.extend,
+            renew=[list(r) for r in record.renew],
             dlq_hw=record.dlq_hw,
         )
     return orjson.dumps(head)
@@ -318,5 +322,6 @@ def decode_share_record(value: bytes | memoryview) -> ShareRecord:
             dead=_pairs(obj, "dead", runs=True),
             extend=extend,
             dlq_hw=dlq_hw,
+            renew=_pairs(obj, "renew", runs=True),
         )
     raise _bad(f"unknown record type {kind!r}")

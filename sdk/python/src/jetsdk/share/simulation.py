@@ -330,9 +330,12 @@ class Simulation:
         stream, p, start, lease = h.lease
         ps = self.ref.partition(stream, p)
         r = ps.ranges.get(start)
-        if r is None or r.lease != lease or r.holder != m.name:
+        held = None if r is None else r.leases.get(lease)
+        if r is None or held is None or held.holder != m.name:
             raise self.fail(f"{m.name} hands out {p}/{h.offset} without holding lease {lease}")
-        if self._server_ns() >= r.deadline:
+        if r.owners[h.offset - r.start] != lease:
+            raise self.fail(f"{m.name} hands out {p}/{h.offset} held by another lease")
+        if self._server_ns() >= r.deadline_at(h.offset - r.start):
             raise self.fail(f"{m.name} hands out {p}/{h.offset} after its lease's deadline")
         state = r.states[h.offset - r.start]
         want = DEAD_PENDING if h.dead_pending else ACQUIRED
@@ -380,7 +383,7 @@ class Simulation:
         # Finish tasks.
         for task in list(m.tasks):
             if task.next_extend is not None and local >= task.next_extend:
-                core.in_progress(task.key)
+                core.renew(task.key, task.offset)  # per message (in_progress: the lease)
                 task.next_extend = local + self.cfg.lease / 3
             if local < task.done_at:
                 continue
