@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from jetsdk.share.member import LostOutcome, ShareConfig, ShareMember
+from jetsdk.share.pace import RateMeter
 from jetsdk.share.records import (
     Claim,
     InvalidShareRecord,
@@ -330,3 +331,26 @@ def test_group_settings_win_over_the_claim() -> None:
     assert again.offsets == ((0, 1, True),)  # the group's limit of 1 was reached
     raw = encode_share_record(Settings(G, "admin", 2000, 1))
     assert decode_share_record(raw) == Settings(G, "admin", 2000, 1)
+
+
+def test_rate_meter() -> None:
+    """Starting, the application is not busy; it takes 10 per busy second; stuck, its rate
+    falls towards zero; a wait is not busy time."""
+    meter = RateMeter(tau=1.0)
+    meter.waiting(0.0)
+    meter.done_waiting(5.0, 0)  # nothing yet: 5 s of starting are not busy time
+    assert meter.rate(5.0) is None
+    t = 5.0
+    for _ in range(50):
+        meter.waiting(t)
+        meter.done_waiting(t, 1)
+        t += 0.1
+    rate = meter.rate(t)
+    assert rate is not None
+    assert 9.0 < rate < 11.0
+    stuck = meter.rate(t + 5.0)
+    assert stuck is not None
+    assert stuck < 0.1
+    meter.waiting(t + 5.0)
+    later = meter.rate(t + 5.5)  # waiting: neither busy nor handing out, the rate stays
+    assert later == pytest.approx(stuck)

@@ -34,6 +34,9 @@ class RateMeter:
     _busy: float = 0.0
     _waiters: int = 0
     _last: float | None = None
+    _started: bool = False
+    """Busy time counts only once the application was handed a message (before that it
+    has nothing to be busy with: it is starting)."""
 
     def _advance(self, now: float) -> None:
         last = self._last
@@ -43,7 +46,7 @@ class RateMeter:
         f = math.exp(-(now - last) / self.tau)
         self._handed *= f
         self._busy *= f
-        if self._waiters == 0:
+        if self._waiters == 0 and self._started:
             self._busy += self.tau * (1.0 - f)  # the decayed integral of "busy" over dt
 
     def waiting(self, now: float) -> None:
@@ -56,11 +59,13 @@ class RateMeter:
         self._advance(now)
         self._waiters = max(0, self._waiters - 1)
         self._handed += handed
+        self._started = self._started or handed > 0
 
     def handed(self, now: float, count: int) -> None:
         """``count`` messages handed out without a wait."""
         self._advance(now)
         self._handed += count
+        self._started = self._started or count > 0
 
     @property
     def is_waiting(self) -> bool:
