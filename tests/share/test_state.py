@@ -354,3 +354,20 @@ def test_rate_meter() -> None:
     meter.waiting(t + 5.0)
     later = meter.rate(t + 5.5)  # waiting: neither busy nor handing out, the rate stays
     assert later == pytest.approx(stuck)
+
+
+def test_any_available_shortcuts_agree_with_the_scan() -> None:
+    state = ShareState(G)
+    state.apply(0, 10 * S, claim("a", 0, 4))
+    r = state.partition("s", 0).ranges[0]
+
+    def scan(t: int) -> bool:
+        return any(r.available(i, t) for i in range(4))
+
+    checks = [10 * S, 11 * S, 11 * S + 1]
+    for t in checks:
+        assert r.any_available(t) == scan(t)
+    state.apply(1, 10 * S, settle("a", 0, 0, released=((1, 12 * S),), renew=((2, 3),)))
+    state.apply(2, 10 * S, settle("a", 0, 0, returned=((3, 4),)))
+    for t in [*checks, 12 * S, 12 * S + 1]:
+        assert r.any_available(t) == scan(t), t

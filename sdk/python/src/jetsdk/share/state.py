@@ -112,8 +112,18 @@ class Range:
         return False
 
     def any_available(self, t: int) -> bool:
+        """Whether some offset is available at ``t`` (without a scan when it is clear: the
+        claim loop asks this of every range often)."""
         if self.unfinished == 0:
             return False
+        held = sum(lease.held for lease in self.leases.values())
+        if self.unfinished > held:  # some are in state available
+            if not self.not_before:
+                return True
+        elif all(lease.deadline >= t for lease in self.leases.values()) and all(
+            d >= t for d in self.renewed.values()
+        ):
+            return False  # all held, no deadline passed
         return any(self.available(i, t) for i in range(self.end - self.start))
 
     def disown(self, i: int) -> None:
