@@ -266,4 +266,29 @@ async def test_in_progress_is_per_message(jet_dev: JetDev) -> None:
                 kept.ack()
                 await first.flush()
                 await second.flush()
-                assert second.state.partition(stream, 0).acked_total == 10
+        state = await read_share_group(client, group)
+        assert state is not None
+        assert state.partition(stream, 0).acked_total == 10
+
+
+async def test_a_new_group_starts_where_asked(jet_dev: JetDev) -> None:
+    """start="new-only" for a new group: the 5 messages already there are skipped; a later
+    member asking for "earliest" does not move it."""
+    stream, group = unique("st"), unique("g")
+    async with Client(jet_dev.servers) as client:
+        await fill(client, stream, 5)
+        async with ShareConsumer(client, stream, group=group, start="new-only") as first:
+            assert await first.next(timeout=1.0) is None
+            async with Producer(client, stream) as producer:
+                for i in range(3):
+                    await producer.send_soon(b"new %d" % i)
+            got = []
+            with anyio.fail_after(30):
+                while len(got) < 3:
+                    got.extend(await first.fetch(3 - len(got), timeout=5))
+            assert [m.offset for m in got] == [5, 6, 7]
+            for m in got:
+                m.ack()
+        async with ShareConsumer(client, stream, group=group, start="earliest") as second:
+            assert await second.next(timeout=1.0) is None
+            assert second.state.partition(stream, 0).spso == 8

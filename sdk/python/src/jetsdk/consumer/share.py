@@ -39,6 +39,7 @@ import attrs
 
 from jetsdk.client import Client
 from jetsdk.codec.record import iter_records
+from jetsdk.consumer.positions import StartPosition, parse_start, start_offset
 from jetsdk.consumer.share_append import ShareAppender
 from jetsdk.consumer.share_fetch import Key, ShareRecords
 from jetsdk.consumer.share_message import AcknowledgeType, Outcome, ShareMessage
@@ -75,6 +76,8 @@ DEFAULT_MAX_DELIVERIES = 5
 """A new group's delivery limit, when its first member does not choose one."""
 CLOSE_TIMEOUT = 10.0
 """Most seconds close() spends flushing, writing dead letters and giving back."""
+SETTINGS_RETRY = 5.0
+"""Seconds after which a settings record not seen in the log is sent again."""
 SETTINGS_TIMEOUT = 30.0
 """Most seconds entering waits to read the group's settings from its share log."""
 _BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
@@ -124,6 +127,10 @@ class ShareConsumer:
             outcomes the share log ignored because the lease had moved to another member
             first (a late ``ack`` after the deadline: that message was or will be handed
             to another member).
+        start: where a **new** group starts on each partition (stored in its share log by
+            its first member; ignored for a group that has settings): ``"earliest"``
+            (default: offset 0), ``"latest"``, ``"new-only"``, an offset, a ``datetime`` or
+            a :class:`~jetsdk.consumer.positions.StartAt`, as for :class:`Consumer`.
         acks: ``"explicit"`` (default: settle each message) or ``"implicit"`` (as Kafka's
             implicit acknowledgement: the messages of one ``next()``/``fetch()`` not settled
             otherwise are acked when the application asks for more, and on close).
@@ -146,6 +153,7 @@ class ShareConsumer:
         ack_interval: float = 0.02,
         on_lost: LostCallback | None = None,
         acks: AckMode = "explicit",
+        start: StartPosition | None = None,
     ) -> None:
         share_stream_name(group)
         names = ([stream] if stream is not None else []) + list(streams or ())
@@ -175,6 +183,7 @@ class ShareConsumer:
         self.ack_interval = ack_interval
         self.on_lost = on_lost
         self.acks = acks
+        self.start = None if start is None else parse_start(start)
         self._last: list[ShareMessage] = []  # the last hand-out (implicit acks)
         self.member_id = "s-" + uuid.uuid4().hex[:16]
         self._partitions = None if partitions is None else list(partitions)
@@ -185,7 +194,7 @@ class ShareConsumer:
         self._dead_lock = anyio.Lock()
         self._outcomes: deque[Outcome] = deque()
         self._caught_up = False
-        self._settings_checked = False
+        self._settings_at = -math.inf  # when this member last checked the group's settings
         self._settings_known = anyio.Event()
         self._wake = anyio.Event()
         self._ready_event = anyio.Event()
@@ -453,14 +462,35 @@ class ShareConsumer:
         except Exception:
             _logger.exception("share group %s: on_lost failed", self.group)
 
-    def _check_settings(self) -> None:
-        """Once caught up with the share log: store this member's settings if the group has
-        none, else tell it (a warning) where it disagrees with the group's."""
+    async def _starts(self) -> tuple[tuple[str, int, int], ...]:
+        """Where a new group starts on each partition (``start``), resolved now."""
+        start = self.start
+        if start is None or self._records is None:
+            return ()
+        out: list[tuple[str, int, int]] = []
+        for stream, partition in self._records.keys:
+            if start.kind == "offset":
+                offset = start.value
+            elif start.kind == "timestamp":
+                found = await self.client.list_offsets(stream, partition, start.value)
+                offset = start_offset(
+                    start, log_start=found.log_start, hw=found.hw, at_time=found.offset
+                )
+            else:
+                found = await self.client.list_offsets(stream, partition, "earliest")
+                offset = start_offset(start, log_start=found.log_start, hw=found.hw)
+            out.append((stream, partition, offset))
+        return tuple(out)
+
+    async def _check_settings(self) -> None:
+        """Once caught up with the share log: store this member's settings (and start) if
+        the group has none, else tell it (a warning) where it disagrees with the group's."""
         member = self._m
         group = member.view.settings
         if group is None:
             lease_ms = max(1, int(self.ack_deadline * 1000))
-            record = Settings(self.group, self.member_id, lease_ms, self.max_deliveries)
+            starts = await self._starts()
+            record = Settings(self.group, self.member_id, lease_ms, self.max_deliveries, starts)
             assert self._appender is not None
             self._appender.enqueue([record])
             return
@@ -534,12 +564,14 @@ class ShareConsumer:
             if self._dead:
                 with contextlib.suppress(JetError):  # what is left is tried again next round
                     await self._write_dead_letters()
-            if self._caught_up and not self._settings_checked:
-                self._settings_checked = True
-                self._check_settings()
+            retry = member.view.settings is None and now - self._settings_at > SETTINGS_RETRY
+            if self._caught_up and (self._settings_at == -math.inf or retry):
+                self._settings_at = now  # a lost settings record is sent again
+                await self._check_settings()
             # Claims are sized by the application's measured rate (ShareMember.capacity): a
             # stuck or slow application does not acquire what it could not be handed in time.
-            if self._caught_up and not self._closed:
+            # None before the group's settings (and start) are known.
+            if self._caught_up and not self._closed and member.view.settings is not None:
                 dlq_hw = None
                 wall = time.time_ns()
                 if any(member.needs_dlq_hw(s, p, now, wall) for s, p in records.keys):

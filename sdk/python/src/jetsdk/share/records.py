@@ -153,6 +153,8 @@ class Settings:
     member: str
     lease_ms: int
     max_deliveries: int
+    starts: tuple[tuple[str, int, int], ...] = ()
+    """(stream, partition, offset): where a partition the group has no state for starts."""
 
 
 ShareRecord = Claim | Settle | Settings
@@ -168,6 +170,7 @@ def encode_share_record(record: ShareRecord) -> bytes:
             member=record.member,
             lease_ms=record.lease_ms,
             max_deliveries=record.max_deliveries,
+            starts=[list(x) for x in record.starts],
         )
     elif isinstance(record, Claim):
         head.update(
@@ -247,6 +250,20 @@ def _pairs(obj: dict[str, Any], name: str, *, runs: bool) -> tuple[tuple[int, in
     return tuple(out)
 
 
+def _starts(obj: dict[str, Any]) -> tuple[tuple[str, int, int], ...]:
+    raw = obj.get("starts", [])
+    if not isinstance(raw, list) or len(raw) > MAX_RANGE:
+        raise _bad(f"starts must be a list of at most {MAX_RANGE} entries")
+    out: list[tuple[str, int, int]] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3):
+            raise _bad("starts entries are [stream, partition, offset]")
+        entry = {"stream": item[0], "partition": item[1], "offset": item[2]}
+        stream = _ident(entry, "stream")
+        out.append((stream, _int(entry, "partition", 0, 65535), _int(entry, "offset")))
+    return tuple(out)
+
+
 def decode_share_record(value: bytes | memoryview) -> ShareRecord:
     """Decode and validate a share-log record value.
 
@@ -275,6 +292,7 @@ def decode_share_record(value: bytes | memoryview) -> ShareRecord:
             member=member,
             lease_ms=_int(obj, "lease_ms", 1, MAX_LEASE_MS),
             max_deliveries=_int(obj, "max_deliveries", 1, MAX_DELIVERIES_LIMIT),
+            starts=_starts(obj),
         )
     stream = _ident(obj, "stream")
     partition = _int(obj, "partition", 0, 65535)

@@ -264,6 +264,10 @@ class ShareState:
             return []
         if isinstance(record, Settings):
             self.settings = record
+            for stream, partition, start in record.starts:
+                ps = self.partition(stream, partition)
+                if not ps.ranges and ps.last_end == 0 and ps.spso == 0:  # untouched
+                    ps.spso = start
             return []
         t = timestamp
         ps = self.partition(record.stream, record.partition)

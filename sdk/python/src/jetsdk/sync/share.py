@@ -9,6 +9,7 @@ from types import TracebackType
 from typing import Any
 
 from jetsdk._sync_support import SyncWrapper
+from jetsdk.consumer.positions import StartPosition
 from jetsdk.consumer.share import AckMode, LostCallback, ShareSettings
 from jetsdk.consumer.share import ShareConsumer as _AsyncShareConsumer
 from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
@@ -48,6 +49,10 @@ class ShareConsumer(SyncWrapper):
             outcomes the share log ignored because the lease had moved to another member
             first (a late ``ack`` after the deadline: that message was or will be handed
             to another member).
+        start: where a **new** group starts on each partition (stored in its share log by
+            its first member; ignored for a group that has settings): ``"earliest"``
+            (default: offset 0), ``"latest"``, ``"new-only"``, an offset, a ``datetime`` or
+            a :class:`~jetsdk.consumer.positions.StartAt`, as for :class:`Consumer`.
         acks: ``"explicit"`` (default: settle each message) or ``"implicit"`` (as Kafka's
             implicit acknowledgement: the messages of one ``next()``/``fetch()`` not settled
             otherwise are acked when the application asks for more, and on close).
@@ -73,6 +78,7 @@ class ShareConsumer(SyncWrapper):
         ack_interval: float = 0.02,
         on_lost: LostCallback | None = None,
         acks: AckMode = "explicit",
+        start: StartPosition | None = None,
     ) -> None:
         self._async: _AsyncShareConsumer | None = None
         self._factory: Callable[[], _AsyncShareConsumer] = lambda: _AsyncShareConsumer(
@@ -90,6 +96,7 @@ class ShareConsumer(SyncWrapper):
             ack_interval=ack_interval,
             on_lost=on_lost,
             acks=acks,
+            start=start,
         )
         self._owner = client
 
