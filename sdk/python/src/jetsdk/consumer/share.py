@@ -39,7 +39,7 @@ import attrs
 
 from jetsdk.client import Client
 from jetsdk.codec.record import iter_records
-from jetsdk.consumer.positions import StartPosition, parse_start, start_offset
+from jetsdk.consumer.positions import StartPosition, parse_start
 from jetsdk.consumer.share_append import ShareAppender
 from jetsdk.consumer.share_fetch import Key, ShareRecords
 from jetsdk.consumer.share_message import AcknowledgeType, Outcome, ShareMessage
@@ -50,6 +50,7 @@ from jetsdk.consumer.share_streams import (
     ensure_dead_letter_stream,
     ensure_share_stream,
     read_share_group,
+    resolve_starts,
     share_stream_info,
     write_dead_letter,
 )
@@ -462,26 +463,6 @@ class ShareConsumer:
         except Exception:
             _logger.exception("share group %s: on_lost failed", self.group)
 
-    async def _starts(self) -> tuple[tuple[str, int, int], ...]:
-        """Where a new group starts on each partition (``start``), resolved now."""
-        start = self.start
-        if start is None or self._records is None:
-            return ()
-        out: list[tuple[str, int, int]] = []
-        for stream, partition in self._records.keys:
-            if start.kind == "offset":
-                offset = start.value
-            elif start.kind == "timestamp":
-                found = await self.client.list_offsets(stream, partition, start.value)
-                offset = start_offset(
-                    start, log_start=found.log_start, hw=found.hw, at_time=found.offset
-                )
-            else:
-                found = await self.client.list_offsets(stream, partition, "earliest")
-                offset = start_offset(start, log_start=found.log_start, hw=found.hw)
-            out.append((stream, partition, offset))
-        return tuple(out)
-
     async def _check_settings(self) -> None:
         """Once caught up with the share log: store this member's settings (and start) if
         the group has none, else tell it (a warning) where it disagrees with the group's."""
@@ -489,7 +470,8 @@ class ShareConsumer:
         group = member.view.settings
         if group is None:
             lease_ms = max(1, int(self.ack_deadline * 1000))
-            starts = await self._starts()
+            keys = () if self._records is None else self._records.keys
+            starts = await resolve_starts(self.client, keys, self.start)
             record = Settings(self.group, self.member_id, lease_ms, self.max_deliveries, starts)
             assert self._appender is not None
             self._appender.enqueue([record])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jetsdk.client import Client
@@ -23,6 +23,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_json
 from jetsdk.codec.record import Record, iter_records
+from jetsdk.consumer.positions import StartAt, start_offset
 from jetsdk.consumer.share_message import dead_letter_headers, is_dead_letter_of
 from jetsdk.errors import (
     InvalidArgument,
@@ -44,6 +45,7 @@ __all__ = [
     "ensure_dead_letter_stream",
     "ensure_share_stream",
     "read_share_group",
+    "resolve_starts",
     "share_stream_info",
     "write_dead_letter",
 ]
@@ -208,3 +210,26 @@ async def write_dead_letter(
     )
     if result.error_code != ErrorCode.NONE:
         raise JetError(f"dead letter not stored (error code {result.error_code})")
+
+
+async def resolve_starts(
+    client: Client, keys: Iterable[tuple[str, int]], start: StartAt | None
+) -> tuple[tuple[str, int, int], ...]:
+    """Where a new group starts on each (stream, partition): ``start`` resolved now, for
+    the settings record's ``starts`` (empty for None: offset 0)."""
+    if start is None:
+        return ()
+    out: list[tuple[str, int, int]] = []
+    for stream, partition in keys:
+        if start.kind == "offset":
+            offset = start.value
+        elif start.kind == "timestamp":
+            found = await client.list_offsets(stream, partition, start.value)
+            offset = start_offset(
+                start, log_start=found.log_start, hw=found.hw, at_time=found.offset
+            )
+        else:
+            found = await client.list_offsets(stream, partition, "earliest")
+            offset = start_offset(start, log_start=found.log_start, hw=found.hw)
+        out.append((stream, partition, offset))
+    return tuple(out)

@@ -20,6 +20,15 @@ from collections.abc import Iterable
 import attrs
 
 from jetsdk.group.lease import ServerClockBound
+from jetsdk.share.holdings import (
+    Handout,
+    HeldLease,
+    InFlight,
+    LeaseKey,
+    LostOutcome,
+    Outcomes,
+    ShareConfig,
+)
 from jetsdk.share.pace import RateMeter
 from jetsdk.share.records import Claim, Settle, runs_of
 from jetsdk.share.state import (
@@ -45,119 +54,6 @@ __all__ = [
 TRIP_SAMPLES = 16
 """Append round trips remembered for the stop margin."""
 
-LeaseKey = tuple[str, int, int, int]
-"""(stream, partition, range start, lease id)."""
-
-
-@attrs.frozen
-class ShareConfig:
-    """A member's settings."""
-
-    group: str
-    member: str
-    partitions: tuple[tuple[str, int], ...]
-    """The consumed (stream, partition) pairs."""
-    ack_deadline: float = 30.0
-    """Lease length, seconds."""
-    max_deliveries: int = 5
-    batch: int = 200
-    """Most offsets in a new range."""
-    max_held: int = 4
-    """Most claims in flight plus leases with offsets not yet handed out."""
-    shed_slack: float = 1.5
-    """Give back offsets the application would take later than this many times the time
-    left before the lease's stop point, at its measured rate (spec §5, "Pacing")."""
-    margin: float | None = None
-    """Stop handing out this long before the deadline (default min(1 s, ack_deadline / 10))."""
-    claim_timeout: float = 5.0
-    """Forget a claim not seen in the log after this long (it was lost) and claim again."""
-
-    @property
-    def lease_ms(self) -> int:
-        return max(1, int(self.ack_deadline * 1000))
-
-    @property
-    def stop_margin(self) -> float:
-        return self.margin if self.margin is not None else min(1.0, self.ack_deadline / 10)
-
-
-@attrs.frozen
-class Handout:
-    """One offset the member may now deliver (or must dead-letter, if ``dead_pending``)."""
-
-    stream: str
-    partition: int
-    offset: int
-    delivery_count: int
-    lease: LeaseKey
-    dead_pending: bool
-    dlq_from: int
-    reason: str = ""
-    """For a dead letter: ``max_deliveries`` or ``rejected``."""
-
-
-@attrs.frozen
-class LostOutcome:
-    """An outcome the share log did not apply: the lease had moved on (spec §8)."""
-
-    stream: str
-    partition: int
-    offset: int
-    kind: str
-    """``ack``, ``nack`` or ``reject``."""
-
-
-@attrs.define(eq=False)
-class HeldLease:
-    """A lease the member won and its local progress."""
-
-    key: LeaseKey
-    deadline: int
-    waiting: list[Handout]
-    """Acquired offsets not yet handed out, in offset order."""
-    dead: list[Handout] = attrs.field(factory=list)
-    """``dead_pending`` offsets whose dead letters are still to be written."""
-    out: set[int] = attrs.field(factory=set)
-    """Handed out and not yet settled locally."""
-
-
-@attrs.define(eq=False)
-class _InFlight:
-    stream: str
-    partition: int
-    start: int | None
-    size: int
-    sent: float
-
-
-@attrs.define(eq=False)
-class _Outcomes:
-    acked: set[int] = attrs.field(factory=set)
-    released: dict[int, int] = attrs.field(factory=dict)
-    rejected: set[int] = attrs.field(factory=set)
-    dead: set[int] = attrs.field(factory=set)
-    returned: set[int] = attrs.field(factory=set)
-    renew: set[int] = attrs.field(factory=set)
-    extend: bool = False
-    dlq_hw: int | None = None
-
-    def empty(self) -> bool:
-        return (
-            not (self.acked or self.released or self.rejected or self.dead or self.returned)
-            and not self.renew
-            and not self.extend
-        )
-
-    def size(self) -> int:
-        return (
-            len(self.acked)
-            + len(self.released)
-            + len(self.rejected)
-            + len(self.dead)
-            + len(self.returned)
-            + len(self.renew)
-        )
-
 
 @attrs.define(eq=False)
 class ShareMember:
@@ -167,13 +63,13 @@ class ShareMember:
     view: ShareState = attrs.field(init=False)
     clock: ServerClockBound = attrs.field(factory=ServerClockBound, init=False)
     held: dict[LeaseKey, HeldLease] = attrs.field(factory=dict, init=False)
-    claiming: list[_InFlight] = attrs.field(factory=list, init=False)
+    claiming: list[InFlight] = attrs.field(factory=list, init=False)
     """Claims sent and not yet seen in the log, in send order (forgotten after
     ``claim_timeout``)."""
     _trips: deque[float] = attrs.field(factory=lambda: deque(maxlen=TRIP_SAMPLES), init=False)
     meter: RateMeter = attrs.field(init=False)
     """The application's measured rate (the driver reports its waits and hand-outs)."""
-    _outcomes: dict[LeaseKey, _Outcomes] = attrs.field(factory=dict, init=False)
+    _outcomes: dict[LeaseKey, Outcomes] = attrs.field(factory=dict, init=False)
     _turn: int = attrs.field(default=0, init=False)
     _rejecting: dict[LeaseKey, set[int]] = attrs.field(factory=dict, init=False)
     stopped_leases: int = attrs.field(default=0, init=False)
@@ -409,10 +305,10 @@ class ShareMember:
 
     # -- outcomes -------------------------------------------------------------------------
 
-    def _outcome(self, key: LeaseKey) -> _Outcomes:
+    def _outcome(self, key: LeaseKey) -> Outcomes:
         o = self._outcomes.get(key)
         if o is None:
-            o = self._outcomes[key] = _Outcomes()
+            o = self._outcomes[key] = Outcomes()
         return o
 
     def _done(self, key: LeaseKey, offset: int) -> None:
@@ -555,7 +451,7 @@ class ShareMember:
                     continue
                 out.append(claim)
                 size = claim.size or 0
-                self.claiming.append(_InFlight(p[0], p[1], claim.start, size, now))
+                self.claiming.append(InFlight(p[0], p[1], claim.start, size, now))
                 busy += 1
                 room -= size
         return out
