@@ -16,7 +16,7 @@ import attrs
 
 from jetsdk import Client, Producer, ShareConsumer
 from jetsdk.codec.record import iter_records
-from jetsdk.consumer.share import read_share_group
+from jetsdk.consumer.share import LostOutcome, read_share_group
 from jetsdk.errors import StreamNotFound
 from support.jet_dev import JetDev
 
@@ -61,14 +61,24 @@ class Seen:
 
 def test_slow_consumer_counts_only_what_it_handed_out(jet_dev: JetDev) -> None:
     """10 ms per message, a 3 s deadline, 3 deliveries, 2,000 messages, two members: every
-    message is handed out once with delivery_count 1 and nothing is dead-lettered (before,
-    a fixed prefetch of 4 x 200 plus a ready queue of 400 outlived the lease)."""
+    message's delivery_count is the number of times it was handed out (1, 2, ...: never a
+    count for a lease it was not handed out in), and nothing is dead-lettered (before, a
+    fixed prefetch of 4 x 200 plus a ready queue of 400 outlived the lease). A message is
+    handed out again only after an ack that came too late (reported lost: a loaded machine
+    can delay a settle past the deadline)."""
     stream, group, dlq, count = unique("slow"), unique("g"), unique("dlq"), 2000
     seen = Seen()
+    lost: list[LostOutcome] = []
 
     async def worker(client: Client, done: anyio.Event) -> None:
         async with ShareConsumer(
-            client, stream, group=group, ack_deadline=3.0, max_deliveries=3, dead_letter_stream=dlq
+            client,
+            stream,
+            group=group,
+            ack_deadline=3.0,
+            max_deliveries=3,
+            dead_letter_stream=dlq,
+            on_lost=lost.extend,
         ) as consumer:
             while not done.is_set():
                 msg = await consumer.next(timeout=0.2)
@@ -97,7 +107,10 @@ def test_slow_consumer_counts_only_what_it_handed_out(jet_dev: JetDev) -> None:
 
     anyio.run(main)
     assert sorted(seen.counts) == list(range(count))
-    assert {o: c for o, c in seen.counts.items() if c != [1]} == {}
+    assert all(c == list(range(1, len(c) + 1)) for c in seen.counts.values())
+    again = {o for o, c in seen.counts.items() if len(c) > 1}
+    assert again <= {x.offset for x in lost}
+    assert len(again) < count // 20  # rare: a settle delayed past its deadline
 
 
 def test_stuck_consumer_burns_no_deliveries_for_messages_it_never_saw(
@@ -108,15 +121,18 @@ def test_stuck_consumer_burns_no_deliveries_for_messages_it_never_saw(
     through the lease counts twice."""
     stream, group, count = unique("stuck"), unique("g"), 300
     seen = Seen()
+    lost: list[LostOutcome] = []
 
-    async def main() -> int:
+    async def main() -> tuple[int, int]:
         async with Client(jet_dev.servers) as client:
             await fill(client, stream, count)
             async with ShareConsumer(client, stream, group=group, ack_deadline=2.0) as stuck:
                 held = await stuck.next(timeout=30)
                 assert held is not None
                 assert held.delivery_count == 1
-                async with ShareConsumer(client, stream, group=group, ack_deadline=2.0) as other:
+                async with ShareConsumer(
+                    client, stream, group=group, ack_deadline=2.0, on_lost=lost.extend
+                ) as other:
                     with anyio.fail_after(60):
                         while len(seen.counts) < count:
                             msg = await other.next(timeout=1)
@@ -124,13 +140,16 @@ def test_stuck_consumer_burns_no_deliveries_for_messages_it_never_saw(
                                 seen.add(msg.offset, msg.delivery_count)
                                 msg.ack()
                     await other.flush()
-                return stuck.given_back
+                return stuck.given_back, held.offset
 
-    given_back = anyio.run(main)
+    given_back, held_offset = anyio.run(main)
     assert sorted(seen.counts) == list(range(count))
-    twice = {o: c for o, c in seen.counts.items() if c != [1]}
-    assert len(twice) <= 1, twice  # at most the message held through its lease
-    assert all(c == [2] for c in twice.values())
+    # The message held through its lease counts twice (it was handed out, and ran out)...
+    assert seen.counts.pop(held_offset) == [2]
+    # ... the others once per hand-out: the stuck member's acquisitions did not count. (A
+    # second hand-out only follows an ack reported lost, on a loaded machine.)
+    assert all(c == list(range(1, len(c) + 1)) for c in seen.counts.values())
+    assert {o for o, c in seen.counts.items() if len(c) > 1} <= {x.offset for x in lost}
     assert given_back >= 1  # it gave back what it had acquired and not handed out
 
 
