@@ -61,7 +61,7 @@ async def _share_worker(spec: dict[str, Any], out: Any) -> None:
         count, first, last = 0, 0.0, 0.0
         next_progress = 0.0
         async with ShareConsumer(
-            client, spec["stream"], spec["group"], ack_deadline=spec.get("deadline", 30.0)
+            client, spec["stream"], group=spec["group"], ack_deadline=spec.get("deadline", 30.0)
         ) as consumer:
             while not stop.exists():  # noqa: ASYNC240 - a stat per message batch
                 msg = await consumer.next(timeout=0.2)

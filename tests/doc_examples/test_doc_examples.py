@@ -34,9 +34,6 @@ RUN = [b for b in BLOCKS if b.kind is not None and b.marker is None]
 BLOCK_TIMEOUT_S = 120.0
 """Bound on one example (a Spark example: :data:`SPARK_TIMEOUT_S`)."""
 SPARK_TIMEOUT_S = 420.0
-SHARE_REWRITE = "share group"
-"""Blocks under a heading with these words wait for the share-group API rewrite (another
-branch rewrites the README's "Share groups" section): expected to fail until it lands."""
 SUFFIX = {"python": ".py", "sh": ".sh", "js": ".js"}
 NATS_CLI = Path(__file__).with_name("nats_cli.py")
 
@@ -49,8 +46,6 @@ def params() -> list[object]:
     out: list[object] = []
     for block in RUN:
         marks: list[pytest.MarkDecorator] = []
-        if any(SHARE_REWRITE in h.lower() for h in block.headings):
-            marks.append(pytest.mark.xfail(reason="share API rewrite in progress", strict=False))
         if needs_spark(block):
             marks += [pytest.mark.spark, pytest.mark.timeout(SPARK_TIMEOUT_S + 60)]
         else:

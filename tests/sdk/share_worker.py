@@ -29,7 +29,7 @@ async def run(args: argparse.Namespace, out: IO[str]) -> None:
         ShareConsumer(
             client,
             args.stream,
-            args.group,
+            group=args.group,
             ack_deadline=args.deadline,
             max_deliveries=args.max_deliveries,
             dead_letter_stream=args.dlq,

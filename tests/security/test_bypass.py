@@ -225,7 +225,7 @@ async def test_share_group_runs_on_a_group_grant(nats_server: NatsServer, tmp_pa
             for i in range(5):
                 await ops.produce(_produce("jobs", 0, b"%d" % i))
             got: list[bytes] = []
-            async with ShareConsumer(w, "jobs", "w-1", ack_deadline=10.0) as consumer:
+            async with ShareConsumer(w, "jobs", group="w-1", ack_deadline=10.0) as consumer:
                 with anyio.fail_after(30):
                     while len(got) < 5:
                         msg = await consumer.next(timeout=5)
@@ -238,5 +238,5 @@ async def test_share_group_runs_on_a_group_grant(nats_server: NatsServer, tmp_pa
             assert state is not None
             assert state.partition("jobs", 0).spso == 5
             with pytest.raises(PermissionDenied):
-                async with ShareConsumer(mallory, "jobs", "w-1") as intruder:
+                async with ShareConsumer(mallory, "jobs", group="w-1") as intruder:
                     await intruder.next(timeout=1)

@@ -18,6 +18,7 @@ VARIANTS = {
     "lossy-slow": SimConfig(drop_rate=0.1, ack_loss_rate=0.1, slow_append_rate=0.1),
     "many-members-one-partition": SimConfig(members=7, partitions=1, messages=200),
     "crashy": SimConfig(crash_rate=0.5, pause_rate=0.3, max_deliveries=2),
+    "group-settings": SimConfig(group_settings=True, crash_rate=0.3),
     "everyone-crashes": SimConfig(
         crash_all_at=1.0, trickle=False, crash_rate=0.0, pause_rate=0.0, concurrency=1
     ),
@@ -60,11 +61,18 @@ def _violates(seed_range: range, config: SimConfig | None = None) -> bool:
 
 def test_mutation_ignoring_the_deadline_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(member_mod.ShareMember, "_in_time", lambda self, h, now: True)
+    # Pacing gives back what cannot be handed out before the stop point; ignore it too.
+    monkeypatch.setattr(member_mod.ShareMember, "_pace", lambda self, now: None)
     assert _violates(range(5))
 
 
-def test_mutation_claiming_a_held_range_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(state_mod.Range, "lease_over", lambda self, t: True)
+def test_mutation_claiming_a_held_offset_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = state_mod.Range.available
+
+    def held_too(self, i, t):  # type: ignore[no-untyped-def]
+        return self.states[i] == state_mod.ACQUIRED or real(self, i, t)
+
+    monkeypatch.setattr(state_mod.Range, "available", held_too)
     assert _violates(range(5))
 
 
@@ -96,3 +104,50 @@ def test_mutation_writing_dead_letters_without_looking_is_caught(
 
     monkeypatch.setattr(member_mod.ShareMember, "claims", late)
     assert _violates(range(10), SimConfig(crash_rate=0.5, pause_rate=0.5))
+
+
+# -- pacing and the delivery count (spec §5 "Pacing", §7) ---------------------------------
+
+STUCK = SimConfig.fault_free(
+    members=3, messages=120, concurrency=1, batch=40, stuck_rate=0.03, stuck_time=2.5
+)
+"""An application that now and then is stuck on one message for 2.5 leases (no in_progress):
+what it acquired and never saw must come back uncounted."""
+SLOW = SimConfig.fault_free(
+    members=3, messages=150, concurrency=1, batch=100, task_time=(0.04, 0.08), settle_time=40.0
+)
+"""A healthy but slow consumer (about 17 messages per second against a 1 s lease, ranges of up
+to 100): it must acquire only what it can be handed before the lease runs out."""
+
+
+@pytest.mark.parametrize("seed", range(200, 204))
+def test_stuck_application_burns_no_deliveries(seed: int) -> None:
+    result = run(seed, STUCK)
+    assert result.returned > 0  # the stuck member gave back what it had not handed out
+
+
+@pytest.mark.parametrize("seed", range(300, 303))
+def test_slow_consumer_burns_no_deliveries(seed: int) -> None:
+    result = run(seed, SLOW)
+    assert result.dead >= 6  # the poison offsets (at max_deliveries) and the rejected ones
+
+
+def test_strict_check_with_faults_would_fail() -> None:
+    """The strict rule is a real check: with crashes (whose acquisitions are counted, spec §7)
+    it fails."""
+    config = SimConfig(strict=True, crash_rate=0.5)
+    assert _violates(range(3), config)
+
+
+def test_mutation_dropping_instead_of_returning_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old behaviour: waiting offsets past the stop point dropped (not returned) and a
+    fixed prefetch regardless of the application's rate."""
+
+    def drop(self, h, keep):  # type: ignore[no-untyped-def]
+        del h.waiting[keep:]
+
+    monkeypatch.setattr(member_mod.ShareMember, "_give_back", drop)
+    monkeypatch.setattr(member_mod.ShareMember, "_pace", lambda self, now: None)
+    monkeypatch.setattr(member_mod.ShareMember, "capacity", lambda self, now: self.config.batch * 4)
+    assert _violates(range(200, 203), STUCK)
+    assert _violates(range(300, 302), SLOW)

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from jetsdk.client import Client
     from jetsdk.codec.error_codes import AckPolicy, ErrorCode
     from jetsdk.consumer import Consumer, OffsetAndMetadata, StartAt
-    from jetsdk.consumer.share import ShareConsumer
-    from jetsdk.consumer.share_message import ShareMessage
+    from jetsdk.consumer.share import LostOutcome, ShareConsumer, ShareSettings
+    from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
     from jetsdk.errors import (
         ClientClosed,
         InvalidArgument,
@@ -67,7 +67,10 @@ _LAZY = {
     "OffsetAndMetadata": "jetsdk.consumer",
     "StartAt": "jetsdk.consumer",
     "ShareConsumer": "jetsdk.consumer.share",
+    "ShareSettings": "jetsdk.consumer.share",
+    "LostOutcome": "jetsdk.consumer.share",
     "ShareMessage": "jetsdk.consumer.share_message",
+    "AcknowledgeType": "jetsdk.consumer.share_message",
     "ClientClosed": "jetsdk.errors",
     "InvalidArgument": "jetsdk.errors",
     "JetConnectionError": "jetsdk.errors",
@@ -122,6 +125,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "Ack",
     "AckPolicy",
+    "AcknowledgeType",
     "Client",
     "ClientClosed",
     "CommitFailed",
@@ -132,6 +136,7 @@ __all__ = [
     "InvalidArgument",
     "JetConnectionError",
     "JetError",
+    "LostOutcome",
     "MemberConfig",
     "MemberFenced",
     "Message",
@@ -153,6 +158,7 @@ __all__ = [
     "SendHandle",
     "ShareConsumer",
     "ShareMessage",
+    "ShareSettings",
     "StartAt",
     "StreamExists",
     "StreamInfo",

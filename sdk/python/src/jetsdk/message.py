@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -12,14 +12,36 @@ from jetsdk.codec.record import Record
 from jetsdk.codec.slots import slot_setters
 
 __all__ = [
+    "DONE",
     "Ack",
     "Acker",
+    "Done",
     "Headers",
     "HeadersInput",
     "Message",
     "RecordView",
     "normalize_headers",
 ]
+
+
+class Done:
+    """What the ack methods of :class:`Message` and ``ShareMessage`` return: the outcome is
+    queued (they never block), and the value may be awaited, at no cost, so both
+    ``msg.ack()`` and ``await msg.ack()`` read right in async code. To wait until outcomes
+    are stored, use the consumer's ``commit()`` or ``flush()``."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        return
+        yield  # a generator that finishes at once
+
+    def __repr__(self) -> str:
+        return "DONE"
+
+
+DONE = Done()
+"""The one :class:`Done` value."""
 
 Headers = tuple[tuple[str, bytes], ...]
 """Ordered (name, value) pairs; names may repeat."""
@@ -163,14 +185,16 @@ class Message(RecordView):
     messages come back with count 1). It never over-counts. spec/groups.md §7.1."""
     _acker: Acker | None = attrs.field(default=None, eq=False, repr=False)
 
-    def ack(self) -> None:
+    def ack(self) -> Done:
         """Mark this message processed (per-message acks, out of order allowed).
 
         Thread-safe: may be called from any thread, also from the threads of the sync API.
         Acking twice, or after the partition moved to another consumer, does nothing.
+        Returns :data:`DONE` (awaitable, like ``ShareMessage.ack()``).
         """
         if self._acker is not None:
             self._acker.ack_offset(self.record.offset)
+        return DONE
 
     @property
     def stale(self) -> bool:

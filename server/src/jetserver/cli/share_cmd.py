@@ -52,17 +52,16 @@ def partition_status(ps: PartitionShare, hw: int, now_ns: int) -> dict[str, Any]
     holders: dict[str, int] = {}
     expired = 0
     for r in ps.ranges.values():
-        live = r.holder is not None and now_ns <= r.deadline
-        for state in r.states:
+        for i, state in enumerate(r.states):
             if state == ACKED:
                 acked_open += 1
             elif state == DEAD:
                 dead_open += 1
             elif state in (ACQUIRED, DEAD_PENDING):
-                if live:
+                lease = r.leases.get(r.owners[i])
+                if lease is not None and now_ns <= r.deadline_at(i):
                     acquired += 1
-                    assert r.holder is not None
-                    holders[r.holder] = holders.get(r.holder, 0) + 1
+                    holders[lease.holder] = holders.get(lease.holder, 0) + 1
                 else:
                     expired += 1
     unfinished = max(0, hw - ps.spso) - acked_open - dead_open

@@ -7,12 +7,12 @@ handed the message out; the first outcome wins, later ones do nothing.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator
+from enum import StrEnum
 
 import attrs
 
 from jetsdk.codec.record import Record
-from jetsdk.message import Headers, RecordView
+from jetsdk.message import DONE, Done, Headers, RecordView
 from jetsdk.share.member import Handout
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "DLQ_PARTITION",
     "DLQ_REASON",
     "DLQ_STREAM",
+    "AcknowledgeType",
     "Outcome",
     "ShareMessage",
     "dead_letter_headers",
@@ -65,27 +66,32 @@ Outcome = tuple[str, Handout, float]
 """(``ack`` | ``nack`` | ``reject`` | ``in_progress``, the handout, the nack delay)."""
 
 
-class _Done:
-    """What the outcome methods return: already done, and awaitable (so ``await msg.ack()``
-    reads like the rest of the async API and ``msg.ack()`` works from the sync API)."""
+class AcknowledgeType(StrEnum):
+    """The outcome of a share-group message, as Kafka's ``AcknowledgeType`` (KIP-932, 4.2)
+    names them; :meth:`ShareMessage.ack` takes one."""
 
-    __slots__ = ()
-
-    def __await__(self) -> Generator[None, None, None]:
-        return
-        yield  # a generator that finishes at once
-
-
-DONE = _Done()
+    ACCEPT = "accept"
+    """Processed: never delivered again (``ack()``)."""
+    RELEASE = "release"
+    """Give it back for redelivery; counts as a delivery (``nack()``)."""
+    REJECT = "reject"
+    """Straight to the dead-letter stream (``reject()``)."""
+    RENEW = "renew"
+    """Still working on it: restart the ack deadline (``in_progress()``)."""
 
 
 @attrs.define(eq=False, repr=False)
 class ShareMessage(RecordView):
     """A message from a share group: the record, its delivery count, and its outcome methods.
 
-    ``delivery_count``: how many leases acquired this message for delivery, this one included
-    (spec/share-groups.md §7): never raised by lost or repeated records; it does count a
-    delivery to a member that crashed before handing the message out.
+    ``delivery_count``: how many times an application was handed this message, this time
+    included (spec/share-groups.md §7): acquired-but-never-handed-out deliveries are given
+    back uncounted; it does count a delivery to a member that crashed before handing the
+    message out.
+
+    The outcome methods queue the outcome and return at once (:data:`~jetsdk.message.DONE`,
+    awaitable at no cost, as ``Message.ack()`` returns); the first outcome wins, later ones
+    do nothing. Thread-safe. :meth:`ShareConsumer.flush` waits until they are stored.
     """
 
     stream: str
@@ -102,13 +108,19 @@ class ShareMessage(RecordView):
             f"delivery_count={self.delivery_count})"
         )
 
-    def ack(self) -> _Done:
-        """Done: never delivered again once the (batched) settle is stored. Queues the
-        outcome and returns at once (awaiting the result is allowed and costs nothing);
-        :meth:`ShareConsumer.flush` waits for the settles. Thread-safe."""
+    def ack(self, kind: AcknowledgeType | str = AcknowledgeType.ACCEPT) -> Done:
+        """Acknowledge with ``kind`` (default ``accept``: done, never delivered again once
+        the batched settle is stored; see :class:`AcknowledgeType` for the others)."""
+        kind = AcknowledgeType(kind)
+        if kind is AcknowledgeType.RELEASE:
+            return self.nack()
+        if kind is AcknowledgeType.REJECT:
+            return self.reject()
+        if kind is AcknowledgeType.RENEW:
+            return self.in_progress()
         return self._settle("ack", 0.0)
 
-    def nack(self, delay: float = 0.0, *, backoff: bool = False, max_delay: float = 300.0) -> _Done:
+    def nack(self, delay: float = 0.0, *, backoff: bool = False, max_delay: float = 300.0) -> Done:
         """Give it back for redelivery (to any member) not before ``delay`` seconds; with
         ``backoff``, after ``delay * 2 ** (delivery_count - 1)`` capped by ``max_delay``.
         It counts as a delivery: after ``max_deliveries`` it is dead-lettered."""
@@ -116,18 +128,19 @@ class ShareMessage(RecordView):
             delay = min(max_delay, delay * 2 ** max(0, self.delivery_count - 1))
         return self._settle("nack", max(0.0, delay))
 
-    def reject(self) -> _Done:
+    def reject(self) -> Done:
         """Straight to the dead-letter stream (written by this consumer, exactly once)."""
         return self._settle("reject", 0.0)
 
-    def in_progress(self) -> _Done:
-        """Still working on it: restart the ack deadline of the lease this message came
-        with (the whole range)."""
+    def in_progress(self) -> Done:
+        """Still working on it: restart the ack deadline of this message (this message
+        only: the others this member holds keep theirs). Call it again before each
+        deadline; a message whose deadline passed cannot be renewed."""
         if not self._settled:
             self._outcomes.append(("in_progress", self._handout, 0.0))
         return DONE
 
-    def _settle(self, kind: str, delay: float) -> _Done:
+    def _settle(self, kind: str, delay: float) -> Done:
         if not self._settled:  # the first outcome wins
             self._settled = True
             self._outcomes.append((kind, self._handout, delay))

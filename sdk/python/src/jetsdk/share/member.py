@@ -12,100 +12,47 @@ Not thread-safe: one driver owns one.
 
 from __future__ import annotations
 
+import math
 import zlib
+from collections import deque
 from collections.abc import Iterable
 
 import attrs
 
 from jetsdk.group.lease import ServerClockBound
+from jetsdk.share.holdings import (
+    Handout,
+    HeldLease,
+    InFlight,
+    LeaseKey,
+    LostOutcome,
+    Outcomes,
+    ShareConfig,
+)
+from jetsdk.share.pace import RateMeter
 from jetsdk.share.records import Claim, Settle, runs_of
-from jetsdk.share.state import DEAD_PENDING, Acquired, ClaimLost, ShareState
+from jetsdk.share.state import (
+    DEAD_PENDING,
+    Acquired,
+    ClaimLost,
+    Fenced,
+    Range,
+    Returned,
+    ShareState,
+)
 
-__all__ = ["Handout", "HeldLease", "LeaseKey", "ShareConfig", "ShareMember"]
+__all__ = [
+    "TRIP_SAMPLES",
+    "Handout",
+    "HeldLease",
+    "LeaseKey",
+    "LostOutcome",
+    "ShareConfig",
+    "ShareMember",
+]
 
-LeaseKey = tuple[str, int, int, int]
-"""(stream, partition, range start, lease id)."""
-
-
-@attrs.frozen
-class ShareConfig:
-    """A member's settings."""
-
-    group: str
-    member: str
-    stream: str
-    partitions: tuple[int, ...]
-    ack_deadline: float = 30.0
-    """Lease length, seconds."""
-    max_deliveries: int = 5
-    batch: int = 200
-    """Most offsets in a new range."""
-    max_held: int = 4
-    """Most claims in flight plus leases with offsets not yet handed out."""
-    margin: float | None = None
-    """Stop handing out this long before the deadline (default min(1 s, ack_deadline / 10))."""
-    claim_timeout: float = 5.0
-    """Forget a claim not seen in the log after this long (it was lost) and claim again."""
-
-    @property
-    def lease_ms(self) -> int:
-        return max(1, int(self.ack_deadline * 1000))
-
-    @property
-    def stop_margin(self) -> float:
-        return self.margin if self.margin is not None else min(1.0, self.ack_deadline / 10)
-
-
-@attrs.frozen
-class Handout:
-    """One offset the member may now deliver (or must dead-letter, if ``dead_pending``)."""
-
-    stream: str
-    partition: int
-    offset: int
-    delivery_count: int
-    lease: LeaseKey
-    dead_pending: bool
-    dlq_from: int
-    reason: str = ""
-    """For a dead letter: ``max_deliveries`` or ``rejected``."""
-
-
-@attrs.define(eq=False)
-class HeldLease:
-    """A lease the member won and its local progress."""
-
-    key: LeaseKey
-    deadline: int
-    waiting: list[Handout]
-    """Acquired offsets not yet handed out, in offset order."""
-    out: set[int] = attrs.field(factory=set)
-    """Handed out and not yet settled locally."""
-
-
-@attrs.define(eq=False)
-class _InFlight:
-    stream: str
-    partition: int
-    start: int | None
-    size: int
-    sent: float
-
-
-@attrs.define(eq=False)
-class _Outcomes:
-    acked: set[int] = attrs.field(factory=set)
-    released: dict[int, int] = attrs.field(factory=dict)
-    rejected: set[int] = attrs.field(factory=set)
-    dead: set[int] = attrs.field(factory=set)
-    extend: bool = False
-    dlq_hw: int | None = None
-
-    def empty(self) -> bool:
-        return not (self.acked or self.released or self.rejected or self.dead or self.extend)
-
-    def size(self) -> int:
-        return len(self.acked) + len(self.released) + len(self.rejected) + len(self.dead)
+TRIP_SAMPLES = 16
+"""Append round trips remembered for the stop margin."""
 
 
 @attrs.define(eq=False)
@@ -116,17 +63,26 @@ class ShareMember:
     view: ShareState = attrs.field(init=False)
     clock: ServerClockBound = attrs.field(factory=ServerClockBound, init=False)
     held: dict[LeaseKey, HeldLease] = attrs.field(factory=dict, init=False)
-    claiming: list[_InFlight] = attrs.field(factory=list, init=False)
+    claiming: list[InFlight] = attrs.field(factory=list, init=False)
     """Claims sent and not yet seen in the log, in send order (forgotten after
     ``claim_timeout``)."""
-    _outcomes: dict[LeaseKey, _Outcomes] = attrs.field(factory=dict, init=False)
+    _trips: deque[float] = attrs.field(factory=lambda: deque(maxlen=TRIP_SAMPLES), init=False)
+    meter: RateMeter = attrs.field(init=False)
+    """The application's measured rate (the driver reports its waits and hand-outs)."""
+    _outcomes: dict[LeaseKey, Outcomes] = attrs.field(factory=dict, init=False)
     _turn: int = attrs.field(default=0, init=False)
     _rejecting: dict[LeaseKey, set[int]] = attrs.field(factory=dict, init=False)
     stopped_leases: int = attrs.field(default=0, init=False)
-    """Leases whose waiting offsets were dropped because the local deadline passed."""
+    """Leases whose waiting offsets were given back at their stop point (not handed out in
+    time)."""
+    lost: list[LostOutcome] = attrs.field(factory=list, init=False)
+    """Outcomes of this member the log ignored (the driver reports and clears them)."""
+    returned_total: int = attrs.field(default=0, init=False)
+    """Offsets given back never handed out (at a stop point, paced out, or on close)."""
 
     def __attrs_post_init__(self) -> None:
         self.view = ShareState(self.config.group)
+        self.meter = RateMeter(max(0.5, self.config.ack_deadline / 3))
         self._turn = zlib.crc32(self.config.member.encode()) % max(1, len(self.config.partitions))
 
     # -- inputs ---------------------------------------------------------------------------
@@ -135,7 +91,10 @@ class ShareMember:
         """Apply one share-log record; return the leases this member just won."""
         won: list[Acquired] = []
         for change in self.view.apply_bytes(offset, timestamp, value):
-            if change.member != self.config.member:
+            if change.member != self.config.member or isinstance(change, Returned):
+                continue
+            if isinstance(change, Fenced):
+                self._fenced(change)
                 continue
             start = change.claimed_start if isinstance(change, Acquired) else change.start
             self.claim_failed(change.stream, change.partition, start)
@@ -144,25 +103,62 @@ class ShareMember:
             won.append(change)
             key = (change.stream, change.partition, change.start, change.lease)
             r = self.view.partition(change.stream, change.partition).ranges[change.start]
-            waiting = [
-                Handout(
+            waiting: list[Handout] = []
+            dead: list[Handout] = []
+            for o, count, is_dead in change.offsets:
+                item = Handout(
                     change.stream,
                     change.partition,
                     o,
                     count,
                     key,
-                    dead,
+                    is_dead,
                     r.dlq_from.get(o, 0),
-                    "max_deliveries" if dead else "",
+                    r.reasons.get(o, "max_deliveries") if is_dead else "",
                 )
-                for o, count, dead in change.offsets
-            ]
-            self.held[key] = HeldLease(key, change.deadline, waiting)
+                (dead if is_dead else waiting).append(item)
+            self.held[key] = HeldLease(key, change.deadline, waiting, dead)
         return won
 
-    def on_appended(self, sent_at: float, timestamp_ns: int) -> None:
-        """An append sent at local ``sent_at`` was stored with server time ``timestamp_ns``."""
+    def _fenced(self, change: Fenced) -> None:
+        s = change.settle
+        lost = self.lost
+        for kind, runs in (("ack", s.acked), ("reject", s.rejected)):
+            for a, b in runs:
+                lost.extend(LostOutcome(s.stream, s.partition, o, kind) for o in range(a, b))
+        lost.extend(LostOutcome(s.stream, s.partition, o, "nack") for o, _ in s.released)
+        key = (s.stream, s.partition, s.start, s.lease)
+        self._rejecting.pop(key, None)
+
+    def on_appended(self, sent_at: float, timestamp_ns: int, acked_at: float | None = None) -> None:
+        """An append sent at local ``sent_at`` was stored with server time ``timestamp_ns``
+        (and acknowledged at local ``acked_at``: its round trip sizes the stop margin)."""
         self.clock.observe(sent_at, timestamp_ns)
+        if acked_at is not None:
+            self._trips.append(max(0.0, acked_at - sent_at))
+
+    @property
+    def ack_deadline(self) -> float:
+        """The lease length, seconds: the group's settings record's, else the config's."""
+        s = self.view.settings
+        return self.config.ack_deadline if s is None else s.lease_ms / 1000
+
+    @property
+    def max_deliveries(self) -> int:
+        """The delivery limit: the group's settings record's, else the config's."""
+        s = self.view.settings
+        return self.config.max_deliveries if s is None else s.max_deliveries
+
+    def stop_margin(self) -> float:
+        """How long before a lease's (local) deadline the member stops handing out and gives
+        back what is left: the configured margin, or twice the slowest of its last
+        :data:`TRIP_SAMPLES` append round trips if longer (so the ``returned`` settle is
+        stored before the deadline), at most half the lease."""
+        c = self.config
+        trip = 2 * max(self._trips) if self._trips else 0.0
+        deadline = self.ack_deadline
+        base = c.margin if c.margin is not None else min(1.0, deadline / 10)
+        return min(deadline / 2, max(base, trip))
 
     def server_now(self, now: float) -> int:
         """Estimate of the server clock (ns) at local time ``now`` (an upper bound)."""
@@ -171,9 +167,12 @@ class ShareMember:
 
     # -- holding --------------------------------------------------------------------------
 
-    def _refresh(self, now: float) -> None:
-        """Forget leases the view says are gone; drop waiting offsets past the local deadline;
-        queue the dead letters of rejected offsets once the view shows them dead_pending."""
+    def refresh(self, now: float) -> None:
+        """Forget leases the view says are gone; give back (``returned``) what can no longer
+        be handed out in time, at the stop point or earlier at the application's measured
+        rate (spec §5, "Pacing"); queue the dead letters of rejected offsets once the view
+        shows them dead_pending. :meth:`claims` calls it; a driver calls it every few tens of
+        milliseconds."""
         for key in list(self._rejecting):
             stream, partition, start, _lease = key
             h = self.held.get(key)
@@ -186,11 +185,9 @@ class ShareMember:
                 if r.states[o - r.start] == DEAD_PENDING:
                     offsets.discard(o)
                     count = r.counts[o - r.start]
-                    h.waiting.append(
-                        Handout(
-                            stream, partition, o, count, key, True, r.dlq_from.get(o, 0), "rejected"
-                        )
-                    )
+                    reason = r.reasons.get(o, "rejected")
+                    dlq_from = r.dlq_from.get(o, 0)
+                    h.dead.append(Handout(stream, partition, o, count, key, True, dlq_from, reason))
             if not offsets:
                 del self._rejecting[key]
         for key in list(self.held):
@@ -200,19 +197,54 @@ class ShareMember:
                 if not h.out:
                     del self.held[key]
                 h.waiting.clear()
+                h.dead.clear()
                 continue
             h.deadline = deadline
             # Without a clock sample yet (the reader saw the claim before its append's ack
-            # came back) nothing is handed out, and nothing is dropped either.
-            if h.waiting and self.clock.offset is not None and not self._in_time(h, now):
+            # came back) nothing is handed out, and nothing is given back either.
+            late = self.clock.offset is not None and not self._in_time(h, now)
+            if (h.waiting or h.dead) and late:
                 self.stopped_leases += 1
-                h.waiting.clear()
+                h.dead.clear()  # the next holder writes them
+                self._give_back(h, 0)
+        self._pace(now)
+
+    def _give_back(self, h: HeldLease, keep: int) -> None:
+        """Return the waiting offsets of ``h`` after the first ``keep`` (settle ``returned``:
+        never handed out, so this delivery does not count, spec §7)."""
+        back = h.waiting[keep:]
+        if back:
+            del h.waiting[keep:]
+            self._outcome(h.key).returned.update(item.offset for item in back)
+            self.returned_total += len(back)
+
+    def _pace(self, now: float) -> None:
+        """Give back what the application cannot be handed before the stop point at its
+        measured rate (with :attr:`ShareConfig.shed_slack`); ahead of a message are those of
+        earlier leases, in hand-out order."""
+        rate = self.meter.rate(now)
+        if rate is None or self.clock.offset is None:
+            return
+        ahead = 0
+        for h in self.held.values():
+            n = len(h.waiting)
+            if n == 0:
+                continue
+            local = self.clock.local_deadline(h.deadline)
+            if local is None:
+                continue
+            left = local - self.stop_margin() - now
+            fits = max(0, math.floor(left * rate * self.config.shed_slack) - ahead)
+            if n > fits:
+                self._give_back(h, fits)
+                n = fits
+            ahead += n
 
     def _in_time(self, h: HeldLease, now: float) -> bool:
         local = self.clock.local_deadline(h.deadline)
         if local is None:
             return False
-        return now < local - self.config.stop_margin
+        return now < local - self.stop_margin()
 
     def may_hold(self, key: LeaseKey, now: float) -> bool:
         """Whether the member may still hand out offsets of lease ``key`` at local ``now``."""
@@ -224,8 +256,9 @@ class ShareMember:
         )
 
     def take(self, now: float, limit: int) -> list[Handout]:
-        """Up to ``limit`` offsets to hand out now (in lease then offset order)."""
-        self._refresh(now)
+        """Up to ``limit`` messages to hand to the application now (in lease then offset
+        order), only of leases still in time. Each one counts as a delivery: the driver
+        must hand it to the application (or nack it)."""
         out: list[Handout] = []
         for h in self.held.values():
             if len(out) >= limit:
@@ -233,21 +266,49 @@ class ShareMember:
             if not h.waiting or not self._in_time(h, now):
                 continue
             n = min(limit - len(out), len(h.waiting))
-            batch, h.waiting[:n] = h.waiting[:n], []
-            for item in batch:
-                h.out.add(item.offset)
+            batch = h.waiting[:n]
+            del h.waiting[:n]
+            h.out.update(item.offset for item in batch)
             out.extend(batch)
         return out
 
+    def take_dead(self, now: float) -> list[Handout]:
+        """The dead letters this member must write now (``dead_pending`` offsets it holds)."""
+        out: list[Handout] = []
+        for h in self.held.values():
+            if h.dead and self._in_time(h, now):
+                out.extend(h.dead)
+                h.dead.clear()
+        return out
+
     def waiting_count(self) -> int:
+        """Messages acquired and not yet handed out."""
         return sum(len(h.waiting) for h in self.held.values())
+
+    def capacity(self, now: float) -> int:
+        """How many messages this member may have acquired ahead of the application: what
+        it can be handed in a fresh lease less the stop margin and as much again for the
+        claim's and the records' trip, at its measured rate (one ``batch`` while the rate is
+        unknown), at most ``batch * max_held``. Below one message per lease it is 1 while
+        the application waits for a message and 0 while it does not (it is stuck: what it
+        would acquire it could not be handed)."""
+        c = self.config
+        rate = self.meter.rate(now)
+        if rate is None:
+            return c.batch
+        deadline = self.ack_deadline
+        usable = max(deadline * 0.1, deadline - 2 * self.stop_margin())
+        fits = math.floor(rate * usable)
+        if fits < 1:
+            return 1 if self.meter.is_waiting else 0
+        return min(c.batch * c.max_held, fits)
 
     # -- outcomes -------------------------------------------------------------------------
 
-    def _outcome(self, key: LeaseKey) -> _Outcomes:
+    def _outcome(self, key: LeaseKey) -> Outcomes:
         o = self._outcomes.get(key)
         if o is None:
-            o = self._outcomes[key] = _Outcomes()
+            o = self._outcomes[key] = Outcomes()
         return o
 
     def _done(self, key: LeaseKey, offset: int) -> None:
@@ -278,15 +339,25 @@ class ShareMember:
         self._done(key, offset)
 
     def in_progress(self, key: LeaseKey) -> None:
+        """Restart the deadline of the whole lease ``key`` (settle ``extend``)."""
         self._outcome(key).extend = True
 
-    def release_waiting(self) -> None:
-        """Give back every acquired offset not yet handed out (on close)."""
+    def renew(self, key: LeaseKey, offset: int) -> None:
+        """Restart the deadline of ``offset`` only (settle ``renew``: per message)."""
+        self._outcome(key).renew.add(offset)
+
+    def release_all(self) -> None:
+        """On close: give back every acquired offset not yet handed out (``returned``: its
+        count unchanged) and release those handed out and not settled (a nack: they were
+        seen), so the next member can claim them at once."""
         for key, h in self.held.items():
-            for item in h.waiting:
-                if not item.dead_pending:
-                    self._outcome(key).released[item.offset] = 0
-            h.waiting.clear()
+            self._give_back(h, 0)
+            h.dead.clear()
+            out = self._outcome(key)
+            for offset in h.out:
+                if offset not in out.acked and offset not in out.rejected:
+                    out.released.setdefault(offset, 0)
+            h.out.clear()
 
     def pending_outcomes(self) -> int:
         return sum(o.size() + int(o.extend) for o in self._outcomes.values())
@@ -309,6 +380,8 @@ class ShareMember:
                     lease=lease,
                     acked=tuple(runs_of(o.acked)),
                     released=tuple(sorted(o.released.items())),
+                    returned=tuple(runs_of(o.returned)),
+                    renew=tuple(runs_of(o.renew)),
                     rejected=tuple(runs_of(o.rejected)),
                     dead=tuple(runs_of(o.dead)),
                     extend=o.extend,
@@ -331,7 +404,7 @@ class ShareMember:
         """Whether a claim on this partition now could dead-letter something (so the driver
         should learn the dead-letter end offset first)."""
         t = self._claim_time(now, wall_ns)
-        maxd = self.config.max_deliveries
+        maxd = self.max_deliveries
         for r in self.view.claimable(stream, partition, t):
             for i in range(r.end - r.start):
                 if r.available(i, t) and r.counts[i] >= maxd:
@@ -341,56 +414,78 @@ class ShareMember:
     def claims(
         self,
         now: float,
-        hws: dict[int, int],
+        hws: dict[tuple[str, int], int],
         *,
         dlq_hw: int | None = None,
         wall_ns: int | None = None,
     ) -> list[Claim]:
         """Claims to send now. ``hws``: the consumed partitions' high watermarks the driver
         knows. The member claims only while its claims in flight plus its leases with offsets
-        still waiting are fewer than ``max_held``. ``wall_ns``: the
-        local wall clock, the server-time estimate used before any append was acknowledged
-        (a claim is checked against the log's own time, so a wrong estimate only costs a lost
-        claim)."""
+        still waiting are fewer than ``max_held``, and only as much as :meth:`capacity`
+        leaves room for (what is waiting plus what is being claimed), in claims of at least
+        a quarter of a batch (or of the capacity, if smaller). ``wall_ns``: the local wall
+        clock, the server-time estimate used before any append was acknowledged (a claim is
+        checked against the log's own time, so a wrong estimate only costs a lost claim)."""
         c = self.config
         self.claiming = [f for f in self.claiming if now - f.sent <= c.claim_timeout]
-        self._refresh(now)
+        self.refresh(now)
         busy = sum(1 for h in self.held.values() if h.waiting) + len(self.claiming)
+        capacity = self.capacity(now)
+        room = capacity - self.waiting_count() - sum(f.size for f in self.claiming)
+        least = max(1, min(c.batch, capacity) // 4)
         t = self._claim_time(now, wall_ns)
         out: list[Claim] = []
         n = len(c.partitions)
         open_partitions = [c.partitions[(self._turn + k) % n] for k in range(n)]
         self._turn = (self._turn + 1) % max(1, n)
-        # Round-robin passes, one claim per partition per pass.
+        # Round-robin passes, one claim per partition per pass. Without room for messages,
+        # ranges with dead letters to write are still claimed (size 0: those only).
         while busy < c.max_held and open_partitions:
             for p in list(open_partitions):
                 if busy >= c.max_held:
                     break
-                claim = self._claim_for(p, t, hws.get(p), dlq_hw)
+                size = min(c.batch, room) if room >= least else 0
+                claim = self._claim_for(p, t, hws.get(p), dlq_hw, size)
                 if claim is None:
                     open_partitions.remove(p)
                     continue
                 out.append(claim)
-                size = claim.size if claim.start is None else claim.end - claim.start
-                self.claiming.append(_InFlight(c.stream, p, claim.start, size or 0, now))
+                size = claim.size or 0
+                self.claiming.append(InFlight(p[0], p[1], claim.start, size, now))
                 busy += 1
+                room -= size
         return out
 
-    def _claim_for(self, p: int, t: int, hw: int | None, dlq_hw: int | None) -> Claim | None:
-        """A claim of an existing range with offsets available at ``t``, else of the next
-        ``batch`` offsets at SPEO (start null: no race on the start; spec §3.1)."""
+    def _dead_work(self, r: Range, t: int) -> bool:
+        """Whether a claim of ``r`` at ``t`` would take a dead letter to write."""
+        maxd = self.max_deliveries
+        return any(
+            r.available(i, t) and (r.states[i] == DEAD_PENDING or r.counts[i] >= maxd)
+            for i in range(r.end - r.start)
+        )
+
+    def _claim_for(
+        self, key: tuple[str, int], t: int, hw: int | None, dlq_hw: int | None, size: int
+    ) -> Claim | None:
+        """A claim of up to ``size`` offsets of an existing range with offsets available at
+        ``t``, else of the next ``size`` offsets at SPEO (start null: no race on the start;
+        spec §3.1). ``size`` 0: only a range with dead letters to write."""
         c = self.config
-        maxd = c.max_deliveries
-        mine = [f for f in self.claiming if f.stream == c.stream and f.partition == p]
-        for r in self.view.claimable(c.stream, p, t):
-            if not any(f.start == r.start for f in mine):
-                return Claim(
-                    c.group, c.member, c.stream, p, r.start, r.end, c.lease_ms, maxd, dlq_hw
-                )
+        maxd = self.max_deliveries
+        lease_ms = max(1, int(self.ack_deadline * 1000))
+        stream, p = key
+        mine = [f for f in self.claiming if f.stream == stream and f.partition == p]
+        for r in self.view.claimable(stream, p, t):
+            if any(f.start == r.start for f in mine):
+                continue
+            if size == 0 and not self._dead_work(r, t):
+                continue
+            size = min(size, r.end - r.start)
+            return Claim(c.group, c.member, stream, p, r.start, r.end, lease_ms, maxd, dlq_hw, size)
         pending = sum(f.size for f in mine if f.start is None)
-        if hw is None or hw <= self.view.partition(c.stream, p).speo + pending:
+        if size == 0 or hw is None or hw <= self.view.partition(stream, p).speo + pending:
             return None
-        return Claim(c.group, c.member, c.stream, p, None, hw, c.lease_ms, maxd, dlq_hw, c.batch)
+        return Claim(c.group, c.member, stream, p, None, hw, lease_ms, maxd, dlq_hw, size)
 
     def claim_failed(self, stream: str, partition: int, start: int | None) -> None:
         """A claim's append failed (not stored), or the log showed it: forget it."""

@@ -2,10 +2,12 @@
 
 A share group's log is the internal stream ``__share.<group>`` (one partition). Its records:
 
-====== ===================================================================================
-claim  take a lease on an offset range of a consumed partition (creating the range at SPEO)
-settle the lease holder's outcomes: acked, released (nack), rejected, dead, extend
-====== ===================================================================================
+======== =================================================================================
+claim    take a lease on an offset range of a consumed partition (creating the range at SPEO)
+settle   the lease holder's outcomes: acked, released (nack), returned (never handed out),
+         rejected, dead, extend
+settings the group's lease length and delivery limit (v2)
+======== =================================================================================
 
 Validation is part of the protocol: a record that breaks a rule is skipped by every reader
 (:class:`InvalidShareRecord`); a newer version raises :class:`UnsupportedShareVersion`, which a
@@ -31,6 +33,7 @@ __all__ = [
     "Claim",
     "InvalidShareRecord",
     "Run",
+    "Settings",
     "Settle",
     "ShareRecord",
     "UnsupportedShareVersion",
@@ -42,8 +45,9 @@ __all__ = [
     "share_subject",
 ]
 
-RECORD_VERSION = 1
-"""The version this module writes and the highest it reads."""
+RECORD_VERSION = 2
+"""The version this module writes and the highest it reads (1 has no ``returned`` and no
+``size`` on a claim of an existing range; spec §3)."""
 SHARE_STREAM_PREFIX = "__share."
 """A group's share log is the internal stream ``__share.<group>``."""
 SHARE_SUBJECT_PREFIX = "_jet.share."
@@ -103,7 +107,8 @@ def runs_of(offsets: Sequence[int] | set[int]) -> list[Run]:
 @attrs.frozen
 class Claim:
     """Take a lease on the range starting at ``start``, or (``start`` None) on a new range of
-    up to ``size`` offsets at the partition's SPEO, below ``end`` (spec §3.1)."""
+    up to ``size`` offsets at the partition's SPEO, below ``end`` (spec §3.1). On an existing
+    range, ``size`` (if set) is the most offsets acquired for delivery."""
 
     group: str
     member: str
@@ -133,15 +138,42 @@ class Settle:
     dead: tuple[Run, ...] = ()
     extend: bool = False
     dlq_hw: int | None = None
+    returned: tuple[Run, ...] = ()
+    """Acquired offsets given back that were never handed to the application: available
+    again at once, and this lease's delivery does not count (spec §7)."""
+    renew: tuple[Run, ...] = ()
+    """Offsets still being worked on: each gets a deadline of its own, a lease length from
+    this record's time (per-message in progress)."""
 
 
-ShareRecord = Claim | Settle
+@attrs.frozen
+class Settings:
+    """The group's settings (spec §3.3): the latest in the log applies to every claim."""
+
+    group: str
+    member: str
+    lease_ms: int
+    max_deliveries: int
+    starts: tuple[tuple[str, int, int], ...] = ()
+    """(stream, partition, offset): where a partition the group has no state for starts."""
+
+
+ShareRecord = Claim | Settle | Settings
 
 
 def encode_share_record(record: ShareRecord) -> bytes:
     """The canonical JSON value of ``record`` (fields in spec order)."""
     head: dict[str, Any] = {"v": RECORD_VERSION}
-    if isinstance(record, Claim):
+    if isinstance(record, Settings):
+        head.update(
+            type="settings",
+            group=record.group,
+            member=record.member,
+            lease_ms=record.lease_ms,
+            max_deliveries=record.max_deliveries,
+            starts=[list(x) for x in record.starts],
+        )
+    elif isinstance(record, Claim):
         head.update(
             type="claim",
             group=record.group,
@@ -166,9 +198,11 @@ def encode_share_record(record: ShareRecord) -> bytes:
             lease=record.lease,
             acked=[list(r) for r in record.acked],
             released=[list(r) for r in record.released],
+            returned=[list(r) for r in record.returned],
             rejected=[list(r) for r in record.rejected],
             dead=[list(r) for r in record.dead],
             extend=record.extend,
+            renew=[list(r) for r in record.renew],
             dlq_hw=record.dlq_hw,
         )
     return orjson.dumps(head)
@@ -230,6 +264,20 @@ def share_record_group(value: bytes | memoryview) -> str | None:
     return group if isinstance(group, str) else None
 
 
+def _starts(obj: dict[str, Any]) -> tuple[tuple[str, int, int], ...]:
+    raw = obj.get("starts", [])
+    if not isinstance(raw, list) or len(raw) > MAX_RANGE:
+        raise _bad(f"starts must be a list of at most {MAX_RANGE} entries")
+    out: list[tuple[str, int, int]] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3):
+            raise _bad("starts entries are [stream, partition, offset]")
+        entry = {"stream": item[0], "partition": item[1], "offset": item[2]}
+        stream = _ident(entry, "stream")
+        out.append((stream, _int(entry, "partition", 0, 65535), _int(entry, "offset")))
+    return tuple(out)
+
+
 def decode_share_record(value: bytes | memoryview) -> ShareRecord:
     """Decode and validate a share-log record value.
 
@@ -251,14 +299,26 @@ def decode_share_record(value: bytes | memoryview) -> ShareRecord:
     if version > RECORD_VERSION:
         raise UnsupportedShareVersion(f"share record version {version} > {RECORD_VERSION}")
     kind = obj.get("type")
-    group, member, stream = _ident(obj, "group"), _ident(obj, "member"), _ident(obj, "stream")
+    group, member = _ident(obj, "group"), _ident(obj, "member")
+    if kind == "settings" and version >= 2:
+        return Settings(
+            group=group,
+            member=member,
+            lease_ms=_int(obj, "lease_ms", 1, MAX_LEASE_MS),
+            max_deliveries=_int(obj, "max_deliveries", 1, MAX_DELIVERIES_LIMIT),
+            starts=_starts(obj),
+        )
+    stream = _ident(obj, "stream")
     partition = _int(obj, "partition", 0, 65535)
     dlq_hw = _opt_int(obj, "dlq_hw")
     if kind == "claim":
         end = _int(obj, "end")
         claim_start = _opt_int(obj, "start")
-        size = None if obj.get("size") is None else _int(obj, "size", 1, MAX_RANGE)
+        # size 0 (a claim of an existing range for its dead letters only) needs a start.
+        size = None if obj.get("size") is None else _int(obj, "size", 0, MAX_RANGE)
         if claim_start is None:
+            if size == 0:
+                raise _bad("a claim at SPEO needs a size of at least 1")
             if size is None:
                 raise _bad("a claim at SPEO (start null) needs a size")
         elif not claim_start < end <= claim_start + MAX_RANGE:
@@ -289,9 +349,11 @@ def decode_share_record(value: bytes | memoryview) -> ShareRecord:
             lease=_int(obj, "lease"),
             acked=_pairs(obj, "acked", runs=True),
             released=_pairs(obj, "released", runs=False),
+            returned=_pairs(obj, "returned", runs=True),
             rejected=_pairs(obj, "rejected", runs=True),
             dead=_pairs(obj, "dead", runs=True),
             extend=extend,
             dlq_hw=dlq_hw,
+            renew=_pairs(obj, "renew", runs=True),
         )
     raise _bad(f"unknown record type {kind!r}")

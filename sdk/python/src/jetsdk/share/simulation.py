@@ -10,6 +10,12 @@ the lease. Workers ack most messages, nack some (with delays), reject a few, kee
 past the lease with ``in_progress``, and some "poison" offsets are always nacked (so they reach
 ``max_deliveries`` and are dead-lettered). Then the faults stop and every offset must finish.
 
+With ``strict`` (no process or log faults: no crashes, pauses, drops, lost acks, slow appends
+or stalled reads) the stronger delivery-count rule of spec §7 is checked too: a message's
+count is exactly the number of times it was handed to the application, so acquiring and not
+handing out never counts. The stuck-application (``stuck_rate``) and slow-consumer
+(``task_time``) scenarios run this way.
+
 The checks (spec §9) run at every hand-out and at the end; a failure raises
 :class:`InvariantViolation` whose message starts with the seed. Everything is driven by one
 ``random.Random(seed)``. Single-threaded; no I/O.
@@ -18,14 +24,23 @@ The checks (spec §9) run at every hand-out and at the end; a failure raises
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import Counter, defaultdict
 
 import attrs
 
 from jetsdk.share.member import Handout, ShareConfig, ShareMember
-from jetsdk.share.records import Claim, ShareRecord, encode_share_record
-from jetsdk.share.state import ACKED, ACQUIRED, DEAD, DEAD_PENDING, Acquired, ShareState
+from jetsdk.share.records import Claim, Settings, ShareRecord, encode_share_record
+from jetsdk.share.state import (
+    ACKED,
+    ACQUIRED,
+    DEAD,
+    DEAD_PENDING,
+    Acquired,
+    Returned,
+    ShareState,
+)
 
 __all__ = ["InvariantViolation", "SimConfig", "SimResult", "Simulation", "run"]
 
@@ -77,6 +92,33 @@ class SimConfig:
     """Produce half of the messages at the start and the rest over time (else all at once)."""
     crash_all_at: float | None = None
     """Crash every member at this time (their replacements start with no clock samples)."""
+    task_time: tuple[float, float] = (0.002, 0.05)
+    """A task's duration, uniform in this interval, seconds."""
+    stuck_rate: float = 0.0
+    """Share of tasks on which the application is stuck for ``stuck_time`` (no
+    ``in_progress``: the lease runs out while it holds the message)."""
+    stuck_time: float = 0.0
+    strict: bool = False
+    """Check that delivery counts equal hand-outs (needs the process and log faults off)."""
+    group_settings: bool = False
+    """The log starts with a settings record (``lease``, ``max_deliveries``) and the members
+    are configured with a longer lease and a higher limit: the group's must win."""
+
+    @classmethod
+    def fault_free(cls, **kw: object) -> SimConfig:
+        """No crashes, pauses, drops, lost acks, slow appends or stalls; ``strict`` on."""
+        base: dict[str, object] = dict(
+            drop_rate=0.0,
+            ack_loss_rate=0.0,
+            slow_append_rate=0.0,
+            crash_rate=0.0,
+            pause_rate=0.0,
+            stall_rate=0.0,
+            long_rate=0.0,
+            strict=True,
+        )
+        base.update(kw)
+        return cls(**base)  # type: ignore[arg-type]
 
 
 @attrs.frozen
@@ -89,6 +131,8 @@ class SimResult:
     pauses: int
     claims: int
     records: int
+    returned: int = 0
+    """Offsets given back never handed out (their delivery not counted)."""
 
 
 @attrs.define(eq=False)
@@ -111,9 +155,11 @@ class _Member:
     tasks: list[_Task] = attrs.field(factory=list)
     paused_until: float = 0.0
     paused_at: float = -1.0
-    next_flush: float = 0.0
+    next_flush: float = -math.inf
     read_lag: float = 0.0
     stall_until: float = 0.0
+    waiting: bool = False
+    """The application has a free slot and nothing to work on (the rate meter's idle)."""
 
 
 @attrs.define(eq=False)
@@ -144,13 +190,17 @@ class Simulation:
         self.acquisitions: Counter[tuple[int, int]] = Counter()
         self.handed: Counter[tuple[int, int]] = Counter()
         self.handed_after_pause: set[str] = set()
-        self.crashes = self.pauses = self.claims = self.handouts = 0
+        self.crashes = self.pauses = self.claims = self.handouts = self.returned = 0
         self.poison = {
             (p, o)
             for p in range(self.cfg.partitions)
             for o in self.rng.sample(range(self.cfg.messages), self.cfg.poison)
         }
         self.produced = {p: 0 for p in range(self.cfg.partitions)}
+        if self.cfg.group_settings:
+            settings = Settings(GROUP, "admin", int(self.cfg.lease * 1000), self.cfg.max_deliveries)
+            self.log.append((EPOCH_NS, encode_share_record(settings), 0.0))
+            self.ref.apply_bytes(0, EPOCH_NS, self.log[0][1])
         for _ in range(self.cfg.members):
             self._start_member()
 
@@ -168,10 +218,9 @@ class Simulation:
         cfg = ShareConfig(
             group=GROUP,
             member=name,
-            stream=STREAM,
-            partitions=tuple(range(self.cfg.partitions)),
-            ack_deadline=self.cfg.lease,
-            max_deliveries=self.cfg.max_deliveries,
+            partitions=tuple((STREAM, p) for p in range(self.cfg.partitions)),
+            ack_deadline=self.cfg.lease * (2 if self.cfg.group_settings else 1),
+            max_deliveries=self.cfg.max_deliveries + (2 if self.cfg.group_settings else 0),
             batch=self.cfg.batch,
             claim_timeout=self.cfg.lease * 2,
         )
@@ -213,6 +262,10 @@ class Simulation:
                     for o, _count, dead in change.offsets:
                         if not dead:
                             self.acquisitions[(change.partition, o)] += 1
+                elif isinstance(change, Returned):
+                    self.returned += len(change.offsets)
+                    for o in change.offsets:
+                        self.acquisitions[(change.partition, o)] -= 1
             if m is None:
                 continue
             if ack_lost:
@@ -227,7 +280,7 @@ class Simulation:
             _, _, name, sent_local, ts = heapq.heappop(self.acks)
             member = self.members.get(name)
             if member is not None:
-                member.core.on_appended(sent_local, ts)
+                member.core.on_appended(sent_local, ts, self._local(member))
 
     def _produce(self) -> None:
         # Half of the messages at the start, the rest over the first half of the fault phase.
@@ -277,9 +330,12 @@ class Simulation:
         stream, p, start, lease = h.lease
         ps = self.ref.partition(stream, p)
         r = ps.ranges.get(start)
-        if r is None or r.lease != lease or r.holder != m.name:
+        held = None if r is None else r.leases.get(lease)
+        if r is None or held is None or held.holder != m.name:
             raise self.fail(f"{m.name} hands out {p}/{h.offset} without holding lease {lease}")
-        if self._server_ns() >= r.deadline:
+        if r.owners[h.offset - r.start] != lease:
+            raise self.fail(f"{m.name} hands out {p}/{h.offset} held by another lease")
+        if self._server_ns() >= r.deadline_at(h.offset - r.start):
             raise self.fail(f"{m.name} hands out {p}/{h.offset} after its lease's deadline")
         state = r.states[h.offset - r.start]
         want = DEAD_PENDING if h.dead_pending else ACQUIRED
@@ -295,12 +351,22 @@ class Simulation:
                 )
             if self.handed[key] > h.delivery_count:
                 raise self.fail(f"{p}/{h.offset} handed out more often than counted")
+            if self.cfg.strict and self.handed[key] != h.delivery_count:
+                raise self.fail(
+                    f"{p}/{h.offset} handed out with delivery_count {h.delivery_count} on its "
+                    f"hand-out {self.handed[key]}: a delivery counted that nobody saw"
+                )
 
     def _dead_letter(self, m: _Member, h: Handout) -> None:
         found = any(d[0] == h.partition and d[1] == h.offset for d in self.dlq[h.dlq_from :])
         if not found:
             p, o = h.partition, h.offset
             self.dlq.append((p, o, h.delivery_count, h.reason))
+            if self.cfg.strict and h.delivery_count != self.handed[(p, o)]:
+                raise self.fail(
+                    f"{p}/{o} dead-lettered with count {h.delivery_count}, handed out "
+                    f"{self.handed[(p, o)]} times"
+                )
         m.core.dead(h.lease, h.offset)
 
     def _step_member(self, m: _Member) -> None:
@@ -317,7 +383,7 @@ class Simulation:
         # Finish tasks.
         for task in list(m.tasks):
             if task.next_extend is not None and local >= task.next_extend:
-                core.in_progress(task.key)
+                core.renew(task.key, task.offset)  # per message (in_progress: the lease)
                 task.next_extend = local + self.cfg.lease / 3
             if local < task.done_at:
                 continue
@@ -330,13 +396,24 @@ class Simulation:
                 )
             else:
                 core.reject(task.key, task.offset, len(self.dlq))
-        # Hand out.
-        for h in core.take(local, max(0, self.cfg.concurrency - len(m.tasks))):
+        # Dead letters, then hand out (the meter sees the application wait while it has a
+        # free slot and nothing to work on).
+        for h in core.take_dead(local):
+            self._check_handout(m, h)
+            self._dead_letter(m, h)
+        free = max(0, self.cfg.concurrency - len(m.tasks))
+        given = core.take(local, free)
+        if m.waiting and len(given) == free:
+            core.meter.done_waiting(local, len(given))
+            m.waiting = False
+        else:
+            core.meter.handed(local, len(given))
+            if not m.waiting and len(given) < free:
+                core.meter.waiting(local)
+                m.waiting = True
+        for h in given:
             self._check_handout(m, h)
             self.handouts += 1
-            if h.dead_pending:
-                self._dead_letter(m, h)
-                continue
             poison = (h.partition, h.offset) in self.poison
             roll = rng.random()
             outcome = "ack"
@@ -345,7 +422,9 @@ class Simulation:
             elif roll < self.cfg.nack_rate + self.cfg.reject_rate:
                 outcome = "reject"
             long = rng.random() < self.cfg.long_rate
-            duration = self.cfg.lease * 1.5 if long else rng.uniform(0.002, 0.05)
+            duration = self.cfg.lease * 1.5 if long else rng.uniform(*self.cfg.task_time)
+            if rng.random() < self.cfg.stuck_rate:
+                duration = self.cfg.stuck_time
             m.tasks.append(
                 _Task(
                     h.lease,
@@ -361,7 +440,7 @@ class Simulation:
             m.next_flush = local + 0.02
             for s in core.settles():
                 self._append(m, s)
-        hws = dict(self.produced)
+        hws = {(STREAM, p): n for p, n in self.produced.items()}
         dlq_hw = len(self.dlq)
         wall = EPOCH_NS + int(local * 1e9)
         for c in core.claims(local, hws, dlq_hw=dlq_hw, wall_ns=wall):
@@ -400,6 +479,7 @@ class Simulation:
             self.pauses,
             self.claims,
             len(self.log),
+            self.returned,
         )
 
     def _all_finished(self) -> bool:

@@ -14,10 +14,12 @@ import attrs
 from jetsdk.share.records import (
     Claim,
     InvalidShareRecord,
+    Settings,
     Settle,
     ShareRecord,
     UnsupportedShareVersion,
     decode_share_record,
+    runs_of,
     share_record_group,
 )
 
@@ -30,8 +32,11 @@ __all__ = [
     "STATE_NAMES",
     "Acquired",
     "ClaimLost",
+    "Fenced",
+    "Lease",
     "PartitionShare",
     "Range",
+    "Returned",
     "ShareChange",
     "ShareState",
 ]
@@ -46,34 +51,58 @@ _MS = 1_000_000
 
 
 @attrs.define(eq=False)
+class Lease:
+    """One lease: a member's right to deliver the offsets it acquired (spec §4)."""
+
+    holder: str
+    deadline: int
+    lease_ms: int
+    held: int
+    """Offsets ``acquired`` or ``dead_pending`` under this lease."""
+
+
+@attrs.define(eq=False)
 class Range:
-    """A range of offsets and its lease (spec §4). Lists are indexed by ``offset - start``."""
+    """A range of offsets and the leases on them (spec §4). Lists are indexed by
+    ``offset - start``; several leases may hold offsets of one range at once."""
 
     start: int
     end: int
     counts: list[int]
     states: bytearray
+    owners: list[int]
+    """The lease id holding each ``acquired``/``dead_pending`` offset (-1: none)."""
     not_before: dict[int, int] = attrs.field(factory=dict)
     """Offset -> log time before which a released offset is not available (if > 0)."""
     dlq_from: dict[int, int] = attrs.field(factory=dict)
     """Offset -> dead-letter offset to look for an earlier dead letter from."""
-    lease: int = -1
-    """Current lease id (the winning claim's share-log offset), -1 before the first."""
-    holder: str | None = None
-    deadline: int = 0
-    lease_ms: int = 0
+    reasons: dict[int, str] = attrs.field(factory=dict)
+    """Offset -> why it is ``dead_pending``: ``rejected`` or ``max_deliveries`` (spec §6)."""
+    renewed: dict[int, int] = attrs.field(factory=dict)
+    """Offset -> its own deadline after a ``renew`` (else its lease's)."""
+    leases: dict[int, Lease] = attrs.field(factory=dict)
+    """Lease id (the winning claim's share-log offset) -> the lease, while it holds any."""
     unfinished: int = 0
-    held: int = 0
-    """Offsets ``acquired`` or ``dead_pending`` under the current lease."""
 
     @classmethod
     def new(cls, start: int, end: int) -> Range:
         n = end - start
-        return cls(start=start, end=end, counts=[0] * n, states=bytearray(n), unfinished=n)
+        return cls(
+            start=start,
+            end=end,
+            counts=[0] * n,
+            states=bytearray(n),
+            owners=[-1] * n,
+            unfinished=n,
+        )
 
-    def lease_over(self, t: int) -> bool:
-        """True if nobody holds the range at log time ``t``."""
-        return self.holder is None or t > self.deadline
+    def deadline_at(self, i: int) -> int:
+        """The deadline of offset ``start + i`` (held by a lease)."""
+        own = self.renewed.get(self.start + i)
+        if own is not None:
+            return own
+        lease = self.leases.get(self.owners[i])
+        return 0 if lease is None else lease.deadline
 
     def available(self, i: int, t: int) -> bool:
         """Whether offset ``start + i`` may be acquired at log time ``t``."""
@@ -81,13 +110,34 @@ class Range:
         if s == AVAILABLE:
             return self.not_before.get(self.start + i, 0) <= t
         if s in (ACQUIRED, DEAD_PENDING):
-            return t > self.deadline
+            return t > self.deadline_at(i)
         return False
 
     def any_available(self, t: int) -> bool:
+        """Whether some offset is available at ``t`` (without a scan when it is clear: the
+        claim loop asks this of every range often)."""
         if self.unfinished == 0:
             return False
+        held = sum(lease.held for lease in self.leases.values())
+        if self.unfinished > held:  # some are in state available
+            if not self.not_before:
+                return True
+        elif all(lease.deadline >= t for lease in self.leases.values()) and all(
+            d >= t for d in self.renewed.values()
+        ):
+            return False  # all held, no deadline passed
         return any(self.available(i, t) for i in range(self.end - self.start))
+
+    def disown(self, i: int) -> None:
+        """Offset ``start + i`` leaves the lease holding it."""
+        lease_id = self.owners[i]
+        self.owners[i] = -1
+        self.renewed.pop(self.start + i, None)
+        lease = self.leases.get(lease_id)
+        if lease is not None:
+            lease.held -= 1
+            if lease.held <= 0:
+                del self.leases[lease_id]
 
     def offsets_in(self, state: int) -> list[int]:
         return [self.start + i for i, s in enumerate(self.states) if s == state]
@@ -148,7 +198,26 @@ class ClaimLost:
     start: int | None
 
 
-ShareChange = Acquired | ClaimLost
+@attrs.frozen
+class Returned:
+    """A holder gave back offsets it never handed out (their delivery does not count)."""
+
+    member: str
+    stream: str
+    partition: int
+    offsets: tuple[int, ...]
+
+
+@attrs.frozen
+class Fenced:
+    """A settle was ignored: its writer no longer held the lease (another member claimed the
+    range after the deadline, or the range is finished). Its outcomes were not applied."""
+
+    member: str
+    settle: Settle
+
+
+ShareChange = Acquired | ClaimLost | Returned | Fenced
 
 
 @attrs.define(eq=False)
@@ -161,6 +230,8 @@ class ShareState:
     clock: int = 0
     skipped: int = 0
     """Records skipped: invalid ones, and other groups' records of a newer version."""
+    settings: Settings | None = None
+    """The group's settings: the latest settings record (spec §3.3), None before one."""
 
     def partition(self, stream: str, partition: int) -> PartitionShare:
         key = (stream, partition)
@@ -200,18 +271,27 @@ class ShareState:
         self.clock = max(self.clock, timestamp)
         if record.group != self.group:
             return []
+        if isinstance(record, Settings):
+            self.settings = record
+            for stream, partition, start in record.starts:
+                ps = self.partition(stream, partition)
+                if not ps.ranges and ps.last_end == 0 and ps.spso == 0:  # untouched
+                    ps.spso = start
+            return []
         t = timestamp
         ps = self.partition(record.stream, record.partition)
         if isinstance(record, Claim):
             changes: list[ShareChange] = [self._claim(ps, offset, t, record)]
         else:
-            self._settle(ps, t, record)
-            changes = []
+            changes = self._settle(ps, t, record)
         self._advance(ps)
         return changes
 
     def _claim(self, ps: PartitionShare, q: int, t: int, c: Claim) -> ShareChange:
         lost = ClaimLost(c.member, c.stream, c.partition, c.start)
+        lease_ms, max_deliveries = c.lease_ms, c.max_deliveries
+        if self.settings is not None:  # the group's settings win over the claimant's
+            lease_ms, max_deliveries = self.settings.lease_ms, self.settings.max_deliveries
         created = False
         if c.start is None:  # a new range at SPEO
             end = min(c.end, ps.speo + (c.size or 0))
@@ -220,11 +300,13 @@ class ShareState:
             r = Range.new(ps.speo, end)
             created = True
         elif c.start == ps.speo:
+            if c.size == 0:  # dead letters only: a new range has none
+                return lost
             r = Range.new(c.start, c.end)
             created = True
         else:
             found = ps.ranges.get(c.start)
-            if found is None or not found.lease_over(t):
+            if found is None:
                 return lost
             r = found
         taken: list[tuple[int, int, bool]] = []
@@ -232,68 +314,124 @@ class ShareState:
             n = r.end - r.start
             r.counts = [1] * n
             r.states = bytearray([ACQUIRED]) * n
+            r.owners = [q] * n
             taken = [(o, 1, False) for o in range(r.start, r.end)]
         else:
+            room = c.size if c.size is not None else r.end - r.start
             for i in range(r.end - r.start):
                 if not r.available(i, t):
                     continue
                 o = r.start + i
-                if r.states[i] == DEAD_PENDING or r.counts[i] >= c.max_deliveries:
+                state = r.states[i]
+                if state != AVAILABLE:  # its lease ran out
+                    r.disown(i)
+                if state == DEAD_PENDING or r.counts[i] >= max_deliveries:
                     r.states[i] = DEAD_PENDING
+                    r.reasons.setdefault(o, "max_deliveries")
                     if o not in r.dlq_from:
                         r.dlq_from[o] = c.dlq_hw if c.dlq_hw is not None else 0
+                    r.owners[i] = q
                     taken.append((o, r.counts[i], True))
-                else:
+                elif room > 0:
+                    room -= 1
                     r.counts[i] += 1
                     r.states[i] = ACQUIRED
+                    r.owners[i] = q
                     r.not_before.pop(o, None)
                     taken.append((o, r.counts[i], False))
+                elif state == ACQUIRED:  # its lease ran out; not taken (size)
+                    r.states[i] = AVAILABLE
         if not taken:
             return lost
         if created:
             ps.ranges[r.start] = r
             ps.last_end = r.end
-        r.lease, r.holder, r.lease_ms = q, c.member, c.lease_ms
-        r.deadline = t + c.lease_ms * _MS
-        r.held = len(taken)
+        deadline = t + lease_ms * _MS
+        r.leases[q] = Lease(c.member, deadline, lease_ms, len(taken))
         return Acquired(
-            c.member, c.stream, c.partition, r.start, q, r.deadline, tuple(taken), c.start
+            c.member, c.stream, c.partition, r.start, q, deadline, tuple(taken), c.start
         )
 
-    def _settle(self, ps: PartitionShare, t: int, s: Settle) -> None:
+    def _settle(self, ps: PartitionShare, t: int, s: Settle) -> list[ShareChange]:
         r = ps.ranges.get(s.start)
-        if r is None or r.lease != s.lease or r.holder != s.member:
-            return
+        lease = None if r is None else r.leases.get(s.lease)
+        if r is None or lease is None or lease.holder != s.member:
+            return [Fenced(s.member, s)]
+        states, owners, q = r.states, r.owners, s.lease
+        lost_acked: list[int] = []
+        lost_rejected: list[int] = []
+        lost_released: list[tuple[int, int]] = []
+
+        def mine(o: int, state: int) -> bool:
+            return owners[o - r.start] == q and states[o - r.start] == state
+
         for a, b in s.acked:
             for o in range(max(a, r.start), min(b, r.end)):
-                if r.states[o - r.start] == ACQUIRED:
-                    r.states[o - r.start] = ACKED
+                if mine(o, ACQUIRED):
+                    states[o - r.start] = ACKED
                     r.unfinished -= 1
-                    r.held -= 1
+                    r.disown(o - r.start)
                     ps.acked_total += 1
+                elif owners[o - r.start] != q:
+                    lost_acked.append(o)
         for o, not_before in s.released:
-            if r.start <= o < r.end and r.states[o - r.start] == ACQUIRED:
-                r.states[o - r.start] = AVAILABLE
-                r.held -= 1
+            if not r.start <= o < r.end:
+                continue
+            if mine(o, ACQUIRED):
+                states[o - r.start] = AVAILABLE
+                r.disown(o - r.start)
                 if not_before > 0:
                     r.not_before[o] = not_before
+            elif owners[o - r.start] != q:
+                lost_released.append((o, not_before))
+        returned: list[int] = []
+        for a, b in s.returned:
+            for o in range(max(a, r.start), min(b, r.end)):
+                if mine(o, ACQUIRED):
+                    states[o - r.start] = AVAILABLE
+                    r.counts[o - r.start] -= 1
+                    r.disown(o - r.start)
+                    returned.append(o)
         for a, b in s.rejected:
             for o in range(max(a, r.start), min(b, r.end)):
-                if r.states[o - r.start] == ACQUIRED:
-                    r.states[o - r.start] = DEAD_PENDING
+                if mine(o, ACQUIRED):
+                    states[o - r.start] = DEAD_PENDING
                     r.dlq_from[o] = s.dlq_hw if s.dlq_hw is not None else 0
+                    r.reasons[o] = "rejected"
+                elif owners[o - r.start] != q:
+                    lost_rejected.append(o)
         for a, b in s.dead:
             for o in range(max(a, r.start), min(b, r.end)):
-                if r.states[o - r.start] == DEAD_PENDING:
-                    r.states[o - r.start] = DEAD
+                if mine(o, DEAD_PENDING):
+                    states[o - r.start] = DEAD
                     r.unfinished -= 1
-                    r.held -= 1
+                    r.disown(o - r.start)
                     r.dlq_from.pop(o, None)
+                    r.reasons.pop(o, None)
                     ps.dead_total += 1
-        if s.extend and t <= r.deadline:
-            r.deadline = t + r.lease_ms * _MS
-        if r.held <= 0:
-            r.holder = None
+        for a, b in s.renew:  # per message: a deadline of its own, if it has not run out
+            for o in range(max(a, r.start), min(b, r.end)):
+                if mine(o, ACQUIRED) and t <= r.deadline_at(o - r.start):
+                    r.renewed[o] = t + lease.lease_ms * _MS
+        if s.extend and t <= lease.deadline:
+            lease.deadline = t + lease.lease_ms * _MS
+        changes: list[ShareChange] = []
+        if returned:
+            changes.append(Returned(s.member, s.stream, s.partition, tuple(returned)))
+        if lost_acked or lost_rejected or lost_released:
+            lost = Settle(
+                s.group,
+                s.member,
+                s.stream,
+                s.partition,
+                s.start,
+                s.lease,
+                acked=tuple(runs_of(lost_acked)),
+                released=tuple(lost_released),
+                rejected=tuple(runs_of(lost_rejected)),
+            )
+            changes.append(Fenced(s.member, lost))
+        return changes
 
     def _advance(self, ps: PartitionShare) -> None:
         while True:
@@ -305,17 +443,21 @@ class ShareState:
 
     # -- questions a member asks ----------------------------------------------------------
 
-    def holds(self, stream: str, partition: int, start: int, lease: int, member: str) -> bool:
-        """Whether ``member`` still holds ``lease`` on the range at ``start``."""
+    def _range(self, stream: str, partition: int, start: int) -> Range | None:
         ps = self.partitions.get((stream, partition))
-        r = None if ps is None else ps.ranges.get(start)
-        return r is not None and r.lease == lease and r.holder == member
+        return None if ps is None else ps.ranges.get(start)
+
+    def holds(self, stream: str, partition: int, start: int, lease: int, member: str) -> bool:
+        """Whether ``member`` still holds ``lease`` (on offsets of the range at ``start``)."""
+        r = self._range(stream, partition, start)
+        held = None if r is None else r.leases.get(lease)
+        return held is not None and held.holder == member
 
     def deadline_of(self, stream: str, partition: int, start: int, lease: int) -> int | None:
-        """The lease's deadline (log ns), or None if it is not the range's current lease."""
-        ps = self.partitions.get((stream, partition))
-        r = None if ps is None else ps.ranges.get(start)
-        return r.deadline if r is not None and r.lease == lease and r.holder else None
+        """The lease's deadline (log ns), or None if the lease holds nothing any more."""
+        r = self._range(stream, partition, start)
+        held = None if r is None else r.leases.get(lease)
+        return None if held is None else held.deadline
 
     def claimable(self, stream: str, partition: int, t: int) -> Iterator[Range]:
         """Ranges with offsets available at log time ``t``, oldest first."""
@@ -323,12 +465,14 @@ class ShareState:
         if ps is None:
             return
         for r in ps.ranges.values():
-            if r.lease_over(t) and r.any_available(t):
+            if r.any_available(t):
                 yield r
 
     def snapshot(self) -> dict[str, object]:
         """A comparable plain-data picture of the whole state (for tests and the CLI)."""
         out: dict[str, object] = {}
+        if self.settings is not None:
+            out["settings"] = [self.settings.lease_ms, self.settings.max_deliveries]
         for (stream, p), ps in sorted(self.partitions.items()):
             out[f"{stream}/{p}"] = {
                 "spso": ps.spso,
@@ -339,13 +483,17 @@ class ShareState:
                     [
                         r.start,
                         r.end,
-                        r.lease,
-                        r.holder,
-                        r.deadline,
+                        sorted(
+                            (q, x.holder, x.deadline, x.lease_ms, x.held)
+                            for q, x in r.leases.items()
+                        ),
+                        list(r.owners),
+                        sorted(r.renewed.items()),
                         list(r.counts),
                         bytes(r.states).hex(),
                         sorted(r.not_before.items()),
                         sorted(r.dlq_from.items()),
+                        sorted(r.reasons.items()),
                     ]
                     for r in ps.ranges.values()
                 ],

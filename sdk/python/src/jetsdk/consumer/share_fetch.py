@@ -1,0 +1,129 @@
+"""The consumed partitions' records, for one share-group member (spec/share-groups.md §5).
+
+:class:`ShareRecords` watches each consumed partition's high watermark with a one-byte
+long-poll Fetch (the high watermarks size the member's claims at SPEO), loads the records of
+a lease once it is won (one Fetch of the range, usually), and gives a record out when its
+message is handed to the application. Members do not all read and decode everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import anyio.abc
+import attrs
+
+from jetsdk.client import Client
+from jetsdk.codec.record import Record, iter_records
+from jetsdk.errors import JetError, OffsetOutOfRange
+from jetsdk.retry import RetryPolicy
+
+__all__ = ["FETCH_MAX_BYTES", "Key", "ShareRecords"]
+
+FETCH_MAX_BYTES = 1 << 20
+_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
+
+Key = tuple[str, int]
+"""(stream, partition)."""
+
+
+@attrs.define(eq=False)
+class ShareRecords:
+    """High watermarks and a cache of leased records (see the module docstring)."""
+
+    client: Client
+    keys: tuple[Key, ...]
+    hws: dict[Key, int] = attrs.field(factory=dict)
+    _cache: dict[Key, dict[int, Record]] = attrs.field(init=False)
+    _loading: dict[tuple[str, int, int], anyio.Event] = attrs.field(factory=dict, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._cache = {k: {} for k in self.keys}
+
+    async def watch(self, key: Key, speo: Callable[[], int], changed: Callable[[], None]) -> None:
+        """Long-poll ``key``'s high watermark from its SPEO forever; ``changed()`` when it
+        moves."""
+        stream, partition = key
+        pos = 0
+        failures = 0
+        while True:
+            pos = max(pos, speo(), self.hws.get(key, 0))
+            try:
+                header, _raw = await self.client.fetch(
+                    stream, partition, pos, max_bytes=1, max_wait=0.5
+                )
+            except OffsetOutOfRange as exc:
+                pos = exc.log_start if exc.log_start is not None and pos < exc.log_start else 0
+                self.hws.pop(key, None)
+                await anyio.sleep(0.05)
+                continue
+            except JetError as exc:
+                if not exc.retriable:
+                    raise
+                failures += 1
+                await anyio.sleep(_BACKOFF.delay(failures))
+                continue
+            failures = 0
+            if header.hw != self.hws.get(key):
+                self.hws[key] = header.hw
+                changed()
+
+    def load_soon(self, tg: anyio.abc.TaskGroup, key: Key, start: int, end: int) -> None:
+        """Start loading ``[start, end)`` of ``key`` (a lease just won) into the cache."""
+        loading = (key[0], key[1], start)
+        if loading not in self._loading:
+            self._loading[loading] = anyio.Event()
+            tg.start_soon(self._load, key, start, end)
+
+    async def _load(self, key: Key, start: int, end: int) -> None:
+        stream, partition = key
+        done = self._loading[(stream, partition, start)]
+        cache = self._cache[key]
+        offset = start
+        try:
+            for _ in range(end - start):
+                if offset >= end:
+                    break
+                size = min(FETCH_MAX_BYTES * 4, max(64 * 1024, (end - offset) * 512))
+                _, raw = await self.client.fetch(
+                    stream, partition, offset, max_bytes=size, max_wait=0.0
+                )
+                last = offset
+                for r in iter_records(raw):
+                    if r.offset >= end:
+                        break
+                    cache[r.offset] = r
+                    last = r.offset + 1
+                if last == offset:
+                    break
+                offset = last
+        except JetError:
+            pass  # record() fetches what is missing when it is handed out
+        finally:
+            del self._loading[(stream, partition, start)]
+            done.set()
+
+    async def record(self, key: Key, offset: int) -> Record | None:
+        """The record at ``offset`` (taken out of the cache), or None if it is gone."""
+        stream, partition = key
+        cache = self._cache[key]
+        record = cache.pop(offset, None)
+        if record is not None:
+            return record
+        for (s, p, start), loading in list(self._loading.items()):
+            if s == stream and p == partition and start <= offset:
+                await loading.wait()
+        record = cache.pop(offset, None)
+        if record is not None:
+            return record
+        try:
+            _, raw = await self.client.fetch(
+                stream, partition, offset, max_bytes=64 * 1024, max_wait=0.0
+            )
+        except OffsetOutOfRange:
+            return None
+        for r in iter_records(raw):
+            if r.offset == offset:
+                return r
+        return None
