@@ -54,11 +54,11 @@ from jetsdk.client_requests import (
     OffsetPosition,
     create_stream_body,
     datetime_to_ns,
-    decode_answer,
     decode_fetch_answer,
     decode_produce_answer,
     list_offsets_body,
     parse_answer,
+    parse_create_answer,
     partitions_matching,
 )
 from jetsdk.codec.frames import Api
@@ -77,9 +77,7 @@ from jetsdk.errors import (
     ClientClosed,
     InvalidArgument,
     JetError,
-    MalformedFrame,
     PartitionNotFound,
-    StreamExists,
     StreamNotFound,
     Unavailable,
 )
@@ -545,18 +543,9 @@ class Client:
             durability=durability,
             duplicate_window=duplicate_window,
         )
-        answer = decode_answer(await self.request_any(Api.CREATE_STREAM, body))
-        raw = answer.get("stream")
-        if not isinstance(raw, dict):
-            raise MalformedFrame("CreateStream response has no 'stream' object")
-        info = StreamInfo.from_json(raw)
+        answer = await self.request_any(Api.CREATE_STREAM, body)
         self._metadata_stale = True
-        if answer.get("created") is False and not exist_ok:
-            raise StreamExists(
-                f"stream {name!r} already exists with the same settings",
-                details={"stream": name, "same_settings": True},
-            )
-        return info
+        return parse_create_answer(name, answer, exist_ok=exist_ok)
 
     async def delete_stream(self, name: str) -> None:
         """Delete a stream and its data.

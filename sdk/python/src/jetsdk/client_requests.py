@@ -21,7 +21,7 @@ from jetsdk.codec.messages import (
     encode_json,
 )
 from jetsdk.codec.stream_settings import SettingError, check_settings
-from jetsdk.errors import InvalidArgument, MalformedFrame, error_from_code
+from jetsdk.errors import InvalidArgument, MalformedFrame, StreamExists, error_from_code
 from jetsdk.metadata import ClusterMetadata, StreamInfo
 from jetsdk.subjects import subject_matches
 
@@ -102,6 +102,25 @@ def create_stream_body(
     except SettingError as exc:
         raise InvalidArgument(str(exc), details={"field": exc.field}) from None
     return encode_json(obj)
+
+
+def parse_create_answer(name: str, body: bytes, *, exist_ok: bool) -> StreamInfo:
+    """The stream of a CreateStream answer.
+
+    Raises:
+        MalformedFrame: no ``stream`` object in it.
+        StreamExists: it existed already with the same settings and ``exist_ok`` is False.
+    """
+    answer = decode_answer(body)
+    raw = answer.get("stream")
+    if not isinstance(raw, dict):
+        raise MalformedFrame("CreateStream response has no 'stream' object")
+    if answer.get("created") is False and not exist_ok:
+        raise StreamExists(
+            f"stream {name!r} already exists with the same settings",
+            details={"stream": name, "same_settings": True},
+        )
+    return StreamInfo.from_json(raw)
 
 
 def list_offsets_body(stream: str, partition: int, position: OffsetPosition) -> bytes:
