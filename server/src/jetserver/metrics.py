@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -150,6 +150,8 @@ class MetricsSources:
     """Client connections."""
     consumer_positions: dict[tuple[str, int], int] | None = None
     """(stream, partition) -> offset asked by the latest consumer Fetch (for lag)."""
+    cluster: Callable[[], list[str]] | None = None
+    """More exposition lines: the metadata leader's partition counts (metrics_cluster)."""
 
 
 def render(src: MetricsSources) -> str:
@@ -162,6 +164,8 @@ def render(src: MetricsSources) -> str:
     _fetch_sessions(out, src)
     _fsyncs(out, src)
     _files(out, src)
+    if src.cluster is not None:
+        out.extend(src.cluster())
     return "\n".join(out) + "\n"
 
 

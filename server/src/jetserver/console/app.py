@@ -251,9 +251,20 @@ class ConsoleApp:
             "at": snap.at,
             "metadata_leader": snap.metadata_leader,
             "servers": list(snap.servers),
-            "streams": sum(1 for s in snap.streams if not s.name.startswith("__")),
-            "partitions": len(snap.partitions),
-            "under_replicated": sum(1 for p in snap.partitions if p.under_replicated),
+            "streams": sum(1 for s in snap.streams if not s.internal),
+            "internal_streams": sum(1 for s in snap.streams if s.internal),
+            # User streams' partitions; the internal ones (__groups...) counted apart, so
+            # that every count matches the streams it is shown with.
+            "partitions": sum(1 for p in snap.partitions if not p.internal),
+            "offline": sum(1 for p in snap.partitions if p.is_offline and not p.internal),
+            "under_replicated": sum(
+                1 for p in snap.partitions if p.under_replicated and not p.internal
+            ),
+            "internal_partitions": sum(1 for p in snap.partitions if p.internal),
+            "internal_offline": sum(1 for p in snap.partitions if p.is_offline and p.internal),
+            "internal_under_replicated": sum(
+                1 for p in snap.partitions if p.under_replicated and p.internal
+            ),
             "groups": len(snap.groups),
         }
 
@@ -269,6 +280,9 @@ class ConsoleApp:
                     "partition_rows": rows,
                     "size_bytes": sum(r["size_bytes"] or 0 for r in rows),
                     "messages": sum((r["hw"] or 0) - (r["log_start"] or 0) for r in rows),
+                    # Partitions whose figures are unknown (offline: no live leader);
+                    # "messages" and "size_bytes" leave them out.
+                    "offline": sum(1 for r in rows if r["is_offline"]),
                 }
             )
         return {"at": snap.at, "streams": out}

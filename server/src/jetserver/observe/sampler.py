@@ -37,7 +37,7 @@ from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer.group_admin import read_group
 from jetsdk.group.records import GROUPS_STREAM
-from jetsdk.metadata import ClusterMetadata, StreamInfo
+from jetsdk.metadata import INTERNAL_PREFIX, ClusterMetadata, StreamInfo
 
 SERVER_TIMEOUT_S = 2.0
 """Bound on reaching one server directly."""
@@ -69,11 +69,32 @@ class PartitionRow:
     in_rate: float | None
     out_rate: float | None
     offline: dict[str, str]
+    """Replica id -> why that server's replica cannot open (its DescribeStream answer)."""
+    offline_reason: str | None = None
+    """Why the partition is offline (no live leader, as the cluster's liveness view finds
+    it; or its leader's replica cannot open), None if it is not."""
+
+    @property
+    def is_offline(self) -> bool:
+        """No live leader: nothing can be produced to it or read from it."""
+        return self.offline_reason is not None
 
     @property
     def under_replicated(self) -> bool:
-        """Fewer in-sync replicas than replicas, or no leader."""
-        return self.leader is None or len(self.isr) < len(self.replicas)
+        """Offline, no leader, or fewer in-sync replicas than replicas."""
+        return self.is_offline or self.leader is None or len(self.isr) < len(self.replicas)
+
+    @property
+    def internal(self) -> bool:
+        """A partition of an internal stream (``__groups``, ``__share.*``)."""
+        return self.stream.startswith(INTERNAL_PREFIX)
+
+    @property
+    def state(self) -> str:
+        """``offline``, ``under-replicated`` or ``ok``."""
+        if self.is_offline:
+            return "offline"
+        return "under-replicated" if self.under_replicated else "ok"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -85,6 +106,10 @@ class PartitionRow:
             "replicas": list(self.replicas),
             "isr": list(self.isr),
             "under_replicated": self.under_replicated,
+            "is_offline": self.is_offline,
+            "offline_reason": self.offline_reason,
+            "state": self.state,
+            "internal": self.internal,
             "hw": self.hw,
             "leo": self.leo,
             "log_start": self.log_start,
@@ -141,7 +166,8 @@ class Snapshot:
     """Wall-clock time of the sample (seconds since the epoch)."""
     metadata_leader: str | None
     servers: tuple[dict[str, Any], ...]
-    """``{"id", "address", "up"}`` each."""
+    """``{"id", "address", "up", "live"}`` each: ``up`` if it answered this sample,
+    ``live`` if the cluster's liveness view (of the server answering Metadata) has it."""
     streams: tuple[StreamInfo, ...]
     """As the metadata describes them (config: retention...)."""
     partitions: tuple[PartitionRow, ...]
@@ -241,11 +267,15 @@ class ClusterSampler:
         up: dict[str, bool] = {}
 
         async def visit(sid: str, address: str) -> None:
-            try:
-                views[sid] = await self._server_view(address, names)
-                up[sid] = True
-            except (JetError, OSError, TimeoutError):
-                up[sid] = False
+            up[sid] = False
+            # One bound per server: a server that stopped answering (killed, paused,
+            # cut off) costs this sample at most SERVER_TIMEOUT_S, the others none.
+            with anyio.move_on_after(SERVER_TIMEOUT_S):
+                try:
+                    views[sid] = await self._server_view(address, names)
+                    up[sid] = True
+                except (JetError, OSError, TimeoutError):
+                    pass
 
         # A fresh client per server and sample (a connect costs about a millisecond), each
         # entered and exited by its own task.
@@ -270,7 +300,7 @@ class ClusterSampler:
             at=now,
             metadata_leader=leader if isinstance(leader, str) else None,
             servers=tuple(
-                {"id": sid, "address": s.address, "up": up.get(sid, False)}
+                {"id": sid, "address": s.address, "up": up.get(sid, False), "live": s.live}
                 for sid, s in sorted(meta.servers.items())
             ),
             streams=tuple(meta.streams[n] for n in names),
@@ -332,6 +362,8 @@ class ClusterSampler:
             in_rate=in_rate,
             out_rate=out_rate,
             offline=offline,
+            offline_reason=part.offline
+            or (offline.get(part.leader) if part.leader is not None else None),
         )
 
     async def _scan_group_names(self, meta: ClusterMetadata) -> None:
