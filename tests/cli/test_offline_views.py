@@ -326,6 +326,18 @@ def test_the_console_shows_it(lost: Lost, tmp_path: Path) -> None:
         shot = tmp_path / "console-offline-streams.png"
         assert driver.save_screenshot(str(shot))
         keep(shot)
+        # Its records: an error at once, in place (not after the client's retries).
+        began = time.monotonic()
+        driver.execute_script("location.hash = '#/partition/rf1/0'")
+        error = wait_js(
+            driver,
+            text("#page-error"),
+            lambda v: v is not None and "offline" in v,
+            "rf1/0's records refused",
+        )
+        took = time.monotonic() - began
+        assert error == f"partition rf1/0 is offline: leader {lost.killed} does not answer"
+        assert took < 3.0, took
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux)")

@@ -301,9 +301,16 @@ class ConsoleApp:
             raise HttpError(HTTPStatus.BAD_REQUEST, "missing parameter 'stream'")
         partition = _int(req.query, "partition", 0)
         limit = min(_int(req.query, "limit", 50), MAX_RECORDS)
-        info = await self.client.stream_info(stream)
-        if partition >= info.partition_count:
+        info = await self.client.stream_info(stream, refresh=True)
+        part = info.partition(partition)
+        if part is None:
             raise HttpError(HTTPStatus.NOT_FOUND, f"stream {stream!r} has no partition {partition}")
+        if part.is_offline:
+            # At once, rather than after the client's retries for a leader that is gone.
+            raise HttpError(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"partition {stream}/{partition} is offline: {part.offline}",
+            )
         ends = await self.client.list_offsets(stream, partition, "earliest")
         if req.query.get("time"):
             found = await self.client.list_offsets(stream, partition, parse_time(req.query["time"]))

@@ -258,7 +258,9 @@ class ClusterSampler:
             JetError: no server answered the metadata request.
         """
         raw = decode_json(
-            await self.client.request_any(Api.METADATA, encode_json({"streams": None}))
+            await self.client.request_any(
+                Api.METADATA, encode_json({"streams": None}), timeout=SERVER_TIMEOUT_S * 2
+            )
         )
         meta = ClusterMetadata.from_json(raw)
         leader = raw.get("metadata_leader")

@@ -69,7 +69,7 @@ function status(text, isError) {
 
 async function pageCluster() {
   const c = await api("/api/cluster");
-  setMain(
+  return [
     el("h2", {}, "Cluster"),
     el("div", { class: "cards" },
       card("Metadata leader", el("span", { id: "metadata-leader" }, c.metadata_leader || "none")),
@@ -85,7 +85,7 @@ async function pageCluster() {
       el("tr", { "data-server": s.id },
         el("td", {}, s.id), el("td", {}, s.address),
         el("td", { class: s.up ? "up" : "down", "data-up": s.up ? "true" : "false" }, s.up ? "up" : "DOWN"),
-        el("td", {}, s.id === c.metadata_leader ? el("span", { class: "pill" }, "metadata leader") : "")))));
+        el("td", {}, s.id === c.metadata_leader ? el("span", { class: "pill" }, "metadata leader") : ""))))];
 }
 
 function card(label, value) {
@@ -130,7 +130,7 @@ async function pageStreams() {
         el("td", { class: "replica-lag" }, Object.entries(p.replica_lag).map(([r, v]) => `${r}:${v === null ? "?" : v}`).join(" ") || "-"),
         el("td", {}, el("a", { href: `#/partition/${encodeURIComponent(p.stream)}/${p.partition}` }, "browse"))))));
   }
-  setMain(...nodes);
+  return nodes;
 }
 
 function createForm() {
@@ -174,6 +174,12 @@ function show(text, b64, mode) {
 
 async function pagePartition(stream, partition) {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  if (!stream) throw new Error("no stream named: the address is #/partition/STREAM/PARTITION");
+  for (const name of ["offset", "limit"]) {
+    const v = q.get(name);
+    if (v !== null && v !== "" && !/^\d+$/.test(v)) throw new Error(`${name} must be a non-negative integer, not ${JSON.stringify(v)}`);
+  }
+  if (q.get("limit") === "0") throw new Error("limit must be at least 1");
   const offset = el("input", { id: "offset", type: "number", min: 0, placeholder: "offset", value: q.get("offset") || "" });
   const time = el("input", { id: "time", placeholder: "time (ISO-8601)", value: q.get("time") || "" });
   const limit = el("input", { id: "limit", type: "number", min: 1, max: 500, value: q.get("limit") || 50 });
@@ -190,7 +196,7 @@ async function pagePartition(stream, partition) {
   if (q.get("time")) params.set("time", q.get("time"));
   const data = await api(`/api/records?${params}`);
   const m = mode.value;
-  setMain(
+  return [
     el("h2", {}, `${stream} / partition ${partition}`),
     el("p", { id: "range" }, `log start ${fmt(data.log_start)}, high watermark ${fmt(data.hw)}; showing from offset ${fmt(data.start)}`),
     el("form", { class: "inline", onsubmit: (ev) => { ev.preventDefault(); go(); } },
@@ -202,7 +208,7 @@ async function pagePartition(stream, partition) {
         el("td", { class: "wrap key" }, show(r.key_text, r.key_b64, m)),
         el("td", { class: "wrap value" }, show(r.value_text, r.value_b64, m)),
         el("td", { class: "wrap headers" }, r.headers.map((h) => `${h.name}: ${show(h.value_text, h.value_b64, m === "hex" ? "hex" : "text")}`).join("\n"))))),
-    data.next < data.hw ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?offset=${data.next}&limit=${limit.value}&format=${m}` }, "next page →") : "");
+    data.next < data.hw ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?offset=${data.next}&limit=${limit.value}&format=${m}` }, "next page →") : ""];
 }
 
 // -- consumer groups -----------------------------------------------------------------------
@@ -223,7 +229,7 @@ async function pageGroups() {
         el("td", { class: "num lag" }, fmt(p.lag))))));
     if (config.allow_writes) nodes.push(resetForm(g));
   }
-  setMain(...nodes);
+  return nodes;
 }
 
 function resetForm(g) {
@@ -282,30 +288,51 @@ function plot(id, title, t, series, unit) {
 async function pagePlots() {
   const h = await api("/api/history");
   const visible = (obj) => Object.fromEntries(Object.entries(obj).filter(([k]) => !k.startsWith("__")));
-  setMain(el("h2", {}, "Live plots (last 10 minutes, one sample a second)"), el("div", { class: "plots" },
+  return [el("h2", {}, "Live plots (last 10 minutes, one sample a second)"), el("div", { class: "plots" },
     plot("plot-in", "in: messages appended per second, by stream", h.t, visible(h.in), "msg/s"),
     plot("plot-out", "out: messages consumed by groups (committed) per second, by stream", h.t, visible(h.out), "msg/s"),
-    plot("plot-lag", "consumer-group lag", h.t, h.lag, "records")));
+    plot("plot-lag", "consumer-group lag", h.t, h.lag, "records"))];
 }
 
 // -- routing -------------------------------------------------------------------------------
 
+const TITLES = { cluster: "Cluster", streams: "Streams", partition: "Records", groups: "Consumer groups", plots: "Live plots" };
+let renderGen = 0;
+
+// Each page function returns its nodes; only the latest route's are shown (a slow answer
+// for a page left meanwhile is dropped), and an error replaces the page, in red, in place.
 async function render() {
+  const gen = ++renderGen;
   const hash = location.hash || "#/cluster";
   const parts = hash.split("?")[0].split("/").slice(1).map(decodeURIComponent);
-  const page = parts[0] || "cluster";
+  const page = TITLES[parts[0]] ? parts[0] : "cluster";
   document.querySelectorAll("header nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page || (page === "partition" && a.dataset.page === "streams")));
   try {
-    if (page === "streams") await pageStreams();
-    else if (page === "partition") await pagePartition(parts[1], Number(parts[2] || 0));
-    else if (page === "groups") await pageGroups();
-    else if (page === "plots") await pagePlots();
-    else await pageCluster();
+    let nodes;
+    if (page === "streams") nodes = await pageStreams();
+    else if (page === "partition") nodes = await pagePartition(parts[1], partitionNumber(parts[2]));
+    else if (page === "groups") nodes = await pageGroups();
+    else if (page === "plots") nodes = await pagePlots();
+    else nodes = await pageCluster();
+    if (gen !== renderGen) return;
+    setMain(...nodes);
+    delete document.body.dataset.error;
     document.body.dataset.loaded = page;
     status(`updated ${new Date().toLocaleTimeString()}` + (config.allow_writes ? " · writes allowed" : " · read-only"), false);
   } catch (e) {
+    if (gen !== renderGen) return;
+    setMain(el("h2", {}, TITLES[page]), el("p", { id: "page-error", class: "error page-error", role: "alert" }, e.message));
+    document.body.dataset.error = page;
+    document.body.dataset.loaded = page;
     status(e.message, true);
   }
+}
+
+// A partition number from the URL: a non-negative integer, else a clear error.
+function partitionNumber(text) {
+  if (text === undefined || text === "") return 0;
+  if (!/^\d+$/.test(text)) throw new Error(`partition must be a non-negative integer, not ${JSON.stringify(text)}`);
+  return Number(text);
 }
 
 function schedule() {
