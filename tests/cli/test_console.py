@@ -166,6 +166,15 @@ def test_pages_and_assets(console: JetConsole) -> None:
     assert console.request("GET", "/api/records?stream=missing")[0] == 404
     assert console.request("GET", "/api/records?stream=conA&partition=9")[0] == 404
     assert console.request("GET", "/api/records?stream=conA&offset=x")[0] == 400
+    # Said, not clamped silently (issue 35).
+    for query, fragment in (
+        ("limit=0", "limit must be between 1 and 500"),
+        ("limit=100000", "limit must be between 1 and 500"),
+        ("offset=1000000000", "offset 1000000000 is above the high watermark"),
+    ):
+        status, body, _ = console.request("GET", f"/api/records?stream=conA&{query}")
+        assert status == 400, (query, body)
+        assert fragment in body["error"], (query, body)
     assert console.request("PUT", "/api/streams")[0] == 405
 
 

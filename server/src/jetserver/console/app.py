@@ -300,7 +300,12 @@ class ConsoleApp:
         if not stream:
             raise HttpError(HTTPStatus.BAD_REQUEST, "missing parameter 'stream'")
         partition = _int(req.query, "partition", 0)
-        limit = min(_int(req.query, "limit", 50), MAX_RECORDS)
+        limit = _int(req.query, "limit", 50)
+        if not 1 <= limit <= MAX_RECORDS:
+            # Said, not clamped: a page of other than the asked size would mislead.
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST, f"limit must be between 1 and {MAX_RECORDS}, not {limit}"
+            )
         info = await self.client.stream_info(stream, refresh=True)
         part = info.partition(partition)
         if part is None:
@@ -317,6 +322,12 @@ class ConsoleApp:
             start = found.offset
         elif req.query.get("offset", "") != "":
             start = _int(req.query, "offset")
+            if start > ends.hw:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"offset {start} is above the high watermark {ends.hw} of "
+                    f"{stream}/{partition} (log start {ends.log_start})",
+                )
         else:
             start = max(ends.log_start, ends.hw - limit)  # the last `limit` records
         start = min(max(start, ends.log_start), ends.hw)
