@@ -27,9 +27,10 @@ import attrs
 import orjson
 import pytest
 
-from jetsdk import AckPolicy, Client, Producer
+from jetsdk import AckPolicy, Client, Producer, StreamPartition
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
+from jetsdk.consumer.group_admin import commit_offsets
 from jetsdk.metadata import ClusterMetadata
 from jetserver.testing import Cluster, wait_until
 from support.jet_cli import jet_env
@@ -94,6 +95,8 @@ async def _setup(servers: list[str]) -> str:
             for p in range(3):
                 await producer.send_soon(b"m%d" % p, partition=p)
             await producer.flush()
+        # A consumer group: the internal __groups stream exists, counted apart everywhere.
+        await commit_offsets(client, "offgrp", {StreamPartition("rf3", 0): 0})
         info = await client.stream_info("rf1", refresh=True)
         leader = info.partitions[0].leader
         assert leader is not None
@@ -290,6 +293,11 @@ def test_the_console_shows_it(lost: Lost, tmp_path: Path) -> None:
         return {k: c[k] for k in want} == want and c["offline"] >= 1
 
     wait_until(agrees, WAIT_S, "the console's counts equal to the SDK's")
+    meta, _ = metadata(lost.servers)
+    internal = [p for s in meta.streams.values() if s.internal for p in s.partitions]
+    cluster = lost.console.get("/api/cluster")
+    assert cluster["streams"] == sum(1 for s in meta.streams.values() if not s.internal)
+    assert cluster["internal_partitions"] == len(internal) > 0
     streams = {s["name"]: s for s in lost.console.get("/api/streams")["streams"]}
     rf1 = streams["rf1"]
     assert rf1["offline"] >= 1
@@ -379,7 +387,12 @@ def test_jet_top_fits_80_columns(lost: Lost, tmp_path: Path) -> None:
     screen = lost.narrow.wait_for(lambda s: "OFFLINE(" in s, "the offline row at 80 columns")
     assert "…" not in screen, screen
     assert all(len(line.rstrip()) <= 80 for line in screen.splitlines())
-    # 16 lines: the rows scroll (rf1, rf3 and their counts do not all fit with the groups).
+    # Narrow: the short column headers.
     assert "RLAG" in screen
+    # Nothing wraps: the counts (user rows, internal apart) on one line.
+    pattern = (
+        r"^\d+ rows: 1 offline, \d+ under-repl\.  internal \d+: \d+ offline, \d+ under-repl\.$"
+    )
+    assert re.search(pattern, screen, re.MULTILINE), screen
     save_svg(lost.narrow.screen(ansi=True), tmp_path / "jet-top-offline-80x16.svg")
     keep(tmp_path / "jet-top-offline-80x16.svg")

@@ -323,7 +323,7 @@ def test_rows_scroll_and_counts_match_the_rows_shown() -> None:
     assert "OFFLINE(s3)" in text
     # Counted over the 30 rows the filter shows, the 16 hidden internal ones apart.
     assert "30 partition(s), rows 1-10: 1 offline, 2 under-replicated" in text
-    assert "internal (hidden): 16 partition(s), 0 offline, 16 under-replicated" in text
+    assert "internal (hidden): 16, 0 offline, 16 under-replicated" in text
     for char in keys_of("j\x1b[B\x1b[6~"):  # j, arrow down, PgDn: 1 + 1 + 10
         assert view.key(char)
     text = _screen(snap, view, 160)

@@ -166,7 +166,9 @@ def render(
     order = "desc" if view.reverse else "asc"
     head = Text.assemble(
         ("jet top", "bold"),
-        f"  {servers}  {clock}  sort: {view.sort} ({order})  filter: ",
+        # Narrow: without the server list, so that the line does not wrap.
+        f"  {clock}  " if narrow else f"  {servers}  {clock}  ",
+        f"sort: {view.sort} ({order})  filter: ",
         (view.filter or "-", "bold"),
     )
     parts: list[Any] = [head]
@@ -252,7 +254,7 @@ def render(
             )
         parts.append(Text(""))
         parts.append(gt)
-    parts.append(_counts(snap, rows, view))
+    parts.append(_counts(snap, rows, view, narrow))
     scroll = "  j/k/space/b scroll" if len(rows) > len(window) else ""
     parts.append(
         Text(
@@ -263,26 +265,31 @@ def render(
     return Group(*parts)
 
 
-def _counts(snap: Snapshot, rows: list[PartitionRow], view: ViewState) -> Text:
+def _counts(snap: Snapshot, rows: list[PartitionRow], view: ViewState, narrow: bool) -> Text:
     """The counts line: of the rows the filter shows (offline ones in red), then those of
-    the internal partitions hidden, apart."""
+    the internal partitions hidden, apart (shorter words when ``narrow``)."""
+    under_word = "under-repl." if narrow else "under-replicated"
     offline = sum(1 for r in rows if r.is_offline)
     under = sum(1 for r in rows if r.under_replicated)
     shown = len(rows)
     first = view.offset + 1 if rows else 0
     last = min(view.offset + view.page, shown)
-    where = f"{shown} partition(s)" + (f", rows {first}-{last}" if last - first + 1 < shown else "")
+    scrolled = last - first + 1 < shown
+    if narrow:
+        where = f"{shown} rows" + (f", {first}-{last}" if scrolled else "")
+    else:
+        where = f"{shown} partition(s)" + (f", rows {first}-{last}" if scrolled else "")
     line = Text(f"{where}: ")
     line.append(f"{offline} offline", style="bold red" if offline else None)
     line.append(", ")
-    line.append(f"{under} under-replicated", style="bold red" if under else None)
+    line.append(f"{under} {under_word}", style="bold red" if under else None)
     hidden = [r for r in snap.partitions if r.internal and not view.show_internal]
     if hidden:
         h_off = sum(1 for r in hidden if r.is_offline)
         h_under = sum(1 for r in hidden if r.under_replicated)
+        label = f"  internal {len(hidden)}:" if narrow else f"   internal (hidden): {len(hidden)},"
         line.append(
-            f"   internal (hidden): {len(hidden)} partition(s), {h_off} offline, "
-            f"{h_under} under-replicated",
+            f"{label} {h_off} offline, {h_under} {under_word}",
             style="bold red" if h_off or h_under else "dim",
         )
     return line
