@@ -239,6 +239,24 @@ def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
         )
         assert status == 200, body
         assert anyio.run(offsets, "conIdle")[StreamPartition("conA", 1)] == 3
+        # A dry run: the offsets now and after, nothing written.
+        status, body, _ = rw.request(
+            "POST",
+            "/api/groups/conIdle/reset",
+            {"stream": "conA", "to": 5, "dry_run": True},
+            {"X-Jet-Console": "1"},
+        )
+        assert status == 200, body
+        assert body == {
+            "group": "conIdle",
+            "dry_run": True,
+            "offsets": {"conA/0": 5, "conA/1": 5},
+            "current": {"conA/0": 0, "conA/1": 3},
+        }
+        assert anyio.run(offsets, "conIdle") == {
+            StreamPartition("conA", 0): 0,
+            StreamPartition("conA", 1): 3,
+        }
         for bad in (b"not json", {"stream": 5}, {"stream": "conA", "to": "yesterday"}):
             status, body, _ = rw.request(
                 "POST", "/api/groups/conIdle/reset", bad, {"X-Jet-Console": "1"}

@@ -49,7 +49,7 @@ from jetsdk import (
     StreamPartition,
 )
 from jetsdk.codec.record import Record, iter_records
-from jetsdk.consumer.group_admin import commit_offsets
+from jetsdk.consumer.group_admin import commit_offsets, group_offsets
 from jetsdk.metadata import partition_subject
 from jetserver.console.http import HttpError, Request, Response
 from jetserver.observe.sampler import ClusterSampler, History, Snapshot
@@ -410,8 +410,14 @@ class ConsoleApp:
                 offsets[StreamPartition(stream, p)] = to
             else:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "'to' is earliest, latest or an offset")
+        planned = {f"{k.stream}/{k.partition}": v for k, v in sorted(offsets.items())}
+        if body.get("dry_run") is True:
+            # The preview the page confirms: what each partition's committed offset is now
+            # and would become; nothing is written.
+            now = await group_offsets(self.client, group)
+            current = {
+                f"{k.stream}/{k.partition}": now[k].offset if k in now else None for k in offsets
+            }
+            return {"group": group, "dry_run": True, "offsets": planned, "current": current}
         await commit_offsets(self.client, group, offsets, committer="jet-console")
-        return {
-            "group": group,
-            "offsets": {f"{k.stream}/{k.partition}": v for k, v in sorted(offsets.items())},
-        }
+        return {"group": group, "offsets": planned}

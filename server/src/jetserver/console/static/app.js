@@ -102,11 +102,42 @@ function retention(cfg) {
   return parts.join(" ") || "-";
 }
 
+const PARTITION_PAGE = 20;
+// The streams page's filter and each stream's page of partitions (kept across refreshes).
+const streamView = { filter: "", unhealthy: false, pages: {} };
+
+function nameMatches(name, filter) {
+  if (!filter) return true;
+  if (!/[*?]/.test(filter)) return name.includes(filter);
+  const re = filter.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".");
+  return new RegExp(`^${re}$`).test(name);
+}
+
+function streamFilterForm() {
+  const input = el("input", { id: "stream-filter", placeholder: "stream filter (text or glob)", value: streamView.filter });
+  input.addEventListener("input", () => { streamView.filter = input.value; streamView.pages = {}; render(); });
+  const bad = el("input", { id: "unhealthy-only", type: "checkbox", checked: streamView.unhealthy });
+  bad.addEventListener("change", () => { streamView.unhealthy = bad.checked; streamView.pages = {}; render(); });
+  return el("form", { class: "inline", id: "stream-filter-form", onsubmit: (ev) => ev.preventDefault() },
+    "Filter", input, el("label", {}, bad, " only offline or under-replicated partitions"));
+}
+
+function pager(name, page, total) {
+  const pages = Math.max(1, Math.ceil(total / PARTITION_PAGE));
+  const go = (to) => { streamView.pages[name] = to; render(); };
+  const first = total ? page * PARTITION_PAGE + 1 : 0, last = Math.min(total, (page + 1) * PARTITION_PAGE);
+  return el("div", { class: "pager", "data-pager": name },
+    el("span", { class: "rows" }, `partitions ${first}-${last} of ${total}`),
+    el("button", { type: "button", class: "prev", disabled: page <= 0, onclick: () => go(page - 1) }, "‹ prev"),
+    el("button", { type: "button", class: "next", disabled: page >= pages - 1, onclick: () => go(page + 1) }, "next ›"));
+}
+
 async function pageStreams() {
   const data = await api("/api/streams");
-  const shown = data.streams.filter((s) => !s.internal || location.hash.includes("all"));
+  const shown = data.streams.filter((s) => (!s.internal || location.hash.includes("all")) && nameMatches(s.name, streamView.filter));
   const nodes = [el("h2", {}, "Streams")];
   if (config.allow_writes) nodes.push(createForm());
+  nodes.push(streamFilterForm());
   nodes.push(table(["Stream", "Subject", "Partitions", "Replicas", "Messages", "Size (bytes)", "Retention", ""],
     shown.map((s) => el("tr", { "data-stream": s.name },
       el("td", {}, s.name), el("td", {}, s.subject),
@@ -116,9 +147,14 @@ async function pageStreams() {
       el("td", { class: "retention" }, retention(s.config)),
       el("td", {}, config.allow_writes ? el("button", { onclick: () => deleteStream(s.name), "data-delete": s.name }, "Delete") : "")))));
   for (const s of shown) {
+    const rows = s.partition_rows.filter((p) => !streamView.unhealthy || p.under_replicated);
+    if (streamView.unhealthy && !rows.length) continue;
+    const pages = Math.max(1, Math.ceil(rows.length / PARTITION_PAGE));
+    const page = Math.min(streamView.pages[s.name] || 0, pages - 1);
     nodes.push(el("h3", {}, `${s.name} — partitions`));
+    if (rows.length > PARTITION_PAGE) nodes.push(pager(s.name, page, rows.length));
     nodes.push(table(["P", "Leader", "Replicas", "ISR", "HW", "LEO", "Log start", "Size", "In msg/s", "Out msg/s", "Replica lag", ""],
-      s.partition_rows.map((p) => el("tr", { "data-partition": `${p.stream}/${p.partition}`, "data-state": p.state,
+      rows.slice(page * PARTITION_PAGE, (page + 1) * PARTITION_PAGE).map((p) => el("tr", { "data-partition": `${p.stream}/${p.partition}`, "data-state": p.state,
           class: p.is_offline ? "under offline" : p.under_replicated ? "under" : null, title: p.offline_reason },
         el("td", { class: "num" }, p.partition),
         el("td", { class: "leader" }, p.is_offline ? `OFFLINE (${p.leader || "no leader"})` : p.leader || "NONE"),
@@ -236,13 +272,27 @@ function resetForm(g) {
   const streams = [...new Set(g.partitions.map((p) => p.stream))];
   const stream = el("select", {}, streams.map((s) => el("option", { value: s }, s)));
   const to = el("input", { value: "earliest", title: "earliest, latest or an offset" });
-  const msg = el("span", {});
+  const msg = el("span", { class: "reset-result" });
+  const preview = el("div", { class: "reset-preview" });
+  const request = () => ({ stream: stream.value, to: /^\d+$/.test(to.value) ? Number(to.value) : to.value });
+  const path = `/api/groups/${encodeURIComponent(g.name)}/reset`;
+  // First a dry run: the offsets now and after, then Confirm or Cancel; only Confirm writes.
   return el("form", { class: "inline", "data-reset": g.name, onsubmit: async (ev) => {
     ev.preventDefault();
-    const target = /^\d+$/.test(to.value) ? Number(to.value) : to.value;
-    try { await write("POST", `/api/groups/${encodeURIComponent(g.name)}/reset`, { stream: stream.value, to: target }); msg.textContent = "reset"; }
-    catch (e) { msg.textContent = e.message; msg.className = "error"; }
-  } }, "Reset offsets of", stream, "to", to, el("button", { type: "submit" }, "Reset"), msg);
+    msg.textContent = ""; msg.className = "reset-result";
+    try {
+      const plan = await write("POST", path, { ...request(), dry_run: true });
+      const confirm = el("button", { type: "button", class: "confirm-reset", onclick: async () => {
+        try { await write("POST", path, request()); preview.replaceChildren(); msg.textContent = "reset"; }
+        catch (e) { msg.textContent = e.message; msg.className = "reset-result error"; }
+      } }, "Confirm reset");
+      const cancel = el("button", { type: "button", class: "cancel-reset", onclick: () => { preview.replaceChildren(); msg.textContent = "cancelled"; } }, "Cancel");
+      preview.replaceChildren(
+        table(["Partition", "Committed now", "After the reset"], Object.entries(plan.offsets).map(([k, v]) =>
+          el("tr", { "data-preview": k }, el("td", {}, k), el("td", { class: "num now" }, fmt(plan.current[k])), el("td", { class: "num after" }, fmt(v))))),
+        confirm, cancel);
+    } catch (e) { msg.textContent = e.message; msg.className = "reset-result error"; }
+  } }, "Reset offsets of", stream, "to", to, el("button", { type: "submit" }, "Preview"), msg, preview);
 }
 
 // -- live plots ----------------------------------------------------------------------------
@@ -315,7 +365,13 @@ async function render() {
     else if (page === "plots") nodes = await pagePlots();
     else nodes = await pageCluster();
     if (gen !== renderGen) return;
+    const focused = document.activeElement && document.activeElement.id;
     setMain(...nodes);
+    const again = focused && document.getElementById(focused);
+    if (again && again !== document.activeElement) {
+      again.focus();
+      if (again.type === "text" || again.type === "") again.setSelectionRange(again.value.length, again.value.length);
+    }
     delete document.body.dataset.error;
     document.body.dataset.loaded = page;
     status(`updated ${new Date().toLocaleTimeString()}` + (config.allow_writes ? " · writes allowed" : " · read-only"), false);
@@ -339,7 +395,7 @@ function schedule() {
   clearInterval(timer);
   const page = (location.hash || "#/cluster").split("/")[1];
   const every = page === "plots" ? 1000 : page === "partition" ? 0 : 2000;
-  if (every) timer = setInterval(() => { if (!document.querySelector("form :focus")) render(); }, every);
+  if (every) timer = setInterval(() => { if (!document.querySelector("form :focus, .reset-preview:not(:empty)")) render(); }, every);
 }
 
 window.addEventListener("hashchange", () => { render(); schedule(); });
