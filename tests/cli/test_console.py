@@ -214,10 +214,17 @@ def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
         assert status == 201, body
         assert len(body["created"]["partitions"]) == 2
         assert anyio.run(exists, "conNew")
+
+        def listed() -> set[str]:
+            return {s["name"] for s in rw.get("/api/streams")["streams"]}
+
+        wait_until(lambda: "conNew" in listed(), 30, "conNew listed")
         again = rw.request("POST", "/api/streams", {"name": "conNew"}, {"X-Jet-Console": "1"})
         assert again[0] == 409
         status, body, _ = rw.request("DELETE", "/api/streams/conNew", None, {"X-Jet-Console": "1"})
         assert status == 200, body
+        # Gone from the listing at once, not after the next sample (issue 35).
+        assert "conNew" not in listed()
         assert not anyio.run(exists, "conNew")
         # Reset a group without active members ("conIdle" committed by the fixture).
         status, body, _ = rw.request(

@@ -36,6 +36,7 @@ from http import HTTPStatus
 from typing import Any
 
 import anyio
+import attrs
 
 from jetsdk import (
     Client,
@@ -152,6 +153,9 @@ class ConsoleApp:
         self.error: str | None = None
         self.sampled = anyio.Event()
         self.static = _static_files()
+        self.deleted: set[str] = set()
+        """Streams deleted here that the latest sample may still list (left out of the
+        answers until a sample no longer has them)."""
 
     async def run_sampler(self, interval: float = SAMPLE_INTERVAL_S) -> None:
         """Sample forever (until cancelled), every ``interval`` seconds."""
@@ -164,6 +168,7 @@ class ConsoleApp:
             else:
                 self.snapshot, self.error = snap, None
                 self.history.add(snap)
+                self.deleted &= {info.name for info in snap.streams}
             self.sampled.set()
             await anyio.sleep(max(0.05, interval - (time.monotonic() - began)))
 
@@ -172,7 +177,15 @@ class ConsoleApp:
             await self.sampled.wait()
         if self.snapshot is None:
             raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, self.error or "no sample yet")
-        return self.snapshot
+        gone = self.deleted
+        if not gone:
+            return self.snapshot
+        snap = self.snapshot
+        return attrs.evolve(
+            snap,
+            streams=tuple(s for s in snap.streams if s.name not in gone),
+            partitions=tuple(p for p in snap.partitions if p.stream not in gone),
+        )
 
     async def handle(self, req: Request) -> Response:
         """Route one request."""
@@ -213,9 +226,12 @@ class ConsoleApp:
             self._check_write(req)
             parts = path.strip("/").split("/")
             if req.method == "POST" and parts == ["api", "streams"]:
-                return Response.json(await self._create(req), HTTPStatus.CREATED)
+                created = await self._create(req)
+                self.deleted.clear()  # a name deleted a moment ago may be back
+                return Response.json(created, HTTPStatus.CREATED)
             if req.method == "DELETE" and len(parts) == 3 and parts[:2] == ["api", "streams"]:
                 await self.client.delete_stream(parts[2])
+                self.deleted.add(parts[2])  # gone from the next answer, not the next sample
                 return Response.json({"deleted": parts[2]})
             is_reset = len(parts) == 4 and parts[:2] == ["api", "groups"] and parts[3] == "reset"
             if req.method == "POST" and is_reset:
