@@ -396,3 +396,20 @@ def test_jet_top_fits_80_columns(lost: Lost, tmp_path: Path) -> None:
     assert re.search(pattern, screen, re.MULTILINE), screen
     save_svg(lost.narrow.screen(ansi=True), tmp_path / "jet-top-offline-80x16.svg")
     keep(tmp_path / "jet-top-offline-80x16.svg")
+
+
+def test_the_tools_keep_one_connection_per_server(lost: Lost) -> None:
+    """jet console and the two jet tops sample every second; they open no new connection
+    to a server from sample to sample (they opened one per server and sample before)."""
+    live = lost.cluster.live()[0]
+    address = orjson.loads(live.ready_file.read_bytes())["metrics_address"]
+
+    def accepted() -> float:
+        value = sample(scrape(address), "jet_connections_accepted_total")
+        assert value is not None
+        return value
+
+    before = accepted()
+    time.sleep(5.0)  # a measuring window of about five samples of each tool, not a wait
+    grown = accepted() - before
+    assert grown <= 2, f"{grown} connections accepted in 5 s"

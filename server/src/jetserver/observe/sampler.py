@@ -4,7 +4,8 @@ Each :meth:`ClusterSampler.sample` (about once a second) reads:
 
 - the metadata (servers, streams, partitions, leaders, ISRs) and the metadata leader, from
   any server;
-- every server directly (its own client, a short connect timeout): whether it answers, and
+- every server directly (one long-lived client per server, :mod:`.server_links`; each
+  server within its own 2 s bound): whether it answers, and
   its ``DescribeStream`` view of each stream, so a partition's HW, LEO, log start and size
   are those its **leader** reports and each follower's **replica lag** is the leader's LEO
   minus the follower's;
@@ -38,7 +39,10 @@ from jetsdk.codec.record import iter_records
 from jetsdk.consumer.group_admin import read_group
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.metadata import INTERNAL_PREFIX, ClusterMetadata, StreamInfo
+from jetsdk.retry import RetryPolicy
+from jetserver.observe.server_links import ServerLinks
 
+NO_RETRY = RetryPolicy(attempts=1)
 SERVER_TIMEOUT_S = 2.0
 """Bound on reaching one server directly."""
 HISTORY_S = 600.0
@@ -234,21 +238,30 @@ class ClusterSampler:
         self._prev: tuple[float, dict[tuple[str, int], int], dict[tuple[str, int], int]] | None = (
             None
         )
+        self._links = ServerLinks(self._open)
+        self._last_groups: list[GroupRow] = []
 
     async def __aenter__(self) -> ClusterSampler:
+        await self._links.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None
+        await self._links.__aexit__(None, None, None)
 
-    async def _server_view(self, address: str, names: list[str]) -> dict[str, StreamInfo]:
+    def _open(self, address: str) -> Client:
         client = self.factory([address], SERVER_TIMEOUT_S)
         client.request_timeout = SERVER_TIMEOUT_S * 2
+        # No retries: a server that stopped answering shows as down in this sample at once
+        # (its connection refused), and the next sample reconnects.
+        client.retry = NO_RETRY
+        return client
+
+    async def _server_view(self, address: str, names: list[str]) -> dict[str, StreamInfo]:
+        client = await self._links.get(address)  # kept open from sample to sample
         view = {}
-        async with client:  # connecting is bounded by its connect timeout
-            for name in names:
-                with contextlib.suppress(StreamNotFound):  # deleted meanwhile
-                    view[name] = await client.describe_stream(name)
+        for name in names:
+            with contextlib.suppress(StreamNotFound):  # deleted meanwhile
+                view[name] = await client.describe_stream(name)
         return view
 
     async def sample(self) -> Snapshot:
@@ -279,13 +292,17 @@ class ClusterSampler:
                 except (JetError, OSError, TimeoutError):
                     pass
 
-        # A fresh client per server and sample (a connect costs about a millisecond), each
-        # entered and exited by its own task.
+        # One long-lived client per server (ServerLinks), asked by a task per server.
+        self._links.keep_only({server.address for server in meta.servers.values()})
         async with anyio.create_task_group() as tg:
             for sid, server in sorted(meta.servers.items()):
                 tg.start_soon(visit, sid, server.address)
         now = time.time()
-        groups = await self._groups(meta, views)
+        groups = self._last_groups  # kept when the groups' log does not answer in time
+        with anyio.move_on_after(SERVER_TIMEOUT_S):
+            # Bounded: a __groups partition whose leader was just lost is read again once
+            # another is elected; meanwhile the sample shows the groups as last seen.
+            groups = self._last_groups = await self._groups(meta, views)
         hws: dict[tuple[str, int], int] = {}
         committed: dict[tuple[str, int], int] = {}
         for g in groups:
