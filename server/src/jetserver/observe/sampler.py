@@ -15,10 +15,13 @@ Each :meth:`ClusterSampler.sample` (about once a second) reads:
   a partition's **group lag** is its HW minus the committed offset (HW minus log start
   without a commit).
 
-Rates come from two successive samples: **in msg/s** is the HW's growth per second; **out
-msg/s** the growth of the groups' committed offsets on the partition per second (summed
-over groups), i.e. what consumer groups processed. :class:`History` keeps a window of them
-per stream and the lag per group for the console's plots.
+Rates: **in msg/s** is the HW's growth per second between two successive samples; **out
+msg/s** the growth of the groups' committed offsets on the partition (summed over groups),
+i.e. what consumer groups processed, as the rate of their last commit step
+(:class:`~jetserver.observe.rates.StepRate`: groups commit every few seconds, so a
+per-sample growth read 0 most seconds and then several times the real rate).
+:class:`History` keeps a window of them per stream and the lag per group for the console's
+plots.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from jetsdk.consumer.group_admin import read_group
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.metadata import INTERNAL_PREFIX, ClusterMetadata, StreamInfo
 from jetsdk.retry import RetryPolicy
+from jetserver.observe.rates import StepRate
 from jetserver.observe.server_links import ServerLinks
 
 NO_RETRY = RetryPolicy(attempts=1)
@@ -240,6 +244,7 @@ class ClusterSampler:
         )
         self._links = ServerLinks(self._open)
         self._last_groups: list[GroupRow] = []
+        self._out_rates = StepRate()
 
     async def __aenter__(self) -> ClusterSampler:
         await self._links.__aenter__()
@@ -358,14 +363,14 @@ class ClusterSampler:
         if own is not None and own.hw is not None:
             hws[key] = own.hw
         if self._prev is not None:
-            then, prev_hw, prev_committed = self._prev
+            then, prev_hw, _ = self._prev
             dt = max(now - then, 1e-3)
             if key in hws and key in prev_hw:
                 in_rate = max(0.0, (hws[key] - prev_hw[key]) / dt)
-            if key in committed and key in prev_committed:
-                out_rate = max(0.0, (committed[key] - prev_committed[key]) / dt)
-            elif key in hws:
-                out_rate = 0.0
+        if key in committed:
+            out_rate = self._out_rates.rate(key, committed[key], time.monotonic())
+        elif key in hws and self._prev is not None:
+            out_rate = 0.0
         return PartitionRow(
             stream=name,
             partition=number,
