@@ -13,6 +13,8 @@ GET endpoints (all JSON)::
     /api/groups                      groups: members, assignment, committed offsets, lag
     /api/history                     per-stream in/out msg/s and per-group lag over time
     /api/records?stream=S&partition=P[&offset=N|&time=ISO-or-ms][&limit=L]
+        [&key=K][&header=NAME or NAME=VALUE]  (search: records matching, scanned from the
+        offset or time given, else from the log start, at most SEARCH_MAX_SCAN per request)
 
 Writes (only with ``--allow-writes``, and a request header ``X-Jet-Console: 1``, which a
 page of another origin cannot send without the browser asking first; the servers still
@@ -31,6 +33,7 @@ from __future__ import annotations
 import base64
 import importlib.resources
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
@@ -60,6 +63,34 @@ FIRST_SAMPLE_WAIT_S = 15.0
 MAX_RECORDS = 500
 _FETCH_BYTES = 1024 * 1024
 _MAX_FETCHES = 100
+SEARCH_MAX_SCAN = 100_000
+"""Records one search request reads at most (its answer's ``next`` continues it)."""
+
+
+def record_filter(query: dict[str, str]) -> Callable[[Record], bool] | None:
+    """The search of ``key`` (the key as UTF-8 text, exactly) and ``header`` (``NAME``: has
+    the header; ``NAME=VALUE``: with that value as UTF-8 text), or None without one."""
+    key = query.get("key") or None
+    header = query.get("header") or None
+    if key is None and header is None:
+        return None
+    name, has_value, value = (header or "").partition("=")
+
+    def matches(record: Record) -> bool:
+        if key is not None and (
+            record.key is None or bytes(record.key).decode("utf-8", "replace") != key
+        ):
+            return False
+        if header is None:
+            return True
+        return any(
+            h == name and (not has_value or bytes(v).decode("utf-8", "replace") == value)
+            for h, v in record.headers
+        )
+
+    return matches
+
+
 _TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -344,14 +375,18 @@ class ConsoleApp:
                     f"offset {start} is above the high watermark {ends.hw} of "
                     f"{stream}/{partition} (log start {ends.log_start})",
                 )
+        elif record_filter(req.query) is not None:
+            start = ends.log_start  # a search reads from the start
         else:
             start = max(ends.log_start, ends.hw - limit)  # the last `limit` records
         start = min(max(start, ends.log_start), ends.hw)
+        search = record_filter(req.query)
         subject = partition_subject(info.subject, partition)
         records: list[dict[str, Any]] = []
         offset = start
+        scanned = 0
         for _ in range(_MAX_FETCHES):
-            if len(records) >= limit or offset >= ends.hw:
+            if len(records) >= limit or offset >= ends.hw or scanned >= SEARCH_MAX_SCAN:
                 break
             try:
                 _header, raw = await self.client.fetch(
@@ -365,9 +400,11 @@ class ConsoleApp:
                 if record.offset < offset:
                     continue
                 got = True
-                records.append(record_json(record, subject))
                 offset = record.offset + 1
-                if len(records) >= limit:
+                scanned += 1
+                if search is None or search(record):
+                    records.append(record_json(record, subject))
+                if len(records) >= limit or scanned >= SEARCH_MAX_SCAN:
                     break
             if not got:
                 break
@@ -378,6 +415,8 @@ class ConsoleApp:
             "hw": ends.hw,
             "start": start,
             "next": offset,
+            "scanned": scanned,
+            "search": search is not None,
             "records": records,
         }
 

@@ -220,23 +220,41 @@ async function pagePartition(stream, partition) {
   const time = el("input", { id: "time", placeholder: "time (ISO-8601)", value: q.get("time") || "" });
   const limit = el("input", { id: "limit", type: "number", min: 1, max: 500, value: q.get("limit") || 50 });
   const mode = el("select", { id: "format" }, ["text", "json", "hex"].map((m) => el("option", { value: m, selected: q.get("format") === m }, m)));
+  const key = el("input", { id: "search-key", placeholder: "key", value: q.get("key") || "" });
+  const header = el("input", { id: "search-header", placeholder: "header name[=value]", value: q.get("header") || "" });
+  const tail = el("input", { id: "tail", type: "checkbox", checked: q.get("tail") === "1" });
   const go = () => {
     const p = new URLSearchParams();
-    if (offset.value !== "") p.set("offset", offset.value);
-    if (time.value) p.set("time", time.value);
+    if (offset.value !== "" && !tail.checked) p.set("offset", offset.value);
+    if (time.value && !tail.checked) p.set("time", time.value);
+    if (key.value) p.set("key", key.value);
+    if (header.value) p.set("header", header.value);
+    if (tail.checked) p.set("tail", "1");
     p.set("limit", limit.value); p.set("format", mode.value);
     location.hash = `#/partition/${encodeURIComponent(stream)}/${partition}?${p}`;
   };
+  tail.addEventListener("change", go);
   const params = new URLSearchParams({ stream, partition, limit: limit.value });
-  if (q.get("offset")) params.set("offset", q.get("offset"));
-  if (q.get("time")) params.set("time", q.get("time"));
+  const tailing = q.get("tail") === "1";
+  // A live tail shows the last records (the page refreshes each second); a search reads
+  // from the offset or time given, else from the log start.
+  if (q.get("offset") && !tailing) params.set("offset", q.get("offset"));
+  if (q.get("time") && !tailing) params.set("time", q.get("time"));
+  if (q.get("key")) params.set("key", q.get("key"));
+  if (q.get("header")) params.set("header", q.get("header"));
   const data = await api(`/api/records?${params}`);
   const m = mode.value;
+  const more = new URLSearchParams(q);
+  more.set("offset", data.next); more.delete("time"); more.delete("tail");
+  const range = data.search
+    ? `searched offsets ${fmt(data.start)}–${fmt(data.next)} (${fmt(data.scanned)} records): ${data.records.length} match(es); log start ${fmt(data.log_start)}, high watermark ${fmt(data.hw)}`
+    : `log start ${fmt(data.log_start)}, high watermark ${fmt(data.hw)}; showing from offset ${fmt(data.start)}` + (tailing ? " · live tail" : "");
   return [
     el("h2", {}, `${stream} / partition ${partition}`),
-    el("p", { id: "range" }, `log start ${fmt(data.log_start)}, high watermark ${fmt(data.hw)}; showing from offset ${fmt(data.start)}`),
+    el("p", { id: "range" }, range),
     el("form", { class: "inline", onsubmit: (ev) => { ev.preventDefault(); go(); } },
-      "From offset", offset, "or time", time, "limit", limit, "as", mode, el("button", { type: "submit", id: "load" }, "Show")),
+      "From offset", offset, "or time", time, "limit", limit, "as", mode, "search", key, header,
+      el("label", {}, tail, " live tail"), el("button", { type: "submit", id: "load" }, "Show")),
     table(["Offset", "Time", "Subject", "Key", "Value", "Headers"], data.records.map((r) =>
       el("tr", { "data-offset": r.offset },
         el("td", { class: "num" }, r.offset), el("td", {}, r.time.replace("+00:00", "Z")),
@@ -244,7 +262,7 @@ async function pagePartition(stream, partition) {
         el("td", { class: "wrap key" }, show(r.key_text, r.key_b64, m)),
         el("td", { class: "wrap value" }, show(r.value_text, r.value_b64, m)),
         el("td", { class: "wrap headers" }, r.headers.map((h) => `${h.name}: ${show(h.value_text, h.value_b64, m === "hex" ? "hex" : "text")}`).join("\n"))))),
-    data.next < data.hw ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?offset=${data.next}&limit=${limit.value}&format=${m}` }, "next page →") : ""];
+    data.next < data.hw && !tailing ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?${more}` }, data.search ? "search on →" : "next page →") : ""];
 }
 
 // -- consumer groups -----------------------------------------------------------------------
@@ -394,7 +412,8 @@ function partitionNumber(text) {
 function schedule() {
   clearInterval(timer);
   const page = (location.hash || "#/cluster").split("/")[1];
-  const every = page === "plots" ? 1000 : page === "partition" ? 0 : 2000;
+  const tailing = page === "partition" && new URLSearchParams(location.hash.split("?")[1] || "").get("tail") === "1";
+  const every = page === "plots" || tailing ? 1000 : page === "partition" ? 0 : 2000;
   if (every) timer = setInterval(() => { if (!document.querySelector("form :focus, .reset-preview:not(:empty)")) render(); }, every);
 }
 
