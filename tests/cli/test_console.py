@@ -186,6 +186,8 @@ def test_read_only_by_default(console: JetConsole) -> None:
     assert status == 403
     assert "--allow-writes" in body["error"]
     assert console.request("DELETE", "/api/streams/conA", None, {"X-Jet-Console": "1"})[0] == 403
+    produce = {"stream": "conA", "value": "x"}
+    assert console.request("POST", "/api/records", produce, {"X-Jet-Console": "1"})[0] == 403
 
 
 def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
@@ -246,6 +248,34 @@ def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
         )
         assert status == 200, body
         assert anyio.run(offsets, "conIdle")[StreamPartition("conA", 1)] == 3
+        # Produce one message (issue 35): acked ALL, read back as sent.
+        sent = {
+            "stream": "conRw",
+            "partition": 1,
+            "value": "hello",
+            "key": "pk",
+            "headers": [["h", "x"]],
+        }
+        status, body, _ = rw.request(
+            "POST", "/api/streams", {"name": "conRw", "partitions": 2}, {"X-Jet-Console": "1"}
+        )
+        assert status == 201, body
+        status, ack, _ = rw.request("POST", "/api/records", sent, {"X-Jet-Console": "1"})
+        assert status == 200, ack
+        assert (ack["stream"], ack["partition"], ack["offset"]) == ("conRw", 1, 0)
+        (got,) = rw.get("/api/records?stream=conRw&partition=1&offset=0&limit=1")["records"]
+        assert (got["value_text"], got["key_text"]) == ("hello", "pk")
+        assert [(h["name"], h["value_text"]) for h in got["headers"]] == [("h", "x")]
+        for bad, fragment in (
+            ({"stream": "conRw", "value": 5}, "'value' must be a string"),
+            ({"stream": "conRw", "value": "v", "partition": 9}, "'partition' must be"),
+            ({"stream": "conRw", "value": "v", "headers": [["h"]]}, "a header must be"),
+        ):
+            status, body, _ = rw.request("POST", "/api/records", bad, {"X-Jet-Console": "1"})
+            assert status == 400, (bad, body)
+            assert fragment in body["error"], body
+        big = {"stream": "conRw", "value": "v" * 2_000_000}
+        assert rw.request("POST", "/api/records", big, {"X-Jet-Console": "1"})[0] == 413
         # A dry run: the offsets now and after, nothing written.
         status, body, _ = rw.request(
             "POST",

@@ -1,5 +1,6 @@
-"""Resetting a group's offsets in the console (issue 35): a dry-run preview first (the
-offsets now and after), nothing written until Confirm; Cancel writes nothing."""
+"""Writing from the console in Chromium (issue 35): resetting a group's offsets shows a
+dry-run preview first (the offsets now and after), nothing written until Confirm, Cancel
+writes nothing; the records page produces a message."""
 
 from __future__ import annotations
 
@@ -60,3 +61,29 @@ def test_reset_previews_then_confirms(dev3: JetDev) -> None:
         driver.execute_script(f"document.querySelector('{FORM} .confirm-reset').click()")
         wait_js(driver, text(f"{FORM} .reset-result"), lambda v: v == "reset", "reset")
         assert anyio.run(_offsets, dev3.servers) == {0: 3, 1: 3}
+
+
+def test_produce_from_the_records_page(dev3: JetDev) -> None:
+    async def create() -> None:
+        async with Client(dev3.servers) as client:
+            await client.create_stream("conSend", partitions=1, replication_factor=1)
+
+    async def read() -> list[tuple[bytes | None, bytes, tuple[tuple[str, bytes], ...]]]:
+        from jetsdk.codec.record import iter_records
+
+        async with Client(dev3.servers) as client:
+            _, raw = await client.fetch("conSend", 0, 0, max_bytes=65536, max_wait=0)
+            return [
+                (None if r.key is None else bytes(r.key), bytes(r.value), tuple(r.headers))
+                for r in iter_records(raw)
+            ]
+
+    anyio.run(create)
+    with JetConsole.start(dev3, "--allow-writes") as rw, headless_chromium() as driver:
+        goto(driver, rw, "partition/conSend/0", "partition")
+        driver.find_element("id", "produce-key").send_keys("k1")
+        driver.find_element("id", "produce-value").send_keys("from the page")
+        driver.find_element("id", "produce-header").send_keys("trace=abc")
+        driver.find_element("id", "produce").click()
+        wait_js(driver, text("#produce-result"), lambda v: v == "produced at offset 0", "the ack")
+    assert anyio.run(read) == [(b"k1", b"from the page", (("trace", b"abc"),))]

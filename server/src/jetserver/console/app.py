@@ -15,6 +15,7 @@ GET endpoints (all JSON)::
     /api/records?stream=S&partition=P[&offset=N|&time=ISO-or-ms][&limit=L]
         [&key=K][&header=NAME or NAME=VALUE]  (search: records matching, scanned from the
         offset or time given, else from the log start, at most SEARCH_MAX_SCAN per request)
+    POST /api/records            (--allow-writes: produce one message, console/produce.py)
 
 Writes (only with ``--allow-writes``, and a request header ``X-Jet-Console: 1``, which a
 page of another origin cannot send without the browser asking first; the servers still
@@ -56,6 +57,7 @@ from jetsdk.codec.record import Record, iter_records
 from jetsdk.consumer.group_admin import commit_offsets, group_offsets
 from jetsdk.metadata import partition_subject
 from jetserver.console.http import HttpError, Request, Response
+from jetserver.console.produce import produce_record
 from jetserver.observe.sampler import ClusterSampler, History, Snapshot
 
 SAMPLE_INTERVAL_S = 1.0
@@ -264,6 +266,8 @@ class ConsoleApp:
                 await self.client.delete_stream(parts[2])
                 self.deleted.add(parts[2])  # gone from the next answer, not the next sample
                 return Response.json({"deleted": parts[2]})
+            if req.method == "POST" and parts == ["api", "records"]:
+                return Response.json(await produce_record(self.client, req.json()))
             is_reset = len(parts) == 4 and parts[:2] == ["api", "groups"] and parts[3] == "reset"
             if req.method == "POST" and is_reset:
                 return Response.json(await self._reset(parts[2], req))

@@ -262,7 +262,29 @@ async function pagePartition(stream, partition) {
         el("td", { class: "wrap key" }, show(r.key_text, r.key_b64, m)),
         el("td", { class: "wrap value" }, show(r.value_text, r.value_b64, m)),
         el("td", { class: "wrap headers" }, r.headers.map((h) => `${h.name}: ${show(h.value_text, h.value_b64, m === "hex" ? "hex" : "text")}`).join("\n"))))),
+    config.allow_writes ? produceForm(stream, partition) : "",
     data.next < data.hw && !tailing ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?${more}` }, data.search ? "search on →" : "next page →") : ""];
+}
+
+// Produce one message to this partition (--allow-writes): key, value, one header name=value.
+function produceForm(stream, partition) {
+  const key = el("input", { id: "produce-key", placeholder: "key (optional)" });
+  const value = el("input", { id: "produce-value", placeholder: "value" });
+  const header = el("input", { id: "produce-header", placeholder: "header name=value (optional)" });
+  const msg = el("span", { id: "produce-result" });
+  return el("form", { class: "inline", id: "produce-form", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const headers = [];
+    if (header.value) {
+      const at = header.value.indexOf("=");
+      headers.push(at < 0 ? [header.value, ""] : [header.value.slice(0, at), header.value.slice(at + 1)]);
+    }
+    try {
+      const ack = await write("POST", "/api/records", { stream, partition, value: value.value, key: key.value || null, headers });
+      msg.textContent = `produced at offset ${ack.offset}`; msg.className = "";
+      value.value = "";
+    } catch (e) { msg.textContent = e.message; msg.className = "error"; }
+  } }, "Produce:", key, value, header, el("button", { type: "submit", id: "produce" }, "Send"), msg);
 }
 
 // -- consumer groups -----------------------------------------------------------------------
