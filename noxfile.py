@@ -37,6 +37,8 @@ DOCS_DEPS = [
 tests/doc_examples/test_docs_site.py also builds the site and checks its pages."""
 BROWSER_PACKAGES = ["chromium", "chromium-driver"]
 """Debian packages of the console's browser test (tests/support/browser.py)."""
+PROMTOOL_PACKAGES = ["prometheus"]
+"""Debian package with promtool (tests/server/test_alert_rules.py checks the alert rules)."""
 BROWSER_INSTALL_BOUND_S = 600
 SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
 
@@ -46,6 +48,7 @@ def tests(session: nox.Session) -> None:
     """Run every test (unit, storage, integration against a real nats-server)."""
     session.install(*PACKAGES, *TEST_DEPS)
     _install_browser(session)
+    _install_promtool(session)
     # The generated sync API and the spec vectors must be current with their sources.
     session.run("python", "tools/gen_sync.py", "--check")
     session.run("python", "tools/gen_vectors.py", "--check")
@@ -63,6 +66,27 @@ def _install_browser(session: nox.Session) -> None:
         session.log("no chromium/chromedriver and no root apt-get: the browser test will skip")
         return
     install = "apt-get install -y -q " + " ".join(BROWSER_PACKAGES)
+    session.run(
+        "timeout",
+        str(BROWSER_INSTALL_BOUND_S),
+        "sh",
+        "-c",
+        f"{install} || (apt-get update -q && {install})",
+        external=True,
+        env={"DEBIAN_FRONTEND": "noninteractive"},
+        success_codes=list(range(256)),
+    )
+
+
+def _install_promtool(session: nox.Session) -> None:
+    """Install promtool (Debian's prometheus package, without its recommends) with apt-get
+    when missing and running as root; otherwise the promtool checks skip and say why."""
+    if shutil.which("promtool"):
+        return
+    if not shutil.which("apt-get") or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        session.log("no promtool and no root apt-get: the alert rules' promtool checks will skip")
+        return
+    install = "apt-get install -y -q --no-install-recommends " + " ".join(PROMTOOL_PACKAGES)
     session.run(
         "timeout",
         str(BROWSER_INSTALL_BOUND_S),

@@ -15,6 +15,7 @@ import pytest
 from jetsdk import Client, StreamPartition
 from jetsdk.consumer.group_admin import group_offsets
 from jetserver.cli.main import main
+from jetserver.observe.bench_check import check_held
 from jetserver.observe.bench_report import PlotUnavailable, summary_table, to_json, write_plot
 from jetserver.observe.bench_run import BenchConfig, BenchResult, SideStats
 from support.jet_cli import jet, ok
@@ -140,3 +141,60 @@ def test_plot_without_matplotlib_is_explained(
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(PlotUnavailable, match=r"jetserver\[plot\]"):
         write_plot(result, tmp_path / "x.png")
+
+
+def test_a_message_over_the_limit_is_a_clear_error(dev3: JetDev) -> None:
+    proc = jet(dev3, "bench", "benchbig", "--size", "2000000", "--msgs", "2")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "ExceptionGroup" not in proc.stderr
+    assert "--size 2000000" in proc.stderr
+    assert "1048576" in proc.stderr  # the server's max_message_bytes
+
+
+@pytest.mark.parametrize("size", [0, 4])
+def test_latency_for_any_size(dev3: JetDev, size: int) -> None:
+    report = bench_json(
+        dev3, f"benchtiny{size}", "--sub", "1", "--msgs", "300", "--size", str(size)
+    )
+    assert report["complete"] is True
+    assert report["sub"]["msgs"] == 300
+    assert report["sub"]["latency_samples"] == 300
+    assert report["pub"]["bytes"] == 300 * size
+
+
+def test_idempotent_by_default_and_the_servers_hold_what_was_sent(dev3: JetDev) -> None:
+    report = bench_json(
+        dev3, "benchcheck", "--pub", "2", "--msgs", "800", "--partitions", "3", "--ack", "all"
+    )
+    assert report["config"]["idempotent"] is True
+    check = report["check"]
+    assert check == {
+        "held": 800,
+        "distinct": 800,
+        "duplicates": 0,
+        "missing_acked": 0,
+        "missing_unacked": 0,
+        "foreign": 0,
+    }
+    assert sum(hws(dev3, "benchcheck")) == 800
+    off = bench_json(dev3, "benchcheck", "--msgs", "100", "--no-idempotent")
+    assert off["config"]["idempotent"] is False
+    assert off["check"]["distinct"] == 100  # only this run's messages are counted
+    table = ok(jet(dev3, "bench", "benchcheck", "--msgs", "50"))
+    assert "check: the servers hold 50 of this run's messages" in table
+    assert "0 duplicates, 0 missing" in table
+
+
+def test_the_check_counts_duplicates_and_losses() -> None:
+    held = [(0, 0), (0, 1), (0, 1), (1, 0), (9, 9)]  # (publisher, sequence); (9, 9) unsent
+    check = check_held(held, sent={0: 3, 1: 2}, acked={(0, 0), (0, 1), (0, 2), (1, 0)})
+    assert check.as_json() == {
+        "held": 5,
+        "distinct": 3,
+        "duplicates": 1,
+        "missing_acked": 1,  # (0, 2): acknowledged, not held: a loss
+        "missing_unacked": 1,  # (1, 1): never acknowledged, not held
+        "foreign": 1,
+    }
+    assert check.lost

@@ -166,6 +166,15 @@ def test_pages_and_assets(console: JetConsole) -> None:
     assert console.request("GET", "/api/records?stream=missing")[0] == 404
     assert console.request("GET", "/api/records?stream=conA&partition=9")[0] == 404
     assert console.request("GET", "/api/records?stream=conA&offset=x")[0] == 400
+    # Said, not clamped silently (issue 35).
+    for query, fragment in (
+        ("limit=0", "limit must be between 1 and 500"),
+        ("limit=100000", "limit must be between 1 and 500"),
+        ("offset=1000000000", "offset 1000000000 is above the high watermark"),
+    ):
+        status, body, _ = console.request("GET", f"/api/records?stream=conA&{query}")
+        assert status == 400, (query, body)
+        assert fragment in body["error"], (query, body)
     assert console.request("PUT", "/api/streams")[0] == 405
 
 
@@ -177,6 +186,8 @@ def test_read_only_by_default(console: JetConsole) -> None:
     assert status == 403
     assert "--allow-writes" in body["error"]
     assert console.request("DELETE", "/api/streams/conA", None, {"X-Jet-Console": "1"})[0] == 403
+    produce = {"stream": "conA", "value": "x"}
+    assert console.request("POST", "/api/records", produce, {"X-Jet-Console": "1"})[0] == 403
 
 
 def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
@@ -205,6 +216,11 @@ def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
         assert status == 201, body
         assert len(body["created"]["partitions"]) == 2
         assert anyio.run(exists, "conNew")
+
+        def listed() -> set[str]:
+            return {s["name"] for s in rw.get("/api/streams")["streams"]}
+
+        wait_until(lambda: "conNew" in listed(), 30, "conNew listed")
         again = rw.request("POST", "/api/streams", {"name": "conNew"}, {"X-Jet-Console": "1"})
         assert again[0] == 409
         # Settings beyond their limits or of the wrong type: 400 naming the setting.
@@ -223,6 +239,8 @@ def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
         assert not anyio.run(exists, "conBad")
         status, body, _ = rw.request("DELETE", "/api/streams/conNew", None, {"X-Jet-Console": "1"})
         assert status == 200, body
+        # Gone from the listing at once, not after the next sample (issue 35).
+        assert "conNew" not in listed()
         assert not anyio.run(exists, "conNew")
         # Reset a group without active members ("conIdle" committed by the fixture).
         status, body, _ = rw.request(
@@ -244,6 +262,52 @@ def test_writes_with_allow_writes(dev3: JetDev, traffic: Traffic) -> None:
         )
         assert status == 200, body
         assert anyio.run(offsets, "conIdle")[StreamPartition("conA", 1)] == 3
+        # Produce one message (issue 35): acked ALL, read back as sent.
+        sent = {
+            "stream": "conRw",
+            "partition": 1,
+            "value": "hello",
+            "key": "pk",
+            "headers": [["h", "x"]],
+        }
+        status, body, _ = rw.request(
+            "POST", "/api/streams", {"name": "conRw", "partitions": 2}, {"X-Jet-Console": "1"}
+        )
+        assert status == 201, body
+        status, ack, _ = rw.request("POST", "/api/records", sent, {"X-Jet-Console": "1"})
+        assert status == 200, ack
+        assert (ack["stream"], ack["partition"], ack["offset"]) == ("conRw", 1, 0)
+        (got,) = rw.get("/api/records?stream=conRw&partition=1&offset=0&limit=1")["records"]
+        assert (got["value_text"], got["key_text"]) == ("hello", "pk")
+        assert [(h["name"], h["value_text"]) for h in got["headers"]] == [("h", "x")]
+        for bad, fragment in (
+            ({"stream": "conRw", "value": 5}, "'value' must be a string"),
+            ({"stream": "conRw", "value": "v", "partition": 9}, "'partition' must be"),
+            ({"stream": "conRw", "value": "v", "headers": [["h"]]}, "a header must be"),
+        ):
+            status, body, _ = rw.request("POST", "/api/records", bad, {"X-Jet-Console": "1"})
+            assert status == 400, (bad, body)
+            assert fragment in body["error"], body
+        big = {"stream": "conRw", "value": "v" * 2_000_000}
+        assert rw.request("POST", "/api/records", big, {"X-Jet-Console": "1"})[0] == 413
+        # A dry run: the offsets now and after, nothing written.
+        status, body, _ = rw.request(
+            "POST",
+            "/api/groups/conIdle/reset",
+            {"stream": "conA", "to": 5, "dry_run": True},
+            {"X-Jet-Console": "1"},
+        )
+        assert status == 200, body
+        assert body == {
+            "group": "conIdle",
+            "dry_run": True,
+            "offsets": {"conA/0": 5, "conA/1": 5},
+            "current": {"conA/0": 0, "conA/1": 3},
+        }
+        assert anyio.run(offsets, "conIdle") == {
+            StreamPartition("conA", 0): 0,
+            StreamPartition("conA", 1): 3,
+        }
         for bad in (b"not json", {"stream": 5}, {"stream": "conA", "to": "yesterday"}):
             status, body, _ = rw.request(
                 "POST", "/api/groups/conIdle/reset", bad, {"X-Jet-Console": "1"}

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 from rich.console import Console
 from rich.text import Text
@@ -27,7 +28,7 @@ from rich.text import Text
 from jetsdk import AckPolicy, Client, Producer, StreamPartition
 from jetsdk.consumer.group_admin import commit_offsets, group_lag
 from jetserver.observe.sampler import GroupPartition, GroupRow, PartitionRow, Snapshot
-from jetserver.observe.top_view import ViewState, render
+from jetserver.observe.top_view import ViewState, compact, keys_of, render
 from support.jet_cli import jet_env
 from support.jet_dev import JetDev
 
@@ -39,12 +40,19 @@ WIDTH, HEIGHT = 160, 40
 class Pane:
     """A command in a detached tmux session on a private socket."""
 
-    def __init__(self, command: list[str], env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        width: int = WIDTH,
+        height: int = HEIGHT,
+        name: str = "",
+    ) -> None:
         assert TMUX is not None
-        self.socket = f"jet-top-test-{os.getpid()}"
+        self.socket = f"jet-top-test-{os.getpid()}{name}"
         self.env = env
         line = " ".join(shlex.quote(c) for c in command)
-        self.tmux("new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT), "-s", "top", line)
+        self.tmux("new-session", "-d", "-x", str(width), "-y", str(height), "-s", "top", line)
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
         assert TMUX is not None
@@ -254,3 +262,75 @@ def test_sort_choices_match_the_view() -> None:
     assert view.matches("abc")
     assert not view.matches("cab")
     assert not view.key("q")
+
+
+def _row(stream: str, partition: int, **changes: object) -> PartitionRow:
+    base = PartitionRow(
+        stream=stream,
+        partition=partition,
+        leader="s1",
+        leader_epoch=1,
+        replicas=("s1", "s2", "s3"),
+        isr=("s1", "s2", "s3"),
+        hw=3_483_812,
+        leo=3_483_812,
+        log_start=0,
+        size_bytes=912_345_678,
+        replica_lag={"s2": 0, "s3": 0},
+        in_rate=12_345.0,
+        out_rate=0.0,
+        offline={},
+    )
+    return attrs.evolve(base, **changes)
+
+
+def _screen(snap: Snapshot, view: ViewState, width: int) -> str:
+    console = Console(record=True, width=width, color_system=None, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(render(snap, view, "x", width=width))
+    return console.export_text(styles=False)
+
+
+def test_narrow_terminals_get_abbreviated_figures() -> None:
+    assert [compact(v) for v in (0, 9_999, 12_345, 3_483_812, 999_999, 2.5e9)] == [
+        "0",
+        "9,999",
+        "12.3k",
+        "3.48M",
+        "1.00M",
+        "2.50G",
+    ]
+    snap = Snapshot(time.time(), "s1", (), (), (_row("big", 0),), ())
+    text = _screen(snap, ViewState(), 80)
+    line = next(line for line in text.splitlines() if line.startswith("big"))
+    assert "3.48M" in line
+    assert "912M" in line
+    assert "…" not in text  # nothing cut
+    assert max(len(line) for line in text.splitlines()) <= 80
+    wide = _screen(snap, ViewState(), 160)
+    assert "3,483,812" in wide
+
+
+def test_rows_scroll_and_counts_match_the_rows_shown() -> None:
+    rows = [_row("s", p, hw=p) for p in range(30)]
+    rows[3] = _row("s", 3, leader="s3", offline_reason="leader s3 does not answer", hw=None)
+    rows[5] = _row("s", 5, isr=("s1",))
+    internal = [_row("__groups", p, isr=("s1", "s2")) for p in range(16)]
+    snap = Snapshot(time.time(), "s1", (), (), tuple(rows + internal), ())
+    view = ViewState(page=10)
+    text = _screen(snap, view, 160)
+    shown = [line.split()[1] for line in text.splitlines() if line.startswith("s ")]
+    assert shown == [str(p) for p in range(10)]
+    assert "OFFLINE(s3)" in text
+    # Counted over the 30 rows the filter shows, the 16 hidden internal ones apart.
+    assert "30 partition(s), rows 1-10: 1 offline, 2 under-replicated" in text
+    assert "internal (hidden): 16, 0 offline, 16 under-replicated" in text
+    for char in keys_of("j\x1b[B\x1b[6~"):  # j, arrow down, PgDn: 1 + 1 + 10
+        assert view.key(char)
+    text = _screen(snap, view, 160)
+    shown = [line.split()[1] for line in text.splitlines() if line.startswith("s ")]
+    assert shown == [str(p) for p in range(12, 22)]
+    view.key("G")
+    text = _screen(snap, view, 160)
+    assert "rows 21-30" in text
+    view.key("g")
+    assert _screen(snap, view, 160).count("rows 1-10") == 1

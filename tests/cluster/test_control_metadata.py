@@ -46,7 +46,7 @@ async def test_metadata_lists_every_server_and_the_metadata_leader(cluster: DevC
     for p in cluster.servers:
         answer = await metadata(p.address)
         assert answer["servers"] == [
-            {"id": q.server_id, "address": q.address} for q in cluster.servers
+            {"id": q.server_id, "address": q.address, "live": True} for q in cluster.servers
         ]
         assert answer["metadata_leader"] == leader
 

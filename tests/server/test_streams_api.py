@@ -75,7 +75,7 @@ async def test_metadata_describe_and_list_offsets(jet: Server) -> None:
         await c.create_stream(name="a", subject="a")
         await c.create_stream(name="b", subject="b", group="g", compact=True)
         meta = await c.metadata()
-        assert meta["servers"] == [{"id": "s1", "address": jet.address}]
+        assert meta["servers"] == [{"id": "s1", "address": jet.address, "live": True}]
         assert [s["name"] for s in meta["streams"]] == ["a", "b"]
         assert meta["streams"][1]["group"] == "g"
         assert meta["streams"][1]["compact"] is True

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -153,6 +153,8 @@ class MetricsSources:
     """(stream, partition) -> offset asked by the latest consumer Fetch (for lag)."""
     disk: DiskSpace | None = None
     """Free space of the data directory's file system."""
+    cluster: Callable[[], list[str]] | None = None
+    """More exposition lines: the metadata leader's partition counts (metrics_cluster)."""
 
 
 def render(src: MetricsSources) -> str:
@@ -166,6 +168,8 @@ def render(src: MetricsSources) -> str:
     _fsyncs(out, src)
     _files(out, src)
     _disk(out, src.disk)
+    if src.cluster is not None:
+        out.extend(src.cluster())
     return "\n".join(out) + "\n"
 
 

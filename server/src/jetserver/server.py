@@ -54,6 +54,7 @@ from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
 from jetserver.metadata.store import MetadataStore, write_atomic
 from jetserver.metrics import MetricsSources, render
+from jetserver.metrics_cluster import ClusterCounts
 from jetserver.metrics_http import serve_metrics
 from jetserver.nats_link import NatsLink
 from jetserver.protocol.connection import Reply
@@ -321,6 +322,11 @@ class Server:
             listener=listener,
             consumer_positions=dispatcher.consumer_positions,
             disk=streams.disk,
+            cluster=ClusterCounts(
+                streams.streams,
+                dispatcher.is_down,
+                (lambda: node.raft.is_leader) if node is not None else (lambda: True),
+            ).lines,
         )
         return Running(address, link, streams, produce, dispatcher, listener, metrics), sock
 

@@ -39,6 +39,8 @@ class ServerInfo:
     """Server id (as used in leader and replica lists)."""
     address: str
     """``host:port`` clients connect to."""
+    live: bool = True
+    """False if the answering server's liveness probes find it down."""
 
 
 @attrs.frozen
@@ -68,9 +70,29 @@ class PartitionInfo:
     segments: int | None = None
     """Segment count (DescribeStream only)."""
     offline: str | None = None
-    """Why the answering server's replica cannot open (too many open files, a damaged
-    disk...), or None (DescribeStream only). Produce and Fetch to it fail at once with
-    PartitionOffline."""
+    """None, or why the partition is offline: it has no live leader (``"no leader"``,
+    ``"leader s3 does not answer"``, as the answering server's liveness view finds it:
+    nothing can be produced to it or read from it until a leader is back), or, in a
+    DescribeStream answer, why the answering server's replica cannot open (too many open
+    files, a damaged disk...; Produce and Fetch to it there fail at once with
+    PartitionOffline)."""
+
+    @property
+    def is_offline(self) -> bool:
+        """True if the partition is offline (see :attr:`offline`)."""
+        return self.offline is not None
+
+    @property
+    def under_replicated(self) -> bool:
+        """Offline, without a leader, or with fewer in-sync replicas than replicas."""
+        return self.is_offline or self.leader is None or len(self.isr) < len(self.replicas)
+
+    @property
+    def state(self) -> str:
+        """``"offline"``, ``"under-replicated"`` or ``"ok"`` (the worst that holds)."""
+        if self.is_offline:
+            return "offline"
+        return "under-replicated" if self.under_replicated else "ok"
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> PartitionInfo:
@@ -200,7 +222,10 @@ class ClusterMetadata:
         """Parse a Metadata response; MalformedFrame if it does not match the spec."""
         servers = {}
         for raw in _get_list(obj, "servers", dict):
-            info = ServerInfo(id=_get(raw, "id", str), address=_get(raw, "address", str))
+            live = raw.get("live", True)
+            if not isinstance(live, bool):
+                raise MalformedFrame(f"field 'live' must be bool, got {live!r}")
+            info = ServerInfo(id=_get(raw, "id", str), address=_get(raw, "address", str), live=live)
             servers[info.id] = info
         streams = {}
         for raw in _get_list(obj, "streams", dict):

@@ -10,7 +10,11 @@ modelled on ``nats bench``.
 
 The stream is created when it is missing (``--partitions``, ``--replicas``) and kept. A
 progress bar is drawn on stderr when it is a terminal; the summary table (or ``--json``) goes
-to stdout. Exit code 1 when a message was not acknowledged or not received in time.
+to stdout. Publishers are idempotent unless ``--no-idempotent``; at the end the run reads
+back what the servers hold of it and prints duplicates and missing messages
+(``--no-check`` skips it). Exit code 1 when a message was not acknowledged, not received in
+time, or acknowledged and then missing from the servers; 2 when ``--size`` is over the
+largest message the servers (or the stream) accept.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from jetsdk import Client
+from jetsdk import Client, JetError, StreamNotFound
 from jetserver.cli.progress import Progress
 from jetserver.cli.security_opts import security_kwargs
 from jetserver.cli.stream_cmd import (
@@ -39,6 +43,7 @@ from jetserver.cli.stream_cmd import (
     print_json,
     run_with_client,
 )
+from jetserver.observe.bench_check import largest_size, message_bytes
 from jetserver.observe.bench_report import PlotUnavailable, summary_table, to_json, write_plot
 from jetserver.observe.bench_run import BenchConfig, run_bench
 
@@ -86,6 +91,18 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--timeout", type=positive_float, default=300.0, help="bound on the run (default 300 s)"
     )
+    p.add_argument(
+        "--no-idempotent",
+        dest="idempotent",
+        action="store_false",
+        help="plain producers (default: idempotent, a retried batch is not stored twice)",
+    )
+    p.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="skip reading back what the servers hold at the end",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--plot",
@@ -124,16 +141,27 @@ def _bench(args: argparse.Namespace) -> int:
         replicas=args.replicas,
         timeout=args.timeout,
         max_pending=args.window,
+        idempotent=args.idempotent,
+        check=args.check,
     )
     kwargs = security_kwargs(args)
 
     def factory() -> Client:
         return Client(args.servers, connect_timeout=args.connect_timeout, **kwargs)
 
-    async def body(_client: Client) -> int:
+    async def body(client: Client) -> int:
+        too_big = await _over_limit(client, cfg)
+        if too_big is not None:
+            return fail(too_big, EXIT_USAGE)
         progress = Progress(cfg.msgs * (1 + cfg.subscribers if cfg.group is None else 2))
         try:
             result = await run_bench(cfg, factory, progress.add)
+        except BaseExceptionGroup as group:
+            # One publisher's or subscriber's error (the first), not a traceback per task.
+            first = _first_error(group)
+            if first is None:
+                raise
+            return fail(f"{type(first).__name__}: {first}", EXIT_FAILED)
         finally:
             progress.close()
         report = to_json(result)
@@ -149,6 +177,38 @@ def _bench(args: argparse.Namespace) -> int:
             else:
                 if not args.json:
                     print(f"plot: {args.plot}")
-        return EXIT_OK if result.complete else EXIT_FAILED
+        lost = result.check is not None and result.check.lost
+        return EXIT_OK if result.complete and not lost else EXIT_FAILED
 
     return run_with_client(args, body)
+
+
+async def _over_limit(client: Client, cfg: BenchConfig) -> str | None:
+    """Why ``--size`` cannot be sent (over the servers' or the stream's
+    max_message_bytes, identity header included), or None."""
+    limit, where = client.max_message_bytes, "the servers' max_message_bytes"
+    try:
+        info = await client.describe_stream(cfg.stream)
+    except StreamNotFound:
+        info = None
+    stream_limit = info.config.get("max_message_bytes") if info is not None else None
+    if isinstance(stream_limit, int) and 0 < stream_limit < limit:
+        limit, where = stream_limit, f"stream {cfg.stream}'s max_message_bytes"
+    size = message_bytes(cfg.size)
+    if size <= limit:
+        return None
+    return (
+        f"--size {cfg.size} makes {size:,}-byte messages, over {where} ({limit}); "
+        f"the largest --size accepted is {largest_size(limit)}"
+    )
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first_error(exc)
+            if found is not None:
+                return found
+        elif isinstance(exc, JetError | OSError):
+            return exc
+    return None

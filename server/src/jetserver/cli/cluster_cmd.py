@@ -9,7 +9,16 @@ ones its leader reports (the committed end). ``--json`` prints one object::
      "servers": [{"id": "s1", "address": "...", "up": true}, ...],
      "partitions": [{"stream": "orders", "partition": 0, "leader": "s1", "leader_epoch": 3,
                      "replicas": [...], "isr": [...], "hw": 120, "leo": 121,
-                     "offline": {server: reason}}, ...]}
+                     "state": "ok" | "under-replicated" | "offline",
+                     "offline_reason": null | "leader s3 does not answer",
+                     "internal": false, "offline": {server: reason}}, ...],
+     "counts": {"partitions": 5, "offline": 1, "under_replicated": 2,
+                "internal": {"partitions": 16, "offline": 0, "under_replicated": 0}}}
+
+A partition is offline when it has no live leader as the cluster's liveness view finds it
+(spec/cluster.md, "Partition health"); ``offline`` lists the replicas that cannot open on
+their server. The servers are asked at once, each within its own bound. The counts are
+those of user streams, the internal ones apart.
 
 Exit code 0 when every server answers and every partition has a leader, a full ISR and no
 offline replica, 1 otherwise (so scripts doing a rolling restart can wait for 0 between two
@@ -19,8 +28,9 @@ servers).
 from __future__ import annotations
 
 import argparse
-from contextlib import AsyncExitStack
 from typing import Any
+
+import anyio
 
 from jetsdk import Client, JetError
 from jetsdk.codec.frames import Api
@@ -68,23 +78,28 @@ def _status(args: argparse.Namespace) -> int:
         leader = raw.get("metadata_leader")
         up: dict[str, bool] = {}
         views: dict[str, dict[str, StreamInfo]] = {}
-        async with AsyncExitStack() as stack:
-            for sid, server in sorted(meta.servers.items()):
+
+        async def visit(sid: str, address: str) -> None:
+            up[sid] = False
+            with anyio.move_on_after(SERVER_CONNECT_TIMEOUT_S * 2):
                 try:
-                    direct = await stack.enter_async_context(
-                        Client(
-                            [server.address],
-                            connect_timeout=SERVER_CONNECT_TIMEOUT_S,
-                            request_timeout=SERVER_CONNECT_TIMEOUT_S * 2,
-                            **security_kwargs(args),
-                        )
-                    )
-                    views[sid] = {
-                        name: await direct.describe_stream(name) for name in sorted(meta.streams)
-                    }
-                    up[sid] = True
+                    async with Client(
+                        [address],
+                        connect_timeout=SERVER_CONNECT_TIMEOUT_S,
+                        request_timeout=SERVER_CONNECT_TIMEOUT_S * 2,
+                        **security_kwargs(args),
+                    ) as direct:
+                        views[sid] = {
+                            name: await direct.describe_stream(name)
+                            for name in sorted(meta.streams)
+                        }
+                        up[sid] = True
                 except (JetError, OSError):
-                    up[sid] = False
+                    pass
+
+        async with anyio.create_task_group() as tg:
+            for sid, server in sorted(meta.servers.items()):
+                tg.start_soon(visit, sid, server.address)
         report = _report(meta, leader if isinstance(leader, str) else None, up, views)
         if args.json:
             print_json(report)
@@ -122,6 +137,9 @@ def _report(
                     "isr": list(p.isr),
                     "hw": seen.hw if seen is not None else None,
                     "leo": seen.leo if seen is not None else None,
+                    "state": p.state,
+                    "offline_reason": p.offline,
+                    "internal": meta.streams[name].internal,
                     "offline": offline,
                 }
             )
@@ -132,13 +150,24 @@ def _report(
             for sid, s in sorted(meta.servers.items())
         ],
         "partitions": partitions,
+        "counts": {
+            **_counts([p for p in partitions if not p["internal"]]),
+            "internal": _counts([p for p in partitions if p["internal"]]),
+        },
+    }
+
+
+def _counts(partitions: list[dict[str, Any]]) -> dict[str, int]:
+    return {
+        "partitions": len(partitions),
+        "offline": sum(1 for p in partitions if p["state"] == "offline"),
+        "under_replicated": sum(1 for p in partitions if p["state"] != "ok"),
     }
 
 
 def _healthy(report: dict[str, Any]) -> bool:
     return all(s["up"] for s in report["servers"]) and all(
-        p["leader"] is not None and len(p["isr"]) == len(p["replicas"]) and not p["offline"]
-        for p in report["partitions"]
+        p["state"] == "ok" and not p["offline"] for p in report["partitions"]
     )
 
 
@@ -152,7 +181,7 @@ def _print(report: dict[str, Any]) -> None:
         print("no streams")
         return
     print()
-    rows = [["STREAM", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "HW", "LEO"]]
+    rows = [["STREAM", "PARTITION", "STATE", "LEADER", "EPOCH", "REPLICAS", "ISR", "HW", "LEO"]]
     for p in report["partitions"]:
         isr = ",".join(p["isr"]) or "-"
         if len(p["isr"]) < len(p["replicas"]):
@@ -161,6 +190,7 @@ def _print(report: dict[str, Any]) -> None:
             [
                 p["stream"],
                 str(p["partition"]),
+                p["state"].upper() if p["state"] == "offline" else p["state"],
                 p["leader"] or "NONE",
                 str(p["leader_epoch"]),
                 ",".join(p["replicas"]),
@@ -170,7 +200,15 @@ def _print(report: dict[str, Any]) -> None:
             ]
         )
     _table(rows)
+    c, ci = report["counts"], report["counts"]["internal"]
+    print(
+        f"\n{c['partitions']} partition(s): {c['offline']} offline, "
+        f"{c['under_replicated']} under-replicated; internal: {ci['partitions']} "
+        f"partition(s), {ci['offline']} offline, {ci['under_replicated']} under-replicated"
+    )
     for p in report["partitions"]:
+        if p["offline_reason"] is not None:
+            print(f"OFFLINE {p['stream']}/{p['partition']}: {p['offline_reason']}")
         for sid, reason in sorted(p["offline"].items()):
             print(f"OFFLINE {p['stream']}/{p['partition']} on {sid}: {reason}")
 

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import attrs
 import orjson
 
 from jetsdk import AckPolicy, Client, JetConnectionError, JetError, StreamExists
@@ -291,9 +292,56 @@ def _list(args: argparse.Namespace) -> int:
     return run_with_client(args, body)
 
 
+LEADER_VIEW_TIMEOUT_S = 2.0
+"""Bound on asking a partition's leader for the positions the answering server lacks."""
+
+
+async def _with_leader_positions(
+    client: Client, info: StreamInfo, args: argparse.Namespace
+) -> StreamInfo:
+    """``info`` with HW, LEO, log start and size taken from each partition's leader where
+    the answering server holds no replica (a partition of replication factor 1 elsewhere);
+    offline partitions keep "-" (their leader does not answer)."""
+    missing = {p.leader for p in info.partitions if p.hw is None and p.leader and not p.offline}
+    if not missing:
+        return info
+    servers = (await client.metadata()).servers
+    seen: dict[str, StreamInfo] = {}
+    for sid in sorted(missing):
+        server = servers.get(sid)
+        if server is None:
+            continue
+        with anyio.move_on_after(LEADER_VIEW_TIMEOUT_S):
+            try:
+                async with Client(
+                    [server.address],
+                    connect_timeout=LEADER_VIEW_TIMEOUT_S,
+                    request_timeout=LEADER_VIEW_TIMEOUT_S,
+                    **security_kwargs(args),
+                ) as direct:
+                    seen[sid] = await direct.describe_stream(info.name)
+            except (JetError, OSError):
+                pass
+    parts = []
+    for p in info.partitions:
+        view = seen.get(p.leader or "") if p.hw is None else None
+        own = view.partition(p.partition) if view is not None else None
+        if own is not None:
+            p = attrs.evolve(
+                p,
+                hw=own.hw,
+                leo=own.leo,
+                log_start=own.log_start,
+                size_bytes=own.size_bytes,
+                segments=own.segments,
+            )
+        parts.append(p)
+    return attrs.evolve(info, partitions=tuple(parts))
+
+
 def _info(args: argparse.Namespace) -> int:
     async def body(client: Client) -> int:
-        info = await client.describe_stream(args.name)
+        info = await _with_leader_positions(client, await client.describe_stream(args.name), args)
         if args.json:
             print_json(info.to_json())
             return EXIT_OK
@@ -321,12 +369,15 @@ def _print_info(info: StreamInfo) -> None:
     settings = {k: v for k, v in info.config.items() if v is not None}
     if settings:
         print("config:      " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
-    rows = [["PARTITION", "SUBJECT", "LEADER", "REPLICAS", "ISR", "LOG_START", "HW", "LEO"]]
+    rows = [
+        ["PARTITION", "SUBJECT", "STATE", "LEADER", "REPLICAS", "ISR", "LOG_START", "HW", "LEO"]
+    ]
     for p in info.partitions:
         rows.append(
             [
                 str(p.partition),
                 p.subject,
+                p.state.upper() if p.is_offline else p.state,
                 p.leader or "-",
                 ",".join(p.replicas) or "-",
                 ",".join(p.isr) or "-",
@@ -337,6 +388,9 @@ def _print_info(info: StreamInfo) -> None:
         )
     print()
     _print_table(rows)
+    offline = sum(1 for p in info.partitions if p.is_offline)
+    under = sum(1 for p in info.partitions if p.under_replicated)
+    print(f"\n{len(info.partitions)} partition(s): {offline} offline, {under} under-replicated")
     for p in info.partitions:
         if p.offline is not None:
             print(f"OFFLINE partition {p.partition}: {p.offline}")

@@ -13,6 +13,9 @@ GET endpoints (all JSON)::
     /api/groups                      groups: members, assignment, committed offsets, lag
     /api/history                     per-stream in/out msg/s and per-group lag over time
     /api/records?stream=S&partition=P[&offset=N|&time=ISO-or-ms][&limit=L]
+        [&key=K][&header=NAME or NAME=VALUE]  (search: records matching, scanned from the
+        offset or time given, else from the log start, at most SEARCH_MAX_SCAN per request)
+    POST /api/records            (--allow-writes: produce one message, console/produce.py)
 
 Writes (only with ``--allow-writes``, and a request header ``X-Jet-Console: 1``, which a
 page of another origin cannot send without the browser asking first; the servers still
@@ -31,11 +34,13 @@ from __future__ import annotations
 import base64
 import importlib.resources
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
 import anyio
+import attrs
 
 from jetsdk import (
     Client,
@@ -49,9 +54,10 @@ from jetsdk import (
     StreamPartition,
 )
 from jetsdk.codec.record import Record, iter_records
-from jetsdk.consumer.group_admin import commit_offsets
+from jetsdk.consumer.group_admin import commit_offsets, group_offsets
 from jetsdk.metadata import partition_subject
 from jetserver.console.http import HttpError, Request, Response
+from jetserver.console.produce import produce_record
 from jetserver.observe.sampler import ClusterSampler, History, Snapshot
 
 SAMPLE_INTERVAL_S = 1.0
@@ -59,6 +65,34 @@ FIRST_SAMPLE_WAIT_S = 15.0
 MAX_RECORDS = 500
 _FETCH_BYTES = 1024 * 1024
 _MAX_FETCHES = 100
+SEARCH_MAX_SCAN = 100_000
+"""Records one search request reads at most (its answer's ``next`` continues it)."""
+
+
+def record_filter(query: dict[str, str]) -> Callable[[Record], bool] | None:
+    """The search of ``key`` (the key as UTF-8 text, exactly) and ``header`` (``NAME``: has
+    the header; ``NAME=VALUE``: with that value as UTF-8 text), or None without one."""
+    key = query.get("key") or None
+    header = query.get("header") or None
+    if key is None and header is None:
+        return None
+    name, has_value, value = (header or "").partition("=")
+
+    def matches(record: Record) -> bool:
+        if key is not None and (
+            record.key is None or bytes(record.key).decode("utf-8", "replace") != key
+        ):
+            return False
+        if header is None:
+            return True
+        return any(
+            h == name and (not has_value or bytes(v).decode("utf-8", "replace") == value)
+            for h, v in record.headers
+        )
+
+    return matches
+
+
 _TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -152,6 +186,9 @@ class ConsoleApp:
         self.error: str | None = None
         self.sampled = anyio.Event()
         self.static = _static_files()
+        self.deleted: set[str] = set()
+        """Streams deleted here that the latest sample may still list (left out of the
+        answers until a sample no longer has them)."""
 
     async def run_sampler(self, interval: float = SAMPLE_INTERVAL_S) -> None:
         """Sample forever (until cancelled), every ``interval`` seconds."""
@@ -164,6 +201,7 @@ class ConsoleApp:
             else:
                 self.snapshot, self.error = snap, None
                 self.history.add(snap)
+                self.deleted &= {info.name for info in snap.streams}
             self.sampled.set()
             await anyio.sleep(max(0.05, interval - (time.monotonic() - began)))
 
@@ -172,7 +210,15 @@ class ConsoleApp:
             await self.sampled.wait()
         if self.snapshot is None:
             raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, self.error or "no sample yet")
-        return self.snapshot
+        gone = self.deleted
+        if not gone:
+            return self.snapshot
+        snap = self.snapshot
+        return attrs.evolve(
+            snap,
+            streams=tuple(s for s in snap.streams if s.name not in gone),
+            partitions=tuple(p for p in snap.partitions if p.stream not in gone),
+        )
 
     async def handle(self, req: Request) -> Response:
         """Route one request."""
@@ -213,10 +259,15 @@ class ConsoleApp:
             self._check_write(req)
             parts = path.strip("/").split("/")
             if req.method == "POST" and parts == ["api", "streams"]:
-                return Response.json(await self._create(req), HTTPStatus.CREATED)
+                created = await self._create(req)
+                self.deleted.clear()  # a name deleted a moment ago may be back
+                return Response.json(created, HTTPStatus.CREATED)
             if req.method == "DELETE" and len(parts) == 3 and parts[:2] == ["api", "streams"]:
                 await self.client.delete_stream(parts[2])
+                self.deleted.add(parts[2])  # gone from the next answer, not the next sample
                 return Response.json({"deleted": parts[2]})
+            if req.method == "POST" and parts == ["api", "records"]:
+                return Response.json(await produce_record(self.client, req.json()))
             is_reset = len(parts) == 4 and parts[:2] == ["api", "groups"] and parts[3] == "reset"
             if req.method == "POST" and is_reset:
                 return Response.json(await self._reset(parts[2], req))
@@ -251,9 +302,20 @@ class ConsoleApp:
             "at": snap.at,
             "metadata_leader": snap.metadata_leader,
             "servers": list(snap.servers),
-            "streams": sum(1 for s in snap.streams if not s.name.startswith("__")),
-            "partitions": len(snap.partitions),
-            "under_replicated": sum(1 for p in snap.partitions if p.under_replicated),
+            "streams": sum(1 for s in snap.streams if not s.internal),
+            "internal_streams": sum(1 for s in snap.streams if s.internal),
+            # User streams' partitions; the internal ones (__groups...) counted apart, so
+            # that every count matches the streams it is shown with.
+            "partitions": sum(1 for p in snap.partitions if not p.internal),
+            "offline": sum(1 for p in snap.partitions if p.is_offline and not p.internal),
+            "under_replicated": sum(
+                1 for p in snap.partitions if p.under_replicated and not p.internal
+            ),
+            "internal_partitions": sum(1 for p in snap.partitions if p.internal),
+            "internal_offline": sum(1 for p in snap.partitions if p.is_offline and p.internal),
+            "internal_under_replicated": sum(
+                1 for p in snap.partitions if p.under_replicated and p.internal
+            ),
             "groups": len(snap.groups),
         }
 
@@ -269,6 +331,9 @@ class ConsoleApp:
                     "partition_rows": rows,
                     "size_bytes": sum(r["size_bytes"] or 0 for r in rows),
                     "messages": sum((r["hw"] or 0) - (r["log_start"] or 0) for r in rows),
+                    # Partitions whose figures are unknown (offline: no live leader);
+                    # "messages" and "size_bytes" leave them out.
+                    "offline": sum(1 for r in rows if r["is_offline"]),
                 }
             )
         return {"at": snap.at, "streams": out}
@@ -286,24 +351,46 @@ class ConsoleApp:
         if not stream:
             raise HttpError(HTTPStatus.BAD_REQUEST, "missing parameter 'stream'")
         partition = _int(req.query, "partition", 0)
-        limit = min(_int(req.query, "limit", 50), MAX_RECORDS)
-        info = await self.client.stream_info(stream)
-        if partition >= info.partition_count:
+        limit = _int(req.query, "limit", 50)
+        if not 1 <= limit <= MAX_RECORDS:
+            # Said, not clamped: a page of other than the asked size would mislead.
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST, f"limit must be between 1 and {MAX_RECORDS}, not {limit}"
+            )
+        info = await self.client.stream_info(stream, refresh=True)
+        part = info.partition(partition)
+        if part is None:
             raise HttpError(HTTPStatus.NOT_FOUND, f"stream {stream!r} has no partition {partition}")
+        if part.is_offline:
+            # At once, rather than after the client's retries for a leader that is gone.
+            raise HttpError(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"partition {stream}/{partition} is offline: {part.offline}",
+            )
         ends = await self.client.list_offsets(stream, partition, "earliest")
         if req.query.get("time"):
             found = await self.client.list_offsets(stream, partition, parse_time(req.query["time"]))
             start = found.offset
         elif req.query.get("offset", "") != "":
             start = _int(req.query, "offset")
+            if start > ends.hw:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"offset {start} is above the high watermark {ends.hw} of "
+                    f"{stream}/{partition} (log start {ends.log_start})",
+                )
+        elif record_filter(req.query) is not None:
+            start = ends.log_start  # a search reads from the start
         else:
             start = max(ends.log_start, ends.hw - limit)  # the last `limit` records
         start = min(max(start, ends.log_start), ends.hw)
+        search = record_filter(req.query)
         subject = partition_subject(info.subject, partition)
         records: list[dict[str, Any]] = []
         offset = start
+        scanned = 0
         for _ in range(_MAX_FETCHES):
-            if len(records) >= limit or offset >= ends.hw:
+            if len(records) >= limit or offset >= ends.hw or scanned >= SEARCH_MAX_SCAN:
                 break
             try:
                 _header, raw = await self.client.fetch(
@@ -317,9 +404,11 @@ class ConsoleApp:
                 if record.offset < offset:
                     continue
                 got = True
-                records.append(record_json(record, subject))
                 offset = record.offset + 1
-                if len(records) >= limit:
+                scanned += 1
+                if search is None or search(record):
+                    records.append(record_json(record, subject))
+                if len(records) >= limit or scanned >= SEARCH_MAX_SCAN:
                     break
             if not got:
                 break
@@ -330,6 +419,8 @@ class ConsoleApp:
             "hw": ends.hw,
             "start": start,
             "next": offset,
+            "scanned": scanned,
+            "search": search is not None,
             "records": records,
         }
 
@@ -383,8 +474,14 @@ class ConsoleApp:
                 offsets[StreamPartition(stream, p)] = to
             else:
                 raise HttpError(HTTPStatus.BAD_REQUEST, "'to' is earliest, latest or an offset")
+        planned = {f"{k.stream}/{k.partition}": v for k, v in sorted(offsets.items())}
+        if body.get("dry_run") is True:
+            # The preview the page confirms: what each partition's committed offset is now
+            # and would become; nothing is written.
+            now = await group_offsets(self.client, group)
+            current = {
+                f"{k.stream}/{k.partition}": now[k].offset if k in now else None for k in offsets
+            }
+            return {"group": group, "dry_run": True, "offsets": planned, "current": current}
         await commit_offsets(self.client, group, offsets, committer="jet-console")
-        return {
-            "group": group,
-            "offsets": {f"{k.stream}/{k.partition}": v for k, v in sorted(offsets.items())},
-        }
+        return {"group": group, "offsets": planned}

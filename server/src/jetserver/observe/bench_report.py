@@ -70,8 +70,10 @@ def to_json(result: BenchResult) -> dict[str, Any]:
             "latency_mode": cfg.latency,
             "partitions": cfg.partitions,
             "replicas": cfg.replicas,
+            "idempotent": cfg.idempotent,
         },
         "complete": result.complete,
+        "check": result.check.as_json() if result.check is not None else None,
         "seconds": round((result.end_ns - result.start_ns) / 1e9, 6),
         "pub": side_summary(result.publishers, result.start_ns),
         "sub": side_summary(result.subscribers, result.start_ns),
@@ -124,6 +126,16 @@ def summary_table(report: dict[str, Any]) -> str:
             c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)
         ]
         lines.append("  ".join(cells))
+    check = report.get("check")
+    if check is not None:
+        lines.append(
+            f"check: the servers hold {check['distinct']:,} of this run's messages: "
+            f"{check['duplicates']:,} duplicates, {check['missing_acked']:,} missing "
+            f"acknowledged (lost), {check['missing_unacked']:,} missing unacknowledged"
+            + (f", {check['foreign']:,} other records" if check["foreign"] else "")
+        )
+        if check["missing_acked"]:
+            lines.append(f"LOST: {check['missing_acked']:,} acknowledged message(s) missing")
     if not report["complete"]:
         lines.append(
             f"INCOMPLETE: {report['pub']['msgs']:,} acked, {report['pub']['errors']:,} failed, "

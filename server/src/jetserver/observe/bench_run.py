@@ -10,10 +10,15 @@ in this process, each with its own :class:`jetsdk.Client` (its own connections).
   ends once the group saw every message (counted once per (partition, offset), since a
   rebalance may deliver a record twice). The group starts at the partitions' high
   watermarks (simple commits before any member joins).
-- Every payload starts with the 8-byte ``time.monotonic_ns()`` of its send (when ``size`` is
-  at least 8), so subscribers measure the *end-to-end latency* (send to consume) on the
-  same clock. **Latency mode** sends at a paced rate with linger 0 so that it measures
-  latency at a fixed load, not queueing behind a full window.
+- Every message carries the ``time.monotonic_ns()`` of its send and its identity (in the
+  value, or a header below 18 bytes: :mod:`jetserver.observe.bench_check`), so subscribers
+  measure the *end-to-end latency* (send to consume) on the same clock whatever the size.
+  **Latency mode** sends at a paced rate with linger 0 so that it measures latency at a
+  fixed load, not queueing behind a full window.
+- Publishers are idempotent by default (``--no-idempotent``: not), so a retry after a lost
+  connection or a leader change does not store a message twice. After the run the
+  **check** reads back what the servers hold from where each partition ended before the
+  run and counts duplicates and missing messages (acknowledged ones missing are losses).
 
 Counts are bucketed every :data:`STEP_S` seconds for the throughput-over-time plot.
 """
@@ -40,11 +45,17 @@ from jetsdk import (
 )
 from jetsdk.consumer.group_admin import commit_offsets
 from jetsdk.consumer.positions import StartAt
+from jetserver.observe.bench_check import (
+    Check,
+    MessageId,
+    check_held,
+    identity,
+    payload_maker,
+    read_back,
+)
 
 STEP_S = 0.1
 """Width of the throughput-over-time buckets, seconds."""
-STAMP_BYTES = 8
-"""The payload prefix holding the send time (monotonic ns, big-endian)."""
 _FETCH_WAIT_S = 0.25
 """Longest a subscriber waits in one fetch before checking whether the run is over."""
 
@@ -72,6 +83,10 @@ class BenchConfig:
     """Bound on the whole run, seconds."""
     max_pending: int = 4000
     """Unacknowledged messages per publisher (the producer's window)."""
+    idempotent: bool = True
+    """Idempotent producers (a retried batch is not stored twice)."""
+    check: bool = True
+    """Read back what the servers hold at the end (:class:`Check`)."""
 
 
 @attrs.define
@@ -115,23 +130,8 @@ class BenchResult:
     """Group mode: distinct (partition, offset) seen; else the least a subscriber saw."""
     complete: bool
     """Every message was acknowledged (or sent, ack none) and every subscriber got all."""
-
-
-def stamped_payload(size: int) -> Callable[[], bytes]:
-    """A function making one payload of ``size`` bytes, stamped with the send time when
-    ``size`` allows."""
-    pad = bytes(max(0, size - STAMP_BYTES))
-    if size < STAMP_BYTES:
-        fixed = bytes(size)
-        return lambda: fixed
-    return lambda: time.monotonic_ns().to_bytes(STAMP_BYTES, "big") + pad
-
-
-def stamp_of(value: bytes) -> int | None:
-    """The send time a payload carries, or None."""
-    if len(value) < STAMP_BYTES:
-        return None
-    return int.from_bytes(value[:STAMP_BYTES], "big")
+    check: Check | None = None
+    """What the servers hold of the run (None: not checked)."""
 
 
 class _Run:
@@ -153,6 +153,9 @@ class _Run:
         self.all_ready = anyio.Event()
         self.assigned: dict[int, set[int]] = {i: set() for i in range(cfg.subscribers)}
         self.group_name: str | None = None
+        self.run_tag = uuid.uuid4().int & 0xFFFFFFFF
+        self.sent: dict[int, int] = {}
+        self.acked: set[MessageId] = set()
         if cfg.group is not None:
             self.group_name = cfg.group or f"bench-{uuid.uuid4().hex[:8]}"
 
@@ -205,7 +208,8 @@ class _Run:
                     fresh = 0
                     for msg in batch:
                         value = msg.value
-                        stamp = stamp_of(value)
+                        ident = identity(value, msg.headers)
+                        stamp = ident.stamp_ns if ident is not None else None
                         if self.group_name is not None:
                             key = (msg.partition, msg.offset)
                             if key in self.seen:
@@ -221,17 +225,18 @@ class _Run:
 
     async def publisher(self, index: int, count: int) -> None:
         stats = self.pub_stats[index]
-        payload = stamped_payload(self.cfg.size)
+        payload = payload_maker(self.cfg.size, self.run_tag, index)
         per_pub_rate = self.cfg.rate / self.cfg.publishers if self.cfg.rate > 0 else 0.0
         linger = 0.0 if self.cfg.latency else 0.005
         pending = self.cfg.max_pending
         size = self.cfg.size
 
-        def done(handle: SendHandle, sent_ns: int) -> None:
+        def done(handle: SendHandle, sent_ns: int, seq: int) -> None:
             now = time.monotonic_ns()
             if handle.exception() is not None:
                 stats.errors += 1
                 return
+            self.acked.add((index, seq))
             stats.add(now, self.start_ns, size, now - sent_ns)
             self.on_progress(1)
 
@@ -243,6 +248,7 @@ class _Run:
                 ack=self.cfg.ack,
                 linger=linger,
                 max_pending=pending,
+                idempotent=self.cfg.idempotent,
             ) as producer,
         ):
             began = time.monotonic()
@@ -252,8 +258,10 @@ class _Run:
                     if delay > 0:
                         await anyio.sleep(delay)
                 sent = time.monotonic_ns()
-                handle = await producer.send_soon(payload())
-                handle.add_done_callback(functools.partial(done, sent_ns=sent))
+                value, headers = payload(i)
+                handle = await producer.send_soon(value, headers=headers)
+                self.sent[index] = i + 1
+                handle.add_done_callback(functools.partial(done, sent_ns=sent, seq=i))
             await producer.flush()
 
 
@@ -284,11 +292,11 @@ async def run_bench(
             )
         cfg = attrs.evolve(cfg, partitions=info.partition_count, replicas=info.replication_factor)
         run.cfg = cfg
+        ends = {}
+        for p in range(info.partition_count):
+            ends[p] = (await admin.list_offsets(cfg.stream, p, "latest")).hw
         if run.group_name is not None:
-            starts = {}
-            for p in range(info.partition_count):
-                end = await admin.list_offsets(cfg.stream, p, "latest")
-                starts[StreamPartition(cfg.stream, p)] = end.hw
+            starts = {StreamPartition(cfg.stream, p): hw for p, hw in ends.items()}
             await commit_offsets(admin, run.group_name, starts)
     complete = True
     with anyio.move_on_after(cfg.timeout) as scope:
@@ -316,6 +324,11 @@ async def run_bench(
     )
     if acked < cfg.msgs or (cfg.subscribers and unique < cfg.msgs):
         complete = False
+    check = None
+    if cfg.check:
+        async with client_factory() as admin:
+            held = await read_back(admin, cfg.stream, ends, run.run_tag)
+        check = check_held(held, run.sent, run.acked)
     return BenchResult(
         config=cfg,
         start_ns=run.start_ns,
@@ -326,4 +339,5 @@ async def run_bench(
         expected_per_subscriber=cfg.msgs if run.group_name is None else 0,
         unique_received=unique,
         complete=complete,
+        check=check,
     )

@@ -4,7 +4,8 @@ Each :meth:`ClusterSampler.sample` (about once a second) reads:
 
 - the metadata (servers, streams, partitions, leaders, ISRs) and the metadata leader, from
   any server;
-- every server directly (its own client, a short connect timeout): whether it answers, and
+- every server directly (one long-lived client per server, :mod:`.server_links`; each
+  server within its own 2 s bound): whether it answers, and
   its ``DescribeStream`` view of each stream, so a partition's HW, LEO, log start and size
   are those its **leader** reports and each follower's **replica lag** is the leader's LEO
   minus the follower's;
@@ -14,10 +15,13 @@ Each :meth:`ClusterSampler.sample` (about once a second) reads:
   a partition's **group lag** is its HW minus the committed offset (HW minus log start
   without a commit).
 
-Rates come from two successive samples: **in msg/s** is the HW's growth per second; **out
-msg/s** the growth of the groups' committed offsets on the partition per second (summed
-over groups), i.e. what consumer groups processed. :class:`History` keeps a window of them
-per stream and the lag per group for the console's plots.
+Rates: **in msg/s** is the HW's growth per second between two successive samples; **out
+msg/s** the growth of the groups' committed offsets on the partition (summed over groups),
+i.e. what consumer groups processed, as the rate of their last commit step
+(:class:`~jetserver.observe.rates.StepRate`: groups commit every few seconds, so a
+per-sample growth read 0 most seconds and then several times the real rate).
+:class:`History` keeps a window of them per stream and the lag per group for the console's
+plots.
 """
 
 from __future__ import annotations
@@ -37,8 +41,12 @@ from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer.group_admin import read_group
 from jetsdk.group.records import GROUPS_STREAM
-from jetsdk.metadata import ClusterMetadata, StreamInfo
+from jetsdk.metadata import INTERNAL_PREFIX, ClusterMetadata, StreamInfo
+from jetsdk.retry import RetryPolicy
+from jetserver.observe.rates import StepRate
+from jetserver.observe.server_links import ServerLinks
 
+NO_RETRY = RetryPolicy(attempts=1)
 SERVER_TIMEOUT_S = 2.0
 """Bound on reaching one server directly."""
 HISTORY_S = 600.0
@@ -69,11 +77,32 @@ class PartitionRow:
     in_rate: float | None
     out_rate: float | None
     offline: dict[str, str]
+    """Replica id -> why that server's replica cannot open (its DescribeStream answer)."""
+    offline_reason: str | None = None
+    """Why the partition is offline (no live leader, as the cluster's liveness view finds
+    it; or its leader's replica cannot open), None if it is not."""
+
+    @property
+    def is_offline(self) -> bool:
+        """No live leader: nothing can be produced to it or read from it."""
+        return self.offline_reason is not None
 
     @property
     def under_replicated(self) -> bool:
-        """Fewer in-sync replicas than replicas, or no leader."""
-        return self.leader is None or len(self.isr) < len(self.replicas)
+        """Offline, no leader, or fewer in-sync replicas than replicas."""
+        return self.is_offline or self.leader is None or len(self.isr) < len(self.replicas)
+
+    @property
+    def internal(self) -> bool:
+        """A partition of an internal stream (``__groups``, ``__share.*``)."""
+        return self.stream.startswith(INTERNAL_PREFIX)
+
+    @property
+    def state(self) -> str:
+        """``offline``, ``under-replicated`` or ``ok``."""
+        if self.is_offline:
+            return "offline"
+        return "under-replicated" if self.under_replicated else "ok"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -85,6 +114,10 @@ class PartitionRow:
             "replicas": list(self.replicas),
             "isr": list(self.isr),
             "under_replicated": self.under_replicated,
+            "is_offline": self.is_offline,
+            "offline_reason": self.offline_reason,
+            "state": self.state,
+            "internal": self.internal,
             "hw": self.hw,
             "leo": self.leo,
             "log_start": self.log_start,
@@ -141,7 +174,8 @@ class Snapshot:
     """Wall-clock time of the sample (seconds since the epoch)."""
     metadata_leader: str | None
     servers: tuple[dict[str, Any], ...]
-    """``{"id", "address", "up"}`` each."""
+    """``{"id", "address", "up", "live"}`` each: ``up`` if it answered this sample,
+    ``live`` if the cluster's liveness view (of the server answering Metadata) has it."""
     streams: tuple[StreamInfo, ...]
     """As the metadata describes them (config: retention...)."""
     partitions: tuple[PartitionRow, ...]
@@ -208,21 +242,31 @@ class ClusterSampler:
         self._prev: tuple[float, dict[tuple[str, int], int], dict[tuple[str, int], int]] | None = (
             None
         )
+        self._links = ServerLinks(self._open)
+        self._last_groups: list[GroupRow] = []
+        self._out_rates = StepRate()
 
     async def __aenter__(self) -> ClusterSampler:
+        await self._links.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None
+        await self._links.__aexit__(None, None, None)
 
-    async def _server_view(self, address: str, names: list[str]) -> dict[str, StreamInfo]:
+    def _open(self, address: str) -> Client:
         client = self.factory([address], SERVER_TIMEOUT_S)
         client.request_timeout = SERVER_TIMEOUT_S * 2
+        # No retries: a server that stopped answering shows as down in this sample at once
+        # (its connection refused), and the next sample reconnects.
+        client.retry = NO_RETRY
+        return client
+
+    async def _server_view(self, address: str, names: list[str]) -> dict[str, StreamInfo]:
+        client = await self._links.get(address)  # kept open from sample to sample
         view = {}
-        async with client:  # connecting is bounded by its connect timeout
-            for name in names:
-                with contextlib.suppress(StreamNotFound):  # deleted meanwhile
-                    view[name] = await client.describe_stream(name)
+        for name in names:
+            with contextlib.suppress(StreamNotFound):  # deleted meanwhile
+                view[name] = await client.describe_stream(name)
         return view
 
     async def sample(self) -> Snapshot:
@@ -232,7 +276,9 @@ class ClusterSampler:
             JetError: no server answered the metadata request.
         """
         raw = decode_json(
-            await self.client.request_any(Api.METADATA, encode_json({"streams": None}))
+            await self.client.request_any(
+                Api.METADATA, encode_json({"streams": None}), timeout=SERVER_TIMEOUT_S * 2
+            )
         )
         meta = ClusterMetadata.from_json(raw)
         leader = raw.get("metadata_leader")
@@ -241,19 +287,27 @@ class ClusterSampler:
         up: dict[str, bool] = {}
 
         async def visit(sid: str, address: str) -> None:
-            try:
-                views[sid] = await self._server_view(address, names)
-                up[sid] = True
-            except (JetError, OSError, TimeoutError):
-                up[sid] = False
+            up[sid] = False
+            # One bound per server: a server that stopped answering (killed, paused,
+            # cut off) costs this sample at most SERVER_TIMEOUT_S, the others none.
+            with anyio.move_on_after(SERVER_TIMEOUT_S):
+                try:
+                    views[sid] = await self._server_view(address, names)
+                    up[sid] = True
+                except (JetError, OSError, TimeoutError):
+                    pass
 
-        # A fresh client per server and sample (a connect costs about a millisecond), each
-        # entered and exited by its own task.
+        # One long-lived client per server (ServerLinks), asked by a task per server.
+        self._links.keep_only({server.address for server in meta.servers.values()})
         async with anyio.create_task_group() as tg:
             for sid, server in sorted(meta.servers.items()):
                 tg.start_soon(visit, sid, server.address)
         now = time.time()
-        groups = await self._groups(meta, views)
+        groups = self._last_groups  # kept when the groups' log does not answer in time
+        with anyio.move_on_after(SERVER_TIMEOUT_S):
+            # Bounded: a __groups partition whose leader was just lost is read again once
+            # another is elected; meanwhile the sample shows the groups as last seen.
+            groups = self._last_groups = await self._groups(meta, views)
         hws: dict[tuple[str, int], int] = {}
         committed: dict[tuple[str, int], int] = {}
         for g in groups:
@@ -270,7 +324,7 @@ class ClusterSampler:
             at=now,
             metadata_leader=leader if isinstance(leader, str) else None,
             servers=tuple(
-                {"id": sid, "address": s.address, "up": up.get(sid, False)}
+                {"id": sid, "address": s.address, "up": up.get(sid, False), "live": s.live}
                 for sid, s in sorted(meta.servers.items())
             ),
             streams=tuple(meta.streams[n] for n in names),
@@ -309,14 +363,14 @@ class ClusterSampler:
         if own is not None and own.hw is not None:
             hws[key] = own.hw
         if self._prev is not None:
-            then, prev_hw, prev_committed = self._prev
+            then, prev_hw, _ = self._prev
             dt = max(now - then, 1e-3)
             if key in hws and key in prev_hw:
                 in_rate = max(0.0, (hws[key] - prev_hw[key]) / dt)
-            if key in committed and key in prev_committed:
-                out_rate = max(0.0, (committed[key] - prev_committed[key]) / dt)
-            elif key in hws:
-                out_rate = 0.0
+        if key in committed:
+            out_rate = self._out_rates.rate(key, committed[key], time.monotonic())
+        elif key in hws and self._prev is not None:
+            out_rate = 0.0
         return PartitionRow(
             stream=name,
             partition=number,
@@ -332,6 +386,8 @@ class ClusterSampler:
             in_rate=in_rate,
             out_rate=out_rate,
             offline=offline,
+            offline_reason=part.offline
+            or (offline.get(part.leader) if part.leader is not None else None),
         )
 
     async def _scan_group_names(self, meta: ClusterMetadata) -> None:

@@ -79,19 +79,25 @@ class Dispatcher:
     session_wakers: SessionWakers = attrs.field(factory=SessionWakers)
     """Followers' parked ReplicaFetch requests, by session (to wake them)."""
 
-    def servers(self) -> list[dict[str, str]]:
+    def is_down(self, server_id: str) -> bool:
+        """This server's liveness view: True if ``server_id`` does not answer its probes
+        (never without a cluster)."""
+        return self.cluster is not None and self.cluster.liveness.is_down(server_id)
+
+    def servers(self) -> list[dict[str, Any]]:
         """The Metadata ``servers`` list: every registered server of the cluster (this
-        server alone without a cluster, or before its registration is applied)."""
-        me = {"id": self.config.server.id, "address": self.address}
+        server alone without a cluster, or before its registration is applied), each with
+        ``live``: false if it does not answer this server's liveness probes."""
+        me: dict[str, Any] = {"id": self.config.server.id, "address": self.address, "live": True}
         if self.cluster is None:
             return [me]
         registered = self.cluster.raft.state.servers
-        listed = [
-            {"id": s.server_id, "address": s.client_address}
+        listed: list[dict[str, Any]] = [
+            {"id": s.server_id, "address": s.client_address, "live": not self.is_down(s.server_id)}
             for s in sorted(registered.values(), key=lambda s: s.server_id)
         ]
         if self.config.server.id not in registered:
-            listed = sorted([*listed, me], key=lambda s: s["id"])
+            listed = sorted([*listed, me], key=lambda s: str(s["id"]))
         return listed
 
     async def handle(self, frame: Frame, session: Session | None = None) -> Reply:
@@ -192,7 +198,7 @@ class Dispatcher:
             return json_api.hello(req, self.config)
 
         async def metadata(req: dict[str, Any]) -> dict[str, Any]:
-            answer = json_api.metadata(req, self.streams, self.servers())
+            answer = json_api.metadata(req, self.streams, self.servers(), self.is_down)
             names = req.get("streams")
             if self.starting and (
                 not isinstance(names, list) or len(answer["streams"]) < len(set(names))
@@ -205,7 +211,7 @@ class Dispatcher:
                 while len(answer["streams"]) < len(set(names)) and await self._applied_more(
                     deadline
                 ):
-                    answer = json_api.metadata(req, self.streams, self.servers())
+                    answer = json_api.metadata(req, self.streams, self.servers(), self.is_down)
             if self.cluster is not None:
                 answer["metadata_leader"] = self.cluster.raft.leader_id
             return answer
@@ -235,7 +241,7 @@ class Dispatcher:
             return offset_for_leader_epoch(self.streams, req)
 
         async def describe(req: dict[str, Any]) -> dict[str, Any]:
-            return json_api.describe_stream(req, self.streams)
+            return json_api.describe_stream(req, self.streams, self.is_down)
 
         async def offsets(req: dict[str, Any]) -> dict[str, Any]:
             return json_api.list_offsets(req, self.streams)

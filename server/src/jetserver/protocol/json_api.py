@@ -13,6 +13,7 @@ from jetserver import __version__
 from jetserver.broker.streams import StreamManager
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, invalid_argument
+from jetserver.metadata.health import IsDown, never_down, offline_reason
 from jetserver.metadata.model import StreamMeta
 from jetserver.metadata.validate import partition_subject
 from jetserver.storage import Log
@@ -65,11 +66,16 @@ def _log_view(log: Log) -> dict[str, Any]:
 
 
 def stream_info(
-    meta: StreamMeta, streams: StreamManager | None = None, *, describe: bool = False
+    meta: StreamMeta,
+    streams: StreamManager | None = None,
+    *,
+    describe: bool = False,
+    is_down: IsDown = never_down,
 ) -> dict[str, Any]:
-    """StreamInfo JSON; with ``describe``, each partition also has hw, leo, log_start,
-    size_bytes and segments (null where this server holds no replica) and ``offline``
-    (why its replica here cannot open, or null)."""
+    """StreamInfo JSON. Each partition has ``offline``: null, or why it is offline (no
+    live leader in the liveness view ``is_down``; with ``describe``, first: why its
+    replica here cannot open). With ``describe`` each partition also has hw, leo,
+    log_start, size_bytes and segments (null where this server holds no replica)."""
     spec = meta.spec
     partitions = []
     for a in meta.partitions:
@@ -80,6 +86,7 @@ def stream_info(
             "replicas": list(a.replicas),
             "isr": list(a.isr),
             "leader_epoch": a.leader_epoch,
+            "offline": offline_reason(a, is_down),
         }
         if describe:
             replica = streams.local_replica(spec.name, a.partition) if streams else None
@@ -87,7 +94,9 @@ def stream_info(
                 info.update(_log_view(replica.log))
             else:
                 info.update(dict.fromkeys(("hw", "leo", "log_start", "size_bytes", "segments")))
-            info["offline"] = streams.offline.get((spec.name, a.partition)) if streams else None
+            local = streams.offline.get((spec.name, a.partition)) if streams else None
+            if local is not None:
+                info["offline"] = local
         partitions.append(info)
     return {
         "name": spec.name,
@@ -102,9 +111,13 @@ def stream_info(
 
 
 def metadata(
-    req: dict[str, Any], streams: StreamManager, servers: list[dict[str, str]]
+    req: dict[str, Any],
+    streams: StreamManager,
+    servers: list[dict[str, Any]],
+    is_down: IsDown = never_down,
 ) -> dict[str, Any]:
-    """Metadata: the servers and the requested streams (all if ``streams`` is null)."""
+    """Metadata: the servers and the requested streams (all if ``streams`` is null), each
+    partition's ``offline`` as the liveness view ``is_down`` finds it."""
     names = req.get("streams")
     if names is None:
         metas = streams.streams()
@@ -112,7 +125,7 @@ def metadata(
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise invalid_argument("streams", "streams must be null or a list of names")
         metas = [m for m in streams.streams() if m.name in set(names)]
-    return {"servers": servers, "streams": [stream_info(m) for m in metas]}
+    return {"servers": servers, "streams": [stream_info(m, is_down=is_down) for m in metas]}
 
 
 async def create_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
@@ -127,10 +140,12 @@ async def delete_stream(req: dict[str, Any], streams: StreamManager) -> dict[str
     return {"deleted": True}
 
 
-def describe_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
+def describe_stream(
+    req: dict[str, Any], streams: StreamManager, is_down: IsDown = never_down
+) -> dict[str, Any]:
     """DescribeStream: StreamInfo with per-partition log positions and sizes."""
     meta = streams.stream(_str_field(req, "name"))
-    return stream_info(meta, streams, describe=True)
+    return stream_info(meta, streams, describe=True, is_down=is_down)
 
 
 def list_offsets(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:

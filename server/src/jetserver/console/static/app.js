@@ -69,20 +69,23 @@ function status(text, isError) {
 
 async function pageCluster() {
   const c = await api("/api/cluster");
-  setMain(
+  return [
     el("h2", {}, "Cluster"),
     el("div", { class: "cards" },
       card("Metadata leader", el("span", { id: "metadata-leader" }, c.metadata_leader || "none")),
       card("Servers up", el("span", { id: "servers-up" }, `${c.servers.filter((s) => s.up).length}/${c.servers.length}`)),
       card("Streams", el("span", { id: "stream-count" }, c.streams)),
       card("Partitions", el("span", { id: "partition-count" }, c.partitions)),
-      card("Under-replicated", el("span", { id: "under-replicated" }, c.under_replicated)),
+      card("Offline", el("span", { id: "offline-count", class: c.offline ? "bad" : null }, c.offline)),
+      card("Under-replicated", el("span", { id: "under-replicated", class: c.under_replicated ? "bad" : null }, c.under_replicated)),
+      card("Internal partitions", el("span", { id: "internal-partitions", class: c.internal_offline || c.internal_under_replicated ? "bad" : null },
+        `${c.internal_partitions}`, el("small", {}, ` (${c.internal_offline} offline, ${c.internal_under_replicated} under-replicated)`))),
       card("Consumer groups", el("span", { id: "group-count" }, c.groups))),
     table(["Server", "Address", "Status", "Role"], c.servers.map((s) =>
       el("tr", { "data-server": s.id },
         el("td", {}, s.id), el("td", {}, s.address),
         el("td", { class: s.up ? "up" : "down", "data-up": s.up ? "true" : "false" }, s.up ? "up" : "DOWN"),
-        el("td", {}, s.id === c.metadata_leader ? el("span", { class: "pill" }, "metadata leader") : "")))));
+        el("td", {}, s.id === c.metadata_leader ? el("span", { class: "pill" }, "metadata leader") : ""))))];
 }
 
 function card(label, value) {
@@ -99,33 +102,71 @@ function retention(cfg) {
   return parts.join(" ") || "-";
 }
 
+const PARTITION_PAGE = 20;
+// The streams page's filter and each stream's page of partitions (kept across refreshes).
+const streamView = { filter: "", unhealthy: false, pages: {} };
+
+function nameMatches(name, filter) {
+  if (!filter) return true;
+  if (!/[*?]/.test(filter)) return name.includes(filter);
+  const re = filter.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".");
+  return new RegExp(`^${re}$`).test(name);
+}
+
+function streamFilterForm() {
+  const input = el("input", { id: "stream-filter", placeholder: "stream filter (text or glob)", value: streamView.filter });
+  input.addEventListener("input", () => { streamView.filter = input.value; streamView.pages = {}; render(); });
+  const bad = el("input", { id: "unhealthy-only", type: "checkbox", checked: streamView.unhealthy });
+  bad.addEventListener("change", () => { streamView.unhealthy = bad.checked; streamView.pages = {}; render(); });
+  return el("form", { class: "inline", id: "stream-filter-form", onsubmit: (ev) => ev.preventDefault() },
+    "Filter", input, el("label", {}, bad, " only offline or under-replicated partitions"));
+}
+
+function pager(name, page, total) {
+  const pages = Math.max(1, Math.ceil(total / PARTITION_PAGE));
+  const go = (to) => { streamView.pages[name] = to; render(); };
+  const first = total ? page * PARTITION_PAGE + 1 : 0, last = Math.min(total, (page + 1) * PARTITION_PAGE);
+  return el("div", { class: "pager", "data-pager": name },
+    el("span", { class: "rows" }, `partitions ${first}-${last} of ${total}`),
+    el("button", { type: "button", class: "prev", disabled: page <= 0, onclick: () => go(page - 1) }, "‹ prev"),
+    el("button", { type: "button", class: "next", disabled: page >= pages - 1, onclick: () => go(page + 1) }, "next ›"));
+}
+
 async function pageStreams() {
   const data = await api("/api/streams");
-  const shown = data.streams.filter((s) => !s.internal || location.hash.includes("all"));
+  const shown = data.streams.filter((s) => (!s.internal || location.hash.includes("all")) && nameMatches(s.name, streamView.filter));
   const nodes = [el("h2", {}, "Streams")];
   if (config.allow_writes) nodes.push(createForm());
+  nodes.push(streamFilterForm());
   nodes.push(table(["Stream", "Subject", "Partitions", "Replicas", "Messages", "Size (bytes)", "Retention", ""],
     shown.map((s) => el("tr", { "data-stream": s.name },
       el("td", {}, s.name), el("td", {}, s.subject),
       el("td", { class: "num" }, s.partitions.length), el("td", { class: "num" }, s.replication_factor),
-      el("td", { class: "num messages" }, fmt(s.messages)), el("td", { class: "num size" }, fmt(s.size_bytes)),
+      el("td", { class: "num messages" + (s.offline ? " bad" : "") }, fmt(s.messages) + (s.offline ? ` + ? (${s.offline} offline)` : "")),
+      el("td", { class: "num size" }, fmt(s.size_bytes) + (s.offline ? " + ?" : "")),
       el("td", { class: "retention" }, retention(s.config)),
       el("td", {}, config.allow_writes ? el("button", { onclick: () => deleteStream(s.name), "data-delete": s.name }, "Delete") : "")))));
   for (const s of shown) {
+    const rows = s.partition_rows.filter((p) => !streamView.unhealthy || p.under_replicated);
+    if (streamView.unhealthy && !rows.length) continue;
+    const pages = Math.max(1, Math.ceil(rows.length / PARTITION_PAGE));
+    const page = Math.min(streamView.pages[s.name] || 0, pages - 1);
     nodes.push(el("h3", {}, `${s.name} — partitions`));
+    if (rows.length > PARTITION_PAGE) nodes.push(pager(s.name, page, rows.length));
     nodes.push(table(["P", "Leader", "Replicas", "ISR", "HW", "LEO", "Log start", "Size", "In msg/s", "Out msg/s", "Replica lag", ""],
-      s.partition_rows.map((p) => el("tr", { "data-partition": `${p.stream}/${p.partition}`, class: p.under_replicated ? "under" : null },
+      rows.slice(page * PARTITION_PAGE, (page + 1) * PARTITION_PAGE).map((p) => el("tr", { "data-partition": `${p.stream}/${p.partition}`, "data-state": p.state,
+          class: p.is_offline ? "under offline" : p.under_replicated ? "under" : null, title: p.offline_reason },
         el("td", { class: "num" }, p.partition),
-        el("td", { class: "leader" }, p.leader || "NONE"),
+        el("td", { class: "leader" }, p.is_offline ? `OFFLINE (${p.leader || "no leader"})` : p.leader || "NONE"),
         el("td", {}, p.replicas.join(",")),
-        el("td", { class: "isr" }, p.isr.join(",") + (p.under_replicated ? ` (${p.isr.length}/${p.replicas.length})` : "")),
+        el("td", { class: "isr" }, p.isr.join(",") + (p.isr.length < p.replicas.length ? ` (${p.isr.length}/${p.replicas.length})` : "")),
         el("td", { class: "num hw" }, fmt(p.hw)), el("td", { class: "num leo" }, fmt(p.leo)),
         el("td", { class: "num log-start" }, fmt(p.log_start)), el("td", { class: "num size" }, fmt(p.size_bytes)),
         el("td", { class: "num in" }, rate(p.in_rate)), el("td", { class: "num out" }, rate(p.out_rate)),
         el("td", { class: "replica-lag" }, Object.entries(p.replica_lag).map(([r, v]) => `${r}:${v === null ? "?" : v}`).join(" ") || "-"),
         el("td", {}, el("a", { href: `#/partition/${encodeURIComponent(p.stream)}/${p.partition}` }, "browse"))))));
   }
-  setMain(...nodes);
+  return nodes;
 }
 
 function createForm() {
@@ -169,27 +210,51 @@ function show(text, b64, mode) {
 
 async function pagePartition(stream, partition) {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  if (!stream) throw new Error("no stream named: the address is #/partition/STREAM/PARTITION");
+  for (const name of ["offset", "limit"]) {
+    const v = q.get(name);
+    if (v !== null && v !== "" && !/^\d+$/.test(v)) throw new Error(`${name} must be a non-negative integer, not ${JSON.stringify(v)}`);
+  }
+  if (q.get("limit") === "0") throw new Error("limit must be at least 1");
   const offset = el("input", { id: "offset", type: "number", min: 0, placeholder: "offset", value: q.get("offset") || "" });
   const time = el("input", { id: "time", placeholder: "time (ISO-8601)", value: q.get("time") || "" });
   const limit = el("input", { id: "limit", type: "number", min: 1, max: 500, value: q.get("limit") || 50 });
   const mode = el("select", { id: "format" }, ["text", "json", "hex"].map((m) => el("option", { value: m, selected: q.get("format") === m }, m)));
+  const key = el("input", { id: "search-key", placeholder: "key", value: q.get("key") || "" });
+  const header = el("input", { id: "search-header", placeholder: "header name[=value]", value: q.get("header") || "" });
+  const tail = el("input", { id: "tail", type: "checkbox", checked: q.get("tail") === "1" });
   const go = () => {
     const p = new URLSearchParams();
-    if (offset.value !== "") p.set("offset", offset.value);
-    if (time.value) p.set("time", time.value);
+    if (offset.value !== "" && !tail.checked) p.set("offset", offset.value);
+    if (time.value && !tail.checked) p.set("time", time.value);
+    if (key.value) p.set("key", key.value);
+    if (header.value) p.set("header", header.value);
+    if (tail.checked) p.set("tail", "1");
     p.set("limit", limit.value); p.set("format", mode.value);
     location.hash = `#/partition/${encodeURIComponent(stream)}/${partition}?${p}`;
   };
+  tail.addEventListener("change", go);
   const params = new URLSearchParams({ stream, partition, limit: limit.value });
-  if (q.get("offset")) params.set("offset", q.get("offset"));
-  if (q.get("time")) params.set("time", q.get("time"));
+  const tailing = q.get("tail") === "1";
+  // A live tail shows the last records (the page refreshes each second); a search reads
+  // from the offset or time given, else from the log start.
+  if (q.get("offset") && !tailing) params.set("offset", q.get("offset"));
+  if (q.get("time") && !tailing) params.set("time", q.get("time"));
+  if (q.get("key")) params.set("key", q.get("key"));
+  if (q.get("header")) params.set("header", q.get("header"));
   const data = await api(`/api/records?${params}`);
   const m = mode.value;
-  setMain(
+  const more = new URLSearchParams(q);
+  more.set("offset", data.next); more.delete("time"); more.delete("tail");
+  const range = data.search
+    ? `searched offsets ${fmt(data.start)}–${fmt(data.next)} (${fmt(data.scanned)} records): ${data.records.length} match(es); log start ${fmt(data.log_start)}, high watermark ${fmt(data.hw)}`
+    : `log start ${fmt(data.log_start)}, high watermark ${fmt(data.hw)}; showing from offset ${fmt(data.start)}` + (tailing ? " · live tail" : "");
+  return [
     el("h2", {}, `${stream} / partition ${partition}`),
-    el("p", { id: "range" }, `log start ${fmt(data.log_start)}, high watermark ${fmt(data.hw)}; showing from offset ${fmt(data.start)}`),
+    el("p", { id: "range" }, range),
     el("form", { class: "inline", onsubmit: (ev) => { ev.preventDefault(); go(); } },
-      "From offset", offset, "or time", time, "limit", limit, "as", mode, el("button", { type: "submit", id: "load" }, "Show")),
+      "From offset", offset, "or time", time, "limit", limit, "as", mode, "search", key, header,
+      el("label", {}, tail, " live tail"), el("button", { type: "submit", id: "load" }, "Show")),
     table(["Offset", "Time", "Subject", "Key", "Value", "Headers"], data.records.map((r) =>
       el("tr", { "data-offset": r.offset },
         el("td", { class: "num" }, r.offset), el("td", {}, r.time.replace("+00:00", "Z")),
@@ -197,7 +262,29 @@ async function pagePartition(stream, partition) {
         el("td", { class: "wrap key" }, show(r.key_text, r.key_b64, m)),
         el("td", { class: "wrap value" }, show(r.value_text, r.value_b64, m)),
         el("td", { class: "wrap headers" }, r.headers.map((h) => `${h.name}: ${show(h.value_text, h.value_b64, m === "hex" ? "hex" : "text")}`).join("\n"))))),
-    data.next < data.hw ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?offset=${data.next}&limit=${limit.value}&format=${m}` }, "next page →") : "");
+    config.allow_writes ? produceForm(stream, partition) : "",
+    data.next < data.hw && !tailing ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?${more}` }, data.search ? "search on →" : "next page →") : ""];
+}
+
+// Produce one message to this partition (--allow-writes): key, value, one header name=value.
+function produceForm(stream, partition) {
+  const key = el("input", { id: "produce-key", placeholder: "key (optional)" });
+  const value = el("input", { id: "produce-value", placeholder: "value" });
+  const header = el("input", { id: "produce-header", placeholder: "header name=value (optional)" });
+  const msg = el("span", { id: "produce-result" });
+  return el("form", { class: "inline", id: "produce-form", onsubmit: async (ev) => {
+    ev.preventDefault();
+    const headers = [];
+    if (header.value) {
+      const at = header.value.indexOf("=");
+      headers.push(at < 0 ? [header.value, ""] : [header.value.slice(0, at), header.value.slice(at + 1)]);
+    }
+    try {
+      const ack = await write("POST", "/api/records", { stream, partition, value: value.value, key: key.value || null, headers });
+      msg.textContent = `produced at offset ${ack.offset}`; msg.className = "";
+      value.value = "";
+    } catch (e) { msg.textContent = e.message; msg.className = "error"; }
+  } }, "Produce:", key, value, header, el("button", { type: "submit", id: "produce" }, "Send"), msg);
 }
 
 // -- consumer groups -----------------------------------------------------------------------
@@ -218,20 +305,34 @@ async function pageGroups() {
         el("td", { class: "num lag" }, fmt(p.lag))))));
     if (config.allow_writes) nodes.push(resetForm(g));
   }
-  setMain(...nodes);
+  return nodes;
 }
 
 function resetForm(g) {
   const streams = [...new Set(g.partitions.map((p) => p.stream))];
   const stream = el("select", {}, streams.map((s) => el("option", { value: s }, s)));
   const to = el("input", { value: "earliest", title: "earliest, latest or an offset" });
-  const msg = el("span", {});
+  const msg = el("span", { class: "reset-result" });
+  const preview = el("div", { class: "reset-preview" });
+  const request = () => ({ stream: stream.value, to: /^\d+$/.test(to.value) ? Number(to.value) : to.value });
+  const path = `/api/groups/${encodeURIComponent(g.name)}/reset`;
+  // First a dry run: the offsets now and after, then Confirm or Cancel; only Confirm writes.
   return el("form", { class: "inline", "data-reset": g.name, onsubmit: async (ev) => {
     ev.preventDefault();
-    const target = /^\d+$/.test(to.value) ? Number(to.value) : to.value;
-    try { await write("POST", `/api/groups/${encodeURIComponent(g.name)}/reset`, { stream: stream.value, to: target }); msg.textContent = "reset"; }
-    catch (e) { msg.textContent = e.message; msg.className = "error"; }
-  } }, "Reset offsets of", stream, "to", to, el("button", { type: "submit" }, "Reset"), msg);
+    msg.textContent = ""; msg.className = "reset-result";
+    try {
+      const plan = await write("POST", path, { ...request(), dry_run: true });
+      const confirm = el("button", { type: "button", class: "confirm-reset", onclick: async () => {
+        try { await write("POST", path, request()); preview.replaceChildren(); msg.textContent = "reset"; }
+        catch (e) { msg.textContent = e.message; msg.className = "reset-result error"; }
+      } }, "Confirm reset");
+      const cancel = el("button", { type: "button", class: "cancel-reset", onclick: () => { preview.replaceChildren(); msg.textContent = "cancelled"; } }, "Cancel");
+      preview.replaceChildren(
+        table(["Partition", "Committed now", "After the reset"], Object.entries(plan.offsets).map(([k, v]) =>
+          el("tr", { "data-preview": k }, el("td", {}, k), el("td", { class: "num now" }, fmt(plan.current[k])), el("td", { class: "num after" }, fmt(v))))),
+        confirm, cancel);
+    } catch (e) { msg.textContent = e.message; msg.className = "reset-result error"; }
+  } }, "Reset offsets of", stream, "to", to, el("button", { type: "submit" }, "Preview"), msg, preview);
 }
 
 // -- live plots ----------------------------------------------------------------------------
@@ -277,37 +378,65 @@ function plot(id, title, t, series, unit) {
 async function pagePlots() {
   const h = await api("/api/history");
   const visible = (obj) => Object.fromEntries(Object.entries(obj).filter(([k]) => !k.startsWith("__")));
-  setMain(el("h2", {}, "Live plots (last 10 minutes, one sample a second)"), el("div", { class: "plots" },
+  return [el("h2", {}, "Live plots (last 10 minutes, one sample a second)"), el("div", { class: "plots" },
     plot("plot-in", "in: messages appended per second, by stream", h.t, visible(h.in), "msg/s"),
     plot("plot-out", "out: messages consumed by groups (committed) per second, by stream", h.t, visible(h.out), "msg/s"),
-    plot("plot-lag", "consumer-group lag", h.t, h.lag, "records")));
+    plot("plot-lag", "consumer-group lag", h.t, h.lag, "records"))];
 }
 
 // -- routing -------------------------------------------------------------------------------
 
+const TITLES = { cluster: "Cluster", streams: "Streams", partition: "Records", groups: "Consumer groups", plots: "Live plots" };
+let renderGen = 0;
+
+// Each page function returns its nodes; only the latest route's are shown (a slow answer
+// for a page left meanwhile is dropped), and an error replaces the page, in red, in place.
 async function render() {
+  const gen = ++renderGen;
   const hash = location.hash || "#/cluster";
   const parts = hash.split("?")[0].split("/").slice(1).map(decodeURIComponent);
-  const page = parts[0] || "cluster";
+  const page = TITLES[parts[0]] ? parts[0] : "cluster";
   document.querySelectorAll("header nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page || (page === "partition" && a.dataset.page === "streams")));
   try {
-    if (page === "streams") await pageStreams();
-    else if (page === "partition") await pagePartition(parts[1], Number(parts[2] || 0));
-    else if (page === "groups") await pageGroups();
-    else if (page === "plots") await pagePlots();
-    else await pageCluster();
+    let nodes;
+    if (page === "streams") nodes = await pageStreams();
+    else if (page === "partition") nodes = await pagePartition(parts[1], partitionNumber(parts[2]));
+    else if (page === "groups") nodes = await pageGroups();
+    else if (page === "plots") nodes = await pagePlots();
+    else nodes = await pageCluster();
+    if (gen !== renderGen) return;
+    const focused = document.activeElement && document.activeElement.id;
+    setMain(...nodes);
+    const again = focused && document.getElementById(focused);
+    if (again && again !== document.activeElement) {
+      again.focus();
+      if (again.type === "text" || again.type === "") again.setSelectionRange(again.value.length, again.value.length);
+    }
+    delete document.body.dataset.error;
     document.body.dataset.loaded = page;
     status(`updated ${new Date().toLocaleTimeString()}` + (config.allow_writes ? " · writes allowed" : " · read-only"), false);
   } catch (e) {
+    if (gen !== renderGen) return;
+    setMain(el("h2", {}, TITLES[page]), el("p", { id: "page-error", class: "error page-error", role: "alert" }, e.message));
+    document.body.dataset.error = page;
+    document.body.dataset.loaded = page;
     status(e.message, true);
   }
+}
+
+// A partition number from the URL: a non-negative integer, else a clear error.
+function partitionNumber(text) {
+  if (text === undefined || text === "") return 0;
+  if (!/^\d+$/.test(text)) throw new Error(`partition must be a non-negative integer, not ${JSON.stringify(text)}`);
+  return Number(text);
 }
 
 function schedule() {
   clearInterval(timer);
   const page = (location.hash || "#/cluster").split("/")[1];
-  const every = page === "plots" ? 1000 : page === "partition" ? 0 : 2000;
-  if (every) timer = setInterval(() => { if (!document.querySelector("form :focus")) render(); }, every);
+  const tailing = page === "partition" && new URLSearchParams(location.hash.split("?")[1] || "").get("tail") === "1";
+  const every = page === "plots" || tailing ? 1000 : page === "partition" ? 0 : 2000;
+  if (every) timer = setInterval(() => { if (!document.querySelector("form :focus, .reset-preview:not(:empty)")) render(); }, every);
 }
 
 window.addEventListener("hashchange", () => { render(); schedule(); });

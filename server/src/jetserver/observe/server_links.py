@@ -1,0 +1,97 @@
+"""One long-lived client per server for the sampler of ``jet top`` and ``jet console``.
+
+The sampler asks every server directly each second; a fresh client each time opened a new
+connection to every server about once a second per tool (issue 35). A :class:`ServerLinks`
+keeps one :class:`jetsdk.Client` per server address for its whole life instead (the client
+reconnects by itself after the server comes back). A Client must be exited by the task
+that entered it, so each one lives in a task of its own, in the links' task group.
+
+Task safety: one event loop; use :meth:`ServerLinks.get` from any task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+
+import anyio
+import anyio.abc
+import attrs
+
+from jetsdk import Client, JetError
+
+
+@attrs.define(eq=False)
+class _Link:
+    ready: anyio.Event = attrs.field(factory=anyio.Event)
+    closing: anyio.Event = attrs.field(factory=anyio.Event)
+    client: Client | None = None
+    error: BaseException | None = None
+    failed: bool = False
+
+
+class ServerLinks:
+    """Clients by server address, opened on first use and kept (see the module doc)."""
+
+    def __init__(self, open_client: Callable[[str], Client]) -> None:
+        self._open_client = open_client
+        self._links: dict[str, _Link] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.opened = 0
+        """Clients opened so far (each one connection to its server)."""
+
+    async def __aenter__(self) -> ServerLinks:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        return await self._tg.__aexit__(exc_type, exc, tb)
+
+    async def get(self, address: str) -> Client:
+        """The client of ``address`` (opening it if it is not open; bound the wait with a
+        cancel scope).
+
+        Raises:
+            JetError, OSError: it could not be opened (tried again at the next call).
+        """
+        if self._tg is None:
+            raise RuntimeError("use ServerLinks inside `async with`")
+        link = self._links.get(address)
+        if link is None or link.failed:
+            link = self._links[address] = _Link()
+            self._tg.start_soon(self._hold, address, link)
+        await link.ready.wait()
+        if link.client is None:
+            assert link.error is not None
+            raise link.error
+        return link.client
+
+    def keep_only(self, addresses: set[str]) -> None:
+        """Close the clients of servers no longer listed."""
+        for address in list(self._links):
+            if address not in addresses:
+                self._links.pop(address).closing.set()
+
+    async def _hold(self, address: str, link: _Link) -> None:
+        try:
+            self.opened += 1
+            async with self._open_client(address) as client:
+                link.client = client
+                link.ready.set()
+                await link.closing.wait()
+        except (JetError, OSError) as exc:
+            link.error = exc
+        finally:
+            link.client = None
+            link.failed = True
+            if link.error is None:
+                link.error = JetError(f"the client of {address} is closed")
+            link.ready.set()
