@@ -40,6 +40,7 @@ BROWSER_PACKAGES = ["chromium", "chromium-driver"]
 PROMTOOL_PACKAGES = ["prometheus"]
 """Debian package with promtool (tests/server/test_alert_rules.py checks the alert rules)."""
 BROWSER_INSTALL_BOUND_S = 600
+"""Bound on one apt-get install (the browser, promtool), seconds."""
 SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
 
 
@@ -57,36 +58,32 @@ def tests(session: nox.Session) -> None:
 
 
 def _install_browser(session: nox.Session) -> None:
-    """Install chromium and chromedriver with apt-get when missing and running as root (as
-    in CI); otherwise the browser test skips and says why. Bounded in time; a failure here
-    does not fail the session."""
+    """chromium and chromedriver for the console's browser test (else it skips, saying why)."""
     if shutil.which("chromedriver") and any(map(shutil.which, ("chromium", "chromium-browser"))):
         return
-    if not shutil.which("apt-get") or not hasattr(os, "geteuid") or os.geteuid() != 0:
-        session.log("no chromium/chromedriver and no root apt-get: the browser test will skip")
-        return
-    install = "apt-get install -y -q " + " ".join(BROWSER_PACKAGES)
-    session.run(
-        "timeout",
-        str(BROWSER_INSTALL_BOUND_S),
-        "sh",
-        "-c",
-        f"{install} || (apt-get update -q && {install})",
-        external=True,
-        env={"DEBIAN_FRONTEND": "noninteractive"},
-        success_codes=list(range(256)),
-    )
+    _apt_install(session, BROWSER_PACKAGES, "chromium/chromedriver", "the browser test")
 
 
 def _install_promtool(session: nox.Session) -> None:
-    """Install promtool (Debian's prometheus package, without its recommends) with apt-get
-    when missing and running as root; otherwise the promtool checks skip and say why."""
+    """promtool (Debian's prometheus package, without its recommends) for the alert rules'
+    checks (else they skip, saying why)."""
     if shutil.which("promtool"):
         return
+    _apt_install(
+        session, PROMTOOL_PACKAGES, "promtool", "the alert rules' promtool checks", recommends=False
+    )
+
+
+def _apt_install(
+    session: nox.Session, packages: list[str], what: str, tests: str, *, recommends: bool = True
+) -> None:
+    """Install Debian ``packages`` with apt-get when running as root (as in CI), bounded in
+    time; a failure here does not fail the session (the tests that need them skip)."""
     if not shutil.which("apt-get") or not hasattr(os, "geteuid") or os.geteuid() != 0:
-        session.log("no promtool and no root apt-get: the alert rules' promtool checks will skip")
+        session.log(f"no {what} and no root apt-get: {tests} will skip")
         return
-    install = "apt-get install -y -q --no-install-recommends " + " ".join(PROMTOOL_PACKAGES)
+    flags = "-y -q" if recommends else "-y -q --no-install-recommends"
+    install = f"apt-get install {flags} " + " ".join(packages)
     session.run(
         "timeout",
         str(BROWSER_INSTALL_BOUND_S),
