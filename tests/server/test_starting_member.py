@@ -46,7 +46,9 @@ class _Raft:
 
 
 def _node() -> Any:
-    return SimpleNamespace(reconciled=anyio.Event(), raft=_Raft())
+    # liveness: every server answers (the Metadata and DescribeStream answers say so).
+    liveness = SimpleNamespace(is_down=lambda _server_id: False)
+    return SimpleNamespace(reconciled=anyio.Event(), raft=_Raft(), liveness=liveness)
 
 
 async def _ask(dispatcher: Dispatcher, api: Api, body: dict[str, Any]) -> tuple[bool, Any]:
