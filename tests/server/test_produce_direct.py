@@ -250,7 +250,10 @@ async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order
         total = producers * requests * per_request + plain
         stored = await admin.collect("mix", 0, total)
         _h, extra = await admin.fetch("mix", 0, total, max_wait_ms=200)
-    assert 0 < replica.produce_inline < producers * requests * per_request  # both paths
+    # Some requests queued for the sequencer. How many found the partition idle and
+    # appended in their own task depends on scheduling (0 in one CI run with "written"):
+    # the inline path alone is tested deterministically below.
+    assert replica.produce_inline < producers * requests * per_request
     values = [r.value for r in stored]
     assert extra == []
     assert len(set(values)) == len(values) == total
