@@ -9,6 +9,13 @@ dependency (aiohttp, starlette + uvicorn) and a second event-loop stack in the p
 
 Bounds: request head :data:`MAX_HEAD_BYTES`, body :data:`MAX_BODY_BYTES`, and
 :data:`REQUEST_TIMEOUT_S` to receive a request.
+
+A request refused by its head alone (a body over the limit) is answered at once, and then
+closed the way HTTP servers call a lingering close: the console half-closes its side and reads
+and discards what the client still sends, up to :data:`DRAIN_MAX_BYTES` and
+:data:`DRAIN_TIMEOUT_S`. Closing with unread bytes would make the kernel reset the connection,
+and a client that sends its whole body before it reads (``http.client``, browsers) would see a
+broken pipe instead of the 413.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import orjson
 MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 1024 * 1024
 REQUEST_TIMEOUT_S = 30.0
+DRAIN_MAX_BYTES = 16 * 1024 * 1024
+DRAIN_TIMEOUT_S = 5.0
 
 _log = logging.getLogger("jet.console")
 
@@ -71,10 +80,12 @@ class Response:
 class HttpError(Exception):
     """Answered as ``{"error": message}`` with ``status``."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, unread: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.unread = unread
+        """The client may still be sending the request: drain before closing."""
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -107,22 +118,34 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str], dict[str, str]]:
 
 
 async def _read_request(stream: anyio.abc.ByteStream) -> Request:
-    buf = b""
-    while b"\r\n\r\n" not in buf:
+    buf = bytearray()
+    while (end := buf.find(b"\r\n\r\n")) < 0:
         if len(buf) > MAX_HEAD_BYTES:
-            raise HttpError(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large")
+            raise HttpError(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large", unread=True
+            )
         buf += await stream.receive()
-    head, _, body = buf.partition(b"\r\n\r\n")
-    method, path, query, headers = parse_head(head)
+    method, path, query, headers = parse_head(bytes(buf[:end]))
     try:
         length = int(headers.get("content-length", "0"))
     except ValueError:
-        raise HttpError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
+        raise HttpError(HTTPStatus.BAD_REQUEST, "bad Content-Length", unread=True) from None
     if length < 0 or length > MAX_BODY_BYTES:
-        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
+        raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large", unread=True)
+    body = buf[end + 4 :]
     while len(body) < length:
         body += await stream.receive()
-    return Request(method, path, query, headers, body[:length])
+    return Request(method, path, query, headers, bytes(body[:length]))
+
+
+async def _drain_and_close(stream: anyio.abc.ByteStream) -> None:
+    """Half-close, then read and discard what the client still sends (bounded)."""
+    drained = 0
+    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+        await stream.send_eof()
+        with anyio.move_on_after(DRAIN_TIMEOUT_S):
+            while drained < DRAIN_MAX_BYTES:
+                drained += len(await stream.receive())
 
 
 def _encode(response: Response) -> bytes:
@@ -147,7 +170,11 @@ async def handle_connection(stream: anyio.abc.ByteStream, handler: Handler) -> N
             with anyio.fail_after(REQUEST_TIMEOUT_S):
                 request = await _read_request(stream)
         except HttpError as exc:
-            response = Response.json({"error": exc.message}, exc.status)
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await stream.send(_encode(Response.json({"error": exc.message}, exc.status)))
+            if exc.unread:
+                await _drain_and_close(stream)
+            return
         except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError, OSError):
             return
         else:
