@@ -38,6 +38,7 @@ from jetsdk.codec.stream_settings import (
     MAX_SEGMENT_MAX_BYTES,
     MIN_SEGMENT_MAX_BYTES,
 )
+from jetsdk.transport import DEFAULT_PORT
 from jetserver.errors import ConfigError
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.config import AuthConfig, TlsConfig
@@ -104,7 +105,6 @@ class ServerSection:
 # [listen]
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9292
 DEFAULT_BACKLOG = 128
 
 
