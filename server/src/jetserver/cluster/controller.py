@@ -80,7 +80,8 @@ class _QueuedIsr:
 
 @attrs.define(eq=False)
 class Controller:
-    """:class:`ControllerProtocol` over the metadata Raft and the peer connections."""
+    """:class:`~jetserver.replication.control.ControlPlane` over the metadata Raft and the
+    peer connections."""
 
     server_id: str
     """This server's id (the proposer of ISR changes, the reporter of silent leaders)."""

@@ -8,9 +8,10 @@ with, and whether retrying the same request may succeed.
 from __future__ import annotations
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.errors import JetServerError
 
 
-class StorageError(Exception):
+class StorageError(JetServerError):
     """Root of the storage errors: an I/O failure or a state the log cannot serve.
 
     Attributes:
