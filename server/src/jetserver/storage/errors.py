@@ -117,3 +117,9 @@ class DiskFull(StorageError):
     """Client writes are refused: the data directory's file system has less free space
     than the configured floor (``[storage] disk_free_floor_bytes``). Retriable: writes are
     accepted again as soon as space is freed (deleting a stream, retention, an operator)."""
+
+
+class InvariantViolation(AssertionError):
+    """An invariant of the log failed (offsets not increasing, HW above LEO): a bug, not
+    an I/O failure, so not a :class:`StorageError`. Checked on every append (cheap
+    comparisons, always on); the operation that found it changed nothing visible."""
