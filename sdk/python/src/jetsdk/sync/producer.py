@@ -137,6 +137,16 @@ class Producer(SyncWrapper):
         """Messages queued or awaiting their ack."""
         return self._obj.pending
 
+    @property
+    def retries(self) -> int:
+        """Produce requests sent again so far (whole or partial batches)."""
+        return self._obj.retries
+
+    @property
+    def producer_id(self) -> int | None:
+        """The idempotent producer id (None unless ``idempotent``; set once entered)."""
+        return self._obj.producer_id
+
     def send(
         self,
         value: bytes,
