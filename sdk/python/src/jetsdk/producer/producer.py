@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import datetime
 from types import TracebackType
 from typing import NamedTuple
 
@@ -76,7 +77,7 @@ from jetsdk.producer.accumulator import (
     DEFAULT_MAX_BATCH_MESSAGES,
     Accumulator,
 )
-from jetsdk.producer.checks import checked_message, message_size
+from jetsdk.producer.checks import checked_message, control_headers, message_size
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.sender import Pending, Sender
 
@@ -256,6 +257,9 @@ class Producer:
         ack: AckPolicy | None = None,
         partition: int | None = None,
         subject: str = "",
+        msg_id: str | bytes | None = None,
+        expected_offset: int | None = None,
+        timestamp: int | datetime | None = None,
     ) -> Ack:
         """Send one message and wait for its ack.
 
@@ -267,6 +271,17 @@ class Producer:
             partition: explicit partition (default: the partitioner's choice).
             subject: NATS subject to publish on, which must match the partition's subject
                 pattern (default: the partition subject).
+            msg_id: an id for deduplication, sent as the ``Nats-Msg-Id`` header: a message
+                whose id the partition stored within the stream's ``duplicate_window_s``
+                is not stored again, and its ack is the stored copy's (same offset).
+            expected_offset: store the message only if it gets this offset (optimistic
+                concurrency; the ``Jet-Expected-Offset`` header), else it fails with
+                :class:`~jetsdk.errors.WrongExpectedOffset` and is not stored.
+            timestamp: the message's own time, ns since the epoch or an aware datetime,
+                stored in the ``Jet-Timestamp`` header and read back as
+                :attr:`Message.producer_timestamp <jetsdk.message.RecordView.producer_timestamp>`;
+                the record's :attr:`~jetsdk.message.Ack.timestamp` stays the server's
+                (non-decreasing per partition, spec/storage.md).
 
         Returns:
             The :class:`~jetsdk.message.Ack` (offset -1 with ack policy NONE).
@@ -274,11 +289,22 @@ class Producer:
         Raises:
             MessageTooLarge: over the server's or stream's message limit.
             PartitionNotFound: ``partition`` out of range.
+            InvalidArgument: a bad ``msg_id``, ``expected_offset`` or ``timestamp``, or a
+                header that one of them writes given in ``headers`` too.
+            WrongExpectedOffset: the message would not get ``expected_offset``.
             Timeout: no ack in time (the message may or may not be stored).
             JetError: any other failure (see :mod:`jetsdk.errors`).
         """
         handle = await self.send_soon(
-            value, key, headers, ack=ack, partition=partition, subject=subject
+            value,
+            key,
+            headers,
+            ack=ack,
+            partition=partition,
+            subject=subject,
+            msg_id=msg_id,
+            expected_offset=expected_offset,
+            timestamp=timestamp,
         )
         return await handle
 
@@ -291,6 +317,9 @@ class Producer:
         ack: AckPolicy | None = None,
         partition: int | None = None,
         subject: str = "",
+        msg_id: str | bytes | None = None,
+        expected_offset: int | None = None,
+        timestamp: int | datetime | None = None,
     ) -> SendHandle:
         """Queue one message and return at once with a handle to its outcome.
 
@@ -299,7 +328,17 @@ class Producer:
         partition, bad headers) are raised here, delivery errors by the handle.
         """
         return await self._enqueue(
-            self._prepare(value, key, headers, ack=ack, partition=partition, subject=subject)
+            self._prepare(
+                value,
+                key,
+                headers,
+                ack=ack,
+                partition=partition,
+                subject=subject,
+                msg_id=msg_id,
+                expected_offset=expected_offset,
+                timestamp=timestamp,
+            )
         )
 
     def _prepare(
@@ -311,11 +350,16 @@ class Producer:
         ack: AckPolicy | None = None,
         partition: int | None = None,
         subject: str = "",
+        msg_id: str | bytes | None = None,
+        expected_offset: int | None = None,
+        timestamp: int | datetime | None = None,
     ) -> Prepared:
         """Check one message and choose its partition (pure: from any thread; the sync
         API calls it on the caller's thread so a bad message fails there)."""
         self._check_open()
         value, key, hdrs = checked_message(value, key, headers, subject)
+        if msg_id is not None or expected_offset is not None or timestamp is not None:
+            hdrs = control_headers(hdrs, msg_id, expected_offset, timestamp)
         size = message_size(value, key, hdrs)
         if size > self._max_message_bytes:
             raise MessageTooLarge(
