@@ -44,8 +44,7 @@ from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
-from jetsdk.codec.record_controls import RecordControls
-from jetsdk.codec.transcode import DirectRecord, direct_record, envelope_record
+from jetsdk.codec.transcode import DirectRecord, RecordControls, direct_record, envelope_record
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
 from jetserver.broker.commit import Committer

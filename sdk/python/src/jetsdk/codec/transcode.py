@@ -41,6 +41,7 @@ __all__ = [
     "DirectRecord",
     "EnvelopeRecord",
     "ProducedEnvelope",
+    "RecordControls",
     "direct_record",
     "envelope_record",
     "produce_envelopes",
