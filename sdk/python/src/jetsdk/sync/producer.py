@@ -179,8 +179,8 @@ class Producer(SyncWrapper):
                 :class:`~jetsdk.errors.WrongExpectedOffset` and is not stored.
             timestamp: the message's own time, ns since the epoch or an aware datetime,
                 stored in the ``Jet-Timestamp`` header and read back as
-                :attr:`Message.producer_timestamp <jetsdk.message.RecordView.producer_timestamp>`;
-                the record's :attr:`~jetsdk.message.Ack.timestamp` stays the server's
+                ``Message.producer_timestamp``; the record's timestamp (the ack's and the
+                message's ``timestamp``) stays the server's
                 (non-decreasing per partition, spec/storage.md).
 
         Returns:
