@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jetsdk.codec.record import encode_body, frame_body
-from jetserver.storage import InvariantViolation, Log
+from jetserver.storage import InvariantViolation, Log, StorageError
 
 from .helpers import bodies, read_all
 
@@ -20,8 +20,11 @@ def test_append_refuses_when_the_hw_is_above_the_leo(tmp_path: Path) -> None:
     with Log.open(tmp_path) as log:
         log.append(bodies(3), 1, 0)
         log._state.hw = 5  # HW > LEO (3): a bug
-        with pytest.raises(InvariantViolation, match="HW 5"):
+        with pytest.raises(InvariantViolation, match="HW 5") as info:
             log.append(bodies(1), 2, 0)
+        assert isinstance(info.value, StorageError)  # answered STORAGE_ERROR by a server
+        assert isinstance(info.value, AssertionError)
+        assert not info.value.retriable
         assert log.log_end_offset == 3  # nothing was written
         assert log.segments()[-1].next_offset == 3
 

@@ -4,7 +4,7 @@
 leader appends (:meth:`Appender.append`, offsets and timestamps assigned here) and replicated
 ones (:meth:`Appender.append_raw`, records framed by the leader). It checks, on every batch,
 the invariants the rest of the log relies on (offsets strictly increasing, HW <= LEO): cheap
-comparisons that stay on in production, TigerBeetle-style, made before anything is written;
+comparisons that stay on in production, TigerBeetle-style, made before any record is written;
 a failure is a bug, raised as :class:`~jetserver.storage.errors.InvariantViolation`.
 
 Thread-safety: the methods take the log's writer lock; one writer task is expected.

@@ -119,7 +119,10 @@ class DiskFull(StorageError):
     accepted again as soon as space is freed (deleting a stream, retention, an operator)."""
 
 
-class InvariantViolation(AssertionError):
-    """An invariant of the log failed (offsets not increasing, HW above LEO): a bug, not
-    an I/O failure, so not a :class:`StorageError`. Checked on every append (cheap
-    comparisons, always on); the operation that found it changed nothing visible."""
+class InvariantViolation(StorageError, AssertionError):
+    """An invariant of the log failed (HW above the LEO, the active segment ending past the
+    LEO): a bug, not an I/O failure. Checked on every append with cheap comparisons that
+    stay on in production (TigerBeetle-style), before the batch is written: the append
+    changed nothing. Also an AssertionError, as a failed assertion; not retriable."""
+
+    retriable = False

@@ -288,7 +288,8 @@ class Log:
                 larger than the record format allows.
             InvalidArgumentError: timestamp or epoch out of range.
             StorageError: the write failed (nothing was appended); DiskFull: refused by
-                the space guard (free space below the floor).
+                the space guard (free space below the floor); InvariantViolation: the log's
+                state broke an invariant (a bug; nothing was appended).
         """
         return self._appender.append(bodies, timestamp_ns, leader_epoch)
 
@@ -303,7 +304,9 @@ class Log:
         Raises:
             InvalidRecordsError: a bad CRC, an offset or epoch out of order, or a batch that
                 cannot fit one segment. Nothing is appended then.
-            StorageError: the write failed; DiskFull: below the free-space floor.
+            StorageError: the write failed; DiskFull: below the free-space floor;
+                InvariantViolation: the log's state broke an invariant (a bug; nothing was
+                appended).
         """
         return self._appender.append_raw(data)
 
