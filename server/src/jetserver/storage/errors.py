@@ -118,3 +118,12 @@ class DiskFull(StorageError):
     """Client writes are refused: the data directory's file system has less free space
     than the configured floor (``[storage] disk_free_floor_bytes``). Retriable: writes are
     accepted again as soon as space is freed (deleting a stream, retention, an operator)."""
+
+
+class InvariantViolation(StorageError, AssertionError):
+    """An invariant of the log failed (HW above the LEO, the active segment ending past the
+    LEO): a bug, not an I/O failure. Checked on every append with cheap comparisons that
+    stay on in production (TigerBeetle-style), before the batch is written: the append
+    changed nothing. Also an AssertionError, as a failed assertion; not retriable."""
+
+    retriable = False
