@@ -56,7 +56,9 @@ from jetsdk.client_requests import (
     datetime_to_ns,
     decode_fetch_answer,
     decode_produce_answer,
+    leaders_of,
     list_offsets_body,
+    merge_described,
     parse_answer,
     parse_create_answer,
     partitions_matching,
@@ -304,6 +306,8 @@ class Client:
 
     async def stream_info(self, name: str, *, refresh: bool = False) -> StreamInfo:
         """A stream's metadata from the cache (refreshed once if the stream is missing).
+        With ``refresh``: fresh, with each partition's ``hw``, ``leo``, ``log_start``,
+        ``size_bytes`` and ``segments`` as its leader describes them (None without a leader).
 
         Raises:
             StreamNotFound: no such stream.
@@ -315,6 +319,16 @@ class Client:
             info = meta.streams.get(name)
         if info is None:
             raise StreamNotFound(f"stream {name!r} does not exist", details={"stream": name})
+        if refresh:
+            body = encode_json({"name": name})
+            described = {
+                leader: parse_answer(
+                    StreamInfo.from_json,
+                    await self.request_leader(name, first, Api.DESCRIBE_STREAM, body),
+                )
+                for leader, first in leaders_of(info).items()
+            }
+            info = merge_described(info, described)
         return info
 
     async def partition_info(self, stream: str, partition: int) -> PartitionInfo:
@@ -459,15 +473,8 @@ class Client:
                 ``log_start`` and ``hw`` say where the log is).
             JetError: other errors.
         """
-        body = encode_fetch_request(
-            FetchRequest(
-                stream=stream,
-                partition=partition,
-                offset=offset,
-                max_bytes=max_bytes,
-                max_wait_ms=max(0, int(max_wait * 1000)),
-            )
-        )
+        wait_ms = max(0, int(max_wait * 1000))
+        body = encode_fetch_request(FetchRequest(stream, partition, offset, max_bytes, wait_ms))
         wait = max_wait + self.request_timeout
 
         async def attempt() -> tuple[FetchResponseHeader, memoryview]:
