@@ -56,9 +56,7 @@ from jetsdk.client_requests import (
     datetime_to_ns,
     decode_fetch_answer,
     decode_produce_answer,
-    leaders_of,
     list_offsets_body,
-    merge_described,
     parse_answer,
     parse_create_answer,
     partitions_matching,
@@ -75,6 +73,7 @@ from jetsdk.codec.messages import (
     encode_produce_request,
 )
 from jetsdk.connection import Connection, PendingResponse
+from jetsdk.describe import describe_at_leaders
 from jetsdk.errors import (
     ClientClosed,
     InvalidArgument,
@@ -307,7 +306,8 @@ class Client:
     async def stream_info(self, name: str, *, refresh: bool = False) -> StreamInfo:
         """A stream's metadata from the cache (refreshed once if the stream is missing).
         With ``refresh``: fresh, with each partition's ``hw``, ``leo``, ``log_start``,
-        ``size_bytes`` and ``segments`` as its leader describes them (None without a leader).
+        ``size_bytes`` and ``segments`` as its leader describes them (None if it has no
+        leader or its leader does not answer at once).
 
         Raises:
             StreamNotFound: no such stream.
@@ -320,15 +320,7 @@ class Client:
         if info is None:
             raise StreamNotFound(f"stream {name!r} does not exist", details={"stream": name})
         if refresh:
-            body = encode_json({"name": name})
-            described = {
-                leader: parse_answer(
-                    StreamInfo.from_json,
-                    await self.request_leader(name, first, Api.DESCRIBE_STREAM, body),
-                )
-                for leader, first in leaders_of(info).items()
-            }
-            info = merge_described(info, described)
+            info = await describe_at_leaders(info, self._server_connection, self.connect_timeout)
         return info
 
     async def partition_info(self, stream: str, partition: int) -> PartitionInfo:

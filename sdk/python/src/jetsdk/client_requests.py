@@ -6,11 +6,9 @@ Pure functions: no I/O. :class:`~jetsdk.client.Client` sends what these build.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
-
-import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
@@ -217,33 +215,3 @@ def partitions_matching(meta: ClusterMetadata, subject: str) -> list[tuple[Strea
             if subject_matches(part.subject, subject):
                 found.append((info, part.partition))
     return found
-
-
-def leaders_of(info: StreamInfo) -> dict[str, int]:
-    """Each server leading a partition of ``info``, with the first partition it leads."""
-    out: dict[str, int] = {}
-    for part in info.partitions:
-        if part.leader is not None:
-            out.setdefault(part.leader, part.partition)
-    return out
-
-
-def merge_described(info: StreamInfo, described: Mapping[str, StreamInfo]) -> StreamInfo:
-    """``info`` with each partition's offsets, size and segments as its leader described
-    them (``described``: leader id -> its DescribeStream answer); a partition without a
-    leader, or left out of its leader's answer, keeps what ``info`` has."""
-    parts = []
-    for part in info.partitions:
-        answer = described.get(part.leader) if part.leader is not None else None
-        found = answer.partition(part.partition) if answer is not None else None
-        if found is not None:
-            part = attrs.evolve(
-                part,
-                hw=found.hw,
-                leo=found.leo,
-                log_start=found.log_start,
-                size_bytes=found.size_bytes,
-                segments=found.segments,
-            )
-        parts.append(part)
-    return attrs.evolve(info, partitions=tuple(parts))
