@@ -12,6 +12,13 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import anyio
+import pytest
+
+from jetserver.config import NatsConfig
+from jetserver.nats_link import NatsLink
+from support.nats_server import NatsServer
+
 JET = [sys.executable, "-m", "jetserver.cli.main"]
 REFUSED = "nats://127.0.0.1:1"  # nothing listens on port 1 of the loopback
 
@@ -102,3 +109,19 @@ def test_wait_zero_waits_until_stopped(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert "stopped before NATS was reachable" in err
     assert "waiting for nats without a bound" in err
+
+
+@pytest.mark.anyio
+async def test_a_dead_url_beside_a_live_one_is_skipped_within_one_attempt(
+    nats_server: NatsServer,
+) -> None:
+    # nats-py tries the URLs in a random order: each attempt must try them all before it
+    # counts as failed (one attempt allowed here; 6 tries, each order likely seen).
+    for _ in range(6):
+        link = NatsLink(NatsConfig(servers=(REFUSED, nats_server.url)))
+        try:
+            with anyio.fail_after(10):
+                await link.connect(attempts=1)
+            assert link.connected
+        finally:
+            await link.close()

@@ -86,17 +86,23 @@ class _AttemptFailed(Exception):
 
 @attrs.define(eq=False)
 class _AttemptGate:
-    """nats-py's error, disconnected and closed callbacks: while the attempt runs, a
-    failure ends it (and closing its client says nothing); once connected, the link's own."""
+    """nats-py's error, disconnected and closed callbacks: while the attempt runs, the
+    failure of its last URL ends it (nats-py tries them in turn; closing its client says
+    nothing); once connected, the link's own."""
 
+    urls: int
     on_error: ErrorCallback
     on_disconnected: Callback
     on_closed: Callback
     connected: bool = False
+    failures: int = 0
 
     async def error(self, exc: Exception) -> None:
         if not self.connected:
-            raise _AttemptFailed(exc)
+            self.failures += 1
+            if self.failures >= self.urls:
+                raise _AttemptFailed(exc)
+            return
         await self.on_error(exc)
 
     async def disconnected(self) -> None:
@@ -151,7 +157,9 @@ async def open_connection(
                 "nats-server running there? nats.startup_wait_s (--nats-startup-wait) "
                 "waits longer, 0 forever"
             )
-        gate = _AttemptGate(callbacks.error, callbacks.disconnected, callbacks.closed)
+        gate = _AttemptGate(
+            len(cfg.servers), callbacks.error, callbacks.disconnected, callbacks.closed
+        )
         nc = JetNatsClient()
         try:
             with anyio.fail_after(remaining if remaining < math.inf else None):
