@@ -9,6 +9,10 @@ headers; names are matched without regard to case and are not stored as user hea
 - ``Jet-Expected-Offset: <n>``: store the message only if it gets offset ``n``; otherwise
   it is refused with WRONG_EXPECTED_OFFSET (optimistic concurrency, like Liftbridge's
   ExpectedOffset and JetStream's ``Nats-Expected-Last-Sequence``).
+- ``Jet-Expected-Key-Offset: <n>|-1``: on a compacted stream, store the keyed message only
+  if its key's last live record is at offset ``n`` (-1: the key has none); otherwise it is
+  refused with WRONG_EXPECTED_KEY_OFFSET naming the key's offset (per-key compare-and-set,
+  like JetStream's ``Nats-Expected-Last-Subject-Sequence``; broker/append_checks.py).
 - ``Nats-Msg-Id: <id>``: NATS's own name; a message whose id was stored within the
   stream's ``duplicate_window_s`` is not stored again and is acked as a duplicate. Unlike
   the ``Jet-`` controls it is stored (a new leader rebuilds the ids from its log).
@@ -26,8 +30,9 @@ from jetsdk.codec.error_codes import AckPolicy
 ACK = "jet-ack"
 KEY = "jet-key"
 EXPECTED_OFFSET = "jet-expected-offset"
+EXPECTED_KEY_OFFSET = "jet-expected-key-offset"
 MSG_ID = "nats-msg-id"
-_NAMES = frozenset((ACK, KEY, EXPECTED_OFFSET, MSG_ID))
+_NAMES = frozenset((ACK, KEY, EXPECTED_OFFSET, EXPECTED_KEY_OFFSET, MSG_ID))
 _POLICIES = {b"none": AckPolicy.NONE, b"leader": AckPolicy.LEADER, b"all": AckPolicy.ALL}
 
 
@@ -47,6 +52,8 @@ class Controls(NamedTuple):
     deduplication table from the log), or None."""
     error: str
     """Why a control's value is bad ("" if none is)."""
+    expected_key_offset: int | None = None
+    """``Jet-Expected-Key-Offset`` (-1: the key must have no live record), or None."""
 
 
 def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
@@ -58,6 +65,7 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
     key: bytes | None = None
     expected: int | None = None
     msg_id: bytes | None = None
+    key_offset: int | None = None
     error = ""
     for name, value in headers:
         lowered = name.lower()
@@ -73,8 +81,20 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
                 expected = int(text)
             else:
                 error = f"Jet-Expected-Offset must be a non-negative integer, not {value[:40]!r}"
+        elif lowered == EXPECTED_KEY_OFFSET:
+            key_offset = parse_key_offset(value)
+            if key_offset is None:
+                error = f"Jet-Expected-Key-Offset must be -1 or an offset, not {value[:40]!r}"
         else:
             if lowered == MSG_ID:
                 msg_id = value
             kept.append((name, value))
-    return Controls(tuple(kept), policy, key, expected, msg_id, error)
+    return Controls(tuple(kept), policy, key, expected, msg_id, error, key_offset)
+
+
+def parse_key_offset(value: bytes) -> int | None:
+    """A ``Jet-Expected-Key-Offset`` value: -1 or a non-negative integer; None if bad."""
+    text = value.strip()
+    if text == b"-1":
+        return -1
+    return int(text) if text.isdigit() and len(text) <= 19 else None
