@@ -1,0 +1,75 @@
+"""The key index behind ``Jet-Expected-Key-Offset`` (spec/storage.md §11.1) on a real log:
+last live offset per key, tombstones, the batch being appended, rebuild on a new epoch or
+a log cut back, the bound, and body scanning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import encode_body
+from jetserver.broker.key_index import ABSENT, IndexFull, KeyIndex, body_control, scan_body
+from jetserver.storage import Log
+
+
+def put(key: bytes, value: bytes, *headers: tuple[str, bytes]) -> bytes:
+    return encode_body(value, key=key, subject="t", headers=headers)
+
+
+def test_offsets_tombstones_and_pending(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "p") as log:
+        log.append([put(b"a", b"1"), put(b"b", b"1"), put(b"a", b"2"), put(b"b", b"")], 1, 0)
+        index = KeyIndex()
+        assert index.offset_of(log, 0, b"a", []) == 2
+        assert index.offset_of(log, 0, b"b", []) == ABSENT  # deleted
+        assert index.offset_of(log, 0, b"c", []) == ABSENT
+        assert index.rebuilds == 1
+        log.append([put(b"c", b"1")], 2, 0)
+        pending = [put(b"a", b""), put(b"b", b"3")]  # to be appended at 5 and 6
+        assert index.offset_of(log, 0, b"c", pending) == 4  # caught up, not rebuilt
+        assert index.offset_of(log, 0, b"a", pending) == ABSENT
+        assert index.offset_of(log, 0, b"b", pending) == 6
+        pending.append(put(b"a", b"9"))
+        assert index.offset_of(log, 0, b"a", pending) == 7
+        assert index.rebuilds == 1
+        assert index.offset_of(log, 1, b"a", []) == 2  # a new epoch rebuilds from the log
+        assert index.rebuilds == 2
+        log.truncate_to(2)  # the log cut back (a follower reconciling): rebuilt too
+        assert index.offset_of(log, 1, b"a", []) == 0
+        assert index.offset_of(log, 1, b"b", []) == 1
+        assert index.rebuilds == 3
+
+
+def test_bound_refuses_unknown_keys_never_answers_wrong(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "p") as log:
+        log.append([put(b"k%d" % i, b"v") for i in range(5)], 1, 0)
+        index = KeyIndex(max_keys=3)
+        assert index.offset_of(log, 0, b"k0", []) == 0
+        assert index.full
+        assert len(index) == 3
+        with pytest.raises(IndexFull):
+            index.offset_of(log, 0, b"k4", [])
+        with pytest.raises(IndexFull):
+            index.offset_of(log, 0, b"never", [])
+
+
+def test_body_scan() -> None:
+    body = encode_body(
+        b"v",
+        key=b"key",
+        subject="s",
+        reply="r",
+        headers=(("X", b"1"), ("jet-expected-KEY-offset", b"12")),
+    )
+    assert scan_body(body, want_control=True) == (b"key", False, b"12")
+    assert body_control(body) == (b"key", 12, "")
+    assert scan_body(encode_body(b"", key=b"k"), want_control=False) == (b"k", True, None)
+    assert scan_body(encode_body(b"", key=None), want_control=False) == (None, False, None)
+    producer = encode_body(b"v", key=b"k", producer_id=7, producer_seq=1)
+    assert scan_body(producer, want_control=False) == (b"k", False, None)
+    bad = encode_body(b"v", key=b"k", headers=(("Jet-Expected-Key-Offset", b"-2"),))
+    assert body_control(bad)[2].startswith("Jet-Expected-Key-Offset must be")
+    with pytest.raises(CodecError):
+        scan_body(body[:9], want_control=True)
