@@ -78,6 +78,8 @@ class Table:
         self._closed = False
         self.loaded_from_snapshot = 0
         """Entries the last open loaded from the snapshot (0: none used)."""
+        self.records_read = 0
+        """Records fetched from the stream since open (not counting the snapshot)."""
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -303,7 +305,9 @@ class Table:
                 self._failure = exc
                 view.wake()  # sync() raises it
                 return
-            view.apply(partition, iter_records(data))
+            records = list(iter_records(data))
+            self.records_read += len(records)
+            view.apply(partition, records)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
