@@ -225,10 +225,13 @@ async def test_four_racing_tables_lose_no_update(jet_dev: JetDev) -> None:
                     try:
                         await table.update(b"n", b"%d" % (int(entry.value) + 1), entry.revision)
                         done += 1
+                        await table.sync()
                     except WrongExpectedKeyOffset as exc:
                         refusals += 1
                         moved.append(exc.current_revision > entry.revision)
-                    await table.sync()
+                        seen = await table.wait_for(b"n", exc.current_revision)
+                        assert seen is not None
+                        moved.append(seen.revision >= exc.current_revision)
                 raise AssertionError("a writer could not make its increments")
 
         with anyio.fail_after(120):

@@ -149,6 +149,17 @@ class Table(SyncWrapper):
         """
         self._run(self._obj.sync)
 
+    def wait_for(self, key: bytes, revision: int) -> Entry | None:
+        """Return ``key``'s entry once the view holds its partition up to ``revision``
+        (e.g. the ``current_revision`` of a refused update: then its value is the one the
+        update lost to, unless a later write changed it again). Cheaper than :meth:`sync`:
+        no request to the server.
+
+        Raises:
+            TimeoutError: not within the table's timeout.
+        """
+        return self._run(self._obj.wait_for, key, revision)
+
     def history(self, key: bytes) -> list[Change]:
         """Every record of ``key`` the partition still stores (compaction keeps the latest
         only), oldest first; a delete has ``value`` None.

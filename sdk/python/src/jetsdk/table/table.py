@@ -234,6 +234,23 @@ class Table:
                     return
                 await view.wait_moved()
 
+    async def wait_for(self, key: bytes, revision: int) -> Entry | None:
+        """Return ``key``'s entry once the view holds its partition up to ``revision``
+        (e.g. the ``current_revision`` of a refused update: then its value is the one the
+        update lost to, unless a later write changed it again). Cheaper than :meth:`sync`:
+        no request to the server.
+
+        Raises:
+            TimeoutError: not within the table's timeout.
+        """
+        view = self._opened()
+        partition = self._writes().partition_of(key)
+        with anyio.fail_after(self._timeout):
+            while view.positions[partition] <= revision:
+                self._raise_failure()
+                await view.wait_moved()
+        return view.entries.get(key)
+
     async def watch(self, prefix: bytes = b"", *, initial: bool = True) -> AsyncIterator[Change]:
         """Changes of the keys starting with ``prefix``, as they reach the view: with
         ``initial`` first every current entry (``Change.initial``), then every change from
