@@ -23,7 +23,7 @@ it reflects; it writes the file again at close and on :meth:`save`.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
@@ -251,7 +251,9 @@ class Table:
                 await view.wait_moved()
         return view.entries.get(key)
 
-    async def watch(self, prefix: bytes = b"", *, initial: bool = True) -> AsyncIterator[Change]:
+    async def watch(
+        self, prefix: bytes = b"", *, initial: bool = True
+    ) -> AsyncGenerator[Change, None]:
         """Changes of the keys starting with ``prefix``, as they reach the view: with
         ``initial`` first every current entry (``Change.initial``), then every change from
         that moment on; without it, only changes from now. Ends when the table closes.
