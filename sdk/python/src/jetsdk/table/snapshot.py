@@ -15,6 +15,7 @@ thread.
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import time
 from pathlib import Path
@@ -106,12 +107,15 @@ def load(path: Path, stream: str, partitions: int) -> Snapshot | None:
         for partition, offset in db.execute("SELECT partition, next_offset FROM positions"):
             if 0 <= partition < partitions:
                 positions[partition] = offset
-        entries = {
-            key: Entry(key, value, revision, partition)
-            for key, value, revision, partition in db.execute(
-                "SELECT key, value, revision, partition FROM entries"
-            )
-        }
+        rows = db.execute("SELECT key, value, revision, partition FROM entries")
+        new = tuple.__new__  # rows are (key, value, revision, partition): Entry's fields
+        collecting = gc.isenabled()
+        gc.disable()  # a million new tuples would run the cycle collector again and again
+        try:
+            entries = {row[0]: new(Entry, row) for row in rows}
+        finally:
+            if collecting:
+                gc.enable()
         return Snapshot(entries, positions, int(meta.get("saved_ns", "0")))
     except (sqlite3.Error, ValueError):
         return None

@@ -8,6 +8,7 @@ offset order; a record below a partition's position is ignored (already applied)
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import anyio
 import attrs
@@ -15,13 +16,16 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from jetsdk.codec.record import Record
 
+_new_tuple = tuple.__new__
+"""Builds a NamedTuple without its Python-level ``__new__`` (per record)."""
+
 MAX_WATCH_BUFFER = 10_000
 """Changes a watcher may have waiting; past that it is closed with :class:`WatchOverflow`."""
 
 
-@attrs.frozen
-class Entry:
-    """A key's latest value in the table."""
+class Entry(NamedTuple):
+    """A key's latest value in the table (a tuple: a table holds millions and a snapshot
+    load builds them straight from SQLite rows, ``(key, value, revision, partition)``)."""
 
     key: bytes
     value: bytes
@@ -92,7 +96,7 @@ class TableView:
                 continue
             applied += 1
             if record.value:
-                entries[key] = Entry(key, record.value, record.offset, partition)
+                entries[key] = _new_tuple(Entry, (key, record.value, record.offset, partition))
                 change = Change(key, record.value, record.offset, partition)
             else:
                 if entries.pop(key, None) is None and not watchers:
