@@ -10,8 +10,16 @@ import pytest
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
-from jetserver.broker.key_index import ABSENT, IndexFull, KeyIndex, body_control, scan_body
+from jetserver.broker.key_index import (
+    ABSENT,
+    IndexBehind,
+    IndexFull,
+    KeyIndex,
+    body_control,
+    scan_body,
+)
 from jetserver.storage import Log
+from jetserver.storage.config import LogConfig
 
 
 def put(key: bytes, value: bytes, *headers: tuple[str, bytes]) -> bytes:
@@ -53,6 +61,27 @@ def test_bound_refuses_unknown_keys_never_answers_wrong(tmp_path: Path) -> None:
             index.offset_of(log, 0, b"k4", [])
         with pytest.raises(IndexFull):
             index.offset_of(log, 0, b"never", [])
+
+
+def test_a_long_log_is_indexed_over_several_checks(tmp_path: Path) -> None:
+    """A check reads at most ``scan_budget`` records; until the index reaches the log end
+    it answers IndexBehind (UNAVAILABLE on the wire), and each check reads further."""
+    config = LogConfig(segment_max_bytes=4096)  # many small segments: many reads
+    with Log.open(tmp_path / "p", config) as log:
+        for i in range(40):
+            log.append([put(b"k%d" % (j % 7), b"v%d" % i) for j in range(10)], i + 1, 0)
+        index = KeyIndex(scan_budget=50)
+        ends: list[int] = []
+        for _ in range(100):
+            try:
+                found = index.offset_of(log, 0, b"k3", [])
+                break
+            except IndexBehind as exc:
+                ends.append(exc.end)
+        assert len(ends) >= 3  # spread over several checks
+        assert set(ends) == {400}
+        assert found == 393  # the last record of k3: batch 39, j = 3
+        assert index.rebuilds == 1
 
 
 def test_body_scan() -> None:

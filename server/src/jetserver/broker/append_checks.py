@@ -9,7 +9,8 @@ append: nothing is appended in between):
   :class:`~jetserver.broker.key_index.KeyIndex`.
 
 A refusal is an error ack: WRONG_EXPECTED_OFFSET, or WRONG_EXPECTED_KEY_OFFSET whose
-offset field is the key's current offset (-1: absent), or INVALID_ARGUMENT.
+offset field is the key's current offset (-1: absent), or INVALID_ARGUMENT, or UNAVAILABLE
+(retriable) while the key index is being rebuilt from a long log.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.header_controls import Controls
-from jetserver.broker.key_index import ABSENT, IndexFull, KeyIndex, body_control
+from jetserver.broker.key_index import ABSENT, IndexBehind, IndexFull, KeyIndex, body_control
 from jetserver.storage import Log
 from jetserver.storage.errors import StorageError
 
@@ -89,6 +90,8 @@ class AppendChecks:
             return _ack(who, ErrorCode.INVALID_ARGUMENT, text)
         try:
             current = self.keys.offset_of(log_, epoch, key, pending)
+        except IndexBehind as exc:  # retriable: the next check reads on
+            return _ack(who, ErrorCode.UNAVAILABLE, f"{exc}; retry")
         except IndexFull:
             text = f"the key index holds {self.keys.max_keys} keys and not {key[:40]!r}"
             return _ack(who, ErrorCode.INVALID_ARGUMENT, text)

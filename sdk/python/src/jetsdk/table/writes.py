@@ -25,8 +25,9 @@ EXPECTED_KEY_OFFSET = "Jet-Expected-Key-Offset"
 """The header of a per-key compare-and-set."""
 ABSENT = -1
 """Expected revision meaning "the key has no live value" (create)."""
-MAX_WRITE_ATTEMPTS = 20
-"""Tries of one write whose result is retriable (TIMEOUT, NOT_LEADER...)."""
+MAX_WRITE_ATTEMPTS = 200
+"""Tries of one write whose result is retriable (TIMEOUT, NOT_LEADER, UNAVAILABLE while a
+new leader rebuilds its key index from a long log...), :data:`RETRY_PAUSE_S` apart."""
 RETRY_PAUSE_S = 0.1
 """Pause between such tries (a leader election takes a moment)."""
 
