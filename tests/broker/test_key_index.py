@@ -10,12 +10,12 @@ import pytest
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
+from jetsdk.codec.record_controls import record_controls
 from jetserver.broker.key_index import (
     ABSENT,
     IndexBehind,
     IndexFull,
     KeyIndex,
-    body_control,
     scan_body,
 )
 from jetserver.storage import Log
@@ -85,20 +85,25 @@ def test_a_long_log_is_indexed_over_several_checks(tmp_path: Path) -> None:
 
 
 def test_body_scan() -> None:
-    body = encode_body(
-        b"v",
-        key=b"key",
-        subject="s",
-        reply="r",
-        headers=(("X", b"1"), ("jet-expected-KEY-offset", b"12")),
-    )
-    assert scan_body(body, want_control=True) == (b"key", False, b"12")
-    assert body_control(body) == (b"key", 12, "")
-    assert scan_body(encode_body(b"", key=b"k"), want_control=False) == (b"k", True, None)
-    assert scan_body(encode_body(b"", key=None), want_control=False) == (None, False, None)
-    producer = encode_body(b"v", key=b"k", producer_id=7, producer_seq=1)
-    assert scan_body(producer, want_control=False) == (b"k", False, None)
-    bad = encode_body(b"v", key=b"k", headers=(("Jet-Expected-Key-Offset", b"-2"),))
-    assert body_control(bad)[2].startswith("Jet-Expected-Key-Offset must be")
+    body = encode_body(b"v", key=b"key", subject="s", reply="r", headers=(("X", b"1"),))
+    assert scan_body(body) == (b"key", False)
+    assert scan_body(encode_body(b"", key=b"k")) == (b"k", True)
+    assert scan_body(encode_body(b"", key=None)) == (None, False)
+    assert scan_body(encode_body(b"v", key=b"k", producer_id=7, producer_seq=1)) == (b"k", False)
     with pytest.raises(CodecError):
-        scan_body(body[:9], want_control=True)
+        scan_body(body[:9])
+
+
+def test_record_controls_of_produce_messages() -> None:
+    """Jet-Expected-Key-Offset is a control of Produce messages (not stored, like
+    Jet-Expected-Offset): -1 or an offset; anything else is an error."""
+    got = record_controls((("X", b"1"), ("jet-expected-KEY-offset", b"12")))
+    assert got is not None
+    assert got.expected_key_offset == 12
+    assert got.headers == (("X", b"1"),)
+    absent = record_controls((("Jet-Expected-Key-Offset", b"-1"),))
+    assert absent is not None
+    assert absent.expected_key_offset == -1
+    bad = record_controls((("Jet-Expected-Key-Offset", b"-2"),))
+    assert bad is not None
+    assert bad.error.startswith("Jet-Expected-Key-Offset must be")

@@ -38,7 +38,9 @@ from jetsdk.codec.stream_settings import (
     MAX_SEGMENT_MAX_BYTES,
     MIN_SEGMENT_MAX_BYTES,
 )
+from jetsdk.transport import DEFAULT_PORT
 from jetserver.errors import ConfigError
+from jetserver.raft import config as raft_config
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.config import AuthConfig, TlsConfig
 from jetserver.storage.config import (
@@ -104,7 +106,6 @@ class ServerSection:
 # [listen]
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9292
 DEFAULT_BACKLOG = 128
 
 
@@ -435,13 +436,6 @@ class MetricsConfig:
 DEFAULT_LEADER_SILENT_WINDOW_S = 5.0
 DEFAULT_FORWARD_TIMEOUT_S = 10.0
 DEFAULT_PROBE_INTERVAL_S = 0.5
-DEFAULT_RAFT_HEARTBEAT_S = 0.1
-DEFAULT_RAFT_ELECTION_TIMEOUT_MIN_S = 1.0
-DEFAULT_RAFT_ELECTION_TIMEOUT_MAX_S = 2.0
-"""A server's metadata Raft timing. 0.3-0.6 s (the Raft library's defaults) made the
-metadata leader change every few seconds while thousands of partitions were created or
-failed over on a loaded 2-core machine (load average 7-9): the Raft thread shares the
-interpreter and the CPU with the event loop, and missed heartbeats for that long."""
 MIN_CLUSTER_PASSWORD_CHARS = 16
 RAFT_DIR = "raft"
 """Default Raft directory inside ``server.data_dir``."""
@@ -492,14 +486,14 @@ class ClusterConfig:
     join: bool = False
     """This server is being added to a running cluster (no election before a leader
     contacts it); see "Adding a server" in spec/cluster.md."""
-    heartbeat_s: float = attrs.field(default=DEFAULT_RAFT_HEARTBEAT_S, validator=_positive)
-    """Raft heartbeat period."""
+    heartbeat_s: float = attrs.field(default=raft_config.DEFAULT_HEARTBEAT_S, validator=_positive)
+    """Raft heartbeat period (see :mod:`jetserver.raft.config` for why these timings)."""
     election_timeout_min_s: float = attrs.field(
-        default=DEFAULT_RAFT_ELECTION_TIMEOUT_MIN_S, validator=_positive
+        default=raft_config.DEFAULT_ELECTION_TIMEOUT_MIN_S, validator=_positive
     )
     """Raft election timeout, lower bound."""
     election_timeout_max_s: float = attrs.field(
-        default=DEFAULT_RAFT_ELECTION_TIMEOUT_MAX_S, validator=_positive
+        default=raft_config.DEFAULT_ELECTION_TIMEOUT_MAX_S, validator=_positive
     )
     """Raft election timeout, upper bound."""
     leader_silent_window_s: float = attrs.field(

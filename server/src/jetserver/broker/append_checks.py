@@ -1,11 +1,11 @@
 """Preconditions a message sets on its own append, checked by the partition leader's
 sequencer just before the message joins the batch it appends (so atomically with the
-append: nothing is appended in between):
+append: nothing is appended in between). Plain NATS messages (header controls) and Produce
+messages (:mod:`jetsdk.codec.record_controls`, both Produce paths) alike:
 
-- ``Jet-Expected-Offset`` (plain messages): the message must get exactly that offset;
-- ``Jet-Expected-Key-Offset`` (plain messages on any stream; envelope and Produce messages
-  of a compacted stream, where it is an ordinary stored header): the key's last live record
-  must be at that offset (-1: the key must have none), per the partition's
+- ``Jet-Expected-Offset``: the message must get exactly that offset;
+- ``Jet-Expected-Key-Offset`` (compacted streams only): the key's latest live record must
+  be at that offset (-1: the key must have none), per the partition's
   :class:`~jetserver.broker.key_index.KeyIndex`.
 
 A refusal is an error ack: WRONG_EXPECTED_OFFSET, or WRONG_EXPECTED_KEY_OFFSET whose
@@ -21,9 +21,10 @@ import attrs
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record_controls import RecordControls
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.header_controls import Controls
-from jetserver.broker.key_index import ABSENT, IndexBehind, IndexFull, KeyIndex, body_control
+from jetserver.broker.key_index import ABSENT, IndexBehind, IndexFull, KeyIndex, scan_body
 from jetserver.storage import Log
 from jetserver.storage.errors import StorageError
 
@@ -61,28 +62,25 @@ class AppendChecks:
         self,
         appender: Appender,
         body: bytes,
-        controls: Controls | None,
+        controls: Controls | RecordControls,
         pending: list[bytes],
         who: Asker,
     ) -> Refusal | None:
         """None if the message with record ``body`` may be appended after ``pending``
         (the bodies of its batch before it); otherwise the error ack to send."""
         log_, epoch, compact = appender.log, appender.leader_epoch, appender.compact
-        if controls is not None:
-            key, expected_key = controls.key, controls.expected_key_offset
-            expected = controls.expected_offset
-            if expected is not None and expected != log_.log_end_offset + len(pending):
-                got = log_.log_end_offset + len(pending)
-                text = f"expected offset {expected}, but the next offset is {got}"
-                return _ack(who, ErrorCode.WRONG_EXPECTED_OFFSET, text)
-        elif compact:
-            key, expected_key, error = body_control(body)
-            if error:
-                return _ack(who, ErrorCode.INVALID_ARGUMENT, error)
-        else:
-            return None
+        expected = controls.expected_offset
+        if expected is not None and expected != log_.log_end_offset + len(pending):
+            got = log_.log_end_offset + len(pending)
+            text = f"expected offset {expected}, but the next offset is {got}"
+            return _ack(who, ErrorCode.WRONG_EXPECTED_OFFSET, text)
+        expected_key = controls.expected_key_offset
         if expected_key is None:
             return None
+        try:
+            key, _tombstone = scan_body(body)
+        except CodecError as exc:
+            return _ack(who, ErrorCode.INVALID_ARGUMENT, str(exc))
         if key is None:
             return _ack(who, ErrorCode.INVALID_ARGUMENT, "Jet-Expected-Key-Offset needs a key")
         if not compact:

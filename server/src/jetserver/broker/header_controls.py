@@ -18,7 +18,9 @@ headers; names are matched without regard to case and are not stored as user hea
   the ``Jet-`` controls it is stored (a new leader rebuilds the ids from its log).
 
 A bad value (an unknown policy, an offset that is not a non-negative integer) refuses the
-message with INVALID_ARGUMENT. Pure.
+message with INVALID_ARGUMENT. The messages of a Produce request honour
+``Jet-Expected-Offset`` and ``Nats-Msg-Id`` the same way
+(:mod:`jetsdk.codec.record_controls`). Pure.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.record_controls import parse_expected_key_offset, parse_expected_offset
 
 ACK = "jet-ack"
 KEY = "jet-key"
@@ -76,13 +79,11 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
         elif lowered == KEY:
             key = value
         elif lowered == EXPECTED_OFFSET:
-            text = value.strip()
-            if text.isdigit() and len(text) <= 19:
-                expected = int(text)
-            else:
+            expected = parse_expected_offset(value)
+            if expected is None:
                 error = f"Jet-Expected-Offset must be a non-negative integer, not {value[:40]!r}"
         elif lowered == EXPECTED_KEY_OFFSET:
-            key_offset = parse_key_offset(value)
+            key_offset = parse_expected_key_offset(value)
             if key_offset is None:
                 error = f"Jet-Expected-Key-Offset must be -1 or an offset, not {value[:40]!r}"
         else:
@@ -90,11 +91,3 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
                 msg_id = value
             kept.append((name, value))
     return Controls(tuple(kept), policy, key, expected, msg_id, error, key_offset)
-
-
-def parse_key_offset(value: bytes) -> int | None:
-    """A ``Jet-Expected-Key-Offset`` value: -1 or a non-negative integer; None if bad."""
-    text = value.strip()
-    if text == b"-1":
-        return -1
-    return int(text) if text.isdigit() and len(text) <= 19 else None

@@ -29,7 +29,6 @@ import attrs
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import iter_records
-from jetserver.broker.header_controls import EXPECTED_KEY_OFFSET, parse_key_offset
 from jetserver.storage import Log
 
 MAX_KEY_INDEX_KEYS = 1_000_000
@@ -61,9 +60,8 @@ class IndexBehind(Exception):
         self.end = end
 
 
-def scan_body(body: bytes, *, want_control: bool) -> tuple[bytes | None, bool, bytes | None]:
-    """``(key, is_tombstone, Jet-Expected-Key-Offset header value or None)`` of a record
-    body (spec/storage.md, "Record"); the header is looked for only with ``want_control``.
+def scan_body(body: bytes) -> tuple[bytes | None, bool]:
+    """``(key, is_tombstone)`` of a record body (spec/storage.md, "Record").
 
     Raises:
         CodecError: the body is malformed.
@@ -81,35 +79,15 @@ def scan_body(body: bytes, *, want_control: bool) -> tuple[bytes | None, bool, b
             p += 2 + n
         (count,) = _U16.unpack_from(body, p)
         p += 2
-        control = None
         for _ in range(count):
             (n,) = _U16.unpack_from(body, p)
-            name = body[p + 2 : p + 2 + n]
             p += 2 + n
             (vlen,) = _U32.unpack_from(body, p)
-            if want_control and name.lower() == EXPECTED_KEY_OFFSET.encode():
-                control = body[p + 4 : p + 4 + vlen]
             p += 4 + vlen
         (vlen,) = _U32.unpack_from(body, p)
     except (struct.error, IndexError) as exc:
         raise CodecError(f"malformed record body: {exc}") from None
-    return key, key is not None and vlen == 0, control
-
-
-def body_control(body: bytes) -> tuple[bytes | None, int | None, str]:
-    """``(key, expected key offset or None, error)`` of a record body built from an
-    envelope or a Produce message: its ``Jet-Expected-Key-Offset`` header, if any."""
-    try:
-        key, _tomb, raw = scan_body(body, want_control=True)
-    except CodecError as exc:
-        return None, None, str(exc)
-    if raw is None:
-        return key, None, ""
-    expected = parse_key_offset(raw)
-    if expected is None:
-        text = f"Jet-Expected-Key-Offset must be -1 or a non-negative integer, not {raw[:40]!r}"
-        return key, None, text
-    return key, expected, ""
+    return key, key is not None and vlen == 0
 
 
 @attrs.define(eq=False)
@@ -158,7 +136,7 @@ class KeyIndex:
             self._overlay.clear()
         base = log_.log_end_offset
         for i in range(self._pending_seen, len(pending)):
-            k, tomb, _c = scan_body(pending[i], want_control=False)
+            k, tomb = scan_body(pending[i])
             if k is not None:
                 self._overlay[k] = ABSENT if tomb else base + i
         self._pending_seen = len(pending)

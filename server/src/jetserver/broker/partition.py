@@ -44,7 +44,7 @@ from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
-from jetsdk.codec.transcode import DirectRecord, direct_record, envelope_record
+from jetsdk.codec.transcode import DirectRecord, RecordControls, direct_record, envelope_record
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
 from jetserver.broker.append_checks import AppendChecks
@@ -410,9 +410,9 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
             body: bytes | None = None
             headers: tuple[tuple[str, bytes], ...] = ()
             key: bytes | None = None
-            controls: Controls | None = None
+            controls: Controls | RecordControls | None = None
             if env is not None:
-                body, size, inbox, corr, policy, producer_id, producer_seq = env
+                body, size, inbox, corr, policy, producer_id, producer_seq, controls = env
                 if not inbox:
                     policy = AckPolicy.NONE
             else:
@@ -462,15 +462,14 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
                     self.messages_rejected += 1
                     self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
                     continue
-            if (controls is not None or self.compact) and (
-                no := self._checks.refusal(self, body, controls, bodies, who)
-            ) is not None:  # append preconditions (broker/append_checks.py)
-                self.messages_rejected += 1
-                now.extend(no)
-                continue
-            if controls is not None and controls.msg_id is not None:
-                in_batch[controls.msg_id] = len(bodies)
-                msg_ids.append((len(bodies), controls.msg_id))
+            if controls is not None:  # a plain message's or a Produce message's
+                if (no := self._checks.refusal(self, body, controls, bodies, who)) is not None:
+                    self.messages_rejected += 1  # an append precondition (append_checks.py)
+                    now.extend(no)
+                    continue
+                if controls.msg_id is not None:
+                    in_batch[controls.msg_id] = len(bodies)
+                    msg_ids.append((len(bodies), controls.msg_id))
             bodies.append(body)
             wanted.append(who)
         first, ts = -1, -1
