@@ -53,11 +53,7 @@ from jetserver.storage.files import DEFAULT_OPEN_SEALED_FILES
 from jetserver.validators import int_in, non_negative, optional_non_negative, positive
 
 MiB = 1024 * 1024
-
-
 _positive = positive()
-
-
 _non_negative = non_negative()
 
 
@@ -147,6 +143,7 @@ DEFAULT_NATS_MAX_OUTSTANDING_PINGS = 3
 DEFAULT_NATS_PENDING_BYTES = 64 * MiB
 DEFAULT_NATS_SUB_PENDING_MSGS = 1_000_000
 DEFAULT_NATS_SUB_PENDING_BYTES = 512 * MiB
+DEFAULT_NATS_STARTUP_WAIT_S = 60.0
 
 
 @attrs.frozen
@@ -177,6 +174,10 @@ class NatsConfig:
         default=DEFAULT_NATS_CONNECT_TIMEOUT_S, validator=_positive
     )
     """Timeout of one connection attempt."""
+    startup_wait_s: float = attrs.field(
+        default=DEFAULT_NATS_STARTUP_WAIT_S, validator=_non_negative
+    )
+    """Seconds a starting server tries NATS before it exits with an error; 0 = forever."""
     reconnect_wait_s: float = attrs.field(
         default=DEFAULT_NATS_RECONNECT_WAIT_S, validator=_positive
     )
