@@ -86,7 +86,11 @@ SPECS = (
     Spec("jetsdk.producer.producer", "Producer", "producer.py", queued=True),
     Spec("jetsdk.consumer.consumer", "Consumer", "consumer.py", buffered=True),
     Spec("jetsdk.consumer.share", "ShareConsumer", "share.py", skip=frozenset({"close"})),
+    Spec("jetsdk.table.table", "Table", "table.py", skip=frozenset({"watch"})),
 )
+
+PLAIN_DUNDERS = ("__len__", "__contains__")
+"""Special methods forwarded like plain methods (``len(table)``, ``key in table``)."""
 
 GIVES_BACK = frozenset({"commit", "position", "lag"})
 """Methods of a buffered class that must see the positions of what the application got."""
@@ -345,7 +349,7 @@ class _Emitter:
         for name, method in methods.items():
             if name in spec.skip or name in ("__init__", "__aenter__", "__aexit__"):
                 continue
-            if name.startswith("_") and name not in ("__aiter__", "__anext__"):
+            if name.startswith("_") and name not in ("__aiter__", "__anext__", *PLAIN_DUNDERS):
                 continue
             self._emit_method(method)
         header = [

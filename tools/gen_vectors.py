@@ -398,6 +398,13 @@ def envelope_file() -> dict[str, Any]:
                 int(ErrorCode.MESSAGE_TOO_LARGE),
                 "message of 2000 bytes exceeds max_message_bytes 1000",
             ),
+            (
+                "json_ack_key_offset",
+                0,
+                17,
+                int(ErrorCode.WRONG_EXPECTED_KEY_OFFSET),
+                "key b'user-1' is at offset 17, not 12",
+            ),
         )
     ]
     header_blocks = [

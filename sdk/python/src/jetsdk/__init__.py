@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         StreamNotFound,
         Timeout,
         Unavailable,
+        WrongExpectedKeyOffset,
     )
     from jetsdk.group.errors import CommitFailed, GroupError, MemberFenced, NoCommittedOffset
     from jetsdk.group.member import MemberConfig
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from jetsdk.partitioner import DefaultPartitioner, Partitioner, RoundRobinPartitioner
     from jetsdk.producer import Producer, SendHandle
     from jetsdk.retry import RetryPolicy
+    from jetsdk.table import Table
 
 _LAZY = {
     "Client": "jetsdk.client",
@@ -86,6 +88,7 @@ _LAZY = {
     "StreamNotFound": "jetsdk.errors",
     "Timeout": "jetsdk.errors",
     "Unavailable": "jetsdk.errors",
+    "WrongExpectedKeyOffset": "jetsdk.errors",
     "CommitFailed": "jetsdk.group.errors",
     "GroupError": "jetsdk.group.errors",
     "MemberFenced": "jetsdk.group.errors",
@@ -103,6 +106,7 @@ _LAZY = {
     "Producer": "jetsdk.producer",
     "SendHandle": "jetsdk.producer",
     "RetryPolicy": "jetsdk.retry",
+    "Table": "jetsdk.table",
 }
 """Where each public name lives: imported on first use, so that ``import jetsdk.codec``
 (the server's wire codec) does not import the whole client (the server imported 70
@@ -164,7 +168,9 @@ __all__ = [
     "StreamInfo",
     "StreamNotFound",
     "StreamPartition",
+    "Table",
     "Timeout",
     "Unavailable",
+    "WrongExpectedKeyOffset",
     "__version__",
 ]

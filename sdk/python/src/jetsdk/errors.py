@@ -322,6 +322,20 @@ class WrongExpectedOffset(JetError):
     default_code = ErrorCode.WRONG_EXPECTED_OFFSET
 
 
+class WrongExpectedKeyOffset(JetError):
+    """A per-key compare-and-set (``Jet-Expected-Key-Offset``) found the key at another
+    offset; the message is not stored. ``current_revision``: the offset of the key's last
+    live record (-1: the key has none), as the server saw it."""
+
+    default_code = ErrorCode.WRONG_EXPECTED_KEY_OFFSET
+
+    @property
+    def current_revision(self) -> int:
+        """The key's current revision (-1: absent), from details ``current_revision``."""
+        value = self.details.get("current_revision", -1)
+        return value if isinstance(value, int) else -1
+
+
 class PartitionOffline(JetError):
     """The partition's replica on the answering server cannot open (details ``offline``:
     why, e.g. too many open files); not retried: someone must fix the server."""
@@ -352,6 +366,7 @@ _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.DUPLICATE_SEQUENCE: DuplicateSequence,
     ErrorCode.WRONG_EXPECTED_OFFSET: WrongExpectedOffset,
     ErrorCode.PARTITION_OFFLINE: PartitionOffline,
+    ErrorCode.WRONG_EXPECTED_KEY_OFFSET: WrongExpectedKeyOffset,
 }
 """Wire code -> exception class. Every ErrorCode except NONE has an entry."""
 

@@ -9,6 +9,10 @@ headers; names are matched without regard to case and are not stored as user hea
 - ``Jet-Expected-Offset: <n>``: store the message only if it gets offset ``n``; otherwise
   it is refused with WRONG_EXPECTED_OFFSET (optimistic concurrency, like Liftbridge's
   ExpectedOffset and JetStream's ``Nats-Expected-Last-Sequence``).
+- ``Jet-Expected-Key-Offset: <n>|-1``: on a compacted stream, store the keyed message only
+  if its key's last live record is at offset ``n`` (-1: the key has none); otherwise it is
+  refused with WRONG_EXPECTED_KEY_OFFSET naming the key's offset (per-key compare-and-set,
+  like JetStream's ``Nats-Expected-Last-Subject-Sequence``; broker/append_checks.py).
 - ``Nats-Msg-Id: <id>``: NATS's own name; a message whose id was stored within the
   stream's ``duplicate_window_s`` is not stored again and is acked as a duplicate. Unlike
   the ``Jet-`` controls it is stored (a new leader rebuilds the ids from its log).
@@ -24,13 +28,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from jetsdk.codec.error_codes import AckPolicy
-from jetsdk.codec.record_controls import parse_expected_offset
+from jetsdk.codec.record_controls import parse_expected_key_offset, parse_expected_offset
 
 ACK = "jet-ack"
 KEY = "jet-key"
 EXPECTED_OFFSET = "jet-expected-offset"
+EXPECTED_KEY_OFFSET = "jet-expected-key-offset"
 MSG_ID = "nats-msg-id"
-_NAMES = frozenset((ACK, KEY, EXPECTED_OFFSET, MSG_ID))
+_NAMES = frozenset((ACK, KEY, EXPECTED_OFFSET, EXPECTED_KEY_OFFSET, MSG_ID))
 _POLICIES = {b"none": AckPolicy.NONE, b"leader": AckPolicy.LEADER, b"all": AckPolicy.ALL}
 
 
@@ -50,6 +55,8 @@ class Controls(NamedTuple):
     deduplication table from the log), or None."""
     error: str
     """Why a control's value is bad ("" if none is)."""
+    expected_key_offset: int | None = None
+    """``Jet-Expected-Key-Offset`` (-1: the key must have no live record), or None."""
 
 
 def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
@@ -61,6 +68,7 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
     key: bytes | None = None
     expected: int | None = None
     msg_id: bytes | None = None
+    key_offset: int | None = None
     error = ""
     for name, value in headers:
         lowered = name.lower()
@@ -74,8 +82,12 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
             expected = parse_expected_offset(value)
             if expected is None:
                 error = f"Jet-Expected-Offset must be a non-negative integer, not {value[:40]!r}"
+        elif lowered == EXPECTED_KEY_OFFSET:
+            key_offset = parse_expected_key_offset(value)
+            if key_offset is None:
+                error = f"Jet-Expected-Key-Offset must be -1 or an offset, not {value[:40]!r}"
         else:
             if lowered == MSG_ID:
                 msg_id = value
             kept.append((name, value))
-    return Controls(tuple(kept), policy, key, expected, msg_id, error)
+    return Controls(tuple(kept), policy, key, expected, msg_id, error, key_offset)

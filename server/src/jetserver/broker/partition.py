@@ -47,6 +47,7 @@ from jetsdk.codec.record import encode_body
 from jetsdk.codec.transcode import DirectRecord, RecordControls, direct_record, envelope_record
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
+from jetserver.broker.append_checks import AppendChecks
 from jetserver.broker.commit import Committer
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.ingest_side import IngestSide
@@ -144,6 +145,7 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
     """Idempotent producers found in the log tail at open (then owned by the core)."""
     _queue: collections.deque[Ingested] = attrs.field(factory=collections.deque)
     _fields_cache: RecordFields = attrs.field(factory=RecordFields)
+    _checks: AppendChecks = attrs.field(factory=AppendChecks)
     _queued_bytes: int = 0
     _wake: LazyEvent = attrs.field(factory=LazyEvent)
     _space: LazyEvent = attrs.field(factory=LazyEvent)
@@ -461,12 +463,9 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
                     self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
                     continue
             if controls is not None:  # a plain message's or a Produce message's
-                expected = controls.expected_offset
-                if expected is not None and expected != self.log.log_end_offset + len(bodies):
-                    self.messages_rejected += 1
-                    got = self.log.log_end_offset + len(bodies)
-                    text = f"expected offset {expected}, but the next offset is {got}"
-                    self._error_ack(now, who, ErrorCode.WRONG_EXPECTED_OFFSET, text)
+                if (no := self._checks.refusal(self, body, controls, bodies, who)) is not None:
+                    self.messages_rejected += 1  # an append precondition (append_checks.py)
+                    now.extend(no)
                     continue
                 if controls.msg_id is not None:
                     in_batch[controls.msg_id] = len(bodies)

@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "jetserver.cli.security_cmd",  # jet passwd, jet acl
     "jetserver.cli.cluster_cmd",  # jet cluster status
     "jetserver.cli.share_cmd",  # jet share status
+    "jetserver.cli.table_cmd",  # jet table get|put|delete|watch
     "jetserver.cli.bench_cmd",  # jet bench
     "jetserver.cli.top_cmd",  # jet top
     "jetserver.cli.console_cmd",  # jet console

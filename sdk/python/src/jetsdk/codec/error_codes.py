@@ -35,6 +35,7 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_SEQUENCE = 20
     WRONG_EXPECTED_OFFSET = 21
     PARTITION_OFFLINE = 22
+    WRONG_EXPECTED_KEY_OFFSET = 23
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset(

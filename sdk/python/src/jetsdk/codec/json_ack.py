@@ -7,7 +7,9 @@ PubAck (spec/acks.md, "JSON acks for plain requests")::
     {"stream":"orders","partition":0,"offset":18,"duplicate":true}
     {"stream":"orders","partition":0,"error":{"code":10,"name":"MESSAGE_TOO_LARGE","description":"..."}}
 
-Keys in this order, no spaces (orjson's compact form); ``duplicate`` only when true.
+Keys in this order, no spaces (orjson's compact form); ``duplicate`` only when true. A
+WRONG_EXPECTED_KEY_OFFSET error names the key's current offset (-1: absent) as
+``"key_offset"``, after ``description``.
 """
 
 from __future__ import annotations
@@ -36,12 +38,15 @@ def encode_json_ack(
             "name": _name(error_code),
             "description": error_message,
         }
+        if error_code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET:
+            body["error"]["key_offset"] = offset
     return orjson.dumps(body)
 
 
 def decode_json_ack(data: bytes) -> tuple[str, int, int, int, str]:
     """``(stream, partition, offset, error_code, error_message)`` of a JSON ack (offset -1
-    for an error; a duplicate is DUPLICATE_SEQUENCE with its offset).
+    for an error but WRONG_EXPECTED_KEY_OFFSET, whose offset is its ``key_offset``; a
+    duplicate is DUPLICATE_SEQUENCE with its offset).
 
     Raises:
         CodecError: not a JSON ack.
@@ -59,7 +64,9 @@ def decode_json_ack(data: bytes) -> tuple[str, int, int, int, str]:
     if error is not None:
         if not isinstance(error, dict) or not isinstance(error.get("code"), int):
             raise CodecError("a JSON ack's 'error' has an integer 'code'")
-        return stream, partition, -1, error["code"], str(error.get("description", ""))
+        key_offset = error.get("key_offset", -1)
+        at = key_offset if isinstance(key_offset, int) else -1
+        return stream, partition, at, error["code"], str(error.get("description", ""))
     offset = obj.get("offset")
     if not isinstance(offset, int):
         raise CodecError("a JSON ack has an integer 'offset' or an 'error'")

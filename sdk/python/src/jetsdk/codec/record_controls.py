@@ -10,8 +10,13 @@ a Produce request too, with the same meaning:
   ``duplicate_window_s`` is not stored again and is answered DUPLICATE_SEQUENCE with the
   stored offset. Stored as a header (a new leader rebuilds the ids from its log).
 
-Names are matched without regard to case. A bad ``Jet-Expected-Offset`` value refuses the
-message with INVALID_ARGUMENT. Pure.
+- ``Jet-Expected-Key-Offset: <n>|-1``: on a compacted stream, store the keyed message only
+  if its key's latest live record is at offset ``n`` (-1: the key has none); otherwise it is
+  refused with WRONG_EXPECTED_KEY_OFFSET naming the key's offset (per-key compare-and-set).
+  Not stored as a header.
+
+Names are matched without regard to case. A bad ``Jet-Expected-Offset`` or
+``Jet-Expected-Key-Offset`` value refuses the message with INVALID_ARGUMENT. Pure.
 """
 
 from __future__ import annotations
@@ -19,24 +24,29 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "EXPECTED_KEY_OFFSET_HEADER",
     "EXPECTED_OFFSET_HEADER",
     "MAX_EXPECTED_OFFSET_DIGITS",
     "MSG_ID_HEADER",
     "RecordControls",
+    "parse_expected_key_offset",
     "parse_expected_offset",
     "record_controls",
 ]
 
 EXPECTED_OFFSET_HEADER = "Jet-Expected-Offset"
 """Header name of the expected offset (optimistic concurrency)."""
+EXPECTED_KEY_OFFSET_HEADER = "Jet-Expected-Key-Offset"
+"""Header name of the expected offset of the key's latest live record (per-key CAS)."""
 MSG_ID_HEADER = "Nats-Msg-Id"
 """Header name of the message id (deduplication within the stream's window)."""
 MAX_EXPECTED_OFFSET_DIGITS = 19
 """Most digits of a ``Jet-Expected-Offset`` value (offsets are i64)."""
 
 _EXPECTED = EXPECTED_OFFSET_HEADER.lower()
+_EXPECTED_KEY = EXPECTED_KEY_OFFSET_HEADER.lower()
 _MSG_ID = MSG_ID_HEADER.lower()
-_NAMES = frozenset((_EXPECTED, _MSG_ID))
+_NAMES = frozenset((_EXPECTED, _EXPECTED_KEY, _MSG_ID))
 
 
 class RecordControls(NamedTuple):
@@ -50,6 +60,8 @@ class RecordControls(NamedTuple):
     """``Nats-Msg-Id``, or None."""
     error: str
     """Why a control's value is bad ("" if none is)."""
+    expected_key_offset: int | None = None
+    """``Jet-Expected-Key-Offset`` (-1: the key must have no live record), or None."""
 
 
 def parse_expected_offset(value: bytes) -> int | None:
@@ -61,6 +73,13 @@ def parse_expected_offset(value: bytes) -> int | None:
     return None
 
 
+def parse_expected_key_offset(value: bytes) -> int | None:
+    """The offset a ``Jet-Expected-Key-Offset`` value names (-1: absent), or None if it is
+    neither -1 nor a non-negative integer of at most :data:`MAX_EXPECTED_OFFSET_DIGITS`
+    digits."""
+    return -1 if value.strip() == b"-1" else parse_expected_offset(value)
+
+
 def record_controls(headers: tuple[tuple[str, bytes], ...]) -> RecordControls | None:
     """The controls among ``headers``, or None if there are none (the common case)."""
     if not any(name.lower() in _NAMES for name, _ in headers):
@@ -68,9 +87,15 @@ def record_controls(headers: tuple[tuple[str, bytes], ...]) -> RecordControls | 
     kept: list[tuple[str, bytes]] = []
     expected: int | None = None
     msg_id: bytes | None = None
+    key_offset: int | None = None
     error = ""
     for name, value in headers:
         lowered = name.lower()
+        if lowered == _EXPECTED_KEY:
+            key_offset = parse_expected_key_offset(value)
+            if key_offset is None:
+                error = f"Jet-Expected-Key-Offset must be -1 or an offset, not {value[:40]!r}"
+            continue
         if lowered == _EXPECTED:
             expected = parse_expected_offset(value)
             if expected is None:
@@ -79,4 +104,4 @@ def record_controls(headers: tuple[tuple[str, bytes], ...]) -> RecordControls | 
         if lowered == _MSG_ID:
             msg_id = value
         kept.append((name, value))
-    return RecordControls(tuple(kept), expected, msg_id, error)
+    return RecordControls(tuple(kept), expected, msg_id, error, key_offset)

@@ -24,5 +24,6 @@ from jetsdk.sync.client import Client
 from jetsdk.sync.consumer import Consumer
 from jetsdk.sync.producer import Producer
 from jetsdk.sync.share import ShareConsumer
+from jetsdk.sync.table import Table
 
-__all__ = ["Client", "Consumer", "Producer", "SendHandle", "ShareConsumer"]
+__all__ = ["Client", "Consumer", "Producer", "SendHandle", "ShareConsumer", "Table"]

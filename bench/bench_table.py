@@ -1,0 +1,214 @@
+"""Tables (issue 38): ``python -m bench table [--quick]``.
+
+One ``jet dev`` server and, for JetStream KV, a nats-server with JetStream on a file store
+with ``sync_interval: always`` (every write fsynced, as an ALL ack of jet's default
+durability). Rows, medians of rounds:
+
+- **reopen**: a table of N keys x 100 B values (N = 1,000,000; 100,000 with --quick) in a
+  compacted stream of 4 partitions: open with a full replay (fetch every record) against
+  open from a local SQLite snapshot (load it, fetch what came after: nothing here). Target:
+  the snapshot reopen of 1,000,000 keys in <= 2 s.
+- **get p50**: ``Table.get`` (memory) against JetStream KV's ``kv.get`` (nats-py) on the
+  JetStream server, 1,000 keys.
+- **CAS under 4 racing writers**: ``Table.update`` against ``kv.update``, 4 writers
+  incrementing one counter; lost updates counted (must be 0 on both).
+
+The load average is printed: on a shared machine the figures are rough.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import nats
+from nats.js.errors import KeyWrongLastSequenceError
+
+from jetsdk import AckPolicy, Client, Producer, Table, WrongExpectedKeyOffset
+from jetserver.devcluster import DevCluster
+from jetserver.testing import NatsServer
+
+VALUE = b"v" * 100
+PARTITIONS = 4
+WRITERS = 4
+
+
+def _load() -> str:
+    one, five, _fifteen = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
+
+
+async def _fill(addresses: list[str], stream: str, n: int) -> float:
+    async with Client(addresses) as client:
+        await client.create_stream(stream, compact=True, partitions=PARTITIONS)
+        started = time.perf_counter()
+        async with Producer(client, stream, ack=AckPolicy.LEADER) as producer:
+            for i in range(n):
+                await producer.send_soon(VALUE, key=b"key-%08d" % i)
+            await producer.flush()
+        return time.perf_counter() - started
+
+
+async def _open(
+    addresses: list[str], stream: str, snapshot: Path | None, n: int
+) -> tuple[float, float, float]:
+    """(seconds to open, CPU seconds of this process to open, seconds to close: with a
+    snapshot path, writing it)."""
+    async with Client(addresses, request_timeout=60.0) as client:
+        started, cpu = time.perf_counter(), time.process_time()
+        table = Table(client, stream, snapshot=snapshot, timeout=600.0)
+        async with table:
+            opened, cpu = time.perf_counter(), time.process_time() - cpu
+            assert len(table) == n, (len(table), n)
+            closing = time.perf_counter()
+        return opened - started, cpu, time.perf_counter() - closing
+
+
+async def _reopen(addresses: list[str], n: int, rounds: int, root: Path) -> None:
+    stream = f"tbl-{uuid.uuid4().hex[:8]}"
+    filled = await _fill(addresses, stream, n)
+    print(f"  filled {n:,} keys x {len(VALUE)} B in {filled:.1f} s ({_load()})", flush=True)
+    snapshot = root / "table.sqlite"
+    replay: list[tuple[float, float, float]] = []
+    from_snapshot: list[tuple[float, float, float]] = []
+    _o, _c, write_s = await _open(addresses, stream, snapshot, n)  # writes the snapshot
+    print(f"  snapshot of {n:,} keys written in {write_s:.2f} s at close", flush=True)
+    for _ in range(rounds):
+        replay.append(await _open(addresses, stream, None, n))
+        from_snapshot.append(await _open(addresses, stream, snapshot, n))
+    full = statistics.median(r[0] for r in replay)
+    full_cpu = statistics.median(r[1] for r in replay)
+    snap = statistics.median(r[0] for r in from_snapshot)
+    snap_cpu = statistics.median(r[1] for r in from_snapshot)
+    print(
+        f"  reopen {n:,} keys: full replay {full:.2f} s (client CPU {full_cpu:.2f} s), "
+        f"from snapshot {snap:.2f} s (client CPU {snap_cpu:.2f} s) ({full / snap:.1f}x; "
+        f"target <= 2 s at 1,000,000 keys) [{_load()}]",
+        flush=True,
+    )
+
+
+async def _get_p50(addresses: list[str], nats_url: str) -> None:
+    keys = [b"g-%04d" % i for i in range(1000)]
+    stream = f"get-{uuid.uuid4().hex[:8]}"
+    async with Client(addresses) as client:
+        await client.create_stream(stream, compact=True)
+        async with Table(client, stream) as table:
+            for key in keys:
+                await table.put(key, VALUE)
+            await table.sync()
+            lat = []
+            for key in keys * 10:
+                t0 = time.perf_counter_ns()
+                table.get(key)
+                lat.append(time.perf_counter_ns() - t0)
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket=f"b{uuid.uuid4().hex[:8]}")
+        for key in keys:
+            await kv.put(key.decode(), VALUE)
+        kv_lat = []
+        for key in keys:
+            t0 = time.perf_counter_ns()
+            await kv.get(key.decode())
+            kv_lat.append(time.perf_counter_ns() - t0)
+    finally:
+        await nc.close()
+    ours, theirs = statistics.median(lat) / 1000, statistics.median(kv_lat) / 1000
+    print(
+        f"  get p50: Table {ours:.2f} us, JetStream kv.get {theirs:.1f} us "
+        f"({theirs / ours:.0f}x; target >= 20x) [{_load()}]",
+        flush=True,
+    )
+
+
+async def _cas_race(addresses: list[str], nats_url: str, increments: int) -> None:
+    stream = f"cas-{uuid.uuid4().hex[:8]}"
+    async with Client(addresses) as admin:
+        await admin.create_stream(stream, compact=True)
+        async with Table(admin, stream) as seed:
+            await seed.create(b"n", b"0")
+
+        async def ours() -> None:
+            async with Client(addresses) as client, Table(client, stream) as table:
+                entry = table.entry(b"n")
+                assert entry is not None
+                value, revision = int(entry.value), entry.revision
+                done = 0
+                while done < increments:
+                    try:
+                        revision = await table.update(b"n", b"%d" % (value + 1), revision)
+                        value, done = value + 1, done + 1
+                        continue
+                    except WrongExpectedKeyOffset as exc:
+                        seen = await table.wait_for(b"n", exc.current_revision)
+                    assert seen is not None
+                    value, revision = int(seen.value), seen.revision
+
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(WRITERS):
+                tg.start_soon(ours)
+        our_s = time.perf_counter() - started
+        async with Table(admin, stream) as table:
+            our_lost = WRITERS * increments - int(table.get(b"n") or b"0")
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        kv = await js.create_key_value(bucket=f"c{uuid.uuid4().hex[:8]}")
+        await kv.create("n", b"0")
+
+        async def theirs() -> None:
+            entry = await kv.get("n")
+            value, revision = int(entry.value or b"0"), entry.revision or 0
+            done = 0
+            while done < increments:
+                try:
+                    revision = await kv.update("n", b"%d" % (value + 1), revision)
+                    value, done = value + 1, done + 1
+                    continue
+                except KeyWrongLastSequenceError:
+                    entry = await kv.get("n")
+                value, revision = int(entry.value or b"0"), entry.revision or 0
+
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(WRITERS):
+                tg.start_soon(theirs)
+        kv_s = time.perf_counter() - started
+        kv_lost = WRITERS * increments - int((await kv.get("n")).value or b"0")
+    finally:
+        await nc.close()
+    total = WRITERS * increments
+    print(
+        f"  CAS, {WRITERS} racing writers x {increments}: Table {total / our_s:.0f}/s "
+        f"({our_lost} lost), JetStream kv.update {total / kv_s:.0f}/s ({kv_lost} lost) "
+        f"({kv_s / our_s:.2f}x; target >= 2x) [{_load()}]",
+        flush=True,
+    )
+
+
+def run(quick: bool) -> None:
+    n = 100_000 if quick else 1_000_000
+    rounds = 1 if quick else 3
+    with (
+        tempfile.TemporaryDirectory() as root,
+        open(os.devnull, "wb") as devnull,
+        DevCluster(size=1, log_file=devnull) as dev,
+    ):
+        store = Path(root) / "js"
+        extra = f'jetstream {{\n  store_dir: "{store}"\n  sync_interval: always\n}}\n'
+        js = NatsServer(work_dir=Path(root) / "nats", extra_config=extra)
+        js.start()
+        try:
+            anyio.run(_get_p50, dev.addresses, js.url)
+            anyio.run(_cas_race, dev.addresses, js.url, 25 if quick else 100)
+        finally:
+            js.stop()
+        anyio.run(_reopen, dev.addresses, n, rounds, Path(root))

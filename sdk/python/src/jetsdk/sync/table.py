@@ -1,0 +1,167 @@
+# generated — do not edit: made by tools/gen_sync.py from jetsdk/table/table.py
+
+"""Blocking :class:`Table` (generated from :mod:`jetsdk.table.table`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from os import PathLike
+from types import TracebackType
+
+from jetsdk._sync_support import SyncWrapper
+from jetsdk.errors import ClientClosed
+from jetsdk.sync.client import Client
+from jetsdk.table.table import Table as _AsyncTable
+from jetsdk.table.view import Change, Entry
+
+
+class Table(SyncWrapper):
+    """A live view of the compacted stream ``stream`` (module docstring).
+
+    Args:
+        client: an open client.
+        stream: a compacted stream (InvalidArgument otherwise).
+        snapshot: a local SQLite file to load at open and write at close (None: none).
+        timeout: bound on :meth:`sync` and on the server's wait for a write's acks, seconds.
+
+    Blocking version of :class:`jetsdk.table.table.Table`
+    (generated); every call runs in the client's private event-loop thread. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        stream: str,
+        *,
+        snapshot: str | PathLike[str] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self._async: _AsyncTable | None = None
+        self._factory: Callable[[], _AsyncTable] = lambda: _AsyncTable(
+            client._obj,
+            stream,
+            snapshot=snapshot,
+            timeout=timeout,
+        )
+        self._owner = client
+
+    @property
+    def _obj(self) -> _AsyncTable:
+        if self._async is None:
+            raise ClientClosed("use Table in a `with` block (or call open() first)")
+        return self._async
+
+    def open(self) -> Table:
+        """Start the Table (what entering ``with`` does); see :meth:`close`."""
+        if self._async is not None:
+            raise ClientClosed("Table is already open")
+        self._async = self._enter_async(self._owner._check(), self._factory)
+        return self
+
+    def close(self) -> None:
+        """Close the Table (what leaving ``with`` does); idempotent."""
+        self.__exit__(None, None, None)
+
+    def __enter__(self) -> Table:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self._exit_async(exc_type, exc, tb)
+        finally:
+            self._portal = None
+            self._async = None
+
+    def save(self) -> None:
+        """Write the snapshot file now (its entries and offsets are taken at one moment).
+
+        Raises:
+            InvalidArgument: the table has no snapshot path.
+        """
+        self._run(self._obj.save)
+
+    def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
+        """The key's latest value in the view, or ``default``."""
+        return self._run_sync(self._obj.get, key, default)
+
+    def entry(self, key: bytes) -> Entry | None:
+        """The key's latest value with its revision, or None."""
+        return self._run_sync(self._obj.entry, key)
+
+    def revision(self, key: bytes) -> int:
+        """The key's revision in the view (-1: absent)."""
+        return self._run_sync(self._obj.revision, key)
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        """Every (key, value) in the view (a copy)."""
+        return self._run_sync(self._obj.items)
+
+    def __len__(self) -> int:
+        """Keys in the view."""
+        return self._run_sync(self._obj.__len__)
+
+    def __contains__(self, key: object) -> bool:
+        """True if ``key`` has a value in the view."""
+        return self._run_sync(self._obj.__contains__, key)
+
+    @property
+    def positions(self) -> list[int]:
+        """Next offset the view will apply, per partition."""
+        return self._obj.positions
+
+    def put(self, key: bytes, value: bytes) -> int:
+        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision."""
+        return self._run(self._obj.put, key, value)
+
+    def delete(self, key: bytes) -> int:
+        """Delete ``key`` (a tombstone); the tombstone's revision."""
+        return self._run(self._obj.delete, key)
+
+    def create(self, key: bytes, value: bytes) -> int:
+        """Set ``key`` only if it has no value; its revision.
+
+        Raises:
+            WrongExpectedKeyOffset: it has one (``current_revision``).
+        """
+        return self._run(self._obj.create, key, value)
+
+    def update(self, key: bytes, value: bytes, revision: int) -> int:
+        """Set ``key`` only if its revision is ``revision`` (compare-and-set); the new one.
+
+        Raises:
+            WrongExpectedKeyOffset: the key is at another revision (``current_revision``,
+                -1 if it has no value).
+        """
+        return self._run(self._obj.update, key, value, revision)
+
+    def sync(self) -> None:
+        """Return once the view holds every record acknowledged before the call (in any
+        process): each partition's high watermark, asked now, is reached.
+
+        Raises:
+            TimeoutError: not within the table's timeout.
+            JetError: a reader failed for good (e.g. the stream was deleted).
+        """
+        self._run(self._obj.sync)
+
+    def wait_for(self, key: bytes, revision: int) -> Entry | None:
+        """Return ``key``'s entry once the view holds its partition up to ``revision``
+        (e.g. the ``current_revision`` of a refused update: then its value is the one the
+        update lost to, unless a later write changed it again). Cheaper than :meth:`sync`:
+        no request to the server.
+
+        Raises:
+            TimeoutError: not within the table's timeout.
+        """
+        return self._run(self._obj.wait_for, key, revision)
+
+    def history(self, key: bytes) -> list[Change]:
+        """Every record of ``key`` the partition still stores (compaction keeps the latest
+        only), oldest first; a delete has ``value`` None.
+        """
+        return self._run(self._obj.history, key)

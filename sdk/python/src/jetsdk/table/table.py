@@ -1,0 +1,348 @@
+"""``Table``: a live local view of a compacted stream's latest value per key (issue 38).
+
+    async with Client(["127.0.0.1:9292"]) as client:
+        await client.create_stream("prices", compact=True)
+        async with Table(client, "prices") as prices:
+            rev = await prices.put(b"AAPL", b"189.5")
+            await prices.update(b"AAPL", b"190.1", rev)   # compare-and-set
+            await prices.sync()                          # read your writes
+            prices.get(b"AAPL")                          # b"190.1", from memory
+
+Reads (:meth:`get`, :meth:`items`, ``len``) answer from memory: one background task per
+partition long-polls Fetch and applies each record to the view (a tombstone deletes its
+key). Writes go to the partition leader as Produce messages with ack ALL
+(:mod:`jetsdk.table.writes`); a write's revision is its offset in its partition. A write is
+in the view once its reader got it: :meth:`sync` waits for everything acknowledged before
+the call, whichever process wrote it.
+
+With ``snapshot=path`` the table loads its state from a local SQLite file at open (if the
+file matches the stream and is fresh enough) and fetches only the records after the offsets
+it reflects; it writes the file again at close and on :meth:`save`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from os import PathLike
+from pathlib import Path
+from types import TracebackType
+
+import anyio
+import anyio.abc
+
+from jetsdk.client import Client
+from jetsdk.codec.record import iter_records
+from jetsdk.errors import ClientClosed, InvalidArgument, JetError, OffsetOutOfRange
+from jetsdk.table import snapshot as snapshots
+from jetsdk.table.view import Change, Entry, TableView, WatchOverflow
+from jetsdk.table.writes import ABSENT, TableWriter
+
+FETCH_MAX_BYTES = 4 * 1024 * 1024
+"""Bytes per Fetch of a partition reader."""
+FETCH_WAIT_S = 1.0
+"""Long-poll wait of a reader's Fetch."""
+READ_RETRY_PAUSE_S = 0.2
+"""Pause of a reader after a retriable error."""
+DEFAULT_DELETE_RETENTION_S = 86_400.0
+"""A snapshot older than the stream's delete retention (this if the stream does not say)
+is not used: a tombstone it never saw may be gone."""
+
+
+class Table:
+    """A live view of the compacted stream ``stream`` (module docstring).
+
+    Args:
+        client: an open client.
+        stream: a compacted stream (InvalidArgument otherwise).
+        snapshot: a local SQLite file to load at open and write at close (None: none).
+        timeout: bound on :meth:`sync` and on the server's wait for a write's acks, seconds.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        stream: str,
+        *,
+        snapshot: str | PathLike[str] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self._client = client
+        self.stream = stream
+        self._snapshot = Path(snapshot) if snapshot is not None else None
+        self._timeout = timeout
+        self._view: TableView | None = None
+        self._writer: TableWriter | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._failure: JetError | None = None
+        self._closed = False
+        self.loaded_from_snapshot = 0
+        """Entries the last open loaded from the snapshot (0: none used)."""
+        self.records_read = 0
+        """Records fetched from the stream since open (not counting the snapshot)."""
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Table:
+        info = await self._client.stream_info(self.stream, refresh=True)
+        if not info.compact:
+            raise InvalidArgument(
+                f"stream {self.stream!r} is not compacted: a table needs a compacted stream",
+                details={"field": "stream"},
+            )
+        count = len(info.partitions)
+        view = TableView(count)
+        if self._snapshot is not None:
+            found = await anyio.to_thread.run_sync(
+                snapshots.load, self._snapshot, self.stream, count
+            )
+            horizon = float(info.config.get("delete_retention_s") or DEFAULT_DELETE_RETENTION_S)
+            if found is not None and time.time_ns() - found.saved_ns < horizon * 1e9:
+                view.entries = found.entries
+                view.positions = found.positions
+                self.loaded_from_snapshot = len(found.entries)
+        self._view = view
+        self._writer = TableWriter(self._client, self.stream, count, self._timeout)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        for partition in range(count):
+            tg.start_soon(self._follow, partition)
+        try:
+            await self.sync()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        tg, self._tg = self._tg, None
+        if tg is not None:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
+        if self._view is not None:
+            self._view.close_watchers()
+            if self._snapshot is not None and self._failure is None:
+                await self.save()
+
+    async def save(self) -> None:
+        """Write the snapshot file now (its entries and offsets are taken at one moment).
+
+        Raises:
+            InvalidArgument: the table has no snapshot path.
+        """
+        if self._snapshot is None:
+            raise InvalidArgument("this table has no snapshot file", details={"field": "snapshot"})
+        view = self._opened()
+        entries = list(view.entries.values())
+        positions = list(view.positions)
+        await anyio.to_thread.run_sync(
+            snapshots.save, self._snapshot, self.stream, entries, positions
+        )
+
+    # ---------------------------------------------------------------- reads (memory)
+
+    def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
+        """The key's latest value in the view, or ``default``."""
+        entry = self._opened().entries.get(key)
+        return default if entry is None else entry.value
+
+    def entry(self, key: bytes) -> Entry | None:
+        """The key's latest value with its revision, or None."""
+        return self._opened().entries.get(key)
+
+    def revision(self, key: bytes) -> int:
+        """The key's revision in the view (-1: absent)."""
+        entry = self._opened().entries.get(key)
+        return ABSENT if entry is None else entry.revision
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        """Every (key, value) in the view (a copy)."""
+        return [(e.key, e.value) for e in self._opened().entries.values()]
+
+    def __len__(self) -> int:
+        """Keys in the view."""
+        return len(self._opened().entries)
+
+    def __contains__(self, key: object) -> bool:
+        """True if ``key`` has a value in the view."""
+        return key in self._opened().entries
+
+    @property
+    def positions(self) -> list[int]:
+        """Next offset the view will apply, per partition."""
+        return list(self._opened().positions)
+
+    # ---------------------------------------------------------------- writes
+
+    async def put(self, key: bytes, value: bytes) -> int:
+        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision."""
+        _check_value(value)
+        return await self._writes().write(key, value, None)
+
+    async def delete(self, key: bytes) -> int:
+        """Delete ``key`` (a tombstone); the tombstone's revision."""
+        return await self._writes().write(key, b"", None)
+
+    async def create(self, key: bytes, value: bytes) -> int:
+        """Set ``key`` only if it has no value; its revision.
+
+        Raises:
+            WrongExpectedKeyOffset: it has one (``current_revision``).
+        """
+        _check_value(value)
+        return await self._writes().write(key, value, ABSENT)
+
+    async def update(self, key: bytes, value: bytes, revision: int) -> int:
+        """Set ``key`` only if its revision is ``revision`` (compare-and-set); the new one.
+
+        Raises:
+            WrongExpectedKeyOffset: the key is at another revision (``current_revision``,
+                -1 if it has no value).
+        """
+        _check_value(value)
+        if revision < 0:
+            raise InvalidArgument("a revision is >= 0 (create a key that has no value)")
+        return await self._writes().write(key, value, revision)
+
+    # ---------------------------------------------------------------- waiting, history
+
+    async def sync(self) -> None:
+        """Return once the view holds every record acknowledged before the call (in any
+        process): each partition's high watermark, asked now, is reached.
+
+        Raises:
+            TimeoutError: not within the table's timeout.
+            JetError: a reader failed for good (e.g. the stream was deleted).
+        """
+        view = self._opened()
+        targets = [
+            (await self._client.list_offsets(self.stream, p)).hw for p in range(view.partitions)
+        ]
+        with anyio.fail_after(self._timeout):
+            while True:
+                self._raise_failure()
+                if all(view.positions[p] >= hw for p, hw in enumerate(targets)):
+                    return
+                await view.wait_moved()
+
+    async def wait_for(self, key: bytes, revision: int) -> Entry | None:
+        """Return ``key``'s entry once the view holds its partition up to ``revision``
+        (e.g. the ``current_revision`` of a refused update: then its value is the one the
+        update lost to, unless a later write changed it again). Cheaper than :meth:`sync`:
+        no request to the server.
+
+        Raises:
+            TimeoutError: not within the table's timeout.
+        """
+        view = self._opened()
+        partition = self._writes().partition_of(key)
+        with anyio.fail_after(self._timeout):
+            while view.positions[partition] <= revision:
+                self._raise_failure()
+                await view.wait_moved()
+        return view.entries.get(key)
+
+    async def watch(
+        self, prefix: bytes = b"", *, initial: bool = True
+    ) -> AsyncGenerator[Change, None]:
+        """Changes of the keys starting with ``prefix``, as they reach the view: with
+        ``initial`` first every current entry (``Change.initial``), then every change from
+        that moment on; without it, only changes from now. Ends when the table closes.
+
+        Raises:
+            WatchOverflow: this watch fell more than ``MAX_WATCH_BUFFER`` changes behind.
+        """
+        view = self._opened()
+        watcher = view.watch(prefix, initial)
+        try:
+            async for change in watcher.receive:
+                yield change
+            if watcher.overflowed:
+                raise WatchOverflow(f"watch of {self.stream!r} fell behind and was closed")
+        finally:
+            view.unwatch(watcher)
+
+    async def history(self, key: bytes) -> list[Change]:
+        """Every record of ``key`` the partition still stores (compaction keeps the latest
+        only), oldest first; a delete has ``value`` None."""
+        partition = self._writes().partition_of(key)
+        start = (await self._client.list_offsets(self.stream, partition, "earliest")).offset
+        hw = (await self._client.list_offsets(self.stream, partition)).hw
+        out: list[Change] = []
+        offset = start
+        while offset < hw:
+            _h, data = await self._client.fetch(
+                self.stream, partition, offset, max_bytes=FETCH_MAX_BYTES, max_wait=0.0
+            )
+            moved = offset
+            for record in iter_records(data):
+                moved = record.offset + 1
+                if record.key == key and record.offset < hw:
+                    out.append(Change(key, record.value or None, record.offset, partition))
+            if moved == offset:
+                break
+            offset = moved
+        return out
+
+    # ---------------------------------------------------------------- internals
+
+    async def _follow(self, partition: int) -> None:
+        view = self._opened()
+        while True:
+            position = view.positions[partition]
+            try:
+                _h, data = await self._client.fetch(
+                    self.stream,
+                    partition,
+                    position,
+                    max_bytes=FETCH_MAX_BYTES,
+                    max_wait=FETCH_WAIT_S,
+                )
+            except OffsetOutOfRange as exc:
+                start = exc.log_start
+                if start is not None and start > position:  # retention removed the start
+                    view.advance(partition, start)
+                    continue
+                self._failure = exc
+                return
+            except ClientClosed as exc:
+                self._failure = exc
+                return
+            except JetError as exc:
+                if exc.retriable:
+                    await anyio.sleep(READ_RETRY_PAUSE_S)
+                    continue
+                self._failure = exc
+                view.wake()  # sync() raises it
+                return
+            records = list(iter_records(data))
+            self.records_read += len(records)
+            view.apply(partition, records)
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _opened(self) -> TableView:
+        if self._view is None:
+            raise ClientClosed(f"table {self.stream!r} is not open (use async with)")
+        return self._view
+
+    def _writes(self) -> TableWriter:
+        if self._writer is None or self._closed:
+            raise ClientClosed(f"table {self.stream!r} is not open")
+        return self._writer
+
+
+def _check_value(value: bytes) -> None:
+    if not value:
+        raise InvalidArgument("an empty value deletes its key: use delete()")

@@ -1,0 +1,109 @@
+"""The key index behind ``Jet-Expected-Key-Offset`` (spec/storage.md §11.1) on a real log:
+last live offset per key, tombstones, the batch being appended, rebuild on a new epoch or
+a log cut back, the bound, and body scanning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import encode_body
+from jetsdk.codec.record_controls import record_controls
+from jetserver.broker.key_index import (
+    ABSENT,
+    IndexBehind,
+    IndexFull,
+    KeyIndex,
+    scan_body,
+)
+from jetserver.storage import Log
+from jetserver.storage.config import LogConfig
+
+
+def put(key: bytes, value: bytes, *headers: tuple[str, bytes]) -> bytes:
+    return encode_body(value, key=key, subject="t", headers=headers)
+
+
+def test_offsets_tombstones_and_pending(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "p") as log:
+        log.append([put(b"a", b"1"), put(b"b", b"1"), put(b"a", b"2"), put(b"b", b"")], 1, 0)
+        index = KeyIndex()
+        assert index.offset_of(log, 0, b"a", []) == 2
+        assert index.offset_of(log, 0, b"b", []) == ABSENT  # deleted
+        assert index.offset_of(log, 0, b"c", []) == ABSENT
+        assert index.rebuilds == 1
+        log.append([put(b"c", b"1")], 2, 0)
+        pending = [put(b"a", b""), put(b"b", b"3")]  # to be appended at 5 and 6
+        assert index.offset_of(log, 0, b"c", pending) == 4  # caught up, not rebuilt
+        assert index.offset_of(log, 0, b"a", pending) == ABSENT
+        assert index.offset_of(log, 0, b"b", pending) == 6
+        pending.append(put(b"a", b"9"))
+        assert index.offset_of(log, 0, b"a", pending) == 7
+        assert index.rebuilds == 1
+        assert index.offset_of(log, 1, b"a", []) == 2  # a new epoch rebuilds from the log
+        assert index.rebuilds == 2
+        log.truncate_to(2)  # the log cut back (a follower reconciling): rebuilt too
+        assert index.offset_of(log, 1, b"a", []) == 0
+        assert index.offset_of(log, 1, b"b", []) == 1
+        assert index.rebuilds == 3
+
+
+def test_bound_refuses_unknown_keys_never_answers_wrong(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "p") as log:
+        log.append([put(b"k%d" % i, b"v") for i in range(5)], 1, 0)
+        index = KeyIndex(max_keys=3)
+        assert index.offset_of(log, 0, b"k0", []) == 0
+        assert index.full
+        assert len(index) == 3
+        with pytest.raises(IndexFull):
+            index.offset_of(log, 0, b"k4", [])
+        with pytest.raises(IndexFull):
+            index.offset_of(log, 0, b"never", [])
+
+
+def test_a_long_log_is_indexed_over_several_checks(tmp_path: Path) -> None:
+    """A check reads at most ``scan_budget`` records; until the index reaches the log end
+    it answers IndexBehind (UNAVAILABLE on the wire), and each check reads further."""
+    config = LogConfig(segment_max_bytes=4096)  # many small segments: many reads
+    with Log.open(tmp_path / "p", config) as log:
+        for i in range(40):
+            log.append([put(b"k%d" % (j % 7), b"v%d" % i) for j in range(10)], i + 1, 0)
+        index = KeyIndex(scan_budget=50)
+        ends: list[int] = []
+        for _ in range(100):
+            try:
+                found = index.offset_of(log, 0, b"k3", [])
+                break
+            except IndexBehind as exc:
+                ends.append(exc.end)
+        assert len(ends) >= 3  # spread over several checks
+        assert set(ends) == {400}
+        assert found == 393  # the last record of k3: batch 39, j = 3
+        assert index.rebuilds == 1
+
+
+def test_body_scan() -> None:
+    body = encode_body(b"v", key=b"key", subject="s", reply="r", headers=(("X", b"1"),))
+    assert scan_body(body) == (b"key", False)
+    assert scan_body(encode_body(b"", key=b"k")) == (b"k", True)
+    assert scan_body(encode_body(b"", key=None)) == (None, False)
+    assert scan_body(encode_body(b"v", key=b"k", producer_id=7, producer_seq=1)) == (b"k", False)
+    with pytest.raises(CodecError):
+        scan_body(body[:9])
+
+
+def test_record_controls_of_produce_messages() -> None:
+    """Jet-Expected-Key-Offset is a control of Produce messages (not stored, like
+    Jet-Expected-Offset): -1 or an offset; anything else is an error."""
+    got = record_controls((("X", b"1"), ("jet-expected-KEY-offset", b"12")))
+    assert got is not None
+    assert got.expected_key_offset == 12
+    assert got.headers == (("X", b"1"),)
+    absent = record_controls((("Jet-Expected-Key-Offset", b"-1"),))
+    assert absent is not None
+    assert absent.expected_key_offset == -1
+    bad = record_controls((("Jet-Expected-Key-Offset", b"-2"),))
+    assert bad is not None
+    assert bad.error.startswith("Jet-Expected-Key-Offset must be")

@@ -1,0 +1,54 @@
+"""`jet table get|put|delete|watch` as subprocesses against the module's `jet dev`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import anyio
+import orjson
+import pytest
+
+from jetsdk import Client
+from support.jet_dev import JetDev
+
+
+def jet(dev: JetDev, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, JET_SERVERS=",".join(dev.servers))
+    return subprocess.run(
+        [sys.executable, "-m", "jetserver.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+async def _create(dev: JetDev, name: str) -> None:
+    async with Client(dev.servers) as client:
+        await client.create_stream(name, compact=True)
+
+
+@pytest.mark.timeout(300)  # 7 `jet` processes, each importing the SDK: slow on a loaded host
+def test_put_get_cas_delete_watch(jet_dev: JetDev) -> None:
+    anyio.run(_create, jet_dev, "tcli")
+    first = jet(jet_dev, "table", "put", "tcli", "AAPL", "189.5")
+    assert first.returncode == 0, first.stderr
+    rev = int(first.stdout)
+    refused = jet(jet_dev, "table", "put", "tcli", "AAPL", "x", "--create")
+    assert refused.returncode == 1
+    assert f"current revision {rev}" in refused.stderr
+    cas = jet(jet_dev, "table", "put", "tcli", "AAPL", "190.1", "--revision", str(rev))
+    assert cas.returncode == 0, cas.stderr
+    got = orjson.loads(jet(jet_dev, "table", "get", "tcli", "AAPL", "--json").stdout)
+    assert got == {"key": "AAPL", "value": "190.1", "revision": int(cas.stdout)}
+    assert jet(jet_dev, "table", "put", "tcli", "MSFT", "410").returncode == 0
+    assert jet(jet_dev, "table", "delete", "tcli", "MSFT").returncode == 0
+    missing = jet(jet_dev, "table", "get", "tcli", "MSFT")
+    assert missing.returncode == 1
+    assert "no key" in missing.stderr
+    watched = jet(jet_dev, "table", "watch", "tcli", "--count", "1")
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout == f"PUT AAPL = 190.1 @{cas.stdout.strip()}\n"
