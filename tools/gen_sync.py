@@ -224,12 +224,10 @@ class _Param:
     name: str
     annotation: ast.expr | None
     default: ast.expr | None
-    kind: str  # "pos", "kw", "posonly", "var" (*args)
+    kind: str  # "pos", "kw", "posonly", "var" (*args), "varkw" (**kwargs)
 
 
 def _params(args: ast.arguments) -> list[_Param]:
-    if args.kwarg:
-        raise SystemExit("gen_sync: **kwargs are not supported")
     positional = [*args.posonlyargs, *args.args]
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
     defaults += list(args.defaults)
@@ -240,6 +238,8 @@ def _params(args: ast.arguments) -> list[_Param]:
     if args.vararg is not None:
         out.append(_Param(args.vararg.arg, args.vararg.annotation, None, "var"))
     out += [_Param(a.arg, a.annotation, d, "kw") for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    if args.kwarg is not None:
+        out.append(_Param(args.kwarg.arg, args.kwarg.annotation, None, "varkw"))
     return [p for p in out if p.name != "self"]
 
 
@@ -282,7 +282,8 @@ class _Emitter:
                 parts.append("*")
                 seen_kw = True
             seen_kw = seen_kw or p.kind == "var"
-            text = f"*{p.name}" if p.kind == "var" else p.name
+            stars = {"var": "*", "varkw": "**"}.get(p.kind, "")
+            text = f"{stars}{p.name}"
             ann = self._annotation(p.annotation)
             if ann:
                 text += f": {ann}"
@@ -304,8 +305,8 @@ class _Emitter:
     def _call(self, prefix: str, head: str, params: list[_Param], suffix: str, indent: str) -> None:
         args = [head] if head else []
         for p in params:
-            if p.kind == "var":
-                args.append(f"*{p.name}")
+            if p.kind in ("var", "varkw"):
+                args.append(f"{'*' if p.kind == 'var' else '**'}{p.name}")
                 continue
             value = f"{p.name}._obj" if _wrapped_name(p.annotation) else p.name
             args.append(value if p.kind != "kw" else f"{p.name}={value}")

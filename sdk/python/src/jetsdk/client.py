@@ -50,10 +50,12 @@ from jetsdk.client_dial import (
     resolve_servers,
 )
 from jetsdk.client_requests import (
+    CREATE_OPTIONS,
     Durability,
     OffsetPosition,
     create_stream_body,
     datetime_to_ns,
+    decode_answer,
     decode_fetch_answer,
     decode_produce_answer,
     list_offsets_body,
@@ -85,6 +87,7 @@ from jetsdk.errors import (
 from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamInfo
 from jetsdk.retry import DEFAULT_RETRY, RetryPolicy, is_retriable, retry_calls
 from jetsdk.security import Credentials
+from jetsdk.stream_admin import purge_body, update_body
 from jetsdk.transport import Address, Dialer, parse_address
 
 __all__ = [
@@ -524,24 +527,8 @@ class Client:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
             InvalidArgument: a bad name, subject or option (``field``), found here or by the server.
         """
-        body = create_stream_body(
-            name,
-            subject,
-            partitions=partitions,
-            replication_factor=replication_factor,
-            compact=compact,
-            group=group,
-            retention_max_age=retention_max_age,
-            retention_max_bytes=retention_max_bytes,
-            retention_max_messages=retention_max_messages,
-            segment_max_bytes=segment_max_bytes,
-            segment_max_age=segment_max_age,
-            delete_retention=delete_retention,
-            max_message_bytes=max_message_bytes,
-            min_isr=min_isr,
-            durability=durability,
-            duplicate_window=duplicate_window,
-        )
+        options = {k: v for k, v in locals().items() if k in CREATE_OPTIONS}
+        body = create_stream_body(name, subject, **options)
         answer = await self.request_any(Api.CREATE_STREAM, body)
         self._metadata_stale = True
         return parse_create_answer(name, answer, exist_ok=exist_ok)
@@ -555,6 +542,28 @@ class Client:
         body = encode_json({"op_id": uuid4().hex, "name": name})
         await self.request_any(Api.DELETE_STREAM, body)
         self._metadata_stale = True
+
+    async def update_stream(self, name: str, **settings: Any) -> StreamInfo:
+        """Change an existing stream's retention and segment settings (the names of
+        :meth:`create_stream`; None lifts a retention limit); every replica applies them.
+        Raises InvalidArgument for a fixed (``partitions``...), unknown or bad setting."""
+        answer = await self.request_any(Api.UPDATE_STREAM, update_body(name, settings))
+        self._metadata_stale = True
+        return parse_create_answer(name, answer, exist_ok=True)
+
+    async def purge_stream(
+        self, name: str, partition: int | None = None, before: int | None = None
+    ) -> dict[int, int]:
+        """Drop ``partition``'s records (None: every partition's) below offset ``before``
+        (None: all committed ones) on every replica; return {partition: log start now}.
+        Raises OffsetOutOfRange if ``before`` is above the high watermark."""
+        count = (await self.stream_info(name)).partition_count
+        out: dict[int, int] = {}
+        for p in range(count) if partition is None else [partition]:
+            body = purge_body(name, p, before)
+            answer = await self.request_leader(name, p, Api.PURGE_STREAM, body)
+            out[p] = int(decode_answer(answer)["log_start"])
+        return out
 
     async def list_streams(self, *, include_internal: bool = False) -> list[StreamInfo]:
         """Every stream, ordered by name (fresh metadata); internal streams (``__groups``,

@@ -48,6 +48,28 @@ Durability = Literal["flushed", "replicated", "written"]
 """A stream's durability setting (spec/cluster.md, "Durability")."""
 
 
+CREATE_OPTIONS = frozenset(
+    {
+        "partitions",
+        "replication_factor",
+        "compact",
+        "group",
+        "retention_max_age",
+        "retention_max_bytes",
+        "retention_max_messages",
+        "segment_max_bytes",
+        "segment_max_age",
+        "delete_retention",
+        "max_message_bytes",
+        "min_isr",
+        "durability",
+        "duplicate_window",
+    }
+)
+"""The keyword arguments of :func:`create_stream_body` (``Client.create_stream`` passes
+its own arguments of these names)."""
+
+
 def create_stream_body(
     name: str,
     subject: str | None,

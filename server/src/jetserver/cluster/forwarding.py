@@ -50,6 +50,7 @@ from jetserver.metadata.ops import DeleteStream, OpResult, SetAcl
 from jetserver.metadata.reserved import checked_spec
 from jetserver.metadata.validate import MAX_PARTITIONS
 from jetserver.protocol.json_api import stream_info
+from jetserver.protocol.stream_admin import update_op
 from jetserver.raft import (
     MetadataRaft,
     NotLeader,
@@ -152,6 +153,40 @@ class MetadataRequests:
         return await self._run(
             Api.DELETE_STREAM, request, op_id, lambda: self._delete_here(name, op_id), settle
         )
+
+    async def update_stream(self, request: dict[str, Any]) -> dict[str, Any]:
+        """UpdateStream: ``{"stream": StreamInfo}`` once this server's state shows it.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT, STREAM_NOT_FOUND, or a retriable code as
+                :meth:`create_stream`.
+        """
+        op = update_op(request, self.raft.state.streams)  # refuse a bad request here
+        op_id = op_id_of(request)
+        wanted = dict(op.settings)
+
+        def shows(state: MetadataState) -> bool:
+            meta = state.streams.get(op.name)
+            return meta is None or all(getattr(meta.spec, k) == v for k, v in wanted.items())
+
+        async def here() -> dict[str, Any]:
+            remembered = self.raft.machine.recent.get(op_id)
+            if remembered is not None:
+                result = remembered.result
+            else:
+                fresh = update_op(request, self.raft.state.streams)
+                result = (await self.raft.propose(fresh, op_id=op_id)).result
+            if not result.ok:
+                raise ApiError(result.error_code, result.message, {"stream": op.name})
+            log.info("stream updated", extra=fields(stream=op.name, settings=wanted))
+            return {"stream": stream_info(self.raft.state.streams[op.name])}
+
+        async def settle(_answer: dict[str, Any]) -> None:
+            await self._wait_local(shows, f"settings of stream {op.name}")
+
+        answer = await self._run(Api.UPDATE_STREAM, request, op_id, here, settle)
+        meta = self.raft.state.streams.get(op.name)
+        return answer if meta is None else {"stream": stream_info(meta)}
 
     async def set_acl(
         self, request: dict[str, Any], identity: str, grants: tuple[Grant, ...]

@@ -32,6 +32,7 @@ import anyio
 import anyio.abc
 import attrs
 
+from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.streams import StreamManager
 from jetserver.cluster.bootstrap import raft_config
 from jetserver.cluster.controller import Controller, backoff_s
@@ -88,6 +89,7 @@ class ClusterNode:
     """The previous run stopped cleanly (registered at start)."""
     _tg: anyio.abc.TaskGroup | None = None
     _dirty: anyio.Event = attrs.field(factory=anyio.Event)
+    _log_settings: LiveLogSettings = attrs.field(factory=LiveLogSettings)  # UpdateStream
     _tasks_scope: anyio.CancelScope = attrs.field(factory=anyio.CancelScope)
 
     @classmethod
@@ -248,6 +250,7 @@ class ClusterNode:
             self._dirty = anyio.Event()
             try:
                 await self.streams.reconcile(self.raft.state, collect=self.raft.status.ready)
+                self._log_settings.apply(self.streams, self.raft.state.streams.values())
             except Exception:
                 log.exception("reconciling replicas with the metadata failed")
                 await anyio.sleep(1.0)

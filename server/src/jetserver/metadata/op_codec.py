@@ -21,6 +21,7 @@ from jetserver.metadata.ops import (
     SetAcl,
     UpdateIsr,
     UpdateIsrs,
+    UpdateStream,
 )
 
 __all__ = ["op_from_dict"]
@@ -52,6 +53,10 @@ def op_from_dict(data: Mapping[str, Any]) -> Op:
         )
     if kind == DeleteStream.kind:
         return DeleteStream(name=str(data["name"]))
+    if kind == UpdateStream.kind:
+        return UpdateStream(
+            name=str(data["name"]), settings=tuple(sorted(dict(data["settings"]).items()))
+        )
     if kind == RegisterServer.kind:
         return RegisterServer(
             server_id=str(data["server_id"]),

@@ -8,7 +8,8 @@ Applying an operation twice is harmless: a repeated create returns ``created=Fal
 repeated delete returns STREAM_NOT_FOUND, a repeated RegisterServer or UpdateIsr changes
 nothing, a repeated ElectLeader is refused (its epoch is no longer the next one).
 
-Operations: CreateStream, DeleteStream (streams), RegisterServer (a server's addresses),
+Operations: CreateStream, DeleteStream, UpdateStream (streams; an update changes settings
+the proposer checked), RegisterServer (a server's addresses),
 UpdateIsr (the partition leader changes its ISR, compare-and-set on the partition epoch),
 UpdateIsrs (several UpdateIsr in one entry, each checked on its own),
 LeaveIsr (a stopping follower takes itself out of an ISR), ElectLeader (the metadata
@@ -73,6 +74,23 @@ class DeleteStream:
     def to_dict(self) -> dict[str, Any]:
         """As a JSON object (with ``op``)."""
         return {"op": self.kind, "name": self.name}
+
+
+@attrs.frozen
+class UpdateStream:
+    """Change an existing stream's updatable settings (checked by the proposer with
+    :func:`jetsdk.codec.stream_settings.check_update`)."""
+
+    name: str
+    """Stream name."""
+    settings: tuple[tuple[str, Any], ...]
+    """(setting, new value) pairs, sorted by setting."""
+
+    kind = "update_stream"
+
+    def to_dict(self) -> dict[str, Any]:
+        """As a JSON object (with ``op``)."""
+        return {"op": self.kind, "name": self.name, "settings": dict(self.settings)}
 
 
 @attrs.frozen
@@ -279,7 +297,14 @@ class SetAcl:
 
 
 _StreamOp = (
-    CreateStream | DeleteStream | UpdateIsr | UpdateIsrs | LeaveIsr | ElectLeader | ElectLeaders
+    CreateStream
+    | DeleteStream
+    | UpdateStream
+    | UpdateIsr
+    | UpdateIsrs
+    | LeaveIsr
+    | ElectLeader
+    | ElectLeaders
 )
 Op = _StreamOp | RegisterServer | SetAcl
 
@@ -330,6 +355,8 @@ def apply(state: MetadataState, op: Op) -> tuple[MetadataState, OpResult]:
         streams = dict(state.streams)
         del streams[op.name]
         return attrs.evolve(bumped, streams=streams), OpResult(stream=existing)
+    if isinstance(op, UpdateStream):
+        return _update_stream(bumped, op)
     if isinstance(op, RegisterServer):
         return _register(bumped, op)
     if isinstance(op, UpdateIsr):
@@ -355,6 +382,22 @@ def apply(state: MetadataState, op: Op) -> tuple[MetadataState, OpResult]:
         acls[op.identity] = op.grants
         return attrs.evolve(bumped, acls=acls), OpResult()
     raise TypeError(f"not a metadata op: {op!r}")  # pragma: no cover
+
+
+def _update_stream(state: MetadataState, op: UpdateStream) -> tuple[MetadataState, OpResult]:
+    meta = state.streams.get(op.name)
+    if meta is None:
+        return state, OpResult(ErrorCode.STREAM_NOT_FOUND, f"stream {op.name!r} does not exist")
+    names = {f.name for f in attrs.fields(StreamSpec)}
+    unknown = [k for k, _ in op.settings if k not in names]
+    if unknown:
+        return state, OpResult(ErrorCode.INVALID_ARGUMENT, f"unknown settings {unknown}")
+    spec = attrs.evolve(meta.spec, **dict(op.settings))
+    if spec == meta.spec:
+        return state, OpResult(stream=meta)
+    streams = dict(state.streams)
+    streams[op.name] = attrs.evolve(meta, spec=spec)
+    return attrs.evolve(state, streams=streams), OpResult(stream=streams[op.name])
 
 
 def _register(state: MetadataState, op: RegisterServer) -> tuple[MetadataState, OpResult]:

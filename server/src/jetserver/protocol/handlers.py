@@ -29,6 +29,7 @@ from jetsdk.codec.replica_fetch import (
     encode_replica_fetch_response,
 )
 from jetserver.broker.fetch import fetch, offset_for_leader_epoch
+from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.streams import StreamManager
@@ -38,6 +39,7 @@ from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
+from jetserver.protocol.stream_admin import purge_partition, update_stream
 from jetserver.raft.errors import RaftError
 from jetserver.security.gate import Session
 from jetserver.storage import StorageError
@@ -77,6 +79,8 @@ class Dispatcher:
     consumer_positions: dict[tuple[str, int], int] = attrs.field(factory=dict)
     """(stream, partition) -> offset of the latest consumer Fetch (metrics: consumer lag)."""
     session_wakers: SessionWakers = attrs.field(factory=SessionWakers)
+    live_settings: LiveLogSettings = attrs.field(factory=LiveLogSettings)
+    """A server alone: applies UpdateStream's settings to the open logs."""
     """Followers' parked ReplicaFetch requests, by session (to wake them)."""
 
     def is_down(self, server_id: str) -> bool:
@@ -246,8 +250,19 @@ class Dispatcher:
         async def offsets(req: dict[str, Any]) -> dict[str, Any]:
             return json_api.list_offsets(req, self.streams)
 
+        async def purge(req: dict[str, Any]) -> dict[str, Any]:
+            return await purge_partition(req, self.streams)
+
+        async def update(req: dict[str, Any]) -> dict[str, Any]:
+            if self.cluster is not None:
+                assert self.cluster.requests is not None
+                return await self.cluster.requests.update_stream(req)
+            return await update_stream(req, self.streams, self.live_settings)
+
         return {
             Api.HELLO: hello,
+            Api.PURGE_STREAM: purge,
+            Api.UPDATE_STREAM: update,
             Api.METADATA: metadata,
             Api.CREATE_STREAM: create,
             Api.DELETE_STREAM: delete,

@@ -435,6 +435,11 @@ class FollowerFetcher:
             )
             if new > log_.high_watermark:
                 await self.on_hw(new)
+            if header.log_start > log_.log_start_offset:
+                # The leader's log start moved (a purge, or its retention): records below
+                # it are gone from the partition, so this replica drops them too.
+                start = min(header.log_start, log_.log_end_offset)
+                await anyio.to_thread.run_sync(log_.advance_start, start)
             # An answer without records: this replica holds everything the leader has,
             # so every committed record.
             if (

@@ -278,8 +278,9 @@ class Security:
                 acl.allows(grants, acl.FETCH, req.stream) or _group_reader(req.stream, grants),
                 f"fetch on stream {req.stream!r}",
             )
-        elif api in (Api.CREATE_STREAM, Api.DELETE_STREAM):
-            name = decode_json(frame.body).get("name")
+        elif api in (Api.CREATE_STREAM, Api.DELETE_STREAM, Api.PURGE_STREAM, Api.UPDATE_STREAM):
+            body = decode_json(frame.body)
+            name = body.get("stream" if api == Api.PURGE_STREAM else "name")
             if isinstance(name, str):
                 creating_groups = api == Api.CREATE_STREAM and _group_reader(name, grants)
                 _need(

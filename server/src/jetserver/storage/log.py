@@ -14,7 +14,7 @@ from jetserver.storage.clock import DELETION_CLOCK
 from jetserver.storage.compaction import CompactionReport
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import LeaderEpochCache
-from jetserver.storage.errors import StorageError
+from jetserver.storage.errors import InvalidArgumentError, StorageError
 from jetserver.storage.files import SEALED_FILES, FileLease, OpenFileCache, fdatasync
 from jetserver.storage.log_state import LogState
 from jetserver.storage.maintenance import Maintenance
@@ -174,6 +174,18 @@ class Log:
     def config(self) -> LogConfig:
         """The settings the log was opened with."""
         return self._state.config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Use ``config`` from now on (a stream update): appends roll, and retention and
+        compaction remove, by the new settings from their next run.
+        ``index_interval_bytes`` cannot change (the indexes on disk are built with it).
+
+        Raises:
+            InvalidArgumentError: ``config`` has another ``index_interval_bytes``.
+        """
+        if config.index_interval_bytes != self._state.config.index_interval_bytes:
+            raise InvalidArgumentError("index_interval_bytes cannot change on an open log")
+        self._state.config = config  # one reference swap: readers see old or new whole
 
     @property
     def closed(self) -> bool:
@@ -370,6 +382,21 @@ class Log:
             StorageError: a file operation failed.
         """
         return self._maintenance.enforce_retention()
+
+    def advance_start(self, offset: int) -> int:
+        """Move the log start forward to ``offset`` (a purge: Kafka's delete-records);
+        return the log start after the call.
+
+        Reads below ``offset`` are refused from then on; whole segments below it are
+        deleted (the active one too if ``offset`` is the LEO: a new one starts there). The
+        new log start is checkpointed first; the high watermark is raised to it if lower.
+        A no-op at or below the log start.
+
+        Raises:
+            InvalidArgumentError: ``offset`` is above the LEO. StorageError: a file
+                operation failed.
+        """
+        return self._maintenance.advance_start(offset)
 
     def compact(self) -> CompactionReport:
         """Key-compact the segments below the high watermark (see spec/storage.md).

@@ -200,6 +200,51 @@ class Maintenance:
             st.epochs.truncate_from_start(new_start)
             return count
 
+    def advance_start(self, offset: int) -> int:
+        """Move the log start forward to ``offset`` (a purge: Kafka's delete-records);
+        return the log start after the call.
+
+        Reads below ``offset`` are refused from then on. Whole segments below it are
+        deleted; if ``offset`` is the LEO and the active segment holds records, a new
+        active segment is started there first so that its files go too. The new log start
+        is checkpointed before any file is deleted; the high watermark is raised to it if
+        lower (a follower behind its leader). A no-op at or below the log start.
+
+        Raises:
+            InvalidArgumentError: ``offset`` is above the LEO. StorageError: a file
+                operation failed.
+        """
+        st = self._state
+        with st.write_lock:
+            st.check_open()
+            if offset > st.leo:
+                raise InvalidArgumentError(f"log start {offset} is above the LEO {st.leo}")
+            if offset <= st.log_start:
+                return st.log_start
+            active = st.segments[-1]
+            if offset == st.leo and active.state.next_offset > active.base_offset:
+                st.roll(offset)
+            segments = st.segments
+            count = 0
+            while count < len(segments) - 1 and segments[count].state.next_offset <= offset:
+                count += 1
+            try:
+                write_checkpoint(st.dir, LOG_START_OFFSET_FILE, [(offset,)])
+            except OSError as exc:
+                raise StorageError(f"cannot checkpoint the log start offset: {exc}") from exc
+            with st.lock:
+                st.segments = segments[count:]
+                st.bases = st.bases[count:]
+                st.log_start = offset
+                st.hw = max(st.hw, offset)
+            for seg in segments[:count]:
+                seg.delete_files()
+                seg.release()
+            if count:
+                fsync_directory(st.dir)
+            st.epochs.truncate_from_start(offset)
+            return offset
+
     def compact(self) -> CompactionReport:
         """Key-compact the segments below the high watermark (see spec/storage.md).
 

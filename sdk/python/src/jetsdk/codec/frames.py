@@ -62,6 +62,8 @@ class Api(enum.IntEnum):
     SET_ACL = 11
     LIST_ACLS = 12
     REPLICA_FETCH = 13
+    PURGE_STREAM = 14
+    UPDATE_STREAM = 15
 
 
 FLAG_RESPONSE = 0x01

@@ -301,3 +301,51 @@ def repair_stored(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         if field in data and not isinstance(data[field], bool):
             fix(field, False)
     return out, notes
+
+
+UPDATABLE_SETTINGS = (
+    "retention_max_age_s",
+    "retention_max_bytes",
+    "retention_max_messages",
+    "segment_max_bytes",
+    "segment_max_age_s",
+    "delete_retention_s",
+)
+"""Settings an UpdateStream may change on an existing stream: the storage settings every
+replica applies to its open logs (retention, segment rolling, tombstone expiry)."""
+OPTIONAL_LIMITS = ("retention_max_age_s", "retention_max_bytes", "retention_max_messages")
+"""Updatable settings that null turns off (no limit)."""
+FIXED_SETTINGS = frozenset(REQUEST_FIELDS - set(UPDATABLE_SETTINGS) - {"op_id", "forwarded"})
+"""Settings an existing stream keeps: its name and subjects, its shape (``partitions``,
+``replication_factor``), and what its running replicas hold (compaction on or off, the
+ack rules, ``max_message_bytes``, ``duplicate_window_s``)."""
+
+
+def check_update(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the settings of an UpdateStream body (``settings``) against the same named
+    limits as :func:`check_settings`; return them checked (ints, float seconds).
+
+    Raises:
+        SettingError: a setting that cannot change (:data:`FIXED_SETTINGS`: ``field``
+            names it), an unknown one, null for a setting that is not an optional limit,
+            or a value outside its limits.
+    """
+    out: dict[str, Any] = {}
+    for field, value in changes.items():
+        if field in FIXED_SETTINGS:
+            raise SettingError(
+                field,
+                f"{field} cannot change on an existing stream (updatable: "
+                f"{', '.join(UPDATABLE_SETTINGS)})",
+            )
+        if field not in UPDATABLE_SETTINGS:
+            raise SettingError(field, f"unknown setting {_describe(field)} (see spec/protocol.md)")
+        if value is None:
+            if field not in OPTIONAL_LIMITS:
+                raise SettingError(field, f"{field} needs a value (only limits can be null)")
+            out[field] = None
+        elif field in INT_SETTINGS:
+            out[field] = check_int(field, value, *INT_SETTINGS[field])
+        else:
+            out[field] = check_seconds(field, value, allow_zero=SECONDS_SETTINGS[field])
+    return out

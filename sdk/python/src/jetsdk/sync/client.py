@@ -259,6 +259,25 @@ class Client(SyncWrapper):
         """
         self._run(self._obj.delete_stream, name)
 
+    def update_stream(self, name: str, **settings: Any) -> StreamInfo:
+        """Change an existing stream's retention and segment settings (the names of
+        :meth:`create_stream`; None lifts a retention limit); every replica applies them.
+        Raises InvalidArgument for a fixed (``partitions``...), unknown or bad setting.
+        """
+        return self._run(self._obj.update_stream, name, **settings)
+
+    def purge_stream(
+        self,
+        name: str,
+        partition: int | None = None,
+        before: int | None = None,
+    ) -> dict[int, int]:
+        """Drop ``partition``'s records (None: every partition's) below offset ``before``
+        (None: all committed ones) on every replica; return {partition: log start now}.
+        Raises OffsetOutOfRange if ``before`` is above the high watermark.
+        """
+        return self._run(self._obj.purge_stream, name, partition, before)
+
     def list_streams(self, *, include_internal: bool = False) -> list[StreamInfo]:
         """Every stream, ordered by name (fresh metadata); internal streams (``__groups``,
         ``__share.*``: :attr:`StreamInfo.internal`) only with ``include_internal``.
