@@ -693,6 +693,23 @@ def protocol_file() -> dict[str, Any]:
             RESP,
             {"offset": 17, "hw": 20, "log_start": 0},
         ),
+        json_case(
+            "purge_stream_request",
+            fr.Api.PURGE_STREAM,
+            6,
+            0,
+            {"stream": "orders", "partition": 0, "before": 120},
+        ),
+        json_case(
+            "purge_stream_response", fr.Api.PURGE_STREAM, 6, RESP, {"log_start": 120, "hw": 130}
+        ),
+        json_case(
+            "update_stream_request",
+            fr.Api.UPDATE_STREAM,
+            6,
+            0,
+            {"name": "orders", "settings": {"retention_max_messages": 1000000}},
+        ),
         frame_case(
             "produce_request",
             fr.Api.PRODUCE,
