@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "jetserver.cli.server_cmd",  # jet server
     "jetserver.cli.dev_cmd",  # jet dev
     "jetserver.cli.stream_cmd",  # jet stream create|list|info|delete
+    "jetserver.cli.stream_edit_cmd",  # jet stream edit|purge (after stream_cmd)
     "jetserver.cli.pubsub_cmd",  # jet pub, jet sub
     "jetserver.cli.security_cmd",  # jet passwd, jet acl
     "jetserver.cli.cluster_cmd",  # jet cluster status

@@ -157,6 +157,7 @@ def register(subparsers: Any) -> None:
     )
     sub = stream.add_subparsers(dest="stream_command", metavar="SUBCOMMAND")
     sub.required = True
+    stream.set_defaults(stream_subcommands=sub)  # more in stream_edit_cmd
 
     create = sub.add_parser(
         "create",

@@ -1,0 +1,120 @@
+"""``jet stream edit`` and ``jet stream purge`` (UpdateStream and PurgeStream,
+spec/protocol.md)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from jetsdk import Client
+from jetserver.cli.stream_cmd import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_client_options,
+    duration,
+    fail,
+    nonnegative_int,
+    positive_int,
+    print_json,
+    run_with_client,
+    size,
+)
+
+__all__ = ["register"]
+
+_NONE = "none"
+"""The value that lifts a retention limit (``--retention-max-bytes none``)."""
+
+
+def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_or_none(text: str) -> Any:
+        return None if text.strip().lower() == _NONE else parse(text)
+
+    parse_or_none.__name__ = getattr(parse, "__name__", "value")
+    return parse_or_none
+
+
+_EDITABLE: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
+    ("retention_max_age", _or_none(duration), "DURATION", "e.g. 7d, 12h; none: no limit"),
+    ("retention_max_bytes", _or_none(size), "SIZE", "per partition; none: no limit"),
+    ("retention_max_messages", _or_none(positive_int), "N", "per partition; none: no limit"),
+    ("segment_max_bytes", size, "SIZE", "roll segments at this size"),
+    ("segment_max_age", duration, "DURATION", "roll segments at this age"),
+    ("delete_retention", duration, "DURATION", "how long compaction keeps tombstones"),
+    ("partitions", positive_int, "N", "refused: an existing stream keeps its partitions"),
+    ("replication_factor", positive_int, "R", "refused: an existing stream keeps it"),
+)
+"""(setting, parser, metavar, help) of each ``jet stream edit`` option."""
+
+_UNSET = object()
+
+
+def register(subparsers: Any) -> None:
+    """Add ``jet stream edit`` and ``jet stream purge`` to ``jet stream`` (registered
+    before by :mod:`jetserver.cli.stream_cmd`)."""
+    sub = subparsers.choices["stream"].get_default("stream_subcommands")
+    edit = sub.add_parser(
+        "edit",
+        help="change a stream's retention and segment settings",
+        description="Change settings of an existing stream; every replica applies them to "
+        "its open logs (retention at its next run, segment sizes at the next append). "
+        "Partitions and replication factor cannot change.",
+    )
+    edit.add_argument("name", metavar="NAME")
+    for setting, parse, metavar, text in _EDITABLE:
+        edit.add_argument(
+            "--" + setting.replace("_", "-"),
+            dest=setting,
+            type=parse,
+            metavar=metavar,
+            default=_UNSET,
+            help=text,
+        )
+    edit.add_argument("--json", action="store_true", help="print the stream as JSON")
+    add_client_options(edit)
+    edit.set_defaults(func=_edit)
+
+    purge = sub.add_parser(
+        "purge",
+        help="drop a stream's records",
+        description="Drop the committed records of every partition (or of --partition) "
+        "below --before (default: all of them), on every replica. New records keep "
+        "their offsets after the last one.",
+    )
+    purge.add_argument("name", metavar="NAME")
+    purge.add_argument("--partition", type=nonnegative_int, metavar="P", help="only this one")
+    purge.add_argument("--before", type=nonnegative_int, metavar="OFFSET", help="keep from here")
+    purge.add_argument("--json", action="store_true", help="print {partition: log start}")
+    add_client_options(purge)
+    purge.set_defaults(func=_purge)
+
+
+def _edit(args: argparse.Namespace) -> int:
+    settings = {s: getattr(args, s) for s, *_ in _EDITABLE if getattr(args, s) is not _UNSET}
+    if not settings:
+        return fail("jet stream edit: name at least one setting to change (see --help)", EXIT_USAGE)
+
+    async def body(client: Client) -> int:
+        info = await client.update_stream(args.name, **settings)
+        if args.json:
+            print_json(info.to_json())
+        else:
+            changed = ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
+            print(f"stream {info.name} updated: {changed}")
+        return EXIT_OK
+
+    return run_with_client(args, body)
+
+
+def _purge(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        starts = await client.purge_stream(args.name, args.partition, args.before)
+        if args.json:
+            print_json({str(p): s for p, s in starts.items()})
+        else:
+            for p, start in sorted(starts.items()):
+                print(f"stream {args.name} partition {p}: records before {start} purged")
+        return EXIT_OK
+
+    return run_with_client(args, body)
