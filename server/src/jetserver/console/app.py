@@ -25,6 +25,7 @@ check the console's credentials, so with auth on they need the ``admin`` grant):
                                       "retention_max_age"?, "retention_max_bytes"?,
                                       "retention_max_messages"?}
     DELETE /api/streams/NAME
+    POST   /api/streams/NAME/settings, /api/streams/NAME/purge  (console/stream_edit.py)
     POST   /api/groups/NAME/reset    {"stream", "to": "earliest"|"latest"|OFFSET,
                                       "partitions"?: [P, ...]}
 """
@@ -58,6 +59,7 @@ from jetsdk.consumer.group_admin import commit_offsets, group_offsets
 from jetsdk.metadata import partition_subject
 from jetserver.console.http import HttpError, Request, Response
 from jetserver.console.produce import produce_record
+from jetserver.console.stream_edit import purge_stream, update_stream
 from jetserver.observe.sampler import ClusterSampler, History, Snapshot
 
 SAMPLE_INTERVAL_S = 1.0
@@ -266,6 +268,10 @@ class ConsoleApp:
                 await self.client.delete_stream(parts[2])
                 self.deleted.add(parts[2])  # gone from the next answer, not the next sample
                 return Response.json({"deleted": parts[2]})
+            if req.method == "POST" and len(parts) == 4 and parts[:2] == ["api", "streams"]:
+                edit = {"settings": update_stream, "purge": purge_stream}.get(parts[3])
+                if edit is not None:  # console/stream_edit.py
+                    return Response.json(await edit(self.client, parts[2], req.json()))
             if req.method == "POST" and parts == ["api", "records"]:
                 return Response.json(await produce_record(self.client, req.json()))
             is_reset = len(parts) == 4 and parts[:2] == ["api", "groups"] and parts[3] == "reset"

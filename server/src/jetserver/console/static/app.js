@@ -145,7 +145,10 @@ async function pageStreams() {
       el("td", { class: "num messages" + (s.offline ? " bad" : "") }, fmt(s.messages) + (s.offline ? ` + ? (${s.offline} offline)` : "")),
       el("td", { class: "num size" }, fmt(s.size_bytes) + (s.offline ? " + ?" : "")),
       el("td", { class: "retention" }, retention(s.config)),
-      el("td", {}, config.allow_writes ? el("button", { onclick: () => deleteStream(s.name), "data-delete": s.name }, "Delete") : "")))));
+      el("td", {}, config.allow_writes ? [
+        el("button", { onclick: () => editStream(s.name), "data-edit": s.name }, "Edit"),
+        el("button", { onclick: () => purgeStream(s.name), "data-purge": s.name }, "Purge"),
+        el("button", { onclick: () => deleteStream(s.name), "data-delete": s.name }, "Delete")] : "")))));
   for (const s of shown) {
     const rows = s.partition_rows.filter((p) => !streamView.unhealthy || p.under_replicated);
     if (streamView.unhealthy && !rows.length) continue;
@@ -181,6 +184,25 @@ function createForm() {
       msg.textContent = `created ${name.value}`;
     } catch (e) { msg.textContent = e.message; msg.className = "error"; }
   } }, "New stream:", name, "partitions", parts, "replicas", rf, el("button", { type: "submit" }, "Create"), msg);
+}
+
+async function editStream(name) {
+  const text = prompt(`New settings of ${name}: name=value, comma-separated ("none" lifts a limit), ` +
+    "e.g. retention_max_messages=100000, retention_max_age=604800, retention_max_bytes=none", "");
+  if (!text) return;
+  const body = {};
+  for (const part of text.split(",")) {
+    const [k, v] = part.split("=").map((x) => x.trim());
+    if (k) body[k] = v === undefined ? "" : v;
+  }
+  try { await write("POST", `/api/streams/${encodeURIComponent(name)}/settings`, body); render(); }
+  catch (e) { status(e.message, true); }
+}
+
+async function purgeStream(name) {
+  if (!confirm(`Purge every committed record of ${name}, on every replica?`)) return;
+  try { await write("POST", `/api/streams/${encodeURIComponent(name)}/purge`, {}); render(); }
+  catch (e) { status(e.message, true); }
 }
 
 async function deleteStream(name) {
