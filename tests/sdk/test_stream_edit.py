@@ -89,6 +89,16 @@ async def test_update_changes_settings_and_refuses_fixed_ones(jet_dev: JetDev) -
             await client.update_stream(f"{name}-missing", retention_max_messages=5)
 
 
+async def _keep_busy(client: Client, name: str) -> None:
+    """Send to every partition of ``name`` in turn until cancelled (bounded)."""
+    deadline = time.monotonic() + 2 * WAIT_S
+    async with Producer(client, name, ack=AckPolicy.ALL) as producer:
+        i = 0
+        while time.monotonic() < deadline:
+            await producer.send(b"busy", partition=i % 3)
+            i += 1
+
+
 def test_purge_and_update_reach_every_replica(tmp_path: Path) -> None:
     settings = {"storage": {"maintenance_interval_s": 0.2, "hw_checkpoint_interval_s": 0.2}}
     with Cluster(size=3, root=tmp_path, settings=settings) as cluster:
@@ -120,6 +130,17 @@ def test_purge_and_update_reach_every_replica(tmp_path: Path) -> None:
                 await until("p", lambda s: s[0] == 12, "followers adopt the purge")
                 assert await client.purge_stream("p") == {0: 30}
                 await until("p", lambda s: s[0] == 30, "followers adopt the purge of all")
+
+                # A purge reaches the followers while their fetch sessions are kept busy
+                # by other partitions of the same leaders (the purged one stays idle).
+                await client.create_stream("busy", partitions=3, replication_factor=3)
+                await _fill(client, "p", 5)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_keep_busy, client, "busy")
+                    await until("p", lambda s: s[0] == 30, "settled before the purge")
+                    assert await client.purge_stream("p") == {0: 35}
+                    await until("p", lambda s: s[0] == 35, "followers of a busy leader adopt it")
+                    tg.cancel_scope.cancel()
 
                 await client.create_stream("u", replication_factor=3)
                 await client.update_stream("u", segment_max_bytes=1024)
