@@ -173,6 +173,30 @@ def _matrix(groups_partitions: int) -> list[tuple[str, Op, dict[str, str]]]:
             _row(admin=OK, root=OK),
         ),
         ("DeleteStream __groups", request(Api.DELETE_STREAM, {"name": GROUPS_STREAM}), _row()),
+        # UpdateStream / PurgeStream: admin on the name (internal ones: a `__` admin only).
+        (
+            "UpdateStream data.a",
+            lambda c, _i: c.update_stream("data.a", retention_max_messages=1_000_000),
+            _row(admin=OK, root=OK),
+        ),
+        (
+            "UpdateStream __groups",
+            request(
+                Api.UPDATE_STREAM,
+                {"name": GROUPS_STREAM, "settings": {"retention_max_messages": 5}},
+            ),
+            _row(),
+        ),
+        (
+            "PurgeStream data.a (before 0: keeps every record)",
+            lambda c, _i: c.purge_stream("data.a", 0, before=0),
+            _row(admin=OK, root=OK),
+        ),
+        (
+            "PurgeStream __groups",
+            request(Api.PURGE_STREAM, {"stream": GROUPS_STREAM, "partition": 0, "before": 0}),
+            _row(),
+        ),
         # Produce: publish on the stream and on every stream its subject reaches.
         ("Produce data.a", produce(_produce("data.a", b"x")), _row(pub=OK, root=OK)),
         ("Produce other", produce(_produce("other", b"x")), _row(root=OK)),
