@@ -55,6 +55,7 @@ def part(state: MetadataState, p: int = 0) -> tuple[str, tuple[str, ...], int]:
         UpdateIsr("orders", 1, "s2", 0, ("s2",)),
         ElectLeader("orders", 0, "s2", 4, "id1"),
         ElectLeader("orders", 0, "s2", 4),
+        ElectLeader("orders", 0, "s2", 4, "id1", keep_isr=True),
         ElectLeaders((ElectLeader("orders", 0, "s2", 4, "id1"), ElectLeader("orders", 1, "s3", 2))),
         UpdateIsrs(
             (

@@ -438,21 +438,15 @@ DEFAULT_PROBE_INTERVAL_S = 0.5
 DEFAULT_RAFT_HEARTBEAT_S = 0.1
 DEFAULT_RAFT_ELECTION_TIMEOUT_MIN_S = 1.0
 DEFAULT_RAFT_ELECTION_TIMEOUT_MAX_S = 2.0
-"""A server's metadata Raft timing. 0.3-0.6 s (the Raft library's defaults) made the
-metadata leader change every few seconds while thousands of partitions were created or
-failed over on a loaded 2-core machine (load average 7-9): the Raft thread shares the
-interpreter and the CPU with the event loop, and missed heartbeats for that long."""
+"""Metadata Raft timing. 0.3-0.6 s (the Raft library's defaults) made the metadata leader
+change every few seconds under load (spec/cluster.md, "Timing")."""
 MIN_CLUSTER_PASSWORD_CHARS = 16
 RAFT_DIR = "raft"
 """Default Raft directory inside ``server.data_dir``."""
 
 
 def parse_peer(text: str) -> tuple[str, str]:
-    """``"id@host:port"`` -> ``(id, "host:port")``.
-
-    Raises:
-        ConfigError: not of that form.
-    """
+    """``"id@host:port"`` -> ``(id, "host:port")``; ConfigError if not of that form."""
     server_id, sep, address = text.strip().partition("@")
     host, colon, port = address.rpartition(":")
     if (
@@ -510,6 +504,12 @@ class ClusterConfig:
     """Bound on a metadata request forwarded to the metadata leader (retries included)."""
     probe_interval_s: float = attrs.field(default=DEFAULT_PROBE_INTERVAL_S, validator=_positive)
     """How often the metadata leader checks that every registered server answers."""
+    auto_leader_rebalance: bool = True
+    """Move leaderships back to preferred replicas (spec/cluster.md, "Preferred leaders")."""
+    leader_rebalance_interval_s: float = attrs.field(default=5.0, validator=_positive)
+    """Between two preferred-leader rounds of the metadata leader."""
+    leader_rebalance_max: int = attrs.field(default=500, validator=int_in(1, 1000))
+    """Most leaderships one preferred-leader round moves."""
 
     def __attrs_post_init__(self) -> None:
         if self.raft_address is None:

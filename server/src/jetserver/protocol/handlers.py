@@ -237,6 +237,16 @@ class Dispatcher:
                 )
             return await self.cluster.elections.report(*parse_report(req))
 
+        async def rebalance(req: dict[str, Any]) -> dict[str, Any]:
+            if self.cluster is None:
+                raise ApiError(
+                    ErrorCode.UNSUPPORTED_API,
+                    "RebalanceLeaders: this server is not a member of a cluster",
+                    {"api": int(Api.REBALANCE_LEADERS)},
+                )
+            assert self.cluster.requests is not None
+            return await self.cluster.requests.rebalance_leaders(req)
+
         async def offset_for_epoch(req: dict[str, Any]) -> dict[str, Any]:
             return offset_for_leader_epoch(self.streams, req)
 
@@ -254,6 +264,7 @@ class Dispatcher:
             Api.DESCRIBE_STREAM: describe,
             Api.LIST_OFFSETS: offsets,
             Api.REPORT_LEADER: report_leader,
+            Api.REBALANCE_LEADERS: rebalance,
             Api.OFFSET_FOR_LEADER_EPOCH: offset_for_epoch,
         }
 
