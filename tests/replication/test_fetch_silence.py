@@ -20,6 +20,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import attrs
 import pytest
 
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, FrameDecoder, encode_frame
@@ -226,3 +227,46 @@ async def test_a_partition_left_unanswered_by_a_live_leader_is_reported(tmp_path
 async def test_a_silent_leader_is_reported_once_its_server_is_down(tmp_path: Path) -> None:
     reports, _fetcher, _session = await follow(tmp_path, set(), stuck_timeouts=4, down_after=True)
     assert reports.reports[0] == ("stuck", 0)
+
+
+async def test_a_leader_whose_server_is_found_down_is_reported_without_waiting_the_silence(
+    tmp_path: Path,
+) -> None:
+    """The liveness view finds the leader's server down (a refused probe: the process is
+    gone) just after the follower last heard from it: the report goes out at once, not
+    ``leader_silence_s`` later (it was most of a 10,000-partition failover's time)."""
+    config = attrs.evolve(CONFIG, leader_silence_s=30.0, fetch_max_wait_s=5.0)
+    reports = Reports()
+    log_ = Log.open(tmp_path / "stuck-0")
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        anyio.create_task_group() as tg,
+    ):
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        tg.start_soon(serve_leader, listener, {"stuck"})  # answers: heard recently
+        fetcher = FollowerFetcher(
+            stream="stuck",
+            partition=0,
+            server_id="f1",
+            replica_id=1,
+            leader="l1",
+            leader_address=f"127.0.0.1:{port}",
+            leader_epoch=0,
+            log=log_,
+            durability="flushed",
+            config=config,
+            on_hw=_ignore_hw,
+            request_flush=lambda: None,
+            controller=reports,
+            server_down=reports.server_down,
+            server_down_event=reports.server_down_event,
+        )
+        tg.start_soon(fetcher.run)
+        await anyio.sleep(0.1)  # the follower is under way (nothing to wait on)
+        reports.down = True
+        reports.down_event.set()
+        with anyio.fail_after(3.0):  # far below the 30 s silence
+            await reports.reported.wait()
+        tg.cancel_scope.cancel()
+    log_.close()
+    assert reports.reports == [("stuck", 0)]

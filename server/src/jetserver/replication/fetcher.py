@@ -15,10 +15,10 @@ and one long poll for every partition this server follows there) it:
    reports them flushed; with ``replicated`` the partition's flusher fsyncs in the
    background. The HW carried by each answer becomes the follower's HW
    (:func:`~jetserver.replication.follower_hw`).
-3. **Watches the leader**: no answer for ``leader_silence_s`` — neither to its fetches nor
-   to this server's liveness probes of the leader's server — while those probes find the
-   leader's server down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader
-   silent to the controller, again every period while it lasts; two fetches in a row unanswered
+3. **Watches the leader**: once this server's liveness probes find the leader's server
+   down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader silent to the
+   controller at once, and again every ``leader_silence_s`` without an answer while it
+   lasts; two fetches in a row unanswered
    within their long poll plus ``request_slack_s`` while the session's other requests were
    answered (this partition is stuck at a live leader) are reported at once; a whole
    session request unanswered is the leader's server's silence, which the liveness view
@@ -202,6 +202,13 @@ class FollowerFetcher:
             if self.server_down_event is not None and self.server_down is not None:
                 # Reports go out only while the leader's server is down: wait for that.
                 await self.server_down_event(self.leader).wait()
+                self._heard_from_server()
+                if self.server_down(self.leader) and silence.leader_down(self.clock()):
+                    # Down in the liveness view (its probe was refused: the process is
+                    # gone, or they timed out for DOWN_AFTER_S): report now rather than
+                    # leader_silence_s after the last answer (1-1.5 s of every failover).
+                    await self._report("leader's server down")
+                    continue
             await anyio.sleep(max(silence.next_check_s(self.clock()), 0.01))
             self._heard_from_server()
             if silence.next_check_s(self.clock()) > 0:
