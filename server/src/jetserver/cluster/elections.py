@@ -159,22 +159,52 @@ class Elections:
             reports.at = {r: t for r, t in reports.at.items() if r in recent}
             down = self.is_down(current.leader)
             new_leader = choose_leader(current, recent, down)
-            log.debug(  # one per report: thousands a second in a failover at scale
-                "partition leader reported silent",
-                extra=fields(
-                    stream=stream,
-                    partition=partition,
-                    leader=current.leader,
-                    leader_epoch=current.leader_epoch,
-                    reporter=reporter,
-                    reporters=",".join(sorted(recent)),
-                    leader_down=down,
-                    isr=",".join(current.isr),
-                ),
-            )
+            if log.isEnabledFor(logging.DEBUG):  # thousands a second in a failover at scale
+                log.debug(
+                    "partition leader reported silent",
+                    extra=fields(
+                        stream=stream,
+                        partition=partition,
+                        leader=current.leader,
+                        leader_epoch=current.leader_epoch,
+                        reporter=reporter,
+                        reporters=",".join(sorted(recent)),
+                        leader_down=down,
+                        isr=",".join(current.isr),
+                    ),
+                )
             if new_leader is None:
                 return _answer(True, current)
             return await self._elect(stream, partition, current, new_leader)
+
+    async def report_many(
+        self, reports: Collection[tuple[str, int, int, str]]
+    ) -> list[dict[str, Any]]:
+        """Several reports (ReportLeader with ``reports``), counted at once, each as
+        :meth:`report`; each one's answer, in order: its ``{"accepted", "leader",
+        "leader_epoch"}`` or ``{"error_code", "message"}``.
+
+        Raises:
+            ApiError: NOT_LEADER (not the metadata leader).
+        """
+        if not self.raft.is_leader:
+            raise ApiError(
+                ErrorCode.NOT_LEADER,
+                "not the metadata leader",
+                {"leader": self.raft.leader_id},
+            )
+        answers: list[dict[str, Any]] = [{} for _ in reports]
+
+        async def one(i: int, report: tuple[str, int, int, str]) -> None:
+            try:
+                answers[i] = await self.report(*report)
+            except ApiError as exc:
+                answers[i] = {"error_code": int(exc.code), "message": exc.message}
+
+        async with anyio.create_task_group() as tg:
+            for i, report in enumerate(reports):
+                tg.start_soon(one, i, report)
+        return answers
 
     async def _elect(
         self, stream: str, partition: int, current: PartitionAssignment, new_leader: str
@@ -280,6 +310,27 @@ class Elections:
 
 def _answer(accepted: bool, a: PartitionAssignment) -> dict[str, Any]:
     return {"accepted": accepted, "leader": a.leader, "leader_epoch": a.leader_epoch}
+
+
+MAX_REPORTS = 1000
+"""Most reports in one ReportLeader request (``reports``)."""
+
+
+def parse_reports(request: Mapping[str, Any]) -> list[tuple[str, int, int, str]]:
+    """Validate a ReportLeader request carrying ``reports`` (a list of report bodies).
+
+    Raises:
+        ApiError: INVALID_ARGUMENT (not a list, more than MAX_REPORTS, or a bad report).
+    """
+    reports = request.get("reports")
+    if not isinstance(reports, list) or len(reports) > MAX_REPORTS:
+        raise invalid_argument("reports", f"reports must be a list of at most {MAX_REPORTS}")
+    parsed = []
+    for r in reports:
+        if not isinstance(r, dict):
+            raise invalid_argument("reports", "each report must be an object")
+        parsed.append(parse_report(r))
+    return parsed
 
 
 def parse_report(request: Mapping[str, Any]) -> tuple[str, int, int, str]:

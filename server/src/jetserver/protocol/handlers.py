@@ -32,7 +32,7 @@ from jetserver.broker.fetch import fetch, offset_for_leader_epoch
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.streams import StreamManager
-from jetserver.cluster.elections import parse_report
+from jetserver.cluster.elections import parse_report, parse_reports
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
@@ -235,6 +235,9 @@ class Dispatcher:
                     "ReportLeader: this server is not a member of a cluster",
                     {"api": int(Api.REPORT_LEADER)},
                 )
+            if "reports" in req:  # a batch (spec/protocol.md, api 9)
+                elections = self.cluster.elections
+                return {"answers": await elections.report_many(parse_reports(req))}
             return await self.cluster.elections.report(*parse_report(req))
 
         async def rebalance(req: dict[str, Any]) -> dict[str, Any]:

@@ -207,7 +207,8 @@ class FollowerFetcher:
                     # Down in the liveness view (its probe was refused: the process is
                     # gone, or they timed out for DOWN_AFTER_S): report now rather than
                     # leader_silence_s after the last answer (1-1.5 s of every failover).
-                    await self._report("leader's server down")
+                    # At DEBUG: the controller logs one line per batch of reports.
+                    await self._report("leader's server down", repeated=True)
                     continue
             await anyio.sleep(max(silence.next_check_s(self.clock()), 0.01))
             self._heard_from_server()
