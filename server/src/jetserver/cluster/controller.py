@@ -137,6 +137,9 @@ class Controller:
     is_down: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
     """This server's liveness view: True if a server is down (refused, or its probes timed
     out for a while; :meth:`jetserver.cluster.liveness.Liveness.is_down`)."""
+    is_gone: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
+    """True if this server's last probe of a server was refused (the process is gone:
+    :meth:`jetserver.cluster.liveness.Liveness.gone`)."""
     server_down_event: Callable[[str], anyio.Event] | None = None
     """An event set once this server's liveness view finds a server down
     (:meth:`jetserver.cluster.liveness.Liveness.down_event`); None: followers watch their
@@ -166,6 +169,11 @@ class Controller:
         """When ``server_id`` last answered a liveness probe (None: not yet); followers
         count it as hearing from their leader (spec/cluster.md, "Silent leaders")."""
         return self.heard_at.get(server_id)
+
+    def server_gone(self, server_id: str) -> bool:
+        """True if this server's last liveness probe of ``server_id`` was refused: its
+        followers report it at once (spec/cluster.md, "Silent leaders")."""
+        return self.is_gone(server_id)
 
     def server_down(self, server_id: str) -> bool:
         """True if this server's liveness probes find ``server_id`` down; a follower reports

@@ -132,6 +132,7 @@ class ClusterNode:
                 lambda: member.state.client_addresses(),
                 heard_at=liveness.heard_at,
                 is_down=liveness.is_down,
+                is_gone=liveness.gone,
                 server_down_event=liveness.down_event,
             )
             rebalancer = LeaderRebalancer(

@@ -15,12 +15,13 @@ and one long poll for every partition this server follows there) it:
    reports them flushed; with ``replicated`` the partition's flusher fsyncs in the
    background. The HW carried by each answer becomes the follower's HW
    (:func:`~jetserver.replication.follower_hw`).
-3. **Watches the leader**: once this server's liveness probes find the leader's server
-   down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader silent to the
-   controller at once, and again every ``leader_silence_s`` without an answer while it
-   lasts; two fetches in a row unanswered
-   within their long poll plus ``request_slack_s`` while the session's other requests were
-   answered (this partition is stuck at a live leader) are reported at once; a whole
+3. **Watches the leader**: no answer for ``leader_silence_s`` — neither to its fetches nor
+   to this server's liveness probes of the leader's server — while those probes find the
+   leader's server down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader
+   silent to the controller, again every period while it lasts; a refused probe (the
+   process is gone) is reported at once, without waiting for ``leader_silence_s``; two
+   fetches in a row unanswered within their long poll plus ``request_slack_s`` while the
+   session's other requests were answered (this partition is stuck at a live leader) are reported at once; a whole
    session request unanswered is the leader's server's silence, which the liveness view
    decides. Only while this replica holds every record it knows to be committed (a
    replica that lost data must not be elected). The probes are what keeps an idle
@@ -62,7 +63,7 @@ from jetserver import hops
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
-from jetserver.replication.control import ControlPlane
+from jetserver.replication.control import ControlPlane, server_gone_of
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
 from jetserver.replication.session import FetchSession
@@ -203,10 +204,12 @@ class FollowerFetcher:
                 # Reports go out only while the leader's server is down: wait for that.
                 await self.server_down_event(self.leader).wait()
                 self._heard_from_server()
-                if self.server_down(self.leader) and silence.leader_down(self.clock()):
-                    # Down in the liveness view (its probe was refused: the process is
-                    # gone, or they timed out for DOWN_AFTER_S): report now rather than
-                    # leader_silence_s after the last answer (1-1.5 s of every failover).
+                gone = server_gone_of(self.controller)
+                if gone is not None and gone(self.leader) and silence.leader_down(self.clock()):
+                    # Its probe was refused: the process is gone. Report now rather than
+                    # leader_silence_s after the last answer (1-1.5 s of every failover). A
+                    # server whose probes only time out keeps the silence rule: a busy one
+                    # may still answer this partition's fetches.
                     # At DEBUG: the controller logs one line per batch of reports.
                     await self._report("leader's server down", repeated=True)
                     continue
