@@ -21,11 +21,11 @@ and one long poll for every partition this server follows there) it:
    silent to the controller, again every period while it lasts; a refused probe (the
    process is gone) is reported at once, without waiting for ``leader_silence_s``; two
    fetches in a row unanswered within their long poll plus ``request_slack_s`` while the
-   session's other requests were answered (this partition is stuck at a live leader) are reported at once; a whole
-   session request unanswered is the leader's server's silence, which the liveness view
-   decides. Only while this replica holds every record it knows to be committed (a
-   replica that lost data must not be elected). The probes are what keeps an idle
-   partition's leader heard between long polls.
+   session's other requests were answered (this partition is stuck at a live leader) are
+   reported at once; a whole session request unanswered is the leader's server's silence,
+   which the liveness view decides. Only while this replica holds every record it knows to
+   be committed (a replica that lost data must not be elected). The probes are what keeps
+   an idle partition's leader heard between long polls.
 
 ``OFFSET_OUT_OF_RANGE``: below the leader's log start (retention moved it) the log restarts
 empty at the leader's log start; above the leader's LEO the follower reconciles again.
