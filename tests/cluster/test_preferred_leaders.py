@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver.cluster.rebalance import plan_preferred
+from jetserver.cluster.rebalance import plan_preferred, unsettled
 from jetserver.devcluster import DevCluster
 from jetserver.metadata.model import MetadataState, StreamSpec
 from jetserver.metadata.ops import CreateStream, ElectLeader, ElectLeaders, apply
@@ -242,3 +242,14 @@ def test_plan_is_bounded_and_takes_each_preferred_server_in_turn() -> None:
     state, result = apply(state, ElectLeaders(plan))
     assert all(r.ok for r in result.results)
     assert plan_preferred(state, lambda _s: False, 100)[1] == 7
+
+
+def test_a_server_answering_only_for_a_moment_takes_no_part_in_a_round() -> None:
+    state = _failed_over("s1")
+    answering = {"s1": 3.0, "s2": 60.0, "s3": 60.0}
+    moments = unsettled(lambda _s: False, answering.__getitem__, hold_s=10.0)
+    assert plan_preferred(state, moments, 10) == ((), 0)
+    answering["s1"] = 12.0
+    assert plan_preferred(state, moments, 10)[1] == 1
+    answering["s2"] = 1.0  # the leader giving up was down a moment ago
+    assert plan_preferred(state, moments, 10) == ((), 0)

@@ -40,7 +40,7 @@ from jetserver.cluster.elections import Elections
 from jetserver.cluster.forwarding import MetadataRequests
 from jetserver.cluster.liveness import Liveness
 from jetserver.cluster.peers import PeerPool
-from jetserver.cluster.rebalance import LeaderRebalancer
+from jetserver.cluster.rebalance import LeaderRebalancer, unsettled
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, RegisteredServer
@@ -137,7 +137,7 @@ class ClusterNode:
             )
             rebalancer = LeaderRebalancer(
                 member,
-                liveness.is_down,
+                unsettled(liveness.is_down, liveness.answering_for),
                 enabled=config.cluster.auto_leader_rebalance,
                 interval_s=config.cluster.leader_rebalance_interval_s,
                 max_per_round=config.cluster.leader_rebalance_max,

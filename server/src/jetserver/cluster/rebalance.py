@@ -7,8 +7,9 @@ leading most partitions. As Kafka's ``auto.leader.rebalance.enable``, the metada
 now checks every ``leader_rebalance_interval_s`` for partitions whose preferred replica
 
 - is an ISR member (it has caught up: a server restarted after a crash is out of every
-  ISR until its leaders re-add it), and is not down in this server's liveness view,
-- and is not the leader, while the current leader is not down either (a dead leader's
+  ISR until its leaders re-add it), and has answered this server's liveness probes for
+  ``REBALANCE_HOLD_S`` in a row,
+- and is not the leader, while the current leader has answered as long (a dead leader's
   partitions are the failover's: :mod:`.elections`),
 
 and proposes an ``elect_leader`` for each with ``keep_isr`` (the old leader is alive and
@@ -47,6 +48,19 @@ REBALANCE_PROPOSE_TIMEOUT_S = 5.0
 """Bound on proposing one round's elections."""
 MAX_REBALANCE_BATCH = 1000
 """Most elections in one round (one Raft entry, as :data:`.elections.MAX_BATCH`)."""
+REBALANCE_HOLD_S = 10.0
+"""A server takes part in a round (as the preferred replica or as the leader giving up)
+only once it has answered every liveness probe for this long: on an overloaded machine,
+servers found down for a moment lost leaderships and rounds moved them straight back."""
+
+
+def unsettled(
+    is_down: Callable[[str], bool],
+    answering_for: Callable[[str], float],
+    hold_s: float = REBALANCE_HOLD_S,
+) -> Callable[[str], bool]:
+    """A predicate for :func:`plan_preferred`: down, or answering for less than ``hold_s``."""
+    return lambda server_id: is_down(server_id) or answering_for(server_id) < hold_s
 
 
 def plan_preferred(
