@@ -137,6 +137,7 @@ class ClusterNode:
             )
             rebalancer = LeaderRebalancer(
                 member,
+                liveness.is_down,
                 unsettled(liveness.is_down, liveness.answering_for),
                 enabled=config.cluster.auto_leader_rebalance,
                 interval_s=config.cluster.leader_rebalance_interval_s,

@@ -124,7 +124,11 @@ class LeaderRebalancer:
     raft: MetadataRaft
     """The metadata Raft member (rounds run only while it leads)."""
     is_down: Callable[[str], bool]
-    """Liveness: True if a server does not answer this server's probes."""
+    """Liveness: True if a server does not answer this server's probes (rounds by hand)."""
+    is_unsettled: Callable[[str], bool] | None = None
+    """For the automatic rounds: True if a server is down or has answered for less than
+    :data:`REBALANCE_HOLD_S` (:func:`unsettled`; None: :attr:`is_down`). A round by hand
+    is an operator's explicit request: it moves to any live ISR member at once."""
     enabled: bool = True
     """Automatic rounds (``[cluster] auto_leader_rebalance``)."""
     interval_s: float = 5.0
@@ -147,13 +151,16 @@ class LeaderRebalancer:
             if not self.raft.is_leader:
                 continue
             try:
-                await self.rebalance()
+                await self.rebalance(automatic=True)
             except ApiError as exc:
                 log.info("preferred-leader round failed", extra=fields(error=exc.message))
 
-    async def rebalance(self, limit: int | None = None) -> RebalanceResult:
+    async def rebalance(
+        self, limit: int | None = None, *, automatic: bool = False
+    ) -> RebalanceResult:
         """One round: propose the due preferred-leader elections (at most ``limit``, default
-        :attr:`max_per_round`) in one entry and wait until it is applied.
+        :attr:`max_per_round`) in one entry and wait until it is applied; ``automatic``
+        leaves out the servers :attr:`is_unsettled` finds.
 
         Raises:
             ApiError: NOT_LEADER (not the metadata leader), or a RaftError's code.
@@ -165,7 +172,8 @@ class LeaderRebalancer:
                 raise ApiError(
                     ErrorCode.NOT_LEADER, "not the metadata leader", {"leader": self.raft.leader_id}
                 )
-            plan, due = plan_preferred(self.raft.state, self.is_down, bound)
+            skip = self.is_unsettled if automatic and self.is_unsettled else self.is_down
+            plan, due = plan_preferred(self.raft.state, skip, bound)
             if not plan:
                 return RebalanceResult(0, 0, due)
             op: ElectLeader | ElectLeaders = plan[0] if len(plan) == 1 else ElectLeaders(plan)
