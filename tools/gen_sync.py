@@ -91,6 +91,9 @@ SPECS = (
 GIVES_BACK = frozenset({"commit", "position", "lag"})
 """Methods of a buffered class that must see the positions of what the application got."""
 
+HOLDS = frozenset({"pause", "resume"})
+"""Methods of a buffered class after which its buffer holds back the paused partitions."""
+
 WRAPPED = {spec.cls: f"jetsdk.sync.{spec.out[:-3]}" for spec in SPECS}
 """Async class name -> module of its sync twin."""
 
@@ -217,12 +220,12 @@ class _Param:
     name: str
     annotation: ast.expr | None
     default: ast.expr | None
-    kind: str  # "pos", "kw", "posonly"
+    kind: str  # "pos", "kw", "posonly", "var" (*args)
 
 
 def _params(args: ast.arguments) -> list[_Param]:
-    if args.vararg or args.kwarg:
-        raise SystemExit("gen_sync: *args/**kwargs are not supported")
+    if args.kwarg:
+        raise SystemExit("gen_sync: **kwargs are not supported")
     positional = [*args.posonlyargs, *args.args]
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults))
     defaults += list(args.defaults)
@@ -230,6 +233,8 @@ def _params(args: ast.arguments) -> list[_Param]:
         _Param(a.arg, a.annotation, d, "posonly" if a in args.posonlyargs else "pos")
         for a, d in zip(positional, defaults)
     ]
+    if args.vararg is not None:
+        out.append(_Param(args.vararg.arg, args.vararg.annotation, None, "var"))
     out += [_Param(a.arg, a.annotation, d, "kw") for a, d in zip(args.kwonlyargs, args.kw_defaults)]
     return [p for p in out if p.name != "self"]
 
@@ -272,7 +277,8 @@ class _Emitter:
             if p.kind == "kw" and not seen_kw:
                 parts.append("*")
                 seen_kw = True
-            text = p.name
+            seen_kw = seen_kw or p.kind == "var"
+            text = f"*{p.name}" if p.kind == "var" else p.name
             ann = self._annotation(p.annotation)
             if ann:
                 text += f": {ann}"
@@ -294,6 +300,9 @@ class _Emitter:
     def _call(self, prefix: str, head: str, params: list[_Param], suffix: str, indent: str) -> None:
         args = [head] if head else []
         for p in params:
+            if p.kind == "var":
+                args.append(f"*{p.name}")
+                continue
             value = f"{p.name}._obj" if _wrapped_name(p.annotation) else p.name
             args.append(value if p.kind != "kw" else f"{p.name}={value}")
         one = f"{indent}{prefix}({', '.join(args)}){suffix}"
@@ -523,6 +532,8 @@ class _Emitter:
             self.lines.append(f"        return {returns}(self, result)")
         elif returns == "None":
             self._call(runner, head, params, "", "        ")
+            if self.spec.buffered and name in HOLDS:
+                L.append("        self._hold_paused(self._obj)")
         else:
             self._call(f"return {runner}", head, params, "", "        ")
 

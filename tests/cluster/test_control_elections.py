@@ -25,6 +25,7 @@ from jetserver.metadata.model import PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import CreateStream, UpdateIsr
 from jetserver.raft import MetadataRaft, RaftConfig
 from jetserver.testing import free_ports
+from raft.kit import FAST_TIMINGS
 
 PASSWORD = "elections-test-password-0123"
 R2 = ("s1", "s2")
@@ -96,6 +97,7 @@ async def raft(tmp_path: Path) -> AsyncIterator[MetadataRaft]:
         data_dir=tmp_path / "raft",
         password=PASSWORD,
         fsync=False,
+        **FAST_TIMINGS,  # one member on loopback: no need for the servers' margin
     )
     async with MetadataRaft(config) as node:
         await node.wait_leader(timeout=10)

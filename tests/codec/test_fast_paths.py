@@ -34,6 +34,7 @@ from jetsdk.codec.messages import (
     encode_produce_result_tuples,
 )
 from jetsdk.codec.record import encode_body
+from jetsdk.codec.record_controls import record_controls
 from jetsdk.codec.transcode import (
     DirectRecord,
     direct_record,
@@ -133,13 +134,14 @@ def test_envelope_record_matches_decode_then_encode_body(
     raw = encode_message(m)
     got = envelope_record(raw, record_subjects(subject, reply))
     assert got is not None
-    body, size, inbox, corr, policy, producer_id, producer_seq = got
+    body, size, inbox, corr, policy, producer_id, producer_seq, controls = got
+    assert controls == record_controls(m.headers)
     assert body == encode_body(
         m.value,
         key=m.key,
         subject=subject,
         reply=reply,
-        headers=m.headers,
+        headers=m.headers if controls is None else controls.headers,
         producer_id=m.producer_id,
         producer_seq=m.producer_seq,
     )

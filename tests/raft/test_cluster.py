@@ -31,7 +31,7 @@ from jetserver.raft import (
 )
 from jetserver.raft.journal import scan_records
 from jetserver.raft.machine import MAX_ENTRY_BYTES, Entry, encode_entry
-from raft.kit import PASSWORD, agreed_leader, create_op, make_configs, running
+from raft.kit import FAST_TIMINGS, PASSWORD, agreed_leader, create_op, make_configs, running
 
 pytestmark = pytest.mark.anyio
 
@@ -240,6 +240,7 @@ async def test_add_and_remove_a_server(tmp_path: Path) -> None:
             data_dir=tmp_path / "s4",
             password=PASSWORD,
             join=True,
+            **FAST_TIMINGS,
         )
         async with MetadataRaft(fourth) as new:
             # Waiting to be added, it must not campaign (its term would depose the leader).
@@ -266,6 +267,7 @@ async def test_a_member_with_the_wrong_password_learns_nothing(tmp_path: Path) -
         peers=good[2].peers,
         data_dir=good[2].data_dir,
         password="not-the-cluster-password",
+        **FAST_TIMINGS,
     )
     async with running([good[0], good[1], bad]) as (a, b, intruder):
         leader = await agreed_leader([a, b])

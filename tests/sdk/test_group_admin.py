@@ -144,13 +144,7 @@ async def test_simple_consumer_resumes_from_and_commits_to_the_group(jet_dev: Je
                 assert info.value.reason == "group_active"
 
 
-def test_old_module_name_still_works_with_a_deprecation_warning() -> None:
-    import importlib
-    import sys
-
-    from jetsdk.consumer import group_admin
-
-    sys.modules.pop("jetsdk.consumer.group_offsets", None)
-    with pytest.warns(DeprecationWarning, match="group_admin"):
-        old = importlib.import_module("jetsdk.consumer.group_offsets")
-    assert old.commit_offsets is group_admin.commit_offsets
+def test_the_old_module_name_is_gone() -> None:
+    """jetsdk.consumer.group_offsets was a deprecated alias in 0.1.0; nothing depends on it."""
+    with pytest.raises(ModuleNotFoundError):
+        __import__("jetsdk.consumer.group_offsets")

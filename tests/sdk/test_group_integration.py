@@ -206,12 +206,24 @@ def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: li
         for line in read_lines(w.out):
             if line.kind == "l":
                 stops[line.partition].append((w, line.at))
-    for (p, _o), copies in dups.items():
+
+    def timeline(p: int, o: int) -> list[str]:
+        """Every worker's ownership events on ``p`` and its copies of offset ``o``, in order."""
+        events = []
+        for w in workers:
+            own = [x for x in read_lines(w.out) if x.partition == p]
+            events += [(x.at, f"{w.backend} {x.kind}") for x in own if x.kind != "m"]
+            copies = [x for x in own if x.kind == "m" and x.offset == o]
+            events += [(x.at, f"{w.backend} m{x.offset}#{x.count}") for x in copies]
+        return [f"{at:.3f} {what}" for at, what in sorted(events)]
+
+    for (p, o), copies in dups.items():
         first_worker, first = min(copies, key=lambda c: c[1].at)
         assert any(w is first_worker and at - window <= first.at <= at for w, at in stops[p]), (
             p,
             copies,
             stops[p],
+            timeline(p, o),
         )
     # 3. the victim's partitions were taken over within the session timeout (+ slack)
     takeovers = []

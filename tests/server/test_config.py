@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from jetsdk.transport import DEFAULT_PORT
 from jetserver.cli.server_cmd import config_from_args, register
-from jetserver.config import DEFAULT_PORT, ServerConfig
+from jetserver.config import ServerConfig
 from jetserver.config_load import load_config
 from jetserver.errors import ConfigError
 

@@ -107,7 +107,7 @@ async def test_nats_authentication(tmp_path: Path) -> None:
 def test_tls_files_are_checked(tmp_path: Path) -> None:
     from jetserver.config import NatsConfig
     from jetserver.errors import JetServerError
-    from jetserver.nats_link import tls_context
+    from jetserver.nats_connect import tls_context
 
     assert tls_context(NatsConfig()) is None
     assert tls_context(NatsConfig(servers=("tls://127.0.0.1:4222",))) is not None

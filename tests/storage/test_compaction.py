@@ -162,7 +162,7 @@ def test_swap_is_abandoned_if_the_log_changed(tmp_path: Path) -> None:
         for i in range(60):
             append_keyed(log, [(b"same", b"v%d" % i)], i)
         log.set_high_watermark(log.log_end_offset)
-        segments = log._segments
+        segments = log._state.segments
         cleanable = [(seg, seg.state) for seg in segments[:-1]]
         key_map = compaction_module.build_key_map(cleanable, now_ns=0, delete_retention_ns=0)
         groups = compaction_module.plan_groups(cleanable, key_map, CFG.segment_max_bytes)
@@ -178,7 +178,7 @@ def test_swap_is_abandoned_if_the_log_changed(tmp_path: Path) -> None:
             for g in groups
         ]
         log.truncate_to(5)
-        assert log._swap_in(cleaned) is not None
+        assert log._maintenance.swap_in(cleaned) is not None
         assert not list(tmp_path.glob("*.cleaned"))
         log.set_high_watermark(5)
         assert [r.value for r in read_all(log)] == [b"v%d" % i for i in range(5)]

@@ -38,7 +38,9 @@ from jetsdk.codec.stream_settings import (
     MAX_SEGMENT_MAX_BYTES,
     MIN_SEGMENT_MAX_BYTES,
 )
+from jetsdk.transport import DEFAULT_PORT
 from jetserver.errors import ConfigError
+from jetserver.raft import config as raft_config
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.config import AuthConfig, TlsConfig
 from jetserver.storage.config import (
@@ -51,11 +53,7 @@ from jetserver.storage.files import DEFAULT_OPEN_SEALED_FILES
 from jetserver.validators import int_in, non_negative, optional_non_negative, positive
 
 MiB = 1024 * 1024
-
-
 _positive = positive()
-
-
 _non_negative = non_negative()
 
 
@@ -104,7 +102,6 @@ class ServerSection:
 # [listen]
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9292
 DEFAULT_BACKLOG = 128
 
 
@@ -146,6 +143,7 @@ DEFAULT_NATS_MAX_OUTSTANDING_PINGS = 3
 DEFAULT_NATS_PENDING_BYTES = 64 * MiB
 DEFAULT_NATS_SUB_PENDING_MSGS = 1_000_000
 DEFAULT_NATS_SUB_PENDING_BYTES = 512 * MiB
+DEFAULT_NATS_STARTUP_WAIT_S = 60.0
 
 
 @attrs.frozen
@@ -176,6 +174,10 @@ class NatsConfig:
         default=DEFAULT_NATS_CONNECT_TIMEOUT_S, validator=_positive
     )
     """Timeout of one connection attempt."""
+    startup_wait_s: float = attrs.field(
+        default=DEFAULT_NATS_STARTUP_WAIT_S, validator=_non_negative
+    )
+    """Seconds a starting server tries NATS before it exits with an error; 0 = forever."""
     reconnect_wait_s: float = attrs.field(
         default=DEFAULT_NATS_RECONNECT_WAIT_S, validator=_positive
     )
@@ -435,11 +437,6 @@ class MetricsConfig:
 DEFAULT_LEADER_SILENT_WINDOW_S = 5.0
 DEFAULT_FORWARD_TIMEOUT_S = 10.0
 DEFAULT_PROBE_INTERVAL_S = 0.5
-DEFAULT_RAFT_HEARTBEAT_S = 0.1
-DEFAULT_RAFT_ELECTION_TIMEOUT_MIN_S = 1.0
-DEFAULT_RAFT_ELECTION_TIMEOUT_MAX_S = 2.0
-"""Metadata Raft timing. 0.3-0.6 s (the Raft library's defaults) made the metadata leader
-change every few seconds under load (spec/cluster.md, "Timing")."""
 MIN_CLUSTER_PASSWORD_CHARS = 16
 RAFT_DIR = "raft"
 """Default Raft directory inside ``server.data_dir``."""
@@ -486,14 +483,14 @@ class ClusterConfig:
     join: bool = False
     """This server is being added to a running cluster (no election before a leader
     contacts it); see "Adding a server" in spec/cluster.md."""
-    heartbeat_s: float = attrs.field(default=DEFAULT_RAFT_HEARTBEAT_S, validator=_positive)
-    """Raft heartbeat period."""
+    heartbeat_s: float = attrs.field(default=raft_config.DEFAULT_HEARTBEAT_S, validator=_positive)
+    """Raft heartbeat period (see :mod:`jetserver.raft.config` for why these timings)."""
     election_timeout_min_s: float = attrs.field(
-        default=DEFAULT_RAFT_ELECTION_TIMEOUT_MIN_S, validator=_positive
+        default=raft_config.DEFAULT_ELECTION_TIMEOUT_MIN_S, validator=_positive
     )
     """Raft election timeout, lower bound."""
     election_timeout_max_s: float = attrs.field(
-        default=DEFAULT_RAFT_ELECTION_TIMEOUT_MAX_S, validator=_positive
+        default=raft_config.DEFAULT_ELECTION_TIMEOUT_MAX_S, validator=_positive
     )
     """Raft election timeout, upper bound."""
     leader_silent_window_s: float = attrs.field(

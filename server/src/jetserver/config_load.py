@@ -254,3 +254,36 @@ def to_toml(config: ServerConfig, *, show_secrets: bool = False) -> str:
                 lines.append(f"{key} = {_toml_value(value)}")
         lines.append("")
     return "\n".join(lines)
+
+
+def settings_help(width: int = 100) -> str:
+    """Every setting and its default, one wrapped paragraph per section (``jet server
+    --help``)."""
+    import textwrap
+
+    defaults = ServerConfig()
+    paragraphs = [
+        textwrap.fill(
+            "settings (TOML [section] key = value, or JET_<SECTION>_<KEY>; a flag above wins "
+            "over both; --print-config shows the values in effect) and their defaults:",
+            width=width,
+            break_on_hyphens=False,
+        )
+    ]
+    indent = 2 + max(len(section) for section in SECTIONS) + 3
+    for section in SECTIONS:
+        values = attrs.asdict(getattr(defaults, section), recurse=False)
+        items = [
+            f"{key}={'-' if value is None else _toml_value(value)}" for key, value in values.items()
+        ]
+        head = f"  [{section}]".ljust(indent)
+        paragraphs.append(
+            textwrap.fill(
+                " ".join(items),
+                width=width,
+                initial_indent=head,
+                subsequent_indent=" " * indent,
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(paragraphs)

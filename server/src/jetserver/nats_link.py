@@ -24,22 +24,21 @@ import asyncio
 import logging
 import random
 import re
-import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import anyio
 import attrs
-import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from jetsdk.subjects import subject_matches
 from jetserver.config import NatsConfig
-from jetserver.errors import JetServerError
 from jetserver.logs import fields
+from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
+from jetserver.nats_connect import NatsUnavailable as NatsUnavailable  # re-exported
 from jetserver.nats_fast import JetNatsClient, Sink, SkipMarked
 from jetserver.nats_read import JetParser
 from jetserver.natsproto import header_map
@@ -49,7 +48,6 @@ log = logging.getLogger(__name__)
 MessageHandler = Callable[[Msg], Awaitable[None]]
 """Called for each message of a subscription, one at a time, in arrival order."""
 
-_MAX_BACKOFF_EXPONENT = 16
 _BAD_SUBJECT = re.compile(r"\s")
 """What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""
 _MAX_CACHED_SUBJECTS = 4096
@@ -70,44 +68,6 @@ def _has_pub_internals(nc: NatsClient) -> bool:
     return all(hasattr(nc, name) for name in _NATS_PY_PUB_INTERNALS) and isinstance(
         getattr(nc, "_pending", None), list
     )
-
-
-class NatsUnavailable(JetServerError):
-    """The NATS link is down (not connected yet, reconnecting or closed)."""
-
-
-def backoff_delay(
-    attempt: int, base_s: float, max_s: float, rng: random.Random | None = None
-) -> float:
-    """Delay before reconnect ``attempt`` (0-based): ``base * 2**attempt``, capped, +-20 %."""
-    delay = min(max_s, base_s * (2 ** min(attempt, _MAX_BACKOFF_EXPONENT)))
-    jitter = (rng or random).uniform(0.8, 1.2)
-    return float(min(max_s, delay * jitter))
-
-
-def _is_auth_error(exc: BaseException) -> bool:
-    """True for NATS refusing our credentials (nats-py raises a generic Error for it)."""
-    text = str(exc).lower()
-    return isinstance(exc, nats.errors.AuthorizationError) or (
-        "authorization violation" in text or "authentication" in text
-    )
-
-
-def tls_context(config: NatsConfig) -> ssl.SSLContext | None:
-    """The TLS context for ``config`` (None if TLS is not used).
-
-    Raises:
-        JetServerError: a CA, certificate or key file cannot be loaded.
-    """
-    if not config.uses_tls:
-        return None
-    try:
-        ctx = ssl.create_default_context(cafile=config.tls_ca)
-        if config.tls_cert is not None:
-            ctx.load_cert_chain(config.tls_cert, config.tls_key)
-    except (OSError, ssl.SSLError) as exc:
-        raise JetServerError(f"cannot load NATS TLS files: {exc}") from exc
-    return ctx
 
 
 @attrs.define(eq=False)
@@ -260,64 +220,16 @@ class NatsLink:
         log.info("nats connected", extra=fields(server=url, max_payload=nc.max_payload))
 
     async def _connect_one(self, attempts: int | None, *, no_echo: bool) -> NatsClient:
-        cfg = self.config
-        tls = tls_context(cfg)
-        attempt = 0
-        while True:
-            nc = JetNatsClient()
-            try:
-                await nc.connect(
-                    servers=list(cfg.servers),
-                    name=f"{cfg.name} ingest" if no_echo and cfg.name else cfg.name,
-                    user=cfg.user,
-                    password=cfg.password,
-                    token=cfg.token,
-                    user_credentials=cfg.creds_file,
-                    tls=tls,
-                    tls_hostname=cfg.tls_hostname,
-                    connect_timeout=cfg.connect_timeout_s,  # type: ignore[arg-type]
-                    reconnect_time_wait=cfg.reconnect_wait_s,  # type: ignore[arg-type]
-                    max_reconnect_attempts=cfg.max_reconnect_attempts,
-                    ping_interval=cfg.ping_interval_s,  # type: ignore[arg-type]
-                    max_outstanding_pings=cfg.max_outstanding_pings,
-                    pending_size=cfg.pending_bytes,
-                    no_echo=no_echo,
-                    # nats-py's own first-connect loop retries forever without telling us;
-                    # connect once here (our loop retries with backoff and logs), then turn
-                    # reconnection on for the life of the connection.
-                    allow_reconnect=False,
-                    reconnect_to_server_handler=self._reconnect_handler,
-                    error_cb=self._on_error,
-                    disconnected_cb=self._on_disconnected,
-                    reconnected_cb=self._on_reconnected,
-                    closed_cb=self._on_closed,
-                )
-            except Exception as exc:
-                attempt += 1
-                if _is_auth_error(exc):
-                    raise NatsUnavailable(
-                        f"NATS at {', '.join(cfg.servers)} refused our credentials "
-                        "(check nats.user/password/token)"
-                    ) from exc
-                if attempts is not None and attempt >= attempts:
-                    raise NatsUnavailable(
-                        f"cannot connect to NATS at {', '.join(cfg.servers)}: {exc}"
-                    ) from exc
-                delay = backoff_delay(
-                    attempt - 1, cfg.reconnect_wait_s, cfg.reconnect_max_wait_s, self._rng
-                )
-                log.warning(
-                    "cannot connect to nats; retrying",
-                    extra=fields(
-                        servers=",".join(cfg.servers),
-                        error=str(exc) or type(exc).__name__,
-                        retry_in_s=round(delay, 2),
-                    ),
-                )
-                await anyio.sleep(delay)
-                continue
-            nc.options["allow_reconnect"] = True
-            return nc
+        callbacks = LinkCallbacks(
+            reconnect_to_server=self._reconnect_handler,
+            error=self._on_error,
+            disconnected=self._on_disconnected,
+            reconnected=self._on_reconnected,
+            closed=self._on_closed,
+        )
+        return await open_connection(
+            self.config, callbacks, no_echo=no_echo, attempts=attempts, rng=self._rng
+        )
 
     async def subscribe(
         self,

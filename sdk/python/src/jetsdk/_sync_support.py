@@ -121,7 +121,8 @@ class SyncWrapper:
     the async consumer has ready, and the batch is handed out from here. Messages whose
     partition run ended meanwhile (revoked, lost, sought) are dropped, not handed out; what
     is still buffered is given back before a commit, a position query and closing, so auto
-    commits never count a message the application did not get.
+    commits never count a message the application did not get. Buffered messages of paused
+    partitions stay in the buffer, in order, until they are resumed.
     """
 
     _portal: BlockingPortal | None = None
@@ -129,6 +130,8 @@ class SyncWrapper:
     _context: AbstractContextManager[Any] | None = None
     _buffer: deque[Message] | None = None
     _reading: threading.Lock | None = None
+    _held: frozenset[tuple[str, int]] = frozenset()
+    """Paused partitions (stream, partition) whose buffered messages are held back."""
     _sends: QueuedSends | None = None
 
     def _queued(self) -> QueuedSends:
@@ -171,14 +174,28 @@ class SyncWrapper:
         return portal.call(call)
 
     def _take(self, max_records: int) -> list[Message]:
-        """Up to ``max_records`` buffered messages still current (stale ones dropped)."""
+        """Up to ``max_records`` buffered messages still current (stale ones dropped, those
+        of paused partitions kept for later)."""
         buffer = self._buffer
         out: list[Message] = []
+        held: list[Message] = []
         while buffer and len(out) < max_records:
             msg = buffer.popleft()
-            if not msg.stale:
+            if msg.stale:
+                continue
+            if self._held and (msg.stream, msg.partition) in self._held:
+                held.append(msg)
+            else:
                 out.append(msg)
+        if held:
+            assert buffer is not None
+            buffer.extendleft(reversed(held))
         return out
+
+    def _hold_paused(self, consumer: Any) -> None:
+        """After a pause or resume: hold back what is buffered of the paused partitions."""
+        paused = self._run_sync(consumer.paused)
+        self._held = frozenset((key.stream, key.partition) for key in paused)
 
     def _reader(self) -> threading.Lock:
         lock = self._reading

@@ -73,6 +73,7 @@ from jetsdk.codec.messages import (
     encode_produce_request,
 )
 from jetsdk.connection import Connection, PendingResponse
+from jetsdk.describe import describe_at_leaders
 from jetsdk.errors import (
     ClientClosed,
     InvalidArgument,
@@ -304,6 +305,9 @@ class Client:
 
     async def stream_info(self, name: str, *, refresh: bool = False) -> StreamInfo:
         """A stream's metadata from the cache (refreshed once if the stream is missing).
+        With ``refresh``: fresh, with each partition's ``hw``, ``leo``, ``log_start``,
+        ``size_bytes`` and ``segments`` as its leader describes them (None if it has no
+        leader or its leader does not answer at once).
 
         Raises:
             StreamNotFound: no such stream.
@@ -315,6 +319,8 @@ class Client:
             info = meta.streams.get(name)
         if info is None:
             raise StreamNotFound(f"stream {name!r} does not exist", details={"stream": name})
+        if refresh:
+            info = await describe_at_leaders(info, self._server_connection, self.connect_timeout)
         return info
 
     async def partition_info(self, stream: str, partition: int) -> PartitionInfo:
@@ -459,15 +465,8 @@ class Client:
                 ``log_start`` and ``hw`` say where the log is).
             JetError: other errors.
         """
-        body = encode_fetch_request(
-            FetchRequest(
-                stream=stream,
-                partition=partition,
-                offset=offset,
-                max_bytes=max_bytes,
-                max_wait_ms=max(0, int(max_wait * 1000)),
-            )
-        )
+        wait_ms = max(0, int(max_wait * 1000))
+        body = encode_fetch_request(FetchRequest(stream, partition, offset, max_bytes, wait_ms))
         wait = max_wait + self.request_timeout
 
         async def attempt() -> tuple[FetchResponseHeader, memoryview]:

@@ -13,6 +13,7 @@ from jetsdk.codec.slots import slot_setters
 
 __all__ = [
     "DONE",
+    "TIMESTAMP_HEADER",
     "Ack",
     "Acker",
     "Done",
@@ -22,6 +23,10 @@ __all__ = [
     "RecordView",
     "normalize_headers",
 ]
+
+TIMESTAMP_HEADER = "Jet-Timestamp"
+"""The header that carries a producer's own timestamp (``send(timestamp=...)``), ns since the
+epoch in decimal; stored as an ordinary header (spec/protocol.md §6)."""
 
 
 class Done:
@@ -147,6 +152,19 @@ class RecordView:
     def datetime(self) -> datetime:
         """The timestamp as an aware UTC datetime (microsecond precision)."""
         return datetime.fromtimestamp(self.record.timestamp / 1e9, tz=UTC)
+
+    @property
+    def producer_timestamp(self) -> int | None:
+        """The time its producer gave it (``send(timestamp=...)``, header
+        ``Jet-Timestamp``), ns since the epoch; None if it gave none (or not a number).
+        :attr:`timestamp` stays the server's."""
+        for name, value in self.record.headers:
+            if name == TIMESTAMP_HEADER:
+                text = value.strip()
+                if text[:1] == b"-":
+                    text = text[1:]
+                return int(value) if text.isdigit() and len(text) <= 19 else None
+        return None
 
     def header(self, name: str) -> bytes | None:
         """The first value of header ``name``, or None."""

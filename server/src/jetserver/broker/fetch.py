@@ -11,9 +11,10 @@ Three kinds of reader (spec/protocol.md "Fetch", spec/cluster.md "Replication"):
   follower's progress, which moves the HW; it waits for new records or a new HW, and its
   answer carries the HW.
 
-The answer is the response header plus a :class:`~jetserver.storage.ReadSlice` of the
-segment file; the connection writes the slice with ``os.sendfile`` or pread + send (config
-``fetch.io``). Waiting uses the partition's events: no polling.
+The answer is the response header plus :class:`~jetserver.storage.read_slices.ReadSlices`:
+slices of the segment files, as many as fit ``max_bytes`` (at most ``MAX_FETCH_SLICES``);
+the connection writes each with ``os.sendfile`` or pread + send (config ``fetch.io``).
+Waiting uses the partition's events: no polling.
 
 :func:`offset_for_leader_epoch` answers OffsetForLeaderEpoch (api 8) for followers.
 """
@@ -36,9 +37,12 @@ from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.storage import Log, OffsetOutOfRange, ReadSlice
+from jetserver.storage.read_slices import ReadSlices
 
 MAX_GAP_SKIPS = 64
 """Empty reads (compaction gaps) skipped within one Fetch before answering empty."""
+MAX_FETCH_SLICES = 64
+"""Segment slices one Fetch answer may hold (each pins its file until sent)."""
 
 
 @attrs.frozen
@@ -53,7 +57,7 @@ class FetchAnswer:
     """First offset still stored."""
     leo: int
     """Log end offset."""
-    records: ReadSlice | None = None
+    records: ReadSlices | None = None
     """The record bytes to send (None: no records). The receiver must close it."""
 
     @property
@@ -140,25 +144,45 @@ def _check_holds_replica(streams: StreamManager, stream: str, partition: int) ->
 
 
 def _read(log: Log, offset: int, max_bytes: int, end: int) -> FetchAnswer:
-    """Records from ``offset`` below ``end``, skipping compaction gaps."""
+    """Records from ``offset`` below ``end``, up to ``max_bytes`` across segment files
+    (the first record whole even if bigger), skipping compaction gaps."""
     hw = log.high_watermark
-    if offset >= end:
-        return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset)
-    for _ in range(MAX_GAP_SKIPS):
-        try:
-            records = log.read(offset, max(max_bytes, 1), end)
-        except OffsetOutOfRange:
-            return _out_of_range(log)
-        if records.length:
-            return FetchAnswer(
-                ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, records
-            )
-        records.close()
-        # An empty slice below the end is a compaction gap: skip it silently.
-        if records.next_offset <= offset or records.next_offset >= end:
-            break
-        offset = records.next_offset
-    return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset)
+    budget = max(max_bytes, 1)
+    parts: list[ReadSlice] = []
+    size = 0
+    skips = 0
+    try:
+        while offset < end and size < budget and len(parts) < MAX_FETCH_SLICES:
+            try:
+                piece = log.read(offset, budget - size, end)
+            except OffsetOutOfRange:
+                if parts:
+                    break
+                return _out_of_range(log)
+            except Exception:
+                if parts:
+                    break  # the next Fetch, from where these end, reports it
+                raise
+            if piece.length == 0:
+                piece.close()
+                # An empty slice below the end is a compaction gap: skip it silently.
+                skips += 1
+                if piece.next_offset <= offset or skips > MAX_GAP_SKIPS:
+                    break
+                offset = piece.next_offset
+                continue
+            if parts and size + piece.length > budget:
+                piece.close()  # the next record alone is more than what is left
+                break
+            parts.append(piece)
+            size += piece.length
+            offset = piece.next_offset
+    except BaseException:
+        for p in parts:
+            p.close()
+        raise
+    records = ReadSlices(tuple(parts)) if parts else None
+    return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, records)
 
 
 def _out_of_range(log: Log) -> FetchAnswer:

@@ -14,7 +14,9 @@ headers; names are matched without regard to case and are not stored as user hea
   the ``Jet-`` controls it is stored (a new leader rebuilds the ids from its log).
 
 A bad value (an unknown policy, an offset that is not a non-negative integer) refuses the
-message with INVALID_ARGUMENT. Pure.
+message with INVALID_ARGUMENT. The messages of a Produce request honour
+``Jet-Expected-Offset`` and ``Nats-Msg-Id`` the same way
+(:mod:`jetsdk.codec.record_controls`). Pure.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.record_controls import parse_expected_offset
 
 ACK = "jet-ack"
 KEY = "jet-key"
@@ -68,10 +71,8 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
         elif lowered == KEY:
             key = value
         elif lowered == EXPECTED_OFFSET:
-            text = value.strip()
-            if text.isdigit() and len(text) <= 19:
-                expected = int(text)
-            else:
+            expected = parse_expected_offset(value)
+            if expected is None:
                 error = f"Jet-Expected-Offset must be a non-negative integer, not {value[:40]!r}"
         else:
             if lowered == MSG_ID:

@@ -44,7 +44,7 @@ from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
-from jetsdk.codec.transcode import DirectRecord, direct_record, envelope_record
+from jetsdk.codec.transcode import DirectRecord, RecordControls, direct_record, envelope_record
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
 from jetserver.broker.commit import Committer
@@ -408,9 +408,9 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
             body: bytes | None = None
             headers: tuple[tuple[str, bytes], ...] = ()
             key: bytes | None = None
-            controls: Controls | None = None
+            controls: Controls | RecordControls | None = None
             if env is not None:
-                body, size, inbox, corr, policy, producer_id, producer_seq = env
+                body, size, inbox, corr, policy, producer_id, producer_seq, controls = env
                 if not inbox:
                     policy = AckPolicy.NONE
             else:
@@ -460,17 +460,17 @@ class PartitionReplica(IngestSide, ReplicaRoles, Committer):
                     self.messages_rejected += 1
                     self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
                     continue
-                if controls is not None:
-                    expected = controls.expected_offset
-                    if expected is not None and expected != self.log.log_end_offset + len(bodies):
-                        self.messages_rejected += 1
-                        got = self.log.log_end_offset + len(bodies)
-                        text = f"expected offset {expected}, but the next offset is {got}"
-                        self._error_ack(now, who, ErrorCode.WRONG_EXPECTED_OFFSET, text)
-                        continue
-                    if controls.msg_id is not None:
-                        in_batch[controls.msg_id] = len(bodies)
-                        msg_ids.append((len(bodies), controls.msg_id))
+            if controls is not None:  # a plain message's or a Produce message's
+                expected = controls.expected_offset
+                if expected is not None and expected != self.log.log_end_offset + len(bodies):
+                    self.messages_rejected += 1
+                    got = self.log.log_end_offset + len(bodies)
+                    text = f"expected offset {expected}, but the next offset is {got}"
+                    self._error_ack(now, who, ErrorCode.WRONG_EXPECTED_OFFSET, text)
+                    continue
+                if controls.msg_id is not None:
+                    in_batch[controls.msg_id] = len(bodies)
+                    msg_ids.append((len(bodies), controls.msg_id))
             bodies.append(body)
             wanted.append(who)
         first, ts = -1, -1

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import anyio
 
 from jetserver import logs
 from jetserver.config import FETCH_IO_AUTO, FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
-from jetserver.config_load import load_config, to_toml
+from jetserver.config_load import load_config, settings_help, to_toml
 from jetserver.errors import ConfigError, JetServerError
 from jetserver.runtime import tune_gc, uses_uvloop
 
@@ -28,6 +29,8 @@ log = logging.getLogger("jetserver.cli")
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+_HELP_WIDTH = 100
+"""Width of the description and the settings list in ``jet server --help``."""
 
 # flag dest -> (section, key)
 _FLAG_KEYS: dict[str, tuple[str, str]] = {
@@ -44,6 +47,7 @@ _FLAG_KEYS: dict[str, tuple[str, str]] = {
     "nats_ca": ("nats", "tls_ca"),
     "nats_cert": ("nats", "tls_cert"),
     "nats_key": ("nats", "tls_key"),
+    "nats_startup_wait": ("nats", "startup_wait_s"),
     "max_message_bytes": ("limits", "max_message_bytes"),
     "max_frame_bytes": ("limits", "max_frame_bytes"),
     "fetch_io": ("fetch", "io"),
@@ -63,9 +67,14 @@ def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "server",
         help="run a jet server",
-        description="Run a jet server: store NATS subjects as durable streams and serve the "
-        "client protocol. Flags override JET_* environment variables, which override the "
-        "--config file.",
+        description=textwrap.fill(
+            "Run a jet server: store NATS subjects as durable streams and serve the "
+            "client protocol. Flags override JET_* environment variables, which override the "
+            "--config file.",
+            width=_HELP_WIDTH,
+        ),
+        epilog=settings_help(_HELP_WIDTH),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", type=Path, help="TOML config file (also JET_CONFIG)")
     p.add_argument("--server-id", help="server id (default s1)")
@@ -86,6 +95,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--nats-ca", help="CA bundle to verify NATS (enables TLS)")
     p.add_argument("--nats-cert", help="client certificate for NATS mutual TLS")
     p.add_argument("--nats-key", help="client key for NATS mutual TLS")
+    p.add_argument(
+        "--nats-startup-wait",
+        type=float,
+        metavar="SECONDS",
+        help="exit with an error if NATS has not answered after this long at startup "
+        "(default 60; 0 = wait forever)",
+    )
     p.add_argument("--max-message-bytes", type=int, help="largest message stored (default 1 MiB)")
     p.add_argument("--max-frame-bytes", type=int, help="largest request frame (default 16 MiB)")
     p.add_argument(

@@ -14,8 +14,8 @@
 spec/cluster.md documents the behaviour.
 """
 
-from jetserver.cluster.controller import Controller, ControllerProtocol
+from jetserver.cluster.controller import Controller
 from jetserver.cluster.node import ClusterNode
 from jetserver.cluster.placement import place_replicas, server_load
 
-__all__ = ["ClusterNode", "Controller", "ControllerProtocol", "place_replicas", "server_load"]
+__all__ = ["ClusterNode", "Controller", "place_replicas", "server_load"]

@@ -28,7 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import attrs
@@ -72,30 +72,6 @@ _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
 
 
-class ControllerProtocol(Protocol):
-    """What replicas need from the control plane (spec/cluster.md, "Interfaces")."""
-
-    server_id: str
-
-    async def propose_isr(
-        self,
-        stream: str,
-        partition: int,
-        leader_epoch: int,
-        isr: tuple[str, ...],
-        *,
-        partition_epoch: int | None = None,
-    ) -> bool:
-        """Propose a new ISR as the partition leader; True once applied, False if refused."""
-        ...
-
-    async def report_leader_silent(
-        self, stream: str, partition: int, leader_epoch: int, reporter: str
-    ) -> None:
-        """Tell the metadata leader that the leader of ``leader_epoch`` is silent."""
-        ...
-
-
 def backoff_s(attempt: int) -> float:
     """Pause before retry ``attempt`` (1-based): 50 ms doubling up to 1 s."""
     return float(min(_BACKOFF_FIRST_S * (2 ** (attempt - 1)), _BACKOFF_MAX_S))
@@ -120,7 +96,8 @@ class _QueuedReport:
 
 @attrs.define(eq=False)
 class Controller:
-    """:class:`ControllerProtocol` over the metadata Raft and the peer connections."""
+    """:class:`~jetserver.replication.control.ControlPlane` over the metadata Raft and the
+    peer connections."""
 
     server_id: str
     """This server's id (the proposer of ISR changes, the reporter of silent leaders)."""

@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import attrs
 
+from jetsdk._version import PROTOCOL_VERSION
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
@@ -30,7 +31,6 @@ DEFAULT_CONNECT_TIMEOUT_S = 2.0
 """Bound on connecting to a peer and getting its Hello answer."""
 PEER_CLIENT_NAME = "jetserver-peer"
 """The ``client`` sent in Hello by server-to-server connections."""
-PROTOCOL_VERSION = 1
 
 
 @attrs.define(eq=False)

@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from jetsdk.metadata import INTERNAL_PREFIX
 from jetserver.errors import invalid_argument
 from jetserver.metadata.model import StreamSpec
 from jetserver.metadata.validate import spec_from_request
@@ -33,7 +34,6 @@ GROUPS_SEGMENT_BYTES = 16 * 1024 * 1024
 SHARE_STREAM_PREFIX = "__share."
 """A share group's log is ``__share.<group>`` (spec/share-groups.md §2)."""
 SHARE_SUBJECT_PREFIX = "_jet.share."
-INTERNAL_PREFIX = "__"
 RESERVED_SUBJECT_TOKEN = "_jet"
 """First subject token reserved for the server's internal streams."""
 _SHARE_GROUP = re.compile(r"[A-Za-z0-9_.-]{1,200}")

@@ -18,13 +18,13 @@ from jetsdk.codec.stream_settings import MAX_PARTITIONS as MAX_PARTITIONS
 from jetsdk.codec.stream_settings import MIN_SEGMENT_MAX_BYTES as MIN_SEGMENT_MAX_BYTES
 from jetsdk.codec.stream_settings import SettingError, check_settings
 from jetsdk.codec.stream_settings import default_min_isr as default_min_isr
+from jetsdk.metadata import INTERNAL_PREFIX
 from jetserver.errors import invalid_argument
 from jetserver.metadata.model import StreamSpec
 from jetserver.storage.config import DEFAULT_SEGMENT_MAX_AGE_S, DEFAULT_SEGMENT_MAX_BYTES
 
 MAX_STREAM_NAME_CHARS = 255
 MAX_GROUP_NAME_CHARS = 255
-INTERNAL_PREFIX = "__"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+")
 
 

@@ -12,12 +12,11 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from jetsdk.metadata import INTERNAL_PREFIX
 from jetserver.observe.sampler import PartitionRow, Snapshot
 
 SORT_KEYS = ("stream", "in", "out", "lag", "hw")
 """``s`` cycles through these."""
-INTERNAL_PREFIX = "__"
-"""Streams hidden unless ``--all`` (``__groups``)."""
 SCROLL_KEYS = "jk bgG"
 """j/k one row down/up, space/b a page, g/G top/bottom (arrows and PgUp/PgDn map to
 them, see :func:`keys_of`)."""

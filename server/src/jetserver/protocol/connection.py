@@ -43,6 +43,7 @@ from jetserver.config import LimitsConfig
 from jetserver.logs import fields
 from jetserver.protocol.socket_io import READ_INLINE_MAX_BYTES, SocketIO
 from jetserver.storage import ReadSlice
+from jetserver.storage.read_slices import ReadSlices
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class Reply:
 
     data: bytes
     """A whole frame, or (with ``records``) the frame header and the fixed part of the body."""
-    records: ReadSlice | None = None
+    records: ReadSlices | None = None
     """Record bytes to send after ``data`` (closed after sending)."""
     close: bool = False
     """Close the connection after this reply (malformed input)."""
@@ -272,6 +273,7 @@ class Connection:
 
     async def _write(self, reply: Reply) -> None:
         records = reply.records
+        parts = () if records is None else records.parts
         try:
             if self._closing:
                 return
@@ -279,37 +281,21 @@ class Connection:
                 # Most replies fit in the socket buffer at once: no timed wait to set up.
                 data: bytes | memoryview = reply.data
                 file_done = 0
-                if records is None or records.length == 0:
+                if not parts:
                     sent = self.io.send_now(data)
                     if sent == len(data):
                         return
                     data = memoryview(data)[sent:]
-                elif records.length >= self.sendfile_min_bytes:
+                elif parts[0].length >= self.sendfile_min_bytes:
+                    first = parts[0]
                     sent = self.io.send_now(data, more=True)
                     data = memoryview(data)[sent:]
                     if not data:
-                        file_done = self.io.sendfile_now(
-                            records.fileno, records.position, records.length
-                        )
-                        if file_done == records.length:
+                        file_done = self.io.sendfile_now(first.fileno, first.position, first.length)
+                        if file_done == first.length and len(parts) == 1:
                             return
                 with anyio.move_on_after(self.limits.write_timeout_s) as scope:
-                    if records is None or records.length == 0:
-                        await self.io.send_all(data)
-                    elif records.length >= self.sendfile_min_bytes:
-                        if data:
-                            await self.io.send_all(data, more=True)
-                        await self.io.sendfile(
-                            records.fileno,
-                            records.position + file_done,
-                            records.length - file_done,
-                        )
-                    else:
-                        if records.length <= READ_INLINE_MAX_BYTES:
-                            chunk = records.read_bytes()
-                        else:
-                            chunk = await anyio.to_thread.run_sync(records.read_bytes)
-                        await self.io.send_buffers([data, chunk])
+                    await self._send_rest(data, parts, file_done)
                 if scope.cancelled_caught:
                     log.info(
                         "client not reading; connection closed",
@@ -322,6 +308,31 @@ class Connection:
         finally:
             if records is not None:
                 records.close()
+
+    async def _send_rest(
+        self, data: bytes | memoryview, parts: tuple[ReadSlice, ...], file_done: int
+    ) -> None:
+        """Send what is left of a reply: ``data``, then each slice from ``file_done`` bytes
+        into the first (sendfile from ``sendfile_min_bytes`` on, else pread + send)."""
+        pending = data
+        for i, part in enumerate(parts):
+            skip = file_done if i == 0 else 0
+            if part.length - skip <= 0:
+                continue
+            if part.length >= self.sendfile_min_bytes:
+                if pending:
+                    await self.io.send_all(pending, more=True)
+                    pending = b""
+                await self.io.sendfile(part.fileno, part.position + skip, part.length - skip)
+            else:
+                if part.length <= READ_INLINE_MAX_BYTES:
+                    chunk = part.read_bytes()
+                else:
+                    chunk = await anyio.to_thread.run_sync(part.read_bytes)
+                await self.io.send_buffers([b for b in (pending, chunk) if b])
+                pending = b""
+        if pending:
+            await self.io.send_all(pending)
 
     async def _fail(
         self,

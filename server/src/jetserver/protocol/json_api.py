@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jetsdk._version import PROTOCOL_VERSION
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver import __version__
 from jetserver.broker.streams import StreamManager
@@ -18,7 +19,6 @@ from jetserver.metadata.model import StreamMeta
 from jetserver.metadata.validate import partition_subject
 from jetserver.storage import Log
 
-PROTOCOL_VERSION = 1
 POSITIONS = ("earliest", "latest", "timestamp")
 
 

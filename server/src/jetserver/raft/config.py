@@ -20,18 +20,27 @@ import attrs
 from jetserver.errors import ConfigError
 from jetserver.validators import positive
 
-DEFAULT_HEARTBEAT_S = 0.05
+DEFAULT_HEARTBEAT_S = 0.1
 """Leader heartbeat / append-entries period (PySyncObj ``appendEntriesPeriod``)."""
-DEFAULT_ELECTION_TIMEOUT_MIN_S = 0.3
+DEFAULT_ELECTION_TIMEOUT_MIN_S = 1.0
 """Lower bound of the randomized election timeout (``raftMinTimeout``)."""
-DEFAULT_ELECTION_TIMEOUT_MAX_S = 0.6
-"""Upper bound of the randomized election timeout (``raftMaxTimeout``)."""
-DEFAULT_CONNECTION_TIMEOUT_S = 1.0
-"""A peer connection silent this long is dropped (``connectionTimeout``)."""
+DEFAULT_ELECTION_TIMEOUT_MAX_S = 2.0
+"""Upper bound of the randomized election timeout (``raftMaxTimeout``).
+
+These three are what servers run with (``[cluster]`` in the server config takes them as its
+defaults). 0.05 s / 0.3-0.6 s (the Raft library's defaults) made the metadata leader change
+every few seconds while thousands of partitions were created or failed over on a loaded 2-core
+machine (load average 7-9): the Raft thread shares the interpreter and the CPU with the event
+loop, and missed heartbeats for that long. Tests of the Raft layer alone pass faster timings."""
+DEFAULT_CONNECTION_TIMEOUT_S = 2.0
+"""A peer connection silent this long is dropped (``connectionTimeout``; at least the election
+timeout's upper bound)."""
 DEFAULT_CONNECTION_RETRY_S = 0.25
 """Reconnect to an unreachable peer this often (``connectionRetryTime``)."""
-DEFAULT_LEADER_FALLBACK_S = 1.0
-"""A leader without a majority's answers this long steps down (``leaderFallbackTimeout``)."""
+DEFAULT_LEADER_FALLBACK_S = 2.0
+"""A leader without a majority's answers this long steps down (``leaderFallbackTimeout``): as
+long as a follower waits before it elects another (1 s would make a briefly starved leader
+step down)."""
 DEFAULT_TICK_S = 0.02
 """Longest wait of the Raft thread for socket events between two timer checks."""
 DEFAULT_PROPOSE_TIMEOUT_S = 5.0

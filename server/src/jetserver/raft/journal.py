@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from jetserver.errors import JetServerError
 from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.store import write_atomic
@@ -55,7 +56,7 @@ Entry = tuple[bytes, int, int]
 """PySyncObj's journal entry: (command, log index, term)."""
 
 
-class JournalCorrupt(Exception):
+class JournalCorrupt(JetServerError):
     """The journal file cannot be used (bad magic, unreadable meta)."""
 
 

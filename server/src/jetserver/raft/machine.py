@@ -33,6 +33,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver.metadata.model import MetadataState, StreamMeta
 from jetserver.metadata.op_codec import op_from_dict
 from jetserver.metadata.ops import CreateStream, DeleteStream, Op, OpResult, apply
+from jetserver.raft.errors import EntryTooLarge
 
 MAX_REMEMBERED_OPS = 1024
 """Op ids remembered for de-duplication (oldest forgotten first)."""
@@ -58,10 +59,6 @@ class Entry:
     """Proposer-chosen unique id (1-128 characters); a re-proposal reuses it."""
     op: Op
     """The metadata operation."""
-
-
-class EntryTooLarge(ValueError):
-    """An encoded entry over :data:`MAX_ENTRY_BYTES`."""
 
 
 def encode_entry(entry: Entry) -> bytes:

@@ -53,7 +53,6 @@ from jetserver.metadata.ops import Op, OpResult
 from jetserver.raft.bridge import Cell, ThreadWaker
 from jetserver.raft.config import RaftConfig
 from jetserver.raft.errors import (
-    EntryTooLarge,
     NotLeader,
     OutcomeUnknown,
     ProposalTimeout,
@@ -74,7 +73,6 @@ from jetserver.raft.host import (
     Stopped,
 )
 from jetserver.raft.machine import Entry, EntryOutcome, MachineState, encode_entry
-from jetserver.raft.machine import EntryTooLarge as _EncodedTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -320,10 +318,7 @@ class MetadataRaft:
         """
         self._check_open()
         op_id = op_id or uuid.uuid4().hex
-        try:
-            payload = encode_entry(Entry(op_id=op_id, op=op))
-        except _EncodedTooLarge as exc:
-            raise EntryTooLarge(str(exc)) from exc
+        payload = encode_entry(Entry(op_id=op_id, op=op))
         if not forward and not self.is_leader:
             raise NotLeader(self.leader_id, self.leader_address)
         host = self._host

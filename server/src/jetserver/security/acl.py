@@ -29,6 +29,7 @@ import fnmatch
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from jetsdk.metadata import INTERNAL_PREFIX
 from jetserver.errors import ConfigError
 from jetserver.metadata.model import Grant
 from jetserver.security.passwords import check_identity
@@ -41,7 +42,6 @@ PERMISSIONS = (PUBLISH, FETCH, ADMIN, GROUP)
 MAX_GRANTS = 256
 """Most grants one identity may hold."""
 MAX_PATTERN_CHARS = 255
-INTERNAL_PREFIX = "__"
 CLUSTER_ADMIN_PATTERN = "*"
 
 

@@ -42,6 +42,7 @@ from jetsdk.codec.messages import (
     encode_json,
 )
 from jetsdk.codec.produce_scan import produce_subjects
+from jetsdk.metadata import INTERNAL_PREFIX
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
@@ -302,7 +303,7 @@ class Security:
         records (spec/security.md §3, §4)."""
         stream, partition = decode_produce_head(frame.body)[:2]
         if acl.allows(grants, acl.PUBLISH, stream):
-            if not stream.startswith(acl.INTERNAL_PREFIX):
+            if not stream.startswith(INTERNAL_PREFIX):
                 self._authorize_reach(frame.body, stream, partition, grants)
             return  # an internal stream granted explicitly: no NATS copies reach others
         if stream == GROUPS_STREAM and acl.has_group_permission(grants):

@@ -8,9 +8,10 @@ with, and whether retrying the same request may succeed.
 from __future__ import annotations
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.errors import JetServerError
 
 
-class StorageError(Exception):
+class StorageError(JetServerError):
     """Root of the storage errors: an I/O failure or a state the log cannot serve.
 
     Attributes:
@@ -117,3 +118,12 @@ class DiskFull(StorageError):
     """Client writes are refused: the data directory's file system has less free space
     than the configured floor (``[storage] disk_free_floor_bytes``). Retriable: writes are
     accepted again as soon as space is freed (deleting a stream, retention, an operator)."""
+
+
+class InvariantViolation(StorageError, AssertionError):
+    """An invariant of the log failed (HW above the LEO, the active segment ending past the
+    LEO): a bug, not an I/O failure. Checked on every append with cheap comparisons that
+    stay on in production (TigerBeetle-style), before the batch is written: the append
+    changed nothing. Also an AssertionError, as a failed assertion; not retriable."""
+
+    retriable = False

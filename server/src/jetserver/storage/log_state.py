@@ -1,4 +1,12 @@
-"""The state of a partition log shared by its parts (see :class:`jetserver.storage.Log`)."""
+"""The state of one partition log: segments, offsets, locks (see :class:`jetserver.storage.Log`).
+
+:class:`LogState` owns the fields every part of a log reads or changes (the segment list,
+LEO, high watermark, log start, the group commit) and the few operations on them that more
+than one part needs: loading what recovery found, rolling to a new segment, checkpointing the
+high watermark. The parts that act on it (:class:`~jetserver.storage.appender.Appender`,
+:class:`~jetserver.storage.reader.Reader`,
+:class:`~jetserver.storage.maintenance.Maintenance`) each hold a reference to it.
+"""
 
 from __future__ import annotations
 
@@ -17,16 +25,20 @@ from jetserver.storage.epoch_cache import LeaderEpochCache
 from jetserver.storage.errors import LogClosedError, StorageError
 from jetserver.storage.files import OpenFileCache, fsync_directory
 from jetserver.storage.group_commit import GroupCommit
-from jetserver.storage.recovery import RecoveryReport
+from jetserver.storage.recovery import RecoveryReport, recover
 from jetserver.storage.segment import NO_TIMESTAMP, Segment
 
 
 class LogState:
-    """Fields and locks of a Log, and the segment-list operations every part needs.
+    """Segments, offsets, locks and checkpoints of one log (package-internal).
 
-    Locks: ``_write_lock`` serializes writers (append, truncate, roll, retention, close and
-    compaction's swap); ``_lock`` guards the segment list and offsets for short snapshots
-    (readers take only this one).
+    Locks: ``write_lock`` serializes writers (append, truncate, roll, retention, close and
+    compaction's swap); ``lock`` guards the segment list and offsets for short snapshots
+    (readers take only this one). ``segments``, ``bases``, ``leo``, ``hw`` and ``log_start``
+    change only with ``lock`` held (and ``write_lock``, except the HW).
+
+    Invariants: ``log_start <= hw <= leo``; ``bases`` are the segments' base offsets, in
+    increasing order; ``leo`` never moves back except by a truncation.
     """
 
     def __init__(
@@ -34,46 +46,83 @@ class LogState:
         directory: Path,
         config: LogConfig,
         clock: Callable[[], int],
-        lock_fd: int,
         file_cache: OpenFileCache,
     ) -> None:
-        # Use Log.open(); this constructor only prepares the fields.
-        self._dir = directory
-        self._config = config
-        self._clock = clock
-        self._lock_fd = lock_fd
-        self._file_cache = file_cache
-        self._lock = threading.Lock()
-        self._write_lock = threading.RLock()
-        self._compact_lock = threading.Lock()
+        self.dir = directory
+        self.config = config
+        self.clock = clock
+        self.file_cache = file_cache
+        self.lock = threading.Lock()
+        self.write_lock = threading.RLock()
         self._ckpt_lock = threading.Lock()
-        self._commit = GroupCommit(0)
-        self._segments: tuple[Segment, ...] = ()
-        self._bases: list[int] = []
-        self._leo = 0
-        self._hw = 0
-        self._hw_on_disk: int | None = None
+        self.commit = GroupCommit(0)
+        """Group commit: flushed offset, fsync count, the poison of a failed fsync."""
+        self.segments: tuple[Segment, ...] = ()
+        """Oldest first; the last one is the active segment."""
+        self.bases: list[int] = []
+        """The segments' base offsets (for bisect)."""
+        self.leo = 0
+        self.hw = 0
+        self.log_start = 0
+        self.last_ts = NO_TIMESTAMP
+        """The largest timestamp in the log (timestamps never decrease)."""
+        self.closed = False
+        self.hw_on_disk: int | None = None
         """The value the HW checkpoint file holds, if known (read at open, or written)."""
-        self._marker_on_disk = False
+        self.marker_on_disk = False
         """The clean-shutdown marker was kept at open (``keep_clean_marker``) and is still
-        there: :meth:`_drop_marker` deletes it before the first truncation."""
-        self._log_start = 0
-        self._last_ts = NO_TIMESTAMP
-        self._closed = False
+        there: :meth:`drop_marker` deletes it before the first truncation."""
         self.recovery: RecoveryReport
-        """What :meth:`open` found and repaired."""
+        """What the last :meth:`load` found and repaired."""
         self.epochs: LeaderEpochCache
-        """The leader-epoch cache (KIP-101): assign, latest_epoch, end_offset_for."""
-        self.space_guard: Callable[[int], None] | None = None
-        """Called by ``append`` and ``append_raw`` with the bytes they are about to write;
-        raises DiskFull to refuse them (a server sets
-        :meth:`jetserver.storage.space.DiskSpace.check`)."""
+        """The leader-epoch cache (a new one after each :meth:`load`)."""
+
+    def load(self, synced: int | None = None, *, keep_clean_marker: bool = False) -> None:
+        """Recover the directory and take what it holds (``synced``: a reload after a failed
+        fsync, nothing above it counts as flushed and the log stays poisoned).
+
+        Raises:
+            StorageError: recovery could not read or repair the directory.
+        """
+        try:
+            found = recover(self.dir, self.config, keep_clean_marker=keep_clean_marker)
+        except OSError as exc:
+            raise StorageError(f"recovery of {self.dir} failed: {exc}") from exc
+        segments = tuple(found.segments)
+        active = segments[-1]
+        leo = max(active.state.next_offset, active.base_offset)
+        hw = found.high_watermark  # a reload after a failed fsync keeps the HW readers see
+        with self.lock:
+            self.segments = segments
+            self.bases = [seg.base_offset for seg in segments]
+            self.leo = leo
+            self.log_start = found.log_start_offset
+            self.hw = hw if synced is None else min(max(self.hw, hw), leo)
+        self.hw_on_disk = found.report.hw_checkpoint
+        self.marker_on_disk = found.report.clean_marker_kept
+        self.last_ts = max(seg.state.max_timestamp for seg in segments)
+        self.epochs = LeaderEpochCache(self.dir, lambda: self.leo, found.epochs)
+        try:
+            self.epochs.truncate_from_end(leo)
+            self.epochs.truncate_from_start(self.log_start)
+            if not found.report.clean_shutdown:
+                # After a clean close the marker names the active segment at its current
+                # size, which that close fsynced: nothing to sync (spec/storage.md §9.7).
+                active.fsync()
+        except OSError as exc:
+            for seg in segments:
+                seg.release()
+            raise StorageError(f"recovery of {self.dir} failed: {exc}") from exc
+        for seg in segments[:-1]:
+            seg.seal(self.file_cache)
+        self.commit.rebase(leo if synced is None else min(synced, leo))
+        self.recovery = found.report
 
     def set_high_watermark(self, hw: int) -> int:
         """Set the high watermark, clamped into [log start, LEO]; return the value set."""
-        with self._lock:
-            self._hw = min(max(hw, self._log_start), self._leo)
-            return self._hw
+        with self.lock:
+            self.hw = min(max(hw, self.log_start), self.leo)
+            return self.hw
 
     def checkpoint_high_watermark(self) -> None:
         """Write the high watermark to ``high-watermark-checkpoint`` atomically, unless the
@@ -83,61 +132,76 @@ class LogState:
             StorageError: the write failed.
         """
         with self._ckpt_lock:
-            hw = self._hw
-            if hw == self._hw_on_disk:
+            hw = self.hw
+            if hw == self.hw_on_disk:
                 return
-            self._hw_on_disk = None  # unknown until written
+            self.hw_on_disk = None  # unknown until written
             try:
-                write_checkpoint(self._dir, HIGH_WATERMARK_FILE, [(hw,)])
+                write_checkpoint(self.dir, HIGH_WATERMARK_FILE, [(hw,)])
             except OSError as exc:
                 raise StorageError(f"cannot write the high watermark checkpoint: {exc}") from exc
-            self._hw_on_disk = hw
+            self.hw_on_disk = hw
 
-    def _drop_marker(self) -> None:
+    def drop_marker(self) -> None:
         """Delete a clean-shutdown marker kept at open (durably), before a truncation: a
         cut and new appends could make the active segment its named size again."""
-        if self._marker_on_disk:
+        if self.marker_on_disk:
             try:
-                remove_file(self._dir, CLEAN_SHUTDOWN_FILE)
+                remove_file(self.dir, CLEAN_SHUTDOWN_FILE)
             except OSError as exc:
                 raise StorageError(f"cannot remove {CLEAN_SHUTDOWN_FILE}: {exc}") from exc
-            self._marker_on_disk = False
+            self.marker_on_disk = False
 
-    def _load(self, synced: int | None = None, *, keep_clean_marker: bool = False) -> None:
-        """Recover the directory and take what it holds (implemented by the Log)."""
-        raise NotImplementedError
+    def check_open(self) -> None:
+        """Raise LogClosedError after the log was closed."""
+        if self.closed:
+            raise LogClosedError(f"log {self.dir} is closed")
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosedError(f"log {self._dir} is closed")
+    def roll(self, new_base: int) -> None:
+        """Finish the active segment (indexes, fsync) and start one at ``new_base``
+        (writer lock held).
 
-    def _roll(self, new_base: int) -> None:
-        old = self._segments[-1]
+        Raises:
+            StorageError: a file operation failed (an fsync failure poisons the log).
+        """
+        old = self.segments[-1]
         try:
             old.write_indexes()
             old.fsync()
         except OSError as exc:
-            self._commit.fail(f"fsync at the roll of {old.log_path} failed ({exc})")
+            self.commit.fail(f"fsync at the roll of {old.log_path} failed ({exc})")
             raise StorageError(f"cannot finish segment {old.log_path}: {exc}") from exc
-        new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
+        new = Segment.create(self.dir, new_base, self.config.index_interval_bytes)
         try:
-            fsync_directory(self._dir)
+            fsync_directory(self.dir)
         except OSError as exc:
             new.release()
-            raise StorageError(f"cannot fsync {self._dir}: {exc}") from exc
-        with self._lock:
-            self._segments = (*self._segments, new)
-            self._bases = [*self._bases, new_base]
-        old.seal(self._file_cache)
+            raise StorageError(f"cannot fsync {self.dir}: {exc}") from exc
+        with self.lock:
+            self.segments = (*self.segments, new)
+            self.bases = [*self.bases, new_base]
+        old.seal(self.file_cache)
         # The old segment was just fsynced, and so was every one before it.
-        self._commit.advance(self._leo)
+        self.commit.advance(self.leo)
 
-    def _replace_empty_active(self, new_base: int) -> None:
-        old = self._segments[-1]
-        new = Segment.create(self._dir, new_base, self._config.index_interval_bytes)
-        with self._lock:
-            self._segments = (*self._segments[:-1], new)
-            self._bases = [*self._bases[:-1], new_base]
+    def replace_empty_active(self, new_base: int) -> None:
+        """Replace the empty active segment with one based at ``new_base`` (writer lock
+        held): a batch whose offsets do not fit the old base's 32-bit relative range."""
+        old = self.segments[-1]
+        new = Segment.create(self.dir, new_base, self.config.index_interval_bytes)
+        with self.lock:
+            self.segments = (*self.segments[:-1], new)
+            self.bases = [*self.bases[:-1], new_base]
         old.delete_files()
         old.release()
-        fsync_directory(self._dir)
+        fsync_directory(self.dir)
+
+    def release_all(self) -> None:
+        """Mark the log closed and release every segment's files (writer lock held)."""
+        with self.lock:
+            self.closed = True
+            segments, self.segments = self.segments, ()
+            self.bases = []
+        for seg in segments:
+            seg.release()
+        self.commit.wake()

@@ -1,9 +1,16 @@
-"""Truncation, retention and compaction of a partition log (spec/storage.md §9-11)."""
+"""Truncation, retention and compaction of a partition log (spec/storage.md §9-11).
+
+:class:`Maintenance` holds the operations that remove records from a
+:class:`~jetserver.storage.log_state.LogState`; it owns the compaction lock.
+
+Thread-safety: as :class:`~jetserver.storage.Log` says for these methods.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from bisect import bisect_right
 
 import attrs
@@ -18,8 +25,13 @@ from jetserver.storage.retention import segments_to_delete
 from jetserver.storage.segment import NO_TIMESTAMP, Segment, SegmentState
 
 
-class LogMaintenance(LogState):
-    """The writer-side operations that remove records; mixed into :class:`Log`."""
+class Maintenance:
+    """Truncation, retention and compaction of one log (see :class:`~jetserver.storage.Log`)."""
+
+    def __init__(self, state: LogState) -> None:
+        self._state = state
+        self._compact_lock = threading.Lock()
+        """One compaction at a time."""
 
     def truncate_to(self, offset: int) -> None:
         """Drop every record with offset >= ``offset``; the LEO becomes ``offset``.
@@ -31,18 +43,19 @@ class LogMaintenance(LogState):
         Raises:
             InvalidArgumentError: negative offset. StorageError: a file operation failed.
         """
+        st = self._state
         if offset < 0:
             raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
-        with self._write_lock:
-            self._check_open()
-            if offset >= self._leo:
+        with st.write_lock:
+            st.check_open()
+            if offset >= st.leo:
                 return
-            self._drop_marker()
-            if offset < self._log_start:
+            st.drop_marker()
+            if offset < st.log_start:
                 self._truncate_fully(offset)
                 return
-            segments = self._segments
-            keep = max(bisect_right(self._bases, offset) - 1, 0)
+            segments = st.segments
+            keep = max(bisect_right(st.bases, offset) - 1, 0)
             target = segments[keep]
             dropped = segments[keep + 1 :]
             target.pin()  # it becomes the active segment: appends need its file open
@@ -50,13 +63,13 @@ class LogMaintenance(LogState):
                 target.truncate_to(offset)
                 target.fsync()
             except OSError as exc:
-                self._commit.fail(f"truncate of {target.log_path} failed ({exc})")
+                st.commit.fail(f"truncate of {target.log_path} failed ({exc})")
                 raise StorageError(f"truncate of {target.log_path} failed: {exc}") from exc
-            with self._lock:
-                self._segments = segments[: keep + 1]
-                self._bases = self._bases[: keep + 1]
-                self._leo = offset
-                self._hw = min(self._hw, offset)
+            with st.lock:
+                st.segments = segments[: keep + 1]
+                st.bases = st.bases[: keep + 1]
+                st.leo = offset
+                st.hw = min(st.hw, offset)
             for seg in dropped:
                 seg.delete_files()
                 seg.release()
@@ -65,14 +78,14 @@ class LogMaintenance(LogState):
             for path in (target.index_path, target.timeindex_path):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
-            fsync_directory(self._dir)
-            self._commit.clamp(offset)
-            self._last_ts = max(seg.state.max_timestamp for seg in self._segments)
-            self.epochs.truncate_from_end(offset)
+            fsync_directory(st.dir)
+            st.commit.clamp(offset)
+            st.last_ts = max(seg.state.max_timestamp for seg in st.segments)
+            st.epochs.truncate_from_end(offset)
             if target.state.next_offset < offset:
                 # The cut landed in a compaction gap: start a new segment at ``offset`` so
                 # the LEO survives a restart (recovery derives it from the last segment).
-                self._roll(offset)
+                st.roll(offset)
 
     def recover_unsynced(self) -> int:
         """After a failed fsync: cut the log back to the last successful sync; return it.
@@ -87,25 +100,26 @@ class LogMaintenance(LogState):
         Raises:
             StorageError: the cut failed (the log stays poisoned; close it and reopen).
         """
-        with self._write_lock:
-            self._check_open()
-            if self._commit.failure is None:
-                return self._commit.flushed_offset
-            synced = self._commit.flushed_offset
-            hw, old = self._hw, self._segments
+        st = self._state
+        with st.write_lock:
+            st.check_open()
+            if st.commit.failure is None:
+                return st.commit.flushed_offset
+            synced = st.commit.flushed_offset
+            hw, old = st.hw, st.segments
             # What the files hold now (a dropped writeback may have left a torn tail), with
             # the recovery scan a restart would run.
-            self._load(synced)
+            st.load(synced)
             for seg in old:
                 seg.release()
-            with self._lock:
-                self._hw = min(max(hw, self._hw), self._leo)
-            if synced < self._leo:
+            with st.lock:
+                st.hw = min(max(hw, st.hw), st.leo)
+            if synced < st.leo:
                 # The page cache may still show records the disk lacks: cut them too.
                 self.truncate_to(synced)
             else:
-                self._commit.clamp(self._leo)
-            return self._leo
+                st.commit.clamp(st.leo)
+            return st.leo
 
     def restart_at(self, offset: int) -> None:
         """Drop every record and restart the log empty at ``offset`` (> LEO): log start,
@@ -118,31 +132,33 @@ class LogMaintenance(LogState):
             InvalidArgumentError: ``offset`` is not above the LEO. StorageError: a file
                 operation failed.
         """
-        with self._write_lock:
-            self._check_open()
-            if offset <= self._leo:
-                raise InvalidArgumentError(f"restart offset {offset} is not above LEO {self._leo}")
+        st = self._state
+        with st.write_lock:
+            st.check_open()
+            if offset <= st.leo:
+                raise InvalidArgumentError(f"restart offset {offset} is not above LEO {st.leo}")
             try:
                 self._truncate_fully(offset)
             except OSError as exc:
                 raise StorageError(f"cannot restart the log at {offset}: {exc}") from exc
 
     def _truncate_fully(self, offset: int) -> None:
-        self._drop_marker()
-        segments = self._segments
-        new = Segment.create(self._dir, offset, self._config.index_interval_bytes)
-        write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(offset,)])
-        with self._lock:
-            self._segments = (new,)
-            self._bases = [offset]
-            self._leo = self._log_start = self._hw = offset
+        st = self._state
+        st.drop_marker()
+        segments = st.segments
+        new = Segment.create(st.dir, offset, st.config.index_interval_bytes)
+        write_checkpoint(st.dir, LOG_START_OFFSET_FILE, [(offset,)])
+        with st.lock:
+            st.segments = (new,)
+            st.bases = [offset]
+            st.leo = st.log_start = st.hw = offset
         for seg in segments:
             seg.delete_files()
             seg.release()
-        fsync_directory(self._dir)
-        self._commit.reset(offset)
-        self._last_ts = NO_TIMESTAMP
-        self.epochs.clear()
+        fsync_directory(st.dir)
+        st.commit.reset(offset)
+        st.last_ts = NO_TIMESTAMP
+        st.epochs.clear()
 
     def enforce_retention(self) -> int:
         """Delete the oldest whole segments beyond the retention limits; return how many.
@@ -153,34 +169,35 @@ class LogMaintenance(LogState):
         Raises:
             StorageError: a file operation failed.
         """
-        with self._write_lock:
-            self._check_open()
-            segments = self._segments
+        st = self._state
+        with st.write_lock:
+            st.check_open()
+            segments = st.segments
             count = segments_to_delete(
                 segments,
-                config=self._config,
-                log_start_offset=self._log_start,
-                log_end_offset=self._leo,
-                high_watermark=self._hw,
-                now_ns=self._clock(),
+                config=st.config,
+                log_start_offset=st.log_start,
+                log_end_offset=st.leo,
+                high_watermark=st.hw,
+                now_ns=st.clock(),
             )
             if not count:
                 return 0
-            new_start = max(self._log_start, segments[count].base_offset)
+            new_start = max(st.log_start, segments[count].base_offset)
             try:
-                write_checkpoint(self._dir, LOG_START_OFFSET_FILE, [(new_start,)])
+                write_checkpoint(st.dir, LOG_START_OFFSET_FILE, [(new_start,)])
             except OSError as exc:
                 raise StorageError(f"cannot checkpoint the log start offset: {exc}") from exc
-            with self._lock:
-                self._segments = segments[count:]
-                self._bases = self._bases[count:]
-                self._log_start = new_start
-                self._hw = max(self._hw, new_start)
+            with st.lock:
+                st.segments = segments[count:]
+                st.bases = st.bases[count:]
+                st.log_start = new_start
+                st.hw = max(st.hw, new_start)
             for seg in segments[:count]:
                 seg.delete_files()
                 seg.release()
-            fsync_directory(self._dir)
-            self.epochs.truncate_from_start(new_start)
+            fsync_directory(st.dir)
+            st.epochs.truncate_from_start(new_start)
             return count
 
     def compact(self) -> CompactionReport:
@@ -194,24 +211,25 @@ class LogMaintenance(LogState):
         Raises:
             StorageError: a file operation failed.
         """
-        if not self._config.compact:
+        st = self._state
+        if not st.config.compact:
             return CompactionReport(skipped="compaction is disabled for this log")
         with self._compact_lock:
-            with self._lock:
-                self._check_open()
-                segments = self._segments
-                hw = self._hw
+            with st.lock:
+                st.check_open()
+                segments = st.segments
+                hw = st.hw
                 cleanable = []
                 for seg in segments[:-1]:
-                    st = seg.state
-                    if st.next_offset > hw or seg.corrupt_end is not None:
+                    seg_state = seg.state
+                    if seg_state.next_offset > hw or seg.corrupt_end is not None:
                         break
-                    cleanable.append((seg, st))
+                    cleanable.append((seg, seg_state))
                 leases = [FileLease(seg.file) for seg, _ in cleanable]
             try:
                 return self._compact(len(segments), cleanable)
             except OSError as exc:
-                raise StorageError(f"compaction of {self._dir} failed: {exc}") from exc
+                raise StorageError(f"compaction of {st.dir} failed: {exc}") from exc
             finally:
                 for lease in leases:
                     lease.release()
@@ -219,32 +237,34 @@ class LogMaintenance(LogState):
     def _compact(
         self, segments_before: int, cleanable: list[tuple[Segment, SegmentState]]
     ) -> CompactionReport:
-        rewrite = compaction.rewrite(self._dir, cleanable, self._config, self._clock())
+        st = self._state
+        rewrite = compaction.rewrite(st.dir, cleanable, st.config, st.clock())
         if isinstance(rewrite, CompactionReport):
             return attrs.evolve(
                 rewrite, segments_before=segments_before, segments_after=segments_before
             )
-        aborted = self._swap_in(rewrite.groups)
-        return rewrite.report(segments_before, len(self._segments), aborted)
+        aborted = self.swap_in(rewrite.groups)
+        return rewrite.report(segments_before, len(st.segments), aborted)
 
-    def _swap_in(self, cleaned: list[compaction.CleanedGroup]) -> str | None:
+    def swap_in(self, cleaned: list[compaction.CleanedGroup]) -> str | None:
         """Swap cleaned groups in under the writer lock; a reason string if abandoned."""
+        st = self._state
         if not cleaned:
             return None
-        with self._write_lock:
-            replacement = None if self._closed else compaction.replace(self._segments, cleaned)
+        with st.write_lock:
+            replacement = None if st.closed else compaction.replace(st.segments, cleaned)
             if replacement is None:
                 for group in cleaned:
                     group.discard()
                 return "the log changed during compaction (truncation, retention or close)"
             segments, replaced = replacement
             for group in cleaned:
-                compaction.swap_files(self._dir, group)
-            with self._lock:
-                self._segments = segments
-                self._bases = [seg.base_offset for seg in segments]
+                compaction.swap_files(st.dir, group)
+            with st.lock:
+                st.segments = segments
+                st.bases = [seg.base_offset for seg in segments]
             for group in cleaned:
-                group.segment.seal(self._file_cache)
+                group.segment.seal(st.file_cache)
             for seg in replaced:
                 seg.release()
             return None

@@ -35,21 +35,25 @@ from jetsdk.codec.limits import (
     MAX_VALUE_BYTES,
 )
 from jetsdk.codec.messages import ProduceHead, decode_produce_head
+from jetsdk.codec.record_controls import RecordControls, record_controls
 
 __all__ = [
     "DirectRecord",
     "EnvelopeRecord",
     "ProducedEnvelope",
+    "RecordControls",
     "direct_record",
     "envelope_record",
     "produce_envelopes",
     "record_subjects",
 ]
 
-EnvelopeRecord = tuple[bytes, int, str, str, AckPolicy, int | None, int]
+EnvelopeRecord = tuple[bytes, int, str, str, AckPolicy, int | None, int, RecordControls | None]
 """(record body, message size, ack_inbox, correlation_id, ack_policy, producer_id,
-producer_seq). The size is what counts against a stream's max_message_bytes: value + key +
-header names (in characters) and values, as the server has always counted it."""
+producer_seq, header controls). The size is what counts against a stream's
+max_message_bytes: value + key + header names (in characters) and values, as the server has
+always counted it. The controls (:mod:`jetsdk.codec.record_controls`) are None when the
+message has none; otherwise the body holds the headers they keep."""
 
 _U16 = struct.Struct(">H")
 _PRODUCER = struct.Struct(">QQ")
@@ -101,14 +105,19 @@ class DirectRecord(NamedTuple):
     """Producer id (None without one)."""
     producer_seq: int
     """Producer sequence (0 without a producer)."""
+    controls: RecordControls | None
+    """The message's header controls, or None. With controls, ``request`` is not the
+    request but key, kept headers and value alone (the controls removed)."""
 
 
 def direct_record(record: DirectRecord, subjects: bytes) -> EnvelopeRecord:
     """What :func:`envelope_record` returns for the message's envelope, from its place in
     the request (``subjects`` as for :func:`envelope_record`)."""
-    request, prefix, key_pos, key_end, end, size, inbox, corr, policy, producer_id, seq = record
+    request, prefix, key_pos, key_end, end, size, inbox, corr, policy, producer_id, seq, ctl = (
+        record
+    )
     body = b"".join((prefix, request[key_pos:key_end], subjects, request[key_end:end]))
-    return body, size, inbox, corr, policy, producer_id, seq
+    return body, size, inbox, corr, policy, producer_id, seq, ctl
 
 
 def _envelope_sealer(flags: int) -> tuple[bytes, int]:
@@ -193,11 +202,13 @@ def produce_envelopes(
                     raise CodecError("truncated key", reason="truncated")
                 size = klen
             key_end = p
+            controls = None
             if body[p : p + 2] == _NO_HEADERS:
                 p += 2
             else:
                 headers, p = w.get_headers(body, p)
                 size += sum(len(name) + len(value) for name, value in headers)
+                controls = record_controls(headers)
             value_pos = p
             (vlen,) = u32(body, p)
             p += 4
@@ -238,8 +249,15 @@ def produce_envelopes(
                 )
                 record_prefix = _HAS_PRODUCER + producer
             if records is not None:
-                where = (body, record_prefix, key_pos, key_end, end, size, ack_inbox, corr)
-                records.append(new_tuple(DirectRecord, (*where, record_policy, producer_id, seq)))
+                if controls is None:
+                    where = (body, record_prefix, key_pos, key_end, end, size, ack_inbox, corr)
+                else:  # the record keeps the headers the controls keep: its own bytes
+                    own = _without_controls(body[key_pos:key_end], controls, body[value_pos:end])
+                    klen_end = key_end - key_pos
+                    where = (own, record_prefix, 0, klen_end, len(own), size, ack_inbox, corr)
+                records.append(
+                    new_tuple(DirectRecord, (*where, record_policy, producer_id, seq, controls))
+                )
             append(
                 (subject, size, b"".join((prefix, pack_u32(crc32(env_body, prefix_crc)), env_body)))
             )
@@ -247,6 +265,14 @@ def produce_envelopes(
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "produce request") from None
     return head, out
+
+
+def _without_controls(key: bytes, controls: RecordControls, value: bytes) -> bytes:
+    """``key``, the headers ``controls`` keeps and ``value``, as a record body holds them."""
+    parts = [key]
+    w.put_headers(parts, controls.headers)
+    parts.append(value)
+    return b"".join(parts)
 
 
 def _str16_index(i: int) -> bytes:
@@ -303,8 +329,14 @@ def envelope_record(
     key_end = KEY_POS + 4 + (klen if klen > 0 else 0)
     value_len = len(payload) - value_pos - 4
     size = value_len + (klen if klen > 0 else 0)
+    controls = None
     if headers:
         size += sum(len(n) + len(v) for n, v in headers)
+        controls = record_controls(headers)
+        if controls is not None:
+            kept: list[bytes] = []
+            w.put_headers(kept, controls.headers)
+            headers_bytes = b"".join(kept)
     producer_id: int | None = None
     producer_seq = 0
     if producer_pos < 0:
@@ -313,7 +345,7 @@ def envelope_record(
                 _NO_PRODUCER,
                 payload[KEY_POS:key_end],
                 subjects,
-                payload[key_end:headers_end],
+                payload[key_end:headers_end] if controls is None else headers_bytes,
                 payload[value_pos:],
             )
         )
@@ -325,8 +357,8 @@ def envelope_record(
                 payload[producer_pos : producer_pos + 16],
                 payload[KEY_POS:key_end],
                 subjects,
-                payload[key_end:headers_end],
+                payload[key_end:headers_end] if controls is None else headers_bytes,
                 payload[value_pos:],
             )
         )
-    return body, size, inbox, corr, _POLICY_BY_VALUE[policy], producer_id, producer_seq
+    return body, size, inbox, corr, _POLICY_BY_VALUE[policy], producer_id, producer_seq, controls

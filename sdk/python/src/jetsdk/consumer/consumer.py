@@ -59,6 +59,7 @@ from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
 from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun, fetch_loop
+from jetsdk.consumer.group_host import ConsumerParts
 from jetsdk.consumer.group_side import DEFAULT_AUTO_COMMIT_INTERVAL, GroupSide
 from jetsdk.consumer.positions import (
     ResetPolicy,
@@ -198,13 +199,22 @@ class Consumer:
         self.read_replicas = read_replicas
         self.manual_ack = manual_ack
         self.max_unacked = max_unacked
+        self._delivery = Delivery(manual_ack=manual_ack, max_unacked=max_unacked)
         self._group: GroupSide | None = None
         self._simple: SimpleCommits | None = None
         if group is not None and partitions is not None:
             self._simple = SimpleCommits(client, group)
         elif group is not None:
+            host = ConsumerParts(
+                client,
+                self._delivery,
+                self._start,
+                self._initial_offset,
+                self._begin_run,
+                self._fail,
+            )
             self._group = GroupSide(
-                _GroupHost(self),
+                host,
                 group,
                 member_id=member_id,
                 instance_id=instance_id,
@@ -218,7 +228,6 @@ class Consumer:
         self._tg: anyio.abc.TaskGroup | None = None
         self._background = BackgroundTasks()
         self._closed = False
-        self._delivery = Delivery(manual_ack=manual_ack, max_unacked=max_unacked)
         self._delivery.leases = self._group
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -428,6 +437,24 @@ class Consumer:
         for key in self._keys(partitions):
             await self.seek_to(key, "new-only")
 
+    def pause(self, *partitions: PartitionRef) -> None:
+        """Hold back ``partitions``' messages until :meth:`resume`: no message of them is
+        handed out, and their fetchers stop once a batch or two is buffered. Positions,
+        commits and a group's assignment are not changed; a pause outlives seeks.
+
+        Raises:
+            PartitionNotFound: a partition is not assigned.
+        """
+        self._delivery.pause([self._key(p) for p in partitions])
+
+    def resume(self, *partitions: PartitionRef) -> None:
+        """Hand out ``partitions``' messages again (see :meth:`pause`)."""
+        self._delivery.resume([self._key(p) for p in partitions])
+
+    def paused(self) -> set[StreamPartition]:
+        """The assigned partitions paused now."""
+        return {k for k in self._delivery.paused if k in self._delivery.runs}
+
     def _keys(self, partitions: Iterable[PartitionRef] | None) -> list[StreamPartition]:
         if partitions is None:
             return sorted(self._delivery.runs)
@@ -561,39 +588,3 @@ class Consumer:
     def _fail(self, error: BaseException) -> None:
         """Raise ``error`` from the next ``__anext__``/``fetch`` call."""
         self._delivery.fail(error)
-
-
-class _GroupHost:
-    """The consumer as its GroupSide sees it (membership.GroupHost)."""
-
-    __slots__ = ("_consumer",)
-
-    def __init__(self, consumer: Consumer) -> None:
-        self._consumer = consumer
-
-    @property
-    def client(self) -> Client:
-        return self._consumer.client
-
-    @property
-    def delivery(self) -> Delivery:
-        return self._consumer._delivery
-
-    @property
-    def start(self) -> object:
-        return self._consumer._start
-
-    async def initial_offset(self, key: StreamPartition, start: object) -> int:
-        return await self._consumer._initial_offset(key, start)
-
-    def begin_run(
-        self,
-        key: StreamPartition,
-        offset: int,
-        generation: int | None = None,
-        inherited: Progress | None = None,
-    ) -> PartitionRun:
-        return self._consumer._begin_run(key, offset, generation, inherited)
-
-    def fail(self, error: BaseException) -> None:
-        self._consumer._fail(error)

@@ -6,6 +6,8 @@ decoded, and hands messages out in fetch order per partition, skipping a batch (
 - manual acks: ``max_unacked`` messages are un-acked (backpressure: iteration waits), or the
   partition's window from its first un-acked message reached ``WINDOW_FACTOR * max_unacked``;
 - a group partition's lease does not allow processing it now (``may_process``);
+- the application paused the partition (:meth:`Delivery.pause`: its batches wait in the
+  buffer, and its fetcher stops once its prefetch credit is used up);
 
 and dropping batches of runs that ended (seek, revoke, loss). Every message carries an acker
 for its run, so ``msg.ack()`` works from any thread and is ignored once the run ended.
@@ -29,7 +31,7 @@ from anyio.lowlevel import EventLoopToken
 
 from jetsdk.codec.record import Record
 from jetsdk.consumer.fetcher import Fetched, PartitionRun
-from jetsdk.errors import ClientClosed
+from jetsdk.errors import ClientClosed, PartitionNotFound
 from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.message import Acker, Message, new_message
 
@@ -103,6 +105,8 @@ class Delivery:
         self._yield_at = 0.0
         self.readers_waiting = 0
         """Application calls (``fetch``, iteration) waiting for a batch now."""
+        self.paused: set[StreamPartition] = set()
+        """Partitions the application paused (kept across seeks until resumed)."""
 
     def start(self) -> None:
         """Bind to the running event loop (acks from other threads come back to it)."""
@@ -138,6 +142,25 @@ class Delivery:
     def has_buffered(self, run: PartitionRun) -> bool:
         """True if batches of ``run`` wait to be handed out."""
         return any(item.run is run for item in self.buffer)
+
+    def pause(self, keys: Sequence[StreamPartition]) -> None:
+        """Hold ``keys``' messages until :meth:`resume` (assigned partitions only).
+
+        Raises:
+            PartitionNotFound: one of them is not assigned.
+        """
+        for key in keys:
+            if key not in self.runs:
+                raise PartitionNotFound(
+                    f"partition {key} is not assigned to this consumer",
+                    details={"stream": key.stream, "partition": key.partition},
+                )
+        self.paused.update(keys)
+
+    def resume(self, keys: Sequence[StreamPartition]) -> None:
+        """Hand out ``keys``' messages again (resuming one not paused does nothing)."""
+        self.paused.difference_update(keys)
+        self.notify()
 
     def notify(self) -> None:
         """Wake whoever waits for a change."""
@@ -205,6 +228,7 @@ class Delivery:
                 or item.error is not None
                 or self.manual_ack
                 or self.leases is not None
+                or self.paused
                 or self.errors
                 or self.closed
                 or self.runs.get(item.key) is not item.run
@@ -283,6 +307,8 @@ class Delivery:
         run = item.run
         if self.runs.get(item.key) is not run or run.revoking:
             return None
+        if item.key in self.paused:
+            return False
         if item.error is not None:
             return True
         if self.manual_ack and (
@@ -306,7 +332,7 @@ class Delivery:
             if ok is None:
                 continue
             if not ok:
-                if self.leases is not None:
+                if self.leases is not None and item.key not in self.paused:
                     self.leases.kick()
                 continue
             if i:

@@ -9,6 +9,7 @@ the caller's handle reports.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jetsdk.codec.limits import (
@@ -18,12 +19,19 @@ from jetsdk.codec.limits import (
     MAX_SUBJECT_BYTES,
     MAX_VALUE_BYTES,
 )
+from jetsdk.codec.record_controls import EXPECTED_OFFSET_HEADER, MSG_ID_HEADER
 from jetsdk.errors import InvalidArgument, MessageTooLarge
-from jetsdk.message import Headers, HeadersInput, normalize_headers
+from jetsdk.message import TIMESTAMP_HEADER, Headers, HeadersInput, normalize_headers
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 _PER_HEADER_OVERHEAD = 6
 """Bytes a header adds besides its name and value, for the message size check."""
+_I64_MAX = 2**63 - 1
+_I64_MIN = -(2**63)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+MAX_MSG_ID_BYTES = 1024
+"""Longest ``msg_id`` :func:`control_headers` accepts (JetStream ids are short strings)."""
 
 
 def message_size(value: bytes, key: bytes | None, headers: Headers) -> int:
@@ -97,6 +105,65 @@ def checked_message(
     if subject and (any(c.isspace() for c in subject) or "" in subject.split(".")):
         raise InvalidArgument(f"bad subject {subject!r}", details={"field": "subject"})
     return data, key_bytes, hdrs
+
+
+def control_headers(headers: Headers, msg_id: Any, expected_offset: Any, timestamp: Any) -> Headers:
+    """``headers`` plus the headers that carry ``send``'s ``msg_id`` (``Nats-Msg-Id``),
+    ``expected_offset`` (``Jet-Expected-Offset``) and ``timestamp`` (``Jet-Timestamp``, ns
+    since the epoch); the server reads the first two as plain clients' header controls
+    (spec/protocol.md §6).
+
+    Raises:
+        TypeError: an argument of the wrong type.
+        InvalidArgument: an empty or too long ``msg_id``, an offset or timestamp out of
+            range, a naive datetime, or a header for the same control given in ``headers``
+            too (``field`` says which).
+    """
+    extra: list[tuple[str, bytes]] = []
+    if msg_id is not None:
+        raw = msg_id.encode() if isinstance(msg_id, str) else checked_bytes("msg_id", msg_id)
+        if not raw or len(raw) > MAX_MSG_ID_BYTES:
+            raise InvalidArgument(
+                f"msg_id must be 1 to {MAX_MSG_ID_BYTES} bytes, not {len(raw)}",
+                details={"field": "msg_id", "limit": MAX_MSG_ID_BYTES},
+            )
+        extra.append((MSG_ID_HEADER, raw))
+    if expected_offset is not None:
+        if not isinstance(expected_offset, int) or isinstance(expected_offset, bool):
+            raise TypeError(f"expected_offset must be int, not {type(expected_offset).__name__}")
+        if not 0 <= expected_offset <= _I64_MAX:
+            raise InvalidArgument(
+                f"expected_offset must be a non-negative offset, not {expected_offset}",
+                details={"field": "expected_offset"},
+            )
+        extra.append((EXPECTED_OFFSET_HEADER, str(expected_offset).encode()))
+    if timestamp is not None:
+        extra.append((TIMESTAMP_HEADER, str(_timestamp_ns(timestamp)).encode()))
+    taken = {name.lower() for name, _ in extra}
+    for name, _ in headers:
+        if name.lower() in taken:
+            raise InvalidArgument(
+                f"header {name!r} is also given as an argument of send",
+                details={"field": "headers"},
+            )
+    return (*headers, *extra)
+
+
+def _timestamp_ns(timestamp: Any) -> int:
+    if isinstance(timestamp, datetime):
+        if timestamp.tzinfo is None or timestamp.utcoffset() is None:
+            raise InvalidArgument(
+                "timestamp must be an aware datetime (with tzinfo) or int nanoseconds",
+                details={"field": "timestamp"},
+            )
+        ns = ((timestamp - _EPOCH) // _MICROSECOND) * 1000
+    elif isinstance(timestamp, int) and not isinstance(timestamp, bool):
+        ns = timestamp
+    else:
+        raise TypeError(f"timestamp must be int or datetime, not {type(timestamp).__name__}")
+    if not _I64_MIN <= ns <= _I64_MAX:
+        raise InvalidArgument(f"timestamp {ns} ns is out of range", details={"field": "timestamp"})
+    return ns
 
 
 def _utf8_size(text: str, field: str) -> int:

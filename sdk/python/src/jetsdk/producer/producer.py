@@ -11,10 +11,14 @@ Usage::
 How it works: :meth:`Producer.send_soon` picks the partition (explicit, the
 partitioner's choice for the key, or round-robin), queues the message in the
 :class:`~jetsdk.producer.accumulator.Accumulator` and returns a
-:class:`~jetsdk.producer.handle.SendHandle`. One sender task per partition (started on
-first use, in the producer's task group) cuts batches when they are full, ``linger``
+:class:`~jetsdk.producer.handle.SendHandle`. The
+:class:`~jetsdk.producer.sender.Sender` runs one task per partition (started on first
+use, in the producer's task group) that cuts batches when they are full, ``linger``
 seconds old or flushed, and sends each as one Produce request to the partition leader
-through the :class:`~jetsdk.client.Client`, which retries after leader changes.
+through the :class:`~jetsdk.client.Client`, which retries after leader changes. The
+producer is these two objects composed, as aiokafka's (accumulator + sender): it checks
+and partitions messages and owns the lifecycle; the accumulator owns the queues, the
+sender the requests, retries and the count of unsettled messages.
 
 Backpressure: at most ``max_pending`` messages may be queued or in flight; ``send_soon``
 waits for room beyond that. Ordering: with ``max_in_flight=1`` (default) one Produce
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import datetime
 from types import TracebackType
 from typing import NamedTuple
 
@@ -72,9 +77,9 @@ from jetsdk.producer.accumulator import (
     DEFAULT_MAX_BATCH_MESSAGES,
     Accumulator,
 )
-from jetsdk.producer.checks import checked_message, message_size
-from jetsdk.producer.delivery import Delivering, _PartitionSender, _Pending
+from jetsdk.producer.checks import checked_message, control_headers, message_size
 from jetsdk.producer.handle import SendHandle
+from jetsdk.producer.sender import Pending, Sender
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
@@ -110,7 +115,7 @@ class Prepared(NamedTuple):
     size: int
 
 
-class Producer(Delivering):
+class Producer:
     """Sends messages to one stream. Use as ``async with Producer(client, stream) as p:``."""
 
     def __init__(
@@ -167,30 +172,30 @@ class Producer(Delivering):
         self.ack_timeout = ack_timeout
         self.idempotent = idempotent
         self.delivery_timeout = delivery_timeout
-        self.retries = 0
-        """Produce requests sent again so far (whole or partial batches)."""
         self._partitioner: Partitioner = partitioner or DefaultPartitioner()
-        self._acc: Accumulator[_Pending] = Accumulator(
+        self._acc: Accumulator[Pending] = Accumulator(
             linger=linger, max_batch_messages=max_batch_messages, max_batch_bytes=max_batch_bytes
         )
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._sender = Sender(
+            client,
+            stream,
+            self._acc,
+            max_in_flight=max_in_flight,
+            max_pending=max_pending,
+            ack_timeout=ack_timeout,
+            delivery_timeout=delivery_timeout,
+        )
         self._background = BackgroundTasks()
-        self._senders: dict[int, _PartitionSender] = {}
-        self._space: anyio.Event | None = None
-        self._unresolved = 0
+        self._started = False
         self._since_yield = 0
-        self._idle: anyio.Event | None = None
-        self._flushing = 0
         self._closed = False
         self._num_partitions = 0
         self._max_message_bytes = 0
-        self.producer_id: int | None = None
-        """The idempotent producer id (None unless ``idempotent``)."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Producer:
-        if self._tg is not None or self._closed:
+        if self._started or self._closed:
             raise ClientClosed("a Producer can be entered once")
         info = await self.client.stream_info(self.stream, refresh=True)
         self._num_partitions = info.partition_count
@@ -199,12 +204,9 @@ class Producer(Delivering):
         if isinstance(stream_limit, int) and stream_limit > 0:
             limit = min(limit, stream_limit)
         self._max_message_bytes = limit
-        if self.idempotent:
-            self.producer_id = secrets.randbits(63)
-        self._space = anyio.Event()
-        self._idle = anyio.Event()
-        self._idle.set()
-        self._tg = await self._background.open()
+        tg = await self._background.open()
+        self._sender.start(tg, secrets.randbits(63) if self.idempotent else None)
+        self._started = True
         return self
 
     async def __aexit__(
@@ -213,17 +215,14 @@ class Producer(Delivering):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        assert self._tg is not None
+        assert self._started
         try:
             if exc_type is None:
                 await self.flush()
         finally:
             self._closed = True
-            if self._space is not None:
-                self._space.set()  # senders blocked on backpressure see the close
-            closed = ClientClosed("the producer was closed before the message was sent")
-            for pending in self._acc.drain_all():
-                self._resolve(pending, None, closed)
+            # Callers blocked on backpressure see the close; what is queued fails.
+            self._sender.close(self._acc.drain_all())
             await self._background.close()
         return None
 
@@ -235,7 +234,17 @@ class Producer(Delivering):
     @property
     def pending(self) -> int:
         """Messages queued or awaiting their ack."""
-        return self._unresolved
+        return self._sender.unresolved
+
+    @property
+    def retries(self) -> int:
+        """Produce requests sent again so far (whole or partial batches)."""
+        return self._sender.retries
+
+    @property
+    def producer_id(self) -> int | None:
+        """The idempotent producer id (None unless ``idempotent``; set once entered)."""
+        return self._sender.producer_id
 
     # -- sending --------------------------------------------------------------------------
 
@@ -248,6 +257,9 @@ class Producer(Delivering):
         ack: AckPolicy | None = None,
         partition: int | None = None,
         subject: str = "",
+        msg_id: str | bytes | None = None,
+        expected_offset: int | None = None,
+        timestamp: int | datetime | None = None,
     ) -> Ack:
         """Send one message and wait for its ack.
 
@@ -259,6 +271,17 @@ class Producer(Delivering):
             partition: explicit partition (default: the partitioner's choice).
             subject: NATS subject to publish on, which must match the partition's subject
                 pattern (default: the partition subject).
+            msg_id: an id for deduplication, sent as the ``Nats-Msg-Id`` header: a message
+                whose id the partition stored within the stream's ``duplicate_window_s``
+                is not stored again, and its ack is the stored copy's (same offset).
+            expected_offset: store the message only if it gets this offset (optimistic
+                concurrency; the ``Jet-Expected-Offset`` header), else it fails with
+                :class:`~jetsdk.errors.WrongExpectedOffset` and is not stored.
+            timestamp: the message's own time, ns since the epoch or an aware datetime,
+                stored in the ``Jet-Timestamp`` header and read back as
+                ``Message.producer_timestamp``; the record's timestamp (the ack's and the
+                message's ``timestamp``) stays the server's
+                (non-decreasing per partition, spec/storage.md).
 
         Returns:
             The :class:`~jetsdk.message.Ack` (offset -1 with ack policy NONE).
@@ -266,11 +289,22 @@ class Producer(Delivering):
         Raises:
             MessageTooLarge: over the server's or stream's message limit.
             PartitionNotFound: ``partition`` out of range.
+            InvalidArgument: a bad ``msg_id``, ``expected_offset`` or ``timestamp``, or a
+                header that one of them writes given in ``headers`` too.
+            WrongExpectedOffset: the message would not get ``expected_offset``.
             Timeout: no ack in time (the message may or may not be stored).
             JetError: any other failure (see :mod:`jetsdk.errors`).
         """
         handle = await self.send_soon(
-            value, key, headers, ack=ack, partition=partition, subject=subject
+            value,
+            key,
+            headers,
+            ack=ack,
+            partition=partition,
+            subject=subject,
+            msg_id=msg_id,
+            expected_offset=expected_offset,
+            timestamp=timestamp,
         )
         return await handle
 
@@ -283,6 +317,9 @@ class Producer(Delivering):
         ack: AckPolicy | None = None,
         partition: int | None = None,
         subject: str = "",
+        msg_id: str | bytes | None = None,
+        expected_offset: int | None = None,
+        timestamp: int | datetime | None = None,
     ) -> SendHandle:
         """Queue one message and return at once with a handle to its outcome.
 
@@ -291,7 +328,17 @@ class Producer(Delivering):
         partition, bad headers) are raised here, delivery errors by the handle.
         """
         return await self._enqueue(
-            self._prepare(value, key, headers, ack=ack, partition=partition, subject=subject)
+            self._prepare(
+                value,
+                key,
+                headers,
+                ack=ack,
+                partition=partition,
+                subject=subject,
+                msg_id=msg_id,
+                expected_offset=expected_offset,
+                timestamp=timestamp,
+            )
         )
 
     def _prepare(
@@ -303,11 +350,16 @@ class Producer(Delivering):
         ack: AckPolicy | None = None,
         partition: int | None = None,
         subject: str = "",
+        msg_id: str | bytes | None = None,
+        expected_offset: int | None = None,
+        timestamp: int | datetime | None = None,
     ) -> Prepared:
         """Check one message and choose its partition (pure: from any thread; the sync
         API calls it on the caller's thread so a bad message fails there)."""
         self._check_open()
         value, key, hdrs = checked_message(value, key, headers, subject)
+        if msg_id is not None or expected_offset is not None or timestamp is not None:
+            hdrs = control_headers(hdrs, msg_id, expected_offset, timestamp)
         size = message_size(value, key, hdrs)
         if size > self._max_message_bytes:
             raise MessageTooLarge(
@@ -330,30 +382,21 @@ class Producer(Delivering):
     async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
         """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);
         ``handle``: the one to complete (the sync API passes its thread-safe kind)."""
-        while self._unresolved >= self.max_pending:  # backpressure
-            assert self._space is not None
-            if self._space.is_set():
-                self._space = anyio.Event()
-            await self._space.wait()
+        sender = self._sender
+        while sender.unresolved >= self.max_pending:  # backpressure
+            await sender.wait_for_room()
             self._check_open()
         if handle is None:
             handle = SendHandle()
         partition = prepared.partition
-        pending = _Pending(prepared.message, handle)
-        self._unresolved += 1
-        if self._unresolved == 1:
-            assert self._idle is not None
-            self._idle = anyio.Event()
         full = self._acc.append(
             partition,
-            pending,
+            Pending(prepared.message, handle),
             size=prepared.size,
             ack_policy=prepared.policy,
             now=time.monotonic(),
         )
-        sender = self._sender(partition)
-        if sender.waiting and not self._send_now(partition, sender):
-            sender.wake.set()
+        sender.queued(partition)
         self._since_yield += 1
         if full or self._since_yield >= self._acc.max_batch_messages:
             # Let the senders ship full batches before queueing more.
@@ -366,70 +409,12 @@ class Producer(Delivering):
         before the call is acknowledged or failed. Does not raise for failed messages
         (their handles do)."""
         self._check_open()
-        self._flushing += 1
-        try:
-            for sender in self._senders.values():
-                sender.wake.set()
-            assert self._idle is not None
-            while self._unresolved:
-                await self._idle.wait()
-        finally:
-            self._flushing -= 1
+        await self._sender.flush()
 
     # -- internals ------------------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed("the producer is closed")
-        if self._tg is None:
+        if not self._started:
             raise ClientClosed("use the producer inside `async with Producer(...) as p:`")
-
-    def _sender(self, partition: int) -> _PartitionSender:
-        sender = self._senders.get(partition)
-        if sender is None:
-            sender = _PartitionSender(
-                anyio.Event(), anyio.Semaphore(self.max_in_flight, fast_acquire=True)
-            )
-            self._senders[partition] = sender
-            assert self._tg is not None
-            self._tg.start_soon(self._send_loop, partition, sender)
-        return sender
-
-    async def _send_loop(self, partition: int, sender: _PartitionSender) -> None:
-        try:
-            await self._send_batches(partition, sender)
-        finally:
-            self._fail_written(sender)
-
-    async def _send_batches(self, partition: int, sender: _PartitionSender) -> None:
-        acc = self._acc
-        while True:
-            await self._see_through(sender)
-            while not sender.written and not acc.ready(
-                partition, time.monotonic(), flushing=self._flushing > 0
-            ):
-                sender.wake = anyio.Event()
-                deadline = acc.deadline(partition)
-                sender.waiting = True
-                try:
-                    if deadline is None:
-                        await sender.wake.wait()
-                    else:
-                        with anyio.move_on_after(deadline - time.monotonic()):
-                            await sender.wake.wait()
-                finally:
-                    sender.waiting = False
-            if sender.written:  # a caller wrote a batch (and holds its slot)
-                continue
-            await sender.in_flight.acquire()  # (callers write only while this waits above)
-            batch = acc.drain(partition)
-            if batch is None:
-                sender.in_flight.release()
-                continue
-            base_seq = sender.next_seq
-            sender.next_seq += len(batch.items)
-            if self.max_in_flight == 1:
-                await self._send_batch(batch, base_seq, sender)
-            else:
-                assert self._tg is not None
-                self._tg.start_soon(self._send_batch, batch, base_seq, sender)

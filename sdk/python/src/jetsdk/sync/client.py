@@ -169,6 +169,9 @@ class Client(SyncWrapper):
 
     def stream_info(self, name: str, *, refresh: bool = False) -> StreamInfo:
         """A stream's metadata from the cache (refreshed once if the stream is missing).
+        With ``refresh``: fresh, with each partition's ``hw``, ``leo``, ``log_start``,
+        ``size_bytes`` and ``segments`` as its leader describes them (None if it has no
+        leader or its leader does not answer at once).
 
         Raises:
             StreamNotFound: no such stream.

@@ -222,6 +222,26 @@ class Consumer(SyncWrapper):
         """
         self._run(self._obj.seek_to_end, partitions)
 
+    def pause(self, *partitions: PartitionRef) -> None:
+        """Hold back ``partitions``' messages until :meth:`resume`: no message of them is
+        handed out, and their fetchers stop once a batch or two is buffered. Positions,
+        commits and a group's assignment are not changed; a pause outlives seeks.
+
+        Raises:
+            PartitionNotFound: a partition is not assigned.
+        """
+        self._run_sync(self._obj.pause, *partitions)
+        self._hold_paused(self._obj)
+
+    def resume(self, *partitions: PartitionRef) -> None:
+        """Hand out ``partitions``' messages again (see :meth:`pause`)."""
+        self._run_sync(self._obj.resume, *partitions)
+        self._hold_paused(self._obj)
+
+    def paused(self) -> set[StreamPartition]:
+        """The assigned partitions paused now."""
+        return self._run_sync(self._obj.paused)
+
     @property
     def group(self) -> str | None:
         """The consumer group (also of a simple consumer), or None."""

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from types import TracebackType
 
 from jetsdk._sync_sends import SendHandle
@@ -137,6 +138,16 @@ class Producer(SyncWrapper):
         """Messages queued or awaiting their ack."""
         return self._obj.pending
 
+    @property
+    def retries(self) -> int:
+        """Produce requests sent again so far (whole or partial batches)."""
+        return self._obj.retries
+
+    @property
+    def producer_id(self) -> int | None:
+        """The idempotent producer id (None unless ``idempotent``; set once entered)."""
+        return self._obj.producer_id
+
     def send(
         self,
         value: bytes,
@@ -146,6 +157,9 @@ class Producer(SyncWrapper):
         ack: AckPolicy | None = None,
         partition: int | None = None,
         subject: str = "",
+        msg_id: str | bytes | None = None,
+        expected_offset: int | None = None,
+        timestamp: int | datetime | None = None,
     ) -> Ack:
         """Send one message and wait for its ack.
 
@@ -157,6 +171,17 @@ class Producer(SyncWrapper):
             partition: explicit partition (default: the partitioner's choice).
             subject: NATS subject to publish on, which must match the partition's subject
                 pattern (default: the partition subject).
+            msg_id: an id for deduplication, sent as the ``Nats-Msg-Id`` header: a message
+                whose id the partition stored within the stream's ``duplicate_window_s``
+                is not stored again, and its ack is the stored copy's (same offset).
+            expected_offset: store the message only if it gets this offset (optimistic
+                concurrency; the ``Jet-Expected-Offset`` header), else it fails with
+                :class:`~jetsdk.errors.WrongExpectedOffset` and is not stored.
+            timestamp: the message's own time, ns since the epoch or an aware datetime,
+                stored in the ``Jet-Timestamp`` header and read back as
+                ``Message.producer_timestamp``; the record's timestamp (the ack's and the
+                message's ``timestamp``) stays the server's
+                (non-decreasing per partition, spec/storage.md).
 
         Returns:
             The :class:`~jetsdk.message.Ack` (offset -1 with ack policy NONE).
@@ -164,11 +189,22 @@ class Producer(SyncWrapper):
         Raises:
             MessageTooLarge: over the server's or stream's message limit.
             PartitionNotFound: ``partition`` out of range.
+            InvalidArgument: a bad ``msg_id``, ``expected_offset`` or ``timestamp``, or a
+                header that one of them writes given in ``headers`` too.
+            WrongExpectedOffset: the message would not get ``expected_offset``.
             Timeout: no ack in time (the message may or may not be stored).
             JetError: any other failure (see :mod:`jetsdk.errors`).
         """
         prepared = self._obj._prepare(
-            value, key, headers, ack=ack, partition=partition, subject=subject
+            value,
+            key,
+            headers,
+            ack=ack,
+            partition=partition,
+            subject=subject,
+            msg_id=msg_id,
+            expected_offset=expected_offset,
+            timestamp=timestamp,
         )
         return self._queued().send_soon(prepared).result()
 
@@ -181,6 +217,9 @@ class Producer(SyncWrapper):
         ack: AckPolicy | None = None,
         partition: int | None = None,
         subject: str = "",
+        msg_id: str | bytes | None = None,
+        expected_offset: int | None = None,
+        timestamp: int | datetime | None = None,
     ) -> SendHandle:
         """Queue one message and return at once with a handle to its outcome.
 
@@ -189,7 +228,15 @@ class Producer(SyncWrapper):
         partition, bad headers) are raised here, delivery errors by the handle.
         """
         prepared = self._obj._prepare(
-            value, key, headers, ack=ack, partition=partition, subject=subject
+            value,
+            key,
+            headers,
+            ack=ack,
+            partition=partition,
+            subject=subject,
+            msg_id=msg_id,
+            expected_offset=expected_offset,
+            timestamp=timestamp,
         )
         return self._queued().send_soon(prepared)
 

@@ -1,9 +1,14 @@
-"""How a producer's batches reach the leader: one Produce request each, retried until
-acknowledged or ``delivery_timeout`` (see :mod:`jetsdk.producer.producer`), and the fast
-path where the caller writes the request of an idle partition itself.
+"""The sender: how a producer's batches reach the leader (aiokafka's ``Sender``).
 
-:class:`Delivering` is mixed into :class:`~jetsdk.producer.producer.Producer`, which holds
-the fields declared here.
+:class:`Sender` runs one task per partition that cuts batches off the producer's
+:class:`~jetsdk.producer.accumulator.Accumulator` and sends each as one Produce request,
+retried until acknowledged or ``delivery_timeout`` (see :mod:`jetsdk.producer.producer`),
+plus the fast path where the caller writes the request of an idle partition itself. It
+settles every message's :class:`~jetsdk.producer.handle.SendHandle` and keeps the count of
+messages not settled yet, which the producer's backpressure and ``flush`` wait on.
+
+The :class:`~jetsdk.producer.producer.Producer` holds an accumulator and a sender; the
+sender reads the accumulator and owns everything else here.
 
 Task safety: one event loop.
 """
@@ -43,20 +48,22 @@ from jetsdk.producer.retry_rules import (
 )
 from jetsdk.retry import needs_metadata_refresh
 
-__all__ = ["Delivering"]
+__all__ = ["Pending", "Sender"]
 
 
 @attrs.define(eq=False, slots=True)
-class _Pending:
+class Pending:
+    """A message queued or in flight, with the handle of its outcome."""
+
     message: ProduceMessage
     handle: SendHandle
 
 
 @attrs.define(eq=False)
 class _Written:
-    """A batch whose first request the caller wrote (:meth:`Delivering._send_now`)."""
+    """A batch whose first request the caller wrote (:meth:`Sender._send_now`)."""
 
-    batch: Batch[_Pending]
+    batch: Batch[Pending]
     base_seq: int
     request: ProduceRequest
     response: PendingResponse | None
@@ -73,24 +80,143 @@ class _PartitionSender:
     """Batches written by callers, in order, for the sender task to see through."""
 
 
-class Delivering:
-    """The delivery half of :class:`~jetsdk.producer.producer.Producer`."""
+class Sender:
+    """Delivers the batches of one producer's accumulator and settles their handles.
 
-    # Fields of Producer used here.
-    client: Client
-    stream: str
-    producer_id: int | None
-    delivery_timeout: float
-    ack_timeout: float
-    max_in_flight: int
-    max_pending: int
-    retries: int
-    _acc: Accumulator[_Pending]
-    _tg: anyio.abc.TaskGroup | None
-    _space: anyio.Event | None
-    _idle: anyio.Event | None
-    _unresolved: int
-    _flushing: int
+    Started by the producer (:meth:`start`) with its task group; closed by :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        stream: str,
+        acc: Accumulator[Pending],
+        *,
+        max_in_flight: int,
+        max_pending: int,
+        ack_timeout: float,
+        delivery_timeout: float,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._acc = acc
+        self._max_in_flight = max_in_flight
+        self._max_pending = max_pending
+        self._ack_timeout_ms = int(ack_timeout * 1000)
+        self._delivery_timeout = delivery_timeout
+        self.producer_id: int | None = None
+        """The idempotent producer id (None: not idempotent); set by :meth:`start`."""
+        self.retries = 0
+        """Produce requests sent again so far (whole or partial batches)."""
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._partitions: dict[int, _PartitionSender] = {}
+        self._unresolved = 0
+        self._space: anyio.Event | None = None
+        self._idle: anyio.Event | None = None
+        self._flushing = 0
+
+    def start(self, tg: anyio.abc.TaskGroup, producer_id: int | None) -> None:
+        """Start sending: partition tasks run in ``tg``."""
+        self._tg = tg
+        self.producer_id = producer_id
+        self._space = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    @property
+    def unresolved(self) -> int:
+        """Messages queued or in flight, not acknowledged or failed yet."""
+        return self._unresolved
+
+    async def wait_for_room(self) -> None:
+        """Wait until fewer than ``max_pending`` messages are unresolved, or :meth:`close`."""
+        assert self._space is not None
+        if self._space.is_set():
+            self._space = anyio.Event()
+        await self._space.wait()
+
+    def queued(self, partition: int) -> None:
+        """One more message was queued in the accumulator for ``partition``: count it, and
+        have it sent (written here if the partition is idle, else by its task)."""
+        self._unresolved += 1
+        if self._unresolved == 1:
+            self._idle = anyio.Event()
+        sender = self._partitions.get(partition)
+        if sender is None:
+            sender = self._start_partition(partition)
+        if sender.waiting and not self._send_now(partition, sender):
+            sender.wake.set()
+
+    async def flush(self) -> None:
+        """Send everything queued now (ignoring linger) and wait until nothing is
+        unresolved."""
+        self._flushing += 1
+        try:
+            for sender in self._partitions.values():
+                sender.wake.set()
+            while self._unresolved:
+                assert self._idle is not None
+                await self._idle.wait()
+        finally:
+            self._flushing -= 1
+
+    def close(self, unsent: list[Pending]) -> None:
+        """The producer closes: fail ``unsent`` (drained from the accumulator) and wake the
+        callers waiting for room (they see the close). The partition tasks end with the
+        producer's task group."""
+        if self._space is not None:
+            self._space.set()
+        closed = ClientClosed("the producer was closed before the message was sent")
+        for pending in unsent:
+            self._resolve(pending, None, closed)
+
+    def _start_partition(self, partition: int) -> _PartitionSender:
+        sender = _PartitionSender(
+            anyio.Event(), anyio.Semaphore(self._max_in_flight, fast_acquire=True)
+        )
+        self._partitions[partition] = sender
+        assert self._tg is not None
+        self._tg.start_soon(self._send_loop, partition, sender)
+        return sender
+
+    async def _send_loop(self, partition: int, sender: _PartitionSender) -> None:
+        try:
+            await self._send_batches(partition, sender)
+        finally:
+            self._fail_written(sender)
+
+    async def _send_batches(self, partition: int, sender: _PartitionSender) -> None:
+        acc = self._acc
+        while True:
+            await self._see_through(sender)
+            while not sender.written and not acc.ready(
+                partition, time.monotonic(), flushing=self._flushing > 0
+            ):
+                sender.wake = anyio.Event()
+                deadline = acc.deadline(partition)
+                sender.waiting = True
+                try:
+                    if deadline is None:
+                        await sender.wake.wait()
+                    else:
+                        with anyio.move_on_after(deadline - time.monotonic()):
+                            await sender.wake.wait()
+                finally:
+                    sender.waiting = False
+            if sender.written:  # a caller wrote a batch (and holds its slot)
+                continue
+            await sender.in_flight.acquire()  # (callers write only while this waits above)
+            batch = acc.drain(partition)
+            if batch is None:
+                sender.in_flight.release()
+                continue
+            base_seq = sender.next_seq
+            sender.next_seq += len(batch.items)
+            if self._max_in_flight == 1:
+                await self._send_batch(batch, base_seq, sender)
+            else:
+                assert self._tg is not None
+                self._tg.start_soon(self._send_batch, batch, base_seq, sender)
 
     def _send_now(self, partition: int, sender: _PartitionSender) -> bool:
         """If ``partition``'s next batch is due, its sender is idle with no request in
@@ -111,11 +237,11 @@ class Delivering:
         acc = self._acc
         if (
             not sender.waiting
-            or sender.in_flight.value < self.max_in_flight  # not idle: batches form there
+            or sender.in_flight.value < self._max_in_flight  # not idle: batches form there
             or not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
         ):
             return False
-        conn = self.client.leader_connection_now(self.stream, partition)
+        conn = self._client.leader_connection_now(self._stream, partition)
         if conn is None or not conn.can_send_now:
             return False
         batch = acc.drain(partition)
@@ -134,7 +260,7 @@ class Delivering:
         """Deliver the batches callers wrote (:meth:`_send_now`), in order."""
         while sender.written:
             written = sender.written.popleft()
-            if self.max_in_flight == 1:
+            if self._max_in_flight == 1:
                 await self._send_batch(written.batch, written.base_seq, sender, written)
             else:
                 assert self._tg is not None
@@ -150,14 +276,14 @@ class Delivering:
                 self._resolve(pending, None, closed)
 
     def _request(
-        self, batch: Batch[_Pending], items: tuple[_Pending, ...], seq: int
+        self, batch: Batch[Pending], items: tuple[Pending, ...], seq: int
     ) -> ProduceRequest:
         """The Produce request for ``items`` of ``batch``, the first numbered ``seq``."""
         return ProduceRequest(
-            stream=self.stream,
+            stream=self._stream,
             partition=batch.partition,
             ack_policy=batch.ack_policy,
-            timeout_ms=int(self.ack_timeout * 1000),
+            timeout_ms=self._ack_timeout_ms,
             messages=tuple(p.message for p in items),
             producer_id=self.producer_id,
             base_seq=seq if self.producer_id is not None else 0,
@@ -165,7 +291,7 @@ class Delivering:
 
     async def _send_batch(
         self,
-        batch: Batch[_Pending],
+        batch: Batch[Pending],
         base_seq: int,
         sender: _PartitionSender,
         written: _Written | None = None,
@@ -181,14 +307,14 @@ class Delivering:
             sender.in_flight.release()
 
     async def _deliver(
-        self, batch: Batch[_Pending], base_seq: int, written: _Written | None = None
+        self, batch: Batch[Pending], base_seq: int, written: _Written | None = None
     ) -> None:
         """Send ``batch`` (already written, as ``written``, by :meth:`_send_now`), then send
         again what failed retriably (same sequences) until every message is resolved or
         ``delivery_timeout`` passes."""
         idempotent = self.producer_id is not None
         retry_if = should_retry_idempotent if idempotent else should_retry
-        deadline = time.monotonic() + self.delivery_timeout
+        deadline = time.monotonic() + self._delivery_timeout
         items = batch.items
         seq = base_seq
         tries = 0
@@ -200,12 +326,12 @@ class Delivering:
                     response = None if written is None else written.response
                     written = None
                     if response is not None:
-                        wait = request.timeout_ms / 1000 + self.client.request_timeout
+                        wait = request.timeout_ms / 1000 + self._client.request_timeout
                         answer = await response.wait(wait)
                         results = decode_produce_answer(answer, len(request.messages))
                     else:
                         # No retries inside: this loop retries, so it knows every error.
-                        results = await self.client.produce(request, retry_if=never)
+                        results = await self._client.produce(request, retry_if=never)
                 except JetError as exc:
                     if not retry_if(exc):
                         self._fail(items, exc)
@@ -239,47 +365,47 @@ class Delivering:
             else:
                 items = tuple(items[i] for i in left)
             tries += 1
-            pause = self.client.retry.delay(min(tries, MAX_BACKOFF_STEP))
+            pause = self._client.retry.delay(min(tries, MAX_BACKOFF_STEP))
             if time.monotonic() + pause >= deadline:
                 self._fail(items, self._expired(batch, error))
                 return
             await anyio.sleep(pause)
             if needs_metadata_refresh(error):
                 with contextlib.suppress(JetError):
-                    await self.client.refresh_metadata()
+                    await self._client.refresh_metadata()
             self.retries += 1
 
-    def _expired(self, batch: Batch[_Pending], error: JetError | None) -> JetError:
+    def _expired(self, batch: Batch[Pending], error: JetError | None) -> JetError:
         """The error for messages not delivered within ``delivery_timeout``."""
-        where = f"{self.stream}/{batch.partition}"
-        details = {"stream": self.stream, "partition": batch.partition}
+        where = f"{self._stream}/{batch.partition}"
+        details = {"stream": self._stream, "partition": batch.partition}
         if error is None:
             return Timeout(
                 f"send to {where} not acknowledged within delivery_timeout="
-                f"{self.delivery_timeout} s; the message may or may not be stored",
+                f"{self._delivery_timeout} s; the message may or may not be stored",
                 details=details,
             )
         return type(error)(
             f"send to {where} failed after retrying for delivery_timeout="
-            f"{self.delivery_timeout} s: {error}",
+            f"{self._delivery_timeout} s: {error}",
             code=error.code,
             details={**details, **error.details},
         )
 
-    def _fail(self, items: tuple[_Pending, ...], error: JetError) -> None:
+    def _fail(self, items: tuple[Pending, ...], error: JetError) -> None:
         for pending in items:
             self._resolve(pending, None, error)
 
     def _resolve_results(
         self,
-        batch: Batch[_Pending],
-        items: tuple[_Pending, ...],
+        batch: Batch[Pending],
+        items: tuple[Pending, ...],
         results: list[ProduceResult],
         idempotent: bool,
     ) -> JetError | None:
         """Settle the handles of ``items``; return the error of the first message that
         failed retriably (left unresolved, to be sent again), else None."""
-        stream, partition = self.stream, batch.partition
+        stream, partition = self._stream, batch.partition
         acked = 0
         retry: JetError | None = None
         for pending, result in zip(items, results):
@@ -302,7 +428,7 @@ class Delivering:
             self._settled(acked)
         return retry
 
-    def _resolve(self, pending: _Pending, ack: Ack | None, error: JetError | None) -> None:
+    def _resolve(self, pending: Pending, ack: Ack | None, error: JetError | None) -> None:
         if pending.handle.done():
             return
         pending.handle._set(ack, error)
@@ -313,7 +439,7 @@ class Delivering:
         assert self._space is not None
         assert self._idle is not None
         self._unresolved -= count
-        if self._unresolved < self.max_pending:
+        if self._unresolved < self._max_pending:
             self._space.set()
         if self._unresolved == 0:
             self._idle.set()

@@ -1,0 +1,49 @@
+"""The consumer as its :class:`~jetsdk.consumer.group_side.GroupSide` sees it: the parts of
+:class:`~jetsdk.consumer.group_side.GroupHost`, handed over by the consumer."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import attrs
+
+from jetsdk.client import Client
+from jetsdk.consumer.delivery import Delivery
+from jetsdk.consumer.fetcher import PartitionRun
+from jetsdk.consumer.progress import Progress
+from jetsdk.group.stream_partition import StreamPartition
+
+__all__ = ["ConsumerParts"]
+
+
+@attrs.frozen
+class ConsumerParts:
+    """A :class:`~jetsdk.consumer.group_side.GroupHost` made of the consumer's parts."""
+
+    client: Client
+    """The consumer's client."""
+    delivery: Delivery
+    """The consumer's partition runs and fetched batches."""
+    start: object
+    """Where a partition without a committed offset starts (None: per ``reset``)."""
+    _initial_offset: Callable[[StreamPartition, object], Awaitable[int]]
+    _begin_run: Callable[[StreamPartition, int, int | None, Progress | None], PartitionRun]
+    _fail: Callable[[BaseException], None]
+
+    async def initial_offset(self, key: StreamPartition, start: object) -> int:
+        """The offset a partition without a committed offset starts at."""
+        return await self._initial_offset(key, start)
+
+    def begin_run(
+        self,
+        key: StreamPartition,
+        offset: int,
+        generation: int | None = None,
+        inherited: Progress | None = None,
+    ) -> PartitionRun:
+        """Start reading ``key`` from ``offset``."""
+        return self._begin_run(key, offset, generation, inherited)
+
+    def fail(self, error: BaseException) -> None:
+        """Raise ``error`` from the consumer's next call."""
+        self._fail(error)

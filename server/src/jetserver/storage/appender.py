@@ -1,0 +1,214 @@
+"""The append path of a partition log: offsets, framing, indexes, rolling (spec/storage.md).
+
+:class:`Appender` writes batches at the LEO of a :class:`~jetserver.storage.log_state.LogState`:
+leader appends (:meth:`Appender.append`, offsets and timestamps assigned here) and replicated
+ones (:meth:`Appender.append_raw`, records framed by the leader). It checks, on every batch,
+the invariants the rest of the log relies on (offsets strictly increasing, HW <= LEO): cheap
+comparisons that stay on in production, TigerBeetle-style, made before any record is written;
+a failure is a bug, raised as :class:`~jetserver.storage.errors.InvariantViolation`.
+
+Thread-safety: the methods take the log's writer lock; one writer task is expected.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import HEADER_SIZE, MAX_BODY_BYTES, check_crc, peek_header
+from jetserver.storage.epoch_cache import MAX_EPOCH
+from jetserver.storage.errors import InvalidArgumentError, InvalidRecordsError, InvariantViolation
+from jetserver.storage.framing import frame_batch_sizes
+from jetserver.storage.log_state import LogState
+from jetserver.storage.offset_index import U32_MAX, index_points
+from jetserver.storage.segment import (
+    NO_INDEX_ENTRIES,
+    IndexEntries,
+    Segment,
+    batch_index_entries,
+)
+
+_I64_MIN = -(2**63)
+_I64_MAX = 2**63 - 1
+
+
+class Appender:
+    """Appends batches to one log's active segment, rolling it when due."""
+
+    def __init__(self, state: LogState) -> None:
+        self._state = state
+        self.space_guard: Callable[[int], None] | None = None
+        """Called with the bytes about to be written; raises DiskFull to refuse them."""
+
+    def append(
+        self, bodies: Sequence[bytes], timestamp_ns: int, leader_epoch: int
+    ) -> tuple[int, int]:
+        """See :meth:`jetserver.storage.Log.append`."""
+        if not _I64_MIN <= timestamp_ns <= _I64_MAX or not 0 <= leader_epoch <= MAX_EPOCH:
+            raise InvalidArgumentError(f"bad timestamp {timestamp_ns} or epoch {leader_epoch}")
+        state = self._state
+        with state.write_lock:
+            state.check_open()
+            last_ts = state.last_ts
+            ts = timestamp_ns if timestamp_ns > last_ts else last_ts
+            n = len(bodies)
+            first = state.leo
+            if n == 0:
+                return first, ts
+            epochs = state.epochs
+            if leader_epoch < epochs.latest_epoch:
+                raise InvalidRecordsError(
+                    f"leader epoch {leader_epoch} is below the latest {epochs.latest_epoch}"
+                )
+            try:
+                data, lens, uniform = frame_batch_sizes(first, ts, leader_epoch, bodies)
+            except struct.error as exc:
+                raise InvalidRecordsError(f"cannot frame the batch: {exc}") from exc
+            if len(data) > MAX_BODY_BYTES and max(lens) > MAX_BODY_BYTES:
+                raise InvalidRecordsError(f"a record body is over {MAX_BODY_BYTES} bytes")
+            if not state.log_start <= state.hw <= first:  # HW <= LEO, checked before writing
+                raise InvariantViolation(
+                    f"append at LEO {first}: HW {state.hw}, log start {state.log_start} "
+                    f"in {state.dir}"
+                )
+            seg = self._prepare_segment(len(data), first, first + n - 1, ts)
+            st = seg.state
+            if st.next_offset > first:  # the active segment ends at or below the LEO
+                raise InvariantViolation(
+                    f"append at LEO {first}: {seg.log_path} already ends at {st.next_offset}"
+                )
+            entries = NO_INDEX_ENTRIES
+            interval = state.config.index_interval_bytes
+            last_indexed = seg.last_indexed_position
+            if st.size + len(data) - HEADER_SIZE - last_indexed >= interval:
+                entries = batch_index_entries(
+                    first, ts, lens, uniform, st.size, last_indexed, interval
+                )
+            seg.append(data, first + n - 1, ts, ts, entries)
+            with state.lock:
+                state.leo = first + n
+            state.last_ts = ts
+            if leader_epoch != epochs.latest_epoch:
+                epochs.assign(leader_epoch, first)
+            return first, ts
+
+    def append_raw(self, data: bytes) -> int:
+        """See :meth:`jetserver.storage.Log.append_raw`."""
+        view = memoryview(data)
+        n = len(view)
+        state = self._state
+        with state.write_lock:
+            state.check_open()
+            leo = state.leo
+            prev = leo - 1
+            latest_epoch = state.epochs.latest_epoch
+            offsets: list[int] = []
+            starts: list[int] = []
+            stamps: list[int] = []
+            new_epochs: list[tuple[int, int]] = []
+            pos = 0
+            while n - pos >= HEADER_SIZE:
+                try:
+                    offset, ts, epoch, size = peek_header(view, pos)
+                    if n - pos < size:
+                        break
+                    check_crc(view, pos)
+                except CodecError as exc:
+                    raise InvalidRecordsError(f"record at byte {pos}: {exc}") from exc
+                if offset <= prev:
+                    raise InvalidRecordsError(
+                        f"record at byte {pos} has offset {offset}, expected > {prev}"
+                    )
+                if epoch < latest_epoch:
+                    raise InvalidRecordsError(
+                        f"record {offset} has epoch {epoch} below the latest {latest_epoch}"
+                    )
+                if epoch > latest_epoch:
+                    new_epochs.append((epoch, offset))
+                    latest_epoch = epoch
+                offsets.append(offset)
+                starts.append(pos)
+                stamps.append(ts)
+                prev = offset
+                pos += size
+            if not offsets:
+                return leo
+            if not state.log_start <= state.hw <= leo:  # HW <= LEO, checked before writing
+                raise InvariantViolation(
+                    f"append_raw at LEO {leo}: HW {state.hw}, log start {state.log_start} "
+                    f"in {state.dir}"
+                )
+            whole = bytes(view[:pos]) if pos < n or not isinstance(data, bytes) else data
+            seg = self._prepare_segment(pos, offsets[0], offsets[-1], max(stamps))
+            st = seg.state
+            # Offsets increase across the log too: the active segment ends below the batch
+            # (the records were checked against the LEO above).
+            if st.next_offset > offsets[0]:
+                raise InvariantViolation(
+                    f"append_raw of {offsets[0]}..: {seg.log_path} already ends at "
+                    f"{st.next_offset} (LEO {leo})"
+                )
+            # Time-index entries carry the segment's running max timestamp (spec §4).
+            running = list(accumulate(stamps, max, initial=st.max_timestamp))[1:]
+            abs_starts = [st.size + s for s in starts]
+            points = index_points(
+                seg.last_indexed_position, state.config.index_interval_bytes, abs_starts
+            )
+            entries = IndexEntries(
+                [offsets[i] for i in points],
+                [abs_starts[i] for i in points],
+                [running[i] for i in points],
+            )
+            seg.append(whole, offsets[-1], running[-1], stamps[0], entries)
+            new_leo = offsets[-1] + 1
+            with state.lock:
+                state.leo = new_leo
+            state.last_ts = max(state.last_ts, running[-1])
+            for epoch, offset in new_epochs:
+                state.epochs.assign(epoch, offset)
+            return new_leo
+
+    def _prepare_segment(
+        self, batch_bytes: int, first_offset: int, last_offset: int, timestamp: int
+    ) -> Segment:
+        """The segment a batch goes to, rolling first if needed (writer lock held).
+
+        Age is measured like Kafka's ``segment.ms``: from the active segment's first record
+        timestamp to the incoming batch's timestamp (not the wall clock).
+        """
+        if last_offset - first_offset > U32_MAX or batch_bytes > U32_MAX:
+            raise InvalidRecordsError("batch too large for one segment")
+        if self.space_guard is not None:
+            self.space_guard(batch_bytes)  # DiskFull below the free-space floor
+        state = self._state
+        seg = state.segments[-1]
+        st = seg.state
+        if st.size == 0:
+            if last_offset - seg.base_offset > U32_MAX:
+                state.replace_empty_active(first_offset)
+                return state.segments[-1]
+            return seg
+        cfg = state.config
+        if (
+            st.size + batch_bytes > cfg.segment_max_bytes
+            or st.size + batch_bytes > U32_MAX
+            or last_offset - seg.base_offset > U32_MAX
+            or (
+                seg.first_timestamp is not None
+                and timestamp - seg.first_timestamp >= cfg.segment_max_age_s * 1e9
+            )
+        ):
+            state.roll(first_offset)
+        return state.segments[-1]
+
+    def roll(self) -> bool:
+        """See :meth:`jetserver.storage.Log.roll`."""
+        state = self._state
+        with state.write_lock:
+            state.check_open()
+            if state.segments[-1].state.size == 0:
+                return False
+            state.roll(state.leo)
+            return True
