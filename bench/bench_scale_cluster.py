@@ -47,6 +47,8 @@ CREATE_ATTEMPTS = 10
 """Tries per stream."""
 FAILOVER_BOUND_S = 120.0
 """Give up waiting for leaders after this."""
+RESTART_BOUND_S = 300.0
+"""Bound on a killed server's restart (it recovers every partition's log first)."""
 REBALANCE_BOUND_S = 600.0
 """Give up waiting for the restarted server's leaderships to come back after this."""
 SETTINGS = {"cluster": {"leader_rebalance_interval_s": 1.0, "leader_rebalance_max": 1000}}
@@ -135,7 +137,7 @@ def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
 def _restart_and_rebalance(dev: DevCluster, victim: str) -> float:
     """Restart ``victim``; seconds until every partition is led by its preferred replica."""
     started = time.perf_counter()
-    dev.start_server(victim)
+    dev.start_server(victim, timeout_s=RESTART_BOUND_S)
     while time.perf_counter() - started < REBALANCE_BOUND_S:
         state = anyio.run(_preferred, dev.addresses, backend="asyncio")
         if state == 0:
