@@ -32,7 +32,7 @@ from jetserver.broker.fetch import fetch, offset_for_leader_epoch
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.streams import StreamManager
-from jetserver.cluster.elections import parse_report
+from jetserver.cluster.elections import parse_report, parse_reports
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
@@ -235,7 +235,20 @@ class Dispatcher:
                     "ReportLeader: this server is not a member of a cluster",
                     {"api": int(Api.REPORT_LEADER)},
                 )
+            if "reports" in req:  # a batch (spec/protocol.md, api 9)
+                elections = self.cluster.elections
+                return {"answers": await elections.report_many(parse_reports(req))}
             return await self.cluster.elections.report(*parse_report(req))
+
+        async def rebalance(req: dict[str, Any]) -> dict[str, Any]:
+            if self.cluster is None:
+                raise ApiError(
+                    ErrorCode.UNSUPPORTED_API,
+                    "RebalanceLeaders: this server is not a member of a cluster",
+                    {"api": int(Api.REBALANCE_LEADERS)},
+                )
+            assert self.cluster.requests is not None
+            return await self.cluster.requests.rebalance_leaders(req)
 
         async def offset_for_epoch(req: dict[str, Any]) -> dict[str, Any]:
             return offset_for_leader_epoch(self.streams, req)
@@ -254,6 +267,7 @@ class Dispatcher:
             Api.DESCRIBE_STREAM: describe,
             Api.LIST_OFFSETS: offsets,
             Api.REPORT_LEADER: report_leader,
+            Api.REBALANCE_LEADERS: rebalance,
             Api.OFFSET_FOR_LEADER_EPOCH: offset_for_epoch,
         }
 

@@ -294,7 +294,7 @@ class Security:
                     acl.allows_any(grants, name) or _group_reader(name, grants),
                     f"a permission on stream {name!r}",
                 )
-        elif api in (Api.SET_ACL, Api.LIST_ACLS):
+        elif api in (Api.SET_ACL, Api.LIST_ACLS, Api.REBALANCE_LEADERS):
             _need(acl.is_cluster_admin(grants), "admin on '*' (cluster admin)")
 
     def _authorize_produce(self, frame: Frame, grants: tuple[Grant, ...]) -> None:

@@ -62,6 +62,7 @@ class Api(enum.IntEnum):
     SET_ACL = 11
     LIST_ACLS = 12
     REPLICA_FETCH = 13
+    REBALANCE_LEADERS = 14
 
 
 FLAG_RESPONSE = 0x01
