@@ -41,7 +41,7 @@ from jetsdk.client import Client
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer.positions import StartPosition, parse_start
 from jetsdk.consumer.share_append import ShareAppender
-from jetsdk.consumer.share_fetch import Key, ShareRecords
+from jetsdk.consumer.share_fetch import Key, ShareRecords, poll_fetch
 from jetsdk.consumer.share_message import AcknowledgeType, Outcome, ShareMessage
 from jetsdk.consumer.share_streams import (
     LOG_FETCH_MAX_BYTES,
@@ -56,7 +56,6 @@ from jetsdk.consumer.share_streams import (
 )
 from jetsdk.errors import JetError, OffsetOutOfRange
 from jetsdk.message import Done
-from jetsdk.retry import RetryPolicy
 from jetsdk.share.member import Handout, LostOutcome, ShareConfig, ShareMember
 from jetsdk.share.records import Settings, share_stream_name
 from jetsdk.share.state import ShareState
@@ -81,7 +80,6 @@ SETTINGS_RETRY = 5.0
 """Seconds after which a settings record not seen in the log is sent again."""
 SETTINGS_TIMEOUT = 30.0
 """Most seconds entering waits to read the group's settings from its share log."""
-_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
 _logger = logging.getLogger("jetsdk.share")
 
 LostCallback = Callable[[list[LostOutcome]], object]
@@ -506,22 +504,14 @@ class ShareConsumer:
         assert records is not None
         assert self._tg is not None
         offset = 0
-        failures = 0
         while True:
             try:
-                header, raw = await self.client.fetch(
-                    log, 0, offset, max_bytes=LOG_FETCH_MAX_BYTES, max_wait=0.5
+                header, raw = await poll_fetch(
+                    self.client, (log, 0), offset, max_bytes=LOG_FETCH_MAX_BYTES, max_wait=0.5
                 )
             except OffsetOutOfRange as exc:
                 offset = exc.log_start or 0  # no retention is set; be safe anyway
                 continue
-            except JetError as exc:
-                if not exc.retriable:
-                    raise
-                failures += 1
-                await anyio.sleep(_BACKOFF.delay(failures))
-                continue
-            failures = 0
             skipped = member.view.skipped
             for record in iter_records(raw):
                 for won in member.on_record(record.offset, record.timestamp, record.value):
