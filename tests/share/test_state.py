@@ -433,3 +433,17 @@ def test_acks_by_run_equal_acks_offset_by_offset(seed: int) -> None:
                 won.append((change.member, change.start, change.lease, r.end))
         assert fast.snapshot() == slow.snapshot()
     assert fast.partition("s", 0).acked_total > 100
+
+
+def test_a_settle_leaves_out_what_is_empty() -> None:
+    """Spec §3.2: empty lists, extend false and dlq_hw null are not written (an acks-only
+    settle is about 80 bytes shorter), and read back as such."""
+    record = settle("a", 0, 1, acked=((0, 5), (6, 9)))
+    raw = encode_share_record(record)
+    assert raw == (
+        b'{"v":2,"type":"settle","group":"g","member":"a","stream":"s","partition":0,'
+        b'"start":0,"lease":1,"acked":[[0,5],[6,9]]}'
+    )
+    assert decode_share_record(raw) == record
+    full = settle("a", 0, 1, rejected=((1, 2),), extend=True, dlq_hw=4, renew=((3, 4),))
+    assert decode_share_record(encode_share_record(full)) == full
