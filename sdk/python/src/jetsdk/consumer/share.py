@@ -381,7 +381,10 @@ class ShareConsumer:
                 if self._closed:
                     return out
                 for h in member.take(time.monotonic(), limit - len(out)):
-                    record = await records.record((h.stream, h.partition), h.offset)
+                    key = (h.stream, h.partition)
+                    record = records.cached(key, h.offset)
+                    if record is None:
+                        record = await records.record(key, h.offset)
                     if record is None:  # gone from the stream (retention): give it back
                         member.nack(h.lease, h.offset, 0)
                         continue

@@ -121,6 +121,11 @@ class ShareRecords:
             del self._loading[(stream, partition, start)]
             done.set()
 
+    def cached(self, key: Key, offset: int) -> Record | None:
+        """The record at ``offset`` if it is loaded (taken out of the cache), else None:
+        the usual case, without :meth:`record`'s await."""
+        return self._cache[key].pop(offset, None)
+
     async def record(self, key: Key, offset: int) -> Record | None:
         """The record at ``offset`` (taken out of the cache), or None if it is gone."""
         stream, partition = key
