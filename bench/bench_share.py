@@ -13,7 +13,9 @@
       subscriptions of one durable on one connection (JetStream), each in its own task.
       Rate = N / (the end - the first message received); the end is when jet's acks are
       stored and read back (``flush()``), when JetStream's acks have reached its server
-      (``nc.flush()``).
+      (``nc.flush()``). Printed beside: CPU seconds per message of this process and every
+      server (jet server and its nats-server, JetStream's nats-server), from ``/proc``: on a
+      loaded machine a steadier comparison than the rates.
 
     The acks are not the same. **jet** stores each ack in the share log (batched into settle
     records every ``ack_interval``, 20 ms, appended with ack ALL: replicated and durable before
@@ -37,6 +39,7 @@ messages, 1 round, no (b); under a minute.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -223,7 +226,35 @@ def _processes(work: Path, spec: dict[str, Any], n: int) -> tuple[float, int]:
 # -- the in-process harness (3 consumers in this process) ------------------------------------
 
 
-async def _jet_in_process(servers: list[str], stream: str, group: str, n: int) -> tuple[float, int]:
+def _cpu() -> float:
+    """CPU seconds used so far by this process and its live descendants (the jet server, the
+    nats-servers): per message, a figure a loaded machine distorts less than a rate."""
+    total = time.process_time()
+    children: dict[int, list[int]] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    todo = list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0.0)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+async def _jet_in_process(
+    servers: list[str], stream: str, group: str, n: int
+) -> tuple[float, int, float]:
+    """(msg/s, messages delivered twice, CPU seconds of every process per message)."""
     got = 0
     first = 0.0
     async with Client(servers) as client, contextlib.AsyncExitStack() as stack:
@@ -231,6 +262,7 @@ async def _jet_in_process(servers: list[str], stream: str, group: str, n: int) -
             await stack.enter_async_context(ShareConsumer(client, stream, group=group))
             for _ in range(IN_PROCESS)
         ]
+        cpu = _cpu()
 
         async def work(consumer: ShareConsumer) -> None:
             nonlocal got, first
@@ -250,10 +282,14 @@ async def _jet_in_process(servers: list[str], stream: str, group: str, n: int) -
                 for c in consumers:
                     tg.start_soon(c.flush)
         end = time.perf_counter()
-    return n / (end - first), max(0, got - n)
+        cpu = _cpu() - cpu
+    return n / (end - first), max(0, got - n), cpu / n
 
 
-async def _js_in_process(url: str, stream: str, durable: str, n: int, ack_sync: bool) -> float:
+async def _js_in_process(
+    url: str, stream: str, durable: str, n: int, ack_sync: bool
+) -> tuple[float, float]:
+    """(msg/s, CPU seconds of every process per message)."""
     import nats
     import nats.errors
 
@@ -265,6 +301,7 @@ async def _js_in_process(url: str, stream: str, durable: str, n: int, ack_sync: 
         subs = [
             await js.pull_subscribe_bind(durable=durable, stream=stream) for _ in range(IN_PROCESS)
         ]
+        cpu = _cpu()
 
         async def work(sub: Any) -> None:
             nonlocal got, first
@@ -285,9 +322,10 @@ async def _js_in_process(url: str, stream: str, durable: str, n: int, ack_sync: 
                     tg.start_soon(work, sub)
             await nc.flush()
         end = time.perf_counter()
+        cpu = _cpu() - cpu
     finally:
         await nc.close()
-    return n / (end - first)
+    return n / (end - first), cpu / n
 
 
 # -- coordinator -----------------------------------------------------------------------------
@@ -339,33 +377,45 @@ def _median(values: list[float]) -> float:
 
 
 def _round(
-    harness: str, side: str, servers: list[str], js_url: str, work: Path, n: int
+    harness: str,
+    side: str,
+    servers: list[str],
+    js_url: str,
+    work: Path,
+    n: int,
+    cpus: dict[str, list[float]],
 ) -> tuple[float, str]:
-    """One measurement: (msg/s, a note)."""
+    """One measurement: (msg/s, a note); in one process, the CPU seconds of every process
+    (this one and the servers) per message are added to ``cpus[side]``."""
     if side == "jet":
         group = f"g{uuid.uuid4().hex[:6]}"
         if harness == "proc":
             spec = {"kind": "share", "servers": servers, "stream": "share4", "group": group}
             rate, dups = _processes(work, spec, n)
         else:
-            rate, dups = anyio.run(_jet_in_process, servers, "share4", group, n, backend="asyncio")
+            rate, dups, cpu = anyio.run(
+                _jet_in_process, servers, "share4", group, n, backend="asyncio"
+            )
+            cpus.setdefault(side, []).append(cpu)
         size = anyio.run(_share_log_bytes, servers, group, backend="asyncio")
-        return rate, f"delivered twice {dups}, share log {size / n:.2f} B per acked message"
+        note = f"delivered twice {dups}, share log {size / n:.2f} B per acked message"
+        return rate, note + (f", {cpu * 1e6:.1f} us CPU per message" if harness != "proc" else "")
     name = f"SH{uuid.uuid4().hex[:6].upper()}"
     anyio.run(_work_queue, js_url, name, n, backend="asyncio")
     sync = side == "ack_sync"
     if harness == "proc":
-        spec = {
+        js_spec: dict[str, Any] = {
             "kind": "share-js",
             "url": js_url,
             "js_stream": name,
             "durable": name.lower(),
             "ack_sync": sync,
         }
-        rate, _ = _processes(work, spec, n)
-    else:
-        rate = anyio.run(_js_in_process, js_url, name, name.lower(), n, sync, backend="asyncio")
-    return rate, ""
+        rate, _ = _processes(work, js_spec, n)
+        return rate, ""
+    rate, cpu = anyio.run(_js_in_process, js_url, name, name.lower(), n, sync, backend="asyncio")
+    cpus.setdefault(side, []).append(cpu)
+    return rate, f"{cpu * 1e6:.1f} us CPU per message"
 
 
 def _throughput(quick: bool, servers: list[str], js_url: str, work: Path, results: Results) -> None:
@@ -380,11 +430,12 @@ def _throughput(quick: bool, servers: list[str], js_url: str, work: Path, result
         "proc": f"{WORKERS} processes",
         "inproc": f"{IN_PROCESS} consumers, 1 process",
     }
+    cpus: dict[str, list[float]] = {}
     for harness, label in labels.items():
         rates: dict[str, list[float]] = {side: [] for side in sides}
         for r in range(rounds):
             for side in sides if r % 2 == 0 else reversed(sides):
-                rate, note = _round(harness, side, servers, js_url, work, n)
+                rate, note = _round(harness, side, servers, js_url, work, n, cpus)
                 rates[side].append(rate)
                 shown = "jet" if side == "jet" else f"JetStream {side}()"
                 print(f"  {label}, round {r + 1}, {shown}: {rate:,.0f} msg/s {note}".rstrip())
@@ -399,6 +450,13 @@ def _throughput(quick: bool, servers: list[str], js_url: str, work: Path, result
             TARGET,
         )
     print(f"  load average after: {_loadavg()}")
+    cpu = {side: _median(v) * 1e6 for side, v in cpus.items()}
+    results.notes.append(
+        f"CPU per message, {IN_PROCESS} consumers in one process (this process and every "
+        f"server, median): jet {cpu['jet']:.1f} us, JetStream ack() {cpu['ack']:.1f} us "
+        f"({cpu['ack'] / cpu['jet']:.2f}x), ack_sync() {cpu['ack_sync']:.1f} us "
+        f"({cpu['ack_sync'] / cpu['jet']:.2f}x); a loaded machine distorts it less than a rate"
+    )
     results.notes.append(DURABILITY)
 
 
