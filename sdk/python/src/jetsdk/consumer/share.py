@@ -80,6 +80,9 @@ SETTINGS_RETRY = 5.0
 """Seconds after which a settings record not seen in the log is sent again."""
 SETTINGS_TIMEOUT = 30.0
 """Most seconds entering waits to read the group's settings from its share log."""
+READ_PAUSE = 0.005
+"""Seconds the share-log reader waits, once caught up, after a read that found records (many
+members appending: each reader asks at most 200 times a second, fewer Fetch requests)."""
 _logger = logging.getLogger("jetsdk.share")
 
 LostCallback = Callable[[list[LostOutcome]], object]
@@ -533,6 +536,8 @@ class ShareConsumer:
             self._read_end = offset
             self._read.set()
             self._wake.set()
+            if self._caught_up and raw:
+                await anyio.sleep(READ_PAUSE)
 
     async def _dlq_hw(self) -> int:
         info = await self.client.list_offsets(self.dead_letter_stream, 0, "latest")
