@@ -8,7 +8,8 @@
       started by the coordinator and told to go with a file. jet: one share group on a stream
       of 4 partitions (ShareConsumer defaults). JetStream: one durable pull consumer with
       explicit acks on a fresh work-queue stream. Rate = N / (the last ack - the first
-      message received, over all workers).
+      message received, over all workers); on both sides the last ack is then queued or
+      sent, not confirmed (jet stores it within ``ack_interval`` and a round trip).
     - **3 consumers in one process**: 3 ShareConsumers on one Client (jet), 3 pull
       subscriptions of one durable on one connection (JetStream), each in its own task.
       Rate = N / (the end - the first message received); the end is when jet's acks are
