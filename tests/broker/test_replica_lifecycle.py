@@ -191,7 +191,7 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
                 )
                 replica.stop()
                 await wait_until_async(
-                    lambda: replica._tg is None,
+                    lambda: replica.life.tg is None,
                     BOUND_S,
                     "run() has ended (its log is closing)",
                     interval_s=POLL_S,
@@ -203,8 +203,8 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
                 await replica.wait_stopped()
         assert outcome == ["returned"], outcome
         assert replica.role == ROLE_NONE
-        assert replica._sub is None  # nothing subscribed after the stop
-        assert replica._role_scope is None  # no role task started
+        assert replica.roles.subscription is None  # nothing subscribed after the stop
+        assert replica.roles.role_scope is None  # no role task started
         assert any(
             "assignment not applied: the partition is stopping" in r.getMessage()
             for r in caplog.records

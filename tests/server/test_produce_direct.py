@@ -202,7 +202,7 @@ async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order
     async with await RawClient.connect(jet.address) as admin:
         await admin.create_stream(name="mix", subject="mix.x", durability=durability)
         replica = jet.streams.replica("mix", 0)
-        publish_acks = replica._publish_acks
+        publish_acks = replica.sequencer._publish_acks
 
         async def slow_acks(items: list[tuple[str, PartitionAck]]) -> None:
             # Sending acks rarely yields; here it always does, so that messages queue
@@ -210,7 +210,7 @@ async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order
             await anyio.sleep(0.001)
             await publish_acks(items)
 
-        replica._publish_acks = slow_acks  # type: ignore[method-assign]
+        replica.sequencer._publish_acks = slow_acks  # type: ignore[method-assign]
 
         async def produce(p: int) -> None:
             # Pipelined, five requests at a time: a request must not append in its own

@@ -177,6 +177,27 @@ def group_by_inbox(items: Iterable[tuple[str, PartitionAck]]) -> dict[str, list[
     return out
 
 
+def deliver_pending(
+    router: AckRouter,
+    stream: str,
+    partition: int,
+    acks: Sequence[tuple[PendingAck, int, str]],
+) -> list[tuple[str, bytes]]:
+    """Answer the pending ALL acks a commit released (``(pending, code, text)``: code 0 for
+    success, else the error they fail with): :meth:`AckRouter.route` them; the NATS
+    messages left for :meth:`AckRouter.send`."""
+    return router.route(
+        stream,
+        partition,
+        [
+            (p.inbox, p.ack)
+            if code == 0
+            else (p.inbox, p.ack._replace(error_code=code, error_message=text))
+            for p, code, text in acks
+        ],
+    )
+
+
 @attrs.define(eq=False)
 class AckRouter:
     """Sends the acks of this server's partitions: to an in-process receiver when the
