@@ -26,6 +26,7 @@ from jetsdk.codec.messages import (
 )
 from jetsdk.envelope import build_message
 from jetserver.broker.acks import PartitionAck
+from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
 from support.jet_server import running_server
@@ -191,7 +192,7 @@ async def test_copies_come_back_only_when_another_local_stream_wants_them(
 
 @pytest.mark.parametrize("durability", ["flushed", "written"])
 async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order(
-    jet: Server, nc: NatsClient, durability: str
+    jet: Server, nc: NatsClient, durability: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Produce that finds its partition idle appends in its own task; one that finds
     messages queued (here: plain NATS publishes, and other producers' requests) queues
@@ -202,15 +203,15 @@ async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order
     async with await RawClient.connect(jet.address) as admin:
         await admin.create_stream(name="mix", subject="mix.x", durability=durability)
         replica = jet.streams.replica("mix", 0)
-        publish_acks = replica.sequencer._publish_acks
+        publish_acks = Sequencer._publish_acks
 
-        async def slow_acks(items: list[tuple[str, PartitionAck]]) -> None:
+        async def slow_acks(self: Sequencer, items: list[tuple[str, PartitionAck]]) -> None:
             # Sending acks rarely yields; here it always does, so that messages queue
             # while a request is still inside its own append.
             await anyio.sleep(0.001)
-            await publish_acks(items)
+            await publish_acks(self, items)
 
-        replica.sequencer._publish_acks = slow_acks  # type: ignore[method-assign]
+        monkeypatch.setattr(Sequencer, "_publish_acks", slow_acks)
 
         async def produce(p: int) -> None:
             # Pipelined, five requests at a time: a request must not append in its own
