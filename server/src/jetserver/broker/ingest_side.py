@@ -11,17 +11,14 @@ Task safety: event loop thread.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import attrs
 from nats.aio.msg import Msg
 
 from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy
-from jetsdk.codec.transcode import DirectRecord
 from jetserver import hops
 from jetserver.broker.acks import PendingAck
-from jetserver.broker.ingested import Ingested
+from jetserver.broker.direct import DirectBatch
 from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stored_copy import is_stored_copy, stored_skip, stored_value
@@ -107,40 +104,26 @@ class Intake:
             return False
         return self.direct_ok or policy == AckPolicy.ALL
 
-    async def ingest_direct(
-        self,
-        messages: Sequence[tuple[str, bytes]],
-        records: Sequence[DirectRecord] | None = None,
-        policy: int = AckPolicy.ALL,
-    ) -> bool:
-        """Queue enveloped messages of a Produce request as if they came from NATS, after
-        waiting for room in the queue; False (nothing queued) if :meth:`takes_direct` no
-        longer holds. Their NATS copies must carry the ``Jet-Stored`` header. If nothing is
-        queued or being appended, they are appended at once in this task instead
-        (:meth:`Sequencer.append_now`), in the order they would have had in the queue.
-
-        ``records[i]``, if given, says where message ``i`` lies in its request
-        (:func:`~jetsdk.codec.transcode.produce_envelopes`): its record is then built
-        from there instead of from its envelope (the same bytes, less work)."""
+    async def ingest_direct(self, batch: DirectBatch) -> bool:
+        """Hand the messages of a Produce request to the sequencer as one typed batch,
+        after waiting for room in its queue; False (nothing taken) if
+        :meth:`takes_direct` no longer holds. Their outcomes are settled on
+        ``batch.completion`` in process; their NATS copies must carry the ``Jet-Stored``
+        header. If nothing is queued or being appended, they are appended at once in this
+        task (:meth:`Sequencer.append_now`), in the order they would have had in the
+        queue."""
         sequencer = self.sequencer
         await sequencer.wait_for_room()
-        if not self.takes_direct(policy):
+        if not self.takes_direct(batch.policy):
             return False
         if hops.ENABLED:
             hops.mark("sink")
-        self.produce_direct += len(messages)
-        items: list[Ingested]
-        if records is None:
-            items = [(subject, "", payload, None) for subject, payload in messages]
-        else:
-            items = [
-                (subject, "", payload, record)
-                for (subject, payload), record in zip(messages, records, strict=True)
-            ]
+        count = len(batch.records)
+        self.produce_direct += count
         if sequencer.idle:
             # The sequencer is idle: append in this task (no hand-off, no wait for acks).
-            self.produce_inline += len(messages)
-            await sequencer.append_now(items)
+            self.produce_inline += count
+            await sequencer.append_now([batch])
             return True
-        sequencer.offer_many(items, sum(len(payload) for _s, payload in messages))
+        sequencer.offer(batch, batch.size)
         return True

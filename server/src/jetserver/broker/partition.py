@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -51,10 +51,9 @@ import attrs
 from anyio.abc import TaskStatus
 from nats.aio.msg import Msg
 
-from jetsdk.codec.error_codes import AckPolicy
-from jetsdk.codec.transcode import DirectRecord
 from jetserver.broker.acks import AckRouter, PendingAck
 from jetserver.broker.commit import Committer
+from jetserver.broker.direct import DirectBatch
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.producers import ProducerTable
@@ -391,14 +390,9 @@ class PartitionReplica:
         """:meth:`Intake.takes_direct`."""
         return self.intake.takes_direct(policy)
 
-    async def ingest_direct(
-        self,
-        messages: Sequence[tuple[str, bytes]],
-        records: Sequence[DirectRecord] | None = None,
-        policy: int = AckPolicy.ALL,
-    ) -> bool:
+    async def ingest_direct(self, batch: DirectBatch) -> bool:
         """:meth:`Intake.ingest_direct`."""
-        return await self.intake.ingest_direct(messages, records, policy)
+        return await self.intake.ingest_direct(batch)
 
     # ---------------------------------------------------------------- commit
 

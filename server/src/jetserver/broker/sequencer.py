@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import anyio
@@ -30,12 +30,13 @@ from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
-from jetsdk.codec.transcode import DirectRecord, direct_record, envelope_record
+from jetsdk.codec.transcode import envelope_record
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
 from jetserver.broker.commit import Committer
+from jetserver.broker.direct import DirectAckTo, DirectBatch
 from jetserver.broker.header_controls import Controls, read_controls
-from jetserver.broker.ingested import Ingested
+from jetserver.broker.ingested import Queued
 from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.record_fields import RecordFields
 from jetserver.config import IngestConfig
@@ -59,7 +60,8 @@ __all__ = ["Sequencer"]
 class _Wanted(NamedTuple):
     """Who asked for an ack of one message, and how (a tuple: built per message)."""
 
-    inbox: str
+    inbox: str | DirectAckTo
+    """A NATS inbox (JSON_ACK_MARK first: a JSON ack), or a direct request's completion."""
     corr: str
     policy: AckPolicy
     producer_id: int | None
@@ -68,6 +70,36 @@ class _Wanted(NamedTuple):
 
 def _nothing() -> None:
     return None
+
+
+_NOT_LEADER = (int(ErrorCode.NOT_LEADER), -1, -1)
+_SHUTTING_DOWN = (int(ErrorCode.SHUTTING_DOWN), -1, -1)
+
+
+def _unappended(items: Iterable[Queued], result: tuple[int, int, int]) -> None:
+    """Answer the direct requests among ``items`` (dropped, not appended) with ``result``
+    at once (through NATS their publishers would time out: the outcome is the same,
+    unknown, only sooner)."""
+    for item in items:
+        if type(item) is DirectBatch:
+            item.completion.fail_unsettled(result)
+
+
+@attrs.define(eq=False, slots=True)
+class _Batch:
+    """What one append collects: the bodies admitted and who to ack for each."""
+
+    bodies: list[bytes] = attrs.Factory(list)
+    wanted: list[_Wanted | None] = attrs.Factory(list)
+    """One per body (None: no ack, no producer)."""
+    now: list[tuple[str, PartitionAck]] = attrs.Factory(list)
+    """Acks to NATS inboxes to send after the append."""
+    dups: list[tuple[_Wanted, int | None, int, int]] = attrs.Factory(list)
+    """Duplicates: (who, index in this batch or None, stored offset, timestamp)."""
+    in_batch: dict[tuple[int, int] | bytes, int] = attrs.Factory(dict)
+    """Producer (id, seq) or msg id -> index in this batch."""
+    msg_ids: list[tuple[int, bytes]] = attrs.Factory(list)
+    """(index in this batch, Nats-Msg-Id) of plain messages."""
 
 
 @attrs.define(eq=False)
@@ -100,7 +132,7 @@ class Sequencer:
     """Messages appended since start."""
     messages_rejected: int = 0
     """Messages refused (too large, bad fields, storage errors)."""
-    _queue: collections.deque[Ingested] = attrs.field(factory=collections.deque)
+    _queue: collections.deque[Queued] = attrs.field(factory=collections.deque)
     _queued_bytes: int = 0
     _wake: LazyEvent = attrs.field(factory=LazyEvent)
     _space: LazyEvent = attrs.field(factory=LazyEvent)
@@ -127,20 +159,16 @@ class Sequencer:
             self._space = LazyEvent() if self._space.is_set() else self._space
             await self._space.wait()
 
-    def offer(self, item: Ingested, size: int) -> None:
+    def offer(self, item: Queued, size: int) -> None:
         """Queue one message of ``size`` bytes and wake :meth:`run`."""
         self._queue.append(item)
         self._queued_bytes += size
         self._wake.set()
 
-    def offer_many(self, items: list[Ingested], size: int) -> None:
-        """Queue messages of ``size`` bytes in all and wake :meth:`run`."""
-        self._queue.extend(items)
-        self._queued_bytes += size
-        self._wake.set()
-
     def drop_queued(self) -> None:
-        """Forget what is queued (the role ended: its publishers retry)."""
+        """Forget what is queued (the role ended: NATS publishers retry, direct requests
+        are answered NOT_LEADER)."""
+        _unappended(self._queue, _NOT_LEADER)
         self._queue.clear()
         self._queued_bytes = 0
         self._space.set()
@@ -163,14 +191,15 @@ class Sequencer:
                 await self._wake.wait()
                 continue
             if life.stopping and not life.drain:
+                _unappended(self._queue, _SHUTTING_DOWN)
                 self._queue.clear()
                 return
-            batch: list[Ingested] = []
+            batch: list[Queued] = []
             size = 0
             while self._queue and (not batch or size < self.ingest.max_batch_bytes):
                 item = self._queue.popleft()
                 batch.append(item)
-                size += len(item[2])
+                size += item.size if isinstance(item, DirectBatch) else len(item[2])
             self._queued_bytes -= size
             if self._queued_bytes < self.ingest.max_pending_bytes:
                 self._space.set()
@@ -184,7 +213,7 @@ class Sequencer:
                 self._appending = False
             await anyio.lowlevel.checkpoint()
 
-    async def append_now(self, batch: list[Ingested]) -> None:
+    async def append_now(self, batch: list[Queued]) -> None:
         """Append ``batch`` in the calling task, as :meth:`run` would (the caller checked
         :attr:`idle`, so the order is the same).
 
@@ -223,21 +252,23 @@ class Sequencer:
     async def _publish_acks(self, items: list[tuple[str, PartitionAck]]) -> None:
         await self.acks.publish(self.stream, self.partition, items)
 
-    async def _append_batch(self, batch: list[Ingested]) -> None:
+    async def _append_batch(self, batch: list[Queued]) -> None:
         core = self.core
         if not core.leading:
-            return  # queued before this replica stopped leading: its publishers retry
+            # Queued before this replica stopped leading: NATS publishers retry; direct
+            # requests are answered NOT_LEADER (they may ask the new leader at once).
+            _unappended(batch, _NOT_LEADER)
+            return
         log_ = self.log
-        bodies: list[bytes] = []
-        wanted: list[_Wanted | None] = []  # one per body (None: no ack, no producer)
-        now: list[tuple[str, PartitionAck]] = []  # acks to send after this batch
-        dups: list[tuple[_Wanted, int | None, int, int]] = []  # (who, batch index, offset, ts)
-        in_batch: dict[tuple[int, int] | bytes, int] = {}  # producer (id, seq) or msg id
-        msg_ids: list[tuple[int, bytes]] = []  # (batch index, Nats-Msg-Id) of plain messages
+        b = _Batch()
         limit = self.max_message_bytes
         cache = self._fields_cache
         plain_prefix = cache.plain_prefix
-        for subject, reply, data, nats_headers in batch:
+        for item in batch:
+            if isinstance(item, DirectBatch):
+                self._take_direct(b, item)
+                continue
+            subject, reply, data, nats_headers = item
             if not reply and not nats_headers and data[:4] != COOKIE:
                 # Fast path: a plain message with nothing to ack (the bulk of cross-talk).
                 if len(data) > limit:
@@ -247,17 +278,11 @@ class Sequencer:
                 if prefix is None:
                     prefix = cache.new_plain_prefix(subject)
                 if prefix:
-                    bodies.append(b"".join((prefix, _U32.pack(len(data)), data)))
-                    wanted.append(None)
+                    b.bodies.append(b"".join((prefix, _U32.pack(len(data)), data)))
+                    b.wanted.append(None)
                     continue
             env = None
-            if isinstance(nats_headers, DirectRecord):
-                # A Produce message appended directly: its record from the request's bytes.
-                subjects = cache.subjects(subject, reply)
-                if subjects is not None:
-                    env = direct_record(nats_headers, subjects)
-                nats_headers = None
-            elif data[:4] == COOKIE:
+            if data[:4] == COOKIE:
                 subjects = cache.subjects(subject, reply)
                 if subjects is not None:
                     # The record body straight from the envelope's bytes (no decoding into
@@ -287,50 +312,100 @@ class Sequencer:
             if controls is not None:
                 if controls.error:
                     self.messages_rejected += 1
-                    self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, controls.error)
+                    self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, controls.error)
                     continue
                 if controls.msg_id is not None:
-                    seen = self._seen_msg_id(controls.msg_id, in_batch)
+                    seen = self._seen_msg_id(controls.msg_id, b.in_batch)
                     if seen is not None:
-                        dups.append((who, *seen))
+                        b.dups.append((who, *seen))
                         continue
-            if size > limit:
-                self.messages_rejected += 1
-                text = f"message of {size} bytes exceeds max_message_bytes {limit}"
-                self._error_ack(now, who, ErrorCode.MESSAGE_TOO_LARGE, text)
+            if self._refused(b, who, size, policy) or self._duplicate(b, who):
                 continue
-            if policy == AckPolicy.ALL and not core.enough_replicas():
-                self.messages_rejected += 1
-                self._error_ack(now, who, ErrorCode.NOT_ENOUGH_REPLICAS, core.isr_text())
-                continue
-            if producer_id is not None:
-                stored = core.producers.lookup(producer_id, producer_seq)
-                if stored is not None:
-                    dups.append((who, None, stored[0], stored[1]))
-                    continue
-                index = in_batch.get((producer_id, producer_seq))
-                if index is not None:
-                    dups.append((who, index, -1, -1))
-                    continue
-                in_batch[(producer_id, producer_seq)] = len(bodies)
             if body is None:  # a plain message
                 try:
                     body = encode_body(data, key=key, subject=subject, reply=reply, headers=headers)
                 except CodecError as exc:
                     self.messages_rejected += 1
-                    self._error_ack(now, who, ErrorCode.INVALID_ARGUMENT, str(exc))
+                    self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, str(exc))
                     continue
                 if controls is not None:
-                    refused = self.precondition_error(controls, log_.log_end_offset + len(bodies))
+                    next_offset = log_.log_end_offset + len(b.bodies)
+                    refused = self.precondition_error(controls, next_offset)
                     if refused is not None:
                         self.messages_rejected += 1
-                        self._error_ack(now, who, *refused)
+                        self._error_ack(b, who, *refused)
                         continue
                     if controls.msg_id is not None:
-                        in_batch[controls.msg_id] = len(bodies)
-                        msg_ids.append((len(bodies), controls.msg_id))
-            bodies.append(body)
-            wanted.append(who)
+                        b.in_batch[controls.msg_id] = len(b.bodies)
+                        b.msg_ids.append((len(b.bodies), controls.msg_id))
+            b.bodies.append(body)
+            b.wanted.append(who)
+        await self._append(b)
+
+    def _take_direct(self, b: _Batch, batch: DirectBatch) -> None:
+        """Admit the messages of a direct Produce request into ``b``: their record bodies
+        cut from the request's bytes (no envelope parsed), acked to its completion."""
+        cache = self._fields_cache
+        policy = AckPolicy(batch.policy)
+        completion = batch.completion
+        for subject, record, index in zip(
+            batch.subjects, batch.records, batch.indexes, strict=True
+        ):
+            to = _new_tuple(DirectAckTo, (completion, index))
+            who = _new_tuple(_Wanted, (to, "", policy, record.producer_id, record.producer_seq))
+            subjects = cache.subjects(subject, "")
+            if subjects is None:  # a subject over its limit (the Produce service checked)
+                self.messages_rejected += 1
+                self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, "invalid subject")
+                continue
+            if self._refused(b, who, record.size, policy) or self._duplicate(b, who):
+                continue
+            # As direct_record (jetsdk.codec.transcode) builds it, without its ack fields.
+            request, key_end = record.request, record.key_end
+            key = request[record.key_pos : key_end]
+            b.bodies.append(b"".join((record.prefix, key, subjects, request[key_end : record.end])))
+            b.wanted.append(who)
+
+    def _refused(self, b: _Batch, who: _Wanted, size: int, policy: AckPolicy) -> bool:
+        """True (after its error ack) if a message of ``size`` bytes must not be stored:
+        too large, or an ALL ack with too few replicas in sync."""
+        limit = self.max_message_bytes
+        if size > limit:
+            self.messages_rejected += 1
+            text = f"message of {size} bytes exceeds max_message_bytes {limit}"
+            self._error_ack(b, who, ErrorCode.MESSAGE_TOO_LARGE, text)
+            return True
+        if policy == AckPolicy.ALL and not self.core.enough_replicas():
+            self.messages_rejected += 1
+            self._error_ack(b, who, ErrorCode.NOT_ENOUGH_REPLICAS, self.core.isr_text())
+            return True
+        return False
+
+    def _duplicate(self, b: _Batch, who: _Wanted) -> bool:
+        """True (noted in ``b.dups``) if an idempotent producer's message is already
+        stored or earlier in this batch; otherwise it is noted as in this batch."""
+        producer_id = who.producer_id
+        if producer_id is None:
+            return False
+        producer_seq = who.producer_seq
+        stored = self.core.producers.lookup(producer_id, producer_seq)
+        if stored is not None:
+            b.dups.append((who, None, stored[0], stored[1]))
+            return True
+        index = b.in_batch.get((producer_id, producer_seq))
+        if index is not None:
+            b.dups.append((who, index, -1, -1))
+            return True
+        b.in_batch[(producer_id, producer_seq)] = len(b.bodies)
+        return False
+
+    async def _append(self, b: _Batch) -> None:
+        """Append the admitted bodies of ``b``; then acks, duplicates' acks, the flush."""
+        core = self.core
+        log_ = self.log
+        bodies = b.bodies
+        wanted = b.wanted
+        dups = b.dups
         first, ts = -1, -1
         if bodies:
             try:
@@ -340,10 +415,10 @@ class Sequencer:
                 self.messages_rejected += len(bodies)
                 for maybe in wanted:
                     if maybe is not None:
-                        self._error_ack(now, maybe, ErrorCode.STORAGE_ERROR, str(exc))
+                        self._error_ack(b, maybe, ErrorCode.STORAGE_ERROR, str(exc))
                 for who, index, _o, _t in dups:
                     if index is not None:
-                        self._error_ack(now, who, ErrorCode.STORAGE_ERROR, str(exc))
+                        self._error_ack(b, who, ErrorCode.STORAGE_ERROR, str(exc))
                 dups = [d for d in dups if d[1] is None]
                 wanted = []
             else:
@@ -353,8 +428,8 @@ class Sequencer:
                 committed = core.appended(first + len(bodies), log_.high_watermark)
                 if committed is not None:  # durability "written": committed once appended
                     await self.committer.carry_out(committed)
-                self._acks_after_append(now, wanted, first, ts)
-                for index, msg_id in msg_ids:
+                self._acks_after_append(b.now, wanted, first, ts)
+                for index, msg_id in b.msg_ids:
                     core.producers.record_msg_id(msg_id, first + index, ts)
                 if core.leader_state is not None:  # followers store them meanwhile
                     self.wake_replicas()
@@ -362,9 +437,9 @@ class Sequencer:
         for who, index, offset, stamp in dups:
             if index is not None:
                 offset, stamp = first + index, ts
-            self._success_ack(now, who, offset, stamp, ErrorCode.DUPLICATE_SEQUENCE)
-        if now:
-            await self._publish_acks(now)
+            self._success_ack(b, who, offset, stamp, ErrorCode.DUPLICATE_SEQUENCE)
+        if b.now:
+            await self._publish_acks(b.now)
 
     def _acks_after_append(
         self,
@@ -383,17 +458,24 @@ class Sequencer:
             offset += 1
             if who is None:
                 continue
-            inbox, corr, policy, producer_id, producer_seq = who
+            to, corr, policy, producer_id, producer_seq = who
             if producer_id is not None:
                 producers.record(producer_id, producer_seq, offset, ts)
             if policy == _LEADER:
-                out.append((inbox, _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))))
+                if isinstance(to, str):
+                    out.append((to, _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))))
+                else:
+                    to.completion.settle(to.position, 0, offset, ts)
             elif policy == _ALL:
-                ack = _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))
                 if offset < hw:
-                    out.append((inbox, ack))
+                    if isinstance(to, str):
+                        ack = _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))
+                        out.append((to, ack))
+                    else:
+                        to.completion.settle(to.position, 0, offset, ts)
                     continue
-                core.add_pending(PendingAck(offset, inbox, ack))
+                ack = _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))
+                core.add_pending(PendingAck(offset, to, ack))
 
     def _seen_msg_id(
         self, msg_id: bytes, in_batch: dict[tuple[int, int] | bytes, int]
@@ -407,15 +489,18 @@ class Sequencer:
         index = in_batch.get(msg_id)
         return (index, -1, -1) if index is not None else None
 
-    def _error_ack(
-        self, out: list[tuple[str, PartitionAck]], who: _Wanted, code: ErrorCode, text: str
-    ) -> None:
-        if who.policy != AckPolicy.NONE:
-            out.append((who.inbox, PartitionAck(-1, -1, who.corr, who.policy, code, text)))
+    def _error_ack(self, b: _Batch, who: _Wanted, code: ErrorCode, text: str) -> None:
+        if who.policy == AckPolicy.NONE:
+            return
+        to = who.inbox
+        if isinstance(to, str):
+            b.now.append((to, PartitionAck(-1, -1, who.corr, who.policy, code, text)))
+        else:
+            to.completion.settle(to.position, code, -1, -1)
 
     def _success_ack(
         self,
-        out: list[tuple[str, PartitionAck]],
+        b: _Batch,
         who: _Wanted,
         offset: int,
         ts: int,
@@ -426,10 +511,13 @@ class Sequencer:
             return
         text = "" if code == ErrorCode.NONE else f"already stored at offset {offset}"
         ack = PartitionAck(offset, ts, who.corr, who.policy, code, text)
+        to = who.inbox
         if who.policy == AckPolicy.ALL and offset >= self.log.high_watermark:
-            self.core.add_pending(PendingAck(offset, who.inbox, ack))
+            self.core.add_pending(PendingAck(offset, to, ack))
+        elif isinstance(to, str):
+            b.now.append((to, ack))
         else:
-            out.append((who.inbox, ack))
+            to.completion.settle(to.position, code, offset, ts)
 
     def _fields(self, **extra: Any) -> dict[str, Any]:
         return fields(stream=self.stream, partition=self.partition, **extra)
