@@ -408,6 +408,8 @@ class Sequencer:
         dups = b.dups
         first, ts = -1, -1
         if bodies:
+            if hops.ENABLED:
+                hops.mark("append.start")
             try:
                 first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
             except Exception as exc:
