@@ -363,3 +363,30 @@ async def test_a_direct_produce_is_settled_in_process_without_an_ack_inbox(
         assert (result.error_code, result.offset) == (ErrorCode.DUPLICATE_SEQUENCE, 6)
     assert routed == []
     assert local == []
+
+
+async def test_an_all_acked_request_on_an_idle_partition_commits_in_its_own_task(
+    jet: Server,
+) -> None:
+    """A direct request that waits for the commit anyway (ALL ack, one server, fsynced)
+    fsyncs and commits in its own task: settled, and the HW past it, when the sequencer
+    hands control back, without waking the flusher (two event-loop turns fewer)."""
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="inline", subject="inline.x")
+        replica = jet.streams.replica("inline", 0)
+        batch = _direct_batch("inline", "inline.x", [b"a", b"b"], AckPolicy.ALL)
+        assert await replica.ingest_direct(batch)
+        assert [r[:2] for r in batch.completion.results] == [(0, 0), (0, 1)]
+        assert replica.high_watermark == 2
+        for i in range(3):
+            results = await c.produce(
+                "inline", 0, [ProduceMessage(b"c%d" % i)], ack_policy=AckPolicy.ALL
+            )
+            assert [(r.error_code, r.offset) for r in results] == [(0, 2 + i)]
+        assert not replica.committer.flushing  # the flusher task was never needed
+        # A LEADER-acked request still leaves its fsync to the flusher (its answer must
+        # not wait for the disk).
+        await c.produce("inline", 0, [ProduceMessage(b"d")], ack_policy=AckPolicy.LEADER)
+        assert replica.committer.flushing
+        records = await c.collect("inline", 0, 6)
+    assert [r.value for r in records] == [b"a", b"b", b"c0", b"c1", b"c2", b"d"]

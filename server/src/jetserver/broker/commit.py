@@ -217,6 +217,28 @@ class Committer:
         if out.renew_epoch is not None:
             self.renew_leadership(out.renew_epoch)
 
+    async def commit_here(self) -> None:
+        """Fsync and commit what is appended in the calling task, as the flusher would.
+
+        For a request that appended in its own task and waits for the commit anyway (an
+        ALL ack on a server alone, durability ``flushed``): the hand-off to the flusher
+        and the request's wake-up once the flusher settled it are two event-loop turns on
+        the way to its answer (``docs/latency.md``, "Hops"). Group commit still holds:
+        the storage engine's flush covers everything appended before it and lets a
+        concurrent flush wait or run after it. A failure (or anything unexpected) is left
+        to the flusher, which recovers from it as always."""
+        log_ = self.log
+        try:
+            if hops.ENABLED:
+                hops.mark("fsync.start")
+            flushed = await self.fsyncs.flush(log_, log_.log_end_offset, on_loop=True)
+            if hops.ENABLED:
+                hops.mark("fsync.end")
+        except Exception:
+            self.request_flush()
+            return
+        await self.commit(flushed)
+
     async def final_flush(self) -> None:
         """At the end of ``run``: flush what is left, commit it, fail the pending ALL acks."""
         try:

@@ -42,7 +42,8 @@ from jetserver.broker.record_fields import RecordFields
 from jetserver.config import IngestConfig
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
-from jetserver.replication.core import ReplicaCore
+from jetserver.metadata.model import DURABILITY_FLUSHED
+from jetserver.replication.core import ROLE_SINGLE, ReplicaCore
 from jetserver.storage import Log
 from jetserver.storage.clock import wall_ns
 
@@ -140,6 +141,10 @@ class Sequencer:
     """A batch is being appended (by :meth:`run`, or by a Produce request in its own task:
     :meth:`append_now`); the other waits."""
     _fields_cache: RecordFields = attrs.field(factory=RecordFields)
+    _hold_flush: bool = False
+    """:meth:`append_now` commits in its caller's task: the append leaves the flush to it."""
+    _flush_held: bool = False
+    """An append left its flush to :meth:`append_now`."""
 
     # ---------------------------------------------------------------- the queue
 
@@ -220,10 +225,14 @@ class Sequencer:
         A Produce request that finds its partition idle appends its messages itself: the
         sequencer's wake-up and the request's wait for its acks are two event-loop turns
         on the way to the ack, each about 0.1 ms on the 2-core dev VM at light load (``python
-        -m bench latency``: ``sink -> append`` and ``acked -> resp.produce``). Shielded: a
-        request cancelled meanwhile (its connection closed) must not cut the acks and the
-        HW move that follow an append short."""
+        -m bench latency``: ``sink -> append`` and ``acked -> resp.produce``). A request
+        that waits for the commit anyway (:meth:`_commits_here`) also fsyncs and commits in
+        this task (:meth:`Committer.commit_here`) instead of waking the flusher and waiting
+        to be woken. Shielded: a request cancelled meanwhile (its connection closed) must
+        not cut the acks and the HW move that follow an append short."""
+        here = self._commits_here(batch)
         self._appending = True
+        self._hold_flush = here
         try:
             with anyio.CancelScope(shield=True):
                 await self._append_batch(batch)
@@ -231,8 +240,27 @@ class Sequencer:
             log.exception("ingest batch failed", extra=self._fields(messages=len(batch)))
         finally:
             self._appending = False
+            self._hold_flush = False
             if self._queue or self.life.stopping:
                 self._wake.set()
+        if here and self._flush_held:
+            self._flush_held = False
+            with anyio.CancelScope(shield=True):
+                await self.committer.commit_here()
+
+    def _commits_here(self, batch: list[Queued]) -> bool:
+        """True if ``batch`` is one direct request that waits for the commit (an ALL ack)
+        on a server alone (the commit is the fsync) with durability ``flushed``."""
+        if len(batch) != 1:
+            return False
+        item = batch[0]
+        core = self.core
+        return (
+            isinstance(item, DirectBatch)
+            and item.policy == _ALL
+            and core.role == ROLE_SINGLE
+            and core.durability == DURABILITY_FLUSHED
+        )
 
     # ---------------------------------------------------------------- the append
 
@@ -435,7 +463,10 @@ class Sequencer:
                     core.producers.record_msg_id(msg_id, first + index, ts)
                 if core.leader_state is not None:  # followers store them meanwhile
                     self.wake_replicas()
-                self.committer.request_flush()
+                if self._hold_flush:
+                    self._flush_held = True  # append_now commits it in the request's task
+                else:
+                    self.committer.request_flush()
         for who, index, offset, stamp in dups:
             if index is not None:
                 offset, stamp = first + index, ts
