@@ -243,3 +243,25 @@ async def test_a_stopping_server_outside_the_isr_follows_without_fetching(
                 await replica.wait_stopped()
     finally:
         await link.close()
+
+
+async def test_the_parts_of_a_replica_print_short(nats_server: NatsServer, tmp_path: Path) -> None:
+    """A failed assertion about a replica or one of its parts prints it: a generated repr
+    followed every reference (the parts, the stream manager's callbacks) through the
+    whole server and took minutes."""
+    link = await connected_link(nats_server)
+    try:
+        replica, _state = await replica_over_a_real_log(tmp_path, link)
+        parts = [
+            replica,
+            replica.committer,
+            replica.sequencer,
+            replica.intake,
+            replica.news,
+            replica.roles,
+        ]
+        names = [repr(p) for p in parts]
+        assert names == [f"{type(p).__name__}({replica.stream}/{replica.partition})" for p in parts]
+        await anyio.to_thread.run_sync(replica.log.close)
+    finally:
+        await link.close()

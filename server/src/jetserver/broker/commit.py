@@ -50,7 +50,7 @@ def _nothing() -> None:
     return None
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Committer:
     """Group commit and the HW of one partition replica (see the module docstring)."""
 
@@ -86,6 +86,11 @@ class Committer:
     """The flusher task runs (started by the first :meth:`request_flush`)."""
     _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
     _copies_tail: asyncio.Future[None] | None = None
+
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"Committer({self.stream}/{self.partition})"
 
     @property
     def flushing(self) -> bool:

@@ -28,7 +28,7 @@ from jetserver.replication.core import ReplicaCore
 __all__ = ["Intake"]
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Intake:
     """The entry points of one partition replica's messages (module docstring)."""
 
@@ -53,6 +53,11 @@ class Intake:
     """The subscription filter that drops stored copies before parsing."""
     _stored_value: bytes = attrs.field(init=False)
     _copies_skipped: int = 0
+
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"Intake({self.stream}/{self.partition})"
 
     def __attrs_post_init__(self) -> None:
         self._stored_value = stored_value(self.stream, self.partition)

@@ -77,7 +77,7 @@ log = logging.getLogger(__name__)
 __all__ = ["PartitionReplica"]
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class PartitionReplica:
     """The replica of one partition on this server (see the module docstring).
 
@@ -148,6 +148,11 @@ class PartitionReplica:
     roles: RoleDriver = attrs.field(init=False)
     """Assignments and the role's tasks."""
     _checkpointed_hw: int = attrs.field(init=False, default=-1)
+
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"PartitionReplica({self.stream}/{self.partition})"
 
     def __attrs_post_init__(self) -> None:
         # What the checkpoint file holds: an idle partition is not checkpointed again.

@@ -25,7 +25,7 @@ from jetserver.storage import Log
 __all__ = ["ReplicaNews"]
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class ReplicaNews:
     """Replica fetches of one partition led here (module docstring)."""
 
@@ -43,6 +43,11 @@ class ReplicaNews:
     """The replica's running state (read only here)."""
     _news: LazyEvent = attrs.field(factory=LazyEvent)
     _wakers: set[anyio.Event] | None = None
+
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"ReplicaNews({self.stream}/{self.partition})"
 
     def check_leader(self, leader_epoch: int) -> LeaderState:
         """The leader state if this replica leads in ``leader_epoch`` (-1: any epoch).

@@ -108,7 +108,7 @@ def new_core(
     )
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class RoleDriver:
     """The role of one partition replica (module docstring)."""
 
@@ -157,6 +157,11 @@ class RoleDriver:
     _committed_floor: int = 0
     _scrubbed: bool = False
     """The log was CRC-checked (or needs no check) since this process opened it."""
+
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"RoleDriver({self.stream}/{self.partition})"
 
     def __attrs_post_init__(self) -> None:
         self._committed_floor = max(self.log.high_watermark, checkpointed_hw(self.log))

@@ -103,7 +103,7 @@ class _Batch:
     """(index in this batch, Nats-Msg-Id) of plain messages."""
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, repr=False)
 class Sequencer:
     """The queue and the append path of one partition replica (module docstring)."""
 
@@ -147,6 +147,11 @@ class Sequencer:
     """An append left its flush to :meth:`append_now`."""
 
     # ---------------------------------------------------------------- the queue
+
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"Sequencer({self.stream}/{self.partition})"
 
     @property
     def idle(self) -> bool:
