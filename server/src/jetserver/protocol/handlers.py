@@ -19,8 +19,10 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, encode_frame, encode_frame_header
 from jetsdk.codec.messages import (
     FETCH_RESPONSE_HEADER_SIZE,
+    ProduceHead,
     decode_fetch_request,
     decode_json,
+    decode_produce_head,
     encode_fetch_response_header,
     encode_json,
 )
@@ -106,12 +108,16 @@ class Dispatcher:
         try:
             if self.shutting_down:
                 raise ApiError(ErrorCode.SHUTTING_DOWN, "server is shutting down")
+            head: ProduceHead | None = None
             if self.security is not None:
-                screened = await self.security.screen(frame, session or Session())
+                session = session or Session()
+                if api == Api.PRODUCE and self.security.authorizes(session):
+                    head = decode_produce_head(frame.body)  # once, for the ACLs and Produce
+                screened = await self.security.screen(frame, session, head)
                 if screened is not None:
                     return screened
             try:
-                return await self._dispatch(frame)
+                return await self._dispatch(frame, head)
             except ApiError as exc:
                 if exc.code not in _UNKNOWN_NAME or self.cluster is None or self.starting:
                     raise
@@ -144,10 +150,10 @@ class Dispatcher:
             log.exception("request failed", extra=fields(api=api))
             return error_reply(api, cid, ErrorCode.UNKNOWN, f"internal error: {exc!r}")
 
-    async def _dispatch(self, frame: Frame) -> Reply:
+    async def _dispatch(self, frame: Frame, produce_head: ProduceHead | None = None) -> Reply:
         api = frame.api
         if api == Api.PRODUCE:
-            return await self._produce(frame)
+            return await self._produce(frame, produce_head)
         if api == Api.FETCH:
             return await self._fetch(frame)
         if api == Api.REPLICA_FETCH:
@@ -271,8 +277,8 @@ class Dispatcher:
             Api.OFFSET_FOR_LEADER_EPOCH: offset_for_epoch,
         }
 
-    async def _produce(self, frame: Frame) -> Reply:
-        body, after = await self.produce.produce_then(frame.body)
+    async def _produce(self, frame: Frame, head: ProduceHead | None) -> Reply:
+        body, after = await self.produce.produce_then(frame.body, head)
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE), after=after
         )
