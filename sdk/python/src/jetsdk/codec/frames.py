@@ -245,7 +245,10 @@ class FrameDecoder:
         if flags & ~_KNOWN_FLAGS or flags == FLAG_ERROR:
             self._error = CodecError(f"bad frame flags {flags:#04x}")
             raise self._error
-        body = bytes(buf[FRAME_HEADER_SIZE:total])
+        # One copy out of the buffer (``bytes(buf[a:b])`` would copy twice: the slice is a
+        # new bytearray); the view is released before the buffer is resized.
+        with memoryview(buf) as view:
+            body = bytes(view[FRAME_HEADER_SIZE:total])
         # Deleting from the front of a bytearray only moves its start pointer (no copy).
         del buf[:total]
         return Frame(api=api, flags=flags, correlation_id=cid, body=body)
