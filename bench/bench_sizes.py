@@ -21,7 +21,7 @@ each. And jet's CPU per MiB (client process + server process, from /proc), the s
 figure for before/after comparisons on a loaded machine.
 
 Run: ``python -m bench sizes [--quick]`` (``--quick``: less data per round and one round,
-about a minute). ``JET_BENCH_SIZES=16384,262144`` limits the sizes.
+about a minute). ``JET_BENCH_VALUE_SIZES=16384,262144`` limits the sizes.
 """
 
 from __future__ import annotations
@@ -352,8 +352,8 @@ async def _main(
 
 
 def run(quick: bool) -> None:
-    """Every size in SIZES (or JET_BENCH_SIZES), side by side with JetStream and ceilings."""
-    env = os.environ.get("JET_BENCH_SIZES")
+    """Every size in SIZES (or JET_BENCH_VALUE_SIZES), side by side with JetStream and ceilings."""
+    env = os.environ.get("JET_BENCH_VALUE_SIZES")
     sizes = tuple(int(s) for s in env.split(",")) if env else SIZES
     print(f"load {_load()}; sizes {', '.join(map(_size_label, sizes))}", flush=True)
     with (
