@@ -424,7 +424,7 @@ class FollowerFetcher:
             if len(records):
                 if hops.ENABLED:
                     hops.mark("repl.fetched")
-                data = bytes(records)
+                data = records  # appended as it arrived: a view of the answer, no copy
                 if self.durability == "flushed":
                     # Both in one go, on the loop or in one worker-thread round trip (the
                     # next fetch reports them).
