@@ -848,6 +848,14 @@ def protocol_file() -> dict[str, Any]:
                 ],
             },
         ),
+        json_case("rebalance_leaders_request", fr.Api.REBALANCE_LEADERS, 19, 0, {"max": 500}),
+        json_case(
+            "rebalance_leaders_response",
+            fr.Api.REBALANCE_LEADERS,
+            19,
+            RESP,
+            {"moved": 12, "refused": 0, "remaining": 0},
+        ),
         json_case("list_acls_request", fr.Api.LIST_ACLS, 15, 0, {}),
         json_case(
             "list_acls_response",

@@ -191,7 +191,7 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
                 )
                 replica.stop()
                 await wait_until_async(
-                    lambda: replica._tg is None,
+                    lambda: replica.life.tg is None,
                     BOUND_S,
                     "run() has ended (its log is closing)",
                     interval_s=POLL_S,
@@ -203,8 +203,8 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
                 await replica.wait_stopped()
         assert outcome == ["returned"], outcome
         assert replica.role == ROLE_NONE
-        assert replica._sub is None  # nothing subscribed after the stop
-        assert replica._role_scope is None  # no role task started
+        assert replica.roles.subscription is None  # nothing subscribed after the stop
+        assert replica.roles.role_scope is None  # no role task started
         assert any(
             "assignment not applied: the partition is stopping" in r.getMessage()
             for r in caplog.records
@@ -241,5 +241,27 @@ async def test_a_stopping_server_outside_the_isr_follows_without_fetching(
             replica.stop()
             with anyio.fail_after(BOUND_S):
                 await replica.wait_stopped()
+    finally:
+        await link.close()
+
+
+async def test_the_parts_of_a_replica_print_short(nats_server: NatsServer, tmp_path: Path) -> None:
+    """A failed assertion about a replica or one of its parts prints it: a generated repr
+    followed every reference (the parts, the stream manager's callbacks) through the
+    whole server and took minutes."""
+    link = await connected_link(nats_server)
+    try:
+        replica, _state = await replica_over_a_real_log(tmp_path, link)
+        parts = [
+            replica,
+            replica.committer,
+            replica.sequencer,
+            replica.intake,
+            replica.news,
+            replica.roles,
+        ]
+        names = [repr(p) for p in parts]
+        assert names == [f"{type(p).__name__}({replica.stream}/{replica.partition})" for p in parts]
+        await anyio.to_thread.run_sync(replica.log.close)
     finally:
         await link.close()

@@ -11,7 +11,14 @@ import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.cluster.controller import Controller
-from jetserver.cluster.elections import Elections, choose_leader, parse_report, votes_needed
+from jetserver.cluster.elections import (
+    MAX_REPORTS,
+    Elections,
+    choose_leader,
+    parse_report,
+    parse_reports,
+    votes_needed,
+)
 from jetserver.cluster.peers import PeerPool
 from jetserver.errors import ApiError
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
@@ -65,6 +72,15 @@ def test_parse_report() -> None:
         with pytest.raises(ApiError) as info:
             parse_report({**req, field: bad})
         assert info.value.details == {"field": field}
+
+
+def test_parse_reports() -> None:
+    req = {"stream": "a", "partition": 1, "leader_epoch": 2, "reporter": "s2"}
+    assert parse_reports({"reports": [req, req]}) == [("a", 1, 2, "s2")] * 2
+    for bad in ([req] * (MAX_REPORTS + 1), "x", [3], [{**req, "partition": "1"}]):
+        with pytest.raises(ApiError) as info:
+            parse_reports({"reports": bad})
+        assert info.value.code == ErrorCode.INVALID_ARGUMENT
 
 
 @pytest.fixture
@@ -219,3 +235,25 @@ async def test_a_stopping_server_reports_no_silent_leader_and_is_not_elected(
     await live.report_leader_silent("orders", 0, 0, "s3")
     a = raft.state.streams["orders"].partitions[0]
     assert (a.leader, a.leader_epoch) == ("s3", 1)
+
+
+@pytest.mark.anyio
+async def test_silent_leader_reports_made_together_go_out_together(raft: MetadataRaft) -> None:
+    """Every partition a dead server led here reports it at once: the controller sends them
+    in a few batches (one ReportLeader with ``reports`` each when remote), not one request
+    per partition; each report is counted on its own (an unknown partition's error does not
+    fail the others)."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=40, replication_factor=3)
+    replicas = (("s1", "s2", "s3"),) * 40
+    assert (await raft.propose(CreateStream(spec, "id2", 1, replicas))).result.ok
+    elections = Elections(raft, lambda s: s == "s1", window_s=5.0)  # s1, the leader, is down
+    controller = Controller("s2", raft, PeerPool(), elections, client_addresses=dict)
+    async with anyio.create_task_group() as tg:
+        for p in range(40):
+            tg.start_soon(controller.report_leader_silent, "wide", p, 0, "s2")
+    assert controller.reports_sent == 40
+    assert controller.report_batches <= 3
+    assert all(a.leader == "s2" for a in raft.state.streams["wide"].partitions)
+    answers = await elections.report_many([("wide", 0, 1, "s3"), ("nope", 0, 0, "s3")])
+    assert answers[0] == {"accepted": True, "leader": "s2", "leader_epoch": 1}
+    assert answers[1]["error_code"] == ErrorCode.STREAM_NOT_FOUND

@@ -55,6 +55,7 @@ def part(state: MetadataState, p: int = 0) -> tuple[str, tuple[str, ...], int]:
         UpdateIsr("orders", 1, "s2", 0, ("s2",)),
         ElectLeader("orders", 0, "s2", 4, "id1"),
         ElectLeader("orders", 0, "s2", 4),
+        ElectLeader("orders", 0, "s2", 4, "id1", keep_isr=True),
         ElectLeaders((ElectLeader("orders", 0, "s2", 4, "id1"), ElectLeader("orders", 1, "s3", 2))),
         UpdateIsrs(
             (
@@ -216,7 +217,8 @@ def test_elect_leaders_applies_each_election_on_its_own() -> None:
     assert part(after, 0) == ("s2", ("s2", "s3"), 1)
     assert part(after, 1) == part(state, 1)
     assert after.applied == state.applied + 1  # one entry
-    # Through the Raft machine, and remembered with every result.
+    # Through the Raft machine, and remembered with every result's code (not its message:
+    # the snapshot keeps a list of codes per remembered batch).
     entry = encode_entry(Entry("elect-many", op))
     machine, first = apply_entry(MachineState(metadata=state), entry)
     machine, second = apply_entry(machine, entry)
@@ -227,8 +229,8 @@ def test_elect_leaders_applies_each_election_on_its_own() -> None:
     assert all(r.stream is None for r in second.result.results)
     restored = machine_from_dict(orjson.loads(orjson.dumps(machine_to_dict(machine))))
     assert restored == machine
-    assert [r.message for r in restored.recent["elect-many"].result.results] == [
-        r.message for r in result.results
+    assert [r.error_code for r in restored.recent["elect-many"].result.results] == [
+        r.error_code for r in result.results
     ]
 
 
@@ -247,6 +249,19 @@ def test_remembered_results_keep_a_stream_only_for_create_and_delete() -> None:
     # The snapshot holds the stream once (in the metadata), not once per remembered op.
     snapshot = orjson.dumps(machine_to_dict(machine))
     assert len(snapshot) < 3 * len(orjson.dumps(machine.metadata.to_dict()))
+
+    # Of a batch, each change's code only (refusals included), written as a list of ints.
+    refused = UpdateIsrs(tuple(UpdateIsr("wide", p, "s9", 0, ("s9",)) for p in range(100)))
+    machine, answer = apply_entry(machine, encode_entry(Entry("isr2", refused)))
+    assert answer.result.results[0].message  # the proposer's own answer says why
+    remembered = machine.recent["isr2"].result
+    assert [r.error_code for r in remembered.results] == [ErrorCode.NOT_LEADER] * 100
+    assert all(r.message == "" for r in remembered.results)
+    encoded = machine_to_dict(machine)
+    entry = next(e for e in encoded["recent"] if e[0] == "isr2")
+    assert entry[2]["codes"] == [int(ErrorCode.NOT_LEADER)] * 100
+    assert len(orjson.dumps(entry)) < 500
+    assert machine_from_dict(orjson.loads(orjson.dumps(encoded))) == machine
 
 
 def test_update_isrs_applies_each_change_on_its_own() -> None:

@@ -191,3 +191,26 @@ def test_broken_decoder_drops_further_input() -> None:
         decoder.next_frame()
     decoder.feed(b"x" * 1000)
     assert decoder.buffered_bytes == 4
+
+
+def test_large_frame_read_in_pieces_and_a_reused_read_buffer() -> None:
+    # A 1 MiB body arriving in 64 KiB reads, the way a socket delivers it, with a small
+    # frame behind it in the last read; half the reads come through one reused buffer
+    # (a view of it fed, then the buffer overwritten): the frames are unaffected.
+    body = bytes(range(256)) * 4096
+    small = encode_frame(3, 9, b"after")
+    stream = encode_frame(1, 7, body) + small
+    decoder = FrameDecoder()
+    reused = bytearray(65536)
+    got: list[Frame] = []
+    for i, pos in enumerate(range(0, len(stream), 65536)):
+        piece = stream[pos : pos + 65536]
+        if i % 2:
+            reused[: len(piece)] = piece
+            decoder.feed(memoryview(reused)[: len(piece)])
+            reused[:] = bytes(65536)
+        else:
+            decoder.feed(piece)
+        got.extend(drain(decoder))
+    assert [(f.api, f.correlation_id, f.body) for f in got] == [(1, 7, body), (3, 9, b"after")]
+    assert decoder.buffered_bytes == 0

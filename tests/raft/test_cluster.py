@@ -27,6 +27,7 @@ from jetserver.raft import (
     RaftPeer,
     RaftStartError,
     RaftTimeout,
+    Unavailable,
 )
 from jetserver.raft.journal import scan_records
 from jetserver.raft.machine import MAX_ENTRY_BYTES, Entry, encode_entry
@@ -412,3 +413,37 @@ async def test_a_hastened_election_replaces_a_gone_leader_before_the_timeout(
         # The election timeout alone would have waited at least 4 s.
         assert anyio.current_time() - started < 3.0
         assert new is not old
+
+
+async def test_a_journal_over_its_byte_bound_is_compacted(tmp_path: Path) -> None:
+    """Entries of a large cluster are big (a CreateStream of 100 partitions, 1,000
+    elections): the journal is snapshotted once it passes ``compaction_max_bytes``, not only
+    after 5,000 entries or 300 s, so the metadata Raft files stay small."""
+    bound = 64 * 1024
+    configs = make_configs(tmp_path, compaction_max_bytes=bound)
+    async with running(configs) as nodes:
+        for i in range(10):  # ~16 KB each: over twice the bound, far below 5,000 entries
+            for _attempt in range(20):  # a loaded machine may change the leader meanwhile
+                leader = await agreed_leader(nodes)
+                try:
+                    last = await leader.propose(
+                        create_op(f"big{i}", partitions=1024), op_id=f"big{i}"
+                    )
+                    break
+                except (NotLeader, Unavailable, RaftTimeout):
+                    continue
+        for node in nodes:
+            await node.wait_applied(last.index, timeout=WAIT_S)
+        sizes: list[int] = []
+        for _ in range(4 * MAX_POLLS):  # the Raft threads compact at their next ticks
+            sizes = [c.journal_path.stat().st_size for c in configs]
+            snapshots = all(c.snapshot_path.exists() for c in configs)
+            if snapshots and max(sizes) <= 2 * bound:
+                break
+            await anyio.sleep(POLL_S)  # files on disk: no event to wait on
+        assert all(c.snapshot_path.exists() for c in configs)
+        assert max(sizes) <= 2 * bound, sizes
+        expected = leader.state
+    assert len(expected.streams) == 10
+    async with MetadataRaft(configs[0]) as alone:
+        assert alone.state == expected

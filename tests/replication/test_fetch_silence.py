@@ -20,6 +20,7 @@ from pathlib import Path
 
 import anyio
 import anyio.abc
+import attrs
 import pytest
 
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, FrameDecoder, encode_frame
@@ -60,6 +61,7 @@ class Reports:
     def __init__(self) -> None:
         self.reports: list[tuple[str, int]] = []
         self.down = False
+        self.gone = False
         self.down_event = anyio.Event()
         self.reported = anyio.Event()
 
@@ -85,6 +87,9 @@ class Reports:
 
     def server_down_event(self, server_id: str) -> anyio.Event:
         return self.down_event
+
+    def server_gone(self, server_id: str) -> bool:
+        return self.gone
 
 
 async def serve_leader(listener: anyio.abc.SocketListener, answer_streams: set[str]) -> None:
@@ -226,3 +231,48 @@ async def test_a_partition_left_unanswered_by_a_live_leader_is_reported(tmp_path
 async def test_a_silent_leader_is_reported_once_its_server_is_down(tmp_path: Path) -> None:
     reports, _fetcher, _session = await follow(tmp_path, set(), stuck_timeouts=4, down_after=True)
     assert reports.reports[0] == ("stuck", 0)
+
+
+@pytest.mark.parametrize("gone", [True, False])
+async def test_a_leader_whose_server_is_gone_is_reported_without_waiting_the_silence(
+    tmp_path: Path, gone: bool
+) -> None:
+    """The liveness view finds the leader's server down just after the follower last heard
+    from it. Its probe refused (``gone``: the process is gone): the report goes out at once,
+    not ``leader_silence_s`` later (1-1.5 s of every failover). Its probes only timing out
+    (a busy server, which may still answer fetches): the silence rule holds."""
+    config = attrs.evolve(CONFIG, leader_silence_s=30.0, fetch_max_wait_s=5.0)
+    reports = Reports()
+    log_ = Log.open(tmp_path / "stuck-0")
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        anyio.create_task_group() as tg,
+    ):
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        tg.start_soon(serve_leader, listener, {"stuck"})  # answers: heard recently
+        fetcher = FollowerFetcher(
+            stream="stuck",
+            partition=0,
+            server_id="f1",
+            replica_id=1,
+            leader="l1",
+            leader_address=f"127.0.0.1:{port}",
+            leader_epoch=0,
+            log=log_,
+            durability="flushed",
+            config=config,
+            on_hw=_ignore_hw,
+            request_flush=lambda: None,
+            controller=reports,
+            server_down=reports.server_down,
+            server_down_event=reports.server_down_event,
+        )
+        tg.start_soon(fetcher.run)
+        await anyio.sleep(0.1)  # the follower is under way (nothing to wait on)
+        reports.down, reports.gone = True, gone
+        reports.down_event.set()
+        with anyio.move_on_after(3.0):  # far below the 30 s silence
+            await reports.reported.wait()
+        tg.cancel_scope.cancel()
+    log_.close()
+    assert reports.reports == ([("stuck", 0)] if gone else [])

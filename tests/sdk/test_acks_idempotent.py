@@ -102,7 +102,7 @@ class _Cutting:
                     return b""  # looks like the server closed the connection
         return data
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes | memoryview) -> None:
         await self.inner.write(data)
 
     async def aclose(self) -> None:

@@ -14,7 +14,9 @@ import pytest
 from jetsdk import Client, Consumer, Producer, ShareConsumer, sync
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer.share import LostOutcome, ShareSettings, read_share_group
+from jetsdk.consumer.share_fetch import poll_fetch
 from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
+from jetsdk.errors import JetError, OffsetOutOfRange
 from jetsdk.message import DONE
 from support.jet_dev import JetDev
 
@@ -292,3 +294,24 @@ async def test_a_new_group_starts_where_asked(jet_dev: JetDev) -> None:
         async with ShareConsumer(client, stream, group=group, start="earliest") as second:
             assert await second.next(timeout=1.0) is None
             assert second.state.partition(stream, 0).spso == 8
+
+
+async def test_poll_fetch_answers_and_raises_what_a_retry_cannot_mend(jet_dev: JetDev) -> None:
+    """The share member's long polls (share log reader, partition watchers) share one retry
+    helper: it returns the records, and raises at once for an offset out of range (the
+    caller moves) and for an error that is not retriable (here: an unknown stream)."""
+    stream = unique("pf")
+    async with Client(jet_dev.servers) as client:
+        await fill(client, stream, 2)
+        with anyio.fail_after(10):
+            got: list[bytes] = []
+            while len(got) < 2:  # the high watermark follows the leader's end shortly
+                pos = len(got)
+                _, raw = await poll_fetch(client, (stream, 0), pos, max_bytes=65536, max_wait=1)
+                got.extend(bytes(r.value) for r in iter_records(raw))
+            assert got == [b"v0", b"v1"]
+            with pytest.raises(OffsetOutOfRange):
+                await poll_fetch(client, (stream, 0), 5, max_bytes=1, max_wait=0)
+            with pytest.raises(JetError) as info:
+                await poll_fetch(client, (unique("none"), 0), 0, max_bytes=1, max_wait=0)
+            assert not info.value.retriable

@@ -46,19 +46,23 @@ async def test_idle_partitions_hold_one_task_each_and_the_first_append_starts_th
         assert new["_Direct._run"] == 0, new
         assert new["Subscription._wait_for_msgs"] == 0, new
         replica = jet.streams.replica("idle", 5)
-        assert not replica._flushing
-        for round_ in range(3):  # each ALL ack needs a flush: the flusher serves them all
+        assert not replica.committer.flushing
+        for round_ in range(3):  # an ALL ack on an idle partition commits in its request
             acks = await c.produce(
                 "idle", 5, [ProduceMessage(b"m%d" % round_)], ack_policy=AckPolicy.ALL
             )
             assert [(a.error_code, a.offset) for a in acks] == [(0, round_)]
             assert replica.log.flushed_offset == round_ + 1
             assert replica.high_watermark == round_ + 1
-        assert replica._flushing
+        assert not replica.committer.flushing
+        # A LEADER ack leaves the fsync to the flusher: the first one starts it.
+        acks = await c.produce("idle", 5, [ProduceMessage(b"m3")], ack_policy=AckPolicy.LEADER)
+        assert [(a.error_code, a.offset) for a in acks] == [(0, 3)]
+        assert replica.committer.flushing
         new = _tasks() - before
         assert new["Committer._flusher"] == 1
         assert new["PartitionReplica.run"] == PARTITIONS
         others = [jet.streams.replica("idle", p) for p in range(PARTITIONS) if p != 5]
-        assert not any(r._flushing for r in others)
-        records = await c.collect("idle", 5, 3)
-    assert [r.value for r in records] == [b"m0", b"m1", b"m2"]
+        assert not any(r.committer.flushing for r in others)
+        records = await c.collect("idle", 5, 4)
+    assert [r.value for r in records] == [b"m0", b"m1", b"m2", b"m3"]

@@ -9,7 +9,9 @@ subscribers still see every message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -24,8 +26,13 @@ from jetsdk.codec.messages import (
     decode_produce_response,
     encode_produce_request,
 )
+from jetsdk.codec.transcode import DirectRecord, produce_envelopes
 from jetsdk.envelope import build_message
-from jetserver.broker.acks import PartitionAck
+from jetserver.broker.acks import AckRouter, PartitionAck
+from jetserver.broker.direct import DirectBatch, ProduceCompletion
+from jetserver.broker.ingested import Queued
+from jetserver.broker.produce import ProduceService
+from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
 from support.jet_server import running_server
@@ -35,6 +42,26 @@ from support.raw_client import RawClient
 pytestmark = pytest.mark.anyio
 
 N = 60
+
+
+def _direct_batch(
+    stream: str, subject: str, values: list[bytes], policy: AckPolicy = AckPolicy.LEADER
+) -> DirectBatch:
+    """The typed batch the Produce service hands a leader here for these messages."""
+    body = encode_produce_request(
+        ProduceRequest(stream, 0, policy, 5000, tuple(ProduceMessage(v) for v in values))
+    )
+    records: list[DirectRecord | None] = []
+    _head, envelopes = produce_envelopes(body, "", records)
+    completion = ProduceCompletion(stream, 0, [None] * len(values), remaining=len(values))
+    return DirectBatch(
+        subjects=[subject] * len(values),
+        records=[r for r in records if r is not None],
+        indexes=list(range(len(values))),
+        policy=policy,
+        completion=completion,
+        size=sum(len(e or b"") for _s, _n, e in envelopes),
+    )
 
 
 async def _wait_skipped(server: Server, stream: str, count: int) -> None:
@@ -191,7 +218,7 @@ async def test_copies_come_back_only_when_another_local_stream_wants_them(
 
 @pytest.mark.parametrize("durability", ["flushed", "written"])
 async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order(
-    jet: Server, nc: NatsClient, durability: str
+    jet: Server, nc: NatsClient, durability: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Produce that finds its partition idle appends in its own task; one that finds
     messages queued (here: plain NATS publishes, and other producers' requests) queues
@@ -202,15 +229,15 @@ async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order
     async with await RawClient.connect(jet.address) as admin:
         await admin.create_stream(name="mix", subject="mix.x", durability=durability)
         replica = jet.streams.replica("mix", 0)
-        publish_acks = replica._publish_acks
+        append_batch = Sequencer._append_batch
 
-        async def slow_acks(items: list[tuple[str, PartitionAck]]) -> None:
-            # Sending acks rarely yields; here it always does, so that messages queue
+        async def slow_append(self: Sequencer, batch: list[Queued]) -> None:
+            # An append rarely yields; here it always does, so that messages queue
             # while a request is still inside its own append.
             await anyio.sleep(0.001)
-            await publish_acks(items)
+            await append_batch(self, batch)
 
-        replica._publish_acks = slow_acks  # type: ignore[method-assign]
+        monkeypatch.setattr(Sequencer, "_append_batch", slow_append)
 
         async def produce(p: int) -> None:
             # Pipelined, five requests at a time: a request must not append in its own
@@ -270,11 +297,96 @@ async def test_a_request_appends_in_its_own_task_only_behind_nothing(jet: Server
     async with await RawClient.connect(jet.address) as admin:
         await admin.create_stream(name="order", subject="order.x")
         replica = jet.streams.replica("order", 0)
-        assert await replica.ingest_direct([("order.x", b"alone")], None, AckPolicy.NONE)
+        alone = _direct_batch("order", "order.x", [b"alone"])
+        assert await replica.ingest_direct(alone)
         assert (replica.log.log_end_offset, replica.produce_inline) == (1, 1)
+        assert alone.completion.results == [(ErrorCode.NONE, 0, alone.completion.results[0][2])]
 
         assert replica.accept("order.x", "", b"from-nats")  # queued, not yet appended
-        assert await replica.ingest_direct([("order.x", b"from-produce")], None, AckPolicy.NONE)
+        queued = _direct_batch("order", "order.x", [b"from-produce"])
+        assert await replica.ingest_direct(queued)
         assert replica.produce_inline == 1
+        with anyio.fail_after(5):
+            await queued.completion.done.wait()
+        assert [r[:2] for r in queued.completion.results] == [(ErrorCode.NONE, 2)]
         records = await admin.collect("order", 0, 3)
     assert [r.value for r in records] == [b"alone", b"from-nats", b"from-produce"]
+
+
+@pytest.mark.parametrize("durability", ["flushed", "written"])
+async def test_a_direct_produce_is_settled_in_process_without_an_ack_inbox(
+    jet: Server, durability: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Produce appended by its leader here is answered through its typed completion:
+    no ack goes to the router (no inbox, no correlation ids) nor to the Produce service's
+    local-inbox receiver; LEADER, ALL, duplicates and errors alike."""
+    routed: list[str] = []
+    route = AckRouter.route
+
+    def counting_route(
+        self: AckRouter, stream: str, partition: int, items: Iterable[tuple[str, PartitionAck]]
+    ) -> list[tuple[str, bytes]]:
+        items = list(items)
+        routed.extend(inbox for inbox, _ack in items)
+        return route(self, stream, partition, items)
+
+    monkeypatch.setattr(AckRouter, "route", counting_route)
+    local: list[str] = []
+    on_local = ProduceService._on_local_acks
+
+    def counting_local(self: ProduceService, token: str, *rest: Any) -> None:
+        local.append(token)
+        on_local(self, token, *rest)
+
+    monkeypatch.setattr(ProduceService, "_on_local_acks", counting_local)
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(
+            name="typed", subject="typed.x", durability=durability, max_message_bytes=100
+        )
+        for policy in (AckPolicy.LEADER, AckPolicy.ALL):
+            values = [b"a", b"b", b"x" * 200, b"c"]
+            messages = [ProduceMessage(v) for v in values]
+            results = await c.produce("typed", 0, messages, ack_policy=policy)
+            assert [r.error_code for r in results] == [
+                ErrorCode.NONE,
+                ErrorCode.NONE,
+                ErrorCode.MESSAGE_TOO_LARGE,
+                ErrorCode.NONE,
+            ]
+        replica = jet.streams.replica("typed", 0)
+        assert replica.produce_direct == 6
+        # An idempotent producer's retry: its duplicate is answered in process too.
+        for _ in range(2):
+            (result,) = await c.produce(
+                "typed", 0, [ProduceMessage(b"p")], ack_policy=AckPolicy.ALL, producer_id=7
+            )
+        assert (result.error_code, result.offset) == (ErrorCode.DUPLICATE_SEQUENCE, 6)
+    assert routed == []
+    assert local == []
+
+
+async def test_an_all_acked_request_on_an_idle_partition_commits_in_its_own_task(
+    jet: Server,
+) -> None:
+    """A direct request that waits for the commit anyway (ALL ack, one server, fsynced)
+    fsyncs and commits in its own task: settled, and the HW past it, when the sequencer
+    hands control back, without waking the flusher (two event-loop turns fewer)."""
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="inline", subject="inline.x")
+        replica = jet.streams.replica("inline", 0)
+        batch = _direct_batch("inline", "inline.x", [b"a", b"b"], AckPolicy.ALL)
+        assert await replica.ingest_direct(batch)
+        assert [r[:2] for r in batch.completion.results] == [(0, 0), (0, 1)]
+        assert replica.high_watermark == 2
+        for i in range(3):
+            results = await c.produce(
+                "inline", 0, [ProduceMessage(b"c%d" % i)], ack_policy=AckPolicy.ALL
+            )
+            assert [(r.error_code, r.offset) for r in results] == [(0, 2 + i)]
+        assert not replica.committer.flushing  # the flusher task was never needed
+        # A LEADER-acked request still leaves its fsync to the flusher (its answer must
+        # not wait for the disk).
+        await c.produce("inline", 0, [ProduceMessage(b"d")], ack_policy=AckPolicy.LEADER)
+        assert replica.committer.flushing
+        records = await c.collect("inline", 0, 6)
+    assert [r.value for r in records] == [b"a", b"b", b"c0", b"c1", b"c2", b"d"]

@@ -380,3 +380,70 @@ def test_any_available_shortcuts_agree_with_the_scan() -> None:
     state.apply(2, 10 * S, settle("a", 0, 0, returned=((3, 4),)))
     for t in [*checks, 12 * S, 12 * S + 1]:
         assert r.any_available(t) == scan(t), t
+
+
+class _OffsetByOffset(ShareState):
+    """The state machine without the run-at-once ack path (the reference it must equal)."""
+
+    @staticmethod
+    def _ack_run(*_args: object) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_acks_by_run_equal_acks_offset_by_offset(seed: int) -> None:
+    """Settles whose acked runs are all the writer's go through ShareState._ack_run in slice
+    operations; random claims, settles (acks of offsets held, not held, renewed, released,
+    after the deadline) leave the same state and changes as the offset-by-offset path."""
+    import random
+
+    rng = random.Random(seed)
+    fast, slow = ShareState(G), _OffsetByOffset(G)
+    members = ["a", "b", "c"]
+    won: list[tuple[str, int, int, int]] = []  # (member, range start, lease, range end)
+    t = 0
+    for q in range(400):
+        t += rng.choice([1, 10, 300]) * 1_000_000
+        m = rng.choice(members)
+        record: Claim | Settle
+        if not won or rng.random() < 0.35:
+            ranges = [(s, e) for _, s, _, e in won]
+            if ranges and rng.random() < 0.5:
+                start, end = rng.choice(ranges)
+            else:
+                start = fast.partition("s", 0).speo
+                end = start + rng.randint(1, 40)
+            record = claim(m, start, end, lease_ms=rng.choice([50, 1000]))
+        else:
+            m, start, lease, end = rng.choice(won)
+            a = rng.randint(start - 3, end)
+            runs = ((a, min(end + 2, a + rng.randint(1, 30))),)
+            kind = rng.random()
+            if kind < 0.7:
+                record = settle(m, start, lease, acked=runs)
+            elif kind < 0.85:
+                record = settle(m, start, lease, renew=runs)
+            else:
+                record = settle(m, start, lease, released=((a, 0),), acked=runs[1:])
+        got = fast.apply(q, t, record)
+        assert got == slow.apply(q, t, record)
+        for change in got:
+            if isinstance(change, Acquired):
+                r = fast.partition("s", 0).ranges[change.start]
+                won.append((change.member, change.start, change.lease, r.end))
+        assert fast.snapshot() == slow.snapshot()
+    assert fast.partition("s", 0).acked_total > 100
+
+
+def test_a_settle_leaves_out_what_is_empty() -> None:
+    """Spec §3.2: empty lists, extend false and dlq_hw null are not written (an acks-only
+    settle is about 80 bytes shorter), and read back as such."""
+    record = settle("a", 0, 1, acked=((0, 5), (6, 9)))
+    raw = encode_share_record(record)
+    assert raw == (
+        b'{"v":2,"type":"settle","group":"g","member":"a","stream":"s","partition":0,'
+        b'"start":0,"lease":1,"acked":[[0,5],[6,9]]}'
+    )
+    assert decode_share_record(raw) == record
+    full = settle("a", 0, 1, rejected=((1, 2),), extend=True, dlq_hw=4, renew=((3, 4),))
+    assert decode_share_record(encode_share_record(full)) == full

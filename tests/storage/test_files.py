@@ -48,3 +48,22 @@ def test_atomic_write_leaves_no_tmp(tmp_path: Path) -> None:
     write_file_atomically(target, b"two")
     assert target.read_bytes() == b"two"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_write_all_gathers_parts_beyond_iov_max(tmp_path: Path) -> None:
+    # More parts than one pwritev takes, of mixed sizes (views among them), at an offset:
+    # the file holds exactly their concatenation after the bytes already there.
+    from jetserver.storage.files import IOV_MAX, write_all
+
+    parts: list[bytes | memoryview] = [
+        bytes([i % 256]) * (1 + i % 37) for i in range(2 * IOV_MAX + 5)
+    ]
+    parts[3] = memoryview(b"a view of bytes")[2:]
+    path = tmp_path / "gathered"
+    path.write_bytes(b"HEAD")
+    fd = os.open(path, os.O_RDWR)
+    try:
+        write_all(fd, parts, 4)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"HEAD" + b"".join(parts)

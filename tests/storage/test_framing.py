@@ -62,10 +62,12 @@ def test_bulk_framing_matches_the_codec(
     bodies = [bytes([i % 251]) * size for i in range(n - len(varied))] + varied
     if first + n - 1 > 2**63 - 1:
         first = 2**63 - n
-    data, lens, uniform = frame_batch_sizes(first, ts, epoch, bodies)
+    data, lens, uniform, size = frame_batch_sizes(first, ts, epoch, bodies)
     assert lens == [len(b) for b in bodies]
     assert uniform == (len(set(lens)) == 1)
-    assert data == expected(first, ts, epoch, bodies)
+    joined = data if isinstance(data, bytes) else b"".join(data)
+    assert joined == expected(first, ts, epoch, bodies)
+    assert size == len(joined)
 
 
 def test_bulk_framing_edge_cases() -> None:
@@ -75,11 +77,13 @@ def test_bulk_framing_edge_cases() -> None:
     assert frame_batch(7, 5, 1, same_big) == expected(7, 5, 1, same_big)
     # More records than one CRC-table run: crosses 2**16 boundaries several times.
     many = [bytes([i % 7]) for i in range(150_000)]
-    assert frame_batch(12_345, -1, 3, many) == framing._frame_loop(12_345, -1, 3, many)
+    assert frame_batch(12_345, -1, 3, many) == b"".join(framing._frame_loop(12_345, -1, 3, many))
     negative = [b"n"] * 20  # i64 offsets may be negative in the format (never in a Log)
     assert frame_batch(-10, 0, 0, negative) == expected(-10, 0, 0, negative)
     mixed = [b"x" * (i % 5) for i in range(70_000)]
-    assert frame_batch(2**32 - 5, 0, 0, mixed) == framing._frame_loop(2**32 - 5, 0, 0, mixed)
+    assert frame_batch(2**32 - 5, 0, 0, mixed) == b"".join(
+        framing._frame_loop(2**32 - 5, 0, 0, mixed)
+    )
 
 
 @pytest.mark.parametrize(
@@ -133,7 +137,7 @@ def test_batch_index_entries_follow_the_rule(
     assert list(entries.max_timestamps) == [77] * len(points)
 
 
-@pytest.mark.parametrize("record_size", [40, 100, 333, 1024, 5000])
+@pytest.mark.parametrize("record_size", [40, 100, 333, 1024, 5000, 9000])
 def test_index_written_while_appending_equals_the_rebuilt_one(
     tmp_path: Path, record_size: int
 ) -> None:
@@ -151,3 +155,19 @@ def test_index_written_while_appending_equals_the_rebuilt_one(
     with Log.open(tmp_path, cfg) as log:
         assert log.recovery.indexes_rebuilt >= 2
     assert {p.name: p.read_bytes() for p in tmp_path.glob("*index")} == written
+
+
+@pytest.mark.parametrize("n", [1, BULK_MIN_RECORDS, 3 * BULK_MIN_RECORDS])
+def test_large_records_come_as_parts_to_gather(n: int) -> None:
+    # Records of GATHER_MIN_RECORD bytes or more are not joined (the appender writes them
+    # with one gathered write); the parts are the headers around the bodies themselves
+    # (the same objects, not copies).
+    bodies = [bytes([i]) * (framing.GATHER_MIN_RECORD + i) for i in range(n)]
+    data, _lens, _uniform, size = frame_batch_sizes(5, 9, 2, bodies)
+    assert isinstance(data, list)
+    in_parts = {id(part) for part in data}
+    assert all(id(body) in in_parts for body in bodies)
+    assert b"".join(data) == expected(5, 9, 2, bodies)
+    assert size == len(b"".join(data))
+    small = [b"s" * 100] * n
+    assert isinstance(frame_batch_sizes(5, 9, 2, small).data, bytes)

@@ -443,11 +443,7 @@ RAFT_DIR = "raft"
 
 
 def parse_peer(text: str) -> tuple[str, str]:
-    """``"id@host:port"`` -> ``(id, "host:port")``.
-
-    Raises:
-        ConfigError: not of that form.
-    """
+    """``"id@host:port"`` -> ``(id, "host:port")``; ConfigError if not of that form."""
     server_id, sep, address = text.strip().partition("@")
     host, colon, port = address.rpartition(":")
     if (
@@ -505,6 +501,12 @@ class ClusterConfig:
     """Bound on a metadata request forwarded to the metadata leader (retries included)."""
     probe_interval_s: float = attrs.field(default=DEFAULT_PROBE_INTERVAL_S, validator=_positive)
     """How often the metadata leader checks that every registered server answers."""
+    auto_leader_rebalance: bool = True
+    """Move leaderships back to preferred replicas (spec/cluster.md, "Preferred leaders")."""
+    leader_rebalance_interval_s: float = attrs.field(default=5.0, validator=_positive)
+    """Between two preferred-leader rounds of the metadata leader."""
+    leader_rebalance_max: int = attrs.field(default=500, validator=int_in(1, 1000))
+    """Most leaderships one preferred-leader round moves."""
 
     def __attrs_post_init__(self) -> None:
         if self.raft_address is None:

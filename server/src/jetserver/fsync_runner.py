@@ -99,7 +99,7 @@ class FsyncRunner:
         self.thread_fsyncs += 1
         return await anyio.to_thread.run_sync(log_.flush, upto)
 
-    async def append_and_flush(self, log_: Log, data: bytes) -> None:
+    async def append_and_flush(self, log_: Log, data: bytes | memoryview) -> None:
         """Append records fetched from a leader (``log_.append_raw``) and fsync them."""
         if len(data) <= INLINE_MAX_BYTES and self._may_run_here() and await _loop_free():
             start = self.clock()
@@ -170,7 +170,7 @@ async def _loop_free() -> bool:
     return not ready
 
 
-def _append_and_flush(log_: Log, data: bytes) -> None:
+def _append_and_flush(log_: Log, data: bytes | memoryview) -> None:
     """Append records fetched from the leader and fsync them (in a worker thread)."""
     log_.append_raw(data)
     log_.flush()

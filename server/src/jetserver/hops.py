@@ -15,12 +15,15 @@ group commit's fsync, on the loop or in a worker thread), ``hw`` (the HW moved),
 ``fetch.woken`` (a parked Fetch woke up, or a Fetch came after the HW had moved past its
 offset), ``resp.fetch`` (its response written), ``resp.replica_fetch`` (an answer to a
 follower's replica fetch written); on a follower, ``repl.fetched`` (records came from the
-leader) and ``repl.flushed`` (appended and fsynced).
+leader) and ``repl.flushed`` (appended and fsynced); ``gc.start.<generation>`` /
+``gc.stop.<generation>``, a garbage collection (``gc.callbacks``), to tell its pauses from
+the others in a message's time.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import time
 
@@ -44,5 +47,10 @@ def _dump() -> None:
         f.writelines(f"{name} {ns}\n" for name, ns in _marks)
 
 
+def _gc_mark(phase: str, info: dict[str, int]) -> None:
+    mark(f"gc.{phase}.{info.get('generation', -1)}")
+
+
 if ENABLED:
     atexit.register(_dump)
+    gc.callbacks.append(_gc_mark)

@@ -409,20 +409,22 @@ class NatsLink:
             if max_payload and size + hlen > max_payload:
                 log.debug("publish refused: over max_payload", extra=fields(subject=subject))
                 break
+            # The command around the payload, not formatted with it: the payload is copied
+            # once, when the flusher writes the pending buffers (a large value was copied
+            # twice more here, into the command and into the batch).
             if hlen:
-                cmds.append(
-                    b"HPUB %b %d %d\r\n%b%b\r\n" % (raw, hlen, hlen + size, header_block, payload)
-                )
+                cmds.append(b"HPUB %b %d %d\r\n%b" % (raw, hlen, hlen + size, header_block))
             else:
-                cmds.append(b"PUB %b %d\r\n%b\r\n" % (raw, size, payload))
+                cmds.append(b"PUB %b %d\r\n" % (raw, size))
+            cmds.append(payload)
+            cmds.append(b"\r\n")
             payload_bytes += size
             queued += 1
         if not cmds:
             return 0
-        data = b"".join(cmds)
         # What nats-py's publish does per message, once for the whole batch.
-        nc._pending.append(data)
-        nc._pending_data_size += len(data)
+        nc._pending.extend(cmds)
+        nc._pending_data_size += sum(map(len, cmds))
         nc.stats["out_msgs"] += queued
         nc.stats["out_bytes"] += payload_bytes
         try:

@@ -284,14 +284,16 @@ class Connection:
                 raise
             if sent == len(frame):
                 return pending
-            frame = frame[sent:]
+            rest: bytes | memoryview = memoryview(frame)[sent:]  # a view: no copy of the rest
+        else:
+            rest = frame
         if lock is None:
             lock = self._write_lock = anyio.Lock(fast_acquire=True)  # no yield when free
         async with lock:
             if self._closed_error is not None:
                 self._waiters.pop(cid, None)
                 raise self._closed_error
-            write_error = await self._write_whole(frame)
+            write_error = await self._write_whole(rest)
             if write_error is not None:
                 self._fail(write_error)
                 await self._stream.aclose()
@@ -342,10 +344,10 @@ class Connection:
             return pending
         if sent < len(frame):
             self._tail_written = anyio.Event()
-            self._tail_task = loop.create_task(self._write_tail(frame[sent:]))
+            self._tail_task = loop.create_task(self._write_tail(memoryview(frame)[sent:]))
         return pending
 
-    async def _write_tail(self, rest: bytes) -> None:
+    async def _write_tail(self, rest: bytes | memoryview) -> None:
         """Write the rest of a frame :meth:`send_nowait` began (shielded and bounded, as in
         :meth:`send`); other frames wait for it."""
         error: JetError | None = None
@@ -359,7 +361,7 @@ class Connection:
             if done is not None:
                 done.set()
 
-    async def _write_whole(self, data: bytes) -> JetError | None:
+    async def _write_whole(self, data: bytes | memoryview) -> JetError | None:
         """Write ``data``, shielded and bounded: either all of it is written (None), or the
         error that makes the connection broken (half a frame on the wire would corrupt
         every later one)."""

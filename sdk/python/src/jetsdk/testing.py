@@ -53,7 +53,7 @@ class MemoryByteStream:
         data, self._leftover = self._leftover[:max_bytes], self._leftover[max_bytes:]
         return data
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes | memoryview) -> None:
         """Send all of ``data``; JetConnectionError if the peer closed."""
         try:
             await self._send.send(bytes(data))

@@ -61,7 +61,7 @@ class ByteStream(Protocol):
         """
         ...
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes | memoryview) -> None:
         """Send all of ``data``.
 
         Raises:
@@ -154,10 +154,10 @@ class AnyioByteStream:
             except anyio.EndOfStream:
                 return b""
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes | memoryview) -> None:
         """See :meth:`ByteStream.write`."""
         with map_io_errors(f"write to {self.label}"):
-            await self.stream.send(data)
+            await self.stream.send(data if isinstance(data, bytes) else bytes(data))
 
     async def aclose(self) -> None:
         """See :meth:`ByteStream.aclose`."""
@@ -197,7 +197,7 @@ class SocketByteStream:
                 except (BlockingIOError, InterruptedError):
                     await anyio.wait_readable(self.sock)
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: bytes | memoryview) -> None:
         """See :meth:`ByteStream.write`."""
         view = memoryview(data).cast("B")
         with map_io_errors(f"write to {self.label}"):

@@ -7,10 +7,13 @@ batch, split so that no NATS message exceeds :data:`MAX_ACK_PAYLOAD_BYTES` (or t
 server's max_payload, if smaller) or the envelope's count limit. Every payload of one call
 goes to NATS in one buffer write (:meth:`~jetserver.nats_link.NatsLink.publish_many`).
 
-In-process acks: the acks to an inbox of this server's own Produce service (registered in
-:attr:`AckRouter.local_inboxes`) are handed to it directly, without
-encoding, NATS and decoding (spec/acks.md, "In-process acks"): the Produce path's acks
-cost a fraction and skip two NATS hops.
+The router serves acks addressed to NATS inboxes only. A Produce request this server's
+leader appends directly is acked in process by its sequencer and committer, without an
+inbox (:mod:`jetserver.broker.direct`). A message that came through NATS with an inbox of
+this server's own Produce service (a replicated partition's LEADER acks, which keep the
+NATS path) is still acked to that inbox; the router hands such acks to the service
+directly (registered in :attr:`AckRouter.local_inboxes`), without encoding, NATS and
+decoding (spec/acks.md, "In-process acks").
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from jetsdk.codec.envelope_acks import AckEncoder, AckFields, EnvelopeAck
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.json_ack import encode_json_ack
 from jetsdk.codec.limits import MAX_ACKS_PER_BATCH
+from jetserver.broker.direct import DirectAckTo
 from jetserver.logs import fields
 from jetserver.nats_link import NatsLink
 
@@ -64,10 +68,11 @@ class PendingAck(NamedTuple):
 
     offset: int
     """The record's offset."""
-    inbox: str
-    """Where the ack goes."""
+    inbox: str | DirectAckTo
+    """Where the ack goes: a NATS inbox, or in process the completion of a Produce
+    request appended directly (:mod:`jetserver.broker.direct`)."""
     ack: PartitionAck
-    """The ack."""
+    """The ack (its correlation id is empty for an ack in process)."""
 
 
 JSON_ACK_MARK = "\x00"
@@ -175,6 +180,28 @@ def group_by_inbox(items: Iterable[tuple[str, PartitionAck]]) -> dict[str, list[
         else:
             group.append(ack)
     return out
+
+
+def deliver_pending(
+    router: AckRouter,
+    stream: str,
+    partition: int,
+    acks: Sequence[tuple[PendingAck, int, str]],
+) -> list[tuple[str, bytes]]:
+    """Answer the pending ALL acks a commit released (``(pending, code, text)``: code 0 for
+    success, else the error they fail with): those of direct Produce requests in process
+    now, the others through :meth:`AckRouter.route`; the NATS messages left for
+    :meth:`AckRouter.send`."""
+    items: list[tuple[str, PartitionAck]] = []
+    for p, code, text in acks:
+        to = p.inbox
+        if isinstance(to, str):
+            ack = p.ack if code == 0 else p.ack._replace(error_code=code, error_message=text)
+            items.append((to, ack))
+        else:
+            ack = p.ack  # its own code unless the commit failed it (a duplicate's, say)
+            to.completion.settle(to.position, code or ack.error_code, ack.offset, ack.timestamp)
+    return router.route(stream, partition, items) if items else []
 
 
 @attrs.define(eq=False)

@@ -1,13 +1,16 @@
-"""The commit half of a partition replica: group commit (fsync) and what follows it.
+"""The committer of a partition replica: group commit (fsync) and what follows it.
 
-:class:`Committer` is mixed into :class:`~jetserver.broker.partition.PartitionReplica`
-(which holds the fields declared here). Its flusher task waits until records were
-appended, fsyncs them (one fsync covers everything appended so far) on the event loop or
-in a worker thread as :class:`~jetserver.fsync_runner.FsyncRunner` decides,
-then tells the replica's :class:`~jetserver.replication.core.ReplicaCore`, which says what
-follows: the high watermark to set (single server: the flushed offset; leader: per the
-ISR), the ALL acks to send, whom to wake (:meth:`Committer._carry_out`). Records appended
-during an fsync are covered by the next one (group commit).
+:class:`Committer` owns the flusher task, the high-watermark waits and the count of failed
+fsyncs. Its flusher waits until records were appended (:meth:`Committer.request_flush`),
+fsyncs them (one fsync covers everything appended so far) on the event loop or in a worker
+thread as :class:`~jetserver.fsync_runner.FsyncRunner` decides, then tells the replica's
+:class:`~jetserver.replication.core.ReplicaCore`, which says what follows: the high
+watermark to set (single server: the flushed offset; leader: per the ISR), the ALL acks to
+send, whom to wake (:meth:`Committer.carry_out`). Records appended during an fsync are
+covered by the next one (group commit).
+
+The sequencer, the role driver and the replica-fetch side hand it the core's outcomes
+(:meth:`Committer.carry_out`): it is the one place that moves the HW and answers ALL acks.
 
 Task safety: event loop thread (Log.flush runs in a worker thread, which the storage engine
 allows concurrently with the single writer).
@@ -22,12 +25,15 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
-from jetserver.broker.acks import AckRouter, PendingAck
+from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
+from jetserver.broker.lifecycle import Lifecycle
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
+from jetserver.logs import fields
 from jetserver.metadata.model import DURABILITY_FLUSHED
 from jetserver.replication.core import Outcome, ReplicaCore
 from jetserver.storage import Log, SyncFailedError
@@ -40,37 +46,89 @@ FLUSH_RETRY_S = 1.0
 __all__ = ["FLUSH_RETRY_S", "Committer", "PendingAck"]
 
 
+def _nothing() -> None:
+    return None
+
+
+@attrs.define(eq=False, repr=False)
 class Committer:
-    """The commit half of :class:`~jetserver.broker.partition.PartitionReplica`."""
+    """Group commit and the HW of one partition replica (see the module docstring)."""
 
-    # Fields and methods of PartitionReplica used here.
     stream: str
+    """Stream name (for logs and acks)."""
     partition: int
-    on_leadership_end: Callable[[str, int], None] | None
+    """Partition number."""
     log: Log
-    _core: ReplicaCore[PendingAck]
+    """The partition's log (fsynced and given its HW here)."""
+    core: ReplicaCore[PendingAck]
+    """The replica's decisions (HW, pending ALL acks)."""
     fsyncs: FsyncRunner
-    _dirty: anyio.Event
-    wake_waiters: Callable[[], None]
-    _wake_replicas: Callable[[], None]
+    """Where fsyncs run."""
     acks: AckRouter
-    _fields: Callable[..., dict[str, Any]]
-    sync_failures: int
-    stop: Callable[..., None]
-    _hw_moved: LazyEvent
-    _closed: bool
-    _copies_tail: asyncio.Future[None] | None
-    renew_leadership: Callable[[int], None]
+    """Where ALL acks to NATS inboxes go."""
+    life: Lifecycle
+    """The replica's running state (read only here)."""
+    wake_replicas: Callable[[], None] = _nothing
+    """Wakes parked replica fetches (the leader's replica-fetch side)."""
+    stop_replica: Callable[..., None] = _nothing
+    """Stops the replica (a failed fsync whose log cannot be cut back)."""
+    renew_leadership: Callable[[int], None] = lambda _epoch: None
+    """Gives up leading an epoch after a failed fsync (the role driver)."""
+    on_leadership_end: Callable[[str, int], None] | None = None
+    """Called with (stream, partition) once leadership ended (the Produce service)."""
+    sync_failures: int = 0
+    """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
+    fetch_waiters: int = 0
+    """Fetches parked waiting for the HW to move."""
+    _dirty: anyio.Event = attrs.field(init=False)
+    """Set to have the flusher fsync (made with the flusher: :meth:`request_flush`)."""
+    _flushing: bool = False
+    """The flusher task runs (started by the first :meth:`request_flush`)."""
+    _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
+    _copies_tail: asyncio.Future[None] | None = None
 
-    def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
-        """A place in this partition's order of NATS copies, taken right after an append
-        (so in append order): the previous holder's future (None: nothing pending before)
-        and this one's, which its holder must finish once its copies went or were given
-        up, so that a later request's copies never overtake these."""
-        prev = self._copies_tail
-        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._copies_tail = mine
-        return (None if prev is None or prev.done() else prev), mine
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"Committer({self.stream}/{self.partition})"
+
+    @property
+    def flushing(self) -> bool:
+        """True once the flusher task started (an idle partition has none)."""
+        return self._flushing
+
+    def request_flush(self) -> None:
+        """Have the flusher fsync what was appended. The flusher task starts on the first
+        request: an idle partition has none (a task is about 4 KB; a server holds thousands
+        of idle partitions). Not running (``run`` ended): nothing to do, its end flushed."""
+        if not self._flushing:
+            tg = self.life.tg
+            if tg is None:
+                return
+            self._flushing = True
+            self._dirty = anyio.Event()
+            tg.start_soon(self._flusher)
+        self._dirty.set()
+
+    # ---------------------------------------------------------------- waits
+
+    def wake_waiters(self) -> None:
+        """Wake every fetch waiting on this partition (HW move, stop, shutdown)."""
+        event, self._hw_moved = self._hw_moved, LazyEvent()
+        event.set()
+
+    async def wait_for_hw_above(self, offset: int, timeout_s: float) -> None:
+        """Return when the HW passes ``offset``, the partition stops, or ``timeout_s`` passes."""
+        self.fetch_waiters += 1
+        try:
+            deadline = time.monotonic() + timeout_s
+            life = self.life
+            while self.log.high_watermark <= offset and not life.closed and not life.stopping:
+                left = deadline - time.monotonic()
+                if left <= 0 or not await self._hw_moved.wait_within(left):
+                    return
+        finally:
+            self.fetch_waiters -= 1
 
     async def wait_committed(self, end: int, failures: int, timeout_s: float) -> bool:
         """Wait until the HW reaches ``end``: True then; False (at once when seen) if
@@ -85,9 +143,21 @@ class Committer:
             if log_.high_watermark >= end:
                 return True
             left = deadline - time.monotonic()
-            if self._closed or log_.log_end_offset < end or left <= 0:
+            if self.life.closed or log_.log_end_offset < end or left <= 0:
                 return False
             await self._hw_moved.wait_within(left)
+
+    def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """A place in this partition's order of NATS copies, taken right after an append
+        (so in append order): the previous holder's future (None: nothing pending before)
+        and this one's, which its holder must finish once its copies went or were given
+        up, so that a later request's copies never overtake these."""
+        prev = self._copies_tail
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._copies_tail = mine
+        return (None if prev is None or prev.done() else prev), mine
+
+    # ---------------------------------------------------------------- the flusher
 
     async def _flusher(self) -> None:
         while True:
@@ -100,7 +170,7 @@ class Committer:
                 # On the loop only where the fsync stands between a record and its
                 # readers; with ``written``/``replicated`` it is background work.
                 flushed = await self.fsyncs.flush(
-                    self.log, target, on_loop=self._core.durability == DURABILITY_FLUSHED
+                    self.log, target, on_loop=self.core.durability == DURABILITY_FLUSHED
                 )
                 if hops.ENABLED:
                     hops.mark("fsync.end")
@@ -110,11 +180,11 @@ class Committer:
                 continue
             except Exception as exc:
                 log.error("flush failed; retrying", extra=self._fields(error=repr(exc)))
-                await self._fail_pending_all(ErrorCode.STORAGE_ERROR, f"flush failed: {exc}")
+                await self.fail_pending_all(ErrorCode.STORAGE_ERROR, f"flush failed: {exc}")
                 await anyio.sleep(FLUSH_RETRY_S)
                 self._dirty.set()
                 continue
-            await self._commit(flushed)
+            await self.commit(flushed)
 
     async def _recover_unsynced(self, exc: Exception) -> None:
         """An fsync failed: cut the log back to its last good sync (spec/storage.md,
@@ -140,26 +210,61 @@ class Committer:
                 "fsync failed and the log cannot be cut back to disk; stopping the partition",
                 extra=self._fields(error=repr(again), first_error=repr(exc)),
             )
-            self.stop(drain=False)
+            self.stop_replica(drain=False)
             return
-        out = self._core.cut(end, f"fsync failed, the record is not stored (retry): {exc}")
+        out = self.core.cut(end, f"fsync failed, the record is not stored (retry): {exc}")
         log.error(
             "fsync failed: cut the log back to its last good sync; the records above it "
             "must come again from their producers or the leader",
             extra=self._fields(error=repr(exc), flushed=cut_from, leo_was=leo, leo=end),
         )
-        await self._carry_out(out)
+        await self.carry_out(out)
         if out.renew_epoch is not None:
             self.renew_leadership(out.renew_epoch)
 
-    async def _commit(self, flushed: int) -> None:
+    async def commit_here(self) -> None:
+        """Fsync and commit what is appended in the calling task, as the flusher would.
+
+        For a request that appended in its own task and waits for the commit anyway (an
+        ALL ack on a server alone, durability ``flushed``): the hand-off to the flusher
+        and the request's wake-up once the flusher settled it are two event-loop turns on
+        the way to its answer (``docs/latency.md``, "Hops"). Group commit still holds:
+        the storage engine's flush covers everything appended before it and lets a
+        concurrent flush wait or run after it. A failure (or anything unexpected) is left
+        to the flusher, which recovers from it as always."""
+        log_ = self.log
+        try:
+            if hops.ENABLED:
+                hops.mark("fsync.start")
+            flushed = await self.fsyncs.flush(log_, log_.log_end_offset, on_loop=True)
+            if hops.ENABLED:
+                hops.mark("fsync.end")
+        except Exception:
+            self.request_flush()
+            return
+        await self.commit(flushed)
+
+    async def final_flush(self) -> None:
+        """At the end of ``run``: flush what is left, commit it, fail the pending ALL acks."""
+        try:
+            log_ = self.log
+            if log_.sync_failure is None and log_.flushed_offset >= log_.log_end_offset:
+                flushed = log_.flushed_offset  # nothing to flush: no thread round trip
+            else:
+                flushed = await anyio.to_thread.run_sync(log_.flush)
+            await self.commit(flushed)
+        except Exception:
+            log.exception("final flush failed", extra=self._fields())
+        await self.fail_pending_all(ErrorCode.SHUTTING_DOWN, "partition stopped")
+
+    async def commit(self, flushed: int) -> None:
         """The log is fsynced up to ``flushed``: the core moves the HW and acks."""
         log_ = self.log
-        await self._carry_out(
-            self._core.flushed(flushed, leo=log_.log_end_offset, hw=log_.high_watermark)
+        await self.carry_out(
+            self.core.flushed(flushed, leo=log_.log_end_offset, hw=log_.high_watermark)
         )
 
-    async def _carry_out(self, out: Outcome[PendingAck]) -> None:
+    async def carry_out(self, out: Outcome[PendingAck]) -> None:
         """Do what the core decided: set the HW, answer the acks of this server's Produce
         requests, wake waiters and replica fetches, then send the acks that go through
         NATS. In that order: a producer's answer is the commit's latency, and a woken
@@ -171,27 +276,20 @@ class Committer:
             self.log.set_high_watermark(out.hw)
             moved = True
         messages = (
-            self.acks.route(
-                self.stream,
-                self.partition,
-                [
-                    (p.inbox, p.ack)
-                    if code == ErrorCode.NONE
-                    else (p.inbox, p.ack._replace(error_code=code, error_message=text))
-                    for p, code, text in out.acks
-                ],
-            )
-            if out.acks
-            else None
+            deliver_pending(self.acks, self.stream, self.partition, out.acks) if out.acks else None
         )
         if moved:
             self.wake_waiters()
         if out.wake_replicas:
-            self._wake_replicas()
+            self.wake_replicas()
         if messages:
             await self.acks.send(messages)
         if out.leadership_ended and self.on_leadership_end is not None:
             self.on_leadership_end(self.stream, self.partition)
 
-    async def _fail_pending_all(self, code: ErrorCode, message: str) -> None:
-        await self._carry_out(self._core.fail_all(code, message))
+    async def fail_pending_all(self, code: ErrorCode, message: str) -> None:
+        """Fail every pending ALL ack with ``code``."""
+        await self.carry_out(self.core.fail_all(code, message))
+
+    def _fields(self, **extra: Any) -> dict[str, Any]:
+        return fields(stream=self.stream, partition=self.partition, **extra)

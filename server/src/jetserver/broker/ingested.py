@@ -1,12 +1,15 @@
-"""What a partition's sequencer takes: one message as NATS or a direct Produce gave it."""
+"""What a partition's sequencer takes: a message from NATS, or a direct Produce batch."""
 
 from __future__ import annotations
 
-from jetsdk.codec.transcode import DirectRecord
+from jetserver.broker.direct import DirectBatch
 
-__all__ = ["Ingested"]
+__all__ = ["Ingested", "Queued"]
 
-Ingested = tuple[str, str, bytes, "tuple[tuple[str, bytes], ...] | DirectRecord | None"]
-"""A message queued for the sequencer: subject, reply ("" if none), payload, and either
-its NATS header lines as sent (None if none) or, for a Produce message appended directly,
-where it lies in its request (the payload is then its envelope, which is not parsed)."""
+Ingested = tuple[str, str, bytes, "tuple[tuple[str, bytes], ...] | None"]
+"""A message from NATS queued for the sequencer: subject, reply ("" if none), payload, and
+its NATS header lines as sent (None if none)."""
+
+Queued = Ingested | DirectBatch
+"""An entry of the sequencer's queue: one NATS message, or every message of one Produce
+request appended directly (:mod:`jetserver.broker.direct`)."""

@@ -1,13 +1,20 @@
-"""Produce through the server: publish to NATS in envelopes, collect the leader's acks.
+"""Produce through the server: append directly where the leader is here, else publish.
 
-Every Produce request gets a token; its messages are published with the ack inbox
-``<prefix>.<token>`` and correlation ids ``"0"``, ``"1"``, ... (the message index). One
-wildcard subscription ``<prefix>.*`` receives every ack for this server and routes it by
-token to the waiting request, which answers once every message is acked or its timeout
-passes (TIMEOUT for the missing ones: they may or may not be stored). Acks from partitions
-led by this server arrive in process (:meth:`ProduceService._on_local_acks`, registered in
-:attr:`~jetserver.broker.acks.AckRouter.local_inboxes`), the others through the
-subscription.
+Every Produce request waits on a :class:`~jetserver.broker.direct.ProduceCompletion`, one
+result per message. Where this server leads the partition and may take the request
+directly, its messages reach the sequencer as one typed
+:class:`~jetserver.broker.direct.DirectBatch`, settled in process by message index (no
+inbox, no correlation ids); their NATS copies for live subscribers follow the commit.
+
+Otherwise the messages are published to NATS in envelopes with the ack inbox
+``<prefix>.<token>`` (a token per request) and correlation ids ``"0"``, ``"1"``, ... (the
+message index, as the wire's envelope carries it). One wildcard subscription
+``<prefix>.*`` receives every ack for this server and routes it by token to the waiting
+request, which answers once every message is acked or its timeout passes (TIMEOUT for the
+missing ones: they may or may not be stored). Acks to these inboxes from a replica of this
+server (a message that came back through NATS) arrive in process
+(:meth:`ProduceService._on_local_acks`, registered in
+:attr:`~jetserver.broker.acks.AckRouter.local_inboxes`).
 
 Task safety: event loop thread only.
 """
@@ -28,6 +35,7 @@ from jetsdk.codec.envelope_acks import decode_ack_tuples
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import (
+    ProduceHead,
     ProduceRequest,
     ProduceResult,
     decode_produce_head,
@@ -38,12 +46,12 @@ from jetsdk.codec.messages import (
 from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envelopes
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
+from jetserver.broker.direct import DirectBatch, ProduceCompletion, Result
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.stored_copy import stored_header_block
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
-from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.reserved import is_internal
 from jetserver.metadata.validate import (
@@ -57,8 +65,6 @@ from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 After = Callable[[], Awaitable[None]]
 """Work a request leaves for after its response (``Reply.after`` in
 :mod:`jetserver.protocol.connection`)."""
-Result = tuple[int, int, int]
-"""A message's outcome: (error_code, offset, timestamp)."""
 _PUBLISHED: Result = (ErrorCode.NONE, -1, -1)
 """Result of a message with ack policy NONE that reached NATS."""
 _UNAVAILABLE: Result = (ErrorCode.UNAVAILABLE, -1, -1)
@@ -70,19 +76,6 @@ _NOT_LEADER: Result = (ErrorCode.NOT_LEADER, -1, -1)
 may or may not be stored: an idempotent producer's retry is deduplicated)."""
 
 log = logging.getLogger(__name__)
-
-
-@attrs.define(eq=False)
-class _Waiting:
-    """A Produce request waiting for its acks."""
-
-    stream: str
-    partition: int
-    results: list[Result | None]
-    remaining: int
-    done: LazyEvent = attrs.field(factory=LazyEvent)
-    """Set once every ack arrived (an anyio.Event only if someone waits: most requests that
-    append in their own task never do)."""
 
 
 @attrs.define(eq=False)
@@ -101,7 +94,7 @@ class ProduceService:
     for comparison in ``bench latency``)."""
     _prefix: str = ""
     _sub: SubscriptionHandle | None = None
-    _waiting: dict[str, _Waiting] = attrs.field(factory=dict)
+    _waiting: dict[str, ProduceCompletion] = attrs.field(factory=dict)
     _tokens: itertools.count[int] = attrs.field(factory=itertools.count)
     acks_unmatched: int = 0
     """Acks received for no waiting request (late, after a timeout)."""
@@ -119,14 +112,8 @@ class ProduceService:
         waiting for its acks now (NOT_LEADER for the messages not acked yet) instead of at
         their timeout; NATS drops what is published while no replica subscribes."""
         for waiting in self._waiting.values():
-            if waiting.stream != stream or waiting.partition != partition:
-                continue
-            results = waiting.results
-            for i, result in enumerate(results):
-                if result is None:
-                    results[i] = _NOT_LEADER
-            waiting.remaining = 0
-            waiting.done.set()
+            if waiting.stream == stream and waiting.partition == partition:
+                waiting.fail_unsettled(_NOT_LEADER)
 
     async def stop(self) -> None:
         """Unsubscribe; waiting requests time out on their own."""
@@ -148,7 +135,7 @@ class ProduceService:
             return
         stream, partition = waiting.stream, waiting.partition
         # Every stream a subject feeds acks the message; only ours counts.
-        _settle(
+        _settle_from_wire(
             waiting,
             (
                 (offset, timestamp, corr, code)
@@ -160,22 +147,25 @@ class ProduceService:
     def _on_local_acks(
         self, token: str, stream: str, partition: int, acks: Sequence[PartitionAck]
     ) -> None:
-        """Acks of ``stream``/``partition`` on this server to ``<prefix>.<token>``."""
+        """Acks of ``stream``/``partition`` on this server to ``<prefix>.<token>``: of
+        messages that reached a replica here through NATS (a replicated partition's LEADER
+        acks); those appended directly are settled in process (broker/direct.py)."""
         waiting = self._waiting.get(token)
         if waiting is None:
             self.acks_unmatched += 1
             return
         if partition != waiting.partition or stream != waiting.stream:
             return  # another stream fed by the same subject
-        _settle(
+        _settle_from_wire(
             waiting,
             ((offset, timestamp, corr, code) for offset, timestamp, corr, _p, code, _t in acks),
         )
 
     def _may_take_direct(self, stream: str, partition: int, policy: int) -> bool:
         """True if the partition is open here and takes Produce directly now (a hint:
-        :meth:`_check` decides)."""
-        if not self.direct:
+        :meth:`_check` decides, with no await in between, so a replica it picks always
+        has the records this asked for)."""
+        if not (self.direct or is_internal(stream)):
             return False
         replica = self.streams.local_replica(stream, partition)
         return replica is not None and replica.takes_direct(policy)
@@ -256,7 +246,9 @@ class ProduceService:
             await after()
         return response
 
-    async def produce_then(self, body: bytes) -> tuple[bytes, After | None]:
+    async def produce_then(
+        self, body: bytes, head: ProduceHead | None = None
+    ) -> tuple[bytes, After | None]:
         """Serve a Produce request body: the response body (one result per message, in
         order) and the work to do once the response is on its way (None: nothing).
 
@@ -278,7 +270,8 @@ class ProduceService:
         token = format(next(self._tokens), "x")
         inbox = f"{self._prefix}.{token}"
         # Where each message lies in the request, if this server may append it directly.
-        head = decode_produce_head(body)
+        if head is None:
+            head = decode_produce_head(body)
         records: list[DirectRecord | None] | None = (
             [] if self._may_take_direct(head[0], head[1], head[2]) else None
         )
@@ -293,7 +286,7 @@ class ProduceService:
             )
         results: list[Result | None] = [None] * n
         after: After | None = None
-        waiting = _Waiting(stream, partition, results=results, remaining=0)
+        waiting = ProduceCompletion(stream, partition, results=results, remaining=0)
         if policy != AckPolicy.NONE:
             self._waiting[token] = waiting
         timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
@@ -319,7 +312,7 @@ class ProduceService:
         try:
             with anyio.move_on_after(timeout_s):
                 if replica is not None and await replica.ingest_direct(
-                    to_send, _records_of(records, sent_index), policy
+                    _direct_batch(to_send, records, sent_index, policy, waiting)
                 ):
                     appended_end = replica.log.log_end_offset  # if appended in this task
                     turn = replica.copies_turn() if replica.replication_factor == 1 else None
@@ -441,14 +434,24 @@ def _check_internal(
     )
 
 
-def _records_of(
-    records: list[DirectRecord | None] | None, indexes: list[int]
-) -> list[DirectRecord] | None:
-    """The direct records of the messages at ``indexes`` (those with an envelope, so each
-    has one), or None if there are none."""
-    if records is None:
-        return None
-    return [r for i in indexes if (r := records[i]) is not None]
+def _direct_batch(
+    to_send: list[tuple[str, bytes]],
+    records: list[DirectRecord | None] | None,
+    indexes: list[int],
+    policy: int,
+    completion: ProduceCompletion,
+) -> DirectBatch:
+    """The typed batch of the messages at ``indexes`` (``to_send[i]`` is message
+    ``indexes[i]``, each with an envelope, so each has a record)."""
+    assert records is not None  # built whenever a replica here may take them directly
+    return DirectBatch(
+        subjects=[subject for subject, _payload in to_send],
+        records=[r for i in indexes if (r := records[i]) is not None],
+        indexes=indexes,
+        policy=policy,
+        completion=completion,
+        size=sum(len(payload) for _subject, payload in to_send),
+    )
 
 
 def _finish_after(prev: asyncio.Future[None] | None, mine: asyncio.Future[None]) -> None:
@@ -481,23 +484,16 @@ def _stored(
     return stored, end
 
 
-def _settle(waiting: _Waiting, acks: Iterable[tuple[int, int, str, int]]) -> None:
-    """Record ``(offset, timestamp, correlation id, code)`` acks of ``waiting``'s partition
-    (ids are message indexes; unknown or repeated ones are ignored); wake it when complete."""
-    results = waiting.results
-    count = len(results)
-    matched = 0
+def _settle_from_wire(
+    completion: ProduceCompletion, acks: Iterable[tuple[int, int, str, int]]
+) -> None:
+    """Settle ``(offset, timestamp, correlation id, code)`` acks that came to the request's
+    NATS inbox: there the correlation id is the message's index as text (the wire's
+    envelope field, :func:`~jetsdk.codec.transcode.produce_envelopes`); an id that is not
+    one is ignored, as are unknown or repeated indexes."""
     for offset, timestamp, corr, code in acks:
         try:
             index = int(corr)
         except ValueError:
             continue
-        if not 0 <= index < count or results[index] is not None:
-            continue
-        results[index] = (code, offset, timestamp)
-        matched += 1
-    waiting.remaining -= matched
-    if waiting.remaining <= 0:
-        if hops.ENABLED:
-            hops.mark("acked")
-        waiting.done.set()
+        completion.settle(index, code, offset, timestamp)

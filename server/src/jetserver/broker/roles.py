@@ -1,9 +1,12 @@
-"""Replication roles of a partition replica: leader, follower, none (spec/cluster.md).
+"""The role driver of a partition replica: leader, follower, none (spec/cluster.md).
 
-:class:`ReplicaRoles` is mixed into :class:`~jetserver.broker.partition.PartitionReplica`
-(which holds the fields declared here); it implements
-:meth:`~ReplicaRoles.apply_assignment`, the leader's side of replica fetches and ISR
-proposals, and starts the follower's :class:`~jetserver.replication.fetcher.FollowerFetcher`.
+:class:`RoleDriver` drives the replica's :class:`~jetserver.replication.core.ReplicaCore`
+for assignments (:meth:`RoleDriver.apply_assignment`), runs the role's tasks (the leader's
+ISR proposals, the follower's :class:`~jetserver.replication.fetcher.FollowerFetcher`),
+holds the NATS subscription of a leader, and moves the HW for a leader's replica fetches
+(:meth:`RoleDriver.replica_fetched`). It changes the sequencer only through its narrow
+calls (the epoch stamped on records, dropping what is queued) and the HW only through the
+committer.
 
 - Becoming **leader** (a new epoch): stop the previous role, record the epoch's start
   offset in the epoch cache, rebuild the idempotent-producer table from the log tail, start
@@ -25,24 +28,24 @@ waits for) before it acts.
 
 from __future__ import annotations
 
-import collections
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
-from nats.aio.msg import Msg
+import attrs
 
-from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetserver.broker.acks import PendingAck
-from jetserver.broker.ingested import Ingested
+from jetserver.broker.commit import Committer
+from jetserver.broker.ingest_side import Intake
+from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
+from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stream_files import tail_records
-from jetserver.errors import ApiError
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
+from jetserver.logs import fields
 from jetserver.metadata.model import (
     DEFAULT_DUPLICATE_WINDOW_S,
     DURABILITY_FLUSHED,
@@ -50,9 +53,8 @@ from jetserver.metadata.model import (
     StreamSpec,
 )
 from jetserver.metadata.reserved import is_internal
-from jetserver.nats_fast import SkipMarked
 from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
-from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig, replica_at
+from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.control import (
     server_down_event_of,
     server_down_of,
@@ -62,7 +64,6 @@ from jetserver.replication.control import (
 from jetserver.replication.core import (
     ROLE_FOLLOWER,
     ROLE_NONE,
-    Outcome,
     Plan,
     ReplicaCore,
 )
@@ -78,80 +79,113 @@ log = logging.getLogger(__name__)
 SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 """Bound on confirming a new NATS subscription (a PING round trip)."""
 
+__all__ = ["SUBSCRIBE_CONFIRM_TIMEOUT_S", "RoleDriver", "new_core"]
 
-class ReplicaRoles:
-    """The role half of :class:`~jetserver.broker.partition.PartitionReplica`: the driver
-    of its :class:`~jetserver.replication.core.ReplicaCore` for assignments."""
 
-    # Fields and methods of PartitionReplica used here.
+def new_core(
+    log_: Log,
+    *,
+    server_id: str,
+    clustered: bool,
+    spec: StreamSpec | None,
+    replication: ReplicationConfig,
+    producers: ProducerTable,
+) -> ReplicaCore[PendingAck]:
+    """The core of a replica over ``log_``, with the damage its recovery reported."""
+    report = log_.recovery
+    return ReplicaCore(
+        me=server_id,
+        clustered=clustered,
+        durability=spec.durability if spec is not None else DURABILITY_FLUSHED,
+        min_isr=spec.min_isr if spec is not None else 1,
+        lag_max_s=replication.replica_lag_max_s,
+        duplicate_window_s=(
+            spec.duplicate_window_s if spec is not None else DEFAULT_DUPLICATE_WINDOW_S
+        ),
+        producers=producers,
+        damaged=not report.ok,
+        found_damage=bool(report.corrupt_files or report.unreadable_ranges),
+    )
+
+
+@attrs.define(eq=False, repr=False)
+class RoleDriver:
+    """The role of one partition replica (module docstring)."""
+
     stream: str
+    """Stream name."""
     partition: int
+    """Partition number."""
     subject: str
+    """The NATS subject a leader subscribes to."""
     log: Log
+    """The partition's log (epoch cache, producer rebuild, a follower's fetches)."""
     link: NatsLink
-    leader_epoch: int
-    producers: ProducerTable
+    """NATS link for the leader's subscription."""
+    core: ReplicaCore[PendingAck]
+    """The replica's decisions."""
+    committer: Committer
+    """Carries out the core's outcomes (HW, ALL acks); flushes."""
+    sequencer: Sequencer
+    """Takes the epoch to stamp; drops its queue when a role ends."""
+    intake: Intake
+    """The leader's NATS subscription feeds it."""
+    life: Lifecycle
+    """The replica's running state (read only here)."""
+    owner: object
+    """The replica that owns the NATS ingest subscription (``NatsLink`` echo checks)."""
     server_id: str
+    """This server's id."""
     controller: ControlPlane | None
+    """Where ISR changes and silent leaders go (None on a server alone)."""
     queue_group: str
+    """NATS queue group of the subscription."""
     replication_factor: int
-    spec: StreamSpec | None
+    """Replicas of the partition."""
     replication: ReplicationConfig
+    """Replication timings."""
     fetch_sessions: FetchSessions | None
+    """The server's fetch sessions, shared by followers (None: each runs its own)."""
     fsyncs: FsyncRunner
-    _core: ReplicaCore[PendingAck]
-    _closed: bool
-    _stopping: bool
-    _queue: collections.deque[Ingested]
-    _queued_bytes: int
-    _space: LazyEvent
-    _request_flush: Callable[[], None]
-    _fetcher: FollowerFetcher | None
-    _sub: SubscriptionHandle | None
-    _tg: TaskGroup | None
-    _role_scope: anyio.CancelScope | None
-    _role_done: anyio.Event | None
-    _role_lock_: anyio.Lock | None
-    _run_started: LazyEvent
-    _replica_news: LazyEvent
-    _news_wakers: set[anyio.Event] | None
-    _isr_wake: LazyEvent
-    _committed_floor: int
-    on_message: Callable[[Msg], Awaitable[None]]
-    accept: Callable[[str, str, bytes], bool]
-    skip_copies: SkipMarked
-    wake_waiters: Callable[[], None]
-    _fields: Callable[..., dict[str, Any]]
-
-    if TYPE_CHECKING:  # from Committer (broker/commit.py)
-
-        async def _carry_out(self, out: Outcome[PendingAck]) -> None: ...
-
+    """Where a follower's fsyncs run."""
+    _fetcher: FollowerFetcher | None = None
+    _sub: SubscriptionHandle | None = None
+    _role_scope: anyio.CancelScope | None = None
+    _role_done: anyio.Event | None = None
+    _role_lock_: anyio.Lock | None = None
+    _isr_wake: LazyEvent = attrs.field(factory=LazyEvent)
+    _committed_floor: int = 0
     _scrubbed: bool = False
     """The log was CRC-checked (or needs no check) since this process opened it."""
 
-    def _init_roles(self) -> None:
-        """The core, with the damage recovery reported (called once the fields are set)."""
-        log_ = self.log
-        report = log_.recovery
-        self._core = ReplicaCore(
-            me=self.server_id,
-            clustered=self.controller is not None,
-            durability=self.spec.durability if self.spec is not None else DURABILITY_FLUSHED,
-            min_isr=self.spec.min_isr if self.spec is not None else 1,
-            lag_max_s=self.replication.replica_lag_max_s,
-            duplicate_window_s=(
-                self.spec.duplicate_window_s
-                if self.spec is not None
-                else DEFAULT_DUPLICATE_WINDOW_S
-            ),
-            producers=self.producers,
-            damaged=not report.ok,
-            found_damage=bool(report.corrupt_files or report.unreadable_ranges),
-        )
-        self._committed_floor = max(log_.high_watermark, checkpointed_hw(log_))
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"RoleDriver({self.stream}/{self.partition})"
 
-    async def _scrub_at_open(self) -> None:
+    def __attrs_post_init__(self) -> None:
+        self._committed_floor = max(self.log.high_watermark, checkpointed_hw(self.log))
+
+    @property
+    def fetcher(self) -> FollowerFetcher | None:
+        """The fetch loop while following (None otherwise)."""
+        return self._fetcher
+
+    @property
+    def subscription(self) -> SubscriptionHandle | None:
+        """The leader's NATS subscription (None: not subscribed)."""
+        return self._sub
+
+    @property
+    def role_scope(self) -> anyio.CancelScope | None:
+        """The cancel scope of the role's task (None: none runs)."""
+        return self._role_scope
+
+    def wake_isr(self) -> None:
+        """Have the ISR check look again now (a follower's fetch may have changed it)."""
+        self._isr_wake.set()
+
+    async def scrub_at_open(self) -> None:
         """A replicated partition opened after an unclean shutdown (or after any, with
         ``replication.scrub_on_clean_start``): CRC-check the whole log and truncate at the
         first damaged record (see :mod:`~jetserver.replication.scrub`).
@@ -171,38 +205,8 @@ class ReplicaRoles:
             return
         self._scrubbed = True
         if await scrub_and_truncate(log_, self.stream, self.partition):
-            self._core.damaged = True
-            self._core.found_damage = True
-
-    @property
-    def role(self) -> str:
-        """``single``, ``leader``, ``follower`` or ``none``."""
-        return self._core.role
-
-    @property
-    def assignment(self) -> PartitionAssignment | None:
-        """The last assignment applied (None: none yet, or a server alone)."""
-        return self._core.assignment
-
-    @property
-    def leader_state(self) -> LeaderState | None:
-        """The replication state while leading (None otherwise)."""
-        return self._core.leader_state
-
-    @property
-    def fetcher(self) -> FollowerFetcher | None:
-        """The fetch loop while following (None otherwise)."""
-        return self._fetcher
-
-    @property
-    def durability(self) -> str:
-        """The stream's durability setting."""
-        return self._core.durability
-
-    @property
-    def min_isr(self) -> int:
-        """The stream's minimum ISR for ALL acks."""
-        return self._core.min_isr
+            self.core.damaged = True
+            self.core.found_damage = True
 
     async def apply_assignment(
         self, assignment: PartitionAssignment, addresses: Mapping[str, str]
@@ -238,13 +242,13 @@ class ReplicaRoles:
 
     async def _take(self, assignment: PartitionAssignment, addresses: Mapping[str, str]) -> bool:
         """Under the role lock; False if a stop came before the role was taken (none)."""
-        core = self._core
+        core = self.core
         address = addresses.get(assignment.leader or "", "")
         plan = core.assign(assignment, address)
         if plan is Plan.KEEP:
             return True
         if plan is Plan.ADOPT_ISR:
-            await self._carry_out(core.adopt_isr(assignment, self.log.high_watermark))
+            await self.committer.carry_out(core.adopt_isr(assignment, self.log.high_watermark))
             self._isr_wake.set()  # new members: the ISR check's next time may be sooner
             return True
         if plan is Plan.LEAD:
@@ -286,18 +290,13 @@ class ReplicaRoles:
 
     async def _wait_for_run(self) -> bool:
         """True once :meth:`run` started; False if a stop (or the end of ``run``) came first."""
-        if not self._run_started.is_set():
-            await self._run_started.wait()
+        if not self.life.run_started.is_set():
+            await self.life.run_started.wait()
         return self._roles_open()
 
     def _roles_open(self) -> bool:
         """True while role tasks may start: :meth:`run` runs and no stop was asked."""
-        return self._tg is not None and not (self._closed or self._stopping)
-
-    @property
-    def leading(self) -> bool:
-        """True while records may be appended here (leader or single)."""
-        return self._core.leading
+        return self.life.open
 
     def _role_lock(self) -> anyio.Lock:
         if self._role_lock_ is None:  # created on first use: idle partitions hold none
@@ -310,8 +309,8 @@ class ReplicaRoles:
         ask the metadata, until it answers with a later epoch, to renew the leadership
         (ReportLeader from the leader itself). Followers reconcile with the new epoch and
         truncate what the cut took back."""
-        if self._tg is not None:
-            self._tg.start_soon(self._renew, epoch)
+        if self.life.tg is not None:
+            self.life.tg.start_soon(self._renew, epoch)
 
     async def _renew(self, epoch: int) -> None:
         log.warning(
@@ -320,11 +319,11 @@ class ReplicaRoles:
             extra=self._fields(leader_epoch=epoch, leo=self.log.log_end_offset),
         )
         async with self._role_lock():
-            if self._core.fenced_epoch == epoch and self._core.role == ROLE_NONE:
+            if self.core.fenced_epoch == epoch and self.core.role == ROLE_NONE:
                 await self._end_role(ROLE_NONE)  # unsubscribe, stop the ISR task
         failures = 0
-        while self.controller is not None and not (self._closed or self._stopping):
-            a = self._core.assignment
+        while self.controller is not None and not self.life.ending:
+            a = self.core.assignment
             if a is None or a.leader_epoch > epoch or a.leader != self.server_id:
                 return  # renewed (or moved): apply_assignment takes it from here
             await self.controller.report_leader_silent(
@@ -335,11 +334,9 @@ class ReplicaRoles:
 
     async def _end_role(self, next_role: str) -> None:
         """Stop the current role's tasks, ingest and pending acks; switch to ``next_role``."""
-        out = self._core.end_role(next_role)
-        await self._unsubscribe()
-        self._queue.clear()
-        self._queued_bytes = 0
-        self._space.set()
+        out = self.core.end_role(next_role)
+        await self.unsubscribe()
+        self.sequencer.drop_queued()
         scope, done = self._role_scope, self._role_done
         self._role_scope = self._role_done = None
         if scope is not None:
@@ -347,13 +344,13 @@ class ReplicaRoles:
         if done is not None:
             await done.wait()
         self._fetcher = None
-        await self._carry_out(out)
-        self.wake_waiters()
+        await self.committer.carry_out(out)
+        self.committer.wake_waiters()
 
     def _start_role_task(self, fn: Callable[[], Any]) -> None:
         """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`); only while
         :meth:`_roles_open` (its callers check that after their last await)."""
-        assert self._tg is not None
+        assert self.life.tg is not None
         scope = anyio.CancelScope()
         done = anyio.Event()
         self._role_scope, self._role_done = scope, done
@@ -367,7 +364,7 @@ class ReplicaRoles:
             finally:
                 done.set()
 
-        self._tg.start_soon(runner)
+        self.life.tg.start_soon(runner)
 
     async def _become_leader(self, a: PartitionAssignment) -> bool:
         """Lead ``a.leader_epoch``; False if a stop began meanwhile (in the thread calls)."""
@@ -385,8 +382,8 @@ class ReplicaRoles:
                 "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
             )
             table = None
-        self.leader_epoch = a.leader_epoch
-        out = self._core.lead(
+        self.sequencer.leader_epoch = a.leader_epoch
+        out = self.core.lead(
             a,
             leo=log_.log_end_offset,
             flushed=log_.flushed_offset,
@@ -394,15 +391,15 @@ class ReplicaRoles:
             now=anyio.current_time(),
             producers=table,
         )
-        await self._carry_out(out)
+        await self.committer.carry_out(out)
         if not self._roles_open():  # a stop came during the worker-thread calls above
             await self._end_role(ROLE_NONE)
             return False
-        self._request_flush()  # flush whatever a previous role left unflushed
+        self.committer.request_flush()  # flush whatever a previous role left unflushed
         self._start_role_task(self._isr_loop)
         await self._subscribe()
-        if self._tg is None:  # run ended while subscribing: its end unsubscribed before
-            await self._unsubscribe()
+        if self.life.tg is None:  # run ended while subscribing: its end unsubscribed before
+            await self.unsubscribe()
         return True
 
     async def _become_follower(self, a: PartitionAssignment, address: str) -> bool:
@@ -413,7 +410,7 @@ class ReplicaRoles:
         if not self._roles_open() or rejoin:
             await self._end_role(ROLE_NONE)
             return self._roles_open()
-        core = self._core
+        core = self.core
         core.follow(a, address)
         sessions = self.fetch_sessions
         session = sessions.acquire(address) if sessions is not None and address else None
@@ -426,10 +423,10 @@ class ReplicaRoles:
             leader_address=address,
             leader_epoch=a.leader_epoch,
             log=self.log,
-            durability=self.durability,
+            durability=self.core.durability,
             config=self.replication,
             on_hw=self._follower_hw,
-            request_flush=self._request_flush,
+            request_flush=self.committer.request_flush,
             controller=self.controller,
             committed_floor=self._committed_floor,
             damaged=core.damaged,
@@ -442,7 +439,7 @@ class ReplicaRoles:
             fsyncs=self.fsyncs,
         )
         self._fetcher = fetcher
-        self.leader_epoch = a.leader_epoch
+        self.sequencer.leader_epoch = a.leader_epoch
 
         async def run_fetcher() -> None:
             try:
@@ -457,18 +454,18 @@ class ReplicaRoles:
     async def _follower_hw(self, hw: int) -> None:
         if hw > self.log.high_watermark:
             self.log.set_high_watermark(hw)
-            self.wake_waiters()
+            self.committer.wake_waiters()
 
     async def _subscribe(self) -> None:
         if self._sub is not None or is_internal(self.stream):
             return  # an internal stream takes no NATS messages (spec/security.md §2)
         self._sub = await self.link.subscribe(
             self.subject,
-            self.on_message,
+            self.intake.on_message,
             queue=self.queue_group,
-            sink=self.accept,
-            skip=self.skip_copies,
-            ingest_owner=self,
+            sink=self.intake.accept,
+            skip=self.intake.skip_copies,
+            ingest_owner=self.owner,
         )
         try:
             await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S, ingest=True)
@@ -476,14 +473,14 @@ class ReplicaRoles:
             # nats-py replays the subscription once the link is back.
             log.warning("cannot confirm the subscription", extra=self._fields(error=str(exc)))
 
-    async def _unsubscribe(self) -> None:
+    async def unsubscribe(self) -> None:
         sub, self._sub = self._sub, None
         if sub is not None:
             await sub.unsubscribe()
 
     async def _isr_loop(self) -> None:
         """Leader: propose ISR changes (lagging followers out, caught-up ones in)."""
-        core = self._core
+        core = self.core
         interval = self.replication.isr_check_interval_s
         while True:
             with anyio.move_on_after(core.isr_check_wait_s(anyio.current_time(), interval)):
@@ -507,95 +504,20 @@ class ReplicaRoles:
                 )
             if core.leader_state is not state:
                 return
-            await self._carry_out(
+            await self.committer.carry_out(
                 core.proposal_done(state, proposal, accepted, hw=self.log.high_watermark)
             )
             if not accepted:
                 await anyio.sleep(self.replication.isr_check_interval_s)
 
-    # ---------------------------------------------------------------- replica fetches
-
-    def check_leader(self, leader_epoch: int) -> LeaderState:
-        """The leader state if this replica leads in ``leader_epoch`` (-1: any epoch).
-
-        Raises:
-            ApiError: NOT_LEADER (details ``leader``, ``leader_epoch``).
-        """
-        state = self._core.leader_state
-        if state is None or (leader_epoch >= 0 and leader_epoch != state.leader_epoch):
-            a = self._core.assignment
-            raise ApiError(
-                ErrorCode.NOT_LEADER,
-                f"this server does not lead {self.stream}/{self.partition} in epoch {leader_epoch}",
-                {
-                    "stream": self.stream,
-                    "partition": self.partition,
-                    "leader": a.leader if a is not None else None,
-                    "leader_epoch": a.leader_epoch if a is not None else None,
-                },
-            )
-        return state
-
-    def follower_name(self, replica_id: int) -> str:
-        """The server id of follower ``replica_id``.
-
-        Raises:
-            ApiError: INVALID_ARGUMENT if it is not a follower of this partition.
-        """
-        a = self._core.assignment
-        name = replica_at(a.replicas, replica_id) if a is not None else None
-        if name is None or name == self.server_id:
-            raise ApiError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"replica_id {replica_id} is not a follower of {self.stream}/{self.partition}",
-                {"field": "replica_id"},
-            )
-        return name
-
     async def replica_fetched(self, follower: str, offset: int, flushed: int) -> None:
         """Leader: a replica fetch from ``follower`` at ``offset`` reporting ``flushed``."""
-        out = self._core.replica_fetched(
+        out = self.core.replica_fetched(
             follower, offset, flushed, anyio.current_time(), hw=self.log.high_watermark
         )
         if out.wake_isr:
             self._isr_wake.set()
-        await self._carry_out(out)
+        await self.committer.carry_out(out)
 
-    def replica_has_news(self, follower: str, offset: int) -> bool:
-        """True if a replica fetch at ``offset`` can be answered with records or a new HW."""
-        state = self._core.leader_state
-        if state is None or self._closed or self._stopping:
-            return True
-        return offset < self.log.log_end_offset or state.follower_needs_hw(follower)
-
-    async def wait_replica_news(self, follower: str, offset: int, timeout_s: float) -> None:
-        """Leader: wait up to ``timeout_s`` until :meth:`replica_has_news`."""
-        with anyio.move_on_after(timeout_s):
-            while not self.replica_has_news(follower, offset):
-                await self._replica_news.wait()
-
-    def _wake_replicas(self) -> None:
-        event, self._replica_news = self._replica_news, LazyEvent()
-        event.set()
-        if self._news_wakers:
-            for waker in self._news_wakers:
-                waker.set()
-
-    def add_news_waker(self, waker: anyio.Event) -> None:
-        """Leader: set ``waker`` whenever parked replica fetches may have news (a fetch
-        session parked on many partitions waits on one event)."""
-        if self._news_wakers is None:
-            self._news_wakers = set()
-        self._news_wakers.add(waker)
-
-    def remove_news_waker(self, waker: anyio.Event) -> None:
-        """Undo :meth:`add_news_waker`."""
-        if self._news_wakers is not None:
-            self._news_wakers.discard(waker)
-            if not self._news_wakers:
-                self._news_wakers = None
-
-    def serves_consumers(self) -> bool:
-        """True if consumers may fetch here: this replica leads, or follows while in the
-        ISR (read replicas: records below its own HW)."""
-        return self._core.serves_consumers()
+    def _fields(self, **extra: Any) -> dict[str, Any]:
+        return fields(stream=self.stream, partition=self.partition, **extra)

@@ -41,6 +41,7 @@ from jetserver.broker.housekeeping import run_housekeeping
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.producers import ProducerTable
+from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
 from jetserver.broker.running import (
     MetadataView,
     RunningPartition,
@@ -62,7 +63,7 @@ from jetserver.broker.stream_files import (
     unknown_stream_dirs,
 )
 from jetserver.config import ServerConfig
-from jetserver.errors import ApiError, partition_not_found, stream_not_found
+from jetserver.errors import ApiError, stream_not_found
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.gc_pause import collector_paused, release_frozen
 from jetserver.lazy_event import LazyEvent
@@ -85,8 +86,6 @@ log = logging.getLogger(__name__)
 SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 APPLY_RETRY_S = 1.0
 """Pause before applying an assignment again after ``apply_assignment`` failed."""
-PARTITION_READY_TIMEOUT_S = 5.0
-"""Default bound of :meth:`StreamManager.wait_partition_ready`."""
 START_OPEN_CONCURRENCY = 1
 """Worker-thread calls opening (recovering) partitions at once: GIL-bound Python, so one
 thread opens while the event loop starts what it opened. At 10,000 partitions on 2 cores,
@@ -125,9 +124,14 @@ class StreamManager:
     :meth:`start`)."""
     fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)  # [storage] fsync_on_loop
     disk: DiskSpace | None = None  # free space: the floor of client writes (None: none)
+    lookup: ReplicaLookup = attrs.field(init=False)
+    """Which local replica serves a request (and whether it may)."""
     _markers: MarkerSync = attrs.field(
         init=False, default=attrs.Factory(lambda self: MarkerSync(self.data_dir), takes_self=True)
     )
+
+    def __attrs_post_init__(self) -> None:
+        self.lookup = ReplicaLookup(self.store, self._running, self.offline, self.config)
 
     def _leadership_ended(self, stream: str, partition: int) -> None:
         for listener in self.leadership_listeners:
@@ -166,79 +170,26 @@ class StreamManager:
         return sorted(self.store.state.streams.values(), key=lambda m: m.name)
 
     def replica(self, name: str, partition: int) -> PartitionReplica:
-        """The local replica of ``name``/``partition``.
+        """:meth:`ReplicaLookup.replica`.
 
         Raises:
-            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, PARTITION_OFFLINE if it is offline
-                (it could not open), or UNAVAILABLE if it is not open (yet).
+            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, PARTITION_OFFLINE, UNAVAILABLE.
         """
-        meta = self.stream(name)
-        if not 0 <= partition < meta.spec.partitions:
-            raise partition_not_found(name, partition, meta.spec.partitions)
-        self.offline.check(name, partition)
-        running = self._running.get((name, partition))
-        if running is None or running.replica.closed or running.stream_id != meta.stream_id:
-            raise ApiError(
-                ErrorCode.UNAVAILABLE,
-                f"partition {name}/{partition} is not open on this server",
-                {"stream": name, "partition": partition},
-            )
-        return running.replica
+        return self.lookup.replica(name, partition)
 
     def leader_replica(self, name: str, partition: int) -> PartitionReplica | None:
-        """Check that this server leads ``name``/``partition`` and return its replica.
-
-        Single server: no check (this server leads everything); returns None (the replica
-        may not be needed, e.g. by Produce).
+        """:meth:`ReplicaLookup.leader_replica`.
 
         Raises:
-            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, NOT_LEADER (details ``leader``,
-                ``leader_epoch``), UNAVAILABLE (this server leads it but has not opened it
-                as leader yet).
+            ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, NOT_LEADER, UNAVAILABLE.
         """
-        if not self.clustered:
-            return None
-        meta = self.stream(name)
-        if not 0 <= partition < meta.spec.partitions:
-            raise partition_not_found(name, partition, meta.spec.partitions)
-        a = meta.partitions[partition]
-        if a.leader != self.server_id:
-            raise ApiError(
-                ErrorCode.NOT_LEADER,
-                f"partition {name}/{partition} is led by {a.leader}, not by this server",
-                {
-                    "stream": name,
-                    "partition": partition,
-                    "leader": a.leader,
-                    "leader_epoch": a.leader_epoch,
-                },
-            )
-        running = self._running.get((name, partition))
-        if (
-            running is None
-            or running.replica.closed
-            or running.applied is None
-            or running.applied[0].leader_epoch != a.leader_epoch
-        ):
-            raise ApiError(
-                ErrorCode.UNAVAILABLE,
-                f"partition {name}/{partition} is not open as leader on this server yet",
-                {"stream": name, "partition": partition},
-            )
-        return running.replica
+        return self.lookup.leader_replica(name, partition)
 
     async def wait_partition_ready(
         self, name: str, partition: int, timeout_s: float = PARTITION_READY_TIMEOUT_S
     ) -> bool:
-        """Wait until the local replica of ``name``/``partition`` has had an assignment
-        applied (cluster mode); False if it did not happen within ``timeout_s``."""
-        with anyio.move_on_after(timeout_s):
-            while True:
-                running = self._running.get((name, partition))
-                if running is not None and running.ready.is_set():
-                    return True
-                await anyio.sleep(0.01)
-        return False
+        """:meth:`ReplicaLookup.wait_partition_ready`."""
+        return await self.lookup.wait_partition_ready(name, partition, timeout_s)
 
     def local_replica(self, name: str, partition: int) -> PartitionReplica | None:
         """The local replica if open, else None (no error)."""

@@ -20,6 +20,10 @@ A partition is offline when it has no live leader as the cluster's liveness view
 their server. The servers are asked at once, each within its own bound. The counts are
 those of user streams, the internal ones apart.
 
+``jet cluster rebalance`` moves partition leaderships back to their preferred (first)
+replicas (RebalanceLeaders; spec/cluster.md, "Preferred leaders"), one bounded round per
+call, repeated with ``--all`` until none is due (at most ``MAX_REBALANCE_ROUNDS`` rounds).
+
 Exit code 0 when every server answers and every partition has a leader, a full ISR and no
 offline replica, 1 otherwise (so scripts doing a rolling restart can wait for 0 between two
 servers).
@@ -33,6 +37,7 @@ from typing import Any
 import anyio
 
 from jetsdk import Client, JetError
+from jetsdk.admin import MAX_REBALANCE, LeaderRebalance, rebalance_leaders
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.metadata import ClusterMetadata, StreamInfo
@@ -47,6 +52,8 @@ from jetserver.cli.stream_cmd import (
 
 SERVER_CONNECT_TIMEOUT_S = 2.0
 """Bound on reaching one listed server."""
+MAX_REBALANCE_ROUNDS = 100
+"""Most rounds ``jet cluster rebalance --all`` runs."""
 
 
 def register(subparsers: Any) -> None:
@@ -69,6 +76,45 @@ def register(subparsers: Any) -> None:
     status.add_argument("--json", action="store_true", help="print one JSON object")
     add_client_options(status)
     status.set_defaults(func=_status)
+    rebalance = sub.add_parser(
+        "rebalance",
+        help="move partition leaderships back to their preferred replicas",
+        description="Elect each partition's preferred (first) replica as its leader where "
+        "it is in the ISR and answers (the metadata leader also does this every few seconds "
+        "unless auto_leader_rebalance is off). One bounded round; --all repeats until none "
+        "is due. Exit code 1 if elections were refused or partitions remain due.",
+    )
+    rebalance.add_argument(
+        "--max", type=int, default=None, help=f"most leaderships per round (1..{MAX_REBALANCE})"
+    )
+    rebalance.add_argument("--all", action="store_true", help="repeat until none is due")
+    rebalance.add_argument("--json", action="store_true", help="print one JSON object")
+    add_client_options(rebalance)
+    rebalance.set_defaults(func=_rebalance)
+
+
+def _rebalance(args: argparse.Namespace) -> int:
+    async def body(client: Client) -> int:
+        moved = refused = rounds = 0
+        result = LeaderRebalance(0, 0, 0)
+        while rounds < MAX_REBALANCE_ROUNDS:
+            result = await rebalance_leaders(client, args.max)
+            rounds += 1
+            moved += result.moved
+            refused += result.refused
+            if not args.all or result.remaining == 0 or result.moved == 0:
+                break
+        report = {"moved": moved, "refused": refused, "remaining": result.remaining}
+        if args.json:
+            print_json({**report, "rounds": rounds})
+        else:
+            print(
+                f"moved {moved} leadership(s) to their preferred replicas in {rounds} round(s); "
+                f"{refused} refused, {result.remaining} still due"
+            )
+        return EXIT_OK if refused == 0 and result.remaining == 0 else EXIT_FAILED
+
+    return run_with_client(args, body)
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -14,8 +14,10 @@ metadata operations:
   lead. Retried with the same op id (applied at most once) within ``ISR_PROPOSE_BOUND_S``.
 - :meth:`Controller.report_leader_silent` — sent to the metadata leader
   (:class:`~jetserver.cluster.elections.Elections`, locally or with ReportLeader over the
-  client protocol). One attempt, bounded; callers report again while the leader stays
-  silent.
+  client protocol), batched as ISR changes are: the reports made while a batch is in
+  flight (every partition a dead server led here reports it at once) go in the next, one
+  ReportLeader with ``reports`` each, up to ``REPORT_MAX_BATCH``. One attempt, bounded;
+  callers report again while the leader stays silent.
 
 Task safety: one event loop; any number of replicas may call concurrently.
 """
@@ -26,6 +28,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 import attrs
@@ -33,7 +36,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
-from jetserver.cluster.elections import Elections
+from jetserver.cluster.elections import MAX_REPORTS, Elections
 from jetserver.cluster.peers import PeerPool
 from jetserver.errors import ApiError
 from jetserver.logs import fields
@@ -60,6 +63,11 @@ encode to under half of ``MAX_ENTRY_BYTES``). A server failing over the 1,000 pa
 followed proposed them in two entries of 500, the second waiting for the first to apply."""
 REPORT_TIMEOUT_S = 3.0
 """Bound on delivering one silent-leader report (retries included)."""
+REPORT_BATCH_GATHER_S = 0.02
+"""How long the first silent-leader report of a batch waits for others to join it (every
+partition a dead server led here reports it at once)."""
+REPORT_MAX_BATCH = MAX_REPORTS
+"""Most reports in one ReportLeader request."""
 _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
 
@@ -76,6 +84,14 @@ class _QueuedIsr:
     op: UpdateIsr
     done: anyio.Event = attrs.field(factory=anyio.Event)
     ok: bool = False
+
+
+@attrs.define(eq=False)
+class _QueuedReport:
+    """A silent-leader report waiting for its batch."""
+
+    request: dict[str, Any]
+    done: anyio.Event = attrs.field(factory=anyio.Event)
 
 
 @attrs.define(eq=False)
@@ -98,6 +114,9 @@ class Controller:
     is_down: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
     """This server's liveness view: True if a server is down (refused, or its probes timed
     out for a while; :meth:`jetserver.cluster.liveness.Liveness.is_down`)."""
+    is_gone: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
+    """True if this server's last probe of a server was refused (the process is gone:
+    :meth:`jetserver.cluster.liveness.Liveness.gone`)."""
     server_down_event: Callable[[str], anyio.Event] | None = None
     """An event set once this server's liveness view finds a server down
     (:meth:`jetserver.cluster.liveness.Liveness.down_event`); None: followers watch their
@@ -114,6 +133,11 @@ class Controller:
     """Raft entries that carried them (one per batch)."""
     reports_sent: int = 0
     """Silent-leader reports sent."""
+    report_batches: int = 0
+    """Batches the reports went out in (counted here or one ReportLeader request each)."""
+    _report_queue: list[_QueuedReport] = attrs.field(factory=list)
+    _reporting: bool = False
+    _report_round_done: anyio.Event = attrs.field(factory=anyio.Event)
     _isr_queue: list[_QueuedIsr] = attrs.field(factory=list)
     _isr_proposing: bool = False
     _isr_round_done: anyio.Event = attrs.field(factory=anyio.Event)
@@ -122,6 +146,11 @@ class Controller:
         """When ``server_id`` last answered a liveness probe (None: not yet); followers
         count it as hearing from their leader (spec/cluster.md, "Silent leaders")."""
         return self.heard_at.get(server_id)
+
+    def server_gone(self, server_id: str) -> bool:
+        """True if this server's last liveness probe of ``server_id`` was refused: its
+        followers report it at once (spec/cluster.md, "Silent leaders")."""
+        return self.is_gone(server_id)
 
     def server_down(self, server_id: str) -> bool:
         """True if this server's liveness probes find ``server_id`` down; a follower reports
@@ -273,32 +302,73 @@ class Controller:
             "leader_epoch": leader_epoch,
             "reporter": reporter,
         }
-        error: BaseException | None = None
-        with anyio.move_on_after(REPORT_TIMEOUT_S):
-            attempt = 0
-            while True:
-                attempt += 1
-                leader = self.raft.leader_id
+        item = _QueuedReport(request)
+        self._report_queue.append(item)
+        try:
+            while not item.done.is_set():
+                if self._reporting:
+                    await self._report_round_done.wait()
+                    continue
+                self._reporting = True
                 try:
-                    if self.raft.is_leader:
-                        await self.elections.report(stream, partition, leader_epoch, reporter)
+                    await anyio.sleep(REPORT_BATCH_GATHER_S)
+                    batch = self._report_queue[:REPORT_MAX_BATCH]
+                    self._report_queue = self._report_queue[REPORT_MAX_BATCH:]
+                    with anyio.CancelScope(shield=True):  # the others wait for this batch
+                        await self._send_reports(batch)
+                finally:
+                    self._reporting = False
+                    done, self._report_round_done = self._report_round_done, anyio.Event()
+                    done.set()
+        finally:
+            if not item.done.is_set() and item in self._report_queue:
+                self._report_queue.remove(item)  # cancelled before its batch went out
+
+    async def _send_reports(self, batch: list[_QueuedReport]) -> None:
+        """Deliver ``batch`` to the metadata leader within :data:`REPORT_TIMEOUT_S` (see
+        :meth:`report_leader_silent`): counted here if this server leads the metadata, else
+        one ReportLeader (with ``reports`` when more than one)."""
+        if not batch:
+            return
+        self.report_batches += 1
+        error: BaseException | None = None
+        try:
+            with anyio.move_on_after(REPORT_TIMEOUT_S):
+                attempt = 0
+                while True:
+                    attempt += 1
+                    leader = self.raft.leader_id
+                    try:
+                        await self._deliver(leader, [q.request for q in batch])
+                        log.info(  # one line for a batch (the replicas log theirs at DEBUG)
+                            "silent-leader reports delivered",
+                            extra=fields(count=len(batch), metadata_leader=leader),
+                        )
                         return
-                    address = self.client_addresses().get(leader) if leader else None
-                    if address is None:
-                        raise ApiError(ErrorCode.UNAVAILABLE, "no metadata leader known")
-                    await self.peers.request_json(
-                        address, Api.REPORT_LEADER, request, REPORT_TIMEOUT_S
-                    )
-                    return
-                except (ApiError, JetError) as exc:
-                    error = exc
-                # Wait for another metadata leader (or a short pause) and try again.
-                if not await self._leader_changed(leader, backoff_s(attempt)):
-                    break
-        log.debug(
-            "silent-leader report not delivered",
-            extra=fields(stream=stream, partition=partition, error=str(error)),
-        )
+                    except (ApiError, JetError) as exc:
+                        error = exc
+                    # Wait for another metadata leader (or a short pause) and try again.
+                    if not await self._leader_changed(leader, backoff_s(attempt)):
+                        break
+            log.debug(
+                "silent-leader reports not delivered",
+                extra=fields(reports=len(batch), error=str(error)),
+            )
+        finally:
+            for q in batch:
+                q.done.set()
+
+    async def _deliver(self, leader: str | None, requests: list[dict[str, Any]]) -> None:
+        if self.raft.is_leader:
+            await self.elections.report_many(
+                [(r["stream"], r["partition"], r["leader_epoch"], r["reporter"]) for r in requests]
+            )
+            return
+        address = self.client_addresses().get(leader) if leader else None
+        if address is None:
+            raise ApiError(ErrorCode.UNAVAILABLE, "no metadata leader known")
+        body = requests[0] if len(requests) == 1 else {"reports": requests}
+        await self.peers.request_json(address, Api.REPORT_LEADER, body, REPORT_TIMEOUT_S)
 
     async def _leader_changed(self, old: str | None, limit_s: float) -> bool:
         """Wait up to ``limit_s`` for a metadata leader other than ``old``; False if the

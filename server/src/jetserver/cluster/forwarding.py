@@ -41,6 +41,7 @@ from jetserver.cluster.controller import backoff_s
 from jetserver.cluster.liveness import Liveness
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.placement import place_replicas, server_load
+from jetserver.cluster.rebalance import MAX_REBALANCE_BATCH, LeaderRebalancer
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.logs import fields
@@ -101,6 +102,8 @@ class MetadataRequests:
     """Which servers answer (placement uses the live ones)."""
     streams: StreamManager
     """This server's replicas (readiness of local partition leaders)."""
+    rebalancer: LeaderRebalancer | None = None
+    """Preferred-leader rounds (RebalanceLeaders; None: refused as unsupported)."""
     forwarded_requests: int = 0
     """Requests this server forwarded to the metadata leader."""
 
@@ -212,6 +215,33 @@ class MetadataRequests:
             await self._wait_local(lambda s: identity in s.acls, f"acl of {identity}")
 
         await self._run(Api.SET_ACL, request, op_id, here, settle)
+
+    async def rebalance_leaders(self, request: dict[str, Any]) -> dict[str, Any]:
+        """RebalanceLeaders (api 14): one preferred-leader round on the metadata leader,
+        ``{"moved", "refused", "remaining"}``; ``max`` (1..1000) bounds the round.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT (``max``), UNSUPPORTED_API (no rebalancer), or a
+                retriable code as :meth:`create_stream`.
+        """
+        limit = request.get("max")
+        if limit is not None and (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 0 < limit <= MAX_REBALANCE_BATCH
+        ):
+            raise invalid_argument("max", f"max must be an int in 1..{MAX_REBALANCE_BATCH}")
+        rebalancer = self.rebalancer
+        if rebalancer is None:
+            raise ApiError(ErrorCode.UNSUPPORTED_API, "RebalanceLeaders is not served here")
+
+        async def here() -> dict[str, Any]:
+            return (await rebalancer.rebalance(limit)).to_dict()
+
+        async def settle(_answer: dict[str, Any]) -> None:
+            return None
+
+        return await self._run(Api.REBALANCE_LEADERS, request, op_id_of(request), here, settle)
 
     # ------------------------------------------------------------------ the retry loop
 

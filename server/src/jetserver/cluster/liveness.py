@@ -51,6 +51,8 @@ class Probe:
     the process is gone), not merely slow."""
     failing_since: float | None = None
     """When (monotonic seconds) the current run of failed probes began (None: it answered)."""
+    answering_since: float | None = None
+    """When (monotonic seconds) the current run of answered probes began (None: it failed)."""
 
 
 @attrs.define(eq=False)
@@ -94,6 +96,24 @@ class Liveness:
             return True
         since = probe.at if probe.failing_since is None else probe.failing_since
         return probe.at - since >= self.down_after_s
+
+    def gone(self, server_id: str) -> bool:
+        """True if the last probe of ``server_id`` was refused (down, and not merely slow:
+        nothing listens at its address, the process is gone)."""
+        probe = self.probes.get(server_id)
+        return self.is_down(server_id) and probe is not None and probe.refused
+
+    def answering_for(self, server_id: str) -> float:
+        """Seconds ``server_id`` has answered every probe in a row (0: its last probe
+        failed; this server itself, or one not probed yet: infinity)."""
+        if server_id == self.server_id:
+            return float("inf")
+        probe = self.probes.get(server_id)
+        if probe is None:
+            return float("inf")
+        if not probe.ok or probe.answering_since is None:
+            return 0.0
+        return time.monotonic() - probe.answering_since
 
     def down_event(self, server_id: str) -> anyio.Event:
         """An event set once ``server_id`` is down in this view (:meth:`is_down`); a new,
@@ -207,10 +227,15 @@ class Liveness:
         previous = self.probes.get(server_id)
         now = time.monotonic()
         since: float | None = None
+        answering: float | None = None
+        same = previous is not None and previous.address == address
         if not ok:
-            failing = previous is not None and not previous.ok and previous.address == address
+            failing = same and previous is not None and not previous.ok
             since = previous.failing_since if failing and previous is not None else now
-        self.probes[server_id] = Probe(ok, now, address, refused, since)
+        else:
+            steady = same and previous is not None and previous.ok
+            answering = previous.answering_since if steady and previous is not None else now
+        self.probes[server_id] = Probe(ok, now, address, refused, since, answering)
         self._note_down(server_id)
         if refused and self.on_refused is not None and (previous is None or previous.ok):
             self.on_refused(server_id)

@@ -15,7 +15,8 @@ its client address, which runs until the block exits:
   had before): each new replicated state (and the moment this member has caught up with
   the leader's log) is handed to ``StreamManager.reconcile``; :attr:`ClusterNode.reconciled`
   is set after the first one;
-- liveness probes of the other registered servers (:mod:`.liveness`).
+- liveness probes of the other registered servers (:mod:`.liveness`);
+- preferred-leader rounds while this server leads the metadata (:mod:`.rebalance`).
 
 Task safety: one event loop (the server's).
 """
@@ -40,6 +41,7 @@ from jetserver.cluster.elections import Elections
 from jetserver.cluster.forwarding import MetadataRequests
 from jetserver.cluster.liveness import Liveness
 from jetserver.cluster.peers import PeerPool
+from jetserver.cluster.rebalance import LeaderRebalancer, unsettled
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, RegisteredServer
@@ -73,6 +75,8 @@ class ClusterNode:
     """Partition leader elections (acting while this server is the metadata leader)."""
     controller: Controller
     """Handed to replicas (ISR changes, silent-leader reports)."""
+    rebalancer: LeaderRebalancer
+    """Preferred-leader rounds (acting while this server is the metadata leader)."""
     requests: MetadataRequests | None = None
     """CreateStream / DeleteStream (after :meth:`attach`)."""
     streams: StreamManager | None = None
@@ -130,9 +134,18 @@ class ClusterNode:
                 lambda: member.state.client_addresses(),
                 heard_at=liveness.heard_at,
                 is_down=liveness.is_down,
+                is_gone=liveness.gone,
                 server_down_event=liveness.down_event,
             )
-            node = cls(config, member, peers, liveness, elections, controller, tg=tg)
+            rebalancer = LeaderRebalancer(
+                member,
+                liveness.is_down,
+                unsettled(liveness.is_down, liveness.answering_for),
+                enabled=config.cluster.auto_leader_rebalance,
+                interval_s=config.cluster.leader_rebalance_interval_s,
+                max_per_round=config.cluster.leader_rebalance_max,
+            )
+            node = cls(config, member, peers, liveness, elections, controller, rebalancer, tg=tg)
             liveness.on_refused = node._server_gone
             try:
                 yield node
@@ -157,7 +170,9 @@ class ClusterNode:
     def attach(self, streams: StreamManager) -> None:
         """Give the node this server's StreamManager (before :meth:`start`)."""
         self.streams = streams
-        self.requests = MetadataRequests(self.config, self.raft, self.peers, self.liveness, streams)
+        self.requests = MetadataRequests(
+            self.config, self.raft, self.peers, self.liveness, streams, self.rebalancer
+        )
 
     def start(self, client_address: str, *, clean: bool = False) -> None:
         """Start registration, reconciliation and liveness probes (until the block exits).
@@ -180,6 +195,7 @@ class ClusterNode:
                 tg.start_soon(self._watch_ready)
                 tg.start_soon(self._reconciler)
                 tg.start_soon(self.liveness.run)
+                tg.start_soon(self.rebalancer.run)
 
     async def stop_tasks(self) -> None:
         """Stop the background tasks now (before the replicas are closed at shutdown)."""

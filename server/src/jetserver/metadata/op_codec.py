@@ -95,6 +95,7 @@ def _elect_from_dict(data: Mapping[str, Any]) -> ElectLeader:
         leader=str(data["leader"]),
         leader_epoch=_int(data["leader_epoch"]),
         stream_id=_opt_str(data.get("stream_id")),
+        keep_isr=data.get("keep_isr") is True,
     )
 
 

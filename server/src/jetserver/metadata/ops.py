@@ -216,6 +216,10 @@ class ElectLeader:
     gave up its epoch after a failed fsync and asked for the next), the ISR unchanged.
     Refused (NOT_LEADER) if the epoch is not the next one (someone else changed the
     partition first), INVALID_ARGUMENT if ``leader`` is not an ISR member.
+
+    With ``keep_isr`` (a preferred-leader election, :mod:`jetserver.cluster.rebalance`)
+    the old leader stays in the ISR: it is alive and holds every committed record, as
+    Kafka's preferred election keeps it.
     """
 
     stream: str
@@ -228,12 +232,14 @@ class ElectLeader:
     """The new epoch: current epoch + 1."""
     stream_id: str | None = None
     """If set, the stream incarnation the election was decided for."""
+    keep_isr: bool = False
+    """The old leader stays in the ISR (written only when set)."""
 
     kind = "elect_leader"
 
     def to_dict(self) -> dict[str, Any]:
         """As a JSON object (with ``op``)."""
-        return {
+        out: dict[str, Any] = {
             "op": self.kind,
             "stream": self.stream,
             "partition": self.partition,
@@ -241,6 +247,9 @@ class ElectLeader:
             "leader_epoch": self.leader_epoch,
             "stream_id": self.stream_id,
         }
+        if self.keep_isr:
+            out["keep_isr"] = True
+        return out
 
 
 @attrs.frozen
@@ -582,7 +591,7 @@ def _elect_leader(state: MetadataState, op: ElectLeader) -> tuple[MetadataState,
         # A renewal: the leader gave up its epoch itself (a failed fsync took back records
         # its followers hold) and leads on in the next one, with the same ISR.
         return _replace(state, meta, current.changed(leader_epoch=op.leader_epoch))
-    isr = tuple(r for r in current.isr if r != current.leader)
+    isr = current.isr if op.keep_isr else tuple(r for r in current.isr if r != current.leader)
     return _replace(
         state, meta, current.changed(leader=op.leader, leader_epoch=op.leader_epoch, isr=isr)
     )

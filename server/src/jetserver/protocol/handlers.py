@@ -19,8 +19,10 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, encode_frame, encode_frame_header
 from jetsdk.codec.messages import (
     FETCH_RESPONSE_HEADER_SIZE,
+    ProduceHead,
     decode_fetch_request,
     decode_json,
+    decode_produce_head,
     encode_fetch_response_header,
     encode_json,
 )
@@ -33,7 +35,7 @@ from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.streams import StreamManager
-from jetserver.cluster.elections import parse_report
+from jetserver.cluster.elections import parse_report, parse_reports
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
@@ -110,12 +112,16 @@ class Dispatcher:
         try:
             if self.shutting_down:
                 raise ApiError(ErrorCode.SHUTTING_DOWN, "server is shutting down")
+            head: ProduceHead | None = None
             if self.security is not None:
-                screened = await self.security.screen(frame, session or Session())
+                session = session or Session()
+                if api == Api.PRODUCE and self.security.authorizes(session):
+                    head = decode_produce_head(frame.body)  # once, for the ACLs and Produce
+                screened = await self.security.screen(frame, session, head)
                 if screened is not None:
                     return screened
             try:
-                return await self._dispatch(frame)
+                return await self._dispatch(frame, head)
             except ApiError as exc:
                 if exc.code not in _UNKNOWN_NAME or self.cluster is None or self.starting:
                     raise
@@ -148,10 +154,10 @@ class Dispatcher:
             log.exception("request failed", extra=fields(api=api))
             return error_reply(api, cid, ErrorCode.UNKNOWN, f"internal error: {exc!r}")
 
-    async def _dispatch(self, frame: Frame) -> Reply:
+    async def _dispatch(self, frame: Frame, produce_head: ProduceHead | None = None) -> Reply:
         api = frame.api
         if api == Api.PRODUCE:
-            return await self._produce(frame)
+            return await self._produce(frame, produce_head)
         if api == Api.FETCH:
             return await self._fetch(frame)
         if api == Api.REPLICA_FETCH:
@@ -239,7 +245,20 @@ class Dispatcher:
                     "ReportLeader: this server is not a member of a cluster",
                     {"api": int(Api.REPORT_LEADER)},
                 )
+            if "reports" in req:  # a batch (spec/protocol.md, api 9)
+                elections = self.cluster.elections
+                return {"answers": await elections.report_many(parse_reports(req))}
             return await self.cluster.elections.report(*parse_report(req))
+
+        async def rebalance(req: dict[str, Any]) -> dict[str, Any]:
+            if self.cluster is None:
+                raise ApiError(
+                    ErrorCode.UNSUPPORTED_API,
+                    "RebalanceLeaders: this server is not a member of a cluster",
+                    {"api": int(Api.REBALANCE_LEADERS)},
+                )
+            assert self.cluster.requests is not None
+            return await self.cluster.requests.rebalance_leaders(req)
 
         async def offset_for_epoch(req: dict[str, Any]) -> dict[str, Any]:
             return offset_for_leader_epoch(self.streams, req)
@@ -269,11 +288,12 @@ class Dispatcher:
             Api.DESCRIBE_STREAM: describe,
             Api.LIST_OFFSETS: offsets,
             Api.REPORT_LEADER: report_leader,
+            Api.REBALANCE_LEADERS: rebalance,
             Api.OFFSET_FOR_LEADER_EPOCH: offset_for_epoch,
         }
 
-    async def _produce(self, frame: Frame) -> Reply:
-        body, after = await self.produce.produce_then(frame.body)
+    async def _produce(self, frame: Frame, head: ProduceHead | None) -> Reply:
+        body, after = await self.produce.produce_then(frame.body, head)
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE), after=after
         )

@@ -53,6 +53,10 @@ DEFAULT_COMPACTION_MIN_ENTRIES = 5000
 """Snapshot and truncate the journal after this many entries (``logCompactionMinEntries``)."""
 DEFAULT_COMPACTION_MIN_TIME_S = 300.0
 """... or this long after the last snapshot (``logCompactionMinTime``)."""
+DEFAULT_COMPACTION_MAX_BYTES = 1024 * 1024
+"""... or once the journal file passes this size: entries of a large cluster are big (a
+CreateStream of 100 partitions, 1,000 elections in one entry), and 5,000 of them made the
+journal tens of MiB."""
 MIN_PASSWORD_CHARS = 16
 """Shortest accepted cluster password."""
 JOURNAL_FILE = "journal.log"
@@ -137,6 +141,10 @@ class RaftConfig:
         default=DEFAULT_COMPACTION_MIN_TIME_S, validator=_positive
     )
     """See :data:`DEFAULT_COMPACTION_MIN_TIME_S`."""
+    compaction_max_bytes: int = attrs.field(
+        default=DEFAULT_COMPACTION_MAX_BYTES, validator=_positive
+    )
+    """See :data:`DEFAULT_COMPACTION_MAX_BYTES`."""
     dynamic_membership: bool = True
     """Allow :meth:`MetadataRaft.add_server` / ``remove_server`` (must match on all members)."""
     join: bool = False

@@ -32,6 +32,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -74,6 +75,8 @@ splits an entry over several messages (its "transmission" path cuts the last chu
 entry whose pickled size crosses a multiple of the batch size, and the follower fails to
 unpickle it: reproduced with 0.3.17)."""
 TICK_ERROR_LOG_EVERY = 100
+JOURNAL_CHECK_S = 0.5
+"""How often the Raft thread looks at the journal file's size (``compaction_max_bytes``)."""
 """Log one in this many consecutive tick failures (the first is always logged)."""
 
 FAIL_SUCCESS = FAIL_REASON.SUCCESS
@@ -263,6 +266,8 @@ class RaftHost:
         """Outcomes and lifecycle events, appended by the Raft thread, popped by the loop."""
         self._stop = threading.Event()
         self._hasten: tuple[str, float] | None = None
+        self._journal_checked = 0.0
+        self._compaction_asked = False
         self._obj: Any = None
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(
@@ -453,10 +458,33 @@ class RaftHost:
                 self._stop.wait(self._config.tick_s)
             if self._load_error is not None:
                 raise self._load_error
+            self._check_journal_size(obj)
             self._publish(obj)
             if self.machine is not machine:
                 machine = self.machine
                 self._wake()
+
+    def _check_journal_size(self, obj: Any) -> None:
+        """Ask for a snapshot once the journal file passes ``compaction_max_bytes`` (looked
+        at most every JOURNAL_CHECK_S; PySyncObj itself counts entries and time only)."""
+        now = time.monotonic()
+        if now - self._journal_checked < JOURNAL_CHECK_S:
+            return
+        self._journal_checked = now
+        try:
+            size = self._config.journal_path.stat().st_size
+        except OSError:
+            return
+        if size > self._config.compaction_max_bytes:
+            if not self._compaction_asked:
+                log.info(
+                    "metadata raft: journal over its byte bound, snapshotting",
+                    extra=fields(bytes=size, bound=self._config.compaction_max_bytes),
+                )
+            self._compaction_asked = True
+            obj.forceLogCompaction()
+        else:
+            self._compaction_asked = False
 
     def _destroy(self, obj: Any) -> None:
         obj.destroy()  # with autoTick=False this destroys the transport and the journal now

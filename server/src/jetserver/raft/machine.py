@@ -178,12 +178,16 @@ def remembered_result(op: Op, result: OpResult) -> OpResult:
         return result
     if result.stream is None and not result.results:
         return result
-    results = tuple(attrs.evolve(r, stream=None) for r in result.results)
+    # Of each batched change only its code: the snapshot writes them as a list of ints
+    # (1,024 remembered batches of up to 1,000 changes, with a message each, were 6.7 MB
+    # of an 8 MB snapshot at 5,200 partitions).
+    results = tuple(OpResult(r.error_code) for r in result.results)
     return attrs.evolve(result, stream=None, results=results)
 
 
 def result_to_dict(result: OpResult) -> dict[str, Any]:
-    """An :class:`OpResult` as a JSON object (``results`` only when there are some)."""
+    """An :class:`OpResult` as a JSON object (``results`` only when there are some; as
+    ``codes``, a list of error codes, when each holds nothing but its code)."""
     out: dict[str, Any] = {
         "error_code": int(result.error_code),
         "message": result.message,
@@ -191,7 +195,10 @@ def result_to_dict(result: OpResult) -> dict[str, Any]:
         "stream": None if result.stream is None else result.stream.to_dict(),
     }
     if result.results:
-        out["results"] = [result_to_dict(r) for r in result.results]
+        if all(r == OpResult(r.error_code) for r in result.results):
+            out["codes"] = [int(r.error_code) for r in result.results]  # codes alone: compact
+        else:
+            out["results"] = [result_to_dict(r) for r in result.results]
     return out
 
 
@@ -203,7 +210,8 @@ def result_from_dict(data: Mapping[str, Any]) -> OpResult:
         message=str(data.get("message", "")),
         created=bool(data.get("created", False)),
         stream=None if stream is None else StreamMeta.from_dict(stream),
-        results=tuple(result_from_dict(r) for r in data.get("results", ())),
+        results=tuple(result_from_dict(r) for r in data.get("results", ()))
+        + tuple(OpResult(ErrorCode(int(c))) for c in data.get("codes", ())),
     )
 
 

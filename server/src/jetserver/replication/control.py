@@ -52,6 +52,14 @@ def server_down_of(controller: object) -> Callable[[str], bool] | None:
     return down if callable(down) else None
 
 
+def server_gone_of(controller: object) -> Callable[[str], bool] | None:
+    """The controller's ``server_gone`` (True if its last liveness probe of a server was
+    refused: nothing listens, the process is gone), or None for a control plane without
+    it."""
+    gone = getattr(controller, "server_gone", None)
+    return gone if callable(gone) else None
+
+
 def server_down_event_of(controller: object) -> Callable[[str], anyio.Event] | None:
     """The controller's ``server_down_event`` (an event set once its liveness view finds a
     server down), or None for a control plane without it."""

@@ -18,13 +18,14 @@ and one long poll for every partition this server follows there) it:
 3. **Watches the leader**: no answer for ``leader_silence_s`` — neither to its fetches nor
    to this server's liveness probes of the leader's server — while those probes find the
    leader's server down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader
-   silent to the controller, again every period while it lasts; two fetches in a row unanswered
-   within their long poll plus ``request_slack_s`` while the session's other requests were
-   answered (this partition is stuck at a live leader) are reported at once; a whole
-   session request unanswered is the leader's server's silence, which the liveness view
-   decides. Only while this replica holds every record it knows to be committed (a
-   replica that lost data must not be elected). The probes are what keeps an idle
-   partition's leader heard between long polls.
+   silent to the controller, again every period while it lasts; a refused probe (the
+   process is gone) is reported at once, without waiting for ``leader_silence_s``; two
+   fetches in a row unanswered within their long poll plus ``request_slack_s`` while the
+   session's other requests were answered (this partition is stuck at a live leader) are
+   reported at once; a whole session request unanswered is the leader's server's silence,
+   which the liveness view decides. Only while this replica holds every record it knows to
+   be committed (a replica that lost data must not be elected). The probes are what keeps
+   an idle partition's leader heard between long polls.
 
 ``OFFSET_OUT_OF_RANGE``: below the leader's log start (retention moved it) the log restarts
 empty at the leader's log start; above the leader's LEO the follower reconciles again.
@@ -62,7 +63,7 @@ from jetserver import hops
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
-from jetserver.replication.control import ControlPlane
+from jetserver.replication.control import ControlPlane, server_gone_of
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
 from jetserver.replication.session import FetchSession
@@ -202,6 +203,16 @@ class FollowerFetcher:
             if self.server_down_event is not None and self.server_down is not None:
                 # Reports go out only while the leader's server is down: wait for that.
                 await self.server_down_event(self.leader).wait()
+                self._heard_from_server()
+                gone = server_gone_of(self.controller)
+                if gone is not None and gone(self.leader) and silence.leader_down(self.clock()):
+                    # Its probe was refused: the process is gone. Report now rather than
+                    # leader_silence_s after the last answer (1-1.5 s of every failover). A
+                    # server whose probes only time out keeps the silence rule: a busy one
+                    # may still answer this partition's fetches.
+                    # At DEBUG: the controller logs one line per batch of reports.
+                    await self._report("leader's server down", repeated=True)
+                    continue
             await anyio.sleep(max(silence.next_check_s(self.clock()), 0.01))
             self._heard_from_server()
             if silence.next_check_s(self.clock()) > 0:
@@ -413,7 +424,7 @@ class FollowerFetcher:
             if len(records):
                 if hops.ENABLED:
                     hops.mark("repl.fetched")
-                data = bytes(records)
+                data = records  # appended as it arrived: a view of the answer, no copy
                 if self.durability == "flushed":
                     # Both in one go, on the loop or in one worker-thread round trip (the
                     # next fetch reports them).

@@ -50,6 +50,15 @@ class SilenceDetector:
         self.last_report_s = now
         return True
 
+    def leader_down(self, now: float) -> bool:
+        """The leader's server is down in the liveness view: True if no report went out
+        in this silence yet (the caller sends one now, without waiting for ``silence_s``;
+        repeats then follow every ``silence_s``)."""
+        if self.last_report_s is not None:
+            return False
+        self.last_report_s = now
+        return True
+
     def next_check_s(self, now: float) -> float:
         """Seconds until a report could next be due."""
         base = self.last_heard_s if self.last_report_s is None else self.last_report_s

@@ -35,6 +35,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, encode_frame
 from jetsdk.codec.messages import (
+    ProduceHead,
     decode_fetch_request,
     decode_json,
     decode_produce_head,
@@ -158,8 +159,16 @@ class Security:
 
     # ------------------------------------------------------------------ per request
 
-    async def screen(self, frame: Frame, session: Session) -> Reply | None:
-        """Answer or refuse ``frame`` here, or None to let the handlers answer it."""
+    def authorizes(self, session: Session) -> bool:
+        """True if :meth:`screen` checks the grants of ``session``'s requests (a Produce's
+        head is then decoded once, by the caller, for both: ``produce_head``)."""
+        return self.auth_enabled and session.identity is not None and not session.internal
+
+    async def screen(
+        self, frame: Frame, session: Session, produce_head: ProduceHead | None = None
+    ) -> Reply | None:
+        """Answer or refuse ``frame`` here, or None to let the handlers answer it
+        (``produce_head``: a Produce body's head if the caller decoded it already)."""
         api = frame.api
         try:
             if api == Api.AUTHENTICATE:
@@ -176,7 +185,8 @@ class Security:
                         close=True,
                     )
                 if not session.internal:
-                    self._authorize(frame, self.acls().get(session.identity, ()))
+                    grants = self.acls().get(session.identity, ())
+                    self._authorize(frame, grants, produce_head)
             if api == Api.SET_ACL:
                 return await self._set_acl(frame)
             if api == Api.LIST_ACLS:
@@ -264,12 +274,14 @@ class Security:
 
     # ------------------------------------------------------------------ authorization
 
-    def _authorize(self, frame: Frame, grants: tuple[Grant, ...]) -> None:
+    def _authorize(
+        self, frame: Frame, grants: tuple[Grant, ...], produce_head: ProduceHead | None = None
+    ) -> None:
         api = frame.api
         if api in _INTERNAL_ONLY:
             raise Denied("server-to-server API")
         if api == Api.PRODUCE:
-            self._authorize_produce(frame, grants)
+            self._authorize_produce(frame, grants, produce_head)
         elif api == Api.FETCH:
             req = decode_fetch_request(frame.body)
             if req.replica_id >= 0:
@@ -295,14 +307,18 @@ class Security:
                     acl.allows_any(grants, name) or _group_reader(name, grants),
                     f"a permission on stream {name!r}",
                 )
-        elif api in (Api.SET_ACL, Api.LIST_ACLS):
+        elif api in (Api.SET_ACL, Api.LIST_ACLS, Api.REBALANCE_LEADERS):
             _need(acl.is_cluster_admin(grants), "admin on '*' (cluster admin)")
 
-    def _authorize_produce(self, frame: Frame, grants: tuple[Grant, ...]) -> None:
+    def _authorize_produce(
+        self, frame: Frame, grants: tuple[Grant, ...], head: ProduceHead | None
+    ) -> None:
         """Produce: ``publish`` on the stream and on every other stream its messages reach
         through NATS; into an internal stream by a ``group`` grant, only that group's
         records (spec/security.md §3, §4)."""
-        stream, partition = decode_produce_head(frame.body)[:2]
+        if head is None:
+            head = decode_produce_head(frame.body)
+        stream, partition = head[:2]
         if acl.allows(grants, acl.PUBLISH, stream):
             if not stream.startswith(INTERNAL_PREFIX):
                 self._authorize_reach(frame.body, stream, partition, grants)

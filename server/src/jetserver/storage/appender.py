@@ -63,17 +63,17 @@ class Appender:
                     f"leader epoch {leader_epoch} is below the latest {epochs.latest_epoch}"
                 )
             try:
-                data, lens, uniform = frame_batch_sizes(first, ts, leader_epoch, bodies)
+                data, lens, uniform, size = frame_batch_sizes(first, ts, leader_epoch, bodies)
             except struct.error as exc:
                 raise InvalidRecordsError(f"cannot frame the batch: {exc}") from exc
-            if len(data) > MAX_BODY_BYTES and max(lens) > MAX_BODY_BYTES:
+            if size > MAX_BODY_BYTES and max(lens) > MAX_BODY_BYTES:
                 raise InvalidRecordsError(f"a record body is over {MAX_BODY_BYTES} bytes")
             if not state.log_start <= state.hw <= first:  # HW <= LEO, checked before writing
                 raise InvariantViolation(
                     f"append at LEO {first}: HW {state.hw}, log start {state.log_start} "
                     f"in {state.dir}"
                 )
-            seg = self._prepare_segment(len(data), first, first + n - 1, ts)
+            seg = self._prepare_segment(size, first, first + n - 1, ts)
             st = seg.state
             if st.next_offset > first:  # the active segment ends at or below the LEO
                 raise InvariantViolation(
@@ -82,11 +82,11 @@ class Appender:
             entries = NO_INDEX_ENTRIES
             interval = state.config.index_interval_bytes
             last_indexed = seg.last_indexed_position
-            if st.size + len(data) - HEADER_SIZE - last_indexed >= interval:
+            if st.size + size - HEADER_SIZE - last_indexed >= interval:
                 entries = batch_index_entries(
                     first, ts, lens, uniform, st.size, last_indexed, interval
                 )
-            seg.append(data, first + n - 1, ts, ts, entries)
+            seg.append(data, first + n - 1, ts, ts, entries, size)
             with state.lock:
                 state.leo = first + n
             state.last_ts = ts
@@ -94,7 +94,7 @@ class Appender:
                 epochs.assign(leader_epoch, first)
             return first, ts
 
-    def append_raw(self, data: bytes) -> int:
+    def append_raw(self, data: bytes | memoryview) -> int:
         """See :meth:`jetserver.storage.Log.append_raw`."""
         view = memoryview(data)
         n = len(view)
@@ -140,7 +140,8 @@ class Appender:
                     f"append_raw at LEO {leo}: HW {state.hw}, log start {state.log_start} "
                     f"in {state.dir}"
                 )
-            whole = bytes(view[:pos]) if pos < n or not isinstance(data, bytes) else data
+            # The leader's bytes are written as they arrived (a view, not a copy).
+            whole = view[:pos] if pos < n else view
             seg = self._prepare_segment(pos, offsets[0], offsets[-1], max(stamps))
             st = seg.state
             # Offsets increase across the log too: the active segment ends below the batch

@@ -1,31 +1,8 @@
-"""CRC-32 as spec/storage.md defines it (zlib's), from the fastest implementation present.
-
-``isal`` (ISA-L, a compiled wheel) computes the same CRC-32 as :func:`zlib.crc32` several
-times faster, most of all on the small buffers records are made of (a 72-byte body: about
-50 ns against 210 ns); without it the standard library's ``zlib`` is used. Both give
-identical results, which is checked once at import.
-"""
+"""CRC-32 as spec/storage.md defines it (zlib's), from the fastest implementation present:
+:mod:`jetsdk.codec.crc` (``isal`` when installed, which the server depends on; else zlib)."""
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable
+from jetsdk.codec.crc import IMPLEMENTATION, Crc32, crc32
 
-Crc32 = Callable[[bytes | bytearray | memoryview, int], int]
-"""``crc32(data, start)``: zlib's signature (``start`` is a previous CRC, 0 to begin)."""
-
-_CHECKS = ((b"123456789", 0), (b"", 7), (b"\x00" * 100, 0xDEADBEEF), (bytes(range(256)) * 9, 1))
-
-
-def _load() -> tuple[Crc32, str]:
-    try:
-        from isal.isal_zlib import crc32 as isal_crc32
-    except ImportError:  # the optional accelerator is not installed
-        return zlib.crc32, "zlib"
-    if all(isal_crc32(data, start) == zlib.crc32(data, start) for data, start in _CHECKS):
-        return isal_crc32, "isal"
-    return zlib.crc32, "zlib"  # pragma: no cover  (a broken build: never trust it)
-
-
-crc32, IMPLEMENTATION = _load()
-"""The CRC-32 function in use and its source (``"isal"`` or ``"zlib"``)."""
+__all__ = ["IMPLEMENTATION", "Crc32", "crc32"]

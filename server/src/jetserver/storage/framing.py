@@ -121,12 +121,18 @@ def _xor_words(words: array[int], other: int) -> array[int]:
 class FramedBatch(NamedTuple):
     """A framed batch and what the log needs to index it."""
 
-    data: bytes
-    """The stored records, back to back."""
+    data: bytes | list[bytes]
+    """The stored records, back to back: one buffer, or parts to write in order."""
     body_sizes: list[int]
     """Length of each record's body (a record is ``HEADER_SIZE`` bytes more)."""
     uniform: bool
     """True if every body has the same length."""
+    size: int
+    """Bytes of ``data``."""
+
+
+GATHER_MIN_RECORD = 4096
+"""Average stored record size from which a batch is written gathered, not joined."""
 
 
 def frame_batch(
@@ -137,13 +143,19 @@ def frame_batch(
     Raises:
         struct.error: an offset, timestamp, epoch or length out of its field's range.
     """
-    return frame_batch_sizes(first_offset, timestamp, leader_epoch, bodies).data
+    data = frame_batch_sizes(first_offset, timestamp, leader_epoch, bodies).data
+    return data if isinstance(data, bytes) else b"".join(data)
 
 
 def frame_batch_sizes(
     first_offset: int, timestamp: int, leader_epoch: int, bodies: Sequence[bytes]
 ) -> FramedBatch:
     """Like :func:`frame_batch`, also returning the body sizes (for index positions).
+
+    Records of GATHER_MIN_RECORD bytes or more on average come as a list of parts (header,
+    body, header, body, ...) to be written with one gathered write, not joined (a copy
+    of the batch saved; ``bench/profile_bytes.py``); smaller ones are joined, which costs
+    less than a gathered write of many small buffers.
 
     Raises:
         struct.error: an offset, timestamp, epoch or length out of its field's range.
@@ -159,15 +171,18 @@ def frame_batch_sizes(
         or not 0 <= leader_epoch <= _U32_MAX
         or (lens[0] if uniform else max(lens)) > _U32_MAX
     ):
-        data = _frame_loop(first_offset, timestamp, leader_epoch, bodies)
-        return FramedBatch(data, lens, uniform)
-    ts_epoch = _TS_EPOCH.pack(timestamp, leader_epoch)  # raises struct.error if out of range
-    return FramedBatch(_frame_bulk(first_offset, ts_epoch, bodies, lens, uniform), lens, uniform)
+        parts = _frame_loop(first_offset, timestamp, leader_epoch, bodies)
+    else:
+        ts_epoch = _TS_EPOCH.pack(timestamp, leader_epoch)  # struct.error if out of range
+        parts = _frame_bulk(first_offset, ts_epoch, bodies, lens, uniform)
+    size = HEADER_SIZE * n + sum(lens)
+    data: bytes | list[bytes] = parts if size >= n * GATHER_MIN_RECORD else b"".join(parts)
+    return FramedBatch(data, lens, uniform, size)
 
 
 def _frame_loop(
     first_offset: int, timestamp: int, leader_epoch: int, bodies: Sequence[bytes]
-) -> bytes:
+) -> list[bytes]:
     parts: list[bytes] = []
     put = parts.append
     head = _HEAD.pack
@@ -180,12 +195,12 @@ def _frame_loop(
         put(crc_bytes(crc32(body, crc32(h, 0))))
         put(body)
         offset += 1
-    return b"".join(parts)
+    return parts
 
 
 def _frame_bulk(
     first: int, ts_epoch: bytes, bodies: Sequence[bytes], lens: list[int], uniform: bool
-) -> bytes:
+) -> list[bytes]:
     n = len(lens)
     end = first + n
     a_low, b_low = _tables()
@@ -241,4 +256,4 @@ def _frame_bulk(
     parts: list[bytes] = [b""] * (2 * n)
     parts[0::2] = _splitter(n).unpack(words)
     parts[1::2] = bodies
-    return b"".join(parts)
+    return parts

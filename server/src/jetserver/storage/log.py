@@ -305,7 +305,7 @@ class Log:
         """
         return self._appender.append(bodies, timestamp_ns, leader_epoch)
 
-    def append_raw(self, data: bytes) -> int:
+    def append_raw(self, data: bytes | memoryview) -> int:
         """Append already-framed records (replication); return the new LEO.
 
         Every whole record's CRC is verified; offsets must be >= LEO and increasing (gaps are

@@ -190,13 +190,17 @@ class Segment:
 
     def append(
         self,
-        data: bytes,
+        data: bytes | memoryview | list[bytes],
         last_offset: int,
         max_timestamp: int,
         first_timestamp: int,
         entries: IndexEntries,
+        size: int | None = None,
     ) -> None:
         """Append whole records at the end of the ``.log`` and their index entries.
+
+        ``data``: one buffer, or parts written back to back with one gathered write;
+        ``size``: its length in bytes (computed if None).
 
         Raises:
             StorageError: the write failed (the file is cut back to its previous size).
@@ -216,7 +220,7 @@ class Segment:
         if self.first_timestamp is None:
             self.first_timestamp = first_timestamp
         self.state = SegmentState(
-            st.size + len(data),
+            st.size + (size if size is not None else _size(data)),
             last_offset + 1,
             max_timestamp if max_timestamp > st.max_timestamp else st.max_timestamp,
             index,
@@ -468,3 +472,7 @@ def _indexes_digest(index: bytes, timeindex: bytes) -> bytes:
     h.update(index)
     h.update(timeindex)
     return h.digest()
+
+
+def _size(data: bytes | memoryview | list[bytes]) -> int:
+    return sum(map(len, data)) if isinstance(data, list) else len(data)

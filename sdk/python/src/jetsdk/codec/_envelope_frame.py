@@ -5,9 +5,9 @@ and ack (:mod:`jetsdk.codec.envelope_acks`) codecs. Pure, no I/O."""
 from __future__ import annotations
 
 import struct
-import zlib
 
 from jetsdk.codec import _wire as w
+from jetsdk.codec.crc import crc32
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.errors import CodecError
 
@@ -39,7 +39,7 @@ MIN_ACK = 2 + ACK_MID.size + 2 + ACK_TAIL.size + 2
 
 def sealer(kind: int, flags: int) -> tuple[bytes, int]:
     prefix = PREFIX.pack(COOKIE, ENVELOPE_VERSION, kind, flags)
-    return prefix, zlib.crc32(prefix)
+    return prefix, crc32(prefix, 0)
 
 
 # The 8 bytes before the CRC and their CRC, for every prefix the encoders write.
@@ -64,7 +64,7 @@ memoryview (no copy)."""
 
 def seal(sealer: tuple[bytes, int], body: bytes) -> bytes:
     prefix, crc = sealer
-    return b"".join((prefix, U32.pack(zlib.crc32(body, crc)), body))
+    return b"".join((prefix, U32.pack(crc32(body, crc)), body))
 
 
 def str16(text: str, what: str, limit: int) -> bytes:
@@ -94,11 +94,11 @@ def open_envelope(payload: w.Buffer) -> tuple[int, int]:
         prefix = payload[:CRC_COVERED]
         start = PREFIX_CRCS.get(prefix)
         if start is None:
-            start = zlib.crc32(prefix)
-        actual = zlib.crc32(payload[ENVELOPE_HEADER_SIZE:], start)
+            start = crc32(prefix, 0)
+        actual = crc32(payload[ENVELOPE_HEADER_SIZE:], start)
     else:
         mv = memoryview(payload)
-        actual = zlib.crc32(mv[ENVELOPE_HEADER_SIZE:], zlib.crc32(mv[:CRC_COVERED]))
+        actual = crc32(mv[ENVELOPE_HEADER_SIZE:], crc32(mv[:CRC_COVERED], 0))
     if actual != crc:
         raise CodecError("envelope CRC mismatch", reason="crc")
     return kind, flags

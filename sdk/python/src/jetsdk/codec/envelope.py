@@ -26,7 +26,6 @@ reason ``"limit"`` for a field over its limit or out of range.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 
 import attrs
@@ -57,6 +56,7 @@ from jetsdk.codec._envelope_frame import (
     seal,
     str16,
 )
+from jetsdk.codec.crc import crc32
 from jetsdk.codec.envelope_acks import (
     AckEncoder,
     AckFields,
@@ -257,7 +257,7 @@ def scan_message(buf: bytes) -> MessageLayout:
     ):
         # The common case, inline: a flags-0 message, CRC through a bytes slice.
         kind, flags = KIND_MESSAGE, 0
-        if zlib.crc32(buf[ENVELOPE_HEADER_SIZE:], MSG_PLAIN[1]) != U32.unpack_from(buf, 8)[0]:
+        if crc32(buf[ENVELOPE_HEADER_SIZE:], MSG_PLAIN[1]) != U32.unpack_from(buf, 8)[0]:
             raise CodecError("envelope CRC mismatch", reason="crc")
     else:
         kind, flags = open_envelope(buf)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections import deque
 
 import attrs
 
@@ -62,8 +63,9 @@ class Api(enum.IntEnum):
     SET_ACL = 11
     LIST_ACLS = 12
     REPLICA_FETCH = 13
-    PURGE_STREAM = 14
-    UPDATE_STREAM = 15
+    REBALANCE_LEADERS = 14
+    PURGE_STREAM = 15
+    UPDATE_STREAM = 16
 
 
 FLAG_RESPONSE = 0x01
@@ -175,13 +177,19 @@ class FrameDecoder:
     as soon as its 4 bytes are in) plus the last chunk fed. Call :meth:`next_frame` until it
     returns None after every :meth:`feed`.
 
+    The chunks fed are kept as they are (a ``bytes`` chunk is not copied; any other buffer
+    is copied once, as the caller may reuse it) and each frame body is copied out of them
+    exactly once: a body within one chunk is one slice, a body spread over several chunks
+    (a large frame read in pieces) one join. Appending to one growing buffer instead copied
+    a large frame several times over as the buffer was reallocated while it grew.
+
     After :meth:`next_frame` raised, the decoder is broken (the byte stream cannot be
     trusted): every later call raises the same error again.
 
     Not thread-safe; one decoder per connection direction.
     """
 
-    __slots__ = ("_buf", "_error", "_max")
+    __slots__ = ("_chunks", "_error", "_max", "_pos", "_size")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         """Create a decoder that refuses length fields over ``max_frame_bytes``.
@@ -194,7 +202,9 @@ class FrameDecoder:
                 f"max_frame_bytes must be within [{MIN_FRAME_LENGTH}, {MAX_FRAME_BYTES}]"
             )
         self._max = max_frame_bytes
-        self._buf = bytearray()
+        self._chunks: deque[bytes] = deque()
+        self._pos = 0  # bytes of the first chunk already consumed
+        self._size = 0  # bytes buffered, not yet returned
         self._error: CodecError | None = None
 
     @property
@@ -205,14 +215,66 @@ class FrameDecoder:
     @property
     def buffered_bytes(self) -> int:
         """Bytes fed but not yet returned as frames."""
-        return len(self._buf)
+        return self._size
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. An empty ``data`` is a no-op (EOF is the caller's business:
         check :attr:`buffered_bytes` to tell a clean close from a torn frame). Ignored once
         the decoder is broken, so memory stays bounded."""
-        if self._error is None:
-            self._buf += data
+        if self._error is None and len(data):
+            chunk = data if type(data) is bytes else bytes(data)
+            self._chunks.append(chunk)
+            self._size += len(chunk)
+
+    def _peek(self, n: int) -> bytes:
+        """The first ``n`` buffered bytes (fewer if fewer are buffered), not consumed."""
+        out = b""
+        pos = self._pos
+        for chunk in self._chunks:
+            out += chunk[pos : pos + n - len(out)]
+            pos = 0
+            if len(out) >= n:
+                break
+        return out
+
+    def _consume(self, skip: int, take: int) -> bytes:
+        """Drop ``skip`` buffered bytes, then return the next ``take`` (both buffered)."""
+        chunks = self._chunks
+        pos = self._pos
+        self._size -= skip + take
+        while skip:
+            avail = len(chunks[0]) - pos
+            if avail > skip:
+                pos += skip
+                break
+            skip -= avail
+            chunks.popleft()
+            pos = 0
+        if not take:
+            body = b""
+        elif len(chunks[0]) - pos >= take:  # within one chunk: one slice
+            first = chunks[0]
+            body = first[pos : pos + take]
+            pos += take
+        else:  # spread over several chunks: one join of views
+            parts: list[bytes | memoryview] = []
+            while take:
+                first = chunks[0]
+                avail = len(first) - pos
+                if avail > take:
+                    parts.append(memoryview(first)[pos : pos + take])
+                    pos += take
+                    break
+                parts.append(memoryview(first)[pos:] if pos else first)
+                take -= avail
+                chunks.popleft()
+                pos = 0
+            body = b"".join(parts)
+        if chunks and pos == len(chunks[0]):
+            chunks.popleft()
+            pos = 0
+        self._pos = pos
+        return body
 
     def next_frame(self) -> Frame | None:
         """The next whole frame, or None if more bytes are needed.
@@ -224,13 +286,17 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
-        buf = self._buf
-        n = len(buf)
+        n = self._size
         if n < 4:
             return None
-        (length,) = _PREFIX.unpack_from(buf, 0)
+        first = self._chunks[0]
+        pos = self._pos
+        head = first if len(first) - pos >= FRAME_HEADER_SIZE else None
+        if head is None:
+            head, pos = self._peek(FRAME_HEADER_SIZE), 0
+        (length,) = _PREFIX.unpack_from(head, pos)
         if length > self._max:
-            foreign = _foreign_protocol(bytes(buf[:_FOREIGN_PREFIX_BYTES]))
+            foreign = _foreign_protocol(self._peek(_FOREIGN_PREFIX_BYTES))
             self._error = (
                 CodecError(foreign, reason="foreign")
                 if foreign
@@ -243,11 +309,9 @@ class FrameDecoder:
         total = length + 4
         if n < total:
             return None
-        _length, api, flags, cid = _HEADER.unpack_from(buf, 0)
+        _length, api, flags, cid = _HEADER.unpack_from(head, pos)
         if flags & ~_KNOWN_FLAGS or flags == FLAG_ERROR:
             self._error = CodecError(f"bad frame flags {flags:#04x}")
             raise self._error
-        body = bytes(buf[FRAME_HEADER_SIZE:total])
-        # Deleting from the front of a bytearray only moves its start pointer (no copy).
-        del buf[:total]
+        body = self._consume(FRAME_HEADER_SIZE, total - FRAME_HEADER_SIZE)
         return Frame(api=api, flags=flags, correlation_id=cid, body=body)

@@ -27,11 +27,11 @@ This module is pure: no I/O. Decoders raise only :class:`~jetsdk.codec.errors.Co
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 
 import attrs
 
+from jetsdk.codec.crc import crc32
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import (
     MAX_HEADER_COUNT,
@@ -164,7 +164,7 @@ def frame_body(offset: int, timestamp: int, leader_epoch: int, body: bytes) -> b
         head = HEADER.pack(offset, timestamp, leader_epoch, len(body), 0)[:CRC_COVERED_HEADER]
     except struct.error as exc:
         raise CodecError(f"record header field out of range: {exc}", reason="limit") from None
-    crc = zlib.crc32(body, zlib.crc32(head))
+    crc = crc32(body, crc32(head, 0))
     return head + _U32.pack(crc) + body
 
 
@@ -207,7 +207,7 @@ def check_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
         raise CodecError("truncated record body", reason="truncated")
     mv = memoryview(buf)
     crc = _U32.unpack_from(buf, pos + CRC_COVERED_HEADER)[0]
-    actual = zlib.crc32(mv[pos + HEADER_SIZE : pos + size], zlib.crc32(mv[pos : pos + 24]))
+    actual = crc32(mv[pos + HEADER_SIZE : pos + size], crc32(mv[pos : pos + 24], 0))
     if crc != actual:
         raise CodecError(f"record CRC mismatch at byte {pos}", reason="crc")
     return size
@@ -269,7 +269,7 @@ def decode_record(
         raise CodecError("truncated record body", reason="truncated")
     if verify:
         mv = memoryview(buf)
-        if crc != zlib.crc32(mv[p:end], zlib.crc32(mv[pos : pos + CRC_COVERED_HEADER])):
+        if crc != crc32(mv[p:end], crc32(mv[pos : pos + CRC_COVERED_HEADER], 0)):
             raise CodecError(f"record CRC mismatch at byte {pos}", reason="crc")
     try:
         attrs_byte = buf[p]

@@ -14,10 +14,10 @@ This module is pure: no I/O. Thread-safe.
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import NamedTuple
 
 from jetsdk.codec import _wire as w
+from jetsdk.codec.crc import crc32 as _crc32
 from jetsdk.codec.envelope import (
     COOKIE,
     ENVELOPE_VERSION,
@@ -116,13 +116,15 @@ def direct_record(record: DirectRecord, subjects: bytes) -> EnvelopeRecord:
     request, prefix, key_pos, key_end, end, size, inbox, corr, policy, producer_id, seq, ctl = (
         record
     )
-    body = b"".join((prefix, request[key_pos:key_end], subjects, request[key_end:end]))
+    # The value by a view: the join is its one copy (a bytes slice would add another).
+    tail = memoryview(request)[key_end:end]
+    body = b"".join((prefix, request[key_pos:key_end], subjects, tail))
     return body, size, inbox, corr, policy, producer_id, seq, ctl
 
 
 def _envelope_sealer(flags: int) -> tuple[bytes, int]:
     prefix = _ENVELOPE_PREFIX.pack(COOKIE, ENVELOPE_VERSION, KIND_MESSAGE, flags)
-    return prefix, zlib.crc32(prefix)
+    return prefix, _crc32(prefix, 0)
 
 
 _SEAL_PLAIN = _envelope_sealer(0)
@@ -166,12 +168,13 @@ def produce_envelopes(
     policy_byte = bytes((int(policy),))
     prefix, prefix_crc = _SEAL_PLAIN if producer_id is None else _SEAL_PRODUCER
     pack_u32 = _U32.pack
-    crc32 = zlib.crc32
+    crc32 = _crc32
     new_tuple = _new_tuple
     u16 = _U16.unpack_from
     u32 = _U32.unpack_from
     i32 = _I32.unpack_from
     n = len(body)
+    view = memoryview(body)
     out: list[ProducedEnvelope] = []
     append = out.append
     try:
@@ -224,9 +227,7 @@ def produce_envelopes(
             else:
                 corr16, corr = _str16_index(i), str(i)
             if producer_id is None:
-                env_body = b"".join(
-                    (policy_byte, body[key_pos:value_pos], inbox16, corr16, body[value_pos:end])
-                )
+                env_head = b"".join((policy_byte, body[key_pos:value_pos], inbox16, corr16))
                 record_prefix, seq = _NO_PRODUCER, 0
             else:
                 seq = base_seq + i
@@ -237,15 +238,8 @@ def produce_envelopes(
                     if records is not None:
                         records.append(None)
                     continue
-                env_body = b"".join(
-                    (
-                        policy_byte,
-                        body[key_pos:value_pos],
-                        inbox16,
-                        corr16,
-                        producer,
-                        body[value_pos:end],
-                    )
+                env_head = b"".join(
+                    (policy_byte, body[key_pos:value_pos], inbox16, corr16, producer)
                 )
                 record_prefix = _HAS_PRODUCER + producer
             if records is not None:
@@ -258,9 +252,11 @@ def produce_envelopes(
                 records.append(
                     new_tuple(DirectRecord, (*where, record_policy, producer_id, seq, controls))
                 )
-            append(
-                (subject, size, b"".join((prefix, pack_u32(crc32(env_body, prefix_crc)), env_body)))
-            )
+            # The envelope is joined once around the value, a view of the request; its CRC
+            # runs over the two parts as they are joined.
+            value = view[value_pos:end]
+            crc = pack_u32(crc32(value, crc32(env_head, prefix_crc)))
+            append((subject, size, b"".join((prefix, crc, env_head, value))))
         w.check_end(body, p, "produce request")
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "produce request") from None

@@ -41,7 +41,7 @@ from jetsdk.client import Client
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer.positions import StartPosition, parse_start
 from jetsdk.consumer.share_append import ShareAppender
-from jetsdk.consumer.share_fetch import Key, ShareRecords
+from jetsdk.consumer.share_fetch import Key, ShareRecords, poll_fetch
 from jetsdk.consumer.share_message import AcknowledgeType, Outcome, ShareMessage
 from jetsdk.consumer.share_streams import (
     LOG_FETCH_MAX_BYTES,
@@ -56,7 +56,6 @@ from jetsdk.consumer.share_streams import (
 )
 from jetsdk.errors import JetError, OffsetOutOfRange
 from jetsdk.message import Done
-from jetsdk.retry import RetryPolicy
 from jetsdk.share.member import Handout, LostOutcome, ShareConfig, ShareMember
 from jetsdk.share.records import Settings, share_stream_name
 from jetsdk.share.state import ShareState
@@ -81,7 +80,9 @@ SETTINGS_RETRY = 5.0
 """Seconds after which a settings record not seen in the log is sent again."""
 SETTINGS_TIMEOUT = 30.0
 """Most seconds entering waits to read the group's settings from its share log."""
-_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
+READ_PAUSE = 0.005
+"""Seconds the share-log reader waits, once caught up, after a read that found records (many
+members appending: each reader asks at most 200 times a second, fewer Fetch requests)."""
 _logger = logging.getLogger("jetsdk.share")
 
 LostCallback = Callable[[list[LostOutcome]], object]
@@ -149,7 +150,7 @@ class ShareConsumer:
         max_deliveries: int | None = None,
         dead_letter_stream: str | None = None,
         dead_letter_options: Mapping[str, Any] | None = None,
-        batch: int = 200,
+        batch: int = 500,
         max_held: int = 4,
         ack_interval: float = 0.02,
         on_lost: LostCallback | None = None,
@@ -383,7 +384,10 @@ class ShareConsumer:
                 if self._closed:
                     return out
                 for h in member.take(time.monotonic(), limit - len(out)):
-                    record = await records.record((h.stream, h.partition), h.offset)
+                    key = (h.stream, h.partition)
+                    record = records.cached(key, h.offset)
+                    if record is None:
+                        record = await records.record(key, h.offset)
                     if record is None:  # gone from the stream (retention): give it back
                         member.nack(h.lease, h.offset, 0)
                         continue
@@ -506,22 +510,14 @@ class ShareConsumer:
         assert records is not None
         assert self._tg is not None
         offset = 0
-        failures = 0
         while True:
             try:
-                header, raw = await self.client.fetch(
-                    log, 0, offset, max_bytes=LOG_FETCH_MAX_BYTES, max_wait=0.5
+                header, raw = await poll_fetch(
+                    self.client, (log, 0), offset, max_bytes=LOG_FETCH_MAX_BYTES, max_wait=0.5
                 )
             except OffsetOutOfRange as exc:
                 offset = exc.log_start or 0  # no retention is set; be safe anyway
                 continue
-            except JetError as exc:
-                if not exc.retriable:
-                    raise
-                failures += 1
-                await anyio.sleep(_BACKOFF.delay(failures))
-                continue
-            failures = 0
             skipped = member.view.skipped
             for record in iter_records(raw):
                 for won in member.on_record(record.offset, record.timestamp, record.value):
@@ -540,6 +536,8 @@ class ShareConsumer:
             self._read_end = offset
             self._read.set()
             self._wake.set()
+            if self._caught_up and raw:
+                await anyio.sleep(READ_PAUSE)
 
     async def _dlq_hw(self) -> int:
         info = await self.client.list_offsets(self.dead_letter_stream, 0, "latest")

@@ -15,17 +15,45 @@ import anyio.abc
 import attrs
 
 from jetsdk.client import Client
+from jetsdk.codec.messages import FetchResponseHeader
 from jetsdk.codec.record import Record, iter_records
 from jetsdk.errors import JetError, OffsetOutOfRange
 from jetsdk.retry import RetryPolicy
 
-__all__ = ["FETCH_MAX_BYTES", "Key", "ShareRecords"]
+__all__ = ["FETCH_MAX_BYTES", "POLL_BACKOFF", "Key", "ShareRecords", "poll_fetch"]
 
 FETCH_MAX_BYTES = 1 << 20
-_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
+POLL_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
+"""The pauses of a share member's long polls (the share log, the consumed partitions) after
+retriable errors: they run for the member's life, so they outlast any failover."""
 
 Key = tuple[str, int]
 """(stream, partition)."""
+
+
+async def poll_fetch(
+    client: Client, key: Key, offset: int, *, max_bytes: int, max_wait: float
+) -> tuple[FetchResponseHeader, memoryview]:
+    """``client.fetch`` until it answers: a retriable error is tried again after a pause of
+    :data:`POLL_BACKOFF` (growing with the failures in a row, up to 1 s).
+
+    Raises:
+        OffsetOutOfRange: the caller moves its position.
+        JetError: an error that is not retriable (or :data:`POLL_BACKOFF`'s attempts spent).
+    """
+    stream, partition = key
+    for failures in range(1, POLL_BACKOFF.attempts):
+        try:
+            return await client.fetch(
+                stream, partition, offset, max_bytes=max_bytes, max_wait=max_wait
+            )
+        except OffsetOutOfRange:
+            raise
+        except JetError as exc:
+            if not exc.retriable:
+                raise
+            await anyio.sleep(POLL_BACKOFF.delay(failures))
+    return await client.fetch(stream, partition, offset, max_bytes=max_bytes, max_wait=max_wait)
 
 
 @attrs.define(eq=False)
@@ -44,27 +72,16 @@ class ShareRecords:
     async def watch(self, key: Key, speo: Callable[[], int], changed: Callable[[], None]) -> None:
         """Long-poll ``key``'s high watermark from its SPEO forever; ``changed()`` when it
         moves."""
-        stream, partition = key
         pos = 0
-        failures = 0
         while True:
             pos = max(pos, speo(), self.hws.get(key, 0))
             try:
-                header, _raw = await self.client.fetch(
-                    stream, partition, pos, max_bytes=1, max_wait=0.5
-                )
+                header, _raw = await poll_fetch(self.client, key, pos, max_bytes=1, max_wait=0.5)
             except OffsetOutOfRange as exc:
                 pos = exc.log_start if exc.log_start is not None and pos < exc.log_start else 0
                 self.hws.pop(key, None)
                 await anyio.sleep(0.05)
                 continue
-            except JetError as exc:
-                if not exc.retriable:
-                    raise
-                failures += 1
-                await anyio.sleep(_BACKOFF.delay(failures))
-                continue
-            failures = 0
             if header.hw != self.hws.get(key):
                 self.hws[key] = header.hw
                 changed()
@@ -103,6 +120,11 @@ class ShareRecords:
         finally:
             del self._loading[(stream, partition, start)]
             done.set()
+
+    def cached(self, key: Key, offset: int) -> Record | None:
+        """The record at ``offset`` if it is loaded (taken out of the cache), else None:
+        the usual case, without :meth:`record`'s await."""
+        return self._cache[key].pop(offset, None)
 
     async def record(self, key: Key, offset: int) -> Record | None:
         """The record at ``offset`` (taken out of the cache), or None if it is gone."""

@@ -111,6 +111,8 @@ class ShareMessage(RecordView):
     def ack(self, kind: AcknowledgeType | str = AcknowledgeType.ACCEPT) -> Done:
         """Acknowledge with ``kind`` (default ``accept``: done, never delivered again once
         the batched settle is stored; see :class:`AcknowledgeType` for the others)."""
+        if kind is AcknowledgeType.ACCEPT:  # the usual call: no conversion
+            return self._settle("ack", 0.0)
         kind = AcknowledgeType(kind)
         if kind is AcknowledgeType.RELEASE:
             return self.nack()

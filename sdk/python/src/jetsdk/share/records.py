@@ -187,7 +187,7 @@ def encode_share_record(record: ShareRecord) -> bytes:
             max_deliveries=record.max_deliveries,
             dlq_hw=record.dlq_hw,
         )
-    else:
+    else:  # a settle leaves out what is empty, false or null (spec §3.2): most hold acks only
         head.update(
             type="settle",
             group=record.group,
@@ -196,15 +196,22 @@ def encode_share_record(record: ShareRecord) -> bytes:
             partition=record.partition,
             start=record.start,
             lease=record.lease,
-            acked=[list(r) for r in record.acked],
-            released=[list(r) for r in record.released],
-            returned=[list(r) for r in record.returned],
-            rejected=[list(r) for r in record.rejected],
-            dead=[list(r) for r in record.dead],
-            extend=record.extend,
-            renew=[list(r) for r in record.renew],
-            dlq_hw=record.dlq_hw,
         )
+        for name, runs in (
+            ("acked", record.acked),
+            ("released", record.released),
+            ("returned", record.returned),
+            ("rejected", record.rejected),
+            ("dead", record.dead),
+        ):
+            if runs:
+                head[name] = runs
+        if record.extend:
+            head["extend"] = True
+        if record.renew:
+            head["renew"] = record.renew
+        if record.dlq_hw is not None:
+            head["dlq_hw"] = record.dlq_hw
     return orjson.dumps(head)
 
 

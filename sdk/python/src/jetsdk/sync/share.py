@@ -73,7 +73,7 @@ class ShareConsumer(SyncWrapper):
         max_deliveries: int | None = None,
         dead_letter_stream: str | None = None,
         dead_letter_options: Mapping[str, Any] | None = None,
-        batch: int = 200,
+        batch: int = 500,
         max_held: int = 4,
         ack_interval: float = 0.02,
         on_lost: LostCallback | None = None,

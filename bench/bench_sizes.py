@@ -1,0 +1,383 @@
+"""Bytes, not just messages (issue 39): jet vs NATS JetStream at 100 B .. 1 MiB values.
+
+One jet server (DevCluster, RF 1) and two nats-servers with JetStream (file store; one
+default, one ``sync_interval: always``) run on this machine; both clients run in this one
+process on asyncio (nats-py is asyncio-only). For each value size in SIZES:
+
+- publish ack LEADER vs ``js.publish_async`` (default store), target >= 1.5x;
+- publish ack ALL (fsynced group commit) vs ``publish_async`` on ``sync_interval: always``,
+  target >= 1.5x;
+- consume from offset 0 (``Consumer.fetch``) vs JetStream's ordered push consumer,
+  target >= 2x.
+
+Both sides use the same window of unacknowledged messages: WINDOW messages, at most
+WINDOW_BYTES of values. Each row is the median of ROUNDS rounds alternating jet and
+JetStream (after one untimed warm-up per side) and is printed with met / NOT met.
+
+Beside every row the machine's own ceiling for the same bytes: a sequential buffered write
+(one ``write`` per value) to a file in the jet server's data directory, and a memory copy
+(one slice assignment per value into a preallocated buffer); jet's MiB/s as a fraction of
+each. And jet's CPU per MiB (client process + server process, from /proc), the steadier
+figure for before/after comparisons on a loaded machine.
+
+Run: ``python -m bench sizes [--quick]`` (``--quick``: less data per round and one round,
+about a minute). ``JET_BENCH_VALUE_SIZES=16384,262144`` limits the sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bench.bench_sdk import _load, _process_cpu_s, jetstream_server
+from jetsdk import AckPolicy, Client, Consumer, Producer
+from jetserver.devcluster import DevCluster
+
+SIZES = (100, 1024, 16 * 1024, 256 * 1024, 1024 * 1024)
+WINDOW = 4000
+"""Most unacknowledged messages on either side (issue 39's run used 4000)."""
+WINDOW_BYTES = 64 * 1024 * 1024
+"""... and at most this many bytes of values in flight (a 1 MiB value: 64 messages)."""
+ROUNDS = 3
+QUICK_ROUNDS = 1
+ROUND_BYTES = 96 * 1024 * 1024
+QUICK_ROUND_BYTES = 12 * 1024 * 1024
+MAX_ROUND_MESSAGES = 200_000
+QUICK_MAX_ROUND_MESSAGES = 20_000
+ALL_DIVISOR = 4
+"""The ack ALL rounds move this many times less data (JetStream fsyncs every write)."""
+CONSUME_MAX_BYTES = 8 * 1024 * 1024
+"""The jet consumer's fetch size (bytes per partition fetch)."""
+TIMEOUT_S = 600.0
+MIB = 1024 * 1024
+TARGET_PUBLISH = 1.5
+TARGET_CONSUME = 2.0
+
+
+def _value(size: int) -> bytes:
+    """An incompressible-looking value of ``size`` bytes (no compression is used yet)."""
+    return os.urandom(size)
+
+
+def _window(size: int) -> int:
+    return max(4, min(WINDOW, WINDOW_BYTES // size))
+
+
+# -- ceilings -----------------------------------------------------------------------------
+
+
+def ceiling_write(directory: Path, value: bytes, n: int) -> float:
+    """MiB/s of a sequential buffered write of ``n`` copies of ``value`` (no fsync)."""
+    path = directory / "ceiling.bin"
+    start = time.perf_counter()
+    with open(path, "wb") as f:
+        write = f.write
+        for _ in range(n):
+            write(value)
+    elapsed = time.perf_counter() - start
+    path.unlink()
+    return n * len(value) / MIB / elapsed
+
+
+def ceiling_memcpy(value: bytes, n: int) -> float:
+    """MiB/s of copying ``n`` values one by one into a preallocated buffer (bounded size)."""
+    size = len(value)
+    slots = max(1, min(n, (64 * MIB) // size))
+    buf = memoryview(bytearray(slots * size))
+    start = time.perf_counter()
+    for i in range(n):
+        pos = (i % slots) * size
+        buf[pos : pos + size] = value
+    return n * size / MIB / (time.perf_counter() - start)
+
+
+# -- jet ----------------------------------------------------------------------------------
+
+
+async def jet_publish(client: Client, stream: str, value: bytes, n: int, ack: AckPolicy) -> float:
+    async with Producer(
+        client, stream, ack=ack, max_pending=_window(len(value)), max_in_flight=4
+    ) as p:
+        start = time.perf_counter()
+        handle = None
+        for _ in range(n):
+            handle = await p.send_soon(value)
+        await p.flush()
+        elapsed = time.perf_counter() - start
+        assert handle is not None
+        handle.result()
+    return n / elapsed
+
+
+async def jet_consume(client: Client, stream: str, n: int) -> float:
+    async with Consumer(
+        client, stream, start="earliest", max_bytes=CONSUME_MAX_BYTES, auto_commit=None
+    ) as consumer:
+        start = time.perf_counter()
+        got = 0
+        with anyio.fail_after(TIMEOUT_S):
+            while got < n:
+                got += len(await consumer.fetch(max_records=10_000, timeout=10))
+        return got / (time.perf_counter() - start)
+
+
+# -- JetStream ----------------------------------------------------------------------------
+
+
+async def js_connect(url: str, window: int) -> tuple[Any, Any]:
+    import nats
+
+    nc = await nats.connect(url, pending_size=8 * WINDOW_BYTES)
+    return nc, nc.jetstream(publish_async_max_pending=window)
+
+
+async def js_stream(js: Any, name: str, subject: str) -> None:
+    from nats.js.api import StorageType, StreamConfig
+
+    await js.add_stream(
+        StreamConfig(
+            name=name,
+            subjects=[subject],
+            storage=StorageType.FILE,
+            num_replicas=1,
+            max_msg_size=-1,
+        )
+    )
+
+
+async def js_publish(js: Any, subject: str, value: bytes, n: int) -> float:
+    start = time.perf_counter()
+    future = None
+    for _ in range(n):
+        future = await js.publish_async(subject, value)
+    await js.publish_async_completed()
+    elapsed = time.perf_counter() - start
+    assert future is not None
+    await future
+    return n / elapsed
+
+
+async def js_consume(js: Any, subject: str, n: int) -> float:
+    sub = await js.subscribe(subject, ordered_consumer=True)
+    start = time.perf_counter()
+    got = 0
+    with anyio.fail_after(TIMEOUT_S):
+        async for _msg in sub.messages:
+            got += 1
+            if got == n:
+                break
+    rate = got / (time.perf_counter() - start)
+    await sub.unsubscribe()
+    return rate
+
+
+# -- rounds -------------------------------------------------------------------------------
+
+
+class Row:
+    """One printed comparison: per-round rates of both sides and jet's CPU per MiB."""
+
+    def __init__(self, label: str, size: int, target: float) -> None:
+        self.label = label
+        self.size = size
+        self.target = target
+        self.jet: list[float] = []
+        self.js: list[float] = []
+        self.cpu_ms_per_mib: list[float] = []
+
+    def ratio(self) -> float:
+        return statistics.median(a / b for a, b in zip(self.jet, self.js, strict=True))
+
+    def mib(self, rates: list[float]) -> float:
+        return statistics.median(rates) * self.size / MIB
+
+
+async def alternate(
+    row: Row,
+    rounds: int,
+    n: int,
+    jet: Callable[[int], Awaitable[float]],
+    js: Callable[[int], Awaitable[float]],
+    server_pid: int | None,
+    warm: int,
+) -> None:
+    """A warm-up of ``warm`` messages per side (if any), then ``rounds`` alternating rounds."""
+    if warm:
+        await jet(warm)
+        await js(warm)
+    for i in range(rounds):
+        server, client = _process_cpu_s(server_pid), time.process_time()
+        row.jet.append(await jet(n))
+        used = _process_cpu_s(server_pid) - server + time.process_time() - client
+        row.cpu_ms_per_mib.append(used * 1000 / (n * row.size / MIB))
+        row.js.append(await js(n))
+        print(
+            f"    {row.label} round {i + 1}: jet {row.jet[-1]:,.0f} msg/s, jetstream "
+            f"{row.js[-1]:,.0f} msg/s, ratio {row.jet[-1] / row.js[-1]:.2f}x, jet CPU "
+            f"{row.cpu_ms_per_mib[-1]:.1f} ms/MiB (load {_load()})",
+            flush=True,
+        )
+
+
+def _size_label(size: int) -> str:
+    if size >= MIB:
+        return f"{size // MIB} MiB"
+    if size >= 1024:
+        return f"{size // 1024} KiB"
+    return f"{size} B"
+
+
+async def one_size(
+    size: int,
+    quick: bool,
+    client: Client,
+    js_url: str,
+    js_sync_url: str,
+    server_pid: int | None,
+    data_dir: Path,
+) -> list[tuple[Row, float, float]]:
+    rounds = QUICK_ROUNDS if quick else ROUNDS
+    round_bytes = QUICK_ROUND_BYTES if quick else ROUND_BYTES
+    cap = QUICK_MAX_ROUND_MESSAGES if quick else MAX_ROUND_MESSAGES
+    n = max(8, min(cap, round_bytes // size))
+    n_all = max(8, n // ALL_DIVISOR)
+    warm = min(n // 4, 1000)
+    value = _value(size)
+    window = _window(size)
+    tag = f"s{size}"
+    print(
+        f"  {_size_label(size)}: {n:,} messages per round ({n_all:,} for ack ALL), window "
+        f"{window}, {rounds} round(s) (load {_load()})",
+        flush=True,
+    )
+    for name in (f"{tag}pub", f"{tag}all", f"{tag}cons"):
+        await client.create_stream(
+            name, f"bench.{name}", max_message_bytes=max(size, 1024), exist_ok=True
+        )
+    nc, js = await js_connect(js_url, window)
+    snc, sjs = await js_connect(js_sync_url, window)
+    try:
+        await js_stream(js, f"P{tag}", f"js.{tag}.pub")
+        await js_stream(js, f"C{tag}", f"js.{tag}.cons")
+        await js_stream(sjs, f"A{tag}", f"js.{tag}.all")
+        pub = Row("publish ack LEADER", size, TARGET_PUBLISH)
+        await alternate(
+            pub,
+            rounds,
+            n,
+            lambda k: jet_publish(client, f"{tag}pub", value, k, AckPolicy.LEADER),
+            lambda k: js_publish(js, f"js.{tag}.pub", value, k),
+            server_pid,
+            warm,
+        )
+        all_row = Row("publish ack ALL / sync always", size, TARGET_PUBLISH)
+        await alternate(
+            all_row,
+            rounds,
+            n_all,
+            lambda k: jet_publish(client, f"{tag}all", value, k, AckPolicy.ALL),
+            lambda k: js_publish(sjs, f"js.{tag}.all", value, k),
+            server_pid,
+            min(warm, n_all // 4),
+        )
+        await jet_publish(client, f"{tag}cons", value, n, AckPolicy.LEADER)
+        await js_publish(js, f"js.{tag}.cons", value, n)
+        cons = Row("consume from 0 / ordered", size, TARGET_CONSUME)
+        await alternate(
+            cons,
+            rounds,
+            n,
+            lambda k: jet_consume(client, f"{tag}cons", k),
+            lambda k: js_consume(js, f"js.{tag}.cons", k),
+            server_pid,
+            0,
+        )
+    finally:
+        for name in (f"{tag}pub", f"{tag}all", f"{tag}cons"):
+            await client.delete_stream(name)
+        for ctx, name in ((js, f"P{tag}"), (js, f"C{tag}"), (sjs, f"A{tag}")):
+            await ctx.delete_stream(name)
+        await nc.close()
+        await snc.close()
+    n_ceiling = max(8, round_bytes // size)
+    write = ceiling_write(data_dir, value, n_ceiling)
+    memcpy = ceiling_memcpy(value, n_ceiling)
+    return [(row, write, memcpy) for row in (pub, all_row, cons)]
+
+
+def _table(rows: list[tuple[Row, float, float]]) -> None:
+    print(
+        "\n  summary: medians of alternating rounds; ratio = jet / JetStream; ceiling = this "
+        "machine's buffered write to the data dir / memory copy of the same values"
+    )
+    print(
+        f"  {'size':>7} {'row':<30} {'jet MiB/s':>10} {'js MiB/s':>9} {'ratio':>6} "
+        f"{'target':<14} {'write MiB/s':>11} {'jet/write':>9} {'memcpy MiB/s':>12} "
+        f"{'jet/memcpy':>10} {'jet CPU ms/MiB':>14}"
+    )
+    for row, write, memcpy in rows:
+        ratio = row.ratio()
+        jet_mib = row.mib(row.jet)
+        verdict = "met" if ratio >= row.target else "NOT met"
+        print(
+            f"  {_size_label(row.size):>7} {row.label:<30} {jet_mib:>10,.1f} "
+            f"{row.mib(row.js):>9,.1f} {ratio:>5.2f}x {f'>= {row.target:g}x {verdict}':<14} "
+            f"{write:>11,.0f} {jet_mib / write:>9.1%} {memcpy:>12,.0f} "
+            f"{jet_mib / memcpy:>10.2%} {statistics.median(row.cpu_ms_per_mib):>14.1f}"
+        )
+
+
+async def _main(
+    quick: bool,
+    sizes: tuple[int, ...],
+    jet_servers: list[str],
+    js_url: str,
+    js_sync_url: str,
+    server_pid: int | None,
+    data_dir: Path,
+) -> None:
+    rows: list[tuple[Row, float, float]] = []
+    async with Client(jet_servers) as client:
+        for size in sizes:
+            rows.extend(
+                await one_size(size, quick, client, js_url, js_sync_url, server_pid, data_dir)
+            )
+    _table(rows)
+
+
+def run(quick: bool) -> None:
+    """Every size in SIZES (or JET_BENCH_VALUE_SIZES), side by side with JetStream and ceilings."""
+    env = os.environ.get("JET_BENCH_VALUE_SIZES")
+    sizes = tuple(int(s) for s in env.split(",")) if env else SIZES
+    print(f"load {_load()}; sizes {', '.join(map(_size_label, sizes))}", flush=True)
+    with (
+        open(os.devnull, "wb") as devnull,
+        DevCluster(size=1, log_file=devnull) as dev,
+        jetstream_server(sync_always=False) as js_url,
+        jetstream_server(sync_always=True) as js_sync_url,
+    ):
+        server_pid = dev.servers[0].pid if dev.servers else None
+        assert dev.root is not None
+        anyio.run(
+            _main,
+            quick,
+            sizes,
+            dev.addresses,
+            js_url,
+            js_sync_url,
+            server_pid,
+            Path(dev.root),
+            backend="asyncio",
+        )
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(quick="--quick" in sys.argv)

@@ -1,0 +1,94 @@
+"""The typed in-process path of a Produce request to a partition led by this server.
+
+A Produce request that arrives on this server's jet port for a partition whose leader is
+here reaches that partition's sequencer as one :class:`DirectBatch`: where each message
+lies in the request (:class:`~jetsdk.codec.transcode.DirectRecord`, so its record body is
+cut from the request's bytes without parsing an envelope), the request's ack policy, and
+a :class:`ProduceCompletion` that the sequencer (LEADER acks, errors, duplicates) and the
+committer (ALL acks once the HW passes) settle by message index, in process: no ack inbox,
+no correlation ids, nothing encoded or decoded on the way back.
+
+Task safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import attrs
+
+from jetsdk.codec.transcode import DirectRecord
+from jetserver import hops
+from jetserver.lazy_event import LazyEvent
+
+__all__ = ["DirectAckTo", "DirectBatch", "ProduceCompletion", "Result"]
+
+Result = tuple[int, int, int]
+"""A message's outcome: (error_code, offset, timestamp)."""
+
+
+@attrs.define(eq=False)
+class ProduceCompletion:
+    """The outcome of every message of one Produce request, filled in as it is known."""
+
+    stream: str
+    """The request's stream."""
+    partition: int
+    """The request's partition."""
+    results: list[Result | None]
+    """One per message of the request, in order (None: not known yet)."""
+    remaining: int
+    """Messages whose outcome is still awaited."""
+    done: LazyEvent = attrs.field(factory=LazyEvent)
+    """Set once :attr:`remaining` reaches 0 (an anyio.Event only if someone waits: most
+    requests that append in their own task never do)."""
+
+    def settle(self, index: int, code: int, offset: int, timestamp: int) -> None:
+        """Message ``index`` ended with ``code`` at ``offset`` (-1: none). An index out of
+        range or already settled is ignored (an ack that came twice: the first counts)."""
+        results = self.results
+        if not 0 <= index < len(results) or results[index] is not None:
+            return
+        results[index] = (code, offset, timestamp)
+        self.remaining -= 1
+        if self.remaining <= 0:
+            if hops.ENABLED:
+                hops.mark("acked")
+            self.done.set()
+
+    def fail_unsettled(self, result: Result) -> None:
+        """Give every message not settled yet ``result`` and wake the request."""
+        results = self.results
+        for i, known in enumerate(results):
+            if known is None:
+                results[i] = result
+        self.remaining = 0
+        self.done.set()
+
+
+class DirectAckTo(NamedTuple):
+    """Where a message of a direct batch is acked: its request's completion, at its index."""
+
+    completion: ProduceCompletion
+    """The request's completion."""
+    position: int
+    """The message's index in its request."""
+
+
+@attrs.frozen
+class DirectBatch:
+    """The messages of one Produce request for the sequencer (module docstring)."""
+
+    subjects: Sequence[str]
+    """Each message's subject (the partition's subject where the request named none)."""
+    records: Sequence[DirectRecord]
+    """Where each message lies in the request."""
+    indexes: Sequence[int]
+    """Each message's index in its request (the index its outcome is settled at)."""
+    policy: int
+    """The request's ack policy."""
+    completion: ProduceCompletion
+    """Where the outcomes go."""
+    size: int
+    """Bytes it counts for in the sequencer's queue (``max_pending_bytes``)."""

@@ -1,0 +1,122 @@
+"""The leader's side of replica fetches on one partition: who may fetch, and their wake-ups.
+
+:class:`ReplicaNews` answers whether a parked replica fetch has something to return (new
+records, or a HW its follower has not seen), wakes parked fetches when that may have
+changed (an append, a HW move, a stop), and checks the leader epoch and replica id of a
+fetch (broker/replica_fetch.py).
+
+Task safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import anyio
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetserver.broker.acks import PendingAck
+from jetserver.broker.lifecycle import Lifecycle
+from jetserver.errors import ApiError
+from jetserver.lazy_event import LazyEvent
+from jetserver.replication import LeaderState, replica_at
+from jetserver.replication.core import ReplicaCore
+from jetserver.storage import Log
+
+__all__ = ["ReplicaNews"]
+
+
+@attrs.define(eq=False, repr=False)
+class ReplicaNews:
+    """Replica fetches of one partition led here (module docstring)."""
+
+    stream: str
+    """Stream name."""
+    partition: int
+    """Partition number."""
+    server_id: str
+    """This server's id (not a follower of itself)."""
+    log: Log
+    """The partition's log (read only here)."""
+    core: ReplicaCore[PendingAck]
+    """The replica's decisions (leader state, assignment)."""
+    life: Lifecycle
+    """The replica's running state (read only here)."""
+    _news: LazyEvent = attrs.field(factory=LazyEvent)
+    _wakers: set[anyio.Event] | None = None
+
+    def __repr__(self) -> str:
+        # Not attrs' repr: the parts refer to each other and to the server's objects
+        # (callbacks), so a generated repr would print the whole server.
+        return f"ReplicaNews({self.stream}/{self.partition})"
+
+    def check_leader(self, leader_epoch: int) -> LeaderState:
+        """The leader state if this replica leads in ``leader_epoch`` (-1: any epoch).
+
+        Raises:
+            ApiError: NOT_LEADER (details ``leader``, ``leader_epoch``).
+        """
+        state = self.core.leader_state
+        if state is None or (leader_epoch >= 0 and leader_epoch != state.leader_epoch):
+            a = self.core.assignment
+            raise ApiError(
+                ErrorCode.NOT_LEADER,
+                f"this server does not lead {self.stream}/{self.partition} in epoch {leader_epoch}",
+                {
+                    "stream": self.stream,
+                    "partition": self.partition,
+                    "leader": a.leader if a is not None else None,
+                    "leader_epoch": a.leader_epoch if a is not None else None,
+                },
+            )
+        return state
+
+    def follower_name(self, replica_id: int) -> str:
+        """The server id of follower ``replica_id``.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT if it is not a follower of this partition.
+        """
+        a = self.core.assignment
+        name = replica_at(a.replicas, replica_id) if a is not None else None
+        if name is None or name == self.server_id:
+            raise ApiError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"replica_id {replica_id} is not a follower of {self.stream}/{self.partition}",
+                {"field": "replica_id"},
+            )
+        return name
+
+    def has_news(self, follower: str, offset: int) -> bool:
+        """True if a replica fetch at ``offset`` can be answered with records or a new HW."""
+        state = self.core.leader_state
+        if state is None or self.life.ending:
+            return True
+        return offset < self.log.log_end_offset or state.follower_needs_hw(follower)
+
+    async def wait(self, follower: str, offset: int, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` until :meth:`has_news`."""
+        with anyio.move_on_after(timeout_s):
+            while not self.has_news(follower, offset):
+                await self._news.wait()
+
+    def wake(self) -> None:
+        """Wake every parked replica fetch (and every session waiting on this partition)."""
+        event, self._news = self._news, LazyEvent()
+        event.set()
+        if self._wakers:
+            for waker in self._wakers:
+                waker.set()
+
+    def add_waker(self, waker: anyio.Event) -> None:
+        """Set ``waker`` whenever parked replica fetches may have news (a fetch session
+        parked on many partitions waits on one event)."""
+        if self._wakers is None:
+            self._wakers = set()
+        self._wakers.add(waker)
+
+    def remove_waker(self, waker: anyio.Event) -> None:
+        """Undo :meth:`add_waker`."""
+        if self._wakers is not None:
+            self._wakers.discard(waker)
+            if not self._wakers:
+                self._wakers = None
