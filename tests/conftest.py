@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
+from support.parallel import arrange
 
 
 @pytest.fixture
@@ -45,3 +46,10 @@ def fsync_shim() -> Path:
         return shim_path()
     except ShimUnavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In parallel runs, tests sharing an expensive fixture share a worker and the longest
+    start first (tests/support/parallel.py)."""
+    arrange(config, items)
