@@ -1,5 +1,7 @@
 """Shared fixtures: see tests/support/ for the nats-server, `jet dev` and server helpers.
 
+- ``anyio_backend``: asyncio for every async test (the server's NATS link, nats-py, is
+  asyncio-only); tests/sdk and tests/raft run on trio too, test_socket_io on uvloop too.
 - ``nats_server`` (function scope): a fresh nats-server on a free 127.0.0.1 port.
 - ``jet_dev`` (module scope): ``jet dev --servers 1`` as a subprocess; ``.nats_url``,
   ``.servers`` (list of "host:port"), ``.proc``; stopped by PID at teardown.
@@ -19,6 +21,12 @@ from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
 from support.parallel import arrange
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio (directories or modules may widen or narrow this)."""
+    return "asyncio"
 
 
 @pytest.fixture

@@ -33,11 +33,6 @@ PARTITIONS = 24
 """Partitions of the streams created while the leader is killed (one op holds them all)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
     """One cluster for the module: every test restarts the servers it killed."""

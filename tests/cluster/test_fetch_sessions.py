@@ -55,11 +55,6 @@ METRICS_PORTS: dict[str, int] = {}
 """Server id -> its metrics port (set by the cluster fixture)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("sessions")
