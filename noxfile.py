@@ -106,10 +106,11 @@ def _apt_install(
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and format check."""
+    """ruff check and format check; the server's imports follow its layers."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("python", "tools/check_layers.py")
 
 
 @nox.session
