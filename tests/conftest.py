@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
-from support.parallel import arrange
+from support.parallel import announce_groups_file, arrange, make_scheduler
 
 
 @pytest.fixture
@@ -56,8 +57,18 @@ def fsync_shim() -> Path:
         pytest.skip(str(exc))
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """In parallel runs: where the workers tell the scheduler the groups."""
+    announce_groups_file(config)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In parallel runs, tests sharing an expensive fixture share a worker and the longest
     start first (tests/support/parallel.py)."""
     arrange(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the groups the workers wrote (tests/support/parallel.py)."""
+    return make_scheduler(config, log)
