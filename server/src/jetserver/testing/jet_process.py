@@ -49,7 +49,7 @@ __all__ = [
 READY_TIMEOUT_S = 90.0
 """Bound on one server becoming ready (ready file written). A bound, not an expectation:
 a start takes about a second on a quiet machine, but in the parallel suite on a loaded
-2-core machine (load 17-47) 20 starts took over 30 s, the bound before, before their
+2-core machine (load 17-47) starts took over 30 s, the bound before, most before their
 first log line."""
 STOP_TIMEOUT_S = 15.0
 """Bound on a clean stop before SIGKILL."""
