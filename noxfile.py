@@ -18,6 +18,7 @@ PACKAGES = ["-e", "sdk/python", "-e", "server", "-e", "sdk/spark"]
 TEST_DEPS = [
     "pytest>=8",
     "pytest-timeout>=2.3",
+    "pytest-xdist>=3.6",  # the tests run in parallel (PARALLEL)
     "hypothesis>=6.100",
     "trio>=0.25",
     "ruff>=0.6",  # tests check that generated code is formatted
@@ -42,6 +43,12 @@ PROMTOOL_PACKAGES = ["prometheus"]
 BROWSER_INSTALL_BOUND_S = 600
 """Bound on one apt-get install (the browser, promtool), seconds."""
 SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
+TEST_WORKERS = 4
+"""pytest-xdist workers of ``nox -s tests``: twice CI's 2 cores, as most tests wait on
+processes, sockets and timers more than they compute."""
+PARALLEL = ["-n", str(TEST_WORKERS), "--dist", "loadgroup", "--no-loadscope-reorder"]
+"""How ``nox -s tests`` runs the suite in parallel: tests that share an expensive fixture
+run on one worker, the longest start first (tests/support/parallel.py)."""
 
 
 @nox.session
@@ -53,8 +60,9 @@ def tests(session: nox.Session) -> None:
     # The generated sync API and the spec vectors must be current with their sources.
     session.run("python", "tools/gen_sync.py", "--check")
     session.run("python", "tools/gen_vectors.py", "--check")
-    # The slowest tests are listed at the end so that CI time stays visible.
-    session.run("pytest", *(session.posargs or ["--durations=25"]))
+    # In parallel; the slowest tests are listed at the end so that CI time stays visible.
+    # Arguments after `--` replace both (`nox -s tests -- tests/storage` runs serially).
+    session.run("pytest", *(session.posargs or [*PARALLEL, "--durations=25"]))
 
 
 def _install_browser(session: nox.Session) -> None:
@@ -98,10 +106,11 @@ def _apt_install(
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and format check."""
+    """ruff check and format check; the server's imports follow its layers."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("python", "tools/check_layers.py")
 
 
 @nox.session

@@ -1,5 +1,7 @@
 """Shared fixtures: see tests/support/ for the nats-server, `jet dev` and server helpers.
 
+- ``anyio_backend``: asyncio for every async test (the server's NATS link, nats-py, is
+  asyncio-only); tests/sdk and tests/raft run on trio too, test_socket_io on uvloop too.
 - ``nats_server`` (function scope): a fresh nats-server on a free 127.0.0.1 port.
 - ``jet_dev`` (module scope): ``jet dev --servers 1`` as a subprocess; ``.nats_url``,
   ``.servers`` (list of "host:port"), ``.proc``; stopped by PID at teardown.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +21,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
+from support.parallel import announce_groups_file, arrange, make_scheduler
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests run on asyncio (directories or modules may widen or narrow this)."""
+    return "asyncio"
 
 
 @pytest.fixture
@@ -45,3 +55,20 @@ def fsync_shim() -> Path:
         return shim_path()
     except ShimUnavailable as exc:
         pytest.skip(str(exc))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In parallel runs: where the workers tell the scheduler the groups."""
+    announce_groups_file(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In parallel runs, tests sharing an expensive fixture share a worker and the longest
+    start first (tests/support/parallel.py)."""
+    arrange(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the groups the workers wrote (tests/support/parallel.py)."""
+    return make_scheduler(config, log)

@@ -13,11 +13,6 @@ from jetserver.broker.stream_files import MarkerSync
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_concurrent_callers_share_syncs_and_each_gets_a_later_one(tmp_path: Path) -> None:
     sync = MarkerSync(tmp_path)
     done: list[int] = []

@@ -12,11 +12,6 @@ from support.jet_dev import JetDev
 from .control_kit import call, metadata
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_jet_dev_runs_a_three_server_cluster(tmp_path: Path) -> None:
     with JetDev.start(tmp_path / "data", servers=3) as dev:

@@ -84,11 +84,6 @@ def test_parse_reports() -> None:
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def raft(tmp_path: Path) -> AsyncIterator[MetadataRaft]:
     config = RaftConfig(
         server_id="s1",

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from jetsdk import Client
+from jetsdk import AckPolicy, Client, Producer
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetserver.devcluster import DevCluster
@@ -31,11 +31,6 @@ create and the kill (the first lands before the entry commits, the second usuall
 committed, while the leader waits for the partition leaders to open their replicas)."""
 PARTITIONS = 24
 """Partitions of the streams created while the leader is killed (one op holds them all)."""
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture(scope="module")
@@ -355,6 +350,26 @@ async def test_a_briefly_stalled_leader_keeps_its_leaderships(cluster: DevCluste
         await anyio.sleep(PAUSE_S)  # the span observed: no event marks "nothing happened"
     finally:
         cluster.server(victim).resume()
-    await anyio.sleep(2.0)  # reports sent during the pause would elect within this
+    await settled(cluster, name, spec["partitions"])
     after = assignments(await metadata(address), name)
     assert after == before
+
+
+SETTLE_BOUND_S = 30.0
+"""Bound on :func:`settled`."""
+
+
+async def settled(cluster: DevCluster, stream: str, partitions: int) -> None:
+    """Wait until what a pause set going has landed: every partition of ``stream`` takes an
+    ALL-acked record (its followers fetched from its leader after the pause, so they hear
+    from it and report nothing more), then a metadata write commits through the metadata
+    leader, after any election that a report made during the pause proposed (the Raft log
+    keeps their order)."""
+    barrier = f"barrier-{uuid.uuid4().hex[:6]}"
+    with anyio.fail_after(SETTLE_BOUND_S):
+        async with Client(cluster.addresses) as client:
+            async with Producer(client, stream, ack=AckPolicy.ALL) as producer:
+                for partition in range(partitions):
+                    await producer.send(b"after the pause", partition=partition)
+            await client.create_stream(barrier, barrier)
+            await client.delete_stream(barrier)

@@ -19,11 +19,6 @@ from jetserver.metadata.ops import CreateStream, apply
 from jetserver.testing import free_ports
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_refused_is_down_at_once_a_silent_server_only_after_a_while(
     monkeypatch: pytest.MonkeyPatch,

@@ -30,11 +30,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
         yield dev
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def followers(cluster: DevCluster) -> list[str]:
     leader = await metadata_leader(cluster)
     return [p.server_id for p in cluster.servers if p.server_id != leader]

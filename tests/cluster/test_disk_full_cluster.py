@@ -37,11 +37,6 @@ fill the journal file's last page, which a tmpfs does not count as used space.""
 RELEASED = "released the space reserve for a metadata write"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def stream_names(address: str) -> set[str]:
     async with await RawClient.connect(address) as c:
         answer = await c.metadata()

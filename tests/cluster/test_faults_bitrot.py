@@ -32,11 +32,6 @@ BOUND_S = 45.0
 PAUSE_S = 4.0
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def flip_a_bit(server: JetServer) -> str:
     directory = partition_dir(server.data_dir, "orders", 0)
     assert directory is not None

@@ -38,11 +38,6 @@ PAUSE_S = 4.0
 """How long the healthy follower stays paused while the leader is dead."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def damage(server: JetServer, stream: str, partition: int) -> str:
     """Flip a bit in the middle of the second segment, cut the last one in half."""
     directory = partition_dir(server.data_dir, stream, partition)

@@ -32,11 +32,6 @@ ACKS_WHILE_DOWN = 500
 """Acks that must arrive while the follower is out."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_killed_follower_restarts_reconciles_and_catches_up(tmp_path: Path) -> None:
     with Cluster(root=tmp_path, size=3) as cluster:
         async with Scenario.open(cluster, "orders", partitions=PARTITIONS, rf=3) as sc:

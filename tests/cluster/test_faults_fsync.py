@@ -37,11 +37,6 @@ JOURNAL = f"/{JOURNAL_FILE}"
 """Acks that must arrive after the fault fired."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_a_leader_whose_failed_fsync_cut_records_its_followers_hold_renews_its_epoch(
     tmp_path: Path, fsync_shim: Path
 ) -> None:

@@ -32,11 +32,6 @@ NEW_LEADER_BOUND_S = 20.0
 """A new leader must be in place within this (the printed figure is what counts)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_kill_9_the_partition_leader_loses_no_acked_message(tmp_path: Path) -> None:
     with Cluster(root=tmp_path, size=3) as cluster:
         async with Scenario.open(cluster, "orders", partitions=PARTITIONS, rf=3) as sc:

@@ -46,11 +46,6 @@ FLAPS = 4
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def lab() -> Iterator[NetLab]:
     reason = unavailable_reason()
     if reason is not None:

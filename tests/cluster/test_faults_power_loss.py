@@ -35,11 +35,6 @@ PRODUCE_RATE = 3000.0
 flight at the cut)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.parametrize(
     "servers", [pytest.param(1, id="rf1"), pytest.param(3, id="rf3", marks=needs_cluster)]
 )

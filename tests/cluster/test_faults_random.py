@@ -51,11 +51,6 @@ ACTIONS = (
 """Fault kinds and their weights."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _inject(
     cluster: Cluster, rng: random.Random, action: str, log: list[str], t_start: float
 ) -> None:

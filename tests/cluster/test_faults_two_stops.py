@@ -29,11 +29,6 @@ pytestmark = [pytest.mark.fault, pytest.mark.anyio, needs_cluster]
 BOUND_S = 45.0
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_two_followers_stop_at_once_then_the_leader_is_killed(tmp_path: Path) -> None:
     with Cluster(root=tmp_path / "cluster", size=3) as cluster:
         async with Scenario.open(cluster, "orders", partitions=1, rf=3) as sc:

@@ -55,11 +55,6 @@ METRICS_PORTS: dict[str, int] = {}
 """Server id -> its metrics port (set by the cluster fixture)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("sessions")
@@ -78,6 +73,37 @@ def session_partitions(server_id: str) -> dict[str, int]:
         text = answer.read().decode()
     found = re.findall(r'^jet_fetch_session_partitions\{leader="([^"]+)"\} (\d+)$', text, re.M)
     return {leader: int(n) for leader, n in found}
+
+
+PARKED_AFTER_S = 0.3
+"""No session answered for this long: every request is parked (a leader answers one with
+news at once, a parked one after FETCH_MAX_WAIT_S)."""
+
+
+def session_requests(server_id: str) -> dict[str, int]:
+    """leader address -> ReplicaFetch requests answered (from the server's metrics)."""
+    port = METRICS_PORTS[server_id]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    found = re.findall(r'^jet_fetch_session_requests_total\{leader="([^"]+)"\} (\d+)$', text, re.M)
+    return {leader: int(n) for leader, n in found}
+
+
+async def wait_sessions_parked(cluster: Cluster) -> None:
+    """Wait until every follower session's request is parked at its leader: no session's
+    count of answered requests moved for PARKED_AFTER_S."""
+
+    def counts() -> list[dict[str, int]]:
+        return [session_requests(s.server_id) for s in cluster.servers]
+
+    with anyio.fail_after(BOUND_S):
+        last = await anyio.to_thread.run_sync(counts)
+        since = time.monotonic()
+        while time.monotonic() - since < PARKED_AFTER_S:
+            await anyio.sleep(0.05)
+            now = await anyio.to_thread.run_sync(counts)
+            if now != last:
+                last, since = now, time.monotonic()
 
 
 async def produce_all(cluster: Cluster, stream: str, count: int) -> None:
@@ -115,7 +141,7 @@ async def test_a_new_stream_joins_parked_sessions_at_once(cluster: Cluster) -> N
     async with Client(cluster.addresses, request_timeout=30.0) as client:
         await client.create_stream("parked", "parked", partitions=1, replication_factor=3)
     await wait_full_isr(cluster, "parked", 0, 3, BOUND_S)
-    await anyio.sleep(1.0)  # every session's request is parked (its long poll is 20 s)
+    await wait_sessions_parked(cluster)
     async with Client(cluster.addresses, request_timeout=30.0) as client:
         await client.create_stream("late", "late", partitions=3, replication_factor=3)
     started = time.monotonic()

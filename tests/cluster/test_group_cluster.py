@@ -52,11 +52,6 @@ WAIT_S = 90.0
 """Bound on every wait for consumption (generous: loaded 2-core CI)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _produce(servers: list[str], stream: str, count: int, rate: float) -> None:
     """``count`` messages at about ``rate`` per second (ack ALL, idempotent retries)."""
     async with (

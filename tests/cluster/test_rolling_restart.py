@@ -43,11 +43,6 @@ STALL_BOUND_S = 10.0
 requests waiting out their timeout, shows up here; the figure printed is what counts)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def max_gap(acked: list[Acked], start: float, end: float, partitions: set[int] | None) -> float:
     """The longest time within [start, end] without an ack (of ``partitions`` if given)."""
     times = sorted(

@@ -56,11 +56,6 @@ RETRY_S = 0.2
 TRACEBACK = re.compile(r"Traceback|RuntimeError")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_a_graceful_stop_hands_no_leadership_to_a_server_killed_just_before(
     tmp_path: Path,
 ) -> None:

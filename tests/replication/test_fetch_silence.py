@@ -48,11 +48,6 @@ BOUND_S = 10.0
 """Bound on each wait for the follower's fetches to time out."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Reports:
     """A control plane that records silent-leader reports (server_down: never)."""
 

@@ -1,14 +1,17 @@
 """Child process for test_sync_sigint.py: block in one sync call, get Ctrl-C, close.
 
 Usage: ``python sigint_child.py ADDRESS STREAM CALL``. Prints ``blocking`` just before the
-call, then on KeyboardInterrupt ``interrupted <seconds since the signal>``, and once the
-``with`` blocks it propagates through (and the client) are closed, ``closed <seconds>``.
+call, ``blocked`` once the main thread waits inside it (a watcher thread sees the main
+thread's innermost frame in a ``threading`` wait), then on KeyboardInterrupt
+``interrupted <seconds since the signal>``, and once the ``with`` blocks it propagates
+through (and the client) are closed, ``closed <seconds>``.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+import threading
 import time
 from types import FrameType
 
@@ -16,6 +19,36 @@ from jetsdk import AckPolicy, sync
 
 received: list[float] = []
 interrupted: list[float] = []
+WATCH_BOUND_S = 60.0
+"""Bound on the watcher's wait for the main thread to block."""
+
+
+def waiting_in_call(main: int) -> bool:
+    """The main thread is inside the sync call of ``blocking_call`` and its innermost Python
+    frame is a ``threading`` wait (a condition or event: the sync API's wait for its loop
+    thread), not the wait for this watcher to start."""
+    frame = sys._current_frames().get(main)
+    if frame is None or not frame.f_code.co_filename.endswith("threading.py"):
+        return False
+    if frame.f_code.co_name != "wait":
+        return False
+    while frame is not None:
+        if frame.f_code.co_name == "watch_main_thread":
+            return False  # waiting for the watcher itself to start
+        if frame.f_code.co_name == "blocking_call":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def report_blocked(main: int) -> None:
+    """Print ``blocked`` once the main thread waits in the call (bounded)."""
+    deadline = time.monotonic() + WATCH_BOUND_S
+    while time.monotonic() < deadline:
+        if waiting_in_call(main):
+            print("blocked", flush=True)
+            return
+        time.sleep(0.005)
 
 
 def on_sigint(signum: int, frame: FrameType | None) -> None:
@@ -23,10 +56,17 @@ def on_sigint(signum: int, frame: FrameType | None) -> None:
     signal.default_int_handler(signum, frame)
 
 
+def watch_main_thread() -> None:
+    main = threading.main_thread().ident
+    assert main is not None
+    threading.Thread(target=report_blocked, args=(main,), daemon=True).start()
+
+
 def blocking_call(client: sync.Client, stream: str, call: str) -> None:
     if call in ("iterate", "fetch"):
         with sync.Consumer(client, stream, start="new-only") as consumer:
             print("blocking", flush=True)
+            watch_main_thread()
             try:
                 if call == "iterate":
                     for _msg in consumer:
@@ -39,6 +79,7 @@ def blocking_call(client: sync.Client, stream: str, call: str) -> None:
     else:
         with sync.Producer(client, stream, ack=AckPolicy.ALL, delivery_timeout=600) as producer:
             print("blocking", flush=True)
+            watch_main_thread()
             try:
                 if call == "send":
                     producer.send(b"x")

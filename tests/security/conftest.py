@@ -13,12 +13,6 @@ import pytest
 from security.certs import CertAuthority
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    """The server needs the asyncio backend."""
-    return "asyncio"
-
-
 @pytest.fixture(scope="session")
 def ca(tmp_path_factory: pytest.TempPathFactory) -> CertAuthority:
     """A CA for this test session."""

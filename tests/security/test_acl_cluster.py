@@ -49,11 +49,6 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[C
         yield cluster, str(ca.ca_path)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _eventually(check: object, what: str) -> None:
     with anyio.fail_after(WAIT_S):
         while True:

@@ -20,12 +20,6 @@ from support.nats_server import NatsServer
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    """The server needs the asyncio backend."""
-    return "asyncio"
-
-
-@pytest.fixture
 async def jet(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[Server]:
     """A running server on a fresh nats-server, data in tmp_path/data."""
     async with running_server(nats_server.url, tmp_path / "data") as server:

@@ -35,11 +35,6 @@ COUNT = 400
 HOLDING_BACK = "the wall clock jumped ahead of the monotonic clock"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def value(i: int) -> bytes:
     return b"clock-%05d-" % i + b"x" * 100
 

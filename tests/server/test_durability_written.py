@@ -28,11 +28,6 @@ HELD_S = 1.0
 """How long the flushed stream's ack is checked not to come while its fsync is held."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_written_commits_before_the_fsync_and_flushed_waits_for_it(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:

@@ -36,11 +36,6 @@ BOUND_S = 120.0
 SEGMENT = "/0/00000000000000000000.log"  # partition 0's first segment
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def value(i: int) -> bytes:
     return b"record-%06d-" % i + b"x" * 80
 

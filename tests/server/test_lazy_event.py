@@ -10,11 +10,6 @@ from jetserver.lazy_event import LazyEvent
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_waiters_wake_on_set_and_later_waits_return_at_once() -> None:
     event = LazyEvent()
     assert not event.is_set()

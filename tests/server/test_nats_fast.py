@@ -342,7 +342,11 @@ async def test_direct_delivery_drops_beyond_the_pending_limit(nats_server: NatsS
     with anyio.fail_after(10):
         while len(got) < 5:  # noqa: ASYNC110 - polling the handler's list, bounded
             await anyio.sleep(0.01)
-    await anyio.sleep(0.2)
+    # Every queued message has been handed to the handler: the delivery is idle again.
+    (direct,) = link.client._jet_direct.values()
+    with anyio.fail_after(10):
+        while direct.queue or direct.busy:  # noqa: ASYNC110 - the delivery's state, no event
+            await anyio.sleep(0.01)
     # The first five were queued; beyond the limit messages were dropped as a slow
     # consumer, as nats-py does. One more may have found room when the handler took one
     # from the queue while the rest were still arriving (which one depends on timing).

@@ -29,11 +29,6 @@ MAX_STREAMS = 60
 """Bound on the create loop (the limit is reached well before)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _create_until_refused(address: str) -> tuple[list[str], JetError]:
     created: list[str] = []
     async with Client([address]) as client:

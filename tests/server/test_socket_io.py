@@ -25,12 +25,12 @@ async def test_waits_return_what_arrives_and_keep_watching() -> None:
     try:
         assert await io.recv_within(0.05) is None  # nothing came: timed out
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_send_later, b, b"one")
+            tg.start_soon(_send_when_waited, io, b, b"one")
             with anyio.fail_after(5):
                 assert await io.recv_within(5) == b"one"
         assert io._watch is not None  # still registered for the next wait
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_send_later, b, b"two")
+            tg.start_soon(_send_when_waited, io, b, b"two")
             with anyio.fail_after(5):
                 assert await io.recv_within(5) == b"two"
     finally:
@@ -44,7 +44,7 @@ async def test_what_arrives_while_nobody_waits_is_kept_for_the_next_read() -> No
     io = SocketIO(a)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_send_later, b, b"first")
+            tg.start_soon(_send_when_waited, io, b, b"first")
             with anyio.fail_after(5):
                 assert await io.recv_within(5) == b"first"
         # Bytes arrive while the reader is busy elsewhere: the callback reads them and
@@ -65,6 +65,10 @@ async def test_what_arrives_while_nobody_waits_is_kept_for_the_next_read() -> No
         io.close()
 
 
-async def _send_later(sock: socket.socket, data: bytes) -> None:
-    await anyio.sleep(0.01)
+async def _send_when_waited(io: SocketIO, sock: socket.socket, data: bytes) -> None:
+    """Send ``data`` once the reader waits for it (its future is set), so that the bytes
+    arrive during the wait, through the reader callback."""
+    with anyio.fail_after(5):
+        while io._waiter is None:  # noqa: ASYNC110 - the reader's own state, no event
+            await anyio.sleep(0.001)
     sock.send(data)

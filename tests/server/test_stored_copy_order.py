@@ -39,11 +39,6 @@ HELD_S = 0.5
 """How long a copy is checked not to come (a copy that may come arrives in milliseconds)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class _Copies:
     """A plain NATS subscriber's view of a subject: the payload of every message seen."""
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,15 +91,6 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
-
-
-def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``check`` every 50 ms until it is true; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ import pytest
 import jetspark
 from jetsdk import Client
 from jetsdk.consumer.group_admin import PartitionLag, group_lag
+from jetserver.testing import wait_until
 from support.jet_dev import JetDev
 
-from .conftest import wait_until
 from .helpers import create, produce, read_all, unique
 
 pytestmark = pytest.mark.spark

@@ -252,7 +252,7 @@ def test_min_offsets_per_trigger_waits_until_enough_or_the_delay(spark_jet: JetD
 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from .conftest import wait_until
+    from jetserver.testing import wait_until
 
     name = unique("minoff")
     create(spark_jet.servers, name)

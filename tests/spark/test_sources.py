@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
+from jetserver.testing import wait_until
 from support.jet_dev import JetDev
 
-from .conftest import wait_until
 from .helpers import bounds, create, produce, read_all, unique
 
 pytestmark = pytest.mark.spark

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jetsdk.codec.record import encode_body, frame_body, iter_records
+from jetsdk.codec.record import HEADER_SIZE, encode_body, frame_body, iter_records
 from jetserver.storage import (
     InvalidArgumentError,
     InvalidRecordsError,
@@ -294,7 +294,11 @@ def test_big_reads_end_on_index_entries(tmp_path: Path) -> None:
                     break
                 recs = list(iter_records(sl.read_bytes()))
                 assert [r.offset for r in recs] == list(range(offset, sl.next_offset))
-                assert sum(len(r.value) + 60 for r in recs) >= 0
+                assert [r.value for r in recs] == [
+                    (b"v%d" % r.offset).ljust(60, b".") for r in recs
+                ]
+                # Whole records only: the slice ends where a record ends.
+                assert sum(HEADER_SIZE + len(encode_body(r.value)) for r in recs) == sl.length
                 if sl.next_offset < log.log_end_offset:
                     assert 16_384 * 7 // 8 <= sl.length <= 16_384
                 seen += len(recs)

@@ -45,11 +45,11 @@ from jetserver.replication.config import ReplicationConfig
 from jetserver.security.config import AuthConfig, TlsConfig
 from jetserver.storage.config import (
     DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_OPEN_SEALED_FILES,
     DEFAULT_SEGMENT_MAX_AGE_S,
     DEFAULT_SEGMENT_MAX_BYTES,
     MAX_INDEX_INTERVAL_BYTES,
 )
-from jetserver.storage.files import DEFAULT_OPEN_SEALED_FILES
 from jetserver.validators import int_in, non_negative, optional_non_negative, positive
 
 MiB = 1024 * 1024

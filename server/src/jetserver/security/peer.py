@@ -12,6 +12,7 @@ the cluster password (``[cluster] password``), not by these settings.
 
 from __future__ import annotations
 
+import ssl
 from typing import TYPE_CHECKING
 
 import attrs
@@ -20,10 +21,29 @@ from jetsdk.connection import Connection
 from jetsdk.security import Credentials, authenticate, tls_dialer
 from jetsdk.transport import Address, ByteStream, Dialer, tcp_dialer
 from jetserver.errors import ConfigError
-from jetserver.security.tls_io import peer_context
+from jetserver.security.config import TlsConfig
 
 if TYPE_CHECKING:
     from jetserver.config import ServerConfig
+
+
+def peer_context(cfg: TlsConfig) -> ssl.SSLContext | None:
+    """The context for connections to other servers (None without TLS): verifies them
+    against ``peer_ca`` (default ``ca``) and presents ``peer_cert`` (default ``cert``).
+
+    Raises:
+        ConfigError: a file cannot be loaded.
+    """
+    if not cfg.enabled:
+        return None
+    cert = cfg.peer_cert or cfg.cert
+    key = cfg.peer_key if cfg.peer_cert else cfg.key
+    try:
+        ctx = ssl.create_default_context(cafile=cfg.peer_ca or cfg.ca)
+        ctx.load_cert_chain(cert, key)  # type: ignore[arg-type]
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"[tls] cannot load peer certificate files: {exc}") from None
+    return ctx
 
 
 @attrs.frozen

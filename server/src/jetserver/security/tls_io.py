@@ -53,25 +53,6 @@ def server_context(cfg: TlsConfig) -> ssl.SSLContext:
     return ctx
 
 
-def peer_context(cfg: TlsConfig) -> ssl.SSLContext | None:
-    """The context for connections to other servers (None without TLS): verifies them
-    against ``peer_ca`` (default ``ca``) and presents ``peer_cert`` (default ``cert``).
-
-    Raises:
-        ConfigError: a file cannot be loaded.
-    """
-    if not cfg.enabled:
-        return None
-    cert = cfg.peer_cert or cfg.cert
-    key = cfg.peer_key if cfg.peer_cert else cfg.key
-    try:
-        ctx = ssl.create_default_context(cafile=cfg.peer_ca or cfg.ca)
-        ctx.load_cert_chain(cert, key)  # type: ignore[arg-type]
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"[tls] cannot load peer certificate files: {exc}") from None
-    return ctx
-
-
 def common_name(cert: Mapping[str, Any] | None) -> str | None:
     """The subject CN of a certificate as ``SSLObject.getpeercert()`` returns it."""
     if not cert:

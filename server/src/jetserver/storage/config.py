@@ -14,6 +14,10 @@ from jetsdk.codec.stream_settings import (
 )
 from jetserver.validators import at_most, optional, positive, positive_int
 
+DEFAULT_OPEN_SEALED_FILES = 1024
+"""How many sealed segment files an :class:`~jetserver.storage.files.OpenFileCache` keeps
+open by default (``[storage] open_sealed_files``)."""
+
 __all__ = [
     "DEFAULT_DELETE_RETENTION_S",
     "DEFAULT_INDEX_INTERVAL_BYTES",

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jetserver.storage import durability_trace
+from jetserver.storage.config import DEFAULT_OPEN_SEALED_FILES
 from jetserver.storage.errors import LogClosedError, StorageError
 
 LOG_SUFFIX = ".log"
@@ -427,10 +428,6 @@ class FileLease:
     def __del__(self) -> None:
         # A forgotten ReadSlice must not leak a descriptor forever.
         self.release()
-
-
-DEFAULT_OPEN_SEALED_FILES = 1024
-"""How many sealed segment files an :class:`OpenFileCache` keeps open by default."""
 
 
 class OpenFileCache:

@@ -1,0 +1,136 @@
+"""How the suite runs in parallel (pytest-xdist, ``nox -s tests`` passes ``-n``): which
+tests must share a worker, and which start first.
+
+- **Groups** (``--dist loadgroup``): a test that uses a fixture of module scope defined in
+  tests/ (a `jet dev`, a cluster) runs on the same worker as the rest of its module, and
+  one that uses a package- or session-scoped one (Spark's JVM, the CLI tests' 3-server
+  `jet dev` and console) on the same worker as the rest of that conftest's tests: each such
+  fixture then starts once per run, as in a serial run. The multi-server tests of
+  tests/cluster run in :data:`CLUSTER_LANES` groups (by file), so that at most that many
+  clusters run at once beside the lighter tests. Every other test is its own unit of work.
+  Fixtures cheap to make again per worker (:data:`CHEAP_SHARED`) group nothing.
+- **How the groups reach the scheduler:** xdist's own loadgroup renames node ids, which
+  pytest 9.2 ignores (pytest-xdist issue 1386: the groups are silently dropped). Here the
+  workers write each test's group to a file (:data:`GROUPS_ENV` names it, set by the
+  controller) and :class:`GroupScheduling` reads it.
+- **Order**: the longest units start first (:data:`START_FIRST`: the Spark group, then the
+  multi-server and fault tests), so that no long test starts last and runs alone at the
+  end while the other workers idle. Within a rank the collection order is kept.
+
+Per-worker isolation needs nothing here: every port is picked free at start (port 0, or
+:func:`jetserver.testing.free_ports` just before use), every data directory is under the
+test's own ``tmp_path`` (xdist gives each worker its own base directory), and every
+process a test starts is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+TESTS_ROOT = Path(__file__).resolve().parent.parent
+"""The tests/ directory."""
+CHEAP_SHARED = frozenset({"fsync_shim", "ca", "other_ca"})
+"""Session fixtures cheap enough to make once per worker (a compiled shim, throwaway CAs):
+they do not tie their tests to one worker."""
+CLUSTER_LANES = 2
+"""Groups the files of tests/cluster are dealt into (round-robin by name)."""
+CLUSTER_FILES = tuple(sorted(p.name for p in (TESTS_ROOT / "cluster").glob("test_*.py")))
+GROUPS_ENV = "JET_TEST_GROUPS_FILE"
+"""Environment variable: the file where workers write ``{node id: group}``."""
+START_FIRST = ("tests/spark", "tests/cluster/", "tests/cli")
+"""Start ranks by where a unit lives (its group, else the test's node id): the first prefix
+it starts with is its rank; units matching none start last."""
+
+
+def is_distributed(config: pytest.Config) -> bool:
+    """True in an xdist worker (``-n``): the workers collect, the controller schedules."""
+    return hasattr(config, "workerinput")
+
+
+def shared_group(item: pytest.Item) -> str | None:
+    """The group of ``item``: the conftest directory of a package/session fixture it uses,
+    else its module if it uses a module-scoped fixture of tests/, else None."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    module_group: str | None = None
+    for name in item.fixturenames:  # type: ignore[attr-defined]
+        defs = info.name2fixturedefs.get(name)
+        if not defs or name in CHEAP_SHARED:
+            continue
+        fixture = defs[-1]
+        source = Path(fixture.func.__code__.co_filename).resolve()
+        if not source.is_relative_to(TESTS_ROOT):
+            continue
+        where = source.parent.relative_to(TESTS_ROOT.parent).as_posix()
+        if fixture.scope in ("package", "session"):
+            return where
+        if fixture.scope == "module":
+            module_group = item.nodeid.split("::", 1)[0]
+    path = item.nodeid.split("::", 1)[0]
+    if path.startswith("tests/cluster/") and Path(path).name in CLUSTER_FILES:
+        lane = CLUSTER_FILES.index(Path(path).name) % CLUSTER_LANES
+        return f"tests/cluster/lane-{lane}"
+    return module_group
+
+
+def start_rank(item: pytest.Item) -> int:
+    """The start rank of ``item`` (see :data:`START_FIRST`); lower starts earlier."""
+    name = shared_group(item) or item.nodeid
+    for rank, prefix in enumerate(START_FIRST):
+        if name.startswith(prefix):
+            return rank
+    return len(START_FIRST)
+
+
+def arrange(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker: write each test's group for the scheduler, and put the longest
+    units first (in place; stable within a rank)."""
+    if not is_distributed(config):
+        return
+    items.sort(key=start_rank)
+    target = os.environ.get(GROUPS_ENV)
+    if not target:
+        return
+    groups = {item.nodeid: group for item in items if (group := shared_group(item))}
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target))
+    with os.fdopen(fd, "wb") as out:
+        out.write(orjson.dumps(groups))
+    os.replace(tmp, target)  # every worker writes the same map: the last one stays
+
+
+def announce_groups_file(config: pytest.Config) -> None:
+    """In the controller of a parallel run: name the file the workers write the groups to
+    (in the environment, which the workers inherit)."""
+    if is_distributed(config) or not getattr(config.option, "numprocesses", None):
+        return
+    folder = tempfile.mkdtemp(prefix="jet-test-groups-")
+    os.environ[GROUPS_ENV] = os.path.join(folder, "groups.json")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The scheduler of ``--dist loadgroup``: :class:`GroupScheduling` (None otherwise)."""
+    if config.getvalue("dist") != "loadgroup" or not os.environ.get(GROUPS_ENV):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """xdist's scope scheduling with the scopes the workers wrote (:func:`arrange`):
+        a test's group, else the test alone."""
+
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                self._groups = orjson.loads(Path(os.environ[GROUPS_ENV]).read_bytes())
+            return self._groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
