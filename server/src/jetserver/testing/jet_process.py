@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import resource
 import signal
 import socket
@@ -60,12 +61,52 @@ Config = dict[str, dict[str, Any]]
 """A server configuration: section -> key -> value (written as TOML)."""
 
 
+WORKER_PORT_BASE = 12000
+"""First port of the per-worker blocks (:func:`free_ports` under pytest-xdist): below Linux's
+ephemeral range (``ip_local_port_range``, 32768-60999 by default), from which the kernel picks
+the ports of every outgoing connection and of every ``bind(("", 0))``."""
+WORKER_PORT_BLOCK = 1000
+"""Ports per xdist worker (gw0 gets 12000-12999, gw1 13000-13999, ...)."""
+
+
+def _worker_ports() -> range | None:
+    """This pytest-xdist worker's port block (children inherit the worker's variable), or
+    None outside xdist or when the block would reach the ephemeral range."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit()):
+        return None
+    low = WORKER_PORT_BASE + int(worker[2:]) * WORKER_PORT_BLOCK
+    if low + WORKER_PORT_BLOCK > 32768:
+        return None
+    return range(low, low + WORKER_PORT_BLOCK)
+
+
 def free_ports(count: int) -> list[int]:
     """``count`` distinct free TCP ports on 127.0.0.1: every socket stays bound until all
-    are chosen, so the OS cannot hand out the same port twice within one call."""
+    are chosen, so the OS cannot hand out the same port twice within one call.
+
+    A port is free when chosen, and taken by its user later: anything that binds in between
+    takes it first (``Address already in use``). Alone, the ports come from the kernel's
+    ephemeral range. Under pytest-xdist, where several workers start servers at once and
+    every outgoing connection also takes an ephemeral port, they are drawn at random from the
+    worker's own block below that range (:data:`WORKER_PORT_BASE`), so only the same worker's
+    processes could collide.
+    """
+    block = _worker_ports()
     socks: list[socket.socket] = []
     try:
-        for _ in range(count):
+        candidates = random.sample(block, len(block)) if block is not None else []
+        for port in candidates:
+            if len(socks) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            socks.append(sock)
+        while len(socks) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(sock)
             sock.bind(("127.0.0.1", 0))
