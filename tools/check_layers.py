@@ -43,6 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "jetserver.security.config",
             "jetserver.security.passwords",
             "jetserver.storage.config",
+            "jetserver.raft.config",
         ),
     ),
     ("storage", ("jetserver.storage", "jetserver.fsync_runner", "jetserver.fatal")),
@@ -58,6 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "jetserver.security",
             "jetserver.nats_link",
+            "jetserver.nats_connect",
             "jetserver.nats_read",
             "jetserver.nats_fast",
             "jetserver.metrics",
@@ -86,13 +88,14 @@ KNOWN: frozenset[tuple[str, str]] = frozenset(
         ("jetserver.broker.partition", "jetserver.nats_fast"),
         ("jetserver.broker.partition", "jetserver.nats_link"),
         ("jetserver.broker.produce", "jetserver.nats_link"),
-        ("jetserver.broker.roles", "jetserver.nats_fast"),
         ("jetserver.broker.roles", "jetserver.nats_link"),
         ("jetserver.broker.running", "jetserver.nats_link"),
         ("jetserver.broker.stored_copy", "jetserver.nats_fast"),
         ("jetserver.broker.streams", "jetserver.nats_link"),
         # cluster -> protocol: the forwarder builds StreamInfo JSON with protocol's json_api
         ("jetserver.cluster.forwarding", "jetserver.protocol.json_api"),
+        # ... and answers a forwarded purge with protocol's stream_admin (the same work)
+        ("jetserver.cluster.forwarding", "jetserver.protocol.stream_admin"),
         # protocol -> security: dispatch screens requests with the gate (split protocol
         # into transport and dispatch, the gate between them)
         ("jetserver.protocol.handlers", "jetserver.security.gate"),
