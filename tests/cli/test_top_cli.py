@@ -50,7 +50,10 @@ class Pane:
     ) -> None:
         assert TMUX is not None
         self.socket = f"jet-top-test-{os.getpid()}{name}"
-        self.env = env
+        # The pane's size, not one inherited: pytest-xdist workers run with LINES=24 in their
+        # environment, which rich takes over the terminal's own size (a 16-line pane then
+        # showed the last lines of a 24-line screen, a 40-line one 24 lines).
+        self.env = env | {"COLUMNS": str(width), "LINES": str(height)}
         line = " ".join(shlex.quote(c) for c in command)
         self.tmux("new-session", "-d", "-x", str(width), "-y", str(height), "-s", "top", line)
 
@@ -151,7 +154,9 @@ def test_top_in_a_terminal(dev3: JetDev, tmp_path: Path) -> None:
     assert hw == {0: 15, 1: 15}
     assert lag == {0: 10, 1: 15}
     env = jet_env(dev3) | {"TERM": "xterm-256color", "COLUMNS": str(WIDTH)}
-    pane = Pane([sys.executable, "-m", "jetserver.cli.main", "top"], env)
+    # Only this test's streams: the jet dev it shares holds other tests' streams too, which
+    # sort before topa and could fill the screen (68 partitions in one parallel run).
+    pane = Pane([sys.executable, "-m", "jetserver.cli.main", "top", "--stream", "top"], env)
     try:
         screen = pane.wait_for(lambda s: len(rows(s, "topa")) == 2, "topa's partitions")
         assert "metadata leader: s" in screen
