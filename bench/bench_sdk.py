@@ -192,13 +192,20 @@ async def _profiled(label: str, fn: Callable[[], Awaitable[float]]) -> float:
 # -- jet side -----------------------------------------------------------------------------
 
 
-async def jet_publish(client: Client, stream: str, n: int, ack: AckPolicy) -> float:
-    """Messages per second for ``n`` acked sends through a window of WINDOW."""
-    async with Producer(client, stream, ack=ack, max_pending=WINDOW, max_in_flight=4) as p:
+async def jet_publish(
+    client: Client,
+    stream: str,
+    n: int,
+    ack: AckPolicy,
+    value: bytes = VALUE,
+    window: int = WINDOW,
+) -> float:
+    """Messages per second for ``n`` acked sends of ``value`` through a window of ``window``."""
+    async with Producer(client, stream, ack=ack, max_pending=window, max_in_flight=4) as p:
         start = time.perf_counter()
         handle = None
         for _ in range(n):
-            handle = await p.send_soon(VALUE)
+            handle = await p.send_soon(value)
         await p.flush()
         elapsed = time.perf_counter() - start
         assert handle is not None

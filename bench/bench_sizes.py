@@ -35,8 +35,9 @@ from typing import Any
 
 import anyio
 
+from bench import bench_sdk
 from bench.bench_sdk import _load, _process_cpu_s, jetstream_server
-from jetsdk import AckPolicy, Client, Consumer, Producer
+from jetsdk import AckPolicy, Client, Consumer
 from jetserver.devcluster import DevCluster
 
 SIZES = (100, 1024, 16 * 1024, 256 * 1024, 1024 * 1024)
@@ -101,18 +102,8 @@ def ceiling_memcpy(value: bytes, n: int) -> float:
 
 
 async def jet_publish(client: Client, stream: str, value: bytes, n: int, ack: AckPolicy) -> float:
-    async with Producer(
-        client, stream, ack=ack, max_pending=_window(len(value)), max_in_flight=4
-    ) as p:
-        start = time.perf_counter()
-        handle = None
-        for _ in range(n):
-            handle = await p.send_soon(value)
-        await p.flush()
-        elapsed = time.perf_counter() - start
-        assert handle is not None
-        handle.result()
-    return n / elapsed
+    """bench_sdk's acked publish, with this size's value and window."""
+    return await bench_sdk.jet_publish(client, stream, n, ack, value, _window(len(value)))
 
 
 async def jet_consume(client: Client, stream: str, n: int) -> float:
