@@ -11,8 +11,17 @@ from typing import Any
 import anyio
 
 from jetserver.metadata.model import StreamSpec
-from jetserver.metadata.ops import CreateStream
-from jetserver.raft import MetadataRaft, RaftConfig, RaftPeer, RaftStatus
+from jetserver.metadata.ops import CreateStream, Op
+from jetserver.raft import (
+    Applied,
+    MetadataRaft,
+    NotLeader,
+    OutcomeUnknown,
+    RaftConfig,
+    RaftPeer,
+    RaftStatus,
+    Unavailable,
+)
 from jetserver.testing import free_ports
 
 PASSWORD = secrets.token_hex(16)
@@ -90,3 +99,24 @@ async def agreed_leader(
                 return leaders[0]
             await any_status_change(nodes, limit_s)
     raise AssertionError(f"no agreed leader after {MAX_LEADER_ROUNDS} status changes")
+
+
+PROPOSE_ATTEMPTS = 5
+"""Leader changes one ``propose_agreed`` rides out before it gives up."""
+
+
+async def propose_agreed(nodes: Sequence[MetadataRaft], op: Op) -> Applied:
+    """Propose ``op`` on the agreed leader, as a client does: on a leader change, retry with the
+    same op id on the new leader (Raft's idempotency makes the retry apply at most once).
+
+    For tests whose claim is not about leadership: on a loaded machine the leader of a group
+    with these fast timings can lose an election between two proposals.
+    """
+    op_id = secrets.token_hex(16)
+    for _ in range(PROPOSE_ATTEMPTS - 1):
+        leader = await agreed_leader(nodes)
+        try:
+            return await leader.propose(op, op_id=op_id)
+        except (NotLeader, Unavailable, OutcomeUnknown):
+            continue
+    return await (await agreed_leader(nodes)).propose(op, op_id=op_id)

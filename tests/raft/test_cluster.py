@@ -27,11 +27,18 @@ from jetserver.raft import (
     RaftPeer,
     RaftStartError,
     RaftTimeout,
-    Unavailable,
 )
 from jetserver.raft.journal import scan_records
 from jetserver.raft.machine import MAX_ENTRY_BYTES, Entry, encode_entry
-from raft.kit import FAST_TIMINGS, PASSWORD, agreed_leader, create_op, make_configs, running
+from raft.kit import (
+    FAST_TIMINGS,
+    PASSWORD,
+    agreed_leader,
+    create_op,
+    make_configs,
+    propose_agreed,
+    running,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -151,18 +158,18 @@ async def test_stopping_the_leader_elects_another_and_it_catches_up_on_return(
 async def test_snapshot_and_journal_restore_a_restarted_node_alone(tmp_path: Path) -> None:
     configs = make_configs(tmp_path)
     async with running(configs) as nodes:
-        leader = await agreed_leader(nodes)
         for i in range(10):
-            await leader.propose(create_op(f"a{i}"))
+            tenth = await propose_agreed(nodes, create_op(f"a{i}"))
         s1 = nodes[0]
-        await s1.wait_applied(leader.index, timeout=WAIT_S)
+        await s1.wait_applied(tenth.index, timeout=WAIT_S)
         s1.force_compaction()
         await wait_file(configs[0].snapshot_path)
         for i in range(3):
-            last = await leader.propose(create_op(f"b{i}"))
+            last = await propose_agreed(nodes, create_op(f"b{i}"))
         for node in nodes:
             await node.wait_applied(last.index, timeout=WAIT_S)
-        expected = leader.state
+        expected = nodes[1].state
+        assert all(node.state == expected for node in nodes)
     snapshot = orjson.loads(configs[0].snapshot_path.read_bytes())
     assert snapshot["format"] == 1
     assert len(snapshot["machine"]["metadata"]["streams"]) >= 10
@@ -177,12 +184,11 @@ async def test_snapshot_and_journal_restore_a_restarted_node_alone(tmp_path: Pat
 async def test_a_full_restart_keeps_everything_and_continues(tmp_path: Path) -> None:
     configs = make_configs(tmp_path)
     async with running(configs) as nodes:
-        leader = await agreed_leader(nodes)
         for i in range(5):
-            last = await leader.propose(create_op(f"r{i}"))
+            last = await propose_agreed(nodes, create_op(f"r{i}"))
         for node in nodes:
             await node.wait_applied(last.index, timeout=WAIT_S)
-        expected = leader.state
+        expected = nodes[0].state
     async with running(configs) as nodes:
         leader = await agreed_leader(nodes)
         assert all(n.state == expected for n in nodes)
@@ -197,9 +203,8 @@ async def test_a_full_restart_keeps_everything_and_continues(tmp_path: Path) -> 
 async def test_a_lagging_member_receives_the_snapshot(tmp_path: Path) -> None:
     configs = make_configs(tmp_path)
     async with running(configs[:2]) as (a, b):
-        leader = await agreed_leader([a, b])
         for i in range(6):
-            last = await leader.propose(create_op(f"x{i}"))
+            last = await propose_agreed([a, b], create_op(f"x{i}"))
         for node in (a, b):
             await node.wait_applied(last.index, timeout=WAIT_S)
             node.force_compaction()
@@ -207,7 +212,7 @@ async def test_a_lagging_member_receives_the_snapshot(tmp_path: Path) -> None:
             await wait_file(config.snapshot_path)
         async with MetadataRaft(configs[2]) as late:
             state = await late.wait_applied(last.index, timeout=WAIT_S)
-            assert state == leader.state
+            assert state == a.state
             assert configs[2].snapshot_path.exists()
 
 
@@ -423,15 +428,7 @@ async def test_a_journal_over_its_byte_bound_is_compacted(tmp_path: Path) -> Non
     configs = make_configs(tmp_path, compaction_max_bytes=bound)
     async with running(configs) as nodes:
         for i in range(10):  # ~16 KB each: over twice the bound, far below 5,000 entries
-            for _attempt in range(20):  # a loaded machine may change the leader meanwhile
-                leader = await agreed_leader(nodes)
-                try:
-                    last = await leader.propose(
-                        create_op(f"big{i}", partitions=1024), op_id=f"big{i}"
-                    )
-                    break
-                except (NotLeader, Unavailable, RaftTimeout):
-                    continue
+            last = await propose_agreed(nodes, create_op(f"big{i}", partitions=1024))
         for node in nodes:
             await node.wait_applied(last.index, timeout=WAIT_S)
         sizes: list[int] = []
@@ -443,7 +440,7 @@ async def test_a_journal_over_its_byte_bound_is_compacted(tmp_path: Path) -> Non
             await anyio.sleep(POLL_S)  # files on disk: no event to wait on
         assert all(c.snapshot_path.exists() for c in configs)
         assert max(sizes) <= 2 * bound, sizes
-        expected = leader.state
+        expected = nodes[0].state
     assert len(expected.streams) == 10
     async with MetadataRaft(configs[0]) as alone:
         assert alone.state == expected
