@@ -534,6 +534,12 @@ PRODUCE_RESULTS = [
     msg.ProduceResult(error_code=0, offset=18, timestamp=T0),
     msg.ProduceResult(error_code=int(ErrorCode.TIMEOUT), offset=-1, timestamp=-1),
 ]
+PRODUCE_RESULTS_TOO_LARGE = [
+    msg.ProduceResult(error_code=0, offset=19, timestamp=T0),
+    msg.ProduceResult(error_code=int(ErrorCode.MESSAGE_TOO_LARGE), offset=-1, timestamp=-1),
+]
+"""A Produce answer whose second message was over the stream's max_message_bytes (the
+first was stored; spec/protocol.md, "Stream settings")."""
 FETCH_REQ = msg.FetchRequest(
     stream="orders", partition=0, offset=17, max_bytes=1048576, max_wait_ms=500
 )
@@ -710,6 +716,13 @@ def protocol_file() -> dict[str, Any]:
             0,
             {"name": "orders", "settings": {"retention_max_messages": 1000000}},
         ),
+        json_case(
+            "update_stream_max_message_bytes_request",
+            fr.Api.UPDATE_STREAM,
+            6,
+            0,
+            {"name": "orders", "settings": {"max_message_bytes": 262144}},
+        ),
         frame_case(
             "produce_request",
             fr.Api.PRODUCE,
@@ -741,6 +754,20 @@ def protocol_file() -> dict[str, Any]:
                 ]
             },
             msg.encode_produce_response(PRODUCE_RESULTS),
+        ),
+        frame_case(
+            "produce_response_message_too_large",
+            fr.Api.PRODUCE,
+            8,
+            RESP,
+            "produce_response",
+            {
+                "results": [
+                    {"error_code": r.error_code, "offset": r.offset, "timestamp": r.timestamp}
+                    for r in PRODUCE_RESULTS_TOO_LARGE
+                ]
+            },
+            msg.encode_produce_response(PRODUCE_RESULTS_TOO_LARGE),
         ),
         frame_case(
             "fetch_request",

@@ -38,6 +38,11 @@ def test_edit_then_purge(jet_dev: JetDev) -> None:
     assert config["retention_max_bytes"] is None
     assert config["segment_max_age_s"] == 3600.0
 
+    limited = ok(jet(jet_dev, "stream", "edit", name, "--max-message-bytes", "2000", "--json"))
+    assert orjson.loads(limited)["config"]["max_message_bytes"] == 2000
+    back = ok(jet(jet_dev, "stream", "edit", name, "--max-message-bytes", "none", "--json"))
+    assert orjson.loads(back)["config"]["max_message_bytes"] is None
+
     refused = jet(jet_dev, "stream", "edit", name, "--partitions", "4")
     assert refused.returncode == 2, refused.stderr
     assert "partitions" in refused.stderr

@@ -14,6 +14,7 @@ from jetsdk import (
     AckPolicy,
     Client,
     Consumer,
+    InvalidArgument,
     MessageTooLarge,
     PartitionNotFound,
     Producer,
@@ -236,3 +237,31 @@ def test_sync_api_end_to_end(jet_dev: JetDev) -> None:
         client.delete_stream(name)
         with pytest.raises(StreamNotFound):
             client.describe_stream(name)
+
+
+async def test_update_stream_max_message_bytes(jet_dev: JetDev) -> None:
+    """UpdateStream changes a stream's message limit (issue 39): a producer opened after
+    it refuses by the new limit before sending; one opened before a lowering gets the
+    server's refusal, typed; None goes back to the server's limit."""
+    name = unique("limit")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name, max_message_bytes=1000)
+        async with Producer(client, name, linger=0) as before:
+            info = await client.update_stream(name, max_message_bytes=2000)
+            assert info.config["max_message_bytes"] == 2000
+            async with Producer(client, name, linger=0) as after:
+                assert (await after.send(b"x" * 1500)).offset == 0
+                with pytest.raises(MessageTooLarge) as local:
+                    await after.send(b"x" * 2001)
+                assert local.value.max_message_bytes == 2000
+            await client.update_stream(name, max_message_bytes=500)
+            with pytest.raises(MessageTooLarge):  # under its 1000, over the stream's 500
+                await before.send(b"x" * 800)
+            assert (await before.send(b"x" * 500)).offset == 1
+        info = await client.update_stream(name, max_message_bytes=None)
+        assert info.config["max_message_bytes"] is None
+        async with Producer(client, name, linger=0) as producer:
+            assert (await producer.send(b"x" * 100_000)).offset == 2
+        with pytest.raises(InvalidArgument) as refused:
+            await client.update_stream(name, max_message_bytes=client.max_message_bytes + 1)
+        assert refused.value.details == {"field": "max_message_bytes"}

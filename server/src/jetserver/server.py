@@ -39,6 +39,7 @@ import orjson
 from anyio.abc import TaskStatus
 
 from jetsdk.codec.frames import Frame
+from jetsdk.codec.limits import ENVELOPE_ALLOWANCE_BYTES
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.running import MetadataView
 from jetserver.broker.streams import StreamManager
@@ -74,8 +75,6 @@ CLEAN_STOP_FILE = "clean_stop"
 """Cluster mode: written in the data directory after a clean stop (every log flushed and
 closed), removed at start; its absence at start means the last run crashed."""
 SHUTDOWN_GRACE_FRACTION = 0.5
-ENVELOPE_ALLOWANCE_BYTES = 64 * 1024
-"""Room for the envelope and NATS headers above a maximal message."""
 """Share of shutdown_timeout_s given to in-flight requests before connections close."""
 
 

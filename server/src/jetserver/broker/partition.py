@@ -99,7 +99,8 @@ class PartitionReplica:
     acks: AckRouter
     """Where acks to NATS inboxes go."""
     max_message_bytes: int
-    """Largest message stored (value + key + headers)."""
+    """Largest message stored (value + key + headers); changed by
+    :meth:`set_max_message_bytes` only."""
     ingest: IngestConfig
     """Batching and backpressure settings."""
     storage: StorageConfig
@@ -383,6 +384,12 @@ class PartitionReplica:
         return self.committer.fetch_waiters
 
     # ---------------------------------------------------------------- ingest
+
+    def set_max_message_bytes(self, limit: int) -> None:
+        """Refuse messages above ``limit`` from the next batch on (UpdateStream: the
+        stream's new ``max_message_bytes``); stored records stay."""
+        self.max_message_bytes = limit
+        self.sequencer.max_message_bytes = limit
 
     def accept(self, subject: str, reply: str, data: bytes) -> bool:
         """NATS sink: :meth:`Intake.accept`."""

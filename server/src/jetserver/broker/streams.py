@@ -482,6 +482,7 @@ class StreamManager:
             max_message_bytes=self.config.limits.max_message_bytes,
             default_segment_max_bytes=self.config.storage.segment_max_bytes,
             default_segment_max_age_s=self.config.storage.segment_max_age_s,
+            nats_max_payload=self.link.max_payload,
         )
         async with self._lock:
             if spec.name not in store.state.streams:

@@ -24,7 +24,8 @@ from jetserver.cli.stream_cmd import (
 __all__ = ["register"]
 
 _NONE = "none"
-"""The value that lifts a retention limit (``--retention-max-bytes none``)."""
+"""The value that lifts a retention limit (``--retention-max-bytes none``), or gives the
+message limit back to the server's (``--max-message-bytes none``)."""
 
 
 def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -42,6 +43,12 @@ _EDITABLE: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
     ("segment_max_bytes", size, "SIZE", "roll segments at this size"),
     ("segment_max_age", duration, "DURATION", "roll segments at this age"),
     ("delete_retention", duration, "DURATION", "how long compaction keeps tombstones"),
+    (
+        "max_message_bytes",
+        _or_none(size),
+        "SIZE",
+        "largest message from now on; none: the server's limit",
+    ),
     ("partitions", positive_int, "N", "refused: an existing stream keeps its partitions"),
     ("replication_factor", positive_int, "R", "refused: an existing stream keeps it"),
 )
@@ -56,10 +63,10 @@ def register(subparsers: Any) -> None:
     sub = subparsers.choices["stream"].get_default("stream_subcommands")
     edit = sub.add_parser(
         "edit",
-        help="change a stream's retention and segment settings",
+        help="change a stream's retention, segment and message-size settings",
         description="Change settings of an existing stream; every replica applies them to "
-        "its open logs (retention at its next run, segment sizes at the next append). "
-        "Partitions and replication factor cannot change.",
+        "its open logs (retention at its next run, segment sizes and the message limit at "
+        "the next append). Partitions and replication factor cannot change.",
     )
     edit.add_argument("name", metavar="NAME")
     for setting, parse, metavar, text in _EDITABLE:

@@ -47,7 +47,7 @@ from jetserver.errors import ApiError, invalid_argument
 from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import Grant, MetadataState, StreamMeta
-from jetserver.metadata.ops import DeleteStream, OpResult, SetAcl
+from jetserver.metadata.ops import DeleteStream, OpResult, SetAcl, UpdateStream
 from jetserver.metadata.reserved import checked_spec
 from jetserver.metadata.validate import MAX_PARTITIONS
 from jetserver.protocol.json_api import stream_info
@@ -164,7 +164,7 @@ class MetadataRequests:
             ApiError: INVALID_ARGUMENT, STREAM_NOT_FOUND, or a retriable code as
                 :meth:`create_stream`.
         """
-        op = update_op(request, self.raft.state.streams)  # refuse a bad request here
+        op = self._update_op(request)  # refuse a bad request here
         op_id = op_id_of(request)
         wanted = dict(op.settings)
 
@@ -177,7 +177,7 @@ class MetadataRequests:
             if remembered is not None:
                 result = remembered.result
             else:
-                fresh = update_op(request, self.raft.state.streams)
+                fresh = self._update_op(request)
                 result = (await self.raft.propose(fresh, op_id=op_id)).result
             if not result.ok:
                 raise ApiError(result.error_code, result.message, {"stream": op.name})
@@ -327,6 +327,14 @@ class MetadataRequests:
 
     # ------------------------------------------------------------------ on the leader
 
+    def _update_op(self, request: Mapping[str, Any]) -> UpdateStream:
+        return update_op(
+            request,
+            self.raft.state.streams,
+            self.config.limits.max_message_bytes,
+            self.streams.link.max_payload,
+        )
+
     def _spec(self, request: Mapping[str, Any]) -> Any:
         cfg = self.config
         return checked_spec(
@@ -335,6 +343,7 @@ class MetadataRequests:
             max_message_bytes=cfg.limits.max_message_bytes,
             default_segment_max_bytes=cfg.storage.segment_max_bytes,
             default_segment_max_age_s=cfg.storage.segment_max_age_s,
+            nats_max_payload=self.streams.link.max_payload,
         )
 
     async def _create_here(self, request: Mapping[str, Any], op_id: str) -> dict[str, Any]:

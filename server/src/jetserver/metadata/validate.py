@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from jetsdk.codec.limits import MAX_SUBJECT_BYTES, MAX_VALUE_BYTES
+from jetsdk.codec.limits import ENVELOPE_ALLOWANCE_BYTES, MAX_SUBJECT_BYTES, MAX_VALUE_BYTES
 from jetsdk.codec.stream_settings import MAX_PARTITIONS as MAX_PARTITIONS
 from jetsdk.codec.stream_settings import MIN_SEGMENT_MAX_BYTES as MIN_SEGMENT_MAX_BYTES
 from jetsdk.codec.stream_settings import SettingError, check_settings
@@ -128,6 +128,33 @@ def _as_invalid_argument() -> Iterator[None]:
         raise invalid_argument(exc.field, str(exc)) from None
 
 
+def check_message_limit(value: int | None, server_limit: int, nats_max_payload: int = 0) -> None:
+    """Check a stream's ``max_message_bytes`` (None: the server's limit) against this
+    server's ``limits.max_message_bytes`` and the room NATS gives a message: its
+    ``max_payload`` minus :data:`~jetsdk.codec.limits.ENVELOPE_ALLOWANCE_BYTES` (a message
+    above that could not reach the stream as a NATS message, so the limit would lie).
+
+    Raises:
+        ApiError: INVALID_ARGUMENT with ``details.field`` ``max_message_bytes``.
+    """
+    if value is None:
+        return
+    if value > server_limit:
+        raise invalid_argument(
+            "max_message_bytes",
+            f"max_message_bytes must be within 1..{server_limit} (this server's "
+            f"limits.max_message_bytes), got {value}",
+        )
+    room = nats_max_payload - ENVELOPE_ALLOWANCE_BYTES
+    if nats_max_payload and value > room:
+        raise invalid_argument(
+            "max_message_bytes",
+            f"max_message_bytes must be within 1..{max(room, 0)} (NATS's max_payload "
+            f"{nats_max_payload} less {ENVELOPE_ALLOWANCE_BYTES} bytes for the envelope), "
+            f"got {value}",
+        )
+
+
 def spec_from_request(
     req: Mapping[str, Any],
     *,
@@ -135,6 +162,7 @@ def spec_from_request(
     max_message_bytes: int = MAX_VALUE_BYTES,
     default_segment_max_bytes: int = DEFAULT_SEGMENT_MAX_BYTES,
     default_segment_max_age_s: float = DEFAULT_SEGMENT_MAX_AGE_S,
+    nats_max_payload: int = 0,
 ) -> StreamSpec:
     """Validate a CreateStream request body and return the spec with defaults filled in.
 
@@ -144,6 +172,8 @@ def spec_from_request(
         max_message_bytes: upper bound a stream may set for its own message limit.
         default_segment_max_bytes: segment size when the request gives none.
         default_segment_max_age_s: segment age when the request gives none.
+        nats_max_payload: NATS's ``max_payload`` as this server's link knows it (0:
+            unknown); see :func:`check_message_limit`.
 
     Raises:
         ApiError: INVALID_ARGUMENT with ``details.field``.
@@ -175,12 +205,7 @@ def spec_from_request(
         if len(group) > MAX_GROUP_NAME_CHARS:
             raise invalid_argument("group", f"group name over {MAX_GROUP_NAME_CHARS} characters")
     max_message = settings["max_message_bytes"]
-    if max_message is not None and max_message > max_message_bytes:
-        raise invalid_argument(
-            "max_message_bytes",
-            f"max_message_bytes must be within 1..{max_message_bytes} (this server's "
-            f"limits.max_message_bytes), got {max_message}",
-        )
+    check_message_limit(max_message, max_message_bytes, nats_max_payload)
     return StreamSpec(
         name=name,
         subject=subject,

@@ -8,7 +8,7 @@ purge goes through the same path as the leader's retention.
 UpdateStream changes a stream's updatable settings through the metadata (an
 :class:`~jetserver.metadata.ops.UpdateStream` op, the metadata Raft in a cluster), checked
 with the create checker (:mod:`jetsdk.codec.stream_settings`); every replica then applies
-the new log settings (:mod:`jetserver.broker.live_settings`).
+the new log settings and message limit (:mod:`jetserver.broker.live_settings`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.limits import DEFAULT_MAX_MESSAGE_BYTES
 from jetsdk.codec.stream_settings import SettingError, check_settings, check_update
 from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.streams import StreamManager
@@ -26,6 +27,7 @@ from jetserver.errors import ApiError, invalid_argument
 from jetserver.metadata.model import StreamMeta
 from jetserver.metadata.ops import UpdateStream
 from jetserver.metadata.store import MetadataStore
+from jetserver.metadata.validate import check_message_limit
 from jetserver.protocol.json_api import stream_info
 
 __all__ = ["purge_partition", "update_op", "update_stream"]
@@ -65,9 +67,15 @@ async def purge_partition(req: dict[str, Any], streams: StreamManager) -> dict[s
     return {"log_start": start, "hw": log.high_watermark}
 
 
-def update_op(req: Mapping[str, Any], known: Mapping[str, StreamMeta]) -> UpdateStream:
+def update_op(
+    req: Mapping[str, Any],
+    known: Mapping[str, StreamMeta],
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    nats_max_payload: int = 0,
+) -> UpdateStream:
     """The UpdateStream op of a request ``{"name", "settings": {...}}``, checked against
-    the stream's current settings in ``known``.
+    the stream's current settings in ``known``; a new ``max_message_bytes`` also against
+    this server's limit and NATS's ``max_payload`` (:func:`check_message_limit`).
 
     Raises:
         ApiError: INVALID_ARGUMENT naming the field (a setting that cannot change, an
@@ -86,6 +94,8 @@ def update_op(req: Mapping[str, Any], known: Mapping[str, StreamMeta]) -> Update
             check_settings({**meta.spec.to_dict(), **checked})  # the create checker, whole
     except SettingError as exc:
         raise invalid_argument(exc.field, str(exc)) from None
+    if "max_message_bytes" in checked:
+        check_message_limit(checked["max_message_bytes"], max_message_bytes, nats_max_payload)
     if meta is None:
         raise ApiError(
             ErrorCode.STREAM_NOT_FOUND, f"stream {name!r} does not exist", {"stream": name}
@@ -104,7 +114,8 @@ async def update_stream(
     """
     store = streams.store
     assert isinstance(store, MetadataStore)
-    op = update_op(req, store.state.streams)
+    limit = streams.config.limits.max_message_bytes
+    op = update_op(req, store.state.streams, limit, streams.link.max_payload)
     try:
         result = await store.propose(op)
     except OSError as exc:

@@ -31,6 +31,10 @@ before any body byte is read."""
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 """Default largest message (value plus key plus headers) a server stores."""
 
+ENVELOPE_ALLOWANCE_BYTES = 64 * 1024
+"""Room a message needs in a NATS payload above its own size (envelope and NATS headers):
+a stream's ``max_message_bytes`` may be at most NATS's ``max_payload`` minus this."""
+
 MAX_CORRELATION_ID_BYTES = 1024
 """Largest envelope/ack correlation id, UTF-8 encoded."""
 

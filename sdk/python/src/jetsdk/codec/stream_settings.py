@@ -310,15 +310,20 @@ UPDATABLE_SETTINGS = (
     "segment_max_bytes",
     "segment_max_age_s",
     "delete_retention_s",
+    "max_message_bytes",
 )
 """Settings an UpdateStream may change on an existing stream: the storage settings every
-replica applies to its open logs (retention, segment rolling, tombstone expiry)."""
+replica applies to its open logs (retention, segment rolling, tombstone expiry), and the
+largest message its replicas store from then on (records already stored stay)."""
 OPTIONAL_LIMITS = ("retention_max_age_s", "retention_max_bytes", "retention_max_messages")
 """Updatable settings that null turns off (no limit)."""
+NULLABLE_UPDATES = (*OPTIONAL_LIMITS, "max_message_bytes")
+"""Updatable settings an UpdateStream may set to null: the optional limits (no limit) and
+``max_message_bytes`` (the server's ``limits.max_message_bytes``)."""
 FIXED_SETTINGS = frozenset(REQUEST_FIELDS - set(UPDATABLE_SETTINGS) - {"op_id", "forwarded"})
 """Settings an existing stream keeps: its name and subjects, its shape (``partitions``,
 ``replication_factor``), and what its running replicas hold (compaction on or off, the
-ack rules, ``max_message_bytes``, ``duplicate_window_s``)."""
+ack rules, ``duplicate_window_s``)."""
 
 
 def check_update(changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -341,7 +346,7 @@ def check_update(changes: Mapping[str, Any]) -> dict[str, Any]:
         if field not in UPDATABLE_SETTINGS:
             raise SettingError(field, f"unknown setting {_describe(field)} (see spec/protocol.md)")
         if value is None:
-            if field not in OPTIONAL_LIMITS:
+            if field not in NULLABLE_UPDATES:
                 raise SettingError(field, f"{field} needs a value (only limits can be null)")
             out[field] = None
         elif field in INT_SETTINGS:
