@@ -25,6 +25,8 @@ TEST_DEPS = [
     "cryptography>=42",  # tests/security make a throwaway CA
     "matplotlib>=3.8",  # jet bench --plot (the server's optional extra "plot") is tested
     "selenium>=4.20",  # jet console's browser test drives Debian's chromium
+    "zstandard>=0.22",  # jetsdk's optional extra "compression" is tested (zstd, lz4)
+    "lz4>=4.3",
 ]
 DOCS_DEPS = [
     "mkdocs>=1.6,<2",

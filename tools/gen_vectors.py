@@ -1106,10 +1106,99 @@ def protocol_file() -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------- compression
+
+COMPRESSED_PLAIN = (
+    b"[" + b",".join(b'{"id":%d,"name":"user-%d","active":true}' % (i, i) for i in range(32)) + b"]"
+)
+"""A JSON-like value of 1,293 bytes, as the application sent it."""
+COMPRESSED_STORED = {
+    "zstd": bytes.fromhex(
+        "28b52ffd600d043d06005286131990478d0153dfccb2c0d80f7eff075b23dbac8c1bcd7477c00281bbbbffff"
+        "ffff7f555555556598655194244190e3b87b4d89153d90b27570204163c98ce25986c8942d4253b064281b38"
+        "8600043f2060334a0fb3e80e643a095ec780d21d90ed043c1d03457741d609f03a0694dd814c27e0d1b1ce40"
+        "e1acbb4d20d3bc93ccc0c3ac639740b1bcbbca4046592793c093bc6391810259778f40e678278d81c018028b"
+        "9653dc31b5c8b766b2acafcc6a215fcdc8b23e99a9453e352b4b7d5032286ce801"
+    ),
+    "lz4": bytes.fromhex(
+        "04224d1868400d05000000000000ce46010000f2195b7b226964223a302c226e616d65223a22757365722d30"
+        "222c22616374697665223a747275657d2c27001a3127001f312700041a3227001f322700041a3327001f3327"
+        "00041a3427001f342700041a3527001f352700041a3627001f362700041a3727001f372700041a3827001f38"
+        "2700041a3927001f392700041b3187011f318801060c89010f8a01051b318b011f318c01051b318d011f318e"
+        "01051b318f011f319001051b3191011f319201051b3193011f319401051b3195011f319601051b3197011f31"
+        "9801051b3199011f319a01051b329a011f329a01051b329a011f329a01051b329a011f329a01051b329a011f"
+        "329a01051b329a011f329a01051b329a011f329a01051b329a011f329a01051b329a011f329a01051b329a01"
+        "1f329a01051b329a011f329a01051b339a011f339a01051b339a0119339a01507275657d5d00000000"
+    ),
+}
+"""COMPRESSED_PLAIN as jetsdk's Producer stores it with each codec (zstandard level 3 with
+the content size; an LZ4 frame with the content size). Fixed bytes, not recomputed: another
+library version may compress to other bytes, and every reader must decompress these."""
+
+
+def compression_file() -> dict[str, Any]:
+    cases = []
+    for codec, stored in COMPRESSED_STORED.items():
+        record = Record(
+            offset=42,
+            timestamp=T0,
+            leader_epoch=3,
+            value=stored,
+            key=b"user-1",
+            subject="users.1",
+            headers=(("Content-Type", b"application/json"), ("Jet-Compression", codec.encode())),
+        )
+        cases.append(
+            {
+                "name": f"{codec}_json_value",
+                "type": "compressed_record",
+                "codec": codec,
+                "plain_value_hex": COMPRESSED_PLAIN.hex(),
+                "plain_headers": [["Content-Type", b"application/json".hex()]],
+                "fields": record_fields(record),
+                "hex": encode_record(record).hex(),
+            }
+        )
+    zstd = COMPRESSED_STORED["zstd"]
+    invalid = [
+        {"name": "unknown_codec", "codec": "brotli", "hex": zstd.hex(), "error_reason": "codec"},
+        {
+            "name": "zstd_truncated",
+            "codec": "zstd",
+            "hex": zstd[:-4].hex(),
+            "error_reason": "corrupt",
+        },
+        {
+            "name": "zstd_not_zstd",
+            "codec": "zstd",
+            "hex": COMPRESSED_PLAIN[:32].hex(),
+            "error_reason": "corrupt",
+        },
+        {
+            "name": "lz4_truncated",
+            "codec": "lz4",
+            "hex": COMPRESSED_STORED["lz4"][:-8].hex(),
+            "error_reason": "corrupt",
+        },
+    ]
+    return {
+        "format": "compression",
+        "doc": "spec/envelope.md, 'Compressed values'. cases: a record whose value is stored "
+        "compressed, with the header Jet-Compression naming the codec; decompressing "
+        "fields.value_hex gives plain_value_hex, and the record as the application sees it "
+        "has plain_headers (Jet-Compression removed); key and subject are stored as they are. "
+        "Compressing plain_value_hex again may give other bytes (library versions differ). "
+        "invalid: stored value hex with its codec, and the error reason a reader gives.",
+        "cases": cases,
+        "invalid": invalid,
+    }
+
+
 FILES: dict[str, Callable[[], dict[str, Any]]] = {
     "record.json": record_file,
     "envelope.json": envelope_file,
     "protocol.json": protocol_file,
+    "compression.json": compression_file,
 }
 
 

@@ -23,6 +23,7 @@ import anyio.lowlevel
 import attrs
 
 from jetsdk.client import Client
+from jetsdk.codec.compression import plain_records
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
 from jetsdk.consumer.positions import ResetPolicy, reset_offset
@@ -135,7 +136,7 @@ async def fetch_loop(
                 max_wait=max_wait,
                 read_replicas=read_replicas,
             )
-            records = [r for r in iter_records(raw) if r.offset >= offset]
+            records = plain_records([r for r in iter_records(raw) if r.offset >= offset])
             if not records and len(raw) >= HEADER_SIZE:
                 # Only a partial record came back: ask for at least its size.
                 limit = max(max_bytes, peek_header(raw)[3])

@@ -15,6 +15,7 @@ import anyio.abc
 import attrs
 
 from jetsdk.client import Client
+from jetsdk.codec.compression import plain_records
 from jetsdk.codec.messages import FetchResponseHeader
 from jetsdk.codec.record import Record, iter_records
 from jetsdk.errors import JetError, OffsetOutOfRange
@@ -107,7 +108,7 @@ class ShareRecords:
                     stream, partition, offset, max_bytes=size, max_wait=0.0
                 )
                 last = offset
-                for r in iter_records(raw):
+                for r in plain_records(list(iter_records(raw))):
                     if r.offset >= end:
                         break
                     cache[r.offset] = r
@@ -145,7 +146,7 @@ class ShareRecords:
             )
         except OffsetOutOfRange:
             return None
-        for r in iter_records(raw):
+        for r in plain_records(list(iter_records(raw))):
             if r.offset == offset:
                 return r
         return None

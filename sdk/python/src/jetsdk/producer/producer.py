@@ -59,6 +59,7 @@ import anyio.lowlevel
 
 from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
+from jetsdk.codec.compression import DEFAULT_MIN_COMPRESS_BYTES, check_codec
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import (
     ProduceMessage,
@@ -77,7 +78,7 @@ from jetsdk.producer.accumulator import (
     DEFAULT_MAX_BATCH_MESSAGES,
     Accumulator,
 )
-from jetsdk.producer.checks import checked_message, control_headers, message_size
+from jetsdk.producer.checks import checked_message, compressed, control_headers, message_size
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.sender import Pending, Sender
 
@@ -133,6 +134,8 @@ class Producer:
         partitioner: Partitioner | None = None,
         idempotent: bool = False,
         delivery_timeout: float = DEFAULT_DELIVERY_TIMEOUT,
+        compression: str | None = None,
+        compression_min_bytes: int = DEFAULT_MIN_COMPRESS_BYTES,
     ) -> None:
         """Configure a producer; it starts in ``__aenter__``.
 
@@ -156,9 +159,18 @@ class Producer:
                 failures (leader moved, connection lost, ...) are retried on the
                 partition's current leader (Kafka's ``delivery.timeout.ms``); then its
                 messages fail with the last error.
+            compression: ``"zstd"`` or ``"lz4"`` to store values compressed, with the
+                header ``Jet-Compression`` naming the codec (spec/envelope.md, "Compressed
+                values"; consumers of this SDK decompress them); None: as they are. Needs
+                ``pip install jetsdk[compression]``. The key and headers stay readable
+                (compaction and key lookups work), and ``max_message_bytes`` counts the
+                compressed size.
+            compression_min_bytes: values shorter than this are sent as they are, and so is
+                one that would not get smaller.
 
         Raises:
-            ValueError: a limit out of range.
+            ValueError: a limit out of range; CompressionError (a ValueError) for an
+                unknown codec or one whose package is not installed.
         """
         if max_in_flight < 1 or max_pending < 1:
             raise ValueError("max_in_flight and max_pending must be >= 1")
@@ -172,6 +184,10 @@ class Producer:
         self.ack_timeout = ack_timeout
         self.idempotent = idempotent
         self.delivery_timeout = delivery_timeout
+        if compression is not None:
+            check_codec(compression)
+        self.compression = compression
+        self.compression_min_bytes = compression_min_bytes
         self._partitioner: Partitioner = partitioner or DefaultPartitioner()
         self._acc: Accumulator[Pending] = Accumulator(
             linger=linger, max_batch_messages=max_batch_messages, max_batch_bytes=max_batch_bytes
@@ -360,7 +376,10 @@ class Producer:
         value, key, hdrs = checked_message(value, key, headers, subject)
         if msg_id is not None or expected_offset is not None or timestamp is not None:
             hdrs = control_headers(hdrs, msg_id, expected_offset, timestamp)
-        size = message_size(value, key, hdrs)
+        stored = value
+        if self.compression is not None:
+            stored, hdrs = compressed(self.compression, self.compression_min_bytes, value, hdrs)
+        size = message_size(stored, key, hdrs)
         if size > self._max_message_bytes:
             raise MessageTooLarge(
                 f"message of {size} bytes exceeds the limit of {self._max_message_bytes}",
@@ -374,7 +393,7 @@ class Producer:
                 details={"stream": self.stream, "partition": partition},
             )
         policy = self.ack if ack is None else AckPolicy(ack)
-        message = new_produce_message(value, key, hdrs, subject)
+        message = new_produce_message(stored, key, hdrs, subject)
         return _new_tuple(
             Prepared, (message, partition, policy, size + len(subject) + _PER_MESSAGE_OVERHEAD)
         )

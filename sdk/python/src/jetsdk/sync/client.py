@@ -260,10 +260,9 @@ class Client(SyncWrapper):
         self._run(self._obj.delete_stream, name)
 
     def update_stream(self, name: str, **settings: Any) -> StreamInfo:
-        """Change an existing stream's retention and segment settings and its
-        ``max_message_bytes`` (the names of :meth:`create_stream`; None lifts a retention
-        limit, or gives the message limit back to the server's); every replica applies
-        them. A producer checks messages by the limit it read when it opened. Raises
+        """Change an existing stream's retention, segment and ``max_message_bytes``
+        settings (names of :meth:`create_stream`; None lifts a retention limit, or gives
+        back the server's message limit); every replica applies them. Raises
         InvalidArgument for a fixed (``partitions``...), unknown or bad setting.
         """
         return self._run(self._obj.update_stream, name, **settings)

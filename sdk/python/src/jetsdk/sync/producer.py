@@ -10,6 +10,7 @@ from types import TracebackType
 
 from jetsdk._sync_sends import SendHandle
 from jetsdk._sync_support import SyncWrapper
+from jetsdk.codec.compression import DEFAULT_MIN_COMPRESS_BYTES
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.errors import ClientClosed
 from jetsdk.message import Ack, HeadersInput
@@ -51,6 +52,8 @@ class Producer(SyncWrapper):
         partitioner: Partitioner | None = None,
         idempotent: bool = False,
         delivery_timeout: float = DEFAULT_DELIVERY_TIMEOUT,
+        compression: str | None = None,
+        compression_min_bytes: int = DEFAULT_MIN_COMPRESS_BYTES,
     ) -> None:
         """Configure a producer; it starts in ``__enter__``.
 
@@ -74,9 +77,18 @@ class Producer(SyncWrapper):
                 failures (leader moved, connection lost, ...) are retried on the
                 partition's current leader (Kafka's ``delivery.timeout.ms``); then its
                 messages fail with the last error.
+            compression: ``"zstd"`` or ``"lz4"`` to store values compressed, with the
+                header ``Jet-Compression`` naming the codec (spec/envelope.md, "Compressed
+                values"; consumers of this SDK decompress them); None: as they are. Needs
+                ``pip install jetsdk[compression]``. The key and headers stay readable
+                (compaction and key lookups work), and ``max_message_bytes`` counts the
+                compressed size.
+            compression_min_bytes: values shorter than this are sent as they are, and so is
+                one that would not get smaller.
 
         Raises:
-            ValueError: a limit out of range.
+            ValueError: a limit out of range; CompressionError (a ValueError) for an
+                unknown codec or one whose package is not installed.
         """
         self._async: _AsyncProducer | None = None
         self._factory: Callable[[], _AsyncProducer] = lambda: _AsyncProducer(
@@ -92,6 +104,8 @@ class Producer(SyncWrapper):
             partitioner=partitioner,
             idempotent=idempotent,
             delivery_timeout=delivery_timeout,
+            compression=compression,
+            compression_min_bytes=compression_min_bytes,
         )
         self._owner = client
 

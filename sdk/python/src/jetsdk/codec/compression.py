@@ -1,0 +1,211 @@
+"""Compressed values (spec/envelope.md, "Compressed values"): a producer may store a
+message's value compressed, naming the codec in the header ``Jet-Compression``; a
+consumer that knows the codec gives the application the value as it was sent.
+
+The key, the subject and the other headers stay as they are, so compaction, the key index
+and key lookups read them unchanged, and the record's CRC covers the bytes as stored
+(compressed). The server stores and serves the bytes it gets; it never compresses or
+decompresses. ``max_message_bytes`` counts the stored (compressed) size.
+
+Codecs, by header value:
+
+- ``zstd``: one Zstandard frame (RFC 8878) with its content size, from the
+  ``zstandard`` package;
+- ``lz4``: one LZ4 frame (the LZ4 frame format, content size included), from the ``lz4``
+  package.
+
+Both are optional (``pip install jetsdk[compression]``). Pure functions, no I/O; each call
+makes its own (de)compressor, so any thread may call them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.limits import MAX_VALUE_BYTES
+from jetsdk.codec.record import Headers, Record
+
+__all__ = [
+    "CODECS",
+    "COMPRESSION_HEADER",
+    "DEFAULT_MIN_COMPRESS_BYTES",
+    "ZSTD_LEVEL",
+    "CompressionError",
+    "check_codec",
+    "compress_value",
+    "decompress_value",
+    "plain_records",
+]
+
+COMPRESSION_HEADER = "Jet-Compression"
+"""The header naming the codec of a compressed value (matched without regard to case by
+readers; written exactly so)."""
+CODECS = ("zstd", "lz4")
+"""Codec names, as written in :data:`COMPRESSION_HEADER`."""
+DEFAULT_MIN_COMPRESS_BYTES = 1024
+"""A producer leaves smaller values as they are (compressing them saves little or nothing;
+an empty value, a tombstone, is never compressed)."""
+ZSTD_LEVEL = 3
+"""Zstandard level (its default: about 300 MB/s per core on JSON-like text)."""
+
+
+class CompressionError(CodecError):
+    """A compressed value that cannot be decompressed: an unknown codec, one whose package
+    is not installed, corrupt data, or more than :data:`MAX_VALUE_BYTES` once decompressed."""
+
+
+def _module(codec: str) -> Any:
+    try:
+        if codec == "zstd":
+            import zstandard
+
+            return zstandard
+        if codec == "lz4":
+            import lz4.frame
+
+            return lz4.frame
+    except ImportError:
+        package = "zstandard" if codec == "zstd" else "lz4"
+        raise CompressionError(
+            f"compression codec {codec!r} needs the {package!r} package "
+            "(pip install jetsdk[compression])",
+            reason="codec",
+        ) from None
+    raise CompressionError(
+        f"unknown compression codec {codec!r} (known: {', '.join(CODECS)})", reason="codec"
+    )
+
+
+def check_codec(codec: str) -> None:
+    """Check that ``codec`` is known and its package installed.
+
+    Raises:
+        CompressionError: unknown, or its package missing.
+    """
+    _module(codec)
+
+
+def _zstd_compress(value: bytes) -> bytes:
+    out: bytes = (
+        _module("zstd").ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True).compress(value)
+    )
+    return out
+
+
+def _lz4_compress(value: bytes) -> bytes:
+    out: bytes = _module("lz4").compress(value, store_size=True)
+    return out
+
+
+_COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
+    "zstd": _zstd_compress,
+    "lz4": _lz4_compress,
+}
+
+
+def compress_value(
+    codec: str, value: bytes, min_bytes: int = DEFAULT_MIN_COMPRESS_BYTES
+) -> bytes | None:
+    """``value`` compressed with ``codec``, or None if it is shorter than ``min_bytes`` (or
+    empty) or would not get smaller (then it is stored as it is, without the header).
+
+    Raises:
+        CompressionError: unknown codec, or its package missing.
+    """
+    compressor = _COMPRESSORS.get(codec)
+    if compressor is None:
+        _module(codec)  # raises
+    if not value or len(value) < min_bytes:
+        return None
+    assert compressor is not None
+    out = compressor(value)
+    return out if len(out) < len(value) else None
+
+
+def _zstd_decompress(data: bytes, limit: int) -> bytes:
+    zstandard = _module("zstd")
+    try:
+        size = zstandard.frame_content_size(data)
+    except zstandard.ZstdError as exc:
+        raise CompressionError(f"corrupt zstd value: {exc}", reason="corrupt") from None
+    if size > limit:
+        raise CompressionError(
+            f"zstd value of {size} bytes once decompressed, over {limit}", reason="limit"
+        )
+    try:
+        out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=limit)
+    except zstandard.ZstdError as exc:
+        raise CompressionError(f"corrupt zstd value: {exc}", reason="corrupt") from None
+    return out
+
+
+def _lz4_decompress(data: bytes, limit: int) -> bytes:
+    frame = _module("lz4")
+    decompressor = frame.LZ4FrameDecompressor()
+    try:
+        out: bytes = decompressor.decompress(data, max_length=limit)
+    except RuntimeError as exc:  # lz4 reports corrupt frames as RuntimeError
+        raise CompressionError(f"corrupt lz4 value: {exc}", reason="corrupt") from None
+    if not decompressor.eof:
+        if decompressor.needs_input:
+            raise CompressionError("truncated lz4 value", reason="corrupt")
+        raise CompressionError(f"lz4 value over {limit} bytes once decompressed", reason="limit")
+    return out
+
+
+_DECOMPRESSORS: dict[str, Callable[[bytes, int], bytes]] = {
+    "zstd": _zstd_decompress,
+    "lz4": _lz4_decompress,
+}
+
+
+def decompress_value(codec: bytes | str, data: bytes, limit: int = MAX_VALUE_BYTES) -> bytes:
+    """The value as sent, from its stored bytes ``data`` and the :data:`COMPRESSION_HEADER`
+    value ``codec``; at most ``limit`` bytes.
+
+    Raises:
+        CompressionError: unknown codec or package missing (``reason`` ``"codec"``),
+            corrupt or truncated data (``"corrupt"``), more than ``limit`` bytes (``"limit"``).
+    """
+    name = codec.decode("ascii", "replace") if isinstance(codec, bytes) else codec
+    name = name.strip().lower()
+    decompressor = _DECOMPRESSORS.get(name)
+    if decompressor is None:
+        _module(name)  # raises
+        raise AssertionError(name)
+    return decompressor(data, limit)
+
+
+_HEADER_LOWER = COMPRESSION_HEADER.lower()
+
+
+def _codec_of(headers: Headers) -> bytes | None:
+    for name, value in headers:
+        if name.lower() == _HEADER_LOWER:
+            return value
+    return None
+
+
+def plain_records(records: list[Record], limit: int = MAX_VALUE_BYTES) -> list[Record]:
+    """``records`` (changed in place, and returned) with every compressed value
+    decompressed and its ``Jet-Compression`` header removed. A value that cannot be
+    decompressed (unknown codec, package missing, corrupt) stays as stored, header
+    included, so the application can tell (a consumer never stalls on one record)."""
+    for i, record in enumerate(records):
+        headers = record.headers
+        if not headers:
+            continue
+        codec = _codec_of(headers)
+        if codec is None:
+            continue
+        try:
+            value = decompress_value(codec, record.value, limit)
+        except CompressionError:
+            continue
+        rest = tuple(h for h in headers if h[0].lower() != _HEADER_LOWER)
+        records[i] = attrs.evolve(record, value=value, headers=rest)
+    return records

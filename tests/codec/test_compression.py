@@ -1,0 +1,101 @@
+"""Compressed values (spec/envelope.md, "Compressed values"; issue 39, item 3): the
+vectors of spec/vectors/compression.json decode, a producer's compression step keeps keys
+and short values as they are, and a consumer's step gives back what was sent."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+pytest.importorskip("zstandard")
+pytest.importorskip("lz4")
+
+from jetsdk.codec.compression import (
+    COMPRESSION_HEADER,
+    CompressionError,
+    compress_value,
+    decompress_value,
+    plain_records,
+)
+from jetsdk.codec.record import Record, decode_record
+from jetsdk.producer.checks import compressed
+
+VECTORS = orjson.loads(
+    (Path(__file__).resolve().parents[2] / "spec" / "vectors" / "compression.json").read_bytes()
+)
+JSON_LIKE = b"".join(b'{"id":%d,"name":"user-%d","tags":["a","b"]}\n' % (i, i) for i in range(200))
+
+
+def _ids(cases: list[dict[str, Any]]) -> list[str]:
+    return [c["name"] for c in cases]
+
+
+@pytest.mark.parametrize("case", VECTORS["cases"], ids=_ids(VECTORS["cases"]))
+def test_compression_vector(case: dict[str, Any]) -> None:
+    raw = bytes.fromhex(case["hex"])
+    record, used = decode_record(raw)
+    assert used == len(raw)
+    assert record.key == bytes.fromhex(case["fields"]["key_hex"])  # stored as it is
+    assert (COMPRESSION_HEADER, case["codec"].encode()) in record.headers
+    plain = bytes.fromhex(case["plain_value_hex"])
+    assert decompress_value(case["codec"], record.value) == plain
+    [seen] = plain_records([record])
+    assert seen.value == plain
+    assert [[n, v.hex()] for n, v in seen.headers] == case["plain_headers"]
+    assert (seen.key, seen.offset, seen.subject) == (record.key, record.offset, record.subject)
+
+
+@pytest.mark.parametrize("case", VECTORS["invalid"], ids=_ids(VECTORS["invalid"]))
+def test_compression_invalid_vector(case: dict[str, Any]) -> None:
+    with pytest.raises(CompressionError) as info:
+        decompress_value(case["codec"], bytes.fromhex(case["hex"]))
+    assert info.value.reason == case["error_reason"]
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_round_trip_and_what_stays_plain(codec: str) -> None:
+    packed = compress_value(codec, JSON_LIKE)
+    assert packed is not None
+    assert len(packed) < len(JSON_LIKE) // 4
+    assert decompress_value(codec.upper().encode(), packed) == JSON_LIKE  # any case
+    assert compress_value(codec, b"") is None  # a tombstone stays a tombstone
+    assert compress_value(codec, JSON_LIKE[:100]) is None  # below min_bytes
+    assert compress_value(codec, JSON_LIKE[:100], min_bytes=1) is not None
+    noise = random.Random(39).randbytes(4096)
+    assert compress_value(codec, noise) is None  # would grow: stored as it is
+    with pytest.raises(CompressionError) as info:
+        decompress_value(codec, packed, limit=len(JSON_LIKE) - 1)
+    assert info.value.reason == "limit"
+
+
+def test_producer_step_keeps_key_and_headers_and_an_application_codec() -> None:
+    headers = (("Content-Type", b"application/json"),)
+    value, out = compressed("zstd", 1024, JSON_LIKE, headers)
+    assert out == (*headers, (COMPRESSION_HEADER, b"zstd"))
+    assert decompress_value("zstd", value) == JSON_LIKE
+    short, same = compressed("zstd", 1024, b"tiny", headers)
+    assert (short, same) == (b"tiny", headers)
+    # Already compressed by the application (its own header): left alone.
+    mine = ((COMPRESSION_HEADER.lower(), b"lz4"),)
+    assert compressed("zstd", 1024, JSON_LIKE, mine) == (JSON_LIKE, mine)
+    with pytest.raises(CompressionError) as info:
+        compressed("brotli", 1024, JSON_LIKE, ())
+    assert info.value.reason == "codec"
+
+
+def test_consumer_step_leaves_what_it_cannot_read() -> None:
+    packed = compress_value("zstd", JSON_LIKE)
+    assert packed is not None
+    good = Record(1, 2, 0, packed, key=b"k", headers=((COMPRESSION_HEADER, b"zstd"),))
+    corrupt = Record(2, 2, 0, packed[:-3], key=b"k", headers=((COMPRESSION_HEADER, b"zstd"),))
+    unknown = Record(3, 2, 0, packed, headers=((COMPRESSION_HEADER, b"brotli"),))
+    plain = Record(4, 2, 0, b"as is", headers=(("X", b"1"),))
+    out = plain_records([good, corrupt, unknown, plain])
+    assert out[0].value == JSON_LIKE
+    assert out[0].headers == ()
+    assert out[0].key == b"k"
+    assert out[1:] == [corrupt, unknown, plain]  # as stored, header included
