@@ -199,9 +199,20 @@ async def jet_publish(
     ack: AckPolicy,
     value: bytes = VALUE,
     window: int = WINDOW,
+    max_in_flight: int = 4,
+    compression: str | None = None,
 ) -> float:
-    """Messages per second for ``n`` acked sends of ``value`` through a window of ``window``."""
-    async with Producer(client, stream, ack=ack, max_pending=window, max_in_flight=4) as p:
+    """Messages per second for ``n`` acked sends of ``value`` through a window of ``window``
+    (and ``max_in_flight`` Produce requests per partition, values compressed with
+    ``compression`` if given)."""
+    async with Producer(
+        client,
+        stream,
+        ack=ack,
+        max_pending=window,
+        max_in_flight=max_in_flight,
+        compression=compression,
+    ) as p:
         start = time.perf_counter()
         handle = None
         for _ in range(n):

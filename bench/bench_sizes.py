@@ -8,10 +8,21 @@ process on asyncio (nats-py is asyncio-only). For each value size in SIZES:
 - publish ack ALL (fsynced group commit) vs ``publish_async`` on ``sync_interval: always``,
   target >= 1.5x;
 - consume from offset 0 (``Consumer.fetch``) vs JetStream's ordered push consumer,
-  target >= 2x.
+  target >= 2x;
+- at the sizes of COMPRESSION_SIZES (``JET_BENCH_COMPRESSION_SIZES``, default 16 KiB):
+  publish ack LEADER of a JSON-like and a random value, with ``Producer(compression=
+  "zstd")`` and without, vs JetStream streams with and without s2 store compression; MiB/s
+  of payload as sent;
+- then, at the sizes of RF3_SIZES (``JET_BENCH_RF3_SIZES``, default 16 KiB; empty: none),
+  three jet servers and three clustered nats-servers: publish ack ALL to an RF 3 stream vs
+  ``publish_async`` to an R3 stream (default store), target >= 1.5x, jet's CPU summed over
+  its three servers. Started after the one-server rows, so the two setups never share the
+  machine.
 
 Both sides use the same window of unacknowledged messages: WINDOW messages, at most
-WINDOW_BYTES of values. Each row is the median of ROUNDS rounds alternating jet and
+WINDOW_BYTES of values; jet's producer keeps enough Produce requests in flight to fill it
+(``_in_flight``: at 16 KiB and above, 4 requests of at most 1 MiB held only 4 MiB of the
+window). Each row is the median of ROUNDS rounds alternating jet and
 JetStream (after one untimed warm-up per side) and is printed with met / NOT met.
 
 Beside every row the machine's own ceiling for the same bytes: a sequential buffered write
@@ -27,7 +38,9 @@ about a minute). ``JET_BENCH_VALUE_SIZES=16384,262144`` limits the sizes.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -36,8 +49,10 @@ from typing import Any
 import anyio
 
 from bench import bench_sdk
+from bench.bench_cluster import JetStreamCluster
 from bench.bench_sdk import _load, _process_cpu_s, jetstream_server
 from jetsdk import AckPolicy, Client, Consumer
+from jetsdk.producer.accumulator import DEFAULT_MAX_BATCH_BYTES
 from jetserver.devcluster import DevCluster
 
 SIZES = (100, 1024, 16 * 1024, 256 * 1024, 1024 * 1024)
@@ -51,14 +66,25 @@ ROUND_BYTES = 96 * 1024 * 1024
 QUICK_ROUND_BYTES = 12 * 1024 * 1024
 MAX_ROUND_MESSAGES = 200_000
 QUICK_MAX_ROUND_MESSAGES = 20_000
+MIN_ROUND_MESSAGES = 256
+"""Cap of the two-window floor of a round (:func:`_min_round`)."""
 ALL_DIVISOR = 4
 """The ack ALL rounds move this many times less data (JetStream fsyncs every write)."""
+MAX_IN_FLIGHT = 32
+"""Most Produce requests in flight per partition (the server takes 64 per connection)."""
 CONSUME_MAX_BYTES = 8 * 1024 * 1024
 """The jet consumer's fetch size (bytes per partition fetch)."""
 TIMEOUT_S = 600.0
 MIB = 1024 * 1024
 TARGET_PUBLISH = 1.5
 TARGET_CONSUME = 2.0
+TARGET_RF3 = 1.5
+COMPRESSION_SIZES = (16 * 1024,)
+"""Sizes of the compression rows (``JET_BENCH_COMPRESSION_SIZES``; empty: none)."""
+RF3_SIZES = (16 * 1024,)
+"""Sizes of the RF 3 row (the issue's target is at 16 KiB)."""
+RF3_READY_TIMEOUT_S = 60.0
+"""Bound on the JetStream R3 stream getting a leader and current replicas."""
 
 
 def _value(size: int) -> bytes:
@@ -66,8 +92,30 @@ def _value(size: int) -> bytes:
     return os.urandom(size)
 
 
+def _json_like(size: int) -> bytes:
+    """A compressible value of ``size`` bytes: JSON records of varying numbers and names."""
+    out = bytearray()
+    i = 0
+    while len(out) < size:
+        out += b'{"id":%d,"user":"user-%d","amount":%d.%02d,"status":"settled"},' % (
+            i,
+            (i * 7919) % 100_003,
+            (i * 31) % 10_000,
+            i % 100,
+        )
+        i += 1
+    return bytes(out[:size])
+
+
 def _window(size: int) -> int:
     return max(4, min(WINDOW, WINDOW_BYTES // size))
+
+
+def _min_round(size: int) -> int:
+    """Fewest messages in a round: two windows, at most MIN_ROUND_MESSAGES. A round of
+    fewer messages than its window (1 MiB: 8 for ack ALL in --quick, 24 in a full run,
+    window 64) never fills the pipeline and measures one message's latency, not a rate."""
+    return min(2 * _window(size), MIN_ROUND_MESSAGES)
 
 
 # -- ceilings -----------------------------------------------------------------------------
@@ -101,9 +149,31 @@ def ceiling_memcpy(value: bytes, n: int) -> float:
 # -- jet ----------------------------------------------------------------------------------
 
 
-async def jet_publish(client: Client, stream: str, value: bytes, n: int, ack: AckPolicy) -> float:
-    """bench_sdk's acked publish, with this size's value and window."""
-    return await bench_sdk.jet_publish(client, stream, n, ack, value, _window(len(value)))
+def _in_flight(size: int) -> int:
+    """Produce requests in flight per partition: enough batches of the producer's
+    ``max_batch_bytes`` to hold the window's bytes (JetStream's side has the whole window
+    in flight), at least 4 (bench sdk's) and at most MAX_IN_FLIGHT;
+    ``JET_BENCH_MAX_IN_FLIGHT`` overrides it."""
+    env = os.environ.get("JET_BENCH_MAX_IN_FLIGHT")
+    if env:
+        return int(env)
+    batches = -(-_window(size) * size // DEFAULT_MAX_BATCH_BYTES)
+    return max(4, min(MAX_IN_FLIGHT, batches))
+
+
+async def jet_publish(
+    client: Client,
+    stream: str,
+    value: bytes,
+    n: int,
+    ack: AckPolicy,
+    compression: str | None = None,
+) -> float:
+    """bench_sdk's acked publish, with this size's value, window and requests in flight."""
+    size = len(value)
+    return await bench_sdk.jet_publish(
+        client, stream, n, ack, value, _window(size), _in_flight(size), compression
+    )
 
 
 async def jet_consume(client: Client, stream: str, n: int) -> float:
@@ -128,8 +198,8 @@ async def js_connect(url: str, window: int) -> tuple[Any, Any]:
     return nc, nc.jetstream(publish_async_max_pending=window)
 
 
-async def js_stream(js: Any, name: str, subject: str) -> None:
-    from nats.js.api import StorageType, StreamConfig
+async def js_stream(js: Any, name: str, subject: str, *, s2: bool = False) -> None:
+    from nats.js.api import StorageType, StoreCompression, StreamConfig
 
     await js.add_stream(
         StreamConfig(
@@ -138,6 +208,7 @@ async def js_stream(js: Any, name: str, subject: str) -> None:
             storage=StorageType.FILE,
             num_replicas=1,
             max_msg_size=-1,
+            compression=StoreCompression.S2 if s2 else StoreCompression.NONE,
         )
     )
 
@@ -189,13 +260,20 @@ class Row:
         return statistics.median(rates) * self.size / MIB
 
 
+def _servers_cpu_s(pids: int | tuple[int, ...] | None) -> float:
+    """CPU seconds of the jet server process(es) (0.0 if unknown)."""
+    if isinstance(pids, tuple):
+        return sum(_process_cpu_s(pid) for pid in pids)
+    return _process_cpu_s(pids)
+
+
 async def alternate(
     row: Row,
     rounds: int,
     n: int,
     jet: Callable[[int], Awaitable[float]],
     js: Callable[[int], Awaitable[float]],
-    server_pid: int | None,
+    server_pid: int | tuple[int, ...] | None,
     warm: int,
 ) -> None:
     """A warm-up of ``warm`` messages per side (if any), then ``rounds`` alternating rounds."""
@@ -203,9 +281,9 @@ async def alternate(
         await jet(warm)
         await js(warm)
     for i in range(rounds):
-        server, client = _process_cpu_s(server_pid), time.process_time()
+        server, client = _servers_cpu_s(server_pid), time.process_time()
         row.jet.append(await jet(n))
-        used = _process_cpu_s(server_pid) - server + time.process_time() - client
+        used = _servers_cpu_s(server_pid) - server + time.process_time() - client
         row.cpu_ms_per_mib.append(used * 1000 / (n * row.size / MIB))
         row.js.append(await js(n))
         print(
@@ -236,8 +314,8 @@ async def one_size(
     rounds = QUICK_ROUNDS if quick else ROUNDS
     round_bytes = QUICK_ROUND_BYTES if quick else ROUND_BYTES
     cap = QUICK_MAX_ROUND_MESSAGES if quick else MAX_ROUND_MESSAGES
-    n = max(8, min(cap, round_bytes // size))
-    n_all = max(8, n // ALL_DIVISOR)
+    n = max(_min_round(size), min(cap, round_bytes // size))
+    n_all = max(_min_round(size), n // ALL_DIVISOR)
     warm = min(n // 4, 1000)
     value = _value(size)
     window = _window(size)
@@ -302,6 +380,152 @@ async def one_size(
     return [(row, write, memcpy) for row in (pub, all_row, cons)]
 
 
+async def compression_size(
+    size: int, quick: bool, client: Client, js_url: str, server_pid: int | None
+) -> list[Row]:
+    """Publish ack LEADER of a JSON-like and a random value, with and without zstd, vs
+    JetStream's publish_async to a stream with and without s2 (its store compression); the
+    MiB/s are of payload as sent (before compression)."""
+    rounds = QUICK_ROUNDS if quick else ROUNDS
+    round_bytes = QUICK_ROUND_BYTES if quick else ROUND_BYTES
+    cap = QUICK_MAX_ROUND_MESSAGES if quick else MAX_ROUND_MESSAGES
+    n = max(_min_round(size), min(cap, round_bytes // size))
+    window = _window(size)
+    print(
+        f"  {_size_label(size)} compression: {n:,} messages per round, window {window}, "
+        f"{rounds} round(s) (load {_load()})",
+        flush=True,
+    )
+    cases = [
+        ("JSON-like, none / none", _json_like(size), None),
+        ("JSON-like, zstd / s2", _json_like(size), "zstd"),
+        ("random, zstd / s2", _value(size), "zstd"),
+    ]
+    nc, js = await js_connect(js_url, window)
+    rows = []
+    try:
+        for i, (label, value, codec) in enumerate(cases):
+            name, js_name = f"z{size}c{i}", f"Z{size}C{i}"
+            await client.create_stream(
+                name, f"bench.{name}", max_message_bytes=max(size, 1024), exist_ok=True
+            )
+            await js_stream(js, js_name, f"js.{name}", s2=codec is not None)
+            row = Row(label, size, TARGET_PUBLISH)
+            try:
+                await alternate(
+                    row,
+                    rounds,
+                    n,
+                    lambda k, v=value, c=codec, s=name: jet_publish(
+                        client, s, v, k, AckPolicy.LEADER, c
+                    ),
+                    lambda k, v=value, s=name: js_publish(js, f"js.{s}", v, k),
+                    server_pid,
+                    min(n // 4, 1000),
+                )
+            finally:
+                await client.delete_stream(name)
+                await js.delete_stream(js_name)
+            rows.append(row)
+    finally:
+        await nc.close()
+    return rows
+
+
+async def _js_r3_stream(js: Any, name: str, subject: str) -> None:
+    """An R3 file stream, once the JetStream cluster has a meta leader (bounded)."""
+    from nats.js.api import StorageType, StreamConfig
+
+    deadline = time.monotonic() + RF3_READY_TIMEOUT_S
+    while True:
+        try:
+            await js.add_stream(
+                StreamConfig(
+                    name=name,
+                    subjects=[subject],
+                    storage=StorageType.FILE,
+                    num_replicas=3,
+                    max_msg_size=-1,
+                )
+            )
+            break
+        except Exception as exc:  # no meta leader yet, peers not connected
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"JetStream R3 stream not created: {exc}") from exc
+            await anyio.sleep(0.25)
+    while True:
+        info = await js.stream_info(name)
+        current = [r for r in (info.cluster.replicas or []) if r.current] if info.cluster else []
+        if info.cluster is not None and info.cluster.leader and len(current) == 2:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("JetStream R3 stream has no leader with 2 current replicas")
+        await anyio.sleep(0.1)
+
+
+async def rf3_size(
+    size: int,
+    quick: bool,
+    client: Client,
+    js_urls: list[str],
+    data_dir: Path,
+    server_pids: tuple[int, ...],
+) -> tuple[Row, float, float]:
+    """Publish ack ALL to an RF 3 stream vs publish_async to a JetStream R3 stream."""
+    rounds = QUICK_ROUNDS if quick else ROUNDS
+    round_bytes = QUICK_ROUND_BYTES if quick else ROUND_BYTES
+    cap = QUICK_MAX_ROUND_MESSAGES if quick else MAX_ROUND_MESSAGES
+    n = max(_min_round(size), min(cap, round_bytes // size))
+    value = _value(size)
+    window = _window(size)
+    name = f"r{size}"
+    print(
+        f"  {_size_label(size)} RF 3: {n:,} messages per round, window {window}, "
+        f"{rounds} round(s) (load {_load()})",
+        flush=True,
+    )
+    await client.create_stream(
+        name,
+        f"bench.{name}",
+        replication_factor=3,
+        max_message_bytes=max(size, 1024),
+        exist_ok=True,
+    )
+    nc, js = await js_connect(js_urls[0], window)
+    try:
+        await _js_r3_stream(js, f"R{size}", f"js.r{size}")
+        row = Row("RF 3 ack ALL / R3", size, TARGET_RF3)
+        await alternate(
+            row,
+            rounds,
+            n,
+            lambda k: jet_publish(client, name, value, k, AckPolicy.ALL),
+            lambda k: js_publish(js, f"js.r{size}", value, k),
+            server_pids,
+            min(n // 4, 1000),
+        )
+    finally:
+        await client.delete_stream(name)
+        await js.delete_stream(f"R{size}")
+        await nc.close()
+    n_ceiling = max(8, round_bytes // size)
+    return row, ceiling_write(data_dir, value, n_ceiling), ceiling_memcpy(value, n_ceiling)
+
+
+async def _rf3_main(
+    quick: bool,
+    sizes: tuple[int, ...],
+    jet_servers: list[str],
+    js_urls: list[str],
+    data_dir: Path,
+    server_pids: tuple[int, ...],
+) -> list[tuple[Row, float, float]]:
+    async with Client(jet_servers) as client:
+        return [
+            await rf3_size(size, quick, client, js_urls, data_dir, server_pids) for size in sizes
+        ]
+
+
 def _table(rows: list[tuple[Row, float, float]]) -> None:
     print(
         "\n  summary: medians of alternating rounds; ratio = jet / JetStream; ceiling = this "
@@ -332,40 +556,77 @@ async def _main(
     js_sync_url: str,
     server_pid: int | None,
     data_dir: Path,
-) -> None:
+    compression_sizes: tuple[int, ...],
+) -> list[tuple[Row, float, float]]:
     rows: list[tuple[Row, float, float]] = []
     async with Client(jet_servers) as client:
         for size in sizes:
             rows.extend(
                 await one_size(size, quick, client, js_url, js_sync_url, server_pid, data_dir)
             )
-    _table(rows)
+        for size in compression_sizes:
+            value = _json_like(size)
+            n_ceiling = max(8, (QUICK_ROUND_BYTES if quick else ROUND_BYTES) // size)
+            write = ceiling_write(data_dir, value, n_ceiling)
+            memcpy = ceiling_memcpy(value, n_ceiling)
+            for row in await compression_size(size, quick, client, js_url, server_pid):
+                rows.append((row, write, memcpy))
+    return rows
 
 
 def run(quick: bool) -> None:
     """Every size in SIZES (or JET_BENCH_VALUE_SIZES), side by side with JetStream and ceilings."""
     env = os.environ.get("JET_BENCH_VALUE_SIZES")
-    sizes = tuple(int(s) for s in env.split(",")) if env else SIZES
+    sizes = SIZES if env is None else tuple(int(s) for s in env.split(",") if s)
+    z_env = os.environ.get("JET_BENCH_COMPRESSION_SIZES")
+    z_sizes = COMPRESSION_SIZES if z_env is None else tuple(int(s) for s in z_env.split(",") if s)
+    rf3_env = os.environ.get("JET_BENCH_RF3_SIZES")
+    rf3_sizes = RF3_SIZES if rf3_env is None else tuple(int(s) for s in rf3_env.split(",") if s)
     print(f"load {_load()}; sizes {', '.join(map(_size_label, sizes))}", flush=True)
-    with (
-        open(os.devnull, "wb") as devnull,
-        DevCluster(size=1, log_file=devnull) as dev,
-        jetstream_server(sync_always=False) as js_url,
-        jetstream_server(sync_always=True) as js_sync_url,
-    ):
-        server_pid = dev.servers[0].pid if dev.servers else None
-        assert dev.root is not None
-        anyio.run(
-            _main,
-            quick,
-            sizes,
-            dev.addresses,
-            js_url,
-            js_sync_url,
-            server_pid,
-            Path(dev.root),
-            backend="asyncio",
-        )
+    rows: list[tuple[Row, float, float]] = []
+    if sizes or z_sizes:  # none: the RF 3 row only
+        with (
+            open(os.devnull, "wb") as devnull,
+            DevCluster(size=1, log_file=devnull) as dev,
+            jetstream_server(sync_always=False) as js_url,
+            jetstream_server(sync_always=True) as js_sync_url,
+        ):
+            server_pid = dev.servers[0].pid if dev.servers else None
+            assert dev.root is not None
+            rows += anyio.run(
+                _main,
+                quick,
+                sizes,
+                dev.addresses,
+                js_url,
+                js_sync_url,
+                server_pid,
+                Path(dev.root),
+                z_sizes,
+                backend="asyncio",
+            )
+    if rf3_sizes:
+        root = Path(tempfile.mkdtemp(prefix="bench-sizes-rf3-"))
+        try:
+            with (
+                open(os.devnull, "wb") as devnull,
+                DevCluster(size=3, log_file=devnull) as dev3,
+                JetStreamCluster(root / "js").running() as jsc,
+            ):
+                assert dev3.root is not None
+                rows += anyio.run(
+                    _rf3_main,
+                    quick,
+                    rf3_sizes,
+                    dev3.addresses,
+                    jsc.urls,
+                    Path(dev3.root),
+                    tuple(s.pid for s in dev3.servers if s.pid is not None),
+                    backend="asyncio",
+                )
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    _table(rows)
 
 
 if __name__ == "__main__":
