@@ -49,7 +49,6 @@ from typing import Any
 import anyio
 
 from bench import bench_sdk
-from bench.bench_cluster import JetStreamCluster
 from bench.bench_sdk import _load, _process_cpu_s, jetstream_server
 from jetsdk import AckPolicy, Client, Consumer
 from jetsdk.producer.accumulator import DEFAULT_MAX_BATCH_BYTES
@@ -78,33 +77,11 @@ TIMEOUT_S = 600.0
 MIB = 1024 * 1024
 TARGET_PUBLISH = 1.5
 TARGET_CONSUME = 2.0
-TARGET_RF3 = 1.5
-COMPRESSION_SIZES = (16 * 1024,)
-"""Sizes of the compression rows (``JET_BENCH_COMPRESSION_SIZES``; empty: none)."""
-RF3_SIZES = (16 * 1024,)
-"""Sizes of the RF 3 row (the issue's target is at 16 KiB)."""
-RF3_READY_TIMEOUT_S = 60.0
-"""Bound on the JetStream R3 stream getting a leader and current replicas."""
 
 
 def _value(size: int) -> bytes:
     """An incompressible-looking value of ``size`` bytes (no compression is used yet)."""
     return os.urandom(size)
-
-
-def _json_like(size: int) -> bytes:
-    """A compressible value of ``size`` bytes: JSON records of varying numbers and names."""
-    out = bytearray()
-    i = 0
-    while len(out) < size:
-        out += b'{"id":%d,"user":"user-%d","amount":%d.%02d,"status":"settled"},' % (
-            i,
-            (i * 7919) % 100_003,
-            (i * 31) % 10_000,
-            i % 100,
-        )
-        i += 1
-    return bytes(out[:size])
 
 
 def _window(size: int) -> int:
@@ -380,152 +357,6 @@ async def one_size(
     return [(row, write, memcpy) for row in (pub, all_row, cons)]
 
 
-async def compression_size(
-    size: int, quick: bool, client: Client, js_url: str, server_pid: int | None
-) -> list[Row]:
-    """Publish ack LEADER of a JSON-like and a random value, with and without zstd, vs
-    JetStream's publish_async to a stream with and without s2 (its store compression); the
-    MiB/s are of payload as sent (before compression)."""
-    rounds = QUICK_ROUNDS if quick else ROUNDS
-    round_bytes = QUICK_ROUND_BYTES if quick else ROUND_BYTES
-    cap = QUICK_MAX_ROUND_MESSAGES if quick else MAX_ROUND_MESSAGES
-    n = max(_min_round(size), min(cap, round_bytes // size))
-    window = _window(size)
-    print(
-        f"  {_size_label(size)} compression: {n:,} messages per round, window {window}, "
-        f"{rounds} round(s) (load {_load()})",
-        flush=True,
-    )
-    cases = [
-        ("JSON-like, none / none", _json_like(size), None),
-        ("JSON-like, zstd / s2", _json_like(size), "zstd"),
-        ("random, zstd / s2", _value(size), "zstd"),
-    ]
-    nc, js = await js_connect(js_url, window)
-    rows = []
-    try:
-        for i, (label, value, codec) in enumerate(cases):
-            name, js_name = f"z{size}c{i}", f"Z{size}C{i}"
-            await client.create_stream(
-                name, f"bench.{name}", max_message_bytes=max(size, 1024), exist_ok=True
-            )
-            await js_stream(js, js_name, f"js.{name}", s2=codec is not None)
-            row = Row(label, size, TARGET_PUBLISH)
-            try:
-                await alternate(
-                    row,
-                    rounds,
-                    n,
-                    lambda k, v=value, c=codec, s=name: jet_publish(
-                        client, s, v, k, AckPolicy.LEADER, c
-                    ),
-                    lambda k, v=value, s=name: js_publish(js, f"js.{s}", v, k),
-                    server_pid,
-                    min(n // 4, 1000),
-                )
-            finally:
-                await client.delete_stream(name)
-                await js.delete_stream(js_name)
-            rows.append(row)
-    finally:
-        await nc.close()
-    return rows
-
-
-async def _js_r3_stream(js: Any, name: str, subject: str) -> None:
-    """An R3 file stream, once the JetStream cluster has a meta leader (bounded)."""
-    from nats.js.api import StorageType, StreamConfig
-
-    deadline = time.monotonic() + RF3_READY_TIMEOUT_S
-    while True:
-        try:
-            await js.add_stream(
-                StreamConfig(
-                    name=name,
-                    subjects=[subject],
-                    storage=StorageType.FILE,
-                    num_replicas=3,
-                    max_msg_size=-1,
-                )
-            )
-            break
-        except Exception as exc:  # no meta leader yet, peers not connected
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"JetStream R3 stream not created: {exc}") from exc
-            await anyio.sleep(0.25)
-    while True:
-        info = await js.stream_info(name)
-        current = [r for r in (info.cluster.replicas or []) if r.current] if info.cluster else []
-        if info.cluster is not None and info.cluster.leader and len(current) == 2:
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError("JetStream R3 stream has no leader with 2 current replicas")
-        await anyio.sleep(0.1)
-
-
-async def rf3_size(
-    size: int,
-    quick: bool,
-    client: Client,
-    js_urls: list[str],
-    data_dir: Path,
-    server_pids: tuple[int, ...],
-) -> tuple[Row, float, float]:
-    """Publish ack ALL to an RF 3 stream vs publish_async to a JetStream R3 stream."""
-    rounds = QUICK_ROUNDS if quick else ROUNDS
-    round_bytes = QUICK_ROUND_BYTES if quick else ROUND_BYTES
-    cap = QUICK_MAX_ROUND_MESSAGES if quick else MAX_ROUND_MESSAGES
-    n = max(_min_round(size), min(cap, round_bytes // size))
-    value = _value(size)
-    window = _window(size)
-    name = f"r{size}"
-    print(
-        f"  {_size_label(size)} RF 3: {n:,} messages per round, window {window}, "
-        f"{rounds} round(s) (load {_load()})",
-        flush=True,
-    )
-    await client.create_stream(
-        name,
-        f"bench.{name}",
-        replication_factor=3,
-        max_message_bytes=max(size, 1024),
-        exist_ok=True,
-    )
-    nc, js = await js_connect(js_urls[0], window)
-    try:
-        await _js_r3_stream(js, f"R{size}", f"js.r{size}")
-        row = Row("RF 3 ack ALL / R3", size, TARGET_RF3)
-        await alternate(
-            row,
-            rounds,
-            n,
-            lambda k: jet_publish(client, name, value, k, AckPolicy.ALL),
-            lambda k: js_publish(js, f"js.r{size}", value, k),
-            server_pids,
-            min(n // 4, 1000),
-        )
-    finally:
-        await client.delete_stream(name)
-        await js.delete_stream(f"R{size}")
-        await nc.close()
-    n_ceiling = max(8, round_bytes // size)
-    return row, ceiling_write(data_dir, value, n_ceiling), ceiling_memcpy(value, n_ceiling)
-
-
-async def _rf3_main(
-    quick: bool,
-    sizes: tuple[int, ...],
-    jet_servers: list[str],
-    js_urls: list[str],
-    data_dir: Path,
-    server_pids: tuple[int, ...],
-) -> list[tuple[Row, float, float]]:
-    async with Client(jet_servers) as client:
-        return [
-            await rf3_size(size, quick, client, js_urls, data_dir, server_pids) for size in sizes
-        ]
-
-
 def _table(rows: list[tuple[Row, float, float]]) -> None:
     print(
         "\n  summary: medians of alternating rounds; ratio = jet / JetStream; ceiling = this "
@@ -564,8 +395,10 @@ async def _main(
             rows.extend(
                 await one_size(size, quick, client, js_url, js_sync_url, server_pid, data_dir)
             )
+        from bench.sizes_extra import compression_size, json_like
+
         for size in compression_sizes:
-            value = _json_like(size)
+            value = json_like(size)
             n_ceiling = max(8, (QUICK_ROUND_BYTES if quick else ROUND_BYTES) // size)
             write = ceiling_write(data_dir, value, n_ceiling)
             memcpy = ceiling_memcpy(value, n_ceiling)
@@ -576,12 +409,18 @@ async def _main(
 
 def run(quick: bool) -> None:
     """Every size in SIZES (or JET_BENCH_VALUE_SIZES), side by side with JetStream and ceilings."""
+    from bench import sizes_extra as extra
+
     env = os.environ.get("JET_BENCH_VALUE_SIZES")
     sizes = SIZES if env is None else tuple(int(s) for s in env.split(",") if s)
     z_env = os.environ.get("JET_BENCH_COMPRESSION_SIZES")
-    z_sizes = COMPRESSION_SIZES if z_env is None else tuple(int(s) for s in z_env.split(",") if s)
+    z_sizes = (
+        extra.COMPRESSION_SIZES if z_env is None else tuple(int(s) for s in z_env.split(",") if s)
+    )
     rf3_env = os.environ.get("JET_BENCH_RF3_SIZES")
-    rf3_sizes = RF3_SIZES if rf3_env is None else tuple(int(s) for s in rf3_env.split(",") if s)
+    rf3_sizes = (
+        extra.RF3_SIZES if rf3_env is None else tuple(int(s) for s in rf3_env.split(",") if s)
+    )
     print(f"load {_load()}; sizes {', '.join(map(_size_label, sizes))}", flush=True)
     rows: list[tuple[Row, float, float]] = []
     if sizes or z_sizes:  # none: the RF 3 row only
@@ -611,11 +450,11 @@ def run(quick: bool) -> None:
             with (
                 open(os.devnull, "wb") as devnull,
                 DevCluster(size=3, log_file=devnull) as dev3,
-                JetStreamCluster(root / "js").running() as jsc,
+                extra.JetStreamCluster(root / "js").running() as jsc,
             ):
                 assert dev3.root is not None
                 rows += anyio.run(
-                    _rf3_main,
+                    extra.rf3_main,
                     quick,
                     rf3_sizes,
                     dev3.addresses,
