@@ -25,7 +25,8 @@ def test_roundtrip_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(snapshot, "CHUNK_ENTRIES", 1000)
     path = tmp_path / "t.sqlite"
     entries = _entries(2500)
-    snapshot.save(path, "s", entries, [10, 20, 30, 40, 50])
+    expiries = {entries[1].key: 123 << 40, entries[2000].key: 7}
+    snapshot.save(path, "s", entries, [10, 20, 30, 40, 50], expiries)
     db = sqlite3.connect(path)
     assert db.execute("SELECT count(*) FROM chunks").fetchone() == (3,)
     assert db.execute("SELECT sum(count) FROM chunks").fetchone() == (2500,)
@@ -35,6 +36,7 @@ def test_roundtrip_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert loaded.positions == [10, 20, 30, 40, 50]
     assert loaded.entries == {e.key: e for e in entries}
     assert all(type(e) is Entry for e in loaded.entries.values())
+    assert loaded.expiries == expiries
     assert snapshot.load(path, "other", 5) is None
     assert snapshot.load(path, "s", 4) is None
     # Saved again with fewer entries: the old chunks are gone.

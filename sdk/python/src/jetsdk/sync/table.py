@@ -114,30 +114,35 @@ class Table(SyncWrapper):
         """Next offset the view will apply, per partition."""
         return self._obj.positions
 
-    def put(self, key: bytes, value: bytes) -> int:
-        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision."""
-        return self._run(self._obj.put, key, value)
+    def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
+        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision.
+        With ``ttl`` (seconds, > 0, rounded up to ms) the key expires that long after the
+        write (module docstring).
+        """
+        return self._run(self._obj.put, key, value, ttl=ttl)
 
     def delete(self, key: bytes) -> int:
         """Delete ``key`` (a tombstone); the tombstone's revision."""
         return self._run(self._obj.delete, key)
 
-    def create(self, key: bytes, value: bytes) -> int:
-        """Set ``key`` only if it has no value; its revision.
+    def create(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
+        """Set ``key`` only if it has no value (an expired key has none); its revision.
+        ``ttl`` as in :meth:`put` (e.g. a lock that frees itself).
 
         Raises:
             WrongExpectedKeyOffset: it has one (``current_revision``).
         """
-        return self._run(self._obj.create, key, value)
+        return self._run(self._obj.create, key, value, ttl=ttl)
 
-    def update(self, key: bytes, value: bytes, revision: int) -> int:
+    def update(self, key: bytes, value: bytes, revision: int, *, ttl: float | None = None) -> int:
         """Set ``key`` only if its revision is ``revision`` (compare-and-set); the new one.
+        ``ttl`` as in :meth:`put` (without it the new value does not expire).
 
         Raises:
             WrongExpectedKeyOffset: the key is at another revision (``current_revision``,
                 -1 if it has no value).
         """
-        return self._run(self._obj.update, key, value, revision)
+        return self._run(self._obj.update, key, value, revision, ttl=ttl)
 
     def sync(self) -> None:
         """Return once the view holds every record acknowledged before the call (in any

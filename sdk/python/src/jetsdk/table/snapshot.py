@@ -7,6 +7,7 @@ Layout (one transaction writes all of it; a crash mid-write leaves the previous 
     positions(partition INTEGER PRIMARY KEY, next_offset INTEGER)
     chunks(seq INTEGER PRIMARY KEY, count INTEGER, keys BLOB, key_lengths BLOB,
            vals BLOB, value_lengths BLOB, revisions BLOB, partitions BLOB)
+    expiries(key BLOB PRIMARY KEY, expires_ns INTEGER)   -- entries with a TTL only
 
 Entries are stored in chunks of up to :data:`CHUNK_ENTRIES`, column by column: the keys
 (values) of a chunk concatenated, with their lengths as little-endian u32s; revisions as
@@ -60,6 +61,8 @@ class Snapshot:
     positions: list[int]
     saved_ns: int
     """When it was written (wall clock, ns)."""
+    expiries: dict[bytes, int] = attrs.field(factory=dict)
+    """Expiry (ns) of the entries with a TTL."""
 
 
 class _Damaged(Exception):
@@ -106,7 +109,13 @@ def _split(blob: bytes, lengths: list[int]) -> Iterator[bytes]:
     return map(bytes.__getitem__, repeat(blob), map(slice, chain((0,), ends), ends))
 
 
-def save(path: Path, stream: str, entries: list[Entry], positions: list[int]) -> None:
+def save(
+    path: Path,
+    stream: str,
+    entries: list[Entry],
+    positions: list[int],
+    expiries: dict[bytes, int] | None = None,
+) -> None:
     """Write a snapshot of ``entries`` reflecting ``positions``, replacing the file's
     previous content atomically (one transaction)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +135,11 @@ def save(path: Path, stream: str, entries: list[Entry], positions: list[int]) ->
             " keys BLOB, key_lengths BLOB, vals BLOB, value_lengths BLOB, revisions BLOB,"
             " partitions BLOB)"
         )
-        for table in ("meta", "positions", "chunks"):
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS expiries(key BLOB PRIMARY KEY, expires_ns INTEGER)"
+            " WITHOUT ROWID"
+        )
+        for table in ("meta", "positions", "chunks", "expiries"):
             db.execute(f"DELETE FROM {table}")
         meta = {
             "format": FORMAT,
@@ -139,6 +152,7 @@ def save(path: Path, stream: str, entries: list[Entry], positions: list[int]) ->
         for seq, start in enumerate(range(0, len(entries), CHUNK_ENTRIES)):
             row = _chunk_row(seq, entries[start : start + CHUNK_ENTRIES])
             db.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+        db.executemany("INSERT INTO expiries VALUES (?, ?)", (expiries or {}).items())
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
@@ -193,7 +207,8 @@ def load(path: Path, stream: str, partitions: int) -> Snapshot | None:
         finally:
             if collecting:
                 gc.enable()
-        return Snapshot(entries, positions, int(meta.get("saved_ns", "0")))
+        expiries = dict(db.execute("SELECT key, expires_ns FROM expiries"))
+        return Snapshot(entries, positions, int(meta.get("saved_ns", "0")), expiries)
     except (sqlite3.Error, ValueError, TypeError, _Damaged):
         return None
     finally:

@@ -15,6 +15,12 @@ key). Writes go to the partition leader as Produce messages with ack ALL
 in the view once its reader got it: :meth:`sync` waits for everything acknowledged before
 the call, whichever process wrote it.
 
+A write may carry a TTL (``put(key, value, ttl=60.0)``, spec/storage.md §11.2): the key
+then expires that many seconds after the record's timestamp: :meth:`get` stops returning it
+at once, watchers see a delete with ``Change.expired`` set, the server's compare-and-set
+counts the key as absent, and compaction removes the record later. No record is written at
+the expiry; the clocks of the server (which stamps the record) and of this process decide.
+
 With ``snapshot=path`` the table loads its state from a local SQLite file at open (if the
 file matches the stream and is fresh enough) and fetches only the records after the offsets
 it reflects; it writes the file again at close and on :meth:`save`.
@@ -22,6 +28,7 @@ it reflects; it writes the file again at close and on :meth:`save`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncGenerator
 from os import PathLike
@@ -33,6 +40,7 @@ import anyio.abc
 
 from jetsdk.client import Client
 from jetsdk.codec.record import iter_records
+from jetsdk.codec.ttl import MAX_TTL_MS
 from jetsdk.errors import ClientClosed, InvalidArgument, JetError, OffsetOutOfRange
 from jetsdk.table import snapshot as snapshots
 from jetsdk.table.view import Change, Entry, TableView, WatchOverflow
@@ -100,6 +108,8 @@ class Table:
             if found is not None and time.time_ns() - found.saved_ns < horizon * 1e9:
                 view.entries = found.entries
                 view.positions = found.positions
+                view.restore_expiries(found.expiries)
+                view.expire()
                 self.loaded_from_snapshot = len(found.entries)
         self._view = view
         self._writer = TableWriter(self._client, self.stream, count, self._timeout)
@@ -108,6 +118,7 @@ class Table:
         self._tg = tg
         for partition in range(count):
             tg.start_soon(self._follow, partition)
+        tg.start_soon(self._expire)
         try:
             await self.sync()
         except BaseException:
@@ -142,39 +153,41 @@ class Table:
         if self._snapshot is None:
             raise InvalidArgument("this table has no snapshot file", details={"field": "snapshot"})
         view = self._opened()
+        view.expire()
         entries = list(view.entries.values())
         positions = list(view.positions)
+        expiries = dict(view.expiries)
         await anyio.to_thread.run_sync(
-            snapshots.save, self._snapshot, self.stream, entries, positions
+            snapshots.save, self._snapshot, self.stream, entries, positions, expiries
         )
 
     # ---------------------------------------------------------------- reads (memory)
 
     def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
         """The key's latest value in the view, or ``default``."""
-        entry = self._opened().entries.get(key)
+        entry = self._opened().live(key)
         return default if entry is None else entry.value
 
     def entry(self, key: bytes) -> Entry | None:
         """The key's latest value with its revision, or None."""
-        return self._opened().entries.get(key)
+        return self._opened().live(key)
 
     def revision(self, key: bytes) -> int:
         """The key's revision in the view (-1: absent)."""
-        entry = self._opened().entries.get(key)
+        entry = self._opened().live(key)
         return ABSENT if entry is None else entry.revision
 
     def items(self) -> list[tuple[bytes, bytes]]:
         """Every (key, value) in the view (a copy)."""
-        return [(e.key, e.value) for e in self._opened().entries.values()]
+        return [(e.key, e.value) for e in self._current().entries.values()]
 
     def __len__(self) -> int:
         """Keys in the view."""
-        return len(self._opened().entries)
+        return len(self._current().entries)
 
     def __contains__(self, key: object) -> bool:
         """True if ``key`` has a value in the view."""
-        return key in self._opened().entries
+        return isinstance(key, bytes) and self._opened().live(key) is not None
 
     @property
     def positions(self) -> list[int]:
@@ -183,26 +196,32 @@ class Table:
 
     # ---------------------------------------------------------------- writes
 
-    async def put(self, key: bytes, value: bytes) -> int:
-        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision."""
+    async def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
+        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision.
+        With ``ttl`` (seconds, > 0, rounded up to ms) the key expires that long after the
+        write (module docstring)."""
         _check_value(value)
-        return await self._writes().write(key, value, None)
+        return await self._writes().write(key, value, None, _ttl_ms(ttl))
 
     async def delete(self, key: bytes) -> int:
         """Delete ``key`` (a tombstone); the tombstone's revision."""
         return await self._writes().write(key, b"", None)
 
-    async def create(self, key: bytes, value: bytes) -> int:
-        """Set ``key`` only if it has no value; its revision.
+    async def create(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
+        """Set ``key`` only if it has no value (an expired key has none); its revision.
+        ``ttl`` as in :meth:`put` (e.g. a lock that frees itself).
 
         Raises:
             WrongExpectedKeyOffset: it has one (``current_revision``).
         """
         _check_value(value)
-        return await self._writes().write(key, value, ABSENT)
+        return await self._writes().write(key, value, ABSENT, _ttl_ms(ttl))
 
-    async def update(self, key: bytes, value: bytes, revision: int) -> int:
+    async def update(
+        self, key: bytes, value: bytes, revision: int, *, ttl: float | None = None
+    ) -> int:
         """Set ``key`` only if its revision is ``revision`` (compare-and-set); the new one.
+        ``ttl`` as in :meth:`put` (without it the new value does not expire).
 
         Raises:
             WrongExpectedKeyOffset: the key is at another revision (``current_revision``,
@@ -211,7 +230,7 @@ class Table:
         _check_value(value)
         if revision < 0:
             raise InvalidArgument("a revision is >= 0 (create a key that has no value)")
-        return await self._writes().write(key, value, revision)
+        return await self._writes().write(key, value, revision, _ttl_ms(ttl))
 
     # ---------------------------------------------------------------- waiting, history
 
@@ -261,7 +280,7 @@ class Table:
         Raises:
             WatchOverflow: this watch fell more than ``MAX_WATCH_BUFFER`` changes behind.
         """
-        view = self._opened()
+        view = self._current()
         watcher = view.watch(prefix, initial)
         try:
             async for change in watcher.receive:
@@ -328,6 +347,19 @@ class Table:
             self.records_read += len(records)
             view.apply(partition, records)
 
+    async def _expire(self) -> None:
+        """Remove entries as their TTLs run out (and tell watchers), for the table's life."""
+        view = self._opened()
+        while True:
+            delay = view.expire()
+            with anyio.move_on_after(math.inf if delay is None else delay):
+                await view.wait_scheduled()
+
+    def _current(self) -> TableView:
+        view = self._opened()
+        view.expire()
+        return view
+
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise self._failure
@@ -341,6 +373,20 @@ class Table:
         if self._writer is None or self._closed:
             raise ClientClosed(f"table {self.stream!r} is not open")
         return self._writer
+
+
+def _ttl_ms(ttl: float | None) -> int | None:
+    if ttl is None:
+        return None
+    if not (isinstance(ttl, (int, float)) and math.isfinite(ttl) and ttl > 0):
+        raise InvalidArgument(f"ttl must be > 0 seconds, not {ttl!r}", details={"field": "ttl"})
+    ms = max(1, math.ceil(ttl * 1000))
+    if ms > MAX_TTL_MS:
+        raise InvalidArgument(
+            f"ttl of {ttl} s is over the longest, {MAX_TTL_MS // 1000} s",
+            details={"field": "ttl"},
+        )
+    return ms
 
 
 def _check_value(value: bytes) -> None:

@@ -18,6 +18,7 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, is_retriable
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest
+from jetsdk.codec.ttl import TTL_HEADER
 from jetsdk.errors import JetError, WrongExpectedKeyOffset, error_from_code
 from jetsdk.partitioner import partition_for_key
 
@@ -47,16 +48,23 @@ class TableWriter:
         """The partition a key lives in (the SDK's default partitioner)."""
         return partition_for_key(key, self.partitions)
 
-    async def write(self, key: bytes, value: bytes, expected: int | None) -> int:
+    async def write(
+        self, key: bytes, value: bytes, expected: int | None, ttl_ms: int | None = None
+    ) -> int:
         """Store ``value`` (empty: a tombstone) under ``key``, if ``expected`` is None or
-        the key's revision; return the record's offset.
+        the key's revision, expiring ``ttl_ms`` after it is stored (``Jet-TTL``, None:
+        never); return the record's offset.
 
         Raises:
             WrongExpectedKeyOffset: the key is at another revision (``current_revision``).
             JetError: the write failed (retriable errors after :data:`MAX_WRITE_ATTEMPTS`).
         """
         partition = self.partition_of(key)
-        headers = () if expected is None else ((EXPECTED_KEY_OFFSET, str(expected).encode()),)
+        headers: tuple[tuple[str, bytes], ...] = ()
+        if expected is not None:
+            headers = ((EXPECTED_KEY_OFFSET, str(expected).encode()),)
+        if ttl_ms is not None:
+            headers = (*headers, (TTL_HEADER, b"%d" % ttl_ms))
         seq = self._seq
         self._seq += 1
         request = ProduceRequest(
