@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from os import PathLike
 from types import TracebackType
 
@@ -22,6 +22,7 @@ class Table(SyncWrapper):
         client: an open client.
         stream: a compacted stream (InvalidArgument otherwise).
         snapshot: a local SQLite file to load at open and write at close (None: none).
+        partitions: the partitions to hold (None: all; not with ``snapshot``).
         timeout: bound on :meth:`sync` and on the server's wait for a write's acks, seconds.
 
     Blocking version of :class:`jetsdk.table.table.Table`
@@ -35,6 +36,7 @@ class Table(SyncWrapper):
         *,
         snapshot: str | PathLike[str] | None = None,
         timeout: float = 30.0,
+        partitions: Iterable[int] | None = None,
     ) -> None:
         self._async: _AsyncTable | None = None
         self._factory: Callable[[], _AsyncTable] = lambda: _AsyncTable(
@@ -42,6 +44,7 @@ class Table(SyncWrapper):
             stream,
             snapshot=snapshot,
             timeout=timeout,
+            partitions=partitions,
         )
         self._owner = client
 
@@ -153,6 +156,26 @@ class Table(SyncWrapper):
             JetError: a reader failed for good (e.g. the stream was deleted).
         """
         self._run(self._obj.sync)
+
+    @property
+    def held(self) -> list[int]:
+        """The partitions this table holds (reads and keeps up to date)."""
+        return self._obj.held
+
+    def hold(self, partitions: Iterable[int]) -> None:
+        """Hold ``partitions`` too: read each from its start and return once the view holds
+        every record acknowledged before the call in them (as :meth:`sync`).
+
+        Raises:
+            InvalidArgument: a partition the stream does not have.
+        """
+        self._run(self._obj.hold, partitions)
+
+    def release(self, partitions: Iterable[int]) -> None:
+        """Stop holding ``partitions``: their reader stops and their keys leave the view
+        (watchers are not told; :meth:`get` of such a key returns None).
+        """
+        self._run_sync(self._obj.release, partitions)
 
     def wait_for(self, key: bytes, revision: int) -> Entry | None:
         """Return ``key``'s entry once the view holds its partition up to ``revision``

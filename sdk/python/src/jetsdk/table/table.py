@@ -21,6 +21,12 @@ at once, watchers see a delete with ``Change.expired`` set, the server's compare
 counts the key as absent, and compaction removes the record later. No record is written at
 the expiry; the clocks of the server (which stamps the record) and of this process decide.
 
+With ``partitions=[...]`` the table holds only those partitions of the stream (the keys
+that live there: writes still go anywhere); :meth:`hold` and :meth:`release` change the set
+while it is open. A consumer group member holds the partitions of a co-partitioned table
+that match its assigned stream partitions with :func:`jetsdk.table.groups.co_partitioned`
+(a stream-table join).
+
 With ``snapshot=path`` the table loads its state from a local SQLite file at open (if the
 file matches the stream and is fresh enough) and fetches only the records after the offsets
 it reflects; it writes the file again at close and on :meth:`save`.
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +70,7 @@ class Table:
         client: an open client.
         stream: a compacted stream (InvalidArgument otherwise).
         snapshot: a local SQLite file to load at open and write at close (None: none).
+        partitions: the partitions to hold (None: all; not with ``snapshot``).
         timeout: bound on :meth:`sync` and on the server's wait for a write's acks, seconds.
     """
 
@@ -74,6 +81,7 @@ class Table:
         *,
         snapshot: str | PathLike[str] | None = None,
         timeout: float = 30.0,
+        partitions: Iterable[int] | None = None,
     ) -> None:
         self._client = client
         self.stream = stream
@@ -84,6 +92,13 @@ class Table:
         self._tg: anyio.abc.TaskGroup | None = None
         self._failure: JetError | None = None
         self._closed = False
+        self._only = None if partitions is None else sorted(set(partitions))
+        if self._only is not None and self._snapshot is not None:
+            raise InvalidArgument(
+                "a snapshot holds a whole table: not with partitions=",
+                details={"field": "partitions"},
+            )
+        self._readers: dict[int, anyio.CancelScope] = {}
         self.loaded_from_snapshot = 0
         """Entries the last open loaded from the snapshot (0: none used)."""
         self.records_read = 0
@@ -99,6 +114,7 @@ class Table:
                 details={"field": "stream"},
             )
         count = len(info.partitions)
+        _check_partitions(self._only or (), count)
         view = TableView(count)
         if self._snapshot is not None:
             found = await anyio.to_thread.run_sync(
@@ -116,8 +132,8 @@ class Table:
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        for partition in range(count):
-            tg.start_soon(self._follow, partition)
+        for partition in range(count) if self._only is None else self._only:
+            self._start_reader(partition)
         tg.start_soon(self._expire)
         try:
             await self.sync()
@@ -242,16 +258,46 @@ class Table:
             TimeoutError: not within the table's timeout.
             JetError: a reader failed for good (e.g. the stream was deleted).
         """
+        await self._sync(list(self._readers))
+
+    async def _sync(self, partitions: list[int]) -> None:
         view = self._opened()
-        targets = [
-            (await self._client.list_offsets(self.stream, p)).hw for p in range(view.partitions)
-        ]
+        targets = [(p, (await self._client.list_offsets(self.stream, p)).hw) for p in partitions]
         with anyio.fail_after(self._timeout):
             while True:
                 self._raise_failure()
-                if all(view.positions[p] >= hw for p, hw in enumerate(targets)):
+                if all(view.positions[p] >= hw for p, hw in targets):
                     return
                 await view.wait_moved()
+
+    @property
+    def held(self) -> list[int]:
+        """The partitions this table holds (reads and keeps up to date)."""
+        return sorted(self._readers)
+
+    async def hold(self, partitions: Iterable[int]) -> None:
+        """Hold ``partitions`` too: read each from its start and return once the view holds
+        every record acknowledged before the call in them (as :meth:`sync`).
+
+        Raises:
+            InvalidArgument: a partition the stream does not have.
+        """
+        view = self._opened()
+        new = sorted(set(partitions) - set(self._readers))
+        _check_partitions(new, view.partitions)
+        for partition in new:
+            self._start_reader(partition)
+        await self._sync(new)
+
+    def release(self, partitions: Iterable[int]) -> None:
+        """Stop holding ``partitions``: their reader stops and their keys leave the view
+        (watchers are not told; :meth:`get` of such a key returns None)."""
+        view = self._opened()
+        for partition in set(partitions):
+            scope = self._readers.pop(partition, None)
+            if scope is not None:
+                scope.cancel()
+                view.drop_partition(partition)
 
     async def wait_for(self, key: bytes, revision: int) -> Entry | None:
         """Return ``key``'s entry once the view holds its partition up to ``revision``
@@ -264,6 +310,11 @@ class Table:
         """
         view = self._opened()
         partition = self._writes().partition_of(key)
+        if partition not in self._readers:
+            raise InvalidArgument(
+                f"key {key[:40]!r} is in partition {partition}, which this table does not hold",
+                details={"field": "key", "partition": partition},
+            )
         with anyio.fail_after(self._timeout):
             while view.positions[partition] <= revision:
                 self._raise_failure()
@@ -313,6 +364,16 @@ class Table:
         return out
 
     # ---------------------------------------------------------------- internals
+
+    def _start_reader(self, partition: int) -> None:
+        assert self._tg is not None
+        scope = anyio.CancelScope()
+        self._readers[partition] = scope
+        self._tg.start_soon(self._follow_in, partition, scope)
+
+    async def _follow_in(self, partition: int, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._follow(partition)
 
     async def _follow(self, partition: int) -> None:
         view = self._opened()
@@ -373,6 +434,15 @@ class Table:
         if self._writer is None or self._closed:
             raise ClientClosed(f"table {self.stream!r} is not open")
         return self._writer
+
+
+def _check_partitions(partitions: Iterable[int], count: int) -> None:
+    for partition in partitions:
+        if not 0 <= partition < count:
+            raise InvalidArgument(
+                f"partition {partition} out of range: the stream has {count}",
+                details={"field": "partitions"},
+            )
 
 
 def _ttl_ms(ttl: float | None) -> int | None:

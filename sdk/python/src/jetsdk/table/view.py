@@ -179,6 +179,16 @@ class TableView:
         """Return once an entry gets an expiry earlier than every other one."""
         await self._scheduled.wait()
 
+    def drop_partition(self, partition: int) -> int:
+        """Forget every entry of ``partition`` and its position (the table stopped holding
+        it; watchers are not told: the data did not change); how many entries went."""
+        gone = [key for key, entry in self.entries.items() if entry.partition == partition]
+        for key in gone:
+            del self.entries[key]
+            self.expiries.pop(key, None)
+        self.positions[partition] = 0
+        return len(gone)
+
     def advance(self, partition: int, position: int) -> None:
         """Everything below ``position`` of ``partition`` is applied (a compaction gap, or
         records applied by :meth:`apply`)."""
