@@ -373,9 +373,9 @@ class Table:
 
     async def _follow_in(self, partition: int, scope: anyio.CancelScope) -> None:
         with scope:
-            await self._follow(partition)
+            await self._follow(partition, scope)
 
-    async def _follow(self, partition: int) -> None:
+    async def _follow(self, partition: int, scope: anyio.CancelScope) -> None:
         view = self._opened()
         while True:
             position = view.positions[partition]
@@ -404,6 +404,8 @@ class Table:
                 self._failure = exc
                 view.wake()  # sync() raises it
                 return
+            if self._readers.get(partition) is not scope:
+                return  # released (and maybe held again by a new reader) meanwhile
             records = list(iter_records(data))
             self.records_read += len(records)
             view.apply(partition, records)
