@@ -4,6 +4,7 @@ a log cut back, the bound, and body scanning."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.record_controls import record_controls
+from jetsdk.codec.ttl import TTL_HEADER
 from jetserver.broker.key_index import (
     ABSENT,
     IndexBehind,
@@ -107,3 +109,26 @@ def test_record_controls_of_produce_messages() -> None:
     bad = record_controls((("Jet-Expected-Key-Offset", b"-2"),))
     assert bad is not None
     assert bad.error.startswith("Jet-Expected-Key-Offset must be")
+
+
+def test_ttl_records_count_until_their_expiry(tmp_path: Path) -> None:
+    """spec/storage.md §11.2: a record with Jet-TTL is the key's offset until its expiry
+    (timestamp + TTL, by the wall clock), then the key is absent, as after a tombstone; on a
+    rebuild too. A later put without TTL is live; a malformed TTL is no TTL."""
+    now = time.time_ns()
+    hour, old = (TTL_HEADER, b"3600000"), now - 10 * 10**9
+    with Log.open(tmp_path / "p") as log:
+        log.append([put(b"gone", b"1", (TTL_HEADER, b"1000"))], old, 0)  # expired 9 s ago
+        log.append([put(b"back", b"1", (TTL_HEADER, b"1000"))], old, 0)
+        log.append([put(b"bad", b"1", (TTL_HEADER, b"1x"))], old, 0)
+        log.append([put(b"live", b"1", hour), put(b"back", b"2")], now, 0)
+        index = KeyIndex()
+        assert index.offset_of(log, 0, b"gone", []) == ABSENT
+        assert index.offset_of(log, 0, b"back", []) == 4
+        assert index.offset_of(log, 0, b"bad", []) == 2
+        assert index.offset_of(log, 0, b"live", []) == 3
+        assert index.offset_of(log, 1, b"gone", []) == ABSENT  # rebuilt: the same answers
+        assert index.offset_of(log, 1, b"live", []) == 3
+        assert index.rebuilds == 2
+        log.append([put(b"gone", b"again")], now, 0)  # put again: live (no TTL)
+        assert index.offset_of(log, 1, b"gone", []) == 5

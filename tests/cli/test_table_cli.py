@@ -52,3 +52,21 @@ def test_put_get_cas_delete_watch(jet_dev: JetDev) -> None:
     watched = jet(jet_dev, "table", "watch", "tcli", "--count", "1")
     assert watched.returncode == 0, watched.stderr
     assert watched.stdout == f"PUT AAPL = 190.1 @{cas.stdout.strip()}\n"
+
+
+@pytest.mark.timeout(300)
+def test_put_with_ttl_and_watch_reports_the_expiry(jet_dev: JetDev) -> None:
+    """`put --ttl`: `watch --count 2` shows the key, then its expiry (waiting for it, bounded
+    by the subprocess timeout). 10 s: the watch process must start before the expiry."""
+    anyio.run(_create, jet_dev, "tttl")
+    put = jet(jet_dev, "table", "put", "tttl", "lock", "me", "--create", "--ttl", "10")
+    assert put.returncode == 0, put.stderr
+    watched = jet(jet_dev, "table", "watch", "tttl", "--count", "2", "--json")
+    assert watched.returncode == 0, watched.stderr
+    docs = [orjson.loads(line) for line in watched.stdout.splitlines()]
+    assert docs[0] == {"key": "lock", "value": "me", "revision": int(put.stdout), "initial": True}
+    assert docs[1]["expired"] is True
+    assert docs[1]["value"] is None
+    assert jet(jet_dev, "table", "get", "tttl", "lock").returncode == 1
+    bad = jet(jet_dev, "table", "put", "tttl", "k", "v", "--ttl", "0")
+    assert bad.returncode == 2

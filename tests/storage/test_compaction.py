@@ -243,3 +243,42 @@ def test_small_read_chunks_and_large_records(
         clean_end = log.segments()[-1].base_offset
         assert log.compact().aborted is None
         assert read_all(log) == expected_after_compaction(before, clean_end, now, 100 * SEC)
+
+
+def test_expired_ttl_records_go_like_tombstones(tmp_path: Path) -> None:
+    """A record with Jet-TTL reads as a tombstone from its expiry (spec/storage.md §11.2):
+    compaction keeps it (its latest record) until ``delete_retention_s`` after the expiry,
+    then drops it; a TTL record replaced by a later put, or malformed TTL, is not special."""
+    now = [1000 * SEC]
+    ttl = (("Jet-TTL", b"5000"),)  # 5 s
+    with Log.open(tmp_path, CFG, clock=lambda: now[0]) as log:
+        log.append(
+            [
+                encode_body(b"1", key=b"a", headers=ttl),
+                encode_body(b"1", key=b"b", headers=ttl),
+                encode_body(b"2", key=b"b"),  # replaces b's expiring record
+                encode_body(b"1", key=b"c", headers=(("jet-ttl", b"-5"),)),  # malformed
+                encode_body(b"1", key=b"d", headers=(("Jet-TTL", b"200000"),)),  # 200 s
+            ],
+            now[0],
+            0,
+        )
+        for i in range(20):
+            append_keyed(log, [(None, b"filler-%d" % i)], now[0])
+        log.roll()
+        log.set_high_watermark(log.log_end_offset)
+
+        def keyed() -> list[tuple[bytes | None, bytes]]:
+            return [(r.key, r.value) for r in read_all(log) if r.key]
+
+        now[0] += 104 * SEC  # a expired 99 s ago: within delete_retention (100 s)
+        log.compact()
+        assert keyed() == [(b"a", b"1"), (b"b", b"2"), (b"c", b"1"), (b"d", b"1")]
+        now[0] += 2 * SEC  # a expired 101 s ago
+        report = log.compact()
+        assert report.tombstones_dropped == 1
+        assert keyed() == [(b"b", b"2"), (b"c", b"1"), (b"d", b"1")]
+        now[0] += 299 * SEC  # d expired 105 s ago
+        assert log.compact().tombstones_dropped == 1
+        assert keyed() == [(b"b", b"2"), (b"c", b"1")]
+        assert sum(1 for r in read_all(log) if r.key is None) == 20

@@ -8,7 +8,9 @@ in a leader epoch (so a new leader after a failover or a restart rebuilds it fro
 log), and then caught up from the log before each check, reading only the records appended
 since the previous one. A tombstone removes its key: a deleted key and a key never written
 are both absent (offset -1), on every replica, whether or not compaction has removed the
-tombstone yet.
+tombstone yet. A record with a ``Jet-TTL`` counts until its expiry, by this server's wall
+clock, and as a tombstone from then on (spec/storage.md §11.2); a message in the batch being
+appended is live (its TTL runs from its own timestamp, now).
 
 Bounded: at most :data:`MAX_KEY_INDEX_KEYS` live keys. Past that a new key is not indexed
 and the index is marked full; until the next rebuild a check on a key it does not hold
@@ -28,8 +30,10 @@ import struct
 import attrs
 
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.record import iter_records
+from jetsdk.codec.record import Record, iter_records
+from jetsdk.codec.ttl import expiry_ns
 from jetserver.storage import Log
+from jetserver.storage.clock import wall_ns
 
 MAX_KEY_INDEX_KEYS = 1_000_000
 """Live keys indexed per partition (about 100 MB of memory with 32-byte keys)."""
@@ -108,6 +112,8 @@ class KeyIndex:
     """The batch whose bodies :attr:`_overlay` indexes (held, so its id stays unique)."""
     _pending_seen: int = 0
     _overlay: dict[bytes, int] = attrs.field(factory=dict)
+    _expiries: dict[bytes, int] = attrs.field(factory=dict)
+    """Expiry (ns, the record's timestamp + ``Jet-TTL``) of the indexed keys that have one."""
     rebuilds: int = 0
     """Full rebuilds from the log (a metric and a test hook)."""
 
@@ -145,7 +151,11 @@ class KeyIndex:
             return found
         found = self._offsets.get(key)
         if found is not None:
-            return found
+            expires = self._expiries.get(key)
+            if expires is None or expires > wall_ns():
+                return found
+            del self._offsets[key], self._expiries[key]  # expired: a tombstone (§11.2)
+            return ABSENT
         if self._full:
             raise IndexFull
         return ABSENT
@@ -154,6 +164,7 @@ class KeyIndex:
         leo = log_.log_end_offset
         if epoch != self._epoch or leo < self._next:
             self._offsets.clear()
+            self._expiries.clear()
             self._full = False
             self._epoch = epoch
             self._next = log_.log_start_offset
@@ -169,7 +180,7 @@ class KeyIndex:
                 data = records.read_bytes()
                 nxt = records.next_offset
             for record in iter_records(data, verify=False):
-                self._index(record.key, record.is_tombstone, record.offset)
+                self._index(record)
                 nxt = max(nxt, record.offset + 1)
                 budget -= 1
             if nxt <= offset:
@@ -177,12 +188,19 @@ class KeyIndex:
             offset = nxt
         self._next = leo
 
-    def _index(self, key: bytes | None, tombstone: bool, offset: int) -> None:
+    def _index(self, record: Record) -> None:
+        key = record.key
         if key is None:
             return
-        if tombstone:
+        if not record.value:
             self._offsets.pop(key, None)
+            self._expiries.pop(key, None)
         elif key in self._offsets or len(self._offsets) < self.max_keys:
-            self._offsets[key] = offset
+            self._offsets[key] = record.offset
+            expires = expiry_ns(key, record.value, record.timestamp, record.headers)
+            if expires is None:
+                self._expiries.pop(key, None)
+            else:
+                self._expiries[key] = expires
         else:
             self._full = True

@@ -4,6 +4,7 @@
     jet table put prices AAPL 189.5              # prints the revision
     jet table put prices AAPL 190.1 --revision 7 # compare-and-set
     jet table put prices MSFT 410 --create       # only if absent
+    jet table put locks job-7 me --create --ttl 30   # a lock that frees itself
     jet table get prices AAPL                    # prints the value
     jet table delete prices AAPL
     jet table watch prices --prefix AA --count 10
@@ -25,6 +26,7 @@ from jetserver.cli.stream_cmd import (
     add_client_options,
     fail,
     nonnegative_int,
+    positive_float,
     positive_int,
     print_json,
     run_with_client,
@@ -62,6 +64,9 @@ def register(subparsers: Any) -> None:
         "--revision", type=nonnegative_int, help="only if the key is at this revision (CAS)"
     )
     how.add_argument("--create", action="store_true", help="only if the key has no value")
+    put.add_argument(
+        "--ttl", type=positive_float, metavar="SECONDS", help="the key expires after this long"
+    )
     add_client_options(put)
     put.set_defaults(func=_put)
 
@@ -106,11 +111,11 @@ def _put(args: argparse.Namespace) -> int:
         async with Table(client, args.stream) as table:
             try:
                 if args.create:
-                    revision = await table.create(key, value)
+                    revision = await table.create(key, value, ttl=args.ttl)
                 elif args.revision is not None:
-                    revision = await table.update(key, value, args.revision)
+                    revision = await table.update(key, value, args.revision, ttl=args.ttl)
                 else:
-                    revision = await table.put(key, value)
+                    revision = await table.put(key, value, ttl=args.ttl)
             except WrongExpectedKeyOffset as exc:
                 return fail(f"refused: {exc} (current revision {exc.current_revision})", 1)
         print(revision)
@@ -147,9 +152,12 @@ def _watch(args: argparse.Namespace) -> int:
 def _print_change(change: Change, as_json: bool) -> None:
     key, value = _text(change.key), _text(change.value)
     if as_json:
-        print_json(
-            {"key": key, "value": value, "revision": change.revision, "initial": change.initial}
-        )
+        doc = {"key": key, "value": value, "revision": change.revision, "initial": change.initial}
+        if change.expired:
+            doc["expired"] = True
+        print_json(doc)
+    elif change.expired:
+        print(f"EXPIRED {key} @{change.revision}", flush=True)
     elif change.deleted:
         print(f"DEL {key} @{change.revision}", flush=True)
     else:

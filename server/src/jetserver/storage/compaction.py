@@ -6,7 +6,9 @@ the active segment, lie wholly below the high watermark and are not damaged. Wit
 * the latest record of each key (by offset, within the range) is kept, older ones dropped;
 * keyless records are always kept;
 * a tombstone (a key with an empty value) is kept while it is the latest record of its key
-  and its timestamp is at most ``delete_retention_s`` old, then dropped;
+  and its timestamp is at most ``delete_retention_s`` old, then dropped; so is a record
+  with a ``Jet-TTL`` counted from its expiry (spec/storage.md §11.2: it reads as a
+  tombstone written then);
 * kept records are copied byte for byte: offsets (and CRCs) never change, so gaps in the
   offsets are normal.
 
@@ -30,6 +32,7 @@ import attrs
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, Record, decode_record, peek_header
+from jetsdk.codec.ttl import dead_since_ns
 from jetserver.storage.config import LogConfig
 from jetserver.storage.files import (
     CLEANED_SUFFIX,
@@ -69,7 +72,8 @@ class CompactionReport:
     bytes_after: int = 0
     """Bytes in the cleanable range after the run."""
     tombstones_dropped: int = 0
-    """Tombstones removed because they were older than ``delete_retention_s``."""
+    """Tombstones (and expired ``Jet-TTL`` records) removed because they were dead for
+    longer than ``delete_retention_s``."""
     skipped: str | None = None
     """Why nothing was attempted (compaction disabled, nothing cleanable), or None."""
     aborted: str | None = None
@@ -106,7 +110,8 @@ def build_key_map(
             if rec.key is not None:
                 k += 1
                 latest[rec.key] = rec.offset
-                if not rec.value and now_ns - rec.timestamp > delete_retention_ns:
+                dead = dead_since_ns(rec.key, rec.value, rec.timestamp, rec.headers)
+                if dead is not None and now_ns - dead > delete_retention_ns:
                     e += 1
         records.append(n)
         keyed.append(k)
@@ -214,7 +219,8 @@ def write_group(
                 if rec.key is not None:
                     if latest.get(rec.key) != rec.offset:
                         continue
-                    if not rec.value and now_ns - rec.timestamp > delete_retention_ns:
+                    dead = dead_since_ns(rec.key, rec.value, rec.timestamp, rec.headers)
+                    if dead is not None and now_ns - dead > delete_retention_ns:
                         dropped_tombstones += 1
                         continue
                 if rec.timestamp > running:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from os import PathLike
 from types import TracebackType
 
@@ -22,6 +22,7 @@ class Table(SyncWrapper):
         client: an open client.
         stream: a compacted stream (InvalidArgument otherwise).
         snapshot: a local SQLite file to load at open and write at close (None: none).
+        partitions: the partitions to hold (None: all; not with ``snapshot``).
         timeout: bound on :meth:`sync` and on the server's wait for a write's acks, seconds.
 
     Blocking version of :class:`jetsdk.table.table.Table`
@@ -35,6 +36,7 @@ class Table(SyncWrapper):
         *,
         snapshot: str | PathLike[str] | None = None,
         timeout: float = 30.0,
+        partitions: Iterable[int] | None = None,
     ) -> None:
         self._async: _AsyncTable | None = None
         self._factory: Callable[[], _AsyncTable] = lambda: _AsyncTable(
@@ -42,6 +44,7 @@ class Table(SyncWrapper):
             stream,
             snapshot=snapshot,
             timeout=timeout,
+            partitions=partitions,
         )
         self._owner = client
 
@@ -114,30 +117,35 @@ class Table(SyncWrapper):
         """Next offset the view will apply, per partition."""
         return self._obj.positions
 
-    def put(self, key: bytes, value: bytes) -> int:
-        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision."""
-        return self._run(self._obj.put, key, value)
+    def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
+        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision.
+        With ``ttl`` (seconds, > 0, rounded up to ms) the key expires that long after the
+        write (module docstring).
+        """
+        return self._run(self._obj.put, key, value, ttl=ttl)
 
     def delete(self, key: bytes) -> int:
         """Delete ``key`` (a tombstone); the tombstone's revision."""
         return self._run(self._obj.delete, key)
 
-    def create(self, key: bytes, value: bytes) -> int:
-        """Set ``key`` only if it has no value; its revision.
+    def create(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
+        """Set ``key`` only if it has no value (an expired key has none); its revision.
+        ``ttl`` as in :meth:`put` (e.g. a lock that frees itself).
 
         Raises:
             WrongExpectedKeyOffset: it has one (``current_revision``).
         """
-        return self._run(self._obj.create, key, value)
+        return self._run(self._obj.create, key, value, ttl=ttl)
 
-    def update(self, key: bytes, value: bytes, revision: int) -> int:
+    def update(self, key: bytes, value: bytes, revision: int, *, ttl: float | None = None) -> int:
         """Set ``key`` only if its revision is ``revision`` (compare-and-set); the new one.
+        ``ttl`` as in :meth:`put` (without it the new value does not expire).
 
         Raises:
             WrongExpectedKeyOffset: the key is at another revision (``current_revision``,
                 -1 if it has no value).
         """
-        return self._run(self._obj.update, key, value, revision)
+        return self._run(self._obj.update, key, value, revision, ttl=ttl)
 
     def sync(self) -> None:
         """Return once the view holds every record acknowledged before the call (in any
@@ -148,6 +156,26 @@ class Table(SyncWrapper):
             JetError: a reader failed for good (e.g. the stream was deleted).
         """
         self._run(self._obj.sync)
+
+    @property
+    def held(self) -> list[int]:
+        """The partitions this table holds (reads and keeps up to date)."""
+        return self._obj.held
+
+    def hold(self, partitions: Iterable[int]) -> None:
+        """Hold ``partitions`` too: read each from its start and return once the view holds
+        every record acknowledged before the call in them (as :meth:`sync`).
+
+        Raises:
+            InvalidArgument: a partition the stream does not have.
+        """
+        self._run(self._obj.hold, partitions)
+
+    def release(self, partitions: Iterable[int]) -> None:
+        """Stop holding ``partitions``: their reader stops and their keys leave the view
+        (watchers are not told; :meth:`get` of such a key returns None).
+        """
+        self._run_sync(self._obj.release, partitions)
 
     def wait_for(self, key: bytes, revision: int) -> Entry | None:
         """Return ``key``'s entry once the view holds its partition up to ``revision``

@@ -5,7 +5,18 @@ Layout (one transaction writes all of it; a crash mid-write leaves the previous 
 
     meta(name TEXT PRIMARY KEY, value TEXT)      -- format, stream, partitions, saved_ns
     positions(partition INTEGER PRIMARY KEY, next_offset INTEGER)
-    entries(key BLOB PRIMARY KEY, value BLOB, revision INTEGER, partition INTEGER)
+    chunks(seq INTEGER PRIMARY KEY, count INTEGER, keys BLOB, key_lengths BLOB,
+           vals BLOB, value_lengths BLOB, revisions BLOB, partitions BLOB)
+    expiries(key BLOB PRIMARY KEY, expires_ns INTEGER)   -- entries with a TTL only
+
+Entries are stored in chunks of up to :data:`CHUNK_ENTRIES`, column by column: the keys
+(values) of a chunk concatenated, with their lengths as little-endian u32s; revisions as
+little-endian i64s; partitions as little-endian u16s. A load reads a few dozen rows and
+splits them with C-level iteration (``map``/``zip``, no Python code per entry). With one
+SQLite row per entry (format 1), 1,000,000 entries of 100 B took 1.41 s of CPU to load and
+2.86 s to save; chunked, 1.20 s and 0.67 s (medians of 3 alternating loads, 2-core VM shared
+at load 15, 2026-11-28). What is left is building the Python objects (keys, values, entries,
+the dict). A chunk whose columns do not add up is a damaged file: not used.
 
 A snapshot is used only for the same stream with the same partition count, and only if it
 is younger than the stream's ``delete_retention`` (older, a tombstone it never saw may have
@@ -17,17 +28,29 @@ from __future__ import annotations
 
 import gc
 import sqlite3
+import sys
 import time
+from array import array
+from collections.abc import Iterator
+from functools import partial
+from itertools import accumulate, chain, repeat
 from pathlib import Path
 
 import attrs
 
 from jetsdk.table.view import Entry
 
-FORMAT = "1"
-"""Snapshot layout version (meta ``format``)."""
-WRITE_CHUNK = 50_000
-"""Rows per executemany call."""
+FORMAT = "2"
+"""Snapshot layout version (meta ``format``); 1 had one row per entry."""
+CHUNK_ENTRIES = 50_000
+"""Entries per row of ``chunks``."""
+
+_BIG_ENDIAN = sys.byteorder == "big"
+_new_entry = partial(tuple.__new__, Entry)
+"""Builds an Entry from a ``(key, value, revision, partition)`` tuple, in C."""
+assert array("I").itemsize == 4
+assert array("q").itemsize == 8
+assert array("H").itemsize == 2
 
 
 @attrs.frozen
@@ -38,9 +61,61 @@ class Snapshot:
     positions: list[int]
     saved_ns: int
     """When it was written (wall clock, ns)."""
+    expiries: dict[bytes, int] = attrs.field(factory=dict)
+    """Expiry (ns) of the entries with a TTL."""
 
 
-def save(path: Path, stream: str, entries: list[Entry], positions: list[int]) -> None:
+class _Damaged(Exception):
+    """A chunk's columns do not add up."""
+
+
+def _pack(code: str, values: list[int]) -> bytes:
+    packed = array(code, values)
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(code: str, data: bytes, count: int) -> list[int]:
+    unpacked = array(code)
+    if len(data) != count * unpacked.itemsize:
+        raise _Damaged
+    unpacked.frombytes(data)
+    if _BIG_ENDIAN:
+        unpacked.byteswap()
+    return unpacked.tolist()
+
+
+def _chunk_row(seq: int, chunk: list[Entry]) -> tuple[object, ...]:
+    keys = [e.key for e in chunk]
+    values = [e.value for e in chunk]
+    return (
+        seq,
+        len(chunk),
+        b"".join(keys),
+        _pack("I", list(map(len, keys))),
+        b"".join(values),
+        _pack("I", list(map(len, values))),
+        _pack("q", [e.revision for e in chunk]),
+        _pack("H", [e.partition for e in chunk]),
+    )
+
+
+def _split(blob: bytes, lengths: list[int]) -> Iterator[bytes]:
+    """The pieces of ``blob`` of the given lengths, in order (C-level iteration)."""
+    ends = list(accumulate(lengths))
+    if (ends[-1] if ends else 0) != len(blob):
+        raise _Damaged
+    return map(bytes.__getitem__, repeat(blob), map(slice, chain((0,), ends), ends))
+
+
+def save(
+    path: Path,
+    stream: str,
+    entries: list[Entry],
+    positions: list[int],
+    expiries: dict[bytes, int] | None = None,
+) -> None:
     """Write a snapshot of ``entries`` reflecting ``positions``, replacing the file's
     previous content atomically (one transaction)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,17 +124,22 @@ def save(path: Path, stream: str, entries: list[Entry], positions: list[int]) ->
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("BEGIN IMMEDIATE")
+        db.execute("DROP TABLE IF EXISTS entries")  # format 1
         db.execute("CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT)")
         db.execute(
             "CREATE TABLE IF NOT EXISTS positions"
             "(partition INTEGER PRIMARY KEY, next_offset INTEGER)"
         )
         db.execute(
-            "CREATE TABLE IF NOT EXISTS entries"
-            "(key BLOB PRIMARY KEY, value BLOB, revision INTEGER, partition INTEGER)"
+            "CREATE TABLE IF NOT EXISTS chunks(seq INTEGER PRIMARY KEY, count INTEGER,"
+            " keys BLOB, key_lengths BLOB, vals BLOB, value_lengths BLOB, revisions BLOB,"
+            " partitions BLOB)"
+        )
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS expiries(key BLOB PRIMARY KEY, expires_ns INTEGER)"
             " WITHOUT ROWID"
         )
-        for table in ("meta", "positions", "entries"):
+        for table in ("meta", "positions", "chunks", "expiries"):
             db.execute(f"DELETE FROM {table}")
         meta = {
             "format": FORMAT,
@@ -69,14 +149,10 @@ def save(path: Path, stream: str, entries: list[Entry], positions: list[int]) ->
         }
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         db.executemany("INSERT INTO positions VALUES (?, ?)", enumerate(positions))
-        for start in range(0, len(entries), WRITE_CHUNK):
-            db.executemany(
-                "INSERT INTO entries VALUES (?, ?, ?, ?)",
-                (
-                    (e.key, e.value, e.revision, e.partition)
-                    for e in entries[start : start + WRITE_CHUNK]
-                ),
-            )
+        for seq, start in enumerate(range(0, len(entries), CHUNK_ENTRIES)):
+            row = _chunk_row(seq, entries[start : start + CHUNK_ENTRIES])
+            db.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
+        db.executemany("INSERT INTO expiries VALUES (?, ?)", (expiries or {}).items())
         db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
@@ -86,9 +162,26 @@ def save(path: Path, stream: str, entries: list[Entry], positions: list[int]) ->
         db.close()
 
 
+def _load_chunks(db: sqlite3.Connection, partitions: int) -> dict[bytes, Entry]:
+    entries: dict[bytes, Entry] = {}
+    rows = db.execute(
+        "SELECT count, keys, key_lengths, vals, value_lengths, revisions, partitions"
+        " FROM chunks ORDER BY seq"
+    )
+    for count, keys_blob, key_lengths, values_blob, value_lengths, revs, parts in rows:
+        keys = list(_split(keys_blob, _unpack("I", key_lengths, count)))
+        values = _split(values_blob, _unpack("I", value_lengths, count))
+        revisions = _unpack("q", revs, count)
+        in_partition = _unpack("H", parts, count)
+        if in_partition and max(in_partition) >= partitions:
+            raise _Damaged
+        entries.update(zip(keys, map(_new_entry, zip(keys, values, revisions, in_partition))))
+    return entries
+
+
 def load(path: Path, stream: str, partitions: int) -> Snapshot | None:
     """The snapshot in ``path``, or None if there is none or it is of another stream,
-    partition count or format (or unreadable: a table then replays in full)."""
+    partition count or format (or unreadable or damaged: a table then replays in full)."""
     if not path.exists():
         return None
     try:
@@ -107,17 +200,16 @@ def load(path: Path, stream: str, partitions: int) -> Snapshot | None:
         for partition, offset in db.execute("SELECT partition, next_offset FROM positions"):
             if 0 <= partition < partitions:
                 positions[partition] = offset
-        rows = db.execute("SELECT key, value, revision, partition FROM entries")
-        new = tuple.__new__  # rows are (key, value, revision, partition): Entry's fields
         collecting = gc.isenabled()
         gc.disable()  # a million new tuples would run the cycle collector again and again
         try:
-            entries = {row[0]: new(Entry, row) for row in rows}
+            entries = _load_chunks(db, partitions)
         finally:
             if collecting:
                 gc.enable()
-        return Snapshot(entries, positions, int(meta.get("saved_ns", "0")))
-    except (sqlite3.Error, ValueError):
+        expiries = dict(db.execute("SELECT key, expires_ns FROM expiries"))
+        return Snapshot(entries, positions, int(meta.get("saved_ns", "0")), expiries)
+    except (sqlite3.Error, ValueError, TypeError, _Damaged):
         return None
     finally:
         db.close()

@@ -15,6 +15,18 @@ key). Writes go to the partition leader as Produce messages with ack ALL
 in the view once its reader got it: :meth:`sync` waits for everything acknowledged before
 the call, whichever process wrote it.
 
+A write may carry a TTL (``put(key, value, ttl=60.0)``, spec/storage.md §11.2): the key
+then expires that many seconds after the record's timestamp: :meth:`get` stops returning it
+at once, watchers see a delete with ``Change.expired`` set, the server's compare-and-set
+counts the key as absent, and compaction removes the record later. No record is written at
+the expiry; the clocks of the server (which stamps the record) and of this process decide.
+
+With ``partitions=[...]`` the table holds only those partitions of the stream (the keys
+that live there: writes still go anywhere); :meth:`hold` and :meth:`release` change the set
+while it is open. A consumer group member holds the partitions of a co-partitioned table
+that match its assigned stream partitions with :func:`jetsdk.table.groups.co_partitioned`
+(a stream-table join).
+
 With ``snapshot=path`` the table loads its state from a local SQLite file at open (if the
 file matches the stream and is fresh enough) and fetches only the records after the offsets
 it reflects; it writes the file again at close and on :meth:`save`.
@@ -22,8 +34,9 @@ it reflects; it writes the file again at close and on :meth:`save`.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from os import PathLike
 from pathlib import Path
 from types import TracebackType
@@ -33,6 +46,7 @@ import anyio.abc
 
 from jetsdk.client import Client
 from jetsdk.codec.record import iter_records
+from jetsdk.codec.ttl import MAX_TTL_MS
 from jetsdk.errors import ClientClosed, InvalidArgument, JetError, OffsetOutOfRange
 from jetsdk.table import snapshot as snapshots
 from jetsdk.table.view import Change, Entry, TableView, WatchOverflow
@@ -56,6 +70,7 @@ class Table:
         client: an open client.
         stream: a compacted stream (InvalidArgument otherwise).
         snapshot: a local SQLite file to load at open and write at close (None: none).
+        partitions: the partitions to hold (None: all; not with ``snapshot``).
         timeout: bound on :meth:`sync` and on the server's wait for a write's acks, seconds.
     """
 
@@ -66,6 +81,7 @@ class Table:
         *,
         snapshot: str | PathLike[str] | None = None,
         timeout: float = 30.0,
+        partitions: Iterable[int] | None = None,
     ) -> None:
         self._client = client
         self.stream = stream
@@ -76,6 +92,13 @@ class Table:
         self._tg: anyio.abc.TaskGroup | None = None
         self._failure: JetError | None = None
         self._closed = False
+        self._only = None if partitions is None else sorted(set(partitions))
+        if self._only is not None and self._snapshot is not None:
+            raise InvalidArgument(
+                "a snapshot holds a whole table: not with partitions=",
+                details={"field": "partitions"},
+            )
+        self._readers: dict[int, anyio.CancelScope] = {}
         self.loaded_from_snapshot = 0
         """Entries the last open loaded from the snapshot (0: none used)."""
         self.records_read = 0
@@ -91,6 +114,7 @@ class Table:
                 details={"field": "stream"},
             )
         count = len(info.partitions)
+        _check_partitions(self._only or (), count)
         view = TableView(count)
         if self._snapshot is not None:
             found = await anyio.to_thread.run_sync(
@@ -100,14 +124,17 @@ class Table:
             if found is not None and time.time_ns() - found.saved_ns < horizon * 1e9:
                 view.entries = found.entries
                 view.positions = found.positions
+                view.restore_expiries(found.expiries)
+                view.expire()
                 self.loaded_from_snapshot = len(found.entries)
         self._view = view
         self._writer = TableWriter(self._client, self.stream, count, self._timeout)
         tg = anyio.create_task_group()
         await tg.__aenter__()
         self._tg = tg
-        for partition in range(count):
-            tg.start_soon(self._follow, partition)
+        for partition in range(count) if self._only is None else self._only:
+            self._start_reader(partition)
+        tg.start_soon(self._expire)
         try:
             await self.sync()
         except BaseException:
@@ -142,39 +169,41 @@ class Table:
         if self._snapshot is None:
             raise InvalidArgument("this table has no snapshot file", details={"field": "snapshot"})
         view = self._opened()
+        view.expire()
         entries = list(view.entries.values())
         positions = list(view.positions)
+        expiries = dict(view.expiries)
         await anyio.to_thread.run_sync(
-            snapshots.save, self._snapshot, self.stream, entries, positions
+            snapshots.save, self._snapshot, self.stream, entries, positions, expiries
         )
 
     # ---------------------------------------------------------------- reads (memory)
 
     def get(self, key: bytes, default: bytes | None = None) -> bytes | None:
         """The key's latest value in the view, or ``default``."""
-        entry = self._opened().entries.get(key)
+        entry = self._opened().live(key)
         return default if entry is None else entry.value
 
     def entry(self, key: bytes) -> Entry | None:
         """The key's latest value with its revision, or None."""
-        return self._opened().entries.get(key)
+        return self._opened().live(key)
 
     def revision(self, key: bytes) -> int:
         """The key's revision in the view (-1: absent)."""
-        entry = self._opened().entries.get(key)
+        entry = self._opened().live(key)
         return ABSENT if entry is None else entry.revision
 
     def items(self) -> list[tuple[bytes, bytes]]:
         """Every (key, value) in the view (a copy)."""
-        return [(e.key, e.value) for e in self._opened().entries.values()]
+        return [(e.key, e.value) for e in self._current().entries.values()]
 
     def __len__(self) -> int:
         """Keys in the view."""
-        return len(self._opened().entries)
+        return len(self._current().entries)
 
     def __contains__(self, key: object) -> bool:
         """True if ``key`` has a value in the view."""
-        return key in self._opened().entries
+        return isinstance(key, bytes) and self._opened().live(key) is not None
 
     @property
     def positions(self) -> list[int]:
@@ -183,26 +212,32 @@ class Table:
 
     # ---------------------------------------------------------------- writes
 
-    async def put(self, key: bytes, value: bytes) -> int:
-        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision."""
+    async def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
+        """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision.
+        With ``ttl`` (seconds, > 0, rounded up to ms) the key expires that long after the
+        write (module docstring)."""
         _check_value(value)
-        return await self._writes().write(key, value, None)
+        return await self._writes().write(key, value, None, _ttl_ms(ttl))
 
     async def delete(self, key: bytes) -> int:
         """Delete ``key`` (a tombstone); the tombstone's revision."""
         return await self._writes().write(key, b"", None)
 
-    async def create(self, key: bytes, value: bytes) -> int:
-        """Set ``key`` only if it has no value; its revision.
+    async def create(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
+        """Set ``key`` only if it has no value (an expired key has none); its revision.
+        ``ttl`` as in :meth:`put` (e.g. a lock that frees itself).
 
         Raises:
             WrongExpectedKeyOffset: it has one (``current_revision``).
         """
         _check_value(value)
-        return await self._writes().write(key, value, ABSENT)
+        return await self._writes().write(key, value, ABSENT, _ttl_ms(ttl))
 
-    async def update(self, key: bytes, value: bytes, revision: int) -> int:
+    async def update(
+        self, key: bytes, value: bytes, revision: int, *, ttl: float | None = None
+    ) -> int:
         """Set ``key`` only if its revision is ``revision`` (compare-and-set); the new one.
+        ``ttl`` as in :meth:`put` (without it the new value does not expire).
 
         Raises:
             WrongExpectedKeyOffset: the key is at another revision (``current_revision``,
@@ -211,7 +246,7 @@ class Table:
         _check_value(value)
         if revision < 0:
             raise InvalidArgument("a revision is >= 0 (create a key that has no value)")
-        return await self._writes().write(key, value, revision)
+        return await self._writes().write(key, value, revision, _ttl_ms(ttl))
 
     # ---------------------------------------------------------------- waiting, history
 
@@ -223,16 +258,46 @@ class Table:
             TimeoutError: not within the table's timeout.
             JetError: a reader failed for good (e.g. the stream was deleted).
         """
+        await self._sync(list(self._readers))
+
+    async def _sync(self, partitions: list[int]) -> None:
         view = self._opened()
-        targets = [
-            (await self._client.list_offsets(self.stream, p)).hw for p in range(view.partitions)
-        ]
+        targets = [(p, (await self._client.list_offsets(self.stream, p)).hw) for p in partitions]
         with anyio.fail_after(self._timeout):
             while True:
                 self._raise_failure()
-                if all(view.positions[p] >= hw for p, hw in enumerate(targets)):
+                if all(view.positions[p] >= hw for p, hw in targets):
                     return
                 await view.wait_moved()
+
+    @property
+    def held(self) -> list[int]:
+        """The partitions this table holds (reads and keeps up to date)."""
+        return sorted(self._readers)
+
+    async def hold(self, partitions: Iterable[int]) -> None:
+        """Hold ``partitions`` too: read each from its start and return once the view holds
+        every record acknowledged before the call in them (as :meth:`sync`).
+
+        Raises:
+            InvalidArgument: a partition the stream does not have.
+        """
+        view = self._opened()
+        new = sorted(set(partitions) - set(self._readers))
+        _check_partitions(new, view.partitions)
+        for partition in new:
+            self._start_reader(partition)
+        await self._sync(new)
+
+    def release(self, partitions: Iterable[int]) -> None:
+        """Stop holding ``partitions``: their reader stops and their keys leave the view
+        (watchers are not told; :meth:`get` of such a key returns None)."""
+        view = self._opened()
+        for partition in set(partitions):
+            scope = self._readers.pop(partition, None)
+            if scope is not None:
+                scope.cancel()
+                view.drop_partition(partition)
 
     async def wait_for(self, key: bytes, revision: int) -> Entry | None:
         """Return ``key``'s entry once the view holds its partition up to ``revision``
@@ -245,6 +310,11 @@ class Table:
         """
         view = self._opened()
         partition = self._writes().partition_of(key)
+        if partition not in self._readers:
+            raise InvalidArgument(
+                f"key {key[:40]!r} is in partition {partition}, which this table does not hold",
+                details={"field": "key", "partition": partition},
+            )
         with anyio.fail_after(self._timeout):
             while view.positions[partition] <= revision:
                 self._raise_failure()
@@ -261,7 +331,7 @@ class Table:
         Raises:
             WatchOverflow: this watch fell more than ``MAX_WATCH_BUFFER`` changes behind.
         """
-        view = self._opened()
+        view = self._current()
         watcher = view.watch(prefix, initial)
         try:
             async for change in watcher.receive:
@@ -295,7 +365,17 @@ class Table:
 
     # ---------------------------------------------------------------- internals
 
-    async def _follow(self, partition: int) -> None:
+    def _start_reader(self, partition: int) -> None:
+        assert self._tg is not None
+        scope = anyio.CancelScope()
+        self._readers[partition] = scope
+        self._tg.start_soon(self._follow_in, partition, scope)
+
+    async def _follow_in(self, partition: int, scope: anyio.CancelScope) -> None:
+        with scope:
+            await self._follow(partition, scope)
+
+    async def _follow(self, partition: int, scope: anyio.CancelScope) -> None:
         view = self._opened()
         while True:
             position = view.positions[partition]
@@ -324,9 +404,24 @@ class Table:
                 self._failure = exc
                 view.wake()  # sync() raises it
                 return
+            if self._readers.get(partition) is not scope:
+                return  # released (and maybe held again by a new reader) meanwhile
             records = list(iter_records(data))
             self.records_read += len(records)
             view.apply(partition, records)
+
+    async def _expire(self) -> None:
+        """Remove entries as their TTLs run out (and tell watchers), for the table's life."""
+        view = self._opened()
+        while True:
+            delay = view.expire()
+            with anyio.move_on_after(math.inf if delay is None else delay):
+                await view.wait_scheduled()
+
+    def _current(self) -> TableView:
+        view = self._opened()
+        view.expire()
+        return view
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -341,6 +436,29 @@ class Table:
         if self._writer is None or self._closed:
             raise ClientClosed(f"table {self.stream!r} is not open")
         return self._writer
+
+
+def _check_partitions(partitions: Iterable[int], count: int) -> None:
+    for partition in partitions:
+        if not 0 <= partition < count:
+            raise InvalidArgument(
+                f"partition {partition} out of range: the stream has {count}",
+                details={"field": "partitions"},
+            )
+
+
+def _ttl_ms(ttl: float | None) -> int | None:
+    if ttl is None:
+        return None
+    if not (isinstance(ttl, (int, float)) and math.isfinite(ttl) and ttl > 0):
+        raise InvalidArgument(f"ttl must be > 0 seconds, not {ttl!r}", details={"field": "ttl"})
+    ms = max(1, math.ceil(ttl * 1000))
+    if ms > MAX_TTL_MS:
+        raise InvalidArgument(
+            f"ttl of {ttl} s is over the longest, {MAX_TTL_MS // 1000} s",
+            details={"field": "ttl"},
+        )
+    return ms
 
 
 def _check_value(value: bytes) -> None:

@@ -3,11 +3,19 @@ to read per partition, and the watchers to tell about changes.
 
 Single-threaded (the table's event loop); no I/O. Records are applied in each partition's
 offset order; a record below a partition's position is ignored (already applied).
+
+Per-key TTL (spec/storage.md §11.2): a record with ``Jet-TTL`` is the key's entry until its
+expiry (the record's timestamp + TTL, by this process's wall clock), then the key is removed
+as by a tombstone and watchers see a delete with ``expired`` set (:meth:`TableView.expire`;
+the table calls it at each expiry and before every read). A record already expired when it
+is applied (a replay) is applied as such a delete.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import heapq
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 import anyio
@@ -15,6 +23,7 @@ import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from jetsdk.codec.record import Record
+from jetsdk.codec.ttl import expiry_ns
 
 _new_tuple = tuple.__new__
 """Builds a NamedTuple without its Python-level ``__new__`` (per record)."""
@@ -45,6 +54,8 @@ class Change:
     partition: int = 0
     initial: bool = False
     """Part of the state when the watch started (``watch(initial=True)``)."""
+    expired: bool = False
+    """A delete because the key's TTL ran out (no record was written for it)."""
 
     @property
     def deleted(self) -> bool:
@@ -75,8 +86,15 @@ class TableView:
     entries: dict[bytes, Entry] = attrs.field(factory=dict)
     positions: list[int] = attrs.field(init=False)
     """Next offset to apply, per partition."""
+    expiries: dict[bytes, int] = attrs.field(factory=dict)
+    """Expiry (ns since the epoch) of the entries that have a TTL."""
+    clock: Callable[[], int] = time.time_ns
+    """The wall clock expiries are compared with (ns)."""
+    _heap: list[tuple[int, bytes, int]] = attrs.field(factory=list)
+    """(expiry, key, revision) of entries with a TTL, earliest first (stale ones skipped)."""
     _watchers: list[Watcher] = attrs.field(factory=list)
     _moved: anyio.Event = attrs.field(factory=anyio.Event)
+    _scheduled: anyio.Event = attrs.field(factory=anyio.Event)
 
     def __attrs_post_init__(self) -> None:
         self.positions = [0] * self.partitions
@@ -95,17 +113,81 @@ class TableView:
             if key is None:
                 continue
             applied += 1
-            if record.value:
-                entries[key] = _new_tuple(Entry, (key, record.value, record.offset, partition))
-                change = Change(key, record.value, record.offset, partition)
+            value = record.value
+            expires = (
+                expiry_ns(key, value, record.timestamp, record.headers) if record.headers else None
+            )
+            if key in self.expiries:
+                del self.expiries[key]
+            if value and (expires is None or expires > self.clock()):
+                entries[key] = _new_tuple(Entry, (key, value, record.offset, partition))
+                change = Change(key, value, record.offset, partition)
+                if expires is not None:
+                    self._schedule(key, expires, record.offset)
             else:
                 if entries.pop(key, None) is None and not watchers:
                     continue
-                change = Change(key, None, record.offset, partition)
+                change = Change(key, None, record.offset, partition, expired=bool(value))
             if watchers:
                 self._tell(change)
         self.advance(partition, position)
         return applied
+
+    def _schedule(self, key: bytes, expires: int, revision: int) -> None:
+        self.expiries[key] = expires
+        heap = self._heap
+        if not heap or expires < heap[0][0]:
+            self._scheduled.set()
+            self._scheduled = anyio.Event()
+        heapq.heappush(heap, (expires, key, revision))
+
+    def restore_expiries(self, expiries: dict[bytes, int]) -> None:
+        """Take the expiries of entries loaded from a snapshot."""
+        for key, expires in expiries.items():
+            entry = self.entries.get(key)
+            if entry is not None:
+                self._schedule(key, expires, entry.revision)
+
+    def expire(self) -> float | None:
+        """Remove the entries whose TTL ran out (telling watchers); the seconds until the
+        next expiry, or None if no entry has a TTL."""
+        heap = self._heap
+        if not heap:
+            return None
+        now = self.clock()
+        while heap and heap[0][0] <= now:
+            expires, key, revision = heapq.heappop(heap)
+            entry = self.entries.get(key)
+            if self.expiries.get(key) != expires or entry is None or entry.revision != revision:
+                continue  # replaced since
+            del self.entries[key], self.expiries[key]
+            if self._watchers:
+                self._tell(Change(key, None, revision, entry.partition, expired=True))
+        return (heap[0][0] - now) / 1e9 if heap else None
+
+    def live(self, key: bytes) -> Entry | None:
+        """The key's entry, unless its TTL ran out (then it is removed first)."""
+        entry = self.entries.get(key)
+        if entry is not None and self.expiries:
+            expires = self.expiries.get(key)
+            if expires is not None and expires <= self.clock():
+                self.expire()
+                return None
+        return entry
+
+    async def wait_scheduled(self) -> None:
+        """Return once an entry gets an expiry earlier than every other one."""
+        await self._scheduled.wait()
+
+    def drop_partition(self, partition: int) -> int:
+        """Forget every entry of ``partition`` and its position (the table stopped holding
+        it; watchers are not told: the data did not change); how many entries went."""
+        gone = [key for key, entry in self.entries.items() if entry.partition == partition]
+        for key in gone:
+            del self.entries[key]
+            self.expiries.pop(key, None)
+        self.positions[partition] = 0
+        return len(gone)
 
     def advance(self, partition: int, position: int) -> None:
         """Everything below ``position`` of ``partition`` is applied (a compaction gap, or
