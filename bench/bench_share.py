@@ -7,16 +7,19 @@
     - **4 processes**: 4 worker processes (``python -m bench.bench_share worker SPEC``),
       started by the coordinator and told to go with a file. jet: one share group on a stream
       of 4 partitions (ShareConsumer defaults). JetStream: one durable pull consumer with
-      explicit acks on a fresh work-queue stream. Rate = N / (the last ack - the first
-      message received, over all workers); on both sides the last ack is then queued or
-      sent, not confirmed (jet stores it within ``ack_interval`` and a round trip).
+      explicit acks on a fresh work-queue stream. Rate = N / (the end - the first message
+      received, over all workers); the end is the same event on both sides, every ack
+      applied by the server, seen by the coordinator: jet, acks of all N messages stored in
+      the share log (ack ALL) and read back by a reader of it; JetStream, the work-queue
+      stream empty (asked every 5 ms).
     - **3 consumers in one process**: 3 ShareConsumers on one Client (jet), 3 pull
       subscriptions of one durable on one connection (JetStream), each in its own task.
       Rate = N / (the end - the first message received); the end is when jet's acks are
       stored and read back (``flush()``), when JetStream's acks have reached its server
-      (``nc.flush()``). Printed beside: CPU seconds per message of this process and every
-      server (jet server and its nats-server, JetStream's nats-server), from ``/proc``: on a
-      loaded machine a steadier comparison than the rates.
+      (``nc.flush()``) and its work-queue stream is empty (every ack applied). Printed
+      beside: CPU seconds per message of this process and every server (jet server and its
+      nats-server, JetStream's nats-server), from ``/proc``: on a loaded machine a steadier
+      comparison than the rates.
 
     The acks are not the same. **jet** stores each ack in the share log (batched into settle
     records every ``ack_interval``, 20 ms, appended with ack ALL: replicated and durable before
@@ -61,6 +64,9 @@ from bench.bench_groups import (
 )
 from bench.bench_sdk import Results, jet_fill, js_fill
 from jetsdk import Client, ShareConsumer
+from jetsdk.codec.record import iter_records
+from jetsdk.errors import StreamNotFound
+from jetsdk.share.state import ShareState
 
 DEADLINE = 2.0
 WORKERS = 4
@@ -203,25 +209,84 @@ class ShareRound(Round):
 # -- the 4-process harness -------------------------------------------------------------------
 
 
+POLL_S = 0.005
+"""How often the coordinator asks JetStream whether its work-queue stream is empty."""
+
+
+async def _jet_all_acked(servers: list[str], group: str, n: int, failed: Any) -> float:
+    """When (``time.time()``) the share log of ``group`` holds acks of ``n`` messages:
+    every ack stored (ack ALL) and read back by a reader of the log."""
+    log = f"__share.{group}"
+    state = ShareState(group)
+    async with Client(servers) as client:
+        with anyio.fail_after(WAIT_S):
+            return await _tail_acks(client, log, state, n, failed)
+
+
+async def _tail_acks(client: Client, log: str, state: ShareState, n: int, failed: Any) -> float:
+    offset = 0
+    while True:
+        if failed():
+            raise RuntimeError("a worker failed")
+        try:
+            _, raw = await client.fetch(log, 0, offset, max_bytes=4 << 20, max_wait=0.05)
+        except StreamNotFound:  # no member has created it yet
+            await anyio.sleep(POLL_S)
+            continue
+        for record in iter_records(raw):
+            state.apply_bytes(record.offset, record.timestamp, record.value)
+            offset = record.offset + 1
+        if sum(ps.acked_total for ps in state.partitions.values()) >= n:
+            return time.time()
+
+
+async def _js_all_acked(js_url: str, name: str, failed: Any) -> float:
+    """When (``time.time()``) JetStream's work-queue stream ``name`` is empty: every message
+    acked and the ack applied by the server."""
+    import nats
+
+    nc = await nats.connect(js_url)
+    try:
+        with anyio.fail_after(WAIT_S):
+            return await _js_empty(nc.jetstream(), name, failed)
+    finally:
+        await nc.close()
+
+
+async def _js_empty(js: Any, name: str, failed: Any) -> float:
+    while True:
+        if failed():
+            raise RuntimeError("a worker failed")
+        info = await js.stream_info(name)
+        if info.state.messages == 0:
+            return time.time()
+        await anyio.sleep(POLL_S)
+
+
 def _processes(work: Path, spec: dict[str, Any], n: int) -> tuple[float, int]:
-    """(messages/s from the first message received until the last ack, duplicates)."""
+    """(messages/s from the first message received until every ack is applied by the server,
+    duplicates): the coordinator watches for that end on both sides (jet: acks of all ``n``
+    messages stored in the share log and read back; JetStream: the work-queue stream empty,
+    every ack applied), so the two figures end at the same event."""
     rnd = ShareRound(work)
     for _ in range(WORKERS):
         rnd.spawn(spec)
     rnd.wait_ready()
     rnd.go.touch()
-    deadline = time.monotonic() + WAIT_S
-    while sum(rnd.progress(i) for i in range(WORKERS)) < n:
-        if time.monotonic() > deadline or rnd.failed():
-            rnd.finish()
-            raise RuntimeError("consumption did not finish (a worker failed, or timed out)")
-        time.sleep(0.05)
+    try:
+        if spec["kind"] == "share":
+            args: tuple[Any, ...] = (_jet_all_acked, spec["servers"], spec["group"], n)
+        else:
+            args = (_js_all_acked, spec["url"], spec["js_stream"])
+        end = anyio.run(*args, rnd.failed, backend="asyncio")
+    except BaseException:
+        rnd.finish()
+        raise
     results = rnd.finish()
     busy = [r for r in results if r["count"]]
     first = min(r["first"] for r in busy)
-    last = max(r["last"] for r in busy)
     total = sum(r["count"] for r in results)
-    return n / (last - first), max(0, total - n)
+    return n / (end - first), max(0, total - n)
 
 
 # -- the in-process harness (3 consumers in this process) ------------------------------------
@@ -322,6 +387,7 @@ async def _js_in_process(
                 for sub in subs:
                     tg.start_soon(work, sub)
             await nc.flush()
+            await _js_empty(js, stream, lambda: False)  # every ack applied
         end = time.perf_counter()
         cpu = _cpu() - cpu
     finally:
