@@ -48,10 +48,12 @@ import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import orjson
 
 from bench.bench_groups import (
@@ -275,10 +277,10 @@ def _processes(work: Path, spec: dict[str, Any], n: int) -> tuple[float, int]:
     rnd.go.touch()
     try:
         if spec["kind"] == "share":
-            args: tuple[Any, ...] = (_jet_all_acked, spec["servers"], spec["group"], n)
+            waits = partial(_jet_all_acked, spec["servers"], spec["group"], n, rnd.failed)
         else:
-            args = (_js_all_acked, spec["url"], spec["js_stream"])
-        end = anyio.run(*args, rnd.failed, backend="asyncio")
+            waits = partial(_js_all_acked, spec["url"], spec["js_stream"], rnd.failed)
+        end = anyio.run(waits, backend="asyncio")
     except BaseException:
         rnd.finish()
         raise
@@ -317,24 +319,74 @@ def _cpu() -> float:
     return total
 
 
+@attrs.define
+class Trips:
+    """Requests one Client sends, by kind (the share log's appends and reads, the consumed
+    partitions' high-watermark polls and record loads), and their summed wait: where three
+    in-process consumers spend their round trips."""
+
+    counts: dict[str, int] = attrs.field(factory=dict)
+    waits: dict[str, float] = attrs.field(factory=dict)
+
+    def watch(self, client: Client) -> None:
+        fetch, produce = client.fetch, client.produce
+
+        async def counted_fetch(stream: str, partition: int, offset: int, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return await fetch(stream, partition, offset, **kw)
+            finally:
+                log = stream.startswith("__share.")
+                kind = "log read" if log else "hw poll" if kw["max_bytes"] == 1 else "load"
+                self._add(kind, time.perf_counter() - t)
+
+        async def counted_produce(request: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return await produce(request)
+            finally:
+                shared = request.stream.startswith("__share.")
+                self._add("log append" if shared else "produce", time.perf_counter() - t)
+
+        client.fetch = counted_fetch  # type: ignore[method-assign]
+        client.produce = counted_produce  # type: ignore[method-assign,assignment]
+
+    def _add(self, kind: str, wait: float) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.waits[kind] = self.waits.get(kind, 0.0) + wait
+
+    def summary(self, n: int) -> str:
+        return ", ".join(
+            f"{kind} {count * 1000 / n:.1f}/1k msgs ({self.waits[kind] / count * 1e3:.1f} ms)"
+            for kind, count in sorted(self.counts.items())
+        )
+
+
 async def _jet_in_process(
     servers: list[str], stream: str, group: str, n: int
-) -> tuple[float, int, float]:
-    """(msg/s, messages delivered twice, CPU seconds of every process per message)."""
+) -> tuple[float, int, float, str]:
+    """(msg/s, messages delivered twice, CPU seconds of every process per message, where the
+    consumers waited: the share of their time inside ``fetch()`` and the round trips)."""
     got = 0
     first = 0.0
+    waited = 0.0
+    trips = Trips()
     async with Client(servers) as client, contextlib.AsyncExitStack() as stack:
         consumers = [
             await stack.enter_async_context(ShareConsumer(client, stream, group=group))
             for _ in range(IN_PROCESS)
         ]
+        trips.watch(client)
         cpu = _cpu()
 
         async def work(consumer: ShareConsumer) -> None:
-            nonlocal got, first
+            nonlocal got, first, waited
             while got < n:
+                t = time.perf_counter()
                 batch = await consumer.fetch(BATCH, timeout=0.2)
-                if batch and not first:
+                if first:
+                    waited += time.perf_counter() - t
+                elif batch:
                     first = time.perf_counter()
                 for msg in batch:
                     msg.ack()
@@ -344,12 +396,17 @@ async def _jet_in_process(
             async with anyio.create_task_group() as tg:
                 for c in consumers:
                     tg.start_soon(work, c)
+            done = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for c in consumers:
                     tg.start_soon(c.flush)
         end = time.perf_counter()
         cpu = _cpu() - cpu
-    return n / (end - first), max(0, got - n), cpu / n
+    note = (
+        f"waited in fetch() {waited / (IN_PROCESS * (done - first)):.0%} of the time, "
+        f"final flush {(end - done) * 1e3:.0f} ms; {trips.summary(n)}"
+    )
+    return n / (end - first), max(0, got - n), cpu / n, note
 
 
 async def _js_in_process(
@@ -456,17 +513,19 @@ def _round(
     (this one and the servers) per message are added to ``cpus[side]``."""
     if side == "jet":
         group = f"g{uuid.uuid4().hex[:6]}"
+        extra = ""
         if harness == "proc":
             spec = {"kind": "share", "servers": servers, "stream": "share4", "group": group}
             rate, dups = _processes(work, spec, n)
         else:
-            rate, dups, cpu = anyio.run(
+            rate, dups, cpu, waits = anyio.run(
                 _jet_in_process, servers, "share4", group, n, backend="asyncio"
             )
             cpus.setdefault(side, []).append(cpu)
+            extra = f", {cpu * 1e6:.1f} us CPU per message\n    {waits}"
         size = anyio.run(_share_log_bytes, servers, group, backend="asyncio")
         note = f"delivered twice {dups}, share log {size / n:.2f} B per acked message"
-        return rate, note + (f", {cpu * 1e6:.1f} us CPU per message" if harness != "proc" else "")
+        return rate, note + extra
     name = f"SH{uuid.uuid4().hex[:6].upper()}"
     anyio.run(_work_queue, js_url, name, n, backend="asyncio")
     sync = side == "ack_sync"
