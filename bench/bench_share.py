@@ -7,16 +7,20 @@
     - **4 processes**: 4 worker processes (``python -m bench.bench_share worker SPEC``),
       started by the coordinator and told to go with a file. jet: one share group on a stream
       of 4 partitions (ShareConsumer defaults). JetStream: one durable pull consumer with
-      explicit acks on a fresh work-queue stream. Rate = N / (the last ack - the first
-      message received, over all workers); on both sides the last ack is then queued or
-      sent, not confirmed (jet stores it within ``ack_interval`` and a round trip).
+      explicit acks on a fresh work-queue stream. Rate = N / (the end - the first message
+      received, over all workers); the end is the same event on both sides, every ack
+      applied by the server, seen by the coordinator: jet, acks of all N messages stored in
+      the share log (ack ALL) and read back by a reader of it; JetStream, the work-queue
+      stream empty (asked every 5 ms).
     - **3 consumers in one process**: 3 ShareConsumers on one Client (jet), 3 pull
       subscriptions of one durable on one connection (JetStream), each in its own task.
-      Rate = N / (the end - the first message received); the end is when jet's acks are
+      Rate = N / (the end - the first message received; the task that acks the last
+      message cancels the others' ``fetch()`` waits); the end is when jet's acks are
       stored and read back (``flush()``), when JetStream's acks have reached its server
-      (``nc.flush()``). Printed beside: CPU seconds per message of this process and every
-      server (jet server and its nats-server, JetStream's nats-server), from ``/proc``: on a
-      loaded machine a steadier comparison than the rates.
+      (``nc.flush()``) and its work-queue stream is empty (every ack applied). Printed
+      beside: CPU seconds per message of this process and every server (jet server and its
+      nats-server, JetStream's nats-server), from ``/proc``: on a loaded machine a steadier
+      comparison than the rates.
 
     The acks are not the same. **jet** stores each ack in the share log (batched into settle
     records every ``ack_interval``, 20 ms, appended with ack ALL: replicated and durable before
@@ -45,10 +49,13 @@ import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
+import attrs
 import orjson
 
 from bench.bench_groups import (
@@ -61,6 +68,9 @@ from bench.bench_groups import (
 )
 from bench.bench_sdk import Results, jet_fill, js_fill
 from jetsdk import Client, ShareConsumer
+from jetsdk.codec.record import iter_records
+from jetsdk.errors import StreamNotFound
+from jetsdk.share.state import ShareState
 
 DEADLINE = 2.0
 WORKERS = 4
@@ -203,25 +213,84 @@ class ShareRound(Round):
 # -- the 4-process harness -------------------------------------------------------------------
 
 
+POLL_S = 0.005
+"""How often the coordinator asks JetStream whether its work-queue stream is empty."""
+
+
+async def _jet_all_acked(servers: list[str], group: str, n: int, failed: Any) -> float:
+    """When (``time.time()``) the share log of ``group`` holds acks of ``n`` messages:
+    every ack stored (ack ALL) and read back by a reader of the log."""
+    log = f"__share.{group}"
+    state = ShareState(group)
+    async with Client(servers) as client:
+        with anyio.fail_after(WAIT_S):
+            return await _tail_acks(client, log, state, n, failed)
+
+
+async def _tail_acks(client: Client, log: str, state: ShareState, n: int, failed: Any) -> float:
+    offset = 0
+    while True:
+        if failed():
+            raise RuntimeError("a worker failed")
+        try:
+            _, raw = await client.fetch(log, 0, offset, max_bytes=4 << 20, max_wait=0.05)
+        except StreamNotFound:  # no member has created it yet
+            await anyio.sleep(POLL_S)
+            continue
+        for record in iter_records(raw):
+            state.apply_bytes(record.offset, record.timestamp, record.value)
+            offset = record.offset + 1
+        if sum(ps.acked_total for ps in state.partitions.values()) >= n:
+            return time.time()
+
+
+async def _js_all_acked(js_url: str, name: str, failed: Any) -> float:
+    """When (``time.time()``) JetStream's work-queue stream ``name`` is empty: every message
+    acked and the ack applied by the server."""
+    import nats
+
+    nc = await nats.connect(js_url)
+    try:
+        with anyio.fail_after(WAIT_S):
+            return await _js_empty(nc.jetstream(), name, failed)
+    finally:
+        await nc.close()
+
+
+async def _js_empty(js: Any, name: str, failed: Any) -> float:
+    while True:
+        if failed():
+            raise RuntimeError("a worker failed")
+        info = await js.stream_info(name)
+        if info.state.messages == 0:
+            return time.time()
+        await anyio.sleep(POLL_S)
+
+
 def _processes(work: Path, spec: dict[str, Any], n: int) -> tuple[float, int]:
-    """(messages/s from the first message received until the last ack, duplicates)."""
+    """(messages/s from the first message received until every ack is applied by the server,
+    duplicates): the coordinator watches for that end on both sides (jet: acks of all ``n``
+    messages stored in the share log and read back; JetStream: the work-queue stream empty,
+    every ack applied), so the two figures end at the same event."""
     rnd = ShareRound(work)
     for _ in range(WORKERS):
         rnd.spawn(spec)
     rnd.wait_ready()
     rnd.go.touch()
-    deadline = time.monotonic() + WAIT_S
-    while sum(rnd.progress(i) for i in range(WORKERS)) < n:
-        if time.monotonic() > deadline or rnd.failed():
-            rnd.finish()
-            raise RuntimeError("consumption did not finish (a worker failed, or timed out)")
-        time.sleep(0.05)
+    try:
+        if spec["kind"] == "share":
+            waits = partial(_jet_all_acked, spec["servers"], spec["group"], n, rnd.failed)
+        else:
+            waits = partial(_js_all_acked, spec["url"], spec["js_stream"], rnd.failed)
+        end = anyio.run(waits, backend="asyncio")
+    except BaseException:
+        rnd.finish()
+        raise
     results = rnd.finish()
     busy = [r for r in results if r["count"]]
     first = min(r["first"] for r in busy)
-    last = max(r["last"] for r in busy)
     total = sum(r["count"] for r in results)
-    return n / (last - first), max(0, total - n)
+    return n / (end - first), max(0, total - n)
 
 
 # -- the in-process harness (3 consumers in this process) ------------------------------------
@@ -252,39 +321,95 @@ def _cpu() -> float:
     return total
 
 
+@attrs.define
+class Trips:
+    """Requests one Client sends, by kind (the share log's appends and reads, the consumed
+    partitions' high-watermark polls and record loads), and their summed wait: where three
+    in-process consumers spend their round trips."""
+
+    counts: dict[str, int] = attrs.field(factory=dict)
+    waits: dict[str, float] = attrs.field(factory=dict)
+
+    def watch(self, client: Client) -> None:
+        fetch, produce = client.fetch, client.produce
+
+        async def counted_fetch(stream: str, partition: int, offset: int, **kw: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return await fetch(stream, partition, offset, **kw)
+            finally:
+                log = stream.startswith("__share.")
+                kind = "log read" if log else "hw poll" if kw["max_bytes"] == 1 else "load"
+                self._add(kind, time.perf_counter() - t)
+
+        async def counted_produce(request: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return await produce(request)
+            finally:
+                shared = request.stream.startswith("__share.")
+                self._add("log append" if shared else "produce", time.perf_counter() - t)
+
+        client.fetch = counted_fetch  # type: ignore[method-assign]
+        client.produce = counted_produce  # type: ignore[method-assign,assignment]
+
+    def _add(self, kind: str, wait: float) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.waits[kind] = self.waits.get(kind, 0.0) + wait
+
+    def summary(self, n: int) -> str:
+        return ", ".join(
+            f"{kind} {count * 1000 / n:.1f}/1k msgs ({self.waits[kind] / count * 1e3:.1f} ms)"
+            for kind, count in sorted(self.counts.items())
+        )
+
+
 async def _jet_in_process(
     servers: list[str], stream: str, group: str, n: int
-) -> tuple[float, int, float]:
-    """(msg/s, messages delivered twice, CPU seconds of every process per message)."""
+) -> tuple[float, int, float, str]:
+    """(msg/s, messages delivered twice, CPU seconds of every process per message, where the
+    consumers waited: the share of their time inside ``fetch()`` and the round trips)."""
     got = 0
     first = 0.0
+    waited = 0.0
+    trips = Trips()
     async with Client(servers) as client, contextlib.AsyncExitStack() as stack:
         consumers = [
             await stack.enter_async_context(ShareConsumer(client, stream, group=group))
             for _ in range(IN_PROCESS)
         ]
+        trips.watch(client)
         cpu = _cpu()
 
-        async def work(consumer: ShareConsumer) -> None:
-            nonlocal got, first
+        async def work(consumer: ShareConsumer, tg: anyio.abc.TaskGroup) -> None:
+            nonlocal got, first, waited
             while got < n:
+                t = time.perf_counter()
                 batch = await consumer.fetch(BATCH, timeout=0.2)
-                if batch and not first:
+                if first:
+                    waited += time.perf_counter() - t
+                elif batch:
                     first = time.perf_counter()
                 for msg in batch:
                     msg.ack()
                 got += len(batch)
+            tg.cancel_scope.cancel()  # the others' fetch() waits are not part of the run
 
         with anyio.fail_after(WAIT_S):
             async with anyio.create_task_group() as tg:
                 for c in consumers:
-                    tg.start_soon(work, c)
+                    tg.start_soon(work, c, tg)
+            done = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for c in consumers:
                     tg.start_soon(c.flush)
         end = time.perf_counter()
         cpu = _cpu() - cpu
-    return n / (end - first), max(0, got - n), cpu / n
+    note = (
+        f"waited in fetch() {waited / (IN_PROCESS * (done - first)):.0%} of the time, "
+        f"final flush {(end - done) * 1e3:.0f} ms; {trips.summary(n)}"
+    )
+    return n / (end - first), max(0, got - n), cpu / n, note
 
 
 async def _js_in_process(
@@ -304,7 +429,7 @@ async def _js_in_process(
         ]
         cpu = _cpu()
 
-        async def work(sub: Any) -> None:
+        async def work(sub: Any, tg: anyio.abc.TaskGroup) -> None:
             nonlocal got, first
             while got < n:
                 try:
@@ -316,12 +441,14 @@ async def _js_in_process(
                 for m in msgs:
                     await (m.ack_sync() if ack_sync else m.ack())
                 got += len(msgs)
+            tg.cancel_scope.cancel()  # the others' fetch() waits are not part of the run
 
         with anyio.fail_after(WAIT_S):
             async with anyio.create_task_group() as tg:
                 for sub in subs:
-                    tg.start_soon(work, sub)
+                    tg.start_soon(work, sub, tg)
             await nc.flush()
+            await _js_empty(js, stream, lambda: False)  # every ack applied
         end = time.perf_counter()
         cpu = _cpu() - cpu
     finally:
@@ -390,17 +517,19 @@ def _round(
     (this one and the servers) per message are added to ``cpus[side]``."""
     if side == "jet":
         group = f"g{uuid.uuid4().hex[:6]}"
+        extra = ""
         if harness == "proc":
             spec = {"kind": "share", "servers": servers, "stream": "share4", "group": group}
             rate, dups = _processes(work, spec, n)
         else:
-            rate, dups, cpu = anyio.run(
+            rate, dups, cpu, waits = anyio.run(
                 _jet_in_process, servers, "share4", group, n, backend="asyncio"
             )
             cpus.setdefault(side, []).append(cpu)
+            extra = f", {cpu * 1e6:.1f} us CPU per message\n    {waits}"
         size = anyio.run(_share_log_bytes, servers, group, backend="asyncio")
         note = f"delivered twice {dups}, share log {size / n:.2f} B per acked message"
-        return rate, note + (f", {cpu * 1e6:.1f} us CPU per message" if harness != "proc" else "")
+        return rate, note + extra
     name = f"SH{uuid.uuid4().hex[:6].upper()}"
     anyio.run(_work_queue, js_url, name, n, backend="asyncio")
     sync = side == "ack_sync"

@@ -123,7 +123,7 @@ class ShareConsumer:
         batch: most offsets acquired at once (one range).
         max_held: most ranges acquired ahead of the application (the application's measured
             rate bounds what it acquires too: only what it can be handed before the lease
-            runs out).
+            runs out, and what it takes in a few claim cycles).
         ack_interval: how long outcomes wait to be batched into settle records.
         on_lost: called (on the consumer's event loop, from its reader task) with the
             outcomes the share log ignored because the lease had moved to another member
@@ -151,7 +151,7 @@ class ShareConsumer:
         dead_letter_stream: str | None = None,
         dead_letter_options: Mapping[str, Any] | None = None,
         batch: int = 500,
-        max_held: int = 4,
+        max_held: int = 16,
         ack_interval: float = 0.02,
         on_lost: LostCallback | None = None,
         acks: AckMode = "explicit",
@@ -519,8 +519,9 @@ class ShareConsumer:
                 offset = exc.log_start or 0  # no retention is set; be safe anyway
                 continue
             skipped = member.view.skipped
+            now = time.monotonic()
             for record in iter_records(raw):
-                for won in member.on_record(record.offset, record.timestamp, record.value):
+                for won in member.on_record(record.offset, record.timestamp, record.value, now):
                     if won.offsets:
                         low, high = won.offsets[0][0], won.offsets[-1][0] + 1
                         records.load_soon(self._tg, (won.stream, won.partition), low, high)

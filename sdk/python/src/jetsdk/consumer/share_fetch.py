@@ -8,6 +8,7 @@ message is handed to the application. Members do not all read and decode everyth
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import anyio
@@ -17,13 +18,19 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.codec.compression import plain_records
 from jetsdk.codec.messages import FetchResponseHeader
-from jetsdk.codec.record import Record, iter_records
+from jetsdk.codec.record import Record, iter_records, peek_header
 from jetsdk.errors import JetError, OffsetOutOfRange
 from jetsdk.retry import RetryPolicy
 
 __all__ = ["FETCH_MAX_BYTES", "POLL_BACKOFF", "Key", "ShareRecords", "poll_fetch"]
 
 FETCH_MAX_BYTES = 1 << 20
+LOAD_MAX_BYTES = 4 << 20
+"""Most bytes one Fetch of a won lease's records asks for."""
+LOAD_MIN_BYTES = 16 << 10
+"""Fewest bytes one Fetch of a won lease's records asks for."""
+SIZE_SAMPLE = 8
+"""One load in this many measures its records' size (a walk over their headers)."""
 POLL_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.05, backoff_max=1.0)
 """The pauses of a share member's long polls (the share log, the consumed partitions) after
 retriable errors: they run for the member's life, so they outlast any failover."""
@@ -57,6 +64,14 @@ async def poll_fetch(
     return await client.fetch(stream, partition, offset, max_bytes=max_bytes, max_wait=max_wait)
 
 
+def _span(raw: memoryview, count: int) -> int:
+    """Bytes the first ``count`` (whole) records of ``raw`` take."""
+    pos = 0
+    for _ in range(count):
+        pos += peek_header(raw, pos)[3]
+    return pos
+
+
 @attrs.define(eq=False)
 class ShareRecords:
     """High watermarks and a cache of leased records (see the module docstring)."""
@@ -66,6 +81,11 @@ class ShareRecords:
     hws: dict[Key, int] = attrs.field(factory=dict)
     _cache: dict[Key, dict[int, Record]] = attrs.field(init=False)
     _loading: dict[tuple[str, int, int], anyio.Event] = attrs.field(factory=dict, init=False)
+    record_bytes: float = attrs.field(default=512.0, init=False)
+    """Bytes per record in the loads so far (a moving average of every
+    :data:`SIZE_SAMPLE`-th load): a lease's Fetch asks for about what its records take, not
+    many times more."""
+    _loads: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._cache = {k: {} for k in self.keys}
@@ -103,7 +123,8 @@ class ShareRecords:
             for _ in range(end - start):
                 if offset >= end:
                     break
-                size = min(FETCH_MAX_BYTES * 4, max(64 * 1024, (end - offset) * 512))
+                want = math.ceil((end - offset) * self.record_bytes * 1.25)
+                size = min(LOAD_MAX_BYTES, max(LOAD_MIN_BYTES, want))
                 _, raw = await self.client.fetch(
                     stream, partition, offset, max_bytes=size, max_wait=0.0
                 )
@@ -115,6 +136,12 @@ class ShareRecords:
                     last = r.offset + 1
                 if last == offset:
                     break
+                count = last - offset
+                self._loads += 1
+                if count >= 16 and self._loads % SIZE_SAMPLE == 1:  # for the next loads
+                    seen = _span(raw, count) / count
+                    first = self._loads == 1  # the default is a guess: replace it
+                    self.record_bytes = seen if first else 0.5 * self.record_bytes + 0.5 * seen
                 offset = last
         except JetError:
             pass  # record() fetches what is missing when it is handed out

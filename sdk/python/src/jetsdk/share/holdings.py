@@ -45,9 +45,12 @@ class ShareConfig:
         return self.margin if self.margin is not None else min(1.0, self.ack_deadline / 10)
 
 
-@attrs.frozen
+@attrs.define
 class Handout:
-    """One offset the member may now deliver (or must dead-letter, if ``dead_pending``)."""
+    """One offset the member may now deliver (or must dead-letter, if ``dead_pending``).
+
+    A value never changed after it is made; not ``frozen`` only because a frozen class costs
+    about 2.5 us more per message to create (one per message handed out)."""
 
     stream: str
     partition: int

@@ -42,6 +42,7 @@ from jetsdk.share.state import (
 )
 
 __all__ = [
+    "LOOK_AHEAD",
     "TRIP_SAMPLES",
     "Handout",
     "HeldLease",
@@ -52,7 +53,11 @@ __all__ = [
 ]
 
 TRIP_SAMPLES = 16
-"""Append round trips remembered for the stop margin."""
+"""Append round trips remembered for the stop margin (and claim cycles for the look-ahead)."""
+LOOK_AHEAD = 4.0
+"""Claim cycles of work the member acquires ahead of its application at its measured rate
+(spec §5, "Pacing"): a claim, its win read back and the records loaded take about one cycle,
+so an application that takes messages fast is not starved between leases."""
 
 
 @attrs.define(eq=False)
@@ -67,6 +72,8 @@ class ShareMember:
     """Claims sent and not yet seen in the log, in send order (forgotten after
     ``claim_timeout``)."""
     _trips: deque[float] = attrs.field(factory=lambda: deque(maxlen=TRIP_SAMPLES), init=False)
+    _cycles: deque[float] = attrs.field(factory=lambda: deque(maxlen=TRIP_SAMPLES), init=False)
+    """Claim cycles: local time from sending a claim to applying its win."""
     meter: RateMeter = attrs.field(init=False)
     """The application's measured rate (the driver reports its waits and hand-outs)."""
     _outcomes: dict[LeaseKey, Outcomes] = attrs.field(factory=dict, init=False)
@@ -87,8 +94,11 @@ class ShareMember:
 
     # -- inputs ---------------------------------------------------------------------------
 
-    def on_record(self, offset: int, timestamp: int, value: bytes | memoryview) -> list[Acquired]:
-        """Apply one share-log record; return the leases this member just won."""
+    def on_record(
+        self, offset: int, timestamp: int, value: bytes | memoryview, now: float | None = None
+    ) -> list[Acquired]:
+        """Apply one share-log record (read at local time ``now``, if given: a won claim's
+        cycle then sizes the look-ahead); return the leases this member just won."""
         won: list[Acquired] = []
         for change in self.view.apply_bytes(offset, timestamp, value):
             if change.member != self.config.member or isinstance(change, Returned):
@@ -97,9 +107,11 @@ class ShareMember:
                 self._fenced(change)
                 continue
             start = change.claimed_start if isinstance(change, Acquired) else change.start
-            self.claim_failed(change.stream, change.partition, start)
+            sent = self._forget_claim(change.stream, change.partition, start)
             if isinstance(change, ClaimLost):
                 continue
+            if sent is not None and now is not None:
+                self._cycles.append(max(0.0, now - sent))
             won.append(change)
             key = (change.stream, change.partition, change.start, change.lease)
             r = self.view.partition(change.stream, change.partition).ranges[change.start]
@@ -289,7 +301,9 @@ class ShareMember:
         """How many messages this member may have acquired ahead of the application: what
         it can be handed in a fresh lease less the stop margin and as much again for the
         claim's and the records' trip, at its measured rate (one ``batch`` while the rate is
-        unknown), at most ``batch * max_held``. Below one message per lease it is 1 while
+        unknown), at most ``batch * max_held``, and at most what it takes in
+        :data:`LOOK_AHEAD` claim cycles (the slowest of the last :data:`TRIP_SAMPLES`) but
+        not less than one ``batch`` for that. Below one message per lease it is 1 while
         the application waits for a message and 0 while it does not (it is stuck: what it
         would acquire it could not be handed)."""
         c = self.config
@@ -301,7 +315,10 @@ class ShareMember:
         fits = math.floor(rate * usable)
         if fits < 1:
             return 1 if self.meter.is_waiting else 0
-        return min(c.batch * c.max_held, fits)
+        most = c.batch * c.max_held
+        if self._cycles:
+            most = min(most, max(c.batch, math.ceil(rate * LOOK_AHEAD * max(self._cycles))))
+        return min(most, fits)
 
     # -- outcomes -------------------------------------------------------------------------
 
@@ -423,7 +440,11 @@ class ShareMember:
         knows. The member claims only while its claims in flight plus its leases with offsets
         still waiting are fewer than ``max_held``, and only as much as :meth:`capacity`
         leaves room for (what is waiting plus what is being claimed), in claims of at least
-        a quarter of a batch (or of the capacity, if smaller). ``wall_ns``: the local wall
+        a quarter of a batch (or of the capacity, if smaller). A fair share: claims at SPEO
+        take at most half of what is not acquired yet below the high watermarks plus what
+        the member holds not handed out (and its claims in flight) less that (the other
+        members get the rest), and a member holding nothing one batch (or all, if fewer)
+        at least. ``wall_ns``: the local wall
         clock, the server-time estimate used before any append was acknowledged (a claim is
         checked against the log's own time, so a wrong estimate only costs a lost claim)."""
         c = self.config
@@ -431,8 +452,16 @@ class ShareMember:
         self.refresh(now)
         busy = sum(1 for h in self.held.values() if h.waiting) + len(self.claiming)
         capacity = self.capacity(now)
-        room = capacity - self.waiting_count() - sum(f.size for f in self.claiming)
+        mine = self.waiting_count() + sum(f.size for f in self.claiming)
+        room = capacity - mine
         least = max(1, min(c.batch, capacity) // 4)
+        # A fair share of the offsets not acquired yet (claims at SPEO only): hold at most
+        # half of those plus what this member holds, so other members get the rest; a member
+        # holding nothing may take a batch (or all, if fewer).
+        unclaimed = self._unclaimed(hws)
+        fresh = (unclaimed + mine) // 2 - mine
+        if mine == 0:
+            fresh = max(fresh, min(c.batch, unclaimed))
         t = self._claim_time(now, wall_ns)
         out: list[Claim] = []
         n = len(c.partitions)
@@ -445,7 +474,8 @@ class ShareMember:
                 if busy >= c.max_held:
                     break
                 size = min(c.batch, room) if room >= least else 0
-                claim = self._claim_for(p, t, hws.get(p), dlq_hw, size)
+                at_speo = min(size, fresh) if fresh >= least or mine == 0 else 0
+                claim = self._claim_for(p, t, hws.get(p), dlq_hw, size, at_speo)
                 if claim is None:
                     open_partitions.remove(p)
                     continue
@@ -454,7 +484,26 @@ class ShareMember:
                 self.claiming.append(InFlight(p[0], p[1], claim.start, size, now))
                 busy += 1
                 room -= size
+                if claim.start is None:
+                    fresh -= size
         return out
+
+    def _unclaimed(self, hws: dict[tuple[str, int], int]) -> int:
+        """Offsets below the high watermarks and at or above SPEO that no claim of this
+        member in flight asks for (what the group has not acquired yet, as far as it
+        knows)."""
+        total = 0
+        for key in self.config.partitions:
+            hw = hws.get(key)
+            if hw is None:
+                continue
+            pending = sum(
+                f.size
+                for f in self.claiming
+                if f.start is None and f.stream == key[0] and f.partition == key[1]
+            )
+            total += max(0, hw - self.view.partition(*key).speo - pending)
+        return total
 
     def _dead_work(self, r: Range, t: int) -> bool:
         """Whether a claim of ``r`` at ``t`` would take a dead letter to write."""
@@ -465,10 +514,16 @@ class ShareMember:
         )
 
     def _claim_for(
-        self, key: tuple[str, int], t: int, hw: int | None, dlq_hw: int | None, size: int
+        self,
+        key: tuple[str, int],
+        t: int,
+        hw: int | None,
+        dlq_hw: int | None,
+        size: int,
+        fresh: int,
     ) -> Claim | None:
         """A claim of up to ``size`` offsets of an existing range with offsets available at
-        ``t``, else of the next ``size`` offsets at SPEO (start null: no race on the start;
+        ``t``, else of the next ``fresh`` offsets at SPEO (start null: no race on the start;
         spec §3.1). ``size`` 0: only a range with dead letters to write."""
         c = self.config
         maxd = self.max_deliveries
@@ -483,16 +538,21 @@ class ShareMember:
             size = min(size, r.end - r.start)
             return Claim(c.group, c.member, stream, p, r.start, r.end, lease_ms, maxd, dlq_hw, size)
         pending = sum(f.size for f in mine if f.start is None)
-        if size == 0 or hw is None or hw <= self.view.partition(stream, p).speo + pending:
+        if fresh <= 0 or hw is None or hw <= self.view.partition(stream, p).speo + pending:
             return None
-        return Claim(c.group, c.member, stream, p, None, hw, lease_ms, maxd, dlq_hw, size)
+        return Claim(c.group, c.member, stream, p, None, hw, lease_ms, maxd, dlq_hw, fresh)
 
     def claim_failed(self, stream: str, partition: int, start: int | None) -> None:
         """A claim's append failed (not stored), or the log showed it: forget it."""
+        self._forget_claim(stream, partition, start)
+
+    def _forget_claim(self, stream: str, partition: int, start: int | None) -> float | None:
+        """Forget the oldest claim in flight with this start; when it was sent (None: none)."""
         for i, f in enumerate(self.claiming):
             if f.stream == stream and f.partition == partition and f.start == start:
                 del self.claiming[i]
-                return
+                return f.sent
+        return None
 
     def held_keys(self) -> Iterable[LeaseKey]:
         return self.held.keys()

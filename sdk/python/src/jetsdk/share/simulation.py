@@ -323,7 +323,7 @@ class Simulation:
             ts, value, stored = self.log[m.read_upto]
             if stored > self.now - lag:
                 return
-            m.core.on_record(m.read_upto, ts, value)
+            m.core.on_record(m.read_upto, ts, value, self._local(m))
             m.read_upto += 1
 
     def _check_handout(self, m: _Member, h: Handout) -> None:

@@ -43,7 +43,7 @@ class ShareConsumer(SyncWrapper):
         batch: most offsets acquired at once (one range).
         max_held: most ranges acquired ahead of the application (the application's measured
             rate bounds what it acquires too: only what it can be handed before the lease
-            runs out).
+            runs out, and what it takes in a few claim cycles).
         ack_interval: how long outcomes wait to be batched into settle records.
         on_lost: called (on the consumer's event loop, from its reader task) with the
             outcomes the share log ignored because the lease had moved to another member
@@ -74,7 +74,7 @@ class ShareConsumer(SyncWrapper):
         dead_letter_stream: str | None = None,
         dead_letter_options: Mapping[str, Any] | None = None,
         batch: int = 500,
-        max_held: int = 4,
+        max_held: int = 16,
         ack_interval: float = 0.02,
         on_lost: LostCallback | None = None,
         acks: AckMode = "explicit",
