@@ -200,6 +200,7 @@ class RoleDriver:
             self._scrubbed
             or self.controller is None
             or self.replication_factor <= 1
+            or log_.recovery.fresh  # a new partition: nothing to check
             or (log_.recovery.clean_shutdown and not self.replication.scrub_on_clean_start)
         ):
             return
