@@ -1,0 +1,77 @@
+"""Issue 34: a server logs one "assignments applied" line per burst of role changes, not one
+line per partition (a failover of 1,000 leaderships logged 1,000 lines on each survivor).
+
+Three servers, one RF 3 stream of ``PARTITIONS``. After the create every server's log
+holds no per-partition "assignment applied" INFO line, and its summary lines count every
+replica it holds; the ``led=`` lists name each partition's leadership once (one server per
+partition and epoch). After a kill -9 of one server, the survivors' summary lines name the
+leaderships they took over, in the epochs the metadata shows.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cluster.checkers import leaderships
+from cluster.harness import Cluster, needs_cluster
+from cluster.views import partition_info, wait_leader
+from cluster.workload import client
+from jetserver.testing.waiting import wait_until_async
+
+pytestmark = [pytest.mark.anyio, needs_cluster]
+
+PARTITIONS = 24
+BOUND_S = 45.0
+"""Bound on every wait."""
+_SUMMARY = re.compile(r" INFO +jetserver\.broker\.role_summary assignments applied count=(\d+)")
+_PER_PARTITION = re.compile(r" INFO +\S+ assignment applied stream=")
+
+
+def _applied(text: str) -> int:
+    return sum(int(m[1]) for m in _SUMMARY.finditer(text))
+
+
+async def test_role_changes_are_logged_once_per_burst() -> None:
+    with Cluster(size=3) as cluster:
+        async with client(cluster.addresses) as jet:
+            await jet.create_stream("orders", partitions=PARTITIONS, replication_factor=3)
+            infos = {}
+            for p in range(PARTITIONS):
+                infos[p] = await wait_leader(cluster, "orders", p, BOUND_S)
+            await wait_until_async(
+                lambda: all(_applied(t) >= PARTITIONS for t in cluster.all_logs().values()),
+                BOUND_S,
+                "every server's summary lines count its replicas",
+            )
+            logs = cluster.all_logs()
+            for sid, text in logs.items():
+                assert not _PER_PARTITION.search(text), sid
+                lines = len(_SUMMARY.findall(text))
+                assert 1 <= lines <= PARTITIONS // 4, (sid, lines)  # bursts, not partitions
+            led = leaderships(logs)
+            for p, info in infos.items():
+                assert led.get(("orders", p, info.leader_epoch)) == {info.leader}, (p, led)
+
+            counts = [i.leader for i in infos.values()]
+            victim = max(set(counts), key=counts.count)
+            moved = [p for p, i in infos.items() if i.leader == victim]
+            cluster.kill(victim)
+            after = {}
+            for p in moved:
+                after[p] = await wait_leader(cluster, "orders", p, BOUND_S, not_on=victim)
+
+            def named() -> bool:
+                led = leaderships({s: t for s, t in cluster.all_logs().items() if s != victim})
+                return all(
+                    led.get(("orders", p, i.leader_epoch)) == {i.leader} for p, i in after.items()
+                )
+
+            await wait_until_async(
+                named, BOUND_S, "the survivors' summary lines name the moved leaderships"
+            )
+            for p in moved:  # the metadata still shows them (no later election)
+                info = await partition_info(cluster, "orders", p)
+                assert info is not None
+                assert info.leader_epoch == after[p].leader_epoch
