@@ -51,6 +51,7 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import Api
 from jetsdk.codec.replica_fetch import ReplicaFetchPartition
 from jetsdk.errors import (
+    JetConnectionError,
     JetError,
     NotLeader,
     PartitionNotFound,
@@ -77,6 +78,10 @@ FETCH_TIMEOUTS_REPORTED = 2
 while the fetch session got answers to other requests meanwhile, that report the leader
 silent even while its server answers liveness probes."""
 
+
+EXPECTED_FAILURES_BEFORE_INFO = 5
+"""Failures in a row of an expected kind (the session's connection lost, NOT_LEADER) before
+a follower logs its interruption at INFO (see ``FollowerFetcher._pause_after``)."""
 
 DOWN_RECHECK_S = 0.25
 """While its leader is silent but the leader's server not (yet) down in this server's
@@ -294,11 +299,19 @@ class FollowerFetcher:
                 await self._pause_after(exc)
 
     async def _pause_after(self, exc: Exception, *, quiet: bool = False) -> None:
-        """Log an interruption (the first of a series at INFO unless ``quiet``: a timeout,
-        which the fetch session logs once for all its partitions) and back off; the pause
-        doubles per failure until a fetch is answered again."""
+        """Log an interruption (one of a series at INFO unless ``quiet``: a timeout, which
+        the fetch session logs once for all its partitions) and back off; the pause
+        doubles per failure until a fetch is answered again.
+
+        The series' first failure is the INFO line, except for the expected ones of a
+        failover or a create (:data:`EXPECTED_FAILURES_BEFORE_INFO`): the shared session's
+        connection lost (the session logs that once for all its partitions) and NOT_LEADER
+        (the new leader has not taken its role yet): their line comes only if the series
+        lasts. A failover of 1,000 leaderships logged 1,000 of them on each survivor."""
         self._failures += 1
-        level = logging.DEBUG if self._failures > 1 or quiet else logging.INFO
+        expected = isinstance(exc, (NotLeader, JetConnectionError))
+        first = EXPECTED_FAILURES_BEFORE_INFO if expected else 1
+        level = logging.INFO if self._failures == first and not quiet else logging.DEBUG
         log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
         await anyio.sleep(self.config.backoff_s(self._failures))
 
