@@ -124,8 +124,6 @@ class PartitionReplica:
     """The server's fetch sessions, shared by followers (None: each runs its own)."""
     fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)
     """Where this partition's fsyncs run (one per server, shared by its partitions)."""
-    fs_sync: Callable[[], Awaitable[None]] | None = None
-    """:attr:`RoleDriver.fs_sync` (one per server, shared by its partitions)."""
     on_leadership_end: Callable[[str, int], None] | None = None
     """Called with (stream, partition) when this replica stops leading, after its pending
     ALL acks were failed with NOT_LEADER (the Produce service then answers at once the
@@ -226,7 +224,6 @@ class PartitionReplica:
             replication=self.replication,
             fetch_sessions=self.fetch_sessions,
             fsyncs=self.fsyncs,
-            fs_sync=self.fs_sync,
         )
 
     # ---------------------------------------------------------------- lifecycle

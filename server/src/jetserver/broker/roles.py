@@ -29,7 +29,7 @@ waits for) before it acts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -148,11 +148,6 @@ class RoleDriver:
     """The server's fetch sessions, shared by followers (None: each runs its own)."""
     fsyncs: FsyncRunner
     """Where a follower's fsyncs run."""
-    fs_sync: Callable[[], Awaitable[None]] | None = None
-    """Returns once a sync of the data's file system that began after the call completed,
-    shared by the server's replicas (``MarkerSync.after``): a new leader writes its epoch
-    checkpoint without fsyncs and waits for it, so hundreds of replicas taking the lead at
-    once share one sync. None: the checkpoint is fsynced on its own."""
     _fetcher: FollowerFetcher | None = None
     _sub: SubscriptionHandle | None = None
     _role_scope: anyio.CancelScope | None = None
@@ -377,30 +372,26 @@ class RoleDriver:
         """Lead ``a.leader_epoch``; False if a stop began meanwhile (in the thread calls)."""
         await self._end_role(ROLE_NONE)
         log_ = self.log
-        sync = self.fs_sync
         rebuilt = ProducerTable()
         table: ProducerTable | None = rebuilt
 
-        def prepare() -> tuple[bool, Exception | None]:
-            """In one worker-thread call: the epoch's start in the epoch cache (without
-            fsyncs when ``sync`` follows), and the producer table from the log's tail (an
-            empty log has none to read)."""
-            changed = log_.epochs.assign(a.leader_epoch, log_.log_end_offset, sync=sync is None)
+        def prepare() -> Exception | None:
+            """In one worker-thread call: the epoch's start in the epoch cache (durable),
+            and the producer table from the log's tail (an empty log has none to read)."""
+            log_.epochs.assign(a.leader_epoch, log_.log_end_offset)
             if log_.log_end_offset > log_.log_start_offset:
                 try:
                     rebuilt.rebuild(tail_records(log_, REBUILD_RECORDS))
                 except (StorageError, CodecError) as exc:
-                    return changed, exc
-            return changed, None
+                    return exc
+            return None
 
-        changed, error = await anyio.to_thread.run_sync(prepare)
+        error = await anyio.to_thread.run_sync(prepare)
         if error is not None:
             log.warning(
                 "cannot rebuild idempotent producer state", extra=self._fields(error=str(error))
             )
             table = None
-        if changed and sync is not None:
-            await sync()  # the epoch's start is durable before this replica leads
         self.sequencer.leader_epoch = a.leader_epoch
         out = self.core.lead(
             a,

@@ -5,7 +5,7 @@ Task safety: the server's event loop.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 import anyio
@@ -81,7 +81,6 @@ def new_replica(
     fsyncs: FsyncRunner,
     on_leadership_end: Callable[[str, int], None],
     disk: DiskSpace | None = None,
-    fs_sync: Callable[[], Awaitable[None]] | None = None,
 ) -> PartitionReplica:
     """The replica of one partition over its opened log (not started yet); its appends
     are refused below ``disk``'s floor, except an internal stream's: group heartbeats,
@@ -112,5 +111,4 @@ def new_replica(
         fetch_sessions=fetch_sessions,
         fsyncs=fsyncs,
         on_leadership_end=on_leadership_end,
-        fs_sync=fs_sync,
     )

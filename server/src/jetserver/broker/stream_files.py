@@ -198,9 +198,8 @@ def tail_records(log_: Log, count: int) -> Iterator[Record]:
 
 @attrs.define(eq=False)
 class MarkerSync:
-    """Makes files written without fsyncs durable: the clean-shutdown markers at a server's
-    stop (:class:`LogCloser`), the epoch checkpoints of replicas taking the lead
-    (``RoleDriver.fs_sync``). :meth:`after` returns once a sync of the data directory's file
+    """Makes the clean-shutdown markers written without fsyncs at a server's stop durable
+    (:class:`LogCloser`): :meth:`after` returns once a sync of the data directory's file
     system that started after the call has completed. Syncs run one at a time, so one
     covers every caller that asked while the previous ran (group commit)."""
 

@@ -353,7 +353,6 @@ class StreamManager:
             fsyncs=self.fsyncs,
             on_leadership_end=self._leadership_ended,
             disk=self.disk,
-            fs_sync=self._markers.after if self.clustered else None,
         )
         await self._tg.start(replica.run)
         self.offline.opened(meta.name, p)

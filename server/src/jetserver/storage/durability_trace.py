@@ -8,9 +8,7 @@ trace file whenever the storage engine
 * creates a file or truncates it on open (``create``: nothing of the new content is durable),
 * fsyncs / fdatasyncs a file (``sync``: its size measured *before* the fsync, so a
   concurrent append is never counted as durable),
-* fsyncs a directory (``dir``: the name -> inode map listed *before* the fsync),
-* syncs the file system (``syncfs``): every file and directory under the synced path, as
-  ``sync`` and ``dir`` events listed before the sync.
+* fsyncs a directory (``dir``: the name -> inode map listed *before* the fsync).
 
 Files are identified by ``(st_dev, st_ino)``, so renames are followed. After the process
 has been killed, :func:`simulate_power_loss` truncates every file of a traced directory to
@@ -90,23 +88,6 @@ class DurabilityTrace:
     def dir_synced(self, directory: Path, entries: dict[str, int]) -> None:
         """An fsync of ``directory`` returned; ``entries`` (name -> inode) were listed before."""
         self._write({"ev": "dir", "path": os.path.realpath(directory), "entries": entries})
-
-    def tree_synced(self, root: Path) -> None:
-        """A sync of the file system holding ``root`` is about to run (``syncfs``): every
-        file and directory under ``root`` as it is now counts as fsynced (the events are
-        written before the sync, so a kill during it leaves them; the harness kills only
-        between a server's own events, and this errs on the side of the sync)."""
-        for directory, _dirs, names in os.walk(root):
-            for name in names:
-                try:
-                    fd = os.open(os.path.join(directory, name), os.O_RDONLY)
-                except OSError:
-                    continue  # gone meanwhile
-                try:
-                    self.synced(fd, os.fstat(fd).st_size)
-                finally:
-                    os.close(fd)
-            self.dir_synced(Path(directory), list_entries(Path(directory)))
 
     def close(self) -> None:
         """Close the trace file."""

@@ -63,15 +63,11 @@ class LeaderEpochCache:
         with self._lock:
             return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int, *, sync: bool = True) -> bool:
+    def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; True if the cache changed.
 
         The same epoch again is a no-op. Entries with a start offset >= ``start_offset``
-        (left over from a log that was not truncated) are dropped first. Without ``sync``
-        the checkpoint is replaced without fsyncs: the caller syncs the file system before
-        it relies on the entry (a server taking the leadership of many partitions at once
-        syncs once for all; until then a crash leaves the old checkpoint, the new one, or a
-        damaged one that recovery rebuilds from the records).
+        (left over from a log that was not truncated) are dropped first.
 
         Raises:
             InvalidArgumentError: ``epoch`` is below the latest epoch or out of u32 range,
@@ -91,7 +87,7 @@ class LeaderEpochCache:
             while self._entries and self._entries[-1].start_offset >= start_offset:
                 self._entries.pop()
             self._entries.append(EpochEntry(epoch, start_offset))
-            self._persist(sync=sync)
+            self._persist()
             return True
 
     def epoch_and_end_offset_for(self, epoch: int) -> tuple[int, int]:
@@ -162,11 +158,10 @@ class LeaderEpochCache:
             self._entries = []
             self._persist()
 
-    def _persist(self, *, sync: bool = True) -> None:
+    def _persist(self) -> None:
         if self._directory is not None:
             write_checkpoint(
                 self._directory,
                 LEADER_EPOCH_FILE,
                 [(e.epoch, e.start_offset) for e in self._entries],
-                sync=sync,
             )

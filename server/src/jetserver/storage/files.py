@@ -48,9 +48,6 @@ def sync_file_system(path: Path) -> None:
     """Make every write and directory change on the file system holding ``path`` durable:
     Linux ``syncfs`` (one call for many files' changes, e.g. the clean-shutdown markers
     every partition writes at a server's stop); ``sync`` where it is missing or fails."""
-    trace = durability_trace.TRACE
-    if trace is not None:
-        trace.tree_synced(path)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         syncfs = _syncfs()
