@@ -80,7 +80,8 @@ async def test_role_changes_are_logged_once_per_burst() -> None:
             # (NOT_LEADER): neither is a line per partition unless it lasts.
             since = {s: t[at_kill[s] :] for s, t in cluster.all_logs().items() if s in at_kill}
             interrupted = sum(len(_INTERRUPTED.findall(t)) for t in since.values())
-            assert interrupted < len(moved), since
+            lines = [ln for t in since.values() for ln in t.splitlines() if "interrupted" in ln]
+            assert interrupted < len(moved), lines
             for p in moved:  # the metadata still shows them (no later election)
                 info = await partition_info(cluster, "orders", p)
                 assert info is not None

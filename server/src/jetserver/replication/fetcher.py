@@ -79,9 +79,10 @@ while the fetch session got answers to other requests meanwhile, that report the
 silent even while its server answers liveness probes."""
 
 
-EXPECTED_FAILURES_BEFORE_INFO = 5
-"""Failures in a row of an expected kind (the session's connection lost, NOT_LEADER) before
-a follower logs its interruption at INFO (see ``FollowerFetcher._pause_after``)."""
+EXPECTED_INTERRUPTION_QUIET_S = 10.0
+"""How long a series of expected failures (the session's connection lost, NOT_LEADER) lasts
+before a follower logs it at INFO (see ``FollowerFetcher._pause_after``): longer than a
+failover takes."""
 
 DOWN_RECHECK_S = 0.25
 """While its leader is silent but the leader's server not (yet) down in this server's
@@ -173,6 +174,10 @@ class FollowerFetcher:
     """Truncations made by reconciliation."""
     _silence: SilenceDetector | None = None
     _failures: int = 0
+    _series_start: float = 0.0
+    """When the current series of failures began (``anyio.current_time()``)."""
+    _series_logged: bool = False
+    """The current series was logged at INFO."""
     _timeouts: int = 0
     _leader_hw: int = -1
 
@@ -304,14 +309,20 @@ class FollowerFetcher:
         doubles per failure until a fetch is answered again.
 
         The series' first failure is the INFO line, except for the expected ones of a
-        failover or a create (:data:`EXPECTED_FAILURES_BEFORE_INFO`): the shared session's
-        connection lost (the session logs that once for all its partitions) and NOT_LEADER
-        (the new leader has not taken its role yet): their line comes only if the series
-        lasts. A failover of 1,000 leaderships logged 1,000 of them on each survivor."""
+        failover or a create: the shared session's connection lost (the session logs that
+        once for all its partitions) and NOT_LEADER (the new leader has not taken its role
+        yet): their line comes only if the series lasts
+        :data:`EXPECTED_INTERRUPTION_QUIET_S`. A failover of 1,000 leaderships logged 1,000
+        of them on each survivor."""
         self._failures += 1
+        now = anyio.current_time()
+        if self._failures == 1:
+            self._series_start, self._series_logged = now, False
         expected = isinstance(exc, (NotLeader, JetConnectionError))
-        first = EXPECTED_FAILURES_BEFORE_INFO if expected else 1
-        level = logging.INFO if self._failures == first and not quiet else logging.DEBUG
+        due = not expected or now - self._series_start >= EXPECTED_INTERRUPTION_QUIET_S
+        level = logging.DEBUG
+        if due and not quiet and not self._series_logged:
+            level, self._series_logged = logging.INFO, True
         log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
         await anyio.sleep(self.config.backoff_s(self._failures))
 
