@@ -505,7 +505,7 @@ class RoleDriver:
             proposal, base = wanted
             accepted = False
             if self.controller is not None:
-                log.info(
+                log.debug(  # the controller logs the batch's changes (one line for many)
                     "proposing an ISR change",
                     extra=self._fields(isr=",".join(state.isr), proposed=",".join(proposal)),
                 )
