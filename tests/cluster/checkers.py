@@ -241,6 +241,9 @@ _LEADS = re.compile(
     r"assignment applied stream=(?P<stream>\S+) partition=(?P<partition>\d+) role=leader "
     r".*?leader_epoch=(?P<epoch>\d+)"
 )
+"""A replica's own line (DEBUG)."""
+_LED = re.compile(r"assignments applied .*? led=(?P<led>\S+)")
+"""The summary line of a burst (INFO): ``led=stream/partition@epoch,...``."""
 
 
 def leaderships(logs: Mapping[str, str]) -> dict[tuple[str, int, int], set[str]]:
@@ -251,6 +254,11 @@ def leaderships(logs: Mapping[str, str]) -> dict[tuple[str, int, int], set[str]]
         for m in _LEADS.finditer(text):
             key = (m["stream"], int(m["partition"]), int(m["epoch"]))
             out.setdefault(key, set()).add(server)
+        for m in _LED.finditer(text):
+            for one in m["led"].split(","):
+                where, _, epoch = one.rpartition("@")
+                stream, _, partition = where.rpartition("/")
+                out.setdefault((stream, int(partition), int(epoch)), set()).add(server)
     return out
 
 

@@ -60,7 +60,10 @@ async def test_a_graceful_stop_hands_no_leadership_to_a_server_killed_just_befor
     tmp_path: Path,
 ) -> None:
     settings = {"replication": {"replica_lag_max_s": 4.0}}
-    with Cluster(root=tmp_path / "cluster", size=SIZE, settings=settings) as cluster:
+    # DEBUG: each replica's "assignment applied" line (INFO has one line per burst).
+    with Cluster(
+        root=tmp_path / "cluster", size=SIZE, settings=settings, log_level="DEBUG"
+    ) as cluster:
         async with client(cluster.addresses) as jet:
             await jet.create_stream("orders", partitions=PARTITIONS, replication_factor=3)
             infos = {}

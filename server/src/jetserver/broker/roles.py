@@ -200,6 +200,7 @@ class RoleDriver:
             self._scrubbed
             or self.controller is None
             or self.replication_factor <= 1
+            or log_.recovery.fresh  # a new partition: nothing to check
             or (log_.recovery.clean_shutdown and not self.replication.scrub_on_clean_start)
         ):
             return
@@ -275,17 +276,18 @@ class RoleDriver:
                 return False
         else:
             await self._end_role(ROLE_NONE)
-        log.info(
-            "assignment applied",
-            extra=self._fields(
-                role=core.role,
-                leader=assignment.leader,
-                leader_epoch=assignment.leader_epoch,
-                isr=",".join(assignment.isr),
-                leo=self.log.log_end_offset,
-                hw=self.log.high_watermark,
-            ),
-        )
+        if log.isEnabledFor(logging.DEBUG):  # one INFO line per burst: RoleSummary
+            log.debug(
+                "assignment applied",
+                extra=self._fields(
+                    role=core.role,
+                    leader=assignment.leader,
+                    leader_epoch=assignment.leader_epoch,
+                    isr=",".join(assignment.isr),
+                    leo=self.log.log_end_offset,
+                    hw=self.log.high_watermark,
+                ),
+            )
         return True
 
     async def _wait_for_run(self) -> bool:
@@ -370,16 +372,24 @@ class RoleDriver:
         """Lead ``a.leader_epoch``; False if a stop began meanwhile (in the thread calls)."""
         await self._end_role(ROLE_NONE)
         log_ = self.log
-        await anyio.to_thread.run_sync(log_.epochs.assign, a.leader_epoch, log_.log_end_offset)
         rebuilt = ProducerTable()
         table: ProducerTable | None = rebuilt
-        try:
-            await anyio.to_thread.run_sync(
-                lambda: rebuilt.rebuild(tail_records(log_, REBUILD_RECORDS))
-            )
-        except (StorageError, CodecError) as exc:
+
+        def prepare() -> Exception | None:
+            """In one worker-thread call: the epoch's start in the epoch cache (durable),
+            and the producer table from the log's tail (an empty log has none to read)."""
+            log_.epochs.assign(a.leader_epoch, log_.log_end_offset)
+            if log_.log_end_offset > log_.log_start_offset:
+                try:
+                    rebuilt.rebuild(tail_records(log_, REBUILD_RECORDS))
+                except (StorageError, CodecError) as exc:
+                    return exc
+            return None
+
+        error = await anyio.to_thread.run_sync(prepare)
+        if error is not None:
             log.warning(
-                "cannot rebuild idempotent producer state", extra=self._fields(error=str(exc))
+                "cannot rebuild idempotent producer state", extra=self._fields(error=str(error))
             )
             table = None
         self.sequencer.leader_epoch = a.leader_epoch
@@ -495,7 +505,7 @@ class RoleDriver:
             proposal, base = wanted
             accepted = False
             if self.controller is not None:
-                log.info(
+                log.debug(  # the controller logs the batch's changes (one line for many)
                     "proposing an ISR change",
                     extra=self._fields(isr=",".join(state.isr), proposed=",".join(proposal)),
                 )

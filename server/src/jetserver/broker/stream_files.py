@@ -84,7 +84,7 @@ def open_partition_log(
                 notes="; ".join(report.notes) or None,
             ),
         )
-    elif not report.clean_shutdown:
+    elif not (report.clean_shutdown or report.fresh):  # a new partition is not worth a line
         log.info(
             "log recovered after an unclean shutdown; nothing to repair",
             extra=fields(stream=name, partition=partition),

@@ -42,6 +42,7 @@ from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.producers import ProducerTable
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
+from jetserver.broker.role_summary import RoleSummary
 from jetserver.broker.running import (
     MetadataView,
     RunningPartition,
@@ -75,6 +76,7 @@ from jetserver.metadata.reserved import checked_spec, is_internal
 from jetserver.metadata.store import MetadataStore
 from jetserver.nats_link import NatsLink, NatsUnavailable
 from jetserver.replication.control import ControlPlane
+from jetserver.replication.core import ROLE_LEADER
 from jetserver.replication.session import FetchSessions
 from jetserver.resources import FILES_PER_PARTITION, check_room, describe_open_error
 from jetserver.security.peer import peer_security_of
@@ -129,6 +131,8 @@ class StreamManager:
     _markers: MarkerSync = attrs.field(
         init=False, default=attrs.Factory(lambda self: MarkerSync(self.data_dir), takes_self=True)
     )
+    role_summary: RoleSummary = attrs.field(factory=RoleSummary)
+    """One INFO line per burst of role changes (cluster mode)."""
 
     def __attrs_post_init__(self) -> None:
         self.lookup = ReplicaLookup(self.store, self._running, self.offline, self.config)
@@ -207,6 +211,8 @@ class StreamManager:
             self.fetch_sessions = FetchSessions(
                 self.config.replication, tg, peer_security_of(self.controller)
             )
+        if self.clustered:
+            tg.start_soon(self.role_summary.run)
         root = self.data_dir / STREAMS_DIR
         root.mkdir(parents=True, exist_ok=True)
         for leftover in root.glob(f"*{DELETED_SUFFIX}"):
@@ -421,6 +427,7 @@ class StreamManager:
                     if running.wanted == running.applied:
                         await running.wake.wait()
                     continue
+                started = anyio.current_time()
                 try:
                     await self._apply(running, target)
                 except Exception:
@@ -434,6 +441,11 @@ class StreamManager:
                     continue
                 running.applied = target
                 running.ready.set()
+                replica, assignment = running.replica, target[0]
+                led = None
+                if replica.role == ROLE_LEADER:
+                    led = (replica.stream, replica.partition, assignment.leader_epoch)
+                self.role_summary.applied(replica.role, started, anyio.current_time(), led)
 
     async def _apply(self, running: RunningPartition, target: Wanted) -> None:
         assignment, replica_addresses = target

@@ -253,14 +253,18 @@ class Controller:
             results = (result,) if len(batch) == 1 else result.results
             if len(results) != len(batch):  # not expected: count none as applied
                 return
-            if len(batch) > 1:
-                log.info("ISR changes proposed in one entry", extra=fields(count=len(batch)))
+            applied_here = 0
             for q, r in zip(batch, results, strict=True):
                 q.ok = r.ok
                 c = q.op
                 if r.ok:
                     self.isr_changes += 1
-                    log.info(
+                    applied_here += 1
+                if len(batch) > 1 and not log.isEnabledFor(logging.DEBUG):
+                    continue  # one INFO line for the batch, below
+                if r.ok:
+                    log.log(
+                        logging.INFO if len(batch) == 1 else logging.DEBUG,
                         "ISR changed",
                         extra=fields(
                             stream=c.stream,
@@ -270,10 +274,18 @@ class Controller:
                         ),
                     )
                 else:
-                    log.info(
+                    log.log(
+                        logging.INFO if len(batch) == 1 else logging.DEBUG,
                         "ISR change refused",
                         extra=fields(stream=c.stream, partition=c.partition, reason=r.message),
                     )
+            if len(batch) > 1:  # a failover's hundreds: one line, each change at DEBUG
+                log.info(
+                    "ISR changes proposed in one entry",
+                    extra=fields(
+                        count=len(batch), applied=applied_here, refused=len(batch) - applied_here
+                    ),
+                )
         finally:
             for q in batch:
                 q.done.set()

@@ -69,7 +69,11 @@ PARTITIONS_READY_TIMEOUT_S = 5.0
 LOCAL_SETTLE_TIMEOUT_S = 5.0
 """Bound on waiting for this server's state to show a forwarded operation's outcome."""
 READY_POLL_S = 0.02
-"""Pause between two readiness checks of a remote partition leader."""
+"""First pause between two readiness checks of a remote partition leader (doubling)."""
+READY_POLL_MAX_S = 0.2
+"""Longest pause between two readiness checks: a 100-partition stream's creation polled
+each of its remote leaders every 20 ms, a third of the metadata leader's event loop while
+the other servers opened their replicas."""
 _ANY_RF = 1 << 30
 """Replication factor bound given to request validation (placement checks the real one)."""
 
@@ -401,7 +405,8 @@ class MetadataRequests:
             await self.streams.wait_partition_ready(name, partition)
             return
         request = {"stream": name, "partition": partition, "position": "latest"}
-        while True:
+        pause = READY_POLL_S
+        while True:  # bounded by _wait_partitions_ready's deadline
             address = self.raft.state.client_addresses().get(leader)
             if address is not None:
                 try:
@@ -409,7 +414,8 @@ class MetadataRequests:
                     return
                 except JetError:
                     pass
-            await anyio.sleep(READY_POLL_S)
+            await anyio.sleep(pause)
+            pause = min(pause * 2, READY_POLL_MAX_S)
 
 
 def _code(code: int) -> ErrorCode:

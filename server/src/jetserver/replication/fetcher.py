@@ -51,6 +51,7 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import Api
 from jetsdk.codec.replica_fetch import ReplicaFetchPartition
 from jetsdk.errors import (
+    JetConnectionError,
     JetError,
     NotLeader,
     PartitionNotFound,
@@ -77,6 +78,11 @@ FETCH_TIMEOUTS_REPORTED = 2
 while the fetch session got answers to other requests meanwhile, that report the leader
 silent even while its server answers liveness probes."""
 
+
+EXPECTED_INTERRUPTION_QUIET_S = 10.0
+"""How long a series of expected failures (the session's connection lost, NOT_LEADER) lasts
+before a follower logs it at INFO (see ``FollowerFetcher._pause_after``): longer than a
+failover takes."""
 
 DOWN_RECHECK_S = 0.25
 """While its leader is silent but the leader's server not (yet) down in this server's
@@ -168,6 +174,10 @@ class FollowerFetcher:
     """Truncations made by reconciliation."""
     _silence: SilenceDetector | None = None
     _failures: int = 0
+    _series_start: float = 0.0
+    """When the current series of failures began (``anyio.current_time()``)."""
+    _series_logged: bool = False
+    """The current series was logged at INFO."""
     _timeouts: int = 0
     _leader_hw: int = -1
 
@@ -294,11 +304,25 @@ class FollowerFetcher:
                 await self._pause_after(exc)
 
     async def _pause_after(self, exc: Exception, *, quiet: bool = False) -> None:
-        """Log an interruption (the first of a series at INFO unless ``quiet``: a timeout,
-        which the fetch session logs once for all its partitions) and back off; the pause
-        doubles per failure until a fetch is answered again."""
+        """Log an interruption (one of a series at INFO unless ``quiet``: a timeout, which
+        the fetch session logs once for all its partitions) and back off; the pause
+        doubles per failure until a fetch is answered again.
+
+        The series' first failure is the INFO line, except for the expected ones of a
+        failover or a create: the shared session's connection lost (the session logs that
+        once for all its partitions) and NOT_LEADER (the new leader has not taken its role
+        yet): their line comes only if the series lasts
+        :data:`EXPECTED_INTERRUPTION_QUIET_S`. A failover of 1,000 leaderships logged 1,000
+        of them on each survivor."""
         self._failures += 1
-        level = logging.DEBUG if self._failures > 1 or quiet else logging.INFO
+        now = anyio.current_time()
+        if self._failures == 1:
+            self._series_start, self._series_logged = now, False
+        expected = isinstance(exc, (NotLeader, JetConnectionError))
+        due = not expected or now - self._series_start >= EXPECTED_INTERRUPTION_QUIET_S
+        level = logging.DEBUG
+        if due and not quiet and not self._series_logged:
+            level, self._series_logged = logging.INFO, True
         log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
         await anyio.sleep(self.config.backoff_s(self._failures))
 

@@ -98,14 +98,16 @@ class LogState:
             self.leo = leo
             self.log_start = found.log_start_offset
             self.hw = hw if synced is None else min(max(self.hw, hw), leo)
-        self.hw_on_disk = found.report.hw_checkpoint
+        # A fresh log's missing HW checkpoint reads as its start, which the HW is: the first
+        # checkpoint of a new partition is written once its HW moves.
+        self.hw_on_disk = found.report.hw_checkpoint if not found.report.fresh else hw
         self.marker_on_disk = found.report.clean_marker_kept
         self.last_ts = max(seg.state.max_timestamp for seg in segments)
         self.epochs = LeaderEpochCache(self.dir, lambda: self.leo, found.epochs)
         try:
             self.epochs.truncate_from_end(leo)
             self.epochs.truncate_from_start(self.log_start)
-            if not found.report.clean_shutdown:
+            if not (found.report.clean_shutdown or found.report.fresh):
                 # After a clean close the marker names the active segment at its current
                 # size, which that close fsynced: nothing to sync (spec/storage.md §9.7).
                 active.fsync()

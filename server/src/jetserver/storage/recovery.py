@@ -106,6 +106,9 @@ class RecoveryReport:
     """``[start, end)`` offset ranges that reads refuse with CorruptRangeError."""
     notes: tuple[str, ...] = ()
     """Human-readable lines, one per problem found."""
+    fresh: bool = False
+    """The directory was empty (a new partition): nothing was there to recover or check,
+    and the new empty segment needed no fsync of its own (spec/storage.md §9)."""
 
     @property
     def ok(self) -> bool:
@@ -168,6 +171,7 @@ def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = Fal
     except OSError as exc:
         raise StorageError(f"cannot list {directory}: {exc}") from exc
     found = _Findings(listed=frozenset(names))
+    fresh = not names  # a new partition: nothing to recover (spec/storage.md §9)
 
     logs: set[int] = set()
     index_files: dict[int, list[str]] = {}
@@ -230,7 +234,7 @@ def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = Fal
     if log_start > leo:
         found.notes.append(f"log start offset {log_start} is past the log end {leo}; using {leo}")
         log_start = leo
-    if log_start_ckpt != log_start:
+    if log_start_ckpt != log_start and not fresh:  # fresh: missing reads as 0, the start
         write_checkpoint(directory, LOG_START_OFFSET_FILE, [(log_start,)])
 
     hw_ckpt = _read_value(directory, HIGH_WATERMARK_FILE, found)
@@ -264,6 +268,7 @@ def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = Fal
         deleted_files=tuple(found.deleted),
         unreadable_ranges=tuple(found.unreadable),
         notes=tuple(found.notes),
+        fresh=fresh,
     )
     return Recovered(segments, log_start, hw, epochs, need_write, report)
 

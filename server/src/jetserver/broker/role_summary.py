@@ -1,0 +1,110 @@
+"""One INFO line for many role changes (a server's replicas taking their assignments).
+
+A failover hands hundreds of this server's replicas a new role at once, and a stream's
+creation hands each of its partitions one: a line per partition was most of the log and a
+measurable part of the event loop's work. Each replica logs its assignment at DEBUG;
+:class:`RoleSummary` counts them and logs one line per burst ("assignments applied": how
+many replicas lead, follow or neither, the seconds from the first to the last, and ``led``:
+every leadership taken, as ``stream/partition@leader_epoch`` joined by commas, which the
+fault tests check for two leaders in one epoch), once no assignment was applied for
+``quiet_s`` or at the latest ``max_s`` after the burst began.
+
+Task safety: event loop only; :meth:`RoleSummary.run` is the one task that logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import anyio
+import attrs
+
+from jetserver.lazy_event import LazyEvent
+from jetserver.logs import fields
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ROLE_SUMMARY_MAX_S", "ROLE_SUMMARY_QUIET_S", "RoleSummary"]
+
+ROLE_SUMMARY_QUIET_S = 0.5
+"""A burst of role changes ends when none came for this long."""
+ROLE_SUMMARY_MAX_S = 5.0
+"""A burst is logged at the latest this long after it began (then counting starts again)."""
+
+
+@attrs.define(eq=False)
+class RoleSummary:
+    """Counts applied roles and logs them once per burst (module docstring)."""
+
+    quiet_s: float = ROLE_SUMMARY_QUIET_S
+    max_s: float = ROLE_SUMMARY_MAX_S
+    lines: int = 0
+    """Summary lines logged."""
+    _roles: Counter[str] = attrs.field(factory=Counter)
+    _led: list[str] = attrs.field(factory=list)
+    _first_start: float | None = None
+    _last_end: float = 0.0
+    _slowest: float = 0.0
+    _wake: LazyEvent = attrs.field(factory=LazyEvent)
+
+    def applied(
+        self, role: str, started: float, ended: float, led: tuple[str, int, int] | None = None
+    ) -> None:
+        """A replica took ``role`` in an application that ran from ``started`` to
+        ``ended`` (``anyio.current_time()``); ``led``: (stream, partition, leader epoch) of
+        the leadership it took, if it leads."""
+        self._roles[role] += 1
+        if led is not None:
+            self._led.append(f"{led[0]}/{led[1]}@{led[2]}")
+        if self._first_start is None or started < self._first_start:
+            self._first_start = started
+        self._last_end = max(self._last_end, ended)
+        self._slowest = max(self._slowest, ended - started)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Log each burst (until cancelled; then what was counted)."""
+        try:
+            await self._run()
+        finally:
+            self.flush()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = LazyEvent()
+            began = anyio.current_time()
+            while True:  # bounded: max_s after the burst began
+                left = began + self.max_s - anyio.current_time()
+                if left <= 0:
+                    break
+                with anyio.move_on_after(min(self.quiet_s, left)) as quiet:
+                    await self._wake.wait()
+                self._wake = LazyEvent()
+                if quiet.cancelled_caught:
+                    break
+            self.flush()
+
+    def flush(self) -> None:
+        """Log what was counted since the last line (nothing if nothing was)."""
+        roles, self._roles = self._roles, Counter()
+        led, self._led = self._led, []
+        if not roles:
+            return
+        first = self._first_start if self._first_start is not None else self._last_end
+        seconds = self._last_end - first
+        slowest, self._slowest = self._slowest, 0.0
+        self._first_start = None
+        self.lines += 1
+        counts: dict[str, object] = {
+            "count": sum(roles.values()),
+            "leader": roles.get("leader", 0),
+            "follower": roles.get("follower", 0),
+            "none": roles.get("none", 0),
+            "seconds": round(seconds, 3),
+            "slowest_s": round(slowest, 3),
+        }
+        if led:
+            counts["led"] = ",".join(led)
+        log.info("assignments applied", extra=fields(**counts))
