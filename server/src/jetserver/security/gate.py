@@ -285,7 +285,7 @@ class Security:
         elif api == Api.FETCH:
             req = decode_fetch_request(frame.body)
             if req.replica_id >= 0:
-                raise Denied("replica fetches are for servers")
+                raise Denied("Fetch with replica_id >= 0: followers replicate with ReplicaFetch")
             _need(
                 acl.allows(grants, acl.FETCH, req.stream) or _group_reader(req.stream, grants),
                 f"fetch on stream {req.stream!r}",
