@@ -23,7 +23,7 @@ from jetsdk.errors import (
     StreamNotFound,
     Timeout,
 )
-from jetsdk.testing import FramePeer, memory_stream_pair
+from jetsdk.memory import FramePeer, memory_stream_pair
 from jetsdk.transport import ByteStream, SocketByteStream, receive_into
 
 pytestmark = pytest.mark.anyio

@@ -2,7 +2,7 @@
 
 I/O sits behind a small interface (:class:`ByteStream`: ``read``, ``write``, ``aclose``)
 so the connection logic can run over TCP or over an in-memory pipe in tests
-(:func:`jetsdk.testing.memory_stream_pair`). A :data:`Dialer` opens a ByteStream to an
+(:func:`jetsdk.memory.memory_stream_pair`). A :data:`Dialer` opens a ByteStream to an
 address; :func:`tcp_dialer` is the real one.
 
 Exceptions are translated here, at the I/O boundary (:func:`map_io_errors`): OS errors,
