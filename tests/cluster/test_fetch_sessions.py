@@ -34,10 +34,11 @@ from cluster.views import replica_logs, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.codec.record import decode_record
 from jetsdk.codec.replica_fetch import ReplicaFetchPartition
 from jetsdk.envelope import parse_message
-from jetsdk.errors import JetError, NotLeader
+from jetsdk.errors import InvalidArgument, JetError, NotLeader
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.replication import ReplicationConfig
 from jetserver.replication.session import FetchSession
@@ -188,6 +189,32 @@ async def test_a_session_answers_each_partition_on_its_own(cluster: Cluster) -> 
     assert session.requests == 1  # both partitions in one request
     # Neither changed the leader's view: the real follower stays in the ISR.
     await wait_full_isr(cluster, "direct", 0, 3, BOUND_S)
+
+
+async def test_a_follower_fetch_is_refused_replica_fetch_is_the_one_follower_path(
+    cluster: Cluster,
+) -> None:
+    """A Fetch with a follower's ``replica_id`` at the leader is refused (INVALID_ARGUMENT,
+    field ``replica_id``) instead of being served up to the LEO as a follower's fetch, and
+    it does not change the leader's view of that follower."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("asfollower", "asfollower", partitions=1, replication_factor=3)
+    info, leader = await wait_full_isr(cluster, "asfollower", 0, 3, BOUND_S)
+    await produce_all(cluster, "asfollower", 1)
+    follower = next(r for r in info.replicas if r != leader)
+    req = FetchRequest(
+        "asfollower", 0, 0, 1 << 20, 0, info.replicas.index(follower), 0, info.leader_epoch
+    )
+    async with Client(cluster.server(leader).address, request_timeout=BOUND_S) as at_leader:
+        with pytest.raises(InvalidArgument) as refused:
+            await at_leader.request_any(Api.FETCH, encode_fetch_request(req))
+        assert refused.value.details.get("field") == "replica_id"
+        assert "ReplicaFetch" in str(refused.value)
+        consumer = FetchRequest("asfollower", 0, 0, 1 << 20, 0)  # a consumer's is served
+        body = await at_leader.request_any(Api.FETCH, encode_fetch_request(consumer))
+        header, records = decode_fetch_response(body)
+        assert (header.error_code, header.hw, len(records) > 0) == (ErrorCode.NONE, 1, True)
+    await wait_full_isr(cluster, "asfollower", 0, 3, BOUND_S)
 
 
 async def test_a_session_dials_again_when_its_idle_connection_broke(cluster: Cluster) -> None:

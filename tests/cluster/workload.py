@@ -33,7 +33,7 @@ PATIENT_RETRY = RetryPolicy(attempts=60, backoff=0.05, backoff_max=0.25)
 REQUEST_TIMEOUT_S = 5.0
 """Client request timeout: a paused server must not hold a request for long."""
 ACK_TIMEOUT_S = 15.0
-"""Server-side bound on waiting for ALL acks (above the default replica_lag_max_s of 10 s, so
+"""Server-side bound on waiting for ALL acks (above replica_lag_max_s, 10 s by default, so
 a send waits out an ISR shrink instead of failing)."""
 DELIVERY_TIMEOUT_S = 60.0
 """The producer retries a failed send (leader change, lost connection) for this long."""

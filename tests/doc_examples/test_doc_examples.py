@@ -28,6 +28,7 @@ import pytest
 from doc_examples.blocks import ROOT, Block, all_blocks
 from support.jet_dev import JetDev
 from support.node_nats import NodeUnavailable, node_nats_dir
+from support.spark_jvm import JVM_OPTIONS
 
 BLOCKS = all_blocks()
 RUN = [b for b in BLOCKS if b.kind is not None and b.marker is None]
@@ -93,6 +94,10 @@ def command(block: Block, script: Path, env: dict[str, str]) -> list[str]:
             pytest.importorskip("pyspark", reason="the Spark examples need pyspark")
             if shutil.which("java") is None:
                 pytest.skip("the Spark examples need Java")
+            # The JVM the example starts gets the tests' options (the java launcher reads
+            # JDK_JAVA_OPTIONS): the example runs as printed, its JVM compiles less.
+            given = env.get("JDK_JAVA_OPTIONS", "")
+            env["JDK_JAVA_OPTIONS"] = f"{given} {JVM_OPTIONS}".strip()
         return [sys.executable, str(script)]
     if block.kind == "sh":
         return ["bash", "-e", "-o", "pipefail", str(script)]

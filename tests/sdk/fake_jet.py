@@ -2,7 +2,7 @@
 
 It implements just enough of spec/protocol.md (Hello, Metadata, CreateStream,
 DeleteStream, DescribeStream, ListOffsets, Produce, Fetch with long polls) over
-:class:`jetsdk.testing.MemoryNetwork`, with knobs to move leaders and break connections,
+:class:`jetsdk.memory.MemoryNetwork`, with knobs to move leaders and break connections,
 so SDK logic (routing, retries, batching, prefetch, seeks) is tested fast and
 deterministically under both anyio backends. Integration tests use the real server.
 """
@@ -25,7 +25,7 @@ from jetsdk.codec.messages import (
     encode_produce_response,
 )
 from jetsdk.codec.record import encode_body, frame_body
-from jetsdk.testing import FramePeer, MemoryNetwork
+from jetsdk.memory import FramePeer, MemoryNetwork
 
 
 @attrs.define

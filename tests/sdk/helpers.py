@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import anyio
 
 from jetsdk import Client, RetryPolicy
-from jetsdk.testing import MemoryNetwork
+from jetsdk.memory import MemoryNetwork
 
 from .fake_jet import FakeCluster
 

@@ -8,7 +8,7 @@ import pytest
 from jetsdk import Client, JetConnectionError, StreamNotFound
 from jetsdk.codec.frames import Api
 from jetsdk.errors import ClientClosed
-from jetsdk.testing import MemoryNetwork
+from jetsdk.memory import MemoryNetwork
 from jetsdk.transport import parse_address
 
 from .fake_jet import FakeCluster

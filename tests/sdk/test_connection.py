@@ -23,8 +23,8 @@ from jetsdk.errors import (
     StreamNotFound,
     Timeout,
 )
-from jetsdk.testing import FramePeer, memory_stream_pair
-from jetsdk.transport import ByteStream, SocketByteStream
+from jetsdk.memory import FramePeer, memory_stream_pair
+from jetsdk.transport import ByteStream, SocketByteStream, receive_into
 
 pytestmark = pytest.mark.anyio
 
@@ -209,3 +209,43 @@ async def test_a_frame_begun_without_waiting_is_finished_before_the_next(
         assert frames[0] is not None
         assert frames[0].correlation_id == first.correlation_id
         assert conn.can_send_now
+
+
+async def test_receive_into_hands_over_every_chunk_then_the_end(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    """The connection's one read path, over both kinds of stream (a socket on asyncio
+    delivers from its reader callback; a memory pipe, and a socket on trio, are read in a
+    loop): every byte in order, then ``b""`` once, then it returns."""
+    here, there = stream_pair()
+    got: list[bytes] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(receive_into, here, got.append)
+            for chunk in (b"one", b"two", b"three"):
+                await there.write(chunk)
+            await there.aclose()
+    assert b"".join(got) == b"onetwothree"
+    assert got[-1] == b""
+    assert b"" not in got[:-1]
+    await here.aclose()
+
+
+async def test_receive_into_stops_reading_when_the_receiver_raises(
+    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+) -> None:
+    here, there = stream_pair()
+    calls: list[bytes] = []
+
+    def refuse(data: bytes) -> None:
+        calls.append(data)
+        raise MalformedFrame("bad bytes")
+
+    await there.write(b"garbage")
+    with anyio.fail_after(10), pytest.raises(MalformedFrame):
+        await receive_into(here, refuse)
+    assert calls == [b"garbage"]
+    if isinstance(here, SocketByteStream):
+        assert here._reading is None  # no reader callback left registered
+    await here.aclose()
+    await there.aclose()

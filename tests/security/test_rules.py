@@ -20,6 +20,7 @@ from jetserver.raft.machine import (
     machine_to_dict,
 )
 from jetserver.security import acl
+from jetserver.security.grants import bootstrap_acls, grants_from_request
 from jetserver.security.passwords import hash_token, parse_entry
 from jetserver.security.peer import PeerSecurity
 
@@ -40,7 +41,7 @@ def test_patterns() -> None:
 
 
 def test_grant_requests() -> None:
-    identity, grants = acl.grants_from_request(
+    identity, grants = grants_from_request(
         {"identity": "bob", "grants": [{"permission": "fetch", "pattern": "a*"}] * 2}
     )
     assert (identity, grants) == ("bob", (Grant("fetch", "a*"),))
@@ -52,8 +53,8 @@ def test_grant_requests() -> None:
         {"identity": "bob", "grants": "fetch"},
     ):
         with pytest.raises(ValueError, match=r"."):
-            acl.grants_from_request(bad)
-    assert acl.bootstrap_acls(["a:fetch,publish:x.*", "a:fetch:x.*", "b:group:g"]) == {
+            grants_from_request(bad)
+    assert bootstrap_acls(["a:fetch,publish:x.*", "a:fetch:x.*", "b:group:g"]) == {
         "a": (Grant("fetch", "x.*"), Grant("publish", "x.*")),
         "b": (Grant("group", "g"),),
     }
@@ -91,7 +92,7 @@ def test_auth_config_checks() -> None:
     with pytest.raises(ConfigError, match="internal_token"):
         load_config(None, {}, {("auth", "internal_token"): "short"})
     env = {"JET_AUTH_ACLS": "ops:admin:*,alice:publish+fetch:orders.*"}
-    assert acl.bootstrap_acls(load_config(None, env, {}).auth.acls) == {
+    assert bootstrap_acls(load_config(None, env, {}).auth.acls) == {
         "ops": (Grant("admin", "*"),),
         "alice": (Grant("publish", "orders.*"), Grant("fetch", "orders.*")),
     }

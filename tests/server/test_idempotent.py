@@ -8,7 +8,7 @@ import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
-from jetserver.broker.producers import MAX_RUNS_PER_PRODUCER, ProducerTable
+from jetserver.replication.producers import MAX_RUNS_PER_PRODUCER, ProducerTable
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient

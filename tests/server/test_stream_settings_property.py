@@ -29,7 +29,6 @@ from jetsdk.codec.stream_settings import (
     check_settings,
     repair_stored,
 )
-from jetserver.broker.producers import ProducerTable
 from jetserver.broker.stream_files import log_config
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, ConfigError
@@ -38,6 +37,7 @@ from jetserver.metadata.model import StreamMeta, StreamSpec
 from jetserver.metadata.op_codec import op_from_dict
 from jetserver.metadata.validate import spec_from_request
 from jetserver.replication.core import ReplicaCore
+from jetserver.replication.producers import ProducerTable
 from jetserver.storage.clock import wall_ns
 from jetserver.storage.retention import segments_to_delete
 

@@ -20,11 +20,10 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from support.jet_dev import JetDev
+from support.spark_jvm import JVM_OPTIONS
 
 MAINTENANCE_INTERVAL_S = "0.5"
 HW_CHECKPOINT_INTERVAL_S = "0.25"  # maintenance runs at most once per checkpoint tick
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-"""Options of the local Spark JVM (driver = executor in local mode)."""
 
 
 SESSION_START_TIMEOUT_S = 400
@@ -77,8 +76,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.streaming.stopTimeout", "30s")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.python.worker.reuse", "true")
-        # Tests are short and the box has 2 cores: C1 only (no C2 compiler threads) and the
-        # serial GC. Measured on two test_pipeline tests under load 8-11: 141-165 s -> 77-90 s.
+        # The driver is the executor in local mode (support.spark_jvm).
         .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
         # Python workers over Unix sockets: over TCP each Python task waits ~40 ms for
         # its input (jetspark.demo.UNIX_SOCKETS).

@@ -18,7 +18,9 @@ now (bounded; see :mod:`jetserver.cluster.handoff`) while it still serves; then 
 SHUTTING_DOWN and long polls return; in-flight requests get a grace period; connections
 close; ingest stops (unsubscribe); what was already queued is appended; every partition is
 flushed, its HW checkpointed and its log closed; pending acks are flushed to NATS. Nothing
-acknowledged is lost.
+acknowledged is lost. A hurried stop (``request_stop(hurry=True)``, a second SIGTERM/SIGINT)
+skips the waits on the rest of the cluster and on clients (the handoff, the in-flight
+grace, leaving the ISRs); the rest is the same.
 
 Task safety: run one Server per event loop (asyncio backend: nats-py).
 """
@@ -30,7 +32,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -116,6 +118,9 @@ class Server:
     """Bound ``host:port`` of the metrics endpoint (``[metrics] port`` set)."""
     _running: Running | None = None
     _stop: anyio.Event = attrs.field(factory=anyio.Event)
+    _hurried: bool = False
+    _hurry_scopes: set[anyio.CancelScope] = attrs.field(factory=set)
+    """The waits a hurried stop cancels (:meth:`_unless_hurried`)."""
     _inflight: int = 0
     _idle: anyio.Event = attrs.field(factory=anyio.Event)
 
@@ -154,9 +159,33 @@ class Server:
     def _dispatcher(self) -> Dispatcher:
         return self.running.dispatcher
 
-    def request_stop(self) -> None:
-        """Begin a clean shutdown; :meth:`run` returns when it is complete."""
+    def request_stop(self, *, hurry: bool = False) -> None:
+        """Begin a clean shutdown; :meth:`run` returns when it is complete.
+
+        ``hurry`` (also after a plain request): skip, or end, the waits on the rest of the
+        cluster and on clients: handing leaderships over, the in-flight grace, leaving the
+        ISRs (spec/cluster.md, "Graceful shutdown"). Logs are still flushed and closed and
+        ``clean_stop`` written. For a whole cluster stopped at once, where those waits can
+        only time out (the others stop too).
+        """
         self._stop.set()
+        if hurry:
+            self._hurried = True
+            for scope in self._hurry_scopes:
+                scope.cancel()
+
+    @contextlib.contextmanager
+    def _unless_hurried(self) -> Iterator[None]:
+        """Run the block unless the stop is hurried; a hurried stop requested meanwhile
+        ends it (at its next checkpoint)."""
+        with anyio.CancelScope() as scope:
+            if self._hurried:
+                scope.cancel()
+            self._hurry_scopes.add(scope)
+            try:
+                yield
+            finally:
+                self._hurry_scopes.discard(scope)
 
     async def _handle(self, frame: Frame, session: Session | None = None) -> Reply:
         running = self.running
@@ -379,19 +408,23 @@ class Server:
                     # so producers fail over without a timeout. The replicas that become
                     # followers do not fetch (they would rejoin the ISRs they just left).
                     node.controller.stopping = True
-                    await hand_off_leaderships(
-                        node.raft,
-                        running.streams,
-                        cfg.server.id,
-                        cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
-                        node.liveness,  # only to ISR members that answer now
-                    )
+                    with self._unless_hurried():
+                        await hand_off_leaderships(
+                            node.raft,
+                            running.streams,
+                            cfg.server.id,
+                            cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
+                            node.liveness,  # only to ISR members that answer now
+                        )
                 running.dispatcher.shutting_down = True
                 running.streams.wake_all()
                 if self._inflight:
                     self._idle = anyio.Event()
-                    with anyio.move_on_after(
-                        cfg.server.shutdown_timeout_s * SHUTDOWN_GRACE_FRACTION
+                    with (
+                        self._unless_hurried(),
+                        anyio.move_on_after(
+                            cfg.server.shutdown_timeout_s * SHUTDOWN_GRACE_FRACTION
+                        ),
                     ):
                         await self._idle.wait()
                 listen_scope.cancel()
@@ -407,9 +440,12 @@ class Server:
         if node is not None:
             # The replicas stopped fetching: leave the ISRs so that their leaders commit
             # without waiting for this server.
-            await leave_isrs(
-                node.raft, cfg.server.id, cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION
-            )
+            with self._unless_hurried():
+                await leave_isrs(
+                    node.raft,
+                    cfg.server.id,
+                    cfg.server.shutdown_timeout_s * HANDOFF_TIMEOUT_FRACTION,
+                )
             if clean:
                 await anyio.to_thread.run_sync(write_atomic, data_dir / CLEAN_STOP_FILE, b"{}\n")
 

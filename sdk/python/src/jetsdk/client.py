@@ -139,7 +139,7 @@ class Client:
             connect_timeout: seconds to connect to one server and get its Hello answer.
             request_timeout: seconds to wait for any response.
             retry: retry policy for retriable errors.
-            dialer: opens byte streams (tests pass :meth:`jetsdk.testing.MemoryNetwork.dial`);
+            dialer: opens byte streams (tests pass :meth:`jetsdk.memory.MemoryNetwork.dial`);
                 default plain TCP, or TLS when a TLS option is given.
             client_name: sent in Hello.
             tls: an ``SSLContext`` to connect with TLS, or True for a default context

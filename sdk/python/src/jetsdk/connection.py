@@ -50,7 +50,7 @@ from jetsdk.errors import (
     Timeout,
     error_from_body,
 )
-from jetsdk.transport import READ_CHUNK_BYTES, ByteStream, SocketByteStream
+from jetsdk.transport import ByteStream, receive_into, running_asyncio_loop
 
 __all__ = ["DEFAULT_WRITE_TIMEOUT", "Connection", "PendingResponse"]
 
@@ -233,10 +233,12 @@ class Connection:
         """
         with anyio.CancelScope() as scope:
             self._reader_scope = scope
-            self._loop = _running_asyncio_loop()
+            self._loop = running_asyncio_loop()
             task_status.started()
             try:
-                await self._read_loop()
+                # The one read path: the transport hands every chunk to _received (which
+                # raises at the end of the stream), from its reader callback or a loop.
+                await receive_into(self._stream, self._received)
             except JetError as exc:
                 self._fail(exc)
             finally:
@@ -406,40 +408,6 @@ class Connection:
         for pending in waiters.values():
             pending._resolve(None, error)
 
-    async def _read_loop(self) -> None:
-        stream = self._stream
-        if self._loop is not None and isinstance(stream, SocketByteStream):
-            await self._read_in_callbacks(stream, self._loop)
-            return
-        while True:
-            self._received(await stream.read(READ_CHUNK_BYTES))
-
-    async def _read_in_callbacks(
-        self, stream: SocketByteStream, loop: asyncio.AbstractEventLoop
-    ) -> None:
-        """Plain TCP on asyncio: frames are decoded and dispatched in the reader callback,
-        in the loop turn that sees them (one turn earlier than a reader task)."""
-        ended: asyncio.Future[BaseException] = loop.create_future()
-
-        def on_data(data: bytes) -> None:
-            if ended.done():
-                return
-            try:
-                self._received(data)
-            except Exception as exc:  # the reader task raises it, as _read_loop would
-                stream.stop_reading()
-                ended.set_result(exc)
-
-        def on_error(exc: JetConnectionError) -> None:
-            if not ended.done():
-                ended.set_result(exc)
-
-        stream.start_reading(loop, on_data, on_error)
-        try:
-            raise await ended
-        finally:
-            stream.stop_reading()
-
     def _received(self, data: bytes) -> None:
         """Decode and dispatch the frames in ``data`` (``b""``: the peer closed).
 
@@ -501,14 +469,6 @@ async def _wait_future(future: asyncio.Future[bool], timeout: float | None) -> N
 def _expire(future: asyncio.Future[bool]) -> None:
     if not future.done():
         future.set_result(False)
-
-
-def _running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The running asyncio event loop; None under another one (trio)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _api_name(api: int) -> str:

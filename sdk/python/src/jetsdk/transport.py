@@ -2,7 +2,7 @@
 
 I/O sits behind a small interface (:class:`ByteStream`: ``read``, ``write``, ``aclose``)
 so the connection logic can run over TCP or over an in-memory pipe in tests
-(:func:`jetsdk.testing.memory_stream_pair`). A :data:`Dialer` opens a ByteStream to an
+(:func:`jetsdk.memory.memory_stream_pair`). A :data:`Dialer` opens a ByteStream to an
 address; :func:`tcp_dialer` is the real one.
 
 Exceptions are translated here, at the I/O boundary (:func:`map_io_errors`): OS errors,
@@ -36,6 +36,8 @@ __all__ = [
     "SocketByteStream",
     "map_io_errors",
     "parse_address",
+    "receive_into",
+    "running_asyncio_loop",
     "tcp_dialer",
 ]
 
@@ -226,7 +228,7 @@ class SocketByteStream:
             except (BlockingIOError, InterruptedError):
                 return 0
 
-    def start_reading(
+    def _start_reading(
         self,
         loop: asyncio.AbstractEventLoop,
         on_data: Callable[[bytes], None],
@@ -234,7 +236,7 @@ class SocketByteStream:
     ) -> None:
         """asyncio only: call ``on_data`` from the event loop with the bytes of each read
         (``b""`` once, at end of stream), or ``on_error`` once if the socket breaks, until
-        :meth:`stop_reading` or :meth:`aclose`; instead of :meth:`read`.
+        :meth:`_stop_reading` or :meth:`aclose`; instead of :meth:`read`.
 
         The socket stays registered with the selector meanwhile, so a response is handled
         in the loop turn that sees it: :meth:`read` re-registers around each wait and
@@ -248,31 +250,97 @@ class SocketByteStream:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                self.stop_reading()
+                self._stop_reading()
                 on_error(JetConnectionError(f"read from {self.label}: {exc}"))
                 return
             if not data:
-                self.stop_reading()
+                self._stop_reading()
             on_data(data)
 
         self._reading = (loop, fd)
         loop.add_reader(fd, readable)
 
-    def stop_reading(self) -> None:
-        """Undo :meth:`start_reading` (idempotent)."""
+    def _stop_reading(self) -> None:
+        """Undo :meth:`_start_reading` (idempotent)."""
         if self._reading is not None:
             loop, fd = self._reading
             self._reading = None
             loop.remove_reader(fd)
 
+    async def deliver_to(self, on_data: Callable[[bytes], None]) -> None:
+        """:func:`receive_into` for this stream: on asyncio, ``on_data`` runs in the reader
+        callback (:meth:`_start_reading`), in the loop turn that sees the bytes, one turn
+        earlier than a reading task; elsewhere (trio) a loop of :meth:`read`."""
+        loop = running_asyncio_loop()
+        if loop is None:
+            await _read_into(self, on_data)
+            return
+        ended: asyncio.Future[Exception | None] = loop.create_future()
+
+        def on_chunk(data: bytes) -> None:
+            if ended.done():
+                return
+            try:
+                on_data(data)
+            except Exception as exc:  # raised by deliver_to, as a reading loop would
+                self._stop_reading()
+                ended.set_result(exc)
+                return
+            if not data:
+                ended.set_result(None)
+
+        def on_error(exc: JetConnectionError) -> None:
+            if not ended.done():
+                ended.set_result(exc)
+
+        self._start_reading(loop, on_chunk, on_error)
+        try:
+            error = await ended
+        finally:
+            self._stop_reading()
+        if error is not None:
+            raise error
+
     async def aclose(self) -> None:
         """See :meth:`ByteStream.aclose`."""
         # No checkpoint: closing must complete inside a cancelled scope too.
         if not self._closed:
-            self.stop_reading()
+            self._stop_reading()
             self._closed = True
             anyio.notify_closing(self.sock)  # wakes a task waiting to read or write
             self.sock.close()
+
+
+async def receive_into(stream: ByteStream, on_data: Callable[[bytes], None]) -> None:
+    """Pass each chunk ``stream`` receives to ``on_data``, then ``b""`` once at the end of
+    the stream, and return: the one way a connection reads. How the chunks arrive is the
+    stream's business: a :class:`SocketByteStream` delivers them itself
+    (:meth:`SocketByteStream.deliver_to`), any other ByteStream is read in a loop.
+
+    Raises:
+        JetConnectionError: the stream broke.
+        Exception: whatever ``on_data`` raised (nothing more is read).
+    """
+    if isinstance(stream, SocketByteStream):
+        await stream.deliver_to(on_data)
+    else:
+        await _read_into(stream, on_data)
+
+
+async def _read_into(stream: ByteStream, on_data: Callable[[bytes], None]) -> None:
+    while True:
+        data = await stream.read(READ_CHUNK_BYTES)
+        on_data(data)
+        if not data:
+            return
+
+
+def running_asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop; None under another one (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 Dialer = Callable[[Address, float], Awaitable[ByteStream]]

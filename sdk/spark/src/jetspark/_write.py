@@ -7,7 +7,7 @@ id, Spark partition id), never from the attempt, sorts the task's rows by their 
 messages of each target partition 0, 1, 2, ... in that order, whatever order the rows
 arrived in. A replayed batch (task retry, query restart) sends the same rows with the same
 (producer id, sequence) pairs, and the partition leader answers every message it already
-stored with DUPLICATE_SEQUENCE instead of storing it again (server: broker/producers.py).
+stored with DUPLICATE_SEQUENCE instead of storing it again (server: replication/producers.py).
 Keyless rows are spread round-robin, in sorted order, from a start derived from the Spark
 partition id, so a replay picks the same partitions too.
 

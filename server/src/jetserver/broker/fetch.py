@@ -1,15 +1,14 @@
 """Fetch: a long poll answered as soon as records past the offset may be served.
 
-Three kinds of reader (spec/protocol.md "Fetch", spec/cluster.md "Replication"):
+Two kinds of reader (spec/protocol.md "Fetch"):
 
 - a **consumer** at the leader (or a server alone): committed records, below the HW;
 - a **consumer at an ISR follower** (read replicas): records below that follower's own HW;
-  a server whose replica is not the leader nor an ISR follower answers NOT_LEADER;
-- a **follower** (``replica_id >= 0``) at the leader of its ``leader_epoch``: records up to
-  the leader's LEO (the follower's fsync runs alongside the leader's; the HW counts both,
-  and a failed fsync's cut of records sent ends the leader's epoch); the fetch reports the
-  follower's progress, which moves the HW; it waits for new records or a new HW, and its
-  answer carries the HW.
+  a server whose replica is not the leader nor an ISR follower answers NOT_LEADER.
+
+Followers do not use Fetch: they replicate with ReplicaFetch (api 13,
+:mod:`jetserver.broker.replica_fetch`), the one follower path; a Fetch with
+``replica_id >= 0`` is refused with INVALID_ARGUMENT.
 
 The answer is the response header plus :class:`~jetserver.storage.read_slices.ReadSlices`:
 slices of the segment files, as many as fit ``max_bytes`` (at most ``MAX_FETCH_SLICES``);
@@ -32,7 +31,6 @@ from jetsdk.codec.messages import (
     FetchRequest,
 )
 from jetserver import hops
-from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument
@@ -43,6 +41,10 @@ MAX_GAP_SKIPS = 64
 """Empty reads (compaction gaps) skipped within one Fetch before answering empty."""
 MAX_FETCH_SLICES = 64
 """Segment slices one Fetch answer may hold (each pins its file until sent)."""
+FOLLOWER_FETCH_REFUSED = (
+    "Fetch is for consumers (replica_id -1): followers replicate with ReplicaFetch (api 13)"
+)
+"""The INVALID_ARGUMENT message for a Fetch with ``replica_id >= 0``."""
 
 
 @attrs.frozen
@@ -74,12 +76,12 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
 
     Raises:
         ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, UNAVAILABLE, NOT_LEADER,
-            INVALID_ARGUMENT (an unknown replica id).
+            INVALID_ARGUMENT (``replica_id >= 0``: followers fetch with ReplicaFetch).
     """
-    _check_holds_replica(streams, req.stream, req.partition)
-    replica = streams.replica(req.stream, req.partition)
     if req.replica_id >= 0:
-        return await _replica_fetch(replica, limits, req)
+        raise invalid_argument("replica_id", FOLLOWER_FETCH_REFUSED)
+    check_holds_replica(streams, req.stream, req.partition)
+    replica = streams.replica(req.stream, req.partition)
     if not replica.serves_consumers():
         replica.check_leader(-1)  # raises NOT_LEADER with the leader's id
     log = replica.log
@@ -98,33 +100,12 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
             log = replica.log
         if not replica.serves_consumers():
             replica.check_leader(-1)
-    return _read(log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), log.high_watermark)
+    return read_records(
+        log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), log.high_watermark
+    )
 
 
-async def _replica_fetch(
-    replica: PartitionReplica, limits: LimitsConfig, req: FetchRequest
-) -> FetchAnswer:
-    """A follower's fetch at the leader (see the module docstring)."""
-    state = replica.check_leader(req.leader_epoch)
-    follower = replica.follower_name(req.replica_id)
-    log = replica.log
-    if req.offset < log.log_start_offset or req.offset > log.log_end_offset:
-        return _out_of_range(log)
-    await replica.replica_fetched(follower, req.offset, req.replica_flushed)
-    if req.max_wait_ms > 0 and not replica.replica_has_news(follower, req.offset):
-        wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
-        await replica.wait_replica_news(follower, req.offset, wait_ms / 1000)
-        state = replica.check_leader(req.leader_epoch)  # still leading after the wait?
-    hw = state.hw
-    state.note_hw_sent(follower, hw)
-    end = log.log_end_offset
-    if req.offset < end:
-        state.note_served(end)  # before reading: a failed fsync's cut knows they went out
-    answer = _read(log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), end)
-    return attrs.evolve(answer, hw=hw)
-
-
-def _check_holds_replica(streams: StreamManager, stream: str, partition: int) -> None:
+def check_holds_replica(streams: StreamManager, stream: str, partition: int) -> None:
     """NOT_LEADER (details ``leader``) if this server holds no replica of the partition."""
     meta = streams.stream(stream)
     if not 0 <= partition < len(meta.partitions):
@@ -143,7 +124,7 @@ def _check_holds_replica(streams: StreamManager, stream: str, partition: int) ->
         )
 
 
-def _read(log: Log, offset: int, max_bytes: int, end: int) -> FetchAnswer:
+def read_records(log: Log, offset: int, max_bytes: int, end: int) -> FetchAnswer:
     """Records from ``offset`` below ``end``, up to ``max_bytes`` across segment files
     (the first record whole even if bigger), skipping compaction gaps."""
     hw = log.high_watermark

@@ -56,7 +56,6 @@ from jetserver.broker.commit import Committer
 from jetserver.broker.direct import DirectBatch
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
-from jetserver.broker.producers import ProducerTable
 from jetserver.broker.replica_news import ReplicaNews
 from jetserver.broker.roles import RoleDriver, new_core
 from jetserver.broker.sequencer import Sequencer
@@ -69,6 +68,7 @@ from jetserver.nats_link import NatsLink
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig
 from jetserver.replication.core import ReplicaCore
 from jetserver.replication.fetcher import FollowerFetcher
+from jetserver.replication.producers import ProducerTable
 from jetserver.replication.session import FetchSessions
 from jetserver.storage import Log
 

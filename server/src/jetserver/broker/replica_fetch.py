@@ -1,11 +1,12 @@
 """ReplicaFetch (api 13) at the leader: one long poll for many partitions of one follower
 server (spec/cluster.md, "Fetch sessions").
 
-Each partition of the request is handled exactly like a replica Fetch
-(:mod:`jetserver.broker.fetch`): the same checks (a replica here, leading in the
-follower's ``leader_epoch``, a known replica id, the offset in range), the follower's
-progress recorded (which may move the HW and the ISR), records up to the leader's LEO,
-the HW sent noted. What differs is the wait and the answer:
+This is the one way a follower fetches (a Fetch with ``replica_id >= 0`` is refused). For
+each partition of the request: the checks (a replica here, leading in the follower's
+``leader_epoch``, a known replica id, the offset in range), the follower's progress
+recorded (which may move the HW and the ISR), records up to the leader's LEO (the
+follower's fsync runs alongside the leader's; the HW counts both, and a failed fsync's cut
+of records sent ends the leader's epoch), the HW sent noted. The wait and the answer:
 
 - the request parks until **any** of its partitions has news (records the follower lacks,
   a HW it has not been sent, an error, the leadership ended), the session is woken
@@ -36,7 +37,7 @@ from jetsdk.codec.replica_fetch import (
     ReplicaFetchPartition,
     ReplicaFetchRequest,
 )
-from jetserver.broker.fetch import _check_holds_replica, _read
+from jetserver.broker.fetch import check_holds_replica, read_records
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
@@ -127,7 +128,7 @@ async def _serve(
     committed = False
     for index, part in enumerate(req.partitions):
         try:
-            _check_holds_replica(streams, part.stream, part.partition)
+            check_holds_replica(streams, part.stream, part.partition)
             replica = streams.replica(part.stream, part.partition)
             replica.check_leader(part.leader_epoch)
             follower = replica.follower_name(part.replica_id)
@@ -206,7 +207,7 @@ async def _answer(streams: StreamManager, e: _Live, budget: int) -> ReplicaFetch
     if has_records:
         # Before reading: a failed fsync's cut from now on knows these records went out.
         state.note_served(end)
-        read = _read(log, offset, min(e.part.max_bytes, budget), end)
+        read = read_records(log, offset, min(e.part.max_bytes, budget), end)
         if read.error_code != ErrorCode.NONE:
             return _out_of_range(e.index, replica)
         records = read.records

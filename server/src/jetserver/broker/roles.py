@@ -40,7 +40,6 @@ from jetserver.broker.acks import PendingAck
 from jetserver.broker.commit import Committer
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
-from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stream_files import tail_records
 from jetserver.fsync_runner import FsyncRunner
@@ -69,6 +68,7 @@ from jetserver.replication.core import (
 )
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.ids import replica_index
+from jetserver.replication.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.replication.scrub import checkpointed_hw, scrub_and_truncate
 from jetserver.replication.session import FetchSessions
 from jetserver.security.peer import peer_security_of

@@ -13,7 +13,6 @@ import attrs
 
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.partition import PartitionReplica
-from jetserver.broker.producers import ProducerTable
 from jetserver.config import ServerConfig
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
@@ -21,6 +20,7 @@ from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamM
 from jetserver.metadata.validate import partition_subject
 from jetserver.nats_link import NatsLink, SubscriptionHandle
 from jetserver.replication.control import ControlPlane
+from jetserver.replication.producers import ProducerTable
 from jetserver.replication.session import FetchSessions
 from jetserver.storage import Log
 from jetserver.storage.space import DiskSpace

@@ -20,10 +20,10 @@ import attrs
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import Record, iter_records
-from jetserver.broker.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
+from jetserver.replication.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.storage import Log, LogConfig, StorageError
 from jetserver.storage.files import sync_file_system
 

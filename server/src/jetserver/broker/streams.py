@@ -40,7 +40,6 @@ from jetserver.broker.acks import AckRouter
 from jetserver.broker.housekeeping import run_housekeeping
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
-from jetserver.broker.producers import ProducerTable
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
 from jetserver.broker.role_summary import RoleSummary
 from jetserver.broker.running import (
@@ -77,6 +76,7 @@ from jetserver.metadata.store import MetadataStore
 from jetserver.nats_link import NatsLink, NatsUnavailable
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.core import ROLE_LEADER
+from jetserver.replication.producers import ProducerTable
 from jetserver.replication.session import FetchSessions
 from jetserver.resources import FILES_PER_PARTITION, check_room, describe_open_error
 from jetserver.security.peer import peer_security_of

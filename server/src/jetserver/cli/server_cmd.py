@@ -222,8 +222,10 @@ async def serve(config: ServerConfig) -> None:
                         "signal received",
                         extra=logs.fields(signal=signal.Signals(signum).name, count=count),
                     )
-                    server.request_stop()
-                    if count >= 2:
+                    # The second: a hurried stop (no waits on the cluster or on clients);
+                    # the third: stop at once.
+                    server.request_stop(hurry=count >= 2)
+                    if count >= 3:
                         run_scope.cancel()
 
         with anyio.CancelScope() as run_scope:

@@ -26,6 +26,7 @@ from jetsdk.codec.stream_settings import DURABILITY_FLUSHED as DURABILITY_FLUSHE
 from jetsdk.codec.stream_settings import DURABILITY_REPLICATED as DURABILITY_REPLICATED
 from jetsdk.codec.stream_settings import DURABILITY_WRITTEN as DURABILITY_WRITTEN
 from jetserver.logs import fields
+from jetserver.security.grants import Grant as Grant  # the metadata holds the ACLs
 
 log = logging.getLogger(__name__)
 
@@ -219,25 +220,6 @@ class RegisteredServer:
             raft_address=str(data["raft_address"]),
             incarnation=str(data.get("incarnation", "")),
         )
-
-
-@attrs.frozen
-class Grant:
-    """One permission of an identity on the names matching a glob pattern."""
-
-    permission: str
-    """``publish``, ``fetch``, ``admin`` (stream names) or ``group`` (group names)."""
-    pattern: str
-    """Glob (``*``, ``?``, ``[...]``) matched against the whole stream or group name."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """As a JSON object."""
-        return {"permission": self.permission, "pattern": self.pattern}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Grant:
-        """Inverse of :meth:`to_dict`."""
-        return cls(permission=str(data["permission"]), pattern=str(data["pattern"]))
 
 
 @attrs.frozen

@@ -10,7 +10,7 @@
 - A frame that started arriving must complete within ``read_timeout_s``; a connection with
   nothing in flight and no request for ``idle_timeout_s`` is closed.
 
-Task safety: one :class:`Connection` per socket, owned by the listener's task group. The
+Task safety: one :class:`AcceptedConnection` per socket, owned by the listener's task group. The
 server runs on asyncio (or uvloop) only: nats-py needs it.
 """
 
@@ -97,7 +97,7 @@ Handler = Callable[[Frame], Awaitable[Reply]]
 
 
 @attrs.define(eq=False)
-class Connection:
+class AcceptedConnection:
     """Serves one client socket until it closes, misbehaves, times out or the server stops."""
 
     io: SocketIO

@@ -21,7 +21,7 @@ from anyio.abc import TaskStatus
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.config import LimitsConfig
 from jetserver.logs import fields
-from jetserver.protocol.connection import Connection, Handler, error_reply
+from jetserver.protocol.connection import AcceptedConnection, Handler, error_reply
 from jetserver.protocol.socket_io import SocketIO
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class ProtocolListener:
     limits: LimitsConfig
     """Connection limits and timeouts."""
     sendfile_min_bytes: int = 1
-    """Fetch records from this size on are sent with os.sendfile (see Connection)."""
+    """Fetch records from this size on are sent with os.sendfile (see AcceptedConnection)."""
     setup: Callable[[socket.socket], Awaitable[tuple[SocketIO, Handler]]] | None = None
     """Per accepted socket: wrap it (TLS handshake) and give its handler (a session-bound
     one); None: plain socket and ``handler``."""
@@ -132,7 +132,9 @@ class ProtocolListener:
             else:
                 io, handler = SocketIO(sock), self.handler
             log.debug("client connected", extra=fields(peer=io.peer))
-            conn = Connection(io, handler, self.limits, sendfile_min_bytes=self.sendfile_min_bytes)
+            conn = AcceptedConnection(
+                io, handler, self.limits, sendfile_min_bytes=self.sendfile_min_bytes
+            )
             await conn.serve()
             log.debug("client gone", extra=fields(peer=io.peer, requests=conn.requests))
         except Exception as exc:  # e.g. the peer reset before we set socket options

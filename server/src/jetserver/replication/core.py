@@ -28,9 +28,9 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.stream_settings import MAX_DURATION_S
-from jetserver.broker.producers import ProducerTable
 from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN, PartitionAssignment
 from jetserver.replication.leader import LeaderState
+from jetserver.replication.producers import ProducerTable
 from jetserver.validators import at_most
 
 ROLE_SINGLE = "single"

@@ -21,27 +21,19 @@ Stream patterns never match internal stream names (``__`` prefix) unless the pat
 starts with ``__``: ``*`` does not grant access to ``__groups``.
 Replica Fetch, OffsetForLeaderEpoch and ReportLeader are for servers only (the internal
 identity).
+
+The grants themselves (permission names, the value type, their syntax in requests and in
+the configuration) are :mod:`jetserver.security.grants`.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from jetsdk.metadata import INTERNAL_PREFIX
-from jetserver.errors import ConfigError
-from jetserver.metadata.model import Grant
-from jetserver.security.passwords import check_identity
+from jetserver.security.grants import ADMIN, GROUP, Grant
 
-PUBLISH = "publish"
-FETCH = "fetch"
-ADMIN = "admin"
-GROUP = "group"
-PERMISSIONS = (PUBLISH, FETCH, ADMIN, GROUP)
-MAX_GRANTS = 256
-"""Most grants one identity may hold."""
-MAX_PATTERN_CHARS = 255
 CLUSTER_ADMIN_PATTERN = "*"
 
 
@@ -76,75 +68,3 @@ def has_group_permission(grants: Iterable[Grant]) -> bool:
 def is_cluster_admin(grants: Iterable[Grant]) -> bool:
     """True if ``grants`` hold ``admin`` on ``*`` (SetAcl, ListAcls)."""
     return any(g.permission == ADMIN and g.pattern == CLUSTER_ADMIN_PATTERN for g in grants)
-
-
-def check_grant(permission: Any, pattern: Any) -> Grant:
-    """A validated grant.
-
-    Raises:
-        ValueError: unknown permission, or a pattern that is not 1-255 characters.
-    """
-    if permission not in PERMISSIONS:
-        raise ValueError(f"permission must be one of {list(PERMISSIONS)}, got {permission!r}")
-    if not isinstance(pattern, str) or not 0 < len(pattern) <= MAX_PATTERN_CHARS:
-        raise ValueError(f"a pattern is a string of 1-{MAX_PATTERN_CHARS} characters")
-    return Grant(permission=str(permission), pattern=pattern)
-
-
-def grants_from_request(request: Mapping[str, Any]) -> tuple[str, tuple[Grant, ...]]:
-    """``(identity, grants)`` of a SetAcl request.
-
-    Raises:
-        ValueError: a bad identity, grant list or grant (the message says which).
-    """
-    identity = request.get("identity")
-    if not isinstance(identity, str):
-        raise ValueError("identity must be a string")
-    check_identity(identity)
-    raw = request.get("grants")
-    if not isinstance(raw, list) or len(raw) > MAX_GRANTS:
-        raise ValueError(f"grants must be a list of at most {MAX_GRANTS} objects")
-    grants: list[Grant] = []
-    for item in raw:
-        if not isinstance(item, dict):
-            raise ValueError("each grant is an object {permission, pattern}")
-        grant = check_grant(item.get("permission"), item.get("pattern"))
-        if grant not in grants:
-            grants.append(grant)
-    return identity, tuple(grants)
-
-
-def parse_grant_spec(spec: str) -> tuple[str, tuple[Grant, ...]]:
-    """``"identity:perm[,perm...]:pattern"`` -> ``(identity, grants)``; permissions may also
-    be joined with ``+`` (``JET_AUTH_ACLS`` splits its value on commas).
-
-    Raises:
-        ConfigError: malformed.
-    """
-    parts = spec.split(":", 2)
-    if len(parts) != 3:
-        raise ConfigError(f"an acl must be written identity:perm[,perm...]:pattern, got {spec!r}")
-    identity, perms, pattern = parts
-    try:
-        check_identity(identity)
-        names = perms.replace("+", ",").split(",")
-        grants = tuple(check_grant(p.strip(), pattern) for p in names if p.strip())
-    except ValueError as exc:
-        raise ConfigError(f"acl {spec!r}: {exc}") from None
-    if not grants:
-        raise ConfigError(f"acl {spec!r}: no permission")
-    return identity, grants
-
-
-def bootstrap_acls(specs: Iterable[str]) -> dict[str, tuple[Grant, ...]]:
-    """The configured ``acls`` grouped by identity (order kept, duplicates dropped).
-
-    Raises:
-        ConfigError: a malformed entry.
-    """
-    out: dict[str, list[Grant]] = {}
-    for spec in specs:
-        identity, grants = parse_grant_spec(spec)
-        bucket = out.setdefault(identity, [])
-        bucket.extend(g for g in grants if g not in bucket)
-    return {i: tuple(g) for i, g in out.items()}

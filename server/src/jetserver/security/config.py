@@ -110,7 +110,7 @@ class AuthConfig:
     """Bootstrap grants ``identity:perm[,perm...]:pattern`` (see the module docstring)."""
 
     def __attrs_post_init__(self) -> None:
-        from jetserver.security.acl import parse_grant_spec
+        from jetserver.security.grants import parse_grant_spec
         from jetserver.security.passwords import parse_entry
 
         for entry in (*self.users, *self.tokens):

@@ -54,6 +54,7 @@ from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
 from jetserver.protocol.socket_io import SocketIO
 from jetserver.security import acl
+from jetserver.security.grants import ADMIN, FETCH, PUBLISH, grants_from_request
 from jetserver.security.internal_records import (
     Denied,
     check_group_records,
@@ -285,9 +286,9 @@ class Security:
         elif api == Api.FETCH:
             req = decode_fetch_request(frame.body)
             if req.replica_id >= 0:
-                raise Denied("replica fetches are for servers")
+                raise Denied("Fetch with replica_id >= 0: followers replicate with ReplicaFetch")
             _need(
-                acl.allows(grants, acl.FETCH, req.stream) or _group_reader(req.stream, grants),
+                acl.allows(grants, FETCH, req.stream) or _group_reader(req.stream, grants),
                 f"fetch on stream {req.stream!r}",
             )
         elif api in (Api.CREATE_STREAM, Api.DELETE_STREAM, Api.PURGE_STREAM, Api.UPDATE_STREAM):
@@ -296,7 +297,7 @@ class Security:
             if isinstance(name, str):
                 creating_groups = api == Api.CREATE_STREAM and _group_reader(name, grants)
                 _need(
-                    creating_groups or acl.allows(grants, acl.ADMIN, name),
+                    creating_groups or acl.allows(grants, ADMIN, name),
                     f"admin on stream {name!r}",
                 )
         elif api in (Api.DESCRIBE_STREAM, Api.LIST_OFFSETS):
@@ -319,7 +320,7 @@ class Security:
         if head is None:
             head = decode_produce_head(frame.body)
         stream, partition = head[:2]
-        if acl.allows(grants, acl.PUBLISH, stream):
+        if acl.allows(grants, PUBLISH, stream):
             if not stream.startswith(INTERNAL_PREFIX):
                 self._authorize_reach(frame.body, stream, partition, grants)
             return  # an internal stream granted explicitly: no NATS copies reach others
@@ -340,7 +341,7 @@ class Security:
         if neighbours is None:
             return  # no such partition: the handler answers
         if len(neighbours) == 1 or all(
-            acl.allows(grants, acl.PUBLISH, other) for other in neighbours[1:]
+            acl.allows(grants, PUBLISH, other) for other in neighbours[1:]
         ):
             return  # whatever the subjects, they reach only streams the identity may write
         psubj = neighbours[0]
@@ -350,7 +351,7 @@ class Security:
             for other in self._reach.reached(subject or psubj):
                 if other != stream:
                     _need(
-                        acl.allows(grants, acl.PUBLISH, other),
+                        acl.allows(grants, PUBLISH, other),
                         f"publish on stream {other!r} (messages on subject "
                         f"{subject or psubj!r} are stored there too)",
                     )
@@ -360,7 +361,7 @@ class Security:
     async def _set_acl(self, frame: Frame) -> Reply:
         req = decode_json(frame.body)
         try:
-            identity, grants = acl.grants_from_request(req)
+            identity, grants = grants_from_request(req)
         except ValueError as exc:
             raise ApiError(ErrorCode.INVALID_ARGUMENT, str(exc), {"field": "grants"}) from exc
         await self.propose_acl(req, identity, grants)

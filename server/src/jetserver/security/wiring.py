@@ -21,8 +21,8 @@ from jetserver.metadata.ops import SetAcl
 from jetserver.metadata.store import MetadataStore
 from jetserver.protocol.connection import Reply
 from jetserver.protocol.socket_io import SocketIO
-from jetserver.security.acl import bootstrap_acls
 from jetserver.security.gate import AclProposer, Security, Session
+from jetserver.security.grants import bootstrap_acls
 
 if TYPE_CHECKING:
     from jetserver.broker.running import MetadataView

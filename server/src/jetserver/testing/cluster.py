@@ -302,16 +302,24 @@ class Cluster:
             )
 
     def stop(self) -> None:
-        """Stop every server (SIGTERM to all, SIGKILL after a bound), then nats-server;
-        remove a temporary root."""
+        """Stop every server, then nats-server; remove a temporary root.
+
+        Every server gets SIGTERM, then SIGINT: a second stop signal, so a hurried stop,
+        which does not wait on the others (they stop too) but still closes its logs and
+        writes ``clean_stop`` (spec/cluster.md, "Graceful shutdown"); SIGKILL after a
+        bound. (Two SIGTERMs sent together would merge into one pending signal.) Stop one
+        server with :meth:`stop_server` for the graceful stop of a server the others
+        outlive.
+        """
         for s in self.servers:
             if s.alive and s.paused:
                 s.resume()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            for s in self.servers:
+                if s.alive and s.proc is not None:
+                    s.proc.send_signal(sig)
         for s in self.servers:
-            if s.alive and s.proc is not None:
-                s.proc.send_signal(signal.SIGTERM)
-        for s in self.servers:
-            s.stop()
+            s.reap()  # not stop(): a third signal would end it at once
         if self.nats is not None:
             self.nats.stop()
         if self._own_root and self.root is not None:

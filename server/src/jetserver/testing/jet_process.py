@@ -407,6 +407,15 @@ class JetServer:
             _reap(proc, timeout_s)
         return proc.returncode
 
+    def reap(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+        """Wait for the process to exit (signalled already), SIGKILL after ``timeout_s``;
+        the exit code."""
+        proc = self.proc
+        if proc is None:
+            return None
+        _reap(proc, timeout_s)
+        return proc.returncode
+
     def log_tail(self, chars: int = 3000) -> str:
         """The end of its log file."""
         try:
