@@ -41,8 +41,7 @@ def test_empty_log(tmp_path: Path) -> None:
         "00000000000000000000.log",
         "clean-shutdown",
         "high-watermark-checkpoint",
-        "log-start-offset-checkpoint",
-    ]
+    ]  # no log-start-offset-checkpoint: missing, it reads as 0 (spec/storage.md §9)
 
 
 def test_append_assigns_offsets_and_stores_records_verbatim(tmp_path: Path) -> None:

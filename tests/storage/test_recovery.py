@@ -193,6 +193,7 @@ def test_corrupt_checkpoints_are_reported_and_rebuilt(tmp_path: Path) -> None:
         assert log.log_start_offset == 0
         assert [(e.epoch, e.start_offset) for e in log.epochs.entries] == [(0, 0), (2, 30), (5, 60)]
     assert (tmp_path / LEADER_EPOCH_FILE).read_bytes() == b"0\n3\n0 0\n2 30\n5 60\n"
+    assert (tmp_path / LOG_START_OFFSET_FILE).read_bytes() == b"0\n1\n0\n"  # replaced
 
 
 def test_missing_epoch_checkpoint_is_rebuilt(tmp_path: Path) -> None:

@@ -234,7 +234,9 @@ def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = Fal
     if log_start > leo:
         found.notes.append(f"log start offset {log_start} is past the log end {leo}; using {leo}")
         log_start = leo
-    if log_start_ckpt != log_start and not fresh:  # fresh: missing reads as 0, the start
+    # A missing checkpoint reads as 0 (a partition opened fresh writes none): rewriting it
+    # then would make a restart on a full disk fail for want of one small file.
+    if (log_start_ckpt or 0) != log_start or LOG_START_OFFSET_FILE in found.corrupt:
         write_checkpoint(directory, LOG_START_OFFSET_FILE, [(log_start,)])
 
     hw_ckpt = _read_value(directory, HIGH_WATERMARK_FILE, found)
