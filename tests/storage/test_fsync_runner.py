@@ -8,6 +8,7 @@ timing anything.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -226,3 +227,69 @@ async def test_follower_records_appended_and_fsynced_on_the_loop_or_in_a_thread(
 def _read_raw(log: Log, offset: int, max_bytes: int) -> bytes:
     with log.read(offset, max_bytes) as sl:
         return sl.read_bytes()
+
+
+async def test_a_thread_fsync_is_handed_over_before_the_caller_first_yields(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No event-loop turn between asking for a thread fsync and a thread starting it
+    (anyio's to_thread yielded twice first: docs/latency.md, "Hops")."""
+    started = threading.Event()
+    real = files.fdatasync
+
+    def seen(fd: int) -> None:
+        started.set()
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", seen)
+    runner = FsyncRunner(on_loop=False)
+    log.append(bodies(2), 1, 0)
+    flush = runner.flush(log)
+    try:
+        waiting_on = flush.send(None)  # the caller's first step, up to its first yield
+        assert started.wait(WAIT), "the fsync had not been handed to a thread"
+        await asyncio.wait((waiting_on,), timeout=WAIT)  # the thread's result is back
+        with pytest.raises(StopIteration) as finished:
+            flush.send(None)
+        assert finished.value.value == 2
+    finally:
+        flush.close()
+    assert log.flushed_offset == 2
+    assert runner.thread_fsyncs == 1
+
+
+async def test_a_cancelled_caller_waits_for_its_thread_fsync_to_end(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log must not be closed under a running fsync: its caller, cancelled, returns
+    only once the fsync ended (as with anyio's non-abandoning hand-off)."""
+    entered, release = threading.Event(), threading.Event()
+    real = files.fdatasync
+
+    def gated(fd: int) -> None:
+        entered.set()
+        assert release.wait(WAIT)
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", gated)
+    runner = FsyncRunner(on_loop=False)
+    log.append(bodies(3), 1, 0)
+    ended: list[int] = []
+    scope = anyio.CancelScope()
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+
+            async def flush() -> None:
+                with scope:
+                    try:
+                        await runner.flush(log)
+                    finally:
+                        ended.append(log.flushed_offset)
+
+            tg.start_soon(flush)
+            await anyio.to_thread.run_sync(entered.wait, WAIT)
+            scope.cancel()
+            await anyio.sleep(0.05)
+            assert ended == []  # still waiting for the fsync
+            release.set()
+    assert ended == [3]
