@@ -8,7 +8,6 @@ timing anything.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -229,40 +228,11 @@ def _read_raw(log: Log, offset: int, max_bytes: int) -> bytes:
         return sl.read_bytes()
 
 
-async def test_a_thread_fsync_is_handed_over_before_the_caller_first_yields(
-    log: Log, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """No event-loop turn between asking for a thread fsync and a thread starting it
-    (anyio's to_thread yielded twice first: docs/latency.md, "Hops")."""
-    started = threading.Event()
-    real = files.fdatasync
-
-    def seen(fd: int) -> None:
-        started.set()
-        real(fd)
-
-    monkeypatch.setattr(log_module, "fdatasync", seen)
-    runner = FsyncRunner(on_loop=False)
-    log.append(bodies(2), 1, 0)
-    flush = runner.flush(log)
-    try:
-        waiting_on = flush.send(None)  # the caller's first step, up to its first yield
-        assert started.wait(WAIT), "the fsync had not been handed to a thread"
-        await asyncio.wait((waiting_on,), timeout=WAIT)  # the thread's result is back
-        with pytest.raises(StopIteration) as finished:
-            flush.send(None)
-        assert finished.value.value == 2
-    finally:
-        flush.close()
-    assert log.flushed_offset == 2
-    assert runner.thread_fsyncs == 1
-
-
 async def test_a_cancelled_caller_waits_for_its_thread_fsync_to_end(
     log: Log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The log must not be closed under a running fsync: its caller, cancelled, returns
-    only once the fsync ended (as with anyio's non-abandoning hand-off)."""
+    only once the fsync ended (anyio's non-abandoning hand-off)."""
     entered, release = threading.Event(), threading.Event()
     real = files.fdatasync
 

@@ -27,29 +27,16 @@ the loop unless:
   whenever the share allowed, acked publishing with ack LEADER fell by about a quarter).
 
 Durability is the same either way: the high watermark and ALL acks move only after the
-fsync returned.
-
-An fsync that goes to a thread is handed to the runner's own pool (:data:`FSYNC_THREADS`)
-in the caller's turn and its result comes back through one ``call_soon_threadsafe``:
-``anyio.to_thread.run_sync`` first yields twice to the loop (a checkpoint, then its
-capacity limiter's shielded checkpoint) before the thread gets the work, two event-loop
-turns on the way to every thread fsync (the flusher of a ``written`` partition at light
-load; docs/latency.md, "Hops"). As with anyio's non-abandoning hand-off, a caller that is
-cancelled still waits for its fsync to end, so the log is never closed under it.
-
-Task safety: event loop thread only.
+fsync returned. Task safety: event loop thread only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import math
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -76,14 +63,7 @@ p50 on the dev VM, one that sends a LEADER ack's response (what runs between an 
 and its fsync at light load) about 100 us; a turn of a loaded server, which reads and
 handles several requests, takes milliseconds."""
 
-FSYNC_THREADS = 32
-"""Most fsyncs (of different logs) a runner has in worker threads at once; more wait for a
-thread. A log's own fsyncs share one another's work (group commit), so a stalled disk
-occupies at most one thread per log flushed meanwhile."""
-
-__all__ = ["FSYNC_THREADS", "FsyncRunner"]
-
-T = TypeVar("T")
+__all__ = ["FsyncRunner"]
 
 
 @attrs.define
@@ -103,7 +83,6 @@ class FsyncRunner:
     _busy: float = 0.0
     _busy_at: float = 0.0
     _threads_until: float = 0.0
-    _pool: concurrent.futures.ThreadPoolExecutor | None = attrs.field(default=None, repr=False)
 
     async def flush(self, log_: Log, upto: int | None = None, *, on_loop: bool = True) -> int:
         """``log_.flush(upto)``, on the loop or in a worker thread (always in a thread with
@@ -113,7 +92,7 @@ class FsyncRunner:
             if flushed is not None:
                 return flushed
         self.thread_fsyncs += 1
-        return await self._in_thread(log_.flush, upto)
+        return await anyio.to_thread.run_sync(log_.flush, upto)
 
     async def flush_here(self, log_: Log, upto: int | None = None) -> int | None:
         """``log_.flush(upto)`` on the loop if this runner would run it there now (after
@@ -143,35 +122,10 @@ class FsyncRunner:
                 self.loop_fsyncs += 1
                 return
             self.thread_fsyncs += 1
-            await self._in_thread(log_.flush)
+            await anyio.to_thread.run_sync(log_.flush)
             return
         self.thread_fsyncs += 1
-        await self._in_thread(_append_and_flush, log_, data)
-
-    async def _in_thread(self, fn: Callable[..., T], *args: object) -> T:
-        """``fn(*args)`` in one of the runner's threads, handed over without yielding first
-        (see the module docstring); a cancelled caller waits for it to end, then raises."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio (trio): the server never runs there
-            return await anyio.to_thread.run_sync(fn, *args)
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                FSYNC_THREADS, thread_name_prefix="jet-fsync"
-            )
-        done: asyncio.Future[T] = loop.create_future()
-        running = self._pool.submit(fn, *args)
-        running.add_done_callback(lambda ran: loop.call_soon_threadsafe(_report, ran, done))
-        try:
-            return await done
-        except asyncio.CancelledError:
-            if not running.done():
-                ended: asyncio.Future[None] = loop.create_future()
-                running.add_done_callback(lambda _ran: loop.call_soon_threadsafe(_set_none, ended))
-                while not ended.done():  # anyio repeats a scope's cancellation
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.shield(ended)
-            raise
+        await anyio.to_thread.run_sync(_append_and_flush, log_, data)
 
     def _may_run_here(self) -> bool:
         if not self.on_loop:
@@ -224,22 +178,6 @@ async def _loop_free() -> bool:
         return True
     await anyio.lowlevel.checkpoint()
     return not ready
-
-
-def _report(ran: concurrent.futures.Future[T], done: asyncio.Future[T]) -> None:
-    """Copy a thread's outcome to the waiting caller's future (on the loop)."""
-    if done.done():  # the caller was cancelled
-        return
-    error = ran.exception()
-    if error is not None:
-        done.set_exception(error)
-    else:
-        done.set_result(ran.result())
-
-
-def _set_none(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _append_and_flush(log_: Log, data: bytes | memoryview) -> None:
