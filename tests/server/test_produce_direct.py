@@ -425,3 +425,30 @@ async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answ
         records = await c.collect("after", 0, 4)
         assert [r.value for r in records] == [b"v0", b"v1", b"v2", b"w"]
         assert replica.committer.flushing
+
+
+async def test_a_busy_loop_sends_a_deferred_fsync_to_a_thread_after_one_look(
+    jet: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the request's after-work finds the loop busy, the flusher takes the fsync to
+    a thread without a second probe turn (the path is then as long as before the after-work
+    took the fsync: one probe, the flusher's wake-up, the thread)."""
+    probes = [0]
+
+    async def busy() -> bool:
+        probes[0] += 1
+        return False
+
+    monkeypatch.setattr(fsync_runner, "_loop_free", busy)
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="busy", subject="busy.x")
+        replica = jet.streams.replica("busy", 0)
+        runner = replica.committer.fsyncs
+        threads = runner.thread_fsyncs
+        for i in range(3):
+            results = await c.produce("busy", 0, [ProduceMessage(b"b%d" % i)])
+            assert results[0].error_code == ErrorCode.NONE
+            records = await c.collect("busy", 0, i + 1)  # visible once fsynced
+            assert records[-1].value == b"b%d" % i
+        assert probes == [3]  # one look per request
+        assert runner.thread_fsyncs >= threads + 3

@@ -89,6 +89,9 @@ class Committer:
     _deferred: bool = False
     """Records were appended whose fsync is left to the appending request
     (:meth:`defer_flush`) and nobody has started it yet."""
+    _loop_refused: bool = False
+    """:meth:`commit_deferred` just found the fsync may not run on the loop: the flusher
+    goes to a thread without asking again (no second probe turn)."""
 
     def __repr__(self) -> str:
         # Not attrs' repr: the parts refer to each other and to the server's objects
@@ -149,6 +152,7 @@ class Committer:
             self.request_flush()
             raise
         if flushed is None:
+            self._loop_refused = True
             self.request_flush()
             return
         await self.commit(flushed)
@@ -212,9 +216,9 @@ class Committer:
                     hops.mark("fsync.start")
                 # On the loop only where the fsync stands between a record and its
                 # readers; with ``written``/``replicated`` it is background work.
-                flushed = await self.fsyncs.flush(
-                    self.log, target, on_loop=self.core.durability == DURABILITY_FLUSHED
-                )
+                on_loop = self.core.durability == DURABILITY_FLUSHED and not self._loop_refused
+                self._loop_refused = False
+                flushed = await self.fsyncs.flush(self.log, target, on_loop=on_loop)
                 if hops.ENABLED:
                     hops.mark("fsync.end")
             except SyncFailedError as exc:
