@@ -527,3 +527,50 @@ async def test_malformed_header_blocks_reach_a_direct_subscription_without_heade
             assert link.malformed_headers == 2
     finally:
         await link.close()
+
+
+@pytest.mark.anyio
+async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher(
+    nats_server: NatsServer,
+) -> None:
+    """What one loop turn publishes goes out in one write from a loop callback: nats-py's
+    flusher task is not woken (a task step per Produce request at light load), and the
+    order holds across turns and with nats-py's own publishes."""
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect(attempts=3)
+    nc = link.client
+    got: list[bytes] = []
+    done = anyio.Event()
+
+    async def handler(msg: Msg) -> None:
+        got.append(msg.data)
+        if len(got) == 31:
+            done.set()
+
+    watcher = await nats.connect(nats_server.url)
+    try:
+        await watcher.subscribe("w.>", cb=handler)
+        await watcher.flush()
+        kicks = [0]
+        real_put = nc._flush_queue.put_nowait
+
+        def counted(item: Any) -> None:
+            kicks[0] += 1
+            real_put(item)
+
+        nc._flush_queue.put_nowait = counted  # asyncio.Queue.put goes through put_nowait
+        for turn in range(10):
+            for i in range(3):
+                assert await link.publish_many([(f"w.{turn}", b"%d" % (turn * 3 + i))]) == 1
+            assert nc._pending_data_size > 0  # queued, written at the end of the turn
+            await asyncio.sleep(0)
+            assert nc._pending_data_size == 0
+        assert kicks == [0]
+        await nc.publish("w.end", b"30")  # nats-py's own path still works after ours
+        await nc.flush()
+        with anyio.fail_after(10):
+            await done.wait()
+    finally:
+        await watcher.close()
+    assert got == [b"%d" % i for i in range(31)]
+    await link.close()

@@ -28,11 +28,12 @@ from jetsdk.codec.messages import (
 )
 from jetsdk.codec.transcode import DirectRecord, produce_envelopes
 from jetsdk.envelope import build_message
+from jetserver import fsync_runner
 from jetserver.broker.acks import AckRouter, PartitionAck
 from jetserver.broker.direct import DirectBatch, ProduceCompletion
 from jetserver.broker.ingested import Queued
 from jetserver.broker.produce import ProduceService
-from jetserver.broker.sequencer import Sequencer
+from jetserver.broker.sequencer import DEFER_MAX_RECORDS, Sequencer
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
 from support.jet_server import running_server
@@ -384,9 +385,76 @@ async def test_an_all_acked_request_on_an_idle_partition_commits_in_its_own_task
             )
             assert [(r.error_code, r.offset) for r in results] == [(0, 2 + i)]
         assert not replica.committer.flushing  # the flusher task was never needed
-        # A LEADER-acked request still leaves its fsync to the flusher (its answer must
-        # not wait for the disk).
-        await c.produce("inline", 0, [ProduceMessage(b"d")], ack_policy=AckPolicy.LEADER)
-        assert replica.committer.flushing
-        records = await c.collect("inline", 0, 6)
-    assert [r.value for r in records] == [b"a", b"b", b"c0", b"c1", b"c2", b"d"]
+        records = await c.collect("inline", 0, 5)
+    assert [r.value for r in records] == [b"a", b"b", b"c0", b"c1", b"c2"]
+
+
+async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answer(
+    jet: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A direct LEADER- or NONE-acked request on an idle partition (one server, fsynced)
+    is answered before the fsync, which its own after-work runs once the answer is
+    written: the flusher is never woken, and the request's task is not woken again for
+    its NATS copies (two event-loop turns fewer on a message's way to its consumers)."""
+    # Keep the runner's choice to fsync on the loop: a slow disk would send it to threads,
+    # and the test's own client, on the same loop, makes the loop look busy.
+    monkeypatch.setattr(fsync_runner, "SLOW_FSYNC_S", 60.0)
+    monkeypatch.setattr(fsync_runner, "LOOP_SHARE", 1.0)
+
+    async def free() -> bool:
+        return True
+
+    monkeypatch.setattr(fsync_runner, "_loop_free", free)
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="after", subject="after.x")
+        replica = jet.streams.replica("after", 0)
+        runner = replica.committer.fsyncs
+        on_loop = runner.loop_fsyncs
+        for i, policy in enumerate([AckPolicy.LEADER, AckPolicy.NONE, AckPolicy.LEADER]):
+            results = await c.produce("after", 0, [ProduceMessage(b"v%d" % i)], ack_policy=policy)
+            assert results[0].error_code == ErrorCode.NONE
+            records = await c.collect("after", 0, i + 1)  # visible once fsynced
+            assert [r.value for r in records][-1] == b"v%d" % i
+        assert not replica.committer.flushing  # the flusher task was never started
+        assert runner.loop_fsyncs >= on_loop + 3
+        assert replica.high_watermark == 3
+        # A larger request leaves its fsync to the flusher, which groups those of many.
+        big = [ProduceMessage(b"x")] * (DEFER_MAX_RECORDS + 1)
+        await c.produce("after", 0, big, ack_policy=AckPolicy.LEADER)
+        with anyio.fail_after(10):
+            while not replica.committer.flushing:  # noqa: ASYNC110 - no event for this
+                await anyio.sleep(0.01)
+        assert replica.high_watermark == 3 + len(big)
+        # Appended without an after-work (no NATS copies to send): the flusher takes the
+        # fsync on the next loop turn.
+        batch = _direct_batch("after", "after.x", [b"w"], AckPolicy.LEADER)
+        assert await replica.ingest_direct(batch)
+        records = await c.collect("after", 0, 4 + len(big))
+        assert [r.value for r in records][-1] == b"w"
+
+
+async def test_a_busy_loop_sends_a_deferred_fsync_to_a_thread_after_one_look(
+    jet: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the request's after-work finds the loop busy, the flusher takes the fsync to
+    a thread without a second probe turn (the path is then as long as before the after-work
+    took the fsync: one probe, the flusher's wake-up, the thread)."""
+    probes = [0]
+
+    async def busy() -> bool:
+        probes[0] += 1
+        return False
+
+    monkeypatch.setattr(fsync_runner, "_loop_free", busy)
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="busy", subject="busy.x")
+        replica = jet.streams.replica("busy", 0)
+        runner = replica.committer.fsyncs
+        threads = runner.thread_fsyncs
+        for i in range(3):
+            results = await c.produce("busy", 0, [ProduceMessage(b"b%d" % i)])
+            assert results[0].error_code == ErrorCode.NONE
+            records = await c.collect("busy", 0, i + 1)  # visible once fsynced
+            assert records[-1].value == b"b%d" % i
+        assert probes == [3]  # one look per request
+        assert runner.thread_fsyncs >= threads + 3

@@ -226,3 +226,40 @@ async def test_follower_records_appended_and_fsynced_on_the_loop_or_in_a_thread(
 def _read_raw(log: Log, offset: int, max_bytes: int) -> bytes:
     with log.read(offset, max_bytes) as sl:
         return sl.read_bytes()
+
+
+async def test_a_cancelled_caller_waits_for_its_thread_fsync_to_end(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log must not be closed under a running fsync: its caller, cancelled, returns
+    only once the fsync ended (anyio's non-abandoning hand-off)."""
+    entered, release = threading.Event(), threading.Event()
+    real = files.fdatasync
+
+    def gated(fd: int) -> None:
+        entered.set()
+        assert release.wait(WAIT)
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", gated)
+    runner = FsyncRunner(on_loop=False)
+    log.append(bodies(3), 1, 0)
+    ended: list[int] = []
+    scope = anyio.CancelScope()
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+
+            async def flush() -> None:
+                with scope:
+                    try:
+                        await runner.flush(log)
+                    finally:
+                        ended.append(log.flushed_offset)
+
+            tg.start_soon(flush)
+            await anyio.to_thread.run_sync(entered.wait, WAIT)
+            scope.cancel()
+            await anyio.sleep(0.05)
+            assert ended == []  # still waiting for the fsync
+            release.set()
+    assert ended == [3]

@@ -87,17 +87,27 @@ class FsyncRunner:
     async def flush(self, log_: Log, upto: int | None = None, *, on_loop: bool = True) -> int:
         """``log_.flush(upto)``, on the loop or in a worker thread (always in a thread with
         ``on_loop`` false)."""
-        if on_loop and self._may_run_here() and await _loop_free():
-            start = self.clock()
-            try:
-                flushed = log_.flush_unless_busy(upto)
-            finally:
-                self._spent(start)
+        if on_loop:
+            flushed = await self.flush_here(log_, upto)
             if flushed is not None:
-                self.loop_fsyncs += 1
                 return flushed
         self.thread_fsyncs += 1
         return await anyio.to_thread.run_sync(log_.flush, upto)
+
+    async def flush_here(self, log_: Log, upto: int | None = None) -> int | None:
+        """``log_.flush(upto)`` on the loop if this runner would run it there now (after
+        one turn that lets ready work run first); None, with nothing done, if not: the
+        caller leaves the fsync to a thread (its partition's flusher)."""
+        if not (self._may_run_here() and await _loop_free()):
+            return None
+        start = self.clock()
+        try:
+            flushed = log_.flush_unless_busy(upto)
+        finally:
+            self._spent(start)
+        if flushed is not None:
+            self.loop_fsyncs += 1
+        return flushed
 
     async def append_and_flush(self, log_: Log, data: bytes | memoryview) -> None:
         """Append records fetched from a leader (``log_.append_raw``) and fsync them."""

@@ -86,6 +86,12 @@ class Committer:
     """The flusher task runs (started by the first :meth:`request_flush`)."""
     _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
     _copies_tail: asyncio.Future[None] | None = None
+    _deferred: bool = False
+    """Records were appended whose fsync is left to the appending request
+    (:meth:`defer_flush`) and nobody has started it yet."""
+    _loop_refused: bool = False
+    """:meth:`commit_deferred` just found the fsync may not run on the loop: the flusher
+    goes to a thread without asking again (no second probe turn)."""
 
     def __repr__(self) -> str:
         # Not attrs' repr: the parts refer to each other and to the server's objects
@@ -109,6 +115,47 @@ class Committer:
             self._dirty = anyio.Event()
             tg.start_soon(self._flusher)
         self._dirty.set()
+
+    def defer_flush(self) -> None:
+        """Leave the fsync of what was just appended to the appending request, which runs
+        it once its answer is written (:meth:`commit_deferred`, in its after-work): no
+        flusher wake-up and no wake-up of the request for its NATS copies, two event-loop
+        turns on a message's way at light load (docs/latency.md, "Hops"). If the request
+        has not started it by the next loop turn (it yielded first, or has no after-work),
+        the flusher is asked as always, so the records never wait longer than that."""
+        self._deferred = True
+        asyncio.get_running_loop().call_soon(self._flush_if_deferred)
+
+    def _flush_if_deferred(self) -> None:
+        if self._deferred:
+            self._deferred = False
+            self.request_flush()
+
+    async def commit_deferred(self) -> None:
+        """Fsync and commit what :meth:`defer_flush` left, on the loop, if the fsync
+        runner would run it there now; else (or on any error) ask the flusher, which
+        recovers from a failed fsync as always. A no-op if nothing is left (the flusher
+        or another request took it)."""
+        if not self._deferred:
+            return
+        self._deferred = False  # appends from here on defer again, or ask the flusher
+        log_ = self.log
+        try:
+            if hops.ENABLED:
+                hops.mark("fsync.start")
+            flushed = await self.fsyncs.flush_here(log_)  # up to the LEO when it starts
+            if hops.ENABLED and flushed is not None:
+                hops.mark("fsync.end")
+        except Exception:
+            flushed = None
+        except BaseException:  # cancelled (the server stops): the flusher takes it
+            self.request_flush()
+            raise
+        if flushed is None:
+            self._loop_refused = True
+            self.request_flush()
+            return
+        await self.commit(flushed)
 
     # ---------------------------------------------------------------- waits
 
@@ -169,9 +216,9 @@ class Committer:
                     hops.mark("fsync.start")
                 # On the loop only where the fsync stands between a record and its
                 # readers; with ``written``/``replicated`` it is background work.
-                flushed = await self.fsyncs.flush(
-                    self.log, target, on_loop=self.core.durability == DURABILITY_FLUSHED
-                )
+                on_loop = self.core.durability == DURABILITY_FLUSHED and not self._loop_refused
+                self._loop_refused = False
+                flushed = await self.fsyncs.flush(self.log, target, on_loop=on_loop)
                 if hops.ENABLED:
                     hops.mark("fsync.end")
             except SyncFailedError as exc:

@@ -421,6 +421,10 @@ class PartitionReplica:
         """:meth:`Committer.wait_committed`."""
         return await self.committer.wait_committed(end, failures, timeout_s)
 
+    async def commit_deferred(self) -> None:
+        """:meth:`Committer.commit_deferred`."""
+        await self.committer.commit_deferred()
+
     def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """:meth:`Committer.copies_turn`."""
         return self.committer.copies_turn()

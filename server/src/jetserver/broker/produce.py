@@ -399,6 +399,8 @@ class ProduceService:
         async def publish_copies() -> None:
             try:
                 deadline = time.monotonic() + timeout_s
+                # The fsync its append left to it (Committer.defer_flush), if still due.
+                await replica.commit_deferred()
                 if prev is not None:
                     await asyncio.wait((prev,), timeout=timeout_s)
                 left = deadline - time.monotonic()

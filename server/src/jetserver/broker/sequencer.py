@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 _U32 = struct.Struct(">I")
 _LEADER = int(AckPolicy.LEADER)
 _ALL = int(AckPolicy.ALL)
+DEFER_MAX_RECORDS = 16
+"""Largest LEADER/NONE-acked request that fsyncs in its own after-work (light load); the
+flusher groups the fsyncs of larger ones."""
 _new_tuple = tuple.__new__
 """Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
 
@@ -236,17 +239,14 @@ class Sequencer:
         """Append ``batch`` in the calling task, as :meth:`run` would (the caller checked
         :attr:`idle`, so the order is the same).
 
-        A Produce request that finds its partition idle appends its messages itself: the
-        sequencer's wake-up and the request's wait for its acks are two event-loop turns
-        on the way to the ack, each about 0.1 ms on the 2-core dev VM at light load (``python
-        -m bench latency``: ``sink -> append`` and ``acked -> resp.produce``). A request
-        that waits for the commit anyway (:meth:`_commits_here`) also fsyncs and commits in
-        this task (:meth:`Committer.commit_here`) instead of waking the flusher and waiting
-        to be woken. Shielded: a request cancelled meanwhile (its connection closed) must
-        not cut the acks and the HW move that follow an append short."""
-        here = self._commits_here(batch)
+        A Produce request that finds its partition idle appends its messages itself (no
+        sequencer wake-up, no wait for its acks: two turns, ``python -m bench latency``),
+        and may commit in this task too (:meth:`_commit_in_task`). Shielded: a request
+        cancelled meanwhile (its connection closed) must not cut the acks and the HW move
+        that follow an append short."""
+        here, after = self._commit_in_task(batch)
         self._appending = True
-        self._hold_flush = here
+        self._hold_flush = here or after
         try:
             with anyio.CancelScope(shield=True):
                 await self._append_batch(batch)
@@ -257,24 +257,31 @@ class Sequencer:
             self._hold_flush = False
             if self._queue or self.life.stopping:
                 self._wake.set()
-        if here and self._flush_held:
+        if self._flush_held:
             self._flush_held = False
-            with anyio.CancelScope(shield=True):
-                await self.committer.commit_here()
+            if here:
+                with anyio.CancelScope(shield=True):
+                    await self.committer.commit_here()
+            else:
+                self.committer.defer_flush()
 
-    def _commits_here(self, batch: list[Queued]) -> bool:
-        """True if ``batch`` is one direct request that waits for the commit (an ALL ack)
-        on a server alone (the commit is the fsync) with durability ``flushed``."""
-        if len(batch) != 1:
-            return False
-        item = batch[0]
+    def _commit_in_task(self, batch: list[Queued]) -> tuple[bool, bool]:
+        """Whether ``batch``, one direct request on a server alone with durability
+        ``flushed`` (the commit is the fsync), is committed in its own task: (here, after)
+        = it waits for the commit anyway (an ALL ack: fsync and commit before answering,
+        :meth:`Committer.commit_here`); it does not and is small (LEADER, NONE, up to
+        :data:`DEFER_MAX_RECORDS`: the fsync is left to its after-work, once its answer is
+        written, :meth:`Committer.defer_flush`)."""
+        item = batch[0] if len(batch) == 1 else None
         core = self.core
-        return (
+        if not (
             isinstance(item, DirectBatch)
-            and item.policy == _ALL
             and core.role == ROLE_SINGLE
             and core.durability == DURABILITY_FLUSHED
-        )
+        ):
+            return False, False
+        small = len(item.records) <= DEFER_MAX_RECORDS
+        return item.policy == _ALL, small and item.policy != _ALL
 
     # ---------------------------------------------------------------- the append
 

@@ -1,0 +1,150 @@
+"""One message at a time: publish -> consume latency at 500 msg/s and what it costs the server.
+
+Short rounds alternate, in one client process on asyncio, among: jet fsynced (``flushed``),
+jet ``written``, JetStream ``sync_interval: always`` and JetStream's default (the same
+pairs as ``bench sdk`` (c)), with the order reversed every other round, so that a noisy,
+shared machine disturbs every side alike. Per round it prints p50, p99 and max, the jet
+server's CPU per message (user + system, /proc) and the context switches per message of
+its event-loop thread (voluntary: it waited, e.g. for the socket or a thread; involuntary:
+it was preempted), the client's CPU per message and the load average; then the medians
+over the rounds.
+
+With ``JET_BENCH_AGAINST=<path of another jet work tree>`` a second jet server runs that
+tree's code beside this one (``A`` = this tree, ``B`` = that one), in the same rounds: an
+A/B of two builds on the same machine at the same moments. Run: ``python -m bench light
+[--quick]`` (quick: 3 rounds of 3 s, else 8 rounds of 4 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bench.bench_sdk import (
+    _load,
+    _percentile,
+    _process_cpu_s,
+    jet_latency,
+    jetstream_server,
+    js_latency,
+    js_setup,
+)
+from jetsdk import Client
+from jetserver.devcluster import DevCluster
+
+RATE = 500
+"""Messages per second (100 B each)."""
+
+
+def _switches(pid: int) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of the main (event-loop) thread of
+    ``pid`` so far (worker threads come and go, so their counts cannot be compared)."""
+    voluntary = involuntary = 0
+    try:
+        with open(f"/proc/{pid}/task/{pid}/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches"):
+                    voluntary = int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches"):
+                    involuntary = int(line.split()[1])
+    except OSError:
+        pass
+    return voluntary, involuntary
+
+
+async def _rounds(
+    jets: dict[str, tuple[list[str], int]], js_url: str, js_sync_url: str, rounds: int, secs: float
+) -> None:
+    per: dict[str, list[tuple[float, float, float, float, float]]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        clients: dict[str, Client] = {}
+        for tag, (addresses, _pid) in jets.items():
+            client = await stack.enter_async_context(Client(addresses))
+            await client.create_stream("lf", "light.f")
+            await client.create_stream("lw", "light.w", durability="written")
+            await jet_latency(client, "lf", RATE, 1.0)  # warm-up
+            clients[tag] = client
+        nc, js = await js_setup(js_url, "LD", "js.ld")
+        sync_nc, sync_js = await js_setup(js_sync_url, "LS", "js.ls")
+        cases: list[tuple[str, str | None, Any]] = [
+            (f"jet {tag} {d}", tag, stream)
+            for stream, d in (("lf", "flushed"), ("lw", "written"))
+            for tag in jets
+        ]
+        cases += [("js sync_always", None, sync_js), ("js default", None, js)]
+        try:
+            for r in range(rounds):
+                for name, tag, target in cases if r % 2 == 0 else cases[::-1]:
+                    mine = time.process_time()
+                    switches = (float("nan"), float("nan"))
+                    if tag is None:
+                        subject = "js.ls" if target is sync_js else "js.ld"
+                        lat = await js_latency(target, subject, RATE, secs)
+                        cpu = float("nan")
+                    else:
+                        pid = jets[tag][1]
+                        cpu0, sw0 = _process_cpu_s(pid), _switches(pid)
+                        lat = await jet_latency(clients[tag], target, RATE, secs)
+                        sw1 = _switches(pid)
+                        cpu = (_process_cpu_s(pid) - cpu0) / len(lat) * 1e6
+                        switches = ((sw1[0] - sw0[0]) / len(lat), (sw1[1] - sw0[1]) / len(lat))
+                    client_us = (time.process_time() - mine) / len(lat) * 1e6
+                    p50, p99 = _percentile(lat, 0.5), _percentile(lat, 0.99)
+                    per.setdefault(name, []).append((p50, p99, cpu, client_us, switches[0]))
+                    print(
+                        f"  r{r} {name:<20} p50 {p50:6.2f} p99 {p99:7.2f} max {max(lat):7.1f} ms"
+                        f"  server {cpu:5.0f} us/msg, switches/msg {switches[0]:.1f} vol "
+                        f"{switches[1]:.1f} invol; client {client_us:4.0f} us/msg (load {_load()})",
+                        flush=True,
+                    )
+        finally:
+            await nc.close()
+            await sync_nc.close()
+    print(f"  medians over {rounds} rounds:")
+    for name, values in per.items():
+        med = [statistics.median(v[i] for v in values) for i in range(5)]
+        print(
+            f"    {name:<20} p50 {med[0]:.2f} p99 {med[1]:.2f} ms, p99/p50 {med[1] / med[0]:.1f};"
+            f" server {med[2]:.0f} us/msg, {med[4]:.1f} voluntary switches/msg;"
+            f" client {med[3]:.0f} us/msg"
+        )
+
+
+def run(quick: bool) -> None:
+    """Start the servers and alternate the rounds (see the module docstring)."""
+    rounds, secs = (3, 3.0) if quick else (8, 4.0)
+    here = Path(__file__).resolve().parent.parent
+    trees = {"A": here}
+    against = os.environ.get("JET_BENCH_AGAINST")
+    if against:
+        trees["B"] = Path(against).resolve()
+    saved = os.environ.get("PYTHONPATH")
+    with contextlib.ExitStack() as stack:
+        devnull = stack.enter_context(open(os.devnull, "wb"))
+        jets: dict[str, tuple[list[str], int]] = {}
+        try:
+            for tag, tree in trees.items():
+                # The server process imports that tree's code (the client is this one's).
+                paths = [tree, tree / "sdk/python/src", tree / "server/src"]
+                os.environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
+                dev = stack.enter_context(DevCluster(size=1, log_file=devnull))
+                jets[tag] = (dev.addresses, dev.servers[0].pid)
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
+        js_url = stack.enter_context(jetstream_server(sync_always=False))
+        js_sync_url = stack.enter_context(jetstream_server(sync_always=True))
+        print(
+            f"publish -> consume at {RATE} msg/s, 100 B, {rounds} rounds of {secs:g} s per case"
+            + "".join(f"; jet {tag} = {tree}" for tag, tree in trees.items())
+            + f" (load {_load()})"
+        )
+        anyio.run(_rounds, jets, js_url, js_sync_url, rounds, secs, backend="asyncio")
