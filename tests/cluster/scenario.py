@@ -38,6 +38,9 @@ from jetsdk.metadata import PartitionInfo
 from support.fault_report import longest_gap, write_report
 
 LEADER_TIMEOUT_S = 30.0
+MEMBER_READ_S = 10.0
+"""How long an ISR member's NOT_LEADER refusal is asked again before it is reported."""
+MEMBER_READ_RETRY_S = 0.1
 """Bound on a partition getting a (new) leader."""
 CATCH_UP_TIMEOUT_S = 30.0
 """Bound on every replica catching up at the end."""
@@ -241,9 +244,7 @@ class Scenario:
         committed log up to that member's HW, which is not above the leader's."""
         out = []
         for sid in info.isr:
-            answer = await read_through(
-                self.cluster.server(sid).address, self.stream, info.partition
-            )
+            answer = await self._read_member(sid, info.partition)
             if isinstance(answer, str):
                 out.append(f"partition {info.partition}: {answer}")
                 continue
@@ -259,6 +260,20 @@ class Scenario:
                 )
             )
         return out
+
+    async def _read_member(self, sid: str, partition: int) -> tuple[list[Stored], int] | str:
+        """``read_through`` at ``sid``; a NOT_LEADER refusal is asked again for a bounded
+        time, as a consumer retries it: a leadership move (preferred leaders put leadership
+        back once the first replica has rejoined) may be in flight. A member that still
+        refuses after ``MEMBER_READ_S`` is reported."""
+        deadline = time.monotonic() + MEMBER_READ_S
+        while True:
+            answer = await read_through(self.cluster.server(sid).address, self.stream, partition)
+            if not (isinstance(answer, str) and "NOT_LEADER" in answer):
+                return answer
+            if time.monotonic() > deadline:
+                return answer
+            await anyio.sleep(MEMBER_READ_RETRY_S)
 
 
 def first_ack_after(producer: ProducerDriver, t0: float, partition: int | None = None) -> float:
