@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import orjson
 import pytest
 from nats.aio.client import Client as NatsClient
@@ -27,6 +26,7 @@ from jetsdk.codec.messages import ProduceMessage
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
+from support.raw_nats import pub, send_frames
 
 pytestmark = pytest.mark.anyio
 
@@ -50,19 +50,7 @@ async def _nats_error(nc: NatsClient, subject: str, size: int) -> dict[str, Any]
 
 async def _publish_raw(url: str, subject: str, sizes: list[int]) -> None:
     """PUB each size from a raw NATS socket, no reply subject; wait for the PONG."""
-    host, port = url.removeprefix("nats://").rsplit(":", 1)
-    async with await anyio.connect_tcp(host, int(port)) as sock:
-        await sock.receive()  # INFO
-        out = [b'CONNECT {"verbose":false,"pedantic":false}\r\n']
-        for size in sizes:
-            out.append(f"PUB {subject} {size}\r\n".encode() + b"h" * size + b"\r\n")
-        out.append(b"PING\r\n")
-        await sock.send(b"".join(out))
-        with anyio.fail_after(10):
-            got = b""
-            while b"PONG" not in got:
-                got += await sock.receive()
-        assert b"-ERR" not in got, got
+    await send_frames(url, [pub(subject, b"h" * size) for size in sizes])
 
 
 async def test_update_stream_changes_the_limit_at_every_entry(

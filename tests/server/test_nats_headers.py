@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import orjson
 import pytest
 from nats.aio.client import Client as NatsClient
@@ -21,6 +20,7 @@ from jetserver.server import Server
 from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
+from support.raw_nats import hpub, send_frames
 
 pytestmark = pytest.mark.anyio
 
@@ -34,27 +34,14 @@ EXPECTED = [
 ]
 
 
-async def hpub(url: str, subject: str, blocks: list[tuple[bytes, bytes]]) -> None:
-    host, port = url.removeprefix("nats://").rsplit(":", 1)
-    async with await anyio.connect_tcp(host, int(port)) as sock:
-        await sock.receive()  # INFO
-        out = [b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n']
-        for block, payload in blocks:
-            head = f"HPUB {subject} {len(block)} {len(block) + len(payload)}\r\n".encode()
-            out.append(head + block + payload + b"\r\n")
-        out.append(b"PING\r\n")
-        await sock.send(b"".join(out))
-        with anyio.fail_after(10):
-            got = b""
-            while b"PONG" not in got:
-                got += await sock.receive()
-        assert b"-ERR" not in got, got
+async def hpub_all(url: str, subject: str, blocks: list[tuple[bytes, bytes]]) -> None:
+    await send_frames(url, [hpub(subject, block, payload) for block, payload in blocks])
 
 
 async def test_header_lines_are_stored_as_sent(jet: Server, nats_server: NatsServer) -> None:
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="hdr", subject="hdr")
-        await hpub(nats_server.url, "hdr", BLOCKS)
+        await hpub_all(nats_server.url, "hdr", BLOCKS)
         records = await c.collect("hdr", 0, 2)
     assert [r.headers for r in records] == EXPECTED
     assert [r.value for r in records] == [b"multi", b""]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 
-import anyio
 import orjson
 import pytest
 from nats.aio.client import Client as NatsClient
@@ -20,6 +19,7 @@ from nats.aio.client import Client as NatsClient
 from jetserver.server import Server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
+from support.raw_nats import hpub, pub, send_frames
 
 pytestmark = pytest.mark.anyio
 
@@ -33,28 +33,14 @@ MAX_ANSWER_S = 2.0
 """A request's answer within this (the stall was about 8 s; generous for a loaded CI)."""
 
 
-def hpub(subject: str, block: bytes, payload: bytes) -> bytes:
-    head = f"HPUB {subject} {len(block)} {len(block) + len(payload)}\r\n".encode()
-    return head + block + payload + b"\r\n"
-
-
 async def send_hostile(url: str, subject: str, payloads: list[bytes]) -> None:
     """Each malformed block (then a well-formed message) per payload, one raw connection."""
-    host, port = url.removeprefix("nats://").rsplit(":", 1)
-    async with await anyio.connect_tcp(host, int(port)) as sock:
-        await sock.receive()  # INFO
-        out = [b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n']
-        for payload in payloads:
-            out.extend(hpub(subject, block, payload) for block in MALFORMED)
-            out.append(hpub(subject, GOOD_BLOCK, payload))
-            out.append(f"PUB {subject} {len(payload)}\r\n".encode() + payload + b"\r\n")
-        out.append(b"PING\r\n")
-        await sock.send(b"".join(out))
-        with anyio.fail_after(10):
-            got = b""
-            while b"PONG" not in got:
-                got += await sock.receive()
-        assert b"-ERR" not in got, got
+    frames: list[bytes] = []
+    for payload in payloads:
+        frames.extend(hpub(subject, block, payload) for block in MALFORMED)
+        frames.append(hpub(subject, GOOD_BLOCK, payload))
+        frames.append(pub(subject, payload))
+    await send_frames(url, frames)
 
 
 async def test_malformed_header_blocks_stop_nothing(
