@@ -354,16 +354,8 @@ class Sequencer:
                         policy = asked
                 size = len(data) + len(key or b"") + sum(len(n) + len(v) for n, v in headers)
             who = _new_tuple(_Wanted, (inbox, corr, policy, producer_id, producer_seq))
-            if controls is not None:
-                if controls.error:
-                    self.messages_rejected += 1
-                    self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, controls.error)
-                    continue
-                if controls.msg_id is not None:
-                    seen = self._seen_msg_id(controls.msg_id, b.in_batch)
-                    if seen is not None:
-                        b.dups.append((who, *seen))
-                        continue
+            if controls is not None and self._controls_refused(b, who, controls):
+                continue
             if self._refused(b, who, size, policy) or self._duplicate(b, who):
                 continue
             if body is None:  # a plain message
@@ -396,16 +388,8 @@ class Sequencer:
                 self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, "invalid subject")
                 continue
             controls = record.controls
-            if controls is not None:
-                if controls.error:
-                    self.messages_rejected += 1
-                    self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, controls.error)
-                    continue
-                if controls.msg_id is not None:
-                    seen = self._seen_msg_id(controls.msg_id, b.in_batch)
-                    if seen is not None:
-                        b.dups.append((who, *seen))
-                        continue
+            if controls is not None and self._controls_refused(b, who, controls):
+                continue
             if self._refused(b, who, record.size, policy) or self._duplicate(b, who):
                 continue
             # As direct_record (jetsdk.codec.transcode) builds it, without its ack fields.
@@ -416,6 +400,23 @@ class Sequencer:
                 continue
             b.bodies.append(body)
             b.wanted.append(who)
+
+    def _controls_refused(
+        self, b: _Batch, who: _Wanted, controls: Controls | RecordControls
+    ) -> bool:
+        """True if the header controls settle the message before it is stored: invalid
+        (answered INVALID_ARGUMENT) or a ``Nats-Msg-Id`` already seen (answered as that
+        duplicate). The same on both ingest paths."""
+        if controls.error:
+            self.messages_rejected += 1
+            self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, controls.error)
+            return True
+        if controls.msg_id is not None:
+            seen = self._seen_msg_id(controls.msg_id, b.in_batch)
+            if seen is not None:
+                b.dups.append((who, *seen))
+                return True
+        return False
 
     def _precondition_failed(
         self, b: _Batch, who: _Wanted, body: bytes, controls: Controls | RecordControls
