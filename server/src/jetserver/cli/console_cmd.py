@@ -71,6 +71,7 @@ def _console(args: argparse.Namespace) -> int:
             print(f"console: http://{host}:{port}/", flush=True)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(app.run_sampler)
+                tg.start_soon(app.tables.run)
                 await serve(listener, app.handle)
         return EXIT_OK
 

@@ -16,6 +16,8 @@ GET endpoints (all JSON)::
         [&key=K][&header=NAME or NAME=VALUE]  (search: records matching, scanned from the
         offset or time given, else from the log start, at most SEARCH_MAX_SCAN per request)
     POST /api/records            (--allow-writes: produce one message, console/produce.py)
+    /api/tables/STREAM?[prefix=P][&after=CURSOR][&limit=L]
+        a compacted stream's latest value per key, in key order (console/tables.py)
 
 Writes (only with ``--allow-writes``, and a request header ``X-Jet-Console: 1``, which a
 page of another origin cannot send without the browser asking first; the servers still
@@ -60,6 +62,7 @@ from jetsdk.metadata import partition_subject
 from jetserver.console.http import HttpError, Request, Response
 from jetserver.console.produce import produce_record
 from jetserver.console.stream_edit import purge_stream, update_stream
+from jetserver.console.tables import TableBrowser
 from jetserver.observe.sampler import ClusterSampler, History, Snapshot
 
 SAMPLE_INTERVAL_S = 1.0
@@ -188,6 +191,8 @@ class ConsoleApp:
         self.error: str | None = None
         self.sampled = anyio.Event()
         self.static = _static_files()
+        self.tables = TableBrowser(client)
+        """Live tables of the table page (run :meth:`TableBrowser.run` beside the server)."""
         self.deleted: set[str] = set()
         """Streams deleted here that the latest sample may still list (left out of the
         answers until a sample no longer has them)."""
@@ -256,6 +261,9 @@ class ConsoleApp:
             }.get(path)
             if getter is not None:
                 return Response.json(await getter(req))
+            parts = path.strip("/").split("/")
+            if len(parts) == 3 and parts[:2] == ["api", "tables"] and parts[2]:
+                return Response.json(await self.tables.page(parts[2], req.query))
             raise HttpError(HTTPStatus.NOT_FOUND, f"no page {path}")
         if req.method in ("POST", "DELETE"):
             self._check_write(req)

@@ -1,5 +1,5 @@
 // jet console: vanilla JS, no build step. Pages are routed on the URL hash:
-//   #/cluster  #/streams  #/partition/STREAM/P  #/groups  #/plots
+//   #/cluster  #/streams  #/partition/STREAM/P  #/table/STREAM  #/groups  #/plots
 // Every figure comes from the console's JSON endpoints (/api/...).
 "use strict";
 
@@ -145,7 +145,7 @@ async function pageStreams() {
       el("td", { class: "num messages" + (s.offline ? " bad" : "") }, fmt(s.messages) + (s.offline ? ` + ? (${s.offline} offline)` : "")),
       el("td", { class: "num size" }, fmt(s.size_bytes) + (s.offline ? " + ?" : "")),
       el("td", { class: "retention" }, retention(s.config)),
-      el("td", {}, config.allow_writes ? [
+      el("td", {}, s.compact ? el("a", { href: `#/table/${encodeURIComponent(s.name)}`, "data-table": s.name }, "table") : "", config.allow_writes ? [
         el("button", { onclick: () => editStream(s.name), "data-edit": s.name }, "Edit"),
         el("button", { onclick: () => purgeStream(s.name), "data-purge": s.name }, "Purge"),
         el("button", { onclick: () => deleteStream(s.name), "data-delete": s.name }, "Delete")] : "")))));
@@ -288,6 +288,41 @@ async function pagePartition(stream, partition) {
     data.next < data.hw && !tailing ? el("a", { id: "next", href: `#/partition/${encodeURIComponent(stream)}/${partition}?${more}` }, data.search ? "search on →" : "next page →") : ""];
 }
 
+// -- a compacted stream as a table: the latest value per key -------------------------------
+
+async function pageTable(stream) {
+  if (!stream) throw new Error("no stream named: the address is #/table/STREAM");
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const prefix = el("input", { id: "table-prefix", placeholder: "key prefix", value: q.get("prefix") || "" });
+  const limit = el("input", { id: "table-limit", type: "number", min: 1, max: 500, value: q.get("limit") || 50 });
+  const mode = el("select", { id: "table-format" }, ["text", "json", "hex"].map((m) => el("option", { value: m, selected: q.get("format") === m }, m)));
+  const go = () => {
+    const p = new URLSearchParams();
+    if (prefix.value) p.set("prefix", prefix.value);
+    p.set("limit", limit.value); p.set("format", mode.value);
+    location.hash = `#/table/${encodeURIComponent(stream)}?${p}`;
+  };
+  const params = new URLSearchParams({ limit: limit.value });
+  if (q.get("prefix")) params.set("prefix", q.get("prefix"));
+  if (q.get("after")) params.set("after", q.get("after"));
+  const data = await api(`/api/tables/${encodeURIComponent(stream)}?${params}`);
+  const m = mode.value;
+  const more = new URLSearchParams(q);
+  if (data.next) more.set("after", data.next);
+  return [
+    el("h2", {}, `${stream} — table`),
+    el("p", { id: "table-summary" }, `${fmt(data.keys)} keys` + (q.get("prefix") ? `, ${fmt(data.matching)} with prefix ${JSON.stringify(q.get("prefix"))}` : "") +
+      `; showing ${data.entries.length}` + (q.get("after") ? " after the previous page" : "")),
+    el("form", { class: "inline", onsubmit: (ev) => { ev.preventDefault(); go(); } },
+      "Prefix", prefix, "limit", limit, "as", mode, el("button", { type: "submit", id: "table-load" }, "Show")),
+    table(["Key", "Value", "Revision", "P"], data.entries.map((e) =>
+      el("tr", { "data-key": e.key_b64 },
+        el("td", { class: "wrap key" }, show(e.key_text, e.key_b64, m)),
+        el("td", { class: "wrap value" }, show(e.value_text, e.value_b64, m)),
+        el("td", { class: "num revision" }, e.revision), el("td", { class: "num" }, e.partition)))),
+    data.next ? el("a", { id: "table-next", href: `#/table/${encodeURIComponent(stream)}?${more}` }, "next page →") : ""];
+}
+
 // Produce one message to this partition (--allow-writes): key, value, one header name=value.
 function produceForm(stream, partition) {
   const key = el("input", { id: "produce-key", placeholder: "key (optional)" });
@@ -408,7 +443,7 @@ async function pagePlots() {
 
 // -- routing -------------------------------------------------------------------------------
 
-const TITLES = { cluster: "Cluster", streams: "Streams", partition: "Records", groups: "Consumer groups", plots: "Live plots" };
+const TITLES = { cluster: "Cluster", streams: "Streams", partition: "Records", table: "Table", groups: "Consumer groups", plots: "Live plots" };
 let renderGen = 0;
 
 // Each page function returns its nodes; only the latest route's are shown (a slow answer
@@ -418,11 +453,12 @@ async function render() {
   const hash = location.hash || "#/cluster";
   const parts = hash.split("?")[0].split("/").slice(1).map(decodeURIComponent);
   const page = TITLES[parts[0]] ? parts[0] : "cluster";
-  document.querySelectorAll("header nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page || (page === "partition" && a.dataset.page === "streams")));
+  document.querySelectorAll("header nav a").forEach((a) => a.classList.toggle("active", a.dataset.page === page || ((page === "partition" || page === "table") && a.dataset.page === "streams")));
   try {
     let nodes;
     if (page === "streams") nodes = await pageStreams();
     else if (page === "partition") nodes = await pagePartition(parts[1], partitionNumber(parts[2]));
+    else if (page === "table") nodes = await pageTable(parts[1]);
     else if (page === "groups") nodes = await pageGroups();
     else if (page === "plots") nodes = await pagePlots();
     else nodes = await pageCluster();
@@ -457,7 +493,7 @@ function schedule() {
   clearInterval(timer);
   const page = (location.hash || "#/cluster").split("/")[1];
   const tailing = page === "partition" && new URLSearchParams(location.hash.split("?")[1] || "").get("tail") === "1";
-  const every = page === "plots" || tailing ? 1000 : page === "partition" ? 0 : 2000;
+  const every = page === "plots" || tailing ? 1000 : page === "partition" || page === "table" ? 0 : 2000;
   if (every) timer = setInterval(() => { if (!document.querySelector("form :focus, .reset-preview:not(:empty)")) render(); }, every);
 }
 
