@@ -142,3 +142,31 @@ def test_unsynced_files_and_directory_entries_are_dropped(tmp_path: Path) -> Non
 def test_tracing_is_off_by_default() -> None:
     assert os.environ.get(ENV_VAR) is None
     assert durability_trace.TRACE is None
+
+
+def test_power_loss_after_a_new_leader_epoch_keeps_the_epochs_of_the_records(
+    tmp_path: Path,
+) -> None:
+    """A new epoch's checkpoint is written without fsync (spec/storage.md §6): after a power
+    loss, the epochs of the records that were flushed are back, at their first offsets."""
+    trace_path = tmp_path / "trace.jsonl"
+    directory = tmp_path / "log"
+    trace = durability_trace.enable(trace_path)
+    try:
+        log = Log.open(directory, LogConfig(segment_max_bytes=1 << 20))
+        log.append([b"a" * 10] * 6, 1, 0)
+        log.flush()
+        log.epochs.assign(3, log.log_end_offset)  # a new leader: no record yet, no fsync
+        log.epochs.assign(4, log.log_end_offset)  # and another, whose records follow
+        log.append([b"b" * 10] * 5, 2, 4)
+        log.flush()  # the records of epoch 4 are durable
+        log.epochs.assign(7, log.log_end_offset)  # led again: lost with the power
+        log._crash()
+    finally:
+        durability_trace.disable()
+    assert trace.path == trace_path
+    simulate_power_loss(trace_path)
+    with Log.open(directory) as log:
+        assert log.log_end_offset == 11
+        assert [(e.epoch, e.start_offset) for e in log.epochs.entries] == [(0, 0), (4, 6)]
+        assert log.epochs.end_offset_for(0) == 6

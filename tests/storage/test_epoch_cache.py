@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
-from jetserver.storage import EpochEntry, InvalidArgumentError, LeaderEpochCache
+from jetserver.storage import EpochEntry, InvalidArgumentError, LeaderEpochCache, durability_trace
 from jetserver.storage.checkpoint import LEADER_EPOCH_FILE
 
 
@@ -61,3 +62,26 @@ def test_truncation(tmp_path: Path) -> None:
     assert (tmp_path / LEADER_EPOCH_FILE).read_bytes() == b"0\n1\n2 15\n"
     cache.clear()
     assert not cache.entries
+
+
+def test_a_new_epoch_is_written_without_fsync_a_truncation_with(tmp_path: Path) -> None:
+    """assign() replaces the checkpoint without an fsync (recovery extends a checkpoint that
+    lacks the newest epochs from the records); truncate_from_end() makes it durable."""
+    trace_path = tmp_path / "trace.jsonl"
+    directory = tmp_path / "p"
+    directory.mkdir()
+    durability_trace.enable(trace_path)
+    try:
+        cache = make(directory, [100])
+        cache.assign(1, 10)
+        cache.assign(2, 50)
+        after_assign = trace_path.read_bytes()
+        cache.truncate_from_end(50)
+        after_truncate = trace_path.read_bytes()
+    finally:
+        durability_trace.disable()
+    assert (directory / LEADER_EPOCH_FILE).read_bytes() == b"0\n1\n1 10\n"
+    synced = [orjson.loads(line) for line in after_assign.splitlines()]
+    assert [e for e in synced if e.get("ev") in ("sync", "dir")] == []
+    later = [orjson.loads(line) for line in after_truncate[len(after_assign) :].splitlines()]
+    assert {e.get("ev") for e in later} >= {"sync", "dir"}

@@ -281,3 +281,32 @@ def test_open_fsyncs_the_active_segment_only_after_an_unclean_close(
         assert log.recovery.clean_shutdown is clean
         assert log.flushed_offset == log.log_end_offset == 80
         assert len(synced) == (0 if clean else 1)
+
+
+@pytest.mark.parametrize(
+    "stale",
+    [
+        b"0\n2\n0 0\n2 30\n",  # written before epoch 5 began (its assign was not fsynced)
+        b"0\n1\n0 0\n",  # two epochs behind
+        b"0\n3\n0 0\n2 30\n3 60\n",  # an epoch of no records, where epoch 5 then began
+    ],
+)
+def test_epoch_checkpoint_behind_the_records_is_extended(tmp_path: Path, stale: bytes) -> None:
+    """A new epoch is checkpointed without fsync (spec/storage.md §6): a crash may leave a
+    valid checkpoint without the epochs of the last records; recovery adds them at their
+    first offsets, as the appends had."""
+    build(tmp_path, clean=False)
+    (tmp_path / LEADER_EPOCH_FILE).write_bytes(stale)
+    with Log.open(tmp_path, CFG) as log:
+        assert [(e.epoch, e.start_offset) for e in log.epochs.entries] == [(0, 0), (2, 30), (5, 60)]
+        assert log.epochs.end_offset_for(2) == 60
+        assert any("extended" in note for note in log.recovery.notes)
+        assert not log.recovery.corrupt_files
+    assert (tmp_path / LEADER_EPOCH_FILE).read_bytes() == b"0\n3\n0 0\n2 30\n5 60\n"
+
+
+def test_epoch_checkpoint_behind_the_records_after_a_clean_close(tmp_path: Path) -> None:
+    build(tmp_path, clean=True)
+    (tmp_path / LEADER_EPOCH_FILE).write_bytes(b"0\n1\n0 0\n")
+    with Log.open(tmp_path, CFG) as log:
+        assert [(e.epoch, e.start_offset) for e in log.epochs.entries] == [(0, 0), (2, 30), (5, 60)]

@@ -3,6 +3,13 @@
 Followers use :meth:`LeaderEpochCache.end_offset_for` on the leader to find where their log
 diverges after a leader change, instead of truncating to the high watermark. Persisted in
 ``leader-epoch-checkpoint`` (see :mod:`jetserver.storage.checkpoint`).
+
+A new epoch (:meth:`LeaderEpochCache.assign`) is written without fsync, as Kafka does: a
+crash may leave the checkpoint without the newest epochs, and recovery extends it from the
+epochs the records carry (spec/storage.md §6 and §9). Every new leader assigns one: with
+the write, an fsync of the file and one of the directory, the 3,334 leaderships of a killed
+server at 10,000 partitions queued 6,668 fsyncs before they served. A truncation (rare: a
+follower whose log diverged) is still made durable before it returns.
 """
 
 from __future__ import annotations
@@ -66,7 +73,8 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; True if the cache changed.
 
-        The same epoch again is a no-op. Entries with a start offset >= ``start_offset``
+        Written to the checkpoint without fsync (module docstring). The same epoch again is
+        a no-op. Entries with a start offset >= ``start_offset``
         (left over from a log that was not truncated) are dropped first.
 
         Raises:
@@ -87,7 +95,7 @@ class LeaderEpochCache:
             while self._entries and self._entries[-1].start_offset >= start_offset:
                 self._entries.pop()
             self._entries.append(EpochEntry(epoch, start_offset))
-            self._persist()
+            self._persist(sync=False)
             return True
 
     def epoch_and_end_offset_for(self, epoch: int) -> tuple[int, int]:
@@ -158,10 +166,11 @@ class LeaderEpochCache:
             self._entries = []
             self._persist()
 
-    def _persist(self) -> None:
+    def _persist(self, *, sync: bool = True) -> None:
         if self._directory is not None:
             write_checkpoint(
                 self._directory,
                 LEADER_EPOCH_FILE,
                 [(e.epoch, e.start_offset) for e in self._entries],
+                sync=sync,
             )

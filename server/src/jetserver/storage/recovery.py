@@ -17,8 +17,9 @@ Rules, in order:
    CorruptRangeError; the file is left as it is.
 5. Checkpoints: the log start offset is the larger of its checkpoint and the first segment's
    base offset; the high watermark is clamped into [log start, log end]; a missing or corrupt
-   leader-epoch checkpoint is rebuilt from the records' epochs. A corrupt checkpoint is
-   reported, never fatal.
+   leader-epoch checkpoint is rebuilt from the records' epochs, and one that lacks the
+   epochs of the last records (a new epoch is written without fsync) is extended from them.
+   A corrupt checkpoint is reported, never fatal.
 """
 
 from __future__ import annotations
@@ -138,6 +139,8 @@ class _Findings:
     deleted: list[str] = attrs.Factory(list)
     unreadable: list[tuple[int, int]] = attrs.Factory(list)
     notes: list[str] = attrs.Factory(list)
+    last_epoch: int = -1
+    """Leader epoch of the last record of the last segment holding records (-1: none)."""
     dir_changed: bool = False
     marker_kept: bool = False
     listed: frozenset[str] = frozenset()
@@ -408,6 +411,8 @@ def _load_segment(
         if new_index != (index_bytes or b"") or new_time != (time_bytes or b""):
             found.rebuilt.extend((index_name, time_name))
 
+        if outcome.last_offset is not None:
+            found.last_epoch = outcome.last_epoch
         corrupt_end: int | None = None
         valid_end = outcome.valid_end
         next_offset = outcome.last_offset + 1 if outcome.last_offset is not None else base
@@ -487,11 +492,55 @@ def _read_epochs(
         found.notes.append(f"{problem}; rebuilt from the records")
     elif raw is None and has_records:
         found.notes.append(f"{LEADER_EPOCH_FILE} missing; rebuilt from the records")
+    elif raw is not None and found.last_epoch > (entries[-1].epoch if entries else -1):
+        extended = _extend_epochs(entries, segments)
+        found.notes.append(
+            f"{LEADER_EPOCH_FILE} lacked epochs of the last records; extended from them to "
+            f"{' '.join(f'{e.epoch}@{e.start_offset}' for e in extended)}"
+        )
+        write_checkpoint(
+            directory, LEADER_EPOCH_FILE, [(e.epoch, e.start_offset) for e in extended]
+        )
+        return extended, True
     else:
         return entries, False
     rebuilt = _epochs_from_log(segments)
     write_checkpoint(directory, LEADER_EPOCH_FILE, [(e.epoch, e.start_offset) for e in rebuilt])
     return rebuilt, True
+
+
+def _extend_epochs(entries: list[EpochEntry], segments: list[Segment]) -> list[EpochEntry]:
+    """``entries`` (a checkpoint written before the last records' epochs were) extended
+    with the first offset of each later epoch the records carry, as
+    :meth:`~jetserver.storage.epoch_cache.LeaderEpochCache.assign` would have added them
+    (an entry starting at or past a new one is dropped). Scans the segments from the last
+    one whose first record is of an epoch the checkpoint holds (normally the last)."""
+    latest = entries[-1].epoch if entries else -1
+    first = len(segments) - 1
+    while first > 0:
+        st = segments[first].state
+        try:
+            head = next(segments[first].iter_headers(0, st.size), None) if st.size else None
+        except CodecError:
+            head = None
+        if head is not None and head[3] <= latest:
+            break
+        first -= 1
+    out = list(entries)
+    for seg in segments[first:]:
+        st = seg.state
+        if not st.size:
+            continue
+        try:
+            for _pos, offset, _ts, epoch, _size in seg.iter_headers(0, st.size):
+                if epoch > latest:
+                    while out and out[-1].start_offset >= offset:
+                        out.pop()
+                    out.append(EpochEntry(epoch, offset))
+                    latest = epoch
+        except CodecError:
+            continue
+    return out
 
 
 def _epochs_from_log(segments: list[Segment]) -> list[EpochEntry]:

@@ -35,6 +35,8 @@ class ScanOutcome:
     """Index entries the scan added."""
     error: str | None
     """Why the scan stopped before the end of the file, or None."""
+    last_epoch: int = -1
+    """Leader epoch of the last good record scanned (-1 if none)."""
 
 
 def crc_scan(
@@ -65,6 +67,7 @@ def crc_scan(
     last: int | None = None
     added = 0
     error: str | None = None
+    last_epoch = -1
     if file_size <= start:
         return ScanOutcome(start, None, None, running_max, index, timeindex, 0, None)
     new_rel: array[int] = array("q")
@@ -82,7 +85,7 @@ def crc_scan(
                 except CodecError as exc:
                     error = f"bad record at byte {pos}: {exc}"
                     break
-                offset, ts, _epoch, _size = peek_header(mv, pos)
+                offset, ts, epoch, _size = peek_header(mv, pos)
                 if offset <= prev or offset - base_offset > U32_MAX:
                     error = f"record at byte {pos} has offset {offset} out of order"
                     break
@@ -96,6 +99,7 @@ def crc_scan(
                 if first is None:
                     first = offset
                 last = prev = offset
+                last_epoch = epoch
                 pos += size
     finally:
         mm.close()
@@ -103,4 +107,4 @@ def crc_scan(
         index.append(rel, p)
         timeindex.append(t, rel)
         added += 1
-    return ScanOutcome(pos, first, last, running_max, index, timeindex, added, error)
+    return ScanOutcome(pos, first, last, running_max, index, timeindex, added, error, last_epoch)
