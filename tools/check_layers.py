@@ -84,16 +84,6 @@ the SDK only, below the CLI that runs them."""
 
 KNOWN: frozenset[tuple[str, str]] = frozenset(
     {
-        # broker -> the NATS link: the link should sit behind an interface the broker owns
-        ("jetserver.broker.acks", "jetserver.nats_link"),
-        ("jetserver.broker.ingest_side", "jetserver.nats_fast"),
-        ("jetserver.broker.partition", "jetserver.nats_fast"),
-        ("jetserver.broker.partition", "jetserver.nats_link"),
-        ("jetserver.broker.produce", "jetserver.nats_link"),
-        ("jetserver.broker.roles", "jetserver.nats_link"),
-        ("jetserver.broker.running", "jetserver.nats_link"),
-        ("jetserver.broker.stored_copy", "jetserver.nats_fast"),
-        ("jetserver.broker.streams", "jetserver.nats_link"),
         # cluster -> protocol: the forwarder builds StreamInfo JSON with protocol's json_api
         ("jetserver.cluster.forwarding", "jetserver.protocol.json_api"),
         # ... and answers a forwarded purge with protocol's stream_admin (the same work)

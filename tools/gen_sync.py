@@ -85,7 +85,12 @@ SPECS = (
     ),
     Spec("jetsdk.producer.producer", "Producer", "producer.py", queued=True),
     Spec("jetsdk.consumer.consumer", "Consumer", "consumer.py", buffered=True),
-    Spec("jetsdk.consumer.share", "ShareConsumer", "share.py", skip=frozenset({"close"})),
+    Spec(
+        "jetsdk.consumer.share_consumer",
+        "ShareConsumer",
+        "share_consumer.py",
+        skip=frozenset({"close"}),
+    ),
     Spec("jetsdk.table.table", "Table", "table.py", skip=frozenset({"watch"})),
 )
 

@@ -13,7 +13,7 @@ import pytest
 
 from jetsdk import Client, Consumer, Producer, ShareConsumer, sync
 from jetsdk.codec.record import iter_records
-from jetsdk.consumer.share import LostOutcome, ShareSettings, read_share_group
+from jetsdk.consumer.share_consumer import LostOutcome, ShareSettings, read_share_group
 from jetsdk.consumer.share_fetch import poll_fetch
 from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
 from jetsdk.errors import JetError, OffsetOutOfRange

@@ -21,7 +21,7 @@ import pytest
 
 from jetsdk import Client, Producer
 from jetsdk.codec.record import Record, iter_records
-from jetsdk.consumer.share import read_share_group
+from jetsdk.consumer.share_consumer import read_share_group
 from jetsdk.share.state import ShareState
 from jetserver.testing import wait_until
 from support.jet_dev import JetDev

@@ -16,7 +16,7 @@ import attrs
 
 from jetsdk import Client, Producer, ShareConsumer
 from jetsdk.codec.record import iter_records
-from jetsdk.consumer.share import LostOutcome, read_share_group
+from jetsdk.consumer.share_consumer import LostOutcome, read_share_group
 from jetsdk.errors import StreamNotFound
 from support.jet_dev import JetDev
 

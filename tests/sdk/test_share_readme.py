@@ -11,7 +11,7 @@ import anyio
 
 from jetsdk import Client, Producer
 from jetsdk.codec.record import iter_records
-from jetsdk.consumer.share import read_share_group
+from jetsdk.consumer.share_consumer import read_share_group
 from support.jet_dev import JetDev
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -26,7 +26,7 @@ from jetsdk.codec.messages import (
     encode_json,
 )
 from jetsdk.consumer.group_runtime import ensure_groups_stream
-from jetsdk.consumer.share import ensure_share_stream
+from jetsdk.consumer.share_consumer import ensure_share_stream
 from jetsdk.errors import InvalidArgument, JetError, PermissionDenied
 from jetsdk.group.records import GROUPS_STREAM, Heartbeat, encode_record
 from jetsdk.partitioner import partition_for_key

@@ -199,7 +199,7 @@ async def test_jet_subjects_are_reserved_for_user_streams(
 async def test_share_group_runs_on_a_group_grant(nats_server: NatsServer, tmp_path: Path) -> None:
     """A share group works with ``group`` on its name (its log ``__share.<g>``: created, read
     and appended through that grant); another group's identity cannot join it."""
-    from jetsdk.consumer.share import ShareConsumer, read_share_group
+    from jetsdk.consumer.share_consumer import ShareConsumer, read_share_group
 
     tokens = {**TOKENS, "w": "w-token-0123456789abcdef"}
     settings = {

@@ -19,14 +19,9 @@ from hypothesis import strategies as st
 from nats.aio.msg import Msg
 from nats.protocol.parser import Parser
 
+from jetserver.broker.nats_port import SkipMarked, header_lines
 from jetserver.config import NatsConfig
-from jetserver.nats_fast import (
-    JetNatsClient,
-    JetParser,
-    SkipMarked,
-    fast_path_supported,
-    header_lines,
-)
+from jetserver.nats_fast import JetNatsClient, JetParser, fast_path_supported
 from jetserver.nats_link import _NATS_PY_PUB_INTERNALS, NatsLink
 from support.nats_server import NatsServer
 

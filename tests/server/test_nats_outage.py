@@ -89,8 +89,8 @@ async def test_stop_while_nats_is_unreachable(tmp_path: Path) -> None:
 
 
 async def test_nats_authentication(tmp_path: Path) -> None:
+    from jetserver.broker.nats_port import NatsUnavailable
     from jetserver.config import NatsConfig
-    from jetserver.nats_link import NatsUnavailable
 
     with NatsServer(extra_config='authorization { user: "jet", password: "s3cret" }') as auth:
         good = NatsLink(NatsConfig(servers=(auth.url,), user="jet", password="s3cret"))

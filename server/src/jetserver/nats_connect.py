@@ -22,6 +22,7 @@ import anyio
 import attrs
 import nats.errors
 
+from jetserver.broker.nats_port import NatsUnavailable
 from jetserver.config import NatsConfig
 from jetserver.errors import JetServerError
 from jetserver.logs import fields
@@ -35,10 +36,6 @@ _CLOSE_FAILED_ATTEMPT_S = 2.0
 
 ErrorCallback = Callable[[Exception], Awaitable[None]]
 Callback = Callable[[], Awaitable[None]]
-
-
-class NatsUnavailable(JetServerError):
-    """The NATS link is down (not connected yet, reconnecting or closed)."""
 
 
 def backoff_delay(

@@ -39,8 +39,6 @@ import asyncio
 import collections
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import nats.errors
@@ -51,45 +49,15 @@ from nats.aio.subscription import Subscription
 from nats.protocol import parser as nats_parser
 
 from jetsdk.codec.nats_headers import parse_header_block
-from jetserver.nats_read import JetParser, SkipMarked
+from jetserver.broker.nats_port import HeaderedMsg, MessageHandler, Sink, SkipMarked
+from jetserver.nats_read import JetParser
 from jetserver.natsproto import header_block_ok, header_map
 
-__all__ = [
-    "HeaderedMsg",
-    "JetNatsClient",
-    "JetParser",
-    "Sink",
-    "SkipMarked",
-    "fast_path_supported",
-    "header_lines",
-]
+__all__ = ["JetNatsClient", "JetParser", "fast_path_supported"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class HeaderedMsg(Msg):
-    """A message of a direct subscription with its header lines as sent (order, repeats
-    and case: :func:`~jetsdk.codec.nats_headers.parse_header_block`); ``headers`` is
-    nats-py's map of the same block (the last value of a repeated name)."""
-
-    header_lines: tuple[tuple[str, bytes], ...] = ()
-
-
-def header_lines(msg: Msg) -> tuple[tuple[str, bytes], ...]:
-    """A message's NATS header lines: as sent for a :class:`HeaderedMsg`, else from
-    nats-py's header map (one value per name)."""
-    if isinstance(msg, HeaderedMsg):
-        return msg.header_lines
-    if not msg.headers:
-        return ()
-    return tuple((k, v.encode()) for k, v in msg.headers.items())
-
-
-Handler = Callable[[Msg], Awaitable[None]]
-Sink = Callable[[str, str, bytes], bool]
-"""Takes ``(subject, reply, data)`` of a message without headers now and returns True, or
-returns False to have it delivered through the callback (e.g. while its queue is full)."""
 _MAX_CACHED_SUBJECTS = 10_000
 
 
@@ -140,7 +108,7 @@ class _Direct:
         self,
         nc: JetNatsClient,
         sid: int,
-        handler: Handler,
+        handler: MessageHandler,
         max_msgs: int,
         max_bytes: int,
         sink: Sink | None = None,
@@ -289,7 +257,7 @@ class JetNatsClient(NatsClient):
     def deliver_directly(
         self,
         sid: int,
-        handler: Handler,
+        handler: MessageHandler,
         max_msgs: int,
         max_bytes: int,
         sink: Sink | None = None,
@@ -310,7 +278,7 @@ class JetNatsClient(NatsClient):
         self,
         subject: str,
         queue: str,
-        handler: Handler,
+        handler: MessageHandler,
         max_msgs: int,
         max_bytes: int,
         sink: Sink | None = None,

@@ -25,28 +25,25 @@ import logging
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import anyio
 import attrs
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from jetsdk.subjects import subject_matches
+from jetserver.broker.nats_port import MessageHandler, NatsUnavailable, Sink, SkipMarked
 from jetserver.config import NatsConfig
 from jetserver.logs import fields
 from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
-from jetserver.nats_connect import NatsUnavailable as NatsUnavailable  # re-exported
-from jetserver.nats_fast import JetNatsClient, Sink, SkipMarked
+from jetserver.nats_fast import JetNatsClient
 from jetserver.nats_read import JetParser
 from jetserver.natsproto import header_map
 
 log = logging.getLogger(__name__)
 
-MessageHandler = Callable[[Msg], Awaitable[None]]
-"""Called for each message of a subscription, one at a time, in arrival order."""
 
 _BAD_SUBJECT = re.compile(r"\s")
 """What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import nats.errors
 from nats.protocol import parser as nats_parser
 
+from jetserver.broker.nats_port import SkipMarked
 from jetserver.logs import fields
 from jetserver.natsproto import (
     Err,
@@ -36,27 +37,6 @@ log = logging.getLogger(__name__)
 
 MALFORMED_LOG_INTERVAL_S = 10.0
 """At most one warning per this many seconds about malformed header blocks (each counted)."""
-
-
-class SkipMarked:
-    """Drops messages whose header block holds ``header`` (exact bytes, e.g. one whole
-    ``\r\nName: value\r\n`` line) and whose payload starts with ``prefix``, before any
-    parsing or delivery; counts them."""
-
-    __slots__ = ("count", "header", "prefix")
-
-    def __init__(self, header: bytes, prefix: bytes = b"") -> None:
-        self.header = header
-        self.prefix = prefix
-        self.count = 0
-        """Messages dropped."""
-
-    def matches(self, headers: bytes, payload: bytes) -> bool:
-        """True (and counted) if the message is to be dropped."""
-        if self.header in headers and payload.startswith(self.prefix):
-            self.count += 1
-            return True
-        return False
 
 
 class DirectDelivery(Protocol):

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from jetsdk.client import Client
     from jetsdk.codec.error_codes import AckPolicy, ErrorCode
     from jetsdk.consumer import Consumer, OffsetAndMetadata, StartAt
-    from jetsdk.consumer.share import LostOutcome, ShareConsumer, ShareSettings
+    from jetsdk.consumer.share_consumer import LostOutcome, ShareConsumer, ShareSettings
     from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
     from jetsdk.errors import (
         ClientClosed,
@@ -68,9 +68,9 @@ _LAZY = {
     "Consumer": "jetsdk.consumer",
     "OffsetAndMetadata": "jetsdk.consumer",
     "StartAt": "jetsdk.consumer",
-    "ShareConsumer": "jetsdk.consumer.share",
-    "ShareSettings": "jetsdk.consumer.share",
-    "LostOutcome": "jetsdk.consumer.share",
+    "ShareConsumer": "jetsdk.consumer.share_consumer",
+    "ShareSettings": "jetsdk.consumer.share_consumer",
+    "LostOutcome": "jetsdk.consumer.share_consumer",
     "ShareMessage": "jetsdk.consumer.share_message",
     "AcknowledgeType": "jetsdk.consumer.share_message",
     "ClientClosed": "jetsdk.errors",

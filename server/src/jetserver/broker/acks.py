@@ -5,7 +5,7 @@ message work on the ingest hot path) and hands them to :meth:`AckRouter.publish`
 inbox each goes to. One ack alone is a kind 1 envelope; several for one inbox are a kind 2
 batch, split so that no NATS message exceeds :data:`MAX_ACK_PAYLOAD_BYTES` (or the NATS
 server's max_payload, if smaller) or the envelope's count limit. Every payload of one call
-goes to NATS in one buffer write (:meth:`~jetserver.nats_link.NatsLink.publish_many`).
+goes to NATS in one buffer write (:meth:`~jetserver.broker.nats_port.NatsPort.publish_many`).
 
 The router serves acks addressed to NATS inboxes only. A Produce request this server's
 leader appends directly is acked in process by its sequencer and committer, without an
@@ -29,8 +29,8 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.json_ack import encode_json_ack
 from jetsdk.codec.limits import MAX_ACKS_PER_BATCH
 from jetserver.broker.direct import DirectAckTo
+from jetserver.broker.nats_port import NatsPort
 from jetserver.logs import fields
-from jetserver.nats_link import NatsLink
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class AckRouter:
     inbox belongs to this server (the Produce service registers its prefix), as JSON to
     a plain request's reply subject, otherwise as ack envelopes through NATS."""
 
-    link: NatsLink
+    link: NatsPort
     """NATS link the acks for other processes go through."""
     local_inboxes: dict[str, LocalAckReceiver] = attrs.field(factory=dict)
     """Inbox prefix -> the in-process receiver of acks to ``<prefix>.<token>``."""

@@ -20,9 +20,9 @@ from jetserver import hops
 from jetserver.broker.acks import PendingAck
 from jetserver.broker.direct import DirectBatch
 from jetserver.broker.lifecycle import Lifecycle
+from jetserver.broker.nats_port import SkipMarked, header_lines
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stored_copy import is_stored_copy, stored_skip, stored_value
-from jetserver.nats_fast import SkipMarked, header_lines
 from jetserver.replication.core import ReplicaCore
 
 __all__ = ["Intake"]

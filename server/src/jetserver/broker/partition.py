@@ -56,6 +56,7 @@ from jetserver.broker.commit import Committer
 from jetserver.broker.direct import DirectBatch
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
+from jetserver.broker.nats_port import NatsPort, SkipMarked
 from jetserver.broker.replica_news import ReplicaNews
 from jetserver.broker.roles import RoleDriver, new_core
 from jetserver.broker.sequencer import Sequencer
@@ -63,8 +64,6 @@ from jetserver.config import IngestConfig, StorageConfig
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
-from jetserver.nats_fast import SkipMarked
-from jetserver.nats_link import NatsLink
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig
 from jetserver.replication.core import ReplicaCore
 from jetserver.replication.fetcher import FollowerFetcher
@@ -94,7 +93,7 @@ class PartitionReplica:
     """The NATS subject this partition listens on."""
     log: Log
     """The partition's log (owned: closed by :meth:`run` on exit)."""
-    link: NatsLink
+    link: NatsPort
     """NATS link for the subscription."""
     acks: AckRouter
     """Where acks to NATS inboxes go."""

@@ -47,6 +47,7 @@ from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envel
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.direct import DirectBatch, ProduceCompletion, Result
+from jetserver.broker.nats_port import NatsPort, NatsSubscription, NatsUnavailable
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.stored_copy import stored_header_block
 from jetserver.broker.streams import StreamManager
@@ -60,7 +61,6 @@ from jetserver.metadata.validate import (
     subject_error,
     subject_matches,
 )
-from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 
 After = Callable[[], Awaitable[None]]
 """Work a request leaves for after its response (``Reply.after`` in
@@ -82,7 +82,7 @@ log = logging.getLogger(__name__)
 class ProduceService:
     """Publishes Produce requests to NATS and waits for their acks."""
 
-    link: NatsLink
+    link: NatsPort
     """NATS link."""
     streams: StreamManager
     """Stream lookups."""
@@ -93,7 +93,7 @@ class ProduceService:
     NATS copies carry ``Jet-Stored``); False: always through NATS (JET_PRODUCE_VIA_NATS=1,
     for comparison in ``bench latency``)."""
     _prefix: str = ""
-    _sub: SubscriptionHandle | None = None
+    _sub: NatsSubscription | None = None
     _waiting: dict[str, ProduceCompletion] = attrs.field(factory=dict)
     _tokens: itertools.count[int] = attrs.field(factory=itertools.count)
     acks_unmatched: int = 0

@@ -40,6 +40,7 @@ from jetserver.broker.acks import PendingAck
 from jetserver.broker.commit import Committer
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
+from jetserver.broker.nats_port import NatsPort, NatsSubscription, NatsUnavailable
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stream_files import tail_records
 from jetserver.fsync_runner import FsyncRunner
@@ -52,7 +53,6 @@ from jetserver.metadata.model import (
     StreamSpec,
 )
 from jetserver.metadata.reserved import is_internal
-from jetserver.nats_link import NatsLink, NatsUnavailable, SubscriptionHandle
 from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.control import (
     server_down_event_of,
@@ -120,7 +120,7 @@ class RoleDriver:
     """The NATS subject a leader subscribes to."""
     log: Log
     """The partition's log (epoch cache, producer rebuild, a follower's fetches)."""
-    link: NatsLink
+    link: NatsPort
     """NATS link for the leader's subscription."""
     core: ReplicaCore[PendingAck]
     """The replica's decisions."""
@@ -133,7 +133,7 @@ class RoleDriver:
     life: Lifecycle
     """The replica's running state (read only here)."""
     owner: object
-    """The replica that owns the NATS ingest subscription (``NatsLink`` echo checks)."""
+    """The replica that owns the NATS ingest subscription (the NATS port's echo checks)."""
     server_id: str
     """This server's id."""
     controller: ControlPlane | None
@@ -149,7 +149,7 @@ class RoleDriver:
     fsyncs: FsyncRunner
     """Where a follower's fsyncs run."""
     _fetcher: FollowerFetcher | None = None
-    _sub: SubscriptionHandle | None = None
+    _sub: NatsSubscription | None = None
     _role_scope: anyio.CancelScope | None = None
     _role_done: anyio.Event | None = None
     _role_lock_: anyio.Lock | None = None
@@ -172,7 +172,7 @@ class RoleDriver:
         return self._fetcher
 
     @property
-    def subscription(self) -> SubscriptionHandle | None:
+    def subscription(self) -> NatsSubscription | None:
         """The leader's NATS subscription (None: not subscribed)."""
         return self._sub
 

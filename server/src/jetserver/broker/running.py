@@ -12,13 +12,13 @@ import anyio
 import attrs
 
 from jetserver.broker.acks import AckRouter
+from jetserver.broker.nats_port import NatsPort, NatsSubscription
 from jetserver.broker.partition import PartitionReplica
 from jetserver.config import ServerConfig
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.metadata.validate import partition_subject
-from jetserver.nats_link import NatsLink, SubscriptionHandle
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.producers import ProducerTable
 from jetserver.replication.session import FetchSessions
@@ -55,7 +55,7 @@ class RunningPartition:
     replica, its NATS subscription and the assignment it was handed."""
 
     replica: PartitionReplica
-    sub: SubscriptionHandle | None = None
+    sub: NatsSubscription | None = None
     stream_id: str = ""
     queue: str = ""
     wanted: Wanted | None = None
@@ -73,7 +73,7 @@ def new_replica(
     producers: ProducerTable,
     *,
     config: ServerConfig,
-    link: NatsLink,
+    link: NatsPort,
     acks: AckRouter,
     server_id: str,
     controller: ControlPlane | None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from jetsdk.codec.envelope import COOKIE
-from jetserver.nats_fast import SkipMarked
+from jetserver.broker.nats_port import SkipMarked
 
 STORED_HEADER = "Jet-Stored"
 """Header on the NATS copy of a message stored directly by its partition's leader."""

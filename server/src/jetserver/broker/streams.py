@@ -38,6 +38,7 @@ from anyio.abc import TaskGroup
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.housekeeping import run_housekeeping
+from jetserver.broker.nats_port import NatsPort, NatsUnavailable
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
@@ -73,7 +74,6 @@ from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamM
 from jetserver.metadata.ops import DeleteStream
 from jetserver.metadata.reserved import checked_spec, is_internal
 from jetserver.metadata.store import MetadataStore
-from jetserver.nats_link import NatsLink, NatsUnavailable
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.core import ROLE_LEADER
 from jetserver.replication.producers import ProducerTable
@@ -106,7 +106,7 @@ class StreamManager:
     """Server configuration."""
     store: MetadataView
     """The metadata: a :class:`MetadataStore` (single server) or the metadata Raft member."""
-    link: NatsLink
+    link: NatsPort
     """NATS link for subscriptions and acks."""
     controller: ControlPlane | None = None
     """Cluster mode: the :class:`jetserver.cluster.Controller` handed to replicas."""

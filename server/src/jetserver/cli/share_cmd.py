@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from jetsdk import Client, JetError
-from jetsdk.consumer.share import read_share_group
+from jetsdk.consumer.share_consumer import read_share_group
 from jetsdk.share.state import ACKED, ACQUIRED, DEAD, DEAD_PENDING, PartitionShare
 from jetserver.cli.stream_cmd import (
     EXIT_FAILED,

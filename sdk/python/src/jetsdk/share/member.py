@@ -5,7 +5,7 @@ may still hand out, and the outcomes (ack, nack, reject, dead, in progress) wait
 as settle records. A driver feeds it share-log records, append acknowledgements and the local
 time, sends the claims and settles it returns, fetches the records of acquired offsets, writes
 dead letters, and hands messages to the application. The async driver is
-:class:`jetsdk.consumer.share.ShareConsumer`; the seeded simulation drives it too.
+:class:`jetsdk.consumer.share_consumer.ShareConsumer`; the seeded simulation drives it too.
 
 Not thread-safe: one driver owns one.
 """

@@ -23,7 +23,7 @@ from jetsdk._sync_sends import SendHandle
 from jetsdk.sync.client import Client
 from jetsdk.sync.consumer import Consumer
 from jetsdk.sync.producer import Producer
-from jetsdk.sync.share import ShareConsumer
+from jetsdk.sync.share_consumer import ShareConsumer
 from jetsdk.sync.table import Table
 
 __all__ = ["Client", "Consumer", "Producer", "SendHandle", "ShareConsumer", "Table"]

@@ -1,6 +1,6 @@
-# generated — do not edit: made by tools/gen_sync.py from jetsdk/consumer/share.py
+# generated — do not edit: made by tools/gen_sync.py from jetsdk/consumer/share_consumer.py
 
-"""Blocking :class:`ShareConsumer` (generated from :mod:`jetsdk.consumer.share`)."""
+"""Blocking :class:`ShareConsumer` (generated from :mod:`jetsdk.consumer.share_consumer`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from jetsdk._sync_support import SyncWrapper
 from jetsdk.consumer.positions import StartPosition
-from jetsdk.consumer.share import AckMode, LostCallback, ShareSettings
-from jetsdk.consumer.share import ShareConsumer as _AsyncShareConsumer
+from jetsdk.consumer.share_consumer import AckMode, LostCallback, ShareSettings
+from jetsdk.consumer.share_consumer import ShareConsumer as _AsyncShareConsumer
 from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
 from jetsdk.errors import ClientClosed
 from jetsdk.message import Done
@@ -57,7 +57,7 @@ class ShareConsumer(SyncWrapper):
             implicit acknowledgement: the messages of one ``next()``/``fetch()`` not settled
             otherwise are acked when the application asks for more, and on close).
 
-    Blocking version of :class:`jetsdk.consumer.share.ShareConsumer`
+    Blocking version of :class:`jetsdk.consumer.share_consumer.ShareConsumer`
     (generated); every call runs in the client's private event-loop thread. Thread-safe.
     """
 
