@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from jetsdk import AckPolicy, Client, OffsetOutOfRange, Producer
+from jetsdk import AckPolicy, Client, OffsetOutOfRange, Producer, Table
 from jetsdk.codec.record import Record, iter_records
 
 
@@ -104,3 +104,15 @@ def bounds(servers: Sequence[str], stream: str, partition: int = 0) -> tuple[int
             return info.log_start, info.hw
 
     return anyio.run(main)
+
+
+EXPIRY_TIMEOUT_S = 10.0
+
+
+async def until_expired(table: Table, key: bytes) -> None:
+    """Return once ``key``'s TTL ran out in ``table`` (its view drops it then)."""
+    with anyio.fail_after(EXPIRY_TIMEOUT_S):
+        if key in table:  # no await between this check and the watch's start
+            async for change in table.watch(key, initial=False):
+                if change.key == key and change.expired:
+                    return

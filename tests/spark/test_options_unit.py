@@ -241,3 +241,42 @@ def test_security_keyword_arguments_and_security_options() -> None:
     assert (sec.tls, sec.tls_ca, sec.server_hostname, sec.token) == (True, "/ca.pem", "h", "t")
     with pytest.raises(OptionError, match="option 'user'"):
         security_options(security_args(password="SECRET-PW"))
+
+
+def test_table_read_options() -> None:
+    opts = source_options({**SERVERS, "table": "prices", "includeHeaders": "true"}, streaming=False)
+    assert (opts.table, opts.streams, opts.starting, opts.ending) == (
+        True,
+        ("prices",),
+        "earliest",
+        "latest",
+    )
+    assert opts.include_headers
+    with pytest.raises(OptionError, match="only for batch reads") as info:
+        source_options({**SERVERS, "table": "prices"}, streaming=True)
+    assert info.value.option == "table"
+    for option, value in (
+        ("streams", "prices"),
+        ("startingOffsets", "earliest"),
+        ("endingOffsets", "latest"),
+        ("subjects", "a.>"),
+        ("minPartitions", "4"),
+    ):
+        with pytest.raises(OptionError, match="does not apply to a table read") as info:
+            source_options({**SERVERS, "table": "prices", option: value}, streaming=False)
+        assert info.value.option == option
+    with pytest.raises(OptionError, match="bad name"):
+        source_options({**SERVERS, "table": "a b"}, streaming=False)
+    with pytest.raises(OptionError, match="did you mean 'table'"):
+        source_options({**SERVERS, "streams": "x", "tabel": "prices"}, streaming=False)
+
+
+def test_table_sink_arguments() -> None:
+    from jetspark.foreach_batch import foreach_batch_sink
+
+    sink = foreach_batch_sink("127.0.0.1:9292", table="prices")
+    assert (sink.opts.stream, sink.opts.table) == ("prices", True)
+    assert not foreach_batch_sink("127.0.0.1:9292", "prices").opts.table
+    with pytest.raises(OptionError, match="not both") as info:
+        foreach_batch_sink("127.0.0.1:9292", "prices", table="prices")
+    assert info.value.option == "table"

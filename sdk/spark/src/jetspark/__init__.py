@@ -14,7 +14,11 @@
     query = totals.writeStream.foreachBatch(sink).option("checkpointLocation", cp).start()
 
 Also ``spark.read.format("jetstream")`` (batch, startingOffsets/endingOffsets),
-``df.write.format("jetstream")`` and ``df.writeStream.format("jetstream")``. Options,
+``df.write.format("jetstream")`` and ``df.writeStream.format("jetstream")``. Tables
+(compacted streams): ``spark.read.format("jetstream").option("table", "prices")`` is the
+latest value per key as a static DataFrame (:mod:`jetspark.table`), and
+``foreach_batch_sink(servers, table="totals")`` writes into one (:mod:`jetspark.table_sink`).
+Options,
 schema and guarantees: spec/spark.md. Errors: :mod:`jetspark.errors`.
 """
 

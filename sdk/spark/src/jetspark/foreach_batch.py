@@ -25,6 +25,7 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from jetspark._bridge import shared_bridge
 from jetspark._write import (
     WriteStats,
     check_columns,
@@ -32,8 +33,9 @@ from jetspark._write import (
     sink_columns,
     write_batches,
 )
-from jetspark.errors import JetSparkError
+from jetspark.errors import JetSparkError, OptionError
 from jetspark.options import SinkOptions, security_args, sink_options
+from jetspark.table_sink import check_table, check_table_columns, keyed_rows
 from jetspark.writer import QUERY_ID_PROPERTY
 
 __all__ = ["BatchResult", "ForeachBatchSink", "foreach_batch_sink"]
@@ -55,6 +57,7 @@ def foreach_batch_sink(
     servers: str | list[str] | tuple[str, ...] | None = None,
     stream: str | None = None,
     *,
+    table: str | None = None,
     ack: str = "all",
     name: str | None = None,
     ack_timeout: float | None = None,
@@ -73,6 +76,9 @@ def foreach_batch_sink(
     Args:
         servers: bootstrap servers (a list or comma-separated string; default $JET_SERVERS).
         stream: target stream; None to route each row by its ``stream`` column.
+        table: write into this table (a compacted stream) instead: every row needs a
+            ``key``, goes to its key's partition, and a null or empty ``value`` deletes the
+            key (:mod:`jetspark.table_sink`). Not with ``stream``.
         ack: ``"all"`` (default), ``"leader"`` or ``"none"`` (no ack: no exactly-once).
         name: the sink's identity for exactly-once (default: the streaming query's id, which
             survives restarts from the same checkpoint). Set it to keep the guarantee across
@@ -96,6 +102,8 @@ def foreach_batch_sink(
     Raises:
         OptionError: a bad argument (named as the option it stands for).
     """
+    if table is not None and stream is not None:
+        raise OptionError("table", "give stream or table, not both")
     raw: dict[str, str] = {
         "ack": ack,
         **security_args(
@@ -113,13 +121,16 @@ def foreach_batch_sink(
         raw["servers"] = servers if isinstance(servers, str) else ",".join(servers)
     if stream is not None:
         raw["stream"] = stream
+    if table is not None:
+        raw["stream"] = table
     if name is not None:
         raw["sinkName"] = name
     if ack_timeout is not None:
         raw["ackTimeout"] = str(ack_timeout)
     if request_timeout is not None:
         raw["requestTimeout"] = str(request_timeout)
-    return ForeachBatchSink(sink_options(raw))
+    opts = sink_options(raw)
+    return ForeachBatchSink(opts if table is None else attrs.evolve(opts, table=True))
 
 
 class ForeachBatchSink:
@@ -133,6 +144,7 @@ class ForeachBatchSink:
         self.opts = opts
         self.results: list[BatchResult] = []
         self._lock = threading.Lock()
+        self._table_checked = False
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Write micro-batch ``batch_id`` (called by Spark on the driver).
@@ -144,6 +156,8 @@ class ForeachBatchSink:
                 stores only what is missing).
         """
         check_columns(df.schema, self.opts)
+        if self.opts.table:
+            self._check_table(df)
         sink = self.opts.sink_name
         if sink is None:
             sink = df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
@@ -162,6 +176,19 @@ class ForeachBatchSink:
             self.results.append(result)
             del self.results[: -self.MAX_RESULTS]
 
+    def _check_table(self, df: DataFrame) -> None:
+        """A table sink's driver-side checks: columns every call, the stream once."""
+        check_table_columns(df.schema)
+        if self._table_checked:
+            return
+        opts = self.opts
+        assert opts.stream is not None
+        bridge = shared_bridge(
+            opts.servers, request_timeout=opts.request_timeout, security=opts.security
+        )
+        bridge.call(check_table, bridge.client, opts.stream)
+        self._table_checked = True
+
 
 _STATS_SCHEMA = "task int, written long, duplicates long"
 _STATS_ARROW = pa.schema(
@@ -179,7 +206,7 @@ def _write_task(
         raise JetSparkError("foreach_batch_sink: not running in a Spark task")
     task = context.partitionId()
     producer_id = producer_id_for("foreachBatch", sink, batch_id, task)
-    stats = write_batches(opts, producer_id, task, batches)
+    stats = write_batches(opts, producer_id, task, keyed_rows(batches) if opts.table else batches)
     yield pa.RecordBatch.from_pydict(
         {"task": [stats.task], "written": [stats.written], "duplicates": [stats.duplicates]},
         schema=_STATS_ARROW,

@@ -99,9 +99,15 @@ SOURCE_OPTIONS = (
     "group",
     "requestTimeout",
     "subjects",
+    "table",
     *SECURITY_OPTIONS,
 )
 """Options the source understands (documented names; Spark matches them ignoring case)."""
+TABLE_READ_OPTIONS = frozenset(
+    {"servers", "table", "failondataloss", "includeheaders", "fetchmaxbytes", "requesttimeout"}
+    | {name.lower() for name in SECURITY_OPTIONS}
+)
+"""The source options a table read takes (lower case); the others do not apply to it."""
 SINK_OPTIONS = (
     "servers",
     "stream",
@@ -174,6 +180,9 @@ class SourceOptions:
     subjects: tuple[str, ...] = ()
     """NATS subject patterns (``*``, ``>``) a record's subject must match to be a row;
     empty for every record."""
+    table: bool = False
+    """A table read (option ``table``): the latest value per key of the one stream in
+    :attr:`streams`, a compacted stream (:mod:`jetspark.table`)."""
 
     def subject_regex(self) -> str | None:
         """:attr:`subjects` as one regular expression over a whole subject, or None."""
@@ -202,6 +211,9 @@ class SinkOptions:
     """Seconds to wait for one server response."""
     sink_name: str | None = None
     """Identity of a streaming sink for exactly-once (default: the query id)."""
+    table: bool = False
+    """:attr:`stream` is a table (``foreach_batch_sink(table=...)``,
+    :mod:`jetspark.table_sink`)."""
     security: Security = NO_SECURITY
     """TLS and credentials."""
 
@@ -219,6 +231,8 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """
     opts = _normalize(raw, SOURCE_OPTIONS)
     servers = _servers(opts)
+    if "table" in opts:
+        return _table_options(opts, servers, streaming=streaming)
     streams: tuple[str, ...] = ()
     pattern = opts.get("streamspattern")
     if "streams" in opts and pattern is not None:
@@ -376,6 +390,39 @@ def sink_options(raw: Mapping[str, str]) -> SinkOptions:
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+def _table_options(
+    opts: Mapping[str, str], servers: tuple[str, ...], *, streaming: bool
+) -> SourceOptions:
+    """Option ``table``: a batch read of one compacted stream's latest value per key."""
+    if streaming:
+        raise OptionError("table", "only for batch reads (spark.read): a table is a static view")
+    name = opts["table"].strip()
+    check_name("table", name)
+    by_lower = {o.lower(): o for o in SOURCE_OPTIONS}
+    extra = sorted(set(opts) - TABLE_READ_OPTIONS)
+    if extra:
+        raise OptionError(
+            by_lower[extra[0]],
+            "does not apply to a table read (option 'table': every partition's latest value "
+            "per key, read whole)",
+        )
+    fetch_max_bytes = _positive_int(opts, "fetchMaxBytes") or DEFAULT_FETCH_MAX_BYTES
+    if fetch_max_bytes > MAX_FETCH_MAX_BYTES:
+        raise OptionError("fetchMaxBytes", f"at most {MAX_FETCH_MAX_BYTES}")
+    return SourceOptions(
+        servers=servers,
+        streams=(name,),
+        starting="earliest",
+        ending="latest",
+        fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
+        include_headers=parse_bool(opts, "includeHeaders", False),
+        fetch_max_bytes=fetch_max_bytes,
+        request_timeout=_seconds(opts, "requestTimeout", DEFAULT_REQUEST_TIMEOUT_S),
+        security=parse_security(opts),
+        table=True,
+    )
 
 
 def _normalize(raw: Mapping[str, str], known: tuple[str, ...]) -> dict[str, str]:

@@ -57,6 +57,7 @@ from jetspark.offsets import (
 )
 from jetspark.options import SourceOptions, sink_options, source_options
 from jetspark.schema import arrow_schema, source_schema
+from jetspark.table import JetTableReader
 
 __all__ = [
     "FORMAT",
@@ -100,8 +101,12 @@ class JetStreamDataSource(DataSource):
         return source_schema(text == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """A batch reader (``spark.read``)."""
-        return JetBatchReader(source_options(self.options, streaming=False), schema)
+        """A batch reader (``spark.read``); with option ``table``, a table read
+        (:mod:`jetspark.table`)."""
+        opts = source_options(self.options, streaming=False)
+        if opts.table:
+            return JetTableReader(opts, schema)
+        return JetBatchReader(opts, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader (``spark.readStream``)."""
