@@ -94,7 +94,7 @@ def table_rows(raw: bytes | bytearray | memoryview, partition: int) -> Decoded:
             flags = buf[p]
             p += 1 if flags == 0 else 17  # producer id and sequence (bit 0)
             (klen,) = i32(buf, p)
-            p += 4 + max(klen, 0)
+            p += 4 + klen if klen > 0 else 4
             p += 2 + u16(buf, p)[0]  # subject
             rlen, count, vlen = tail(buf, p)
             p += 8
