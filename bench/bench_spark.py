@@ -3,7 +3,10 @@
 Source: a streaming query (``jetstream`` source, Trigger.AvailableNow, a trivial
 foreachBatch that counts) over a stream of N records, against a jetsdk Consumer reading the
 same records. Sinks: ``foreach_batch_sink`` and ``df.write.format("jetstream")`` writing N
-rows (ack ALL), against a jetsdk Producer sending N messages (ack ALL). Spark's start-up is
+rows (ack ALL), against a jetsdk Producer sending N messages (ack ALL). Table read: the same
+N records in a compacted stream of 1,000 keys read with ``option("table", ...)`` and
+counted, against a jetsdk ``Table`` opening on it (rates count the N records written;
+compaction may have removed some of them meanwhile, for both readers alike). Spark's start-up is
 not counted; a streaming query's own start-up is shown apart ("wall" vs "in batches").
 
 Every rate is the median of the rounds, printed with its ratio to the jetsdk baseline and
@@ -23,12 +26,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
 import attrs
 
-from jetsdk import AckPolicy, Client, Consumer, Producer
+from jetsdk import AckPolicy, Client, Consumer, Producer, Table
 from jetserver.devcluster import DevCluster
 
 PARTITIONS = 8
@@ -57,11 +61,13 @@ FULL = Scale(count=1_000_000, rounds=3, kb_count=100_000)
 QUICK = Scale(count=50_000, rounds=3, kb_count=10_000)
 
 
-async def _produce(servers: list[str], stream: str, count: int, value_bytes: int) -> float:
+async def _produce(
+    servers: list[str], stream: str, count: int, value_bytes: int, *, compact: bool = False
+) -> float:
     """Create ``stream`` and send ``count`` keyed messages with ack ALL; seconds taken."""
     value = b"x" * value_bytes
     async with Client(servers) as client:
-        await client.create_stream(stream, partitions=PARTITIONS)
+        await client.create_stream(stream, partitions=PARTITIONS, compact=compact)
         started = time.perf_counter()
         async with Producer(client, stream, ack=AckPolicy.ALL) as producer:
             for i in range(count):
@@ -78,6 +84,28 @@ async def _consume(servers: list[str], stream: str, count: int) -> float:
             while seen < count:
                 seen += len(await consumer.fetch(max_records=10_000, timeout=5.0))
         return time.perf_counter() - started
+
+
+async def _table_open(servers: list[str], stream: str) -> float:
+    """Seconds to open a jetsdk Table on ``stream`` (a full replay; KEYS keys)."""
+    async with Client(servers) as client:
+        started = time.perf_counter()
+        async with Table(client, stream, timeout=600.0) as table:
+            seconds = time.perf_counter() - started
+            if len(table) != KEYS:
+                raise RuntimeError(f"the table holds {len(table)} keys, not {KEYS}")
+        return seconds
+
+
+def _spark_table(spark: Any, servers: str, stream: str) -> float:
+    """Seconds for ``spark.read ... option("table", stream)`` to count its KEYS rows."""
+    started = time.perf_counter()
+    rows = spark.read.format("jetstream").option("servers", servers).option("table", stream)
+    got = rows.load().count()
+    seconds = time.perf_counter() - started
+    if got != KEYS:
+        raise RuntimeError(f"the table read gave {got} rows, not {KEYS}")
+    return seconds
 
 
 async def _create(servers: list[str], stream: str) -> None:
@@ -241,6 +269,11 @@ def _throughput(
             if stored != count:
                 raise RuntimeError(f"{stream} holds {stored} records, not {count}")
     rows.unpersist()
+    table = f"bench-tbl-{tag}"
+    anyio.run(partial(_produce, servers, table, count, value_bytes, compact=True))
+    _spark_table(spark, joined, table)  # warm-up
+    table_open = [count / anyio.run(_table_open, servers, table) for _ in range(rounds)]
+    table_read = [count / _spark_table(spark, joined, table) for _ in range(rounds)]
     base_read = statistics.median(consume)
     base_write = statistics.median(produce)
     unix = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.enabled", "false")
@@ -256,6 +289,11 @@ def _throughput(
     _ratio_line("jetsdk Producer (baseline)", produce, None, None)
     _ratio_line("foreach_batch_sink (exactly-once)", foreach, base_write, FOREACH_TARGET)
     _ratio_line('df.write.format("jetstream")', write, base_write, WRITE_TARGET)
+    print(f"table read (records/s reduced to the latest value of {KEYS:,} keys)")
+    _ratio_line("jetsdk Table open (baseline)", table_open, None, None)
+    _ratio_line(
+        'spark.read option("table") .count()', table_read, statistics.median(table_open), None
+    )
 
 
 def run(quick: bool) -> None:

@@ -120,6 +120,34 @@ async def test_watch_initial_and_from_now(jet_dev: JetDev) -> None:
         assert live[2].deleted
 
 
+async def test_watch_initial_state_larger_than_the_change_buffer(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The initial state is not queued: a table of more keys than a watcher may have
+    changes waiting (MAX_WATCH_BUFFER) is watched whole, then its live changes."""
+    import jetsdk.table.view
+
+    monkeypatch.setattr(jetsdk.table.view, "MAX_WATCH_BUFFER", 10)
+    stream = name("bigwatch")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True, partitions=2)
+        async with Table(client, stream) as table:
+            for i in range(25):
+                await table.put(b"k%02d" % i, b"v%d" % i)
+            await table.sync()
+            seen: list[Change] = []
+            with anyio.fail_after(20):
+                async for change in table.watch():
+                    seen.append(change)
+                    if len(seen) == 25:
+                        await table.put(b"k00", b"new")
+                    if len(seen) == 26:
+                        break
+        assert sorted(c.key for c in seen[:25]) == [b"k%02d" % i for i in range(25)]
+        assert all(c.initial for c in seen[:25])
+        assert (seen[25].key, seen[25].value, seen[25].initial) == (b"k00", b"new", False)
+
+
 async def test_needs_a_compacted_stream(jet_dev: JetDev) -> None:
     stream = name("plain")
     async with Client(jet_dev.servers) as client:

@@ -49,7 +49,8 @@ from jetsdk.codec.record import iter_records
 from jetsdk.codec.ttl import MAX_TTL_MS
 from jetsdk.errors import ClientClosed, InvalidArgument, JetError, OffsetOutOfRange
 from jetsdk.table import snapshot as snapshots
-from jetsdk.table.view import Change, Entry, TableView, WatchOverflow
+from jetsdk.table.rows import table_rows
+from jetsdk.table.view import Change, Entry, TableView, WatchOverflow, initial_change
 from jetsdk.table.writes import ABSENT, TableWriter
 
 FETCH_MAX_BYTES = 4 * 1024 * 1024
@@ -329,11 +330,15 @@ class Table:
         that moment on; without it, only changes from now. Ends when the table closes.
 
         Raises:
-            WatchOverflow: this watch fell more than ``MAX_WATCH_BUFFER`` changes behind.
+            WatchOverflow: this watch fell more than ``MAX_WATCH_BUFFER`` live changes
+                behind (the initial entries are not queued: any number is yielded).
         """
         view = self._current()
         watcher = view.watch(prefix, initial)
         try:
+            initial_state, watcher.initial = watcher.initial, []
+            for entry in initial_state:
+                yield initial_change(entry)
             async for change in watcher.receive:
                 yield change
             if watcher.overflowed:
@@ -406,9 +411,9 @@ class Table:
                 return
             if self._readers.get(partition) is not scope:
                 return  # released (and maybe held again by a new reader) meanwhile
-            records = list(iter_records(data))
-            self.records_read += len(records)
-            view.apply(partition, records)
+            decoded = table_rows(data, partition)
+            self.records_read += decoded.records
+            view.apply(partition, decoded.entries, decoded.expiries, decoded.next_offset)
 
     async def _expire(self) -> None:
         """Remove entries as their TTLs run out (and tell watchers), for the table's life."""

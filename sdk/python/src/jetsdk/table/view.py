@@ -15,18 +15,23 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import NamedTuple
 
 import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from jetsdk.codec.record import Record
-from jetsdk.codec.ttl import expiry_ns
+from jetsdk.codec.slots import slot_setters
 
 _new_tuple = tuple.__new__
 """Builds a NamedTuple without its Python-level ``__new__`` (per record)."""
+
+_key = itemgetter(0)
+_value = itemgetter(1)
+_revision = itemgetter(2)
 
 MAX_WATCH_BUFFER = 10_000
 """Changes a watcher may have waiting; past that it is closed with :class:`WatchOverflow`."""
@@ -63,6 +68,25 @@ class Change:
         return self.value is None
 
 
+_set_key, _set_value, _set_revision, _set_partition, _set_initial, _set_expired = slot_setters(
+    Change, "key", "value", "revision", "partition", "initial", "expired"
+)
+_new_object = object.__new__
+
+
+def initial_change(entry: Entry) -> Change:
+    """``Change(*entry, initial=True)`` without attrs' ``__init__`` (a watch of a large
+    table makes one per key: :mod:`jetsdk.codec.slots`)."""
+    change: Change = _new_object(Change)
+    _set_key(change, entry[0])
+    _set_value(change, entry[1])
+    _set_revision(change, entry[2])
+    _set_partition(change, entry[3])
+    _set_initial(change, True)
+    _set_expired(change, False)
+    return change
+
+
 class WatchOverflow(Exception):
     """A watcher fell :data:`MAX_WATCH_BUFFER` changes behind and was closed (watch again,
     with ``initial=True`` to get the state it missed)."""
@@ -76,6 +100,10 @@ class Watcher:
     send: MemoryObjectSendStream[Change]
     receive: MemoryObjectReceiveStream[Change]
     overflowed: bool = False
+    initial: list[Entry] = attrs.field(factory=list)
+    """The entries when the watch started (``initial=True``), to be yielded before the
+    changes queued in :attr:`receive` (not queued themselves: a table may hold far more
+    keys than :data:`MAX_WATCH_BUFFER`)."""
 
 
 @attrs.define(eq=False)
@@ -99,39 +127,72 @@ class TableView:
     def __attrs_post_init__(self) -> None:
         self.positions = [0] * self.partitions
 
-    def apply(self, partition: int, records: Iterable[Record]) -> int:
-        """Apply records of ``partition`` in offset order; returns how many were new."""
-        applied = 0
+    def apply(
+        self,
+        partition: int,
+        decoded: list[Entry],
+        expiring: dict[int, int],
+        end: int | None,
+    ) -> int:
+        """Apply the entries of one Fetch response of ``partition``, in offset order
+        (:func:`jetsdk.table.rows.table_rows`: an empty value is a tombstone; ``expiring``
+        maps an index to its record's expiry), then move the position to ``end``; returns
+        how many entries were new."""
         position = self.positions[partition]
+        start = 0
+        if decoded and decoded[0].revision < position:  # already applied (a refetch)
+            start = bisect_left(decoded, position, key=_revision)
+        todo = decoded if not start else decoded[start:]
+        if expiring or self._watchers:
+            self._apply_each(todo, {i - start: e for i, e in expiring.items() if i >= start})
+        else:
+            self._apply_plain(todo)
+        if end is not None:
+            self.advance(partition, end)
+        return len(todo)
+
+    def _apply_plain(self, decoded: list[Entry]) -> None:
+        """:meth:`apply` without watchers to tell or TTLs to schedule: dict updates only."""
         entries = self.entries
-        watchers = self._watchers
-        for record in records:
-            if record.offset < position:
-                continue
-            position = record.offset + 1
-            key = record.key
-            if key is None:
-                continue
-            applied += 1
-            value = record.value
-            expires = (
-                expiry_ns(key, value, record.timestamp, record.headers) if record.headers else None
-            )
-            if key in self.expiries:
-                del self.expiries[key]
-            if value and (expires is None or expires > self.clock()):
-                entries[key] = _new_tuple(Entry, (key, value, record.offset, partition))
-                change = Change(key, value, record.offset, partition)
-                if expires is not None:
-                    self._schedule(key, expires, record.offset)
+        expiries = self.expiries
+        if expiries:
+            for entry in decoded:
+                key = entry[0]
+                if key in expiries:
+                    del expiries[key]
+                if entry[1]:
+                    entries[key] = entry
+                else:
+                    entries.pop(key, None)
+            return
+        if all(map(_value, decoded)):  # puts only: one C-level update
+            entries.update(zip(map(_key, decoded), decoded))
+            return
+        for entry in decoded:
+            if entry[1]:
+                entries[entry[0]] = entry
             else:
-                if entries.pop(key, None) is None and not watchers:
-                    continue
-                change = Change(key, None, record.offset, partition, expired=bool(value))
-            if watchers:
-                self._tell(change)
-        self.advance(partition, position)
-        return applied
+                entries.pop(entry[0], None)
+
+    def _apply_each(self, decoded: list[Entry], expiring: dict[int, int]) -> None:
+        """:meth:`apply` one entry at a time: expiries and watchers."""
+        entries = self.entries
+        expiries = self.expiries
+        for i, entry in enumerate(decoded):
+            key, value, offset, partition = entry
+            if key in expiries:
+                del expiries[key]
+            expires = expiring.get(i) if expiring else None
+            if value and (expires is None or expires > self.clock()):
+                entries[key] = entry
+                if expires is not None:
+                    self._schedule(key, expires, offset)
+                if self._watchers:
+                    self._tell(Change(key, value, offset, partition))
+            else:
+                entries.pop(key, None)
+                if self._watchers:
+                    self._tell(Change(key, None, offset, partition, expired=bool(value)))
 
     def _schedule(self, key: bytes, expires: int, revision: int) -> None:
         self.expiries[key] = expires
@@ -206,18 +267,18 @@ class TableView:
         await self._moved.wait()
 
     def watch(self, prefix: bytes, initial: bool) -> Watcher:
-        """A stream of changes of keys starting with ``prefix``; with ``initial``, first the
-        current entries (taken at the same moment the watcher starts listening)."""
+        """A stream of changes of keys starting with ``prefix``; with ``initial``, the
+        current entries (:attr:`Watcher.initial`, taken at the same moment the watcher
+        starts listening)."""
         send, receive = anyio.create_memory_object_stream[Change](MAX_WATCH_BUFFER)
         watcher = Watcher(prefix, send, receive)
         if initial:
-            for entry in self.entries.values():
-                if entry.key.startswith(prefix):
-                    change = Change(entry.key, entry.value, entry.revision, entry.partition, True)
-                    if not self._offer(watcher, change):
-                        break
-        if not watcher.overflowed:
-            self._watchers.append(watcher)
+            values = self.entries.values()
+            if prefix:
+                watcher.initial = [e for e in values if e.key.startswith(prefix)]
+            else:
+                watcher.initial = list(values)
+        self._watchers.append(watcher)
         return watcher
 
     def unwatch(self, watcher: Watcher) -> None:
