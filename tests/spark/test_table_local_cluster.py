@@ -8,6 +8,9 @@ test_local_cluster.py):
   ``foreach_batch_sink(table=...)``, has exactly-once effect when Spark replays a batch that
   failed after part of it was stored: nothing is stored twice and the table ends with each
   key's last order.
+
+Its own `jet dev` (the module's, not the Spark tests' shared one): it needs no shared
+SparkSession, so it runs on its own xdist worker beside them instead of after them.
 """
 
 from __future__ import annotations
@@ -56,10 +59,10 @@ async def _table(servers: list[str], name: str) -> dict[bytes, bytes]:
 
 
 @pytest.mark.timeout(600)
-def test_table_read_and_table_sink_on_local_cluster(spark_jet: JetDev, tmp_path: Path) -> None:
+def test_table_read_and_table_sink_on_local_cluster(jet_dev: JetDev, tmp_path: Path) -> None:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java for Spark")
-    servers = list(spark_jet.servers)
+    servers = list(jet_dev.servers)
     prices, orders, totals = unique("lc-prices"), unique("lc-orders"), unique("lc-totals")
     create(servers, prices, partitions=2, compact=True)
     create(servers, orders, partitions=2)
