@@ -29,6 +29,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.stream_settings import MAX_DURATION_S
 from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN, PartitionAssignment
+from jetserver.replication.invariants import ReplicaInvariantViolation
 from jetserver.replication.leader import LeaderState
 from jetserver.replication.producers import ProducerTable
 from jetserver.validators import at_most
@@ -137,6 +138,9 @@ class ReplicaCore(Generic[P]):
     fenced_epoch: int | None = None
     """The last leader epoch this replica gave up after a failed fsync (:meth:`cut`): it
     never leads that epoch, or an older one, again."""
+    epoch_taken: int = -1
+    """The newest leader epoch this replica took a role in (led or followed): an older one
+    is never taken after it (an invariant, :meth:`_take_epoch`)."""
 
     def __attrs_post_init__(self) -> None:
         self.role = ROLE_NONE if self.clustered else ROLE_SINGLE
@@ -219,6 +223,7 @@ class ReplicaCore(Generic[P]):
         """Start leading epoch ``a.leader_epoch`` (after :meth:`end_role`, once the log is
         prepared: the epoch's start recorded; ``producers``: the producer table rebuilt
         from the log tail, None to keep the current one)."""
+        self._take_epoch(a, "lead")
         if producers is not None:
             self.producers = producers
         self.leader_state = LeaderState.start(
@@ -247,12 +252,22 @@ class ReplicaCore(Generic[P]):
 
     def follow(self, a: PartitionAssignment, address: str) -> None:
         """Start following ``a.leader`` at ``address`` (after :meth:`end_role`)."""
+        self._take_epoch(a, "follow")
         self.role = ROLE_FOLLOWER
         self.following = (a.leader or "", a.leader_epoch, address)
 
     def caught_up(self) -> None:
         """The follower fetched everything its leader had once: the log is whole again."""
         self.damaged = False
+
+    def _take_epoch(self, a: PartitionAssignment, role: str) -> None:
+        """Leader epochs only go forward on a replica (its metadata is applied in order)."""
+        if a.leader_epoch < self.epoch_taken:
+            raise ReplicaInvariantViolation(
+                f"asked to {role} in leader epoch {a.leader_epoch} after taking a role in "
+                f"epoch {self.epoch_taken}"
+            )
+        self.epoch_taken = a.leader_epoch
 
     # ------------------------------------------------------------------ leader and single
 

@@ -67,6 +67,7 @@ from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane, server_gone_of
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
+from jetserver.replication.invariants import ReplicaInvariantViolation
 from jetserver.replication.session import FetchSession
 from jetserver.security.peer import PLAIN, PeerSecurity
 from jetserver.storage import Log, StorageError
@@ -469,6 +470,11 @@ class FollowerFetcher:
                 durability=self.durability,
             )
             if new > log_.high_watermark:
+                if new > log_.log_end_offset:
+                    raise ReplicaInvariantViolation(
+                        f"a follower would adopt high watermark {new} past its log end "
+                        f"{log_.log_end_offset}"
+                    )
                 await self.on_hw(new)
             if header.log_start > log_.log_start_offset:
                 # The leader's log start moved (a purge, or its retention): records below

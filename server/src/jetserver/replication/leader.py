@@ -46,6 +46,7 @@ from collections.abc import Sequence
 import attrs
 
 from jetserver.metadata.model import DURABILITIES, DURABILITY_FLUSHED, DURABILITY_WRITTEN
+from jetserver.replication.invariants import ReplicaInvariantViolation
 
 UNKNOWN = -1
 """Progress of a follower that has not fetched in this epoch."""
@@ -206,6 +207,11 @@ class LeaderState:
     def _recompute_hw(self) -> bool:
         candidate = min(self._value(m) for m in self.maximal_isr)
         if candidate > self.hw:
+            if candidate > self.leo:
+                raise ReplicaInvariantViolation(
+                    f"high watermark {candidate} would pass the leader's log end {self.leo} "
+                    f"(epoch {self.leader_epoch}, ISR {self.maximal_isr})"
+                )
             self.hw = candidate
             return True
         return False
