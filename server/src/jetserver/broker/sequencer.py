@@ -393,9 +393,13 @@ class Sequencer:
             if self._refused(b, who, record.size, policy) or self._duplicate(b, who):
                 continue
             # As direct_record (jetsdk.codec.transcode) builds it, without its ack fields.
+            # The headers and value by a view of the request: the join is their one copy
+            # (a bytes slice copied them once more).
             request, key_end = record.request, record.key_end
             key = request[record.key_pos : key_end]
-            body = b"".join((record.prefix, key, subjects, request[key_end : record.end]))
+            body = b"".join(
+                (record.prefix, key, subjects, memoryview(request)[key_end : record.end])
+            )
             if controls is not None and self._precondition_failed(b, who, body, controls):
                 continue
             b.bodies.append(body)
