@@ -8,11 +8,16 @@ machine, which is what the before/after comparisons of copies use.
 
 ``--processes RF``: the servers run as ``jet server`` processes instead (RF 1: one server;
 RF 3: a cluster of three, the stream replicated, ack ALL), as in production (uvloop), and
-the CPU per MiB is printed apart for the SDK (this process), each jet server (its
-``/proc/PID/stat`` user + system time, every thread) and nats-server.
+the CPU per MiB is printed apart for the SDK (this process), each jet server and
+nats-server: user + system ms/MiB (from ``/proc/PID/stat``, every thread), the user part,
+and minor page faults per MiB (a large buffer freshly allocated for each copy costs its
+page faults; a reused one does not).
+
+``--repeat N`` runs the sizes N times on the same servers: the first round also pays for
+the servers' memory growing to its peak (page faults), the later ones show the steady state.
 
 Run: ``PYTHONPATH=. python -m bench.profile_bytes [SIZE ...] [--profile] [--mib N]
-[--processes RF]`` (default sizes 16384 262144 1048576, 64 MiB each).
+[--processes RF [--repeat N]]`` (default sizes 16384 262144 1048576, 64 MiB each).
 """
 
 from __future__ import annotations
@@ -36,35 +41,45 @@ MIB = 1024 * 1024
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-def _process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (every thread, dead ones too)."""
+def _process_use(pid: int) -> tuple[float, float, int]:
+    """(user, system) CPU seconds and minor page faults of process ``pid`` (every thread,
+    dead ones too)."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         fields = f.read().rpartition(b")")[2].split()
-    return (int(fields[11]) + int(fields[12])) * _TICK_S
+    return int(fields[11]) * _TICK_S, int(fields[12]) * _TICK_S, int(fields[7])
 
 
 class _Meter:
-    """CPU seconds of this process and of the given child processes, between marks."""
+    """CPU seconds (user, system) and minor page faults of this process and of the given
+    child processes, between marks."""
 
     def __init__(self, pids: dict[str, int]) -> None:
         self.pids = pids
         self._start = self._now()
 
-    def _now(self) -> dict[str, float]:
-        now = {"sdk": time.process_time()}
-        now.update({name: _process_cpu_s(pid) for name, pid in self.pids.items()})
+    def _now(self) -> dict[str, tuple[float, float, int]]:
+        now = {"sdk": _process_use(os.getpid())}
+        now.update({name: _process_use(pid) for name, pid in self.pids.items()})
         return now
 
-    def lap(self) -> dict[str, float]:
-        """CPU seconds per process since the last lap (or since created)."""
+    def lap(self) -> dict[str, tuple[float, float, int]]:
+        """Use per process since the last lap (or since created)."""
         now = self._now()
-        used = {name: now[name] - self._start[name] for name in now}
+        used = {
+            name: (u - self._start[name][0], s - self._start[name][1], f - self._start[name][2])
+            for name, (u, s, f) in now.items()
+        }
         self._start = now
         return used
 
 
-def _per_mib(used: dict[str, float], total_mib: float) -> str:
-    return " ".join(f"{name} {cpu * 1000 / total_mib:5.2f}" for name, cpu in used.items())
+def _per_mib(used: dict[str, tuple[float, float, int]], total_mib: float) -> str:
+    """Per process: CPU ms/MiB (user+system) and minor faults per MiB."""
+    return " ".join(
+        f"{name} {(u + s) * 1000 / total_mib:5.2f} ({u * 1000 / total_mib:4.2f}u "
+        f"{f / total_mib:4.0f}flt)"
+        for name, (u, s, f) in used.items()
+    )
 
 
 async def _one(
@@ -136,14 +151,15 @@ async def _main(sizes: list[int], mib: int, profile: cProfile.Profile | None) ->
                 await _one(srv.address, size, mib, profile)
 
 
-async def _main_processes(sizes: list[int], mib: int, rf: int) -> None:
+async def _main_processes(sizes: list[int], mib: int, rf: int, repeat: int) -> None:
     with Cluster(size=rf, log_level="WARNING") as cluster:
         assert cluster.nats is not None
         pids = {s.server_id: s.pid for s in cluster.servers}
         pids["nats"] = cluster.nats.pid
         meter = _Meter(pids)
-        for size in sizes:
-            await _one(cluster.addresses, size, mib, None, meter, rf)
+        for _ in range(repeat):
+            for size in sizes:
+                await _one(cluster.addresses, size, mib, None, meter, rf)
 
 
 def main() -> None:
@@ -152,9 +168,17 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--processes", type=int, default=0, metavar="RF")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N")
     args = parser.parse_args()
     if args.processes:
-        anyio.run(_main_processes, args.sizes, args.mib, args.processes, backend="asyncio")
+        anyio.run(
+            _main_processes,
+            args.sizes,
+            args.mib,
+            args.processes,
+            args.repeat,
+            backend="asyncio",
+        )
         return
     profile = cProfile.Profile() if args.profile else None
     anyio.run(_main, args.sizes, args.mib, profile, backend="asyncio")
