@@ -6,8 +6,18 @@ encode, socket, server parse, record framing, CRC, write; and for consume the re
 fetch answer and the SDK decode. CPU time per MiB is steadier than a rate on a loaded
 machine, which is what the before/after comparisons of copies use.
 
-Run: ``PYTHONPATH=. python -m bench.profile_bytes [SIZE ...] [--profile] [--mib N]``
-(default sizes 16384 262144 1048576, 64 MiB each).
+``--processes RF``: the servers run as ``jet server`` processes instead (RF 1: one server;
+RF 3: a cluster of three, the stream replicated, ack ALL), as in production (uvloop), and
+the CPU per MiB is printed apart for the SDK (this process), each jet server and
+nats-server: user + system ms/MiB (from ``/proc/PID/stat``, every thread), the user part,
+and minor page faults per MiB (a large buffer freshly allocated for each copy costs its
+page faults; a reused one does not).
+
+``--repeat N`` runs the sizes N times on the same servers: the first round also pays for
+the servers' memory growing to its peak (page faults), the later ones show the steady state.
+
+Run: ``PYTHONPATH=. python -m bench.profile_bytes [SIZE ...] [--profile] [--mib N]
+[--processes RF [--repeat N]]`` (default sizes 16384 262144 1048576, 64 MiB each).
 """
 
 from __future__ import annotations
@@ -24,30 +34,84 @@ import anyio
 
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetserver.testing import NatsServer
+from jetserver.testing.cluster import Cluster
 from jetserver.testing.in_process import running_server
 
 MIB = 1024 * 1024
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-async def _one(address: str, size: int, mib: int, profile: cProfile.Profile | None) -> None:
+def _process_use(pid: int) -> tuple[float, float, int]:
+    """(user, system) CPU seconds and minor page faults of process ``pid`` (every thread,
+    dead ones too)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rpartition(b")")[2].split()
+    return int(fields[11]) * _TICK_S, int(fields[12]) * _TICK_S, int(fields[7])
+
+
+class _Meter:
+    """CPU seconds (user, system) and minor page faults of this process and of the given
+    child processes, between marks."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self._start = self._now()
+
+    def _now(self) -> dict[str, tuple[float, float, int]]:
+        now = {"sdk": _process_use(os.getpid())}
+        now.update({name: _process_use(pid) for name, pid in self.pids.items()})
+        return now
+
+    def lap(self) -> dict[str, tuple[float, float, int]]:
+        """Use per process since the last lap (or since created)."""
+        now = self._now()
+        used = {
+            name: (u - self._start[name][0], s - self._start[name][1], f - self._start[name][2])
+            for name, (u, s, f) in now.items()
+        }
+        self._start = now
+        return used
+
+
+def _per_mib(used: dict[str, tuple[float, float, int]], total_mib: float) -> str:
+    """Per process: CPU ms/MiB (user+system) and minor faults per MiB."""
+    return " ".join(
+        f"{name} {(u + s) * 1000 / total_mib:5.2f} ({u * 1000 / total_mib:4.2f}u "
+        f"{f / total_mib:4.0f}flt)"
+        for name, (u, s, f) in used.items()
+    )
+
+
+async def _one(
+    address: str | list[str],
+    size: int,
+    mib: int,
+    profile: cProfile.Profile | None,
+    meter: _Meter | None = None,
+    rf: int = 1,
+) -> None:
     n = max(8, mib * MIB // size)
     value = os.urandom(size)
     window = max(4, min(4000, 64 * MIB // size))
     stream = f"p{size}"
-    async with Client([address]) as client:
-        await client.create_stream(stream, f"prof.{stream}", max_message_bytes=max(size, 1024))
+    ack = AckPolicy.LEADER if rf == 1 else AckPolicy.ALL
+    async with Client([address] if isinstance(address, str) else address) as client:
+        await client.create_stream(
+            stream, f"prof.{stream}", max_message_bytes=max(size, 1024), replication_factor=rf
+        )
+        if meter is not None:
+            meter.lap()
         cpu, wall = time.process_time(), time.perf_counter()
         if profile is not None:
             profile.enable()
-        async with Producer(
-            client, stream, ack=AckPolicy.LEADER, max_pending=window, max_in_flight=4
-        ) as p:
+        async with Producer(client, stream, ack=ack, max_pending=window, max_in_flight=4) as p:
             for _ in range(n):
                 await p.send_soon(value)
             await p.flush()
         if profile is not None:
             profile.disable()
         pub_cpu, pub_wall = time.process_time() - cpu, time.perf_counter() - wall
+        pub_used = meter.lap() if meter is not None else {}
         cpu, wall = time.process_time(), time.perf_counter()
         if profile is not None:
             profile.enable()
@@ -61,8 +125,17 @@ async def _one(address: str, size: int, mib: int, profile: cProfile.Profile | No
         if profile is not None:
             profile.disable()
         con_cpu, con_wall = time.process_time() - cpu, time.perf_counter() - wall
+        con_used = meter.lap() if meter is not None else {}
         await client.delete_stream(stream)
     total = n * size / MIB
+    if meter is not None:
+        print(
+            f"{size:>8} B x {n:>6} RF {rf}: publish CPU ms/MiB {_per_mib(pub_used, total)} "
+            f"({total / pub_wall:6.1f} MiB/s) | consume {_per_mib(con_used, total)} "
+            f"({total / con_wall:6.1f} MiB/s) | load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        return
     print(
         f"{size:>8} B x {n:>6}: publish {pub_cpu * 1000 / total:6.2f} CPU ms/MiB "
         f"({total / pub_wall:6.1f} MiB/s)   consume {con_cpu * 1000 / total:6.2f} CPU ms/MiB "
@@ -78,12 +151,35 @@ async def _main(sizes: list[int], mib: int, profile: cProfile.Profile | None) ->
                 await _one(srv.address, size, mib, profile)
 
 
+async def _main_processes(sizes: list[int], mib: int, rf: int, repeat: int) -> None:
+    with Cluster(size=rf, log_level="WARNING") as cluster:
+        assert cluster.nats is not None
+        pids = {s.server_id: s.pid for s in cluster.servers}
+        pids["nats"] = cluster.nats.pid
+        meter = _Meter(pids)
+        for _ in range(repeat):
+            for size in sizes:
+                await _one(cluster.addresses, size, mib, None, meter, rf)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_bytes")
     parser.add_argument("sizes", nargs="*", type=int, default=[16384, 262144, 1048576])
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--processes", type=int, default=0, metavar="RF")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N")
     args = parser.parse_args()
+    if args.processes:
+        anyio.run(
+            _main_processes,
+            args.sizes,
+            args.mib,
+            args.processes,
+            args.repeat,
+            backend="asyncio",
+        )
+        return
     profile = cProfile.Profile() if args.profile else None
     anyio.run(_main, args.sizes, args.mib, profile, backend="asyncio")
     if profile is not None:

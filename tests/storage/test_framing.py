@@ -171,3 +171,57 @@ def test_large_records_come_as_parts_to_gather(n: int) -> None:
     assert size == len(b"".join(data))
     small = [b"s" * 100] * n
     assert isinstance(frame_batch_sizes(5, 9, 2, small).data, bytes)
+
+
+def _split(body: bytes, at: int) -> framing.Body:
+    """``body`` as (head, tail), the tail a view (as a direct Produce message's)."""
+    cut = min(at, len(body))
+    return body[:cut], memoryview(body)[cut:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    first=BOUNDARY_OFFSETS,
+    ts=st.integers(-(2**63), 2**63 - 1),
+    epoch=st.integers(0, 2**32 - 1),
+    bodies=st.lists(
+        st.tuples(st.binary(max_size=300), st.integers(0, 40), st.booleans()), max_size=40
+    ),
+    gather=st.booleans(),
+)
+def test_two_part_bodies_are_framed_as_their_concatenation(
+    first: int,
+    ts: int,
+    epoch: int,
+    bodies: list[tuple[bytes, int, bool]],
+    gather: bool,
+) -> None:
+    """A body given as (head, tail) is stored exactly as the joined body: same records,
+    CRCs and sizes, in the per-record and the bulk path, joined or gathered."""
+    whole = [body for body, _at, _split_it in bodies]
+    given_ = [_split(body, at) if split_it else body for body, at, split_it in bodies]
+    with pytest.MonkeyPatch.context() as mp:
+        if gather:
+            mp.setattr(framing, "GATHER_MIN_RECORD", 0)
+        got = frame_batch_sizes(first, ts, epoch, given_)
+    data = got.data if isinstance(got.data, bytes) else b"".join(got.data)
+    assert data == expected(first, ts, epoch, whole)
+    assert got.body_sizes == [len(b) for b in whole]
+    assert got.size == len(data)
+    if gather and any(split_it for _b, _a, split_it in bodies):
+        assert any(isinstance(part, memoryview) for part in got.data)  # the tail, not copied
+
+
+def test_a_log_stores_two_part_bodies_as_whole_records(tmp_path: Path) -> None:
+    bodies = [encode_body(bytes([i]) * (5000 + i), key=b"k%d" % i) for i in range(12)]
+    given_ = [_split(body, 9) if i % 3 else body for i, body in enumerate(bodies)]
+    log = Log.open(tmp_path / "p", LogConfig())
+    try:
+        first, ts = log.append(given_, 1_000, leader_epoch=0)
+        read = log.read(first, 1 << 20, log.log_end_offset)
+        with read:
+            stored = read.read_bytes()
+    finally:
+        log.close()
+    assert stored == expected(first, ts, 0, bodies)
+    assert framing.whole_bodies(list(given_), 0) == bodies

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 import anyio
@@ -37,7 +37,15 @@ import attrs
 
 from jetsdk.background import BackgroundTasks
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.frames import FLAG_ERROR, FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
+from jetsdk.codec.frames import (
+    FLAG_ERROR,
+    FLAG_RESPONSE,
+    Api,
+    Frame,
+    FrameDecoder,
+    encode_frame,
+    encode_frame_header,
+)
 from jetsdk.codec.limits import MAX_FRAME_BYTES
 from jetsdk.codec.messages import decode_error
 from jetsdk.errors import (
@@ -58,6 +66,25 @@ DEFAULT_WRITE_TIMEOUT = 30.0
 """Seconds a frame may take to be written before the connection is declared broken."""
 
 _MAX_CORRELATION_ID = 0xFFFFFFFF
+GATHER_MIN_BODY_BYTES = 64 * 1024
+"""A request body from this size is written after its frame header in one gathered send
+(sendmsg), not joined to it: the join copied every produced byte once more. A smaller body
+is joined, which costs less than a gathered send."""
+
+FrameParts = tuple[bytes] | tuple[bytes, bytes]
+"""A frame to write: the whole frame, or its header and its body."""
+
+
+def _frame_rest(frame: Sequence[bytes], sent: int) -> list[bytes | memoryview]:
+    """What is left of ``frame`` once ``sent`` of its bytes were written (views, no copy)."""
+    rest: list[bytes | memoryview] = []
+    for part in frame:
+        if sent >= len(part):
+            sent -= len(part)
+            continue
+        rest.append(memoryview(part)[sent:] if sent else part)
+        sent = 0
+    return rest
 
 
 @attrs.define(eq=False)
@@ -177,6 +204,9 @@ class Connection:
         """The asyncio loop the reader runs in (None: not started, or not asyncio)."""
         # Writes the socket takes at once skip the lock and the write scope.
         self._write_now: Callable[[bytes], int] | None = getattr(stream, "write_now", None)
+        self._write_gathered_now: Callable[[Sequence[bytes]], int] | None = (
+            getattr(stream, "write_gathered_now", None) if self._write_now is not None else None
+        )
         self.server_info: dict[str, object] = {}
         """The Hello response, once the owner sent Hello (empty before)."""
 
@@ -272,21 +302,22 @@ class Connection:
         cid = self._allocate_id()
         loop = self._loop
         pending = PendingResponse(api, cid, self, loop.create_future() if loop else None)
-        frame = encode_frame(api, cid, body)
+        frame = self._frame(api, cid, body)
         self._waiters[cid] = pending
         lock = self._write_lock
+        rest: Sequence[bytes | memoryview]
         if self._write_now is not None and (lock is None or not lock.locked()):
             # Nobody is writing: what the socket takes at once needs neither the lock nor a
             # scope (nothing yields before the rest, if any, is written under the lock).
             try:
-                sent = self._write_now(frame)
+                sent = self._write_frame_now(frame)
             except JetConnectionError as exc:
                 self._fail(exc)
                 await self._stream.aclose()
                 raise
-            if sent == len(frame):
+            if sent == sum(map(len, frame)):
                 return pending
-            rest: bytes | memoryview = memoryview(frame)[sent:]  # a view: no copy of the rest
+            rest = _frame_rest(frame, sent)  # views: no copy of the rest
         else:
             rest = frame
         if lock is None:
@@ -336,20 +367,35 @@ class Connection:
             return None
         cid = self._allocate_id()
         pending = PendingResponse(api, cid, self, loop.create_future())
-        frame = encode_frame(api, cid, body)
+        frame = self._frame(api, cid, body)
         self._waiters[cid] = pending
         try:
-            sent = write_now(frame)
+            sent = self._write_frame_now(frame)
         except JetConnectionError as exc:
             self._fail(exc)
             self._stop_reader()
             return pending
-        if sent < len(frame):
+        if sent < sum(map(len, frame)):
             self._tail_written = anyio.Event()
-            self._tail_task = loop.create_task(self._write_tail(memoryview(frame)[sent:]))
+            self._tail_task = loop.create_task(self._write_tail(_frame_rest(frame, sent)))
         return pending
 
-    async def _write_tail(self, rest: bytes | memoryview) -> None:
+    def _frame(self, api: int, cid: int, body: bytes) -> FrameParts:
+        """The request frame of ``body``: header and body apart if the stream takes a
+        gathered write and the body is large, else one joined frame."""
+        if self._write_gathered_now is not None and len(body) >= GATHER_MIN_BODY_BYTES:
+            return (encode_frame_header(api, cid, len(body)), body)
+        return (encode_frame(api, cid, body),)
+
+    def _write_frame_now(self, frame: FrameParts) -> int:
+        """Write what the socket takes of ``frame`` now (``_write_now`` is set)."""
+        if len(frame) == 1:
+            assert self._write_now is not None
+            return self._write_now(frame[0])
+        assert self._write_gathered_now is not None
+        return self._write_gathered_now(frame)
+
+    async def _write_tail(self, rest: Sequence[bytes | memoryview]) -> None:
         """Write the rest of a frame :meth:`send_nowait` began (shielded and bounded, as in
         :meth:`send`); other frames wait for it."""
         error: JetError | None = None
@@ -363,15 +409,16 @@ class Connection:
             if done is not None:
                 done.set()
 
-    async def _write_whole(self, data: bytes | memoryview) -> JetError | None:
-        """Write ``data``, shielded and bounded: either all of it is written (None), or the
-        error that makes the connection broken (half a frame on the wire would corrupt
-        every later one)."""
+    async def _write_whole(self, parts: Sequence[bytes | memoryview]) -> JetError | None:
+        """Write ``parts`` in order, shielded and bounded: either all of it is written
+        (None), or the error that makes the connection broken (half a frame on the wire
+        would corrupt every later one)."""
         error: JetError | None = None
         deadline = anyio.current_time() + self._write_timeout
         with anyio.CancelScope(shield=True, deadline=deadline) as scope:
             try:
-                await self._stream.write(data)
+                for data in parts:
+                    await self._stream.write(data)
             except JetConnectionError as exc:
                 error = exc
         if scope.cancelled_caught:

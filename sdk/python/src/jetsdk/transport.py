@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Protocol
 
@@ -225,6 +225,21 @@ class SocketByteStream:
                 raise JetConnectionError(f"write to {self.label}: closed")
             try:
                 return self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                return 0
+
+    def write_gathered_now(self, buffers: Sequence[bytes | memoryview]) -> int:
+        """:meth:`write_now` of ``buffers`` back to back, in one gathered send (sendmsg):
+        a frame header and a large body go out without being joined into one copy.
+
+        Raises:
+            JetConnectionError: the stream broke or is closed.
+        """
+        with map_io_errors(f"write to {self.label}"):
+            if self._closed:
+                raise JetConnectionError(f"write to {self.label}: closed")
+            try:
+                return self.sock.sendmsg(buffers)
             except (BlockingIOError, InterruptedError):
                 return 0
 

@@ -92,3 +92,14 @@ class DirectBatch:
     """Where the outcomes go."""
     size: int
     """Bytes it counts for in the sequencer's queue (``max_pending_bytes``)."""
+
+
+def record_body(record: DirectRecord, subjects: bytes) -> tuple[bytes, memoryview]:
+    """The record body of a direct Produce message, as
+    :func:`~jetsdk.codec.transcode.direct_record` builds it without its ack fields, in two
+    parts (:data:`~jetserver.storage.framing.Body`): its head (producer field, key, subject
+    and reply fields ``subjects``), then its headers and value, a view of the request (the
+    log frames the record around it: no copy)."""
+    request, key_end = record.request, record.key_end
+    head = b"".join((record.prefix, request[record.key_pos : key_end], subjects))
+    return head, memoryview(request)[key_end : record.end]

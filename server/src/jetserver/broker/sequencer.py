@@ -39,7 +39,7 @@ from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
 from jetserver.broker.append_checks import AppendChecks, Refusal
 from jetserver.broker.commit import Committer
-from jetserver.broker.direct import DirectAckTo, DirectBatch
+from jetserver.broker.direct import DirectAckTo, DirectBatch, record_body
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.ingested import Queued
 from jetserver.broker.lifecycle import Lifecycle
@@ -51,6 +51,7 @@ from jetserver.metadata.model import DURABILITY_FLUSHED
 from jetserver.replication.core import ROLE_SINGLE, ReplicaCore
 from jetserver.storage import Log
 from jetserver.storage.clock import wall_ns
+from jetserver.storage.framing import Body, whole_bodies, whole_body
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,9 @@ def _unappended(items: Iterable[Queued], result: tuple[int, int, int]) -> None:
 class _Batch:
     """What one append collects: the bodies admitted and who to ack for each."""
 
-    bodies: list[bytes] = attrs.Factory(list)
+    bodies: list[Body] = attrs.Factory(list)
+    split_from: int = 0
+    """Bodies below this index are whole (a direct message's comes in two parts)."""
     wanted: list[_Wanted | None] = attrs.Factory(list)
     """One per body (None: no ack, no producer)."""
     now: list[tuple[str, PartitionAck]] = attrs.Factory(list)
@@ -392,10 +395,7 @@ class Sequencer:
                 continue
             if self._refused(b, who, record.size, policy) or self._duplicate(b, who):
                 continue
-            # As direct_record (jetsdk.codec.transcode) builds it, without its ack fields.
-            request, key_end = record.request, record.key_end
-            key = request[record.key_pos : key_end]
-            body = b"".join((record.prefix, key, subjects, request[key_end : record.end]))
+            body = record_body(record, subjects)
             if controls is not None and self._precondition_failed(b, who, body, controls):
                 continue
             b.bodies.append(body)
@@ -419,11 +419,12 @@ class Sequencer:
         return False
 
     def _precondition_failed(
-        self, b: _Batch, who: _Wanted, body: bytes, controls: Controls | RecordControls
+        self, b: _Batch, who: _Wanted, body: Body, controls: Controls | RecordControls
     ) -> bool:
         """True (after its error ack) if the message may not join ``b``; otherwise its
         ``Nats-Msg-Id`` is noted as in this batch."""
-        refused = self.precondition_error(body, controls, b.bodies)
+        b.split_from, pending = len(b.bodies), whole_bodies(b.bodies, b.split_from)  # for CAS
+        refused = self.precondition_error(whole_body(body), controls, pending)
         if refused is not None:
             self.messages_rejected += 1
             code, text, offset = refused

@@ -22,7 +22,7 @@ from jetserver import logs
 from jetserver.config import FETCH_IO_AUTO, FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
 from jetserver.config_load import load_config, settings_help, to_toml
 from jetserver.errors import ConfigError, JetServerError
-from jetserver.runtime import tune_gc, uses_uvloop
+from jetserver.runtime import tune_gc, tune_malloc, uses_uvloop
 
 log = logging.getLogger("jetserver.cli")
 
@@ -178,6 +178,7 @@ def run_command(args: argparse.Namespace) -> int:
         return EXIT_OK
     logs.configure(config.logging.level, config.logging.format)
     tune_gc()
+    tune_malloc()
     try:
         uvloop = uses_uvloop(config.server.event_loop)
     except ConfigError as exc:

@@ -28,7 +28,7 @@ from jetsdk.codec.messages import (
 )
 from jetsdk.codec.replica_fetch import (
     decode_replica_fetch_request,
-    encode_replica_fetch_response,
+    replica_fetch_response_parts,
 )
 from jetserver.broker.fetch import fetch, offset_for_leader_epoch
 from jetserver.broker.live_settings import LiveLogSettings
@@ -323,5 +323,11 @@ class Dispatcher:
             )
         req = decode_replica_fetch_request(frame.body)
         answers = await replica_fetch(self.streams, self.config.limits, self.session_wakers, req)
-        body = encode_replica_fetch_response(answers)
-        return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
+        # The frame joined once around the records read (the body joined, then joined to
+        # its header, copied every replicated byte twice).
+        parts = replica_fetch_response_parts(answers)
+        head = encode_frame_header(
+            frame.api, frame.correlation_id, sum(map(len, parts)), flags=FLAG_RESPONSE
+        )
+        parts.insert(0, head)
+        return Reply(b"".join(parts))

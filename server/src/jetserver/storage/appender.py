@@ -20,7 +20,7 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, MAX_BODY_BYTES, check_crc, peek_header
 from jetserver.storage.epoch_cache import MAX_EPOCH
 from jetserver.storage.errors import InvalidArgumentError, InvalidRecordsError, InvariantViolation
-from jetserver.storage.framing import frame_batch_sizes
+from jetserver.storage.framing import Body, frame_batch_sizes
 from jetserver.storage.log_state import LogState
 from jetserver.storage.offset_index import U32_MAX, index_points
 from jetserver.storage.segment import (
@@ -43,7 +43,7 @@ class Appender:
         """Called with the bytes about to be written; raises DiskFull to refuse them."""
 
     def append(
-        self, bodies: Sequence[bytes], timestamp_ns: int, leader_epoch: int
+        self, bodies: Sequence[Body], timestamp_ns: int, leader_epoch: int
     ) -> tuple[int, int]:
         """See :meth:`jetserver.storage.Log.append`."""
         if not _I64_MIN <= timestamp_ns <= _I64_MAX or not 0 <= leader_epoch <= MAX_EPOCH:

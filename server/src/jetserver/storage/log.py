@@ -16,6 +16,7 @@ from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import LeaderEpochCache
 from jetserver.storage.errors import InvalidArgumentError, StorageError
 from jetserver.storage.files import SEALED_FILES, FileLease, OpenFileCache, fdatasync
+from jetserver.storage.framing import Body
 from jetserver.storage.log_state import LogState
 from jetserver.storage.maintenance import Maintenance
 from jetserver.storage.read_slice import ReadSlice
@@ -283,9 +284,12 @@ class Log:
     # -- appending ---------------------------------------------------------------------------
 
     def append(
-        self, bodies: Sequence[bytes], timestamp_ns: int, leader_epoch: int
+        self, bodies: Sequence[Body], timestamp_ns: int, leader_epoch: int
     ) -> tuple[int, int]:
         """Append records (bodies from ``jetsdk.codec.record.encode_body``) at the LEO.
+
+        A body may be given in two parts, ``(head, tail)``: the record holds their
+        concatenation, framed around them without joining them (the tail may be a view).
 
         The records get consecutive offsets and one timestamp: ``timestamp_ns``, or the last
         timestamp in the log if that is larger (timestamps never decrease). Rolls the active

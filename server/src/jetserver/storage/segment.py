@@ -190,7 +190,7 @@ class Segment:
 
     def append(
         self,
-        data: bytes | memoryview | list[bytes],
+        data: bytes | memoryview | list[bytes | memoryview],
         last_offset: int,
         max_timestamp: int,
         first_timestamp: int,
@@ -474,5 +474,5 @@ def _indexes_digest(index: bytes, timeindex: bytes) -> bytes:
     return h.digest()
 
 
-def _size(data: bytes | memoryview | list[bytes]) -> int:
+def _size(data: bytes | memoryview | list[bytes | memoryview]) -> int:
     return sum(map(len, data)) if isinstance(data, list) else len(data)

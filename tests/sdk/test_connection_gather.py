@@ -1,0 +1,85 @@
+"""Large request bodies go out after their frame header in one gathered send (issue 39: no
+join of header and body), whole and in order, also when the socket takes them in pieces."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from jetsdk.codec.frames import FRAME_HEADER_SIZE, Api, FrameDecoder
+from jetsdk.connection import GATHER_MIN_BODY_BYTES, Connection, _frame_rest
+from jetsdk.memory import FramePeer
+from jetsdk.transport import SocketByteStream
+
+pytestmark = pytest.mark.anyio
+
+
+def test_the_rest_of_a_frame_is_what_follows_the_bytes_sent() -> None:
+    head, body = b"0123456789", bytes(range(256)) * 3
+    whole = head + body
+    for sent in range(len(whole) + 1):
+        rest = _frame_rest((head, body), sent)
+        assert b"".join(rest) == whole[sent:]
+        assert all(len(part) for part in rest)
+    assert _frame_rest((whole,), 0) == [whole]  # nothing sent: the frame itself, no view
+
+
+class _CountingStream(SocketByteStream):
+    """A socket stream that counts its gathered sends and what they carried."""
+
+    gathered: int = 0
+
+    def write_gathered_now(self, buffers: Sequence[bytes | memoryview]) -> int:
+        self.gathered += 1
+        assert len(buffers) == 2  # the frame header, then the body
+        assert len(buffers[0]) == FRAME_HEADER_SIZE
+        return super().write_gathered_now(buffers)
+
+
+async def test_large_bodies_are_gathered_and_arrive_whole_in_order(anyio_backend: str) -> None:
+    a, b = socket.socketpair()
+    for s in (a, b):
+        s.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)  # sends split in pieces
+    client_end = _CountingStream(a, label="a")
+    peer = FramePeer(SocketByteStream(b, label="b"))
+    rng = random.Random(39)
+    sizes = [GATHER_MIN_BODY_BYTES, 5, GATHER_MIN_BODY_BYTES * 9 + 3, 0, 1 << 20, 100]
+    bodies = [rng.randbytes(n) for n in sizes]
+    got: list[bytes] = []
+    async with Connection(client_end) as conn, anyio.create_task_group() as tg:
+
+        async def send_all() -> None:
+            for body in bodies:  # one task: frames go in call order
+                await conn.send(Api.PRODUCE, body)
+
+        tg.start_soon(send_all)
+        with anyio.fail_after(30):
+            for _ in bodies:
+                frame = await peer.receive()
+                assert frame is not None
+                got.append(frame.body)
+    assert got == bodies
+    assert client_end.gathered == sum(n >= GATHER_MIN_BODY_BYTES for n in sizes)
+
+
+async def test_small_bodies_are_written_as_one_frame() -> None:
+    a, b = socket.socketpair()
+    for s in (a, b):
+        s.setblocking(False)
+    client_end = _CountingStream(a, label="a")
+    async with Connection(client_end) as conn:
+        await conn.send(Api.METADATA, b"small")
+        b.setblocking(True)
+        b.settimeout(10)
+        decoder = FrameDecoder()
+        decoder.feed(b.recv(1024))
+        frame = decoder.next_frame()
+    b.close()
+    assert frame is not None
+    assert frame.body == b"small"
+    assert client_end.gathered == 0
