@@ -80,7 +80,9 @@ class SocketIO:
         data = self.recv_now(max_bytes)
         if data is not None:
             return data
-        loop = asyncio.get_running_loop()
+        # The watching loop, if any, is the running one (no get_running_loop: a getpid
+        # system call per call on Python 3.11).
+        loop = self._watch or asyncio.get_running_loop()
         ready: asyncio.Future[bytes | None] = loop.create_future()
         self._waiter = ready
         self._max_read = max_bytes
