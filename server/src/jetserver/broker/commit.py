@@ -181,7 +181,7 @@ class Committer:
             life = self.life
             while self.log.high_watermark <= offset and not life.closed and not life.stopping:
                 left = deadline - time.monotonic()
-                if left <= 0 or not await self._hw_moved.wait_within(left):
+                if left <= 0 or not await self._hw_moved.wait_within(left, self._running_loop()):
                     return
         finally:
             self.fetch_waiters -= 1
@@ -201,7 +201,7 @@ class Committer:
             left = deadline - time.monotonic()
             if self.life.closed or log_.log_end_offset < end or left <= 0:
                 return False
-            await self._hw_moved.wait_within(left)
+            await self._hw_moved.wait_within(left, self._running_loop())
 
     def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """A place in this partition's order of NATS copies, taken right after an append

@@ -265,7 +265,7 @@ class AcceptedConnection:
 
     async def _run_after(self, after: Callable[[], Awaitable[None]], api: int) -> None:
         # Not the connection's any more: its close must not cancel this (bounded) work.
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)  # with the loop: no getpid (3.11)
         if task is not None:
             self._tasks.discard(task)
         try:
