@@ -179,10 +179,9 @@ class AcceptedConnection:
             else:
                 frame_started = None
                 timeout = self._last_activity + self.limits.idle_timeout_s - now
-            # Under load the next request is often there already: no timed wait then.
-            received = self.io.recv_now()
-            if received is None:
-                received = await self.io.recv_within(max(timeout, 0.0))
+            # Under load the next request is often there already: recv_within returns it
+            # without a timed wait then.
+            received = await self.io.recv_within(max(timeout, 0.0))
             timed_out = received is None
             data = received or b""
             if timed_out:
