@@ -139,6 +139,8 @@ async def _round(
             proc.send_signal(signal.SIGINT)
             with anyio.fail_after(30):
                 await proc.wait()
+        if not out.exists():
+            return float("nan"), "strace could not attach (ptrace not allowed?)"
         counts = _strace_counts(out)
         top = sorted(counts.items(), key=lambda kv: -kv[1])[:9]
         return sum(counts.values()) / len(lat), ", ".join(
