@@ -65,6 +65,44 @@ async def test_what_arrives_while_nobody_waits_is_kept_for_the_next_read() -> No
         io.close()
 
 
+class _CountingSocket(socket.socket):
+    """A socket that counts the reads that found nothing (EAGAIN)."""
+
+    empty_reads = 0
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        try:
+            return super().recv(bufsize, flags)
+        except BlockingIOError:
+            self.empty_reads += 1
+            raise
+
+
+async def test_a_watched_socket_waits_without_a_read_that_finds_nothing() -> None:
+    """Once the reader callback is registered, a wait does not first try a read of its
+    own: whatever the socket holds, the callback reads on this loop turn (epoll is level
+    triggered). That read found nothing on almost every request at light load (one EAGAIN
+    system call per request), and the connection's read loop tried one more before it."""
+    a, b = socket.socketpair()
+    sock = _CountingSocket(a.family, a.type, a.proto, fileno=a.detach())
+    io = SocketIO(sock)
+    try:
+        for data in (b"one", b"two", b"three"):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_send_when_waited, io, b, data)
+                with anyio.fail_after(5):
+                    assert await io.recv_within(5) == data
+        assert sock.empty_reads == 1  # the first wait, before the callback was registered
+        b.send(b"ready")  # already there when the next wait starts: read at once
+        with anyio.fail_after(5):
+            assert await io.recv_within(5) == b"ready"
+        assert await io.recv_within(0.05) is None
+        assert sock.empty_reads == 1
+    finally:
+        io.close()
+        b.close()
+
+
 async def _send_when_waited(io: SocketIO, sock: socket.socket, data: bytes) -> None:
     """Send ``data`` once the reader waits for it (its future is set), so that the bytes
     arrive during the wait, through the reader callback."""

@@ -27,7 +27,9 @@ the loop unless:
   whenever the share allowed, acked publishing with ack LEADER fell by about a quarter).
 
 Durability is the same either way: the high watermark and ALL acks move only after the
-fsync returned. Task safety: event loop thread only.
+fsync returned. Worker threads are :data:`jetserver.fsync_threads.THREADS` (a job and one
+loop callback per fsync, not ``anyio.to_thread``'s two extra loop turns and ~110 calls).
+Task safety: event loop thread only.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 
+from jetserver.fsync_threads import THREADS
 from jetserver.logs import fields
 from jetserver.storage import Log
 
@@ -92,7 +95,7 @@ class FsyncRunner:
             if flushed is not None:
                 return flushed
         self.thread_fsyncs += 1
-        return await anyio.to_thread.run_sync(log_.flush, upto)
+        return await THREADS.run(log_.flush, upto)
 
     async def flush_here(self, log_: Log, upto: int | None = None) -> int | None:
         """``log_.flush(upto)`` on the loop if this runner would run it there now (after
@@ -122,10 +125,10 @@ class FsyncRunner:
                 self.loop_fsyncs += 1
                 return
             self.thread_fsyncs += 1
-            await anyio.to_thread.run_sync(log_.flush)
+            await THREADS.run(log_.flush)
             return
         self.thread_fsyncs += 1
-        await anyio.to_thread.run_sync(_append_and_flush, log_, data)
+        await THREADS.run(_append_and_flush, log_, data)
 
     def _may_run_here(self) -> bool:
         if not self.on_loop:

@@ -43,16 +43,20 @@ class LazyEvent:
         if self._event is not None:
             self._event.set()
 
-    async def wait_within(self, seconds: float) -> bool:
+    async def wait_within(
+        self, seconds: float, loop: asyncio.AbstractEventLoop | None = None
+    ) -> bool:
         """Wait until set, at most ``seconds``: True if it is set (at once, without
         yielding, if it already is), False on the timeout.
 
         A bare asyncio future with a timer: anyio's ``move_on_after`` around :meth:`wait`
         cost 17-29 us on the dev VM against 11 us for ``asyncio.timeout`` and less for
-        this, on every parked Fetch. asyncio only (the server's event loop)."""
+        this, on every parked Fetch. asyncio only (the server's event loop). ``loop``: the
+        running loop if the caller knows it (get_running_loop calls getpid on 3.11)."""
         if self._set:
             return True
-        loop = asyncio.get_running_loop()
+        if loop is None:
+            loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         if self._futures is None:
             self._futures = {}

@@ -121,6 +121,9 @@ class NatsLink:
     _batch_pub: bool = False
     _subjects: dict[str, bytes] = attrs.field(factory=dict)
     _write_due: set[int] = attrs.field(factory=set)
+    _loop: asyncio.AbstractEventLoop | None = None
+    """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
+    call per call on Python 3.11; the link lives on one loop)."""
     """ids of the connections whose pending publishes this loop turn writes
     (:meth:`_write_soon`)."""
     disconnects: int = 0
@@ -455,7 +458,10 @@ class NatsLink:
         key = id(nc)
         if key not in self._write_due:
             self._write_due.add(key)
-            asyncio.get_running_loop().call_soon(self._write_pending, nc)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._write_pending, nc)
 
     def _write_pending(self, nc: NatsClient) -> None:
         self._write_due.discard(id(nc))

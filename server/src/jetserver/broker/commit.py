@@ -89,6 +89,9 @@ class Committer:
     _deferred: bool = False
     """Records were appended whose fsync is left to the appending request
     (:meth:`defer_flush`) and nobody has started it yet."""
+    _loop: asyncio.AbstractEventLoop | None = None
+    """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
+    call per call on Python 3.11; a replica lives on one loop)."""
     _loop_refused: bool = False
     """:meth:`commit_deferred` just found the fsync may not run on the loop: the flusher
     goes to a thread without asking again (no second probe turn)."""
@@ -124,7 +127,13 @@ class Committer:
         has not started it by the next loop turn (it yielded first, or has no after-work),
         the flusher is asked as always, so the records never wait longer than that."""
         self._deferred = True
-        asyncio.get_running_loop().call_soon(self._flush_if_deferred)
+        self._running_loop().call_soon(self._flush_if_deferred)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _flush_if_deferred(self) -> None:
         if self._deferred:
@@ -172,7 +181,7 @@ class Committer:
             life = self.life
             while self.log.high_watermark <= offset and not life.closed and not life.stopping:
                 left = deadline - time.monotonic()
-                if left <= 0 or not await self._hw_moved.wait_within(left):
+                if left <= 0 or not await self._hw_moved.wait_within(left, self._running_loop()):
                     return
         finally:
             self.fetch_waiters -= 1
@@ -192,7 +201,7 @@ class Committer:
             left = deadline - time.monotonic()
             if self.life.closed or log_.log_end_offset < end or left <= 0:
                 return False
-            await self._hw_moved.wait_within(left)
+            await self._hw_moved.wait_within(left, self._running_loop())
 
     def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """A place in this partition's order of NATS copies, taken right after an append
@@ -200,7 +209,7 @@ class Committer:
         and this one's, which its holder must finish once its copies went or were given
         up, so that a later request's copies never overtake these."""
         prev = self._copies_tail
-        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        mine: asyncio.Future[None] = self._running_loop().create_future()
         self._copies_tail = mine
         return (None if prev is None or prev.done() else prev), mine
 

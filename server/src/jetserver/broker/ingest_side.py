@@ -109,14 +109,21 @@ class Intake:
             return False
         return self.direct_ok or policy == AckPolicy.ALL
 
-    async def ingest_direct(self, batch: DirectBatch) -> bool:
+    def appends_at_once(self, policy: int) -> bool:
+        """True if :meth:`ingest_direct` of a request with ack ``policy`` would append it
+        in the caller's task now, without waiting for anything: it takes it directly, the
+        sequencer is idle and its queue has room."""
+        sequencer = self.sequencer
+        return sequencer.idle and sequencer.has_room and self.takes_direct(policy)
+
+    async def ingest_direct(self, batch: DirectBatch, *, shield: bool = True) -> bool:
         """Hand the messages of a Produce request to the sequencer as one typed batch,
         after waiting for room in its queue; False (nothing taken) if
         :meth:`takes_direct` no longer holds. Their outcomes are settled on
         ``batch.completion`` in process; their NATS copies must carry the ``Jet-Stored``
         header. If nothing is queued or being appended, they are appended at once in this
         task (:meth:`Sequencer.append_now`), in the order they would have had in the
-        queue."""
+        queue (``shield``: as :meth:`Sequencer.append_now`)."""
         sequencer = self.sequencer
         await sequencer.wait_for_room()
         if not self.takes_direct(batch.policy):
@@ -128,7 +135,7 @@ class Intake:
         if sequencer.idle:
             # The sequencer is idle: append in this task (no hand-off, no wait for acks).
             self.produce_inline += count
-            await sequencer.append_now([batch])
+            await sequencer.append_now([batch], shield=shield)
             return True
         sequencer.offer(batch, batch.size)
         return True

@@ -402,9 +402,13 @@ class PartitionReplica:
         """:meth:`Intake.takes_direct`."""
         return self.intake.takes_direct(policy)
 
-    async def ingest_direct(self, batch: DirectBatch) -> bool:
+    def appends_at_once(self, policy: int) -> bool:
+        """:meth:`Intake.appends_at_once`."""
+        return self.intake.appends_at_once(policy)
+
+    async def ingest_direct(self, batch: DirectBatch, *, shield: bool = True) -> bool:
         """:meth:`Intake.ingest_direct`."""
-        return await self.intake.ingest_direct(batch)
+        return await self.intake.ingest_direct(batch, shield=shield)
 
     # ---------------------------------------------------------------- commit
 

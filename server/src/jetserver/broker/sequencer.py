@@ -21,6 +21,7 @@ Task safety: event loop thread only; the sequencer is the log's single writer.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import struct
 from collections.abc import Callable, Iterable
@@ -56,6 +57,7 @@ from jetserver.storage.framing import Body, whole_bodies, whole_body
 log = logging.getLogger(__name__)
 
 _U32 = struct.Struct(">I")
+_UNSCOPED = contextlib.nullcontext()
 _LEADER = int(AckPolicy.LEADER)
 _ALL = int(AckPolicy.ALL)
 DEFER_MAX_RECORDS = 16
@@ -238,20 +240,19 @@ class Sequencer:
                 self._appending = False
             await anyio.lowlevel.checkpoint()
 
-    async def append_now(self, batch: list[Queued]) -> None:
-        """Append ``batch`` in the calling task, as :meth:`run` would (the caller checked
-        :attr:`idle`, so the order is the same).
+    async def append_now(self, batch: list[Queued], *, shield: bool = True) -> None:
+        """Append ``batch`` in this task, as :meth:`run` would (the caller saw :attr:`idle`).
 
         A Produce request that finds its partition idle appends its messages itself (no
-        sequencer wake-up, no wait for its acks: two turns, ``python -m bench latency``),
-        and may commit in this task too (:meth:`_commit_in_task`). Shielded: a request
-        cancelled meanwhile (its connection closed) must not cut the acks and the HW move
-        that follow an append short."""
+        sequencer wake-up, no wait for acks), and may commit in this task too
+        (:meth:`_commit_in_task`). ``shield``: a cancel scope of the caller's (its timeout)
+        must not cut the acks and HW move that follow an append short; False where the
+        caller has none (a jet-port request in its own task, ``produce_then``)."""
         here, after = self._commit_in_task(batch)
         self._appending = True
         self._hold_flush = here or after
         try:
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True) if shield else _UNSCOPED:
                 await self._append_batch(batch)
         except Exception:
             log.exception("ingest batch failed", extra=self._fields(messages=len(batch)))
@@ -263,7 +264,7 @@ class Sequencer:
         if self._flush_held:
             self._flush_held = False
             if here:
-                with anyio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True) if shield else _UNSCOPED:
                     await self.committer.commit_here()
             else:
                 self.committer.defer_flush()

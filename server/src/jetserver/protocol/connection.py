@@ -118,11 +118,15 @@ class AcceptedConnection:
     _closing: bool = False
     _scope: anyio.CancelScope | None = None
     _tasks: set[asyncio.Task[None]] = attrs.field(factory=set)
+    _loop: asyncio.AbstractEventLoop | None = None
+    """The loop serving this connection (:meth:`serve`); asyncio.get_running_loop costs a
+    getpid system call per call on Python 3.11."""
     requests: int = 0
     """Requests received."""
 
     async def serve(self) -> None:
         """Run until the connection ends; never raises (errors are logged)."""
+        self._loop = asyncio.get_running_loop()
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -145,7 +149,8 @@ class AcceptedConnection:
         """Run one request in its own asyncio task: a plain task costs about a fifth of an
         anyio task group's (a cancel scope, an event and a handle per task, ~25 us on the
         dev VM); :meth:`serve` waits for them and cancels them itself."""
-        task = asyncio.get_running_loop().create_task(self._run_request(frame))
+        assert self._loop is not None  # set by serve(), which reads the frames
+        task = self._loop.create_task(self._run_request(frame))
         self._tasks.add(task)
         task.add_done_callback(self._request_done)
 
@@ -174,10 +179,9 @@ class AcceptedConnection:
             else:
                 frame_started = None
                 timeout = self._last_activity + self.limits.idle_timeout_s - now
-            # Under load the next request is often there already: no timed wait then.
-            received = self.io.recv_now()
-            if received is None:
-                received = await self.io.recv_within(max(timeout, 0.0))
+            # Under load the next request is often there already: recv_within returns it
+            # without a timed wait then.
+            received = await self.io.recv_within(max(timeout, 0.0))
             timed_out = received is None
             data = received or b""
             if timed_out:
@@ -260,7 +264,7 @@ class AcceptedConnection:
 
     async def _run_after(self, after: Callable[[], Awaitable[None]], api: int) -> None:
         # Not the connection's any more: its close must not cancel this (bounded) work.
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)  # with the loop: no getpid (3.11)
         if task is not None:
             self._tasks.discard(task)
         try:
@@ -277,37 +281,54 @@ class AcceptedConnection:
         try:
             if self._closing:
                 return
-            async with self._write_lock:
-                # Most replies fit in the socket buffer at once: no timed wait to set up.
-                data: bytes | memoryview = reply.data
-                file_done = 0
-                if not parts:
-                    sent = self.io.send_now(data)
-                    if sent == len(data):
-                        return
-                    data = memoryview(data)[sent:]
-                elif parts[0].length >= self.sendfile_min_bytes:
-                    first = parts[0]
-                    sent = self.io.send_now(data, more=True)
-                    data = memoryview(data)[sent:]
-                    if not data:
-                        file_done = self.io.sendfile_now(first.fileno, first.position, first.length)
-                        if file_done == first.length and len(parts) == 1:
-                            return
-                with anyio.move_on_after(self.limits.write_timeout_s) as scope:
-                    await self._send_rest(data, parts, file_done)
-                if scope.cancelled_caught:
-                    log.info(
-                        "client not reading; connection closed",
-                        extra=fields(peer=self.io.peer, timeout_s=self.limits.write_timeout_s),
-                    )
-                    self._shutdown()
+            lock = self._write_lock
+            if lock.locked():
+                await lock.acquire()  # after the replies before it
+                rest = self._send_at_once(reply.data, parts)
+            else:
+                # Nothing is being written: most replies fit in the socket buffer at once,
+                # with no lock, no timed wait and no await (so nothing can interleave).
+                rest = self._send_at_once(reply.data, parts)
+                if rest is None:
+                    return
+                await lock.acquire()  # free, so taken without yielding
+            try:
+                if rest is not None:
+                    with anyio.move_on_after(self.limits.write_timeout_s) as scope:
+                        await self._send_rest(rest[0], parts, rest[1])
+                    if scope.cancelled_caught:
+                        log.info(
+                            "client not reading; connection closed",
+                            extra=fields(peer=self.io.peer, timeout_s=self.limits.write_timeout_s),
+                        )
+                        self._shutdown()
+            finally:
+                lock.release()
         except OSError as exc:
             log.debug("write failed", extra=fields(peer=self.io.peer, error=repr(exc)))
             self._shutdown()
         finally:
             if records is not None:
                 records.close()
+
+    def _send_at_once(
+        self, data: bytes, parts: tuple[ReadSlice, ...]
+    ) -> tuple[bytes | memoryview, int] | None:
+        """Send what the socket takes of a reply now: None if all of it went, else what
+        is left of ``data`` and how many bytes of the first slice went (sendfile)."""
+        if not parts:
+            sent = self.io.send_now(data)
+            return None if sent == len(data) else (memoryview(data)[sent:], 0)
+        first = parts[0]
+        if first.length < self.sendfile_min_bytes:
+            return data, 0
+        sent = self.io.send_now(data, more=True)
+        if sent < len(data):
+            return memoryview(data)[sent:], 0
+        file_done = self.io.sendfile_now(first.fileno, first.position, first.length)
+        if file_done == first.length and len(parts) == 1:
+            return None
+        return b"", file_done
 
     async def _send_rest(
         self, data: bytes | memoryview, parts: tuple[ReadSlice, ...], file_done: int

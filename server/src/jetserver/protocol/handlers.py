@@ -293,7 +293,8 @@ class Dispatcher:
         }
 
     async def _produce(self, frame: Frame, head: ProduceHead | None) -> Reply:
-        body, after = await self.produce.produce_then(frame.body, head)
+        # Each request runs in a plain asyncio task of its own (AcceptedConnection).
+        body, after = await self.produce.produce_then(frame.body, head, own_task=True)
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE), after=after
         )

@@ -77,10 +77,16 @@ class SocketIO:
         Raises:
             OSError: connection reset and the like.
         """
-        data = self.recv_now(max_bytes)
-        if data is not None:
-            return data
-        loop = asyncio.get_running_loop()
+        if self._watch is None or self._early is not None or seconds <= 0:
+            data = self.recv_now(max_bytes)
+            if data is not None:
+                return data
+        # else the reader callback is registered: what the socket holds already, it reads
+        # on this loop turn (epoll is level-triggered), so no recv that would find nothing
+        # (an EAGAIN system call per request at light load).
+        # The watching loop, if any, is the running one (no get_running_loop: a getpid
+        # system call per call on Python 3.11).
+        loop = self._watch or asyncio.get_running_loop()
         ready: asyncio.Future[bytes | None] = loop.create_future()
         self._waiter = ready
         self._max_read = max_bytes

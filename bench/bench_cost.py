@@ -1,0 +1,240 @@
+"""What one message costs the server at light load: CPU, system calls and Python calls.
+
+Publish -> consume at up to 500 msg/s, 100 B, one Producer (linger 0) and one Consumer in
+this process, against a one-server ``jet dev`` (uvloop, ``flushed`` and ``written``
+streams); each message alone on its way (:func:`one_at_a_time`; ``JET_COST_MODE=paced``:
+``bench light``'s loop, whose messages share requests when the machine is busy).
+Wall-clock latency on a shared machine is noise; these counts are not (or much less):
+
+- ``cpu``: the server process's user + system CPU (/proc) over a fixed number of
+  messages, in µs per message, and the voluntary context switches of its loop thread;
+- ``strace``: system calls per message (``strace -c -f -p <server>`` over a round; the
+  slowdown strace causes does not change the counts);
+- ``calls``: Python function calls per message in the loop thread (cProfile switched on
+  and off by signal through ``bench/cost_hook/sitecustomize.py``), with the top callees.
+
+With ``JET_BENCH_AGAINST=<another jet work tree>`` a second server runs that tree's code
+(``A`` = this tree, ``B`` = that one) and the rounds interleave A and B, A first in even
+rounds. ``JET_COST_KINDS`` picks the measurements (default ``cpu,strace,calls``),
+``JET_COST_ROUNDS`` the rounds per kind (default 3; quick 2) and ``JET_COST_MESSAGES`` the
+messages per round (default 2,000; quick 1,000); ``JET_COST_KEEP=<dir>`` keeps the last
+profile of each server and stream there (``prof.<A|B>.<stream>``, pstats format).
+Run: ``python -m bench cost [--quick]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pstats
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from bench.bench_light import _switches
+from bench.bench_sdk import _load, _stamp, jet_latency
+from jetsdk import Client, Consumer, Producer
+from jetserver.devcluster import DevCluster
+
+RATE = 500
+"""Messages per second (100 B each)."""
+_MODE_ENV = "JET_COST_MODE"
+"""``alone`` (default: :func:`one_at_a_time`) or ``paced`` (``bench light``'s loop)."""
+_STRACE_ATTACH_S = 1.0
+"""Time strace is given to attach to every thread before a round starts."""
+_LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
+
+
+async def one_at_a_time(client: Client, stream: str, rate: int, seconds: float) -> list[float]:
+    """As :func:`bench.bench_sdk.jet_latency`, but each message alone on its way: sent
+    (ack LEADER awaited), then received by the consumer, then the next one at its slot.
+    Under load ``jet_latency``'s messages bunch into shared requests and responses, so
+    its counts per message fall as the machine gets busier; these do not."""
+    latencies: list[float] = []
+    total = int(rate * seconds)
+    arrived = anyio.Event()
+    async with (
+        Consumer(client, stream, start="new-only", max_wait=5.0) as consumer,
+        Producer(client, stream, linger=0) as producer,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def consume() -> None:
+            nonlocal arrived
+            while len(latencies) < total:
+                for msg in await consumer.fetch(max_records=1000):
+                    sent = int.from_bytes(msg.value[:8], "big")
+                    latencies.append((time.perf_counter_ns() - sent) / 1e6)
+                    arrived.set()
+
+        tg.start_soon(consume)
+        start = time.perf_counter()
+        with anyio.fail_after(seconds + 60):
+            for i in range(total):
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    await anyio.sleep(delay)
+                await producer.send(_stamp())
+                await arrived.wait()
+                arrived = anyio.Event()
+    return latencies
+
+
+def _user_system_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process ``pid`` so far (/proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+async def _send(client: Client, stream: str, rate: int, seconds: float) -> list[float]:
+    paced = os.environ.get(_MODE_ENV, "alone") == "paced"
+    return await (jet_latency if paced else one_at_a_time)(client, stream, rate, seconds)
+
+
+def _strace_counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        m = _LINE.match(line)
+        if m and m.group(2) != "total":
+            counts[m.group(2)] = int(m.group(1))
+    return counts
+
+
+async def _round(
+    kind: str, client: Client, stream: str, pid: int, n: int, work: Path, tag: str
+) -> tuple[float, str]:
+    """One round of ``n`` messages; the per-message figure and a detail line."""
+    secs = n / RATE
+    if kind == "cpu":
+        cpu0, sw0 = _user_system_s(pid), _switches(pid)
+        lat = await _send(client, stream, RATE, secs)
+        cpu1, sw1 = _user_system_s(pid), _switches(pid)
+        user, system = ((b - a) / len(lat) * 1e6 for a, b in zip(cpu0, cpu1, strict=True))
+        return user + system, (
+            f"user {user:.0f} + system {system:.0f}; {(sw1[0] - sw0[0]) / len(lat):.2f} vol,"
+            f" {(sw1[1] - sw0[1]) / len(lat):.2f} invol switches/msg of the loop thread,"
+            f" p50 {statistics.median(lat):.2f} ms"
+        )
+    if kind == "strace":
+        out = work / f"strace.{tag}.{stream}.txt"
+        proc = await anyio.open_process(
+            ["strace", "-c", "-f", "-p", str(pid), "-o", str(out)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await anyio.sleep(_STRACE_ATTACH_S)
+            lat = await _send(client, stream, RATE, secs)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            with anyio.fail_after(30):
+                await proc.wait()
+        if not out.exists():
+            return float("nan"), "strace could not attach (ptrace not allowed?)"
+        counts = _strace_counts(out)
+        top = sorted(counts.items(), key=lambda kv: -kv[1])[:9]
+        return sum(counts.values()) / len(lat), ", ".join(
+            f"{name} {c / len(lat):.2f}" for name, c in top
+        )
+    out = work / f"prof.{tag}"
+    out.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR1)
+    lat = await _send(client, stream, RATE, secs)
+    os.kill(pid, signal.SIGUSR2)
+    with anyio.fail_after(10):
+        while not out.exists():  # noqa: ASYNC110 - another process writes it
+            await anyio.sleep(0.05)
+    await anyio.sleep(0.2)  # let the dump finish
+    keep = os.environ.get("JET_COST_KEEP")
+    if keep:
+        shutil.copy(out, Path(keep) / f"prof.{tag}.{stream}")
+    stats = pstats.Stats(str(out))
+    rows = sorted(
+        stats.stats.items(),  # type: ignore[attr-defined]
+        key=lambda kv: -kv[1][1],
+    )[:8]
+    callees = ", ".join(f"{func[2]} {v[1] / len(lat):.1f}" for func, v in rows)
+    return stats.total_calls / len(lat), callees  # type: ignore[attr-defined]
+
+
+async def _rounds(
+    jets: dict[str, tuple[list[str], int]], kinds: list[str], rounds: int, n: int, work: Path
+) -> None:
+    units = {"cpu": "server us/msg", "strace": "syscalls/msg", "calls": "Python calls/msg"}
+    results: dict[tuple[str, str, str], list[float]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        clients: dict[str, Client] = {}
+        for tag, (addresses, _pid) in jets.items():
+            client = await stack.enter_async_context(Client(addresses))
+            await client.create_stream("cf", "cost.f")
+            await client.create_stream("cw", "cost.w", durability="written")
+            await jet_latency(client, "cf", RATE, 1.0)  # warm-up
+            await jet_latency(client, "cw", RATE, 1.0)
+            clients[tag] = client
+        tags = list(jets)
+        for kind in kinds:
+            for r in range(rounds):
+                for stream in ("cf", "cw"):
+                    for tag in tags if r % 2 == 0 else tags[::-1]:
+                        value, detail = await _round(
+                            kind, clients[tag], stream, jets[tag][1], n, work, tag
+                        )
+                        results.setdefault((kind, stream, tag), []).append(value)
+                        print(
+                            f"  {kind:<6} r{r} {tag} {stream}: {value:7.1f} {units[kind]}"
+                            f" ({detail}; load {_load()})",
+                            flush=True,
+                        )
+    print(f"  medians over {rounds} rounds of {n} messages:")
+    for (kind, stream, tag), values in results.items():
+        each = ", ".join(f"{v:.1f}" for v in values)
+        print(
+            f"    {kind:<6} {stream} {tag}: {statistics.median(values):7.1f} {units[kind]}"
+            f" (rounds: {each})"
+        )
+
+
+def run(quick: bool) -> None:
+    """Start the server(s) and run the rounds (see the module docstring)."""
+    kinds = os.environ.get("JET_COST_KINDS", "cpu,strace,calls").split(",")
+    if "strace" in kinds and shutil.which("strace") is None:
+        print("  (strace not found: no system call counts)")
+        kinds.remove("strace")
+    rounds = int(os.environ.get("JET_COST_ROUNDS", "2" if quick else "3"))
+    n = int(os.environ.get("JET_COST_MESSAGES", "1000" if quick else "2000"))
+    here = Path(__file__).resolve().parent.parent
+    trees = {"A": here}
+    against = os.environ.get("JET_BENCH_AGAINST")
+    if against:
+        trees["B"] = Path(against).resolve()
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jet-cost-")))
+        devnull = stack.enter_context(open(os.devnull, "wb"))
+        jets: dict[str, tuple[list[str], int]] = {}
+        for tag, tree in trees.items():
+            paths = [here / "bench/cost_hook", tree, tree / "sdk/python/src", tree / "server/src"]
+            env = {
+                "PYTHONPATH": os.pathsep.join(str(p) for p in paths),
+                "JET_COST_PROFILE": str(work / f"prof.{tag}"),
+            }
+            dev = stack.enter_context(DevCluster(size=1, log_file=devnull, server_env={"s1": env}))
+            jets[tag] = (dev.addresses, dev.servers[0].pid)
+        print(
+            f"one message's server cost at {RATE} msg/s, 100 B, {rounds} rounds of {n} messages"
+            + "".join(f"; jet {tag} = {tree}" for tag, tree in trees.items())
+            + f" (load {_load()})",
+            flush=True,
+        )
+        started = time.perf_counter()
+        anyio.run(_rounds, jets, kinds, rounds, n, work, backend="asyncio")
+        print(f"  ({time.perf_counter() - started:.0f} s)")
