@@ -25,7 +25,7 @@ import contextlib
 import logging
 import struct
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 import anyio
 import attrs
@@ -38,6 +38,7 @@ from jetsdk.codec.record_controls import RecordControls
 from jetsdk.codec.transcode import envelope_record
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
+from jetserver.broker.append_batch import AppendBatch, Wanted, acks_after_append
 from jetserver.broker.append_checks import AppendChecks, Refusal
 from jetserver.broker.commit import Committer
 from jetserver.broker.direct import DirectAckTo, DirectBatch, record_body
@@ -58,7 +59,6 @@ log = logging.getLogger(__name__)
 
 _U32 = struct.Struct(">I")
 _UNSCOPED = contextlib.nullcontext()
-_LEADER = int(AckPolicy.LEADER)
 _ALL = int(AckPolicy.ALL)
 DEFER_MAX_RECORDS = 16
 """Largest LEADER/NONE-acked request that fsyncs in its own after-work (light load); the
@@ -67,17 +67,6 @@ _new_tuple = tuple.__new__
 """Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
 
 __all__ = ["Sequencer"]
-
-
-class _Wanted(NamedTuple):
-    """Who asked for an ack of one message, and how (a tuple: built per message)."""
-
-    inbox: str | DirectAckTo
-    """A NATS inbox (JSON_ACK_MARK first: a JSON ack), or a direct request's completion."""
-    corr: str
-    policy: AckPolicy
-    producer_id: int | None
-    producer_seq: int
 
 
 def _nothing() -> None:
@@ -95,25 +84,6 @@ def _unappended(items: Iterable[Queued], result: tuple[int, int, int]) -> None:
     for item in items:
         if type(item) is DirectBatch:
             item.completion.fail_unsettled(result)
-
-
-@attrs.define(eq=False, slots=True)
-class _Batch:
-    """What one append collects: the bodies admitted and who to ack for each."""
-
-    bodies: list[Body] = attrs.Factory(list)
-    split_from: int = 0
-    """Bodies below this index are whole (a direct message's comes in two parts)."""
-    wanted: list[_Wanted | None] = attrs.Factory(list)
-    """One per body (None: no ack, no producer)."""
-    now: list[tuple[str, PartitionAck]] = attrs.Factory(list)
-    """Acks to NATS inboxes to send after the append."""
-    dups: list[tuple[_Wanted, int | None, int, int]] = attrs.Factory(list)
-    """Duplicates: (who, index in this batch or None, stored offset, timestamp)."""
-    in_batch: dict[tuple[int, int] | bytes, int] = attrs.Factory(dict)
-    """Producer (id, seq) or msg id -> index in this batch."""
-    msg_ids: list[tuple[int, bytes]] = attrs.Factory(list)
-    """(index in this batch, Nats-Msg-Id) of plain messages."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -309,7 +279,7 @@ class Sequencer:
             # requests are answered NOT_LEADER (they may ask the new leader at once).
             _unappended(batch, _NOT_LEADER)
             return
-        b = _Batch()
+        b = AppendBatch()
         limit = self.max_message_bytes
         cache = self._fields_cache
         plain_prefix = cache.plain_prefix
@@ -357,7 +327,7 @@ class Sequencer:
                     if reply and asked is not None:
                         policy = asked
                 size = len(data) + len(key or b"") + sum(len(n) + len(v) for n, v in headers)
-            who = _new_tuple(_Wanted, (inbox, corr, policy, producer_id, producer_seq))
+            who = _new_tuple(Wanted, (inbox, corr, policy, producer_id, producer_seq))
             if controls is not None and self._controls_refused(b, who, controls):
                 continue
             if self._refused(b, who, size, policy) or self._duplicate(b, who):
@@ -367,7 +337,7 @@ class Sequencer:
                     body = encode_body(data, key=key, subject=subject, reply=reply, headers=headers)
                 except CodecError as exc:
                     self.messages_rejected += 1
-                    self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, str(exc))
+                    b.error_ack(who, ErrorCode.INVALID_ARGUMENT, str(exc))
                     continue
             if controls is not None and self._precondition_failed(b, who, body, controls):
                 continue
@@ -375,7 +345,7 @@ class Sequencer:
             b.wanted.append(who)
         await self._append(b)
 
-    def _take_direct(self, b: _Batch, batch: DirectBatch) -> None:
+    def _take_direct(self, b: AppendBatch, batch: DirectBatch) -> None:
         """Admit the messages of a direct Produce request into ``b``: their record bodies
         cut from the request's bytes (no envelope parsed), acked to its completion."""
         cache = self._fields_cache
@@ -385,11 +355,11 @@ class Sequencer:
             batch.subjects, batch.records, batch.indexes, strict=True
         ):
             to = _new_tuple(DirectAckTo, (completion, index))
-            who = _new_tuple(_Wanted, (to, "", policy, record.producer_id, record.producer_seq))
+            who = _new_tuple(Wanted, (to, "", policy, record.producer_id, record.producer_seq))
             subjects = cache.subjects(subject, "")
             if subjects is None:  # a subject over its limit (the Produce service checked)
                 self.messages_rejected += 1
-                self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, "invalid subject")
+                b.error_ack(who, ErrorCode.INVALID_ARGUMENT, "invalid subject")
                 continue
             controls = record.controls
             if controls is not None and self._controls_refused(b, who, controls):
@@ -403,14 +373,14 @@ class Sequencer:
             b.wanted.append(who)
 
     def _controls_refused(
-        self, b: _Batch, who: _Wanted, controls: Controls | RecordControls
+        self, b: AppendBatch, who: Wanted, controls: Controls | RecordControls
     ) -> bool:
         """True if the header controls settle the message before it is stored: invalid
         (answered INVALID_ARGUMENT) or a ``Nats-Msg-Id`` already seen (answered as that
         duplicate). The same on both ingest paths."""
         if controls.error:
             self.messages_rejected += 1
-            self._error_ack(b, who, ErrorCode.INVALID_ARGUMENT, controls.error)
+            b.error_ack(who, ErrorCode.INVALID_ARGUMENT, controls.error)
             return True
         if controls.msg_id is not None:
             seen = self._seen_msg_id(controls.msg_id, b.in_batch)
@@ -420,7 +390,7 @@ class Sequencer:
         return False
 
     def _precondition_failed(
-        self, b: _Batch, who: _Wanted, body: Body, controls: Controls | RecordControls
+        self, b: AppendBatch, who: Wanted, body: Body, controls: Controls | RecordControls
     ) -> bool:
         """True (after its error ack) if the message may not join ``b``; otherwise its
         ``Nats-Msg-Id`` is noted as in this batch."""
@@ -429,29 +399,29 @@ class Sequencer:
         if refused is not None:
             self.messages_rejected += 1
             code, text, offset = refused
-            self._error_ack(b, who, code, text, offset)
+            b.error_ack(who, code, text, offset)
             return True
         if controls.msg_id is not None:
             b.in_batch[controls.msg_id] = len(b.bodies)
             b.msg_ids.append((len(b.bodies), controls.msg_id))
         return False
 
-    def _refused(self, b: _Batch, who: _Wanted, size: int, policy: AckPolicy) -> bool:
+    def _refused(self, b: AppendBatch, who: Wanted, size: int, policy: AckPolicy) -> bool:
         """True (after its error ack) if a message of ``size`` bytes must not be stored:
         too large, or an ALL ack with too few replicas in sync."""
         limit = self.max_message_bytes
         if size > limit:
             self.messages_rejected += 1
             text = f"message of {size} bytes exceeds max_message_bytes {limit}"
-            self._error_ack(b, who, ErrorCode.MESSAGE_TOO_LARGE, text)
+            b.error_ack(who, ErrorCode.MESSAGE_TOO_LARGE, text)
             return True
         if policy == AckPolicy.ALL and not self.core.enough_replicas():
             self.messages_rejected += 1
-            self._error_ack(b, who, ErrorCode.NOT_ENOUGH_REPLICAS, self.core.isr_text())
+            b.error_ack(who, ErrorCode.NOT_ENOUGH_REPLICAS, self.core.isr_text())
             return True
         return False
 
-    def _duplicate(self, b: _Batch, who: _Wanted) -> bool:
+    def _duplicate(self, b: AppendBatch, who: Wanted) -> bool:
         """True (noted in ``b.dups``) if an idempotent producer's message is already
         stored or earlier in this batch; otherwise it is noted as in this batch."""
         producer_id = who.producer_id
@@ -469,7 +439,7 @@ class Sequencer:
         b.in_batch[(producer_id, producer_seq)] = len(b.bodies)
         return False
 
-    async def _append(self, b: _Batch) -> None:
+    async def _append(self, b: AppendBatch) -> None:
         """Append the admitted bodies of ``b``; then acks, duplicates' acks, the flush."""
         core = self.core
         log_ = self.log
@@ -487,10 +457,10 @@ class Sequencer:
                 self.messages_rejected += len(bodies)
                 for maybe in wanted:
                     if maybe is not None:
-                        self._error_ack(b, maybe, ErrorCode.STORAGE_ERROR, str(exc))
+                        b.error_ack(maybe, ErrorCode.STORAGE_ERROR, str(exc))
                 for who, index, _o, _t in dups:
                     if index is not None:
-                        self._error_ack(b, who, ErrorCode.STORAGE_ERROR, str(exc))
+                        b.error_ack(who, ErrorCode.STORAGE_ERROR, str(exc))
                 dups = [d for d in dups if d[1] is None]
                 wanted = []
             else:
@@ -500,7 +470,7 @@ class Sequencer:
                 committed = core.appended(first + len(bodies), log_.high_watermark)
                 if committed is not None:  # durability "written": committed once appended
                     await self.committer.carry_out(committed)
-                self._acks_after_append(b.now, wanted, first, ts)
+                acks_after_append(b.now, wanted, first, ts, log_.high_watermark, core)
                 for index, msg_id in b.msg_ids:
                     core.producers.record_msg_id(msg_id, first + index, ts)
                 if core.leader_state is not None:  # followers store them meanwhile
@@ -512,45 +482,11 @@ class Sequencer:
         for who, index, offset, stamp in dups:
             if index is not None:
                 offset, stamp = first + index, ts
-            self._success_ack(b, who, offset, stamp, ErrorCode.DUPLICATE_SEQUENCE)
+            b.success_ack(
+                who, offset, stamp, core, log_.high_watermark, ErrorCode.DUPLICATE_SEQUENCE
+            )
         if b.now:
             await self._publish_acks(b.now)
-
-    def _acks_after_append(
-        self,
-        out: list[tuple[str, PartitionAck]],
-        wanted: list[_Wanted | None],
-        first: int,
-        ts: int,
-    ) -> None:
-        """:meth:`_success_ack` for each appended message (``wanted[i]`` at ``first + i``),
-        inlined (this runs per message) and recording idempotent producers."""
-        hw = self.log.high_watermark
-        core = self.core
-        producers = core.producers
-        offset = first - 1
-        for who in wanted:
-            offset += 1
-            if who is None:
-                continue
-            to, corr, policy, producer_id, producer_seq = who
-            if producer_id is not None:
-                producers.record(producer_id, producer_seq, offset, ts)
-            if policy == _LEADER:
-                if isinstance(to, str):
-                    out.append((to, _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))))
-                else:
-                    to.completion.settle(to.position, 0, offset, ts)
-            elif policy == _ALL:
-                if offset < hw:
-                    if isinstance(to, str):
-                        ack = _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))
-                        out.append((to, ack))
-                    else:
-                        to.completion.settle(to.position, 0, offset, ts)
-                    continue
-                ack = _new_tuple(PartitionAck, (offset, ts, corr, policy, 0, ""))
-                core.add_pending(PendingAck(offset, to, ack))
 
     def _seen_msg_id(
         self, msg_id: bytes, in_batch: dict[tuple[int, int] | bytes, int]
@@ -563,39 +499,6 @@ class Sequencer:
             return None, stored[0], stored[1]
         index = in_batch.get(msg_id)
         return (index, -1, -1) if index is not None else None
-
-    def _error_ack(
-        self, b: _Batch, who: _Wanted, code: ErrorCode, text: str, offset: int = -1
-    ) -> None:
-        """An error ack (``offset``: the ack's offset field, -1 unless the error says one)."""
-        if who.policy == AckPolicy.NONE:
-            return
-        to = who.inbox
-        if isinstance(to, str):
-            b.now.append((to, PartitionAck(offset, -1, who.corr, who.policy, code, text)))
-        else:
-            to.completion.settle(to.position, code, offset, -1)
-
-    def _success_ack(
-        self,
-        b: _Batch,
-        who: _Wanted,
-        offset: int,
-        ts: int,
-        code: ErrorCode = ErrorCode.NONE,
-    ) -> None:
-        """LEADER: ack now; ALL: once the HW passes ``offset`` (now if it already has)."""
-        if who.policy == AckPolicy.NONE:
-            return
-        text = "" if code == ErrorCode.NONE else f"already stored at offset {offset}"
-        ack = PartitionAck(offset, ts, who.corr, who.policy, code, text)
-        to = who.inbox
-        if who.policy == AckPolicy.ALL and offset >= self.log.high_watermark:
-            self.core.add_pending(PendingAck(offset, to, ack))
-        elif isinstance(to, str):
-            b.now.append((to, ack))
-        else:
-            to.completion.settle(to.position, code, offset, ts)
 
     def _fields(self, **extra: Any) -> dict[str, Any]:
         return fields(stream=self.stream, partition=self.partition, **extra)
