@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
 import sys
 from typing import Any
@@ -12,32 +11,8 @@ import orjson
 import pytest
 
 from jetserver.cli.main import main
+from support.jet_cli import TIMEOUT_S, jet, ok
 from support.jet_dev import JetDev
-
-TIMEOUT = 60
-
-
-def jet(
-    dev: JetDev | None, *args: str, stdin: bytes | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("JET_SERVERS", None)
-    if dev is not None:
-        env["JET_SERVERS"] = ",".join(dev.servers)
-    return subprocess.run(
-        [sys.executable, "-m", "jetserver.cli.main", *args],
-        input=stdin.decode() if stdin is not None else None,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        check=False,
-    )
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
 
 
 def json_lines(text: str) -> list[Any]:
@@ -128,7 +103,7 @@ def test_pub_and_sub(jet_dev: JetDev) -> None:
         ],
         input=raw,
         capture_output=True,
-        timeout=TIMEOUT,
+        timeout=TIMEOUT_S,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
