@@ -1,6 +1,6 @@
 """`jet COMMAND` imports only that command's modules (every `jet` run of the CLI tests, and
-a user's, paid about 1 s of CPU importing the whole server before), and every command is
-still listed and parsed."""
+a user's, paid about 1 s of CPU importing the whole server before), `jet dev` does not
+import the server it runs as processes, and every command is still listed and parsed."""
 
 from __future__ import annotations
 
@@ -33,6 +33,26 @@ def test_a_client_command_does_not_import_the_server(command: str) -> None:
     assert "jetserver.server" not in loaded
     assert "jetserver.devcluster" not in loaded
     assert not {m for m in loaded if m.startswith("nats")}, "nats-py is the server's link"
+
+
+def test_jet_dev_runs_its_servers_without_importing_one() -> None:
+    """`jet dev` starts nats-server and `jet server` processes (jetserver.testing's process
+    kit): the in-process server is imported only where it is used."""
+    loaded = _loaded_by("dev")
+    assert "jetserver.devcluster" in loaded
+    assert "jetserver.server" not in loaded
+    assert "jetserver.testing.in_process" not in loaded
+
+
+def test_the_test_kit_still_exports_the_in_process_server() -> None:
+    from jetserver import testing
+    from jetserver.testing.in_process import in_process_config, running_server
+
+    assert testing.running_server is running_server
+    assert testing.in_process_config is in_process_config
+    assert {"running_server", "in_process_config"} <= set(testing.__all__)
+    with pytest.raises(AttributeError):
+        _ = testing.no_such_name
 
 
 def test_every_command_is_registered_by_its_modules() -> None:
