@@ -19,27 +19,17 @@ def json_lines(text: str) -> list[Any]:
     return [orjson.loads(line) for line in text.splitlines() if line.strip()]
 
 
+LIFE = ("stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
+"""The lifecycle test's create command."""
+
+
 def test_stream_lifecycle(jet_dev: JetDev) -> None:
-    out = ok(
-        jet(jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
-    )
+    out = ok(jet(jet_dev, *LIFE))
     assert "clilife" in out
     # Idempotent like the SDK: the same settings succeed and say so.
-    again = ok(
-        jet(jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
-    )
+    again = ok(jet(jet_dev, *LIFE))
     assert "exists with the same settings" in again
-    strict = jet(
-        jet_dev,
-        "stream",
-        "create",
-        "clilife",
-        "--subject",
-        "cli.life",
-        "--partitions",
-        "2",
-        "--fail-if-exists",
-    )
+    strict = jet(jet_dev, *LIFE, "--fail-if-exists")
     assert strict.returncode == 1
     assert "already exists" in strict.stderr
     # Other settings fail, naming the difference.
@@ -48,19 +38,7 @@ def test_stream_lifecycle(jet_dev: JetDev) -> None:
     )
     assert other.returncode == 1
     assert "partitions" in other.stderr
-    ok(
-        jet(
-            jet_dev,
-            "stream",
-            "create",
-            "clilife",
-            "--subject",
-            "cli.life",
-            "--partitions",
-            "2",
-            "--if-not-exists",
-        )
-    )
+    ok(jet(jet_dev, *LIFE, "--if-not-exists"))
     listing = ok(jet(jet_dev, "stream", "list"))
     assert "clilife" in listing
     assert "cli.life" in listing
