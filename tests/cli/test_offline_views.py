@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.consumer.group_admin import commit_offsets
 from jetsdk.metadata import ClusterMetadata
 from jetserver.testing import Cluster, wait_until
-from support.jet_cli import jet_env
+from support.jet_cli import jet, jet_env
 from support.jet_console import JetConsole
 
 from .test_top_cli import TMUX, Pane, save_svg
@@ -231,18 +230,6 @@ def test_the_metadata_leader_exports_the_counts(lost: Lost) -> None:
         return False
 
     wait_until(agree, WAIT_S, "the metadata leader's counts equal to the SDK's")
-
-
-def jet(lost: Lost, *args: str) -> subprocess.CompletedProcess[str]:
-    env = jet_env(None) | {"JET_SERVERS": ",".join(lost.servers)}
-    return subprocess.run(
-        [sys.executable, "-m", "jetserver.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
 
 
 def test_jet_stream_info_shows_it(lost: Lost) -> None:

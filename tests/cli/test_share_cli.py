@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import anyio
 import orjson
 
 from jetsdk import Client, Producer, ShareConsumer
+from support.jet_cli import jet
 from support.jet_dev import JetDev
-
-
-def jet(dev: JetDev, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, JET_SERVERS=",".join(dev.servers))
-    return subprocess.run(
-        [sys.executable, "-m", "jetserver.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
 
 
 async def leave_state(dev: JetDev) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
 import sys
 from typing import Any
@@ -12,59 +11,25 @@ import orjson
 import pytest
 
 from jetserver.cli.main import main
+from support.jet_cli import TIMEOUT_S, jet, ok
 from support.jet_dev import JetDev
-
-TIMEOUT = 60
-
-
-def jet(
-    dev: JetDev | None, *args: str, stdin: bytes | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("JET_SERVERS", None)
-    if dev is not None:
-        env["JET_SERVERS"] = ",".join(dev.servers)
-    return subprocess.run(
-        [sys.executable, "-m", "jetserver.cli.main", *args],
-        input=stdin.decode() if stdin is not None else None,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env=env,
-        check=False,
-    )
-
-
-def ok(proc: subprocess.CompletedProcess[str]) -> str:
-    assert proc.returncode == 0, f"rc={proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
 
 
 def json_lines(text: str) -> list[Any]:
     return [orjson.loads(line) for line in text.splitlines() if line.strip()]
 
 
+LIFE = ("stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
+"""The lifecycle test's create command."""
+
+
 def test_stream_lifecycle(jet_dev: JetDev) -> None:
-    out = ok(
-        jet(jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
-    )
+    out = ok(jet(jet_dev, *LIFE))
     assert "clilife" in out
     # Idempotent like the SDK: the same settings succeed and say so.
-    again = ok(
-        jet(jet_dev, "stream", "create", "clilife", "--subject", "cli.life", "--partitions", "2")
-    )
+    again = ok(jet(jet_dev, *LIFE))
     assert "exists with the same settings" in again
-    strict = jet(
-        jet_dev,
-        "stream",
-        "create",
-        "clilife",
-        "--subject",
-        "cli.life",
-        "--partitions",
-        "2",
-        "--fail-if-exists",
-    )
+    strict = jet(jet_dev, *LIFE, "--fail-if-exists")
     assert strict.returncode == 1
     assert "already exists" in strict.stderr
     # Other settings fail, naming the difference.
@@ -73,19 +38,7 @@ def test_stream_lifecycle(jet_dev: JetDev) -> None:
     )
     assert other.returncode == 1
     assert "partitions" in other.stderr
-    ok(
-        jet(
-            jet_dev,
-            "stream",
-            "create",
-            "clilife",
-            "--subject",
-            "cli.life",
-            "--partitions",
-            "2",
-            "--if-not-exists",
-        )
-    )
+    ok(jet(jet_dev, *LIFE, "--if-not-exists"))
     listing = ok(jet(jet_dev, "stream", "list"))
     assert "clilife" in listing
     assert "cli.life" in listing
@@ -128,7 +81,7 @@ def test_pub_and_sub(jet_dev: JetDev) -> None:
         ],
         input=raw,
         capture_output=True,
-        timeout=TIMEOUT,
+        timeout=TIMEOUT_S,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr

@@ -10,7 +10,7 @@ from jetserver.errors import ApiError
 from jetserver.metadata.model import MetadataState, StreamSpec
 from jetserver.metadata.op_codec import op_from_dict
 from jetserver.metadata.ops import CreateStream, UpdateStream, apply
-from jetserver.protocol.stream_admin import update_op
+from jetserver.metadata.stream_update import update_op
 
 
 def _state() -> MetadataState:

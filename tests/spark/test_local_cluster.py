@@ -5,6 +5,9 @@ runs; later the driver is killed (SIGKILL, the whole process group this test sta
 after writing part of a batch, and a new driver resumes from the checkpoint. The target
 stream ends with every source record exactly once.
 
+Its own `jet dev` (the module's, not the Spark tests' shared one): it needs no shared
+SparkSession, so it runs on its own xdist worker beside them instead of after them.
+
 Only processes this test started are killed: the executor JVMs are found as children of
 the driver JVM (whose PID the driver prints), and the driver's process group is the one
 ``start_new_session`` made for it.
@@ -96,14 +99,12 @@ def _children(pid: int) -> list[tuple[int, str]]:
 
 
 @pytest.mark.timeout(600)
-def test_executor_kill_and_driver_restart_are_exactly_once(
-    spark_jet: JetDev, tmp_path: Path
-) -> None:
+def test_executor_kill_and_driver_restart_are_exactly_once(jet_dev: JetDev, tmp_path: Path) -> None:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java for Spark")
     if not Path("/proc/self/stat").exists():
         pytest.skip("finds the executor JVMs through /proc")
-    servers = spark_jet.servers
+    servers = jet_dev.servers
     src, out = unique("lc-src"), unique("lc-out")
     create(servers, src, partitions=2)
     create(servers, out, partitions=2)

@@ -5,13 +5,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-
-from support.jet_dev import JetDev
+from typing import Protocol
 
 TIMEOUT_S = 120
 
 
-def jet_env(dev: JetDev | None) -> dict[str, str]:
+class Servers(Protocol):
+    """Anything with the servers' addresses (a `jet dev`, a test's cluster view)."""
+
+    servers: list[str]
+
+
+def jet_env(dev: Servers | None) -> dict[str, str]:
     """The environment for `jet`: JET_SERVERS from ``dev`` (unset without one)."""
     env = dict(os.environ)
     env.pop("JET_SERVERS", None)
@@ -20,10 +25,13 @@ def jet_env(dev: JetDev | None) -> dict[str, str]:
     return env
 
 
-def jet(dev: JetDev | None, *args: str) -> subprocess.CompletedProcess[str]:
-    """``jet ARGS`` (bounded by TIMEOUT_S)."""
+def jet(
+    dev: Servers | None, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``jet ARGS`` (bounded by TIMEOUT_S), with ``stdin`` as its input if given."""
     return subprocess.run(
         [sys.executable, "-m", "jetserver.cli.main", *args],
+        input=stdin.decode() if stdin is not None else None,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,

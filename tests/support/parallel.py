@@ -6,9 +6,10 @@ tests must share a worker, and which start first.
   one that uses a package- or session-scoped one (Spark's JVM, the CLI tests' 3-server
   `jet dev` and console) on the same worker as the rest of that conftest's tests: each such
   fixture then starts once per run, as in a serial run. The multi-server tests of
-  tests/cluster run in :data:`CLUSTER_LANES` groups (by file), so that at most that many
-  clusters run at once beside the lighter tests. Every other test is its own unit of work.
-  Fixtures cheap to make again per worker (:data:`CHEAP_SHARED`) group nothing.
+  tests/cluster run in :data:`CLUSTER_LANES` groups (whole files, dealt by their measured
+  time), so that at most that many clusters run at once beside the lighter tests. Every
+  other test is its own unit of work. Fixtures cheap to make again per worker
+  (:data:`CHEAP_SHARED`) group nothing.
 - **How the groups reach the scheduler:** xdist's own loadgroup renames node ids, which
   pytest 9.2 ignores (pytest-xdist issue 1386: the groups are silently dropped). Here the
   workers write each test's group to a file (:data:`GROUPS_ENV` names it, set by the
@@ -39,13 +40,51 @@ TESTS_ROOT = Path(__file__).resolve().parent.parent
 CHEAP_SHARED = frozenset({"fsync_shim", "ca", "other_ca"})
 """Session fixtures cheap enough to make once per worker (a compiled shim, throwaway CAs):
 they do not tie their tests to one worker."""
-CLUSTER_LANES = 1
-"""Groups the files of tests/cluster are dealt into (round-robin by name). 1: one cluster
-test at a time, beside the lighter tests. With 2, a paused follower of
-test_replication_cluster did not rejoin its ISR within the test's 30 s in one of two CI
-runs (the module passes alone); the cluster tests are the ones whose timing bounds assume
-servers that get the CPU."""
+CLUSTER_LANES = 2
+"""Groups the files of tests/cluster are dealt into, so that at most that many clusters run
+at once beside the lighter tests. With one lane its ~160 tests ran one after another on
+one worker for longer than the rest of the suite together (the run's critical path). The
+files are dealt by :data:`CLUSTER_SECONDS`, longest first, each to the lane with the least
+so far, so that the lanes end together."""
+CLUSTER_SECONDS = {
+    "test_faults_partition.py": 135,
+    "test_faults_power_loss.py": 79,
+    "test_faults_random.py": 67,
+    "test_faults_fsync.py": 62,
+    "test_preferred_leaders.py": 55,
+    "test_rolling_restart.py": 44,
+    "test_faults_corruption.py": 44,
+    "test_control_failover.py": 42,
+    "test_faults_bitrot.py": 37,
+    "test_key_cas_failover.py": 29,
+    "test_faults_leader.py": 29,
+    "test_faults_follower.py": 29,
+    "test_faults_two_stops.py": 28,
+    "test_disk_full_cluster.py": 26,
+    "test_fetch_sessions.py": 24,
+    "test_group_cluster.py": 24,
+    "test_replication_cluster.py": 21,
+    "test_stop_after_kill.py": 18,
+}
+"""Seconds each cluster test file took in one serial run of tests/cluster (load ~12,
+2 cores); a file not listed counts :data:`CLUSTER_DEFAULT_S`. Only the order matters."""
+CLUSTER_DEFAULT_S = 10
 CLUSTER_FILES = tuple(sorted(p.name for p in (TESTS_ROOT / "cluster").glob("test_*.py")))
+
+
+def deal_lanes(files: tuple[str, ...], lanes: int) -> dict[str, int]:
+    """``{file: lane}``: longest first (:data:`CLUSTER_SECONDS`), each to the lane with the
+    fewest seconds so far (ties: the lower lane; equal times in name order)."""
+    load = [0] * lanes
+    dealt: dict[str, int] = {}
+    for name in sorted(files, key=lambda f: (-CLUSTER_SECONDS.get(f, CLUSTER_DEFAULT_S), f)):
+        lane = load.index(min(load))
+        dealt[name] = lane
+        load[lane] += CLUSTER_SECONDS.get(name, CLUSTER_DEFAULT_S)
+    return dealt
+
+
+CLUSTER_LANE_OF = deal_lanes(CLUSTER_FILES, CLUSTER_LANES)
 GROUPS_ENV = "JET_TEST_GROUPS_FILE"
 """Environment variable: the file where workers write ``{node id: group}``."""
 START_FIRST = ("tests/spark", "tests/cluster/", "tests/cli")
@@ -79,9 +118,8 @@ def shared_group(item: pytest.Item) -> str | None:
         if fixture.scope == "module":
             module_group = item.nodeid.split("::", 1)[0]
     path = item.nodeid.split("::", 1)[0]
-    if path.startswith("tests/cluster/") and Path(path).name in CLUSTER_FILES:
-        lane = CLUSTER_FILES.index(Path(path).name) % CLUSTER_LANES
-        return f"tests/cluster/lane-{lane}"
+    if path.startswith("tests/cluster/") and Path(path).name in CLUSTER_LANE_OF:
+        return f"tests/cluster/lane-{CLUSTER_LANE_OF[Path(path).name]}"
     return module_group
 
 

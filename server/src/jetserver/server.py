@@ -61,11 +61,12 @@ from jetserver.metrics_cluster import ClusterCounts
 from jetserver.metrics_http import serve_metrics
 from jetserver.nats_link import NatsLink
 from jetserver.protocol.connection import Reply
+from jetserver.protocol.gate_port import Session
 from jetserver.protocol.handlers import Dispatcher
 from jetserver.protocol.listener import ProtocolListener, bind_listener, format_address
 from jetserver.resources import DataDirLock, log_file_limits, raise_open_file_limit
 from jetserver.runtime import event_loop_name
-from jetserver.security.gate import Security, Session
+from jetserver.security.gate import Security
 from jetserver.security.wiring import acl_proposer, connection_setup
 from jetserver.security.wiring import bootstrap as bootstrap_acls
 from jetserver.storage.files import SEALED_FILES

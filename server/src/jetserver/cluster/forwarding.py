@@ -36,6 +36,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
+from jetserver.broker.stream_info import stream_info
 from jetserver.broker.streams import StreamManager
 from jetserver.cluster.controller import backoff_s
 from jetserver.cluster.liveness import Liveness
@@ -49,9 +50,8 @@ from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import Grant, MetadataState, StreamMeta
 from jetserver.metadata.ops import DeleteStream, OpResult, SetAcl, UpdateStream
 from jetserver.metadata.reserved import checked_spec
+from jetserver.metadata.stream_update import update_op
 from jetserver.metadata.validate import MAX_PARTITIONS
-from jetserver.protocol.json_api import stream_info
-from jetserver.protocol.stream_admin import update_op
 from jetserver.raft import (
     MetadataRaft,
     NotLeader,

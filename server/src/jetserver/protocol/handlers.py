@@ -41,14 +41,13 @@ from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
+from jetserver.protocol.gate_port import RequestGate, Session
 from jetserver.protocol.stream_admin import purge_partition, update_stream
 from jetserver.raft.errors import RaftError
-from jetserver.security.gate import Session
 from jetserver.storage import StorageError
 
 if TYPE_CHECKING:
     from jetserver.cluster import ClusterNode
-    from jetserver.security.gate import Security
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ class Dispatcher:
     """Set at shutdown: new requests get SHUTTING_DOWN."""
     cluster: ClusterNode | None = None
     """The control plane, in a cluster (None: a server alone)."""
-    security: Security | None = None
+    security: RequestGate | None = None
     """Authentication and authorization gate (None: nothing checked)."""
     consumer_positions: dict[tuple[str, int], int] = attrs.field(factory=dict)
     """(stream, partition) -> offset of the latest consumer Fetch (metrics: consumer lag)."""

@@ -11,13 +11,11 @@ from typing import Any
 from jetsdk._version import PROTOCOL_VERSION
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver import __version__
+from jetserver.broker.stream_info import stream_info
 from jetserver.broker.streams import StreamManager
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, invalid_argument
-from jetserver.metadata.health import IsDown, never_down, offline_reason
-from jetserver.metadata.model import StreamMeta
-from jetserver.metadata.validate import partition_subject
-from jetserver.storage import Log
+from jetserver.metadata.health import IsDown, never_down
 
 POSITIONS = ("earliest", "latest", "timestamp")
 
@@ -52,61 +50,6 @@ def hello(req: dict[str, Any], config: ServerConfig) -> dict[str, Any]:
         "version": __version__,
         "max_frame_bytes": config.limits.max_frame_bytes,
         "max_message_bytes": config.limits.max_message_bytes,
-    }
-
-
-def _log_view(log: Log) -> dict[str, Any]:
-    return {
-        "hw": log.high_watermark,
-        "leo": log.log_end_offset,
-        "log_start": log.log_start_offset,
-        "size_bytes": log.size_bytes,
-        "segments": log.segment_count,
-    }
-
-
-def stream_info(
-    meta: StreamMeta,
-    streams: StreamManager | None = None,
-    *,
-    describe: bool = False,
-    is_down: IsDown = never_down,
-) -> dict[str, Any]:
-    """StreamInfo JSON. Each partition has ``offline``: null, or why it is offline (no
-    live leader in the liveness view ``is_down``; with ``describe``, first: why its
-    replica here cannot open). With ``describe`` each partition also has hw, leo,
-    log_start, size_bytes and segments (null where this server holds no replica)."""
-    spec = meta.spec
-    partitions = []
-    for a in meta.partitions:
-        info: dict[str, Any] = {
-            "partition": a.partition,
-            "subject": partition_subject(spec.subject, a.partition),
-            "leader": a.leader,
-            "replicas": list(a.replicas),
-            "isr": list(a.isr),
-            "leader_epoch": a.leader_epoch,
-            "offline": offline_reason(a, is_down),
-        }
-        if describe:
-            replica = streams.local_replica(spec.name, a.partition) if streams else None
-            if replica is not None and not replica.closed:
-                info.update(_log_view(replica.log))
-            else:
-                info.update(dict.fromkeys(("hw", "leo", "log_start", "size_bytes", "segments")))
-            local = streams.offline.get((spec.name, a.partition)) if streams else None
-            if local is not None:
-                info["offline"] = local
-        partitions.append(info)
-    return {
-        "name": spec.name,
-        "subject": spec.subject,
-        "group": spec.group,
-        "partitions": partitions,
-        "replication_factor": spec.replication_factor,
-        "compact": spec.compact,
-        "config": spec.config_dict(),
-        "created_ns": meta.created_ns,
     }
 
 

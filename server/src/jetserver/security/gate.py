@@ -2,7 +2,7 @@
 
 :meth:`Security.setup` runs once per accepted socket (TLS handshake, bounded by
 ``limits.read_timeout_s``; a TLS-derived identity) and gives the connection its
-:class:`Session`. :meth:`Security.screen` runs before every request:
+:class:`~jetserver.protocol.gate_port.Session`. :meth:`Security.screen` runs before every request:
 
 - Authenticate (API 10) is answered here; bad credentials get UNAUTHENTICATED and the
   connection is closed.
@@ -52,6 +52,7 @@ from jetserver.metadata.reserved import GROUPS_STREAM, share_group_of
 from jetserver.metadata.validate import subject_matches
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
+from jetserver.protocol.gate_port import Session
 from jetserver.protocol.socket_io import SocketIO
 from jetserver.security import acl
 from jetserver.security.grants import ADMIN, FETCH, PUBLISH, grants_from_request
@@ -80,25 +81,9 @@ the SetAcl request (``op_id``, ``forwarded``, ``if_absent``) and its validated c
 
 
 @attrs.define(eq=False)
-class Session:
-    """What one connection has proven."""
-
-    identity: str | None = None
-    """The authenticated identity (None: not authenticated)."""
-    tls_identity: str | None = None
-    """The verified client certificate's CN (None: no certificate)."""
-    peer: str = ""
-    """The client's IP address ("" if unknown): failed logins are throttled per address."""
-
-    @property
-    def internal(self) -> bool:
-        """True for another server of the cluster (every right)."""
-        return self.identity == INTERNAL_IDENTITY
-
-
-@attrs.define(eq=False)
 class Security:
-    """TLS, authentication and authorization of one server (see the module docstring)."""
+    """TLS, authentication and authorization of one server (see the module docstring);
+    request dispatch sees it as its :class:`~jetserver.protocol.gate_port.RequestGate`."""
 
     config: ServerConfig
     """Server configuration (``[tls]``, ``[auth]``, limits)."""

@@ -20,8 +20,9 @@ from jetserver.metadata.model import Grant
 from jetserver.metadata.ops import SetAcl
 from jetserver.metadata.store import MetadataStore
 from jetserver.protocol.connection import Reply
+from jetserver.protocol.gate_port import Session
 from jetserver.protocol.socket_io import SocketIO
-from jetserver.security.gate import AclProposer, Security, Session
+from jetserver.security.gate import AclProposer, Security
 from jetserver.security.grants import bootstrap_acls
 
 if TYPE_CHECKING:

@@ -20,10 +20,15 @@ bounds every wait:
 - :func:`wait_until` / :func:`wait_until_async`: bounded polling on a condition.
 
 ``jet dev``, the demo, the benchmarks and jet's own tests run on this kit.
+
+The in-process server (:func:`running_server`, :func:`in_process_config`) is imported on
+first use: the rest of the kit runs servers as processes, and ``jet dev`` (which uses only
+that) then starts without importing the whole server.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from jetserver.testing.cluster import DEFAULT_PASSWORD, Cluster, NetworkLab, metadata_request
-from jetserver.testing.in_process import in_process_config, running_server
 from jetserver.testing.jet_process import (
     PASSWORD_ENV,
     JetServer,
@@ -33,6 +38,11 @@ from jetserver.testing.jet_process import (
 )
 from jetserver.testing.nats import NatsServer, NatsServerError, find_nats_server
 from jetserver.testing.waiting import WaitTimeout, wait_until, wait_until_async
+
+if TYPE_CHECKING:
+    from jetserver.testing.in_process import in_process_config, running_server
+
+_IN_PROCESS = frozenset({"in_process_config", "running_server"})
 
 __all__ = [
     "DEFAULT_PASSWORD",
@@ -53,3 +63,12 @@ __all__ = [
     "wait_until",
     "wait_until_async",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The in-process server's names, imported on first use (module docstring)."""
+    if name in _IN_PROCESS:
+        from jetserver.testing import in_process
+
+        return getattr(in_process, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
