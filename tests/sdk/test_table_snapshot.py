@@ -46,6 +46,21 @@ def test_roundtrip_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert len(again.entries) == 10
 
 
+def test_roundtrip_of_same_length_keys_and_values(tmp_path: Path) -> None:
+    # Keys and values all of one length are split with one repeated struct code.
+    path = tmp_path / "t.sqlite"
+    entries = [Entry(b"key-%08d" % i, b"%0100d" % i, i, i % 2) for i in range(3000)]
+    snapshot.save(path, "s", entries, [0, 0])
+    loaded = snapshot.load(path, "s", 2)
+    assert loaded is not None
+    assert loaded.entries == {e.key: e for e in entries}
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE chunks SET vals = substr(vals, 1, length(vals) - 1) || x'00ff'")
+    db.close()
+    assert snapshot.load(path, "s", 2) is None
+
+
 def test_empty_table(tmp_path: Path) -> None:
     path = tmp_path / "t.sqlite"
     snapshot.save(path, "s", [], [0, 0])
