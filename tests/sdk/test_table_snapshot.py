@@ -72,6 +72,14 @@ def test_roundtrip_of_same_length_keys_and_values(tmp_path: Path) -> None:
     assert snapshot.load(path, "s", 2) is None
 
 
+def test_roundtrip_of_keys_of_any_length(tmp_path: Path) -> None:
+    # Keys of different lengths, one over the struct codes kept ready (1,024 bytes).
+    path = tmp_path / "t.sqlite"
+    entries = [Entry(b"k" * n, b"v%d" % n, n, 0) for n in (1, 5, 1023, 1024, 4000, 0)]
+    snapshot.save(path, "s", _by_key(entries), [0])
+    assert _loaded(snapshot.load(path, "s", 1)) == _by_key(entries)
+
+
 def test_empty_table(tmp_path: Path) -> None:
     path = tmp_path / "t.sqlite"
     snapshot.save(path, "s", {}, [0, 0])

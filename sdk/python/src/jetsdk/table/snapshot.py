@@ -51,6 +51,8 @@ CHUNK_ENTRIES = 50_000
 """Entries per row of ``chunks``."""
 
 _BIG_ENDIAN = sys.byteorder == "big"
+_CODES = tuple(f"{n}s" for n in range(1024))
+"""The struct code of a piece of each length below 1,024 (no ``str`` per key at a load)."""
 assert array("I").itemsize == 4
 assert array("q").itemsize == 8
 assert array("H").itemsize == 2
@@ -170,11 +172,13 @@ def _chunk_rows(
 def _split(blob: bytes, lengths: array[int]) -> tuple[bytes, ...]:
     """The pieces of ``blob`` of the given lengths, in order: one ``struct`` unpack of
     ``"<len>s"`` per piece (all pieces built in C; ``"12s" * count`` when they are all
-    alike, as keys and values often are)."""
+    alike, as keys often are)."""
     if not lengths:
         fmt = ""
-    elif (size := min(lengths)) == max(lengths):
+    elif (size := min(lengths)) == (longest := max(lengths)):
         fmt = f"{size}s" * len(lengths)
+    elif longest < len(_CODES):
+        fmt = "".join(map(_CODES.__getitem__, lengths))
     else:
         fmt = "s".join(map(str, lengths)) + "s"
     try:
