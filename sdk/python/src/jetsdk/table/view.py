@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import accumulate
 from operator import itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import anyio
 import attrs
@@ -203,8 +203,8 @@ class TableView:
     def all(self) -> list[Entry]:
         """Every entry (a new list; expired ones too)."""
         columns = self.columns
-        if columns is None:
-            return list(self.entries.values())  # type: ignore[arg-type]  # no index without columns
+        if columns is None:  # no index without columns: Entries only
+            return cast("list[Entry]", list(self.entries.values()))
         entry = columns.entry
         out = [e if not isinstance(e, int) else entry(k, e) for k, e in self.entries.items()]
         if int not in set(map(type, self.entries.values())):
