@@ -11,7 +11,18 @@ from pathlib import Path
 import pytest
 
 from jetsdk.table import snapshot
-from jetsdk.table.view import Entry
+from jetsdk.table.view import Entry, TableView
+
+
+def _by_key(entries: list[Entry]) -> dict[bytes, Entry]:
+    return {e.key: e for e in entries}
+
+
+def _loaded(found: snapshot.Snapshot | None) -> dict[bytes, Entry]:
+    """The entries of a loaded snapshot, built from its columns (as a table's view does)."""
+    assert found is not None
+    view = TableView(len(found.positions), found.entries, found.columns)
+    return {e.key: e for e in view.all()}
 
 
 def _entries(n: int) -> list[Entry]:
@@ -26,7 +37,7 @@ def test_roundtrip_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     path = tmp_path / "t.sqlite"
     entries = _entries(2500)
     expiries = {entries[1].key: 123 << 40, entries[2000].key: 7}
-    snapshot.save(path, "s", entries, [10, 20, 30, 40, 50], expiries)
+    snapshot.save(path, "s", _by_key(entries), [10, 20, 30, 40, 50], expiries)
     db = sqlite3.connect(path)
     assert db.execute("SELECT count(*) FROM chunks").fetchone() == (3,)
     assert db.execute("SELECT sum(count) FROM chunks").fetchone() == (2500,)
@@ -34,21 +45,44 @@ def test_roundtrip_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     loaded = snapshot.load(path, "s", 5)
     assert loaded is not None
     assert loaded.positions == [10, 20, 30, 40, 50]
-    assert loaded.entries == {e.key: e for e in entries}
-    assert all(type(e) is Entry for e in loaded.entries.values())
+    assert _loaded(loaded) == {e.key: e for e in entries}
+    assert all(type(e) is Entry for e in _loaded(loaded).values())
     assert loaded.expiries == expiries
     assert snapshot.load(path, "other", 5) is None
     assert snapshot.load(path, "s", 4) is None
     # Saved again with fewer entries: the old chunks are gone.
-    snapshot.save(path, "s", entries[:10], [1, 1, 1, 1, 1])
+    snapshot.save(path, "s", _by_key(entries[:10]), [1, 1, 1, 1, 1])
     again = snapshot.load(path, "s", 5)
     assert again is not None
     assert len(again.entries) == 10
 
 
+def test_roundtrip_of_same_length_keys_and_values(tmp_path: Path) -> None:
+    # Keys and values all of one length are split with one repeated struct code.
+    path = tmp_path / "t.sqlite"
+    entries = [Entry(b"key-%08d" % i, b"%0100d" % i, i, i % 2) for i in range(3000)]
+    snapshot.save(path, "s", _by_key(entries), [0, 0])
+    loaded = snapshot.load(path, "s", 2)
+    assert loaded is not None
+    assert _loaded(loaded) == {e.key: e for e in entries}
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE chunks SET vals = substr(vals, 1, length(vals) - 1) || x'00ff'")
+    db.close()
+    assert snapshot.load(path, "s", 2) is None
+
+
+def test_roundtrip_of_keys_of_any_length(tmp_path: Path) -> None:
+    # Keys of different lengths, one over the struct codes kept ready (1,024 bytes).
+    path = tmp_path / "t.sqlite"
+    entries = [Entry(b"k" * n, b"v%d" % n, n, 0) for n in (1, 5, 1023, 1024, 4000, 0)]
+    snapshot.save(path, "s", _by_key(entries), [0])
+    assert _loaded(snapshot.load(path, "s", 1)) == _by_key(entries)
+
+
 def test_empty_table(tmp_path: Path) -> None:
     path = tmp_path / "t.sqlite"
-    snapshot.save(path, "s", [], [0, 0])
+    snapshot.save(path, "s", {}, [0, 0])
     loaded = snapshot.load(path, "s", 2)
     assert loaded is not None
     assert loaded.entries == {}
@@ -67,7 +101,7 @@ def test_empty_table(tmp_path: Path) -> None:
 )
 def test_damaged_chunk_is_not_used(tmp_path: Path, column: str, damage: str) -> None:
     path = tmp_path / "t.sqlite"
-    snapshot.save(path, "s", _entries(100), [0, 0, 0, 0, 0])
+    snapshot.save(path, "s", _by_key(_entries(100)), [0, 0, 0, 0, 0])
     db = sqlite3.connect(path)
     with db:
         db.execute(f"UPDATE chunks SET {column} = {damage}")
@@ -89,7 +123,7 @@ def test_format_1_file_is_not_used_and_is_replaced(tmp_path: Path) -> None:
         db.execute("INSERT INTO entries VALUES (x'61', x'62', 0, 0)")
     db.close()
     assert snapshot.load(path, "s", 1) is None
-    snapshot.save(path, "s", _entries(3)[:1], [5])
+    snapshot.save(path, "s", _by_key(_entries(1)), [5])
     loaded = snapshot.load(path, "s", 1)
     assert loaded is not None
     assert loaded.positions == [5]

@@ -11,12 +11,18 @@ Layout (one transaction writes all of it; a crash mid-write leaves the previous 
 
 Entries are stored in chunks of up to :data:`CHUNK_ENTRIES`, column by column: the keys
 (values) of a chunk concatenated, with their lengths as little-endian u32s; revisions as
-little-endian i64s; partitions as little-endian u16s. A load reads a few dozen rows and
-splits them with C-level iteration (``map``/``zip``, no Python code per entry). With one
-SQLite row per entry (format 1), 1,000,000 entries of 100 B took 1.41 s of CPU to load and
-2.86 s to save; chunked, 1.20 s and 0.67 s (medians of 3 alternating loads, 2-core VM shared
-at load 15, 2026-11-28). What is left is building the Python objects (keys, values, entries,
-the dict). A chunk whose columns do not add up is a damaged file: not used.
+little-endian i64s; partitions as little-endian u16s. A chunk whose columns do not add up is
+a damaged file: not used.
+
+A load reads a few dozen rows and builds one key object and one int per entry, no more: a
+chunk's keys come from one ``struct`` unpack, and each key maps to its index in the chunk's
+columns (:class:`~jetsdk.table.view.Columns`), which the view keeps and builds an Entry
+from when one is read. A save writes a loaded chunk that is still whole in the view from
+its columns again, and builds the entries of the others. 1,000,000 entries of 100 B, CPU of
+the load in a table's reopen: one SQLite row per entry (format 1) 1.41 s; chunks of
+Entries 1.41 s; keys split by ``struct`` 1.04 s; values left in the columns 0.52 s (medians
+of 5, 2-core VM shared at load 7-15, 2026-11-28; the dict of a million keys is most of
+what is left).
 
 A snapshot is used only for the same stream with the same partition count, and only if it
 is younger than the stream's ``delete_retention`` (older, a tombstone it never saw may have
@@ -26,19 +32,18 @@ thread.
 
 from __future__ import annotations
 
-import gc
 import sqlite3
+import struct
 import sys
 import time
 from array import array
-from collections.abc import Iterator
-from functools import partial
-from itertools import accumulate, chain, repeat
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import attrs
 
-from jetsdk.table.view import Entry
+from jetsdk.table.view import CHUNK_BITS, ColumnChunk, Columns, Entry
 
 FORMAT = "2"
 """Snapshot layout version (meta ``format``); 1 had one row per entry."""
@@ -46,8 +51,8 @@ CHUNK_ENTRIES = 50_000
 """Entries per row of ``chunks``."""
 
 _BIG_ENDIAN = sys.byteorder == "big"
-_new_entry = partial(tuple.__new__, Entry)
-"""Builds an Entry from a ``(key, value, revision, partition)`` tuple, in C."""
+_CODES = tuple(f"{n}s" for n in range(1024))
+"""The struct code of a piece of each length below 1,024 (no ``str`` per key at a load)."""
 assert array("I").itemsize == 4
 assert array("q").itemsize == 8
 assert array("H").itemsize == 2
@@ -57,7 +62,9 @@ assert array("H").itemsize == 2
 class Snapshot:
     """What a snapshot file holds."""
 
-    entries: dict[bytes, Entry]
+    entries: dict[bytes, Entry | int]
+    """Each key -> its index in :attr:`columns` (the view's lazy form: ``TableView.entries``)."""
+    columns: Columns
     positions: list[int]
     saved_ns: int
     """When it was written (wall clock, ns)."""
@@ -76,14 +83,14 @@ def _pack(code: str, values: list[int]) -> bytes:
     return packed.tobytes()
 
 
-def _unpack(code: str, data: bytes, count: int) -> list[int]:
-    unpacked = array(code)
-    if len(data) != count * unpacked.itemsize:
+def _column(code: str, data: bytes, count: int) -> array[int]:
+    column = array(code)
+    if len(data) != count * column.itemsize:
         raise _Damaged
-    unpacked.frombytes(data)
+    column.frombytes(data)
     if _BIG_ENDIAN:
-        unpacked.byteswap()
-    return unpacked.tolist()
+        column.byteswap()
+    return column
 
 
 def _chunk_row(seq: int, chunk: list[Entry]) -> tuple[object, ...]:
@@ -101,23 +108,96 @@ def _chunk_row(seq: int, chunk: list[Entry]) -> tuple[object, ...]:
     )
 
 
-def _split(blob: bytes, lengths: list[int]) -> Iterator[bytes]:
-    """The pieces of ``blob`` of the given lengths, in order (C-level iteration)."""
-    ends = list(accumulate(lengths))
-    if (ends[-1] if ends else 0) != len(blob):
-        raise _Damaged
-    return map(bytes.__getitem__, repeat(blob), map(slice, chain((0,), ends), ends))
+def _kept_row(seq: int, keys: list[bytes], chunk: ColumnChunk) -> tuple[object, ...]:
+    """A chunk loaded from a snapshot whose every entry is still in the view, as loaded:
+    written again from its columns."""
+    return (
+        seq,
+        len(keys),
+        b"".join(keys),
+        _pack("I", list(map(len, keys))),
+        chunk.values,
+        _array_bytes(chunk.lengths),
+        _array_bytes(chunk.revisions),
+        _array_bytes(chunk.partitions),
+    )
+
+
+def _array_bytes(column: array[int]) -> bytes:
+    if _BIG_ENDIAN:
+        column = array(column.typecode, column)
+        column.byteswap()
+    return column.tobytes()
+
+
+def _chunk_rows(
+    entries: Mapping[bytes, Entry | int], columns: Columns | None
+) -> Iterator[tuple[object, ...]]:
+    """The rows of ``chunks`` for ``entries`` (a view's: an int is an index in ``columns``).
+
+    A loaded chunk still wholly in the view is written from its columns; the entries of
+    the other loaded chunks are built and written with the view's own entries. The indexes
+    are in increasing order in ``entries``: they were added in that order at the load and
+    an index is never added again (a record applied to its key replaces it with an Entry).
+    """
+    fresh: list[Entry] = []
+    keys: list[bytes] = []
+    indexes: list[int] = []
+    for key, found in entries.items():
+        if isinstance(found, int):
+            keys.append(key)
+            indexes.append(found)
+        else:
+            fresh.append(found)
+    if indexes != sorted(indexes):  # not a view's order (see above): sort them
+        pairs = sorted(zip(indexes, keys))
+        indexes, keys = [i for i, _ in pairs], [k for _, k in pairs]
+    seq = 0
+    if columns is not None and indexes:
+        hi = 0
+        for number, chunk in enumerate(columns.chunks):
+            lo, hi = hi, bisect_left(indexes, (number + 1) << CHUNK_BITS, hi)
+            if hi - lo == len(chunk.revisions):
+                yield _kept_row(seq, keys[lo:hi], chunk)
+                seq += 1
+            elif hi > lo:
+                first = number << CHUNK_BITS
+                positions = [index - first for index in indexes[lo:hi]]
+                fresh.extend(map(chunk.entry, keys[lo:hi], positions))
+    for start in range(0, len(fresh), CHUNK_ENTRIES):
+        yield _chunk_row(seq, fresh[start : start + CHUNK_ENTRIES])
+        seq += 1
+
+
+def _split(blob: bytes, lengths: array[int]) -> tuple[bytes, ...]:
+    """The pieces of ``blob`` of the given lengths, in order: one ``struct`` unpack of
+    ``"<len>s"`` per piece (all pieces built in C; ``"12s" * count`` when they are all
+    alike, as keys often are)."""
+    if not lengths:
+        fmt = ""
+    elif (size := min(lengths)) == (longest := max(lengths)):
+        fmt = f"{size}s" * len(lengths)
+    elif longest < len(_CODES):
+        fmt = "".join(map(_CODES.__getitem__, lengths))
+    else:
+        fmt = "s".join(map(str, lengths)) + "s"
+    try:
+        return struct.Struct(fmt).unpack(blob)  # not struct.unpack: no cache of the format
+    except struct.error:
+        raise _Damaged from None
 
 
 def save(
     path: Path,
     stream: str,
-    entries: list[Entry],
+    entries: Mapping[bytes, Entry | int],
     positions: list[int],
     expiries: dict[bytes, int] | None = None,
+    columns: Columns | None = None,
 ) -> None:
-    """Write a snapshot of ``entries`` reflecting ``positions``, replacing the file's
-    previous content atomically (one transaction)."""
+    """Write a snapshot of ``entries`` (key -> Entry, or its index in ``columns``: a
+    view's) reflecting ``positions``, replacing the file's previous content atomically (one
+    transaction)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, isolation_level=None)
     try:
@@ -149,8 +229,7 @@ def save(
         }
         db.executemany("INSERT INTO meta VALUES (?, ?)", meta.items())
         db.executemany("INSERT INTO positions VALUES (?, ?)", enumerate(positions))
-        for seq, start in enumerate(range(0, len(entries), CHUNK_ENTRIES)):
-            row = _chunk_row(seq, entries[start : start + CHUNK_ENTRIES])
+        for row in _chunk_rows(entries, columns):
             db.execute("INSERT INTO chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
         db.executemany("INSERT INTO expiries VALUES (?, ?)", (expiries or {}).items())
         db.execute("COMMIT")
@@ -162,21 +241,32 @@ def save(
         db.close()
 
 
-def _load_chunks(db: sqlite3.Connection, partitions: int) -> dict[bytes, Entry]:
-    entries: dict[bytes, Entry] = {}
+def _load_chunks(
+    db: sqlite3.Connection, partitions: int
+) -> tuple[dict[bytes, Entry | int], Columns]:
+    """Each key -> its index in the columns (:class:`~jetsdk.table.view.Columns`: the
+    values stay in the chunk's blob, no object per value)."""
+    entries: dict[bytes, Entry | int] = {}
+    columns = Columns()
     rows = db.execute(
         "SELECT count, keys, key_lengths, vals, value_lengths, revisions, partitions"
         " FROM chunks ORDER BY seq"
     )
     for count, keys_blob, key_lengths, values_blob, value_lengths, revs, parts in rows:
-        keys = list(_split(keys_blob, _unpack("I", key_lengths, count)))
-        values = _split(values_blob, _unpack("I", value_lengths, count))
-        revisions = _unpack("q", revs, count)
-        in_partition = _unpack("H", parts, count)
+        if not 0 <= count < 1 << CHUNK_BITS:
+            raise _Damaged
+        keys = _split(keys_blob, _column("I", key_lengths, count))
+        lengths = _column("I", value_lengths, count)
+        if sum(lengths) != len(values_blob):
+            raise _Damaged
+        in_partition = _column("H", parts, count)
         if in_partition and max(in_partition) >= partitions:
             raise _Damaged
-        entries.update(zip(keys, map(_new_entry, zip(keys, values, revisions, in_partition))))
-    return entries
+        revisions = _column("q", revs, count)
+        base = len(columns.chunks) << CHUNK_BITS
+        columns.chunks.append(ColumnChunk(values_blob, lengths, revisions, in_partition))
+        entries.update(zip(keys, range(base, base + count)))
+    return entries, columns
 
 
 def load(path: Path, stream: str, partitions: int) -> Snapshot | None:
@@ -200,15 +290,10 @@ def load(path: Path, stream: str, partitions: int) -> Snapshot | None:
         for partition, offset in db.execute("SELECT partition, next_offset FROM positions"):
             if 0 <= partition < partitions:
                 positions[partition] = offset
-        collecting = gc.isenabled()
-        gc.disable()  # a million new tuples would run the cycle collector again and again
-        try:
-            entries = _load_chunks(db, partitions)
-        finally:
-            if collecting:
-                gc.enable()
+        entries, columns = _load_chunks(db, partitions)
         expiries = dict(db.execute("SELECT key, expires_ns FROM expiries"))
-        return Snapshot(entries, positions, int(meta.get("saved_ns", "0")), expiries)
+        saved_ns = int(meta.get("saved_ns", "0"))
+        return Snapshot(entries, columns, positions, saved_ns, expiries)
     except (sqlite3.Error, ValueError, TypeError, _Damaged):
         return None
     finally:

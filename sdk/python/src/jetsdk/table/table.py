@@ -124,6 +124,7 @@ class Table:
             horizon = float(info.config.get("delete_retention_s") or DEFAULT_DELETE_RETENTION_S)
             if found is not None and time.time_ns() - found.saved_ns < horizon * 1e9:
                 view.entries = found.entries
+                view.columns = found.columns
                 view.positions = found.positions
                 view.restore_expiries(found.expiries)
                 view.expire()
@@ -171,11 +172,11 @@ class Table:
             raise InvalidArgument("this table has no snapshot file", details={"field": "snapshot"})
         view = self._opened()
         view.expire()
-        entries = list(view.entries.values())
+        entries = dict(view.entries)
         positions = list(view.positions)
         expiries = dict(view.expiries)
         await anyio.to_thread.run_sync(
-            snapshots.save, self._snapshot, self.stream, entries, positions, expiries
+            snapshots.save, self._snapshot, self.stream, entries, positions, expiries, view.columns
         )
 
     # ---------------------------------------------------------------- reads (memory)
@@ -196,7 +197,7 @@ class Table:
 
     def items(self) -> list[tuple[bytes, bytes]]:
         """Every (key, value) in the view (a copy)."""
-        return [(e.key, e.value) for e in self._current().entries.values()]
+        return [(e.key, e.value) for e in self._current().all()]
 
     def __len__(self) -> int:
         """Keys in the view."""
@@ -320,7 +321,7 @@ class Table:
             while view.positions[partition] <= revision:
                 self._raise_failure()
                 await view.wait_moved()
-        return view.entries.get(key)
+        return view.entry(key)
 
     async def watch(
         self, prefix: bytes = b"", *, initial: bool = True

@@ -9,16 +9,25 @@ expiry (the record's timestamp + TTL, by this process's wall clock), then the ke
 as by a tombstone and watchers see a delete with ``expired`` set (:meth:`TableView.expire`;
 the table calls it at each expiry and before every read). A record already expired when it
 is applied (a replay) is applied as such a delete.
+
+The entries loaded from a snapshot stay in the snapshot's columns (:class:`Columns`) until
+they are read: :attr:`TableView.entries` maps such a key to its index there (an ``int``)
+instead of an :class:`Entry`, and :meth:`TableView.entry` builds the Entry when asked. A
+record applied later replaces the index as it would an Entry; the columns are dropped once
+no key refers to them (checked by :meth:`TableView.all`).
 """
 
 from __future__ import annotations
 
 import heapq
 import time
+from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from functools import partial
+from itertools import accumulate
 from operator import itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import anyio
 import attrs
@@ -46,6 +55,58 @@ class Entry(NamedTuple):
     revision: int
     """The offset of the record that set it (per partition)."""
     partition: int = 0
+
+
+_new_entry = partial(_new_tuple, Entry)
+"""Builds an Entry from a ``(key, value, revision, partition)`` tuple, in C."""
+
+
+CHUNK_BITS = 32
+"""An index in :class:`Columns` is ``chunk << CHUNK_BITS | position in the chunk``."""
+_POSITION = (1 << CHUNK_BITS) - 1
+
+
+@attrs.define(eq=False)
+class ColumnChunk:
+    """One chunk of a snapshot's entries, column by column (:mod:`jetsdk.table.snapshot`):
+    entry ``i`` has a value of ``lengths[i]`` bytes in :attr:`values` (after those of the
+    entries before it), ``revisions[i]`` and ``partitions[i]``."""
+
+    values: bytes
+    lengths: array[int]
+    revisions: array[int]
+    partitions: array[int]
+    _starts: array[int] | None = None
+    """Where each value starts in :attr:`values` (and the end), computed at first use."""
+
+    def entry(self, key: bytes, position: int) -> Entry:
+        """Entry ``position`` of the chunk (of key ``key``)."""
+        starts = self._starts
+        if starts is None:
+            starts = self._starts = array("q", accumulate(self.lengths, initial=0))
+        return _new_entry(
+            (
+                key,
+                self.values[starts[position] : starts[position + 1]],
+                self.revisions[position],
+                self.partitions[position],
+            )
+        )
+
+
+@attrs.frozen(eq=False)
+class Columns:
+    """Entries loaded from a snapshot, in its chunks (index: :data:`CHUNK_BITS`)."""
+
+    chunks: list[ColumnChunk] = attrs.field(factory=list)
+
+    def entry(self, key: bytes, index: int) -> Entry:
+        """Entry ``index`` (of key ``key``)."""
+        return self.chunks[index >> CHUNK_BITS].entry(key, index & _POSITION)
+
+    def partition(self, index: int) -> int:
+        """The partition of entry ``index``."""
+        return self.chunks[index >> CHUNK_BITS].partitions[index & _POSITION]
 
 
 @attrs.frozen
@@ -111,7 +172,11 @@ class TableView:
     """Latest value per key of every partition (module docstring)."""
 
     partitions: int
-    entries: dict[bytes, Entry] = attrs.field(factory=dict)
+    entries: dict[bytes, Entry | int] = attrs.field(factory=dict)
+    """An Entry per key, or the key's index in :attr:`columns` (module docstring): read
+    through :meth:`entry` and :meth:`all`."""
+    columns: Columns | None = None
+    """Entries loaded from a snapshot and not replaced since."""
     positions: list[int] = attrs.field(init=False)
     """Next offset to apply, per partition."""
     expiries: dict[bytes, int] = attrs.field(factory=dict)
@@ -126,6 +191,25 @@ class TableView:
 
     def __attrs_post_init__(self) -> None:
         self.positions = [0] * self.partitions
+
+    def entry(self, key: bytes) -> Entry | None:
+        """The key's entry (expired or not), or None."""
+        found = self.entries.get(key)
+        if isinstance(found, int):
+            assert self.columns is not None
+            return self.columns.entry(key, found)
+        return found
+
+    def all(self) -> list[Entry]:
+        """Every entry (a new list; expired ones too)."""
+        columns = self.columns
+        if columns is None:  # no index without columns: Entries only
+            return cast("list[Entry]", list(self.entries.values()))
+        entry = columns.entry
+        out = [e if not isinstance(e, int) else entry(k, e) for k, e in self.entries.items()]
+        if int not in set(map(type, self.entries.values())):
+            self.columns = None  # no key refers to them any more
+        return out
 
     def apply(
         self,
@@ -205,7 +289,7 @@ class TableView:
     def restore_expiries(self, expiries: dict[bytes, int]) -> None:
         """Take the expiries of entries loaded from a snapshot."""
         for key, expires in expiries.items():
-            entry = self.entries.get(key)
+            entry = self.entry(key)
             if entry is not None:
                 self._schedule(key, expires, entry.revision)
 
@@ -218,7 +302,7 @@ class TableView:
         now = self.clock()
         while heap and heap[0][0] <= now:
             expires, key, revision = heapq.heappop(heap)
-            entry = self.entries.get(key)
+            entry = self.entry(key)
             if self.expiries.get(key) != expires or entry is None or entry.revision != revision:
                 continue  # replaced since
             del self.entries[key], self.expiries[key]
@@ -228,7 +312,10 @@ class TableView:
 
     def live(self, key: bytes) -> Entry | None:
         """The key's entry, unless its TTL ran out (then it is removed first)."""
-        entry = self.entries.get(key)
+        entry = self.entries.get(key)  # as self.entry(key), one call less per get
+        if isinstance(entry, int):
+            assert self.columns is not None
+            entry = self.columns.entry(key, entry)
         if entry is not None and self.expiries:
             expires = self.expiries.get(key)
             if expires is not None and expires <= self.clock():
@@ -243,7 +330,15 @@ class TableView:
     def drop_partition(self, partition: int) -> int:
         """Forget every entry of ``partition`` and its position (the table stopped holding
         it; watchers are not told: the data did not change); how many entries went."""
-        gone = [key for key, entry in self.entries.items() if entry.partition == partition]
+        columns = self.columns
+        gone = []
+        for key, found in self.entries.items():
+            if isinstance(found, int):
+                assert columns is not None
+                if columns.partition(found) == partition:
+                    gone.append(key)
+            elif found.partition == partition:
+                gone.append(key)
         for key in gone:
             del self.entries[key]
             self.expiries.pop(key, None)
@@ -273,11 +368,11 @@ class TableView:
         send, receive = anyio.create_memory_object_stream[Change](MAX_WATCH_BUFFER)
         watcher = Watcher(prefix, send, receive)
         if initial:
-            values = self.entries.values()
+            values = self.all()
             if prefix:
                 watcher.initial = [e for e in values if e.key.startswith(prefix)]
             else:
-                watcher.initial = list(values)
+                watcher.initial = values
         self._watchers.append(watcher)
         return watcher
 
@@ -316,4 +411,4 @@ class TableView:
         return True
 
     def __iter__(self) -> Iterator[Entry]:
-        return iter(self.entries.values())
+        return iter(self.all())
