@@ -11,7 +11,10 @@ leader epoch):
   time until the metadata names a live leader for every partition again, the elections
   that took, and the time until every new leader serves: answers ListOffsets, which it
   does only once it applied its leadership (spec/protocol.md; the survivors take their
-  roles after the metadata moved, and that part was the larger at 2,000 partitions);
+  roles after the metadata moved, and that part was the larger at 2,000 partitions); with
+  ``JET_BENCH_ROOT`` (logs kept), the phases before that from the survivors' logs: the
+  kill detected, the metadata Raft's new leader (when the killed server led it), the
+  first entry of elections applied;
 - the metadata Raft's files on a survivor;
 - with ``JET_BENCH_KILLS=3``: after each kill the server is restarted, the time until
   every leadership is back on its preferred replica is measured (preferred-leader rounds
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +177,40 @@ async def _watch_failover(
     return timeline, now, end if moved_s is None else moved_s, end if ready_s is None else ready_s
 
 
+PHASES = (
+    ("detected", "server does not answer server={victim} "),
+    ("metadata Raft leader again", "metadata raft leader changed server="),
+    ("election entry applied", "leader elections proposed in one entry"),
+)
+"""Phases read from the survivors' logs: (name, text of the first line after the kill)."""
+
+
+def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
+    """The failover's phases from the survivors' logs (kept with ``JET_BENCH_ROOT``):
+    seconds from the kill to the first line of each (a Raft leader line counts only if it
+    names a leader). Empty without logs."""
+    lines: list[tuple[float, str]] = []
+    for p in dev.servers:
+        if p.server_id == victim or not p.log_path.exists():
+            continue
+        with open(p.log_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    at = datetime.fromisoformat(line[:23]).replace(tzinfo=UTC).timestamp()
+                except ValueError:
+                    continue
+                if at >= killed_wall:
+                    lines.append((at - killed_wall, line))
+    lines.sort()
+    found = []
+    for name, text in PHASES:
+        text = text.format(victim=victim)
+        hit = next((t for t, line in lines if text in line and "leader=None" not in line), None)
+        if hit is not None:
+            found.append(f"{name} {hit:.2f} s")
+    return ", ".join(found)
+
+
 def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
     """Kill -9 the server leading the most partitions; it and its failover's figures."""
     leaders = [v[0] for v in settled.values()]
@@ -183,7 +221,7 @@ def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
     alone = {k for k, v in settled.items() if v[0] == victim and v[2] == (victim,)}
     survivors = [p.address for p in dev.servers if p.server_id != victim]
     dev.kill(victim)
-    killed = time.perf_counter()
+    killed, killed_wall = time.perf_counter(), time.time()
     timeline, now, moved_s, ready_s = anyio.run(
         _watch_failover, survivors, settled, victim, alone, killed, backend="asyncio"
     )
@@ -192,6 +230,9 @@ def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
         f"  kill -9 of {victim}: partitions still to move (metadata/serving) over time: "
         f"{' '.join(marks)}"
     )
+    phases = _log_phases(dev, victim, killed_wall)
+    if phases:  # the leader-changed line is any after the kill (the victim led it or not)
+        print(f"  from the survivors' logs, after the kill: {phases}")
     stuck = {k: now[k] for k in now if k not in alone and now[k][0] in (None, victim)}
     if stuck:
         print(f"  still without a leader (leader, epoch, ISR): {sorted(stuck.items())[:5]}")

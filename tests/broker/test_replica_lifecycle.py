@@ -28,6 +28,7 @@ import anyio
 import attrs
 import pytest
 
+from jetsdk.codec.record import encode_body
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.running import new_replica
@@ -174,19 +175,22 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
                 outcome.append(exc)
             returned.set()
 
+        # A log with a record: the new leader rebuilds its producer table from the log's
+        # tail in a worker thread (its epoch goes to the epoch cache on the event loop,
+        # written without fsync). Every worker thread is held, so the stop lands while the
+        # new leader waits for one.
+        replica.log.append([encode_body(b"v")], 1, 0)
+        holders = [object() for _ in range(int(threads.total_tokens))]
         async with anyio.create_task_group() as tg:
             await tg.start(replica.run)
-            busy = threads.borrowed_tokens
-            # The new leader's first step is recording its epoch in the epoch cache, in a
-            # worker thread: hold the cache's lock so that the stop lands right there.
-            epochs_lock = replica.log.epochs._lock
-            epochs_lock.acquire()
+            for holder in holders:
+                await threads.acquire_on_behalf_of(holder)
             try:
                 tg.start_soon(hand_over)
                 await wait_until_async(
-                    lambda: threads.borrowed_tokens > busy,
+                    lambda: threads.statistics().tasks_waiting > 0,
                     BOUND_S,
-                    "the new leader's worker thread waits on the epoch cache",
+                    "the new leader waits for a worker thread",
                     interval_s=POLL_S,
                 )
                 replica.stop()
@@ -197,7 +201,8 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
                     interval_s=POLL_S,
                 )
             finally:
-                epochs_lock.release()
+                for holder in holders:
+                    threads.release_on_behalf_of(holder)
             with anyio.fail_after(BOUND_S):
                 await returned.wait()
                 await replica.wait_stopped()
