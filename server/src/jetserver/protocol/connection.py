@@ -112,6 +112,9 @@ class AcceptedConnection:
     # asyncio's lock and a counter: anyio's lock and semaphore look up the task's cancel
     # scopes on every acquire, even when free (a fifth of the per-request calls, cProfile).
     _write_lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    _writers: int = 0
+    """Replies holding :attr:`_write_lock` or waiting for it (and the closing notice): a
+    reply is sent without the lock only when there are none."""
     _inflight: int = 0
     _slot_freed: asyncio.Event | None = None
     _last_activity: float = attrs.field(factory=time.monotonic)
@@ -281,35 +284,55 @@ class AcceptedConnection:
         try:
             if self._closing:
                 return
-            lock = self._write_lock
-            if lock.locked():
-                await lock.acquire()  # after the replies before it
-                rest = self._send_at_once(reply.data, parts)
-            else:
-                # Nothing is being written: most replies fit in the socket buffer at once,
-                # with no lock, no timed wait and no await (so nothing can interleave).
-                rest = self._send_at_once(reply.data, parts)
-                if rest is None:
-                    return
-                await lock.acquire()  # free, so taken without yielding
-            try:
-                if rest is not None:
-                    with anyio.move_on_after(self.limits.write_timeout_s) as scope:
-                        await self._send_rest(rest[0], parts, rest[1])
-                    if scope.cancelled_caught:
-                        log.info(
-                            "client not reading; connection closed",
-                            extra=fields(peer=self.io.peer, timeout_s=self.limits.write_timeout_s),
-                        )
-                        self._shutdown()
-            finally:
-                lock.release()
+            if self._writers:
+                # A reply is being written or waits to be (the lock may look free for a
+                # moment while a waiter it was handed to has not run yet): after it.
+                await self._write_locked(reply.data, parts, None)
+                return
+            # Nothing is being written or waiting: most replies fit in the socket buffer at
+            # once, with no lock, no timed wait and no await (so nothing can interleave);
+            # the rest of one that did not is sent holding the lock, which nobody holds or
+            # waits for, so it is taken without yielding.
+            rest = self._send_at_once(reply.data, parts)
+            if rest is not None:
+                await self._write_locked(reply.data, parts, rest)
         except OSError as exc:
             log.debug("write failed", extra=fields(peer=self.io.peer, error=repr(exc)))
             self._shutdown()
         finally:
             if records is not None:
                 records.close()
+
+    async def _write_locked(
+        self,
+        data: bytes,
+        parts: tuple[ReadSlice, ...],
+        rest: tuple[bytes | memoryview, int] | None,
+    ) -> None:
+        """Send a reply (``rest``: what is left of one partly sent; None: all of it)
+        holding the write lock, within the write timeout."""
+        lock = self._write_lock
+        self._writers += 1
+        try:
+            await lock.acquire()
+        except BaseException:
+            self._writers -= 1
+            raise
+        try:
+            if rest is None:
+                rest = self._send_at_once(data, parts)
+            if rest is not None:
+                with anyio.move_on_after(self.limits.write_timeout_s) as scope:
+                    await self._send_rest(rest[0], parts, rest[1])
+                if scope.cancelled_caught:
+                    log.info(
+                        "client not reading; connection closed",
+                        extra=fields(peer=self.io.peer, timeout_s=self.limits.write_timeout_s),
+                    )
+                    self._shutdown()
+        finally:
+            lock.release()
+            self._writers -= 1
 
     def _send_at_once(
         self, data: bytes, parts: tuple[ReadSlice, ...]
@@ -371,10 +394,14 @@ class AcceptedConnection:
         )
         reply = error_reply(api, correlation_id, code, message, details)
         self._closing = True
-        with anyio.move_on_after(_CLOSE_NOTICE_TIMEOUT_S):
-            async with self._write_lock:
-                with contextlib.suppress(OSError):
-                    await self.io.send_all(reply.data)
+        self._writers += 1
+        try:
+            with anyio.move_on_after(_CLOSE_NOTICE_TIMEOUT_S):
+                async with self._write_lock:
+                    with contextlib.suppress(OSError):
+                        await self.io.send_all(reply.data)
+        finally:
+            self._writers -= 1
 
     def _shutdown(self) -> None:
         """Stop reading and cancel in-flight requests; serve() then closes the socket."""
