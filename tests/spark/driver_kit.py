@@ -1,0 +1,56 @@
+"""What the Spark driver programs of the local-cluster tests share (cluster_driver.py,
+table_driver.py; each runs as its own process, with this directory first on sys.path):
+their JSON event lines on stdout and a ``local-cluster[2,1,1024]`` session (two executor
+JVMs with their own Python workers) with the tests' JVM options."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for support
+from support.spark_jvm import JVM_OPTIONS
+
+
+def say(event: str, **fields: Any) -> None:
+    """Print one JSON event line (``event``, wall time ``t``, ``fields``) and flush."""
+    line = {"event": event, "t": round(time.time(), 3), **fields}
+    sys.stdout.write(orjson.dumps(line).decode() + "\n")
+    sys.stdout.flush()
+
+
+def local_cluster_session(app_name: str, **conf: str) -> Any:
+    """A SparkSession on ``local-cluster[2,1,1024]`` named ``app_name``, with the
+    jetstream format registered; ``conf``: more settings (dots written as ``__``)."""
+    import pyspark
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # local-cluster starts executors from SPARK_HOME's jars: pip's pyspark is one.
+    os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
+    from pyspark.sql import SparkSession
+
+    import jetspark
+
+    builder = (
+        SparkSession.builder.master("local-cluster[2,1,1024]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
+        .config("spark.python.unix.domain.socket.enabled", "true")
+        .config("spark.sql.shuffle.partitions", "2")
+    )
+    for name, value in conf.items():
+        builder = builder.config(name.replace("__", "."), value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    jetspark.register(spark)
+    return spark
