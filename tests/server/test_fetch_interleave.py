@@ -40,7 +40,7 @@ async def test_answers_fetched_at_once_on_one_connection_stay_whole(jet_dev: Jet
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, partitions=PARTITIONS, replication_factor=1)
         async with Producer(client, stream, ack=AckPolicy.LEADER) as producer:
-            for i in range(PER_PARTITION):
+            for _ in range(PER_PARTITION):
                 for p in range(PARTITIONS):
                     await producer.send_soon(VALUE, partition=p)
             await producer.flush()
