@@ -147,6 +147,29 @@ class Table(SyncWrapper):
         """
         return self._run(self._obj.update, key, value, revision, ttl=ttl)
 
+    def modify(
+        self,
+        key: bytes,
+        change: Callable[[bytes | None], bytes],
+        *,
+        ttl: float | None = None,
+    ) -> int:
+        """Set ``key`` to ``change(value)`` of its value (None: it has none) by
+        compare-and-set, and when another write got there first, again on the value that
+        won (a read-modify-write that loses no update); the new revision. The first value
+        is the view's; a refusal carries the winner's value back (no read in between).
+
+        ``change`` may be called several times (keep it free of side effects), and with a
+        value that is not committed yet (a racing write just stored it): the write built on
+        it is committed only if that value is, so nothing is built on a value that is lost.
+        ``ttl`` as in :meth:`put`.
+
+        Raises:
+            WrongExpectedKeyOffset: still refused after :data:`MAX_MODIFY_ATTEMPTS` tries.
+            InvalidArgument: ``change`` returned an empty value.
+        """
+        return self._run(self._obj.modify, key, change, ttl=ttl)
+
     def sync(self) -> None:
         """Return once the view holds every record acknowledged before the call (in any
         process): each partition's high watermark, asked now, is reached.

@@ -14,7 +14,10 @@ queued write's caller sends the next one.
 A compare-and-set carries ``Jet-Expected-Key-Offset`` (spec/envelope.md, "Per-key
 compare-and-set"); the server checks the messages of a request in order, each against the
 ones before it, and refuses it with WRONG_EXPECTED_KEY_OFFSET naming the key's current
-offset, raised here as :class:`~jetsdk.errors.WrongExpectedKeyOffset`.
+offset, raised here as :class:`~jetsdk.errors.WrongExpectedKeyOffset`. A request holding
+a compare-and-set asks for the key's current value too (the Produce flag "current values",
+spec/protocol.md §6): the refusal then carries it (``current_value``), so the writer can
+retry at once on it instead of reading the key first.
 """
 
 from __future__ import annotations
@@ -192,6 +195,7 @@ class TableWriter:
             tuple(w.message for w in batch),
             self.producer_id,
             base,
+            current_values=any(w.expected is not None for w in batch),
         )
         self.requests += 1
         try:
@@ -228,7 +232,11 @@ class TableWriter:
             now = "has no value" if current == ABSENT else f"is at revision {current}"
             raise WrongExpectedKeyOffset(
                 f"key {w.key[:40]!r} {now}, not {w.expected}",
-                details={**details, "current_revision": current},
+                details={
+                    **details,
+                    "current_revision": current,
+                    "current_value": result.current_value,
+                },
             )
         raise error_from_code(code, f"table write to {self.stream}/{partition}", details)
 
