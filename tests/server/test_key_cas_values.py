@@ -6,6 +6,7 @@ request), none for an absent key, and at most 1 MiB of values per response."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,8 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
 from jetserver.broker.current_values import MAX_CURRENT_VALUE_BYTES
 from support.jet_dev import JetDev
+from support.jet_server import running_server
+from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
 
@@ -69,3 +72,19 @@ async def test_values_of_one_response_are_bounded(jet_dev: JetDev) -> None:
         results = await produce(client, stream, *(cas(b"k%d" % i, b"new", 9) for i in range(3)))
         assert [(r.error_code, r.offset) for r in results] == [(REFUSED, i) for i in range(3)]
         assert [r.current_value for r in results] == [b"A" * size, b"B" * size, None]
+
+
+async def test_through_nats_the_refusal_has_no_value(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """With ``[ingest] produce_direct = false`` the request goes through NATS and the
+    envelope ack carries no value: the refusal names the offset, its value is -1."""
+    async with (
+        running_server(nats_server.url, tmp_path / "data", ingest__produce_direct=False) as server,
+        Client([server.address]) as client,
+    ):
+        await client.create_stream("vianats", compact=True)
+        (ok,) = await produce(client, "vianats", cas(b"k", b"v1", -1))
+        assert (ok.error_code, ok.offset) == (ErrorCode.NONE, 0)
+        (refused,) = await produce(client, "vianats", cas(b"k", b"v2", 5))
+        assert (refused.error_code, refused.offset, refused.current_value) == (REFUSED, 0, None)

@@ -166,7 +166,10 @@ class Table(SyncWrapper):
 
         Raises:
             WrongExpectedKeyOffset: still refused after :data:`MAX_MODIFY_ATTEMPTS` tries.
-            InvalidArgument: ``change`` returned an empty value.
+            InvalidArgument: ``change`` returned an empty value, or a refusal came without
+                its value (e.g. a stream with a load-balance group: through NATS) and this
+                table does not hold the key's partition to read it from.
+            TimeoutError: such a value did not reach the view within the table's timeout.
         """
         return self._run(self._obj.modify, key, change, ttl=ttl)
 
