@@ -34,6 +34,7 @@ from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
+from support.control_plane import RecordingControl
 
 pytestmark = pytest.mark.anyio
 
@@ -48,34 +49,14 @@ BOUND_S = 10.0
 """Bound on each wait for the follower's fetches to time out."""
 
 
-class Reports:
-    """A control plane that records silent-leader reports (server_down: never)."""
-
-    server_id = "f1"
+class Reports(RecordingControl):
+    """The recording control plane with liveness probes (server_down: only when set)."""
 
     def __init__(self) -> None:
-        self.reports: list[tuple[str, int]] = []
+        super().__init__("f1")
         self.down = False
         self.gone = False
         self.down_event = anyio.Event()
-        self.reported = anyio.Event()
-
-    async def propose_isr(
-        self,
-        stream: str,
-        partition: int,
-        leader_epoch: int,
-        isr: tuple[str, ...],
-        *,
-        partition_epoch: int | None = None,
-    ) -> bool:
-        return False
-
-    async def report_leader_silent(
-        self, stream: str, partition: int, leader_epoch: int, reporter: str
-    ) -> None:
-        self.reports.append((stream, partition))
-        self.reported.set()
 
     def server_down(self, server_id: str) -> bool:
         return self.down  # while False, only a stuck partition is reported
