@@ -5,8 +5,6 @@ choosable."""
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +13,7 @@ import pytest
 
 from jetsdk import Client, InvalidArgument, Producer, ShareConsumer
 from support.jet_dev import JetDev
-
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
+from support.names import unique
 
 
 @pytest.fixture(scope="module")
