@@ -6,7 +6,7 @@ import zlib
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jetsdk.codec.envelope import (
@@ -43,9 +43,7 @@ from jetsdk.codec.transcode import (
     record_subjects,
 )
 
-from .strategies import acks, envelope_messages, produce_requests, produce_results, text
-
-PROPS = settings(max_examples=200, deadline=None)
+from .strategies import PROPS, acks, envelope_messages, produce_requests, produce_results, text
 
 
 @PROPS

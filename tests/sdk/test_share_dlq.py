@@ -18,11 +18,8 @@ from support.names import unique
 
 @pytest.fixture(scope="module")
 def dev3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
-    dev = JetDev.start(Path(tmp_path_factory.mktemp("share-dlq")) / "data", servers=3)
-    try:
+    with JetDev.start(Path(tmp_path_factory.mktemp("share-dlq")) / "data", servers=3) as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 async def reject_one(client: Client, stream: str, group: str, **options: object) -> None:

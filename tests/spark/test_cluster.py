@@ -25,11 +25,8 @@ pytestmark = pytest.mark.spark
 @pytest.fixture(scope="module")
 def jet_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
     """`jet dev --servers 3` for this module."""
-    dev = JetDev.start(tmp_path_factory.mktemp("spark-cluster") / "data", servers=3)
-    try:
+    with JetDev.start(tmp_path_factory.mktemp("spark-cluster") / "data", servers=3) as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 async def _leaders(servers: list[str], stream: str) -> set[str | None]:
