@@ -27,7 +27,7 @@ import attrs
 import pytest
 from anyio.abc import TaskGroup
 
-from jetsdk.codec.frames import FLAG_RESPONSE, Api, FrameDecoder, encode_frame
+from jetsdk.codec.frames import FLAG_RESPONSE, Api, encode_frame
 from jetsdk.codec.replica_fetch import (
     ReplicaFetchAnswer,
     ReplicaFetchPartition,
@@ -39,6 +39,7 @@ from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from support.control_plane import RecordingControl
+from support.frames_in import frames_from
 
 pytestmark = pytest.mark.anyio
 
@@ -77,33 +78,26 @@ async def serve_leader(listener: anyio.abc.SocketListener, answer_streams: set[s
     ``answer_streams`` only; with none, never answer."""
 
     async def handle(conn: anyio.abc.SocketStream) -> None:
-        decoder = FrameDecoder()
         async with conn, anyio.create_task_group() as tg:
-            while True:
-                try:
-                    data = await conn.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    return
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
-                    if frame.api != Api.REPLICA_FETCH or not answer_streams:
-                        continue
-                    req = decode_replica_fetch_request(frame.body)
-                    if req.wake:
-                        continue
-                    answers = [
-                        ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
-                        for i, p in enumerate(req.partitions)
-                        if p.stream in answer_streams
-                    ]
-                    reply = encode_frame(
-                        frame.api,
-                        frame.correlation_id,
-                        encode_replica_fetch_response(answers),
-                        flags=FLAG_RESPONSE,
-                    )
+            async for frame in frames_from(conn):
+                if frame.api != Api.REPLICA_FETCH or not answer_streams:
+                    continue
+                req = decode_replica_fetch_request(frame.body)
+                if req.wake:
+                    continue
+                answers = [
+                    ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
+                    for i, p in enumerate(req.partitions)
+                    if p.stream in answer_streams
+                ]
+                reply = encode_frame(
+                    frame.api,
+                    frame.correlation_id,
+                    encode_replica_fetch_response(answers),
+                    flags=FLAG_RESPONSE,
+                )
 
-                    tg.start_soon(answer_later, conn, req.max_wait_ms / 1000, reply)
+                tg.start_soon(answer_later, conn, req.max_wait_ms / 1000, reply)
 
     await listener.serve(handle)
 
