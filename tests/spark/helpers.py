@@ -157,3 +157,32 @@ def finish(query: Any) -> None:
     """Wait (bounded) for ``query`` to end and check it ended without an error."""
     assert query.awaitTermination(QUERY_TIMEOUT_S)
     assert query.exception() is None
+
+
+def source_struct(include_headers: bool = False) -> Any:
+    """The source's row schema (spec/spark.md) as a ``StructType``, built without a JVM, for
+    the tests that call the readers directly."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("stream", StringType()),
+        StructField("subject", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
