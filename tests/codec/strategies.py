@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from jetsdk.codec.envelope import EnvelopeAck, EnvelopeMessage
@@ -13,6 +14,9 @@ from jetsdk.codec.messages import (
     ProduceResult,
 )
 from jetsdk.codec.record import Record
+
+PROPS = settings(max_examples=200, deadline=None)
+"""The property tests' settings: 200 examples each, no deadline (a loaded machine)."""
 
 U16 = st.integers(0, 2**16 - 1)
 U32 = st.integers(0, 2**32 - 1)

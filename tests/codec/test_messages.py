@@ -54,6 +54,7 @@ from jetsdk.codec.record import Record, encode_record, iter_records
 
 from .strategies import (
     I64,
+    PROPS,
     U16,
     U32,
     fetch_requests,
@@ -64,8 +65,6 @@ from .strategies import (
     produce_results_with_values,
     records,
 )
-
-PROPS = settings(max_examples=200, deadline=None)
 
 
 @PROPS

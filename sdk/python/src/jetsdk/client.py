@@ -33,7 +33,6 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from ssl import SSLContext
-from types import TracebackType
 from typing import Any, TypeVar
 from uuid import uuid4
 
@@ -191,12 +190,7 @@ class Client:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._closed = True
         await self._pool.close_all()
         await self._background.close()

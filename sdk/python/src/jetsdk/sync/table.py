@@ -4,18 +4,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from os import PathLike
-from types import TracebackType
 
 from jetsdk._sync_support import SyncWrapper
-from jetsdk.errors import ClientClosed
 from jetsdk.sync.client import Client
 from jetsdk.table.table import Table as _AsyncTable
 from jetsdk.table.view import Change, Entry
 
 
-class Table(SyncWrapper):
+class Table(SyncWrapper[_AsyncTable]):
     """A live view of the compacted stream ``stream`` (module docstring).
 
     Args:
@@ -38,8 +36,7 @@ class Table(SyncWrapper):
         timeout: float = 30.0,
         partitions: Iterable[int] | None = None,
     ) -> None:
-        self._async: _AsyncTable | None = None
-        self._factory: Callable[[], _AsyncTable] = lambda: _AsyncTable(
+        self._factory = lambda: _AsyncTable(
             client._obj,
             stream,
             snapshot=snapshot,
@@ -47,38 +44,6 @@ class Table(SyncWrapper):
             partitions=partitions,
         )
         self._owner = client
-
-    @property
-    def _obj(self) -> _AsyncTable:
-        if self._async is None:
-            raise ClientClosed("use Table in a `with` block (or call open() first)")
-        return self._async
-
-    def open(self) -> Table:
-        """Start the Table (what entering ``with`` does); see :meth:`close`."""
-        if self._async is not None:
-            raise ClientClosed("Table is already open")
-        self._async = self._enter_async(self._owner._check(), self._factory)
-        return self
-
-    def close(self) -> None:
-        """Close the Table (what leaving ``with`` does); idempotent."""
-        self.__exit__(None, None, None)
-
-    def __enter__(self) -> Table:
-        return self.open()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self._exit_async(exc_type, exc, tb)
-        finally:
-            self._portal = None
-            self._async = None
 
     def save(self) -> None:
         """Write the snapshot file now (its entries and offsets are taken at one moment).

@@ -40,7 +40,6 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from os import PathLike
 from pathlib import Path
-from types import TracebackType
 
 import anyio
 import anyio.abc
@@ -153,12 +152,7 @@ class Table:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._closed:
             return
         self._closed = True
