@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from os import PathLike
 
 from jetsdk._sync_support import SyncWrapper
