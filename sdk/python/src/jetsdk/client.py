@@ -436,7 +436,7 @@ class Client:
         answer = await self.request_leader(
             request.stream, request.partition, Api.PRODUCE, body, timeout=wait, retry_if=retry_if
         )
-        return decode_produce_answer(answer, len(request.messages))
+        return decode_produce_answer(answer, len(request.messages), request.current_values)
 
     async def fetch(
         self,

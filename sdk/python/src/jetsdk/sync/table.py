@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from os import PathLike
 
 from jetsdk._sync_support import SyncWrapper
@@ -111,6 +111,32 @@ class Table(SyncWrapper[_AsyncTable]):
                 -1 if it has no value).
         """
         return self._run(self._obj.update, key, value, revision, ttl=ttl)
+
+    def modify(
+        self,
+        key: bytes,
+        change: Callable[[bytes | None], bytes],
+        *,
+        ttl: float | None = None,
+    ) -> int:
+        """Set ``key`` to ``change(value)`` of its value (None: it has none) by
+        compare-and-set, and when another write got there first, again on the value that
+        won (a read-modify-write that loses no update); the new revision. The first value
+        is the view's; a refusal carries the winner's value back (no read in between).
+
+        ``change`` may be called several times (keep it free of side effects), and with a
+        value that is not committed yet (a racing write just stored it): the write built on
+        it is committed only if that value is, so nothing is built on a value that is lost.
+        ``ttl`` as in :meth:`put`.
+
+        Raises:
+            WrongExpectedKeyOffset: still refused after :data:`MAX_MODIFY_ATTEMPTS` tries.
+            InvalidArgument: ``change`` returned an empty value, or a refusal came without
+                its value (e.g. a stream with a load-balance group: through NATS) and this
+                table does not hold the key's partition to read it from.
+            TimeoutError: such a value did not reach the view within the table's timeout.
+        """
+        return self._run(self._obj.modify, key, change, ttl=ttl)
 
     def sync(self) -> None:
         """Return once the view holds every record acknowledged before the call (in any
