@@ -79,22 +79,38 @@ class ProduceMany:
             )
         sections = decode_produce_many_request(frame.body)
         session = session or Session()
-        loop = asyncio.get_running_loop()
-        tasks = [loop.create_task(self._section(body, session)) for body in sections]
-        try:
-            answers: Sequence[tuple[ProduceSection, After | None]] = (
-                await asyncio.gather(*tasks) if tasks else []
-            )
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            raise
+        answers: Sequence[tuple[ProduceSection, After | None]]
+        if self._at_once(sections):
+            # Each is appended and answered without waiting: one after the other, here.
+            answers = [await self._section(body, session) for body in sections]
+        else:
+            loop = asyncio.get_running_loop()
+            tasks = [loop.create_task(self._section(body, session)) for body in sections]
+            try:
+                answers = await asyncio.gather(*tasks) if tasks else []
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                raise
         body = encode_produce_many_response([section for section, _after in answers])
         afters = [after for _section, after in answers if after is not None]
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE),
             after=_all_after(afters) if afters else None,
         )
+
+    def _at_once(self, sections: list[bytes]) -> bool:
+        """True if every section would be appended and answered without waiting (then
+        serving them in turn in this task keeps their order and costs no task each)."""
+        at_once = self.produce.answers_at_once
+        try:
+            for body in sections:
+                stream, partition, policy = decode_produce_head(body)[:3]
+                if not at_once(stream, partition, policy):
+                    return False
+        except (CodecError, ApiError):
+            return False
+        return True
 
     async def _section(self, body: bytes, session: Session) -> tuple[ProduceSection, After | None]:
         """One section, served as a Produce request; never raises (its error is its

@@ -37,6 +37,7 @@ from jetsdk.connection import PendingResponse
 from jetsdk.errors import ClientClosed, InvalidArgument, JetError, Timeout, error_from_code
 from jetsdk.message import Ack
 from jetsdk.producer.accumulator import Accumulator, Batch
+from jetsdk.producer.fan_in import FanIn, SectionAnswer, serves_produce_many
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.retry_rules import (
     IDEMPOTENT_RETRY_CODES,
@@ -66,7 +67,7 @@ class _Written:
     batch: Batch[Pending]
     base_seq: int
     request: ProduceRequest
-    response: PendingResponse | None
+    response: PendingResponse | SectionAnswer | None
     """None: not written after all (the sender task sends it)."""
 
 
@@ -114,6 +115,8 @@ class Sender:
         self._space: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._flushing = 0
+        self.fan_in = FanIn()
+        """Groups the requests of many partitions to one server into one request."""
 
     def start(self, tg: anyio.abc.TaskGroup, producer_id: int | None) -> None:
         """Start sending: partition tasks run in ``tg``."""
@@ -242,14 +245,22 @@ class Sender:
         ):
             return False
         conn = self._client.leader_connection_now(self._stream, partition)
-        if conn is None or not conn.can_send_now:
+        if conn is None:
+            return False
+        fan_in = serves_produce_many(conn)
+        if not fan_in and not conn.can_send_now:
             return False
         batch = acc.drain(partition)
         if batch is None:
             return False
         request = self._request(batch, batch.items, sender.next_seq)
-        # None cannot happen after can_send_now (nothing yielded); the sender would send it.
-        response = conn.send_nowait(Api.PRODUCE, encode_produce_request(request))
+        body = encode_produce_request(request)
+        response: PendingResponse | SectionAnswer | None
+        if fan_in:  # sent with the other partitions' requests of this loop turn
+            response = self.fan_in.submit(conn, body, self._answer_timeout(request))
+        else:
+            # None cannot happen after can_send_now (nothing yielded); the sender sends it.
+            response = conn.send_nowait(Api.PRODUCE, body)
         sender.in_flight.acquire_nowait()
         sender.written.append(_Written(batch, sender.next_seq, request, response))
         sender.next_seq += len(batch.items)
@@ -326,12 +337,10 @@ class Sender:
                     response = None if written is None else written.response
                     written = None
                     if response is not None:
-                        wait = request.timeout_ms / 1000 + self._client.request_timeout
-                        answer = await response.wait(wait)
+                        answer = await response.wait(self._answer_timeout(request))
                         results = decode_produce_answer(answer, len(request.messages))
                     else:
-                        # No retries inside: this loop retries, so it knows every error.
-                        results = await self._client.produce(request, retry_if=never)
+                        results = await self._produce(request)
                 except JetError as exc:
                     if not retry_if(exc):
                         self._fail(items, exc)
@@ -374,6 +383,22 @@ class Sender:
                 with contextlib.suppress(JetError):
                     await self._client.refresh_metadata()
             self.retries += 1
+
+    def _answer_timeout(self, request: ProduceRequest) -> float:
+        """Seconds the answer to ``request`` may take: the server's wait and the client's."""
+        return request.timeout_ms / 1000 + self._client.request_timeout
+
+    async def _produce(self, request: ProduceRequest) -> list[ProduceResult]:
+        """Send ``request`` to its partition's leader, with the other partitions' requests
+        to that server of this loop turn where it takes them (:class:`FanIn`); its
+        results. No retries inside: :meth:`_deliver` retries, so it knows every error."""
+        conn = await self._client.leader_connection(self._stream, request.partition)
+        body = encode_produce_request(request)
+        wait = self._answer_timeout(request)
+        answer = self.fan_in.submit(conn, body, wait)
+        if answer is None:  # a server without ProduceMany, or not asyncio
+            return await self._client.produce(request, retry_if=never)
+        return decode_produce_answer(await answer.wait(wait), len(request.messages))
 
     def _expired(self, batch: Batch[Pending], error: JetError | None) -> JetError:
         """The error for messages not delivered within ``delivery_timeout``."""
