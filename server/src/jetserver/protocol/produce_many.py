@@ -158,15 +158,21 @@ def _error(code: ErrorCode, message: str, details: dict[str, object] | None) -> 
 
 
 def _all_after(afters: list[After]) -> After:
-    """The after-work of every section (each bounds itself), run together."""
+    """The after-work of every section (each bounds itself), one after the other.
+
+    One loop turn first: the fsyncs the sections' appends left to their requests
+    (``Committer.defer_flush``) then go to their partitions' flushers, all in that turn
+    (one thread job for all of them, :class:`~jetserver.fsync_runner.FsyncRunner`),
+    instead of each section's after-work trying its own on the loop; then each waits for
+    its commit and publishes its copies, in section order (no task each)."""
 
     async def run() -> None:
-        if len(afters) == 1:
-            await afters[0]()
-            return
-        results = await asyncio.gather(*(after() for after in afters), return_exceptions=True)
-        for result in results:
-            if isinstance(result, Exception):
-                log.warning("produce-many after-work failed", extra=fields(error=repr(result)))
+        if len(afters) > 1:
+            await asyncio.sleep(0)
+        for after in afters:
+            try:
+                await after()
+            except Exception as exc:  # one section's copies; the others still go
+                log.warning("produce-many after-work failed", extra=fields(error=repr(exc)))
 
     return run
