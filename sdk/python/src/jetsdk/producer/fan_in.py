@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FRAME_HEADER_SIZE, Api
@@ -94,15 +94,20 @@ def _expire(future: asyncio.Future[bool]) -> None:
         future.set_result(False)
 
 
-class _Group:
-    """The bodies submitted for one connection in one loop turn."""
+Cut = Callable[[SectionAnswer], "bytes | None"]
+"""A partition's batch cut at the end of the turn: given the answer its request will get,
+the request's body (None: nothing to send any more, its sender took it)."""
 
-    __slots__ = ("answers", "bodies", "size", "timeout")
+
+class _Group:
+    """What was submitted for one connection in one loop turn."""
+
+    __slots__ = ("answers", "bodies", "cuts", "timeout")
 
     def __init__(self) -> None:
         self.bodies: list[bytes] = []
         self.answers: list[SectionAnswer] = []
-        self.size = 4
+        self.cuts: list[Cut] = []
         self.timeout = 0.0
 
 
@@ -120,23 +125,32 @@ class FanIn:
         self.sections = 0
         """Bodies sent in them."""
 
+    def takes(self, conn: Connection) -> bool:
+        """True if bodies for ``conn`` go through here (its server lists ProduceMany and
+        this is asyncio)."""
+        return not conn.closed and serves_produce_many(conn) and running_asyncio_loop() is not None
+
+    def writes_now(self, conn: Connection) -> bool:
+        """True if :meth:`submit` would write a body for ``conn`` at once, alone: nothing
+        was submitted for it in this loop turn yet and it is free to write."""
+        return conn not in self._open and conn not in self._wrote_now and conn.can_send_now
+
     def submit(
         self, conn: Connection, body: bytes, timeout: float
     ) -> PendingResponse | SectionAnswer | None:
         """Send Produce request ``body`` to ``conn``'s server with the other bodies of this
         loop turn; its answer. None (nothing sent) if the server does not list ProduceMany
-        or this is not asyncio: send it as a Produce request then. ``timeout``: seconds the
-        answer may take.
+        or this is not asyncio (:meth:`takes`): send it as a Produce request then.
+        ``timeout``: seconds the answer may take.
 
         The first body of a loop turn for a connection free to write is written at once,
         alone, as a Produce request (the latency of a message sent to an idle producer
         does not wait for the end of the turn); the next ones of that turn go together at
         its end."""
-        loop = running_asyncio_loop()
-        if loop is None or conn.closed or not serves_produce_many(conn):
+        if not self.takes(conn):
             return None
-        group = self._open.get(conn)
-        if group is None and conn not in self._wrote_now and conn.can_send_now:
+        loop = asyncio.get_running_loop()
+        if self.writes_now(conn):
             pending = conn.send_nowait(Api.PRODUCE, body)
             if pending is not None:
                 self.requests += 1
@@ -144,46 +158,75 @@ class FanIn:
                 self._wrote_now.add(conn)
                 loop.call_soon(self._wrote_now.discard, conn)
                 return pending
-        limit = _limit(conn)
-        added = len(body) + _SECTION_OVERHEAD
-        if group is not None and (
-            len(group.bodies) >= MAX_PRODUCE_SECTIONS or group.size + added > limit
-        ):
-            self._flush(conn, group)
-            group = None
-        if group is None:
-            group = self._open[conn] = _Group()
-            loop.call_soon(self._flush, conn, group)
+        group = self._group(conn, loop, timeout)
         answer = SectionAnswer(loop.create_future(), conn.label)
         group.bodies.append(body)
         group.answers.append(answer)
-        group.size += added
-        group.timeout = max(group.timeout, timeout)
         return answer
 
+    def defer(self, conn: Connection, cut: Cut, timeout: float) -> None:
+        """Have ``cut`` make a body for ``conn`` at the end of this loop turn, to go with
+        the others (a partition's batch then holds every message queued in the turn).
+        Only where :meth:`takes` holds."""
+        self._group(conn, asyncio.get_running_loop(), timeout).cuts.append(cut)
+
+    def _group(self, conn: Connection, loop: asyncio.AbstractEventLoop, timeout: float) -> _Group:
+        group = self._open.get(conn)
+        if group is None:
+            group = self._open[conn] = _Group()
+            loop.call_soon(self._flush, conn, group)
+        group.timeout = max(group.timeout, timeout)
+        return group
+
     def _flush(self, conn: Connection, group: _Group) -> None:
-        """Send ``group`` (at the end of its loop turn, or when it is full)."""
+        """Send ``group`` at the end of its loop turn: one request per
+        :data:`MAX_PRODUCE_SECTIONS` sections or frame limit."""
         if self._open.get(conn) is group:
             del self._open[conn]
-        if not group.bodies:
-            return
+        bodies, answers = group.bodies, group.answers
+        for cut in group.cuts:
+            answer = SectionAnswer(asyncio.get_running_loop().create_future(), conn.label)
+            body = cut(answer)
+            if body is not None:
+                bodies.append(body)
+                answers.append(answer)
+        limit = _limit(conn)
+        start, size = 0, 4
+        for i, body in enumerate(bodies):
+            added = len(body) + _SECTION_OVERHEAD
+            if i > start and (i - start >= MAX_PRODUCE_SECTIONS or size + added > limit):
+                self._send_soon(conn, bodies[start:i], answers[start:i], group.timeout)
+                start, size = i, 4
+            size += added
+        if start < len(bodies):
+            self._send_soon(conn, bodies[start:], answers[start:], group.timeout)
+
+    def _send_soon(
+        self, conn: Connection, bodies: list[bytes], answers: list[SectionAnswer], timeout: float
+    ) -> None:
         self.requests += 1
-        self.sections += len(group.bodies)
-        if len(group.bodies) == 1:
-            api, body = Api.PRODUCE, group.bodies[0]
+        self.sections += len(bodies)
+        if len(bodies) == 1:
+            api, body = Api.PRODUCE, bodies[0]
         else:
-            api, body = Api.PRODUCE_MANY, encode_produce_many_request(group.bodies)
-        task = asyncio.get_running_loop().create_task(self._send(conn, api, body, group))
+            api, body = Api.PRODUCE_MANY, encode_produce_many_request(bodies)
+        task = asyncio.get_running_loop().create_task(self._send(conn, api, body, answers, timeout))
         self._tasks.add(task)  # held until it ends: the loop keeps only weak references
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, conn: Connection, api: int, body: bytes, group: _Group) -> None:
-        answers = group.answers
+    async def _send(
+        self,
+        conn: Connection,
+        api: int,
+        body: bytes,
+        answers: list[SectionAnswer],
+        timeout: float,
+    ) -> None:
         try:
             pending = conn.send_nowait(api, body)
             if pending is None:
                 pending = await conn.send(api, body)
-            answer = await pending.wait(group.timeout)
+            answer = await pending.wait(timeout)
         except JetError as exc:
             for section in answers:
                 section._resolve(None, exc)
