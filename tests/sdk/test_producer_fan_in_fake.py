@@ -29,12 +29,16 @@ async def test_a_failed_section_alone_is_sent_again(anyio_backend: str, code: Er
         pytest.skip("ProduceMany is sent on asyncio only")
     async with cluster_and_client(produce_many=True) as (cluster, client):
         cluster.add_stream("s", partitions=PARTITIONS)
-        async with Producer(client, "s", idempotent=True, linger=0.05) as producer:
-            await producer.send(b"warm", partition=0)
+        # Only a flush cuts batches (linger 60 s): it wakes every partition's sender in
+        # one loop turn, so their batches go in one request whatever the machine's load.
+        async with Producer(client, "s", idempotent=True, linger=60) as producer:
+            await producer.send_soon(b"warm", partition=0)
+            await producer.flush()
             cluster.fail_next_produce.append(code)  # the next section served fails
             sent = [(i % PARTITIONS, b"m%02d" % i) for i in range(4 * PARTITIONS)]
             handles = [await producer.send_soon(v, partition=p) for p, v in sent]
-            acks = [await h for h in handles]
+            await producer.flush()
+            acks = [h.result() for h in handles]
         assert [a.partition for a in acks] == [p for p, _v in sent]
         assert producer.retries == 1  # the failed section, not the request
         assert max(cluster.produce_many_sections) == PARTITIONS  # one request for all
