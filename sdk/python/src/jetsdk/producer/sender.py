@@ -427,7 +427,10 @@ class Sender:
         """Send ``request`` to its partition's leader, with the other partitions' requests
         to that server of this loop turn where it takes them (:class:`FanIn`); its
         results. No retries inside: :meth:`_deliver` retries, so it knows every error."""
-        conn = await self._client.leader_connection(self._stream, request.partition)
+        client = self._client
+        conn = client.leader_connection_now(self._stream, request.partition)
+        if conn is None:  # stale metadata, or not connected yet: may refresh and dial
+            conn = await client.leader_connection(self._stream, request.partition)
         body = encode_produce_request(request)
         wait = self._answer_timeout(request)
         answer = self.fan_in.submit(conn, body, wait)
