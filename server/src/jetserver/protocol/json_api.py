@@ -20,7 +20,7 @@ from jetserver.metadata.health import IsDown, never_down
 
 POSITIONS = ("earliest", "latest", "timestamp")
 SERVED_APIS = [int(api) for api in Api]
-"""Hello's ``apis``: every API key this server answers (spec/protocol.md, "0 Hello")."""
+"""Hello's ``apis``: every API key this version implements (spec/protocol.md, "0 Hello")."""
 
 
 def _str_field(req: dict[str, Any], field: str) -> str:
