@@ -29,12 +29,17 @@ the loop unless:
 Durability is the same either way: the high watermark and ALL acks move only after the
 fsync returned. Worker threads are :data:`jetserver.fsync_threads.THREADS` (a job and one
 loop callback per fsync, not ``anyio.to_thread``'s two extra loop turns and ~110 calls).
+The fsyncs handed to threads in one loop turn go as ONE job (:class:`_FlushBatch`): a
+ProduceMany request that appended to 500 partitions has their flushers ask in the same
+turn, and one thread wakes and fsyncs every log in turn instead of 500 hand-offs and
+500 results (group commit across partitions).
 Task safety: event loop thread only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -83,6 +88,10 @@ class FsyncRunner:
     """fsyncs handed to a worker thread."""
     slow_fsyncs: int = 0
     """fsyncs on the loop slower than :data:`SLOW_FSYNC_S`."""
+    thread_jobs: int = 0
+    """Jobs handed to worker threads (each fsyncs every log asked for in one loop turn)."""
+    _batch: _FlushBatch | None = attrs.field(default=None, repr=False)
+    _jobs: set[asyncio.Task[None]] = attrs.field(factory=set, repr=False)
     _busy: float = 0.0
     _busy_at: float = 0.0
     _threads_until: float = 0.0
@@ -95,7 +104,39 @@ class FsyncRunner:
             if flushed is not None:
                 return flushed
         self.thread_fsyncs += 1
-        return await THREADS.run(log_.flush, upto)
+        return await self._flush_in_thread(log_, upto)
+
+    async def _flush_in_thread(self, log_: Log, upto: int | None) -> int:
+        """``log_.flush(upto)`` in a worker thread, in one job with the other fsyncs asked
+        for in this loop turn. A caller cancelled meanwhile still waits for the job to end
+        (an fsync's outcome is its committer's to see), as :meth:`FsyncThreads.run`."""
+        batch = self._batch
+        if batch is None:
+            loop = asyncio.get_running_loop()
+            batch = self._batch = _FlushBatch(loop.create_future())
+            loop.call_soon(self._submit, batch)
+        index = len(batch.logs)
+        batch.logs.append((log_, upto))
+        done = batch.done
+        try:
+            results = await asyncio.shield(done)
+        except asyncio.CancelledError:
+            while not done.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(done)
+            raise
+        flushed, error = results[index]
+        if error is not None:
+            raise error
+        return flushed
+
+    def _submit(self, batch: _FlushBatch) -> None:
+        if self._batch is batch:
+            self._batch = None
+        self.thread_jobs += 1
+        task = asyncio.get_running_loop().create_task(_run_batch(batch))
+        self._jobs.add(task)  # held until it ends: the loop keeps only weak references
+        task.add_done_callback(self._jobs.discard)
 
     async def flush_here(self, log_: Log, upto: int | None = None) -> int | None:
         """``log_.flush(upto)`` on the loop if this runner would run it there now (after
@@ -181,6 +222,41 @@ async def _loop_free() -> bool:
         return True
     await anyio.lowlevel.checkpoint()
     return not ready
+
+
+@attrs.define(eq=False)
+class _FlushBatch:
+    """The fsyncs handed to worker threads in one loop turn: one job for all of them."""
+
+    done: asyncio.Future[list[tuple[int, BaseException | None]]]
+    """Each log's outcome, in order: (flushed offset, None) or (-1, its error)."""
+    logs: list[tuple[Log, int | None]] = attrs.field(factory=list)
+
+
+async def _run_batch(batch: _FlushBatch) -> None:
+    done = batch.done
+    try:
+        results = await THREADS.run(_flush_all, batch.logs)
+    except asyncio.CancelledError:  # the server stops
+        done.cancel()
+        raise
+    except Exception as exc:  # unexpected: every waiter gets it
+        if not done.done():
+            done.set_exception(exc)
+        return
+    if not done.done():
+        done.set_result(results)
+
+
+def _flush_all(logs: list[tuple[Log, int | None]]) -> list[tuple[int, BaseException | None]]:
+    """Flush each log in turn (in a worker thread); one's failure is its own."""
+    out: list[tuple[int, BaseException | None]] = []
+    for log_, upto in logs:
+        try:
+            out.append((log_.flush(upto), None))
+        except Exception as exc:
+            out.append((-1, exc))
+    return out
 
 
 def _append_and_flush(log_: Log, data: bytes | memoryview) -> None:

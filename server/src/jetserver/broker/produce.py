@@ -178,6 +178,22 @@ class ProduceService:
         replica = self.streams.local_replica(stream, partition)
         return replica is not None and replica.takes_direct(policy)
 
+    def answers_at_once(self, stream: str, partition: int, policy: int) -> bool:
+        """True if a request (in a task of its own) with ack ``policy`` would be appended
+        and answered by :meth:`produce_then` without waiting for anything now: this server
+        leads the partition, one replica, LEADER or NONE acks, its sequencer idle (a
+        hint for ProduceMany, which then serves such sections one after the other in its
+        own task instead of a task each)."""
+        if policy == AckPolicy.ALL:
+            return False
+        replica = self.streams.local_replica(stream, partition)
+        return (
+            replica is not None
+            and replica.replication_factor == 1
+            and (self.direct or is_internal(stream))
+            and replica.appends_at_once(policy)
+        )
+
     def _check(
         self, stream: str, partition: int, policy: int, messages: list[ProducedEnvelope]
     ) -> tuple[str, int, PartitionReplica | None]:

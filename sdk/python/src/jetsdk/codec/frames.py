@@ -66,6 +66,7 @@ class Api(enum.IntEnum):
     REBALANCE_LEADERS = 14
     PURGE_STREAM = 15
     UPDATE_STREAM = 16
+    PRODUCE_MANY = 17
 
 
 FLAG_RESPONSE = 0x01
