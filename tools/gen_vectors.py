@@ -31,8 +31,8 @@ from jetsdk.codec import envelope as env
 from jetsdk.codec import epoch_messages as epoch_msg
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
-from jetsdk.codec import produce_values as pv
 from jetsdk.codec import produce_many as pm
+from jetsdk.codec import produce_values as pv
 from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.json_ack import encode_json_ack

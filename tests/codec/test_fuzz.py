@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from jetsdk.codec import envelope as env
 from jetsdk.codec import messages as msg
-from jetsdk.codec import produce_values as pv
 from jetsdk.codec import produce_many as pm
+from jetsdk.codec import produce_values as pv
 from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec import transcode
 from jetsdk.codec.errors import CodecError
