@@ -5,9 +5,6 @@ server whose Hello does not list ProduceMany gets one Produce request per batch.
 
 from __future__ import annotations
 
-import itertools
-import uuid
-
 import pytest
 
 from jetsdk import Client, Producer
@@ -15,16 +12,12 @@ from jetsdk.codec.frames import Api
 from jetsdk.connection import Connection
 from jetsdk.producer.fan_in import serves_produce_many
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
 
 PARTITIONS = 64
 MESSAGES = 2000
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
 
 
 def _requests_sent(conn: Connection) -> int:

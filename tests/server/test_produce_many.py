@@ -28,6 +28,7 @@ from jetsdk.codec.produce_many import (
 )
 from jetsdk.codec.record import Record
 from jetserver.server import Server
+from security.auth_kit import auth_settings, tokens_for
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
@@ -190,17 +191,11 @@ async def test_empty_request_gets_an_empty_answer(jet: Server) -> None:
         assert await _many(c, []) == []
 
 
-TOKENS = {"ops": "ops-token-0123456789abcdef", "alice": "alice-token-0123456789abcdef"}
+TOKENS = tokens_for("ops", "alice")
 
 
 async def test_acl_denial_fails_only_its_section(nats_server: NatsServer, tmp_path: Path) -> None:
-    from jetserver.security.passwords import hash_token
-
-    settings: dict[str, object] = {
-        "auth__enabled": True,
-        "auth__tokens": tuple(f"{n}={hash_token(t)}" for n, t in TOKENS.items()),
-        "auth__acls": ("ops:admin:*", "alice:publish:orders.*"),
-    }
+    settings = auth_settings(TOKENS, ("ops:admin:*", "alice:publish:orders.*"))
     async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
         assert jet.address is not None
         async with await RawClient.connect(jet.address) as c:
