@@ -75,6 +75,30 @@ async def test_a_cancelled_caller_waits_for_its_job_to_end() -> None:
     assert await pool.run(int, 7) == 7  # the pool still serves
 
 
+async def test_a_submitted_job_runs_without_a_word_back_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``submit`` (the fsyncs of ``written`` partitions, jetserver/flush_behind.py): the
+    job runs in a worker thread, nothing is handed back through the loop, an exception is
+    logged, and the thread serves the next job."""
+    from jetserver import fsync_threads
+
+    settled: list[object] = []
+    monkeypatch.setattr(fsync_threads, "_settle", lambda *args: settled.append(args))
+    pool = FsyncThreads()
+    pool.submit(_fail)
+    for _ in range(1000):  # bounded (10 s): the worker thread logs it
+        if "a background fsync job failed" in caplog.text:
+            break
+        await anyio.sleep(0.01)
+    assert "a background fsync job failed" in caplog.text
+    ran = threading.Event()
+    pool.submit(ran.set)
+    assert ran.wait(10)
+    assert pool.threads == 1  # the thread serves the next job
+    assert settled == []
+
+
 def _fail() -> None:
     raise OSError("disk gone")
 

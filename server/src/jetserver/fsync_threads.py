@@ -15,19 +15,26 @@ result's callback ran; tried on 2026-11-28: 4.1 -> 7.2 context switches per mess
 As with anyio's ``run_sync``, a caller cancelled while its job runs still waits for the job
 to end before its cancellation goes on (an fsync's outcome is the committer's to see).
 
-Task safety: :meth:`FsyncThreads.run` from event-loop threads; workers are daemon threads.
+:meth:`FsyncThreads.submit` hands a job over without any result coming back (the fsyncs of
+``written`` partitions, :mod:`jetserver.flush_behind`): no loop wake-up at all.
+
+Task safety: :meth:`FsyncThreads.run` from event-loop threads, :meth:`FsyncThreads.submit`
+from any; workers are daemon threads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 __all__ = ["MAX_THREADS", "THREADS", "FsyncThreads"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -42,12 +49,13 @@ class _Job:
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        loop: asyncio.AbstractEventLoop | None,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
     ) -> None:
         self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()
+        """None: nobody waits (:meth:`FsyncThreads.submit`)."""
+        self.future: asyncio.Future[Any] | None = None if loop is None else loop.create_future()
         self.fn = fn
         self.args = args
         self.ended = False
@@ -77,7 +85,28 @@ class FsyncThreads:
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread: its result, or its exception raised here."""
-        job = _Job(asyncio.get_running_loop(), fn, args)
+        loop = asyncio.get_running_loop()
+        job = _Job(loop, fn, args)
+        future = job.future
+        assert future is not None  # a job with a loop has one
+        self._put(job)
+        try:
+            result: T = await future
+        except asyncio.CancelledError:
+            while not job.ended:  # as anyio's run_sync: the job ends before this does
+                job.future = loop.create_future()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job.future
+            raise
+        return result
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        """``fn()`` in a worker thread, and nothing handed back: no future, no loop
+        callback (no wake-up of the event loop; ``fn`` tells whom it must itself). An
+        exception it raises is logged. From any thread."""
+        self._put(_Job(None, fn, ()))
+
+    def _put(self, job: _Job) -> None:
         with self._lock:
             self._queued += 1
             start = self._queued > self._idle and self._threads < self.max_threads
@@ -87,15 +116,6 @@ class FsyncThreads:
         self._jobs.put(job)
         if start:
             threading.Thread(target=self._work, name="jet-fsync", daemon=True).start()
-        try:
-            result: T = await job.future
-        except asyncio.CancelledError:
-            while not job.ended:  # as anyio's run_sync: the job ends before this does
-                job.future = job.loop.create_future()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await job.future
-            raise
-        return result
 
     def _work(self) -> None:
         while True:
@@ -109,6 +129,10 @@ class FsyncThreads:
                 result, error = None, exc
             with self._lock:  # idle before the result can cause the next job
                 self._idle += 1
+            if job.loop is None:
+                if error is not None:
+                    log.error("a background fsync job failed", exc_info=error)
+                continue
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
                 job.loop.call_soon_threadsafe(_settle, job, result, error)
 
@@ -116,7 +140,7 @@ class FsyncThreads:
 def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
     job.ended = True
     future = job.future
-    if future.done():
+    if future is None or future.done():
         return
     if error is not None:
         future.set_exception(error)

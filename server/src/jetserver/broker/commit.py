@@ -31,11 +31,12 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
 from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
 from jetserver.broker.lifecycle import Lifecycle
+from jetserver.flush_behind import FlushBehind
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
-from jetserver.metadata.model import DURABILITY_FLUSHED
-from jetserver.replication.core import Outcome, ReplicaCore
+from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN
+from jetserver.replication.core import ROLE_SINGLE, Outcome, ReplicaCore
 from jetserver.storage import Log, SyncFailedError
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,11 @@ class Committer:
     _loop_refused: bool = False
     """:meth:`commit_deferred` just found the fsync may not run on the loop: the flusher
     goes to a thread without asking again (no second probe turn)."""
+    _behind: FlushBehind | None = None
+    """The fsyncs of a ``written`` partition on its own (:meth:`request_flush`), made on
+    the first."""
+    _handover: asyncio.Task[None] | None = None
+    """The task handing a partition whose background fsync failed to the flusher."""
 
     def __repr__(self) -> str:
         # Not attrs' repr: the parts refer to each other and to the server's objects
@@ -109,10 +115,29 @@ class Committer:
     def request_flush(self) -> None:
         """Have the flusher fsync what was appended. The flusher task starts on the first
         request: an idle partition has none (a task is about 4 KB; a server holds thousands
-        of idle partitions). Not running (``run`` ended): nothing to do, its end flushed."""
+        of idle partitions). Not running (``run`` ended): nothing to do, its end flushed.
+
+        A ``written`` partition on a server alone, whose flusher never had to start, fsyncs
+        in a worker thread that reports nothing back (:class:`FlushBehind`): its commit
+        came with the append, so the fsync's end changes nothing on the loop, and waking
+        the loop for it cost a wake-up per message at light load. A failed fsync hands the
+        partition to the flusher for good (:meth:`_behind_failed`)."""
         if not self._flushing:
             tg = self.life.tg
             if tg is None:
+                return
+            core = self.core
+            if (
+                core.durability == DURABILITY_WRITTEN
+                and core.role == ROLE_SINGLE
+                and self.log.sync_failure is None
+            ):
+                behind = self._behind
+                if behind is None:
+                    loop = self._running_loop()
+                    behind = self._behind = FlushBehind(self.log, loop, self._behind_failed)
+                if behind.kick():
+                    self.fsyncs.thread_fsyncs += 1
                 return
             self._flushing = True
             self._dirty = anyio.Event()
@@ -128,6 +153,30 @@ class Committer:
         the flusher is asked as always, so the records never wait longer than that."""
         self._deferred = True
         self._running_loop().call_soon(self._flush_if_deferred)
+
+    def _behind_failed(self, error: BaseException) -> None:
+        """A :class:`FlushBehind` fsync failed (a loop callback): the flusher takes over,
+        now and from then on, and recovers as from any failed fsync (the cut back)."""
+        if self.life.tg is None:
+            return  # run ended: final_flush saw the log's failure
+        log.warning(
+            "background fsync failed; the flusher takes over",
+            extra=self._fields(error=repr(error)),
+        )
+        # A task starts it: anyio's task group needs a task to find its backend from.
+        self._handover = self._running_loop().create_task(self._hand_over())
+
+    async def _hand_over(self) -> None:
+        if self._flushing:  # another failure handed it over already
+            self._dirty.set()
+            return
+        tg = self.life.tg
+        if tg is None:
+            return
+        self._flushing = True
+        self._dirty = anyio.Event()
+        tg.start_soon(self._flusher)
+        self._dirty.set()
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
@@ -303,6 +352,8 @@ class Committer:
     async def final_flush(self) -> None:
         """At the end of ``run``: flush what is left, commit it, fail the pending ALL acks."""
         try:
+            if self._behind is not None:
+                await self._behind.wait_idle()  # its thread is done with the log
             log_ = self.log
             if log_.sync_failure is None and log_.flushed_offset >= log_.log_end_offset:
                 flushed = log_.flushed_offset  # nothing to flush: no thread round trip
