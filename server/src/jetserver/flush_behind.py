@@ -41,6 +41,7 @@ class FlushBehind:
 
     __slots__ = (
         "_again",
+        "_due",
         "_lock",
         "_log",
         "_loop",
@@ -70,6 +71,8 @@ class FlushBehind:
         self._again = False
         """Kicked while running: fsync once more before ending."""
         self._waiters: list[asyncio.Future[None]] = []
+        self._due = False
+        """:meth:`kick_soon` scheduled a kick that has not run yet."""
         self.fsyncs = 0
         """fsyncs run (counted in the worker thread)."""
 
@@ -77,6 +80,26 @@ class FlushBehind:
     def running(self) -> bool:
         """A job is queued or runs."""
         return self._running
+
+    def kick_soon(self) -> bool:
+        """:meth:`kick` two loop turns from now, once what the append set going ran: the
+        parked Fetches it woke (next turn) and the NATS copies of its request (written by
+        a loop callback the turn after). A worker thread woken at once takes the GIL from
+        the loop thread at each of their system calls, and the loop thread must wait to
+        take it back (futex calls per message, ``python -m bench cost``). False if a kick
+        is already due."""
+        if self._due:
+            return False
+        self._due = True
+        self._loop.call_soon(self._kick_later)
+        return True
+
+    def _kick_later(self) -> None:
+        self._loop.call_soon(self._kick_due)
+
+    def _kick_due(self) -> None:
+        self._due = False
+        self.kick()
 
     def kick(self) -> bool:
         """Have what is appended fsynced; True if that started a job (none was running)."""

@@ -136,7 +136,7 @@ class Committer:
                 if behind is None:
                     loop = self._running_loop()
                     behind = self._behind = FlushBehind(self.log, loop, self._behind_failed)
-                if behind.kick():
+                if behind.kick_soon():
                     self.fsyncs.thread_fsyncs += 1
                 return
             self._flushing = True
