@@ -402,7 +402,7 @@ async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answ
     monkeypatch.setattr(fsync_runner, "SLOW_FSYNC_S", 60.0)
     monkeypatch.setattr(fsync_runner, "LOOP_SHARE", 1.0)
 
-    async def free() -> bool:
+    async def free(_loop: object = None) -> bool:
         return True
 
     monkeypatch.setattr(fsync_runner, "_loop_free", free)
@@ -442,7 +442,7 @@ async def test_a_busy_loop_sends_a_deferred_fsync_to_a_thread_after_one_look(
     took the fsync: one probe, the flusher's wake-up, the thread)."""
     probes = [0]
 
-    async def busy() -> bool:
+    async def busy(_loop: object = None) -> bool:
         probes[0] += 1
         return False
 

@@ -97,11 +97,18 @@ class FsyncRunner:
         self.thread_fsyncs += 1
         return await THREADS.run(log_.flush, upto)
 
-    async def flush_here(self, log_: Log, upto: int | None = None) -> int | None:
+    async def flush_here(
+        self,
+        log_: Log,
+        upto: int | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> int | None:
         """``log_.flush(upto)`` on the loop if this runner would run it there now (after
         one turn that lets ready work run first); None, with nothing done, if not: the
-        caller leaves the fsync to a thread (its partition's flusher)."""
-        if not (self._may_run_here() and await _loop_free()):
+        caller leaves the fsync to a thread (its partition's flusher). ``loop``: the
+        running loop, if the caller knows it (looking it up costs a getpid system call
+        on Python 3.11)."""
+        if not (self._may_run_here() and await _loop_free(loop)):
             return None
         start = self.clock()
         try:
@@ -158,20 +165,21 @@ class FsyncRunner:
             )
 
 
-async def _loop_free() -> bool:
+async def _loop_free(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     """True if nothing else is ready to run on the event loop, after letting what is ready
     run once (e.g. the response to a LEADER-acked Produce, which must not wait behind the
-    fsync).
+    fsync). ``loop``: the running loop if the caller knows it (asyncio only).
 
     asyncio's own loop shows its ready queue; uvloop does not, so there the loop gets one
     turn and is free if that turn came back within :data:`FREE_TURN_S` (the turn of a
     busy server, which reads and handles requests, takes longer). Elsewhere (trio)
     True: the other guards decide.
     """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return True  # not asyncio (trio)
+    if loop is None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return True  # not asyncio (trio)
     ready = getattr(loop, "_ready", None)
     if ready is None:
         start = time.perf_counter()

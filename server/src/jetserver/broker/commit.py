@@ -201,7 +201,8 @@ class Committer:
         try:
             if hops.ENABLED:
                 hops.mark("fsync.start")
-            flushed = await self.fsyncs.flush_here(log_)  # up to the LEO when it starts
+            # Up to the LEO when it starts; the loop known: no getpid (3.11).
+            flushed = await self.fsyncs.flush_here(log_, loop=self._running_loop())
             if hops.ENABLED and flushed is not None:
                 hops.mark("fsync.end")
         except Exception:
