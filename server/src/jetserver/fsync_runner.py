@@ -87,15 +87,22 @@ class FsyncRunner:
     _busy_at: float = 0.0
     _threads_until: float = 0.0
 
-    async def flush(self, log_: Log, upto: int | None = None, *, on_loop: bool = True) -> int:
+    async def flush(
+        self,
+        log_: Log,
+        upto: int | None = None,
+        *,
+        on_loop: bool = True,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> int:
         """``log_.flush(upto)``, on the loop or in a worker thread (always in a thread with
-        ``on_loop`` false)."""
+        ``on_loop`` false). ``loop``: the running loop, if the caller knows it."""
         if on_loop:
-            flushed = await self.flush_here(log_, upto)
+            flushed = await self.flush_here(log_, upto, loop)
             if flushed is not None:
                 return flushed
         self.thread_fsyncs += 1
-        return await THREADS.run(log_.flush, upto)
+        return await THREADS.run(log_.flush, upto, loop=loop)
 
     async def flush_here(
         self,
@@ -108,7 +115,7 @@ class FsyncRunner:
         caller leaves the fsync to a thread (its partition's flusher). ``loop``: the
         running loop, if the caller knows it (looking it up costs a getpid system call
         on Python 3.11)."""
-        if not (self._may_run_here() and await _loop_free(loop)):
+        if not (self.may_run_here() and await _loop_free(loop)):
             return None
         start = self.clock()
         try:
@@ -121,7 +128,7 @@ class FsyncRunner:
 
     async def append_and_flush(self, log_: Log, data: bytes | memoryview) -> None:
         """Append records fetched from a leader (``log_.append_raw``) and fsync them."""
-        if len(data) <= INLINE_MAX_BYTES and self._may_run_here() and await _loop_free():
+        if len(data) <= INLINE_MAX_BYTES and self.may_run_here() and await _loop_free():
             start = self.clock()
             try:
                 log_.append_raw(data)
@@ -137,7 +144,9 @@ class FsyncRunner:
         self.thread_fsyncs += 1
         await THREADS.run(_append_and_flush, log_, data)
 
-    def _may_run_here(self) -> bool:
+    def may_run_here(self) -> bool:
+        """True if an fsync may run on the loop now (on, no back-off after a slow one, the
+        loop's recent share in fsyncs low); the free-loop probe is not asked."""
         if not self.on_loop:
             return False
         now = self.clock()

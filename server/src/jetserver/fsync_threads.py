@@ -83,9 +83,14 @@ class FsyncThreads:
         """Worker threads started."""
         return self._threads
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker thread: its result, or its exception raised here."""
-        loop = asyncio.get_running_loop()
+    async def run(
+        self, fn: Callable[..., T], *args: Any, loop: asyncio.AbstractEventLoop | None = None
+    ) -> T:
+        """``fn(*args)`` in a worker thread: its result, or its exception raised here.
+        ``loop``: the running loop, if the caller knows it (looking it up costs a getpid
+        system call on Python 3.11)."""
+        if loop is None:
+            loop = asyncio.get_running_loop()
         job = _Job(loop, fn, args)
         future = job.future
         assert future is not None  # a job with a loop has one

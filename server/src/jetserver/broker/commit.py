@@ -99,6 +99,8 @@ class Committer:
     _behind: FlushBehind | None = None
     """The fsyncs of a ``written`` partition on its own (:meth:`request_flush`), made on
     the first."""
+    _thread_flush: bool = False
+    """:meth:`commit_deferred` waits for an fsync in a worker thread."""
     _handover: asyncio.Task[None] | None = None
     """The task handing a partition whose background fsync failed to the flusher."""
 
@@ -190,19 +192,38 @@ class Committer:
             self.request_flush()
 
     async def commit_deferred(self) -> None:
-        """Fsync and commit what :meth:`defer_flush` left, on the loop, if the fsync
-        runner would run it there now; else (or on any error) ask the flusher, which
-        recovers from a failed fsync as always. A no-op if nothing is left (the flusher
-        or another request took it)."""
+        """Fsync and commit what :meth:`defer_flush` left, in this task: on the loop if
+        the fsync runner would run it there now; in a worker thread if the runner sends
+        fsyncs there for now (a slow disk, a high share of loop time), unless one from a
+        request's task is there already (then the flusher groups the rest). Else (the loop
+        is busy), or on any error, ask the flusher, which recovers from a failed fsync as
+        always. A no-op if nothing is left (the flusher or another request took it).
+
+        In a thread from this task, not the flusher's: the flusher's wake-up was a task
+        switch between the answer and the fsync on a message's way (``python -m bench
+        cost`` on a disk slow enough for the runner's back-off)."""
         if not self._deferred:
             return
         self._deferred = False  # appends from here on defer again, or ask the flusher
         log_ = self.log
+        runner = self.fsyncs
+        loop = self._running_loop()  # known: no getpid (3.11)
+        in_thread = not runner.may_run_here()
+        if in_thread and self._thread_flush:
+            self._loop_refused = True
+            self.request_flush()
+            return
         try:
             if hops.ENABLED:
                 hops.mark("fsync.start")
-            # Up to the LEO when it starts; the loop known: no getpid (3.11).
-            flushed = await self.fsyncs.flush_here(log_, loop=self._running_loop())
+            if in_thread:
+                self._thread_flush = True
+                try:
+                    flushed: int | None = await runner.flush(log_, on_loop=False, loop=loop)
+                finally:
+                    self._thread_flush = False
+            else:
+                flushed = await runner.flush_here(log_, loop=loop)  # up to the LEO
             if hops.ENABLED and flushed is not None:
                 hops.mark("fsync.end")
         except Exception:
@@ -277,7 +298,9 @@ class Committer:
                 # readers; with ``written``/``replicated`` it is background work.
                 on_loop = self.core.durability == DURABILITY_FLUSHED and not self._loop_refused
                 self._loop_refused = False
-                flushed = await self.fsyncs.flush(self.log, target, on_loop=on_loop)
+                flushed = await self.fsyncs.flush(
+                    self.log, target, on_loop=on_loop, loop=self._running_loop()
+                )
                 if hops.ENABLED:
                     hops.mark("fsync.end")
             except SyncFailedError as exc:
