@@ -38,6 +38,22 @@ async def test_one_job_after_another_reuses_one_thread() -> None:
     assert pool.threads == 1
 
 
+async def test_a_job_goes_to_the_worker_idle_last_and_wakes_no_other() -> None:
+    """With two idle workers, jobs one after another all run on the one that became idle
+    last (the other is never woken: workers waiting on one shared queue woke each other
+    for every job)."""
+    pool = FsyncThreads()
+    both = threading.Barrier(2)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:  # two jobs at once: two workers
+            for _ in range(2):
+                tg.start_soon(pool.run, both.wait, 5)
+    assert pool.threads == 2
+    ran_on = {await pool.run(threading.get_ident) for _ in range(50)}
+    assert len(ran_on) == 1
+    assert pool.threads == 2
+
+
 async def test_concurrent_jobs_stay_within_the_thread_limit() -> None:
     pool = FsyncThreads(max_threads=3)
     release = threading.Event()
