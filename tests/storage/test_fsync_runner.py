@@ -8,6 +8,7 @@ timing anything.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import threading
@@ -109,6 +110,23 @@ async def test_the_loop_is_free_only_when_nothing_else_is_ready() -> None:
     idle = [await fsync_runner._loop_free() for _ in range(20)]
     assert not any(busy)
     assert any(idle)  # timed on uvloop: a preempted turn may look busy, never all twenty
+
+
+async def test_a_known_loop_is_not_looked_up_again(
+    log: Log, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that knows the running loop passes it: ``asyncio.get_running_loop`` calls
+    getpid on Python 3.11, a system call per fsync on the loop (``python -m bench cost``)."""
+    loop = asyncio.get_running_loop()
+
+    def no_lookup() -> asyncio.AbstractEventLoop:
+        raise AssertionError("the loop was looked up again")
+
+    monkeypatch.setattr(fsync_runner.asyncio, "get_running_loop", no_lookup)
+    runner = FsyncRunner(clock=clock)
+    log.append(bodies(3), 1, 0)
+    assert await runner.flush_here(log, loop=loop) == 3
+    assert runner.loop_fsyncs == 1
 
 
 async def test_off_means_every_fsync_in_a_thread(log: Log, clock: Clock) -> None:
@@ -287,9 +305,9 @@ async def test_fsyncs_asked_for_in_one_loop_turn_go_as_one_thread_job(
     threads = fsync_threads.THREADS
 
     class Counted:
-        async def run(self, fn: Any, *args: Any) -> Any:
+        async def run(self, fn: Any, *args: Any, loop: Any = None) -> Any:
             jobs.append(fn)
-            return await threads.run(fn, *args)
+            return await threads.run(fn, *args, loop=loop)
 
     monkeypatch.setattr(fsync_runner, "THREADS", Counted())
     runner = FsyncRunner(on_loop=False, clock=clock)
