@@ -191,6 +191,33 @@ async def test_a_session_answers_each_partition_on_its_own(cluster: Cluster) -> 
     await wait_full_isr(cluster, "direct", 0, 3, BOUND_S)
 
 
+async def test_a_lone_partition_sends_its_fetches_from_its_own_task(cluster: Cluster) -> None:
+    """Once the session's loop has dialed (the first request), a partition fetching alone
+    sends each request and takes its answer in its own task, without the loop's round
+    trip: every answer arrives, each request is one of its own."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("lone", "lone", partitions=1, replication_factor=3)
+    info, leader = await wait_full_isr(cluster, "lone", 0, 3, BOUND_S)
+    follower = next(r for r in info.replicas if r != leader)
+    # Past the leader's end: answered at once, and the leader's view does not change.
+    beyond = ReplicaFetchPartition(
+        "lone", 0, 1_000_000, info.replicas.index(follower), 1_000_000, info.leader_epoch, 1 << 20
+    )
+    session = FetchSession(cluster.server(leader).address, ReplicationConfig())
+    session.users = 1
+    codes = []
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.run)
+            for _ in range(4):
+                codes.append((await session.fetch(beyond, BOUND_S)).error_code)
+            tg.cancel_scope.cancel()
+    assert codes == [ErrorCode.OFFSET_OUT_OF_RANGE] * 4
+    assert session.requests == 4
+    assert session.inline_rounds == 3  # all but the first, which waited for the dial
+    await wait_full_isr(cluster, "lone", 0, 3, BOUND_S)
+
+
 async def test_a_follower_fetch_is_refused_replica_fetch_is_the_one_follower_path(
     cluster: Cluster,
 ) -> None:

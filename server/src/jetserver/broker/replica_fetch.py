@@ -37,6 +37,7 @@ from jetsdk.codec.replica_fetch import (
     ReplicaFetchPartition,
     ReplicaFetchRequest,
 )
+from jetserver import hops
 from jetserver.broker.fetch import check_holds_replica, read_records
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
@@ -137,6 +138,8 @@ async def _serve(
                 answers.append(_out_of_range(index, replica))
                 continue
             hw_was = replica.log.high_watermark
+            if hops.ENABLED:
+                hops.mark(f"rf.ask.{follower}")
             await replica.replica_fetched(follower, part.offset, part.replica_flushed)
             committed = committed or replica.log.high_watermark != hw_was
         except (ApiError, StorageError) as exc:
@@ -181,6 +184,8 @@ async def _wait_news(live: list[_Live], news: anyio.Event, timeout_s: float) -> 
     try:
         with anyio.move_on_after(timeout_s):
             await news.wait()
+            if hops.ENABLED:
+                hops.mark("rf.woken")
             return True
         return False
     finally:
@@ -220,6 +225,8 @@ async def _answer(streams: StreamManager, e: _Live, budget: int) -> ReplicaFetch
             finally:
                 records.close()
     state.note_hw_sent(e.follower, hw)
+    if hops.ENABLED:
+        hops.mark(f"rf.ans.{e.follower}.{'r' if data else 'h'}")
     return ReplicaFetchAnswer(
         e.index, ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, "", data
     )
