@@ -91,7 +91,7 @@ class ReplicaNews:
         state = self.core.leader_state
         if state is None or self.life.ending:
             return True
-        return offset < self.log.log_end_offset or state.follower_needs_hw(follower)
+        return state.fetch_has_news(follower, offset, self.log.log_end_offset)
 
     async def wait(self, follower: str, offset: int, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` until :meth:`has_news`."""
