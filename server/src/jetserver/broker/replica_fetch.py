@@ -37,11 +37,13 @@ from jetsdk.codec.replica_fetch import (
     ReplicaFetchPartition,
     ReplicaFetchRequest,
 )
+from jetserver import hops
 from jetserver.broker.fetch import check_holds_replica, read_records
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError
+from jetserver.lazy_event import LazyEvent
 from jetserver.storage import StorageError
 
 READ_INLINE_MAX_BYTES = 256 * 1024
@@ -58,16 +60,16 @@ class SessionWakers:
     remembered: the session's next request then answers at once.
     """
 
-    _parked: dict[int, anyio.Event] = attrs.field(factory=dict)
+    _parked: dict[int, LazyEvent] = attrs.field(factory=dict)
     _early: dict[int, float] = attrs.field(factory=dict)
 
-    def park(self, session_id: int, event: anyio.Event) -> None:
+    def park(self, session_id: int, event: LazyEvent) -> None:
         """``event`` ends the session's request now being served: a wake sets it."""
         if self._early.pop(session_id, None) is not None:
             event.set()
         self._parked[session_id] = event
 
-    def unpark(self, session_id: int, event: anyio.Event) -> None:
+    def unpark(self, session_id: int, event: LazyEvent) -> None:
         """The request of ``event`` is answered."""
         if self._parked.get(session_id) is event:
             del self._parked[session_id]
@@ -109,7 +111,7 @@ async def replica_fetch(
     if req.wake:
         wakers.wake(req.session_id)
         return []
-    news = anyio.Event()  # set by a partition's news or by the session's wake
+    news = LazyEvent()  # set by a partition's news or by the session's wake
     wakers.park(req.session_id, news)  # before any await: a wake may follow at once
     try:
         return await _serve(streams, limits, news, req)
@@ -120,7 +122,7 @@ async def replica_fetch(
 async def _serve(
     streams: StreamManager,
     limits: LimitsConfig,
-    news: anyio.Event,
+    news: LazyEvent,
     req: ReplicaFetchRequest,
 ) -> list[ReplicaFetchAnswer]:
     answers: list[ReplicaFetchAnswer] = []
@@ -137,6 +139,8 @@ async def _serve(
                 answers.append(_out_of_range(index, replica))
                 continue
             hw_was = replica.log.high_watermark
+            if hops.ENABLED:
+                hops.mark(f"rf.ask.{follower}")
             await replica.replica_fetched(follower, part.offset, part.replica_flushed)
             committed = committed or replica.log.high_watermark != hw_was
         except (ApiError, StorageError) as exc:
@@ -173,16 +177,17 @@ def _has_news(e: _Live) -> bool:
     return e.replica.closed or e.replica.replica_has_news(e.follower, e.part.offset)
 
 
-async def _wait_news(live: list[_Live], news: anyio.Event, timeout_s: float) -> bool:
+async def _wait_news(live: list[_Live], news: LazyEvent, timeout_s: float) -> bool:
     """Wait until a partition has news or the session is woken (either sets ``news``, with
-    no task in between); False after ``timeout_s``."""
+    no task in between); False after ``timeout_s``. A bare future with a timer, not an
+    anyio scope: twice per replicated message at light load."""
     for e in live:
         e.replica.add_news_waker(news)
     try:
-        with anyio.move_on_after(timeout_s):
-            await news.wait()
-            return True
-        return False
+        woken = await news.wait_within(timeout_s)
+        if hops.ENABLED and woken:
+            hops.mark("rf.woken")
+        return woken
     finally:
         for e in live:
             e.replica.remove_news_waker(news)
@@ -220,6 +225,8 @@ async def _answer(streams: StreamManager, e: _Live, budget: int) -> ReplicaFetch
             finally:
                 records.close()
     state.note_hw_sent(e.follower, hw)
+    if hops.ENABLED:
+        hops.mark(f"rf.ans.{e.follower}.{'r' if data else 'h'}")
     return ReplicaFetchAnswer(
         e.index, ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, "", data
     )
