@@ -253,7 +253,7 @@ class ProduceService:
         return response
 
     async def produce_then(
-        self, body: bytes, head: ProduceHead | None = None, *, own_task: bool = False
+        self, body: bytes | bytearray, head: ProduceHead | None = None, *, own_task: bool = False
     ) -> tuple[bytes, After | None]:
         """Serve a Produce request body: the response body (one result per message, in
         order) and the work to do once the response is on its way (None: nothing).
