@@ -189,7 +189,10 @@ class FrameDecoder:
     :meth:`read_target` gives the caller a view of the rest to receive into (the socket's
     ``recv_into``; :meth:`filled` says how much came), so the body is copied by the kernel
     only, not joined from received chunks afterwards. That frame's body is the
-    ``bytearray``. Bytes fed meanwhile with :meth:`feed` are copied into it.
+    ``bytearray``. Bytes fed meanwhile with :meth:`feed` are copied into it. The buffer is
+    made when the header is in (zero-filled pages from the allocator: resident as the
+    bytes arrive), so a connection holds at most one such buffer, of at most
+    ``max_frame_bytes``.
 
     After :meth:`next_frame` raised, the decoder is broken (the byte stream cannot be
     trusted): every later call raises the same error again.
