@@ -31,6 +31,7 @@ from jetsdk.codec import envelope as env
 from jetsdk.codec import epoch_messages as epoch_msg
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
+from jetsdk.codec import produce_values as pv
 from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.json_ack import encode_json_ack
@@ -446,7 +447,9 @@ def envelope_file() -> dict[str, Any]:
 
 
 def produce_request_fields(r: msg.ProduceRequest) -> Fields:
+    current = {"current_values": True} if r.current_values else {}
     return {
+        **current,
         "stream": r.stream,
         "partition": r.partition,
         "ack_policy": int(r.ack_policy),
@@ -529,6 +532,28 @@ PRODUCE_REQ_MIN = msg.ProduceRequest(
     timeout_ms=0,
     messages=(msg.ProduceMessage(value=b"x"),),
 )
+PRODUCE_REQ_CAS = msg.ProduceRequest(
+    stream="prices",
+    partition=0,
+    ack_policy=AckPolicy.ALL,
+    timeout_ms=5000,
+    messages=(
+        msg.ProduceMessage(b"190.1", b"AAPL", (("Jet-Expected-Key-Offset", b"12"),)),
+        msg.ProduceMessage(b"1.09", b"EURUSD", (("Jet-Expected-Key-Offset", b"3"),)),
+        msg.ProduceMessage(b"410.0", b"MSFT", (("Jet-Expected-Key-Offset", b"-1"),)),
+    ),
+    producer_id=0x1234,
+    base_seq=7,
+    current_values=True,
+)
+"""Compare-and-set writes with the current-values flag (spec/protocol.md §6)."""
+PRODUCE_RESULTS_CAS = [
+    msg.ProduceResult(int(ErrorCode.WRONG_EXPECTED_KEY_OFFSET), 17, -1, b"189.9"),
+    msg.ProduceResult(int(ErrorCode.WRONG_EXPECTED_KEY_OFFSET), -1, -1, None),
+    msg.ProduceResult(0, 18, T0),
+]
+"""Its answer: AAPL is at offset 17, not 12 (the value there follows); EURUSD has no live
+record (deleted: offset -1, no value); MSFT was absent and is stored at 18."""
 PRODUCE_RESULTS = [
     msg.ProduceResult(error_code=0, offset=17, timestamp=T0),
     msg.ProduceResult(error_code=0, offset=18, timestamp=T0),
@@ -768,6 +793,34 @@ def protocol_file() -> dict[str, Any]:
                 ]
             },
             msg.encode_produce_response(PRODUCE_RESULTS_TOO_LARGE),
+        ),
+        frame_case(
+            "produce_request_current_values",
+            fr.Api.PRODUCE,
+            9,
+            0,
+            "produce_request",
+            produce_request_fields(PRODUCE_REQ_CAS),
+            msg.encode_produce_request(PRODUCE_REQ_CAS),
+        ),
+        frame_case(
+            "produce_response_current_values",
+            fr.Api.PRODUCE,
+            9,
+            RESP,
+            "produce_response_current_values",
+            {
+                "results": [
+                    {
+                        "error_code": r.error_code,
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "current_value_hex": hx(r.current_value),
+                    }
+                    for r in PRODUCE_RESULTS_CAS
+                ]
+            },
+            pv.encode_produce_response_values(PRODUCE_RESULTS_CAS),
         ),
         frame_case(
             "fetch_request",
@@ -1051,6 +1104,24 @@ def protocol_file() -> dict[str, Any]:
             msg.encode_produce_response(PRODUCE_RESULTS)[:-1].hex(),
             "truncated",
         ),
+        bad(
+            "produce_response_current_values_truncated",
+            "produce_response_current_values",
+            pv.encode_produce_response_values(PRODUCE_RESULTS_CAS)[:-1].hex(),
+            "truncated",
+        ),
+        bad(
+            "produce_response_current_values_trailing",
+            "produce_response_current_values",
+            (pv.encode_produce_response_values(PRODUCE_RESULTS_CAS) + b"\0").hex(),
+            "malformed",
+        ),
+        bad(
+            "produce_request_unknown_flag",
+            "produce_request",
+            (produce[:17] + bytes([produce[17] | 0x80]) + produce[18:]).hex(),
+            "malformed",
+        ),
         bad("fetch_request_truncated", "fetch_request", fetch[:-1].hex(), "truncated"),
         bad(
             "fetch_request_follower_without_replica_fields",
@@ -1096,7 +1167,8 @@ def protocol_file() -> dict[str, Any]:
     return {
         "format": "protocol",
         "doc": "spec/protocol.md. type frame: a whole frame; fields.body_type names the body "
-        "codec (json, error, produce_request, produce_response, fetch_request, fetch_response, "
+        "codec (json, error, produce_request, produce_response, produce_response_current_values "
+        "(the answer to a request with current_values), fetch_request, fetch_response, "
         "replica_fetch_request, replica_fetch_response). "
         "JSON bodies are compact with keys in the order given: other encoders may differ in "
         "bytes and must compare the decoded objects. invalid: type frame goes through a frame "

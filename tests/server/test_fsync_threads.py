@@ -14,11 +14,6 @@ from jetserver.fsync_threads import FsyncThreads
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the server's loop (asyncio or uvloop) only
-
-
 async def test_results_and_errors_come_back_from_the_thread() -> None:
     pool = FsyncThreads()
     assert await pool.run(lambda a, b: (a + b, threading.current_thread().name), 2, 3) == (

@@ -43,11 +43,17 @@ from jetsdk.codec.messages import (
     decode_produce_response,
     encode_produce_request,
     encode_produce_result_tuples,
+    produce_wants_current_values,
+)
+from jetsdk.codec.produce_values import (
+    decode_produce_response_values,
+    encode_produce_result_values,
 )
 from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envelopes
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
+from jetserver.broker.current_values import current_values
 from jetserver.broker.direct import DirectBatch, ProduceCompletion, Result
 from jetserver.broker.nats_port import NatsPort, NatsSubscription, NatsUnavailable
 from jetserver.broker.partition import PartitionReplica
@@ -237,6 +243,8 @@ class ProduceService:
             ApiError: as :meth:`produce_body`.
         """
         body = await self.produce_body(encode_produce_request(req))
+        if req.current_values:
+            return decode_produce_response_values(body)
         return decode_produce_response(body)
 
     async def produce_body(self, body: bytes) -> bytes:
@@ -370,9 +378,13 @@ class ProduceService:
                             after = self._copies_after_commit(
                                 replica, copies, end, failures, timeout_s, turn, ticket
                             )
-                    response = encode_produce_result_tuples(
-                        [r if r is not None else _TIMEOUT for r in results]
-                    )
+                    final = [r if r is not None else _TIMEOUT for r in results]
+                    if produce_wants_current_values(body):  # a refusal's value (§6)
+                        keys = replica.sequencer.checks.keys
+                        values = current_values(replica.log, records, final, index=keys)
+                        response = encode_produce_result_values(final, values)
+                    else:
+                        response = encode_produce_result_tuples(final)
                     if isinstance(after, _Copies) and after.ticket.admitted is not None:
                         after = await self._room_for(after, deadline)
                     return response, after
@@ -404,8 +416,10 @@ class ProduceService:
                     await waiting.done.wait()
         finally:
             self._waiting.pop(token, None)
-        response = encode_produce_result_tuples([r if r is not None else _TIMEOUT for r in results])
-        return response, None
+        final = [r if r is not None else _TIMEOUT for r in results]
+        if produce_wants_current_values(body):  # through NATS: no values (§6)
+            return encode_produce_result_values(final, [None] * n), None
+        return encode_produce_result_tuples(final), None
 
     def _copies_after_commit(
         self,
