@@ -38,7 +38,12 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.codec.record import decode_record
-from jetsdk.codec.replica_fetch import ReplicaFetchPartition
+from jetsdk.codec.replica_fetch import (
+    ReplicaFetchPartition,
+    ReplicaFetchRequest,
+    decode_replica_fetch_response,
+    encode_replica_fetch_request,
+)
 from jetsdk.envelope import parse_message
 from jetsdk.errors import InvalidArgument, JetError, NotLeader
 from jetserver.broker.stored_copy import STORED_HEADER
@@ -285,6 +290,48 @@ async def test_a_partition_asking_during_another_ones_own_round_wakes_it(
     assert still_parked
     assert session.wakes == 1
     await wait_full_isr(cluster, "pair", p, 3, BOUND_S)
+
+
+async def test_an_answer_carries_every_partition_s_records_as_stored(cluster: Cluster) -> None:
+    """One ReplicaFetch for two partitions led by one server: the records of both answers
+    are the bytes the leader's files hold (as a consumer's Fetch reads them), the last
+    answer's sent from its file (sendfile) after the rest of the frame, the first's read
+    and joined into it."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("slices", "slices", partitions=4, replication_factor=3)
+    infos = [await wait_full_isr(cluster, "slices", p, 3, BOUND_S) for p in range(4)]
+    await produce_all(cluster, "slices", 80)
+    by_leader: dict[str, list[int]] = {}
+    for p, (_info, leader) in enumerate(infos):
+        by_leader.setdefault(leader, []).append(p)
+    leader, parts = next((lead, ps) for lead, ps in by_leader.items() if len(ps) >= 2)
+    parts = parts[:2]
+    for p in parts:
+        await wait_caught_up(cluster, "slices", p, BOUND_S)
+    asks = []
+    for p in parts:
+        info = infos[p][0]
+        follower = next(r for r in info.replicas if r != leader)
+        replica_id = info.replicas.index(follower)
+        asks.append(
+            ReplicaFetchPartition("slices", p, 0, replica_id, 0, info.leader_epoch, 1 << 20)
+        )
+    req = ReplicaFetchRequest(
+        session_id=77, max_wait_ms=0, max_bytes=1 << 22, partitions=tuple(asks)
+    )
+    async with Client(cluster.server(leader).address, request_timeout=BOUND_S) as at_leader:
+        body = await at_leader.request_any(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
+        answers = decode_replica_fetch_response(body)
+        stored = []
+        for p in parts:
+            fetched = await at_leader.request_any(
+                Api.FETCH, encode_fetch_request(FetchRequest("slices", p, 0, 1 << 22, 0))
+            )
+            stored.append(bytes(decode_fetch_response(fetched)[1]))
+    assert [a.index for a in answers] == [0, 1]
+    assert [a.error_code for a in answers] == [ErrorCode.NONE, ErrorCode.NONE]
+    assert all(stored)  # both partitions hold records
+    assert [bytes(a.records) for a in answers] == stored
 
 
 async def test_a_follower_fetch_is_refused_replica_fetch_is_the_one_follower_path(

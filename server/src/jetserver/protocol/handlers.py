@@ -339,12 +339,23 @@ class Dispatcher:
                 {"api": int(Api.REPLICA_FETCH)},
             )
         req = decode_replica_fetch_request(frame.body)
-        answers = await replica_fetch(self.streams, self.config.limits, self.session_wakers, req)
-        # The frame joined once around the records read (the body joined, then joined to
-        # its header, copied every replicated byte twice).
-        parts = replica_fetch_response_parts(answers)
-        head = encode_frame_header(
-            frame.api, frame.correlation_id, sum(map(len, parts)), flags=FLAG_RESPONSE
-        )
+        reply = await replica_fetch(self.streams, self.config.limits, self.session_wakers, req)
+        # The last answer's records, which end the frame, go from their files (sendfile);
+        # the rest is joined once (records read and joined copied them twice, and the
+        # records of the other answers are still copied so).
+        last = reply.last_records
+        try:
+            last_len = None if last is None else last.length
+            parts = replica_fetch_response_parts(reply.answers, last_records_len=last_len)
+            head = encode_frame_header(
+                frame.api,
+                frame.correlation_id,
+                sum(map(len, parts)) + (last_len or 0),
+                flags=FLAG_RESPONSE,
+            )
+        except BaseException:
+            if last is not None:
+                last.close()
+            raise
         parts.insert(0, head)
-        return Reply(b"".join(parts))
+        return Reply(b"".join(parts), records=last)

@@ -336,7 +336,7 @@ class Security:
         _need(False, f"publish on stream {stream!r}")
 
     def _authorize_reach(
-        self, body: bytes, stream: str, partition: int, grants: tuple[Grant, ...]
+        self, body: bytes | bytearray, stream: str, partition: int, grants: tuple[Grant, ...]
     ) -> None:
         neighbours = self._reach.neighbours(stream, partition)
         if neighbours is None:
