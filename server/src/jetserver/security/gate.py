@@ -313,7 +313,7 @@ class Security:
         return None
 
     def _authorize_produce(
-        self, body: bytes, grants: tuple[Grant, ...], head: ProduceHead | None
+        self, body: bytes | bytearray, grants: tuple[Grant, ...], head: ProduceHead | None
     ) -> None:
         """Produce: ``publish`` on the stream and on every other stream its messages reach
         through NATS; into an internal stream by a ``group`` grant, only that group's
