@@ -41,6 +41,7 @@ from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
 from jetserver.nats_fast import JetNatsClient
 from jetserver.nats_read import JetParser
 from jetserver.natsproto import header_map
+from jetserver.shared_rounds import SharedRounds
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,9 @@ class NatsLink:
     counts twice)."""
     reconnects: int = 0
     """Times one of them came back."""
+    _flush_rounds: dict[bool, SharedRounds] = attrs.field(factory=dict)
+    """The flush round trips of each connection (by ``ingest``), shared by the flushes
+    that wait at the same time."""
 
     @property
     def connected(self) -> bool:
@@ -492,15 +496,23 @@ class NatsLink:
         nc = self._ingest_client() if ingest else self.client
         if not nc.is_connected:
             raise NatsUnavailable("NATS link is down")
-        try:
+        timeout_s = max(timeout_s, 0.001)
+
+        async def round_trip() -> None:
             # nats-py (2.16) writes PING straight to the transport while earlier commands
             # (SUB, PUB) may still wait in its pending buffer, so a bare flush() can return
             # before they reached the server. Push the pending buffer out first.
             flush_pending = getattr(nc, "_flush_pending", None)
             if flush_pending is not None:
-                with anyio.fail_after(max(timeout_s, 0.001)):
+                with anyio.fail_after(timeout_s):
                     await flush_pending(force_flush=True)
-            await _ping_round_trip(nc, max(timeout_s, 0.001))
+            await _ping_round_trip(nc, timeout_s)
+
+        # Flushes waiting at the same time share round trips (a failover's new leaders
+        # each confirmed its subscription with a PING of its own).
+        rounds = self._flush_rounds.setdefault(ingest, SharedRounds())
+        try:
+            await rounds.run(round_trip, timeout_s)
         except Exception as exc:
             raise NatsUnavailable(f"NATS flush failed: {exc or type(exc).__name__}") from exc
 
