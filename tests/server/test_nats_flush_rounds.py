@@ -128,3 +128,31 @@ async def test_a_failed_round_fails_its_callers_and_the_next_round_runs() -> Non
         with pytest.raises(TimeoutError):
             await rounds.run(failing, BOUND_S)
     assert calls == 2
+
+
+async def test_a_caller_queued_behind_a_slow_round_has_its_own_round_bound() -> None:
+    """Each round is bounded by its operation; a caller's wait covers the round running
+    when it asked and then its own (a bound on the whole wait failed every caller queued
+    behind a slow round: hundreds of subscription confirmations at a loaded failover)."""
+    rounds = SharedRounds()
+    timeout_s = 0.5
+    running = anyio.Event()
+
+    async def slow() -> None:  # within its bound, but more than half of it
+        running.set()
+        await anyio.sleep(0.6 * timeout_s)
+
+    outcome: list[str] = []
+
+    async def caller(name: str) -> None:
+        await rounds.run(slow, timeout_s)
+        outcome.append(name)
+
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caller, "first")
+            await running.wait()
+            tg.start_soon(caller, "queued 1")  # starts the next round
+            tg.start_soon(caller, "queued 2")  # waits for it
+    assert sorted(outcome) == ["first", "queued 1", "queued 2"]
+    assert rounds.rounds == 2

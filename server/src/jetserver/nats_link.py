@@ -498,7 +498,8 @@ class NatsLink:
             raise NatsUnavailable("NATS link is down")
         timeout_s = max(timeout_s, 0.001)
 
-        async def round_trip() -> None:
+        async def round_trip() -> None:  # within timeout_s in all
+            deadline = anyio.current_time() + timeout_s
             # nats-py (2.16) writes PING straight to the transport while earlier commands
             # (SUB, PUB) may still wait in its pending buffer, so a bare flush() can return
             # before they reached the server. Push the pending buffer out first.
@@ -506,7 +507,7 @@ class NatsLink:
             if flush_pending is not None:
                 with anyio.fail_after(timeout_s):
                     await flush_pending(force_flush=True)
-            await _ping_round_trip(nc, timeout_s)
+            await _ping_round_trip(nc, max(deadline - anyio.current_time(), 0.001))
 
         # Flushes waiting at the same time share round trips (a failover's new leaders
         # each confirmed its subscription with a PING of its own).
@@ -514,7 +515,7 @@ class NatsLink:
         try:
             await rounds.run(round_trip, timeout_s)
         except Exception as exc:
-            raise NatsUnavailable(f"NATS flush failed: {exc or type(exc).__name__}") from exc
+            raise NatsUnavailable(f"NATS flush failed: {str(exc) or type(exc).__name__}") from exc
 
     def new_inbox(self) -> str:
         """A unique inbox subject prefix for this connection."""

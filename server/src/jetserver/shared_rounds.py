@@ -19,7 +19,10 @@ from collections.abc import Awaitable, Callable
 import anyio
 import attrs
 
-__all__ = ["SharedRounds"]
+__all__ = ["ROUND_SLACK_S", "SharedRounds"]
+
+ROUND_SLACK_S = 1.0
+"""Added to a caller's bound of two rounds (the loop may be slow to hand over)."""
 
 
 @attrs.define(eq=False)
@@ -40,14 +43,21 @@ class SharedRounds:
 
     async def run(self, operation: Callable[[], Awaitable[None]], timeout_s: float) -> None:
         """Wait for a round of the operation that starts after this call (``operation``
-        runs it if this caller starts the round; it must bound itself in time).
+        runs it if this caller starts the round; it must bound itself to ``timeout_s``).
+
+        A caller waits for the round running when it asked (if any), then for its own: each
+        bounded by its operation, so at most twice ``timeout_s`` in all (a bound of
+        ``timeout_s`` on the whole wait made the callers that queued behind a slow round
+        fail at once: at a loaded failover, hundreds of new leaders' subscription
+        confirmations).
 
         Raises:
-            TimeoutError: no such round ended within ``timeout_s``.
+            TimeoutError: no such round ended within twice ``timeout_s`` (an operation
+                that did not bound itself).
             Exception: what the round's operation raised (the same object for every
                 caller of the round).
         """
-        with anyio.fail_after(timeout_s):
+        with anyio.fail_after(2 * timeout_s + ROUND_SLACK_S):
             round_ = self._next
             if round_ is None:
                 round_ = self._next = _Round()
