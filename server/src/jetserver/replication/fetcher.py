@@ -211,8 +211,19 @@ class FollowerFetcher:
     def stop(self) -> None:
         """The role ended: from now on this fetcher writes nothing to the log, sets no HW
         and reports nothing (each checks this before it starts). A write already in
-        progress ends first: :meth:`writes_done`. The caller cancels the task too."""
+        progress ends first: :meth:`writes_done`. The task ends by itself: its fetch
+        waiting in the session is dropped (a pause or a request of another kind ends
+        first), not cancelled (anyio delivers a cancellation again on every loop pass
+        until its task ends: a thousand at a failover cost more than the role changes)."""
         self._stopped = True
+        if self.session is not None:
+            self.session.drop(self.stream, self.partition)
+
+    @property
+    def ends_when_stopped(self) -> bool:
+        """:meth:`stop` ends the task by itself (soon): False for a fetcher without a
+        leader address, which waits to be cancelled."""
+        return bool(self.leader_address)
 
     async def writes_done(self) -> None:
         """Return once no log write of this fetcher is in progress (at once, usually)."""
@@ -335,7 +346,7 @@ class FollowerFetcher:
 
     async def _replicate(self) -> None:
         reconciled = False
-        while True:
+        while not self._stopped:
             session = self.session
             if not self.leader_address or session is None:
                 await anyio.sleep_forever()  # a new assignment will bring the address
@@ -378,6 +389,8 @@ class FollowerFetcher:
         yet): their line comes only if the series lasts
         :data:`EXPECTED_INTERRUPTION_QUIET_S`. A failover of 1,000 leaderships logged 1,000
         of them on each survivor."""
+        if self._stopped:
+            raise _Stopped  # the role ended (its fetch was dropped): nothing to retry
         self._failures += 1
         now = anyio.current_time()
         if self._failures == 1:
@@ -467,7 +480,7 @@ class FollowerFetcher:
     async def _fetch_loop(self, session: FetchSession) -> None:
         cfg = self.config
         log_ = self.log
-        while True:
+        while not self._stopped:
             if self.durability == "flushed" and log_.flushed_offset < log_.log_end_offset:
                 # Records an earlier fetch appended but a role change stopped before its
                 # fsync (a leader change mid-fetch): fsync them now, or this fetch, and every
