@@ -45,6 +45,8 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench.bench_sdk import jet_publish, js_publish
+from bench.pacing import paced
 from cluster.views import wait_info, wait_leader
 from jetsdk import AckPolicy, Client, JetError, Producer, RetryPolicy
 from jetserver.testing import Cluster, NatsServer, free_ports
@@ -92,15 +94,6 @@ def _ratio(jet: float, js: float, higher_is_better: bool) -> str:
     if jet <= 0 or js <= 0:
         return "n/a"
     return f"{(jet / js if higher_is_better else js / jet):.2f}x"
-
-
-async def _paced(total: int, rate: float, send: Callable[[], Awaitable[Any]]) -> None:
-    start = time.perf_counter()
-    for i in range(total):
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            await anyio.sleep(delay)
-        await send()
 
 
 # -- JetStream R3 -------------------------------------------------------------------------
@@ -209,15 +202,7 @@ async def _js_stream_leader(js: Any) -> str:
 
 
 async def _js_publish_rate(js: Any, n: int) -> float:
-    start = time.perf_counter()
-    future = None
-    for _ in range(n):
-        future = await js.publish_async(SUBJECT, VALUE)
-    await js.publish_async_completed()
-    elapsed = time.perf_counter() - start
-    assert future is not None
-    await future
-    return n / elapsed
+    return await js_publish(js, SUBJECT, n, VALUE)
 
 
 async def _js_latency(js: Any, rate: float, total: int) -> list[float]:
@@ -230,7 +215,8 @@ async def _js_latency(js: Any, rate: float, total: int) -> list[float]:
         future.add_done_callback(lambda _f: latencies.append((time.perf_counter() - sent) * 1e3))
         futures.append(future)
 
-    await _paced(total, rate, send)
+    async for _ in paced(total, rate):
+        await send()
     await js.publish_async_completed()
     for f in futures:
         await f
@@ -272,16 +258,7 @@ async def _js_failover(cluster: JetStreamCluster, rounds: int) -> list[float]:
 
 
 async def _jet_publish_rate(jet: Client, n: int) -> float:
-    async with Producer(jet, STREAM, ack=AckPolicy.ALL, max_pending=WINDOW, max_in_flight=4) as p:
-        start = time.perf_counter()
-        handle = None
-        for _ in range(n):
-            handle = await p.send_soon(VALUE)
-        await p.flush()
-        elapsed = time.perf_counter() - start
-        assert handle is not None
-        handle.result()
-    return n / elapsed
+    return await jet_publish(jet, STREAM, n, AckPolicy.ALL, VALUE, WINDOW, max_in_flight=4)
 
 
 async def _jet_latency(jet: Client, rate: float, total: int, stream: str = STREAM) -> list[float]:
@@ -295,7 +272,8 @@ async def _jet_latency(jet: Client, rate: float, total: int, stream: str = STREA
                 lambda _h: latencies.append((time.perf_counter() - sent) * 1e3)
             )
 
-        await _paced(total, rate, send)
+        async for _ in paced(total, rate):
+            await send()
         await p.flush()
     return latencies
 

@@ -42,6 +42,7 @@ import anyio
 import orjson
 
 from bench.bench_sdk import Results, jet_fill, jetstream_server, js_fill, js_setup
+from bench.worker_io import Tally, js_fetch, js_pull, ready, send_paced
 from jetsdk import Client, Consumer, MemberConfig, Producer, StreamPartition
 from jetserver.devcluster import DevCluster
 
@@ -58,11 +59,6 @@ WAIT_S = 300.0
 
 def _stopped(stop: Path) -> bool:
     return stop.exists()
-
-
-def _wait_go(go: Path) -> None:
-    while not go.exists():
-        time.sleep(0.002)
 
 
 async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
@@ -85,11 +81,8 @@ async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
 
     ends: dict[str, int] = spec.get("ends", {})
     async with Client(spec["servers"]) as client:
-        out.write("ready\n")
-        out.flush()
-        _wait_go(go)
-        count, first, last = 0, 0.0, 0.0
-        next_progress = 0.0
+        ready(out, go)
+        tally = Tally(out)
         async with Consumer(
             client,
             group=spec["group"],
@@ -103,10 +96,8 @@ async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
             while not _stopped(stop):
                 batch = await consumer.fetch(max_records=1000, timeout=0.2)
                 now = time.time()
+                tally.got(len(batch), now, now)
                 if batch:
-                    count += len(batch)
-                    first = first or now
-                    last = now
                     for m in batch:
                         if ends.get(str(m.partition)) == m.offset + 1:
                             out.write(f"end {m.partition} {now:.4f}\n")
@@ -116,35 +107,16 @@ async def _jet_worker(spec: dict[str, Any], out: Any) -> None:
                         out.flush()
                     if delay:
                         await anyio.sleep(delay * len(batch))
-                if now >= next_progress:
-                    out.write(f"progress {count}\n")
-                    out.flush()
-                    next_progress = now + 0.1
-        out.write(f"progress {count}\n")
-        out.write("result " + orjson.dumps({"count": count, "first": first, "last": last}).decode())
-        out.write("\n")
+                tally.progress(now)
+        tally.result()
 
 
 async def _js_worker(spec: dict[str, Any], out: Any) -> None:
-    import nats
-    import nats.errors
-
-    stop, go = Path(spec["stop"]), Path(spec["go"])
+    stop = Path(spec["stop"])
     delay = spec.get("delay", 0.0)
-    nc = await nats.connect(spec["url"])
-    try:
-        js = nc.jetstream()
-        sub = await js.pull_subscribe_bind(durable=spec["durable"], stream=spec["js_stream"])
-        out.write("ready\n")
-        out.flush()
-        _wait_go(go)
-        count, first, last = 0, 0.0, 0.0
-        next_progress = 0.0
+    async with js_pull(spec, out) as (sub, tally):
         while not _stopped(stop):
-            try:
-                msgs = await sub.fetch(batch=1000, timeout=0.2)
-            except (nats.errors.TimeoutError, TimeoutError):
-                msgs = []
+            msgs = await js_fetch(sub, 1000)
             now = time.time()
             if msgs:
                 track = spec.get("track")
@@ -163,17 +135,8 @@ async def _js_worker(spec: dict[str, Any], out: Any) -> None:
                 if spec.get("ack", True):
                     for m in msgs:
                         await m.ack()
-                count += len(msgs)
-                first = first or now
-            if now >= next_progress:
-                out.write(f"progress {count}\n")
-                out.flush()
-                next_progress = now + 0.1
-        out.write(f"progress {count}\n")
-        out.write("result " + orjson.dumps({"count": count, "first": first, "last": last}).decode())
-        out.write("\n")
-    finally:
-        await nc.close()
+                tally.got(len(msgs), now, last)
+            tally.progress(now)
 
 
 async def _producer(spec: dict[str, Any], out: Any) -> None:
@@ -181,31 +144,15 @@ async def _producer(spec: dict[str, Any], out: Any) -> None:
     rate = spec["rate"]
     if spec["kind"] == "jet-produce":
         async with Client(spec["servers"]) as client, Producer(client, spec["stream"]) as p:
-            out.write("ready\n")
-            out.flush()
-            _wait_go(go)
-            start, i = time.perf_counter(), 0
-            while not _stopped(stop):
-                await p.send_soon(b"x" * 100)
-                i += 1
-                delay = start + i / rate - time.perf_counter()
-                if delay > 0:
-                    await anyio.sleep(delay)
+            ready(out, go)
+            await send_paced(partial(p.send_soon, b"x" * 100), rate, stop)
         return
     import nats
 
     nc = await nats.connect(spec["url"])
     js = nc.jetstream()
-    out.write("ready\n")
-    out.flush()
-    _wait_go(go)
-    start, i = time.perf_counter(), 0
-    while not _stopped(stop):
-        await js.publish_async(spec["subject"], b"x" * 100)
-        i += 1
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            await anyio.sleep(delay)
+    ready(out, go)
+    await send_paced(partial(js.publish_async, spec["subject"], b"x" * 100), rate, stop)
     await js.publish_async_completed()
     await nc.close()
 

@@ -57,6 +57,7 @@ from typing import Any
 import anyio
 import orjson
 
+from bench.pacing import paced
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetserver.devcluster import DevCluster
 from jetserver.testing import find_nats_server
@@ -260,7 +261,8 @@ async def jet_latency(client: Client, stream: str, rate: int, seconds: float) ->
                         latencies.append((time.perf_counter_ns() - sent) / 1e6)
 
         tg.start_soon(consume)
-        await _paced(total, rate, lambda: producer.send_soon(_stamp()))
+        async for _ in paced(total, rate):
+            await producer.send_soon(_stamp())
     return latencies
 
 
@@ -313,11 +315,12 @@ async def js_setup(url: str, name: str, subject: str) -> tuple[Any, Any]:
     return nc, js
 
 
-async def js_publish(js: Any, subject: str, n: int) -> float:
+async def js_publish(js: Any, subject: str, n: int, value: bytes = VALUE) -> float:
+    """Publish ``n`` messages asynchronously; the rate once every ack is in (msg/s)."""
     start = time.perf_counter()
     future = None
     for _ in range(n):
-        future = await js.publish_async(subject, VALUE)
+        future = await js.publish_async(subject, value)
     await js.publish_async_completed()
     elapsed = time.perf_counter() - start
     assert future is not None
@@ -439,7 +442,8 @@ async def js_latency(js: Any, subject: str, rate: int, seconds: float) -> list[f
     sub = await js.subscribe(
         subject, cb=on_msg, ordered_consumer=True, deliver_policy=DeliverPolicy.NEW
     )
-    await _paced(total, rate, lambda: js.publish_async(subject, _stamp()))
+    async for _ in paced(total, rate):
+        await js.publish_async(subject, _stamp())
     with anyio.fail_after(seconds + 60):
         await done.wait()
     await sub.unsubscribe()
@@ -451,15 +455,6 @@ async def js_latency(js: Any, subject: str, rate: int, seconds: float) -> list[f
 
 def _stamp() -> bytes:
     return time.perf_counter_ns().to_bytes(8, "big") + VALUE[8:]
-
-
-async def _paced(total: int, rate: int, send: Callable[[], Awaitable[Any]]) -> None:
-    start = time.perf_counter()
-    for i in range(total):
-        delay = start + i / rate - time.perf_counter()
-        if delay > 0:
-            await anyio.sleep(delay)
-        await send()
 
 
 async def _main(

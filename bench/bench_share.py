@@ -67,6 +67,7 @@ from bench.bench_groups import (
     worker_main,
 )
 from bench.bench_sdk import Results, jet_fill, js_fill
+from bench.worker_io import Tally, js_fetch, js_pull, ready, send_paced
 from jetsdk import Client, ShareConsumer
 from jetsdk.codec.record import iter_records
 from jetsdk.errors import StreamNotFound
@@ -89,21 +90,13 @@ DURABILITY = (
 # -- workers (child processes) ---------------------------------------------------------------
 
 
-def _wait_go(go: Path) -> None:
-    while not go.exists():
-        time.sleep(0.002)
-
-
 async def _share_worker(spec: dict[str, Any], out: Any) -> None:
     stop, go = Path(spec["stop"]), Path(spec["go"])
     delay = spec.get("delay", 0.0)
     track = spec.get("track", False)
     async with Client(spec["servers"]) as client:
-        out.write("ready\n")
-        out.flush()
-        _wait_go(go)
-        count, first, last = 0, 0.0, 0.0
-        next_progress = 0.0
+        ready(out, go)
+        tally = Tally(out)
         async with ShareConsumer(
             client, spec["stream"], group=spec["group"], ack_deadline=spec.get("deadline", 30.0)
         ) as consumer:
@@ -120,55 +113,22 @@ async def _share_worker(spec: dict[str, Any], out: Any) -> None:
                         out.write(f"done {msg.partition}:{msg.offset} {time.time():.4f}\n")
                         out.flush()
                     msg.ack()
-                if batch:
-                    count += len(batch)
-                    first = first or now
-                    last = time.time()
-                if now >= next_progress:
-                    out.write(f"progress {count}\n")
-                    out.flush()
-                    next_progress = now + 0.1
+                tally.got(len(batch), now, time.time())
+                tally.progress(now)
             await consumer.flush()
-        out.write(f"progress {count}\n")
-        out.write("result " + orjson.dumps({"count": count, "first": first, "last": last}).decode())
-        out.write("\n")
+        tally.result()
 
 
 async def _js_worker(spec: dict[str, Any], out: Any) -> None:
-    import nats
-    import nats.errors
-
-    stop, go = Path(spec["stop"]), Path(spec["go"])
-    nc = await nats.connect(spec["url"])
-    try:
-        js = nc.jetstream()
-        sub = await js.pull_subscribe_bind(durable=spec["durable"], stream=spec["js_stream"])
-        out.write("ready\n")
-        out.flush()
-        _wait_go(go)
-        count, first, last = 0, 0.0, 0.0
-        next_progress = 0.0
+    stop = Path(spec["stop"])
+    async with js_pull(spec, out) as (sub, tally):
         while not stop.exists():  # noqa: ASYNC240 - a stat per batch
-            try:
-                msgs = await sub.fetch(batch=BATCH, timeout=0.2)
-            except (nats.errors.TimeoutError, TimeoutError):
-                msgs = []
+            msgs = await js_fetch(sub, BATCH)
             now = time.time()
             for m in msgs:
                 await (m.ack_sync() if spec["ack_sync"] else m.ack())
-            if msgs:
-                count += len(msgs)
-                first = first or now
-                last = time.time()
-            if now >= next_progress:
-                out.write(f"progress {count}\n")
-                out.flush()
-                next_progress = now + 0.1
-        out.write(f"progress {count}\n")
-        out.write("result " + orjson.dumps({"count": count, "first": first, "last": last}).decode())
-        out.write("\n")
-    finally:
-        await nc.close()
+            tally.got(len(msgs), now, time.time())
+            tally.progress(now)
 
 
 async def _share_producer(spec: dict[str, Any], out: Any) -> None:
@@ -177,16 +137,8 @@ async def _share_producer(spec: dict[str, Any], out: Any) -> None:
     stop, go = Path(spec["stop"]), Path(spec["go"])
     rate = spec["rate"]
     async with Client(spec["servers"]) as client, Producer(client, spec["stream"]) as p:
-        out.write("ready\n")
-        out.flush()
-        _wait_go(go)
-        start, i = time.perf_counter(), 0
-        while not stop.exists():  # noqa: ASYNC240
-            await p.send_soon(b"x" * 100)
-            i += 1
-            pause = start + i / rate - time.perf_counter()
-            if pause > 0:
-                await anyio.sleep(pause)
+        ready(out, go)
+        await send_paced(partial(p.send_soon, b"x" * 100), rate, stop)
 
 
 def share_worker_main(raw: str) -> None:

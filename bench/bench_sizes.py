@@ -49,7 +49,13 @@ from typing import Any
 import anyio
 
 from bench import bench_sdk
-from bench.bench_sdk import _load, _process_cpu_s, jetstream_server
+from bench.bench_sdk import (
+    _load,
+    _process_cpu_s,
+    jetstream_server,
+    js_consume_ordered,
+    js_publish,
+)
 from jetsdk import AckPolicy, Client, Consumer
 from jetsdk.producer.accumulator import DEFAULT_MAX_BATCH_BYTES
 from jetserver.devcluster import DevCluster
@@ -190,32 +196,6 @@ async def js_stream(js: Any, name: str, subject: str, *, s2: bool = False) -> No
     )
 
 
-async def js_publish(js: Any, subject: str, value: bytes, n: int) -> float:
-    start = time.perf_counter()
-    future = None
-    for _ in range(n):
-        future = await js.publish_async(subject, value)
-    await js.publish_async_completed()
-    elapsed = time.perf_counter() - start
-    assert future is not None
-    await future
-    return n / elapsed
-
-
-async def js_consume(js: Any, subject: str, n: int) -> float:
-    sub = await js.subscribe(subject, ordered_consumer=True)
-    start = time.perf_counter()
-    got = 0
-    with anyio.fail_after(TIMEOUT_S):
-        async for _msg in sub.messages:
-            got += 1
-            if got == n:
-                break
-    rate = got / (time.perf_counter() - start)
-    await sub.unsubscribe()
-    return rate
-
-
 # -- rounds -------------------------------------------------------------------------------
 
 
@@ -318,7 +298,7 @@ async def one_size(
             rounds,
             n,
             lambda k: jet_publish(client, f"{tag}pub", value, k, AckPolicy.LEADER),
-            lambda k: js_publish(js, f"js.{tag}.pub", value, k),
+            lambda k: js_publish(js, f"js.{tag}.pub", k, value),
             server_pid,
             warm,
         )
@@ -328,19 +308,19 @@ async def one_size(
             rounds,
             n_all,
             lambda k: jet_publish(client, f"{tag}all", value, k, AckPolicy.ALL),
-            lambda k: js_publish(sjs, f"js.{tag}.all", value, k),
+            lambda k: js_publish(sjs, f"js.{tag}.all", k, value),
             server_pid,
             min(warm, n_all // 4),
         )
         await jet_publish(client, f"{tag}cons", value, n, AckPolicy.LEADER)
-        await js_publish(js, f"js.{tag}.cons", value, n)
+        await js_publish(js, f"js.{tag}.cons", n, value)
         cons = Row("consume from 0 / ordered", size, TARGET_CONSUME)
         await alternate(
             cons,
             rounds,
             n,
             lambda k: jet_consume(client, f"{tag}cons", k),
-            lambda k: js_consume(js, f"js.{tag}.cons", k),
+            lambda k: js_consume_ordered(js, f"js.{tag}.cons", k),
             server_pid,
             0,
         )

@@ -78,6 +78,26 @@ def _mixed_bodies(low: int, high: int) -> list[bytes]:
     return [encode_body(b"x" * (low + (i * 37) % span - RECORD_OVERHEAD)) for i in range(BATCH)]
 
 
+def _timed_appends(d: Path, bodies: list[bytes], batches: int, *, flush: bool) -> float:
+    """Seconds to append ``batches`` batches of ``bodies`` to a new log in ``d`` (each
+    flushed: fsynced, if ``flush``); the log is removed after."""
+    shutil.rmtree(d, ignore_errors=True)
+    log = Log.open(d)
+    os.sync()  # untimed: earlier runs' dirty pages must not slow this one
+    t0 = time.perf_counter()
+    for i in range(batches):
+        log.append(bodies, 1_000 + i, 0)
+        if flush:
+            log.flush()
+    elapsed = time.perf_counter() - t0
+    assert log.log_end_offset == batches * len(bodies)
+    if flush:
+        assert log.fsync_count == batches
+    log.close()
+    shutil.rmtree(d)
+    return elapsed
+
+
 def bench_append(
     tmp: Path,
     table: Table,
@@ -95,18 +115,7 @@ def bench_append(
     nbytes = batches * len(batch_bytes)
 
     def jet() -> float:
-        d = tmp / "append"
-        shutil.rmtree(d, ignore_errors=True)
-        log = Log.open(d)
-        os.sync()
-        t0 = time.perf_counter()
-        for i in range(batches):
-            log.append(bodies, 1_000 + i, 0)
-        elapsed = time.perf_counter() - t0
-        assert log.log_end_offset == n
-        log.close()
-        shutil.rmtree(d)
-        return elapsed
+        return _timed_appends(tmp / "append", bodies, batches, flush=False)
 
     def raw_per_record() -> float:
         path = tmp / "raw.bin"
@@ -160,19 +169,7 @@ def bench_group_commit(tmp: Path, table: Table, record_size: int, batches: int, 
     nbytes = batches * len(batch_bytes)
 
     def jet() -> float:
-        d = tmp / "gc"
-        shutil.rmtree(d, ignore_errors=True)
-        log = Log.open(d)
-        os.sync()  # untimed: earlier runs' dirty pages must not slow this one
-        t0 = time.perf_counter()
-        for i in range(batches):
-            log.append(bodies, 1_000 + i, 0)
-            log.flush()
-        elapsed = time.perf_counter() - t0
-        assert log.fsync_count == batches
-        log.close()
-        shutil.rmtree(d)
-        return elapsed
+        return _timed_appends(tmp / "gc", bodies, batches, flush=True)
 
     def raw() -> float:
         path = tmp / "raw.bin"

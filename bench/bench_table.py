@@ -10,11 +10,12 @@ durability). Rows, medians of rounds:
   the snapshot reopen of 1,000,000 keys in <= 2 s.
 - **get p50**: ``Table.get`` (memory) against JetStream KV's ``kv.get`` (nats-py) on the
   JetStream server, 1,000 keys.
-- **CAS under 4 racing writers**: ``Table.update`` against ``kv.update``, 4 writers
-  incrementing one counter; lost updates counted (must be 0 on both). Beside it the same
-  with 1 writer: every increment waits for the previous one's commit (an fsync and a round
-  trip) on both sides, so this chain is the bound of the racing rate too (issue 38: 4
-  racing writers reach about the 1-writer rate; the key index is not the cost).
+- **CAS under 4 racing writers**: ``Table.modify`` (compare-and-set; a refusal carries the
+  value that won, spec/protocol.md §6 "current values", and the writer retries on it at
+  once) against ``kv.update`` (a refused writer reads the key with ``kv.get`` and retries),
+  4 writers incrementing one counter, each with its own client (and table); lost updates
+  counted (must be 0 on both). Beside it the same with 1 writer: every increment waits
+  for the previous one's commit (an fsync and a round trip) on both sides.
 - **put, ack ALL**: ``Table.put`` (ack ALL: fsynced) against ``kv.put`` on the
   ``sync_interval: always`` store, :data:`PUT_CONCURRENCY` puts in flight on each side.
 - **watch initial load**: a new ``Table`` and its ``watch()`` of N keys (10,000; 100,000
@@ -38,7 +39,7 @@ import anyio
 import nats
 from nats.js.errors import KeyWrongLastSequenceError
 
-from jetsdk import AckPolicy, Client, Producer, Table, WrongExpectedKeyOffset
+from jetsdk import AckPolicy, Client, Producer, Table
 from jetserver.devcluster import DevCluster
 from jetserver.testing import NatsServer
 
@@ -150,19 +151,8 @@ async def _cas_race(
 
         async def ours() -> None:
             async with Client(addresses) as client, Table(client, stream) as table:
-                entry = table.entry(b"n")
-                assert entry is not None
-                value, revision = int(entry.value), entry.revision
-                done = 0
-                while done < increments:
-                    try:
-                        revision = await table.update(b"n", b"%d" % (value + 1), revision)
-                        value, done = value + 1, done + 1
-                        continue
-                    except WrongExpectedKeyOffset as exc:
-                        seen = await table.wait_for(b"n", exc.current_revision)
-                    assert seen is not None
-                    value, revision = int(seen.value), seen.revision
+                for _ in range(increments):
+                    await table.modify(b"n", lambda v: b"%d" % (int(v or b"0") + 1))
 
         started = time.perf_counter()
         async with anyio.create_task_group() as tg:

@@ -106,7 +106,7 @@ async def compression_size(
                     lambda k, v=value, c=codec, s=name: jet_publish(
                         client, s, v, k, AckPolicy.LEADER, c
                     ),
-                    lambda k, v=value, s=name: js_publish(js, f"js.{s}", v, k),
+                    lambda k, v=value, s=name: js_publish(js, f"js.{s}", k, v),
                     server_pid,
                     min(n // 4, 1000),
                 )
@@ -187,7 +187,7 @@ async def rf3_size(
             rounds,
             n,
             lambda k: jet_publish(client, name, value, k, AckPolicy.ALL),
-            lambda k: js_publish(js, f"js.r{size}", value, k),
+            lambda k: js_publish(js, f"js.r{size}", k, value),
             server_pids,
             min(n // 4, 1000),
         )

@@ -41,11 +41,8 @@ def nats_server() -> Iterator[NatsServer]:
 def jet_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
     """`jet dev --servers 1` for one test module."""
     data_dir = tmp_path_factory.mktemp("jet-dev") / "data"
-    dev = JetDev.start(data_dir)
-    try:
+    with JetDev.start(data_dir) as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,10 @@ methods, signatures, defaults and docstrings (rewritten by the ordered substitut
 - a plain ``def m(...)`` runs in the loop thread too (``_run_sync``): the object's state
   belongs to that thread;
 - ``@property`` reads are forwarded as they are;
-- ``__aenter__/__aexit__`` become ``__enter__/__exit__`` plus ``open()/close()``;
-  ``__aiter__/__anext__`` become ``__iter__/__next__``;
+- ``__aenter__/__aexit__`` become ``__enter__/__exit__`` plus ``open()/close()``, one
+  lifecycle for every class in the base ``SyncWrapper`` (the class's async object comes from
+  the ``_factory`` its ``__init__`` sets); ``__aiter__/__anext__`` become
+  ``__iter__/__next__``;
 - parameters typed with a wrapped class (a sync ``Client`` given to ``Producer``) are
   unwrapped, and results typed with a class in :data:`RETURN_WRAPPERS` are wrapped.
 
@@ -334,11 +336,6 @@ class _Emitter:
         async_name = f"_Async{spec.cls}"
         self.imports.add(f"{spec.cls} as {async_name}", spec.module)
         self.imports.add("SyncWrapper", "jetsdk._sync_support")
-        self.imports.add("ClientClosed", "jetsdk.errors")
-        self.imports.add("TracebackType", "types")
-        self.imports.add("Callable", "collections.abc")
-        if spec.owns_loop:
-            self.imports.add("LoopThread", "jetsdk._sync_support")
         body: list[str] = []
         self.lines = body
         doc = ast.get_docstring(node)
@@ -351,7 +348,6 @@ class _Emitter:
             m.name: m for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
         }
         self._emit_init(methods["__init__"], async_name)
-        self._emit_lifecycle(async_name)
         for name, method in methods.items():
             if name in spec.skip or name in ("__init__", "__aenter__", "__aexit__"):
                 continue
@@ -366,7 +362,7 @@ class _Emitter:
             "",
             *self.imports.render(),
             "",
-            f"class {spec.cls}(SyncWrapper):",
+            f"class {spec.cls}(SyncWrapper[{async_name}]):",
         ]
         return "\n".join([*header, *body]).rstrip("\n") + "\n"
 
@@ -391,9 +387,7 @@ class _Emitter:
                 '(``"asyncio"`` or ``"trio"``).'
             )
         self.lines += _doc(doc, "        ")
-        self.lines.append(f"        self._async: {async_name} | None = None")
-        factory = f"        self._factory: Callable[[], {async_name}] = lambda: {async_name}("
-        self.lines.append(factory)
+        self.lines.append(f"        self._factory = lambda: {async_name}(")
         args = []
         for p in params:
             value = f"{p.name}._obj" if _wrapped_name(p.annotation) else p.name
@@ -406,87 +400,9 @@ class _Emitter:
         self.lines.append("        )")
         if self.spec.owns_loop:
             self.lines.append("        self._backend = backend")
-            self.lines.append("        self._loop: LoopThread | None = None")
         else:
             owner = next(p.name for p in params if _wrapped_name(p.annotation))
             self.lines.append(f"        self._owner = {owner}")
-
-    def _emit_lifecycle(self, async_name: str) -> None:
-        cls = self.spec.cls
-        L = self.lines
-        L += [
-            "",
-            "    @property",
-            f"    def _obj(self) -> {async_name}:",
-            "        if self._async is None:",
-            f'            raise ClientClosed("use {cls} in a `with` block (or call open() first)")',
-            "        return self._async",
-            "",
-            f"    def open(self) -> {cls}:",
-            f'        """Start the {cls} (what entering ``with`` does); see :meth:`close`."""',
-            "        if self._async is not None:",
-            f'            raise ClientClosed("{cls} is already open")',
-        ]
-        if self.spec.owns_loop:
-            L += [
-                "        loop = LoopThread(self._backend)",
-                "        portal = loop.start()",
-                "        try:",
-                "            self._async = self._enter_async(portal, self._factory)",
-                "        except BaseException:",
-                "            loop.stop()",
-                "            self._portal = None",
-                "            raise",
-                "        self._loop = loop",
-                "        return self",
-            ]
-        else:
-            L += [
-                "        self._async = self._enter_async(self._owner._check(), self._factory)",
-                "        return self",
-            ]
-        L += [
-            "",
-            "    def close(self) -> None:",
-            f'        """Close the {cls} (what leaving ``with`` does); idempotent."""',
-            "        self.__exit__(None, None, None)",
-            "",
-            f"    def __enter__(self) -> {cls}:",
-            "        return self.open()",
-            "",
-            "    def __exit__(",
-            "        self,",
-            "        exc_type: type[BaseException] | None,",
-            "        exc: BaseException | None,",
-            "        tb: TracebackType | None,",
-            "    ) -> None:",
-        ]
-        if self.spec.owns_loop:
-            L += [
-                "        try:",
-                "            self._exit_async(exc_type, exc, tb)",
-                "        finally:",
-                "            loop, self._loop = self._loop, None",
-                "            if loop is not None:",
-                "                loop.stop()",
-                "            self._portal = None",
-                "            self._async = None",
-            ]
-        else:
-            if self.spec.buffered:
-                L += [
-                    "        if self._async is not None:",
-                    "            self._give_back_buffer(self._async)",
-                ]
-            if self.spec.queued:
-                L.append("        self._drain_queue()")
-            L += [
-                "        try:",
-                "            self._exit_async(exc_type, exc, tb)",
-                "        finally:",
-                "            self._portal = None",
-                "            self._async = None",
-            ]
 
     def _emit_method(self, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         name = method.name

@@ -132,3 +132,37 @@ def test_ttl_records_count_until_their_expiry(tmp_path: Path) -> None:
         assert index.rebuilds == 2
         log.append([put(b"gone", b"again")], now, 0)  # put again: live (no TTL)
         assert index.offset_of(log, 1, b"gone", []) == 5
+
+
+def test_a_cut_refilled_before_the_next_check_rebuilds(tmp_path: Path) -> None:
+    """An fsync failure cuts the log back and appends refill the freed offsets before the
+    next check: the log end alone does not show the cut, the count of cuts does. Without
+    it the index kept ``k`` at offset 2, a record of another key now."""
+    with Log.open(tmp_path / "p") as log:
+        log.append([put(b"k", b"1"), put(b"x", b"1"), put(b"k", b"2")], 1, 0)
+        index = KeyIndex()
+        assert index.offset_of(log, 0, b"k", []) == 2
+        log.truncate_to(2)  # as Log.recover_unsynced after a failed fsync
+        log.append([put(b"y", b"1"), put(b"y", b"2")], 2, 0)  # 2 and 3: past the old end
+        assert index.offset_of(log, 0, b"k", [], cuts=1) == 0
+        assert index.rebuilds == 2
+        assert index.recent_value(b"k", 2) is None  # the cut record's value is forgotten too
+        assert index.recent_value(b"k", 0) == b"1"
+
+
+def test_recent_values_are_bounded_and_exact(tmp_path: Path) -> None:
+    with Log.open(tmp_path / "p") as log:
+        log.append([put(b"a", b"1" * 40), put(b"b", b"2" * 40), put(b"a", b"3" * 40)], 1, 0)
+        index = KeyIndex(recent_bytes=100)
+        assert index.offset_of(log, 0, b"a", []) == 2
+        assert index.recent_value(b"a", 2) == b"3" * 40
+        assert index.recent_value(b"a", 0) is None  # only the record at that offset
+        assert index.recent_value(b"b", 1) == b"2" * 40
+        log.append([put(b"c", b"4" * 40), put(b"b", b"")], 2, 0)
+        assert index.offset_of(log, 0, b"c", []) == 3
+        assert index.recent_value(b"b", 1) is None  # deleted
+        assert index.recent_value(b"c", 3) == b"4" * 40
+        log.append([put(b"d", b"5" * 40)], 3, 0)
+        assert index.offset_of(log, 0, b"d", []) == 5
+        assert index.recent_value(b"a", 2) is None  # the oldest, dropped for the bound
+        assert index.recent_value(b"d", 5) == b"5" * 40

@@ -45,6 +45,7 @@ from jetserver.metadata.ops import CreateStream, apply
 from jetserver.nats_link import NatsLink
 from jetserver.replication.core import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE
 from jetserver.testing import in_process_config, wait_until_async
+from support.control_plane import RecordingControl
 from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
@@ -59,35 +60,11 @@ NOT_BEFORE_RUN_S = 1.0
 raised within milliseconds: two worker-thread calls)."""
 
 
-class RefusingControl:
-    """A control plane that refuses ISR changes and drops silent-leader reports."""
-
-    server_id = ME
-    stopping = False
-    """As :attr:`jetserver.cluster.Controller.stopping`: this server began a graceful stop."""
-
-    async def propose_isr(
-        self,
-        stream: str,
-        partition: int,
-        leader_epoch: int,
-        isr: tuple[str, ...],
-        *,
-        partition_epoch: int | None = None,
-    ) -> bool:
-        return False
-
-    async def report_leader_silent(
-        self, stream: str, partition: int, leader_epoch: int, reporter: str
-    ) -> None:
-        return None
-
-
 async def replica_over_a_real_log(
     tmp_path: Path,
     link: NatsLink,
     replicas: tuple[str, ...] = ("s1", "s2", "s3"),
-    control: RefusingControl | None = None,
+    control: RecordingControl | None = None,
 ) -> tuple[PartitionReplica, MetadataState]:
     """orders/0, RF 3, led by the first of ``replicas`` at epoch 0 (by default s1, this
     server); this server's replica, not started."""
@@ -110,7 +87,7 @@ async def replica_over_a_real_log(
         link=link,
         acks=AckRouter(link),
         server_id=ME,
-        controller=control or RefusingControl(),
+        controller=control or RecordingControl(ME),
         fetch_sessions=None,
         fsyncs=FsyncRunner(),
         on_leadership_end=lambda _stream, _partition: None,
@@ -228,7 +205,7 @@ async def test_a_stopping_server_outside_the_isr_follows_without_fetching(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     link = await connected_link(nats_server)
-    control = RefusingControl()
+    control = RecordingControl(ME)
     try:
         replica, state = await replica_over_a_real_log(
             tmp_path, link, replicas=("s2", "s1", "s3"), control=control
@@ -278,14 +255,15 @@ async def test_the_parts_of_a_replica_print_short(nats_server: NatsServer, tmp_p
         await link.close()
 
 
-class HeldReportControl(RefusingControl):
+class HeldReportControl(RecordingControl):
     """The leader's server is down and gone; a silent-leader report is held (shielded, as
     the controller's batch sender while it delivers a batch) until :attr:`release`."""
 
     def __init__(self) -> None:
+        super().__init__(ME)
         self.reporting = anyio.Event()
         self.release = anyio.Event()
-        self.reports = 0
+        self.held = 0
 
     def server_down(self, server_id: str) -> bool:
         return True
@@ -301,7 +279,7 @@ class HeldReportControl(RefusingControl):
     async def report_leader_silent(
         self, stream: str, partition: int, leader_epoch: int, reporter: str
     ) -> None:
-        self.reports += 1
+        self.held += 1
         self.reporting.set()
         with anyio.CancelScope(shield=True), anyio.move_on_after(3 * BOUND_S):
             await self.release.wait()
@@ -335,7 +313,7 @@ async def test_a_follower_leads_without_waiting_for_its_fetchers_task_to_end(
                 assert replica.fetcher is None
             finally:
                 control.release.set()
-            assert control.reports == 1  # the stopped fetcher reports nothing more
+            assert control.held == 1  # the stopped fetcher reports nothing more
             replica.stop()
             with anyio.fail_after(BOUND_S):
                 await replica.wait_stopped()

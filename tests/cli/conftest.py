@@ -24,11 +24,8 @@ MEMBER_BOUND_S = 120.0
 @pytest.fixture(scope="package")
 def dev3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
     """`jet dev --servers 3`, shared by the tests of jet bench, jet top and jet console."""
-    dev = JetDev.start(tmp_path_factory.mktemp("jet-dev3") / "data", servers=3)
-    try:
+    with JetDev.start(tmp_path_factory.mktemp("jet-dev3") / "data", servers=3) as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 @attrs.define

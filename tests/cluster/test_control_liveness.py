@@ -8,7 +8,7 @@ import anyio.abc
 import attrs
 import pytest
 
-from jetsdk.codec.frames import FLAG_RESPONSE, FrameDecoder, encode_frame
+from jetsdk.codec.frames import FLAG_RESPONSE, encode_frame
 from jetsdk.codec.messages import encode_json
 from jetserver.cluster import liveness as liveness_module
 from jetserver.cluster.handoff import handoff_candidates, plan_handoffs
@@ -17,6 +17,7 @@ from jetserver.cluster.peers import PeerPool
 from jetserver.metadata.model import MetadataState, RegisteredServer, StreamSpec
 from jetserver.metadata.ops import CreateStream, apply
 from jetserver.testing import free_ports
+from support.frames_in import frames_from
 
 
 @pytest.mark.anyio
@@ -68,19 +69,12 @@ async def answer_hellos(listener: anyio.abc.SocketListener) -> None:
     """A server's client port as probes see it: every Hello gets an answer."""
 
     async def handle(conn: anyio.abc.SocketStream) -> None:
-        decoder = FrameDecoder()
         async with conn:
-            while True:
-                try:
-                    data = await conn.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    return
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
-                    body = encode_json({"server_id": "?", "protocol": 1})
-                    await conn.send(
-                        encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE)
-                    )
+            async for frame in frames_from(conn):
+                body = encode_json({"server_id": "?", "protocol": 1})
+                await conn.send(
+                    encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE)
+                )
 
     await listener.serve(handle)
 

@@ -24,6 +24,7 @@ from cluster.harness import Cluster, JetServer, needs_cluster, wait_until_async
 from cluster.records import partition_dir
 from cluster.scenario import Scenario
 from cluster.views import wait_full_isr, wait_leader
+from support.corrupt import flip_bits
 
 pytestmark = [pytest.mark.fault, pytest.mark.anyio, needs_cluster]
 
@@ -39,11 +40,7 @@ def flip_a_bit(server: JetServer) -> str:
     assert len(segments) >= 3, f"want 3+ segments, {server.server_id} has {len(segments)}"
     target = segments[1]
     size = target.stat().st_size
-    with open(target, "r+b") as f:
-        f.seek(size // 2)
-        byte = f.read(1)
-        f.seek(size // 2)
-        f.write(bytes([byte[0] ^ 0x04]))
+    flip_bits(target, size // 2, 0x04)
     return f"flipped a bit at byte {size // 2} of sealed segment {target.name}"
 
 

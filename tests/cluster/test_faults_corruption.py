@@ -26,6 +26,7 @@ from cluster.harness import Cluster, JetServer, needs_cluster, wait_until_async
 from cluster.records import partition_dir
 from cluster.scenario import Scenario, elapsed
 from cluster.views import wait_full_isr, wait_leader
+from support.corrupt import flip_bits
 
 pytestmark = [pytest.mark.fault, pytest.mark.anyio, needs_cluster]
 
@@ -53,11 +54,7 @@ def damage(server: JetServer, stream: str, partition: int) -> str:
     assert len(segments) >= 3, f"want 3+ segments, {server.server_id} has {len(segments)}"
     flipped = segments[1]
     size = flipped.stat().st_size
-    with open(flipped, "r+b") as f:
-        f.seek(size // 2)
-        byte = f.read(1)
-        f.seek(size // 2)
-        f.write(bytes([byte[0] ^ 0x10]))
+    flip_bits(flipped, size // 2, 0x10)
     last = segments[-1]
     last_size = last.stat().st_size
     cut = last_size // 2 - 37  # inside a record (records here are 165 bytes)

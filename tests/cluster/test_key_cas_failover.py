@@ -47,11 +47,6 @@ ATTEMPTS = 60
 BOUND_S = 30.0
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Racer:
     """One client writing as an idempotent producer (one sequence per round)."""
 

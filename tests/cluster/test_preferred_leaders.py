@@ -41,11 +41,6 @@ default); generous for a machine at load 40."""
 CLI_TIMEOUT_S = 60
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @contextmanager
 def cluster_at(root: Path, settings: dict[str, Any] | None = None) -> Iterator[DevCluster]:
     root.mkdir(parents=True, exist_ok=True)

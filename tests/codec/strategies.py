@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from jetsdk.codec.envelope import EnvelopeAck, EnvelopeMessage
@@ -13,6 +14,9 @@ from jetsdk.codec.messages import (
     ProduceResult,
 )
 from jetsdk.codec.record import Record
+
+PROPS = settings(max_examples=200, deadline=None)
+"""The property tests' settings: 200 examples each, no deadline (a loaded machine)."""
 
 U16 = st.integers(0, 2**16 - 1)
 U32 = st.integers(0, 2**32 - 1)
@@ -64,10 +68,22 @@ def produce_requests(draw: st.DrawFn) -> ProduceRequest:
         messages=tuple(draw(st.lists(produce_messages, max_size=4))),
         producer_id=producer_id,
         base_seq=0 if producer_id is None else draw(U64),
+        current_values=draw(st.booleans()),
     )
 
 
 produce_results = st.builds(ProduceResult, error_code=U16, offset=I64, timestamp=I64)
+produce_results_with_values = st.one_of(
+    produce_results.filter(lambda r: r.error_code != 23),
+    st.builds(
+        ProduceResult,
+        error_code=st.just(23),  # WRONG_EXPECTED_KEY_OFFSET: its current value follows
+        offset=I64,
+        timestamp=I64,
+        current_value=st.none() | st.binary(max_size=16),
+    ),
+)
+"""Results of a request with the current-values flag (decode back to themselves)."""
 
 
 @st.composite

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jetsdk import envelope as public
@@ -28,9 +28,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import MAX_SUBJECT_BYTES
 
-from .strategies import acks, envelope_messages
-
-PROPS = settings(max_examples=200, deadline=None)
+from .strategies import PROPS, acks, envelope_messages
 
 
 @PROPS

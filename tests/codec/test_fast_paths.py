@@ -6,7 +6,7 @@ import zlib
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from jetsdk.codec.envelope import (
@@ -43,9 +43,7 @@ from jetsdk.codec.transcode import (
     record_subjects,
 )
 
-from .strategies import acks, envelope_messages, produce_requests, produce_results, text
-
-PROPS = settings(max_examples=200, deadline=None)
+from .strategies import PROPS, acks, envelope_messages, produce_requests, produce_results, text
 
 
 @PROPS
@@ -156,6 +154,15 @@ def test_envelope_record_matches_decode_then_encode_body(
     assert producer_seq == (m.producer_seq if m.producer_id is not None else 0)
 
 
+def _damaged(raw: bytes, data: st.DataObject) -> tuple[bytes, bytes]:
+    """``raw`` with one byte (drawn) set to a drawn value, and a drawn prefix of that."""
+    out = bytearray(raw)
+    i = data.draw(st.integers(0, len(out) - 1))
+    out[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(out)))
+    return bytes(out), bytes(out[:cut])
+
+
 def _reseal(raw: bytes) -> bytes:
     crc = zlib.crc32(raw[12:], zlib.crc32(raw[:8]))
     return raw[:8] + crc.to_bytes(4, "big") + raw[12:]
@@ -166,11 +173,8 @@ def _reseal(raw: bytes) -> bytes:
 def test_envelope_record_is_plain_exactly_when_parse_is(
     m: EnvelopeMessage, data: st.DataObject
 ) -> None:
-    raw = bytearray(encode_message(m))
-    i = data.draw(st.integers(0, len(raw) - 1))
-    raw[i] = data.draw(st.integers(0, 255))
-    cut = data.draw(st.integers(0, len(raw)))
-    for candidate in (bytes(raw), _reseal(bytes(raw)), bytes(raw[:cut])):
+    raw, prefix = _damaged(encode_message(m), data)
+    for candidate in (raw, _reseal(raw), prefix):
         parsed = parse_nats_payload(candidate)
         got = envelope_record(candidate, record_subjects("a", ""))
         assert (got is None) == (parsed is None)
@@ -265,11 +269,8 @@ def _decodes(fn: Callable[[bytes], object], raw: bytes) -> bool:
 def test_produce_envelopes_refuse_what_the_decoder_refuses(
     req: ProduceRequest, data: st.DataObject
 ) -> None:
-    raw = bytearray(encode_produce_request(req))
-    i = data.draw(st.integers(0, len(raw) - 1))
-    raw[i] = data.draw(st.integers(0, 255))
-    cut = data.draw(st.integers(0, len(raw)))
-    for candidate in (bytes(raw), bytes(raw[:cut]), bytes(raw) + b"\x00"):
+    raw, prefix = _damaged(encode_produce_request(req), data)
+    for candidate in (raw, prefix, raw + b"\x00"):
         assert _decodes(lambda b: produce_envelopes(b, "_INBOX.a"), candidate) == _decodes(
             decode_produce_request, candidate
         )

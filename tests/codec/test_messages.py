@@ -46,10 +46,15 @@ from jetsdk.codec.messages import (
     encode_produce_response,
     new_produce_message,
 )
+from jetsdk.codec.produce_values import (
+    decode_produce_response_values,
+    encode_produce_response_values,
+)
 from jetsdk.codec.record import Record, encode_record, iter_records
 
 from .strategies import (
     I64,
+    PROPS,
     U16,
     U32,
     fetch_requests,
@@ -57,10 +62,9 @@ from .strategies import (
     json_objects,
     produce_requests,
     produce_results,
+    produce_results_with_values,
     records,
 )
-
-PROPS = settings(max_examples=200, deadline=None)
 
 
 @PROPS
@@ -76,6 +80,24 @@ def test_produce_request_round_trip(req: ProduceRequest) -> None:
 @given(st.lists(produce_results, max_size=8))
 def test_produce_response_round_trip(results: list[ProduceResult]) -> None:
     assert decode_produce_response(encode_produce_response(results)) == results
+
+
+@PROPS
+@given(st.lists(produce_results_with_values, max_size=8))
+def test_produce_response_with_current_values_round_trip(results: list[ProduceResult]) -> None:
+    raw = encode_produce_response_values(results)
+    assert decode_produce_response_values(raw) == results
+    refusals = [r for r in results if r.error_code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET]
+    values = sum(len(r.current_value or b"") for r in refusals)
+    assert len(raw) == 4 + 18 * len(results) + 4 * len(refusals) + values
+
+
+def test_produce_response_without_the_flag_is_unchanged_for_refusals() -> None:
+    """A request without the flag gets 18-byte results, a refusal's value never encoded."""
+    refused = ProduceResult(ErrorCode.WRONG_EXPECTED_KEY_OFFSET, 17, -1, b"ignored")
+    raw = encode_produce_response([refused])
+    assert len(raw) == 4 + 18
+    assert decode_produce_response(raw) == [ProduceResult(refused.error_code, 17, -1)]
 
 
 @PROPS

@@ -120,6 +120,18 @@ def _obj(**fields: object) -> bytes:
     return orjson.dumps({k: v for k, v in base.items() if v is not ...})
 
 
+def _join(**fields: object) -> bytes:
+    """A join record, valid but for ``fields``."""
+    valid: dict[str, object] = {
+        "type": "join",
+        "subscriptions": {"s": 1},
+        "assignors": ["range"],
+        "session_timeout_ms": 1000,
+        "release_timeout_ms": 1000,
+    }
+    return _obj(**{**valid, **fields})
+
+
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
@@ -152,46 +164,10 @@ def _obj(**fields: object) -> bytes:
             "field",
         ),
         (_obj(type="leave", temporary="yes"), "field"),
-        (
-            _obj(
-                type="join",
-                subscriptions={"s": 0},
-                assignors=["range"],
-                session_timeout_ms=1000,
-                release_timeout_ms=1000,
-            ),
-            "limit",
-        ),
-        (
-            _obj(
-                type="join",
-                subscriptions={"s": 1},
-                assignors=[],
-                session_timeout_ms=1000,
-                release_timeout_ms=1000,
-            ),
-            "limit",
-        ),
-        (
-            _obj(
-                type="join",
-                subscriptions={"s": 1},
-                assignors=["range", "range"],
-                session_timeout_ms=1000,
-                release_timeout_ms=1000,
-            ),
-            "field",
-        ),
-        (
-            _obj(
-                type="join",
-                subscriptions={"s": 1},
-                assignors=["range"],
-                session_timeout_ms=0,
-                release_timeout_ms=1000,
-            ),
-            "limit",
-        ),
+        (_join(subscriptions={"s": 0}), "limit"),
+        (_join(assignors=[]), "limit"),
+        (_join(assignors=["range", "range"]), "field"),
+        (_join(session_timeout_ms=0), "limit"),
         (_obj(type="join", subscriptions=[], assignors=["range"]), "field"),
         (_obj(type="checkpoint", as_of=-2, state={}), "limit"),
         (_obj(type="checkpoint", as_of=0, state=[]), "field"),
@@ -202,6 +178,10 @@ def test_invalid_records_are_refused(raw: bytes, reason: str) -> None:
         decode_record(raw)
     assert not isinstance(info.value, UnsupportedGroupVersion)
     assert info.value.reason == reason
+
+
+def test_the_join_the_invalid_ones_differ_from_is_valid() -> None:
+    assert isinstance(decode_record(_join()), Join)
 
 
 def test_newer_version_is_not_skippable() -> None:

@@ -339,52 +339,38 @@ def test_snapshot_round_trip() -> None:
     assert restored.assignment() == log.state.assignment()
 
 
+EMPTY_SNAPSHOT: dict[str, object] = {
+    "group": "g",
+    "clock": 0,
+    "generation": 0,
+    "last_offset": 0,
+    "assignor": "",
+    "last_checkpoint_at": None,
+    "members": [],
+    "targets": [],
+    "owners": [],
+    "offsets": [],
+}
+"""A well-formed snapshot of an empty group; the malformed ones below differ in one field."""
+
+
 @pytest.mark.parametrize(
     "bad",
     [
         {},
         {"group": "g", "clock": -1},
-        {
-            "group": "g",
-            "clock": 0,
-            "generation": 0,
-            "last_offset": 0,
-            "assignor": "",
-            "last_checkpoint_at": None,
-            "members": {},
-            "targets": [],
-            "owners": [],
-            "offsets": [],
-        },
-        {
-            "group": "g",
-            "clock": 0,
-            "generation": 0,
-            "last_offset": 0,
-            "assignor": "",
-            "last_checkpoint_at": None,
-            "members": [],
-            "targets": [["s", 0, "ghost"]],
-            "owners": [],
-            "offsets": [],
-        },
-        {
-            "group": "g",
-            "clock": 0,
-            "generation": 0,
-            "last_offset": 0,
-            "assignor": "",
-            "last_checkpoint_at": None,
-            "members": [],
-            "targets": [],
-            "owners": [[1]],
-            "offsets": [],
-        },
+        {**EMPTY_SNAPSHOT, "members": {}},
+        {**EMPTY_SNAPSHOT, "targets": [["s", 0, "ghost"]]},
+        {**EMPTY_SNAPSHOT, "owners": [[1]]},
     ],
 )
 def test_restore_refuses_malformed_snapshots(bad: dict[str, object]) -> None:
     with pytest.raises(InvalidGroupRecord):
         GroupState.restore(bad)
+
+
+def test_the_snapshot_the_malformed_ones_differ_from_restores() -> None:
+    assert GroupState.restore(EMPTY_SNAPSHOT).snapshot() == EMPTY_SNAPSHOT
 
 
 def random_log(rng: random.Random, n: int) -> list[tuple[GroupRecord, float]]:

@@ -22,14 +22,18 @@ that records reports and a liveness view that finds the leader's server up.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 import attrs
 import pytest
+from anyio.abc import TaskGroup
 
-from jetsdk.codec.frames import FLAG_RESPONSE, Api, FrameDecoder, encode_frame
+from jetsdk.codec.frames import FLAG_RESPONSE, Api, encode_frame
 from jetsdk.codec.replica_fetch import (
     ReplicaFetchAnswer,
     ReplicaFetchPartition,
@@ -40,6 +44,8 @@ from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
+from support.control_plane import RecordingControl
+from support.frames_in import frames_from
 
 pytestmark = pytest.mark.anyio
 
@@ -54,34 +60,14 @@ BOUND_S = 10.0
 """Bound on each wait for the follower's fetches to time out."""
 
 
-class Reports:
-    """A control plane that records silent-leader reports (server_down: never)."""
-
-    server_id = "f1"
+class Reports(RecordingControl):
+    """The recording control plane with liveness probes (server_down: only when set)."""
 
     def __init__(self) -> None:
-        self.reports: list[tuple[str, int]] = []
+        super().__init__("f1")
         self.down = False
         self.gone = False
         self.down_event = anyio.Event()
-        self.reported = anyio.Event()
-
-    async def propose_isr(
-        self,
-        stream: str,
-        partition: int,
-        leader_epoch: int,
-        isr: tuple[str, ...],
-        *,
-        partition_epoch: int | None = None,
-    ) -> bool:
-        return False
-
-    async def report_leader_silent(
-        self, stream: str, partition: int, leader_epoch: int, reporter: str
-    ) -> None:
-        self.reports.append((stream, partition))
-        self.reported.set()
 
     def server_down(self, server_id: str) -> bool:
         return self.down  # while False, only a stuck partition is reported
@@ -98,33 +84,26 @@ async def serve_leader(listener: anyio.abc.SocketListener, answer_streams: set[s
     ``answer_streams`` only; with none, never answer."""
 
     async def handle(conn: anyio.abc.SocketStream) -> None:
-        decoder = FrameDecoder()
         async with conn, anyio.create_task_group() as tg:
-            while True:
-                try:
-                    data = await conn.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    return
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
-                    if frame.api != Api.REPLICA_FETCH or not answer_streams:
-                        continue
-                    req = decode_replica_fetch_request(frame.body)
-                    if req.wake:
-                        continue
-                    answers = [
-                        ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
-                        for i, p in enumerate(req.partitions)
-                        if p.stream in answer_streams
-                    ]
-                    reply = encode_frame(
-                        frame.api,
-                        frame.correlation_id,
-                        encode_replica_fetch_response(answers),
-                        flags=FLAG_RESPONSE,
-                    )
+            async for frame in frames_from(conn):
+                if frame.api != Api.REPLICA_FETCH or not answer_streams:
+                    continue
+                req = decode_replica_fetch_request(frame.body)
+                if req.wake:
+                    continue
+                answers = [
+                    ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
+                    for i, p in enumerate(req.partitions)
+                    if p.stream in answer_streams
+                ]
+                reply = encode_frame(
+                    frame.api,
+                    frame.correlation_id,
+                    encode_replica_fetch_response(answers),
+                    flags=FLAG_RESPONSE,
+                )
 
-                    tg.start_soon(answer_later, conn, req.max_wait_ms / 1000, reply)
+                tg.start_soon(answer_later, conn, req.max_wait_ms / 1000, reply)
 
     await listener.serve(handle)
 
@@ -135,7 +114,6 @@ async def serve_busy_leader(listener: anyio.abc.SocketListener) -> None:
     partitions are due) is answered fully, but after more than ``request_slack_s``."""
 
     async def handle(conn: anyio.abc.SocketStream) -> None:
-        decoder = FrameDecoder()
         sending = anyio.Lock()
 
         async def answer(delay_s: float, reply: bytes) -> None:
@@ -144,31 +122,37 @@ async def serve_busy_leader(listener: anyio.abc.SocketListener) -> None:
                 await conn.send(reply)
 
         async with conn, anyio.create_task_group() as tg:
-            while True:
-                try:
-                    data = await conn.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    return
-                decoder.feed(data)
-                while (frame := decoder.next_frame()) is not None:
-                    req = decode_replica_fetch_request(frame.body)
-                    if frame.api != Api.REPLICA_FETCH or req.wake:
-                        continue
-                    late = req.max_wait_ms == 0
-                    answers = [
-                        ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
-                        for i in range(len(req.partitions))
-                        if late
-                    ]
-                    reply = encode_frame(
-                        frame.api,
-                        frame.correlation_id,
-                        encode_replica_fetch_response(answers),
-                        flags=FLAG_RESPONSE,
-                    )
-                    tg.start_soon(answer, 2 * CONFIG.request_slack_s if late else 0.01, reply)
+            async for frame in frames_from(conn):
+                req = decode_replica_fetch_request(frame.body)
+                if frame.api != Api.REPLICA_FETCH or req.wake:
+                    continue
+                late = req.max_wait_ms == 0
+                answers = [
+                    ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
+                    for i in range(len(req.partitions))
+                    if late
+                ]
+                reply = encode_frame(
+                    frame.api,
+                    frame.correlation_id,
+                    encode_replica_fetch_response(answers),
+                    flags=FLAG_RESPONSE,
+                )
+                tg.start_soon(answer, 2 * CONFIG.request_slack_s if late else 0.01, reply)
 
     await listener.serve(handle)
+
+
+@asynccontextmanager
+async def serving_leader(answer_streams: set[str]) -> AsyncIterator[tuple[TaskGroup, int]]:
+    """A task group running :func:`serve_leader` for ``answer_streams`` on a loopback port;
+    yields the group and the port."""
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(serve_leader, listener, answer_streams)
+        yield tg, listener.extra(anyio.abc.SocketAttribute.local_port)
 
 
 async def answer_later(conn: anyio.abc.SocketStream, wait_s: float, reply: bytes) -> None:
@@ -188,6 +172,39 @@ class CountingFetcher(FollowerFetcher):
             self.failed.set()
 
 
+F = TypeVar("F", bound=FollowerFetcher)
+
+
+def stuck_follower(
+    cls: type[F],
+    port: int,
+    log_: Log,
+    config: ReplicationConfig,
+    reports: Reports,
+    **extra: Any,
+) -> F:
+    """A ``cls`` following ``stuck/0`` (leader ``l1`` at ``port``) as ``f1``, reporting to
+    ``reports``; ``extra``: more fetcher arguments."""
+    return cls(
+        stream="stuck",
+        partition=0,
+        server_id="f1",
+        replica_id=1,
+        leader="l1",
+        leader_address=f"127.0.0.1:{port}",
+        leader_epoch=0,
+        log=log_,
+        durability="flushed",
+        config=config,
+        on_hw=_ignore_hw,
+        request_flush=lambda: None,
+        controller=reports,
+        server_down=reports.server_down,
+        server_down_event=reports.server_down_event,
+        **extra,
+    )
+
+
 async def follow(
     tmp_path: Path,
     answer_streams: set[str],
@@ -201,33 +218,11 @@ async def follow(
     recorder."""
     reports = Reports()
     log_ = Log.open(tmp_path / "stuck-0")
-    async with (
-        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
-        anyio.create_task_group() as tg,
-    ):
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        tg.start_soon(serve_leader, listener, answer_streams)
+    async with serving_leader(answer_streams) as (tg, port):
         session = FetchSession(f"127.0.0.1:{port}", CONFIG)
         session.users = 2
         tg.start_soon(session.run)
-        fetcher = CountingFetcher(
-            stream="stuck",
-            partition=0,
-            server_id="f1",
-            replica_id=1,
-            leader="l1",
-            leader_address=f"127.0.0.1:{port}",
-            leader_epoch=0,
-            log=log_,
-            durability="flushed",
-            config=CONFIG,
-            on_hw=_ignore_hw,
-            request_flush=lambda: None,
-            controller=reports,
-            server_down=reports.server_down,
-            server_down_event=reports.server_down_event,
-            session=session,
-        )
+        fetcher = stuck_follower(CountingFetcher, port, log_, CONFIG, reports, session=session)
         fetcher.enough, fetcher.failed = stuck_timeouts, anyio.Event()
 
         async def ok_partition() -> None:
@@ -287,29 +282,8 @@ async def test_a_leader_whose_server_is_gone_is_reported_without_waiting_the_sil
     config = attrs.evolve(CONFIG, leader_silence_s=30.0, fetch_max_wait_s=5.0)
     reports = Reports()
     log_ = Log.open(tmp_path / "stuck-0")
-    async with (
-        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
-        anyio.create_task_group() as tg,
-    ):
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        tg.start_soon(serve_leader, listener, {"stuck"})  # answers: heard recently
-        fetcher = FollowerFetcher(
-            stream="stuck",
-            partition=0,
-            server_id="f1",
-            replica_id=1,
-            leader="l1",
-            leader_address=f"127.0.0.1:{port}",
-            leader_epoch=0,
-            log=log_,
-            durability="flushed",
-            config=config,
-            on_hw=_ignore_hw,
-            request_flush=lambda: None,
-            controller=reports,
-            server_down=reports.server_down,
-            server_down_event=reports.server_down_event,
-        )
+    async with serving_leader({"stuck"}) as (tg, port):  # answers: heard recently
+        fetcher = stuck_follower(FollowerFetcher, port, log_, config, reports)
         tg.start_soon(fetcher.run)
         await anyio.sleep(0.1)  # the follower is under way (nothing to wait on)
         reports.down, reports.gone = True, gone
@@ -333,24 +307,7 @@ async def test_a_busy_leader_answering_early_and_late_is_not_reported(tmp_path: 
         session = FetchSession(f"127.0.0.1:{port}", CONFIG)
         session.users = 1
         tg.start_soon(session.run)
-        fetcher = CountingFetcher(
-            stream="stuck",
-            partition=0,
-            server_id="f1",
-            replica_id=1,
-            leader="l1",
-            leader_address=f"127.0.0.1:{port}",
-            leader_epoch=0,
-            log=log_,
-            durability="flushed",
-            config=CONFIG,
-            on_hw=_ignore_hw,
-            request_flush=lambda: None,
-            controller=reports,
-            server_down=reports.server_down,
-            server_down_event=reports.server_down_event,
-            session=session,
-        )
+        fetcher = stuck_follower(CountingFetcher, port, log_, CONFIG, reports, session=session)
         fetcher.enough, fetcher.failed = 4, anyio.Event()
         tg.start_soon(fetcher.run)
         with anyio.fail_after(BOUND_S):

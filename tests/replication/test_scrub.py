@@ -9,6 +9,7 @@ from pathlib import Path
 from jetsdk.codec.record import encode_body
 from jetserver.replication.scrub import first_damaged_offset
 from jetserver.storage import Log, LogConfig
+from support.corrupt import flip_bits
 
 CONFIG = LogConfig(segment_max_bytes=4096, index_interval_bytes=256)
 
@@ -31,11 +32,7 @@ def test_a_flipped_bit_in_an_early_segment_is_found(tmp_path: Path) -> None:
     second = sorted(tmp_path.glob("*.log"))[1]
     base = int(second.name.split(".")[0])
     size = second.stat().st_size
-    with open(second, "r+b") as f:
-        f.seek(size // 3)
-        byte = f.read(1)
-        f.seek(size // 3)
-        f.write(bytes([byte[0] ^ 0x10]))
+    flip_bits(second, size // 3, 0x10)
     with Log.open(tmp_path, CONFIG) as log:
         assert log.recovery.ok  # recovery trusts closed segments before their last index entry
         damaged = first_damaged_offset(log, chunk_bytes=1000)

@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import anyio
 
@@ -56,21 +56,25 @@ def _stopped(stop: Path) -> bool:
     return stop.exists()
 
 
+def _consumer_options(args: argparse.Namespace, out: IO[str]) -> dict[str, Any]:
+    """The consumer's arguments, the same for the async and the sync API."""
+    return {
+        "group": args.group,
+        "streams": [args.stream],
+        "group_config": _config(args),
+        "auto_commit": args.auto_commit,
+        "instance_id": args.instance,
+        "on_assigned": _writer(out, "a"),
+        "on_revoked": _writer(out, "r"),
+        "on_lost": _writer(out, "l"),
+    }
+
+
 async def run_async(args: argparse.Namespace, out: IO[str]) -> None:
     stop = Path(args.stop)
     async with (
         Client(args.servers) as client,
-        Consumer(
-            client,
-            group=args.group,
-            streams=[args.stream],
-            group_config=_config(args),
-            auto_commit=args.auto_commit,
-            instance_id=args.instance,
-            on_assigned=_writer(out, "a"),  # type: ignore[arg-type]
-            on_revoked=_writer(out, "r"),  # type: ignore[arg-type]
-            on_lost=_writer(out, "l"),  # type: ignore[arg-type]
-        ) as consumer,
+        Consumer(client, **_consumer_options(args, out)) as consumer,
     ):
         while not _stopped(stop):
             _record(out, await consumer.fetch(max_records=50, timeout=0.2), args.delay)
@@ -80,17 +84,7 @@ def run_sync(args: argparse.Namespace, out: IO[str]) -> None:
     stop = Path(args.stop)
     with (
         sync.Client(args.servers) as client,
-        sync.Consumer(
-            client,
-            group=args.group,
-            streams=[args.stream],
-            group_config=_config(args),
-            auto_commit=args.auto_commit,
-            instance_id=args.instance,
-            on_assigned=_writer(out, "a"),  # type: ignore[arg-type]
-            on_revoked=_writer(out, "r"),  # type: ignore[arg-type]
-            on_lost=_writer(out, "l"),  # type: ignore[arg-type]
-        ) as consumer,
+        sync.Consumer(client, **_consumer_options(args, out)) as consumer,
     ):
         while not stop.exists():
             _record(out, consumer.fetch(max_records=50, timeout=0.2), args.delay)

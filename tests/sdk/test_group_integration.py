@@ -7,7 +7,6 @@ trio, one through the sync API) and kills one with SIGKILL mid-run. Timings are 
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
@@ -16,7 +15,6 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -28,17 +26,13 @@ from jetsdk.consumer import Consumer, OffsetAndMetadata
 from jetsdk.group.member import MemberConfig
 from jetserver.testing import wait_until
 from support.jet_dev import JetDev
+from support.names import unique
 
 WORKER = Path(__file__).with_name("group_worker.py")
 SESSION = 2.5
 HEARTBEAT = 0.25
 AUTO_COMMIT = 0.5
 CFG = MemberConfig(session_timeout=SESSION, heartbeat_interval=HEARTBEAT, release_timeout=4.0)
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
 
 
 @attrs.define
@@ -69,16 +63,6 @@ class Worker:
     proc: subprocess.Popen[bytes]
     out: Path
     backend: str
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-        w.proc.wait(timeout=30)
 
 
 def start_worker(

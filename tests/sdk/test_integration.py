@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 import time
-import uuid
 from datetime import UTC, datetime
 
 import anyio
@@ -27,14 +25,9 @@ from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.partitioner import partition_for_key
 from jetserver.testing import wait_until_async
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
-
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
 
 
 async def test_round_trip_with_keys_and_headers(jet_dev: JetDev) -> None:

@@ -8,9 +8,7 @@ anyway, and two sends with ``Nats-Msg-Id: abc`` were both stored.
 
 from __future__ import annotations
 
-import itertools
 import time
-import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -21,14 +19,9 @@ from jetsdk import Client, Consumer, Producer, sync
 from jetsdk.errors import InvalidArgument, WrongExpectedOffset
 from jetsdk.message import Message
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
-
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
 
 
 async def _stored(client: Client, stream: str, count: int) -> list[Message]:

@@ -8,22 +8,14 @@ the producer closes with written batches still unanswered.
 
 from __future__ import annotations
 
-import itertools
-import uuid
-
 import anyio
 import pytest
 
 from jetsdk import Client, Consumer, Producer
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
-
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
 
 
 async def test_the_caller_writes_the_request_of_an_idle_partition(

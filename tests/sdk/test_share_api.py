@@ -3,10 +3,8 @@ in_progress past the ack deadline, reject to the dead-letter stream, and the syn
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-import uuid
 
 import anyio
 import pytest
@@ -19,13 +17,9 @@ from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
 from jetsdk.errors import JetError, OffsetOutOfRange
 from jetsdk.message import DONE
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
 
 
 async def fill(client: Client, stream: str, count: int) -> None:

@@ -5,8 +5,6 @@ choosable."""
 
 from __future__ import annotations
 
-import itertools
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,21 +13,13 @@ import pytest
 
 from jetsdk import Client, InvalidArgument, Producer, ShareConsumer
 from support.jet_dev import JetDev
-
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
+from support.names import unique
 
 
 @pytest.fixture(scope="module")
 def dev3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
-    dev = JetDev.start(Path(tmp_path_factory.mktemp("share-dlq")) / "data", servers=3)
-    try:
+    with JetDev.start(Path(tmp_path_factory.mktemp("share-dlq")) / "data", servers=3) as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 async def reject_one(client: Client, stream: str, group: str, **options: object) -> None:

@@ -4,7 +4,6 @@ with SIGKILL while it holds messages (spec/share-groups.md §8)."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import signal
 import subprocess
@@ -12,12 +11,10 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import attrs
-import pytest
 
 from jetsdk import Client, Producer
 from jetsdk.codec.record import Record, iter_records
@@ -25,14 +22,10 @@ from jetsdk.consumer.share_consumer import read_share_group
 from jetsdk.share.state import ShareState
 from jetserver.testing import wait_until
 from support.jet_dev import JetDev
+from support.names import unique
 
 WORKER = Path(__file__).with_name("share_worker.py")
 DEADLINE = 2.0
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
 
 
 @attrs.frozen
@@ -57,16 +50,6 @@ class Worker:
             if len(parts) == 5 and parts[0] == "m":
                 out.append(Line(int(parts[1]), int(parts[2]), int(parts[3]), float(parts[4])))
         return out
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for w in started:
-        if w.proc.poll() is None:
-            w.proc.kill()
-        w.proc.wait(timeout=30)
 
 
 def start(

@@ -7,9 +7,7 @@ not the backend."""
 
 from __future__ import annotations
 
-import itertools
 import time
-import uuid
 
 import anyio
 import attrs
@@ -19,12 +17,7 @@ from jetsdk.codec.record import iter_records
 from jetsdk.consumer.share_consumer import LostOutcome, read_share_group
 from jetsdk.errors import StreamNotFound
 from support.jet_dev import JetDev
-
-_names = itertools.count()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_names)}-{uuid.uuid4().hex[:6]}"
+from support.names import unique
 
 
 async def fill(client: Client, stream: str, count: int) -> None:

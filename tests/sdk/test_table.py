@@ -5,7 +5,6 @@ goes through the same server path), and a stream that is not compacted."""
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import sqlite3
 from pathlib import Path
@@ -16,17 +15,13 @@ import pytest
 from jetsdk import Client, InvalidArgument, Table, WrongExpectedKeyOffset
 from jetsdk.table import Change
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
-_names = itertools.count()
-
-
-def name(base: str) -> str:
-    return f"{base}{next(_names)}"
 
 
 async def test_put_get_delete_create_update(jet_dev: JetDev) -> None:
-    stream = name("tbl")
+    stream = unique("tbl")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True, partitions=3)
         async with Table(client, stream) as table:
@@ -63,7 +58,7 @@ async def test_put_get_delete_create_update(jet_dev: JetDev) -> None:
 
 
 async def test_sync_reads_writes_of_another_table(jet_dev: JetDev) -> None:
-    stream = name("sync")
+    stream = unique("sync")
     async with Client(jet_dev.servers) as c1, Client(jet_dev.servers) as c2:
         await c1.create_stream(stream, compact=True, partitions=2)
         async with Table(c1, stream) as writer, Table(c2, stream) as reader:
@@ -75,7 +70,7 @@ async def test_sync_reads_writes_of_another_table(jet_dev: JetDev) -> None:
 
 
 async def test_watch_initial_and_from_now(jet_dev: JetDev) -> None:
-    stream = name("watch")
+    stream = unique("watch")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
         async with Table(client, stream) as table:
@@ -128,7 +123,7 @@ async def test_watch_initial_state_larger_than_the_change_buffer(
     import jetsdk.table.view
 
     monkeypatch.setattr(jetsdk.table.view, "MAX_WATCH_BUFFER", 10)
-    stream = name("bigwatch")
+    stream = unique("bigwatch")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True, partitions=2)
         async with Table(client, stream) as table:
@@ -149,7 +144,7 @@ async def test_watch_initial_state_larger_than_the_change_buffer(
 
 
 async def test_needs_a_compacted_stream(jet_dev: JetDev) -> None:
-    stream = name("plain")
+    stream = unique("plain")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream)
         with pytest.raises(InvalidArgument, match="not compacted"):
@@ -162,7 +157,7 @@ def test_blocking_table(jet_dev: JetDev) -> None:
     from jetsdk.sync import Client as SyncClient
     from jetsdk.sync import Table as SyncTable
 
-    stream = name("blocking")
+    stream = unique("blocking")
     with SyncClient(jet_dev.servers) as client:
         client.create_stream(stream, compact=True)
         with SyncTable(client, stream) as table:
@@ -183,7 +178,7 @@ async def test_snapshot_reopen_fetches_only_what_came_after(
     """Issue 38 item 3: a table closed with a snapshot reopens from it and fetches only the
     records written after; revisions from the snapshot still work for compare-and-set, and
     a stale one is refused (this part fails without the server's check)."""
-    stream = name("snap")
+    stream = unique("snap")
     path = tmp_path / "snap.sqlite"
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True, partitions=2)
@@ -213,7 +208,7 @@ async def test_snapshot_reopen_fetches_only_what_came_after(
             with pytest.raises(WrongExpectedKeyOffset):
                 await table.update(b"k6", b"stale", revs[5])
         # Another stream's snapshot, or a snapshot older than delete_retention: not used.
-        other_stream = name("snapother")
+        other_stream = unique("snapother")
         await client.create_stream(other_stream, compact=True, partitions=2)
         copy = tmp_path / "copy.sqlite"
         shutil.copy(path, copy)
@@ -232,7 +227,7 @@ async def test_snapshot_reopen_fetches_only_what_came_after(
 async def test_four_racing_tables_lose_no_update(jet_dev: JetDev) -> None:
     """4 tables (own clients) each increment a counter 10 times with update(); a refused
     one syncs its view and tries again. 0 lost updates (fails without the server check)."""
-    stream = name("race")
+    stream = unique("race")
     writers, increments = 4, 10
     async with Client(jet_dev.servers) as admin:
         await admin.create_stream(stream, compact=True)

@@ -5,9 +5,6 @@ stream-table join finds every message's key."""
 
 from __future__ import annotations
 
-import itertools
-import uuid
-
 import anyio
 import pytest
 
@@ -18,20 +15,16 @@ from jetsdk.group.member import MemberConfig
 from jetsdk.partitioner import partition_for_key
 from jetsdk.table import co_partitioned
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
 CFG = MemberConfig(session_timeout=5.0, heartbeat_interval=0.25, release_timeout=5.0)
 WAIT_S = 60.0
 KEYS = [b"k%d" % i for i in range(12)]
-_names = itertools.count()
-
-
-def name(base: str) -> str:
-    return f"{base}{next(_names)}-{uuid.uuid4().hex[:4]}"
 
 
 async def test_hold_and_release_partitions(jet_dev: JetDev) -> None:
-    stream = name("tpart")
+    stream = unique("tpart")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True, partitions=3)
         async with Table(client, stream) as writer:
@@ -64,7 +57,7 @@ async def test_hold_and_release_partitions(jet_dev: JetDev) -> None:
 async def test_group_members_hold_their_partitions_of_a_co_partitioned_table(
     jet_dev: JetDev,
 ) -> None:
-    orders, prices, group = name("orders"), name("prices"), name("g")
+    orders, prices, group = unique("orders"), unique("prices"), unique("g")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(orders, orders, partitions=2)
         await client.create_stream(prices, compact=True, partitions=2)

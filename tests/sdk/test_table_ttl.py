@@ -6,7 +6,6 @@ expiries. Expiry needs time to pass: each wait is bounded and ends on the watch'
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,15 +16,11 @@ import pytest
 from jetsdk import Client, InvalidArgument, Table, WrongExpectedKeyOffset
 from jetsdk.table import Change
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
-_names = itertools.count()
 TTL_S = 1.0
 WAIT_S = 20.0
-
-
-def name(base: str) -> str:
-    return f"{base}{next(_names)}"
 
 
 async def next_expiry(changes: AsyncIterator[Change]) -> Change:
@@ -38,7 +33,7 @@ async def next_expiry(changes: AsyncIterator[Change]) -> Change:
 
 
 async def test_ttl_expires_for_reads_watch_and_the_servers_cas(jet_dev: JetDev) -> None:
-    stream = name("ttl")
+    stream = unique("ttl")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True, partitions=2)
         async with Table(client, stream) as table:
@@ -78,7 +73,7 @@ async def test_ttl_expires_for_reads_watch_and_the_servers_cas(jet_dev: JetDev) 
 
 
 async def test_snapshot_keeps_expiries(jet_dev: JetDev, tmp_path: Path) -> None:
-    stream = name("ttlsnap")
+    stream = unique("ttlsnap")
     path = tmp_path / "t.sqlite"
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
@@ -97,7 +92,7 @@ async def test_snapshot_keeps_expiries(jet_dev: JetDev, tmp_path: Path) -> None:
 
 
 async def test_bad_ttl_is_refused(jet_dev: JetDev) -> None:
-    stream = name("ttlbad")
+    stream = unique("ttlbad")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
         async with Table(client, stream) as table:

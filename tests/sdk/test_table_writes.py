@@ -5,25 +5,19 @@ before it), and a caller cancelled while its write waits does not stall the othe
 
 from __future__ import annotations
 
-import itertools
-
 import anyio
 import anyio.lowlevel
 import pytest
 
 from jetsdk import Client, Table, WrongExpectedKeyOffset
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
-_names = itertools.count()
-
-
-def name(base: str) -> str:
-    return f"{base}{next(_names)}"
 
 
 async def test_concurrent_puts_share_requests(jet_dev: JetDev) -> None:
-    stream = name("wbatch")
+    stream = unique("wbatch")
     n = 200
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True, partitions=2)
@@ -52,7 +46,7 @@ async def test_concurrent_puts_share_requests(jet_dev: JetDev) -> None:
 
 
 async def test_concurrent_updates_of_one_revision_one_wins(jet_dev: JetDev) -> None:
-    stream = name("wcas")
+    stream = unique("wcas")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
         async with Table(client, stream) as table:
@@ -77,7 +71,7 @@ async def test_concurrent_updates_of_one_revision_one_wins(jet_dev: JetDev) -> N
 
 
 async def test_cancelled_waiting_writes_do_not_stall_the_rest(jet_dev: JetDev) -> None:
-    stream = name("wcancel")
+    stream = unique("wcancel")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
         async with Table(client, stream) as table:

@@ -15,7 +15,6 @@ import orjson
 import pytest
 
 from jetsdk import Client
-from jetsdk.acl import list_acls
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import AckPolicy, ProduceMessage, ProduceRequest, encode_json
 from jetsdk.consumer.group_admin import commit_offsets, read_group
@@ -24,33 +23,20 @@ from jetsdk.errors import InvalidArgument, JetError, PermissionDenied
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.partitioner import partition_for_key
-from jetserver.security.passwords import hash_token
-from support.jet_server import running_server
+from security.auth_kit import auth_server, auth_settings, clients_as, tokens_for
 from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
 
-TOKENS = {name: f"{name}-token-0123456789abcdef" for name in ("ops", "alice", "mallory", "vic")}
-SETTINGS: dict[str, object] = {
-    "auth__enabled": True,
-    "auth__tokens": tuple(f"{n}={hash_token(t)}" for n, t in TOKENS.items()),
-    "auth__acls": (
-        "ops:admin+publish+fetch:*",
-        "alice:publish:wide",
-        "mallory:group:attackers",
-        "vic:group:victims",
-        "vic:fetch:orders",
-    ),
-}
-
-
-async def _wait_bootstrap(client: Client) -> None:
-    for _ in range(400):
-        with contextlib.suppress(PermissionDenied):
-            if "vic" in await list_acls(client):
-                return
-        await anyio.sleep(0.05)
-    raise AssertionError("bootstrap grants never appeared")
+TOKENS = tokens_for("ops", "alice", "mallory", "vic")
+ACLS = (
+    "ops:admin+publish+fetch:*",
+    "alice:publish:wide",
+    "mallory:group:attackers",
+    "vic:group:victims",
+    "vic:fetch:orders",
+)
+SETTINGS = auth_settings(TOKENS, ACLS)
 
 
 def _produce(
@@ -86,17 +72,14 @@ async def test_other_groups_records_do_not_stop_a_group(
     """Case 4: a plain NATS publish of ``{"v":99}`` on the group log's subject, and a v99
     record from ``group:attackers`` keyed to the victims' partition, leave group ``victims``
     readable; neither is stored."""
-    async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
-        addr = jet.address
-        assert addr is not None
+    async with auth_server(nats_server.url, tmp_path / "data", SETTINGS) as addr:
         nc = await nats.connect(nats_server.url)
         try:
-            async with (
-                Client(addr, token=TOKENS["ops"]) as ops,
-                Client(addr, token=TOKENS["mallory"]) as mallory,
-                Client(addr, token=TOKENS["vic"]) as vic,
+            async with clients_as(addr, TOKENS, "ops", "mallory", "vic", bootstrap="vic") as (
+                ops,
+                mallory,
+                vic,
             ):
-                await _wait_bootstrap(ops)
                 await ops.create_stream("orders", "orders")
                 await ops.create_stream("barrier", "barrier")
                 info = await ensure_groups_stream(vic)
@@ -127,31 +110,27 @@ async def test_group_grant_cannot_create_a_capturing_internal_stream(
 ) -> None:
     """Case 5: ``group:attackers`` creating ``__groups`` on subject ``secret`` is refused; the
     group log created as the server defines it captures nothing published to ``secret``."""
-    async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
-        addr = jet.address
-        assert addr is not None
-        async with (
-            Client(addr, token=TOKENS["ops"]) as ops,
-            Client(addr, token=TOKENS["mallory"]) as mallory,
-        ):
-            await _wait_bootstrap(ops)
-            await ops.create_stream("secret", "secret")
-            body = {"name": GROUPS_STREAM, "subject": "secret", "internal": True}
-            with pytest.raises(InvalidArgument) as refused:
-                await mallory.request_any(Api.CREATE_STREAM, encode_json(body))
-            assert refused.value.details.get("field") == "subject"
-            # Other internal names are the server's too.
-            for name, subject in (("__offsets", "_jet.offsets"), ("__share.x", "secret")):
-                with pytest.raises((InvalidArgument, PermissionDenied)):
-                    await ops.request_any(
-                        Api.CREATE_STREAM,
-                        encode_json({"name": name, "subject": subject, "internal": True}),
-                    )
-            info = await ensure_groups_stream(mallory)
-            assert info.subject == "_jet.groups"
-            await ops.produce(_produce("secret", 0, b"payroll"))
-            for q in range(len(info.partitions)):
-                assert await _hw(mallory, GROUPS_STREAM, q) == 0
+    async with (
+        auth_server(nats_server.url, tmp_path / "data", SETTINGS) as addr,
+        clients_as(addr, TOKENS, "ops", "mallory", bootstrap="vic") as (ops, mallory),
+    ):
+        await ops.create_stream("secret", "secret")
+        body = {"name": GROUPS_STREAM, "subject": "secret", "internal": True}
+        with pytest.raises(InvalidArgument) as refused:
+            await mallory.request_any(Api.CREATE_STREAM, encode_json(body))
+        assert refused.value.details.get("field") == "subject"
+        # Other internal names are the server's too.
+        for name, subject in (("__offsets", "_jet.offsets"), ("__share.x", "secret")):
+            with pytest.raises((InvalidArgument, PermissionDenied)):
+                await ops.request_any(
+                    Api.CREATE_STREAM,
+                    encode_json({"name": name, "subject": subject, "internal": True}),
+                )
+        info = await ensure_groups_stream(mallory)
+        assert info.subject == "_jet.groups"
+        await ops.produce(_produce("secret", 0, b"payroll"))
+        for q in range(len(info.partitions)):
+            assert await _hw(mallory, GROUPS_STREAM, q) == 0
 
 
 async def test_publish_grant_reaches_only_granted_streams(
@@ -159,41 +138,36 @@ async def test_publish_grant_reaches_only_granted_streams(
 ) -> None:
     """Case 6: alice (publish on ``wide``, subject ``wide.>``) producing with message subject
     ``wide.secret`` would also be stored in ``narrow``: refused, naming ``narrow``."""
-    async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
-        addr = jet.address
-        assert addr is not None
-        async with (
-            Client(addr, token=TOKENS["ops"]) as ops,
-            Client(addr, token=TOKENS["alice"]) as alice,
-        ):
-            await _wait_bootstrap(ops)
-            await ops.create_stream("wide", "wide.>")
-            await ops.create_stream("narrow", "wide.secret")
-            with pytest.raises(PermissionDenied) as refused:
-                await alice.produce(_produce("wide", 0, b"x", subject="wide.secret"))
-            assert "narrow" in str(refused.value)
-            ok = await alice.produce(_produce("wide", 0, b"y", subject="wide.public"))
-            assert ok[0].error_code == 0
-            # Stored once in wide; narrow holds nothing (an ops write there shows it works).
-            assert await _hw(ops, "wide", 0) == 1
-            assert await _hw(ops, "narrow", 0) == 0
+    async with (
+        auth_server(nats_server.url, tmp_path / "data", SETTINGS) as addr,
+        clients_as(addr, TOKENS, "ops", "alice", bootstrap="vic") as (ops, alice),
+    ):
+        await ops.create_stream("wide", "wide.>")
+        await ops.create_stream("narrow", "wide.secret")
+        with pytest.raises(PermissionDenied) as refused:
+            await alice.produce(_produce("wide", 0, b"x", subject="wide.secret"))
+        assert "narrow" in str(refused.value)
+        ok = await alice.produce(_produce("wide", 0, b"y", subject="wide.public"))
+        assert ok[0].error_code == 0
+        # Stored once in wide; narrow holds nothing (an ops write there shows it works).
+        assert await _hw(ops, "wide", 0) == 1
+        assert await _hw(ops, "narrow", 0) == 0
 
 
 async def test_jet_subjects_are_reserved_for_user_streams(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     """A user stream may not listen on the server's ``_jet.`` subjects."""
-    async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
-        addr = jet.address
-        assert addr is not None
-        async with Client(addr, token=TOKENS["ops"]) as ops:
-            await _wait_bootstrap(ops)
-            for subject in ("_jet.groups", "_jet.>", "_jet.share.x"):
-                with pytest.raises(InvalidArgument) as refused:
-                    await ops.create_stream("spy", subject)
-                assert refused.value.details.get("field") == "subject"
-            with contextlib.suppress(JetError):
-                await ops.delete_stream("spy")
+    async with (
+        auth_server(nats_server.url, tmp_path / "data", SETTINGS) as addr,
+        clients_as(addr, TOKENS, "ops", bootstrap="vic") as (ops,),
+    ):
+        for subject in ("_jet.groups", "_jet.>", "_jet.share.x"):
+            with pytest.raises(InvalidArgument) as refused:
+                await ops.create_stream("spy", subject)
+            assert refused.value.details.get("field") == "subject"
+        with contextlib.suppress(JetError):
+            await ops.delete_stream("spy")
 
 
 async def test_share_group_runs_on_a_group_grant(nats_server: NatsServer, tmp_path: Path) -> None:
@@ -201,42 +175,30 @@ async def test_share_group_runs_on_a_group_grant(nats_server: NatsServer, tmp_pa
     and appended through that grant); another group's identity cannot join it."""
     from jetsdk.consumer.share_consumer import ShareConsumer, read_share_group
 
-    tokens = {**TOKENS, "w": "w-token-0123456789abcdef"}
-    settings = {
-        **SETTINGS,
-        "auth__tokens": tuple(f"{n}={hash_token(t)}" for n, t in tokens.items()),
-        "auth__acls": (
-            *SETTINGS["auth__acls"],  # type: ignore[misc]
-            "w:group:w-*",
-            "w:fetch:jobs",
-            "w:admin+publish+fetch:w-*",
-        ),
-    }
-    async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
-        addr = jet.address
-        assert addr is not None
-        async with (
-            Client(addr, token=tokens["ops"]) as ops,
-            Client(addr, token=tokens["w"]) as w,
-            Client(addr, token=tokens["mallory"]) as mallory,
-        ):
-            await _wait_bootstrap(ops)
-            await ops.create_stream("jobs", "jobs")
-            for i in range(5):
-                await ops.produce(_produce("jobs", 0, b"%d" % i))
-            got: list[bytes] = []
-            async with ShareConsumer(w, "jobs", group="w-1", ack_deadline=10.0) as consumer:
-                with anyio.fail_after(30):
-                    while len(got) < 5:
-                        msg = await consumer.next(timeout=5)
-                        if msg is not None:
-                            got.append(msg.value)
-                            await msg.ack()
-                await consumer.flush()
-            assert sorted(got) == [b"%d" % i for i in range(5)]
-            state = await read_share_group(w, "w-1")
-            assert state is not None
-            assert state.partition("jobs", 0).spso == 5
-            with pytest.raises(PermissionDenied):
-                async with ShareConsumer(mallory, "jobs", group="w-1") as intruder:
-                    await intruder.next(timeout=1)
+    tokens = {**TOKENS, **tokens_for("w")}
+    settings = auth_settings(
+        tokens, (*ACLS, "w:group:w-*", "w:fetch:jobs", "w:admin+publish+fetch:w-*")
+    )
+    async with (
+        auth_server(nats_server.url, tmp_path / "data", settings) as addr,
+        clients_as(addr, tokens, "ops", "w", "mallory", bootstrap="vic") as (ops, w, mallory),
+    ):
+        await ops.create_stream("jobs", "jobs")
+        for i in range(5):
+            await ops.produce(_produce("jobs", 0, b"%d" % i))
+        got: list[bytes] = []
+        async with ShareConsumer(w, "jobs", group="w-1", ack_deadline=10.0) as consumer:
+            with anyio.fail_after(30):
+                while len(got) < 5:
+                    msg = await consumer.next(timeout=5)
+                    if msg is not None:
+                        got.append(msg.value)
+                        await msg.ack()
+            await consumer.flush()
+        assert sorted(got) == [b"%d" % i for i in range(5)]
+        state = await read_share_group(w, "w-1")
+        assert state is not None
+        assert state.partition("jobs", 0).spso == 5
+        with pytest.raises(PermissionDenied):
+            async with ShareConsumer(mallory, "jobs", group="w-1") as intruder:
+                await intruder.next(timeout=1)

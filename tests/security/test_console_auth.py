@@ -4,7 +4,6 @@ grant, and the token comes from the same options as every client command."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +11,15 @@ import anyio
 import pytest
 
 from jetsdk import Client
-from jetsdk.acl import list_acls
-from jetsdk.errors import PermissionDenied
-from jetserver.security.passwords import hash_token
+from security.auth_kit import auth_settings, tokens_for, wait_bootstrap
 from support.jet_console import JetConsole
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
 
-TOKENS = {name: f"{name}-token-0123456789abcdef" for name in ("ops", "viewer")}
-SETTINGS: dict[str, object] = {
-    "auth__enabled": True,
-    "auth__tokens": tuple(f"{n}={hash_token(t)}" for n, t in TOKENS.items()),
-    "auth__acls": ("ops:admin:*", "viewer:fetch:*"),
-}
+TOKENS = tokens_for("ops", "viewer")
+SETTINGS = auth_settings(TOKENS, ("ops:admin:*", "viewer:fetch:*"))
 WRITE = {"X-Jet-Console": "1"}
 
 
@@ -37,7 +30,7 @@ async def _call(console: JetConsole, *args: Any) -> tuple[int, Any, dict[str, st
 async def test_writes_need_the_admin_grant(nats_server: NatsServer, tmp_path: Path) -> None:
     async with running_server(nats_server.url, tmp_path / "data", **SETTINGS) as jet:
         async with Client(jet.address, token=TOKENS["ops"]) as ops:
-            await _wait_bootstrap_for(ops)
+            await wait_bootstrap(ops, "viewer")
             await ops.create_stream("seen", "seen")
         viewer = await anyio.to_thread.run_sync(
             JetConsole.start, [jet.address], "--token", TOKENS["viewer"], "--allow-writes"
@@ -61,13 +54,3 @@ async def test_writes_need_the_admin_grant(nats_server: NatsServer, tmp_path: Pa
             assert body["servers"][0]["up"] is True
         finally:
             await anyio.to_thread.run_sync(admin.stop)
-
-
-async def _wait_bootstrap_for(client: Client) -> None:
-    """The configured grants are proposed in the background right after start."""
-    for _ in range(400):
-        with contextlib.suppress(PermissionDenied):
-            if "viewer" in await list_acls(client):
-                return
-        await anyio.sleep(0.05)
-    raise AssertionError("bootstrap grants never appeared")

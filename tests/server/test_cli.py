@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -12,12 +10,11 @@ import pytest
 
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import ProduceMessage
+from support.jet_cli import jet
 from support.jet_dev import JetDev
 from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
-
-JET = [sys.executable, "-m", "jetserver.cli.main"]
 
 
 @pytest.mark.anyio
@@ -58,19 +55,10 @@ async def test_sigterm_is_a_clean_shutdown(nats_server: NatsServer, tmp_path: Pa
 
 
 def test_config_errors_exit_2(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [*JET, "server", "--port", "70000", "--data-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = jet(None, "server", "--port", "70000", "--data-dir", str(tmp_path))
     assert result.returncode == 2
     assert "port must be within 0..65535" in result.stderr
-    env = {**os.environ, "JET_LIMITS_MAX_MESSAGE_BYTES": "lots"}
-    result = subprocess.run(
-        [*JET, "server"], capture_output=True, text=True, timeout=60, check=False, env=env
-    )
+    result = jet(None, "server", env={"JET_LIMITS_MAX_MESSAGE_BYTES": "lots"})
     assert result.returncode == 2
     assert "JET_LIMITS_MAX_MESSAGE_BYTES" in result.stderr
 
@@ -82,34 +70,22 @@ def test_port_in_use_exits_1(nats_server: NatsServer, tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [
-                *JET,
-                "server",
-                "--nats",
-                nats_server.url,
-                "--port",
-                str(port),
-                "--data-dir",
-                str(tmp_path),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        result = jet(
+            None,
+            "server",
+            "--nats",
+            nats_server.url,
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path),
         )
     assert result.returncode == 1
     assert "Address already in use" in result.stderr
 
 
 def test_dev_refuses_too_many_servers(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [*JET, "dev", "--servers", "10", "--data-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = jet(None, "dev", "--servers", "10", "--data-dir", str(tmp_path))
     assert result.returncode == 2
     assert "a dev cluster runs 1 to 9 servers" in result.stderr
 

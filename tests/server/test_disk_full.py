@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -106,18 +107,28 @@ async def fill(c: RawClient, acked: dict[int, bytes]) -> tuple[int, list[int]]:
     return n, errors
 
 
-async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk: Path) -> None:
-    data_dir = small_disk / "data"
-    settings = {
-        "storage__segment_max_bytes": 256 * 1024,  # rolls (new files) while filling up
-        "storage__disk_free_floor_bytes": 0,  # no floor: the disk really fills up
-        "logging__level": "INFO",
-    }
-    acked: dict[int, bytes] = {}
+FILL_SETTINGS: dict[str, object] = {
+    "storage__segment_max_bytes": 256 * 1024,  # rolls (new files) while filling up
+    "storage__disk_free_floor_bytes": 0,  # no floor: the disk really fills up
+    "logging__level": "INFO",
+}
+"""The server of the tests that fill the small disk."""
+
+
+@asynccontextmanager
+async def filling_server(nats_url: str, data_dir: Path) -> AsyncIterator[RawClient]:
+    """A server with :data:`FILL_SETTINGS` on ``data_dir``; yields a raw client of it."""
     async with (
-        running_server(nats_server.url, data_dir, **settings) as server,
+        running_server(nats_url, data_dir, **FILL_SETTINGS) as server,
         await RawClient.connect(server.address or "") as c,
     ):
+        yield c
+
+
+async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk: Path) -> None:
+    data_dir = small_disk / "data"
+    acked: dict[int, bytes] = {}
+    async with filling_server(nats_server.url, data_dir) as c:
         await c.create_stream(name="s", subject="s")
         n, errors = await fill(c, acked)
         assert errors, "the 2 MiB disk never filled up"
@@ -175,7 +186,7 @@ async def test_disk_full_then_space_returns(nats_server: NatsServer, small_disk:
         assert [r.error_code for r in results] == [ErrorCode.NONE]
 
     # Nothing corrupted: a fresh start recovers every acknowledged record.
-    async with running_server(nats_server.url, data_dir, **settings) as server:
+    async with running_server(nats_server.url, data_dir, **FILL_SETTINGS) as server:
         report = server.streams.replica("s", 0).log
         assert report.log_end_offset == len(acked)
         async with await RawClient.connect(server.address or "") as c:
@@ -189,23 +200,12 @@ async def test_restart_on_a_full_disk(nats_server: NatsServer, small_disk: Path)
     index files (logged), the start rebuilds them from the log, every acknowledged record
     reads back, and once there is room again appends continue at the next offset."""
     data_dir = small_disk / "data"
-    settings = {
-        "storage__segment_max_bytes": 256 * 1024,
-        "storage__disk_free_floor_bytes": 0,
-        "logging__level": "INFO",
-    }
     acked: dict[int, bytes] = {}
-    async with (
-        running_server(nats_server.url, data_dir, **settings) as server,
-        await RawClient.connect(server.address or "") as c,
-    ):
+    async with filling_server(nats_server.url, data_dir) as c:
         await c.create_stream(name="s", subject="s")
         _n, errors = await fill(c, acked)
         assert set(errors) == {ErrorCode.STORAGE_ERROR}, errors
-    async with (
-        running_server(nats_server.url, data_dir, **settings) as server,
-        await RawClient.connect(server.address or "") as c,
-    ):
+    async with filling_server(nats_server.url, data_dir) as c:
         with anyio.fail_after(BOUND_S):
             records = await c.fetch_all("s", 0)
         assert {r.offset: r.value for r in records} == acked

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import anyio
 import orjson
 import pytest
 
@@ -14,29 +13,14 @@ from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import ProduceMessage
 from support.jet_server import running_server
 from support.nats_server import NatsServer
-from support.raw_client import RawClient, split_address
+from support.raw_client import RawClient
+
+from .test_metrics import scrape
 
 pytestmark = pytest.mark.anyio
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "jet-dashboard.json"
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
-SCRAPE_TIMEOUT_S = 10.0
-
-
-async def scrape(address: str) -> tuple[int, str]:
-    """GET /metrics; (status, body)."""
-    host, port = split_address(address)
-    data = b""
-    with anyio.fail_after(SCRAPE_TIMEOUT_S):
-        async with await anyio.connect_tcp(host, port) as s:
-            await s.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            while True:
-                try:
-                    data += await s.receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError):
-                    break
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body.decode()
 
 
 def dashboard_exprs() -> list[str]:

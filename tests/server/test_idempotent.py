@@ -89,3 +89,22 @@ def test_msg_ids_expire_after_the_window_and_are_forgotten_above_a_cut() -> None
     table.forget_from(2)  # a failed fsync cut the log back to offset 2
     assert table.lookup_msg_id(b"c", 221 * s, window) is None
     assert table.lookup_msg_id(b"b", 221 * s, window) == (1, 150 * s)
+
+
+def test_producer_table_top_never_hides_a_remembered_sequence() -> None:
+    """The shortcut for a sequence above all remembered ones must not hide a lower one:
+    sequences out of order, another producer evicted, a cut that forgets the top."""
+    table = ProducerTable()
+    table.record(7, 50, 10, 1)
+    table.record(7, 20, 11, 1)  # a retry of an older batch, stored after a newer one
+    assert table.lookup(7, 50) == (10, 1)
+    assert table.lookup(7, 20) == (11, 1)
+    assert table.lookup(7, 51) is None
+    table.forget_from(11)  # the cut forgets seq 20 only
+    assert table.lookup(7, 20) is None
+    assert table.lookup(7, 50) == (10, 1)
+    table.forget_from(0)
+    assert len(table) == 0
+    table.record(7, 3, 0, 2)  # the producer is remembered again from scratch
+    assert table.lookup(7, 3) == (0, 2)
+    assert table.lookup(7, 50) is None

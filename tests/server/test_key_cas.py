@@ -5,7 +5,6 @@ restart (rebuilt from the log)."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import anyio
@@ -18,17 +17,13 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.codec.record import iter_records
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
 
 HEADER = "Jet-Expected-Key-Offset"
 WRITERS = 4
 INCREMENTS = 12
-_names = itertools.count()
-
-
-def stream_name(base: str) -> str:
-    return f"{base}{next(_names)}"
 
 
 async def cas(
@@ -53,7 +48,7 @@ async def test_racing_writers_lose_no_update(jet_dev: JetDev) -> None:
     current offset; the writer reads the value there and tries again. Every acknowledged
     increment must be in the final value: with the check gone, writers overwrite each
     other's increments and the final value falls short of the increments acknowledged."""
-    stream = stream_name("race")
+    stream = unique("race")
     key = b"counter"
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
@@ -90,7 +85,7 @@ async def test_racing_writers_lose_no_update(jet_dev: JetDev) -> None:
 
 
 async def test_refusal_names_current_offset_and_create_delete(jet_dev: JetDev) -> None:
-    stream = stream_name("refuse")
+    stream = unique("refuse")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
         assert await cas(client, stream, b"k", b"v1", -1) == (ErrorCode.NONE, 0)
@@ -120,10 +115,10 @@ async def test_refusal_names_current_offset_and_create_delete(jet_dev: JetDev) -
 async def test_plain_requests_and_one_batch(jet_dev: JetDev) -> None:
     """Plain NATS requests: the JSON ack of a refusal carries ``key_offset``; two requests
     with the same expectation published back to back (one batch, most likely) store one."""
-    stream = stream_name("plain")
+    stream = unique("plain")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
-        plain = stream_name("flat")
+        plain = unique("flat")
         await client.create_stream(plain)
     nc = NatsClient()
     await nc.connect(jet_dev.nats_url)

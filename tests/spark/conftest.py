@@ -49,10 +49,8 @@ def spark_jet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
         mp.setenv("JET_STORAGE_MAINTENANCE_INTERVAL_S", MAINTENANCE_INTERVAL_S)
         mp.setenv("JET_STORAGE_HW_CHECKPOINT_INTERVAL_S", HW_CHECKPOINT_INTERVAL_S)
         dev = JetDev.start(data_dir)
-    try:
+    with dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 @pytest.fixture(scope="session")

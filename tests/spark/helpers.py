@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import anyio
 
 from jetsdk import AckPolicy, Client, OffsetOutOfRange, Producer, Table
 from jetsdk.codec.record import Record, iter_records
+
+QUERY_TIMEOUT_S = 180
+"""Seconds a streaming query may take to end (local Spark on a loaded machine)."""
 
 
 def unique(prefix: str) -> str:
@@ -116,3 +121,68 @@ async def until_expired(table: Table, key: bytes) -> None:
             async for change in table.watch(key, initial=False):
                 if change.key == key and change.expired:
                     return
+
+
+def read_stream(spark: Any, servers: Sequence[str], streams: str, **options: str) -> Any:
+    """A streaming DataFrame of ``streams`` from their earliest offsets; ``options``: more
+    source options (spec/spark.md)."""
+    reader = (
+        spark.readStream.format("jetstream")
+        .option("servers", ",".join(servers))
+        .option("streams", streams)
+        .option("startingOffsets", "earliest")
+    )
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def start_foreach_batch(
+    df: Any, sink: Any, checkpoint: Path, *, output_mode: str | None = None
+) -> Any:
+    """Start a query writing ``df`` with ``foreachBatch(sink)`` over what is there now
+    (``availableNow``), checkpointed in ``checkpoint``."""
+    writer = df.writeStream
+    if output_mode is not None:
+        writer = writer.outputMode(output_mode)
+    return (
+        writer.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def finish(query: Any) -> None:
+    """Wait (bounded) for ``query`` to end and check it ended without an error."""
+    assert query.awaitTermination(QUERY_TIMEOUT_S)
+    assert query.exception() is None
+
+
+def source_struct(include_headers: bool = False) -> Any:
+    """The source's row schema (spec/spark.md) as a ``StructType``, built without a JVM, for
+    the tests that call the readers directly."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("stream", StringType()),
+        StructField("subject", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)

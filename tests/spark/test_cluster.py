@@ -17,21 +17,16 @@ import jetspark
 from jetsdk import Client
 from support.jet_dev import JetDev
 
-from .helpers import create, produce, read_all, unique
+from .helpers import create, finish, produce, read_all, read_stream, start_foreach_batch, unique
 
 pytestmark = pytest.mark.spark
-
-QUERY_TIMEOUT_S = 180
 
 
 @pytest.fixture(scope="module")
 def jet_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
     """`jet dev --servers 3` for this module."""
-    dev = JetDev.start(tmp_path_factory.mktemp("spark-cluster") / "data", servers=3)
-    try:
+    with JetDev.start(tmp_path_factory.mktemp("spark-cluster") / "data", servers=3) as dev:
         yield dev
-    finally:
-        dev.stop()
 
 
 async def _leaders(servers: list[str], stream: str) -> set[str | None]:
@@ -57,24 +52,10 @@ def test_source_to_sink_on_a_three_server_cluster(
     sent = [(f"k{i % 5}".encode(), f"order-{i}".encode()) for i in range(120)]
     produce(servers, src, sent)
 
-    df = (
-        spark.readStream.format("jetstream")
-        .option("servers", ",".join(servers))
-        .option("streams", src)
-        .option("startingOffsets", "earliest")
-        .option("group", "spark-cluster")
-        .load()
-    )
+    df = read_stream(spark, servers, src, group="spark-cluster")
     upper = df.select("key", F.upper(F.col("value").cast("string")).alias("value"))
     sink = jetspark.foreach_batch_sink(servers, out)
-    query = (
-        upper.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(QUERY_TIMEOUT_S)
-    assert query.exception() is None
+    finish(start_foreach_batch(upper, sink, checkpoint))
 
     got = read_all(servers, out)
     assert sorted((r.key, r.value) for r in got) == sorted((k, v.upper()) for k, v in sent)

@@ -13,12 +13,11 @@ import pytest
 from jetspark._compat import ADMISSION_CONTROL
 from support.jet_dev import JetDev
 
-from .helpers import create, read_partitions, unique
+from .helpers import create, finish, read_partitions, read_stream, start_foreach_batch, unique
 from .test_reader_limits import _first_at, _stored_bytes_per_offset
 
 pytestmark = pytest.mark.spark
 
-QUERY_TIMEOUT_S = 180
 FUTURE_MS = 4_000_000_000_000
 
 
@@ -107,22 +106,8 @@ def test_max_bytes_per_trigger_in_a_streaming_query(
     def batch(df: Any, _batch_id: int) -> None:
         seen.append(df.count())
 
-    df = (
-        spark.readStream.format("jetstream")
-        .option("servers", servers)
-        .option("streams", name)
-        .option("startingOffsets", "earliest")
-        .option("maxBytesPerTrigger", str(limit))
-        .load()
-    )
-    query = (
-        df.writeStream.foreachBatch(batch)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(QUERY_TIMEOUT_S)
-    assert query.exception() is None
+    df = read_stream(spark, spark_jet.servers, name, maxBytesPerTrigger=str(limit))
+    finish(start_foreach_batch(df, batch, tmp_path / "checkpoint"))
     seen = [n for n in seen if n]
     assert all(n * min(size.values()) <= limit for n in seen), (seen, size, limit)
     if ADMISSION_CONTROL:

@@ -15,15 +15,18 @@ from jetsdk.consumer.group_admin import PartitionLag, group_lag
 from jetserver.testing import wait_until
 from support.jet_dev import JetDev
 
-from .helpers import create, produce, read_all, unique
+from .helpers import (
+    QUERY_TIMEOUT_S,
+    create,
+    finish,
+    produce,
+    read_all,
+    read_stream,
+    start_foreach_batch,
+    unique,
+)
 
 pytestmark = pytest.mark.spark
-
-QUERY_TIMEOUT_S = 180
-
-
-def _servers(dev: JetDev) -> str:
-    return ",".join(dev.servers)
 
 
 def test_source_transform_sink_end_to_end(spark: Any, spark_jet: JetDev, checkpoint: Path) -> None:
@@ -36,29 +39,20 @@ def test_source_transform_sink_end_to_end(spark: Any, spark_jet: JetDev, checkpo
     sent = [(f"k{i % 7}".encode(), f"order-{i}".encode()) for i in range(200)]
     produce(servers, src, sent, headers=[("origin", b"test")])
 
-    df = (
-        spark.readStream.format("jetstream")
-        .option("servers", _servers(spark_jet))
-        .option("streams", src)
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", "100")
-        .option("includeHeaders", "true")
-        .option("group", "spark-demo")
-        .load()
+    df = read_stream(
+        spark,
+        servers,
+        src,
+        maxRecordsPerTrigger="100",
+        includeHeaders="true",
+        group="spark-demo",
     )
     # "offset" passes through to keep per-key order (spec/spark.md "Row order")
     upper = df.select(
         "key", F.upper(F.col("value").cast("string")).alias("value"), "headers", "offset"
     )
     sink = jetspark.foreach_batch_sink(servers, out)
-    query = (
-        upper.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert query.awaitTermination(QUERY_TIMEOUT_S)
-    assert query.exception() is None
+    finish(start_foreach_batch(upper, sink, checkpoint))
 
     got = read_all(servers, out)
     assert sorted((r.key, r.value) for r in got) == sorted((k, v.upper()) for k, v in sent)
@@ -89,21 +83,35 @@ async def _sdk_lag(servers: list[str], group: str, stream: str) -> dict[int, Par
     return {key.partition: entry for key, entry in found.items()}
 
 
-class _FailingSink:
-    """Writes only the first Spark partition of batch ``fail_batch``, then fails: a crash in
-    the middle of writing a micro-batch."""
+class _CrashingSink:
+    """Hands each batch to ``sink``, with the rows of every Spark partition sorted by
+    ``order`` if given (no shuffle: the same rows stay in the same partitions). For batch
+    ``fail_batch``, writes only the rows of Spark partition 0 (with a key below ``cut`` if
+    given), then fails: a crash in the middle of writing a micro-batch, the task for
+    partition 0 having sent its first rows and the other not having run."""
 
-    def __init__(self, sink: jetspark.ForeachBatchSink, fail_batch: int) -> None:
-        self.sink = sink
-        self.fail_batch = fail_batch
+    def __init__(
+        self,
+        sink: jetspark.ForeachBatchSink,
+        *,
+        fail_batch: int = -1,
+        order: Any = None,
+        cut: bytes | None = None,
+    ) -> None:
+        self.sink, self.order, self.fail_batch, self.cut = sink, order, fail_batch, cut
 
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
+        if self.order is not None:
+            df = df.sortWithinPartitions(self.order)
         if batch_id == self.fail_batch:
             # A narrow filter keeps each row in its Spark partition, in order: exactly what
             # the task for partition 0 would have written before the crash.
-            self.sink(df.filter(F.spark_partition_id() == 0), batch_id)
+            first = F.spark_partition_id() == 0
+            if self.cut is not None:
+                first = first & (F.col("key") < F.lit(self.cut))
+            self.sink(df.filter(first), batch_id)
             raise RuntimeError("injected failure after a partial write")
         self.sink(df, batch_id)
 
@@ -121,62 +129,24 @@ def test_crash_mid_batch_then_restart_is_exactly_once(
     produce(servers, src, sent)
 
     def start(sink: Any) -> Any:
-        df = (
-            spark.readStream.format("jetstream")
-            .option("servers", _servers(spark_jet))
-            .option("streams", src)
-            .option("startingOffsets", "earliest")
-            .option("maxRecordsPerTrigger", "100")
-            .load()
-            .select("key", "value")
-        )
-        return (
-            df.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
+        df = read_stream(spark, servers, src, maxRecordsPerTrigger="100").select("key", "value")
+        return start_foreach_batch(df, sink, checkpoint)
 
     first = jetspark.foreach_batch_sink(servers, out)
-    query = start(_FailingSink(first, fail_batch=1))
+    query = start(_CrashingSink(first, fail_batch=1))
     with pytest.raises(StreamingQueryException, match="injected failure"):
         query.awaitTermination(QUERY_TIMEOUT_S)
     partial = read_all(servers, out)
     assert 100 < len(partial) < 200  # batch 0, and part of batch 1
 
     second = jetspark.foreach_batch_sink(servers, out)
-    query = start(second)
-    assert query.awaitTermination(QUERY_TIMEOUT_S)
-    assert query.exception() is None
+    finish(start(second))
     got = read_all(servers, out)
     assert sorted((r.key, r.value) for r in got) == sorted(sent)
     replayed = second.results[0]
     assert replayed.batch_id == 1
     assert replayed.duplicates == len(partial) - 100
     assert replayed.written + replayed.duplicates == 100
-
-
-class _OrderedSink:
-    """Hands each batch to ``sink`` with the rows of every Spark partition sorted by
-    ``order`` (no shuffle: the same rows stay in the same partitions). For batch
-    ``fail_batch``, writes only the rows of Spark partition 0 with a key below ``cut``,
-    then fails: the task for partition 0 died after sending the first part of its rows
-    (keys of one length: the sink's content order is key order) and the other never ran."""
-
-    def __init__(
-        self, sink: jetspark.ForeachBatchSink, order: Any, fail_batch: int = -1, cut: bytes = b""
-    ) -> None:
-        self.sink, self.order, self.fail_batch, self.cut = sink, order, fail_batch, cut
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
-        df = df.sortWithinPartitions(self.order)
-        if batch_id == self.fail_batch:
-            first = (F.spark_partition_id() == 0) & (F.col("key") < F.lit(self.cut))
-            self.sink(df.filter(first), batch_id)
-            raise RuntimeError("injected failure after a partial write")
-        self.sink(df, batch_id)
 
 
 def test_aggregation_replayed_in_another_order_is_exactly_once(
@@ -198,26 +168,13 @@ def test_aggregation_replayed_in_another_order_is_exactly_once(
     produce(servers, src, sent)
 
     def start(sink: Any) -> Any:
-        df = (
-            spark.readStream.format("jetstream")
-            .option("servers", _servers(spark_jet))
-            .option("streams", src)
-            .option("startingOffsets", "earliest")
-            .option("maxRecordsPerTrigger", "150")
-            .load()
-        )
+        df = read_stream(spark, servers, src, maxRecordsPerTrigger="150")
         counts = df.groupBy("key").agg(F.count("*").alias("n"))
-        return (
-            counts.select("key", F.col("n").cast("string").alias("value"))
-            .writeStream.outputMode("update")
-            .foreachBatch(sink)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
+        value = counts.select("key", F.col("n").cast("string").alias("value"))
+        return start_foreach_batch(value, sink, checkpoint, output_mode="update")
 
     first = jetspark.foreach_batch_sink(servers, out)
-    query = start(_OrderedSink(first, F.asc("key"), fail_batch=1, cut=b"w18"))
+    query = start(_CrashingSink(first, order=F.asc("key"), fail_batch=1, cut=b"w18"))
     with pytest.raises(StreamingQueryException, match="injected failure"):
         query.awaitTermination(QUERY_TIMEOUT_S)
     partial = read_all(servers, out)
@@ -228,9 +185,7 @@ def test_aggregation_replayed_in_another_order_is_exactly_once(
     assert len(partial) == batch0 + first.results[1].written
 
     second = jetspark.foreach_batch_sink(servers, out)
-    query = start(_OrderedSink(second, F.desc("key")))
-    assert query.awaitTermination(QUERY_TIMEOUT_S)
-    assert query.exception() is None
+    finish(start(_CrashingSink(second, order=F.desc("key"))))
     replayed = second.results[0]
     assert replayed.batch_id == 1
     assert replayed.duplicates == len(partial) - batch0
@@ -259,18 +214,12 @@ def test_stream_writer_stopped_mid_run_resumes_exactly(
     produce(servers, src, sent)
 
     def start(trigger: dict[str, Any]) -> Any:
-        df = (
-            spark.readStream.format("jetstream")
-            .option("servers", _servers(spark_jet))
-            .option("streams", src)
-            .option("startingOffsets", "earliest")
-            .option("maxRecordsPerTrigger", "100")
-            .load()
-            .select("key", F.concat(F.col("value"), F.lit(b"!")).alias("value"))
+        df = read_stream(spark, servers, src, maxRecordsPerTrigger="100").select(
+            "key", F.concat(F.col("value"), F.lit(b"!")).alias("value")
         )
         return (
             df.writeStream.format("jetstream")
-            .option("servers", _servers(spark_jet))
+            .option("servers", ",".join(servers))
             .option("stream", out)
             .option("checkpointLocation", str(checkpoint))
             .trigger(**trigger)
@@ -282,9 +231,7 @@ def test_stream_writer_stopped_mid_run_resumes_exactly(
     query.stop()  # may interrupt a batch half-written
     assert query.exception() is None
 
-    query = start({"availableNow": True})
-    assert query.awaitTermination(QUERY_TIMEOUT_S)
-    assert query.exception() is None
+    finish(start({"availableNow": True}))
     got = read_all(servers, out)
     assert sorted((r.key or b"", r.value) for r in got) == sorted(
         (k or b"", v + b"!") for k, v in sent

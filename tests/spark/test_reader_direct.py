@@ -15,33 +15,9 @@ import pytest
 from jetsdk import Client
 from support.jet_dev import JetDev
 
-from .helpers import create, produce, unique
+from .helpers import create, produce, source_struct, unique
 
 pytestmark = pytest.mark.spark
-
-
-def _schema() -> Any:
-    from pyspark.sql.types import (
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
-    return StructType(
-        [
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("stream", StringType()),
-            StructField("subject", StringType()),
-            StructField("partition", IntegerType()),
-            StructField("offset", LongType()),
-            StructField("timestamp", TimestampType()),
-        ]
-    )
 
 
 def _reader(dev: JetDev, **options: str) -> Any:
@@ -49,7 +25,7 @@ def _reader(dev: JetDev, **options: str) -> Any:
     from jetspark.source import JetStreamReader
 
     raw = {"servers": ",".join(dev.servers), "startingOffsets": "earliest", **options}
-    return JetStreamReader(source_options(raw, streaming=True), _schema())
+    return JetStreamReader(source_options(raw, streaming=True), source_struct())
 
 
 def _rows(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -154,7 +130,6 @@ def test_arrow_batches_equal_the_fetched_records(spark_jet: JetDev) -> None:
     """read() yields Arrow batches straight from the record bytes: over many small fetches,
     with headers, keyless and empty-key records, every column equals what jetsdk decodes."""
     import pyarrow as pa
-    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 
     from jetspark.options import source_options
     from jetspark.source import JetStreamReader
@@ -171,10 +146,7 @@ def test_arrow_batches_equal_the_fetched_records(spark_jet: JetDev) -> None:
         chunk=70,
     )
     produce(spark_jet.servers, name, [(b"h", b"with-headers")], headers=[("x", b"1"), ("y", b"")])
-    headers_type = ArrayType(
-        StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-    )
-    schema = StructType([*_schema().fields, StructField("headers", headers_type)])
+    schema = source_struct(include_headers=True)
     raw = {
         "servers": ",".join(spark_jet.servers),
         "startingOffsets": "earliest",
@@ -234,7 +206,7 @@ def test_batch_read_ends_at_ending_timestamp(spark_jet: JetDev) -> None:
     assert 20 < len(expected) < 40  # acked rounds of 4: later records are stored later
     raw = {"servers": ",".join(spark_jet.servers), "streams": name}
     reader = JetBatchReader(
-        source_options({**raw, "endingTimestamp": str(cut_ms)}, streaming=False), _schema()
+        source_options({**raw, "endingTimestamp": str(cut_ms)}, streaming=False), source_struct()
     )
     got = []
     for partition in reader.partitions():

@@ -5,47 +5,18 @@ The same read runs on Spark local-cluster in test_table_local_cluster.py."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import pytest
 
 from jetsdk import Client, Table
 from support.jet_dev import JetDev
 
-from .helpers import create, produce, unique, until_expired
+from .helpers import create, produce, source_struct, unique, until_expired
 
 pytestmark = pytest.mark.spark
 
 Rows = dict[bytes, tuple[bytes, int, int]]
 """key -> (value, partition, revision)."""
-
-
-def _schema(include_headers: bool) -> Any:
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
-
-    fields = [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("stream", StringType()),
-        StructField("subject", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-    ]
-    if include_headers:
-        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-        fields.append(StructField("headers", ArrayType(header)))
-    return StructType(fields)
 
 
 def _read(dev: JetDev, table: str, **options: str) -> tuple[Rows, list[str]]:
@@ -54,7 +25,7 @@ def _read(dev: JetDev, table: str, **options: str) -> tuple[Rows, list[str]]:
 
     raw = {"servers": ",".join(dev.servers), "table": table, **options}
     opts = source_options(raw, streaming=False)
-    reader = JetTableReader(opts, _schema(opts.include_headers))
+    reader = JetTableReader(opts, source_struct(opts.include_headers))
     rows: Rows = {}
     names: list[str] = []
     for partition in reader.partitions():

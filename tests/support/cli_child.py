@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-from types import TracebackType
 from typing import IO, Self
 
 import attrs
@@ -107,10 +106,5 @@ class RunsChild:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

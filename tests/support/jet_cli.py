@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from typing import Protocol
 
 TIMEOUT_S = 120
@@ -26,16 +27,20 @@ def jet_env(dev: Servers | None) -> dict[str, str]:
 
 
 def jet(
-    dev: Servers | None, *args: str, stdin: bytes | None = None
+    dev: Servers | None,
+    *args: str,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``jet ARGS`` (bounded by TIMEOUT_S), with ``stdin`` as its input if given."""
+    """``jet ARGS`` (bounded by TIMEOUT_S), with ``stdin`` as its input if given and ``env``
+    added to its environment."""
     return subprocess.run(
         [sys.executable, "-m", "jetserver.cli.main", *args],
         input=stdin.decode() if stdin is not None else None,
         capture_output=True,
         text=True,
         timeout=TIMEOUT_S,
-        env=jet_env(dev),
+        env={**jet_env(dev), **(env or {})},
         check=False,
     )
 

@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
-from types import TracebackType
 
 import attrs
 
@@ -194,10 +193,5 @@ class NetLab:
     def __enter__(self) -> NetLab:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

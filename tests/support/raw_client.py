@@ -12,7 +12,6 @@ used, and offers typed helpers for every API. Every receive has a timeout.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 import anyio
@@ -77,12 +76,7 @@ class RawClient:
     async def __aenter__(self) -> RawClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stream.aclose()
 
     # ------------------------------------------------------------------ frames

@@ -33,12 +33,13 @@ import attrs
 from nats.aio.client import Client as NatsClient
 from nats.aio.subscription import Subscription
 
-from jetsdk.subjects import subject_matches
+from jetsdk.subjects import is_literal, subject_matches
 from jetserver.broker.nats_port import MessageHandler, NatsUnavailable, Sink, SkipMarked
 from jetserver.config import NatsConfig
 from jetserver.logs import fields
 from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
 from jetserver.nats_fast import JetNatsClient
+from jetserver.nats_flush import round_trip
 from jetserver.nats_read import JetParser
 from jetserver.natsproto import header_map
 from jetserver.shared_rounds import SharedRounds
@@ -79,6 +80,26 @@ def _has_pub_internals(nc: NatsClient) -> bool:
     )
 
 
+@attrs.frozen
+class _SubjectIndex:
+    """Subscriptions (pattern, owner) split into literal patterns, by subject, and the
+    ones with wildcards."""
+
+    literal: dict[str, list[object]]
+    wildcard: list[tuple[str, object]]
+
+    @classmethod
+    def of(cls, subs: Iterable[tuple[str, object]]) -> _SubjectIndex:
+        literal: dict[str, list[object]] = {}
+        wildcard: list[tuple[str, object]] = []
+        for pattern, who in subs:
+            if is_literal(pattern):
+                literal.setdefault(pattern, []).append(who)
+            else:
+                wildcard.append((pattern, who))
+        return cls(literal, wildcard)
+
+
 @attrs.define(eq=False)
 class SubscriptionHandle:
     """A live subscription; :meth:`unsubscribe` ends it."""
@@ -116,6 +137,9 @@ class NatsLink:
     """Live ingest subscriptions: subject and owner (what :meth:`publish_stored_copies`
     is told to leave out)."""
     _echo_cache: dict[tuple[str, int], bool] = attrs.field(factory=dict)
+    _echo_index: _SubjectIndex | None = None
+    """The ingest subscriptions by literal subject, and those with wildcards (built on
+    first use after a change, with the cache)."""
     _rng: random.Random = attrs.field(factory=random.Random)
     _state_changed: anyio.Event = attrs.field(factory=anyio.Event)
     _closing: bool = False
@@ -304,7 +328,7 @@ class NatsLink:
         if ingest_owner is None:
             return SubscriptionHandle(subject, queue, sub, nc)
         self._ingest_subs[sub] = (subject, ingest_owner)
-        self._echo_cache.clear()
+        self._echo_changed()
         return SubscriptionHandle(subject, queue, sub, nc, self)
 
     def _ingest_client(self) -> NatsClient:
@@ -314,7 +338,11 @@ class NatsLink:
 
     def _forget_ingest(self, sub: Subscription) -> None:
         if self._ingest_subs.pop(sub, None) is not None:
-            self._echo_cache.clear()
+            self._echo_changed()
+
+    def _echo_changed(self) -> None:
+        self._echo_cache.clear()
+        self._echo_index = None
 
     def _echo_needed(self, subject: str, owner: object) -> bool:
         """True if an ingest subscription of this server other than ``owner``'s matches
@@ -322,9 +350,14 @@ class NatsLink:
         key = (subject, id(owner))
         needed = self._echo_cache.get(key)
         if needed is None:
-            needed = any(
+            index = self._echo_index
+            if index is None:
+                index = self._echo_index = _SubjectIndex.of(self._ingest_subs.values())
+            # A literal subject is looked up, not matched against every partition's
+            # subscription: the first message to each of P partitions cost P matches.
+            needed = any(who is not owner for who in index.literal.get(subject, ())) or any(
                 who is not owner and subject_matches(pattern, subject)
-                for pattern, who in self._ingest_subs.values()
+                for pattern, who in index.wildcard
             )
             if len(self._echo_cache) >= _MAX_ECHO_CACHE:
                 self._echo_cache.clear()
@@ -497,23 +530,11 @@ class NatsLink:
         if not nc.is_connected:
             raise NatsUnavailable("NATS link is down")
         timeout_s = max(timeout_s, 0.001)
-
-        async def round_trip() -> None:  # within timeout_s in all
-            deadline = anyio.current_time() + timeout_s
-            # nats-py (2.16) writes PING straight to the transport while earlier commands
-            # (SUB, PUB) may still wait in its pending buffer, so a bare flush() can return
-            # before they reached the server. Push the pending buffer out first.
-            flush_pending = getattr(nc, "_flush_pending", None)
-            if flush_pending is not None:
-                with anyio.fail_after(timeout_s):
-                    await flush_pending(force_flush=True)
-            await _ping_round_trip(nc, max(deadline - anyio.current_time(), 0.001))
-
         # Flushes waiting at the same time share round trips (a failover's new leaders
         # each confirmed its subscription with a PING of its own).
         rounds = self._flush_rounds.setdefault(ingest, SharedRounds())
         try:
-            await rounds.run(round_trip, timeout_s)
+            await rounds.run(lambda: round_trip(nc, timeout_s), timeout_s)
         except Exception as exc:
             raise NatsUnavailable(f"NATS flush failed: {str(exc) or type(exc).__name__}") from exc
 
@@ -527,7 +548,7 @@ class NatsLink:
         self._closing = True
         ingest, self._ingest_nc = self._ingest_nc, None
         self._ingest_subs.clear()
-        self._echo_cache.clear()
+        self._echo_changed()
         await self._close_one(ingest)
         nc, self._nc = self._nc, None
         await self._close_one(nc)
@@ -546,27 +567,3 @@ class NatsLink:
         except Exception as exc:
             log.debug("nats close failed", extra=fields(error=str(exc)))
         log.debug("nats closed", extra=fields(took_s=round(time.monotonic() - started, 3)))
-
-
-async def _ping_round_trip(nc: NatsClient, timeout_s: float) -> None:
-    """``nc.flush(timeout)`` that survives cancellation and timeouts.
-
-    nats-py's flush cancels its PONG future on a timeout (and ``wait_for`` does when the
-    caller is cancelled) but leaves it queued; the late PONG then calls ``set_result`` on
-    the cancelled future, the InvalidStateError ends nats-py's read loop and the connection
-    silently stops delivering (found by tests/server/test_fuzz_server.py: a Produce with
-    ack policy NONE whose client went away mid-flush). Here the future is never cancelled:
-    the PONG completes it whenever it comes.
-
-    Raises:
-        TimeoutError: no PONG within ``timeout_s``.
-    """
-    send_ping = getattr(nc, "_send_ping", None)
-    if send_ping is None:  # another nats-py: its own flush
-        await nc.flush(timeout=timeout_s)  # type: ignore[arg-type]
-        return
-    future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-    await send_ping(future)
-    done, _pending = await asyncio.wait({future}, timeout=timeout_s)
-    if not done:
-        raise TimeoutError(f"no PONG within {timeout_s} s")

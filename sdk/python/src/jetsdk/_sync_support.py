@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, suppress
 from functools import partial
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, Self, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -54,6 +54,8 @@ __all__ = [
 
 P = ParamSpec("P")
 T = TypeVar("T")
+A = TypeVar("A")
+"""The async class a sync wrapper drives."""
 
 LOOP_START_TIMEOUT = 30.0
 """Seconds to wait for the loop thread to come up."""
@@ -113,8 +115,14 @@ ITER_BATCH = 1000
 """Messages a sync consumer takes from its loop thread per round trip when iterating."""
 
 
-class SyncWrapper:
+class SyncWrapper(Generic[A]):
     """Base of the generated sync classes: forwards calls into the owning loop thread.
+
+    The lifecycle is the same for every class: :meth:`open` (what entering ``with`` does)
+    builds the async object (``_factory``) in the loop thread and enters its context there;
+    :meth:`close` (leaving ``with``) exits it. A wrapper without an ``_owner`` (the
+    :class:`~jetsdk.sync.Client`) starts its own :class:`LoopThread` on open and stops it on
+    close; the others run in their owner's loop thread.
 
     A consumer's iteration and ``fetch`` go through a prefetch buffer on the calling side
     (:meth:`_buffered_next`): one round trip to the loop thread brings a batch of what
@@ -133,6 +141,63 @@ class SyncWrapper:
     _held: frozenset[tuple[str, int]] = frozenset()
     """Paused partitions (stream, partition) whose buffered messages are held back."""
     _sends: QueuedSends | None = None
+    _async: A | None = None
+    _factory: Callable[[], A]
+    _owner: SyncWrapper[Any] | None = None
+    """The wrapper whose loop thread this one runs in (None: it owns a loop thread)."""
+    _backend: str = "asyncio"
+    _loop: LoopThread | None = None
+
+    @property
+    def _obj(self) -> A:
+        if self._async is None:
+            raise ClientClosed(
+                f"use {type(self).__name__} in a `with` block (or call open() first)"
+            )
+        return self._async
+
+    def open(self) -> Self:
+        """Start it (what entering ``with`` does); see :meth:`close`."""
+        if self._async is not None:
+            raise ClientClosed(f"{type(self).__name__} is already open")
+        if self._owner is not None:
+            self._async = self._enter_async(self._owner._check(), self._factory)
+            return self
+        loop = LoopThread(self._backend)
+        portal = loop.start()
+        try:
+            self._async = self._enter_async(portal, self._factory)
+        except BaseException:
+            loop.stop()
+            self._portal = None
+            raise
+        self._loop = loop
+        return self
+
+    def close(self) -> None:
+        """Close it (what leaving ``with`` does); idempotent."""
+        self.__exit__(None, None, None)
+
+    def __enter__(self) -> Self:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._async is not None:
+            self._give_back_buffer(self._async)  # a consumer's unconsumed prefetch
+        self._drain_queue()  # a producer's queued sends
+        try:
+            self._exit_async(exc_type, exc, tb)
+        finally:
+            loop, self._loop = self._loop, None
+            if loop is not None:
+                loop.stop()
+            self._portal = None
+            self._async = None
 
     def _queued(self) -> QueuedSends:
         """The send queue of a sync producer (made on first use)."""

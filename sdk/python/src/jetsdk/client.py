@@ -33,7 +33,6 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from ssl import SSLContext
-from types import TracebackType
 from typing import Any, TypeVar
 from uuid import uuid4
 
@@ -191,12 +190,7 @@ class Client:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._closed = True
         await self._pool.close_all()
         await self._background.close()
@@ -442,7 +436,7 @@ class Client:
         answer = await self.request_leader(
             request.stream, request.partition, Api.PRODUCE, body, timeout=wait, retry_if=retry_if
         )
-        return decode_produce_answer(answer, len(request.messages))
+        return decode_produce_answer(answer, len(request.messages), request.current_values)
 
     async def fetch(
         self,

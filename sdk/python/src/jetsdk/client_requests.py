@@ -20,6 +20,7 @@ from jetsdk.codec.messages import (
     decode_produce_response,
     encode_json,
 )
+from jetsdk.codec.produce_values import decode_produce_response_values
 from jetsdk.codec.stream_settings import SettingError, check_settings
 from jetsdk.errors import InvalidArgument, MalformedFrame, StreamExists, error_from_code
 from jetsdk.metadata import ClusterMetadata, StreamInfo
@@ -184,14 +185,20 @@ def parse_answer(parser: Callable[[dict[str, Any]], _T], body: bytes) -> _T:
     return parser(decode_answer(body))
 
 
-def decode_produce_answer(answer: bytes, count: int) -> list[ProduceResult]:
-    """A Produce response's results, one per message sent (``count``).
+def decode_produce_answer(
+    answer: bytes, count: int, current_values: bool = False
+) -> list[ProduceResult]:
+    """A Produce response's results, one per message sent (``count``; ``current_values``:
+    the request had that flag).
 
     Raises:
         MalformedFrame: undecodable, or another number of results.
     """
     try:
-        results = decode_produce_response(answer)
+        if current_values:
+            results = decode_produce_response_values(answer)
+        else:
+            results = decode_produce_response(answer)
     except CodecError as exc:
         raise MalformedFrame(f"bad Produce response: {exc}") from exc
     if len(results) != count:

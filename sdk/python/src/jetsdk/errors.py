@@ -335,6 +335,16 @@ class WrongExpectedKeyOffset(JetError):
         value = self.details.get("current_revision", -1)
         return value if isinstance(value, int) else -1
 
+    @property
+    def current_value(self) -> bytes | None:
+        """The key's value at :attr:`current_revision` as the partition leader's log holds
+        it (details ``current_value``), when the write asked for it (a table's writes do):
+        it may not be committed yet, so base a new compare-and-set on it (that one commits
+        only if this value does) but never treat it as the key's committed value. None: the
+        key has no value, or the server left it out (spec/protocol.md §6)."""
+        value = self.details.get("current_value")
+        return value if isinstance(value, bytes) else None
+
 
 class PartitionOffline(JetError):
     """The partition's replica on the answering server cannot open (details ``offline``:

@@ -19,7 +19,7 @@ here. :func:`committed_offsets` and :func:`group_lag` read it back (blocking).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from jetsdk.client import Client
@@ -78,8 +78,7 @@ def committed_offsets(
         OptionError: a bad security argument.
         JetError: the SDK's errors.
     """
-    bridge = shared_bridge(servers, security=security_options(security_args(**security)))
-    return bridge.call(_committed, bridge.client, group)
+    return _on_bridge(servers, security, _committed, group)
 
 
 async def _lag(client: Client, group: str) -> dict[tuple[str, int], int]:
@@ -89,15 +88,18 @@ async def _lag(client: Client, group: str) -> dict[tuple[str, int], int]:
 
 def group_lag(servers: Sequence[str], group: str, **security: Any) -> dict[tuple[str, int], int]:
     """``{(stream, partition): high watermark - committed offset}`` for every partition of
-    the streams ``group`` has offsets for (blocking).
+    the streams ``group`` has offsets for (blocking). ``security`` and the errors as
+    :func:`committed_offsets`."""
+    return _on_bridge(servers, security, _lag, group)
 
-    ``security``: the keyword arguments of :func:`jetspark.foreach_batch_sink` for TLS and
-    credentials (``tls``, ``tls_ca``, ``tls_cert``, ``tls_key``, ``server_hostname``,
-    ``token``, ``user``, ``password``).
 
-    Raises:
-        OptionError: a bad security argument.
-        JetError: the SDK's errors.
-    """
+def _on_bridge(
+    servers: Sequence[str],
+    security: Mapping[str, Any],
+    read: Callable[[Client, str], Awaitable[dict[tuple[str, int], int]]],
+    group: str,
+) -> dict[tuple[str, int], int]:
+    """``read(client, group)`` on the shared bridge to ``servers`` (``security``: the
+    keyword arguments of :func:`jetspark.foreach_batch_sink` for TLS and credentials)."""
     bridge = shared_bridge(servers, security=security_options(security_args(**security)))
-    return bridge.call(_lag, bridge.client, group)
+    return bridge.call(read, bridge.client, group)

@@ -46,10 +46,12 @@ class AppendChecks:
         body: bytes,
         controls: Controls | RecordControls,
         pending: list[bytes],
+        cuts: int = 0,
     ) -> Refusal | None:
         """None if the message with record ``body`` may be appended to ``log_`` (leader
         epoch ``epoch``; ``compact``: the stream is compacted) after ``pending`` (the bodies
-        of its batch before it); otherwise why not."""
+        of its batch before it); otherwise why not. ``cuts``: the partition's fsync
+        failures so far (each cut the log back: the key index is rebuilt)."""
         expected = controls.expected_offset
         if expected is not None and expected != log_.log_end_offset + len(pending):
             got = log_.log_end_offset + len(pending)
@@ -68,7 +70,7 @@ class AppendChecks:
             text = "Jet-Expected-Key-Offset needs a compacted stream"
             return (ErrorCode.INVALID_ARGUMENT, text, -1)
         try:
-            current = self.keys.offset_of(log_, epoch, key, pending)
+            current = self.keys.offset_of(log_, epoch, key, pending, cuts)
         except IndexBehind as exc:  # retriable: the next check reads on
             return (ErrorCode.UNAVAILABLE, f"{exc}; retry", -1)
         except IndexFull:

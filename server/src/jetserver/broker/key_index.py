@@ -29,6 +29,7 @@ import struct
 
 import attrs
 
+from jetsdk.codec.compression import COMPRESSION_HEADER
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import Record, iter_records
 from jetsdk.codec.ttl import expiry_ns
@@ -45,6 +46,10 @@ core): a rebuild of a long log is spread over several checks, the sequencer (and
 server's event loop) never stalls on it."""
 ABSENT = -1
 """The offset of a key with no live record."""
+RECENT_VALUE_BYTES = 4 << 20
+"""Bytes of the values the index keeps of the records it read last (:meth:`KeyIndex.recent_value`:
+a refused compare-and-set's current value without reading the log again)."""
+_COMPRESSION = COMPRESSION_HEADER.lower()
 
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
@@ -107,6 +112,8 @@ class KeyIndex:
     """The leader epoch the index was built in (-1: never built)."""
     _next: int = 0
     """The log is indexed up to (not including) this offset."""
+    _cuts: int = 0
+    """The fsync-failure cuts of the log the index was built after."""
     _full: bool = False
     _pending: list[bytes] | None = None
     """The batch whose bodies :attr:`_overlay` indexes (held, so its id stays unique)."""
@@ -116,6 +123,11 @@ class KeyIndex:
     """Expiry (ns, the record's timestamp + ``Jet-TTL``) of the indexed keys that have one."""
     rebuilds: int = 0
     """Full rebuilds from the log (a metric and a test hook)."""
+    recent_bytes: int = RECENT_VALUE_BYTES
+    """Bound on the bytes of :attr:`_recent` (:data:`RECENT_VALUE_BYTES`)."""
+    _recent: dict[bytes, tuple[int, bytes]] = attrs.field(factory=dict)
+    """Key -> (offset, value) of the live records read last, oldest first."""
+    _recent_size: int = 0
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -125,10 +137,14 @@ class KeyIndex:
         """True once a live key was not indexed for lack of room (until the next rebuild)."""
         return self._full
 
-    def offset_of(self, log_: Log, epoch: int, key: bytes, pending: list[bytes]) -> int:
+    def offset_of(
+        self, log_: Log, epoch: int, key: bytes, pending: list[bytes], cuts: int = 0
+    ) -> int:
         """The offset of ``key``'s last live record (:data:`ABSENT` if none), counting
         the log up to its end and then ``pending`` (bodies to be appended at the log end,
-        in order).
+        in order). ``cuts``: how often an fsync failure cut the log back so far (a new
+        count rebuilds the index: records appended since may have refilled the offsets
+        the cut freed, so the log end alone does not show it).
 
         Raises:
             IndexFull: the index is full and does not hold ``key``.
@@ -136,7 +152,7 @@ class KeyIndex:
                 reads :attr:`scan_budget` more records).
             CodecError, StorageError: the log cannot be read.
         """
-        self._catch_up(log_, epoch)
+        self._catch_up(log_, epoch, cuts)
         if pending is not self._pending:
             self._pending, self._pending_seen = pending, 0
             self._overlay.clear()
@@ -160,11 +176,37 @@ class KeyIndex:
             raise IndexFull
         return ABSENT
 
-    def _catch_up(self, log_: Log, epoch: int) -> None:
+    def recent_value(self, key: bytes, offset: int) -> bytes | None:
+        """The value of ``key``'s record at ``offset`` if the index read that record lately
+        and still keeps it (bounded by :attr:`recent_bytes`); None otherwise (read the log).
+        Never a value of another record: the offset must match."""
+        found = self._recent.get(key)
+        if found is None or found[0] != offset:
+            return None
+        return found[1]
+
+    def _remember(self, key: bytes, offset: int, value: bytes | None) -> None:
+        recent = self._recent
+        old = recent.pop(key, None)
+        if old is not None:
+            self._recent_size -= len(old[1])
+        if value is None or len(value) > self.recent_bytes:
+            return
+        recent[key] = (offset, value)
+        self._recent_size += len(value)
+        while self._recent_size > self.recent_bytes:
+            _k, (_o, dropped) = next(iter(recent.items()))
+            del recent[_k]
+            self._recent_size -= len(dropped)
+
+    def _catch_up(self, log_: Log, epoch: int, cuts: int) -> None:
         leo = log_.log_end_offset
-        if epoch != self._epoch or leo < self._next:
+        if epoch != self._epoch or cuts != self._cuts or leo < self._next:
+            self._cuts = cuts
             self._offsets.clear()
             self._expiries.clear()
+            self._recent.clear()
+            self._recent_size = 0
             self._full = False
             self._epoch = epoch
             self._next = log_.log_start_offset
@@ -195,8 +237,11 @@ class KeyIndex:
         if not record.value:
             self._offsets.pop(key, None)
             self._expiries.pop(key, None)
+            self._remember(key, record.offset, None)
         elif key in self._offsets or len(self._offsets) < self.max_keys:
             self._offsets[key] = record.offset
+            compressed = any(n.lower() == _COMPRESSION for n, _v in record.headers)
+            self._remember(key, record.offset, None if compressed else record.value)
             expires = expiry_ns(key, record.value, record.timestamp, record.headers)
             if expires is None:
                 self._expiries.pop(key, None)

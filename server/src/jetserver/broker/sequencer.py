@@ -266,7 +266,13 @@ class Sequencer:
         ``controls`` must not be appended after ``pending`` (the bodies of its batch before
         it), or None if it may (broker/append_checks.py)."""
         return self.checks.refusal(
-            self.log, self.leader_epoch, self.compact, body, controls, pending
+            self.log,
+            self.leader_epoch,
+            self.compact,
+            body,
+            controls,
+            pending,
+            cuts=self.committer.sync_failures,
         )
 
     async def _publish_acks(self, items: list[tuple[str, PartitionAck]]) -> None:

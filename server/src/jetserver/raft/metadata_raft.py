@@ -39,7 +39,6 @@ import itertools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
-from types import TracebackType
 from typing import Any, TypeVar
 
 import anyio
@@ -197,12 +196,7 @@ class MetadataRaft:
         )
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         """Stop the node (:meth:`aclose`) and the dispatcher task."""
         await self._shutdown()
 

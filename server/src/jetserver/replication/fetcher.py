@@ -496,6 +496,8 @@ class FollowerFetcher:
                 leader_epoch=self.leader_epoch,
                 max_bytes=cfg.fetch_max_bytes,
             )
+            if hops.ENABLED:
+                hops.mark("repl.ask")
             try:
                 header = await session.fetch(part, cfg.fetch_max_wait_s + cfg.request_slack_s)
             except LeftOut:

@@ -59,6 +59,10 @@ class ProducerTable:
         factory=collections.OrderedDict
     )
     """``Nats-Msg-Id`` -> (offset, timestamp), in offset order."""
+    _tops: dict[int, int] = attrs.field(factory=dict)
+    """Per remembered producer, a sequence above every one its runs hold: a sequence at
+    or over it is new without a look at the runs (the usual case: a producer's sequences
+    grow, and one request's messages each ask)."""
 
     def lookup_msg_id(self, msg_id: bytes, now_ns: int, window_ns: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the message stored with ``msg_id`` less than
@@ -87,7 +91,7 @@ class ProducerTable:
     def lookup(self, producer_id: int, seq: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the stored copy, or None if not remembered."""
         runs = self._producers.get(producer_id)
-        if runs is None:
+        if runs is None or seq >= self._tops[producer_id]:
             return None
         for run in reversed(runs):
             offset = run.find(seq)
@@ -101,10 +105,14 @@ class ProducerTable:
         if runs is None:
             runs = collections.deque(maxlen=MAX_RUNS_PER_PRODUCER)
             self._producers[producer_id] = runs
+            self._tops[producer_id] = seq + 1
             if len(self._producers) > MAX_PRODUCERS:
-                self._producers.popitem(last=False)
+                oldest, _runs = self._producers.popitem(last=False)
+                del self._tops[oldest]
         else:
             self._producers.move_to_end(producer_id)
+            if seq >= self._tops[producer_id]:
+                self._tops[producer_id] = seq + 1
         if runs:
             last = runs[-1]
             if (
@@ -126,7 +134,7 @@ class ProducerTable:
             if runs and runs[-1].first_offset + runs[-1].count > offset:
                 runs[-1].count = offset - runs[-1].first_offset
             if not runs:
-                del self._producers[producer_id]
+                del self._producers[producer_id], self._tops[producer_id]
         ids = self._msg_ids
         while ids and next(reversed(ids.values()))[0] >= offset:
             ids.popitem(last=True)

@@ -6,7 +6,6 @@ import fcntl
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 
 from jetserver.storage.appender import Appender
 from jetserver.storage.checkpoint import CLEAN_SHUTDOWN_FILE, write_checkpoint
@@ -156,12 +155,7 @@ class Log:
     def __enter__(self) -> Log:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- properties -------------------------------------------------------------------------

@@ -34,15 +34,7 @@ class Maintenance:
         """One compaction at a time."""
 
     def truncate_to(self, offset: int) -> None:
-        """Drop every record with offset >= ``offset``; the LEO becomes ``offset``.
-
-        Used by followers to cut a divergent tail. Below the log start, the whole log is
-        dropped and restarts empty at ``offset``. The leader-epoch cache is truncated too;
-        the high watermark and flushed offset are clamped. The cut is fsynced.
-
-        Raises:
-            InvalidArgumentError: negative offset. StorageError: a file operation failed.
-        """
+        """See :meth:`Log.truncate_to <jetserver.storage.log.Log.truncate_to>`."""
         st = self._state
         if offset < 0:
             raise InvalidArgumentError(f"offset must be >= 0, got {offset}")
@@ -88,18 +80,7 @@ class Maintenance:
                 st.roll(offset)
 
     def recover_unsynced(self) -> int:
-        """After a failed fsync: cut the log back to the last successful sync; return it.
-
-        What a failed fsync covered, and everything appended after it, may be missing from
-        the disk even though the page cache still shows it (Linux drops the dirty pages of a
-        failed writeback and reports the error once), so it is dropped here, as recovery
-        after a crash would find it, and must come back from its source (a producer's retry,
-        the leader). Clears the poison: new appends are flushed as usual. A no-op returning
-        the flushed offset when no fsync failed.
-
-        Raises:
-            StorageError: the cut failed (the log stays poisoned; close it and reopen).
-        """
+        """See :meth:`Log.recover_unsynced <jetserver.storage.log.Log.recover_unsynced>`."""
         st = self._state
         with st.write_lock:
             st.check_open()
@@ -122,16 +103,7 @@ class Maintenance:
             return st.leo
 
     def restart_at(self, offset: int) -> None:
-        """Drop every record and restart the log empty at ``offset`` (> LEO): log start,
-        LEO and high watermark become ``offset``.
-
-        Used by a follower that is behind its leader's log start (retention on the leader
-        removed what it would fetch next). The new log start is checkpointed first.
-
-        Raises:
-            InvalidArgumentError: ``offset`` is not above the LEO. StorageError: a file
-                operation failed.
-        """
+        """See :meth:`Log.restart_at <jetserver.storage.log.Log.restart_at>`."""
         st = self._state
         with st.write_lock:
             st.check_open()
@@ -161,14 +133,7 @@ class Maintenance:
         st.epochs.clear()
 
     def enforce_retention(self) -> int:
-        """Delete the oldest whole segments beyond the retention limits; return how many.
-
-        Never deletes the active segment or a segment with offsets at or above the high
-        watermark. The new log start offset is checkpointed before any file is deleted.
-
-        Raises:
-            StorageError: a file operation failed.
-        """
+        """See :meth:`Log.enforce_retention <jetserver.storage.log.Log.enforce_retention>`."""
         st = self._state
         with st.write_lock:
             st.check_open()
@@ -246,16 +211,7 @@ class Maintenance:
             return offset
 
     def compact(self) -> CompactionReport:
-        """Key-compact the segments below the high watermark (see spec/storage.md).
-
-        Safe to run in a background thread while the writer appends and readers read: the
-        rewrite happens without locks, and the swap takes the writer lock briefly. If the
-        log changed underneath (truncation, retention) the rewrite is discarded and the
-        report says so. A no-op (``skipped``) unless ``config.compact``.
-
-        Raises:
-            StorageError: a file operation failed.
-        """
+        """See :meth:`Log.compact <jetserver.storage.log.Log.compact>`."""
         st = self._state
         if not st.config.compact:
             return CompactionReport(skipped="compaction is disabled for this log")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import attrs
 
 from jetserver.storage.files import FileLease, pread_exact
@@ -53,12 +51,7 @@ class ReadSlice:
     def __enter__(self) -> ReadSlice:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -3,8 +3,6 @@ Fetch answer that spans segment files (spec/protocol.md, "Fetch")."""
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import attrs
 
 from jetserver.storage.read_slice import ReadSlice
@@ -43,10 +41,5 @@ class ReadSlices:
     def __enter__(self) -> ReadSlices:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

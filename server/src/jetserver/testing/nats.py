@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 import attrs
 import orjson
@@ -214,10 +213,5 @@ class NatsServer:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.cleanup()

@@ -125,6 +125,10 @@ _PRODUCER = struct.Struct(">QQ")
 _RESULT = struct.Struct(">Hqq")
 PRODUCE_FLAG_PRODUCER = 0x01
 """Produce request flag: producer_id and base_seq follow."""
+PRODUCE_FLAG_CURRENT_VALUES = 0x04
+"""Produce request flag: a WRONG_EXPECTED_KEY_OFFSET result carries the key's current value
+(spec/protocol.md §6, "current values")."""
+_PRODUCE_FLAGS = PRODUCE_FLAG_PRODUCER | PRODUCE_FLAG_CURRENT_VALUES
 _MIN_PRODUCE_MESSAGE = 2 + 4 + 2 + 4  # empty subject, null key, no headers, empty value
 _PLAIN_MESSAGE_HEAD = b"\x00\x00" + w.NULL_LEN + b"\x00\x00"
 """A Produce message up to its value: empty subject, no key, no headers."""
@@ -164,6 +168,9 @@ class ProduceRequest:
     """Idempotent producer id, or None."""
     base_seq: int = 0
     """Sequence of the first message (message i has base_seq + i); with a producer id."""
+    current_values: bool = False
+    """Ask for the key's current value in each WRONG_EXPECTED_KEY_OFFSET result (flags bit
+    2): :attr:`ProduceResult.current_value`."""
 
 
 @attrs.frozen
@@ -176,6 +183,10 @@ class ProduceResult:
     """Assigned offset, or -1 (ack policy NONE, or an error without an offset)."""
     timestamp: int
     """Stored timestamp in ns since the epoch, or -1."""
+    current_value: bytes | None = None
+    """WRONG_EXPECTED_KEY_OFFSET of a request with :attr:`ProduceRequest.current_values`:
+    the value of the key's record at :attr:`offset`, which may not be committed yet (build a
+    compare-and-set on it, never treat it as committed); None: none or left out."""
 
 
 def encode_produce_request(req: ProduceRequest) -> bytes:
@@ -189,6 +200,8 @@ def encode_produce_request(req: ProduceRequest) -> bytes:
     parts: list[bytes] = []
     w.put_str16(parts, req.stream, "stream name")
     flags = 0 if req.producer_id is None else PRODUCE_FLAG_PRODUCER
+    if req.current_values:
+        flags |= PRODUCE_FLAG_CURRENT_VALUES
     try:
         parts.append(_PRODUCE_HEAD.pack(req.partition, req.ack_policy, req.timeout_ms, flags))
         if req.producer_id is not None:
@@ -221,7 +234,7 @@ ProduceHead = tuple[str, int, AckPolicy, int, int | None, int, int, int]
 producer_id, base_seq, message count, position of the first message)."""
 
 
-def decode_produce_head(body: bytes) -> ProduceHead:
+def decode_produce_head(body: bytes | bytearray) -> ProduceHead:
     """Decode the fixed part of a Produce request body (the messages are not looked at,
     beyond checking that ``count`` of them can fit).
 
@@ -235,7 +248,7 @@ def decode_produce_head(body: bytes) -> ProduceHead:
         p += _PRODUCE_HEAD.size
         if ack not in _ACK_POLICIES:
             raise CodecError(f"unknown ack policy {ack}")
-        if flags & ~PRODUCE_FLAG_PRODUCER:
+        if flags & ~_PRODUCE_FLAGS:
             raise CodecError(f"unknown produce flags {flags:#x}")
         producer_id: int | None = None
         base_seq = 0
@@ -287,7 +300,15 @@ def decode_produce_request(body: bytes | bytearray | memoryview) -> ProduceReque
         messages=tuple(messages),
         producer_id=producer_id,
         base_seq=base_seq,
+        current_values=produce_wants_current_values(body),
     )
+
+
+def produce_wants_current_values(body: bytes | bytearray | memoryview) -> bool:
+    """True if a Produce request body has the current-values flag (bit 2); the body's head
+    must be valid (:func:`decode_produce_head` checked it)."""
+    (slen,) = w.U16.unpack_from(body, 0)
+    return bool(body[2 + slen + 9] & PRODUCE_FLAG_CURRENT_VALUES)
 
 
 def _decode_produce_messages(body: bytes, p: int, count: int) -> tuple[list[ProduceMessage], int]:
@@ -346,7 +367,8 @@ def _decode_produce_messages(body: bytes, p: int, count: int) -> tuple[list[Prod
 
 
 def encode_produce_response(results: Sequence[ProduceResult]) -> bytes:
-    """Encode a Produce response body (one result per request message, in order).
+    """Encode a Produce response body (one result per request message, in order; the
+    answer to a request with the current-values flag: :mod:`jetsdk.codec.produce_values`).
 
     Raises:
         CodecError: a field out of range (reason ``"limit"``).
@@ -367,6 +389,7 @@ _set_value, _set_key, _set_headers, _set_subject = slot_setters(
     ProduceMessage, "value", "key", "headers", "subject"
 )
 _new_object = object.__new__
+_set_current_value = slot_setters(ProduceResult, "current_value")[0]
 
 
 def _new_result(error_code: int, offset: int, timestamp: int) -> ProduceResult:
@@ -374,6 +397,7 @@ def _new_result(error_code: int, offset: int, timestamp: int) -> ProduceResult:
     _set_code(result, error_code)
     _set_result_offset(result, offset)
     _set_result_ts(result, timestamp)
+    _set_current_value(result, None)
     return result
 
 
@@ -406,7 +430,7 @@ def encode_produce_result_tuples(results: Sequence[tuple[int, int, int]]) -> byt
 
 
 def decode_produce_response(body: bytes | bytearray | memoryview) -> list[ProduceResult]:
-    """Decode a Produce response body.
+    """Decode a Produce response body (of a request without the current-values flag).
 
     Raises:
         CodecError: truncated or trailing bytes.

@@ -30,7 +30,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
-from types import TracebackType
 from typing import Any, Literal
 
 import anyio
@@ -290,12 +289,7 @@ class ShareConsumer:
     def _changed(self) -> None:
         self._wake.set()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def close(self) -> None:

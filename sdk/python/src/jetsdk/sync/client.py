@@ -4,24 +4,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from ssl import SSLContext
-from types import TracebackType
 from typing import Any
 
-from jetsdk._sync_support import LoopThread, SyncWrapper
+from jetsdk._sync_support import SyncWrapper
 from jetsdk._version import __version__
 from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
 from jetsdk.client import Client as _AsyncClient
 from jetsdk.client_requests import Durability, OffsetPosition
-from jetsdk.errors import ClientClosed
 from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamInfo
 from jetsdk.retry import DEFAULT_RETRY, RetryPolicy
 from jetsdk.security import Credentials
 from jetsdk.transport import Dialer
 
 
-class Client(SyncWrapper):
+class Client(SyncWrapper[_AsyncClient]):
     """A connection to a jet cluster. Use as ``with Client(...) as client:``.
 
     Blocking version of :class:`jetsdk.client.Client`
@@ -75,8 +73,7 @@ class Client(SyncWrapper):
 
         backend: the anyio backend of the private loop thread (``"asyncio"`` or ``"trio"``).
         """
-        self._async: _AsyncClient | None = None
-        self._factory: Callable[[], _AsyncClient] = lambda: _AsyncClient(
+        self._factory = lambda: _AsyncClient(
             servers,
             connect_timeout=connect_timeout,
             request_timeout=request_timeout,
@@ -94,50 +91,6 @@ class Client(SyncWrapper):
             password=password,
         )
         self._backend = backend
-        self._loop: LoopThread | None = None
-
-    @property
-    def _obj(self) -> _AsyncClient:
-        if self._async is None:
-            raise ClientClosed("use Client in a `with` block (or call open() first)")
-        return self._async
-
-    def open(self) -> Client:
-        """Start the Client (what entering ``with`` does); see :meth:`close`."""
-        if self._async is not None:
-            raise ClientClosed("Client is already open")
-        loop = LoopThread(self._backend)
-        portal = loop.start()
-        try:
-            self._async = self._enter_async(portal, self._factory)
-        except BaseException:
-            loop.stop()
-            self._portal = None
-            raise
-        self._loop = loop
-        return self
-
-    def close(self) -> None:
-        """Close the Client (what leaving ``with`` does); idempotent."""
-        self.__exit__(None, None, None)
-
-    def __enter__(self) -> Client:
-        return self.open()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self._exit_async(exc_type, exc, tb)
-        finally:
-            loop, self._loop = self._loop, None
-            if loop is not None:
-                loop.stop()
-            self._portal = None
-            self._async = None
 
     @property
     def server_info(self) -> dict[str, Any]:

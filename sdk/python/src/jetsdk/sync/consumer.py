@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Iterable, Mapping, Sequence
 
 from jetsdk._sync_support import SyncWrapper, thread_callback
 from jetsdk.consumer.consumer import (
@@ -17,7 +16,6 @@ from jetsdk.consumer.consumer import Consumer as _AsyncConsumer
 from jetsdk.consumer.group_side import DEFAULT_AUTO_COMMIT_INTERVAL
 from jetsdk.consumer.positions import ResetPolicy, StartPosition
 from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
-from jetsdk.errors import ClientClosed
 from jetsdk.group.assignors import Assignor
 from jetsdk.group.member import MemberConfig
 from jetsdk.group.stream_partition import StreamPartition
@@ -25,7 +23,7 @@ from jetsdk.message import Message
 from jetsdk.sync.client import Client
 
 
-class Consumer(SyncWrapper):
+class Consumer(SyncWrapper[_AsyncConsumer]):
     """Reads partitions in offset order, alone or in a group: ``with Consumer(...)``.
 
     Blocking version of :class:`jetsdk.consumer.consumer.Consumer`
@@ -109,8 +107,7 @@ class Consumer(SyncWrapper):
         Callbacks run in a worker thread (not the loop thread): they may block and
         may call this object's methods.
         """
-        self._async: _AsyncConsumer | None = None
-        self._factory: Callable[[], _AsyncConsumer] = lambda: _AsyncConsumer(
+        self._factory = lambda: _AsyncConsumer(
             client._obj,
             stream,
             streams=streams,
@@ -133,40 +130,6 @@ class Consumer(SyncWrapper):
             read_replicas=read_replicas,
         )
         self._owner = client
-
-    @property
-    def _obj(self) -> _AsyncConsumer:
-        if self._async is None:
-            raise ClientClosed("use Consumer in a `with` block (or call open() first)")
-        return self._async
-
-    def open(self) -> Consumer:
-        """Start the Consumer (what entering ``with`` does); see :meth:`close`."""
-        if self._async is not None:
-            raise ClientClosed("Consumer is already open")
-        self._async = self._enter_async(self._owner._check(), self._factory)
-        return self
-
-    def close(self) -> None:
-        """Close the Consumer (what leaving ``with`` does); idempotent."""
-        self.__exit__(None, None, None)
-
-    def __enter__(self) -> Consumer:
-        return self.open()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._async is not None:
-            self._give_back_buffer(self._async)
-        try:
-            self._exit_async(exc_type, exc, tb)
-        finally:
-            self._portal = None
-            self._async = None
 
     def assignment(self) -> list[StreamPartition]:
         """The partitions this consumer reads now, sorted."""

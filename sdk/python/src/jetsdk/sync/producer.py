@@ -4,15 +4,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
-from types import TracebackType
 
 from jetsdk._sync_sends import SendHandle
 from jetsdk._sync_support import SyncWrapper
 from jetsdk.codec.compression import DEFAULT_MIN_COMPRESS_BYTES
 from jetsdk.codec.error_codes import AckPolicy
-from jetsdk.errors import ClientClosed
 from jetsdk.message import Ack, HeadersInput
 from jetsdk.partitioner import Partitioner
 from jetsdk.producer.accumulator import (
@@ -30,7 +27,7 @@ from jetsdk.producer.producer import Producer as _AsyncProducer
 from jetsdk.sync.client import Client
 
 
-class Producer(SyncWrapper):
+class Producer(SyncWrapper[_AsyncProducer]):
     """Sends messages to one stream. Use as ``with Producer(client, stream) as p:``.
 
     Blocking version of :class:`jetsdk.producer.producer.Producer`
@@ -90,8 +87,7 @@ class Producer(SyncWrapper):
             ValueError: a limit out of range; CompressionError (a ValueError) for an
                 unknown codec or one whose package is not installed.
         """
-        self._async: _AsyncProducer | None = None
-        self._factory: Callable[[], _AsyncProducer] = lambda: _AsyncProducer(
+        self._factory = lambda: _AsyncProducer(
             client._obj,
             stream,
             ack=ack,
@@ -108,39 +104,6 @@ class Producer(SyncWrapper):
             compression_min_bytes=compression_min_bytes,
         )
         self._owner = client
-
-    @property
-    def _obj(self) -> _AsyncProducer:
-        if self._async is None:
-            raise ClientClosed("use Producer in a `with` block (or call open() first)")
-        return self._async
-
-    def open(self) -> Producer:
-        """Start the Producer (what entering ``with`` does); see :meth:`close`."""
-        if self._async is not None:
-            raise ClientClosed("Producer is already open")
-        self._async = self._enter_async(self._owner._check(), self._factory)
-        return self
-
-    def close(self) -> None:
-        """Close the Producer (what leaving ``with`` does); idempotent."""
-        self.__exit__(None, None, None)
-
-    def __enter__(self) -> Producer:
-        return self.open()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._drain_queue()
-        try:
-            self._exit_async(exc_type, exc, tb)
-        finally:
-            self._portal = None
-            self._async = None
 
     @property
     def num_partitions(self) -> int:

@@ -4,8 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from jetsdk._sync_support import SyncWrapper
@@ -13,13 +12,12 @@ from jetsdk.consumer.positions import StartPosition
 from jetsdk.consumer.share_consumer import AckMode, LostCallback, ShareSettings
 from jetsdk.consumer.share_consumer import ShareConsumer as _AsyncShareConsumer
 from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
-from jetsdk.errors import ClientClosed
 from jetsdk.message import Done
 from jetsdk.share.state import ShareState
 from jetsdk.sync.client import Client
 
 
-class ShareConsumer(SyncWrapper):
+class ShareConsumer(SyncWrapper[_AsyncShareConsumer]):
     """A member of share group ``group`` on ``stream`` (or ``streams``); see the module
     docstring.
 
@@ -80,8 +78,7 @@ class ShareConsumer(SyncWrapper):
         acks: AckMode = "explicit",
         start: StartPosition | None = None,
     ) -> None:
-        self._async: _AsyncShareConsumer | None = None
-        self._factory: Callable[[], _AsyncShareConsumer] = lambda: _AsyncShareConsumer(
+        self._factory = lambda: _AsyncShareConsumer(
             client._obj,
             stream,
             group=group,
@@ -99,38 +96,6 @@ class ShareConsumer(SyncWrapper):
             start=start,
         )
         self._owner = client
-
-    @property
-    def _obj(self) -> _AsyncShareConsumer:
-        if self._async is None:
-            raise ClientClosed("use ShareConsumer in a `with` block (or call open() first)")
-        return self._async
-
-    def open(self) -> ShareConsumer:
-        """Start the ShareConsumer (what entering ``with`` does); see :meth:`close`."""
-        if self._async is not None:
-            raise ClientClosed("ShareConsumer is already open")
-        self._async = self._enter_async(self._owner._check(), self._factory)
-        return self
-
-    def close(self) -> None:
-        """Close the ShareConsumer (what leaving ``with`` does); idempotent."""
-        self.__exit__(None, None, None)
-
-    def __enter__(self) -> ShareConsumer:
-        return self.open()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self._exit_async(exc_type, exc, tb)
-        finally:
-            self._portal = None
-            self._async = None
 
     @property
     def state(self) -> ShareState:

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from os import PathLike
-from types import TracebackType
 
 from jetsdk._sync_support import SyncWrapper
-from jetsdk.errors import ClientClosed
 from jetsdk.sync.client import Client
 from jetsdk.table.table import Table as _AsyncTable
 from jetsdk.table.view import Change, Entry
 
 
-class Table(SyncWrapper):
+class Table(SyncWrapper[_AsyncTable]):
     """A live view of the compacted stream ``stream`` (module docstring).
 
     Args:
@@ -38,8 +36,7 @@ class Table(SyncWrapper):
         timeout: float = 30.0,
         partitions: Iterable[int] | None = None,
     ) -> None:
-        self._async: _AsyncTable | None = None
-        self._factory: Callable[[], _AsyncTable] = lambda: _AsyncTable(
+        self._factory = lambda: _AsyncTable(
             client._obj,
             stream,
             snapshot=snapshot,
@@ -47,38 +44,6 @@ class Table(SyncWrapper):
             partitions=partitions,
         )
         self._owner = client
-
-    @property
-    def _obj(self) -> _AsyncTable:
-        if self._async is None:
-            raise ClientClosed("use Table in a `with` block (or call open() first)")
-        return self._async
-
-    def open(self) -> Table:
-        """Start the Table (what entering ``with`` does); see :meth:`close`."""
-        if self._async is not None:
-            raise ClientClosed("Table is already open")
-        self._async = self._enter_async(self._owner._check(), self._factory)
-        return self
-
-    def close(self) -> None:
-        """Close the Table (what leaving ``with`` does); idempotent."""
-        self.__exit__(None, None, None)
-
-    def __enter__(self) -> Table:
-        return self.open()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self._exit_async(exc_type, exc, tb)
-        finally:
-            self._portal = None
-            self._async = None
 
     def save(self) -> None:
         """Write the snapshot file now (its entries and offsets are taken at one moment).
@@ -146,6 +111,32 @@ class Table(SyncWrapper):
                 -1 if it has no value).
         """
         return self._run(self._obj.update, key, value, revision, ttl=ttl)
+
+    def modify(
+        self,
+        key: bytes,
+        change: Callable[[bytes | None], bytes],
+        *,
+        ttl: float | None = None,
+    ) -> int:
+        """Set ``key`` to ``change(value)`` of its value (None: it has none) by
+        compare-and-set, and when another write got there first, again on the value that
+        won (a read-modify-write that loses no update); the new revision. The first value
+        is the view's; a refusal carries the winner's value back (no read in between).
+
+        ``change`` may be called several times (keep it free of side effects), and with a
+        value that is not committed yet (a racing write just stored it): the write built on
+        it is committed only if that value is, so nothing is built on a value that is lost.
+        ``ttl`` as in :meth:`put`.
+
+        Raises:
+            WrongExpectedKeyOffset: still refused after :data:`MAX_MODIFY_ATTEMPTS` tries.
+            InvalidArgument: ``change`` returned an empty value, or a refusal came without
+                its value (e.g. a stream with a load-balance group: through NATS) and this
+                table does not hold the key's partition to read it from.
+            TimeoutError: such a value did not reach the view within the table's timeout.
+        """
+        return self._run(self._obj.modify, key, change, ttl=ttl)
 
     def sync(self) -> None:
         """Return once the view holds every record acknowledged before the call (in any

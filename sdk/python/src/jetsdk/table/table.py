@@ -5,6 +5,7 @@
         async with Table(client, "prices") as prices:
             rev = await prices.put(b"AAPL", b"189.5")
             await prices.update(b"AAPL", b"190.1", rev)   # compare-and-set
+            await prices.modify(b"hits", lambda v: b"%d" % (int(v or 0) + 1))  # CAS loop
             await prices.sync()                          # read your writes
             prices.get(b"AAPL")                          # b"190.1", from memory
 
@@ -36,10 +37,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from os import PathLike
 from pathlib import Path
-from types import TracebackType
 
 import anyio
 import anyio.abc
@@ -47,7 +47,13 @@ import anyio.abc
 from jetsdk.client import Client
 from jetsdk.codec.record import iter_records
 from jetsdk.codec.ttl import MAX_TTL_MS
-from jetsdk.errors import ClientClosed, InvalidArgument, JetError, OffsetOutOfRange
+from jetsdk.errors import (
+    ClientClosed,
+    InvalidArgument,
+    JetError,
+    OffsetOutOfRange,
+    WrongExpectedKeyOffset,
+)
 from jetsdk.table import snapshot as snapshots
 from jetsdk.table.rows import table_rows
 from jetsdk.table.view import Change, Entry, TableView, WatchOverflow, initial_change
@@ -59,6 +65,8 @@ FETCH_WAIT_S = 1.0
 """Long-poll wait of a reader's Fetch."""
 READ_RETRY_PAUSE_S = 0.2
 """Pause of a reader after a retriable error."""
+MAX_MODIFY_ATTEMPTS = 1000
+"""Compare-and-set tries of one :meth:`Table.modify` (each lost to another writer)."""
 DEFAULT_DELETE_RETENTION_S = 86_400.0
 """A snapshot older than the stream's delete retention (this if the stream does not say)
 is not used: a tombstone it never saw may be gone."""
@@ -144,12 +152,7 @@ class Table:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._closed:
             return
         self._closed = True
@@ -249,6 +252,51 @@ class Table:
         if revision < 0:
             raise InvalidArgument("a revision is >= 0 (create a key that has no value)")
         return await self._writes().write(key, value, revision, _ttl_ms(ttl))
+
+    async def modify(
+        self,
+        key: bytes,
+        change: Callable[[bytes | None], bytes],
+        *,
+        ttl: float | None = None,
+    ) -> int:
+        """Set ``key`` to ``change(value)`` of its value (None: it has none) by
+        compare-and-set, and when another write got there first, again on the value that
+        won (a read-modify-write that loses no update); the new revision. The first value
+        is the view's; a refusal carries the winner's value back (no read in between).
+
+        ``change`` may be called several times (keep it free of side effects), and with a
+        value that is not committed yet (a racing write just stored it): the write built on
+        it is committed only if that value is, so nothing is built on a value that is lost.
+        ``ttl`` as in :meth:`put`.
+
+        Raises:
+            WrongExpectedKeyOffset: still refused after :data:`MAX_MODIFY_ATTEMPTS` tries.
+            InvalidArgument: ``change`` returned an empty value, or a refusal came without
+                its value (e.g. a stream with a load-balance group: through NATS) and this
+                table does not hold the key's partition to read it from.
+            TimeoutError: such a value did not reach the view within the table's timeout.
+        """
+        writer = self._writes()
+        ttl_ms = _ttl_ms(ttl)
+        entry = self._opened().live(key)
+        value, revision = (None, ABSENT) if entry is None else (entry.value, entry.revision)
+        for attempt in range(1, MAX_MODIFY_ATTEMPTS + 1):
+            new = change(value)
+            _check_value(new)
+            try:
+                return await writer.write(key, new, revision, ttl_ms)
+            except WrongExpectedKeyOffset as exc:
+                if attempt == MAX_MODIFY_ATTEMPTS:
+                    raise
+                revision, value = exc.current_revision, exc.current_value
+                if revision != ABSENT and value is None:  # left out: the view has it soon
+                    seen = await self.wait_for(key, revision)
+                    if seen is None:
+                        value, revision = None, ABSENT
+                    else:
+                        value, revision = seen.value, seen.revision
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     # ---------------------------------------------------------------- waiting, history
 

@@ -14,11 +14,15 @@ queued write's caller sends the next one.
 A compare-and-set carries ``Jet-Expected-Key-Offset`` (spec/envelope.md, "Per-key
 compare-and-set"); the server checks the messages of a request in order, each against the
 ones before it, and refuses it with WRONG_EXPECTED_KEY_OFFSET naming the key's current
-offset, raised here as :class:`~jetsdk.errors.WrongExpectedKeyOffset`.
+offset, raised here as :class:`~jetsdk.errors.WrongExpectedKeyOffset`. A request holding
+a compare-and-set asks for the key's current value too (the Produce flag "current values",
+spec/protocol.md §6): the refusal then carries it (``current_value``), so the writer can
+retry at once on it instead of reading the key first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 
 import anyio
@@ -26,10 +30,11 @@ import attrs
 
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, is_retriable
-from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult, new_produce_message
 from jetsdk.codec.ttl import TTL_HEADER
 from jetsdk.errors import JetError, WrongExpectedKeyOffset, error_from_code
 from jetsdk.partitioner import partition_for_key
+from jetsdk.transport import running_asyncio_loop
 
 EXPECTED_KEY_OFFSET = "Jet-Expected-Key-Offset"
 """The header of a per-key compare-and-set."""
@@ -58,13 +63,40 @@ class _Write:
     expected: int | None
     message: ProduceMessage
     seq: int = -1
-    woken: anyio.Event = attrs.field(factory=anyio.Event)
+    _woken: bool = False
+    _future: asyncio.Future[None] | None = None
+    """What a waiting caller awaits under asyncio (a future: a tenth of an anyio event's
+    cost, as :class:`jetsdk.connection.PendingResponse`); made only if it waits."""
+    _event: anyio.Event | None = None
+    """The same under another event loop (trio)."""
     result: ProduceResult | None = None
     error: BaseException | None = None
     sends: bool = False
-    """Its caller sends the next batch (set before :attr:`woken`)."""
+    """Its caller sends the next batch (set before it is woken)."""
     retry_error: JetError | None = None
     """Why its last try must be repeated (raised if the tries run out)."""
+
+    def wake(self) -> None:
+        """Its result is known or its turn to send came (idempotent)."""
+        self._woken = True
+        future = self._future
+        if future is not None:
+            if not future.done():
+                future.set_result(None)
+        elif self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Return once :meth:`wake` was called (cancellable)."""
+        if self._woken:
+            return
+        loop = running_asyncio_loop()
+        if loop is not None:
+            self._future = loop.create_future()
+            await self._future
+        else:
+            self._event = anyio.Event()
+            await self._event.wait()
 
 
 @attrs.define(eq=False)
@@ -102,7 +134,7 @@ class TableWriter:
             headers = ((EXPECTED_KEY_OFFSET, str(expected).encode()),)
         if ttl_ms is not None:
             headers = (*headers, (TTL_HEADER, b"%d" % ttl_ms))
-        write = _Write(key, expected, ProduceMessage(value=value, key=key, headers=headers))
+        write = _Write(key, expected, new_produce_message(value, key, headers, ""))
         partition = self.partition_of(key)
         queue = self._queues.get(partition)
         if queue is None:
@@ -111,7 +143,7 @@ class TableWriter:
         queue.append(write)
         if not write.sends:
             try:
-                await write.woken.wait()
+                await write.wait()
             except BaseException:  # cancelled: never sent, or sent by another caller
                 self._withdraw(partition, queue, write)
                 raise
@@ -131,7 +163,7 @@ class TableWriter:
         if queue:
             nxt = queue[0]
             nxt.sends = True
-            nxt.woken.set()
+            nxt.wake()
         else:
             del self._queues[partition]
 
@@ -180,7 +212,7 @@ class TableWriter:
                 raise
         finally:
             for w in batch:
-                w.woken.set()
+                w.wake()
 
     async def _try(self, partition: int, batch: list[_Write], base: int) -> list[_Write]:
         """One request with ``batch``; the writes whose result was retriable."""
@@ -192,6 +224,7 @@ class TableWriter:
             tuple(w.message for w in batch),
             self.producer_id,
             base,
+            current_values=any(w.expected is not None for w in batch),
         )
         self.requests += 1
         try:
@@ -228,7 +261,11 @@ class TableWriter:
             now = "has no value" if current == ABSENT else f"is at revision {current}"
             raise WrongExpectedKeyOffset(
                 f"key {w.key[:40]!r} {now}, not {w.expected}",
-                details={**details, "current_revision": current},
+                details={
+                    **details,
+                    "current_revision": current,
+                    "current_value": result.current_value,
+                },
             )
         raise error_from_code(code, f"table write to {self.stream}/{partition}", details)
 

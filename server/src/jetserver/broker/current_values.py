@@ -1,0 +1,98 @@
+"""The current values a refused compare-and-set carries back (spec/protocol.md §6,
+"current values"; spec/storage.md §11.1).
+
+A Produce request with the current-values flag gets, with each WRONG_EXPECTED_KEY_OFFSET
+result, the value of the key's record at the offset the refusal names: the record the key
+index found, read from the leader's log up to its end (committed or not), so that a writer
+whose compare-and-set lost builds on the value that won and retries at once instead of
+reading the key first. A value is left out (None, -1 on the wire) when the offset is -1,
+the record cannot be read or is not that key's (an append that failed after the check), it
+is stored compressed (its headers are not sent, so its bytes would mean nothing), or the
+response's values would pass :data:`MAX_CURRENT_VALUE_BYTES`.
+
+Only a leader that appended the request itself (the direct path) has the log at hand; a
+request that went through NATS gets no values.
+
+Task safety: event loop thread only (reads the log as the key index does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jetsdk.codec.compression import COMPRESSION_HEADER
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.record import iter_records
+from jetsdk.codec.transcode import DirectRecord
+from jetserver.broker.direct import Result
+from jetserver.broker.key_index import KeyIndex
+from jetserver.storage import Log
+from jetserver.storage.errors import StorageError
+
+MAX_CURRENT_VALUE_BYTES = 1 << 20
+"""Most value bytes one Produce response carries back (values past it are left out)."""
+
+_REFUSED = int(ErrorCode.WRONG_EXPECTED_KEY_OFFSET)
+_COMPRESSION = COMPRESSION_HEADER.lower()
+
+
+def current_values(
+    log_: Log | None,
+    records: Sequence[DirectRecord | None] | None,
+    results: Sequence[Result],
+    budget: int = MAX_CURRENT_VALUE_BYTES,
+    index: KeyIndex | None = None,
+) -> list[bytes | None]:
+    """One entry per result: for a WRONG_EXPECTED_KEY_OFFSET result with an offset, the
+    value of the refused message's key at that offset in ``log_``; None otherwise or where
+    it is left out (module docstring). ``records``: where each message lies in the request
+    (None: the request did not go the direct path). ``index``: the partition's key index,
+    whose values of the records it read last spare a read of the log (the usual case: the
+    record that won was appended since the previous check)."""
+    values: list[bytes | None] = [None] * len(results)
+    if log_ is None or records is None:
+        return values
+    for i, (code, offset, _ts) in enumerate(results):
+        if code != _REFUSED or offset < 0 or i >= len(records):
+            continue
+        record = records[i]
+        key = None if record is None else _key_of(record)
+        if key is None:
+            continue
+        value = None if index is None else index.recent_value(key, offset)
+        if value is None:
+            value = value_at(log_, offset, key)
+        if value is not None and len(value) <= budget:
+            values[i] = value
+            budget -= len(value)
+    return values
+
+
+def value_at(log_: Log, offset: int, key: bytes) -> bytes | None:
+    """The value of the live record of ``key`` at ``offset`` in ``log_`` (read up to the
+    log end: it may not be committed), or None (not there, not that key's, a tombstone,
+    stored compressed, unreadable)."""
+    end = log_.log_end_offset
+    if not log_.log_start_offset <= offset < end:
+        return None
+    try:
+        with log_.read(offset, 1, end) as found:  # 1 byte: exactly the first record
+            data = found.read_bytes()
+        for record in iter_records(data):
+            if record.offset != offset or record.key != key or not record.value:
+                return None
+            if any(name.lower() == _COMPRESSION for name, _v in record.headers):
+                return None
+            return record.value
+    except (StorageError, CodecError, OSError):
+        return None
+    return None
+
+
+def _key_of(record: DirectRecord) -> bytes | None:
+    """The message's key (``nbytes32`` at ``key_pos`` in its request bytes)."""
+    request, start = record.request, record.key_pos
+    if request[start : start + 4] == b"\xff\xff\xff\xff":
+        return None  # no key (-1)
+    return bytes(request[start + 4 : record.key_end])

@@ -1,0 +1,90 @@
+"""A refused compare-and-set carrying the key's current value (spec/protocol.md §6,
+"current values") on a real `jet dev` process: only when the request asks (old clients get
+the bytes they always got), the value at the offset named (also a record of the same
+request), none for an absent key, and at most 1 MiB of values per response."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from jetsdk import Client
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
+from jetserver.broker.current_values import MAX_CURRENT_VALUE_BYTES
+from support.jet_dev import JetDev
+from support.jet_server import running_server
+from support.nats_server import NatsServer
+
+pytestmark = pytest.mark.anyio
+
+HEADER = "Jet-Expected-Key-Offset"
+REFUSED = ErrorCode.WRONG_EXPECTED_KEY_OFFSET
+_names = itertools.count()
+
+
+def cas(key: bytes, value: bytes, expected: int | None) -> ProduceMessage:
+    headers = () if expected is None else ((HEADER, str(expected).encode()),)
+    return ProduceMessage(value=value, key=key, headers=headers)
+
+
+async def produce(
+    client: Client, stream: str, *messages: ProduceMessage, values: bool = True
+) -> list[ProduceResult]:
+    request = ProduceRequest(stream, 0, AckPolicy.ALL, 5000, messages, current_values=values)
+    return await client.produce(request)
+
+
+async def test_refusal_carries_the_value_only_when_asked(jet_dev: JetDev) -> None:
+    stream = f"casval{next(_names)}"
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True)
+        (ok,) = await produce(client, stream, cas(b"k", b"v1", -1))
+        assert (ok.error_code, ok.offset) == (ErrorCode.NONE, 0)
+        (refused,) = await produce(client, stream, cas(b"k", b"v2", 7))
+        assert (refused.error_code, refused.offset, refused.current_value) == (REFUSED, 0, b"v1")
+        (old,) = await produce(client, stream, cas(b"k", b"v2", 7), values=False)
+        assert (old.error_code, old.offset, old.current_value) == (REFUSED, 0, None)
+        # a put and a compare-and-set on its key in one request: the value just appended
+        put, behind, other = await produce(
+            client, stream, cas(b"k", b"v3", None), cas(b"k", b"v4", 0), cas(b"x", b"y", -1)
+        )
+        assert (put.error_code, put.offset) == (ErrorCode.NONE, 1)
+        assert (behind.error_code, behind.offset, behind.current_value) == (REFUSED, 1, b"v3")
+        assert (other.error_code, other.offset, other.current_value) == (ErrorCode.NONE, 2, None)
+        # deleted: no value, offset -1
+        (tomb,) = await produce(client, stream, cas(b"k", b"", None))
+        assert tomb.error_code == ErrorCode.NONE
+        (gone,) = await produce(client, stream, cas(b"k", b"v5", 1))
+        assert (gone.error_code, gone.offset, gone.current_value) == (REFUSED, -1, None)
+
+
+async def test_values_of_one_response_are_bounded(jet_dev: JetDev) -> None:
+    stream = f"casbig{next(_names)}"
+    size = MAX_CURRENT_VALUE_BYTES * 4 // 10  # two fit in a response, three do not
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True)
+        for i in range(3):
+            (ok,) = await produce(client, stream, cas(b"k%d" % i, bytes([65 + i]) * size, -1))
+            assert (ok.error_code, ok.offset) == (ErrorCode.NONE, i)
+        results = await produce(client, stream, *(cas(b"k%d" % i, b"new", 9) for i in range(3)))
+        assert [(r.error_code, r.offset) for r in results] == [(REFUSED, i) for i in range(3)]
+        assert [r.current_value for r in results] == [b"A" * size, b"B" * size, None]
+
+
+async def test_through_nats_the_refusal_has_no_value(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """With ``[ingest] produce_direct = false`` the request goes through NATS and the
+    envelope ack carries no value: the refusal names the offset, its value is -1."""
+    async with (
+        running_server(nats_server.url, tmp_path / "data", ingest__produce_direct=False) as server,
+        Client([server.address]) as client,
+    ):
+        await client.create_stream("vianats", compact=True)
+        (ok,) = await produce(client, "vianats", cas(b"k", b"v1", -1))
+        assert (ok.error_code, ok.offset) == (ErrorCode.NONE, 0)
+        (refused,) = await produce(client, "vianats", cas(b"k", b"v2", 5))
+        assert (refused.error_code, refused.offset, refused.current_value) == (REFUSED, 0, None)
