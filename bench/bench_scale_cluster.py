@@ -273,8 +273,15 @@ async def _preferred(address: list[str]) -> int:
 
 def _raft_files(dev: DevCluster, victim: str) -> tuple[int, int]:
     survivor = next(p for p in dev.servers if p.server_id != victim)
-    raft = [f for f in Path(survivor.data_dir).rglob("*") if "raft" in str(f) and f.is_file()]
-    return len(raft), sum(f.stat().st_size for f in raft)
+    sizes = []
+    for f in Path(survivor.data_dir).rglob("*"):
+        if "raft" in str(f):
+            try:
+                if f.is_file():
+                    sizes.append(f.stat().st_size)
+            except FileNotFoundError:  # a compaction replaced it meanwhile
+                continue
+    return len(sizes), sum(sizes)
 
 
 def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:

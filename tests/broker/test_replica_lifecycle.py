@@ -16,6 +16,12 @@ up, it would be added back to the ISR it just left, after the server planned its
 exits, and hold the new leader's HW back until the lag bound (seen in
 tests/cluster/test_stop_after_kill.py before the fix). One still in the ISR fetches on.
 
+A follower that becomes leader (a failover) does not wait for its fetcher's task to end:
+the fetcher is stopped (it writes nothing more) and the new role starts at once. Here the
+fetcher is held in its silent-leader report, shielded as the controller's batch sender is
+while it delivers a batch: the old code waited for that task (at a failover, the
+cancellation of a thousand fetchers delivered on a busy loop cost 0.7-1.8 s).
+
 The control plane is a stand-in that refuses every ISR change (nothing here proposes one).
 """
 
@@ -245,5 +251,71 @@ async def test_the_parts_of_a_replica_print_short(nats_server: NatsServer, tmp_p
         names = [repr(p) for p in parts]
         assert names == [f"{type(p).__name__}({replica.stream}/{replica.partition})" for p in parts]
         await anyio.to_thread.run_sync(replica.log.close)
+    finally:
+        await link.close()
+
+
+class HeldReportControl(RecordingControl):
+    """The leader's server is down and gone; a silent-leader report is held (shielded, as
+    the controller's batch sender while it delivers a batch) until :attr:`release`."""
+
+    def __init__(self) -> None:
+        super().__init__(ME)
+        self.reporting = anyio.Event()
+        self.release = anyio.Event()
+        self.held = 0
+
+    def server_down(self, server_id: str) -> bool:
+        return True
+
+    def server_gone(self, server_id: str) -> bool:
+        return True
+
+    def server_down_event(self, server_id: str) -> anyio.Event:
+        down = anyio.Event()
+        down.set()
+        return down
+
+    async def report_leader_silent(
+        self, stream: str, partition: int, leader_epoch: int, reporter: str
+    ) -> None:
+        self.held += 1
+        self.reporting.set()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(3 * BOUND_S):
+            await self.release.wait()
+
+
+async def test_a_follower_leads_without_waiting_for_its_fetchers_task_to_end(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    link = await connected_link(nats_server)
+    control = HeldReportControl()
+    try:
+        replica, state = await replica_over_a_real_log(
+            tmp_path, link, replicas=("s2", "s1", "s3"), control=control
+        )
+        a = state.streams["orders"].partitions[0]
+        assert a.leader == "s2"
+        async with anyio.create_task_group() as tg:
+            await tg.start(replica.run)
+            with anyio.fail_after(BOUND_S):
+                await replica.apply_assignment(a, ADDRESSES)
+                await control.reporting.wait()  # the fetcher is held in its report
+            fetcher = replica.fetcher
+            assert fetcher is not None
+            elected = attrs.evolve(a, leader=ME, leader_epoch=a.leader_epoch + 1)
+            try:
+                with anyio.fail_after(BOUND_S / 2):  # the report is held for 3 x BOUND_S
+                    await replica.apply_assignment(elected, ADDRESSES)
+                assert replica.role == ROLE_LEADER
+                assert replica.leader_epoch == elected.leader_epoch
+                assert fetcher.stopped
+                assert replica.fetcher is None
+            finally:
+                control.release.set()
+            assert control.held == 1  # the stopped fetcher reports nothing more
+            replica.stop()
+            with anyio.fail_after(BOUND_S):
+                await replica.wait_stopped()
     finally:
         await link.close()

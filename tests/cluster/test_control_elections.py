@@ -3,8 +3,10 @@ a real one-member metadata Raft; the partition leaders' batched ISR changes (Con
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Collection
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -252,3 +254,58 @@ async def test_silent_leader_reports_made_together_go_out_together(raft: Metadat
     answers = await elections.report_many([("wide", 0, 1, "s3"), ("nope", 0, 0, "s3")])
     assert answers[0] == {"accepted": True, "leader": "s2", "leader_epoch": 1}
     assert answers[1]["error_code"] == ErrorCode.STREAM_NOT_FOUND
+
+
+class FirstBatchHeld(Elections):
+    """Elections whose first batch of reports is held until a second batch arrives (or a
+    bound passes): shows whether batches are delivered while another is in flight."""
+
+    held_s = 5.0
+
+    def hold(self) -> None:
+        self.calls = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.first_in = anyio.Event()
+        self.second_in = anyio.Event()
+
+    async def report_many(self, reports: Collection[tuple[str, int, int, str]]) -> Any:
+        self.calls += 1
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.calls == 1:
+                self.first_in.set()
+                with anyio.move_on_after(self.held_s):
+                    await self.second_in.wait()
+            else:
+                self.second_in.set()
+            return await super().report_many(reports)
+        finally:
+            self.in_flight -= 1
+
+
+@pytest.mark.anyio
+async def test_a_batch_of_reports_goes_while_the_one_before_is_in_flight(
+    raft: MetadataRaft,
+) -> None:
+    """A dead server's second thousand leaderships on a survivor were reported only once
+    the first thousand's elections were applied (the metadata leader answers a report after
+    its election): batches are delivered concurrently now (up to REPORTS_IN_FLIGHT)."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=10, replication_factor=3)
+    replicas = (("s1", "s2", "s3"),) * 10
+    assert (await raft.propose(CreateStream(spec, "id2", 1, replicas))).result.ok
+    elections = FirstBatchHeld(raft, lambda s: s == "s1", window_s=10.0)  # s1 is down
+    elections.hold()
+    controller = Controller("s2", raft, PeerPool(), elections, client_addresses=dict)
+    started = time.monotonic()
+    with anyio.fail_after(3 * FirstBatchHeld.held_s):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(controller.report_leader_silent, "wide", 0, 0, "s2")
+            await elections.first_in.wait()  # the first batch is in flight (held)
+            for p in range(1, 10):
+                tg.start_soon(controller.report_leader_silent, "wide", p, 0, "s2")
+    assert elections.most_in_flight == 2, "the second batch waited for the first"
+    assert time.monotonic() - started < FirstBatchHeld.held_s
+    assert controller.report_batches == 2
+    assert all(a.leader == "s2" for a in raft.state.streams["wide"].partitions)

@@ -39,8 +39,10 @@ from jetserver.config import NatsConfig
 from jetserver.logs import fields
 from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
 from jetserver.nats_fast import JetNatsClient
+from jetserver.nats_flush import round_trip
 from jetserver.nats_read import JetParser
 from jetserver.natsproto import header_map
+from jetserver.shared_rounds import SharedRounds
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,9 @@ class NatsLink:
     counts twice)."""
     reconnects: int = 0
     """Times one of them came back."""
+    _flush_rounds: dict[bool, SharedRounds] = attrs.field(factory=dict)
+    """The flush round trips of each connection (by ``ingest``), shared by the flushes
+    that wait at the same time."""
 
     @property
     def connected(self) -> bool:
@@ -524,17 +529,14 @@ class NatsLink:
         nc = self._ingest_client() if ingest else self.client
         if not nc.is_connected:
             raise NatsUnavailable("NATS link is down")
+        timeout_s = max(timeout_s, 0.001)
+        # Flushes waiting at the same time share round trips (a failover's new leaders
+        # each confirmed its subscription with a PING of its own).
+        rounds = self._flush_rounds.setdefault(ingest, SharedRounds())
         try:
-            # nats-py (2.16) writes PING straight to the transport while earlier commands
-            # (SUB, PUB) may still wait in its pending buffer, so a bare flush() can return
-            # before they reached the server. Push the pending buffer out first.
-            flush_pending = getattr(nc, "_flush_pending", None)
-            if flush_pending is not None:
-                with anyio.fail_after(max(timeout_s, 0.001)):
-                    await flush_pending(force_flush=True)
-            await _ping_round_trip(nc, max(timeout_s, 0.001))
+            await rounds.run(lambda: round_trip(nc, timeout_s), timeout_s)
         except Exception as exc:
-            raise NatsUnavailable(f"NATS flush failed: {exc or type(exc).__name__}") from exc
+            raise NatsUnavailable(f"NATS flush failed: {str(exc) or type(exc).__name__}") from exc
 
     def new_inbox(self) -> str:
         """A unique inbox subject prefix for this connection."""
@@ -565,27 +567,3 @@ class NatsLink:
         except Exception as exc:
             log.debug("nats close failed", extra=fields(error=str(exc)))
         log.debug("nats closed", extra=fields(took_s=round(time.monotonic() - started, 3)))
-
-
-async def _ping_round_trip(nc: NatsClient, timeout_s: float) -> None:
-    """``nc.flush(timeout)`` that survives cancellation and timeouts.
-
-    nats-py's flush cancels its PONG future on a timeout (and ``wait_for`` does when the
-    caller is cancelled) but leaves it queued; the late PONG then calls ``set_result`` on
-    the cancelled future, the InvalidStateError ends nats-py's read loop and the connection
-    silently stops delivering (found by tests/server/test_fuzz_server.py: a Produce with
-    ack policy NONE whose client went away mid-flush). Here the future is never cancelled:
-    the PONG completes it whenever it comes.
-
-    Raises:
-        TimeoutError: no PONG within ``timeout_s``.
-    """
-    send_ping = getattr(nc, "_send_ping", None)
-    if send_ping is None:  # another nats-py: its own flush
-        await nc.flush(timeout=timeout_s)  # type: ignore[arg-type]
-        return
-    future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-    await send_ping(future)
-    done, _pending = await asyncio.wait({future}, timeout=timeout_s)
-    if not done:
-        raise TimeoutError(f"no PONG within {timeout_s} s")

@@ -22,7 +22,10 @@ and one long poll for every partition this server follows there) it:
    process is gone) is reported at once, without waiting for ``leader_silence_s``; two
    fetches in a row unanswered within their long poll plus ``request_slack_s`` while the
    session's other requests were answered (this partition is stuck at a live leader) are
-   reported at once; a whole session request unanswered is the leader's server's silence,
+   reported at once (left out of requests sent without a long poll, which the leader
+   answers for every partition: a request answered early for other partitions' news, or a
+   loaded leader answering late, does not count); a whole session request unanswered is
+   the leader's server's silence,
    which the liveness view decides. Only while this replica holds every record it knows to
    be committed (a replica that lost data must not be elected). The probes are what keeps
    an idle partition's leader heard between long polls.
@@ -33,14 +36,20 @@ empty at the leader's log start; above the leader's LEO the follower reconciles 
 hands over a new assignment when the metadata changes.
 
 Task safety: runs as one task in the partition's task group; it is the log's only writer
-while the partition follows.
+while the partition follows. A role change calls :meth:`FollowerFetcher.stop` and waits only
+for a write in progress (:meth:`FollowerFetcher.writes_done`), not for the task's end: from
+``stop`` on, the fetcher writes nothing more to the log, sets no HW and reports no silence,
+so the next role may start at once (a failover's new leaders waited 0.7-1.8 s for their
+cancelled fetchers' tasks to end, the cancellation of a thousand tasks being delivered on a
+busy loop).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import attrs
@@ -68,7 +77,7 @@ from jetserver.replication.control import ControlPlane, server_gone_of
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
 from jetserver.replication.invariants import ReplicaInvariantViolation
-from jetserver.replication.session import FetchSession
+from jetserver.replication.session import FetchSession, LeftOut
 from jetserver.security.peer import PLAIN, PeerSecurity
 from jetserver.storage import Log, StorageError
 
@@ -76,8 +85,9 @@ log = logging.getLogger(__name__)
 
 FETCH_TIMEOUTS_REPORTED = 2
 """Replica fetches in a row unanswered within their long poll plus ``request_slack_s``,
-while the fetch session got answers to other requests meanwhile, that report the leader
-silent even while its server answers liveness probes."""
+each left out of the answer to a request without a long poll
+(:class:`~jetserver.replication.session.LeftOut`), that report the leader silent even
+while its server answers liveness probes."""
 
 
 EXPECTED_INTERRUPTION_QUIET_S = 10.0
@@ -90,8 +100,15 @@ DOWN_RECHECK_S = 0.25
 liveness view, a follower looks again this often."""
 
 
+T = TypeVar("T")
+
+
 class _Restart(Exception):
     """Start over: reconcile again (after a pause)."""
+
+
+class _Stopped(Exception):
+    """:meth:`FollowerFetcher.stop` was called: end without touching the log again."""
 
 
 LEADER_ANSWERS: tuple[type[JetError], ...] = (
@@ -181,6 +198,60 @@ class FollowerFetcher:
     """The current series was logged at INFO."""
     _timeouts: int = 0
     _leader_hw: int = -1
+    _stopped: bool = False
+    _writing: int = 0
+    """Log writes in progress (a worker-thread call may outlive the task's cancellation)."""
+    _writes_ended: anyio.Event | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """:meth:`stop` was called."""
+        return self._stopped
+
+    def stop(self) -> None:
+        """The role ended: from now on this fetcher writes nothing to the log, sets no HW
+        and reports nothing (each checks this before it starts). A write already in
+        progress ends first: :meth:`writes_done`. The task ends by itself: its fetch
+        waiting in the session is dropped (a pause or a request of another kind ends
+        first), not cancelled (anyio delivers a cancellation again on every loop pass
+        until its task ends: a thousand at a failover cost more than the role changes)."""
+        self._stopped = True
+        if self.session is not None:
+            self.session.drop(self.stream, self.partition)
+
+    @property
+    def ends_when_stopped(self) -> bool:
+        """:meth:`stop` ends the task by itself (soon): False for a fetcher without a
+        leader address, which waits to be cancelled."""
+        return bool(self.leader_address)
+
+    async def writes_done(self) -> None:
+        """Return once no log write of this fetcher is in progress (at once, usually)."""
+        while self._writing:
+            if self._writes_ended is None:
+                self._writes_ended = anyio.Event()
+            await self._writes_ended.wait()
+
+    async def _write(self, call: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``await call(*args)`` (a log write) unless stopped, counted in :attr:`_writing`.
+
+        Raises:
+            _Stopped: :meth:`stop` was called before it started.
+        """
+        if self._stopped:
+            raise _Stopped
+        self._writing += 1
+        try:
+            return await call(*args)
+        finally:
+            self._writing -= 1
+            if not self._writing and self._writes_ended is not None:
+                self._writes_ended.set()
+                self._writes_ended = None
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (a log write) in a worker thread, unless stopped (:meth:`_write`)."""
+        return await self._write(anyio.to_thread.run_sync, fn, *args)
 
     def _have(self) -> int:
         log_ = self.log
@@ -194,7 +265,7 @@ class FollowerFetcher:
         return not self.damaged and have >= self.committed_floor and have >= self._leader_hw
 
     async def run(self) -> None:
-        """Replicate until cancelled."""
+        """Replicate until cancelled (or stopped: :meth:`stop`)."""
         self._silence = SilenceDetector(self.config.leader_silence_s, self.clock())
         async with anyio.create_task_group() as tg:
             if self.session is None and self.leader_address:
@@ -202,7 +273,8 @@ class FollowerFetcher:
                 self.session.users += 1
                 tg.start_soon(self.session.run)
             tg.start_soon(self._watch_leader)
-            await self._replicate()
+            with contextlib.suppress(_Stopped):
+                await self._replicate()
             tg.cancel_scope.cancel()
 
     # ------------------------------------------------------------------ silence
@@ -252,6 +324,8 @@ class FollowerFetcher:
     async def _report(self, why: str, *, repeated: bool = False) -> None:
         """Report the leader silent (if this replica is whole); a repeated report of the
         same silence logs at DEBUG (thousands of partitions repeat theirs every period)."""
+        if self._stopped:  # the role ended: its next one decides
+            return
         if not self.whole:
             log.warning(
                 f"{why}; not reporting it: this replica lacks committed records",
@@ -272,7 +346,7 @@ class FollowerFetcher:
 
     async def _replicate(self) -> None:
         reconciled = False
-        while True:
+        while not self._stopped:
             session = self.session
             if not self.leader_address or session is None:
                 await anyio.sleep_forever()  # a new assignment will bring the address
@@ -315,6 +389,8 @@ class FollowerFetcher:
         yet): their line comes only if the series lasts
         :data:`EXPECTED_INTERRUPTION_QUIET_S`. A failover of 1,000 leaderships logged 1,000
         of them on each survivor."""
+        if self._stopped:
+            raise _Stopped  # the role ended (its fetch was dropped): nothing to retry
         self._failures += 1
         now = anyio.current_time()
         if self._failures == 1:
@@ -334,7 +410,7 @@ class FollowerFetcher:
         log_ = self.log
         leo = log_.log_end_offset
         try:
-            end = await anyio.to_thread.run_sync(log_.recover_unsynced)
+            end = await self._in_thread(log_.recover_unsynced)
         except StorageError as again:
             log.critical(
                 "fsync failed and the log cannot be cut back to disk",
@@ -397,20 +473,20 @@ class FollowerFetcher:
                 extra=self._fields(offset=offset, leo=log_.log_end_offset),
             )
             self.truncations += 1
-            await anyio.to_thread.run_sync(log_.truncate_to, offset)
+            await self._in_thread(log_.truncate_to, offset)
         # An epoch this replica led without appending anything leaves an entry at its LEO.
-        await anyio.to_thread.run_sync(log_.epochs.truncate_from_end, offset)
+        await self._in_thread(log_.epochs.truncate_from_end, offset)
 
     async def _fetch_loop(self, session: FetchSession) -> None:
         cfg = self.config
         log_ = self.log
-        while True:
+        while not self._stopped:
             if self.durability == "flushed" and log_.flushed_offset < log_.log_end_offset:
                 # Records an earlier fetch appended but a role change stopped before its
                 # fsync (a leader change mid-fetch): fsync them now, or this fetch, and every
                 # later one while nothing new arrives, would report them unflushed and the
                 # leader's HW would wait for them forever.
-                await anyio.to_thread.run_sync(log_.flush)
+                await self._in_thread(log_.flush)
             part = ReplicaFetchPartition(
                 stream=self.stream,
                 partition=self.partition,
@@ -420,24 +496,23 @@ class FollowerFetcher:
                 leader_epoch=self.leader_epoch,
                 max_bytes=cfg.fetch_max_bytes,
             )
-            answered_before = session.requests
             if hops.ENABLED:
                 hops.mark("repl.ask")
             try:
                 header = await session.fetch(part, cfg.fetch_max_wait_s + cfg.request_slack_s)
-            except Timeout:
-                if session.requests > answered_before:
-                    # The leader's server answered the session meanwhile, not this
-                    # partition: twice in a row, it is stuck there (once may be a loaded
-                    # server answering late).
-                    self._timeouts += 1
-                    if self._timeouts >= FETCH_TIMEOUTS_REPORTED:
-                        await self._report("replica fetch unanswered")
-                # Else the whole session went unanswered: its server is silent or slow,
-                # which the liveness view decides (_watch_leader). Every partition followed
-                # there reporting at once (thousands) made a merely busy server lose its
-                # leaderships, and the reports kept the servers busy in turn.
+            except LeftOut:
+                # The leader's server answered a request carrying this partition without a
+                # long poll, without it: twice in a row, it is stuck there.
+                self._timeouts += 1
+                if self._timeouts >= FETCH_TIMEOUTS_REPORTED:
+                    await self._report("replica fetch unanswered")
                 raise
+            # Any other Timeout: the session's requests went unanswered (its server is
+            # silent or slow, which the liveness view decides: _watch_leader), or were
+            # answered early for other partitions' news or late by a loaded leader. Every
+            # partition followed there reporting at once (thousands) made a merely busy
+            # server lose its leaderships: at 5,000 partitions on a loaded 2-core machine,
+            # "any answer to the session meanwhile" reported live leaders by the hundred.
             self._heard()
             self._timeouts = 0
             self.fetches += 1
@@ -455,11 +530,11 @@ class FollowerFetcher:
                 if self.durability == "flushed":
                     # Both in one go, on the loop or in one worker-thread round trip (the
                     # next fetch reports them).
-                    await self.fsyncs.append_and_flush(log_, data)
+                    await self._write(self.fsyncs.append_and_flush, log_, data)
                     if hops.ENABLED:
                         hops.mark("repl.flushed")
                 else:
-                    await anyio.to_thread.run_sync(log_.append_raw, data)
+                    await self._in_thread(log_.append_raw, data)
                     self.request_flush()
                 self.records_bytes += len(data)
             # Reset once stored: a refused append (a disk below its floor) backs off.
@@ -477,12 +552,12 @@ class FollowerFetcher:
                         f"a follower would adopt high watermark {new} past its log end "
                         f"{log_.log_end_offset}"
                     )
-                await self.on_hw(new)
+                await self._write(self.on_hw, new)
             if header.log_start > log_.log_start_offset:
                 # The leader's log start moved (a purge, or its retention): records below
                 # it are gone from the partition, so this replica drops them too.
                 start = min(header.log_start, log_.log_end_offset)
-                await anyio.to_thread.run_sync(log_.advance_start, start)
+                await self._in_thread(log_.advance_start, start)
             # An answer without records: this replica holds everything the leader has,
             # so every committed record.
             if (
@@ -490,6 +565,8 @@ class FollowerFetcher:
                 and not len(records)
                 and self._have() >= max(header.hw, self.committed_floor)
             ):
+                if self._stopped:
+                    raise _Stopped
                 self.damaged = False
                 log.info("damaged replica caught up with its leader", extra=self._fields())
                 if self.on_whole is not None:
@@ -502,7 +579,7 @@ class FollowerFetcher:
                 "behind the leader's log start: restarting the log there",
                 extra=self._fields(leo=log_.log_end_offset, leader_log_start=leader_log_start),
             )
-            await anyio.to_thread.run_sync(log_.restart_at, leader_log_start)
+            await self._in_thread(log_.restart_at, leader_log_start)
             return
         raise _Restart(f"offset {log_.log_end_offset} beyond the leader's LEO {leader_leo}")
 

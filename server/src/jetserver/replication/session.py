@@ -28,10 +28,13 @@ whose leader is at one address shares a :class:`FetchSession`:
 Errors keep the per-partition rules of the fetcher: a partition's error (``NOT_LEADER``...)
 is raised to that partition's fetch as the exception a replica Fetch would raise; a request
 unanswered within its long poll plus ``request_slack_s`` raises
-:class:`~jetsdk.errors.Timeout` to every partition in it (its fetchers tell it from a
-partition left unanswered by a server that answers: :attr:`FetchSession.requests` did not
-move); a broken connection raises its
-error to every partition waiting, and the session dials again (backing off).
+:class:`~jetsdk.errors.Timeout` to every partition in it; a partition's fetch unanswered
+within its own bound raises :class:`LeftOut` (a Timeout) if a request that carried it
+without a long poll (``max_wait_ms`` 0: it was due) was answered without it (the leader
+answers every partition of such a request: this one is stuck there), else a plain Timeout
+(a slow or busy leader, or rounds answered early for other partitions' news, which the
+follower cannot tell from late ones); a broken connection raises its error to every
+partition waiting, and the session dials again (backing off).
 
 :class:`FetchSessions` holds the sessions of one server by leader address; a session with
 no fetcher left closes after ``IDLE_CLOSE_S``.
@@ -99,6 +102,8 @@ class _Entry:
     answer: ReplicaFetchAnswer | None = None
     error: Exception | None = None
     abandoned: bool = False
+    left_out: bool = False
+    """A request that carried it without a long poll was answered without it."""
 
     def resolve(self, answer: ReplicaFetchAnswer | None, error: Exception | None) -> None:
         if not self.done.is_set():
@@ -108,6 +113,12 @@ class _Entry:
 
 class _Idle(Exception):
     """No fetcher uses the session any more."""
+
+
+class LeftOut(Timeout):
+    """A partition's replica fetch unanswered in time although a request that carried it
+    without a long poll (it was due) was answered without it: the leader's server
+    answers, but not for this partition."""
 
 
 @attrs.define(eq=False)
@@ -136,6 +147,8 @@ class FetchSession:
     """Requests a lone partition's fetcher sent and took the answer of in its own task
     (:meth:`fetch`)."""
     _pending: list[_Entry] = attrs.field(factory=list)
+    _asking: dict[tuple[str, int], _Entry] = attrs.field(factory=dict)
+    """Each partition's fetch waiting for its answer (:meth:`drop`)."""
     _awaited: set[tuple[str, int]] = attrs.field(factory=set)
     _back: anyio.Event = attrs.field(factory=anyio.Event)
     _work: anyio.Event = attrs.field(factory=anyio.Event)
@@ -165,6 +178,7 @@ class FetchSession:
             raise ClientClosed(f"fetch session to {self.address} closed")
         entry = _Entry(part, self.clock())
         key = (part.stream, part.partition)
+        self._asking[key] = entry
         if key in self._awaited:
             self._awaited.discard(key)
             if not self._awaited:
@@ -195,19 +209,33 @@ class FetchSession:
                         await self._wake()
                     await entry.done.wait()
         finally:
+            if self._asking.get(key) is entry:
+                del self._asking[key]
             if not entry.done.is_set():
                 entry.abandoned = True
                 if entry in self._pending:
                     self._pending.remove(entry)
         if not entry.done.is_set():
-            raise Timeout(
+            raise (LeftOut if entry.left_out else Timeout)(
                 f"replica fetch of {part.stream}/{part.partition} unanswered by "
                 f"{self.address} within {timeout_s:.1f} s"
+                + (" (left out of an answer without a long poll)" if entry.left_out else "")
             )
         if entry.error is not None:
             raise entry.error
         assert entry.answer is not None
         return entry.answer
+
+    def drop(self, stream: str, partition: int) -> None:
+        """End the partition's waiting fetch at once with :class:`~jetsdk.errors.ClientClosed`
+        (its fetcher was stopped: ``FollowerFetcher.stop``); no later request carries it.
+        Waking it this way, not by cancelling its task, keeps a failover's thousand stops
+        cheap (anyio delivers a cancellation again on every loop pass until the task
+        ends)."""
+        entry = self._asking.pop((stream, partition), None)
+        if entry is not None:
+            entry.abandoned = True
+            entry.resolve(None, ClientClosed(f"replica fetch of {stream}/{partition} dropped"))
 
     async def _inline_round(self, conn: Connection, entry: _Entry) -> None:
         """One round for ``entry`` alone, in the caller's task (see :meth:`fetch`). The
@@ -391,9 +419,14 @@ class FetchSession:
             for entry in batch:
                 entry.resolve(None, exc)
             raise
-        self._deliver(batch, answers)
+        # Without a long poll the leader answers every partition it can (an answer to a
+        # request with one may come early, for other partitions' news, and late on a
+        # loaded machine: the follower cannot tell).
+        self._deliver(batch, answers, full=req.max_wait_ms == 0)
 
-    def _deliver(self, batch: list[_Entry], answers: list[ReplicaFetchAnswer]) -> None:
+    def _deliver(
+        self, batch: list[_Entry], answers: list[ReplicaFetchAnswer], *, full: bool = False
+    ) -> None:
         for answer in answers:
             if not 0 <= answer.index < len(batch):
                 raise CodecError(f"replica fetch answer index {answer.index} out of range")
@@ -405,6 +438,9 @@ class FetchSession:
             else:
                 entry.resolve(None, error_from_code(answer.error_code, answer.message))
         left = [e for e in batch if not e.done.is_set() and not e.abandoned]
+        if full:
+            for e in left:
+                e.left_out = True
         self._pending = left + self._pending
         self._back = anyio.Event()
         if not self._awaited:

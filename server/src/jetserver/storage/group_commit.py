@@ -22,11 +22,15 @@ class GroupCommit:
     the flushed offset then raises :class:`SyncFailedError` until :meth:`reset` or
     :meth:`clamp` (the log was cut back to what is on disk) clears the poison.
 
-    Thread-safety: every method may be called from any thread.
+    Thread-safety: every method may be called from any thread. A lock guards the state; the
+    condition for waiters is created (under the lock) when a caller first has to wait: a
+    ``threading.Condition`` costs about 0.8 KB, and an idle partition's log never waits
+    (issue 34, item 3: memory per idle partition).
     """
 
     def __init__(self, flushed_offset: int) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond: threading.Condition | None = None
         self._flushed = flushed_offset
         self._running = False
         self._generation = 0  # bumped by clamp(): an fsync that straddles it proves nothing
@@ -67,7 +71,7 @@ class GroupCommit:
             SyncFailedError: this fsync or an earlier one failed (the log is poisoned).
         """
         while True:
-            with self._cond:
+            with self._lock:
                 while True:
                     wanted = target()
                     if self._flushed >= wanted:
@@ -78,6 +82,8 @@ class GroupCommit:
                         break
                     if not wait:
                         return None
+                    if self._cond is None:
+                        self._cond = threading.Condition(self._lock)
                     self._cond.wait(timeout=1.0)
                 self._running = True
                 generation = self._generation
@@ -87,7 +93,7 @@ class GroupCommit:
                 try:
                     sync()
                 except BaseException as exc:
-                    with self._cond:
+                    with self._lock:
                         # Recorded even when a clamp() ran during the fsync: the pages
                         # the failed writeback dropped may lie below the clamp point.
                         self._failed = (
@@ -99,54 +105,59 @@ class GroupCommit:
                     raise
                 synced = covered
             finally:
-                with self._cond:
+                with self._lock:
                     self._running = False
                     if synced >= 0:
                         self._fsyncs += 1
                         if generation == self._generation and synced > self._flushed:
                             self._flushed = synced
-                    self._cond.notify_all()
+                    self._notify()
+
+    def _notify(self) -> None:
+        """Wake the waiters (the lock held)."""
+        if self._cond is not None:
+            self._cond.notify_all()
 
     def advance(self, offset: int) -> None:
         """Everything below ``offset`` became durable another way (a segment roll)."""
-        with self._cond:
+        with self._lock:
             if self._failed is None and offset > self._flushed:
                 self._flushed = offset
-            self._cond.notify_all()
+            self._notify()
 
     def fail(self, reason: str) -> None:
         """An fsync outside :meth:`flush` failed (a roll, a truncation): poison the log."""
-        with self._cond:
+        with self._lock:
             self._failed = reason
-            self._cond.notify_all()
+            self._notify()
 
     def clamp(self, offset: int) -> None:
         """The log was truncated to ``offset`` (at most the flushed offset after a failed
         fsync, so the poison is cleared then): nothing at or above it is flushed."""
-        with self._cond:
+        with self._lock:
             self._generation += 1
             if self._flushed > offset:
                 self._flushed = offset
             if self._failed is not None and offset <= self._flushed:
                 self._failed = None
-            self._cond.notify_all()
+            self._notify()
 
     def rebase(self, offset: int) -> None:
         """The log was (re)loaded from disk and is flushed up to ``offset``; a poison stays."""
-        with self._cond:
+        with self._lock:
             self._generation += 1
             self._flushed = offset
-            self._cond.notify_all()
+            self._notify()
 
     def reset(self, offset: int) -> None:
         """The log restarted at ``offset`` (everything below it is gone)."""
-        with self._cond:
+        with self._lock:
             self._generation += 1
             self._flushed = offset
             self._failed = None
-            self._cond.notify_all()
+            self._notify()
 
     def wake(self) -> None:
         """Wake waiters so they re-check (used when the log closes)."""
-        with self._cond:
-            self._cond.notify_all()
+        with self._lock:
+            self._notify()
