@@ -22,11 +22,18 @@ class GroupCommit:
     the flushed offset then raises :class:`SyncFailedError` until :meth:`reset` or
     :meth:`clamp` (the log was cut back to what is on disk) clears the poison.
 
-    Thread-safety: every method may be called from any thread.
+    Thread-safety: every method may be called from any thread. One lock guards the state;
+    the condition waiters park on is made over that lock the first time one has to wait
+    (a ``threading.Condition`` is about 1 KB, and thousands of idle partitions never
+    flush concurrently, issue 34).
     """
 
+    __slots__ = ("_cond", "_failed", "_flushed", "_fsyncs", "_generation", "_lock", "_running")
+
     def __init__(self, flushed_offset: int) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond: threading.Condition | None = None
+        """Over ``_lock``; made (under it) by the first flush that waits."""
         self._flushed = flushed_offset
         self._running = False
         self._generation = 0  # bumped by clamp(): an fsync that straddles it proves nothing
@@ -67,7 +74,7 @@ class GroupCommit:
             SyncFailedError: this fsync or an earlier one failed (the log is poisoned).
         """
         while True:
-            with self._cond:
+            with self._lock:
                 while True:
                     wanted = target()
                     if self._flushed >= wanted:
@@ -78,6 +85,8 @@ class GroupCommit:
                         break
                     if not wait:
                         return None
+                    if self._cond is None:
+                        self._cond = threading.Condition(self._lock)
                     self._cond.wait(timeout=1.0)
                 self._running = True
                 generation = self._generation
@@ -87,7 +96,7 @@ class GroupCommit:
                 try:
                     sync()
                 except BaseException as exc:
-                    with self._cond:
+                    with self._lock:
                         # Recorded even when a clamp() ran during the fsync: the pages
                         # the failed writeback dropped may lie below the clamp point.
                         self._failed = (
@@ -99,54 +108,59 @@ class GroupCommit:
                     raise
                 synced = covered
             finally:
-                with self._cond:
+                with self._lock:
                     self._running = False
                     if synced >= 0:
                         self._fsyncs += 1
                         if generation == self._generation and synced > self._flushed:
                             self._flushed = synced
-                    self._cond.notify_all()
+                    self._notify()
 
     def advance(self, offset: int) -> None:
         """Everything below ``offset`` became durable another way (a segment roll)."""
-        with self._cond:
+        with self._lock:
             if self._failed is None and offset > self._flushed:
                 self._flushed = offset
-            self._cond.notify_all()
+            self._notify()
 
     def fail(self, reason: str) -> None:
         """An fsync outside :meth:`flush` failed (a roll, a truncation): poison the log."""
-        with self._cond:
+        with self._lock:
             self._failed = reason
-            self._cond.notify_all()
+            self._notify()
 
     def clamp(self, offset: int) -> None:
         """The log was truncated to ``offset`` (at most the flushed offset after a failed
         fsync, so the poison is cleared then): nothing at or above it is flushed."""
-        with self._cond:
+        with self._lock:
             self._generation += 1
             if self._flushed > offset:
                 self._flushed = offset
             if self._failed is not None and offset <= self._flushed:
                 self._failed = None
-            self._cond.notify_all()
+            self._notify()
 
     def rebase(self, offset: int) -> None:
         """The log was (re)loaded from disk and is flushed up to ``offset``; a poison stays."""
-        with self._cond:
+        with self._lock:
             self._generation += 1
             self._flushed = offset
-            self._cond.notify_all()
+            self._notify()
 
     def reset(self, offset: int) -> None:
         """The log restarted at ``offset`` (everything below it is gone)."""
-        with self._cond:
+        with self._lock:
             self._generation += 1
             self._flushed = offset
             self._failed = None
-            self._cond.notify_all()
+            self._notify()
 
     def wake(self) -> None:
         """Wake waiters so they re-check (used when the log closes)."""
-        with self._cond:
+        with self._lock:
+            self._notify()
+
+    def _notify(self) -> None:
+        """Wake every waiter (the lock is held)."""
+        if self._cond is not None:
             self._cond.notify_all()
