@@ -7,16 +7,19 @@ message in flight at a time. The leader is the process that decoded the Produce 
 the followers are those that appended replicated records (``repl.fetched``).
 
 Per message, the hops are the first marks of each kind after the previous hop: the leader
-appends; its answer to a parked replica fetch (``resp.replica_fetch``) carries the records
-before its own fsync; each follower appends and fsyncs them (``repl.fetched`` →
-``repl.flushed``) while the leader fsyncs its copy, and its next replica fetch reports
-them; the HW moves once the leader's fsync and the slower follower's report are both in;
-the Produce response follows.
+appends; its answer to each follower's parked replica fetch (``rf.ans.<follower>.r``)
+carries the records before its own fsync; the follower's fetch session gets it
+(``repl.recv``), its fetcher appends and fsyncs them (``repl.fetched`` -> ``repl.flushed``)
+while the leader fsyncs its copy, asks again (``repl.ask``) and the session writes that
+request (``repl.send``), which reports them; the leader reads it (``rf.ask.<follower>``);
+the HW moves once the leader's fsync and the later follower's report are both in; the
+Produce response follows. The follower rows are the later follower's.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import tempfile
 import time
@@ -32,17 +35,22 @@ from jetserver.devcluster import DevCluster
 ROWS = (
     "send -> leader req.produce",
     "req.produce -> append",
-    "append -> resp.replica_fetch",
-    "resp.replica_fetch -> repl.fetched (first follower)",
-    "repl.fetched -> repl.flushed (slower follower)",
+    "append -> answer with records (leader)",
+    "answer -> session got it (follower)",
+    "got it -> fetcher has it",
+    "repl.fetched -> repl.flushed (append + fsync)",
+    "repl.flushed -> next fetch asked",
+    "asked -> request written",
+    "request written -> leader read it (rf.ask)",
+    "rf.ask -> hw",
     "append -> fsync.start (leader, alongside)",
     "fsync.start -> fsync.end (leader)",
-    "later of both fsyncs -> hw",
     "hw -> acked",
     "acked -> resp.produce",
     "resp.produce -> ack (client)",
 )
-"""The rows printed, in the order a message meets them."""
+"""The rows printed, in the order a message meets them; the follower rows are those of the
+follower whose report moved the HW (the later one)."""
 WARMUP = 20
 VALUE_BYTES = 100
 
@@ -88,55 +96,77 @@ def _after(values: list[int], t: int | None) -> int | None:
     return values[i] if i < len(values) else None
 
 
-def _trace(leader: Marks, followers: list[Marks], sent: int) -> list[int] | None:
-    """One message's times (see :data:`ROWS`), or None if a mark is missing."""
+def _follower_ids(leader: Marks, followers: list[Marks]) -> list[str]:
+    """The server id of each follower process: the one whose answers with records
+    (``rf.ans.<id>.r`` on the leader) its ``repl.recv`` marks follow most closely."""
+    ids = sorted({n.split(".")[2] for n in leader if n.startswith("rf.ans.")})
+    out = []
+    for f in followers:
+        best = ("", float("inf"))
+        for i in ids:
+            answers = leader[f"rf.ans.{i}.r"]
+            gaps = []
+            for recv in f.get("repl.recv", [])[:1000]:
+                j = bisect.bisect_right(answers, recv) - 1
+                if j >= 0:
+                    gaps.append(recv - answers[j])
+            gap = sorted(gaps)[len(gaps) // 2] if gaps else float("inf")
+            if gap < best[1]:
+                best = (i, gap)
+        out.append(best[0])
+    return out
+
+
+def _trace(
+    leader: Marks, followers: list[tuple[str, Marks]], sent: int, acked: int
+) -> list[float] | None:
+    """One message's spans in microseconds (see :data:`ROWS`), or None if a mark is
+    missing."""
     req = _after(leader["req.produce"], sent)
     append = _after(leader["append"], req)
-    answer = _after(leader.get("resp.replica_fetch", []), append)
     fsync_start = _after(leader.get("fsync.start", []), append)
     fsync_end = _after(leader.get("fsync.end", []), fsync_start)
-    pairs = []
-    for f in followers:
-        fetched = _after(f["repl.fetched"], append)
-        pairs.append((fetched, _after(f.get("repl.flushed", []), fetched)))
-    if not pairs or any(a is None or b is None for a, b in pairs):
+    chains: list[list[int]] = []
+    for fid, f in followers:
+        answer = _after(leader.get(f"rf.ans.{fid}.r", []), append)
+        got = _after(f.get("repl.recv", []), answer)
+        fetched = _after(f["repl.fetched"], got)
+        flushed = _after(f.get("repl.flushed", []), fetched)
+        asked = _after(f.get("repl.ask", []), flushed)
+        written = _after(f.get("repl.send", []), asked)
+        read = _after(leader.get(f"rf.ask.{fid}", []), written)
+        chain = [answer, got, fetched, flushed, asked, written, read]
+        if None in chain:
+            return None
+        chains.append([t for t in chain if t is not None])
+    if not chains:
         return None
-    first = min(a for a, _ in pairs if a is not None)
-    slower_fetched, slower = max(pairs, key=lambda p: p[1] or 0)
-    both = max(slower or 0, fsync_end or 0)
-    hw = _after(leader.get("hw", []), both)
+    last = max(chains, key=lambda c: c[-1])  # the report that came last
+    hw = _after(leader.get("hw", []), last[-1])
     done = _after(leader.get("acked", []), hw)
     resp = _after(leader.get("resp.produce", []), done)
-    out = [sent, req, append, answer, first, slower_fetched, slower, fsync_start, fsync_end]
-    out += [both, hw, done, resp]
-    return None if None in out else [t for t in out if t is not None]
+    points = [sent, req, append, *last, hw]
+    tail = [append, fsync_start, fsync_end, hw, done, resp, acked]
+    if None in points or None in tail:
+        return None
+    spans = [b - a for a, b in itertools.pairwise(p for p in points if p is not None)]
+    t = [x for x in tail if x is not None]
+    spans += [t[1] - t[0], t[2] - t[1], t[4] - t[3], t[5] - t[4], t[6] - t[5]]
+    return [x / 1000 for x in spans]
 
 
 def _breakdown(processes: list[Marks], sends: list[int], acks: list[int]) -> dict[str, list[float]]:
     """Per row, the microseconds of each message."""
     leader = max(processes, key=lambda m: len(m.get("req.produce", [])))
     followers = [m for m in processes if m is not leader and m.get("repl.fetched")]
+    named = list(zip(_follower_ids(leader, followers), followers, strict=True))
     rows: dict[str, list[float]] = defaultdict(list)
     for sent, acked in zip(sends, acks, strict=True):
-        t = _trace(leader, followers, sent)
-        if t is None:
+        spans = _trace(leader, named, sent, acked)
+        if spans is None:
             continue
-        sent, req, append, answer, first, s_fetched, s_flushed, fs0, fs1, both, hw, done, resp = t
-        spans = (
-            (sent, req),
-            (req, append),
-            (append, answer),
-            (answer, first),
-            (s_fetched, s_flushed),
-            (append, fs0),
-            (fs0, fs1),
-            (both, hw),
-            (hw, done),
-            (done, resp),
-            (resp, acked),
-        )
-        for row, (a, b) in zip(ROWS, spans, strict=True):
-            rows[row].append((b - a) / 1000)
+        for row, value in zip(ROWS, spans, strict=True):
+            rows[row].append(value)
         rows["end to end"].append((acked - sent) / 1000)
     return rows
 

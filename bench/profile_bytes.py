@@ -17,7 +17,10 @@ page faults; a reused one does not).
 the servers' memory growing to its peak (page faults), the later ones show the steady state.
 
 Run: ``PYTHONPATH=. python -m bench.profile_bytes [SIZE ...] [--profile] [--mib N]
-[--processes RF [--repeat N]]`` (default sizes 16384 262144 1048576, 64 MiB each).
+[--processes RF [--repeat N]]`` (``JET_PROFILE_IN_FLIGHT``: Produce requests in flight, 4;
+``JET_PROFILE_COMPRESSION``, ``JET_PROFILE_VALUES``: the producer's codec and the values;
+peak RSS per process is printed with ``--processes``) (default sizes 16384 262144
+1048576, 64 MiB each).
 """
 
 from __future__ import annotations
@@ -39,6 +42,32 @@ from jetserver.testing.in_process import running_server
 
 MIB = 1024 * 1024
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+IN_FLIGHT = int(os.environ.get("JET_PROFILE_IN_FLIGHT", "4"))
+"""Produce requests in flight (``JET_PROFILE_IN_FLIGHT``; bench sizes holds up to 32)."""
+COMPRESSION = os.environ.get("JET_PROFILE_COMPRESSION") or None
+"""The producer's compression (``JET_PROFILE_COMPRESSION``: zstd or lz4; none by default)."""
+VALUES = os.environ.get("JET_PROFILE_VALUES", "random")
+"""``random`` (incompressible) or ``json`` (JSON-like lines) values (``JET_PROFILE_VALUES``)."""
+
+
+def _value(size: int) -> bytes:
+    if VALUES != "json":
+        return os.urandom(size)
+    lines = b"".join(
+        b'{"id":%d,"name":"user-%d","email":"user-%d@example.com","score":%d,"tags":["a","b"]}\n'
+        % (i, i, i, i * 37 % 1000)
+        for i in range(size // 60 + 1)
+    )
+    return lines[:size]
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """Peak resident memory of process ``pid`` so far (VmHWM), MiB."""
+    with open(f"/proc/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _process_use(pid: int) -> tuple[float, float, int]:
@@ -91,7 +120,7 @@ async def _one(
     rf: int = 1,
 ) -> None:
     n = max(8, mib * MIB // size)
-    value = os.urandom(size)
+    value = _value(size)
     window = max(4, min(4000, 64 * MIB // size))
     stream = f"p{size}"
     ack = AckPolicy.LEADER if rf == 1 else AckPolicy.ALL
@@ -104,7 +133,14 @@ async def _one(
         cpu, wall = time.process_time(), time.perf_counter()
         if profile is not None:
             profile.enable()
-        async with Producer(client, stream, ack=ack, max_pending=window, max_in_flight=4) as p:
+        async with Producer(
+            client,
+            stream,
+            ack=ack,
+            max_pending=window,
+            max_in_flight=IN_FLIGHT,
+            compression=COMPRESSION,
+        ) as p:
             for _ in range(n):
                 await p.send_soon(value)
             await p.flush()
@@ -132,7 +168,8 @@ async def _one(
         print(
             f"{size:>8} B x {n:>6} RF {rf}: publish CPU ms/MiB {_per_mib(pub_used, total)} "
             f"({total / pub_wall:6.1f} MiB/s) | consume {_per_mib(con_used, total)} "
-            f"({total / con_wall:6.1f} MiB/s) | load {os.getloadavg()[0]:.1f}",
+            f"({total / con_wall:6.1f} MiB/s) | load {os.getloadavg()[0]:.1f} | peak RSS MiB "
+            + " ".join(f"{name} {_peak_rss_mib(pid):.0f}" for name, pid in meter.pids.items()),
             flush=True,
         )
         return

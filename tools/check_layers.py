@@ -47,7 +47,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "jetserver.raft.config",
         ),
     ),
-    ("storage", ("jetserver.storage", "jetserver.fsync_runner", "jetserver.fatal")),
+    (
+        "storage",
+        (
+            "jetserver.storage",
+            "jetserver.fsync_runner",
+            "jetserver.flush_behind",
+            "jetserver.fatal",
+        ),
+    ),
     ("resources", ("jetserver.resources",)),
     ("metadata", ("jetserver.metadata",)),
     ("peer", ("jetserver.security.peer",)),

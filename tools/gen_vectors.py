@@ -31,6 +31,7 @@ from jetsdk.codec import envelope as env
 from jetsdk.codec import epoch_messages as epoch_msg
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
+from jetsdk.codec import produce_many as pm
 from jetsdk.codec import produce_values as pv
 from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
@@ -568,6 +569,54 @@ first was stored; spec/protocol.md, "Stream settings")."""
 FETCH_REQ = msg.FetchRequest(
     stream="orders", partition=0, offset=17, max_bytes=1048576, max_wait_ms=500
 )
+PRODUCE_MANY_SECTIONS = [PRODUCE_REQ_MIN, PRODUCE_REQ]
+"""A ProduceMany request: two Produce bodies, byte for byte (spec/protocol.md, api 17)."""
+NOT_LEADER_ERROR = {
+    "code": int(ErrorCode.NOT_LEADER),
+    "name": "NOT_LEADER",
+    "message": "partition orders/3 is led by s2",
+    "details": {"stream": "orders", "partition": 3, "leader": "s2", "leader_epoch": 4},
+}
+"""The error of one ProduceMany section (the other sections are answered as usual)."""
+
+
+def produce_many_request_fields(sections: list[msg.ProduceRequest]) -> Fields:
+    return {"sections": [produce_request_fields(r) for r in sections]}
+
+
+def produce_many_request_body(sections: list[msg.ProduceRequest]) -> bytes:
+    return pm.encode_produce_many_request([msg.encode_produce_request(r) for r in sections])
+
+
+def produce_many_response_body() -> bytes:
+    return pm.encode_produce_many_response(
+        [
+            pm.ProduceSection(0, msg.encode_produce_response(PRODUCE_RESULTS_TOO_LARGE)),
+            pm.ProduceSection(
+                int(ErrorCode.NOT_LEADER),
+                msg.encode_error(
+                    ErrorCode.NOT_LEADER, NOT_LEADER_ERROR["message"], NOT_LEADER_ERROR["details"]
+                ),
+            ),
+        ]
+    )
+
+
+def produce_many_response_fields() -> Fields:
+    return {
+        "sections": [
+            {
+                "error_code": 0,
+                "results": [
+                    {"error_code": r.error_code, "offset": r.offset, "timestamp": r.timestamp}
+                    for r in PRODUCE_RESULTS_TOO_LARGE
+                ],
+            },
+            {"error_code": int(ErrorCode.NOT_LEADER), "error": NOT_LEADER_ERROR},
+        ]
+    }
+
+
 FETCH_REQ_FOLLOWER = msg.FetchRequest(
     stream="orders",
     partition=3,
@@ -683,6 +732,7 @@ def protocol_file() -> dict[str, Any]:
                 "version": "0.1.0",
                 "max_frame_bytes": 16777216,
                 "max_message_bytes": 1048576,
+                "apis": list(range(18)),
             },
         ),
         json_case("metadata_request", fr.Api.METADATA, 2, 0, {"streams": None}),
@@ -821,6 +871,24 @@ def protocol_file() -> dict[str, Any]:
                 ]
             },
             pv.encode_produce_response_values(PRODUCE_RESULTS_CAS),
+        ),
+        frame_case(
+            "produce_many_request",
+            fr.Api.PRODUCE_MANY,
+            11,
+            0,
+            "produce_many_request",
+            produce_many_request_fields(PRODUCE_MANY_SECTIONS),
+            produce_many_request_body(PRODUCE_MANY_SECTIONS),
+        ),
+        frame_case(
+            "produce_many_response",
+            fr.Api.PRODUCE_MANY,
+            11,
+            RESP,
+            "produce_many_response",
+            produce_many_response_fields(),
+            produce_many_response_body(),
         ),
         frame_case(
             "fetch_request",
@@ -1065,6 +1133,7 @@ def protocol_file() -> dict[str, Any]:
     ]
     produce = msg.encode_produce_request(PRODUCE_REQ)
     fetch = msg.encode_fetch_request(FETCH_REQ)
+    many = produce_many_request_body(PRODUCE_MANY_SECTIONS)
     invalid: list[Case] = [
         bad("frame_length_below_6", "frame", "0000000500000000000100", "malformed"),
         {
@@ -1121,6 +1190,36 @@ def protocol_file() -> dict[str, Any]:
             "produce_request",
             (produce[:17] + bytes([produce[17] | 0x80]) + produce[18:]).hex(),
             "malformed",
+        ),
+        bad(
+            "produce_many_request_truncated",
+            "produce_many_request",
+            many[:-1].hex(),
+            "truncated",
+        ),
+        bad(
+            "produce_many_request_trailing_byte",
+            "produce_many_request",
+            (many + b"\x00").hex(),
+            "malformed",
+        ),
+        bad(
+            "produce_many_request_section_past_the_end",
+            "produce_many_request",
+            (many[:4] + b"\xff\xff\xff\xff" + many[8:]).hex(),
+            "truncated",
+        ),
+        bad(
+            "produce_many_request_too_many_sections",
+            "produce_many_request",
+            (pm.MAX_PRODUCE_SECTIONS + 1).to_bytes(4, "big").hex(),
+            "limit",
+        ),
+        bad(
+            "produce_many_response_truncated",
+            "produce_many_response",
+            produce_many_response_body()[:-1].hex(),
+            "truncated",
         ),
         bad("fetch_request_truncated", "fetch_request", fetch[:-1].hex(), "truncated"),
         bad(

@@ -11,7 +11,9 @@ held behind a parked request would show):
 - :class:`~jetserver.replication.session.FetchSession` used directly against a leader:
   several partitions in one ReplicaFetch, each answered on its own (an offset past the
   leader's end: OFFSET_OUT_OF_RANGE with the leader's offsets; a stale epoch: NotLeader),
-  neither changing the leader's view of its followers.
+  neither changing the leader's view of its followers; a partition alone in its session
+  sends its own requests from its fetcher's task, and another partition that asks while
+  such a round is parked wakes it.
 
 Every wait is bounded.
 """
@@ -36,13 +38,19 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import FetchRequest, decode_fetch_response, encode_fetch_request
 from jetsdk.codec.record import decode_record
-from jetsdk.codec.replica_fetch import ReplicaFetchPartition
+from jetsdk.codec.replica_fetch import (
+    ReplicaFetchPartition,
+    ReplicaFetchRequest,
+    decode_replica_fetch_response,
+    encode_replica_fetch_request,
+)
 from jetsdk.envelope import parse_message
 from jetsdk.errors import InvalidArgument, JetError, NotLeader
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.replication import ReplicationConfig
 from jetserver.replication.session import FetchSession
 from jetserver.testing import free_ports
+from jetserver.testing.waiting import wait_until_async
 
 pytestmark = [pytest.mark.anyio, needs_cluster]
 
@@ -189,6 +197,141 @@ async def test_a_session_answers_each_partition_on_its_own(cluster: Cluster) -> 
     assert session.requests == 1  # both partitions in one request
     # Neither changed the leader's view: the real follower stays in the ISR.
     await wait_full_isr(cluster, "direct", 0, 3, BOUND_S)
+
+
+async def test_a_lone_partition_sends_its_fetches_from_its_own_task(cluster: Cluster) -> None:
+    """Once the session's loop has dialed (the first request), a partition fetching alone
+    sends each request and takes its answer in its own task, without the loop's round
+    trip: every answer arrives, each request is one of its own."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("lone", "lone", partitions=1, replication_factor=3)
+    info, leader = await wait_full_isr(cluster, "lone", 0, 3, BOUND_S)
+    follower = next(r for r in info.replicas if r != leader)
+    # Past the leader's end: answered at once, and the leader's view does not change.
+    beyond = ReplicaFetchPartition(
+        "lone", 0, 1_000_000, info.replicas.index(follower), 1_000_000, info.leader_epoch, 1 << 20
+    )
+    session = FetchSession(cluster.server(leader).address, ReplicationConfig())
+    session.users = 1
+    codes = []
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.run)
+            for _ in range(4):
+                codes.append((await session.fetch(beyond, BOUND_S)).error_code)
+            tg.cancel_scope.cancel()
+    assert codes == [ErrorCode.OFFSET_OUT_OF_RANGE] * 4
+    assert session.requests == 4
+    assert session.inline_rounds == 3  # all but the first, which waited for the dial
+    await wait_full_isr(cluster, "lone", 0, 3, BOUND_S)
+
+
+async def test_a_partition_asking_during_another_ones_own_round_wakes_it(
+    cluster: Cluster,
+) -> None:
+    """A partition that asks while another partition's own round (sent from its fetcher's
+    task) is parked at the leader wakes that round: it is answered at once, not when the
+    long poll ends, and the parked partition goes on waiting in the session's next
+    request."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("pair", "pair", partitions=4, replication_factor=3)
+    infos = [(await wait_full_isr(cluster, "pair", p, 3, BOUND_S))[0] for p in range(4)]
+    # Four partitions on three servers: two of them have the same leader.
+    p, q = next(
+        (i, j) for i in range(4) for j in range(i + 1, 4) if infos[i].leader == infos[j].leader
+    )
+    leader = infos[p].leader
+    assert leader is not None
+    follower = next(r for r in infos[p].replicas if r != leader)
+    async with (
+        Client(cluster.addresses, request_timeout=10.0) as client,
+        Producer(client, "pair", ack=AckPolicy.ALL) as producer,
+    ):
+        await producer.send(b"one", partition=p)
+    await wait_caught_up(cluster, "pair", p, BOUND_S)  # the follower holds offset 0
+
+    def part(n: int, offset: int) -> ReplicaFetchPartition:
+        index = infos[n].replicas.index(follower)
+        return ReplicaFetchPartition(
+            "pair", n, offset, index, offset, infos[n].leader_epoch, 1 << 20
+        )
+
+    config = ReplicationConfig()  # its own long poll: fetch_max_wait_s
+    session = FetchSession(cluster.server(leader).address, config)
+    session.users = 1
+    parked_answers = 0
+
+    async def park() -> None:
+        nonlocal parked_answers
+        offset = 0  # answered at once (the record), then at the log's end: parks
+        while True:
+            answer = await session.fetch(part(p, offset), 3 * FETCH_MAX_WAIT_S)
+            offset = answer.leo  # the follower holds it all (caught up above)
+            parked_answers += 1
+
+    with anyio.fail_after(BOUND_S):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.run)
+            await session.fetch(part(p, 1_000_000), BOUND_S)  # the loop dials
+            tg.start_soon(park)
+            # Answered once (the record), its next own round parks: it is out once more
+            # rounds began than it was answered.
+            await wait_until_async(
+                lambda: session.inline_rounds > parked_answers >= 1, BOUND_S, "a parked round"
+            )
+            before = parked_answers
+            started = time.monotonic()
+            answer = await session.fetch(part(q, 1_000_000), BOUND_S)
+            took = time.monotonic() - started
+            still_parked = parked_answers == before
+            tg.cancel_scope.cancel()
+    assert answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    assert took < config.fetch_max_wait_s / 2
+    assert still_parked
+    assert session.wakes == 1
+    await wait_full_isr(cluster, "pair", p, 3, BOUND_S)
+
+
+async def test_an_answer_carries_every_partition_s_records_as_stored(cluster: Cluster) -> None:
+    """One ReplicaFetch for two partitions led by one server: the records of both answers
+    are the bytes the leader's files hold (as a consumer's Fetch reads them), the last
+    answer's sent from its file (sendfile) after the rest of the frame, the first's read
+    and joined into it."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("slices", "slices", partitions=4, replication_factor=3)
+    infos = [await wait_full_isr(cluster, "slices", p, 3, BOUND_S) for p in range(4)]
+    await produce_all(cluster, "slices", 80)
+    by_leader: dict[str, list[int]] = {}
+    for p, (_info, leader) in enumerate(infos):
+        by_leader.setdefault(leader, []).append(p)
+    leader, parts = next((lead, ps) for lead, ps in by_leader.items() if len(ps) >= 2)
+    parts = parts[:2]
+    for p in parts:
+        await wait_caught_up(cluster, "slices", p, BOUND_S)
+    asks = []
+    for p in parts:
+        info = infos[p][0]
+        follower = next(r for r in info.replicas if r != leader)
+        replica_id = info.replicas.index(follower)
+        asks.append(
+            ReplicaFetchPartition("slices", p, 0, replica_id, 0, info.leader_epoch, 1 << 20)
+        )
+    req = ReplicaFetchRequest(
+        session_id=77, max_wait_ms=0, max_bytes=1 << 22, partitions=tuple(asks)
+    )
+    async with Client(cluster.server(leader).address, request_timeout=BOUND_S) as at_leader:
+        body = await at_leader.request_any(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
+        answers = decode_replica_fetch_response(body)
+        stored = []
+        for p in parts:
+            fetched = await at_leader.request_any(
+                Api.FETCH, encode_fetch_request(FetchRequest("slices", p, 0, 1 << 22, 0))
+            )
+            stored.append(bytes(decode_fetch_response(fetched)[1]))
+    assert [a.index for a in answers] == [0, 1]
+    assert [a.error_code for a in answers] == [ErrorCode.NONE, ErrorCode.NONE]
+    assert all(stored)  # both partitions hold records
+    assert [bytes(a.records) for a in answers] == stored
 
 
 async def test_a_follower_fetch_is_refused_replica_fetch_is_the_one_follower_path(

@@ -5,6 +5,7 @@ and short values as they are, and a consumer's step gives back what was sent."""
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,31 @@ def test_round_trip_and_what_stays_plain(codec: str) -> None:
     with pytest.raises(CompressionError) as info:
         decompress_value(codec, packed, limit=len(JSON_LIKE) - 1)
     assert info.value.reason == "limit"
+
+
+def test_reused_zstd_contexts_write_the_same_bytes_in_every_thread_and_survive_errors() -> None:
+    """Each thread reuses its zstd contexts: the bytes are the same as a fresh
+    compressor's (the vectors' writer), a corrupt or oversized value does not spoil the
+    next call, and threads compressing at once do not mix their values."""
+    import zstandard
+
+    fresh = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(JSON_LIKE)
+    assert compress_value("zstd", JSON_LIKE) == fresh
+    with pytest.raises(CompressionError):
+        decompress_value("zstd", fresh[:-7])
+    with pytest.raises(CompressionError):
+        decompress_value("zstd", fresh, limit=10)
+    assert decompress_value("zstd", fresh) == JSON_LIKE
+    values = [JSON_LIKE + b"%d" % i * 300 for i in range(8)]
+
+    def work(value: bytes) -> bool:
+        return all(
+            decompress_value("zstd", compress_value("zstd", value) or b"") == value
+            for _ in range(50)
+        )
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert all(pool.map(work, values))
 
 
 def test_producer_step_keeps_key_and_headers_and_an_application_codec() -> None:

@@ -214,3 +214,80 @@ def test_large_frame_read_in_pieces_and_a_reused_read_buffer() -> None:
         got.extend(drain(decoder))
     assert [(f.api, f.correlation_id, f.body) for f in got] == [(1, 7, body), (3, 9, b"after")]
     assert decoder.buffered_bytes == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(frames, max_size=4), st.randoms(use_true_random=False))
+def test_bodies_read_in_place_yield_the_same_frames(batch: list[Frame], rnd: random.Random) -> None:
+    """With ``readinto_min``, any mix of received chunks fed and bytes received into
+    :meth:`FrameDecoder.read_target` gives the frames the plain decoder gives."""
+    stream = b"".join(encode(f) for f in batch)
+    decoder = FrameDecoder(readinto_min=rnd.randint(1, 16))
+    got: list[Frame] = []
+    pos = 0
+    while pos < len(stream):
+        step = rnd.randint(0, 40)
+        target = decoder.read_target()
+        if target is not None and rnd.random() < 0.7:
+            n = min(step, len(target), len(stream) - pos)
+            target[:n] = stream[pos : pos + n]
+            decoder.filled(n)
+            pos += n
+        else:
+            decoder.feed(memoryview(stream)[pos : pos + step])
+            pos += step
+        got.extend(drain(decoder))
+    assert got == batch
+    assert decoder.buffered_bytes == 0
+    assert decoder.read_target() is None
+
+
+def test_a_large_body_is_received_into_its_own_buffer() -> None:
+    """The body of a large frame not all received is received in place: the caller's
+    reads go straight into the buffer that becomes the frame's body (no join of chunks);
+    frames wholly received stay slices of what was fed, and one ahead of the large frame
+    in the same chunk is not held back."""
+    small = encode_frame(Api.FETCH, 1, b"s" * 10)
+    big_body = bytes(range(256)) * 1024  # 256 KiB
+    big = encode_frame(Api.PRODUCE, 2, big_body)
+    decoder = FrameDecoder(readinto_min=64 * 1024)
+    decoder.feed(small + big[:1000])
+    first = decoder.next_frame()
+    assert first is not None
+    assert first.body == b"s" * 10
+    assert type(first.body) is bytes
+    assert decoder.next_frame() is None
+    assert decoder.buffered_bytes == 1000
+    target = decoder.read_target()
+    assert target is not None
+    assert len(target) == len(big) - 1000
+    buffer = target.obj
+    pos = 1000
+    while (target := decoder.read_target()) is not None and pos < len(big):
+        n = min(len(target), 100_000)
+        target[:n] = big[pos : pos + n]
+        decoder.filled(n)
+        pos += n
+        assert decoder.buffered_bytes == pos
+        if pos < len(big):
+            assert decoder.next_frame() is None
+    frame = decoder.next_frame()
+    assert frame is not None
+    assert frame.body is buffer  # the buffer received into, not a copy
+    assert (frame.api, frame.correlation_id, frame.body) == (Api.PRODUCE, 2, big_body)
+    assert decoder.buffered_bytes == 0
+    assert decoder.read_target() is None
+    # Below the threshold: received chunks, one slice or join as before.
+    plain = FrameDecoder(readinto_min=len(big_body) + 1)
+    plain.feed(big[:1000])
+    assert plain.next_frame() is None
+    assert plain.read_target() is None
+
+
+def test_bad_flags_are_refused_before_a_body_is_read_in_place() -> None:
+    decoder = FrameDecoder(readinto_min=16)
+    length = (1000 + FRAME_HEADER_SIZE - 4).to_bytes(4, "big")
+    decoder.feed(length + bytes([Api.PRODUCE, 0x80, 0, 0, 0, 1]) + b"x" * 100)
+    with pytest.raises(CodecError):
+        decoder.next_frame()
+    assert decoder.read_target() is None

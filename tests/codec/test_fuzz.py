@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from jetsdk.codec import envelope as env
 from jetsdk.codec import messages as msg
+from jetsdk.codec import produce_many as pm
 from jetsdk.codec import produce_values as pv
 from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec import transcode
@@ -81,6 +82,8 @@ DECODERS: dict[str, Callable[[bytes], Any]] = {
     "produce_request": msg.decode_produce_request,
     "produce_response": msg.decode_produce_response,
     "produce_response_current_values": pv.decode_produce_response_values,
+    "produce_many_request": pm.decode_produce_many_request,
+    "produce_many_response": pm.decode_produce_many_response,
     "fetch_request": msg.decode_fetch_request,
     "fetch_response": decode_fetch_with_records,
     "replica_fetch_request": rf.decode_replica_fetch_request,
@@ -158,6 +161,12 @@ ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
     "produce_response_current_values": st.lists(produce_results_with_values, max_size=4).map(
         pv.encode_produce_response_values
     ),
+    "produce_many_request": st.lists(
+        produce_requests().map(msg.encode_produce_request), max_size=3
+    ).map(pm.encode_produce_many_request),
+    "produce_many_response": st.lists(
+        st.builds(pm.ProduceSection, st.integers(0, 30), st.binary(max_size=20)), max_size=3
+    ).map(pm.encode_produce_many_response),
     "fetch_request": fetch_requests().map(msg.encode_fetch_request),
     "fetch_response": st.lists(records, max_size=3).map(fetch_body),
     "replica_fetch_request": replica_fetch_requests.map(rf.encode_replica_fetch_request),

@@ -13,6 +13,7 @@ import pytest
 from jetsdk.codec import envelope as env
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
+from jetsdk.codec import produce_many as pm
 from jetsdk.codec import produce_values as pv
 from jetsdk.codec import replica_fetch as rf
 from jetsdk.codec.error_codes import AckPolicy
@@ -92,6 +93,8 @@ def test_vector_files_cover_the_brief() -> None:
         "produce_request",
         "produce_response",
         "produce_response_current_values",
+        "produce_many_request",
+        "produce_many_response",
         "fetch_request",
         "fetch_response",
         "replica_fetch_request",
@@ -228,7 +231,26 @@ def replica_fetch_answers_of(f: Any) -> list[rf.ReplicaFetchAnswer]:
     ]
 
 
+def produce_many_sections_of(f: Any) -> list[pm.ProduceSection]:
+    sections = []
+    for section in f["sections"]:
+        if section["error_code"] == 0:
+            results = [msg.ProduceResult(**r) for r in section["results"]]
+            sections.append(pm.ProduceSection(0, msg.encode_produce_response(results)))
+        else:
+            e = section["error"]
+            body = msg.encode_error(e["code"], e["message"], e["details"])
+            sections.append(pm.ProduceSection(section["error_code"], body))
+    return sections
+
+
 def encode_body(body_type: str, f: Any) -> bytes:
+    if body_type == "produce_many_request":
+        return pm.encode_produce_many_request(
+            [msg.encode_produce_request(produce_request_of(r)) for r in f["sections"]]
+        )
+    if body_type == "produce_many_response":
+        return pm.encode_produce_many_response(produce_many_sections_of(f))
     if body_type == "json":
         return msg.encode_json(f)
     if body_type == "error":
@@ -265,6 +287,20 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
         assert msg.decode_produce_response(body) == [msg.ProduceResult(**r) for r in f["results"]]
     elif body_type == "produce_response_current_values":
         assert pv.decode_produce_response_values(body) == current_results_of(f)
+    elif body_type == "produce_many_request":
+        sections = pm.decode_produce_many_request(body)
+        assert [msg.decode_produce_request(s) for s in sections] == [
+            produce_request_of(r) for r in f["sections"]
+        ]
+    elif body_type == "produce_many_response":
+        decoded = pm.decode_produce_many_response(body)
+        assert decoded == produce_many_sections_of(f)
+        for section, want in zip(decoded, f["sections"], strict=True):
+            if section.error_code:
+                assert msg.decode_error(section.body) == msg.ErrorBody(**want["error"])
+            else:
+                results = msg.decode_produce_response(section.body)
+                assert results == [msg.ProduceResult(**r) for r in want["results"]]
     elif body_type == "fetch_request":
         assert msg.decode_fetch_request(body) == msg.FetchRequest(**f)
     elif body_type == "replica_fetch_request":
@@ -318,6 +354,8 @@ DECODERS: dict[str, Any] = {
     "produce_response": msg.decode_produce_response,
     "produce_response_current_values": pv.decode_produce_response_values,
     "fetch_request": msg.decode_fetch_request,
+    "produce_many_request": pm.decode_produce_many_request,
+    "produce_many_response": pm.decode_produce_many_response,
     "fetch_response": msg.decode_fetch_response,
     "replica_fetch_request": rf.decode_replica_fetch_request,
     "replica_fetch_response": rf.decode_replica_fetch_response,

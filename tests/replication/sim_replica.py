@@ -422,7 +422,7 @@ class Node:
             )
         )
         self.maybe_propose()
-        if msg.offset >= self.log.leo and not state.follower_needs_hw(msg.sender):
+        if not state.fetch_has_news(msg.sender, msg.offset, self.log.leo):
             self.parked.append(msg)
             self.after(self.sim.cfg.fetch_max_wait_s, lambda: self._expire(msg))
             return
@@ -437,9 +437,7 @@ class Node:
         state = self.core.leader_state
         if state is None:
             return
-        ready = [
-            m for m in self.parked if m.offset < self.log.leo or state.follower_needs_hw(m.sender)
-        ]
+        ready = [m for m in self.parked if state.fetch_has_news(m.sender, m.offset, self.log.leo)]
         for m in ready:
             self.parked.remove(m)
             self._answer(m)

@@ -21,8 +21,14 @@ from jetsdk.codec.messages import (
     ProduceResult,
     decode_fetch_request,
     decode_produce_request,
+    encode_error,
     encode_fetch_response_header,
     encode_produce_response,
+)
+from jetsdk.codec.produce_many import (
+    ProduceSection,
+    decode_produce_many_request,
+    encode_produce_many_response,
 )
 from jetsdk.codec.record import encode_body, frame_body
 from jetsdk.memory import FramePeer, MemoryNetwork
@@ -66,6 +72,10 @@ class FakeCluster:
     """Per Produce request: (code, stored): the second half of its messages is answered
     ``code`` (stored first if ``stored``: an outcome the client cannot know)."""
     max_message_bytes: int = 1024 * 1024
+    produce_many: bool = False
+    """Serve ProduceMany (api 17) and list it in Hello (off: a server from before it)."""
+    produce_many_sections: list[int] = attrs.field(factory=list)
+    """Sections of each ProduceMany request served."""
 
     @classmethod
     def start(cls, network: MemoryNetwork, servers: int = 1) -> FakeCluster:
@@ -154,6 +164,7 @@ class FakeCluster:
                     "version": "fake",
                     "max_frame_bytes": 16 * 1024 * 1024,
                     "max_message_bytes": self.max_message_bytes,
+                    **({"apis": list(range(18))} if self.produce_many else {}),
                 },
             )
         elif api == Api.METADATA:
@@ -194,47 +205,20 @@ class FakeCluster:
                 frame, {"offset": offset, "hw": part.hw, "log_start": part.log_start}
             )
         elif api == Api.PRODUCE:
-            preq = decode_produce_request(frame.body)
-            part = await self._partition(sid, peer, frame, preq.stream, preq.partition)
-            if part is None:
-                return
-            if self.fail_next_produce:
-                code = self.fail_next_produce.pop(0)
-                await peer.respond_error(frame, code, "injected")
-                return
-            self.produce_batches.append(len(preq.messages))
-            failing = self.fail_next_results.pop(0) if self.fail_next_results else None
-            results = []
-            for i, m in enumerate(preq.messages):
-                if len(m.value) > self.max_message_bytes:
-                    results.append(ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1))
-                    continue
-                failed = failing is not None and i >= len(preq.messages) // 2
-                if failed and failing is not None and not failing[1]:
-                    results.append(ProduceResult(failing[0], -1, -1))
-                    continue
-                key = (preq.producer_id, preq.base_seq + i) if preq.producer_id else None
-                if key is not None and key in part.sequences:
-                    stored_at, stamp = part.sequences[key]
-                    results.append(ProduceResult(ErrorCode.DUPLICATE_SEQUENCE, stored_at, stamp))
-                    continue
-                offset = part.hw
-                ts = time.time_ns()
-                body = encode_body(
-                    m.value, key=m.key, subject=m.subject or part.subject, headers=m.headers
-                )
-                part.records.append(frame_body(offset, ts, 0, body))
-                if key is not None:
-                    part.sequences[key] = (offset, ts)
-                if failed and failing is not None:
-                    results.append(ProduceResult(failing[0], -1, -1))
-                elif preq.ack_policy == AckPolicy.NONE:
-                    results.append(ProduceResult(0, -1, -1))
-                else:
-                    results.append(ProduceResult(0, offset, ts))
-            part.grew.set()
-            part.grew = anyio.Event()
-            await peer.respond(frame, encode_produce_response(results))
+            code, message, details, body = self._produce(sid, frame.body)
+            if code:
+                await peer.respond_error(frame, code, message, details)
+            else:
+                await peer.respond(frame, body)
+        elif api == Api.PRODUCE_MANY and self.produce_many:
+            sections = []
+            for section in decode_produce_many_request(frame.body):
+                code, message, details, body = self._produce(sid, section)
+                if code:
+                    body = encode_error(code, message, details)
+                sections.append(ProduceSection(int(code), body))
+            self.produce_many_sections.append(len(sections))
+            await peer.respond(frame, encode_produce_many_response(sections))
         elif api == Api.FETCH:
             freq = decode_fetch_request(frame.body)
             part = await self._partition(sid, peer, frame, freq.stream, freq.partition)
@@ -262,6 +246,63 @@ class FakeCluster:
             await peer.respond(frame, head + data)
         else:
             await peer.respond_error(frame, ErrorCode.UNSUPPORTED_API, "no")
+
+    def _produce(self, sid: str, body: bytes) -> tuple[ErrorCode, str, dict[str, Any], bytes]:
+        """A Produce body served: (NONE, "", {}, the response body) or (the error code,
+        its message, its details, b"")."""
+        preq = decode_produce_request(body)
+        part_or_error = self._partition_or_error(sid, preq.stream, preq.partition)
+        if not isinstance(part_or_error, FakePartition):
+            return part_or_error
+        part = part_or_error
+        if self.fail_next_produce:
+            return self.fail_next_produce.pop(0), "injected", {}, b""
+        self.produce_batches.append(len(preq.messages))
+        failing = self.fail_next_results.pop(0) if self.fail_next_results else None
+        results = []
+        for i, m in enumerate(preq.messages):
+            if len(m.value) > self.max_message_bytes:
+                results.append(ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, -1, -1))
+                continue
+            failed = failing is not None and i >= len(preq.messages) // 2
+            if failed and failing is not None and not failing[1]:
+                results.append(ProduceResult(failing[0], -1, -1))
+                continue
+            key = (preq.producer_id, preq.base_seq + i) if preq.producer_id else None
+            if key is not None and key in part.sequences:
+                stored_at, stamp = part.sequences[key]
+                results.append(ProduceResult(ErrorCode.DUPLICATE_SEQUENCE, stored_at, stamp))
+                continue
+            offset = part.hw
+            ts = time.time_ns()
+            record = encode_body(
+                m.value, key=m.key, subject=m.subject or part.subject, headers=m.headers
+            )
+            part.records.append(frame_body(offset, ts, 0, record))
+            if key is not None:
+                part.sequences[key] = (offset, ts)
+            if failed and failing is not None:
+                results.append(ProduceResult(failing[0], -1, -1))
+            elif preq.ack_policy == AckPolicy.NONE:
+                results.append(ProduceResult(0, -1, -1))
+            else:
+                results.append(ProduceResult(0, offset, ts))
+        part.grew.set()
+        part.grew = anyio.Event()
+        return ErrorCode.NONE, "", {}, encode_produce_response(results)
+
+    def _partition_or_error(
+        self, sid: str, stream: str, partition: int
+    ) -> FakePartition | tuple[ErrorCode, str, dict[str, Any], bytes]:
+        s = self.streams.get(stream)
+        if s is None:
+            return ErrorCode.STREAM_NOT_FOUND, "no stream", {"stream": stream}, b""
+        if not 0 <= partition < len(s.partitions):
+            return ErrorCode.PARTITION_NOT_FOUND, "no partition", {}, b""
+        part = s.partitions[partition]
+        if part.leader != sid:
+            return ErrorCode.NOT_LEADER, "not leader", {"leader": part.leader}, b""
+        return part
 
     async def _partition(
         self, sid: str, peer: FramePeer, frame: Frame, stream: str, partition: int

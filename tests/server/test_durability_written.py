@@ -5,10 +5,15 @@ One `jet server` process runs with the fsync shim's gate (tests/support/fsync_fa
 while the gate file exists, every fsync of a segment file waits. With the gate closed, an
 ALL ack and a consumer's read of a record in a ``written`` stream come while the fsync of
 that record is held open; in a ``flushed`` stream (the default) the ack waits for the gate.
+
+A ``written`` partition's fsyncs run in a worker thread that reports nothing back to the
+event loop (jetserver/flush_behind.py) unless one fails; then the flusher takes over and
+cuts the log back, and the records acknowledged after that are stored.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import anyio
@@ -16,10 +21,14 @@ import pytest
 
 from cluster.harness import wait_until_async
 from jetsdk import Client, Consumer, Producer
-from jetsdk.codec.error_codes import AckPolicy
-from support.fsync_fault import FsyncGate
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.messages import ProduceMessage
+from jetserver import fsync_threads
+from jetserver.server import Server
+from support.fsync_fault import FsyncFault, FsyncGate
 from support.jet_server import start_server_process
 from support.nats_server import NatsServer
+from support.raw_client import RawClient
 
 pytestmark = pytest.mark.anyio
 
@@ -62,3 +71,82 @@ async def test_written_commits_before_the_fsync_and_flushed_waits_for_it(
     finally:
         gate.open()
         assert proc.stop() == 0
+
+
+async def test_a_written_partition_fsyncs_in_a_thread_that_does_not_wake_the_loop(
+    jet: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its commit came with the append, so the end of its fsync changes nothing on the
+    event loop: no flusher task, and no fsync result handed back through the loop (a
+    wake-up per message at light load), yet every record gets fsynced."""
+    handed_back = [0]
+    settle = fsync_threads._settle
+
+    def counting(*args: object) -> None:
+        handed_back[0] += 1
+        settle(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fsync_threads, "_settle", counting)
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="wb", subject="wb.x", durability="written")
+        replica = jet.streams.replica("wb", 0)
+        before = handed_back[0]
+        for i in range(20):
+            results = await c.produce("wb", 0, [ProduceMessage(b"w%d" % i)])
+            assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, i)]
+        log = replica.log
+        deadline = time.monotonic() + BOUND_S
+        while log.flushed_offset < 20:  # a worker thread moves it
+            assert time.monotonic() < deadline, f"fsynced only up to {log.flushed_offset}"
+            await anyio.sleep(0.01)
+        assert not replica.committer.flushing  # the flusher task never started
+        assert handed_back[0] == before  # no fsync result came back through the loop
+        assert [r.value for r in await c.collect("wb", 0, 20)] == [b"w%d" % i for i in range(20)]
+
+
+async def test_a_failed_background_fsync_hands_the_written_partition_to_the_flusher(
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+) -> None:
+    """An fsync of a ``written`` partition fails (EIO, the bytes since the last good sync
+    dropped): the flusher takes over and cuts the log back to that sync; the partition
+    keeps serving, and what is acknowledged after the cut is stored, at its offsets, after
+    a restart."""
+    data = tmp_path / "data"
+    marker = tmp_path / "fault-fired"
+    fault = FsyncFault(match="/0/00000000000000000000.log", at=3, marker=marker)
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
+    after_cut: dict[int, bytes] = {}
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with Client([proc.address]) as client:
+                await client.create_stream("wf", "wf", durability="written")
+                async with Producer(client, "wf", ack=AckPolicy.ALL, linger=0) as producer:
+                    i = 0
+                    while not marker.exists():  # one message at a time: an fsync each
+                        await producer.send(b"before-%d" % i)
+                        i += 1
+                    cut = "fsync failed: cut the log back to its last good sync"
+                    await wait_until_async(
+                        lambda: cut in proc.log_path.read_text(errors="replace"),
+                        BOUND_S,
+                        "the flusher cut the log back",
+                    )
+                    for j in range(50):
+                        value = b"after-%d" % j
+                        ack = await producer.send(value)
+                        after_cut[ack.offset] = value
+    finally:
+        assert proc.stop() == 0
+    assert "background fsync failed; the flusher takes over" in proc.log_path.read_text(
+        errors="replace"
+    )
+
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO")
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with await RawClient.connect(proc.address) as c:
+                records = await c.fetch_all("wf", 0)
+    finally:
+        proc.stop()
+    stored = {r.offset: r.value for r in records}
+    assert {o: stored.get(o) for o in after_cut} == after_cut

@@ -33,6 +33,22 @@ async def test_one_job_after_another_reuses_one_thread() -> None:
     assert pool.threads == 1
 
 
+async def test_a_job_goes_to_the_worker_idle_last_and_wakes_no_other() -> None:
+    """With two idle workers, jobs one after another all run on the one that became idle
+    last (the other is never woken: workers waiting on one shared queue woke each other
+    for every job)."""
+    pool = FsyncThreads()
+    both = threading.Barrier(2)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:  # two jobs at once: two workers
+            for _ in range(2):
+                tg.start_soon(pool.run, both.wait, 5)
+    assert pool.threads == 2
+    ran_on = {await pool.run(threading.get_ident) for _ in range(50)}
+    assert len(ran_on) == 1
+    assert pool.threads == 2
+
+
 async def test_concurrent_jobs_stay_within_the_thread_limit() -> None:
     pool = FsyncThreads(max_threads=3)
     release = threading.Event()
@@ -68,6 +84,30 @@ async def test_a_cancelled_caller_waits_for_its_job_to_end() -> None:
     assert release.is_set()
     assert ended[0] >= 0.25
     assert await pool.run(int, 7) == 7  # the pool still serves
+
+
+async def test_a_submitted_job_runs_without_a_word_back_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``submit`` (the fsyncs of ``written`` partitions, jetserver/flush_behind.py): the
+    job runs in a worker thread, nothing is handed back through the loop, an exception is
+    logged, and the thread serves the next job."""
+    from jetserver import fsync_threads
+
+    settled: list[object] = []
+    monkeypatch.setattr(fsync_threads, "_settle", lambda *args: settled.append(args))
+    pool = FsyncThreads()
+    pool.submit(_fail)
+    for _ in range(1000):  # bounded (10 s): the worker thread logs it
+        if "a background fsync job failed" in caplog.text:
+            break
+        await anyio.sleep(0.01)
+    assert "a background fsync job failed" in caplog.text
+    ran = threading.Event()
+    pool.submit(ran.set)
+    assert ran.wait(10)
+    assert pool.threads == 1  # the thread serves the next job
+    assert settled == []
 
 
 def _fail() -> None:

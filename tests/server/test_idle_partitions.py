@@ -15,6 +15,7 @@ import pytest
 
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import ProduceMessage
+from jetserver.broker.sequencer import DEFER_MAX_RECORDS
 from jetserver.server import Server
 from support.raw_client import RawClient
 
@@ -69,17 +70,20 @@ async def test_idle_partitions_hold_one_task_each_and_the_first_append_starts_th
             assert replica.log.flushed_offset == round_ + 1
             assert replica.high_watermark == round_ + 1
         assert not replica.committer.flushing
-        # A LEADER ack leaves the fsync to the flusher: the first one starts it.
-        acks = await c.produce("idle", 5, [ProduceMessage(b"m3")], ack_policy=AckPolicy.LEADER)
-        assert [(a.error_code, a.offset) for a in acks] == [(0, 3)]
+        # A LEADER-acked request over DEFER_MAX_RECORDS leaves the fsync to the flusher
+        # (a smaller one fsyncs in its own after-work, on the loop or in a worker thread):
+        # the first one starts it.
+        big = [ProduceMessage(b"m3")] * (DEFER_MAX_RECORDS + 1)
+        acks = await c.produce("idle", 5, big, ack_policy=AckPolicy.LEADER)
+        assert [(a.error_code, a.offset) for a in acks] == [(0, 3 + i) for i in range(len(big))]
         assert replica.committer.flushing
         new = _tasks() - before
         assert new["Committer._flusher"] == 1
         assert new["PartitionReplica.run"] == PARTITIONS
         others = [jet.streams.replica("idle", p) for p in range(PARTITIONS) if p != 5]
         assert not any(r.committer.flushing for r in others)
-        records = await c.collect("idle", 5, 4)
-    assert [r.value for r in records] == [b"m0", b"m1", b"m2", b"m3"]
+        records = await c.collect("idle", 5, 3 + len(big))
+    assert [r.value for r in records] == [b"m0", b"m1", b"m2"] + [b"m3"] * len(big)
 
 
 async def test_idle_partitions_hold_no_events_or_conditions(jet: Server) -> None:

@@ -402,7 +402,7 @@ async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answ
     monkeypatch.setattr(fsync_runner, "SLOW_FSYNC_S", 60.0)
     monkeypatch.setattr(fsync_runner, "LOOP_SHARE", 1.0)
 
-    async def free() -> bool:
+    async def free(_loop: object = None) -> bool:
         return True
 
     monkeypatch.setattr(fsync_runner, "_loop_free", free)
@@ -442,7 +442,7 @@ async def test_a_busy_loop_sends_a_deferred_fsync_to_a_thread_after_one_look(
     took the fsync: one probe, the flusher's wake-up, the thread)."""
     probes = [0]
 
-    async def busy() -> bool:
+    async def busy(_loop: object = None) -> bool:
         probes[0] += 1
         return False
 
@@ -459,6 +459,31 @@ async def test_a_busy_loop_sends_a_deferred_fsync_to_a_thread_after_one_look(
             assert records[-1].value == b"b%d" % i
         assert probes == [3]  # one look per request
         assert runner.thread_fsyncs >= threads + 3
+
+
+async def test_a_deferred_fsync_sent_to_threads_runs_from_the_requests_own_task(
+    jet: Server,
+) -> None:
+    """Where the runner sends fsyncs to worker threads for now (a slow disk's back-off;
+    here: every fsync in a thread), the request's after-work waits for the thread itself
+    and commits: the flusher is not woken (a task switch on the message's way)."""
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="thr", subject="thr.x")
+        replica = jet.streams.replica("thr", 0)
+        runner = replica.committer.fsyncs
+        runner.on_loop = False
+        try:
+            threads = runner.thread_fsyncs
+            for i in range(3):
+                results = await c.produce("thr", 0, [ProduceMessage(b"t%d" % i)])
+                assert results[0].error_code == ErrorCode.NONE
+                records = await c.collect("thr", 0, i + 1)  # visible once fsynced
+                assert records[-1].value == b"t%d" % i
+            assert not replica.committer.flushing  # the flusher task was never started
+            assert runner.thread_fsyncs >= threads + 3
+            assert replica.log.flushed_offset >= 3
+        finally:
+            runner.on_loop = True
 
 
 async def test_a_request_appending_at_once_enters_no_cancel_scope(

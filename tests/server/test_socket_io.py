@@ -110,3 +110,39 @@ async def _send_when_waited(io: SocketIO, sock: socket.socket, data: bytes) -> N
         while io._waiter is None:  # noqa: ASYNC110 - the reader's own state, no event
             await anyio.sleep(0.001)
     sock.send(data)
+
+
+async def test_reads_into_a_buffer_in_every_way_bytes_can_come() -> None:
+    """recv_into_within (a large frame's body received in place): bytes already there,
+    bytes that arrive during the wait (through the reader callback, into the target),
+    bytes the callback read while nobody waited (copied into the target, the rest kept),
+    a timeout (None) and the end of the stream (0)."""
+    a, b = socket.socketpair()
+    io = SocketIO(a)
+    buf = bytearray(10)
+    view = memoryview(buf)
+    try:
+        b.send(b"abc")
+        with anyio.fail_after(5):
+            assert await io.recv_into_within(view, 5) == 3  # there already: at once
+        assert buf[:3] == b"abc"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_send_when_waited, io, b, b"defg")
+            with anyio.fail_after(5):
+                assert await io.recv_into_within(view[3:], 5) == 4  # through the callback
+        assert buf[:7] == b"abcdefg"
+        assert io._into is None
+        # Read by the callback while nobody waited: more than the target takes.
+        b.send(b"0123456789")
+        with anyio.fail_after(5):
+            while io._watch is not None:  # noqa: ASYNC110 - the loop's callback, no event
+                await anyio.sleep(0.001)
+        assert await io.recv_into_within(view[7:], 5) == 3
+        assert buf == b"abcdefg012"
+        assert await io.recv_within(5) == b"3456789"  # the rest, kept
+        assert await io.recv_into_within(view, 0.05) is None  # nothing came
+        b.close()
+        with anyio.fail_after(5):
+            assert await io.recv_into_within(view, 5) == 0  # end of stream
+    finally:
+        io.close()

@@ -8,16 +8,20 @@ timing anything.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from jetserver import fsync_runner
+from jetserver import fsync_runner, fsync_threads
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.storage import Log, SyncFailedError, files
 from jetserver.storage import log as log_module
@@ -67,6 +71,9 @@ def log(tmp_path: Path) -> Iterator[Log]:
 async def test_light_load_fsyncs_on_the_loop(
     log: Log, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # uvloop's free-turn probe times a real loop turn: on a loaded machine one can pass
+    # FREE_TURN_S although nothing else is ready (here only the share rule is under test).
+    monkeypatch.setattr(fsync_runner, "FREE_TURN_S", 1.0)
     runner = FsyncRunner(clock=clock)
     loop_thread = threading.get_ident()
     seen: list[int] = []
@@ -106,6 +113,23 @@ async def test_the_loop_is_free_only_when_nothing_else_is_ready() -> None:
     idle = [await fsync_runner._loop_free() for _ in range(20)]
     assert not any(busy)
     assert any(idle)  # timed on uvloop: a preempted turn may look busy, never all twenty
+
+
+async def test_a_known_loop_is_not_looked_up_again(
+    log: Log, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller that knows the running loop passes it: ``asyncio.get_running_loop`` calls
+    getpid on Python 3.11, a system call per fsync on the loop (``python -m bench cost``)."""
+    loop = asyncio.get_running_loop()
+
+    def no_lookup() -> asyncio.AbstractEventLoop:
+        raise AssertionError("the loop was looked up again")
+
+    monkeypatch.setattr(fsync_runner.asyncio, "get_running_loop", no_lookup)
+    runner = FsyncRunner(clock=clock)
+    log.append(bodies(3), 1, 0)
+    assert await runner.flush_here(log, loop=loop) == 3
+    assert runner.loop_fsyncs == 1
 
 
 async def test_off_means_every_fsync_in_a_thread(log: Log, clock: Clock) -> None:
@@ -263,3 +287,54 @@ async def test_a_cancelled_caller_waits_for_its_thread_fsync_to_end(
             assert ended == []  # still waiting for the fsync
             release.set()
     assert ended == [3]
+
+
+async def test_fsyncs_asked_for_in_one_loop_turn_go_as_one_thread_job(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit across partitions: the flushers of the partitions a ProduceMany request
+    appended to ask in the same loop turn; one worker thread fsyncs every log in turn. A
+    log whose fsync fails fails alone."""
+    real = log_module.fdatasync
+    bad = str(tmp_path / "p3")
+
+    def fdatasync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(bad):
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", fdatasync)
+    jobs: list[object] = []
+    threads = fsync_threads.THREADS
+
+    class Counted:
+        async def run(self, fn: Any, *args: Any, loop: Any = None) -> Any:
+            jobs.append(fn)
+            return await threads.run(fn, *args, loop=loop)
+
+    monkeypatch.setattr(fsync_runner, "THREADS", Counted())
+    runner = FsyncRunner(on_loop=False, clock=clock)
+    logs = [Log.open(tmp_path / f"p{i}") for i in range(6)]
+    try:
+        for i, lg in enumerate(logs):
+            lg.append(bodies(i + 1), 1, 0)
+        outcomes: dict[int, int | str] = {}
+
+        async def flush(i: int) -> None:
+            try:
+                outcomes[i] = await runner.flush(logs[i])
+            except SyncFailedError:
+                outcomes[i] = "failed"
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                for i in range(len(logs)):
+                    tg.start_soon(flush, i)
+        assert outcomes == {0: 1, 1: 2, 2: 3, 3: "failed", 4: 5, 5: 6}
+        assert len(jobs) == 1  # one hand-off to a worker thread for the six logs
+        assert (runner.thread_fsyncs, runner.thread_jobs) == (6, 1)
+        assert [lg.flushed_offset for lg in logs] == [1, 2, 3, 0, 5, 6]
+    finally:
+        for lg in logs:
+            with contextlib.suppress(Exception):
+                lg.close()

@@ -363,3 +363,50 @@ def test_a_tailing_read_starts_where_the_last_one_ended_without_a_scan(
         with tail.read(10, 1 << 20) as sl:
             assert sl.first_offset == 15
             assert [r.offset for r in iter_records(sl.read_bytes())] == [15]
+
+
+def test_a_tailing_read_after_an_append_reads_no_header_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that stopped at the end of the segment reads next from where the records
+    appended since then begin: the append, which knows their first offset, makes the
+    reader's hint exact, so the read is one slice with no header read (a ``pread`` per
+    Fetch of a consumer keeping up, ``python -m bench cost``); after a gap (a follower's
+    raw append) the header is still read and the record found there returned."""
+    from jetserver.storage import segment as segment_module
+
+    preads: list[int] = []
+    real = segment_module.pread_exact
+
+    def counted(fd: int, size: int, position: int) -> bytes:
+        preads.append(position)
+        return real(fd, size, position)
+
+    monkeypatch.setattr(segment_module, "pread_exact", counted)
+    with (
+        Log.open(tmp_path / "leader", LogConfig(index_interval_bytes=1 << 20)) as leader,
+        Log.open(tmp_path / "tail", LogConfig(index_interval_bytes=1 << 20)) as tail,
+    ):
+        leader.append(bodies(3), 1, 0)
+        leader.set_high_watermark(3)
+        with leader.read(0, 1 << 20) as sl:
+            assert sl.next_offset == 3
+        for start in (3, 4, 5):
+            leader.append(bodies(1, start=start), 2, 0)
+            leader.set_high_watermark(start + 1)
+            preads.clear()
+            with leader.read(start, 1 << 20) as sl:
+                assert [r.offset for r in iter_records(sl.read_bytes())] == [start]
+            assert preads == []
+        # A follower's raw append with a gap: offsets 0-9, then 15.
+        tail.append_raw(b"".join(frame_body(i, 1, 0, b) for i, b in enumerate(bodies(10))))
+        tail.set_high_watermark(10)
+        with tail.read(0, 1 << 20) as sl:
+            assert sl.next_offset == 10
+        tail.append_raw(frame_body(15, 2, 0, bodies(1, start=15)[0]))
+        tail.set_high_watermark(16)
+        preads.clear()
+        with tail.read(10, 1 << 20) as sl:
+            assert sl.first_offset == 15
+            assert [r.offset for r in iter_records(sl.read_bytes())] == [15]
+        assert len(preads) == 1  # the header at the hint, to find the gap

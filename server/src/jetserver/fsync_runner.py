@@ -29,12 +29,17 @@ the loop unless:
 Durability is the same either way: the high watermark and ALL acks move only after the
 fsync returned. Worker threads are :data:`jetserver.fsync_threads.THREADS` (a job and one
 loop callback per fsync, not ``anyio.to_thread``'s two extra loop turns and ~110 calls).
+The fsyncs handed to threads in one loop turn go as ONE job (:class:`_FlushBatch`): a
+ProduceMany request that appended to 500 partitions has their flushers ask in the same
+turn, and one thread wakes and fsyncs every log in turn instead of 500 hand-offs and
+500 results (group commit across partitions).
 Task safety: event loop thread only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -83,25 +88,77 @@ class FsyncRunner:
     """fsyncs handed to a worker thread."""
     slow_fsyncs: int = 0
     """fsyncs on the loop slower than :data:`SLOW_FSYNC_S`."""
+    thread_jobs: int = 0
+    """Jobs handed to worker threads (each fsyncs every log asked for in one loop turn)."""
+    _batch: _FlushBatch | None = attrs.field(default=None, repr=False)
+    _jobs: set[asyncio.Task[None]] = attrs.field(factory=set, repr=False)
     _busy: float = 0.0
     _busy_at: float = 0.0
     _threads_until: float = 0.0
 
-    async def flush(self, log_: Log, upto: int | None = None, *, on_loop: bool = True) -> int:
+    async def flush(
+        self,
+        log_: Log,
+        upto: int | None = None,
+        *,
+        on_loop: bool = True,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> int:
         """``log_.flush(upto)``, on the loop or in a worker thread (always in a thread with
-        ``on_loop`` false)."""
+        ``on_loop`` false). ``loop``: the running loop, if the caller knows it."""
         if on_loop:
-            flushed = await self.flush_here(log_, upto)
+            flushed = await self.flush_here(log_, upto, loop)
             if flushed is not None:
                 return flushed
         self.thread_fsyncs += 1
-        return await THREADS.run(log_.flush, upto)
+        return await self._flush_in_thread(log_, upto, loop)
 
-    async def flush_here(self, log_: Log, upto: int | None = None) -> int | None:
+    async def _flush_in_thread(
+        self, log_: Log, upto: int | None, loop: asyncio.AbstractEventLoop | None
+    ) -> int:
+        """``log_.flush(upto)`` in a worker thread, in one job with the other fsyncs asked
+        for in this loop turn. A caller cancelled meanwhile still waits for the job to end
+        (an fsync's outcome is its committer's to see), as :meth:`FsyncThreads.run`."""
+        batch = self._batch
+        if batch is None:
+            loop = loop or asyncio.get_running_loop()
+            batch = self._batch = _FlushBatch(loop.create_future())
+            loop.call_soon(self._submit, batch)
+        index = len(batch.logs)
+        batch.logs.append((log_, upto))
+        done = batch.done
+        try:
+            results = await asyncio.shield(done)
+        except asyncio.CancelledError:
+            while not done.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(done)
+            raise
+        flushed, error = results[index]
+        if error is not None:
+            raise error
+        return flushed
+
+    def _submit(self, batch: _FlushBatch) -> None:
+        if self._batch is batch:
+            self._batch = None
+        self.thread_jobs += 1
+        task = batch.done.get_loop().create_task(_run_batch(batch))
+        self._jobs.add(task)  # held until it ends: the loop keeps only weak references
+        task.add_done_callback(self._jobs.discard)
+
+    async def flush_here(
+        self,
+        log_: Log,
+        upto: int | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> int | None:
         """``log_.flush(upto)`` on the loop if this runner would run it there now (after
         one turn that lets ready work run first); None, with nothing done, if not: the
-        caller leaves the fsync to a thread (its partition's flusher)."""
-        if not (self._may_run_here() and await _loop_free()):
+        caller leaves the fsync to a thread (its partition's flusher). ``loop``: the
+        running loop, if the caller knows it (looking it up costs a getpid system call
+        on Python 3.11)."""
+        if not (self.may_run_here() and await _loop_free(loop)):
             return None
         start = self.clock()
         try:
@@ -114,7 +171,7 @@ class FsyncRunner:
 
     async def append_and_flush(self, log_: Log, data: bytes | memoryview) -> None:
         """Append records fetched from a leader (``log_.append_raw``) and fsync them."""
-        if len(data) <= INLINE_MAX_BYTES and self._may_run_here() and await _loop_free():
+        if len(data) <= INLINE_MAX_BYTES and self.may_run_here() and await _loop_free():
             start = self.clock()
             try:
                 log_.append_raw(data)
@@ -130,7 +187,9 @@ class FsyncRunner:
         self.thread_fsyncs += 1
         await THREADS.run(_append_and_flush, log_, data)
 
-    def _may_run_here(self) -> bool:
+    def may_run_here(self) -> bool:
+        """True if an fsync may run on the loop now (on, no back-off after a slow one, the
+        loop's recent share in fsyncs low); the free-loop probe is not asked."""
         if not self.on_loop:
             return False
         now = self.clock()
@@ -158,20 +217,21 @@ class FsyncRunner:
             )
 
 
-async def _loop_free() -> bool:
+async def _loop_free(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     """True if nothing else is ready to run on the event loop, after letting what is ready
     run once (e.g. the response to a LEADER-acked Produce, which must not wait behind the
-    fsync).
+    fsync). ``loop``: the running loop if the caller knows it (asyncio only).
 
     asyncio's own loop shows its ready queue; uvloop does not, so there the loop gets one
     turn and is free if that turn came back within :data:`FREE_TURN_S` (the turn of a
     busy server, which reads and handles requests, takes longer). Elsewhere (trio)
     True: the other guards decide.
     """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return True  # not asyncio (trio)
+    if loop is None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return True  # not asyncio (trio)
     ready = getattr(loop, "_ready", None)
     if ready is None:
         start = time.perf_counter()
@@ -181,6 +241,41 @@ async def _loop_free() -> bool:
         return True
     await anyio.lowlevel.checkpoint()
     return not ready
+
+
+@attrs.define(eq=False)
+class _FlushBatch:
+    """The fsyncs handed to worker threads in one loop turn: one job for all of them."""
+
+    done: asyncio.Future[list[tuple[int, BaseException | None]]]
+    """Each log's outcome, in order: (flushed offset, None) or (-1, its error)."""
+    logs: list[tuple[Log, int | None]] = attrs.field(factory=list)
+
+
+async def _run_batch(batch: _FlushBatch) -> None:
+    done = batch.done
+    try:
+        results = await THREADS.run(_flush_all, batch.logs, loop=done.get_loop())
+    except asyncio.CancelledError:  # the server stops
+        done.cancel()
+        raise
+    except Exception as exc:  # unexpected: every waiter gets it
+        if not done.done():
+            done.set_exception(exc)
+        return
+    if not done.done():
+        done.set_result(results)
+
+
+def _flush_all(logs: list[tuple[Log, int | None]]) -> list[tuple[int, BaseException | None]]:
+    """Flush each log in turn (in a worker thread); one's failure is its own."""
+    out: list[tuple[int, BaseException | None]] = []
+    for log_, upto in logs:
+        try:
+            out.append((log_.flush(upto), None))
+        except Exception as exc:
+            out.append((-1, exc))
+    return out
 
 
 def _append_and_flush(log_: Log, data: bytes | memoryview) -> None:

@@ -15,7 +15,12 @@ group commit's fsync, on the loop or in a worker thread), ``hw`` (the HW moved),
 ``fetch.woken`` (a parked Fetch woke up, or a Fetch came after the HW had moved past its
 offset), ``resp.fetch`` (its response written), ``resp.replica_fetch`` (an answer to a
 follower's replica fetch written); on a follower, ``repl.fetched`` (records came from the
-leader) and ``repl.flushed`` (appended and fsynced); ``gc.start.<generation>`` /
+leader) and ``repl.flushed`` (appended and fsynced), ``repl.ask`` (the fetcher asks again,
+reporting them), ``repl.send`` / ``repl.recv`` (the fetch session wrote a ReplicaFetch /
+got its answer); on the leader, ``rf.ask.<follower>`` (a replica fetch from that follower
+read, before its progress is recorded), ``rf.woken`` (a parked replica fetch woke up) and
+``rf.ans.<follower>.r`` / ``.h`` (its answer, with records / with only the HW, built);
+``gc.start.<generation>`` /
 ``gc.stop.<generation>``, a garbage collection (``gc.callbacks``), to tell its pauses from
 the others in a message's time.
 """

@@ -33,6 +33,7 @@ from jetserver.resources import NEAR_LIMIT_FRACTION, open_file_limit, open_files
 from jetserver.storage.files import SEALED_FILES
 
 if TYPE_CHECKING:
+    from jetserver.broker.copy_backlog import CopyBacklog
     from jetserver.broker.streams import StreamManager
     from jetserver.nats_link import NatsLink
     from jetserver.protocol.listener import ProtocolListener
@@ -152,6 +153,8 @@ class MetricsSources:
     """Partitions."""
     link: NatsLink | None = None
     """The NATS link."""
+    copies: CopyBacklog | None = None
+    """NATS copies of directly stored records not yet handed to NATS."""
     listener: ProtocolListener | None = None
     """Client connections."""
     consumer_positions: dict[tuple[str, int], int] | None = None
@@ -168,6 +171,7 @@ def render(src: MetricsSources) -> str:
     _requests(out, src.requests)
     _connections(out, src.listener)
     _nats(out, src.link)
+    _copies(out, src.copies)
     _partitions(out, src)
     _fetch_sessions(out, src)
     _fsyncs(out, src)
@@ -345,6 +349,32 @@ def _nats(out: list[str], link: NatsLink | None) -> None:
         "Received NATS messages whose handling raised (logged, skipped).",
     )
     out.append(f"jet_nats_handler_errors_total {link.handler_errors}")
+
+
+def _copies(out: list[str], copies: CopyBacklog | None) -> None:
+    if copies is None:
+        return
+    _gauge(
+        out,
+        "jet_produce_copies_backlog_bytes",
+        "Bytes of NATS copies of directly stored records not yet handed to NATS.",
+        copies.held,
+    )
+    _head(
+        out,
+        "jet_produce_copies_waits_total",
+        "counter",
+        "Produce responses that waited for room in the NATS copies' backlog.",
+    )
+    out.append(f"jet_produce_copies_waits_total {copies.waits}")
+    _head(
+        out,
+        "jet_produce_copies_dropped_total",
+        "counter",
+        "Messages whose NATS copies were dropped: the backlog stayed full until their "
+        "request's timeout.",
+    )
+    out.append(f"jet_produce_copies_dropped_total {copies.dropped}")
 
 
 def _partitions(out: list[str], src: MetricsSources) -> None:

@@ -33,7 +33,7 @@ import attrs
 from nats.aio.client import Client as NatsClient
 from nats.aio.subscription import Subscription
 
-from jetsdk.subjects import subject_matches
+from jetsdk.subjects import is_literal, subject_matches
 from jetserver.broker.nats_port import MessageHandler, NatsUnavailable, Sink, SkipMarked
 from jetserver.config import NatsConfig
 from jetserver.logs import fields
@@ -78,6 +78,26 @@ def _has_pub_internals(nc: NatsClient) -> bool:
     )
 
 
+@attrs.frozen
+class _SubjectIndex:
+    """Subscriptions (pattern, owner) split into literal patterns, by subject, and the
+    ones with wildcards."""
+
+    literal: dict[str, list[object]]
+    wildcard: list[tuple[str, object]]
+
+    @classmethod
+    def of(cls, subs: Iterable[tuple[str, object]]) -> _SubjectIndex:
+        literal: dict[str, list[object]] = {}
+        wildcard: list[tuple[str, object]] = []
+        for pattern, who in subs:
+            if is_literal(pattern):
+                literal.setdefault(pattern, []).append(who)
+            else:
+                wildcard.append((pattern, who))
+        return cls(literal, wildcard)
+
+
 @attrs.define(eq=False)
 class SubscriptionHandle:
     """A live subscription; :meth:`unsubscribe` ends it."""
@@ -115,6 +135,9 @@ class NatsLink:
     """Live ingest subscriptions: subject and owner (what :meth:`publish_stored_copies`
     is told to leave out)."""
     _echo_cache: dict[tuple[str, int], bool] = attrs.field(factory=dict)
+    _echo_index: _SubjectIndex | None = None
+    """The ingest subscriptions by literal subject, and those with wildcards (built on
+    first use after a change, with the cache)."""
     _rng: random.Random = attrs.field(factory=random.Random)
     _state_changed: anyio.Event = attrs.field(factory=anyio.Event)
     _closing: bool = False
@@ -300,7 +323,7 @@ class NatsLink:
         if ingest_owner is None:
             return SubscriptionHandle(subject, queue, sub, nc)
         self._ingest_subs[sub] = (subject, ingest_owner)
-        self._echo_cache.clear()
+        self._echo_changed()
         return SubscriptionHandle(subject, queue, sub, nc, self)
 
     def _ingest_client(self) -> NatsClient:
@@ -310,7 +333,11 @@ class NatsLink:
 
     def _forget_ingest(self, sub: Subscription) -> None:
         if self._ingest_subs.pop(sub, None) is not None:
-            self._echo_cache.clear()
+            self._echo_changed()
+
+    def _echo_changed(self) -> None:
+        self._echo_cache.clear()
+        self._echo_index = None
 
     def _echo_needed(self, subject: str, owner: object) -> bool:
         """True if an ingest subscription of this server other than ``owner``'s matches
@@ -318,9 +345,14 @@ class NatsLink:
         key = (subject, id(owner))
         needed = self._echo_cache.get(key)
         if needed is None:
-            needed = any(
+            index = self._echo_index
+            if index is None:
+                index = self._echo_index = _SubjectIndex.of(self._ingest_subs.values())
+            # A literal subject is looked up, not matched against every partition's
+            # subscription: the first message to each of P partitions cost P matches.
+            needed = any(who is not owner for who in index.literal.get(subject, ())) or any(
                 who is not owner and subject_matches(pattern, subject)
-                for pattern, who in self._ingest_subs.values()
+                for pattern, who in index.wildcard
             )
             if len(self._echo_cache) >= _MAX_ECHO_CACHE:
                 self._echo_cache.clear()
@@ -514,7 +546,7 @@ class NatsLink:
         self._closing = True
         ingest, self._ingest_nc = self._ingest_nc, None
         self._ingest_subs.clear()
-        self._echo_cache.clear()
+        self._echo_changed()
         await self._close_one(ingest)
         nc, self._nc = self._nc, None
         await self._close_one(nc)

@@ -348,6 +348,7 @@ class Server:
             cfg.server.id,
             streams=streams,
             link=link,
+            copies=produce.copy_backlog,
             listener=listener,
             consumer_positions=dispatcher.consumer_positions,
             disk=streams.disk,

@@ -496,7 +496,10 @@ class Connection:
             raise ProtocolError(
                 f"{self.label} answered {_api_name(pending.api)} with api {frame.api}"
             )
-        pending._resolve(None if error else frame.body, error)
+        body = frame.body
+        if not isinstance(body, bytes):  # only a decoder with readinto_min makes one
+            body = bytes(body)
+        pending._resolve(None if error else body, error)
 
 
 async def _wait_future(future: asyncio.Future[bool], timeout: float | None) -> None:

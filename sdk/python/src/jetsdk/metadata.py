@@ -168,7 +168,12 @@ class StreamInfo:
 
     def partition(self, number: int) -> PartitionInfo | None:
         """The partition ``number``, or None."""
-        for info in self.partitions:
+        partitions = self.partitions
+        if 0 <= number < len(partitions):
+            info = partitions[number]  # numbered 0..n-1 in order: no scan (a keyed
+            if info.partition == number:  # producer asks once per batch, 500 partitions)
+                return info
+        for info in partitions:
             if info.partition == number:
                 return info
         return None

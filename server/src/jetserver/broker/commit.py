@@ -31,11 +31,12 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
 from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
 from jetserver.broker.lifecycle import Lifecycle
+from jetserver.flush_behind import FlushBehind
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
-from jetserver.metadata.model import DURABILITY_FLUSHED
-from jetserver.replication.core import Outcome, ReplicaCore
+from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN
+from jetserver.replication.core import ROLE_SINGLE, Outcome, ReplicaCore
 from jetserver.storage import Log, SyncFailedError
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,13 @@ class Committer:
     _loop_refused: bool = False
     """:meth:`commit_deferred` just found the fsync may not run on the loop: the flusher
     goes to a thread without asking again (no second probe turn)."""
+    _behind: FlushBehind | None = None
+    """The fsyncs of a ``written`` partition on its own (:meth:`request_flush`), made on
+    the first."""
+    _thread_flush: bool = False
+    """:meth:`commit_deferred` waits for an fsync in a worker thread."""
+    _handover: asyncio.Task[None] | None = None
+    """The task handing a partition whose background fsync failed to the flusher."""
 
     def __repr__(self) -> str:
         # Not attrs' repr: the parts refer to each other and to the server's objects
@@ -109,10 +117,29 @@ class Committer:
     def request_flush(self) -> None:
         """Have the flusher fsync what was appended. The flusher task starts on the first
         request: an idle partition has none (a task is about 4 KB; a server holds thousands
-        of idle partitions). Not running (``run`` ended): nothing to do, its end flushed."""
+        of idle partitions). Not running (``run`` ended): nothing to do, its end flushed.
+
+        A ``written`` partition on a server alone, whose flusher never had to start, fsyncs
+        in a worker thread that reports nothing back (:class:`FlushBehind`): its commit
+        came with the append, so the fsync's end changes nothing on the loop, and waking
+        the loop for it cost a wake-up per message at light load. A failed fsync hands the
+        partition to the flusher for good (:meth:`_behind_failed`)."""
         if not self._flushing:
             tg = self.life.tg
             if tg is None:
+                return
+            core = self.core
+            if (
+                core.durability == DURABILITY_WRITTEN
+                and core.role == ROLE_SINGLE
+                and self.log.sync_failure is None
+            ):
+                behind = self._behind
+                if behind is None:
+                    loop = self._running_loop()
+                    behind = self._behind = FlushBehind(self.log, loop, self._behind_failed)
+                if behind.kick_soon():
+                    self.fsyncs.thread_fsyncs += 1
                 return
             self._flushing = True
             self._dirty = anyio.Event()
@@ -129,6 +156,30 @@ class Committer:
         self._deferred = True
         self._running_loop().call_soon(self._flush_if_deferred)
 
+    def _behind_failed(self, error: BaseException) -> None:
+        """A :class:`FlushBehind` fsync failed (a loop callback): the flusher takes over,
+        now and from then on, and recovers as from any failed fsync (the cut back)."""
+        if self.life.tg is None:
+            return  # run ended: final_flush saw the log's failure
+        log.warning(
+            "background fsync failed; the flusher takes over",
+            extra=self._fields(error=repr(error)),
+        )
+        # A task starts it: anyio's task group needs a task to find its backend from.
+        self._handover = self._running_loop().create_task(self._hand_over())
+
+    async def _hand_over(self) -> None:
+        if self._flushing:  # another failure handed it over already
+            self._dirty.set()
+            return
+        tg = self.life.tg
+        if tg is None:
+            return
+        self._flushing = True
+        self._dirty = anyio.Event()
+        tg.start_soon(self._flusher)
+        self._dirty.set()
+
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         loop = self._loop
         if loop is None:
@@ -141,18 +192,38 @@ class Committer:
             self.request_flush()
 
     async def commit_deferred(self) -> None:
-        """Fsync and commit what :meth:`defer_flush` left, on the loop, if the fsync
-        runner would run it there now; else (or on any error) ask the flusher, which
-        recovers from a failed fsync as always. A no-op if nothing is left (the flusher
-        or another request took it)."""
+        """Fsync and commit what :meth:`defer_flush` left, in this task: on the loop if
+        the fsync runner would run it there now; in a worker thread if the runner sends
+        fsyncs there for now (a slow disk, a high share of loop time), unless one from a
+        request's task is there already (then the flusher groups the rest). Else (the loop
+        is busy), or on any error, ask the flusher, which recovers from a failed fsync as
+        always. A no-op if nothing is left (the flusher or another request took it).
+
+        In a thread from this task, not the flusher's: the flusher's wake-up was a task
+        switch between the answer and the fsync on a message's way (``python -m bench
+        cost`` on a disk slow enough for the runner's back-off)."""
         if not self._deferred:
             return
         self._deferred = False  # appends from here on defer again, or ask the flusher
         log_ = self.log
+        runner = self.fsyncs
+        loop = self._running_loop()  # known: no getpid (3.11)
+        in_thread = not runner.may_run_here()
+        if in_thread and self._thread_flush:
+            self._loop_refused = True
+            self.request_flush()
+            return
         try:
             if hops.ENABLED:
                 hops.mark("fsync.start")
-            flushed = await self.fsyncs.flush_here(log_)  # up to the LEO when it starts
+            if in_thread:
+                self._thread_flush = True
+                try:
+                    flushed: int | None = await runner.flush(log_, on_loop=False, loop=loop)
+                finally:
+                    self._thread_flush = False
+            else:
+                flushed = await runner.flush_here(log_, loop=loop)  # up to the LEO
             if hops.ENABLED and flushed is not None:
                 hops.mark("fsync.end")
         except Exception:
@@ -227,7 +298,9 @@ class Committer:
                 # readers; with ``written``/``replicated`` it is background work.
                 on_loop = self.core.durability == DURABILITY_FLUSHED and not self._loop_refused
                 self._loop_refused = False
-                flushed = await self.fsyncs.flush(self.log, target, on_loop=on_loop)
+                flushed = await self.fsyncs.flush(
+                    self.log, target, on_loop=on_loop, loop=self._running_loop()
+                )
                 if hops.ENABLED:
                     hops.mark("fsync.end")
             except SyncFailedError as exc:
@@ -303,6 +376,8 @@ class Committer:
     async def final_flush(self) -> None:
         """At the end of ``run``: flush what is left, commit it, fail the pending ALL acks."""
         try:
+            if self._behind is not None:
+                await self._behind.wait_idle()  # its thread is done with the log
             log_ = self.log
             if log_.sync_failure is None and log_.flushed_offset >= log_.log_end_offset:
                 flushed = log_.flushed_offset  # nothing to flush: no thread round trip

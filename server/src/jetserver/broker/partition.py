@@ -62,6 +62,7 @@ from jetserver.broker.roles import RoleDriver, new_core
 from jetserver.broker.sequencer import Sequencer
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.fsync_runner import FsyncRunner
+from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
 from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig
@@ -476,11 +477,11 @@ class PartitionReplica:
         """:meth:`ReplicaNews.wait`."""
         await self.news.wait(follower, offset, timeout_s)
 
-    def add_news_waker(self, waker: anyio.Event) -> None:
+    def add_news_waker(self, waker: LazyEvent) -> None:
         """:meth:`ReplicaNews.add_waker`."""
         self.news.add_waker(waker)
 
-    def remove_news_waker(self, waker: anyio.Event) -> None:
+    def remove_news_waker(self, waker: LazyEvent) -> None:
         """:meth:`ReplicaNews.remove_waker`."""
         self.news.remove_waker(waker)
 

@@ -52,6 +52,7 @@ from jetsdk.codec.produce_values import (
 from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envelopes
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
+from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
 from jetserver.broker.current_values import current_values
 from jetserver.broker.direct import DirectBatch, ProduceCompletion, Result
 from jetserver.broker.nats_port import NatsPort, NatsSubscription, NatsUnavailable
@@ -104,6 +105,9 @@ class ProduceService:
     _sub: NatsSubscription | None = None
     _waiting: dict[str, ProduceCompletion] = attrs.field(factory=dict)
     _tokens: itertools.count[int] = attrs.field(factory=itertools.count)
+    copy_backlog: CopyBacklog = attrs.field(factory=CopyBacklog)
+    """Bytes of the NATS copies of directly stored records not yet handed to NATS, and
+    their bound (backpressure, then dropped: broker/copy_backlog.py)."""
     acks_unmatched: int = 0
     """Acks received for no waiting request (late, after a timeout)."""
 
@@ -177,6 +181,22 @@ class ProduceService:
             return False
         replica = self.streams.local_replica(stream, partition)
         return replica is not None and replica.takes_direct(policy)
+
+    def answers_at_once(self, stream: str, partition: int, policy: int) -> bool:
+        """True if a request (in a task of its own) with ack ``policy`` would be appended
+        and answered by :meth:`produce_then` without waiting for anything now: this server
+        leads the partition, one replica, LEADER or NONE acks, its sequencer idle (a
+        hint for ProduceMany, which then serves such sections one after the other in its
+        own task instead of a task each)."""
+        if policy == AckPolicy.ALL:
+            return False
+        replica = self.streams.local_replica(stream, partition)
+        return (
+            replica is not None
+            and replica.replication_factor == 1
+            and (self.direct or is_internal(stream))
+            and replica.appends_at_once(policy)
+        )
 
     def _check(
         self, stream: str, partition: int, policy: int, messages: list[ProducedEnvelope]
@@ -257,7 +277,7 @@ class ProduceService:
         return response
 
     async def produce_then(
-        self, body: bytes, head: ProduceHead | None = None, *, own_task: bool = False
+        self, body: bytes | bytearray, head: ProduceHead | None = None, *, own_task: bool = False
     ) -> tuple[bytes, After | None]:
         """Serve a Produce request body: the response body (one result per message, in
         order) and the work to do once the response is on its way (None: nothing).
@@ -335,12 +355,20 @@ class ProduceService:
         deadline = time.monotonic() + timeout_s
         try:
             with _UNSCOPED if at_once else anyio.move_on_after(timeout_s):
-                if replica is not None and await replica.ingest_direct(
-                    _direct_batch(to_send, records, sent_index, policy, waiting),
-                    shield=not at_once,
+                batch = (
+                    None
+                    if replica is None
+                    else _direct_batch(to_send, records, sent_index, policy, waiting)
+                )
+                if (
+                    replica is not None
+                    and batch is not None
+                    and await replica.ingest_direct(batch, shield=not at_once)
                 ):
                     appended_end = replica.log.log_end_offset  # if appended in this task
                     turn = replica.copies_turn() if replica.replication_factor == 1 else None
+                    # A place in the copies' backlog, in the same order as the turn.
+                    ticket = None if turn is None else self.copy_backlog.enter(batch.size)
                     if replica.replication_factor > 1 and not internal:
                         # Replicated: unmarked and before the ack wait, so that a new
                         # leader elected meanwhile (this one cut off from its cluster)
@@ -362,15 +390,20 @@ class ProduceService:
                             )
                             if internal:
                                 copies = []
+                            assert ticket is not None  # taken with the turn
                             after = self._copies_after_commit(
-                                replica, copies, end, failures, timeout_s, turn
+                                replica, copies, end, failures, timeout_s, turn, ticket
                             )
                     final = [r if r is not None else _TIMEOUT for r in results]
                     if produce_wants_current_values(body):  # a refusal's value (§6)
                         keys = replica.sequencer.checks.keys
                         values = current_values(replica.log, records, final, index=keys)
-                        return encode_produce_result_values(final, values), after
-                    return encode_produce_result_tuples(final), after
+                        response = encode_produce_result_values(final, values)
+                    else:
+                        response = encode_produce_result_tuples(final)
+                    if isinstance(after, _Copies) and after.ticket.admitted is not None:
+                        after = await self._room_for(after, deadline)
+                    return response, after
                 assert not at_once  # checked with no await in between: it was taken
                 if internal:
                     raise ApiError(
@@ -412,7 +445,8 @@ class ProduceService:
         failures: int,
         timeout_s: float,
         turn: tuple[asyncio.Future[None] | None, asyncio.Future[None]],
-    ) -> After | None:
+        ticket: CopyTicket,
+    ) -> _Copies | None:
         """The after-work of a request whose ``messages`` ``replica`` stored directly below
         offset ``end``. Publish their NATS
         copies once the HW passed them (at once with durability ``written``), within
@@ -422,12 +456,15 @@ class ProduceService:
         its append still has its stored records copied. Copies go in append order: each
         request's after the previous one's (``turn``, :meth:`PartitionReplica.copies_turn`)."""
         prev, mine = turn
+        backlog = self.copy_backlog
         if not messages:
+            backlog.leave(ticket)
             _finish_after(prev, mine)
             return None
         header = stored_header_block(replica.stream, replica.partition)
 
         async def publish_copies() -> None:
+            # Run once its ticket was let in (before the response: _room_for).
             try:
                 deadline = time.monotonic() + timeout_s
                 # The fsync its append left to it (Committer.defer_flush), if still due.
@@ -438,10 +475,24 @@ class ProduceService:
                 if left > 0 and await replica.wait_committed(end, failures, left):
                     await self.link.publish_stored_copies(messages, header, replica)
             finally:
+                backlog.release(ticket.size)
                 if not mine.done():
                     mine.set_result(None)
 
-        return publish_copies
+        return _Copies(publish_copies, ticket, len(messages), prev, mine)
+
+    async def _room_for(self, copies: _Copies, deadline: float) -> _Copies | None:
+        """``copies`` once the backlog let them in (the response waits: producer
+        backpressure), or None if it did not by ``deadline`` (or this request was
+        cancelled meanwhile): then they are given up, counted, their turn passed on."""
+        let_in = False
+        try:
+            let_in = await self.copy_backlog.wait_admitted(copies.ticket, deadline)
+        finally:
+            if not let_in:
+                self.copy_backlog.dropped += copies.count
+                _finish_after(copies.prev, copies.mine)
+        return copies if let_in else None
 
 
 def _check_internal(
@@ -485,6 +536,22 @@ def _direct_batch(
         completion=completion,
         size=sum(len(payload) for _subject, payload in to_send),
     )
+
+
+@attrs.frozen
+class _Copies:
+    """A request's NATS copies to publish after its response (its after-work): their
+    place in the :class:`CopyBacklog` and count, and their turn (``prev``, ``mine``:
+    :meth:`PartitionReplica.copies_turn`), passed on by whoever gives them up."""
+
+    publish: After
+    ticket: CopyTicket
+    count: int
+    prev: asyncio.Future[None] | None
+    mine: asyncio.Future[None]
+
+    async def __call__(self) -> None:
+        await self.publish()
 
 
 def _finish_after(prev: asyncio.Future[None] | None, mine: asyncio.Future[None]) -> None:

@@ -37,12 +37,15 @@ from jetsdk.codec.replica_fetch import (
     ReplicaFetchPartition,
     ReplicaFetchRequest,
 )
+from jetserver import hops
 from jetserver.broker.fetch import check_holds_replica, read_records
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError
+from jetserver.lazy_event import LazyEvent
 from jetserver.storage import StorageError
+from jetserver.storage.read_slices import ReadSlices
 
 READ_INLINE_MAX_BYTES = 256 * 1024
 """Records up to this size are read on the event loop; bigger reads in a worker thread."""
@@ -58,16 +61,16 @@ class SessionWakers:
     remembered: the session's next request then answers at once.
     """
 
-    _parked: dict[int, anyio.Event] = attrs.field(factory=dict)
+    _parked: dict[int, LazyEvent] = attrs.field(factory=dict)
     _early: dict[int, float] = attrs.field(factory=dict)
 
-    def park(self, session_id: int, event: anyio.Event) -> None:
+    def park(self, session_id: int, event: LazyEvent) -> None:
         """``event`` ends the session's request now being served: a wake sets it."""
         if self._early.pop(session_id, None) is not None:
             event.set()
         self._parked[session_id] = event
 
-    def unpark(self, session_id: int, event: anyio.Event) -> None:
+    def unpark(self, session_id: int, event: LazyEvent) -> None:
         """The request of ``event`` is answered."""
         if self._parked.get(session_id) is event:
             del self._parked[session_id]
@@ -99,17 +102,28 @@ def _error(index: int, exc: ApiError | StorageError) -> ReplicaFetchAnswer:
     return ReplicaFetchAnswer(index, int(code), -1, -1, -1, message)
 
 
+@attrs.frozen
+class ReplicaFetchReply:
+    """The answers to a ReplicaFetch, in index order, and the records of the last one if
+    they are to be sent from their files (``os.sendfile``: neither read into this process
+    nor joined into the frame); that answer's ``records`` is empty then."""
+
+    answers: list[ReplicaFetchAnswer]
+    last_records: ReadSlices | None = None
+
+
 async def replica_fetch(
     streams: StreamManager,
     limits: LimitsConfig,
     wakers: SessionWakers,
     req: ReplicaFetchRequest,
-) -> list[ReplicaFetchAnswer]:
-    """Answer ``req`` (see the module docstring)."""
+) -> ReplicaFetchReply:
+    """Answer ``req`` (see the module docstring). The caller sends and closes
+    ``last_records``."""
     if req.wake:
         wakers.wake(req.session_id)
-        return []
-    news = anyio.Event()  # set by a partition's news or by the session's wake
+        return ReplicaFetchReply([])
+    news = LazyEvent()  # set by a partition's news or by the session's wake
     wakers.park(req.session_id, news)  # before any await: a wake may follow at once
     try:
         return await _serve(streams, limits, news, req)
@@ -120,9 +134,9 @@ async def replica_fetch(
 async def _serve(
     streams: StreamManager,
     limits: LimitsConfig,
-    news: anyio.Event,
+    news: LazyEvent,
     req: ReplicaFetchRequest,
-) -> list[ReplicaFetchAnswer]:
+) -> ReplicaFetchReply:
     answers: list[ReplicaFetchAnswer] = []
     live: list[_Live] = []
     committed = False
@@ -137,6 +151,8 @@ async def _serve(
                 answers.append(_out_of_range(index, replica))
                 continue
             hw_was = replica.log.high_watermark
+            if hops.ENABLED:
+                hops.mark(f"rf.ask.{follower}")
             await replica.replica_fetched(follower, part.offset, part.replica_flushed)
             committed = committed or replica.log.high_watermark != hw_was
         except (ApiError, StorageError) as exc:
@@ -153,43 +169,69 @@ async def _serve(
     if not answers and live and not answer_all and not any(_has_news(e) for e in live):
         answer_all = not await _wait_news(live, news, wait_ms / 1000)
     budget = min(req.max_bytes, limits.max_fetch_bytes)
-    for e in live:
-        if not (answer_all or _has_news(e)):
-            continue  # nothing new: its long poll goes on in the next request
-        try:
-            answer = await _answer(streams, e, budget)
-        except (ApiError, StorageError) as exc:
-            answers.append(_error(e.index, exc))
-            continue
-        if answer is None:
-            continue  # records that do not fit this answer: the next request gets them
-        budget -= len(answer.records)
-        answers.append(answer)
-    answers.sort(key=lambda a: a.index)
-    return answers
+    unread: dict[int, ReadSlices] = {}
+    try:
+        for e in live:
+            if not (answer_all or _has_news(e)):
+                continue  # nothing new: its long poll goes on in the next request
+            try:
+                answer = await _answer(streams, e, budget, unread)
+            except (ApiError, StorageError) as exc:
+                answers.append(_error(e.index, exc))
+                continue
+            if answer is None:
+                continue  # records that do not fit this answer: the next request gets them
+            budget -= unread[e.index].length if e.index in unread else len(answer.records)
+            answers.append(answer)
+        answers.sort(key=lambda a: a.index)
+        # The last answer's records end the frame: they go from their files. The others'
+        # are read (they come before other answers' fields).
+        last = unread.pop(answers[-1].index, None) if answers else None
+        for i, answer in enumerate(answers):
+            records = unread.pop(answer.index, None)
+            if records is not None:
+                answers[i] = attrs.evolve(answer, records=await _read(records))
+        return ReplicaFetchReply(answers, last)
+    finally:
+        for records in unread.values():
+            records.close()
+
+
+async def _read(records: ReadSlices) -> bytes:
+    """The bytes of ``records`` (closed after)."""
+    try:
+        if records.length <= READ_INLINE_MAX_BYTES:
+            return records.read_bytes()
+        return await anyio.to_thread.run_sync(records.read_bytes)
+    finally:
+        records.close()
 
 
 def _has_news(e: _Live) -> bool:
     return e.replica.closed or e.replica.replica_has_news(e.follower, e.part.offset)
 
 
-async def _wait_news(live: list[_Live], news: anyio.Event, timeout_s: float) -> bool:
+async def _wait_news(live: list[_Live], news: LazyEvent, timeout_s: float) -> bool:
     """Wait until a partition has news or the session is woken (either sets ``news``, with
-    no task in between); False after ``timeout_s``."""
+    no task in between); False after ``timeout_s``. A bare future with a timer, not an
+    anyio scope: twice per replicated message at light load."""
     for e in live:
         e.replica.add_news_waker(news)
     try:
-        with anyio.move_on_after(timeout_s):
-            await news.wait()
-            return True
-        return False
+        woken = await news.wait_within(timeout_s)
+        if hops.ENABLED and woken:
+            hops.mark("rf.woken")
+        return woken
     finally:
         for e in live:
             e.replica.remove_news_waker(news)
 
 
-async def _answer(streams: StreamManager, e: _Live, budget: int) -> ReplicaFetchAnswer | None:
-    """The answer for one partition after the wait (None: its records do not fit)."""
+async def _answer(
+    streams: StreamManager, e: _Live, budget: int, unread: dict[int, ReadSlices]
+) -> ReplicaFetchAnswer | None:
+    """The answer for one partition after the wait (None: its records do not fit); its
+    records, if any, go to ``unread`` (by index), not read yet."""
     replica = e.replica
     if replica.closed:
         replica = streams.replica(e.part.stream, e.part.partition)  # raises if deleted
@@ -203,25 +245,19 @@ async def _answer(streams: StreamManager, e: _Live, budget: int) -> ReplicaFetch
     if has_records and budget <= 0:
         return None
     hw = state.hw
-    data = b""
     if has_records:
         # Before reading: a failed fsync's cut from now on knows these records went out.
         state.note_served(end)
         read = read_records(log, offset, min(e.part.max_bytes, budget), end)
         if read.error_code != ErrorCode.NONE:
             return _out_of_range(e.index, replica)
-        records = read.records
-        if records is not None:
-            try:
-                if records.length <= READ_INLINE_MAX_BYTES:
-                    data = records.read_bytes()
-                else:
-                    data = await anyio.to_thread.run_sync(records.read_bytes)
-            finally:
-                records.close()
+        if read.records is not None:
+            unread[e.index] = read.records
     state.note_hw_sent(e.follower, hw)
+    if hops.ENABLED:
+        hops.mark(f"rf.ans.{e.follower}.{'r' if e.index in unread else 'h'}")
     return ReplicaFetchAnswer(
-        e.index, ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, "", data
+        e.index, ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, ""
     )
 
 

@@ -42,7 +42,7 @@ class ReplicaNews:
     life: Lifecycle
     """The replica's running state (read only here)."""
     _news: LazyEvent = attrs.field(factory=LazyEvent)
-    _wakers: set[anyio.Event] | None = None
+    _wakers: set[LazyEvent] | None = None
 
     def __repr__(self) -> str:
         # Not attrs' repr: the parts refer to each other and to the server's objects
@@ -91,7 +91,7 @@ class ReplicaNews:
         state = self.core.leader_state
         if state is None or self.life.ending:
             return True
-        return offset < self.log.log_end_offset or state.follower_needs_hw(follower)
+        return state.fetch_has_news(follower, offset, self.log.log_end_offset)
 
     async def wait(self, follower: str, offset: int, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` until :meth:`has_news`."""
@@ -107,14 +107,14 @@ class ReplicaNews:
             for waker in self._wakers:
                 waker.set()
 
-    def add_waker(self, waker: anyio.Event) -> None:
+    def add_waker(self, waker: LazyEvent) -> None:
         """Set ``waker`` whenever parked replica fetches may have news (a fetch session
         parked on many partitions waits on one event)."""
         if self._wakers is None:
             self._wakers = set()
         self._wakers.add(waker)
 
-    def remove_waker(self, waker: anyio.Event) -> None:
+    def remove_waker(self, waker: LazyEvent) -> None:
         """Undo :meth:`add_waker`."""
         if self._wakers is not None:
             self._wakers.discard(waker)

@@ -51,3 +51,7 @@ class RequestGate(Protocol):
         self, frame: Frame, session: Session, produce_head: ProduceHead | None = None
     ) -> Reply | None:
         """Answer or refuse ``frame`` here, or None to let the handlers answer it."""
+
+    def produce_refusal(self, session: Session, body: bytes, head: ProduceHead) -> str | None:
+        """Why ``session`` may not send the Produce request ``body`` (one section of a
+        ProduceMany request, checked as a Produce of its own), or None if it may."""

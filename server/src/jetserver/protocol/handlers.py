@@ -42,6 +42,7 @@ from jetserver.logs import fields
 from jetserver.protocol import json_api
 from jetserver.protocol.connection import Reply, error_reply
 from jetserver.protocol.gate_port import RequestGate, Session
+from jetserver.protocol.produce_many import ProduceMany
 from jetserver.protocol.stream_admin import purge_partition, update_stream
 from jetserver.raft.errors import RaftError
 from jetserver.storage import StorageError
@@ -83,6 +84,7 @@ class Dispatcher:
     live_settings: LiveLogSettings = attrs.field(factory=LiveLogSettings)
     """A server alone: applies UpdateStream's settings to the open logs."""
     """Followers' parked ReplicaFetch requests, by session (to wake them)."""
+    _many: ProduceMany | None = attrs.field(default=None, init=False, repr=False)
 
     def is_down(self, server_id: str) -> bool:
         """This server's liveness view: True if ``server_id`` does not answer its probes
@@ -119,6 +121,8 @@ class Dispatcher:
                 screened = await self.security.screen(frame, session, head)
                 if screened is not None:
                     return screened
+            if api == Api.PRODUCE_MANY:
+                return await self._produce_many().handle(frame, session)
             try:
                 return await self._dispatch(frame, head)
             except ApiError as exc:
@@ -196,6 +200,19 @@ class Dispatcher:
         except RaftError:
             return False
         return True
+
+    def _produce_many(self) -> ProduceMany:
+        """The ProduceMany side (made on first use: it holds this dispatcher's parts)."""
+        many = self._many
+        if many is None:
+            many = self._many = ProduceMany(
+                self.produce,
+                self.security,
+                starting=lambda: self.starting,
+                applied_more=self._applied_more if self.cluster is not None else None,
+                stale_grace_s=STALE_METADATA_GRACE_S,
+            )
+        return many
 
     @property
     def starting(self) -> bool:
@@ -322,12 +339,23 @@ class Dispatcher:
                 {"api": int(Api.REPLICA_FETCH)},
             )
         req = decode_replica_fetch_request(frame.body)
-        answers = await replica_fetch(self.streams, self.config.limits, self.session_wakers, req)
-        # The frame joined once around the records read (the body joined, then joined to
-        # its header, copied every replicated byte twice).
-        parts = replica_fetch_response_parts(answers)
-        head = encode_frame_header(
-            frame.api, frame.correlation_id, sum(map(len, parts)), flags=FLAG_RESPONSE
-        )
+        reply = await replica_fetch(self.streams, self.config.limits, self.session_wakers, req)
+        # The last answer's records, which end the frame, go from their files (sendfile);
+        # the rest is joined once (records read and joined copied them twice, and the
+        # records of the other answers are still copied so).
+        last = reply.last_records
+        try:
+            last_len = None if last is None else last.length
+            parts = replica_fetch_response_parts(reply.answers, last_records_len=last_len)
+            head = encode_frame_header(
+                frame.api,
+                frame.correlation_id,
+                sum(map(len, parts)) + (last_len or 0),
+                flags=FLAG_RESPONSE,
+            )
+        except BaseException:
+            if last is not None:
+                last.close()
+            raise
         parts.insert(0, head)
-        return Reply(b"".join(parts))
+        return Reply(b"".join(parts), records=last)

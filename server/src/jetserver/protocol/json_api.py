@@ -10,6 +10,7 @@ from typing import Any
 
 from jetsdk._version import PROTOCOL_VERSION
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.frames import Api
 from jetserver import __version__
 from jetserver.broker.stream_info import stream_info
 from jetserver.broker.streams import StreamManager
@@ -18,6 +19,8 @@ from jetserver.errors import ApiError, invalid_argument
 from jetserver.metadata.health import IsDown, never_down
 
 POSITIONS = ("earliest", "latest", "timestamp")
+SERVED_APIS = [int(api) for api in Api]
+"""Hello's ``apis``: every API key this version implements (spec/protocol.md, "0 Hello")."""
 
 
 def _str_field(req: dict[str, Any], field: str) -> str:
@@ -50,6 +53,7 @@ def hello(req: dict[str, Any], config: ServerConfig) -> dict[str, Any]:
         "version": __version__,
         "max_frame_bytes": config.limits.max_frame_bytes,
         "max_message_bytes": config.limits.max_message_bytes,
+        "apis": SERVED_APIS,
     }
 
 

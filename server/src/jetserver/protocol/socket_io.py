@@ -30,7 +30,7 @@ _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 class SocketIO:
     """A connected non-blocking socket."""
 
-    __slots__ = ("_early", "_max_read", "_waiter", "_watch", "peer", "sock")
+    __slots__ = ("_early", "_into", "_max_read", "_waiter", "_watch", "peer", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         """Take ownership of ``sock`` (made non-blocking, TCP_NODELAY on)."""
@@ -40,7 +40,10 @@ class SocketIO:
         self.sock = sock
         self._watch: asyncio.AbstractEventLoop | None = None
         """The loop whose reader callback watches the socket (None: none registered)."""
-        self._waiter: asyncio.Future[bytes | None] | None = None
+        self._waiter: asyncio.Future[bytes | int | None] | None = None
+        self._into: memoryview | None = None
+        """Where the reader callback receives for :meth:`recv_into_within` (None: a
+        ``bytes`` of up to ``_max_read``)."""
         self._early: bytes | OSError | None = None
         """What the reader callback received while nobody waited (for the next read)."""
         self._max_read = RECV_BYTES
@@ -87,7 +90,7 @@ class SocketIO:
         # The watching loop, if any, is the running one (no get_running_loop: a getpid
         # system call per call on Python 3.11).
         loop = self._watch or asyncio.get_running_loop()
-        ready: asyncio.Future[bytes | None] = loop.create_future()
+        ready: asyncio.Future[bytes | int | None] = loop.create_future()
         self._waiter = ready
         self._max_read = max_bytes
         if self._watch is None:
@@ -95,15 +98,57 @@ class SocketIO:
             self._watch = loop
         timer = loop.call_later(seconds, _settle, ready, None)
         try:
-            return await ready
+            got = await ready
         finally:
             timer.cancel()
             self._waiter = None
+        assert not isinstance(got, int)  # no target set: received as bytes
+        return got
+
+    async def recv_into_within(self, target: memoryview, seconds: float) -> int | None:
+        """As :meth:`recv_within`, but into ``target`` (``recv_into``: no ``bytes`` made):
+        the number of bytes received (0 at end of stream), None if nothing arrived within
+        ``seconds``.
+
+        Raises:
+            OSError: connection reset and the like.
+        """
+        early = self._early
+        if early is not None:  # what the reader callback read while nobody waited
+            if isinstance(early, OSError):
+                self._early = None
+                raise early
+            n = min(len(early), len(target))
+            target[:n] = early[:n]
+            self._early = early[n:] if n < len(early) else None
+            return n
+        if self._watch is None or seconds <= 0:
+            try:
+                return self.sock.recv_into(target)
+            except (BlockingIOError, InterruptedError):
+                pass
+        loop = self._watch or asyncio.get_running_loop()
+        ready: asyncio.Future[bytes | int | None] = loop.create_future()
+        self._waiter, self._into = ready, target
+        if self._watch is None:
+            loop.add_reader(self.sock.fileno(), self._on_readable)
+            self._watch = loop
+        timer = loop.call_later(seconds, _settle, ready, None)
+        try:
+            data = await ready
+        finally:
+            timer.cancel()
+            self._waiter = self._into = None
+        assert not isinstance(data, bytes)  # received into the target
+        return data
 
     def _on_readable(self) -> None:
         waiter = self._waiter
+        into = self._into if waiter is not None and not waiter.done() else None
         try:
-            data: bytes | OSError = self.sock.recv(self._max_read)
+            data: bytes | int | OSError = (
+                self.sock.recv(self._max_read) if into is None else self.sock.recv_into(into)
+            )
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -116,6 +161,7 @@ class SocketIO:
             if data:
                 return
         else:
+            assert not isinstance(data, int)  # received into a target only for a waiter
             self._early = data
         self._unwatch()  # nobody waits, or the stream ended: stop until someone waits
 
@@ -222,6 +268,6 @@ class SocketIO:
             self.sock.close()
 
 
-def _settle(future: asyncio.Future[bytes | None], value: bytes | None) -> None:
+def _settle(future: asyncio.Future[bytes | int | None], value: None) -> None:
     if not future.done():
         future.set_result(value)

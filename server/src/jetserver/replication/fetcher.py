@@ -421,6 +421,8 @@ class FollowerFetcher:
                 max_bytes=cfg.fetch_max_bytes,
             )
             answered_before = session.requests
+            if hops.ENABLED:
+                hops.mark("repl.ask")
             try:
                 header = await session.fetch(part, cfg.fetch_max_wait_s + cfg.request_slack_s)
             except Timeout:

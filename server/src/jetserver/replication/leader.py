@@ -268,6 +268,12 @@ class LeaderState:
         if progress is not None:
             progress.hw_sent = max(progress.hw_sent, hw)
 
+    def fetch_has_news(self, follower: str, offset: int, leo: int) -> bool:
+        """True if a replica fetch from ``follower`` at ``offset`` is answered now (the
+        leader's log ends at ``leo``): it lacks records, or has not been sent the current
+        high watermark. Otherwise it parks until one of them holds or its long poll ends."""
+        return offset < leo or self.follower_needs_hw(follower)
+
     def follower_needs_hw(self, follower: str) -> bool:
         """True if ``follower`` has not been told the current high watermark."""
         progress = self.followers.get(follower)

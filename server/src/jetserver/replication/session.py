@@ -15,6 +15,10 @@ whose leader is at one address shares a :class:`FetchSession`:
   answered by the last one have asked again (those with records after appending and
   fsyncing them): one request per round, as Kafka's replica fetcher thread does per
   broker.
+- A partition that asks while no request is out and no other partition waits or is
+  awaited (a session with one partition, the usual case at light load) sends its request
+  and takes its answer in its own task: the hand-off to the loop and back were two
+  event-loop turns on every round of a replicated message's way.
 - A partition that asks while a request is parked at the leader (a new follower, one back
   from an error) sends a wake (ReplicaFetch with ``FLAG_WAKE``): the leader ends the parked
   request and the next one carries everyone.
@@ -62,6 +66,7 @@ from jetsdk.codec.replica_fetch import (
 from jetsdk.connection import Connection
 from jetsdk.errors import ClientClosed, JetConnectionError, JetError, Timeout, error_from_code
 from jetsdk.transport import parse_address
+from jetserver import hops
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.peer import PLAIN, PeerSecurity
@@ -127,12 +132,17 @@ class FetchSession:
     """ReplicaFetch requests answered."""
     wakes: int = 0
     """Wakes sent."""
+    inline_rounds: int = 0
+    """Requests a lone partition's fetcher sent and took the answer of in its own task
+    (:meth:`fetch`)."""
     _pending: list[_Entry] = attrs.field(factory=list)
     _awaited: set[tuple[str, int]] = attrs.field(factory=set)
     _back: anyio.Event = attrs.field(factory=anyio.Event)
     _work: anyio.Event = attrs.field(factory=anyio.Event)
     _woken: bool | None = None
     """None: no request parked at the leader; False: one is, not yet woken; True: woken."""
+    _inline: anyio.Event | None = None
+    """Set when the round a fetcher runs in its own task ends (None: none runs)."""
     _conn: Connection | None = None
     _connected: anyio.Event = attrs.field(factory=anyio.Event)
     _json_waiting: int = 0
@@ -154,21 +164,36 @@ class FetchSession:
         if self.closed:
             raise ClientClosed(f"fetch session to {self.address} closed")
         entry = _Entry(part, self.clock())
-        self._pending.append(entry)
         key = (part.stream, part.partition)
         if key in self._awaited:
             self._awaited.discard(key)
             if not self._awaited:
                 self._back.set()
-        self._work.set()
+        conn = self._conn
+        if (
+            conn is not None
+            and not conn.closed
+            and self._woken is None
+            and self._inline is None
+            and not self._awaited
+            and not self._pending
+        ):
+            # Nobody else waits and no request is out: send this one's request from this
+            # task and take its answer here (no hand-off to the session's loop and back:
+            # two event-loop turns on every round of a lone partition).
+            await self._inline_round(conn, entry)
+        else:
+            self._pending.append(entry)
+            self._work.set()
         try:
-            with anyio.move_on_after(timeout_s):
-                if self._woken is False:
-                    # A request is parked: wake it (from this task, with no task in between)
-                    # so that the next one carries this partition.
-                    self._woken = True
-                    await self._wake()
-                await entry.done.wait()
+            if not entry.done.is_set():  # (answered by a round of its own: no yield)
+                with anyio.move_on_after(timeout_s):
+                    if self._woken is False:
+                        # A request is parked: wake it (from this task, with no task in
+                        # between) so that the next one carries this partition.
+                        self._woken = True
+                        await self._wake()
+                    await entry.done.wait()
         finally:
             if not entry.done.is_set():
                 entry.abandoned = True
@@ -183,6 +208,27 @@ class FetchSession:
             raise entry.error
         assert entry.answer is not None
         return entry.answer
+
+    async def _inline_round(self, conn: Connection, entry: _Entry) -> None:
+        """One round for ``entry`` alone, in the caller's task (see :meth:`fetch`). The
+        session's loop sends no request meanwhile; a partition that asks meanwhile wakes
+        this one as usual, and an entry it leaves unanswered goes back to the loop."""
+        done = self._inline = anyio.Event()
+        self.inline_rounds += 1
+        try:
+            await self._round(conn, [entry])
+        except Exception:
+            # The connection broke (the error is the entry's) or an answer did not decode:
+            # the loop dials again, as after a round of its own.
+            self._work.set()
+            with anyio.CancelScope(shield=True):
+                await conn.aclose()
+            raise
+        finally:
+            self._inline = None
+            done.set()
+            if self._pending:
+                self._work.set()
 
     async def request_json(self, api: int, obj: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send another request (JSON body) on the session's connection.
@@ -288,6 +334,8 @@ class FetchSession:
                 with anyio.move_on_after(COALESCE_S):
                     await self._back.wait()
                 self._awaited.clear()
+            while self._inline is not None:  # a fetcher's own round is out (fetch)
+                await self._inline.wait()
             batch = [e for e in self._pending if not e.abandoned]
             self._pending = []
             if batch:
@@ -314,8 +362,12 @@ class FetchSession:
         try:
             # A failed send fails the batch too: its partitions are no longer pending, so
             # nothing else would answer them.
+            if hops.ENABLED:
+                hops.mark("repl.send")
             pending = await conn.send(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
             body = await pending.wait(wait_s + cfg.request_slack_s)
+            if hops.ENABLED:
+                hops.mark("repl.recv")
         except JetError as exc:
             error = exc
         finally:

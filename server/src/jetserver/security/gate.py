@@ -267,7 +267,7 @@ class Security:
         if api in _INTERNAL_ONLY:
             raise Denied("server-to-server API")
         if api == Api.PRODUCE:
-            self._authorize_produce(frame, grants, produce_head)
+            self._authorize_produce(frame.body, grants, produce_head)
         elif api == Api.FETCH:
             req = decode_fetch_request(frame.body)
             if req.replica_id >= 0:
@@ -296,31 +296,47 @@ class Security:
         elif api in (Api.SET_ACL, Api.LIST_ACLS, Api.REBALANCE_LEADERS):
             _need(acl.is_cluster_admin(grants), "admin on '*' (cluster admin)")
 
+    def produce_refusal(self, session: Session, body: bytes, head: ProduceHead) -> str | None:
+        """Why ``session`` may not send the Produce request ``body`` (a ProduceMany
+        section, whose grants are checked one by one), or None if it may.
+
+        Raises:
+            CodecError: ``body`` does not decode.
+        """
+        if not self.authorizes(session):
+            return None
+        assert session.identity is not None
+        try:
+            self._authorize_produce(body, self.acls().get(session.identity, ()), head)
+        except Denied as exc:
+            return str(exc)
+        return None
+
     def _authorize_produce(
-        self, frame: Frame, grants: tuple[Grant, ...], head: ProduceHead | None
+        self, body: bytes | bytearray, grants: tuple[Grant, ...], head: ProduceHead | None
     ) -> None:
         """Produce: ``publish`` on the stream and on every other stream its messages reach
         through NATS; into an internal stream by a ``group`` grant, only that group's
         records (spec/security.md §3, §4)."""
         if head is None:
-            head = decode_produce_head(frame.body)
+            head = decode_produce_head(body)
         stream, partition = head[:2]
         if acl.allows(grants, PUBLISH, stream):
             if not stream.startswith(INTERNAL_PREFIX):
-                self._authorize_reach(frame.body, stream, partition, grants)
+                self._authorize_reach(body, stream, partition, grants)
             return  # an internal stream granted explicitly: no NATS copies reach others
         if stream == GROUPS_STREAM and acl.has_group_permission(grants):
-            messages = decode_produce_request(frame.body).messages
+            messages = decode_produce_request(body).messages
             check_group_records(grants, partition, self._reach.partitions(stream), messages)
             return
         share_group = share_group_of(stream)
         if share_group is not None and acl.allows_group(grants, share_group):
-            check_share_records(share_group, decode_produce_request(frame.body).messages)
+            check_share_records(share_group, decode_produce_request(body).messages)
             return
         _need(False, f"publish on stream {stream!r}")
 
     def _authorize_reach(
-        self, body: bytes, stream: str, partition: int, grants: tuple[Grant, ...]
+        self, body: bytes | bytearray, stream: str, partition: int, grants: tuple[Grant, ...]
     ) -> None:
         neighbours = self._reach.neighbours(stream, partition)
         if neighbours is None:

@@ -148,6 +148,15 @@ class TlsSocketIO(SocketIO):
             return await self.recv(max_bytes)
         return None
 
+    async def recv_into_within(self, target: memoryview, seconds: float) -> int | None:
+        """Decrypted bytes into ``target`` (copied from :meth:`recv_within`'s: the TLS
+        object decrypts into its own buffers)."""
+        data = await self.recv_within(seconds, len(target))
+        if data is None:
+            return None
+        target[: len(data)] = data
+        return len(data)
+
     async def send_all(self, data: bytes | memoryview, *, more: bool = False) -> None:
         """Encrypt and send every byte of ``data``."""
         view = memoryview(data).cast("B")

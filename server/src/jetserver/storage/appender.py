@@ -86,7 +86,7 @@ class Appender:
                 entries = batch_index_entries(
                     first, ts, lens, uniform, st.size, last_indexed, interval
                 )
-            seg.append(data, first + n - 1, ts, ts, entries, size)
+            seg.append(data, first + n - 1, ts, ts, entries, size, first)
             with state.lock:
                 state.leo = first + n
             state.last_ts = ts
@@ -162,7 +162,7 @@ class Appender:
                 [abs_starts[i] for i in points],
                 [running[i] for i in points],
             )
-            seg.append(whole, offsets[-1], running[-1], stamps[0], entries)
+            seg.append(whole, offsets[-1], running[-1], stamps[0], entries, None, offsets[0])
             new_leo = offsets[-1] + 1
             with state.lock:
                 state.leo = new_leo

@@ -196,11 +196,14 @@ class Segment:
         first_timestamp: int,
         entries: IndexEntries,
         size: int | None = None,
+        first_offset: int | None = None,
     ) -> None:
         """Append whole records at the end of the ``.log`` and their index entries.
 
         ``data``: one buffer, or parts written back to back with one gathered write;
-        ``size``: its length in bytes (computed if None).
+        ``size``: its length in bytes (computed if None); ``first_offset``: the first
+        record's offset, if known (a reader's hint at the end of the segment becomes exact:
+        the next read from there reads no header first).
 
         Raises:
             StorageError: the write failed (the file is cut back to its previous size).
@@ -219,6 +222,17 @@ class Segment:
             timeindex.extend(entries.max_timestamps, relative)
         if self.first_timestamp is None:
             self.first_timestamp = first_timestamp
+        hint = self._hint
+        if (
+            hint is not None
+            and not hint[3]
+            and hint[1] == first_offset
+            and hint[2] == st.size
+            and hint[0] == st.generation
+        ):
+            # A reader that kept up stopped at the end: the record now there is the one
+            # it reads next (no gap left by compaction to look for).
+            self._hint = (hint[0], hint[1], hint[2], True)
         self.state = SegmentState(
             st.size + (size if size is not None else _size(data)),
             last_offset + 1,

@@ -14,12 +14,14 @@ Codecs, by header value:
 - ``lz4``: one LZ4 frame (the LZ4 frame format, content size included), from the ``lz4``
   package.
 
-Both are optional (``pip install jetsdk[compression]``). Pure functions, no I/O; each call
-makes its own (de)compressor, so any thread may call them.
+Both are optional (``pip install jetsdk[compression]``). Pure functions, no I/O; any thread
+may call them: each thread reuses its own zstd (de)compression context (making one per
+16 KiB value took 35-55 % of the compression CPU and half of the decompression CPU).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -89,10 +91,18 @@ def check_codec(codec: str) -> None:
     _module(codec)
 
 
+_contexts = threading.local()
+"""This thread's zstd contexts (``compressor``, ``decompressor``): not thread-safe, and
+each one-shot call resets its context, so a reused one writes the same bytes."""
+
+
 def _zstd_compress(value: bytes) -> bytes:
-    out: bytes = (
-        _module("zstd").ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True).compress(value)
-    )
+    compressor = getattr(_contexts, "compressor", None)
+    if compressor is None:
+        compressor = _contexts.compressor = _module("zstd").ZstdCompressor(
+            level=ZSTD_LEVEL, write_content_size=True
+        )
+    out: bytes = compressor.compress(value)
     return out
 
 
@@ -136,8 +146,11 @@ def _zstd_decompress(data: bytes, limit: int) -> bytes:
         raise CompressionError(
             f"zstd value of {size} bytes once decompressed, over {limit}", reason="limit"
         )
+    decompressor = getattr(_contexts, "decompressor", None)
+    if decompressor is None:
+        decompressor = _contexts.decompressor = zstandard.ZstdDecompressor()
     try:
-        out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=limit)
+        out: bytes = decompressor.decompress(data, max_output_size=limit)
     except zstandard.ZstdError as exc:
         raise CompressionError(f"corrupt zstd value: {exc}", reason="corrupt") from None
     return out

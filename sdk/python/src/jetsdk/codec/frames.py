@@ -66,6 +66,7 @@ class Api(enum.IntEnum):
     REBALANCE_LEADERS = 14
     PURGE_STREAM = 15
     UPDATE_STREAM = 16
+    PRODUCE_MANY = 17
 
 
 FLAG_RESPONSE = 0x01
@@ -128,7 +129,7 @@ class Frame:
     """Flag bits (FLAG_RESPONSE, FLAG_ERROR)."""
     correlation_id: int
     """Requester-chosen id, echoed in the response."""
-    body: bytes
+    body: bytes | bytearray
     """The body bytes (its encoding depends on the API)."""
 
     @property
@@ -183,29 +184,61 @@ class FrameDecoder:
     (a large frame read in pieces) one join. Appending to one growing buffer instead copied
     a large frame several times over as the buffer was reallocated while it grew.
 
+    With ``readinto_min`` (the server's jet port), a frame whose body is at least that
+    large and not all received yet is read in place: once its header is in, the decoder
+    makes a ``bytearray`` of the body's size, copies the body bytes it holds into it, and
+    :meth:`read_target` gives the caller a view of the rest to receive into (the socket's
+    ``recv_into``; :meth:`filled` says how much came), so the body is copied by the kernel
+    only, not joined from received chunks afterwards. That frame's body is the
+    ``bytearray``. Bytes fed meanwhile with :meth:`feed` are copied into it. The buffer is
+    made when the header is in (zero-filled pages from the allocator: resident as the
+    bytes arrive), so a connection holds at most one such buffer, of at most
+    ``max_frame_bytes``.
+
     After :meth:`next_frame` raised, the decoder is broken (the byte stream cannot be
     trusted): every later call raises the same error again.
 
     Not thread-safe; one decoder per connection direction.
     """
 
-    __slots__ = ("_chunks", "_error", "_max", "_pos", "_size")
+    __slots__ = (
+        "_big",
+        "_big_at",
+        "_big_head",
+        "_chunks",
+        "_error",
+        "_max",
+        "_pos",
+        "_readinto_min",
+        "_size",
+    )
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        """Create a decoder that refuses length fields over ``max_frame_bytes``.
+    def __init__(
+        self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, *, readinto_min: int = 0
+    ) -> None:
+        """Create a decoder that refuses length fields over ``max_frame_bytes``; with
+        ``readinto_min`` > 0, bodies of at least that many bytes are read in place (see the
+        class doc).
 
         Raises:
-            ValueError: ``max_frame_bytes`` below 6 or above MAX_FRAME_BYTES.
+            ValueError: ``max_frame_bytes`` below 6 or above MAX_FRAME_BYTES, or a negative
+                ``readinto_min``.
         """
         if not MIN_FRAME_LENGTH <= max_frame_bytes <= MAX_FRAME_BYTES:
             raise ValueError(
                 f"max_frame_bytes must be within [{MIN_FRAME_LENGTH}, {MAX_FRAME_BYTES}]"
             )
+        if readinto_min < 0:
+            raise ValueError("readinto_min must not be negative")
         self._max = max_frame_bytes
+        self._readinto_min = readinto_min
         self._chunks: deque[bytes] = deque()
         self._pos = 0  # bytes of the first chunk already consumed
         self._size = 0  # bytes buffered, not yet returned
         self._error: CodecError | None = None
+        self._big: bytearray | None = None  # the body of a frame read in place
+        self._big_at = 0  # bytes of it received
+        self._big_head = (0, 0, 0)  # its api, flags, correlation id
 
     @property
     def max_frame_bytes(self) -> int:
@@ -215,16 +248,68 @@ class FrameDecoder:
     @property
     def buffered_bytes(self) -> int:
         """Bytes fed but not yet returned as frames."""
-        return self._size
+        if self._big is None:
+            return self._size
+        return self._size + FRAME_HEADER_SIZE + self._big_at
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes. An empty ``data`` is a no-op (EOF is the caller's business:
         check :attr:`buffered_bytes` to tell a clean close from a torn frame). Ignored once
         the decoder is broken, so memory stays bounded."""
         if self._error is None and len(data):
+            big = self._big
+            if big is not None:  # the body read in place takes what it still misses
+                take = min(len(big) - self._big_at, len(data))
+                big[self._big_at : self._big_at + take] = memoryview(data)[:take]
+                self._big_at += take
+                if take == len(data):
+                    return
+                data = memoryview(data)[take:]
             chunk = data if type(data) is bytes else bytes(data)
             self._chunks.append(chunk)
             self._size += len(chunk)
+
+    def read_target(self) -> memoryview | None:
+        """Where the rest of a body read in place goes (receive into it, then call
+        :meth:`filled`), or None: feed received bytes as usual. Call it after
+        :meth:`next_frame` returned None."""
+        big = self._big
+        if big is None or self._error is not None:
+            return None
+        return memoryview(big)[self._big_at :]
+
+    def filled(self, n: int) -> None:
+        """``n`` bytes were received into :meth:`read_target`'s view."""
+        assert self._big is not None
+        assert 0 <= n <= len(self._big) - self._big_at
+        self._big_at += n
+
+    def _start_in_place(self, head: bytes, pos: int, body_len: int) -> None:
+        """Read the body of the frame whose header is at ``head[pos:]`` in place: the
+        header is dropped, the body bytes buffered are copied into its buffer."""
+        _length, api, flags, cid = _HEADER.unpack_from(head, pos)
+        big = bytearray(body_len)
+        self._consume(FRAME_HEADER_SIZE, 0)
+        at = 0
+        pos = self._pos
+        for chunk in self._chunks:
+            n = len(chunk) - pos
+            big[at : at + n] = memoryview(chunk)[pos:]
+            at += n
+            pos = 0
+        self._chunks.clear()
+        self._pos = self._size = 0
+        self._big, self._big_at, self._big_head = big, at, (api, flags, cid)
+
+    def _finish_in_place(self) -> Frame | None:
+        big = self._big
+        assert big is not None
+        if self._big_at < len(big):
+            return None
+        api, flags, cid = self._big_head
+        self._big = None
+        self._big_at = 0
+        return Frame(api=api, flags=flags, correlation_id=cid, body=big)
 
     def _peek(self, n: int) -> bytes:
         """The first ``n`` buffered bytes (fewer if fewer are buffered), not consumed."""
@@ -286,6 +371,8 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
+        if self._big is not None:
+            return self._finish_in_place()
         n = self._size
         if n < 4:
             return None
@@ -308,10 +395,17 @@ class FrameDecoder:
             raise self._error
         total = length + 4
         if n < total:
-            return None
+            # Not all here: wait for more, unless the body is to be read in place (its
+            # header is checked first).
+            in_place = self._readinto_min or MAX_FRAME_BYTES + 1
+            if n < FRAME_HEADER_SIZE or total - FRAME_HEADER_SIZE < in_place:
+                return None
         _length, api, flags, cid = _HEADER.unpack_from(head, pos)
         if flags & ~_KNOWN_FLAGS or flags == FLAG_ERROR:
             self._error = CodecError(f"bad frame flags {flags:#04x}")
             raise self._error
+        if n < total:  # a large body not all here: read the rest in place
+            self._start_in_place(head, pos, total - FRAME_HEADER_SIZE)
+            return None
         body = self._consume(FRAME_HEADER_SIZE, total - FRAME_HEADER_SIZE)
         return Frame(api=api, flags=flags, correlation_id=cid, body=body)

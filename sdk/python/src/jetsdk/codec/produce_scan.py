@@ -14,7 +14,7 @@ from jetsdk.codec.messages import decode_produce_head
 __all__ = ["produce_subjects"]
 
 
-def produce_subjects(body: bytes) -> tuple[str, int, frozenset[str]]:
+def produce_subjects(body: bytes | bytearray) -> tuple[str, int, frozenset[str]]:
     """``(stream, partition, subjects)`` of a Produce request body without decoding its
     messages: the distinct message subjects, with ``""`` for messages that use the
     partition's subject (the server's authorization reads this on every Produce).

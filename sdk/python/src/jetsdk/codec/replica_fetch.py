@@ -172,19 +172,27 @@ def encode_replica_fetch_response(answers: Sequence[ReplicaFetchAnswer]) -> byte
 
 
 def replica_fetch_response_parts(
-    answers: Sequence[ReplicaFetchAnswer],
+    answers: Sequence[ReplicaFetchAnswer], *, last_records_len: int | None = None
 ) -> list[bytes | memoryview]:
     """The pieces of :func:`encode_replica_fetch_response`'s body, in order, the records
     as given (not copied): a server joins them once with its frame header.
+    ``last_records_len``: the last answer's records, that many bytes, are sent apart after
+    these pieces (its ``records`` field is not used).
 
     Raises:
         CodecError: a field out of range (reason ``"limit"``).
     """
     parts: list[bytes | memoryview] = [_COUNT.pack(len(answers))]
+    last = len(answers) - 1 if last_records_len is not None else -1
     try:
-        for a in answers:
+        for i, a in enumerate(answers):
             head = [_ANSWER.pack(a.index, a.error_code, a.hw, a.log_start, a.leo)]
             w.put_str16(head, a.message[:MAX_MESSAGE_CHARS], "error message")
+            if i == last:
+                assert last_records_len is not None
+                head.append(_COUNT.pack(last_records_len))
+                parts.extend(head)
+                break
             head.append(_COUNT.pack(len(a.records)))
             parts.extend(head)
             parts.append(a.records)

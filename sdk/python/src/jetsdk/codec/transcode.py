@@ -83,7 +83,7 @@ class DirectRecord(NamedTuple):
     appends it directly: :func:`direct_record` gives what :func:`envelope_record` gives
     for its envelope, without parsing the envelope again."""
 
-    request: bytes
+    request: bytes | bytearray
     """The Produce request body."""
     prefix: bytes
     """The record body's producer field (absent, or present with id and sequence)."""
@@ -132,7 +132,7 @@ _SEAL_PRODUCER = _envelope_sealer(FLAG_PRODUCER)
 
 
 def produce_envelopes(
-    body: bytes,
+    body: bytes | bytearray,
     ack_inbox: str,
     records: list[DirectRecord | None] | None = None,
     head: ProduceHead | None = None,
@@ -263,12 +263,13 @@ def produce_envelopes(
     return head, out
 
 
-def _without_controls(key: bytes, controls: RecordControls, value: bytes) -> bytes:
+def _without_controls(
+    key: bytes | bytearray, controls: RecordControls, value: bytes | bytearray
+) -> bytes:
     """``key``, the headers ``controls`` keeps and ``value``, as a record body holds them."""
-    parts = [key]
+    parts: list[bytes] = []
     w.put_headers(parts, controls.headers)
-    parts.append(value)
-    return b"".join(parts)
+    return b"".join((key, *parts, value))
 
 
 def _str16_index(i: int) -> bytes:

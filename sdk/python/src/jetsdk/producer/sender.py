@@ -37,6 +37,7 @@ from jetsdk.connection import PendingResponse
 from jetsdk.errors import ClientClosed, InvalidArgument, JetError, Timeout, error_from_code
 from jetsdk.message import Ack
 from jetsdk.producer.accumulator import Accumulator, Batch
+from jetsdk.producer.fan_in import FanIn, SectionAnswer
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.retry_rules import (
     IDEMPOTENT_RETRY_CODES,
@@ -66,7 +67,7 @@ class _Written:
     batch: Batch[Pending]
     base_seq: int
     request: ProduceRequest
-    response: PendingResponse | None
+    response: PendingResponse | SectionAnswer | None
     """None: not written after all (the sender task sends it)."""
 
 
@@ -76,6 +77,8 @@ class _PartitionSender:
     in_flight: anyio.Semaphore
     next_seq: int = 0
     waiting: bool = False
+    deferred: bool = False
+    """Its next batch is cut at the end of this loop turn (:meth:`Sender._cut_deferred`)."""
     written: collections.deque[_Written] = attrs.field(factory=collections.deque)
     """Batches written by callers, in order, for the sender task to see through."""
 
@@ -103,6 +106,8 @@ class Sender:
         self._max_in_flight = max_in_flight
         self._max_pending = max_pending
         self._ack_timeout_ms = int(ack_timeout * 1000)
+        self._wait_s = ack_timeout + client.request_timeout
+        """Seconds a request's answer may take: the server's wait and the client's."""
         self._delivery_timeout = delivery_timeout
         self.producer_id: int | None = None
         """The idempotent producer id (None: not idempotent); set by :meth:`start`."""
@@ -114,6 +119,8 @@ class Sender:
         self._space: anyio.Event | None = None
         self._idle: anyio.Event | None = None
         self._flushing = 0
+        self.fan_in = FanIn()
+        """Groups the requests of many partitions to one server into one request."""
 
     def start(self, tg: anyio.abc.TaskGroup, producer_id: int | None) -> None:
         """Start sending: partition tasks run in ``tg``."""
@@ -234,6 +241,8 @@ class Sender:
         ``python -m bench latency``); this takes it off the way of a message sent to an
         idle partition. Order is kept: the caller cuts and numbers the batch as the
         sender would, and the sender sees written batches through first, in order."""
+        if sender.deferred:  # its batch is cut at the end of this loop turn
+            return True
         acc = self._acc
         if (
             not sender.waiting
@@ -242,19 +251,56 @@ class Sender:
         ):
             return False
         conn = self._client.leader_connection_now(self._stream, partition)
-        if conn is None or not conn.can_send_now:
+        if conn is None:
+            return False
+        fan_in = self.fan_in.takes(conn)
+        if fan_in and not self.fan_in.writes_now(conn):
+            # Cut at the end of this loop turn, with what else is queued for the partition
+            # meanwhile, and sent with the other partitions' batches to that server.
+            sender.deferred = True
+            self.fan_in.defer(
+                conn, lambda answer: self._cut_deferred(partition, sender, answer), self._wait_s
+            )
+            return True
+        if not fan_in and not conn.can_send_now:
             return False
         batch = acc.drain(partition)
         if batch is None:
             return False
         request = self._request(batch, batch.items, sender.next_seq)
-        # None cannot happen after can_send_now (nothing yielded); the sender would send it.
-        response = conn.send_nowait(Api.PRODUCE, encode_produce_request(request))
+        body = encode_produce_request(request)
+        response: PendingResponse | SectionAnswer | None
+        if fan_in:  # written at once (the first of this loop turn)
+            response = self.fan_in.submit(conn, body, self._wait_s)
+        else:
+            # None cannot happen after can_send_now (nothing yielded); the sender sends it.
+            response = conn.send_nowait(Api.PRODUCE, body)
         sender.in_flight.acquire_nowait()
         sender.written.append(_Written(batch, sender.next_seq, request, response))
         sender.next_seq += len(batch.items)
         sender.wake.set()
         return True
+
+    def _cut_deferred(
+        self, partition: int, sender: _PartitionSender, answer: SectionAnswer
+    ) -> bytes | None:
+        """End of the loop turn: cut the batch :meth:`_send_now` left for it, as that
+        would have (numbered, in flight, seen through by the sender task), answered by
+        ``answer``; its body. None if the sender task took the partition meanwhile."""
+        sender.deferred = False
+        if not sender.waiting or sender.in_flight.value < self._max_in_flight:
+            sender.wake.set()
+            return None
+        batch = self._acc.drain(partition)
+        if batch is None:
+            return None
+        request = self._request(batch, batch.items, sender.next_seq)
+        body = encode_produce_request(request)
+        sender.in_flight.acquire_nowait()
+        sender.written.append(_Written(batch, sender.next_seq, request, answer))
+        sender.next_seq += len(batch.items)
+        sender.wake.set()
+        return body
 
     async def _see_through(self, sender: _PartitionSender) -> None:
         """Deliver the batches callers wrote (:meth:`_send_now`), in order."""
@@ -326,12 +372,10 @@ class Sender:
                     response = None if written is None else written.response
                     written = None
                     if response is not None:
-                        wait = request.timeout_ms / 1000 + self._client.request_timeout
-                        answer = await response.wait(wait)
+                        answer = await response.wait(self._answer_timeout(request))
                         results = decode_produce_answer(answer, len(request.messages))
                     else:
-                        # No retries inside: this loop retries, so it knows every error.
-                        results = await self._client.produce(request, retry_if=never)
+                        results = await self._produce(request)
                 except JetError as exc:
                     if not retry_if(exc):
                         self._fail(items, exc)
@@ -374,6 +418,25 @@ class Sender:
                 with contextlib.suppress(JetError):
                     await self._client.refresh_metadata()
             self.retries += 1
+
+    def _answer_timeout(self, request: ProduceRequest) -> float:
+        """Seconds the answer to ``request`` may take: the server's wait and the client's."""
+        return request.timeout_ms / 1000 + self._client.request_timeout
+
+    async def _produce(self, request: ProduceRequest) -> list[ProduceResult]:
+        """Send ``request`` to its partition's leader, with the other partitions' requests
+        to that server of this loop turn where it takes them (:class:`FanIn`); its
+        results. No retries inside: :meth:`_deliver` retries, so it knows every error."""
+        client = self._client
+        conn = client.leader_connection_now(self._stream, request.partition)
+        if conn is None:  # stale metadata, or not connected yet: may refresh and dial
+            conn = await client.leader_connection(self._stream, request.partition)
+        body = encode_produce_request(request)
+        wait = self._answer_timeout(request)
+        answer = self.fan_in.submit(conn, body, wait)
+        if answer is None:  # a server without ProduceMany, or not asyncio
+            return await self._client.produce(request, retry_if=never)
+        return decode_produce_answer(await answer.wait(wait), len(request.messages))
 
     def _expired(self, batch: Batch[Pending], error: JetError | None) -> JetError:
         """The error for messages not delivered within ``delivery_timeout``."""

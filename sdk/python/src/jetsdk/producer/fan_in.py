@@ -1,0 +1,270 @@
+"""Batches of many partitions to one server in one request (Kafka's ``drain`` per node).
+
+A producer's partition senders each have a Produce request body ready for the partition's
+leader. :class:`FanIn` collects the bodies submitted for the same connection during one
+event-loop turn and, at the end of the turn, sends them as ONE ProduceMany request
+(spec/protocol.md, "17 ProduceMany"), bounded by the server's frame limit and
+:data:`~jetsdk.codec.produce_many.MAX_PRODUCE_SECTIONS`; a body alone goes as the Produce
+request it is. Each submitter gets a :class:`SectionAnswer` that ends with its section's
+Produce response body or its section's error, so each partition's sender keeps its own
+ordering, sequences and retries (it retries its section only).
+
+Only where the server's Hello lists ProduceMany (``apis``) and on asyncio; elsewhere
+:meth:`FanIn.submit` answers None and the sender sends its Produce request itself.
+
+Task safety: one asyncio event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import FRAME_HEADER_SIZE, Api
+from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES
+from jetsdk.codec.messages import decode_error
+from jetsdk.codec.produce_many import (
+    MAX_PRODUCE_SECTIONS,
+    decode_produce_many_response,
+    encode_produce_many_request,
+)
+from jetsdk.connection import Connection, PendingResponse
+from jetsdk.errors import ClientClosed, JetError, MalformedFrame, Timeout, error_from_body
+from jetsdk.transport import running_asyncio_loop
+
+__all__ = ["FanIn", "SectionAnswer", "serves_produce_many"]
+
+log = logging.getLogger(__name__)
+
+_SECTION_OVERHEAD = 4
+"""Bytes a section adds to a ProduceMany body besides its Produce body (its length)."""
+
+
+def serves_produce_many(conn: Connection) -> bool:
+    """True if the server's Hello answer on ``conn`` lists ProduceMany."""
+    apis = conn.server_info.get("apis")
+    return isinstance(apis, list) and int(Api.PRODUCE_MANY) in apis
+
+
+class SectionAnswer:
+    """The answer to one submitted Produce body (as a connection's pending response)."""
+
+    __slots__ = ("_body", "_error", "_future", "label")
+
+    def __init__(self, future: asyncio.Future[bool], label: str) -> None:
+        self._future = future
+        self._body: bytes | None = None
+        self._error: JetError | None = None
+        self.label = label
+
+    def _resolve(self, body: bytes | None, error: JetError | None) -> None:
+        if not self._future.done():
+            self._body, self._error = body, error
+            self._future.set_result(True)
+
+    async def wait(self, timeout: float | None) -> bytes:
+        """The section's Produce response body.
+
+        Raises:
+            Timeout: no answer within ``timeout`` seconds.
+            JetError: the section's error, or the whole request's.
+        """
+        future = self._future
+        if not future.done():
+            handle = None
+            if timeout is not None:
+                handle = future.get_loop().call_later(timeout, _expire, future)
+            try:
+                await future
+            finally:
+                if handle is not None:
+                    handle.cancel()
+        if self._body is None and self._error is None:
+            raise Timeout(f"no response to Produce from {self.label} within {timeout}s")
+        if self._error is not None:
+            raise self._error
+        assert self._body is not None
+        return self._body
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
+Cut = Callable[[SectionAnswer], "bytes | None"]
+"""A partition's batch cut at the end of the turn: given the answer its request will get,
+the request's body (None: nothing to send any more, its sender took it)."""
+
+
+class _Group:
+    """What was submitted for one connection in one loop turn."""
+
+    __slots__ = ("answers", "bodies", "cuts", "timeout")
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.answers: list[SectionAnswer] = []
+        self.cuts: list[Cut] = []
+        self.timeout = 0.0
+
+
+class FanIn:
+    """Groups the Produce bodies of one producer by connection, per loop turn (module
+    docstring)."""
+
+    def __init__(self) -> None:
+        self._open: dict[Connection, _Group] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wrote_now: set[Connection] = set()
+        """Connections a body was written to at once in this loop turn."""
+        self.requests = 0
+        """Requests sent (ProduceMany or Produce)."""
+        self.sections = 0
+        """Bodies sent in them."""
+
+    def takes(self, conn: Connection) -> bool:
+        """True if bodies for ``conn`` go through here (its server lists ProduceMany and
+        this is asyncio)."""
+        return not conn.closed and serves_produce_many(conn) and running_asyncio_loop() is not None
+
+    def writes_now(self, conn: Connection) -> bool:
+        """True if :meth:`submit` would write a body for ``conn`` at once, alone: nothing
+        was submitted for it in this loop turn yet and it is free to write."""
+        return conn not in self._open and conn not in self._wrote_now and conn.can_send_now
+
+    def submit(
+        self, conn: Connection, body: bytes, timeout: float
+    ) -> PendingResponse | SectionAnswer | None:
+        """Send Produce request ``body`` to ``conn``'s server with the other bodies of this
+        loop turn; its answer. None (nothing sent) if the server does not list ProduceMany
+        or this is not asyncio (:meth:`takes`): send it as a Produce request then.
+        ``timeout``: seconds the answer may take.
+
+        The first body of a loop turn for a connection free to write is written at once,
+        alone, as a Produce request (the latency of a message sent to an idle producer
+        does not wait for the end of the turn); the next ones of that turn go together at
+        its end."""
+        if not self.takes(conn):
+            return None
+        loop = asyncio.get_running_loop()
+        if self.writes_now(conn):
+            pending = conn.send_nowait(Api.PRODUCE, body)
+            if pending is not None:
+                self.requests += 1
+                self.sections += 1
+                self._wrote_now.add(conn)
+                loop.call_soon(self._wrote_now.discard, conn)
+                return pending
+        group = self._group(conn, loop, timeout)
+        answer = SectionAnswer(loop.create_future(), conn.label)
+        group.bodies.append(body)
+        group.answers.append(answer)
+        return answer
+
+    def defer(self, conn: Connection, cut: Cut, timeout: float) -> None:
+        """Have ``cut`` make a body for ``conn`` at the end of this loop turn, to go with
+        the others (a partition's batch then holds every message queued in the turn).
+        Only where :meth:`takes` holds."""
+        self._group(conn, asyncio.get_running_loop(), timeout).cuts.append(cut)
+
+    def _group(self, conn: Connection, loop: asyncio.AbstractEventLoop, timeout: float) -> _Group:
+        group = self._open.get(conn)
+        if group is None:
+            group = self._open[conn] = _Group()
+            loop.call_soon(self._flush, conn, group)
+        group.timeout = max(group.timeout, timeout)
+        return group
+
+    def _flush(self, conn: Connection, group: _Group) -> None:
+        """Send ``group`` at the end of its loop turn: one request per
+        :data:`MAX_PRODUCE_SECTIONS` sections or frame limit."""
+        if self._open.get(conn) is group:
+            del self._open[conn]
+        bodies, answers = group.bodies, group.answers
+        for cut in group.cuts:
+            answer = SectionAnswer(asyncio.get_running_loop().create_future(), conn.label)
+            body = cut(answer)
+            if body is not None:
+                bodies.append(body)
+                answers.append(answer)
+        limit = _limit(conn)
+        start, size = 0, 4
+        for i, body in enumerate(bodies):
+            added = len(body) + _SECTION_OVERHEAD
+            if i > start and (i - start >= MAX_PRODUCE_SECTIONS or size + added > limit):
+                self._send_soon(conn, bodies[start:i], answers[start:i], group.timeout)
+                start, size = i, 4
+            size += added
+        if start < len(bodies):
+            self._send_soon(conn, bodies[start:], answers[start:], group.timeout)
+
+    def _send_soon(
+        self, conn: Connection, bodies: list[bytes], answers: list[SectionAnswer], timeout: float
+    ) -> None:
+        self.requests += 1
+        self.sections += len(bodies)
+        if len(bodies) == 1:
+            api, body = Api.PRODUCE, bodies[0]
+        else:
+            api, body = Api.PRODUCE_MANY, encode_produce_many_request(bodies)
+        task = asyncio.get_running_loop().create_task(self._send(conn, api, body, answers, timeout))
+        self._tasks.add(task)  # held until it ends: the loop keeps only weak references
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(
+        self,
+        conn: Connection,
+        api: int,
+        body: bytes,
+        answers: list[SectionAnswer],
+        timeout: float,
+    ) -> None:
+        try:
+            pending = conn.send_nowait(api, body)
+            if pending is None:
+                pending = await conn.send(api, body)
+            answer = await pending.wait(timeout)
+        except JetError as exc:
+            for section in answers:
+                section._resolve(None, exc)
+            return
+        except BaseException:  # cancelled (the loop closes): nobody gets an answer
+            error = ClientClosed(f"the request to {conn.label} was cancelled")
+            for section in answers:
+                section._resolve(None, error)
+            raise
+        if api == Api.PRODUCE:
+            answers[0]._resolve(answer, None)
+            return
+        _distribute(conn.label, answer, answers)
+
+
+def _distribute(label: str, answer: bytes, answers: Sequence[SectionAnswer]) -> None:
+    """Hand each section of a ProduceMany response to its submitter."""
+    try:
+        sections = decode_produce_many_response(answer)
+        if len(sections) != len(answers):
+            raise CodecError(f"{len(sections)} sections answer {len(answers)}")
+    except CodecError as exc:
+        error = MalformedFrame(f"bad ProduceMany response from {label}: {exc}")
+        for pending in answers:
+            pending._resolve(None, error)
+        return
+    for pending, section in zip(answers, sections, strict=True):
+        if section.error_code == 0:
+            pending._resolve(section.body, None)
+            continue
+        try:
+            pending._resolve(None, error_from_body(decode_error(section.body)))
+        except CodecError as exc:
+            pending._resolve(None, MalformedFrame(f"undecodable section error from {label}: {exc}"))
+
+
+def _limit(conn: Connection) -> int:
+    """Most body bytes of one request to ``conn``'s server (its frame limit)."""
+    value = conn.server_info.get("max_frame_bytes")
+    frame_limit = value if isinstance(value, int) and value > 0 else DEFAULT_MAX_FRAME_BYTES
+    return frame_limit - FRAME_HEADER_SIZE

@@ -1,0 +1,178 @@
+"""ProduceMany (api 17): the sections of one request served as Produce requests, each
+answered on its own (spec/protocol.md, "17 ProduceMany").
+
+Every section is a Produce request body. The sections start together (each in a plain
+asyncio task, as a Produce request runs in its own: the direct path appends there at once),
+so the partitions this server leads are appended in one pass of the loop; the request is
+answered once every section is settled, and the sections' after-work (their NATS copies
+once committed) runs together. The partitions' fsyncs that one loop turn hands to worker
+threads go as one job (:class:`jetserver.fsync_runner.FsyncRunner`): group commit across
+the partitions of the request.
+
+A section's error (not leader, unknown stream, permission denied, a body that does not
+decode...) is that section's answer; the other sections are served as usual.
+
+Task safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import FLAG_RESPONSE, Frame, encode_frame
+from jetsdk.codec.messages import decode_produce_head, encode_error
+from jetsdk.codec.produce_many import (
+    MAX_PRODUCE_SECTIONS,
+    ProduceSection,
+    decode_produce_many_request,
+    encode_produce_many_response,
+    produce_many_section_count,
+)
+from jetserver.broker.produce import After, ProduceService
+from jetserver.errors import ApiError, invalid_argument
+from jetserver.logs import fields
+from jetserver.protocol.connection import Reply
+from jetserver.protocol.gate_port import RequestGate, Session
+from jetserver.storage import StorageError
+
+__all__ = ["ProduceMany"]
+
+log = logging.getLogger(__name__)
+
+_UNKNOWN_NAME = frozenset({ErrorCode.STREAM_NOT_FOUND, ErrorCode.PARTITION_NOT_FOUND})
+
+
+@attrs.define(eq=False)
+class ProduceMany:
+    """Serves ProduceMany requests for one server (composed by the dispatcher)."""
+
+    produce: ProduceService
+    """Serves each section as a Produce request."""
+    security: RequestGate | None = None
+    """Checks each section's grants (None: nothing checked)."""
+    starting: Callable[[], bool] = lambda: False
+    """True while a cluster server's metadata may be behind (unknown names: UNAVAILABLE)."""
+    applied_more: Callable[[float], Awaitable[bool]] | None = None
+    """In a cluster: waits for one more applied metadata entry until a deadline (False
+    then); a section naming a stream not known yet is tried again after each."""
+    stale_grace_s: float = 1.0
+    """How long a section naming an unknown stream waits for the metadata to catch up."""
+
+    async def handle(self, frame: Frame, session: Session | None) -> Reply:
+        """Answer one ProduceMany request frame.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT (more than MAX_PRODUCE_SECTIONS sections).
+            CodecError: the sections do not add up to the body (MALFORMED_FRAME).
+        """
+        count = produce_many_section_count(frame.body)
+        if count > MAX_PRODUCE_SECTIONS:
+            raise invalid_argument(
+                "count", f"{count} sections exceed the limit of {MAX_PRODUCE_SECTIONS}"
+            )
+        sections = decode_produce_many_request(frame.body)
+        session = session or Session()
+        answers: Sequence[tuple[ProduceSection, After | None]]
+        if self._at_once(sections):
+            # Each is appended and answered without waiting: one after the other, here.
+            answers = [await self._section(body, session) for body in sections]
+        else:
+            loop = asyncio.get_running_loop()
+            tasks = [loop.create_task(self._section(body, session)) for body in sections]
+            try:
+                answers = await asyncio.gather(*tasks) if tasks else []
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                raise
+        body = encode_produce_many_response([section for section, _after in answers])
+        afters = [after for _section, after in answers if after is not None]
+        return Reply(
+            encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE),
+            after=_all_after(afters) if afters else None,
+        )
+
+    def _at_once(self, sections: list[bytes]) -> bool:
+        """True if every section would be appended and answered without waiting (then
+        serving them in turn in this task keeps their order and costs no task each)."""
+        at_once = self.produce.answers_at_once
+        try:
+            for body in sections:
+                stream, partition, policy = decode_produce_head(body)[:3]
+                if not at_once(stream, partition, policy):
+                    return False
+        except (CodecError, ApiError):
+            return False
+        return True
+
+    async def _section(self, body: bytes, session: Session) -> tuple[ProduceSection, After | None]:
+        """One section, served as a Produce request; never raises (its error is its
+        answer)."""
+        try:
+            head = decode_produce_head(body)
+            if self.security is not None:
+                refusal = self.security.produce_refusal(session, body, head)
+                if refusal is not None:
+                    return _error(
+                        ErrorCode.PERMISSION_DENIED,
+                        f"permission denied: {refusal}",
+                        {"identity": session.identity},
+                    ), None
+            deadline = time.monotonic() + self.stale_grace_s
+            while True:
+                try:
+                    response, after = await self.produce.produce_then(body, head, own_task=True)
+                    return ProduceSection(ErrorCode.NONE, response), after
+                except ApiError as exc:
+                    if exc.code not in _UNKNOWN_NAME:
+                        raise
+                    if self.starting():
+                        return _error(
+                            ErrorCode.UNAVAILABLE,
+                            "server is starting, its metadata may not be current yet "
+                            f"({exc.message})",
+                            exc.details,
+                        ), None
+                    if self.applied_more is None or not await self.applied_more(deadline):
+                        raise
+        except ApiError as exc:
+            return _error(exc.code, exc.message, exc.details), None
+        except StorageError as exc:
+            return _error(exc.code, f"storage: {exc}", {"retriable": exc.retriable}), None
+        except CodecError as exc:
+            return _error(ErrorCode.MALFORMED_FRAME, f"section does not decode: {exc}", {}), None
+        except Exception as exc:
+            log.exception("produce-many section failed", extra=fields(error=repr(exc)))
+            return _error(ErrorCode.UNKNOWN, f"internal error: {exc!r}", {}), None
+
+
+def _error(code: ErrorCode, message: str, details: dict[str, object] | None) -> ProduceSection:
+    return ProduceSection(int(code), encode_error(code, message, details))
+
+
+def _all_after(afters: list[After]) -> After:
+    """The after-work of every section (each bounds itself), one after the other.
+
+    One loop turn first: the fsyncs the sections' appends left to their requests
+    (``Committer.defer_flush``) then go to their partitions' flushers, all in that turn
+    (one thread job for all of them, :class:`~jetserver.fsync_runner.FsyncRunner`),
+    instead of each section's after-work trying its own on the loop; then each waits for
+    its commit and publishes its copies, in section order (no task each)."""
+
+    async def run() -> None:
+        if len(afters) > 1:
+            await asyncio.sleep(0)
+        for after in afters:
+            try:
+                await after()
+            except Exception as exc:  # one section's copies; the others still go
+                log.warning("produce-many after-work failed", extra=fields(error=repr(exc)))
+
+    return run

@@ -1,0 +1,81 @@
+"""A keyed producer sending to many partitions led by one server sends few requests: the
+batches of one event-loop turn go as one ProduceMany (Kafka's drain per node), against a
+real `jet dev`. Order per partition and every ack are as with a request per partition; a
+server whose Hello does not list ProduceMany gets one Produce request per batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from jetsdk import Client, Producer
+from jetsdk.codec.frames import Api
+from jetsdk.connection import Connection
+from jetsdk.producer.fan_in import serves_produce_many
+from support.jet_dev import JetDev
+from support.names import unique
+
+pytestmark = pytest.mark.anyio
+
+PARTITIONS = 64
+MESSAGES = 2000
+
+
+def _requests_sent(conn: Connection) -> int:
+    """Correlation ids handed out on ``conn`` so far: one per request."""
+    return int(conn._next_id)
+
+
+async def _send_keyed(client: Client, name: str) -> tuple[int, list[tuple[int, int, int]]]:
+    """Send MESSAGES keyed messages (keys spread over every partition); the requests the
+    leader's connection carried, and each message's (index, partition, offset)."""
+    async with Producer(client, name, linger=0) as producer:
+        await producer.send(b"warm", key=b"warm")
+        conn = await client.leader_connection(name, 0)
+        before = _requests_sent(conn)
+        handles = [
+            await producer.send_soon(b"v%d" % i, key=b"key-%d" % (i % 500)) for i in range(MESSAGES)
+        ]
+        await producer.flush()
+        acks = [(i, (a := h.result()).partition, a.offset) for i, h in enumerate(handles)]
+        return _requests_sent(conn) - before, acks
+
+
+def _check_order(acks: list[tuple[int, int, int]]) -> None:
+    """Per partition, offsets grow in send order with no gap or repeat."""
+    by_partition: dict[int, list[int]] = {}
+    for _i, partition, offset in acks:
+        by_partition.setdefault(partition, []).append(offset)
+    assert len(by_partition) == PARTITIONS
+    for offsets in by_partition.values():
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+
+
+async def test_a_keyed_send_to_many_partitions_uses_few_requests(
+    jet_dev: JetDev, anyio_backend: str
+) -> None:
+    name = unique("fan")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name, partitions=PARTITIONS)
+        requests, acks = await _send_keyed(client, name)
+        conn = await client.leader_connection(name, 0)
+        assert Api.PRODUCE_MANY in conn.server_info["apis"]  # type: ignore[operator]
+    _check_order(acks)
+    if anyio_backend == "asyncio":
+        # Every partition's first batch alone would be PARTITIONS requests.
+        assert requests < PARTITIONS // 2, requests
+    else:  # ProduceMany is for asyncio: elsewhere a request per batch, as before
+        assert requests >= PARTITIONS
+
+
+async def test_a_server_without_produce_many_gets_a_request_per_batch(
+    jet_dev: JetDev, anyio_backend: str
+) -> None:
+    name = unique("old")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name, partitions=PARTITIONS)
+        conn = await client.leader_connection(name, 0)
+        del conn.server_info["apis"]  # as an older server's Hello answer
+        assert not serves_produce_many(conn)
+        requests, acks = await _send_keyed(client, name)
+    _check_order(acks)
+    assert requests >= PARTITIONS

@@ -1,0 +1,229 @@
+"""ProduceMany (api 17): many Produce requests to one server in one frame.
+
+Each section is a Produce request body and gets its own answer: the sections this server
+can take are stored even when others fail (unknown stream or partition, a body that does
+not decode, a partition it does not lead, a stream the identity may not write).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.frames import Api, encode_frame
+from jetsdk.codec.messages import (
+    ProduceMessage,
+    ProduceRequest,
+    decode_error,
+    decode_produce_response,
+    encode_produce_request,
+)
+from jetsdk.codec.produce_many import (
+    MAX_PRODUCE_SECTIONS,
+    ProduceSection,
+    decode_produce_many_response,
+    encode_produce_many_request,
+)
+from jetsdk.codec.record import Record
+from jetserver.server import Server
+from security.auth_kit import auth_settings, tokens_for
+from support.jet_server import running_server
+from support.nats_server import NatsServer
+from support.raw_client import RawClient, ServerError
+
+pytestmark = pytest.mark.anyio
+
+
+def _section(
+    stream: str,
+    partition: int,
+    values: list[bytes],
+    *,
+    policy: AckPolicy = AckPolicy.LEADER,
+    producer_id: int | None = None,
+    base_seq: int = 0,
+) -> bytes:
+    return encode_produce_request(
+        ProduceRequest(
+            stream,
+            partition,
+            policy,
+            5000,
+            tuple(ProduceMessage(v) for v in values),
+            producer_id=producer_id,
+            base_seq=base_seq,
+        )
+    )
+
+
+async def _many(c: RawClient, sections: list[bytes]) -> list[ProduceSection]:
+    frame = await c.request(Api.PRODUCE_MANY, encode_produce_many_request(sections))
+    answer = decode_produce_many_response(frame.body)
+    assert len(answer) == len(sections)
+    return answer
+
+
+def _offsets(section: ProduceSection) -> list[int]:
+    assert section.error_code == 0, decode_error(section.body)
+    results = decode_produce_response(section.body)
+    assert all(r.error_code == 0 for r in results), results
+    return [r.offset for r in results]
+
+
+def _code(section: ProduceSection) -> int:
+    assert section.error_code != 0
+    error = decode_error(section.body)
+    assert error.code == section.error_code
+    return error.code
+
+
+@pytest.mark.parametrize("policy", [AckPolicy.NONE, AckPolicy.LEADER, AckPolicy.ALL])
+async def test_sections_are_stored_and_answered_in_order(jet: Server, policy: AckPolicy) -> None:
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        assert Api.PRODUCE_MANY in (await c.hello())["apis"]
+        await c.create_stream(name="a", subject="a", partitions=4)
+        await c.create_stream(name="b", subject="b")
+        sections = [
+            _section("a", 2, [b"a2-0", b"a2-1"], policy=policy),
+            _section("b", 0, [b"b0-0"], policy=policy),
+            _section("a", 0, [b"a0-0", b"a0-1", b"a0-2"], policy=policy),
+            _section("a", 2, [b"a2-2"], policy=policy),  # the same partition again: in order
+        ]
+        answer = await _many(c, sections)
+        if policy != AckPolicy.NONE:
+            assert [_offsets(s) for s in answer] == [[0, 1], [0], [0, 1, 2], [2]]
+        for stream, partition, values in [
+            ("a", 2, [b"a2-0", b"a2-1", b"a2-2"]),
+            ("b", 0, [b"b0-0"]),
+            ("a", 0, [b"a0-0", b"a0-1", b"a0-2"]),
+        ]:
+            records = await _fetch_until(c, stream, partition, len(values))
+            assert [r.value for r in records] == values
+
+
+async def _fetch_until(c: RawClient, stream: str, partition: int, n: int) -> list[Record]:
+    """The first ``n`` committed records (each fetch a bounded long poll)."""
+    records: list[Record] = []
+    for _ in range(n):
+        if len(records) >= n:
+            break
+        _header, more = await c.fetch(stream, partition, len(records), max_wait_ms=5000)
+        assert more, f"no record at {len(records)} of {stream}/{partition} within 5 s"
+        records.extend(more)
+    return records[:n]
+
+
+async def test_a_failed_section_fails_alone(jet: Server) -> None:
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="a", subject="a", partitions=2)
+        good = _section("a", 1, [b"x", b"y"])
+        answer = await _many(
+            c,
+            [
+                _section("nope", 0, [b"1"]),
+                good,
+                _section("a", 7, [b"2"]),
+                good[:-1],  # truncated: the section's body does not decode
+                b"",
+                _section("a", 0, [b"z"]),
+            ],
+        )
+        assert _code(answer[0]) == ErrorCode.STREAM_NOT_FOUND
+        assert _offsets(answer[1]) == [0, 1]
+        assert _code(answer[2]) == ErrorCode.PARTITION_NOT_FOUND
+        assert _code(answer[3]) == ErrorCode.MALFORMED_FRAME
+        assert _code(answer[4]) == ErrorCode.MALFORMED_FRAME
+        assert _offsets(answer[5]) == [0]
+        # The connection stays open and the good sections were stored.
+        assert [r.value for r in await _fetch_until(c, "a", 1, 2)] == [b"x", b"y"]
+        assert [r.value for r in await _fetch_until(c, "a", 0, 1)] == [b"z"]
+
+
+async def test_idempotent_sections_deduplicate_per_partition(jet: Server) -> None:
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="a", subject="a", partitions=2)
+        sections = [
+            _section("a", 0, [b"p0"], producer_id=7, base_seq=0),
+            _section("a", 1, [b"p1"], producer_id=7, base_seq=0),
+        ]
+        first = await _many(c, sections)
+        again = await _many(c, sections)  # a retry of both: duplicates, same offsets
+        for one, two in zip(first, again, strict=True):
+            (r,) = decode_produce_response(two.body)
+            assert r.error_code == ErrorCode.DUPLICATE_SEQUENCE
+            assert [r.offset] == _offsets(one)
+        assert len(await _fetch_until(c, "a", 0, 1)) == 1
+        assert jet.streams.replica("a", 0).log.log_end_offset == 1
+
+
+async def test_too_many_sections_is_refused_and_the_connection_stays(jet: Server) -> None:
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="a", subject="a")
+        body = encode_produce_many_request([_section("a", 0, [b"x"])] * MAX_PRODUCE_SECTIONS)
+        count_over = (MAX_PRODUCE_SECTIONS + 1).to_bytes(4, "big") + body[4:]
+        with pytest.raises(ServerError) as caught:
+            await c.request(Api.PRODUCE_MANY, count_over)
+        assert caught.value.code == ErrorCode.INVALID_ARGUMENT
+        assert caught.value.error.details == {"field": "count"}
+        assert len(await _many(c, [_section("a", 0, [b"x"])] * 3)) == 3
+        assert jet.streams.replica("a", 0).log.log_end_offset == 3  # none of the refused
+
+
+async def test_sections_that_do_not_add_up_close_the_connection(jet: Server) -> None:
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="a", subject="a")
+        body = encode_produce_many_request([_section("a", 0, [b"x"])])
+        await c.send_raw(encode_frame(Api.PRODUCE_MANY, 9, body + b"\x00"))
+        frames = await c.wait_closed()
+        assert [decode_error(f.body).code for f in frames] == [ErrorCode.MALFORMED_FRAME]
+
+
+async def test_empty_request_gets_an_empty_answer(jet: Server) -> None:
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        assert await _many(c, []) == []
+
+
+TOKENS = tokens_for("ops", "alice")
+
+
+async def test_acl_denial_fails_only_its_section(nats_server: NatsServer, tmp_path: Path) -> None:
+    settings = auth_settings(TOKENS, ("ops:admin:*", "alice:publish:orders.*"))
+    async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
+        assert jet.address is not None
+        async with await RawClient.connect(jet.address) as c:
+            await c.call_json(Api.AUTHENTICATE, {"mechanism": "token", "token": TOKENS["ops"]})
+            await _wait_grants(c)
+            await c.create_stream(name="orders.eu", subject="orders.eu")
+            await c.create_stream(name="payments", subject="payments")
+        async with await RawClient.connect(jet.address) as c:
+            await c.call_json(Api.AUTHENTICATE, {"mechanism": "token", "token": TOKENS["alice"]})
+            answer = await _many(
+                c, [_section("payments", 0, [b"no"]), _section("orders.eu", 0, [b"yes"])]
+            )
+            assert _code(answer[0]) == ErrorCode.PERMISSION_DENIED
+            assert decode_error(answer[0].body).details == {"identity": "alice"}
+            assert _offsets(answer[1]) == [0]
+        assert jet.streams.replica("payments", 0).log.log_end_offset == 0
+
+
+async def _wait_grants(c: RawClient) -> None:
+    """The configured grants are proposed in the background right after start."""
+    import anyio
+
+    with anyio.fail_after(20):
+        while True:
+            try:
+                acls = (await c.call_json(Api.LIST_ACLS, {}))["acls"]
+            except ServerError:
+                acls = {}
+            if "alice" in acls:
+                return
+            await anyio.sleep(0.05)
