@@ -10,7 +10,10 @@ long-polling consumer connections (2,000 with ``--quick``; bench/scale_connectio
 ``JET_BENCH_SIZES=10000`` measures only the sizes listed (comma-separated), no more.
 Targets (issue 34), each printed with met / NOT met: <= 12 KB RSS and <= 1 open file per
 idle partition, restart <= 10 s and idle CPU <= 5 % at 50,000 partitions (a row says
-NOT met when the largest size measured is smaller); the failover at 3,000 RF 3 within
+NOT met when the largest size measured is smaller), and the server's open-file limit
+(``/proc/PID/limits``, after the server raised it) covering what the partitions need
+(``jetserver.resources.files_needed``) or, where it cannot, CreateStream refused with the
+error naming the limit and the remedy; the failover at 3,000 RF 3 within
 5 s; keyed produce to many partitions at >= 0.8x of produce to one.
 """
 
@@ -25,7 +28,9 @@ import anyio
 from bench import scale_connections
 from bench.scale_connections import open_files, rss_bytes
 from jetsdk import AckPolicy, Client, Producer
+from jetsdk.errors import JetError
 from jetserver.devcluster import DevCluster
+from jetserver.resources import files_needed
 
 PER_STREAM = 100
 """Partitions per stream."""
@@ -50,12 +55,29 @@ def _idle_cpu_share(pid: int, seconds: float) -> float:
     return (_cpu_s(pid) - start) / (time.monotonic() - t0)
 
 
-async def _create(address: list[str], partitions: int) -> float:
+def _file_limit(pid: int) -> int:
+    """Process ``pid``'s soft open-file limit (-1 if unlimited or unknown)."""
+    with open(f"/proc/{pid}/limits", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft = line.split()[3]
+                return int(soft) if soft.isdigit() else -1
+    return -1
+
+
+async def _create(address: list[str], partitions: int) -> tuple[float, int, str]:
+    """(seconds, partitions created, the refusal's message or "")."""
     started = time.perf_counter()
+    created, refusal = 0, ""
     async with Client(address) as client:
         for i in range(partitions // PER_STREAM):
-            await client.create_stream(f"s{i}", f"s{i}", partitions=PER_STREAM)
-    return time.perf_counter() - started
+            try:
+                await client.create_stream(f"s{i}", f"s{i}", partitions=PER_STREAM)
+            except JetError as exc:  # the open-file limit, if it cannot cover them
+                refusal = str(exc)
+                break
+            created += PER_STREAM
+    return time.perf_counter() - started, created, refusal
 
 
 RESTART_BOUND_S = 300.0
@@ -65,13 +87,18 @@ STOP_BOUND_S = 300.0
 restart then measured crash recovery of every partition, not a restart."""
 
 
-def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
+def _one_size(partitions: int, idle_s: float) -> tuple[dict[str, float], str]:
+    """The figures per partition created, and the refusal's message if CreateStream was
+    refused before ``partitions`` ("" if not)."""
     with open(os.devnull, "wb") as devnull, DevCluster(size=1, log_file=devnull) as dev:
         sid = next(iter(dev.servers)).server_id
         pid = dev.server(sid).pid
         time.sleep(1.0)
-        rss0, files0 = rss_bytes(pid), open_files(pid)
-        create_s = anyio.run(_create, dev.addresses, partitions, backend="asyncio")
+        rss0, files0, limit = rss_bytes(pid), open_files(pid), _file_limit(pid)
+        create_s, created, refusal = anyio.run(
+            _create, dev.addresses, partitions, backend="asyncio"
+        )
+        partitions = max(created, 1)
         # Past the first HW checkpoint round (every 5 s), which new partitions all write.
         time.sleep(SETTLE_S)
         rss, files = rss_bytes(pid), open_files(pid)
@@ -95,7 +122,9 @@ def _one_size(partitions: int, idle_s: float) -> dict[str, float]:
         "restart_s": restart_s,
         "stop_s": stop_s,
         "rss_mb": rss / 2**20,
-    }
+        "created": created,
+        "file_limit": limit,
+    }, refusal
 
 
 async def _produce_rate(
@@ -168,9 +197,29 @@ def _failover(partitions: int) -> tuple[float, int, int, int]:
     return moved_s, led, raft_bytes, len(raft)
 
 
+def _file_limit_row(partitions: int, r: dict[str, float], refusal: str) -> str:
+    """The file-limit rule: the limit the server runs with covers what ``partitions``
+    need, or their creation is refused with the error naming the limit and the remedy."""
+    limit, needed = int(r["file_limit"]), files_needed(partitions)
+    if refusal:
+        ok = "open-file limit" in refusal and partitions >= TARGET_PARTITIONS
+        how = f"refused after {r['created']:,.0f} partitions (the message names the limit)"
+    else:
+        ok = (limit < 0 or limit >= needed) and partitions >= TARGET_PARTITIONS
+        how = f"covers the {needed:,} files {partitions:,} partitions need"
+        if 0 <= limit < needed:
+            how = f"below the {needed:,} files estimated, yet no refusal"
+    shown = "unlimited" if limit < 0 else f"{limit:,}"
+    return (
+        f"  {'open-file limit (raised at start)':<32} {shown:>8}    {how}: "
+        f"{'met' if ok else 'NOT met'}"
+    )
+
+
 def run(quick: bool) -> None:
     """Measure every size, then produce across partitions; print the table and targets."""
-    sizes, idle_s = ((500, 2000), 3.0) if quick else ((1000, 10000, 50000), 5.0)
+    sizes: tuple[int, ...] = (500, 2000) if quick else (1000, 10000, 50000)
+    idle_s = 3.0 if quick else 5.0
     only = os.environ.get("JET_BENCH_SIZES")  # e.g. "10000": these sizes only, nothing else
     if only:
         sizes = tuple(int(n) for n in only.split(","))
@@ -184,8 +233,12 @@ def run(quick: bool) -> None:
     )
     print(header)
     results: dict[int, dict[str, float]] = {}
+    refusals: dict[int, str] = {}
     for n in sizes:
-        r = results[n] = _one_size(n, idle_s)
+        r, refusals[n] = _one_size(n, idle_s)
+        results[n] = r
+        if refusals[n]:
+            print(f"  {n:>10,}: refused after {r['created']:,.0f}: {refusals[n]}")
         print(
             f"  {n:>10,} {r['create_ms_per_partition']:>10.2f} "
             f"{r['rss_kb_per_partition']:>8.1f} {r['files_per_partition']:>6.2f} "
@@ -209,6 +262,7 @@ def run(quick: bool) -> None:
             f"  {label:<32} {value:8.2f} {unit:<2} <= {target:g} {unit:<2} "
             f"{'met' if ok else 'NOT met'}"
         )
+    print(_file_limit_row(max(sizes), largest, refusals[max(sizes)]))
     if max(sizes) < TARGET_PARTITIONS:
         print(f"  (NOT met: measured at {max(sizes):,}, not {TARGET_PARTITIONS:,} partitions)")
     if only:

@@ -6,8 +6,11 @@ per server)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import threading
 from collections import Counter
 
+import anyio
 import pytest
 
 from jetsdk.codec.error_codes import AckPolicy
@@ -26,6 +29,17 @@ def _name(task: asyncio.Task[object]) -> str:
     if name.endswith("_run_coro"):  # anyio's wrapper: the task is named after the function
         name = ".".join(task.get_name().split(".")[-2:])
     return name
+
+
+def _objects(*kinds: type) -> int:
+    """Live objects of these types (a GC pass first)."""
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, kinds))
+
+
+def _events() -> int:
+    """Live asyncio and anyio events."""
+    return _objects(asyncio.Event, anyio.Event)
 
 
 def _tasks() -> Counter[str]:
@@ -70,3 +84,25 @@ async def test_idle_partitions_hold_one_task_each_and_the_first_append_starts_th
         assert not any(r.committer.flushing for r in others)
         records = await c.collect("idle", 5, 3 + len(big))
     assert [r.value for r in records] == [b"m0", b"m1", b"m2"] + [b"m3"] * len(big)
+
+
+async def test_idle_partitions_hold_no_events_or_conditions(jet: Server) -> None:
+    """Waiting idle costs a bare future: no asyncio/anyio Event (1.5 KB with its deque)
+    behind a sequencer's wait, no threading.Condition (1 KB) per log's group commit until
+    two flushes of it meet (issue 34: 50,000 idle partitions on one server). What is left
+    is anyio's own: its handle of each task (4.14 on) holds an anyio.Event over an
+    asyncio.Event."""
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="warm", subject="warm")
+        events, conditions, tasks = _events(), _objects(threading.Condition), _tasks()
+        await c.create_stream(name="idle", subject="idle", partitions=PARTITIONS)
+        await c.create_stream(name="after", subject="after")  # a round trip later
+        new_tasks = (_tasks() - tasks).total()
+        assert new_tasks == PARTITIONS + 1  # the sequencers' run tasks
+        assert _objects(threading.Condition) == conditions
+        assert _events() - events <= 2 * new_tasks  # anyio's per task, no more
+        replicas = [jet.streams.replica("idle", p) for p in range(PARTITIONS)]
+        assert all(r.sequencer._wake._futures for r in replicas)  # each waits, on a future
+        acks = await c.produce("idle", 3, [ProduceMessage(b"m")], ack_policy=AckPolicy.ALL)
+        assert [(a.error_code, a.offset) for a in acks] == [(0, 0)]
+        assert replicas[3].log.flushed_offset == 1

@@ -36,7 +36,7 @@ def test_no_event_allocated_until_a_wait() -> None:
     event = LazyEvent()
     event.set()
     assert event.is_set()
-    assert event._event is None
+    assert event._futures is None
 
 
 async def test_a_timed_wait_wakes_on_set_in_order_or_times_out() -> None:
@@ -57,3 +57,29 @@ async def test_a_timed_wait_wakes_on_set_in_order_or_times_out() -> None:
         assert woken == [0, 1, 2]  # in the order they came
         assert await event.wait_within(5) is True  # already set: at once
     assert event._futures is None
+
+
+async def test_a_cancelled_wait_leaves_no_waiter_and_a_later_set_wakes_the_rest() -> None:
+    event = LazyEvent()
+    woken: list[str] = []
+
+    async def waiter(name: str) -> None:
+        await event.wait()
+        woken.append(name)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            with anyio.CancelScope() as scope:
+                tg.start_soon(waiter, "kept")
+                await anyio.wait_all_tasks_blocked()
+                async with anyio.create_task_group() as inner:
+                    inner.start_soon(waiter, "cancelled")
+                    await anyio.wait_all_tasks_blocked()
+                    assert event._futures is not None
+                    assert len(event._futures) == 2
+                    inner.cancel_scope.cancel()
+                assert len(event._futures) == 1  # the cancelled waiter's future is gone
+                assert not scope.cancel_called
+            event.set()
+        assert woken == ["kept"]
+        assert event._futures is None

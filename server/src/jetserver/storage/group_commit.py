@@ -28,6 +28,8 @@ class GroupCommit:
     (issue 34, item 3: memory per idle partition).
     """
 
+    __slots__ = ("_cond", "_failed", "_flushed", "_fsyncs", "_generation", "_lock", "_running")
+
     def __init__(self, flushed_offset: int) -> None:
         self._lock = threading.Lock()
         self._cond: threading.Condition | None = None
