@@ -111,6 +111,9 @@ class LoopThread:
             self._thread.join(LOOP_STOP_TIMEOUT)
 
 
+_MAKING_QUEUE = threading.Lock()
+"""Held while a sync producer makes its send queue (once per producer)."""
+
 ITER_BATCH = 1000
 """Messages a sync consumer takes from its loop thread per round trip when iterating."""
 
@@ -203,7 +206,11 @@ class SyncWrapper(Generic[A]):
         """The send queue of a sync producer (made on first use)."""
         sends = self._sends
         if sends is None:
-            sends = self._sends = QueuedSends(self._check(), getattr(self, "_obj"))  # noqa: B009
+            with _MAKING_QUEUE:  # threads sending first at once share one queue
+                sends = self._sends
+                if sends is None:
+                    obj = getattr(self, "_obj")  # noqa: B009
+                    sends = self._sends = QueuedSends(self._check(), obj)
         return sends
 
     def _drain_queue(self) -> None:
