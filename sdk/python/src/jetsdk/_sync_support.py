@@ -282,16 +282,28 @@ class SyncWrapper(Generic[A]):
         return lock
 
     def _buffered_next(self, consumer: Any) -> Message:
-        """The next message: from the buffer, refilled a batch at a time."""
-        lock = self._reader()
+        """The next message: from the buffer, refilled a batch at a time (the common case,
+        a current message of a partition not paused, inline: this runs per message)."""
+        lock = self._reading
+        if lock is None or not lock.acquire(blocking=False):
+            lock = self._reader()  # made now, or ConcurrentUse
         try:
+            buffer = self._buffer
+            assert buffer is not None
             while True:
-                got = self._take(1)
-                if got:
-                    return got[0]
-                assert self._buffer is not None
+                while buffer:
+                    msg = buffer.popleft()
+                    if msg.stale:
+                        continue
+                    if self._held and (msg.stream, msg.partition) in self._held:
+                        buffer.appendleft(msg)
+                        got = self._take(1)  # keeps the paused ones, in order
+                        if got:
+                            return got[0]
+                        break
+                    return msg
                 batch: list[Message] = self._run(consumer.fetch, ITER_BATCH, None)
-                self._buffer.extend(batch)
+                buffer.extend(batch)
         finally:
             lock.release()
 
