@@ -222,3 +222,16 @@ def test_threads_sending_first_at_once_share_one_queue(
             assert all(h.done() for h in handles)
     assert len(made) == 1
     assert len(handles) == 4
+
+
+def test_the_hand_off_works_on_a_trio_loop_thread(jet_dev: JetDev) -> None:
+    """The drain task's wake-up is trio's ``run_sync_soon`` there (asyncio's
+    ``call_soon_threadsafe`` elsewhere)."""
+    name = _name("trio")
+    with sync.Client(jet_dev.servers, backend="trio") as client:
+        client.create_stream(name, name)
+        with sync.Producer(client, name, linger=0) as producer:
+            handles = [producer.send_soon(b"%d" % i) for i in range(300)]
+            producer.flush()
+            assert [h.result(0).offset for h in handles] == list(range(300))
+            assert producer.send(b"last").offset == 300
