@@ -1,8 +1,9 @@
 """Child process for test_sync_sigint.py: block in one sync call, get Ctrl-C, close.
 
 Usage: ``python sigint_child.py ADDRESS STREAM CALL``. Prints ``blocking`` just before the
-call, ``blocked`` once the main thread waits inside it (a watcher thread sees the main
-thread's innermost frame in a ``threading`` wait), then on KeyboardInterrupt
+call (``send`` and ``flush`` then wait for ``go`` on stdin: the parent has stopped the
+server), ``blocked`` once the main thread waits inside it (a watcher thread sees the main
+thread's innermost frame in a ``threading`` wait or a send handle's wait), then on KeyboardInterrupt
 ``interrupted <seconds since the signal>``, and once the ``with`` blocks it propagates
 through (and the client) are closed, ``closed <seconds>``.
 """
@@ -26,11 +27,15 @@ WATCH_BOUND_S = 60.0
 def waiting_in_call(main: int) -> bool:
     """The main thread is inside the sync call of ``blocking_call`` and its innermost Python
     frame is a ``threading`` wait (a condition or event: the sync API's wait for its loop
-    thread), not the wait for this watcher to start."""
+    thread) or a sync send handle's ``result``, not the wait for this watcher to start."""
     frame = sys._current_frames().get(main)
-    if frame is None or not frame.f_code.co_filename.endswith("threading.py"):
+    if frame is None:
         return False
-    if frame.f_code.co_name != "wait":
+    code = frame.f_code
+    in_wait = code.co_filename.endswith("threading.py") and code.co_name == "wait"
+    # A sync send handle waits on its own lock: SendHandle.result is the innermost frame.
+    in_result = code.co_filename.endswith("_sync_sends.py") and code.co_name == "result"
+    if not (in_wait or in_result):
         return False
     while frame is not None:
         if frame.f_code.co_name == "watch_main_thread":
@@ -79,6 +84,10 @@ def blocking_call(client: sync.Client, stream: str, call: str) -> None:
     else:
         with sync.Producer(client, stream, ack=AckPolicy.ALL, delivery_timeout=600) as producer:
             print("blocking", flush=True)
+            # The parent stops the server, then says "go": the message cannot be
+            # acknowledged before the call blocks.
+            if sys.stdin.readline().strip() != "go":
+                raise SystemExit("the parent did not say go")
             watch_main_thread()
             try:
                 if call == "send":

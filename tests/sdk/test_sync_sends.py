@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
 import pytest
+from anyio.from_thread import BlockingPortal
 
 from jetsdk import sync
+from jetsdk._sync_sends import QueuedSends
 from jetsdk.errors import MessageTooLarge, PartitionNotFound
 from support.jet_dev import JetDev
 
@@ -118,3 +121,117 @@ def test_closing_sends_what_is_queued_and_handles_work_from_any_thread(
     assert [h.result(0).offset for h in handles] == list(range(100))
     assert results == [50]
     assert seen == [1]
+
+
+class _PortalCalls:
+    """Counts the sync producer's blocking round trips to its loop thread (``call`` goes
+    through ``start_task_soon``, which waits until the loop has spawned the task)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = BlockingPortal.start_task_soon
+        monkeypatch.setattr(BlockingPortal, "start_task_soon", self._counting(real))
+
+    def _counting(self, real: Any) -> Any:
+        def counted(portal: BlockingPortal, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return real(portal, *args, **kwargs)
+
+        return counted
+
+
+def test_send_soon_wakes_the_loop_once_per_drain_without_a_round_trip(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many ``send_soon`` calls hand their messages over in a few fire-and-forget wake-ups
+    of the loop's drain task; the caller never waits for the loop thread to take them (a
+    portal ``start_task_soon`` waited for the task to be spawned, a round trip)."""
+    name = _name("wakes")
+    with sync.Client(jet_dev.servers) as client:
+        client.create_stream(name, name)
+        with sync.Producer(client, name) as producer:
+            producer.send(b"first")  # the queue and its drain task exist
+            sends = producer._queued()
+            wakes: list[int] = []
+            real_wake = sends._wake_drain
+            monkeypatch.setattr(sends, "_wake_drain", lambda: (wakes.append(1), real_wake()))
+            calls = _PortalCalls(monkeypatch)
+            handles = [producer.send_soon(b"m%d" % i) for i in range(2000)]
+            assert calls.count == 0
+            producer.flush()
+            assert calls.count == 1  # flush itself
+            assert all(h.done() for h in handles)
+    assert 1 <= len(wakes) <= 500, len(wakes)
+
+
+def test_send_is_one_wake_each_way_without_a_round_trip(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blocking ``send`` wakes the loop once (the drain task) and is woken once (its
+    handle's lock): no portal round trip per message."""
+    name = _name("send")
+    with sync.Client(jet_dev.servers) as client:
+        client.create_stream(name, name)
+        with sync.Producer(client, name, linger=0) as producer:
+            producer.send(b"first")
+            sends = producer._queued()
+            wakes: list[int] = []
+            real_wake = sends._wake_drain
+            monkeypatch.setattr(sends, "_wake_drain", lambda: (wakes.append(1), real_wake()))
+            calls = _PortalCalls(monkeypatch)
+            acks = [producer.send(b"m%d" % i) for i in range(20)]
+            assert calls.count == 0
+    assert [a.offset for a in acks] == list(range(1, 21))
+    assert len(wakes) == 20
+
+
+def test_threads_sending_first_at_once_share_one_queue(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The send queue is made once per producer even when several threads send their first
+    message at the same moment (with one queue each, ``flush`` missed the others')."""
+    name = _name("first")
+    made: list[object] = []
+    second = threading.Event()
+    real_init = QueuedSends.__init__
+
+    def slow_init(self: QueuedSends, *args: Any) -> None:
+        made.append(self)
+        if len(made) > 1:
+            second.set()
+        second.wait(0.5)  # widen the window in which another thread could make one too
+        real_init(self, *args)
+
+    monkeypatch.setattr(QueuedSends, "__init__", slow_init)
+    with sync.Client(jet_dev.servers) as client:
+        client.create_stream(name, name)
+        with sync.Producer(client, name) as producer:
+            start = threading.Barrier(4)
+            handles: list[sync.SendHandle] = []
+
+            def work() -> None:
+                start.wait(10)
+                handles.append(producer.send_soon(b"x"))
+
+            threads = [threading.Thread(target=work) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+            producer.flush()
+            assert all(h.done() for h in handles)
+    assert len(made) == 1
+    assert len(handles) == 4
+
+
+def test_the_hand_off_works_on_a_trio_loop_thread(jet_dev: JetDev) -> None:
+    """The drain task's wake-up is trio's ``run_sync_soon`` there (asyncio's
+    ``call_soon_threadsafe`` elsewhere)."""
+    name = _name("trio")
+    with sync.Client(jet_dev.servers, backend="trio") as client:
+        client.create_stream(name, name)
+        with sync.Producer(client, name, linger=0) as producer:
+            handles = [producer.send_soon(b"%d" % i) for i in range(300)]
+            producer.flush()
+            assert [h.result(0).offset for h in handles] == list(range(300))
+            assert producer.send(b"last").offset == 300

@@ -36,15 +36,19 @@ def test_ctrl_c_interrupts_a_blocking_sync_call(
             client.create_stream(stream, stream)
         child = subprocess.Popen(
             [sys.executable, str(CHILD), server.address, stream, call],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
             assert child.stdout is not None
+            assert child.stdin is not None
             assert child.stdout.readline().strip() == "blocking"
             if call in ("send", "flush"):
                 server.proc.send_signal(signal.SIGSTOP)  # nothing gets acknowledged
+                child.stdin.write("go\n")  # only now: the message cannot be acked first
+                child.stdin.flush()
             # The child says when its main thread waits inside the call.
             assert child.stdout.readline().strip() == "blocked"
             assert child.poll() is None, "the call returned without blocking"

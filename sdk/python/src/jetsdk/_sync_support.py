@@ -111,6 +111,9 @@ class LoopThread:
             self._thread.join(LOOP_STOP_TIMEOUT)
 
 
+_MAKING_QUEUE = threading.Lock()
+"""Held while a sync producer makes its send queue (once per producer)."""
+
 ITER_BATCH = 1000
 """Messages a sync consumer takes from its loop thread per round trip when iterating."""
 
@@ -203,7 +206,11 @@ class SyncWrapper(Generic[A]):
         """The send queue of a sync producer (made on first use)."""
         sends = self._sends
         if sends is None:
-            sends = self._sends = QueuedSends(self._check(), getattr(self, "_obj"))  # noqa: B009
+            with _MAKING_QUEUE:  # threads sending first at once share one queue
+                sends = self._sends
+                if sends is None:
+                    obj = getattr(self, "_obj")  # noqa: B009
+                    sends = self._sends = QueuedSends(self._check(), obj)
         return sends
 
     def _drain_queue(self) -> None:
@@ -275,16 +282,28 @@ class SyncWrapper(Generic[A]):
         return lock
 
     def _buffered_next(self, consumer: Any) -> Message:
-        """The next message: from the buffer, refilled a batch at a time."""
-        lock = self._reader()
+        """The next message: from the buffer, refilled a batch at a time (the common case,
+        a current message of a partition not paused, inline: this runs per message)."""
+        lock = self._reading
+        if lock is None or not lock.acquire(blocking=False):
+            lock = self._reader()  # made now, or ConcurrentUse
         try:
+            buffer = self._buffer
+            assert buffer is not None
             while True:
-                got = self._take(1)
-                if got:
-                    return got[0]
-                assert self._buffer is not None
+                while buffer:
+                    msg = buffer.popleft()
+                    if msg.stale:
+                        continue
+                    if self._held and (msg.stream, msg.partition) in self._held:
+                        buffer.appendleft(msg)
+                        got = self._take(1)  # keeps the paused ones, in order
+                        if got:
+                            return got[0]
+                        break
+                    return msg
                 batch: list[Message] = self._run(consumer.fetch, ITER_BATCH, None)
-                self._buffer.extend(batch)
+                buffer.extend(batch)
         finally:
             lock.release()
 

@@ -400,13 +400,24 @@ class Producer:
 
     async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
         """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);
-        ``handle``: the one to complete (the sync API passes its thread-safe kind)."""
+        ``handle``: the one to complete (default: a new one)."""
         sender = self._sender
         while sender.unresolved >= self.max_pending:  # backpressure
             await sender.wait_for_room()
             self._check_open()
         if handle is None:
             handle = SendHandle()
+        self._since_yield += 1
+        if self._append(prepared, handle) or self._since_yield >= self._acc.max_batch_messages:
+            # Let the senders ship full batches before queueing more.
+            self._since_yield = 0
+            await anyio.lowlevel.checkpoint()
+        return handle
+
+    def _append(self, prepared: Prepared, handle: SendHandle) -> bool:
+        """Queue a message from :meth:`_prepare` in the accumulator, without waiting (the
+        caller keeps ``max_pending``: :meth:`_enqueue`, or the sync API's queue, which
+        counts on its callers' side); True if it made its partition's head batch full."""
         partition = prepared.partition
         full = self._acc.append(
             partition,
@@ -415,13 +426,8 @@ class Producer:
             ack_policy=prepared.policy,
             now=time.monotonic(),
         )
-        sender.queued(partition)
-        self._since_yield += 1
-        if full or self._since_yield >= self._acc.max_batch_messages:
-            # Let the senders ship full batches before queueing more.
-            self._since_yield = 0
-            await anyio.lowlevel.checkpoint()
-        return handle
+        self._sender.queued(partition)
+        return full
 
     async def flush(self) -> None:
         """Send everything queued now (ignoring linger) and wait until every message sent
