@@ -8,7 +8,9 @@ a HW that was due, or a flush:
   gets about one answer per message (its records, carrying the HW of the message before),
   not two (the records, then the HW on its own, as before);
 - with no further records, a follower's HW still reaches the leader's within the delay
-  plus a fetch round (the leader's parked-fetch timer), not at the long poll's end.
+  plus a fetch round (the leader's parked-fetch timer), not at the long poll's end;
+- a partition busy with records does not hold back the HW of a quiet one in the same
+  fetch session.
 
 Every wait is bounded.
 """
@@ -34,14 +36,29 @@ pytestmark = [pytest.mark.anyio, needs_cluster]
 
 FETCH_MAX_WAIT_S = 20.0
 """replication.fetch_max_wait_s of the test servers."""
+HW_NEWS_DELAY_S = 0.5
+"""replication.hw_news_delay_s of the test servers (the default is 25 ms): far above a
+record's round, so a HW that comes sooner than this rode with records (and on a loaded
+test machine a gap in the busy records below does not let a HW through on its own)."""
 BOUND_S = 30.0
 """Bound on any cluster-side change."""
 MESSAGES = 30
 """ack ALL messages sent one at a time."""
-HW_CATCH_UP_BOUND_S = 2.0
+HW_CATCH_UP_BOUND_S = 2.5
 """A follower's HW reaches the leader's within this with no further records: the delay
-(25 ms by default) plus a fetch round, with room for a loaded test machine; far below the
-20 s long poll that would otherwise carry it."""
+plus a fetch round, with room for a loaded test machine; far below the 20 s long poll that
+would otherwise carry it."""
+PAIR_PARTITIONS = 6
+"""Partitions of the stream whose two partitions share a leader (6 on 3 servers: some
+server leads two)."""
+BUSY_BOUND_S = 0.8 * HW_NEWS_DELAY_S
+"""The quiet partition's HW reaches its followers within this while the busy one's records
+flow: with the busy one's next answer, not after its own delay (nor, held back behind
+them, until a gap in the busy records as long as the delay)."""
+BUSY_S = 2 * HW_CATCH_UP_BOUND_S
+"""How long the busy partition gets records while the quiet one's HW is awaited."""
+BUSY_INTERVAL_S = 0.002
+"""The busy partition gets a record this often (far more often than the HW delay)."""
 POLL_S = 0.005
 """Poll interval of the follower HW."""
 METRICS_PORTS: dict[str, int] = {}
@@ -53,7 +70,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root: Path = tmp_path_factory.mktemp("hwnews")
     ports = free_ports(3)
     env = {f"s{i + 1}": {"JET_METRICS_PORT": str(port)} for i, port in enumerate(ports)}
-    settings = {"replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S}}
+    settings = {
+        "replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S, "hw_news_delay_s": HW_NEWS_DELAY_S}
+    }
     METRICS_PORTS.update({f"s{i + 1}": port for i, port in enumerate(ports)})
     with Cluster(root=root, size=3, settings=settings, server_env=env) as c:
         yield c
@@ -124,3 +143,49 @@ async def test_a_follower_s_hw_catches_up_without_further_records(cluster: Clust
                 break
             await anyio.sleep(POLL_S)
     assert time.monotonic() - acked < HW_CATCH_UP_BOUND_S, hws
+
+
+async def test_a_busy_partition_does_not_hold_back_a_quiet_one_s_hw(cluster: Cluster) -> None:
+    """Two partitions with one leader share each follower's fetch session: while one's
+    records keep answering the session's requests, the other's HW rides along with them
+    (it would otherwise wait for a request parked its full delay: never, while the busy one
+    answers every few milliseconds)."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("pair", "pair", partitions=PAIR_PARTITIONS, replication_factor=3)
+    by_leader: dict[str, list[int]] = {}
+    for p in range(PAIR_PARTITIONS):
+        _info, leader = await wait_full_isr(cluster, "pair", p, 3, BOUND_S)
+        by_leader.setdefault(leader, []).append(p)
+    leader, (quiet, busy, *_) = next((s, ps) for s, ps in by_leader.items() if len(ps) >= 2)
+    followers = [s.server_id for s in cluster.servers if s.server_id != leader]
+    caught_up_after: float | None = None
+    hws: dict[str, object] = {}
+    async with (
+        Client(cluster.addresses, request_timeout=10.0) as client,
+        Producer(client, "pair", ack=AckPolicy.ALL) as producer,
+    ):
+
+        async def keep_busy() -> None:
+            for _ in range(int(BUSY_S / BUSY_INTERVAL_S)):
+                await producer.send_soon(b"b", partition=busy)
+                await anyio.sleep(BUSY_INTERVAL_S)
+
+        await producer.send(b"b", partition=busy)
+        with anyio.fail_after(BOUND_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(keep_busy)
+                await anyio.sleep(BUSY_INTERVAL_S * 10)  # the busy partition's records flow
+                await producer.send(b"q", partition=quiet)  # the quiet one's HW is 1 now
+                sent = time.monotonic()
+                while time.monotonic() - sent < BUSY_S:
+                    for sid in followers:
+                        view = await partition_view(cluster.server(sid).address, "pair")
+                        hws[sid] = view[quiet].get("hw") if view is not None else None
+                    if all(hw == 1 for hw in hws.values()):
+                        caught_up_after = time.monotonic() - sent
+                        break
+                    await anyio.sleep(POLL_S)
+                tg.cancel_scope.cancel()
+            await producer.flush()
+    assert caught_up_after is not None, hws
+    assert caught_up_after < BUSY_BOUND_S, (caught_up_after, hws)
