@@ -10,7 +10,8 @@ a HW that was due, or a flush:
 - with no further records, a follower's HW still reaches the leader's within the delay
   plus a fetch round (the leader's parked-fetch timer), not at the long poll's end;
 - a partition busy with records does not hold back the HW of a quiet one in the same
-  fetch session.
+  fetch session;
+- a session wake that came before its request still ends that request at once.
 
 Every wait is bounded.
 """
@@ -30,6 +31,14 @@ from cluster.harness import Cluster, needs_cluster
 from cluster.views import partition_view, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.frames import Api
+from jetsdk.codec.replica_fetch import (
+    FLAG_WAKE,
+    ReplicaFetchPartition,
+    ReplicaFetchRequest,
+    decode_replica_fetch_response,
+    encode_replica_fetch_request,
+)
 from jetserver.testing import free_ports
 
 pytestmark = [pytest.mark.anyio, needs_cluster]
@@ -61,6 +70,10 @@ BUSY_INTERVAL_S = 0.002
 """The busy partition gets a record this often (far more often than the HW delay)."""
 POLL_S = 0.005
 """Poll interval of the follower HW."""
+EARLY_SESSION = 991
+"""Session id of the raw requests (no follower server uses it: theirs are random)."""
+EARLY_WAIT_MS = 10_000
+"""Long poll of the raw request that a remembered wake must end at once."""
 METRICS_PORTS: dict[str, int] = {}
 """Server id -> its metrics port (set by the cluster fixture)."""
 
@@ -189,3 +202,44 @@ async def test_a_busy_partition_does_not_hold_back_a_quiet_one_s_hw(cluster: Clu
             await producer.flush()
     assert caught_up_after is not None, hws
     assert caught_up_after < BUSY_BOUND_S, (caught_up_after, hws)
+
+
+async def test_a_wake_that_came_first_still_ends_the_next_request_at_once(
+    cluster: Cluster,
+) -> None:
+    """A session's wake that finds no parked request is remembered: its next request, with
+    nothing new for its partition, is answered at once (empty), not after its long poll
+    (the wait's loop must not trade the woken event for a fresh one)."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("early", "early", partitions=1, replication_factor=3)
+    info, leader = await wait_full_isr(cluster, "early", 0, 3, BOUND_S)
+    async with (
+        Client(cluster.addresses, request_timeout=10.0) as client,
+        Producer(client, "early", ack=AckPolicy.ALL) as producer,
+    ):
+        await producer.send(b"x")
+    _info, hw = await wait_caught_up(cluster, "early", 0, BOUND_S)
+    followers = [r for r in info.replicas if r != leader]
+    with anyio.fail_after(BOUND_S):  # every follower was sent the HW: no news is left
+        while True:
+            hws = await follower_hws(cluster, "early", followers)
+            if all(h == hw for h in hws.values()):
+                break
+            await anyio.sleep(POLL_S)
+    follower = followers[0]
+    ask = ReplicaFetchPartition(
+        "early", 0, hw, info.replicas.index(follower), hw, info.leader_epoch, 1 << 20
+    )
+    wake = ReplicaFetchRequest(
+        session_id=EARLY_SESSION, max_wait_ms=0, max_bytes=0, flags=FLAG_WAKE
+    )
+    req = ReplicaFetchRequest(
+        session_id=EARLY_SESSION, max_wait_ms=EARLY_WAIT_MS, max_bytes=1 << 20, partitions=(ask,)
+    )
+    async with Client(cluster.server(leader).address, request_timeout=BOUND_S) as at_leader:
+        await at_leader.request_any(Api.REPLICA_FETCH, encode_replica_fetch_request(wake))
+        asked = time.monotonic()
+        body = await at_leader.request_any(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
+        took = time.monotonic() - asked
+    assert decode_replica_fetch_response(body) == []
+    assert took < EARLY_WAIT_MS / 2000, took

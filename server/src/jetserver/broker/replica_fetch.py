@@ -257,6 +257,8 @@ async def _wait_news(live: list[_Live], parked: _Parked, timeout_s: float) -> tu
     start = loop.time()
     parked_s = 0.0
     for _ in range(MAX_NEWS_WAITS):
+        if parked.woken:
+            return False, parked_s  # woken before it parked (an early wake) or while parked
         due: float | None = None
         for e in live:
             d = e.replica.replica_hw_news_due_s(e.follower, parked_s)
@@ -274,7 +276,7 @@ async def _wait_news(live: list[_Live], parked: _Parked, timeout_s: float) -> tu
             for e in live:
                 e.replica.remove_news_waker(news)
         parked_s = loop.time() - start
-        if parked.woken or any(_has_news(e, parked_s) for e in live):
+        if any(_has_news(e, parked_s) for e in live):
             if hops.ENABLED and woken:
                 hops.mark("rf.woken")
             return False, parked_s
