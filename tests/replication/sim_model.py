@@ -57,6 +57,8 @@ class SimConfig:
     lag_max_s: float = 0.6
     silence_s: float = 0.25
     fetch_max_wait_s: float = 0.1
+    hw_news_delay_s: float = 0.005
+    """``[replication] hw_news_delay_s``: a parked fetch with HW news alone waits this."""
     request_timeout_s: float = 0.2
     fetch_max_records: int = 50
     isr_check_s: float = 0.05

@@ -78,7 +78,8 @@ class Node:
     core: ReplicaCore[SimPending] = attrs.field(init=False)
     epoch: int = -1
     token: int = 0
-    parked: list[Fetch] = attrs.field(factory=list)
+    parked: dict[Fetch, float] = attrs.field(factory=dict)
+    """Parked replica fetches and when each parked."""
     flushing: bool = False
     rid: int = 0
     inflight: int | None = None
@@ -101,6 +102,7 @@ class Node:
             durability=cfg.durability,
             min_isr=cfg.min_isr,
             lag_max_s=cfg.lag_max_s,
+            hw_news_delay_s=cfg.hw_news_delay_s,
         )
 
     # -- views for the checkers --------------------------------------------------------
@@ -179,7 +181,7 @@ class Node:
     def _drop_life(self) -> None:
         self.core = self._new_core()
         self.meta, self.epoch = None, -1
-        self.parked, self.flushing, self.inflight = [], False, None
+        self.parked, self.flushing, self.inflight = {}, False, None
         self.stopping = False
 
     def restart(self, clean: bool = False) -> None:
@@ -284,7 +286,7 @@ class Node:
     def _reset_role(self) -> None:
         self.token += 1
         self.epoch = -1
-        self.parked = []
+        self.parked = {}
         self.inflight, self.phase, self.silence, self.proposal_rid = None, None, None, None
 
     # -- leader --------------------------------------------------------------------------
@@ -422,25 +424,36 @@ class Node:
             )
         )
         self.maybe_propose()
-        if not state.fetch_has_news(msg.sender, msg.offset, self.log.leo):
-            self.parked.append(msg)
+        if not state.fetch_has_news(msg.sender, msg.offset, self.log.leo, 0.0):
+            self.parked[msg] = self.sim.now
             self.after(self.sim.cfg.fetch_max_wait_s, lambda: self._expire(msg))
+            self._hw_news_timer(msg, 0.0)
             return
         self._answer(msg)
 
     def _expire(self, msg: Fetch) -> None:
-        if msg in self.parked:
-            self.parked.remove(msg)
+        if self.parked.pop(msg, None) is not None:
             self._answer(msg)
+
+    def _hw_news_timer(self, msg: Fetch, parked_s: float) -> None:
+        """The leader's parked-fetch timer (broker/replica_fetch.py ``_wait_news``): a
+        fetch with HW news alone is looked at again when its delay is over."""
+        state = self.core.leader_state
+        due = state.hw_news_due_s(msg.sender, parked_s) if state is not None else None
+        if due is not None:
+            self.after(due, self.answer_parked)
 
     def answer_parked(self) -> None:
         state = self.core.leader_state
         if state is None:
             return
-        ready = [m for m in self.parked if state.fetch_has_news(m.sender, m.offset, self.log.leo)]
-        for m in ready:
-            self.parked.remove(m)
-            self._answer(m)
+        now = self.sim.now
+        for m, since in list(self.parked.items()):
+            if state.fetch_has_news(m.sender, m.offset, self.log.leo, now - since):
+                del self.parked[m]
+                self._answer(m)
+            else:
+                self._hw_news_timer(m, now - since)
 
     def _answer(self, msg: Fetch) -> None:
         state = self.core.leader_state

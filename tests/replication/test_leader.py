@@ -178,6 +178,39 @@ def test_hw_sent_tracking() -> None:
     assert not s.follower_needs_hw("b")
 
 
+def test_hw_news_alone_waits_for_the_delay_records_do_not() -> None:
+    s = LeaderState.start(
+        leader="a", leader_epoch=1, replicas=("a", "b", "c"), isr=("a", "b", "c"),
+        lag_max_s=LAG, hw_news_delay_s=0.025, leo=0, flushed=0, hw=0, now=0.0,
+    )  # fmt: skip
+    s.on_append(1)
+    s.on_flush(1)
+    assert s.fetch_has_news("b", 0, 1, 0.0)  # records: at once
+    s.note_hw_sent("b", 0)
+    s.on_fetch("b", 1, 1, 1.0)
+    assert s.on_fetch("c", 1, 1, 1.0)  # c's report moved the HW
+    assert s.hw == 1
+    # c parks at once with only HW news: not answered before the delay.
+    assert not s.fetch_has_news("c", 1, 1, 0.0)
+    assert s.hw_news_due_s("c", 0.0) == pytest.approx(0.025)
+    assert not s.fetch_has_news("b", 1, 1, 0.010)
+    assert s.hw_news_due_s("b", 0.010) == pytest.approx(0.015)
+    assert s.fetch_has_news("b", 1, 1, 0.025)  # the delay is over: the HW alone
+    assert s.hw_news_due_s("b", 0.025) == 0.0
+    assert s.fetch_has_news("c", 1, 2, 0.0)  # new records carry it at once
+    s.note_hw_sent("c", s.hw)
+    assert s.hw_news_due_s("c", 0.0) is None  # nothing to tell: the long poll's end
+    assert not s.fetch_has_news("c", 1, 1, 100.0)
+
+
+def test_hw_news_delay_zero_answers_the_hw_at_once() -> None:
+    s = leader(leo=1, hw=1)
+    assert s.hw_news_delay_s == 0.0
+    assert s.fetch_has_news("b", 1, 1, 0.0)
+    s.note_hw_sent("b", 1)
+    assert not s.fetch_has_news("b", 1, 1, 0.0)
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="durability"):
         leader(durability="maybe")

@@ -22,6 +22,8 @@ from .sim_model import SimPending
 from .simulation import SimConfig, Step, run_seed
 
 FLUSHED = SimConfig()
+MUTATION_SEEDS = 150
+"""Seeds a mutation check may run before it must have caught the mutation."""
 RF5 = SimConfig(replicas=5, min_isr=3)
 RF2 = SimConfig(replicas=2, min_isr=1)
 LOSSY = SimConfig(loss=0.15, faults_per_s=3.0)
@@ -171,7 +173,10 @@ def test_the_checkers_catch_a_wrong_truncation_rule(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(sim_replica, "truncation_point", wrong)
     assert epochs.truncation_point is not wrong
     caught: BaseException | None = None
-    for seed in range(40):
+    # Seeds until the first catch (it stops there): 23 with the HW answered at once, 96
+    # since a HW alone waits ``hw_news_delay_s`` (fewer answers, so fewer of the races
+    # that expose this rule).
+    for seed in range(MUTATION_SEEDS):
         try:
             run_seed(seed, FLUSHED)
         except AssertionError as exc:

@@ -469,13 +469,13 @@ class PartitionReplica:
         """:meth:`RoleDriver.replica_fetched`."""
         await self.roles.replica_fetched(follower, offset, flushed)
 
-    def replica_has_news(self, follower: str, offset: int) -> bool:
+    def replica_has_news(self, follower: str, offset: int, parked_s: float) -> bool:
         """:meth:`ReplicaNews.has_news`."""
-        return self.news.has_news(follower, offset)
+        return self.news.has_news(follower, offset, parked_s)
 
-    async def wait_replica_news(self, follower: str, offset: int, timeout_s: float) -> None:
-        """:meth:`ReplicaNews.wait`."""
-        await self.news.wait(follower, offset, timeout_s)
+    def replica_hw_news_due_s(self, follower: str, parked_s: float) -> float | None:
+        """:meth:`ReplicaNews.hw_news_due_s`."""
+        return self.news.hw_news_due_s(follower, parked_s)
 
     def add_news_waker(self, waker: LazyEvent) -> None:
         """:meth:`ReplicaNews.add_waker`."""

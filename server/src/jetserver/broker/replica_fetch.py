@@ -9,10 +9,12 @@ follower's fsync runs alongside the leader's; the HW counts both, and a failed f
 of records sent ends the leader's epoch), the HW sent noted. The wait and the answer:
 
 - the request parks until **any** of its partitions has news (records the follower lacks,
-  a HW it has not been sent, an error, the leadership ended), the session is woken
+  a HW it has not been sent once the request has been parked ``hw_news_delay_s``, an
+  error, the leadership ended), the session is woken
   (:class:`SessionWakers`: a follower with new partitions to add ends its parked request
   with a wake request) or ``max_wait_ms`` passes;
-- after news or a wake it answers only the partitions with something to say; after
+- after news or a wake it answers only the partitions with something to say (a HW not
+  due yet included, since an answer goes out anyway); after
   ``max_wait_ms`` (or with ``max_wait_ms`` 0) every partition. A partition left out is
   asked for again in the follower's next request (its long poll goes on);
 - the records of the whole answer are bounded by ``max_bytes`` (and the server's
@@ -49,6 +51,9 @@ from jetserver.storage.read_slices import ReadSlices
 
 READ_INLINE_MAX_BYTES = 256 * 1024
 """Records up to this size are read on the event loop; bigger reads in a worker thread."""
+MAX_NEWS_WAITS = 64
+"""Bound on one request's waits: each ends with news, a wake, the HW delay or the long poll's
+end; a wake with nothing to say (a HW not due yet, a flush) waits again."""
 MAX_EARLY_WAKES = 1024
 """Wakes remembered for sessions with no parked request (the oldest are forgotten)."""
 
@@ -61,29 +66,48 @@ class SessionWakers:
     remembered: the session's next request then answers at once.
     """
 
-    _parked: dict[int, LazyEvent] = attrs.field(factory=dict)
+    _parked: dict[int, _Parked] = attrs.field(factory=dict)
     _early: dict[int, float] = attrs.field(factory=dict)
 
-    def park(self, session_id: int, event: LazyEvent) -> None:
-        """``event`` ends the session's request now being served: a wake sets it."""
+    def park(self, session_id: int, parked: _Parked) -> None:
+        """``parked`` is the session's request now being served: a wake ends it."""
         if self._early.pop(session_id, None) is not None:
-            event.set()
-        self._parked[session_id] = event
+            parked.wake()
+        self._parked[session_id] = parked
 
-    def unpark(self, session_id: int, event: LazyEvent) -> None:
-        """The request of ``event`` is answered."""
-        if self._parked.get(session_id) is event:
+    def unpark(self, session_id: int, parked: _Parked) -> None:
+        """The request of ``parked`` is answered."""
+        if self._parked.get(session_id) is parked:
             del self._parked[session_id]
 
     def wake(self, session_id: int) -> None:
         """End the session's parked request (or its next one)."""
-        event = self._parked.get(session_id)
-        if event is not None:
-            event.set()
+        parked = self._parked.get(session_id)
+        if parked is not None:
+            parked.wake()
             return
         self._early[session_id] = time.monotonic()
         while len(self._early) > MAX_EARLY_WAKES:
             del self._early[next(iter(self._early))]
+
+
+@attrs.define(eq=False)
+class _Parked:
+    """One ReplicaFetch request's wait: ``news`` is set by its partitions' news and by a
+    session wake (which also sets ``woken``: it ends the wait even with no news)."""
+
+    news: LazyEvent = attrs.field(factory=LazyEvent)
+    woken: bool = False
+
+    def wake(self) -> None:
+        self.woken = True
+        self.news.set()
+
+    def rearm(self) -> LazyEvent:
+        """A fresh event to wait on again (the spent one stays set)."""
+        if self.news.is_set():
+            self.news = LazyEvent()
+        return self.news
 
 
 @attrs.define(eq=False)
@@ -123,18 +147,18 @@ async def replica_fetch(
     if req.wake:
         wakers.wake(req.session_id)
         return ReplicaFetchReply([])
-    news = LazyEvent()  # set by a partition's news or by the session's wake
-    wakers.park(req.session_id, news)  # before any await: a wake may follow at once
+    parked = _Parked()  # set by a partition's news or by the session's wake
+    wakers.park(req.session_id, parked)  # before any await: a wake may follow at once
     try:
-        return await _serve(streams, limits, news, req)
+        return await _serve(streams, limits, parked, req)
     finally:
-        wakers.unpark(req.session_id, news)
+        wakers.unpark(req.session_id, parked)
 
 
 async def _serve(
     streams: StreamManager,
     limits: LimitsConfig,
-    news: LazyEvent,
+    parked: _Parked,
     req: ReplicaFetchRequest,
 ) -> ReplicaFetchReply:
     answers: list[ReplicaFetchAnswer] = []
@@ -166,14 +190,20 @@ async def _serve(
         await asyncio.sleep(0)
     wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
     answer_all = wait_ms <= 0
-    if not answers and live and not answer_all and not any(_has_news(e) for e in live):
-        answer_all = not await _wait_news(live, news, wait_ms / 1000)
+    parked_s = 0.0
+    if not answers and live and not answer_all and not any(_has_news(e, 0.0) for e in live):
+        answer_all, parked_s = await _wait_news(live, parked, wait_ms / 1000)
+    if not answer_all:
+        due = [e for e in live if _has_news(e, parked_s)]
+        if due or answers:
+            # An answer goes out: a HW not due yet rides along (no round of its own), so
+            # other partitions' records never hold it back past its delay.
+            due = [e for e in live if e in due or _hw_news(e, parked_s)]
+        live = due  # the others have nothing new: their long polls go on in the next request
     budget = min(req.max_bytes, limits.max_fetch_bytes)
     unread: dict[int, ReadSlices] = {}
     try:
         for e in live:
-            if not (answer_all or _has_news(e)):
-                continue  # nothing new: its long poll goes on in the next request
             try:
                 answer = await _answer(streams, e, budget, unread)
             except (ApiError, StorageError) as exc:
@@ -207,24 +237,50 @@ async def _read(records: ReadSlices) -> bytes:
         records.close()
 
 
-def _has_news(e: _Live) -> bool:
-    return e.replica.closed or e.replica.replica_has_news(e.follower, e.part.offset)
+def _has_news(e: _Live, parked_s: float) -> bool:
+    return e.replica.closed or e.replica.replica_has_news(e.follower, e.part.offset, parked_s)
 
 
-async def _wait_news(live: list[_Live], news: LazyEvent, timeout_s: float) -> bool:
-    """Wait until a partition has news or the session is woken (either sets ``news``, with
-    no task in between); False after ``timeout_s``. A bare future with a timer, not an
-    anyio scope: twice per replicated message at light load."""
-    for e in live:
-        e.replica.add_news_waker(news)
-    try:
-        woken = await news.wait_within(timeout_s)
-        if hops.ENABLED and woken:
-            hops.mark("rf.woken")
-        return woken
-    finally:
+def _hw_news(e: _Live, parked_s: float) -> bool:
+    """The partition's follower has not been sent its HW (due or not)."""
+    return e.replica.replica_hw_news_due_s(e.follower, parked_s) is not None
+
+
+async def _wait_news(live: list[_Live], parked: _Parked, timeout_s: float) -> tuple[bool, float]:
+    """Wait until a partition has news or the session is woken: (False, parked seconds),
+    or (True, ...) after ``timeout_s`` (answer every partition). A partition's news or a
+    wake sets ``parked.news`` with no task in between; a bare future with a timer, not an
+    anyio scope (twice per replicated message at light load). A wake for a HW alone
+    (:meth:`LeaderState.fetch_has_news`) waits on until its delay is over, and then
+    answers without a wake: the timer is the earlier of the delay and ``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    parked_s = 0.0
+    for _ in range(MAX_NEWS_WAITS):
+        if parked.woken:
+            return False, parked_s  # woken before it parked (an early wake) or while parked
+        due: float | None = None
         for e in live:
-            e.replica.remove_news_waker(news)
+            d = e.replica.replica_hw_news_due_s(e.follower, parked_s)
+            if d is not None and (due is None or d < due):
+                due = d
+        left = timeout_s - parked_s
+        if left <= 0:
+            return True, parked_s
+        news = parked.rearm()
+        for e in live:
+            e.replica.add_news_waker(news)
+        try:
+            woken = await news.wait_within(left if due is None else min(left, due), loop)
+        finally:
+            for e in live:
+                e.replica.remove_news_waker(news)
+        parked_s = loop.time() - start
+        if any(_has_news(e, parked_s) for e in live):
+            if hops.ENABLED and woken:
+                hops.mark("rf.woken")
+            return False, parked_s
+    return True, parked_s
 
 
 async def _answer(

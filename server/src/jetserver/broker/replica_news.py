@@ -1,7 +1,8 @@
 """The leader's side of replica fetches on one partition: who may fetch, and their wake-ups.
 
 :class:`ReplicaNews` answers whether a parked replica fetch has something to return (new
-records, or a HW its follower has not seen), wakes parked fetches when that may have
+records, or a HW its follower has not seen and the fetch has waited ``hw_news_delay_s`` for),
+wakes parked fetches when that may have
 changed (an append, a HW move, a stop), and checks the leader epoch and replica id of a
 fetch (broker/replica_fetch.py).
 
@@ -10,7 +11,6 @@ Task safety: event loop thread only.
 
 from __future__ import annotations
 
-import anyio
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
@@ -86,18 +86,20 @@ class ReplicaNews:
             )
         return name
 
-    def has_news(self, follower: str, offset: int) -> bool:
-        """True if a replica fetch at ``offset`` can be answered with records or a new HW."""
+    def has_news(self, follower: str, offset: int, parked_s: float) -> bool:
+        """True if a replica fetch at ``offset``, parked for ``parked_s`` seconds, is
+        answered now: records, a HW due (:meth:`LeaderState.fetch_has_news`), or the end of
+        the leadership or of the replica."""
         state = self.core.leader_state
         if state is None or self.life.ending:
             return True
-        return state.fetch_has_news(follower, offset, self.log.log_end_offset)
+        return state.fetch_has_news(follower, offset, self.log.log_end_offset, parked_s)
 
-    async def wait(self, follower: str, offset: int, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` until :meth:`has_news`."""
-        with anyio.move_on_after(timeout_s):
-            while not self.has_news(follower, offset):
-                await self._news.wait()
+    def hw_news_due_s(self, follower: str, parked_s: float) -> float | None:
+        """Seconds until a fetch parked for ``parked_s`` is answered for its HW news alone
+        (:meth:`LeaderState.hw_news_due_s`; None: it has none)."""
+        state = self.core.leader_state
+        return state.hw_news_due_s(follower, parked_s) if state is not None else None
 
     def wake(self) -> None:
         """Wake every parked replica fetch (and every session waiting on this partition)."""

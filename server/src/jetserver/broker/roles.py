@@ -111,6 +111,7 @@ def new_core(
         durability=spec.durability if spec is not None else DURABILITY_FLUSHED,
         min_isr=spec.min_isr if spec is not None else 1,
         lag_max_s=replication.replica_lag_max_s,
+        hw_news_delay_s=replication.hw_news_delay_s,
         duplicate_window_s=(
             spec.duplicate_window_s if spec is not None else DEFAULT_DUPLICATE_WINDOW_S
         ),

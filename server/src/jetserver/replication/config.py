@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import attrs
 
-from jetserver.validators import positive
+from jetserver.validators import non_negative, positive
 
 DEFAULT_REPLICA_LAG_MAX_S = 10.0
 DEFAULT_LEADER_SILENCE_S = 1.5
@@ -15,6 +15,7 @@ DEFAULT_ISR_CHECK_INTERVAL_S = 0.25
 DEFAULT_RETRY_MIN_S = 0.05
 DEFAULT_RETRY_MAX_S = 1.0
 DEFAULT_REQUEST_SLACK_S = 1.0
+DEFAULT_HW_NEWS_DELAY_S = 0.025
 
 
 _positive = positive("replication")
@@ -35,6 +36,13 @@ class ReplicationConfig:
     (and again after every further period of silence)."""
     fetch_max_wait_s: float = attrs.field(default=DEFAULT_FETCH_MAX_WAIT_S, validator=_positive)
     """Long-poll bound of a replica fetch."""
+    hw_news_delay_s: float = attrs.field(
+        default=DEFAULT_HW_NEWS_DELAY_S, validator=non_negative("replication")
+    )
+    """A parked replica fetch whose follower lacks only the HW (no records) is answered
+    after this long, not at once: the HW rides with the next records if they come sooner
+    (one round per message instead of two). A follower's HW trails the leader's by at most
+    this plus one fetch round (0: answer the HW at once)."""
     fetch_max_bytes: int = attrs.field(default=DEFAULT_FETCH_MAX_BYTES, validator=_positive)
     """Soft bound on the records of one replica fetch."""
     isr_check_interval_s: float = attrs.field(

@@ -109,6 +109,9 @@ class ReplicaCore(Generic[P]):
     """Fewest ISR members for ALL acks (the stream's setting)."""
     lag_max_s: float = 10.0
     """Seconds a follower may lag before it leaves the ISR."""
+    hw_news_delay_s: float = 0.0
+    """A parked replica fetch with only HW news is answered after this long
+    (:attr:`LeaderState.hw_news_delay_s`)."""
     duplicate_window_s: float = attrs.field(default=120.0, validator=at_most(MAX_DURATION_S))
     """How long a plain message's ``Nats-Msg-Id`` is remembered (the stream's setting;
     bounded so that the sequencer's ``int(window * 1e9)`` cannot overflow)."""
@@ -234,6 +237,7 @@ class ReplicaCore(Generic[P]):
             durability=self.durability,
             min_isr=self.min_isr,
             lag_max_s=self.lag_max_s,
+            hw_news_delay_s=self.hw_news_delay_s,
             leo=leo,
             flushed=flushed,
             hw=hw,

@@ -33,6 +33,10 @@ Rules (spec/cluster.md, "Replication"):
   yet in this epoch holds it back. Using the maximal ISR means a shrink takes effect only
   once the metadata committed it, so no offset is committed on fewer replicas than the
   metadata's ISR.
+- **HW news.** A parked replica fetch is answered at once for records its follower lacks;
+  a HW its follower has not been sent answers it only once it has been parked for
+  ``hw_news_delay_s`` (:meth:`fetch_has_news`): under load the HW rides with the next
+  records, so a message costs each follower one round, not two (records, then the HW).
 - **Min ISR.** ALL acks are refused (NOT_ENOUGH_REPLICAS) while the committed ISR has
   fewer than ``min_isr`` members.
 
@@ -50,6 +54,10 @@ from jetserver.replication.invariants import ReplicaInvariantViolation
 
 UNKNOWN = -1
 """Progress of a follower that has not fetched in this epoch."""
+TIMER_SLACK_S = 1e-6
+"""A fetch parked this close to :attr:`LeaderState.hw_news_delay_s` counts as parked that
+long: a timer set for the delay may fire a clock tick early (asyncio), and a parked time
+measured as a difference of clock readings may round below it."""
 
 
 @attrs.define
@@ -115,6 +123,9 @@ class LeaderState:
     compare-and-set on it; an older metadata state never replaces a newer view)."""
     pending_base: int = 0
     """The partition epoch the proposal in flight was computed from."""
+    hw_news_delay_s: float = 0.0
+    """A parked replica fetch with only a new HW for its follower (no records) is answered
+    once it has been parked this long (:meth:`fetch_has_news`)."""
     served_end: int = 0
     """Replica fetches were sent records below this offset: those above the leader's
     flushed offset may be taken back by a failed fsync's cut (:meth:`on_cut`)."""
@@ -130,6 +141,7 @@ class LeaderState:
         durability: str = DURABILITY_FLUSHED,
         min_isr: int = 1,
         lag_max_s: float,
+        hw_news_delay_s: float = 0.0,
         leo: int,
         flushed: int,
         hw: int,
@@ -155,6 +167,7 @@ class LeaderState:
             durability=durability,
             min_isr=min_isr,
             lag_max_s=lag_max_s,
+            hw_news_delay_s=hw_news_delay_s,
             epoch_start_offset=leo,
             leo=leo,
             flushed=min(flushed, leo),
@@ -268,11 +281,24 @@ class LeaderState:
         if progress is not None:
             progress.hw_sent = max(progress.hw_sent, hw)
 
-    def fetch_has_news(self, follower: str, offset: int, leo: int) -> bool:
-        """True if a replica fetch from ``follower`` at ``offset`` is answered now (the
-        leader's log ends at ``leo``): it lacks records, or has not been sent the current
-        high watermark. Otherwise it parks until one of them holds or its long poll ends."""
-        return offset < leo or self.follower_needs_hw(follower)
+    def fetch_has_news(self, follower: str, offset: int, leo: int, parked_s: float) -> bool:
+        """True if a replica fetch from ``follower`` at ``offset``, parked for ``parked_s``
+        seconds (0 on arrival), is answered now (the leader's log ends at ``leo``): it lacks
+        records, or it has not been sent the current high watermark and has been parked for
+        :attr:`hw_news_delay_s`. Otherwise it parks until one of them holds or its long
+        poll ends; :meth:`hw_news_due_s` says when to look again."""
+        return offset < leo or (
+            parked_s + TIMER_SLACK_S >= self.hw_news_delay_s and self.follower_needs_hw(follower)
+        )
+
+    def hw_news_due_s(self, follower: str, parked_s: float) -> float | None:
+        """Seconds from now until a fetch from ``follower`` parked for ``parked_s`` is
+        answered for its HW news alone (0: now), or None if it has none (records or the end
+        of its long poll answer it)."""
+        if not self.follower_needs_hw(follower):
+            return None
+        due = self.hw_news_delay_s - parked_s
+        return due if due > TIMER_SLACK_S else 0.0
 
     def follower_needs_hw(self, follower: str) -> bool:
         """True if ``follower`` has not been told the current high watermark."""
