@@ -19,8 +19,8 @@ from jetsdk.partitioner import partition_for_key
 from jetspark.errors import OptionError
 from support.jet_dev import JetDev
 
-from .helpers import create, produce, read_partitions, unique
-from .test_reader_direct import _all, _reader, _rows, _schema
+from .helpers import create, produce, read_partitions, source_struct, unique
+from .test_reader_direct import _all, _reader, _rows
 
 pytestmark = pytest.mark.spark
 
@@ -88,7 +88,7 @@ def test_batch_read_ends_by_timestamp_per_partition(spark_jet: JetDev) -> None:
     spec = orjson.dumps({name: {"0": cut0, "1": 4_000_000_000_000}}).decode()
     raw = {"servers": ",".join(spark_jet.servers), "streams": name}
     reader = JetBatchReader(
-        source_options({**raw, "endingOffsetsByTimestamp": spec}, streaming=False), _schema()
+        source_options({**raw, "endingOffsetsByTimestamp": spec}, streaming=False), source_struct()
     )
     got: dict[int, list[int]] = {0: [], 1: []}
     for partition in reader.partitions():
