@@ -40,6 +40,7 @@ import anyio
 
 from bench.bench_light import _switches
 from bench.bench_sdk import _load, _stamp, jet_latency
+from bench.trees import HERE, compared_trees, tree_paths
 from jetsdk import Client, Consumer, Producer
 from jetserver.devcluster import DevCluster
 
@@ -212,17 +213,13 @@ def run(quick: bool) -> None:
         kinds.remove("strace")
     rounds = int(os.environ.get("JET_COST_ROUNDS", "2" if quick else "3"))
     n = int(os.environ.get("JET_COST_MESSAGES", "1000" if quick else "2000"))
-    here = Path(__file__).resolve().parent.parent
-    trees = {"A": here}
-    against = os.environ.get("JET_BENCH_AGAINST")
-    if against:
-        trees["B"] = Path(against).resolve()
+    trees = compared_trees()
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jet-cost-")))
         devnull = stack.enter_context(open(os.devnull, "wb"))
         jets: dict[str, tuple[list[str], int]] = {}
         for tag, tree in trees.items():
-            paths = [here / "bench/cost_hook", tree, tree / "sdk/python/src", tree / "server/src"]
+            paths = [HERE / "bench/cost_hook", *tree_paths(tree)]
             env = {
                 "PYTHONPATH": os.pathsep.join(str(p) for p in paths),
                 "JET_COST_PROFILE": str(work / f"prof.{tag}"),

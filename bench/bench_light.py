@@ -21,7 +21,6 @@ import contextlib
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -35,6 +34,7 @@ from bench.bench_sdk import (
     js_latency,
     js_setup,
 )
+from bench.trees import compared_trees, tree_paths
 from jetsdk import Client
 from jetserver.devcluster import DevCluster
 
@@ -119,11 +119,7 @@ async def _rounds(
 def run(quick: bool) -> None:
     """Start the servers and alternate the rounds (see the module docstring)."""
     rounds, secs = (3, 3.0) if quick else (8, 4.0)
-    here = Path(__file__).resolve().parent.parent
-    trees = {"A": here}
-    against = os.environ.get("JET_BENCH_AGAINST")
-    if against:
-        trees["B"] = Path(against).resolve()
+    trees = compared_trees()
     saved = os.environ.get("PYTHONPATH")
     with contextlib.ExitStack() as stack:
         devnull = stack.enter_context(open(os.devnull, "wb"))
@@ -131,7 +127,7 @@ def run(quick: bool) -> None:
         try:
             for tag, tree in trees.items():
                 # The server process imports that tree's code (the client is this one's).
-                paths = [tree, tree / "sdk/python/src", tree / "server/src"]
+                paths = tree_paths(tree)
                 os.environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
                 dev = stack.enter_context(DevCluster(size=1, log_file=devnull))
                 jets[tag] = (dev.addresses, dev.servers[0].pid)

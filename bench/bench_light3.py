@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from bench.bench_sdk import _load, _process_cpu_s
 from bench.pacing import paced
+from bench.trees import compared_trees, tree_paths
 from cluster.views import wait_info
 from jetsdk import AckPolicy, Client, Producer
 from jetserver.devcluster import DevCluster
@@ -110,11 +111,7 @@ def _line(figures: Figures) -> str:
 def run(quick: bool) -> None:
     """Alternating rounds of each tree's cluster; per round and median figures."""
     rounds, seconds = (3, 3.0) if quick else (6, 4.0)
-    here = Path(__file__).resolve().parent.parent
-    trees = {"A": here}
-    against = os.environ.get("JET_BENCH_AGAINST")
-    if against:
-        trees["B"] = Path(against).resolve()
+    trees = compared_trees()
     saved = os.environ.get("PYTHONPATH")
     results: dict[str, list[Figures]] = {tag: [] for tag in trees}
     with contextlib.ExitStack() as stack:
@@ -123,7 +120,7 @@ def run(quick: bool) -> None:
         try:
             for tag, tree in trees.items():
                 # The servers import that tree's code (the client is this one's).
-                paths = [tree, tree / "sdk/python/src", tree / "server/src"]
+                paths = tree_paths(tree)
                 os.environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
                 dev = stack.enter_context(DevCluster(size=3, log_file=devnull))
                 clusters[tag] = (dev, anyio.run(_setup, dev, backend="asyncio"))
