@@ -291,3 +291,32 @@ def test_next_shrink_is_when_the_first_isr_follower_could_lag() -> None:
     assert s.isr_proposal(100.0) == ("a",)
     alone = leader(isr=("a",))
     assert alone.next_shrink_s(1.0) is None  # no ISR follower: nothing can shrink
+
+
+def test_a_follower_parked_at_the_end_is_in_sync_through_a_poll_over_the_lag_bound() -> None:
+    # An idle partition whose followers' long polls (fetch_max_wait_s) outlast
+    # replica_lag_max_s: a fetch parked at the leader's end is caught up until it is
+    # answered. Before, each follower left the ISR lag_max_s after its fetch arrived and
+    # rejoined at its next one: the ISR flapped, and two followers out of phase were never
+    # in it together (a CI failure: "a full ISR of 3" not within 30 s).
+    s = leader(leo=10, hw=10)
+    s.on_fetch("b", 10, 10, 1.0, poll_s=3 * LAG)
+    s.on_fetch("c", 10, 10, 1.0 + LAG / 2, poll_s=3 * LAG)
+    assert s.isr_proposal(1.0 + 2 * LAG) is None
+    assert s.next_shrink_s(1.0 + 2 * LAG) == 2 * LAG  # b's poll runs until 1 + 3 LAG
+    # records arrive: the parked fetches are answered, and the followers ask again
+    s.on_append(20)
+    s.on_flush(20)
+    assert s.isr_proposal(1.5 + 2 * LAG) is None  # answered: about to ask again
+    s.on_fetch("b", 10, 10, 2.0 + 2 * LAG)
+    s.on_fetch("c", 20, 20, 2.0 + 2 * LAG)
+    assert s.isr_proposal(2.0 + 2.5 * LAG) is None  # b was caught up until its answer
+
+
+def test_a_follower_gone_while_parked_leaves_the_isr_once_its_long_poll_is_over() -> None:
+    s = leader(leo=10, hw=10)
+    s.on_fetch("b", 10, 10, 1.0, poll_s=5.0)
+    s.on_fetch("c", 10, 10, 1.0, poll_s=5.0)
+    s.on_fetch("c", 10, 10, 6.0, poll_s=5.0)  # c asks again; b never does
+    assert s.isr_proposal(6.0 + LAG - 0.01) is None
+    assert s.isr_proposal(6.0 + LAG + 0.01) == ("a", "c")

@@ -465,9 +465,11 @@ class PartitionReplica:
         """
         return self.news.follower_name(replica_id)
 
-    async def replica_fetched(self, follower: str, offset: int, flushed: int) -> None:
+    async def replica_fetched(
+        self, follower: str, offset: int, flushed: int, poll_s: float = 0.0
+    ) -> None:
         """:meth:`RoleDriver.replica_fetched`."""
-        await self.roles.replica_fetched(follower, offset, flushed)
+        await self.roles.replica_fetched(follower, offset, flushed, poll_s)
 
     def replica_has_news(self, follower: str, offset: int, parked_s: float) -> bool:
         """:meth:`ReplicaNews.has_news`."""

@@ -164,6 +164,8 @@ async def _serve(
     answers: list[ReplicaFetchAnswer] = []
     live: list[_Live] = []
     committed = False
+    wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
+    poll_s = max(wait_ms, 0) / 1000  # a fetch at the end is caught up while parked
     for index, part in enumerate(req.partitions):
         try:
             check_holds_replica(streams, part.stream, part.partition)
@@ -177,7 +179,7 @@ async def _serve(
             hw_was = replica.log.high_watermark
             if hops.ENABLED:
                 hops.mark(f"rf.ask.{follower}")
-            await replica.replica_fetched(follower, part.offset, part.replica_flushed)
+            await replica.replica_fetched(follower, part.offset, part.replica_flushed, poll_s)
             committed = committed or replica.log.high_watermark != hw_was
         except (ApiError, StorageError) as exc:
             answers.append(_error(index, exc))
@@ -188,7 +190,6 @@ async def _serve(
         # this one (it carries the new HW). Measured: the commit's ack left 0.1 ms after
         # the HW moved instead of 0.6 ms (RF 3, 200 msg/s).
         await asyncio.sleep(0)
-    wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
     answer_all = wait_ms <= 0
     parked_s = 0.0
     if not answers and live and not answer_all and not any(_has_news(e, 0.0) for e in live):

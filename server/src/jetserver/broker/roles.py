@@ -540,10 +540,18 @@ class RoleDriver:
             if not accepted:
                 await anyio.sleep(self.replication.isr_check_interval_s)
 
-    async def replica_fetched(self, follower: str, offset: int, flushed: int) -> None:
-        """Leader: a replica fetch from ``follower`` at ``offset`` reporting ``flushed``."""
+    async def replica_fetched(
+        self, follower: str, offset: int, flushed: int, poll_s: float = 0.0
+    ) -> None:
+        """Leader: a replica fetch from ``follower`` at ``offset`` reporting ``flushed``,
+        parked for up to ``poll_s`` if it has no records to send."""
         out = self.core.replica_fetched(
-            follower, offset, flushed, anyio.current_time(), hw=self.log.high_watermark
+            follower,
+            offset,
+            flushed,
+            anyio.current_time(),
+            hw=self.log.high_watermark,
+            poll_s=poll_s,
         )
         if out.wake_isr:
             self._isr_wake.set()

@@ -343,13 +343,15 @@ class ReplicaCore(Generic[P]):
         return Outcome(acks=self._take_all(code, message))
 
     def replica_fetched(
-        self, follower: str, offset: int, flushed: int, now: float, *, hw: int
+        self, follower: str, offset: int, flushed: int, now: float, *, hw: int, poll_s: float = 0.0
     ) -> Outcome[P]:
-        """Leader: a replica fetch from ``follower`` at ``offset`` reporting ``flushed``."""
+        """Leader: a replica fetch from ``follower`` at ``offset`` reporting ``flushed``,
+        parked for up to ``poll_s`` if it has no records to send."""
         state = self.leader_state
         if state is None:
             return Outcome()
-        out = self._advance(hw) if state.on_fetch(follower, offset, flushed, now) else Outcome[P]()
+        moved = state.on_fetch(follower, offset, flushed, now, poll_s=poll_s)
+        out = self._advance(hw) if moved else Outcome[P]()
         if follower not in state.isr and state.pending_isr is None:
             out.wake_isr = True  # maybe caught up: propose the expansion now
         return out

@@ -18,7 +18,10 @@ Rules (spec/cluster.md, "Replication"):
   ``t`` if ``o >=`` the leader's replicable end now, or caught up at its previous fetch time
   if ``o >=`` the replicable end at its previous fetch (Kafka's rule: under steady load a
   follower is never exactly at the end, but it reaches where the leader was one fetch
-  ago).
+  ago). A fetch parked at the leader's end keeps its follower caught up until it is
+  answered (records came) or its long poll ends, so a long poll longer than the lag bound
+  does not make an idle follower lag (Kafka instead requires
+  ``replica.fetch.wait.max.ms`` < ``replica.lag.time.max.ms``).
 - **Shrink.** An ISR follower not caught up for more than ``replica_lag_max_s`` is dropped.
 - **Expand.** A non-ISR replica rejoins when, at a fetch, it has caught up (as above, at
   that fetch or the previous one; a fetch before the metadata removed it does not
@@ -79,6 +82,9 @@ class FollowerProgress:
     caught_up_at_last_fetch: bool = False
     """Its last fetch offset reached the leader's replicable end at that fetch or at the one
     before."""
+    poll_until_s: float = 0.0
+    """When its last fetch's long poll ends: the fetch's arrival plus the long poll the
+    leader serves it (a fetch with records to send is answered at its arrival)."""
 
 
 @attrs.define
@@ -252,8 +258,12 @@ class LeaderState:
         self.hw = min(self.hw, leo)  # only durability ``written`` commits above flushed
         return self.served_end > leo
 
-    def on_fetch(self, follower: str, offset: int, flushed: int, now: float) -> bool:
-        """A replica fetch from ``follower`` at ``offset`` reporting ``flushed``.
+    def on_fetch(
+        self, follower: str, offset: int, flushed: int, now: float, *, poll_s: float = 0.0
+    ) -> bool:
+        """A replica fetch from ``follower`` at ``offset`` reporting ``flushed``, which the
+        leader may park for up to ``poll_s`` seconds (its long poll) if it has no records
+        to send.
 
         Returns True if the high watermark moved.
 
@@ -265,13 +275,17 @@ class LeaderState:
             progress.last_caught_up_s = now
             progress.caught_up_at_last_fetch = True
         elif progress.last_fetch_s is not None and offset >= progress.end_at_last_fetch:
-            progress.last_caught_up_s = max(progress.last_caught_up_s, progress.last_fetch_s)
+            # Caught up when the last fetch was answered: at its arrival, or, parked at
+            # the end, when records came (at the latest when its long poll ended).
+            answered = min(now, progress.poll_until_s)
+            progress.last_caught_up_s = max(progress.last_caught_up_s, answered)
             progress.caught_up_at_last_fetch = True
         else:
             progress.caught_up_at_last_fetch = False
         progress.leo = offset
         progress.flushed = min(max(flushed, UNKNOWN), offset)
         progress.last_fetch_s = now
+        progress.poll_until_s = now + poll_s if offset >= self.replicable_end else now
         progress.end_at_last_fetch = self.replicable_end
         return self._recompute_hw()
 
@@ -335,8 +349,20 @@ class LeaderState:
             and self._value(member) >= self.hw
         )
 
+    def _caught_up_until(self, member: str, now: float | None) -> float:
+        """The last time ``member`` was caught up, as of ``now`` (None: if nothing changes
+        from now on). A fetch that reached the leader's end keeps it caught up while parked
+        there: until its long poll ends or records come (it is answered at once and asks
+        again within its round; a follower gone while parked thus counts until its long
+        poll would have ended, as a delayed fetch does in Kafka)."""
+        progress = self.followers[member]
+        if progress.leo < progress.end_at_last_fetch:
+            return progress.last_caught_up_s
+        parked = progress.poll_until_s if now is None else min(now, progress.poll_until_s)
+        return max(progress.last_caught_up_s, parked)
+
     def _lagging(self, member: str, now: float) -> bool:
-        return now - self.followers[member].last_caught_up_s > self.lag_max_s
+        return now - self._caught_up_until(member, now) > self.lag_max_s
 
     def wanted_isr(self, now: float) -> tuple[str, ...]:
         """The ISR the rules call for now (may equal the committed one)."""
@@ -356,7 +382,7 @@ class LeaderState:
         if nothing else changes; None if the ISR has no follower. An ISR check before then
         finds nothing to shrink (expansions come with fetches: see ``wake_isr``)."""
         due = [
-            self.followers[m].last_caught_up_s + self.lag_max_s - now
+            self._caught_up_until(m, None) + self.lag_max_s - now
             for m in self.isr
             if m != self.leader and m in self.followers
         ]
