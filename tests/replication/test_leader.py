@@ -320,3 +320,15 @@ def test_a_follower_gone_while_parked_leaves_the_isr_once_its_long_poll_is_over(
     s.on_fetch("c", 10, 10, 6.0, poll_s=5.0)  # c asks again; b never does
     assert s.isr_proposal(6.0 + LAG - 0.01) is None
     assert s.isr_proposal(6.0 + LAG + 0.01) == ("a", "c")
+
+
+def test_a_parked_follower_answered_and_gone_lags_from_its_answer() -> None:
+    s = leader(leo=10, hw=10)
+    s.on_fetch("b", 10, 10, 1.0, poll_s=5.0)
+    s.on_fetch("c", 10, 10, 1.0, poll_s=5.0)
+    s.on_append(11)  # records: both parked fetches are answered at 2.0
+    s.on_poll_ended("b", 2.0)
+    s.on_poll_ended("c", 2.0)
+    s.on_fetch("c", 11, 11, 2.01, poll_s=5.0)  # c asks again; b is gone
+    assert s.isr_proposal(2.0 + LAG - 0.01) is None
+    assert s.isr_proposal(2.0 + LAG + 0.01) == ("a", "c")  # not 6.0 + LAG: b's poll end

@@ -475,6 +475,10 @@ class PartitionReplica:
         """:meth:`ReplicaNews.has_news`."""
         return self.news.has_news(follower, offset, parked_s)
 
+    def replica_poll_ended(self, follower: str, now: float) -> None:
+        """:meth:`ReplicaNews.poll_ended`."""
+        self.news.poll_ended(follower, now)
+
     def replica_hw_news_due_s(self, follower: str, parked_s: float) -> float | None:
         """:meth:`ReplicaNews.hw_news_due_s`."""
         return self.news.hw_news_due_s(follower, parked_s)

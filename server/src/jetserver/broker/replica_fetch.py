@@ -201,6 +201,12 @@ async def _serve(
             # other partitions' records never hold it back past its delay.
             due = [e for e in live if e in due or _hw_news(e, parked_s)]
         live = due  # the others have nothing new: their long polls go on in the next request
+    if parked_s > 0.0:
+        # Parked fetches answered now: their followers were caught up until now (a live
+        # one asks again at once; one gone meanwhile is caught up no longer).
+        now = anyio.current_time()
+        for e in live:
+            e.replica.replica_poll_ended(e.follower, now)
     budget = min(req.max_bytes, limits.max_fetch_bytes)
     unread: dict[int, ReadSlices] = {}
     try:

@@ -101,6 +101,13 @@ class ReplicaNews:
         state = self.core.leader_state
         return state.hw_news_due_s(follower, parked_s) if state is not None else None
 
+    def poll_ended(self, follower: str, now: float) -> None:
+        """A fetch from ``follower`` parked here was answered at ``now``:
+        :meth:`LeaderState.on_poll_ended`."""
+        state = self.core.leader_state
+        if state is not None:
+            state.on_poll_ended(follower, now)
+
     def wake(self) -> None:
         """Wake every parked replica fetch (and every session waiting on this partition)."""
         event, self._news = self._news, LazyEvent()

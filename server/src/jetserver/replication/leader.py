@@ -289,6 +289,14 @@ class LeaderState:
         progress.end_at_last_fetch = self.replicable_end
         return self._recompute_hw()
 
+    def on_poll_ended(self, follower: str, now: float) -> None:
+        """A fetch from ``follower`` parked at the end was answered at ``now`` (records
+        came, a HW, or its long poll ended): it was caught up until then. Alive, it asks
+        again at once (:meth:`on_fetch`); gone meanwhile, it is caught up no longer."""
+        progress = self.followers.get(follower)
+        if progress is not None:
+            progress.poll_until_s = min(progress.poll_until_s, now)
+
     def note_hw_sent(self, follower: str, hw: int) -> None:
         """The fetch answer to ``follower`` carried ``hw``."""
         progress = self.followers.get(follower)
@@ -352,9 +360,9 @@ class LeaderState:
     def _caught_up_until(self, member: str, now: float | None) -> float:
         """The last time ``member`` was caught up, as of ``now`` (None: if nothing changes
         from now on). A fetch that reached the leader's end keeps it caught up while parked
-        there: until its long poll ends or records come (it is answered at once and asks
-        again within its round; a follower gone while parked thus counts until its long
-        poll would have ended, as a delayed fetch does in Kafka)."""
+        there: until it is answered (:meth:`on_poll_ended`: records came, or a HW) or its
+        long poll ends. A follower gone while parked on an idle partition thus counts
+        until its long poll would have ended, as a delayed fetch does in Kafka."""
         progress = self.followers[member]
         if progress.leo < progress.end_at_last_fetch:
             return progress.last_caught_up_s
