@@ -3,6 +3,7 @@
     nox -s faults -- --minutes 30            # as many runs as fit, round-robin over classes
     nox -s faults -- --runs 200 --seed 7     # at most 200 runs, seeds 7, 8, ...
     nox -s faults -- --only partition-        # the classes whose name starts with this
+    nox -s faults -- --partitions 1000       # with 1,000 idle replicated partitions beside
 
 Each run is one pytest invocation of one fault test (tests/cluster/test_faults_*.py) with
 ``JET_FAULT_SEED`` set (the random-fault class draws its schedule from it) and
@@ -11,6 +12,12 @@ Each run is one pytest invocation of one fault test (tests/cluster/test_faults_*
 its output; the campaign goes on. At the end it prints one row per fault class: runs,
 failed runs, faults injected, records acked, lost, duplicated, and the longest time
 without an ack. The exit status is 1 if any run failed or lost or duplicated anything.
+
+With ``--partitions N`` every scenario-based run first creates N idle replicated
+partitions beside its stream (``JET_FAULT_BALLAST_PARTITIONS``, tests/cluster/scenario.py)
+and checks at the end that each with a live ISR member leads again on a live server; the
+faults then also move hundreds of leaderships at once. ``fsync-rf1`` (one server, no
+scenario) runs without them.
 
 Network-partition classes need root (network namespaces); where they skip, their runs
 are counted as skipped.
@@ -95,9 +102,14 @@ class Row:
     failures: list[str] = field(default_factory=list)
 
 
-def run_one(name: str, node: str, seed: int, row: Row, work: Path) -> None:
+def run_one(name: str, node: str, seed: int, row: Row, work: Path, partitions: int = 0) -> None:
     report = work / f"{name}-{seed}.jsonl"
-    env = {**os.environ, "JET_FAULT_SEED": str(seed), "JET_FAULT_REPORT": str(report)}
+    env = {
+        **os.environ,
+        "JET_FAULT_SEED": str(seed),
+        "JET_FAULT_REPORT": str(report),
+        "JET_FAULT_BALLAST_PARTITIONS": str(partitions),
+    }
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", node]
     started = time.monotonic()
     try:
@@ -179,13 +191,20 @@ def main(argv: list[str] | None = None) -> int:
         help="first seed (default: from the clock, printed)",
     )
     parser.add_argument("--only", default="", help="only the classes starting with this")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="idle replicated partitions created beside each run's stream (default 0)",
+    )
     args = parser.parse_args(argv)
     classes = [(n, node) for n, node in CLASSES if n.startswith(args.only)]
     if not classes:
         parser.error(f"no fault class starts with {args.only!r}")
     print(
         f"fault campaign: seed {args.seed}, at most {args.runs} runs, {args.minutes} min, "
-        f"{len(classes)} classes",
+        f"{len(classes)} classes"
+        + (f", {args.partitions} idle replicated partitions beside" if args.partitions else ""),
         flush=True,
     )
     rows = {n: Row() for n, _ in classes}
@@ -195,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             if time.monotonic() >= deadline:
                 break
             name, node = classes[i % len(classes)]
-            run_one(name, node, args.seed + i, rows[name], Path(tmp))
+            run_one(name, node, args.seed + i, rows[name], Path(tmp), args.partitions)
     print_table(rows)
     bad = any(r.failed or r.lost or r.duplicated for r in rows.values())
     return 1 if bad else 0

@@ -11,6 +11,7 @@ background, and the final verification with every checker.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,7 +31,7 @@ from cluster.checkers import (
     check_order,
     check_replicas_identical,
 )
-from cluster.harness import Cluster
+from cluster.harness import Cluster, WaitTimeout, wait_until_async
 from cluster.views import read_through, replica_logs, wait_caught_up, wait_leader
 from cluster.workload import ConsumerDriver, HwMonitor, ProducerDriver, client, read_committed
 from jetsdk import Client
@@ -48,6 +49,63 @@ DRAIN_TIMEOUT_S = 40.0
 """Bound on the drivers finishing after the stop signal."""
 BACKGROUND_LIMIT_S = 150.0
 """Hard bound on any background driver."""
+BALLAST_ENV = "JET_FAULT_BALLAST_PARTITIONS"
+"""If set to N > 0, each scenario first creates N idle replicated partitions beside its
+stream (streams ``ballast-0``, ``ballast-1``, ... of :data:`BALLAST_PER_STREAM`; RF 3, or
+the cluster's size if smaller), and at the end checks that each with a live ISR member
+leads again on a live server: the faults then also move hundreds of leaderships at once
+(``nox -s faults -- --partitions 1000``)."""
+BALLAST_PER_STREAM = 100
+"""Partitions of one ballast stream."""
+REQUEST_BOUND_S = 10.0
+"""Timeout of the ballast checks' metadata requests."""
+BALLAST_TIMEOUT_S = 120.0
+"""Bound on creating the ballast, and on its partitions leading again at the end."""
+
+
+def ballast_partitions() -> int:
+    """The ballast partitions asked for in :data:`BALLAST_ENV` (0: none)."""
+    return max(int(os.environ.get(BALLAST_ENV, "0") or 0), 0)
+
+
+async def create_ballast(cluster: Cluster, partitions: int) -> list[str]:
+    """Create the ballast streams of ``partitions`` partitions; wait (bounded) until each
+    partition has a leader. Returns the streams' names."""
+    rf = min(3, len(cluster.servers))
+    names = []
+    async with Client(cluster.addresses, request_timeout=BALLAST_TIMEOUT_S) as jet:
+
+        async def led() -> bool:
+            return not await ballast_problems(cluster, jet, names, live_only=False)
+
+        with anyio.fail_after(BALLAST_TIMEOUT_S):
+            for i in range(0, partitions, BALLAST_PER_STREAM):
+                name = f"ballast-{i // BALLAST_PER_STREAM}"
+                count = min(BALLAST_PER_STREAM, partitions - i)
+                await jet.create_stream(name, partitions=count, replication_factor=rf)
+                names.append(name)
+        await wait_until_async(led, BALLAST_TIMEOUT_S, "every ballast partition leads")
+    return names
+
+
+async def ballast_problems(
+    cluster: Cluster, jet: Client, names: list[str], *, live_only: bool = True
+) -> list[str]:
+    """Ballast partitions without a leader (``live_only``: without a leader on a live
+    server although a live server is in their ISR)."""
+    live = {s.server_id for s in cluster.servers if s.alive}
+    meta = await jet.metadata(refresh=True)
+    out = []
+    for name in names:
+        info = meta.streams.get(name)
+        if info is None:
+            out.append(f"{name}: missing from the metadata")
+            continue
+        for p in info.partitions:
+            leaderless = p.leader is None or (live_only and p.leader not in live)
+            if leaderless and (not live_only or live & set(p.isr)):
+                out.append(f"{name}/{p.partition}: leader {p.leader}, ISR {p.isr}")
+    return out
 
 
 @attrs.define(eq=False)
@@ -78,6 +136,8 @@ class Scenario:
     """Set once the producer has flushed and returned."""
     notes: list[str] = attrs.field(factory=list)
     """What the test wants printed at the end (timings, counts)."""
+    ballast: list[str] = attrs.field(factory=list)
+    """The ballast streams (:data:`BALLAST_ENV`)."""
     faults: int = 1
     """Faults the test injected (for the durability report of ``nox -s faults``)."""
 
@@ -93,7 +153,10 @@ class Scenario:
         value_bytes: int = 100,
         **stream_options: int | float,
     ) -> AsyncIterator[Scenario]:
-        """Create the stream, wait for its leaders, start the consumer and the monitor."""
+        """Create the ballast (:data:`BALLAST_ENV`) and the stream, wait for their leaders,
+        start the consumer and the monitor."""
+        ballast = ballast_partitions()
+        names = await create_ballast(cluster, ballast) if ballast else []
         async with client(cluster.addresses) as jet:
             await jet.create_stream(
                 stream,
@@ -113,6 +176,7 @@ class Scenario:
                     ProducerDriver(jet, stream, partitions, value_bytes=value_bytes),
                     ConsumerDriver(jet, stream),
                     HwMonitor(cluster, stream),
+                    ballast=names,
                 )
                 tg.start_soon(sc.consumer.run, sc.stop, BACKGROUND_LIMIT_S)
                 tg.start_soon(sc.monitor.run, sc.stop, BACKGROUND_LIMIT_S)
@@ -179,6 +243,7 @@ class Scenario:
         """
         await self._drain()
         await self.wait_leaders()
+        ballast = await self._ballast_leads_again()
         stored: dict[int, list[Stored]] = {}
         replicas: list[str] = []
         replica_reads: list[str] = []
@@ -224,6 +289,7 @@ class Scenario:
             lost=len(checks["acked_subset_of_stored"]),
             duplicated=len(checks["exactly_once"]),
             longest_without_ack_s=longest_gap(a.at for a in self.producer.acked),
+            ballast_partitions=ballast_partitions() if self.ballast else 0,
         )
         assert_clean(
             acked_subset_of_stored=checks["acked_subset_of_stored"],
@@ -234,8 +300,28 @@ class Scenario:
             replicas_identical=replicas,
             reads_through_every_isr_member=replica_reads,
             one_leader_per_epoch=check_one_leader_per_epoch(self.cluster.all_logs()),
+            ballast_leads_again=ballast,
         )
         return stored
+
+    async def _ballast_leads_again(self) -> list[str]:
+        """Wait (bounded) until every ballast partition with a live ISR member leads on a
+        live server; what is still without one then."""
+        if not self.ballast:
+            return []
+        problems: list[str] = []
+        async with Client(self.cluster.addresses, request_timeout=REQUEST_BOUND_S) as jet:
+
+            async def led() -> bool:
+                problems[:] = await ballast_problems(self.cluster, jet, self.ballast)
+                return not problems
+
+            try:
+                took = await wait_until_async(led, BALLAST_TIMEOUT_S, "ballast leads again")
+            except WaitTimeout:
+                return problems
+        self.note(f"ballast: {ballast_partitions()} partitions lead again ({took:.1f} s)")
+        return []
 
     async def _read_every_isr_member(
         self, info: PartitionInfo, leader_records: list[Stored], leader_hw: int
