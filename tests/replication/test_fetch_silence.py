@@ -45,6 +45,7 @@ from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from support.control_plane import RecordingControl
+from support.fetchers import follower_fetcher
 from support.frames_in import frames_from
 
 pytestmark = pytest.mark.anyio
@@ -185,19 +186,13 @@ def stuck_follower(
 ) -> F:
     """A ``cls`` following ``stuck/0`` (leader ``l1`` at ``port``) as ``f1``, reporting to
     ``reports``; ``extra``: more fetcher arguments."""
-    return cls(
-        stream="stuck",
-        partition=0,
-        server_id="f1",
-        replica_id=1,
-        leader="l1",
-        leader_address=f"127.0.0.1:{port}",
-        leader_epoch=0,
-        log=log_,
-        durability="flushed",
-        config=config,
+    return follower_fetcher(
+        cls,
+        "stuck",
+        port,
+        log_,
+        config,
         on_hw=_ignore_hw,
-        request_flush=lambda: None,
         controller=reports,
         server_down=reports.server_down,
         server_down_event=reports.server_down_event,
