@@ -26,10 +26,9 @@ from jetsdk.codec.replica_fetch import (
 )
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.fetcher import FollowerFetcher
-from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from jetserver.testing import wait_until_async
-from support.fetchers import follower_fetcher
+from support.fetchers import follower_fetcher, session_to
 from support.frames_in import frames_from
 
 pytestmark = pytest.mark.anyio
@@ -66,15 +65,7 @@ async def test_a_stopped_fetcher_appends_nothing_and_ends(tmp_path: Path) -> Non
 
     log_ = Log.open(tmp_path / "p-0")
     ended = anyio.Event()
-    async with (
-        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
-        anyio.create_task_group() as tg,
-    ):
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        tg.start_soon(serve, listener)
-        session = FetchSession(f"127.0.0.1:{port}", CONFIG)
-        session.users = 1
-        tg.start_soon(session.run)
+    async with session_to(serve, CONFIG) as (tg, port, session):
         fetcher = follower_fetcher(
             FollowerFetcher, "p", port, log_, CONFIG, on_hw=on_hw, session=session
         )
