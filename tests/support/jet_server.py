@@ -8,6 +8,7 @@ proc.address; proc.ready_file; proc.log_path; proc.stop()           # a `jet ser
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,16 @@ from typing import Any
 import anyio
 
 from jetsdk.codec.record import Record
+from jetserver.cli.server_cmd import register
 from jetserver.testing import JetServer, running_server, server_config
 from support.raw_client import RawClient
 
-__all__ = ["records_after_restart", "running_server", "start_server_process"]
+__all__ = [
+    "records_after_restart",
+    "running_server",
+    "server_args",
+    "start_server_process",
+]
 
 
 def start_server_process(
@@ -57,3 +64,10 @@ async def records_after_restart(
                 return await c.fetch_all(stream, 0)
     finally:
         proc.stop()
+
+
+def server_args(*argv: str) -> argparse.Namespace:
+    """``jet server ARGV...`` as the command line parses it."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["server", *argv])
