@@ -514,24 +514,20 @@ async def _main(
                 f"(c) publish->consume latency, {rounds} rounds alternating jet and JetStream, "
                 f"median of the per-round p50 and p99 (load {_load()})"
             )
-            for rate, secs in ((500, lat_seconds), (5000, lat_seconds / 2)):
-                await latency_rows(
-                    results,
-                    f"{rate:,}/s both fsynced",
-                    lambda r=rate, t=secs: jet_latency(client, "blat2", r, t),
-                    lambda r=rate, t=secs: js_latency(sync_js, "js.lats", r, t),
-                    rounds,
-                    target=1.0,
-                )
-            for rate, secs in ((500, lat_seconds), (5000, lat_seconds / 2)):
-                await latency_rows(
-                    results,
-                    f"{rate:,}/s jet written, js default",
-                    lambda r=rate, t=secs: jet_latency(client, "blatw", r, t),
-                    lambda r=rate, t=secs: js_latency(js, "js.lat", r, t),
-                    rounds,
-                    target=1.0,
-                )
+            pairs = (
+                ("both fsynced", "blat2", sync_js, "js.lats"),
+                ("jet written, js default", "blatw", js, "js.lat"),
+            )
+            for label, jet_stream, js_ctx, js_subject in pairs:
+                for rate, secs in ((500, lat_seconds), (5000, lat_seconds / 2)):
+                    await latency_rows(
+                        results,
+                        f"{rate:,}/s {label}",
+                        lambda r=rate, t=secs, s=jet_stream: jet_latency(client, s, r, t),
+                        lambda r=rate, t=secs, c=js_ctx, s=js_subject: js_latency(c, s, r, t),
+                        rounds,
+                        target=1.0,
+                    )
             await latency_rows(
                 results,
                 "500/s jet fsynced, js default",
