@@ -14,11 +14,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
-import attrs
 import orjson
 
 from jetsdk import AckPolicy, Client, JetConnectionError, JetError, StreamExists
 from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, ENV_SERVERS
+from jetsdk.describe import merge_described
 from jetsdk.errors import InvalidArgument
 from jetsdk.metadata import StreamInfo
 from jetserver.cli.security_opts import add_security_options, security_kwargs
@@ -332,21 +332,7 @@ async def _with_leader_positions(
                     seen[sid] = await direct.describe_stream(info.name)
             except (JetError, OSError):
                 pass
-    parts = []
-    for p in info.partitions:
-        view = seen.get(p.leader or "") if p.hw is None else None
-        own = view.partition(p.partition) if view is not None else None
-        if own is not None:
-            p = attrs.evolve(
-                p,
-                hw=own.hw,
-                leo=own.leo,
-                log_start=own.log_start,
-                size_bytes=own.size_bytes,
-                segments=own.segments,
-            )
-        parts.append(p)
-    return attrs.evolve(info, partitions=tuple(parts))
+    return merge_described(info, seen, missing_only=True)
 
 
 def _info(args: argparse.Namespace) -> int:
