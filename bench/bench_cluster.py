@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from bench.bench_sdk import jet_publish, js_publish
 from bench.pacing import paced
+from bench.stats import pct, ratio_text
 from cluster.views import wait_info, wait_leader
 from jetsdk import AckPolicy, Client, JetError, Producer, RetryPolicy
 from jetserver.testing import Cluster, NatsServer, free_ports
@@ -83,17 +84,6 @@ class Figures:
     """kill -9 of the leader -> first acked publish, per round."""
     latency_relaxed_ms: list[float] = attrs.field(factory=list)
     """Send -> ack latencies with relaxed durability (jet: "replicated")."""
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
-
-
-def _ratio(jet: float, js: float, higher_is_better: bool) -> str:
-    if jet <= 0 or js <= 0:
-        return "n/a"
-    return f"{(jet / js if higher_is_better else js / jet):.2f}x"
 
 
 # -- JetStream R3 -------------------------------------------------------------------------
@@ -394,7 +384,7 @@ async def _measure(
 def _row(label: str, jet: float, js: float, unit: str, higher_is_better: bool) -> None:
     print(
         f"  {label:<40} jet {jet:>10,.1f}  jetstream {js:>10,.1f} {unit:<6} "
-        f"ratio {_ratio(jet, js, higher_is_better)}"
+        f"ratio {ratio_text(jet, js, higher_is_better)}"
     )
 
 
@@ -415,24 +405,24 @@ def _report(jet: Figures | None, js: Figures, js_sync: Figures | None) -> None:
     for q, name in ((0.5, "p50"), (0.99, "p99")):
         _row(
             f"acked publish latency {name}",
-            _pct(j.latency_ms, q),
-            _pct(js.latency_ms, q),
+            pct(j.latency_ms, q, empty=0.0),
+            pct(js.latency_ms, q, empty=0.0),
             "ms",
             False,
         )
     for q, name in ((0.5, "p50"), (0.99, "p99")):
         _row(
             f'  ... jet durability="replicated" {name}',
-            _pct(j.latency_relaxed_ms, q),
-            _pct(js.latency_ms, q),
+            pct(j.latency_relaxed_ms, q, empty=0.0),
+            pct(js.latency_ms, q, empty=0.0),
             "ms",
             False,
         )
         if js_sync is not None:
             _row(
                 f"  ... vs R3 sync_interval=always {name}",
-                _pct(j.latency_ms, q),
-                _pct(js_sync.latency_ms, q),
+                pct(j.latency_ms, q, empty=0.0),
+                pct(js_sync.latency_ms, q, empty=0.0),
                 "ms",
                 False,
             )
@@ -455,13 +445,13 @@ def _report(jet: Figures | None, js: Figures, js_sync: Figures | None) -> None:
         return
     print("\n  targets (issue 11: latency)")
     for q, name in ((0.5, "p50"), (0.99, "p99")):
-        mine, theirs = _pct(j.latency_ms, q), _pct(js.latency_ms, q)
+        mine, theirs = pct(j.latency_ms, q, empty=0.0), pct(js.latency_ms, q, empty=0.0)
         if theirs > 0:
             ratio = mine / theirs
             verdict = "met" if ratio <= 2.0 else "NOT met"
             print(f"  ack ALL {name} <= 2x JetStream R3's: {ratio:.2f}x {verdict}")
-        if js_sync is not None and _pct(js_sync.latency_ms, q) > 0:
-            ratio = mine / _pct(js_sync.latency_ms, q)
+        if js_sync is not None and pct(js_sync.latency_ms, q, empty=0.0) > 0:
+            ratio = mine / pct(js_sync.latency_ms, q, empty=0.0)
             verdict = "met" if ratio <= 1.0 else "NOT met"
             print(
                 f"  ack ALL {name} <= 1x JetStream R3 sync_interval=always: {ratio:.2f}x {verdict}"

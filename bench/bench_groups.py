@@ -184,10 +184,20 @@ class Round:
     def spawn(self, spec: dict[str, Any]) -> int:
         out = self.dir / f"w{len(self.procs)}.log"
         spec = {**spec, "go": str(self.go), "stop": str(self.stop), "out": str(out)}
-        args = [sys.executable, "-m", "bench.bench_groups", "worker", orjson.dumps(spec).decode()]
+        args = [
+            sys.executable,
+            "-m",
+            self.worker_module(spec),
+            "worker",
+            orjson.dumps(spec).decode(),
+        ]
         proc = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.DEVNULL)
         self.procs.append((proc, out))
         return len(self.procs) - 1
+
+    def worker_module(self, spec: dict[str, Any]) -> str:
+        """The module whose ``worker`` runs ``spec``."""
+        return "bench.bench_groups"
 
     def lines(self, i: int) -> list[str]:
         out = self.procs[i][1]

@@ -32,6 +32,7 @@ import anyio
 
 from bench import latency_rf3
 from bench.pacing import paced
+from bench.stats import pct
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetsdk.codec.frames import Api
 from jetsdk.connection import Connection, PendingResponse
@@ -72,11 +73,6 @@ CONSUME_PATH = (
 WRITTEN_PATH = ("append", "hw", "fetch.woken", "resp.fetch", "got.fetch", "consumed")
 """Hops from the append to the consumer (durability written: no fsync on the path)."""
 VALUE_BYTES = 100
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def _run(address: list[str], stream: str, rate: int, seconds: float) -> dict[str, list[int]]:
@@ -196,9 +192,7 @@ def _print(title: str, hops: dict[str, list[float]], path: tuple[str, ...]) -> N
     print(f"    {'hop':<34} {'p50 us':>9} {'p99 us':>9}")
     for prev, name in itertools.pairwise(path):
         values = hops.get(name, [])
-        print(
-            f"    {prev + ' -> ' + name:<34} {_pct(values, 0.5):>9.0f} {_pct(values, 0.99):>9.0f}"
-        )
+        print(f"    {prev + ' -> ' + name:<34} {pct(values, 0.5):>9.0f} {pct(values, 0.99):>9.0f}")
 
 
 def _end_to_end(marks: dict[str, list[int]]) -> tuple[list[float], list[float]]:
@@ -249,7 +243,7 @@ def run(quick: bool) -> None:
         _print("append -> consumer", _consume_hops(marks, path), path)
         ack_ms, consume_ms = _end_to_end(marks)
         print(
-            f"  end to end: ack p50 {_pct(ack_ms, 0.5):.2f} ms p99 {_pct(ack_ms, 0.99):.2f} ms; "
-            f"consume p50 {_pct(consume_ms, 0.5):.2f} ms p99 {_pct(consume_ms, 0.99):.2f} ms"
+            f"  end to end: ack p50 {pct(ack_ms, 0.5):.2f} ms p99 {pct(ack_ms, 0.99):.2f} ms; "
+            f"consume p50 {pct(consume_ms, 0.5):.2f} ms p99 {pct(consume_ms, 0.99):.2f} ms"
         )
     latency_rf3.run(quick)

@@ -24,6 +24,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from bench.stats import pct
 from raft.kit import agreed_leader, create_op, make_configs, running
 from raft.procs import ProcCluster
 
@@ -44,15 +45,10 @@ MAX_ATTEMPTS = 500
 """Bound on proposal attempts after a kill."""
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def _ms(values: list[float]) -> str:
     return (
-        f"p50 {_pct(values, 0.5) * 1e3:6.2f} ms  p90 {_pct(values, 0.9) * 1e3:6.2f} ms  "
-        f"p99 {_pct(values, 0.99) * 1e3:6.2f} ms  max {max(values) * 1e3:6.2f} ms"
+        f"p50 {pct(values, 0.5) * 1e3:6.2f} ms  p90 {pct(values, 0.9) * 1e3:6.2f} ms  "
+        f"p99 {pct(values, 0.99) * 1e3:6.2f} ms  max {max(values) * 1e3:6.2f} ms"
     )
 
 

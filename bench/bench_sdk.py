@@ -58,6 +58,7 @@ import anyio
 import orjson
 
 from bench.pacing import paced
+from bench.stats import pct, ratio_text
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetserver.devcluster import DevCluster
 from jetserver.testing import find_nats_server
@@ -137,7 +138,7 @@ class Results:
             met = jet <= jet_at_most  # nan (not measured) is not met
             verdict = f"jet <= {jet_at_most:g} {unit} {'met' if met else 'NOT met'}"
         self.rows.append((label, jet, js, unit, higher_is_better, verdict))
-        ratio = _ratio(jet, js, higher_is_better)
+        ratio = ratio_text(jet, js, higher_is_better)
         print(
             f"  {label:<44} jet {jet:>12,.2f}  jetstream {js:>12,.2f} {unit:<6} ratio {ratio}"
             f"  {verdict}"
@@ -148,17 +149,11 @@ class Results:
         print(f"  {'':<44} {'jet':>12} {'jetstream':>12} {'unit':<6} ratio  target")
         for label, jet, js, unit, hib, verdict in self.rows:
             print(
-                f"  {label:<44} {jet:>12,.2f} {js:>12,.2f} {unit:<6} {_ratio(jet, js, hib)}"
+                f"  {label:<44} {jet:>12,.2f} {js:>12,.2f} {unit:<6} {ratio_text(jet, js, hib)}"
                 f"  {verdict}"
             )
         for note in self.notes:
             print(f"  {note}")
-
-
-def _ratio(jet: float, js: float, higher_is_better: bool) -> str:
-    if jet <= 0 or js <= 0:
-        return "n/a"
-    return f"{(jet / js if higher_is_better else js / jet):.2f}x"
 
 
 def _verdict(jet: float, js: float, higher_is_better: bool, target: float | None) -> str:
@@ -168,11 +163,6 @@ def _verdict(jet: float, js: float, higher_is_better: bool, target: float | None
         return f">= {target:g}x n/a"
     ratio = jet / js if higher_is_better else js / jet
     return f">= {target:g}x {'met' if ratio >= target else 'NOT met'}"
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 async def _profiled(label: str, fn: Callable[[], Awaitable[float]]) -> float:
@@ -280,7 +270,7 @@ async def latency_rows(
     for _ in range(rounds):
         for side, fn in (("jet", jet), ("js", js)):
             lat = await fn()
-            per[side].append((_percentile(lat, 0.5), _percentile(lat, 0.99)))
+            per[side].append((pct(lat, 0.5), pct(lat, 0.99)))
     print(
         f"  {label}: per round jet "
         + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in per["jet"])
@@ -514,24 +504,20 @@ async def _main(
                 f"(c) publish->consume latency, {rounds} rounds alternating jet and JetStream, "
                 f"median of the per-round p50 and p99 (load {_load()})"
             )
-            for rate, secs in ((500, lat_seconds), (5000, lat_seconds / 2)):
-                await latency_rows(
-                    results,
-                    f"{rate:,}/s both fsynced",
-                    lambda r=rate, t=secs: jet_latency(client, "blat2", r, t),
-                    lambda r=rate, t=secs: js_latency(sync_js, "js.lats", r, t),
-                    rounds,
-                    target=1.0,
-                )
-            for rate, secs in ((500, lat_seconds), (5000, lat_seconds / 2)):
-                await latency_rows(
-                    results,
-                    f"{rate:,}/s jet written, js default",
-                    lambda r=rate, t=secs: jet_latency(client, "blatw", r, t),
-                    lambda r=rate, t=secs: js_latency(js, "js.lat", r, t),
-                    rounds,
-                    target=1.0,
-                )
+            pairs = (
+                ("both fsynced", "blat2", sync_js, "js.lats"),
+                ("jet written, js default", "blatw", js, "js.lat"),
+            )
+            for label, jet_stream, js_ctx, js_subject in pairs:
+                for rate, secs in ((500, lat_seconds), (5000, lat_seconds / 2)):
+                    await latency_rows(
+                        results,
+                        f"{rate:,}/s {label}",
+                        lambda r=rate, t=secs, s=jet_stream: jet_latency(client, s, r, t),
+                        lambda r=rate, t=secs, c=js_ctx, s=js_subject: js_latency(c, s, r, t),
+                        rounds,
+                        target=1.0,
+                    )
             await latency_rows(
                 results,
                 "500/s jet fsynced, js default",

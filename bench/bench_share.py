@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -59,7 +58,6 @@ import attrs
 import orjson
 
 from bench.bench_groups import (
-    ROOT,
     Round,
     js_durable,
     redelivery_after_kill,
@@ -151,15 +149,11 @@ def share_worker_main(raw: str) -> None:
 class ShareRound(Round):
     """bench_groups' Round, spawning share workers from this module."""
 
-    def spawn(self, spec: dict[str, Any]) -> int:
-        if not spec["kind"].startswith("share"):
-            return super().spawn(spec)
-        out = self.dir / f"w{len(self.procs)}.log"
-        spec = {**spec, "go": str(self.go), "stop": str(self.stop), "out": str(out)}
-        args = [sys.executable, "-m", "bench.bench_share", "worker", orjson.dumps(spec).decode()]
-        proc = subprocess.Popen(args, cwd=ROOT, stdin=subprocess.DEVNULL)
-        self.procs.append((proc, out))
-        return len(self.procs) - 1
+    def worker_module(self, spec: dict[str, Any]) -> str:
+        """Share workers run from this module, the others from bench_groups."""
+        if spec["kind"].startswith("share"):
+            return "bench.bench_share"
+        return super().worker_module(spec)
 
 
 # -- the 4-process harness -------------------------------------------------------------------

@@ -98,6 +98,26 @@ def _timed_appends(d: Path, bodies: list[bytes], batches: int, *, flush: bool) -
     return elapsed
 
 
+def _timed_raw_writes(path: Path, chunks: list[bytes], rounds: int, sync_each: bool) -> float:
+    """Seconds to write ``chunks`` ``rounds`` times to a new file at ``path`` with plain
+    writes (each round then flushed and fdatasynced with ``sync_each``); the file is removed
+    after. Earlier runs' dirty pages are synced first, untimed."""
+    os.sync()
+    with open(path, "wb") as f:
+        write = f.write
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            for chunk in chunks:
+                write(chunk)
+            if sync_each:
+                f.flush()
+                os.fdatasync(f.fileno())
+        f.flush()
+        elapsed = time.perf_counter() - t0
+    path.unlink()
+    return elapsed
+
+
 def bench_append(
     tmp: Path,
     table: Table,
@@ -118,30 +138,10 @@ def bench_append(
         return _timed_appends(tmp / "append", bodies, batches, flush=False)
 
     def raw_per_record() -> float:
-        path = tmp / "raw.bin"
-        os.sync()
-        with open(path, "wb") as f:
-            write = f.write
-            t0 = time.perf_counter()
-            for _ in range(batches):
-                for rec in records:
-                    write(rec)
-            f.flush()
-            elapsed = time.perf_counter() - t0
-        path.unlink()
-        return elapsed
+        return _timed_raw_writes(tmp / "raw.bin", records, batches, sync_each=False)
 
     def raw_per_batch() -> float:
-        path = tmp / "raw.bin"
-        os.sync()
-        with open(path, "wb") as f:
-            t0 = time.perf_counter()
-            for _ in range(batches):
-                f.write(batch_bytes)
-            f.flush()
-            elapsed = time.perf_counter() - t0
-        path.unlink()
-        return elapsed
+        return _timed_raw_writes(tmp / "raw.bin", [batch_bytes], batches, sync_each=False)
 
     t_jet = t_rec = t_batch = float("inf")
     for _ in range(runs):
@@ -172,17 +172,7 @@ def bench_group_commit(tmp: Path, table: Table, record_size: int, batches: int, 
         return _timed_appends(tmp / "gc", bodies, batches, flush=True)
 
     def raw() -> float:
-        path = tmp / "raw.bin"
-        with open(path, "wb") as f:
-            os.sync()  # untimed: earlier runs' dirty pages must not slow this one
-            t0 = time.perf_counter()
-            for _ in range(batches):
-                f.write(batch_bytes)
-                f.flush()
-                os.fdatasync(f.fileno())
-            elapsed = time.perf_counter() - t0
-        path.unlink()
-        return elapsed
+        return _timed_raw_writes(tmp / "raw.bin", [batch_bytes], batches, sync_each=True)
 
     t_jet = t_raw = float("inf")
     for _ in range(runs):

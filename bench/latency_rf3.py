@@ -29,6 +29,7 @@ from pathlib import Path
 import anyio
 
 from bench.pacing import paced
+from bench.stats import pct
 from jetsdk import AckPolicy, Client, Producer
 from jetserver.devcluster import DevCluster
 
@@ -55,11 +56,6 @@ WARMUP = 20
 VALUE_BYTES = 100
 
 Marks = dict[str, list[int]]
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def _publish(addresses: list[str], rate: int, total: int) -> tuple[list[int], list[int]]:
@@ -190,4 +186,4 @@ def run(quick: bool) -> None:
     print(f"    {'hop':<52} {'p50 us':>9} {'p99 us':>9}")
     for row in (*ROWS, "end to end"):
         values = rows.get(row, [])
-        print(f"    {row:<52} {_pct(values, 0.5):>9.0f} {_pct(values, 0.99):>9.0f}")
+        print(f"    {row:<52} {pct(values, 0.5):>9.0f} {pct(values, 0.99):>9.0f}")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import anyio
 
+from bench.stats import pct
 from jetsdk import AckPolicy, Client, Producer
 from jetsdk.codec.frames import Api, encode_frame
 from jetsdk.codec.messages import FetchRequest, encode_fetch_request
@@ -112,10 +113,6 @@ async def _setup(address: list[str]) -> None:
         await client.create_stream("busy", "busy", partitions=1)
 
 
-def _pct(sorted_ms: list[float], q: float) -> float:
-    return sorted_ms[min(len(sorted_ms) - 1, int(q * len(sorted_ms)))]
-
-
 def measure(connections: int) -> dict[str, float]:
     """Server costs per waiting connection, and Produce latency before and while they wait."""
     limits = {"limits": {"max_connections": connections + 1000}}
@@ -162,10 +159,10 @@ def measure(connections: int) -> dict[str, float]:
         "parked_s": parked_s,
         "rss_kb_per_connection": (rss - rss0) / 1024 / connections,
         "files_per_connection": (files - files0) / connections,
-        "produce_p50_before_ms": _pct(before, 0.5),
-        "produce_p99_before_ms": _pct(before, 0.99),
-        "produce_p50_ms": _pct(during, 0.5),
-        "produce_p99_ms": _pct(during, 0.99),
+        "produce_p50_before_ms": pct(before, 0.5),
+        "produce_p99_before_ms": pct(before, 0.99),
+        "produce_p50_ms": pct(during, 0.5),
+        "produce_p99_ms": pct(during, 0.99),
     }
 
 

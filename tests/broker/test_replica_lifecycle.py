@@ -40,7 +40,7 @@ from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.running import new_replica
 from jetserver.broker.stream_files import OpenJobs, open_partition_logs
 from jetserver.fsync_runner import FsyncRunner
-from jetserver.metadata.model import MetadataState, StreamSpec
+from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import CreateStream, apply
 from jetserver.nats_link import NatsLink
 from jetserver.replication.core import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE
@@ -101,6 +101,23 @@ async def connected_link(nats: NatsServer) -> NatsLink:
     return link
 
 
+async def hand_over(
+    replica: PartitionReplica,
+    a: PartitionAssignment,
+    outcome: list[object],
+    done: anyio.Event,
+    label: str,
+) -> None:
+    """Apply ``a`` to ``replica``; then ``label`` (or what it raised) goes to ``outcome``
+    and ``done`` is set."""
+    try:
+        await replica.apply_assignment(a, ADDRESSES)
+        outcome.append(label)
+    except Exception as exc:  # what the old code raised
+        outcome.append(exc)
+    done.set()
+
+
 async def test_an_assignment_before_run_waits_for_run_then_leads(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -111,16 +128,8 @@ async def test_an_assignment_before_run_waits_for_run_then_leads(
         outcome: list[object] = []
         applied = anyio.Event()
 
-        async def hand_over() -> None:
-            try:
-                await replica.apply_assignment(a, ADDRESSES)
-                outcome.append("applied")
-            except Exception as exc:  # what the old code raised
-                outcome.append(exc)
-            applied.set()
-
         async with anyio.create_task_group() as tg:
-            tg.start_soon(hand_over)
+            tg.start_soon(hand_over, replica, a, outcome, applied, "applied")
             with anyio.move_on_after(NOT_BEFORE_RUN_S):
                 await applied.wait()
             assert outcome == [], "an assignment before run() must wait for run()"
@@ -150,14 +159,6 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
         returned = anyio.Event()
         threads = anyio.to_thread.current_default_thread_limiter()
 
-        async def hand_over() -> None:
-            try:
-                await replica.apply_assignment(a, ADDRESSES)
-                outcome.append("returned")
-            except Exception as exc:  # what the old code raised
-                outcome.append(exc)
-            returned.set()
-
         # A log with a record: the new leader rebuilds its producer table from the log's
         # tail in a worker thread (its epoch goes to the epoch cache on the event loop,
         # written without fsync). Every worker thread is held, so the stop lands while the
@@ -169,7 +170,7 @@ async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
             for holder in holders:
                 await threads.acquire_on_behalf_of(holder)
             try:
-                tg.start_soon(hand_over)
+                tg.start_soon(hand_over, replica, a, outcome, returned, "returned")
                 await wait_until_async(
                     lambda: threads.statistics().tasks_waiting > 0,
                     BOUND_S,

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
-from jetserver.cli.server_cmd import config_from_args, register
+from jetserver.cli.server_cmd import config_from_args
 from jetserver.cluster.bootstrap import raft_config
 from jetserver.config_load import load_config, to_toml
 from jetserver.errors import ConfigError
 from jetserver.raft import RaftPeer
+from support.jet_server import server_args
 
 PASSWORD = "a-cluster-password-0123456789"
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    return parser.parse_args(["server", *argv])
 
 
 def test_no_cluster_by_default() -> None:
@@ -56,7 +50,7 @@ def test_cluster_from_a_file_and_the_password_from_the_environment(tmp_path: Pat
 def test_cluster_from_flags_and_a_password_file(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text(PASSWORD + "\n")
-    args = parse(
+    args = server_args(
         "--server-id",
         "s1",
         "--raft-address",

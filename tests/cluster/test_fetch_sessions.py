@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import re
 import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import nats
@@ -32,6 +30,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from cluster.harness import Cluster, needs_cluster
+from cluster.metered import metered_cluster, per_leader, scrape
 from cluster.views import replica_logs, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
@@ -49,7 +48,6 @@ from jetsdk.errors import InvalidArgument, JetError, NotLeader
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.replication import ReplicationConfig
 from jetserver.replication.session import FetchSession
-from jetserver.testing import free_ports
 from jetserver.testing.waiting import wait_until_async
 
 pytestmark = [pytest.mark.anyio, needs_cluster]
@@ -66,22 +64,15 @@ METRICS_PORTS: dict[str, int] = {}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root: Path = tmp_path_factory.mktemp("sessions")
-    ports = free_ports(3)
-    env = {f"s{i + 1}": {"JET_METRICS_PORT": str(port)} for i, port in enumerate(ports)}
     settings = {"replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S}}
-    METRICS_PORTS.update({f"s{i + 1}": port for i, port in enumerate(ports)})
-    with Cluster(root=root, size=3, settings=settings, server_env=env) as c:
+    with metered_cluster(tmp_path_factory.mktemp("sessions"), settings) as (c, ports):
+        METRICS_PORTS.update(ports)
         yield c
 
 
 def session_partitions(server_id: str) -> dict[str, int]:
     """leader address -> follower replicas using the session (from the server's metrics)."""
-    port = METRICS_PORTS[server_id]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    found = re.findall(r'^jet_fetch_session_partitions\{leader="([^"]+)"\} (\d+)$', text, re.M)
-    return {leader: int(n) for leader, n in found}
+    return per_leader(METRICS_PORTS[server_id], "jet_fetch_session_partitions")
 
 
 PARKED_AFTER_S = 0.3
@@ -91,11 +82,7 @@ news at once, a parked one after FETCH_MAX_WAIT_S)."""
 
 def session_requests(server_id: str) -> dict[str, int]:
     """leader address -> ReplicaFetch requests answered (from the server's metrics)."""
-    port = METRICS_PORTS[server_id]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    found = re.findall(r'^jet_fetch_session_requests_total\{leader="([^"]+)"\} (\d+)$', text, re.M)
-    return {leader: int(n) for leader, n in found}
+    return per_leader(METRICS_PORTS[server_id], "jet_fetch_session_requests_total")
 
 
 async def wait_sessions_parked(cluster: Cluster) -> None:
@@ -465,9 +452,7 @@ def _value(envelope: bytes) -> bytes:
 
 def direct_count(server_id: str, stream: str) -> int:
     """jet_partition_produce_direct_total of ``stream``/0 on ``server_id``."""
-    port = METRICS_PORTS[server_id]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
+    text = scrape(METRICS_PORTS[server_id])
     pattern = rf'^jet_partition_produce_direct_total\{{stream="{stream}",partition="0"\}} (\d+)$'
     found = re.search(pattern, text, re.M)
     assert found is not None

@@ -18,16 +18,14 @@ Every wait is bounded.
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster
+from cluster.metered import metered_cluster, per_leader
 from cluster.views import partition_view, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
@@ -39,7 +37,6 @@ from jetsdk.codec.replica_fetch import (
     decode_replica_fetch_response,
     encode_replica_fetch_request,
 )
-from jetserver.testing import free_ports
 
 pytestmark = [pytest.mark.anyio, needs_cluster]
 
@@ -80,25 +77,20 @@ METRICS_PORTS: dict[str, int] = {}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root: Path = tmp_path_factory.mktemp("hwnews")
-    ports = free_ports(3)
-    env = {f"s{i + 1}": {"JET_METRICS_PORT": str(port)} for i, port in enumerate(ports)}
     settings = {
         "replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S, "hw_news_delay_s": HW_NEWS_DELAY_S}
     }
-    METRICS_PORTS.update({f"s{i + 1}": port for i, port in enumerate(ports)})
-    with Cluster(root=root, size=3, settings=settings, server_env=env) as c:
+    with metered_cluster(tmp_path_factory.mktemp("hwnews"), settings) as (c, ports):
+        METRICS_PORTS.update(ports)
         yield c
 
 
 def answered_from(server_id: str, leader_address: str) -> int:
     """ReplicaFetch requests of ``server_id``'s session to the leader that were answered
     (the follower's metric ``jet_fetch_session_requests_total``)."""
-    port = METRICS_PORTS[server_id]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    found = re.findall(r'^jet_fetch_session_requests_total\{leader="([^"]+)"\} (\d+)$', text, re.M)
-    return sum(int(n) for leader, n in found if leader == leader_address)
+    return per_leader(METRICS_PORTS[server_id], "jet_fetch_session_requests_total").get(
+        leader_address, 0
+    )
 
 
 async def follower_hws(cluster: Cluster, stream: str, followers: list[str]) -> dict[str, object]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from jetsdk.group.errors import InvalidGroupConfig, NotOwner
@@ -67,15 +68,7 @@ class Bus:
 
 
 def new(member_id: str, *, instance: str | None = None) -> GroupMember:
-    cfg = MemberConfig(
-        session_timeout=CFG.session_timeout,
-        heartbeat_interval=CFG.heartbeat_interval,
-        release_timeout=CFG.release_timeout,
-        checkpoint_interval=CFG.checkpoint_interval,
-        lease_margin=CFG.lease_margin,
-        instance_id=instance,
-    )
-    return GroupMember(GROUP, member_id, {"s": 4}, cfg)
+    return GroupMember(GROUP, member_id, {"s": 4}, attrs.evolve(CFG, instance_id=instance))
 
 
 def starts(actions: list[Action]) -> dict[SP, StartPartition]:

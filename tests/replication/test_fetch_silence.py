@@ -22,6 +22,7 @@ that records reports and a liveness view that finds the leader's server up.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -45,6 +46,7 @@ from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from support.control_plane import RecordingControl
+from support.fetchers import follower_fetcher, session_to
 from support.frames_in import frames_from
 
 pytestmark = pytest.mark.anyio
@@ -185,19 +187,13 @@ def stuck_follower(
 ) -> F:
     """A ``cls`` following ``stuck/0`` (leader ``l1`` at ``port``) as ``f1``, reporting to
     ``reports``; ``extra``: more fetcher arguments."""
-    return cls(
-        stream="stuck",
-        partition=0,
-        server_id="f1",
-        replica_id=1,
-        leader="l1",
-        leader_address=f"127.0.0.1:{port}",
-        leader_epoch=0,
-        log=log_,
-        durability="flushed",
-        config=config,
+    return follower_fetcher(
+        cls,
+        "stuck",
+        port,
+        log_,
+        config,
         on_hw=_ignore_hw,
-        request_flush=lambda: None,
         controller=reports,
         server_down=reports.server_down,
         server_down_event=reports.server_down_event,
@@ -218,10 +214,8 @@ async def follow(
     recorder."""
     reports = Reports()
     log_ = Log.open(tmp_path / "stuck-0")
-    async with serving_leader(answer_streams) as (tg, port):
-        session = FetchSession(f"127.0.0.1:{port}", CONFIG)
-        session.users = 2
-        tg.start_soon(session.run)
+    leader = functools.partial(serve_leader, answer_streams=answer_streams)
+    async with session_to(leader, CONFIG, users=2) as (tg, port, session):
         fetcher = stuck_follower(CountingFetcher, port, log_, CONFIG, reports, session=session)
         fetcher.enough, fetcher.failed = stuck_timeouts, anyio.Event()
 
@@ -298,15 +292,7 @@ async def test_a_leader_whose_server_is_gone_is_reported_without_waiting_the_sil
 async def test_a_busy_leader_answering_early_and_late_is_not_reported(tmp_path: Path) -> None:
     reports = Reports()
     log_ = Log.open(tmp_path / "stuck-0")
-    async with (
-        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
-        anyio.create_task_group() as tg,
-    ):
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        tg.start_soon(serve_busy_leader, listener)
-        session = FetchSession(f"127.0.0.1:{port}", CONFIG)
-        session.users = 1
-        tg.start_soon(session.run)
+    async with session_to(serve_busy_leader, CONFIG) as (tg, port, session):
         fetcher = stuck_follower(CountingFetcher, port, log_, CONFIG, reports, session=session)
         fetcher.enough, fetcher.failed = 4, anyio.Event()
         tg.start_soon(fetcher.run)

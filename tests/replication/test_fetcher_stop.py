@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from jetsdk.codec.frames import FLAG_RESPONSE, Api, FrameDecoder, encode_frame
+from jetsdk.codec.frames import FLAG_RESPONSE, Api, encode_frame
 from jetsdk.codec.record import encode_body, frame_body
 from jetsdk.codec.replica_fetch import (
     ReplicaFetchAnswer,
@@ -26,9 +26,10 @@ from jetsdk.codec.replica_fetch import (
 )
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.fetcher import FollowerFetcher
-from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from jetserver.testing import wait_until_async
+from support.fetchers import follower_fetcher, session_to
+from support.frames_in import frames_from
 
 pytestmark = pytest.mark.anyio
 
@@ -43,28 +44,19 @@ async def test_a_stopped_fetcher_appends_nothing_and_ends(tmp_path: Path) -> Non
 
     async def serve(listener: anyio.abc.SocketListener) -> None:
         async def handle(conn: anyio.abc.SocketStream) -> None:
-            decoder = FrameDecoder()
             async with conn:
-                while True:
-                    try:
-                        data = await conn.receive()
-                    except (anyio.EndOfStream, anyio.BrokenResourceError):
-                        return
-                    decoder.feed(data)
-                    while (frame := decoder.next_frame()) is not None:
-                        req = decode_replica_fetch_request(frame.body)
-                        if frame.api != Api.REPLICA_FETCH or req.wake:
-                            continue
-                        asked.set()
-                        await release.wait()  # answered once the fetcher was stopped
-                        record = frame_body(0, 5, 0, encode_body(b"x"))
-                        answer = ReplicaFetchAnswer(0, 0, hw=1, log_start=0, leo=1, records=record)
-                        reply = encode_replica_fetch_response([answer])
-                        await conn.send(
-                            encode_frame(
-                                frame.api, frame.correlation_id, reply, flags=FLAG_RESPONSE
-                            )
-                        )
+                async for frame in frames_from(conn):
+                    req = decode_replica_fetch_request(frame.body)
+                    if frame.api != Api.REPLICA_FETCH or req.wake:
+                        continue
+                    asked.set()
+                    await release.wait()  # answered once the fetcher was stopped
+                    record = frame_body(0, 5, 0, encode_body(b"x"))
+                    answer = ReplicaFetchAnswer(0, 0, hw=1, log_start=0, leo=1, records=record)
+                    reply = encode_replica_fetch_response([answer])
+                    await conn.send(
+                        encode_frame(frame.api, frame.correlation_id, reply, flags=FLAG_RESPONSE)
+                    )
 
         await listener.serve(handle)
 
@@ -73,29 +65,9 @@ async def test_a_stopped_fetcher_appends_nothing_and_ends(tmp_path: Path) -> Non
 
     log_ = Log.open(tmp_path / "p-0")
     ended = anyio.Event()
-    async with (
-        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
-        anyio.create_task_group() as tg,
-    ):
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        tg.start_soon(serve, listener)
-        session = FetchSession(f"127.0.0.1:{port}", CONFIG)
-        session.users = 1
-        tg.start_soon(session.run)
-        fetcher = FollowerFetcher(
-            stream="p",
-            partition=0,
-            server_id="f1",
-            replica_id=1,
-            leader="l1",
-            leader_address=f"127.0.0.1:{port}",
-            leader_epoch=0,
-            log=log_,
-            durability="flushed",
-            config=CONFIG,
-            on_hw=on_hw,
-            request_flush=lambda: None,
-            session=session,
+    async with session_to(serve, CONFIG) as (tg, port, session):
+        fetcher = follower_fetcher(
+            FollowerFetcher, "p", port, log_, CONFIG, on_hw=on_hw, session=session
         )
 
         async def run() -> None:

@@ -9,6 +9,7 @@ from jetsdk import Consumer, OffsetOutOfRange, StartAt, StreamNotFound
 from jetsdk.consumer.fetcher import HAND_OVER_FIRST
 from jetsdk.errors import InvalidArgument, PartitionNotFound
 
+from .fake_jet import FakeCluster
 from .helpers import cluster_and_client
 
 pytestmark = pytest.mark.anyio
@@ -99,12 +100,17 @@ async def test_seek_discards_prefetched_and_restarts() -> None:
             assert (await consumer.fetch(max_records=1, timeout=5))[0].offset == 0
 
 
+def ten_records_from_six(cluster: FakeCluster) -> None:
+    """Stream ``s`` with records 0-9 in partition 0, the first six removed (log start 6)."""
+    cluster.add_stream("s")
+    for i in range(10):
+        cluster.append("s", 0, b"%d" % i)
+    cluster.truncate_front("s", 0, 6)
+
+
 async def test_offset_below_log_start_resets_to_earliest() -> None:
     async with cluster_and_client() as (cluster, client):
-        cluster.add_stream("s")
-        for i in range(10):
-            cluster.append("s", 0, b"%d" % i)
-        cluster.truncate_front("s", 0, 6)
+        ten_records_from_six(cluster)
         async with Consumer(client, "s", start=2) as consumer:
             batch = await consumer.fetch(timeout=5)
         assert [m.offset for m in batch] == [6, 7, 8, 9]
@@ -112,10 +118,7 @@ async def test_offset_below_log_start_resets_to_earliest() -> None:
 
 async def test_offset_below_log_start_raises_with_reset_raise() -> None:
     async with cluster_and_client() as (cluster, client):
-        cluster.add_stream("s")
-        for i in range(10):
-            cluster.append("s", 0, b"%d" % i)
-        cluster.truncate_front("s", 0, 6)
+        ten_records_from_six(cluster)
         async with Consumer(client, "s", start=2, reset="raise") as consumer:
             with pytest.raises(OffsetOutOfRange) as info:
                 await consumer.fetch(timeout=5)

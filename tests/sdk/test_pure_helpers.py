@@ -47,6 +47,11 @@ def test_resolve_servers_env(monkeypatch: pytest.MonkeyPatch) -> None:
         ("a.>", "a", False),
         ("*.b", "x.b", True),
         ("a", "a.b", False),
+        ("a", "a", True),
+        ("a", "b", False),
+        (">", "x", True),
+        ("*.b", "a.b", True),
+        ("a.*.1", "a.x.1", True),
     ],
 )
 def test_subject_matches(pattern: str, subject: str, match: bool) -> None:

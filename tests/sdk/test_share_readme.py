@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,22 +11,14 @@ from jetsdk import Client, Producer
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer.share_consumer import read_share_group
 from support.jet_dev import JetDev
+from support.readme import README, python_block_under
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 HEADING = "### Share groups: queues on a stream"
-
-
-def readme_example() -> str:
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index(HEADING) :]
-    match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match is not None, "no python block under the heading"
-    return match.group(1)
 
 
 def test_the_readme_share_example_runs(jet_dev: JetDev) -> None:
     namespace: dict[str, Any] = {"__name__": "readme_share_example"}
-    exec(compile(readme_example(), str(README), "exec"), namespace)
+    exec(compile(python_block_under(HEADING), str(README), "exec"), namespace)
 
     async def main() -> tuple[int, dict[str, bytes], int]:
         async with Client(jet_dev.servers) as client:

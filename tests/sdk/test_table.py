@@ -17,6 +17,8 @@ from jetsdk.table import Change
 from support.jet_dev import JetDev
 from support.names import unique
 
+from .helpers import lost_increments
+
 pytestmark = pytest.mark.anyio
 
 
@@ -257,12 +259,7 @@ async def test_four_racing_tables_lose_no_update(jet_dev: JetDev) -> None:
                         moved.append(seen.revision >= exc.current_revision)
                 raise AssertionError("a writer could not make its increments")
 
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as tg:
-                for _ in range(writers):
-                    tg.start_soon(writer)
-        async with Table(admin, stream) as table:
-            lost = writers * increments - int(table.get(b"n") or b"0")
+        lost = await lost_increments(admin, stream, writer, writers, increments)
     assert lost == 0, f"{lost} lost updates"
     assert refusals > 0
     assert all(moved)

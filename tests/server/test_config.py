@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
 from jetsdk.transport import DEFAULT_PORT
-from jetserver.cli.server_cmd import config_from_args, register
+from jetserver.cli.server_cmd import config_from_args
 from jetserver.config import ServerConfig
 from jetserver.config_load import load_config
 from jetserver.errors import ConfigError
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    return parser.parse_args(["server", *argv])
+from support.jet_server import server_args
 
 
 def test_defaults() -> None:
@@ -36,14 +30,14 @@ def test_precedence_flags_over_env_over_file(tmp_path: Path) -> None:
         "[limits]\nmax_message_bytes = 5000\n"
     )
     env = {"JET_LISTEN_PORT": "2222", "JET_NATS_SERVERS": "nats://a:1,nats://b:2"}
-    cfg = config_from_args(parse("--config", str(conf)), env)
+    cfg = config_from_args(server_args("--config", str(conf)), env)
     assert cfg.listen.port == 2222  # env beats file
     assert cfg.listen.host == "0.0.0.0"  # file beats default
     assert cfg.nats.servers == ("nats://a:1", "nats://b:2")
     assert cfg.nats.reconnect_wait_s == 1.0  # int accepted for float seconds
     assert cfg.limits.max_message_bytes == 5000
     cfg = config_from_args(
-        parse("--config", str(conf), "--port", "3333", "--nats", "nats://x:1,nats://y:2"), env
+        server_args("--config", str(conf), "--port", "3333", "--nats", "nats://x:1,nats://y:2"), env
     )
     assert cfg.listen.port == 3333  # flag beats env
     assert cfg.nats.servers == ("nats://x:1", "nats://y:2")
@@ -142,7 +136,7 @@ def test_disk_space_settings(tmp_path: Path) -> None:
     assert cfg.storage.disk_reserve_bytes == 1048576
     env = {"JET_STORAGE_DISK_FREE_FLOOR_BYTES": "5000"}
     assert load_config(conf, env).storage.disk_free_floor_bytes == 5000
-    cfg = config_from_args(parse("--config", str(conf), "--disk-free-floor-bytes", "7"), env)
+    cfg = config_from_args(server_args("--config", str(conf), "--disk-free-floor-bytes", "7"), env)
     assert cfg.storage.disk_free_floor_bytes == 7
     conf.write_text("[storage]\ndisk_free_floor_bytes = -1\n")
     with pytest.raises(ConfigError, match="disk_free_floor_bytes"):

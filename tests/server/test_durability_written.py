@@ -26,7 +26,7 @@ from jetsdk.codec.messages import ProduceMessage
 from jetserver import fsync_threads
 from jetserver.server import Server
 from support.fsync_fault import FsyncFault, FsyncGate
-from support.jet_server import start_server_process
+from support.jet_server import records_after_restart, start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -141,12 +141,6 @@ async def test_a_failed_background_fsync_hands_the_written_partition_to_the_flus
         errors="replace"
     )
 
-    proc = start_server_process(nats_server.url, data, "--log-level", "INFO")
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(proc.address) as c:
-                records = await c.fetch_all("wf", 0)
-    finally:
-        proc.stop()
+    records = await records_after_restart(nats_server.url, data, "wf", BOUND_S)
     stored = {r.offset: r.value for r in records}
     assert {o: stored.get(o) for o in after_cut} == after_cut

@@ -24,9 +24,8 @@ from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from support.fault_report import write_report
 from support.fsync_fault import FsyncFault
-from support.jet_server import start_server_process
+from support.jet_server import records_after_restart, start_server_process
 from support.nats_server import NatsServer
-from support.raw_client import RawClient
 
 pytestmark = pytest.mark.anyio
 
@@ -73,13 +72,7 @@ async def test_failed_fsync_on_a_single_server_loses_no_acked_record(
     assert marker.exists(), "the injected fsync failure never fired"
     log_text = proc.log_path.read_text(errors="replace")
 
-    proc = start_server_process(nats_server.url, data, "--log-level", "INFO")
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(proc.address) as c:
-                records = await c.fetch_all("fs", 0)
-    finally:
-        proc.stop()
+    records = await records_after_restart(nats_server.url, data, "fs", BOUND_S)
     stored = {r.offset: r.value for r in records}
     lost = [o for o, v in acked.items() if stored.get(o) != v]
     assert not lost, f"{len(lost)} of {COUNT} acked records lost or changed, first {lost[:5]}"

@@ -17,9 +17,7 @@ from jetserver.metadata.op_codec import op_from_dict
 from jetserver.metadata.ops import CreateStream, DeleteStream, Op, apply
 from jetserver.metadata.store import MetadataStore, load_state
 from jetserver.metadata.validate import (
-    partition_subject,
     spec_from_request,
-    subject_matches,
     validate_stream_name,
     validate_subject,
 )
@@ -168,29 +166,6 @@ def test_bad_subjects(subject: str, fragment: str) -> None:
     with pytest.raises(ApiError) as info:
         validate_subject(subject)
     assert fragment in info.value.message
-
-
-@pytest.mark.parametrize(
-    ("pattern", "subject", "matches"),
-    [
-        ("a", "a", True),
-        ("a", "b", False),
-        ("a.*", "a.b", True),
-        ("a.*", "a.b.c", False),
-        ("a.>", "a.b.c", True),
-        ("a.>", "a", False),
-        (">", "x", True),
-        ("*.b", "a.b", True),
-        ("a.*.1", "a.x.1", True),
-    ],
-)
-def test_subject_matches(pattern: str, subject: str, matches: bool) -> None:
-    assert subject_matches(pattern, subject) is matches
-
-
-def test_partition_subject() -> None:
-    assert partition_subject("orders", 0) == "orders"
-    assert partition_subject("orders", 2) == "orders.2"
 
 
 def test_spec_from_request_defaults_and_errors() -> None:

@@ -9,8 +9,9 @@ from typing import Any
 
 import anyio
 
-from jetsdk import AckPolicy, Client, OffsetOutOfRange, Producer, Table
-from jetsdk.codec.record import Record, iter_records
+from jetsdk import AckPolicy, Client, Producer, Table
+from jetsdk.codec.record import Record
+from jetspark.demo import read_committed
 
 QUERY_TIMEOUT_S = 180
 """Seconds a streaming query may take to end (local Spark on a loaded machine)."""
@@ -69,35 +70,7 @@ def read_all(servers: Sequence[str], stream: str) -> list[Record]:
 
 def read_partitions(servers: Sequence[str], stream: str) -> dict[int, list[Record]]:
     """Every committed record of ``stream`` by partition, each in offset order."""
-
-    async def main() -> dict[int, list[Record]]:
-        out: dict[int, list[Record]] = {}
-        async with Client(list(servers)) as client:
-            info = await client.stream_info(stream, refresh=True)
-            for part in info.partitions:
-                got = out.setdefault(part.partition, [])
-                bounds = await client.list_offsets(stream, part.partition, "earliest")
-                offset = bounds.log_start
-                while offset < bounds.hw:
-                    try:
-                        _header, raw = await client.fetch(
-                            stream, part.partition, offset, max_bytes=1 << 20, max_wait=0.0
-                        )
-                    except OffsetOutOfRange as exc:
-                        # retention ran between ListOffsets and this Fetch: read on from
-                        # the new log start (records below it are gone for every reader)
-                        if exc.log_start is None or exc.log_start <= offset:
-                            raise
-                        offset = exc.log_start
-                        continue
-                    records = [r for r in iter_records(raw) if r.offset < bounds.hw]
-                    if not records:
-                        break
-                    got.extend(records)
-                    offset = records[-1].offset + 1
-        return out
-
-    return anyio.run(main)
+    return anyio.run(read_committed, servers, stream)
 
 
 def bounds(servers: Sequence[str], stream: str, partition: int = 0) -> tuple[int, int]:

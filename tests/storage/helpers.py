@@ -18,6 +18,18 @@ def bodies(n: int, *, start: int = 0, key_mod: int | None = None, size: int = 10
     return out
 
 
+def fill(
+    log: Log, batches: int, per_batch: int = 10, *, ts0: int = 1_000, epoch_every: int = 0
+) -> None:
+    """Append ``batches`` batches of ``per_batch`` 40-byte records (values numbered from 0),
+    batch ``i`` at timestamp ``ts0 + i`` in leader epoch ``i // epoch_every`` (0 without
+    ``epoch_every``); then commit them all (HW = LEO)."""
+    for i in range(batches):
+        epoch = i // epoch_every if epoch_every else 0
+        log.append(bodies(per_batch, start=per_batch * i, size=40), ts0 + i, epoch)
+    log.set_high_watermark(log.log_end_offset)
+
+
 def read_all(log: Log, start: int | None = None, max_bytes: int = 1000) -> list[Record]:
     """Every record from ``start`` (default log start) to the high watermark, via read()."""
     offset = log.log_start_offset if start is None else start

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -323,6 +323,21 @@ def test_append_raw_with_older_timestamps_keeps_indexes_rebuildable(tmp_path: Pa
         assert log.offset_for_timestamp(450) == 7
 
 
+def read_past_a_gap(tail: Log, before_read: Callable[[], object] = lambda: None) -> None:
+    """A follower's raw append with a gap (offsets 0-9, then 15) into the empty ``tail``: the
+    read from 10 after it (``before_read`` first) returns 15 alone."""
+    tail.append_raw(b"".join(frame_body(i, 1, 0, b) for i, b in enumerate(bodies(10))))
+    tail.set_high_watermark(10)
+    with tail.read(0, 1 << 20) as sl:
+        assert sl.next_offset == 10
+    tail.append_raw(frame_body(15, 2, 0, bodies(1, start=15)[0]))
+    tail.set_high_watermark(16)
+    before_read()
+    with tail.read(10, 1 << 20) as sl:
+        assert sl.first_offset == 15
+        assert [r.offset for r in iter_records(sl.read_bytes())] == [15]
+
+
 def test_a_tailing_read_starts_where_the_last_one_ended_without_a_scan(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -353,16 +368,7 @@ def test_a_tailing_read_starts_where_the_last_one_ended_without_a_scan(
                 got = [r.offset for r in iter_records(sl.read_bytes())]
             assert got == list(range(start, start + 5))
             assert scans == []
-        # A gap: offsets 0-9, then 15.
-        tail.append_raw(b"".join(frame_body(i, 1, 0, b) for i, b in enumerate(bodies(10))))
-        tail.set_high_watermark(10)
-        with tail.read(0, 1 << 20) as sl:
-            assert sl.next_offset == 10
-        tail.append_raw(frame_body(15, 2, 0, bodies(1, start=15)[0]))
-        tail.set_high_watermark(16)
-        with tail.read(10, 1 << 20) as sl:
-            assert sl.first_offset == 15
-            assert [r.offset for r in iter_records(sl.read_bytes())] == [15]
+        read_past_a_gap(tail)
 
 
 def test_a_tailing_read_after_an_append_reads_no_header_first(
@@ -398,15 +404,5 @@ def test_a_tailing_read_after_an_append_reads_no_header_first(
             with leader.read(start, 1 << 20) as sl:
                 assert [r.offset for r in iter_records(sl.read_bytes())] == [start]
             assert preads == []
-        # A follower's raw append with a gap: offsets 0-9, then 15.
-        tail.append_raw(b"".join(frame_body(i, 1, 0, b) for i, b in enumerate(bodies(10))))
-        tail.set_high_watermark(10)
-        with tail.read(0, 1 << 20) as sl:
-            assert sl.next_offset == 10
-        tail.append_raw(frame_body(15, 2, 0, bodies(1, start=15)[0]))
-        tail.set_high_watermark(16)
-        preads.clear()
-        with tail.read(10, 1 << 20) as sl:
-            assert sl.first_offset == 15
-            assert [r.offset for r in iter_records(sl.read_bytes())] == [15]
+        read_past_a_gap(tail, before_read=preads.clear)
         assert len(preads) == 1  # the header at the hint, to find the gap

@@ -15,7 +15,7 @@ import pytest
 from jetserver.storage import Log, LogClosedError, LogConfig
 from jetserver.storage.files import OpenFileCache, SharedFile
 
-from .helpers import SMALL, bodies, read_all
+from .helpers import SMALL, bodies, fill, read_all
 
 TS = 1_000_000_000
 
@@ -34,18 +34,12 @@ def open_logs(directory: Path) -> int:
     return count
 
 
-def fill(log: Log, batches: int, per_batch: int = 10) -> None:
-    for i in range(batches):
-        log.append(bodies(per_batch, start=i * per_batch, size=40), TS + i, 0)
-    log.set_high_watermark(log.log_end_offset)
-
-
 def test_sealed_segments_beyond_the_bound_are_closed_and_reopened_on_read(
     tmp_path: Path,
 ) -> None:
     cache = OpenFileCache(2)
     with Log.open(tmp_path / "p", SMALL, file_cache=cache) as log:
-        fill(log, 60)
+        fill(log, 60, ts0=TS)
         assert log.segment_count >= 10
         # One active segment plus at most two sealed ones, however many there are.
         assert open_logs(tmp_path) <= 3
@@ -60,7 +54,7 @@ def test_sealed_segments_beyond_the_bound_are_closed_and_reopened_on_read(
 def test_reopen_keeps_the_bound(tmp_path: Path) -> None:
     cache = OpenFileCache(2)
     with Log.open(tmp_path / "p", SMALL, file_cache=cache) as log:
-        fill(log, 60)
+        fill(log, 60, ts0=TS)
         segments = log.segment_count
     assert open_logs(tmp_path) == 0
     with Log.open(tmp_path / "p", SMALL, file_cache=cache) as log:
@@ -72,7 +66,7 @@ def test_reopen_keeps_the_bound(tmp_path: Path) -> None:
 def test_a_slice_held_through_eviction_stays_valid(tmp_path: Path) -> None:
     cache = OpenFileCache(1)
     with Log.open(tmp_path / "p", SMALL, file_cache=cache) as log:
-        fill(log, 60)
+        fill(log, 60, ts0=TS)
         with log.read(0, 100) as first:
             # Reading every other segment evicts the first one's file from the cache
             # while the slice still points into it.
@@ -86,7 +80,7 @@ def test_a_slice_held_through_eviction_stays_valid(tmp_path: Path) -> None:
 def test_truncating_into_a_closed_segment_makes_it_active_again(tmp_path: Path) -> None:
     cache = OpenFileCache(1)
     with Log.open(tmp_path / "p", SMALL, file_cache=cache) as log:
-        fill(log, 60)
+        fill(log, 60, ts0=TS)
         log.read(550, 100).close()  # the newest sealed segments are the cached ones
         log.truncate_to(15)  # inside the first segment, whose file was closed
         assert log.segment_count == 1
@@ -103,7 +97,7 @@ def test_retention_deletes_closed_segments_and_time_lookup_skips_them(tmp_path: 
     cache = OpenFileCache(1)
     config = LogConfig(segment_max_bytes=2000, index_interval_bytes=100, retention_max_messages=200)
     with Log.open(tmp_path / "p", config, file_cache=cache) as log:
-        fill(log, 60)
+        fill(log, 60, ts0=TS)
         assert log.offset_for_timestamp(TS + 3) == 30
         removed = log.enforce_retention()
         assert removed > 0
@@ -135,7 +129,7 @@ def test_compaction_over_closed_segments(tmp_path: Path) -> None:
 def test_shrinking_the_bound_closes_files_at_once(tmp_path: Path) -> None:
     cache = OpenFileCache(100)
     with Log.open(tmp_path / "p", SMALL, file_cache=cache) as log:
-        fill(log, 60)
+        fill(log, 60, ts0=TS)
         assert open_logs(tmp_path) == log.segment_count
         cache.set_capacity(3)
         assert open_logs(tmp_path) <= 4

@@ -9,17 +9,11 @@ import pytest
 
 from jetserver.storage import InvalidArgumentError, Log, LogConfig, OffsetOutOfRange
 
-from .helpers import bodies, read_all
+from .helpers import bodies, fill, read_all
 
 
 def config() -> LogConfig:
     return LogConfig(segment_max_bytes=1000, index_interval_bytes=100)
-
-
-def fill(log: Log, batches: int, per_batch: int = 10) -> None:
-    for i in range(batches):
-        log.append(bodies(per_batch, start=per_batch * i, size=40), 1_000 + i, 0)
-    log.set_high_watermark(log.log_end_offset)
 
 
 def test_purge_to_an_offset_mid_segment(tmp_path: Path) -> None:

@@ -9,22 +9,16 @@ import pytest
 from jetserver.storage import Log, LogConfig, OffsetOutOfRange
 from jetserver.storage.checkpoint import LOG_START_OFFSET_FILE
 
-from .helpers import bodies, read_all
+from .helpers import bodies, fill, read_all
 
 
 def config(**kwargs: float) -> LogConfig:
     return LogConfig(segment_max_bytes=1000, index_interval_bytes=100, **kwargs)  # type: ignore[arg-type]
 
 
-def fill(log: Log, batches: int, per_batch: int = 10, ts0: int = 1_000) -> None:
-    for i in range(batches):
-        log.append(bodies(per_batch, start=per_batch * i, size=40), ts0 + i, i // 4)
-    log.set_high_watermark(log.log_end_offset)
-
-
 def test_by_message_count(tmp_path: Path) -> None:
     with Log.open(tmp_path, config(retention_max_messages=35)) as log:
-        fill(log, 10)
+        fill(log, 10, epoch_every=4)
         bases = [s.base_offset for s in log.segments()]
         deleted = log.enforce_retention()
         assert deleted > 0
@@ -42,7 +36,7 @@ def test_by_message_count(tmp_path: Path) -> None:
 
 def test_by_bytes(tmp_path: Path) -> None:
     with Log.open(tmp_path, config(retention_max_bytes=2500)) as log:
-        fill(log, 12)
+        fill(log, 12, epoch_every=4)
         log.enforce_retention()
         assert log.size_bytes <= 2500
         assert log.segment_count >= 1
@@ -71,7 +65,7 @@ def test_by_age_uses_the_newest_record_of_each_segment(tmp_path: Path) -> None:
 
 def test_never_deletes_at_or_above_the_high_watermark(tmp_path: Path) -> None:
     with Log.open(tmp_path, config(retention_max_messages=0)) as log:
-        fill(log, 10)
+        fill(log, 10, epoch_every=4)
         log.set_high_watermark(5)
         assert log.enforce_retention() == 0
         count = log.segment_count
@@ -82,5 +76,5 @@ def test_never_deletes_at_or_above_the_high_watermark(tmp_path: Path) -> None:
 
 def test_no_limits_deletes_nothing(tmp_path: Path) -> None:
     with Log.open(tmp_path, config()) as log:
-        fill(log, 10)
+        fill(log, 10, epoch_every=4)
         assert log.enforce_retention() == 0

@@ -8,13 +8,24 @@ proc.address; proc.ready_file; proc.log_path; proc.stop()           # a `jet ser
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jetserver.testing import JetServer, running_server, server_config
+import anyio
 
-__all__ = ["running_server", "start_server_process"]
+from jetsdk.codec.record import Record
+from jetserver.cli.server_cmd import register
+from jetserver.testing import JetServer, running_server, server_config
+from support.raw_client import RawClient
+
+__all__ = [
+    "records_after_restart",
+    "running_server",
+    "server_args",
+    "start_server_process",
+]
 
 
 def start_server_process(
@@ -38,3 +49,25 @@ def start_server_process(
     )
     server.start()
     return server
+
+
+async def records_after_restart(
+    nats_url: str, data_dir: Path, stream: str, bound_s: float
+) -> list[Record]:
+    """Every committed record of ``stream``/0 as a `jet server` started again on
+    ``data_dir`` (log level INFO) reads them back, within ``bound_s``; the server is stopped
+    after."""
+    proc = start_server_process(nats_url, data_dir, "--log-level", "INFO")
+    try:
+        with anyio.fail_after(bound_s):
+            async with await RawClient.connect(proc.address) as c:
+                return await c.fetch_all(stream, 0)
+    finally:
+        proc.stop()
+
+
+def server_args(*argv: str) -> argparse.Namespace:
+    """``jet server ARGV...`` as the command line parses it."""
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["server", *argv])

@@ -21,6 +21,7 @@ __all__ = [
     "at_most",
     "int_in",
     "non_negative",
+    "one_of",
     "optional",
     "optional_non_negative",
     "positive",
@@ -113,6 +114,18 @@ def positive_int(limit: int, section: str = "") -> Validator:
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= limit:
             raise ConfigError(
                 f"{_name(section, attribute)} must be an int in [1, {limit}], got {value!r}"
+            )
+
+    return check
+
+
+def one_of(*choices: str, section: str = "") -> Validator:
+    """One of the strings ``choices``."""
+
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value not in choices:
+            raise ConfigError(
+                f"{_name(section, attribute)} must be one of {list(choices)}, got {value!r}"
             )
 
     return check

@@ -44,13 +44,17 @@ async def describe_at_leaders(
     return merge_described(info, described)
 
 
-def merge_described(info: StreamInfo, described: Mapping[str, StreamInfo]) -> StreamInfo:
+def merge_described(
+    info: StreamInfo, described: Mapping[str, StreamInfo], *, missing_only: bool = False
+) -> StreamInfo:
     """``info`` with each partition's offsets, size and segments as its leader described
     them (``described``: leader id -> its DescribeStream answer); a partition without a
-    leader, or left out of its leader's answer, keeps what ``info`` has."""
+    leader, or left out of its leader's answer, keeps what ``info`` has (with
+    ``missing_only``: so does every partition that has an HW in ``info``)."""
     parts = []
     for part in info.partitions:
-        answer = described.get(part.leader) if part.leader is not None else None
+        leader = None if missing_only and part.hw is not None else part.leader
+        answer = described.get(leader) if leader is not None else None
         found = answer.partition(part.partition) if answer is not None else None
         if found is not None:
             part = attrs.evolve(

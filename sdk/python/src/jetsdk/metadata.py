@@ -20,6 +20,8 @@ __all__ = [
     "PartitionInfo",
     "ServerInfo",
     "StreamInfo",
+    "is_under_replicated",
+    "partition_state",
     "partition_subject",
 ]
 
@@ -41,6 +43,22 @@ class ServerInfo:
     """``host:port`` clients connect to."""
     live: bool = True
     """False if the answering server's liveness probes find it down."""
+
+
+def is_under_replicated(
+    offline: bool, leader: str | None, isr: tuple[str, ...], replicas: tuple[str, ...]
+) -> bool:
+    """A partition is under-replicated: offline, without a leader, or with fewer in-sync
+    replicas than replicas."""
+    return offline or leader is None or len(isr) < len(replicas)
+
+
+def partition_state(offline: bool, under_replicated: bool) -> str:
+    """A partition's state as shown: ``"offline"``, ``"under-replicated"`` or ``"ok"`` (the
+    worst that holds)."""
+    if offline:
+        return "offline"
+    return "under-replicated" if under_replicated else "ok"
 
 
 @attrs.frozen
@@ -85,14 +103,12 @@ class PartitionInfo:
     @property
     def under_replicated(self) -> bool:
         """Offline, without a leader, or with fewer in-sync replicas than replicas."""
-        return self.is_offline or self.leader is None or len(self.isr) < len(self.replicas)
+        return is_under_replicated(self.is_offline, self.leader, self.isr, self.replicas)
 
     @property
     def state(self) -> str:
         """``"offline"``, ``"under-replicated"`` or ``"ok"`` (the worst that holds)."""
-        if self.is_offline:
-            return "offline"
-        return "under-replicated" if self.under_replicated else "ok"
+        return partition_state(self.is_offline, self.under_replicated)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> PartitionInfo:

@@ -31,11 +31,11 @@ import anyio
 import orjson
 
 import jetspark
-from jetsdk import AckPolicy, Client, Producer, StreamExists
+from jetsdk import AckPolicy, Client, OffsetOutOfRange, Producer, StreamExists
 from jetsdk.codec.record import Record, iter_records
 from jetspark._compat import ADMISSION_CONTROL
 
-__all__ = ["CUSTOMERS", "UNIX_SOCKETS", "local_spark", "run"]
+__all__ = ["CUSTOMERS", "UNIX_SOCKETS", "local_spark", "read_committed", "run"]
 
 CUSTOMERS = ("ada", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
 """The demo's customers."""
@@ -113,23 +113,38 @@ async def _produce(
                 await handle
 
 
-async def _read_all(servers: list[str], stream: str) -> list[Record]:
-    out: list[Record] = []
-    async with Client(servers) as client:
+async def read_committed(servers: Sequence[str], stream: str) -> dict[int, list[Record]]:
+    """Every committed record of ``stream`` by partition, each in offset order (records
+    that retention removes meanwhile are skipped, as for every reader)."""
+    out: dict[int, list[Record]] = {}
+    async with Client(list(servers)) as client:
         info = await client.stream_info(stream, refresh=True)
         for part in info.partitions:
+            got = out.setdefault(part.partition, [])
             bounds = await client.list_offsets(stream, part.partition, "earliest")
             offset = bounds.log_start
             while offset < bounds.hw:
-                _header, raw = await client.fetch(
-                    stream, part.partition, offset, max_bytes=1 << 20, max_wait=0.0
-                )
+                try:
+                    _header, raw = await client.fetch(
+                        stream, part.partition, offset, max_bytes=1 << 20, max_wait=0.0
+                    )
+                except OffsetOutOfRange as exc:
+                    # retention ran between ListOffsets and this Fetch: read on from the
+                    # new log start
+                    if exc.log_start is None or exc.log_start <= offset:
+                        raise
+                    offset = exc.log_start
+                    continue
                 records = [r for r in iter_records(raw) if r.offset < bounds.hw]
                 if not records:
                     break
-                out.extend(records)
+                got.extend(records)
                 offset = records[-1].offset + 1
     return out
+
+
+async def _read_all(servers: list[str], stream: str) -> list[Record]:
+    return [r for records in (await read_committed(servers, stream)).values() for r in records]
 
 
 def run(

@@ -60,21 +60,14 @@ def parse_offset_spec(option: str, text: str) -> OffsetSpec:
     word = text.strip()
     if word.lower() in ("earliest", "latest"):
         return "earliest" if word.lower() == "earliest" else "latest"
-    try:
-        obj = orjson.loads(word)
-    except orjson.JSONDecodeError:
-        raise OptionError(
-            option, f'{text!r} is neither earliest, latest nor JSON like {{"s": {{"0": 5}}}}'
-        ) from None
-    out = _per_partition(option, obj, "offset")
-    for stream, parts in out.items():
-        for part, offset in parts.items():
-            if offset < EARLIEST:
-                raise OptionError(
-                    option,
-                    f"{stream}/{part}: offset {offset} must be >= 0, -2 (earliest) or -1 (latest)",
-                )
-    return out
+    return _per_partition(
+        option,
+        text,
+        'neither earliest, latest nor JSON like {"s": {"0": 5}}',
+        "offset",
+        EARLIEST,
+        ">= 0, -2 (earliest) or -1 (latest)",
+    )
 
 
 def parse_timestamp_spec(option: str, text: str) -> TimestampSpec:
@@ -84,23 +77,29 @@ def parse_timestamp_spec(option: str, text: str) -> TimestampSpec:
     Raises:
         OptionError: not such JSON, or a time below 0.
     """
+    return _per_partition(
+        option,
+        text,
+        'not JSON like {"s": {"0": 1700000000000}}',
+        "timestamp",
+        0,
+        ">= 0 (ms since the epoch)",
+    )
+
+
+def _per_partition(
+    option: str, text: str, expected: str, what: str, least: int, rule: str
+) -> dict[str, dict[int, int]]:
+    """``text`` as JSON ``{stream: {partition: integer}}`` (else: "``text`` is
+    ``expected``"), each integer (a ``what``) at least ``least`` (else: "must be ``rule``").
+
+    Raises:
+        OptionError: naming the first thing that is not so.
+    """
     try:
         obj = orjson.loads(text.strip())
     except orjson.JSONDecodeError:
-        raise OptionError(
-            option, f'{text!r} is not JSON like {{"s": {{"0": 1700000000000}}}}'
-        ) from None
-    out = _per_partition(option, obj, "timestamp")
-    for stream, parts in out.items():
-        for part, ms in parts.items():
-            if ms < 0:
-                raise OptionError(
-                    option, f"{stream}/{part}: timestamp {ms} must be >= 0 (ms since the epoch)"
-                )
-    return out
-
-
-def _per_partition(option: str, obj: object, what: str) -> dict[str, dict[int, int]]:
+        raise OptionError(option, f"{text!r} is {expected}") from None
     if not isinstance(obj, dict) or not obj:
         raise OptionError(
             option, f"JSON must be a non-empty object {{stream: {{partition: {what}}}}}"
@@ -120,5 +119,7 @@ def _per_partition(option: str, obj: object, what: str) -> dict[str, dict[int, i
                 raise OptionError(option, f"stream {stream!r}: bad partition {part!r}")
             if not isinstance(value, int) or isinstance(value, bool):
                 raise OptionError(option, f"{stream}/{part}: {what} {value!r} is not an integer")
+            if value < least:
+                raise OptionError(option, f"{stream}/{part}: {what} {value} must be {rule}")
             out[stream][number] = value
     return out

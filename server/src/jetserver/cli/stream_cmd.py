@@ -11,14 +11,14 @@ import argparse
 import re
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
-import attrs
 import orjson
 
 from jetsdk import AckPolicy, Client, JetConnectionError, JetError, StreamExists
 from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, ENV_SERVERS
+from jetsdk.describe import merge_described
 from jetsdk.errors import InvalidArgument
 from jetsdk.metadata import StreamInfo
 from jetserver.cli.security_opts import add_security_options, security_kwargs
@@ -108,23 +108,32 @@ def positive_int(text: str) -> int:
 
 def nonnegative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return value
+    return _number(text, int, "an integer", lambda v: v >= 0, "must not be negative")
 
 
 def positive_float(text: str) -> float:
     """argparse type: a number > 0."""
+    return _number(text, float, "a number", lambda v: v > 0, "must be positive")
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _number(
+    text: str, parse: Callable[[str], _N], what: str, ok: Callable[[_N], bool], rule: str
+) -> _N:
+    """``text`` parsed by ``parse`` if that works ("not ``what``") and the value is ``ok``
+    (else: ``rule``).
+
+    Raises:
+        argparse.ArgumentTypeError: either is not so.
+    """
     try:
-        value = float(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{rule}: {text!r}")
     return value
 
 
@@ -323,21 +332,7 @@ async def _with_leader_positions(
                     seen[sid] = await direct.describe_stream(info.name)
             except (JetError, OSError):
                 pass
-    parts = []
-    for p in info.partitions:
-        view = seen.get(p.leader or "") if p.hw is None else None
-        own = view.partition(p.partition) if view is not None else None
-        if own is not None:
-            p = attrs.evolve(
-                p,
-                hw=own.hw,
-                leo=own.leo,
-                log_start=own.log_start,
-                size_bytes=own.size_bytes,
-                segments=own.segments,
-            )
-        parts.append(p)
-    return attrs.evolve(info, partitions=tuple(parts))
+    return merge_described(info, seen, missing_only=True)
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -50,8 +50,8 @@ import attrs
 from jetserver.broker.streams import StreamManager
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
-from jetserver.metadata.ops import ElectLeader, LeaveIsr
-from jetserver.raft import MetadataRaft, RaftError
+from jetserver.metadata.ops import ElectLeader, LeaveIsr, Op
+from jetserver.raft import Applied, MetadataRaft, RaftError
 from jetserver.replication.core import ROLE_LEADER
 
 log = logging.getLogger(__name__)
@@ -172,12 +172,7 @@ async def hand_off_leaderships(
     async def elect(op: ElectLeader) -> None:
         where = f"{op.stream}/{op.partition}"
         try:
-            applied = await raft.propose(
-                op,
-                op_id=f"handoff-{uuid.uuid4().hex}",
-                timeout=max(0.1, deadline - time.monotonic()),
-                forward=True,
-            )
+            applied = await _propose(raft, op, "handoff", deadline)
         except RaftError as exc:
             refused.append(where)
             log.warning(
@@ -237,6 +232,21 @@ def plan_isr_exits(state: MetadataState, me: str) -> list[LeaveIsr]:
     return ops
 
 
+async def _propose(raft: MetadataRaft, op: Op, kind: str, deadline: float) -> Applied:
+    """``op`` proposed through the metadata leader under a fresh ``kind``-prefixed op id,
+    within what is left until ``deadline`` (at least 0.1 s).
+
+    Raises:
+        RaftError: it was not applied in time, or refused by Raft.
+    """
+    return await raft.propose(
+        op,
+        op_id=f"{kind}-{uuid.uuid4().hex}",
+        timeout=max(0.1, deadline - time.monotonic()),
+        forward=True,
+    )
+
+
 async def leave_isrs(raft: MetadataRaft, me: str, timeout_s: float) -> int:
     """Take ``me`` out of the ISRs it is a follower in (call once its replicas stopped
     fetching); return how many ISRs it left. Refusals (the partition changed leader or
@@ -249,12 +259,7 @@ async def leave_isrs(raft: MetadataRaft, me: str, timeout_s: float) -> int:
     async def propose(op: LeaveIsr) -> None:
         nonlocal left
         try:
-            applied = await raft.propose(
-                op,
-                op_id=f"leave-isr-{uuid.uuid4().hex}",
-                timeout=max(0.1, deadline - time.monotonic()),
-                forward=True,
-            )
+            applied = await _propose(raft, op, "leave-isr", deadline)
         except RaftError as exc:
             log.warning(
                 "leaving an ISR not applied",

@@ -19,6 +19,9 @@ from jetsdk.codec.stream_settings import MIN_SEGMENT_MAX_BYTES as MIN_SEGMENT_MA
 from jetsdk.codec.stream_settings import SettingError, check_settings
 from jetsdk.codec.stream_settings import default_min_isr as default_min_isr
 from jetsdk.metadata import INTERNAL_PREFIX
+from jetsdk.metadata import partition_subject as partition_subject
+from jetsdk.subjects import is_literal
+from jetsdk.subjects import subject_matches as subject_matches
 from jetserver.errors import invalid_argument
 from jetserver.metadata.model import StreamSpec
 from jetserver.storage.config import DEFAULT_SEGMENT_MAX_AGE_S, DEFAULT_SEGMENT_MAX_BYTES
@@ -96,27 +99,7 @@ def validate_subject(
 
 def has_wildcard(subject: str) -> bool:
     """True if ``subject`` holds a ``*`` or ``>`` token."""
-    return any(t in ("*", ">") for t in subject.split("."))
-
-
-def subject_matches(pattern: str, subject: str) -> bool:
-    """True if the literal ``subject`` is matched by ``pattern`` (NATS wildcard rules)."""
-    ptoks = pattern.split(".")
-    stoks = subject.split(".")
-    for i, p in enumerate(ptoks):
-        if p == ">":
-            return len(stoks) > i
-        if i >= len(stoks):
-            return False
-        if p != "*" and p != stoks[i]:
-            return False
-    return len(ptoks) == len(stoks)
-
-
-def partition_subject(subject: str, partition: int) -> str:
-    """The subject partition ``partition`` listens on: the stream subject for 0, else
-    ``<subject>.<partition>``."""
-    return subject if partition == 0 else f"{subject}.{partition}"
+    return not is_literal(subject)
 
 
 @contextlib.contextmanager

@@ -41,7 +41,13 @@ from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.codec.record import iter_records
 from jetsdk.consumer.group_admin import read_group
 from jetsdk.group.records import GROUPS_STREAM
-from jetsdk.metadata import INTERNAL_PREFIX, ClusterMetadata, StreamInfo
+from jetsdk.metadata import (
+    INTERNAL_PREFIX,
+    ClusterMetadata,
+    StreamInfo,
+    is_under_replicated,
+    partition_state,
+)
 from jetsdk.retry import RetryPolicy
 from jetserver.observe.rates import StepRate
 from jetserver.observe.server_links import ServerLinks
@@ -90,7 +96,7 @@ class PartitionRow:
     @property
     def under_replicated(self) -> bool:
         """Offline, no leader, or fewer in-sync replicas than replicas."""
-        return self.is_offline or self.leader is None or len(self.isr) < len(self.replicas)
+        return is_under_replicated(self.is_offline, self.leader, self.isr, self.replicas)
 
     @property
     def internal(self) -> bool:
@@ -100,9 +106,7 @@ class PartitionRow:
     @property
     def state(self) -> str:
         """``offline``, ``under-replicated`` or ``ok``."""
-        if self.is_offline:
-            return "offline"
-        return "under-replicated" if self.under_replicated else "ok"
+        return partition_state(self.is_offline, self.under_replicated)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""

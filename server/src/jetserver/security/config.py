@@ -31,23 +31,15 @@ no entry in the replicated metadata yet (later changes are made with ``jet acl``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from jetserver.errors import ConfigError
+from jetserver.validators import one_of
 
 CLIENT_AUTH_CHOICES = ("none", "optional", "required")
 MIN_INTERNAL_TOKEN_CHARS = 16
 """Shortest accepted internal token (it grants full rights)."""
-
-
-def _one_of(*choices: str) -> Any:
-    def check(_inst: Any, attribute: attrs.Attribute[Any], value: str) -> None:
-        if value not in choices:
-            raise ConfigError(f"{attribute.name} must be one of {list(choices)}, got {value!r}")
-
-    return check
 
 
 @attrs.frozen
@@ -61,7 +53,7 @@ class TlsConfig:
     ca: str | None = None
     """PEM CA bundle that client certificates (and peers' server certificates) are checked
     against."""
-    client_auth: str = attrs.field(default="none", validator=_one_of(*CLIENT_AUTH_CHOICES))
+    client_auth: str = attrs.field(default="none", validator=one_of(*CLIENT_AUTH_CHOICES))
     """Client certificates: ``none`` (not asked), ``optional`` (verified if sent),
     ``required`` (the handshake fails without a valid one)."""
     peer_ca: str | None = None

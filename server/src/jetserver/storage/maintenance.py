@@ -148,21 +148,7 @@ class Maintenance:
             )
             if not count:
                 return 0
-            new_start = max(st.log_start, segments[count].base_offset)
-            try:
-                write_checkpoint(st.dir, LOG_START_OFFSET_FILE, [(new_start,)])
-            except OSError as exc:
-                raise StorageError(f"cannot checkpoint the log start offset: {exc}") from exc
-            with st.lock:
-                st.segments = segments[count:]
-                st.bases = st.bases[count:]
-                st.log_start = new_start
-                st.hw = max(st.hw, new_start)
-            for seg in segments[:count]:
-                seg.delete_files()
-                seg.release()
-            fsync_directory(st.dir)
-            st.epochs.truncate_from_start(new_start)
+            self._move_start(segments, count, max(st.log_start, segments[count].base_offset))
             return count
 
     def advance_start(self, offset: int) -> int:
@@ -193,22 +179,33 @@ class Maintenance:
             count = 0
             while count < len(segments) - 1 and segments[count].state.next_offset <= offset:
                 count += 1
-            try:
-                write_checkpoint(st.dir, LOG_START_OFFSET_FILE, [(offset,)])
-            except OSError as exc:
-                raise StorageError(f"cannot checkpoint the log start offset: {exc}") from exc
-            with st.lock:
-                st.segments = segments[count:]
-                st.bases = st.bases[count:]
-                st.log_start = offset
-                st.hw = max(st.hw, offset)
-            for seg in segments[:count]:
-                seg.delete_files()
-                seg.release()
-            if count:
-                fsync_directory(st.dir)
-            st.epochs.truncate_from_start(offset)
+            self._move_start(segments, count, offset)
             return offset
+
+    def _move_start(self, segments: tuple[Segment, ...], count: int, new_start: int) -> None:
+        """Checkpoint ``new_start`` as the log start, then drop the first ``count`` of
+        ``segments`` (the log's, all below it) with their files; the HW is raised to it if
+        lower and the leader epochs below it are forgotten. Under the write lock.
+
+        Raises:
+            StorageError: the checkpoint could not be written (nothing changed).
+        """
+        st = self._state
+        try:
+            write_checkpoint(st.dir, LOG_START_OFFSET_FILE, [(new_start,)])
+        except OSError as exc:
+            raise StorageError(f"cannot checkpoint the log start offset: {exc}") from exc
+        with st.lock:
+            st.segments = segments[count:]
+            st.bases = st.bases[count:]
+            st.log_start = new_start
+            st.hw = max(st.hw, new_start)
+        for seg in segments[:count]:
+            seg.delete_files()
+            seg.release()
+        if count:
+            fsync_directory(st.dir)
+        st.epochs.truncate_from_start(new_start)
 
     def compact(self) -> CompactionReport:
         """See :meth:`Log.compact <jetserver.storage.log.Log.compact>`."""

@@ -24,7 +24,6 @@ awaits (so each call on it is atomic).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 import uuid
@@ -38,15 +37,13 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_json
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.codec.record import HEADER_SIZE, iter_records, peek_header
+from jetsdk.consumer.internal_streams import ensure_internal_stream
 from jetsdk.errors import (
     JetError,
     OffsetOutOfRange,
     PermissionDenied,
-    StreamExists,
-    StreamNotFound,
     Unauthenticated,
 )
 from jetsdk.group.assignors import Assignor
@@ -127,26 +124,14 @@ def new_member_id() -> str:
 
 async def ensure_groups_stream(client: Client) -> StreamInfo:
     """``__groups``'s metadata, creating the stream first if it does not exist."""
-    try:
-        return await client.stream_info(GROUPS_STREAM, refresh=True)
-    except StreamNotFound:
-        pass
-    meta = await client.metadata()
-    body = {
-        "op_id": uuid.uuid4().hex,
-        "name": GROUPS_STREAM,
-        "subject": GROUPS_SUBJECT,
-        "partitions": DEFAULT_GROUPS_PARTITIONS,
-        "replication_factor": min(3, max(1, len(meta.servers))),
-        "compact": False,
-        "internal": True,
-        "retention_max_age_s": GROUPS_RETENTION,
-        "segment_max_bytes": GROUPS_SEGMENT_BYTES,
-    }
-    # Another member may have created it first (maybe with other settings): use it.
-    with contextlib.suppress(StreamExists):
-        await client.request_any(Api.CREATE_STREAM, encode_json(body))
-    return await client.stream_info(GROUPS_STREAM, refresh=True)
+    return await ensure_internal_stream(
+        client,
+        GROUPS_STREAM,
+        GROUPS_SUBJECT,
+        DEFAULT_GROUPS_PARTITIONS,
+        retention_max_age_s=GROUPS_RETENTION,
+        segment_max_bytes=GROUPS_SEGMENT_BYTES,
+    )
 
 
 @attrs.define(eq=False)

@@ -12,17 +12,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
-from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_json
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.codec.record import Record, iter_records
+from jetsdk.consumer.internal_streams import ensure_internal_stream
 from jetsdk.consumer.positions import StartAt, start_offset
 from jetsdk.consumer.share_message import dead_letter_headers, is_dead_letter_of
 from jetsdk.errors import (
@@ -67,24 +65,7 @@ async def ensure_share_stream(client: Client, group: str) -> str:
 
 async def share_stream_info(client: Client, group: str) -> StreamInfo:
     """The share log's stream (created first if needed: a creation race is harmless)."""
-    name = share_stream_name(group)
-    try:
-        return await client.stream_info(name, refresh=True)
-    except StreamNotFound:
-        pass
-    meta = await client.metadata()
-    body = {
-        "op_id": uuid.uuid4().hex,
-        "name": name,
-        "subject": share_subject(group),
-        "partitions": 1,
-        "replication_factor": min(3, max(1, len(meta.servers))),
-        "compact": False,
-        "internal": True,
-    }
-    with contextlib.suppress(StreamExists):
-        await client.request_any(Api.CREATE_STREAM, encode_json(body))
-    return await client.stream_info(name, refresh=True)
+    return await ensure_internal_stream(client, share_stream_name(group), share_subject(group), 1)
 
 
 def check_dead_letter_options(options: Mapping[str, Any]) -> dict[str, Any]:

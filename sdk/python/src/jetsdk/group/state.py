@@ -395,10 +395,7 @@ class GroupState:
             if own is not None or partition in self._targets:
                 changes.append(CommitRejected(member, partition, offset, "group_active"))
             else:
-                entry = CommitEntry(
-                    OffsetAndMetadata(offset, metadata), member, generation, self._clock
-                )
-                self._offsets.reset(partition, entry)
+                self._offsets.reset(partition, self._entry(offset, metadata, member, generation))
                 changes.append(CommitAccepted(member, partition, offset))
         elif own is None or own.owner != member:
             changes.append(CommitRejected(member, partition, offset, "not_owner"))
@@ -407,11 +404,12 @@ class GroupState:
         elif self._offsets.would_regress(partition, offset):
             changes.append(CommitRejected(member, partition, offset, "regression"))
         else:
-            entry = CommitEntry(
-                OffsetAndMetadata(offset, metadata), member, generation, self._clock
-            )
-            self._offsets.put(partition, entry)
+            self._offsets.put(partition, self._entry(offset, metadata, member, generation))
             changes.append(CommitAccepted(member, partition, offset))
+
+    def _entry(self, offset: int, metadata: str, member: str, generation: int) -> CommitEntry:
+        """A commit of ``offset`` by ``member`` (``generation``) as of the log clock."""
+        return CommitEntry(OffsetAndMetadata(offset, metadata), member, generation, self._clock)
 
     def _on_release(self, rec: Release, changes: list[Change]) -> bool:
         released = False
