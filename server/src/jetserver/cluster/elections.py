@@ -9,10 +9,15 @@ to the metadata leader. The metadata leader counts, per partition and leader epo
   server not answering at all (the leader is silent to the metadata leader too).
 
 When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it proposes
-ElectLeader: the new leader is the first replica, in the partition's replica order, among
-the reporters (a reporter is alive: it just spoke), at epoch + 1; the state machine drops
-the old leader from the ISR. Reports are kept in memory only: after a metadata leader
-change the followers' repeated reports rebuild the count within one report period.
+ElectLeader: the new leader is the first replica, in the partition's replica order, that
+is an ISR member other than the leader and either a reporter (it just spoke) or
+*electable* in this server's liveness view (answering every probe for a while, and not in
+a graceful stop), at epoch + 1; the state machine drops the old leader from the ISR. The
+metadata leader's own reports arrive first (no network hop): with the reporters alone it
+took every leadership of a dead server itself (1,667 of 1,667 at 5,000 partitions) and
+did all the role changes while the other survivor did none. Reports are kept in memory
+only: after a metadata leader change the followers' repeated reports rebuild the count
+within one report period.
 
 A partition whose ISR holds only the leader is never moved (no unclean election: the
 other replicas may lack committed records).
@@ -63,7 +68,10 @@ def votes_needed(isr: Collection[str]) -> int:
 
 
 def choose_leader(
-    assignment: PartitionAssignment, reporters: Collection[str], leader_down: bool
+    assignment: PartitionAssignment,
+    reporters: Collection[str],
+    leader_down: bool,
+    electable: Callable[[str], bool] | None = None,
 ) -> str | None:
     """The new leader if the reports (and the leader's own silence) reach a majority.
 
@@ -71,17 +79,22 @@ def choose_leader(
         assignment: the partition's current assignment.
         reporters: servers that reported the leader silent within the window.
         leader_down: the leader's server does not answer this server's probes.
+        electable: True for a server that may be elected without having reported (it
+            answers this server's probes, and is not stopping); None: reporters only.
 
     Returns:
         The first replica (in replica order) that is an ISR member, not the leader, and a
-        reporter; None if the votes do not reach a majority of the ISR.
+        reporter or electable; None if the votes (reporters only) do not reach a majority
+        of the ISR.
     """
-    valid = [r for r in assignment.replicas if r in reporters and r in assignment.isr]
-    valid = [r for r in valid if r != assignment.leader]
+    candidates = [r for r in assignment.replicas if r in assignment.isr and r != assignment.leader]
+    valid = [r for r in candidates if r in reporters]
     votes = len(valid) + (1 if leader_down else 0)
     if not valid or votes < votes_needed(assignment.isr):
         return None
-    return valid[0]
+    if electable is None:
+        return valid[0]
+    return next(r for r in candidates if r in reporters or electable(r))
 
 
 @attrs.define(eq=False)
@@ -113,6 +126,10 @@ class Elections:
     """The metadata Raft member (elections are proposed only while it leads)."""
     is_down: Callable[[str], bool]
     """Liveness: True if a server does not answer this server's probes."""
+    is_electable: Callable[[str], bool] | None = None
+    """Liveness: True if a server may be elected without having reported (it has answered
+    every probe for a while and is not in a graceful stop:
+    :meth:`jetserver.cluster.liveness.Liveness.electable`); None: reporters only."""
     window_s: float = 5.0
     """How long a report counts."""
     clock: Callable[[], float] = time.monotonic
@@ -169,7 +186,7 @@ class Elections:
             recent = {r for r, t in reports.at.items() if now - t <= self.window_s}
             reports.at = {r: t for r, t in reports.at.items() if r in recent}
             down = self.is_down(current.leader)
-            new_leader = choose_leader(current, recent, down)
+            new_leader = choose_leader(current, recent, down, self.is_electable)
             if log.isEnabledFor(logging.DEBUG):  # thousands a second in a failover at scale
                 log.debug(
                     "partition leader reported silent",
