@@ -11,8 +11,8 @@ to the metadata leader. The metadata leader counts, per partition and leader epo
 When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it proposes
 ElectLeader: the new leader is the first replica, in the partition's replica order, that
 is an ISR member other than the leader and either a reporter (it just spoke) or
-*electable* in this server's liveness view (answering every probe for a while, and not in
-a graceful stop), at epoch + 1; the state machine drops the old leader from the ISR. The
+*electable* in this server's liveness view (it answered a probe lately, and is not in a
+graceful stop), at epoch + 1; the state machine drops the old leader from the ISR. The
 metadata leader's own reports arrive first (no network hop): with the reporters alone it
 took every leadership of a dead server itself (1,667 of 1,667 at 5,000 partitions) and
 did all the role changes while the other survivor did none. Reports are kept in memory
@@ -127,8 +127,8 @@ class Elections:
     is_down: Callable[[str], bool]
     """Liveness: True if a server does not answer this server's probes."""
     is_electable: Callable[[str], bool] | None = None
-    """Liveness: True if a server may be elected without having reported (it has answered
-    every probe for a while and is not in a graceful stop:
+    """Liveness: True if a server may be elected without having reported (it answered a
+    probe lately and is not in a graceful stop:
     :meth:`jetserver.cluster.liveness.Liveness.electable`); None: reporters only."""
     window_s: float = 5.0
     """How long a report counts."""
