@@ -68,22 +68,22 @@ def test_choose_leader_prefers_replica_order() -> None:
 
 
 @pytest.mark.parametrize(
-    ("replicas", "isr", "electable", "expected"),
+    ("partition", "isr", "electable", "expected"),
     [
-        (("s1", "s3", "s2"), ("s1", "s2", "s3"), {"s3"}, "s3"),  # first in replica order
-        (("s1", "s3", "s2"), ("s1", "s2", "s3"), set(), "s2"),  # s3 not electable: reporter
-        (("s1", "s3", "s2"), ("s1", "s2"), {"s3"}, "s2"),  # s3 is not in the ISR
-        (("s1", "s2", "s3"), ("s1", "s2", "s3"), {"s3"}, "s2"),  # the reporter comes first
+        (0, ("s1", "s2", "s3"), {"s3"}, "s2"),  # eligible s2, s3: partition 0 takes the first
+        (1, ("s1", "s2", "s3"), {"s3"}, "s3"),  # partition 1 the second
+        (1, ("s1", "s2", "s3"), set(), "s2"),  # s3 not electable: the reporter alone
+        (1, ("s1", "s2"), {"s3"}, "s2"),  # s3 is not in the ISR
     ],
 )
-def test_choose_leader_takes_an_electable_isr_member_in_replica_order(
-    replicas: tuple[str, ...], isr: tuple[str, ...], electable: set[str], expected: str
+def test_choose_leader_spreads_over_the_eligible_isr_members(
+    partition: int, isr: tuple[str, ...], electable: set[str], expected: str
 ) -> None:
     """s2 alone reports the dead leader s1: its report and s1's silence are the majority;
-    the new leader is the first ISR member in replica order that reported or is electable
-    (issue 34: the metadata leader's own reports arrive first, and with the reporters alone
-    it took every leadership of a dead server)."""
-    a = PartitionAssignment(0, "s1", replicas, isr, 0)
+    the new leader is one of the ISR members that reported or are electable, taken in turn
+    by partition number (issue 34: placement gives all of a server's partitions the same
+    follower order, and the first reporter took every leadership of a dead server)."""
+    a = PartitionAssignment(partition, "s1", ("s1", "s2", "s3"), isr, 0)
     assert choose_leader(a, {"s2"}, True, lambda s: s in electable) == expected
     assert choose_leader(a, {"s2"}, False, lambda s: s in electable) is None  # no majority
     assert choose_leader(a, {"s2"}, True) == "s2"  # without a liveness view: reporters only
@@ -196,10 +196,10 @@ async def test_a_dead_servers_leaderships_are_spread_over_the_electable_survivor
     raft: MetadataRaft,
 ) -> None:
     """Issue 34: s2 (the metadata leader, whose own reports arrive first) reports the dead
-    s1's 40 partitions; each goes to its first live ISR member in replica order, so half go
-    to s3, which had not reported yet, instead of all to s2."""
+    s1's 40 partitions, all placed (s1, s2, s3) as placement does for one leader's
+    partitions: half go to s3, which had not reported yet, instead of all to s2."""
     spec = StreamSpec(name="wide", subject="wide", partitions=40, replication_factor=3)
-    replicas = tuple(("s1", "s2", "s3") if p % 2 else ("s1", "s3", "s2") for p in range(40))
+    replicas = (("s1", "s2", "s3"),) * 40
     assert (await raft.propose(CreateStream(spec, "id2", 1, replicas))).result.ok
     elections = Elections(raft, lambda s: s == "s1", lambda s: s != "s1", window_s=5.0)
 
@@ -210,7 +210,7 @@ async def test_a_dead_servers_leaderships_are_spread_over_the_electable_survivor
         for p in range(40):
             tg.start_soon(report, p)
     parts = raft.state.streams["wide"].partitions
-    assert [a.leader for a in parts] == [("s2" if p % 2 else "s3") for p in range(40)]
+    assert [a.leader for a in parts] == [("s3" if p % 2 else "s2") for p in range(40)]
     assert all(a.leader_epoch == 1 and "s1" not in a.isr for a in parts)
     assert elections.elections == 40
 

@@ -9,13 +9,16 @@ to the metadata leader. The metadata leader counts, per partition and leader epo
   server not answering at all (the leader is silent to the metadata leader too).
 
 When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it proposes
-ElectLeader: the new leader is the first replica, in the partition's replica order, that
-is an ISR member other than the leader and either a reporter (it just spoke) or
-*electable* in this server's liveness view (it answered a probe lately, and is not in a
-graceful stop), at epoch + 1; the state machine drops the old leader from the ISR. The
-metadata leader's own reports arrive first (no network hop): with the reporters alone it
-took every leadership of a dead server itself (1,667 of 1,667 at 5,000 partitions) and
-did all the role changes while the other survivor did none. Reports are kept in memory
+ElectLeader at epoch + 1 (the state machine drops the old leader from the ISR). The new
+leader is taken among the *eligible* members: ISR members other than the leader, in
+replica order, that reported (they just spoke) or are *electable* in this server's
+liveness view (answered a probe lately, not in a graceful stop); the partition number
+picks one of them in turn (``eligible[partition % len(eligible)]``). Placement gives
+every partition one server leads the same follower order, so "the first reporter" put
+all of a dead server's leaderships on one survivor, and the metadata leader's own reports
+arrive first: at 5,000 partitions the metadata leader took all 1,667 and made every role
+change of the failover while the other survivor made none; at 3,000, with the new
+electable members but the first one taken, one survivor took all 1,000. Reports are kept in memory
 only: after a metadata leader change the followers' repeated reports rebuild the count
 within one report period.
 
@@ -83,18 +86,20 @@ def choose_leader(
             answers this server's probes, and is not stopping); None: reporters only.
 
     Returns:
-        The first replica (in replica order) that is an ISR member, not the leader, and a
-        reporter or electable; None if the votes (reporters only) do not reach a majority
-        of the ISR.
+        None if the votes (reporters only) do not reach a majority of the ISR; else one of
+        the eligible members (ISR members other than the leader, in replica order, that
+        reported or are electable), taken in turn by partition number, so that a dead
+        server's partitions are spread over the survivors.
     """
     candidates = [r for r in assignment.replicas if r in assignment.isr and r != assignment.leader]
     valid = [r for r in candidates if r in reporters]
     votes = len(valid) + (1 if leader_down else 0)
     if not valid or votes < votes_needed(assignment.isr):
         return None
-    if electable is None:
-        return valid[0]
-    return next(r for r in candidates if r in reporters or electable(r))
+    eligible = (
+        valid if electable is None else [r for r in candidates if r in reporters or electable(r)]
+    )
+    return eligible[assignment.partition % len(eligible)]
 
 
 @attrs.define(eq=False)

@@ -113,14 +113,15 @@ class Liveness:
 
     def electable(self, server_id: str, heard_s: float = ELECTABLE_HEARD_S) -> bool:
         """True if ``server_id`` may be elected a partition leader without having reported
-        the old leader silent: this server itself, or a server not down that answered a
-        probe within ``heard_s`` and did not say it is stopping (spec/cluster.md, "Partition
-        leader election"). A server not probed yet is not electable."""
+        the old leader silent: this server itself, or a server whose last probe was not
+        refused, that answered a probe within ``heard_s`` and did not say it is stopping
+        (spec/cluster.md, "Partition leader election"). A server not probed yet is not
+        electable. Called for every report a failover brings: no metadata lookup."""
         if server_id == self.server_id:
             return True
         probe = self.probes.get(server_id)
         heard = self.heard_at.get(server_id)
-        if probe is None or heard is None or probe.stopping or self.is_down(server_id):
+        if probe is None or heard is None or probe.stopping or probe.refused:
             return False
         return anyio.current_time() - heard <= heard_s
 
