@@ -285,26 +285,33 @@ class Elections:
         """
         item = _Queued(op)
         self._queue.append(item)
-        while not item.taken:
-            if self._gathering:
-                await self._taken.wait()
-                continue
-            self._gathering = True
-            batch: list[_Queued] = []
-            try:
-                await anyio.sleep(BATCH_GATHER_S)
-            finally:
-                self._gathering = False
-                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-                for q in batch:
-                    q.taken = True
-                    q.batch_size = len(batch)
-                taken, self._taken = self._taken, anyio.Event()
-                taken.set()
-                if batch:
-                    with anyio.CancelScope(shield=True):  # the others wait for this batch
-                        async with self._in_flight:
-                            await self._propose(batch)
+        try:
+            while not item.taken:
+                if self._gathering:
+                    await self._taken.wait()
+                    continue
+                self._gathering = True
+                batch: list[_Queued] = []
+                try:
+                    await anyio.sleep(BATCH_GATHER_S)
+                finally:
+                    self._gathering = False
+                    batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                    for q in batch:
+                        q.taken = True
+                        q.batch_size = len(batch)
+                    taken, self._taken = self._taken, anyio.Event()
+                    taken.set()
+                    if batch:
+                        with anyio.CancelScope(shield=True):  # the others wait for this batch
+                            async with self._in_flight:
+                                await self._propose(batch)
+        finally:
+            if not item.taken and item in self._queue:
+                # Cancelled before its batch: the caller releases the partition's lock, and
+                # the next report decides again (proposed as well, this one made duplicate
+                # elections: 999 refused in one entry at 3,000 partitions).
+                self._queue.remove(item)
         await item.done.wait()  # set by _propose, whose proposal is bounded
         if item.error is not None:
             raise item.error
