@@ -254,6 +254,29 @@ async def test_an_election_whose_report_was_cancelled_before_its_batch_is_not_pr
 
 
 @pytest.mark.anyio
+async def test_partitions_of_a_dead_leader_that_nobody_reports_are_found(
+    raft: MetadataRaft,
+) -> None:
+    """Issue 34: at 20,000 partitions 31 kept their dead leader for minutes with a full ISR;
+    the metadata leader now names such partitions (leader down here, another ISR member,
+    no report about them within the window) so that a run shows which side lost them."""
+    spec = StreamSpec(name="solo", subject="solo", replication_factor=1)
+    assert (await raft.propose(CreateStream(spec, "id3", 1, (("s1",),)))).result.ok
+    clock = Clock()
+    down = {"s1"}
+    elections = Elections(raft, lambda s: s in down, window_s=5.0, clock=clock)
+    # orders/0 (s1 leads, ISR s1, s2, s3) is listed; solo/0 (s1 alone) cannot move.
+    assert elections.unreported() == [("orders", 0)]
+    answer = await elections.report("orders", 0, 7, "s2")  # a stale epoch: not counted
+    assert answer["accepted"] is False
+    assert elections.unreported() == []  # but a report about it arrived
+    clock.now += 6.0
+    assert elections.unreported() == [("orders", 0)]
+    down.clear()
+    assert elections.unreported() == []  # its leader answers
+
+
+@pytest.mark.anyio
 async def test_reports_about_unknown_partitions(raft: MetadataRaft) -> None:
     elections = Elections(raft, lambda _s: False)
     with pytest.raises(ApiError) as info:

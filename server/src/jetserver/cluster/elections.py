@@ -59,6 +59,11 @@ LOGGED_BATCH = 10
 """Elections of a batch up to this size are logged one by one at INFO (larger: DEBUG)."""
 MAX_IN_FLIGHT = 4
 """Most election entries proposed and not yet applied at once."""
+UNREPORTED_AFTER_S = 30.0
+"""A partition whose leader's server is down here and about which no report arrived for
+this long is logged (:meth:`Elections.watch_unreported`)."""
+UNREPORTED_CHECK_S = 5.0
+"""How often the metadata leader looks for such partitions."""
 MAX_BATCH = 1000
 """Most elections in one Raft entry (ElectLeaders; 1,000 encode to well under
 ``MAX_ENTRY_BYTES``): at 500, the second half of a dead server's 1,000 leaderships waited
@@ -144,6 +149,9 @@ class Elections:
     """Leader elections proposed and applied by this server."""
     entries: int = 0
     """Raft entries that carried them (one per batch)."""
+    _heard: dict[tuple[str, int], float] = attrs.field(factory=dict)
+    """When a report about each partition last arrived (any epoch, any reporter)."""
+    _unreported_since: dict[tuple[str, int], float] = attrs.field(factory=dict)
     _queue: list[_Queued] = attrs.field(factory=list)
     _gathering: bool = False
     _taken: anyio.Event = attrs.field(factory=anyio.Event)
@@ -174,6 +182,7 @@ class Elections:
             )
         key = (stream, partition)
         current = self._assignment(stream, partition)
+        self._heard[key] = self.clock()
         reports = self._reports.get(key)
         if reports is None or reports.epoch != current.leader_epoch:
             reports = self._reports[key] = _Reports(current.leader_epoch)
@@ -209,6 +218,53 @@ class Elections:
             if new_leader is None:
                 return _answer(True, current)
             return await self._elect(stream, partition, current, new_leader)
+
+    def unreported(self) -> list[tuple[str, int]]:
+        """Partitions whose leader's server is down in this server's liveness view, with
+        another ISR member that could take over, about which no report arrived within
+        :attr:`window_s`: their followers should be reporting them (spec/cluster.md,
+        "Partition leader election"). A partition stays there when no follower reports it
+        or its reports do not arrive (issue 34: 31 of 20,000 kept a dead leader)."""
+        now = self.clock()
+        found = []
+        down: dict[str, bool] = {}  # one liveness look-up per server, not per partition
+        for name, meta in self.raft.state.streams.items():
+            for a in meta.partitions:
+                if a.leader is None or len(a.isr) < 2:
+                    continue
+                if a.leader not in down:
+                    down[a.leader] = self.is_down(a.leader)
+                if not down[a.leader]:
+                    continue
+                heard = self._heard.get((name, a.partition))
+                if heard is None or now - heard > self.window_s:
+                    found.append((name, a.partition))
+        return found
+
+    async def watch_unreported(self) -> None:
+        """While this server leads the metadata, log (WARNING, one line) the partitions
+        :meth:`unreported` for :data:`UNREPORTED_AFTER_S` or more, every
+        :data:`UNREPORTED_CHECK_S` (until cancelled)."""
+        while True:
+            await anyio.sleep(UNREPORTED_CHECK_S)
+            if not self.raft.is_leader:
+                self._unreported_since.clear()
+                continue
+            now = self.clock()
+            found = self.unreported()
+            self._unreported_since = {k: self._unreported_since.get(k, now) for k in found}
+            stale = sorted(
+                k for k, t in self._unreported_since.items() if now - t >= UNREPORTED_AFTER_S
+            )
+            if stale:
+                log.warning(
+                    "partitions whose leader's server is down and that no follower reports",
+                    extra=fields(
+                        count=len(stale),
+                        first=",".join(f"{n}/{p}" for n, p in stale[:5]),
+                        for_s=round(max(now - self._unreported_since[k] for k in stale), 1),
+                    ),
+                )
 
     async def report_many(
         self, reports: Collection[tuple[str, int, int, str]]

@@ -199,6 +199,7 @@ class ClusterNode:
                 tg.start_soon(self._reconciler)
                 tg.start_soon(self.liveness.run)
                 tg.start_soon(self.rebalancer.run)
+                tg.start_soon(self.elections.watch_unreported)
 
     async def stop_tasks(self) -> None:
         """Stop the background tasks now (before the replicas are closed at shutdown)."""
