@@ -401,6 +401,14 @@ class Elections:
                 q.done.set()
             return
         except RaftError as exc:
+            log.info(  # one line per entry (a new metadata leader: whether its first time out)
+                "leader elections not applied",
+                extra=fields(
+                    count=len(batch),
+                    error=str(exc),
+                    propose_s=round(time.monotonic() - started, 3),
+                ),
+            )
             error = ApiError(exc.code, f"leader election not applied: {exc}")
             for q in batch:
                 q.error = error
