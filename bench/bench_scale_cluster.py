@@ -233,6 +233,11 @@ def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
     phases = _log_phases(dev, victim, killed_wall)
     if phases:  # the leader-changed line is any after the kill (the victim led it or not)
         print(f"  from the survivors' logs, after the kill: {phases}")
+    moved = [now[k][0] for k, v in settled.items() if v[0] == victim and k in now]
+    spread = {s: moved.count(s) for s in sorted({m for m in moved if m and m != victim})}
+    print(  # the survivors share the role changes (issue 34: one took them all)
+        "  the victim's partitions now led by: " + ", ".join(f"{s} {n}" for s, n in spread.items())
+    )
     stuck = {k: now[k] for k in now if k not in alone and now[k][0] in (None, victim)}
     if stuck:
         print(f"  still without a leader (leader, epoch, ISR): {sorted(stuck.items())[:5]}")

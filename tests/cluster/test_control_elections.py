@@ -3,15 +3,18 @@ a real one-member metadata Raft; the partition leaders' batched ISR changes (Con
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.cluster import elections as elections_module
 from jetserver.cluster.controller import Controller
 from jetserver.cluster.elections import (
     MAX_REPORTS,
@@ -65,6 +68,28 @@ def test_choose_leader(
 def test_choose_leader_prefers_replica_order() -> None:
     a = PartitionAssignment(0, "s2", ("s2", "s3", "s1"), ("s1", "s2", "s3"), 0)
     assert choose_leader(a, {"s1", "s3"}, False) == "s3"
+
+
+@pytest.mark.parametrize(
+    ("partition", "isr", "electable", "expected"),
+    [
+        (0, ("s1", "s2", "s3"), {"s3"}, "s2"),  # eligible s2, s3: partition 0 takes the first
+        (1, ("s1", "s2", "s3"), {"s3"}, "s3"),  # partition 1 the second
+        (1, ("s1", "s2", "s3"), set(), "s2"),  # s3 not electable: the reporter alone
+        (1, ("s1", "s2"), {"s3"}, "s2"),  # s3 is not in the ISR
+    ],
+)
+def test_choose_leader_spreads_over_the_eligible_isr_members(
+    partition: int, isr: tuple[str, ...], electable: set[str], expected: str
+) -> None:
+    """s2 alone reports the dead leader s1: its report and s1's silence are the majority;
+    the new leader is one of the ISR members that reported or are electable, taken in turn
+    by partition number (issue 34: placement gives all of a server's partitions the same
+    follower order, and the first reporter took every leadership of a dead server)."""
+    a = PartitionAssignment(partition, "s1", ("s1", "s2", "s3"), isr, 0)
+    assert choose_leader(a, {"s2"}, True, lambda s: s in electable) == expected
+    assert choose_leader(a, {"s2"}, False, lambda s: s in electable) is None  # no majority
+    assert choose_leader(a, {"s2"}, True) == "s2"  # without a liveness view: reporters only
 
 
 def test_parse_report() -> None:
@@ -167,6 +192,88 @@ async def test_elections_reported_together_go_in_one_raft_entry(raft: MetadataRa
     # Reported again (a follower that did not hear the answer): refused as stale, no entry.
     assert (await elections.report("wide", 0, 0, "s3"))["accepted"] is False
     assert elections.entries <= 3
+
+
+@pytest.mark.anyio
+async def test_a_dead_servers_leaderships_are_spread_over_the_electable_survivors(
+    raft: MetadataRaft,
+) -> None:
+    """Issue 34: s2 (the metadata leader, whose own reports arrive first) reports the dead
+    s1's 40 partitions, all placed (s1, s2, s3) as placement does for one leader's
+    partitions: half go to s3, which had not reported yet, instead of all to s2."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=40, replication_factor=3)
+    replicas = (("s1", "s2", "s3"),) * 40
+    assert (await raft.propose(CreateStream(spec, "id2", 1, replicas))).result.ok
+    elections = Elections(raft, lambda s: s == "s1", lambda s: s != "s1", window_s=5.0)
+
+    async def report(p: int) -> None:
+        await elections.report("wide", p, 0, "s2")
+
+    async with anyio.create_task_group() as tg:
+        for p in range(40):
+            tg.start_soon(report, p)
+    parts = raft.state.streams["wide"].partitions
+    assert [a.leader for a in parts] == [("s3" if p % 2 else "s2") for p in range(40)]
+    assert all(a.leader_epoch == 1 and "s1" not in a.isr for a in parts)
+    assert elections.elections == 40
+
+
+@pytest.mark.anyio
+async def test_an_election_whose_report_was_cancelled_before_its_batch_is_not_proposed(
+    raft: MetadataRaft, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a report cancelled while its election waited for a batch (a delivery cut
+    by its time bound) left the election queued after releasing the partition's lock; the
+    next report decided it again, and at 3,000 partitions an entry of 999 such duplicates
+    (all refused) took 7 s of the metadata Raft in a failover."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=2, replication_factor=3)
+    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3, R3)))).result.ok
+    elections = Elections(raft, lambda s: s == "s1", window_s=5.0)  # s1, the leader, is down
+    caplog.set_level(logging.INFO, logger="jetserver.cluster.elections")
+    monkeypatch.setattr(elections_module, "BATCH_GATHER_S", 0.5)  # room to cancel in
+    cancelled = anyio.CancelScope()
+
+    async def cancelled_report() -> None:
+        with cancelled:
+            await elections.report("wide", 1, 0, "s2")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(elections.report, "wide", 0, 0, "s2")  # gathers a batch
+        tg.start_soon(cancelled_report)  # joins the batch being gathered
+        with anyio.fail_after(5):
+            while len(elections._queue) < 2:  # both elections decided and queued
+                await anyio.lowlevel.checkpoint()
+        cancelled.cancel()  # before the batch is taken
+    parts = raft.state.streams["wide"].partitions
+    assert [(a.leader, a.leader_epoch) for a in parts] == [("s2", 1), ("s1", 0)]
+    # Reported again: decided and proposed once.
+    answer = await elections.report("wide", 1, 0, "s3")
+    assert answer == {"accepted": True, "leader": "s3", "leader_epoch": 1}
+    assert "leader election refused" not in caplog.text
+    assert elections.elections == 2
+
+
+@pytest.mark.anyio
+async def test_partitions_of_a_dead_leader_that_nobody_reports_are_found(
+    raft: MetadataRaft,
+) -> None:
+    """Issue 34: at 20,000 partitions 31 kept their dead leader for minutes with a full ISR;
+    the metadata leader now names such partitions (leader down here, another ISR member,
+    no report about them within the window) so that a run shows which side lost them."""
+    spec = StreamSpec(name="solo", subject="solo", replication_factor=1)
+    assert (await raft.propose(CreateStream(spec, "id3", 1, (("s1",),)))).result.ok
+    clock = Clock()
+    down = {"s1"}
+    elections = Elections(raft, lambda s: s in down, window_s=5.0, clock=clock)
+    # orders/0 (s1 leads, ISR s1, s2, s3) is listed; solo/0 (s1 alone) cannot move.
+    assert elections.unreported() == [("orders", 0)]
+    answer = await elections.report("orders", 0, 7, "s2")  # a stale epoch: not counted
+    assert answer["accepted"] is False
+    assert elections.unreported() == []  # but a report about it arrived
+    clock.now += 6.0
+    assert elections.unreported() == [("orders", 0)]
+    down.clear()
+    assert elections.unreported() == []  # its leader answers
 
 
 @pytest.mark.anyio

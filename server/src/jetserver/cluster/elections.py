@@ -9,10 +9,18 @@ to the metadata leader. The metadata leader counts, per partition and leader epo
   server not answering at all (the leader is silent to the metadata leader too).
 
 When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it proposes
-ElectLeader: the new leader is the first replica, in the partition's replica order, among
-the reporters (a reporter is alive: it just spoke), at epoch + 1; the state machine drops
-the old leader from the ISR. Reports are kept in memory only: after a metadata leader
-change the followers' repeated reports rebuild the count within one report period.
+ElectLeader at epoch + 1 (the state machine drops the old leader from the ISR). The new
+leader is taken among the *eligible* members: ISR members other than the leader, in
+replica order, that reported (they just spoke) or are *electable* in this server's
+liveness view (answered a probe lately, not in a graceful stop); the partition number
+picks one of them in turn (``eligible[partition % len(eligible)]``). Placement gives
+every partition one server leads the same follower order, so "the first reporter" put
+all of a dead server's leaderships on one survivor, and the metadata leader's own reports
+arrive first: at 5,000 partitions the metadata leader took all 1,667 and made every role
+change of the failover while the other survivor made none; at 3,000, with the new
+electable members but the first one taken, one survivor took all 1,000. Reports are kept in memory
+only: after a metadata leader change the followers' repeated reports rebuild the count
+within one report period.
 
 A partition whose ISR holds only the leader is never moved (no unclean election: the
 other replicas may lack committed records).
@@ -51,6 +59,11 @@ LOGGED_BATCH = 10
 """Elections of a batch up to this size are logged one by one at INFO (larger: DEBUG)."""
 MAX_IN_FLIGHT = 4
 """Most election entries proposed and not yet applied at once."""
+UNREPORTED_AFTER_S = 30.0
+"""A partition whose leader's server is down here and about which no report arrived for
+this long is logged (:meth:`Elections.watch_unreported`)."""
+UNREPORTED_CHECK_S = 5.0
+"""How often the metadata leader looks for such partitions."""
 MAX_BATCH = 1000
 """Most elections in one Raft entry (ElectLeaders; 1,000 encode to well under
 ``MAX_ENTRY_BYTES``): at 500, the second half of a dead server's 1,000 leaderships waited
@@ -63,7 +76,10 @@ def votes_needed(isr: Collection[str]) -> int:
 
 
 def choose_leader(
-    assignment: PartitionAssignment, reporters: Collection[str], leader_down: bool
+    assignment: PartitionAssignment,
+    reporters: Collection[str],
+    leader_down: bool,
+    electable: Callable[[str], bool] | None = None,
 ) -> str | None:
     """The new leader if the reports (and the leader's own silence) reach a majority.
 
@@ -71,17 +87,24 @@ def choose_leader(
         assignment: the partition's current assignment.
         reporters: servers that reported the leader silent within the window.
         leader_down: the leader's server does not answer this server's probes.
+        electable: True for a server that may be elected without having reported (it
+            answers this server's probes, and is not stopping); None: reporters only.
 
     Returns:
-        The first replica (in replica order) that is an ISR member, not the leader, and a
-        reporter; None if the votes do not reach a majority of the ISR.
+        None if the votes (reporters only) do not reach a majority of the ISR; else one of
+        the eligible members (ISR members other than the leader, in replica order, that
+        reported or are electable), taken in turn by partition number, so that a dead
+        server's partitions are spread over the survivors.
     """
-    valid = [r for r in assignment.replicas if r in reporters and r in assignment.isr]
-    valid = [r for r in valid if r != assignment.leader]
+    candidates = [r for r in assignment.replicas if r in assignment.isr and r != assignment.leader]
+    valid = [r for r in candidates if r in reporters]
     votes = len(valid) + (1 if leader_down else 0)
     if not valid or votes < votes_needed(assignment.isr):
         return None
-    return valid[0]
+    eligible = (
+        valid if electable is None else [r for r in candidates if r in reporters or electable(r)]
+    )
+    return eligible[assignment.partition % len(eligible)]
 
 
 @attrs.define(eq=False)
@@ -113,6 +136,10 @@ class Elections:
     """The metadata Raft member (elections are proposed only while it leads)."""
     is_down: Callable[[str], bool]
     """Liveness: True if a server does not answer this server's probes."""
+    is_electable: Callable[[str], bool] | None = None
+    """Liveness: True if a server may be elected without having reported (it answered a
+    probe lately and is not in a graceful stop:
+    :meth:`jetserver.cluster.liveness.Liveness.electable`); None: reporters only."""
     window_s: float = 5.0
     """How long a report counts."""
     clock: Callable[[], float] = time.monotonic
@@ -122,6 +149,9 @@ class Elections:
     """Leader elections proposed and applied by this server."""
     entries: int = 0
     """Raft entries that carried them (one per batch)."""
+    _heard: dict[tuple[str, int], float] = attrs.field(factory=dict)
+    """When a report about each partition last arrived (any epoch, any reporter)."""
+    _unreported_since: dict[tuple[str, int], float] = attrs.field(factory=dict)
     _queue: list[_Queued] = attrs.field(factory=list)
     _gathering: bool = False
     _taken: anyio.Event = attrs.field(factory=anyio.Event)
@@ -152,6 +182,7 @@ class Elections:
             )
         key = (stream, partition)
         current = self._assignment(stream, partition)
+        self._heard[key] = self.clock()
         reports = self._reports.get(key)
         if reports is None or reports.epoch != current.leader_epoch:
             reports = self._reports[key] = _Reports(current.leader_epoch)
@@ -169,7 +200,7 @@ class Elections:
             recent = {r for r, t in reports.at.items() if now - t <= self.window_s}
             reports.at = {r: t for r, t in reports.at.items() if r in recent}
             down = self.is_down(current.leader)
-            new_leader = choose_leader(current, recent, down)
+            new_leader = choose_leader(current, recent, down, self.is_electable)
             if log.isEnabledFor(logging.DEBUG):  # thousands a second in a failover at scale
                 log.debug(
                     "partition leader reported silent",
@@ -187,6 +218,53 @@ class Elections:
             if new_leader is None:
                 return _answer(True, current)
             return await self._elect(stream, partition, current, new_leader)
+
+    def unreported(self) -> list[tuple[str, int]]:
+        """Partitions whose leader's server is down in this server's liveness view, with
+        another ISR member that could take over, about which no report arrived within
+        :attr:`window_s`: their followers should be reporting them (spec/cluster.md,
+        "Partition leader election"). A partition stays there when no follower reports it
+        or its reports do not arrive (issue 34: 31 of 20,000 kept a dead leader)."""
+        now = self.clock()
+        found = []
+        down: dict[str, bool] = {}  # one liveness look-up per server, not per partition
+        for name, meta in self.raft.state.streams.items():
+            for a in meta.partitions:
+                if a.leader is None or len(a.isr) < 2:
+                    continue
+                if a.leader not in down:
+                    down[a.leader] = self.is_down(a.leader)
+                if not down[a.leader]:
+                    continue
+                heard = self._heard.get((name, a.partition))
+                if heard is None or now - heard > self.window_s:
+                    found.append((name, a.partition))
+        return found
+
+    async def watch_unreported(self) -> None:
+        """While this server leads the metadata, log (WARNING, one line) the partitions
+        :meth:`unreported` for :data:`UNREPORTED_AFTER_S` or more, every
+        :data:`UNREPORTED_CHECK_S` (until cancelled)."""
+        while True:
+            await anyio.sleep(UNREPORTED_CHECK_S)
+            if not self.raft.is_leader:
+                self._unreported_since.clear()
+                continue
+            now = self.clock()
+            found = self.unreported()
+            self._unreported_since = {k: self._unreported_since.get(k, now) for k in found}
+            stale = sorted(
+                k for k, t in self._unreported_since.items() if now - t >= UNREPORTED_AFTER_S
+            )
+            if stale:
+                log.warning(
+                    "partitions whose leader's server is down and that no follower reports",
+                    extra=fields(
+                        count=len(stale),
+                        first=",".join(f"{n}/{p}" for n, p in stale[:5]),
+                        for_s=round(max(now - self._unreported_since[k] for k in stale), 1),
+                    ),
+                )
 
     async def report_many(
         self, reports: Collection[tuple[str, int, int, str]]
@@ -263,26 +341,33 @@ class Elections:
         """
         item = _Queued(op)
         self._queue.append(item)
-        while not item.taken:
-            if self._gathering:
-                await self._taken.wait()
-                continue
-            self._gathering = True
-            batch: list[_Queued] = []
-            try:
-                await anyio.sleep(BATCH_GATHER_S)
-            finally:
-                self._gathering = False
-                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-                for q in batch:
-                    q.taken = True
-                    q.batch_size = len(batch)
-                taken, self._taken = self._taken, anyio.Event()
-                taken.set()
-                if batch:
-                    with anyio.CancelScope(shield=True):  # the others wait for this batch
-                        async with self._in_flight:
-                            await self._propose(batch)
+        try:
+            while not item.taken:
+                if self._gathering:
+                    await self._taken.wait()
+                    continue
+                self._gathering = True
+                batch: list[_Queued] = []
+                try:
+                    await anyio.sleep(BATCH_GATHER_S)
+                finally:
+                    self._gathering = False
+                    batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                    for q in batch:
+                        q.taken = True
+                        q.batch_size = len(batch)
+                    taken, self._taken = self._taken, anyio.Event()
+                    taken.set()
+                    if batch:
+                        with anyio.CancelScope(shield=True):  # the others wait for this batch
+                            async with self._in_flight:
+                                await self._propose(batch)
+        finally:
+            if not item.taken and item in self._queue:
+                # Cancelled before its batch: the caller releases the partition's lock, and
+                # the next report decides again (proposed as well, this one made duplicate
+                # elections: 999 refused in one entry at 3,000 partitions).
+                self._queue.remove(item)
         await item.done.wait()  # set by _propose, whose proposal is bounded
         if item.error is not None:
             raise item.error
@@ -316,6 +401,14 @@ class Elections:
                 q.done.set()
             return
         except RaftError as exc:
+            log.info(  # one line per entry (a new metadata leader: whether its first time out)
+                "leader elections not applied",
+                extra=fields(
+                    count=len(batch),
+                    error=str(exc),
+                    propose_s=round(time.monotonic() - started, 3),
+                ),
+            )
             error = ApiError(exc.code, f"leader election not applied: {exc}")
             for q in batch:
                 q.error = error

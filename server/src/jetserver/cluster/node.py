@@ -124,7 +124,10 @@ class ClusterNode:
                 server_id, peers, current_state, interval_s=config.cluster.probe_interval_s
             )
             elections = Elections(
-                member, liveness.is_down, window_s=config.cluster.leader_silent_window_s
+                member,
+                liveness.is_down,
+                liveness.electable,
+                window_s=config.cluster.leader_silent_window_s,
             )
             controller = Controller(
                 server_id,
@@ -196,6 +199,7 @@ class ClusterNode:
                 tg.start_soon(self._reconciler)
                 tg.start_soon(self.liveness.run)
                 tg.start_soon(self.rebalancer.run)
+                tg.start_soon(self.elections.watch_unreported)
 
     async def stop_tasks(self) -> None:
         """Stop the background tasks now (before the replicas are closed at shutdown)."""

@@ -221,7 +221,8 @@ class Dispatcher:
 
     def _json_handlers(self) -> dict[int, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
         async def hello(req: dict[str, Any]) -> dict[str, Any]:
-            return json_api.hello(req, self.config)
+            stopping = self.cluster is not None and self.cluster.controller.stopping
+            return json_api.hello(req, self.config, stopping=stopping)
 
         async def metadata(req: dict[str, Any]) -> dict[str, Any]:
             answer = json_api.metadata(req, self.streams, self.servers(), self.is_down)
