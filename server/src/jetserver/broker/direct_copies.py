@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import attrs
 
@@ -199,13 +199,26 @@ class DirectCopies:
         would two such requests whose sections' turns alternate."""
         ordered = sorted(afters, key=_turn_order)
         first = next((a for a in ordered if isinstance(a, Copies)), None)
-        if (
-            first is not None
-            and first.ticket.admitted is not None
-            and await self.room_for(first, first.deadline) is None
-        ):
-            ordered.remove(first)
+        if first is not None and first.ticket.admitted is not None:
+            try:
+                let_in = await self.room_for(first, first.deadline)
+            except BaseException:  # cancelled: none of them will run
+                self.give_up(a for a in ordered if a is not first)
+                raise
+            if let_in is None:
+                ordered.remove(first)
         return ordered
+
+    def give_up(self, afters: Iterable[After]) -> None:
+        """Drop the copies of after-work that will not run (its request was cancelled
+        before its response): out of the backlog, counted, their turns passed on (else
+        their place in the line and their turns would hold up every later request's)."""
+        backlog = self.backlog
+        for after in afters:
+            if isinstance(after, Copies):
+                backlog.leave(after.ticket)
+                backlog.dropped += after.count
+                finish_after(after.prev, after.mine)
 
     async def room_for(self, copies: Copies, deadline: float) -> Copies | None:
         """``copies`` once the backlog let them in (the response waits: producer

@@ -404,20 +404,27 @@ class ProduceService:
                                 results[i] = _PUBLISHED
                         elif waiting.remaining > 0:
                             await waiting.done.wait_within(deadline - time.monotonic())
-                    finally:
-                        # Stored here; the NATS copies are for live subscribers only. They
-                        # go after the response (see the docstring), and also when the
-                        # wait timed out or was cancelled, for the records it stored.
-                        if turn is not None:
-                            copies, end = _stored(
+                    except BaseException:
+                        # Cancelled (the connection closed, or the scope of the request's
+                        # timeout): no after-work will run, its copies are given up.
+                        if place is not None:
+                            stored, _end = _stored(
                                 to_send, sent_index, results, policy, appended_end
                             )
-                            if internal:
-                                copies = []
-                            assert ticket is not None  # taken with the turn
-                            after = self._copies.after_commit(
-                                replica, copies, end, failures, timeout_s, turn, ticket, deadline
-                            )
+                            self.copy_backlog.dropped += len(stored)
+                            place.give_up()
+                        raise
+                    # Stored here; the NATS copies are for live subscribers only. They go
+                    # after the response (see the docstring), and also when the wait timed
+                    # out, for the records it stored.
+                    if turn is not None:
+                        copies, end = _stored(to_send, sent_index, results, policy, appended_end)
+                        if internal:
+                            copies = []
+                        assert ticket is not None  # taken with the turn
+                        after = self._copies.after_commit(
+                            replica, copies, end, failures, timeout_s, turn, ticket, deadline
+                        )
                     final = [r if r is not None else _TIMEOUT for r in results]
                     if produce_wants_current_values(body):  # a refusal's value (§6)
                         keys = replica.sequencer.checks.keys
@@ -468,6 +475,10 @@ class ProduceService:
     async def copies_in_order(self, afters: Sequence[After]) -> list[After]:
         """:meth:`DirectCopies.in_order` (a ProduceMany request's sections)."""
         return await self._copies.in_order(afters)
+
+    def give_up_copies(self, afters: Iterable[After | None]) -> None:
+        """:meth:`DirectCopies.give_up` (sections of a cancelled ProduceMany request)."""
+        self._copies.give_up(a for a in afters if a is not None)
 
 
 def _check_internal(

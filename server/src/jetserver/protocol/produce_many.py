@@ -85,7 +85,14 @@ class ProduceMany:
         answers: Sequence[tuple[ProduceSection, After | None]]
         if self._at_once(sections):
             # Each is appended and answered without waiting: one after the other, here.
-            answers = [await self._section(body, session) for body in sections]
+            served: list[tuple[ProduceSection, After | None]] = []
+            try:
+                for body in sections:
+                    served.append(await self._section(body, session))
+            except BaseException:  # cancelled: the after-work of those served won't run
+                self.produce.give_up_copies(after for _section, after in served)
+                raise
+            answers = served
         else:
             loop = asyncio.get_running_loop()
             tasks = [loop.create_task(self._section(body, session)) for body in sections]
@@ -94,6 +101,11 @@ class ProduceMany:
             except BaseException:
                 for task in tasks:
                     task.cancel()
+                self.produce.give_up_copies(
+                    task.result()[1]
+                    for task in tasks
+                    if task.done() and not task.cancelled() and task.exception() is None
+                )
                 raise
         body = encode_produce_many_response([section for section, _after in answers])
         afters = await self.produce.copies_in_order(
