@@ -21,6 +21,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 
 from cluster.harness import wait_until_async
+from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api, Frame, encode_frame
 from jetsdk.codec.messages import (
@@ -29,9 +30,13 @@ from jetsdk.codec.messages import (
     decode_produce_response,
     encode_produce_request,
 )
+from jetsdk.codec.produce_many import (
+    decode_produce_many_response,
+    encode_produce_many_request,
+)
 from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.server import Server
-from support.jet_server import running_server
+from support.jet_server import running_server, start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -169,3 +174,148 @@ async def test_copies_without_room_by_the_timeout_are_dropped_and_counted(
             )
             assert (await c.list_offsets("big"))["offset"] == total
         await nc.close()
+
+
+# -- the order of the copies and the room within one request (ProduceMany) ------------------
+#
+# Before these tests, a request's turn in its partition's order of copies was taken after
+# its append returned, which for an ALL ack appended in the request's own task is after
+# its fsync (which yields): a section of the same ProduceMany request appended after it
+# took its turn first. ProduceMany runs its sections' after-work one after the other, in
+# section order: the first section's copies waited for the second's turn, which came only
+# after them, for the whole timeout, and were then lost (bench sizes, 1 MiB values, ack
+# ALL, window 64: a request held 30 s in 2 of 3 runs). And a section whose copies found
+# no room held the request's response while the room was held by the request's own
+# earlier sections, which give it back only after the response.
+
+MANY_TIMEOUT_MS = 20_000
+MANY_BOUND_S = 10.0
+"""Well below the sections' timeout: a wait for a turn or room that never comes before
+it shows up as a failure here, not as a slow pass."""
+SECTION_VALUE = b"s" * MIB
+
+
+def _section(i: int, policy: AckPolicy) -> bytes:
+    return encode_produce_request(
+        ProduceRequest(
+            stream="big",
+            partition=0,
+            ack_policy=policy,
+            timeout_ms=MANY_TIMEOUT_MS,
+            messages=(ProduceMessage(SECTION_VALUE[:-8] + b"%08d" % i),),
+        )
+    )
+
+
+class _Copies:
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    async def on_msg(self, msg: Msg) -> None:
+        self.values.append(msg.data)
+
+
+async def _many(c: RawClient, sections: list[bytes]) -> list[int]:
+    """Send one ProduceMany request; each section's stored offset."""
+    frame = await c.request(Api.PRODUCE_MANY, encode_produce_many_request(sections), MANY_BOUND_S)
+    offsets = []
+    for section in decode_produce_many_response(frame.body):
+        assert section.error_code == ErrorCode.NONE
+        (result,) = decode_produce_response(section.body)
+        assert result.error_code == ErrorCode.NONE
+        offsets.append(result.offset)
+    return offsets
+
+
+async def _many_setup(
+    server: Server, c: RawClient, nats_server: NatsServer, limit: int
+) -> tuple[CopyBacklog, NatsClient, _Copies]:
+    backlog = server.running.produce.copy_backlog
+    backlog.limit = limit
+    await c.create_stream(name="big", subject="big", max_message_bytes=MIB)
+    nc = NatsClient()
+    await nc.connect(nats_server.url)
+    copies = _Copies()
+    await nc.subscribe("big", cb=copies.on_msg)
+    await nc.flush()
+    return backlog, nc, copies
+
+
+async def test_sections_copies_go_in_append_order_when_an_all_ack_commits_in_its_task(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Section 0 (ALL) appends first and fsyncs in its own task, which yields; section 1
+    (LEADER) appends meanwhile and is answered at once. Before: section 1 took the first
+    turn, section 0's copy waited for it behind ProduceMany's after-work order until the
+    timeout and was never published (seen: no copy within MANY_BOUND_S)."""
+    async with (
+        running_server(nats_server.url, tmp_path / "data", logging__level="WARNING") as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        backlog, nc, copies = await _many_setup(server, c, nats_server, 64 * MIB)
+        sections = [_section(0, AckPolicy.ALL), _section(1, AckPolicy.LEADER)]
+        with anyio.fail_after(MANY_BOUND_S):
+            assert await _many(c, sections) == [0, 1]
+            await wait_until_async(lambda: len(copies.values) == 2, MANY_BOUND_S, "two copies")
+        assert [v[-8:] for v in copies.values] == [b"00000000", b"00000001"]  # append order
+        assert backlog.dropped == 0
+        await wait_until_async(lambda: backlog.held == 0, MANY_BOUND_S, "an empty backlog")
+        await nc.close()
+
+
+async def test_a_request_larger_than_the_room_does_not_wait_for_its_own_copies(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Eight 1 MiB ALL sections, room for two: the third section's copies must not hold
+    the response for room the first two hold until after it. Before: the response came
+    only at the sections' timeout and six copies were dropped (seen: no answer within
+    MANY_BOUND_S)."""
+    async with (
+        running_server(nats_server.url, tmp_path / "data", logging__level="WARNING") as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        backlog, nc, copies = await _many_setup(server, c, nats_server, BACKLOG_LIMIT)
+        sections = [_section(i, AckPolicy.ALL) for i in range(8)]
+        with anyio.fail_after(MANY_BOUND_S):
+            assert await _many(c, sections) == list(range(8))
+            await wait_until_async(lambda: len(copies.values) == 8, MANY_BOUND_S, "8 copies")
+        assert [v[-8:] for v in copies.values] == [b"%08d" % i for i in range(8)]
+        assert backlog.dropped == 0
+        assert backlog.waits > 0  # the room was short: the later copies waited for it
+        await wait_until_async(lambda: backlog.held == 0, MANY_BOUND_S, "an empty backlog")
+        await nc.close()
+
+
+async def test_one_producer_of_1_mib_values_with_ack_all_and_a_window_above_the_room(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """``bench sizes``' 1 MiB ack ALL row against a server process whose copies' room is
+    smaller than the producer's window (its requests go as Produce and ProduceMany, ALL
+    acks committed in the requests' own tasks): every message is acked without a wait for
+    a turn or room that only the request's own after-work would end. Before: 30 s stalls
+    (3 of 3 runs at a 64 MiB bound, three stalls a run at 4 MiB: 90 s for 128 messages).
+    The copies themselves are checked by the tests above: a subscriber in this process,
+    beside the producer, falls behind 128 MiB of them and NATS drops it."""
+    proc = start_server_process(
+        nats_server.url,
+        tmp_path / "data",
+        "--log-level",
+        "WARNING",
+        settings={"ingest": {"copy_backlog_max_bytes": 4 * MIB}},
+    )
+    total = 128
+    try:
+        async with Client([proc.address]) as client:
+            await client.create_stream("big", "big", max_message_bytes=MIB)
+            with anyio.fail_after(2 * MANY_BOUND_S):
+                async with Producer(
+                    client, "big", ack=AckPolicy.ALL, max_pending=64, max_in_flight=32
+                ) as producer:
+                    handles = [
+                        await producer.send_soon(SECTION_VALUE[:-8] + b"%08d" % i)
+                        for i in range(total)
+                    ]
+                    await producer.flush()
+            assert sorted(h.result().offset for h in handles) == list(range(total))
+    finally:
+        assert proc.stop() == 0

@@ -39,6 +39,7 @@ from jetsdk.codec.stream_settings import (
     MIN_SEGMENT_MAX_BYTES,
 )
 from jetsdk.transport import DEFAULT_PORT
+from jetserver.broker.copy_backlog import COPY_BACKLOG_MAX_BYTES
 from jetserver.errors import ConfigError
 from jetserver.raft import config as raft_config
 from jetserver.replication.config import ReplicationConfig
@@ -286,6 +287,9 @@ class IngestConfig:
     """A server that receives a Produce request and leads its partition appends the
     messages directly, publishing their NATS copies with ``Jet-Stored`` for live
     subscribers; false: through NATS like any publisher (one more hop)."""
+    copy_backlog_max_bytes: int = attrs.field(default=COPY_BACKLOG_MAX_BYTES, validator=_positive)
+    """Bytes of those NATS copies waiting to be handed to NATS, server-wide, beyond which
+    a direct Produce request's response waits (broker/copy_backlog.py)."""
 
 
 # --------------------------------------------------------------------------------------

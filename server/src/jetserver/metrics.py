@@ -364,7 +364,7 @@ def _copies(out: list[str], copies: CopyBacklog | None) -> None:
         out,
         "jet_produce_copies_waits_total",
         "counter",
-        "Produce responses that waited for room in the NATS copies' backlog.",
+        "Produce requests whose NATS copies waited for room in their backlog.",
     )
     out.append(f"jet_produce_copies_waits_total {copies.waits}")
     _head(

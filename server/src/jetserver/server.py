@@ -42,6 +42,7 @@ from anyio.abc import TaskStatus
 
 from jetsdk.codec.frames import Frame
 from jetsdk.codec.limits import ENVELOPE_ALLOWANCE_BYTES
+from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.running import MetadataView
 from jetserver.broker.streams import StreamManager
@@ -329,7 +330,13 @@ class Server:
         cfg = self.config
         sock = bind_listener(cfg.listen.host, cfg.listen.port, cfg.listen.backlog)
         address = format_address(sock)
-        produce = ProduceService(link, streams, cfg.limits, direct=cfg.ingest.produce_direct)
+        produce = ProduceService(
+            link,
+            streams,
+            cfg.limits,
+            direct=cfg.ingest.produce_direct,
+            copy_backlog=CopyBacklog(cfg.ingest.copy_backlog_max_bytes),
+        )
         dispatcher = Dispatcher(
             cfg,
             streams,

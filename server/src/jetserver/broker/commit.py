@@ -275,8 +275,10 @@ class Committer:
             await self._hw_moved.wait_within(left, self._running_loop())
 
     def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
-        """A place in this partition's order of NATS copies, taken right after an append
-        (so in append order): the previous holder's future (None: nothing pending before)
+        """A place in this partition's order of NATS copies, taken as a batch enters the
+        sequencer (so in append order: ``entered`` of :meth:`Intake.ingest_direct`, not
+        after the append, which an ALL ack's fsync in the request's own task follows):
+        the previous holder's future (None: nothing pending before)
         and this one's, which its holder must finish once its copies went or were given
         up, so that a later request's copies never overtake these."""
         prev = self._copies_tail

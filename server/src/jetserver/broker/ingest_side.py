@@ -11,6 +11,8 @@ Task safety: event loop thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 from nats.aio.msg import Msg
 
@@ -116,18 +118,32 @@ class Intake:
         sequencer = self.sequencer
         return sequencer.idle and sequencer.has_room and self.takes_direct(policy)
 
-    async def ingest_direct(self, batch: DirectBatch, *, shield: bool = True) -> bool:
+    async def ingest_direct(
+        self,
+        batch: DirectBatch,
+        *,
+        shield: bool = True,
+        entered: Callable[[], None] | None = None,
+    ) -> bool:
         """Hand the messages of a Produce request to the sequencer as one typed batch,
         after waiting for room in its queue; False (nothing taken) if
         :meth:`takes_direct` no longer holds. Their outcomes are settled on
         ``batch.completion`` in process; their NATS copies must carry the ``Jet-Stored``
         header. If nothing is queued or being appended, they are appended at once in this
         task (:meth:`Sequencer.append_now`), in the order they would have had in the
-        queue (``shield``: as :meth:`Sequencer.append_now`)."""
+        queue (``shield``: as :meth:`Sequencer.append_now`).
+
+        ``entered`` is called once the batch is taken, right before it is appended or
+        queued, with no await in between: so in the order of the appends (where the
+        request takes its copies' turn, :meth:`Committer.copies_turn`; after the append
+        it could come after requests appended later: an ALL ack's append in its own task
+        is followed by its fsync, which yields)."""
         sequencer = self.sequencer
         await sequencer.wait_for_room()
         if not self.takes_direct(batch.policy):
             return False
+        if entered is not None:
+            entered()
         if hops.ENABLED:
             hops.mark("sink")
         count = len(batch.records)

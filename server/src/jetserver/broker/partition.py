@@ -407,9 +407,15 @@ class PartitionReplica:
         """:meth:`Intake.appends_at_once`."""
         return self.intake.appends_at_once(policy)
 
-    async def ingest_direct(self, batch: DirectBatch, *, shield: bool = True) -> bool:
+    async def ingest_direct(
+        self,
+        batch: DirectBatch,
+        *,
+        shield: bool = True,
+        entered: Callable[[], None] | None = None,
+    ) -> bool:
         """:meth:`Intake.ingest_direct`."""
-        return await self.intake.ingest_direct(batch, shield=shield)
+        return await self.intake.ingest_direct(batch, shield=shield, entered=entered)
 
     # ---------------------------------------------------------------- commit
 

@@ -21,12 +21,11 @@ Task safety: event loop thread only.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import anyio
 import attrs
@@ -52,12 +51,18 @@ from jetsdk.codec.produce_values import (
 from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envelopes
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
-from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
+from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.current_values import current_values
 from jetserver.broker.direct import DirectBatch, ProduceCompletion, Result
+from jetserver.broker.direct_copies import (
+    After,
+    Copies,
+    CopiesPlace,
+    DirectCopies,
+    ingest_taking_place,
+)
 from jetserver.broker.nats_port import NatsPort, NatsSubscription, NatsUnavailable
 from jetserver.broker.partition import PartitionReplica
-from jetserver.broker.stored_copy import stored_header_block
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -70,9 +75,6 @@ from jetserver.metadata.validate import (
     subject_matches,
 )
 
-After = Callable[[], Awaitable[None]]
-"""Work a request leaves for after its response (``Reply.after`` in
-:mod:`jetserver.protocol.connection`)."""
 _PUBLISHED: Result = (ErrorCode.NONE, -1, -1)
 """Result of a message with ack policy NONE that reached NATS."""
 _UNAVAILABLE: Result = (ErrorCode.UNAVAILABLE, -1, -1)
@@ -110,6 +112,10 @@ class ProduceService:
     their bound (backpressure, then dropped: broker/copy_backlog.py)."""
     acks_unmatched: int = 0
     """Acks received for no waiting request (late, after a timeout)."""
+    _copies: DirectCopies = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._copies = DirectCopies(self.link, self.copy_backlog)
 
     async def start(self) -> None:
         """Subscribe to this server's ack inboxes."""
@@ -277,7 +283,12 @@ class ProduceService:
         return response
 
     async def produce_then(
-        self, body: bytes | bytearray, head: ProduceHead | None = None, *, own_task: bool = False
+        self,
+        body: bytes | bytearray,
+        head: ProduceHead | None = None,
+        *,
+        own_task: bool = False,
+        hold_for_room: bool = True,
     ) -> tuple[bytes, After | None]:
         """Serve a Produce request body: the response body (one result per message, in
         order) and the work to do once the response is on its way (None: nothing).
@@ -294,6 +305,11 @@ class ProduceService:
         ``own_task``: the caller runs this in a plain asyncio task of its own, with no
         anyio cancel scope around it (a jet-port request), so nothing but that task's
         cancellation stops it midway.
+
+        ``hold_for_room``: the response waits until the copies were let in to the
+        :class:`CopyBacklog` (producer backpressure); False: the caller waits for that
+        itself (:meth:`DirectCopies.in_order`: a section of a ProduceMany request), the
+        after-work waits for the rest.
 
         Raises:
             CodecError: the body does not decode (MALFORMED_FRAME for the caller).
@@ -360,15 +376,23 @@ class ProduceService:
                     if replica is None
                     else _direct_batch(to_send, records, sent_index, policy, waiting)
                 )
+                # Copies of a one-replica partition: their turn and their place in the
+                # backlog, taken as the batch enters the sequencer (in append order).
+                place = (
+                    CopiesPlace(replica, self.copy_backlog, batch.size)
+                    if replica is not None and batch is not None and replica.replication_factor == 1
+                    else None
+                )
                 if (
                     replica is not None
                     and batch is not None
-                    and await replica.ingest_direct(batch, shield=not at_once)
+                    and await ingest_taking_place(replica, batch, place, shield=not at_once)
                 ):
                     appended_end = replica.log.log_end_offset  # if appended in this task
-                    turn = replica.copies_turn() if replica.replication_factor == 1 else None
-                    # A place in the copies' backlog, in the same order as the turn.
-                    ticket = None if turn is None else self.copy_backlog.enter(batch.size)
+                    turn = ticket = None
+                    if place is not None:
+                        turn, ticket = place.turn, place.ticket
+                        assert turn is not None  # taken: ingest_direct took the batch
                     if replica.replication_factor > 1 and not internal:
                         # Replicated: unmarked and before the ack wait, so that a new
                         # leader elected meanwhile (this one cut off from its cluster)
@@ -380,20 +404,27 @@ class ProduceService:
                                 results[i] = _PUBLISHED
                         elif waiting.remaining > 0:
                             await waiting.done.wait_within(deadline - time.monotonic())
-                    finally:
-                        # Stored here; the NATS copies are for live subscribers only. They
-                        # go after the response (see the docstring), and also when the
-                        # wait timed out or was cancelled, for the records it stored.
-                        if turn is not None:
-                            copies, end = _stored(
+                    except BaseException:
+                        # Cancelled (the connection closed, or the scope of the request's
+                        # timeout): no after-work will run, its copies are given up.
+                        if place is not None:
+                            stored, _end = _stored(
                                 to_send, sent_index, results, policy, appended_end
                             )
-                            if internal:
-                                copies = []
-                            assert ticket is not None  # taken with the turn
-                            after = self._copies_after_commit(
-                                replica, copies, end, failures, timeout_s, turn, ticket
-                            )
+                            self.copy_backlog.dropped += len(stored)
+                            place.give_up()
+                        raise
+                    # Stored here; the NATS copies are for live subscribers only. They go
+                    # after the response (see the docstring), and also when the wait timed
+                    # out, for the records it stored.
+                    if turn is not None:
+                        copies, end = _stored(to_send, sent_index, results, policy, appended_end)
+                        if internal:
+                            copies = []
+                        assert ticket is not None  # taken with the turn
+                        after = self._copies.after_commit(
+                            replica, copies, end, failures, timeout_s, turn, ticket, deadline
+                        )
                     final = [r if r is not None else _TIMEOUT for r in results]
                     if produce_wants_current_values(body):  # a refusal's value (§6)
                         keys = replica.sequencer.checks.keys
@@ -401,8 +432,12 @@ class ProduceService:
                         response = encode_produce_result_values(final, values)
                     else:
                         response = encode_produce_result_tuples(final)
-                    if isinstance(after, _Copies) and after.ticket.admitted is not None:
-                        after = await self._room_for(after, deadline)
+                    if (
+                        hold_for_room
+                        and isinstance(after, Copies)
+                        and after.ticket.admitted is not None
+                    ):
+                        after = await self._copies.room_for(after, deadline)
                     return response, after
                 assert not at_once  # checked with no await in between: it was taken
                 if internal:
@@ -437,62 +472,13 @@ class ProduceService:
             return encode_produce_result_values(final, [None] * n), None
         return encode_produce_result_tuples(final), None
 
-    def _copies_after_commit(
-        self,
-        replica: PartitionReplica,
-        messages: list[tuple[str, bytes]],
-        end: int,
-        failures: int,
-        timeout_s: float,
-        turn: tuple[asyncio.Future[None] | None, asyncio.Future[None]],
-        ticket: CopyTicket,
-    ) -> _Copies | None:
-        """The after-work of a request whose ``messages`` ``replica`` stored directly below
-        offset ``end``. Publish their NATS
-        copies once the HW passed them (at once with durability ``written``), within
-        ``timeout_s``; none if the replica's fsync failures went past ``failures`` (a cut
-        may have taken them) or it closed first. A request's after-work is not cancelled
-        with its connection (``Reply.after``), so a request whose client went away after
-        its append still has its stored records copied. Copies go in append order: each
-        request's after the previous one's (``turn``, :meth:`PartitionReplica.copies_turn`)."""
-        prev, mine = turn
-        backlog = self.copy_backlog
-        if not messages:
-            backlog.leave(ticket)
-            _finish_after(prev, mine)
-            return None
-        header = stored_header_block(replica.stream, replica.partition)
+    async def copies_in_order(self, afters: Sequence[After]) -> list[After]:
+        """:meth:`DirectCopies.in_order` (a ProduceMany request's sections)."""
+        return await self._copies.in_order(afters)
 
-        async def publish_copies() -> None:
-            # Run once its ticket was let in (before the response: _room_for).
-            try:
-                deadline = time.monotonic() + timeout_s
-                # The fsync its append left to it (Committer.defer_flush), if still due.
-                await replica.commit_deferred()
-                if prev is not None:
-                    await asyncio.wait((prev,), timeout=timeout_s)
-                left = deadline - time.monotonic()
-                if left > 0 and await replica.wait_committed(end, failures, left):
-                    await self.link.publish_stored_copies(messages, header, replica)
-            finally:
-                backlog.release(ticket.size)
-                if not mine.done():
-                    mine.set_result(None)
-
-        return _Copies(publish_copies, ticket, len(messages), prev, mine)
-
-    async def _room_for(self, copies: _Copies, deadline: float) -> _Copies | None:
-        """``copies`` once the backlog let them in (the response waits: producer
-        backpressure), or None if it did not by ``deadline`` (or this request was
-        cancelled meanwhile): then they are given up, counted, their turn passed on."""
-        let_in = False
-        try:
-            let_in = await self.copy_backlog.wait_admitted(copies.ticket, deadline)
-        finally:
-            if not let_in:
-                self.copy_backlog.dropped += copies.count
-                _finish_after(copies.prev, copies.mine)
-        return copies if let_in else None
+    def give_up_copies(self, afters: Iterable[After | None]) -> None:
+        """:meth:`DirectCopies.give_up` (sections of a cancelled ProduceMany request)."""
+        self._copies.give_up(a for a in afters if a is not None)
 
 
 def _check_internal(
@@ -536,30 +522,6 @@ def _direct_batch(
         completion=completion,
         size=sum(len(payload) for _subject, payload in to_send),
     )
-
-
-@attrs.frozen
-class _Copies:
-    """A request's NATS copies to publish after its response (its after-work): their
-    place in the :class:`CopyBacklog` and count, and their turn (``prev``, ``mine``:
-    :meth:`PartitionReplica.copies_turn`), passed on by whoever gives them up."""
-
-    publish: After
-    ticket: CopyTicket
-    count: int
-    prev: asyncio.Future[None] | None
-    mine: asyncio.Future[None]
-
-    async def __call__(self) -> None:
-        await self.publish()
-
-
-def _finish_after(prev: asyncio.Future[None] | None, mine: asyncio.Future[None]) -> None:
-    """Finish ``mine`` (a request with no copies to publish) once ``prev`` is finished."""
-    if prev is None:
-        mine.set_result(None)
-    else:
-        prev.add_done_callback(lambda _done: None if mine.done() else mine.set_result(None))
 
 
 def _stored(

@@ -4,8 +4,10 @@ answered on its own (spec/protocol.md, "17 ProduceMany").
 Every section is a Produce request body. The sections start together (each in a plain
 asyncio task, as a Produce request runs in its own: the direct path appends there at once),
 so the partitions this server leads are appended in one pass of the loop; the request is
-answered once every section is settled, and the sections' after-work (their NATS copies
-once committed) runs together. The partitions' fsyncs that one loop turn hands to worker
+answered once every section is settled (and its first section's NATS copies were let in
+to the server's backlog of copies), and the sections' after-work (their NATS copies once
+committed) runs together, one after the other in the order of their copies' turns
+(broker/direct_copies.py). The partitions' fsyncs that one loop turn hands to worker
 threads go as one job (:class:`jetserver.fsync_runner.FsyncRunner`): group commit across
 the partitions of the request.
 
@@ -35,7 +37,8 @@ from jetsdk.codec.produce_many import (
     encode_produce_many_response,
     produce_many_section_count,
 )
-from jetserver.broker.produce import After, ProduceService
+from jetserver.broker.direct_copies import After
+from jetserver.broker.produce import ProduceService
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.logs import fields
 from jetserver.protocol.connection import Reply
@@ -82,7 +85,14 @@ class ProduceMany:
         answers: Sequence[tuple[ProduceSection, After | None]]
         if self._at_once(sections):
             # Each is appended and answered without waiting: one after the other, here.
-            answers = [await self._section(body, session) for body in sections]
+            served: list[tuple[ProduceSection, After | None]] = []
+            try:
+                for body in sections:
+                    served.append(await self._section(body, session))
+            except BaseException:  # cancelled: the after-work of those served won't run
+                self.produce.give_up_copies(after for _section, after in served)
+                raise
+            answers = served
         else:
             loop = asyncio.get_running_loop()
             tasks = [loop.create_task(self._section(body, session)) for body in sections]
@@ -91,9 +101,16 @@ class ProduceMany:
             except BaseException:
                 for task in tasks:
                     task.cancel()
+                self.produce.give_up_copies(
+                    task.result()[1]
+                    for task in tasks
+                    if task.done() and not task.cancelled() and task.exception() is None
+                )
                 raise
         body = encode_produce_many_response([section for section, _after in answers])
-        afters = [after for _section, after in answers if after is not None]
+        afters = await self.produce.copies_in_order(
+            [after for _section, after in answers if after is not None]
+        )
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE),
             after=_all_after(afters) if afters else None,
@@ -128,7 +145,9 @@ class ProduceMany:
             deadline = time.monotonic() + self.stale_grace_s
             while True:
                 try:
-                    response, after = await self.produce.produce_then(body, head, own_task=True)
+                    response, after = await self.produce.produce_then(
+                        body, head, own_task=True, hold_for_room=False
+                    )
                     return ProduceSection(ErrorCode.NONE, response), after
                 except ApiError as exc:
                     if exc.code not in _UNKNOWN_NAME:
@@ -158,7 +177,8 @@ def _error(code: ErrorCode, message: str, details: dict[str, object] | None) -> 
 
 
 def _all_after(afters: list[After]) -> After:
-    """The after-work of every section (each bounds itself), one after the other.
+    """The after-work of every section (each bounds itself), one after the other (in
+    the order of their copies' turns: :meth:`ProduceService.copies_in_order`).
 
     One loop turn first: the fsyncs the sections' appends left to their requests
     (``Committer.defer_flush``) then go to their partitions' flushers, all in that turn

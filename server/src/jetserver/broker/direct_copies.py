@@ -1,0 +1,234 @@
+"""The NATS copies of the records a Produce request stored directly (one replica).
+
+A partition with one replica stores a Produce request's messages itself and publishes
+their NATS copies for live subscribers after the response, once committed (spec/
+protocol.md §6, Produce). Two things order them:
+
+- their **turn** in the partition's order of copies (:meth:`Committer.copies_turn`): each
+  request's copies go after the previous request's. The turn is taken as the request's
+  batch enters the sequencer (:class:`CopiesPlace`, ``entered`` of
+  :meth:`PartitionReplica.ingest_direct`), so in append order; taken after the append it
+  came out of order, as an ALL ack appended in its request's own task fsyncs before its
+  append returns (which yields), and later requests took their turns meanwhile;
+- their **ticket** in the server's :class:`~jetserver.broker.copy_backlog.CopyBacklog`
+  (the bound on copies waiting for NATS), taken together with the turn (same order).
+
+No wait may depend on itself through them. A request's response waits for room in the
+backlog (producer backpressure) only while the request holds none: a Produce request's
+one ticket; a ProduceMany request's first (:meth:`DirectCopies.in_order`), whose other
+sections wait for room in their after-work, run one after the other in the order of
+their turns. Before (issue 39's 1 MiB ack ALL stall): a section's copies waited for the
+turn of a later section of the same request whose after-work ran only after theirs, and
+a section held its request's response for room that the request's own earlier sections
+held until after that response; each waited for its whole timeout.
+
+Task safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+import attrs
+
+from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
+from jetserver.broker.direct import DirectBatch
+from jetserver.broker.nats_port import NatsPort
+from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.stored_copy import stored_header_block
+
+__all__ = ["After", "Copies", "CopiesPlace", "DirectCopies", "Turn", "ingest_taking_place"]
+
+After = Callable[[], Awaitable[None]]
+"""Work a request leaves for after its response (``Reply.after`` in
+:mod:`jetserver.protocol.connection`)."""
+Turn = tuple[asyncio.Future[None] | None, asyncio.Future[None]]
+"""A place in a partition's order of copies: the previous holder's future (None: nothing
+pending before) and this one's (:meth:`Committer.copies_turn`)."""
+
+
+@attrs.frozen
+class Copies:
+    """A request's NATS copies to publish after its response (its after-work): their
+    place in the :class:`CopyBacklog` and count, and their turn (``prev``, ``mine``:
+    :meth:`PartitionReplica.copies_turn`), passed on by whoever gives them up."""
+
+    publish: After
+    ticket: CopyTicket
+    count: int
+    prev: asyncio.Future[None] | None
+    mine: asyncio.Future[None]
+    deadline: float
+    """The request's deadline (``time.monotonic``)."""
+
+    async def __call__(self) -> None:
+        await self.publish()
+
+
+@attrs.define(eq=False)
+class CopiesPlace:
+    """Where the NATS copies of a request to a one-replica partition stand: their turn in
+    the partition's order and their ticket in the backlog, taken together (so in the
+    same order) as the request's batch enters the sequencer (:meth:`take`)."""
+
+    replica: PartitionReplica
+    backlog: CopyBacklog
+    size: int
+    turn: Turn | None = None
+    ticket: CopyTicket | None = None
+
+    def take(self) -> None:
+        """Take the turn and the ticket (``entered`` of ``ingest_direct``)."""
+        self.turn = self.replica.copies_turn()
+        self.ticket = self.backlog.enter(self.size)
+
+    def give_up(self) -> None:
+        """Nothing will be copied (the append did not return): pass the turn on."""
+        if self.turn is not None and self.ticket is not None:
+            self.backlog.leave(self.ticket)
+            finish_after(*self.turn)
+            self.turn = self.ticket = None
+
+
+async def ingest_taking_place(
+    replica: PartitionReplica, batch: DirectBatch, place: CopiesPlace | None, *, shield: bool
+) -> bool:
+    """:meth:`PartitionReplica.ingest_direct`, taking ``place`` as the batch enters the
+    sequencer; given up again if the append raised (cancelled) after that."""
+    if place is None:
+        return await replica.ingest_direct(batch, shield=shield)
+    try:
+        return await replica.ingest_direct(batch, shield=shield, entered=place.take)
+    except BaseException:
+        place.give_up()
+        raise
+
+
+def finish_after(prev: asyncio.Future[None] | None, mine: asyncio.Future[None]) -> None:
+    """Finish ``mine`` (a request with no copies to publish) once ``prev`` is finished."""
+    if prev is None:
+        mine.set_result(None)
+    else:
+        prev.add_done_callback(lambda _done: None if mine.done() else mine.set_result(None))
+
+
+def _turn_order(after: After) -> int:
+    return after.ticket.seq if isinstance(after, Copies) else 0
+
+
+@attrs.define(eq=False)
+class DirectCopies:
+    """Publishes the copies of directly stored records, bounded by ``backlog``."""
+
+    link: NatsPort
+    """Where the copies go."""
+    backlog: CopyBacklog
+    """Their bound."""
+
+    def after_commit(
+        self,
+        replica: PartitionReplica,
+        messages: list[tuple[str, bytes]],
+        end: int,
+        failures: int,
+        timeout_s: float,
+        turn: Turn,
+        ticket: CopyTicket,
+        deadline: float,
+    ) -> Copies | None:
+        """The after-work of a request whose ``messages`` ``replica`` stored directly below
+        offset ``end``. Publish their NATS copies once the HW passed them (at once with
+        durability ``written``), within ``timeout_s``; none if the replica's fsync
+        failures went past ``failures`` (a cut may have taken them) or it closed first. A
+        request's after-work is not cancelled with its connection (``Reply.after``), so a
+        request whose client went away after its append still has its stored records
+        copied. Copies go in append order: each request's after the previous one's
+        (``turn``). Copies not let in to the backlog yet (``ticket``; a ProduceMany
+        section's, :meth:`in_order`) wait for it first, within ``timeout_s``, else are
+        dropped and counted. ``deadline``: the request's (for the wait before its
+        response, :meth:`room_for`)."""
+        prev, mine = turn
+        backlog = self.backlog
+        if not messages:
+            backlog.leave(ticket)
+            finish_after(prev, mine)
+            return None
+        header = stored_header_block(replica.stream, replica.partition)
+        link = self.link
+
+        async def publish_copies() -> None:
+            deadline = time.monotonic() + timeout_s
+            let_in = False
+            try:
+                # Let in before the response (room_for), or else now.
+                let_in = await backlog.wait_admitted(ticket, deadline)
+            finally:
+                if not let_in:  # out of the line: nothing held
+                    backlog.dropped += len(messages)
+                    finish_after(prev, mine)
+            if not let_in:
+                return
+            try:
+                # The fsync its append left to it (Committer.defer_flush), if still due.
+                await replica.commit_deferred()
+                if prev is not None:
+                    await asyncio.wait((prev,), timeout=timeout_s)
+                left = deadline - time.monotonic()
+                if left > 0 and await replica.wait_committed(end, failures, left):
+                    await link.publish_stored_copies(messages, header, replica)
+            finally:
+                backlog.release(ticket.size)
+                if not mine.done():
+                    mine.set_result(None)
+
+        return Copies(publish_copies, ticket, len(messages), prev, mine, deadline)
+
+    async def in_order(self, afters: Sequence[After]) -> list[After]:
+        """The after-work of the sections of one request (ProduceMany), to run one after
+        the other, in the order of their copies' turns, once the first of their copies
+        was let in to the backlog (the response waits for that, as a Produce request's,
+        up to its section's timeout; the others wait in their after-work).
+
+        In the order of the turns: a section's copies wait for those before them in their
+        partition; run in another order, one would wait for a later section's turn, which
+        only comes after it. And only the first waits before the response: a section
+        waiting there for room that the request's own earlier sections hold (let in, and
+        released only by their after-work, after the response) would wait for itself, as
+        would two such requests whose sections' turns alternate."""
+        ordered = sorted(afters, key=_turn_order)
+        first = next((a for a in ordered if isinstance(a, Copies)), None)
+        if first is not None and first.ticket.admitted is not None:
+            try:
+                let_in = await self.room_for(first, first.deadline)
+            except BaseException:  # cancelled: none of them will run
+                self.give_up(a for a in ordered if a is not first)
+                raise
+            if let_in is None:
+                ordered.remove(first)
+        return ordered
+
+    def give_up(self, afters: Iterable[After]) -> None:
+        """Drop the copies of after-work that will not run (its request was cancelled
+        before its response): out of the backlog, counted, their turns passed on (else
+        their place in the line and their turns would hold up every later request's)."""
+        backlog = self.backlog
+        for after in afters:
+            if isinstance(after, Copies):
+                backlog.leave(after.ticket)
+                backlog.dropped += after.count
+                finish_after(after.prev, after.mine)
+
+    async def room_for(self, copies: Copies, deadline: float) -> Copies | None:
+        """``copies`` once the backlog let them in (the response waits: producer
+        backpressure), or None if it did not by ``deadline`` (or this request was
+        cancelled meanwhile): then they are given up, counted, their turn passed on."""
+        let_in = False
+        try:
+            let_in = await self.backlog.wait_admitted(copies.ticket, deadline)
+        finally:
+            if not let_in:
+                self.backlog.dropped += copies.count
+                finish_after(copies.prev, copies.mine)
+        return copies if let_in else None
