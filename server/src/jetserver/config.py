@@ -39,7 +39,6 @@ from jetsdk.codec.stream_settings import (
     MIN_SEGMENT_MAX_BYTES,
 )
 from jetsdk.transport import DEFAULT_PORT
-from jetserver.broker.copy_backlog import COPY_BACKLOG_MAX_BYTES
 from jetserver.errors import ConfigError
 from jetserver.raft import config as raft_config
 from jetserver.replication.config import ReplicationConfig
@@ -133,6 +132,10 @@ DEFAULT_NATS_PING_INTERVAL_S = 2.0
 partitions over (cluster/handoff.py). nats-py's default of 2 minutes left a cut-off leader
 in place, storing nothing, for minutes."""
 DEFAULT_NATS_MAX_OUTSTANDING_PINGS = 3
+COPY_BACKLOG_MAX_BYTES = 256 * MiB
+"""Default of ``[ingest] copy_backlog_max_bytes``: bytes of NATS copies of directly stored
+records waiting to be handed to NATS, server-wide, beyond which a direct Produce request's
+response waits (:mod:`jetserver.broker.copy_backlog`)."""
 DEFAULT_NATS_PENDING_BYTES = 64 * MiB
 DEFAULT_NATS_SUB_PENDING_MSGS = 1_000_000
 DEFAULT_NATS_SUB_PENDING_BYTES = 512 * MiB

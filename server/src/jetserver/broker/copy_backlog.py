@@ -26,16 +26,7 @@ import time
 
 import attrs
 
-MiB = 1024 * 1024
-COPY_BACKLOG_MAX_BYTES = 256 * MiB
-"""Bytes of NATS copies waiting to be handed to NATS, server-wide, beyond which a direct
-Produce request's response waits (see the module doc); ``[ingest] copy_backlog_max_bytes``.
-It was raised from 64 MiB when one producer of 1 MiB values with ack ALL and a window of 64
-(``bench sizes``) had requests held for their whole 30 s timeout at 64 MiB. That was a
-wait cycle, not the bound (broker/direct_copies.py: turns taken after an ALL ack's own
-fsync, and ProduceMany sections waiting for room their own request held), and no longer
-happens at any bound (tests/server/test_copy_backlog.py runs that producer against 4 MiB).
-It stays at 256 MiB: room for a few producers' windows of large values."""
+from jetserver.config import COPY_BACKLOG_MAX_BYTES
 
 
 @attrs.define(eq=False)
