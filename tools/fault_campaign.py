@@ -85,6 +85,9 @@ CLASSES: list[tuple[str, str]] = [
     ("wall-clock-jump", "tests/server/test_clock_jump.py"),
 ]
 RUN_TIMEOUT_S = 600.0
+BALLAST_TEST_TIMEOUT_S = 420
+"""pytest-timeout of a run beside ``--partitions`` (the suite's 120 s cut a bit-rot run
+beside 1,000 partitions at load 15 after it had created them and restarted a server)."""
 FAILED_OUTPUT_DIR = Path(tempfile.gettempdir()) / "jet-fault-campaign"
 """Where the whole output of each failed run is kept."""
 
@@ -111,6 +114,8 @@ def run_one(name: str, node: str, seed: int, row: Row, work: Path, partitions: i
         "JET_FAULT_BALLAST_PARTITIONS": str(partitions),
     }
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", node]
+    if partitions:
+        cmd[-1:-1] = ["-o", f"timeout={BALLAST_TEST_TIMEOUT_S}"]
     started = time.monotonic()
     try:
         done = subprocess.run(
