@@ -282,8 +282,7 @@ class Consumer:
                     await self._group.close(clean=exc_type is None)
         finally:
             self._closed = True
-            self._delivery.closed = True
-            self._delivery.notify()
+            self._delivery.close()
             for run in list(self._delivery.runs.values()):
                 run.end()
             await self._background.close()
