@@ -226,3 +226,48 @@ def test_an_error_is_raised_in_the_callers_thread(jet_dev: JetDev) -> None:
             with pytest.raises(OffsetOutOfRange):
                 next(iter(consumer))
             assert consumer.fetch(timeout=0.2) == []  # raised once; the run stopped
+
+
+def test_closing_ends_an_iteration_waiting_in_another_thread(jet_dev: JetDev) -> None:
+    """A thread iterating a consumer that another thread closes stops (StopIteration, as
+    documented; before, the ClientClosed of the loop-side fetch came out of the loop)."""
+    name = _name("bufx")
+    outcome: list[object] = []
+    with sync.Client(jet_dev.servers) as client:
+        _fill(client, name, 3)
+        consumer = sync.Consumer(client, name, start="earliest", max_wait=0.2).open()
+        waiting = threading.Event()
+
+        def reader() -> None:
+            try:
+                for msg in consumer:
+                    outcome.append(msg.offset)
+                    if msg.offset == 2:
+                        waiting.set()  # the next read waits: nothing more is stored
+                outcome.append("stopped")
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=reader)
+        thread.start()
+        assert waiting.wait(10)
+        consumer.close()
+        thread.join(10)
+        assert not thread.is_alive()
+    assert outcome == [0, 1, 2, "stopped"]
+
+
+def test_reads_on_a_trio_loop_thread(jet_dev: JetDev) -> None:
+    name = _name("buftr")
+    with sync.Client(jet_dev.servers, backend="trio") as client:
+        _fill(client, name)
+        with sync.Consumer(client, name, start="earliest") as consumer:
+            got = _first(consumer, 10)
+            assert consumer.position(0) == 10
+            got += [m.offset for m in consumer.fetch(max_records=N, timeout=5)]
+            while len(got) < N:
+                more = consumer.fetch(max_records=N, timeout=5)
+                assert more
+                got += [m.offset for m in more]
+            assert consumer.fetch(timeout=0) == []
+    assert got == list(range(N))
