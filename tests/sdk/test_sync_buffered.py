@@ -271,3 +271,26 @@ def test_reads_on_a_trio_loop_thread(jet_dev: JetDev) -> None:
                 got += [m.offset for m in more]
             assert consumer.fetch(timeout=0) == []
     assert got == list(range(N))
+
+
+def test_iterating_while_another_thread_waits_in_a_read_fails_clearly(jet_dev: JetDev) -> None:
+    name = _name("bufi")
+    with sync.Client(jet_dev.servers) as client:
+        client.create_stream(name, name)
+        with sync.Consumer(client, name, start="earliest", max_wait=0.2) as consumer:
+            done = threading.Event()
+
+            def reader() -> None:
+                consumer.fetch(timeout=5)  # waits: nothing is stored
+                done.set()
+
+            thread = threading.Thread(target=reader)
+            thread.start()
+            for _ in range(500):  # until the reader waits (bounded: ~5 s)
+                if consumer._reads is not None and consumer._reads.busy():
+                    break
+                threading.Event().wait(0.01)
+            with pytest.raises(ConcurrentUse, match="another thread"):
+                next(iter(consumer))
+            thread.join(10)
+            assert done.is_set()

@@ -29,10 +29,11 @@ closed) are dropped, not handed out: the delivery counts ended runs, and the buf
 checked only when that count moved. An error (a fetcher's, the group's) comes after the
 messages taken before it, and is raised in the caller's thread.
 
-Thread safety: one thread reads at a time (another one gets
-:class:`~jetsdk.errors.ConcurrentUse` when it would wait or refill meanwhile); the buffer is
-a deque, so no message goes out twice even then. Loop-side state is touched only in the
-loop thread, or while the caller waits for a round trip.
+Thread safety: one thread reads at a time: another one reading while a read waits or
+refills the buffer gets :class:`~jetsdk.errors.ConcurrentUse` (two threads taking from the
+buffer at the same instant are not told, but the buffer is a deque: no message goes out
+twice). Loop-side state is touched only in the loop thread, or while the caller waits for
+a round trip.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class SyncReads:
         self._ready: deque[_Batch] = deque()
         self._arrived = threading.Event()
         self._reading = threading.Lock()
+        self.busy = self._reading.locked
+        """True while a thread waits for or refills the buffer (another one reading from the
+        buffer meanwhile then gets ConcurrentUse from :meth:`next`)."""
         self._received = 0
         """Sequence number of the last batch the caller took."""
         # Loop side.

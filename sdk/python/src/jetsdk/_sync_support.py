@@ -239,7 +239,7 @@ class SyncWrapper(Generic[A]):
         """The next message of a consumer (``__next__``): from the buffer while no run
         ended (inline: this runs per message), else through :meth:`SyncReads.next`."""
         reads = self._reads
-        if reads is not None and reads.ended == reads.delivery.ended:
+        if reads is not None and reads.ended == reads.delivery.ended and not reads.busy():
             try:
                 return reads.buffer.popleft()
             except IndexError:
