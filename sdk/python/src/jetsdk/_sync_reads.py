@@ -184,13 +184,11 @@ class SyncReads:
 
     def _start(self, batch: _Batch) -> None:
         seq, messages, marks, error = batch
+        self._received = max(self._received, seq)  # (an error kept by a give-back: older)
         if error is not None:
             if isinstance(error, ClientClosed):
                 self._ready.appendleft(batch)  # every later read ends too
-            else:
-                self._received = seq
             raise error
-        self._received = seq
         self.buffer.extend(messages)
         self._call_soon(self._started, marks)
 
@@ -271,6 +269,7 @@ class SyncReads:
             messages.extend(batch[1])
         self._ready.clear()
         self._ready.extend(kept)
+        self._received = self._taken  # nothing taken is on its way to the caller now
         if messages:
             self.delivery.give_back(messages)
 
