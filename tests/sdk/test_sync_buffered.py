@@ -296,3 +296,24 @@ def test_iterating_while_another_thread_waits_in_a_read_fails_clearly(jet_dev: J
                 next(iter(consumer))
             thread.join(10)
             assert done.is_set()
+
+
+def test_a_seek_drops_the_batch_read_ahead_too(jet_dev: JetDev) -> None:
+    """After a seek nothing of the partition's earlier run is handed out: neither the
+    buffered messages nor the batch the loop thread read ahead."""
+    n = 3 * ITER_BATCH
+    name = _name("bufk")
+    with sync.Client(jet_dev.servers) as client:
+        _fill(client, name, n)
+        with sync.Consumer(client, name, start="earliest") as consumer:
+            assert _first(consumer, 1) == [0]
+            reads = consumer._reads
+            assert reads is not None
+            for _ in range(500):  # until the next batch is ready (bounded: ~5 s)
+                if reads._ready:
+                    break
+                threading.Event().wait(0.01)
+            assert reads._ready
+            consumer.seek(0, 5)
+            assert _first(consumer, 3) == [5, 6, 7]
+            assert _first(consumer, n - 8)[-1] == n - 1

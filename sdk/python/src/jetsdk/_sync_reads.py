@@ -57,8 +57,9 @@ __all__ = ["ITER_BATCH", "SyncReads"]
 ITER_BATCH = 1000
 """Most messages the loop thread hands the caller's thread at once."""
 
-_Batch = tuple[int, list[Message], Marks, BaseException | None]
-"""(sequence number, messages, marks, error): one hand-over from the pump."""
+_Batch = tuple[int, list[Message], Marks, BaseException | None, int]
+"""(sequence number, messages, marks, error, the delivery's count of ended runs when it was
+taken): one hand-over from the pump."""
 
 
 class SyncReads:
@@ -183,12 +184,13 @@ class SyncReads:
                 return False
 
     def _start(self, batch: _Batch) -> None:
-        seq, messages, marks, error = batch
+        seq, messages, marks, error, ended = batch
         self._received = max(self._received, seq)  # (an error kept by a give-back: older)
         if error is not None:
             if isinstance(error, ClientClosed):
                 self._ready.appendleft(batch)  # every later read ends too
             raise error
+        self.ended = ended  # the buffer was empty: _drop_stale checks it if runs ended since
         self.buffer.extend(messages)
         self._call_soon(self._started, marks)
 
@@ -225,7 +227,7 @@ class SyncReads:
         if not messages:
             return False
         self._taken += 1
-        self._ready.append((self._taken, messages, marks, None))
+        self._ready.append((self._taken, messages, marks, None, self.delivery.ended))
         return True
 
     async def _pump(self) -> None:
@@ -252,7 +254,7 @@ class SyncReads:
                         delivery.give_back(messages)
                     continue
                 self._taken += 1
-                self._ready.append((self._taken, messages, marks, error))
+                self._ready.append((self._taken, messages, marks, error, delivery.ended))
                 self._arrived.set()
                 if isinstance(error, ClientClosed):
                     return
@@ -278,5 +280,6 @@ class SyncReads:
         if self._scope is not None:
             self._scope.cancel()
         self._taken += 1
-        self._ready.append((self._taken, [], [], ClientClosed("the consumer is closed")))
+        closed = ClientClosed("the consumer is closed")
+        self._ready.append((self._taken, [], [], closed, self.delivery.ended))
         self._arrived.set()  # a thread still waiting ends its read
