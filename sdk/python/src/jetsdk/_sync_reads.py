@@ -264,8 +264,13 @@ class SyncReads:
         self._active = False
         if self._taking is not None:
             self._taking.cancel()
-        messages = list(self.buffer)
-        self.buffer.clear()
+        messages: list[Message] = []
+        buffer = self.buffer
+        while buffer:  # one popleft at a time: a message another thread takes meanwhile
+            try:  # (a commit from a callback's thread while this one reads) is not
+                messages.append(buffer.popleft())  # given back too
+            except IndexError:
+                break
         kept = [batch for batch in self._ready if batch[3] is not None]
         for batch in self._ready:
             messages.extend(batch[1])
