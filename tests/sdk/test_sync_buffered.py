@@ -317,3 +317,17 @@ def test_a_seek_drops_the_batch_read_ahead_too(jet_dev: JetDev) -> None:
             consumer.seek(0, 5)
             assert _first(consumer, 3) == [5, 6, 7]
             assert _first(consumer, n - 8)[-1] == n - 1
+
+
+def test_fetch_of_more_than_a_batch_gets_them_in_one_call(jet_dev: JetDev) -> None:
+    n = 3 * ITER_BATCH
+    name = _name("bufb")
+    with sync.Client(jet_dev.servers) as client:
+        _fill(client, name, n)
+        with sync.Consumer(client, name, start="earliest") as consumer:
+            for _ in range(50):  # until all are fetched from the server (bounded: ~10 s)
+                if consumer.high_watermark(0) == n:
+                    break
+                threading.Event().wait(0.2)
+            got = consumer.fetch(max_records=n - 500, timeout=10)
+            assert len(got) == n - 500

@@ -55,7 +55,8 @@ from jetsdk.message import Message
 __all__ = ["ITER_BATCH", "SyncReads"]
 
 ITER_BATCH = 1000
-"""Most messages the loop thread hands the caller's thread at once."""
+"""Most messages the loop thread hands the caller's thread at once (or what the last
+``fetch`` asked for, if more)."""
 
 _Batch = tuple[int, list[Message], Marks, BaseException | None, int]
 """(sequence number, messages, marks, error, the delivery's count of ended runs when it was
@@ -86,6 +87,8 @@ class SyncReads:
         """The caller reads: the pump keeps one batch ready."""
         self._taken = 0
         """Sequence number of the last batch the pump took."""
+        self._size = ITER_BATCH
+        """Most messages the pump takes at once."""
         self._kick: anyio.Event | None = None
         self._taking: anyio.CancelScope | None = None
         self._scope: anyio.CancelScope | None = None
@@ -109,7 +112,7 @@ class SyncReads:
                 if buffer:
                     return buffer.popleft()
                 try:
-                    self._refill(None)
+                    self._refill(None, ITER_BATCH)
                 except ClientClosed:
                     raise StopIteration from None
         finally:
@@ -125,7 +128,7 @@ class SyncReads:
             buffer = self.buffer
             self._drop_stale()
             if not buffer:
-                if not self._refill(timeout):
+                if not self._refill(timeout, max(max_records, ITER_BATCH)):
                     return []
                 self._drop_stale()
             return [buffer.popleft() for _ in range(min(max_records, len(buffer)))]
@@ -160,22 +163,22 @@ class SyncReads:
                 self.buffer.clear()
                 self.buffer.extend(kept)
 
-    def _refill(self, timeout: float | None) -> bool:
-        """Move the next ready batch into the empty buffer, waiting up to ``timeout``;
-        False if none came in time."""
+    def _refill(self, timeout: float | None, size: int) -> bool:
+        """Move the next ready batch into the empty buffer, waiting up to ``timeout``
+        (batches of ``size`` messages from now on); False if none came in time."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if self._ready:
                 self._start(self._ready.popleft())
                 return True
             if timeout is not None and timeout <= 0:
-                if self._portal.call(self._poll, self._received):
+                if self._portal.call(self._poll, self._received, size):
                     continue
                 return False
             self._arrived.clear()
             if self._ready:
                 continue
-            self._call_soon(self._waiting, self._received)
+            self._call_soon(self._waiting, self._received, size)
             if deadline is None:
                 self._arrived.wait()
                 continue
@@ -211,19 +214,21 @@ class SyncReads:
             self.delivery.settle_to(marks)
         self._wake()
 
-    def _waiting(self, received: int) -> None:
-        """The caller read everything up to batch ``received`` and waits for more."""
+    def _waiting(self, received: int, size: int) -> None:
+        """The caller read everything up to batch ``received`` and waits for more (in
+        batches of ``size``)."""
         self._active = True
+        self._size = size
         if received == self._taken:  # nothing taken since: all it got is processed
             self.delivery.settle()
         self._wake()
 
-    def _poll(self, received: int) -> bool:
+    def _poll(self, received: int, size: int) -> bool:
         """``fetch(timeout=0)``: True if a batch is ready now (taken here if need be)."""
-        self._waiting(received)
+        self._waiting(received, size)
         if self._ready:
             return True
-        messages, marks = self.delivery.take_nowait(ITER_BATCH)
+        messages, marks = self.delivery.take_nowait(size)
         if not messages:
             return False
         self._taken += 1
@@ -245,7 +250,7 @@ class SyncReads:
                 with anyio.CancelScope() as taking:
                     self._taking = taking
                     try:
-                        messages, marks = await delivery.take(ITER_BATCH)
+                        messages, marks = await delivery.take(self._size)
                     except Exception as exc:  # raised in the caller's thread
                         error = exc
                 self._taking = None
