@@ -533,11 +533,6 @@ class Consumer:
         """Acknowledge ``message`` (the same as ``message.ack()``)."""
         message.ack()
 
-    def _give_back(self, messages: Sequence[Message]) -> None:
-        """The sync API's prefetch buffer still holds ``messages`` (in order): they have
-        not reached the application, so positions and auto-commits must not count them."""
-        self._delivery.give_back(messages)
-
     def _require_group(self) -> GroupSide:
         self._check_open()
         if self._group is None:
