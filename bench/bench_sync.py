@@ -4,6 +4,8 @@ One ``jet dev`` server, 100 B messages, rounds alternating the two sides; per ro
 median of the per-round ratios (sync / async; targets from issue 18):
 
 - iterate ``for msg in consumer`` over stored messages from offset 0 (target >= 0.8x);
+  also the client process's CPU per message (both threads of the sync client), which a
+  shared machine disturbs less than the rates;
 - ``send_soon`` x N then ``flush`` with ack LEADER (target >= 0.8x);
 - ``send`` (wait for each ack), for the record: a sync call is a round trip to the loop
   thread, so it pays one thread hop per message.
@@ -24,23 +26,29 @@ from jetserver.devcluster import DevCluster
 VALUE = b"x" * 100
 
 
-def _sync_iterate(addresses: list[str], stream: str, n: int) -> float:
+Measured = tuple[float, float]
+"""msg/s, and the client process's CPU µs per message."""
+
+
+def _sync_iterate(addresses: list[str], stream: str, n: int) -> Measured:
     with sync.Client(addresses) as client, sync.Consumer(client, stream) as consumer:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for seen, _msg in enumerate(consumer, 1):
             if seen == n:
                 break
-        return n / (time.perf_counter() - started)
+        cpu = time.process_time() - cpu
+        return n / (time.perf_counter() - started), cpu / n * 1e6
 
 
-async def _async_iterate(addresses: list[str], stream: str, n: int) -> float:
+async def _async_iterate(addresses: list[str], stream: str, n: int) -> Measured:
     async with Client(addresses) as client, Consumer(client, stream) as consumer:
-        started, seen = time.perf_counter(), 0
+        started, cpu, seen = time.perf_counter(), time.process_time(), 0
         async for _msg in consumer:
             seen += 1
             if seen == n:
                 break
-        return n / (time.perf_counter() - started)
+        cpu = time.process_time() - cpu
+        return n / (time.perf_counter() - started), cpu / n * 1e6
 
 
 def _sync_send_soon(addresses: list[str], stream: str, n: int) -> float:
@@ -89,6 +97,11 @@ async def _async_send(addresses: list[str], stream: str, n: int) -> float:
         return n / (time.perf_counter() - started)
 
 
+def _split(result: float | Measured) -> tuple[float, float | None]:
+    """(msg/s, CPU µs per message or None) of a row's result."""
+    return result if isinstance(result, tuple) else (result, None)
+
+
 def _stream(addresses: list[str], fill: int) -> str:
     name = f"bs-{uuid.uuid4().hex[:8]}"
     with sync.Client(addresses) as client:
@@ -130,11 +143,20 @@ def run(quick: bool) -> None:
         )
         print(f"one jet dev server, 100 B, ack LEADER, {rounds} rounds (sync / async)")
         for label, sync_fn, async_fn, target in rows:
-            ratios = []
+            ratios, cpu_ratios = [], []
             for r in range(rounds):
-                s, a = sync_fn(), async_fn()
+                (s, s_cpu), (a, a_cpu) = _split(sync_fn()), _split(async_fn())
+                cpu = ""
+                if s_cpu is not None and a_cpu is not None:
+                    cpu_ratios.append(a_cpu / s_cpu)
+                    cpu = f"  (client CPU sync {s_cpu:.2f}  async {a_cpu:.2f} us/msg)"
                 ratios.append(s / a)
-                print(f"  {label:<32} round {r + 1}: sync {s:>9,.0f}  async {a:>9,.0f} msg/s")
+                print(f"  {label:<32} round {r + 1}: sync {s:>9,.0f}  async {a:>9,.0f} msg/s{cpu}")
+            if cpu_ratios:
+                print(
+                    f"  {label:<32} median CPU per message async / sync "
+                    f"{statistics.median(cpu_ratios):.2f}x"
+                )
             median = statistics.median(ratios)
             verdict = (
                 ""

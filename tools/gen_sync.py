@@ -61,9 +61,10 @@ class Spec:
     """``send_soon``/``send`` check the message on the caller's thread and go through the
     wrapper's send queue (:mod:`jetsdk._sync_sends`); ``flush`` and closing drain it."""
     buffered: bool = False
-    """Iteration and ``fetch`` go through the wrapper's prefetch buffer (one loop-thread
-    round trip per batch, not per message); the methods in :data:`GIVES_BACK` and closing
-    first give the unconsumed buffered messages back (``_give_back_buffer``)."""
+    """Iteration and ``fetch`` go through the wrapper's buffer, which the loop thread fills
+    a batch at a time, one ahead (:mod:`jetsdk._sync_reads`); the methods in
+    :data:`GIVES_BACK` and closing first give the unconsumed buffered messages back
+    (``_give_back_buffer``)."""
 
 
 SPECS = (
@@ -99,11 +100,9 @@ SPECS = (
 PLAIN_DUNDERS = ("__len__", "__contains__")
 """Special methods forwarded like plain methods (``len(table)``, ``key in table``)."""
 
-GIVES_BACK = frozenset({"commit", "position", "lag"})
-"""Methods of a buffered class that must see the positions of what the application got."""
-
-HOLDS = frozenset({"pause", "resume"})
-"""Methods of a buffered class after which its buffer holds back the paused partitions."""
+GIVES_BACK = frozenset({"commit", "position", "lag", "pause"})
+"""Methods of a buffered class that must see the positions of what the application got
+(a pause: the delivery then holds the paused partitions' buffered messages back)."""
 
 WRAPPED = {spec.cls: f"jetsdk.sync.{spec.out[:-3]}" for spec in SPECS}
 """Async class name -> module of its sync twin."""
@@ -421,7 +420,7 @@ class _Emitter:
             L.append(f"    def __next__(self) -> {returns}:")
             L += _doc(doc, "        ")
             if self.spec.buffered:
-                L.append("        return self._buffered_next(self._obj)")
+                L.append("        return self._read_next()")
             else:
                 L.append("        return self._next(self._obj)")
             return
@@ -458,8 +457,6 @@ class _Emitter:
             self.lines.append(f"        return {returns}(self, result)")
         elif returns == "None":
             self._call(runner, head, params, "", "        ")
-            if self.spec.buffered and name in HOLDS:
-                L.append("        self._hold_paused(self._obj)")
         else:
             self._call(f"return {runner}", head, params, "", "        ")
 

@@ -59,6 +59,35 @@ def test_auto_mode_settles_on_the_next_call() -> None:
     assert acks.finish() == 3
 
 
+def test_settle_to_settles_only_below_a_batch_handed_out_later() -> None:
+    acks = ProcessedOffsets(0)
+    deliver(acks, list(range(20)))  # two batches of ten, the second one read ahead
+    acks.settle_to(10)  # the application started the second batch
+    assert acks.committable() == 10
+    assert not acks.drained
+    acks.settle_to(5)  # never back
+    assert acks.committable() == 10
+    acks.settle_to(99)  # never beyond what was handed out
+    assert acks.committable() == 20
+    assert acks.drained
+
+
+def test_take_back_returns_the_position_and_the_unacked() -> None:
+    auto = ProcessedOffsets(0)
+    deliver(auto, list(range(10)))
+    assert auto.take_back(4) == 0
+    assert auto.position == 4
+    assert auto.finish() == 4  # a clean close counts only what the application got
+    manual = ProcessedOffsets(0, manual=True)
+    deliver(manual, list(range(10)))
+    assert manual.ack(1)
+    assert manual.take_back(6) == 4  # 6..9 never reached the application
+    assert (manual.position, manual.unacked, manual.committable()) == (6, 5, 0)
+    assert manual.take_back(8) == 0  # nothing handed out there
+    assert deliver(manual, [6, 7]) == {6: 1, 7: 1}  # handed out again, un-acked again
+    assert manual.unacked == 7
+
+
 def test_inherited_progress_skips_processed_and_counts() -> None:
     inherited = Progress(5, 9, ((5, 6, 1), (7, 8, 2)))
     acks = ProcessedOffsets(5, manual=True, inherited=inherited)

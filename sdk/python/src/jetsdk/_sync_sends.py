@@ -42,7 +42,7 @@ from jetsdk.message import Ack
 from jetsdk.producer.handle import SendHandle as AsyncSendHandle
 from jetsdk.producer.producer import Prepared, Producer
 
-__all__ = ["QueuedSends", "SendHandle"]
+__all__ = ["QueuedSends", "SendHandle", "loop_caller"]
 
 _LOCK = threading.Lock()
 """Guards making a handle's waiter and its callback list (held for a few instructions)."""
@@ -245,7 +245,7 @@ class QueuedSends:
 
     async def _setup(self) -> Callable[[Callable[[], None]], Any]:
         self._wake = anyio.Event()
-        return _loop_caller()
+        return loop_caller()
 
     def _wake_drain(self) -> None:
         """The callback a sender schedules (in the loop thread, outside any task)."""
@@ -303,7 +303,7 @@ class QueuedSends:
                     raise
 
 
-def _loop_caller() -> Callable[[Callable[[], None]], Any]:
+def loop_caller() -> Callable[[Callable[[], None]], Any]:
     """The running loop's fire-and-forget call from another thread (asyncio's
     ``call_soon_threadsafe``, trio's ``run_sync_soon``)."""
     try:

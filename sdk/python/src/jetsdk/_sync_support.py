@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, suppress
 from functools import partial
@@ -40,8 +39,9 @@ import anyio.to_thread
 from anyio.from_thread import BlockingPortal
 
 from jetsdk import _sigterm
+from jetsdk._sync_reads import ITER_BATCH, SyncReads
 from jetsdk._sync_sends import QueuedSends
-from jetsdk.errors import ClientClosed, ConcurrentUse
+from jetsdk.errors import ClientClosed
 from jetsdk.message import Message
 
 __all__ = [
@@ -112,10 +112,7 @@ class LoopThread:
 
 
 _MAKING_QUEUE = threading.Lock()
-"""Held while a sync producer makes its send queue (once per producer)."""
-
-ITER_BATCH = 1000
-"""Messages a sync consumer takes from its loop thread per round trip when iterating."""
+"""Held while a sync producer makes its send queue or a sync consumer its reads (once)."""
 
 
 class SyncWrapper(Generic[A]):
@@ -127,22 +124,16 @@ class SyncWrapper(Generic[A]):
     :class:`~jetsdk.sync.Client`) starts its own :class:`LoopThread` on open and stops it on
     close; the others run in their owner's loop thread.
 
-    A consumer's iteration and ``fetch`` go through a prefetch buffer on the calling side
-    (:meth:`_buffered_next`): one round trip to the loop thread brings a batch of what
-    the async consumer has ready, and the batch is handed out from here. Messages whose
-    partition run ended meanwhile (revoked, lost, sought) are dropped, not handed out; what
-    is still buffered is given back before a commit, a position query and closing, so auto
-    commits never count a message the application did not get. Buffered messages of paused
-    partitions stay in the buffer, in order, until they are resumed.
+    A consumer's iteration and ``fetch`` go through a buffer on the calling side, which
+    the loop thread fills a batch at a time, one batch ahead (:mod:`jetsdk._sync_reads`).
+    What is still buffered is given back before a commit, a position or lag query, a pause
+    and closing, so those count only what the application got.
     """
 
     _portal: BlockingPortal | None = None
     _pid: int = 0
     _context: AbstractContextManager[Any] | None = None
-    _buffer: deque[Message] | None = None
-    _reading: threading.Lock | None = None
-    _held: frozenset[tuple[str, int]] = frozenset()
-    """Paused partitions (stream, partition) whose buffered messages are held back."""
+    _reads: SyncReads | None = None
     _sends: QueuedSends | None = None
     _async: A | None = None
     _factory: Callable[[], A]
@@ -190,8 +181,7 @@ class SyncWrapper(Generic[A]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._async is not None:
-            self._give_back_buffer(self._async)  # a consumer's unconsumed prefetch
+        self._close_reads()  # a consumer's buffer goes back before it closes
         self._drain_queue()  # a producer's queued sends
         try:
             self._exit_async(exc_type, exc, tb)
@@ -245,93 +235,44 @@ class SyncWrapper(Generic[A]):
 
         return portal.call(call)
 
-    def _take(self, max_records: int) -> list[Message]:
-        """Up to ``max_records`` buffered messages still current (stale ones dropped, those
-        of paused partitions kept for later)."""
-        buffer = self._buffer
-        out: list[Message] = []
-        held: list[Message] = []
-        while buffer and len(out) < max_records:
-            msg = buffer.popleft()
-            if msg.stale:
-                continue
-            if self._held and (msg.stream, msg.partition) in self._held:
-                held.append(msg)
-            else:
-                out.append(msg)
-        if held:
-            assert buffer is not None
-            buffer.extendleft(reversed(held))
-        return out
-
-    def _hold_paused(self, consumer: Any) -> None:
-        """After a pause or resume: hold back what is buffered of the paused partitions."""
-        paused = self._run_sync(consumer.paused)
-        self._held = frozenset((key.stream, key.partition) for key in paused)
-
-    def _reader(self) -> threading.Lock:
-        lock = self._reading
-        if lock is None:
-            lock = self._reading = threading.Lock()
-            self._buffer = deque()
-        if not lock.acquire(blocking=False):
-            raise ConcurrentUse(
-                f"this {type(self).__name__} is being read by another thread; iterate or "
-                "fetch from one thread at a time (give each thread its own consumer)"
-            )
-        return lock
-
-    def _buffered_next(self, consumer: Any) -> Message:
-        """The next message: from the buffer, refilled a batch at a time (the common case,
-        a current message of a partition not paused, inline: this runs per message)."""
-        lock = self._reading
-        if lock is None or not lock.acquire(blocking=False):
-            lock = self._reader()  # made now, or ConcurrentUse
-        try:
-            buffer = self._buffer
-            assert buffer is not None
-            while True:
-                while buffer:
-                    msg = buffer.popleft()
-                    if msg.stale:
-                        continue
-                    if self._held and (msg.stream, msg.partition) in self._held:
-                        buffer.appendleft(msg)
-                        got = self._take(1)  # keeps the paused ones, in order
-                        if got:
-                            return got[0]
-                        break
-                    return msg
-                batch: list[Message] = self._run(consumer.fetch, ITER_BATCH, None)
-                buffer.extend(batch)
-        finally:
-            lock.release()
+    def _read_next(self) -> Message:
+        """The next message of a consumer (``__next__``): from the buffer while no run
+        ended (inline: this runs per message), else through :meth:`SyncReads.next`."""
+        reads = self._reads
+        if reads is not None and reads.ended == reads.delivery.ended and not reads.busy():
+            try:
+                return reads.buffer.popleft()
+            except IndexError:
+                pass
+        return self._reads_of(self._obj).next()
 
     def _buffered_fetch(
         self, consumer: Any, max_records: int, timeout: float | None
     ) -> list[Message]:
-        """``fetch``: buffered messages first, else one round trip."""
-        if max_records < 1:
-            raise ValueError("max_records must be >= 1")
-        lock = self._reader()
-        try:
-            got = self._take(max_records)
-            if got:
-                return got
-            fetched: list[Message] = self._run(consumer.fetch, max_records, timeout)
-            return fetched
-        finally:
-            lock.release()
+        """A consumer's ``fetch``: buffered messages first (:meth:`SyncReads.fetch`)."""
+        return self._reads_of(consumer).fetch(max_records, timeout)
+
+    def _reads_of(self, consumer: Any) -> SyncReads:
+        """The consumer's reads (made on first use)."""
+        reads = self._reads
+        if reads is None:
+            with _MAKING_QUEUE:  # threads reading first at once share one
+                reads = self._reads
+                if reads is None:
+                    name = type(self).__name__
+                    reads = self._reads = SyncReads(self._check(), consumer._delivery, name)
+        return reads
 
     def _give_back_buffer(self, consumer: Any) -> None:
-        """Tell the async consumer what the buffer still holds (see the class doc)."""
-        buffer = self._buffer
-        if not buffer:
-            return
-        pending = [msg for msg in list(buffer) if not msg.stale]
-        if pending:
+        """Give the consumer what the buffer still holds (see the class doc)."""
+        if self._reads is not None:
+            self._reads.give_back()
+
+    def _close_reads(self) -> None:
+        reads, self._reads = self._reads, None
+        if reads is not None and self._portal is not None and os.getpid() == self._pid:
             with suppress(ClientClosed, RuntimeError):  # closing anyway: nothing to fix
-                self._run_sync(consumer._give_back, pending)
+                reads.close()
 
     def _next(self, iterator: AsyncIterator[T]) -> T:
         try:

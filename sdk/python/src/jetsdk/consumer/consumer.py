@@ -282,8 +282,7 @@ class Consumer:
                     await self._group.close(clean=exc_type is None)
         finally:
             self._closed = True
-            self._delivery.closed = True
-            self._delivery.notify()
+            self._delivery.close()
             for run in list(self._delivery.runs.values()):
                 run.end()
             await self._background.close()
@@ -533,11 +532,6 @@ class Consumer:
     def ack(self, message: Message) -> None:
         """Acknowledge ``message`` (the same as ``message.ack()``)."""
         message.ack()
-
-    def _give_back(self, messages: Sequence[Message]) -> None:
-        """The sync API's prefetch buffer still holds ``messages`` (in order): they have
-        not reached the application, so positions and auto-commits must not count them."""
-        self._delivery.give_back(messages)
 
     def _require_group(self) -> GroupSide:
         self._check_open()

@@ -35,13 +35,17 @@ from jetsdk.errors import ClientClosed, PartitionNotFound
 from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.message import Acker, Message, new_message
 
-__all__ = ["WINDOW_FACTOR", "YIELD_INTERVAL", "Delivery", "Leases"]
+__all__ = ["WINDOW_FACTOR", "YIELD_INTERVAL", "Delivery", "Leases", "Marks"]
 
 WINDOW_FACTOR = 10
 """Manual acks: a partition stops handing out once ``WINDOW_FACTOR * max_unacked`` messages
 lie between its first un-acked message and its position (bounds memory and redelivery)."""
 YIELD_INTERVAL = 0.005
 """Iteration yields to the event loop at least this often (seconds) while messages flow."""
+
+Marks = list[tuple[PartitionRun, int]]
+"""Positions of the runs with unsettled messages when a batch was taken (:meth:`Delivery.take`):
+what settles once the application starts that batch (:meth:`Delivery.settle_to`)."""
 
 
 class Leases(Protocol):
@@ -98,6 +102,9 @@ class Delivery:
         self.errors: deque[BaseException] = deque()
         self.unacked_total = 0
         self.closed = False
+        self.ended = 0
+        """Counts runs ended and the close: a reader holding messages checks them for
+        staleness only when it changed (the sync API's buffer)."""
         self.leases: Leases | None = None
         self.loop_thread = 0
         self.token: EventLoopToken | None = None
@@ -128,6 +135,7 @@ class Delivery:
     def end_run(self, run: PartitionRun) -> None:
         """Stop a run: no more fetching, its buffered batches dropped, its acks ignored."""
         run.end()
+        self.ended += 1
         if self.runs.get(run.key) is run:
             del self.runs[run.key]
         self.unacked_total -= run.processed.unacked
@@ -162,6 +170,12 @@ class Delivery:
         self.paused.difference_update(keys)
         self.notify()
 
+    def close(self) -> None:
+        """The consumer closes: nothing more is handed out, held messages are stale."""
+        self.closed = True
+        self.ended += 1
+        self.notify()
+
     def notify(self) -> None:
         """Wake whoever waits for a change."""
         self.signal.set()
@@ -179,20 +193,31 @@ class Delivery:
         self.notify()
 
     def give_back(self, messages: Sequence[Message]) -> None:
-        """The sync API's buffer still holds ``messages`` (handed out here, not yet to the
-        application): in auto mode they must not count as processed, so each partition's
-        position goes back to the first of them (manual mode: they are unacknowledged
-        anyway). Messages of an ended run are ignored."""
-        if self.manual_ack:
-            return
-        first: dict[StreamPartition, int] = {}
+        """``messages`` (handed out here, in order) did not reach the application: the sync
+        API's buffer gives them back. Their records go back to the front of the buffer, to
+        be handed out again in the same order, and each run's position (and, with manual
+        acks, its un-acked set) returns to the first of them, so positions, lag and
+        commits count only what the application got. Messages of an ended run are
+        dropped."""
+        items: list[Fetched] = []
+        first: dict[int, tuple[PartitionRun, int]] = {}
         for msg in messages:
-            if not msg.stale:  # its run is the partition's current one
-                first.setdefault(StreamPartition(msg.stream, msg.partition), msg.offset)
-        for key, offset in first.items():
-            run = self.runs.get(key)
-            if run is not None:
-                run.processed.rewind(offset)
+            acker = msg._acker
+            if not isinstance(acker, _Acker) or acker.delivery is not self or acker.stale:
+                continue
+            run = acker.run
+            if self.runs.get(run.key) is not run:
+                continue
+            if items and items[-1].run is run:
+                items[-1].records.append(msg.record)
+            else:
+                items.append(Fetched(run.key, run, [msg.record], credit=False))
+            first.setdefault(id(run), (run, msg.offset))
+        for run, offset in first.values():
+            self.unacked_total -= run.processed.take_back(offset)
+        if items:
+            self.buffer.extendleft(reversed(items))
+            self.notify()
 
     def settle(self) -> None:
         """Auto acks: what was handed out before this call is processed now."""
@@ -202,6 +227,14 @@ class Delivery:
             self._handed.clear()
             if self.leases is not None and self.leases.draining:
                 self.notify()
+
+    def settle_to(self, marks: Marks) -> None:
+        """Auto acks: what was handed out before the batch ``marks`` came with is processed
+        (the sync API's caller started that batch; the batches after it are not)."""
+        for run, position in marks:
+            run.processed.settle_to(position)
+        if self.leases is not None and self.leases.draining:
+            self.notify()
 
     # -- handing out ---------------------------------------------------------------------
 
@@ -256,9 +289,40 @@ class Delivery:
             # See next_message; a fetch(timeout=0) loop must not spin without yielding.
             self._yield_at = time.monotonic() + YIELD_INTERVAL
             await anyio.lowlevel.checkpoint()
-        out: list[Message] = []
         deadline = None if timeout is None else time.monotonic() + timeout
         item = await self._front(deadline)
+        return [] if item is None else self._hand_batch(item, max_records)
+
+    async def take(self, max_records: int) -> tuple[list[Message], Marks]:
+        """Up to ``max_records`` messages, waiting as long as needed for the first, without
+        settling what was handed out before (the sync API's reads: its caller settles a
+        batch's :data:`Marks` when it starts the batch).
+
+        Raises:
+            ClientClosed: closed. JetError: an error of a fetcher or of the group.
+        """
+        item = await self._front(None)
+        marks = self.marks()  # before this batch moves the positions
+        return self._hand_batch(item, max_records), marks
+
+    def take_nowait(self, max_records: int) -> tuple[list[Message], Marks]:
+        """:meth:`take` of what may be handed out now (no messages: nothing is)."""
+        item = self._front_nowait()
+        if item is None:
+            return [], []
+        marks = self.marks()
+        return self._hand_batch(item, max_records), marks
+
+    def marks(self) -> Marks:
+        """Positions of the runs whose hand-outs are not settled (see :data:`Marks`)."""
+        if len(self._handed) > len(self.runs):  # seeks and revocations ended some
+            self._handed = [run for run in self._handed if run.processed.alive]
+        return [(run, run.processed.position) for run in self._handed]
+
+    def _hand_batch(self, item: Fetched | None, max_records: int) -> list[Message]:
+        """Hand out up to ``max_records`` messages from ``item`` on."""
+        out: list[Message] = []
+        handed = self._handed
         while item is not None and len(out) < max_records:
             run, records, start = item.run, item.records, item.index
             end = min(len(records), start + max_records - len(out))
@@ -270,8 +334,8 @@ class Delivery:
                     [new_message(stream, partition, r, 1, acker) for r in records[start:end]]
                 )
                 run.processed.advance(records[end - 1].offset + 1)
-                if not self._handed or self._handed[-1] is not run:
-                    self._handed.append(run)
+                if run not in handed:
+                    handed.append(run)
             else:
                 for record in records[start:end]:
                     count = run.processed.admit(record.offset)
@@ -280,14 +344,20 @@ class Delivery:
             item.index = end
             if end == len(records):
                 self._pop_front(item)
-            item = self._front_nowait()
+            try:
+                item = self._front_nowait()
+            except Exception as exc:  # raised by the next call: these messages go out first
+                if not out:
+                    raise
+                self.errors.appendleft(exc)
+                break
         return out
 
     def _hand_out(self, run: PartitionRun, offset: int, count: int, record: Record) -> Message:
         if self.manual_ack:
             run.processed.handed_out(offset, count)
             self.unacked_total += 1
-        elif not self._handed or self._handed[-1] is not run:
+        elif run not in self._handed:  # (a list of a run or two: settled per call)
             self._handed.append(run)  # (admit already moved the position)
         key = run.key
         return new_message(key.stream, key.partition, record, count, run.acker or self._acker(run))
@@ -300,7 +370,8 @@ class Delivery:
     def _pop_front(self, item: Fetched) -> None:
         if self.buffer and self.buffer[0] is item:
             self.buffer.popleft()
-            item.run.credit.release()
+            if item.credit:
+                item.run.credit.release()
 
     def _eligible(self, item: Fetched, now: float) -> bool | None:
         """True: hand it out; False: not now; None: stale, drop it."""

@@ -57,6 +57,8 @@ class Fetched:
     """A non-retriable error that stopped the fetcher."""
     index: int = 0
     """Next record to hand out."""
+    credit: bool = True
+    """It holds one of its run's prefetch credits (a batch given back holds none)."""
 
 
 @attrs.define(eq=False)

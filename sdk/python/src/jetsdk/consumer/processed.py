@@ -95,15 +95,31 @@ class ProcessedOffsets:
         if position > self.position:
             self.position = position
 
-    def rewind(self, offset: int) -> None:
-        """Auto mode: what was handed out from ``offset`` on did not reach the application
-        (the sync API's buffer gives it back): it is not processed."""
-        if self._safe <= offset < self.position:
-            self.position = offset
+    def take_back(self, offset: int) -> int:
+        """What was handed out from ``offset`` on did not reach the application (the sync
+        API gives its buffer back): the position returns to ``offset`` and those messages
+        are neither processed nor, with manual acks, waiting for an ack. Returns how many
+        un-acked messages that removed (manual mode; 0 in auto mode)."""
+        if offset >= self.position:
+            return 0
+        self.position = offset
+        self._safe = min(self._safe, offset)
+        removed = 0
+        order, unacked = self._order, self._unacked
+        while order and order[-1] >= offset:
+            if unacked.pop(order.pop(), None) is not None:
+                removed += 1
+        return removed
 
     def settle(self) -> None:
         """Auto mode: everything handed out so far is processed (the app asked for more)."""
         self._safe = self.position
+
+    def settle_to(self, position: int) -> None:
+        """Auto mode: everything handed out below ``position`` is processed (the sync API
+        started a batch that was handed out when the position was there)."""
+        if position > self._safe:
+            self._safe = min(position, self.position)
 
     def ack(self, offset: int) -> bool:
         """Acknowledge ``offset``; False if it was not waiting for an ack (or the run ended)."""

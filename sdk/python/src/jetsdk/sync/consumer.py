@@ -193,13 +193,12 @@ class Consumer(SyncWrapper[_AsyncConsumer]):
         Raises:
             PartitionNotFound: a partition is not assigned.
         """
+        self._give_back_buffer(self._obj)
         self._run_sync(self._obj.pause, *partitions)
-        self._hold_paused(self._obj)
 
     def resume(self, *partitions: PartitionRef) -> None:
         """Hand out ``partitions``' messages again (see :meth:`pause`)."""
         self._run_sync(self._obj.resume, *partitions)
-        self._hold_paused(self._obj)
 
     def paused(self) -> set[StreamPartition]:
         """The assigned partitions paused now."""
@@ -268,7 +267,7 @@ class Consumer(SyncWrapper[_AsyncConsumer]):
             JetError: a non-retriable error (see the module doc).
             StopIteration: the consumer is closed.
         """
-        return self._buffered_next(self._obj)
+        return self._read_next()
 
     def fetch(self, max_records: int = 500, timeout: float | None = None) -> list[Message]:
         """Up to ``max_records`` messages: what is already here, or the first batch to
