@@ -55,6 +55,7 @@ from jetsdk.errors import (
     WrongExpectedKeyOffset,
 )
 from jetsdk.table import snapshot as snapshots
+from jetsdk.table.own_writes import OwnWrites
 from jetsdk.table.rows import table_rows
 from jetsdk.table.view import Change, Entry, TableView, WatchOverflow, initial_change
 from jetsdk.table.writes import ABSENT, TableWriter
@@ -108,6 +109,7 @@ class Table:
                 details={"field": "partitions"},
             )
         self._readers: dict[int, anyio.CancelScope] = {}
+        self._own_writes = OwnWrites()
         self.loaded_from_snapshot = 0
         """Entries the last open loaded from the snapshot (0: none used)."""
         self.records_read = 0
@@ -263,7 +265,9 @@ class Table:
         """Set ``key`` to ``change(value)`` of its value (None: it has none) by
         compare-and-set, and when another write got there first, again on the value that
         won (a read-modify-write that loses no update); the new revision. The first value
-        is the view's; a refusal carries the winner's value back (no read in between).
+        is the view's, or the one this table's last modify of the key stored if the view
+        does not have that yet (:mod:`jetsdk.table.own_writes`); a refusal carries the
+        winner's value back (no read in between).
 
         ``change`` may be called several times (keep it free of side effects), and with a
         value that is not committed yet (a racing write just stored it): the write built on
@@ -279,13 +283,17 @@ class Table:
         """
         writer = self._writes()
         ttl_ms = _ttl_ms(ttl)
-        entry = self._opened().live(key)
+        view = self._opened()
+        partition = writer.partition_of(key)
+        entry = self._own_writes.newer(key, view.live(key), view.positions[partition])
         value, revision = (None, ABSENT) if entry is None else (entry.value, entry.revision)
         for attempt in range(1, MAX_MODIFY_ATTEMPTS + 1):
             new = change(value)
             _check_value(new)
             try:
-                return await writer.write(key, new, revision, ttl_ms)
+                stored = await writer.write(key, new, revision, ttl_ms)
+                self._own_writes.wrote(Entry(key, new, stored, partition), view.positions)
+                return stored
             except WrongExpectedKeyOffset as exc:
                 if attempt == MAX_MODIFY_ATTEMPTS:
                     raise
