@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,3 +167,55 @@ def test_recent_values_are_bounded_and_exact(tmp_path: Path) -> None:
         assert index.offset_of(log, 0, b"d", []) == 5
         assert index.recent_value(b"a", 2) is None  # the oldest, dropped for the bound
         assert index.recent_value(b"d", 5) == b"5" * 40
+
+
+class CountedReads:
+    """A log whose reads are counted (everything else goes to the real one)."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.reads = 0
+
+    def read(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return self.log.read(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.log, name)
+
+
+def test_appends_it_is_told_of_are_indexed_without_reading_the_log(tmp_path: Path) -> None:
+    """The sequencer tells the index of each batch it appends: a caught-up index takes the
+    records from their bodies (TTL, tombstones, recent values and two-part bodies as read
+    from the log), so a check after one's own append reads nothing back. An append it was
+    not told of, or told of out of order, is read from the log at the next check."""
+    now = time.time_ns() - 10 * 10**9  # stamps 10 s ago: a 1 s TTL has run out
+    with Log.open(tmp_path / "p") as log:
+        reads = CountedReads(log)
+        log.append([put(b"a", b"1")], now, 0)
+        index = KeyIndex()
+        assert index.offset_of(reads, 0, b"a", []) == 0  # type: ignore[arg-type]
+        built = reads.reads
+        for i in range(5):
+            value = b"v%d" % i
+            bodies: list[Any] = [
+                put(b"a", value),
+                put(b"b", b""),
+                put(b"t", b"1", (TTL_HEADER, b"1000")),
+            ]
+            bodies[0] = (bodies[0][:7], memoryview(bodies[0])[7:])  # a two-part body
+            first, ts = log.append(bodies, now, 0)
+            index.appended(0, 0, first, ts, bodies)
+            assert index.offset_of(reads, 0, b"a", []) == first  # type: ignore[arg-type]
+            assert index.offset_of(reads, 0, b"b", []) == ABSENT  # type: ignore[arg-type]
+            assert index.recent_value(b"a", first) == value
+        assert index.offset_of(reads, 0, b"t", []) == ABSENT  # type: ignore[arg-type]
+        assert reads.reads == built
+        log.append([put(b"c", b"1")], now, 0)  # not told
+        first, ts = log.append([put(b"a", b"late")], now, 0)
+        index.appended(0, 0, first, ts, [put(b"a", b"late")])  # after a gap: ignored
+        index.appended(1, 0, first, ts, [put(b"a", b"late")])  # another epoch: ignored
+        assert index.offset_of(reads, 0, b"c", []) == first - 1  # type: ignore[arg-type]
+        assert index.offset_of(reads, 0, b"a", []) == first  # type: ignore[arg-type]
+        assert reads.reads > built
+        assert index.rebuilds == 1

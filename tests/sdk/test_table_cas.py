@@ -115,6 +115,27 @@ async def test_modify_builds_on_the_value_that_won(jet_dev: JetDev) -> None:
                 await a.modify(b"n", lambda _v: b"")
 
 
+async def test_a_lone_writer_s_modify_is_one_request(jet_dev: JetDev) -> None:
+    """A modify after this table's own modify of the key builds on the value and revision
+    that write stored, not on the view (which may not have it yet): one Produce request
+    per update. A table holding no partition never sees its writes in its view, and one
+    that holds it sees them only after its next Fetch (on the old code every modify after
+    the first was refused once: 2 requests each)."""
+    stream = name("cas1")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True)
+        for holds in ([], None):
+            async with Table(client, stream, partitions=holds) as table:
+                writer = table._writer
+                assert writer is not None
+                before = writer.requests
+                for _ in range(20):
+                    await table.modify(b"n", lambda v: b"%d" % (int(v or b"0") + 1))
+                assert writer.requests - before == 20
+        async with Table(client, stream) as table:
+            assert table.get(b"n") == b"40"
+
+
 async def test_racing_modifies_lose_no_update(jet_dev: JetDev) -> None:
     """4 tables (own clients) each add 1 to a counter 15 times with modify(): every refusal
     is retried on the value it carries, never waiting for a view. 0 lost updates (fails

@@ -406,3 +406,37 @@ def test_a_tailing_read_after_an_append_reads_no_header_first(
             assert preads == []
         read_past_a_gap(tail, before_read=preads.clear)
         assert len(preads) == 1  # the header at the hint, to find the gap
+
+
+def test_several_tailing_readers_read_no_header_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three readers keeping up with one partition (three tables of a stream, a consumer
+    group's members on their replicas) each read the record appended since their last
+    read without a header read: the segment remembers where each of the last reads ended,
+    not only the last one's (the old single hint served the first reader; the others
+    scanned the headers from the last index entry, ~14 per read in a 4-table race)."""
+    from jetserver.storage import segment as segment_module
+
+    preads: list[int] = []
+    real = segment_module.pread_exact
+
+    def counted(fd: int, size: int, position: int) -> bytes:
+        preads.append(position)
+        return real(fd, size, position)
+
+    monkeypatch.setattr(segment_module, "pread_exact", counted)
+    with Log.open(tmp_path / "p", LogConfig(index_interval_bytes=1 << 20)) as log:
+        log.append(bodies(40), 1, 0)
+        log.set_high_watermark(40)
+        for _reader in range(3):
+            with log.read(0, 1 << 20) as sl:
+                assert sl.next_offset == 40
+        for start in range(40, 46):
+            log.append(bodies(1, start=start), 2, 0)
+            log.set_high_watermark(start + 1)
+            preads.clear()
+            for _reader in range(3):
+                with log.read(start, 1 << 20) as sl:
+                    assert [r.offset for r in iter_records(sl.read_bytes())] == [start]
+            assert preads == []

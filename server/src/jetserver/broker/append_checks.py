@@ -16,6 +16,9 @@ log. The sequencer (:meth:`jetserver.broker.sequencer.Sequencer.precondition_err
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
+
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
@@ -25,6 +28,7 @@ from jetserver.broker.header_controls import Controls
 from jetserver.broker.key_index import ABSENT, IndexBehind, IndexFull, KeyIndex, scan_body
 from jetserver.storage import Log
 from jetserver.storage.errors import StorageError
+from jetserver.storage.framing import Body
 
 Refusal = tuple[ErrorCode, str, int]
 """Why a message is refused: the error code, its text, and the ack's offset field (the key's
@@ -83,3 +87,12 @@ class AppendChecks:
         now = "has no live record" if current == ABSENT else f"is at offset {current}"
         text = f"key {key[:40]!r} {now}, not {expected_key}"
         return (ErrorCode.WRONG_EXPECTED_KEY_OFFSET, text, current)
+
+    def appended(
+        self, epoch: int, cuts: int, first: int, timestamp: int, bodies: Sequence[Body]
+    ) -> None:
+        """The sequencer appended ``bodies`` at ``first`` (one ``timestamp``): the key index
+        takes them without reading them back (:meth:`KeyIndex.appended`) if it is caught
+        up; a malformed body is left to the next check's read of the log."""
+        with contextlib.suppress(CodecError):
+            self.keys.appended(epoch, cuts, first, timestamp, bodies)

@@ -6,11 +6,13 @@ offset. It lives in memory on the partition leader only and is derived from the 
 stored: it is (re)built by scanning the log from its start the first time a check needs it
 in a leader epoch (so a new leader after a failover or a restart rebuilds it from its own
 log), and then caught up from the log before each check, reading only the records appended
-since the previous one. A tombstone removes its key: a deleted key and a key never written
-are both absent (offset -1), on every replica, whether or not compaction has removed the
-tombstone yet. A record with a ``Jet-TTL`` counts until its expiry, by this server's wall
-clock, and as a tombstone from then on (spec/storage.md §11.2); a message in the batch being
-appended is live (its TTL runs from its own timestamp, now).
+since the previous one; records the sequencer appends right after a caught-up index are
+indexed from their bodies as they are appended (:meth:`KeyIndex.appended`), so a check
+after one's own append reads nothing back. A tombstone removes its key: a deleted key and a
+key never written are both absent (offset -1), on every replica, whether or not compaction
+has removed the tombstone yet. A record with a ``Jet-TTL`` counts until its expiry, by this
+server's wall clock, and as a tombstone from then on (spec/storage.md §11.2); a message in
+the batch being appended is live (its TTL runs from its own timestamp, now).
 
 Bounded: at most :data:`MAX_KEY_INDEX_KEYS` live keys. Past that a new key is not indexed
 and the index is marked full; until the next rebuild a check on a key it does not hold
@@ -26,15 +28,17 @@ Single writer: called from the partition's sequencer only. Pure apart from readi
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import attrs
 
 from jetsdk.codec.compression import COMPRESSION_HEADER
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.record import Record, iter_records
+from jetsdk.codec.record import HEADER, Record, decode_record, iter_records
 from jetsdk.codec.ttl import expiry_ns
 from jetserver.storage import Log
 from jetserver.storage.clock import wall_ns
+from jetserver.storage.framing import Body, whole_body
 
 MAX_KEY_INDEX_KEYS = 1_000_000
 """Live keys indexed per partition (about 100 MB of memory with 32-byte keys)."""
@@ -198,6 +202,28 @@ class KeyIndex:
             _k, (_o, dropped) = next(iter(recent.items()))
             del recent[_k]
             self._recent_size -= len(dropped)
+
+    def appended(
+        self, epoch: int, cuts: int, first: int, timestamp: int, bodies: Sequence[Body]
+    ) -> None:
+        """The leader of epoch ``epoch`` (after ``cuts`` fsync-failure cuts) appended
+        ``bodies`` at offset ``first``, each stamped ``timestamp``. If the index had read the
+        log up to exactly ``first`` in that epoch, it indexes them from the bodies (no read
+        of the log at the next check); otherwise it leaves them to the next check's
+        catch-up (never built, behind, or another epoch: nothing changes).
+
+        Raises:
+            CodecError: a body is malformed (the index then reads the log at the next
+                check).
+        """
+        if epoch != self._epoch or cuts != self._cuts or first != self._next:
+            return
+        for i, part in enumerate(bodies):
+            body = whole_body(part)
+            framed = HEADER.pack(first + i, timestamp, epoch, len(body), 0) + body
+            record, _end = decode_record(framed, verify=False)
+            self._index(record)
+            self._next = first + i + 1
 
     def _catch_up(self, log_: Log, epoch: int, cuts: int) -> None:
         leo = log_.log_end_offset

@@ -473,6 +473,8 @@ class Sequencer:
                 self.messages_in += len(bodies)
                 if hops.ENABLED:
                     hops.mark("append")
+                cuts = self.committer.sync_failures
+                self.checks.appended(self.leader_epoch, cuts, first, ts, bodies)
                 committed = core.appended(first + len(bodies), log_.high_watermark)
                 if committed is not None:  # durability "written": committed once appended
                     await self.committer.carry_out(committed)

@@ -40,6 +40,9 @@ NO_TIMESTAMP = -(2**63)
 """Max timestamp of a segment without records."""
 MIN_SCAN_CHUNK = 8192
 MAX_SCAN_CHUNK = 1024 * 1024
+MAX_READ_HINTS = 8
+"""Ends of recent reads a segment remembers (readers keeping up each start their next
+read at one): a table open in several processes, a group's consumers."""
 
 
 class SegmentState(NamedTuple):
@@ -102,7 +105,7 @@ class Segment:
     """
 
     __slots__ = (
-        "_hint",
+        "_hints",
         "_indexes_on_disk",
         "base_offset",
         "corrupt_end",
@@ -134,9 +137,10 @@ class Segment:
         """Timestamp of the first record (for rolling by age), None if empty."""
         self.corrupt_end = corrupt_end
         """If set, offsets [state.next_offset, corrupt_end) are unreadable (damaged file)."""
-        # (generation, offset, position, exact): where the record with that offset (exact), or
-        # the first one at or after it (not exact: read its header), starts.
-        self._hint: tuple[int, int, int, bool] | None = None
+        # offset -> (generation, position, exact): where the record with that offset (exact),
+        # or the first one at or after it (not exact: read its header), starts; where the
+        # last reads ended (one per reader keeping up), at most MAX_READ_HINTS, oldest first.
+        self._hints: dict[int, tuple[int, int, bool]] = {}
         self._indexes_on_disk: bytes | None = None
         """Digest of what the index files on disk hold, if known (see :meth:`write_indexes`)."""
         self.no_index_files = False
@@ -222,17 +226,12 @@ class Segment:
             timeindex.extend(entries.max_timestamps, relative)
         if self.first_timestamp is None:
             self.first_timestamp = first_timestamp
-        hint = self._hint
-        if (
-            hint is not None
-            and not hint[3]
-            and hint[1] == first_offset
-            and hint[2] == st.size
-            and hint[0] == st.generation
-        ):
+        hint = None if first_offset is None else self._hints.get(first_offset)
+        if hint is not None and not hint[2] and hint[1] == st.size and hint[0] == st.generation:
+            assert first_offset is not None
             # A reader that kept up stopped at the end: the record now there is the one
             # it reads next (no gap left by compaction to look for).
-            self._hint = (hint[0], hint[1], hint[2], True)
+            self._hints[first_offset] = (hint[0], hint[1], True)
         self.state = SegmentState(
             st.size + (size if size is not None else _size(data)),
             last_offset + 1,
@@ -270,7 +269,7 @@ class Segment:
         next_offset = self.base_offset if last_offset is None else last_offset + 1
         if position == 0:
             self.first_timestamp = None
-        self._hint = None
+        self._hints.clear()
         self.state = SegmentState(
             position, next_offset, running, index, timeindex, keep, st.generation + 1
         )
@@ -360,22 +359,17 @@ class Segment:
         position of a record known to have a lower offset (the scan starts there if the
         index knows nothing closer).
         """
-        hint = self._hint
-        if (
-            hint is not None
-            and hint[1] == offset
-            and hint[0] == st.generation
-            and hint[2] < st.size
-        ):
-            if hint[3]:
-                return hint[2], offset
+        hint = self._hints.get(offset)
+        if hint is not None and hint[0] == st.generation and hint[1] < st.size:
+            if hint[2]:
+                return hint[1], offset
             # Every record before the position has a lower offset; the first one there
             # may have a higher one (a gap left by compaction).
-            head = pread_exact(self.file.fd, HEADER_SIZE, hint[2])
+            head = pread_exact(self.file.fd, HEADER_SIZE, hint[1])
             if len(head) == HEADER_SIZE:
                 found = peek_header(head, 0)[0]
                 if found >= offset:
-                    return hint[2], found
+                    return hint[1], found
         i = st.offset_index.floor_for_offset(offset - self.base_offset, st.entries)
         start = max(st.offset_index.positions[i] if i >= 0 else 0, after)
         for pos, off, _ts, _epoch, _size in self.iter_headers(start, st.size):
@@ -410,7 +404,7 @@ class Segment:
             # The next read of a reader keeping up starts where this one ends: remember it
             # (it would otherwise scan the headers from the last index entry, ~30 small
             # records on every tailing fetch).
-            self._hint = (st.generation, end_offset, end_limit, False)
+            self._hint(end_offset, st.generation, end_limit, False)
             return start, end_limit, first, end_offset
         limit = start + max_bytes
         i = st.offset_index.floor_for_position(limit, st.entries)
@@ -421,7 +415,7 @@ class Segment:
                 # An indexed record starts close enough to the limit: end there without
                 # reading any header (the slice is at least 7/8 of max_bytes).
                 next_offset = self.base_offset + st.offset_index.relative_offsets[i]
-                self._hint = (st.generation, next_offset, scan, True)
+                self._hint(next_offset, st.generation, scan, True)
                 return start, scan, first, next_offset
         end = end_limit
         next_offset = end_offset
@@ -431,9 +425,17 @@ class Segment:
                     end, next_offset = pos + size, off + 1
                 else:
                     end, next_offset = pos, off
-                    self._hint = (st.generation, off, pos, True)
+                    self._hint(off, st.generation, pos, True)
                 break
         return start, end, first, next_offset
+
+    def _hint(self, offset: int, generation: int, position: int, exact: bool) -> None:
+        """Remember where a read ended (the next read of its reader starts there)."""
+        hints = self._hints
+        hints.pop(offset, None)
+        hints[offset] = (generation, position, exact)
+        if len(hints) > MAX_READ_HINTS:
+            del hints[next(iter(hints))]
 
     def find_timestamp(self, timestamp: int, st: SegmentState) -> int | None:
         """Offset of the first record whose (running max) timestamp is >= ``timestamp``."""

@@ -9,6 +9,7 @@ from os import PathLike
 
 from jetsdk._sync_support import SyncWrapper
 from jetsdk.sync.client import Client
+from jetsdk.table.table import DEFAULT_LINGER_S
 from jetsdk.table.table import Table as _AsyncTable
 from jetsdk.table.view import Change, Entry
 
@@ -22,6 +23,12 @@ class Table(SyncWrapper[_AsyncTable]):
         snapshot: a local SQLite file to load at open and write at close (None: none).
         partitions: the partitions to hold (None: all; not with ``snapshot``).
         timeout: bound on :meth:`sync` and on the server's wait for a write's acks, seconds.
+        linger: seconds a partition's reader waits after an answer that brought records and
+            caught the partition up, before it asks again (0: at once). Changes committed
+            within it reach the view together, one Fetch answer for all instead of one per
+            commit (a busy table's reads cost the server and this process a fraction);
+            a change after a quiet spell still comes at once (the reader's Fetch waits for
+            it on the server). :meth:`sync` and :meth:`wait_for` end it.
 
     Blocking version of :class:`jetsdk.table.table.Table`
     (generated); every call runs in the client's private event-loop thread. Thread-safe.
@@ -35,6 +42,7 @@ class Table(SyncWrapper[_AsyncTable]):
         snapshot: str | PathLike[str] | None = None,
         timeout: float = 30.0,
         partitions: Iterable[int] | None = None,
+        linger: float = DEFAULT_LINGER_S,
     ) -> None:
         self._factory = lambda: _AsyncTable(
             client._obj,
@@ -42,6 +50,7 @@ class Table(SyncWrapper[_AsyncTable]):
             snapshot=snapshot,
             timeout=timeout,
             partitions=partitions,
+            linger=linger,
         )
         self._owner = client
 
@@ -122,7 +131,9 @@ class Table(SyncWrapper[_AsyncTable]):
         """Set ``key`` to ``change(value)`` of its value (None: it has none) by
         compare-and-set, and when another write got there first, again on the value that
         won (a read-modify-write that loses no update); the new revision. The first value
-        is the view's; a refusal carries the winner's value back (no read in between).
+        is the view's, or the one this table's last modify of the key stored if the view
+        does not have that yet (:mod:`jetsdk.table.own_writes`); a refusal carries the
+        winner's value back (no read in between).
 
         ``change`` may be called several times (keep it free of side effects), and with a
         value that is not committed yet (a racing write just stored it): the write built on

@@ -1,0 +1,167 @@
+"""What a table write costs in CPU (issue 38): ``python -m bench table_cost [--quick]``.
+
+On a machine shared with other work, rates are noise; CPU per operation and counts are
+not (or much less). Each round runs in a child process (client and server code from one
+tree) against a one-server ``jet dev`` of its own, and measures per operation the CPU of
+the client process, of the jet server and of nats-server (/proc), the Produce requests
+the table sent (:attr:`TableWriter.requests`) and the Fetch answers its view applied
+(``Table.fetches``, where the tree has it):
+
+- ``modify1``: ``Table.modify`` of one counter, one writer (each update waits for the
+  previous one's commit);
+- ``race4``: 4 tables (own clients) each ``modify`` one counter (the CAS row of
+  ``bench table``); lost updates are counted;
+- ``put``: ``Table.put`` with ack ALL, 64 in flight over 4 partitions (the put row).
+
+With ``JET_BENCH_AGAINST=<another jet work tree>`` the rounds alternate between this tree
+(A) and that one (B), A first in odd pairs; medians per kind and tree at the end.
+``JET_TABLE_COST_ROUNDS`` (default 4; quick 2) pairs per kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import anyio
+import orjson
+
+from bench.trees import HERE, compared_trees, tree_paths
+
+KINDS = {"modify1": 500, "race4": 1000, "put": 10_000}
+"""Operations per round of each kind."""
+_VALUE = b"v" * 100
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _bump(value: bytes | None) -> bytes:
+    return b"%d" % (int(value or b"0") + 1)
+
+
+async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) -> dict[str, float]:
+    from jetsdk import Client, Table
+
+    stream = f"tc{uuid.uuid4().hex[:8]}"
+    async with contextlib.AsyncExitStack() as stack:
+        admin = await stack.enter_async_context(Client(addresses))
+        await admin.create_stream(stream, compact=True, partitions=4 if kind == "put" else 1)
+        count = 4 if kind == "race4" else 1
+        tables = []
+        for _ in range(count):
+            client = await stack.enter_async_context(Client(addresses))
+            tables.append(await stack.enter_async_context(Table(client, stream)))
+        work: Callable[[int], Awaitable[None]]
+        updates = [0]
+        if kind == "put":
+            table = tables[0]
+
+            async def work(ops: int) -> None:
+                numbers = iter(range(ops))
+
+                async def lane() -> None:
+                    for i in numbers:
+                        await table.put(b"p-%08d" % i, _VALUE)
+
+                async with anyio.create_task_group() as tg:
+                    for _ in range(64):
+                        tg.start_soon(lane)
+
+        else:
+
+            async def work(ops: int) -> None:
+                async def writer(table: Table, each: int) -> None:
+                    for _ in range(each):
+                        await table.modify(b"n", _bump)
+                        updates[0] += 1
+
+                async with anyio.create_task_group() as tg:
+                    for table in tables:
+                        tg.start_soon(writer, table, ops // len(tables))
+
+        await work(max(n // 20, 20))  # warm-up (and the counter's first value)
+        requests = [t._writer.requests for t in tables if t._writer is not None]
+        fetches = [getattr(t, "fetches", 0) for t in tables]
+        cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
+        client_cpu = time.process_time()
+        await work(n)
+        out = {"client_us": (time.process_time() - client_cpu) / n * 1e6}
+        for name, pid in pids.items():
+            out[f"{name}_us"] = (_cpu_s(pid) - cpu[name]) / n * 1e6
+        done = [t._writer.requests for t in tables if t._writer is not None]
+        out["requests"] = (sum(done) - sum(requests)) / n
+        out["fetches"] = (sum(getattr(t, "fetches", 0) for t in tables) - sum(fetches)) / n
+        if kind != "put":
+            await tables[0].sync()
+            out["lost"] = updates[0] - int(tables[0].get(b"n") or b"0")
+        return out
+
+
+def _child(kind: str) -> None:
+    """One round in this process (its code is the tree on its PYTHONPATH)."""
+    from jetserver.devcluster import DevCluster
+
+    with open(os.devnull, "wb") as devnull, DevCluster(size=1, log_file=devnull) as dev:
+        assert dev.nats is not None
+        pids = {"server": dev.servers[0].pid, "nats": dev.nats.pid}
+        result = anyio.run(_round, kind, KINDS[kind], dev.addresses, pids, backend="asyncio")
+    print(orjson.dumps(result).decode(), flush=True)
+
+
+def _one(kind: str, tree_path: list[str]) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(tree_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_table_cost", kind],
+        env=env,
+        capture_output=True,
+        timeout=600,
+        check=True,
+    )
+    result: dict[str, float] = orjson.loads(proc.stdout.splitlines()[-1])
+    return result
+
+
+def run(quick: bool) -> None:
+    trees = compared_trees()
+    pairs = int(os.environ.get("JET_TABLE_COST_ROUNDS", "2" if quick else "4"))
+    print(
+        "table CPU per operation (client, jet server, nats-server, us), Produce requests and"
+        " Fetch answers per operation"
+        + "".join(f"; {tag} = {tree}" for tag, tree in trees.items()),
+        flush=True,
+    )
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for kind in KINDS:
+        for r in range(pairs):
+            tags = list(trees) if r % 2 == 0 else list(trees)[::-1]
+            for tag in tags:
+                # The tree's SDK and server; this module (bench) from this tree.
+                paths = [*map(str, tree_paths(trees[tag])[1:]), str(HERE)]
+                got = _one(kind, paths)
+                results.setdefault((kind, tag), []).append(got)
+                load = os.getloadavg()[0]
+                print(
+                    f"  {kind:<7} r{r} {tag}: "
+                    + ", ".join(f"{k} {v:.3g}" for k, v in got.items())
+                    + f" (load {load:.1f})",
+                    flush=True,
+                )
+    print(f"  medians over {pairs} rounds:")
+    for (kind, tag), rounds in results.items():
+        keys = list(rounds[0])
+        medians = {k: statistics.median(r[k] for r in rounds) for k in keys}
+        print(f"    {kind:<7} {tag}: " + ", ".join(f"{k} {v:.3g}" for k, v in medians.items()))
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
