@@ -104,19 +104,14 @@ async def test_sections_are_stored_and_answered_in_order(jet: Server, policy: Ac
             assert [r.value for r in records] == values
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known (bytes branch, issue 39 note): a ProduceMany of ALL sections serves them "
-    "in tasks of their own, which start after the tasks of the requests read with it; a "
-    "Produce request pipelined behind it on the same connection is appended first",
-)
 async def test_a_produce_pipelined_after_a_produce_many_is_appended_after_it(
     jet: Server,
 ) -> None:
     """One producer pipelines its batches; with ALL acks the SDK sends the batches of one
     loop turn as a ProduceMany and the first batch of the next turn alone as a Produce
     request. Found with one ``Producer`` of 1 MiB values (ack ALL, 32 requests in
-    flight): its messages were stored out of the order sent (offsets 15, 14, 17, 16...)."""
+    flight): its messages were stored out of the order sent (offsets 15, 14, 17, 16...):
+    the ProduceMany's sections ran in tasks that started after the Produce request's."""
     assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="o", subject="o")

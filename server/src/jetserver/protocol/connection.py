@@ -256,6 +256,12 @@ class AcceptedConnection:
                     await self._slot_freed.wait()
                 self._inflight += 1
                 self._spawn(frame)
+                if frame.api == Api.PRODUCE_MANY:
+                    # Its first step starts a task per section, and each section enters
+                    # its partition in its task's first step: let them start before the
+                    # next request's task does, so that requests pipelined on this
+                    # connection are appended to a partition in the order received.
+                    await asyncio.sleep(0)
 
     async def _run_request(self, frame: Frame) -> None:
         reply: Reply | None = None
