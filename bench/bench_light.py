@@ -27,13 +27,13 @@ import anyio
 
 from bench.bench_sdk import (
     _load,
-    _percentile,
     _process_cpu_s,
     jet_latency,
     jetstream_server,
     js_latency,
     js_setup,
 )
+from bench.stats import pct
 from bench.trees import compared_trees, tree_paths
 from jetsdk import Client
 from jetserver.devcluster import DevCluster
@@ -95,7 +95,7 @@ async def _rounds(
                         cpu = (_process_cpu_s(pid) - cpu0) / len(lat) * 1e6
                         switches = ((sw1[0] - sw0[0]) / len(lat), (sw1[1] - sw0[1]) / len(lat))
                     client_us = (time.process_time() - mine) / len(lat) * 1e6
-                    p50, p99 = _percentile(lat, 0.5), _percentile(lat, 0.99)
+                    p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
                     per.setdefault(name, []).append((p50, p99, cpu, client_us, switches[0]))
                     print(
                         f"  r{r} {name:<20} p50 {p50:6.2f} p99 {p99:7.2f} max {max(lat):7.1f} ms"
