@@ -21,16 +21,10 @@ and partitions messages and owns the lifecycle; the accumulator owns the queues,
 sender the requests, retries and the count of unsettled messages.
 
 Backpressure: at most ``max_pending`` messages may be queued or in flight; ``send_soon``
-waits for room beyond that. By default the bound grows with the stream's partitions
-(:func:`default_max_pending`): a partition's batch holds what was queued for it while its
-previous request was in flight, so with a fixed bound a stream of many partitions got
-small batches (keyed produce to 500 partitions: 8 messages per batch at 10,000, 20 at
-50,000, and about a quarter less CPU per message, client and server together).
-
-Ordering: with ``max_in_flight=1`` (default) one Produce request per partition is
-outstanding at a time, so messages of one partition are stored in send order, retries
-included. A larger window pipelines requests (more throughput when the round trip
-dominates) but a retried batch may then land after a later one.
+waits for room beyond that. Ordering: with ``max_in_flight=1`` (default) one Produce
+request per partition is outstanding at a time, so messages of one partition are stored in
+send order, retries included. A larger window pipelines requests (more throughput when the
+round trip dominates) but a retried batch may then land after a later one.
 
 Retries: a batch that fails with a retriable error (the partition leader moved or died:
 NOT_LEADER, a lost connection, UNAVAILABLE, SHUTTING_DOWN, NOT_ENOUGH_REPLICAS,
@@ -93,10 +87,7 @@ __all__ = [
     "DEFAULT_DELIVERY_TIMEOUT",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_MAX_PENDING",
-    "MAX_DEFAULT_PENDING",
-    "PENDING_PER_PARTITION",
     "Producer",
-    "default_max_pending",
 ]
 
 DEFAULT_ACK_TIMEOUT = 30.0
@@ -105,29 +96,11 @@ DEFAULT_DELIVERY_TIMEOUT = 120.0
 """Seconds from a batch's first send until its messages must be acknowledged; retriable
 failures are retried until then (Kafka's ``delivery.timeout.ms``)."""
 DEFAULT_MAX_PENDING = 10_000
-"""Most messages queued or in flight per producer before send_soon waits, by default, for
-a stream of up to 100 partitions (:func:`default_max_pending`)."""
-PENDING_PER_PARTITION = 100
-"""By default, messages queued or in flight per partition of the stream, above
-:data:`DEFAULT_MAX_PENDING` (room for a batch in flight and the next one forming)."""
-MAX_DEFAULT_PENDING = 100_000
-"""The most :func:`default_max_pending` gives (a stream of 1,000 partitions or more)."""
+"""Most messages queued or in flight per producer before send_soon waits."""
 DEFAULT_MAX_IN_FLIGHT = 1
 """Outstanding Produce requests per partition (1 keeps per-partition order on retries)."""
 
 _PER_MESSAGE_OVERHEAD = 16
-
-
-def default_max_pending(partitions: int) -> int:
-    """The default ``max_pending`` of a producer to a stream of ``partitions``:
-    :data:`PENDING_PER_PARTITION` per partition, at least :data:`DEFAULT_MAX_PENDING` and
-    at most :data:`MAX_DEFAULT_PENDING`.
-
-    Measured on the 2-core dev VM (keyed produce of 100 B values to 500 partitions, ack
-    LEADER, three interleaved pairs): at 10,000 the batches held 8 messages and a message
-    cost 20.5-21.9 µs of client and 31-32 µs of server CPU; at 50,000, 20 messages and
-    15.8-19.5 + 19.5-23 µs, for 3-6 MB more client RSS."""
-    return min(MAX_DEFAULT_PENDING, max(DEFAULT_MAX_PENDING, PENDING_PER_PARTITION * partitions))
 
 
 _new_tuple = tuple.__new__
@@ -156,7 +129,7 @@ class Producer:
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        max_pending: int | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         partitioner: Partitioner | None = None,
         idempotent: bool = False,
@@ -178,9 +151,6 @@ class Producer:
                 each partition's messages in send order, retries included; more
                 pipelines requests, but a retried batch may land after a later one.
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
-                None: :func:`default_max_pending` of the stream's partitions (10,000 up to
-                100 partitions, 100 per partition above, at most 100,000), set once
-                entered.
             ack_timeout: seconds the server waits for acks before answering TIMEOUT.
             partitioner: ``(key, value, num_partitions) -> partition`` for messages without
                 an explicit partition; default: murmur2 of the key, round-robin if keyless.
@@ -202,7 +172,7 @@ class Producer:
             ValueError: a limit out of range; CompressionError (a ValueError) for an
                 unknown codec or one whose package is not installed.
         """
-        if max_in_flight < 1 or (max_pending is not None and max_pending < 1):
+        if max_in_flight < 1 or max_pending < 1:
             raise ValueError("max_in_flight and max_pending must be >= 1")
         if ack_timeout <= 0 or delivery_timeout <= 0:
             raise ValueError("ack_timeout and delivery_timeout must be > 0")
@@ -210,10 +180,7 @@ class Producer:
         self.stream = stream
         self.ack = AckPolicy(ack)
         self.max_in_flight = max_in_flight
-        self._default_pending = max_pending is None
-        self.max_pending = DEFAULT_MAX_PENDING if max_pending is None else max_pending
-        """Most messages queued or unacknowledged (the default's value is set once
-        entered, from the stream's partitions)."""
+        self.max_pending = max_pending
         self.ack_timeout = ack_timeout
         self.idempotent = idempotent
         self.delivery_timeout = delivery_timeout
@@ -230,7 +197,7 @@ class Producer:
             stream,
             self._acc,
             max_in_flight=max_in_flight,
-            max_pending=self.max_pending,
+            max_pending=max_pending,
             ack_timeout=ack_timeout,
             delivery_timeout=delivery_timeout,
         )
@@ -248,8 +215,6 @@ class Producer:
             raise ClientClosed("a Producer can be entered once")
         info = await self.client.stream_info(self.stream, refresh=True)
         self._num_partitions = info.partition_count
-        if self._default_pending:
-            self.max_pending = self._sender.max_pending = default_max_pending(info.partition_count)
         limit = self.client.max_message_bytes
         stream_limit = info.config.get("max_message_bytes")
         if isinstance(stream_limit, int) and stream_limit > 0:

@@ -104,9 +104,7 @@ class Sender:
         self._stream = stream
         self._acc = acc
         self._max_in_flight = max_in_flight
-        self.max_pending = max_pending
-        """Most messages unresolved before :meth:`wait_for_room` waits (the producer's
-        ``max_pending``, set by the producer once it knows its stream)."""
+        self._max_pending = max_pending
         self._ack_timeout_ms = int(ack_timeout * 1000)
         self._wait_s = ack_timeout + client.request_timeout
         """Seconds a request's answer may take: the server's wait and the client's."""
@@ -504,7 +502,7 @@ class Sender:
         assert self._space is not None
         assert self._idle is not None
         self._unresolved -= count
-        if self._unresolved < self.max_pending:
+        if self._unresolved < self._max_pending:
             self._space.set()
         if self._unresolved == 0:
             self._idle.set()

@@ -21,6 +21,7 @@ from jetsdk.producer.producer import (
     DEFAULT_ACK_TIMEOUT,
     DEFAULT_DELIVERY_TIMEOUT,
     DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_PENDING,
 )
 from jetsdk.producer.producer import Producer as _AsyncProducer
 from jetsdk.sync.client import Client
@@ -43,7 +44,7 @@ class Producer(SyncWrapper[_AsyncProducer]):
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        max_pending: int | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         partitioner: Partitioner | None = None,
         idempotent: bool = False,
@@ -65,9 +66,6 @@ class Producer(SyncWrapper[_AsyncProducer]):
                 each partition's messages in send order, retries included; more
                 pipelines requests, but a retried batch may land after a later one.
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
-                None: :func:`default_max_pending` of the stream's partitions (10,000 up to
-                100 partitions, 100 per partition above, at most 100,000), set once
-                entered.
             ack_timeout: seconds the server waits for acks before answering TIMEOUT.
             partitioner: ``(key, value, num_partitions) -> partition`` for messages without
                 an explicit partition; default: murmur2 of the key, round-robin if keyless.
