@@ -60,3 +60,18 @@ def test_edit_then_purge(jet_dev: JetDev) -> None:
     too_far = jet(jet_dev, "stream", "purge", name, "--before", "11")
     assert too_far.returncode == 1
     assert "OffsetOutOfRange" in too_far.stderr
+
+
+def test_no_nats_copies_on_create_and_edit(jet_dev: JetDev) -> None:
+    """``--no-nats-copies`` on create; ``--no-nats-copies yes|no`` on edit (issue 39)."""
+    name = "cli-no-copies"
+    created = ok(jet(jet_dev, "stream", "create", name, "--no-nats-copies", "--json"))
+    assert orjson.loads(created)["config"]["no_nats_copies"] is True
+    edited = ok(jet(jet_dev, "stream", "edit", name, "--no-nats-copies", "no", "--json"))
+    assert orjson.loads(edited)["config"]["no_nats_copies"] is False
+    bad = jet(jet_dev, "stream", "edit", name, "--no-nats-copies", "maybe")
+    assert bad.returncode == 2
+    assert "not yes or no" in bad.stderr
+    replicated = jet(jet_dev, "stream", "create", "cli-r2", "--replicas", "2", "--no-nats-copies")
+    assert replicated.returncode != 0
+    assert "no_nats_copies needs replication_factor 1" in replicated.stderr

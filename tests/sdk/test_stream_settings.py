@@ -37,6 +37,7 @@ GOOD: dict[str, Any] = {
     "min_isr": None,
     "durability": None,
     "duplicate_window": None,
+    "no_nats_copies": False,
 }
 
 
@@ -63,6 +64,8 @@ GOOD: dict[str, Any] = {
         ("durability", "always", "durability"),
         ("durability", "written", None),  # fine at replication factor 1
         ("compact", 1, "compact"),
+        ("no_nats_copies", 1, "no_nats_copies"),
+        ("no_nats_copies", True, None),  # fine at replication factor 1
     ],
 )
 def test_create_stream_body_refuses_what_the_server_refuses(

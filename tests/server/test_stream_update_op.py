@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetsdk.codec.stream_settings import SettingError, check_update
+from jetsdk.codec.stream_settings import SettingError, check_update, repair_stored
 from jetserver.errors import ApiError
 from jetserver.metadata.model import MetadataState, StreamSpec
 from jetserver.metadata.op_codec import op_from_dict
@@ -56,6 +56,8 @@ def test_update_of_a_missing_stream_or_setting_is_refused() -> None:
         ({"retention_max_age_s": float("nan")}, "retention_max_age_s"),
         ({"retention_max_messages": True}, "retention_max_messages"),
         ({"typo_s": 1}, "typo_s"),
+        ({"no_nats_copies": None}, "no_nats_copies"),
+        ({"no_nats_copies": 1}, "no_nats_copies"),
     ],
 )
 def test_request_check_names_the_setting(settings: dict[str, object], field: str) -> None:
@@ -75,3 +77,25 @@ def test_request_for_a_missing_stream_or_without_settings() -> None:
     with pytest.raises(ApiError) as caught:
         update_op({"name": "orders", "settings": {}}, _state().streams)
     assert caught.value.details == {"field": "settings"}
+
+
+def test_no_nats_copies_updates_on_one_replica_only() -> None:
+    """Issue 39: the setting turns on and off live at replication factor 1; a replicated
+    stream (or one in a group) refuses it, and stored metadata holding it there is repaired
+    to off (its copies carry failover)."""
+    state = _state()
+    op = update_op({"name": "orders", "settings": {"no_nats_copies": True}}, state.streams)
+    after, result = apply(state, op)
+    assert result.ok
+    assert after.streams["orders"].spec.no_nats_copies is True
+    replicated = StreamSpec(name="r", subject="r", replication_factor=3)
+    grouped = StreamSpec(name="r", subject="r", group="g")
+    for spec, placed in ((replicated, (("s1", "s2", "s3"),)), (grouped, (("s1",),))):
+        known, result = apply(MetadataState(), CreateStream(spec, "id2", 1, placed))
+        assert result.ok
+        with pytest.raises(ApiError) as refused:
+            update_op({"name": "r", "settings": {"no_nats_copies": True}}, known.streams)
+        assert refused.value.details == {"field": "no_nats_copies"}
+        stored = {**spec.to_dict(), "no_nats_copies": True}
+        assert StreamSpec.from_dict(stored).no_nats_copies is False
+        assert repair_stored(stored)[1] == ["no_nats_copies: stored value True is now False"]

@@ -502,6 +502,7 @@ class Client:
         min_isr: int | None = None,
         durability: Durability | None = None,
         duplicate_window: float | None = None,
+        no_nats_copies: bool = False,
         exist_ok: bool = True,
     ) -> StreamInfo:
         """Create a stream listening on ``subject`` (default: the name).
@@ -516,6 +517,10 @@ class Client:
         a power loss or a failed fsync can lose the last milliseconds of acknowledged
         records); see spec/cluster.md, "Durability". ``duplicate_window``: how long a plain
         NATS message's ``Nats-Msg-Id`` is remembered for deduplication (default 120 s).
+        ``no_nats_copies`` (replication factor 1, no ``group``): the records the server
+        stores from jet Produce requests (this SDK's producers) are not also published to
+        NATS, so plain NATS subscribers and other streams on the subject do not see them
+        (for streams read through jet only; spec/protocol.md §6).
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
@@ -538,10 +543,11 @@ class Client:
         self._metadata_stale = True
 
     async def update_stream(self, name: str, **settings: Any) -> StreamInfo:
-        """Change an existing stream's retention, segment and ``max_message_bytes``
-        settings (names of :meth:`create_stream`; None lifts a retention limit, or gives
-        back the server's message limit); every replica applies them. Raises
-        InvalidArgument for a fixed (``partitions``...), unknown or bad setting."""
+        """Change an existing stream's retention, segment, ``max_message_bytes`` and
+        ``no_nats_copies`` settings (names of :meth:`create_stream`; None lifts a
+        retention limit, or gives back the server's message limit); every replica applies
+        them. Raises InvalidArgument for a fixed (``partitions``...), unknown or bad
+        setting."""
         answer = await self.request_any(Api.UPDATE_STREAM, update_body(name, settings))
         self._metadata_stale = True
         return parse_create_answer(name, answer, exist_ok=True)

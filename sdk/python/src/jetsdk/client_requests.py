@@ -65,6 +65,7 @@ CREATE_OPTIONS = frozenset(
         "min_isr",
         "durability",
         "duplicate_window",
+        "no_nats_copies",
     }
 )
 """The keyword arguments of :func:`create_stream_body` (``Client.create_stream`` passes
@@ -89,6 +90,7 @@ def create_stream_body(
     min_isr: int | None,
     durability: Durability | None,
     duplicate_window: float | None,
+    no_nats_copies: bool,
 ) -> bytes:
     """A CreateStream request body with a fresh ``op_id`` (None options are left out: the
     server's defaults apply).
@@ -118,6 +120,7 @@ def create_stream_body(
         "min_isr": min_isr,
         "durability": durability,
         "duplicate_window_s": duplicate_window,
+        "no_nats_copies": no_nats_copies or None,
     }
     obj.update({k: v for k, v in optional.items() if v is not None})
     try:

@@ -206,9 +206,11 @@ class ProduceService:
 
     def _check(
         self, stream: str, partition: int, policy: int, messages: list[ProducedEnvelope]
-    ) -> tuple[str, int, PartitionReplica | None]:
-        """Validate the request; return the partition subject, the message size limit and
-        the local replica to append to directly (None: publish and let NATS deliver)."""
+    ) -> tuple[str, int, PartitionReplica | None, bool]:
+        """Validate the request; return the partition subject, the message size limit,
+        the local replica to append to directly (None: publish and let NATS deliver) and
+        whether records stored directly get NATS copies (not with the stream's
+        ``no_nats_copies``)."""
         meta = self.streams.stream(stream)
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(stream, partition, meta.spec.partitions)
@@ -256,7 +258,7 @@ class ProduceService:
                     f"message {i}: subject {subject!r} does not match partition subject {psubj!r}",
                 )
         limit = meta.spec.max_message_bytes or self.limits.max_message_bytes
-        return psubj, limit, replica
+        return psubj, limit, replica, not meta.spec.no_nats_copies
 
     async def produce(self, req: ProduceRequest) -> list[ProduceResult]:
         """As :meth:`produce_body` for a decoded request: one result per message, in order.
@@ -327,7 +329,7 @@ class ProduceService:
         )
         head, messages = produce_envelopes(body, inbox, records, head)
         stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
-        psubj, limit, replica = self._check(stream, partition, policy, messages)
+        psubj, limit, replica, nats_copies = self._check(stream, partition, policy, messages)
         internal = is_internal(stream)  # appended here only, no NATS copies (security.md §2)
         if not self.link.connected:
             raise ApiError(
@@ -378,9 +380,10 @@ class ProduceService:
                 )
                 # Copies of a one-replica partition: their turn and their place in the
                 # backlog, taken as the batch enters the sequencer (in append order).
+                single = replica is not None and replica.replication_factor == 1
                 place = (
                     CopiesPlace(replica, self.copy_backlog, batch.size)
-                    if replica is not None and batch is not None and replica.replication_factor == 1
+                    if single and nats_copies and replica is not None and batch is not None
                     else None
                 )
                 if (
@@ -417,6 +420,10 @@ class ProduceService:
                     # Stored here; the NATS copies are for live subscribers only. They go
                     # after the response (see the docstring), and also when the wait timed
                     # out, for the records it stored.
+                    if single and not nats_copies:
+                        # No copies (no_nats_copies): the after-work is only the fsync
+                        # its append may have left to it (Committer.defer_flush).
+                        after = replica.commit_deferred
                     if turn is not None:
                         copies, end = _stored(to_send, sent_index, results, policy, appended_end)
                         if internal:

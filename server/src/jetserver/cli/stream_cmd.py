@@ -201,6 +201,12 @@ def register(subparsers: Any) -> None:
         help="how long a plain message's Nats-Msg-Id is remembered (default 120s; 0: off)",
     )
     create.add_argument(
+        "--no-nats-copies",
+        action="store_true",
+        help="do not republish what jet producers store to NATS: NATS subscribers and other "
+        "streams on the subject do not see it (1 replica, no group; read through jet only)",
+    )
+    create.add_argument(
         "--fail-if-exists",
         action="store_true",
         help="fail if the stream exists at all (default: the same settings succeed, "
@@ -257,6 +263,7 @@ def _create(args: argparse.Namespace) -> int:
                 segment_max_age=args.segment_max_age,
                 max_message_bytes=args.max_message_bytes,
                 duplicate_window=args.duplicate_window,
+                no_nats_copies=args.no_nats_copies,
                 exist_ok=False,
             )
             created = True

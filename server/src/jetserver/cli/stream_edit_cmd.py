@@ -36,6 +36,18 @@ def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_or_none
 
 
+_YES = frozenset({"yes", "true", "on", "1"})
+_NO = frozenset({"no", "false", "off", "0"})
+
+
+def yes_no(text: str) -> bool:
+    """argparse type: ``yes`` or ``no`` (also true/false, on/off, 1/0)."""
+    word = text.strip().lower()
+    if word in _YES or word in _NO:
+        return word in _YES
+    raise argparse.ArgumentTypeError(f"not yes or no: {text!r}")
+
+
 _EDITABLE: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
     ("retention_max_age", _or_none(duration), "DURATION", "e.g. 7d, 12h; none: no limit"),
     ("retention_max_bytes", _or_none(size), "SIZE", "per partition; none: no limit"),
@@ -48,6 +60,12 @@ _EDITABLE: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
         _or_none(size),
         "SIZE",
         "largest message from now on; none: the server's limit",
+    ),
+    (
+        "no_nats_copies",
+        yes_no,
+        "yes|no",
+        "yes: produced records are no longer republished to NATS (1 replica, no group)",
     ),
     ("partitions", positive_int, "N", "refused: an existing stream keeps its partitions"),
     ("replication_factor", positive_int, "R", "refused: an existing stream keeps it"),

@@ -72,6 +72,8 @@ class StreamSpec:
     """What commit means: ``flushed`` (fsync on every ISR member) or ``replicated``."""
     duplicate_window_s: float = DEFAULT_DUPLICATE_WINDOW_S
     """A plain message whose ``Nats-Msg-Id`` was stored this recently is not stored again."""
+    no_nats_copies: bool = False
+    """Records the leader stores directly (one replica) are not republished to NATS."""
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a JSON object."""

@@ -207,4 +207,5 @@ def spec_from_request(
         min_isr=settings["min_isr"],
         durability=settings["durability"],
         duplicate_window_s=settings["duplicate_window_s"],
+        no_nats_copies=settings["no_nats_copies"],
     )

@@ -84,8 +84,14 @@ SECONDS_SETTINGS: Mapping[str, bool] = {
 """Duration settings (seconds, at most :data:`MAX_DURATION_S`) -> whether 0 is allowed
 (else the value must be > 0)."""
 
-BOOL_SETTINGS = ("compact", "internal")
+BOOL_SETTINGS = ("compact", "internal", "no_nats_copies")
 """Boolean settings (default false)."""
+
+NO_NATS_COPIES = "no_nats_copies"
+"""True: the records a one-replica stream's leader stores directly from a Produce request
+are not republished to NATS (no live subscriber and no other stream on the subject sees
+them; spec/protocol.md §6). Replication factor 1 and no ``group`` only
+(:func:`check_no_nats_copies`)."""
 
 REQUEST_FIELDS = frozenset(
     {"name", "subject", "group", "durability", "op_id", "forwarded"}
@@ -186,6 +192,29 @@ def check_durability(value: object, replication_factor: int) -> str:
     return value
 
 
+def check_no_nats_copies(on: bool, replication_factor: int, group: object) -> None:
+    """``no_nats_copies`` needs one replica and no load-balance group.
+
+    Raises:
+        SettingError: it is on with a replication factor above 1 (the unmarked NATS
+            copies of a replicated partition's ALL requests carry failover: a new leader
+            stores them) or with a ``group`` (whose Produce requests go through NATS).
+    """
+    if not on:
+        return
+    if replication_factor != 1:
+        raise SettingError(
+            NO_NATS_COPIES,
+            f"{NO_NATS_COPIES} needs replication_factor 1 (got {replication_factor}): a "
+            "replicated partition's NATS copies carry failover",
+        )
+    if group is not None:
+        raise SettingError(
+            NO_NATS_COPIES,
+            f"{NO_NATS_COPIES} needs a stream without group: a group's messages go through NATS",
+        )
+
+
 def default_min_isr(replication_factor: int) -> int:
     """The default minimum ISR: 2 when the replication factor is 3 or more, else 1."""
     return 2 if replication_factor >= 3 else 1
@@ -227,6 +256,7 @@ def check_settings(req: Mapping[str, Any]) -> dict[str, Any]:
             f"min_isr must be within 1..{rf} (the replication factor), got {out['min_isr']}",
         )
     out["durability"] = check_durability(req.get("durability"), rf)
+    check_no_nats_copies(out[NO_NATS_COPIES], rf, req.get("group"))
     if out["delete_retention_s"] is None:
         out["delete_retention_s"] = DEFAULT_DELETE_RETENTION_S
     if out["duplicate_window_s"] is None:
@@ -300,6 +330,8 @@ def repair_stored(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     for field in BOOL_SETTINGS:
         if field in data and not isinstance(data[field], bool):
             fix(field, False)
+    if out.get(NO_NATS_COPIES) is True and (rf != 1 or out.get("group") is not None):
+        fix(NO_NATS_COPIES, False)
     return out, notes
 
 
@@ -311,10 +343,12 @@ UPDATABLE_SETTINGS = (
     "segment_max_age_s",
     "delete_retention_s",
     "max_message_bytes",
+    NO_NATS_COPIES,
 )
 """Settings an UpdateStream may change on an existing stream: the storage settings every
-replica applies to its open logs (retention, segment rolling, tombstone expiry), and the
-largest message its replicas store from then on (records already stored stay)."""
+replica applies to its open logs (retention, segment rolling, tombstone expiry), the
+largest message its replicas store from then on (records already stored stay), and
+whether the records of Produce requests answered from then on are copied to NATS."""
 OPTIONAL_LIMITS = ("retention_max_age_s", "retention_max_bytes", "retention_max_messages")
 """Updatable settings that null turns off (no limit)."""
 NULLABLE_UPDATES = (*OPTIONAL_LIMITS, "max_message_bytes")
@@ -349,6 +383,8 @@ def check_update(changes: Mapping[str, Any]) -> dict[str, Any]:
             if field not in NULLABLE_UPDATES:
                 raise SettingError(field, f"{field} needs a value (only limits can be null)")
             out[field] = None
+        elif field in BOOL_SETTINGS:
+            out[field] = check_bool(field, value)
         elif field in INT_SETTINGS:
             out[field] = check_int(field, value, *INT_SETTINGS[field])
         else:

@@ -164,6 +164,7 @@ class Client(SyncWrapper[_AsyncClient]):
         min_isr: int | None = None,
         durability: Durability | None = None,
         duplicate_window: float | None = None,
+        no_nats_copies: bool = False,
         exist_ok: bool = True,
     ) -> StreamInfo:
         """Create a stream listening on ``subject`` (default: the name).
@@ -178,6 +179,10 @@ class Client(SyncWrapper[_AsyncClient]):
         a power loss or a failed fsync can lose the last milliseconds of acknowledged
         records); see spec/cluster.md, "Durability". ``duplicate_window``: how long a plain
         NATS message's ``Nats-Msg-Id`` is remembered for deduplication (default 120 s).
+        ``no_nats_copies`` (replication factor 1, no ``group``): the records the server
+        stores from jet Produce requests (this SDK's producers) are not also published to
+        NATS, so plain NATS subscribers and other streams on the subject do not see them
+        (for streams read through jet only; spec/protocol.md §6).
 
         Raises:
             StreamExists: the name exists with other settings (or at all, if not exist_ok).
@@ -201,6 +206,7 @@ class Client(SyncWrapper[_AsyncClient]):
             min_isr=min_isr,
             durability=durability,
             duplicate_window=duplicate_window,
+            no_nats_copies=no_nats_copies,
             exist_ok=exist_ok,
         )
 
@@ -213,10 +219,11 @@ class Client(SyncWrapper[_AsyncClient]):
         self._run(self._obj.delete_stream, name)
 
     def update_stream(self, name: str, **settings: Any) -> StreamInfo:
-        """Change an existing stream's retention, segment and ``max_message_bytes``
-        settings (names of :meth:`create_stream`; None lifts a retention limit, or gives
-        back the server's message limit); every replica applies them. Raises
-        InvalidArgument for a fixed (``partitions``...), unknown or bad setting.
+        """Change an existing stream's retention, segment, ``max_message_bytes`` and
+        ``no_nats_copies`` settings (names of :meth:`create_stream`; None lifts a
+        retention limit, or gives back the server's message limit); every replica applies
+        them. Raises InvalidArgument for a fixed (``partitions``...), unknown or bad
+        setting.
         """
         return self._run(self._obj.update_stream, name, **settings)
 
