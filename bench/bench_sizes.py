@@ -9,6 +9,11 @@ process on asyncio (nats-py is asyncio-only). For each value size in SIZES:
   target >= 1.5x;
 - consume from offset 0 (``Consumer.fetch``) vs JetStream's ordered push consumer,
   target >= 2x;
+- at the sizes of NO_COPIES_SIZES (``JET_BENCH_NO_COPIES_SIZES``, default 256 KiB and
+  1 MiB; empty: none), beside the ack LEADER row, the same publish to a stream with
+  ``no_nats_copies`` (its records are not republished to NATS: nobody on NATS sees them,
+  which a JetStream stream's subscribers would; spec/protocol.md §6) vs the same
+  JetStream publish, labelled "ack LEADER, no NATS copies";
 - at the sizes of COMPRESSION_SIZES (``JET_BENCH_COMPRESSION_SIZES``, default 16 KiB):
   publish ack LEADER of a JSON-like and a random value, with ``Producer(compression=
   "zstd")`` and without, vs JetStream streams with and without s2 store compression; MiB/s
@@ -83,6 +88,13 @@ TIMEOUT_S = 600.0
 MIB = 1024 * 1024
 TARGET_PUBLISH = 1.5
 TARGET_CONSUME = 2.0
+NO_COPIES_SIZES = (256 * 1024, 1024 * 1024)
+"""Sizes of the ``no_nats_copies`` row (``JET_BENCH_NO_COPIES_SIZES``; empty: none)."""
+
+
+def _no_copies_sizes() -> tuple[int, ...]:
+    env = os.environ.get("JET_BENCH_NO_COPIES_SIZES")
+    return NO_COPIES_SIZES if env is None else tuple(int(s) for s in env.split(",") if s)
 
 
 def _value(size: int) -> bytes:
@@ -282,9 +294,15 @@ async def one_size(
         f"{window}, {rounds} round(s) (load {_load()})",
         flush=True,
     )
-    for name in (f"{tag}pub", f"{tag}all", f"{tag}cons"):
+    no_copies = size in _no_copies_sizes()
+    names = (f"{tag}pub", f"{tag}all", f"{tag}cons") + ((f"{tag}nc",) if no_copies else ())
+    for name in names:
         await client.create_stream(
-            name, f"bench.{name}", max_message_bytes=max(size, 1024), exist_ok=True
+            name,
+            f"bench.{name}",
+            max_message_bytes=max(size, 1024),
+            no_nats_copies=name == f"{tag}nc",
+            exist_ok=True,
         )
     nc, js = await js_connect(js_url, window)
     snc, sjs = await js_connect(js_sync_url, window)
@@ -302,6 +320,19 @@ async def one_size(
             server_pid,
             warm,
         )
+        rows = [pub]
+        if no_copies:
+            nc_row = Row("ack LEADER, no NATS copies", size, TARGET_PUBLISH)
+            await alternate(
+                nc_row,
+                rounds,
+                n,
+                lambda k: jet_publish(client, f"{tag}nc", value, k, AckPolicy.LEADER),
+                lambda k: js_publish(js, f"js.{tag}.pub", k, value),
+                server_pid,
+                warm,
+            )
+            rows.append(nc_row)
         all_row = Row("publish ack ALL / sync always", size, TARGET_PUBLISH)
         await alternate(
             all_row,
@@ -325,7 +356,7 @@ async def one_size(
             0,
         )
     finally:
-        for name in (f"{tag}pub", f"{tag}all", f"{tag}cons"):
+        for name in names:
             await client.delete_stream(name)
         for ctx, name in ((js, f"P{tag}"), (js, f"C{tag}"), (sjs, f"A{tag}")):
             await ctx.delete_stream(name)
@@ -334,7 +365,7 @@ async def one_size(
     n_ceiling = max(8, round_bytes // size)
     write = ceiling_write(data_dir, value, n_ceiling)
     memcpy = ceiling_memcpy(value, n_ceiling)
-    return [(row, write, memcpy) for row in (pub, all_row, cons)]
+    return [(row, write, memcpy) for row in (*rows, all_row, cons)]
 
 
 def _table(rows: list[tuple[Row, float, float]]) -> None:
