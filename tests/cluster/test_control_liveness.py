@@ -65,17 +65,13 @@ async def test_refused_is_down_at_once_a_silent_server_only_after_a_while(
         await stream.aclose()
 
 
-async def answer_hellos(listener: anyio.abc.SocketListener, *, stopping: bool = False) -> None:
-    """A server's client port as probes see it: every Hello gets an answer (``stopping``:
-    one of a server in its graceful stop)."""
-    answer: dict[str, object] = {"server_id": "?", "protocol": 1}
-    if stopping:
-        answer["stopping"] = True
+async def answer_hellos(listener: anyio.abc.SocketListener) -> None:
+    """A server's client port as probes see it: every Hello gets an answer."""
 
     async def handle(conn: anyio.abc.SocketStream) -> None:
         async with conn:
             async for frame in frames_from(conn):
-                body = encode_json(answer)
+                body = encode_json({"server_id": "?", "protocol": 1})
                 await conn.send(
                     encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE)
                 )
@@ -147,52 +143,3 @@ async def test_a_stop_hands_leaderships_only_to_isr_members_that_answer_now() ->
     await paused.aclose()
     for stream in held:
         await stream.aclose()
-
-
-@pytest.mark.anyio
-async def test_only_a_server_heard_lately_and_not_stopping_is_electable() -> None:
-    """The metadata leader elects a partition's new leader among the ISR members that did
-    not report only if they are electable: not down, answered a probe within ``heard_s``,
-    and not saying ``"stopping"`` in their Hello answer (a server in its graceful stop)."""
-    steady = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    stopping = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    (refused_port,) = free_ports(1)
-
-    def address(listener: anyio.abc.SocketListener) -> str:
-        return f"127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}"
-
-    servers = {
-        "steady": RegisteredServer("steady", address(steady), "127.0.0.1:1"),
-        "stopping": RegisteredServer("stopping", address(stopping), "127.0.0.1:2"),
-        "gone": RegisteredServer("gone", f"127.0.0.1:{refused_port}", "127.0.0.1:3"),
-    }
-    state = MetadataState(servers=servers)
-    peers = PeerPool(connect_timeout_s=0.3)
-    live = Liveness("me", peers, lambda: state, interval_s=0.05)
-    async with anyio.create_task_group() as tg:
-        peers.start(tg)
-        tg.start_soon(answer_hellos, steady)
-        tg.start_soon(lambda: answer_hellos(stopping, stopping=True))
-        assert not live.electable("steady")  # not probed yet
-        assert live.electable("me")  # this server itself
-        probing = anyio.CancelScope()
-
-        async def probe() -> None:
-            with probing:
-                await live.run()
-
-        tg.start_soon(probe)
-        with anyio.fail_after(5):
-            await live.next_round()
-        assert live.electable("steady")
-        assert not live.electable("stopping")  # it answers, and says it stops
-        assert not live.is_down("stopping")
-        assert not live.electable("gone")  # refused
-        probing.cancel()  # no more probes: the last answer grows old
-        await anyio.sleep(0.3)
-        assert not live.electable("steady", heard_s=0.2)  # not heard that recently
-        assert live.electable("steady", heard_s=10.0)
-        tg.cancel_scope.cancel()
-    await peers.aclose()
-    await steady.aclose()
-    await stopping.aclose()

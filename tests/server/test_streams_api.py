@@ -10,7 +10,6 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage
 from jetsdk.codec.replica_fetch import FLAG_WAKE, ReplicaFetchRequest, encode_replica_fetch_request
-from jetserver.protocol import json_api
 from jetserver.server import Server
 from support.raw_client import RawClient, ServerError
 
@@ -24,8 +23,6 @@ async def test_hello(jet: Server) -> None:
     assert info["server_id"] == "s1"
     assert info["max_message_bytes"] == 1024 * 1024
     assert info["max_frame_bytes"] == 16 * 1024 * 1024
-    assert "stopping" not in info  # said only by a clustered server in its graceful stop
-    assert json_api.hello({}, jet.config, stopping=True)["stopping"] is True
 
 
 async def test_create_is_idempotent_and_conflicts_are_stream_exists(jet: Server) -> None:

@@ -9,18 +9,10 @@ to the metadata leader. The metadata leader counts, per partition and leader epo
   server not answering at all (the leader is silent to the metadata leader too).
 
 When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it proposes
-ElectLeader at epoch + 1 (the state machine drops the old leader from the ISR). The new
-leader is taken among the *eligible* members: ISR members other than the leader, in
-replica order, that reported (they just spoke) or are *electable* in this server's
-liveness view (answered a probe lately, not in a graceful stop); the partition number
-picks one of them in turn (``eligible[partition % len(eligible)]``). Placement gives
-every partition one server leads the same follower order, so "the first reporter" put
-all of a dead server's leaderships on one survivor, and the metadata leader's own reports
-arrive first: at 5,000 partitions the metadata leader took all 1,667 and made every role
-change of the failover while the other survivor made none; at 3,000, with the new
-electable members but the first one taken, one survivor took all 1,000. Reports are kept in memory
-only: after a metadata leader change the followers' repeated reports rebuild the count
-within one report period.
+ElectLeader: the new leader is the first replica, in the partition's replica order, among
+the reporters (a reporter is alive: it just spoke), at epoch + 1; the state machine drops
+the old leader from the ISR. Reports are kept in memory only: after a metadata leader
+change the followers' repeated reports rebuild the count within one report period.
 
 A partition whose ISR holds only the leader is never moved (no unclean election: the
 other replicas may lack committed records).
@@ -76,10 +68,7 @@ def votes_needed(isr: Collection[str]) -> int:
 
 
 def choose_leader(
-    assignment: PartitionAssignment,
-    reporters: Collection[str],
-    leader_down: bool,
-    electable: Callable[[str], bool] | None = None,
+    assignment: PartitionAssignment, reporters: Collection[str], leader_down: bool
 ) -> str | None:
     """The new leader if the reports (and the leader's own silence) reach a majority.
 
@@ -87,24 +76,17 @@ def choose_leader(
         assignment: the partition's current assignment.
         reporters: servers that reported the leader silent within the window.
         leader_down: the leader's server does not answer this server's probes.
-        electable: True for a server that may be elected without having reported (it
-            answers this server's probes, and is not stopping); None: reporters only.
 
     Returns:
-        None if the votes (reporters only) do not reach a majority of the ISR; else one of
-        the eligible members (ISR members other than the leader, in replica order, that
-        reported or are electable), taken in turn by partition number, so that a dead
-        server's partitions are spread over the survivors.
+        The first replica (in replica order) that is an ISR member, not the leader, and a
+        reporter; None if the votes do not reach a majority of the ISR.
     """
-    candidates = [r for r in assignment.replicas if r in assignment.isr and r != assignment.leader]
-    valid = [r for r in candidates if r in reporters]
+    valid = [r for r in assignment.replicas if r in reporters and r in assignment.isr]
+    valid = [r for r in valid if r != assignment.leader]
     votes = len(valid) + (1 if leader_down else 0)
     if not valid or votes < votes_needed(assignment.isr):
         return None
-    eligible = (
-        valid if electable is None else [r for r in candidates if r in reporters or electable(r)]
-    )
-    return eligible[assignment.partition % len(eligible)]
+    return valid[0]
 
 
 @attrs.define(eq=False)
@@ -136,10 +118,6 @@ class Elections:
     """The metadata Raft member (elections are proposed only while it leads)."""
     is_down: Callable[[str], bool]
     """Liveness: True if a server does not answer this server's probes."""
-    is_electable: Callable[[str], bool] | None = None
-    """Liveness: True if a server may be elected without having reported (it answered a
-    probe lately and is not in a graceful stop:
-    :meth:`jetserver.cluster.liveness.Liveness.electable`); None: reporters only."""
     window_s: float = 5.0
     """How long a report counts."""
     clock: Callable[[], float] = time.monotonic
@@ -200,7 +178,7 @@ class Elections:
             recent = {r for r, t in reports.at.items() if now - t <= self.window_s}
             reports.at = {r: t for r, t in reports.at.items() if r in recent}
             down = self.is_down(current.leader)
-            new_leader = choose_leader(current, recent, down, self.is_electable)
+            new_leader = choose_leader(current, recent, down)
             if log.isEnabledFor(logging.DEBUG):  # thousands a second in a failover at scale
                 log.debug(
                     "partition leader reported silent",

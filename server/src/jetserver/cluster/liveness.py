@@ -29,12 +29,6 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 1.0
 """Bound on one probe (connect + Hello)."""
-ELECTABLE_HEARD_S = 3.0
-"""A server is elected for a partition it did not report (:meth:`Liveness.electable`) only
-if it answered a probe this recently. Not a run of answers: on a loaded machine a live
-server misses a probe's 1 s bound now and then (at 5,000 partitions with load 14, the
-other survivor missed one within the 10 s before a kill), and a server that restarted is
-out of every ISR anyway (spec/cluster.md)."""
 DOWN_AFTER_S = 3.0
 """A server whose probes time out (rather than being refused) counts as down only once
 they have failed for this long in a row: a busy event loop (its own, or this server's)
@@ -59,8 +53,6 @@ class Probe:
     """When (monotonic seconds) the current run of failed probes began (None: it answered)."""
     answering_since: float | None = None
     """When (monotonic seconds) the current run of answered probes began (None: it failed)."""
-    stopping: bool = False
-    """Its Hello answer said it is in its graceful stop (spec/protocol.md, Hello)."""
 
 
 @attrs.define(eq=False)
@@ -110,20 +102,6 @@ class Liveness:
         nothing listens at its address, the process is gone)."""
         probe = self.probes.get(server_id)
         return self.is_down(server_id) and probe is not None and probe.refused
-
-    def electable(self, server_id: str, heard_s: float = ELECTABLE_HEARD_S) -> bool:
-        """True if ``server_id`` may be elected a partition leader without having reported
-        the old leader silent: this server itself, or a server whose last probe was not
-        refused, that answered a probe within ``heard_s`` and did not say it is stopping
-        (spec/cluster.md, "Partition leader election"). A server not probed yet is not
-        electable. Called for every report a failover brings: no metadata lookup."""
-        if server_id == self.server_id:
-            return True
-        probe = self.probes.get(server_id)
-        heard = self.heard_at.get(server_id)
-        if probe is None or heard is None or probe.stopping or probe.refused:
-            return False
-        return anyio.current_time() - heard <= heard_s
 
     def answering_for(self, server_id: str) -> float:
         """Seconds ``server_id`` has answered every probe in a row (0: its last probe
@@ -236,13 +214,10 @@ class Liveness:
                 await anyio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     async def _probe(self, server_id: str, address: str, timeout_s: float | None = None) -> None:
-        refused = stopping = False
+        refused = False
         try:
-            answer = await self.peers.hello(
-                address, PROBE_TIMEOUT_S if timeout_s is None else timeout_s
-            )
+            await self.peers.hello(address, PROBE_TIMEOUT_S if timeout_s is None else timeout_s)
             ok = True
-            stopping = answer.get("stopping") is True
             self.heard_at[server_id] = anyio.current_time()
         except Timeout:
             ok = False
@@ -260,7 +235,7 @@ class Liveness:
         else:
             steady = same and previous is not None and previous.ok
             answering = previous.answering_since if steady and previous is not None else now
-        self.probes[server_id] = Probe(ok, now, address, refused, since, answering, stopping)
+        self.probes[server_id] = Probe(ok, now, address, refused, since, answering)
         self._note_down(server_id)
         if refused and self.on_refused is not None and (previous is None or previous.ok):
             self.on_refused(server_id)

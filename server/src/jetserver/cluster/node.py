@@ -124,10 +124,7 @@ class ClusterNode:
                 server_id, peers, current_state, interval_s=config.cluster.probe_interval_s
             )
             elections = Elections(
-                member,
-                liveness.is_down,
-                liveness.electable,
-                window_s=config.cluster.leader_silent_window_s,
+                member, liveness.is_down, window_s=config.cluster.leader_silent_window_s
             )
             controller = Controller(
                 server_id,

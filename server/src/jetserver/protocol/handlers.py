@@ -221,8 +221,7 @@ class Dispatcher:
 
     def _json_handlers(self) -> dict[int, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]]:
         async def hello(req: dict[str, Any]) -> dict[str, Any]:
-            stopping = self.cluster is not None and self.cluster.controller.stopping
-            return json_api.hello(req, self.config, stopping=stopping)
+            return json_api.hello(req, self.config)
 
         async def metadata(req: dict[str, Any]) -> dict[str, Any]:
             answer = json_api.metadata(req, self.streams, self.servers(), self.is_down)

@@ -37,9 +37,8 @@ def _int_field(req: dict[str, Any], field: str, default: int | None = None) -> i
     return value
 
 
-def hello(req: dict[str, Any], config: ServerConfig, *, stopping: bool = False) -> dict[str, Any]:
-    """Hello: check the protocol version, describe the server (``stopping``: in its graceful
-    stop, said only then)."""
+def hello(req: dict[str, Any], config: ServerConfig) -> dict[str, Any]:
+    """Hello: check the protocol version, describe the server."""
     protocol = req.get("protocol", PROTOCOL_VERSION)
     if protocol != PROTOCOL_VERSION:
         raise ApiError(
@@ -48,7 +47,7 @@ def hello(req: dict[str, Any], config: ServerConfig, *, stopping: bool = False) 
             f"{PROTOCOL_VERSION})",
             {"protocol": PROTOCOL_VERSION},
         )
-    answer: dict[str, Any] = {
+    return {
         "protocol": PROTOCOL_VERSION,
         "server_id": config.server.id,
         "version": __version__,
@@ -56,9 +55,6 @@ def hello(req: dict[str, Any], config: ServerConfig, *, stopping: bool = False) 
         "max_message_bytes": config.limits.max_message_bytes,
         "apis": SERVED_APIS,
     }
-    if stopping:
-        answer["stopping"] = True
-    return answer
 
 
 def metadata(
