@@ -25,10 +25,17 @@ def metered_cluster(
     root: Path, settings: Mapping[str, Mapping[str, Any]], size: int = 3
 ) -> Iterator[tuple[Cluster, dict[str, int]]]:
     """A running cluster of ``size`` servers (``settings`` in their config files), each
-    with its metrics on a free port; yields it and server id -> metrics port."""
-    ports = {f"s{i + 1}": port for i, port in enumerate(free_ports(size))}
+    with its metrics on a free port; yields it and server id -> metrics port.
+
+    The client, Raft and metrics ports come from one :func:`free_ports` call: chosen in
+    two calls, a metrics port could be handed out again as a client or Raft port (a CI
+    run's servers exited with "Address already in use")."""
+    ids = [f"s{i + 1}" for i in range(size)]
+    chosen = iter(free_ports(3 * size))
+    planned = {sid: (next(chosen), next(chosen)) for sid in ids}
+    ports = {sid: next(chosen) for sid in ids}
     env = {sid: {"JET_METRICS_PORT": str(port)} for sid, port in ports.items()}
-    with Cluster(root=root, size=size, settings=settings, server_env=env) as cluster:
+    with Cluster(root=root, size=size, settings=settings, server_env=env, ports=planned) as cluster:
         yield cluster, ports
 
 
