@@ -45,8 +45,6 @@ import math
 import time
 from collections.abc import Callable
 
-import anyio
-import anyio.lowlevel
 import attrs
 
 from jetserver.fsync_threads import THREADS
@@ -232,14 +230,16 @@ async def _loop_free(loop: asyncio.AbstractEventLoop | None = None) -> bool:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return True  # not asyncio (trio)
+    # On asyncio a checkpoint is sleep(0): called directly, without anyio's look-up of
+    # the running backend.
     ready = getattr(loop, "_ready", None)
     if ready is None:
         start = time.perf_counter()
-        await anyio.lowlevel.checkpoint()
+        await asyncio.sleep(0)
         return time.perf_counter() - start <= FREE_TURN_S
     if not ready:
         return True
-    await anyio.lowlevel.checkpoint()
+    await asyncio.sleep(0)
     return not ready
 
 

@@ -130,14 +130,24 @@ class RequestMetrics:
     latency: dict[str, Histogram] = attrs.field(factory=dict)
     """api name -> latency histogram (handler start to reply built)."""
 
+    _by_api: dict[int, tuple[tuple[str, str], Histogram]] = attrs.field(factory=dict, repr=False)
+    """api -> (its key for a response without error, its histogram): one look-up per
+    request that succeeds, no name or code worked out again."""
+
     def observe(self, api: int, reply: bytes, seconds: float) -> None:
         """Count one request of ``api`` answered with frame bytes ``reply`` in ``seconds``."""
-        name = api_name(api)
-        key = (name, reply_code(reply))
-        self.counts[key] = self.counts.get(key, 0) + 1
-        hist = self.latency.get(name)
-        if hist is None:
-            hist = self.latency[name] = Histogram()
+        known = self._by_api.get(api)
+        if known is None:
+            name = api_name(api)
+            hist = self.latency.get(name)
+            if hist is None:
+                hist = self.latency[name] = Histogram()
+            known = self._by_api[api] = ((name, "NONE"), hist)
+        key, hist = known
+        if len(reply) > _FLAGS_OFFSET and reply[_FLAGS_OFFSET] & FLAG_ERROR:
+            key = (key[0], reply_code(reply))
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
         hist.observe(seconds)
 
 

@@ -63,8 +63,8 @@ class Copies:
     deadline: float
     """The request's deadline (``time.monotonic``)."""
 
-    async def __call__(self) -> None:
-        await self.publish()
+    def __call__(self) -> Awaitable[None]:
+        return self.publish()  # its coroutine: no frame of its own to resume
 
 
 @attrs.define(eq=False)

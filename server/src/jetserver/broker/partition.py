@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -407,33 +407,36 @@ class PartitionReplica:
         """:meth:`Intake.appends_at_once`."""
         return self.intake.appends_at_once(policy)
 
-    async def ingest_direct(
+    def ingest_direct(
         self,
         batch: DirectBatch,
         *,
         shield: bool = True,
         entered: Callable[[], None] | None = None,
-    ) -> bool:
-        """:meth:`Intake.ingest_direct`."""
-        return await self.intake.ingest_direct(batch, shield=shield, entered=entered)
+    ) -> Coroutine[Any, Any, bool]:
+        """:meth:`Intake.ingest_direct` (its coroutine: no frame of this method's own to
+        create and resume on each message's way; likewise below)."""
+        return self.intake.ingest_direct(batch, shield=shield, entered=entered)
 
     # ---------------------------------------------------------------- commit
 
-    async def wait_for_hw_above(self, offset: int, timeout_s: float) -> None:
+    def wait_for_hw_above(self, offset: int, timeout_s: float) -> Coroutine[Any, Any, None]:
         """:meth:`Committer.wait_for_hw_above`."""
-        await self.committer.wait_for_hw_above(offset, timeout_s)
+        return self.committer.wait_for_hw_above(offset, timeout_s)
 
     def wake_waiters(self) -> None:
         """Wake every fetch waiting on this partition."""
         self.committer.wake_waiters()
 
-    async def wait_committed(self, end: int, failures: int, timeout_s: float) -> bool:
+    def wait_committed(
+        self, end: int, failures: int, timeout_s: float
+    ) -> Coroutine[Any, Any, bool]:
         """:meth:`Committer.wait_committed`."""
-        return await self.committer.wait_committed(end, failures, timeout_s)
+        return self.committer.wait_committed(end, failures, timeout_s)
 
-    async def commit_deferred(self) -> None:
+    def commit_deferred(self) -> Coroutine[Any, Any, None]:
         """:meth:`Committer.commit_deferred`."""
-        await self.committer.commit_deferred()
+        return self.committer.commit_deferred()
 
     def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
         """:meth:`Committer.copies_turn`."""

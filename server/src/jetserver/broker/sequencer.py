@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 _U32 = struct.Struct(">I")
 _UNSCOPED = contextlib.nullcontext()
 _ALL = int(AckPolicy.ALL)
+_POLICIES = {int(p): p for p in AckPolicy}
+"""Ack policy by wire value (an enum call per request goes through EnumType.__call__;
+a direct batch's policy was checked when its request was decoded)."""
 DEFER_MAX_RECORDS = 16
 """Largest LEADER/NONE-acked request that fsyncs in its own after-work (light load); the
 flusher groups the fsyncs of larger ones."""
@@ -355,7 +358,7 @@ class Sequencer:
         """Admit the messages of a direct Produce request into ``b``: their record bodies
         cut from the request's bytes (no envelope parsed), acked to its completion."""
         cache = self._fields_cache
-        policy = AckPolicy(batch.policy)
+        policy = _POLICIES[batch.policy]
         completion = batch.completion
         for subject, record, index in zip(
             batch.subjects, batch.records, batch.indexes, strict=True

@@ -309,7 +309,9 @@ class ReplicaCore(Generic[P]):
             return Outcome(wake_replicas=True)
         if self.role != ROLE_SINGLE:
             return Outcome()
-        out = Outcome[P](hw=flushed if flushed > hw else None)
+        # Not Outcome[P](...): calling a subscripted generic goes through typing's
+        # machinery (it tries to set __orig_class__) on every fsync.
+        out = Outcome(hw=flushed if flushed > hw else None)
         out.acks = self._take_below(max(hw, flushed), True)
         return out
 
@@ -351,7 +353,7 @@ class ReplicaCore(Generic[P]):
         if state is None:
             return Outcome()
         moved = state.on_fetch(follower, offset, flushed, now, poll_s=poll_s)
-        out = self._advance(hw) if moved else Outcome[P]()
+        out = self._advance(hw) if moved else Outcome()  # not Outcome[P](): see flushed
         if follower not in state.isr and state.pending_isr is None:
             out.wake_isr = True  # maybe caught up: propose the expansion now
         return out

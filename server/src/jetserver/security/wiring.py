@@ -62,16 +62,28 @@ def acl_proposer(store: MetadataView, node: ClusterNode | None) -> AclProposer:
     return propose
 
 
+class _SessionBound:
+    """A connection's handler: ``handle`` with its session. A plain call that returns
+    ``handle``'s coroutine, not a coroutine of its own: no frame to create and resume
+    per request."""
+
+    __slots__ = ("_handle", "_session")
+
+    def __init__(self, handle: SessionHandler, session: Session) -> None:
+        self._handle = handle
+        self._session = session
+
+    def __call__(self, frame: Frame) -> Awaitable[Reply]:
+        return self._handle(frame, self._session)
+
+
 def connection_setup(security: Security, handle: SessionHandler) -> ConnectionSetup:
     """The listener's per-socket setup: TLS handshake and a session-bound handler."""
 
     async def setup(sock: socket.socket) -> tuple[SocketIO, FrameHandler]:
         io, session = await security.setup(sock)
 
-        async def handler(frame: Frame) -> Reply:
-            return await handle(frame, session)
-
-        return io, handler
+        return io, _SessionBound(handle, session)
 
     return setup
 
