@@ -59,6 +59,11 @@ READ_IN_PLACE_MIN_BYTES = 64 * 1024
 """A request frame's body of at least this many bytes that is not all received at once is
 received in place, into a buffer of its size (FrameDecoder ``readinto_min``): no join of
 the received chunks (about 0.2-0.35 CPU ms per MiB of Produce requests)."""
+READ_AT_ONCE_MAX_BYTES = 64 * 1024
+"""A Fetch answer whose records are one slice of at most this many bytes, in memory or
+below the sendfile threshold, goes out with its head in one ``send`` when the socket takes
+it (a tailing consumer's answer); bigger or split ones go through
+:meth:`AcceptedConnection._send_rest`."""
 _CANCEL_WAIT_S = 5.0
 """Bound on in-flight requests finishing their cancellation when a connection ends."""
 _CLOSE_NOTICE_TIMEOUT_S = 1.0
@@ -361,8 +366,18 @@ class AcceptedConnection:
             sent = self.io.send_now(data)
             return None if sent == len(data) else (memoryview(data)[sent:], 0)
         first = parts[0]
-        if first.length < self.sendfile_min_bytes:
-            return data, 0
+        in_memory = first.data is not None
+        if in_memory or first.length < self.sendfile_min_bytes:
+            if len(parts) > 1 or first.length > READ_AT_ONCE_MAX_BYTES:
+                return data, 0
+            # One small slice (a tailing consumer's answer, usually in memory: the last
+            # append): head and records in one system call, no lock and no timed wait.
+            whole = data + first.read_bytes()
+            sent = self.io.send_now(whole)
+            if sent == len(whole):
+                return None
+            # The rest goes as bytes: nothing of the slice is left to send from the file.
+            return memoryview(whole)[sent:], first.length
         sent = self.io.send_now(data, more=True)
         if sent < len(data):
             return memoryview(data)[sent:], 0
@@ -381,7 +396,7 @@ class AcceptedConnection:
             skip = file_done if i == 0 else 0
             if part.length - skip <= 0:
                 continue
-            if part.length >= self.sendfile_min_bytes:
+            if part.data is None and part.length >= self.sendfile_min_bytes:
                 if pending:
                     await self.io.send_all(pending, more=True)
                     pending = b""

@@ -20,7 +20,7 @@ class ReadSlice:
     """
 
     fileno: int
-    """File descriptor to read from; -1 for an empty slice."""
+    """File descriptor to read from; -1 for an empty slice or one with :attr:`data`."""
     position: int
     """Byte position of the first record in the file."""
     length: int
@@ -31,6 +31,10 @@ class ReadSlice:
     """Offset to read next: one past the last record, or past a gap known to hold nothing."""
     lease: FileLease | None = attrs.field(default=None, eq=False, repr=False)
     """Internal: the reference keeping ``fileno`` open."""
+    data: bytes | None = attrs.field(default=None, eq=False, repr=False)
+    """The bytes themselves, when the read found them in memory (the segment's last
+    append, :meth:`~jetserver.storage.segment.Segment.tail_bytes`): ``fileno`` is -1
+    and there is no lease then; send or use these instead."""
 
     @property
     def empty(self) -> bool:
@@ -39,6 +43,8 @@ class ReadSlice:
 
     def read_bytes(self) -> bytes:
         """The slice's bytes (``os.pread`` of the range). Raises OSError on I/O failure."""
+        if self.data is not None:
+            return self.data
         if self.length == 0:
             return b""
         return pread_exact(self.fileno, self.length, self.position)

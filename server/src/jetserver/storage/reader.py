@@ -73,6 +73,10 @@ class Reader:
             if start == end_pos:
                 lease.release()
                 return empty_slice(offset, next_offset)
+            data = seg.tail_bytes(start, end_pos, st.generation)
+            if data is not None:  # what the last append wrote: from memory
+                lease.release()
+                return ReadSlice(-1, start, end_pos - start, first, next_offset, data=data)
             return ReadSlice(seg.file.fd, start, end_pos - start, first, next_offset, lease)
 
     def offset_for_timestamp(self, timestamp_ns: int, max_offset: int | None = None) -> int | None:

@@ -43,6 +43,11 @@ MAX_SCAN_CHUNK = 1024 * 1024
 MAX_READ_HINTS = 8
 """Ends of recent reads a segment remembers (readers keeping up each start their next
 read at one): a table open in several processes, a group's consumers."""
+TAIL_MAX_BYTES = 1024
+"""A segment keeps its last append in memory if it was at most this many bytes (one
+buffer per segment, replaced by the next append): a consumer keeping up at light load
+reads exactly those records (:meth:`Segment.tail_bytes`). Small, as every partition's
+active segment may hold one."""
 
 
 class SegmentState(NamedTuple):
@@ -107,6 +112,7 @@ class Segment:
     __slots__ = (
         "_hints",
         "_indexes_on_disk",
+        "_tail",
         "base_offset",
         "corrupt_end",
         "directory",
@@ -143,6 +149,9 @@ class Segment:
         self._hints: dict[int, tuple[int, int, bool]] = {}
         self._indexes_on_disk: bytes | None = None
         """Digest of what the index files on disk hold, if known (see :meth:`write_indexes`)."""
+        self._tail: tuple[int, int, bytes] | None = None
+        """(generation, position, bytes) of the last append if it was one ``bytes`` of at
+        most :data:`TAIL_MAX_BYTES` (see :meth:`tail_bytes`)."""
         self.no_index_files = False
         """Known to have no index files (new, or none found at recovery): a clean close
         writes none while it has no index entries (``write_indexes(keep_absent=True)``)."""
@@ -219,6 +228,12 @@ class Segment:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.file.fd, st.size)
             raise StorageError(f"write to {self.log_path} failed: {exc}") from exc
+        # Exactly ``bytes`` (immutable): a memoryview may be of a buffer reused later.
+        self._tail = (
+            (st.generation, st.size, data)
+            if type(data) is bytes and len(data) <= TAIL_MAX_BYTES
+            else None
+        )
         index, timeindex = st.offset_index, st.time_index
         if entries.offsets:
             relative = list(map(sub, entries.offsets, repeat(self.base_offset)))
@@ -270,10 +285,26 @@ class Segment:
         if position == 0:
             self.first_timestamp = None
         self._hints.clear()
+        self._tail = None
         self.state = SegmentState(
             position, next_offset, running, index, timeindex, keep, st.generation + 1
         )
         return st.size - position
+
+    def tail_bytes(self, start: int, end: int, generation: int) -> bytes | None:
+        """The file's bytes ``[start, end)`` if the last append (in ``generation``) wrote
+        all of them, from memory; None if not. A reader keeping up reads just what the
+        last append wrote: its answer then needs no file lease, and goes out with its head
+        in one ``send`` instead of a ``send`` and a ``sendfile``."""
+        tail = self._tail
+        if tail is None or tail[0] != generation:
+            return None
+        position, data = tail[1], tail[2]
+        if start < position or end > position + len(data):
+            return None
+        if start == position and end == position + len(data):
+            return data
+        return data[start - position : end - position]
 
     def note_indexes_on_disk(self, index: bytes, timeindex: bytes) -> None:
         """The index files hold these bytes (read at recovery)."""

@@ -1,0 +1,71 @@
+"""A read of what the last small append wrote comes from memory (Segment.tail_bytes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from jetsdk.codec.record import iter_records
+from jetserver.storage import Log, LogConfig
+from jetserver.storage.segment import TAIL_MAX_BYTES
+
+from .helpers import bodies
+
+
+def _file_bytes(directory: Path, position: int, length: int) -> bytes:
+    (path,) = directory.glob("*.log")
+    with path.open("rb") as f:
+        return os.pread(f.fileno(), length, position)
+
+
+def test_a_read_of_the_last_small_append_is_served_from_memory(tmp_path: Path) -> None:
+    """The records one small append wrote, read by a reader keeping up, come as bytes
+    with no file descriptor and no lease (one ``send`` with the Fetch head, no
+    ``sendfile``); they are the file's bytes. A read that also covers older records, or
+    one after a truncation, reads the file."""
+    with Log.open(tmp_path / "p", LogConfig(index_interval_bytes=1 << 20)) as log:
+        log.append(bodies(2), 1, 0)
+        log.append(bodies(3, start=2), 2, 0)
+        log.set_high_watermark(5)
+        with log.read(2, 1 << 20) as tail:
+            assert tail.data is not None
+            assert tail.fileno == -1
+            assert tail.lease is None
+            assert tail.read_bytes() == _file_bytes(tmp_path / "p", tail.position, tail.length)
+            assert [r.offset for r in iter_records(tail.read_bytes())] == [2, 3, 4]
+        with log.read(3, 1 << 20) as part:  # inside the last append: still from memory
+            assert part.data is not None
+            assert [r.offset for r in iter_records(part.read_bytes())] == [3, 4]
+        with log.read(0, 1 << 20) as whole:  # older records too: from the file
+            assert whole.data is None
+            assert whole.fileno >= 0
+            assert [r.offset for r in iter_records(whole.read_bytes())] == [0, 1, 2, 3, 4]
+        log.truncate_to(4)
+        with log.read(2, 1 << 20) as after_cut:
+            assert after_cut.data is None
+            assert [r.offset for r in iter_records(after_cut.read_bytes())] == [2, 3]
+        log.append(bodies(1, start=40), 3, 0)
+        log.set_high_watermark(5)
+        with log.read(4, 1 << 20) as new_tail:
+            assert new_tail.data is not None
+            assert [r.value.rstrip(b".") for r in iter_records(new_tail.read_bytes())] == [b"v40"]
+
+
+def test_a_large_append_or_a_raw_one_is_not_kept(tmp_path: Path) -> None:
+    """An append over TAIL_MAX_BYTES is read from the file, and so is a follower's raw
+    append (a view of a buffer that may be reused)."""
+    with (
+        Log.open(tmp_path / "big", LogConfig(index_interval_bytes=1 << 20)) as big,
+        Log.open(tmp_path / "raw", LogConfig(index_interval_bytes=1 << 20)) as raw,
+    ):
+        big.append(bodies(1, size=TAIL_MAX_BYTES + 1), 1, 0)
+        big.set_high_watermark(1)
+        with big.read(0, 1 << 20) as sl:
+            assert sl.data is None
+            assert sl.fileno >= 0
+            data = sl.read_bytes()
+        raw.append_raw(memoryview(bytearray(data)))
+        raw.set_high_watermark(1)
+        with raw.read(0, 1 << 20) as sl:
+            assert sl.data is None
+            assert sl.read_bytes() == data
