@@ -146,3 +146,46 @@ async def test_reads_into_a_buffer_in_every_way_bytes_can_come() -> None:
             assert await io.recv_into_within(view, 5) == 0  # end of stream
     finally:
         io.close()
+
+
+async def test_waits_share_one_timer_until_a_deadline_comes_sooner() -> None:
+    """A connection's reads wait with a deadline that moves on with each request (the
+    idle timeout): one timer serves them all, none is armed or cancelled per request.
+    It still ends a wait at that wait's deadline: a later one after the timer fired
+    early (re-armed), and a sooner one (the timer moved)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    timers: list[asyncio.TimerHandle] = []  # held: distinct objects are distinct timers
+
+    def note() -> None:
+        if io._timer is not None and all(t is not io._timer for t in timers):
+            timers.append(io._timer)
+
+    a, b = socket.socketpair()
+    io = SocketIO(a)
+    try:
+        for i in range(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_send_when_waited, io, b, b"m%d" % i)
+                with anyio.fail_after(5):
+                    assert await io.recv_within(30 + i) == b"m%d" % i
+            note()
+        assert len(timers) == 1
+        assert not timers[0].cancelled()
+        started = loop.time()
+        with anyio.fail_after(5):
+            assert await io.recv_within(0.05) is None  # sooner: the timer moved
+        assert loop.time() - started >= 0.04
+        assert timers[0].cancelled()
+        io._arm(loop, 0.05)  # as if a wait armed it and data ended that wait
+        note()
+        started = loop.time()
+        with anyio.fail_after(5):
+            assert await io.recv_within(0.2) is None  # that timer fires early: re-armed
+        assert loop.time() - started >= 0.19
+        note()
+        assert len(timers) == 2  # the re-armed one was let go when it fired
+    finally:
+        io.close()
+        b.close()

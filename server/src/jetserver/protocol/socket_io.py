@@ -25,12 +25,25 @@ READ_INLINE_MAX_BYTES = 1024 * 1024
 """fetch.io=read: slices up to this size are read on the event loop (a page-cache pread is
 cheaper than a worker-thread hop); bigger ones in a worker thread."""
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
+_TIMER_SLACK_S = 0.002
+"""A read wait's timer that fires this close to the wait's deadline ends it (uvloop's
+timers and clock have millisecond resolution: no re-arming for what is left of one)."""
 
 
 class SocketIO:
     """A connected non-blocking socket."""
 
-    __slots__ = ("_early", "_into", "_max_read", "_waiter", "_watch", "peer", "sock")
+    __slots__ = (
+        "_deadline",
+        "_early",
+        "_into",
+        "_max_read",
+        "_timer",
+        "_waiter",
+        "_watch",
+        "peer",
+        "sock",
+    )
 
     def __init__(self, sock: socket.socket) -> None:
         """Take ownership of ``sock`` (made non-blocking, TCP_NODELAY on)."""
@@ -47,6 +60,11 @@ class SocketIO:
         self._early: bytes | OSError | None = None
         """What the reader callback received while nobody waited (for the next read)."""
         self._max_read = RECV_BYTES
+        self._timer: asyncio.TimerHandle | None = None
+        """The timer of the waits for reads (:meth:`_arm`): armed once, kept from one
+        wait to the next, re-armed when it fires before the deadline of the wait then."""
+        self._deadline = 0.0
+        """The current wait's deadline (loop time)."""
         try:
             peer = sock.getpeername()
             self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -96,11 +114,10 @@ class SocketIO:
         if self._watch is None:
             loop.add_reader(self.sock.fileno(), self._on_readable)
             self._watch = loop
-        timer = loop.call_later(seconds, _settle, ready, None)
+        self._arm(loop, seconds)
         try:
             got = await ready
         finally:
-            timer.cancel()
             self._waiter = None
         assert not isinstance(got, int)  # no target set: received as bytes
         return got
@@ -133,14 +150,38 @@ class SocketIO:
         if self._watch is None:
             loop.add_reader(self.sock.fileno(), self._on_readable)
             self._watch = loop
-        timer = loop.call_later(seconds, _settle, ready, None)
+        self._arm(loop, seconds)
         try:
             data = await ready
         finally:
-            timer.cancel()
             self._waiter = self._into = None
         assert not isinstance(data, bytes)  # received into the target
         return data
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        """Let the current wait end with None ``seconds`` from now. The timer armed for an
+        earlier wait is kept if it fires no later (it then re-arms itself for the rest):
+        a connection whose deadline moves on with each request (the idle timeout) arms
+        one timer per idle period, not one per request, and cancels none."""
+        deadline = loop.time() + seconds
+        self._deadline = deadline
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= deadline:
+                return
+            timer.cancel()
+        self._timer = loop.call_at(deadline, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # no wait now: the next one arms a timer again
+        loop = waiter.get_loop()
+        if loop.time() < self._deadline - _TIMER_SLACK_S:
+            self._timer = loop.call_at(self._deadline, self._on_deadline)
+        else:
+            waiter.set_result(None)
 
     def _on_readable(self) -> None:
         waiter = self._waiter
@@ -263,11 +304,9 @@ class SocketIO:
 
     def close(self) -> None:
         """Close the socket (wait tasks must have been cancelled first)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._unwatch()
         with contextlib.suppress(OSError):
             self.sock.close()
-
-
-def _settle(future: asyncio.Future[bytes | int | None], value: None) -> None:
-    if not future.done():
-        future.set_result(value)
