@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import asyncio
 
-import anyio
-import anyio.lowlevel
-
 __all__ = ["LazyEvent"]
 
 
@@ -74,12 +71,15 @@ class LazyEvent:
         """True once :meth:`set` was called."""
         return self._set
 
-    async def wait(self) -> None:
-        """Return once the event is set (at once, after a checkpoint, if it already is)."""
+    async def wait(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Return once the event is set (at once, after a checkpoint, if it already is).
+        ``loop``: the running loop if the caller knows it (as :meth:`wait_within`)."""
         if self._set:
-            await anyio.lowlevel.checkpoint()
+            await asyncio.sleep(0)  # the checkpoint (asyncio only: no backend look-up)
             return
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if loop is None:
+            loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
         if self._futures is None:
             self._futures = {}
         self._futures[future] = None

@@ -81,7 +81,9 @@ class Committer:
     """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
     fetch_waiters: int = 0
     """Fetches parked waiting for the HW to move."""
-    _dirty: anyio.Event = attrs.field(init=False)
+    _dirty: LazyEvent = attrs.field(init=False)
+    """Set when there is something to fsync (a LazyEvent: a new anyio.Event per flush
+    looked up the async backend, with a getpid system call, on every message)."""
     """Set to have the flusher fsync (made with the flusher: :meth:`request_flush`)."""
     _flushing: bool = False
     """The flusher task runs (started by the first :meth:`request_flush`)."""
@@ -142,7 +144,7 @@ class Committer:
                     self.fsyncs.thread_fsyncs += 1
                 return
             self._flushing = True
-            self._dirty = anyio.Event()
+            self._dirty = LazyEvent()
             tg.start_soon(self._flusher)
         self._dirty.set()
 
@@ -176,7 +178,7 @@ class Committer:
         if tg is None:
             return
         self._flushing = True
-        self._dirty = anyio.Event()
+        self._dirty = LazyEvent()
         tg.start_soon(self._flusher)
         self._dirty.set()
 
@@ -185,6 +187,14 @@ class Committer:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         return loop
+
+    def running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop this replica runs on (looked up once; call on that loop)."""
+        return self._running_loop()
+
+    def now(self) -> float:
+        """``anyio.current_time()`` (the loop's clock) without its backend look-up."""
+        return self._running_loop().time()
 
     def _flush_if_deferred(self) -> None:
         if self._deferred:
@@ -290,8 +300,8 @@ class Committer:
 
     async def _flusher(self) -> None:
         while True:
-            await self._dirty.wait()
-            self._dirty = anyio.Event()
+            await self._dirty.wait(self._running_loop())
+            self._dirty = LazyEvent()
             target = self.log.log_end_offset
             try:
                 if hops.ENABLED:

@@ -204,9 +204,8 @@ async def _serve(
     if parked_s > 0.0:
         # Parked fetches answered now: their followers were caught up until now (a live
         # one asks again at once; one gone meanwhile is caught up no longer).
-        now = anyio.current_time()
         for e in live:
-            e.replica.replica_poll_ended(e.follower, now)
+            e.replica.replica_poll_ended(e.follower, e.replica.committer.now())
     budget = min(req.max_bytes, limits.max_fetch_bytes)
     unread: dict[int, ReadSlices] = {}
     try:
@@ -260,7 +259,7 @@ async def _wait_news(live: list[_Live], parked: _Parked, timeout_s: float) -> tu
     anyio scope (twice per replicated message at light load). A wake for a HW alone
     (:meth:`LeaderState.fetch_has_news`) waits on until its delay is over, and then
     answers without a wake: the timer is the earlier of the delay and ``timeout_s``."""
-    loop = asyncio.get_running_loop()
+    loop = live[0].replica.committer.running_loop()  # no getpid (Python 3.11)
     start = loop.time()
     parked_s = 0.0
     for _ in range(MAX_NEWS_WAITS):

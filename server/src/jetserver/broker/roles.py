@@ -549,7 +549,7 @@ class RoleDriver:
             follower,
             offset,
             flushed,
-            anyio.current_time(),
+            self.committer.now(),
             hw=self.log.high_watermark,
             poll_s=poll_s,
         )
