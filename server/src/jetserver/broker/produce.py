@@ -406,7 +406,9 @@ class ProduceService:
                             for i in sent_index:
                                 results[i] = _PUBLISHED
                         elif waiting.remaining > 0:
-                            await waiting.done.wait_within(deadline - time.monotonic())
+                            await waiting.done.wait_within(
+                                deadline - time.monotonic(), replica.committer.running_loop()
+                            )
                     except BaseException:
                         # Cancelled (the connection closed, or the scope of the request's
                         # timeout): no after-work will run, its copies are given up.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -157,21 +157,38 @@ class Dispatcher:
             log.exception("request failed", extra=fields(api=api))
             return error_reply(api, cid, ErrorCode.UNKNOWN, f"internal error: {exc!r}")
 
-    async def _dispatch(self, frame: Frame, produce_head: ProduceHead | None = None) -> Reply:
+    def _dispatch(
+        self, frame: Frame, produce_head: ProduceHead | None = None
+    ) -> Coroutine[Any, Any, Reply]:
+        """The API's handler coroutine (a plain call, not a coroutine of its own: no frame
+        to create and resume on every request).
+
+        Raises:
+            ApiError: UNSUPPORTED_API (at once).
+        """
         api = frame.api
         if api == Api.PRODUCE:
-            return await self._produce(frame, produce_head)
+            return self._produce(frame, produce_head)
         if api == Api.FETCH:
-            return await self._fetch(frame)
+            return self._fetch(frame)
         if api == Api.REPLICA_FETCH:
-            return await self._replica_fetch(frame)
+            return self._replica_fetch(frame)
         json_handler = self._json_handlers().get(api)
         if json_handler is None:
             raise ApiError(ErrorCode.UNSUPPORTED_API, f"unknown API key {api}", {"api": api})
+        return self._json(frame, json_handler)
+
+    async def _json(
+        self,
+        frame: Frame,
+        json_handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+    ) -> Reply:
         request = decode_json(frame.body)
         response = await json_handler(request)
         return Reply(
-            encode_frame(api, frame.correlation_id, encode_json(response), flags=FLAG_RESPONSE)
+            encode_frame(
+                frame.api, frame.correlation_id, encode_json(response), flags=FLAG_RESPONSE
+            )
         )
 
     async def _dispatch_after_catching_up(self, frame: Frame, error: ApiError) -> Reply:
