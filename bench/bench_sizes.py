@@ -57,7 +57,7 @@ from bench import bench_sdk
 from bench.bench_sdk import (
     _load,
     _process_cpu_s,
-    jetstream_server,
+    compared_servers,
     js_consume_ordered,
     js_publish,
 )
@@ -435,12 +435,7 @@ def run(quick: bool) -> None:
     print(f"load {_load()}; sizes {', '.join(map(_size_label, sizes))}", flush=True)
     rows: list[tuple[Row, float, float]] = []
     if sizes or z_sizes:  # none: the RF 3 row only
-        with (
-            open(os.devnull, "wb") as devnull,
-            DevCluster(size=1, log_file=devnull) as dev,
-            jetstream_server(sync_always=False) as js_url,
-            jetstream_server(sync_always=True) as js_sync_url,
-        ):
+        with compared_servers() as (dev, js_url, js_sync_url):
             server_pid = dev.servers[0].pid if dev.servers else None
             assert dev.root is not None
             rows += anyio.run(
