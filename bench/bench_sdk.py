@@ -224,11 +224,20 @@ async def jet_fill(client: Client, stream: str, n: int) -> None:
         await p.flush()
 
 
-async def jet_consume(client: Client, stream: str, n: int) -> float:
-    async with Consumer(client, stream, start="earliest") as consumer:
+async def jet_consume(
+    client: Client,
+    stream: str,
+    n: int,
+    *,
+    timeout_s: float = SETTLE_TIMEOUT_S,
+    **options: Any,
+) -> float:
+    """Records per second of one consumer reading ``n`` records of ``stream`` from the
+    start (``options``: more :class:`~jetsdk.Consumer` arguments)."""
+    async with Consumer(client, stream, start="earliest", **options) as consumer:
         start = time.perf_counter()
         got = 0
-        with anyio.fail_after(SETTLE_TIMEOUT_S):
+        with anyio.fail_after(timeout_s):
             while got < n:
                 got += len(await consumer.fetch(max_records=10_000, timeout=10))
         return got / (time.perf_counter() - start)

@@ -61,7 +61,7 @@ from bench.bench_sdk import (
     js_consume_ordered,
     js_publish,
 )
-from jetsdk import AckPolicy, Client, Consumer
+from jetsdk import AckPolicy, Client
 from jetsdk.producer.accumulator import DEFAULT_MAX_BATCH_BYTES
 from jetserver.devcluster import DevCluster
 
@@ -172,15 +172,9 @@ async def jet_publish(
 
 
 async def jet_consume(client: Client, stream: str, n: int) -> float:
-    async with Consumer(
-        client, stream, start="earliest", max_bytes=CONSUME_MAX_BYTES, auto_commit=None
-    ) as consumer:
-        start = time.perf_counter()
-        got = 0
-        with anyio.fail_after(TIMEOUT_S):
-            while got < n:
-                got += len(await consumer.fetch(max_records=10_000, timeout=10))
-        return got / (time.perf_counter() - start)
+    return await bench_sdk.jet_consume(
+        client, stream, n, timeout_s=TIMEOUT_S, max_bytes=CONSUME_MAX_BYTES, auto_commit=None
+    )
 
 
 # -- JetStream ----------------------------------------------------------------------------
