@@ -56,7 +56,8 @@ class FakeReplica:
 async def test_an_error_after_the_replica_ran_fails_the_servers_task_group() -> None:
     tasks = ReplicaTasks()
     replica, other = FakeReplica(), FakeReplica()
-    with anyio.fail_after(BOUND_S), pytest.raises(ExceptionGroup) as caught:
+
+    async def serve() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(tasks.guard)
             await tasks.start(replica.run(), replica.life, replica.stop)
@@ -64,6 +65,9 @@ async def test_an_error_after_the_replica_ran_fails_the_servers_task_group() -> 
             assert len(tasks) == 2
             replica.fail_now.set()  # not stopping: run raises
             await anyio.sleep_forever()
+
+    with anyio.fail_after(BOUND_S), pytest.raises(ExceptionGroup) as caught:
+        await serve()
     assert caught.group_contains(RuntimeError, match="^replica bug$")
     # The guard's end stopped the other replica and waited for its ending.
     assert other.stops == 1
