@@ -68,7 +68,7 @@ async def test_an_error_after_the_replica_ran_fails_the_servers_task_group() -> 
 
     with anyio.fail_after(BOUND_S), pytest.raises(ExceptionGroup) as caught:
         await serve()
-    assert caught.group_contains(RuntimeError, match="^replica bug$")
+    assert caught.group_contains(RuntimeError, match=r"^replica bug$")
     # The guard's end stopped the other replica and waited for its ending.
     assert other.stops == 1
     assert other.closed
@@ -83,7 +83,7 @@ async def test_an_error_before_the_replica_ran_is_raised_to_the_caller_only() ->
             tg.start_soon(tasks.guard)
             with pytest.raises(ExceptionGroup) as caught:  # its run's own task group
                 await tasks.start(broken.run(), broken.life, broken.stop)
-            assert caught.group_contains(RuntimeError, match="^could not open$")
+            assert caught.group_contains(RuntimeError, match=r"^could not open$")
             assert broken.closed  # its ending ran before the error came out
             await tasks.start(fine.run(), fine.life, fine.stop)
             await anyio.sleep(0.05)  # the guard did not fail (it would cancel this)
