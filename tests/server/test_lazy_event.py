@@ -84,3 +84,27 @@ async def test_a_cancelled_wait_leaves_no_waiter_and_a_later_set_wakes_the_rest(
             event.set()
         assert woken == ["kept"]
         assert event._futures is None
+
+
+async def test_one_waiter_is_held_without_a_table_and_leaves_nothing_when_cancelled() -> None:
+    """The common case (an idle partition's sequencer) costs one future, no table (issue
+    34); a second waiter makes the table, and set wakes both."""
+    event = LazyEvent()
+    woken: list[str] = []
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as alone:
+            alone.start_soon(_wait_and_note, event, woken, "alone")
+            await anyio.wait_all_tasks_blocked()
+            assert event._futures is not None
+            assert not isinstance(event._futures, dict)
+            alone.cancel_scope.cancel()
+        assert event._futures is None  # the only waiter was cancelled: nothing held
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_wait_and_note, event, woken, "first")
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(_wait_and_note, event, woken, "second", 5)
+            await anyio.wait_all_tasks_blocked()
+            assert isinstance(event._futures, dict)
+            event.set()
+    assert sorted(woken) == ["first", "second"]
+    assert event._futures is None
