@@ -65,8 +65,10 @@ UNREPORTED_CHECK_S = 5.0
 COLLECT_S = 1.0
 """Longest wait, once a partition's reports reach a majority, for the reports of its other
 live ISR members (:func:`awaited`), so that the new leader can be taken among all of them.
-Both survivors of a dead server find it down within one probe period (0.5 s) of each
-other; a member that never reports (it lacks records) delays the election this long."""
+Both survivors of a killed server find it down at once (its connections end, and the
+probe that asks for is refused), of one that stopped answering within one probe period
+(0.5 s) of each other; a member that never reports (it lacks records) delays the
+election this long."""
 MAX_BATCH = 1000
 """Most elections in one Raft entry (ElectLeaders; 1,000 encode to well under
 ``MAX_ENTRY_BYTES``): at 500, the second half of a dead server's 1,000 leaderships waited
