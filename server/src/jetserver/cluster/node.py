@@ -53,20 +53,8 @@ log = logging.getLogger(__name__)
 
 METADATA_ELECTION_STAGGER_S = 0.3
 """Between the hastened metadata elections of the surviving members, by rank (server id
-order), when the metadata leader's process is gone, on top of one probe interval: the
-first asks for votes at once, the next only if that one has not won meanwhile. Each
-member counts from its own probe refused, and the members' probes are up to one
-``probe_interval_s`` apart: with 0.3 s alone, a kill -9 at 3,000 partitions had the
-second member, which found the leader gone 0.22 s before the first, ask for votes in the
-same term 70 ms after it; the votes split and the next term came 1.4 s later."""
-
-
-def hastened_election_delay_s(rank: int, probe_interval_s: float) -> float:
-    """How long after its own refused probe the member of ``rank`` (0: first in server-id
-    order among the survivors) asks for votes when the metadata leader's process is gone."""
-    return rank * (probe_interval_s + METADATA_ELECTION_STAGGER_S)
-
-
+order), when the metadata leader's process is gone: the first asks for votes at once, the
+next only if that one has not won meanwhile."""
 REGISTER_PROPOSE_TIMEOUT_S = 5.0
 """Bound on one RegisterServer proposal (retried until applied)."""
 
@@ -171,16 +159,14 @@ class ClusterNode:
         """A server refused this server's probe: if it led the metadata Raft, elect another
         now rather than after the election timeout (1-2 s, and more when votes split),
         which every partition leadership it held waits for. The surviving members stagger
-        their elections by their rank (``probe_interval_s + METADATA_ELECTION_STAGGER_S``
-        apart: each counts from its own probe)."""
+        their elections by their rank (``METADATA_ELECTION_STAGGER_S`` apart)."""
         status = self.raft.status
         if status.is_leader or status.leader_id != server_id or status.leader_address is None:
             return
         me = self.config.server.id
         members = sorted({me, *(p for p, _ in self.config.cluster.peer_list())} - {server_id})
         rank = members.index(me) if me in members else 0
-        delay_s = hastened_election_delay_s(rank, self.config.cluster.probe_interval_s)
-        self.raft.hasten_election(status.leader_address, delay_s)
+        self.raft.hasten_election(status.leader_address, rank * METADATA_ELECTION_STAGGER_S)
 
     def attach(self, streams: StreamManager) -> None:
         """Give the node this server's StreamManager (before :meth:`start`)."""
