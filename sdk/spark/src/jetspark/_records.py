@@ -71,7 +71,7 @@ def scan(raw: bytes | bytearray | memoryview, end: int) -> tuple[list[int], int 
         if offset >= end:
             break
         body = mv[pos + HEADER_SIZE : pos + size]
-        if crc32(body, crc32(mv[pos : pos + CRC_COVERED_HEADER])) != crc:
+        if crc32(body, crc32(mv[pos : pos + CRC_COVERED_HEADER], 0)) != crc:
             raise CodecError(f"record CRC mismatch at byte {pos}", reason="crc")
         append(pos)
         pos += size
