@@ -119,19 +119,22 @@ async def test_cancelled_waiting_writes_do_not_stall_the_rest(jet_dev: JetDev) -
     async with Client(jet_dev.servers) as client:
         await client.create_stream(stream, compact=True)
         async with Table(client, stream) as table:
-            for _ in range(5):
+            for turns in (0, 1, 2, 3, 3, 4, 6):  # cancelled waiting, gathering, in flight
                 async with anyio.create_task_group() as tg:
                     for i in range(6):
                         tg.start_soon(table.put, b"c%d" % i, b"v")
-                    for _ in range(3):
+                    for _ in range(turns):
                         await anyio.lowlevel.checkpoint()
                     tg.cancel_scope.cancel()
                 with anyio.fail_after(20):
                     rev = await table.put(b"after", b"x")
                 await table.sync()
                 assert table.revision(b"after") == rev
-            assert table._writer is not None
-            assert table._writer._queues == {}
+            writer = table._writer
+            assert writer is not None
+            assert writer._queues == {}
+            assert writer._gatherer is None
+            assert not writer._busy
 
 
 async def test_a_partition_retried_after_a_failed_fsync_holds_back_no_other(
