@@ -8,7 +8,9 @@ answer write again meanwhile), then takes every waiting write of every partition
 no request in flight (up to :data:`MAX_BATCH_MESSAGES` / :data:`MAX_BATCH_BYTES` per
 partition, in call order, consecutive sequences) and sends one Produce request per
 partition, all in the same turn, so those to one server go as ONE ProduceMany request
-(:class:`~jetsdk.producer.fan_in.FanIn`, spec/protocol.md §17). Concurrent ``put`` calls
+(:class:`~jetsdk.producer.fan_in.FanIn`, spec/protocol.md §17; a round of one partition
+is sent at once as its Produce request; on trio, or where the leader's connection is not
+at hand, each request goes on its own through :meth:`Client.produce`). Concurrent ``put`` calls
 over all partitions thus share a round trip and a pass of the server, and each partition's
 share an fsync. A partition has at most one request in flight (its writes keep their
 order); writes to it wait for the next round. Nothing waits to fill a batch (no linger):
