@@ -4,10 +4,9 @@ On a machine shared with other work, rates are noise; CPU per operation and coun
 not (or much less). Each round runs in a child process (client and server code from one
 tree) against a one-server ``jet dev`` of its own, and measures per operation the CPU of
 the client process, of the jet server and of nats-server (/proc), their wake-ups
-(voluntary context switches, all threads: ``*_wakes``), the partition
-requests the table sent (:attr:`TableWriter.requests`), the requests written to the
-server (``wire``: a ProduceMany of several partitions is one, where the tree groups them)
-and the Fetch answers its view applied (``Table.fetches``, where the tree has it):
+(voluntary context switches, all threads: ``*_wakes``), the Produce requests the table
+sent (:attr:`TableWriter.requests`) and the Fetch answers its view applied
+(``Table.fetches``, where the tree has it):
 
 - ``modify1``: ``Table.modify`` of one counter, one writer (each update waits for the
   previous one's commit);
@@ -30,7 +29,6 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio
 import orjson
@@ -106,7 +104,6 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
 
         await work(max(n // 20, 20))  # warm-up (and the counter's first value)
         requests = [t._writer.requests for t in tables if t._writer is not None]
-        wire = [_wire(t) for t in tables]
         fetches = [getattr(t, "fetches", 0) for t in tables]
         cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
         procs: dict[str, int | str] = {"client": "self", **pids}
@@ -120,19 +117,11 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
             out[f"{name}_wakes"] = (_wakeups(proc) - wakes[name]) / n
         done = [t._writer.requests for t in tables if t._writer is not None]
         out["requests"] = (sum(done) - sum(requests)) / n
-        out["wire"] = (sum(_wire(t) for t in tables) - sum(wire)) / n
         out["fetches"] = (sum(getattr(t, "fetches", 0) for t in tables) - sum(fetches)) / n
         if kind != "put":
             await tables[0].sync()
             out["lost"] = updates[0] - int(tables[0].get(b"n") or b"0")
         return out
-
-
-def _wire(table: Any) -> int:
-    """Requests the table's writer wrote to the server (a ProduceMany is one), where the
-    tree counts them apart from its partition requests; else its partition requests."""
-    writer = table._writer
-    return int(getattr(writer, "wire_requests", writer.requests))
 
 
 def _child(kind: str) -> None:

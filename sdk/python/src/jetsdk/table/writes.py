@@ -7,17 +7,18 @@ one: its caller lets the rest of the event loop's turn run (the callers woken by
 answer write again meanwhile), then takes every waiting write of every partition that has
 no request in flight (up to :data:`MAX_BATCH_MESSAGES` / :data:`MAX_BATCH_BYTES` per
 partition, in call order, consecutive sequences) and sends one Produce request per
-partition, all in the same turn, so those to one server go as ONE ProduceMany request
-(:class:`~jetsdk.producer.fan_in.FanIn`, spec/protocol.md §17; a round of one partition
-is sent at once as its Produce request; on trio, or where the leader's connection is not
-at hand, each request goes on its own through :meth:`Client.produce`). Concurrent ``put`` calls
-over all partitions thus share a round trip and a pass of the server, and each partition's
-share an fsync. A partition has at most one request in flight (its writes keep their
-order); writes to it wait for the next round. Nothing waits to fill a batch (no linger):
-the wait is one loop turn, and a lone writer's write goes at once. A write whose result is
-retriable is tried again by its round's caller (its partition stays busy),
-:data:`RETRY_PAUSE_S` apart; the other partitions of the round are free, and their
-writes' callers woken, at once (only the round's caller waits for the retries).
+partition, all at once. Concurrent ``put`` calls thus share requests and fsyncs: a
+partition's batch holds every write made to it while its previous request was in flight
+and in the turn its answer came (64 callers putting to one partition: one request per
+~60 puts, where sending at once made batches of 1 and 63 by turns). A partition has at
+most one request in flight (its writes keep their order); writes to it wait for the next
+round. Nothing waits to fill a batch (no linger): the wait is one loop turn, and a lone
+writer's write goes at once. (Tried: one ProduceMany per round, and rounds whose
+partitions wait for each other. Both cut CPU per put with 4 partitions, by making batches
+bigger, but went at a lower rate on a loaded machine.) A write whose result is
+retriable is tried again (its partition stays busy), :data:`RETRY_PAUSE_S` apart. Each
+partition of a round is free again, and its writes' callers woken, as soon as its own
+answer came (only the round's caller waits for all of the round).
 
 A compare-and-set carries ``Jet-Expected-Key-Offset`` (spec/envelope.md, "Per-key
 compare-and-set"); the server checks the messages of a request in order, each against the
@@ -31,7 +32,6 @@ retry at once on it instead of reading the key first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 
 import anyio
@@ -39,20 +39,16 @@ import anyio.lowlevel
 import attrs
 
 from jetsdk.client import Client
-from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, is_retriable
 from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
     ProduceResult,
-    encode_produce_request,
     new_produce_message,
 )
 from jetsdk.codec.ttl import TTL_HEADER
 from jetsdk.errors import JetError, Timeout, WrongExpectedKeyOffset, error_from_code
 from jetsdk.partitioner import partition_for_key
-from jetsdk.producer.fan_in import FanIn, SectionAnswer
-from jetsdk.retry import needs_metadata_refresh
 from jetsdk.transport import running_asyncio_loop
 
 EXPECTED_KEY_OFFSET = "Jet-Expected-Key-Offset"
@@ -141,21 +137,12 @@ class TableWriter:
     """Partitions with a request in flight (or a retry pending)."""
     _gatherer: _Write | None = None
     """The write whose caller gathers the next round (None: no round gathering)."""
-    _fan_in: FanIn = attrs.field(factory=FanIn)
-    """Groups the requests of a round to one server into one ProduceMany."""
     _calls: int = 0
     """:meth:`write` calls under way."""
     requests: int = 0
     """Produce requests (partition batches) sent (a metric and a test hook)."""
     retries: int = 0
     """Requests that tried writes again (after a retriable result; a metric, a test hook)."""
-    _direct: int = 0
-    """Requests sent as Produce requests of their own (not through the fan-in)."""
-
-    @property
-    def wire_requests(self) -> int:
-        """Requests written to servers (a ProduceMany of several batches counts one)."""
-        return self._fan_in.requests + self._direct
 
     def partition_of(self, key: bytes) -> int:
         """The partition a key lives in (the SDK's default partitioner)."""
@@ -255,27 +242,32 @@ class TableWriter:
             await self._round(batches)
 
     async def _round(self, batches: list[list[_Write]]) -> None:
-        """Send ``batches`` (one per partition) until every write has a final result;
-        writes whose result is retriable are tried again with their own sequences (each
-        run of consecutive ones in one request), :data:`RETRY_PAUSE_S` apart. A partition
-        is free again (and its writes' callers woken) once its writes are settled."""
+        """Send ``batches`` (one per partition) at once, each on its own: a partition is
+        free again, and its writes' callers woken, as soon as its writes are settled."""
         for batch in batches:
             base = self._seq
             self._seq += len(batch)
             for i, w in enumerate(batch):
                 w.seq = base + i
-        runs = batches
+        if len(batches) == 1:
+            await self._send(batches[0])
+            return
+        async with anyio.create_task_group() as tg:
+            for batch in batches:
+                tg.start_soon(self._send, batch)
+
+    async def _send(self, batch: list[_Write]) -> None:
+        """Send one partition's ``batch`` until every write has a final result; writes
+        whose result is retriable are tried again with their own sequences (each run of
+        consecutive ones in one request), :data:`RETRY_PAUSE_S` apart."""
+        runs = [batch]
         try:
             for attempt in range(MAX_WRITE_ATTEMPTS):
                 if attempt:
                     await anyio.sleep(RETRY_PAUSE_S)
                     self.retries += len(runs)
-                if len(runs) == 1:  # nothing to group with
-                    await self._try(runs[0], alone=True)
-                else:
-                    async with anyio.create_task_group() as tg:
-                        for run in runs:  # all first awaits in one turn: one ProduceMany
-                            tg.start_soon(self._try, run)
+                for run in runs:
+                    await self._try(run)
                 runs = self._settle(runs, final=attempt == MAX_WRITE_ATTEMPTS - 1)
                 if not runs:
                     return
@@ -288,9 +280,9 @@ class TableWriter:
             raise
 
     def _settle(self, runs: list[list[_Write]], final: bool) -> list[list[_Write]]:
-        """Wake the writes of ``runs`` that are done (with ``final``, all: those left get
-        their last retriable error), free the partitions whose writes all are, and return
-        the runs to try again."""
+        """Wake the writes of ``runs`` (one partition's) that are done (with ``final``,
+        all: those left get their last retriable error), free the partition if all are,
+        and return the runs to try again."""
         left: list[_Write] = []
         for run in runs:
             for w in run:
@@ -312,10 +304,9 @@ class TableWriter:
             again += _runs([w for w in left if w.partition == partition])
         return again
 
-    async def _try(self, run: list[_Write], alone: bool = False) -> None:
+    async def _try(self, run: list[_Write]) -> None:
         """One request with ``run`` (consecutive sequences of one partition); sets each
-        write's result, or its ``retry_error`` if retriable, or its error. ``alone``: the
-        round has no other request (sent at once, not at the end of the loop turn)."""
+        write's result, or its ``retry_error`` if retriable, or its error."""
         partition = run[0].partition
         request = ProduceRequest(
             self.stream,
@@ -329,19 +320,12 @@ class TableWriter:
         )
         self.requests += 1
         try:
-            if alone:
-                self._direct += 1
-                results = await self.client.produce(request)
-            else:
-                results = await self._produce(request)
+            results = await self.client.produce(request)
         except JetError as exc:
             if not exc.retriable:
                 for w in run:
                     w.error = exc
                 return
-            if needs_metadata_refresh(exc):  # the leader may have moved
-                with contextlib.suppress(JetError):
-                    await self.client.refresh_metadata()
             for w in run:
                 w.retry_error = exc
             return
@@ -357,30 +341,6 @@ class TableWriter:
                 w.retry_error = error_from_code(code, text, details)
             else:
                 w.result = result
-
-    async def _produce(self, request: ProduceRequest) -> list[ProduceResult]:
-        """Send ``request`` to its partition's leader with the round's other requests to
-        that server, as one ProduceMany (:class:`FanIn`, at the end of this loop turn);
-        its results. Through :meth:`Client.produce` (which finds the leader and retries)
-        where the leader's connection is not at hand, its server has no ProduceMany, or
-        the loop is not asyncio."""
-        client = self.client
-        conn = client.leader_connection_now(self.stream, request.partition)
-        loop = running_asyncio_loop()
-        if conn is None or loop is None or not self._fan_in.takes(conn):
-            self._direct += 1
-            return await client.produce(request)
-        body = encode_produce_request(request)
-        wait = request.timeout_ms / 1000 + client.request_timeout
-        cut: asyncio.Future[SectionAnswer] = loop.create_future()
-
-        def section(answer: SectionAnswer) -> bytes:
-            cut.set_result(answer)
-            return body
-
-        self._fan_in.defer(conn, section, wait)
-        answer = await (await cut).wait(wait)
-        return decode_produce_answer(answer, len(request.messages), request.current_values)
 
     def _outcome(self, partition: int, w: _Write) -> int:
         if w.error is not None:
