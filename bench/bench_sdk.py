@@ -224,11 +224,20 @@ async def jet_fill(client: Client, stream: str, n: int) -> None:
         await p.flush()
 
 
-async def jet_consume(client: Client, stream: str, n: int) -> float:
-    async with Consumer(client, stream, start="earliest") as consumer:
+async def jet_consume(
+    client: Client,
+    stream: str,
+    n: int,
+    *,
+    timeout_s: float = SETTLE_TIMEOUT_S,
+    **options: Any,
+) -> float:
+    """Records per second of one consumer reading ``n`` records of ``stream`` from the
+    start (``options``: more :class:`~jetsdk.Consumer` arguments)."""
+    async with Consumer(client, stream, start="earliest", **options) as consumer:
         start = time.perf_counter()
         got = 0
-        with anyio.fail_after(SETTLE_TIMEOUT_S):
+        with anyio.fail_after(timeout_s):
             while got < n:
                 got += len(await consumer.fetch(max_records=10_000, timeout=10))
         return got / (time.perf_counter() - start)
@@ -552,14 +561,23 @@ async def _main(
     del nats
 
 
-def run(quick: bool) -> None:
-    """Run the four comparisons and print them side by side with ratios."""
+@contextmanager
+def compared_servers() -> Iterator[tuple[DevCluster, str, str]]:
+    """One jet server (its log to /dev/null) and the two JetStream servers it is compared
+    with: yields the jet dev cluster and the URLs of JetStream with the default sync
+    interval and with ``sync_interval: always``."""
     with (
         open(os.devnull, "wb") as devnull,
         DevCluster(size=1, log_file=devnull) as dev,
         jetstream_server(sync_always=False) as js_url,
         jetstream_server(sync_always=True) as js_sync_url,
     ):
+        yield dev, js_url, js_sync_url
+
+
+def run(quick: bool) -> None:
+    """Run the four comparisons and print them side by side with ratios."""
+    with compared_servers() as (dev, js_url, js_sync_url):
         server_pid = dev.servers[0].pid if dev.servers else None
         anyio.run(_main, quick, dev.addresses, js_url, js_sync_url, server_pid, backend="asyncio")
 

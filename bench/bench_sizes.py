@@ -37,7 +37,8 @@ each. And jet's CPU per MiB (client process + server process, from /proc), the s
 figure for before/after comparisons on a loaded machine.
 
 Run: ``python -m bench sizes [--quick]`` (``--quick``: less data per round and one round,
-about a minute). ``JET_BENCH_VALUE_SIZES=16384,262144`` limits the sizes.
+about a minute). ``JET_BENCH_VALUE_SIZES=16384,262144`` limits the sizes;
+``JET_BENCH_ROUNDS=N`` sets the rounds of a full run (default ROUNDS).
 """
 
 from __future__ import annotations
@@ -57,11 +58,11 @@ from bench import bench_sdk
 from bench.bench_sdk import (
     _load,
     _process_cpu_s,
-    jetstream_server,
+    compared_servers,
     js_consume_ordered,
     js_publish,
 )
-from jetsdk import AckPolicy, Client, Consumer
+from jetsdk import AckPolicy, Client
 from jetsdk.producer.accumulator import DEFAULT_MAX_BATCH_BYTES
 from jetserver.devcluster import DevCluster
 
@@ -70,7 +71,9 @@ WINDOW = 4000
 """Most unacknowledged messages on either side (issue 39's run used 4000)."""
 WINDOW_BYTES = 64 * 1024 * 1024
 """... and at most this many bytes of values in flight (a 1 MiB value: 64 messages)."""
-ROUNDS = 3
+ROUNDS = 5
+"""Rounds of a full run (``JET_BENCH_ROUNDS`` overrides it). Five, not three: at 256 KiB and
+1 MiB one stalled round of either side moved a median of three by a third."""
 QUICK_ROUNDS = 1
 ROUND_BYTES = 96 * 1024 * 1024
 QUICK_ROUND_BYTES = 12 * 1024 * 1024
@@ -79,7 +82,12 @@ QUICK_MAX_ROUND_MESSAGES = 20_000
 MIN_ROUND_MESSAGES = 256
 """Cap of the two-window floor of a round (:func:`_min_round`)."""
 ALL_DIVISOR = 4
-"""The ack ALL rounds move this many times less data (JetStream fsyncs every write)."""
+"""The ack ALL rounds move this many times less data (JetStream fsyncs every write)..."""
+ALL_MIN_ROUND_BYTES = 256 * 1024 * 1024
+"""... but, in a full run, at least this many bytes (at most ALL_MAX_FLOOR_MESSAGES
+messages): at 1 MiB two windows were 128 MiB, a jet round of about half a second, where
+one writeback stall of the disk halved a round's rate."""
+ALL_MAX_FLOOR_MESSAGES = 2048
 MAX_IN_FLIGHT = 32
 """Most Produce requests in flight per partition (the server takes 64 per connection)."""
 CONSUME_MAX_BYTES = 8 * 1024 * 1024
@@ -172,15 +180,9 @@ async def jet_publish(
 
 
 async def jet_consume(client: Client, stream: str, n: int) -> float:
-    async with Consumer(
-        client, stream, start="earliest", max_bytes=CONSUME_MAX_BYTES, auto_commit=None
-    ) as consumer:
-        start = time.perf_counter()
-        got = 0
-        with anyio.fail_after(TIMEOUT_S):
-            while got < n:
-                got += len(await consumer.fetch(max_records=10_000, timeout=10))
-        return got / (time.perf_counter() - start)
+    return await bench_sdk.jet_consume(
+        client, stream, n, timeout_s=TIMEOUT_S, max_bytes=CONSUME_MAX_BYTES, auto_commit=None
+    )
 
 
 # -- JetStream ----------------------------------------------------------------------------
@@ -280,11 +282,12 @@ async def one_size(
     server_pid: int | None,
     data_dir: Path,
 ) -> list[tuple[Row, float, float]]:
-    rounds = QUICK_ROUNDS if quick else ROUNDS
+    rounds = QUICK_ROUNDS if quick else int(os.environ.get("JET_BENCH_ROUNDS", ROUNDS))
     round_bytes = QUICK_ROUND_BYTES if quick else ROUND_BYTES
     cap = QUICK_MAX_ROUND_MESSAGES if quick else MAX_ROUND_MESSAGES
     n = max(_min_round(size), min(cap, round_bytes // size))
-    n_all = max(_min_round(size), n // ALL_DIVISOR)
+    all_floor = 0 if quick else min(ALL_MAX_FLOOR_MESSAGES, ALL_MIN_ROUND_BYTES // size)
+    n_all = max(_min_round(size), n // ALL_DIVISOR, all_floor)
     warm = min(n // 4, 1000)
     value = _value(size)
     window = _window(size)
@@ -435,12 +438,7 @@ def run(quick: bool) -> None:
     print(f"load {_load()}; sizes {', '.join(map(_size_label, sizes))}", flush=True)
     rows: list[tuple[Row, float, float]] = []
     if sizes or z_sizes:  # none: the RF 3 row only
-        with (
-            open(os.devnull, "wb") as devnull,
-            DevCluster(size=1, log_file=devnull) as dev,
-            jetstream_server(sync_always=False) as js_url,
-            jetstream_server(sync_always=True) as js_sync_url,
-        ):
+        with compared_servers() as (dev, js_url, js_sync_url):
             server_pid = dev.servers[0].pid if dev.servers else None
             assert dev.root is not None
             rows += anyio.run(

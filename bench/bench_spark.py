@@ -11,11 +11,12 @@ not counted; a streaming query's own start-up is shown apart ("wall" vs "in batc
 
 Every rate is the median of the rounds, printed with its ratio to the jetsdk baseline and
 the issue's target. Then the fixed cost of an empty and of a 1-row batch (ms, median of
-calls), and the rates at 1 KB values.
+calls), and the rates at 1 KB and 16 KiB values.
 
     python -m bench spark [--quick]
 
-Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds. ``--quick``: 50,000 rows.
+Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB and 10,000 x
+16 KiB, one round each. ``--quick``: 50,000, 10,000 and 2,000 rows.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from jetserver.devcluster import DevCluster
 PARTITIONS = 8
 VALUE_BYTES = 100
 KB_VALUE_BYTES = 1000
+LARGE_VALUE_BYTES = 16 * 1024
+"""Issue 39: the source and sinks keep their ratios at 16 KiB values."""
 KEYS = 1000
 FIXED_CALLS = 5
 """Calls per fixed-cost figure (median)."""
@@ -55,10 +58,12 @@ class Scale:
     count: int
     rounds: int
     kb_count: int
+    large_count: int
+    """Rows of LARGE_VALUE_BYTES (16 KiB)."""
 
 
-FULL = Scale(count=1_000_000, rounds=3, kb_count=100_000)
-QUICK = Scale(count=50_000, rounds=3, kb_count=10_000)
+FULL = Scale(count=1_000_000, rounds=3, kb_count=100_000, large_count=10_000)
+QUICK = Scale(count=50_000, rounds=3, kb_count=10_000, large_count=2_000)
 
 
 async def _produce(
@@ -297,7 +302,7 @@ def _throughput(
 
 
 def run(quick: bool) -> None:
-    """Measure and print the source and sink comparisons, fixed costs and 1 KB rates."""
+    """Measure and print the source and sink comparisons, fixed costs, 1 KB and 16 KiB rates."""
     scale = QUICK if quick else FULL
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -314,6 +319,8 @@ def run(quick: bool) -> None:
             _fixed_costs(spark, servers, joined)
             print("at 1 KB values:")
             _throughput(spark, servers, joined, scale.kb_count, KB_VALUE_BYTES, 1)
+            print("at 16 KiB values:")
+            _throughput(spark, servers, joined, scale.large_count, LARGE_VALUE_BYTES, 1)
         finally:
             spark.stop()
 

@@ -19,7 +19,10 @@ durability). Rows, medians of rounds:
   tables and nats-py's connection are opened before the clock starts (a table's open, a
   few ms, was timed before on jet's side only); :data:`CAS_INCREMENTS` per writer.
 - **put, ack ALL**: ``Table.put`` (ack ALL: fsynced) against ``kv.put`` on the
-  ``sync_interval: always`` store, :data:`PUT_CONCURRENCY` puts in flight on each side.
+  ``sync_interval: always`` store, :data:`PUT_CONCURRENCY` puts in flight on each side;
+  a table of :data:`PARTITIONS` partitions (a request, an append and an fsync per
+  partition batch), and beside it one of 1 partition (one log, one fsync per batch: as a
+  KV bucket's stream).
 - **watch initial load**: a new ``Table`` and its ``watch()`` of N keys (10,000; 100,000
   without --quick) until the N-th initial change, against ``kv.watchall()`` until its
   end-of-initial-values marker.
@@ -221,10 +224,12 @@ async def _in_flight(count: int, put: Callable[[int], Awaitable[object]]) -> flo
     return time.perf_counter() - started
 
 
-async def _put_all(addresses: list[str], nats_url: str, count: int) -> None:
+async def _put_all(
+    addresses: list[str], nats_url: str, count: int, partitions: int = PARTITIONS
+) -> None:
     stream = f"put-{uuid.uuid4().hex[:8]}"
     async with Client(addresses) as client:
-        await client.create_stream(stream, compact=True, partitions=PARTITIONS)
+        await client.create_stream(stream, compact=True, partitions=partitions)
         async with Table(client, stream) as table:
             ours = await _in_flight(count, lambda i: table.put(b"p-%08d" % i, VALUE))
     nc = await nats.connect(nats_url)
@@ -234,7 +239,8 @@ async def _put_all(addresses: list[str], nats_url: str, count: int) -> None:
     finally:
         await nc.close()
     print(
-        f"  put ack ALL, {PUT_CONCURRENCY} in flight x {count:,}: Table {count / ours:,.0f}/s, "
+        f"  put ack ALL, {PUT_CONCURRENCY} in flight x {count:,}, {partitions} partition(s): "
+        f"Table {count / ours:,.0f}/s, "
         f"JetStream kv.put (sync always) {count / theirs:,.0f}/s ({theirs / ours:.2f}x; "
         f"target >= 5x) [{_load()}]",
         flush=True,
@@ -295,7 +301,9 @@ def run(quick: bool) -> None:
             increments = CAS_INCREMENTS[quick]
             anyio.run(_cas_race, dev.addresses, js.url, increments)
             anyio.run(_cas_race, dev.addresses, js.url, increments * WRITERS, 1)
-            anyio.run(_put_all, dev.addresses, js.url, 5_000 if quick else 20_000)
+            puts = 5_000 if quick else 20_000
+            anyio.run(_put_all, dev.addresses, js.url, puts)
+            anyio.run(_put_all, dev.addresses, js.url, puts, 1)
             anyio.run(_watch_load, dev.addresses, js.url, 10_000 if quick else 100_000)
         finally:
             js.stop()

@@ -3,8 +3,9 @@
 On a machine shared with other work, rates are noise; CPU per operation and counts are
 not (or much less). Each round runs in a child process (client and server code from one
 tree) against a one-server ``jet dev`` of its own, and measures per operation the CPU of
-the client process, of the jet server and of nats-server (/proc), the Produce requests
-the table sent (:attr:`TableWriter.requests`) and the Fetch answers its view applied
+the client process, of the jet server and of nats-server (/proc), their wake-ups
+(voluntary context switches, all threads: ``*_wakes``), the Produce requests the table
+sent (:attr:`TableWriter.requests`) and the Fetch answers its view applied
 (``Table.fetches``, where the tree has it):
 
 - ``modify1``: ``Table.modify`` of one counter, one writer (each update waits for the
@@ -43,6 +44,18 @@ def _cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wakeups(pid: int | str) -> int:
+    """Voluntary context switches of a process so far (each a sleep, woken later: a wait
+    in epoll, on a lock, for the disk), all its threads."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
 
 
 def _bump(value: bytes | None) -> bytes:
@@ -93,11 +106,15 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
         requests = [t._writer.requests for t in tables if t._writer is not None]
         fetches = [getattr(t, "fetches", 0) for t in tables]
         cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
+        procs: dict[str, int | str] = {"client": "self", **pids}
+        wakes = {name: _wakeups(pid) for name, pid in procs.items()}
         client_cpu = time.process_time()
         await work(n)
         out = {"client_us": (time.process_time() - client_cpu) / n * 1e6}
         for name, pid in pids.items():
             out[f"{name}_us"] = (_cpu_s(pid) - cpu[name]) / n * 1e6
+        for name, proc in procs.items():
+            out[f"{name}_wakes"] = (_wakeups(proc) - wakes[name]) / n
         done = [t._writer.requests for t in tables if t._writer is not None]
         out["requests"] = (sum(done) - sum(requests)) / n
         out["fetches"] = (sum(getattr(t, "fetches", 0) for t in tables) - sum(fetches)) / n

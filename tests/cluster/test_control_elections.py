@@ -19,6 +19,7 @@ from jetserver.cluster.controller import Controller
 from jetserver.cluster.elections import (
     MAX_REPORTS,
     Elections,
+    awaited,
     choose_leader,
     parse_report,
     parse_reports,
@@ -68,6 +69,25 @@ def test_choose_leader(
 def test_choose_leader_prefers_replica_order() -> None:
     a = PartitionAssignment(0, "s2", ("s2", "s3", "s1"), ("s1", "s2", "s3"), 0)
     assert choose_leader(a, {"s1", "s3"}, False) == "s3"
+
+
+def test_choose_leader_takes_the_reporters_in_turn_by_partition() -> None:
+    """Issue 34: every partition a server leads has the same follower order, so the first
+    reporter took all of a dead server's leaderships; now the partition number picks."""
+    chosen = [
+        choose_leader(PartitionAssignment(p, "s1", R3, R3, 0), {"s2", "s3"}, True) for p in range(4)
+    ]
+    assert chosen == ["s2", "s3", "s2", "s3"]
+    # Only reporters are taken: s2 answers probes but did not report (it lacks records).
+    assert choose_leader(PartitionAssignment(0, "s1", R3, R3, 0), {"s3"}, True) == "s3"
+
+
+def test_awaited_are_the_live_members_that_did_not_report() -> None:
+    a = PartitionAssignment(0, "s1", R3, R3, 0)
+    assert awaited(a, {"s2"}, lambda s: s == "s1") == ["s3"]
+    assert awaited(a, {"s2"}, lambda s: s in ("s1", "s3")) == []  # s3 is down too
+    assert awaited(a, {"s2", "s3"}, lambda s: False) == []
+    assert awaited(PartitionAssignment(0, "s1", R3, ("s1", "s2"), 0), {"s2"}, bool) == []
 
 
 def test_parse_report() -> None:
@@ -146,6 +166,53 @@ async def test_a_leader_that_answers_nobody_counts_as_silent(raft: MetadataRaft)
 
 
 @pytest.mark.anyio
+async def test_an_election_waits_for_the_other_live_member_and_spreads(
+    raft: MetadataRaft,
+) -> None:
+    """Issue 34: a majority (s2's report and the dead leader's silence) does not elect at
+    once while s3, alive, has not reported: with both reports the partition number picks
+    the new leader, so a dead server's partitions go to both survivors."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=2, replication_factor=3)
+    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3, R3)))).result.ok
+    elections = Elections(raft, lambda s: s == "s1", window_s=5.0, collect_s=30.0)
+    answers: dict[str, dict[str, Any]] = {}
+
+    async def report(reporter: str) -> None:
+        answers[reporter] = await elections.report("wide", 1, 0, reporter)
+
+    with anyio.fail_after(10):  # far below collect_s: s3's report ends the wait
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(report, "s2")
+            while elections._reports.get(("wide", 1)) is None or (
+                elections._reports[("wide", 1)].majority_at is None
+            ):
+                await anyio.lowlevel.checkpoint()
+            a = raft.state.streams["wide"].partitions[1]
+            assert (a.leader, a.leader_epoch) == ("s1", 0)  # a majority, and still waiting
+            assert "s2" not in answers
+            tg.start_soon(report, "s3")
+    assert answers["s2"] == answers["s3"] == {"accepted": True, "leader": "s3", "leader_epoch": 1}
+    assert elections.elections == 1
+
+
+@pytest.mark.anyio
+async def test_a_live_member_that_does_not_report_is_waited_for_briefly_and_not_elected(
+    raft: MetadataRaft,
+) -> None:
+    """The bit-rot case (tests/cluster/test_faults_bitrot.py): s3 answers probes but does
+    not report (recovery found damaged records): after collect_s the reporter s2 leads,
+    although the partition number would have taken s3 among two reporters."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=2, replication_factor=3)
+    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3, R3)))).result.ok
+    elections = Elections(raft, lambda s: s == "s1", window_s=5.0, collect_s=0.3)
+    started = time.monotonic()
+    with anyio.fail_after(10):
+        answer = await elections.report("wide", 1, 0, "s2")
+    assert time.monotonic() - started >= 0.3
+    assert answer == {"accepted": True, "leader": "s2", "leader_epoch": 1}
+
+
+@pytest.mark.anyio
 async def test_elections_reported_together_go_in_one_raft_entry(raft: MetadataRaft) -> None:
     spec = StreamSpec(name="wide", subject="wide", partitions=40, replication_factor=3)
     replicas = (("s1", "s2", "s3"),) * 40
@@ -202,9 +269,9 @@ async def test_an_election_whose_report_was_cancelled_before_its_batch_is_not_pr
     assert [(a.leader, a.leader_epoch) for a in parts] == [("s2", 1), ("s1", 0)]
     # Reported again: decided and proposed once.
     answer = await elections.report("wide", 1, 0, "s3")
-    # s2's cancelled report still counts (within the window): the first reporter in
-    # replica order leads.
-    assert answer == {"accepted": True, "leader": "s2", "leader_epoch": 1}
+    # s2's cancelled report still counts (within the window): of the two reporters, the
+    # partition number takes s3 (partition 1 of [s2, s3]).
+    assert answer == {"accepted": True, "leader": "s3", "leader_epoch": 1}
     assert "leader election refused" not in caplog.text
     assert elections.elections == 2
 

@@ -193,7 +193,7 @@ async def leader_everywhere(cluster: DevCluster, name: str, partition: int) -> t
 @pytest.mark.anyio
 async def test_reports_from_a_majority_of_the_isr_move_the_leadership(cluster: DevCluster) -> None:
     """ReportLeader (api 9) end to end, no kill: two of three ISR members report the leader
-    silent; the metadata leader elects the first reporter at epoch 1; the old leader turns
+    silent; the metadata leader elects one of the reporters at epoch 1; the old leader turns
     follower and the SDK follows the new one."""
     meta_leader = await metadata_leader(cluster)
     spec: dict[str, Any] = {"name": "rep", "subject": "rep", "replication_factor": 3}
@@ -285,6 +285,53 @@ async def test_partition_leader_killed_is_replaced_by_the_followers_reports(
         f"partition leader kill -9 (metadata leader too: {metadata_leader_too}) -> "
         f"new leader in every survivor's metadata {failover_s:.3f} s, serving {served_s:.3f} s"
     )
+    await anyio.to_thread.run_sync(cluster.start_server, victim)
+
+
+SPREAD_PARTITIONS = 12
+"""Partitions of the stream whose leader is killed (RF 3: the victim leads 4)."""
+
+
+@pytest.mark.anyio
+async def test_a_dead_servers_partitions_are_spread_over_both_survivors(
+    cluster: DevCluster,
+) -> None:
+    """Issue 34: every partition a server leads has the same follower order, and the new
+    leader was the first reporter in replica order (or the metadata leader, whose own
+    reports arrive first): one survivor took all of the killed server's leaderships and
+    made every role change of the failover. The metadata leader now collects both
+    survivors' reports and takes them in turn by partition number."""
+    meta_leader = await metadata_leader(cluster)
+    name = f"spread-{uuid.uuid4().hex[:6]}"
+    spec: dict[str, Any] = {"name": name, "subject": name, "partitions": SPREAD_PARTITIONS}
+    spec["replication_factor"] = 3
+    answer = await call(cluster.servers[0].address, partial(RawClient.create_stream, **spec))
+    parts = answer["stream"]["partitions"]
+    victim = next(p["leader"] for p in parts if p["leader"] != meta_leader)
+    led = [p["partition"] for p in parts if p["leader"] == victim]
+    assert len(led) >= 2, parts
+
+    async def replicas_open() -> bool | None:  # every replica opened its logs: they fetch
+        dirs = [list((s.data_dir / "streams").glob(f"{name}-*")) for s in cluster.servers]
+        opened = [
+            sum(1 for d in found for p in range(SPREAD_PARTITIONS) if (d / str(p)).is_dir())
+            for found in dirs
+        ]
+        return True if opened == [SPREAD_PARTITIONS] * 3 else None
+
+    await eventually(replicas_open, "every replica's log open")
+    cluster.kill(victim)
+
+    async def moved() -> list[str] | None:
+        got = await stream_everywhere(cluster, name)
+        if not got:
+            return None
+        leaders = [got[p][0] for p in led]
+        return leaders if all(lead not in ("", None, victim) for lead in leaders) else None
+
+    leaders = await eventually(moved, f"{victim}'s partitions led by survivors", timeout_s=30)
+    survivors = {p.server_id for p in cluster.servers if p.server_id != victim}
+    assert set(leaders) == survivors, (led, leaders)
     await anyio.to_thread.run_sync(cluster.start_server, victim)
 
 

@@ -65,6 +65,43 @@ async def test_refused_is_down_at_once_a_silent_server_only_after_a_while(
         await stream.aclose()
 
 
+@pytest.mark.anyio
+async def test_a_lost_connection_has_its_server_probed_at_once() -> None:
+    """Issue 34: a kill -9 was found at each survivor's next probe, up to a probe period
+    later (0.14 and 0.36 s at 3,000 partitions), though it ends every connection to the
+    process at once. The pool's lost connection now asks for a probe: with probes 30 s
+    apart, the gone server is down within a second."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    servers = {"peer": RegisteredServer("peer", f"127.0.0.1:{port}", "127.0.0.1:1")}
+    state = MetadataState(servers=servers)
+    peers = PeerPool(connect_timeout_s=0.5)
+    live = Liveness("me", peers, lambda: state, interval_s=30.0)
+    peers.on_lost = live.probe_soon
+    async with anyio.create_task_group() as tg:
+        peers.start(tg)
+        serving = anyio.CancelScope()
+        tg.start_soon(_serve_until_cancelled, listener, serving)
+        tg.start_soon(live.run)
+        with anyio.fail_after(5):
+            await live.next_round()
+        assert not live.is_down("peer")  # answered: its connection stays open
+        serving.cancel()  # the process is gone: its connections end, connects refused
+        with anyio.fail_after(1.0):  # far below interval_s
+            await live.down_event("peer").wait()
+        assert live.gone("peer")
+        tg.cancel_scope.cancel()
+    await peers.aclose()
+
+
+async def _serve_until_cancelled(
+    listener: anyio.abc.SocketListener, scope: anyio.CancelScope
+) -> None:
+    with scope:
+        async with listener:
+            await answer_hellos(listener)
+
+
 async def answer_hellos(listener: anyio.abc.SocketListener) -> None:
     """A server's client port as probes see it: every Hello gets an answer."""
 

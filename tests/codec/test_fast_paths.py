@@ -5,6 +5,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -76,16 +77,7 @@ def test_ack_encoder_matches_encode_acks(
     same = [
         EnvelopeAck(stream, partition, a.offset, a.timestamp, a.correlation_id, a.ack_policy)
         if i % 2
-        else EnvelopeAck(
-            stream,
-            partition,
-            a.offset,
-            a.timestamp,
-            a.correlation_id,
-            a.ack_policy,
-            a.error_code,
-            a.error_message,
-        )
+        else attrs.evolve(a, stream=stream, partition=partition)
         for i, a in enumerate(batch)
     ]
     fields = [
@@ -95,19 +87,7 @@ def test_ack_encoder_matches_encode_acks(
     expected = encode_ack(same[0]) if len(same) == 1 else encode_acks(same)
     assert AckEncoder(stream, partition).encode(fields) == expected
     assert decode_acks(expected) == same
-    assert decode_ack_tuples(expected) == [
-        (
-            a.stream,
-            a.partition,
-            a.offset,
-            a.timestamp,
-            a.correlation_id,
-            a.ack_policy,
-            a.error_code,
-            a.error_message,
-        )
-        for a in same
-    ]
+    assert decode_ack_tuples(expected) == [attrs.astuple(a) for a in same]
 
 
 def test_ack_encoder_limits() -> None:

@@ -420,6 +420,38 @@ async def test_a_hastened_election_replaces_a_gone_leader_before_the_timeout(
         assert new is not old
 
 
+async def test_a_hastened_election_after_an_idle_spell_wins_in_one_term(
+    tmp_path: Path,
+) -> None:
+    """Issue 34: followers send each other nothing while the leader lives, and PySyncObj
+    drops a connection read from for longer than connection_timeout_s when it next sends
+    on it. After an idle spell, the first survivor's vote request was lost that way, the
+    second became a candidate in the same term at its own hastened deadline, and the
+    votes split (1.3-3.5 s lost in every kill -9 of the metadata leader measured at
+    3,000-5,000 partitions). Keepalives between every pair of members keep the
+    connections fresh: the first survivor wins the next term at once."""
+    configs = make_configs(
+        tmp_path,
+        election_timeout_min_s=2.5,
+        election_timeout_max_s=3.0,
+        connection_timeout_s=3.0,
+        leader_fallback_s=3.0,
+    )
+    async with running(configs) as nodes:
+        old = await agreed_leader(nodes, limit_s=30.0)
+        term = old.status.term
+        await anyio.sleep(3.5)  # longer than connection_timeout_s: no event marks idleness
+        survivors = [n for n in nodes if n is not old]
+        await old.aclose()
+        started = anyio.current_time()
+        for rank, node in enumerate(survivors):  # as ClusterNode staggers them
+            node.hasten_election(old.config.address, rank * 0.3)
+        new = await agreed_leader(survivors, limit_s=10.0)
+        # A split vote waits out an election timeout (at least 2.5 s) for the next term.
+        assert anyio.current_time() - started < 2.0
+        assert new.status.term == term + 1
+
+
 async def test_a_journal_over_its_byte_bound_is_compacted(tmp_path: Path) -> None:
     """Entries of a large cluster are big (a CreateStream of 100 partitions, 1,000
     elections): the journal is snapshotted once it passes ``compaction_max_bytes``, not only

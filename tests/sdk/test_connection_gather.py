@@ -11,7 +11,13 @@ import anyio
 import pytest
 
 from jetsdk.codec.frames import FRAME_HEADER_SIZE, Api, FrameDecoder
-from jetsdk.connection import GATHER_MIN_BODY_BYTES, Connection, _frame_rest
+from jetsdk.connection import (
+    GATHER_MAX_PARTS,
+    GATHER_MIN_BODY_BYTES,
+    Connection,
+    RequestBody,
+    _frame_rest,
+)
 from jetsdk.memory import FramePeer
 from jetsdk.transport import SocketByteStream
 
@@ -32,10 +38,14 @@ class _CountingStream(SocketByteStream):
     """A socket stream that counts its gathered sends and what they carried."""
 
     gathered: int = 0
+    buffers: list[int]
 
     def write_gathered_now(self, buffers: Sequence[bytes | memoryview]) -> int:
+        if not hasattr(self, "buffers"):
+            self.buffers = []
         self.gathered += 1
-        assert len(buffers) == 2  # the frame header, then the body
+        self.buffers.append(len(buffers))
+        assert len(buffers) >= 2  # the frame header, then the body (in its parts)
         assert len(buffers[0]) == FRAME_HEADER_SIZE
         return super().write_gathered_now(buffers)
 
@@ -83,3 +93,39 @@ async def test_small_bodies_are_written_as_one_frame() -> None:
     assert frame is not None
     assert frame.body == b"small"
     assert client_end.gathered == 0
+
+
+async def test_bodies_in_parts_are_gathered_when_large_and_few_else_joined(
+    anyio_backend: str,
+) -> None:
+    """A ProduceMany body in parts (its sections as they are): a large one of few parts goes
+    out as header + parts, unjoined; a small one, or one of too many parts (a send takes
+    at most IOV_MAX buffers), is joined. The peer reads each whole and in order."""
+    a, b = socket.socketpair()
+    for s in (a, b):
+        s.setblocking(False)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)  # sends split in pieces
+    client_end = _CountingStream(a, label="a")
+    peer = FramePeer(SocketByteStream(b, label="b"))
+    rng = random.Random(3939)
+    large = tuple(rng.randbytes(n) for n in (4, 4, 300_000, 4, 700_000))
+    small = (b"ab", b"cd", b"")
+    many = tuple(rng.randbytes(GATHER_MIN_BODY_BYTES // 8) for _ in range(GATHER_MAX_PARTS))
+    bodies: list[RequestBody] = [large, small, many, large[2]]
+    got: list[bytes] = []
+    async with Connection(client_end) as conn, anyio.create_task_group() as tg:
+
+        async def send_all() -> None:
+            for body in bodies:
+                await conn.send(Api.PRODUCE_MANY, body)
+
+        tg.start_soon(send_all)
+        with anyio.fail_after(30):
+            for _ in bodies:
+                frame = await peer.receive()
+                assert frame is not None
+                got.append(bytes(frame.body))
+    assert got == [b"".join(body) if isinstance(body, tuple) else body for body in bodies]
+    # The large body in parts: header + its 5 parts; the joined many-part one and the
+    # plain large body: header + body. The small one: one joined frame, not gathered.
+    assert client_end.buffers == [1 + len(large), 2, 2]

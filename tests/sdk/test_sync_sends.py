@@ -140,6 +140,16 @@ class _PortalCalls:
         return counted
 
 
+def _drain_wakes(producer: sync.Producer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per wake of ``producer``'s drain task from here on (its queue must exist:
+    send one message first)."""
+    sends = producer._queued()
+    wakes: list[int] = []
+    real_wake = sends._wake_drain
+    monkeypatch.setattr(sends, "_wake_drain", lambda: (wakes.append(1), real_wake()))
+    return wakes
+
+
 def test_send_soon_wakes_the_loop_once_per_drain_without_a_round_trip(
     jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,10 +161,7 @@ def test_send_soon_wakes_the_loop_once_per_drain_without_a_round_trip(
         client.create_stream(name, name)
         with sync.Producer(client, name) as producer:
             producer.send(b"first")  # the queue and its drain task exist
-            sends = producer._queued()
-            wakes: list[int] = []
-            real_wake = sends._wake_drain
-            monkeypatch.setattr(sends, "_wake_drain", lambda: (wakes.append(1), real_wake()))
+            wakes = _drain_wakes(producer, monkeypatch)
             calls = _PortalCalls(monkeypatch)
             handles = [producer.send_soon(b"m%d" % i) for i in range(2000)]
             assert calls.count == 0
@@ -174,10 +181,7 @@ def test_send_is_one_wake_each_way_without_a_round_trip(
         client.create_stream(name, name)
         with sync.Producer(client, name, linger=0) as producer:
             producer.send(b"first")
-            sends = producer._queued()
-            wakes: list[int] = []
-            real_wake = sends._wake_drain
-            monkeypatch.setattr(sends, "_wake_drain", lambda: (wakes.append(1), real_wake()))
+            wakes = _drain_wakes(producer, monkeypatch)
             calls = _PortalCalls(monkeypatch)
             acks = [producer.send(b"m%d" % i) for i in range(20)]
             assert calls.count == 0

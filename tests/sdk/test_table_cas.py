@@ -70,14 +70,14 @@ async def test_concurrent_writes_in_one_request_see_each_other(jet_dev: JetDev) 
             async def queued(count: int) -> None:
                 """Until the partition's request is in flight with ``count`` writes behind."""
                 for _ in range(100_000):
-                    if 0 in writer._queues and len(writer._queues[0]) >= count:
+                    if 0 in writer._busy and len(writer._queues.get(0, ())) >= count:
                         return
                     await anyio.lowlevel.checkpoint()
                 raise AssertionError("the writes did not queue")
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(put, b"block")  # in flight: the next two wait behind it
-                await queued(0)  # its request is in flight (the queue exists)
+                await queued(0)  # its request is in flight (the partition is busy)
                 tg.start_soon(put, b"k")
                 await queued(1)
                 tg.start_soon(create)

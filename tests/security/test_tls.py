@@ -12,7 +12,7 @@ from jetsdk.codec.messages import AckPolicy, ProduceMessage, ProduceRequest
 from jetsdk.codec.record import iter_records
 from jetsdk.errors import JetConnectionError
 from jetsdk.security import tls_context
-from security.certs import CertAuthority
+from security.certs import CertAuthority, CertFiles
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 
@@ -73,28 +73,22 @@ async def test_client_certificate_required(
     alice = ca.issue("alice", server=False)
     stranger = other_ca.issue("mallory", server=False)
     async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
+
+        def client_with(cert: CertFiles | None) -> Client:
+            """A client that trusts ``ca`` and shows ``cert`` (None: no certificate)."""
+            shown = {} if cert is None else {"tls_cert": cert.cert, "tls_key": cert.key}
+            return Client(jet.address, tls_ca=str(ca.ca_path), connect_timeout=CONNECT_S, **shown)
+
         # No client certificate: refused.
         with pytest.raises(JetConnectionError):
-            async with Client(jet.address, tls_ca=str(ca.ca_path), connect_timeout=CONNECT_S):
+            async with client_with(None):
                 pass
         # A certificate from another CA: refused.
         with pytest.raises(JetConnectionError):
-            async with Client(
-                jet.address,
-                tls_ca=str(ca.ca_path),
-                tls_cert=stranger.cert,
-                tls_key=stranger.key,
-                connect_timeout=CONNECT_S,
-            ):
+            async with client_with(stranger):
                 pass
         # A certificate from the CA: accepted.
-        async with Client(
-            jet.address,
-            tls_ca=str(ca.ca_path),
-            tls_cert=alice.cert,
-            tls_key=alice.key,
-            connect_timeout=CONNECT_S,
-        ) as c:
+        async with client_with(alice) as c:
             assert c.server_info["server_id"]
 
 

@@ -13,7 +13,10 @@ of 48 answers) and their copies held 48 MiB in the server.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -35,7 +38,6 @@ from jetsdk.codec.produce_many import (
     encode_produce_many_request,
 )
 from jetserver.broker.copy_backlog import CopyBacklog
-from jetserver.server import Server
 from support.jet_server import running_server, start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -64,26 +66,69 @@ def _request(timeout_ms: int) -> bytes:
     )
 
 
-class _Seen:
+class _Copies:
+    """The NATS copies of stream "big" seen so far: the last 8 bytes of each, in order."""
+
     def __init__(self) -> None:
-        self.count = 0
+        self.tails: list[bytes] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.tails)
 
     async def on_msg(self, msg: Msg) -> None:
-        self.count += 1
+        self.tails.append(msg.data[-8:])
 
 
-async def _setup(
-    server: Server, c: RawClient, nats_server: NatsServer
-) -> tuple[CopyBacklog, NatsClient, _Seen]:
-    backlog = server.running.produce.copy_backlog
-    backlog.limit = BACKLOG_LIMIT
-    await c.create_stream(name="big", subject="big", max_message_bytes=MIB)
-    nc = NatsClient()
-    await nc.connect(nats_server.url)
-    seen = _Seen()
-    await nc.subscribe("big", cb=seen.on_msg)
-    await nc.flush()
-    return backlog, nc, seen
+@asynccontextmanager
+async def _backlog_server(
+    nats_server: NatsServer, tmp_path: Path, limit: int, **settings: Any
+) -> AsyncIterator[tuple[RawClient, CopyBacklog, _Copies]]:
+    """A server in this event loop whose copies' backlog holds ``limit`` bytes, a raw
+    client of it with the stream "big" (1 MiB messages) created, and a NATS subscriber
+    that records the stream's copies."""
+    async with (
+        running_server(
+            nats_server.url, tmp_path / "data", logging__level="WARNING", **settings
+        ) as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        backlog = server.running.produce.copy_backlog
+        backlog.limit = limit
+        await c.create_stream(name="big", subject="big", max_message_bytes=MIB)
+        nc = NatsClient()
+        await nc.connect(nats_server.url)
+        try:
+            copies = _Copies()
+            await nc.subscribe("big", cb=copies.on_msg)
+            await nc.flush()
+            yield c, backlog, copies
+        finally:
+            await nc.close()
+
+
+def _slow_nats_server(
+    nats_server: NatsServer, tmp_path: Path
+) -> AbstractAsyncContextManager[tuple[RawClient, CopyBacklog, _Copies]]:
+    """:func:`_backlog_server` with the 2 MiB bound, a 1 MiB NATS pending buffer and no
+    pings (NATS is paused for longer than a ping round)."""
+    return _backlog_server(
+        nats_server,
+        tmp_path,
+        BACKLOG_LIMIT,
+        nats__pending_bytes=MIB,
+        nats__ping_interval_s=60.0,
+    )
+
+
+@contextmanager
+def _paused(nats_server: NatsServer) -> Iterator[None]:
+    """nats-server stopped (SIGSTOP) for the block: it takes no copies."""
+    nats_server.pause()
+    try:
+        yield
+    finally:
+        nats_server.resume()
 
 
 async def _send_all(c: RawClient, timeout_ms: int) -> None:
@@ -106,20 +151,9 @@ def _all_stored(frames: list[Frame]) -> int:
 async def test_responses_wait_for_room_while_nats_takes_no_copies(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    async with (
-        running_server(
-            nats_server.url,
-            tmp_path / "data",
-            nats__pending_bytes=MIB,
-            nats__ping_interval_s=60.0,
-            logging__level="WARNING",
-        ) as server,
-        await RawClient.connect(server.address) as c,
-    ):
-        backlog, nc, seen = await _setup(server, c, nats_server)
+    async with _slow_nats_server(nats_server, tmp_path) as (c, backlog, seen):
         frames: list[Frame] = []
-        nats_server.pause()
-        try:
+        with _paused(nats_server):
             with anyio.fail_after(BOUND_S):
                 await _send_all(c, timeout_ms=60_000)
             with anyio.move_on_after(HELD_S):
@@ -128,8 +162,6 @@ async def test_responses_wait_for_room_while_nats_takes_no_copies(
             assert held_answers < REQUESTS, "every request answered while NATS was paused"
             assert backlog.waits > 0
             assert backlog.held <= BACKLOG_LIMIT
-        finally:
-            nats_server.resume()
         with anyio.fail_after(BOUND_S):
             await _answers(c, frames, REQUESTS)
             assert _all_stored(frames) == REQUESTS * PER_REQUEST
@@ -138,42 +170,26 @@ async def test_responses_wait_for_room_while_nats_takes_no_copies(
             )
         assert backlog.dropped == 0
         await wait_until_async(lambda: backlog.held == 0, BOUND_S, "an empty backlog")
-        await nc.close()
 
 
 async def test_copies_without_room_by_the_timeout_are_dropped_and_counted(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    async with (
-        running_server(
-            nats_server.url,
-            tmp_path / "data",
-            nats__pending_bytes=MIB,
-            nats__ping_interval_s=60.0,
-            logging__level="WARNING",
-        ) as server,
-        await RawClient.connect(server.address) as c,
-    ):
-        backlog, nc, seen = await _setup(server, c, nats_server)
+    async with _slow_nats_server(nats_server, tmp_path) as (c, backlog, seen):
         frames: list[Frame] = []
-        nats_server.pause()
-        try:
-            with anyio.fail_after(BOUND_S):
-                await _send_all(c, timeout_ms=500)
-                # Answered at their timeout at the latest, stored all the same.
-                await _answers(c, frames, REQUESTS)
-                assert _all_stored(frames) == REQUESTS * PER_REQUEST
-            assert backlog.dropped > 0
-            assert backlog.dropped % PER_REQUEST == 0  # whole requests' copies
-        finally:
-            nats_server.resume()
+        with _paused(nats_server), anyio.fail_after(BOUND_S):
+            await _send_all(c, timeout_ms=500)
+            # Answered at their timeout at the latest, stored all the same.
+            await _answers(c, frames, REQUESTS)
+            assert _all_stored(frames) == REQUESTS * PER_REQUEST
+        assert backlog.dropped > 0
+        assert backlog.dropped % PER_REQUEST == 0  # whole requests' copies
         total = REQUESTS * PER_REQUEST
         with anyio.fail_after(BOUND_S):
             await wait_until_async(
                 lambda: seen.count == total - backlog.dropped, BOUND_S, "the kept copies"
             )
             assert (await c.list_offsets("big"))["offset"] == total
-        await nc.close()
 
 
 # -- the order of the copies and the room within one request (ProduceMany) ------------------
@@ -207,14 +223,6 @@ def _section(i: int, policy: AckPolicy) -> bytes:
     )
 
 
-class _Copies:
-    def __init__(self) -> None:
-        self.values: list[bytes] = []
-
-    async def on_msg(self, msg: Msg) -> None:
-        self.values.append(msg.data)
-
-
 async def _many(c: RawClient, sections: list[bytes]) -> list[int]:
     """Send one ProduceMany request; each section's stored offset."""
     frame = await c.request(Api.PRODUCE_MANY, encode_produce_many_request(sections), MANY_BOUND_S)
@@ -227,20 +235,6 @@ async def _many(c: RawClient, sections: list[bytes]) -> list[int]:
     return offsets
 
 
-async def _many_setup(
-    server: Server, c: RawClient, nats_server: NatsServer, limit: int
-) -> tuple[CopyBacklog, NatsClient, _Copies]:
-    backlog = server.running.produce.copy_backlog
-    backlog.limit = limit
-    await c.create_stream(name="big", subject="big", max_message_bytes=MIB)
-    nc = NatsClient()
-    await nc.connect(nats_server.url)
-    copies = _Copies()
-    await nc.subscribe("big", cb=copies.on_msg)
-    await nc.flush()
-    return backlog, nc, copies
-
-
 async def test_sections_copies_go_in_append_order_when_an_all_ack_commits_in_its_task(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -248,19 +242,14 @@ async def test_sections_copies_go_in_append_order_when_an_all_ack_commits_in_its
     (LEADER) appends meanwhile and is answered at once. Before: section 1 took the first
     turn, section 0's copy waited for it behind ProduceMany's after-work order until the
     timeout and was never published (seen: no copy within MANY_BOUND_S)."""
-    async with (
-        running_server(nats_server.url, tmp_path / "data", logging__level="WARNING") as server,
-        await RawClient.connect(server.address) as c,
-    ):
-        backlog, nc, copies = await _many_setup(server, c, nats_server, 64 * MIB)
+    async with _backlog_server(nats_server, tmp_path, 64 * MIB) as (c, backlog, copies):
         sections = [_section(0, AckPolicy.ALL), _section(1, AckPolicy.LEADER)]
         with anyio.fail_after(MANY_BOUND_S):
             assert await _many(c, sections) == [0, 1]
-            await wait_until_async(lambda: len(copies.values) == 2, MANY_BOUND_S, "two copies")
-        assert [v[-8:] for v in copies.values] == [b"00000000", b"00000001"]  # append order
+            await wait_until_async(lambda: copies.count == 2, MANY_BOUND_S, "two copies")
+        assert copies.tails == [b"00000000", b"00000001"]  # append order
         assert backlog.dropped == 0
         await wait_until_async(lambda: backlog.held == 0, MANY_BOUND_S, "an empty backlog")
-        await nc.close()
 
 
 async def test_a_request_larger_than_the_room_does_not_wait_for_its_own_copies(
@@ -270,20 +259,15 @@ async def test_a_request_larger_than_the_room_does_not_wait_for_its_own_copies(
     the response for room the first two hold until after it. Before: the response came
     only at the sections' timeout and six copies were dropped (seen: no answer within
     MANY_BOUND_S)."""
-    async with (
-        running_server(nats_server.url, tmp_path / "data", logging__level="WARNING") as server,
-        await RawClient.connect(server.address) as c,
-    ):
-        backlog, nc, copies = await _many_setup(server, c, nats_server, BACKLOG_LIMIT)
+    async with _backlog_server(nats_server, tmp_path, BACKLOG_LIMIT) as (c, backlog, copies):
         sections = [_section(i, AckPolicy.ALL) for i in range(8)]
         with anyio.fail_after(MANY_BOUND_S):
             assert await _many(c, sections) == list(range(8))
-            await wait_until_async(lambda: len(copies.values) == 8, MANY_BOUND_S, "8 copies")
-        assert [v[-8:] for v in copies.values] == [b"%08d" % i for i in range(8)]
+            await wait_until_async(lambda: copies.count == 8, MANY_BOUND_S, "8 copies")
+        assert copies.tails == [b"%08d" % i for i in range(8)]
         assert backlog.dropped == 0
         assert backlog.waits > 0  # the room was short: the later copies waited for it
         await wait_until_async(lambda: backlog.held == 0, MANY_BOUND_S, "an empty backlog")
-        await nc.close()
 
 
 async def test_one_producer_of_1_mib_values_with_ack_all_and_a_window_above_the_room(

@@ -29,6 +29,15 @@ class AckInbox:
         self.payloads = 0
         self._changed = anyio.Event()
 
+    @classmethod
+    async def listen(cls, nc: NatsClient, inbox: str) -> AckInbox:
+        """An AckInbox subscribed to ``inbox`` on ``nc`` (flushed: it sees every ack
+        published after this returns)."""
+        collected = cls()
+        await nc.subscribe(inbox, cb=collected.on_msg)
+        await nc.flush()
+        return collected
+
     async def on_msg(self, msg: Msg) -> None:
         self.acks.extend(decode_acks(msg.data))
         self.payloads += 1
@@ -117,9 +126,7 @@ async def test_partition_subjects(jet: Server, nc: NatsClient) -> None:
 
 
 async def test_ack_policies(jet: Server, nc: NatsClient) -> None:
-    inbox = AckInbox()
-    await nc.subscribe("_INBOX.test.acks", cb=inbox.on_msg)
-    await nc.flush()
+    inbox = await AckInbox.listen(nc, "_INBOX.test.acks")
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="acks", subject="acks")
 
@@ -154,9 +161,7 @@ async def test_ack_policies(jet: Server, nc: NatsClient) -> None:
 
 
 async def test_acks_of_one_batch_share_a_message(jet: Server, nc: NatsClient) -> None:
-    inbox = AckInbox()
-    await nc.subscribe("_INBOX.test.batch", cb=inbox.on_msg)
-    await nc.flush()
+    inbox = await AckInbox.listen(nc, "_INBOX.test.batch")
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="batch", subject="batch")
     n = 500
@@ -183,9 +188,7 @@ async def test_oversized_message_gets_an_error_ack_and_is_not_stored(
     async with running_server(
         nats_server.url, tmp_path / "data", limits__max_message_bytes=1000
     ) as server:
-        inbox = AckInbox()
-        await nc.subscribe("_INBOX.test.big", cb=inbox.on_msg)
-        await nc.flush()
+        inbox = await AckInbox.listen(nc, "_INBOX.test.big")
         async with await RawClient.connect(server.address) as c:
             await c.create_stream(name="big", subject="big")
             for value, corr in ((b"x" * 1001, "too-big"), (b"x" * 1000, "fits")):

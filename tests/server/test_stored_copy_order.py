@@ -16,6 +16,8 @@ of a record the failed fsync had cut.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -50,6 +52,14 @@ class _Copies:
         self.seen.append(msg)
         self._arrived.set()
 
+    @classmethod
+    async def of(cls, nc: NatsClient, subject: str) -> _Copies:
+        """A subscriber of ``subject`` on ``nc`` (flushed: it sees what comes from now)."""
+        copies = cls()
+        await nc.subscribe(subject, cb=copies.on_msg)
+        await nc.flush()
+        return copies
+
     async def next(self) -> Msg:
         """The first message not taken yet (bounded by the caller)."""
         while not self.seen:
@@ -58,22 +68,36 @@ class _Copies:
         return self.seen.pop(0)
 
 
+@asynccontextmanager
+async def _served(
+    nats_server: NatsServer, tmp_path: Path, env: dict[str, str]
+) -> AsyncIterator[tuple[RawClient, NatsClient]]:
+    """A `jet server` process with ``env`` (the fsync shim's), a raw client of it and a
+    plain NATS client; the process must stop cleanly at the end."""
+    proc = start_server_process(nats_server.url, tmp_path / "data", env=env)
+    nc = NatsClient()
+    try:
+        with anyio.fail_after(BOUND_S):
+            await nc.connect(nats_server.url)
+            raw = await RawClient.connect(proc.address)
+        async with raw as c:
+            yield c, nc
+    finally:
+        await nc.close()
+        assert proc.stop() == 0
+
+
 async def test_the_copy_waits_for_the_commit_not_the_response(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:
     gate = FsyncGate(tmp_path / "gate", match="/streams/")
-    proc = start_server_process(nats_server.url, tmp_path / "data", env=gate.env())
-    nc = NatsClient()
-    await nc.connect(nats_server.url)
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(proc.address) as c:
+    async with _served(nats_server, tmp_path, gate.env()) as (c, nc):
+        try:
+            with anyio.fail_after(BOUND_S):
                 await c.create_stream(name="fl", subject="fl")
                 await c.create_stream(name="wr", subject="wr", durability="written")
-                flushed, written = _Copies(), _Copies()
-                await nc.subscribe("fl", cb=flushed.on_msg)
-                await nc.subscribe("wr", cb=written.on_msg)
-                await nc.flush()
+                flushed = await _Copies.of(nc, "fl")
+                written = await _Copies.of(nc, "wr")
 
                 gate.close()
                 # Committed once written: its copy does not wait for its fsync, which a
@@ -98,41 +122,28 @@ async def test_the_copy_waits_for_the_commit_not_the_response(
                 assert copy.data.endswith(b"held")
                 assert copy.headers is not None
                 assert copy.headers[STORED_HEADER] == "fl 0"
-    finally:
-        gate.open()
-        await nc.close()
-        assert proc.stop() == 0
+        finally:
+            gate.open()
 
 
 async def test_no_copy_of_a_record_a_failed_fsync_cut(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:
     fault = ArmableFault(tmp_path / "control", tmp_path / "fired")
-    proc = start_server_process(nats_server.url, tmp_path / "data", env=fault.env())
-    nc = NatsClient()
-    await nc.connect(nats_server.url)
-    try:
+    async with _served(nats_server, tmp_path, fault.env()) as (c, nc):
         with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(proc.address) as c:
-                await c.create_stream(name="cut", subject="cut")
-                copies = _Copies()
-                await nc.subscribe("cut", cb=copies.on_msg)
-                await nc.flush()
-                # The first fsync of its segment from now on passes, the second fails.
-                fault.arm("/streams/cut-", 2)
-                results = await c.produce("cut", 0, [ProduceMessage(b"kept")])
-                assert results[0].error_code == ErrorCode.NONE
-                assert (await copies.next()).data.endswith(b"kept")
+            await c.create_stream(name="cut", subject="cut")
+            copies = await _Copies.of(nc, "cut")
+            # The first fsync of its segment from now on passes, the second fails.
+            fault.arm("/streams/cut-", 2)
+            results = await c.produce("cut", 0, [ProduceMessage(b"kept")])
+            assert results[0].error_code == ErrorCode.NONE
+            assert (await copies.next()).data.endswith(b"kept")
 
-                results = await c.produce(
-                    "cut", 0, [ProduceMessage(b"lost")], ack_policy=AckPolicy.ALL
-                )
-                assert fault.fired
-                assert results[0].error_code != ErrorCode.NONE
-                with anyio.move_on_after(HELD_S) as quiet:
-                    copy = await copies.next()
-                    raise AssertionError(f"a copy of a record the cut removed: {copy.data!r}")
-                assert quiet.cancelled_caught
-    finally:
-        await nc.close()
-        assert proc.stop() == 0
+            results = await c.produce("cut", 0, [ProduceMessage(b"lost")], ack_policy=AckPolicy.ALL)
+            assert fault.fired
+            assert results[0].error_code != ErrorCode.NONE
+            with anyio.move_on_after(HELD_S) as quiet:
+                copy = await copies.next()
+                raise AssertionError(f"a copy of a record the cut removed: {copy.data!r}")
+            assert quiet.cancelled_caught

@@ -310,6 +310,48 @@ def test_a_request_is_cut_exactly_at_the_byte_limit(size: int) -> None:
     assert len(writer.sent) > 2
 
 
+class _InFlightWriter(_FakeWriter):
+    """Records which partitions have a request awaiting its answer, as the real writer's
+    ship (which first waits for the target's previous request) and settle leave them."""
+
+    def __init__(self, partitions: int) -> None:
+        super().__init__(task=0, partitions=partitions)
+        self.flying: set[int] = set()
+        self.most = 0
+
+    def ship(self, stream: str, partition: int, target: Any) -> None:
+        self.settle(stream, partition, target)
+        assert partition not in self.flying  # one request in flight per partition
+        super().ship(stream, partition, target)
+        self.flying.add(partition)
+        self.most = max(self.most, len(self.flying))
+
+    def settle(self, stream: str, partition: int, target: Any) -> None:
+        self.flying.discard(partition)
+
+
+@pytest.mark.parametrize("cap", [2, 64])
+def test_requests_go_round_robin_over_the_partitions(
+    monkeypatch: pytest.MonkeyPatch, cap: int
+) -> None:
+    """Issue 39: every target partition has a request in flight at once (at most
+    MAX_REQUESTS_IN_FLIGHT), not one partition's requests after another's; the requests
+    and their sequences are the same."""
+    monkeypatch.setattr(_write, "MAX_REQUESTS_IN_FLIGHT", cap)
+    monkeypatch.setattr(_write, "MAX_CHUNK_MESSAGES", 100)  # 10 requests per partition
+    rows = [{"value": b"x%d" % i, "key": None, "partition": i % 4} for i in range(4000)]
+    writer = _InFlightWriter(partitions=4)
+    columns = {
+        "value": pa.array([r["value"] for r in rows], pa.binary()),
+        "partition": pa.array([r["partition"] for r in rows], pa.int32()),
+    }
+    writer.add_batch(pa.RecordBatch.from_pydict(columns))
+    writer.finish()
+    assert sorted(writer.sent) == sorted(_reference(rows, task=0, partitions=4))
+    assert [p for _, p, _, _ in writer.sent[:4]] == [0, 1, 2, 3]
+    assert writer.most == min(cap, 4)
+
+
 def test_sliced_and_large_arrays_encode_like_plain_ones() -> None:
     values = pa.array([b"a", None, b"ccc", b"", b"eeeee"], pa.binary())
     keys = pa.array(["k1", "k2", None, "", "ключ"], pa.string())

@@ -371,24 +371,31 @@ def test_a_tailing_read_starts_where_the_last_one_ended_without_a_scan(
         read_past_a_gap(tail)
 
 
+@pytest.fixture
+def preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The positions of the segments' ``pread_exact`` calls (header and record reads), in
+    order, from here on."""
+    from jetserver.storage import segment as segment_module
+
+    positions: list[int] = []
+    real = segment_module.pread_exact
+
+    def counted(fd: int, size: int, position: int) -> bytes:
+        positions.append(position)
+        return real(fd, size, position)
+
+    monkeypatch.setattr(segment_module, "pread_exact", counted)
+    return positions
+
+
 def test_a_tailing_read_after_an_append_reads_no_header_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, preads: list[int]
 ) -> None:
     """A reader that stopped at the end of the segment reads next from where the records
     appended since then begin: the append, which knows their first offset, makes the
     reader's hint exact, so the read is one slice with no header read (a ``pread`` per
     Fetch of a consumer keeping up, ``python -m bench cost``); after a gap (a follower's
     raw append) the header is still read and the record found there returned."""
-    from jetserver.storage import segment as segment_module
-
-    preads: list[int] = []
-    real = segment_module.pread_exact
-
-    def counted(fd: int, size: int, position: int) -> bytes:
-        preads.append(position)
-        return real(fd, size, position)
-
-    monkeypatch.setattr(segment_module, "pread_exact", counted)
     with (
         Log.open(tmp_path / "leader", LogConfig(index_interval_bytes=1 << 20)) as leader,
         Log.open(tmp_path / "tail", LogConfig(index_interval_bytes=1 << 20)) as tail,
@@ -408,24 +415,12 @@ def test_a_tailing_read_after_an_append_reads_no_header_first(
         assert len(preads) == 1  # the header at the hint, to find the gap
 
 
-def test_several_tailing_readers_read_no_header_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_several_tailing_readers_read_no_header_first(tmp_path: Path, preads: list[int]) -> None:
     """Three readers keeping up with one partition (three tables of a stream, a consumer
     group's members on their replicas) each read the record appended since their last
     read without a header read: the segment remembers where each of the last reads ended,
     not only the last one's (the old single hint served the first reader; the others
     scanned the headers from the last index entry, ~14 per read in a 4-table race)."""
-    from jetserver.storage import segment as segment_module
-
-    preads: list[int] = []
-    real = segment_module.pread_exact
-
-    def counted(fd: int, size: int, position: int) -> bytes:
-        preads.append(position)
-        return real(fd, size, position)
-
-    monkeypatch.setattr(segment_module, "pread_exact", counted)
     with Log.open(tmp_path / "p", LogConfig(index_interval_bytes=1 << 20)) as log:
         log.append(bodies(40), 1, 0)
         log.set_high_watermark(40)

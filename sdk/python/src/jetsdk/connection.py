@@ -60,7 +60,7 @@ from jetsdk.errors import (
 )
 from jetsdk.transport import ByteStream, receive_into, running_asyncio_loop
 
-__all__ = ["DEFAULT_WRITE_TIMEOUT", "Connection", "PendingResponse"]
+__all__ = ["DEFAULT_WRITE_TIMEOUT", "Connection", "PendingResponse", "RequestBody"]
 
 DEFAULT_WRITE_TIMEOUT = 30.0
 """Seconds a frame may take to be written before the connection is declared broken."""
@@ -71,8 +71,16 @@ GATHER_MIN_BODY_BYTES = 64 * 1024
 (sendmsg), not joined to it: the join copied every produced byte once more. A smaller body
 is joined, which costs less than a gathered send."""
 
-FrameParts = tuple[bytes] | tuple[bytes, bytes]
-"""A frame to write: the whole frame, or its header and its body."""
+GATHER_MAX_PARTS = 64
+"""A body given in parts is written gathered only up to this many parts (a send takes at
+most IOV_MAX buffers, and many small ones cost more than their join)."""
+
+RequestBody = bytes | tuple[bytes, ...]
+"""A request body: its bytes, or its parts back to back (a ProduceMany request of large
+sections: written gathered after the frame header, not joined, when the stream can)."""
+
+FrameParts = tuple[bytes, ...]
+"""A frame to write: the whole frame, or its header and its body (in one or more parts)."""
 
 
 def _frame_rest(frame: Sequence[bytes], sent: int) -> list[bytes | memoryview]:
@@ -285,7 +293,7 @@ class Connection:
 
     # -- requests -------------------------------------------------------------------------
 
-    async def send(self, api: int, body: bytes) -> PendingResponse:
+    async def send(self, api: int, body: RequestBody) -> PendingResponse:
         """Write a request frame; return the handle to wait for its response.
 
         Frames are written in call order, so two requests sent one after the other by the
@@ -350,7 +358,7 @@ class Connection:
         pending = await self.send(api, body)
         return await pending.wait(timeout)
 
-    def send_nowait(self, api: int, body: bytes) -> PendingResponse | None:
+    def send_nowait(self, api: int, body: RequestBody) -> PendingResponse | None:
         """Write a request frame from a plain function, without waiting: its handle, or
         None if that cannot be done now (another frame is being written, the connection
         is closed, or it is not plain TCP on asyncio): use :meth:`send` then.
@@ -380,10 +388,16 @@ class Connection:
             self._tail_task = loop.create_task(self._write_tail(_frame_rest(frame, sent)))
         return pending
 
-    def _frame(self, api: int, cid: int, body: bytes) -> FrameParts:
+    def _frame(self, api: int, cid: int, body: RequestBody) -> FrameParts:
         """The request frame of ``body``: header and body apart if the stream takes a
         gathered write and the body is large, else one joined frame."""
-        if self._write_gathered_now is not None and len(body) >= GATHER_MIN_BODY_BYTES:
+        gathered = self._write_gathered_now is not None
+        if isinstance(body, tuple):
+            size = sum(map(len, body))
+            if gathered and size >= GATHER_MIN_BODY_BYTES and len(body) < GATHER_MAX_PARTS:
+                return (encode_frame_header(api, cid, size), *body)
+            body = b"".join(body)
+        if gathered and len(body) >= GATHER_MIN_BODY_BYTES:
             return (encode_frame_header(api, cid, len(body)), body)
         return (encode_frame(api, cid, body),)
 

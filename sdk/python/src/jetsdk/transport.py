@@ -18,7 +18,7 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -46,6 +46,9 @@ DEFAULT_PORT = 9292
 
 READ_CHUNK_BYTES = 256 * 1024
 """Bytes asked for per read; large so a big fetch response needs few reads."""
+
+_Sent = TypeVar("_Sent")
+"""What a socket send takes: bytes (send) or a sequence of buffers (sendmsg)."""
 
 
 class ByteStream(Protocol):
@@ -220,13 +223,7 @@ class SocketByteStream:
         Raises:
             JetConnectionError: the stream broke or is closed.
         """
-        with map_io_errors(f"write to {self.label}"):
-            if self._closed:
-                raise JetConnectionError(f"write to {self.label}: closed")
-            try:
-                return self.sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                return 0
+        return self._send_now(self.sock.send, data)
 
     def write_gathered_now(self, buffers: Sequence[bytes | memoryview]) -> int:
         """:meth:`write_now` of ``buffers`` back to back, in one gathered send (sendmsg):
@@ -235,11 +232,15 @@ class SocketByteStream:
         Raises:
             JetConnectionError: the stream broke or is closed.
         """
+        return self._send_now(self.sock.sendmsg, buffers)
+
+    def _send_now(self, send: Callable[[_Sent], int], data: _Sent) -> int:
+        """``send(data)`` on the open socket: the bytes it took, 0 if it takes none now."""
         with map_io_errors(f"write to {self.label}"):
             if self._closed:
                 raise JetConnectionError(f"write to {self.label}: closed")
             try:
-                return self.sock.sendmsg(buffers)
+                return send(data)
             except (BlockingIOError, InterruptedError):
                 return 0
 

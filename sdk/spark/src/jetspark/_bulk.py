@@ -225,7 +225,7 @@ def request_body(
     producer_id: int,
     base_seq: int,
     count: int,
-    messages: Iterable[bytes],
+    messages: Iterable[bytes | memoryview],
 ) -> bytes:
     """A Produce request body: the SDK's encoding of the head, then ``count`` encoded
     messages."""

@@ -14,13 +14,13 @@ tests compare them).
 from __future__ import annotations
 
 import struct
-import zlib
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from jetsdk.codec.crc import crc32 as _crc32
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.limits import (
     MAX_HEADER_COUNT,
@@ -55,7 +55,7 @@ def scan(raw: bytes | bytearray | memoryview, end: int) -> tuple[list[int], int 
     mv = memoryview(raw)
     n = len(mv)
     unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
+    crc32 = _crc32
     starts: list[int] = []
     append = starts.append
     pos = 0
@@ -71,7 +71,7 @@ def scan(raw: bytes | bytearray | memoryview, end: int) -> tuple[list[int], int 
         if offset >= end:
             break
         body = mv[pos + HEADER_SIZE : pos + size]
-        if crc32(body, crc32(mv[pos : pos + CRC_COVERED_HEADER])) != crc:
+        if crc32(body, crc32(mv[pos : pos + CRC_COVERED_HEADER], 0)) != crc:
             raise CodecError(f"record CRC mismatch at byte {pos}", reason="crc")
         append(pos)
         pos += size

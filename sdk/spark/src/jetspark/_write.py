@@ -18,7 +18,10 @@ NATS subject to publish on) and ``offset`` (ordering only, not written). Each ba
 encoded and partitioned in bulk (:mod:`jetspark._bulk`) and kept until the task's last
 batch; then the messages of each target partition go into Produce requests of at most
 :data:`MAX_CHUNK_MESSAGES` messages and :data:`MAX_CHUNK_BYTES` (estimated) bytes, cut
-where a row-at-a-time writer would cut them, whatever the batch boundaries.
+where a row-at-a-time writer would cut them, whatever the batch boundaries. The requests
+are sent round-robin over the target partitions, one in flight per partition (its order)
+and every partition at once (at most :data:`MAX_REQUESTS_IN_FLIGHT` per task), as the SDK
+Producer sends.
 :func:`check_columns` validates a schema on the driver.
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+from collections import deque
 from collections.abc import Iterable
 
 import attrs
@@ -59,6 +63,7 @@ from jetspark.options import SinkOptions
 __all__ = [
     "MAX_CHUNK_BYTES",
     "MAX_CHUNK_MESSAGES",
+    "MAX_REQUESTS_IN_FLIGHT",
     "WriteStats",
     "check_columns",
     "producer_id_for",
@@ -69,6 +74,8 @@ MAX_CHUNK_MESSAGES = 2000
 """Most messages in one Produce request."""
 MAX_CHUNK_BYTES = 1 << 20
 """Most (estimated) bytes in one Produce request."""
+MAX_REQUESTS_IN_FLIGHT = 64
+"""Most Produce requests of one writer task awaiting their answers (one per partition)."""
 MAX_RESENDS = 5
 """Times a request whose messages got a retriable per-message error is sent again."""
 _SINK_COLUMNS = ("value", "key", "headers", "partition", "stream", "offset", "subject")
@@ -149,12 +156,18 @@ def sink_columns(schema: StructType) -> list[str | None]:
     return [names.get(c) for c in _SINK_COLUMNS]
 
 
+_Piece = bytes | memoryview
+"""Encoded messages of a run of rows (a view of the task's encoded messages, no copy)."""
+
+
 @attrs.define(eq=False)
 class _Target:
-    chunk: list[bytes] = attrs.field(factory=list)
+    chunk: list[_Piece] = attrs.field(factory=list)
     """Encoded messages of the open request (runs of rows)."""
     chunk_count: int = 0
     chunk_bytes: int = 0
+    ready: deque[tuple[list[_Piece], int]] = attrs.field(factory=deque)
+    """Closed requests (pieces, message count) not sent yet, in sequence order."""
     next_seq: int = 0
     in_flight: concurrent.futures.Future[list[ProduceResult]] | None = None
 
@@ -318,9 +331,10 @@ class _TaskWriter:
                 start = end
 
     def _queue(self, stream: str, partition: int, data: pa.Array, sizes: I64) -> None:
-        """Add one target's encoded messages, shipping each request as it fills: a request
-        closes before a message when it holds MAX_CHUNK_MESSAGES, or when the message would
-        take its estimated bytes (sizes + 16 per message) over MAX_CHUNK_BYTES."""
+        """Add one target's encoded messages to its requests (sent by :meth:`finish`): a
+        request closes before a message when it holds MAX_CHUNK_MESSAGES, or when the
+        message would take its estimated bytes (sizes + 16 per message) over
+        MAX_CHUNK_BYTES."""
         target = self.targets.get((stream, partition))
         if target is None:
             target = self.targets[(stream, partition)] = _Target()
@@ -328,7 +342,7 @@ class _TaskWriter:
         offsets = np.frombuffer(
             buffers[1], dtype=np.int32, count=len(data) + 1, offset=4 * data.offset
         )
-        payload = buffers[2]
+        payload = memoryview(buffers[2])
         cum = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes + 16, out=cum[1:])
         i, m = 0, len(sizes)
@@ -337,13 +351,13 @@ class _TaskWriter:
                 target.chunk_count >= MAX_CHUNK_MESSAGES
                 or target.chunk_bytes + int(sizes[i]) > MAX_CHUNK_BYTES
             ):
-                self.ship(stream, partition, target)
+                _close(target)
             # rows i..e-1 fit: each with chunk bytes so far + its size <= MAX_CHUNK_BYTES
             bound = MAX_CHUNK_BYTES + 16 - target.chunk_bytes + int(cum[i])
             end = int(np.searchsorted(cum, bound, side="right")) - 1
             end = max(i + 1, min(end, i + MAX_CHUNK_MESSAGES - target.chunk_count, m))
             lo, hi = int(offsets[i]), int(offsets[end])
-            target.chunk.append(payload[lo:hi].to_pybytes())
+            target.chunk.append(payload[lo:hi])
             target.chunk_count += end - i
             target.chunk_bytes += int(cum[end] - cum[i])
             i = end
@@ -382,14 +396,37 @@ class _TaskWriter:
             else:
                 raise SinkWriteError(stream, partition, error_name(result.error_code))
 
+    def send_ready(self) -> None:
+        """Send the closed requests round-robin over the targets: each target's in its
+        order, one in flight per target, at most MAX_REQUESTS_IN_FLIGHT at once (the
+        oldest is waited for first)."""
+        flying: deque[tuple[str, int, _Target]] = deque()
+        pending = [(key, target) for key, target in self.targets.items() if target.ready]
+        while pending:
+            for (stream, partition), target in pending:
+                while len(flying) >= MAX_REQUESTS_IN_FLIGHT:
+                    self.settle(*flying.popleft())
+                target.chunk, target.chunk_count = target.ready.popleft()
+                self.ship(stream, partition, target)  # waits for the target's previous one
+                flying = deque(f for f in flying if f[2] is not target)
+                flying.append((stream, partition, target))
+            pending = [(key, target) for key, target in pending if target.ready]
+
     def finish(self) -> WriteStats:
         self.send_rows()
-        for (stream, partition), target in self.targets.items():
+        for target in self.targets.values():
             if target.chunk_count:
-                self.ship(stream, partition, target)
+                _close(target)
+        self.send_ready()
         for (stream, partition), target in self.targets.items():
             self.settle(stream, partition, target)
         return WriteStats(self.task, self.written, self.duplicates)
+
+
+def _close(target: _Target) -> None:
+    """The open request of ``target`` is complete: queue it to be sent."""
+    target.ready.append((target.chunk, target.chunk_count))
+    target.chunk, target.chunk_count, target.chunk_bytes = [], 0, 0
 
 
 def _content_order(

@@ -11,8 +11,8 @@ Task safety: event loop thread only.
 from __future__ import annotations
 
 import attrs
-from anyio.abc import TaskGroup
 
+from jetserver.broker.part_tasks import PartTasks
 from jetserver.lazy_event import LazyEvent
 
 __all__ = ["Lifecycle"]
@@ -28,8 +28,9 @@ class Lifecycle:
     """With ``stopping``: append what is queued first (False: drop it)."""
     closed: bool = False
     """The log is closed (the replica stopped)."""
-    tg: TaskGroup | None = None
-    """The replica's task group while ``run`` runs (its parts start tasks there)."""
+    tg: PartTasks | None = None
+    """The replica's tasks while ``run`` runs (its parts start tasks there, as in a task
+    group: ``start_soon``)."""
     run_started: LazyEvent = attrs.field(factory=LazyEvent)
     """Set once ``run`` started, or once it can no longer start (a stop came first)."""
     stopped: LazyEvent = attrs.field(factory=LazyEvent)

@@ -57,6 +57,7 @@ from jetserver.broker.direct import DirectBatch
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.nats_port import NatsPort, SkipMarked
+from jetserver.broker.part_tasks import PartTasks
 from jetserver.broker.replica_news import ReplicaNews
 from jetserver.broker.roles import RoleDriver, new_core
 from jetserver.broker.sequencer import Sequencer
@@ -234,19 +235,25 @@ class PartitionReplica:
         close the log (also when cancelled). HW checkpoints and maintenance meanwhile come
         from the server's one housekeeping task (:mod:`jetserver.broker.housekeeping`)."""
         life = self.life
+        tasks = PartTasks(self._task_failed)  # no task group held while idle (issue 34)
         try:
-            async with anyio.create_task_group() as tg:
-                await self.roles.scrub_at_open()
-                life.tg = tg  # role tasks may start (apply_assignment waits until then)
-                life.run_started.set()
-                task_status.started()
-                await self.sequencer.run()
-                tg.cancel_scope.cancel()
+            await self.roles.scrub_at_open()
+            life.tg = tasks  # role tasks may start (apply_assignment waits until then)
+            life.run_started.set()
+            task_status.started()
+            await self.sequencer.run()
         finally:
+            with anyio.CancelScope(shield=True):
+                await tasks.close()  # the parts' tasks end first, as a task group's did
             life.tg = None
             life.run_started.set()  # an apply_assignment waiting for run: it is over
             with anyio.CancelScope(shield=True):
                 await self._finish()
+        tasks.raise_failure()
+
+    def _task_failed(self) -> None:
+        """A task of a part raised (a bug): stop, then ``run`` raises its error."""
+        self.stop(drain=False)
 
     def stop(self, *, drain: bool = True) -> None:
         """Ask :meth:`run` to end (``drain``: what is queued is appended first); new

@@ -123,7 +123,8 @@ class Sequencer:
     """Messages appended since start."""
     messages_rejected: int = 0
     """Messages refused (too large, bad fields, storage errors)."""
-    _queue: collections.deque[Queued] = attrs.field(factory=collections.deque)
+    _queue: collections.deque[Queued] | None = None
+    """Made on first use: an idle partition holds no deque (760 bytes each, issue 34)."""
     _queued_bytes: int = 0
     _wake: LazyEvent = attrs.field(factory=LazyEvent)
     _space: LazyEvent = attrs.field(factory=LazyEvent)
@@ -161,15 +162,19 @@ class Sequencer:
 
     def offer(self, item: Queued, size: int) -> None:
         """Queue one message of ``size`` bytes and wake :meth:`run`."""
-        self._queue.append(item)
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = collections.deque()
+        queue.append(item)
         self._queued_bytes += size
         self._wake.set()
 
     def drop_queued(self) -> None:
         """Forget what is queued (the role ended: NATS publishers retry, direct requests
         are answered NOT_LEADER)."""
-        _unappended(self._queue, _NOT_LEADER)
-        self._queue.clear()
+        if self._queue:
+            _unappended(self._queue, _NOT_LEADER)
+            self._queue.clear()
         self._queued_bytes = 0
         self._space.set()
 
@@ -184,20 +189,21 @@ class Sequencer:
         """Append queued batches until the replica stops (draining the queue if asked)."""
         life = self.life
         while True:
-            if not self._queue or self._appending:
-                if life.stopping and not self._appending and not self._queue:
+            queue = self._queue
+            if not queue or self._appending:
+                if life.stopping and not self._appending and not queue:
                     return
                 self._wake = LazyEvent()
                 await self._wake.wait()
                 continue
             if life.stopping and not life.drain:
-                _unappended(self._queue, _SHUTTING_DOWN)
-                self._queue.clear()
+                _unappended(queue, _SHUTTING_DOWN)
+                queue.clear()
                 return
             batch: list[Queued] = []
             size = 0
-            while self._queue and (not batch or size < self.ingest.max_batch_bytes):
-                item = self._queue.popleft()
+            while queue and (not batch or size < self.ingest.max_batch_bytes):
+                item = queue.popleft()
                 batch.append(item)
                 size += item.size if isinstance(item, DirectBatch) else len(item[2])
             self._queued_bytes -= size

@@ -24,6 +24,7 @@ Task safety: event loop thread only; create/delete/reconcile are serialized by a
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import time
@@ -42,6 +43,7 @@ from jetserver.broker.nats_port import NatsPort, NatsUnavailable
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
+from jetserver.broker.replica_tasks import ReplicaTasks
 from jetserver.broker.role_summary import RoleSummary
 from jetserver.broker.running import (
     MetadataView,
@@ -115,6 +117,8 @@ class StreamManager:
     )
     """Where the replicas send acks (the Produce service registers its inbox here)."""
     _tg: TaskGroup | None = None
+    _replica_tasks: ReplicaTasks = attrs.field(factory=ReplicaTasks)
+    """The replicas' ``run`` tasks (plain asyncio tasks: 2.7 KB less per partition)."""
     _running: dict[tuple[str, int], RunningPartition] = attrs.field(factory=dict)
     _lock: anyio.Lock = attrs.field(factory=anyio.Lock)
     leadership_listeners: list[Callable[[str, int], None]] = attrs.field(factory=list)
@@ -206,6 +210,7 @@ class StreamManager:
         """Finish interrupted deletes, then open and subscribe every stream in the metadata
         (cluster mode: nothing more; :meth:`reconcile` opens the replicas)."""
         self._tg = tg
+        tg.start_soon(self._replica_tasks.guard)
         tg.start_soon(run_housekeeping, self._running, self.config.storage)
         if self.clustered and self.fetch_sessions is None:
             self.fetch_sessions = FetchSessions(
@@ -354,7 +359,9 @@ class StreamManager:
             on_leadership_end=self._leadership_ended,
             disk=self.disk,
         )
-        await self._tg.start(replica.run)
+        await self._replica_tasks.start(
+            replica.run(), replica.life, functools.partial(replica.stop, drain=False)
+        )
         self.offline.opened(meta.name, p)
         running = RunningPartition(replica, stream_id=meta.stream_id, queue=queue_group(meta))
         self._running[(meta.name, p)] = running

@@ -46,6 +46,7 @@ from jetserver.cli.stream_cmd import (
     EXIT_FAILED,
     EXIT_OK,
     add_client_options,
+    add_command_group,
     print_json,
     run_with_client,
 )
@@ -58,13 +59,9 @@ MAX_REBALANCE_ROUNDS = 100
 
 def register(subparsers: Any) -> None:
     """Add ``jet cluster status``."""
-    cluster: argparse.ArgumentParser = subparsers.add_parser(
-        "cluster",
-        help="inspect the cluster",
-        description="Inspect a jet cluster.",
+    _, sub = add_command_group(
+        subparsers, "cluster", help="inspect the cluster", description="Inspect a jet cluster."
     )
-    sub = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
-    sub.required = True
     status = sub.add_parser(
         "status",
         help="servers, metadata leader, partition leaders, ISRs and high watermarks",

@@ -20,6 +20,7 @@ from jetserver.cli.stream_cmd import (
     EXIT_OK,
     EXIT_USAGE,
     add_client_options,
+    add_command_group,
     fail,
     print_json,
     run_with_client,
@@ -87,14 +88,13 @@ def register(subparsers: Any) -> None:
     passwd.add_argument("--stdin", action="store_true", help="read the password from stdin")
     passwd.set_defaults(func=_passwd)
 
-    acl: argparse.ArgumentParser = subparsers.add_parser(
+    _, sub = add_command_group(
+        subparsers,
         "acl",
         help="list or change access grants",
         description="Grants are stored in the replicated metadata; every server enforces "
         "them. Changing them needs admin on '*' when authentication is on.",
     )
-    sub = acl.add_subparsers(dest="acl_command", metavar="SUBCOMMAND")
-    sub.required = True
     listing = sub.add_parser("list", help="every identity's grants (JSON)")
     add_client_options(listing)
     listing.set_defaults(func=_acl_list)

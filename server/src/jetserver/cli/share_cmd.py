@@ -21,6 +21,7 @@ from jetserver.cli.stream_cmd import (
     EXIT_OK,
     _print_table,
     add_client_options,
+    add_command_group,
     fail,
     print_json,
     run_with_client,
@@ -30,11 +31,13 @@ __all__ = ["partition_status", "register"]
 
 
 def register(subparsers: Any) -> None:
-    share: argparse.ArgumentParser = subparsers.add_parser(
-        "share", help="share groups (queues on a stream)", description="Share groups."
+    _, sub = add_command_group(
+        subparsers,
+        "share",
+        help="share groups (queues on a stream)",
+        description="Share groups.",
+        metavar="COMMAND",
     )
-    sub = share.add_subparsers(dest="share_command", metavar="COMMAND")
-    sub.required = True
     status = sub.add_parser(
         "status",
         help="a share group's state per partition",

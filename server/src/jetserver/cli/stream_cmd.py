@@ -63,6 +63,18 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     add_security_options(parser)
 
 
+def add_command_group(
+    subparsers: Any, name: str, *, help: str, description: str, metavar: str = "SUBCOMMAND"
+) -> tuple[argparse.ArgumentParser, Any]:
+    """Add ``jet NAME``, a command that runs one of its subcommands (one is required; its
+    name lands in ``args.NAME_command``). Returns the command's parser and the subparsers
+    to add the subcommands to."""
+    group: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
+    sub = group.add_subparsers(dest=f"{name}_command", metavar=metavar)
+    sub.required = True
+    return group, sub
+
+
 def run_with_client(args: argparse.Namespace, body: Callable[[Client], Awaitable[int]]) -> int:
     """Connect, run ``body(client)``, and turn errors into exit codes and stderr lines."""
 
@@ -159,13 +171,12 @@ def duration(text: str) -> float:
 
 def register(subparsers: Any) -> None:
     """Add ``jet stream`` and its subcommands."""
-    stream: argparse.ArgumentParser = subparsers.add_parser(
+    stream, sub = add_command_group(
+        subparsers,
         "stream",
         help="create, list, inspect and delete streams",
         description="Manage streams (durable logs of NATS subjects).",
     )
-    sub = stream.add_subparsers(dest="stream_command", metavar="SUBCOMMAND")
-    sub.required = True
     stream.set_defaults(stream_subcommands=sub)  # more in stream_edit_cmd
 
     create = sub.add_parser(

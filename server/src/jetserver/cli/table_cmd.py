@@ -24,6 +24,7 @@ from jetserver.cli.stream_cmd import (
     EXIT_FAILED,
     EXIT_OK,
     add_client_options,
+    add_command_group,
     fail,
     nonnegative_int,
     positive_float,
@@ -40,13 +41,13 @@ def _text(raw: bytes | None) -> str | None:
 
 
 def register(subparsers: Any) -> None:
-    table: argparse.ArgumentParser = subparsers.add_parser(
+    _, sub = add_command_group(
+        subparsers,
         "table",
         help="a compacted stream as a key-value table",
         description="Get, put, delete and watch keys of a compacted stream (jetsdk.Table).",
+        metavar="COMMAND",
     )
-    sub = table.add_subparsers(dest="table_command", metavar="COMMAND")
-    sub.required = True
 
     get = sub.add_parser("get", help="print a key's value", description="Print a key's value.")
     get.add_argument("stream")

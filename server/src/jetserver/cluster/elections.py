@@ -8,16 +8,22 @@ to the metadata leader. The metadata leader counts, per partition and leader epo
 - one vote for the leader itself when this server's liveness probes find the leader's
   server not answering at all (the leader is silent to the metadata leader too).
 
-When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it proposes
-ElectLeader: the new leader is the first replica, in the partition's replica order, among
-the reporters (a reporter is alive: it just spoke), at epoch + 1; the state machine drops
-the old leader from the ISR. Reports are kept in memory only: after a metadata leader
-change the followers' repeated reports rebuild the count within one report period.
+When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it waits, for at
+most ``collect_s`` (default 1 s) after the majority, until every ISR member other than the
+leader that this server's liveness view finds alive has reported too, then proposes
+ElectLeader at epoch + 1 (the state machine drops the old leader from the ISR). The new
+leader is one of the reporters (a reporter is alive, it just spoke, and vouches for its
+records: a replica lacking records does not report), taken in turn by partition number
+(``reporters[partition % len(reporters)]``, reporters in replica order), so that a dead
+server's partitions are spread over the survivors. A member that answers probes but does
+not report (recovery found damaged records) only delays its partitions' elections by
+``collect_s`` and is never elected. Reports are kept in memory only: after a metadata
+leader change the followers' repeated reports rebuild the count within one report period.
 
 A partition whose ISR holds only the leader is never moved (no unclean election: the
 other replicas may lack committed records).
 
-:func:`votes_needed` and :func:`choose_leader` are pure and unit-tested.
+:func:`votes_needed`, :func:`choose_leader` and :func:`awaited` are pure and unit-tested.
 
 Task safety: one event loop; elections of one partition are serialized.
 """
@@ -56,6 +62,13 @@ UNREPORTED_AFTER_S = 30.0
 this long is logged (:meth:`Elections.watch_unreported`)."""
 UNREPORTED_CHECK_S = 5.0
 """How often the metadata leader looks for such partitions."""
+COLLECT_S = 1.0
+"""Longest wait, once a partition's reports reach a majority, for the reports of its other
+live ISR members (:func:`awaited`), so that the new leader can be taken among all of them.
+Both survivors of a killed server find it down at once (its connections end, and the
+probe that asks for is refused), of one that stopped answering within one probe period
+(0.5 s) of each other; a member that never reports (it lacks records) delays the
+election this long."""
 MAX_BATCH = 1000
 """Most elections in one Raft entry (ElectLeaders; 1,000 encode to well under
 ``MAX_ENTRY_BYTES``): at 500, the second half of a dead server's 1,000 leaderships waited
@@ -78,15 +91,31 @@ def choose_leader(
         leader_down: the leader's server does not answer this server's probes.
 
     Returns:
-        The first replica (in replica order) that is an ISR member, not the leader, and a
-        reporter; None if the votes do not reach a majority of the ISR.
+        None if the votes do not reach a majority of the ISR; else one of the valid
+        reporters (ISR members other than the leader, in replica order), taken in turn by
+        partition number: ``valid[partition % len(valid)]``. Placement gives every partition
+        a server leads the same follower order, so "the first reporter" put all of a dead
+        server's leaderships (and role changes) on one survivor.
     """
     valid = [r for r in assignment.replicas if r in reporters and r in assignment.isr]
     valid = [r for r in valid if r != assignment.leader]
     votes = len(valid) + (1 if leader_down else 0)
     if not valid or votes < votes_needed(assignment.isr):
         return None
-    return valid[0]
+    return valid[assignment.partition % len(valid)]
+
+
+def awaited(
+    assignment: PartitionAssignment, reporters: Collection[str], is_down: Callable[[str], bool]
+) -> list[str]:
+    """ISR members other than the leader that have not reported and that the liveness view
+    does not find down: an election that already has a majority waits (up to
+    :data:`COLLECT_S`) for their reports, so that it can pick among every live reporter."""
+    return [
+        r
+        for r in assignment.isr
+        if r != assignment.leader and r not in reporters and not is_down(r)
+    ]
 
 
 @attrs.define(eq=False)
@@ -94,6 +123,10 @@ class _Reports:
     epoch: int
     at: dict[str, float] = attrs.field(factory=dict)
     lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    complete: anyio.Event = attrs.field(factory=anyio.Event)
+    """Set when every live ISR member has reported (the collection may end)."""
+    majority_at: float | None = None
+    """When the reports first reached a majority (the collection's start)."""
 
 
 @attrs.define(eq=False)
@@ -120,6 +153,8 @@ class Elections:
     """Liveness: True if a server does not answer this server's probes."""
     window_s: float = 5.0
     """How long a report counts."""
+    collect_s: float = COLLECT_S
+    """Longest wait for the other live ISR members' reports once a majority reported."""
     clock: Callable[[], float] = time.monotonic
     """Monotonic clock (injected in tests)."""
     _reports: dict[tuple[str, int], _Reports] = attrs.field(factory=dict)
@@ -140,7 +175,8 @@ class Elections:
     async def report(
         self, stream: str, partition: int, leader_epoch: int, reporter: str
     ) -> dict[str, Any]:
-        """Count a report; elect a new leader if it completes a majority (ReportLeader). A
+        """Count a report; elect a new leader if it completes a majority (ReportLeader),
+        once every live ISR member reported or :attr:`collect_s` after the majority. A
         report from the leader itself renews its leadership in the next epoch (it gave up
         its epoch after a failed fsync).
 
@@ -164,38 +200,59 @@ class Elections:
         reports = self._reports.get(key)
         if reports is None or reports.epoch != current.leader_epoch:
             reports = self._reports[key] = _Reports(current.leader_epoch)
-        async with reports.lock:
-            current = self._assignment(stream, partition)  # may have moved while waiting
-            answer = _answer(False, current)
-            if leader_epoch != current.leader_epoch or reporter not in current.isr:
-                return answer
-            if reporter == current.leader:
-                # The leader itself: it gave up this epoch after a failed fsync whose cut
-                # took back records its followers were sent, and leads on in the next one.
-                return await self._elect(stream, partition, current, reporter)
-            now = self.clock()
-            reports.at[reporter] = now
-            recent = {r for r, t in reports.at.items() if now - t <= self.window_s}
-            reports.at = {r: t for r, t in reports.at.items() if r in recent}
-            down = self.is_down(current.leader)
-            new_leader = choose_leader(current, recent, down)
-            if log.isEnabledFor(logging.DEBUG):  # thousands a second in a failover at scale
-                log.debug(
-                    "partition leader reported silent",
-                    extra=fields(
-                        stream=stream,
-                        partition=partition,
-                        leader=current.leader,
-                        leader_epoch=current.leader_epoch,
-                        reporter=reporter,
-                        reporters=",".join(sorted(recent)),
-                        leader_down=down,
-                        isr=",".join(current.isr),
-                    ),
-                )
-            if new_leader is None:
-                return _answer(True, current)
-            return await self._elect(stream, partition, current, new_leader)
+        counted = collected = False
+        complete, wait_s = reports.complete, 0.0
+        while True:
+            async with reports.lock:
+                current = self._assignment(stream, partition)  # may have moved while waiting
+                if leader_epoch != current.leader_epoch or reporter not in current.isr:
+                    # Accepted if it was counted before the partition moved (while waiting).
+                    return _answer(counted, current)
+                if reporter == current.leader:
+                    # The leader itself: it gave up this epoch after a failed fsync whose cut
+                    # took back records its followers were sent, and leads on in the next one.
+                    return await self._elect(stream, partition, current, reporter)
+                now = self.clock()
+                if not counted:
+                    reports.at[reporter] = now
+                    counted = True
+                recent = {r for r, t in reports.at.items() if now - t <= self.window_s}
+                reports.at = {r: t for r, t in reports.at.items() if r in recent}
+                down = self.is_down(current.leader)
+                new_leader = choose_leader(current, recent, down)
+                if log.isEnabledFor(logging.DEBUG):  # thousands a second in a failover at scale
+                    log.debug(
+                        "partition leader reported silent",
+                        extra=fields(
+                            stream=stream,
+                            partition=partition,
+                            leader=current.leader,
+                            leader_epoch=current.leader_epoch,
+                            reporter=reporter,
+                            reporters=",".join(sorted(recent)),
+                            leader_down=down,
+                            isr=",".join(current.isr),
+                            collected=collected,
+                        ),
+                    )
+                if new_leader is None:
+                    return _answer(True, current)
+                if reports.majority_at is None:
+                    reports.majority_at = now
+                waited_s = now - reports.majority_at
+                if not awaited(current, recent, self.is_down):
+                    reports.complete.set()  # the reporters waiting for this one decide too
+                elif not collected and waited_s < self.collect_s:
+                    complete = reports.complete
+                    wait_s = self.collect_s - waited_s
+                    new_leader = None
+                if new_leader is not None:
+                    return await self._elect(stream, partition, current, new_leader)
+            # A majority reported, and live ISR members have not yet: wait for them (not
+            # holding the lock: their reports take it), then decide with who reported.
+            with anyio.move_on_after(wait_s):
+                await complete.wait()
+            collected = True
 
     def unreported(self) -> list[tuple[str, int]]:
         """Partitions whose leader's server is down in this server's liveness view, with

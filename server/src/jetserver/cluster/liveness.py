@@ -29,6 +29,10 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 1.0
 """Bound on one probe (connect + Hello)."""
+EARLY_PROBE_GAP_S = 0.05
+"""Least time between the starts of two probes of one server when a lost connection asks
+for an early one (:meth:`Liveness.probe_soon`): a peer that accepts and closes at once
+costs at most one probe per this."""
 DOWN_AFTER_S = 3.0
 """A server whose probes time out (rather than being refused) counts as down only once
 they have failed for this long in a row: a busy event loop (its own, or this server's)
@@ -76,6 +80,8 @@ class Liveness:
     _changed: anyio.Event = attrs.field(factory=anyio.Event)
     _rounds: dict[str, int] = attrs.field(factory=dict)
     _down_events: dict[str, anyio.Event] = attrs.field(factory=dict)
+    _wake: dict[str, anyio.Event] = attrs.field(factory=dict)
+    """Per server, set to end the wait for its next probe early (:meth:`probe_soon`)."""
     on_refused: Callable[[str], None] | None = None
     """Called with a server's id when a probe of it is refused after it had answered (or
     at the first probe): nothing listens at its address, the process is gone."""
@@ -134,6 +140,17 @@ class Liveness:
             event.set()
         elif event.is_set():
             self._down_events[server_id] = anyio.Event()
+
+    def probe_soon(self, address: str) -> None:
+        """A connection to ``address`` ended by the other side: probe the server there now
+        rather than at its next period (:attr:`PeerPool.on_lost`). A kill -9 ends every
+        connection to the process at once, and the probe is refused: the server is down
+        within milliseconds on every survivor, not up to ``interval_s`` later on each (at
+        3,000 partitions the two survivors found it 0.14 and 0.36 s after the kill, and the
+        metadata leader's elections waited for the later one's reports)."""
+        for server_id, target in self._targets().items():
+            if target == address and server_id in self._wake:
+                self._wake[server_id].set()
 
     def live_servers(self) -> list[str]:
         """Registered servers not known to be down (this server included), sorted."""
@@ -211,7 +228,11 @@ class Liveness:
                 self._rounds[server_id] = self._rounds.get(server_id, 0) + 1
                 event, self._changed = self._changed, anyio.Event()
                 event.set()
-                await anyio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+                wake = self._wake[server_id] = anyio.Event()
+                with anyio.move_on_after(max(0.0, self.interval_s - (time.monotonic() - started))):
+                    await wake.wait()
+                if wake.is_set():  # early (a lost connection): bounded in rate
+                    await anyio.sleep(max(0.0, EARLY_PROBE_GAP_S - (time.monotonic() - started)))
 
     async def _probe(self, server_id: str, address: str, timeout_s: float | None = None) -> None:
         refused = False

@@ -147,6 +147,7 @@ class ClusterNode:
             )
             node = cls(config, member, peers, liveness, elections, controller, rebalancer, tg=tg)
             liveness.on_refused = node._server_gone
+            peers.on_lost = liveness.probe_soon
             try:
                 yield node
             finally:

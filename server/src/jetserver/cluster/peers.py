@@ -12,6 +12,7 @@ Reader tasks live in the task group given to :meth:`PeerPool.start`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -41,6 +42,10 @@ class PeerPool:
     """Bound on connect + Hello."""
     security: PeerSecurity = PLAIN
     """TLS and the internal token for peer connections."""
+    on_lost: Callable[[str], None] | None = None
+    """Called with a peer's address when an open connection to it ends without this pool
+    closing it (the peer closed it, or its process is gone: a kill -9 ends every
+    connection to it at once), so that the liveness probes that server now."""
     _tg: anyio.abc.TaskGroup | None = None
     _connections: dict[str, Connection] = attrs.field(factory=dict)
     _locks: dict[str, anyio.Lock] = attrs.field(factory=dict)
@@ -74,7 +79,7 @@ class PeerPool:
                 raise JetConnectionError(f"bad peer address {address!r}: {exc}") from exc
             stream = await self.security.dial(target, self.connect_timeout_s)
             conn = Connection(stream, label=address)
-            await self._tg.start(conn.run)
+            await self._tg.start(self._run, conn, address)
             try:
                 body = encode_json({"protocol": PROTOCOL_VERSION, "client": PEER_CLIENT_NAME})
                 answer = await conn.request(Api.HELLO, body, timeout=self.connect_timeout_s)
@@ -85,6 +90,18 @@ class PeerPool:
                 raise
             self._connections[address] = conn
             return conn
+
+    async def _run(
+        self,
+        conn: Connection,
+        address: str,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The connection's reader task; :attr:`on_lost` once it ends by the peer's doing."""
+        await conn.run(task_status=task_status)
+        if not self._closed and self._connections.get(address) is conn and self.on_lost:
+            self.on_lost(address)
 
     async def request(self, address: str, api: int, body: bytes, timeout_s: float) -> bytes:
         """Send one request to the server at ``address``; return the response body.

@@ -130,8 +130,9 @@ class ReplicaCore(Generic[P]):
     """The replication state while leading (None otherwise)."""
     following: tuple[str, int, str] | None = None
     """(leader, epoch, address) while following."""
-    pending: collections.deque[P] = attrs.field(factory=collections.deque)
-    """ALL acks waiting for the HW, in offset order unless :attr:`pending_unordered`."""
+    pending: collections.deque[P] | None = None
+    """ALL acks waiting for the HW, in offset order unless :attr:`pending_unordered`
+    (made on first use: an idle partition holds no deque, 760 bytes each, issue 34)."""
     pending_unordered: bool = False
     """An ack was queued below an earlier one (a duplicate of an earlier record)."""
     producers: ProducerTable = attrs.field(factory=ProducerTable)
@@ -278,7 +279,9 @@ class ReplicaCore(Generic[P]):
     def add_pending(self, p: P) -> None:
         """Queue an ALL ack until the HW passes ``p.offset``."""
         pending = self.pending
-        if pending and p.offset < pending[-1].offset:
+        if pending is None:
+            pending = self.pending = collections.deque()
+        elif pending and p.offset < pending[-1].offset:
             self.pending_unordered = True
         pending.append(p)
 
@@ -329,9 +332,9 @@ class ReplicaCore(Generic[P]):
         state = self.leader_state
         fence = state is not None and state.on_cut(end)
         self.producers.forget_from(end)
-        lost = [p for p in self.pending if p.offset >= end]
+        lost = [p for p in self.pending or () if p.offset >= end]
         if lost:
-            self.pending = collections.deque(p for p in self.pending if p.offset < end)
+            self.pending = collections.deque(p for p in self.pending or () if p.offset < end)
         acks = [(p, ErrorCode.STORAGE_ERROR, message) for p in lost]
         if state is None or not fence:
             return Outcome(acks=acks)
@@ -405,6 +408,8 @@ class ReplicaCore(Generic[P]):
         """Remove the pending acks below ``hw``: successes, or NOT_ENOUGH_REPLICAS unless
         ``enough``."""
         pending = self.pending
+        if not pending:
+            return []
         done: list[P] = []
         while pending and pending[0].offset < hw:
             done.append(pending.popleft())
@@ -423,8 +428,8 @@ class ReplicaCore(Generic[P]):
         return [(p, ErrorCode.NOT_ENOUGH_REPLICAS, text) for p in done]
 
     def _take_all(self, code: ErrorCode, message: str) -> list[tuple[P, ErrorCode, str]]:
-        out = [(p, code, message) for p in self.pending]
-        self.pending = collections.deque()
+        out = [(p, code, message) for p in self.pending or ()]
+        self.pending = None
         self.pending_unordered = False
         return out
 

@@ -28,9 +28,9 @@ from jetsdk.codec.messages import decode_error
 from jetsdk.codec.produce_many import (
     MAX_PRODUCE_SECTIONS,
     decode_produce_many_response,
-    encode_produce_many_request,
+    produce_many_request_parts,
 )
-from jetsdk.connection import Connection, PendingResponse
+from jetsdk.connection import Connection, PendingResponse, RequestBody
 from jetsdk.errors import ClientClosed, JetError, MalformedFrame, Timeout, error_from_body
 from jetsdk.transport import running_asyncio_loop
 
@@ -206,10 +206,12 @@ class FanIn:
     ) -> None:
         self.requests += 1
         self.sections += len(bodies)
+        body: RequestBody
         if len(bodies) == 1:
             api, body = Api.PRODUCE, bodies[0]
         else:
-            api, body = Api.PRODUCE_MANY, encode_produce_many_request(bodies)
+            # In parts: large sections are written after the frame header as they are.
+            api, body = Api.PRODUCE_MANY, produce_many_request_parts(bodies)
         task = asyncio.get_running_loop().create_task(self._send(conn, api, body, answers, timeout))
         self._tasks.add(task)  # held until it ends: the loop keeps only weak references
         task.add_done_callback(self._tasks.discard)
@@ -218,7 +220,7 @@ class FanIn:
         self,
         conn: Connection,
         api: int,
-        body: bytes,
+        body: RequestBody,
         answers: list[SectionAnswer],
         timeout: float,
     ) -> None:

@@ -1,15 +1,24 @@
-"""A table's writes: Produce messages through the public :meth:`jetsdk.Client.produce`, ack
-ALL, as an idempotent producer (so a retry after an unknown outcome is answered
-DUPLICATE_SEQUENCE with the stored offset instead of being stored twice or, for a
-compare-and-set, refused by its own success).
+"""A table's writes: Produce messages with ack ALL, as an idempotent producer (so a retry
+after an unknown outcome is answered DUPLICATE_SEQUENCE with the stored offset instead of
+being stored twice or, for a compare-and-set, refused by its own success).
 
-Writes to one partition that are called while a request to it is in flight are sent
-together in the next request (one Produce request of up to :data:`MAX_BATCH_MESSAGES`
-messages, in call order, consecutive sequences): concurrent ``put`` calls share a round
-trip and an fsync instead of queueing one request each behind the previous one. Nothing
-waits to fill a batch (no linger): a write that finds its partition idle goes at once. The
-caller of the first write in the queue sends the batch; when it is answered the next
-queued write's caller sends the next one.
+Writes go in rounds. A write that finds no round gathering and its partition idle starts
+one: its caller lets the rest of the event loop's turn run (the callers woken by the last
+answer write again meanwhile), then takes every waiting write of every partition that has
+no request in flight (up to :data:`MAX_BATCH_MESSAGES` / :data:`MAX_BATCH_BYTES` per
+partition, in call order, consecutive sequences) and sends one Produce request per
+partition, all at once. Concurrent ``put`` calls thus share requests and fsyncs: a
+partition's batch holds every write made to it while its previous request was in flight
+and in the turn its answer came (64 callers putting to one partition: one request per
+~60 puts, where sending at once made batches of 1 and 63 by turns). A partition has at
+most one request in flight (its writes keep their order); writes to it wait for the next
+round. Nothing waits to fill a batch (no linger): the wait is one loop turn, and a lone
+writer's write goes at once. (Tried: one ProduceMany per round, and rounds whose
+partitions wait for each other. Both cut CPU per put with 4 partitions, by making batches
+bigger, but went at a lower rate on a loaded machine.) A write whose result is
+retriable is tried again (its partition stays busy), :data:`RETRY_PAUSE_S` apart. Each
+partition of a round is free again, and its writes' callers woken, as soon as its own
+answer came (only the round's caller waits for all of the round).
 
 A compare-and-set carries ``Jet-Expected-Key-Offset`` (spec/envelope.md, "Per-key
 compare-and-set"); the server checks the messages of a request in order, each against the
@@ -26,13 +35,19 @@ import asyncio
 import secrets
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, is_retriable
-from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult, new_produce_message
+from jetsdk.codec.messages import (
+    ProduceMessage,
+    ProduceRequest,
+    ProduceResult,
+    new_produce_message,
+)
 from jetsdk.codec.ttl import TTL_HEADER
-from jetsdk.errors import JetError, WrongExpectedKeyOffset, error_from_code
+from jetsdk.errors import JetError, Timeout, WrongExpectedKeyOffset, error_from_code
 from jetsdk.partitioner import partition_for_key
 from jetsdk.transport import running_asyncio_loop
 
@@ -57,11 +72,12 @@ _FINAL = frozenset(
 
 @attrs.define(eq=False)
 class _Write:
-    """One call's message, waiting for its result or for its turn to send a batch."""
+    """One call's message, waiting for its result or for its turn to start a round."""
 
     key: bytes
     expected: int | None
     message: ProduceMessage
+    partition: int
     seq: int = -1
     _woken: bool = False
     _future: asyncio.Future[None] | None = None
@@ -72,12 +88,17 @@ class _Write:
     result: ProduceResult | None = None
     error: BaseException | None = None
     sends: bool = False
-    """Its caller sends the next batch (set before it is woken)."""
+    """Its caller gathers the next round (set before it is woken)."""
     retry_error: JetError | None = None
     """Why its last try must be repeated (raised if the tries run out)."""
 
+    @property
+    def done(self) -> bool:
+        """Its outcome is known."""
+        return self.result is not None or self.error is not None
+
     def wake(self) -> None:
-        """Its result is known or its turn to send came (idempotent)."""
+        """Its result is known or its turn to gather came (the next :meth:`wait` returns)."""
         self._woken = True
         future = self._future
         if future is not None:
@@ -87,16 +108,17 @@ class _Write:
             self._event.set()
 
     async def wait(self) -> None:
-        """Return once :meth:`wake` was called (cancellable)."""
-        if self._woken:
-            return
-        loop = running_asyncio_loop()
-        if loop is not None:
-            self._future = loop.create_future()
-            await self._future
-        else:
-            self._event = anyio.Event()
-            await self._event.wait()
+        """Return once :meth:`wake` was called since the last wait (cancellable)."""
+        if not self._woken:
+            loop = running_asyncio_loop()
+            if loop is not None:
+                self._future = loop.create_future()
+                await self._future
+            else:
+                self._event = anyio.Event()
+                await self._event.wait()
+        self._woken = False
+        self._future = self._event = None
 
 
 @attrs.define(eq=False)
@@ -110,12 +132,22 @@ class TableWriter:
     producer_id: int = attrs.field(factory=lambda: secrets.randbits(63))
     _seq: int = 0
     _queues: dict[int, list[_Write]] = attrs.field(factory=dict)
-    """Writes waiting per partition; present while a request to it is in flight."""
+    """Writes waiting (not sent) per partition; a partition without any is absent."""
+    _busy: set[int] = attrs.field(factory=set)
+    """Partitions with a request in flight (or a retry pending)."""
+    _gatherer: _Write | None = None
+    """The write whose caller gathers the next round (None: no round gathering)."""
+    _calls: int = 0
+    """:meth:`write` calls under way."""
     requests: int = 0
-    """Produce requests sent (a metric and a test hook)."""
+    """Produce requests (partition batches) sent (a metric and a test hook)."""
+    retries: int = 0
+    """Requests that tried writes again (after a retriable result; a metric, a test hook)."""
 
     def partition_of(self, key: bytes) -> int:
         """The partition a key lives in (the SDK's default partitioner)."""
+        if self.partitions == 1:
+            return 0
         return partition_for_key(key, self.partitions)
 
     async def write(
@@ -134,118 +166,181 @@ class TableWriter:
             headers = ((EXPECTED_KEY_OFFSET, str(expected).encode()),)
         if ttl_ms is not None:
             headers = (*headers, (TTL_HEADER, b"%d" % ttl_ms))
-        write = _Write(key, expected, new_produce_message(value, key, headers, ""))
         partition = self.partition_of(key)
+        write = _Write(key, expected, new_produce_message(value, key, headers, ""), partition)
         queue = self._queues.get(partition)
         if queue is None:
             self._queues[partition] = queue = []
-            write.sends = True
         queue.append(write)
-        if not write.sends:
-            try:
+        if self._gatherer is None and partition not in self._busy:
+            self._gatherer = write  # no round would take it: this caller starts one
+            write.sends = True
+        self._calls += 1
+        try:
+            while True:
+                if write.sends:
+                    write.sends = False
+                    await self._gather()
+                if write.done:
+                    break
                 await write.wait()
-            except BaseException:  # cancelled: never sent, or sent by another caller
-                self._withdraw(partition, queue, write)
-                raise
-        if write.sends:
-            await self._send_next(partition, queue)
+        except BaseException:  # cancelled: never sent, or sent by another caller
+            self._withdraw(write)
+            raise
+        finally:
+            self._calls -= 1
         return self._outcome(partition, write)
 
-    def _withdraw(self, partition: int, queue: list[_Write], write: _Write) -> None:
-        """Take a cancelled caller's write out of the queue if it was not sent yet, and
-        hand its turn to send on if it had it."""
-        if write in queue:
+    def _withdraw(self, write: _Write) -> None:
+        """Take a cancelled caller's write out of its queue if it was not sent yet, and
+        hand the gathering on if it had it."""
+        queue = self._queues.get(write.partition)
+        if queue is not None and write in queue:
             queue.remove(write)
-            if write.sends:
-                self._hand_on(partition, queue)
+            if not queue:
+                del self._queues[write.partition]
+        if self._gatherer is write:
+            self._gatherer = None
+            self._hand_on()
 
-    def _hand_on(self, partition: int, queue: list[_Write]) -> None:
-        if queue:
-            nxt = queue[0]
-            nxt.sends = True
-            nxt.wake()
-        else:
-            del self._queues[partition]
+    def _hand_on(self) -> None:
+        """If no round is gathering and an idle partition has writes waiting, wake the
+        first of them to gather one."""
+        if self._gatherer is not None:
+            return
+        for partition, queue in self._queues.items():
+            if partition not in self._busy:
+                nxt = queue[0]
+                self._gatherer = nxt
+                nxt.sends = True
+                nxt.wake()
+                return
 
-    async def _send_next(self, partition: int, queue: list[_Write]) -> None:
-        """Send the first writes of ``queue`` as one request; then hand the turn on."""
-        try:
-            size = 0
-            count = 0
+    async def _gather(self) -> None:
+        """Let this loop turn's writes join (if another write call is under way: a lone
+        one goes at once, an extra loop turn costs a lone writer more than it saves),
+        take the waiting writes of every idle partition and send them (one round)."""
+        if self._calls > 1:
+            await anyio.lowlevel.checkpoint()  # cancellable: write() withdraws, hands on
+        self._gatherer = None
+        batches: list[list[_Write]] = []
+        for partition, queue in list(self._queues.items()):
+            if partition in self._busy:
+                continue
+            size = count = 0
             for w in queue[:MAX_BATCH_MESSAGES]:
                 size += len(w.message.value) + len(w.key)
                 if count and size > MAX_BATCH_BYTES:
                     break
                 count += 1
-            batch = queue[:count]
+            batches.append(queue[:count])
             del queue[:count]
-            with anyio.CancelScope(shield=True):  # its writes' callers wait for the answer
-                await self._send(partition, batch)
-        finally:
-            self._hand_on(partition, queue)
+            if not queue:
+                del self._queues[partition]
+            self._busy.add(partition)
+        with anyio.CancelScope(shield=True):  # its writes' callers wait for the answers
+            await self._round(batches)
 
-    async def _send(self, partition: int, batch: list[_Write]) -> None:
-        """Send ``batch`` (consecutive sequences) until every write has a final result;
-        writes whose result is retriable are tried again with their own sequences (each
-        run of consecutive ones in one request), :data:`RETRY_PAUSE_S` apart."""
-        base = self._seq
-        self._seq += len(batch)
-        for i, w in enumerate(batch):
-            w.seq = base + i
+    async def _round(self, batches: list[list[_Write]]) -> None:
+        """Send ``batches`` (one per partition) at once, each on its own: a partition is
+        free again, and its writes' callers woken, as soon as its writes are settled."""
+        for batch in batches:
+            base = self._seq
+            self._seq += len(batch)
+            for i, w in enumerate(batch):
+                w.seq = base + i
+        if len(batches) == 1:
+            await self._send(batches[0])
+            return
+        async with anyio.create_task_group() as tg:
+            for batch in batches:
+                tg.start_soon(self._send, batch)
+
+    async def _send(self, batch: list[_Write]) -> None:
+        """Send one partition's ``batch`` until every write has a final result; writes
+        whose result is retriable are tried again with their own sequences (each run of
+        consecutive ones in one request), :data:`RETRY_PAUSE_S` apart."""
+        runs = [batch]
         try:
-            again = await self._try(partition, batch, base)
-            for _ in range(MAX_WRITE_ATTEMPTS - 1):
-                if not again:
-                    break
-                await anyio.sleep(RETRY_PAUSE_S)
-                retried: list[_Write] = []
-                for run in _runs(again):
-                    retried += await self._try(partition, run, run[0].seq)
-                again = retried
-            for w in again:
-                w.error = w.retry_error
-        except BaseException as exc:  # the request itself failed for good
-            for w in batch:
-                if w.result is None and w.error is None:
-                    w.error = exc
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            for w in batch:
-                w.wake()
+            for attempt in range(MAX_WRITE_ATTEMPTS):
+                if attempt:
+                    await anyio.sleep(RETRY_PAUSE_S)
+                    self.retries += len(runs)
+                for run in runs:
+                    await self._try(run)
+                runs = self._settle(runs, final=attempt == MAX_WRITE_ATTEMPTS - 1)
+                if not runs:
+                    return
+        except BaseException as exc:  # cancelled (the table closes): nothing more is sent
+            for run in runs:
+                for w in run:
+                    if not w.done:
+                        w.error = exc
+            self._settle(runs, final=True)
+            raise
 
-    async def _try(self, partition: int, batch: list[_Write], base: int) -> list[_Write]:
-        """One request with ``batch``; the writes whose result was retriable."""
+    def _settle(self, runs: list[list[_Write]], final: bool) -> list[list[_Write]]:
+        """Wake the writes of ``runs`` (one partition's) that are done (with ``final``,
+        all: those left get their last retriable error), free the partition if all are,
+        and return the runs to try again."""
+        left: list[_Write] = []
+        for run in runs:
+            for w in run:
+                if not w.done and final:
+                    w.error = w.retry_error or Timeout(f"table write to {self.stream} not sent")
+                if w.done:
+                    w.wake()
+                else:
+                    left.append(w)
+        retrying = {w.partition for w in left}
+        freed = {run[0].partition for run in runs} - retrying
+        if freed:
+            self._busy -= freed
+            self._hand_on()
+        if not left:
+            return []
+        again: list[list[_Write]] = []
+        for partition in retrying:
+            again += _runs([w for w in left if w.partition == partition])
+        return again
+
+    async def _try(self, run: list[_Write]) -> None:
+        """One request with ``run`` (consecutive sequences of one partition); sets each
+        write's result, or its ``retry_error`` if retriable, or its error."""
+        partition = run[0].partition
         request = ProduceRequest(
             self.stream,
             partition,
             AckPolicy.ALL,
             int(self.timeout_s * 1000),
-            tuple(w.message for w in batch),
+            tuple(w.message for w in run),
             self.producer_id,
-            base,
-            current_values=any(w.expected is not None for w in batch),
+            run[0].seq,
+            current_values=any(w.expected is not None for w in run),
         )
         self.requests += 1
         try:
             results = await self.client.produce(request)
         except JetError as exc:
             if not exc.retriable:
-                raise
-            for w in batch:
+                for w in run:
+                    w.error = exc
+                return
+            for w in run:
                 w.retry_error = exc
-            return list(batch)
-        again = []
-        for w, result in zip(batch, results, strict=True):
+            return
+        except Exception as exc:
+            for w in run:
+                w.error = exc
+            return
+        for w, result in zip(run, results, strict=True):
             code = result.error_code
             if code not in _FINAL and is_retriable(code):
                 details = {"stream": self.stream, "partition": partition}
                 text = f"table write to {self.stream}/{partition}"
                 w.retry_error = error_from_code(code, text, details)
-                again.append(w)
             else:
                 w.result = result
-        return again
 
     def _outcome(self, partition: int, w: _Write) -> int:
         if w.error is not None:
