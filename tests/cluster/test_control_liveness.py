@@ -180,3 +180,28 @@ async def test_a_stop_hands_leaderships_only_to_isr_members_that_answer_now() ->
     await paused.aclose()
     for stream in held:
         await stream.aclose()
+
+
+class _BrokenHello(PeerPool):
+    """A peer pool whose probe fails with an error that is not a connection error."""
+
+    async def hello(self, address: str, timeout_s: float) -> dict[str, object]:
+        raise RuntimeError("a bug on the probe's way")
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_probe_error_counts_as_unanswered_and_the_prober_goes_on() -> None:
+    """A probe's unexpected error used to end the prober's task group, and the server with
+    it (a dialer's AttributeError on a connection reset at once, in a CI run)."""
+    servers = {"other": RegisteredServer("other", "127.0.0.1:1", "127.0.0.1:2")}
+    state = MetadataState(servers=servers)
+    live = Liveness("me", _BrokenHello(connect_timeout_s=0.2), lambda: state, interval_s=0.02)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(live.run)
+            for _ in range(3):
+                await live.next_round()
+            tg.cancel_scope.cancel()
+    probe = live.probes["other"]
+    assert not probe.ok
+    assert not probe.refused  # not news that the process is gone

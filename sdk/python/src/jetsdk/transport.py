@@ -376,8 +376,14 @@ async def tcp_dialer(address: Address, timeout: float) -> ByteStream:
         raise JetConnectionError(f"connect to {address}: timed out after {timeout}s") from None
     # Take the connected socket over (anyio set TCP_NODELAY); the stream object is dropped
     # without closing it, since that would close the socket.
-    raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
-    sock = raw.dup()
+    try:
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        sock = raw.dup()
+    except (AttributeError, OSError) as exc:
+        # The peer reset the connection as soon as it was made (a server stopping): the
+        # transport has let its socket go, and anyio's attribute look-up fails on it.
+        await AnyioByteStream(stream).aclose()
+        raise JetConnectionError(f"connect to {address}: closed at once ({exc})") from None
     await AnyioByteStream(stream).aclose()
     sock.setblocking(False)
     return SocketByteStream(sock, label=str(address))

@@ -245,6 +245,11 @@ class Liveness:
         except JetError:
             ok = False
             refused = True
+        except Exception:
+            # Anything else is a bug of the probe's way, not news about the peer: logged,
+            # counted as an unanswered probe, and the prober (and the server) goes on.
+            log.exception("liveness probe failed unexpectedly", extra={"peer": server_id})
+            ok = False
         previous = self.probes.get(server_id)
         now = time.monotonic()
         since: float | None = None
