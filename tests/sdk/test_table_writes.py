@@ -22,6 +22,9 @@ from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
 
+FSYNC_ATTEMPTS = 3
+"""Runs of the fsync-failure scenario until its failure strikes a waiting put."""
+
 
 async def test_concurrent_puts_share_requests(jet_dev: JetDev) -> None:
     stream = unique("wbatch")
@@ -142,8 +145,21 @@ async def test_a_partition_retried_after_a_failed_fsync_holds_back_no_other(
     real fsync of partition 1 fails (its ALL acks fail, the
     server cuts the log back): that partition's writes are tried again and stored, while
     partition 0 goes on in the next rounds. Every put returns the revision the view then
-    holds."""
+    holds. On a loaded machine the injected failure can strike an fsync no put waits for
+    (nothing to retry: seen once in 12 runs, six at a time): the scenario is then run
+    again on a fresh server, at most FSYNC_ATTEMPTS times, and one run must retry."""
+    retried = []
+    for attempt in range(FSYNC_ATTEMPTS):
+        retried.append(await _fsync_failure_round(nats_server, tmp_path / f"a{attempt}"))
+        if retried[-1]:
+            break
+    assert retried[-1] >= 1, retried  # partition 1's failed batch, tried again
+
+
+async def _fsync_failure_round(nats_server: NatsServer, tmp_path: Path) -> int:
+    """One run of the scenario above; the writer's retries."""
     stream = "wfsync"
+    await anyio.Path(tmp_path).mkdir()
     marker = tmp_path / "fault-fired"
     fault = FsyncFault(match="/1/00000000000000000000.log", at=3, marker=marker)  # partition 1
     proc = start_server_process(nats_server.url, tmp_path / "data", env=fault.env())
@@ -171,8 +187,9 @@ async def test_a_partition_retried_after_a_failed_fsync_holds_back_no_other(
                     assert {k: table.entry(k) for k in keys} == {
                         k: Entry(k, k * 2, revisions[k], writer.partition_of(k)) for k in keys
                     }
-                    assert writer.retries >= 1  # partition 1's failed batch, again
                     assert not writer._busy
                     assert not writer._queues
+                    retries = writer.retries
     finally:
         assert proc.stop() == 0
+    return retries
