@@ -50,13 +50,18 @@ class _CountingStream(SocketByteStream):
         return super().write_gathered_now(buffers)
 
 
-async def test_large_bodies_are_gathered_and_arrive_whole_in_order(anyio_backend: str) -> None:
+def _small_send_buffer_pair() -> tuple[_CountingStream, FramePeer]:
+    """A counting client end and a frame-reading peer over a socket pair whose 64 KiB send
+    buffer splits large sends in pieces."""
     a, b = socket.socketpair()
     for s in (a, b):
         s.setblocking(False)
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)  # sends split in pieces
-    client_end = _CountingStream(a, label="a")
-    peer = FramePeer(SocketByteStream(b, label="b"))
+    return _CountingStream(a, label="a"), FramePeer(SocketByteStream(b, label="b"))
+
+
+async def test_large_bodies_are_gathered_and_arrive_whole_in_order(anyio_backend: str) -> None:
+    client_end, peer = _small_send_buffer_pair()
     rng = random.Random(39)
     sizes = [GATHER_MIN_BODY_BYTES, 5, GATHER_MIN_BODY_BYTES * 9 + 3, 0, 1 << 20, 100]
     bodies = [rng.randbytes(n) for n in sizes]
@@ -101,12 +106,7 @@ async def test_bodies_in_parts_are_gathered_when_large_and_few_else_joined(
     """A ProduceMany body in parts (its sections as they are): a large one of few parts goes
     out as header + parts, unjoined; a small one, or one of too many parts (a send takes
     at most IOV_MAX buffers), is joined. The peer reads each whole and in order."""
-    a, b = socket.socketpair()
-    for s in (a, b):
-        s.setblocking(False)
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)  # sends split in pieces
-    client_end = _CountingStream(a, label="a")
-    peer = FramePeer(SocketByteStream(b, label="b"))
+    client_end, peer = _small_send_buffer_pair()
     rng = random.Random(3939)
     large = tuple(rng.randbytes(n) for n in (4, 4, 300_000, 4, 700_000))
     small = (b"ab", b"cd", b"")
