@@ -44,6 +44,7 @@ from jetspark.subjects import pattern_problem, patterns_regex
 __all__ = [
     "DEFAULT_ACK_TIMEOUT_S",
     "DEFAULT_FETCH_MAX_BYTES",
+    "DEFAULT_MAX_BYTES_PER_PARTITION",
     "DEFAULT_REQUEST_TIMEOUT_S",
     "EARLIEST",
     "LATEST",
@@ -73,6 +74,10 @@ DEFAULT_ACK_TIMEOUT_S = 30.0
 """Seconds the server may take to acknowledge a write."""
 MAX_MIN_PARTITIONS = 100_000
 """Largest accepted minPartitions."""
+DEFAULT_MAX_BYTES_PER_PARTITION = 64 * 1024 * 1024
+"""Estimated stored bytes a Spark partition of the source packs stream-partition ranges up
+to (maxBytesPerPartition): a task costs a Python worker call and a connection's round trips
+whatever it reads, so small ranges share one."""
 
 DEFAULT_MAX_TRIGGER_DELAY_S = 900.0
 """maxTriggerDelay's default, 15 minutes (as Spark's Kafka source)."""
@@ -95,6 +100,7 @@ SOURCE_OPTIONS = (
     "failOnDataLoss",
     "includeHeaders",
     "minPartitions",
+    "maxBytesPerPartition",
     "fetchMaxBytes",
     "group",
     "requestTimeout",
@@ -168,6 +174,8 @@ class SourceOptions:
     """Add the ``headers`` column."""
     min_partitions: int | None = None
     """Split offset ranges so a batch has at least this many Spark partitions."""
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    """Pack ranges into Spark partitions of about this many estimated bytes at most."""
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     """Record bytes per Fetch request."""
     group: str | None = None
@@ -293,6 +301,7 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     fetch_max_bytes = _positive_int(opts, "fetchMaxBytes") or DEFAULT_FETCH_MAX_BYTES
     if fetch_max_bytes > MAX_FETCH_MAX_BYTES:
         raise OptionError("fetchMaxBytes", f"at most {MAX_FETCH_MAX_BYTES}")
+    per_partition = _positive_int(opts, "maxBytesPerPartition")
     starting_ts = None
     if "startingtimestamp" in opts:
         starting_ts = _int(opts, "startingTimestamp")
@@ -353,6 +362,7 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
         include_headers=parse_bool(opts, "includeHeaders", False),
         min_partitions=min_partitions,
+        max_bytes_per_partition=per_partition or DEFAULT_MAX_BYTES_PER_PARTITION,
         fetch_max_bytes=fetch_max_bytes,
         group=group,
         request_timeout=_seconds(opts, "requestTimeout", DEFAULT_REQUEST_TIMEOUT_S),
