@@ -64,8 +64,9 @@ __all__ = [
     "source_options",
 ]
 
-DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
-"""Record bytes asked for per Fetch."""
+DEFAULT_FETCH_MAX_BYTES = 4 * 1024 * 1024
+"""Record bytes asked for per Fetch (a server gives at most its max_fetch_bytes, 8 MiB by
+default): at 16 KiB values 4 MiB took a third less CPU per MiB than 1 MiB."""
 MAX_FETCH_MAX_BYTES = 64 * 1024 * 1024
 """Largest accepted fetchMaxBytes."""
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
