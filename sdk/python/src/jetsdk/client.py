@@ -406,9 +406,8 @@ class Client:
         timeout: float | None = None,
         retry_if: Callable[[JetError], bool] = is_retriable,
     ) -> bytes:
-        """Send a request to the partition leader, retrying per ``retry_if`` (after a
-        metadata refresh when the leader may have moved). ``body`` may be given in parts
-        (:data:`jetsdk.connection.RequestBody`: large ones are sent gathered, not joined).
+        """Send a request (``body`` whole or in parts) to the partition leader, retrying per
+        ``retry_if`` (after a metadata refresh when the leader may have moved).
 
         Raises:
             JetError: the last error once retries are exhausted or it is not retriable.
