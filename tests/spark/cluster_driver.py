@@ -37,6 +37,7 @@ def main(servers: str, src: str, out: str, checkpoint: str, mode: str, hang: str
         .option("streams", src)
         .option("startingOffsets", "earliest")
         .option("maxRecordsPerTrigger", str(MAX_RECORDS_PER_TRIGGER))
+        .option("minPartitions", "2")  # a Spark partition per stream partition: two tasks
         .load()
         .select("key", F.concat("value", F.lit(b"!")).alias("value"), "offset")
     )
