@@ -75,10 +75,12 @@ DEFAULT_ACK_TIMEOUT_S = 30.0
 """Seconds the server may take to acknowledge a write."""
 MAX_MIN_PARTITIONS = 100_000
 """Largest accepted minPartitions."""
-DEFAULT_MAX_BYTES_PER_PARTITION = 64 * 1024 * 1024
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
 """Estimated stored bytes a Spark partition of the source packs stream-partition ranges up
 to (maxBytesPerPartition): a task costs a Python worker call and a connection's round trips
-whatever it reads, so small ranges share one."""
+whatever it reads, so small ranges share one. 128 MiB as Spark's
+``spark.sql.files.maxPartitionBytes``; on local[2], 10,000 x 16 KiB over 8 partitions took
+0.63-0.69 s a batch in 2 Spark partitions against 0.74-1.01 s in 3 (64 MiB)."""
 
 DEFAULT_MAX_TRIGGER_DELAY_S = 900.0
 """maxTriggerDelay's default, 15 minutes (as Spark's Kafka source)."""
