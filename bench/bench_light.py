@@ -3,8 +3,10 @@
 Short rounds alternate, in one client process on asyncio, among: jet fsynced (``flushed``),
 jet ``written``, JetStream ``sync_interval: always`` and JetStream's default (the same
 pairs as ``bench sdk`` (c)), with the order reversed every other round, so that a noisy,
-shared machine disturbs every side alike. Per round it prints p50, p99 and max, the jet
-server's CPU per message (user + system, /proc) and the context switches per message of
+shared machine disturbs every side alike. Per round it prints p50, p99 and max, the
+server's CPU per message (user + system, /proc: the jet server process, which does not
+count the CPU of the nats-server it publishes NATS copies to; for JetStream the whole
+nats-server process), and for jet the context switches per message of
 its event-loop thread (voluntary: it waited, e.g. for the socket or a thread; involuntary:
 it was preempted), the client's CPU per message and the load average; then the medians
 over the rounds.
@@ -26,6 +28,7 @@ from typing import Any
 import anyio
 
 from bench.bench_sdk import (
+    JETSTREAM_PIDS,
     _load,
     _process_cpu_s,
     jet_latency,
@@ -85,8 +88,10 @@ async def _rounds(
                     switches = (float("nan"), float("nan"))
                     if tag is None:
                         subject = "js.ls" if target is sync_js else "js.ld"
+                        pid = JETSTREAM_PIDS[js_sync_url if target is sync_js else js_url]
+                        cpu0 = _process_cpu_s(pid)
                         lat = await js_latency(target, subject, RATE, secs)
-                        cpu = float("nan")
+                        cpu = (_process_cpu_s(pid) - cpu0) / len(lat) * 1e6
                     else:
                         pid = jets[tag][1]
                         cpu0, sw0 = _process_cpu_s(pid), _switches(pid)
