@@ -390,6 +390,20 @@ async def test_an_all_acked_request_on_an_idle_partition_commits_in_its_own_task
     assert [r.value for r in records] == [b"a", b"b", b"c0", b"c1", b"c2"]
 
 
+async def produce_and_see_each(
+    c: RawClient, stream: str, values: list[bytes], policies: list[AckPolicy] | None = None
+) -> None:
+    """Produce each of ``values`` alone (with its ack policy; default LEADER) to partition 0
+    of ``stream``, empty before: each is acked and then read back at its offset (a record
+    is visible once fsynced) before the next is sent."""
+    for i, value in enumerate(values):
+        policy = AckPolicy.LEADER if policies is None else policies[i]
+        results = await c.produce(stream, 0, [ProduceMessage(value)], ack_policy=policy)
+        assert results[0].error_code == ErrorCode.NONE
+        records = await c.collect(stream, 0, i + 1)
+        assert records[-1].value == value
+
+
 async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answer(
     jet: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -411,11 +425,8 @@ async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answ
         replica = jet.streams.replica("after", 0)
         runner = replica.committer.fsyncs
         on_loop = runner.loop_fsyncs
-        for i, policy in enumerate([AckPolicy.LEADER, AckPolicy.NONE, AckPolicy.LEADER]):
-            results = await c.produce("after", 0, [ProduceMessage(b"v%d" % i)], ack_policy=policy)
-            assert results[0].error_code == ErrorCode.NONE
-            records = await c.collect("after", 0, i + 1)  # visible once fsynced
-            assert [r.value for r in records][-1] == b"v%d" % i
+        policies = [AckPolicy.LEADER, AckPolicy.NONE, AckPolicy.LEADER]
+        await produce_and_see_each(c, "after", [b"v0", b"v1", b"v2"], policies)
         assert not replica.committer.flushing  # the flusher task was never started
         assert runner.loop_fsyncs >= on_loop + 3
         assert replica.high_watermark == 3
@@ -452,11 +463,7 @@ async def test_a_busy_loop_sends_a_deferred_fsync_to_a_thread_after_one_look(
         replica = jet.streams.replica("busy", 0)
         runner = replica.committer.fsyncs
         threads = runner.thread_fsyncs
-        for i in range(3):
-            results = await c.produce("busy", 0, [ProduceMessage(b"b%d" % i)])
-            assert results[0].error_code == ErrorCode.NONE
-            records = await c.collect("busy", 0, i + 1)  # visible once fsynced
-            assert records[-1].value == b"b%d" % i
+        await produce_and_see_each(c, "busy", [b"b0", b"b1", b"b2"])
         assert probes == [3]  # one look per request
         assert runner.thread_fsyncs >= threads + 3
 
@@ -474,11 +481,7 @@ async def test_a_deferred_fsync_sent_to_threads_runs_from_the_requests_own_task(
         runner.on_loop = False
         try:
             threads = runner.thread_fsyncs
-            for i in range(3):
-                results = await c.produce("thr", 0, [ProduceMessage(b"t%d" % i)])
-                assert results[0].error_code == ErrorCode.NONE
-                records = await c.collect("thr", 0, i + 1)  # visible once fsynced
-                assert records[-1].value == b"t%d" % i
+            await produce_and_see_each(c, "thr", [b"t0", b"t1", b"t2"])
             assert not replica.committer.flushing  # the flusher task was never started
             assert runner.thread_fsyncs >= threads + 3
             assert replica.log.flushed_offset >= 3
