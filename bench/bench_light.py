@@ -39,6 +39,7 @@ from bench.bench_sdk import (
 from bench.stats import pct
 from bench.trees import compared_trees, tree_paths
 from jetsdk import Client
+from jetsdk.client_requests import Durability
 from jetserver.devcluster import DevCluster
 
 RATE = 500
@@ -61,18 +62,36 @@ def _switches(pid: int) -> tuple[int, int]:
     return voluntary, involuntary
 
 
+async def jet_clients(
+    stack: contextlib.AsyncExitStack,
+    jets: dict[str, tuple[list[str], int]],
+    streams: dict[str, tuple[str, Durability | None]],
+    warm: tuple[str, ...],
+) -> dict[str, Client]:
+    """A client per tree's server (``jets``: tag -> (addresses, pid)), each server with
+    ``streams`` (name -> (subject, durability)), each stream in ``warm`` warmed up by a
+    second of publishes at ``RATE``."""
+    clients: dict[str, Client] = {}
+    for tag, (addresses, _pid) in jets.items():
+        client = await stack.enter_async_context(Client(addresses))
+        for name, (subject, durability) in streams.items():
+            await client.create_stream(name, subject, durability=durability)
+        for name in warm:
+            await jet_latency(client, name, RATE, 1.0)
+        clients[tag] = client
+    return clients
+
+
 async def _rounds(
     jets: dict[str, tuple[list[str], int]], js_url: str, js_sync_url: str, rounds: int, secs: float
 ) -> None:
     per: dict[str, list[tuple[float, float, float, float, float]]] = {}
     async with contextlib.AsyncExitStack() as stack:
-        clients: dict[str, Client] = {}
-        for tag, (addresses, _pid) in jets.items():
-            client = await stack.enter_async_context(Client(addresses))
-            await client.create_stream("lf", "light.f")
-            await client.create_stream("lw", "light.w", durability="written")
-            await jet_latency(client, "lf", RATE, 1.0)  # warm-up
-            clients[tag] = client
+        streams: dict[str, tuple[str, Durability | None]] = {
+            "lf": ("light.f", None),
+            "lw": ("light.w", "written"),
+        }
+        clients = await jet_clients(stack, jets, streams, warm=("lf",))
         nc, js = await js_setup(js_url, "LD", "js.ld")
         sync_nc, sync_js = await js_setup(js_sync_url, "LS", "js.ls")
         cases: list[tuple[str, str | None, Any]] = [

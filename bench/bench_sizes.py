@@ -226,7 +226,10 @@ async def js_connect(url: str, window: int) -> tuple[Any, Any]:
     return nc, nc.jetstream(publish_async_max_pending=window)
 
 
-async def js_stream(js: Any, name: str, subject: str, *, s2: bool = False) -> None:
+async def js_stream(
+    js: Any, name: str, subject: str, *, s2: bool = False, replicas: int = 1
+) -> None:
+    """A JetStream file stream, uncapped message size; S2-compressed if ``s2``."""
     from nats.js.api import StorageType, StoreCompression, StreamConfig
 
     await js.add_stream(
@@ -234,7 +237,7 @@ async def js_stream(js: Any, name: str, subject: str, *, s2: bool = False) -> No
             name=name,
             subjects=[subject],
             storage=StorageType.FILE,
-            num_replicas=1,
+            num_replicas=replicas,
             max_msg_size=-1,
             compression=StoreCompression.S2 if s2 else StoreCompression.NONE,
         )
