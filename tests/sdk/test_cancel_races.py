@@ -13,6 +13,7 @@ in the same loop turn, the order of that race.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -23,6 +24,7 @@ from jetsdk.connection import Connection
 from jetsdk.consumer.delivery import Delivery
 from jetsdk.errors import ClientClosed
 from jetsdk.memory import memory_stream_pair
+from jetsdk.producer.fan_in import SectionAnswer
 from jetsdk.producer.handle import SendHandle
 
 pytestmark = pytest.mark.anyio
@@ -72,3 +74,13 @@ async def test_a_fetch_whose_consumer_closed_under_the_same_cancellation() -> No
     await _ends_cancelled(lambda: delivery.next_batch(10, None), delivery.close)
     with pytest.raises(ClientClosed):
         await delivery.next_batch(10, None)
+
+
+async def test_a_section_whose_request_was_cancelled_under_the_same_cancellation(
+    anyio_backend: str,
+) -> None:
+    if anyio_backend != "asyncio":
+        pytest.skip("ProduceMany's fan-in runs on asyncio only")
+    answer = SectionAnswer(asyncio.get_running_loop().create_future(), "mem")
+    closed = ClientClosed("the request to mem was cancelled")
+    await _ends_cancelled(lambda: answer.wait(5), lambda: answer._resolve(None, closed))
