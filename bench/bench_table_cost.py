@@ -5,7 +5,8 @@ not (or much less). Each round runs in a child process (client and server code f
 tree) against a one-server ``jet dev`` of its own, and measures per operation the CPU of
 the client process, of the jet server and of nats-server (/proc), their wake-ups
 (voluntary context switches, all threads: ``*_wakes``), the Produce requests the table
-sent (:attr:`TableWriter.requests`) and the Fetch answers its view applied
+sent (:attr:`TableWriter.requests`: partition batches; ``wire``: requests on the wire, a
+ProduceMany of a round's batches counting one) and the Fetch answers its view applied
 (``Table.fetches``, where the tree has it):
 
 - ``modify1``: ``Table.modify`` of one counter, one writer (each update waits for the
@@ -69,6 +70,13 @@ def _bump(value: bytes | None) -> bytes:
     return b"%d" % (int(value or b"0") + 1)
 
 
+def _wire(table: object) -> int:
+    """Requests the table's writer put on the wire (a ProduceMany counts one; a tree
+    without ProduceMany rounds: its partition batches)."""
+    writer = getattr(table, "_writer", None)
+    return int(getattr(writer, "wire_requests", getattr(writer, "requests", 0)))
+
+
 async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) -> dict[str, float]:
     from jetsdk import Client, Table
 
@@ -112,6 +120,7 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
         await work(max(n // 20, 20))  # warm-up (and the counter's first value)
         requests = [t._writer.requests for t in tables if t._writer is not None]
         fetches = [getattr(t, "fetches", 0) for t in tables]
+        wire = sum(_wire(t) for t in tables)
         cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
         procs: dict[str, int | str] = {"client": "self", **pids}
         wakes = {name: _wakeups(pid) for name, pid in procs.items()}
@@ -124,6 +133,7 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
             out[f"{name}_wakes"] = (_wakeups(proc) - wakes[name]) / n
         done = [t._writer.requests for t in tables if t._writer is not None]
         out["requests"] = (sum(done) - sum(requests)) / n
+        out["wire"] = (sum(_wire(t) for t in tables) - wire) / n
         out["fetches"] = (sum(getattr(t, "fetches", 0) for t in tables) - sum(fetches)) / n
         if kind != "put":
             await tables[0].sync()

@@ -90,6 +90,45 @@ async def test_callers_woken_by_an_answer_share_the_next_request(jet_dev: JetDev
             assert len(table) == puts + 1
 
 
+async def test_a_round_over_partitions_goes_as_one_produce_many(jet_dev: JetDev) -> None:
+    """64 callers putting over 4 partitions: a round's batches, one per partition, go to
+    the server as one ProduceMany on asyncio (one round trip and one pass of the server
+    for all); each put still gets its own revision. (Before, each batch was a Produce
+    request of its own: as many requests on the wire as batches.) On trio each batch is a
+    Produce request of its own."""
+    stream = unique("wmany")
+    lanes, each = 64, 10
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True, partitions=4)
+        async with Table(client, stream) as table:
+            writer = table._writer
+            assert writer is not None
+            await table.put(b"warm", b"up")
+            before, wire_before = writer.requests, writer.wire_requests
+            revisions: dict[bytes, int] = {}
+
+            async def lane(i: int) -> None:
+                for j in range(each):
+                    key = b"m%02d-%02d" % (i, j)
+                    revisions[key] = await table.put(key, b"v")
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    for i in range(lanes):
+                        tg.start_soon(lane, i)
+            puts = lanes * each
+            batches = writer.requests - before
+            wire = writer.wire_requests - wire_before
+            assert batches < puts / 4, batches  # coalesced per partition
+            if sniffio.current_async_library() == "asyncio":
+                assert wire <= batches / 2, (wire, batches)  # 2.5-4 batches per request
+            else:
+                assert wire == batches
+            await table.sync()
+            assert len(table) == puts + 1
+            assert {k: table.revision(k) for k in revisions} == revisions
+
+
 async def test_concurrent_updates_of_one_revision_one_wins(jet_dev: JetDev) -> None:
     stream = unique("wcas")
     async with Client(jet_dev.servers) as client:
