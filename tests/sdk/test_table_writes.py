@@ -26,6 +26,22 @@ FSYNC_ATTEMPTS = 3
 """Runs of the fsync-failure scenario until its failure strikes a waiting put."""
 
 
+async def _put_in_lanes(table: Table, prefix: bytes, lanes: int, each: int) -> dict[bytes, int]:
+    """``lanes`` callers each putting ``each`` keys one after the other; key -> revision."""
+    revisions: dict[bytes, int] = {}
+
+    async def lane(i: int) -> None:
+        for j in range(each):
+            key = prefix + b"%02d-%02d" % (i, j)
+            revisions[key] = await table.put(key, b"v")
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for i in range(lanes):
+                tg.start_soon(lane, i)
+    return revisions
+
+
 async def test_concurrent_puts_share_requests(jet_dev: JetDev) -> None:
     stream = unique("wbatch")
     n = 200
@@ -71,15 +87,7 @@ async def test_callers_woken_by_an_answer_share_the_next_request(jet_dev: JetDev
             assert writer is not None
             await table.put(b"warm", b"up")
             before = writer.requests
-
-            async def lane(i: int) -> None:
-                for j in range(each):
-                    await table.put(b"r%02d-%02d" % (i, j), b"v")
-
-            with anyio.fail_after(60):
-                async with anyio.create_task_group() as tg:
-                    for i in range(lanes):
-                        tg.start_soon(lane, i)
+            await _put_in_lanes(table, b"r", lanes, each)
             puts = lanes * each
             requests = writer.requests - before
             if sniffio.current_async_library() == "asyncio":
@@ -105,17 +113,7 @@ async def test_a_round_over_partitions_goes_as_one_produce_many(jet_dev: JetDev)
             assert writer is not None
             await table.put(b"warm", b"up")
             before, wire_before = writer.requests, writer.wire_requests
-            revisions: dict[bytes, int] = {}
-
-            async def lane(i: int) -> None:
-                for j in range(each):
-                    key = b"m%02d-%02d" % (i, j)
-                    revisions[key] = await table.put(key, b"v")
-
-            with anyio.fail_after(60):
-                async with anyio.create_task_group() as tg:
-                    for i in range(lanes):
-                        tg.start_soon(lane, i)
+            revisions = await _put_in_lanes(table, b"m", lanes, each)
             puts = lanes * each
             batches = writer.requests - before
             wire = writer.wire_requests - wire_before
