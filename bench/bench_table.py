@@ -20,9 +20,9 @@ durability). Rows, medians of rounds:
   few ms, was timed before on jet's side only); :data:`CAS_INCREMENTS` per writer.
 - **put, ack ALL**: ``Table.put`` (ack ALL: fsynced) against ``kv.put`` on the
   ``sync_interval: always`` store, :data:`PUT_CONCURRENCY` puts in flight on each side;
-  a table of :data:`PARTITIONS` partitions (a request, an append and an fsync per
-  partition batch), and beside it one of 1 partition (one log, one fsync per batch: as a
-  KV bucket's stream).
+  a table of :data:`PARTITIONS` partitions (an append and an fsync per partition batch;
+  a round's batches go as one ProduceMany request, their fsyncs run at once), and beside
+  it one of 1 partition (one log, one fsync per batch: as a KV bucket's stream).
 - **watch initial load**: a new ``Table`` and its ``watch()`` of N keys (10,000; 100,000
   without --quick) until the N-th initial change, against ``kv.watchall()`` until its
   end-of-initial-values marker.
