@@ -39,8 +39,8 @@ from jetsdk.codec.record import encode_body
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.running import new_replica
+from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import OpenJobs, open_partition_logs
-from jetserver.fsync_runner import FsyncRunner
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import CreateStream, apply
 from jetserver.nats_link import NatsLink
@@ -85,13 +85,13 @@ async def replica_over_a_real_log(
         log_,
         producers,
         config=config,
-        link=link,
-        acks=AckRouter(link),
-        server_id=ME,
-        controller=control or RecordingControl(ME),
-        fetch_sessions=None,
-        fsyncs=FsyncRunner(),
-        on_leadership_end=lambda _stream, _partition: None,
+        services=ReplicaServices(
+            link=link,
+            acks=AckRouter(link),
+            server_id=ME,
+            controller=control or RecordingControl(ME),
+            replication=config.replication,
+        ),
     )
     return replica, state
 
