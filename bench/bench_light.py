@@ -37,7 +37,7 @@ from bench.bench_sdk import (
     js_setup,
 )
 from bench.stats import pct
-from bench.trees import compared_trees, tree_paths
+from bench.trees import compared_trees, running_tree
 from jetsdk import Client
 from jetsdk.client_requests import Durability
 from jetserver.devcluster import DevCluster
@@ -144,22 +144,13 @@ def run(quick: bool) -> None:
     """Start the servers and alternate the rounds (see the module docstring)."""
     rounds, secs = (3, 3.0) if quick else (8, 4.0)
     trees = compared_trees()
-    saved = os.environ.get("PYTHONPATH")
     with contextlib.ExitStack() as stack:
         devnull = stack.enter_context(open(os.devnull, "wb"))
         jets: dict[str, tuple[list[str], int]] = {}
-        try:
-            for tag, tree in trees.items():
-                # The server process imports that tree's code (the client is this one's).
-                paths = tree_paths(tree)
-                os.environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
+        for tag, tree in trees.items():
+            with running_tree(tree):  # the server imports that tree's code
                 dev = stack.enter_context(DevCluster(size=1, log_file=devnull))
-                jets[tag] = (dev.addresses, dev.servers[0].pid)
-        finally:
-            if saved is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = saved
+            jets[tag] = (dev.addresses, dev.servers[0].pid)
         js_url = stack.enter_context(jetstream_server(sync_always=False))
         js_sync_url = stack.enter_context(jetstream_server(sync_always=True))
         print(

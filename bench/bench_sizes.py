@@ -356,38 +356,49 @@ async def one_size(
         await js_stream(js, f"P{tag}", f"js.{tag}.pub")
         await js_stream(js, f"C{tag}", f"js.{tag}.cons")
         await js_stream(sjs, f"A{tag}", f"js.{tag}.all")
-        pub = Row("publish ack LEADER", size, TARGET_PUBLISH)
-        await alternate(
-            pub,
-            rounds,
-            n,
-            lambda k: jet_publish(client, f"{tag}pub", value, k, AckPolicy.LEADER),
-            lambda k: js_publish(js, f"js.{tag}.pub", k, value),
-            server_pid,
-            warm,
-        )
-        rows = [pub]
-        if no_copies:
-            nc_row = Row("ack LEADER, no NATS copies", size, TARGET_PUBLISH)
+
+        async def publish_row(
+            label: str,
+            stream: str,
+            ack: AckPolicy,
+            ctx: Any,
+            subject: str,
+            count: int,
+            durable_dir: Path | None = None,
+        ) -> Row:
+            """Publishes of ``count`` values to jet ``stream`` with ``ack`` alternating with
+            as many to JetStream ``subject`` through ``ctx`` (``durable_dir``: as
+            :func:`alternate`)."""
+            row = Row(label, size, TARGET_PUBLISH)
             await alternate(
-                nc_row,
+                row,
                 rounds,
-                n,
-                lambda k: jet_publish(client, f"{tag}nc", value, k, AckPolicy.LEADER),
-                lambda k: js_publish(js, f"js.{tag}.pub", k, value),
+                count,
+                lambda k: jet_publish(client, stream, value, k, ack),
+                lambda k: js_publish(ctx, subject, k, value),
                 server_pid,
-                warm,
+                min(warm, count // 4),
+                durable_dir,
             )
-            rows.append(nc_row)
-        all_row = Row("publish ack ALL / sync always", size, TARGET_PUBLISH)
-        await alternate(
-            all_row,
-            rounds,
+            return row
+
+        rows = [
+            await publish_row(
+                "publish ack LEADER", f"{tag}pub", AckPolicy.LEADER, js, f"js.{tag}.pub", n
+            )
+        ]
+        if no_copies:
+            label = "ack LEADER, no NATS copies"
+            rows.append(
+                await publish_row(label, f"{tag}nc", AckPolicy.LEADER, js, f"js.{tag}.pub", n)
+            )
+        all_row = await publish_row(
+            "publish ack ALL / sync always",
+            f"{tag}all",
+            AckPolicy.ALL,
+            sjs,
+            f"js.{tag}.all",
             n_all,
-            lambda k: jet_publish(client, f"{tag}all", value, k, AckPolicy.ALL),
-            lambda k: js_publish(sjs, f"js.{tag}.all", k, value),
-            server_pid,
-            min(warm, n_all // 4),
             data_dir,
         )
         await jet_publish(client, f"{tag}cons", value, n, AckPolicy.LEADER)

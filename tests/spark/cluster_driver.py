@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Any
 
-from driver_kit import local_cluster_session, say
+from driver_kit import local_cluster_session, read_from_earliest, say
 
 MAX_RECORDS_PER_TRIGGER = 1500
 
@@ -31,14 +31,8 @@ def main(servers: str, src: str, out: str, checkpoint: str, mode: str, hang: str
     spark = local_cluster_session("jetspark-local-cluster")
     say("jvm", pid=spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
-    df = (
-        spark.readStream.format("jetstream")
-        .option("servers", servers)
-        .option("streams", src)
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", str(MAX_RECORDS_PER_TRIGGER))
-        .load()
-        .select("key", F.concat("value", F.lit(b"!")).alias("value"), "offset")
+    df = read_from_earliest(spark, servers, src, MAX_RECORDS_PER_TRIGGER).select(
+        "key", F.concat("value", F.lit(b"!")).alias("value"), "offset"
     )
     sink = jetspark.foreach_batch_sink(servers, out)
 
