@@ -312,16 +312,6 @@ class PartitionReplica:
         """The fetch loop while following (None otherwise)."""
         return self.roles.fetcher
 
-    @property
-    def durability(self) -> str:
-        """The stream's durability setting."""
-        return self.core.durability
-
-    @property
-    def min_isr(self) -> int:
-        """The stream's minimum ISR for ALL acks."""
-        return self.core.min_isr
-
     def serves_consumers(self) -> bool:
         """True if consumers may fetch here: this replica leads, or follows while in the
         ISR (read replicas: records below its own HW)."""
