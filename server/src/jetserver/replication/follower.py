@@ -67,13 +67,14 @@ class SilenceDetector:
         return max(base + self.silence_s - now, 0.0)
 
 
-NOT_LEADER_REPORTED_S = 10.0
+NOT_LEADER_REPORTED_S = 30.0
 """A leader whose server answers a follower's fetches with NOT_LEADER, in the epoch the
 follower's assignment has it lead, for this long without a break is reported silent
 although its server answers probes: it does not lead (it stepped aside: recovery found
 damaged records), and its answers are not hearing from a leader. Far longer than a new
 leader takes to apply its epoch (it answers NOT_LEADER until then: seconds, in a failover
-of thousands of partitions on a loaded machine); such reports move the leadership only
+of thousands of partitions; up to 29 s seen at 10,000 partitions with the machine's load
+at 11, when 10 s would have moved live leaderships); such reports move the leadership only
 when a majority of the ISR makes them, so one follower never moves a slow new leader of
 an ISR of two."""
 
