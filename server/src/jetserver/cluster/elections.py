@@ -121,8 +121,10 @@ def awaited(
 @attrs.define(eq=False)
 class _Reports:
     epoch: int
-    first_at: float
-    """When the first report of this epoch arrived (the clock of :class:`Elections`)."""
+    first_at: float = 0.0
+    """When the first report of this epoch was counted (the clock of :class:`Elections`;
+    a stale report that arrives after the partition moved makes the next epoch's record
+    without counting)."""
     at: dict[str, float] = attrs.field(factory=dict)
     lock: anyio.Lock = attrs.field(factory=anyio.Lock)
     complete: anyio.Event = attrs.field(factory=anyio.Event)
@@ -203,7 +205,7 @@ class Elections:
         self._heard[key] = self.clock()
         reports = self._reports.get(key)
         if reports is None or reports.epoch != current.leader_epoch:
-            reports = self._reports[key] = _Reports(current.leader_epoch, self.clock())
+            reports = self._reports[key] = _Reports(current.leader_epoch)
         counted = collected = False
         complete, wait_s = reports.complete, 0.0
         while True:
@@ -215,9 +217,11 @@ class Elections:
                 if reporter == current.leader:
                     # The leader itself: it gave up this epoch after a failed fsync whose cut
                     # took back records its followers were sent, and leads on in the next one.
-                    return await self._elect(stream, partition, current, reporter, reports.first_at)
+                    return await self._elect(stream, partition, current, reporter, self.clock())
                 now = self.clock()
                 if not counted:
+                    if not reports.at:
+                        reports.first_at = now
                     reports.at[reporter] = now
                     counted = True
                 recent = {r for r, t in reports.at.items() if now - t <= self.window_s}
