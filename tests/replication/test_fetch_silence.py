@@ -310,6 +310,20 @@ async def test_a_busy_leader_answering_early_and_late_is_not_reported(tmp_path: 
     assert reports.reports == []
 
 
+def not_leading_reply(body: bytes, correlation_id: int, code: ErrorCode) -> bytes | None:
+    """The answer to a ReplicaFetch ``body``: ``code`` for each of its partitions (None
+    for a wake request, which gets none)."""
+    req = decode_replica_fetch_request(body)
+    if req.wake:
+        return None
+    answers = [
+        ReplicaFetchAnswer(i, int(code), -1, -1, -1, "not leading")
+        for i in range(len(req.partitions))
+    ]
+    response = encode_replica_fetch_response(answers)
+    return encode_frame(Api.REPLICA_FETCH, correlation_id, response, flags=FLAG_RESPONSE)
+
+
 async def serve_not_leading(listener: anyio.abc.SocketListener, code: ErrorCode) -> None:
     """Answer every ReplicaFetch at once with ``code`` for each partition (a leader that
     does not lead the epoch it was given, or one not open as leader yet)."""
@@ -317,17 +331,10 @@ async def serve_not_leading(listener: anyio.abc.SocketListener, code: ErrorCode)
     async def handle(conn: anyio.abc.SocketStream) -> None:
         async with conn:
             async for frame in frames_from(conn):
-                req = decode_replica_fetch_request(frame.body)
-                if frame.api != Api.REPLICA_FETCH or req.wake:
-                    continue
-                answers = [
-                    ReplicaFetchAnswer(i, int(code), -1, -1, -1, "not leading")
-                    for i in range(len(req.partitions))
-                ]
-                body = encode_replica_fetch_response(answers)
-                await conn.send(
-                    encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE)
-                )
+                if frame.api == Api.REPLICA_FETCH:
+                    reply = not_leading_reply(frame.body, frame.correlation_id, code)
+                    if reply is not None:
+                        await conn.send(reply)
 
     await listener.serve(handle)
 
