@@ -28,6 +28,14 @@ from jetserver.raft import (
     RaftStartError,
     RaftTimeout,
 )
+from jetserver.raft.config import (
+    DEFAULT_CONNECTION_TIMEOUT_S,
+    DEFAULT_ELECTION_TIMEOUT_MAX_S,
+    DEFAULT_ELECTION_TIMEOUT_MIN_S,
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_LEADER_FALLBACK_S,
+)
+from jetserver.raft.host import FIRST_ELECTION_S
 from jetserver.raft.journal import scan_records
 from jetserver.raft.machine import MAX_ENTRY_BYTES, Entry, encode_entry
 from raft.kit import (
@@ -478,3 +486,27 @@ async def test_a_journal_over_its_byte_bound_is_compacted(tmp_path: Path) -> Non
     assert len(expected.streams) == 10
     async with MetadataRaft(configs[0]) as alone:
         assert alone.state == expected
+
+
+async def test_the_first_election_comes_before_the_servers_election_timeout(
+    tmp_path: Path,
+) -> None:
+    """The servers' timings (jetserver.raft.config defaults: an election timeout of
+    3-4.5 s, which leaves room for garbage collections): a new group still elects its
+    first leader within FIRST_ELECTION_S (1-2 s), as before the timeout was raised; every
+    test cluster and every server start waits for it."""
+    configs = make_configs(
+        tmp_path,
+        heartbeat_s=DEFAULT_HEARTBEAT_S,
+        election_timeout_min_s=DEFAULT_ELECTION_TIMEOUT_MIN_S,
+        election_timeout_max_s=DEFAULT_ELECTION_TIMEOUT_MAX_S,
+        connection_timeout_s=DEFAULT_CONNECTION_TIMEOUT_S,
+        leader_fallback_s=DEFAULT_LEADER_FALLBACK_S,
+    )
+    assert FIRST_ELECTION_S[1] + 0.5 < DEFAULT_ELECTION_TIMEOUT_MIN_S
+    started = anyio.current_time()
+    async with running(configs) as nodes:
+        await agreed_leader(nodes, limit_s=30.0)
+        elected_s = anyio.current_time() - started
+    # The configured timeout alone: no leader before DEFAULT_ELECTION_TIMEOUT_MIN_S.
+    assert elected_s < DEFAULT_ELECTION_TIMEOUT_MIN_S, elected_s
