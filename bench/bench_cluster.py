@@ -388,6 +388,14 @@ def _row(label: str, jet: float, js: float, unit: str, higher_is_better: bool) -
     )
 
 
+QUANTILES = ((0.5, "p50"), (0.99, "p99"))
+
+
+def _latency_row(label: str, jet_ms: list[float], js_ms: list[float], q: float) -> None:
+    """The ``q`` quantile of each side's latencies (lower is better)."""
+    _row(label, pct(jet_ms, q, empty=0.0), pct(js_ms, q, empty=0.0), "ms", False)
+
+
 def _report(jet: Figures | None, js: Figures, js_sync: Figures | None) -> None:
     print("\n  summary (ratio > 1: jet better)")
     j = jet or Figures()
@@ -402,30 +410,14 @@ def _report(jet: Figures | None, js: Figures, js_sync: Figures | None) -> None:
             "msg/s",
             True,
         )
-    for q, name in ((0.5, "p50"), (0.99, "p99")):
-        _row(
-            f"acked publish latency {name}",
-            pct(j.latency_ms, q, empty=0.0),
-            pct(js.latency_ms, q, empty=0.0),
-            "ms",
-            False,
-        )
-    for q, name in ((0.5, "p50"), (0.99, "p99")):
-        _row(
-            f'  ... jet durability="replicated" {name}',
-            pct(j.latency_relaxed_ms, q, empty=0.0),
-            pct(js.latency_ms, q, empty=0.0),
-            "ms",
-            False,
-        )
+    for q, name in QUANTILES:
+        _latency_row(f"acked publish latency {name}", j.latency_ms, js.latency_ms, q)
+    for q, name in QUANTILES:
+        label = f'  ... jet durability="replicated" {name}'
+        _latency_row(label, j.latency_relaxed_ms, js.latency_ms, q)
         if js_sync is not None:
-            _row(
-                f"  ... vs R3 sync_interval=always {name}",
-                pct(j.latency_ms, q, empty=0.0),
-                pct(js_sync.latency_ms, q, empty=0.0),
-                "ms",
-                False,
-            )
+            label = f"  ... vs R3 sync_interval=always {name}"
+            _latency_row(label, j.latency_ms, js_sync.latency_ms, q)
     jet_fo = statistics.median(j.failover_s) if j.failover_s else 0.0
     js_fo = statistics.median(js.failover_s) if js.failover_s else 0.0
     _row("failover kill -9 -> first ack (median)", jet_fo, js_fo, "s", False)

@@ -38,10 +38,11 @@ from pathlib import Path
 
 import anyio
 
-from bench.bench_light import _switches
+from bench.bench_light import _switches, jet_clients
 from bench.bench_sdk import _load, _stamp, jet_latency
 from bench.trees import HERE, compared_trees, tree_paths
 from jetsdk import Client, Consumer, Producer
+from jetsdk.client_requests import Durability
 from jetserver.devcluster import DevCluster
 
 RATE = 500
@@ -174,14 +175,11 @@ async def _rounds(
     units = {"cpu": "server us/msg", "strace": "syscalls/msg", "calls": "Python calls/msg"}
     results: dict[tuple[str, str, str], list[float]] = {}
     async with contextlib.AsyncExitStack() as stack:
-        clients: dict[str, Client] = {}
-        for tag, (addresses, _pid) in jets.items():
-            client = await stack.enter_async_context(Client(addresses))
-            await client.create_stream("cf", "cost.f")
-            await client.create_stream("cw", "cost.w", durability="written")
-            await jet_latency(client, "cf", RATE, 1.0)  # warm-up
-            await jet_latency(client, "cw", RATE, 1.0)
-            clients[tag] = client
+        streams: dict[str, tuple[str, Durability | None]] = {
+            "cf": ("cost.f", None),
+            "cw": ("cost.w", "written"),
+        }
+        clients = await jet_clients(stack, jets, streams, warm=("cf", "cw"))
         tags = list(jets)
         for kind in kinds:
             for r in range(rounds):

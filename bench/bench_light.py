@@ -3,8 +3,10 @@
 Short rounds alternate, in one client process on asyncio, among: jet fsynced (``flushed``),
 jet ``written``, JetStream ``sync_interval: always`` and JetStream's default (the same
 pairs as ``bench sdk`` (c)), with the order reversed every other round, so that a noisy,
-shared machine disturbs every side alike. Per round it prints p50, p99 and max, the jet
-server's CPU per message (user + system, /proc) and the context switches per message of
+shared machine disturbs every side alike. Per round it prints p50, p99 and max, the
+server's CPU per message (user + system, /proc: the jet server process, which does not
+count the CPU of the nats-server it publishes NATS copies to; for JetStream the whole
+nats-server process), and for jet the context switches per message of
 its event-loop thread (voluntary: it waited, e.g. for the socket or a thread; involuntary:
 it was preempted), the client's CPU per message and the load average; then the medians
 over the rounds.
@@ -26,6 +28,7 @@ from typing import Any
 import anyio
 
 from bench.bench_sdk import (
+    JETSTREAM_PIDS,
     _load,
     _process_cpu_s,
     jet_latency,
@@ -34,8 +37,9 @@ from bench.bench_sdk import (
     js_setup,
 )
 from bench.stats import pct
-from bench.trees import compared_trees, tree_paths
+from bench.trees import compared_trees, running_tree
 from jetsdk import Client
+from jetsdk.client_requests import Durability
 from jetserver.devcluster import DevCluster
 
 RATE = 500
@@ -58,18 +62,36 @@ def _switches(pid: int) -> tuple[int, int]:
     return voluntary, involuntary
 
 
+async def jet_clients(
+    stack: contextlib.AsyncExitStack,
+    jets: dict[str, tuple[list[str], int]],
+    streams: dict[str, tuple[str, Durability | None]],
+    warm: tuple[str, ...],
+) -> dict[str, Client]:
+    """A client per tree's server (``jets``: tag -> (addresses, pid)), each server with
+    ``streams`` (name -> (subject, durability)), each stream in ``warm`` warmed up by a
+    second of publishes at ``RATE``."""
+    clients: dict[str, Client] = {}
+    for tag, (addresses, _pid) in jets.items():
+        client = await stack.enter_async_context(Client(addresses))
+        for name, (subject, durability) in streams.items():
+            await client.create_stream(name, subject, durability=durability)
+        for name in warm:
+            await jet_latency(client, name, RATE, 1.0)
+        clients[tag] = client
+    return clients
+
+
 async def _rounds(
     jets: dict[str, tuple[list[str], int]], js_url: str, js_sync_url: str, rounds: int, secs: float
 ) -> None:
     per: dict[str, list[tuple[float, float, float, float, float]]] = {}
     async with contextlib.AsyncExitStack() as stack:
-        clients: dict[str, Client] = {}
-        for tag, (addresses, _pid) in jets.items():
-            client = await stack.enter_async_context(Client(addresses))
-            await client.create_stream("lf", "light.f")
-            await client.create_stream("lw", "light.w", durability="written")
-            await jet_latency(client, "lf", RATE, 1.0)  # warm-up
-            clients[tag] = client
+        streams: dict[str, tuple[str, Durability | None]] = {
+            "lf": ("light.f", None),
+            "lw": ("light.w", "written"),
+        }
+        clients = await jet_clients(stack, jets, streams, warm=("lf",))
         nc, js = await js_setup(js_url, "LD", "js.ld")
         sync_nc, sync_js = await js_setup(js_sync_url, "LS", "js.ls")
         cases: list[tuple[str, str | None, Any]] = [
@@ -85,8 +107,10 @@ async def _rounds(
                     switches = (float("nan"), float("nan"))
                     if tag is None:
                         subject = "js.ls" if target is sync_js else "js.ld"
+                        pid = JETSTREAM_PIDS[js_sync_url if target is sync_js else js_url]
+                        cpu0 = _process_cpu_s(pid)
                         lat = await js_latency(target, subject, RATE, secs)
-                        cpu = float("nan")
+                        cpu = (_process_cpu_s(pid) - cpu0) / len(lat) * 1e6
                     else:
                         pid = jets[tag][1]
                         cpu0, sw0 = _process_cpu_s(pid), _switches(pid)
@@ -120,22 +144,13 @@ def run(quick: bool) -> None:
     """Start the servers and alternate the rounds (see the module docstring)."""
     rounds, secs = (3, 3.0) if quick else (8, 4.0)
     trees = compared_trees()
-    saved = os.environ.get("PYTHONPATH")
     with contextlib.ExitStack() as stack:
         devnull = stack.enter_context(open(os.devnull, "wb"))
         jets: dict[str, tuple[list[str], int]] = {}
-        try:
-            for tag, tree in trees.items():
-                # The server process imports that tree's code (the client is this one's).
-                paths = tree_paths(tree)
-                os.environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
+        for tag, tree in trees.items():
+            with running_tree(tree):  # the server imports that tree's code
                 dev = stack.enter_context(DevCluster(size=1, log_file=devnull))
-                jets[tag] = (dev.addresses, dev.servers[0].pid)
-        finally:
-            if saved is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = saved
+            jets[tag] = (dev.addresses, dev.servers[0].pid)
         js_url = stack.enter_context(jetstream_server(sync_always=False))
         js_sync_url = stack.enter_context(jetstream_server(sync_always=True))
         print(

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from bench.bench_sdk import _load, _process_cpu_s
 from bench.pacing import paced
-from bench.trees import compared_trees, tree_paths
+from bench.trees import compared_trees, running_tree
 from cluster.views import wait_info
 from jetsdk import AckPolicy, Client, Producer
 from jetserver.devcluster import DevCluster
@@ -112,23 +112,14 @@ def run(quick: bool) -> None:
     """Alternating rounds of each tree's cluster; per round and median figures."""
     rounds, seconds = (3, 3.0) if quick else (6, 4.0)
     trees = compared_trees()
-    saved = os.environ.get("PYTHONPATH")
     results: dict[str, list[Figures]] = {tag: [] for tag in trees}
     with contextlib.ExitStack() as stack:
         devnull = stack.enter_context(open(os.devnull, "wb"))
         clusters: dict[str, tuple[DevCluster, str]] = {}
-        try:
-            for tag, tree in trees.items():
-                # The servers import that tree's code (the client is this one's).
-                paths = tree_paths(tree)
-                os.environ["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths)
+        for tag, tree in trees.items():
+            with running_tree(tree):  # the servers import that tree's code
                 dev = stack.enter_context(DevCluster(size=3, log_file=devnull))
-                clusters[tag] = (dev, anyio.run(_setup, dev, backend="asyncio"))
-        finally:
-            if saved is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = saved
+            clusters[tag] = (dev, anyio.run(_setup, dev, backend="asyncio"))
         print(
             f"RF 3 ack ALL, {RATE} msg/s one at a time, 100 B, {rounds} rounds of {seconds:g} s"
             + "".join(f"; {tag} = {tree}" for tag, tree in trees.items())

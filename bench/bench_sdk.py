@@ -73,6 +73,10 @@ WARMUP = 2000
 """Messages each side publishes untimed before the rounds of (a) and (d)."""
 
 
+JETSTREAM_PIDS: dict[str, int] = {}
+"""The process id of each running :func:`jetstream_server`, by its URL (to read its CPU)."""
+
+
 @contextmanager
 def jetstream_server(*, sync_always: bool) -> Iterator[str]:
     """A nats-server with JetStream on a free port; yields its URL; stopped by PID."""
@@ -101,6 +105,7 @@ def jetstream_server(*, sync_always: bool) -> Iterator[str]:
             time.sleep(0.02)
         time.sleep(0.05)
         url = orjson.loads(ports_file.read_bytes())["nats"][0]
+        JETSTREAM_PIDS[url] = proc.pid
         yield url
     finally:
         proc.terminate()

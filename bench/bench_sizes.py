@@ -33,8 +33,11 @@ JetStream (after one untimed warm-up per side) and is printed with met / NOT met
 Beside every row the machine's own ceiling for the same bytes: a sequential buffered write
 (one ``write`` per value) to a file in the jet server's data directory, and a memory copy
 (one slice assignment per value into a preallocated buffer); jet's MiB/s as a fraction of
-each. And jet's CPU per MiB (client process + server process, from /proc), the steadier
-figure for before/after comparisons on a loaded machine.
+each. The ack ALL rows also sample, in each round, the disk's durable write (the same values
+with an ``fdatasync`` per DURABLE_GROUP_BYTES: group commit and nothing else) and print both
+sides' share of it: where JetStream is at more than 1 / 1.5 of it, 1.5x is out of any
+code's reach on that disk. And jet's CPU per MiB (client process + server process, from
+/proc), the steadier figure for before/after comparisons on a loaded machine.
 
 Run: ``python -m bench sizes [--quick]`` (``--quick``: less data per round and one round,
 about a minute). ``JET_BENCH_VALUE_SIZES=16384,262144`` limits the sizes;
@@ -137,6 +140,34 @@ def ceiling_write(directory: Path, value: bytes, n: int) -> float:
     return n * len(value) / MIB / elapsed
 
 
+DURABLE_GROUP_BYTES = 4 * MIB
+"""The durable ceiling's group commit: one ``fdatasync`` after this many bytes (or after
+every value, for larger values)."""
+
+
+def ceiling_durable(directory: Path, value: bytes, n: int) -> float:
+    """MiB/s of a sequential write of ``n`` copies of ``value`` with an ``fdatasync`` after
+    every DURABLE_GROUP_BYTES (and at the end): what a log that acknowledges only fsynced
+    writes can reach on this disk, with group commit and no other work."""
+    path = directory / "ceiling-durable.bin"
+    every = max(1, DURABLE_GROUP_BYTES // len(value))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        start = time.perf_counter()
+        for i in range(1, n + 1):
+            view = memoryview(value)
+            while view:
+                view = view[os.write(fd, view) :]
+            if i % every == 0:
+                os.fdatasync(fd)
+        os.fdatasync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+    return n * len(value) / MIB / elapsed
+
+
 def ceiling_memcpy(value: bytes, n: int) -> float:
     """MiB/s of copying ``n`` values one by one into a preallocated buffer (bounded size)."""
     size = len(value)
@@ -195,7 +226,10 @@ async def js_connect(url: str, window: int) -> tuple[Any, Any]:
     return nc, nc.jetstream(publish_async_max_pending=window)
 
 
-async def js_stream(js: Any, name: str, subject: str, *, s2: bool = False) -> None:
+async def js_stream(
+    js: Any, name: str, subject: str, *, s2: bool = False, replicas: int = 1
+) -> None:
+    """A JetStream file stream, uncapped message size; S2-compressed if ``s2``."""
     from nats.js.api import StorageType, StoreCompression, StreamConfig
 
     await js.add_stream(
@@ -203,7 +237,7 @@ async def js_stream(js: Any, name: str, subject: str, *, s2: bool = False) -> No
             name=name,
             subjects=[subject],
             storage=StorageType.FILE,
-            num_replicas=1,
+            num_replicas=replicas,
             max_msg_size=-1,
             compression=StoreCompression.S2 if s2 else StoreCompression.NONE,
         )
@@ -223,6 +257,8 @@ class Row:
         self.jet: list[float] = []
         self.js: list[float] = []
         self.cpu_ms_per_mib: list[float] = []
+        self.durable: list[float] = []
+        """Per round, :func:`ceiling_durable`'s MiB/s (rows that measure it)."""
 
     def ratio(self) -> float:
         return statistics.median(a / b for a, b in zip(self.jet, self.js, strict=True))
@@ -246,8 +282,11 @@ async def alternate(
     js: Callable[[int], Awaitable[float]],
     server_pid: int | tuple[int, ...] | None,
     warm: int,
+    durable_dir: Path | None = None,
 ) -> None:
-    """A warm-up of ``warm`` messages per side (if any), then ``rounds`` alternating rounds."""
+    """A warm-up of ``warm`` messages per side (if any), then ``rounds`` alternating rounds;
+    with ``durable_dir``, each round also measures :func:`ceiling_durable` there with the
+    same values (the disk is shared and its speed drifts: sampled beside both sides)."""
     if warm:
         await jet(warm)
         await js(warm)
@@ -257,10 +296,14 @@ async def alternate(
         used = _servers_cpu_s(server_pid) - server + time.process_time() - client
         row.cpu_ms_per_mib.append(used * 1000 / (n * row.size / MIB))
         row.js.append(await js(n))
+        durable = ""
+        if durable_dir is not None:
+            row.durable.append(ceiling_durable(durable_dir, os.urandom(row.size), n))
+            durable = f", durable write {row.durable[-1]:,.0f} MiB/s"
         print(
             f"    {row.label} round {i + 1}: jet {row.jet[-1]:,.0f} msg/s, jetstream "
             f"{row.js[-1]:,.0f} msg/s, ratio {row.jet[-1] / row.js[-1]:.2f}x, jet CPU "
-            f"{row.cpu_ms_per_mib[-1]:.1f} ms/MiB (load {_load()})",
+            f"{row.cpu_ms_per_mib[-1]:.1f} ms/MiB{durable} (load {_load()})",
             flush=True,
         )
 
@@ -313,38 +356,50 @@ async def one_size(
         await js_stream(js, f"P{tag}", f"js.{tag}.pub")
         await js_stream(js, f"C{tag}", f"js.{tag}.cons")
         await js_stream(sjs, f"A{tag}", f"js.{tag}.all")
-        pub = Row("publish ack LEADER", size, TARGET_PUBLISH)
-        await alternate(
-            pub,
-            rounds,
-            n,
-            lambda k: jet_publish(client, f"{tag}pub", value, k, AckPolicy.LEADER),
-            lambda k: js_publish(js, f"js.{tag}.pub", k, value),
-            server_pid,
-            warm,
-        )
-        rows = [pub]
-        if no_copies:
-            nc_row = Row("ack LEADER, no NATS copies", size, TARGET_PUBLISH)
+
+        async def publish_row(
+            label: str,
+            stream: str,
+            ack: AckPolicy,
+            ctx: Any,
+            subject: str,
+            count: int,
+            durable_dir: Path | None = None,
+        ) -> Row:
+            """Publishes of ``count`` values to jet ``stream`` with ``ack`` alternating with
+            as many to JetStream ``subject`` through ``ctx`` (``durable_dir``: as
+            :func:`alternate`)."""
+            row = Row(label, size, TARGET_PUBLISH)
             await alternate(
-                nc_row,
+                row,
                 rounds,
-                n,
-                lambda k: jet_publish(client, f"{tag}nc", value, k, AckPolicy.LEADER),
-                lambda k: js_publish(js, f"js.{tag}.pub", k, value),
+                count,
+                lambda k: jet_publish(client, stream, value, k, ack),
+                lambda k: js_publish(ctx, subject, k, value),
                 server_pid,
-                warm,
+                min(warm, count // 4),
+                durable_dir,
             )
-            rows.append(nc_row)
-        all_row = Row("publish ack ALL / sync always", size, TARGET_PUBLISH)
-        await alternate(
-            all_row,
-            rounds,
+            return row
+
+        rows = [
+            await publish_row(
+                "publish ack LEADER", f"{tag}pub", AckPolicy.LEADER, js, f"js.{tag}.pub", n
+            )
+        ]
+        if no_copies:
+            label = "ack LEADER, no NATS copies"
+            rows.append(
+                await publish_row(label, f"{tag}nc", AckPolicy.LEADER, js, f"js.{tag}.pub", n)
+            )
+        all_row = await publish_row(
+            "publish ack ALL / sync always",
+            f"{tag}all",
+            AckPolicy.ALL,
+            sjs,
+            f"js.{tag}.all",
             n_all,
-            lambda k: jet_publish(client, f"{tag}all", value, k, AckPolicy.ALL),
-            lambda k: js_publish(sjs, f"js.{tag}.all", k, value),
-            server_pid,
-            min(warm, n_all // 4),
+            data_dir,
         )
         await jet_publish(client, f"{tag}cons", value, n, AckPolicy.LEADER)
         await js_publish(js, f"js.{tag}.cons", n, value)
@@ -391,6 +446,29 @@ def _table(rows: list[tuple[Row, float, float]]) -> None:
             f"{write:>11,.0f} {jet_mib / write:>9.1%} {memcpy:>12,.0f} "
             f"{jet_mib / memcpy:>10.2%} {statistics.median(row.cpu_ms_per_mib):>14.1f}"
         )
+    durable = [row for row, _write, _memcpy in rows if row.durable]
+    if durable:
+        print(
+            "\n  ack ALL against this disk's durable write in the same rounds (the same values "
+            f"written with an fdatasync per {DURABLE_GROUP_BYTES // MIB} MiB): when both sides "
+            "are near it, the ratio is the disk's, not the code's"
+        )
+        print(
+            f"  {'size':>7} {'durable MiB/s':>13} {'jet/durable':>11} {'js/durable':>10} "
+            f"{'ratio if jet were at the ceiling':>32}"
+        )
+        for row in durable:
+            ceiling = statistics.median(row.durable)
+            jet_share = statistics.median(
+                a * row.size / MIB / d for a, d in zip(row.jet, row.durable, strict=True)
+            )
+            js_share = statistics.median(
+                b * row.size / MIB / d for b, d in zip(row.js, row.durable, strict=True)
+            )
+            print(
+                f"  {_size_label(row.size):>7} {ceiling:>13,.0f} {jet_share:>11.1%} "
+                f"{js_share:>10.1%} {1 / js_share:>31.2f}x"
+            )
 
 
 async def _main(

@@ -41,9 +41,13 @@ def _bodies(record_size: int) -> list[bytes]:
     return [encode_body(value) for _ in range(BATCH)]
 
 
-def _best(runs: int, fn: Callable[[], float]) -> float:
-    """Best (smallest) of ``runs`` timings returned by ``fn``."""
-    return min(fn() for _ in range(runs))
+def _best_alternating(runs: int, *fns: Callable[[], float]) -> list[float]:
+    """Best (smallest) of ``runs`` timings of each of ``fns``, which take turns in each run
+    (so that drift in the machine's state hits them all alike)."""
+    best = [float("inf")] * len(fns)
+    for _ in range(runs):
+        best = [min(b, fn()) for b, fn in zip(best, fns, strict=True)]
+    return best
 
 
 class Table:
@@ -143,11 +147,7 @@ def bench_append(
     def raw_per_batch() -> float:
         return _timed_raw_writes(tmp / "raw.bin", [batch_bytes], batches, sync_each=False)
 
-    t_jet = t_rec = t_batch = float("inf")
-    for _ in range(runs):
-        t_jet = min(t_jet, jet())
-        t_rec = min(t_rec, raw_per_record())
-        t_batch = min(t_batch, raw_per_batch())
+    t_jet, t_rec, t_batch = _best_alternating(runs, jet, raw_per_record, raw_per_batch)
     label = f"{record_size} B" if mixed is None else f"{mixed[0]}-{mixed[1]} B"
     table.add(
         f"append {label} vs raw/rec",
@@ -174,10 +174,7 @@ def bench_group_commit(tmp: Path, table: Table, record_size: int, batches: int, 
     def raw() -> float:
         return _timed_raw_writes(tmp / "raw.bin", [batch_bytes], batches, sync_each=True)
 
-    t_jet = t_raw = float("inf")
-    for _ in range(runs):
-        t_jet = min(t_jet, jet())
-        t_raw = min(t_raw, raw())
+    t_jet, t_raw = _best_alternating(runs, jet, raw)
     table.add(
         f"append+flush/batch {record_size} B",
         _rate(n, nbytes, t_jet),
@@ -322,10 +319,7 @@ def bench_read(tmp: Path, table: Table, record_size: int, total_bytes: int, runs
         return elapsed
 
     jet()  # warm the page cache
-    t_jet = t_raw = float("inf")
-    for _ in range(runs):
-        t_jet = min(t_jet, jet())
-        t_raw = min(t_raw, raw())
+    t_jet, t_raw = _best_alternating(runs, jet, raw)
     table.add(
         f"read {size / 1e9:.2f} GB of {record_size} B recs, 1 MiB chunks",
         _rate(n, size, t_jet),

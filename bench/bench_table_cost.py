@@ -5,14 +5,22 @@ not (or much less). Each round runs in a child process (client and server code f
 tree) against a one-server ``jet dev`` of its own, and measures per operation the CPU of
 the client process, of the jet server and of nats-server (/proc), their wake-ups
 (voluntary context switches, all threads: ``*_wakes``), the Produce requests the table
-sent (:attr:`TableWriter.requests`) and the Fetch answers its view applied
+sent (:attr:`TableWriter.requests`: partition batches; ``wire``: requests on the wire, a
+ProduceMany of a round's batches counting one) and the Fetch answers its view applied
 (``Table.fetches``, where the tree has it):
 
 - ``modify1``: ``Table.modify`` of one counter, one writer (each update waits for the
   previous one's commit);
 - ``race4``: 4 tables (own clients) each ``modify`` one counter (the CAS row of
   ``bench table``); lost updates are counted;
-- ``put``: ``Table.put`` with ack ALL, 64 in flight over 4 partitions (the put row).
+- ``put``: ``Table.put`` with ack ALL, 64 in flight over 4 partitions (the put row);
+- ``kv_update1``, ``kv_race4``: JetStream KV's side of ``modify1`` and ``race4`` (nats-py
+  ``kv.update`` with the revision last seen, a refused writer reads the key with
+  ``kv.get``: :func:`bench.bench_table.kv_increments`) against a nats-server with
+  JetStream on a file store with ``sync_interval: always``, as ``bench table``: the CPU of
+  this process and of that nats-server (``nats``), and ``requests``: gets and updates.
+
+The kv kinds do not depend on the tree (they run in each, as a control of the load).
 
 With ``JET_BENCH_AGAINST=<another jet work tree>`` the rounds alternate between this tree
 (A) and that one (B), A first in odd pairs; medians per kind and tree at the end.
@@ -35,7 +43,7 @@ import orjson
 
 from bench.trees import HERE, compared_trees, tree_paths
 
-KINDS = {"modify1": 500, "race4": 1000, "put": 10_000}
+KINDS = {"modify1": 500, "race4": 1000, "kv_update1": 500, "kv_race4": 1000, "put": 10_000}
 """Operations per round of each kind."""
 _VALUE = b"v" * 100
 
@@ -60,6 +68,13 @@ def _wakeups(pid: int | str) -> int:
 
 def _bump(value: bytes | None) -> bytes:
     return b"%d" % (int(value or b"0") + 1)
+
+
+def _wire(table: object) -> int:
+    """Requests the table's writer put on the wire (a ProduceMany counts one; a tree
+    without ProduceMany rounds: its partition batches)."""
+    writer = getattr(table, "_writer", None)
+    return int(getattr(writer, "wire_requests", getattr(writer, "requests", 0)))
 
 
 async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) -> dict[str, float]:
@@ -105,6 +120,7 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
         await work(max(n // 20, 20))  # warm-up (and the counter's first value)
         requests = [t._writer.requests for t in tables if t._writer is not None]
         fetches = [getattr(t, "fetches", 0) for t in tables]
+        wire = sum(_wire(t) for t in tables)
         cpu = {name: _cpu_s(pid) for name, pid in pids.items()}
         procs: dict[str, int | str] = {"client": "self", **pids}
         wakes = {name: _wakeups(pid) for name, pid in procs.items()}
@@ -117,6 +133,7 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
             out[f"{name}_wakes"] = (_wakeups(proc) - wakes[name]) / n
         done = [t._writer.requests for t in tables if t._writer is not None]
         out["requests"] = (sum(done) - sum(requests)) / n
+        out["wire"] = (sum(_wire(t) for t in tables) - wire) / n
         out["fetches"] = (sum(getattr(t, "fetches", 0) for t in tables) - sum(fetches)) / n
         if kind != "put":
             await tables[0].sync()
@@ -124,10 +141,74 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
         return out
 
 
+async def _kv_round(kind: str, n: int, url: str, pid: int) -> dict[str, float]:
+    """A kv kind's round: ``n`` increments of one counter by 1 or 4 writers."""
+    import nats
+
+    from bench.bench_table import kv_increments
+
+    writers = 4 if kind == "kv_race4" else 1
+    nc = await nats.connect(url)
+    try:
+        kv = await nc.jetstream().create_key_value(bucket=f"c{uuid.uuid4().hex[:8]}")
+        await kv.create("n", b"0")
+        requests = [0]
+
+        async def work(ops: int) -> None:
+            async def writer() -> None:
+                took = await kv_increments(kv, ops // writers)
+                requests[0] += took
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(writers):
+                    tg.start_soon(writer)
+
+        await work(max(n // 20, 20))  # warm-up
+        warm = requests[0]
+        cpu, wakes = _cpu_s(pid), {"client": _wakeups("self"), "nats": _wakeups(pid)}
+        client_cpu = time.process_time()
+        await work(n)
+        out = {
+            "client_us": (time.process_time() - client_cpu) / n * 1e6,
+            "nats_us": (_cpu_s(pid) - cpu) / n * 1e6,
+            "client_wakes": (_wakeups("self") - wakes["client"]) / n,
+            "nats_wakes": (_wakeups(pid) - wakes["nats"]) / n,
+            "requests": (requests[0] - warm) / n,
+        }
+        entry = await kv.get("n")
+        made = writers * (max(n // 20, 20) // writers + n // writers)
+        out["lost"] = made - int(entry.value or b"0")
+        return out
+    finally:
+        await nc.close()
+
+
+def _kv_child(kind: str) -> None:
+    """A kv kind's round against a nats-server of its own (JetStream, fsync always)."""
+    import tempfile
+    from pathlib import Path
+
+    from jetserver.testing import NatsServer
+
+    with tempfile.TemporaryDirectory() as root:
+        store = Path(root) / "js"
+        extra = f'jetstream {{\n  store_dir: "{store}"\n  sync_interval: always\n}}\n'
+        js = NatsServer(work_dir=Path(root) / "nats", extra_config=extra)
+        js.start()
+        try:
+            result = anyio.run(_kv_round, kind, KINDS[kind], js.url, js.pid, backend="asyncio")
+        finally:
+            js.stop()
+    print(orjson.dumps(result).decode(), flush=True)
+
+
 def _child(kind: str) -> None:
     """One round in this process (its code is the tree on its PYTHONPATH)."""
     from jetserver.devcluster import DevCluster
 
+    if kind.startswith("kv_"):
+        _kv_child(kind)
+        return
     with open(os.devnull, "wb") as devnull, DevCluster(size=1, log_file=devnull) as dev:
         assert dev.nats is not None
         pids = {"server": dev.servers[0].pid, "nats": dev.nats.pid}

@@ -121,20 +121,10 @@ async def compression_size(
 
 async def _js_r3_stream(js: Any, name: str, subject: str) -> None:
     """An R3 file stream, once the JetStream cluster has a meta leader (bounded)."""
-    from nats.js.api import StorageType, StreamConfig
-
     deadline = time.monotonic() + RF3_READY_TIMEOUT_S
     while True:
         try:
-            await js.add_stream(
-                StreamConfig(
-                    name=name,
-                    subjects=[subject],
-                    storage=StorageType.FILE,
-                    num_replicas=3,
-                    max_msg_size=-1,
-                )
-            )
+            await js_stream(js, name, subject, replicas=3)
             break
         except Exception as exc:  # no meta leader yet, peers not connected
             if time.monotonic() > deadline:

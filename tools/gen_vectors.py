@@ -493,6 +493,35 @@ def json_case(name: str, api: fr.Api, cid: int, flags: int, obj: dict[str, Any])
 RESP = fr.FLAG_RESPONSE
 ERR = fr.FLAG_RESPONSE | fr.FLAG_ERROR
 
+
+def error_case(
+    name: str, api: fr.Api, cid: int, code: ErrorCode, message: str, details: dict[str, Any]
+) -> Case:
+    """An error answer: its JSON fields and its bytes from one code, message and details."""
+    fields = {"code": int(code), "name": code.name, "message": message, "details": details}
+    return frame_case(
+        name, api, cid, ERR, "error", fields, msg.encode_error(code, message, details)
+    )
+
+
+def produce_results_fields(results: list[msg.ProduceResult]) -> list[Fields]:
+    return [
+        {"error_code": r.error_code, "offset": r.offset, "timestamp": r.timestamp} for r in results
+    ]
+
+
+def produce_request_case(name: str, cid: int, req: msg.ProduceRequest) -> Case:
+    fields = produce_request_fields(req)
+    body = msg.encode_produce_request(req)
+    return frame_case(name, fr.Api.PRODUCE, cid, 0, "produce_request", fields, body)
+
+
+def produce_response_case(name: str, cid: int, results: list[msg.ProduceResult]) -> Case:
+    fields = {"results": produce_results_fields(results)}
+    body = msg.encode_produce_response(results)
+    return frame_case(name, fr.Api.PRODUCE, cid, RESP, "produce_response", fields, body)
+
+
 STREAM_INFO: dict[str, Any] = {
     "name": "orders",
     "subject": "orders",
@@ -607,10 +636,7 @@ def produce_many_response_fields() -> Fields:
         "sections": [
             {
                 "error_code": 0,
-                "results": [
-                    {"error_code": r.error_code, "offset": r.offset, "timestamp": r.timestamp}
-                    for r in PRODUCE_RESULTS_TOO_LARGE
-                ],
+                "results": produce_results_fields(PRODUCE_RESULTS_TOO_LARGE),
             },
             {"error_code": int(ErrorCode.NOT_LEADER), "error": NOT_LEADER_ERROR},
         ]
@@ -712,13 +738,19 @@ def replica_fetch_response_fields(answers: list[rf.ReplicaFetchAnswer]) -> Field
     }
 
 
+def replica_fetch_request_case(name: str, cid: int, req: rf.ReplicaFetchRequest) -> Case:
+    fields = replica_fetch_request_fields(req)
+    body = rf.encode_replica_fetch_request(req)
+    return frame_case(name, fr.Api.REPLICA_FETCH, cid, 0, "replica_fetch_request", fields, body)
+
+
+def replica_fetch_response_case(name: str, cid: int, answers: list[rf.ReplicaFetchAnswer]) -> Case:
+    fields = replica_fetch_response_fields(answers)
+    body = rf.encode_replica_fetch_response(answers)
+    return frame_case(name, fr.Api.REPLICA_FETCH, cid, RESP, "replica_fetch_response", fields, body)
+
+
 def protocol_file() -> dict[str, Any]:
-    err = {
-        "code": 5,
-        "name": "STREAM_NOT_FOUND",
-        "message": "no stream 'nope'",
-        "details": {"stream": "nope"},
-    }
     cases: list[Case] = [
         json_case("hello_request", fr.Api.HELLO, 1, 0, {"protocol": 1, "client": "jetsdk/0.1.0"}),
         json_case(
@@ -798,61 +830,11 @@ def protocol_file() -> dict[str, Any]:
             0,
             {"name": "orders", "settings": {"max_message_bytes": 262144}},
         ),
-        frame_case(
-            "produce_request",
-            fr.Api.PRODUCE,
-            7,
-            0,
-            "produce_request",
-            produce_request_fields(PRODUCE_REQ),
-            msg.encode_produce_request(PRODUCE_REQ),
-        ),
-        frame_case(
-            "produce_request_minimal",
-            fr.Api.PRODUCE,
-            0xFFFFFFFF,
-            0,
-            "produce_request",
-            produce_request_fields(PRODUCE_REQ_MIN),
-            msg.encode_produce_request(PRODUCE_REQ_MIN),
-        ),
-        frame_case(
-            "produce_response",
-            fr.Api.PRODUCE,
-            7,
-            RESP,
-            "produce_response",
-            {
-                "results": [
-                    {"error_code": r.error_code, "offset": r.offset, "timestamp": r.timestamp}
-                    for r in PRODUCE_RESULTS
-                ]
-            },
-            msg.encode_produce_response(PRODUCE_RESULTS),
-        ),
-        frame_case(
-            "produce_response_message_too_large",
-            fr.Api.PRODUCE,
-            8,
-            RESP,
-            "produce_response",
-            {
-                "results": [
-                    {"error_code": r.error_code, "offset": r.offset, "timestamp": r.timestamp}
-                    for r in PRODUCE_RESULTS_TOO_LARGE
-                ]
-            },
-            msg.encode_produce_response(PRODUCE_RESULTS_TOO_LARGE),
-        ),
-        frame_case(
-            "produce_request_current_values",
-            fr.Api.PRODUCE,
-            9,
-            0,
-            "produce_request",
-            produce_request_fields(PRODUCE_REQ_CAS),
-            msg.encode_produce_request(PRODUCE_REQ_CAS),
-        ),
+        produce_request_case("produce_request", 7, PRODUCE_REQ),
+        produce_request_case("produce_request_minimal", 0xFFFFFFFF, PRODUCE_REQ_MIN),
+        produce_response_case("produce_response", 7, PRODUCE_RESULTS),
+        produce_response_case("produce_response_message_too_large", 8, PRODUCE_RESULTS_TOO_LARGE),
+        produce_request_case("produce_request_current_values", 9, PRODUCE_REQ_CAS),
         frame_case(
             "produce_response_current_values",
             fr.Api.PRODUCE,
@@ -1012,76 +994,26 @@ def protocol_file() -> dict[str, Any]:
             RESP,
             {"acls": {"alice": [{"permission": "fetch", "pattern": "orders.*"}], "bob": []}},
         ),
-        frame_case(
+        error_case(
             "error_unauthenticated",
             fr.Api.METADATA,
             16,
-            ERR,
-            "error",
-            {
-                "code": 17,
-                "name": "UNAUTHENTICATED",
-                "message": "authenticate first (Authenticate, API 10)",
-                "details": {},
-            },
-            msg.encode_error(
-                ErrorCode.UNAUTHENTICATED, "authenticate first (Authenticate, API 10)", {}
-            ),
+            ErrorCode.UNAUTHENTICATED,
+            "authenticate first (Authenticate, API 10)",
+            {},
         ),
-        frame_case(
+        error_case(
             "error_permission_denied",
             fr.Api.PRODUCE,
             17,
-            ERR,
-            "error",
-            {
-                "code": 16,
-                "name": "PERMISSION_DENIED",
-                "message": "permission denied: needs publish on stream 'payments'",
-                "details": {"identity": "alice"},
-            },
-            msg.encode_error(
-                ErrorCode.PERMISSION_DENIED,
-                "permission denied: needs publish on stream 'payments'",
-                {"identity": "alice"},
-            ),
+            ErrorCode.PERMISSION_DENIED,
+            "permission denied: needs publish on stream 'payments'",
+            {"identity": "alice"},
         ),
-        frame_case(
-            "replica_fetch_request",
-            fr.Api.REPLICA_FETCH,
-            20,
-            0,
-            "replica_fetch_request",
-            replica_fetch_request_fields(REPLICA_FETCH_REQ),
-            rf.encode_replica_fetch_request(REPLICA_FETCH_REQ),
-        ),
-        frame_case(
-            "replica_fetch_wake",
-            fr.Api.REPLICA_FETCH,
-            21,
-            0,
-            "replica_fetch_request",
-            replica_fetch_request_fields(REPLICA_FETCH_WAKE),
-            rf.encode_replica_fetch_request(REPLICA_FETCH_WAKE),
-        ),
-        frame_case(
-            "replica_fetch_response",
-            fr.Api.REPLICA_FETCH,
-            20,
-            RESP,
-            "replica_fetch_response",
-            replica_fetch_response_fields(REPLICA_FETCH_ANSWERS),
-            rf.encode_replica_fetch_response(REPLICA_FETCH_ANSWERS),
-        ),
-        frame_case(
-            "replica_fetch_response_nothing_new",
-            fr.Api.REPLICA_FETCH,
-            21,
-            RESP,
-            "replica_fetch_response",
-            replica_fetch_response_fields([]),
-            rf.encode_replica_fetch_response([]),
-        ),
+        replica_fetch_request_case("replica_fetch_request", 20, REPLICA_FETCH_REQ),
+        replica_fetch_request_case("replica_fetch_wake", 21, REPLICA_FETCH_WAKE),
+        replica_fetch_response_case("replica_fetch_response", 20, REPLICA_FETCH_ANSWERS),
+        replica_fetch_response_case("replica_fetch_response_nothing_new", 21, []),
         fetch_response_case("fetch_response_empty", 8, 0, 17, 0, 17, []),
         fetch_response_case("fetch_response_records_with_gap", 8, 0, 20, 0, 21, FETCH_RECORDS),
         fetch_response_case(
@@ -1103,32 +1035,21 @@ def protocol_file() -> dict[str, Any]:
             21,
             [],
         ),
-        frame_case(
+        error_case(
             "error_stream_not_found",
             fr.Api.DESCRIBE_STREAM,
             5,
-            ERR,
-            "error",
-            err,
-            msg.encode_error(ErrorCode.STREAM_NOT_FOUND, "no stream 'nope'", {"stream": "nope"}),
+            ErrorCode.STREAM_NOT_FOUND,
+            "no stream 'nope'",
+            {"stream": "nope"},
         ),
-        frame_case(
+        error_case(
             "error_frame_too_large",
             fr.Api.HELLO,
             0,
-            ERR,
-            "error",
-            {
-                "code": 3,
-                "name": "FRAME_TOO_LARGE",
-                "message": "frame of 16777217 bytes exceeds the limit of 16777216",
-                "details": {"max_frame_bytes": 16777216},
-            },
-            msg.encode_error(
-                ErrorCode.FRAME_TOO_LARGE,
-                "frame of 16777217 bytes exceeds the limit of 16777216",
-                {"max_frame_bytes": 16777216},
-            ),
+            ErrorCode.FRAME_TOO_LARGE,
+            "frame of 16777217 bytes exceeds the limit of 16777216",
+            {"max_frame_bytes": 16777216},
         ),
     ]
     produce = msg.encode_produce_request(PRODUCE_REQ)

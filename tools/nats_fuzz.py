@@ -12,6 +12,7 @@ server still serves; 1 otherwise. The server's log is kept (its path is printed)
 from __future__ import annotations
 
 import argparse
+import inspect
 import random
 import sys
 import tempfile
@@ -21,7 +22,16 @@ from pathlib import Path
 import anyio
 
 from jetserver.testing import JetServer, NatsServer, server_config
-from jetserver.testing.nats_fuzz import DEFAULT_RATE, STALL_BOUND_S, run_fuzz
+from jetserver.testing.nats_fuzz import STALL_BOUND_S, run_fuzz
+
+KNOBS = {
+    "streams": "",
+    "publishers": "",
+    "round_size": "",
+    "rate": "messages/s, 0: max",
+}
+"""The :func:`run_fuzz` parameters this tool sets from options, with their help (the
+defaults are :func:`run_fuzz`'s)."""
 
 
 def main() -> int:
@@ -30,10 +40,12 @@ def main() -> int:
     )
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=None, help="default: from the clock")
-    parser.add_argument("--streams", type=int, default=4)
-    parser.add_argument("--publishers", type=int, default=4)
-    parser.add_argument("--round-size", type=int, default=4000)
-    parser.add_argument("--rate", type=float, default=DEFAULT_RATE, help="messages/s, 0: max")
+    for name, param in inspect.signature(run_fuzz).parameters.items():
+        if name in KNOBS:
+            option = "--" + name.replace("_", "-")
+            parser.add_argument(
+                option, type=type(param.default), default=param.default, help=KNOBS[name]
+            )
     parser.add_argument("--stall-ms", type=float, default=STALL_BOUND_S * 1000)
     parser.add_argument(
         "--fsync-in-threads",
@@ -44,6 +56,7 @@ def main() -> int:
     parser.add_argument("--work-dir", type=Path, default=None, help="default: a new temp dir")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+    knobs = {name: getattr(args, name) for name in KNOBS}
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="jet-nats-fuzz-"))
     print(
         f"nats fuzz: seed {seed}, {args.messages} messages, rate {args.rate}/s, fsync on the "
@@ -64,12 +77,9 @@ def main() -> int:
                     server.address,
                     messages=args.messages,
                     seed=seed,
-                    streams=args.streams,
-                    publishers=args.publishers,
-                    round_size=args.round_size,
-                    rate=args.rate,
                     server_log=server.log_path,
                     progress=True,
+                    **knobs,
                 ),
                 backend="asyncio",
             )

@@ -28,6 +28,7 @@ The control plane is a stand-in that refuses every ISR change (nothing here prop
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -38,8 +39,8 @@ from jetsdk.codec.record import encode_body
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.running import new_replica
+from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import OpenJobs, open_partition_logs
-from jetserver.fsync_runner import FsyncRunner
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import CreateStream, apply
 from jetserver.nats_link import NatsLink
@@ -84,21 +85,26 @@ async def replica_over_a_real_log(
         log_,
         producers,
         config=config,
-        link=link,
-        acks=AckRouter(link),
-        server_id=ME,
-        controller=control or RecordingControl(ME),
-        fetch_sessions=None,
-        fsyncs=FsyncRunner(),
-        on_leadership_end=lambda _stream, _partition: None,
+        services=ReplicaServices(
+            link=link,
+            acks=AckRouter(link),
+            server_id=ME,
+            controller=control or RecordingControl(ME),
+            replication=config.replication,
+        ),
     )
     return replica, state
 
 
-async def connected_link(nats: NatsServer) -> NatsLink:
-    link = NatsLink(in_process_config(nats.url, Path("/nonexistent")).nats)
+@pytest.fixture
+async def link(nats_server: NatsServer) -> AsyncIterator[NatsLink]:
+    """A NATS link of this server, connected to ``nats_server``; closed after the test."""
+    link = NatsLink(in_process_config(nats_server.url, Path("/nonexistent")).nats)
     await link.connect()
-    return link
+    try:
+        yield link
+    finally:
+        await link.close()
 
 
 async def hand_over(
@@ -119,141 +125,125 @@ async def hand_over(
 
 
 async def test_an_assignment_before_run_waits_for_run_then_leads(
-    nats_server: NatsServer, tmp_path: Path
+    link: NatsLink, tmp_path: Path
 ) -> None:
-    link = await connected_link(nats_server)
-    try:
-        replica, state = await replica_over_a_real_log(tmp_path, link)
-        a = state.streams["orders"].partitions[0]
-        outcome: list[object] = []
-        applied = anyio.Event()
+    replica, state = await replica_over_a_real_log(tmp_path, link)
+    a = state.streams["orders"].partitions[0]
+    outcome: list[object] = []
+    applied = anyio.Event()
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(hand_over, replica, a, outcome, applied, "applied")
-            with anyio.move_on_after(NOT_BEFORE_RUN_S):
-                await applied.wait()
-            assert outcome == [], "an assignment before run() must wait for run()"
-            assert replica.role == ROLE_NONE
-            await tg.start(replica.run)
-            with anyio.fail_after(BOUND_S):
-                await applied.wait()
-            assert outcome == ["applied"]
-            assert replica.role == ROLE_LEADER
-            assert replica.leader_epoch == a.leader_epoch
-            replica.stop()
-            with anyio.fail_after(BOUND_S):
-                await replica.wait_stopped()
-    finally:
-        await link.close()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(hand_over, replica, a, outcome, applied, "applied")
+        with anyio.move_on_after(NOT_BEFORE_RUN_S):
+            await applied.wait()
+        assert outcome == [], "an assignment before run() must wait for run()"
+        assert replica.role == ROLE_NONE
+        await tg.start(replica.run)
+        with anyio.fail_after(BOUND_S):
+            await applied.wait()
+        assert outcome == ["applied"]
+        assert replica.role == ROLE_LEADER
+        assert replica.leader_epoch == a.leader_epoch
+        replica.stop()
+        with anyio.fail_after(BOUND_S):
+            await replica.wait_stopped()
 
 
 async def test_an_assignment_that_meets_the_stop_is_dropped_without_a_traceback(
-    nats_server: NatsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    link: NatsLink, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="jetserver.broker.roles")
-    link = await connected_link(nats_server)
-    try:
-        replica, state = await replica_over_a_real_log(tmp_path, link)
-        a = state.streams["orders"].partitions[0]
-        outcome: list[object] = []
-        returned = anyio.Event()
-        threads = anyio.to_thread.current_default_thread_limiter()
+    replica, state = await replica_over_a_real_log(tmp_path, link)
+    a = state.streams["orders"].partitions[0]
+    outcome: list[object] = []
+    returned = anyio.Event()
+    threads = anyio.to_thread.current_default_thread_limiter()
 
-        # A log with a record: the new leader rebuilds its producer table from the log's
-        # tail in a worker thread (its epoch goes to the epoch cache on the event loop,
-        # written without fsync). Every worker thread is held, so the stop lands while the
-        # new leader waits for one.
-        replica.log.append([encode_body(b"v")], 1, 0)
-        holders = [object() for _ in range(int(threads.total_tokens))]
-        async with anyio.create_task_group() as tg:
-            await tg.start(replica.run)
+    # A log with a record: the new leader rebuilds its producer table from the log's
+    # tail in a worker thread (its epoch goes to the epoch cache on the event loop,
+    # written without fsync). Every worker thread is held, so the stop lands while the
+    # new leader waits for one.
+    replica.log.append([encode_body(b"v")], 1, 0)
+    holders = [object() for _ in range(int(threads.total_tokens))]
+    async with anyio.create_task_group() as tg:
+        await tg.start(replica.run)
+        for holder in holders:
+            await threads.acquire_on_behalf_of(holder)
+        try:
+            tg.start_soon(hand_over, replica, a, outcome, returned, "returned")
+            await wait_until_async(
+                lambda: threads.statistics().tasks_waiting > 0,
+                BOUND_S,
+                "the new leader waits for a worker thread",
+                interval_s=POLL_S,
+            )
+            replica.stop()
+            await wait_until_async(
+                lambda: replica.life.tg is None,
+                BOUND_S,
+                "run() has ended (its log is closing)",
+                interval_s=POLL_S,
+            )
+        finally:
             for holder in holders:
-                await threads.acquire_on_behalf_of(holder)
-            try:
-                tg.start_soon(hand_over, replica, a, outcome, returned, "returned")
-                await wait_until_async(
-                    lambda: threads.statistics().tasks_waiting > 0,
-                    BOUND_S,
-                    "the new leader waits for a worker thread",
-                    interval_s=POLL_S,
-                )
-                replica.stop()
-                await wait_until_async(
-                    lambda: replica.life.tg is None,
-                    BOUND_S,
-                    "run() has ended (its log is closing)",
-                    interval_s=POLL_S,
-                )
-            finally:
-                for holder in holders:
-                    threads.release_on_behalf_of(holder)
-            with anyio.fail_after(BOUND_S):
-                await returned.wait()
-                await replica.wait_stopped()
-        assert outcome == ["returned"], outcome
-        assert replica.role == ROLE_NONE
-        assert replica.roles.subscription is None  # nothing subscribed after the stop
-        assert replica.roles.role_scope is None  # no role task started
-        assert any(
-            "assignment not applied: the partition is stopping" in r.getMessage()
-            for r in caplog.records
-        )
-    finally:
-        await link.close()
+                threads.release_on_behalf_of(holder)
+        with anyio.fail_after(BOUND_S):
+            await returned.wait()
+            await replica.wait_stopped()
+    assert outcome == ["returned"], outcome
+    assert replica.role == ROLE_NONE
+    assert replica.roles.subscription is None  # nothing subscribed after the stop
+    assert replica.roles.role_scope is None  # no role task started
+    assert any(
+        "assignment not applied: the partition is stopping" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 async def test_a_stopping_server_outside_the_isr_follows_without_fetching(
-    nats_server: NatsServer, tmp_path: Path
+    link: NatsLink, tmp_path: Path
 ) -> None:
-    link = await connected_link(nats_server)
     control = RecordingControl(ME)
-    try:
-        replica, state = await replica_over_a_real_log(
-            tmp_path, link, replicas=("s2", "s1", "s3"), control=control
-        )
-        a = state.streams["orders"].partitions[0]
-        assert a.leader == "s2"
-        handed_off = attrs.evolve(a, isr=("s2", "s3"))  # as the handoff's ElectLeader leaves it
-        async with anyio.create_task_group() as tg:
-            await tg.start(replica.run)
-            control.stopping = True  # SIGTERM: the graceful stop began
-            with anyio.fail_after(BOUND_S):
-                await replica.apply_assignment(handed_off, ADDRESSES)
-            assert replica.fetcher is None
-            assert replica.role == ROLE_NONE
-            assert replica.assignment == handed_off
-            # Still in the ISR: it fetches on (the leader's HW counts it) until it leaves.
-            with anyio.fail_after(BOUND_S):
-                await replica.apply_assignment(a, ADDRESSES)
-            assert replica.fetcher is not None
-            assert replica.role == ROLE_FOLLOWER
-            replica.stop()
-            with anyio.fail_after(BOUND_S):
-                await replica.wait_stopped()
-    finally:
-        await link.close()
+    replica, state = await replica_over_a_real_log(
+        tmp_path, link, replicas=("s2", "s1", "s3"), control=control
+    )
+    a = state.streams["orders"].partitions[0]
+    assert a.leader == "s2"
+    handed_off = attrs.evolve(a, isr=("s2", "s3"))  # as the handoff's ElectLeader leaves it
+    async with anyio.create_task_group() as tg:
+        await tg.start(replica.run)
+        control.stopping = True  # SIGTERM: the graceful stop began
+        with anyio.fail_after(BOUND_S):
+            await replica.apply_assignment(handed_off, ADDRESSES)
+        assert replica.fetcher is None
+        assert replica.role == ROLE_NONE
+        assert replica.assignment == handed_off
+        # Still in the ISR: it fetches on (the leader's HW counts it) until it leaves.
+        with anyio.fail_after(BOUND_S):
+            await replica.apply_assignment(a, ADDRESSES)
+        assert replica.fetcher is not None
+        assert replica.role == ROLE_FOLLOWER
+        replica.stop()
+        with anyio.fail_after(BOUND_S):
+            await replica.wait_stopped()
 
 
-async def test_the_parts_of_a_replica_print_short(nats_server: NatsServer, tmp_path: Path) -> None:
+async def test_the_parts_of_a_replica_print_short(link: NatsLink, tmp_path: Path) -> None:
     """A failed assertion about a replica or one of its parts prints it: a generated repr
     followed every reference (the parts, the stream manager's callbacks) through the
     whole server and took minutes."""
-    link = await connected_link(nats_server)
-    try:
-        replica, _state = await replica_over_a_real_log(tmp_path, link)
-        parts = [
-            replica,
-            replica.committer,
-            replica.sequencer,
-            replica.intake,
-            replica.news,
-            replica.roles,
-        ]
-        names = [repr(p) for p in parts]
-        assert names == [f"{type(p).__name__}({replica.stream}/{replica.partition})" for p in parts]
-        await anyio.to_thread.run_sync(replica.log.close)
-    finally:
-        await link.close()
+    replica, _state = await replica_over_a_real_log(tmp_path, link)
+    parts = [
+        replica,
+        replica.committer,
+        replica.sequencer,
+        replica.intake,
+        replica.news,
+        replica.roles,
+    ]
+    names = [repr(p) for p in parts]
+    assert names == [f"{type(p).__name__}({replica.stream}/{replica.partition})" for p in parts]
+    await anyio.to_thread.run_sync(replica.log.close)
 
 
 class HeldReportControl(RecordingControl):
@@ -287,36 +277,32 @@ class HeldReportControl(RecordingControl):
 
 
 async def test_a_follower_leads_without_waiting_for_its_fetchers_task_to_end(
-    nats_server: NatsServer, tmp_path: Path
+    link: NatsLink, tmp_path: Path
 ) -> None:
-    link = await connected_link(nats_server)
     control = HeldReportControl()
-    try:
-        replica, state = await replica_over_a_real_log(
-            tmp_path, link, replicas=("s2", "s1", "s3"), control=control
-        )
-        a = state.streams["orders"].partitions[0]
-        assert a.leader == "s2"
-        async with anyio.create_task_group() as tg:
-            await tg.start(replica.run)
-            with anyio.fail_after(BOUND_S):
-                await replica.apply_assignment(a, ADDRESSES)
-                await control.reporting.wait()  # the fetcher is held in its report
-            fetcher = replica.fetcher
-            assert fetcher is not None
-            elected = attrs.evolve(a, leader=ME, leader_epoch=a.leader_epoch + 1)
-            try:
-                with anyio.fail_after(BOUND_S / 2):  # the report is held for 3 x BOUND_S
-                    await replica.apply_assignment(elected, ADDRESSES)
-                assert replica.role == ROLE_LEADER
-                assert replica.leader_epoch == elected.leader_epoch
-                assert fetcher.stopped
-                assert replica.fetcher is None
-            finally:
-                control.release.set()
-            assert control.held == 1  # the stopped fetcher reports nothing more
-            replica.stop()
-            with anyio.fail_after(BOUND_S):
-                await replica.wait_stopped()
-    finally:
-        await link.close()
+    replica, state = await replica_over_a_real_log(
+        tmp_path, link, replicas=("s2", "s1", "s3"), control=control
+    )
+    a = state.streams["orders"].partitions[0]
+    assert a.leader == "s2"
+    async with anyio.create_task_group() as tg:
+        await tg.start(replica.run)
+        with anyio.fail_after(BOUND_S):
+            await replica.apply_assignment(a, ADDRESSES)
+            await control.reporting.wait()  # the fetcher is held in its report
+        fetcher = replica.fetcher
+        assert fetcher is not None
+        elected = attrs.evolve(a, leader=ME, leader_epoch=a.leader_epoch + 1)
+        try:
+            with anyio.fail_after(BOUND_S / 2):  # the report is held for 3 x BOUND_S
+                await replica.apply_assignment(elected, ADDRESSES)
+            assert replica.role == ROLE_LEADER
+            assert replica.leader_epoch == elected.leader_epoch
+            assert fetcher.stopped
+            assert replica.fetcher is None
+        finally:
+            control.release.set()
+        assert control.held == 1  # the stopped fetcher reports nothing more
+        replica.stop()
+        with anyio.fail_after(BOUND_S):
+            await replica.wait_stopped()

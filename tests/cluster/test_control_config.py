@@ -40,8 +40,8 @@ def test_cluster_from_a_file_and_the_password_from_the_environment(tmp_path: Pat
     assert raft.password == PASSWORD
     assert raft.data_dir == Path("/var/jet/raft")
     # Timing for a loaded machine: 1-2 s election timeout, the leader steps down as late.
-    assert (raft.election_timeout_min_s, raft.election_timeout_max_s) == (1.0, 2.0)
-    assert raft.leader_fallback_s == raft.connection_timeout_s == 2.0
+    assert (raft.election_timeout_min_s, raft.election_timeout_max_s) == (3.0, 4.5)
+    assert raft.leader_fallback_s == raft.connection_timeout_s == 4.5
     assert "***" in to_toml(cfg)
     assert PASSWORD not in to_toml(cfg)
     assert PASSWORD not in repr(cfg)

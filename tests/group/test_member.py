@@ -63,6 +63,11 @@ class Bus:
         self.read(member)
         return out + self.poll(member, t)
 
+    def join(self, member: GroupMember, t: float) -> list[Action]:
+        """``member`` joins at ``t`` and takes one round: its actions."""
+        member.join(t)
+        return self.round(member, t)
+
     def records(self) -> list[object]:
         return [decode_record(v) for _, _, v in self.entries]
 
@@ -92,10 +97,8 @@ def test_single_member_starts_everything() -> None:
 def test_cooperative_handoff_between_two_members() -> None:
     bus = Bus()
     a, b = new("a"), new("b")
-    a.join(0.0)
-    bus.round(a, 0.0)
-    b.join(0.1)
-    assert bus.round(b, 0.1) == []  # b owns nothing until a releases
+    bus.join(a, 0.0)
+    assert bus.join(b, 0.1) == []  # b owns nothing until a releases
     revokes = [x for x in bus.round(a, 0.1) if isinstance(x, RevokePartition)]
     assert [r.partition for r in revokes] == S[2:]
     assert revokes[0].deadline == pytest.approx(0.0 + 1.0 - 0.1)  # a's session end - margin
@@ -116,8 +119,7 @@ def test_cooperative_handoff_between_two_members() -> None:
 def test_commit_rules() -> None:
     bus = Bus()
     a = new("a")
-    a.join(0.0)
-    bus.round(a, 0.0)
+    bus.join(a, 0.0)
     with pytest.raises(NotOwner):
         a.commit(SP("other", 0), 1)
     assert a.commit(S[0], 5)
@@ -128,8 +130,7 @@ def test_commit_rules() -> None:
 def test_lease_runs_out_without_fresh_records() -> None:
     bus = Bus()
     a = new("a")
-    a.join(0.0)
-    bus.round(a, 0.0)
+    bus.join(a, 0.0)
     # No heartbeat stored, no records read: the lease ends at 0.0 + 1.0 - 0.1.
     assert a.may_process(S[0], 0.89)
     assert not a.may_process(S[0], 0.9)
@@ -142,8 +143,7 @@ def test_lease_runs_out_without_fresh_records() -> None:
 def test_heartbeats_keep_the_lease() -> None:
     bus = Bus()
     a = new("a")
-    a.join(0.0)
-    bus.round(a, 0.0)
+    bus.join(a, 0.0)
     t = 0.0
     for _ in range(20):
         t += 0.25
@@ -155,10 +155,8 @@ def test_heartbeats_keep_the_lease() -> None:
 def test_expired_member_loses_everything_and_rejoins() -> None:
     bus = Bus()
     a, b = new("a"), new("b")
-    a.join(0.0)
-    bus.round(a, 0.0)
-    b.join(0.1)
-    bus.round(b, 0.1)
+    bus.join(a, 0.0)
+    bus.join(b, 0.1)
     t = 0.1
     while t < 1.5:  # a is paused; b heartbeats, and takes everything once a expires
         t += 0.25
@@ -176,11 +174,9 @@ def test_expired_member_loses_everything_and_rejoins() -> None:
 def test_static_member_replaced_hands_over_then_is_fenced() -> None:
     bus = Bus()
     a1 = new("a1", instance="i")
-    a1.join(0.0)
-    bus.round(a1, 0.0)
+    bus.join(a1, 0.0)
     a2 = new("a2", instance="i")
-    a2.join(0.2)
-    assert bus.round(a2, 0.2) == []  # a1 still owns them
+    assert bus.join(a2, 0.2) == []  # a1 still owns them
     actions = bus.round(a1, 0.3)
     assert Fenced("a2") in actions
     assert a1.phase is Phase.FENCED
@@ -196,8 +192,7 @@ def test_static_member_replaced_hands_over_then_is_fenced() -> None:
 def test_leave_sends_final_offsets() -> None:
     bus = Bus()
     a = new("a", instance="i")
-    a.join(0.0)
-    bus.round(a, 0.0)
+    bus.join(a, 0.0)
     a.leave({S[0]: 7})
     assert a.phase is Phase.CLOSED
     bus.poll(a, 0.1)
@@ -230,8 +225,7 @@ def test_leader_writes_checkpoints() -> None:
 def test_update_subscriptions_rejoins() -> None:
     bus = Bus()
     a = new("a")
-    a.join(0.0)
-    bus.round(a, 0.0)
+    bus.join(a, 0.0)
     a.update_subscriptions({"s": 4, "t": 1})
     actions = bus.round(a, 0.1)
     assert starts(actions) == {SP("t", 0): StartPartition(SP("t", 0), None, 2)}

@@ -28,6 +28,14 @@ from jetserver.raft import (
     RaftStartError,
     RaftTimeout,
 )
+from jetserver.raft.config import (
+    DEFAULT_CONNECTION_TIMEOUT_S,
+    DEFAULT_ELECTION_TIMEOUT_MAX_S,
+    DEFAULT_ELECTION_TIMEOUT_MIN_S,
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_LEADER_FALLBACK_S,
+)
+from jetserver.raft.host import FIRST_ELECTION_S
 from jetserver.raft.journal import scan_records
 from jetserver.raft.machine import MAX_ENTRY_BYTES, Entry, encode_entry
 from raft.kit import (
@@ -397,26 +405,40 @@ async def test_a_healthy_cluster_is_quiet(
     assert (out, err) == ("", "")
 
 
+def slow_election_configs(root: Path, min_s: float, max_s: float) -> list[RaftConfig]:
+    """Election timeouts of ``min_s`` to ``max_s``, connection timeout and leader fallback
+    ``max_s``: a leader elected quickly after a loss was elected by a hastened election."""
+    return make_configs(
+        root,
+        election_timeout_min_s=min_s,
+        election_timeout_max_s=max_s,
+        connection_timeout_s=max_s,
+        leader_fallback_s=max_s,
+    )
+
+
+async def replace_by_hastened_election(
+    nodes: list[MetadataRaft], old: MetadataRaft
+) -> tuple[MetadataRaft, float]:
+    """Close ``old`` and hasten the survivors' election as ClusterNode does (staggered by
+    rank): the new leader and the seconds from the close to its agreement."""
+    survivors = [n for n in nodes if n is not old]
+    await old.aclose()
+    started = anyio.current_time()
+    for rank, node in enumerate(survivors):
+        node.hasten_election(old.config.address, rank * 0.3)
+    new = await agreed_leader(survivors, limit_s=10.0)
+    return new, anyio.current_time() - started
+
+
 async def test_a_hastened_election_replaces_a_gone_leader_before_the_timeout(
     tmp_path: Path,
 ) -> None:
-    configs = make_configs(
-        tmp_path,
-        election_timeout_min_s=4.0,
-        election_timeout_max_s=4.5,
-        connection_timeout_s=4.5,
-        leader_fallback_s=4.5,
-    )
-    async with running(configs) as nodes:
+    async with running(slow_election_configs(tmp_path, 4.0, 4.5)) as nodes:
         old = await agreed_leader(nodes, limit_s=30.0)
-        survivors = [n for n in nodes if n is not old]
-        await old.aclose()
-        started = anyio.current_time()
-        for rank, node in enumerate(survivors):  # as ClusterNode staggers them
-            node.hasten_election(old.config.address, rank * 0.3)
-        new = await agreed_leader(survivors, limit_s=10.0)
+        new, took = await replace_by_hastened_election(nodes, old)
         # The election timeout alone would have waited at least 4 s.
-        assert anyio.current_time() - started < 3.0
+        assert took < 3.0
         assert new is not old
 
 
@@ -430,25 +452,13 @@ async def test_a_hastened_election_after_an_idle_spell_wins_in_one_term(
     votes split (1.3-3.5 s lost in every kill -9 of the metadata leader measured at
     3,000-5,000 partitions). Keepalives between every pair of members keep the
     connections fresh: the first survivor wins the next term at once."""
-    configs = make_configs(
-        tmp_path,
-        election_timeout_min_s=2.5,
-        election_timeout_max_s=3.0,
-        connection_timeout_s=3.0,
-        leader_fallback_s=3.0,
-    )
-    async with running(configs) as nodes:
+    async with running(slow_election_configs(tmp_path, 2.5, 3.0)) as nodes:
         old = await agreed_leader(nodes, limit_s=30.0)
         term = old.status.term
         await anyio.sleep(3.5)  # longer than connection_timeout_s: no event marks idleness
-        survivors = [n for n in nodes if n is not old]
-        await old.aclose()
-        started = anyio.current_time()
-        for rank, node in enumerate(survivors):  # as ClusterNode staggers them
-            node.hasten_election(old.config.address, rank * 0.3)
-        new = await agreed_leader(survivors, limit_s=10.0)
+        new, took = await replace_by_hastened_election(nodes, old)
         # A split vote waits out an election timeout (at least 2.5 s) for the next term.
-        assert anyio.current_time() - started < 2.0
+        assert took < 2.0
         assert new.status.term == term + 1
 
 
@@ -476,3 +486,27 @@ async def test_a_journal_over_its_byte_bound_is_compacted(tmp_path: Path) -> Non
     assert len(expected.streams) == 10
     async with MetadataRaft(configs[0]) as alone:
         assert alone.state == expected
+
+
+async def test_the_first_election_comes_before_the_servers_election_timeout(
+    tmp_path: Path,
+) -> None:
+    """The servers' timings (jetserver.raft.config defaults: an election timeout of
+    3-4.5 s, which leaves room for garbage collections): a new group still elects its
+    first leader within FIRST_ELECTION_S (1-2 s), as before the timeout was raised; every
+    test cluster and every server start waits for it."""
+    configs = make_configs(
+        tmp_path,
+        heartbeat_s=DEFAULT_HEARTBEAT_S,
+        election_timeout_min_s=DEFAULT_ELECTION_TIMEOUT_MIN_S,
+        election_timeout_max_s=DEFAULT_ELECTION_TIMEOUT_MAX_S,
+        connection_timeout_s=DEFAULT_CONNECTION_TIMEOUT_S,
+        leader_fallback_s=DEFAULT_LEADER_FALLBACK_S,
+    )
+    assert FIRST_ELECTION_S[1] + 0.5 < DEFAULT_ELECTION_TIMEOUT_MIN_S
+    started = anyio.current_time()
+    async with running(configs) as nodes:
+        await agreed_leader(nodes, limit_s=30.0)
+        elected_s = anyio.current_time() - started
+    # The configured timeout alone: no leader before DEFAULT_ELECTION_TIMEOUT_MIN_S.
+    assert elected_s < DEFAULT_ELECTION_TIMEOUT_MIN_S, elected_s

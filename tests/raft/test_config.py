@@ -49,7 +49,7 @@ def test_refuses_to_exist_without_a_real_password(password: str) -> None:
         ({"server_id": "bad id"}, "server id"),
         ({"peers": (RaftPeer("s1", "127.0.0.1:7002"),)}, "ids must be unique"),
         ({"peers": (RaftPeer("s2", "127.0.0.1:7001"),)}, "addresses must be unique"),
-        ({"heartbeat_s": 0.4}, "3 x heartbeat"),
+        ({"heartbeat_s": 1.5}, "3 x heartbeat"),
         ({"election_timeout_max_s": 0.3}, "max_s must exceed"),
         ({"connection_timeout_s": 0.5}, "connection_timeout_s"),
         ({"leader_fallback_s": 0.01}, "leader_fallback_s"),

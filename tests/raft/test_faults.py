@@ -19,6 +19,13 @@ from typing import Any
 
 import pytest
 
+from jetserver.raft.config import (
+    DEFAULT_CONNECTION_TIMEOUT_S,
+    DEFAULT_ELECTION_TIMEOUT_MAX_S,
+    DEFAULT_ELECTION_TIMEOUT_MIN_S,
+    DEFAULT_HEARTBEAT_S,
+    DEFAULT_LEADER_FALLBACK_S,
+)
 from raft.kit import make_configs
 from raft.procs import NodeProcess, ProcCluster
 
@@ -220,3 +227,41 @@ def test_kill_9_the_leader_elects_a_new_one_and_loses_nothing(tmp_path: Path) ->
 
 def test_a_paused_leader_steps_down_and_nothing_diverges(tmp_path: Path) -> None:
     run_leader_faults(tmp_path, sigstop, 1)
+
+
+GIL_PAUSE_S = 2.3
+"""A stall of the leader's whole process, longer than the election timeout's upper bound
+until 2026-11-28 (2.0 s) and shorter than its lower bound since (3.0 s)."""
+
+
+def test_a_leader_stalled_as_long_as_a_garbage_collection_keeps_its_term(
+    tmp_path: Path,
+) -> None:
+    """The servers' Raft timings (jetserver.raft.config defaults): a leader whose process
+    stalls for GIL_PAUSE_S (SIGSTOP here; a collection of the garbage collector at scale
+    holds the Raft thread 1-2.8 s) leads on in the same term when it resumes. With the
+    1.0-2.0 s election timeout, the followers elected another leader, and the failover
+    under way waited for it."""
+    defaults = {
+        "heartbeat_s": DEFAULT_HEARTBEAT_S,
+        "election_timeout_min_s": DEFAULT_ELECTION_TIMEOUT_MIN_S,
+        "election_timeout_max_s": DEFAULT_ELECTION_TIMEOUT_MAX_S,
+        "connection_timeout_s": DEFAULT_CONNECTION_TIMEOUT_S,
+        "leader_fallback_s": DEFAULT_LEADER_FALLBACK_S,
+    }
+    with ProcCluster(make_configs(tmp_path, **defaults)) as cluster:
+        cluster.start_all()
+        assert cluster.wait_for(lambda: cluster.leader() is not None, PROGRESS_BOUND_S)
+        leader = cluster.leader()
+        assert leader is not None
+        assert leader.status is not None
+        assert leader.proc is not None
+        term = leader.status["term"]
+        os.kill(leader.proc.pid, signal.SIGSTOP)
+        time.sleep(GIL_PAUSE_S)  # the stall itself: nothing to wait for
+        os.kill(leader.proc.pid, signal.SIGCONT)
+        # A new term, if any, would have begun by now on a follower (its timer ran out
+        # during the stall); give the resumed leader's heartbeats a moment to arrive.
+        cluster.wait_for(lambda: max(cluster.leaders_by_term(), default=term) > term, 1.0)
+        assert max(cluster.leaders_by_term(), default=term) == term
+        assert cluster.leader() is leader

@@ -12,6 +12,10 @@ that records reports and a liveness view that finds the leader's server up.
   a live leader: two timeouts in a row report it.
 - A silent leader is reported once the liveness view finds its server down (the event the
   follower waits on), not before.
+- A leader whose server answers the follower's fetches with NOT_LEADER in the epoch it was
+  given (it stepped aside: recovery found damaged records) is reported once that has
+  lasted the bound without a break, although its server answers probes; answers of a
+  leader still taking its role (UNAVAILABLE) are not reported.
 - A busy leader that answers the session's requests early (news of other partitions) and
   its zero-wait requests late (a loaded server) is not reported, however many of the
   partition's fetches time out meanwhile: only the answer to a request without a long
@@ -34,6 +38,7 @@ import attrs
 import pytest
 from anyio.abc import TaskGroup
 
+from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, encode_frame
 from jetsdk.codec.replica_fetch import (
     ReplicaFetchAnswer,
@@ -43,6 +48,7 @@ from jetsdk.codec.replica_fetch import (
 )
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.fetcher import FollowerFetcher
+from jetserver.replication.follower import NotLeaderRun
 from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from support.control_plane import RecordingControl
@@ -302,3 +308,69 @@ async def test_a_busy_leader_answering_early_and_late_is_not_reported(tmp_path: 
     log_.close()
     assert session.requests >= 4  # the session was answered meanwhile, often
     assert reports.reports == []
+
+
+def not_leading_reply(body: bytes, correlation_id: int, code: ErrorCode) -> bytes | None:
+    """The answer to a ReplicaFetch ``body``: ``code`` for each of its partitions (None
+    for a wake request, which gets none)."""
+    req = decode_replica_fetch_request(body)
+    if req.wake:
+        return None
+    answers = [
+        ReplicaFetchAnswer(i, int(code), -1, -1, -1, "not leading")
+        for i in range(len(req.partitions))
+    ]
+    response = encode_replica_fetch_response(answers)
+    return encode_frame(Api.REPLICA_FETCH, correlation_id, response, flags=FLAG_RESPONSE)
+
+
+async def serve_not_leading(listener: anyio.abc.SocketListener, code: ErrorCode) -> None:
+    """Answer every ReplicaFetch at once with ``code`` for each partition (a leader that
+    does not lead the epoch it was given, or one not open as leader yet)."""
+
+    async def handle(conn: anyio.abc.SocketStream) -> None:
+        async with conn:
+            async for frame in frames_from(conn):
+                if frame.api == Api.REPLICA_FETCH:
+                    reply = not_leading_reply(frame.body, frame.correlation_id, code)
+                    if reply is not None:
+                        await conn.send(reply)
+
+    await listener.serve(handle)
+
+
+@pytest.mark.parametrize("code", [ErrorCode.NOT_LEADER, ErrorCode.UNAVAILABLE])
+async def test_a_leader_answering_not_leader_in_its_epoch_is_reported(
+    tmp_path: Path, code: ErrorCode
+) -> None:
+    """Its server answers every probe (``down`` stays False) and every fetch, with
+    NOT_LEADER: before, each answer counted as hearing from the leader and the follower
+    never reported it, so the partition kept a leader that does not lead."""
+    after_s = 0.3
+    reports = Reports()
+    log_ = Log.open(tmp_path / "stuck-0")
+    serve = functools.partial(serve_not_leading, code=code)
+    async with session_to(serve, CONFIG) as (tg, port, session):
+        fetcher = stuck_follower(
+            CountingFetcher,
+            port,
+            log_,
+            CONFIG,
+            reports,
+            session=session,
+            not_leader=NotLeaderRun(after_s),
+        )
+        fetcher.enough, fetcher.failed = 1_000_000, anyio.Event()
+        tg.start_soon(fetcher.run)
+        started = anyio.current_time()
+        with anyio.move_on_after(after_s + 3.0):
+            await reports.reported.wait()
+        waited_s = anyio.current_time() - started
+        tg.cancel_scope.cancel()
+    log_.close()
+    assert fetcher._failures >= 3  # answered, again and again
+    if code == ErrorCode.NOT_LEADER:
+        assert reports.reports[:1] == [("stuck", 0)]
+        assert waited_s >= after_s  # not at the first answer: a new leader takes its role
+    else:
+        assert reports.reports == []  # taking its role: not reported

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from jetserver.replication import LeaderState
@@ -103,32 +105,32 @@ def test_a_refused_proposal_changes_nothing() -> None:
     assert s.pending_isr is None
 
 
-def test_a_follower_that_keeps_up_under_load_stays_in_sync() -> None:
-    s = leader()
+def under_load(s: LeaderState, rounds: int, fetched: Callable[[int, int], dict[str, int]]) -> float:
+    """``rounds`` of 0.5 s, each: the leader appends and flushes 10 records, then every
+    follower of ``fetched(round, leo)`` fetches from (and has flushed) its offset. The
+    time at the end."""
     leo = 0
     t = 0.0
-    for _ in range(100):
+    for i in range(rounds):
         t += 0.5
         leo += 10
         s.on_append(leo)
         s.on_flush(leo)
-        # b fetches what the leader had at its previous fetch: never exactly at the end
-        s.on_fetch("b", leo - 10, leo - 10, t)
-        s.on_fetch("c", leo - 10, leo - 10, t)
+        for follower, offset in fetched(i, leo).items():
+            s.on_fetch(follower, offset, offset, t)
+    return t
+
+
+def test_a_follower_that_keeps_up_under_load_stays_in_sync() -> None:
+    s = leader()
+    # b and c fetch what the leader had at their previous fetch: never exactly at the end
+    t = under_load(s, 100, lambda _i, leo: {"b": leo - 10, "c": leo - 10})
     assert s.isr_proposal(t) is None
 
 
 def test_a_slow_follower_is_dropped() -> None:
     s = leader()
-    leo = 0
-    t = 0.0
-    for i in range(40):
-        t += 0.5
-        leo += 10
-        s.on_append(leo)
-        s.on_flush(leo)
-        s.on_fetch("b", leo, leo, t)
-        s.on_fetch("c", i, i, t)  # falls further behind every round
+    t = under_load(s, 40, lambda i, leo: {"b": leo, "c": i})  # c falls further behind
     assert s.isr_proposal(t) == ("a", "b")
 
 

@@ -58,35 +58,32 @@ def test_flushed_durability_with_crashes_power_loss_partitions_and_pauses(seed: 
     assert sim.checker.checks > 0
 
 
-@pytest.mark.parametrize("seed", range(100, 110))
-def test_five_replicas(seed: int) -> None:
-    run_seed(seed, RF5)
+SCENARIOS: list[tuple[str, SimConfig, range]] = [
+    ("five_replicas", RF5, range(100, 110)),
+    ("two_replicas", RF2, range(200, 220)),
+    ("lossy_network_and_frequent_faults", LOSSY, range(300, 320)),
+    ("replicated_durability_with_process_crashes", REPLICATED, range(400, 415)),
+    ("two_followers_stop_at_once_then_the_leader_crashes", TWO_STOPS_THEN_LEADER_CRASH, range(30)),
+]
+"""Scenarios whose runs must only pass the checkers: (name, config, seeds)."""
 
 
-@pytest.mark.parametrize("seed", range(200, 220))
-def test_two_replicas(seed: int) -> None:
-    run_seed(seed, RF2)
-
-
-@pytest.mark.parametrize("seed", range(300, 320))
-def test_lossy_network_and_frequent_faults(seed: int) -> None:
-    run_seed(seed, LOSSY)
-
-
-@pytest.mark.parametrize("seed", range(400, 415))
-def test_replicated_durability_with_process_crashes(seed: int) -> None:
-    run_seed(seed, REPLICATED)
+@pytest.mark.parametrize(
+    ("cfg", "seed"),
+    [
+        pytest.param(cfg, seed, id=f"{name}-{seed}")
+        for name, cfg, seeds in SCENARIOS
+        for seed in seeds
+    ],
+)
+def test_scenario_passes_the_checkers(cfg: SimConfig, seed: int) -> None:
+    run_seed(seed, cfg)
 
 
 @pytest.mark.parametrize("seed", range(500, 520))
 def test_fsync_failures_among_the_other_faults(seed: int) -> None:
     sim = run_seed(seed, FSYNC)
     assert any("fsync failed" in f for f in sim.faults)
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_two_followers_stop_at_once_then_the_leader_crashes(seed: int) -> None:
-    run_seed(seed, TWO_STOPS_THEN_LEADER_CRASH)
 
 
 @pytest.mark.parametrize("seed", range(10))

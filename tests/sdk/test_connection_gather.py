@@ -60,24 +60,33 @@ def _small_send_buffer_pair() -> tuple[_CountingStream, FramePeer]:
     return _CountingStream(a, label="a"), FramePeer(SocketByteStream(b, label="b"))
 
 
-async def test_large_bodies_are_gathered_and_arrive_whole_in_order(anyio_backend: str) -> None:
-    client_end, peer = _small_send_buffer_pair()
-    rng = random.Random(39)
-    sizes = [GATHER_MIN_BODY_BYTES, 5, GATHER_MIN_BODY_BYTES * 9 + 3, 0, 1 << 20, 100]
-    bodies = [rng.randbytes(n) for n in sizes]
+async def _send_and_receive(
+    client_end: _CountingStream, peer: FramePeer, api: Api, bodies: Sequence[RequestBody]
+) -> list[bytes]:
+    """Send ``bodies`` from one task (frames go in call order) while ``peer`` reads as
+    many frames: the bodies it got, in order."""
     got: list[bytes] = []
     async with Connection(client_end) as conn, anyio.create_task_group() as tg:
 
         async def send_all() -> None:
-            for body in bodies:  # one task: frames go in call order
-                await conn.send(Api.PRODUCE, body)
+            for body in bodies:
+                await conn.send(api, body)
 
         tg.start_soon(send_all)
         with anyio.fail_after(30):
             for _ in bodies:
                 frame = await peer.receive()
                 assert frame is not None
-                got.append(frame.body)
+                got.append(bytes(frame.body))
+    return got
+
+
+async def test_large_bodies_are_gathered_and_arrive_whole_in_order(anyio_backend: str) -> None:
+    client_end, peer = _small_send_buffer_pair()
+    rng = random.Random(39)
+    sizes = [GATHER_MIN_BODY_BYTES, 5, GATHER_MIN_BODY_BYTES * 9 + 3, 0, 1 << 20, 100]
+    bodies = [rng.randbytes(n) for n in sizes]
+    got = await _send_and_receive(client_end, peer, Api.PRODUCE, bodies)
     assert got == bodies
     assert client_end.gathered == sum(n >= GATHER_MIN_BODY_BYTES for n in sizes)
 
@@ -112,19 +121,7 @@ async def test_bodies_in_parts_are_gathered_when_large_and_few_else_joined(
     small = (b"ab", b"cd", b"")
     many = tuple(rng.randbytes(GATHER_MIN_BODY_BYTES // 8) for _ in range(GATHER_MAX_PARTS))
     bodies: list[RequestBody] = [large, small, many, large[2]]
-    got: list[bytes] = []
-    async with Connection(client_end) as conn, anyio.create_task_group() as tg:
-
-        async def send_all() -> None:
-            for body in bodies:
-                await conn.send(Api.PRODUCE_MANY, body)
-
-        tg.start_soon(send_all)
-        with anyio.fail_after(30):
-            for _ in bodies:
-                frame = await peer.receive()
-                assert frame is not None
-                got.append(bytes(frame.body))
+    got = await _send_and_receive(client_end, peer, Api.PRODUCE_MANY, bodies)
     assert got == [b"".join(body) if isinstance(body, tuple) else body for body in bodies]
     # The large body in parts: header + its 5 parts; the joined many-part one and the
     # plain large body: header + body. The small one: one joined frame, not gathered.

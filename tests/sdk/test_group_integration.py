@@ -99,6 +99,14 @@ async def produce(servers: list[str], stream: str, count: int, start: int = 0) -
             await producer.send_soon(b"m%d" % i, key=b"k%d" % i)
 
 
+async def filled_stream(
+    client: Client, servers: list[str], stream: str, partitions: int, count: int
+) -> None:
+    """Create ``stream`` (its subject its name) and produce ``count`` keyed messages to it."""
+    await client.create_stream(stream, stream, partitions=partitions)
+    await produce(servers, stream, count)
+
+
 async def high_watermarks(servers: list[str], stream: str, partitions: int) -> dict[int, int]:
     async with Client(servers) as client:
         return {p: (await client.list_offsets(stream, p, "latest")).hw for p in range(partitions)}
@@ -233,8 +241,7 @@ def test_three_processes_one_killed(jet_dev: JetDev, tmp_path: Path, workers: li
 async def test_restart_resumes_from_committed_offsets(jet_dev: JetDev) -> None:
     stream, group = unique("resume"), unique("g")
     async with Client(jet_dev.servers) as client:
-        await client.create_stream(stream, stream, partitions=3)
-        await produce(jet_dev.servers, stream, 90)
+        await filled_stream(client, jet_dev.servers, stream, 3, 90)
         async with Consumer(client, group=group, streams=[stream], group_config=CFG) as c:
             got = 0
             with anyio.fail_after(20):
@@ -260,8 +267,7 @@ async def test_restart_resumes_from_committed_offsets(jet_dev: JetDev) -> None:
 async def test_two_groups_each_see_everything(jet_dev: JetDev) -> None:
     stream = unique("two")
     async with Client(jet_dev.servers) as client:
-        await client.create_stream(stream, stream, partitions=2)
-        await produce(jet_dev.servers, stream, 40)
+        await filled_stream(client, jet_dev.servers, stream, 2, 40)
         for group in (unique("ga"), unique("gb")):
             async with Consumer(client, group=group, streams=[stream], group_config=CFG) as c:
                 seen: set[tuple[int, int]] = set()
@@ -275,8 +281,7 @@ async def test_two_groups_each_see_everything(jet_dev: JetDev) -> None:
 async def test_manual_acks_redelivered_after_restart(jet_dev: JetDev) -> None:
     stream, group = unique("acks"), unique("g")
     async with Client(jet_dev.servers) as client:
-        await client.create_stream(stream, stream, partitions=1)
-        await produce(jet_dev.servers, stream, 10)
+        await filled_stream(client, jet_dev.servers, stream, 1, 10)
         async with Consumer(
             client, group=group, streams=[stream], group_config=CFG, manual_ack=True
         ) as c:

@@ -5,6 +5,8 @@ server whose Hello does not list ProduceMany gets one Produce request per batch.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from jetsdk import Client, Producer
@@ -50,15 +52,22 @@ def _check_order(acks: list[tuple[int, int, int]]) -> None:
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets)))
 
 
-async def test_a_keyed_send_to_many_partitions_uses_few_requests(
-    jet_dev: JetDev, anyio_backend: str
-) -> None:
+@pytest.fixture
+async def fan(jet_dev: JetDev) -> AsyncIterator[tuple[Client, str]]:
+    """A client and a new stream of PARTITIONS partitions (all led by the one server)."""
     name = unique("fan")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(name, name, partitions=PARTITIONS)
-        requests, acks = await _send_keyed(client, name)
-        conn = await client.leader_connection(name, 0)
-        assert Api.PRODUCE_MANY in conn.server_info["apis"]  # type: ignore[operator]
+        yield client, name
+
+
+async def test_a_keyed_send_to_many_partitions_uses_few_requests(
+    fan: tuple[Client, str], anyio_backend: str
+) -> None:
+    client, name = fan
+    requests, acks = await _send_keyed(client, name)
+    conn = await client.leader_connection(name, 0)
+    assert Api.PRODUCE_MANY in conn.server_info["apis"]  # type: ignore[operator]
     _check_order(acks)
     if anyio_backend == "asyncio":
         # Every partition's first batch alone would be PARTITIONS requests.
@@ -68,14 +77,12 @@ async def test_a_keyed_send_to_many_partitions_uses_few_requests(
 
 
 async def test_a_server_without_produce_many_gets_a_request_per_batch(
-    jet_dev: JetDev, anyio_backend: str
+    fan: tuple[Client, str], anyio_backend: str
 ) -> None:
-    name = unique("old")
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(name, name, partitions=PARTITIONS)
-        conn = await client.leader_connection(name, 0)
-        del conn.server_info["apis"]  # as an older server's Hello answer
-        assert not serves_produce_many(conn)
-        requests, acks = await _send_keyed(client, name)
+    client, name = fan
+    conn = await client.leader_connection(name, 0)
+    del conn.server_info["apis"]  # as an older server's Hello answer
+    assert not serves_produce_many(conn)
+    requests, acks = await _send_keyed(client, name)
     _check_order(acks)
     assert requests >= PARTITIONS

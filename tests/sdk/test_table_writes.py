@@ -26,6 +26,22 @@ FSYNC_ATTEMPTS = 3
 """Runs of the fsync-failure scenario until its failure strikes a waiting put."""
 
 
+async def _put_in_lanes(table: Table, prefix: bytes, lanes: int, each: int) -> dict[bytes, int]:
+    """``lanes`` callers each putting ``each`` keys one after the other; key -> revision."""
+    revisions: dict[bytes, int] = {}
+
+    async def lane(i: int) -> None:
+        for j in range(each):
+            key = prefix + b"%02d-%02d" % (i, j)
+            revisions[key] = await table.put(key, b"v")
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for i in range(lanes):
+                tg.start_soon(lane, i)
+    return revisions
+
+
 async def test_concurrent_puts_share_requests(jet_dev: JetDev) -> None:
     stream = unique("wbatch")
     n = 200
@@ -71,15 +87,7 @@ async def test_callers_woken_by_an_answer_share_the_next_request(jet_dev: JetDev
             assert writer is not None
             await table.put(b"warm", b"up")
             before = writer.requests
-
-            async def lane(i: int) -> None:
-                for j in range(each):
-                    await table.put(b"r%02d-%02d" % (i, j), b"v")
-
-            with anyio.fail_after(60):
-                async with anyio.create_task_group() as tg:
-                    for i in range(lanes):
-                        tg.start_soon(lane, i)
+            await _put_in_lanes(table, b"r", lanes, each)
             puts = lanes * each
             requests = writer.requests - before
             if sniffio.current_async_library() == "asyncio":
@@ -88,6 +96,35 @@ async def test_callers_woken_by_an_answer_share_the_next_request(jet_dev: JetDev
                 assert requests <= puts / 10, requests
             await table.sync()
             assert len(table) == puts + 1
+
+
+async def test_a_round_over_partitions_goes_as_one_produce_many(jet_dev: JetDev) -> None:
+    """64 callers putting over 4 partitions: a round's batches, one per partition, go to
+    the server as one ProduceMany on asyncio (one round trip and one pass of the server
+    for all); each put still gets its own revision. (Before, each batch was a Produce
+    request of its own: as many requests on the wire as batches.) On trio each batch is a
+    Produce request of its own."""
+    stream = unique("wmany")
+    lanes, each = 64, 10
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True, partitions=4)
+        async with Table(client, stream) as table:
+            writer = table._writer
+            assert writer is not None
+            await table.put(b"warm", b"up")
+            before, wire_before = writer.requests, writer.wire_requests
+            revisions = await _put_in_lanes(table, b"m", lanes, each)
+            puts = lanes * each
+            batches = writer.requests - before
+            wire = writer.wire_requests - wire_before
+            assert batches < puts / 4, batches  # coalesced per partition
+            if sniffio.current_async_library() == "asyncio":
+                assert wire <= batches / 2, (wire, batches)  # 2.5-4 batches per request
+            else:
+                assert wire == batches
+            await table.sync()
+            assert len(table) == puts + 1
+            assert {k: table.revision(k) for k in revisions} == revisions
 
 
 async def test_concurrent_updates_of_one_revision_one_wins(jet_dev: JetDev) -> None:

@@ -9,6 +9,7 @@ batched publishing against a real nats-server.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -97,6 +98,17 @@ def _cut(stream: bytes, cuts: list[int]) -> list[bytes]:
         out.append(stream[last:p])
         last = p
     return out
+
+
+@pytest.fixture
+async def link(nats_server: NatsServer) -> AsyncIterator[NatsLink]:
+    """A NatsLink connected to ``nats_server`` (default settings); closed after the test."""
+    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
+    await link.connect(attempts=3)
+    try:
+        yield link
+    finally:
+        await link.close()
 
 
 def test_fast_path_is_supported_by_the_installed_nats_py() -> None:
@@ -226,9 +238,8 @@ async def test_unusual_msg_lines_parse_as_nats_py_does() -> None:
 @pytest.mark.anyio
 async def test_direct_delivery_order_headers_reply_and_unsubscribe(
     nats_server: NatsServer,
+    link: NatsLink,
 ) -> None:
-    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
-    await link.connect(attempts=3)
     got: list[Msg] = []
     done = anyio.Event()
 
@@ -268,18 +279,15 @@ async def test_direct_delivery_order_headers_reply_and_unsubscribe(
     assert next(m for m in got if m.data == b"p7").subject == "fast.p.7"
     await sub.unsubscribe()
     assert not link.client._jet_direct
-    await link.close()
 
 
 @pytest.mark.anyio
 async def test_sink_takes_messages_and_declined_ones_keep_their_order(
-    nats_server: NatsServer,
+    link: NatsLink,
 ) -> None:
     # The sink declines messages 100-199 (as a partition does while its queue is full):
     # they and every later one go through the handler until its deque is empty again;
     # one publishing connection, so one order across sink and handler.
-    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
-    await link.connect(attempts=3)
     order: list[bytes] = []
     by_sink: list[bytes] = []
     events = {200: anyio.Event(), 400: anyio.Event()}
@@ -312,7 +320,6 @@ async def test_sink_takes_messages_and_declined_ones_keep_their_order(
     # Once the deque was empty again, the sink took every message.
     assert by_sink[:100] == [b"%d" % i for i in range(100)]
     assert by_sink[-200:] == [b"%d" % i for i in range(200, 400)]
-    await link.close()
 
 
 @pytest.mark.anyio
@@ -369,12 +376,11 @@ async def test_publish_many_refuses_bad_subjects_and_oversized_payloads(
 @pytest.mark.anyio
 async def test_idle_direct_subscriptions_start_no_task_until_a_message_needs_one(
     nats_server: NatsServer,
+    link: NatsLink,
 ) -> None:
     # A server holds thousands of idle partition subscriptions: neither nats-py's delivery
     # task and queue nor the direct delivery's task and deque may exist before a message
     # needs them (the sink takes messages without them).
-    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
-    await link.connect(attempts=3)
     got: list[bytes] = []
     arrived = anyio.Event()
 
@@ -414,7 +420,6 @@ async def test_idle_direct_subscriptions_start_no_task_until_a_message_needs_one
         await sub.unsubscribe()
     assert not link.client._jet_direct
     assert not link.client._subs
-    await link.close()
 
 
 @pytest.mark.anyio
@@ -480,12 +485,10 @@ def test_the_client_reads_any_header_block_without_raising(block: bytes) -> None
 @pytest.mark.anyio
 @pytest.mark.parametrize("reader", ["jet", "nats-py"])
 async def test_malformed_header_blocks_reach_a_direct_subscription_without_headers(
-    nats_server: NatsServer, reader: str
+    nats_server: NatsServer, link: NatsLink, reader: str
 ) -> None:
     """Whichever parser reads (nats-py's where the fast path is unsupported), a malformed
     block is dropped and its message delivered plain; the others keep their lines."""
-    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
-    await link.connect(attempts=3)
     if reader == "nats-py":
         link.client._ps = Parser(link.client)
     got: list[Msg] = []
@@ -514,25 +517,21 @@ async def test_malformed_header_blocks_reach_a_direct_subscription_without_heade
         await sock.send(b"".join(out))
         with anyio.fail_after(10):
             await done.wait()
-    try:
-        assert [m.data for m in got] == [b"p0", b"p1", b"p2", b"p3", b"end"]
-        assert [header_lines(m) for m in got] == [(), (), (), (("A", b"1"), ("A", b"2")), ()]
-        assert got[3].headers == {"A": "2"}
-        if reader == "jet":
-            assert link.malformed_headers == 2
-    finally:
-        await link.close()
+    assert [m.data for m in got] == [b"p0", b"p1", b"p2", b"p3", b"end"]
+    assert [header_lines(m) for m in got] == [(), (), (), (("A", b"1"), ("A", b"2")), ()]
+    assert got[3].headers == {"A": "2"}
+    if reader == "jet":
+        assert link.malformed_headers == 2
 
 
 @pytest.mark.anyio
 async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher(
     nats_server: NatsServer,
+    link: NatsLink,
 ) -> None:
     """What one loop turn publishes goes out in one write from a loop callback: nats-py's
     flusher task is not woken (a task step per Produce request at light load), and the
     order holds across turns and with nats-py's own publishes."""
-    link = NatsLink(NatsConfig(servers=(nats_server.url,)))
-    await link.connect(attempts=3)
     nc = link.client
     got: list[bytes] = []
     done = anyio.Event()
@@ -582,4 +581,3 @@ async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher
     finally:
         await watcher.close()
     assert got == [b"%d" % i for i in range(31)]
-    await link.close()

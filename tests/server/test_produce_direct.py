@@ -33,6 +33,7 @@ from jetserver import fsync_runner
 from jetserver.broker.acks import AckRouter, PartitionAck
 from jetserver.broker.direct import DirectBatch, ProduceCompletion
 from jetserver.broker.ingested import Queued
+from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.sequencer import DEFER_MAX_RECORDS, Sequencer
 from jetserver.broker.stored_copy import STORED_HEADER
@@ -72,6 +73,30 @@ async def _wait_skipped(server: Server, stream: str, count: int) -> None:
     with anyio.fail_after(10):
         while replica.copies_skipped < count:  # noqa: ASYNC110 - a counter, no event
             await anyio.sleep(0.01)
+
+
+async def new_partition(
+    c: RawClient, jet: Server, name: str, durability: str | None = None
+) -> PartitionReplica:
+    """Stream ``name`` (subject ``<name>.x``, one partition, ``durability`` if given)
+    created through ``c``: its partition's replica on ``jet``."""
+    settings = {} if durability is None else {"durability": durability}
+    await c.create_stream(name=name, subject=f"{name}.x", **settings)
+    return jet.streams.replica(name, 0)
+
+
+async def produce_and_see_each(
+    c: RawClient, stream: str, values: list[bytes], policies: list[AckPolicy] | None = None
+) -> None:
+    """Produce each of ``values`` alone (with its ack policy; default LEADER) to partition 0
+    of ``stream``, empty before: each is acked and then read back at its offset (a record
+    is visible once fsynced) before the next is sent."""
+    for i, value in enumerate(values):
+        policy = AckPolicy.LEADER if policies is None else policies[i]
+        results = await c.produce(stream, 0, [ProduceMessage(value)], ack_policy=policy)
+        assert results[0].error_code == ErrorCode.NONE
+        records = await c.collect(stream, 0, i + 1)
+        assert records[-1].value == value
 
 
 @pytest.mark.parametrize("policy", [AckPolicy.NONE, AckPolicy.LEADER, AckPolicy.ALL])
@@ -229,8 +254,7 @@ async def test_requests_appending_in_their_own_task_and_the_sequencer_keep_order
     producers, requests, per_request, plain = 6, 15, 4, 120
     acked: dict[bytes, int] = {}
     async with await RawClient.connect(jet.address) as admin:
-        await admin.create_stream(name="mix", subject="mix.x", durability=durability)
-        replica = jet.streams.replica("mix", 0)
+        replica = await new_partition(admin, jet, "mix", durability=durability)
         append_batch = Sequencer._append_batch
 
         async def slow_append(self: Sequencer, batch: list[Queued]) -> None:
@@ -297,8 +321,7 @@ async def test_a_request_appends_in_its_own_task_only_behind_nothing(jet: Server
     sequencer turn). Something queued (a NATS message not yet sequenced): they queue
     behind it instead of overtaking it."""
     async with await RawClient.connect(jet.address) as admin:
-        await admin.create_stream(name="order", subject="order.x")
-        replica = jet.streams.replica("order", 0)
+        replica = await new_partition(admin, jet, "order")
         alone = _direct_batch("order", "order.x", [b"alone"])
         assert await replica.ingest_direct(alone)
         assert (replica.log.log_end_offset, replica.produce_inline) == (1, 1)
@@ -374,8 +397,7 @@ async def test_an_all_acked_request_on_an_idle_partition_commits_in_its_own_task
     fsyncs and commits in its own task: settled, and the HW past it, when the sequencer
     hands control back, without waking the flusher (two event-loop turns fewer)."""
     async with await RawClient.connect(jet.address) as c:
-        await c.create_stream(name="inline", subject="inline.x")
-        replica = jet.streams.replica("inline", 0)
+        replica = await new_partition(c, jet, "inline")
         batch = _direct_batch("inline", "inline.x", [b"a", b"b"], AckPolicy.ALL)
         assert await replica.ingest_direct(batch)
         assert [r[:2] for r in batch.completion.results] == [(0, 0), (0, 1)]
@@ -407,15 +429,11 @@ async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answ
 
     monkeypatch.setattr(fsync_runner, "_loop_free", free)
     async with await RawClient.connect(jet.address) as c:
-        await c.create_stream(name="after", subject="after.x")
-        replica = jet.streams.replica("after", 0)
+        replica = await new_partition(c, jet, "after")
         runner = replica.committer.fsyncs
         on_loop = runner.loop_fsyncs
-        for i, policy in enumerate([AckPolicy.LEADER, AckPolicy.NONE, AckPolicy.LEADER]):
-            results = await c.produce("after", 0, [ProduceMessage(b"v%d" % i)], ack_policy=policy)
-            assert results[0].error_code == ErrorCode.NONE
-            records = await c.collect("after", 0, i + 1)  # visible once fsynced
-            assert [r.value for r in records][-1] == b"v%d" % i
+        policies = [AckPolicy.LEADER, AckPolicy.NONE, AckPolicy.LEADER]
+        await produce_and_see_each(c, "after", [b"v0", b"v1", b"v2"], policies)
         assert not replica.committer.flushing  # the flusher task was never started
         assert runner.loop_fsyncs >= on_loop + 3
         assert replica.high_watermark == 3
@@ -448,15 +466,10 @@ async def test_a_busy_loop_sends_a_deferred_fsync_to_a_thread_after_one_look(
 
     monkeypatch.setattr(fsync_runner, "_loop_free", busy)
     async with await RawClient.connect(jet.address) as c:
-        await c.create_stream(name="busy", subject="busy.x")
-        replica = jet.streams.replica("busy", 0)
+        replica = await new_partition(c, jet, "busy")
         runner = replica.committer.fsyncs
         threads = runner.thread_fsyncs
-        for i in range(3):
-            results = await c.produce("busy", 0, [ProduceMessage(b"b%d" % i)])
-            assert results[0].error_code == ErrorCode.NONE
-            records = await c.collect("busy", 0, i + 1)  # visible once fsynced
-            assert records[-1].value == b"b%d" % i
+        await produce_and_see_each(c, "busy", [b"b0", b"b1", b"b2"])
         assert probes == [3]  # one look per request
         assert runner.thread_fsyncs >= threads + 3
 
@@ -468,17 +481,12 @@ async def test_a_deferred_fsync_sent_to_threads_runs_from_the_requests_own_task(
     here: every fsync in a thread), the request's after-work waits for the thread itself
     and commits: the flusher is not woken (a task switch on the message's way)."""
     async with await RawClient.connect(jet.address) as c:
-        await c.create_stream(name="thr", subject="thr.x")
-        replica = jet.streams.replica("thr", 0)
+        replica = await new_partition(c, jet, "thr")
         runner = replica.committer.fsyncs
         runner.on_loop = False
         try:
             threads = runner.thread_fsyncs
-            for i in range(3):
-                results = await c.produce("thr", 0, [ProduceMessage(b"t%d" % i)])
-                assert results[0].error_code == ErrorCode.NONE
-                records = await c.collect("thr", 0, i + 1)  # visible once fsynced
-                assert records[-1].value == b"t%d" % i
+            await produce_and_see_each(c, "thr", [b"t0", b"t1", b"t2"])
             assert not replica.committer.flushing  # the flusher task was never started
             assert runner.thread_fsyncs >= threads + 3
             assert replica.log.flushed_offset >= 3
@@ -512,8 +520,7 @@ async def test_a_request_appending_at_once_enters_no_cancel_scope(
         return real_scope(*args, **kwargs)
 
     async with await RawClient.connect(jet.address) as c:
-        await c.create_stream(name="unscoped", subject="unscoped.x")
-        replica = jet.streams.replica("unscoped", 0)
+        replica = await new_partition(c, jet, "unscoped")
         monkeypatch.setattr(anyio, "move_on_after", move_on_after)
         monkeypatch.setattr(anyio, "CancelScope", cancel_scope)
         for i, policy in enumerate([AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -69,26 +70,28 @@ async def _answer(log: Log, offset: int, monkeypatch: pytest.MonkeyPatch) -> tup
     return got, len(sends), len(sendfiles)
 
 
-async def test_a_tailing_answer_goes_in_one_send_without_sendfile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[Log]:
+    """Records 0-2, then 3-4 from the last (small) append; all committed."""
     with Log.open(tmp_path / "p", LogConfig(index_interval_bytes=1 << 20)) as log:
         log.append(bodies(3), 1, 0)
         log.append(bodies(2, start=3), 1, 0)
         log.set_high_watermark(5)
-        got, sends, sendfiles = await _answer(log, 3, monkeypatch)
-        assert got.startswith(HEAD)
-        assert [r.offset for r in iter_records(got[len(HEAD) :], verify=True)] == [3, 4]
-        assert (sends, sendfiles) == (1, 0)
+        yield log
+
+
+async def test_a_tailing_answer_goes_in_one_send_without_sendfile(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got, sends, sendfiles = await _answer(log, 3, monkeypatch)
+    assert got.startswith(HEAD)
+    assert [r.offset for r in iter_records(got[len(HEAD) :], verify=True)] == [3, 4]
+    assert (sends, sendfiles) == (1, 0)
 
 
 async def test_an_answer_of_older_records_is_sent_from_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    log: Log, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Log.open(tmp_path / "p", LogConfig(index_interval_bytes=1 << 20)) as log:
-        log.append(bodies(3), 1, 0)
-        log.append(bodies(2, start=3), 1, 0)
-        log.set_high_watermark(5)
-        got, sends, sendfiles = await _answer(log, 0, monkeypatch)
-        assert [r.offset for r in iter_records(got[len(HEAD) :], verify=True)] == [0, 1, 2, 3, 4]
-        assert (sends, sendfiles) == (1, 1)
+    got, sends, sendfiles = await _answer(log, 0, monkeypatch)
+    assert [r.offset for r in iter_records(got[len(HEAD) :], verify=True)] == [0, 1, 2, 3, 4]
+    assert (sends, sendfiles) == (1, 1)

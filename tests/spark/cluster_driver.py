@@ -18,7 +18,7 @@ import sys
 import threading
 from typing import Any
 
-from driver_kit import local_cluster_session, say
+from driver_kit import local_cluster_session, read_from_earliest, say
 
 MAX_RECORDS_PER_TRIGGER = 1500
 
@@ -31,16 +31,10 @@ def main(servers: str, src: str, out: str, checkpoint: str, mode: str, hang: str
     spark = local_cluster_session("jetspark-local-cluster")
     say("jvm", pid=spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
-    df = (
-        spark.readStream.format("jetstream")
-        .option("servers", servers)
-        .option("streams", src)
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", str(MAX_RECORDS_PER_TRIGGER))
-        .option("minPartitions", "2")  # a Spark partition per stream partition: two tasks
-        .load()
-        .select("key", F.concat("value", F.lit(b"!")).alias("value"), "offset")
-    )
+    # minPartitions 2: a Spark partition per stream partition (small ranges would share one),
+    # so batch 3 has two tasks and one of them hangs.
+    df = read_from_earliest(spark, servers, src, MAX_RECORDS_PER_TRIGGER, minPartitions="2")
+    df = df.select("key", F.concat("value", F.lit(b"!")).alias("value"), "offset")
     sink = jetspark.foreach_batch_sink(servers, out)
 
     def write(batch: Any, batch_id: int) -> None:

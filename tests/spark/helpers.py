@@ -22,6 +22,14 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def new_streams(servers: Sequence[str], *specs: tuple[str, int]) -> list[str]:
+    """Create a stream of a unique name per ``(prefix, partitions)``: the names, in order."""
+    names = [unique(prefix) for prefix, _partitions in specs]
+    for name, (_prefix, partitions) in zip(names, specs, strict=True):
+        create(servers, name, partitions=partitions)
+    return names
+
+
 def create(servers: Sequence[str], name: str, **settings: object) -> None:
     """Create a stream (settings as :meth:`jetsdk.Client.create_stream`)."""
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from driver_kit import local_cluster_session, say
+from driver_kit import local_cluster_session, read_from_earliest, say
 
 MAX_RECORDS_PER_TRIGGER = 120
 
@@ -44,12 +44,7 @@ def main(servers: str, prices: str, orders: str, totals: str, checkpoint: str) -
 
     price = table.load().select("key", F.col("value").alias("price"))
     joined = (
-        spark.readStream.format("jetstream")
-        .option("servers", servers)
-        .option("streams", orders)
-        .option("startingOffsets", "earliest")
-        .option("maxRecordsPerTrigger", str(MAX_RECORDS_PER_TRIGGER))
-        .load()
+        read_from_earliest(spark, servers, orders, MAX_RECORDS_PER_TRIGGER)
         .join(price, "key")
         .select("key", F.concat("value", F.lit(b"@"), "price").alias("value"), "offset")
     )

@@ -23,6 +23,8 @@ from jetspark._bulk import encode_messages, murmur2, request_body
 from jetspark.errors import ColumnError
 from jetspark.options import sink_options
 
+from .arrow_rows import arrow_batches
+
 _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
@@ -223,19 +225,8 @@ def _write_in_batches(
     rows: list[dict[str, Any]], rng: random.Random, task: int, partitions: int
 ) -> _FakeWriter:
     writer = _FakeWriter(task=task, partitions=partitions)
-    i = 0
-    while i < len(rows):  # Arrow batches of uneven sizes, as Spark may hand them over
-        step = rng.choice([1, 7, 500, 2500])
-        part = rows[i : i + step]
-        columns = {
-            "value": pa.array([r["value"] for r in part], pa.binary()),
-            "key": pa.array([r["key"] for r in part], pa.binary()),
-            "partition": pa.array([r["partition"] for r in part], pa.int32()),
-        }
-        if "offset" in part[0]:
-            columns["offset"] = pa.array([r["offset"] for r in part], pa.int64())
-        writer.add_batch(pa.RecordBatch.from_pydict(columns))
-        i += step
+    for batch in arrow_batches(rows, rng, [1, 7, 500, 2500]):
+        writer.add_batch(batch)
     writer.finish()
     return writer
 

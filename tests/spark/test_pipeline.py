@@ -17,13 +17,12 @@ from support.jet_dev import JetDev
 
 from .helpers import (
     QUERY_TIMEOUT_S,
-    create,
     finish,
+    new_streams,
     produce,
     read_all,
     read_stream,
     start_foreach_batch,
-    unique,
 )
 
 pytestmark = pytest.mark.spark
@@ -33,9 +32,7 @@ def test_source_transform_sink_end_to_end(spark: Any, spark_jet: JetDev, checkpo
     from pyspark.sql import functions as F
 
     servers = spark_jet.servers
-    src, out = unique("orders"), unique("upper")
-    create(servers, src, partitions=3)
-    create(servers, out, partitions=2)
+    src, out = new_streams(servers, ("orders", 3), ("upper", 2))
     sent = [(f"k{i % 7}".encode(), f"order-{i}".encode()) for i in range(200)]
     produce(servers, src, sent, headers=[("origin", b"test")])
 
@@ -122,9 +119,7 @@ def test_crash_mid_batch_then_restart_is_exactly_once(
     from pyspark.errors import StreamingQueryException
 
     servers = spark_jet.servers
-    src, out = unique("events"), unique("copy")
-    create(servers, src, partitions=2)
-    create(servers, out, partitions=2)
+    src, out = new_streams(servers, ("events", 2), ("copy", 2))
     sent = [(f"u{i % 50}".encode(), f"event-{i}".encode()) for i in range(300)]
     produce(servers, src, sent)
 
@@ -163,9 +158,7 @@ def test_aggregation_replayed_in_another_order_is_exactly_once(
     from pyspark.sql import functions as F
 
     servers = spark_jet.servers
-    src, out = unique("words"), unique("word-counts")
-    create(servers, src, partitions=2)
-    create(servers, out, partitions=2)
+    src, out = new_streams(servers, ("words", 2), ("word-counts", 2))
     sent = [(f"w{i % 37:02d}".encode(), f"x{i}".encode()) for i in range(300)]
     produce(servers, src, sent)
 
@@ -207,9 +200,7 @@ def test_stream_writer_stopped_mid_run_resumes_exactly(
     from pyspark.sql import functions as F
 
     servers = spark_jet.servers
-    src, out = unique("clicks"), unique("clicks-out")
-    create(servers, src, partitions=2)
-    create(servers, out, partitions=3)
+    src, out = new_streams(servers, ("clicks", 2), ("clicks-out", 3))
     sent = [
         (None if i % 3 == 0 else f"c{i % 11}".encode(), f"click-{i}".encode()) for i in range(300)
     ]

@@ -16,6 +16,7 @@ from jetspark import _write
 from jetspark.options import sink_options
 from support.jet_dev import JetDev
 
+from .arrow_rows import arrow_batches
 from .helpers import create, read_all, unique
 
 PARTITIONS = 3
@@ -42,19 +43,7 @@ class _DyingWriter(_write._TaskWriter):
 
 
 def _batches(rows: list[dict[str, Any]], rng: random.Random) -> list[pa.RecordBatch]:
-    out, i = [], 0
-    while i < len(rows):
-        step = rng.choice([1, 50, 333, 900])
-        part = rows[i : i + step]
-        columns = {
-            "value": pa.array([r["value"] for r in part], pa.binary()),
-            "key": pa.array([r["key"] for r in part], pa.binary()),
-        }
-        if "offset" in part[0]:
-            columns["offset"] = pa.array([r["offset"] for r in part], pa.int64())
-        out.append(pa.RecordBatch.from_pydict(columns))
-        i += step
-    return out
+    return arrow_batches(rows, rng, [1, 50, 333, 900])
 
 
 @pytest.mark.parametrize("with_offsets", [False, True])

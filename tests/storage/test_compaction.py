@@ -24,6 +24,12 @@ def append_keyed(log: Log, items: list[tuple[bytes | None, bytes]], ts: int) -> 
     log.append([encode_body(v, key=k) for k, v in items], ts, 0)
 
 
+def append_versions(log: Log, n: int, value: bytes = b"v%d") -> None:
+    """``n`` versions of key ``same`` (``value % i``, timestamp ``i``), one append each."""
+    for i in range(n):
+        append_keyed(log, [(b"same", value % i)], i)
+
+
 def expected_after_compaction(
     records: list[Record], clean_end: int, now: int, delete_retention_ns: int
 ) -> list[Record]:
@@ -84,8 +90,7 @@ def test_keeps_latest_per_key_keyless_and_offsets(tmp_path: Path) -> None:
 
 def test_only_below_the_high_watermark(tmp_path: Path) -> None:
     with Log.open(tmp_path, CFG) as log:
-        for i in range(30):
-            append_keyed(log, [(b"same", b"v%d" % i)], i)
+        append_versions(log, 30)
         log.set_high_watermark(10)
         before = read_all(log, max_bytes=10_000)
         log.compact()
@@ -126,8 +131,7 @@ def test_disabled_or_nothing_to_do(tmp_path: Path) -> None:
 
 def test_reader_keeps_old_file_after_swap(tmp_path: Path) -> None:
     with Log.open(tmp_path, CFG) as log:
-        for i in range(30):
-            append_keyed(log, [(b"same", b"value-%d" % i)], i)
+        append_versions(log, 30, b"value-%d")
         log.set_high_watermark(log.log_end_offset)
         sl = log.read(0, 100_000)
         old_bytes = sl.read_bytes()
@@ -159,8 +163,7 @@ def test_appends_and_reads_continue_during_compaction(tmp_path: Path) -> None:
 
 def test_swap_is_abandoned_if_the_log_changed(tmp_path: Path) -> None:
     with Log.open(tmp_path, CFG) as log:
-        for i in range(60):
-            append_keyed(log, [(b"same", b"v%d" % i)], i)
+        append_versions(log, 60)
         log.set_high_watermark(log.log_end_offset)
         segments = log._state.segments
         cleanable = [(seg, seg.state) for seg in segments[:-1]]
@@ -215,8 +218,7 @@ def test_crash_leftovers_are_repaired(tmp_path: Path) -> None:
 
 def test_truncation_into_a_compaction_gap_keeps_the_leo(tmp_path: Path) -> None:
     with Log.open(tmp_path, CFG) as log:
-        for i in range(40):
-            append_keyed(log, [(b"same", b"v%d" % i)], i)
+        append_versions(log, 40)
         log.set_high_watermark(40)
         log.compact()
         kept = [r.offset for r in read_all(log)]

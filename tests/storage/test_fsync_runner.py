@@ -289,18 +289,25 @@ async def test_a_cancelled_caller_waits_for_its_thread_fsync_to_end(
     assert ended == [3]
 
 
-async def test_fsyncs_asked_for_in_one_loop_turn_go_as_one_thread_job(
+async def test_fsyncs_asked_for_in_one_loop_turn_run_at_once_in_threads(
     tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Group commit across partitions: the flushers of the partitions a ProduceMany request
-    appended to ask in the same loop turn; one worker thread fsyncs every log in turn. A
-    log whose fsync fails fails alone."""
+    appended to ask in the same loop turn; their fsyncs go to worker threads together and
+    run at the same time (a disk commits them together; one thread fsyncing every log in
+    turn made the disk commit each on its own). Each fdatasync here waits until all the
+    others started: one after the other they never would. A log whose fsync fails fails
+    alone."""
     real = log_module.fdatasync
     bad = str(tmp_path / "p3")
+    all_started = threading.Barrier(5, timeout=WAIT)  # the good logs
+    threads_seen: set[int] = set()
 
     def fdatasync(fd: int) -> None:
         if os.readlink(f"/proc/self/fd/{fd}").startswith(bad):
             raise OSError(5, "Input/output error")
+        threads_seen.add(threading.get_ident())
+        all_started.wait()
         real(fd)
 
     monkeypatch.setattr(log_module, "fdatasync", fdatasync)
@@ -326,14 +333,49 @@ async def test_fsyncs_asked_for_in_one_loop_turn_go_as_one_thread_job(
             except SyncFailedError:
                 outcomes[i] = "failed"
 
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(WAIT * 2):
             async with anyio.create_task_group() as tg:
                 for i in range(len(logs)):
                     tg.start_soon(flush, i)
         assert outcomes == {0: 1, 1: 2, 2: 3, 3: "failed", 4: 5, 5: 6}
-        assert len(jobs) == 1  # one hand-off to a worker thread for the six logs
+        assert len(jobs) == 6  # one per log (up to FSYNC_LANES), handed over together
+        assert len(threads_seen) == 5
         assert (runner.thread_fsyncs, runner.thread_jobs) == (6, 1)
         assert [lg.flushed_offset for lg in logs] == [1, 2, 3, 0, 5, 6]
+    finally:
+        for lg in logs:
+            with contextlib.suppress(Exception):
+                lg.close()
+
+
+async def test_many_logs_of_one_turn_share_at_most_fsync_lanes_threads(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's fsyncs of more logs than :data:`FSYNC_LANES` (a ProduceMany to many
+    partitions) are split among that many jobs, each fsyncing its share in turn, and every
+    log is flushed."""
+    jobs: list[int] = []
+    threads = fsync_threads.THREADS
+
+    class Counted:
+        async def run(self, fn: Any, *args: Any, loop: Any = None) -> Any:
+            jobs.append(len(args[0]))
+            return await threads.run(fn, *args, loop=loop)
+
+    monkeypatch.setattr(fsync_runner, "THREADS", Counted())
+    runner = FsyncRunner(on_loop=False, clock=clock)
+    count = fsync_runner.FSYNC_LANES * 3 + 1
+    logs = [Log.open(tmp_path / f"p{i}") for i in range(count)]
+    try:
+        for lg in logs:
+            lg.append(bodies(2), 1, 0)
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                for lg in logs:
+                    tg.start_soon(runner.flush, lg)
+        assert len(jobs) <= fsync_runner.FSYNC_LANES
+        assert sum(jobs) == count
+        assert all(lg.flushed_offset == 2 for lg in logs)
     finally:
         for lg in logs:
             with contextlib.suppress(Exception):

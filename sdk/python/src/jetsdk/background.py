@@ -1,9 +1,10 @@
 """A task group owned by an object that is itself an async context manager.
 
-Client, Producer, Consumer, Connection and the server's MetadataRaft run background tasks
-for as long as they are entered: the group is entered in their ``__aenter__`` and cancelled
-and left in their ``__aexit__``. :class:`BackgroundTasks` holds that pattern in one place,
-so none of them calls a task group's dunder methods by hand.
+Client, Producer, Consumer, Connection, and the server's MetadataRaft and ServerLinks run
+background tasks for as long as they are entered: the group is entered in their
+``__aenter__`` and cancelled and left in their ``__aexit__``. :class:`BackgroundTasks`
+holds that pattern in one place, so none of them calls a task group's dunder methods by
+hand.
 
 Task safety: one event loop; ``open`` and ``close`` are called by the owner's enter and
 exit, in the same task (anyio requires a task group to be left by the task that entered it).

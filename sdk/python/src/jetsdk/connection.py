@@ -33,6 +33,7 @@ from types import TracebackType
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 
 from jetsdk.background import BackgroundTasks
@@ -164,6 +165,9 @@ class PendingResponse:
                     f"no response to {api} from {self._connection.label} within {timeout}s"
                 )
         if self._error is not None:
+            # A caller cancelled in the same moment sees that, not the failure its
+            # cancellation may have caused (the connection's reader ending in its scope).
+            await anyio.lowlevel.checkpoint_if_cancelled()
             raise self._error
         assert self._body is not None
         return self._body

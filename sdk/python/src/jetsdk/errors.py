@@ -186,8 +186,7 @@ class StreamNotFound(JetError):
     @property
     def stream(self) -> str | None:
         """The stream name, if the server sent it."""
-        value = self.details.get("stream")
-        return value if isinstance(value, str) else None
+        return _str_detail(self.details, "stream")
 
 
 class PartitionNotFound(JetError):
@@ -215,8 +214,7 @@ class InvalidArgument(JetError, ValueError):
     @property
     def field(self) -> str | None:
         """The offending field, if known."""
-        value = self.details.get("field")
-        return value if isinstance(value, str) else None
+        return _str_detail(self.details, "field")
 
 
 class OffsetOutOfRange(JetError):
@@ -257,8 +255,7 @@ class NotLeader(JetError):
     @property
     def leader(self) -> str | None:
         """Id of the server the answering server believes leads, if known."""
-        value = self.details.get("leader")
-        return value if isinstance(value, str) else None
+        return _str_detail(self.details, "leader")
 
 
 class Timeout(JetError, TimeoutError):
@@ -407,3 +404,8 @@ def error_from_body(body: ErrorBody) -> JetError:
 def _int_detail(details: Mapping[str, Any], name: str) -> int | None:
     value = details.get(name)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str_detail(details: Mapping[str, Any], name: str) -> str | None:
+    value = details.get(name)
+    return value if isinstance(value, str) else None

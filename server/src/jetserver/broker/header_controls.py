@@ -28,13 +28,19 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from jetsdk.codec.error_codes import AckPolicy
-from jetsdk.codec.record_controls import parse_expected_key_offset, parse_expected_offset
+from jetsdk.codec.record_controls import (
+    EXPECTED_KEY_OFFSET_HEADER,
+    EXPECTED_OFFSET_HEADER,
+    MSG_ID_HEADER,
+    RecordControls,
+    record_controls,
+)
 
 ACK = "jet-ack"
 KEY = "jet-key"
-EXPECTED_OFFSET = "jet-expected-offset"
-EXPECTED_KEY_OFFSET = "jet-expected-key-offset"
-MSG_ID = "nats-msg-id"
+EXPECTED_OFFSET = EXPECTED_OFFSET_HEADER.lower()
+EXPECTED_KEY_OFFSET = EXPECTED_KEY_OFFSET_HEADER.lower()
+MSG_ID = MSG_ID_HEADER.lower()
 _NAMES = frozenset((ACK, KEY, EXPECTED_OFFSET, EXPECTED_KEY_OFFSET, MSG_ID))
 _POLICIES = {b"none": AckPolicy.NONE, b"leader": AckPolicy.LEADER, b"all": AckPolicy.ALL}
 
@@ -60,15 +66,17 @@ class Controls(NamedTuple):
 
 
 def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
-    """The controls in ``headers``, or None if there are none (the common case)."""
+    """The controls in ``headers``, or None if there are none (the common case).
+
+    ``Jet-Ack`` and ``Jet-Key`` are read here; the controls a Produce message has too
+    (``Jet-Expected-Offset``, ``Jet-Expected-Key-Offset``, ``Nats-Msg-Id``) by
+    :func:`~jetsdk.codec.record_controls.record_controls`, the one parser of both paths.
+    With more than one bad value, ``error`` names a record control's first."""
     if not any(name.lower() in _NAMES for name, _ in headers):
         return None
-    kept: list[tuple[str, bytes]] = []
+    rest: list[tuple[str, bytes]] = []
     policy: AckPolicy | None = None
     key: bytes | None = None
-    expected: int | None = None
-    msg_id: bytes | None = None
-    key_offset: int | None = None
     error = ""
     for name, value in headers:
         lowered = name.lower()
@@ -78,16 +86,15 @@ def read_controls(headers: tuple[tuple[str, bytes], ...]) -> Controls | None:
                 error = f"Jet-Ack must be none, leader or all, not {value[:40]!r}"
         elif lowered == KEY:
             key = value
-        elif lowered == EXPECTED_OFFSET:
-            expected = parse_expected_offset(value)
-            if expected is None:
-                error = f"Jet-Expected-Offset must be a non-negative integer, not {value[:40]!r}"
-        elif lowered == EXPECTED_KEY_OFFSET:
-            key_offset = parse_expected_key_offset(value)
-            if key_offset is None:
-                error = f"Jet-Expected-Key-Offset must be -1 or an offset, not {value[:40]!r}"
         else:
-            if lowered == MSG_ID:
-                msg_id = value
-            kept.append((name, value))
-    return Controls(tuple(kept), policy, key, expected, msg_id, error, key_offset)
+            rest.append((name, value))
+    record = record_controls(tuple(rest)) or RecordControls(tuple(rest), None, None, "")
+    return Controls(
+        record.headers,
+        policy,
+        key,
+        record.expected_offset,
+        record.msg_id,
+        record.error or error,
+        record.expected_key_offset,
+    )

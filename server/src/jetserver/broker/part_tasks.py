@@ -26,7 +26,12 @@ from typing import Any, cast
 
 import anyio
 
-__all__ = ["PartTasks"]
+__all__ = ["PartTasks", "task_error"]
+
+
+def task_error(task: asyncio.Task[None]) -> BaseException | None:
+    """What a finished task raised: None if it returned or was cancelled."""
+    return None if task.cancelled() else task.exception()
 
 
 class PartTasks:
@@ -64,9 +69,7 @@ class PartTasks:
     def _ended(self, task: asyncio.Task[None]) -> None:
         if self._tasks is not None:
             self._tasks.pop(task, None)
-        if task.cancelled():
-            return
-        exc = task.exception()
+        exc = task_error(task)
         if exc is not None and self._failure is None:
             self._failure = exc
             self._on_failure()

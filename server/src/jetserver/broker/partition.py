@@ -51,26 +51,25 @@ import attrs
 from anyio.abc import TaskStatus
 from nats.aio.msg import Msg
 
-from jetserver.broker.acks import AckRouter, PendingAck
+from jetserver.broker.acks import PendingAck
 from jetserver.broker.commit import Committer
 from jetserver.broker.direct import DirectBatch
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
-from jetserver.broker.nats_port import NatsPort, SkipMarked
+from jetserver.broker.nats_port import SkipMarked
 from jetserver.broker.part_tasks import PartTasks
 from jetserver.broker.replica_news import ReplicaNews
 from jetserver.broker.roles import RoleDriver, new_core
 from jetserver.broker.sequencer import Sequencer
+from jetserver.broker.services import ReplicaServices
 from jetserver.config import IngestConfig, StorageConfig
-from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
-from jetserver.replication import ControlPlane, LeaderState, ReplicationConfig
+from jetserver.replication import LeaderState
 from jetserver.replication.core import ReplicaCore
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.producers import ProducerTable
-from jetserver.replication.session import FetchSessions
 from jetserver.storage import Log
 
 log = logging.getLogger(__name__)
@@ -95,10 +94,9 @@ class PartitionReplica:
     """The NATS subject this partition listens on."""
     log: Log
     """The partition's log (owned: closed by :meth:`run` on exit)."""
-    link: NatsPort
-    """NATS link for the subscription."""
-    acks: AckRouter
-    """Where acks to NATS inboxes go."""
+    services: ReplicaServices
+    """The server's link, ack router, control plane, fetch sessions and fsync runner,
+    shared by its replicas."""
     max_message_bytes: int
     """Largest message stored (value + key + headers); changed by
     :meth:`set_max_message_bytes` only."""
@@ -110,26 +108,12 @@ class PartitionReplica:
     """Epoch stamped on appended records until an assignment says otherwise."""
     compact: bool = False
     """Run key compaction in maintenance."""
-    server_id: str = ""
-    """This server's id (cluster mode)."""
-    controller: ControlPlane | None = None
-    """Where ISR changes and silent leaders go (cluster mode; None on a server alone)."""
     queue_group: str = ""
     """NATS queue group of the subscription (load-balance groups)."""
     replication_factor: int = 1
     """Replicas of the partition."""
     spec: StreamSpec | None = None
     """The stream's settings (durability, min ISR); None: defaults."""
-    replication: ReplicationConfig = attrs.field(factory=ReplicationConfig)
-    """Replication timings."""
-    fetch_sessions: FetchSessions | None = None
-    """The server's fetch sessions, shared by followers (None: each runs its own)."""
-    fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)
-    """Where this partition's fsyncs run (one per server, shared by its partitions)."""
-    on_leadership_end: Callable[[str, int], None] | None = None
-    """Called with (stream, partition) when this replica stops leading, after its pending
-    ALL acks were failed with NOT_LEADER (the Produce service then answers at once the
-    requests still waiting for this partition)."""
     producers: ProducerTable = attrs.field(factory=ProducerTable)
     """Idempotent producers found in the log tail at open (then owned by the core)."""
     closer: Callable[[Log], Awaitable[None]] | None = None
@@ -160,30 +144,30 @@ class PartitionReplica:
         # What the checkpoint file holds: an idle partition is not checkpointed again.
         ckpt = self.log.recovery.hw_checkpoint
         self._checkpointed_hw = -1 if ckpt is None else ckpt
-        life = self.life
+        life, services = self.life, self.services
         core = self.core = new_core(
             self.log,
-            server_id=self.server_id,
-            clustered=self.controller is not None,
+            server_id=services.server_id,
+            clustered=services.controller is not None,
             spec=self.spec,
-            replication=self.replication,
+            replication=services.replication,
             producers=self.producers,
         )
         news = self.news = ReplicaNews(
-            self.stream, self.partition, self.server_id, self.log, core, life
+            self.stream, self.partition, services.server_id, self.log, core, life
         )
         committer = self.committer = Committer(
             stream=self.stream,
             partition=self.partition,
             log=self.log,
             core=core,
-            fsyncs=self.fsyncs,
-            acks=self.acks,
+            fsyncs=services.fsyncs,
+            acks=services.acks,
             life=life,
             wake_replicas=news.wake,
             stop_replica=self.stop,
             renew_leadership=self.renew_leadership,
-            on_leadership_end=self.on_leadership_end,
+            on_leadership_end=services.on_leadership_end,
         )
         sequencer = self.sequencer = Sequencer(
             stream=self.stream,
@@ -192,7 +176,7 @@ class PartitionReplica:
             core=core,
             max_message_bytes=self.max_message_bytes,
             ingest=self.ingest,
-            acks=self.acks,
+            acks=services.acks,
             committer=committer,
             life=life,
             wake_replicas=news.wake,
@@ -212,20 +196,15 @@ class PartitionReplica:
             partition=self.partition,
             subject=self.subject,
             log=self.log,
-            link=self.link,
             core=core,
             committer=committer,
             sequencer=sequencer,
             intake=intake,
             life=life,
             owner=self,
-            server_id=self.server_id,
-            controller=self.controller,
+            services=services,
             queue_group=self.queue_group,
             replication_factor=self.replication_factor,
-            replication=self.replication,
-            fetch_sessions=self.fetch_sessions,
-            fsyncs=self.fsyncs,
         )
 
     # ---------------------------------------------------------------- lifecycle
@@ -332,16 +311,6 @@ class PartitionReplica:
     def fetcher(self) -> FollowerFetcher | None:
         """The fetch loop while following (None otherwise)."""
         return self.roles.fetcher
-
-    @property
-    def durability(self) -> str:
-        """The stream's durability setting."""
-        return self.core.durability
-
-    @property
-    def min_isr(self) -> int:
-        """The stream's minimum ISR for ALL acks."""
-        return self.core.min_isr
 
     def serves_consumers(self) -> bool:
         """True if consumers may fetch here: this replica leads, or follows while in the

@@ -33,6 +33,7 @@ from typing import Any
 import anyio
 
 from jetserver.broker.lifecycle import Lifecycle
+from jetserver.broker.part_tasks import task_error
 from jetserver.lazy_event import LazyEvent
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class ReplicaTasks:
             await asyncio.wait([task])  # it ended before it ran: its error is raised here
         if task.done():
             self._tasks.pop(task, None)
-            exc = None if task.cancelled() else task.exception()
+            exc = task_error(task)
             if exc is not None:
                 raise exc
             return
@@ -84,9 +85,7 @@ class ReplicaTasks:
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task, None)
-        if task.cancelled():
-            return
-        exc = task.exception()
+        exc = task_error(task)
         if exc is not None and self._failure is None:
             self._failure = exc
             self._failed.set()

@@ -42,10 +42,10 @@ from jetserver.broker.acks import PendingAck
 from jetserver.broker.commit import Committer
 from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
-from jetserver.broker.nats_port import NatsPort, NatsSubscription, NatsUnavailable
+from jetserver.broker.nats_port import NatsSubscription, NatsUnavailable
 from jetserver.broker.sequencer import Sequencer
+from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import tail_records
-from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.model import (
@@ -55,7 +55,7 @@ from jetserver.metadata.model import (
     StreamSpec,
 )
 from jetserver.metadata.reserved import is_internal
-from jetserver.replication import ControlPlane, ReplicationConfig
+from jetserver.replication import ReplicationConfig
 from jetserver.replication.control import (
     server_down_event_of,
     server_down_of,
@@ -72,7 +72,6 @@ from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.ids import replica_index
 from jetserver.replication.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.replication.scrub import checkpointed_hw, scrub_and_truncate
-from jetserver.replication.session import FetchSessions
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log, StorageError
 
@@ -133,8 +132,6 @@ class RoleDriver:
     """The NATS subject a leader subscribes to."""
     log: Log
     """The partition's log (epoch cache, producer rebuild, a follower's fetches)."""
-    link: NatsPort
-    """NATS link for the leader's subscription."""
     core: ReplicaCore[PendingAck]
     """The replica's decisions."""
     committer: Committer
@@ -147,20 +144,14 @@ class RoleDriver:
     """The replica's running state (read only here)."""
     owner: object
     """The replica that owns the NATS ingest subscription (the NATS port's echo checks)."""
-    server_id: str
-    """This server's id."""
-    controller: ControlPlane | None
-    """Where ISR changes and silent leaders go (None on a server alone)."""
+    services: ReplicaServices
+    """The server's NATS link (the leader's subscription), id, control plane (ISR changes,
+    silent leaders; None on a server alone), replication timings, fetch sessions and fsync
+    runner (a follower's)."""
     queue_group: str
     """NATS queue group of the subscription."""
     replication_factor: int
     """Replicas of the partition."""
-    replication: ReplicationConfig
-    """Replication timings."""
-    fetch_sessions: FetchSessions | None
-    """The server's fetch sessions, shared by followers (None: each runs its own)."""
-    fsyncs: FsyncRunner
-    """Where a follower's fsyncs run."""
     _fetcher: FollowerFetcher | None = None
     _sub: NatsSubscription | None = None
     _role_scope: anyio.CancelScope | None = None
@@ -208,13 +199,13 @@ class RoleDriver:
         partition is visible (``run`` calls it before reporting started), so its HW never
         appears to move back.
         """
-        log_ = self.log
+        log_, services = self.log, self.services
         if (
             self._scrubbed
-            or self.controller is None
+            or services.controller is None
             or self.replication_factor <= 1
             or log_.recovery.fresh  # a new partition: nothing to check
-            or (log_.recovery.clean_shutdown and not self.replication.scrub_on_clean_start)
+            or (log_.recovery.clean_shutdown and not services.replication.scrub_on_clean_start)
         ):
             return
         self._scrubbed = True
@@ -337,15 +328,14 @@ class RoleDriver:
             if self.core.fenced_epoch == epoch and self.core.role == ROLE_NONE:
                 await self._end_role(ROLE_NONE)  # unsubscribe, stop the ISR task
         failures = 0
-        while self.controller is not None and not self.life.ending:
+        me, controller = self.services.server_id, self.services.controller
+        while controller is not None and not self.life.ending:
             a = self.core.assignment
-            if a is None or a.leader_epoch > epoch or a.leader != self.server_id:
+            if a is None or a.leader_epoch > epoch or a.leader != me:
                 return  # renewed (or moved): apply_assignment takes it from here
-            await self.controller.report_leader_silent(
-                self.stream, self.partition, epoch, self.server_id
-            )
+            await controller.report_leader_silent(self.stream, self.partition, epoch, me)
             failures += 1
-            await anyio.sleep(self.replication.backoff_s(failures))
+            await anyio.sleep(self.services.replication.backoff_s(failures))
 
     async def _end_role(self, next_role: str) -> None:
         """Stop the current role's tasks, ingest and pending acks; switch to ``next_role``."""
@@ -436,37 +426,39 @@ class RoleDriver:
         """Follow ``a.leader`` (on a stopping server, outside the ISR: without fetching, see
         ``server_stopping_of``); False if this replica began stopping meanwhile."""
         await self._end_role(ROLE_FOLLOWER)
-        rejoin = server_stopping_of(self.controller) and self.server_id not in a.isr
+        services = self.services
+        me, controller = services.server_id, services.controller
+        rejoin = server_stopping_of(controller) and me not in a.isr
         if not self._roles_open() or rejoin:
             await self._end_role(ROLE_NONE)
             return self._roles_open()
         core = self.core
         core.follow(a, address)
-        sessions = self.fetch_sessions
+        sessions = services.fetch_sessions
         session = sessions.acquire(address) if sessions is not None and address else None
         fetcher = FollowerFetcher(
             stream=self.stream,
             partition=self.partition,
-            server_id=self.server_id,
-            replica_id=replica_index(a.replicas, self.server_id),
+            server_id=me,
+            replica_id=replica_index(a.replicas, me),
             leader=a.leader,
             leader_address=address,
             leader_epoch=a.leader_epoch,
             log=self.log,
             durability=self.core.durability,
-            config=self.replication,
+            config=services.replication,
             on_hw=self._follower_hw,
             request_flush=self.committer.request_flush,
-            controller=self.controller,
+            controller=controller,
             committed_floor=self._committed_floor,
             damaged=core.damaged,
             on_whole=core.caught_up,
-            security=peer_security_of(self.controller),
-            server_heard=server_heard_of(self.controller),
-            server_down=server_down_of(self.controller),
-            server_down_event=server_down_event_of(self.controller),
+            security=peer_security_of(controller),
+            server_heard=server_heard_of(controller),
+            server_down=server_down_of(controller),
+            server_down_event=server_down_event_of(controller),
             session=session,
-            fsyncs=self.fsyncs,
+            fsyncs=services.fsyncs,
         )
         self._fetcher = fetcher
         self.sequencer.leader_epoch = a.leader_epoch
@@ -489,7 +481,7 @@ class RoleDriver:
     async def _subscribe(self) -> None:
         if self._sub is not None or is_internal(self.stream):
             return  # an internal stream takes no NATS messages (spec/security.md §2)
-        self._sub = await self.link.subscribe(
+        self._sub = await self.services.link.subscribe(
             self.subject,
             self.intake.on_message,
             queue=self.queue_group,
@@ -498,7 +490,7 @@ class RoleDriver:
             ingest_owner=self.owner,
         )
         try:
-            await self.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S, ingest=True)
+            await self.services.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S, ingest=True)
         except NatsUnavailable as exc:
             # nats-py replays the subscription once the link is back.
             log.warning("cannot confirm the subscription", extra=self._fields(error=str(exc)))
@@ -510,8 +502,8 @@ class RoleDriver:
 
     async def _isr_loop(self) -> None:
         """Leader: propose ISR changes (lagging followers out, caught-up ones in)."""
-        core = self.core
-        interval = self.replication.isr_check_interval_s
+        core, controller = self.core, self.services.controller
+        interval = self.services.replication.isr_check_interval_s
         while True:
             with anyio.move_on_after(core.isr_check_wait_s(anyio.current_time(), interval)):
                 await self._isr_wake.wait()
@@ -524,12 +516,12 @@ class RoleDriver:
                 continue
             proposal, base = wanted
             accepted = False
-            if self.controller is not None:
+            if controller is not None:
                 log.debug(  # the controller logs the batch's changes (one line for many)
                     "proposing an ISR change",
                     extra=self._fields(isr=",".join(state.isr), proposed=",".join(proposal)),
                 )
-                accepted = await self.controller.propose_isr(
+                accepted = await controller.propose_isr(
                     self.stream, self.partition, state.leader_epoch, proposal, partition_epoch=base
                 )
             if core.leader_state is not state:
@@ -538,7 +530,7 @@ class RoleDriver:
                 core.proposal_done(state, proposal, accepted, hw=self.log.high_watermark)
             )
             if not accepted:
-                await anyio.sleep(self.replication.isr_check_interval_s)
+                await anyio.sleep(interval)
 
     async def replica_fetched(
         self, follower: str, offset: int, flushed: int, poll_s: float = 0.0

@@ -5,23 +5,19 @@ Task safety: the server's event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 import anyio
 import attrs
 
-from jetserver.broker.acks import AckRouter
-from jetserver.broker.nats_port import NatsPort, NatsSubscription
+from jetserver.broker.nats_port import NatsSubscription
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.services import ReplicaServices
 from jetserver.config import ServerConfig
-from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.metadata.validate import partition_subject
-from jetserver.replication.control import ControlPlane
 from jetserver.replication.producers import ProducerTable
-from jetserver.replication.session import FetchSessions
 from jetserver.storage import Log
 from jetserver.storage.space import DiskSpace
 
@@ -73,13 +69,7 @@ def new_replica(
     producers: ProducerTable,
     *,
     config: ServerConfig,
-    link: NatsPort,
-    acks: AckRouter,
-    server_id: str,
-    controller: ControlPlane | None,
-    fetch_sessions: FetchSessions | None,
-    fsyncs: FsyncRunner,
-    on_leadership_end: Callable[[str, int], None],
+    services: ReplicaServices,
     disk: DiskSpace | None = None,
 ) -> PartitionReplica:
     """The replica of one partition over its opened log (not started yet); its appends
@@ -94,21 +84,14 @@ def new_replica(
         partition=p,
         subject=partition_subject(meta.spec.subject, p),
         log=log_,
-        link=link,
-        acks=acks,
+        services=services,
         max_message_bytes=meta.spec.max_message_bytes or config.limits.max_message_bytes,
         ingest=config.ingest,
         storage=config.storage,
         leader_epoch=assignment.leader_epoch,
         compact=meta.spec.compact,
         producers=producers,
-        server_id=server_id,
-        controller=controller,
         queue_group=queue_group(meta),
         replication_factor=meta.spec.replication_factor,
         spec=meta.spec,
-        replication=config.replication,
-        fetch_sessions=fetch_sessions,
-        fsyncs=fsyncs,
-        on_leadership_end=on_leadership_end,
     )

@@ -52,6 +52,7 @@ from jetserver.broker.running import (
     new_replica,
     queue_group,
 )
+from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import (
     DELETED_SUFFIX,
     STREAMS_DIR,
@@ -137,9 +138,25 @@ class StreamManager:
     )
     role_summary: RoleSummary = attrs.field(factory=RoleSummary)
     """One INFO line per burst of role changes (cluster mode)."""
+    _replica_services: ReplicaServices | None = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self.lookup = ReplicaLookup(self.store, self._running, self.offline, self.config)
+
+    def _services(self) -> ReplicaServices:
+        """What the replicas share (made once, after :meth:`start` set the fetch sessions)."""
+        if self._replica_services is None:
+            self._replica_services = ReplicaServices(
+                link=self.link,
+                acks=self.acks,
+                server_id=self.server_id,
+                controller=self.controller if self.clustered else None,
+                replication=self.config.replication,
+                fetch_sessions=self.fetch_sessions,
+                fsyncs=self.fsyncs,
+                on_leadership_end=self._leadership_ended,
+            )
+        return self._replica_services
 
     def _leadership_ended(self, stream: str, partition: int) -> None:
         for listener in self.leadership_listeners:
@@ -350,13 +367,7 @@ class StreamManager:
             log_,
             producers,
             config=self.config,
-            link=self.link,
-            acks=self.acks,
-            server_id=self.server_id,
-            controller=self.controller if self.clustered else None,
-            fetch_sessions=self.fetch_sessions,
-            fsyncs=self.fsyncs,
-            on_leadership_end=self._leadership_ended,
+            services=self._services(),
             disk=self.disk,
         )
         await self._replica_tasks.start(

@@ -35,7 +35,7 @@ from jetserver.cli.stream_cmd import (
     EXIT_OK,
     EXIT_USAGE,
     add_ack_option,
-    add_client_options,
+    client_command,
     fail,
     nonnegative_int,
     positive_float,
@@ -111,8 +111,7 @@ def register(subparsers: Any) -> None:
         help="save a latency histogram and throughput over time (needs matplotlib: "
         "pip install 'jetserver[plot]')",
     )
-    add_client_options(p)
-    p.set_defaults(func=_bench)
+    client_command(p, _bench)
 
 
 def _bench(args: argparse.Namespace) -> int:

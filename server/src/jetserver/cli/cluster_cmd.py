@@ -45,8 +45,8 @@ from jetserver.cli.security_opts import security_kwargs
 from jetserver.cli.stream_cmd import (
     EXIT_FAILED,
     EXIT_OK,
-    add_client_options,
     add_command_group,
+    client_command,
     print_json,
     run_with_client,
 )
@@ -70,9 +70,7 @@ def register(subparsers: Any) -> None:
         "reports them). Exit code 1 if a server does not answer or a partition has no "
         "leader or a partial ISR.",
     )
-    status.add_argument("--json", action="store_true", help="print one JSON object")
-    add_client_options(status)
-    status.set_defaults(func=_status)
+    client_command(status, _status, json_help="print one JSON object")
     rebalance = sub.add_parser(
         "rebalance",
         help="move partition leaderships back to their preferred replicas",
@@ -85,9 +83,7 @@ def register(subparsers: Any) -> None:
         "--max", type=int, default=None, help=f"most leaderships per round (1..{MAX_REBALANCE})"
     )
     rebalance.add_argument("--all", action="store_true", help="repeat until none is due")
-    rebalance.add_argument("--json", action="store_true", help="print one JSON object")
-    add_client_options(rebalance)
-    rebalance.set_defaults(func=_rebalance)
+    client_command(rebalance, _rebalance, json_help="print one JSON object")
 
 
 def _rebalance(args: argparse.Namespace) -> int:

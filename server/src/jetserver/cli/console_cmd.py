@@ -22,7 +22,7 @@ import anyio
 
 from jetsdk import Client
 from jetserver.cli.security_opts import security_kwargs
-from jetserver.cli.stream_cmd import EXIT_OK, add_client_options, run_with_client
+from jetserver.cli.stream_cmd import EXIT_OK, client_command, run_with_client
 
 DEFAULT_PORT = 8080
 
@@ -47,8 +47,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="allow creating and deleting streams and resetting group offsets",
     )
-    add_client_options(p)
-    p.set_defaults(func=_console)
+    client_command(p, _console)
 
 
 def _console(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from jetserver.cli.stream_cmd import (
     EXIT_OK,
     EXIT_USAGE,
     add_ack_option,
-    add_client_options,
+    client_command,
     fail,
     nonnegative_int,
     positive_float,
@@ -79,9 +79,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="how long to wait for the ack (default 10)",
     )
-    pub.add_argument("--json", action="store_true", help="print the ack as JSON")
-    add_client_options(pub)
-    pub.set_defaults(func=_pub)
+    client_command(pub, _pub, json_help="print the ack as JSON")
 
     sub: argparse.ArgumentParser = subparsers.add_parser(
         "sub",
@@ -117,9 +115,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="stop when no message arrived for this long",
     )
-    sub.add_argument("--json", action="store_true", help="one JSON object per line")
-    add_client_options(sub)
-    sub.set_defaults(func=_sub)
+    client_command(sub, _sub, json_help="one JSON object per line")
 
 
 # -- jet pub ------------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from jetsdk.acl import PERMISSIONS, list_acls, set_acl
 from jetserver.cli.stream_cmd import (
     EXIT_OK,
     EXIT_USAGE,
-    add_client_options,
     add_command_group,
+    client_command,
     fail,
     print_json,
     run_with_client,
@@ -96,16 +96,13 @@ def register(subparsers: Any) -> None:
         "them. Changing them needs admin on '*' when authentication is on.",
     )
     listing = sub.add_parser("list", help="every identity's grants (JSON)")
-    add_client_options(listing)
-    listing.set_defaults(func=_acl_list)
+    client_command(listing, _acl_list)
     setting = sub.add_parser("set", help="replace an identity's grants")
     setting.add_argument("identity", metavar="IDENTITY")
     setting.add_argument(
         "grants", nargs="+", type=_grant, metavar="PERMISSION:PATTERN", help="e.g. fetch:orders.*"
     )
-    add_client_options(setting)
-    setting.set_defaults(func=_acl_set)
+    client_command(setting, _acl_set)
     clear = sub.add_parser("clear", help="take every grant from an identity")
     clear.add_argument("identity", metavar="IDENTITY")
-    add_client_options(clear)
-    clear.set_defaults(func=_acl_set)
+    client_command(clear, _acl_set)

@@ -20,8 +20,8 @@ from jetserver.cli.stream_cmd import (
     EXIT_FAILED,
     EXIT_OK,
     _print_table,
-    add_client_options,
     add_command_group,
+    client_command,
     fail,
     print_json,
     run_with_client,
@@ -44,9 +44,7 @@ def register(subparsers: Any) -> None:
         description="Acquired, acked, pending and dead-lettered counts per partition.",
     )
     status.add_argument("group", help="the share group")
-    status.add_argument("--json", action="store_true", help="print one JSON document")
-    add_client_options(status)
-    status.set_defaults(func=_status)
+    client_command(status, _status, json_help="print one JSON document")
 
 
 def partition_status(ps: PartitionShare, hw: int, now_ns: int) -> dict[str, Any]:

@@ -63,6 +63,20 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     add_security_options(parser)
 
 
+def client_command(
+    parser: argparse.ArgumentParser,
+    func: Callable[[argparse.Namespace], int],
+    *,
+    json_help: str | None = None,
+) -> None:
+    """Finish a command that talks to the servers: ``--json`` (with ``json_help``), the
+    client options (:func:`add_client_options`), and ``func`` to run it."""
+    if json_help is not None:
+        parser.add_argument("--json", action="store_true", help=json_help)
+    add_client_options(parser)
+    parser.set_defaults(func=func)
+
+
 def add_command_group(
     subparsers: Any, name: str, *, help: str, description: str, metavar: str = "SUBCOMMAND"
 ) -> tuple[argparse.ArgumentParser, Any]:
@@ -226,17 +240,14 @@ def register(subparsers: Any) -> None:
     create.add_argument(
         "--if-not-exists", action="store_true", help=argparse.SUPPRESS
     )  # the default now; kept for scripts that pass it
-    create.add_argument("--json", action="store_true", help="print the stream as JSON")
-    add_client_options(create)
-    create.set_defaults(func=_create)
+    client_command(create, _create, json_help="print the stream as JSON")
 
     listing = sub.add_parser("list", help="list streams", description="List every stream.")
     listing.add_argument("--json", action="store_true", help="one JSON array of streams")
     listing.add_argument(
         "--all", action="store_true", help="include internal streams (__groups, __share.*)"
     )
-    add_client_options(listing)
-    listing.set_defaults(func=_list)
+    client_command(listing, _list)
 
     info = sub.add_parser(
         "info",
@@ -245,16 +256,13 @@ def register(subparsers: Any) -> None:
         "high watermark (hw), log end offset (leo) and log start.",
     )
     info.add_argument("name", metavar="NAME")
-    info.add_argument("--json", action="store_true", help="print JSON")
-    add_client_options(info)
-    info.set_defaults(func=_info)
+    client_command(info, _info, json_help="print JSON")
 
     delete = sub.add_parser(
         "delete", help="delete a stream and its data", description="Delete a stream and its data."
     )
     delete.add_argument("name", metavar="NAME")
-    add_client_options(delete)
-    delete.set_defaults(func=_delete)
+    client_command(delete, _delete)
 
 
 def _create(args: argparse.Namespace) -> int:

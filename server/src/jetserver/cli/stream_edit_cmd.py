@@ -11,7 +11,7 @@ from jetsdk import Client
 from jetserver.cli.stream_cmd import (
     EXIT_OK,
     EXIT_USAGE,
-    add_client_options,
+    client_command,
     duration,
     fail,
     nonnegative_int,
@@ -96,9 +96,7 @@ def register(subparsers: Any) -> None:
             default=_UNSET,
             help=text,
         )
-    edit.add_argument("--json", action="store_true", help="print the stream as JSON")
-    add_client_options(edit)
-    edit.set_defaults(func=_edit)
+    client_command(edit, _edit, json_help="print the stream as JSON")
 
     purge = sub.add_parser(
         "purge",
@@ -110,9 +108,7 @@ def register(subparsers: Any) -> None:
     purge.add_argument("name", metavar="NAME")
     purge.add_argument("--partition", type=nonnegative_int, metavar="P", help="only this one")
     purge.add_argument("--before", type=nonnegative_int, metavar="OFFSET", help="keep from here")
-    purge.add_argument("--json", action="store_true", help="print {partition: log start}")
-    add_client_options(purge)
-    purge.set_defaults(func=_purge)
+    client_command(purge, _purge, json_help="print {partition: log start}")
 
 
 def _edit(args: argparse.Namespace) -> int:

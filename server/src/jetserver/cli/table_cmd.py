@@ -23,8 +23,8 @@ from jetsdk.table import Change
 from jetserver.cli.stream_cmd import (
     EXIT_FAILED,
     EXIT_OK,
-    add_client_options,
     add_command_group,
+    client_command,
     fail,
     nonnegative_int,
     positive_float,
@@ -52,9 +52,7 @@ def register(subparsers: Any) -> None:
     get = sub.add_parser("get", help="print a key's value", description="Print a key's value.")
     get.add_argument("stream")
     get.add_argument("key")
-    get.add_argument("--json", action="store_true", help="print key, value and revision")
-    add_client_options(get)
-    get.set_defaults(func=_get)
+    client_command(get, _get, json_help="print key, value and revision")
 
     put = sub.add_parser("put", help="set a key", description="Set a key; print its revision.")
     put.add_argument("stream")
@@ -68,14 +66,12 @@ def register(subparsers: Any) -> None:
     put.add_argument(
         "--ttl", type=positive_float, metavar="SECONDS", help="the key expires after this long"
     )
-    add_client_options(put)
-    put.set_defaults(func=_put)
+    client_command(put, _put)
 
     delete = sub.add_parser("delete", help="delete a key", description="Delete a key.")
     delete.add_argument("stream")
     delete.add_argument("key")
-    add_client_options(delete)
-    delete.set_defaults(func=_delete)
+    client_command(delete, _delete)
 
     watch = sub.add_parser(
         "watch",
@@ -86,9 +82,7 @@ def register(subparsers: Any) -> None:
     watch.add_argument("--prefix", default="", help="only keys starting with this")
     watch.add_argument("--from-now", action="store_true", help="skip the current entries")
     watch.add_argument("--count", type=positive_int, help="stop after this many changes")
-    watch.add_argument("--json", action="store_true", help="one JSON document per change")
-    add_client_options(watch)
-    watch.set_defaults(func=_watch)
+    client_command(watch, _watch, json_help="one JSON document per change")
 
 
 def _get(args: argparse.Namespace) -> int:

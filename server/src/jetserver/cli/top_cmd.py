@@ -33,7 +33,7 @@ import anyio
 
 from jetsdk import Client, JetError
 from jetserver.cli.security_opts import security_kwargs
-from jetserver.cli.stream_cmd import EXIT_OK, add_client_options, positive_float, run_with_client
+from jetserver.cli.stream_cmd import EXIT_OK, client_command, positive_float, run_with_client
 
 SORT_KEYS = ("stream", "in", "out", "lag", "hw")
 """``--sort`` choices (the same as :data:`jetserver.observe.top_view.SORT_KEYS`; rich is
@@ -56,8 +56,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--interval", type=positive_float, default=1.0, metavar="SECONDS", help="default 1"
     )
-    add_client_options(p)
-    p.set_defaults(func=_top)
+    client_command(p, _top)
 
 
 @contextlib.contextmanager

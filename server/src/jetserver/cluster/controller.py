@@ -364,6 +364,7 @@ class Controller:
             return
         self.report_batches += 1
         error: BaseException | None = None
+        started = time.monotonic()
         try:
             with anyio.move_on_after(REPORT_TIMEOUT_S):
                 attempt = 0
@@ -374,7 +375,12 @@ class Controller:
                         await self._deliver(leader, [q.request for q in batch])
                         log.info(  # one line for a batch (the replicas log theirs at DEBUG)
                             "silent-leader reports delivered",
-                            extra=fields(count=len(batch), metadata_leader=leader),
+                            extra=fields(
+                                count=len(batch),
+                                metadata_leader=leader,
+                                # the metadata leader answers once the elections applied
+                                deliver_s=round(time.monotonic() - started, 3),
+                            ),
                         )
                         return
                     except (ApiError, JetError) as exc:

@@ -121,6 +121,10 @@ def awaited(
 @attrs.define(eq=False)
 class _Reports:
     epoch: int
+    first_at: float = 0.0
+    """When the first report of this epoch was counted (the clock of :class:`Elections`;
+    a stale report that arrives after the partition moved makes the next epoch's record
+    without counting)."""
     at: dict[str, float] = attrs.field(factory=dict)
     lock: anyio.Lock = attrs.field(factory=anyio.Lock)
     complete: anyio.Event = attrs.field(factory=anyio.Event)
@@ -134,6 +138,8 @@ class _Queued:
     """An election waiting for its batch."""
 
     op: ElectLeader
+    reported_at: float
+    """When the partition's first report of this epoch arrived."""
     done: anyio.Event = attrs.field(factory=anyio.Event)
     taken: bool = False
     """In a batch being proposed."""
@@ -211,9 +217,11 @@ class Elections:
                 if reporter == current.leader:
                     # The leader itself: it gave up this epoch after a failed fsync whose cut
                     # took back records its followers were sent, and leads on in the next one.
-                    return await self._elect(stream, partition, current, reporter)
+                    return await self._elect(stream, partition, current, reporter, self.clock())
                 now = self.clock()
                 if not counted:
+                    if not reports.at:
+                        reports.first_at = now
                     reports.at[reporter] = now
                     counted = True
                 recent = {r for r, t in reports.at.items() if now - t <= self.window_s}
@@ -247,7 +255,9 @@ class Elections:
                     wait_s = self.collect_s - waited_s
                     new_leader = None
                 if new_leader is not None:
-                    return await self._elect(stream, partition, current, new_leader)
+                    return await self._elect(
+                        stream, partition, current, new_leader, reports.first_at
+                    )
             # A majority reported, and live ISR members have not yet: wait for them (not
             # holding the lock: their reports take it), then decide with who reported.
             with anyio.move_on_after(wait_s):
@@ -331,11 +341,16 @@ class Elections:
         return answers
 
     async def _elect(
-        self, stream: str, partition: int, current: PartitionAssignment, new_leader: str
+        self,
+        stream: str,
+        partition: int,
+        current: PartitionAssignment,
+        new_leader: str,
+        reported_at: float,
     ) -> dict[str, Any]:
         meta = self.raft.state.streams[stream]
         op = ElectLeader(stream, partition, new_leader, current.leader_epoch + 1, meta.stream_id)
-        result, batch_size = await self._batched(op)
+        result, batch_size = await self._batched(op, reported_at)
         after = self._assignment(stream, partition)
         if not result.ok:
             log.info(
@@ -360,7 +375,7 @@ class Elections:
         )
         return _answer(True, after)
 
-    async def _batched(self, op: ElectLeader) -> tuple[OpResult, int]:
+    async def _batched(self, op: ElectLeader, reported_at: float) -> tuple[OpResult, int]:
         """Propose ``op`` with the elections queued meanwhile, in one Raft entry (at most
         MAX_BATCH); its own result and the size of its batch.
 
@@ -374,7 +389,7 @@ class Elections:
         Raises:
             ApiError: NOT_LEADER (not the metadata leader any more) or the RaftError's code.
         """
-        item = _Queued(op)
+        item = _Queued(op, reported_at)
         self._queue.append(item)
         try:
             while not item.taken:
@@ -425,6 +440,9 @@ class Elections:
             batch[0].op if len(batch) == 1 else ElectLeaders(tuple(q.op for q in batch))
         )
         started = time.monotonic()
+        # From the first report of the batch's longest-waiting partition to the proposal:
+        # the collection of the other reports and the queue behind earlier batches.
+        reported_s = self.clock() - min(q.reported_at for q in batch)
         try:
             applied = await self.raft.propose(
                 op, op_id=f"elect-{uuid.uuid4().hex}", timeout=ELECTION_PROPOSE_TIMEOUT_S
@@ -461,6 +479,7 @@ class Elections:
                 extra=fields(
                     count=len(batch),
                     applied=sum(1 for r in results if r.ok),
+                    since_report_s=round(reported_s, 3),
                     propose_s=round(time.monotonic() - started, 3),
                 ),
             )

@@ -4,7 +4,7 @@ The sampler asks every server directly each second; a fresh client each time ope
 connection to every server about once a second per tool (issue 35). A :class:`ServerLinks`
 keeps one :class:`jetsdk.Client` per server address for its whole life instead (the client
 reconnects by itself after the server comes back). A Client must be exited by the task
-that entered it, so each one lives in a task of its own, in the links' task group.
+that entered it, so each one lives in a task of its own, in the links' background tasks.
 
 Task safety: one event loop; use :meth:`ServerLinks.get` from any task.
 """
@@ -15,10 +15,10 @@ from collections.abc import Callable
 from types import TracebackType
 
 import anyio
-import anyio.abc
 import attrs
 
 from jetsdk import Client, JetError
+from jetsdk.background import BackgroundTasks
 
 
 @attrs.define(eq=False)
@@ -36,13 +36,12 @@ class ServerLinks:
     def __init__(self, open_client: Callable[[str], Client]) -> None:
         self._open_client = open_client
         self._links: dict[str, _Link] = {}
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._background = BackgroundTasks()
         self.opened = 0
         """Clients opened so far (each one connection to its server)."""
 
     async def __aenter__(self) -> ServerLinks:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        await self._background.open()
         return self
 
     async def __aexit__(
@@ -51,9 +50,8 @@ class ServerLinks:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        return await self._tg.__aexit__(exc_type, exc, tb)
+        await self._background.close()
+        return None
 
     async def get(self, address: str) -> Client:
         """The client of ``address`` (opening it if it is not open; bound the wait with a
@@ -62,12 +60,12 @@ class ServerLinks:
         Raises:
             JetError, OSError: it could not be opened (tried again at the next call).
         """
-        if self._tg is None:
+        if not self._background.is_open:
             raise RuntimeError("use ServerLinks inside `async with`")
         link = self._links.get(address)
         if link is None or link.failed:
             link = self._links[address] = _Link()
-            self._tg.start_soon(self._hold, address, link)
+            self._background.group.start_soon(self._hold, address, link)
         await link.ready.wait()
         if link.client is None:
             assert link.error is not None

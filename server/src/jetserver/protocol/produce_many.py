@@ -8,8 +8,9 @@ answered once every section is settled (and its first section's NATS copies were
 to the server's backlog of copies), and the sections' after-work (their NATS copies once
 committed) runs together, one after the other in the order of their copies' turns
 (broker/direct_copies.py). The partitions' fsyncs that one loop turn hands to worker
-threads go as one job (:class:`jetserver.fsync_runner.FsyncRunner`): group commit across
-the partitions of the request.
+threads go as one batch, split among a few threads that fsync at once
+(:class:`jetserver.fsync_runner.FsyncRunner`): group commit across the partitions of the
+request.
 
 A section's error (not leader, unknown stream, permission denied, a body that does not
 decode...) is that section's answer; the other sections are served as usual.

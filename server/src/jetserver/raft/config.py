@@ -22,22 +22,31 @@ from jetserver.validators import positive
 
 DEFAULT_HEARTBEAT_S = 0.1
 """Leader heartbeat / append-entries period (PySyncObj ``appendEntriesPeriod``)."""
-DEFAULT_ELECTION_TIMEOUT_MIN_S = 1.0
+DEFAULT_ELECTION_TIMEOUT_MIN_S = 3.0
 """Lower bound of the randomized election timeout (``raftMinTimeout``)."""
-DEFAULT_ELECTION_TIMEOUT_MAX_S = 2.0
+DEFAULT_ELECTION_TIMEOUT_MAX_S = 4.5
 """Upper bound of the randomized election timeout (``raftMaxTimeout``).
 
 These three are what servers run with (``[cluster]`` in the server config takes them as its
 defaults). 0.05 s / 0.3-0.6 s (the Raft library's defaults) made the metadata leader change
 every few seconds while thousands of partitions were created or failed over on a loaded 2-core
 machine (load average 7-9): the Raft thread shares the interpreter and the CPU with the event
-loop, and missed heartbeats for that long. Tests of the Raft layer alone pass faster timings."""
-DEFAULT_CONNECTION_TIMEOUT_S = 2.0
+loop, and missed heartbeats for that long. 1.0-2.0 s (until 2026-11-28) still lost the leader
+to the garbage collector: a collection holds the interpreter, and the Raft thread with it,
+for its whole length, and the survivors of a failover at 3,000 partitions had young and
+middle collections of 1.0-2.8 s (load 16-19; the collector walks the hundreds of thousands
+of objects a burst of role changes makes), 6 of 24 leader changes in two runs following
+such a collection within 0.1 s; the elections and ISR changes of the failover then waited
+for a new metadata leader. A killed leader is replaced without waiting for the timeout
+(the survivors find its process gone and hasten their elections); only a leader that
+stops answering without its process ending (paused, cut off) now takes 3-4.5 s to replace.
+Tests of the Raft layer alone pass faster timings."""
+DEFAULT_CONNECTION_TIMEOUT_S = 4.5
 """A peer connection silent this long is dropped (``connectionTimeout``; at least the election
 timeout's upper bound)."""
 DEFAULT_CONNECTION_RETRY_S = 0.25
 """Reconnect to an unreachable peer this often (``connectionRetryTime``)."""
-DEFAULT_LEADER_FALLBACK_S = 2.0
+DEFAULT_LEADER_FALLBACK_S = 4.5
 """A leader without a majority's answers this long steps down (``leaderFallbackTimeout``): as
 long as a follower waits before it elects another (1 s would make a briefly starved leader
 step down)."""

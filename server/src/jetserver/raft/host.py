@@ -31,6 +31,7 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import threading
 import time
 from collections import deque
@@ -80,6 +81,12 @@ KEEPALIVE_TYPE = "jet_keepalive"
 receipt before PySyncObj sees it."""
 KEEPALIVES_PER_TIMEOUT = 4
 """Keepalives per ``connection_timeout_s`` on each member-to-member connection."""
+FIRST_ELECTION_S = (1.0, 2.0)
+"""Election timeout (bounds) of a member that has not known a leader since it started,
+when the configured one is longer: a cluster's first election, and a restarted member's
+while no leader answers it, come as soon as before the election timeout became 3-4.5 s
+(the servers' steady timeout leaves room for garbage collections; the first election has
+none to wait out). Every later timeout is the configured one."""
 JOURNAL_CHECK_S = 0.5
 """How often the Raft thread looks at the journal file's size (``compaction_max_bytes``)."""
 """Log one in this many consecutive tick failures (the first is always logged)."""
@@ -234,6 +241,16 @@ def _send_keepalives(obj: Any) -> None:
     transport = obj._SyncObj__transport
     for node in list(obj._SyncObj__otherNodes):
         transport.send(node, {"type": KEEPALIVE_TYPE})
+
+
+def _first_election(obj: Any, min_s: float, max_s: float) -> None:
+    """Bring the first election deadline within :data:`FIRST_ELECTION_S` (never later)."""
+    if obj._getLeader() is not None:
+        return
+    low, high = min(FIRST_ELECTION_S[0], min_s), min(FIRST_ELECTION_S[1], max_s)
+    deadline = monotonic() + random.uniform(low, high)
+    if deadline < obj._SyncObj__raftElectionDeadline:
+        obj._SyncObj__raftElectionDeadline = deadline
 
 
 def _postpone_election(obj: Any, delay_s: float) -> None:
@@ -462,6 +479,10 @@ class RaftHost:
         failures = 0
         machine = self.machine
         joining = self._config.join
+        if not joining:
+            _first_election(
+                obj, self._config.election_timeout_min_s, self._config.election_timeout_max_s
+            )
         keepalive_s = self._config.connection_timeout_s / KEEPALIVES_PER_TIMEOUT
         next_keepalive = time.monotonic()
         while not self._stop.is_set():

@@ -75,7 +75,7 @@ from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane, server_gone_of
 from jetserver.replication.epochs import truncation_point
-from jetserver.replication.follower import SilenceDetector, follower_hw
+from jetserver.replication.follower import NotLeaderRun, SilenceDetector, follower_hw
 from jetserver.replication.invariants import ReplicaInvariantViolation
 from jetserver.replication.session import FetchSession, LeftOut
 from jetserver.security.peer import PLAIN, PeerSecurity
@@ -98,7 +98,6 @@ failover takes."""
 DOWN_RECHECK_S = 0.25
 """While its leader is silent but the leader's server not (yet) down in this server's
 liveness view, a follower looks again this often."""
-
 
 T = TypeVar("T")
 
@@ -184,6 +183,8 @@ class FollowerFetcher:
     known): while the leader's server is not down, the silence watch waits on it instead
     of waking every silence period (thousands of followers: thousands of wake-ups a
     second)."""
+    not_leader: NotLeaderRun = attrs.field(factory=NotLeaderRun)
+    """When a leader answering NOT_LEADER in its own epoch is reported silent."""
     fetches: int = 0
     """Fetch answers received."""
     records_bytes: int = 0
@@ -359,6 +360,10 @@ class FollowerFetcher:
             except LEADER_ANSWERS as exc:
                 reconciled = False
                 self._heard()  # it answered: not silent
+                if not isinstance(exc, NotLeader):  # UNAVAILABLE & co: taking its role
+                    self.not_leader.answered()
+                elif self.not_leader.not_leader(self.clock(), self.config.leader_silence_s):
+                    await self._report("leader answers NOT_LEADER in its own epoch")
                 await self._pause_after(exc)
             except _Restart as exc:
                 reconciled = False
@@ -425,6 +430,7 @@ class FollowerFetcher:
     async def _json(self, session: FetchSession, api: int, obj: dict[str, Any]) -> dict[str, Any]:
         answer = await session.request_json(api, obj, self.config.request_slack_s)
         self._heard()
+        self.not_leader.answered()
         return answer
 
     def _heard(self) -> None:
@@ -515,6 +521,7 @@ class FollowerFetcher:
             # "any answer to the session meanwhile" reported live leaders by the hundred.
             self._heard()
             self._timeouts = 0
+            self.not_leader.answered()
             self.fetches += 1
             records = header.records
             if header.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:

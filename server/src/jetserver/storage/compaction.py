@@ -299,18 +299,9 @@ class Rewrite:
     def report(
         self, segments_before: int, segments_after: int, aborted: str | None
     ) -> CompactionReport:
-        """The run's report, once the swap was done (or abandoned: ``aborted``)."""
-        if aborted is not None:
-            return CompactionReport(
-                segments_before=segments_before,
-                segments_after=segments_after,
-                records_before=self.records_before,
-                records_after=self.records_before,
-                bytes_before=self.bytes_before,
-                bytes_after=self.bytes_before,
-                aborted=aborted,
-            )
-        groups = self.groups
+        """The run's report, once the swap was done (or abandoned: ``aborted``, which
+        counts as nothing cleaned)."""
+        groups = self.groups if aborted is None else []
         return CompactionReport(
             segments_before=segments_before,
             segments_after=segments_after,
@@ -320,6 +311,7 @@ class Rewrite:
             bytes_before=self.bytes_before,
             bytes_after=self.bytes_before - sum(g.bytes_in - g.bytes_out for g in groups),
             tombstones_dropped=sum(g.tombstones_dropped for g in groups),
+            aborted=aborted,
         )
 
 

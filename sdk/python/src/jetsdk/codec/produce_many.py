@@ -93,9 +93,9 @@ def decode_produce_many_request(body: bytes | bytearray | memoryview) -> list[by
         CodecError: truncated, trailing bytes, or more than :data:`MAX_PRODUCE_SECTIONS`
             sections (reason ``"limit"``).
     """
-    # Each section is copied once, out of a view of the body (the body itself is not
-    # copied first: at 1 MiB a copy is a fresh buffer of its own).
-    view = memoryview(body)
+    # Each section is copied once (the body itself is not copied first: at 1 MiB a copy
+    # is a fresh buffer of its own): a slice of a bytes body, else of a view of it.
+    view = body if isinstance(body, bytes) else memoryview(body)
     try:
         count = produce_many_section_count(body)
         if count > MAX_PRODUCE_SECTIONS:
@@ -110,7 +110,8 @@ def decode_produce_many_request(body: bytes | bytearray | memoryview) -> list[by
             (n,) = unpack(body, p)
             p += 4
             w.need(body, p, n, "section")
-            sections.append(bytes(view[p : p + n]))
+            section = view[p : p + n]
+            sections.append(section if isinstance(section, bytes) else bytes(section))
             p += n
         w.check_end(body, p, "produce-many request")
     except w.DECODE_ERRORS as exc:

@@ -422,6 +422,9 @@ class Delivery:
         """Wait for a batch to hand out (None once ``deadline`` passed)."""
         while True:
             if self.closed:
+                # A reader cancelled in the same moment sees that, not the close its
+                # cancellation may have caused (the consumer's tasks ending in its scope).
+                await anyio.lowlevel.checkpoint_if_cancelled()
                 raise ClientClosed("the consumer is closed")
             item = self._front_nowait()
             if item is not None:

@@ -39,6 +39,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest
 from jetsdk.codec.record import HEADER_SIZE, iter_records, peek_header
+from jetsdk.consumer.append_queue import AppendQueue
 from jetsdk.consumer.internal_streams import ensure_internal_stream
 from jetsdk.errors import (
     JetError,
@@ -153,8 +154,9 @@ class GroupRuntime:
     rejected: dict[StreamPartition, CommitRejected] = attrs.field(factory=dict, init=False)
     """The last rejected commit of this member, per partition."""
     _wake: anyio.Event = attrs.field(factory=anyio.Event, init=False)
-    _queue: list[AppendRecord] = attrs.field(factory=list, init=False)
-    _queue_ready: anyio.Event = attrs.field(factory=anyio.Event, init=False)
+    _queue: AppendQueue[AppendRecord] = attrs.field(
+        factory=lambda: AppendQueue(MAX_APPEND_BATCH), init=False
+    )
     _queued: int = attrs.field(default=0, init=False)
     _stored: int = attrs.field(default=0, init=False)
     _stored_offset: int = attrs.field(default=-1, init=False)
@@ -224,6 +226,12 @@ class GroupRuntime:
         """Something local changed (a release, a commit): run the driver soon."""
         self._wake.set()
 
+    def _progressed(self) -> None:
+        """Wake the callers waiting for stored appends or read records, and the driver."""
+        self._progress.set()
+        self._progress = anyio.Event()
+        self._wake.set()
+
     def _fail(self, error: JetError) -> None:
         if self.error is None:
             self.error = error
@@ -285,18 +293,12 @@ class GroupRuntime:
             if member.next_fetch_offset >= header.hw:
                 member.caught_up(header.hw)
             if records or member.next_fetch_offset != offset:
-                self._progress.set()
-                self._progress = anyio.Event()
-                self._wake.set()
+                self._progressed()
 
     async def _append_loop(self) -> None:
         member = self.member
         while True:
-            while not self._queue:
-                self._queue_ready = anyio.Event()
-                await self._queue_ready.wait()
-            batch = self._queue[:MAX_APPEND_BATCH]
-            del self._queue[: len(batch)]
+            batch = await self._queue.next_batch()
             request = ProduceRequest(
                 stream=GROUPS_STREAM,
                 partition=self.partition,
@@ -319,9 +321,7 @@ class GroupRuntime:
                     member.on_appended(sent_at, result.timestamp)
                     self._stored_offset = max(self._stored_offset, result.offset)
             self._stored += len(batch)
-            self._progress.set()
-            self._progress = anyio.Event()
-            self._wake.set()
+            self._progressed()
 
     async def _drive_loop(self) -> None:
         member = self.member
@@ -341,9 +341,8 @@ class GroupRuntime:
         handler = self.handler
         for action in actions:
             if isinstance(action, AppendRecord):
-                self._queue.append(action)
+                self._queue.put(action)
                 self._queued += 1
-                self._queue_ready.set()
             elif isinstance(action, StartPartition):
                 handler.group_start(action.partition, action.offset, action.generation)
             elif isinstance(action, RevokePartition):

@@ -40,12 +40,7 @@ from jetsdk.client import Client
 from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun
 from jetsdk.consumer.group_runtime import GroupRuntime, new_member_id
-from jetsdk.consumer.progress import (
-    MAX_USER_METADATA_BYTES,
-    Progress,
-    decode_progress,
-    encode_progress,
-)
+from jetsdk.consumer.progress import Progress, commit_entries, decode_progress, encode_progress
 from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
 from jetsdk.errors import InvalidArgument, JetError
 from jetsdk.group.assignors import BUILTIN_ASSIGNORS, Assignor
@@ -310,26 +305,17 @@ class GroupSide:
         """See :meth:`jetsdk.consumer.consumer.Consumer.commit`."""
         runtime = self.runtime
         assert runtime is not None
-        if len(metadata.encode()) > MAX_USER_METADATA_BYTES:
-            raise InvalidArgument(
-                f"commit metadata is over {MAX_USER_METADATA_BYTES} bytes",
-                details={"field": "metadata"},
-            )
+        entries = commit_entries(offsets, metadata)
         wanted: dict[StreamPartition, int] = {}
-        if offsets is None:
+        if entries is None:
             for key, run in list(self.consumer.delivery.runs.items()):
                 if run.generation is not None:
                     offset = self._commit_run(run, metadata)
                     if offset is not None:
                         wanted[key] = offset
         else:
-            for key, value in offsets.items():
-                if isinstance(value, OffsetAndMetadata):
-                    offset, note = value.offset, value.metadata
-                else:
-                    offset, note = value, metadata
-                if offset < 0 or len(note.encode()) > MAX_USER_METADATA_BYTES:
-                    raise InvalidArgument("bad offset or metadata", details={"field": "offsets"})
+            for key, entry in entries.items():
+                offset, note = entry.offset, entry.metadata
                 current = self.consumer.delivery.runs.get(key)
                 if current is not None and current.processed.committable() == offset:
                     progress = current.processed.progress(note)

@@ -26,17 +26,21 @@ client. Pure code; values are immutable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 import orjson
 
+from jetsdk.errors import InvalidArgument
+from jetsdk.group.offsets import OffsetAndMetadata
 from jetsdk.group.records import MAX_METADATA_BYTES
+from jetsdk.group.stream_partition import StreamPartition
 
 __all__ = [
     "MAX_USER_METADATA_BYTES",
     "PROGRESS_PREFIX",
     "Progress",
+    "commit_entries",
     "decode_progress",
     "encode_progress",
     "ranges_with_counts",
@@ -47,6 +51,36 @@ PROGRESS_PREFIX = "jet.p1 "
 MAX_USER_METADATA_BYTES = 1024
 """Longest metadata an application may commit (the rest of the group record's limit is left
 for the progress bookkeeping)."""
+
+
+def commit_entries(
+    offsets: Mapping[StreamPartition, int | OffsetAndMetadata] | None, metadata: str
+) -> dict[StreamPartition, OffsetAndMetadata] | None:
+    """What an application's ``commit(offsets, metadata)`` asks for, checked: each partition's
+    offset with its own metadata or ``metadata`` (None: no ``offsets``, commit what was
+    processed).
+
+    Raises:
+        InvalidArgument: ``metadata`` over :data:`MAX_USER_METADATA_BYTES`, or an entry with a
+            negative offset or metadata over it.
+    """
+    if len(metadata.encode()) > MAX_USER_METADATA_BYTES:
+        raise InvalidArgument(
+            f"commit metadata is over {MAX_USER_METADATA_BYTES} bytes",
+            details={"field": "metadata"},
+        )
+    if offsets is None:
+        return None
+    entries: dict[StreamPartition, OffsetAndMetadata] = {}
+    for key, value in offsets.items():
+        entry = (
+            value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value, metadata)
+        )
+        if entry.offset < 0 or len(entry.metadata.encode()) > MAX_USER_METADATA_BYTES:
+            raise InvalidArgument("bad offset or metadata", details={"field": "offsets"})
+        entries[key] = entry
+    return entries
+
 
 PendingRange = tuple[int, int, int]
 """(start, end exclusive, times handed out before)."""

@@ -18,6 +18,7 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest
+from jetsdk.consumer.append_queue import AppendQueue
 from jetsdk.errors import JetError
 from jetsdk.share.member import ShareMember
 from jetsdk.share.records import Claim, ShareRecord, encode_share_record
@@ -37,7 +38,9 @@ class ShareAppender:
     member: ShareMember
     appended: Callable[[], None]
     """Called after each Produce request's results are applied."""
-    _queue: list[tuple[ShareRecord, bytes]] = attrs.field(factory=list, init=False)
+    _queue: AppendQueue[tuple[ShareRecord, bytes]] = attrs.field(
+        factory=lambda: AppendQueue(MAX_APPEND_BATCH), init=False
+    )
     _seq: int = attrs.field(default=0, init=False)
     sent: int = attrs.field(default=0, init=False)
     """Records queued so far."""
@@ -45,16 +48,14 @@ class ShareAppender:
     """Records whose append finished (stored or not)."""
     stored_end: int = attrs.field(default=0, init=False)
     """The end of the share-log records this member stored."""
-    _queued: anyio.Event = attrs.field(factory=anyio.Event, init=False)
     _finished: anyio.Event = attrs.field(factory=anyio.Event, init=False)
 
     def enqueue(self, records: Sequence[ShareRecord]) -> None:
         member = self.member.config.member
         for record in records:
             self._seq += 1
-            self._queue.append((record, f"{member}/{self._seq}".encode()))
+            self._queue.put((record, f"{member}/{self._seq}".encode()))
         self.sent += len(records)
-        self._queued.set()
 
     async def wait_done(self, target: int) -> None:
         """Until the first ``target`` records queued have finished."""
@@ -66,11 +67,7 @@ class ShareAppender:
         """Send forever (a task)."""
         member = self.member
         while True:
-            while not self._queue:
-                self._queued = anyio.Event()
-                await self._queued.wait()
-            batch = self._queue[:MAX_APPEND_BATCH]
-            del self._queue[: len(batch)]
+            batch = await self._queue.next_batch()
             request = ProduceRequest(
                 stream=self.log,
                 partition=0,

@@ -18,9 +18,8 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.consumer.fetcher import PartitionRun
 from jetsdk.consumer.group_admin import commit_offsets, group_offsets
-from jetsdk.consumer.progress import MAX_USER_METADATA_BYTES
+from jetsdk.consumer.progress import commit_entries
 from jetsdk.consumer.values import OffsetAndMetadata
-from jetsdk.errors import InvalidArgument
 from jetsdk.group.stream_partition import StreamPartition
 
 __all__ = ["SimpleCommits"]
@@ -51,24 +50,12 @@ class SimpleCommits:
         Raises:
             CommitFailed: refused (``group_active``) or not stored; InvalidArgument.
         """
-        if len(metadata.encode()) > MAX_USER_METADATA_BYTES:
-            raise InvalidArgument(
-                f"commit metadata is over {MAX_USER_METADATA_BYTES} bytes",
-                details={"field": "metadata"},
-            )
-        wanted: dict[StreamPartition, OffsetAndMetadata] = {}
-        if offsets is None:
-            for key, run in runs.items():
-                wanted[key] = OffsetAndMetadata(run.processed.committable(), metadata)
-        else:
-            for key, value in offsets.items():
-                if isinstance(value, OffsetAndMetadata):
-                    entry = value
-                else:
-                    entry = OffsetAndMetadata(value, metadata)
-                if entry.offset < 0 or len(entry.metadata.encode()) > MAX_USER_METADATA_BYTES:
-                    raise InvalidArgument("bad offset or metadata", details={"field": "offsets"})
-                wanted[key] = entry
+        wanted = commit_entries(offsets, metadata)
+        if wanted is None:
+            wanted = {
+                key: OffsetAndMetadata(run.processed.committable(), metadata)
+                for key, run in runs.items()
+            }
         wanted = {k: v for k, v in wanted.items() if self.committed.get(k) != v}
         if wanted:
             await commit_offsets(self.client, self.group, wanted)

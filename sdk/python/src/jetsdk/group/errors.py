@@ -32,6 +32,20 @@ def _rebuild_group_error(cls: type[GroupError], message: str, state: dict[str, A
     return error
 
 
+class PartitionGroupError(GroupError):
+    """A group error about one partition.
+
+    Attributes:
+        stream: the stream name.
+        partition: the partition number.
+    """
+
+    def __init__(self, message: str, stream: str, partition: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.partition = partition
+
+
 class InvalidGroupRecord(GroupError, ValueError):
     """Bytes or fields that are not a valid group-log record (spec/groups.md, "Records").
 
@@ -65,18 +79,11 @@ class InvalidGroupConfig(GroupError, ValueError):
     """A configuration value out of its documented range."""
 
 
-class NotOwner(GroupError):
-    """The member does not own the partition (yet, or any more) in its view.
-
-    Attributes:
-        stream: the stream name.
-        partition: the partition number.
-    """
+class NotOwner(PartitionGroupError):
+    """The member does not own the partition (yet, or any more) in its view."""
 
     def __init__(self, stream: str, partition: int) -> None:
-        super().__init__(f"this member does not own {stream}[{partition}]")
-        self.stream = stream
-        self.partition = partition
+        super().__init__(f"this member does not own {stream}[{partition}]", stream, partition)
 
 
 class UnknownAssignor(GroupError):
@@ -99,12 +106,10 @@ class MemberFenced(GroupError):
     """
 
 
-class CommitFailed(GroupError):
+class CommitFailed(PartitionGroupError):
     """The group log refused an offset commit (spec/groups.md, "Commits").
 
     Attributes:
-        stream: the stream name.
-        partition: the partition number.
         offset: the offset that was not committed.
         reason: ``not_owner`` (the partition moved to another member), ``stale_generation``
             (this member's ownership ended and began again), ``regression`` (below the
@@ -113,22 +118,15 @@ class CommitFailed(GroupError):
     """
 
     def __init__(self, stream: str, partition: int, offset: int, reason: str) -> None:
-        super().__init__(f"commit of {stream}[{partition}] at offset {offset} failed: {reason}")
-        self.stream = stream
-        self.partition = partition
+        message = f"commit of {stream}[{partition}] at offset {offset} failed: {reason}"
+        super().__init__(message, stream, partition)
         self.offset = offset
         self.reason = reason
 
 
-class NoCommittedOffset(GroupError):
-    """The group has no committed offset for a partition and the reset policy is ``raise``.
-
-    Attributes:
-        stream: the stream name.
-        partition: the partition number.
-    """
+class NoCommittedOffset(PartitionGroupError):
+    """The group has no committed offset for a partition and the reset policy is ``raise``."""
 
     def __init__(self, stream: str, partition: int) -> None:
-        super().__init__(f"the group has no committed offset for {stream}[{partition}]")
-        self.stream = stream
-        self.partition = partition
+        message = f"the group has no committed offset for {stream}[{partition}]"
+        super().__init__(message, stream, partition)

@@ -1,5 +1,5 @@
-"""A group's members and partition ownership: GroupState's mutable entries and the
-read-only views it hands out."""
+"""A group's members and partition ownership: the values GroupState keeps and hands out
+(members), and its mutable entries with their read-only views (owners)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from collections.abc import Mapping
 
 import attrs
 
+from jetsdk.group.records import Join
 from jetsdk.group.stream_partition import StreamPartition
 
-__all__ = ["MemberEntry", "MemberInfo", "OwnerEntry", "Ownership", "slot_of"]
+__all__ = ["MemberInfo", "OwnerEntry", "Ownership", "slot_of"]
 
 NS_PER_MS = 1_000_000
 
@@ -23,56 +24,9 @@ def slot_of(member: str, instance: str | None) -> str:
     return f"i:{instance}" if instance is not None else f"m:{member}"
 
 
-@attrs.define(eq=False)
-class MemberEntry:
-    """A member as GroupState keeps it (mutable; :meth:`view` gives the public value)."""
-
-    member: str
-    instance: str | None
-    subscriptions: dict[str, int]
-    assignors: tuple[str, ...]
-    session_timeout_ms: int
-    release_timeout_ms: int
-    metadata: str
-    joined_offset: int
-    last_seen: int
-    parked: bool = False
-
-    @property
-    def slot(self) -> str:
-        return slot_of(self.member, self.instance)
-
-    @property
-    def session_timeout_ns(self) -> int:
-        return self.session_timeout_ms * NS_PER_MS
-
-    @property
-    def release_timeout_ns(self) -> int:
-        return self.release_timeout_ms * NS_PER_MS
-
-    @property
-    def expires_after(self) -> int:
-        """Log time after which (strictly) the member is expired."""
-        return self.last_seen + self.session_timeout_ns
-
-    def view(self) -> MemberInfo:
-        return MemberInfo(
-            member=self.member,
-            instance=self.instance,
-            subscriptions=dict(self.subscriptions),
-            assignors=self.assignors,
-            session_timeout_ms=self.session_timeout_ms,
-            release_timeout_ms=self.release_timeout_ms,
-            metadata=self.metadata,
-            joined_offset=self.joined_offset,
-            last_seen=self.last_seen,
-            parked=self.parked,
-        )
-
-
 @attrs.frozen
 class MemberInfo:
-    """One member as the group state sees it."""
+    """One member as the group state sees it (GroupState replaces it on every change)."""
 
     member: str
     """The member id."""
@@ -92,13 +46,46 @@ class MemberInfo:
     """Log offset of the join that made its slot (kept across static restarts): age order."""
     last_seen: int
     """Log time (ns) of its last accepted record."""
-    parked: bool
+    parked: bool = False
     """A static member that left temporarily: keeps its slot, owns nothing."""
+
+    @classmethod
+    def from_join(
+        cls, join: Join, *, joined_offset: int, last_seen: int, parked: bool = False
+    ) -> MemberInfo:
+        """The member ``join`` describes (a join record, or a checkpoint's member)."""
+        return cls(
+            member=join.member,
+            instance=join.instance,
+            subscriptions=join.subscription_map,
+            assignors=join.assignors,
+            session_timeout_ms=join.session_timeout_ms,
+            release_timeout_ms=join.release_timeout_ms,
+            metadata=join.metadata,
+            joined_offset=joined_offset,
+            last_seen=last_seen,
+            parked=parked,
+        )
 
     @property
     def slot(self) -> str:
         """Its assignment key (see :func:`slot_of`)."""
         return slot_of(self.member, self.instance)
+
+    @property
+    def session_timeout_ns(self) -> int:
+        """Its session timeout in ns (log time)."""
+        return self.session_timeout_ms * NS_PER_MS
+
+    @property
+    def release_timeout_ns(self) -> int:
+        """Its release timeout in ns (log time)."""
+        return self.release_timeout_ms * NS_PER_MS
+
+    @property
+    def expires_after(self) -> int:
+        """Log time after which (strictly) the member is expired."""
+        return self.last_seen + self.session_timeout_ns
 
 
 @attrs.define(eq=False)

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from jetsdk.group.errors import InvalidGroupRecord
-from jetsdk.group.membership import MemberEntry, OwnerEntry
+from jetsdk.group.membership import MemberInfo, OwnerEntry
 from jetsdk.group.offsets import CommitEntry, OffsetAndMetadata
 from jetsdk.group.records import SIMPLE_GENERATION, Join
 from jetsdk.group.stream_partition import StreamPartition
@@ -41,7 +41,7 @@ class GroupSnapshot:
     last_offset: int
     last_checkpoint_at: int | None
     assignor: str
-    members: list[MemberEntry]
+    members: list[MemberInfo]
     """Sorted by member id."""
     targets: list[tuple[StreamPartition, str]]
     """(partition, target member id), sorted by partition."""
@@ -119,7 +119,7 @@ def _rows(obj: Mapping[str, Any], name: str, width: int) -> list[list[Any]]:
     return rows
 
 
-def _member(obj: object) -> MemberEntry:
+def _member(obj: object) -> MemberInfo:
     if not isinstance(obj, dict):
         raise InvalidGroupRecord("checkpoint: a member must be an object")
     # Reuse the join record's validation for the fields they share.
@@ -136,14 +136,8 @@ def _member(obj: object) -> MemberEntry:
     parked = obj.get("parked")
     if not isinstance(parked, bool):
         raise InvalidGroupRecord("checkpoint: parked must be a boolean")
-    return MemberEntry(
-        member=join.member,
-        instance=join.instance,
-        subscriptions=join.subscription_map,
-        assignors=join.assignors,
-        session_timeout_ms=join.session_timeout_ms,
-        release_timeout_ms=join.release_timeout_ms,
-        metadata=join.metadata,
+    return MemberInfo.from_join(
+        join,
         joined_offset=_int(obj.get("joined_offset"), "joined_offset"),
         last_seen=_int(obj.get("last_seen"), "last_seen"),
         parked=parked,

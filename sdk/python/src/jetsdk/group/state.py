@@ -45,7 +45,7 @@ from jetsdk.group.changes import (
     RemoveReason,
 )
 from jetsdk.group.errors import InvalidGroupRecord, UnknownAssignor
-from jetsdk.group.membership import MemberEntry, MemberInfo, OwnerEntry, Ownership
+from jetsdk.group.membership import MemberInfo, OwnerEntry, Ownership
 from jetsdk.group.offsets import CommitEntry, OffsetAndMetadata, OffsetTable
 from jetsdk.group.records import (
     SIMPLE_GENERATION,
@@ -82,7 +82,7 @@ class GroupState:
     _last_offset: int = attrs.field(default=-1, init=False)
     _last_checkpoint_at: int | None = attrs.field(default=None, init=False)
     _assignor: str = attrs.field(default="", init=False)
-    _members: dict[str, MemberEntry] = attrs.field(factory=dict, init=False)
+    _members: dict[str, MemberInfo] = attrs.field(factory=dict, init=False)
     _slots: dict[str, str] = attrs.field(factory=dict, init=False)
     _targets: dict[StreamPartition, str] = attrs.field(factory=dict, init=False)
     _owners: dict[StreamPartition, OwnerEntry] = attrs.field(factory=dict, init=False)
@@ -119,12 +119,11 @@ class GroupState:
 
     def members(self) -> list[MemberInfo]:
         """All members (parked ones included), sorted by member id."""
-        return [self._members[k].view() for k in sorted(self._members)]
+        return [self._members[k] for k in sorted(self._members)]
 
     def member(self, member: str) -> MemberInfo | None:
         """One member, or None if ``member`` is not in the group."""
-        entry = self._members.get(member)
-        return None if entry is None else entry.view()
+        return self._members.get(member)
 
     def member_for_instance(self, instance: str) -> str | None:
         """The member id currently holding static instance ``instance``, or None."""
@@ -243,10 +242,7 @@ class GroupState:
             dirty = self._force(now, changes) or membership
             self._next_deadline = self._earliest_deadline()
         if isinstance(record, Heartbeat):
-            entry = self._members.get(record.member)
-            if entry is not None and not entry.parked:
-                entry.last_seen = now
-            else:
+            if not self._touch(record.member):
                 changes.append(RecordIgnored(record.member, "heartbeat from a non-member"))
         elif isinstance(record, Join):
             m, d = self._on_join(record, offset, changes)
@@ -277,10 +273,13 @@ class GroupState:
             self._reconcile(changes)
         return changes
 
-    def _touch(self, member: str) -> None:
+    def _touch(self, member: str) -> bool:
+        """Mark ``member`` seen now; False if it is not a member, or parked."""
         entry = self._members.get(member)
-        if entry is not None and not entry.parked:
-            entry.last_seen = self._clock
+        if entry is None or entry.parked:
+            return False
+        self._members[member] = attrs.evolve(entry, last_seen=self._clock)
+        return True
 
     def _earliest_deadline(self) -> int:
         deadline = _NEVER
@@ -324,21 +323,18 @@ class GroupState:
 
     def _on_join(self, rec: Join, offset: int, changes: list[Change]) -> tuple[bool, bool]:
         now = self._clock
-        subs = rec.subscription_map
         entry = self._members.get(rec.member)
         if entry is not None:
             if entry.instance != rec.instance:
                 changes.append(RecordIgnored(rec.member, "join with another instance id"))
                 return False, False
-            reassign = entry.subscriptions != subs or entry.assignors != rec.assignors
-            entry.subscriptions = subs
-            entry.assignors = rec.assignors
-            entry.session_timeout_ms = rec.session_timeout_ms
-            entry.release_timeout_ms = rec.release_timeout_ms
-            entry.metadata = rec.metadata
-            entry.last_seen = now
+            reassign = (
+                entry.subscriptions != rec.subscription_map or entry.assignors != rec.assignors
+            )
             unparked = entry.parked
-            entry.parked = False
+            entry = self._members[rec.member] = MemberInfo.from_join(
+                rec, joined_offset=entry.joined_offset, last_seen=now
+            )
             self._next_deadline = min(self._next_deadline, entry.expires_after)
             return reassign, unparked
         joined_offset = offset
@@ -362,17 +358,7 @@ class GroupState:
                 own.force_at = deadline if own.force_at is None else min(own.force_at, deadline)
                 self._next_deadline = min(self._next_deadline, own.force_at)
                 changes.append(ReleaseRequested(replaces, p, own.force_at))
-        entry = MemberEntry(
-            member=rec.member,
-            instance=rec.instance,
-            subscriptions=subs,
-            assignors=rec.assignors,
-            session_timeout_ms=rec.session_timeout_ms,
-            release_timeout_ms=rec.release_timeout_ms,
-            metadata=rec.metadata,
-            joined_offset=joined_offset,
-            last_seen=now,
-        )
+        entry = MemberInfo.from_join(rec, joined_offset=joined_offset, last_seen=now)
         self._members[rec.member] = entry
         self._slots[entry.slot] = rec.member
         self._next_deadline = min(self._next_deadline, entry.expires_after)
@@ -448,7 +434,7 @@ class GroupState:
             return False, released
         if rec.temporary and entry.instance is not None:
             if not entry.parked:
-                entry.parked = True
+                self._members[rec.member] = attrs.evolve(entry, parked=True)
                 changes.append(MemberParked(rec.member))
             return False, released
         self._remove(rec.member, "left", changes)

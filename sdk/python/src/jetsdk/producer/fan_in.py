@@ -21,6 +21,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+import anyio.lowlevel
+
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FRAME_HEADER_SIZE, Api
 from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES
@@ -84,6 +86,8 @@ class SectionAnswer:
         if self._body is None and self._error is None:
             raise Timeout(f"no response to Produce from {self.label} within {timeout}s")
         if self._error is not None:
+            # A caller cancelled in the same moment sees that (as PendingResponse.wait).
+            await anyio.lowlevel.checkpoint_if_cancelled()
             raise self._error
         assert self._body is not None
         return self._body

@@ -6,6 +6,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from jetsdk.errors import JetError
 from jetsdk.message import Ack
@@ -69,11 +70,19 @@ class SendHandle:
             self._callbacks.append(callback)
 
     async def wait(self) -> Ack:
-        """Wait for the outcome; same as ``await handle``."""
+        """Wait for the outcome; same as ``await handle``.
+
+        A caller whose scope was cancelled sees its cancellation, not the failure: when
+        the producer closes because that scope was cancelled (its tasks inside it), it
+        fails what was in flight with :class:`~jetsdk.errors.ClientClosed`, and may do so
+        before the cancellation reaches the caller's wait.
+        """
         if not self.done():
             if self._event is None:
                 self._event = anyio.Event()
             await self._event.wait()
+        if self._error is not None:
+            await anyio.lowlevel.checkpoint_if_cancelled()
         return self.result()
 
     def __await__(self) -> Generator[Any, None, Ack]:

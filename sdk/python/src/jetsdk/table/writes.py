@@ -7,18 +7,21 @@ one: its caller lets the rest of the event loop's turn run (the callers woken by
 answer write again meanwhile), then takes every waiting write of every partition that has
 no request in flight (up to :data:`MAX_BATCH_MESSAGES` / :data:`MAX_BATCH_BYTES` per
 partition, in call order, consecutive sequences) and sends one Produce request per
-partition, all at once. Concurrent ``put`` calls thus share requests and fsyncs: a
-partition's batch holds every write made to it while its previous request was in flight
-and in the turn its answer came (64 callers putting to one partition: one request per
-~60 puts, where sending at once made batches of 1 and 63 by turns). A partition has at
-most one request in flight (its writes keep their order); writes to it wait for the next
-round. Nothing waits to fill a batch (no linger): the wait is one loop turn, and a lone
-writer's write goes at once. (Tried: one ProduceMany per round, and rounds whose
-partitions wait for each other. Both cut CPU per put with 4 partitions, by making batches
-bigger, but went at a lower rate on a loaded machine.) A write whose result is
-retriable is tried again (its partition stays busy), :data:`RETRY_PAUSE_S` apart. Each
-partition of a round is free again, and its writes' callers woken, as soon as its own
-answer came (only the round's caller waits for all of the round).
+partition, all in the same turn, so those to one server go as ONE ProduceMany request
+(:class:`~jetsdk.producer.fan_in.FanIn`, spec/protocol.md §17) on asyncio. Concurrent
+``put`` calls thus share requests and fsyncs: a partition's batch holds every write made
+to it while its previous request was in flight and in the turn its answer came (64
+callers putting to one partition: one request per ~60 puts, where sending at once made
+batches of 1 and 63 by turns), and the partitions of a round share a round trip, a pass
+of the server and its fsyncs (which the server runs at once: one after the other, they
+made the ProduceMany rounds slower than a request per partition, see
+:mod:`jetserver.fsync_runner`). A partition has at most one request in flight (its
+writes keep their order); writes to it wait for the next round. Nothing waits to fill a
+batch (no linger): the wait is one loop turn, and a lone writer's write goes at once. A
+write whose result is retriable is tried again (its partition stays busy), alone,
+:data:`RETRY_PAUSE_S` apart. Each partition of a round is free again, and its writes'
+callers woken, as soon as its own answer came (only the round's caller waits for all of
+the round); a ProduceMany is answered once all its sections are.
 
 A compare-and-set carries ``Jet-Expected-Key-Offset`` (spec/envelope.md, "Per-key
 compare-and-set"); the server checks the messages of a request in order, each against the
@@ -32,6 +35,7 @@ retry at once on it instead of reading the key first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 
 import anyio
@@ -39,16 +43,20 @@ import anyio.lowlevel
 import attrs
 
 from jetsdk.client import Client
+from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, is_retriable
 from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
     ProduceResult,
+    encode_produce_request,
     new_produce_message,
 )
 from jetsdk.codec.ttl import TTL_HEADER
 from jetsdk.errors import JetError, Timeout, WrongExpectedKeyOffset, error_from_code
 from jetsdk.partitioner import partition_for_key
+from jetsdk.producer.fan_in import FanIn, SectionAnswer
+from jetsdk.retry import needs_metadata_refresh
 from jetsdk.transport import running_asyncio_loop
 
 EXPECTED_KEY_OFFSET = "Jet-Expected-Key-Offset"
@@ -141,8 +149,17 @@ class TableWriter:
     """:meth:`write` calls under way."""
     requests: int = 0
     """Produce requests (partition batches) sent (a metric and a test hook)."""
+    _fan_in: FanIn = attrs.field(factory=FanIn)
+    """Groups the requests of a round to one server into one ProduceMany."""
+    _direct: int = 0
+    """Requests sent as Produce requests of their own (not through the fan-in)."""
     retries: int = 0
     """Requests that tried writes again (after a retriable result; a metric, a test hook)."""
+
+    @property
+    def wire_requests(self) -> int:
+        """Requests written to servers (a ProduceMany of several batches counts one)."""
+        return self._fan_in.requests + self._direct
 
     def partition_of(self, key: bytes) -> int:
         """The partition a key lives in (the SDK's default partitioner)."""
@@ -242,8 +259,9 @@ class TableWriter:
             await self._round(batches)
 
     async def _round(self, batches: list[list[_Write]]) -> None:
-        """Send ``batches`` (one per partition) at once, each on its own: a partition is
-        free again, and its writes' callers woken, as soon as its writes are settled."""
+        """Send ``batches`` (one per partition) at once (as one ProduceMany per server
+        where it can): a partition is free again, and its writes' callers woken, as soon
+        as its writes are settled."""
         for batch in batches:
             base = self._seq
             self._seq += len(batch)
@@ -253,13 +271,14 @@ class TableWriter:
             await self._send(batches[0])
             return
         async with anyio.create_task_group() as tg:
-            for batch in batches:
-                tg.start_soon(self._send, batch)
+            for batch in batches:  # all first tries in this turn: one ProduceMany
+                tg.start_soon(self._send, batch, True)
 
-    async def _send(self, batch: list[_Write]) -> None:
+    async def _send(self, batch: list[_Write], grouped: bool = False) -> None:
         """Send one partition's ``batch`` until every write has a final result; writes
         whose result is retriable are tried again with their own sequences (each run of
-        consecutive ones in one request), :data:`RETRY_PAUSE_S` apart."""
+        consecutive ones in one request, alone), :data:`RETRY_PAUSE_S` apart.
+        ``grouped``: the first try goes with the round's other batches."""
         runs = [batch]
         try:
             for attempt in range(MAX_WRITE_ATTEMPTS):
@@ -267,7 +286,7 @@ class TableWriter:
                     await anyio.sleep(RETRY_PAUSE_S)
                     self.retries += len(runs)
                 for run in runs:
-                    await self._try(run)
+                    await self._try(run, grouped=grouped and not attempt)
                 runs = self._settle(runs, final=attempt == MAX_WRITE_ATTEMPTS - 1)
                 if not runs:
                     return
@@ -304,9 +323,10 @@ class TableWriter:
             again += _runs([w for w in left if w.partition == partition])
         return again
 
-    async def _try(self, run: list[_Write]) -> None:
+    async def _try(self, run: list[_Write], grouped: bool = False) -> None:
         """One request with ``run`` (consecutive sequences of one partition); sets each
-        write's result, or its ``retry_error`` if retriable, or its error."""
+        write's result, or its ``retry_error`` if retriable, or its error. ``grouped``:
+        with the round's other requests to its server (:meth:`_produce`)."""
         partition = run[0].partition
         request = ProduceRequest(
             self.stream,
@@ -320,8 +340,15 @@ class TableWriter:
         )
         self.requests += 1
         try:
-            results = await self.client.produce(request)
+            if grouped:
+                results = await self._produce(request)
+            else:
+                self._direct += 1
+                results = await self.client.produce(request)
         except JetError as exc:
+            if needs_metadata_refresh(exc):  # the leader may have moved
+                with contextlib.suppress(JetError):
+                    await self.client.refresh_metadata()
             if not exc.retriable:
                 for w in run:
                     w.error = exc
@@ -341,6 +368,30 @@ class TableWriter:
                 w.retry_error = error_from_code(code, text, details)
             else:
                 w.result = result
+
+    async def _produce(self, request: ProduceRequest) -> list[ProduceResult]:
+        """Send ``request`` to its partition's leader with the round's other requests to
+        that server, as one ProduceMany (:class:`FanIn`, at the end of this loop turn);
+        its results. Through :meth:`Client.produce` (which finds the leader and retries)
+        where the leader's connection is not at hand, its server has no ProduceMany, or
+        the loop is not asyncio."""
+        client = self.client
+        conn = client.leader_connection_now(self.stream, request.partition)
+        loop = running_asyncio_loop()
+        if conn is None or loop is None or not self._fan_in.takes(conn):
+            self._direct += 1
+            return await client.produce(request)
+        body = encode_produce_request(request)
+        wait = request.timeout_ms / 1000 + client.request_timeout
+        cut: asyncio.Future[SectionAnswer] = loop.create_future()
+
+        def section(answer: SectionAnswer) -> bytes:
+            cut.set_result(answer)
+            return body
+
+        self._fan_in.defer(conn, section, wait)
+        answer = await (await cut).wait(wait)
+        return decode_produce_answer(answer, len(request.messages), request.current_values)
 
     def _outcome(self, partition: int, w: _Write) -> int:
         if w.error is not None:
