@@ -31,9 +31,10 @@ def main(servers: str, src: str, out: str, checkpoint: str, mode: str, hang: str
     spark = local_cluster_session("jetspark-local-cluster")
     say("jvm", pid=spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
-    df = read_from_earliest(spark, servers, src, MAX_RECORDS_PER_TRIGGER).select(
-        "key", F.concat("value", F.lit(b"!")).alias("value"), "offset"
-    )
+    # minPartitions 2: a Spark partition per stream partition (small ranges would share one),
+    # so batch 3 has two tasks and one of them hangs.
+    df = read_from_earliest(spark, servers, src, MAX_RECORDS_PER_TRIGGER, minPartitions="2")
+    df = df.select("key", F.concat("value", F.lit(b"!")).alias("value"), "offset")
     sink = jetspark.foreach_batch_sink(servers, out)
 
     def write(batch: Any, batch_id: int) -> None:

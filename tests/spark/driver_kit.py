@@ -56,14 +56,18 @@ def local_cluster_session(app_name: str, **conf: str) -> Any:
     return spark
 
 
-def read_from_earliest(spark: Any, servers: str, stream: str, max_records_per_trigger: int) -> Any:
+def read_from_earliest(
+    spark: Any, servers: str, stream: str, max_records_per_trigger: int, **options: str
+) -> Any:
     """A streaming DataFrame of the jetstream source over ``stream`` from its earliest
-    offsets, at most ``max_records_per_trigger`` records a micro-batch."""
+    offsets, at most ``max_records_per_trigger`` records a micro-batch; ``options``: more
+    source options."""
     return (
         spark.readStream.format("jetstream")
         .option("servers", servers)
         .option("streams", stream)
         .option("startingOffsets", "earliest")
         .option("maxRecordsPerTrigger", str(max_records_per_trigger))
+        .options(**options)
         .load()
     )

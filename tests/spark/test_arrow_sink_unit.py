@@ -63,9 +63,7 @@ def test_request_bytes_equal_the_sdk_encoding(seed: int, count: int, string_keys
     key = pa.array([cast(r["key"]) for r in rows], kind)
     headers = pa.array([r["headers"] for r in rows], _HEADERS)
     msgs = encode_messages(value, key, headers)
-    body = request_body(
-        "s", 3, AckPolicy.ALL, 5000, 77, 10, count, [msgs.data.to_pylist()[i] for i in range(count)]
-    )
+    body = b"".join(request_body("s", 3, AckPolicy.ALL, 5000, 77, 10, count, msgs.data.to_pylist()))
     expected = [
         ProduceMessage(
             _as_bytes(r["value"]) or b"",
@@ -94,7 +92,7 @@ def test_subject_column_bytes_equal_the_sdk_encoding(seed: int, count: int) -> N
     key = pa.array([_as_bytes(r["key"]) for r in rows], pa.binary())
     headers = pa.array([r["headers"] for r in rows], _HEADERS)
     msgs = encode_messages(value, key, headers, pa.array(subjects, pa.string()))
-    body = request_body("s", 0, AckPolicy.ALL, 5000, 77, 0, count, msgs.data.to_pylist())
+    body = b"".join(request_body("s", 0, AckPolicy.ALL, 5000, 77, 0, count, msgs.data.to_pylist()))
     expected = tuple(
         ProduceMessage(
             _as_bytes(r["value"]) or b"",

@@ -1,4 +1,5 @@
-"""Pure planning arithmetic: checkpoint JSON, admission control, range splitting."""
+"""Pure planning arithmetic: checkpoint JSON, admission control, range splitting and
+packing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from jetspark.offsets import (
     from_json,
     limit_bytes,
     limit_offsets,
+    pack_ranges,
     plan_ranges,
     to_json,
 )
@@ -129,3 +131,54 @@ def test_plan_ranges_splits_for_min_partitions() -> None:
         assert pieces[0].start == 0
         assert pieces[-1].end == total
         assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
+
+
+def _eight(offsets: int) -> list[OffsetRange]:
+    return [OffsetRange("s", p, 0, offsets) for p in range(8)]
+
+
+def test_pack_ranges_puts_small_ranges_together_in_order() -> None:
+    ranges = _eight(10)
+    assert pack_ranges(ranges, {}, 1024) == [tuple(ranges)]  # 1.0 byte per offset if unknown
+
+
+def test_pack_ranges_keeps_every_group_under_the_bound_and_about_even() -> None:
+    ranges = _eight(10)
+    sizes = {("s", p): 2.0 for p in range(8)}  # 20 bytes a range, 160 in all
+    groups = pack_ranges(ranges, sizes, 64)
+    assert [len(g) for g in groups] == [3, 3, 2]
+    assert sorted((r for g in groups for r in g), key=ranges.index) == ranges
+    assert all(list(g) == sorted(g, key=ranges.index) for g in groups)
+    assert [ranges.index(g[0]) for g in groups] == sorted(ranges.index(g[0]) for g in groups)
+    assert pack_ranges(ranges, sizes, 59) == pack_ranges(ranges, sizes, 40)  # 4 of 2 ranges
+    assert [len(g) for g in pack_ranges(ranges, sizes, 40)] == [2, 2, 2, 2]
+
+
+def test_pack_ranges_leaves_a_large_range_alone_and_honours_min_groups() -> None:
+    ranges = [OffsetRange("s", 0, 0, 1000), OffsetRange("s", 1, 0, 5), OffsetRange("s", 2, 0, 5)]
+    assert pack_ranges(ranges, {}, 100) == [(ranges[0],), (ranges[1], ranges[2])]
+    assert pack_ranges(_eight(10), {}, 1024, min_groups=3) == pack_ranges(_eight(10), {}, 30)
+    assert pack_ranges(_eight(10), {}, 1) == [(r,) for r in _eight(10)]  # one per range
+    assert pack_ranges([], {}, 1) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 1000), min_size=1, max_size=12),
+    st.lists(st.floats(0.5, 5000.0), min_size=12, max_size=12),
+    st.integers(1, 20_000),
+    st.integers(1, 15),
+)
+def test_pack_ranges_places_each_range_once_within_the_bound(
+    sizes: list[int], per_offset: list[float], max_bytes: int, min_groups: int
+) -> None:
+    ranges = [OffsetRange("s", p, 7, 7 + n) for p, n in enumerate(sizes)]
+    table = {("s", p): per_offset[p] for p in range(len(sizes))}
+    groups = pack_ranges(ranges, table, max_bytes, min_groups=min_groups)
+    assert sorted((r for g in groups for r in g), key=ranges.index) == ranges
+    assert len(groups) >= min(min_groups, len(ranges))
+    for group in groups:
+        assert group
+        weight = sum(r.size * table[(r.stream, r.partition)] for r in group)
+        assert len(group) == 1 or weight <= max_bytes * (1 + 1e-9)
+    assert pack_ranges(ranges, table, max_bytes, min_groups=min_groups) == groups

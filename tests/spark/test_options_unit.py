@@ -261,6 +261,7 @@ def test_table_read_options() -> None:
         ("endingOffsets", "latest"),
         ("subjects", "a.>"),
         ("minPartitions", "4"),
+        ("maxBytesPerPartition", "1048576"),
     ):
         with pytest.raises(OptionError, match="does not apply to a table read") as info:
             source_options({**SERVERS, "table": "prices", option: value}, streaming=False)

@@ -124,8 +124,10 @@ def test_crash_mid_batch_then_restart_is_exactly_once(
     produce(servers, src, sent)
 
     def start(sink: Any) -> Any:
-        df = read_stream(spark, servers, src, maxRecordsPerTrigger="100").select("key", "value")
-        return start_foreach_batch(df, sink, checkpoint)
+        # minPartitions 2: a Spark partition per stream partition (small ranges would share
+        # one), so the crash comes after one of batch 1's two tasks.
+        df = read_stream(spark, servers, src, maxRecordsPerTrigger="100", minPartitions="2")
+        return start_foreach_batch(df.select("key", "value"), sink, checkpoint)
 
     first = jetspark.foreach_batch_sink(servers, out)
     query = start(_CrashingSink(first, fail_batch=1))

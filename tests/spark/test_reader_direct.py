@@ -2,7 +2,8 @@
 
 Spark calls these methods from its source runner; here they are called in-process, which
 tests the planning rules quickly: deterministic reads, admission control with partitions
-that appear mid-query, the AvailableNow target, and a stream deleted under a checkpoint.
+that appear mid-query, the AvailableNow target, a stream deleted under a checkpoint, and
+small ranges packed into few Spark partitions.
 """
 
 from __future__ import annotations
@@ -34,6 +35,43 @@ def _rows(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple
         for batch in reader.read(partition):
             out.extend(zip(*(batch.column(i).to_pylist() for i in range(batch.num_columns))))
     return out
+
+
+def _stored_bytes(dev: JetDev, stream: str) -> int:
+    async def main() -> int:
+        async with Client(list(dev.servers)) as client:
+            info = await client.describe_stream(stream)
+            return sum(p.size_bytes or 0 for p in info.partitions)
+
+    return anyio.run(main)
+
+
+def test_small_ranges_share_a_spark_partition_within_max_bytes(spark_jet: JetDev) -> None:
+    """Eight small partitions' ranges are one Spark partition, read range after range; a
+    bound of a quarter of the bytes gives 4 to 7 Spark partitions, 1 byte (or minPartitions
+    8) one per stream partition; every plan reads the same rows."""
+    name = unique("packed")
+    create(spark_jet.servers, name, partitions=8)
+    produce(spark_jet.servers, name, [(f"k{i}".encode(), b"v" * 100) for i in range(400)])
+    reader = _reader(spark_jet, streams=name)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    (whole,) = reader.partitions(start, end)
+    assert [(r.partition, r.start, r.end) for r in whole.ranges] == [
+        (p, 0, end[name][str(p)]) for p in range(8) if end[name][str(p)]
+    ]
+    rows = _rows(reader, start, end)
+    assert len(rows) == 400
+    assert [row[4:6] for row in rows] == sorted(row[4:6] for row in rows)  # partition, offset
+    quarter = _stored_bytes(spark_jet, name) // 4
+    for options, fewest, most in (
+        ({"maxBytesPerPartition": str(quarter)}, 4, 7),
+        ({"maxBytesPerPartition": "1"}, 8, 8),
+        ({"minPartitions": "8"}, 8, 8),
+    ):
+        other = _reader(spark_jet, streams=name, **options)
+        assert fewest <= len(other.partitions(start, end)) <= most, options
+        assert sorted(_rows(other, start, end)) == sorted(rows)
 
 
 def test_same_range_same_rows_and_admission_control(spark_jet: JetDev) -> None:
@@ -94,8 +132,9 @@ def test_pattern_picks_up_new_streams_and_available_now_caps(spark_jet: JetDev) 
     end = reader.latestOffset(start, ReadMaxRows(20))
     assert set(end) == {first, second}
     assert end[first]["0"] + end[second]["0"] == 20
-    (new,) = [p for p in reader.partitions(start, end) if p.range.stream == second]
-    assert new.range.new_partition
+    planned = [r for p in reader.partitions(start, end) for r in p.ranges]
+    (new,) = [r for r in planned if r.stream == second]
+    assert new.new_partition
 
     reader.prepareForTriggerAvailableNow()
     produce(spark_jet.servers, first, [(None, b"late")])

@@ -73,7 +73,7 @@ from jetsdk.codec.messages import (
     encode_json,
     encode_produce_request,
 )
-from jetsdk.connection import Connection, PendingResponse
+from jetsdk.connection import Connection, PendingResponse, RequestBody
 from jetsdk.describe import describe_at_leaders
 from jetsdk.errors import (
     ClientClosed,
@@ -401,13 +401,13 @@ class Client:
         stream: str,
         partition: int,
         api: int,
-        body: bytes,
+        body: RequestBody,
         *,
         timeout: float | None = None,
         retry_if: Callable[[JetError], bool] = is_retriable,
     ) -> bytes:
-        """Send a request to the partition leader, retrying per ``retry_if`` (after a
-        metadata refresh when the leader may have moved).
+        """Send a request (``body`` whole or in parts) to the partition leader, retrying per
+        ``retry_if`` (after a metadata refresh when the leader may have moved).
 
         Raises:
             JetError: the last error once retries are exhausted or it is not retriable.

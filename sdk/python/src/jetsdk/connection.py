@@ -348,7 +348,7 @@ class Connection:
     async def request(
         self,
         api: int,
-        body: bytes,
+        body: RequestBody,
         *,
         timeout: float | None,
     ) -> bytes:

@@ -226,9 +226,10 @@ def request_body(
     base_seq: int,
     count: int,
     messages: Iterable[bytes | memoryview],
-) -> bytes:
-    """A Produce request body: the SDK's encoding of the head, then ``count`` encoded
-    messages."""
+) -> tuple[bytes, ...]:
+    """A Produce request body in parts: the SDK's encoding of the head with the message
+    count, then the ``count`` encoded messages as given (the connection writes a large body
+    gathered, so the messages are not copied into it)."""
     head = encode_produce_request(
         ProduceRequest(
             stream=stream,
@@ -240,4 +241,5 @@ def request_body(
             base_seq=base_seq,
         )
     )
-    return b"".join([head[:-4], _U32.pack(count), *messages])
+    # memoryviews stand in for bytes here: the connection only takes lengths and buffers.
+    return (head[:-4] + _U32.pack(count), *messages)  # type: ignore[arg-type]

@@ -6,13 +6,16 @@ offset log, so partition numbers are strings there; :func:`to_json` and :func:`f
 convert, always in one canonical order (streams by name, partitions by number) so two equal
 offsets serialize identically.
 
-Also here: admission control (:func:`limit_offsets`, :func:`limit_bytes`) and splitting a
-micro-batch into Spark partitions (:func:`plan_ranges`). Pure code: no I/O.
+Also here: admission control (:func:`limit_offsets`, :func:`limit_bytes`), splitting a
+micro-batch into ranges (:func:`plan_ranges`) and packing ranges into Spark partitions
+(:func:`pack_ranges`). Pure code: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+import math
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -22,6 +25,7 @@ __all__ = [
     "from_json",
     "limit_bytes",
     "limit_offsets",
+    "pack_ranges",
     "plan_ranges",
     "to_json",
 ]
@@ -192,3 +196,40 @@ def plan_ranges(
             out.append(OffsetRange(r.stream, r.partition, pos, nxt, r.new_partition))
             pos = nxt
     return out
+
+
+def pack_ranges(
+    ranges: Sequence[OffsetRange],
+    bytes_per_offset: Mapping[tuple[str, int], float],
+    max_bytes: int,
+    *,
+    min_groups: int = 1,
+) -> list[tuple[OffsetRange, ...]]:
+    """``ranges`` packed into groups, one Spark partition each: as few groups as keep each
+    group's estimated bytes (offsets times ``bytes_per_offset`` of the partition, 1.0 where
+    missing) at most ``max_bytes``, and at least ``min_groups``; a range larger than
+    ``max_bytes`` is a group alone. Ranges go largest first to the group with the fewest
+    bytes (so the groups come out about even), keep their order inside a group, and the
+    groups are ordered by their first range. Deterministic: the same input gives the same
+    groups.
+    """
+    n = len(ranges)
+    weight = [r.size * max(bytes_per_offset.get((r.stream, r.partition), 1.0), 0.0) for r in ranges]
+    order = sorted(range(n), key=lambda i: (-weight[i], i))
+    limit = max_bytes * (1 + _BYTES_SLACK)
+    large = [w for w in weight if w > limit]
+    small = sum(weight) - sum(large)
+    groups = max(1, min_groups, len(large) + math.ceil(small / max_bytes))
+    while groups < n:  # at most n rounds: each adds a group
+        members: list[list[int]] = [[] for _ in range(groups)]
+        loads = [(0.0, g) for g in range(groups)]
+        for i in order:
+            load, g = heapq.heappop(loads)
+            members[g].append(i)
+            heapq.heappush(loads, (load + weight[i], g))
+        total = {g: load for load, g in loads}
+        if all(len(members[g]) == 1 or total[g] <= limit for g in range(groups)):
+            packed = sorted(sorted(m) for m in members if m)
+            return [tuple(ranges[i] for i in m) for m in packed]
+        groups += 1
+    return [(r,) for r in ranges]

@@ -44,6 +44,7 @@ from jetspark.subjects import pattern_problem, patterns_regex
 __all__ = [
     "DEFAULT_ACK_TIMEOUT_S",
     "DEFAULT_FETCH_MAX_BYTES",
+    "DEFAULT_MAX_BYTES_PER_PARTITION",
     "DEFAULT_REQUEST_TIMEOUT_S",
     "EARLIEST",
     "LATEST",
@@ -63,8 +64,9 @@ __all__ = [
     "source_options",
 ]
 
-DEFAULT_FETCH_MAX_BYTES = 1024 * 1024
-"""Record bytes asked for per Fetch."""
+DEFAULT_FETCH_MAX_BYTES = 4 * 1024 * 1024
+"""Record bytes asked for per Fetch (a server gives at most its max_fetch_bytes, 8 MiB by
+default): at 16 KiB values 4 MiB took a third less CPU per MiB than 1 MiB."""
 MAX_FETCH_MAX_BYTES = 64 * 1024 * 1024
 """Largest accepted fetchMaxBytes."""
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
@@ -73,6 +75,12 @@ DEFAULT_ACK_TIMEOUT_S = 30.0
 """Seconds the server may take to acknowledge a write."""
 MAX_MIN_PARTITIONS = 100_000
 """Largest accepted minPartitions."""
+DEFAULT_MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
+"""Estimated stored bytes a Spark partition of the source packs stream-partition ranges up
+to (maxBytesPerPartition): a task costs a Python worker call and a connection's round trips
+whatever it reads, so small ranges share one. 128 MiB as Spark's
+``spark.sql.files.maxPartitionBytes``; on local[2], 10,000 x 16 KiB over 8 partitions took
+0.63-0.69 s a batch in 2 Spark partitions against 0.74-1.01 s in 3 (64 MiB)."""
 
 DEFAULT_MAX_TRIGGER_DELAY_S = 900.0
 """maxTriggerDelay's default, 15 minutes (as Spark's Kafka source)."""
@@ -95,6 +103,7 @@ SOURCE_OPTIONS = (
     "failOnDataLoss",
     "includeHeaders",
     "minPartitions",
+    "maxBytesPerPartition",
     "fetchMaxBytes",
     "group",
     "requestTimeout",
@@ -168,6 +177,8 @@ class SourceOptions:
     """Add the ``headers`` column."""
     min_partitions: int | None = None
     """Split offset ranges so a batch has at least this many Spark partitions."""
+    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
+    """Pack ranges into Spark partitions of about this many estimated bytes at most."""
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     """Record bytes per Fetch request."""
     group: str | None = None
@@ -293,6 +304,7 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     fetch_max_bytes = _positive_int(opts, "fetchMaxBytes") or DEFAULT_FETCH_MAX_BYTES
     if fetch_max_bytes > MAX_FETCH_MAX_BYTES:
         raise OptionError("fetchMaxBytes", f"at most {MAX_FETCH_MAX_BYTES}")
+    per_partition = _positive_int(opts, "maxBytesPerPartition")
     starting_ts = None
     if "startingtimestamp" in opts:
         starting_ts = _int(opts, "startingTimestamp")
@@ -353,6 +365,7 @@ def source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
         include_headers=parse_bool(opts, "includeHeaders", False),
         min_partitions=min_partitions,
+        max_bytes_per_partition=per_partition or DEFAULT_MAX_BYTES_PER_PARTITION,
         fetch_max_bytes=fetch_max_bytes,
         group=group,
         request_timeout=_seconds(opts, "requestTimeout", DEFAULT_REQUEST_TIMEOUT_S),

@@ -16,6 +16,7 @@ Options and semantics: spec/spark.md.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -52,6 +53,7 @@ from jetspark.offsets import (
     from_json,
     limit_bytes,
     limit_offsets,
+    pack_ranges,
     plan_ranges,
     to_json,
 )
@@ -77,12 +79,13 @@ _NO_ROW_LIMIT = 2**62
 
 
 class JetInputPartition(InputPartition):
-    """One Spark partition: an :class:`~jetspark.offsets.OffsetRange` (``.value``)."""
+    """One Spark partition: :class:`~jetspark.offsets.OffsetRange` s of stream partitions,
+    read one after the other (``.value``)."""
 
-    def __init__(self, rng: OffsetRange) -> None:
-        super().__init__(rng)
-        self.range = rng
-        """The offsets to read."""
+    def __init__(self, ranges: tuple[OffsetRange, ...]) -> None:
+        super().__init__(ranges)
+        self.ranges = ranges
+        """The offsets to read, in this order."""
 
 
 class JetStreamDataSource(DataSource):
@@ -148,13 +151,31 @@ def _cap(latest: Offsets, target: Offsets, begin: Offsets) -> Offsets:
     return out
 
 
+def _plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[JetInputPartition]:
+    """The Spark partitions of a read from ``start`` to ``end``: the ranges of
+    :func:`~jetspark.offsets.plan_ranges` packed by estimated bytes (option
+    maxBytesPerPartition, at least minPartitions of them; spec/spark.md)."""
+    ranges = plan_ranges(start, end, min_partitions=opts.min_partitions)
+    if len(ranges) <= max(1, opts.min_partitions or 1):
+        return [JetInputPartition((r,)) for r in ranges]
+    bridge = shared_bridge(
+        opts.servers, request_timeout=opts.request_timeout, security=opts.security
+    )
+    sizes = bridge.call(bytes_per_offset, bridge.client, sorted({r.stream for r in ranges}))
+    groups = pack_ranges(
+        ranges, sizes, opts.max_bytes_per_partition, min_groups=opts.min_partitions or 1
+    )
+    return [JetInputPartition(group) for group in groups]
+
+
 def _read_partition(
     opts: SourceOptions, schema: StructType, partition: InputPartition
 ) -> Iterator[pa.RecordBatch]:
-    rng = getattr(partition, "range", None)
-    if not isinstance(rng, OffsetRange):
+    ranges = getattr(partition, "ranges", None)
+    if not isinstance(ranges, tuple):
         return iter(())  # Spark's placeholder partition when there is nothing to read
-    return read_range(opts, rng, arrow_schema(schema))
+    arrow = arrow_schema(schema)
+    return itertools.chain.from_iterable(read_range(opts, rng, arrow) for rng in ranges)
 
 
 class JetBatchReader(DataSourceReader):
@@ -167,7 +188,8 @@ class JetBatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        """One partition per stream partition with records to read (split by minPartitions).
+        """The ranges of the stream partitions with records to read (split by
+        minPartitions), packed into Spark partitions by maxBytesPerPartition.
 
         Raises:
             OptionError: a listed stream does not exist, or bad start/end offsets.
@@ -193,8 +215,7 @@ class JetBatchReader(DataSourceReader):
                         f"offset {begin} was asked for but the log starts at "
                         f"{snap[stream][part].log_start}",
                     )
-        ranges = plan_ranges(start, end, min_partitions=opts.min_partitions)
-        return [JetInputPartition(r) for r in ranges]
+        return _plan(opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The records of one range (executor side)."""
@@ -388,13 +409,10 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None if self._latest is None else to_json(self._latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One Spark partition per stream partition with new offsets (split by
-        minPartitions)."""
+        """The ranges of the stream partitions with new offsets (split by minPartitions),
+        packed into Spark partitions by maxBytesPerPartition."""
         self._planned = from_json(end)
-        ranges = plan_ranges(
-            from_json(start), self._planned, min_partitions=self.opts.min_partitions
-        )
-        return [JetInputPartition(r) for r in ranges]
+        return _plan(self.opts, from_json(start), self._planned)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark finished the batch ending at ``end``: mirror it as the commits of consumer
@@ -428,5 +446,6 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor side ----------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The records of one range, exactly ``[start, end)`` (executor side)."""
+        """The records of a partition's ranges, exactly ``[start, end)`` of each, one range
+        after the other (executor side)."""
         return _read_partition(self.opts, self.schema, partition)
