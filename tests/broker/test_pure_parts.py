@@ -8,6 +8,7 @@ import errno
 import struct
 from pathlib import Path
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,9 +19,9 @@ from jetsdk.codec.record import encode_body
 from jetserver.broker.header_controls import read_controls
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.record_fields import MAX_CACHED_SUBJECTS, RecordFields
-from jetserver.broker.stream_files import OpenJob, open_partition_logs
+from jetserver.broker.stream_files import OpenJob, open_partition_logs, sync_directories
 from jetserver.errors import ApiError
-from jetserver.storage import LogConfig, StorageError
+from jetserver.storage import LogConfig, StorageError, durability_trace
 
 # -- header controls (spec/envelope.md, "Header controls") --------------------------------
 
@@ -174,3 +175,46 @@ def test_opening_many_logs_keeps_going_past_one_that_fails(tmp_path: Path) -> No
     assert not isinstance(again, Exception)
     assert again[0].recovery.clean_shutdown
     again[0].close()
+
+
+def test_new_logs_opened_together_fsync_their_directories_after_the_last_open(
+    tmp_path: Path,
+) -> None:
+    """The directory fsyncs of a batch's new partitions run together once every log of the
+    batch is open (at once, so the disk commits them together), and every directory is
+    fsynced once. One after the other, each was a disk commit of its own: 5-7 ms a new
+    partition. Before, each open fsynced its directory before the next open began."""
+    jobs = [OpenJob(tmp_path / "s" / str(p), LogConfig(), "s", p, False) for p in range(12)]
+    trace = tmp_path / "trace"
+    durability_trace.enable(trace)
+    try:
+        results = open_partition_logs(jobs)
+    finally:
+        durability_trace.disable()
+    events = [orjson.loads(line) for line in trace.read_bytes().splitlines()]
+    kinds = [e["ev"] for e in events if e["ev"] in ("create", "dir")]
+    assert kinds == ["create"] * 12 + ["dir"] * 12
+    synced = sorted(Path(e["path"]) for e in events if e["ev"] == "dir")
+    assert synced == sorted(job.directory.resolve() for job in jobs)
+    for result in results:
+        assert not isinstance(result, Exception), result
+        result[0].close()
+
+
+def test_a_directory_that_does_not_sync_is_reported_and_the_others_sync(tmp_path: Path) -> None:
+    directories = [tmp_path / str(i) for i in range(10)]
+    for directory in directories:
+        directory.mkdir()
+    missing = tmp_path / "gone"
+    trace = tmp_path / "trace"
+    durability_trace.enable(trace)
+    try:
+        failed = sync_directories([*directories[:5], missing, *directories[5:]], lanes=4)
+    finally:
+        durability_trace.disable()
+    assert list(failed) == [missing]
+    assert isinstance(failed[missing], FileNotFoundError)
+    events = [orjson.loads(line) for line in trace.read_bytes().splitlines()]
+    synced = sorted(Path(e["path"]) for e in events if e["ev"] == "dir")
+    assert synced == sorted(d.resolve() for d in directories)
+    assert sync_directories([]) == {}

@@ -60,3 +60,23 @@ def test_a_crash_before_anything_was_written_opens_fresh_again(tmp_path: Path) -
             assert not again.recovery.clean_shutdown
     finally:
         first.close()
+
+
+def test_a_caller_may_take_the_directory_fsync_to_run_later(tmp_path: Path) -> None:
+    """``sync_dir`` receives the directory instead of it being fsynced during the open (a
+    server opening many partitions fsyncs their directories at once after)."""
+    directory = tmp_path / "new"
+    trace = tmp_path / "trace"
+    recorded: list[Path] = []
+    durability_trace.enable(trace)
+    try:
+        log = Log.open(directory, SMALL, lock=False, sync_dir=recorded.append)
+    finally:
+        durability_trace.disable()
+    assert recorded == [directory]
+    assert _synced(trace) == []  # left to the caller
+    log.close()
+    again_recorded: list[Path] = []
+    with Log.open(directory, SMALL, lock=False, sync_dir=again_recorded.append) as again:
+        assert again.recovery.clean_shutdown
+    assert again_recorded == []  # nothing changed in the directory: nothing to sync

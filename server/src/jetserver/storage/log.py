@@ -14,7 +14,13 @@ from jetserver.storage.compaction import CompactionReport
 from jetserver.storage.config import LogConfig
 from jetserver.storage.epoch_cache import LeaderEpochCache
 from jetserver.storage.errors import InvalidArgumentError, StorageError
-from jetserver.storage.files import SEALED_FILES, FileLease, OpenFileCache, fdatasync
+from jetserver.storage.files import (
+    SEALED_FILES,
+    FileLease,
+    OpenFileCache,
+    fdatasync,
+    fsync_directory,
+)
 from jetserver.storage.framing import Body
 from jetserver.storage.log_state import LogState
 from jetserver.storage.maintenance import Maintenance
@@ -67,6 +73,7 @@ class Log:
         lock: bool = True,
         file_cache: OpenFileCache = SEALED_FILES,
         keep_clean_marker: bool = False,
+        sync_dir: Callable[[Path], None] = fsync_directory,
     ) -> Log:
         """Open (creating if needed) and recover the log in ``directory``.
 
@@ -81,6 +88,9 @@ class Log:
         the clean-shutdown marker in place until the first truncation (appends alone never
         make it name the active segment's size again; a server opening thousands of
         partitions saves an unlink and a directory fsync each, spec/storage.md §9).
+        ``sync_dir``: makes the directory's changes at recovery durable (default: fsync it
+        now); a caller opening many logs may record the directory instead and fsync them
+        all at once, before it uses any of the logs (spec/storage.md §9, step 8).
 
         Raises:
             StorageError: the directory cannot be created, listed or locked (another Log has
@@ -101,7 +111,7 @@ class Log:
                 raise StorageError(f"{path} is in use by another open Log") from exc
         state = LogState(path, config, clock, file_cache)
         try:
-            state.load(keep_clean_marker=keep_clean_marker)
+            state.load(keep_clean_marker=keep_clean_marker, sync_dir=sync_dir)
         except BaseException:
             if lock_fd >= 0:
                 os.close(lock_fd)
@@ -146,11 +156,17 @@ class Log:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
 
-    def _crash(self) -> None:
-        """Tests only: drop the files as a killed process would (no index, no checkpoint)."""
+    def abandon(self) -> None:
+        """Release the files without writing anything, as a killed process would (no index,
+        no checkpoint, no clean-shutdown marker): the next open recovers as after a crash.
+        For a log that must not be used (its directory did not sync at open)."""
         with self._state.write_lock:
             if not self._state.closed:
                 self._release_all()
+
+    def _crash(self) -> None:
+        """Tests only: drop the files as a killed process would (:meth:`abandon`)."""
+        self.abandon()
 
     def __enter__(self) -> Log:
         return self

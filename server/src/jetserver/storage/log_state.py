@@ -77,15 +77,24 @@ class LogState:
         self.epochs: LeaderEpochCache
         """The leader-epoch cache (a new one after each :meth:`load`)."""
 
-    def load(self, synced: int | None = None, *, keep_clean_marker: bool = False) -> None:
+    def load(
+        self,
+        synced: int | None = None,
+        *,
+        keep_clean_marker: bool = False,
+        sync_dir: Callable[[Path], None] = fsync_directory,
+    ) -> None:
         """Recover the directory and take what it holds (``synced``: a reload after a failed
-        fsync, nothing above it counts as flushed and the log stays poisoned).
+        fsync, nothing above it counts as flushed and the log stays poisoned; ``sync_dir``:
+        see :func:`~jetserver.storage.recovery.recover`).
 
         Raises:
             StorageError: recovery could not read or repair the directory.
         """
         try:
-            found = recover(self.dir, self.config, keep_clean_marker=keep_clean_marker)
+            found = recover(
+                self.dir, self.config, keep_clean_marker=keep_clean_marker, sync_dir=sync_dir
+            )
         except OSError as exc:
             raise StorageError(f"recovery of {self.dir} failed: {exc}") from exc
         segments = tuple(found.segments)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -159,12 +160,20 @@ class Recovered:
     report: RecoveryReport
 
 
-def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = False) -> Recovered:
+def recover(
+    directory: Path,
+    config: LogConfig,
+    *,
+    keep_clean_marker: bool = False,
+    sync_dir: Callable[[Path], None] = fsync_directory,
+) -> Recovered:
     """Load and repair the partition in ``directory`` (which must exist).
 
     ``keep_clean_marker``: the clean-shutdown marker is read but not deleted
     (:attr:`RecoveryReport.clean_marker_kept`); the Log deletes it before its first
-    truncation (spec/storage.md §9, step 2).
+    truncation (spec/storage.md §9, step 2). ``sync_dir`` makes the directory's changes
+    durable (step 7); a caller opening many logs passes one that only records the
+    directory and fsyncs them all at once before it uses any of them (§9, step 8).
 
     Raises:
         StorageError: the directory cannot be listed or a segment file cannot be opened.
@@ -248,7 +257,7 @@ def recover(directory: Path, config: LogConfig, *, keep_clean_marker: bool = Fal
     epochs, need_write = _read_epochs(directory, segments, found, LEADER_EPOCH_FILE in names)
 
     if found.dir_changed:
-        fsync_directory(directory)
+        sync_dir(directory)
     matched = clean is not None and clean == (segments[-1].base_offset, segments[-1].state.size)
     if found.marker_kept and not matched:  # it describes nothing here: delete it as usual
         try:
