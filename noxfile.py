@@ -45,6 +45,8 @@ PROMTOOL_PACKAGES = ["prometheus"]
 BROWSER_INSTALL_BOUND_S = 600
 """Bound on one apt-get install (the browser, promtool), seconds."""
 SRC_DIRS = ["sdk/python/src", "server/src", "sdk/spark/src"]
+COMPILED = [*SRC_DIRS, "tests"]
+"""Byte-compiled before the tests run (see :func:`tests`)."""
 TEST_WORKERS = 4
 """pytest-xdist workers of ``nox -s tests``: twice CI's 2 cores, as most tests wait on
 processes, sockets and timers more than they compute."""
@@ -62,6 +64,11 @@ def tests(session: nox.Session) -> None:
     # The generated sync API and the spec vectors must be current with their sources.
     session.run("python", "tools/gen_sync.py", "--check")
     session.run("python", "tools/gen_vectors.py", "--check")
+    # The work tree's modules compiled once, here: the packages are installed editable, and
+    # with PYTHONDONTWRITEBYTECODE set (as on these machines) every server, worker and
+    # Spark Python process the tests start compiled them again (importing the server took
+    # 0.67 s without them, 0.36 s with them, on the 2-core dev VM).
+    session.run("python", "-m", "compileall", "-q", "-j", "0", *COMPILED, silent=True)
     # In parallel; the slowest tests are listed at the end so that CI time stays visible.
     # Arguments after `--` replace both (`nox -s tests -- tests/storage` runs serially).
     session.run("pytest", *(session.posargs or [*PARALLEL, "--durations=25"]))
