@@ -33,10 +33,7 @@ JetStream (after one untimed warm-up per side) and is printed with met / NOT met
 Beside every row the machine's own ceiling for the same bytes: a sequential buffered write
 (one ``write`` per value) to a file in the jet server's data directory, and a memory copy
 (one slice assignment per value into a preallocated buffer); jet's MiB/s as a fraction of
-each. The ack ALL rows also sample, in each round, the disk's durable write
-(:func:`ceiling_durable`: the same bytes in large writes, an ``fdatasync`` per window) and
-print both sides' share of it: where JetStream is at more than 1 / 1.5 of it, 1.5x is out of any
-code's reach on that disk. And jet's CPU per MiB (client process + server process, from
+each. And jet's CPU per MiB (client process + server process, from
 /proc), the steadier figure for before/after comparisons on a loaded machine.
 
 Run: ``python -m bench sizes [--quick]`` (``--quick``: less data per round and one round,
@@ -140,42 +137,6 @@ def ceiling_write(directory: Path, value: bytes, n: int) -> float:
     return n * len(value) / MIB / elapsed
 
 
-DURABLE_CHUNK_BYTES = 1024 * 1024
-"""The durable ceiling writes the round's bytes in writes of at least this size."""
-
-
-def ceiling_durable(directory: Path, value: bytes, n: int) -> float:
-    """MiB/s of a sequential write of the bytes of ``n`` copies of ``value``, in writes of at
-    least DURABLE_CHUNK_BYTES, with an ``fdatasync`` after every WINDOW_BYTES (the most
-    either side holds unacknowledged) and at the end: an upper bound for anything that
-    acknowledges only fsynced bytes with that window on this disk (no per-message work, the
-    largest group commit the window allows)."""
-    path = directory / "ceiling-durable.bin"
-    per_chunk = max(1, DURABLE_CHUNK_BYTES // len(value))
-    chunk = value * per_chunk
-    total = n * len(value)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        start = time.perf_counter()
-        written = since_sync = 0
-        while written < total:
-            view = memoryview(chunk)[: min(len(chunk), total - written)]
-            while view:
-                done = os.write(fd, view)
-                view = view[done:]
-                written += done
-                since_sync += done
-            if since_sync >= WINDOW_BYTES:
-                os.fdatasync(fd)
-                since_sync = 0
-        os.fdatasync(fd)
-        elapsed = time.perf_counter() - start
-    finally:
-        os.close(fd)
-        path.unlink()
-    return total / MIB / elapsed
-
-
 def ceiling_memcpy(value: bytes, n: int) -> float:
     """MiB/s of copying ``n`` values one by one into a preallocated buffer (bounded size)."""
     size = len(value)
@@ -265,8 +226,6 @@ class Row:
         self.jet: list[float] = []
         self.js: list[float] = []
         self.cpu_ms_per_mib: list[float] = []
-        self.durable: list[float] = []
-        """Per round, :func:`ceiling_durable`'s MiB/s (rows that measure it)."""
 
     def ratio(self) -> float:
         return statistics.median(a / b for a, b in zip(self.jet, self.js, strict=True))
@@ -290,11 +249,8 @@ async def alternate(
     js: Callable[[int], Awaitable[float]],
     server_pid: int | tuple[int, ...] | None,
     warm: int,
-    durable_dir: Path | None = None,
 ) -> None:
-    """A warm-up of ``warm`` messages per side (if any), then ``rounds`` alternating rounds;
-    with ``durable_dir``, each round also measures :func:`ceiling_durable` there with the
-    same values (the disk is shared and its speed drifts: sampled beside both sides)."""
+    """A warm-up of ``warm`` messages per side (if any), then ``rounds`` alternating rounds."""
     if warm:
         await jet(warm)
         await js(warm)
@@ -304,14 +260,10 @@ async def alternate(
         used = _servers_cpu_s(server_pid) - server + time.process_time() - client
         row.cpu_ms_per_mib.append(used * 1000 / (n * row.size / MIB))
         row.js.append(await js(n))
-        durable = ""
-        if durable_dir is not None:
-            row.durable.append(ceiling_durable(durable_dir, os.urandom(row.size), n))
-            durable = f", durable write {row.durable[-1]:,.0f} MiB/s"
         print(
             f"    {row.label} round {i + 1}: jet {row.jet[-1]:,.0f} msg/s, jetstream "
             f"{row.js[-1]:,.0f} msg/s, ratio {row.jet[-1] / row.js[-1]:.2f}x, jet CPU "
-            f"{row.cpu_ms_per_mib[-1]:.1f} ms/MiB{durable} (load {_load()})",
+            f"{row.cpu_ms_per_mib[-1]:.1f} ms/MiB (load {_load()})",
             flush=True,
         )
 
@@ -372,11 +324,9 @@ async def one_size(
             ctx: Any,
             subject: str,
             count: int,
-            durable_dir: Path | None = None,
         ) -> Row:
             """Publishes of ``count`` values to jet ``stream`` with ``ack`` alternating with
-            as many to JetStream ``subject`` through ``ctx`` (``durable_dir``: as
-            :func:`alternate`)."""
+            as many to JetStream ``subject`` through ``ctx``."""
             row = Row(label, size, TARGET_PUBLISH)
             await alternate(
                 row,
@@ -386,7 +336,6 @@ async def one_size(
                 lambda k: js_publish(ctx, subject, k, value),
                 server_pid,
                 min(warm, count // 4),
-                durable_dir,
             )
             return row
 
@@ -407,7 +356,6 @@ async def one_size(
             sjs,
             f"js.{tag}.all",
             n_all,
-            data_dir,
         )
         await jet_publish(client, f"{tag}cons", value, n, AckPolicy.LEADER)
         await js_publish(js, f"js.{tag}.cons", n, value)
@@ -454,30 +402,6 @@ def _table(rows: list[tuple[Row, float, float]]) -> None:
             f"{write:>11,.0f} {jet_mib / write:>9.1%} {memcpy:>12,.0f} "
             f"{jet_mib / memcpy:>10.2%} {statistics.median(row.cpu_ms_per_mib):>14.1f}"
         )
-    durable = [row for row, _write, _memcpy in rows if row.durable]
-    if durable:
-        print(
-            "\n  ack ALL against this disk's durable write in the same rounds (the same bytes "
-            f"in writes of {DURABLE_CHUNK_BYTES // MIB} MiB, an fdatasync per "
-            f"{WINDOW_BYTES // MIB} MiB window): when both sides are near it, the ratio is the "
-            "disk's, not the code's"
-        )
-        print(
-            f"  {'size':>7} {'durable MiB/s':>13} {'jet/durable':>11} {'js/durable':>10} "
-            f"{'ratio if jet were at the ceiling':>32}"
-        )
-        for row in durable:
-            ceiling = statistics.median(row.durable)
-            jet_share = statistics.median(
-                a * row.size / MIB / d for a, d in zip(row.jet, row.durable, strict=True)
-            )
-            js_share = statistics.median(
-                b * row.size / MIB / d for b, d in zip(row.js, row.durable, strict=True)
-            )
-            print(
-                f"  {_size_label(row.size):>7} {ceiling:>13,.0f} {jet_share:>11.1%} "
-                f"{js_share:>10.1%} {1 / js_share:>31.2f}x"
-            )
 
 
 async def _main(
