@@ -50,7 +50,7 @@ from collections.abc import Callable
 
 import attrs
 
-from jetserver.fsync_threads import THREADS
+from jetserver.fsync_threads import FSYNC_LANES, THREADS
 from jetserver.logs import fields
 from jetserver.storage import Log
 
@@ -64,12 +64,6 @@ WINDOW_S = 0.1
 """Time constant of the decaying sum of loop time spent in fsyncs."""
 LOOP_SHARE = 0.2
 """Above this share of loop time spent in fsyncs, they go to worker threads."""
-FSYNC_LANES = 8
-"""Most worker threads one loop turn's fsyncs are split among (each fsyncs its share of the
-logs in turn): a disk commits fsyncs that run at once together, one after the other each
-on its own (ext4 on the dev VM's virtio disk, 2026-11-28: append to 4 files, then their
-fdatasyncs one after the other in one thread took 7.4-9.6 ms p50, at once in 4 threads
-0.53-0.62 ms, one file's alone 0.23-0.34 ms)."""
 INLINE_MAX_BYTES = 256 * 1024
 """Most bytes a follower appends on the loop before an fsync there."""
 FREE_TURN_S = 500e-6

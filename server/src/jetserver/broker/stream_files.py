@@ -23,7 +23,7 @@ import attrs
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import Record, iter_records
 from jetserver.config import ServerConfig
-from jetserver.fsync_threads import THREADS
+from jetserver.fsync_threads import FSYNC_LANES, THREADS
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.replication.producers import REBUILD_RECORDS, ProducerTable
@@ -143,15 +143,6 @@ class OpenJobs:
         return OpenJob(known[1] / str(p), known[2], meta.name, p, meta.spec.replication_factor == 1)
 
 
-OPEN_SYNC_LANES = 8
-"""Most threads fsyncing the directories of one batch of opened partitions at once
-(:func:`open_partition_logs`). A new partition's open costs one directory fsync (spec/
-storage.md §9, step 8); one after the other, each was a disk commit of its own: 5-7 ms
-per partition on the dev VM's ext4 (2026-11-28), most of a server's time to open a new
-100-partition stream's replicas. At once, the disk commits them together (32 directory
-fsyncs: 49-73 ms one after the other, 5-13 ms in 8 threads)."""
-
-
 def open_partition_logs(jobs: Sequence[OpenJob]) -> list[tuple[Log, ProducerTable] | Exception]:
     """:func:`open_partition_log` for each job, one after the other (in one worker-thread
     call); each result is the opened log and producer table, or the exception that stopped
@@ -181,9 +172,7 @@ def open_partition_logs(jobs: Sequence[OpenJob]) -> list[tuple[Log, ProducerTabl
     return results
 
 
-def sync_directories(
-    directories: Sequence[Path], lanes: int = OPEN_SYNC_LANES
-) -> dict[Path, OSError]:
+def sync_directories(directories: Sequence[Path], lanes: int = FSYNC_LANES) -> dict[Path, OSError]:
     """Fsync each directory, shared among up to ``lanes`` threads that run at once (this
     one and :data:`~jetserver.fsync_threads.THREADS`), and return once all returned: the
     directories whose fsync failed, with the error. Blocks: call from a worker thread."""
