@@ -119,7 +119,10 @@ async def test_a_round_over_partitions_goes_as_one_produce_many(jet_dev: JetDev)
             wire = writer.wire_requests - wire_before
             assert batches < puts / 4, batches  # coalesced per partition
             if sniffio.current_async_library() == "asyncio":
-                assert wire <= batches / 2, (wire, batches)  # 2.5-4 batches per request
+                # Before: one request per batch. Now 2-4 batches per request on a quiet
+                # machine; under CI's parallel load some rounds split over loop turns
+                # (32 requests for 58 batches seen).
+                assert wire <= batches * 3 / 4, (wire, batches)
             else:
                 assert wire == batches
             await table.sync()
