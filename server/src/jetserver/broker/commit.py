@@ -372,7 +372,10 @@ class Committer:
         the way to its answer (``docs/latency.md``, "Hops"). Group commit still holds:
         the storage engine's flush covers everything appended before it and lets a
         concurrent flush wait or run after it. A failure (or anything unexpected) is left
-        to the flusher, which recovers from it as always."""
+        to the flusher, which recovers from it as always. So is the commit of a request
+        cancelled meanwhile (its connection failed): the fsync's outcome, a failure
+        included, is the flusher's to act on, or the records would wait for the next
+        append (tests/server/test_commit_cancelled.py)."""
         log_ = self.log
         try:
             if hops.ENABLED:
@@ -383,7 +386,14 @@ class Committer:
         except Exception:
             self.request_flush()
             return
-        await self.commit(flushed)
+        except BaseException:
+            self.request_flush()
+            raise
+        try:
+            await self.commit(flushed)
+        except BaseException:
+            self.request_flush()
+            raise
 
     async def final_flush(self) -> None:
         """At the end of ``run``: flush what is left, commit it, fail the pending ALL acks."""

@@ -235,6 +235,11 @@ class Sequencer:
                 await self._append_batch(batch)
         except Exception:
             log.exception("ingest batch failed", extra=self._fields(messages=len(batch)))
+        except BaseException:  # cancelled (its connection failed): the flusher commits
+            if self._flush_held:
+                self._flush_held = False
+                self.committer.request_flush()
+            raise
         finally:
             self._appending = False
             self._hold_flush = False
