@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from jetsdk.codec.record import iter_records
 from jetserver.storage import Log, StorageError, SyncFailedError, files
 from jetserver.storage import log as log_module
 from jetserver.storage.group_commit import GroupCommit
@@ -151,3 +152,30 @@ def test_failed_fsync_at_a_roll_poisons_the_log(
         assert log.log_end_offset == 5
         log.append(bodies(2), 1, 0)
         assert log.flush() == 7
+
+
+def test_a_read_finding_the_file_shorter_than_the_log_fails_retriably(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between a failed fsync that dropped bytes and the cut back to disk, the log still
+    counts records the file no longer holds. A read whose end lies among them fails with a
+    retriable StorageError: it must not return a byte range past the file's end (a fetch
+    answer sent from it fails mid-frame and takes the client's connection down, with every
+    other request on it), nor pass off missing records as read. After the cut back the
+    committed records read as always."""
+    inject = FailOnce(files.fdatasync, fail_at=2)
+    monkeypatch.setattr(log_module, "fdatasync", inject)
+    with Log.open(tmp_path) as log:
+        log.append(bodies(10), 1, 0)
+        assert log.flush() == 10
+        log.set_high_watermark(10)
+        log.append(bodies(15), 1, 0)
+        with pytest.raises(SyncFailedError):
+            log.flush()  # the 15 records' bytes are gone from the file
+        for bound in (None, 20):  # up to the HW (a consumer), up to 20 (a replica's read)
+            with pytest.raises(StorageError) as caught:
+                log.read(0, 1 << 20, bound).close()
+            assert caught.value.retriable
+        assert log.recover_unsynced() == 10
+        with log.read(0, 1 << 20) as found:
+            assert [r.offset for r in iter_records(found.read_bytes())] == list(range(10))

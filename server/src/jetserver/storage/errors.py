@@ -92,6 +92,13 @@ class SyncFailedError(StorageError):
     """
 
 
+class ShortSegmentFileError(StorageError):
+    """A segment file ends before the bytes the log counts in it: a failed writeback
+    dropped its tail and the log was not cut back to disk yet (spec/storage.md §7.1
+    step 5), or the file was damaged behind the log's back. Retriable: the cut back ends
+    it."""
+
+
 class LogClosedError(StorageError):
     """The log was closed; open it again to use it."""
 

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import attrs
 
 from jetsdk.codec.record import HEADER_SIZE, peek_header
-from jetserver.storage.errors import StorageError
+from jetserver.storage.errors import ShortSegmentFileError, StorageError
 from jetserver.storage.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -364,7 +364,9 @@ class Segment:
 
         Reads headers only, with ``pread`` in chunks; no CRC check. A header whose length
         field is absurd raises CodecError; a record running past ``end`` is still yielded
-        (callers compare ``position + size`` with their bound).
+        (callers compare ``position + size`` with their bound). A file ending before
+        ``end`` raises :class:`ShortSegmentFileError` (its callers would otherwise take
+        the end of the scan for the end of the records).
         """
         fd = self.file.fd
         chunk = min(max(2 * self.interval, MIN_SCAN_CHUNK), MAX_SCAN_CHUNK)
@@ -378,7 +380,10 @@ class Segment:
                 buf_start = pos
                 rel = 0
                 if len(buf) < HEADER_SIZE:
-                    return
+                    raise ShortSegmentFileError(
+                        f"{self.log_path} ends at {pos + len(buf)}, before the records the "
+                        f"log counts up to {end}; retry (an fsync failure is being recovered)"
+                    )
             offset, ts, epoch, size = peek_header(buf, rel)
             yield pos, offset, ts, epoch, size
             pos += size
