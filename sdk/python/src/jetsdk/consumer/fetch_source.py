@@ -1,0 +1,144 @@
+"""Where one partition's fetch loop gets its Fetch answers: FetchStream requests (api 18)
+to a leader that has them, else one Fetch long poll per answer.
+
+A FetchStream (spec/protocol.md, "18 FetchStream") is one request answered each time
+records are committed: a tailing consumer sends one request per :func:`stream_responses`
+answers instead of one per answer, and the server saves a read, a frame parse, a request
+task and a park per message. The stream continues where each answer's records end, which
+is where the fetch loop continues too; a different ``max_bytes`` (a partial record asked
+again whole), a seek (a new run: the loop is cancelled) or an error ends it, and the next
+:meth:`FetchSource.next` opens another from the offset the loop asks for. Responses of a
+stream nobody takes any more are dropped by the connection as they arrive.
+
+Memory: a stream asks for at most :func:`stream_responses` answers of ``max_bytes`` each
+(tailing answers are small: more of them), and stops by itself once
+``STREAM_BUFFER_BYTES`` of answers wait untaken (an application slower than its
+partition's backlog); the loop then opens the next stream once it caught up.
+
+Read replicas (``read_replicas``) and servers whose Hello does not list api 18 get Fetch.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from jetsdk.client import Client
+from jetsdk.client_requests import decode_fetch_answer
+from jetsdk.codec.fetch_stream import (
+    MAX_FETCH_STREAM_RESPONSES,
+    FetchStreamRequest,
+    encode_fetch_stream_request,
+)
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import FetchResponseHeader
+from jetsdk.errors import JetError
+from jetsdk.group.stream_partition import StreamPartition
+from jetsdk.pending_stream import PendingStream
+from jetsdk.retry import needs_metadata_refresh
+
+__all__ = ["STREAM_BUFFER_BYTES", "FetchSource", "stream_responses"]
+
+STREAM_BUFFER_BYTES = 8 * 1024 * 1024
+"""Bound on the answers of one partition's stream received and not yet taken."""
+TAILING_RESPONSES = 64
+"""Answers a stream asks for after small answers (a consumer at the tail of its
+partition: one request per this many messages at light load)."""
+
+
+def stream_responses(max_bytes: int, tailing: bool) -> int:
+    """How many answers a stream asks for: TAILING_RESPONSES at the tail, else as many
+    full answers as STREAM_BUFFER_BYTES holds (at least 2)."""
+    if tailing:
+        return TAILING_RESPONSES
+    return max(2, min(MAX_FETCH_STREAM_RESPONSES, STREAM_BUFFER_BYTES // max(max_bytes, 1)))
+
+
+@attrs.define(eq=False)
+class FetchSource:
+    """The Fetch answers of one partition, in order (one fetch loop's)."""
+
+    client: Client
+    """The client (leader lookup, connections, request timeout)."""
+    key: StreamPartition
+    """The partition."""
+    max_wait: float
+    """Long-poll wait of one Fetch; the idle expiry of a stream."""
+    read_replicas: bool = False
+    """Fetch from an in-sync follower (plain Fetch only)."""
+    _pending: PendingStream | None = None
+    _limit: int = 0
+    """The ``max_bytes`` of the open stream."""
+    _tailing: bool = True
+    """The last answer was small: the next stream asks for TAILING_RESPONSES."""
+    _stale: bool = False
+    """The last error said the leader may have moved: refresh the metadata first."""
+    streams_opened: int = 0
+    """FetchStream requests sent (tests and measurements)."""
+
+    async def next(self, offset: int, max_bytes: int) -> tuple[FetchResponseHeader, memoryview]:
+        """The next answer from ``offset`` (the offset after the records of the previous
+        answer, or a new position).
+
+        Raises:
+            OffsetOutOfRange: as :meth:`Client.fetch`.
+            JetError: the server's or the connection's error (the stream ends).
+        """
+        stream, partition = self.key
+        pending = self._pending
+        if pending is not None and (pending.finished or max_bytes != self._limit):
+            self.close()
+            pending = None
+        try:
+            if pending is None:
+                if self._stale:
+                    await self.client.metadata(refresh=True)
+                    self._stale = False
+                pending = await self._open(offset, max_bytes)
+                if pending is None:
+                    return await self.client.fetch(
+                        stream,
+                        partition,
+                        offset,
+                        max_bytes=max_bytes,
+                        max_wait=self.max_wait,
+                        read_replicas=self.read_replicas,
+                    )
+            body, more = await pending.next(self.max_wait + self.client.request_timeout)
+        except JetError as exc:
+            self.close()
+            self._stale = needs_metadata_refresh(exc)
+            raise
+        if not more:
+            self._pending = None
+        header, raw = decode_fetch_answer(body, stream, partition, offset)
+        self._tailing = header.records_len < max_bytes // 2
+        return header, raw
+
+    async def _open(self, offset: int, max_bytes: int) -> PendingStream | None:
+        """Send a FetchStream from ``offset``; None if the leader does not serve it."""
+        if self.read_replicas:
+            return None
+        conn = await self.client.leader_connection(*self.key)
+        if not conn.serves(Api.FETCH_STREAM):
+            return None
+        request = FetchStreamRequest(
+            self.key.stream,
+            self.key.partition,
+            offset,
+            max_bytes,
+            max(0, int(self.max_wait * 1000)),
+            stream_responses(max_bytes, self._tailing),
+        )
+        body = encode_fetch_stream_request(request)
+        self._pending = await conn.send_stream(
+            Api.FETCH_STREAM, body, max_buffered_bytes=STREAM_BUFFER_BYTES
+        )
+        self._limit = max_bytes
+        self.streams_opened += 1
+        return self._pending
+
+    def close(self) -> None:
+        """Drop the open stream's remaining answers (a seek, a close, an error)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.close()
