@@ -1093,6 +1093,7 @@ def protocol_file() -> dict[str, Any]:
     ]
     produce = msg.encode_produce_request(PRODUCE_REQ)
     fetch = msg.encode_fetch_request(FETCH_REQ)
+    stream = fs.encode_fetch_stream_request(FETCH_STREAM_REQ)
     many = produce_many_request_body(PRODUCE_MANY_SECTIONS)
     invalid: list[Case] = [
         bad("frame_length_below_6", "frame", "0000000500000000000100", "malformed"),
@@ -1108,15 +1109,12 @@ def protocol_file() -> dict[str, Any]:
         bad("frame_more_flag_on_request", "frame", "00000006120400000001", "malformed"),
         bad("frame_more_flag_on_error", "frame", "00000006120700000001", "malformed"),
         bad(
-            "fetch_stream_request_truncated",
-            "fetch_stream_request",
-            fs.encode_fetch_stream_request(FETCH_STREAM_REQ)[:-1].hex(),
-            "truncated",
+            "fetch_stream_request_truncated", "fetch_stream_request", stream[:-1].hex(), "truncated"
         ),
         bad(
-            "fetch_stream_request_trailing_byte",
+            "fetch_stream_request_trailing",
             "fetch_stream_request",
-            (fs.encode_fetch_stream_request(FETCH_STREAM_REQ) + b"\x00").hex(),
+            stream.hex() + "00",
             "malformed",
         ),
         bad("json_not_an_object", "json", b"[1,2]".hex(), "malformed"),

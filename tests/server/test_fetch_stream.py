@@ -26,7 +26,6 @@ from jetsdk.codec.messages import (
 )
 from jetsdk.codec.record import Record, iter_records
 from jetserver.server import Server
-from security.auth_kit import auth_settings, tokens_for
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
@@ -260,28 +259,3 @@ async def test_answers_hold_whole_records_within_max_bytes_in_order(jet: Server)
             offsets += [r.offset for r in records]
             assert [r.value for r in records] == [values[r.offset] for r in records]
         assert offsets == list(range(40))
-
-
-TOKENS = tokens_for("ops", "alice")
-
-
-async def test_fetch_permission_is_needed(nats_server: NatsServer, tmp_path: Path) -> None:
-    settings = auth_settings(TOKENS, ("ops:admin:*", "alice:fetch:orders.*"))
-    async with running_server(nats_server.url, tmp_path / "data", **settings) as jet:
-        assert jet.address is not None
-        async with await RawClient.connect(jet.address) as c:
-            await c.call_json(Api.AUTHENTICATE, {"mechanism": "token", "token": TOKENS["ops"]})
-            with anyio.fail_after(BOUND_S):
-                while "alice" not in (await c.call_json(Api.LIST_ACLS, {}))["acls"]:  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
-            await c.create_stream(name="orders.eu", subject="orders.eu")
-            await c.create_stream(name="payments", subject="payments")
-        async with await RawClient.connect(jet.address) as c:
-            await c.call_json(Api.AUTHENTICATE, {"mechanism": "token", "token": TOKENS["alice"]})
-            req = FetchStreamRequest("payments", 0, 0, 1 << 20, 0, 4)
-            with pytest.raises(ServerError) as info:
-                await c.request(Api.FETCH_STREAM, encode_fetch_stream_request(req))
-            assert info.value.code == ErrorCode.PERMISSION_DENIED
-            req = FetchStreamRequest("orders.eu", 0, 0, 1 << 20, 0, 4)
-            frame = await c.request(Api.FETCH_STREAM, encode_fetch_stream_request(req))
-            assert frame.flags == FLAG_RESPONSE  # wait 0, nothing there: the empty last

@@ -39,7 +39,7 @@ from jetsdk.codec.replica_fetch import (
     decode_replica_fetch_request,
     replica_fetch_response_parts,
 )
-from jetserver.broker.fetch import fetch, offset_for_leader_epoch
+from jetserver.broker.fetch import FetchAnswer, fetch, offset_for_leader_epoch
 from jetserver.broker.fetch_stream import FetchStream
 from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.produce import ProduceService
@@ -353,17 +353,7 @@ class Dispatcher:
         req = decode_fetch_request(frame.body)
         if req.replica_id < 0:
             self.consumer_positions[(req.stream, req.partition)] = req.offset
-        answer = await fetch(self.streams, self.config.limits, req)
-        head = encode_fetch_response_header(
-            answer.error_code, answer.hw, answer.log_start, answer.leo, answer.records_len
-        )
-        frame_head = encode_frame_header(
-            frame.api,
-            frame.correlation_id,
-            FETCH_RESPONSE_HEADER_SIZE + answer.records_len,
-            flags=FLAG_RESPONSE,
-        )
-        return Reply(frame_head + head, records=answer.records)
+        return _fetch_reply(frame, await fetch(self.streams, self.config.limits, req))
 
     async def _fetch_stream(self, frame: Frame) -> Reply:
         req = decode_fetch_stream_request(frame.body)
@@ -385,17 +375,9 @@ class Dispatcher:
             if first:
                 raise
             return self._error_reply(frame, exc)
-        head = encode_fetch_response_header(
-            answer.error_code, answer.hw, answer.log_start, answer.leo, answer.records_len
-        )
-        frame_head = encode_frame_header(
-            frame.api,
-            frame.correlation_id,
-            FETCH_RESPONSE_HEADER_SIZE + answer.records_len,
-            flags=FLAG_RESPONSE | FLAG_MORE if more else FLAG_RESPONSE,
-        )
-        then = partial(self._fetch_stream_reply, frame, stream) if more else None
-        return Reply(frame_head + head, records=answer.records, then=then)
+        if not more:
+            return _fetch_reply(frame, answer)
+        return _fetch_reply(frame, answer, partial(self._fetch_stream_reply, frame, stream))
 
     async def _replica_fetch(self, frame: Frame) -> Reply:
         if self.cluster is None:
@@ -425,3 +407,19 @@ class Dispatcher:
             raise
         parts.insert(0, head)
         return Reply(b"".join(parts), records=last)
+
+
+def _fetch_reply(
+    frame: Frame, answer: FetchAnswer, then: Callable[[], Awaitable[Reply]] | None = None
+) -> Reply:
+    """The reply of a Fetch answer (with ``then``: a FetchStream answer more follow)."""
+    head = encode_fetch_response_header(
+        answer.error_code, answer.hw, answer.log_start, answer.leo, answer.records_len
+    )
+    frame_head = encode_frame_header(
+        frame.api,
+        frame.correlation_id,
+        FETCH_RESPONSE_HEADER_SIZE + answer.records_len,
+        flags=FLAG_RESPONSE if then is None else FLAG_RESPONSE | FLAG_MORE,
+    )
+    return Reply(frame_head + head, records=answer.records, then=then)

@@ -5,7 +5,7 @@ The request is a consumer Fetch's fields (no ``replica_id``) and ``max_responses
 response is a Fetch response body (:func:`jetsdk.codec.messages.decode_fetch_response`),
 every one but the last in a frame with the "more" flag (``FLAG_MORE``).
 
-This module is pure: no I/O. Decoders raise only :class:`CodecError`.
+Pure functions of bytes (no I/O); the decoder raises :class:`CodecError` and nothing else.
 """
 
 from __future__ import annotations
@@ -16,13 +16,6 @@ import attrs
 
 from jetsdk.codec import _wire as w
 from jetsdk.codec.errors import CodecError
-
-__all__ = [
-    "MAX_FETCH_STREAM_RESPONSES",
-    "FetchStreamRequest",
-    "decode_fetch_stream_request",
-    "encode_fetch_stream_request",
-]
 
 MAX_FETCH_STREAM_RESPONSES = 1024
 """Most responses one FetchStream request may ask for (``max_responses``; 0 or more is
@@ -75,11 +68,11 @@ def decode_fetch_stream_request(body: bytes | bytearray | memoryview) -> FetchSt
     Raises:
         CodecError: truncated or trailing bytes.
     """
+    what = "fetch stream request"
     try:
         stream, p = w.get_str16(body, 0, "stream name")
-        w.need(body, p, _REQ.size, "fetch stream request")
-        partition, offset, max_bytes, max_wait_ms, max_responses = _REQ.unpack_from(body, p)
-        w.check_end(body, p + _REQ.size, "fetch stream request")
+        w.need(body, p, _REQ.size, what)
+        w.check_end(body, p + _REQ.size, what)
+        return FetchStreamRequest(stream, *_REQ.unpack_from(body, p))
     except w.DECODE_ERRORS as exc:
-        raise w.convert(exc, "fetch stream request") from None
-    return FetchStreamRequest(stream, partition, offset, max_bytes, max_wait_ms, max_responses)
+        raise w.convert(exc, what) from None

@@ -55,16 +55,14 @@ def stream_responses(max_bytes: int, tailing: bool) -> int:
 
 @attrs.define(eq=False)
 class FetchSource:
-    """The Fetch answers of one partition, in order (one fetch loop's)."""
+    """The Fetch answers of one partition, in order (one fetch loop's): from ``key``'s
+    leader through ``client``, each Fetch waiting up to ``max_wait`` (a stream's idle
+    expiry); with ``read_replicas``, Fetch from an in-sync follower."""
 
     client: Client
-    """The client (leader lookup, connections, request timeout)."""
     key: StreamPartition
-    """The partition."""
     max_wait: float
-    """Long-poll wait of one Fetch; the idle expiry of a stream."""
     read_replicas: bool = False
-    """Fetch from an in-sync follower (plain Fetch only)."""
     _pending: PendingStream | None = None
     _limit: int = 0
     """The ``max_bytes`` of the open stream."""
