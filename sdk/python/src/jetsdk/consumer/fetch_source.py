@@ -10,10 +10,11 @@ again whole), a seek (a new run: the loop is cancelled) or an error ends it, and
 :meth:`FetchSource.next` opens another from the offset the loop asks for. Responses of a
 stream nobody takes any more are dropped by the connection as they arrive.
 
-Memory: a stream asks for at most :func:`stream_responses` answers of ``max_bytes`` each
-(tailing answers are small: more of them), and stops by itself once
-``STREAM_BUFFER_BYTES`` of answers wait untaken (an application slower than its
-partition's backlog); the loop then opens the next stream once it caught up.
+Memory: a stream asks for at most ``STREAM_BUFFER_BYTES`` of answers (:func:`stream_shape`:
+many small ones at the tail, a few of ``max_bytes`` while catching up), so what the
+connection receives ahead of the application stays within it; should it not (a record
+larger than the answers' bound), the stream stops by itself there and the rest of its
+answers are dropped as they arrive.
 
 Read replicas (``read_replicas``) and servers whose Hello does not list api 18 get Fetch.
 """
@@ -36,21 +37,25 @@ from jetsdk.group.stream_partition import StreamPartition
 from jetsdk.pending_stream import PendingStream
 from jetsdk.retry import needs_metadata_refresh
 
-__all__ = ["STREAM_BUFFER_BYTES", "FetchSource", "stream_responses"]
+__all__ = ["STREAM_BUFFER_BYTES", "FetchSource", "stream_shape"]
 
 STREAM_BUFFER_BYTES = 8 * 1024 * 1024
 """Bound on the answers of one partition's stream received and not yet taken."""
 TAILING_RESPONSES = 64
 """Answers a stream asks for after small answers (a consumer at the tail of its
-partition: one request per this many messages at light load)."""
+partition: one request per this many messages at light load), each of at most
+``STREAM_BUFFER_BYTES // TAILING_RESPONSES`` bytes (128 KiB)."""
 
 
-def stream_responses(max_bytes: int, tailing: bool) -> int:
-    """How many answers a stream asks for: TAILING_RESPONSES at the tail, else as many
-    full answers as STREAM_BUFFER_BYTES holds (at least 2)."""
+def stream_shape(max_bytes: int, tailing: bool) -> tuple[int, int]:
+    """How many answers a stream asks for, and the ``max_bytes`` of each: at the tail
+    TAILING_RESPONSES small ones, else as many answers of ``max_bytes`` as
+    STREAM_BUFFER_BYTES holds (at least 2)."""
+    max_bytes = max(max_bytes, 1)
     if tailing:
-        return TAILING_RESPONSES
-    return max(2, min(MAX_FETCH_STREAM_RESPONSES, STREAM_BUFFER_BYTES // max(max_bytes, 1)))
+        return TAILING_RESPONSES, min(max_bytes, STREAM_BUFFER_BYTES // TAILING_RESPONSES)
+    count = STREAM_BUFFER_BYTES // max_bytes
+    return max(2, min(MAX_FETCH_STREAM_RESPONSES, count)), max_bytes
 
 
 @attrs.define(eq=False)
@@ -65,9 +70,11 @@ class FetchSource:
     read_replicas: bool = False
     _pending: PendingStream | None = None
     _limit: int = 0
-    """The ``max_bytes`` of the open stream."""
+    """The ``max_bytes`` the loop asked for when the open stream was sent."""
+    _answer_bytes: int = 0
+    """The ``max_bytes`` of each answer of the open stream (its request's)."""
     _tailing: bool = True
-    """The last answer was small: the next stream asks for TAILING_RESPONSES."""
+    """The last answer was under half its bound: the next stream is a tailing one."""
     _stale: bool = False
     """The last error said the leader may have moved: refresh the metadata first."""
     streams_opened: int = 0
@@ -109,7 +116,7 @@ class FetchSource:
         if not more:
             self._pending = None
         header, raw = decode_fetch_answer(body, stream, partition, offset)
-        self._tailing = header.records_len < max_bytes // 2
+        self._tailing = header.records_len < self._answer_bytes // 2 and not pending.cut
         return header, raw
 
     async def _open(self, offset: int, max_bytes: int) -> PendingStream | None:
@@ -119,19 +126,16 @@ class FetchSource:
         conn = await self.client.leader_connection(*self.key)
         if not conn.serves(Api.FETCH_STREAM):
             return None
+        responses, answer_bytes = stream_shape(max_bytes, self._tailing)
+        wait_ms = max(0, int(self.max_wait * 1000))
         request = FetchStreamRequest(
-            self.key.stream,
-            self.key.partition,
-            offset,
-            max_bytes,
-            max(0, int(self.max_wait * 1000)),
-            stream_responses(max_bytes, self._tailing),
+            self.key.stream, self.key.partition, offset, answer_bytes, wait_ms, responses
         )
         body = encode_fetch_stream_request(request)
         self._pending = await conn.send_stream(
             Api.FETCH_STREAM, body, max_buffered_bytes=STREAM_BUFFER_BYTES
         )
-        self._limit = max_bytes
+        self._limit, self._answer_bytes = max_bytes, answer_bytes
         self.streams_opened += 1
         return self._pending
 
