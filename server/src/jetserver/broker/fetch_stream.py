@@ -7,8 +7,9 @@ partition's high watermark, the same record slices, the tail from memory include
 the offset after the previous answer's records, with what is left of the stream's idle
 wait. It says whether more answers follow: not after the ``max_responses``-th, an answer
 without records (the idle wait ran out) or an ``OFFSET_OUT_OF_RANGE`` answer. Errors
-(``NOT_LEADER`` after a leader change, ``STREAM_NOT_FOUND`` after a delete...) are raised
-as from :func:`fetch` and end the stream.
+(``NOT_LEADER`` once the leadership the stream began under ended, even if this server
+still follows the partition in its ISR; ``STREAM_NOT_FOUND`` after a delete...) are
+raised as from :func:`fetch` and end the stream.
 
 The connection runs the answers one after the other in the request's task, which stays one
 request in flight for the stream's life; a closed connection cancels it.
@@ -26,7 +27,7 @@ from jetsdk.codec.messages import FetchRequest
 from jetserver.broker.fetch import FetchAnswer, fetch
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
-from jetserver.errors import invalid_argument
+from jetserver.errors import ApiError, invalid_argument
 
 EARLY_EMPTY_ROUNDS = 8
 """Fetches one answer may take when they come back empty before the idle wait ran out
@@ -52,6 +53,9 @@ class FetchStream:
     """When the stream ends without records (monotonic clock)."""
     answered: int = 0
     """Answers given so far."""
+    led_epoch: int | None = None
+    """The leader epoch this server led the partition in at the first answer (None: a
+    read replica's stream): a stream ends with NOT_LEADER once that leadership ended."""
 
     @classmethod
     def open(
@@ -81,6 +85,8 @@ class FetchStream:
         """
         req = self.request
         for _ in range(EARLY_EMPTY_ROUNDS):
+            if self.led_epoch is not None:  # raises NOT_LEADER: go to the new leader
+                self.streams.replica(req.stream, req.partition).check_leader(self.led_epoch)
             wait_ms = max(0, int((self.deadline - time.monotonic()) * 1000))
             answer = await fetch(
                 self.streams,
@@ -92,9 +98,19 @@ class FetchStream:
             # Empty before the idle wait ran out: the partition closed (a delete, a role
             # change: the next fetch says why) or a wake-up for nothing. Ask again.
         self.answered += 1
+        if self.answered == 1:
+            self.led_epoch = self._leader_epoch()
         records = answer.records
         if answer.error_code != ErrorCode.NONE or records is None:
             return answer, False
         self.offset = records.next_offset
         self.deadline = time.monotonic() + self.idle_s
         return answer, self.answered < req.max_responses
+
+    def _leader_epoch(self) -> int | None:
+        """The epoch this server leads the partition in now (None: it does not)."""
+        replica = self.streams.replica(self.request.stream, self.request.partition)
+        try:
+            return replica.check_leader(-1).leader_epoch
+        except ApiError:
+            return None
