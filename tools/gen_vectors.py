@@ -29,6 +29,7 @@ import orjson
 
 from jetsdk.codec import envelope as env
 from jetsdk.codec import epoch_messages as epoch_msg
+from jetsdk.codec import fetch_stream as fs
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
 from jetsdk.codec import produce_many as pm
@@ -491,6 +492,7 @@ def json_case(name: str, api: fr.Api, cid: int, flags: int, obj: dict[str, Any])
 
 
 RESP = fr.FLAG_RESPONSE
+MORE = fr.FLAG_RESPONSE | fr.FLAG_MORE
 ERR = fr.FLAG_RESPONSE | fr.FLAG_ERROR
 
 
@@ -598,6 +600,10 @@ first was stored; spec/protocol.md, "Stream settings")."""
 FETCH_REQ = msg.FetchRequest(
     stream="orders", partition=0, offset=17, max_bytes=1048576, max_wait_ms=500
 )
+FETCH_STREAM_REQ = fs.FetchStreamRequest(
+    stream="orders", partition=0, offset=17, max_bytes=65536, max_wait_ms=5000, max_responses=64
+)
+"""A FetchStream request (spec/protocol.md, api 18): up to 64 answers, idle expiry 5 s."""
 PRODUCE_MANY_SECTIONS = [PRODUCE_REQ_MIN, PRODUCE_REQ]
 """A ProduceMany request: two Produce bodies, byte for byte (spec/protocol.md, api 17)."""
 NOT_LEADER_ERROR = {
@@ -672,6 +678,9 @@ def fetch_response_case(
     leo: int,
     records: list[Record],
     trailing: bytes = b"",
+    *,
+    api: fr.Api = fr.Api.FETCH,
+    flags: int = RESP,
 ) -> Case:
     data = b"".join(encode_record(r) for r in records) + trailing
     body = msg.encode_fetch_response_header(error_code, hw, log_start, leo, len(data)) + data
@@ -683,7 +692,7 @@ def fetch_response_case(
         "records": [record_fields(r) for r in records],
         "trailing_hex": trailing.hex(),
     }
-    return frame_case(name, fr.Api.FETCH, cid, RESP, "fetch_response", fields, body)
+    return frame_case(name, api, cid, flags, "fetch_response", fields, body)
 
 
 REPLICA_FETCH_REQ = rf.ReplicaFetchRequest(
@@ -1014,6 +1023,36 @@ def protocol_file() -> dict[str, Any]:
         replica_fetch_request_case("replica_fetch_wake", 21, REPLICA_FETCH_WAKE),
         replica_fetch_response_case("replica_fetch_response", 20, REPLICA_FETCH_ANSWERS),
         replica_fetch_response_case("replica_fetch_response_nothing_new", 21, []),
+        frame_case(
+            "fetch_stream_request",
+            fr.Api.FETCH_STREAM,
+            22,
+            0,
+            "fetch_stream_request",
+            attrs.asdict(FETCH_STREAM_REQ),
+            fs.encode_fetch_stream_request(FETCH_STREAM_REQ),
+        ),
+        fetch_response_case(
+            "fetch_stream_response_more",
+            22,
+            0,
+            18,
+            0,
+            18,
+            FETCH_RECORDS[:1],
+            api=fr.Api.FETCH_STREAM,
+            flags=MORE,
+        ),
+        fetch_response_case(
+            "fetch_stream_response_last",
+            22,
+            0,
+            20,
+            0,
+            21,
+            FETCH_RECORDS[1:],
+            api=fr.Api.FETCH_STREAM,
+        ),
         fetch_response_case("fetch_response_empty", 8, 0, 17, 0, 17, []),
         fetch_response_case("fetch_response_records_with_gap", 8, 0, 20, 0, 21, FETCH_RECORDS),
         fetch_response_case(
@@ -1054,6 +1093,7 @@ def protocol_file() -> dict[str, Any]:
     ]
     produce = msg.encode_produce_request(PRODUCE_REQ)
     fetch = msg.encode_fetch_request(FETCH_REQ)
+    stream = fs.encode_fetch_stream_request(FETCH_STREAM_REQ)
     many = produce_many_request_body(PRODUCE_MANY_SECTIONS)
     invalid: list[Case] = [
         bad("frame_length_below_6", "frame", "0000000500000000000100", "malformed"),
@@ -1065,7 +1105,18 @@ def protocol_file() -> dict[str, Any]:
             "max_frame_bytes": 16777216,
         },
         bad("frame_error_flag_without_response", "frame", "00000006060200000001", "malformed"),
-        bad("frame_unknown_flag", "frame", "00000006060500000001", "malformed"),
+        bad("frame_unknown_flag", "frame", "00000006060900000001", "malformed"),
+        bad("frame_more_flag_on_request", "frame", "00000006120400000001", "malformed"),
+        bad("frame_more_flag_on_error", "frame", "00000006120700000001", "malformed"),
+        bad(
+            "fetch_stream_request_truncated", "fetch_stream_request", stream[:-1].hex(), "truncated"
+        ),
+        bad(
+            "fetch_stream_request_trailing",
+            "fetch_stream_request",
+            stream.hex() + "00",
+            "malformed",
+        ),
         bad("json_not_an_object", "json", b"[1,2]".hex(), "malformed"),
         bad("json_invalid", "json", b'{"a":'.hex(), "malformed"),
         bad("error_without_code", "error", b'{"message":"x"}'.hex(), "malformed"),

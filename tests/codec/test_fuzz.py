@@ -17,6 +17,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jetsdk.codec import envelope as env
+from jetsdk.codec import fetch_stream as fs
 from jetsdk.codec import messages as msg
 from jetsdk.codec import produce_many as pm
 from jetsdk.codec import produce_values as pv
@@ -85,6 +86,7 @@ DECODERS: dict[str, Callable[[bytes], Any]] = {
     "produce_many_request": pm.decode_produce_many_request,
     "produce_many_response": pm.decode_produce_many_response,
     "fetch_request": msg.decode_fetch_request,
+    "fetch_stream_request": fs.decode_fetch_stream_request,
     "fetch_response": decode_fetch_with_records,
     "replica_fetch_request": rf.decode_replica_fetch_request,
     "replica_fetch_response": rf.decode_replica_fetch_response,
@@ -168,6 +170,15 @@ ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
         st.builds(pm.ProduceSection, st.integers(0, 30), st.binary(max_size=20)), max_size=3
     ).map(pm.encode_produce_many_response),
     "fetch_request": fetch_requests().map(msg.encode_fetch_request),
+    "fetch_stream_request": st.builds(
+        fs.FetchStreamRequest,
+        st.text(max_size=8),
+        st.integers(0, 2**32 - 1),
+        st.integers(-(2**63), 2**63 - 1),
+        st.integers(0, 2**32 - 1),
+        st.integers(0, 2**32 - 1),
+        st.integers(0, 2**32 - 1),
+    ).map(fs.encode_fetch_stream_request),
     "fetch_response": st.lists(records, max_size=3).map(fetch_body),
     "replica_fetch_request": replica_fetch_requests.map(rf.encode_replica_fetch_request),
     "replica_fetch_response": replica_fetch_answers.map(rf.encode_replica_fetch_response),

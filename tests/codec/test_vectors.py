@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from jetsdk.codec import envelope as env
+from jetsdk.codec import fetch_stream as fs
 from jetsdk.codec import frames as fr
 from jetsdk.codec import messages as msg
 from jetsdk.codec import produce_many as pm
@@ -97,6 +98,7 @@ def test_vector_files_cover_the_brief() -> None:
         "produce_many_response",
         "fetch_request",
         "fetch_response",
+        "fetch_stream_request",
         "replica_fetch_request",
         "replica_fetch_response",
     }
@@ -263,6 +265,8 @@ def encode_body(body_type: str, f: Any) -> bytes:
         return pv.encode_produce_response_values(current_results_of(f))
     if body_type == "fetch_request":
         return msg.encode_fetch_request(msg.FetchRequest(**f))
+    if body_type == "fetch_stream_request":
+        return fs.encode_fetch_stream_request(fs.FetchStreamRequest(**f))
     if body_type == "replica_fetch_request":
         return rf.encode_replica_fetch_request(replica_fetch_request_of(f))
     if body_type == "replica_fetch_response":
@@ -303,6 +307,8 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
                 assert results == [msg.ProduceResult(**r) for r in want["results"]]
     elif body_type == "fetch_request":
         assert msg.decode_fetch_request(body) == msg.FetchRequest(**f)
+    elif body_type == "fetch_stream_request":
+        assert fs.decode_fetch_stream_request(body) == fs.FetchStreamRequest(**f)
     elif body_type == "replica_fetch_request":
         assert rf.decode_replica_fetch_request(body) == replica_fetch_request_of(f)
     elif body_type == "replica_fetch_response":
@@ -357,6 +363,7 @@ DECODERS: dict[str, Any] = {
     "produce_many_request": pm.decode_produce_many_request,
     "produce_many_response": pm.decode_produce_many_response,
     "fetch_response": msg.decode_fetch_response,
+    "fetch_stream_request": fs.decode_fetch_stream_request,
     "replica_fetch_request": rf.decode_replica_fetch_request,
     "replica_fetch_response": rf.decode_replica_fetch_response,
 }

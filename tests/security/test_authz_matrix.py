@@ -16,6 +16,7 @@ import pytest
 
 from jetsdk import Client
 from jetsdk.acl import list_acls, set_acl
+from jetsdk.codec.fetch_stream import FetchStreamRequest, encode_fetch_stream_request
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import (
     AckPolicy,
@@ -115,6 +116,11 @@ def _matrix(groups_partitions: int) -> list[tuple[str, Op, dict[str, str]]]:
     def fetch(stream: str, partition: int = 0, replica_id: int = -1) -> Op:
         req = FetchRequest(stream, partition, 0, 1 << 16, 0, replica_id=replica_id)
         return lambda c, _i: c.request_any(Api.FETCH, encode_fetch_request(req))
+
+    def fetch_stream(stream: str, partition: int = 0) -> Op:
+        # No wait, one answer: the stream's first answer is its last (a plain request).
+        req = FetchStreamRequest(stream, partition, 0, 1 << 16, 0, 1)
+        return lambda c, _i: c.request_any(Api.FETCH_STREAM, encode_fetch_stream_request(req))
 
     groups_body = {
         "name": GROUPS_STREAM,
@@ -259,6 +265,10 @@ def _matrix(groups_partitions: int) -> list[tuple[str, Op, dict[str, str]]]:
         ("Fetch __share.g-1", fetch(SHARE), _row(member=OK)),
         ("Fetch __share.h", fetch("__share.h"), _row()),
         ("Fetch data.a as a replica", fetch("data.a", replica_id=0), _row()),
+        ("FetchStream data.a", fetch_stream("data.a"), _row(fetcher=OK, root=OK)),
+        ("FetchStream other", fetch_stream("other"), _row(root=OK)),
+        ("FetchStream __groups", fetch_stream(GROUPS_STREAM, p1), _row(member=OK)),
+        ("FetchStream __share.h", fetch_stream("__share.h"), _row()),
         (
             "DescribeStream data.a",
             request(Api.DESCRIBE_STREAM, {"name": "data.a"}),

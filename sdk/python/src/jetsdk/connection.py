@@ -59,9 +59,10 @@ from jetsdk.errors import (
     Timeout,
     error_from_body,
 )
+from jetsdk.pending_stream import PendingStream, wait_future
 from jetsdk.transport import ByteStream, receive_into, running_asyncio_loop
 
-__all__ = ["DEFAULT_WRITE_TIMEOUT", "Connection", "PendingResponse", "RequestBody"]
+__all__ = ["DEFAULT_WRITE_TIMEOUT", "Connection", "PendingResponse", "PendingStream", "RequestBody"]
 
 DEFAULT_WRITE_TIMEOUT = 30.0
 """Seconds a frame may take to be written before the connection is declared broken."""
@@ -150,7 +151,7 @@ class PendingResponse:
             try:
                 future = self._future
                 if future is not None:
-                    await _wait_future(future, timeout)
+                    await wait_future(future, timeout)
                 else:
                     if self._event is None:
                         self._event = anyio.Event()
@@ -201,7 +202,7 @@ class Connection:
         self.label = label
         self._decoder = FrameDecoder(max_frame_bytes)
         self._write_timeout = write_timeout
-        self._waiters: dict[int, PendingResponse] = {}
+        self._waiters: dict[int, PendingResponse | PendingStream] = {}
         self._next_id = 1
         self._write_lock: anyio.Lock | None = None
         self._tail_written: anyio.Event | None = None
@@ -307,14 +308,48 @@ class Connection:
             JetConnectionError: the connection is (or became) broken.
             ClientClosed: the connection was closed.
         """
-        self._check_open()
-        while self._tail_written is not None:  # a frame send_nowait began goes first
-            await self._tail_written.wait()
-            self._check_open()
+        await self._wait_turn()
         cid = self._allocate_id()
         loop = self._loop
         pending = PendingResponse(api, cid, self, loop.create_future() if loop else None)
-        frame = self._frame(api, cid, body)
+        await self._write_request(pending, self._frame(api, cid, body))
+        return pending
+
+    async def send_stream(
+        self, api: int, body: RequestBody, *, max_buffered_bytes: int | None = None
+    ) -> PendingStream:
+        """Write a request answered by several responses (FetchStream); return the queue
+        of its responses (:meth:`PendingStream.next`; close it to drop the rest; past
+        ``max_buffered_bytes`` untaken it stops by itself, see PendingStream).
+
+        Raises:
+            JetConnectionError: the connection is (or became) broken.
+            ClientClosed: the connection was closed.
+        """
+        await self._wait_turn()
+        cid = self._allocate_id()
+        pending = PendingStream(api, cid, self.label, self._forget, self._loop, max_buffered_bytes)
+        await self._write_request(pending, self._frame(api, cid, body))
+        return pending
+
+    def serves(self, api: int) -> bool:
+        """True if the server's Hello answer lists ``api`` (spec/protocol.md, "0 Hello")."""
+        apis = self.server_info.get("apis")
+        return isinstance(apis, list) and int(api) in apis
+
+    async def _wait_turn(self) -> None:
+        """Wait until a frame may be written (one :meth:`send_nowait` began goes first)."""
+        self._check_open()
+        while self._tail_written is not None:
+            await self._tail_written.wait()
+            self._check_open()
+
+    async def _write_request(
+        self, pending: PendingResponse | PendingStream, frame: FrameParts
+    ) -> None:
+        """Register ``pending`` and write its request ``frame`` (whole, or the connection
+        fails)."""
+        cid = pending.correlation_id
         self._waiters[cid] = pending
         lock = self._write_lock
         rest: Sequence[bytes | memoryview]
@@ -328,7 +363,7 @@ class Connection:
                 await self._stream.aclose()
                 raise
             if sent == sum(map(len, frame)):
-                return pending
+                return
             rest = _frame_rest(frame, sent)  # views: no copy of the rest
         else:
             rest = frame
@@ -343,7 +378,6 @@ class Connection:
                 self._fail(write_error)
                 await self._stream.aclose()
                 raise write_error
-        return pending
 
     async def request(
         self,
@@ -507,7 +541,9 @@ class Connection:
                 if not isinstance(error, ProtocolError):
                     error = FrameTooLarge(str(error), code=error.code, details=error.details)
                 raise error
-        pending = self._waiters.pop(frame.correlation_id, None)
+        more = frame.has_more
+        cid = frame.correlation_id
+        pending = self._waiters.get(cid) if more else self._waiters.pop(cid, None)
         if pending is None:
             return  # the requester gave up (timeout or cancel); drop the late answer
         if pending.api != frame.api:
@@ -517,26 +553,12 @@ class Connection:
         body = frame.body
         if not isinstance(body, bytes):  # only a decoder with readinto_min makes one
             body = bytes(body)
-        pending._resolve(None if error else body, error)
-
-
-async def _wait_future(future: asyncio.Future[bool], timeout: float | None) -> None:
-    """Wait until ``future`` is done or ``timeout`` seconds passed (it is then set False)."""
-    if future.done():
-        return
-    if timeout is None or timeout == math.inf:
-        await future
-        return
-    handle = future.get_loop().call_later(timeout, _expire, future)
-    try:
-        await future
-    finally:
-        handle.cancel()
-
-
-def _expire(future: asyncio.Future[bool]) -> None:
-    if not future.done():
-        future.set_result(False)
+        if isinstance(pending, PendingStream):
+            pending._push(None if error else body, error, more)
+        elif more:
+            raise ProtocolError(f"{self.label} answered {_api_name(pending.api)} more than once")
+        else:
+            pending._resolve(None if error else body, error)
 
 
 def _api_name(api: int) -> str:

@@ -2,7 +2,8 @@
 
 - Pipelining: every request runs in its own (asyncio) task; at most
   ``max_inflight_per_connection`` at once (reading pauses beyond that, so a client cannot
-  queue unbounded work).
+  queue unbounded work). A FetchStream request's task writes its replies one after the
+  other (:attr:`Reply.then`) and is one request in flight until the last.
 - Responses are written whole under a lock, each within ``write_timeout_s``; a client that
   does not read is disconnected.
 - A length prefix over the limit gets FRAME_TOO_LARGE (correlation id 0), an undecodable
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 _API_NAMES: dict[int, str] = {
     Api.PRODUCE: "produce",
     Api.FETCH: "fetch",
+    Api.FETCH_STREAM: "fetch_stream",
     Api.REPLICA_FETCH: "replica_fetch",
 }
 """Hop names of the APIs on a message's path (jetserver.hops)."""
@@ -85,6 +87,11 @@ class Reply:
     task once the response is written (its in-flight slot already freed, no longer
     cancelled when the connection closes: it must bound itself; an error is logged, never
     sent). Used for the NATS copies of directly stored Produce messages."""
+    then: Callable[[], Awaitable[Reply]] | None = None
+    """The request's next reply, once this one is written (FetchStream: this reply has
+    the "more" flag): awaited in the request's task, which stays in flight and is
+    cancelled when the connection closes. It must not raise (errors become error
+    replies); a reply without ``then`` is the request's last."""
 
 
 def error_reply(
@@ -130,6 +137,10 @@ class AcceptedConnection:
     _closing: bool = False
     _scope: anyio.CancelScope | None = None
     _tasks: set[asyncio.Task[None]] = attrs.field(factory=set)
+    _streaming: set[asyncio.Task[None]] = attrs.field(factory=set)
+    """Requests writing their replies after the first (FetchStream)."""
+    _ended: bool = False
+    """No more requests will be read (the peer closed its side, or the connection fails)."""
     _loop: asyncio.AbstractEventLoop | None = None
     """The loop serving this connection (:meth:`serve`); asyncio.get_running_loop costs a
     getpid system call per call on Python 3.11."""
@@ -143,9 +154,13 @@ class AcceptedConnection:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 await self._read_loop()
-                # Peer closed its side or we stopped reading: let in-flight requests finish.
+                # Peer closed its side or we stopped reading: let in-flight requests finish
+                # (but streams: their remaining answers have nobody to read them).
+                self._ended = True
                 if self._closing:
                     self._cancel_requests()
+                for task in self._streaming:
+                    task.cancel()
                 while self._tasks:
                     await asyncio.wait(list(self._tasks))
         except Exception as exc:  # one client must never take the server down
@@ -275,6 +290,8 @@ class AcceptedConnection:
                 hops.mark(f"req.{_API_NAMES.get(frame.api, str(frame.api))}")
             reply = await self.handler(frame)
             await self._write(reply)
+            if reply.then is not None:
+                reply = await self._write_stream(reply)
             if hops.ENABLED:
                 hops.mark(f"resp.{_API_NAMES.get(frame.api, str(frame.api))}")
             if reply.close:
@@ -287,6 +304,19 @@ class AcceptedConnection:
             if reply is not None and reply.after is not None:
                 # Also when the write failed or was cancelled: the work is the request's.
                 await self._run_after(reply.after, frame.api)
+
+    async def _write_stream(self, reply: Reply) -> Reply:
+        """Write the replies after ``reply`` until the last (or the connection ends)."""
+        task = asyncio.current_task(self._loop)  # with the loop: no getpid (3.11)
+        assert task is not None
+        self._streaming.add(task)
+        try:
+            while reply.then is not None and not (self._closing or self._ended):
+                reply = await reply.then()
+                await self._write(reply)
+        finally:
+            self._streaming.discard(task)
+        return reply
 
     async def _run_after(self, after: Callable[[], Awaitable[None]], api: int) -> None:
         # Not the connection's any more: its close must not cancel this (bounded) work.

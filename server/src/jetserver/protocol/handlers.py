@@ -10,13 +10,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, encode_frame, encode_frame_header
+from jetsdk.codec.fetch_stream import decode_fetch_stream_request
+from jetsdk.codec.frames import (
+    FLAG_MORE,
+    FLAG_RESPONSE,
+    Api,
+    Frame,
+    encode_frame,
+    encode_frame_header,
+)
 from jetsdk.codec.messages import (
     FETCH_RESPONSE_HEADER_SIZE,
     ProduceHead,
@@ -30,7 +39,8 @@ from jetsdk.codec.replica_fetch import (
     decode_replica_fetch_request,
     replica_fetch_response_parts,
 )
-from jetserver.broker.fetch import fetch, offset_for_leader_epoch
+from jetserver.broker.fetch import FetchAnswer, fetch, offset_for_leader_epoch
+from jetserver.broker.fetch_stream import FetchStream
 from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
@@ -109,7 +119,7 @@ class Dispatcher:
 
     async def handle(self, frame: Frame, session: Session | None = None) -> Reply:
         """Answer one request frame (``session``: what the connection authenticated as)."""
-        api, cid = frame.api, frame.correlation_id
+        api = frame.api
         try:
             if self.shutting_down:
                 raise ApiError(ErrorCode.SHUTTING_DOWN, "server is shutting down")
@@ -129,8 +139,14 @@ class Dispatcher:
                 if exc.code not in _UNKNOWN_NAME or self.cluster is None or self.starting:
                     raise
                 return await self._dispatch_after_catching_up(frame, exc)
-        except ApiError as exc:
-            if exc.code in _UNKNOWN_NAME and self.starting:
+        except Exception as exc:
+            return self._error_reply(frame, exc)
+
+    def _error_reply(self, frame: Frame, error: Exception) -> Reply:
+        """The error frame that answers ``error`` (raised by the request of ``frame``)."""
+        api, cid = frame.api, frame.correlation_id
+        if isinstance(error, ApiError):
+            if error.code in _UNKNOWN_NAME and self.starting:
                 # Its Raft state may still be behind (e.g. after a restart of the whole
                 # cluster the log is applied only once a leader commits): "does not exist"
                 # would be a lie a client acts on. It is retriable instead.
@@ -138,24 +154,23 @@ class Dispatcher:
                     api,
                     cid,
                     ErrorCode.UNAVAILABLE,
-                    f"server is starting, its metadata may not be current yet ({exc.message})",
-                    exc.details,
+                    f"server is starting, its metadata may not be current yet ({error.message})",
+                    error.details,
                 )
-            return error_reply(api, cid, exc.code, exc.message, exc.details)
-        except StorageError as exc:
-            details = {"retriable": exc.retriable}
-            return error_reply(api, cid, exc.code, f"storage: {exc}", details)
-        except CodecError as exc:
+            return error_reply(api, cid, error.code, error.message, error.details)
+        if isinstance(error, StorageError):
+            details = {"retriable": error.retriable}
+            return error_reply(api, cid, error.code, f"storage: {error}", details)
+        if isinstance(error, CodecError):
             return error_reply(
                 api,
                 cid,
                 ErrorCode.MALFORMED_FRAME,
-                f"request body does not decode: {exc}",
+                f"request body does not decode: {error}",
                 close=True,
             )
-        except Exception as exc:
-            log.exception("request failed", extra=fields(api=api))
-            return error_reply(api, cid, ErrorCode.UNKNOWN, f"internal error: {exc!r}")
+        log.error("request failed", exc_info=error, extra=fields(api=api))
+        return error_reply(api, cid, ErrorCode.UNKNOWN, f"internal error: {error!r}")
 
     def _dispatch(
         self, frame: Frame, produce_head: ProduceHead | None = None
@@ -171,6 +186,8 @@ class Dispatcher:
             return self._produce(frame, produce_head)
         if api == Api.FETCH:
             return self._fetch(frame)
+        if api == Api.FETCH_STREAM:
+            return self._fetch_stream(frame)
         if api == Api.REPLICA_FETCH:
             return self._replica_fetch(frame)
         json_handler = self._json_handlers().get(api)
@@ -336,17 +353,31 @@ class Dispatcher:
         req = decode_fetch_request(frame.body)
         if req.replica_id < 0:
             self.consumer_positions[(req.stream, req.partition)] = req.offset
-        answer = await fetch(self.streams, self.config.limits, req)
-        head = encode_fetch_response_header(
-            answer.error_code, answer.hw, answer.log_start, answer.leo, answer.records_len
-        )
-        frame_head = encode_frame_header(
-            frame.api,
-            frame.correlation_id,
-            FETCH_RESPONSE_HEADER_SIZE + answer.records_len,
-            flags=FLAG_RESPONSE,
-        )
-        return Reply(frame_head + head, records=answer.records)
+        return _fetch_reply(frame, await fetch(self.streams, self.config.limits, req))
+
+    async def _fetch_stream(self, frame: Frame) -> Reply:
+        req = decode_fetch_stream_request(frame.body)
+        stream = FetchStream.open(self.streams, self.config.limits, req)
+        return await self._fetch_stream_reply(frame, stream, first=True)
+
+    async def _fetch_stream_reply(
+        self, frame: Frame, stream: FetchStream, *, first: bool = False
+    ) -> Reply:
+        """The next reply of a FetchStream request; it has the "more" flag and a ``then``
+        unless it is the last (the first one's errors go through :meth:`handle`)."""
+        req = stream.request
+        self.consumer_positions[(req.stream, req.partition)] = stream.offset
+        try:
+            if self.shutting_down:
+                raise ApiError(ErrorCode.SHUTTING_DOWN, "server is shutting down")
+            answer, more = await stream.next_answer()
+        except Exception as exc:
+            if first:
+                raise
+            return self._error_reply(frame, exc)
+        if not more:
+            return _fetch_reply(frame, answer)
+        return _fetch_reply(frame, answer, partial(self._fetch_stream_reply, frame, stream))
 
     async def _replica_fetch(self, frame: Frame) -> Reply:
         if self.cluster is None:
@@ -376,3 +407,19 @@ class Dispatcher:
             raise
         parts.insert(0, head)
         return Reply(b"".join(parts), records=last)
+
+
+def _fetch_reply(
+    frame: Frame, answer: FetchAnswer, then: Callable[[], Awaitable[Reply]] | None = None
+) -> Reply:
+    """The reply of a Fetch answer (with ``then``: a FetchStream answer more follow)."""
+    head = encode_fetch_response_header(
+        answer.error_code, answer.hw, answer.log_start, answer.leo, answer.records_len
+    )
+    frame_head = encode_frame_header(
+        frame.api,
+        frame.correlation_id,
+        FETCH_RESPONSE_HEADER_SIZE + answer.records_len,
+        flags=FLAG_RESPONSE if then is None else FLAG_RESPONSE | FLAG_MORE,
+    )
+    return Reply(frame_head + head, records=answer.records, then=then)

@@ -33,6 +33,7 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.fetch_stream import decode_fetch_stream_request
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, encode_frame
 from jetsdk.codec.messages import (
     ProduceHead,
@@ -268,13 +269,19 @@ class Security:
             raise Denied("server-to-server API")
         if api == Api.PRODUCE:
             self._authorize_produce(frame.body, grants, produce_head)
-        elif api == Api.FETCH:
-            req = decode_fetch_request(frame.body)
-            if req.replica_id >= 0:
-                raise Denied("Fetch with replica_id >= 0: followers replicate with ReplicaFetch")
+        elif api in (Api.FETCH, Api.FETCH_STREAM):
+            if api == Api.FETCH:
+                req = decode_fetch_request(frame.body)
+                if req.replica_id >= 0:
+                    raise Denied(
+                        "Fetch with replica_id >= 0: followers replicate with ReplicaFetch"
+                    )
+                stream = req.stream
+            else:
+                stream = decode_fetch_stream_request(frame.body).stream
             _need(
-                acl.allows(grants, FETCH, req.stream) or _group_reader(req.stream, grants),
-                f"fetch on stream {req.stream!r}",
+                acl.allows(grants, FETCH, stream) or _group_reader(stream, grants),
+                f"fetch on stream {stream!r}",
             )
         elif api in (Api.CREATE_STREAM, Api.DELETE_STREAM, Api.PURGE_STREAM, Api.UPDATE_STREAM):
             body = decode_json(frame.body)

@@ -4,7 +4,8 @@ Layout (big-endian)::
 
     length          uint32   bytes after this field: 6 + len(body)
     api             uint8    API key (:class:`Api`); a response repeats the request's key
-    flags           uint8    bit 0 response, bit 1 error (JSON error body); other bits 0
+    flags           uint8    bit 0 response, bit 1 error (JSON error body), bit 2 more
+                             responses follow (FetchStream); other bits 0
     correlation_id  uint32   chosen by the requester, echoed in the response
     body            length - 6 bytes
 
@@ -34,6 +35,7 @@ from jetsdk.codec.limits import DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_BYTES
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "FLAG_ERROR",
+    "FLAG_MORE",
     "FLAG_RESPONSE",
     "FRAME_HEADER_SIZE",
     "MIN_FRAME_LENGTH",
@@ -67,13 +69,19 @@ class Api(enum.IntEnum):
     PURGE_STREAM = 15
     UPDATE_STREAM = 16
     PRODUCE_MANY = 17
+    FETCH_STREAM = 18
 
 
 FLAG_RESPONSE = 0x01
 """Set on every response frame."""
 FLAG_ERROR = 0x02
 """Set (together with FLAG_RESPONSE) on an error response; the body is a JSON error object."""
-_KNOWN_FLAGS = FLAG_RESPONSE | FLAG_ERROR
+FLAG_MORE = 0x04
+"""Set (together with FLAG_RESPONSE, never with FLAG_ERROR) on a response that more
+responses to the same request follow: every FetchStream response but the last."""
+VALID_FLAGS = frozenset({0, FLAG_RESPONSE, FLAG_RESPONSE | FLAG_ERROR, FLAG_RESPONSE | FLAG_MORE})
+"""The flag values a frame may carry (spec/protocol.md, "Frame"): request, response, error
+response, response with more to follow."""
 
 _HEADER = struct.Struct(">IBBI")
 FRAME_HEADER_SIZE = _HEADER.size  # 10
@@ -142,6 +150,11 @@ class Frame:
         """True for an error response (JSON error body, see messages.decode_error)."""
         return bool(self.flags & FLAG_ERROR)
 
+    @property
+    def has_more(self) -> bool:
+        """True for a response that more responses to the same request follow."""
+        return bool(self.flags & FLAG_MORE)
+
 
 def encode_frame_header(api: int, correlation_id: int, body_len: int, *, flags: int = 0) -> bytes:
     """The 10 header bytes of a frame whose body of ``body_len`` bytes is sent separately.
@@ -153,8 +166,8 @@ def encode_frame_header(api: int, correlation_id: int, body_len: int, *, flags: 
     length = body_len + MIN_FRAME_LENGTH
     if body_len < 0 or length > MAX_FRAME_BYTES:
         raise CodecError(f"frame body of {body_len} bytes exceeds MAX_FRAME_BYTES", reason="limit")
-    if flags & ~_KNOWN_FLAGS:
-        raise CodecError(f"unknown frame flags {flags:#x}", reason="limit")
+    if flags not in VALID_FLAGS:
+        raise CodecError(f"invalid frame flags {flags:#x}", reason="limit")
     try:
         return _HEADER.pack(length, api, flags, correlation_id)
     except struct.error as exc:
@@ -401,7 +414,7 @@ class FrameDecoder:
             if n < FRAME_HEADER_SIZE or total - FRAME_HEADER_SIZE < in_place:
                 return None
         _length, api, flags, cid = _HEADER.unpack_from(head, pos)
-        if flags & ~_KNOWN_FLAGS or flags == FLAG_ERROR:
+        if flags not in VALID_FLAGS:
             self._error = CodecError(f"bad frame flags {flags:#04x}")
             raise self._error
         if n < total:  # a large body not all here: read the rest in place

@@ -1,7 +1,8 @@
 """One partition's long-poll fetch loop and the per-partition state a consumer keeps.
 
 For each partition it reads, a :class:`~jetsdk.consumer.consumer.Consumer` runs
-:func:`fetch_loop` in its task group: Fetch long polls to the partition leader, records
+:func:`fetch_loop` in its task group: FetchStream requests (or Fetch long polls, see
+:mod:`jetsdk.consumer.fetch_source`) to the partition leader, records
 decoded with :func:`jetsdk.codec.record.iter_records` (a trailing partial record is ignored
 and fetched again), each decoded batch handed to the consumer's inbox. A credit semaphore
 allows one batch waiting per partition besides the one being read, so the next response is
@@ -26,6 +27,7 @@ from jetsdk.client import Client
 from jetsdk.codec.compression import plain_records
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
+from jetsdk.consumer.fetch_source import FetchSource
 from jetsdk.consumer.positions import ResetPolicy, reset_offset
 from jetsdk.consumer.processed import ProcessedOffsets
 from jetsdk.errors import JetError, MalformedFrame, OffsetOutOfRange
@@ -124,20 +126,29 @@ async def fetch_loop(
     if the application waits for it, and then the loop lets the application take a small
     batch (:data:`HAND_OVER_FIRST`) before writing the next Fetch.
     """
+    source = FetchSource(client, run.key, max_wait, read_replicas)
+    try:
+        await _fetch_from(source, run, offset, max_bytes=max_bytes, reset=reset, deliver=deliver)
+    finally:
+        source.close()  # a seek, a close or a revocation: drop the stream's other answers
+
+
+async def _fetch_from(
+    source: FetchSource,
+    run: PartitionRun,
+    offset: int,
+    *,
+    max_bytes: int,
+    reset: ResetPolicy,
+    deliver: Callable[[Fetched], bool],
+) -> None:
     stream, partition = run.key
     failures = 0
     limit = max_bytes
     credit = run.credit
     while True:
         try:
-            header, raw = await client.fetch(
-                stream,
-                partition,
-                offset,
-                max_bytes=limit,
-                max_wait=max_wait,
-                read_replicas=read_replicas,
-            )
+            header, raw = await source.next(offset, limit)
             records = plain_records([r for r in iter_records(raw) if r.offset >= offset])
             if not records and len(raw) >= HEADER_SIZE:
                 # Only a partial record came back: ask for at least its size.

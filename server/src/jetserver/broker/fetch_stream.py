@@ -1,0 +1,116 @@
+"""FetchStream (api 18): one consumer Fetch answered by several responses
+(spec/protocol.md, "18 FetchStream").
+
+A :class:`FetchStream` is the server's side of one such request: each :meth:`next_answer`
+is a Fetch (:func:`jetserver.broker.fetch.fetch`: the same checks, the same park on the
+partition's high watermark, the same record slices, the tail from memory included) from
+the offset after the previous answer's records, with what is left of the stream's idle
+wait. It says whether more answers follow: not after the ``max_responses``-th, an answer
+without records (the idle wait ran out) or an ``OFFSET_OUT_OF_RANGE`` answer. Errors
+(``NOT_LEADER`` once the leadership the stream began under ended, even if this server
+still follows the partition in its ISR; ``STREAM_NOT_FOUND`` after a delete...) are
+raised as from :func:`fetch` and end the stream.
+
+The connection runs the answers one after the other in the request's task, which stays one
+request in flight for the stream's life; a closed connection cancels it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import attrs
+
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.fetch_stream import MAX_FETCH_STREAM_RESPONSES, FetchStreamRequest
+from jetsdk.codec.messages import FetchRequest
+from jetserver.broker.fetch import FetchAnswer, fetch
+from jetserver.broker.streams import StreamManager
+from jetserver.config import LimitsConfig
+from jetserver.errors import ApiError, invalid_argument
+
+EARLY_EMPTY_ROUNDS = 8
+"""Fetches one answer may take when they come back empty before the idle wait ran out
+(a closed partition, a wake-up for nothing, compaction gaps past ``MAX_GAP_SKIPS``); then
+the answer is the empty last one."""
+
+
+@attrs.define(eq=False)
+class FetchStream:
+    """One FetchStream request being answered."""
+
+    streams: StreamManager
+    """Streams and partitions."""
+    limits: LimitsConfig
+    """``max_fetch_bytes``, ``max_fetch_wait_s``."""
+    request: FetchStreamRequest
+    """The request (its ``max_responses`` checked)."""
+    offset: int
+    """Where the next answer starts."""
+    idle_s: float
+    """The idle wait, clamped to ``limits.max_fetch_wait_s``."""
+    deadline: float
+    """When the stream ends without records (monotonic clock)."""
+    answered: int = 0
+    """Answers given so far."""
+    led_epoch: int | None = None
+    """The leader epoch this server led the partition in at the first answer (None: a
+    read replica's stream): a stream ends with NOT_LEADER once that leadership ended."""
+
+    @classmethod
+    def open(
+        cls, streams: StreamManager, limits: LimitsConfig, request: FetchStreamRequest
+    ) -> FetchStream:
+        """The stream of ``request``.
+
+        Raises:
+            ApiError: INVALID_ARGUMENT (``max_responses`` 0 or above
+                MAX_FETCH_STREAM_RESPONSES).
+        """
+        if not 1 <= request.max_responses <= MAX_FETCH_STREAM_RESPONSES:
+            raise invalid_argument(
+                "max_responses",
+                f"max_responses must be within [1, {MAX_FETCH_STREAM_RESPONSES}], "
+                f"got {request.max_responses}",
+            )
+        idle_s = min(request.max_wait_ms / 1000, limits.max_fetch_wait_s)
+        now = time.monotonic()
+        return cls(streams, limits, request, request.offset, idle_s, now + idle_s)
+
+    async def next_answer(self) -> tuple[FetchAnswer, bool]:
+        """The next answer, and whether more answers follow it.
+
+        Raises:
+            ApiError: as :func:`jetserver.broker.fetch.fetch` (the stream ends).
+        """
+        req = self.request
+        for _ in range(EARLY_EMPTY_ROUNDS):
+            if self.led_epoch is not None:  # raises NOT_LEADER: go to the new leader
+                self.streams.replica(req.stream, req.partition).check_leader(self.led_epoch)
+            wait_ms = max(0, int((self.deadline - time.monotonic()) * 1000))
+            answer = await fetch(
+                self.streams,
+                self.limits,
+                FetchRequest(req.stream, req.partition, self.offset, req.max_bytes, wait_ms),
+            )
+            if answer.records is not None or answer.error_code or wait_ms == 0:
+                break
+            # Empty before the idle wait ran out: the partition closed (a delete, a role
+            # change: the next fetch says why) or a wake-up for nothing. Ask again.
+        self.answered += 1
+        if self.answered == 1:
+            self.led_epoch = self._leader_epoch()
+        records = answer.records
+        if answer.error_code != ErrorCode.NONE or records is None:
+            return answer, False
+        self.offset = records.next_offset
+        self.deadline = time.monotonic() + self.idle_s
+        return answer, self.answered < req.max_responses
+
+    def _leader_epoch(self) -> int | None:
+        """The epoch this server leads the partition in now (None: it does not)."""
+        replica = self.streams.replica(self.request.stream, self.request.partition)
+        try:
+            return replica.check_leader(-1).leader_epoch
+        except ApiError:
+            return None

@@ -1,0 +1,170 @@
+"""The SDK's streaming fetch (FetchStream, api 18): the connection's multi-response queue
+and the consumer's fetch loop over it, against a real `jet dev`; the fallback to Fetch
+against a server without it (the fake cluster)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import anyio
+import pytest
+
+from jetsdk import Client, Consumer, Producer
+from jetsdk.codec.fetch_stream import FetchStreamRequest, encode_fetch_stream_request
+from jetsdk.codec.frames import Api
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest, decode_fetch_response
+from jetsdk.codec.record import iter_records
+from jetsdk.connection import Connection
+from jetsdk.consumer import fetch_source
+from support.jet_dev import JetDev
+from support.names import unique
+
+from .helpers import cluster_and_client
+
+pytestmark = pytest.mark.anyio
+
+BOUND_S = 30.0
+
+
+@pytest.fixture
+def sent_apis(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
+    """Counts the requests the SDK's connections send, by API (the sends still happen)."""
+    counts: Counter[int] = Counter()
+    send, send_stream = Connection.send, Connection.send_stream
+
+    async def counted_send(self: Connection, api: int, body: Any) -> Any:
+        counts[api] += 1
+        return await send(self, api, body)
+
+    async def counted_stream(self: Connection, api: int, body: Any, **kw: Any) -> Any:
+        counts[api] += 1
+        return await send_stream(self, api, body, **kw)
+
+    monkeypatch.setattr(Connection, "send", counted_send)
+    monkeypatch.setattr(Connection, "send_stream", counted_stream)
+    return counts
+
+
+async def _produce(client: Client, name: str, values: list[bytes], *, partition: int = 0) -> None:
+    messages = tuple(ProduceMessage(v) for v in values)
+    await client.produce(ProduceRequest(name, partition, 1, 5000, messages))
+
+
+async def test_a_stream_answers_each_commit_and_drops_the_rest_once_closed(
+    jet_dev: JetDev,
+) -> None:
+    name = unique("fs")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        conn = await client.leader_connection(name, 0)
+        assert conn.serves(Api.FETCH_STREAM)
+        body = encode_fetch_stream_request(FetchStreamRequest(name, 0, 0, 1 << 20, 10_000, 5))
+        pending = await conn.send_stream(Api.FETCH_STREAM, body)
+        got = []
+        for i in range(2):
+            await _produce(client, name, [b"v%d" % i])
+            answer, more = await pending.next(BOUND_S)
+            _header, raw = decode_fetch_response(answer)
+            got.append(([r.value for r in iter_records(raw)], more))
+        assert got == [([b"v0"], True), ([b"v1"], True)]
+        pending.close()  # a seek: the 3 answers left are not wanted
+        assert conn.pending_count == 0
+        await _produce(client, name, [b"v2"])
+        # The connection goes on: the dropped answer is not taken for another request's.
+        header, raw = await client.fetch(name, 0, 2, max_bytes=1 << 20, max_wait=BOUND_S)
+        assert [r.value for r in iter_records(raw)] == [b"v2"]
+        assert header.hw == 3
+
+
+async def test_a_stream_past_its_buffer_bound_stops_after_what_it_holds(jet_dev: JetDev) -> None:
+    name = unique("fs")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        for i in range(6):
+            await _produce(client, name, [b"x" * 1000 + b"%d" % i])
+        conn = await client.leader_connection(name, 0)
+        body = encode_fetch_stream_request(FetchStreamRequest(name, 0, 0, 1500, 10_000, 100))
+        pending = await conn.send_stream(Api.FETCH_STREAM, body, max_buffered_bytes=2500)
+        with anyio.fail_after(BOUND_S):
+            while not pending.cut:  # noqa: ASYNC110 - the reader fills it; no event to wait on
+                await anyio.sleep(0.01)
+        offsets = []
+        more = True
+        while more:
+            answer, more = await pending.next(BOUND_S)
+            offsets += [r.offset for r in iter_records(decode_fetch_response(answer)[1])]
+        assert offsets == [0, 1, 2]  # one answer (a record of 1 KB) each, the third crossed
+        assert pending.finished
+
+
+async def test_a_consumer_streams_every_record_once_in_order(
+    jet_dev: JetDev, sent_apis: Counter[int]
+) -> None:
+    name = unique("fs")
+    count = 300
+    backlog = 100  # stored before the consumer starts: its first answers are full ones
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name, partitions=2)
+        for p in (0, 1):
+            await _produce(client, name, [b"%d" % i for i in range(p, backlog, 2)], partition=p)
+        got: dict[int, list[bytes]] = {0: [], 1: []}
+        async with (
+            Consumer(client, name, max_wait=2.0, max_bytes=200) as consumer,
+            Producer(client, name, linger=0) as producer,
+        ):
+
+            async def produce() -> None:
+                for i in range(backlog, count):
+                    await producer.send(b"%d" % i, partition=i % 2)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(produce)
+                with anyio.fail_after(BOUND_S):
+                    async for msg in consumer:
+                        got[msg.partition].append(msg.value)
+                        if sum(map(len, got.values())) == count:
+                            break
+        assert got[0] == [b"%d" % i for i in range(0, count, 2)]
+        assert got[1] == [b"%d" % i for i in range(1, count, 2)]
+        # Streams, not one Fetch per answer: at most one request per TAILING_RESPONSES
+        # answers once tailing (and the first of each partition).
+        assert sent_apis[Api.FETCH] == 0
+        assert 2 <= sent_apis[Api.FETCH_STREAM] <= 2 + count // 4
+
+
+async def test_a_seek_mid_stream_restarts_from_the_new_position(jet_dev: JetDev) -> None:
+    name = unique("fs")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        await _produce(client, name, [b"%d" % i for i in range(10)])
+        async with Consumer(client, name, max_wait=5.0) as consumer:
+            with anyio.fail_after(BOUND_S):
+                first = await consumer.fetch(max_records=4, timeout=BOUND_S)
+                assert [m.offset for m in first] == [0, 1, 2, 3]
+                consumer.seek(0, 7)
+                await _produce(client, name, [b"10"])
+                values = []
+                while len(values) < 4:
+                    values += [m.value for m in await consumer.fetch(timeout=BOUND_S)]
+        assert values == [b"7", b"8", b"9", b"10"]
+
+
+async def test_the_consumer_fetches_from_a_server_without_streams() -> None:
+    """The fake cluster's Hello lists no ``apis`` (an older server): plain Fetch."""
+    async with cluster_and_client() as (cluster, client):
+        cluster.add_stream("s")
+        offsets = [cluster.append("s", 0, b"%d" % i) for i in range(5)]
+        async with Consumer(client, "s") as consumer:
+            got = [m.offset for m in await consumer.fetch(max_records=5, timeout=BOUND_S)]
+        assert got == offsets
+        apis = {api for _sid, api in cluster.requests}
+        assert Api.FETCH in apis
+        assert Api.FETCH_STREAM not in apis
+
+
+def test_a_stream_asks_for_at_most_its_buffer_in_answers() -> None:
+    assert fetch_source.stream_shape(1 << 20, tailing=True) == (64, 128 * 1024)
+    assert fetch_source.stream_shape(1000, tailing=True) == (64, 1000)
+    assert fetch_source.stream_shape(1 << 20, tailing=False) == (8, 1 << 20)
+    assert fetch_source.stream_shape(64 << 20, tailing=False) == (2, 64 << 20)
