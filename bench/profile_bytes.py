@@ -8,10 +8,10 @@ machine, which is what the before/after comparisons of copies use.
 
 ``--processes RF``: the servers run as ``jet server`` processes instead (RF 1: one server;
 RF 3: a cluster of three, the stream replicated, ack ALL), as in production (uvloop), and
-the CPU per MiB is printed apart for the SDK (this process), each jet server and
-nats-server: user + system ms/MiB (from ``/proc/PID/stat``, every thread), the user part,
-and minor page faults per MiB (a large buffer freshly allocated for each copy costs its
-page faults; a reused one does not).
+the CPU per MiB is printed apart for the SDK (this process), each jet server (the
+partition's leader named) and nats-server: user + system ms/MiB (from ``/proc/PID/stat``,
+every thread), the user part, and minor page faults per MiB (a large buffer freshly
+allocated for each copy costs its page faults; a reused one does not).
 
 ``--repeat N`` runs the sizes N times on the same servers: the first round also pays for
 the servers' memory growing to its peak (page faults), the later ones show the steady state.
@@ -128,6 +128,7 @@ async def _one(
         await client.create_stream(
             stream, f"prof.{stream}", max_message_bytes=max(size, 1024), replication_factor=rf
         )
+        leader = (await client.partition_info(stream, 0)).leader if rf > 1 else None
         if meter is not None:
             meter.lap()
         cpu, wall = time.process_time(), time.perf_counter()
@@ -166,7 +167,8 @@ async def _one(
     total = n * size / MIB
     if meter is not None:
         print(
-            f"{size:>8} B x {n:>6} RF {rf}: publish CPU ms/MiB {_per_mib(pub_used, total)} "
+            f"{size:>8} B x {n:>6} RF {rf}{f' (leader {leader})' if leader else ''}: publish CPU "
+            f"ms/MiB {_per_mib(pub_used, total)} "
             f"({total / pub_wall:6.1f} MiB/s) | consume {_per_mib(con_used, total)} "
             f"({total / con_wall:6.1f} MiB/s) | load {os.getloadavg()[0]:.1f} | peak RSS MiB "
             + " ".join(f"{name} {_peak_rss_mib(pid):.0f}" for name, pid in meter.pids.items()),

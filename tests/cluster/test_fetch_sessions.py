@@ -457,3 +457,36 @@ def direct_count(server_id: str, stream: str) -> int:
     found = re.search(pattern, text, re.M)
     assert found is not None
     return int(found.group(1))
+
+
+CATCH_UP_VALUES = 96
+"""64 KiB values a paused follower misses: 6 MiB."""
+
+
+async def test_a_lagging_follower_catches_up_in_few_large_fetches(cluster: Cluster) -> None:
+    """A follower 6 MiB behind takes it in rounds of up to ``replication.fetch_max_bytes``
+    (4 MiB by default): the answer its parked request got (the first record), then two
+    rounds, then the HW; with 1 MiB fetches it took six rounds for the records alone."""
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("catchup", "catchup", partitions=1, replication_factor=3)
+    info, leader = await wait_full_isr(cluster, "catchup", 0, 3, BOUND_S)
+    await wait_caught_up(cluster, "catchup", 0, BOUND_S)
+    follower = next(r for r in info.replicas if r != leader)
+    leader_address = cluster.server(leader).address
+    before = (await anyio.to_thread.run_sync(session_requests, follower)).get(leader_address, 0)
+    cluster.server(follower).pause()
+    try:
+        async with (
+            Client(cluster.addresses, request_timeout=10.0) as client,
+            Producer(client, "catchup", ack=AckPolicy.LEADER) as producer,
+        ):
+            value = bytes(range(256)) * 256  # 64 KiB
+            for _ in range(CATCH_UP_VALUES):
+                await producer.send_soon(value)
+            await producer.flush()
+    finally:
+        cluster.server(follower).resume()
+    _info, hw = await wait_caught_up(cluster, "catchup", 0, BOUND_S)
+    assert hw == CATCH_UP_VALUES
+    after = (await anyio.to_thread.run_sync(session_requests, follower))[leader_address]
+    assert after - before <= 6

@@ -10,7 +10,7 @@ from jetserver.validators import non_negative, positive
 DEFAULT_REPLICA_LAG_MAX_S = 10.0
 DEFAULT_LEADER_SILENCE_S = 1.5
 DEFAULT_FETCH_MAX_WAIT_S = 5.0
-DEFAULT_FETCH_MAX_BYTES = 1 << 20
+DEFAULT_FETCH_MAX_BYTES = 4 << 20
 DEFAULT_ISR_CHECK_INTERVAL_S = 0.25
 DEFAULT_RETRY_MIN_S = 0.05
 DEFAULT_RETRY_MAX_S = 1.0
@@ -44,7 +44,12 @@ class ReplicationConfig:
     (one round per message instead of two). A follower's HW trails the leader's by at most
     this plus one fetch round (0: answer the HW at once)."""
     fetch_max_bytes: int = attrs.field(default=DEFAULT_FETCH_MAX_BYTES, validator=_positive)
-    """Soft bound on the records of one replica fetch."""
+    """Soft bound on the records of one replica fetch (per partition). 4 MiB, not 1: every
+    round costs the leader a request and an answer and the follower a write and an fsync;
+    RF 3, ack ALL, 16 KiB and 256 KiB values on the dev VM: leader 4.0-4.7 -> 2.6-3.7 CPU
+    ms/MiB, each follower 2.1-2.3 -> 1.2-1.7 (with the follower's writes in pieces of at
+    most 1 MiB, :data:`jetserver.storage.files.WRITE_PIECE_BYTES`: in one 4 MiB write the
+    follower cost more than before)."""
     isr_check_interval_s: float = attrs.field(
         default=DEFAULT_ISR_CHECK_INTERVAL_S, validator=_positive
     )

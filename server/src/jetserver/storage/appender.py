@@ -16,8 +16,8 @@ import struct
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 
-from jetsdk.codec.errors import CodecError
-from jetsdk.codec.record import HEADER_SIZE, MAX_BODY_BYTES, check_crc, peek_header
+from jetsdk.codec.crc import crc32
+from jetsdk.codec.record import CRC_COVERED_HEADER, HEADER, HEADER_SIZE, MAX_BODY_BYTES
 from jetserver.storage.epoch_cache import MAX_EPOCH
 from jetserver.storage.errors import InvalidArgumentError, InvalidRecordsError, InvariantViolation
 from jetserver.storage.framing import Body, frame_batch_sizes
@@ -109,14 +109,19 @@ class Appender:
             stamps: list[int] = []
             new_epochs: list[tuple[int, int]] = []
             pos = 0
+            unpack = HEADER.unpack_from
             while n - pos >= HEADER_SIZE:
-                try:
-                    offset, ts, epoch, size = peek_header(view, pos)
-                    if n - pos < size:
-                        break
-                    check_crc(view, pos)
-                except CodecError as exc:
-                    raise InvalidRecordsError(f"record at byte {pos}: {exc}") from exc
+                # One header read per record and its CRC over the bytes as they will be
+                # stored (peek_header then check_crc read each header twice).
+                offset, ts, epoch, length, crc = unpack(view, pos)
+                if length > MAX_BODY_BYTES:
+                    raise InvalidRecordsError(f"record at byte {pos}: length {length} over limit")
+                size = HEADER_SIZE + length
+                if n - pos < size:
+                    break
+                head = crc32(view[pos : pos + CRC_COVERED_HEADER], 0)
+                if crc32(view[pos + HEADER_SIZE : pos + size], head) != crc:
+                    raise InvalidRecordsError(f"record at byte {pos}: CRC mismatch")
                 if offset <= prev:
                     raise InvalidRecordsError(
                         f"record at byte {pos} has offset {offset}, expected > {prev}"

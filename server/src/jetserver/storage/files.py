@@ -126,10 +126,19 @@ IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 16
 """Most buffers one gathered write takes (POSIX guarantees at least 16; Linux has 1024)."""
 
 
+WRITE_PIECE_BYTES = 1 << 20
+"""Most bytes one ``pwrite``/``pwritev`` call writes. On the dev VM (Linux 6.18, ext4) a
+single write of 2 MiB or more from a freshly received buffer cost 1.6-2.4 CPU ms/MiB, the
+same bytes in writes of at most 1 MiB 0.6-0.75 (the kernel's copy into the page cache,
+``copy_folio_from_iter_atomic``, was 46 % of a follower's CPU with 4 MiB replica fetches);
+up to 1.5 MiB in one write was as cheap as smaller ones."""
+
+
 def write_all(
     fd: int, data: bytes | memoryview | Sequence[bytes | memoryview], position: int
 ) -> None:
-    """``os.pwrite`` all of ``data`` at ``position`` (looping over short writes).
+    """``os.pwrite`` all of ``data`` at ``position`` (looping over short writes), in writes
+    of at most :data:`WRITE_PIECE_BYTES`.
 
     ``data`` may be a sequence of buffers, written back to back with gathered writes
     (``os.pwritev``, at most IOV_MAX buffers a call) instead of being joined first: a batch
@@ -138,23 +147,47 @@ def write_all(
     if isinstance(data, (bytes, memoryview)):
         view = memoryview(data)
         while view:
-            written = os.pwrite(fd, view, position)
+            written = os.pwrite(fd, view[:WRITE_PIECE_BYTES], position)
             view = view[written:]
             position += written
         return
     parts: list[bytes | memoryview] = list(data)
+    if not parts:
+        return
+    if len(parts) <= IOV_MAX and sum(map(len, parts)) <= WRITE_PIECE_BYTES:
+        chunk: list[bytes | memoryview] = parts  # the usual batch: one gathered write
+    else:
+        chunk = _piece(parts, 0)
     i = 0
-    while i < len(parts):
-        chunk = parts[i : i + IOV_MAX]
+    while True:
         written = os.pwritev(fd, chunk, position)
         position += written
-        for part in chunk:  # skip what was written; a short write resumes mid-buffer
-            size = len(part)
+        while i < len(parts):  # skip what was written; a short write resumes mid-buffer
+            size = len(parts[i])
             if written < size:
-                parts[i] = memoryview(part)[written:]
+                if written:
+                    parts[i] = memoryview(parts[i])[written:]
                 break
             written -= size
             i += 1
+        if i == len(parts):
+            return
+        chunk = _piece(parts, i)
+
+
+def _piece(parts: list[bytes | memoryview], i: int) -> list[bytes | memoryview]:
+    """The buffers of the next gathered write from ``parts[i]`` on: at most IOV_MAX of
+    them, of at most WRITE_PIECE_BYTES together (the last one cut if need be)."""
+    chunk: list[bytes | memoryview] = []
+    room = WRITE_PIECE_BYTES
+    for part in parts[i : i + IOV_MAX]:
+        size = len(part)
+        if size >= room:
+            chunk.append(memoryview(part)[:room] if size > room else part)
+            break
+        chunk.append(part)
+        room -= size
+    return chunk
 
 
 READ_CHUNK = 1 << 20
