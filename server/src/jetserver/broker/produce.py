@@ -22,6 +22,7 @@ Task safety: event loop thread only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -80,6 +81,9 @@ _PUBLISHED: Result = (ErrorCode.NONE, -1, -1)
 _UNAVAILABLE: Result = (ErrorCode.UNAVAILABLE, -1, -1)
 _TIMEOUT: Result = (ErrorCode.TIMEOUT, -1, -1)
 _UNSCOPED = contextlib.nullcontext()
+PARTITION_SUBJECTS_CACHED = 65_536
+"""Most partition subjects :func:`_partition_subject` remembers (least recently used
+dropped first): a few MiB at most, and more partitions than a server leads in practice."""
 _TOO_LARGE: Result = (ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
 _INVALID: Result = (ErrorCode.INVALID_ARGUMENT, -1, -1)
 _NOT_LEADER: Result = (ErrorCode.NOT_LEADER, -1, -1)
@@ -230,7 +234,7 @@ class ProduceService:
         internal = is_internal(stream)
         if replica is not None and not ((self.direct or internal) and replica.takes_direct(policy)):
             replica = None
-        psubj = partition_subject(meta.spec.subject, partition)
+        psubj, wildcard = _partition_subject(meta.spec.subject, partition)
         if internal:
             _check_internal(stream, partition, policy, replica)
         elif (
@@ -239,7 +243,6 @@ class ProduceService:
             and self.link.echo_needed({s or psubj for s, _n, _e in messages}, replica)
         ):
             replica = None  # copies on the main connection: its own subscription gets them
-        wildcard = has_wildcard(psubj)
         for i, (subject, _size, _envelope) in enumerate(messages):
             if not subject:
                 if wildcard:
@@ -488,6 +491,14 @@ class ProduceService:
     def give_up_copies(self, afters: Iterable[After | None]) -> None:
         """:meth:`DirectCopies.give_up` (sections of a cancelled ProduceMany request)."""
         self._copies.give_up(a for a in afters if a is not None)
+
+
+@functools.lru_cache(maxsize=PARTITION_SUBJECTS_CACHED)
+def _partition_subject(stream_subject: str, partition: int) -> tuple[str, bool]:
+    """The subject of ``partition`` of a stream on ``stream_subject``, and whether it has
+    wildcards (remembered: a ProduceMany request asks for hundreds per request)."""
+    psubj = partition_subject(stream_subject, partition)
+    return psubj, has_wildcard(psubj)
 
 
 def _check_internal(

@@ -30,7 +30,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import FLAG_RESPONSE, Frame, encode_frame
-from jetsdk.codec.messages import decode_produce_head, encode_error
+from jetsdk.codec.messages import ProduceHead, decode_produce_head, encode_error
 from jetsdk.codec.produce_many import (
     MAX_PRODUCE_SECTIONS,
     ProduceSection,
@@ -84,12 +84,14 @@ class ProduceMany:
         sections = decode_produce_many_request(frame.body)
         session = session or Session()
         answers: Sequence[tuple[ProduceSection, After | None]]
-        if self._at_once(sections):
-            # Each is appended and answered without waiting: one after the other, here.
+        heads = self._at_once(sections)
+        if heads is not None:
+            # Each is appended and answered without waiting: one after the other, here
+            # (each head decoded once, for the check and the section).
             served: list[tuple[ProduceSection, After | None]] = []
             try:
-                for body in sections:
-                    served.append(await self._section(body, session))
+                for body, head in zip(sections, heads, strict=True):
+                    served.append(await self._section(body, session, head))
             except BaseException:  # cancelled: the after-work of those served won't run
                 self.produce.give_up_copies(after for _section, after in served)
                 raise
@@ -117,24 +119,30 @@ class ProduceMany:
             after=_all_after(afters) if afters else None,
         )
 
-    def _at_once(self, sections: list[bytes]) -> bool:
-        """True if every section would be appended and answered without waiting (then
-        serving them in turn in this task keeps their order and costs no task each)."""
+    def _at_once(self, sections: list[bytes]) -> list[ProduceHead] | None:
+        """Every section's decoded head if every section would be appended and answered
+        without waiting (then serving them in turn in this task keeps their order and
+        costs no task each), else None."""
         at_once = self.produce.answers_at_once
+        heads: list[ProduceHead] = []
         try:
             for body in sections:
-                stream, partition, policy = decode_produce_head(body)[:3]
-                if not at_once(stream, partition, policy):
-                    return False
+                head = decode_produce_head(body)
+                if not at_once(head[0], head[1], head[2]):
+                    return None
+                heads.append(head)
         except (CodecError, ApiError):
-            return False
-        return True
+            return None
+        return heads
 
-    async def _section(self, body: bytes, session: Session) -> tuple[ProduceSection, After | None]:
-        """One section, served as a Produce request; never raises (its error is its
-        answer)."""
+    async def _section(
+        self, body: bytes, session: Session, head: ProduceHead | None = None
+    ) -> tuple[ProduceSection, After | None]:
+        """One section, served as a Produce request (``head``: its decoded head, if
+        known); never raises (its error is its answer)."""
         try:
-            head = decode_produce_head(body)
+            if head is None:
+                head = decode_produce_head(body)
             if self.security is not None:
                 refusal = self.security.produce_refusal(session, body, head)
                 if refusal is not None:
