@@ -3,6 +3,7 @@ and the pool of open connections (one per server address)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from ssl import SSLContext
@@ -34,6 +35,15 @@ DEFAULT_SERVERS = ("127.0.0.1:9292",)
 """Used when neither ``servers`` nor $JET_SERVERS is given."""
 ENV_SERVERS = "JET_SERVERS"
 """Environment variable holding a comma-separated server list."""
+ADDRESSES_CACHED = 4096
+"""Most server addresses :func:`_listed_address` remembers parsed (least recently used
+dropped first): a producer looks its leader's up for every batch it sends."""
+
+
+@functools.lru_cache(maxsize=ADDRESSES_CACHED)
+def _listed_address(text: str) -> Address:
+    """:func:`parse_address` of an address the metadata lists, remembered."""
+    return parse_address(text)
 
 
 def resolve_servers(servers: str | Sequence[str] | None) -> list[Address]:
@@ -138,7 +148,7 @@ class ConnectionPool:
         learned from Hello names the old one), else the one its Hello came from."""
         server = metadata.servers.get(server_id)
         if server is not None:
-            return parse_address(server.address)
+            return _listed_address(server.address)
         return self.address_of_id.get(server_id)
 
     def open_connection(self, address: Address) -> Connection | None:
