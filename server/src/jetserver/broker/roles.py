@@ -46,6 +46,7 @@ from jetserver.broker.nats_port import NatsSubscription, NatsUnavailable
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import tail_records
+from jetserver.epoch_writes import EPOCH_WRITES
 from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.metadata.model import (
@@ -384,13 +385,12 @@ class RoleDriver:
         """Lead ``a.leader_epoch``; False if a stop began meanwhile (in the thread call)."""
         await self._end_role(ROLE_NONE)
         log_ = self.log
-        # The epoch's start in the epoch cache, here on the event loop: it is written
-        # without fsync (spec/storage.md §6), a file write and a rename. A worker-thread
-        # call each made the new leaders of a failover wait for one another: at 2,000
-        # partitions on a loaded 2-core machine, 667 of them waited 0.63 s on average (up
-        # to 0.94 s) for calls of 0.3 ms, each thread taking the GIL back from the busy
-        # loop around every file call.
-        log_.epochs.assign(a.leader_epoch, log_.log_end_offset)
+        # The epoch's start in the epoch cache: in memory here, its file (written without
+        # fsync, spec/storage.md §5) by a worker thread that nobody waits for. On the loop,
+        # those writes were the largest part of a failover's role changes (epoch_writes);
+        # a worker-thread call each, awaited, made the new leaders wait for one another
+        # (2,000 partitions: 667 of them waited 0.63 s on average for calls of 0.3 ms).
+        log_.epochs.assign(a.leader_epoch, log_.log_end_offset, deferred=EPOCH_WRITES.add)
         table: ProducerTable | None = ProducerTable()
         if log_.log_end_offset > log_.log_start_offset:  # an empty log has none to read
             rebuilt = await anyio.to_thread.run_sync(_rebuild_producers, log_)
