@@ -126,7 +126,10 @@ class _Reports:
     a stale report that arrives after the partition moved makes the next epoch's record
     without counting)."""
     at: dict[str, float] = attrs.field(factory=dict)
-    lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True))
+    """Taken without a loop turn when free: a failover's thousands of reports each gave
+    the busy loop a whole pass here (anyio's checkpoint on every acquire; 52 of 89 samples
+    in ``report``, py-spy of a metadata leader at 3,000 partitions)."""
     complete: anyio.Event = attrs.field(factory=anyio.Event)
     """Set when every live ISR member has reported (the collection may end)."""
     majority_at: float | None = None
