@@ -424,8 +424,8 @@ class StreamManager:
                     opened.wanted = target
                     opened.wake.set()
                     woken.append(opened)
-            if len(woken) >= ROLE_BURST_MIN and self._tg is not None:  # a failover's
-                burst = RoleBurst(len(woken))
+            if len(woken) >= ROLE_BURST_MIN and self._tg is not None:  # e.g. a failover
+                burst = RoleBurst(len(woken))  # the collector paused while they apply
                 for opened in woken:
                     if opened.burst is not None:
                         opened.burst.applied()  # it is in this burst now
