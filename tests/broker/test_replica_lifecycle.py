@@ -33,6 +33,7 @@ from pathlib import Path
 
 import anyio
 import attrs
+import nats as nats_py
 import pytest
 
 from jetsdk.codec.record import encode_body
@@ -303,6 +304,44 @@ async def test_a_follower_leads_without_waiting_for_its_fetchers_task_to_end(
         finally:
             control.release.set()
         assert control.held == 1  # the stopped fetcher reports nothing more
+        replica.stop()
+        with anyio.fail_after(BOUND_S):
+            await replica.wait_stopped()
+
+
+async def test_a_failover_leader_serves_before_nats_confirms_its_subscription(
+    link: NatsLink, nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A follower elected in a later epoch takes its role as soon as its SUB is sent: the
+    NATS server is paused (SIGSTOP), so no PING round trip can confirm it, and the role is
+    applied anyway (the old code waited for the confirmation, up to 5 s). The role's task
+    confirms it once the server answers again; a message published then reaches it."""
+    replica, state = await replica_over_a_real_log(tmp_path, link, replicas=("s2", "s1", "s3"))
+    a = state.streams["orders"].partitions[0]
+    async with anyio.create_task_group() as tg:
+        await tg.start(replica.run)
+        with anyio.fail_after(BOUND_S):
+            await replica.apply_assignment(a, ADDRESSES)  # follows s2 (epoch 0)
+        elected = attrs.evolve(a, leader=ME, leader_epoch=a.leader_epoch + 1)
+        nats_server.pause()
+        try:
+            started = anyio.current_time()
+            with anyio.fail_after(BOUND_S):  # the confirmation's round is shielded
+                await replica.apply_assignment(elected, ADDRESSES)
+            assert anyio.current_time() - started < 1.0  # not the 5 s bound of a confirmation
+            assert replica.role == ROLE_LEADER
+            assert replica.roles.subscription is not None
+        finally:
+            nats_server.resume()
+        publisher = await nats_py.connect(nats_server.url)
+        try:
+            await publisher.publish(replica.subject, b"after the failover")
+            await publisher.flush()
+        finally:
+            await publisher.close()
+        await wait_until_async(
+            lambda: replica.log.log_end_offset == 1, BOUND_S, "the message appended"
+        )
         replica.stop()
         with anyio.fail_after(BOUND_S):
             await replica.wait_stopped()

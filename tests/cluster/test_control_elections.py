@@ -277,6 +277,56 @@ async def test_an_election_whose_report_was_cancelled_before_its_batch_is_not_pr
 
 
 @pytest.mark.anyio
+async def test_a_report_while_an_election_of_a_cancelled_report_is_proposed_waits_for_it(
+    raft: MetadataRaft, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a report cancelled once its election was in a batch being proposed (a
+    delivery cut by its bound) released the partition's lock; the next report decided the
+    election again and proposed it in the next entry, refused there (at 10,000 partitions,
+    573 of an entry's 1,000 elections). Now it waits for the election in flight."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=2, replication_factor=3)
+    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3, R3)))).result.ok
+    elections = Elections(raft, lambda s: s == "s1", window_s=5.0, collect_s=0.0)
+    caplog.set_level(logging.INFO, logger="jetserver.cluster.elections")
+    proposing, release = anyio.Event(), anyio.Event()
+    real_propose = raft.propose
+
+    async def held_propose(*args: Any, **kwargs: Any) -> Any:
+        proposing.set()
+        await release.wait()
+        return await real_propose(*args, **kwargs)
+
+    monkeypatch.setattr(raft, "propose", held_propose)
+    cancelled = anyio.CancelScope()
+    answers: list[dict[str, Any]] = []
+
+    async def cancelled_report() -> None:
+        with cancelled:
+            await elections.report("wide", 1, 0, "s2")
+
+    async def second_report() -> None:
+        answers.append(await elections.report("wide", 1, 0, "s3"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(elections.report, "wide", 0, 0, "s2")  # gathers and proposes the batch
+        tg.start_soon(cancelled_report)  # its election joins that batch
+        with anyio.fail_after(5):
+            await proposing.wait()  # both elections are in the batch being proposed
+        cancelled.cancel()
+        await anyio.lowlevel.checkpoint()  # the cancelled report let go of partition 1
+        tg.start_soon(second_report)
+        for _ in range(50):  # the second report runs as far as it goes
+            await anyio.lowlevel.checkpoint()
+        assert answers == []  # it waits for the election in flight
+        release.set()
+    assert answers == [{"accepted": True, "leader": "s2", "leader_epoch": 1}]
+    parts = raft.state.streams["wide"].partitions
+    assert [(a.leader, a.leader_epoch) for a in parts] == [("s2", 1), ("s2", 1)]
+    assert "leader election refused" not in caplog.text
+    assert elections.entries == 1  # both elections, once, in one entry
+
+
+@pytest.mark.anyio
 async def test_partitions_of_a_dead_leader_that_nobody_reports_are_found(
     raft: MetadataRaft,
 ) -> None:

@@ -12,6 +12,7 @@ import attrs
 
 from jetserver.broker.nats_port import NatsSubscription
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.role_burst import RoleBurst
 from jetserver.broker.services import ReplicaServices
 from jetserver.config import ServerConfig
 from jetserver.lazy_event import LazyEvent
@@ -60,6 +61,8 @@ class RunningPartition:
     """Set when ``wanted`` changes (the applier waits on it; in a cluster only)."""
     ready: LazyEvent = attrs.field(factory=LazyEvent)
     scope: anyio.CancelScope | None = None
+    burst: RoleBurst | None = None
+    """The burst of role changes ``wanted`` came with, until it is applied (role_burst)."""
 
 
 def new_replica(

@@ -44,6 +44,7 @@ from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
 from jetserver.broker.replica_tasks import ReplicaTasks
+from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
 from jetserver.broker.role_summary import RoleSummary
 from jetserver.broker.running import (
     MetadataView,
@@ -413,6 +414,7 @@ class StreamManager:
             new = [w for key, w in sorted(wanted.items()) if key not in self._running]
             if new:  # opened in batches (each replica's applier starts as it opens)
                 await self._open_many(new, subscribe=False)
+            woken: list[RunningPartition] = []
             for key, (_meta, a) in wanted.items():
                 opened = self._running.get(key)
                 if opened is None:  # could not open: offline
@@ -421,6 +423,14 @@ class StreamManager:
                 if opened.wanted != target:
                     opened.wanted = target
                     opened.wake.set()
+                    woken.append(opened)
+            if len(woken) >= ROLE_BURST_MIN and self._tg is not None:  # e.g. a failover
+                burst = RoleBurst(len(woken))  # the collector paused while they apply
+                for opened in woken:
+                    if opened.burst is not None:
+                        opened.burst.applied()  # it is in this burst now
+                    opened.burst = burst
+                self._tg.start_soon(burst.collector_paused)
 
     async def _close_partition(self, key: tuple[str, int], running: RunningPartition) -> None:
         self._running.pop(key, None)
@@ -464,6 +474,9 @@ class StreamManager:
                 if replica.role == ROLE_LEADER:
                     led = (replica.stream, replica.partition, assignment.leader_epoch)
                 self.role_summary.applied(replica.role, started, anyio.current_time(), led)
+                burst, running.burst = running.burst, None
+                if burst is not None:
+                    burst.applied()
 
     async def _apply(self, running: RunningPartition, target: Wanted) -> None:
         assignment, replica_addresses = target

@@ -10,10 +10,18 @@ epochs the records carry (spec/storage.md §6 and §9). Every new leader assigns
 the write, an fsync of the file and one of the directory, the 3,334 leaderships of a killed
 server at 10,000 partitions queued 6,668 fsyncs before they served. A truncation (rare: a
 follower whose log diverged) is still made durable before it returns.
+
+A new leader's epoch may also be written later, off the event loop
+(:meth:`LeaderEpochCache.assign` with ``deferred``; :mod:`jetserver.epoch_writes`): the
+entries change at once, the file when a worker thread calls
+:meth:`LeaderEpochCache.write_pending`. Writes of one cache's file are serialized, and each
+writes the entries as they are when it starts, so an older write never overtakes a later
+change (a truncation's durable write included).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,6 +30,8 @@ import attrs
 
 from jetserver.storage.checkpoint import LEADER_EPOCH_FILE, write_checkpoint
 from jetserver.storage.errors import InvalidArgumentError
+
+log = logging.getLogger(__name__)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
@@ -42,9 +52,11 @@ class LeaderEpochCache:
     """Ordered ``(epoch, start_offset)`` entries, strictly increasing in both.
 
     Every change is written to the checkpoint file before the call returns (when the cache
-    has a directory).
+    has a directory), but an ``assign`` with ``deferred``: then by :meth:`write_pending`.
 
-    Thread-safety: all methods take an internal lock; mutations come from the log's writer.
+    Thread-safety: all methods take an internal lock; mutations come from the log's writer;
+    :meth:`write_pending` from any thread. File writes take a second lock, first (the
+    entries' lock is never held while waiting for it).
     """
 
     def __init__(
@@ -57,6 +69,11 @@ class LeaderEpochCache:
         self._leo = log_end_offset
         self._entries: list[EpochEntry] = list(entries)
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        """Held while the file is written: one write at a time, each of the entries as
+        they are once it holds this lock."""
+        self._pending = False
+        """A deferred change is not written yet (guarded by ``_lock``)."""
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:
@@ -70,12 +87,20 @@ class LeaderEpochCache:
         with self._lock:
             return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
 
-    def assign(self, epoch: int, start_offset: int) -> bool:
+    def assign(
+        self,
+        epoch: int,
+        start_offset: int,
+        *,
+        deferred: Callable[[LeaderEpochCache], None] | None = None,
+    ) -> bool:
         """Record that ``epoch`` starts at ``start_offset``; True if the cache changed.
 
-        Written to the checkpoint without fsync (module docstring). The same epoch again is
-        a no-op. Entries with a start offset >= ``start_offset``
-        (left over from a log that was not truncated) are dropped first.
+        Written to the checkpoint without fsync (module docstring), before this returns, or
+        with ``deferred``, later: ``deferred(self)`` is called once the entries changed, and
+        whoever it hands the cache to calls :meth:`write_pending` (any thread). The same
+        epoch again is a no-op. Entries with a start offset >= ``start_offset`` (left over
+        from a log that was not truncated) are dropped first.
 
         Raises:
             InvalidArgumentError: ``epoch`` is below the latest epoch or out of u32 range,
@@ -95,8 +120,38 @@ class LeaderEpochCache:
             while self._entries and self._entries[-1].start_offset >= start_offset:
                 self._entries.pop()
             self._entries.append(EpochEntry(epoch, start_offset))
+            self._pending = True
+        if deferred is not None:
+            deferred(self)
+        else:
             self._persist(sync=False)
-            return True
+        return True
+
+    @property
+    def pending(self) -> bool:
+        """A deferred change is not written yet (:meth:`write_pending`)."""
+        with self._lock:
+            return self._pending
+
+    def write_pending(self) -> bool:
+        """Write the entries if a deferred change is not written yet (no fsync); True if it
+        wrote. A directory that is gone (the partition was deleted) is not an error.
+
+        Raises:
+            OSError: the write failed (the change stays pending).
+        """
+        try:
+            return self._persist(sync=False, only_pending=True)
+        except FileNotFoundError:
+            with self._lock:
+                self._pending = False
+            return False
+
+    def drop_pending(self) -> None:
+        """Forget a deferred change without writing it (the log was abandoned, as by a
+        crash)."""
+        with self._lock:
+            self._pending = False
 
     def epoch_and_end_offset_for(self, epoch: int) -> tuple[int, int]:
         """``(largest epoch <= epoch, end offset of that epoch)`` as in Kafka KIP-279.
@@ -141,8 +196,8 @@ class LeaderEpochCache:
             if len(keep) == len(self._entries):
                 return False
             self._entries = keep
-            self._persist()
-            return True
+        self._persist()
+        return True
 
     def truncate_from_start(self, start_offset: int) -> bool:
         """Drop entries wholly before ``start_offset`` (retention moved the log start).
@@ -157,20 +212,32 @@ class LeaderEpochCache:
             if keep == self._entries:
                 return False
             self._entries = keep
-            self._persist()
-            return True
+        self._persist()
+        return True
 
     def clear(self) -> None:
         """Remove every entry."""
         with self._lock:
             self._entries = []
-            self._persist()
+        self._persist()
 
-    def _persist(self, *, sync: bool = True) -> None:
-        if self._directory is not None:
-            write_checkpoint(
-                self._directory,
-                LEADER_EPOCH_FILE,
-                [(e.epoch, e.start_offset) for e in self._entries],
-                sync=sync,
-            )
+    def _persist(self, *, sync: bool = True, only_pending: bool = False) -> bool:
+        """Write the entries as they are once no other write runs; with ``only_pending``,
+        only if a deferred change is unwritten. True if it wrote."""
+        if self._directory is None:
+            with self._lock:
+                self._pending = False
+            return False
+        with self._write_lock:
+            with self._lock:
+                if only_pending and not self._pending:
+                    return False
+                entries = [(e.epoch, e.start_offset) for e in self._entries]
+                self._pending = False
+            try:
+                write_checkpoint(self._directory, LEADER_EPOCH_FILE, entries, sync=sync)
+            except BaseException:
+                with self._lock:
+                    self._pending = True  # still to write: the next write takes it
+                raise
+        return True

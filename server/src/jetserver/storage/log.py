@@ -135,6 +135,7 @@ class Log:
                 return
             active = state.segments[-1]
             try:
+                state.epochs.write_pending()  # a new epoch whose write was deferred
                 active.write_indexes(keep_absent=True)  # unless they hold them already
                 commit = state.commit
                 if commit.failure is not None or commit.flushed_offset < state.leo:
@@ -162,6 +163,7 @@ class Log:
         For a log that must not be used (its directory did not sync at open)."""
         with self._state.write_lock:
             if not self._state.closed:
+                self._state.epochs.drop_pending()  # a killed process would not write it
                 self._release_all()
 
     def _crash(self) -> None:
