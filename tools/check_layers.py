@@ -53,6 +53,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "jetserver.storage",
             "jetserver.fsync_runner",
             "jetserver.flush_behind",
+            "jetserver.epoch_writes",
             "jetserver.fatal",
         ),
     ),
