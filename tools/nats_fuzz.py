@@ -5,7 +5,8 @@
     python tools/nats_fuzz.py --messages 20000 --seed 7
 
 Exit status 0 if every message sent to a stream was stored exactly once, intact and in
-order, nothing else was stored, the canary never waited over ``--stall-ms`` and the
+order, nothing else was stored, the canary never waited over ``--stall-ms`` (but within
+1 s of a slow fsync on the server's event loop: the disk's wait, reported apart) and the
 server still serves; 1 otherwise. The server's log is kept (its path is printed).
 """
 
