@@ -73,8 +73,11 @@ class FetchSource:
     """The ``max_bytes`` the loop asked for when the open stream was sent."""
     _answer_bytes: int = 0
     """The ``max_bytes`` of each answer of the open stream (its request's)."""
-    _tailing: bool = True
-    """The last answer was under half its bound: the next stream is a tailing one."""
+    _tailing: bool = False
+    """The last answer was under half its bound: the next stream is a tailing one. False
+    at first: a consumer starting behind (from offset 0, say) reads its first stream in
+    answers of ``max_bytes``, not in the tail's small ones (a tailing consumer's first
+    small answer makes its next stream a tailing one)."""
     _stale: bool = False
     """The last error said the leader may have moved: refresh the metadata first."""
     streams_opened: int = 0
