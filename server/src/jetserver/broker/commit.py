@@ -22,7 +22,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import attrs
@@ -30,14 +29,13 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
 from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
-from jetserver.broker.lifecycle import Lifecycle
+from jetserver.broker.replica_base import ReplicaBase
 from jetserver.flush_behind import FlushBehind
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
-from jetserver.logs import fields
 from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN
-from jetserver.replication.core import ROLE_SINGLE, Outcome, ReplicaCore
-from jetserver.storage import Log, SyncFailedError
+from jetserver.replication.core import ROLE_SINGLE, Outcome
+from jetserver.storage import SyncFailedError
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +53,12 @@ def _nothing() -> None:
 class Committer:
     """Group commit and the HW of one partition replica (see the module docstring)."""
 
-    stream: str
-    """Stream name (for logs and acks)."""
-    partition: int
-    """Partition number."""
-    log: Log
-    """The partition's log (fsynced and given its HW here)."""
-    core: ReplicaCore[PendingAck]
-    """The replica's decisions (HW, pending ALL acks)."""
+    base: ReplicaBase
+    """The replica's name, log, core and lifecycle (read only here)."""
     fsyncs: FsyncRunner
     """Where fsyncs run."""
     acks: AckRouter
     """Where ALL acks to NATS inboxes go."""
-    life: Lifecycle
-    """The replica's running state (read only here)."""
     wake_replicas: Callable[[], None] = _nothing
     """Wakes parked replica fetches (the leader's replica-fetch side)."""
     stop_replica: Callable[..., None] = _nothing
@@ -107,9 +97,7 @@ class Committer:
     """The task handing a partition whose background fsync failed to the flusher."""
 
     def __repr__(self) -> str:
-        # Not attrs' repr: the parts refer to each other and to the server's objects
-        # (callbacks), so a generated repr would print the whole server.
-        return f"Committer({self.stream}/{self.partition})"
+        return self.base.part_repr(self)
 
     @property
     def flushing(self) -> bool:
@@ -127,19 +115,19 @@ class Committer:
         the loop for it cost a wake-up per message at light load. A failed fsync hands the
         partition to the flusher for good (:meth:`_behind_failed`)."""
         if not self._flushing:
-            tg = self.life.tg
+            tg = self.base.life.tg
             if tg is None:
                 return
-            core = self.core
+            core = self.base.core
             if (
                 core.durability == DURABILITY_WRITTEN
                 and core.role == ROLE_SINGLE
-                and self.log.sync_failure is None
+                and self.base.log.sync_failure is None
             ):
                 behind = self._behind
                 if behind is None:
                     loop = self._running_loop()
-                    behind = self._behind = FlushBehind(self.log, loop, self._behind_failed)
+                    behind = self._behind = FlushBehind(self.base.log, loop, self._behind_failed)
                 if behind.kick_soon():
                     self.fsyncs.thread_fsyncs += 1
                 return
@@ -161,11 +149,11 @@ class Committer:
     def _behind_failed(self, error: BaseException) -> None:
         """A :class:`FlushBehind` fsync failed (a loop callback): the flusher takes over,
         now and from then on, and recovers as from any failed fsync (the cut back)."""
-        if self.life.tg is None:
+        if self.base.life.tg is None:
             return  # run ended: final_flush saw the log's failure
         log.warning(
             "background fsync failed; the flusher takes over",
-            extra=self._fields(error=repr(error)),
+            extra=self.base.fields(error=repr(error)),
         )
         # A task starts it: anyio's task group needs a task to find its backend from.
         self._handover = self._running_loop().create_task(self._hand_over())
@@ -174,7 +162,7 @@ class Committer:
         if self._flushing:  # another failure handed it over already
             self._dirty.set()
             return
-        tg = self.life.tg
+        tg = self.base.life.tg
         if tg is None:
             return
         self._flushing = True
@@ -215,7 +203,7 @@ class Committer:
         if not self._deferred:
             return
         self._deferred = False  # appends from here on defer again, or ask the flusher
-        log_ = self.log
+        log_ = self.base.log
         runner = self.fsyncs
         loop = self._running_loop()  # known: no getpid (3.11)
         in_thread = not runner.may_run_here()
@@ -259,8 +247,8 @@ class Committer:
         self.fetch_waiters += 1
         try:
             deadline = time.monotonic() + timeout_s
-            life = self.life
-            while self.log.high_watermark <= offset and not life.closed and not life.stopping:
+            life = self.base.life
+            while self.base.log.high_watermark <= offset and not life.closed and not life.stopping:
                 left = deadline - time.monotonic()
                 if left <= 0 or not await self._hw_moved.wait_within(left, self._running_loop()):
                     return
@@ -272,7 +260,7 @@ class Committer:
         :attr:`sync_failures` is no longer ``failures`` (an fsync failed since the caller
         read it: its cut may have taken records below ``end``), the log ends below
         ``end``, the replica closed, or ``timeout_s`` passed."""
-        log_ = self.log
+        log_ = self.base.log
         deadline = time.monotonic() + timeout_s
         while True:
             if self.sync_failures != failures:
@@ -280,7 +268,7 @@ class Committer:
             if log_.high_watermark >= end:
                 return True
             left = deadline - time.monotonic()
-            if self.life.closed or log_.log_end_offset < end or left <= 0:
+            if self.base.life.closed or log_.log_end_offset < end or left <= 0:
                 return False
             await self._hw_moved.wait_within(left, self._running_loop())
 
@@ -302,16 +290,16 @@ class Committer:
         while True:
             await self._dirty.wait(self._running_loop())
             self._dirty = LazyEvent()
-            target = self.log.log_end_offset
+            target = self.base.log.log_end_offset
             try:
                 if hops.ENABLED:
                     hops.mark("fsync.start")
                 # On the loop only where the fsync stands between a record and its
                 # readers; with ``written``/``replicated`` it is background work.
-                on_loop = self.core.durability == DURABILITY_FLUSHED and not self._loop_refused
+                on_loop = self.base.core.durability == DURABILITY_FLUSHED and not self._loop_refused
                 self._loop_refused = False
                 flushed = await self.fsyncs.flush(
-                    self.log, target, on_loop=on_loop, loop=self._running_loop()
+                    self.base.log, target, on_loop=on_loop, loop=self._running_loop()
                 )
                 if hops.ENABLED:
                     hops.mark("fsync.end")
@@ -320,7 +308,7 @@ class Committer:
                 self._dirty.set()
                 continue
             except Exception as exc:
-                log.error("flush failed; retrying", extra=self._fields(error=repr(exc)))
+                log.error("flush failed; retrying", extra=self.base.fields(error=repr(exc)))
                 await self.fail_pending_all(ErrorCode.STORAGE_ERROR, f"flush failed: {exc}")
                 await anyio.sleep(FLUSH_RETRY_S)
                 self._dirty.set()
@@ -338,7 +326,7 @@ class Committer:
         followers were sent some gives up its epoch in the same step and asks for the next
         one (:meth:`ReplicaCore.cut`).
         """
-        log_ = self.log
+        log_ = self.base.log
         if log_.sync_failure is None:
             return
         self.sync_failures += 1
@@ -349,15 +337,15 @@ class Committer:
         except Exception as again:
             log.critical(
                 "fsync failed and the log cannot be cut back to disk; stopping the partition",
-                extra=self._fields(error=repr(again), first_error=repr(exc)),
+                extra=self.base.fields(error=repr(again), first_error=repr(exc)),
             )
             self.stop_replica(drain=False)
             return
-        out = self.core.cut(end, f"fsync failed, the record is not stored (retry): {exc}")
+        out = self.base.core.cut(end, f"fsync failed, the record is not stored (retry): {exc}")
         log.error(
             "fsync failed: cut the log back to its last good sync; the records above it "
             "must come again from their producers or the leader",
-            extra=self._fields(error=repr(exc), flushed=cut_from, leo_was=leo, leo=end),
+            extra=self.base.fields(error=repr(exc), flushed=cut_from, leo_was=leo, leo=end),
         )
         await self.carry_out(out)
         if out.renew_epoch is not None:
@@ -376,7 +364,7 @@ class Committer:
         cancelled meanwhile (its connection failed): the fsync's outcome, a failure
         included, is the flusher's to act on, or the records would wait for the next
         append (tests/server/test_commit_cancelled.py)."""
-        log_ = self.log
+        log_ = self.base.log
         try:
             if hops.ENABLED:
                 hops.mark("fsync.start")
@@ -400,21 +388,21 @@ class Committer:
         try:
             if self._behind is not None:
                 await self._behind.wait_idle()  # its thread is done with the log
-            log_ = self.log
+            log_ = self.base.log
             if log_.sync_failure is None and log_.flushed_offset >= log_.log_end_offset:
                 flushed = log_.flushed_offset  # nothing to flush: no thread round trip
             else:
                 flushed = await anyio.to_thread.run_sync(log_.flush)
             await self.commit(flushed)
         except Exception:
-            log.exception("final flush failed", extra=self._fields())
+            log.exception("final flush failed", extra=self.base.fields())
         await self.fail_pending_all(ErrorCode.SHUTTING_DOWN, "partition stopped")
 
     async def commit(self, flushed: int) -> None:
         """The log is fsynced up to ``flushed``: the core moves the HW and acks."""
-        log_ = self.log
+        log_ = self.base.log
         await self.carry_out(
-            self.core.flushed(flushed, leo=log_.log_end_offset, hw=log_.high_watermark)
+            self.base.core.flushed(flushed, leo=log_.log_end_offset, hw=log_.high_watermark)
         )
 
     async def carry_out(self, out: Outcome[PendingAck]) -> None:
@@ -423,13 +411,15 @@ class Committer:
         NATS. In that order: a producer's answer is the commit's latency, and a woken
         replica fetch answered first (the new HW, on its own) would run ahead of it."""
         moved = False
-        if out.hw is not None and out.hw > self.log.high_watermark:
+        if out.hw is not None and out.hw > self.base.log.high_watermark:
             if hops.ENABLED:
                 hops.mark("hw")
-            self.log.set_high_watermark(out.hw)
+            self.base.log.set_high_watermark(out.hw)
             moved = True
         messages = (
-            deliver_pending(self.acks, self.stream, self.partition, out.acks) if out.acks else None
+            deliver_pending(self.acks, self.base.stream, self.base.partition, out.acks)
+            if out.acks
+            else None
         )
         if moved:
             self.wake_waiters()
@@ -438,11 +428,8 @@ class Committer:
         if messages:
             await self.acks.send(messages)
         if out.leadership_ended and self.on_leadership_end is not None:
-            self.on_leadership_end(self.stream, self.partition)
+            self.on_leadership_end(self.base.stream, self.base.partition)
 
     async def fail_pending_all(self, code: ErrorCode, message: str) -> None:
         """Fail every pending ALL ack with ``code``."""
-        await self.carry_out(self.core.fail_all(code, message))
-
-    def _fields(self, **extra: Any) -> dict[str, Any]:
-        return fields(stream=self.stream, partition=self.partition, **extra)
+        await self.carry_out(self.base.core.fail_all(code, message))

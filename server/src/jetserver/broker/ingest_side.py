@@ -19,13 +19,11 @@ from nats.aio.msg import Msg
 from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy
 from jetserver import hops
-from jetserver.broker.acks import PendingAck
 from jetserver.broker.direct import DirectBatch
-from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.nats_port import SkipMarked, header_lines
+from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stored_copy import is_stored_copy, stored_skip, stored_value
-from jetserver.replication.core import ReplicaCore
 
 __all__ = ["Intake"]
 
@@ -34,16 +32,10 @@ __all__ = ["Intake"]
 class Intake:
     """The entry points of one partition replica's messages (module docstring)."""
 
-    stream: str
-    """Stream name."""
-    partition: int
-    """Partition number."""
+    base: ReplicaBase
+    """The replica's name, log, core and lifecycle (read only here)."""
     sequencer: Sequencer
     """Where accepted messages go."""
-    core: ReplicaCore[PendingAck]
-    """The replica's role (messages are taken only while leading)."""
-    life: Lifecycle
-    """The replica's running state (read only here)."""
     direct_ok: bool | None
     """True: Produce appends directly (one replica); False: for ALL acks only (replicated);
     None: never (a load-balance group)."""
@@ -57,19 +49,18 @@ class Intake:
     _copies_skipped: int = 0
 
     def __repr__(self) -> str:
-        # Not attrs' repr: the parts refer to each other and to the server's objects
-        # (callbacks), so a generated repr would print the whole server.
-        return f"Intake({self.stream}/{self.partition})"
+        return self.base.part_repr(self)
 
     def __attrs_post_init__(self) -> None:
-        self._stored_value = stored_value(self.stream, self.partition)
-        self.skip_copies = stored_skip(self.stream, self.partition)
+        self._stored_value = stored_value(self.base.stream, self.base.partition)
+        self.skip_copies = stored_skip(self.base.stream, self.base.partition)
 
     def accept(self, subject: str, reply: str, data: bytes) -> bool:
         """NATS sink (a message without headers): queue it for the sequencer and return True,
         or return False while the queue is full (it then comes through :meth:`on_message`,
         which waits for room). Messages arriving while not leading are dropped (True)."""
-        if self.life.stopping or not self.core.leading:
+        base = self.base
+        if base.life.stopping or not base.core.leading:
             return True
         sequencer = self.sequencer
         if not sequencer.has_room:
@@ -81,7 +72,7 @@ class Intake:
 
     async def on_message(self, msg: Msg) -> None:
         """NATS callback: queue the message for the sequencer (waits when the queue is full)."""
-        if self.life.stopping or not self.core.leading:
+        if self.base.life.stopping or not self.base.core.leading:
             return
         await self.sequencer.wait_for_room()
         headers = header_lines(msg)
@@ -107,7 +98,7 @@ class Intake:
         it cannot commit, which through NATS also reaches the new leader. An ALL ack waits
         for the commit, so there the direct path risks nothing acknowledged (a cut-off
         leader's producers time out and retry, as with Kafka's acks=all)."""
-        if not self.core.leading or self.life.stopping or self.direct_ok is None:
+        if not self.base.core.leading or self.base.life.stopping or self.direct_ok is None:
             return False
         return self.direct_ok or policy == AckPolicy.ALL
 

@@ -58,13 +58,13 @@ from jetserver.broker.ingest_side import Intake
 from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.nats_port import SkipMarked
 from jetserver.broker.part_tasks import PartTasks
+from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.replica_news import ReplicaNews
 from jetserver.broker.roles import RoleDriver, new_core
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.services import ReplicaServices
 from jetserver.config import IngestConfig, StorageConfig
 from jetserver.lazy_event import LazyEvent
-from jetserver.logs import fields
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
 from jetserver.replication import LeaderState
 from jetserver.replication.core import ReplicaCore
@@ -123,6 +123,8 @@ class PartitionReplica:
     """Running, stopping, closed (written here only)."""
     core: ReplicaCore[PendingAck] = attrs.field(init=False)
     """The replica's decisions."""
+    base: ReplicaBase = attrs.field(init=False)
+    """What its parts share (name, log, core, lifecycle)."""
     committer: Committer = attrs.field(init=False)
     """Group commit, the HW, ALL acks."""
     sequencer: Sequencer = attrs.field(init=False)
@@ -136,9 +138,7 @@ class PartitionReplica:
     _checkpointed_hw: int = attrs.field(init=False, default=-1)
 
     def __repr__(self) -> str:
-        # Not attrs' repr: the parts refer to each other and to the server's objects
-        # (callbacks), so a generated repr would print the whole server.
-        return f"PartitionReplica({self.stream}/{self.partition})"
+        return self.base.part_repr(self)
 
     def __attrs_post_init__(self) -> None:
         # What the checkpoint file holds: an idle partition is not checkpointed again.
@@ -153,54 +153,38 @@ class PartitionReplica:
             replication=services.replication,
             producers=self.producers,
         )
-        news = self.news = ReplicaNews(
-            self.stream, self.partition, services.server_id, self.log, core, life
-        )
+        base = self.base = ReplicaBase(self.stream, self.partition, self.log, core, life)
+        news = self.news = ReplicaNews(base, services.server_id)
         committer = self.committer = Committer(
-            stream=self.stream,
-            partition=self.partition,
-            log=self.log,
-            core=core,
+            base,
             fsyncs=services.fsyncs,
             acks=services.acks,
-            life=life,
             wake_replicas=news.wake,
             stop_replica=self.stop,
             renew_leadership=self.renew_leadership,
             on_leadership_end=services.on_leadership_end,
         )
         sequencer = self.sequencer = Sequencer(
-            stream=self.stream,
-            partition=self.partition,
-            log=self.log,
-            core=core,
+            base,
             max_message_bytes=self.max_message_bytes,
             ingest=self.ingest,
             acks=services.acks,
             committer=committer,
-            life=life,
             wake_replicas=news.wake,
             leader_epoch=self.first_epoch,
             compact=self.compact,
         )
         intake = self.intake = Intake(
-            stream=self.stream,
-            partition=self.partition,
+            base,
             sequencer=sequencer,
-            core=core,
-            life=life,
             direct_ok=None if self.queue_group else self.replication_factor == 1,
         )
         self.roles = RoleDriver(
-            stream=self.stream,
-            partition=self.partition,
+            base,
             subject=self.subject,
-            log=self.log,
-            core=core,
             committer=committer,
             sequencer=sequencer,
             intake=intake,
-            life=life,
             owner=self,
             services=services,
             queue_group=self.queue_group,
@@ -264,7 +248,7 @@ class PartitionReplica:
                     else:
                         await anyio.to_thread.run_sync(self.log.close)
                 except Exception:
-                    log.exception("closing the log failed", extra=self._fields())
+                    log.exception("closing the log failed", extra=self.base.fields())
         finally:
             life.closed = True
             self.committer.wake_waiters()
@@ -492,12 +476,9 @@ class PartitionReplica:
         try:
             deleted = self.log.enforce_retention()
             if deleted:
-                log.info("retention deleted segments", extra=self._fields(segments=deleted))
+                log.info("retention deleted segments", extra=self.base.fields(segments=deleted))
             if self.compact:
                 report = await anyio.to_thread.run_sync(self.log.compact)
-                log.debug("compacted", extra=self._fields(report=str(report)))
+                log.debug("compacted", extra=self.base.fields(report=str(report)))
         except Exception as exc:
-            log.warning("maintenance failed", extra=self._fields(error=repr(exc)))
-
-    def _fields(self, **extra: Any) -> dict[str, Any]:
-        return fields(stream=self.stream, partition=self.partition, **extra)
+            log.warning("maintenance failed", extra=self.base.fields(error=repr(exc)))

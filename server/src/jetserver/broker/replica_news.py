@@ -14,13 +14,10 @@ from __future__ import annotations
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver.broker.acks import PendingAck
-from jetserver.broker.lifecycle import Lifecycle
+from jetserver.broker.replica_base import ReplicaBase
 from jetserver.errors import ApiError
 from jetserver.lazy_event import LazyEvent
 from jetserver.replication import LeaderState, replica_at
-from jetserver.replication.core import ReplicaCore
-from jetserver.storage import Log
 
 __all__ = ["ReplicaNews"]
 
@@ -29,25 +26,15 @@ __all__ = ["ReplicaNews"]
 class ReplicaNews:
     """Replica fetches of one partition led here (module docstring)."""
 
-    stream: str
-    """Stream name."""
-    partition: int
-    """Partition number."""
+    base: ReplicaBase
+    """The replica's name, log, core and lifecycle (read only here)."""
     server_id: str
     """This server's id (not a follower of itself)."""
-    log: Log
-    """The partition's log (read only here)."""
-    core: ReplicaCore[PendingAck]
-    """The replica's decisions (leader state, assignment)."""
-    life: Lifecycle
-    """The replica's running state (read only here)."""
     _news: LazyEvent = attrs.field(factory=LazyEvent)
     _wakers: set[LazyEvent] | None = None
 
     def __repr__(self) -> str:
-        # Not attrs' repr: the parts refer to each other and to the server's objects
-        # (callbacks), so a generated repr would print the whole server.
-        return f"ReplicaNews({self.stream}/{self.partition})"
+        return self.base.part_repr(self)
 
     def check_leader(self, leader_epoch: int) -> LeaderState:
         """The leader state if this replica leads in ``leader_epoch`` (-1: any epoch).
@@ -55,15 +42,15 @@ class ReplicaNews:
         Raises:
             ApiError: NOT_LEADER (details ``leader``, ``leader_epoch``).
         """
-        state = self.core.leader_state
+        state = self.base.core.leader_state
         if state is None or (leader_epoch >= 0 and leader_epoch != state.leader_epoch):
-            a = self.core.assignment
+            a = self.base.core.assignment
             raise ApiError(
                 ErrorCode.NOT_LEADER,
-                f"this server does not lead {self.stream}/{self.partition} in epoch {leader_epoch}",
+                f"this server does not lead {self.base} in epoch {leader_epoch}",
                 {
-                    "stream": self.stream,
-                    "partition": self.partition,
+                    "stream": self.base.stream,
+                    "partition": self.base.partition,
                     "leader": a.leader if a is not None else None,
                     "leader_epoch": a.leader_epoch if a is not None else None,
                 },
@@ -76,12 +63,12 @@ class ReplicaNews:
         Raises:
             ApiError: INVALID_ARGUMENT if it is not a follower of this partition.
         """
-        a = self.core.assignment
+        a = self.base.core.assignment
         name = replica_at(a.replicas, replica_id) if a is not None else None
         if name is None or name == self.server_id:
             raise ApiError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"replica_id {replica_id} is not a follower of {self.stream}/{self.partition}",
+                f"replica_id {replica_id} is not a follower of {self.base}",
                 {"field": "replica_id"},
             )
         return name
@@ -90,21 +77,21 @@ class ReplicaNews:
         """True if a replica fetch at ``offset``, parked for ``parked_s`` seconds, is
         answered now: records, a HW due (:meth:`LeaderState.fetch_has_news`), or the end of
         the leadership or of the replica."""
-        state = self.core.leader_state
-        if state is None or self.life.ending:
+        state = self.base.core.leader_state
+        if state is None or self.base.life.ending:
             return True
-        return state.fetch_has_news(follower, offset, self.log.log_end_offset, parked_s)
+        return state.fetch_has_news(follower, offset, self.base.log.log_end_offset, parked_s)
 
     def hw_news_due_s(self, follower: str, parked_s: float) -> float | None:
         """Seconds until a fetch parked for ``parked_s`` is answered for its HW news alone
         (:meth:`LeaderState.hw_news_due_s`; None: it has none)."""
-        state = self.core.leader_state
+        state = self.base.core.leader_state
         return state.hw_news_due_s(follower, parked_s) if state is not None else None
 
     def poll_ended(self, follower: str, now: float) -> None:
         """A fetch from ``follower`` parked here was answered at ``now``:
         :meth:`LeaderState.on_poll_ended`."""
-        state = self.core.leader_state
+        state = self.base.core.leader_state
         if state is not None:
             state.on_poll_ended(follower, now)
 

@@ -41,14 +41,13 @@ from jetsdk.codec.errors import CodecError
 from jetserver.broker.acks import PendingAck
 from jetserver.broker.commit import Committer
 from jetserver.broker.ingest_side import Intake
-from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.nats_port import NatsSubscription, NatsUnavailable
+from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import tail_records
 from jetserver.epoch_writes import EPOCH_WRITES
 from jetserver.lazy_event import LazyEvent
-from jetserver.logs import fields
 from jetserver.metadata.model import (
     DEFAULT_DUPLICATE_WINDOW_S,
     DURABILITY_FLUSHED,
@@ -125,24 +124,16 @@ def new_core(
 class RoleDriver:
     """The role of one partition replica (module docstring)."""
 
-    stream: str
-    """Stream name."""
-    partition: int
-    """Partition number."""
+    base: ReplicaBase
+    """The replica's name, log, core and lifecycle (read only here)."""
     subject: str
     """The NATS subject a leader subscribes to."""
-    log: Log
-    """The partition's log (epoch cache, producer rebuild, a follower's fetches)."""
-    core: ReplicaCore[PendingAck]
-    """The replica's decisions."""
     committer: Committer
     """Carries out the core's outcomes (HW, ALL acks); flushes."""
     sequencer: Sequencer
     """Takes the epoch to stamp; drops its queue when a role ends."""
     intake: Intake
     """The leader's NATS subscription feeds it."""
-    life: Lifecycle
-    """The replica's running state (read only here)."""
     owner: object
     """The replica that owns the NATS ingest subscription (the NATS port's echo checks)."""
     services: ReplicaServices
@@ -164,12 +155,10 @@ class RoleDriver:
     """The log was CRC-checked (or needs no check) since this process opened it."""
 
     def __repr__(self) -> str:
-        # Not attrs' repr: the parts refer to each other and to the server's objects
-        # (callbacks), so a generated repr would print the whole server.
-        return f"RoleDriver({self.stream}/{self.partition})"
+        return self.base.part_repr(self)
 
     def __attrs_post_init__(self) -> None:
-        self._committed_floor = max(self.log.high_watermark, checkpointed_hw(self.log))
+        self._committed_floor = max(self.base.log.high_watermark, checkpointed_hw(self.base.log))
 
     @property
     def fetcher(self) -> FollowerFetcher | None:
@@ -200,7 +189,7 @@ class RoleDriver:
         partition is visible (``run`` calls it before reporting started), so its HW never
         appears to move back.
         """
-        log_, services = self.log, self.services
+        log_, services = self.base.log, self.services
         if (
             self._scrubbed
             or services.controller is None
@@ -210,9 +199,9 @@ class RoleDriver:
         ):
             return
         self._scrubbed = True
-        if await scrub_and_truncate(log_, self.stream, self.partition):
-            self.core.damaged = True
-            self.core.found_damage = True
+        if await scrub_and_truncate(log_, self.base.stream, self.base.partition):
+            self.base.core.damaged = True
+            self.base.core.found_damage = True
 
     async def apply_assignment(
         self, assignment: PartitionAssignment, addresses: Mapping[str, str]
@@ -241,20 +230,20 @@ class RoleDriver:
             if not (await self._wait_for_run() and await self._take(assignment, addresses)):
                 log.debug(
                     "assignment not applied: the partition is stopping",
-                    extra=self._fields(
+                    extra=self.base.fields(
                         leader=assignment.leader, leader_epoch=assignment.leader_epoch
                     ),
                 )
 
     async def _take(self, assignment: PartitionAssignment, addresses: Mapping[str, str]) -> bool:
         """Under the role lock; False if a stop came before the role was taken (none)."""
-        core = self.core
+        core = self.base.core
         address = addresses.get(assignment.leader or "", "")
         plan = core.assign(assignment, address)
         if plan is Plan.KEEP:
             return True
         if plan is Plan.ADOPT_ISR:
-            await self.committer.carry_out(core.adopt_isr(assignment, self.log.high_watermark))
+            await self.committer.carry_out(core.adopt_isr(assignment, self.base.log.high_watermark))
             self._isr_wake.set()  # new members: the ISR check's next time may be sooner
             return True
         if plan is Plan.LEAD:
@@ -268,7 +257,7 @@ class RoleDriver:
             log.warning(
                 "not leading: recovery found damaged records; waiting for another ISR "
                 "member to take over",
-                extra=self._fields(
+                extra=self.base.fields(
                     leader_epoch=assignment.leader_epoch, isr=",".join(assignment.isr)
                 ),
             )
@@ -284,26 +273,26 @@ class RoleDriver:
         if log.isEnabledFor(logging.DEBUG):  # one INFO line per burst: RoleSummary
             log.debug(
                 "assignment applied",
-                extra=self._fields(
+                extra=self.base.fields(
                     role=core.role,
                     leader=assignment.leader,
                     leader_epoch=assignment.leader_epoch,
                     isr=",".join(assignment.isr),
-                    leo=self.log.log_end_offset,
-                    hw=self.log.high_watermark,
+                    leo=self.base.log.log_end_offset,
+                    hw=self.base.log.high_watermark,
                 ),
             )
         return True
 
     async def _wait_for_run(self) -> bool:
         """True once :meth:`run` started; False if a stop (or the end of ``run``) came first."""
-        if not self.life.run_started.is_set():
-            await self.life.run_started.wait()
+        if not self.base.life.run_started.is_set():
+            await self.base.life.run_started.wait()
         return self._roles_open()
 
     def _roles_open(self) -> bool:
         """True while role tasks may start: :meth:`run` runs and no stop was asked."""
-        return self.life.open
+        return self.base.life.open
 
     def _role_lock(self) -> anyio.Lock:
         if self._role_lock_ is None:  # created on first use: idle partitions hold none
@@ -318,31 +307,31 @@ class RoleDriver:
         ask the metadata, until it answers with a later epoch, to renew the leadership
         (ReportLeader from the leader itself). Followers reconcile with the new epoch and
         truncate what the cut took back."""
-        if self.life.tg is not None:
-            self.life.tg.start_soon(self._renew, epoch)
+        if self.base.life.tg is not None:
+            self.base.life.tg.start_soon(self._renew, epoch)
 
     async def _renew(self, epoch: int) -> None:
         log.warning(
             "fsync failed after followers were sent records the cut took back: this leader "
             "gave up its epoch and asks for a new one",
-            extra=self._fields(leader_epoch=epoch, leo=self.log.log_end_offset),
+            extra=self.base.fields(leader_epoch=epoch, leo=self.base.log.log_end_offset),
         )
         async with self._role_lock():
-            if self.core.fenced_epoch == epoch and self.core.role == ROLE_NONE:
+            if self.base.core.fenced_epoch == epoch and self.base.core.role == ROLE_NONE:
                 await self._end_role(ROLE_NONE)  # unsubscribe, stop the ISR task
         failures = 0
         me, controller = self.services.server_id, self.services.controller
-        while controller is not None and not self.life.ending:
-            a = self.core.assignment
+        while controller is not None and not self.base.life.ending:
+            a = self.base.core.assignment
             if a is None or a.leader_epoch > epoch or a.leader != me:
                 return  # renewed (or moved): apply_assignment takes it from here
-            await controller.report_leader_silent(self.stream, self.partition, epoch, me)
+            await controller.report_leader_silent(self.base.stream, self.base.partition, epoch, me)
             failures += 1
             await anyio.sleep(self.services.replication.backoff_s(failures))
 
     async def _end_role(self, next_role: str) -> None:
         """Stop the current role's tasks, ingest and pending acks; switch to ``next_role``."""
-        out = self.core.end_role(next_role)
+        out = self.base.core.end_role(next_role)
         fetcher = self._fetcher
         if fetcher is not None:
             fetcher.stop()  # from here it writes nothing (a write in progress ends first)
@@ -367,7 +356,7 @@ class RoleDriver:
     def _start_role_task(self, fn: Callable[[], Any]) -> None:
         """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`); only while
         :meth:`_roles_open` (its callers check that after their last await)."""
-        assert self.life.tg is not None
+        assert self.base.life.tg is not None
         scope = anyio.CancelScope()
         done = anyio.Event()
         self._role_scope, self._role_done = scope, done
@@ -377,16 +366,16 @@ class RoleDriver:
                 with scope:
                     await fn()
             except Exception:
-                log.exception("replication task failed", extra=self._fields())
+                log.exception("replication task failed", extra=self.base.fields())
             finally:
                 done.set()
 
-        self.life.tg.start_soon(runner)
+        self.base.life.tg.start_soon(runner)
 
     async def _become_leader(self, a: PartitionAssignment) -> bool:
         """Lead ``a.leader_epoch``; False if a stop began meanwhile (in the thread call)."""
         await self._end_role(ROLE_NONE)
-        log_ = self.log
+        log_ = self.base.log
         # The epoch's start in the epoch cache: in memory here, its file (written without
         # fsync, spec/storage.md §5) by a worker thread that nobody waits for. On the loop,
         # those writes were the largest part of a failover's role changes (epoch_writes);
@@ -399,13 +388,13 @@ class RoleDriver:
             if isinstance(rebuilt, Exception):
                 log.warning(
                     "cannot rebuild idempotent producer state",
-                    extra=self._fields(error=str(rebuilt)),
+                    extra=self.base.fields(error=str(rebuilt)),
                 )
                 table = None
             else:
                 table = rebuilt
         self.sequencer.leader_epoch = a.leader_epoch
-        out = self.core.lead(
+        out = self.base.core.lead(
             a,
             leo=log_.log_end_offset,
             flushed=log_.flushed_offset,
@@ -431,7 +420,7 @@ class RoleDriver:
             await self._subscribe(confirm=False)
             if self._roles_open():  # else the stop ends the role (no task to start)
                 self._start_role_task(self._confirmed_isr_loop)
-        if self.life.tg is None:  # run ended while subscribing: its end unsubscribed before
+        if self.base.life.tg is None:  # run ended while subscribing: its end unsubscribed before
             await self.unsubscribe()
         return True
 
@@ -445,20 +434,20 @@ class RoleDriver:
         if not self._roles_open() or rejoin:
             await self._end_role(ROLE_NONE)
             return self._roles_open()
-        core = self.core
+        core = self.base.core
         core.follow(a, address)
         sessions = services.fetch_sessions
         session = sessions.acquire(address) if sessions is not None and address else None
         fetcher = FollowerFetcher(
-            stream=self.stream,
-            partition=self.partition,
+            stream=self.base.stream,
+            partition=self.base.partition,
             server_id=me,
             replica_id=replica_index(a.replicas, me),
             leader=a.leader,
             leader_address=address,
             leader_epoch=a.leader_epoch,
-            log=self.log,
-            durability=self.core.durability,
+            log=self.base.log,
+            durability=self.base.core.durability,
             config=services.replication,
             on_hw=self._follower_hw,
             request_flush=self.committer.request_flush,
@@ -487,14 +476,14 @@ class RoleDriver:
         return True
 
     async def _follower_hw(self, hw: int) -> None:
-        if hw > self.log.high_watermark:
-            self.log.set_high_watermark(hw)
+        if hw > self.base.log.high_watermark:
+            self.base.log.set_high_watermark(hw)
             self.committer.wake_waiters()
 
     async def _subscribe(self, *, confirm: bool) -> None:
         """Subscribe to the partition's subject; with ``confirm``, wait until the NATS
         server has the subscription (:meth:`_confirm_subscription`)."""
-        if self._sub is not None or is_internal(self.stream):
+        if self._sub is not None or is_internal(self.base.stream):
             return  # an internal stream takes no NATS messages (spec/security.md §2)
         self._sub = await self.services.link.subscribe(
             self.subject,
@@ -521,7 +510,7 @@ class RoleDriver:
             await self.services.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S, ingest=True)
         except NatsUnavailable as exc:
             # nats-py replays the subscription once the link is back.
-            log.warning("cannot confirm the subscription", extra=self._fields(error=str(exc)))
+            log.warning("cannot confirm the subscription", extra=self.base.fields(error=str(exc)))
 
     async def unsubscribe(self) -> None:
         sub, self._sub = self._sub, None
@@ -530,7 +519,7 @@ class RoleDriver:
 
     async def _isr_loop(self) -> None:
         """Leader: propose ISR changes (lagging followers out, caught-up ones in)."""
-        core, controller = self.core, self.services.controller
+        core, controller = self.base.core, self.services.controller
         interval = self.services.replication.isr_check_interval_s
         while True:
             with anyio.move_on_after(core.isr_check_wait_s(anyio.current_time(), interval)):
@@ -547,15 +536,19 @@ class RoleDriver:
             if controller is not None:
                 log.debug(  # the controller logs the batch's changes (one line for many)
                     "proposing an ISR change",
-                    extra=self._fields(isr=",".join(state.isr), proposed=",".join(proposal)),
+                    extra=self.base.fields(isr=",".join(state.isr), proposed=",".join(proposal)),
                 )
                 accepted = await controller.propose_isr(
-                    self.stream, self.partition, state.leader_epoch, proposal, partition_epoch=base
+                    self.base.stream,
+                    self.base.partition,
+                    state.leader_epoch,
+                    proposal,
+                    partition_epoch=base,
                 )
             if core.leader_state is not state:
                 return
             await self.committer.carry_out(
-                core.proposal_done(state, proposal, accepted, hw=self.log.high_watermark)
+                core.proposal_done(state, proposal, accepted, hw=self.base.log.high_watermark)
             )
             if not accepted:
                 await anyio.sleep(interval)
@@ -565,17 +558,14 @@ class RoleDriver:
     ) -> None:
         """Leader: a replica fetch from ``follower`` at ``offset`` reporting ``flushed``,
         parked for up to ``poll_s`` if it has no records to send."""
-        out = self.core.replica_fetched(
+        out = self.base.core.replica_fetched(
             follower,
             offset,
             flushed,
             self.committer.now(),
-            hw=self.log.high_watermark,
+            hw=self.base.log.high_watermark,
             poll_s=poll_s,
         )
         if out.wake_isr:
             self._isr_wake.set()
         await self.committer.carry_out(out)
-
-    def _fields(self, **extra: Any) -> dict[str, Any]:
-        return fields(stream=self.stream, partition=self.partition, **extra)

@@ -25,7 +25,6 @@ import contextlib
 import logging
 import struct
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import anyio
 import attrs
@@ -37,21 +36,19 @@ from jetsdk.codec.record import encode_body
 from jetsdk.codec.record_controls import RecordControls
 from jetsdk.codec.transcode import envelope_record
 from jetserver import hops
-from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck, PendingAck
+from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck
 from jetserver.broker.append_batch import AppendBatch, Wanted, acks_after_append
 from jetserver.broker.append_checks import AppendChecks, Refusal
 from jetserver.broker.commit import Committer
 from jetserver.broker.direct import DirectAckTo, DirectBatch, record_body
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.ingested import Queued
-from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.record_fields import RecordFields
+from jetserver.broker.replica_base import ReplicaBase
 from jetserver.config import IngestConfig
 from jetserver.lazy_event import LazyEvent
-from jetserver.logs import fields
 from jetserver.metadata.model import DURABILITY_FLUSHED
-from jetserver.replication.core import ROLE_SINGLE, ReplicaCore
-from jetserver.storage import Log
+from jetserver.replication.core import ROLE_SINGLE
 from jetserver.storage.clock import wall_ns
 from jetserver.storage.framing import Body, whole_bodies, whole_body
 
@@ -93,14 +90,8 @@ def _unappended(items: Iterable[Queued], result: tuple[int, int, int]) -> None:
 class Sequencer:
     """The queue and the append path of one partition replica (module docstring)."""
 
-    stream: str
-    """Stream name."""
-    partition: int
-    """Partition number."""
-    log: Log
-    """The partition's log (appended to here only)."""
-    core: ReplicaCore[PendingAck]
-    """The replica's decisions (leading, ISR size, producers, pending ALL acks)."""
+    base: ReplicaBase
+    """The replica's name, log, core and lifecycle (read only here)."""
     max_message_bytes: int
     """Largest message stored (value + key + headers)."""
     ingest: IngestConfig
@@ -109,8 +100,6 @@ class Sequencer:
     """Where acks to NATS inboxes go."""
     committer: Committer
     """Flushes what is appended; carries out the core's outcome of an append."""
-    life: Lifecycle
-    """The replica's running state (read only here)."""
     wake_replicas: Callable[[], None] = _nothing
     """Wakes parked replica fetches (followers store appended records before the fsync)."""
     leader_epoch: int = 0
@@ -140,9 +129,7 @@ class Sequencer:
     # ---------------------------------------------------------------- the queue
 
     def __repr__(self) -> str:
-        # Not attrs' repr: the parts refer to each other and to the server's objects
-        # (callbacks), so a generated repr would print the whole server.
-        return f"Sequencer({self.stream}/{self.partition})"
+        return self.base.part_repr(self)
 
     @property
     def idle(self) -> bool:
@@ -156,7 +143,7 @@ class Sequencer:
 
     async def wait_for_room(self) -> None:
         """Wait until the queue has room or the replica stops."""
-        while self._queued_bytes >= self.ingest.max_pending_bytes and not self.life.stopping:
+        while self._queued_bytes >= self.ingest.max_pending_bytes and not self.base.life.stopping:
             self._space = LazyEvent() if self._space.is_set() else self._space
             await self._space.wait()
 
@@ -187,7 +174,7 @@ class Sequencer:
 
     async def run(self) -> None:
         """Append queued batches until the replica stops (draining the queue if asked)."""
-        life = self.life
+        life = self.base.life
         while True:
             queue = self._queue
             if not queue or self._appending:
@@ -214,7 +201,7 @@ class Sequencer:
                 await self._append_batch(batch)
             except Exception:
                 # A bug must not stop the partition: the batch's publishers time out.
-                log.exception("ingest batch failed", extra=self._fields(messages=len(batch)))
+                log.exception("ingest batch failed", extra=self.base.fields(messages=len(batch)))
             finally:
                 self._appending = False
             await anyio.lowlevel.checkpoint()
@@ -234,7 +221,7 @@ class Sequencer:
             with anyio.CancelScope(shield=True) if shield else _UNSCOPED:
                 await self._append_batch(batch)
         except Exception:
-            log.exception("ingest batch failed", extra=self._fields(messages=len(batch)))
+            log.exception("ingest batch failed", extra=self.base.fields(messages=len(batch)))
         except BaseException:  # cancelled (its connection failed): the flusher commits
             if self._flush_held:
                 self._flush_held = False
@@ -243,7 +230,7 @@ class Sequencer:
         finally:
             self._appending = False
             self._hold_flush = False
-            if self._queue or self.life.stopping:
+            if self._queue or self.base.life.stopping:
                 self._wake.set()
         if self._flush_held:
             self._flush_held = False
@@ -261,7 +248,7 @@ class Sequencer:
         :data:`DEFER_MAX_RECORDS`: the fsync is left to its after-work, once its answer is
         written, :meth:`Committer.defer_flush`)."""
         item = batch[0] if len(batch) == 1 else None
-        core = self.core
+        core = self.base.core
         if not (
             isinstance(item, DirectBatch)
             and core.role == ROLE_SINGLE
@@ -280,7 +267,7 @@ class Sequencer:
         ``controls`` must not be appended after ``pending`` (the bodies of its batch before
         it), or None if it may (broker/append_checks.py)."""
         return self.checks.refusal(
-            self.log,
+            self.base.log,
             self.leader_epoch,
             self.compact,
             body,
@@ -290,10 +277,10 @@ class Sequencer:
         )
 
     async def _publish_acks(self, items: list[tuple[str, PartitionAck]]) -> None:
-        await self.acks.publish(self.stream, self.partition, items)
+        await self.acks.publish(self.base.stream, self.base.partition, items)
 
     async def _append_batch(self, batch: list[Queued]) -> None:
-        core = self.core
+        core = self.base.core
         if not core.leading:
             # Queued before this replica stopped leading: NATS publishers retry; direct
             # requests are answered NOT_LEADER (they may ask the new leader at once).
@@ -435,9 +422,9 @@ class Sequencer:
             text = f"message of {size} bytes exceeds max_message_bytes {limit}"
             b.error_ack(who, ErrorCode.MESSAGE_TOO_LARGE, text)
             return True
-        if policy == AckPolicy.ALL and not self.core.enough_replicas():
+        if policy == AckPolicy.ALL and not self.base.core.enough_replicas():
             self.messages_rejected += 1
-            b.error_ack(who, ErrorCode.NOT_ENOUGH_REPLICAS, self.core.isr_text())
+            b.error_ack(who, ErrorCode.NOT_ENOUGH_REPLICAS, self.base.core.isr_text())
             return True
         return False
 
@@ -448,7 +435,7 @@ class Sequencer:
         if producer_id is None:
             return False
         producer_seq = who.producer_seq
-        stored = self.core.producers.lookup(producer_id, producer_seq)
+        stored = self.base.core.producers.lookup(producer_id, producer_seq)
         if stored is not None:
             b.dups.append((who, None, stored[0], stored[1]))
             return True
@@ -461,8 +448,8 @@ class Sequencer:
 
     async def _append(self, b: AppendBatch) -> None:
         """Append the admitted bodies of ``b``; then acks, duplicates' acks, the flush."""
-        core = self.core
-        log_ = self.log
+        core = self.base.core
+        log_ = self.base.log
         bodies = b.bodies
         wanted = b.wanted
         dups = b.dups
@@ -473,7 +460,9 @@ class Sequencer:
             try:
                 first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
             except Exception as exc:
-                log.error("append failed", extra=self._fields(records=len(bodies), error=repr(exc)))
+                log.error(
+                    "append failed", extra=self.base.fields(records=len(bodies), error=repr(exc))
+                )
                 self.messages_rejected += len(bodies)
                 for maybe in wanted:
                     if maybe is not None:
@@ -515,12 +504,9 @@ class Sequencer:
     ) -> tuple[int | None, int, int] | None:
         """Where a plain message with ``msg_id`` is already stored, as a ``dups`` entry's
         tail ``(batch index or None, offset, timestamp)``; None if it is new."""
-        window_ns = int(self.core.duplicate_window_s * 1e9)
-        stored = self.core.producers.lookup_msg_id(msg_id, wall_ns(), window_ns)
+        window_ns = int(self.base.core.duplicate_window_s * 1e9)
+        stored = self.base.core.producers.lookup_msg_id(msg_id, wall_ns(), window_ns)
         if stored is not None:
             return None, stored[0], stored[1]
         index = in_batch.get(msg_id)
         return (index, -1, -1) if index is not None else None
-
-    def _fields(self, **extra: Any) -> dict[str, Any]:
-        return fields(stream=self.stream, partition=self.partition, **extra)
