@@ -16,7 +16,7 @@ from jetserver.metadata.ops import (
     UpdateIsr,
     apply,
 )
-from jetserver.replication import LeaderState
+from jetserver.replication import LeaderPolicy, LeaderState
 
 R3 = ("s1", "s2", "s3")
 
@@ -91,7 +91,7 @@ def leader_state(isr: tuple[str, ...], partition_epoch: int) -> LeaderState:
         leader_epoch=0,
         replicas=R3,
         isr=isr,
-        lag_max_s=1.0,
+        policy=LeaderPolicy(lag_max_s=1.0),
         leo=100,
         flushed=100,
         hw=100,

@@ -25,7 +25,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.cluster.handoff import plan_handoffs, plan_isr_exits
 from jetserver.metadata.ops import RegisterServer
-from jetserver.replication import SilenceDetector, follower_hw, truncation_point
+from jetserver.replication import LeaderPolicy, SilenceDetector, follower_hw, truncation_point
 from jetserver.replication.core import (
     ROLE_FOLLOWER,
     ROLE_LEADER,
@@ -99,10 +99,12 @@ class Node:
         return ReplicaCore(
             me=self.name,
             clustered=True,
-            durability=cfg.durability,
-            min_isr=cfg.min_isr,
-            lag_max_s=cfg.lag_max_s,
-            hw_news_delay_s=cfg.hw_news_delay_s,
+            policy=LeaderPolicy(
+                durability=cfg.durability,
+                min_isr=cfg.min_isr,
+                lag_max_s=cfg.lag_max_s,
+                hw_news_delay_s=cfg.hw_news_delay_s,
+            ),
         )
 
     # -- views for the checkers --------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.metadata.model import PartitionAssignment
+from jetserver.replication import LeaderPolicy
 from jetserver.replication.core import (
     ROLE_FOLLOWER,
     ROLE_LEADER,
@@ -65,7 +66,7 @@ def test_a_damaged_replica_steps_aside_while_another_can_lead() -> None:
 
 
 def test_losing_the_leadership_fails_pending_acks_with_not_leader() -> None:
-    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, min_isr=2)
+    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, policy=LeaderPolicy(min_isr=2))
     core.assign(a("s1"), "h1")
     core.lead(a("s1"), leo=0, flushed=0, hw=0, now=0.0)
     core.add_pending(Ack(0, 7))
@@ -77,7 +78,7 @@ def test_losing_the_leadership_fails_pending_acks_with_not_leader() -> None:
 
 
 def test_the_hw_waits_for_the_isr_and_a_cut_fails_the_acks_above_it() -> None:
-    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, min_isr=2)
+    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, policy=LeaderPolicy(min_isr=2))
     core.assign(a("s1", isr=("s1", "s2")), "h1")
     core.lead(a("s1", isr=("s1", "s2")), leo=0, flushed=0, hw=0, now=0.0)
     for i in range(4):
@@ -107,7 +108,9 @@ def test_acks_queued_out_of_order_are_all_sent() -> None:
 
 
 def test_durability_written_commits_on_append() -> None:
-    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=False, durability="written")
+    core: ReplicaCore[Ack] = ReplicaCore(
+        me="s1", clustered=False, policy=LeaderPolicy(durability="written")
+    )
     core.add_pending(Ack(0, 1))
     out = core.appended(2, 0)
     assert out is not None
@@ -118,7 +121,9 @@ def test_durability_written_commits_on_append() -> None:
 
 
 def test_durability_written_in_a_cluster_commits_on_the_leaders_append() -> None:
-    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, durability="written")
+    core: ReplicaCore[Ack] = ReplicaCore(
+        me="s1", clustered=True, policy=LeaderPolicy(durability="written")
+    )
     solo = PartitionAssignment(0, "s1", ("s1",), ("s1",), 1)
     core.assign(solo, "h1")
     core.lead(solo, leo=0, flushed=0, hw=0, now=0.0)
@@ -134,7 +139,9 @@ def test_durability_written_in_a_cluster_commits_on_the_leaders_append() -> None
 
 
 def test_an_idle_leader_checks_its_isr_once_per_lag_bound() -> None:
-    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, lag_max_s=10.0)
+    core: ReplicaCore[Ack] = ReplicaCore(
+        me="s1", clustered=True, policy=LeaderPolicy(lag_max_s=10.0)
+    )
     assert core.isr_check_wait_s(0.0, 0.25) == 0.25  # not leading
     core.lead(a("s1"), leo=0, flushed=0, hw=0, now=0.0)
     assert core.isr_check_wait_s(4.0, 0.25) == 6.0  # the followers could lag at 10.0
@@ -149,7 +156,7 @@ def test_an_idle_leader_checks_its_isr_once_per_lag_bound() -> None:
 
 
 def test_a_cut_of_records_a_follower_holds_gives_up_the_epoch_until_a_later_one() -> None:
-    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, min_isr=2)
+    core: ReplicaCore[Ack] = ReplicaCore(me="s1", clustered=True, policy=LeaderPolicy(min_isr=2))
     core.assign(a("s1"), "h1")
     core.lead(a("s1"), leo=0, flushed=0, hw=0, now=0.0)
     for i in range(4):

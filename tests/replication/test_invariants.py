@@ -8,7 +8,7 @@ from typing import NamedTuple
 import pytest
 
 from jetserver.metadata.model import PartitionAssignment
-from jetserver.replication import LeaderState
+from jetserver.replication import LeaderPolicy, LeaderState
 from jetserver.replication.core import ROLE_NONE, ReplicaCore
 from jetserver.replication.invariants import ReplicaInvariantViolation
 
@@ -24,7 +24,7 @@ def assignment(leader: str, epoch: int) -> PartitionAssignment:
 def test_the_high_watermark_never_passes_the_leaders_log_end() -> None:
     state = LeaderState.start(
         leader="s1", leader_epoch=1, replicas=("s1", "s2"), isr=("s1", "s2"),
-        lag_max_s=10.0, leo=10, flushed=10, hw=5, now=0.0,
+        policy=LeaderPolicy(lag_max_s=10.0), leo=10, flushed=10, hw=5, now=0.0,
     )  # fmt: skip
     assert state.on_fetch("s2", 10, 10, now=1.0)  # the follower has it all: HW 10
     assert state.hw == 10

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from jetserver.replication import LeaderState
+from jetserver.replication import LeaderPolicy, LeaderState
 
 LAG = 10.0
 
@@ -25,9 +25,7 @@ def leader(
         leader_epoch=1,
         replicas=("a", "b", "c"),
         isr=isr,
-        durability=durability,
-        min_isr=min_isr,
-        lag_max_s=LAG,
+        policy=LeaderPolicy(durability=durability, min_isr=min_isr, lag_max_s=LAG),
         leo=leo,
         flushed=leo,
         hw=hw,
@@ -183,7 +181,7 @@ def test_hw_sent_tracking() -> None:
 def test_hw_news_alone_waits_for_the_delay_records_do_not() -> None:
     s = LeaderState.start(
         leader="a", leader_epoch=1, replicas=("a", "b", "c"), isr=("a", "b", "c"),
-        lag_max_s=LAG, hw_news_delay_s=0.025, leo=0, flushed=0, hw=0, now=0.0,
+        policy=LeaderPolicy(lag_max_s=LAG, hw_news_delay_s=0.025), leo=0, flushed=0, hw=0, now=0.0,
     )  # fmt: skip
     s.on_append(1)
     s.on_flush(1)
@@ -207,7 +205,7 @@ def test_hw_news_alone_waits_for_the_delay_records_do_not() -> None:
 
 def test_hw_news_delay_zero_answers_the_hw_at_once() -> None:
     s = leader(leo=1, hw=1)
-    assert s.hw_news_delay_s == 0.0
+    assert s.policy.hw_news_delay_s == 0.0
     assert s.fetch_has_news("b", 1, 1, 0.0)
     s.note_hw_sent("b", 1)
     assert not s.fetch_has_news("b", 1, 1, 0.0)
@@ -222,7 +220,7 @@ def test_bad_arguments() -> None:
             leader_epoch=0,
             replicas=("a",),
             isr=("a",),
-            lag_max_s=1,
+            policy=LeaderPolicy(lag_max_s=1),
             leo=0,
             flushed=0,
             hw=0,

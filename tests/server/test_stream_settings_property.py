@@ -36,6 +36,7 @@ from jetserver.metadata.creation import create_stream_op
 from jetserver.metadata.model import StreamMeta, StreamSpec
 from jetserver.metadata.op_codec import op_from_dict
 from jetserver.metadata.validate import spec_from_request
+from jetserver.replication import LeaderPolicy
 from jetserver.replication.core import ReplicaCore
 from jetserver.replication.producers import ProducerTable
 from jetserver.storage.clock import wall_ns
@@ -175,8 +176,7 @@ def _derived_runtime_values(spec: StreamSpec) -> None:
         ReplicaCore(
             me="s1",
             clustered=False,
-            min_isr=spec.min_isr,
-            durability=spec.durability,
+            policy=LeaderPolicy(durability=spec.durability, min_isr=spec.min_isr),
             duplicate_window_s=spec.duplicate_window_s,
             producers=producers,
         ).duplicate_window_s

@@ -120,7 +120,7 @@ class Committer:
                 return
             core = self.base.core
             if (
-                core.durability == DURABILITY_WRITTEN
+                core.policy.durability == DURABILITY_WRITTEN
                 and core.role == ROLE_SINGLE
                 and self.base.log.sync_failure is None
             ):
@@ -296,7 +296,10 @@ class Committer:
                     hops.mark("fsync.start")
                 # On the loop only where the fsync stands between a record and its
                 # readers; with ``written``/``replicated`` it is background work.
-                on_loop = self.base.core.durability == DURABILITY_FLUSHED and not self._loop_refused
+                on_loop = (
+                    self.base.core.policy.durability == DURABILITY_FLUSHED
+                    and not self._loop_refused
+                )
                 self._loop_refused = False
                 flushed = await self.fsyncs.flush(
                     self.base.log, target, on_loop=on_loop, loop=self._running_loop()

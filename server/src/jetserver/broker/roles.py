@@ -55,7 +55,7 @@ from jetserver.metadata.model import (
     StreamSpec,
 )
 from jetserver.metadata.reserved import is_internal
-from jetserver.replication import ReplicationConfig
+from jetserver.replication import LeaderPolicy, ReplicationConfig
 from jetserver.replication.control import (
     server_down_event_of,
     server_down_of,
@@ -107,10 +107,12 @@ def new_core(
     return ReplicaCore(
         me=server_id,
         clustered=clustered,
-        durability=spec.durability if spec is not None else DURABILITY_FLUSHED,
-        min_isr=spec.min_isr if spec is not None else 1,
-        lag_max_s=replication.replica_lag_max_s,
-        hw_news_delay_s=replication.hw_news_delay_s,
+        policy=LeaderPolicy(
+            durability=spec.durability if spec is not None else DURABILITY_FLUSHED,
+            min_isr=spec.min_isr if spec is not None else 1,
+            lag_max_s=replication.replica_lag_max_s,
+            hw_news_delay_s=replication.hw_news_delay_s,
+        ),
         duplicate_window_s=(
             spec.duplicate_window_s if spec is not None else DEFAULT_DUPLICATE_WINDOW_S
         ),
@@ -447,7 +449,7 @@ class RoleDriver:
             leader_address=address,
             leader_epoch=a.leader_epoch,
             log=self.base.log,
-            durability=self.base.core.durability,
+            durability=self.base.core.policy.durability,
             config=services.replication,
             on_hw=self._follower_hw,
             request_flush=self.committer.request_flush,

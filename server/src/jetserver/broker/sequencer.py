@@ -252,7 +252,7 @@ class Sequencer:
         if not (
             isinstance(item, DirectBatch)
             and core.role == ROLE_SINGLE
-            and core.durability == DURABILITY_FLUSHED
+            and core.policy.durability == DURABILITY_FLUSHED
         ):
             return False, False
         small = len(item.records) <= DEFER_MAX_RECORDS

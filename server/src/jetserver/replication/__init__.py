@@ -18,11 +18,12 @@ from jetserver.replication.control import ControlPlane
 from jetserver.replication.epochs import Truncation, truncation_point
 from jetserver.replication.follower import SilenceDetector, follower_hw
 from jetserver.replication.ids import replica_at, replica_index
-from jetserver.replication.leader import FollowerProgress, LeaderState
+from jetserver.replication.leader import FollowerProgress, LeaderPolicy, LeaderState
 
 __all__ = [
     "ControlPlane",
     "FollowerProgress",
+    "LeaderPolicy",
     "LeaderState",
     "ReplicationConfig",
     "SilenceDetector",

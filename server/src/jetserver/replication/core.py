@@ -28,9 +28,9 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.stream_settings import MAX_DURATION_S
-from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN, PartitionAssignment
+from jetserver.metadata.model import DURABILITY_WRITTEN, PartitionAssignment
 from jetserver.replication.invariants import ReplicaInvariantViolation
-from jetserver.replication.leader import LeaderState
+from jetserver.replication.leader import LeaderPolicy, LeaderState
 from jetserver.replication.producers import ProducerTable
 from jetserver.validators import at_most
 
@@ -103,15 +103,8 @@ class ReplicaCore(Generic[P]):
     """This server's id."""
     clustered: bool
     """False for a server alone: it leads from the start and needs no assignment."""
-    durability: str = DURABILITY_FLUSHED
-    """``flushed`` or ``replicated`` (the stream's setting)."""
-    min_isr: int = 1
-    """Fewest ISR members for ALL acks (the stream's setting)."""
-    lag_max_s: float = 10.0
-    """Seconds a follower may lag before it leaves the ISR."""
-    hw_news_delay_s: float = 0.0
-    """A parked replica fetch with only HW news is answered after this long
-    (:attr:`LeaderState.hw_news_delay_s`)."""
+    policy: LeaderPolicy = attrs.field(factory=LeaderPolicy)
+    """Durability and min ISR (the stream's), lag bound and HW-news delay (the server's)."""
     duplicate_window_s: float = attrs.field(default=120.0, validator=at_most(MAX_DURATION_S))
     """How long a plain message's ``Nats-Msg-Id`` is remembered (the stream's setting;
     bounded so that the sequencer's ``int(window * 1e9)`` cannot overflow)."""
@@ -172,7 +165,7 @@ class ReplicaCore(Generic[P]):
     def isr_text(self) -> str:
         """Why ALL acks are refused (for error messages)."""
         isr = self.leader_state.isr if self.leader_state is not None else ()
-        return f"ISR {list(isr)} is below min_isr {self.min_isr}"
+        return f"ISR {list(isr)} is below min_isr {self.policy.min_isr}"
 
     def corrupt(self) -> bool:
         """True while this replica should not lead if another ISR member can."""
@@ -235,10 +228,7 @@ class ReplicaCore(Generic[P]):
             leader_epoch=a.leader_epoch,
             replicas=a.replicas,
             isr=a.isr,
-            durability=self.durability,
-            min_isr=self.min_isr,
-            lag_max_s=self.lag_max_s,
-            hw_news_delay_s=self.hw_news_delay_s,
+            policy=self.policy,
             leo=leo,
             flushed=flushed,
             hw=hw,
@@ -294,7 +284,7 @@ class ReplicaCore(Generic[P]):
             if state.on_append(leo):
                 return self._advance(hw)
             return None
-        if self.durability == DURABILITY_WRITTEN and self.role == ROLE_SINGLE and leo > hw:
+        if self.policy.durability == DURABILITY_WRITTEN and self.role == ROLE_SINGLE and leo > hw:
             out: Outcome[P] = Outcome(hw=leo)
             out.acks = self._take_below(leo, True)
             return out
@@ -382,8 +372,8 @@ class ReplicaCore(Generic[P]):
             return interval_s
         due = state.next_shrink_s(now)
         if due is None:
-            return max(interval_s, state.lag_max_s)
-        return max(interval_s, min(due, state.lag_max_s))
+            return max(interval_s, state.policy.lag_max_s)
+        return max(interval_s, min(due, state.policy.lag_max_s))
 
     def proposal_done(
         self, state: LeaderState, proposal: tuple[str, ...], accepted: bool, *, hw: int

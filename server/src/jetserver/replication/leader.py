@@ -58,7 +58,7 @@ from jetserver.replication.invariants import ReplicaInvariantViolation
 UNKNOWN = -1
 """Progress of a follower that has not fetched in this epoch."""
 TIMER_SLACK_S = 1e-6
-"""A fetch parked this close to :attr:`LeaderState.hw_news_delay_s` counts as parked that
+"""A fetch parked this close to :attr:`LeaderPolicy.hw_news_delay_s` counts as parked that
 long: a timer set for the delay may fire a clock tick early (asyncio), and a parked time
 measured as a difference of clock readings may round below it."""
 
@@ -87,6 +87,32 @@ class FollowerProgress:
     leader serves it (a fetch with records to send is answered at its arrival)."""
 
 
+def _known_durability(_: object, __: attrs.Attribute[str], durability: str) -> None:
+    if durability not in DURABILITIES:
+        raise ValueError(f"unknown durability {durability!r}")
+
+
+@attrs.frozen
+class LeaderPolicy:
+    """How a leader commits and keeps its ISR: the stream's durability and min ISR, the
+    server's lag bound and HW-news delay. One value per replica, handed whole to each
+    :class:`LeaderState` it starts.
+
+    Raises:
+        ValueError: unknown durability.
+    """
+
+    durability: str = attrs.field(default=DURABILITY_FLUSHED, validator=_known_durability)
+    """``flushed``, ``replicated`` or ``written`` (the stream's setting)."""
+    min_isr: int = 1
+    """Fewest ISR members for ALL acks (the stream's setting)."""
+    lag_max_s: float = 10.0
+    """Seconds a follower may stay not caught up before it leaves the ISR."""
+    hw_news_delay_s: float = 0.0
+    """A parked replica fetch with only a new HW for its follower (no records) is answered
+    once it has been parked this long (:meth:`LeaderState.fetch_has_news`)."""
+
+
 @attrs.define
 class LeaderState:
     """Replication state of a partition led by ``leader`` in ``leader_epoch``.
@@ -102,12 +128,8 @@ class LeaderState:
     """Every replica, leader included, in metadata order."""
     isr: tuple[str, ...]
     """The ISR as committed in the metadata."""
-    durability: str
-    """``flushed`` or ``replicated``."""
-    min_isr: int
-    """Fewest ISR members for ALL acks."""
-    lag_max_s: float
-    """Seconds a follower may stay not caught up before it leaves the ISR."""
+    policy: LeaderPolicy
+    """Durability, min ISR, lag bound, HW-news delay."""
     epoch_start_offset: int
     """The leader's LEO when this epoch started."""
     leo: int
@@ -129,9 +151,6 @@ class LeaderState:
     compare-and-set on it; an older metadata state never replaces a newer view)."""
     pending_base: int = 0
     """The partition epoch the proposal in flight was computed from."""
-    hw_news_delay_s: float = 0.0
-    """A parked replica fetch with only a new HW for its follower (no records) is answered
-    once it has been parked this long (:meth:`fetch_has_news`)."""
     served_end: int = 0
     """Replica fetches were sent records below this offset: those above the leader's
     flushed offset may be taken back by a failed fsync's cut (:meth:`on_cut`)."""
@@ -144,10 +163,7 @@ class LeaderState:
         leader_epoch: int,
         replicas: Sequence[str],
         isr: Sequence[str],
-        durability: str = DURABILITY_FLUSHED,
-        min_isr: int = 1,
-        lag_max_s: float,
-        hw_news_delay_s: float = 0.0,
+        policy: LeaderPolicy,
         leo: int,
         flushed: int,
         hw: int,
@@ -156,13 +172,12 @@ class LeaderState:
     ) -> LeaderState:
         """The state at the start of a leadership.
 
-        Every follower counts as caught up at ``now`` (it gets ``lag_max_s`` to show up).
+        Every follower counts as caught up at ``now`` (it gets the policy's ``lag_max_s``
+        to show up).
 
         Raises:
-            ValueError: unknown durability, or ``leader`` not among ``replicas``.
+            ValueError: ``leader`` not among ``replicas``.
         """
-        if durability not in DURABILITIES:
-            raise ValueError(f"unknown durability {durability!r}")
         if leader not in replicas:
             raise ValueError(f"leader {leader!r} is not a replica")
         state = cls(
@@ -170,10 +185,7 @@ class LeaderState:
             leader_epoch=leader_epoch,
             replicas=tuple(replicas),
             isr=_ordered(replicas, set(isr) | {leader}),
-            durability=durability,
-            min_isr=min_isr,
-            lag_max_s=lag_max_s,
-            hw_news_delay_s=hw_news_delay_s,
+            policy=policy,
             epoch_start_offset=leo,
             leo=leo,
             flushed=min(flushed, leo),
@@ -196,20 +208,20 @@ class LeaderState:
 
     def enough_replicas(self) -> bool:
         """True if ALL acks may be accepted: the committed ISR has ``min_isr`` members."""
-        return len(self.isr) >= self.min_isr
+        return len(self.isr) >= self.policy.min_isr
 
     def committed_on_enough(self) -> bool:
         """True if records committed now are on at least ``min_isr`` replicas."""
-        return len(self.maximal_isr) >= self.min_isr
+        return len(self.maximal_isr) >= self.policy.min_isr
 
     def _value(self, member: str) -> int:
         """The offset ``member`` vouches for (flushed, or a follower's LEO if replicated)."""
         if member == self.leader:
-            return self.leo if self.durability == DURABILITY_WRITTEN else self.flushed
+            return self.leo if self.policy.durability == DURABILITY_WRITTEN else self.flushed
         progress = self.followers.get(member)
         if progress is None:
             return UNKNOWN
-        return progress.flushed if self.durability == DURABILITY_FLUSHED else progress.leo
+        return progress.flushed if self.policy.durability == DURABILITY_FLUSHED else progress.leo
 
     @property
     def replicable_end(self) -> int:
@@ -241,7 +253,7 @@ class LeaderState:
         """The leader appended records; its LEO is now ``leo``. True if the HW moved (only
         with durability ``written``, where the leader vouches for its LEO)."""
         self.leo = max(self.leo, leo)
-        return self.durability == DURABILITY_WRITTEN and self._recompute_hw()
+        return self.policy.durability == DURABILITY_WRITTEN and self._recompute_hw()
 
     def on_flush(self, flushed: int) -> bool:
         """The leader fsynced up to ``flushed``; True if the HW moved."""
@@ -307,10 +319,11 @@ class LeaderState:
         """True if a replica fetch from ``follower`` at ``offset``, parked for ``parked_s``
         seconds (0 on arrival), is answered now (the leader's log ends at ``leo``): it lacks
         records, or it has not been sent the current high watermark and has been parked for
-        :attr:`hw_news_delay_s`. Otherwise it parks until one of them holds or its long
+        :attr:`LeaderPolicy.hw_news_delay_s`. Otherwise it parks until one of them holds or its long
         poll ends; :meth:`hw_news_due_s` says when to look again."""
         return offset < leo or (
-            parked_s + TIMER_SLACK_S >= self.hw_news_delay_s and self.follower_needs_hw(follower)
+            parked_s + TIMER_SLACK_S >= self.policy.hw_news_delay_s
+            and self.follower_needs_hw(follower)
         )
 
     def hw_news_due_s(self, follower: str, parked_s: float) -> float | None:
@@ -319,7 +332,7 @@ class LeaderState:
         of its long poll answer it)."""
         if not self.follower_needs_hw(follower):
             return None
-        due = self.hw_news_delay_s - parked_s
+        due = self.policy.hw_news_delay_s - parked_s
         return due if due > TIMER_SLACK_S else 0.0
 
     def follower_needs_hw(self, follower: str) -> bool:
@@ -370,7 +383,7 @@ class LeaderState:
         return max(progress.last_caught_up_s, parked)
 
     def _lagging(self, member: str, now: float) -> bool:
-        return now - self._caught_up_until(member, now) > self.lag_max_s
+        return now - self._caught_up_until(member, now) > self.policy.lag_max_s
 
     def wanted_isr(self, now: float) -> tuple[str, ...]:
         """The ISR the rules call for now (may equal the committed one)."""
@@ -390,7 +403,7 @@ class LeaderState:
         if nothing else changes; None if the ISR has no follower. An ISR check before then
         finds nothing to shrink (expansions come with fetches: see ``wake_isr``)."""
         due = [
-            self._caught_up_until(m, None) + self.lag_max_s - now
+            self._caught_up_until(m, None) + self.policy.lag_max_s - now
             for m in self.isr
             if m != self.leader and m in self.followers
         ]
