@@ -45,6 +45,7 @@ from bench.bench_sdk import Results, jet_fill, jetstream_server, js_fill, js_set
 from bench.worker_io import Tally, js_fetch, js_pull, ready, send_paced
 from jetsdk import Client, Consumer, MemberConfig, Producer, StreamPartition
 from jetserver.devcluster import DevCluster
+from jetserver.testing import reap
 
 PARTITIONS = 8
 SESSION = 2.0
@@ -234,11 +235,7 @@ class Round:
         self.stop.touch()
         results = []
         for i, (proc, _out) in enumerate(self.procs):
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+            reap(proc, 60.0)
             for line in self.lines(i):
                 if line.startswith("result "):
                     results.append(orjson.loads(line[len("result ") :]))

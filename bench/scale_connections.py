@@ -25,6 +25,7 @@ from jetsdk import AckPolicy, Client, Producer
 from jetsdk.codec.frames import Api, encode_frame
 from jetsdk.codec.messages import FetchRequest, encode_fetch_request
 from jetserver.devcluster import DevCluster
+from jetserver.testing import reap
 
 WAIT_MS = 60_000
 """Each parked Fetch's max_wait (re-sent when answered)."""
@@ -149,11 +150,7 @@ def measure(connections: int) -> dict[str, float]:
         finally:
             if child.stdin is not None:
                 child.stdin.close()
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
+            reap(child, 30.0)
     return {
         "connections": connections,
         "parked_s": parked_s,

@@ -17,6 +17,8 @@ from typing import IO, Self
 
 import attrs
 
+from jetserver.testing import reap
+
 STOP_TIMEOUT_S = 30.0
 
 
@@ -86,11 +88,7 @@ class CliChild:
         """SIGTERM by PID, SIGKILL after a bound; the exit code."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.wait(timeout=STOP_TIMEOUT_S)
+        return reap(self.proc, STOP_TIMEOUT_S)
 
 
 class RunsChild:

@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import anyio
 import pytest
 
-from jetserver.testing import Cluster, NatsServer, WaitTimeout, wait_until, wait_until_async
+from jetserver.testing import (
+    Cluster,
+    NatsServer,
+    WaitTimeout,
+    reap,
+    wait_until,
+    wait_until_async,
+)
 
 
 def state(pid: int) -> str:
@@ -34,6 +43,18 @@ def test_wait_until_returns_the_time_taken_or_names_what_did_not_happen() -> Non
     assert 0.03 < took < 5
     with pytest.raises(WaitTimeout, match=r"never: not within 0\.05 s"):
         wait_until(lambda: False, 0.05, "never")
+
+
+def test_reap_returns_the_exit_code_or_kills_a_process_that_does_not_end() -> None:
+    done = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    assert reap(done, 30.0) == 3
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert reap(stuck, 0.2) == -signal.SIGKILL  # not asked to end: killed by PID
+    finally:
+        if stuck.poll() is None:
+            stuck.kill()
+            stuck.wait(10)
 
 
 def test_wait_until_async_takes_plain_and_async_predicates() -> None:

@@ -28,7 +28,7 @@ from types import FrameType
 from typing import Any
 
 from jetserver.devcluster import DevCluster, DevClusterError
-from jetserver.testing import NatsServerError, WaitTimeout
+from jetserver.testing import NatsServerError, WaitTimeout, reap
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -160,8 +160,4 @@ def _dismiss(watchdog: subprocess.Popen[str] | None) -> None:
     assert watchdog.stdin is not None
     with contextlib.suppress(OSError):
         watchdog.stdin.close()
-    try:
-        watchdog.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        watchdog.kill()
-        watchdog.wait()
+    reap(watchdog, 5.0)

@@ -37,7 +37,7 @@ from jetserver.testing.jet_process import (
     to_toml,
 )
 from jetserver.testing.nats import NatsServer, NatsServerError, find_nats_server
-from jetserver.testing.waiting import WaitTimeout, wait_until, wait_until_async
+from jetserver.testing.waiting import WaitTimeout, reap, wait_until, wait_until_async
 
 if TYPE_CHECKING:
     from jetserver.testing.in_process import in_process_config, running_server
@@ -57,6 +57,7 @@ __all__ = [
     "free_ports",
     "in_process_config",
     "metadata_request",
+    "reap",
     "running_server",
     "server_config",
     "to_toml",

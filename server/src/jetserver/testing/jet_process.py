@@ -35,7 +35,7 @@ import orjson
 
 from jetserver.storage.durability_trace import ENV_VAR as TRACE_ENV_VAR
 from jetserver.storage.durability_trace import PowerLossReport, simulate_power_loss
-from jetserver.testing.waiting import WaitTimeout, wait_until
+from jetserver.testing.waiting import WaitTimeout, reap, wait_until
 
 __all__ = [
     "PASSWORD_ENV",
@@ -374,13 +374,13 @@ class JetServer:
         except ProcessLookupError:
             # Already gone and reaped by a concurrent wait (Popen.poll answers None while
             # another thread holds its waitpid lock): nothing left to signal.
-            _reap(proc, STOP_TIMEOUT_S)
+            reap(proc, STOP_TIMEOUT_S)
             self.paused = False
             return
         if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
             if self.paused and sig is not signal.SIGKILL:
                 os.kill(proc.pid, signal.SIGCONT)
-            _reap(proc, STOP_TIMEOUT_S)
+            reap(proc, STOP_TIMEOUT_S)
             self.paused = False
 
     def pause(self) -> None:
@@ -404,7 +404,7 @@ class JetServer:
                 os.kill(proc.pid, signal.SIGCONT)
                 self.paused = False
             proc.send_signal(signal.SIGTERM)
-            _reap(proc, timeout_s)
+            reap(proc, timeout_s)
         return proc.returncode
 
     def reap(self, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
@@ -413,7 +413,7 @@ class JetServer:
         proc = self.proc
         if proc is None:
             return None
-        _reap(proc, timeout_s)
+        reap(proc, timeout_s)
         return proc.returncode
 
     def log_tail(self, chars: int = 3000) -> str:
@@ -444,14 +444,6 @@ class JetServer:
         if not self.trace:
             raise WaitTimeout(f"{self.server_id} was started without a durability trace")
         return simulate_power_loss(self.trace_path)
-
-
-def _reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=timeout_s)
 
 
 def _limit_files(limit: int) -> Callable[[], None]:

@@ -27,6 +27,7 @@ import attrs
 import orjson
 
 from jetserver.errors import JetServerError
+from jetserver.testing.waiting import reap
 
 __all__ = ["NatsServer", "NatsServerError", "find_nats_server"]
 
@@ -175,11 +176,7 @@ class NatsServer:
             return
         proc.send_signal(signal.SIGCONT)  # a paused server would not act on SIGTERM
         proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=timeout_s)
+        reap(proc, timeout_s)
 
     def kill(self) -> None:
         """SIGKILL by PID and reap (an outage with no goodbye); :meth:`start` brings it back

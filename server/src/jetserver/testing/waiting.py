@@ -6,17 +6,26 @@
 
 Both return the seconds the wait took, and raise :class:`WaitTimeout` (an AssertionError, so a
 test reports it as a failure) naming what did not happen in time.
+
+:func:`reap` bounds the wait for a child process to exit (then SIGKILL by its PID).
 """
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 
-__all__ = ["DEFAULT_INTERVAL_S", "WaitTimeout", "wait_until", "wait_until_async"]
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "WaitTimeout",
+    "reap",
+    "wait_until",
+    "wait_until_async",
+]
 
 DEFAULT_INTERVAL_S = 0.02
 """Pause between two checks of the condition."""
@@ -24,6 +33,20 @@ DEFAULT_INTERVAL_S = 0.02
 
 class WaitTimeout(AssertionError):
     """A condition did not become true in time (or a process did not start or stop)."""
+
+
+def reap(proc: subprocess.Popen[Any], timeout_s: float) -> int:
+    """Wait up to ``timeout_s`` for ``proc`` to exit (asked to already, or ending by
+    itself); if it has not, SIGKILL it (by its PID) and wait as long again. Its exit code.
+
+    Raises:
+        subprocess.TimeoutExpired: it did not end even after SIGKILL.
+    """
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(timeout=timeout_s)
 
 
 def wait_until(
