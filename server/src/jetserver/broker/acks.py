@@ -154,16 +154,7 @@ def encode_ack_payloads(
             payloads.extend(ack_payloads(*key, run, max_bytes))
             run = []
         key = (ack.stream, ack.partition)
-        run.append(
-            (
-                ack.offset,
-                ack.timestamp,
-                ack.correlation_id,
-                ack.ack_policy,
-                ack.error_code,
-                ack.error_message,
-            )
-        )
+        run.append(ack.fields)
     if run:
         assert key is not None
         payloads.extend(ack_payloads(*key, run, max_bytes))

@@ -39,6 +39,10 @@ from jetsdk.codec.limits import (
     MAX_STREAM_NAME_BYTES,
 )
 
+AckFields = tuple[int, int, str, int, int, str]
+"""The per-message fields of an ack from one partition: (offset, timestamp, correlation_id,
+ack_policy, error_code, error_message)."""
+
 
 @attrs.frozen
 class EnvelopeAck:
@@ -61,19 +65,22 @@ class EnvelopeAck:
     error_message: str = ""
     """Explanation when error_code is not 0."""
 
+    @property
+    def fields(self) -> AckFields:
+        """Its fields after the stream and partition, as :class:`AckEncoder` takes them."""
+        return (
+            self.offset,
+            self.timestamp,
+            self.correlation_id,
+            self.ack_policy,
+            self.error_code,
+            self.error_message,
+        )
+
 
 def _put_ack(parts: list[bytes], ack: EnvelopeAck) -> None:
     parts.append(str16(ack.stream, "stream name", MAX_STREAM_NAME_BYTES))
-    _put_ack_rest(
-        parts,
-        ack.partition,
-        ack.offset,
-        ack.timestamp,
-        ack.correlation_id,
-        ack.ack_policy,
-        ack.error_code,
-        ack.error_message,
-    )
+    _put_ack_rest(parts, ack.partition, *ack.fields)
 
 
 def _put_ack_rest(
@@ -126,11 +133,6 @@ def encode_acks(acks: Sequence[EnvelopeAck]) -> bytes:
     for ack in acks:
         _put_ack(parts, ack)
     return seal(ACK_BATCH, b"".join(parts))
-
-
-AckFields = tuple[int, int, str, int, int, str]
-"""The per-message fields of an ack from one partition: (offset, timestamp, correlation_id,
-ack_policy, error_code, error_message)."""
 
 
 class AckEncoder:
