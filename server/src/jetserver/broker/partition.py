@@ -19,6 +19,9 @@ do its work, each holding only its own state and narrow references to what it us
 - :class:`~jetserver.broker.lifecycle.Lifecycle`: running, stopping, closed (written here
   only, read by the parts).
 
+Each part gets the references they all share (stream, partition, log, core, lifecycle) as
+one frozen :class:`~jetserver.broker.replica_base.ReplicaBase`.
+
 Leader data path::
 
     Intake -> Sequencer: Log.append(batch) -> LEADER acks -> wake replica fetches,
