@@ -104,11 +104,13 @@ class FsyncRunner:
         *,
         on_loop: bool = True,
         loop: asyncio.AbstractEventLoop | None = None,
+        unless: Callable[[], bool] | None = None,
     ) -> int:
         """``log_.flush(upto)``, on the loop or in a worker thread (always in a thread with
-        ``on_loop`` false). ``loop``: the running loop, if the caller knows it."""
+        ``on_loop`` false). ``loop``: the running loop, if the caller knows it. ``unless``:
+        asked after the probe turn (:meth:`flush_here`); True sends the fsync to a thread."""
         if on_loop:
-            flushed = await self.flush_here(log_, upto, loop)
+            flushed = await self.flush_here(log_, upto, loop, unless)
             if flushed is not None:
                 return flushed
         self.thread_fsyncs += 1
@@ -153,13 +155,20 @@ class FsyncRunner:
         log_: Log,
         upto: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        unless: Callable[[], bool] | None = None,
     ) -> int | None:
         """``log_.flush(upto)`` on the loop if this runner would run it there now (after
         one turn that lets ready work run first); None, with nothing done, if not: the
         caller leaves the fsync to a thread (its partition's flusher). ``loop``: the
         running loop, if the caller knows it (looking it up costs a getpid system call
-        on Python 3.11)."""
+        on Python 3.11). ``unless``: the caller's own reason to keep the loop free, asked
+        after that turn (what ran in it counts), e.g. a compare-and-set that lost a race
+        to the records being fsynced: its writer retries within a round trip, and an
+        fsync on the loop would hold the retry until the disk is done
+        (:meth:`jetserver.broker.commit.Committer.commit_here`)."""
         if not (self.may_run_here() and await _loop_free(loop)):
+            return None
+        if unless is not None and unless():
             return None
         start = self.clock()
         try:

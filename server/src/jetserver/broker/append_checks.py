@@ -40,6 +40,9 @@ class AppendChecks:
 
     keys: KeyIndex = attrs.field(factory=KeyIndex)
     """Last live offset per key (used by ``Jet-Expected-Key-Offset`` only)."""
+    lost_races: int = 0
+    """Compare-and-sets refused so far (WRONG_EXPECTED_OFFSET, WRONG_EXPECTED_KEY_OFFSET):
+    each is a writer that lost a race and is likely to retry at once."""
 
     def refusal(
         self,
@@ -59,6 +62,7 @@ class AppendChecks:
         if expected is not None and expected != log_.log_end_offset + len(pending):
             got = log_.log_end_offset + len(pending)
             text = f"expected offset {expected}, but the next offset is {got}"
+            self.lost_races += 1
             return (ErrorCode.WRONG_EXPECTED_OFFSET, text, -1)
         expected_key = controls.expected_key_offset
         if expected_key is None:
@@ -85,6 +89,7 @@ class AppendChecks:
             return None
         now = "has no live record" if current == ABSENT else f"is at offset {current}"
         text = f"key {key[:40]!r} {now}, not {expected_key}"
+        self.lost_races += 1
         return (ErrorCode.WRONG_EXPECTED_KEY_OFFSET, text, current)
 
     def appended(

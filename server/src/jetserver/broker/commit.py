@@ -354,7 +354,7 @@ class Committer:
         if out.renew_epoch is not None:
             self.renew_leadership(out.renew_epoch)
 
-    async def commit_here(self) -> None:
+    async def commit_here(self, contended: Callable[[], bool] | None = None) -> None:
         """Fsync and commit what is appended in the calling task, as the flusher would.
 
         For a request that appended in its own task and waits for the commit anyway (an
@@ -366,12 +366,19 @@ class Committer:
         to the flusher, which recovers from it as always. So is the commit of a request
         cancelled meanwhile (its connection failed): the fsync's outcome, a failure
         included, is the flusher's to act on, or the records would wait for the next
-        append (tests/server/test_commit_cancelled.py)."""
+        append (tests/server/test_commit_cancelled.py).
+
+        ``contended``: True if writers are racing on this partition (a compare-and-set
+        refused since the last such commit, :meth:`Sequencer.lost_race_since_commit`);
+        then the fsync goes to a worker thread even where the runner would run it on the
+        loop, so that the loser's retry, a round trip away, is read and appended while
+        the disk works and shares the next fsync, instead of waiting behind this one."""
         log_ = self.base.log
         try:
             if hops.ENABLED:
                 hops.mark("fsync.start")
-            flushed = await self.fsyncs.flush(log_, log_.log_end_offset, on_loop=True)
+            end = log_.log_end_offset
+            flushed = await self.fsyncs.flush(log_, end, on_loop=True, unless=contended)
             if hops.ENABLED:
                 hops.mark("fsync.end")
         except Exception:

@@ -125,6 +125,8 @@ class Sequencer:
     """:meth:`append_now` commits in its caller's task: the append leaves the flush to it."""
     _flush_held: bool = False
     """An append left its flush to :meth:`append_now`."""
+    _races_seen: int = 0
+    """``checks.lost_races`` at the last :meth:`lost_race_since_commit`."""
 
     # ---------------------------------------------------------------- the queue
 
@@ -236,9 +238,19 @@ class Sequencer:
             self._flush_held = False
             if here:
                 with anyio.CancelScope(shield=True) if shield else _UNSCOPED:
-                    await self.committer.commit_here()
+                    await self.committer.commit_here(self.lost_race_since_commit)
             else:
                 self.committer.defer_flush()
+
+    def lost_race_since_commit(self) -> bool:
+        """True if a compare-and-set was refused here since the last call (writers race
+        on this partition: :meth:`Committer.commit_here` keeps the loop free for their
+        retries)."""
+        lost = self.checks.lost_races
+        if lost == self._races_seen:
+            return False
+        self._races_seen = lost
+        return True
 
     def _commit_in_task(self, batch: list[Queued]) -> tuple[bool, bool]:
         """Whether ``batch``, one direct request on a server alone with durability
