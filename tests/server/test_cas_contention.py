@@ -15,8 +15,8 @@ import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
-from jetserver import fsync_runner
 from jetserver.server import Server
+from support.fsync_choice import fsyncs_on_the_loop
 from support.raw_client import RawClient
 
 pytestmark = pytest.mark.anyio
@@ -31,15 +31,7 @@ def cas(value: bytes, expected: int) -> ProduceMessage:
 async def test_a_commit_after_a_lost_race_fsyncs_off_the_loop(
     jet: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The runner would run every fsync on the loop: no slow-disk back-off, no share limit,
-    # the loop always free (the test's own client shares the server's loop).
-    monkeypatch.setattr(fsync_runner, "SLOW_FSYNC_S", 60.0)
-    monkeypatch.setattr(fsync_runner, "LOOP_SHARE", 1.0)
-
-    async def free(_loop: object = None) -> bool:
-        return True
-
-    monkeypatch.setattr(fsync_runner, "_loop_free", free)
+    fsyncs_on_the_loop(monkeypatch)  # the runner would run every fsync on the loop
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="race", subject="race.x", compact=True)
         runner = jet.streams.replica("race", 0).committer.fsyncs

@@ -38,6 +38,7 @@ from jetserver.broker.produce import ProduceService
 from jetserver.broker.sequencer import DEFER_MAX_RECORDS, Sequencer
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
+from support.fsync_choice import fsyncs_on_the_loop
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -419,15 +420,7 @@ async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answ
     is answered before the fsync, which its own after-work runs once the answer is
     written: the flusher is never woken, and the request's task is not woken again for
     its NATS copies (two event-loop turns fewer on a message's way to its consumers)."""
-    # Keep the runner's choice to fsync on the loop: a slow disk would send it to threads,
-    # and the test's own client, on the same loop, makes the loop look busy.
-    monkeypatch.setattr(fsync_runner, "SLOW_FSYNC_S", 60.0)
-    monkeypatch.setattr(fsync_runner, "LOOP_SHARE", 1.0)
-
-    async def free(_loop: object = None) -> bool:
-        return True
-
-    monkeypatch.setattr(fsync_runner, "_loop_free", free)
+    fsyncs_on_the_loop(monkeypatch)  # a slow disk or the test's own client would say no
     async with await RawClient.connect(jet.address) as c:
         replica = await new_partition(c, jet, "after")
         runner = replica.committer.fsyncs
