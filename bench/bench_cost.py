@@ -18,7 +18,9 @@ With ``JET_BENCH_AGAINST=<another jet work tree>`` a second server runs that tre
 rounds. ``JET_COST_KINDS`` picks the measurements (default ``cpu,strace,calls``),
 ``JET_COST_ROUNDS`` the rounds per kind (default 3; quick 2) and ``JET_COST_MESSAGES`` the
 messages per round (default 2,000; quick 1,000); ``JET_COST_KEEP=<dir>`` keeps the last
-profile of each server and stream there (``prof.<A|B>.<stream>``, pstats format).
+profile of each server and stream there (``prof.<A|B>.<stream>``, pstats format);
+``JET_COST_NO_COPIES=1`` adds two streams with ``no_nats_copies`` (``cfn``, ``cwn``), so
+the NATS copy's cost per message is the difference from ``cf`` and ``cw``.
 Run: ``python -m bench cost [--quick]``.
 """
 
@@ -180,10 +182,22 @@ async def _rounds(
             "cw": ("cost.w", "written"),
         }
         clients = await jet_clients(stack, jets, streams, warm=("cf", "cw"))
+        names = ["cf", "cw"]
+        if os.environ.get("JET_COST_NO_COPIES") == "1":
+            for client in clients.values():
+                for name, subject, durability in (
+                    ("cfn", "cost.fn", None),
+                    ("cwn", "cost.wn", "written"),
+                ):
+                    await client.create_stream(
+                        name, subject, durability=durability, no_nats_copies=True
+                    )
+                    await jet_latency(client, name, RATE, 1.0)
+            names += ["cfn", "cwn"]
         tags = list(jets)
         for kind in kinds:
             for r in range(rounds):
-                for stream in ("cf", "cw"):
+                for stream in names:
                     for tag in tags if r % 2 == 0 else tags[::-1]:
                         value, detail = await _round(
                             kind, clients[tag], stream, jets[tag][1], n, work, tag

@@ -385,7 +385,11 @@ class NatsLink:
         subscription here wants one of them (then all go on the main connection, in
         order)."""
         nc = self._ingest_nc
-        if any(self._echo_needed(subject, owner) for subject in {s for s, _p in messages}):
+        if len(messages) == 1:  # the usual one at light load: no set, no generator
+            echo = self._echo_needed(messages[0][0], owner)
+        else:
+            echo = any(self._echo_needed(subject, owner) for subject in {s for s, _p in messages})
+        if echo:
             nc = self._nc
         return await self._publish_on(nc, messages, header_block)
 
