@@ -26,7 +26,7 @@ import random
 import re
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import attrs
@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 _BAD_SUBJECT = re.compile(r"\s")
 """What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""
+_CONNECTED = NatsClient.CONNECTED
+_CONNECTING = NatsClient.CONNECTING
 _MAX_CACHED_SUBJECTS = 4096
 _MAX_ECHO_CACHE = 4096
 _NATS_PY_PUB_INTERNALS = (
@@ -57,6 +59,8 @@ _NATS_PY_PUB_INTERNALS = (
     "_max_pending_size",
     "_flush_queue",
     "_flush_pending",
+    "_status",
+    "_max_payload",
     "stats",
 )
 """nats-py client attributes :meth:`NatsLink.publish_many` writes through (checked at
@@ -66,12 +70,16 @@ WRITE_BUFFER_LIMIT = 64 * 1024
 through nats-py's flusher task, which waits for the buffer to drain."""
 
 
-def _write_buffer_size(transport: object) -> int | None:
-    """Bytes waiting in the socket buffer of nats-py's TCP transport (None: another kind
-    of transport, or internals not as expected)."""
-    writer = getattr(transport, "_io_writer", None)
-    size = getattr(getattr(writer, "transport", None), "get_write_buffer_size", None)
-    return None if size is None else int(size())
+def _socket_transport(transport: object) -> asyncio.WriteTransport | None:
+    """The asyncio transport under nats-py's TCP transport (its stream writer's), which
+    :meth:`NatsLink._write_pending` writes to straight (None: another kind of transport,
+    or internals not as expected)."""
+    raw = getattr(getattr(transport, "_io_writer", None), "transport", None)
+    if callable(getattr(raw, "get_write_buffer_size", None)) and callable(
+        getattr(raw, "writelines", None)
+    ):
+        return cast("asyncio.WriteTransport", raw)
+    return None
 
 
 def _has_pub_internals(nc: NatsClient) -> bool:
@@ -146,6 +154,11 @@ class NatsLink:
     _batch_pub: bool = False
     _subjects: dict[str, bytes] = attrs.field(factory=dict)
     _write_due: set[int] = attrs.field(factory=set)
+    _socket_transports: dict[int, tuple[object, asyncio.WriteTransport | None]] = attrs.field(
+        factory=dict
+    )
+    """By connection id: its nats-py transport and the asyncio transport under it
+    (:meth:`_write_pending`)."""
     _loop: asyncio.AbstractEventLoop | None = None
     """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
     call per call on Python 3.11; the link lives on one loop)."""
@@ -434,9 +447,11 @@ class NatsLink:
     async def _publish_on(
         self, nc: NatsClient | None, messages: Sequence[tuple[str, bytes]], header_block: bytes
     ) -> int:
-        if nc is None or not nc.is_connected or not messages:
+        if nc is None or not messages:
             return 0
         if not self._batch_pub:
+            if not nc.is_connected:
+                return 0
             headers = header_map(header_block)
             for done, (subject, payload) in enumerate(messages):
                 try:
@@ -445,8 +460,11 @@ class NatsLink:
                     log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
                     return done
             return len(messages)
+        # nats-py's status read as its is_connected does (two property calls a publish).
+        if nc._status != _CONNECTED and not nc.is_connected:
+            return 0
         subjects = self._subjects
-        max_payload = int(nc.max_payload or 0)
+        max_payload = int(nc._max_payload or 0)
         cmds: list[bytes] = []
         hlen = len(header_block)
         payload_bytes = 0
@@ -506,13 +524,21 @@ class NatsLink:
 
     def _write_pending(self, nc: NatsClient) -> None:
         self._write_due.discard(id(nc))
-        if not nc._pending_data_size or not nc.is_connected or nc.is_connecting:
+        status = nc._status
+        if not nc._pending_data_size or (status != _CONNECTED and not nc.is_connected):
             return  # written already, or nats-py writes it once reconnected
+        if status == _CONNECTING:
+            return
         transport = nc._transport
         try:
-            buffered = _write_buffer_size(transport)
-            if transport is not None and buffered is not None and buffered <= WRITE_BUFFER_LIMIT:
-                transport.writelines(nc._pending)
+            # The socket's transport, found once per nats-py transport (a reconnect makes
+            # a new one): not looked up through three objects for every write.
+            known = self._socket_transports.get(id(nc))
+            if known is None or known[0] is not transport:
+                known = self._socket_transports[id(nc)] = (transport, _socket_transport(transport))
+            raw = known[1]
+            if raw is not None and raw.get_write_buffer_size() <= WRITE_BUFFER_LIMIT:
+                raw.writelines(nc._pending)
                 nc._pending = []
                 nc._pending_data_size = 0
                 return
