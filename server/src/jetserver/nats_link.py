@@ -33,6 +33,7 @@ import attrs
 from nats.aio.client import Client as NatsClient
 from nats.aio.subscription import Subscription
 
+from jetsdk.codec.transcode import EnvelopeBytes, SplitEnvelope
 from jetsdk.subjects import is_literal, subject_matches
 from jetserver.broker.nats_port import MessageHandler, NatsUnavailable, Sink, SkipMarked
 from jetserver.config import NatsConfig
@@ -382,7 +383,7 @@ class NatsLink:
         of ``subjects`` (then copies of them must go on the main connection)."""
         return any(self._echo_needed(subject, owner) for subject in subjects)
 
-    async def publish_unstored_copies(self, messages: Sequence[tuple[str, bytes]]) -> int:
+    async def publish_unstored_copies(self, messages: Sequence[tuple[str, EnvelopeBytes]]) -> int:
         """:meth:`publish_many` on the ``no_echo`` ingest connection, unmarked: for the
         messages a replicated partition's leader appended directly (spec/protocol.md,
         Produce). They do not come back to this server; any other subscriber, a new leader
@@ -390,7 +391,7 @@ class NatsLink:
         return await self._publish_on(self._ingest_nc, messages, b"")
 
     async def publish_stored_copies(
-        self, messages: Sequence[tuple[str, bytes]], header_block: bytes, owner: object
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes, owner: object
     ) -> int:
         """:meth:`publish_many` for the NATS copies of records ``owner`` (a partition
         leader, see :meth:`subscribe`) stored directly: on the ``no_echo`` ingest
@@ -428,7 +429,7 @@ class NatsLink:
             raise NatsUnavailable(f"NATS publish failed: {exc}") from exc
 
     async def publish_many(
-        self, messages: Sequence[tuple[str, bytes]], header_block: bytes = b""
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
     ) -> int:
         """Queue several messages at once, in order (no reply subject; every message with
         the NATS header block ``header_block`` if given: ``NATS/1.0`` line to blank line).
@@ -445,7 +446,10 @@ class NatsLink:
         return await self._publish_on(self._nc, messages, header_block)
 
     async def _publish_on(
-        self, nc: NatsClient | None, messages: Sequence[tuple[str, bytes]], header_block: bytes
+        self,
+        nc: NatsClient | None,
+        messages: Sequence[tuple[str, EnvelopeBytes]],
+        header_block: bytes,
     ) -> int:
         if nc is None or not messages:
             return 0
@@ -455,7 +459,7 @@ class NatsLink:
             headers = header_map(header_block)
             for done, (subject, payload) in enumerate(messages):
                 try:
-                    await nc.publish(subject, payload, headers=headers)
+                    await nc.publish(subject, bytes(payload), headers=headers)
                 except Exception as exc:
                     log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
                     return done
@@ -465,7 +469,7 @@ class NatsLink:
             return 0
         subjects = self._subjects
         max_payload = int(nc._max_payload or 0)
-        cmds: list[bytes] = []
+        cmds: list[bytes | memoryview] = []
         hlen = len(header_block)
         payload_bytes = 0
         queued = 0
@@ -489,14 +493,19 @@ class NatsLink:
                 cmds.append(b"HPUB %b %d %d\r\n%b" % (raw, hlen, hlen + size, header_block))
             else:
                 cmds.append(b"PUB %b %d\r\n" % (raw, size))
-            cmds.append(payload)
+            if isinstance(payload, SplitEnvelope):  # a large value: written from the request
+                cmds.append(payload.head)
+                cmds.append(payload.value)
+            else:
+                cmds.append(payload)
             cmds.append(b"\r\n")
             payload_bytes += size
             queued += 1
         if not cmds:
             return 0
         # What nats-py's publish does per message, once for the whole batch.
-        nc._pending.extend(cmds)
+        # (Views too: nats-py only hands _pending to its transport's writelines.)
+        nc._pending.extend(cmds)  # type: ignore[arg-type]
         nc._pending_data_size += sum(map(len, cmds))
         nc.stats["out_msgs"] += queued
         nc.stats["out_bytes"] += payload_bytes

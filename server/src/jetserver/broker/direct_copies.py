@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import attrs
 
+from jetsdk.codec.transcode import EnvelopeBytes
 from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
 from jetserver.broker.copy_turns import CopyTurns
 from jetserver.broker.direct import DirectBatch
@@ -129,7 +130,7 @@ class DirectCopies:
     def after_commit(
         self,
         replica: PartitionReplica,
-        messages: list[tuple[str, bytes]],
+        messages: list[tuple[str, EnvelopeBytes]],
         end: int,
         failures: int,
         timeout_s: float,
