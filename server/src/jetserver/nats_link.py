@@ -26,7 +26,7 @@ import random
 import re
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import attrs
@@ -40,7 +40,7 @@ from jetserver.config import NatsConfig
 from jetserver.logs import fields
 from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
 from jetserver.nats_fast import JetNatsClient
-from jetserver.nats_flush import round_trip
+from jetserver.nats_flush import round_trip, socket_transport
 from jetserver.nats_read import JetParser
 from jetserver.natsproto import header_map
 from jetserver.shared_rounds import SharedRounds
@@ -69,18 +69,6 @@ connect; without them it publishes message by message)."""
 WRITE_BUFFER_LIMIT = 64 * 1024
 """Above this many bytes waiting in a NATS connection's socket buffer, publishes go
 through nats-py's flusher task, which waits for the buffer to drain."""
-
-
-def _socket_transport(transport: object) -> asyncio.WriteTransport | None:
-    """The asyncio transport under nats-py's TCP transport (its stream writer's), which
-    :meth:`NatsLink._write_pending` writes to straight (None: another kind of transport,
-    or internals not as expected)."""
-    raw = getattr(getattr(transport, "_io_writer", None), "transport", None)
-    if callable(getattr(raw, "get_write_buffer_size", None)) and callable(
-        getattr(raw, "writelines", None)
-    ):
-        return cast("asyncio.WriteTransport", raw)
-    return None
 
 
 def _has_pub_internals(nc: NatsClient) -> bool:
@@ -157,9 +145,7 @@ class NatsLink:
     _write_due: set[int] = attrs.field(factory=set)
     _socket_transports: dict[int, tuple[object, asyncio.WriteTransport | None]] = attrs.field(
         factory=dict
-    )
-    """By connection id: its nats-py transport and the asyncio transport under it
-    (:meth:`_write_pending`)."""
+    )  # by connection id: its nats-py transport and the asyncio one under it
     _loop: asyncio.AbstractEventLoop | None = None
     """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
     call per call on Python 3.11; the link lives on one loop)."""
@@ -544,7 +530,7 @@ class NatsLink:
             # a new one): not looked up through three objects for every write.
             known = self._socket_transports.get(id(nc))
             if known is None or known[0] is not transport:
-                known = self._socket_transports[id(nc)] = (transport, _socket_transport(transport))
+                known = self._socket_transports[id(nc)] = (transport, socket_transport(transport))
             raw = known[1]
             if raw is not None and raw.get_write_buffer_size() <= WRITE_BUFFER_LIMIT:
                 raw.writelines(nc._pending)
