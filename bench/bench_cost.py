@@ -18,7 +18,11 @@ With ``JET_BENCH_AGAINST=<another jet work tree>`` a second server runs that tre
 rounds. ``JET_COST_KINDS`` picks the measurements (default ``cpu,strace,calls``),
 ``JET_COST_ROUNDS`` the rounds per kind (default 3; quick 2) and ``JET_COST_MESSAGES`` the
 messages per round (default 2,000; quick 1,000); ``JET_COST_KEEP=<dir>`` keeps the last
-profile of each server and stream there (``prof.<A|B>.<stream>``, pstats format).
+profile of each server and stream there (``prof.<A|B>.<stream>``, pstats format);
+``JET_COST_NO_COPIES=1`` adds two streams with ``no_nats_copies`` (``cfn``, ``cwn``), so
+the NATS copy's cost per message is the difference from ``cf`` and ``cw``;
+``JET_COST_VALUE_BYTES=<n>`` sends values of n bytes instead of 100 (the per-byte cost:
+each message still alone, so at most RATE per second).
 Run: ``python -m bench cost [--quick]``.
 """
 
@@ -61,6 +65,7 @@ async def one_at_a_time(client: Client, stream: str, rate: int, seconds: float) 
     its counts per message fall as the machine gets busier; these do not."""
     latencies: list[float] = []
     total = int(rate * seconds)
+    pad = b"p" * max(int(os.environ.get("JET_COST_VALUE_BYTES", "100")) - 100, 0)
     arrived = anyio.Event()
     async with (
         Consumer(client, stream, start="new-only", max_wait=5.0) as consumer,
@@ -83,7 +88,7 @@ async def one_at_a_time(client: Client, stream: str, rate: int, seconds: float) 
                 delay = start + i / rate - time.perf_counter()
                 if delay > 0:
                     await anyio.sleep(delay)
-                await producer.send(_stamp())
+                await producer.send(_stamp() + pad if pad else _stamp())
                 await arrived.wait()
                 arrived = anyio.Event()
     return latencies
@@ -180,10 +185,22 @@ async def _rounds(
             "cw": ("cost.w", "written"),
         }
         clients = await jet_clients(stack, jets, streams, warm=("cf", "cw"))
+        names = ["cf", "cw"]
+        if os.environ.get("JET_COST_NO_COPIES") == "1":
+            for client in clients.values():
+                for name, subject, durability in (
+                    ("cfn", "cost.fn", None),
+                    ("cwn", "cost.wn", "written"),
+                ):
+                    await client.create_stream(
+                        name, subject, durability=durability, no_nats_copies=True
+                    )
+                    await jet_latency(client, name, RATE, 1.0)
+            names += ["cfn", "cwn"]
         tags = list(jets)
         for kind in kinds:
             for r in range(rounds):
-                for stream in ("cf", "cw"):
+                for stream in names:
                     for tag in tags if r % 2 == 0 else tags[::-1]:
                         value, detail = await _round(
                             kind, clients[tag], stream, jets[tag][1], n, work, tag

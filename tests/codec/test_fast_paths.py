@@ -27,6 +27,7 @@ from jetsdk.codec.envelope import (
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import (
+    ProduceMessage,
     ProduceRequest,
     ProduceResult,
     decode_produce_request,
@@ -37,7 +38,9 @@ from jetsdk.codec.messages import (
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.record_controls import record_controls
 from jetsdk.codec.transcode import (
+    SPLIT_VALUE_MIN,
     DirectRecord,
+    SplitEnvelope,
     direct_record,
     envelope_record,
     produce_envelopes,
@@ -262,3 +265,35 @@ def test_produce_result_tuples(results: list[ProduceResult]) -> None:
     assert encode_produce_result_tuples(
         [(r.error_code, r.offset, r.timestamp) for r in results]
     ) == encode_produce_response(results)
+
+
+@pytest.mark.parametrize("producer_id", [None, 7])
+def test_split_envelopes_are_the_joined_ones_with_large_values_left_in_the_request(
+    producer_id: int | None,
+) -> None:
+    """With ``split``, a value of SPLIT_VALUE_MIN bytes or more is not copied: its envelope
+    is its head and a view of the request body, which written one after the other are the
+    joined envelope byte for byte (CRC included); smaller values are joined as before."""
+    sizes = [100, SPLIT_VALUE_MIN - 1, SPLIT_VALUE_MIN, 1 << 20]
+    messages = tuple(
+        ProduceMessage(bytes([i + 1]) * size, key=b"k", headers=(("h", b"v"),))
+        for i, size in enumerate(sizes)
+    )
+    req = ProduceRequest("s", 0, AckPolicy.ALL, 5000, messages, producer_id, 3)
+    body = bytearray(encode_produce_request(req))
+    _head, joined = produce_envelopes(body, "_INBOX.a")
+    _head, split = produce_envelopes(body, "_INBOX.a", split=True)
+    assert [type(e) for _s, _n, e in joined] == [bytes] * len(sizes)
+    assert [type(e) for _s, _n, e in split] == [bytes, bytes, SplitEnvelope, SplitEnvelope]
+    for m, (_s, size, whole), (_t, split_size, part) in zip(messages, joined, split, strict=True):
+        assert whole is not None
+        assert part is not None
+        assert split_size == size
+        assert len(part) == len(whole)
+        assert bytes(part) == whole
+        if isinstance(part, SplitEnvelope):
+            assert part.value.obj is body  # a view: the value was not copied
+            assert part.head + bytes(part.value) == whole
+        envelope = parse_nats_payload(whole)
+        assert envelope is not None  # its CRC checks
+        assert envelope.value == m.value

@@ -1,4 +1,5 @@
-"""A NATS round trip that confirms everything sent before it (:func:`round_trip`).
+"""A NATS round trip that confirms everything sent before it (:func:`round_trip`), and the
+socket transport a nats-py connection writes to (:func:`socket_transport`).
 
 Task safety: the event loop of the connection.
 """
@@ -6,11 +7,12 @@ Task safety: the event loop of the connection.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import anyio
 from nats.aio.client import Client as NatsClient
 
-__all__ = ["round_trip"]
+__all__ = ["round_trip", "socket_transport"]
 
 
 async def round_trip(nc: NatsClient, timeout_s: float) -> None:
@@ -55,3 +57,15 @@ async def _ping_round_trip(nc: NatsClient, timeout_s: float) -> None:
     done, _pending = await asyncio.wait({future}, timeout=timeout_s)
     if not done:
         raise TimeoutError(f"no PONG within {timeout_s} s")
+
+
+def socket_transport(transport: object) -> asyncio.WriteTransport | None:
+    """The asyncio transport under nats-py's TCP transport (its stream writer's), which the
+    link writes a turn's publishes to straight (None: another kind of transport, or
+    internals not as expected)."""
+    raw = getattr(getattr(transport, "_io_writer", None), "transport", None)
+    if callable(getattr(raw, "get_write_buffer_size", None)) and callable(
+        getattr(raw, "writelines", None)
+    ):
+        return cast("asyncio.WriteTransport", raw)
+    return None

@@ -33,13 +33,14 @@ import attrs
 from nats.aio.client import Client as NatsClient
 from nats.aio.subscription import Subscription
 
+from jetsdk.codec.transcode import EnvelopeBytes, SplitEnvelope
 from jetsdk.subjects import is_literal, subject_matches
 from jetserver.broker.nats_port import MessageHandler, NatsUnavailable, Sink, SkipMarked
 from jetserver.config import NatsConfig
 from jetserver.logs import fields
 from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
 from jetserver.nats_fast import JetNatsClient
-from jetserver.nats_flush import round_trip
+from jetserver.nats_flush import round_trip, socket_transport
 from jetserver.nats_read import JetParser
 from jetserver.natsproto import header_map
 from jetserver.shared_rounds import SharedRounds
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 
 _BAD_SUBJECT = re.compile(r"\s")
 """What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""
+_CONNECTED = NatsClient.CONNECTED
+_CONNECTING = NatsClient.CONNECTING
 _MAX_CACHED_SUBJECTS = 4096
 _MAX_ECHO_CACHE = 4096
 _NATS_PY_PUB_INTERNALS = (
@@ -57,6 +60,8 @@ _NATS_PY_PUB_INTERNALS = (
     "_max_pending_size",
     "_flush_queue",
     "_flush_pending",
+    "_status",
+    "_max_payload",
     "stats",
 )
 """nats-py client attributes :meth:`NatsLink.publish_many` writes through (checked at
@@ -64,14 +69,6 @@ connect; without them it publishes message by message)."""
 WRITE_BUFFER_LIMIT = 64 * 1024
 """Above this many bytes waiting in a NATS connection's socket buffer, publishes go
 through nats-py's flusher task, which waits for the buffer to drain."""
-
-
-def _write_buffer_size(transport: object) -> int | None:
-    """Bytes waiting in the socket buffer of nats-py's TCP transport (None: another kind
-    of transport, or internals not as expected)."""
-    writer = getattr(transport, "_io_writer", None)
-    size = getattr(getattr(writer, "transport", None), "get_write_buffer_size", None)
-    return None if size is None else int(size())
 
 
 def _has_pub_internals(nc: NatsClient) -> bool:
@@ -146,6 +143,9 @@ class NatsLink:
     _batch_pub: bool = False
     _subjects: dict[str, bytes] = attrs.field(factory=dict)
     _write_due: set[int] = attrs.field(factory=set)
+    _socket_transports: dict[int, tuple[object, asyncio.WriteTransport | None]] = attrs.field(
+        factory=dict
+    )  # by connection id: its nats-py transport and the asyncio one under it
     _loop: asyncio.AbstractEventLoop | None = None
     """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
     call per call on Python 3.11; the link lives on one loop)."""
@@ -369,7 +369,7 @@ class NatsLink:
         of ``subjects`` (then copies of them must go on the main connection)."""
         return any(self._echo_needed(subject, owner) for subject in subjects)
 
-    async def publish_unstored_copies(self, messages: Sequence[tuple[str, bytes]]) -> int:
+    async def publish_unstored_copies(self, messages: Sequence[tuple[str, EnvelopeBytes]]) -> int:
         """:meth:`publish_many` on the ``no_echo`` ingest connection, unmarked: for the
         messages a replicated partition's leader appended directly (spec/protocol.md,
         Produce). They do not come back to this server; any other subscriber, a new leader
@@ -377,7 +377,7 @@ class NatsLink:
         return await self._publish_on(self._ingest_nc, messages, b"")
 
     async def publish_stored_copies(
-        self, messages: Sequence[tuple[str, bytes]], header_block: bytes, owner: object
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes, owner: object
     ) -> int:
         """:meth:`publish_many` for the NATS copies of records ``owner`` (a partition
         leader, see :meth:`subscribe`) stored directly: on the ``no_echo`` ingest
@@ -385,7 +385,11 @@ class NatsLink:
         subscription here wants one of them (then all go on the main connection, in
         order)."""
         nc = self._ingest_nc
-        if any(self._echo_needed(subject, owner) for subject in {s for s, _p in messages}):
+        if len(messages) == 1:  # the usual one at light load: no set, no generator
+            echo = self._echo_needed(messages[0][0], owner)
+        else:
+            echo = any(self._echo_needed(subject, owner) for subject in {s for s, _p in messages})
+        if echo:
             nc = self._nc
         return await self._publish_on(nc, messages, header_block)
 
@@ -411,7 +415,7 @@ class NatsLink:
             raise NatsUnavailable(f"NATS publish failed: {exc}") from exc
 
     async def publish_many(
-        self, messages: Sequence[tuple[str, bytes]], header_block: bytes = b""
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
     ) -> int:
         """Queue several messages at once, in order (no reply subject; every message with
         the NATS header block ``header_block`` if given: ``NATS/1.0`` line to blank line).
@@ -428,22 +432,30 @@ class NatsLink:
         return await self._publish_on(self._nc, messages, header_block)
 
     async def _publish_on(
-        self, nc: NatsClient | None, messages: Sequence[tuple[str, bytes]], header_block: bytes
+        self,
+        nc: NatsClient | None,
+        messages: Sequence[tuple[str, EnvelopeBytes]],
+        header_block: bytes,
     ) -> int:
-        if nc is None or not nc.is_connected or not messages:
+        if nc is None or not messages:
             return 0
         if not self._batch_pub:
+            if not nc.is_connected:
+                return 0
             headers = header_map(header_block)
             for done, (subject, payload) in enumerate(messages):
                 try:
-                    await nc.publish(subject, payload, headers=headers)
+                    await nc.publish(subject, bytes(payload), headers=headers)
                 except Exception as exc:
                     log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
                     return done
             return len(messages)
+        # nats-py's status read as its is_connected does (two property calls a publish).
+        if nc._status != _CONNECTED and not nc.is_connected:
+            return 0
         subjects = self._subjects
-        max_payload = int(nc.max_payload or 0)
-        cmds: list[bytes] = []
+        max_payload = int(nc._max_payload or 0)
+        cmds: list[bytes | memoryview] = []
         hlen = len(header_block)
         payload_bytes = 0
         queued = 0
@@ -467,14 +479,19 @@ class NatsLink:
                 cmds.append(b"HPUB %b %d %d\r\n%b" % (raw, hlen, hlen + size, header_block))
             else:
                 cmds.append(b"PUB %b %d\r\n" % (raw, size))
-            cmds.append(payload)
+            if isinstance(payload, SplitEnvelope):  # a large value: written from the request
+                cmds.append(payload.head)
+                cmds.append(payload.value)
+            else:
+                cmds.append(payload)
             cmds.append(b"\r\n")
             payload_bytes += size
             queued += 1
         if not cmds:
             return 0
         # What nats-py's publish does per message, once for the whole batch.
-        nc._pending.extend(cmds)
+        # (Views too: nats-py only hands _pending to its transport's writelines.)
+        nc._pending.extend(cmds)  # type: ignore[arg-type]
         nc._pending_data_size += sum(map(len, cmds))
         nc.stats["out_msgs"] += queued
         nc.stats["out_bytes"] += payload_bytes
@@ -502,13 +519,21 @@ class NatsLink:
 
     def _write_pending(self, nc: NatsClient) -> None:
         self._write_due.discard(id(nc))
-        if not nc._pending_data_size or not nc.is_connected or nc.is_connecting:
+        status = nc._status
+        if not nc._pending_data_size or (status != _CONNECTED and not nc.is_connected):
             return  # written already, or nats-py writes it once reconnected
+        if status == _CONNECTING:
+            return
         transport = nc._transport
         try:
-            buffered = _write_buffer_size(transport)
-            if transport is not None and buffered is not None and buffered <= WRITE_BUFFER_LIMIT:
-                transport.writelines(nc._pending)
+            # The socket's transport, found once per nats-py transport (a reconnect makes
+            # a new one): not looked up through three objects for every write.
+            known = self._socket_transports.get(id(nc))
+            if known is None or known[0] is not transport:
+                known = self._socket_transports[id(nc)] = (transport, socket_transport(transport))
+            raw = known[1]
+            if raw is not None and raw.get_write_buffer_size() <= WRITE_BUFFER_LIMIT:
+                raw.writelines(nc._pending)
                 nc._pending = []
                 nc._pending_data_size = 0
                 return

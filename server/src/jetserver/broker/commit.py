@@ -29,6 +29,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
 from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
+from jetserver.broker.copy_turns import CopyTurns
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.flush_behind import FlushBehind
 from jetserver.fsync_runner import FsyncRunner
@@ -78,7 +79,8 @@ class Committer:
     _flushing: bool = False
     """The flusher task runs (started by the first :meth:`request_flush`)."""
     _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
-    _copies_tail: asyncio.Future[None] | None = None
+    copy_turns: CopyTurns = attrs.field(factory=CopyTurns)
+    """The order of this partition's NATS copies (:meth:`copies_turn`)."""
     _deferred: bool = False
     """Records were appended whose fsync is left to the appending request
     (:meth:`defer_flush`) and nobody has started it yet."""
@@ -272,17 +274,14 @@ class Committer:
                 return False
             await self._hw_moved.wait_within(left, self._running_loop())
 
-    def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
-        """A place in this partition's order of NATS copies, taken as a batch enters the
-        sequencer (so in append order: ``entered`` of :meth:`Intake.ingest_direct`, not
-        after the append, which an ALL ack's fsync in the request's own task follows):
-        the previous holder's future (None: nothing pending before)
-        and this one's, which its holder must finish once its copies went or were given
-        up, so that a later request's copies never overtake these."""
-        prev = self._copies_tail
-        mine: asyncio.Future[None] = self._running_loop().create_future()
-        self._copies_tail = mine
-        return (None if prev is None or prev.done() else prev), mine
+    def copies_turn(self) -> int:
+        """A place in this partition's order of NATS copies (:class:`CopyTurns`), taken as
+        a batch enters the sequencer (so in append order: ``entered`` of
+        :meth:`Intake.ingest_direct`, not after the append, which an ALL ack's fsync in
+        the request's own task follows). Its holder must finish it (:meth:`CopyTurns.
+        finish`) once its copies went or were given up, so that a later request's copies
+        never overtake these."""
+        return self.copy_turns.take()
 
     # ---------------------------------------------------------------- the flusher
 

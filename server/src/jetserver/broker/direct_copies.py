@@ -4,8 +4,9 @@ A partition with one replica stores a Produce request's messages itself and publ
 their NATS copies for live subscribers after the response, once committed (spec/
 protocol.md §6, Produce). Two things order them:
 
-- their **turn** in the partition's order of copies (:meth:`Committer.copies_turn`): each
-  request's copies go after the previous request's. The turn is taken as the request's
+- their **turn** in the partition's order of copies (:meth:`Committer.copies_turn`,
+  :class:`~jetserver.broker.copy_turns.CopyTurns`): each request's copies go after the
+  previous request's. The turn is taken as the request's
   batch enters the sequencer (:class:`CopiesPlace`, ``entered`` of
   :meth:`PartitionReplica.ingest_direct`), so in append order; taken after the append it
   came out of order, as an ALL ack appended in its request's own task fsyncs before its
@@ -27,39 +28,41 @@ Task safety: event loop thread only.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import attrs
 
+from jetsdk.codec.transcode import EnvelopeBytes
 from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
+from jetserver.broker.copy_turns import CopyTurns
 from jetserver.broker.direct import DirectBatch
 from jetserver.broker.nats_port import NatsPort
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.stored_copy import stored_header_block
 
-__all__ = ["After", "Copies", "CopiesPlace", "DirectCopies", "Turn", "ingest_taking_place"]
+__all__ = ["After", "Copies", "CopiesPlace", "DirectCopies", "ingest_taking_place"]
 
 After = Callable[[], Awaitable[None]]
 """Work a request leaves for after its response (``Reply.after`` in
 :mod:`jetserver.protocol.connection`)."""
-Turn = tuple[asyncio.Future[None] | None, asyncio.Future[None]]
-"""A place in a partition's order of copies: the previous holder's future (None: nothing
-pending before) and this one's (:meth:`Committer.copies_turn`)."""
+HEADER_BLOCKS_CACHED = 4096
+"""Partitions whose stored copies' header block is kept built (:func:`_header_block`)."""
 
 
 @attrs.frozen
 class Copies:
     """A request's NATS copies to publish after its response (its after-work): their
-    place in the :class:`CopyBacklog` and count, and their turn (``prev``, ``mine``:
-    :meth:`PartitionReplica.copies_turn`), passed on by whoever gives them up."""
+    place in the :class:`CopyBacklog` and count, and their ``turn`` in ``turns`` (their
+    partition's order: :meth:`PartitionReplica.copies_turn`), passed on by whoever gives
+    them up."""
 
     publish: After
     ticket: CopyTicket
     count: int
-    prev: asyncio.Future[None] | None
-    mine: asyncio.Future[None]
+    turns: CopyTurns
+    turn: int
     deadline: float
     """The request's deadline (``time.monotonic``)."""
 
@@ -76,19 +79,19 @@ class CopiesPlace:
     replica: PartitionReplica
     backlog: CopyBacklog
     size: int
-    turn: Turn | None = None
+    turn: int | None = None
     ticket: CopyTicket | None = None
 
     def take(self) -> None:
         """Take the turn and the ticket (``entered`` of ``ingest_direct``)."""
-        self.turn = self.replica.copies_turn()
+        self.turn = self.replica.committer.copies_turn()
         self.ticket = self.backlog.enter(self.size)
 
     def give_up(self) -> None:
         """Nothing will be copied (the append did not return): pass the turn on."""
         if self.turn is not None and self.ticket is not None:
             self.backlog.leave(self.ticket)
-            finish_after(*self.turn)
+            self.replica.committer.copy_turns.finish(self.turn)
             self.turn = self.ticket = None
 
 
@@ -106,16 +109,13 @@ async def ingest_taking_place(
         raise
 
 
-def finish_after(prev: asyncio.Future[None] | None, mine: asyncio.Future[None]) -> None:
-    """Finish ``mine`` (a request with no copies to publish) once ``prev`` is finished."""
-    if prev is None:
-        mine.set_result(None)
-    else:
-        prev.add_done_callback(lambda _done: None if mine.done() else mine.set_result(None))
-
-
 def _turn_order(after: After) -> int:
     return after.ticket.seq if isinstance(after, Copies) else 0
+
+
+@functools.lru_cache(maxsize=HEADER_BLOCKS_CACHED)
+def _header_block(stream: str, partition: int) -> bytes:
+    return stored_header_block(stream, partition)
 
 
 @attrs.define(eq=False)
@@ -130,11 +130,11 @@ class DirectCopies:
     def after_commit(
         self,
         replica: PartitionReplica,
-        messages: list[tuple[str, bytes]],
+        messages: list[tuple[str, EnvelopeBytes]],
         end: int,
         failures: int,
         timeout_s: float,
-        turn: Turn,
+        turn: int,
         ticket: CopyTicket,
         deadline: float,
     ) -> Copies | None:
@@ -148,42 +148,53 @@ class DirectCopies:
         (``turn``). Copies not let in to the backlog yet (``ticket``; a ProduceMany
         section's, :meth:`in_order`) wait for it first, within ``timeout_s``, else are
         dropped and counted. ``deadline``: the request's (for the wait before its
-        response, :meth:`room_for`)."""
-        prev, mine = turn
+        response, :meth:`room_for`).
+
+        The usual case at light load waits for nothing: let in at once, every earlier
+        turn finished, the fsync its append left to it run in its own step, the HW past
+        ``end``; then it only checks and counts (no clock read, no future)."""
+        committer = replica.committer
+        turns = committer.copy_turns
         backlog = self.backlog
         if not messages:
             backlog.leave(ticket)
-            finish_after(prev, mine)
+            turns.finish(turn)
             return None
-        header = stored_header_block(replica.stream, replica.partition)
+        header = _header_block(replica.stream, replica.partition)
         link = self.link
+        log_ = replica.log
 
         async def publish_copies() -> None:
-            deadline = time.monotonic() + timeout_s
-            let_in = False
-            try:
-                # Let in before the response (room_for), or else now.
-                let_in = await backlog.wait_admitted(ticket, deadline)
-            finally:
-                if not let_in:  # out of the line: nothing held
-                    backlog.dropped += len(messages)
-                    finish_after(prev, mine)
-            if not let_in:
-                return
+            deadline = 0.0  # read from the clock at the first wait
+            if ticket.admitted is not None:  # in line (a ProduceMany section's)
+                deadline = time.monotonic() + timeout_s
+                let_in = False
+                try:
+                    let_in = await backlog.wait_admitted(ticket, deadline)
+                finally:
+                    if not let_in:  # out of the line: nothing held
+                        backlog.dropped += len(messages)
+                        turns.finish(turn)
+                if not let_in:
+                    return
+            in_turn = True
             try:
                 # The fsync its append left to it (Committer.defer_flush), if still due.
-                await replica.commit_deferred()
-                if prev is not None:
-                    await asyncio.wait((prev,), timeout=timeout_s)
-                left = deadline - time.monotonic()
-                if left > 0 and await replica.wait_committed(end, failures, left):
+                await committer.commit_deferred()
+                if not turns.is_next(turn):
+                    deadline = deadline or time.monotonic() + timeout_s
+                    in_turn = await turns.wait(turn, timeout_s)
+                if committer.sync_failures == failures and log_.high_watermark >= end:
                     await link.publish_stored_copies(messages, header, replica)
+                else:
+                    left = (deadline or time.monotonic() + timeout_s) - time.monotonic()
+                    if left > 0 and await committer.wait_committed(end, failures, left):
+                        await link.publish_stored_copies(messages, header, replica)
             finally:
                 backlog.release(ticket.size)
-                if not mine.done():
-                    mine.set_result(None)
+                turns.finish(turn, overtake=not in_turn)
 
-        return Copies(publish_copies, ticket, len(messages), prev, mine, deadline)
+        return Copies(publish_copies, ticket, len(messages), turns, turn, deadline)
 
     async def in_order(self, afters: Sequence[After]) -> list[After]:
         """The after-work of the sections of one request (ProduceMany), to run one after
@@ -218,7 +229,7 @@ class DirectCopies:
             if isinstance(after, Copies):
                 backlog.leave(after.ticket)
                 backlog.dropped += after.count
-                finish_after(after.prev, after.mine)
+                after.turns.finish(after.turn)
 
     async def room_for(self, copies: Copies, deadline: float) -> Copies | None:
         """``copies`` once the backlog let them in (the response waits: producer
@@ -230,5 +241,5 @@ class DirectCopies:
         finally:
             if not let_in:
                 self.backlog.dropped += copies.count
-                finish_after(copies.prev, copies.mine)
+                copies.turns.finish(copies.turn)
         return copies if let_in else None

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from nats.aio.msg import Msg
 
+from jetsdk.codec.transcode import EnvelopeBytes
 from jetserver.errors import JetServerError
 
 __all__ = [
@@ -123,17 +124,17 @@ class NatsPort(Protocol):
         of ``subjects``."""
 
     async def publish_many(
-        self, messages: Sequence[tuple[str, bytes]], header_block: bytes = b""
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
     ) -> int:
         """Queue messages in order; returns how many leading ones were queued."""
 
     async def publish_stored_copies(
-        self, messages: Sequence[tuple[str, bytes]], header_block: bytes, owner: object
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes, owner: object
     ) -> int:
         """Queue the NATS copies of records ``owner`` stored directly (not echoed back to
         this server unless another ingest subscription here wants one)."""
 
-    async def publish_unstored_copies(self, messages: Sequence[tuple[str, bytes]]) -> int:
+    async def publish_unstored_copies(self, messages: Sequence[tuple[str, EnvelopeBytes]]) -> int:
         """Queue unmarked copies of directly appended messages, not echoed back here."""
 
     async def flush(self, timeout_s: float, *, ingest: bool = False) -> None:

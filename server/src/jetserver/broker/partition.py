@@ -44,7 +44,6 @@ checkpointing, which the storage engine allows beside the single writer (the seq
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
@@ -401,7 +400,7 @@ class PartitionReplica:
         """:meth:`Committer.commit_deferred`."""
         return self.committer.commit_deferred()
 
-    def copies_turn(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+    def copies_turn(self) -> int:
         """:meth:`Committer.copies_turn`."""
         return self.committer.copies_turn()
 

@@ -49,7 +49,7 @@ from jetsdk.codec.produce_values import (
     decode_produce_response_values,
     encode_produce_result_values,
 )
-from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envelopes
+from jetsdk.codec.transcode import DirectRecord, EnvelopeBytes, ProducedEnvelope, produce_envelopes
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.copy_backlog import CopyBacklog
@@ -330,7 +330,9 @@ class ProduceService:
         records: list[DirectRecord | None] | None = (
             [] if self._may_take_direct(head[0], head[1], head[2]) else None
         )
-        head, messages = produce_envelopes(body, inbox, records, head)
+        # Large values stay views of the request (split): not copied into an envelope
+        # only to be written to NATS.
+        head, messages = produce_envelopes(body, inbox, records, head, split=True)
         stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
         psubj, limit, replica, nats_copies = self._check(stream, partition, policy, messages)
         internal = is_internal(stream)  # appended here only, no NATS copies (security.md §2)
@@ -345,7 +347,7 @@ class ProduceService:
         if policy != AckPolicy.NONE:
             self._waiting[token] = waiting
         timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
-        to_send: list[tuple[str, bytes]] = []
+        to_send: list[tuple[str, EnvelopeBytes]] = []
         sent_index: list[int] = []
         max_payload = self.link.max_payload
         for i, (subject, size, payload) in enumerate(messages):
@@ -525,7 +527,7 @@ def _check_internal(
 
 
 def _direct_batch(
-    to_send: list[tuple[str, bytes]],
+    to_send: list[tuple[str, EnvelopeBytes]],
     records: list[DirectRecord | None] | None,
     indexes: list[int],
     policy: int,
@@ -545,18 +547,18 @@ def _direct_batch(
 
 
 def _stored(
-    messages: list[tuple[str, bytes]],
+    messages: list[tuple[str, EnvelopeBytes]],
     indexes: list[int],
     results: list[Result | None],
     policy: int,
     appended_end: int,
-) -> tuple[list[tuple[str, bytes]], int]:
+) -> tuple[list[tuple[str, EnvelopeBytes]], int]:
     """Of ``messages`` (request message ``indexes[i]`` each), those acked as stored and the
     end of their offsets; with ack NONE (no offsets known) all of them, and
     ``appended_end``, the log end when their append returned."""
     if policy == AckPolicy.NONE:
         return messages, appended_end
-    stored: list[tuple[str, bytes]] = []
+    stored: list[tuple[str, EnvelopeBytes]] = []
     end = 0
     for message, i in zip(messages, indexes, strict=True):
         result = results[i]

@@ -1,0 +1,117 @@
+"""The NATS copies of a lone Produce request (one replica, nothing before it) take their
+turn, wait for it and pass it on without a future: at light load every request used to
+make one, with its callbacks, on each message's way (``python -m bench cost``). The copies
+still reach a plain NATS subscriber in append order, marked as stored. A large value's
+copy is written from the request, not from one more copy of it, byte for byte the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import anyio
+import pytest
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from jetsdk.codec.envelope import parse_nats_payload
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.messages import ProduceMessage
+from jetsdk.codec.transcode import SPLIT_VALUE_MIN
+from jetserver.broker.stored_copy import STORED_HEADER
+from jetserver.server import Server
+from support.nats_server import NatsServer
+from support.raw_client import RawClient
+
+pytestmark = pytest.mark.anyio
+
+BOUND_S = 30.0
+_OURS = ("broker/direct_copies.py", "broker/commit.py", "broker/copy_turns.py")
+
+
+@pytest.mark.parametrize("durability", ["flushed", "written"])
+async def test_a_lone_requests_copies_go_without_a_future(
+    jet: Server, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    name = f"lone{durability[0]}"
+    seen: list[Msg] = []
+    arrived = anyio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        nonlocal arrived
+        seen.append(msg)
+        arrived.set()
+
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+    create_future = loop.create_future
+
+    def counted() -> asyncio.Future[object]:
+        code = sys._getframe(1).f_code
+        if code.co_filename.endswith(_OURS):
+            made.append(code.co_name)
+        return create_future()
+
+    nc = NatsClient()
+    await nc.connect(nats_server.url)
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with await RawClient.connect(jet.address) as c:
+                await c.create_stream(name=name, subject=f"{name}.x", durability=durability)
+                await nc.subscribe(f"{name}.x", cb=on_msg)
+                await nc.flush()
+                monkeypatch.setattr(loop, "create_future", counted)
+                for i in range(5):
+                    results = await c.produce(
+                        name, 0, [ProduceMessage(b"v%d" % i)], ack_policy=AckPolicy.LEADER
+                    )
+                    assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, i)]
+                    while len(seen) <= i:
+                        arrived = anyio.Event()
+                        await arrived.wait()
+                monkeypatch.undo()
+    finally:
+        await nc.close()
+    assert made == []
+    assert [m.data[-2:] for m in seen] == [b"v%d" % i for i in range(5)]
+    assert all(m.headers is not None and m.headers[STORED_HEADER] == f"{name} 0" for m in seen)
+
+
+async def test_large_values_are_copied_to_nats_from_the_request_byte_for_byte(
+    jet: Server, nats_server: NatsServer
+) -> None:
+    """A value of SPLIT_VALUE_MIN bytes or more goes to NATS as its envelope's head and a
+    view of the request (not joined into one more copy): the subscriber gets the same
+    envelope, its CRC checking, and the partition stores each value once."""
+    values = [b"s" * 100, b"m" * SPLIT_VALUE_MIN, b"l" * (512 * 1024)]
+    seen: list[Msg] = []
+    arrived = anyio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        seen.append(msg)
+        arrived.set()
+
+    nc = NatsClient()
+    await nc.connect(nats_server.url)
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with await RawClient.connect(jet.address) as c:
+                await c.create_stream(name="big", subject="big.x")
+                await nc.subscribe("big.x", cb=on_msg)
+                await nc.flush()
+                messages = [ProduceMessage(v, key=b"k") for v in values]
+                results = await c.produce("big", 0, messages, ack_policy=AckPolicy.ALL)
+                assert [(r.error_code, r.offset) for r in results] == [
+                    (ErrorCode.NONE, i) for i in range(len(values))
+                ]
+                while len(seen) < len(values):
+                    arrived = anyio.Event()
+                    await arrived.wait()
+                stored = await c.collect("big", 0, len(values))
+    finally:
+        await nc.close()
+    envelopes = [parse_nats_payload(m.data) for m in seen]
+    assert [e.value if e is not None else None for e in envelopes] == values
+    assert all(e is not None and e.key == b"k" for e in envelopes)
+    assert [r.value for r in stored] == values
