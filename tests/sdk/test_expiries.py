@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from jetsdk.expiries import _LOOPS, COMPACT_MIN
 from jetsdk.pending_stream import wait_future
 
 pytestmark = pytest.mark.anyio
@@ -44,3 +45,23 @@ async def test_many_waits_share_one_loop_timer_and_each_ends_on_time(anyio_backe
     again: asyncio.Future[bool] = loop.create_future()
     await asyncio.wait_for(wait_future(again, 0.02), 10)
     assert again.result() is False
+
+
+async def test_answered_waits_behind_a_lasting_one_do_not_pile_up(anyio_backend: str) -> None:
+    if anyio_backend != "asyncio":
+        pytest.skip("the shared timer is asyncio's")
+    loop = asyncio.get_running_loop()
+    timeout = 123.0  # a queue of its own
+    lasting: asyncio.Future[bool] = loop.create_future()
+    head = asyncio.ensure_future(wait_future(lasting, timeout))
+    await asyncio.sleep(0)
+    for _ in range(10 * COMPACT_MIN):  # each answered at once, behind the lasting wait
+        future: asyncio.Future[bool] = loop.create_future()
+        waiting = asyncio.ensure_future(wait_future(future, timeout))
+        await asyncio.sleep(0)
+        future.set_result(True)
+        await waiting
+    queued = len(_LOOPS[loop]._queues[timeout])
+    assert queued <= 2 * COMPACT_MIN  # before compaction: 10 * COMPACT_MIN + 1
+    lasting.set_result(True)
+    await asyncio.wait_for(head, 10)

@@ -11,7 +11,9 @@ fires at the earliest deadline, sets what is due False, and is armed again for t
 
 A future settled or cancelled before its deadline stays queued until it reaches the
 head of its queue: it is dropped there when the next wait of that timeout is queued (the
-answers come mostly in the order asked) or when the timer fires.
+answers come mostly in the order asked) or when the timer fires. Behind a wait that lasts
+(a long poll at the head), a queue is compacted when it has doubled since its last
+compaction (:data:`COMPACT_MIN` at least), so it holds about twice the waits pending.
 
 Task safety: one event loop per :class:`_Expiries` (the loop's own, looked up weakly).
 """
@@ -23,7 +25,10 @@ import math
 import weakref
 from collections import deque
 
-__all__ = ["expire_after"]
+__all__ = ["COMPACT_MIN", "expire_after"]
+
+COMPACT_MIN = 1024
+"""A queue shorter than this is not compacted (its settled entries leave at its head)."""
 
 
 class _Expiries:
@@ -33,11 +38,13 @@ class _Expiries:
     weak map from loops to these keeps a closed loop collectable.
     """
 
-    __slots__ = ("__weakref__", "_armed", "_queues")
+    __slots__ = ("__weakref__", "_armed", "_compact_at", "_queues")
 
     def __init__(self) -> None:
         self._queues: dict[float, deque[tuple[float, asyncio.Future[bool]]]] = {}
         """Per timeout: (deadline, future), deadlines in order."""
+        self._compact_at: dict[float, int] = {}
+        """Per timeout: the length at which its queue is compacted next."""
         self._armed = math.inf
         """When the live timer fires (inf: none). An earlier timer replaces a later
         one; the later one then does nothing when it fires."""
@@ -52,6 +59,9 @@ class _Expiries:
         else:
             while queue and queue[0][1].done():
                 queue.popleft()
+            if len(queue) >= self._compact_at.get(timeout, COMPACT_MIN):
+                queue = self._queues[timeout] = deque(e for e in queue if not e[1].done())
+                self._compact_at[timeout] = max(COMPACT_MIN, 2 * len(queue))
         queue.append((at, future))
         if at < self._armed:
             self._armed = at
@@ -74,6 +84,7 @@ class _Expiries:
                 next_at = min(next_at, queue[0][0])
             else:
                 del self._queues[timeout]
+                self._compact_at.pop(timeout, None)
         self._armed = next_at
         if next_at < math.inf:
             loop.call_at(next_at, self._fire, loop, next_at)
