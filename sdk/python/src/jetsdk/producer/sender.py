@@ -47,6 +47,7 @@ from jetsdk.producer.retry_rules import (
     never,
     should_retry,
     should_retry_idempotent,
+    stored_results,
 )
 from jetsdk.retry import needs_metadata_refresh
 
@@ -342,7 +343,9 @@ class Sender:
         if written.claimed:
             return
         sender = written.sender
-        results = self._all_stored(written)
+        response = written.response
+        body = None if response is None else response.body_now
+        results = stored_results(body, len(written.request.messages))
         if results is None:
             sender.wake.set()
             return
@@ -358,24 +361,6 @@ class Sender:
             return
         if self._acc.queued(batch.partition) and not self._send_now(batch.partition, sender):
             sender.wake.set()
-
-    @staticmethod
-    def _all_stored(written: _Written) -> list[ProduceResult] | None:
-        """The results of ``written``'s answer if it came and stored every message (or
-        found it a duplicate), else None."""
-        response = written.response
-        body = None if response is None else response.body_now
-        if body is None:
-            return None
-        try:
-            results = decode_produce_answer(body, len(written.request.messages))
-        except JetError:
-            return None
-        for result in results:
-            code = result.error_code
-            if code != ErrorCode.NONE and code != ErrorCode.DUPLICATE_SEQUENCE:
-                return None
-        return results
 
     async def _see_through(self, sender: _PartitionSender) -> None:
         """Deliver the batches callers wrote (:meth:`_send_now`), in order."""
