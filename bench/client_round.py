@@ -4,7 +4,7 @@ the jetsdk of the tree it measures on its PYTHONPATH (so it imports nothing of `
     python bench/client_round.py <address> <stream> <durability> <messages> [profile]
 
 One Producer (linger 0) and one Consumer (``start="new-only"``) in this process, one
-message at a time: send it, wait until the consumer has it, sleep 1.5 ms, next. Each
+task, one message at a time: send it, fetch until it is back, sleep 1.5 ms, next. Each
 message then takes the same way through the client whatever the machine's load (paced
 sends batch differently as latency varies). Prints one JSON line: the client's CPU per
 message (user + system, and user alone, both threads), context switches per message,
@@ -35,32 +35,28 @@ async def _round(
     client: Client, stream: str, total: int, profiler: cProfile.Profile | None
 ) -> dict[str, float]:
     latencies: list[float] = []
-    arrived = anyio.Event()
     async with (
         Consumer(client, stream, start="new-only", max_wait=5.0) as consumer,
         Producer(client, stream, linger=0) as producer,
-        anyio.create_task_group() as tg,
     ):
-
-        async def consume() -> None:
-            nonlocal arrived
-            while len(latencies) < total:
-                for msg in await consumer.fetch(max_records=1000):
-                    sent = int.from_bytes(msg.value[:8], "big")
-                    latencies.append((time.perf_counter_ns() - sent) / 1e6)
-                arrived.set()
-                arrived = anyio.Event()
-
-        tg.start_soon(consume)
-        await anyio.sleep(0.2)  # the consumer's stream is open
+        # Warm-up messages (stamped 0) until one comes back, then none left on the way.
+        with anyio.fail_after(60):
+            while not await consumer.fetch(max_records=1000, timeout=0.5):
+                await producer.send_soon(bytes(8) + VALUE[8:])
+            while await consumer.fetch(max_records=1000, timeout=0.2):
+                pass
         cpu0, usage0 = time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
         if profiler is not None:
             profiler.enable()
         with anyio.fail_after(total * 0.1 + 60):
-            for i in range(total):
+            for _ in range(total):
+                # One task sends and then takes the message back: nothing else runs here.
                 await producer.send_soon(time.perf_counter_ns().to_bytes(8, "big") + VALUE[8:])
-                while len(latencies) <= i:
-                    await arrived.wait()
+                got: list[float] = []
+                while not got:
+                    stamps = [int.from_bytes(m.value[:8], "big") for m in await consumer.fetch()]
+                    got = [(time.perf_counter_ns() - t) / 1e6 for t in stamps if t]
+                latencies.extend(got)
                 await anyio.sleep(PAUSE_S)
         if profiler is not None:
             profiler.disable()
