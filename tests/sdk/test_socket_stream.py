@@ -84,3 +84,22 @@ async def test_close_completes_without_yielding_in_a_cancelled_scope() -> None:
             after = True
         assert after
         assert stream.sock.fileno() == -1
+
+
+async def test_a_write_now_to_a_reset_connection_raises_a_connection_error() -> None:
+    stream, peer = await _pair()
+    try:
+        # The peer resets the connection (SO_LINGER 0): the next sends fail with ECONNRESET
+        # or EPIPE, translated at the I/O boundary.
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        peer.close()
+
+        async def write_until_it_fails() -> None:
+            while True:  # the first send may still be taken before the reset arrives
+                stream.write_now(b"x" * 1024)
+                await anyio.sleep(0.01)
+
+        with anyio.fail_after(WAIT_S), pytest.raises(JetConnectionError, match="write to 127"):
+            await write_until_it_fails()
+    finally:
+        await stream.aclose()

@@ -23,6 +23,7 @@ import anyio.lowlevel
 import attrs
 
 from jetsdk.errors import JetError, Timeout
+from jetsdk.expiries import expire_after
 
 __all__ = ["PendingStream", "wait_future"]
 
@@ -139,19 +140,10 @@ class PendingStream:
 
 
 async def wait_future(future: asyncio.Future[bool], timeout: float | None) -> None:
-    """Wait until ``future`` is done or ``timeout`` seconds passed (it is then set False)."""
+    """Wait until ``future`` is done or ``timeout`` seconds passed (it is then set False:
+    :func:`~jetsdk.expiries.expire_after`, one loop timer for every such wait)."""
     if future.done():
         return
-    if timeout is None or timeout == math.inf:
-        await future
-        return
-    handle = future.get_loop().call_later(timeout, _expire, future)
-    try:
-        await future
-    finally:
-        handle.cancel()
-
-
-def _expire(future: asyncio.Future[bool]) -> None:
-    if not future.done():
-        future.set_result(False)
+    if timeout is not None and timeout != math.inf:
+        expire_after(future, timeout)
+    await future

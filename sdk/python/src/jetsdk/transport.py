@@ -138,8 +138,12 @@ def map_io_errors(what: str) -> Iterator[None]:
     ) as exc:
         if isinstance(exc, JetConnectionError):
             raise
-        detail = str(exc) or type(exc).__name__
-        raise JetConnectionError(f"{what}: {detail}") from exc
+        raise _io_error(what, exc) from exc
+
+
+def _io_error(what: str, exc: BaseException) -> JetConnectionError:
+    detail = str(exc) or type(exc).__name__
+    return JetConnectionError(f"{what}: {detail}")
 
 
 @attrs.define(eq=False)
@@ -235,14 +239,18 @@ class SocketByteStream:
         return self._send_now(self.sock.sendmsg, buffers)
 
     def _send_now(self, send: Callable[[_Sent], int], data: _Sent) -> int:
-        """``send(data)`` on the open socket: the bytes it took, 0 if it takes none now."""
-        with map_io_errors(f"write to {self.label}"):
-            if self._closed:
-                raise JetConnectionError(f"write to {self.label}: closed")
-            try:
-                return send(data)
-            except (BlockingIOError, InterruptedError):
-                return 0
+        """``send(data)`` on the open socket: the bytes it took, 0 if it takes none now.
+
+        Once per request: no context manager (:func:`map_io_errors`) and no message built
+        unless it fails."""
+        if self._closed:
+            raise JetConnectionError(f"write to {self.label}: closed")
+        try:
+            return send(data)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as exc:
+            raise _io_error(f"write to {self.label}", exc) from exc
 
     def _start_reading(
         self,

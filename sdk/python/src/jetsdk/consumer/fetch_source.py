@@ -83,6 +83,12 @@ class FetchSource:
     streams_opened: int = 0
     """FetchStream requests sent (tests and measurements)."""
 
+    @property
+    def streaming(self) -> bool:
+        """True while a stream is open whose later answers the next :meth:`next` takes (no
+        request is written for it)."""
+        return self._pending is not None
+
     async def next(self, offset: int, max_bytes: int) -> tuple[FetchResponseHeader, memoryview]:
         """The next answer from ``offset`` (the offset after the records of the previous
         answer, or a new position).

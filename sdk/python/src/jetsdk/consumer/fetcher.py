@@ -42,7 +42,10 @@ FETCHER_BACKOFF = RetryPolicy(attempts=1_000_000, backoff=0.1, backoff_max=2.0)
 HAND_OVER_FIRST = 16
 """A batch of at most this many records that the application waits for is handed over
 before the next Fetch is written (light load: the records arrive one request write sooner).
-A bigger one keeps the next Fetch on the way while the application works through it."""
+A bigger one keeps the next Fetch on the way while the application works through it.
+While a FetchStream is open no request is written next, so the loop does not yield for
+it: it waits for the stream's next answer, and the application runs then (one task step
+less per message at the tail)."""
 
 
 @attrs.define(eq=False, slots=True)
@@ -124,7 +127,7 @@ async def fetch_loop(
 
     ``deliver`` is called with each batch once the run's credit allows it; it returns True
     if the application waits for it, and then the loop lets the application take a small
-    batch (:data:`HAND_OVER_FIRST`) before writing the next Fetch.
+    batch (:data:`HAND_OVER_FIRST`) before writing the next Fetch (or FetchStream).
     """
     source = FetchSource(client, run.key, max_wait, read_replicas)
     try:
@@ -185,5 +188,6 @@ async def _fetch_from(
             continue
         offset = records[-1].offset + 1
         await credit.acquire()
-        if deliver(Fetched(run.key, run, records)) and len(records) <= HAND_OVER_FIRST:
+        handed = deliver(Fetched(run.key, run, records))
+        if handed and len(records) <= HAND_OVER_FIRST and not source.streaming:
             await anyio.lowlevel.checkpoint()

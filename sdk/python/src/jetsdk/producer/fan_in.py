@@ -34,6 +34,8 @@ from jetsdk.codec.produce_many import (
 )
 from jetsdk.connection import Connection, PendingResponse, RequestBody
 from jetsdk.errors import ClientClosed, JetError, MalformedFrame, Timeout, error_from_body
+from jetsdk.expiries import expire_after
+from jetsdk.pending_stream import wait_future
 from jetsdk.transport import running_asyncio_loop
 
 __all__ = ["FanIn", "SectionAnswer", "serves_produce_many"]
@@ -66,6 +68,19 @@ class SectionAnswer:
             self._body, self._error = body, error
             self._future.set_result(True)
 
+    @property
+    def body_now(self) -> bytes | None:
+        """The section's Produce response body if it arrived (None: not yet, or an error
+        arrived)."""
+        return self._body
+
+    def when_done(self, callback: Callable[[object], None], timeout: float) -> bool:
+        """Have the loop call ``callback(future)`` once the answer or an error arrived, or
+        ``timeout`` seconds passed (:meth:`wait` then raises Timeout); True."""
+        self._future.add_done_callback(callback)
+        expire_after(self._future, timeout)
+        return True
+
     async def wait(self, timeout: float | None) -> bytes:
         """The section's Produce response body.
 
@@ -75,14 +90,7 @@ class SectionAnswer:
         """
         future = self._future
         if not future.done():
-            handle = None
-            if timeout is not None:
-                handle = future.get_loop().call_later(timeout, _expire, future)
-            try:
-                await future
-            finally:
-                if handle is not None:
-                    handle.cancel()
+            await wait_future(future, timeout)
         if self._body is None and self._error is None:
             raise Timeout(f"no response to Produce from {self.label} within {timeout}s")
         if self._error is not None:
@@ -91,11 +99,6 @@ class SectionAnswer:
             raise self._error
         assert self._body is not None
         return self._body
-
-
-def _expire(future: asyncio.Future[bool]) -> None:
-    if not future.done():
-        future.set_result(False)
 
 
 Cut = Callable[[SectionAnswer], "bytes | None"]

@@ -3,7 +3,9 @@ after a timeout, since the leader drops the duplicate). Pure values."""
 
 from __future__ import annotations
 
+from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.messages import ProduceResult
 from jetsdk.errors import (
     JetConnectionError,
     JetError,
@@ -57,3 +59,18 @@ def should_retry(error: JetError) -> bool:
 
 def should_retry_idempotent(error: JetError) -> bool:
     return isinstance(error, IDEMPOTENT_RETRY_CLASSES)
+
+
+def stored_results(body: bytes | None, count: int) -> list[ProduceResult] | None:
+    """The results of Produce answer ``body`` (for ``count`` messages) if it stored every
+    message (or found it a duplicate); None if it did not, is undecodable, or is None."""
+    if body is None:
+        return None
+    try:
+        results = decode_produce_answer(body, count)
+    except JetError:
+        return None
+    for result in results:
+        if result.error_code not in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE):
+            return None
+    return results
