@@ -46,7 +46,7 @@ from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.stream_info import StreamInfoCache
 from jetserver.broker.streams import StreamManager
-from jetserver.cluster.elections import parse_report, parse_reports
+from jetserver.cluster.report_parse import parse_report, parse_reports
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
