@@ -23,7 +23,6 @@ from jetserver.cluster.elections import (
     awaited,
     batch_size,
     choose_leader,
-    early_leader,
     election_bytes,
     votes_needed,
 )
@@ -92,18 +91,6 @@ def test_awaited_are_the_live_members_that_did_not_report() -> None:
     assert awaited(a, {"s2"}, lambda s: s in ("s1", "s3")) == []  # s3 is down too
     assert awaited(a, {"s2", "s3"}, lambda s: False) == []
     assert awaited(PartitionAssignment(0, "s1", R3, ("s1", "s2"), 0), {"s2"}, bool) == []
-
-
-def test_early_leader_is_the_rule_s_pick_among_live_members_once_it_reported() -> None:
-    a = PartitionAssignment(0, "s1", R3, R3, 0)  # candidates s2, s3: partition 0 takes s2
-    b = PartitionAssignment(1, "s1", R3, R3, 0)  # partition 1 takes s3
-    assert early_leader(a, {"s2"}, lambda s: s == "s1") == "s2"
-    assert early_leader(b, {"s2"}, lambda s: s == "s1") is None  # s3 may still report
-    assert early_leader(b, {"s2", "s3"}, lambda s: s == "s1") == "s3"
-    assert early_leader(b, {"s2"}, lambda s: s in ("s1", "s3")) == "s2"  # s3 is down
-    assert early_leader(b, set(), lambda s: s == "s1") is None
-    outside = PartitionAssignment(1, "s1", R3, ("s1", "s2"), 0)  # s3 not in the ISR
-    assert early_leader(outside, {"s2"}, lambda s: s == "s1") == "s2"
 
 
 def test_batches_of_elections_are_bounded_in_count_and_bytes() -> None:
@@ -229,27 +216,6 @@ async def test_an_election_waits_for_the_other_live_member_and_spreads(
 
 
 @pytest.mark.anyio
-async def test_an_election_whose_pick_reported_does_not_wait_for_the_others(
-    raft: MetadataRaft,
-) -> None:
-    """Issue 34: with s2's report and the dead leader's silence, partition 0 elects s2 at
-    once: among both live members the partition number takes s2 too, so s3's report
-    would not change the pick (the wait for the slower survivor's reports held every
-    election of a failover up to collect_s)."""
-    spec = StreamSpec(name="wide", subject="wide", partitions=2, replication_factor=3)
-    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3, R3)))).result.ok
-    elections = Elections(raft, lambda s: s == "s1", window_s=5.0, collect_s=30.0)
-    with anyio.fail_after(10):  # far below collect_s
-        answer = await elections.report("wide", 0, 0, "s2")
-    assert answer == {"accepted": True, "leader": "s2", "leader_epoch": 1}
-    a = raft.state.streams["wide"].partitions[0]
-    assert (a.leader, a.isr, a.leader_epoch) == ("s2", ("s2", "s3"), 1)
-    # s3's report arrives after the election: stale, nothing more proposed.
-    assert (await elections.report("wide", 0, 0, "s3"))["accepted"] is False
-    assert elections.elections == 1
-
-
-@pytest.mark.anyio
 async def test_a_live_member_that_does_not_report_is_waited_for_briefly_and_not_elected(
     raft: MetadataRaft,
 ) -> None:
@@ -325,8 +291,7 @@ async def test_an_election_whose_report_was_cancelled_before_its_batch_is_not_pr
     (all refused) took 7 s of the metadata Raft in a failover."""
     spec = StreamSpec(name="wide", subject="wide", partitions=2, replication_factor=3)
     assert (await raft.propose(CreateStream(spec, "id2", 1, (R3, R3)))).result.ok
-    # s1, the leader, is down; no collection: both elections are decided at once.
-    elections = Elections(raft, lambda s: s == "s1", window_s=5.0, collect_s=0.0)
+    elections = Elections(raft, lambda s: s == "s1", window_s=5.0)  # s1, the leader, is down
     caplog.set_level(logging.INFO, logger="jetserver.cluster.elections")
     monkeypatch.setattr(elections_module, "BATCH_GATHER_S", 0.5)  # room to cancel in
     cancelled = anyio.CancelScope()

@@ -11,9 +11,7 @@ to the metadata leader. The metadata leader counts, per partition and leader epo
 When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it waits, for at
 most ``collect_s`` (default 1 s) after the majority, until every ISR member other than the
 leader that this server's liveness view finds alive has reported too, then proposes
-ElectLeader at epoch + 1 (the state machine drops the old leader from the ISR). It does
-not wait when the member the rule below picks among all those live members has reported
-already (:func:`early_leader`): the others' reports could not change the pick. The new
+ElectLeader at epoch + 1 (the state machine drops the old leader from the ISR). The new
 leader is one of the reporters (a reporter is alive, it just spoke, and vouches for its
 records: a replica lacking records does not report), taken in turn by partition number
 (``reporters[partition % len(reporters)]``, reporters in replica order), so that a dead
@@ -25,8 +23,7 @@ leader change the followers' repeated reports rebuild the count within one repor
 A partition whose ISR holds only the leader is never moved (no unclean election: the
 other replicas may lack committed records).
 
-:func:`votes_needed`, :func:`choose_leader`, :func:`early_leader` and :func:`awaited` are
-pure and unit-tested.
+:func:`votes_needed`, :func:`choose_leader` and :func:`awaited` are pure and unit-tested.
 
 Task safety: one event loop; elections of one partition are serialized.
 """
@@ -132,28 +129,6 @@ def choose_leader(
     if not valid or votes < votes_needed(assignment.isr):
         return None
     return valid[assignment.partition % len(valid)]
-
-
-def early_leader(
-    assignment: PartitionAssignment, reporters: Collection[str], is_down: Callable[[str], bool]
-) -> str | None:
-    """The leader the rule of :func:`choose_leader` will pick once every live ISR member
-    has reported, if that member has reported already (None otherwise): an election
-    with a majority need not wait for the others' reports when they cannot change the
-    pick. The candidates are the ISR members other than the leader, in replica order,
-    that reported or that the liveness view does not find down; the pick is
-    ``candidates[partition % len(candidates)]``, as in :func:`choose_leader` once all of
-    them reported. Only a reporter is ever returned (a member that answers probes but
-    never reports is still never elected)."""
-    candidates = [
-        r
-        for r in assignment.replicas
-        if r in assignment.isr and r != assignment.leader and (r in reporters or not is_down(r))
-    ]
-    if not candidates:
-        return None
-    pick = candidates[assignment.partition % len(candidates)]
-    return pick if pick in reporters else None
 
 
 def awaited(
@@ -320,13 +295,9 @@ class Elections:
                 if not awaited(current, recent, self.is_down):
                     reports.complete.set()  # the reporters waiting for this one decide too
                 elif not collected and waited_s < self.collect_s:
-                    # The rule's pick among every live member has reported: the others'
-                    # reports would not change it, so elect it now (waiting for the
-                    # slower survivor's reports held every election of a failover).
-                    new_leader = early_leader(current, recent, self.is_down)
-                    if new_leader is None:
-                        complete = reports.complete
-                        wait_s = self.collect_s - waited_s
+                    complete = reports.complete
+                    wait_s = self.collect_s - waited_s
+                    new_leader = None
                 if new_leader is not None:
                     return await self._elect(
                         stream, partition, current, new_leader, reports.first_at, reports
