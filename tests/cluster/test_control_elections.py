@@ -282,6 +282,29 @@ async def test_more_than_a_thousand_elections_reported_together_go_in_one_entry(
 
 
 @pytest.mark.anyio
+async def test_elections_that_keep_coming_join_the_batch_being_gathered(
+    raft: MetadataRaft, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: at 10,000 partitions a dead server's reports come in requests of 1,000
+    tens of milliseconds apart, each decided over more than one gathering period; a batch
+    now gathers on while elections keep joining it (up to BATCH_GATHER_MAX_S), instead of
+    an entry per period. Waves 50 ms apart over 350 ms, periods of 200 ms: one entry."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=80, replication_factor=3)
+    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3,) * 80))).result.ok
+    monkeypatch.setattr(elections_module, "BATCH_GATHER_S", 0.2)
+    monkeypatch.setattr(elections_module, "BATCH_GATHER_MAX_S", 5.0)
+    elections = Elections(raft, lambda s: s in ("s1", "s3"), window_s=5.0)  # s2 alone is up
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for wave in range(8):
+                for p in range(wave * 10, wave * 10 + 10):
+                    tg.start_soon(elections.report, "wide", p, 0, "s2")
+                await anyio.sleep(0.05)
+    assert elections.elections == 80
+    assert elections.entries == 1
+
+
+@pytest.mark.anyio
 async def test_an_election_whose_report_was_cancelled_before_its_batch_is_not_proposed(
     raft: MetadataRaft, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -53,7 +53,12 @@ ELECTION_PROPOSE_TIMEOUT_S = 3.0
 """Bound on proposing one batch of elections."""
 BATCH_GATHER_S = 0.02
 """How long the first election of a batch waits for others to join it (the reports of a
-dead server's partitions arrive together)."""
+dead server's partitions arrive together); again while others keep joining, up to
+:data:`BATCH_GATHER_MAX_S`."""
+BATCH_GATHER_MAX_S = 0.3
+"""Longest a batch gathers while elections keep joining it: a dead server's reports at
+10,000 partitions come in requests of 1,000 tens of milliseconds apart, and each one's
+elections are decided over more than one gathering period of a loaded server."""
 LOGGED_BATCH = 10
 """Elections of a batch up to this size are logged one by one at INFO (larger: DEBUG)."""
 MAX_IN_FLIGHT = 4
@@ -426,9 +431,10 @@ class Elections:
         """Propose ``op`` with the elections queued meanwhile, in one Raft entry (at most
         MAX_BATCH, within MAX_BATCH_BYTES); its own result and the size of its batch.
 
-        The first caller that finds no batch gathering gathers one (for BATCH_GATHER_S, for
-        the others to join) and proposes it; elections queued meanwhile go in the next
-        batch, which does not wait for this one to be applied: up to MAX_IN_FLIGHT entries
+        The first caller that finds no batch gathering gathers one (for BATCH_GATHER_S, and
+        again while others join, see :meth:`_gather`) and proposes it; elections queued
+        meanwhile go in the next batch, which does not wait for this one to be applied: up
+        to MAX_IN_FLIGHT entries
         are proposed at once (one waiting for the other's commit and apply made a dead
         server's 3,334 elections at 10,000 partitions take several Raft round trips in a
         row). Elections of one partition never overlap (its reports are serialized).
@@ -448,7 +454,7 @@ class Elections:
                 self._gathering = True
                 batch: list[_Queued] = []
                 try:
-                    await anyio.sleep(BATCH_GATHER_S)
+                    await self._gather()
                 finally:
                     self._gathering = False
                     n = batch_size([q.size for q in self._queue])
@@ -475,6 +481,17 @@ class Elections:
             raise item.error
         assert item.result is not None
         return item.result, item.batch_size
+
+    async def _gather(self) -> None:
+        """Wait :data:`BATCH_GATHER_S`, and again while elections joined the queue during
+        the last wait and it does not fill a batch, up to :data:`BATCH_GATHER_MAX_S`."""
+        started = time.monotonic()
+        seen = -1
+        while len(self._queue) != seen and time.monotonic() - started < BATCH_GATHER_MAX_S:
+            seen = len(self._queue)
+            if batch_size([q.size for q in self._queue]) < seen:
+                return  # a full batch already
+            await anyio.sleep(BATCH_GATHER_S)
 
     async def _propose(self, batch: list[_Queued]) -> None:
         """Propose ``batch`` (one ElectLeader, or ElectLeaders) and hand out the results
