@@ -179,11 +179,13 @@ async def _watch_failover(
 
 
 PHASES = (
-    ("detected", "server does not answer server={victim} "),
-    ("metadata Raft leader again", "metadata raft leader changed server="),
-    ("election entry applied", "leader elections proposed in one entry"),
+    ("detected", "server does not answer server={victim} ", False),
+    ("metadata Raft leader again", "metadata raft leader changed server=", False),
+    ("election entry applied", "leader elections proposed in one entry", False),
+    ("last election entry applied", "leader elections proposed in one entry", True),
 )
-"""Phases read from the survivors' logs: (name, text of the first line after the kill)."""
+"""Phases read from the survivors' logs: (name, text of the line after the kill, whether
+the last such line counts rather than the first)."""
 
 
 def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
@@ -204,11 +206,12 @@ def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
                     lines.append((at - killed_wall, line))
     lines.sort()
     found = []
-    for name, text in PHASES:
+    for name, text, last in PHASES:
         text = text.format(victim=victim)
-        hit = next((t for t, line in lines if text in line and "leader=None" not in line), None)
-        if hit is not None:
-            found.append(f"{name} {hit:.2f} s")
+        hits = [t for t, line in lines if text in line and "leader=None" not in line]
+        if hits:
+            entries = f" ({len(hits)} entries)" if last else ""
+            found.append(f"{name} {hits[-1 if last else 0]:.2f} s{entries}")
     return ", ".join(found)
 
 

@@ -17,19 +17,22 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver.cluster import elections as elections_module
 from jetserver.cluster.controller import Controller
 from jetserver.cluster.elections import (
-    MAX_REPORTS,
+    MAX_BATCH,
+    MAX_BATCH_BYTES,
     Elections,
     awaited,
+    batch_size,
     choose_leader,
-    parse_report,
-    parse_reports,
+    election_bytes,
     votes_needed,
 )
 from jetserver.cluster.peers import PeerPool
+from jetserver.cluster.report_parse import MAX_REPORTS, parse_report, parse_reports
 from jetserver.errors import ApiError
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
-from jetserver.metadata.ops import CreateStream, UpdateIsr
+from jetserver.metadata.ops import CreateStream, ElectLeader, ElectLeaders, UpdateIsr
 from jetserver.raft import MetadataRaft, RaftConfig
+from jetserver.raft.machine import Entry, encode_entry
 from jetserver.testing import free_ports
 from raft.kit import FAST_TIMINGS
 
@@ -88,6 +91,23 @@ def test_awaited_are_the_live_members_that_did_not_report() -> None:
     assert awaited(a, {"s2"}, lambda s: s in ("s1", "s3")) == []  # s3 is down too
     assert awaited(a, {"s2", "s3"}, lambda s: False) == []
     assert awaited(PartitionAssignment(0, "s1", R3, ("s1", "s2"), 0), {"s2"}, bool) == []
+
+
+def test_batches_of_elections_are_bounded_in_count_and_bytes() -> None:
+    assert batch_size([]) == 0
+    assert batch_size([200] * 10) == 10
+    assert batch_size([50] * (MAX_BATCH + 5)) == MAX_BATCH
+    big = MAX_BATCH_BYTES // 3
+    assert batch_size([big] * 5) == 3
+    assert batch_size([MAX_BATCH_BYTES * 2, 10]) == 1  # at least one
+    # The estimate bounds the encoded entry: the longest names and numbers.
+    name = "x" * 255
+    op = ElectLeader(name, 10**6, name, 10**12, "f" * 32, keep_isr=True)
+    n = batch_size([election_bytes(op)] * MAX_BATCH)
+    encoded = encode_entry(Entry(op_id="e" * 40, op=ElectLeaders((op,) * n)))
+    assert len(encoded) <= MAX_BATCH_BYTES + 1024
+    short = ElectLeader("s12", 34, "s2", 3, "0123456789abcdef")
+    assert batch_size([election_bytes(short)] * 3334) == 3334  # a third of 10,000: one entry
 
 
 def test_parse_report() -> None:
@@ -237,6 +257,51 @@ async def test_elections_reported_together_go_in_one_raft_entry(raft: MetadataRa
     # Reported again (a follower that did not hear the answer): refused as stale, no entry.
     assert (await elections.report("wide", 0, 0, "s3"))["accepted"] is False
     assert elections.entries <= 3
+
+
+@pytest.mark.anyio
+async def test_more_than_a_thousand_elections_reported_together_go_in_one_entry(
+    raft: MetadataRaft, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: a dead server's 3,334 leaderships at 10,000 partitions took four entries
+    of at most 1,000, each proposed while the survivors applied the earlier ones' role
+    changes. 1,200 elections gathered together now take one."""
+    for i in range(12):
+        spec = StreamSpec(name=f"w{i}", subject=f"w{i}", partitions=100, replication_factor=3)
+        assert (await raft.propose(CreateStream(spec, f"id-w{i}", 1, (R3,) * 100))).result.ok
+    monkeypatch.setattr(elections_module, "BATCH_GATHER_S", 2.0)  # all of them join
+    elections = Elections(raft, lambda s: s in ("s1", "s3"), window_s=5.0)  # s2 alone is up
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                for p in range(100):
+                    tg.start_soon(elections.report, f"w{i}", p, 0, "s2")
+    assert elections.elections == 1200
+    assert elections.entries == 1
+    assert all(a.leader == "s2" for i in range(12) for a in raft.state.streams[f"w{i}"].partitions)
+
+
+@pytest.mark.anyio
+async def test_elections_that_keep_coming_join_the_batch_being_gathered(
+    raft: MetadataRaft, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: at 10,000 partitions a dead server's reports come in requests of 1,000
+    tens of milliseconds apart, each decided over more than one gathering period; a batch
+    now gathers on while elections keep joining it (up to BATCH_GATHER_MAX_S), instead of
+    an entry per period. Waves 50 ms apart over 350 ms, periods of 200 ms: one entry."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=80, replication_factor=3)
+    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3,) * 80))).result.ok
+    monkeypatch.setattr(elections_module, "BATCH_GATHER_S", 0.2)
+    monkeypatch.setattr(elections_module, "BATCH_GATHER_MAX_S", 5.0)
+    elections = Elections(raft, lambda s: s in ("s1", "s3"), window_s=5.0)  # s2 alone is up
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for wave in range(8):
+                for p in range(wave * 10, wave * 10 + 10):
+                    tg.start_soon(elections.report, "wide", p, 0, "s2")
+                await anyio.sleep(0.05)
+    assert elections.elections == 80
+    assert elections.entries == 1
 
 
 @pytest.mark.anyio

@@ -8,6 +8,7 @@ import pytest
 
 from jetsdk.errors import MalformedFrame
 from jetsdk.metadata import ClusterMetadata
+from jetserver.broker.stream_info import StreamInfoCache, stream_info
 from jetserver.metadata.health import NO_LEADER, cluster_health, offline_reason
 from jetserver.metadata.model import PartitionAssignment, StreamMeta, StreamSpec
 from jetserver.metrics_cluster import ClusterCounts
@@ -32,6 +33,7 @@ def stream(name: str, rf: int, min_isr: int, *parts: PartitionAssignment) -> Str
 
 
 DOWN = {"s3"}
+R3 = ("s1", "s2", "s3")
 
 
 def is_down(server: str) -> bool:
@@ -133,3 +135,23 @@ def test_the_sdk_reads_offline_and_live() -> None:
     raw["servers"][0]["live"] = "yes"
     with pytest.raises(MalformedFrame):
         ClusterMetadata.from_json(raw)
+
+
+def test_stream_infos_are_reused_until_the_stream_or_the_liveness_view_changes() -> None:
+    """Metadata answers of thousands of partitions polled during a failover: a stream's
+    answer is built again only when its metadata or the set of down servers changed,
+    and it is always the answer stream_info gives."""
+    cache = StreamInfoCache()
+    meta = stream("a", 3, 2, assignment(0, "s1", R3, R3), assignment(1, "s3", R3, R3))
+    first = cache.info(meta, frozenset(), lambda _s: False)
+    assert first == stream_info(meta)
+    assert cache.info(meta, frozenset(), lambda _s: False) is first  # reused
+    down = cache.info(meta, frozenset({"s3"}), is_down)  # s3 stopped answering
+    assert down is not first
+    assert [p["offline"] for p in down["partitions"]] == [None, "leader s3 does not answer"]
+    moved = stream("a", 3, 2, assignment(0, "s1", R3, R3), assignment(1, "s2", R3, ("s1", "s2")))
+    after = cache.info(moved, frozenset({"s3"}), is_down)  # a new leader elected
+    assert after == stream_info(moved, is_down=is_down)
+    assert after["partitions"][1]["leader"] == "s2"
+    cache.keep_only(["b"])  # "a" deleted
+    assert cache.info(moved, frozenset({"s3"}), is_down) is not after

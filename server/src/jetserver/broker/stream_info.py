@@ -6,7 +6,10 @@ Below the request handlers and the cluster's forwarder, which both answer with i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+import attrs
 
 from jetserver.broker.streams import StreamManager
 from jetserver.metadata.health import IsDown, never_down, offline_reason
@@ -14,7 +17,7 @@ from jetserver.metadata.model import StreamMeta
 from jetserver.metadata.validate import partition_subject
 from jetserver.storage import Log
 
-__all__ = ["stream_info"]
+__all__ = ["StreamInfoCache", "stream_info"]
 
 
 def _log_view(log: Log) -> dict[str, Any]:
@@ -70,3 +73,32 @@ def stream_info(
         "config": spec.config_dict(),
         "created_ns": meta.created_ns,
     }
+
+
+@attrs.define(eq=False)
+class StreamInfoCache:
+    """Each stream's Metadata StreamInfo, built again only when the stream's metadata or
+    the liveness view changed: a client polling the metadata of thousands of partitions
+    (``bench scale_cluster`` watching a failover at 10,000: 8-17 % of a survivor's loop)
+    otherwise rebuilt every partition's answer each time.
+
+    The answers are shared between requests: their callers only encode them.
+    """
+
+    _kept: dict[str, tuple[StreamMeta, frozenset[str], dict[str, Any]]] = attrs.field(factory=dict)
+
+    def info(self, meta: StreamMeta, down: frozenset[str], is_down: IsDown) -> dict[str, Any]:
+        """``stream_info(meta, is_down=is_down)``, reused while ``meta`` is the same object
+        and ``down`` (the registered servers ``is_down`` finds down) the same set."""
+        kept = self._kept.get(meta.spec.name)
+        if kept is not None and kept[0] is meta and kept[1] == down:
+            return kept[2]
+        info = stream_info(meta, is_down=is_down)
+        self._kept[meta.spec.name] = (meta, down, info)
+        return info
+
+    def keep_only(self, names: Iterable[str]) -> None:
+        """Forget the streams not in ``names`` (deleted ones)."""
+        wanted = set(names)
+        for name in [n for n in self._kept if n not in wanted]:
+            del self._kept[name]

@@ -37,8 +37,9 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
-from jetserver.cluster.elections import MAX_REPORTS, Elections
+from jetserver.cluster.elections import Elections
 from jetserver.cluster.peers import PeerPool
+from jetserver.cluster.report_parse import MAX_REPORTS
 from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.metadata.ops import UpdateIsr, UpdateIsrs

@@ -44,8 +44,9 @@ from jetserver.broker.fetch_stream import FetchStream
 from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
+from jetserver.broker.stream_info import StreamInfoCache
 from jetserver.broker.streams import StreamManager
-from jetserver.cluster.elections import parse_report, parse_reports
+from jetserver.cluster.report_parse import parse_report, parse_reports
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
@@ -95,6 +96,8 @@ class Dispatcher:
     """A server alone: applies UpdateStream's settings to the open logs."""
     """Followers' parked ReplicaFetch requests, by session (to wake them)."""
     _many: ProduceMany | None = attrs.field(default=None, init=False, repr=False)
+    _stream_infos: StreamInfoCache = attrs.field(factory=StreamInfoCache, init=False, repr=False)
+    """Metadata answers' StreamInfo, reused while a stream and the liveness view stay."""
 
     def is_down(self, server_id: str) -> bool:
         """This server's liveness view: True if ``server_id`` does not answer its probes
@@ -258,7 +261,9 @@ class Dispatcher:
             return json_api.hello(req, self.config)
 
         async def metadata(req: dict[str, Any]) -> dict[str, Any]:
-            answer = json_api.metadata(req, self.streams, self.servers(), self.is_down)
+            answer = json_api.metadata(
+                req, self.streams, self.servers(), self.is_down, self._stream_infos
+            )
             names = req.get("streams")
             if self.starting and (
                 not isinstance(names, list) or len(answer["streams"]) < len(set(names))
@@ -271,7 +276,9 @@ class Dispatcher:
                 while len(answer["streams"]) < len(set(names)) and await self._applied_more(
                     deadline
                 ):
-                    answer = json_api.metadata(req, self.streams, self.servers(), self.is_down)
+                    answer = json_api.metadata(
+                        req, self.streams, self.servers(), self.is_down, self._stream_infos
+                    )
             if self.cluster is not None:
                 answer["metadata_leader"] = self.cluster.raft.leader_id
             return answer

@@ -12,7 +12,7 @@ from jetsdk._version import PROTOCOL_VERSION
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetserver import __version__
-from jetserver.broker.stream_info import stream_info
+from jetserver.broker.stream_info import StreamInfoCache, stream_info
 from jetserver.broker.streams import StreamManager
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, invalid_argument
@@ -62,17 +62,25 @@ def metadata(
     streams: StreamManager,
     servers: list[dict[str, Any]],
     is_down: IsDown = never_down,
+    cache: StreamInfoCache | None = None,
 ) -> dict[str, Any]:
     """Metadata: the servers and the requested streams (all if ``streams`` is null), each
-    partition's ``offline`` as the liveness view ``is_down`` finds it."""
+    partition's ``offline`` as the liveness view ``is_down`` finds it (with ``cache``, the
+    unchanged streams' answers are reused: ``servers`` holds each registered server's
+    ``live``)."""
     names = req.get("streams")
     if names is None:
         metas = streams.streams()
+        if cache is not None:
+            cache.keep_only(m.name for m in metas)
     else:
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise invalid_argument("streams", "streams must be null or a list of names")
         metas = [m for m in streams.streams() if m.name in set(names)]
-    return {"servers": servers, "streams": [stream_info(m, is_down=is_down) for m in metas]}
+    if cache is None:
+        return {"servers": servers, "streams": [stream_info(m, is_down=is_down) for m in metas]}
+    down = frozenset(str(s["id"]) for s in servers if not s.get("live", True))
+    return {"servers": servers, "streams": [cache.info(m, down, is_down) for m in metas]}
 
 
 async def create_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:

@@ -64,7 +64,7 @@ DEFAULT_COMPACTION_MIN_TIME_S = 300.0
 """... or this long after the last snapshot (``logCompactionMinTime``)."""
 DEFAULT_COMPACTION_MAX_BYTES = 1024 * 1024
 """... or once the journal file passes this size: entries of a large cluster are big (a
-CreateStream of 100 partitions, 1,000 elections in one entry), and 5,000 of them made the
+CreateStream of 100 partitions, up to 4,000 elections in one entry), and 5,000 of them made the
 journal tens of MiB."""
 MIN_PASSWORD_CHARS = 16
 """Shortest accepted cluster password."""
