@@ -52,7 +52,7 @@ class ReconcilePlan:
         if self.examined is None:
             items = list(running.items())
         else:
-            items = [(k, running[k]) for k in sorted(self.examined) if k in running]
+            items = [(k, running[k]) for k in self.examined if k in running]
         out = []
         for key, opened in items:
             want = self.wanted.get(key)
@@ -62,16 +62,21 @@ class ReconcilePlan:
 
     def to_open(self, running: Mapping[Key, RunningPartition]) -> list[Want]:
         """The wanted partitions not running, by key."""
-        return [w for key, w in sorted(self.wanted.items()) if key not in running]
+        return [w for _key, w in sorted(kw for kw in self.wanted.items() if kw[0] not in running)]
 
     def retarget(self, running: Mapping[Key, RunningPartition]) -> list[RunningPartition]:
         """Hand each wanted running replica its target; those whose target changed (woken)."""
         woken: list[RunningPartition] = []
+        named: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {}  # replicas: few sets
         for key, (_meta, a) in self.wanted.items():
             opened = running.get(key)
             if opened is None:  # could not open: offline
                 continue
-            target: Wanted = (a, tuple((r, self.addresses.get(r, "")) for r in a.replicas))
+            replicas = named.get(a.replicas)
+            if replicas is None:
+                replicas = tuple((r, self.addresses.get(r, "")) for r in a.replicas)
+                named[a.replicas] = replicas
+            target: Wanted = (a, replicas)
             if opened.wanted != target:
                 opened.wanted = target
                 opened.wake.set()
@@ -110,13 +115,15 @@ class ReconcileScope:
                         wanted[(meta.name, a.partition)] = (meta, a)
             self.examined += sum(len(m.partitions) for m in state.streams.values())
             return ReconcilePlan(state, addresses, None, wanted, collect)
-        examined = _changed(last, state.streams) | self._unopened
-        for key in examined:
-            want = _assignment(state.streams, key)
+        changed = _changed(last, state.streams)
+        for key in self._unopened:
+            if key not in changed:
+                changed[key] = _assignment(state.streams, key)
+        for key, want in changed.items():
             if want is not None and me in want[1].replicas:
                 wanted[key] = want
-        self.examined += len(examined)
-        return ReconcilePlan(state, addresses, frozenset(examined), wanted, collect)
+        self.examined += len(changed)
+        return ReconcilePlan(state, addresses, frozenset(changed), wanted, collect)
 
     def done(self, plan: ReconcilePlan, running: Mapping[Key, RunningPartition]) -> None:
         """The reconcile of ``plan`` finished; the next one is planned against it."""
@@ -126,9 +133,12 @@ class ReconcileScope:
         self._unopened = {k for k in plan.wanted if k not in running}
 
 
-def _changed(old: Mapping[str, StreamMeta], new: Mapping[str, StreamMeta]) -> set[Key]:
-    """The partitions whose assignment in ``new`` is not the object it was in ``old``."""
-    keys: set[Key] = set()
+def _changed(
+    old: Mapping[str, StreamMeta], new: Mapping[str, StreamMeta]
+) -> dict[Key, Want | None]:
+    """The partitions whose assignment in ``new`` is not the object it was in ``old``, and
+    their assignment in ``new`` (None: not there any more)."""
+    keys: dict[Key, Want | None] = {}
     kept = 0
     for name, meta in new.items():
         before = old.get(name)
@@ -141,17 +151,17 @@ def _changed(old: Mapping[str, StreamMeta], new: Mapping[str, StreamMeta]) -> se
             or before.stream_id != meta.stream_id
             or len(before.partitions) != len(meta.partitions)
         ):
-            for m in (before, meta):
-                if m is not None:
-                    keys.update((name, a.partition) for a in m.partitions)
+            if before is not None:
+                keys.update(((name, a.partition), None) for a in before.partitions)
+            keys.update(((name, a.partition), (meta, a)) for a in meta.partitions)
             continue
         for was, now in zip(before.partitions, meta.partitions, strict=True):
             if was is not now:
-                keys.add((name, now.partition))
+                keys[(name, now.partition)] = (meta, now)
     if kept < len(old):  # streams deleted
         for name, meta in old.items():
             if name not in new:
-                keys.update((name, a.partition) for a in meta.partitions)
+                keys.update(((name, a.partition), None) for a in meta.partitions)
     return keys
 
 
