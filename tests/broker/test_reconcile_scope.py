@@ -10,8 +10,9 @@ from typing import Any, cast
 import attrs
 import pytest
 
-from jetserver.broker.reconcile_scope import Key, ReconcileScope
+from jetserver.broker.reconcile_scope import Key, ReconcilePlan, ReconcileScope
 from jetserver.broker.running import RunningPartition, Wanted
+from jetserver.broker.stream_files import stream_dir
 from jetserver.broker.streams import StreamManager
 from jetserver.config import ServerConfig, ServerSection
 from jetserver.lazy_event import LazyEvent
@@ -40,7 +41,7 @@ class _Server:
         self.running: dict[Key, _Opened] = {}
         self.cannot_open: set[Key] = set()
 
-    def reconcile(self, state: MetadataState, *, collect: bool = False) -> None:
+    def reconcile(self, state: MetadataState, *, collect: bool = False) -> ReconcilePlan:
         running = cast(dict[Key, RunningPartition], self.running)
         plan = self.scope.plan(state, collect=collect)
         for key, _opened in plan.stale(running):
@@ -51,6 +52,7 @@ class _Server:
                 self.running[key] = _Opened(meta.stream_id)
         plan.retarget(running)
         self.scope.done(plan, running)
+        return plan
 
 
 def _full_scan(state: MetadataState, cannot_open: set[Key]) -> dict[Key, tuple[str, Wanted]]:
@@ -147,6 +149,21 @@ def test_every_step_ends_as_a_full_scan_does() -> None:
                     assert was is opened, (what, key)
 
 
+def test_the_data_of_gone_streams_is_looked_for_only_when_a_stream_went() -> None:
+    server = _Server()
+    collected = []
+    for what, state, cannot_open in _steps():
+        server.cannot_open = cannot_open
+        if server.reconcile(state, collect=True).collect:
+            collected.append(what)
+    assert collected == [
+        "servers registered",  # the first: a full scan
+        "stream a deleted",
+        "s2's client address changed",  # a full scan
+        "stream b re-created with the same partitions",
+    ]
+
+
 def test_a_change_to_one_stream_examines_its_partitions_only() -> None:
     server = _Server()
     state = MetadataState()
@@ -200,3 +217,25 @@ async def test_the_stream_manager_does_not_read_the_streams_that_did_not_change(
     _CountedTuple.reads = 0
     await manager.reconcile(changed, collect=False)
     assert _CountedTuple.reads == 0
+
+
+@pytest.mark.anyio
+async def test_the_stream_manager_removes_the_data_of_a_deleted_stream(tmp_path: Path) -> None:
+    config = ServerConfig(server=ServerSection(id="s9", data_dir=str(tmp_path)))
+    manager = StreamManager(config, MetadataStore(tmp_path / "metadata.json"), cast(Any, None))
+    state = _create(_create(MetadataState(), "a", 3, "a1"), "b", 3, "b1")
+    dirs = {n: stream_dir(tmp_path, m) for n, m in state.streams.items()}
+    for d in dirs.values():
+        d.mkdir(parents=True)
+    await manager.reconcile(state, collect=False)  # a replay: not known current yet
+    state = _apply(state, ops.DeleteStream("a"))
+    await manager.reconcile(state, collect=False)
+    assert dirs["a"].is_dir()
+    await manager.reconcile(state, collect=True)
+    assert not dirs["a"].exists()
+    assert dirs["b"].is_dir()
+    state = _apply(
+        _create(_apply(state, ops.DeleteStream("b")), "b", 3, "b2"), ops.DeleteStream("b")
+    )
+    await manager.reconcile(state, collect=True)
+    assert not dirs["b"].exists()

@@ -17,7 +17,10 @@ A plan examines:
   created, deleted or re-created with a new id; else those whose assignment object
   changed), and the partitions wanted last time that could not open (tried again).
 
-What it does with what it examines is what the full scan did with every partition.
+What it does with what it examines is what the full scan did with every partition. The
+data directory is listed for the data of deleted streams (``collect``) at a full scan and
+when a stream went (deleted or re-created), not at every change (a removal that failed is
+tried again then, not at the next change).
 Task safety: used under the reconcile lock of the stream manager.
 """
 
@@ -46,6 +49,9 @@ class ReconcilePlan:
     wanted: dict[Key, Want]
     """The examined partitions this server holds a replica of."""
     collect: bool
+    """Remove the data of the streams not in ``state``: asked, and a full scan or a stream
+    gone (deleted or re-created) since the last reconcile (listing the data directory at
+    every change cost more than the rest of a reconcile of one change)."""
 
     def stale(self, running: Mapping[Key, RunningPartition]) -> list[tuple[Key, RunningPartition]]:
         """The running replicas to close: not held any more, or of an older stream."""
@@ -115,7 +121,7 @@ class ReconcileScope:
                         wanted[(meta.name, a.partition)] = (meta, a)
             self.examined += sum(len(m.partitions) for m in state.streams.values())
             return ReconcilePlan(state, addresses, None, wanted, collect)
-        changed = _changed(last, state.streams)
+        changed, gone = _changed(last, state.streams)
         for key in self._unopened:
             if key not in changed:
                 changed[key] = _assignment(state.streams, key)
@@ -123,7 +129,7 @@ class ReconcileScope:
             if want is not None and me in want[1].replicas:
                 wanted[key] = want
         self.examined += len(changed)
-        return ReconcilePlan(state, addresses, frozenset(changed), wanted, collect)
+        return ReconcilePlan(state, addresses, frozenset(changed), wanted, collect and gone)
 
     def done(self, plan: ReconcilePlan, running: Mapping[Key, RunningPartition]) -> None:
         """The reconcile of ``plan`` finished; the next one is planned against it."""
@@ -135,10 +141,12 @@ class ReconcileScope:
 
 def _changed(
     old: Mapping[str, StreamMeta], new: Mapping[str, StreamMeta]
-) -> dict[Key, Want | None]:
-    """The partitions whose assignment in ``new`` is not the object it was in ``old``, and
-    their assignment in ``new`` (None: not there any more)."""
+) -> tuple[dict[Key, Want | None], bool]:
+    """The partitions whose assignment in ``new`` is not the object it was in ``old``, with
+    their assignment in ``new`` (None: not there any more); and whether a stream of ``old``
+    is gone (deleted, or re-created with a new id)."""
     keys: dict[Key, Want | None] = {}
+    gone = False
     kept = 0
     for name, meta in new.items():
         before = old.get(name)
@@ -152,6 +160,7 @@ def _changed(
             or len(before.partitions) != len(meta.partitions)
         ):
             if before is not None:
+                gone = gone or before.stream_id != meta.stream_id
                 keys.update(((name, a.partition), None) for a in before.partitions)
             keys.update(((name, a.partition), (meta, a)) for a in meta.partitions)
             continue
@@ -159,10 +168,11 @@ def _changed(
             if was is not now:
                 keys[(name, now.partition)] = (meta, now)
     if kept < len(old):  # streams deleted
+        gone = True
         for name, meta in old.items():
             if name not in new:
                 keys.update(((name, a.partition), None) for a in meta.partitions)
-    return keys
+    return keys, gone
 
 
 def _assignment(streams: Mapping[str, StreamMeta], key: Key) -> Want | None:

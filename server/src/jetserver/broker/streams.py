@@ -406,7 +406,7 @@ class StreamManager:
             plan = self._scope.plan(state, collect=collect)  # only what changed: see there
             for key, running in plan.stale(self._running):
                 await self._close_partition(key, running)
-            if collect:
+            if plan.collect:  # asked, and a stream gone (or a full scan)
                 await remove_unknown_stream_dirs(self.data_dir, state)
             new = plan.to_open(self._running)
             if new:  # opened in batches (each replica's applier starts as it opens)
