@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any, cast
@@ -25,7 +24,7 @@ from typing import Any, cast
 import anyio
 import orjson
 
-from bench.trees import HERE, compared_trees, tree_paths
+from bench.trees import child_figures, compared_trees
 
 PER_STREAM = 100
 REPEATS = 21
@@ -86,19 +85,6 @@ async def _child_async(partitions: int) -> dict[str, float]:
     return out
 
 
-def _one(partitions: int, tree_path: list[str]) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(tree_path)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.bench_reconcile", str(partitions)],
-        env=env,
-        capture_output=True,
-        timeout=600,
-        check=True,
-    )
-    result: dict[str, float] = orjson.loads(proc.stdout.splitlines()[-1])
-    return result
-
-
 def run(quick: bool) -> None:
     partitions = int(os.environ.get("JET_BENCH_PARTITIONS", 3000 if quick else 10_000))
     trees = compared_trees()
@@ -111,8 +97,7 @@ def run(quick: bool) -> None:
     results: dict[str, list[dict[str, float]]] = {}
     for r in range(pairs):
         for tag in list(trees) if r % 2 == 0 else list(trees)[::-1]:
-            paths = [*map(str, tree_paths(trees[tag])[1:]), str(HERE)]
-            got = _one(partitions, paths)
+            got = child_figures("bench.bench_reconcile", [str(partitions)], trees[tag])
             results.setdefault(tag, []).append(got)
             load = [f"{x:.2f}" for x in os.getloadavg()]
             print(
