@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -41,7 +40,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import orjson
 
-from bench.trees import HERE, compared_trees, tree_paths
+from bench.trees import child_figures, compared_trees
 
 KINDS = {"modify1": 500, "race4": 1000, "kv_update1": 500, "kv_race4": 1000, "put": 10_000}
 """Operations per round of each kind."""
@@ -216,19 +215,6 @@ def _child(kind: str) -> None:
     print(orjson.dumps(result).decode(), flush=True)
 
 
-def _one(kind: str, tree_path: list[str]) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(tree_path)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.bench_table_cost", kind],
-        env=env,
-        capture_output=True,
-        timeout=600,
-        check=True,
-    )
-    result: dict[str, float] = orjson.loads(proc.stdout.splitlines()[-1])
-    return result
-
-
 def run(quick: bool) -> None:
     trees = compared_trees()
     pairs = int(os.environ.get("JET_TABLE_COST_ROUNDS", "2" if quick else "4"))
@@ -244,8 +230,7 @@ def run(quick: bool) -> None:
             tags = list(trees) if r % 2 == 0 else list(trees)[::-1]
             for tag in tags:
                 # The tree's SDK and server; this module (bench) from this tree.
-                paths = [*map(str, tree_paths(trees[tag])[1:]), str(HERE)]
-                got = _one(kind, paths)
+                got = child_figures("bench.bench_table_cost", [kind], trees[tag])
                 results.setdefault((kind, tag), []).append(got)
                 load = os.getloadavg()[0]
                 print(

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import orjson
 
 HERE = Path(__file__).resolve().parent.parent
 """This work tree."""
@@ -39,3 +43,20 @@ def running_tree(tree: Path) -> Iterator[None]:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def child_figures(
+    module: str, args: list[str], tree: Path, timeout_s: float = 600
+) -> dict[str, float]:
+    """Run ``python -m module *args`` on ``tree``'s SDK and server (and this tree's
+    ``bench``); the JSON object its last output line prints."""
+    paths = [*map(str, tree_paths(tree)[1:]), str(HERE)]
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+        capture_output=True,
+        timeout=timeout_s,
+        check=True,
+    )
+    result: dict[str, float] = orjson.loads(proc.stdout.splitlines()[-1])
+    return result

@@ -42,6 +42,7 @@ from jetserver.broker.housekeeping import run_housekeeping
 from jetserver.broker.nats_port import NatsPort, NatsUnavailable
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.reconcile_scope import ReconcileScope
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
 from jetserver.broker.replica_tasks import ReplicaTasks
 from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
@@ -140,9 +141,12 @@ class StreamManager:
     role_summary: RoleSummary = attrs.field(factory=RoleSummary)
     """One INFO line per burst of role changes (cluster mode)."""
     _replica_services: ReplicaServices | None = attrs.field(init=False, default=None)
+    _scope: ReconcileScope = attrs.field(init=False)
+    """Which partitions each reconcile examines (those whose assignment changed)."""
 
     def __attrs_post_init__(self) -> None:
         self.lookup = ReplicaLookup(self.store, self._running, self.offline, self.config)
+        self._scope = ReconcileScope(self.server_id)
 
     def _services(self) -> ReplicaServices:
         """What the replicas share (made once, after :meth:`start` set the fetch sessions)."""
@@ -399,31 +403,15 @@ class StreamManager:
         state first).
         """
         async with self._lock:
-            addresses = state.client_addresses()
-            wanted: dict[tuple[str, int], tuple[StreamMeta, PartitionAssignment]] = {}
-            for meta in state.streams.values():
-                for a in meta.partitions:
-                    if self.server_id in a.replicas:
-                        wanted[(meta.name, a.partition)] = (meta, a)
-            for key, running in list(self._running.items()):
-                want = wanted.get(key)
-                if want is None or want[0].stream_id != running.stream_id:
-                    await self._close_partition(key, running)
-            if collect:
+            plan = self._scope.plan(state, collect=collect)  # only what changed: see there
+            for key, running in plan.stale(self._running):
+                await self._close_partition(key, running)
+            if plan.collect:  # asked, and a stream gone (or a full scan)
                 await remove_unknown_stream_dirs(self.data_dir, state)
-            new = [w for key, w in sorted(wanted.items()) if key not in self._running]
+            new = plan.to_open(self._running)
             if new:  # opened in batches (each replica's applier starts as it opens)
                 await self._open_many(new, subscribe=False)
-            woken: list[RunningPartition] = []
-            for key, (_meta, a) in wanted.items():
-                opened = self._running.get(key)
-                if opened is None:  # could not open: offline
-                    continue
-                target: Wanted = (a, tuple((r, addresses.get(r, "")) for r in a.replicas))
-                if opened.wanted != target:
-                    opened.wanted = target
-                    opened.wake.set()
-                    woken.append(opened)
+            woken = plan.retarget(self._running)
             if len(woken) >= ROLE_BURST_MIN and self._tg is not None:  # e.g. a failover
                 burst = RoleBurst(len(woken))  # the collector paused while they apply
                 for opened in woken:
@@ -431,6 +419,7 @@ class StreamManager:
                         opened.burst.applied()  # it is in this burst now
                     opened.burst = burst
                 self._tg.start_soon(burst.collector_paused)
+            self._scope.done(plan, self._running)
 
     async def _close_partition(self, key: tuple[str, int], running: RunningPartition) -> None:
         self._running.pop(key, None)
@@ -502,6 +491,7 @@ class StreamManager:
             for r in running:
                 await r.replica.wait_stopped()
         self._running.clear()
+        self._scope.forget()  # a reconcile after this one opens every replica again
         await self._markers.after()  # every clean-shutdown marker durable
         return all(r.replica.log.flushed_offset >= r.replica.log.log_end_offset for r in running)
 
