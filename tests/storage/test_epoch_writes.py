@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from jetserver.epoch_writes import EpochWrites
 from jetserver.fsync_threads import FsyncThreads
-from jetserver.storage import LeaderEpochCache
+from jetserver.storage import LeaderEpochCache, epoch_cache
 from jetserver.storage.checkpoint import LEADER_EPOCH_FILE
 
 
@@ -52,3 +56,36 @@ def test_worker_threads_write_every_queued_cache(tmp_path: Path) -> None:
     assert not any(c.pending for c in many)
     for i in range(200):
         assert (tmp_path / f"p{i}" / LEADER_EPOCH_FILE).read_bytes() == b"0\n1\n7 0\n"
+
+
+def test_a_change_stays_pending_until_its_write_returned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pending`` is what its waiters read as "the file holds the change": it stays True
+    while the write runs (it was cleared as the write began, so a reader saw no pending
+    change and no file yet: FileNotFoundError in a CI run of the test above), and a change
+    made during a write stays pending after it."""
+    (cache,) = caches(tmp_path, 1)
+    entered, release = threading.Event(), threading.Event()
+    real = epoch_cache.write_checkpoint
+
+    def held(*args: Any, **kwargs: Any) -> None:
+        entered.set()
+        assert release.wait(30.0)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(epoch_cache, "write_checkpoint", held)
+    cache.assign(7, 0, deferred=lambda _cache: None)
+    writer = threading.Thread(target=cache.write_pending)
+    writer.start()
+    assert entered.wait(30.0)
+    assert cache.pending  # being written, not written
+    cache.assign(8, 50, deferred=lambda _cache: None)  # a change during the write
+    release.set()
+    writer.join(30.0)
+    assert (tmp_path / "p0" / LEADER_EPOCH_FILE).read_bytes() == b"0\n1\n7 0\n"
+    assert cache.pending  # the later change is not in the file
+    monkeypatch.setattr(epoch_cache, "write_checkpoint", real)
+    assert cache.write_pending()
+    assert not cache.pending
+    assert (tmp_path / "p0" / LEADER_EPOCH_FILE).read_bytes() == b"0\n2\n7 0\n8 50\n"

@@ -73,7 +73,11 @@ class LeaderEpochCache:
         """Held while the file is written: one write at a time, each of the entries as
         they are once it holds this lock."""
         self._pending = False
-        """A deferred change is not written yet (guarded by ``_lock``)."""
+        """A deferred change is not written yet (guarded by ``_lock``): True from the
+        change until a write of the entries as they were after it has returned."""
+        self._changes = 0
+        """Changes of the entries so far (guarded by ``_lock``): a write clears
+        ``_pending`` only if none came after the entries it wrote."""
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:
@@ -121,6 +125,7 @@ class LeaderEpochCache:
                 self._entries.pop()
             self._entries.append(EpochEntry(epoch, start_offset))
             self._pending = True
+            self._changes += 1
         if deferred is not None:
             deferred(self)
         else:
@@ -233,11 +238,10 @@ class LeaderEpochCache:
                 if only_pending and not self._pending:
                     return False
                 entries = [(e.epoch, e.start_offset) for e in self._entries]
-                self._pending = False
-            try:
-                write_checkpoint(self._directory, LEADER_EPOCH_FILE, entries, sync=sync)
-            except BaseException:
-                with self._lock:
-                    self._pending = True  # still to write: the next write takes it
-                raise
+                changes = self._changes
+            # A failure leaves the change pending: the next write takes it.
+            write_checkpoint(self._directory, LEADER_EPOCH_FILE, entries, sync=sync)
+            with self._lock:
+                if self._changes == changes:  # else a later change is still to write
+                    self._pending = False
         return True
