@@ -72,6 +72,9 @@ class Committer:
     """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
     fetch_waiters: int = 0
     """Fetches parked waiting for the HW to move."""
+    roles_ended: int = 0
+    """Roles this replica ended (:meth:`role_ended`): a parked fetch returns when it
+    changes, so that a fetch parked under a leadership that ended is answered at once."""
     _dirty: LazyEvent = attrs.field(init=False)
     """Set when there is something to fsync (a LazyEvent: a new anyio.Event per flush
     looked up the async backend, with a getpid system call, on every message)."""
@@ -244,13 +247,26 @@ class Committer:
         event, self._hw_moved = self._hw_moved, LazyEvent()
         event.set()
 
+    def role_ended(self) -> None:
+        """The replica's role ended (leader, follower, or single): wake every parked fetch
+        and end its wait, whether or not the HW moved (its caller checks the new role)."""
+        self.roles_ended += 1
+        self.wake_waiters()
+
     async def wait_for_hw_above(self, offset: int, timeout_s: float) -> None:
-        """Return when the HW passes ``offset``, the partition stops, or ``timeout_s`` passes."""
+        """Return when the HW passes ``offset``, the partition stops, its role ends
+        (:meth:`role_ended`), or ``timeout_s`` passes."""
         self.fetch_waiters += 1
         try:
             deadline = time.monotonic() + timeout_s
             life = self.base.life
-            while self.base.log.high_watermark <= offset and not life.closed and not life.stopping:
+            roles_ended = self.roles_ended
+            while (
+                self.base.log.high_watermark <= offset
+                and not life.closed
+                and not life.stopping
+                and self.roles_ended == roles_ended
+            ):
                 left = deadline - time.monotonic()
                 if left <= 0 or not await self._hw_moved.wait_within(left, self._running_loop()):
                     return

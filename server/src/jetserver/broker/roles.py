@@ -353,7 +353,7 @@ class RoleDriver:
                 await done.wait()
         self._fetcher = None
         await self.committer.carry_out(out)
-        self.committer.wake_waiters()
+        self.committer.role_ended()
 
     def _start_role_task(self, fn: Callable[[], Any]) -> None:
         """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`); only while
