@@ -99,6 +99,8 @@ def test_vector_files_cover_the_brief() -> None:
         "fetch_request",
         "fetch_response",
         "fetch_stream_request",
+        "cancel_fetch_stream_request",
+        "cancel_fetch_stream_response",
         "replica_fetch_request",
         "replica_fetch_response",
     }
@@ -267,6 +269,10 @@ def encode_body(body_type: str, f: Any) -> bytes:
         return msg.encode_fetch_request(msg.FetchRequest(**f))
     if body_type == "fetch_stream_request":
         return fs.encode_fetch_stream_request(fs.FetchStreamRequest(**f))
+    if body_type == "cancel_fetch_stream_request":
+        return fs.encode_cancel_fetch_stream(f["correlation_id"])
+    if body_type == "cancel_fetch_stream_response":
+        return fs.encode_cancel_fetch_stream_answer(f["ended"])
     if body_type == "replica_fetch_request":
         return rf.encode_replica_fetch_request(replica_fetch_request_of(f))
     if body_type == "replica_fetch_response":
@@ -309,6 +315,10 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
         assert msg.decode_fetch_request(body) == msg.FetchRequest(**f)
     elif body_type == "fetch_stream_request":
         assert fs.decode_fetch_stream_request(body) == fs.FetchStreamRequest(**f)
+    elif body_type == "cancel_fetch_stream_request":
+        assert fs.decode_cancel_fetch_stream(body) == f["correlation_id"]
+    elif body_type == "cancel_fetch_stream_response":
+        assert fs.decode_cancel_fetch_stream_answer(body) is f["ended"]
     elif body_type == "replica_fetch_request":
         assert rf.decode_replica_fetch_request(body) == replica_fetch_request_of(f)
     elif body_type == "replica_fetch_response":
@@ -364,6 +374,8 @@ DECODERS: dict[str, Any] = {
     "produce_many_response": pm.decode_produce_many_response,
     "fetch_response": msg.decode_fetch_response,
     "fetch_stream_request": fs.decode_fetch_stream_request,
+    "cancel_fetch_stream_request": fs.decode_cancel_fetch_stream,
+    "cancel_fetch_stream_response": fs.decode_cancel_fetch_stream_answer,
     "replica_fetch_request": rf.decode_replica_fetch_request,
     "replica_fetch_response": rf.decode_replica_fetch_response,
 }

@@ -11,8 +11,12 @@ import anyio
 import pytest
 
 from jetsdk import Client, Consumer, Producer
-from jetsdk.codec.fetch_stream import FetchStreamRequest, encode_fetch_stream_request
-from jetsdk.codec.frames import Api
+from jetsdk.codec.fetch_stream import (
+    FetchStreamRequest,
+    decode_cancel_fetch_stream_answer,
+    encode_fetch_stream_request,
+)
+from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE, Api, Frame
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, decode_fetch_response
 from jetsdk.codec.record import iter_records
 from jetsdk.connection import Connection
@@ -75,6 +79,48 @@ async def test_a_stream_answers_each_commit_and_drops_the_rest_once_closed(
         header, raw = await client.fetch(name, 0, 2, max_bytes=1 << 20, max_wait=BOUND_S)
         assert [r.value for r in iter_records(raw)] == [b"v2"]
         assert header.hw == 3
+
+
+async def test_a_closed_stream_is_cancelled_on_the_server(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closed while parked, the stream is ended by a CancelFetchStream: its empty last
+    response comes at once (not after its 60 s idle wait) and no answer with records
+    follows for it."""
+    frames: list[Frame] = []
+    dispatch = Connection._dispatch
+
+    def tapped(self: Connection, frame: Frame) -> None:
+        frames.append(frame)
+        dispatch(self, frame)
+
+    monkeypatch.setattr(Connection, "_dispatch", tapped)
+    name = unique("fs")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        conn = await client.leader_connection(name, 0)
+        assert conn.serves(Api.CANCEL_FETCH_STREAM)
+        body = encode_fetch_stream_request(FetchStreamRequest(name, 0, 0, 1 << 20, 60_000, 5))
+        pending = await conn.send_stream(Api.FETCH_STREAM, body)
+        await _produce(client, name, [b"v0"])
+        _answer, more = await pending.next(BOUND_S)
+        assert more
+        pending.close()  # parked for its next answer
+        with anyio.fail_after(BOUND_S):
+            while not any(  # noqa: ASYNC110 - the reader appends them; no event to wait on
+                f.api == Api.FETCH_STREAM and not f.has_more for f in frames
+            ):
+                await anyio.sleep(0.01)
+        await _produce(client, name, [b"v1"])
+        _header, raw = await client.fetch(name, 0, 1, max_bytes=1 << 20, max_wait=BOUND_S)
+        assert [r.value for r in iter_records(raw)] == [b"v1"]
+        assert conn.streams_cancelled == 1
+    streamed = [f for f in frames if f.correlation_id == pending.correlation_id]
+    assert [
+        (f.flags, len(list(iter_records(decode_fetch_response(f.body)[1])))) for f in streamed
+    ] == [(FLAG_RESPONSE | FLAG_MORE, 1), (FLAG_RESPONSE, 0)]
+    answers = [f for f in frames if f.api == Api.CANCEL_FETCH_STREAM]
+    assert [decode_cancel_fetch_stream_answer(f.body) for f in answers] == [True]
 
 
 async def test_a_stream_past_its_buffer_bound_stops_after_what_it_holds(jet_dev: JetDev) -> None:

@@ -32,7 +32,8 @@ machine, so that its leases run out only after its kill. At 2 s the test failed 
 that ran out while the others started, the record acquired again (count 2) by the live
 holder's prefetch and then, after the kill, by the others (count 3)."""
 OTHERS_DEADLINE_S = 15.0
-"""The ack deadline of the workers that take over from a killed holder."""
+"""The ack deadline the workers that take over from a killed holder ask for (the group
+keeps the holder's: its settings are the first member's)."""
 
 
 @attrs.frozen
@@ -122,9 +123,8 @@ def test_sigkill_holder_messages_go_to_the_others_after_the_deadline(
         str(DEADLINE),
     )
     wait_until(lambda: len(holder.lines()) >= 100, 30, "the holder to hold 100 messages")
-    # The others' own leases are long: a batch one holds while a loaded machine delays
-    # its acks must not run out and come back counted once more (what is asserted below
-    # is the holder's leases running out, not theirs).
+    # The others ask for long leases, but the group keeps the holder's deadline: what is
+    # asserted below allows a taker's lease running out too (a count above 2).
     deadline = ("--deadline", str(OTHERS_DEADLINE_S))
     others = [
         start(workers, jet_dev, stream, group, tmp_path, stop, "--backend", backend, *deadline)
@@ -153,8 +153,13 @@ def test_sigkill_holder_messages_go_to_the_others_after_the_deadline(
     assert sorted(got) == list(range(count))  # nothing lost
     for offset, lines in got.items():
         if offset in held:
-            # The holder's messages came back only after its lease ran out, counted once more.
-            assert [line.count for line in lines] == [2]
+            # The holder's messages came back only after its lease ran out, counted once more
+            # (or more: the group keeps the holder's deadline, so a taker's own lease on a
+            # record it acquired but had not handed out yet can run out too on a loaded
+            # machine, and that counts, spec §7; count 3 was seen at load 25-35). Handed out
+            # once.
+            assert len(lines) == 1
+            assert lines[0].count >= 2
             first = min(line.at for line in lines)
             assert first >= held[offset].at + DEADLINE - 1.0
             assert first <= killed_at + DEADLINE + 10.0

@@ -27,17 +27,16 @@ or ``async with Connection(...)`` for standalone use).
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import attrs
 
 from jetsdk.background import BackgroundTasks
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.fetch_stream import encode_cancel_fetch_stream
 from jetsdk.codec.frames import (
     FLAG_ERROR,
     FLAG_RESPONSE,
@@ -56,11 +55,10 @@ from jetsdk.errors import (
     JetError,
     MalformedFrame,
     ProtocolError,
-    Timeout,
     error_from_body,
 )
-from jetsdk.expiries import expire_after
-from jetsdk.pending_stream import PendingStream, wait_future
+from jetsdk.pending_response import PendingResponse, api_name
+from jetsdk.pending_stream import PendingStream
 from jetsdk.transport import ByteStream, receive_into, running_asyncio_loop
 
 __all__ = ["DEFAULT_WRITE_TIMEOUT", "Connection", "PendingResponse", "PendingStream", "RequestBody"]
@@ -96,100 +94,6 @@ def _frame_rest(frame: Sequence[bytes], sent: int) -> list[bytes | memoryview]:
         rest.append(memoryview(part)[sent:] if sent else part)
         sent = 0
     return rest
-
-
-@attrs.define(eq=False)
-class PendingResponse:
-    """A request that was written and whose response has not been collected yet.
-
-    On asyncio its waiter is a bare future whose timeout is the loop's shared timer
-    (:mod:`jetsdk.expiries`): about half the cost of anyio's event in a cancel scope with
-    a deadline (13 against 24 us a wait on the 2-core dev VM, with a timer handle of its
-    own then), paid twice per produced and consumed message. A cancelled caller still
-    unwinds at once: cancelling the task cancels the future it awaits.
-    """
-
-    api: int
-    """API key of the request."""
-    correlation_id: int
-    """Correlation id the response will carry."""
-    _connection: Connection
-    _future: asyncio.Future[bool] | None = None
-    """asyncio: set to True by the response, False by the timeout."""
-    _event: anyio.Event | None = None
-    """Other event loops (trio): set by the response."""
-    _done: bool = False
-    _body: bytes | None = None
-    _error: JetError | None = None
-
-    @property
-    def done(self) -> bool:
-        """True once the response (or an error) arrived."""
-        return self._done
-
-    @property
-    def body_now(self) -> bytes | None:
-        """The response body if it arrived (None: not yet, or an error arrived)."""
-        return self._body if self._error is None else None
-
-    def when_done(self, callback: Callable[[object], None], timeout: float) -> bool:
-        """asyncio: have the loop call ``callback(future)`` once the response or an error
-        arrived, or ``timeout`` seconds passed (:meth:`wait` then raises Timeout); False
-        (nothing registered) on other loops."""
-        future = self._future
-        if future is None:
-            return False
-        future.add_done_callback(callback)
-        expire_after(future, timeout)
-        return True
-
-    def _resolve(self, body: bytes | None, error: JetError | None) -> None:
-        if not self._done:
-            self._done = True
-            self._body, self._error = body, error
-            future = self._future
-            if future is not None:
-                if not future.done():
-                    future.set_result(True)
-            elif self._event is not None:
-                self._event.set()
-
-    async def wait(self, timeout: float | None) -> bytes:
-        """The response body.
-
-        Args:
-            timeout: seconds to wait (None: no limit).
-
-        Raises:
-            Timeout: no response in time (the late response will be dropped).
-            JetError: the error response's class (see :mod:`jetsdk.errors`), or
-                JetConnectionError / ProtocolError if the connection broke.
-        """
-        if not self._done:
-            try:
-                future = self._future
-                if future is not None:
-                    await wait_future(future, timeout)
-                else:
-                    if self._event is None:
-                        self._event = anyio.Event()
-                    with anyio.move_on_after(math.inf if timeout is None else timeout):
-                        await self._event.wait()
-            finally:
-                if not self._done:  # timed out or cancelled: drop a late answer
-                    self._connection._forget(self.correlation_id)
-            if not self._done:
-                api = _api_name(self.api)
-                raise Timeout(
-                    f"no response to {api} from {self._connection.label} within {timeout}s"
-                )
-        if self._error is not None:
-            # A caller cancelled in the same moment sees that, not the failure its
-            # cancellation may have caused (the connection's reader ending in its scope).
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            raise self._error
-        assert self._body is not None
-        return self._body
 
 
 class Connection:
@@ -240,6 +144,11 @@ class Connection:
         )
         self.server_info: dict[str, object] = {}
         """The Hello response, once the owner sent Hello (empty before)."""
+        self._side_tasks: anyio.abc.TaskGroup | None = None
+        """Writes :meth:`run` does beside reading (a CancelFetchStream that could not be
+        written at once); cancelled when the reader ends."""
+        self.streams_cancelled = 0
+        """CancelFetchStream requests written (:meth:`_end_stream`; tests, measurements)."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -292,20 +201,25 @@ class Connection:
 
         Never raises for connection problems: they fail the pending requests instead.
         """
-        with anyio.CancelScope() as scope:
-            self._reader_scope = scope
-            self._loop = running_asyncio_loop()
-            task_status.started()
-            try:
-                # The one read path: the transport hands every chunk to _received (which
-                # raises at the end of the stream), from its reader callback or a loop.
-                await receive_into(self._stream, self._received)
-            except JetError as exc:
-                self._fail(exc)
-            finally:
-                if self._closed_error is None:
-                    self._fail(ClientClosed(f"connection to {self.label} closed"))
-                await self._stream.aclose()
+        async with anyio.create_task_group() as side_tasks:
+            self._side_tasks = side_tasks
+            with anyio.CancelScope() as scope:
+                self._reader_scope = scope
+                self._loop = running_asyncio_loop()
+                task_status.started()
+                try:
+                    # The one read path: the transport hands every chunk to _received
+                    # (which raises at the end of the stream), from its reader callback
+                    # or a loop.
+                    await receive_into(self._stream, self._received)
+                except JetError as exc:
+                    self._fail(exc)
+                finally:
+                    self._side_tasks = None
+                    side_tasks.cancel_scope.cancel()
+                    if self._closed_error is None:
+                        self._fail(ClientClosed(f"connection to {self.label} closed"))
+                    await self._stream.aclose()
 
     async def aclose(self) -> None:
         """Close the connection; pending requests fail with ClientClosed. Idempotent."""
@@ -329,7 +243,9 @@ class Connection:
         await self._wait_turn()
         cid = self._allocate_id()
         loop = self._loop
-        pending = PendingResponse(api, cid, self, loop.create_future() if loop else None)
+        pending = PendingResponse(
+            api, cid, self.label, self._forget, loop.create_future() if loop else None
+        )
         await self._write_request(pending, self._frame(api, cid, body))
         return pending
 
@@ -346,7 +262,8 @@ class Connection:
         """
         await self._wait_turn()
         cid = self._allocate_id()
-        pending = PendingStream(api, cid, self.label, self._forget, self._loop, max_buffered_bytes)
+        forget = self._end_stream if api == Api.FETCH_STREAM else self._forget
+        pending = PendingStream(api, cid, self.label, forget, self._loop, max_buffered_bytes)
         await self._write_request(pending, self._frame(api, cid, body))
         return pending
 
@@ -430,7 +347,7 @@ class Connection:
         if loop is None or write_now is None or not self.can_send_now:
             return None
         cid = self._allocate_id()
-        pending = PendingResponse(api, cid, self, loop.create_future())
+        pending = PendingResponse(api, cid, self.label, self._forget, loop.create_future())
         frame = self._frame(api, cid, body)
         self._waiters[cid] = pending
         try:
@@ -518,6 +435,31 @@ class Connection:
     def _forget(self, cid: int) -> None:
         self._waiters.pop(cid, None)
 
+    def _end_stream(self, cid: int) -> None:
+        """A FetchStream closed before its last response: forget it, and ask the server to
+        end it (CancelFetchStream, api 19, where Hello lists it) so that it stops sending
+        what would be dropped. From a plain function: written at once where it can be
+        (:meth:`send_nowait`), else by a background task of this connection. The answer is
+        dropped; if the connection breaks first, the stream ended with it."""
+        self._waiters.pop(cid, None)
+        if self.closed or not self.serves(Api.CANCEL_FETCH_STREAM):
+            return
+        body = encode_cancel_fetch_stream(cid)
+        pending = self.send_nowait(Api.CANCEL_FETCH_STREAM, body)
+        if pending is not None:
+            self._waiters.pop(pending.correlation_id, None)
+            self.streams_cancelled += 1
+        elif self._side_tasks is not None:
+            self._side_tasks.start_soon(self._send_cancel, body)
+
+    async def _send_cancel(self, body: bytes) -> None:
+        try:
+            pending = await self.send(Api.CANCEL_FETCH_STREAM, body)
+        except JetError:
+            return  # the connection broke or closed: its streams ended with it
+        self._waiters.pop(pending.correlation_id, None)
+        self.streams_cancelled += 1
+
     def _fail(self, error: JetError) -> None:
         if self._closed_error is None:
             self._closed_error = error
@@ -566,7 +508,7 @@ class Connection:
             return  # the requester gave up (timeout or cancel); drop the late answer
         if pending.api != frame.api:
             raise ProtocolError(
-                f"{self.label} answered {_api_name(pending.api)} with api {frame.api}"
+                f"{self.label} answered {api_name(pending.api)} with api {frame.api}"
             )
         body = frame.body
         if not isinstance(body, bytes):  # only a decoder with readinto_min makes one
@@ -574,13 +516,6 @@ class Connection:
         if isinstance(pending, PendingStream):
             pending._push(None if error else body, error, more)
         elif more:
-            raise ProtocolError(f"{self.label} answered {_api_name(pending.api)} more than once")
+            raise ProtocolError(f"{self.label} answered {api_name(pending.api)} more than once")
         else:
             pending._resolve(None if error else body, error)
-
-
-def _api_name(api: int) -> str:
-    try:
-        return Api(api).name
-    except ValueError:
-        return f"api {api}"

@@ -5,7 +5,8 @@
 response to it (every one but the last has the frame flag "more"), and the requester takes
 them in order with :meth:`PendingStream.next`. The connection forgets the correlation id
 at the last response, at an error frame, or when the requester closes the stream early
-(its remaining responses are then dropped as they arrive). The server sends at most the
+(its remaining responses are then dropped as they arrive, and a FetchStream is cancelled
+on the server: CancelFetchStream, api 19). The server sends at most the
 ``max_responses`` the request asked for, so the queue is bounded by the requester.
 
 Task safety: one event loop, one task taking the answers.

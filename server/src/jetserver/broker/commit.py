@@ -253,9 +253,12 @@ class Committer:
         self.roles_ended += 1
         self.wake_waiters()
 
-    async def wait_for_hw_above(self, offset: int, timeout_s: float) -> None:
+    async def wait_for_hw_above(
+        self, offset: int, timeout_s: float, stop: Callable[[], bool] | None = None
+    ) -> None:
         """Return when the HW passes ``offset``, the partition stops, its role ends
-        (:meth:`role_ended`), or ``timeout_s`` passes."""
+        (:meth:`role_ended`), ``stop()`` is true after a wake-up (:meth:`wake_waiters`),
+        or ``timeout_s`` passes."""
         self.fetch_waiters += 1
         try:
             deadline = time.monotonic() + timeout_s
@@ -266,6 +269,7 @@ class Committer:
                 and not life.closed
                 and not life.stopping
                 and self.roles_ended == roles_ended
+                and (stop is None or not stop())
             ):
                 left = deadline - time.monotonic()
                 if left <= 0 or not await self._hw_moved.wait_within(left, self._running_loop()):

@@ -20,6 +20,7 @@ Waiting uses the partition's events: no polling.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -68,8 +69,14 @@ class FetchAnswer:
         return 0 if self.records is None else self.records.length
 
 
-async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest) -> FetchAnswer:
-    """Answer ``req``: wait (up to ``max_wait_ms``) for records past its offset.
+async def fetch(
+    streams: StreamManager,
+    limits: LimitsConfig,
+    req: FetchRequest,
+    stop: Callable[[], bool] | None = None,
+) -> FetchAnswer:
+    """Answer ``req``: wait (up to ``max_wait_ms``, or until ``stop()`` is true after a
+    wake-up of the partition's waiters) for records past its offset.
 
     ``max_wait_ms`` and ``max_bytes`` are clamped to ``limits.max_fetch_wait_s`` and
     ``limits.max_fetch_bytes``.
@@ -92,7 +99,7 @@ async def fetch(streams: StreamManager, limits: LimitsConfig, req: FetchRequest)
         hops.mark("fetch.woken")  # it came after the HW moved: no wait
     if req.offset >= log.high_watermark and req.max_wait_ms > 0:
         wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
-        await replica.wait_for_hw_above(req.offset, wait_ms / 1000)
+        await replica.wait_for_hw_above(req.offset, wait_ms / 1000, stop)
         if hops.ENABLED:
             hops.mark("fetch.woken")
         if replica.closed:

@@ -12,7 +12,9 @@ still follows the partition in its ISR; ``STREAM_NOT_FOUND`` after a delete...) 
 raised as from :func:`fetch` and end the stream.
 
 The connection runs the answers one after the other in the request's task, which stays one
-request in flight for the stream's life; a closed connection cancels it.
+request in flight for the stream's life; a closed connection cancels it. A CancelFetchStream
+(api 19) from its client calls :meth:`FetchStream.cancel`: the stream ends with an empty
+last answer (at once if it is parked: its wait is woken and ends).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class FetchStream:
     led_epoch: int | None = None
     """The leader epoch this server led the partition in at the first answer (None: a
     read replica's stream): a stream ends with NOT_LEADER once that leadership ended."""
+    cancelled: bool = False
+    """Its client asked to end it (:meth:`cancel`): the next answer is the empty last one."""
 
     @classmethod
     def open(
@@ -85,6 +89,8 @@ class FetchStream:
         """
         req = self.request
         for _ in range(EARLY_EMPTY_ROUNDS):
+            if self.cancelled:
+                return self._last_empty_answer(), False
             if self.led_epoch is not None:  # raises NOT_LEADER: go to the new leader
                 self.streams.replica(req.stream, req.partition).check_leader(self.led_epoch)
             wait_ms = max(0, int((self.deadline - time.monotonic()) * 1000))
@@ -92,7 +98,12 @@ class FetchStream:
                 self.streams,
                 self.limits,
                 FetchRequest(req.stream, req.partition, self.offset, req.max_bytes, wait_ms),
+                self._is_cancelled,
             )
+            if self._is_cancelled():  # meanwhile (mypy narrowed the attribute above)
+                if answer.records is not None:
+                    answer.records.close()
+                return self._last_empty_answer(), False
             if answer.records is not None or answer.error_code or wait_ms == 0:
                 break
             # Empty before the idle wait ran out: the partition closed (a delete, a role
@@ -106,6 +117,29 @@ class FetchStream:
         self.offset = records.next_offset
         self.deadline = time.monotonic() + self.idle_s
         return answer, self.answered < req.max_responses
+
+    def cancel(self) -> None:
+        """End the stream early (CancelFetchStream): its next answer is the empty last
+        one; a parked wait for records is woken and ends."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        try:
+            replica = self.streams.replica(self.request.stream, self.request.partition)
+        except ApiError:
+            return  # gone: its wait ended or ends by itself
+        replica.wake_waiters()
+
+    def _is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def _last_empty_answer(self) -> FetchAnswer:
+        """The answer that ends a cancelled stream: no records, the log's offsets now."""
+        self.answered += 1
+        log = self.streams.replica(self.request.stream, self.request.partition).log
+        return FetchAnswer(
+            ErrorCode.NONE, log.high_watermark, log.log_start_offset, log.log_end_offset
+        )
 
     def _leader_epoch(self) -> int | None:
         """The epoch this server leads the partition in now (None: it does not)."""

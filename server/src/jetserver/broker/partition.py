@@ -382,9 +382,11 @@ class PartitionReplica:
 
     # ---------------------------------------------------------------- commit
 
-    def wait_for_hw_above(self, offset: int, timeout_s: float) -> Coroutine[Any, Any, None]:
+    def wait_for_hw_above(
+        self, offset: int, timeout_s: float, stop: Callable[[], bool] | None = None
+    ) -> Coroutine[Any, Any, None]:
         """:meth:`Committer.wait_for_hw_above`."""
-        return self.committer.wait_for_hw_above(offset, timeout_s)
+        return self.committer.wait_for_hw_above(offset, timeout_s, stop)
 
     def wake_waiters(self) -> None:
         """Wake every fetch waiting on this partition."""

@@ -29,6 +29,10 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.fetch_stream import (
+    decode_cancel_fetch_stream,
+    encode_cancel_fetch_stream_answer,
+)
 from jetsdk.codec.frames import (
     FLAG_ERROR,
     FLAG_RESPONSE,
@@ -42,7 +46,9 @@ from jetsdk.codec.messages import encode_error
 from jetserver import hops
 from jetserver.config import LimitsConfig
 from jetserver.logs import fields
+from jetserver.protocol import stream_control
 from jetserver.protocol.socket_io import READ_INLINE_MAX_BYTES, SocketIO
+from jetserver.protocol.stream_control import StreamControl
 from jetserver.storage import ReadSlice
 from jetserver.storage.read_slices import ReadSlices
 
@@ -139,6 +145,9 @@ class AcceptedConnection:
     _tasks: set[asyncio.Task[None]] = attrs.field(factory=set)
     _streaming: set[asyncio.Task[None]] = attrs.field(factory=set)
     """Requests writing their replies after the first (FetchStream)."""
+    _stream_controls: dict[int, StreamControl] = attrs.field(factory=dict)
+    """The FetchStream requests in flight, by correlation id: what ends each early
+    (CancelFetchStream, :mod:`jetserver.protocol.stream_control`)."""
     _ended: bool = False
     """No more requests will be read (the peer closed its side, or the connection fails)."""
     _loop: asyncio.AbstractEventLoop | None = None
@@ -288,7 +297,14 @@ class AcceptedConnection:
         try:
             if hops.ENABLED:
                 hops.mark(f"req.{_API_NAMES.get(frame.api, str(frame.api))}")
-            reply = await self.handler(frame)
+            if frame.api == Api.FETCH_STREAM:
+                control = self._stream_controls[frame.correlation_id] = StreamControl()
+                stream_control.CURRENT.set(control)
+                reply = await self.handler(frame)
+            elif frame.api == Api.CANCEL_FETCH_STREAM:
+                reply = self._cancel_stream(frame)
+            else:
+                reply = await self.handler(frame)
             await self._write(reply)
             if reply.then is not None:
                 reply = await self._write_stream(reply)
@@ -297,6 +313,8 @@ class AcceptedConnection:
             if reply.close:
                 self._shutdown()
         finally:
+            if frame.api == Api.FETCH_STREAM:
+                self._stream_controls.pop(frame.correlation_id, None)
             self._inflight -= 1
             self._last_activity = time.monotonic()
             if self._slot_freed is not None:
@@ -317,6 +335,26 @@ class AcceptedConnection:
         finally:
             self._streaming.discard(task)
         return reply
+
+    def _cancel_stream(self, frame: Frame) -> Reply:
+        """CancelFetchStream (api 19): end this connection's FetchStream of the correlation
+        id named, if one is in flight; the answer says whether one was. Only this
+        connection's own streams can be named, so no grant is needed."""
+        try:
+            correlation_id = decode_cancel_fetch_stream(frame.body)
+        except CodecError as exc:
+            return error_reply(
+                frame.api,
+                frame.correlation_id,
+                ErrorCode.MALFORMED_FRAME,
+                f"request body does not decode: {exc}",
+                close=True,
+            )
+        control = self._stream_controls.pop(correlation_id, None)
+        if control is not None:
+            control.fire()
+        body = encode_cancel_fetch_stream_answer(control is not None)
+        return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
 
     async def _run_after(self, after: Callable[[], Awaitable[None]], api: int) -> None:
         # Not the connection's any more: its close must not cancel this (bounded) work.

@@ -50,7 +50,7 @@ from jetserver.cluster.report_parse import parse_report, parse_reports
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
-from jetserver.protocol import json_api
+from jetserver.protocol import json_api, stream_control
 from jetserver.protocol.connection import Reply, error_reply
 from jetserver.protocol.gate_port import RequestGate, Session
 from jetserver.protocol.produce_many import ProduceMany
@@ -365,6 +365,9 @@ class Dispatcher:
     async def _fetch_stream(self, frame: Frame) -> Reply:
         req = decode_fetch_stream_request(frame.body)
         stream = FetchStream.open(self.streams, self.config.limits, req)
+        control = stream_control.CURRENT.get()
+        if control is not None:  # CancelFetchStream on its connection ends it
+            control.attach(stream.cancel)
         return await self._fetch_stream_reply(frame, stream, first=True)
 
     async def _fetch_stream_reply(

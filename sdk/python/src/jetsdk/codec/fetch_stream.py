@@ -1,5 +1,6 @@
 """FetchStream (api 18): one Fetch request answered by several responses
-(spec/protocol.md, "18 FetchStream").
+(spec/protocol.md, "18 FetchStream"); CancelFetchStream (api 19) ends one early
+("19 CancelFetchStream").
 
 The request is a consumer Fetch's fields (no ``replica_id``) and ``max_responses``; each
 response is a Fetch response body (:func:`jetsdk.codec.messages.decode_fetch_response`),
@@ -22,6 +23,8 @@ MAX_FETCH_STREAM_RESPONSES = 1024
 INVALID_ARGUMENT)."""
 
 _REQ = struct.Struct(">IqIII")  # partition, offset, max_bytes, max_wait_ms, max_responses
+_CANCEL = struct.Struct(">I")  # the stream's correlation id
+_CANCEL_ANSWER = struct.Struct(">B")  # 1: the stream was open and is ended; 0: none was
 
 
 @attrs.frozen
@@ -76,3 +79,52 @@ def decode_fetch_stream_request(body: bytes | bytearray | memoryview) -> FetchSt
         return FetchStreamRequest(stream, *_REQ.unpack_from(body, p))
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, what) from None
+
+
+def encode_cancel_fetch_stream(correlation_id: int) -> bytes:
+    """Encode a CancelFetchStream request body: the correlation id of the FetchStream
+    request (on the same connection) to end.
+
+    Raises:
+        CodecError: the id is not a u32 (reason ``"limit"``).
+    """
+    try:
+        return _CANCEL.pack(correlation_id)
+    except struct.error as exc:
+        raise CodecError(f"correlation id out of range: {exc}", reason="limit") from None
+
+
+def decode_cancel_fetch_stream(body: bytes | bytearray | memoryview) -> int:
+    """Decode a CancelFetchStream request body: the stream's correlation id.
+
+    Raises:
+        CodecError: truncated or trailing bytes.
+    """
+    return _decode_one(body, _CANCEL, "cancel fetch stream request")
+
+
+def encode_cancel_fetch_stream_answer(ended: bool) -> bytes:
+    """Encode a CancelFetchStream response body: whether a stream was open and is ended."""
+    return _CANCEL_ANSWER.pack(int(ended))
+
+
+def decode_cancel_fetch_stream_answer(body: bytes | bytearray | memoryview) -> bool:
+    """Decode a CancelFetchStream response body.
+
+    Raises:
+        CodecError: truncated or trailing bytes, or a value other than 0 or 1.
+    """
+    value = _decode_one(body, _CANCEL_ANSWER, "cancel fetch stream response")
+    if value not in (0, 1):
+        raise CodecError(f"cancel fetch stream response: bad value {value}", reason="malformed")
+    return value == 1
+
+
+def _decode_one(body: bytes | bytearray | memoryview, shape: struct.Struct, what: str) -> int:
+    try:
+        w.need(body, 0, shape.size, what)
+        w.check_end(body, shape.size, what)
+        value: int = shape.unpack_from(body, 0)[0]
+    except w.DECODE_ERRORS as exc:
+        raise w.convert(exc, what) from None
+    return value

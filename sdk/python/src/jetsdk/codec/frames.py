@@ -70,6 +70,7 @@ class Api(enum.IntEnum):
     UPDATE_STREAM = 16
     PRODUCE_MANY = 17
     FETCH_STREAM = 18
+    CANCEL_FETCH_STREAM = 19
 
 
 FLAG_RESPONSE = 0x01

@@ -7,8 +7,10 @@ answers instead of one per answer, and the server saves a read, a frame parse, a
 task and a park per message. The stream continues where each answer's records end, which
 is where the fetch loop continues too; a different ``max_bytes`` (a partial record asked
 again whole), a seek (a new run: the loop is cancelled) or an error ends it, and the next
-:meth:`FetchSource.next` opens another from the offset the loop asks for. Responses of a
-stream nobody takes any more are dropped by the connection as they arrive.
+:meth:`FetchSource.next` opens another from the offset the loop asks for. A stream nobody
+takes any more is ended on the server by a CancelFetchStream (api 19, where Hello lists
+it: :meth:`jetsdk.connection.Connection.send_stream`'s streams do so when closed early);
+responses already on their way are dropped by the connection as they arrive.
 
 Memory: a stream asks for at most ``STREAM_BUFFER_BYTES`` of answers (:func:`stream_shape`:
 many small ones at the tail, a few of ``max_bytes`` while catching up), so what the
