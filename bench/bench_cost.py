@@ -144,19 +144,7 @@ async def _round(
         return await _turns(client, stream, pid, n, work, tag)
     if kind == "strace":
         out = work / f"strace.{tag}.{stream}.txt"
-        proc = await anyio.open_process(
-            ["strace", "-c", "-f", "-p", str(pid), "-o", str(out)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            await anyio.sleep(_STRACE_ATTACH_S)
-            lat = await _send(client, stream, RATE, secs)
-        finally:
-            proc.send_signal(signal.SIGINT)
-            with anyio.fail_after(30):
-                await proc.wait()
+        lat = await _straced(["-c"], out, client, stream, pid, n)
         if not out.exists():
             return float("nan"), "strace could not attach (ptrace not allowed?)"
         counts = _strace_counts(out)
@@ -185,24 +173,31 @@ async def _round(
     return stats.total_calls / len(lat), callees  # type: ignore[attr-defined]
 
 
-async def _turns(
-    client: Client, stream: str, pid: int, n: int, work: Path, tag: str
-) -> tuple[float, str]:
-    """Loop iterations per message (``turns``): ready at once, or after a wait."""
-    out = work / f"turns.{tag}.{stream}.txt"
+async def _straced(
+    flags: list[str], out: Path, client: Client, stream: str, pid: int, n: int
+) -> list[float]:
+    """A round of ``n`` messages with ``strace -f <flags>`` of the server writing ``out``."""
     proc = await anyio.open_process(
-        ["strace", "-f", "-p", str(pid), "-o", str(out)],
+        ["strace", *flags, "-f", "-p", str(pid), "-o", str(out)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         await anyio.sleep(_STRACE_ATTACH_S)
-        lat = await _send(client, stream, RATE, n / RATE)
+        return await _send(client, stream, RATE, n / RATE)
     finally:
         proc.send_signal(signal.SIGINT)
         with anyio.fail_after(30):
             await proc.wait()
+
+
+async def _turns(
+    client: Client, stream: str, pid: int, n: int, work: Path, tag: str
+) -> tuple[float, str]:
+    """Loop iterations per message (``turns``): ready at once, or after a wait."""
+    out = work / f"turns.{tag}.{stream}.txt"
+    lat = await _straced([], out, client, stream, pid, n)
     if not out.exists():
         return float("nan"), "strace could not attach (ptrace not allowed?)"
     ready = waited = 0
