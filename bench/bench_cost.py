@@ -61,8 +61,9 @@ _MODE_ENV = "JET_COST_MODE"
 """``alone`` (default: :func:`one_at_a_time`) or ``paced`` (``bench light``'s loop)."""
 _STRACE_ATTACH_S = 1.0
 """Time strace is given to attach to every thread before a round starts."""
-_TURN = re.compile(r"^(\d+)\s+(epoll_p?wait)\(\d+, .*, (-?\d+)(?:, \S+, \d+)?\)\s+=\s+(\d+)")
-"""An ``strace -f`` line of an epoll wait: thread, call, timeout (ms), events returned."""
+_TURN = re.compile(r"^(\d+)\s+(?:<\.\.\. )?epoll_p?wait[ (].*?\], \d+, (-?\d+)")
+"""An ``strace -f`` line of an epoll wait that returned (whole, or resumed after another
+thread's line): thread and timeout (ms, the argument after the events and their count)."""
 _CALL = re.compile(r"^(\d+)\s+(\w+)\(")
 _LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
 
@@ -205,7 +206,7 @@ async def _turns(
     for line in out.read_text().splitlines():
         m = _TURN.match(line)
         if m and int(m.group(1)) == pid:
-            if m.group(3) == "0":
+            if m.group(2) == "0":
                 ready += 1
             else:
                 waited += 1
