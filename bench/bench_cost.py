@@ -11,7 +11,11 @@ Wall-clock latency on a shared machine is noise; these counts are not (or much l
 - ``strace``: system calls per message (``strace -c -f -p <server>`` over a round; the
   slowdown strace causes does not change the counts);
 - ``calls``: Python function calls per message in the loop thread (cProfile switched on
-  and off by signal through ``bench/cost_hook/sitecustomize.py``), with the top callees.
+  and off by signal through ``bench/cost_hook/sitecustomize.py``), with the top callees;
+- ``turns``: event-loop iterations per message of the loop thread (``strace -f -e
+  epoll_pwait,epoll_wait``): those that found work ready (the poll's timeout 0: a task or
+  callback waited for the next turn) and those that slept until an event (a wake-up),
+  with the other threads' system calls per message (an fsync worker's hand-offs).
 
 With ``JET_BENCH_AGAINST=<another jet work tree>`` a second server runs that tree's code
 (``A`` = this tree, ``B`` = that one) and the rounds interleave A and B, A first in even
@@ -22,7 +26,9 @@ profile of each server and stream there (``prof.<A|B>.<stream>``, pstats format)
 ``JET_COST_NO_COPIES=1`` adds two streams with ``no_nats_copies`` (``cfn``, ``cwn``), so
 the NATS copy's cost per message is the difference from ``cf`` and ``cw``;
 ``JET_COST_VALUE_BYTES=<n>`` sends values of n bytes instead of 100 (the per-byte cost:
-each message still alone, so at most RATE per second).
+each message still alone, so at most RATE per second); ``JET_COST_FSYNC_THREADS=1`` runs
+the servers with ``[storage] fsync_on_loop = false`` (every fsync in a worker thread, as
+after a slow one on a busy disk: the runner's back-off decides run by run otherwise).
 Run: ``python -m bench cost [--quick]``.
 """
 
@@ -55,6 +61,10 @@ _MODE_ENV = "JET_COST_MODE"
 """``alone`` (default: :func:`one_at_a_time`) or ``paced`` (``bench light``'s loop)."""
 _STRACE_ATTACH_S = 1.0
 """Time strace is given to attach to every thread before a round starts."""
+_TURN = re.compile(r"^(\d+)\s+(?:<\.\.\. )?epoll_p?wait[ (].*?\], \d+, (-?\d+)")
+"""An ``strace -f`` line of an epoll wait that returned (whole, or resumed after another
+thread's line): thread and timeout (ms, the argument after the events and their count)."""
+_CALL = re.compile(r"^(\d+)\s+(\w+)\(")
 _LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
 
 
@@ -131,21 +141,11 @@ async def _round(
             f" {(sw1[1] - sw0[1]) / len(lat):.2f} invol switches/msg of the loop thread,"
             f" p50 {statistics.median(lat):.2f} ms"
         )
+    if kind == "turns":
+        return await _turns(client, stream, pid, n, work, tag)
     if kind == "strace":
         out = work / f"strace.{tag}.{stream}.txt"
-        proc = await anyio.open_process(
-            ["strace", "-c", "-f", "-p", str(pid), "-o", str(out)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            await anyio.sleep(_STRACE_ATTACH_S)
-            lat = await _send(client, stream, RATE, secs)
-        finally:
-            proc.send_signal(signal.SIGINT)
-            with anyio.fail_after(30):
-                await proc.wait()
+        lat = await _straced(["-c"], out, client, stream, pid, n)
         if not out.exists():
             return float("nan"), "strace could not attach (ptrace not allowed?)"
         counts = _strace_counts(out)
@@ -174,10 +174,64 @@ async def _round(
     return stats.total_calls / len(lat), callees  # type: ignore[attr-defined]
 
 
+async def _straced(
+    flags: list[str], out: Path, client: Client, stream: str, pid: int, n: int
+) -> list[float]:
+    """A round of ``n`` messages with ``strace -f <flags>`` of the server writing ``out``."""
+    proc = await anyio.open_process(
+        ["strace", *flags, "-f", "-p", str(pid), "-o", str(out)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await anyio.sleep(_STRACE_ATTACH_S)
+        return await _send(client, stream, RATE, n / RATE)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        with anyio.fail_after(30):
+            await proc.wait()
+
+
+async def _turns(
+    client: Client, stream: str, pid: int, n: int, work: Path, tag: str
+) -> tuple[float, str]:
+    """Loop iterations per message (``turns``): ready at once, or after a wait."""
+    out = work / f"turns.{tag}.{stream}.txt"
+    lat = await _straced([], out, client, stream, pid, n)
+    if not out.exists():
+        return float("nan"), "strace could not attach (ptrace not allowed?)"
+    ready = waited = 0
+    others: dict[str, int] = {}
+    for line in out.read_text().splitlines():
+        m = _TURN.match(line)
+        if m and int(m.group(1)) == pid:
+            if m.group(2) == "0":
+                ready += 1
+            else:
+                waited += 1
+            continue
+        m = _CALL.match(line)
+        if m and int(m.group(1)) != pid:
+            others[m.group(2)] = others.get(m.group(2), 0) + 1
+    out.unlink()
+    k = len(lat)
+    top = sorted(others.items(), key=lambda kv: -kv[1])[:5]
+    return (ready + waited) / k, (
+        f"{ready / k:.2f} found work ready, {waited / k:.2f} waited for an event;"
+        f" other threads' calls/msg: " + (", ".join(f"{c} {v / k:.2f}" for c, v in top) or "none")
+    )
+
+
 async def _rounds(
     jets: dict[str, tuple[list[str], int]], kinds: list[str], rounds: int, n: int, work: Path
 ) -> None:
-    units = {"cpu": "server us/msg", "strace": "syscalls/msg", "calls": "Python calls/msg"}
+    units = {
+        "cpu": "server us/msg",
+        "strace": "syscalls/msg",
+        "calls": "Python calls/msg",
+        "turns": "loop turns/msg",
+    }
     results: dict[tuple[str, str, str], list[float]] = {}
     async with contextlib.AsyncExitStack() as stack:
         streams: dict[str, tuple[str, Durability | None]] = {
@@ -223,9 +277,9 @@ async def _rounds(
 def run(quick: bool) -> None:
     """Start the server(s) and run the rounds (see the module docstring)."""
     kinds = os.environ.get("JET_COST_KINDS", "cpu,strace,calls").split(",")
-    if "strace" in kinds and shutil.which("strace") is None:
-        print("  (strace not found: no system call counts)")
-        kinds.remove("strace")
+    if shutil.which("strace") is None:
+        print("  (strace not found: no system call or loop turn counts)")
+        kinds = [k for k in kinds if k not in ("strace", "turns")]
     rounds = int(os.environ.get("JET_COST_ROUNDS", "2" if quick else "3"))
     n = int(os.environ.get("JET_COST_MESSAGES", "1000" if quick else "2000"))
     trees = compared_trees()
@@ -239,7 +293,14 @@ def run(quick: bool) -> None:
                 "PYTHONPATH": os.pathsep.join(str(p) for p in paths),
                 "JET_COST_PROFILE": str(work / f"prof.{tag}"),
             }
-            dev = stack.enter_context(DevCluster(size=1, log_file=devnull, server_env={"s1": env}))
+            settings = (
+                {"storage": {"fsync_on_loop": False}}
+                if os.environ.get("JET_COST_FSYNC_THREADS") == "1"
+                else {}
+            )
+            dev = stack.enter_context(
+                DevCluster(size=1, log_file=devnull, server_env={"s1": env}, settings=settings)
+            )
             jets[tag] = (dev.addresses, dev.servers[0].pid)
         print(
             f"one message's server cost at {RATE} msg/s, 100 B, {rounds} rounds of {n} messages"

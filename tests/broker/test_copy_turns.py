@@ -89,3 +89,35 @@ async def test_a_turn_with_nothing_before_it_makes_no_future(
         assert await turns.wait(turn, BOUND_S)
         turns.finish(turn)
     assert made == []
+
+
+async def test_a_turn_that_waits_parks_on_one_future_of_the_given_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wait makes one future and one timer (``asyncio.wait`` made a second future, a
+    set and a done callback per wait, and looked the running loop up: a getpid system
+    call each on Python 3.11). Failed before: two futures per wait."""
+    loop = asyncio.get_running_loop()
+    made: list[object] = []
+    create_future = loop.create_future
+
+    def counted() -> asyncio.Future[object]:
+        made.append(None)
+        return create_future()
+
+    monkeypatch.setattr(loop, "create_future", counted)
+    turns = CopyTurns()
+    first, second = turns.take(), turns.take()
+    waiting = loop.create_task(turns.wait(second, BOUND_S, loop))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    turns.finish(first)
+    with anyio.fail_after(BOUND_S):
+        assert await waiting
+    assert len(made) == 1
+    turns.finish(second)
+    third, fourth = turns.take(), turns.take()
+    assert await turns.wait(third, BOUND_S, loop)  # nothing before it: no future
+    with anyio.fail_after(BOUND_S):
+        assert not await turns.wait(fourth, 0.01, loop)  # the third is not finished
+    assert len(made) == 2

@@ -139,6 +139,35 @@ async def test_off_means_every_fsync_in_a_thread(log: Log, clock: Clock) -> None
     assert (runner.loop_fsyncs, runner.thread_fsyncs) == (0, 1)
 
 
+@pytest.mark.parametrize("anyio_backend", LOOPS)
+async def test_a_thread_fsync_wakes_its_caller_without_a_task_of_its_own(
+    log: Log, clock: Clock
+) -> None:
+    """The worker's loop callback settles the caller's own future: no task is created,
+    started and woken per batch handed to a thread, and no ``shield`` stands between
+    (each a loop turn and a task step per fsync on a ``flushed`` message's way when the
+    disk is slow, ``python -m bench cost``). Failed before: one task per batch."""
+    loop = asyncio.get_running_loop()
+    created: list[object] = []
+    default = loop.get_task_factory()
+
+    def counting(lp: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Future[Any]:
+        created.append(coro)
+        return default(lp, coro, **kw) if default else asyncio.Task(coro, loop=lp, **kw)
+
+    runner = FsyncRunner(on_loop=False, clock=clock)
+    loop.set_task_factory(counting)
+    try:
+        with anyio.fail_after(WAIT):
+            for i in range(3):
+                log.append(bodies(1, start=i), 1, 0)
+                assert await runner.flush(log, loop=loop) == i + 1
+    finally:
+        loop.set_task_factory(default)
+    assert created == []
+    assert (runner.thread_fsyncs, runner.thread_jobs) == (3, 3)
+
+
 async def test_a_slow_fsync_sends_the_next_ones_to_threads_for_a_while(
     log: Log, clock: Clock
 ) -> None:
@@ -323,9 +352,9 @@ async def test_fsyncs_asked_for_in_one_loop_turn_run_at_once_in_threads(
     threads = fsync_threads.THREADS
 
     class Counted:
-        async def run(self, fn: Any, *args: Any, loop: Any = None) -> Any:
+        def call(self, loop: Any, then: Any, fn: Any, *args: Any) -> None:
             jobs.append(fn)
-            return await threads.run(fn, *args, loop=loop)
+            threads.call(loop, then, fn, *args)
 
     monkeypatch.setattr(fsync_runner, "THREADS", Counted())
     runner = FsyncRunner(on_loop=False, clock=clock)
@@ -366,9 +395,9 @@ async def test_many_logs_of_one_turn_share_at_most_fsync_lanes_threads(
     threads = fsync_threads.THREADS
 
     class Counted:
-        async def run(self, fn: Any, *args: Any, loop: Any = None) -> Any:
+        def call(self, loop: Any, then: Any, fn: Any, *args: Any) -> None:
             jobs.append(len(args[0]))
-            return await threads.run(fn, *args, loop=loop)
+            threads.call(loop, then, fn, *args)
 
     monkeypatch.setattr(fsync_runner, "THREADS", Counted())
     runner = FsyncRunner(on_loop=False, clock=clock)

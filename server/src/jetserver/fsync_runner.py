@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
@@ -92,7 +93,6 @@ class FsyncRunner:
     thread_jobs: int = 0
     """Batches handed to worker threads (the fsyncs asked for in one loop turn)."""
     _batch: _FlushBatch | None = attrs.field(default=None, repr=False)
-    _jobs: set[asyncio.Task[None]] = attrs.field(factory=set, repr=False)
     _busy: float = 0.0
     _busy_at: float = 0.0
     _threads_until: float = 0.0
@@ -121,23 +121,24 @@ class FsyncRunner:
     ) -> int:
         """``log_.flush(upto)`` in a worker thread, in one job with the other fsyncs asked
         for in this loop turn. A caller cancelled meanwhile still waits for the job to end
-        (an fsync's outcome is its committer's to see), as :meth:`FsyncThreads.run`."""
+        (an fsync's outcome is its committer's to see), as :meth:`FsyncThreads.run`.
+
+        Each caller waits on a future of its own, set by the job's loop callback: no task
+        per batch and no ``shield`` (each was one more loop turn and task step per fsync
+        between the thread's return and the caller's)."""
         batch = self._batch
         if batch is None:
             loop = loop or asyncio.get_running_loop()
-            batch = self._batch = _FlushBatch(loop.create_future())
+            batch = self._batch = _FlushBatch(loop)
             loop.call_soon(self._submit, batch)
-        index = len(batch.logs)
+        waiter: asyncio.Future[tuple[int, BaseException | None]] = batch.loop.create_future()
         batch.logs.append((log_, upto))
-        done = batch.done
+        batch.waiters.append(waiter)
         try:
-            results = await asyncio.shield(done)
+            flushed, error = await waiter
         except asyncio.CancelledError:
-            while not done.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(done)
+            await batch.wait_ended()
             raise
-        flushed, error = results[index]
         if error is not None:
             raise error
         return flushed
@@ -146,9 +147,15 @@ class FsyncRunner:
         if self._batch is batch:
             self._batch = None
         self.thread_jobs += 1
-        task = batch.done.get_loop().create_task(_run_batch(batch))
-        self._jobs.add(task)  # held until it ends: the loop keeps only weak references
-        task.add_done_callback(self._jobs.discard)
+        logs = batch.logs
+        size = -(-len(logs) // FSYNC_LANES)
+        batch.results = [(-1, None)] * len(logs)
+        batch.size = size
+        batch.lanes = -(-len(logs) // size)
+        for i in range(0, len(logs), size):
+            THREADS.call(
+                batch.loop, functools.partial(batch.lane_done, i), _flush_all, logs[i : i + size]
+            )
 
     async def flush_here(
         self,
@@ -258,38 +265,50 @@ async def _loop_free(loop: asyncio.AbstractEventLoop | None = None) -> bool:
 @attrs.define(eq=False)
 class _FlushBatch:
     """The fsyncs handed to worker threads in one loop turn: one batch, split among at
-    most :data:`FSYNC_LANES` jobs."""
+    most :data:`FSYNC_LANES` jobs, whose loop callbacks settle each caller's future."""
 
-    done: asyncio.Future[list[tuple[int, BaseException | None]]]
-    """Each log's outcome, in order: (flushed offset, None) or (-1, its error)."""
+    loop: asyncio.AbstractEventLoop
     logs: list[tuple[Log, int | None]] = attrs.field(factory=list)
+    waiters: list[asyncio.Future[tuple[int, BaseException | None]]] = attrs.field(factory=list)
+    """Each log's caller's future: (flushed offset, None) or (-1, its error)."""
+    results: list[tuple[int, BaseException | None]] = attrs.field(factory=list)
+    size: int = 0
+    """Logs per job (the last one's share may be smaller)."""
+    lanes: int = 0
+    """Jobs not ended yet."""
+    ended: asyncio.Future[None] | None = None
+    """Made for a caller cancelled while the jobs run (:meth:`wait_ended`)."""
 
+    def lane_done(
+        self,
+        start: int,
+        outcomes: list[tuple[int, BaseException | None]] | None,
+        error: BaseException | None,
+    ) -> None:
+        """A job ended (a loop callback): its logs' outcomes from ``start`` on; once the
+        last one did, every caller's."""
+        if outcomes is None:  # unexpected (_flush_all keeps each log's error): all get it
+            outcomes = [(-1, error)] * (min(start + self.size, len(self.logs)) - start)
+        self.results[start : start + len(outcomes)] = outcomes
+        self.lanes -= 1
+        if self.lanes:
+            return
+        for waiter, outcome in zip(self.waiters, self.results, strict=True):
+            if not waiter.done():
+                waiter.set_result(outcome)
+        if self.ended is not None and not self.ended.done():
+            self.ended.set_result(None)
 
-async def _run_batch(batch: _FlushBatch) -> None:
-    done = batch.done
-    loop = done.get_loop()
-    logs = batch.logs
-    try:
-        if len(logs) == 1:
-            results = await THREADS.run(_flush_all, logs, loop=loop)
-        else:
-            size = -(-len(logs) // FSYNC_LANES)
-            parts = await asyncio.gather(
-                *(
-                    THREADS.run(_flush_all, logs[i : i + size], loop=loop)
-                    for i in range(0, len(logs), size)
-                )
-            )
-            results = [outcome for part in parts for outcome in part]
-    except asyncio.CancelledError:  # the server stops
-        done.cancel()
-        raise
-    except Exception as exc:  # unexpected: every waiter gets it
-        if not done.done():
-            done.set_exception(exc)
-        return
-    if not done.done():
-        done.set_result(results)
+    async def wait_ended(self) -> None:
+        """Until every job of the batch ended (for a caller cancelled meanwhile)."""
+        if self.lanes == 0 and self.results:
+            return  # ended
+        ended = self.ended
+        if ended is None:
+            ended = self.ended = self.loop.create_future()
+        while not ended.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(ended)
 
 
 def _flush_all(logs: list[tuple[Log, int | None]]) -> list[tuple[int, BaseException | None]]:

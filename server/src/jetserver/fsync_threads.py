@@ -15,11 +15,13 @@ result's callback ran; tried on 2026-11-28: 4.1 -> 7.2 context switches per mess
 As with anyio's ``run_sync``, a caller cancelled while its job runs still waits for the job
 to end before its cancellation goes on (an fsync's outcome is the committer's to see).
 
-:meth:`FsyncThreads.submit` hands a job over without any result coming back (the fsyncs of
-``written`` partitions, :mod:`jetserver.flush_behind`): no loop wake-up at all.
+:meth:`FsyncThreads.call` hands a job over with a loop callback for its outcome (no future,
+no task to wake). :meth:`FsyncThreads.submit` hands a job over without any result coming
+back (the fsyncs of ``written`` partitions, :mod:`jetserver.flush_behind`): no loop wake-up
+at all.
 
-Task safety: :meth:`FsyncThreads.run` from event-loop threads, :meth:`FsyncThreads.submit`
-from any; workers are daemon threads.
+Task safety: :meth:`FsyncThreads.run` and :meth:`FsyncThreads.call` from event-loop
+threads, :meth:`FsyncThreads.submit` from any; workers are daemon threads.
 """
 
 from __future__ import annotations
@@ -53,17 +55,23 @@ one after the other, 5-13 ms in 8 threads)."""
 class _Job:
     """One call: run in a worker thread, settled on its loop."""
 
-    __slots__ = ("args", "ended", "fn", "future", "loop")
+    __slots__ = ("args", "ended", "fn", "future", "loop", "then")
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop | None,
         fn: Callable[..., Any],
         args: tuple[Any, ...],
+        then: Callable[[Any, BaseException | None], None] | None = None,
     ) -> None:
         self.loop = loop
         """None: nobody waits (:meth:`FsyncThreads.submit`)."""
-        self.future: asyncio.Future[Any] | None = None if loop is None else loop.create_future()
+        self.then = then
+        """Called on ``loop`` with the outcome instead of settling a future
+        (:meth:`FsyncThreads.call`)."""
+        self.future: asyncio.Future[Any] | None = (
+            None if loop is None or then is not None else loop.create_future()
+        )
         self.fn = fn
         self.args = args
         self.ended = False
@@ -129,6 +137,22 @@ class FsyncThreads:
             raise
         return result
 
+    def call(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        then: Callable[[Any, BaseException | None], None],
+        fn: Callable[..., Any],
+        *args: Any,
+    ) -> None:
+        """``fn(*args)`` in a worker thread, then ``then(result, None)`` or ``then(None,
+        error)`` as a callback on ``loop`` (not called if the loop closed meanwhile). No
+        future and no task: the loop turn that reads the worker's wake-up runs ``then``
+        itself, where :meth:`run` settles a future whose awaiting task steps one turn later
+        (:mod:`jetserver.fsync_runner`'s batches: the task that awaited it was a task
+        created, started and woken per fsync handed to a thread). ``then`` must not raise.
+        From the event loop thread."""
+        self._put(_Job(loop, fn, args, then))
+
     def submit(self, fn: Callable[[], object]) -> None:
         """``fn()`` in a worker thread, and nothing handed back: no future, no loop
         callback (no wake-up of the event loop; ``fn`` tells whom it must itself). An
@@ -183,6 +207,9 @@ class FsyncThreads:
 
 def _settle(job: _Job, result: Any, error: BaseException | None) -> None:
     job.ended = True
+    if job.then is not None:
+        job.then(result, error)
+        return
     future = job.future
     if future is None or future.done():
         return

@@ -183,7 +183,7 @@ class DirectCopies:
                 await committer.commit_deferred()
                 if not turns.is_next(turn):
                     deadline = deadline or time.monotonic() + timeout_s
-                    in_turn = await turns.wait(turn, timeout_s)
+                    in_turn = await turns.wait(turn, timeout_s, committer.running_loop())
                 if committer.sync_failures == failures and log_.high_watermark >= end:
                     await link.publish_stored_copies(messages, header, replica)
                 else:
