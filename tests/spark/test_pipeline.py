@@ -27,6 +27,10 @@ from .helpers import (
 
 pytestmark = pytest.mark.spark
 
+POLL_S = 0.25
+"""Pause between two reads of a whole stream while waiting for rows (each read is a new
+client: polling at the kit's default 20 ms kept a core busy)."""
+
 
 def test_source_transform_sink_end_to_end(spark: Any, spark_jet: JetDev, checkpoint: Path) -> None:
     from pyspark.sql import functions as F
@@ -220,7 +224,14 @@ def test_stream_writer_stopped_mid_run_resumes_exactly(
         )
 
     query = start({"processingTime": "0 seconds"})
-    wait_until(lambda: len(read_all(servers, out)) >= 100, QUERY_TIMEOUT_S, "a first batch")
+
+    def first_batch_stored() -> bool:
+        # A query that failed (a Python worker that did not connect back in time, on a
+        # loaded machine) fails the test now, not after the whole bound.
+        assert query.isActive, f"the query ended before its first batch: {query.exception()}"
+        return len(read_all(servers, out)) >= 100
+
+    wait_until(first_batch_stored, QUERY_TIMEOUT_S, "a first batch", interval_s=POLL_S)
     query.stop()  # may interrupt a batch half-written
     assert query.exception() is None
 

@@ -17,6 +17,8 @@ from .helpers import bounds, create, produce, read_all, unique
 pytestmark = pytest.mark.spark
 
 WAIT_S = 60.0
+POLL_S = 0.25
+"""Pause between two reads of a whole stream (each read is a new client)."""
 
 
 def _servers(dev: JetDev) -> str:
@@ -26,7 +28,12 @@ def _servers(dev: JetDev) -> str:
 def _settled(servers: list[str], stream: str, check: Any) -> None:
     """Wait until maintenance has acted (``check(records)``) and then stopped changing the
     log (three maintenance intervals without a change)."""
-    wait_until(lambda: check(read_all(servers, stream)), WAIT_S, f"maintenance of {stream}")
+    wait_until(
+        lambda: check(read_all(servers, stream)),
+        WAIT_S,
+        f"maintenance of {stream}",
+        interval_s=POLL_S,
+    )
     last = [r.offset for r in read_all(servers, stream)]
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:

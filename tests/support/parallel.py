@@ -14,9 +14,14 @@ tests must share a worker, and which start first.
   pytest 9.2 ignores (pytest-xdist issue 1386: the groups are silently dropped). Here the
   workers write each test's group to a file (:data:`GROUPS_ENV` names it, set by the
   controller) and :class:`GroupScheduling` reads it.
-- **Order**: the longest units start first (:data:`START_FIRST`: the Spark group, then the
-  multi-server and fault tests), so that no long test starts last and runs alone at the
-  end while the other workers idle. Within a rank the collection order is kept.
+- **Order** (:class:`Estimates`, from the measured seconds of the slow tests in
+  tests/support/durations.json): the longest units start first, so that no long test
+  starts last and runs alone at the end while the other workers idle. A worker must hold
+  the test after the one it runs (xdist's worker waits for its next test before running
+  one), so a worker busy with a long test is handed the shortest unit left, not the
+  longest: the longest then go to the workers about to be free (list scheduling, longest
+  first). Regenerate the table after a parallel run with ``--durations=0``:
+  ``python tests/support/durations.py LOG``.
 
 Per-worker isolation needs nothing here: every port is picked free at start (port 0, or
 :func:`jetserver.testing.free_ports` just before use), every data directory is under the
@@ -29,9 +34,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
@@ -87,9 +94,44 @@ def deal_lanes(files: tuple[str, ...], lanes: int) -> dict[str, int]:
 CLUSTER_LANE_OF = deal_lanes(CLUSTER_FILES, CLUSTER_LANES)
 GROUPS_ENV = "JET_TEST_GROUPS_FILE"
 """Environment variable: the file where workers write ``{node id: group}``."""
-START_FIRST = ("tests/spark", "tests/cluster/", "tests/cli")
-"""Start ranks by where a unit lives (its group, else the test's node id): the first prefix
-it starts with is its rank; units matching none start last."""
+DURATIONS_FILE = Path(__file__).with_name("durations.json")
+"""``{node id: seconds}`` of the slowest tests of parallel runs (tests/support/durations.py
+writes it from their ``--durations`` lists; now the medians of three CI runs' 25 slowest);
+the others count :data:`DEFAULT_TEST_S`."""
+DEFAULT_TEST_S = 0.2
+"""Seconds of a test the table does not list (most take well under a second)."""
+BUSY_S = 5.0
+"""A worker whose tests in hand are estimated to take longer than this gets the shortest
+unit left (see :class:`Estimates`); otherwise the longest."""
+
+
+@attrs.frozen
+class Estimates:
+    """Estimated seconds of tests and units of work, from the table of measured times."""
+
+    seconds: dict[str, float]
+
+    @classmethod
+    def load(cls, path: Path = DURATIONS_FILE) -> Estimates:
+        """The table at ``path`` (empty if there is none: then the collection order)."""
+        try:
+            return cls(orjson.loads(path.read_bytes()))
+        except FileNotFoundError:
+            return cls({})
+
+    def of(self, nodeids: Iterable[str]) -> float:
+        """Estimated seconds of running ``nodeids`` one after another."""
+        return sum(self.seconds.get(n, DEFAULT_TEST_S) for n in nodeids)
+
+    def longest_first(self, units: dict[str, dict[str, bool]]) -> list[str]:
+        """The scopes of ``units`` (scope -> its node ids), longest first (ties: in order)."""
+        return sorted(units, key=lambda scope: -self.of(units[scope]))
+
+    def take_last(self, in_hand: Iterable[str]) -> bool:
+        """Whether a worker holding the unfinished tests ``in_hand`` should get the
+        shortest unit left rather than the longest: it will not be free for a while, and
+        whatever it gets waits behind what it holds."""
+        return self.of(in_hand) > BUSY_S
 
 
 def is_distributed(config: pytest.Config) -> bool:
@@ -123,21 +165,10 @@ def shared_group(item: pytest.Item) -> str | None:
     return module_group
 
 
-def start_rank(item: pytest.Item) -> int:
-    """The start rank of ``item`` (see :data:`START_FIRST`); lower starts earlier."""
-    name = shared_group(item) or item.nodeid
-    for rank, prefix in enumerate(START_FIRST):
-        if name.startswith(prefix):
-            return rank
-    return len(START_FIRST)
-
-
 def arrange(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In an xdist worker: write each test's group for the scheduler, and put the longest
-    units first (in place; stable within a rank)."""
+    """In an xdist worker: write each test's group for the scheduler."""
     if not is_distributed(config):
         return
-    items.sort(key=start_rank)
     target = os.environ.get(GROUPS_ENV)
     if not target:
         return
@@ -165,14 +196,30 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        """xdist's scope scheduling with the scopes the workers wrote (:func:`arrange`):
-        a test's group, else the test alone."""
+        """xdist's scope scheduling with the scopes the workers wrote (:func:`arrange`): a
+        test's group, else the test alone; the units in :class:`Estimates`' order."""
 
         _groups: dict[str, str] | None = None
+        _estimates: Estimates | None = None
 
         def _split_scope(self, nodeid: str) -> str:
             if self._groups is None:
                 self._groups = orjson.loads(Path(os.environ[GROUPS_ENV]).read_bytes())
             return self._groups.get(nodeid, nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if self._estimates is None:  # the first call: the queue is complete
+                self._estimates = Estimates.load()
+                for scope in self._estimates.longest_first(self.workqueue):
+                    self.workqueue.move_to_end(scope)
+            in_hand = [
+                nodeid
+                for unit in self.assigned_work.get(node, {}).values()
+                for nodeid, done in unit.items()
+                if not done
+            ]
+            if self._estimates.take_last(in_hand):
+                self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
+            super()._assign_work_unit(node)
 
     return GroupScheduling(config, log)

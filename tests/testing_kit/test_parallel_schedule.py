@@ -1,0 +1,36 @@
+"""The parallel suite's order (tests/support/parallel.py): units longest first by the table
+of measured seconds, a busy worker handed the shortest unit, and a table that names only
+tests that exist."""
+
+from __future__ import annotations
+
+from support.parallel import BUSY_S, DEFAULT_TEST_S, DURATIONS_FILE, TESTS_ROOT, Estimates
+
+
+def test_units_are_ordered_by_their_summed_seconds_ties_in_collection_order() -> None:
+    estimates = Estimates({"a::slow": 30.0, "b::one": 4.0, "b::two": 4.0, "c::mid": 10.0})
+    units = {
+        "a": {"a::slow": False},
+        "quick1": {"q::1": False},
+        "b": {"b::one": False, "b::two": False, "b::unlisted": False},
+        "c": {"c::mid": False},
+        "quick2": {"q::2": False},
+    }
+    assert estimates.of(units["b"]) == 8.0 + DEFAULT_TEST_S
+    assert estimates.longest_first(units) == ["a", "c", "b", "quick1", "quick2"]
+
+
+def test_a_worker_busy_for_longer_than_the_bound_gets_the_shortest_unit() -> None:
+    estimates = Estimates({"long": BUSY_S + 1, "short": BUSY_S / 2})
+    assert estimates.take_last(["long"])
+    assert not estimates.take_last(["short"])
+    assert not estimates.take_last([])  # an idle worker gets the longest unit left
+
+
+def test_the_table_names_tests_that_exist() -> None:
+    table = Estimates.load().seconds
+    assert table, f"{DURATIONS_FILE} is missing or empty"
+    missing = {n.split("::", 1)[0] for n in table} - {
+        p.relative_to(TESTS_ROOT.parent).as_posix() for p in TESTS_ROOT.rglob("test_*.py")
+    }
+    assert not missing, f"{DURATIONS_FILE.name} names files that are gone: {sorted(missing)}"
