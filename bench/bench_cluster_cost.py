@@ -26,11 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pstats
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +36,15 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from bench.bench_cost import _strace_counts, _user_system_s
+from bench.bench_cost import (
+    _user_system_s,
+    print_medians,
+    profiled,
+    record,
+    settings,
+    syscall_counts,
+    top_callees,
+)
 from bench.bench_light3 import _switches
 from bench.bench_sdk import _load
 from bench.pacing import paced
@@ -55,7 +59,6 @@ VALUE = b"x" * 100
 STREAM = "cost3"
 WARMUP = 100
 READY_TIMEOUT_S = 60.0
-_STRACE_ATTACH_S = 1.0
 
 
 async def _setup(addresses: list[str], dev: DevCluster) -> str:
@@ -105,64 +108,31 @@ async def _round(
         return {"leader": per([leader]), "follower": per(followers)}
     roles = {"leader": leader, "follower": followers[0]}
     out: dict[str, tuple[float, str]] = {}
+
+    async def send() -> None:
+        await _send(addresses, n)
+
     for role, sid in roles.items():
         pid = pids[sid]
         if kind == "strace":
-            path = work / f"strace.{tag}.{role}.txt"
-            proc = await anyio.open_process(
-                ["strace", "-c", "-f", "-p", str(pid), "-o", str(path)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            try:
-                await anyio.sleep(_STRACE_ATTACH_S)
-                await _send(addresses, n)
-            finally:
-                proc.send_signal(signal.SIGINT)
-                with anyio.fail_after(30):
-                    await proc.wait()
-            if not path.exists():
+            counts = await syscall_counts(pid, work, f"strace.{tag}.{role}.txt", send)
+            if counts is None:
                 out[role] = (float("nan"), "strace could not attach")
                 continue
-            counts = _strace_counts(path)
             top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
             out[role] = (
                 sum(counts.values()) / n,
                 ", ".join(f"{name} {c / n:.2f}" for name, c in top),
             )
             continue
-        path = work / f"prof.{tag}.{sid}"
-        path.unlink(missing_ok=True)
-        os.kill(pid, signal.SIGUSR1)
-        await _send(addresses, n)
-        os.kill(pid, signal.SIGUSR2)
-        with anyio.fail_after(10):
-            while not path.exists():  # noqa: ASYNC110 - another process writes it
-                await anyio.sleep(0.05)
-        await anyio.sleep(0.3)  # let the dump finish
-        keep = os.environ.get("JET_COST_KEEP")
-        if keep:
-            shutil.copy(path, Path(keep) / f"prof.{tag}.{role}")
-        stats = pstats.Stats(str(path))
-        rows = sorted(
-            stats.stats.items(),  # type: ignore[attr-defined]
-            key=lambda kv: -kv[1][1],
-        )[:8]
-        callees = ", ".join(f"{func[2]} {v[1] / n:.1f}" for func, v in rows)
-        out[role] = (stats.total_calls / n, callees)  # type: ignore[attr-defined]
+        stats = await profiled(pid, work, f"prof.{tag}.{sid}", send, f"prof.{tag}.{role}")
+        out[role] = (stats.total_calls / n, top_callees(stats, n))  # type: ignore[attr-defined]
     return out
 
 
 def run(quick: bool) -> None:
     """Start the clusters and run the rounds (module docstring)."""
-    kinds = os.environ.get("JET_COST_KINDS", "cpu,strace,calls").split(",")
-    if "strace" in kinds and shutil.which("strace") is None:
-        print("  (strace not found: no system call counts)")
-        kinds.remove("strace")
-    rounds = int(os.environ.get("JET_COST_ROUNDS", "2" if quick else "3"))
-    n = int(os.environ.get("JET_COST_MESSAGES", "1000" if quick else "1500"))
-    units = {"cpu": "us/msg", "strace": "syscalls/msg", "calls": "Python calls/msg"}
+    kinds, rounds, n = settings(quick, 1500)
     trees = compared_trees()
     results: dict[tuple[str, str, str], list[float]] = {}
     with contextlib.ExitStack() as stack:
@@ -197,17 +167,6 @@ def run(quick: bool) -> None:
                         _round, kind, addresses, pids, leader, n, work, tag, backend="asyncio"
                     )
                     for role, (value, detail) in got.items():
-                        results.setdefault((kind, role, tag), []).append(value)
-                        print(
-                            f"  {kind:<6} r{r} {tag} {role:<8}: {value:7.1f} {units[kind]}"
-                            f" ({detail}; load {_load()})",
-                            flush=True,
-                        )
-        print(f"  medians over {rounds} rounds of {n} messages:")
-        for (kind, role, tag), values in results.items():
-            each = ", ".join(f"{v:.1f}" for v in values)
-            print(
-                f"    {kind:<6} {role:<8} {tag}: {statistics.median(values):7.1f} "
-                f"{units[kind]} (rounds: {each})"
-            )
+                        record(results, (kind, f"{role:<8}", tag), r, value, detail)
+        print_medians(results, rounds, n)
         print(f"  ({time.perf_counter() - started:.0f} s)")
