@@ -12,7 +12,8 @@ of records sent ends the leader's epoch), the HW sent noted. The wait and the an
   a HW it has not been sent once the request has been parked ``hw_news_delay_s``, an
   error, the leadership ended), the session is woken
   (:class:`SessionWakers`: a follower with new partitions to add ends its parked request
-  with a wake request) or ``max_wait_ms`` passes;
+  with a wake request) or ``max_wait_ms`` passes; its task wakes only then (a partition's
+  possible news is checked in the turn that made it: :meth:`_Parked.poke`);
 - after news or a wake it answers only the partitions with something to say (a HW not
   due yet included, since an answer goes out anyway); after
   ``max_wait_ms`` (or with ``max_wait_ms`` 0) every partition. A partition left out is
@@ -54,7 +55,7 @@ READ_INLINE_MAX_BYTES = 256 * 1024
 """Records up to this size are read on the event loop; bigger reads in a worker thread."""
 MAX_NEWS_WAITS = 64
 """Bound on one request's waits: each ends with news, a wake, the HW delay or the long poll's
-end; a wake with nothing to say (a HW not due yet, a flush) waits again."""
+end (a wait that ends with nothing due, a timer a little early, waits again)."""
 MAX_EARLY_WAKES = 1024
 """Wakes remembered for sessions with no parked request (the oldest are forgotten)."""
 
