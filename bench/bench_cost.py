@@ -44,6 +44,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -144,34 +145,78 @@ async def _round(
     if kind == "turns":
         return await _turns(client, stream, pid, n, work, tag)
     if kind == "strace":
-        out = work / f"strace.{tag}.{stream}.txt"
-        lat = await _straced(["-c"], out, client, stream, pid, n)
-        if not out.exists():
+        lat = []
+
+        async def send() -> None:
+            lat.extend(await _send(client, stream, RATE, secs))
+
+        counts = await syscall_counts(pid, work, f"strace.{tag}.{stream}.txt", send)
+        if counts is None:
             return float("nan"), "strace could not attach (ptrace not allowed?)"
-        counts = _strace_counts(out)
         top = sorted(counts.items(), key=lambda kv: -kv[1])[:9]
         return sum(counts.values()) / len(lat), ", ".join(
             f"{name} {c / len(lat):.2f}" for name, c in top
         )
-    out = work / f"prof.{tag}"
+    lat = []
+
+    async def send_profiled() -> None:
+        lat.extend(await _send(client, stream, RATE, secs))
+
+    stats = await profiled(pid, work, f"prof.{tag}", send_profiled, f"prof.{tag}.{stream}")
+    return stats.total_calls / len(lat), top_callees(stats, len(lat))  # type: ignore[attr-defined]
+
+
+async def syscall_counts(
+    pid: int, work: Path, name: str, send: Callable[[], Awaitable[None]]
+) -> dict[str, int] | None:
+    """System call -> count in process ``pid`` (every thread) while ``send()`` runs
+    (``strace -c -f``, its summary written to ``work / name``); None if strace could not
+    attach."""
+    out = work / name
+    proc = await anyio.open_process(
+        ["strace", "-c", "-f", "-p", str(pid), "-o", str(out)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await anyio.sleep(_STRACE_ATTACH_S)
+        await send()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        with anyio.fail_after(30):
+            await proc.wait()
+    return _strace_counts(out) if out.exists() else None
+
+
+async def profiled(
+    pid: int, work: Path, name: str, send: Callable[[], Awaitable[None]], keep_as: str
+) -> pstats.Stats:
+    """The cProfile of server ``pid``'s loop thread while ``send()`` runs (switched on and
+    off by signal through bench/cost_hook, written to ``work / name``: the server's
+    ``JET_COST_PROFILE``); copied to ``$JET_COST_KEEP/keep_as`` if that is set."""
+    out = work / name
     out.unlink(missing_ok=True)
     os.kill(pid, signal.SIGUSR1)
-    lat = await _send(client, stream, RATE, secs)
+    await send()
     os.kill(pid, signal.SIGUSR2)
     with anyio.fail_after(10):
         while not out.exists():  # noqa: ASYNC110 - another process writes it
             await anyio.sleep(0.05)
-    await anyio.sleep(0.2)  # let the dump finish
+    await anyio.sleep(0.3)  # let the dump finish
     keep = os.environ.get("JET_COST_KEEP")
     if keep:
-        shutil.copy(out, Path(keep) / f"prof.{tag}.{stream}")
-    stats = pstats.Stats(str(out))
+        shutil.copy(out, Path(keep) / keep_as)
+    return pstats.Stats(str(out))
+
+
+def top_callees(stats: pstats.Stats, n: int) -> str:
+    """The 8 most called functions of ``stats`` with their calls per message (``n``)."""
     rows = sorted(
         stats.stats.items(),  # type: ignore[attr-defined]
         key=lambda kv: -kv[1][1],
     )[:8]
-    callees = ", ".join(f"{func[2]} {v[1] / len(lat):.1f}" for func, v in rows)
-    return stats.total_calls / len(lat), callees  # type: ignore[attr-defined]
+    return ", ".join(f"{func[2]} {v[1] / n:.1f}" for func, v in rows)
 
 
 async def _straced(
@@ -226,12 +271,6 @@ async def _turns(
 async def _rounds(
     jets: dict[str, tuple[list[str], int]], kinds: list[str], rounds: int, n: int, work: Path
 ) -> None:
-    units = {
-        "cpu": "server us/msg",
-        "strace": "syscalls/msg",
-        "calls": "Python calls/msg",
-        "turns": "loop turns/msg",
-    }
     results: dict[tuple[str, str, str], list[float]] = {}
     async with contextlib.AsyncExitStack() as stack:
         streams: dict[str, tuple[str, Durability | None]] = {
@@ -259,29 +298,61 @@ async def _rounds(
                         value, detail = await _round(
                             kind, clients[tag], stream, jets[tag][1], n, work, tag
                         )
-                        results.setdefault((kind, stream, tag), []).append(value)
-                        print(
-                            f"  {kind:<6} r{r} {tag} {stream}: {value:7.1f} {units[kind]}"
-                            f" ({detail}; load {_load()})",
-                            flush=True,
-                        )
+                        record(results, (kind, stream, tag), r, value, detail)
+    print_medians(results, rounds, n)
+
+
+UNITS = {
+    "cpu": "server us/msg",
+    "strace": "syscalls/msg",
+    "calls": "Python calls/msg",
+    "turns": "loop turns/msg",
+}
+"""Each kind's unit."""
+
+
+def record(
+    results: dict[tuple[str, str, str], list[float]],
+    key: tuple[str, str, str],
+    r: int,
+    value: float,
+    detail: str,
+) -> None:
+    """Keep round ``r``'s ``value`` under ``key`` = (kind, what, tree tag) and print it."""
+    results.setdefault(key, []).append(value)
+    kind, what, tag = key
+    print(
+        f"  {kind:<6} r{r} {tag} {what}: {value:7.1f} {UNITS[kind]} ({detail}; load {_load()})",
+        flush=True,
+    )
+
+
+def print_medians(results: dict[tuple[str, str, str], list[float]], rounds: int, n: int) -> None:
+    """The median of each key's rounds (:func:`record`)."""
     print(f"  medians over {rounds} rounds of {n} messages:")
-    for (kind, stream, tag), values in results.items():
+    for (kind, what, tag), values in results.items():
         each = ", ".join(f"{v:.1f}" for v in values)
         print(
-            f"    {kind:<6} {stream} {tag}: {statistics.median(values):7.1f} {units[kind]}"
+            f"    {kind:<6} {what} {tag}: {statistics.median(values):7.1f} {UNITS[kind]}"
             f" (rounds: {each})"
         )
 
 
-def run(quick: bool) -> None:
-    """Start the server(s) and run the rounds (see the module docstring)."""
+def settings(quick: bool, messages: int) -> tuple[list[str], int, int]:
+    """The kinds, rounds and messages per round from ``JET_COST_KINDS``,
+    ``JET_COST_ROUNDS`` and ``JET_COST_MESSAGES`` (default ``messages``; quick 1,000)."""
     kinds = os.environ.get("JET_COST_KINDS", "cpu,strace,calls").split(",")
     if shutil.which("strace") is None:
         print("  (strace not found: no system call or loop turn counts)")
         kinds = [k for k in kinds if k not in ("strace", "turns")]
     rounds = int(os.environ.get("JET_COST_ROUNDS", "2" if quick else "3"))
-    n = int(os.environ.get("JET_COST_MESSAGES", "1000" if quick else "2000"))
+    n = int(os.environ.get("JET_COST_MESSAGES", "1000" if quick else str(messages)))
+    return kinds, rounds, n
+
+
+def run(quick: bool) -> None:
+    """Start the server(s) and run the rounds (see the module docstring)."""
+    kinds, rounds, n = settings(quick, 2000)
     trees = compared_trees()
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="jet-cost-")))

@@ -18,7 +18,8 @@ follower's replica fetch written); on a follower, ``repl.fetched`` (records came
 leader) and ``repl.flushed`` (appended and fsynced), ``repl.ask`` (the fetcher asks again,
 reporting them), ``repl.send`` / ``repl.recv`` (the fetch session wrote a ReplicaFetch /
 got its answer); on the leader, ``rf.ask.<follower>`` (a replica fetch from that follower
-read, before its progress is recorded), ``rf.woken`` (a parked replica fetch woke up) and
+read, before its progress is recorded), ``rf.wait`` (a parked replica fetch's task woke
+up, with news or not), ``rf.woken`` (it woke up with news) and
 ``rf.ans.<follower>.r`` / ``.h`` (its answer, with records / with only the HW, built);
 ``gc.start.<generation>`` /
 ``gc.stop.<generation>``, a garbage collection (``gc.callbacks``), to tell its pauses from

@@ -61,12 +61,11 @@ from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.nats_port import SkipMarked
 from jetserver.broker.part_tasks import PartTasks
 from jetserver.broker.replica_base import ReplicaBase
-from jetserver.broker.replica_news import ReplicaNews
+from jetserver.broker.replica_news import NewsWaker, ReplicaNews
 from jetserver.broker.roles import RoleDriver, new_core
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.services import ReplicaServices
 from jetserver.config import IngestConfig, StorageConfig
-from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
 from jetserver.replication import LeaderState
 from jetserver.replication.core import ReplicaCore
@@ -456,11 +455,11 @@ class PartitionReplica:
         """:meth:`ReplicaNews.hw_news_due_s`."""
         return self.news.hw_news_due_s(follower, parked_s)
 
-    def add_news_waker(self, waker: LazyEvent) -> None:
+    def add_news_waker(self, waker: NewsWaker) -> None:
         """:meth:`ReplicaNews.add_waker`."""
         self.news.add_waker(waker)
 
-    def remove_news_waker(self, waker: LazyEvent) -> None:
+    def remove_news_waker(self, waker: NewsWaker) -> None:
         """:meth:`ReplicaNews.remove_waker`."""
         self.news.remove_waker(waker)
 

@@ -11,6 +11,8 @@ Task safety: event loop thread only.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
@@ -19,7 +21,16 @@ from jetserver.errors import ApiError
 from jetserver.lazy_event import LazyEvent
 from jetserver.replication import LeaderState, replica_at
 
-__all__ = ["ReplicaNews"]
+__all__ = ["NewsWaker", "ReplicaNews"]
+
+
+class NewsWaker(Protocol):
+    """A parked replica fetch request (broker/replica_fetch.py) told of its partitions'
+    possible news."""
+
+    def poke(self) -> None:
+        """The partition's news may have changed: wake the request if it has news due now
+        (else it may re-time its wait; no task runs in between)."""
 
 
 @attrs.define(eq=False, repr=False)
@@ -31,7 +42,7 @@ class ReplicaNews:
     server_id: str
     """This server's id (not a follower of itself)."""
     _news: LazyEvent = attrs.field(factory=LazyEvent)
-    _wakers: set[LazyEvent] | None = None
+    _wakers: set[NewsWaker] | None = None
 
     def __repr__(self) -> str:
         return self.base.part_repr(self)
@@ -96,21 +107,22 @@ class ReplicaNews:
             state.on_poll_ended(follower, now)
 
     def wake(self) -> None:
-        """Wake every parked replica fetch (and every session waiting on this partition)."""
+        """Tell every parked replica fetch (and every session waiting on this partition)
+        that its news may have changed: each wakes only if it has news due now."""
         event, self._news = self._news, LazyEvent()
         event.set()
         if self._wakers:
-            for waker in self._wakers:
-                waker.set()
+            for waker in list(self._wakers):
+                waker.poke()
 
-    def add_waker(self, waker: LazyEvent) -> None:
-        """Set ``waker`` whenever parked replica fetches may have news (a fetch session
-        parked on many partitions waits on one event)."""
+    def add_waker(self, waker: NewsWaker) -> None:
+        """Poke ``waker`` whenever parked replica fetches may have news (a fetch session
+        parked on many partitions waits on one request)."""
         if self._wakers is None:
             self._wakers = set()
         self._wakers.add(waker)
 
-    def remove_waker(self, waker: LazyEvent) -> None:
+    def remove_waker(self, waker: NewsWaker) -> None:
         """Undo :meth:`add_waker`."""
         if self._wakers is not None:
             self._wakers.discard(waker)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +71,7 @@ from jetsdk.connection import Connection
 from jetsdk.errors import ClientClosed, JetConnectionError, JetError, Timeout, error_from_code
 from jetsdk.transport import parse_address
 from jetserver import hops
+from jetserver.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.peer import PLAIN, PeerSecurity
@@ -98,7 +100,7 @@ class _Entry:
 
     part: ReplicaFetchPartition
     asked_at: float
-    done: anyio.Event = attrs.field(factory=anyio.Event)
+    done: LazyEvent = attrs.field(factory=LazyEvent)
     answer: ReplicaFetchAnswer | None = None
     error: Exception | None = None
     abandoned: bool = False
@@ -131,8 +133,9 @@ class FetchSession:
     """Long-poll bound, sizes, timeouts, backoff."""
     security: PeerSecurity = PLAIN
     """TLS and the internal token for the connection."""
-    clock: Callable[[], float] = anyio.current_time
-    """Monotonic seconds."""
+    clock: Callable[[], float] = time.monotonic
+    """Monotonic seconds (not ``anyio.current_time``: a backend look-up and, on Python
+    3.11, a ``getpid`` for each of a round's two readings)."""
     session_id: int = attrs.field(factory=lambda: secrets.randbits(63))
     """Names this session to the leader (wakes)."""
     users: int = 0
@@ -150,11 +153,11 @@ class FetchSession:
     _asking: dict[tuple[str, int], _Entry] = attrs.field(factory=dict)
     """Each partition's fetch waiting for its answer (:meth:`drop`)."""
     _awaited: set[tuple[str, int]] = attrs.field(factory=set)
-    _back: anyio.Event = attrs.field(factory=anyio.Event)
+    _back: LazyEvent = attrs.field(factory=LazyEvent)
     _work: anyio.Event = attrs.field(factory=anyio.Event)
     _woken: bool | None = None
     """None: no request parked at the leader; False: one is, not yet woken; True: woken."""
-    _inline: anyio.Event | None = None
+    _inline: LazyEvent | None = None
     """Set when the round a fetcher runs in its own task ends (None: none runs)."""
     _conn: Connection | None = None
     _connected: anyio.Event = attrs.field(factory=anyio.Event)
@@ -241,7 +244,7 @@ class FetchSession:
         """One round for ``entry`` alone, in the caller's task (see :meth:`fetch`). The
         session's loop sends no request meanwhile; a partition that asks meanwhile wakes
         this one as usual, and an entry it leaves unanswered goes back to the loop."""
-        done = self._inline = anyio.Event()
+        done = self._inline = LazyEvent()
         self.inline_rounds += 1
         try:
             await self._round(conn, [entry])
@@ -442,7 +445,7 @@ class FetchSession:
             for e in left:
                 e.left_out = True
         self._pending = left + self._pending
-        self._back = anyio.Event()
+        self._back = LazyEvent()
         if not self._awaited:
             self._back.set()
 

@@ -1,0 +1,87 @@
+"""A parked replica fetch's task wakes only for news it answers (broker/replica_fetch.py,
+``_Parked.poke``), on a real 3-server cluster with the hop trace on (``JET_HOP_TRACE``).
+
+One ack ALL message at a time: each message's records end each follower's parked fetch
+(two task wake-ups at the leader per message). The leader's own flush and the HW move that
+the later follower's report makes are no news a parked fetch answers now (a HW alone waits
+``hw_news_delay_s``, here far longer than a message's round): they used to wake the other
+follower's parked fetch, which found nothing due and parked again (three to four wake-ups
+per message); now they wake no task (the HW only re-times the wait). The leader's
+``rf.wait`` marks (one per task wake-up of a parked replica fetch) count them.
+
+Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from cluster.harness import Cluster, needs_cluster
+from cluster.views import wait_caught_up, wait_full_isr
+from jetsdk import Client, Producer
+from jetsdk.codec.error_codes import AckPolicy
+
+pytestmark = [pytest.mark.anyio, needs_cluster]
+
+HW_NEWS_DELAY_S = 2.0
+"""replication.hw_news_delay_s of the test servers: far above a message's round, so no
+parked fetch is answered (or woken) for a HW alone while the messages flow."""
+FETCH_MAX_WAIT_S = 20.0
+"""replication.fetch_max_wait_s: no long poll ends while the messages flow."""
+BOUND_S = 30.0
+"""Bound on any cluster-side change."""
+MESSAGES = 40
+"""ack ALL messages sent one at a time."""
+WAKES_PER_MESSAGE_MAX = 2.5
+"""Task wake-ups of parked replica fetches at the leader per message, at most: one per
+follower for the records (2.0), with room for a report that comes before the records it
+reports are answered on a loaded machine. Before: 3-4 (the flush and the HW move too)."""
+
+
+@pytest.fixture
+def traced(tmp_path: Path) -> Iterator[tuple[Cluster, Path]]:
+    prefix = tmp_path / "hops"
+    settings = {
+        "replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S, "hw_news_delay_s": HW_NEWS_DELAY_S}
+    }
+    env = {f"s{i}": {"JET_HOP_TRACE": str(prefix)} for i in (1, 2, 3)}
+    with Cluster(root=tmp_path / "c", size=3, settings=settings, server_env=env) as cluster:
+        yield cluster, prefix
+
+
+def marks_of(prefix: Path, pid: int) -> list[tuple[str, int]]:
+    """The hop marks a stopped server wrote (``name ns`` lines)."""
+    lines = Path(f"{prefix}.{pid}").read_text(encoding="ascii").splitlines()
+    return [(name, int(ns)) for name, ns in (line.split() for line in lines)]
+
+
+async def test_a_parked_replica_fetch_wakes_only_for_news_it_answers(
+    traced: tuple[Cluster, Path],
+) -> None:
+    cluster, prefix = traced
+    async with Client(cluster.addresses, request_timeout=30.0) as client:
+        await client.create_stream("wakes", "wakes", partitions=1, replication_factor=3)
+    _info, leader = await wait_full_isr(cluster, "wakes", 0, 3, BOUND_S)
+    async with (
+        Client(cluster.addresses, request_timeout=10.0) as client,
+        Producer(client, "wakes", ack=AckPolicy.ALL) as producer,
+    ):
+        await producer.send(b"first")  # sessions dialed, the partition in them
+        await wait_caught_up(cluster, "wakes", 0, BOUND_S)
+        with anyio.fail_after(BOUND_S):
+            for i in range(MESSAGES):
+                await producer.send(b"m%d" % i)
+    pid = cluster.server(leader).pid
+    assert pid is not None
+    cluster.stop_server(leader)  # it writes its marks as it exits
+    marks = marks_of(prefix, pid)
+    appends = [ns for name, ns in marks if name == "append"]
+    first, last = appends[-MESSAGES], appends[-1]
+    wakes = sum(1 for name, ns in marks if name == "rf.wait" and first <= ns <= last)
+    # Between the first and the last append: MESSAGES - 1 messages' rounds.
+    assert len(appends) >= MESSAGES + 1, len(appends)
+    assert wakes <= WAKES_PER_MESSAGE_MAX * (MESSAGES - 1), (wakes, MESSAGES - 1)
