@@ -57,9 +57,13 @@ def encode_produce_many_request(sections: Sequence[bytes]) -> bytes:
     return b"".join(produce_many_request_parts(sections))
 
 
-def produce_many_request_parts(sections: Sequence[bytes]) -> tuple[bytes, ...]:
+def produce_many_request_parts(
+    sections: Sequence[bytes | tuple[bytes, ...]],
+) -> tuple[bytes, ...]:
     """:func:`encode_produce_many_request` as the parts it joins, in order (section
-    bodies as given, not copied): for a gathered write of large sections.
+    bodies as given, not copied; a section given in parts, as
+    :func:`~jetsdk.codec.messages.encode_produce_request_parts` makes it, as those
+    parts): for a gathered write of large sections.
 
     Raises:
         CodecError: more than :data:`MAX_PRODUCE_SECTIONS` sections (reason ``"limit"``).
@@ -69,8 +73,12 @@ def produce_many_request_parts(sections: Sequence[bytes]) -> tuple[bytes, ...]:
     pack = w.U32.pack
     parts = [pack(len(sections))]
     for body in sections:
-        parts.append(pack(len(body)))
-        parts.append(body)
+        if isinstance(body, tuple):
+            parts.append(pack(sum(map(len, body))))
+            parts.extend(body)
+        else:
+            parts.append(pack(len(body)))
+            parts.append(body)
     return tuple(parts)
 
 
