@@ -105,3 +105,19 @@ def test_sections_in_parts_are_the_joined_sections() -> None:
     assert b"".join(many) == pm.encode_produce_many_request([_body(0), joined, b""])
     assert any(part is big[0] for part in many)
     assert pm.decode_produce_many_request(b"".join(many))[1] == joined
+
+
+def test_sections_of_a_body_read_in_place_are_views_of_it() -> None:
+    # Issue 39: the server read a large ProduceMany request into a bytearray and then
+    # copied every section out of it (a fresh 1 MiB buffer per 1 MiB section); its
+    # sections are views of the body now, and a bytes body's are slices as before.
+    req, _big = _large_request()
+    bodies = [_body(3), msg.encode_produce_request(req)]
+    body = bytearray(pm.encode_produce_many_request(bodies))
+    views = pm.produce_many_section_views(body)
+    assert [bytes(v) for v in views] == bodies
+    assert all(isinstance(v, memoryview) and v.obj is body for v in views)
+    assert pm.produce_many_section_views(bytes(body)) == bodies
+    assert pm.decode_produce_many_request(body) == bodies  # copies, as before
+    head = msg.decode_produce_head(views[1])
+    assert head[:3] == ("s", 2, AckPolicy.ALL)

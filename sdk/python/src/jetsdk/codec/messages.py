@@ -278,7 +278,7 @@ ProduceHead = tuple[str, int, AckPolicy, int, int | None, int, int, int]
 producer_id, base_seq, message count, position of the first message)."""
 
 
-def decode_produce_head(body: bytes | bytearray) -> ProduceHead:
+def decode_produce_head(body: bytes | bytearray | memoryview) -> ProduceHead:
     """Decode the fixed part of a Produce request body (the messages are not looked at,
     beyond checking that ``count`` of them can fit).
 

@@ -116,7 +116,7 @@ class DirectRecord(NamedTuple):
     appends it directly: :func:`direct_record` gives what :func:`envelope_record` gives
     for its envelope, without parsing the envelope again."""
 
-    request: bytes | bytearray
+    request: bytes | bytearray | memoryview
     """The Produce request body."""
     prefix: bytes
     """The record body's producer field (absent, or present with id and sequence)."""
@@ -165,7 +165,7 @@ _SEAL_PRODUCER = _envelope_sealer(FLAG_PRODUCER)
 
 
 def produce_envelopes(
-    body: bytes | bytearray,
+    body: bytes | bytearray | memoryview,
     ack_inbox: str,
     records: list[DirectRecord | None] | None = None,
     head: ProduceHead | None = None,
@@ -224,7 +224,7 @@ def produce_envelopes(
                 end = p + slen
                 if end > n:
                     raise CodecError("truncated subject", reason="truncated")
-                subject = body[p:end].decode()
+                subject = str(body[p:end], "utf-8")  # bytes, bytearray or memoryview
                 p = end
             else:
                 subject = ""
@@ -304,7 +304,9 @@ def produce_envelopes(
 
 
 def _without_controls(
-    key: bytes | bytearray, controls: RecordControls, value: bytes | bytearray
+    key: bytes | bytearray | memoryview,
+    controls: RecordControls,
+    value: bytes | bytearray | memoryview,
 ) -> bytes:
     """``key``, the headers ``controls`` keeps and ``value``, as a record body holds them."""
     parts: list[bytes] = []
