@@ -291,3 +291,40 @@ def test_bad_flags_are_refused_before_a_body_is_read_in_place() -> None:
     with pytest.raises(CodecError):
         decoder.next_frame()
     assert decoder.read_target() is None
+
+
+def test_a_body_read_in_place_is_not_zero_filled_first() -> None:
+    # Issue 39: the buffer of a body read in place was made with bytearray(size), which
+    # zero-fills it (a pass over every byte, and each page faulted in) before the socket
+    # overwrites it all. Made unset, a 64 MiB body's buffer touches no page until filled
+    # (64 MiB is above the allocator's largest mmap threshold: fresh pages every time).
+    import resource
+
+    size = 64 << 20
+    decoder = FrameDecoder(size + 16, readinto_min=1 << 16)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    decoder.feed(encode_frame_header(Api.PRODUCE, 9, size))
+    assert decoder.next_frame() is None
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    target = decoder.read_target()
+    assert target is not None
+    assert len(target) == size
+    assert faults < size // 4096 // 16, faults  # zero-filled: every one of its 16384 pages
+    del target, decoder
+    # A frame is handed out only once its last byte is in.
+    decoder = FrameDecoder(DEFAULT_MAX_FRAME_BYTES, readinto_min=1 << 16)
+    body = random.randbytes(1 << 20)
+    whole = encode_frame(Api.PRODUCE, 5, body)
+    decoder.feed(whole[:1000])
+    assert decoder.next_frame() is None
+    target = decoder.read_target()
+    assert target is not None
+    assert len(target) == len(whole) - 1000
+    target[: len(target) - 1] = whole[1000:-1]
+    decoder.filled(len(target) - 1)
+    assert decoder.next_frame() is None
+    decoder.feed(whole[-1:])
+    frame = decoder.next_frame()
+    assert frame is not None
+    assert frame.body == body
+    assert frame.correlation_id == 5

@@ -58,3 +58,66 @@ def test_bad_requests_are_typed(body: bytes, reason: str) -> None:
     with pytest.raises(CodecError) as caught:
         pm.decode_produce_many_request(body)
     assert caught.value.reason == reason
+
+
+def _large_request() -> tuple[msg.ProduceRequest, list[bytes]]:
+    big = [bytes([i]) * (msg.SEPARATE_VALUE_MIN_BYTES + i) for i in range(3)]
+    messages = (
+        msg.ProduceMessage(b"small"),
+        msg.ProduceMessage(big[0]),
+        msg.ProduceMessage(big[1]),  # two large values in a row: nothing joined between
+        msg.ProduceMessage(big[2], subject="s.x", key=b"k", headers=(("h", b"v"),)),
+        msg.ProduceMessage(b"s" * (msg.SEPARATE_VALUE_MIN_BYTES - 1)),
+    )
+    return msg.ProduceRequest("s", 2, AckPolicy.ALL, 100, messages, producer_id=7), big
+
+
+def test_a_body_in_parts_leaves_large_values_as_they_are() -> None:
+    # Issue 39: the producer's encode joined each 1 MiB value into its request body (a
+    # fresh buffer and a copy per value); in parts, each large value is the caller's own
+    # object, and the parts joined are the body byte for byte.
+    req, big = _large_request()
+    parts = msg.encode_produce_request_parts(req)
+    assert isinstance(parts, tuple)
+    assert b"".join(parts) == msg.encode_produce_request(req)
+    for value in big:
+        assert any(part is value for part in parts)
+    assert len(parts) == 3 + 4  # each value, and the bytes before, between and after them
+    small = msg.ProduceRequest("s", 0, AckPolicy.LEADER, 100, (msg.ProduceMessage(b"v"),))
+    assert msg.encode_produce_request_parts(small) == msg.encode_produce_request(small)
+    # a mutable value is copied as before (the caller may change it after the send)
+    mutable = msg.ProduceRequest(
+        "s",
+        0,
+        AckPolicy.LEADER,
+        100,
+        (msg.ProduceMessage(bytearray(big[0])),),  # type: ignore[arg-type]
+    )
+    assert isinstance(msg.encode_produce_request_parts(mutable), bytes)
+
+
+def test_sections_in_parts_are_the_joined_sections() -> None:
+    req, big = _large_request()
+    parts = msg.encode_produce_request_parts(req)
+    assert isinstance(parts, tuple)
+    joined = msg.encode_produce_request(req)
+    many = pm.produce_many_request_parts([_body(0), parts, b""])
+    assert b"".join(many) == pm.encode_produce_many_request([_body(0), joined, b""])
+    assert any(part is big[0] for part in many)
+    assert pm.decode_produce_many_request(b"".join(many))[1] == joined
+
+
+def test_sections_of_a_body_read_in_place_are_views_of_it() -> None:
+    # Issue 39: the server read a large ProduceMany request into a bytearray and then
+    # copied every section out of it (a fresh 1 MiB buffer per 1 MiB section); its
+    # sections are views of the body now, and a bytes body's are slices as before.
+    req, _big = _large_request()
+    bodies = [_body(3), msg.encode_produce_request(req)]
+    body = bytearray(pm.encode_produce_many_request(bodies))
+    views = pm.produce_many_section_views(body)
+    assert [bytes(v) for v in views] == bodies
+    assert all(isinstance(v, memoryview) and v.obj is body for v in views)
+    assert pm.produce_many_section_views(bytes(body)) == bodies
+    assert pm.decode_produce_many_request(body) == bodies  # copies, as before
+    head = msg.decode_produce_head(views[1])
+    assert head[:3] == ("s", 2, AckPolicy.ALL)

@@ -5,14 +5,17 @@ server whose Hello does not list ProduceMany gets one Produce request per batch.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Sequence
 
+import anyio
 import pytest
 
-from jetsdk import Client, Producer
+from jetsdk import Client, Consumer, Producer
 from jetsdk.codec.frames import Api
 from jetsdk.connection import Connection
 from jetsdk.producer.fan_in import serves_produce_many
+from jetsdk.transport import SocketByteStream
 from support.jet_dev import JetDev
 from support.names import unique
 
@@ -86,3 +89,50 @@ async def test_a_server_without_produce_many_gets_a_request_per_batch(
     requests, acks = await _send_keyed(client, name)
     _check_order(acks)
     assert requests >= PARTITIONS
+
+
+async def test_large_values_go_to_the_socket_as_they_are(
+    jet_dev: JetDev, anyio_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 39: each 1 MiB value was joined into its request body before the send (a
+    # fresh buffer and a copy per value); now the value object itself is among the
+    # buffers of the gathered send (or, where the socket took part of it, a view of it),
+    # alone or in a ProduceMany of several partitions' batches, and is stored as sent.
+    if anyio_backend != "asyncio":
+        pytest.skip("the gathered send is the asyncio socket stream's")
+    seen: set[int] = set()
+    real_gathered = SocketByteStream.write_gathered_now
+    real_write = SocketByteStream.write
+
+    def _note(data: bytes | memoryview) -> None:
+        seen.add(id(data.obj if isinstance(data, memoryview) else data))
+
+    def gathered(self: SocketByteStream, buffers: Sequence[bytes | memoryview]) -> int:
+        for data in buffers:
+            _note(data)
+        return real_gathered(self, buffers)
+
+    async def write(self: SocketByteStream, data: bytes | memoryview) -> None:
+        _note(data)
+        await real_write(self, data)
+
+    monkeypatch.setattr(SocketByteStream, "write_gathered_now", gathered)
+    monkeypatch.setattr(SocketByteStream, "write", write)
+    name = unique("big")
+    values = [os.urandom((1 << 20) - 64 * i) for i in range(12)]
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name, partitions=3, max_message_bytes=1 << 20)
+        async with Producer(client, name, linger=0) as producer:
+            handles = [
+                await producer.send_soon(value, partition=i % 3) for i, value in enumerate(values)
+            ]
+            await producer.flush()
+        acks = [h.result() for h in handles]
+        assert all(id(value) in seen for value in values)
+        stored: dict[tuple[int, int], bytes] = {}
+        async with Consumer(client, name, start="earliest", auto_commit=None) as consumer:
+            with anyio.fail_after(30):
+                while len(stored) < len(values):
+                    for record in await consumer.fetch(timeout=5):
+                        stored[(record.partition, record.offset)] = record.value
+    assert [stored[(a.partition, a.offset)] for a in acks] == values

@@ -115,3 +115,57 @@ async def test_large_values_are_copied_to_nats_from_the_request_byte_for_byte(
     assert [e.value if e is not None else None for e in envelopes] == values
     assert all(e is not None and e.key == b"k" for e in envelopes)
     assert [r.value for r in stored] == values
+
+
+async def test_a_large_values_bytes_are_crc_checked_once(
+    jet: Server, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: the server ran CRC-32 over a large value twice, once for its NATS copy's
+    envelope and once for its record. The value's CRC is taken once and both follow from
+    it (crc32_combine): fewer than 1.5 times the value's bytes are scanned for a 900 KiB
+    value, and both CRCs still check, the subscriber's envelope and the stored record."""
+    import os
+
+    from jetsdk.codec import transcode
+    from jetserver.storage import framing
+
+    scanned = [0]
+    for module in (transcode, framing):
+        real = module._crc32
+
+        def counting(data: bytes | bytearray | memoryview, start: int, real=real) -> int:
+            scanned[0] += len(data)
+            return real(data, start)
+
+        monkeypatch.setattr(module, "_crc32", counting)
+    value = os.urandom(900 * 1024)
+    seen: list[Msg] = []
+    arrived = anyio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        seen.append(msg)
+        arrived.set()
+
+    nc = NatsClient()
+    await nc.connect(nats_server.url)
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with await RawClient.connect(jet.address) as c:
+                await c.create_stream(name="once", subject="once.x")
+                await nc.subscribe("once.x", cb=on_msg)
+                await nc.flush()
+                scanned[0] = 0
+                results = await c.produce(
+                    "once", 0, [ProduceMessage(value, key=b"k")], ack_policy=AckPolicy.ALL
+                )
+                assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, 0)]
+                await arrived.wait()
+                used = scanned[0]
+                stored = await c.collect("once", 0, 1)
+    finally:
+        await nc.close()
+    assert used < 1.5 * len(value), used
+    envelope = parse_nats_payload(seen[0].data)  # checks the envelope's CRC
+    assert envelope is not None
+    assert envelope.value == value
+    assert [r.value for r in stored] == [value]

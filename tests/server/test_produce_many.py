@@ -257,3 +257,33 @@ async def _wait_grants(c: RawClient) -> None:
             if "alice" in acls:
                 return
             await anyio.sleep(0.05)
+
+
+async def test_large_sections_read_in_place_are_stored_as_sent(jet: Server) -> None:
+    # Issue 39: a ProduceMany body of 64 KiB or more is read in place into a bytearray;
+    # its sections are now served as views of it (they were copied out one by one), also
+    # with subjects, keys and headers, and what is stored is what was sent.
+    import os
+
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="big", subject="big.*", partitions=2)
+        sent = {
+            0: [
+                ProduceMessage(os.urandom(200_000), subject="big.a", key=b"k1"),
+                ProduceMessage(os.urandom(70_000), subject="big.b", headers=(("h", b"v"),)),
+            ],
+            1: [ProduceMessage(os.urandom(300_000), subject="big.c.1", key=b"k2")],
+        }
+        sections = [
+            encode_produce_request(ProduceRequest("big", p, AckPolicy.ALL, 5000, tuple(ms)))
+            for p, ms in sent.items()
+        ]
+        answer = await _many(c, sections)
+        assert [_offsets(s) for s in answer] == [[0, 1], [0]]
+        for partition, messages in sent.items():
+            records = await _fetch_until(c, "big", partition, len(messages))
+            assert [(r.value, r.key, r.subject) for r in records] == [
+                (m.value, m.key, m.subject) for m in messages
+            ]
+            assert records[-1].headers == messages[-1].headers

@@ -74,8 +74,9 @@ def test_write_all_writes_at_most_a_piece_per_call(
 ) -> None:
     # One write of 2 MiB or more cost the kernel about three times the CPU per byte of
     # writes of at most 1 MiB (WRITE_PIECE_BYTES): a large buffer, and parts of which one
-    # is larger than a piece, go in pieces; the file holds exactly the bytes.
-    from jetserver.storage.files import WRITE_PIECE_BYTES, write_all
+    # is larger than WRITE_MAX_BYTES, go in pieces (the last up to WRITE_MAX_BYTES whole);
+    # the file holds exactly the bytes.
+    from jetserver.storage.files import WRITE_MAX_BYTES, WRITE_PIECE_BYTES, write_all
 
     sizes: list[int] = []
     real_pwrite, real_pwritev = os.pwrite, os.pwritev
@@ -100,6 +101,41 @@ def test_write_all_writes_at_most_a_piece_per_call(
     finally:
         os.close(fd)
     assert path.read_bytes() == big + b"".join(parts)
-    assert max(sizes) == WRITE_PIECE_BYTES
+    assert max(sizes) <= WRITE_MAX_BYTES
     assert sum(sizes) == len(big) + sum(map(len, parts))
-    assert len(sizes) == 4 + 4  # 3 pieces and 5 bytes; 4 pieces for the parts
+    # 2 pieces and the last MiB with its 5 bytes; the parts: head with the first piece's
+    # rest, a piece, the last MiB and 2 bytes with the tail.
+    assert sizes == [WRITE_PIECE_BYTES] * 2 + [WRITE_PIECE_BYTES + 5] + [WRITE_PIECE_BYTES] * 2 + [
+        WRITE_PIECE_BYTES + 6
+    ]
+
+
+def test_a_record_of_a_1_mib_value_is_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 39: a stored record of a 1 MiB value (its header and body head, then the value,
+    # a view of the request) went in two writes, a 1 MiB one and one of its last bytes;
+    # whole buffers up to WRITE_MAX_BYTES go in one. Four such records: one write each.
+    from jetserver.storage.files import write_all
+
+    calls: list[int] = []
+    real_pwritev = os.pwritev
+
+    def pwritev(fd: int, parts: list[bytes | memoryview], position: int) -> int:
+        calls.append(sum(map(len, parts)))
+        return real_pwritev(fd, parts, position)
+
+    monkeypatch.setattr(os, "pwritev", pwritev)
+    value = os.urandom(1 << 20)
+    record: list[bytes | memoryview] = [b"h" * 50, memoryview(value)]
+    path = tmp_path / "records"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        write_all(fd, record, 0)
+        assert calls == [50 + len(value)]
+        write_all(fd, record * 4, len(b"".join(record)))
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"".join(record) * 5
+    assert len(calls) == 5  # (a write may end with the next record's 50 bytes)
+    assert sum(calls) == 5 * (50 + len(value))

@@ -102,6 +102,34 @@ def test_zlib_fallback_frames_the_same_bytes(monkeypatch: pytest.MonkeyPatch) ->
     assert frame_batch(2**16 - 10, 99, 4, bodies) == fast == expected(2**16 - 10, 99, 4, bodies)
 
 
+@pytest.mark.parametrize("n", [1, BULK_MIN_RECORDS + 1])
+def test_a_checked_body_is_framed_the_same_without_a_second_pass_over_its_value(
+    monkeypatch: pytest.MonkeyPatch, n: int
+) -> None:
+    # Issue 39: a large value's CRC is taken once (for its NATS copy's envelope); its
+    # record's CRC combines it with the CRC of the rest of the body, the same bytes as a
+    # pass over all of it, without one over the value.
+    import os
+
+    value = os.urandom(200_000)
+    tail = memoryview(b"\x00\x02hv" + value)
+    plain = [(b"head%d" % i, tail) for i in range(n)]
+    checked = [framing.CheckedBody(h, t, zlib.crc32(value), len(value)) for h, t in plain]
+    want = frame_batch(7, 99, 3, plain)
+    assert want == expected(7, 99, 3, [h + bytes(t) for h, t in plain])
+    scanned: list[int] = []
+    real = framing._crc32
+
+    def counting(data: bytes | bytearray | memoryview, start: int) -> int:
+        scanned.append(len(data))
+        return real(data, start)
+
+    monkeypatch.setattr(framing, "_crc32", counting)
+    assert frame_batch(7, 99, 3, checked) == want
+    assert max(scanned) < len(value)
+    assert framing.whole_body(checked[0]) == b"head0" + bytes(tail)
+
+
 def test_crc_implementation_is_zlibs() -> None:
     assert crc.IMPLEMENTATION in ("isal", "zlib")
     assert crc.crc32(b"123456789", 0) == 0xCBF43926

@@ -21,6 +21,7 @@ import attrs
 from jetsdk.codec.transcode import DirectRecord
 from jetserver import hops
 from jetserver.lazy_event import LazyEvent
+from jetserver.storage.framing import CheckedBody
 
 __all__ = ["DirectAckTo", "DirectBatch", "ProduceCompletion", "Result"]
 
@@ -94,7 +95,7 @@ class DirectBatch:
     """Bytes it counts for in the sequencer's queue (``max_pending_bytes``)."""
 
 
-def record_body(record: DirectRecord, subjects: bytes) -> tuple[bytes, memoryview]:
+def record_body(record: DirectRecord, subjects: bytes) -> tuple[bytes, bytes | memoryview]:
     """The record body of a direct Produce message, as
     :func:`~jetsdk.codec.transcode.direct_record` builds it without its ack fields, in two
     parts (:data:`~jetserver.storage.framing.Body`): its head (producer field, key, subject
@@ -102,4 +103,7 @@ def record_body(record: DirectRecord, subjects: bytes) -> tuple[bytes, memoryvie
     log frames the record around it: no copy)."""
     request, key_end = record.request, record.key_end
     head = b"".join((record.prefix, request[record.key_pos : key_end], subjects))
-    return head, memoryview(request)[key_end : record.end]
+    tail = memoryview(request)[key_end : record.end]
+    if record.value_crc >= 0:  # a large value's CRC, taken once (framing.CheckedBody)
+        return CheckedBody(head, tail, record.value_crc, record.value_len)
+    return head, tail

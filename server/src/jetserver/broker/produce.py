@@ -289,7 +289,7 @@ class ProduceService:
 
     async def produce_then(
         self,
-        body: bytes | bytearray,
+        body: bytes | bytearray | memoryview,
         head: ProduceHead | None = None,
         *,
         own_task: bool = False,

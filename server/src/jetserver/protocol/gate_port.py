@@ -52,6 +52,8 @@ class RequestGate(Protocol):
     ) -> Reply | None:
         """Answer or refuse ``frame`` here, or None to let the handlers answer it."""
 
-    def produce_refusal(self, session: Session, body: bytes, head: ProduceHead) -> str | None:
+    def produce_refusal(
+        self, session: Session, body: bytes | memoryview, head: ProduceHead
+    ) -> str | None:
         """Why ``session`` may not send the Produce request ``body`` (one section of a
         ProduceMany request, checked as a Produce of its own), or None if it may."""

@@ -34,9 +34,9 @@ from jetsdk.codec.messages import ProduceHead, decode_produce_head, encode_error
 from jetsdk.codec.produce_many import (
     MAX_PRODUCE_SECTIONS,
     ProduceSection,
-    decode_produce_many_request,
     encode_produce_many_response,
     produce_many_section_count,
+    produce_many_section_views,
 )
 from jetserver.broker.direct_copies import After
 from jetserver.broker.produce import ProduceService
@@ -81,7 +81,8 @@ class ProduceMany:
             raise invalid_argument(
                 "count", f"{count} sections exceed the limit of {MAX_PRODUCE_SECTIONS}"
             )
-        sections = decode_produce_many_request(frame.body)
+        # Views of a body read in place (not copied): it is held while they are.
+        sections = produce_many_section_views(frame.body)
         session = session or Session()
         answers: Sequence[tuple[ProduceSection, After | None]]
         heads = self._at_once(sections)
@@ -119,7 +120,7 @@ class ProduceMany:
             after=_all_after(afters) if afters else None,
         )
 
-    def _at_once(self, sections: list[bytes]) -> list[ProduceHead] | None:
+    def _at_once(self, sections: list[bytes | memoryview]) -> list[ProduceHead] | None:
         """Every section's decoded head if every section would be appended and answered
         without waiting (then serving them in turn in this task keeps their order and
         costs no task each), else None."""
@@ -136,7 +137,7 @@ class ProduceMany:
         return heads
 
     async def _section(
-        self, body: bytes, session: Session, head: ProduceHead | None = None
+        self, body: bytes | memoryview, session: Session, head: ProduceHead | None = None
     ) -> tuple[ProduceSection, After | None]:
         """One section, served as a Produce request (``head``: its decoded head, if
         known); never raises (its error is its answer)."""

@@ -303,7 +303,9 @@ class Security:
         elif api in (Api.SET_ACL, Api.LIST_ACLS, Api.REBALANCE_LEADERS):
             _need(acl.is_cluster_admin(grants), "admin on '*' (cluster admin)")
 
-    def produce_refusal(self, session: Session, body: bytes, head: ProduceHead) -> str | None:
+    def produce_refusal(
+        self, session: Session, body: bytes | memoryview, head: ProduceHead
+    ) -> str | None:
         """Why ``session`` may not send the Produce request ``body`` (a ProduceMany
         section, whose grants are checked one by one), or None if it may.
 
@@ -320,7 +322,10 @@ class Security:
         return None
 
     def _authorize_produce(
-        self, body: bytes | bytearray, grants: tuple[Grant, ...], head: ProduceHead | None
+        self,
+        body: bytes | bytearray | memoryview,
+        grants: tuple[Grant, ...],
+        head: ProduceHead | None,
     ) -> None:
         """Produce: ``publish`` on the stream and on every other stream its messages reach
         through NATS; into an internal stream by a ``group`` grant, only that group's
@@ -343,7 +348,11 @@ class Security:
         _need(False, f"publish on stream {stream!r}")
 
     def _authorize_reach(
-        self, body: bytes | bytearray, stream: str, partition: int, grants: tuple[Grant, ...]
+        self,
+        body: bytes | bytearray | memoryview,
+        stream: str,
+        partition: int,
+        grants: tuple[Grant, ...],
     ) -> None:
         neighbours = self._reach.neighbours(stream, partition)
         if neighbours is None:

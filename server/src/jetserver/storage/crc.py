@@ -3,6 +3,6 @@
 
 from __future__ import annotations
 
-from jetsdk.codec.crc import IMPLEMENTATION, Crc32, crc32
+from jetsdk.codec.crc import IMPLEMENTATION, Crc32, crc32, crc32_combine
 
-__all__ = ["IMPLEMENTATION", "Crc32", "crc32"]
+__all__ = ["IMPLEMENTATION", "Crc32", "crc32", "crc32_combine"]

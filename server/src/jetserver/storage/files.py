@@ -127,34 +127,42 @@ IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 16
 
 
 WRITE_PIECE_BYTES = 1 << 20
-"""Most bytes one ``pwrite``/``pwritev`` call writes. On the dev VM (Linux 6.18, ext4) a
-single write of 2 MiB or more from a freshly received buffer cost 1.6-2.4 CPU ms/MiB, the
-same bytes in writes of at most 1 MiB 0.6-0.75 (the kernel's copy into the page cache,
+"""Most bytes one ``pwrite``/``pwritev`` call writes of a buffer too large for one
+(:data:`WRITE_MAX_BYTES`). On the dev VM (Linux 6.18, ext4) a single write of 2 MiB or
+more from a freshly received buffer cost 1.6-2.4 CPU ms/MiB, the same bytes in writes of
+at most 1 MiB 0.6-0.75 (the kernel's copy into the page cache,
 ``copy_folio_from_iter_atomic``, was 46 % of a follower's CPU with 4 MiB replica fetches);
 up to 1.5 MiB in one write was as cheap as smaller ones."""
+WRITE_MAX_BYTES = WRITE_PIECE_BYTES + (1 << 18)
+"""Most bytes of whole buffers one gathered write takes (1.25 MiB, within what was as
+cheap as smaller writes): a record of a 1 MiB value (its header and the value) is one
+write, not a 1 MiB one and one of its last few dozen bytes."""
 
 
 def write_all(
     fd: int, data: bytes | memoryview | Sequence[bytes | memoryview], position: int
 ) -> None:
     """``os.pwrite`` all of ``data`` at ``position`` (looping over short writes), in writes
-    of at most :data:`WRITE_PIECE_BYTES`.
+    of at most :data:`WRITE_MAX_BYTES`.
 
     ``data`` may be a sequence of buffers, written back to back with gathered writes
     (``os.pwritev``, at most IOV_MAX buffers a call) instead of being joined first: a batch
-    of large records goes to the page cache without one more copy in memory.
+    of large records goes to the page cache without one more copy in memory. A write
+    takes whole buffers up to WRITE_MAX_BYTES together; a buffer over that is written in
+    pieces of :data:`WRITE_PIECE_BYTES`.
     """
     if isinstance(data, (bytes, memoryview)):
         view = memoryview(data)
         while view:
-            written = os.pwrite(fd, view[:WRITE_PIECE_BYTES], position)
+            piece = view if len(view) <= WRITE_MAX_BYTES else view[:WRITE_PIECE_BYTES]
+            written = os.pwrite(fd, piece, position)
             view = view[written:]
             position += written
         return
     parts: list[bytes | memoryview] = list(data)
     if not parts:
         return
-    if len(parts) <= IOV_MAX and sum(map(len, parts)) <= WRITE_PIECE_BYTES:
+    if len(parts) <= IOV_MAX and sum(map(len, parts)) <= WRITE_MAX_BYTES:
         chunk: list[bytes | memoryview] = parts  # the usual batch: one gathered write
     else:
         chunk = _piece(parts, 0)
@@ -177,16 +185,20 @@ def write_all(
 
 def _piece(parts: list[bytes | memoryview], i: int) -> list[bytes | memoryview]:
     """The buffers of the next gathered write from ``parts[i]`` on: at most IOV_MAX of
-    them, of at most WRITE_PIECE_BYTES together (the last one cut if need be)."""
+    them, whole buffers of at most WRITE_MAX_BYTES together, and of a buffer over
+    WRITE_MAX_BYTES that follows them as much as fills the write to WRITE_PIECE_BYTES."""
     chunk: list[bytes | memoryview] = []
-    room = WRITE_PIECE_BYTES
+    total = 0
     for part in parts[i : i + IOV_MAX]:
         size = len(part)
-        if size >= room:
-            chunk.append(memoryview(part)[:room] if size > room else part)
-            break
-        chunk.append(part)
-        room -= size
+        if total + size <= WRITE_MAX_BYTES:
+            chunk.append(part)
+            total += size
+            continue
+        if size > WRITE_MAX_BYTES and total < WRITE_PIECE_BYTES:
+            # Written in pieces anyway: its first one fills this write up to a piece.
+            chunk.append(memoryview(part)[: WRITE_PIECE_BYTES - total])
+        break
     return chunk
 
 

@@ -37,6 +37,7 @@ from typing import NamedTuple, TypeAlias, cast
 
 from jetsdk.codec.record import CRC_COVERED_HEADER, HEADER_SIZE
 from jetserver.storage.crc import crc32 as _crc32
+from jetserver.storage.crc import crc32_combine as _crc32_combine
 
 _HEAD = struct.Struct(">qqII")
 """offset, timestamp, leader_epoch, length: the 24 bytes the CRC covers first."""
@@ -48,7 +49,27 @@ assert _HEAD.size == CRC_COVERED_HEADER
 assert _HEAD.size + _CRC.size == HEADER_SIZE
 
 Body: TypeAlias = bytes | tuple[bytes, bytes | memoryview]
-"""A record body (spec/storage.md), whole or as (head, tail) stored back to back."""
+"""A record body (spec/storage.md), whole or as (head, tail) stored back to back (a
+:class:`CheckedBody` where the CRC of the tail's end is known)."""
+
+
+class CheckedBody(tuple[bytes, bytes | memoryview]):
+    """A body as (head, tail) whose tail ends with ``value_len`` bytes of known CRC-32
+    ``value_crc`` (a large value's, taken once for its NATS copy too): its record's CRC
+    runs over the rest only and combines the two (``crc32_combine``), not a second pass
+    over the value."""
+
+    value_crc: int
+    value_len: int
+
+    def __new__(
+        cls, head: bytes, tail: bytes | memoryview, value_crc: int, value_len: int
+    ) -> CheckedBody:
+        body = super().__new__(cls, (head, tail))
+        body.value_crc = value_crc
+        body.value_len = value_len
+        return body
+
 
 BULK_MIN_RECORDS = 8
 """Batches with fewer records are framed record by record (less set-up)."""
@@ -136,7 +157,12 @@ def _body_len(body: Body) -> int:
 
 def _body_crc(body: Body, init: int) -> int:
     if isinstance(body, tuple):
-        return _crc32(body[1], _crc32(body[0], init))
+        head, tail = body
+        if type(body) is CheckedBody and _crc32_combine is not None:
+            rest = len(tail) - body.value_len
+            start = _crc32(memoryview(tail)[:rest], _crc32(head, init))
+            return _crc32_combine(start, body.value_crc, body.value_len)
+        return _crc32(tail, _crc32(head, init))
     return _crc32(body, init)
 
 
@@ -207,7 +233,7 @@ def frame_batch_sizes(
     Raises:
         struct.error: an offset, timestamp, epoch or length out of its field's range.
     """
-    split = any(type(b) is tuple for b in bodies)
+    split = any(isinstance(b, tuple) for b in bodies)
     lens = list(map(_body_len if split else len, bodies))
     n = len(lens)
     uniform = n > 0 and lens.count(lens[0]) == n

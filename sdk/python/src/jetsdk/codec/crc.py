@@ -13,7 +13,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 
-__all__ = ["IMPLEMENTATION", "Crc32", "crc32"]
+__all__ = ["IMPLEMENTATION", "Crc32", "crc32", "crc32_combine"]
 
 Crc32 = Callable[[bytes | bytearray | memoryview, int], int]
 """``crc32(data, start)``: zlib's signature (``start`` is a previous CRC, 0 to begin)."""
@@ -33,3 +33,21 @@ def _load() -> tuple[Crc32, str]:
 
 crc32, IMPLEMENTATION = _load()
 """The CRC-32 function in use and its source (``"isal"`` or ``"zlib"``)."""
+
+
+def _load_combine() -> Callable[[int, int, int], int] | None:
+    if IMPLEMENTATION != "isal":
+        return None
+    from isal.isal_zlib import crc32_combine as combine
+
+    data, start = _CHECKS[3]
+    if combine(start, crc32(data, 0), len(data)) != crc32(data, start):  # pragma: no cover
+        return None
+    return combine
+
+
+crc32_combine = _load_combine()
+"""``crc32_combine(crc_a, crc_b, len_b)``: the CRC of ``a + b`` from the CRCs of ``a`` and
+``b`` (so ``crc32(b, start) == crc32_combine(start, crc32(b, 0), len(b))``) in a few
+hundred nanoseconds, whatever the length: one pass over a large value gives the CRCs of
+every buffer that ends with it. None without isal (zlib's is not in Python's module)."""

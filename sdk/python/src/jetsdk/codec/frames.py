@@ -23,9 +23,11 @@ This module is pure: no I/O. The decoder raises only :class:`CodecError` (or its
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import struct
 from collections import deque
+from collections.abc import Callable
 
 import attrs
 
@@ -45,6 +47,7 @@ __all__ = [
     "FrameTooLarge",
     "encode_frame",
     "encode_frame_header",
+    "new_body_buffer",
 ]
 
 
@@ -90,6 +93,33 @@ FRAME_HEADER_SIZE = _HEADER.size  # 10
 MIN_FRAME_LENGTH = FRAME_HEADER_SIZE - 4  # 6
 """Smallest valid value of the length field (a frame with an empty body)."""
 _PREFIX = struct.Struct(">I")
+
+
+def _uninitialized_bytearray() -> Callable[[None, int], bytearray] | None:
+    """CPython's ``PyByteArray_FromStringAndSize(NULL, size)``: a bytearray whose bytes
+    are not set (``bytearray(size)`` zero-fills it first, a pass over every byte that the
+    body read in place then overwrites); None where the C API is not reachable."""
+    try:
+        proto = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_ssize_t)
+        new: Callable[[None, int], bytearray] = proto(
+            ("PyByteArray_FromStringAndSize", ctypes.pythonapi)
+        )
+    except (AttributeError, OSError):  # pragma: no cover - not CPython
+        return None
+    return new
+
+
+_NEW_BYTEARRAY = _uninitialized_bytearray()
+
+
+def new_body_buffer(size: int) -> bytearray:
+    """A bytearray of ``size`` bytes for a body read in place, not zero-filled where
+    CPython lets us: its bytes are whatever the allocator had there until written, so it
+    must be filled whole before anyone reads it (:class:`FrameDecoder` hands it out only
+    then)."""
+    if _NEW_BYTEARRAY is None or size <= 0:  # pragma: no cover - not CPython
+        return bytearray(size)
+    return _NEW_BYTEARRAY(None, size)
 
 
 _FOREIGN_PREFIX_BYTES = 5
@@ -205,9 +235,9 @@ class FrameDecoder:
     ``recv_into``; :meth:`filled` says how much came), so the body is copied by the kernel
     only, not joined from received chunks afterwards. That frame's body is the
     ``bytearray``. Bytes fed meanwhile with :meth:`feed` are copied into it. The buffer is
-    made when the header is in (zero-filled pages from the allocator: resident as the
-    bytes arrive), so a connection holds at most one such buffer, of at most
-    ``max_frame_bytes``.
+    made when the header is in, not zero-filled (:func:`new_body_buffer`: the frame is
+    handed out only once every byte of it was received), so a connection holds at most
+    one such buffer, of at most ``max_frame_bytes``.
 
     After :meth:`next_frame` raised, the decoder is broken (the byte stream cannot be
     trusted): every later call raises the same error again.
@@ -302,7 +332,7 @@ class FrameDecoder:
         """Read the body of the frame whose header is at ``head[pos:]`` in place: the
         header is dropped, the body bytes buffered are copied into its buffer."""
         _length, api, flags, cid = _HEADER.unpack_from(head, pos)
-        big = bytearray(body_len)
+        big = new_body_buffer(body_len)
         self._consume(FRAME_HEADER_SIZE, 0)
         at = 0
         pos = self._pos

@@ -30,6 +30,7 @@ __all__ = [
     "encode_produce_many_response",
     "produce_many_request_parts",
     "produce_many_section_count",
+    "produce_many_section_views",
 ]
 
 MAX_PRODUCE_SECTIONS = 1024
@@ -57,9 +58,13 @@ def encode_produce_many_request(sections: Sequence[bytes]) -> bytes:
     return b"".join(produce_many_request_parts(sections))
 
 
-def produce_many_request_parts(sections: Sequence[bytes]) -> tuple[bytes, ...]:
+def produce_many_request_parts(
+    sections: Sequence[bytes | tuple[bytes, ...]],
+) -> tuple[bytes, ...]:
     """:func:`encode_produce_many_request` as the parts it joins, in order (section
-    bodies as given, not copied): for a gathered write of large sections.
+    bodies as given, not copied; a section given in parts, as
+    :func:`~jetsdk.codec.messages.encode_produce_request_parts` makes it, as those
+    parts): for a gathered write of large sections.
 
     Raises:
         CodecError: more than :data:`MAX_PRODUCE_SECTIONS` sections (reason ``"limit"``).
@@ -69,8 +74,12 @@ def produce_many_request_parts(sections: Sequence[bytes]) -> tuple[bytes, ...]:
     pack = w.U32.pack
     parts = [pack(len(sections))]
     for body in sections:
-        parts.append(pack(len(body)))
-        parts.append(body)
+        if isinstance(body, tuple):
+            parts.append(pack(sum(map(len, body))))
+            parts.extend(body)
+        else:
+            parts.append(pack(len(body)))
+            parts.append(body)
     return tuple(parts)
 
 
@@ -95,6 +104,19 @@ def decode_produce_many_request(body: bytes | bytearray | memoryview) -> list[by
     """
     # Each section is copied once (the body itself is not copied first: at 1 MiB a copy
     # is a fresh buffer of its own): a slice of a bytes body, else of a view of it.
+    return [s if isinstance(s, bytes) else bytes(s) for s in produce_many_section_views(body)]
+
+
+def produce_many_section_views(
+    body: bytes | bytearray | memoryview,
+) -> list[bytes | memoryview]:
+    """:func:`decode_produce_many_request`, with the sections of a body that is not
+    ``bytes`` as views of it, not copied (the server's large request bodies, read in
+    place into a ``bytearray``): the caller keeps ``body`` unchanged while it holds them.
+
+    Raises:
+        CodecError: as :func:`decode_produce_many_request`.
+    """
     view = body if isinstance(body, bytes) else memoryview(body)
     try:
         count = produce_many_section_count(body)
@@ -103,15 +125,14 @@ def decode_produce_many_request(body: bytes | bytearray | memoryview) -> list[by
         if count * 4 > len(body) - 4:
             raise CodecError(f"section count {count} exceeds the body", reason="truncated")
         p = 4
-        sections: list[bytes] = []
+        sections: list[bytes | memoryview] = []
         unpack = w.U32.unpack_from
         for _ in range(count):
             w.need(body, p, 4, "section length")
             (n,) = unpack(body, p)
             p += 4
             w.need(body, p, n, "section")
-            section = view[p : p + n]
-            sections.append(section if isinstance(section, bytes) else bytes(section))
+            sections.append(view[p : p + n])
             p += n
         w.check_end(body, p, "produce-many request")
     except w.DECODE_ERRORS as exc:

@@ -14,7 +14,9 @@ from jetsdk.codec.messages import decode_produce_head
 __all__ = ["produce_subjects"]
 
 
-def produce_subjects(body: bytes | bytearray) -> tuple[str, int, frozenset[str]]:
+def produce_subjects(
+    body: bytes | bytearray | memoryview,
+) -> tuple[str, int, frozenset[str]]:
     """``(stream, partition, subjects)`` of a Produce request body without decoding its
     messages: the distinct message subjects, with ``""`` for messages that use the
     partition's subject (the server's authorization reads this on every Produce).
@@ -32,7 +34,7 @@ def produce_subjects(body: bytes | bytearray) -> tuple[str, int, frozenset[str]]
             p += 2
             if slen > MAX_SUBJECT_BYTES or p + slen > n:
                 raise CodecError("bad or truncated subject", reason="truncated")
-            subjects.add(body[p : p + slen].decode() if slen else "")
+            subjects.add(str(body[p : p + slen], "utf-8") if slen else "")
             p += slen
             (klen,) = i32(body, p)
             p += 4

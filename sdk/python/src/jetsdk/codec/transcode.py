@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from jetsdk.codec import _wire as w
 from jetsdk.codec.crc import crc32 as _crc32
+from jetsdk.codec.crc import crc32_combine as _crc32_combine
 from jetsdk.codec.envelope import (
     COOKIE,
     ENVELOPE_VERSION,
@@ -116,7 +117,7 @@ class DirectRecord(NamedTuple):
     appends it directly: :func:`direct_record` gives what :func:`envelope_record` gives
     for its envelope, without parsing the envelope again."""
 
-    request: bytes | bytearray
+    request: bytes | bytearray | memoryview
     """The Produce request body."""
     prefix: bytes
     """The record body's producer field (absent, or present with id and sequence)."""
@@ -141,13 +142,18 @@ class DirectRecord(NamedTuple):
     controls: RecordControls | None
     """The message's header controls, or None. With controls, ``request`` is not the
     request but key, kept headers and value alone (the controls removed)."""
+    value_crc: int
+    """CRC-32 of the value field (its length and bytes: the last :attr:`value_len` bytes
+    up to :attr:`end`), computed once for a large value with ``split``; -1 if not."""
+    value_len: int
+    """Bytes of the value field (4 and the value's)."""
 
 
 def direct_record(record: DirectRecord, subjects: bytes) -> EnvelopeRecord:
     """What :func:`envelope_record` returns for the message's envelope, from its place in
     the request (``subjects`` as for :func:`envelope_record`)."""
     request, prefix, key_pos, key_end, end, size, inbox, corr, policy, producer_id, seq, ctl = (
-        record
+        record[:12]
     )
     # The value by a view: the join is its one copy (a bytes slice would add another).
     tail = memoryview(request)[key_end:end]
@@ -165,7 +171,7 @@ _SEAL_PRODUCER = _envelope_sealer(FLAG_PRODUCER)
 
 
 def produce_envelopes(
-    body: bytes | bytearray,
+    body: bytes | bytearray | memoryview,
     ack_inbox: str,
     records: list[DirectRecord | None] | None = None,
     head: ProduceHead | None = None,
@@ -206,6 +212,7 @@ def produce_envelopes(
     prefix, prefix_crc = _SEAL_PLAIN if producer_id is None else _SEAL_PRODUCER
     pack_u32 = _U32.pack
     crc32 = _crc32
+    combine = _crc32_combine
     new_tuple = _new_tuple
     u16 = _U16.unpack_from
     u32 = _U32.unpack_from
@@ -224,7 +231,7 @@ def produce_envelopes(
                 end = p + slen
                 if end > n:
                     raise CodecError("truncated subject", reason="truncated")
-                subject = body[p:end].decode()
+                subject = str(body[p:end], "utf-8")  # bytes, bytearray or memoryview
                 p = end
             else:
                 subject = ""
@@ -279,6 +286,16 @@ def produce_envelopes(
                     (policy_byte, body[key_pos:value_pos], inbox16, corr16, producer)
                 )
                 record_prefix = _HAS_PRODUCER + producer
+            # The envelope is joined once around the value, a view of the request; its CRC
+            # runs over the two parts as they are joined. A large value's own CRC is taken
+            # once: the envelope's and its record's follow from it (crc32_combine).
+            value = view[value_pos:end]
+            value_crc = -1
+            if split and vlen >= SPLIT_VALUE_MIN and combine is not None:
+                value_crc = crc32(value, 0)
+                crc = pack_u32(combine(crc32(env_head, prefix_crc), value_crc, len(value)))
+            else:
+                crc = pack_u32(crc32(value, crc32(env_head, prefix_crc)))
             if records is not None:
                 if controls is None:
                     where = (body, record_prefix, key_pos, key_end, end, size, ack_inbox, corr)
@@ -287,12 +304,19 @@ def produce_envelopes(
                     klen_end = key_end - key_pos
                     where = (own, record_prefix, 0, klen_end, len(own), size, ack_inbox, corr)
                 records.append(
-                    new_tuple(DirectRecord, (*where, record_policy, producer_id, seq, controls))
+                    new_tuple(
+                        DirectRecord,
+                        (
+                            *where,
+                            record_policy,
+                            producer_id,
+                            seq,
+                            controls,
+                            value_crc,
+                            end - value_pos,
+                        ),
+                    )
                 )
-            # The envelope is joined once around the value, a view of the request; its CRC
-            # runs over the two parts as they are joined.
-            value = view[value_pos:end]
-            crc = pack_u32(crc32(value, crc32(env_head, prefix_crc)))
             if split and vlen >= SPLIT_VALUE_MIN:
                 append((subject, size, SplitEnvelope(b"".join((prefix, crc, env_head)), value)))
             else:
@@ -304,7 +328,9 @@ def produce_envelopes(
 
 
 def _without_controls(
-    key: bytes | bytearray, controls: RecordControls, value: bytes | bytearray
+    key: bytes | bytearray | memoryview,
+    controls: RecordControls,
+    value: bytes | bytearray | memoryview,
 ) -> bytes:
     """``key``, the headers ``controls`` keeps and ``value``, as a record body holds them."""
     parts: list[bytes] = []

@@ -101,7 +101,7 @@ class SectionAnswer:
         return self._body
 
 
-Cut = Callable[[SectionAnswer], "bytes | None"]
+Cut = Callable[[SectionAnswer], "RequestBody | None"]
 """A partition's batch cut at the end of the turn: given the answer its request will get,
 the request's body (None: nothing to send any more, its sender took it)."""
 
@@ -112,7 +112,7 @@ class _Group:
     __slots__ = ("answers", "bodies", "cuts", "timeout")
 
     def __init__(self) -> None:
-        self.bodies: list[bytes] = []
+        self.bodies: list[RequestBody] = []
         self.answers: list[SectionAnswer] = []
         self.cuts: list[Cut] = []
         self.timeout = 0.0
@@ -143,7 +143,7 @@ class FanIn:
         return conn not in self._open and conn not in self._wrote_now and conn.can_send_now
 
     def submit(
-        self, conn: Connection, body: bytes, timeout: float
+        self, conn: Connection, body: RequestBody, timeout: float
     ) -> PendingResponse | SectionAnswer | None:
         """Send Produce request ``body`` to ``conn``'s server with the other bodies of this
         loop turn; its answer. None (nothing sent) if the server does not list ProduceMany
@@ -200,7 +200,7 @@ class FanIn:
         limit = _limit(conn)
         start, size = 0, 4
         for i, body in enumerate(bodies):
-            added = len(body) + _SECTION_OVERHEAD
+            added = _length(body) + _SECTION_OVERHEAD
             if i > start and (i - start >= MAX_PRODUCE_SECTIONS or size + added > limit):
                 self._send_soon(conn, bodies[start:i], answers[start:i], group.timeout)
                 start, size = i, 4
@@ -209,7 +209,11 @@ class FanIn:
             self._send_soon(conn, bodies[start:], answers[start:], group.timeout)
 
     def _send_soon(
-        self, conn: Connection, bodies: list[bytes], answers: list[SectionAnswer], timeout: float
+        self,
+        conn: Connection,
+        bodies: list[RequestBody],
+        answers: list[SectionAnswer],
+        timeout: float,
     ) -> None:
         self.requests += 1
         self.sections += len(bodies)
@@ -249,6 +253,11 @@ class FanIn:
             answers[0]._resolve(answer, None)
             return
         _distribute(conn.label, answer, answers)
+
+
+def _length(body: RequestBody) -> int:
+    """Bytes of a Produce body, whole or in parts."""
+    return len(body) if isinstance(body, bytes) else sum(map(len, body))
 
 
 def _distribute(label: str, answer: bytes, answers: Sequence[SectionAnswer]) -> None:

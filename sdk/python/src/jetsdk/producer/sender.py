@@ -32,9 +32,9 @@ from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
     ProduceResult,
-    encode_produce_request,
+    encode_produce_request_parts,
 )
-from jetsdk.connection import Connection, PendingResponse
+from jetsdk.connection import Connection, PendingResponse, RequestBody
 from jetsdk.errors import ClientClosed, InvalidArgument, JetError, Timeout, error_from_code
 from jetsdk.message import Ack
 from jetsdk.producer.accumulator import Accumulator, Batch
@@ -285,7 +285,7 @@ class Sender:
         if batch is None:
             return False
         request = self._request(batch, batch.items, sender.next_seq)
-        body = encode_produce_request(request)
+        body = encode_produce_request_parts(request)
         response: PendingResponse | SectionAnswer | None
         if fan_in:  # written at once (the first of this loop turn)
             response = self.fan_in.submit(conn, body, self._wait_s)
@@ -297,7 +297,7 @@ class Sender:
 
     def _cut_deferred(
         self, partition: int, sender: _PartitionSender, answer: SectionAnswer
-    ) -> bytes | None:
+    ) -> RequestBody | None:
         """End of the loop turn: cut the batch :meth:`_send_now` left for it, as that
         would have (numbered, in flight, seen through by the sender task), answered by
         ``answer``; its body. None if the sender task took the partition meanwhile."""
@@ -309,7 +309,7 @@ class Sender:
         if batch is None:
             return None
         request = self._request(batch, batch.items, sender.next_seq)
-        body = encode_produce_request(request)
+        body = encode_produce_request_parts(request)
         self._written(sender, batch, request, answer)
         return body
 
@@ -513,7 +513,7 @@ class Sender:
             conn = client.leader_connection_now(self._stream, request.partition)
         if conn is None:  # stale metadata, or not connected yet: may refresh and dial
             conn = await client.leader_connection(self._stream, request.partition)
-        body = encode_produce_request(request)
+        body = encode_produce_request_parts(request)
         wait = self._answer_timeout(request)
         answer = self.fan_in.submit(conn, body, wait)
         if answer is None:  # a server without ProduceMany, or not asyncio
