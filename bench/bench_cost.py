@@ -364,13 +364,15 @@ def run(quick: bool) -> None:
                 "PYTHONPATH": os.pathsep.join(str(p) for p in paths),
                 "JET_COST_PROFILE": str(work / f"prof.{tag}"),
             }
-            settings = (
+            server_settings = (
                 {"storage": {"fsync_on_loop": False}}
                 if os.environ.get("JET_COST_FSYNC_THREADS") == "1"
                 else {}
             )
             dev = stack.enter_context(
-                DevCluster(size=1, log_file=devnull, server_env={"s1": env}, settings=settings)
+                DevCluster(
+                    size=1, log_file=devnull, server_env={"s1": env}, settings=server_settings
+                )
             )
             jets[tag] = (dev.addresses, dev.servers[0].pid)
         print(
