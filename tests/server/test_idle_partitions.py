@@ -22,6 +22,10 @@ from support.raw_client import RawClient
 pytestmark = pytest.mark.anyio
 
 PARTITIONS = 40
+THREADS_STARTED_MEANWHILE = 3
+"""Bound on threading.Conditions that threads started while partitions are created may
+bring (a Thread's ``_started`` event holds one): a Condition per log would be
+PARTITIONS."""
 
 
 def _name(task: asyncio.Task[object]) -> str:
@@ -99,7 +103,9 @@ async def test_idle_partitions_hold_no_events_or_conditions(jet: Server) -> None
         await c.create_stream(name="after", subject="after")  # a round trip later
         new_tasks = (_tasks() - tasks).total()
         assert new_tasks == PARTITIONS + 1  # the sequencers' run tasks
-        assert _objects(threading.Condition) == conditions
+        # One per log would be PARTITIONS more; a worker thread started meanwhile (its
+        # ``_started`` event) brings one of its own: seen at load 10-35, 1 more.
+        assert _objects(threading.Condition) - conditions <= THREADS_STARTED_MEANWHILE
         assert _events() - events <= 2 * new_tasks  # anyio's per task, no more
         replicas = [jet.streams.replica("idle", p) for p in range(PARTITIONS)]
         assert all(r.sequencer._wake._futures for r in replicas)  # each waits, on a future
