@@ -16,9 +16,7 @@ Two modes:
   hands each its assignment (``PartitionReplica.apply_assignment``: lead, subscribing to
   NATS, or follow), closes replicas it no longer holds, and removes the data of streams
   that no longer exist. Assignments are applied per partition by a task of their own,
-  latest first, in order, so a slow follower never delays the other partitions; a burst
-  of them (a failover) starts a few per event-loop turn, leaderships first
-  (:mod:`~jetserver.broker.role_turns`), so the loop answers requests meanwhile.
+  latest first, in order, so a slow follower never delays the other partitions.
 
 Files: :mod:`~jetserver.broker.stream_files`; periodic work: :mod:`~jetserver.broker.housekeeping`.
 Task safety: event loop thread only; create/delete/reconcile are serialized by a lock.
@@ -49,7 +47,6 @@ from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLo
 from jetserver.broker.replica_tasks import ReplicaTasks
 from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
 from jetserver.broker.role_summary import RoleSummary
-from jetserver.broker.role_turns import RoleTurns, takes_leadership
 from jetserver.broker.running import (
     MetadataView,
     RunningPartition,
@@ -143,8 +140,6 @@ class StreamManager:
     )
     role_summary: RoleSummary = attrs.field(factory=RoleSummary)
     """One INFO line per burst of role changes (cluster mode)."""
-    role_turns: RoleTurns = attrs.field(factory=RoleTurns)
-    """A few role changes start per loop turn, leaderships first (cluster mode)."""
     _replica_services: ReplicaServices | None = attrs.field(init=False, default=None)
     _scope: ReconcileScope = attrs.field(init=False)
     """Which partitions each reconcile examines (those whose assignment changed)."""
@@ -448,10 +443,6 @@ class StreamManager:
                     running.wake = LazyEvent()
                     if running.wanted == running.applied:
                         await running.wake.wait()
-                    continue
-                leads = takes_leadership(running.replica, target[0], self.server_id)
-                await self.role_turns.take(leading=leads)
-                if running.wanted != target:  # a newer one came while it waited
                     continue
                 started = anyio.current_time()
                 try:
