@@ -71,6 +71,9 @@ RAFT_MIB_TARGET = 5.0
 
 State = dict[tuple[str, int], tuple[str | None, int, tuple[str, ...]]]
 """(stream, partition) -> (leader, leader epoch, ISR)."""
+Round = tuple[float, float, float, int]
+"""A round of a failover's watch: (start from the kill, seconds of the Metadata request,
+seconds of the ListOffsets probes, partitions probed)."""
 
 
 async def _create(address: list[str], partitions: int) -> tuple[float, int]:
@@ -133,11 +136,11 @@ async def _watch_failover(
     victim: str,
     alone: set[tuple[str, int]],
     started: float,
-) -> tuple[list[tuple[float, int, int]], State, float, float]:
+) -> tuple[list[tuple[float, int, int]], State, float, float, list[Round]]:
     """Poll the metadata (every partition's leader) and probe each moved partition's new
     leader with ListOffsets until it answers; (timeline of (t, left in the metadata, not yet
     serving), last state, seconds until the metadata named a live leader for every one,
-    seconds until every one's new leader served)."""
+    seconds until every one's new leader served, its rounds)."""
     moving = {k for k, v in settled.items() if v[0] == victim and k not in alone}
     serving: set[tuple[str, int]] = set()
     timeline: list[tuple[float, int, int]] = []
@@ -145,9 +148,12 @@ async def _watch_failover(
     ready_s: float | None = None
     now = settled
     limiter = anyio.CapacityLimiter(PROBE_IN_FLIGHT)
+    rounds: list[Round] = []
     async with Client(survivors) as client:
         while time.perf_counter() - started < FAILOVER_BOUND_S:
+            asked = time.perf_counter()
             meta = await client.metadata(refresh=True)
+            rounds.append((asked - started, time.perf_counter() - asked, 0.0, 0))
             now = {
                 (name, p.partition): (p.leader, p.leader_epoch, p.isr)
                 for name, info in meta.streams.items()
@@ -165,17 +171,20 @@ async def _watch_failover(
                     if await _probe_ready(client, key):
                         serving.add(key)
 
+            probing = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for key in probe:
                     tg.start_soon(one, key)
             t = time.perf_counter() - started
+            rounds[-1] = (*rounds[-1][:2], time.perf_counter() - probing, len(probe))
             timeline.append((t, left, len(moving - serving)))
             if not left and not moving - serving:
                 ready_s = t
                 break
             await anyio.sleep(0.1)
     end = time.perf_counter() - started
-    return timeline, now, end if moved_s is None else moved_s, end if ready_s is None else ready_s
+    moved = end if moved_s is None else moved_s
+    return timeline, now, moved, end if ready_s is None else ready_s, rounds
 
 
 PHASES = (
@@ -226,13 +235,18 @@ def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
     survivors = [p.address for p in dev.servers if p.server_id != victim]
     dev.kill(victim)
     killed, killed_wall = time.perf_counter(), time.time()
-    timeline, now, moved_s, ready_s = anyio.run(
+    timeline, now, moved_s, ready_s, rounds = anyio.run(
         _watch_failover, survivors, settled, victim, alone, killed, backend="asyncio"
     )
     marks = [f"{t:.1f}s:{n}/{r}" for t, n, r in timeline[:: max(1, len(timeline) // 12)]]
     print(
         f"  kill -9 of {victim}: partitions still to move (metadata/serving) over time: "
         f"{' '.join(marks)}"
+    )
+    slow = sorted(rounds, key=lambda r: -(r[1] + r[2]))[:3]
+    print(
+        "  its slowest rounds (start: metadata s + probes s for n partitions): "
+        + ", ".join(f"{a:.1f}s: {m:.2f}+{p:.2f} for {n}" for a, m, p, n in slow)
     )
     phases = _log_phases(dev, victim, killed_wall)
     if phases:  # the leader-changed line is any after the kill (the victim led it or not)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -54,3 +55,30 @@ async def test_the_collector_resumes_after_the_bound_if_an_applier_never_counts(
             assert not gc.isenabled()
     assert gc.isenabled()
     assert burst.left == ROLE_BURST_MIN
+
+
+async def test_the_longest_stall_of_the_loop_during_the_burst_is_handed_over() -> None:
+    stalls: list[float] = []
+    burst = RoleBurst(1, on_stall=stalls.append)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(burst.collector_paused)
+        await anyio.sleep(0.05)  # the task waits in its ticks
+        time.sleep(0.3)  # noqa: ASYNC251 - the loop held, as by a turn of many role changes
+        await anyio.sleep(0.05)
+        burst.applied()
+    assert len(stalls) == 1
+    assert 0.2 <= stalls[0] == burst.longest_stall_s
+
+
+async def test_a_burst_applied_in_the_turn_that_handed_it_out_counts_that_turn() -> None:
+    """The role changes of a burst may all run before its task first wakes (the old
+    appliers ran a failover's in one turn): that turn is the stall."""
+    stalls: list[float] = []
+    burst = RoleBurst(2, on_stall=stalls.append)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(burst.collector_paused)
+        time.sleep(0.3)  # noqa: ASYNC251 - the turn that applies every role change
+        burst.applied()
+        burst.applied()
+    assert len(stalls) == 1
+    assert stalls[0] >= 0.25

@@ -16,22 +16,31 @@ applier retrying or a replica closed meanwhile never counts). Cyclic garbage mad
 burst (ended roles' tasks) is frozen with the rest and goes when partitions close for good
 (``release_frozen``), as for an opening.
 
+While it waits, the task also measures how late the event loop wakes it (ticks of
+:data:`STALL_TICK_S`): the longest stall of the loop during the burst, handed to
+``on_stall`` at its end (the role summary logs it: a loop held for seconds is what keeps
+requests waiting during a failover, see :mod:`jetserver.broker.role_turns`).
+
 Task safety: the event loop.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import anyio
 import attrs
 
 from jetserver.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused
 
-__all__ = ["ROLE_BURST_MIN", "ROLE_BURST_PAUSE_MAX_S", "RoleBurst"]
+__all__ = ["ROLE_BURST_MIN", "ROLE_BURST_PAUSE_MAX_S", "STALL_TICK_S", "RoleBurst"]
 
 ROLE_BURST_MIN = FREEZE_MIN_PARTITIONS
 """Assignments handed over at once from which the collector is paused while they apply."""
 ROLE_BURST_PAUSE_MAX_S = 10.0
 """The collector resumes at the latest this long after the burst began."""
+STALL_TICK_S = 0.02
+"""Period of the loop-stall measurement while a burst applies."""
 
 
 @attrs.define(eq=False)
@@ -42,15 +51,39 @@ class RoleBurst:
     """Appliers that have not applied their assignment yet."""
     done: anyio.Event = attrs.field(factory=anyio.Event)
     """Set when ``left`` reaches 0."""
+    on_stall: Callable[[float], None] | None = None
+    """Called at the end with the longest stall of the loop seen meanwhile (seconds)."""
+    longest_stall_s: float = 0.0
+    """The longest the loop woke the burst's task late, so far."""
+    created_at: float = attrs.field(factory=anyio.current_time)
+    """When the burst was handed out (the reconcile's turn): its task's first wake-up is
+    late by as long as the turn that runs role changes before it lasts."""
+    done_at: float | None = None
+    """When ``left`` reached 0."""
 
     def applied(self) -> None:
         """One applier applied its assignment (or left the burst for a later one)."""
         self.left -= 1
-        if self.left <= 0:
+        if self.left <= 0 and not self.done.is_set():
+            self.done_at = anyio.current_time()
             self.done.set()
 
     async def collector_paused(self, max_s: float = ROLE_BURST_PAUSE_MAX_S) -> None:
         """Run as a task: the collector paused (then what exists frozen) until every
         applier applied its assignment or ``max_s`` passed."""
-        with collector_paused(max(self.left, 0)), anyio.move_on_after(max_s):
-            await self.done.wait()
+        due = self.created_at  # when the task should have run (then each tick's end)
+        try:
+            with collector_paused(max(self.left, 0)), anyio.move_on_after(max_s):
+                while True:
+                    woke = anyio.current_time()
+                    if self.done_at is not None:
+                        due = min(due, self.done_at)
+                    self.longest_stall_s = max(self.longest_stall_s, woke - due)
+                    if self.done.is_set():
+                        break
+                    due = woke + STALL_TICK_S
+                    with anyio.move_on_after(STALL_TICK_S):
+                        await self.done.wait()
+        finally:
+            if self.on_stall is not None:
+                self.on_stall(self.longest_stall_s)

@@ -46,6 +46,7 @@ class RoleSummary:
     _first_start: float | None = None
     _last_end: float = 0.0
     _slowest: float = 0.0
+    _stall: float = 0.0
     _wake: LazyEvent = attrs.field(factory=LazyEvent)
 
     def applied(
@@ -62,6 +63,11 @@ class RoleSummary:
         self._last_end = max(self._last_end, ended)
         self._slowest = max(self._slowest, ended - started)
         self._wake.set()
+
+    def stalled(self, seconds: float) -> None:
+        """The event loop stalled ``seconds`` at most during a burst of role changes
+        (:class:`~jetserver.broker.role_burst.RoleBurst`): logged with the burst."""
+        self._stall = max(self._stall, seconds)
 
     async def run(self) -> None:
         """Log each burst (until cancelled; then what was counted)."""
@@ -95,6 +101,7 @@ class RoleSummary:
         first = self._first_start if self._first_start is not None else self._last_end
         seconds = self._last_end - first
         slowest, self._slowest = self._slowest, 0.0
+        stall, self._stall = self._stall, 0.0
         self._first_start = None
         self.lines += 1
         counts: dict[str, object] = {
@@ -105,6 +112,8 @@ class RoleSummary:
             "seconds": round(seconds, 3),
             "slowest_s": round(slowest, 3),
         }
+        if stall > 0:
+            counts["loop_stall_s"] = round(stall, 3)
         if led:
             counts["led"] = ",".join(led)
         log.info("assignments applied", extra=fields(**counts))

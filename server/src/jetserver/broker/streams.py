@@ -413,7 +413,7 @@ class StreamManager:
                 await self._open_many(new, subscribe=False)
             woken = plan.retarget(self._running)
             if len(woken) >= ROLE_BURST_MIN and self._tg is not None:  # e.g. a failover
-                burst = RoleBurst(len(woken))  # the collector paused while they apply
+                burst = RoleBurst(len(woken), on_stall=self.role_summary.stalled)  # see there
                 for opened in woken:
                     if opened.burst is not None:
                         opened.burst.applied()  # it is in this burst now
