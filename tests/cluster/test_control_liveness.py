@@ -94,6 +94,33 @@ async def test_a_lost_connection_has_its_server_probed_at_once() -> None:
     await peers.aclose()
 
 
+@pytest.mark.anyio
+async def test_the_up_event_is_set_once_a_down_server_answers_again() -> None:
+    """What a follower of a down leader waits on after a lost connection (instead of
+    retrying on a timer): unset while the server is down, set at its first answer."""
+    (port,) = free_ports(1)  # nothing listens there yet: refused, down
+    servers = {"peer": RegisteredServer("peer", f"127.0.0.1:{port}", "127.0.0.1:1")}
+    state = MetadataState(servers=servers)
+    peers = PeerPool(connect_timeout_s=0.5)
+    live = Liveness("me", peers, lambda: state, interval_s=0.05)
+    async with anyio.create_task_group() as tg:
+        peers.start(tg)
+        tg.start_soon(live.run)
+        with anyio.fail_after(5):
+            await live.next_round()
+        assert live.is_down("peer")
+        up = live.up_event("peer")
+        assert not up.is_set()
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
+        tg.start_soon(_serve_until_cancelled, listener, anyio.CancelScope())
+        with anyio.fail_after(5):
+            await up.wait()
+        assert not live.is_down("peer")
+        assert live.up_event("peer").is_set()
+        tg.cancel_scope.cancel()
+    await peers.aclose()
+
+
 async def _serve_until_cancelled(
     listener: anyio.abc.SocketListener, scope: anyio.CancelScope
 ) -> None:

@@ -368,7 +368,7 @@ async def test_a_leader_answering_not_leader_in_its_epoch_is_reported(
         waited_s = anyio.current_time() - started
         tg.cancel_scope.cancel()
     log_.close()
-    assert fetcher._failures >= 3  # answered, again and again
+    assert fetcher.interruptions.failures >= 3  # answered, again and again
     if code == ErrorCode.NOT_LEADER:
         assert reports.reports[:1] == [("stuck", 0)]
         assert waited_s >= after_s  # not at the first answer: a new leader takes its role

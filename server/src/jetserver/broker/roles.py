@@ -61,6 +61,7 @@ from jetserver.replication.control import (
     server_down_of,
     server_heard_of,
     server_stopping_of,
+    server_up_event_of,
 )
 from jetserver.replication.core import (
     ROLE_FOLLOWER,
@@ -461,6 +462,7 @@ class RoleDriver:
             server_heard=server_heard_of(controller),
             server_down=server_down_of(controller),
             server_down_event=server_down_event_of(controller),
+            server_up_event=server_up_event_of(controller),
             session=session,
             fsyncs=services.fsyncs,
         )

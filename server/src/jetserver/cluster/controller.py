@@ -131,6 +131,10 @@ class Controller:
     """An event set once this server's liveness view finds a server down
     (:meth:`jetserver.cluster.liveness.Liveness.down_event`); None: followers watch their
     leaders with timers alone."""
+    server_up_event: Callable[[str], anyio.Event] | None = None
+    """An event set once this server's liveness view finds a server not down
+    (:meth:`jetserver.cluster.liveness.Liveness.up_event`); None: followers of a down
+    leader retry on their back-off timer."""
     stopping: bool = False
     """Set when this server begins a graceful stop (before its handoffs): its replicas
     handed a follower role outside the ISR from then on do not fetch

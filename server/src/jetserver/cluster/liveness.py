@@ -80,6 +80,7 @@ class Liveness:
     _changed: anyio.Event = attrs.field(factory=anyio.Event)
     _rounds: dict[str, int] = attrs.field(factory=dict)
     _down_events: dict[str, anyio.Event] = attrs.field(factory=dict)
+    _up_events: dict[str, anyio.Event] = attrs.field(factory=dict)
     _wake: dict[str, anyio.Event] = attrs.field(factory=dict)
     """Per server, set to end the wait for its next probe early (:meth:`probe_soon`)."""
     on_refused: Callable[[str], None] | None = None
@@ -132,11 +133,28 @@ class Liveness:
             event.set()
         return event
 
+    def up_event(self, server_id: str) -> anyio.Event:
+        """An event set once ``server_id`` is not down in this view (:meth:`is_down`); a
+        new, unset one is handed out while it is down. A follower whose leader's server is
+        down waits on it rather than retrying the connection on a timer (a killed leader's
+        thousands of followers on a survivor retried together at every back-off step)."""
+        down = self.is_down(server_id)
+        event = self._up_events.get(server_id)
+        if event is None or (down and event.is_set()):
+            event = self._up_events[server_id] = anyio.Event()
+        if not down:
+            event.set()
+        return event
+
     def _note_down(self, server_id: str) -> None:
+        down = self.is_down(server_id)
+        up = self._up_events.get(server_id)
+        if up is not None and not down:
+            up.set()
         event = self._down_events.get(server_id)
         if event is None:
             return
-        if self.is_down(server_id):
+        if down:
             event.set()
         elif event.is_set():
             self._down_events[server_id] = anyio.Event()

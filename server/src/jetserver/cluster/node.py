@@ -136,6 +136,7 @@ class ClusterNode:
                 is_down=liveness.is_down,
                 is_gone=liveness.gone,
                 server_down_event=liveness.down_event,
+                server_up_event=liveness.up_event,
             )
             rebalancer = LeaderRebalancer(
                 member,

@@ -67,6 +67,13 @@ def server_down_event_of(controller: object) -> Callable[[str], anyio.Event] | N
     return event if callable(event) else None
 
 
+def server_up_event_of(controller: object) -> Callable[[str], anyio.Event] | None:
+    """The controller's ``server_up_event`` (an event set once its liveness view finds a
+    server not down), or None for a control plane without it."""
+    event = getattr(controller, "server_up_event", None)
+    return event if callable(event) else None
+
+
 def server_stopping_of(controller: object) -> bool:
     """True once the controller's server began a graceful stop (its ``stopping``): a replica
     handed a follower role outside the ISR then does not fetch. Its fetches, caught up,

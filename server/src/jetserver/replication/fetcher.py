@@ -76,6 +76,7 @@ from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane, server_gone_of
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import NotLeaderRun, SilenceDetector, follower_hw
+from jetserver.replication.interruptions import Interruptions
 from jetserver.replication.invariants import ReplicaInvariantViolation
 from jetserver.replication.session import FetchSession, LeftOut
 from jetserver.security.peer import PLAIN, PeerSecurity
@@ -89,11 +90,6 @@ each left out of the answer to a request without a long poll
 (:class:`~jetserver.replication.session.LeftOut`), that report the leader silent even
 while its server answers liveness probes."""
 
-
-EXPECTED_INTERRUPTION_QUIET_S = 10.0
-"""How long a series of expected failures (the session's connection lost, NOT_LEADER) lasts
-before a follower logs it at INFO (see ``FollowerFetcher._pause_after``): longer than a
-failover takes."""
 
 DOWN_RECHECK_S = 0.25
 """While its leader is silent but the leader's server not (yet) down in this server's
@@ -178,6 +174,10 @@ class FollowerFetcher:
     """This server's liveness view (None: no probes): a silence is reported only while the
     leader's server is down in it (refused, or probes timing out for a while), so that a
     busy server is not reported by every partition it leads (spec/cluster.md)."""
+    server_up_event: Callable[[str], anyio.Event] | None = None
+    """An event set once this server's liveness view finds a server not down (None: not
+    known): a follower whose leader's server is down waits on it after a lost connection
+    instead of retrying on a timer (:meth:`_pause_after`)."""
     server_down_event: Callable[[str], anyio.Event] | None = None
     """An event set once this server's liveness view finds a server down (None: not
     known): while the leader's server is not down, the silence watch waits on it instead
@@ -192,11 +192,10 @@ class FollowerFetcher:
     truncations: int = 0
     """Truncations made by reconciliation."""
     _silence: SilenceDetector | None = None
-    _failures: int = 0
-    _series_start: float = 0.0
-    """When the current series of failures began (``anyio.current_time()``)."""
-    _series_logged: bool = False
-    """The current series was logged at INFO."""
+    interruptions: Interruptions = attrs.field(
+        init=False, default=attrs.Factory(lambda self: Interruptions(self.config), takes_self=True)
+    )
+    """The current series of failed fetches (pauses, log levels)."""
     _timeouts: int = 0
     _leader_hw: int = -1
     _stopped: bool = False
@@ -384,29 +383,28 @@ class FollowerFetcher:
                 await self._pause_after(exc)
 
     async def _pause_after(self, exc: Exception, *, quiet: bool = False) -> None:
-        """Log an interruption (one of a series at INFO unless ``quiet``: a timeout, which
-        the fetch session logs once for all its partitions) and back off; the pause
-        doubles per failure until a fetch is answered again.
-
-        The series' first failure is the INFO line, except for the expected ones of a
-        failover or a create: the shared session's connection lost (the session logs that
-        once for all its partitions) and NOT_LEADER (the new leader has not taken its role
-        yet): their line comes only if the series lasts
-        :data:`EXPECTED_INTERRUPTION_QUIET_S`. A failover of 1,000 leaderships logged 1,000
-        of them on each survivor."""
+        """Log an interruption (:class:`Interruptions` decides at which level) and back
+        off. The session's connection lost while this server's liveness view finds the
+        leader's server down: wait until that server answers probes again (the role ends
+        first in a failover: this task is then cancelled), up to ``leader_silence_s`` and
+        at least the back-off, instead of retrying at each step of it (a kill -9 left a
+        survivor's thousands of followers of the dead leader retrying together: half of its
+        loop's time in the seconds before the elections)."""
         if self._stopped:
             raise _Stopped  # the role ended (its fetch was dropped): nothing to retry
-        self._failures += 1
-        now = anyio.current_time()
-        if self._failures == 1:
-            self._series_start, self._series_logged = now, False
-        expected = isinstance(exc, (NotLeader, JetConnectionError))
-        due = not expected or now - self._series_start >= EXPECTED_INTERRUPTION_QUIET_S
-        level = logging.DEBUG
-        if due and not quiet and not self._series_logged:
-            level, self._series_logged = logging.INFO, True
+        level, pause = self.interruptions.failed(exc, anyio.current_time(), quiet=quiet)
         log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
-        await anyio.sleep(self.config.backoff_s(self._failures))
+        up, down = self.server_up_event, self.server_down
+        if (
+            isinstance(exc, JetConnectionError)
+            and up is not None
+            and down is not None
+            and down(self.leader)
+        ):
+            with anyio.move_on_after(max(pause, self.config.leader_silence_s)):
+                await up(self.leader).wait()
+            return
+        await anyio.sleep(pause)
 
     async def _recover_unsynced(self, exc: Exception) -> None:
         """An fsync failed: cut the log back to its last good sync (what the failed fsync
@@ -545,7 +543,7 @@ class FollowerFetcher:
                     self.request_flush()
                 self.records_bytes += len(data)
             # Reset once stored: a refused append (a disk below its floor) backs off.
-            self._failures = 0
+            self.interruptions.answered()
             new = follower_hw(
                 log_.high_watermark,
                 header.hw,
