@@ -176,7 +176,7 @@ class CountingFetcher(FollowerFetcher):
 
     async def _pause_after(self, exc: Exception, *, quiet: bool = False) -> None:
         await super()._pause_after(exc, quiet=quiet)
-        if self._failures >= self.enough:
+        if self.interruptions.failures >= self.enough:
             self.failed.set()
 
 
