@@ -22,10 +22,10 @@ from support.raw_client import RawClient
 pytestmark = pytest.mark.anyio
 
 PARTITIONS = 40
-THREADS_STARTED_MEANWHILE = 3
+THREADS_STARTED_MEANWHILE = PARTITIONS // 4
 """Bound on threading.Conditions that threads started while partitions are created may
-bring (a Thread's ``_started`` event holds one): a Condition per log would be
-PARTITIONS."""
+bring (a Thread's ``_started`` event holds one, a worker's queue three more: 1 and 5 seen
+in CI runs): a Condition per log would be PARTITIONS."""
 
 
 def _name(task: asyncio.Task[object]) -> str:

@@ -17,7 +17,7 @@ import jetspark
 from jetsdk import Client
 from support.jet_dev import JetDev
 
-from .helpers import create, finish, produce, read_all, read_stream, start_foreach_batch, unique
+from .helpers import create, produce, read_all, read_stream, run_foreach_batch, unique
 
 pytestmark = pytest.mark.spark
 
@@ -55,7 +55,7 @@ def test_source_to_sink_on_a_three_server_cluster(
     df = read_stream(spark, servers, src, group="spark-cluster")
     upper = df.select("key", F.upper(F.col("value").cast("string")).alias("value"))
     sink = jetspark.foreach_batch_sink(servers, out)
-    finish(start_foreach_batch(upper, sink, checkpoint))
+    run_foreach_batch(upper, sink, checkpoint)
 
     got = read_all(servers, out)
     assert sorted((r.key, r.value) for r in got) == sorted((k, v.upper()) for k, v in sent)

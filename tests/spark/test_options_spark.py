@@ -13,7 +13,13 @@ import pytest
 from jetspark._compat import ADMISSION_CONTROL
 from support.jet_dev import JetDev
 
-from .helpers import create, finish, read_partitions, read_stream, start_foreach_batch, unique
+from .helpers import (
+    create,
+    read_partitions,
+    read_stream,
+    run_foreach_batch,
+    unique,
+)
 from .test_reader_limits import _first_at, _stored_bytes_per_offset
 
 pytestmark = pytest.mark.spark
@@ -107,7 +113,7 @@ def test_max_bytes_per_trigger_in_a_streaming_query(
         seen.append(df.count())
 
     df = read_stream(spark, spark_jet.servers, name, maxBytesPerTrigger=str(limit))
-    finish(start_foreach_batch(df, batch, tmp_path / "checkpoint"))
+    run_foreach_batch(df, batch, tmp_path / "checkpoint")
     seen = [n for n in seen if n]
     assert all(n * min(size.values()) <= limit for n in seen), (seen, size, limit)
     if ADMISSION_CONTROL:

@@ -22,6 +22,7 @@ from .helpers import (
     produce,
     read_all,
     read_stream,
+    run_foreach_batch,
     start_foreach_batch,
 )
 
@@ -53,7 +54,7 @@ def test_source_transform_sink_end_to_end(spark: Any, spark_jet: JetDev, checkpo
         "key", F.upper(F.col("value").cast("string")).alias("value"), "headers", "offset"
     )
     sink = jetspark.foreach_batch_sink(servers, out)
-    finish(start_foreach_batch(upper, sink, checkpoint))
+    run_foreach_batch(upper, sink, checkpoint)
 
     got = read_all(servers, out)
     assert sorted((r.key, r.value) for r in got) == sorted((k, v.upper()) for k, v in sent)
