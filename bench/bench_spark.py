@@ -15,6 +15,10 @@ calls), and the rates at 1 KB and 16 KiB values.
 
     python -m bench spark [--quick]
 
+``JET_BENCH_SPARK_PARTS`` (default ``100,fixed,1000,16384``) limits the run to some of its
+parts (e.g. ``16384``: the 16 KiB rates only); ``JET_BENCH_SPARK_LARGE_ROUNDS`` sets the
+rounds at 16 KiB (1).
+
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB and 10,000 x
 16 KiB, one round each. ``--quick``: 50,000, 10,000 and 2,000 rows.
 """
@@ -304,6 +308,7 @@ def _throughput(
 def run(quick: bool) -> None:
     """Measure and print the source and sink comparisons, fixed costs, 1 KB and 16 KiB rates."""
     scale = QUICK if quick else FULL
+    parts = os.environ.get("JET_BENCH_SPARK_PARTS", "100,fixed,1000,16384").split(",")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import jetspark
@@ -315,12 +320,17 @@ def run(quick: bool) -> None:
         spark = local_spark("jetspark-bench")
         try:
             jetspark.register(spark)
-            _throughput(spark, servers, joined, scale.count, VALUE_BYTES, scale.rounds)
-            _fixed_costs(spark, servers, joined)
-            print("at 1 KB values:")
-            _throughput(spark, servers, joined, scale.kb_count, KB_VALUE_BYTES, 1)
-            print("at 16 KiB values:")
-            _throughput(spark, servers, joined, scale.large_count, LARGE_VALUE_BYTES, 1)
+            if "100" in parts:
+                _throughput(spark, servers, joined, scale.count, VALUE_BYTES, scale.rounds)
+            if "fixed" in parts:
+                _fixed_costs(spark, servers, joined)
+            if "1000" in parts:
+                print("at 1 KB values:")
+                _throughput(spark, servers, joined, scale.kb_count, KB_VALUE_BYTES, 1)
+            if "16384" in parts:
+                print("at 16 KiB values:")
+                rounds = int(os.environ.get("JET_BENCH_SPARK_LARGE_ROUNDS", "1"))
+                _throughput(spark, servers, joined, scale.large_count, LARGE_VALUE_BYTES, rounds)
         finally:
             spark.stop()
 

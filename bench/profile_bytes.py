@@ -18,7 +18,8 @@ the servers' memory growing to its peak (page faults), the later ones show the s
 
 Run: ``PYTHONPATH=. python -m bench.profile_bytes [SIZE ...] [--profile] [--mib N]
 [--processes RF [--repeat N]]`` (``JET_PROFILE_IN_FLIGHT``: Produce requests in flight, 4;
-``JET_PROFILE_COMPRESSION``, ``JET_PROFILE_VALUES``: the producer's codec and the values;
+``JET_PROFILE_COMPRESSION``, ``JET_PROFILE_VALUES``, ``JET_PROFILE_ACK``: the producer's
+codec, the values and its ack, ``all`` or ``leader``;
 peak RSS per process is printed with ``--processes``) (default sizes 16384 262144
 1048576, 64 MiB each).
 """
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 
 import anyio
+import orjson
 
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetserver.testing import NatsServer
@@ -46,6 +48,8 @@ IN_FLIGHT = int(os.environ.get("JET_PROFILE_IN_FLIGHT", "4"))
 """Produce requests in flight (``JET_PROFILE_IN_FLIGHT``; bench sizes holds up to 32)."""
 COMPRESSION = os.environ.get("JET_PROFILE_COMPRESSION") or None
 """The producer's compression (``JET_PROFILE_COMPRESSION``: zstd or lz4; none by default)."""
+ACK = os.environ.get("JET_PROFILE_ACK", "")
+"""``all`` or ``leader`` (``JET_PROFILE_ACK``); default: LEADER at RF 1, ALL at RF 3."""
 VALUES = os.environ.get("JET_PROFILE_VALUES", "random")
 """``random`` (incompressible) or ``json`` (JSON-like lines) values (``JET_PROFILE_VALUES``)."""
 
@@ -124,6 +128,8 @@ async def _one(
     window = max(4, min(4000, 64 * MIB // size))
     stream = f"p{size}"
     ack = AckPolicy.LEADER if rf == 1 else AckPolicy.ALL
+    if ACK:
+        ack = AckPolicy.ALL if ACK.lower() == "all" else AckPolicy.LEADER
     async with Client([address] if isinstance(address, str) else address) as client:
         await client.create_stream(
             stream, f"prof.{stream}", max_message_bytes=max(size, 1024), replication_factor=rf
@@ -191,10 +197,13 @@ async def _main(sizes: list[int], mib: int, profile: cProfile.Profile | None) ->
 
 
 async def _main_processes(sizes: list[int], mib: int, rf: int, repeat: int) -> None:
-    with Cluster(size=rf, log_level="WARNING") as cluster:
+    settings = orjson.loads(os.environ.get("JET_PROFILE_SETTINGS", "{}"))
+    with Cluster(size=rf, log_level="WARNING", settings=settings) as cluster:
         assert cluster.nats is not None
         pids = {s.server_id: s.pid for s in cluster.servers}
         pids["nats"] = cluster.nats.pid
+        print("pids " + " ".join(f"{name}={pid}" for name, pid in pids.items()), flush=True)
+        await anyio.sleep(float(os.environ.get("JET_PROFILE_PAUSE_S", "0")))
         meter = _Meter(pids)
         for _ in range(repeat):
             for size in sizes:

@@ -284,6 +284,33 @@ async def test_follower_records_appended_and_fsynced_on_the_loop_or_in_a_thread(
         assert (runner.loop_fsyncs, runner.thread_fsyncs) == (1, 1)
 
 
+@pytest.mark.parametrize("anyio_backend", LOOPS)
+async def test_an_fsync_of_many_bytes_runs_in_a_thread(
+    log: Log, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync that covers more than INLINE_MAX_BYTES appended since the last one goes to
+    a thread even on a free loop (a 1 MiB value acked ALL blocked the loop for its fsync,
+    one per message, so the next ones were not received meanwhile and no group formed).
+    Failed before: on the loop."""
+    monkeypatch.setattr(fsync_runner, "FREE_TURN_S", 1.0)  # the loop counts as free
+    runner = FsyncRunner(clock=clock)
+    log.append(bodies(1, size=fsync_runner.INLINE_MAX_BYTES // 2), 1, 0)
+    assert log.unflushed_bytes > fsync_runner.INLINE_MAX_BYTES // 2
+    assert runner.may_run_here_for(log)
+    assert await runner.flush(log) == 1  # half the bound: on the loop
+    assert log.unflushed_bytes == 0
+    for i in range(3):  # a burst of small ones adds up too
+        log.append(bodies(1, start=1 + i, size=fsync_runner.INLINE_MAX_BYTES // 2), 1, 0)
+    assert not runner.may_run_here_for(log)
+    assert await runner.flush_here(log) is None  # nothing done: the caller goes to a thread
+    assert log.flushed_offset == 1
+    assert await runner.flush(log) == 4
+    log.append(bodies(1, start=4, size=fsync_runner.INLINE_MAX_BYTES + 1), 1, 0)
+    assert await runner.flush(log) == 5
+    assert (runner.loop_fsyncs, runner.thread_fsyncs) == (1, 2)
+    assert log.unflushed_bytes == 0
+
+
 def _read_raw(log: Log, offset: int, max_bytes: int) -> bytes:
     with log.read(offset, max_bytes) as sl:
         return sl.read_bytes()

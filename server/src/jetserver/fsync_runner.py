@@ -21,7 +21,12 @@ the loop unless:
   over :data:`WINDOW_S`): under load the loop has other work, and a thread lets it parse
   the next requests while the disk works (group commit then covers them);
 * another thread is already fsyncing that log (the loop never waits for it);
-* the records to append first are large (a follower catching up: :data:`INLINE_MAX_BYTES`);
+* the bytes to fsync are many (more than :data:`INLINE_MAX_BYTES` appended since the last
+  fsync: a large value, a burst of them, a follower catching up): the fsync's time grows
+  with its bytes, and while it blocks the loop nothing is received; in a thread the next
+  requests are read and appended meanwhile, and the next fsync covers them (group commit).
+  A 1 MiB value acked ALL had its fsync on the loop, one per message, whenever the loop
+  looked free and its share allowed;
 * other work is ready to run on the loop, still after it had one turn (a busy server: its
   requests must not wait behind the disk; measured on 2026-11-26 with fsyncs on the loop
   whenever the share allowed, acked publishing with ack LEADER fell by about a quarter).
@@ -66,7 +71,8 @@ WINDOW_S = 0.1
 LOOP_SHARE = 0.2
 """Above this share of loop time spent in fsyncs, they go to worker threads."""
 INLINE_MAX_BYTES = 256 * 1024
-"""Most bytes a follower appends on the loop before an fsync there."""
+"""Most bytes an fsync on the loop covers (:attr:`Log.unflushed_bytes`), and most bytes a
+follower appends on the loop before an fsync there."""
 FREE_TURN_S = 500e-6
 """On uvloop: a loop turn back within this counts as a free loop. An empty turn took 4 us
 p50 on the dev VM, one that sends a LEADER ack's response (what runs between an append
@@ -165,7 +171,8 @@ class FsyncRunner:
         unless: Callable[[], bool] | None = None,
     ) -> int | None:
         """``log_.flush(upto)`` on the loop if this runner would run it there now (after
-        one turn that lets ready work run first); None, with nothing done, if not: the
+        one turn that lets ready work run first) and it covers at most
+        :data:`INLINE_MAX_BYTES`; None, with nothing done, if not: the
         caller leaves the fsync to a thread (its partition's flusher). ``loop``: the
         running loop, if the caller knows it (looking it up costs a getpid system call
         on Python 3.11). ``unless``: the caller's own reason to keep the loop free, asked
@@ -173,7 +180,7 @@ class FsyncRunner:
         to the records being fsynced: its writer retries within a round trip, and an
         fsync on the loop would hold the retry until the disk is done
         (:meth:`jetserver.broker.commit.Committer.commit_here`)."""
-        if not (self.may_run_here() and await _loop_free(loop)):
+        if not (self.may_run_here_for(log_) and await _loop_free(loop)):
             return None
         if unless is not None and unless():
             return None
@@ -203,6 +210,11 @@ class FsyncRunner:
             return
         self.thread_fsyncs += 1
         await THREADS.run(_append_and_flush, log_, data)
+
+    def may_run_here_for(self, log_: Log) -> bool:
+        """:meth:`may_run_here`, and ``log_``'s next fsync covers at most
+        :data:`INLINE_MAX_BYTES` (the free-loop probe is not asked)."""
+        return log_.unflushed_bytes <= INLINE_MAX_BYTES and self.may_run_here()
 
     def may_run_here(self) -> bool:
         """True if an fsync may run on the loop now (on, no back-off after a slow one, the

@@ -197,7 +197,8 @@ class Committer:
     async def commit_deferred(self) -> None:
         """Fsync and commit what :meth:`defer_flush` left, in this task: on the loop if
         the fsync runner would run it there now; in a worker thread if the runner sends
-        fsyncs there for now (a slow disk, a high share of loop time), unless one from a
+        fsyncs there for now (a slow disk, a high share of loop time, many bytes to
+        fsync: :meth:`FsyncRunner.may_run_here_for`), unless one from a
         request's task is there already (then the flusher groups the rest). Else (the loop
         is busy), or on any error, ask the flusher, which recovers from a failed fsync as
         always. A no-op if nothing is left (the flusher or another request took it).
@@ -211,7 +212,7 @@ class Committer:
         log_ = self.base.log
         runner = self.fsyncs
         loop = self._running_loop()  # known: no getpid (3.11)
-        in_thread = not runner.may_run_here()
+        in_thread = not runner.may_run_here_for(log_)
         if in_thread and self._thread_flush:
             self._loop_refused = True
             self.request_flush()
@@ -391,13 +392,33 @@ class Committer:
         refused since the last such commit, :meth:`Sequencer.lost_race_since_commit`);
         then the fsync goes to a worker thread even where the runner would run it on the
         loop, so that the loser's retry, a round trip away, is read and appended while
-        the disk works and shares the next fsync, instead of waiting behind this one."""
+        the disk works and shares the next fsync, instead of waiting behind this one.
+
+        In a worker thread (the runner would not run it on the loop) when no other
+        request's fsync of this log is in one; else the flusher takes this request's
+        commit (its next fsync covers everything appended while the running one works)."""
         log_ = self.base.log
+        runner = self.fsyncs
+        loop = self._running_loop()
         try:
             if hops.ENABLED:
                 hops.mark("fsync.start")
             end = log_.log_end_offset
-            flushed = await self.fsyncs.flush(log_, end, on_loop=True, unless=contended)
+            flushed = await runner.flush_here(log_, end, loop, contended)
+            if flushed is None:
+                if self._thread_flush:
+                    # A request's fsync runs in a thread already: the flusher's next one
+                    # covers this request with every other appended meanwhile (one thread
+                    # job per group, not one per request: 32 large requests in flight
+                    # held up to 32 threads waiting on the log's group commit).
+                    self._loop_refused = True
+                    self.request_flush()
+                    return
+                self._thread_flush = True
+                try:
+                    flushed = await runner.flush(log_, end, on_loop=False, loop=loop)
+                finally:
+                    self._thread_flush = False
             if hops.ENABLED:
                 hops.mark("fsync.end")
         except Exception:

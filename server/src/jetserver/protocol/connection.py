@@ -47,7 +47,7 @@ from jetserver import hops
 from jetserver.config import LimitsConfig
 from jetserver.logs import fields
 from jetserver.protocol import stream_control
-from jetserver.protocol.socket_io import READ_INLINE_MAX_BYTES, SocketIO
+from jetserver.protocol.socket_io import READ_INLINE_MAX_BYTES, RECV_BYTES, SocketIO
 from jetserver.protocol.stream_control import StreamControl
 from jetserver.storage import ReadSlice
 from jetserver.storage.read_slices import ReadSlices
@@ -63,6 +63,11 @@ _API_NAMES: dict[int, str] = {
 """Hop names of the APIs on a message's path (jetserver.hops)."""
 
 _ERROR_FLAGS = FLAG_RESPONSE | FLAG_ERROR
+HEAD_READ_BYTES = 4096
+"""Bytes asked for by the read after a frame's body was read in place: the next frame is
+often as large, and a read of RECV_BYTES took its header and its first 256 KiB into a new
+``bytes``, then copied them into the body's buffer. This read takes its header (and a few
+small frames, if small ones follow); the reads after it ask for RECV_BYTES again."""
 READ_IN_PLACE_MIN_BYTES = 64 * 1024
 """A request frame's body of at least this many bytes that is not all received at once is
 received in place, into a buffer of its size (FrameDecoder ``readinto_min``): no join of
@@ -206,6 +211,7 @@ class AcceptedConnection:
     async def _read_loop(self) -> None:
         decoder = FrameDecoder(self.limits.max_frame_bytes, readinto_min=READ_IN_PLACE_MIN_BYTES)
         frame_started: float | None = None
+        read_bytes = RECV_BYTES
         while not self._closing:
             now = time.monotonic()
             if decoder.buffered_bytes:
@@ -219,10 +225,11 @@ class AcceptedConnection:
             # without a timed wait then. A large frame's body is received in place.
             target = decoder.read_target()
             received: bytes | int | None = (
-                await self.io.recv_within(max(timeout, 0.0))
+                await self.io.recv_within(max(timeout, 0.0), read_bytes)
                 if target is None
                 else await self.io.recv_into_within(target, max(timeout, 0.0))
             )
+            read_bytes = RECV_BYTES if target is None else HEAD_READ_BYTES
             timed_out = received is None
             data = received or b""
             if timed_out:

@@ -89,6 +89,7 @@ class Appender:
             seg.append(data, first + n - 1, ts, ts, entries, size, first)
             with state.lock:
                 state.leo = first + n
+            state.appended_bytes += size
             state.last_ts = ts
             if leader_epoch != epochs.latest_epoch:
                 epochs.assign(leader_epoch, first)
@@ -171,6 +172,7 @@ class Appender:
             new_leo = offsets[-1] + 1
             with state.lock:
                 state.leo = new_leo
+            state.appended_bytes += pos
             state.last_ts = max(state.last_ts, running[-1])
             for epoch, offset in new_epochs:
                 state.epochs.assign(epoch, offset)

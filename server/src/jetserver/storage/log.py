@@ -446,6 +446,13 @@ class Log:
         """
         return self._flush(upto, wait=True)  # type: ignore[return-value]  # never None
 
+    @property
+    def unflushed_bytes(self) -> int:
+        """Bytes appended since the last successful fsync began: about what the next fsync
+        writes to the disk (an estimate for deciding where it runs; any thread)."""
+        state = self._state
+        return state.appended_bytes - state.synced_bytes
+
     def flush_unless_busy(self, upto: int | None = None) -> int | None:
         """:meth:`flush`, or None if it would wait for another thread's fsync (event loop)."""
         return self._flush(upto, wait=False)
@@ -462,6 +469,7 @@ class Log:
                 state.check_open()
                 seg = state.segments[-1]
                 covered = state.leo
+                appended = state.appended_bytes
                 lease = FileLease(seg.file)
 
             def sync() -> None:
@@ -471,6 +479,7 @@ class Log:
                     raise StorageError(f"fsync of {seg.log_path} failed: {exc}") from exc
                 finally:
                     lease.release()
+                state.synced_bytes = appended
 
             return covered, sync
 

@@ -66,6 +66,11 @@ class LogState:
         self.log_start = 0
         self.last_ts = NO_TIMESTAMP
         """The largest timestamp in the log (timestamps never decrease)."""
+        self.appended_bytes = 0
+        """Bytes written by appends since the log was opened (a running count)."""
+        self.synced_bytes = 0
+        """:attr:`appended_bytes` as the last successful fsync began (so the bytes appended
+        and not yet fsynced are the difference: :attr:`Log.unflushed_bytes`)."""
         self.closed = False
         self.hw_on_disk: int | None = None
         """The value the HW checkpoint file holds, if known (read at open, or written)."""
