@@ -494,3 +494,39 @@ async def test_the_jobs_of_one_batch_wake_the_loop_once(
         for lg in logs:
             with contextlib.suppress(Exception):
                 lg.close()
+
+
+@pytest.mark.parametrize("anyio_backend", [LOOPS[0]])  # uvloop's probe is timed: not here
+async def test_fsyncs_of_several_logs_asked_in_one_turn_go_to_threads_together(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The sections of a ProduceMany with ack ALL commit in their own tasks, each asking
+    for its partition's fsync in the same turn: on a free loop they went there one after
+    the other (the first before the others were handed over); now all go to the threads
+    as one batch and run at once. A lone log's fsync still runs on the loop. Failed
+    before: fsyncs on the loop."""
+    runner = FsyncRunner(clock=clock)
+    loop = asyncio.get_running_loop()
+    logs = [Log.open(tmp_path / f"p{i}") for i in range(4)]
+    try:
+        for i, lg in enumerate(logs):
+            lg.append(bodies(i + 1), 1, 0)
+        outcomes: dict[int, int] = {}
+
+        async def flush(i: int) -> None:
+            outcomes[i] = await runner.flush(logs[i], loop=loop)
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                for i in range(4):
+                    tg.start_soon(flush, i)
+        assert outcomes == {0: 1, 1: 2, 2: 3, 3: 4}
+        assert (runner.loop_fsyncs, runner.thread_fsyncs, runner.thread_jobs) == (0, 4, 1)
+        logs[0].append(bodies(1, start=1), 1, 0)
+        with anyio.fail_after(WAIT):
+            assert await runner.flush(logs[0], loop=loop) == 2
+        assert runner.loop_fsyncs == 1
+    finally:
+        for lg in logs:
+            with contextlib.suppress(Exception):
+                lg.close()
