@@ -14,6 +14,7 @@ ProduceMany of a round's batches counting one) and the Fetch answers its view ap
 - ``race4``: 4 tables (own clients) each ``modify`` one counter (the CAS row of
   ``bench table``); lost updates are counted;
 - ``put``: ``Table.put`` with ack ALL, 64 in flight over 4 partitions (the put row);
+  ``put1`` the same over 1 partition;
 - ``kv_update1``, ``kv_race4``: JetStream KV's side of ``modify1`` and ``race4`` (nats-py
   ``kv.update`` with the revision last seen, a refused writer reads the key with
   ``kv.get``: :func:`bench.bench_table.kv_increments`) against a nats-server with
@@ -42,7 +43,14 @@ import orjson
 
 from bench.trees import child_figures, compared_trees
 
-KINDS = {"modify1": 500, "race4": 1000, "kv_update1": 500, "kv_race4": 1000, "put": 10_000}
+KINDS = {
+    "modify1": 500,
+    "race4": 1000,
+    "kv_update1": 500,
+    "kv_race4": 1000,
+    "put": 10_000,
+    "put1": 10_000,
+}
 """Operations per round of each kind."""
 _VALUE = b"v" * 100
 
@@ -90,7 +98,7 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
             tables.append(await stack.enter_async_context(Table(client, stream)))
         work: Callable[[int], Awaitable[None]]
         updates = [0]
-        if kind == "put":
+        if kind.startswith("put"):
             table = tables[0]
 
             async def work(ops: int) -> None:
@@ -134,7 +142,7 @@ async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) 
         out["requests"] = (sum(done) - sum(requests)) / n
         out["wire"] = (sum(_wire(t) for t in tables) - wire) / n
         out["fetches"] = (sum(getattr(t, "fetches", 0) for t in tables) - sum(fetches)) / n
-        if kind != "put":
+        if not kind.startswith("put"):
             await tables[0].sync()
             out["lost"] = updates[0] - int(tables[0].get(b"n") or b"0")
         return out

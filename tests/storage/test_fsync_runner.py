@@ -383,6 +383,10 @@ async def test_fsyncs_asked_for_in_one_loop_turn_run_at_once_in_threads(
             jobs.append(fn)
             threads.call(loop, then, fn, *args)
 
+        def submit(self, fn: Any) -> None:
+            jobs.append(fn)
+            threads.submit(fn)
+
     monkeypatch.setattr(fsync_runner, "THREADS", Counted())
     runner = FsyncRunner(on_loop=False, clock=clock)
     logs = [Log.open(tmp_path / f"p{i}") for i in range(6)]
@@ -426,6 +430,10 @@ async def test_many_logs_of_one_turn_share_at_most_fsync_lanes_threads(
             jobs.append(len(args[0]))
             threads.call(loop, then, fn, *args)
 
+        def submit(self, fn: Any) -> None:
+            jobs.append(fn.args[0])  # run_lane(start)
+            threads.submit(fn)
+
     monkeypatch.setattr(fsync_runner, "THREADS", Counted())
     runner = FsyncRunner(on_loop=False, clock=clock)
     count = fsync_runner.FSYNC_LANES * 3 + 1
@@ -438,8 +446,113 @@ async def test_many_logs_of_one_turn_share_at_most_fsync_lanes_threads(
                 for lg in logs:
                     tg.start_soon(runner.flush, lg)
         assert len(jobs) <= fsync_runner.FSYNC_LANES
-        assert sum(jobs) == count
+        size = -(-count // fsync_runner.FSYNC_LANES)
+        assert jobs == list(range(0, count, size))  # each job's share starts there
         assert all(lg.flushed_offset == 2 for lg in logs)
+    finally:
+        for lg in logs:
+            with contextlib.suppress(Exception):
+                lg.close()
+
+
+@pytest.mark.parametrize("anyio_backend", [LOOPS[0]])
+async def test_the_jobs_of_one_batch_wake_the_loop_once(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn's fsyncs of 4 logs (a ProduceMany with ack ALL to 4 partitions) run in 4
+    threads at once, and the one that ends last hands every outcome back in ONE loop
+    callback: the callers see their outcomes only once all are in, so a callback per job
+    only woke the loop 3 more times. Failed before: 4 callbacks (one per job). A cancelled
+    caller still waits for the batch to end."""
+    loop = asyncio.get_running_loop()
+    real_threadsafe = loop.call_soon_threadsafe
+    handed: list[object] = []
+
+    def counting(callback: Any, *args: Any, **kw: Any) -> Any:
+        handed.append(callback)
+        return real_threadsafe(callback, *args, **kw)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counting)
+    release = threading.Event()
+    started = threading.Barrier(5, timeout=WAIT)  # 4 fsyncs at once and this test
+    real = log_module.fdatasync
+
+    def gated(fd: int) -> None:
+        started.wait()
+        assert release.wait(WAIT)
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", gated)
+    runner = FsyncRunner(on_loop=False, clock=clock)
+    logs = [Log.open(tmp_path / f"p{i}") for i in range(4)]
+    try:
+        for i, lg in enumerate(logs):
+            lg.append(bodies(i + 1), 1, 0)
+        outcomes: dict[int, int] = {}
+        cancelled_ended: list[int] = []
+        scope = anyio.CancelScope()
+
+        async def flush(i: int) -> None:
+            outcomes[i] = await runner.flush(logs[i])
+
+        async def flush_cancelled() -> None:
+            with scope:
+                try:
+                    await runner.flush(logs[3])
+                finally:
+                    cancelled_ended.append(logs[3].flushed_offset)
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                for i in range(3):
+                    tg.start_soon(flush, i)
+                tg.start_soon(flush_cancelled)
+                await anyio.to_thread.run_sync(started.wait)
+                scope.cancel()
+                await anyio.sleep(0.05)
+                assert cancelled_ended == []  # its fsync still runs
+                handed.clear()  # anyio's own hand-back of the thread above
+                release.set()
+        assert outcomes == {0: 1, 1: 2, 2: 3}
+        assert cancelled_ended == [4]
+        assert runner.thread_jobs == 1
+        assert len(handed) == 1
+    finally:
+        for lg in logs:
+            with contextlib.suppress(Exception):
+                lg.close()
+
+
+@pytest.mark.parametrize("anyio_backend", [LOOPS[0]])  # uvloop's probe is timed: not here
+async def test_fsyncs_of_several_logs_asked_in_one_turn_go_to_threads_together(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """The sections of a ProduceMany with ack ALL commit in their own tasks, each asking
+    for its partition's fsync in the same turn: on a free loop they went there one after
+    the other (the first before the others were handed over); now all go to the threads
+    as one batch and run at once. A lone log's fsync still runs on the loop. Failed
+    before: fsyncs on the loop."""
+    runner = FsyncRunner(clock=clock)
+    loop = asyncio.get_running_loop()
+    logs = [Log.open(tmp_path / f"p{i}") for i in range(4)]
+    try:
+        for i, lg in enumerate(logs):
+            lg.append(bodies(i + 1), 1, 0)
+        outcomes: dict[int, int] = {}
+
+        async def flush(i: int) -> None:
+            outcomes[i] = await runner.flush(logs[i], loop=loop)
+
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                for i in range(4):
+                    tg.start_soon(flush, i)
+        assert outcomes == {0: 1, 1: 2, 2: 3, 3: 4}
+        assert (runner.loop_fsyncs, runner.thread_fsyncs, runner.thread_jobs) == (0, 4, 1)
+        logs[0].append(bodies(1, start=1), 1, 0)
+        with anyio.fail_after(WAIT):
+            assert await runner.flush(logs[0], loop=loop) == 2
+        assert runner.loop_fsyncs == 1
     finally:
         for lg in logs:
             with contextlib.suppress(Exception):

@@ -29,7 +29,8 @@ __all__ = [
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK32 = 0xFFFFFFFF
-_WORDS = struct.Struct("<I")
+_WORDS: dict[int, struct.Struct] = {}
+"""``struct.Struct("<nI")`` per word count ``n`` seen (keys are short and of few lengths)."""
 
 
 class Partitioner(Protocol):
@@ -44,12 +45,19 @@ def murmur2(data: bytes) -> int:
     """32-bit MurmurHash2 exactly as Kafka's ``Utils.murmur2`` (a signed 32-bit result)."""
     length = len(data)
     h = (_SEED ^ length) & _MASK32
+    words = length >> 2
+    if words:
+        # All words in one unpack_from (no memoryview slice, no iterator of 1-tuples):
+        # a sixth less time for a 10-byte key (a table write's partition).
+        unpack = _WORDS.get(words)
+        if unpack is None:
+            unpack = _WORDS[words] = struct.Struct(f"<{words}I")
+        for k in unpack.unpack_from(data):
+            k = (k * _M) & _MASK32
+            k ^= k >> 24
+            k = (k * _M) & _MASK32
+            h = ((h * _M) & _MASK32) ^ k
     end4 = length & ~3
-    for (k,) in _WORDS.iter_unpack(memoryview(data)[:end4]):
-        k = (k * _M) & _MASK32
-        k ^= k >> 24
-        k = (k * _M) & _MASK32
-        h = ((h * _M) & _MASK32) ^ k
     rest = length & 3
     if rest:
         if rest == 3:
