@@ -20,4 +20,4 @@ if [ -n "$kept" ]; then
 else
     unset PYTHONPATH
 fi
-exec "${JET_SPARK_WORKER_PYTHON:-python3}" "$@"
+exec "${JET_SPARK_WORKER_PYTHON:?the interpreter, set with PYSPARK_PYTHON by tests/support/spark_jvm.py}" "$@"
