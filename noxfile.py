@@ -69,6 +69,16 @@ def tests(session: nox.Session) -> None:
     # Spark Python process the tests start compiled them again (importing the server took
     # 0.67 s without them, 0.36 s with them, on the 2-core dev VM).
     session.run("python", "-m", "compileall", "-q", "-j", "0", *COMPILED, silent=True)
+    # And the installed pyspark, which Spark's Python workers import from site-packages in
+    # the tests (tests/support/spark_jvm.py); pip compiled it already (then this only
+    # checks), an installer that does not compile would leave every worker compiling it.
+    session.run(
+        "python",
+        "-c",
+        "import compileall, pyspark, os; "
+        "compileall.compile_dir(os.path.dirname(pyspark.__file__), quiet=1, workers=0)",
+        silent=True,
+    )
     # pytest's rewritten test modules, written once here in two shares at once rather than
     # by each of the 4 workers (a worker's collection: 16.8 s of CPU cold, 5.9 s after
     # this, which took 16.3 s of CPU in all; tests/support/warm_rewrite.py).

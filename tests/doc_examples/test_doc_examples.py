@@ -28,7 +28,7 @@ import pytest
 from doc_examples.blocks import ROOT, Block, all_blocks
 from support.jet_dev import JetDev
 from support.node_nats import NodeUnavailable, node_nats_dir
-from support.spark_jvm import JVM_OPTIONS
+from support.spark_jvm import JVM_OPTIONS, worker_python_env
 
 BLOCKS = all_blocks()
 RUN = [b for b in BLOCKS if b.kind is not None and b.marker is None]
@@ -98,6 +98,8 @@ def command(block: Block, script: Path, env: dict[str, str]) -> list[str]:
             # JDK_JAVA_OPTIONS): the example runs as printed, its JVM compiles less.
             given = env.get("JDK_JAVA_OPTIONS", "")
             env["JDK_JAVA_OPTIONS"] = f"{given} {JVM_OPTIONS}".strip()
+            # Its Python workers import pyspark compiled (support.spark_jvm).
+            env.update(worker_python_env())
         return [sys.executable, str(script)]
     if block.kind == "sh":
         return ["bash", "-e", "-o", "pipefail", str(script)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from support.jet_dev import JetDev
-from support.spark_jvm import JVM_OPTIONS
+from support.spark_jvm import JVM_OPTIONS, use_worker_python
 
 MAINTENANCE_INTERVAL_S = "0.5"
 HW_CHECKPOINT_INTERVAL_S = "0.25"  # maintenance runs at most once per checkpoint tick
@@ -58,7 +57,7 @@ def spark() -> Iterator[Any]:
     """A local[2] SparkSession with the jetstream format registered."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java for Spark")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    use_worker_python()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 

@@ -1,7 +1,7 @@
 """What the Spark driver programs of the local-cluster tests share (cluster_driver.py,
 table_driver.py; each runs as its own process, with this directory first on sys.path):
-their JSON event lines on stdout and a ``local-cluster[2,1,1024]`` session (two executor
-JVMs with their own Python workers) with the tests' JVM options."""
+their JSON event lines on stdout and a ``local-cluster`` session (executor JVMs with their
+own Python workers) with the tests' JVM options."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for support
-from support.spark_jvm import JVM_OPTIONS
+from support.spark_jvm import JVM_OPTIONS, use_worker_python
 
 
 def say(event: str, **fields: Any) -> None:
@@ -24,12 +24,15 @@ def say(event: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
-def local_cluster_session(app_name: str, **conf: str) -> Any:
-    """A SparkSession on ``local-cluster[2,1,1024]`` named ``app_name``, with the
-    jetstream format registered; ``conf``: more settings (dots written as ``__``)."""
+def local_cluster_session(app_name: str, executors: int = 2, **conf: str) -> Any:
+    """A SparkSession on ``local-cluster[E,C,1024]`` named ``app_name``, with the
+    jetstream format registered: ``executors`` executor JVMs, two task slots in all (one
+    core each of two, or two cores of one); ``conf``: more settings (dots written as
+    ``__``). Each executor JVM and its Python workers cost CPU to start, the scarce thing
+    on a loaded 2-core machine: one where the test is not about several."""
     import pyspark
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    use_worker_python()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # local-cluster starts executors from SPARK_HOME's jars: pip's pyspark is one.
     os.environ.setdefault("SPARK_HOME", os.path.dirname(pyspark.__file__))
@@ -38,7 +41,7 @@ def local_cluster_session(app_name: str, **conf: str) -> Any:
     import jetspark
 
     builder = (
-        SparkSession.builder.master("local-cluster[2,1,1024]")
+        SparkSession.builder.master(f"local-cluster[{executors},{2 // executors},1024]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

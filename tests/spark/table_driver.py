@@ -1,5 +1,7 @@
 """A Spark driver for tests/spark/test_table_local_cluster.py, run as its own process on
-``local-cluster[2,1,1024]`` (two executor JVMs with their own Python workers):
+``local-cluster[1,2,1024]`` (an executor JVM with two task slots and its own Python
+workers: the table's reads and writes run in another process than the driver's; how many
+executors share them is not what the test is about):
 
     python tests/spark/table_driver.py SERVERS PRICES ORDERS TOTALS CHECKPOINT
 
@@ -35,7 +37,7 @@ def main(servers: str, prices: str, orders: str, totals: str, checkpoint: str) -
     # Keep the join's two shuffle partitions (adaptive execution would coalesce them into
     # one): batch 0 fails after writing one of them.
     spark = local_cluster_session(
-        "jetspark-table-local-cluster", spark__sql__adaptive__enabled="false"
+        "jetspark-table-local-cluster", executors=1, spark__sql__adaptive__enabled="false"
     )
 
     table = spark.read.format("jetstream").option("servers", servers).option("table", prices)

@@ -1,6 +1,6 @@
-"""Tables in Spark on a multi-process Spark (``local-cluster[2,1,1024]``, two executor
-JVMs; the driver is tests/spark/table_driver.py in its own process, as in
-test_local_cluster.py):
+"""Tables in Spark on a multi-process Spark (``local-cluster[1,2,1024]``, an executor JVM
+apart from the driver's; the driver is tests/spark/table_driver.py in its own process, as
+in test_local_cluster.py):
 
 - ``spark.read.format("jetstream").option("table", ...)`` gives exactly what a
   :class:`jetsdk.Table` holds (latest value per key; deletes and expired keys absent);
