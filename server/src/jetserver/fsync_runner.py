@@ -26,9 +26,10 @@ the loop unless:
   requests must not wait behind the disk; measured on 2026-11-26 with fsyncs on the loop
   whenever the share allowed, acked publishing with ack LEADER fell by about a quarter).
 
-A replicated leader whose fsync goes to a thread hands it over in its append's turn
-(:meth:`FsyncRunner.start_in_thread`), not at the end of the turn of its flusher, which
-comes after the followers' answers that the append made ready (docs/latency.md, RF 3).
+A replicated leader whose fsync goes to a thread hands it over at the start of the turn
+after its append's, behind the followers' answers that the append made ready
+(:meth:`FsyncRunner.start_in_thread`), not once its flusher task ran, a step and a turn
+later (docs/latency.md, RF 3).
 
 Durability is the same either way: the high watermark and ALL acks move only after the
 fsync returned. Worker threads are :data:`jetserver.fsync_threads.THREADS` (a job and one
@@ -141,12 +142,11 @@ class FsyncRunner:
 
     def start_in_thread(self, log_: Log, loop: asyncio.AbstractEventLoop) -> StartedFlush:
         """Hand ``log_.flush()`` (up to the LEO when the thread takes it) to a worker
-        thread now, in this turn, in a job of its own, not with the batch of the turn's
-        other fsyncs (handed over at the turn's end, behind what the turn made ready):
-        a replicated leader's fsync starts in its append's turn, while the loop answers
-        the followers' parked fetches (docs/latency.md, RF 3). Its caller awaits
+        thread now, in a job of its own, not with the batch of the turn's other fsyncs
+        (handed over in the next turn): a replicated leader's fsync, right after the
+        followers' answers (docs/latency.md, RF 3). Its caller awaits
         :meth:`StartedFlush.result`. Only the turn's first goes at once: the others (a
-        ProduceMany's partitions) join the turn's batch, handed over at its end."""
+        ProduceMany's partitions) join the turn's batch, handed over after them."""
         self.thread_fsyncs += 1
         if self._started_now:
             batch = self._batch

@@ -101,6 +101,8 @@ class Committer:
     """:meth:`commit_deferred` waits for an fsync in a worker thread."""
     _handover: asyncio.Task[None] | None = None
     """The task handing a partition whose background fsync failed to the flusher."""
+    _early_due: bool = False
+    """:meth:`_flush_early` is to run at the start of the next loop turn."""
     _early: StartedFlush | None = None
     """An fsync :meth:`_flush_early` handed to a thread, for the flusher to wait for."""
 
@@ -142,28 +144,38 @@ class Committer:
             self._flushing = True
             self._dirty = LazyEvent()
             tg.start_soon(self._flusher)
-        if self._early is None:
-            self._flush_early()
+        if self._early_due:
+            return  # _flush_early sets _dirty once it handed the fsync over
+        if self._early is None and self._early_wanted():
+            self._early_due = True
+            self._running_loop().call_soon(self._flush_early)
+            return
         self._dirty.set()
 
-    def _flush_early(self) -> None:
-        """A leader with followers whose fsync goes to a worker thread hands it over now,
-        in the turn that asked for it (its append's), not once its flusher task ran: the
-        append woke the followers' parked fetches first, so the flusher's turn came after
-        both answers were written (RF 3 at 200 msg/s: the fsync started 600 us after the
-        append; docs/latency.md, RF 3). The flusher waits for its outcome
-        (:attr:`_early`)."""
+    def _early_wanted(self) -> bool:
+        """True for a leader with followers whose fsync goes to a worker thread now."""
         core = self.base.core
-        if (
+        return not (
             core.leader_state is None
             or self._thread_flush
             or self.base.log.sync_failure is not None
             or (core.policy.durability == DURABILITY_FLUSHED and self.fsyncs.may_run_here())
-        ):
-            return
-        if hops.ENABLED:
-            hops.mark("fsync.start")
-        self._early = self.fsyncs.start_in_thread(self.base.log, self._running_loop())
+        )
+
+    def _flush_early(self) -> None:
+        """Hand the fsync of a leader with followers (:meth:`_early_wanted`) to a worker
+        thread at the start of the loop turn after its append's, behind the followers'
+        answers that the append made ready (they come first: theirs is the longer path,
+        and the thread's start, which takes the GIL from the loop, delayed them by 140-180
+        us when it went in the append's turn), not once the flusher task ran, a step and
+        a turn later (RF 3 at 200 msg/s: the fsync started 500-700 us after the append;
+        docs/latency.md, RF 3). The flusher waits for its outcome (:attr:`_early`)."""
+        self._early_due = False
+        if self.base.life.tg is not None and self.base.log.sync_failure is None:
+            if hops.ENABLED:
+                hops.mark("fsync.start")
+            self._early = self.fsyncs.start_in_thread(self.base.log, self._running_loop())
+        self._dirty.set()
 
     def defer_flush(self) -> None:
         """Leave the fsync of what was just appended to the appending request, which runs
@@ -332,6 +344,8 @@ class Committer:
     async def _flusher(self) -> None:
         while True:
             await self._dirty.wait(self._running_loop())
+            if hops.ENABLED:
+                hops.mark("flusher")  # its task woke
             self._dirty = LazyEvent()
             target = self.base.log.log_end_offset
             early, self._early = self._early, None
