@@ -2,15 +2,11 @@
 3-server cluster with the hop trace on (``JET_HOP_TRACE``): marks in one process's file
 are in the order they were made.
 
-- The Produce answer is written from the turn that moved the HW past it (``AnswerNow``,
-  ``AcceptedConnection.write_now``), not from its request task's later wake-up: the
-  leader marks ``acked`` when the HW move settles a request, ``resp.produce`` when its
-  answer is written and ``produce.resumed`` when the request's task runs again. Before,
-  the task wrote the answer once it resumed.
-- A leader whose fsyncs go to worker threads hands its fsync over in the turn after the
-  append's (``Committer._flush_early``), not from its flusher task (``flusher``: its
-  task woke), which now only waits for the outcome. Before, the flusher's step handed it
-  over (through the turn's batch, one more turn later).
+The Produce answer is written from the turn that moved the HW past it (``AnswerNow``,
+``AcceptedConnection.write_now``), not from its request task's later wake-up: the
+leader marks ``acked`` when the HW move settles a request, ``resp.produce`` when its
+answer is written and ``produce.resumed`` when the request's task runs again. Before,
+the task wrote the answer once it resumed.
 
 Every wait is bounded.
 """
@@ -97,19 +93,3 @@ async def test_an_ack_all_answer_is_written_before_its_task_resumes(tmp_path: Pa
             late += 1
     # The one-at-a-time messages at least (pipelined ones may find the writer busy).
     assert early >= MESSAGES, (early, late)
-
-
-async def test_a_leader_hands_its_fsync_to_a_thread_before_its_flusher_runs(
-    tmp_path: Path,
-) -> None:
-    settings = {"storage": {"fsync_on_loop": False}}  # every fsync in a worker thread
-    with traced(tmp_path, settings) as (cluster, prefix):
-        names = await _leader_marks(cluster, prefix, "fsyncs", pipelined=PIPELINED)
-    # Per append, which comes first: the fsync's start or the flusher task's wake-up.
-    first_after: list[str] = []
-    for i, name in enumerate(names):
-        if name == "append":
-            following = [n for n in names[i + 1 :] if n in ("fsync.start", "flusher")]
-            first_after.append(following[0] if following else "")
-    # Each one-at-a-time message's append (a few may find an fsync under way).
-    assert first_after.count("fsync.start") >= MESSAGES - 3, first_after

@@ -26,11 +26,6 @@ the loop unless:
   requests must not wait behind the disk; measured on 2026-11-26 with fsyncs on the loop
   whenever the share allowed, acked publishing with ack LEADER fell by about a quarter).
 
-A replicated leader whose fsync goes to a thread hands it over at the start of the turn
-after its append's, behind the followers' answers that the append made ready
-(:meth:`FsyncRunner.start_in_thread`), not once its flusher task ran, a step and a turn
-later (docs/latency.md, RF 3).
-
 Durability is the same either way: the high watermark and ALL acks move only after the
 fsync returned. Worker threads are :data:`jetserver.fsync_threads.THREADS` (a job and one
 loop callback per fsync, not ``anyio.to_thread``'s two extra loop turns and ~110 calls).
@@ -78,7 +73,7 @@ p50 on the dev VM, one that sends a LEADER ack's response (what runs between an 
 and its fsync at light load) about 100 us; a turn of a loaded server, which reads and
 handles several requests, takes milliseconds."""
 
-__all__ = ["FsyncRunner", "StartedFlush"]
+__all__ = ["FsyncRunner"]
 
 
 @attrs.define
@@ -101,8 +96,6 @@ class FsyncRunner:
     _busy: float = 0.0
     _busy_at: float = 0.0
     _threads_until: float = 0.0
-    _started_now: bool = False
-    """:meth:`start_in_thread` handed an fsync over in this loop turn."""
 
     async def flush(
         self,
@@ -138,31 +131,17 @@ class FsyncRunner:
             loop = loop or asyncio.get_running_loop()
             batch = self._batch = _FlushBatch(loop)
             loop.call_soon(self._submit, batch)
-        return await _batch_result(batch, batch.add(log_, upto))
-
-    def start_in_thread(self, log_: Log, loop: asyncio.AbstractEventLoop) -> StartedFlush:
-        """Hand ``log_.flush()`` (up to the LEO when the thread takes it) to a worker
-        thread now, in a job of its own, not with the batch of the turn's other fsyncs
-        (handed over in the next turn): a replicated leader's fsync, right after the
-        followers' answers (docs/latency.md, RF 3). Its caller awaits
-        :meth:`StartedFlush.result`. Only the turn's first goes at once: the others (a
-        ProduceMany's partitions) join the turn's batch, handed over after them."""
-        self.thread_fsyncs += 1
-        if self._started_now:
-            batch = self._batch
-            if batch is None:
-                batch = self._batch = _FlushBatch(loop)
-                loop.call_soon(self._submit, batch)
-            return StartedFlush(batch, batch.add(log_, None))
-        self._started_now = True
-        loop.call_soon(self._turn_over)
-        batch = _FlushBatch(loop)
-        waiter = batch.add(log_, None)
-        self._submit(batch)
-        return StartedFlush(batch, waiter)
-
-    def _turn_over(self) -> None:
-        self._started_now = False
+        waiter: asyncio.Future[tuple[int, BaseException | None]] = batch.loop.create_future()
+        batch.logs.append((log_, upto))
+        batch.waiters.append(waiter)
+        try:
+            flushed, error = await waiter
+        except asyncio.CancelledError:
+            await batch.wait_ended()
+            raise
+        if error is not None:
+            raise error
+        return flushed
 
     def _submit(self, batch: _FlushBatch) -> None:
         if self._batch is batch:
@@ -284,36 +263,6 @@ async def _loop_free(loop: asyncio.AbstractEventLoop | None = None) -> bool:
 
 
 @attrs.define(eq=False)
-class StartedFlush:
-    """An fsync handed to a worker thread (:meth:`FsyncRunner.start_in_thread`)."""
-
-    _batch: _FlushBatch
-    _waiter: asyncio.Future[tuple[int, BaseException | None]]
-
-    async def result(self) -> int:
-        """The flushed offset once the fsync ended (a caller cancelled meanwhile still
-        waits for it to end).
-
-        Raises:
-            SyncFailedError, LogClosedError: as ``Log.flush``.
-        """
-        return await _batch_result(self._batch, self._waiter)
-
-
-async def _batch_result(
-    batch: _FlushBatch, waiter: asyncio.Future[tuple[int, BaseException | None]]
-) -> int:
-    try:
-        flushed, error = await waiter
-    except asyncio.CancelledError:
-        await batch.wait_ended()
-        raise
-    if error is not None:
-        raise error
-    return flushed
-
-
-@attrs.define(eq=False)
 class _FlushBatch:
     """The fsyncs handed to worker threads in one loop turn: one batch, split among at
     most :data:`FSYNC_LANES` jobs, whose loop callbacks settle each caller's future."""
@@ -329,13 +278,6 @@ class _FlushBatch:
     """Jobs not ended yet."""
     ended: asyncio.Future[None] | None = None
     """Made for a caller cancelled while the jobs run (:meth:`wait_ended`)."""
-
-    def add(self, log_: Log, upto: int | None) -> asyncio.Future[tuple[int, BaseException | None]]:
-        """Add ``log_.flush(upto)`` to the batch (not handed over yet): its caller's future."""
-        waiter: asyncio.Future[tuple[int, BaseException | None]] = self.loop.create_future()
-        self.logs.append((log_, upto))
-        self.waiters.append(waiter)
-        return waiter
 
     def lane_done(
         self,

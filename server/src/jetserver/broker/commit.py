@@ -19,7 +19,6 @@ allows concurrently with the single writer).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
 from jetserver.broker.copy_turns import CopyTurns
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.flush_behind import FlushBehind
-from jetserver.fsync_runner import FsyncRunner, StartedFlush
+from jetserver.fsync_runner import FsyncRunner
 from jetserver.lazy_event import LazyEvent
 from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN
 from jetserver.replication.core import ROLE_SINGLE, Outcome
@@ -101,10 +100,6 @@ class Committer:
     """:meth:`commit_deferred` waits for an fsync in a worker thread."""
     _handover: asyncio.Task[None] | None = None
     """The task handing a partition whose background fsync failed to the flusher."""
-    _early_due: bool = False
-    """:meth:`_flush_early` is to run at the start of the next loop turn."""
-    _early: StartedFlush | None = None
-    """An fsync :meth:`_flush_early` handed to a thread, for the flusher to wait for."""
 
     def __repr__(self) -> str:
         return self.base.part_repr(self)
@@ -144,37 +139,6 @@ class Committer:
             self._flushing = True
             self._dirty = LazyEvent()
             tg.start_soon(self._flusher)
-        if self._early_due:
-            return  # _flush_early sets _dirty once it handed the fsync over
-        if self._early is None and self._early_wanted():
-            self._early_due = True
-            self._running_loop().call_soon(self._flush_early)
-            return
-        self._dirty.set()
-
-    def _early_wanted(self) -> bool:
-        """True for a leader with followers whose fsync goes to a worker thread now."""
-        core = self.base.core
-        return not (
-            core.leader_state is None
-            or self._thread_flush
-            or self.base.log.sync_failure is not None
-            or (core.policy.durability == DURABILITY_FLUSHED and self.fsyncs.may_run_here())
-        )
-
-    def _flush_early(self) -> None:
-        """Hand the fsync of a leader with followers (:meth:`_early_wanted`) to a worker
-        thread at the start of the loop turn after its append's, behind the followers'
-        answers that the append made ready (they come first: theirs is the longer path,
-        and the thread's start, which takes the GIL from the loop, delayed them by 140-180
-        us when it went in the append's turn), not once the flusher task ran, a step and
-        a turn later (RF 3 at 200 msg/s: the fsync started 500-700 us after the append;
-        docs/latency.md, RF 3). The flusher waits for its outcome (:attr:`_early`)."""
-        self._early_due = False
-        if self.base.life.tg is not None and self.base.log.sync_failure is None:
-            if hops.ENABLED:
-                hops.mark("fsync.start")
-            self._early = self.fsyncs.start_in_thread(self.base.log, self._running_loop())
         self._dirty.set()
 
     def defer_flush(self) -> None:
@@ -344,32 +308,21 @@ class Committer:
     async def _flusher(self) -> None:
         while True:
             await self._dirty.wait(self._running_loop())
-            if hops.ENABLED:
-                hops.mark("flusher")  # its task woke
             self._dirty = LazyEvent()
             target = self.base.log.log_end_offset
-            early, self._early = self._early, None
             try:
-                if early is not None:
-                    # Started in the append's turn; it covers what was appended before
-                    # the thread took it, the rest (if any) takes another round.
-                    self._loop_refused = False
-                    flushed = await early.result()
-                    if flushed < target:
-                        self._dirty.set()
-                else:
-                    if hops.ENABLED:
-                        hops.mark("fsync.start")
-                    # On the loop only where the fsync stands between a record and its
-                    # readers; with ``written``/``replicated`` it is background work.
-                    on_loop = (
-                        self.base.core.policy.durability == DURABILITY_FLUSHED
-                        and not self._loop_refused
-                    )
-                    self._loop_refused = False
-                    flushed = await self.fsyncs.flush(
-                        self.base.log, target, on_loop=on_loop, loop=self._running_loop()
-                    )
+                if hops.ENABLED:
+                    hops.mark("fsync.start")
+                # On the loop only where the fsync stands between a record and its
+                # readers; with ``written``/``replicated`` it is background work.
+                on_loop = (
+                    self.base.core.policy.durability == DURABILITY_FLUSHED
+                    and not self._loop_refused
+                )
+                self._loop_refused = False
+                flushed = await self.fsyncs.flush(
+                    self.base.log, target, on_loop=on_loop, loop=self._running_loop()
+                )
                 if hops.ENABLED:
                     hops.mark("fsync.end")
             except SyncFailedError as exc:
@@ -464,10 +417,6 @@ class Committer:
         try:
             if self._behind is not None:
                 await self._behind.wait_idle()  # its thread is done with the log
-            early, self._early = self._early, None
-            if early is not None:  # its thread is done with the log (its error: below)
-                with contextlib.suppress(Exception):
-                    await early.result()
             log_ = self.base.log
             if log_.sync_failure is None and log_.flushed_offset >= log_.log_end_offset:
                 flushed = log_.flushed_offset  # nothing to flush: no thread round trip
