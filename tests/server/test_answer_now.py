@@ -9,8 +9,9 @@ request's ``write_now`` and parks until the test settles it from a loop callback
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import pytest
@@ -41,12 +42,19 @@ async def _read_frames(client: socket.socket, count: int) -> list[Frame]:
     return frames
 
 
-def _pair() -> tuple[socket.socket, socket.socket]:
+@contextlib.asynccontextmanager
+async def _serving(handler: Callable[[Frame], Awaitable[Reply]]) -> AsyncIterator[socket.socket]:
+    """A client socket whose server side an AcceptedConnection serves with ``handler``."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         client = socket.create_connection(server.getsockname())
         accepted, _ = server.accept()
     client.setblocking(False)
-    return client, accepted
+    with client:
+        conn = AcceptedConnection(SocketIO(accepted), handler, LimitsConfig())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve)
+            yield client
+            tg.cancel_scope.cancel()
 
 
 async def test_an_answer_is_on_the_socket_in_the_turn_that_settles_it() -> None:
@@ -69,29 +77,24 @@ async def test_an_answer_is_on_the_socket_in_the_turn_that_settles_it() -> None:
         resumed.set()
         return Reply(b"", sent=True)
 
-    client, accepted = _pair()
-    with client:
-        conn = AcceptedConnection(SocketIO(accepted), handler, LimitsConfig())
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(conn.serve)
-            client.sendall(encode_frame(Api.PRODUCE, 11, b"request"))
-            with anyio.fail_after(BOUND_S):
-                await parked.wait()
-            seen: list[bytes] = []
+    async with _serving(handler) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 11, b"request"))
+        with anyio.fail_after(BOUND_S):
+            await parked.wait()
+        seen: list[bytes] = []
 
-            def settle() -> None:  # the turn that moved the HW
-                assert writers[0](_response(11, b"answer"))
-                release.set()
-                # In this same turn, before the request's task ran again:
-                assert not resumed.is_set()
-                seen.append(client.recv(1 << 16))
+        def settle() -> None:  # the turn that moved the HW
+            assert writers[0](_response(11, b"answer"))
+            release.set()
+            # In this same turn, before the request's task ran again:
+            assert not resumed.is_set()
+            seen.append(client.recv(1 << 16))
 
-            asyncio.get_running_loop().call_soon(settle)
-            with anyio.fail_after(BOUND_S):
-                await resumed.wait()
-            client.sendall(encode_frame(Api.PRODUCE, 12, b"request"))
-            later = await _read_frames(client, 1)
-            tg.cancel_scope.cancel()
+        asyncio.get_running_loop().call_soon(settle)
+        with anyio.fail_after(BOUND_S):
+            await resumed.wait()
+        client.sendall(encode_frame(Api.PRODUCE, 12, b"request"))
+        later = await _read_frames(client, 1)
     assert seen == [_response(11, b"answer")]
     assert [(f.correlation_id, bytes(f.body)) for f in later] == [(12, b"next")]
 
@@ -121,23 +124,20 @@ async def test_what_the_socket_did_not_take_goes_before_the_next_response(
             assert write_now(_response(1, b"first answer, sent in part"))
             writers.append(write_now)
             first_parked.set()
-            await anyio.sleep(0.2)  # the task resumes late: the second answers first
+            await release.wait()  # the task resumes late: the second answers first
             return Reply(b"", sent=True)
         return Reply(_response(frame.correlation_id, b"second answer"))
 
-    client, accepted = _pair()
-    with client:
-        conn = AcceptedConnection(SocketIO(accepted), handler, LimitsConfig())
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(conn.serve)
-            client.sendall(encode_frame(Api.PRODUCE, 1, b"a"))
-            with anyio.fail_after(BOUND_S):
-                await first_parked.wait()
-            # Another write_now while the rest is pending must not interleave: refused.
-            assert not writers[0](_response(9, b"refused"))
-            client.sendall(encode_frame(Api.PRODUCE, 2, b"b"))
-            frames = await _read_frames(client, 2)
-            tg.cancel_scope.cancel()
+    release = asyncio.Event()
+    async with _serving(handler) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 1, b"a"))
+        with anyio.fail_after(BOUND_S):
+            await first_parked.wait()
+        # Another write_now while the rest is pending must not interleave: refused.
+        assert not writers[0](_response(9, b"refused"))
+        client.sendall(encode_frame(Api.PRODUCE, 2, b"b"))
+        frames = await _read_frames(client, 2)
+        release.set()
     assert [(f.correlation_id, bytes(f.body)) for f in frames] == [
         (1, b"first answer, sent in part"),
         (2, b"second answer"),
