@@ -13,17 +13,22 @@ Task safety: event loop thread only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+import logging
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, cast
 
 import attrs
 
+from jetsdk.codec.messages import encode_produce_result_tuples
 from jetsdk.codec.transcode import DirectRecord
 from jetserver import hops
 from jetserver.lazy_event import LazyEvent
+from jetserver.logs import fields
 from jetserver.storage.framing import CheckedBody
 
-__all__ = ["DirectAckTo", "DirectBatch", "ProduceCompletion", "Result"]
+log = logging.getLogger(__name__)
+
+__all__ = ["AnswerNow", "DirectAckTo", "DirectBatch", "ProduceCompletion", "Result"]
 
 Result = tuple[int, int, int]
 """A message's outcome: (error_code, offset, timestamp)."""
@@ -44,6 +49,11 @@ class ProduceCompletion:
     done: LazyEvent = attrs.field(factory=LazyEvent)
     """Set once :attr:`remaining` reaches 0 (an anyio.Event only if someone waits: most
     requests that append in their own task never do)."""
+    on_done: Callable[[], None] | None = None
+    """Called once, in the turn :attr:`remaining` reaches 0, before :attr:`done` is set:
+    the request's answer written from the turn that settled its last message (the HW's
+    advance of an ALL ack), not from its task's later wake-up
+    (:meth:`~jetserver.broker.produce.ProduceService.produce_then`). Must not raise."""
 
     def settle(self, index: int, code: int, offset: int, timestamp: int) -> None:
         """Message ``index`` ended with ``code`` at ``offset`` (-1: none). An index out of
@@ -56,7 +66,7 @@ class ProduceCompletion:
         if self.remaining <= 0:
             if hops.ENABLED:
                 hops.mark("acked")
-            self.done.set()
+            self._finish()
 
     def fail_unsettled(self, result: Result) -> None:
         """Give every message not settled yet ``result`` and wake the request."""
@@ -65,7 +75,39 @@ class ProduceCompletion:
             if known is None:
                 results[i] = result
         self.remaining = 0
+        self._finish()
+
+    def _finish(self) -> None:
+        on_done = self.on_done
+        if on_done is not None:
+            self.on_done = None
+            on_done()
         self.done.set()
+
+
+@attrs.define(eq=False)
+class AnswerNow:
+    """A :attr:`ProduceCompletion.on_done`: writes the request's answer (its response body
+    to ``write``, which frames and sends it, or says False) in the turn that settled its
+    last message. An ALL ack at RF 3 is settled in the turn of the replica fetch that
+    moved the HW; its request's task woke one loop turn later to write the same bytes
+    (``docs/latency.md``, RF 3). :attr:`sent`: the answer is on its way (the task only
+    ends the request)."""
+
+    write: Callable[[bytes], bool]
+    """Frames and writes a response body now: True if it is on its way."""
+    results: list[Result | None]
+    """The request's results (every one known when this is called)."""
+    sent: bool = False
+
+    def __call__(self) -> None:
+        results = self.results
+        if None in results:
+            return  # not all known (cannot happen once remaining is 0): the task answers
+        try:
+            self.sent = self.write(encode_produce_result_tuples(cast(list[Result], results)))
+        except Exception as exc:  # the task answers as always
+            log.debug("early Produce answer failed", extra=fields(error=repr(exc)))
 
 
 class DirectAckTo(NamedTuple):

@@ -26,7 +26,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import anyio
 import attrs
@@ -54,7 +54,7 @@ from jetserver import hops
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.current_values import current_values
-from jetserver.broker.direct import DirectBatch, ProduceCompletion, Result
+from jetserver.broker.direct import AnswerNow, DirectBatch, ProduceCompletion, Result
 from jetserver.broker.direct_copies import (
     After,
     Copies,
@@ -294,6 +294,7 @@ class ProduceService:
         *,
         own_task: bool = False,
         hold_for_room: bool = True,
+        answer_now: Callable[[bytes], bool] | None = None,
     ) -> tuple[bytes, After | None]:
         """Serve a Produce request body: the response body (one result per message, in
         order) and the work to do once the response is on its way (None: nothing).
@@ -315,6 +316,10 @@ class ProduceService:
         :class:`CopyBacklog` (producer backpressure); False: the caller waits for that
         itself (:meth:`DirectCopies.in_order`: a section of a ProduceMany request), the
         after-work waits for the rest.
+
+        ``answer_now``: frames and writes a response body now (True if it went). A
+        replicated partition's ALL acks are then answered from the turn that settles them
+        (:class:`AnswerNow`), and the response returned is empty: it went already.
 
         Raises:
             CodecError: the body does not decode (MALFORMED_FRAME for the caller).
@@ -364,6 +369,8 @@ class ProduceService:
         if policy != AckPolicy.NONE:
             # Counted before publishing: an ack may arrive while a publish yields.
             waiting.remaining = len(to_send)
+        values_wanted = produce_wants_current_values(body)
+        early: AnswerNow | None = None
         # An fsync failure from here on may cut what this request appends: no copies then.
         failures = -1 if replica is None else replica.sync_failures
         # A request in its own task whose append runs here at once waits only for its
@@ -411,10 +418,16 @@ class ProduceService:
                             for i in sent_index:
                                 results[i] = _PUBLISHED
                         elif waiting.remaining > 0:
+                            if answer_now is not None and not single and not values_wanted:
+                                early = waiting.on_done = AnswerNow(answer_now, results)
                             await waiting.done.wait_within(
                                 deadline - time.monotonic(), replica.committer.running_loop()
                             )
+                            waiting.on_done = None
+                            if early is not None and early.sent:
+                                return b"", None  # answered (nothing after: not single)
                     except BaseException:
+                        waiting.on_done = None
                         # Cancelled (the connection closed, or the scope of the request's
                         # timeout): no after-work will run, its copies are given up.
                         if place is not None:
@@ -440,7 +453,7 @@ class ProduceService:
                             replica, copies, end, failures, timeout_s, turn, ticket, deadline
                         )
                     final = [r if r is not None else _TIMEOUT for r in results]
-                    if produce_wants_current_values(body):  # a refusal's value (§6)
+                    if values_wanted:  # a refusal's value (§6)
                         keys = replica.sequencer.checks.keys
                         values = current_values(replica.log, records, final, index=keys)
                         response = encode_produce_result_values(final, values)

@@ -22,6 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -83,6 +84,11 @@ _CLOSE_NOTICE_TIMEOUT_S = 1.0
 """Bound on writing the last error frame before closing a misbehaving connection."""
 
 
+ANSWER_NOW: ContextVar[Callable[[bytes], bool] | None] = ContextVar("jet_answer_now", default=None)
+"""In a Produce request's task: its connection's :meth:`AcceptedConnection.write_now`, for
+an answer written from the turn that settles the request rather than from its task."""
+
+
 @attrs.frozen
 class Reply:
     """A response to write: frame bytes, optionally followed by file bytes."""
@@ -103,6 +109,9 @@ class Reply:
     the "more" flag): awaited in the request's task, which stays in flight and is
     cancelled when the connection closes. It must not raise (errors become error
     replies); a reply without ``then`` is the request's last."""
+    sent: bool = False
+    """The response went already (:meth:`AcceptedConnection.write_now`): ``data`` is empty,
+    only ``after`` is left."""
 
 
 def error_reply(
@@ -142,6 +151,9 @@ class AcceptedConnection:
     _writers: int = 0
     """Replies holding :attr:`_write_lock` or waiting for it (and the closing notice): a
     reply is sent without the lock only when there are none."""
+    _tail: memoryview | None = None
+    """What the socket did not take of a response written by :meth:`write_now`: sent
+    first by the next holder of :attr:`_write_lock` (counted in :attr:`_writers`)."""
     _inflight: int = 0
     _slot_freed: asyncio.Event | None = None
     _last_activity: float = attrs.field(factory=time.monotonic)
@@ -311,12 +323,18 @@ class AcceptedConnection:
             elif frame.api == Api.CANCEL_FETCH_STREAM:
                 reply = self._cancel_stream(frame)
             else:
+                if frame.api == Api.PRODUCE:
+                    ANSWER_NOW.set(self.write_now)
                 reply = await self.handler(frame)
-            await self._write(reply)
-            if reply.then is not None:
-                reply = await self._write_stream(reply)
-            if hops.ENABLED:
-                hops.mark(f"resp.{_API_NAMES.get(frame.api, str(frame.api))}")
+            if reply.sent:
+                if self._tail is not None:  # not all of it went: the rest, under the lock
+                    await self._write_locked(b"", (), None)
+            else:
+                await self._write(reply)
+                if reply.then is not None:
+                    reply = await self._write_stream(reply)
+                if hops.ENABLED:
+                    hops.mark(f"resp.{_API_NAMES.get(frame.api, str(frame.api))}")
             if reply.close:
                 self._shutdown()
         finally:
@@ -376,6 +394,25 @@ class AcceptedConnection:
                 extra=fields(peer=self.io.peer, api=api, error=repr(exc)),
             )
 
+    def write_now(self, data: bytes) -> bool:
+        """Write a whole response frame now, from outside its request's task (a Produce
+        request's answer, from the turn that settled it): True if it is on its way, False
+        if the request's task must write it (a reply is being written or waits to be, or
+        the connection closes or failed). What the socket does not take now is sent by
+        the next holder of the write lock before anything else (:attr:`_tail`)."""
+        if self._closing or self._writers:
+            return False
+        try:
+            sent = self.io.send_now(data)
+        except OSError:
+            return False  # the task's own write fails the same way and shuts down
+        if hops.ENABLED:
+            hops.mark("resp.produce")
+        if sent < len(data):
+            self._tail = memoryview(data)[sent:]
+            self._writers += 1
+        return True
+
     async def _write(self, reply: Reply) -> None:
         records = reply.records
         parts = () if records is None else records.parts
@@ -416,11 +453,17 @@ class AcceptedConnection:
         except BaseException:
             self._writers -= 1
             raise
+        tail = self._tail
+        if tail is not None:  # a response write_now began goes first
+            self._tail = None
+            self._writers -= 1
         try:
             if rest is None:
-                rest = self._send_at_once(data, parts)
+                rest = self._send_at_once(data, parts) if tail is None else (data, 0)
             if rest is not None:
                 with anyio.move_on_after(self.limits.write_timeout_s) as scope:
+                    if tail is not None:
+                        await self.io.send_all(tail)
                     await self._send_rest(rest[0], parts, rest[1])
                 if scope.cancelled_caught:
                     log.info(
@@ -507,6 +550,10 @@ class AcceptedConnection:
             with anyio.move_on_after(_CLOSE_NOTICE_TIMEOUT_S):
                 async with self._write_lock:
                     with contextlib.suppress(OSError):
+                        tail, self._tail = self._tail, None
+                        if tail is not None:  # a response write_now began
+                            self._writers -= 1
+                            await self.io.send_all(tail)
                         await self.io.send_all(reply.data)
         finally:
             self._writers -= 1

@@ -39,6 +39,7 @@ from jetsdk.codec.replica_fetch import (
     decode_replica_fetch_request,
     replica_fetch_response_parts,
 )
+from jetserver import hops
 from jetserver.broker.fetch import FetchAnswer, fetch, offset_for_leader_epoch
 from jetserver.broker.fetch_stream import FetchStream
 from jetserver.broker.live_settings import LiveLogSettings
@@ -51,7 +52,7 @@ from jetserver.config import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.protocol import json_api, stream_control
-from jetserver.protocol.connection import Reply, error_reply
+from jetserver.protocol.connection import ANSWER_NOW, Reply, error_reply
 from jetserver.protocol.gate_port import RequestGate, Session
 from jetserver.protocol.produce_many import ProduceMany
 from jetserver.protocol.stream_admin import purge_partition, update_stream
@@ -351,7 +352,19 @@ class Dispatcher:
 
     async def _produce(self, frame: Frame, head: ProduceHead | None) -> Reply:
         # Each request runs in a plain asyncio task of its own (AcceptedConnection).
-        body, after = await self.produce.produce_then(frame.body, head, own_task=True)
+        write_now = ANSWER_NOW.get()
+        answer_now = (
+            None
+            if write_now is None
+            else partial(_answer_now, write_now, frame.api, frame.correlation_id)
+        )
+        body, after = await self.produce.produce_then(
+            frame.body, head, own_task=True, answer_now=answer_now
+        )
+        if hops.ENABLED:
+            hops.mark("produce.resumed")  # the request's task, after its commit
+        if not body:  # written from the turn that settled it (AnswerNow)
+            return Reply(b"", after=after, sent=True)
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE), after=after
         )
@@ -433,3 +446,11 @@ def _fetch_reply(
         flags=FLAG_RESPONSE if then is None else FLAG_RESPONSE | FLAG_MORE,
     )
     return Reply(frame_head + head, records=answer.records, then=then)
+
+
+def _answer_now(
+    write_now: Callable[[bytes], bool], api: int, correlation_id: int, body: bytes
+) -> bool:
+    """A Produce request's response body framed and written now (``write_now``: its
+    connection's :meth:`~jetserver.protocol.connection.AcceptedConnection.write_now`)."""
+    return write_now(encode_frame(api, correlation_id, body, flags=FLAG_RESPONSE))

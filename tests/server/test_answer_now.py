@@ -1,0 +1,144 @@
+"""A response written from outside its request's task (``AcceptedConnection.write_now``,
+the connection's :data:`ANSWER_NOW` in a Produce request's task): an ALL ack at RF 3 is
+settled in the turn of the replica fetch that moved the HW, and its answer goes from that
+turn, not from the request task's later wake-up (docs/latency.md, RF 3).
+
+Real loopback sockets; the handler stands in for the Produce service: it keeps the
+request's ``write_now`` and parks until the test settles it from a loop callback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+import pytest
+
+from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
+from jetserver.config import LimitsConfig
+from jetserver.protocol.connection import ANSWER_NOW, AcceptedConnection, Reply
+from jetserver.protocol.socket_io import SocketIO
+
+pytestmark = pytest.mark.anyio
+
+BOUND_S = 10.0
+
+
+def _response(correlation_id: int, body: bytes) -> bytes:
+    return encode_frame(Api.PRODUCE, correlation_id, body, flags=FLAG_RESPONSE)
+
+
+async def _read_frames(client: socket.socket, count: int) -> list[Frame]:
+    decoder = FrameDecoder(1 << 24)
+    frames: list[Frame] = []
+    with anyio.fail_after(BOUND_S):
+        while len(frames) < count:
+            await anyio.wait_readable(client)
+            decoder.feed(client.recv(1 << 20))
+            while (frame := decoder.next_frame()) is not None:
+                frames.append(frame)
+    return frames
+
+
+@contextlib.asynccontextmanager
+async def _serving(handler: Callable[[Frame], Awaitable[Reply]]) -> AsyncIterator[socket.socket]:
+    """A client socket whose server side an AcceptedConnection serves with ``handler``."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+    client.setblocking(False)
+    with client:
+        conn = AcceptedConnection(SocketIO(accepted), handler, LimitsConfig())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(conn.serve)
+            yield client
+            tg.cancel_scope.cancel()
+
+
+async def test_an_answer_is_on_the_socket_in_the_turn_that_settles_it() -> None:
+    """The settling callback writes the answer: the client can read it before the
+    request's task runs again, and the task writes nothing more (the next frame the
+    client reads is the next request's answer)."""
+    writers: list[Callable[[bytes], bool]] = []
+    parked = asyncio.Event()
+    release = asyncio.Event()
+    resumed = asyncio.Event()
+
+    async def handler(frame: Frame) -> Reply:
+        if frame.correlation_id == 12:
+            return Reply(_response(12, b"next"))
+        write_now = ANSWER_NOW.get()
+        assert write_now is not None  # a Produce request's task has it
+        writers.append(write_now)
+        parked.set()
+        await release.wait()
+        resumed.set()
+        return Reply(b"", sent=True)
+
+    async with _serving(handler) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 11, b"request"))
+        with anyio.fail_after(BOUND_S):
+            await parked.wait()
+        seen: list[bytes] = []
+
+        def settle() -> None:  # the turn that moved the HW
+            assert writers[0](_response(11, b"answer"))
+            release.set()
+            # In this same turn, before the request's task ran again:
+            assert not resumed.is_set()
+            seen.append(client.recv(1 << 16))
+
+        asyncio.get_running_loop().call_soon(settle)
+        with anyio.fail_after(BOUND_S):
+            await resumed.wait()
+        client.sendall(encode_frame(Api.PRODUCE, 12, b"request"))
+        later = await _read_frames(client, 1)
+    assert seen == [_response(11, b"answer")]
+    assert [(f.correlation_id, bytes(f.body)) for f in later] == [(12, b"next")]
+
+
+async def test_what_the_socket_did_not_take_goes_before_the_next_response(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An early answer the socket takes only in part: its rest goes out before the next
+    request's response, whole, so the client reads both frames intact and in order."""
+    real_send_now = SocketIO.send_now
+    short = [True]
+
+    def send_now(self: SocketIO, data: bytes | memoryview, *, more: bool = False) -> int:
+        if short and len(data) > 8:
+            short.clear()
+            return real_send_now(self, memoryview(data)[:5], more=more)  # a full buffer
+        return real_send_now(self, data, more=more)
+
+    monkeypatch.setattr(SocketIO, "send_now", send_now)
+    first_parked = asyncio.Event()
+    writers: list[Callable[[bytes], bool]] = []
+
+    async def handler(frame: Frame) -> Reply:
+        if frame.correlation_id == 1:
+            write_now = ANSWER_NOW.get()
+            assert write_now is not None
+            assert write_now(_response(1, b"first answer, sent in part"))
+            writers.append(write_now)
+            first_parked.set()
+            await release.wait()  # the task resumes late: the second answers first
+            return Reply(b"", sent=True)
+        return Reply(_response(frame.correlation_id, b"second answer"))
+
+    release = asyncio.Event()
+    async with _serving(handler) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 1, b"a"))
+        with anyio.fail_after(BOUND_S):
+            await first_parked.wait()
+        # Another write_now while the rest is pending must not interleave: refused.
+        assert not writers[0](_response(9, b"refused"))
+        client.sendall(encode_frame(Api.PRODUCE, 2, b"b"))
+        frames = await _read_frames(client, 2)
+        release.set()
+    assert [(f.correlation_id, bytes(f.body)) for f in frames] == [
+        (1, b"first answer, sent in part"),
+        (2, b"second answer"),
+    ]
