@@ -10,8 +10,7 @@ machine's load hits both; 100-byte values:
     unacknowledged messages. JetStream runs with its default ``sync_interval`` (it fsyncs
     every 2 minutes: an R3 ack means "in memory on 2 of 3 servers"); the full run adds a
     row against ``sync_interval: always``, jet's default durability;
-(b) acked publish latency (send -> ack) at a fixed rate, p50 / p99 (jet's producer with up
-    to :data:`LATENCY_IN_FLIGHT` requests outstanding, as ``publish_async``); also jet with
+(b) acked publish latency (send -> ack) at a fixed rate, p50 / p99; also jet with
     ``durability="replicated"`` (a second stream: an ALL ack waits for the leader's fsync
     and the followers' writes, not their fsyncs) and, in the full run, JetStream with
     ``sync_interval: always``, to show what the fsyncs on jet's path cost;
@@ -55,12 +54,6 @@ from jetserver.testing import Cluster, NatsServer, free_ports
 
 VALUE = b"x" * 100
 WINDOW = 4000
-LATENCY_IN_FLIGHT = 4
-"""Produce requests a latency round's jet producer may have outstanding, as JetStream's
-``publish_async`` does not wait for one ack before the next publish. With the default of 1
-(ordering across retries), each message sent while the previous request's round trip
-(2.7-3.3 ms at RF 3 on the dev VM) was not over waited for it: the p50 was the round trip
-plus that queueing (4-8 ms where one message alone took 2.7-3.3 ms; helper rf3, 2026-11-29)."""
 """Unacknowledged messages in flight (both sides)."""
 STREAM = "bench"
 SUBJECT = "bench.r3"
@@ -260,14 +253,7 @@ async def _jet_publish_rate(jet: Client, n: int) -> float:
 
 async def _jet_latency(jet: Client, rate: float, total: int, stream: str = STREAM) -> list[float]:
     latencies: list[float] = []
-    async with Producer(
-        jet,
-        stream,
-        ack=AckPolicy.ALL,
-        linger=0,
-        max_pending=WINDOW,
-        max_in_flight=LATENCY_IN_FLIGHT,
-    ) as p:
+    async with Producer(jet, stream, ack=AckPolicy.ALL, linger=0, max_pending=WINDOW) as p:
 
         async def send() -> None:
             sent = time.perf_counter()

@@ -65,11 +65,6 @@ from jetserver.testing import find_nats_server
 
 VALUE = b"x" * 100
 WINDOW = 4000
-LATENCY_IN_FLIGHT = 4
-"""Produce requests a latency round's jet producer may have outstanding: JetStream's
-``publish_async`` does not wait for one ack before the next publish either. With the
-default of 1 (ordering across retries) a message sent while the previous request was in
-flight waited for its round trip (bench_cluster.LATENCY_IN_FLIGHT)."""
 SETTLE_TIMEOUT_S = 600.0
 ROUNDS = 5
 """Alternating jet/JetStream rounds of (a) and (d); the best of each side is reported."""
@@ -258,9 +253,7 @@ async def jet_latency(client: Client, stream: str, rate: int, seconds: float) ->
     total = int(rate * seconds)
     async with (
         Consumer(client, stream, start="new-only", max_wait=5.0) as consumer,
-        Producer(
-            client, stream, linger=0, max_pending=WINDOW, max_in_flight=LATENCY_IN_FLIGHT
-        ) as producer,
+        Producer(client, stream, linger=0, max_pending=WINDOW) as producer,
         anyio.create_task_group() as tg,
     ):
 
