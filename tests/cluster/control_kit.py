@@ -7,15 +7,20 @@ killed by PID through :class:`jetserver.devcluster.DevCluster`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
 from jetserver.devcluster import DevCluster
-from jetserver.testing import WaitTimeout, wait_until_async
+from jetserver.metadata.model import StreamSpec
+from jetserver.metadata.ops import CreateStream
+from jetserver.raft import MetadataRaft, RaftConfig
+from jetserver.testing import Cluster as KitCluster
+from jetserver.testing import WaitTimeout, free_ports, wait_until_async
+from raft.kit import FAST_TIMINGS
 from support.raw_client import RawClient, ServerError
 
 T = TypeVar("T")
@@ -27,6 +32,29 @@ POLL_S = 0.05
 REQUEST_S = 20.0
 """Bound on one request in these helpers (a forwarded create may retry for 10 s and wait
 5 s for its partition leaders)."""
+
+RAFT_PASSWORD = "elections-test-password-0123"
+
+
+@asynccontextmanager
+async def one_member_raft(root: Path) -> AsyncIterator[MetadataRaft]:
+    """A real one-member metadata Raft (leading) in ``root``, holding stream ``orders``
+    (one partition, replicas s1, s2, s3; s1 leads at epoch 0)."""
+    config = RaftConfig(
+        server_id="s1",
+        address=f"127.0.0.1:{free_ports(1)[0]}",
+        peers=(),
+        data_dir=root / "raft",
+        password=RAFT_PASSWORD,
+        fsync=False,
+        **FAST_TIMINGS,  # one member on loopback: no need for the servers' margin
+    )
+    async with MetadataRaft(config) as node:
+        await node.wait_leader(timeout=10)
+        spec = StreamSpec(name="orders", subject="orders", replication_factor=3)
+        applied = await node.propose(CreateStream(spec, "id1", 1, (("s1", "s2", "s3"),)))
+        assert applied.result.ok
+        yield node
 
 
 @contextmanager
@@ -82,7 +110,7 @@ async def eventually(
     return got[0]
 
 
-async def metadata_leader(cluster: DevCluster, exclude: str | None = None) -> str:
+async def metadata_leader(cluster: KitCluster, exclude: str | None = None) -> str:
     """The metadata leader all live servers agree on (bounded wait)."""
 
     async def agreed() -> str | None:

@@ -31,12 +31,11 @@ from jetserver.cluster.report_parse import MAX_REPORTS, parse_report, parse_repo
 from jetserver.errors import ApiError
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import CreateStream, ElectLeader, ElectLeaders, UpdateIsr
-from jetserver.raft import MetadataRaft, RaftConfig
+from jetserver.raft import MetadataRaft
 from jetserver.raft.machine import Entry, encode_entry
-from jetserver.testing import free_ports
-from raft.kit import FAST_TIMINGS
 
-PASSWORD = "elections-test-password-0123"
+from .control_kit import one_member_raft
+
 R2 = ("s1", "s2")
 R3 = ("s1", "s2", "s3")
 
@@ -130,20 +129,7 @@ def test_parse_reports() -> None:
 
 @pytest.fixture
 async def raft(tmp_path: Path) -> AsyncIterator[MetadataRaft]:
-    config = RaftConfig(
-        server_id="s1",
-        address=f"127.0.0.1:{free_ports(1)[0]}",
-        peers=(),
-        data_dir=tmp_path / "raft",
-        password=PASSWORD,
-        fsync=False,
-        **FAST_TIMINGS,  # one member on loopback: no need for the servers' margin
-    )
-    async with MetadataRaft(config) as node:
-        await node.wait_leader(timeout=10)
-        spec = StreamSpec(name="orders", subject="orders", replication_factor=3)
-        applied = await node.propose(CreateStream(spec, "id1", 1, (("s1", "s2", "s3"),)))
-        assert applied.result.ok
+    async with one_member_raft(tmp_path) as node:
         yield node
 
 

@@ -6,6 +6,7 @@ Pure tests with the real metadata state machine (``ops.apply``) and the real
 
 from __future__ import annotations
 
+from jetsdk.codec.error_codes import ErrorCode
 from jetserver.cluster.handoff import plan_isr_exits
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import (
@@ -131,3 +132,29 @@ def test_an_accepted_proposal_is_adopted_at_the_next_partition_epoch() -> None:
     assert (s.isr, s.partition_epoch) == (("s1", "s2"), 8)
     s.set_isr(("s1", "s2"), 8)  # the same state arriving through the metadata
     assert (s.isr, s.partition_epoch) == (("s1", "s2"), 8)
+
+
+def test_a_leader_taken_for_gone_cannot_commit_once_its_partition_moved() -> None:
+    """Issue 34: the metadata leader elects a gone server's partitions without reports
+    (jetserver.cluster.takeover). If s1 only looked gone (a cut between it and the metadata
+    leader alone, its followers still reaching it), the election at epoch 1 deposes it, and
+    it commits nothing more before it learns: its followers follow s2 and no longer fetch
+    from it, so its HW stays at what they hold, and its shrink of the ISR to itself (which
+    would let it commit alone) is refused for its stale leader epoch."""
+    state = stream()
+    s = leader_state(R3, partition_epoch=p0(state).partition_epoch)
+    for f in ("s2", "s3"):
+        s.on_fetch(f, 100, 100, 0.5)
+    state, result = apply(state, ElectLeader("orders", 0, "s2", 1, "id1"))  # the takeover
+    assert result.ok
+    assert p0(state).isr == ("s2", "s3")
+    s.on_append(150)  # s1 goes on taking records (an ALL ack waits for the HW)
+    assert not s.on_flush(150)
+    assert s.hw == 100
+    proposal = s.isr_proposal(5.0)  # s2 and s3 stopped fetching: lagging
+    assert proposal == ("s1",)
+    shrink = UpdateIsr("orders", 0, "s1", 0, proposal, "id1", s.pending_base)
+    _, result = apply(state, shrink)
+    assert result.error_code == ErrorCode.NOT_LEADER
+    assert not s.proposal_done(proposal, accepted=False)
+    assert s.hw == 100

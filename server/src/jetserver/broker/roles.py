@@ -57,6 +57,8 @@ from jetserver.metadata.model import (
 from jetserver.metadata.reserved import is_internal
 from jetserver.replication import LeaderPolicy, ReplicationConfig
 from jetserver.replication.control import (
+    hand_over_of,
+    leave_isr_of,
     server_down_event_of,
     server_down_of,
     server_heard_of,
@@ -255,15 +257,17 @@ class RoleDriver:
         elif plan is Plan.STEP_ASIDE:
             await self._end_role(ROLE_NONE)
             # Leading with records missing would make the followers truncate to this
-            # log. Step aside: they report this leader silent and an ISR member takes
-            # over; this replica then follows it and fetches what it lost.
+            # log. Step aside and hand the leadership to another ISR member; this replica
+            # then follows it and fetches what it lost.
             log.warning(
-                "not leading: recovery found damaged records; waiting for another ISR "
-                "member to take over",
+                "not leading: recovery found damaged records; handing over to another ISR member",
                 extra=self.base.fields(
                     leader_epoch=assignment.leader_epoch, isr=",".join(assignment.isr)
                 ),
             )
+            hand, tg = hand_over_of(self.services.controller), self.base.life.tg
+            if hand is not None and tg is not None:
+                tg.start_soon(hand, self.base.stream, self.base.partition, assignment.leader_epoch)
             return True
         elif plan is Plan.FENCED:
             await self._end_role(ROLE_NONE)  # the renewal (renew_leadership) goes on
@@ -439,6 +443,11 @@ class RoleDriver:
             return self._roles_open()
         core = self.base.core
         core.follow(a, address)
+        leave, tg = leave_isr_of(controller), self.base.life.tg
+        if core.damaged and leave is not None and tg is not None and me in a.isr and len(a.isr) > 1:
+            # An ISR member may be elected without its reports (jetserver.cluster.takeover).
+            log.warning("leaving the ISR: the log was found damaged", extra=self.base.fields())
+            tg.start_soon(leave, self.base.stream, self.base.partition)
         sessions = services.fetch_sessions
         session = sessions.acquire(address) if sessions is not None and address else None
         fetcher = FollowerFetcher(

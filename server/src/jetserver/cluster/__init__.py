@@ -6,8 +6,9 @@
   leader (placement, op ids, retries);
 - :mod:`.placement` — where replicas and partition leaders go (pure);
 - :mod:`.controller` — :class:`Controller`, what replicas call: ISR changes, silent-leader
-  reports;
+  reports, leaving an ISR with a damaged log;
 - :mod:`.elections` — the metadata leader's partition leader elections (pure rules + state);
+- :mod:`.takeover` — the metadata leader elects a gone server's partitions without reports;
 - :mod:`.liveness` — which servers answer; :mod:`.peers` — server-to-server connections;
 - :mod:`.bootstrap` — ``[cluster]`` configuration to Raft configuration.
 

@@ -26,6 +26,7 @@ Task safety: one event loop; any number of replicas may call concurrently.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -42,7 +43,7 @@ from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.report_parse import MAX_REPORTS
 from jetserver.errors import ApiError
 from jetserver.logs import fields
-from jetserver.metadata.ops import UpdateIsr, UpdateIsrs
+from jetserver.metadata.ops import ElectLeader, LeaveIsr, UpdateIsr, UpdateIsrs
 from jetserver.raft import (
     MetadataRaft,
     OutcomeUnknown,
@@ -53,6 +54,12 @@ from jetserver.raft import (
 )
 
 log = logging.getLogger(__name__)
+
+NO_REPORTS_FOR_TESTS = os.environ.get("JET_TEST_NO_LEADER_REPORTS", "") == "1"
+"""Test hook: with the environment variable ``JET_TEST_NO_LEADER_REPORTS=1`` this server
+sends no silent-leader reports (a leader's renewal request still goes), so that a test can
+show the metadata leader moving a gone server's partitions on its own
+(:mod:`.takeover`). Read at import; without it nothing is different."""
 
 ISR_PROPOSE_BOUND_S = 10.0
 """Total time :meth:`Controller.propose_isr` keeps retrying."""
@@ -307,17 +314,66 @@ class Controller:
             for q in batch:
                 q.done.set()
 
+    async def leave_isr(self, stream: str, partition: int) -> bool:
+        """Take this server out of a partition's ISR as a follower whose log was found
+        damaged (LeaveIsr; a no-op if it is not there or alone there): an ISR member must
+        hold every committed record, since the metadata leader elects ISR members without
+        their reports (:mod:`.takeover`). True once applied; never raises."""
+        meta = self.raft.state.streams.get(stream)
+        if meta is None:
+            return False
+        op = LeaveIsr(stream, partition, self.server_id, meta.stream_id)
+        return await self._propose_own(op, "leave-isr")
+
+    async def _propose_own(self, op: LeaveIsr | ElectLeader, kind: str) -> bool:
+        """Propose ``op`` for one of this server's replicas (forwarded to the metadata
+        leader), bounded by :data:`ISR_PROPOSE_BOUND_S`; True if applied."""
+        try:
+            applied = await self.raft.propose(
+                op, op_id=f"{kind}-{uuid.uuid4().hex}", timeout=ISR_PROPOSE_BOUND_S, forward=True
+            )
+        except RaftError as exc:
+            log.warning(
+                "a damaged replica's proposal not applied",
+                extra=fields(stream=op.stream, partition=op.partition, op=kind, error=str(exc)),
+            )
+            return False
+        return applied.result.ok
+
+    async def hand_over(self, stream: str, partition: int, leader_epoch: int) -> bool:
+        """This server was named leader at ``leader_epoch`` but does not lead, its log being
+        damaged: elect another ISR member (one that answers probes first, in replica order)
+        at the next epoch (ElectLeader; the state machine takes this server out of the ISR).
+        An ISR member holds every committed record. True once applied; never raises."""
+        meta = self.raft.state.streams.get(stream)
+        if meta is None or not 0 <= partition < len(meta.partitions):
+            return False
+        a = meta.partitions[partition]
+        others = [r for r in a.replicas if r in a.isr and r != self.server_id]
+        if a.leader != self.server_id or a.leader_epoch != leader_epoch or not others:
+            return False
+        new = next((r for r in others if not self.is_down(r)), others[0])
+        op = ElectLeader(stream, partition, new, leader_epoch + 1, meta.stream_id)
+        return await self._propose_own(op, "hand-over")
+
     async def report_leader_silent(
         self, stream: str, partition: int, leader_epoch: int, reporter: str
     ) -> None:
         """Report the leader of ``stream``/``partition`` at ``leader_epoch`` silent.
 
-        Not sent once this server is :attr:`stopping`. Delivered to the metadata leader
-        within :data:`REPORT_TIMEOUT_S`: if no metadata leader is known or it does not
-        answer (it may have failed with the partition leader), the report waits for the
-        next metadata leader and is sent again. Failures are logged (DEBUG) and swallowed:
+        Not sent once this server is :attr:`stopping`, nor by the metadata leader about a
+        partition whose leader's server is gone (it elects those itself). Delivered to the
+        metadata leader within :data:`REPORT_TIMEOUT_S`: if no metadata leader is known or
+        it does not answer (it may have failed with the partition leader), the report waits
+        for the next metadata leader and is sent again. Failures are logged (DEBUG) and swallowed:
         the caller reports again while the leader stays silent.
         """
+        if NO_REPORTS_FOR_TESTS and self._led_by_other(stream, partition, reporter):
+            return
+        if self.raft.is_leader and self._leader_gone(stream, partition):
+            # This server elects the partitions of a gone server itself (.takeover): its
+            # own replicas' reports (3,334 at 10,000 partitions) only kept its loop busy.
+            return
         if self.stopping:  # a reporter can be elected, and this server is about to go
             log.debug(
                 "silent-leader report not sent: this server is stopping",
@@ -360,6 +416,19 @@ class Controller:
         finally:
             if not item.taken and item in self._report_queue:
                 self._report_queue.remove(item)  # cancelled before its batch went out
+
+    def _leader_gone(self, stream: str, partition: int) -> bool:
+        meta = self.raft.state.streams.get(stream)
+        if meta is None or not 0 <= partition < len(meta.partitions):
+            return False
+        leader = meta.partitions[partition].leader
+        return leader is not None and self.is_gone(leader)
+
+    def _led_by_other(self, stream: str, partition: int, reporter: str) -> bool:
+        meta = self.raft.state.streams.get(stream)
+        if meta is None or not 0 <= partition < len(meta.partitions):
+            return True
+        return meta.partitions[partition].leader != reporter
 
     async def _send_reports(self, batch: list[_QueuedReport]) -> None:
         """Deliver ``batch`` to the metadata leader within :data:`REPORT_TIMEOUT_S` (see

@@ -1,7 +1,10 @@
 """Partition leader election on the metadata leader, from followers' silent-leader reports.
 
-A follower replica whose partition leader stops answering reports it (ReportLeader, api 9)
-to the metadata leader. The metadata leader counts, per partition and leader epoch:
+A gone server's partitions (its process is dead: probes refused) are elected without
+reports, from this server's liveness view (:mod:`.takeover`, :meth:`Elections.propose_now`);
+the reports remain the path when a leader's server is up but silent. A follower replica
+whose partition leader stops answering reports it (ReportLeader, api 9) to the metadata
+leader. The metadata leader counts, per partition and leader epoch:
 
 - one vote per ISR member other than the leader that reported within
   ``window_s`` (default 5 s);
@@ -12,13 +15,13 @@ When the votes reach a majority of the ISR (``len(isr) // 2 + 1``) it waits, for
 most ``collect_s`` (default 1 s) after the majority, until every ISR member other than the
 leader that this server's liveness view finds alive has reported too, then proposes
 ElectLeader at epoch + 1 (the state machine drops the old leader from the ISR). The new
-leader is one of the reporters (a reporter is alive, it just spoke, and vouches for its
-records: a replica lacking records does not report), taken in turn by partition number
-(``reporters[partition % len(reporters)]``, reporters in replica order), so that a dead
-server's partitions are spread over the survivors. A member that answers probes but does
-not report (recovery found damaged records) only delays its partitions' elections by
-``collect_s`` and is never elected. Reports are kept in memory only: after a metadata
-leader change the followers' repeated reports rebuild the count within one report period.
+leader is one of the reporters (a reporter is alive and vouches for its records), taken in
+turn by partition number (``reporters[partition % len(reporters)]``, reporters in replica
+order), so that a dead server's partitions are spread over the survivors. An ISR member
+holds every committed record: a follower whose log was found damaged leaves the ISR
+(:meth:`.Controller.leave_isr`), and one that has not yet only delays its partitions'
+elections by ``collect_s``. Reports are kept in memory only: after a metadata leader
+change the followers' repeated reports rebuild the count within one report period.
 
 A partition whose ISR holds only the leader is never moved (no unclean election: the
 other replicas may lack committed records).
@@ -56,9 +59,8 @@ BATCH_GATHER_S = 0.02
 dead server's partitions arrive together); again while others keep joining, up to
 :data:`BATCH_GATHER_MAX_S`."""
 BATCH_GATHER_MAX_S = 0.3
-"""Longest a batch gathers while elections keep joining it: a dead server's reports at
-10,000 partitions come in requests of 1,000 tens of milliseconds apart, and each one's
-elections are decided over more than one gathering period of a loaded server."""
+"""Longest a batch gathers while elections keep joining it (reports at 10,000 partitions
+come in requests of 1,000, tens of milliseconds apart)."""
 LOGGED_BATCH = 10
 """Elections of a batch up to this size are logged one by one at INFO (larger: DEBUG)."""
 MAX_IN_FLIGHT = 4
@@ -70,17 +72,12 @@ UNREPORTED_CHECK_S = 5.0
 """How often the metadata leader looks for such partitions."""
 COLLECT_S = 1.0
 """Longest wait, once a partition's reports reach a majority, for the reports of its other
-live ISR members (:func:`awaited`), so that the new leader can be taken among all of them.
-Both survivors of a killed server find it down at once (its connections end, and the
-probe that asks for is refused), of one that stopped answering within one probe period
-(0.5 s) of each other; a member that never reports (it lacks records) delays the
-election this long."""
+live ISR members (:func:`awaited`), so that the new leader can be taken among all of them
+(the survivors of a server that stopped answering find it down within one probe period of
+each other); a member that never reports delays the election this long."""
 MAX_BATCH = 5000
-"""Most elections in one Raft entry (ElectLeaders), within :data:`MAX_BATCH_BYTES` too: at
-500, the second half of a dead server's 1,000 leaderships waited for the first entry to
-apply (1.3 s at 3,000 partitions); at 1,000, its 3,334 leaderships at 10,000 partitions
-took four entries, proposed while the survivors applied the earlier ones' role changes
-(0.3 s, then up to 2.1 s each)."""
+"""Most elections in one Raft entry (ElectLeaders), within :data:`MAX_BATCH_BYTES` too (a
+dead server's 3,334 leaderships at 10,000 partitions in one entry; spec/cluster.md)."""
 MAX_BATCH_BYTES = MAX_ENTRY_BYTES // 2
 """Most encoded bytes of one entry's elections (:func:`election_bytes`): half the limit,
 about 4,000 elections of short names, 1,300 of 255-character ones."""
@@ -313,12 +310,46 @@ class Elections:
                 await complete.wait()
             collected = True
 
+    async def propose_now(self, ops: Collection[ElectLeader]) -> list[ElectLeader]:
+        """Propose ``ops`` (decided without reports, :mod:`.takeover`) now in batched entries;
+        reports of their partitions wait for them, and a report's election already on its
+        way is left to itself. Returns the elections applied."""
+        now, items = self.clock(), []
+        for op in ops:
+            key, epoch = (op.stream, op.partition), op.leader_epoch - 1
+            reports = self._reports.get(key)
+            if reports is None or reports.epoch != epoch:
+                reports = self._reports[key] = _Reports(epoch, first_at=now)
+            if reports.electing is None or reports.electing.done.is_set():
+                reports.electing = _Queued(op, now, election_bytes(op), taken=True)
+                items.append(reports.electing)
+        batches = []  # up to MAX_IN_FLIGHT proposed at once (_in_flight)
+        while items:
+            n = batch_size([q.size for q in items])
+            batches.append(items[:n])
+            items = items[n:]
+
+        async def one(batch: list[_Queued]) -> None:
+            for q in batch:
+                q.batch_size = len(batch)
+            async with self._in_flight:
+                await self._propose(batch)
+
+        with anyio.CancelScope(shield=True):  # reports wait for these; proposals are bounded
+            async with anyio.create_task_group() as tg:
+                for batch in batches:
+                    tg.start_soon(one, batch)
+        applied = [q.op for b in batches for q in b if q.result is not None and q.result.ok]
+        for op in applied:
+            self._reports.pop((op.stream, op.partition), None)
+        self.elections += len(applied)
+        return applied
+
     def unreported(self) -> list[tuple[str, int]]:
         """Partitions whose leader's server is down in this server's liveness view, with
         another ISR member that could take over, about which no report arrived within
         :attr:`window_s`: their followers should be reporting them (spec/cluster.md,
-        "Partition leader election"). A partition stays there when no follower reports it
-        or its reports do not arrive (issue 34: 31 of 20,000 kept a dead leader)."""
+        "Partition leader election"; issue 34: 31 of 20,000 kept a dead leader)."""
         now = self.clock()
         found = []
         down: dict[str, bool] = {}  # one liveness look-up per server, not per partition

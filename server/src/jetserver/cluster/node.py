@@ -16,6 +16,8 @@ its client address, which runs until the block exits:
   the leader's log) is handed to ``StreamManager.reconcile``; :attr:`ClusterNode.reconciled`
   is set after the first one;
 - liveness probes of the other registered servers (:mod:`.liveness`);
+- elections of a gone server's partitions while this server leads the metadata
+  (:mod:`.takeover`);
 - preferred-leader rounds while this server leads the metadata (:mod:`.rebalance`).
 
 Task safety: one event loop (the server's).
@@ -42,6 +44,7 @@ from jetserver.cluster.forwarding import MetadataRequests
 from jetserver.cluster.liveness import Liveness
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.rebalance import LeaderRebalancer, unsettled
+from jetserver.cluster.takeover import Takeover
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, RegisteredServer
@@ -77,6 +80,9 @@ class ClusterNode:
     """Handed to replicas (ISR changes, silent-leader reports)."""
     rebalancer: LeaderRebalancer
     """Preferred-leader rounds (acting while this server is the metadata leader)."""
+    takeover: Takeover
+    """Elections of gone servers' partitions (acting while this server is the metadata
+    leader)."""
     requests: MetadataRequests | None = None
     """CreateStream / DeleteStream (after :meth:`attach`)."""
     streams: StreamManager | None = None
@@ -146,7 +152,12 @@ class ClusterNode:
                 interval_s=config.cluster.leader_rebalance_interval_s,
                 max_per_round=config.cluster.leader_rebalance_max,
             )
-            node = cls(config, member, peers, liveness, elections, controller, rebalancer, tg=tg)
+            takeover = Takeover(
+                member, elections, liveness.gone, lambda s: liveness.answering_for(s) > 0
+            )
+            node = cls(
+                config, member, peers, liveness, elections, controller, rebalancer, takeover, tg=tg
+            )
             liveness.on_refused = node._server_gone
             peers.on_lost = liveness.probe_soon
             try:
@@ -160,7 +171,9 @@ class ClusterNode:
         """A server refused this server's probe: if it led the metadata Raft, elect another
         now rather than after the election timeout (1-2 s, and more when votes split),
         which every partition leadership it held waits for. The surviving members stagger
-        their elections by their rank (``METADATA_ELECTION_STAGGER_S`` apart)."""
+        their elections by their rank (``METADATA_ELECTION_STAGGER_S`` apart). The
+        metadata leader elects its partitions at once (:mod:`.takeover`)."""
+        self.takeover.server_gone(server_id)
         status = self.raft.status
         if status.is_leader or status.leader_id != server_id or status.leader_address is None:
             return
@@ -198,6 +211,7 @@ class ClusterNode:
                 tg.start_soon(self._reconciler)
                 tg.start_soon(self.liveness.run)
                 tg.start_soon(self.rebalancer.run)
+                tg.start_soon(self.takeover.run)
                 tg.start_soon(self.elections.watch_unreported)
 
     async def stop_tasks(self) -> None:

@@ -177,7 +177,8 @@ class UpdateIsr:
 
 @attrs.frozen
 class LeaveIsr:
-    """A follower takes itself out of a partition's ISR (it is stopping).
+    """A follower takes itself out of a partition's ISR (it is stopping, or its log was
+    found damaged: an ISR member must hold every committed record).
 
     Only ever removes ``server_id``, so plans made by several stopping servers from the same
     state compose (none re-adds another). A no-op if it is not in the ISR or is the ISR's

@@ -6,7 +6,7 @@ simulation use their own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import anyio
@@ -58,6 +58,20 @@ def server_gone_of(controller: object) -> Callable[[str], bool] | None:
     it."""
     gone = getattr(controller, "server_gone", None)
     return gone if callable(gone) else None
+
+
+def leave_isr_of(controller: object) -> Callable[[str, int], Awaitable[bool]] | None:
+    """The controller's ``leave_isr`` (take this server out of a partition's ISR: its log
+    was found damaged), or None for a control plane without it."""
+    leave = getattr(controller, "leave_isr", None)
+    return leave if callable(leave) else None
+
+
+def hand_over_of(controller: object) -> Callable[[str, int, int], Awaitable[bool]] | None:
+    """The controller's ``hand_over`` (give a leadership this server cannot take, its log
+    being damaged, to another ISR member), or None for a control plane without it."""
+    hand = getattr(controller, "hand_over", None)
+    return hand if callable(hand) else None
 
 
 def server_down_event_of(controller: object) -> Callable[[str], anyio.Event] | None:

@@ -1,0 +1,184 @@
+"""The metadata leader elects a gone server's partitions from its own liveness view
+(jetserver.cluster.takeover): the plan (pure), the elections over a real one-member
+metadata Raft with no report sent, and reports that arrive meanwhile; a follower whose log
+was found damaged leaves the ISR (Controller.leave_isr), so it is never elected that way."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from jetserver.cluster.controller import Controller
+from jetserver.cluster.elections import Elections
+from jetserver.cluster.peers import PeerPool
+from jetserver.cluster.takeover import Takeover, plan_takeover
+from jetserver.metadata.model import MetadataState, StreamSpec
+from jetserver.metadata.ops import CreateStream, ElectLeader, RegisterServer, UpdateIsr
+from jetserver.raft import MetadataRaft
+
+from .control_kit import one_member_raft
+
+R3 = ("s1", "s2", "s3")
+
+
+@pytest.fixture
+async def raft(tmp_path: Path) -> AsyncIterator[MetadataRaft]:
+    async with one_member_raft(tmp_path) as node:
+        for i, server in enumerate(R3):  # registered, as the servers do at start
+            op = RegisterServer(
+                server, f"127.0.0.1:{9000 + i}", f"127.0.0.1:{9100 + i}", "a", clean=True
+            )
+            assert (await node.propose(op)).result.ok
+        yield node
+
+
+async def create(raft: MetadataRaft, name: str, replicas: tuple[tuple[str, ...], ...]) -> None:
+    spec = StreamSpec(name=name, subject=name, partitions=len(replicas), replication_factor=3)
+    assert (await raft.propose(CreateStream(spec, f"id-{name}", 1, replicas))).result.ok
+
+
+def leaders(state: MetadataState, name: str) -> list[tuple[str | None, int, tuple[str, ...]]]:
+    return [(a.leader, a.leader_epoch, a.isr) for a in state.streams[name].partitions]
+
+
+@pytest.mark.anyio
+async def test_plan_spreads_a_gone_leaders_partitions_over_the_members_that_answer(
+    raft: MetadataRaft,
+) -> None:
+    await create(raft, "wide", (R3, R3, R3, R3, ("s2", "s1", "s3"), ("s1",)))
+    # wide/3: its ISR is s1 and s3 only; wide/5: s1 alone (never moved: no unclean election).
+    assert (await raft.propose(UpdateIsr("wide", 3, "s1", 0, ("s1", "s3")))).result.ok
+    ops = plan_takeover(raft.state, {"s1"}.__contains__, lambda _s: True)
+    wide = [(op.partition, op.leader, op.leader_epoch) for op in ops if op.stream == "wide"]
+    # Live members in replica order, taken by partition number: s2, s3, s2, (s3 alone).
+    assert wide == [(0, "s2", 1), (1, "s3", 1), (2, "s2", 1), (3, "s3", 1)]
+    assert [(op.stream, op.partition) for op in ops if op.stream != "wide"] == [("orders", 0)]
+    # s3 does not answer its probes (paused, overloaded): only s2 is elected, and the
+    # partition whose other ISR member is s3 alone waits for the reports path.
+    ops = plan_takeover(raft.state, {"s1"}.__contains__, lambda s: s != "s3")
+    assert [(op.partition, op.leader) for op in ops if op.stream == "wide"] == [
+        (0, "s2"),
+        (1, "s2"),
+        (2, "s2"),
+    ]
+    assert plan_takeover(raft.state, lambda _s: False, lambda _s: True) == []
+
+
+@pytest.mark.anyio
+async def test_a_gone_servers_partitions_move_with_no_report(raft: MetadataRaft) -> None:
+    """Issue 34: the metadata leader no longer waits for the survivors' ReportLeader (2.3 to
+    3.0 s to arrive at 10,000 partitions): its own view that s1's process is gone elects
+    s1's partitions in one entry, spread over s2 and s3."""
+    await create(raft, "wide", (R3,) * 6)
+    gone: set[str] = set()
+    elections = Elections(raft, gone.__contains__)
+    takeover = Takeover(raft, elections, gone.__contains__, lambda s: s not in gone)
+    assert await takeover.take_over() == 0  # nobody gone
+    gone.add("s1")
+    with anyio.fail_after(10):
+        assert await takeover.take_over() == 7
+    assert leaders(raft.state, "wide") == [(["s2", "s3"][p % 2], 1, ("s2", "s3")) for p in range(6)]
+    assert elections.entries == 1
+    assert elections.elections == 7
+    assert await takeover.take_over() == 0  # nothing left to move
+    # A report about the old epoch, late: answered with the new leader, nothing proposed.
+    answer = await elections.report("wide", 1, 0, "s2")
+    assert answer == {"accepted": False, "leader": "s3", "leader_epoch": 1}
+    assert elections.entries == 1
+
+
+@pytest.mark.anyio
+async def test_a_report_during_the_takeover_waits_for_its_election(raft: MetadataRaft) -> None:
+    """A survivor's report arriving while the takeover's entry is being proposed counts and
+    answers from that election's outcome: no second election of the same epoch (one
+    would be refused, in an entry of its own)."""
+    gone = {"s1"}
+    elections = Elections(raft, gone.__contains__, collect_s=0.0)
+    answers: list[dict[str, Any]] = []
+    applied: list[ElectLeader] = []
+
+    async def take_over() -> None:
+        op = ElectLeader("orders", 0, "s3", 1, raft.state.streams["orders"].stream_id)
+        applied.extend(await elections.propose_now([op]))
+
+    async def report() -> None:
+        answers.append(await elections.report("orders", 0, 0, "s2"))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(take_over)
+            await anyio.lowlevel.checkpoint()  # the takeover's election is proposed
+            tg.start_soon(report)
+    assert [op.leader for op in applied] == ["s3"]
+    assert answers == [{"accepted": True, "leader": "s3", "leader_epoch": 1}]
+    assert elections.entries == 1
+    assert elections.elections == 1
+
+
+@pytest.mark.anyio
+async def test_a_damaged_follower_leaves_the_isr_and_is_not_elected(raft: MetadataRaft) -> None:
+    """A follower whose recovery found its log damaged takes itself out of the ISR
+    (LeaveIsr), so the takeover, which elects ISR members without their reports, cannot
+    pick it: s1's partition goes to s2 although its number would pick s3."""
+    await create(raft, "wide", (R3, R3))
+    elections = Elections(raft, lambda _s: False)
+    damaged = Controller("s3", raft, PeerPool(), elections, client_addresses=dict)
+    with anyio.fail_after(10):
+        assert await damaged.leave_isr("wide", 1)
+    assert leaders(raft.state, "wide")[1] == ("s1", 0, ("s1", "s2"))
+    takeover = Takeover(raft, elections, {"s1"}.__contains__, lambda s: s != "s1")
+    with anyio.fail_after(10):
+        await takeover.take_over()
+    assert leaders(raft.state, "wide")[1] == ("s2", 1, ("s2",))
+    assert not await damaged.leave_isr("gone-stream", 0)  # a stream that is not there
+
+
+@pytest.mark.anyio
+async def test_a_damaged_replica_named_leader_hands_over_to_another_isr_member(
+    raft: MetadataRaft,
+) -> None:
+    """The race the LeaveIsr leaves (tests/cluster/test_faults_bitrot.py, run on the first
+    version of the takeover): s2, damaged, was elected before it left the ISR. It does not
+    lead; it elects the other ISR member that answers (s3) at the next epoch, which drops
+    it from the ISR. Before, it waited for reports, and with an ISR of two the one
+    follower's reports never made a majority: no leader at all."""
+    gone = {"s1"}
+    elections = Elections(raft, gone.__contains__)
+    stream_id = raft.state.streams["orders"].stream_id
+    assert (await raft.propose(ElectLeader("orders", 0, "s2", 1, stream_id))).result.ok
+    damaged = Controller(
+        "s2", raft, PeerPool(), elections, client_addresses=dict, is_down=gone.__contains__
+    )
+    with anyio.fail_after(10):
+        assert not await damaged.hand_over("orders", 0, 0)  # a stale epoch: nothing
+        assert await damaged.hand_over("orders", 0, 1)
+    assert leaders(raft.state, "orders") == [("s3", 2, ("s3",))]
+    assert not await damaged.hand_over("orders", 0, 2)  # not its leadership any more
+
+
+@pytest.mark.anyio
+async def test_the_metadata_leader_does_not_report_a_gone_servers_partitions(
+    raft: MetadataRaft,
+) -> None:
+    """Its own replicas' reports about a gone leader (3,334 at 10,000 partitions) only
+    kept its event loop busy: the takeover elects those partitions. A leader that is merely
+    down (probes time out) is still reported."""
+    gone: set[str] = set()
+    elections = Elections(raft, gone.__contains__, collect_s=0.0)
+    me = Controller(
+        "s2", raft, PeerPool(), elections, client_addresses=dict, is_gone=gone.__contains__
+    )
+    gone.add("s1")
+    with anyio.fail_after(10):
+        await me.report_leader_silent("orders", 0, 0, "s2")
+    assert me.reports_sent == 0
+    assert leaders(raft.state, "orders") == [("s1", 0, R3)]
+    gone.clear()
+    with anyio.fail_after(10):
+        await me.report_leader_silent("orders", 0, 0, "s2")
+    assert me.reports_sent == 1

@@ -1,0 +1,83 @@
+"""Issue 34: a killed server's partitions move although no survivor sends a silent-leader
+report (every server runs with ``JET_TEST_NO_LEADER_REPORTS=1``): the metadata leader's
+own liveness view (the killed server's connections end, its probes are refused) elects
+them (jetserver.cluster.takeover), also when the killed server led the metadata too (the
+new metadata leader looks when it takes over). Real servers, kill -9 by PID.
+
+Without the takeover these partitions kept their dead leader (checked by running this test
+with ``Takeover.run`` not started: no partition moved within the bound).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.raw_client import RawClient
+
+from .control_kit import assignments, call, eventually, metadata, metadata_leader
+from .harness import Cluster, needs_cluster
+
+pytestmark = [pytest.mark.anyio, needs_cluster]
+
+SERVERS = ("s1", "s2", "s3")
+PARTITIONS = 6
+MOVE_BOUND_S = 20.0
+"""Bound on every partition of the killed server being led by a survivor (a loaded test
+machine; the takeover itself takes well under a second after the kill)."""
+
+
+@pytest.mark.parametrize("metadata_leader_too", [False, True])
+async def test_a_killed_servers_partitions_move_with_no_report_sent(
+    tmp_path: Path, metadata_leader_too: bool
+) -> None:
+    env = {s: {"JET_TEST_NO_LEADER_REPORTS": "1"} for s in SERVERS}
+    with Cluster(root=tmp_path, size=3, server_env=env) as cluster:
+        meta = await metadata_leader(cluster)
+        spec: dict[str, Any] = {"name": "t", "subject": "t", "partitions": PARTITIONS}
+        spec["replication_factor"] = 3
+        answer = await call(cluster.addresses[0], partial(RawClient.create_stream, **spec))
+        parts = answer["stream"]["partitions"]
+        victim = (
+            meta if metadata_leader_too else next(p["leader"] for p in parts if p["leader"] != meta)
+        )
+        led = [p["partition"] for p in parts if p["leader"] == victim]
+        assert led, parts
+
+        async def full_isrs() -> bool | None:  # every follower fetches: it could report
+            got = await metadata(cluster.server(victim).address)
+            for info in got["streams"]:
+                if info["name"] == "t":
+                    return True if all(len(p["isr"]) == 3 for p in info["partitions"]) else None
+            return None
+
+        await eventually(full_isrs, "every partition's ISR full", timeout_s=30)
+        killed_at = time.monotonic()
+        cluster.kill(victim)
+        survivors = [s for s in cluster.servers if s.server_id != victim]
+
+        async def moved() -> list[str] | None:
+            seen = {tuple(assignments(await metadata(s.address), "t")) for s in survivors}
+            if len(seen) != 1:
+                return None
+            got = seen.pop()
+            leaders = [got[p][0] for p in led]
+            return leaders if all(lead not in (None, "", victim) for lead in leaders) else None
+
+        leaders = await eventually(moved, f"{victim}'s partitions led", timeout_s=MOVE_BOUND_S)
+        moved_s = time.monotonic() - killed_at
+        for p, leader in zip(led, leaders, strict=True):
+            got = await eventually(
+                lambda p=p, leader=leader: call(
+                    cluster.server(leader).address,
+                    partial(RawClient.list_offsets, stream="t", partition=p),
+                ),
+                f"t/{p} served by {leader}",
+                timeout_s=MOVE_BOUND_S,
+            )
+            assert got["offset"] >= 0
+        print(f"kill -9 of {victim} ({len(led)} leaderships) -> led again in {moved_s:.2f} s")
