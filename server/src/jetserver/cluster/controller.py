@@ -345,15 +345,15 @@ class Controller:
         damaged: elect another ISR member (one that answers probes first, in replica order)
         at the next epoch (ElectLeader; the state machine takes this server out of the ISR).
         An ISR member holds every committed record. True once applied; never raises."""
-        meta = self.raft.state.streams.get(stream)
-        if meta is None or not 0 <= partition < len(meta.partitions):
+        state = self.raft.state
+        a = state.assignment(stream, partition)
+        if a is None:
             return False
-        a = meta.partitions[partition]
         others = [r for r in a.replicas if r in a.isr and r != self.server_id]
         if a.leader != self.server_id or a.leader_epoch != leader_epoch or not others:
             return False
         new = next((r for r in others if not self.is_down(r)), others[0])
-        op = ElectLeader(stream, partition, new, leader_epoch + 1, meta.stream_id)
+        op = ElectLeader(stream, partition, new, leader_epoch + 1, state.streams[stream].stream_id)
         return await self._propose_own(op, "hand-over")
 
     async def report_leader_silent(
@@ -418,17 +418,12 @@ class Controller:
                 self._report_queue.remove(item)  # cancelled before its batch went out
 
     def _leader_gone(self, stream: str, partition: int) -> bool:
-        meta = self.raft.state.streams.get(stream)
-        if meta is None or not 0 <= partition < len(meta.partitions):
-            return False
-        leader = meta.partitions[partition].leader
-        return leader is not None and self.is_gone(leader)
+        a = self.raft.state.assignment(stream, partition)
+        return a is not None and a.leader is not None and self.is_gone(a.leader)
 
     def _led_by_other(self, stream: str, partition: int, reporter: str) -> bool:
-        meta = self.raft.state.streams.get(stream)
-        if meta is None or not 0 <= partition < len(meta.partitions):
-            return True
-        return meta.partitions[partition].leader != reporter
+        a = self.raft.state.assignment(stream, partition)
+        return a is None or a.leader != reporter
 
     async def _send_reports(self, batch: list[_QueuedReport]) -> None:
         """Deliver ``batch`` to the metadata leader within :data:`REPORT_TIMEOUT_S` (see

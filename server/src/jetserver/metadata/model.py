@@ -241,6 +241,13 @@ class MetadataState:
     acls: Mapping[str, tuple[Grant, ...]] = attrs.field(factory=dict)
     """Identity -> its grants (an empty tuple: an identity with no rights)."""
 
+    def assignment(self, stream: str, partition: int) -> PartitionAssignment | None:
+        """Partition ``partition`` of ``stream`` (None: no such stream or partition)."""
+        meta = self.streams.get(stream)
+        if meta is None or not 0 <= partition < len(meta.partitions):
+            return None
+        return meta.partitions[partition]
+
     def client_addresses(self) -> dict[str, str]:
         """Server id -> client ``host:port`` of every registered server."""
         return {i: s.client_address for i, s in self.servers.items()}
