@@ -59,7 +59,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Generator
 
 import attrs
 
@@ -179,6 +180,8 @@ class FsyncRunner:
         upto: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         unless: Callable[[], bool] | None = None,
+        *,
+        checked: bool = False,
     ) -> int | None:
         """``log_.flush(upto)`` on the loop if this runner would run it there now (after
         one turn that lets ready work run first) and it covers at most
@@ -189,8 +192,9 @@ class FsyncRunner:
         after that turn (what ran in it counts), e.g. a compare-and-set that lost a race
         to the records being fsynced: its writer retries within a round trip, and an
         fsync on the loop would hold the retry until the disk is done
-        (:meth:`jetserver.broker.commit.Committer.commit_here`)."""
-        if not self.may_run_here_for(log_):
+        (:meth:`jetserver.broker.commit.Committer.commit_here`). ``checked``: the caller
+        saw :meth:`may_run_here_for` hold in this turn (it is not asked again)."""
+        if not (checked or self.may_run_here_for(log_)):
             return None
         self._probing += 1
         try:
@@ -287,12 +291,19 @@ async def _loop_free(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     ready = getattr(loop, "_ready", None)
     if ready is None:
         start = time.perf_counter()
-        await asyncio.sleep(0)
+        await _one_turn()
         return time.perf_counter() - start <= FREE_TURN_S
     if not ready:
         return True
-    await asyncio.sleep(0)
+    await _one_turn()
     return not ready
+
+
+@types.coroutine
+def _one_turn() -> Generator[None, None, None]:
+    """One event-loop turn for the task (asyncio's ``sleep(0)`` without its own frame
+    in every resumption of the task's chain of coroutines)."""
+    yield
 
 
 @attrs.define(eq=False)

@@ -124,7 +124,9 @@ class Server:
     _hurry_scopes: set[anyio.CancelScope] = attrs.field(factory=set)
     """The waits a hurried stop cancels (:meth:`_unless_hurried`)."""
     _inflight: int = 0
-    _idle: anyio.Event = attrs.field(factory=anyio.Event)
+    _idle: anyio.Event | None = None
+    """Set when no request is in flight (made by a stop that waits for them: no event to
+    set after every request)."""
 
     @property
     def running(self) -> Running:
@@ -199,7 +201,7 @@ class Server:
             return reply
         finally:
             self._inflight -= 1
-            if self._inflight == 0:
+            if self._inflight == 0 and self._idle is not None:
                 self._idle.set()
 
     async def run(self, *, task_status: TaskStatus[str] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -227,7 +227,7 @@ class Committer:
                 finally:
                     self._thread_flush = False
             else:
-                flushed = await runner.flush_here(log_, loop=loop)  # up to the LEO
+                flushed = await runner.flush_here(log_, loop=loop, checked=True)  # to the LEO
             if hops.ENABLED and flushed is not None:
                 hops.mark("fsync.end")
         except Exception:

@@ -14,7 +14,7 @@ Task safety: event loop thread only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple, cast
 
 import attrs
@@ -67,6 +67,18 @@ class ProduceCompletion:
             if hops.ENABLED:
                 hops.mark("acked")
             self._finish()
+
+    def settle_from_wire(self, acks: Iterable[tuple[int, int, str, int]]) -> None:
+        """Settle ``(offset, timestamp, correlation id, code)`` acks that came to the
+        request's NATS inbox: there the correlation id is the message's index as text (the
+        wire's envelope field, :func:`~jetsdk.codec.transcode.produce_envelopes`); an id
+        that is not one is ignored, as are unknown or repeated indexes."""
+        for offset, timestamp, corr, code in acks:
+            try:
+                index = int(corr)
+            except ValueError:
+                continue
+            self.settle(index, code, offset, timestamp)
 
     def fail_unsettled(self, result: Result) -> None:
         """Give every message not settled yet ``result`` and wake the request."""

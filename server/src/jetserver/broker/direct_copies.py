@@ -99,11 +99,13 @@ async def ingest_taking_place(
     replica: PartitionReplica, batch: DirectBatch, place: CopiesPlace | None, *, shield: bool
 ) -> bool:
     """:meth:`PartitionReplica.ingest_direct`, taking ``place`` as the batch enters the
-    sequencer; given up again if the append raised (cancelled) after that."""
+    sequencer; given up again if the append raised (cancelled) after that. The caller
+    saw the replica take the request directly in this turn (``checked``)."""
+    intake = replica.intake
     if place is None:
-        return await replica.ingest_direct(batch, shield=shield)
+        return await intake.ingest_direct(batch, shield=shield, checked=True)
     try:
-        return await replica.ingest_direct(batch, shield=shield, entered=place.take)
+        return await intake.ingest_direct(batch, shield=shield, entered=place.take, checked=True)
     except BaseException:
         place.give_up()
         raise

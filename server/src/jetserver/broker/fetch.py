@@ -32,6 +32,7 @@ from jetsdk.codec.messages import (
     FetchRequest,
 )
 from jetserver import hops
+from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument
@@ -74,9 +75,14 @@ async def fetch(
     limits: LimitsConfig,
     req: FetchRequest,
     stop: Callable[[], bool] | None = None,
+    replica: PartitionReplica | None = None,
 ) -> FetchAnswer:
     """Answer ``req``: wait (up to ``max_wait_ms``, or until ``stop()`` is true after a
     wake-up of the partition's waiters) for records past its offset.
+
+    ``replica``: the partition's replica here as an earlier Fetch of the same caller found
+    it (a FetchStream's): on a server alone it is used while it is open, without looking
+    it up again (a deleted or recreated stream's replica is closed).
 
     ``max_wait_ms`` and ``max_bytes`` are clamped to ``limits.max_fetch_wait_s`` and
     ``limits.max_fetch_bytes``.
@@ -87,8 +93,9 @@ async def fetch(
     """
     if req.replica_id >= 0:
         raise invalid_argument("replica_id", FOLLOWER_FETCH_REFUSED)
-    check_holds_replica(streams, req.stream, req.partition)
-    replica = streams.replica(req.stream, req.partition)
+    if replica is None or replica.closed or streams.clustered:
+        check_holds_replica(streams, req.stream, req.partition)
+        replica = streams.replica(req.stream, req.partition)
     if not replica.serves_consumers():
         replica.check_leader(-1)  # raises NOT_LEADER with the leader's id
     log = replica.log

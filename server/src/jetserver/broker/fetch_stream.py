@@ -27,6 +27,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.fetch_stream import MAX_FETCH_STREAM_RESPONSES, FetchStreamRequest
 from jetsdk.codec.messages import FetchRequest
 from jetserver.broker.fetch import FetchAnswer, fetch
+from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument
@@ -60,6 +61,9 @@ class FetchStream:
     read replica's stream): a stream ends with NOT_LEADER once that leadership ended."""
     cancelled: bool = False
     """Its client asked to end it (:meth:`cancel`): the next answer is the empty last one."""
+    replica: PartitionReplica | None = None
+    """The partition's replica as the first answer found it (``fetch``'s ``replica``;
+    None again after an early empty answer: looked up anew)."""
 
     @classmethod
     def open(
@@ -99,6 +103,7 @@ class FetchStream:
                 self.limits,
                 FetchRequest(req.stream, req.partition, self.offset, req.max_bytes, wait_ms),
                 self._is_cancelled,
+                self.replica,
             )
             if self._is_cancelled():  # meanwhile (mypy narrowed the attribute above)
                 if answer.records is not None:
@@ -106,6 +111,7 @@ class FetchStream:
                 return self._last_empty_answer(), False
             if answer.records is not None or answer.error_code or wait_ms == 0:
                 break
+            self.replica = None  # the next fetch looks the partition up (a delete woke it?)
             # Empty before the idle wait ran out: the partition closed (a delete, a role
             # change: the next fetch says why) or a wake-up for nothing. Ask again.
         self.answered += 1
@@ -143,7 +149,7 @@ class FetchStream:
 
     def _leader_epoch(self) -> int | None:
         """The epoch this server leads the partition in now (None: it does not)."""
-        replica = self.streams.replica(self.request.stream, self.request.partition)
+        replica = self.replica = self.streams.replica(self.request.stream, self.request.partition)
         try:
             return replica.check_leader(-1).leader_epoch
         except ApiError:

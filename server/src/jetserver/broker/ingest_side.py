@@ -115,6 +115,7 @@ class Intake:
         *,
         shield: bool = True,
         entered: Callable[[], None] | None = None,
+        checked: bool = False,
     ) -> bool:
         """Hand the messages of a Produce request to the sequencer as one typed batch,
         after waiting for room in its queue; False (nothing taken) if
@@ -128,11 +129,15 @@ class Intake:
         queued, with no await in between: so in the order of the appends (where the
         request takes its copies' turn, :meth:`Committer.copies_turn`; after the append
         it could come after requests appended later: an ALL ack's append in its own task
-        is followed by its fsync, which yields)."""
+        is followed by its fsync, which yields).
+
+        ``checked``: the caller saw :meth:`takes_direct` hold in this turn (no await since):
+        if the queue has room, it is not asked again."""
         sequencer = self.sequencer
-        await sequencer.wait_for_room()
-        if not self.takes_direct(batch.policy):
-            return False
+        if not (checked and sequencer.has_room):
+            await sequencer.wait_for_room()
+            if not self.takes_direct(batch.policy):
+                return False
         if entered is not None:
             entered()
         if hops.ENABLED:

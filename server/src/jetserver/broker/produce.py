@@ -157,8 +157,7 @@ class ProduceService:
             return
         stream, partition = waiting.stream, waiting.partition
         # Every stream a subject feeds acks the message; only ours counts.
-        _settle_from_wire(
-            waiting,
+        waiting.settle_from_wire(
             (
                 (offset, timestamp, corr, code)
                 for ack_stream, ack_partition, offset, timestamp, corr, _p, code, _t in acks
@@ -178,19 +177,18 @@ class ProduceService:
             return
         if partition != waiting.partition or stream != waiting.stream:
             return  # another stream fed by the same subject
-        _settle_from_wire(
-            waiting,
+        waiting.settle_from_wire(
             ((offset, timestamp, corr, code) for offset, timestamp, corr, _p, code, _t in acks),
         )
 
-    def _may_take_direct(self, stream: str, partition: int, policy: int) -> bool:
-        """True if the partition is open here and takes Produce directly now (a hint:
-        :meth:`_check` decides, with no await in between, so a replica it picks always
-        has the records this asked for)."""
+    def _direct_replica(self, stream: str, partition: int, policy: int) -> PartitionReplica | None:
+        """The replica here if the partition is open here and takes Produce directly now
+        (a hint: :meth:`_check` decides, with no await in between, so a replica it picks
+        always has the records this asked for; it uses this one without asking again)."""
         if not (self.direct or is_internal(stream)):
-            return False
+            return None
         replica = self.streams.local_replica(stream, partition)
-        return replica is not None and replica.takes_direct(policy)
+        return replica if replica is not None and replica.takes_direct(policy) else None
 
     def answers_at_once(self, stream: str, partition: int, policy: int) -> bool:
         """True if a request (in a task of its own) with ack ``policy`` would be appended
@@ -209,12 +207,17 @@ class ProduceService:
         )
 
     def _check(
-        self, stream: str, partition: int, policy: int, messages: list[ProducedEnvelope]
-    ) -> tuple[str, int, PartitionReplica | None, bool]:
+        self,
+        stream: str,
+        partition: int,
+        policy: int,
+        messages: list[ProducedEnvelope],
+        direct: PartitionReplica | None,
+    ) -> tuple[str, int, PartitionReplica | None, bool, bool]:
         """Validate the request; return the partition subject, the message size limit,
-        the local replica to append to directly (None: publish and let NATS deliver) and
-        whether records stored directly get NATS copies (not with the stream's
-        ``no_nats_copies``)."""
+        the local replica to append to directly (None: publish and let NATS deliver;
+        ``direct``: :meth:`_direct_replica` in this turn), whether records stored directly
+        get NATS copies (not with ``no_nats_copies``) and whether the stream is internal."""
         meta = self.streams.stream(stream)
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(stream, partition, meta.spec.partitions)
@@ -229,10 +232,12 @@ class ProduceService:
                 f"partition {stream}/{partition} is between leader epochs here; retry",
                 {"stream": stream, "partition": partition},
             )
-        if replica is None:
-            replica = self.streams.local_replica(stream, partition)
         internal = is_internal(stream)
-        if replica is not None and not ((self.direct or internal) and replica.takes_direct(policy)):
+        if replica is None:
+            replica = direct  # the replica here if it takes the request directly
+        elif replica is not direct and not (
+            (self.direct or internal) and replica.takes_direct(policy)
+        ):
             replica = None
         psubj, wildcard = _partition_subject(meta.spec.subject, partition)
         if internal:
@@ -261,7 +266,7 @@ class ProduceService:
                     f"message {i}: subject {subject!r} does not match partition subject {psubj!r}",
                 )
         limit = meta.spec.max_message_bytes or self.limits.max_message_bytes
-        return psubj, limit, replica, not meta.spec.no_nats_copies
+        return psubj, limit, replica, not meta.spec.no_nats_copies, internal
 
     async def produce(self, req: ProduceRequest) -> list[ProduceResult]:
         """As :meth:`produce_body` for a decoded request: one result per message, in order.
@@ -332,15 +337,16 @@ class ProduceService:
         # Where each message lies in the request, if this server may append it directly.
         if head is None:
             head = decode_produce_head(body)
-        records: list[DirectRecord | None] | None = (
-            [] if self._may_take_direct(head[0], head[1], head[2]) else None
-        )
+        direct = self._direct_replica(head[0], head[1], head[2])
+        records: list[DirectRecord | None] | None = [] if direct is not None else None
         # Large values stay views of the request (split): not copied into an envelope
         # only to be written to NATS.
         head, messages = produce_envelopes(body, inbox, records, head, split=True)
         stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
-        psubj, limit, replica, nats_copies = self._check(stream, partition, policy, messages)
-        internal = is_internal(stream)  # appended here only, no NATS copies (security.md §2)
+        # internal: appended here only, no NATS copies (security.md §2)
+        psubj, limit, replica, nats_copies, internal = self._check(
+            stream, partition, policy, messages, direct
+        )
         if not self.link.connected:
             raise ApiError(
                 ErrorCode.UNAVAILABLE,
@@ -376,11 +382,12 @@ class ProduceService:
         # A request in its own task whose append runs here at once waits only for its
         # commit below, bounded: no cancel scope for its timeout (and none to shield the
         # append from), about a tenth of the Python calls of such a request.
-        at_once = (
+        at_once = (  # (the replica takes the request directly: _check, in this turn)
             own_task
             and replica is not None
             and replica.replication_factor == 1
-            and replica.appends_at_once(policy)
+            and replica.sequencer.idle
+            and replica.sequencer.has_room
         )
         deadline = time.monotonic() + timeout_s
         try:
@@ -579,18 +586,3 @@ def _stored(
             stored.append(message)
             end = max(end, result[1] + 1)
     return stored, end
-
-
-def _settle_from_wire(
-    completion: ProduceCompletion, acks: Iterable[tuple[int, int, str, int]]
-) -> None:
-    """Settle ``(offset, timestamp, correlation id, code)`` acks that came to the request's
-    NATS inbox: there the correlation id is the message's index as text (the wire's
-    envelope field, :func:`~jetsdk.codec.transcode.produce_envelopes`); an id that is not
-    one is ignored, as are unknown or repeated indexes."""
-    for offset, timestamp, corr, code in acks:
-        try:
-            index = int(corr)
-        except ValueError:
-            continue
-        completion.settle(index, code, offset, timestamp)

@@ -436,13 +436,14 @@ def _fetch_reply(
     frame: Frame, answer: FetchAnswer, then: Callable[[], Awaitable[Reply]] | None = None
 ) -> Reply:
     """The reply of a Fetch answer (with ``then``: a FetchStream answer more follow)."""
+    records_len = answer.records_len
     head = encode_fetch_response_header(
-        answer.error_code, answer.hw, answer.log_start, answer.leo, answer.records_len
+        answer.error_code, answer.hw, answer.log_start, answer.leo, records_len
     )
     frame_head = encode_frame_header(
         frame.api,
         frame.correlation_id,
-        FETCH_RESPONSE_HEADER_SIZE + answer.records_len,
+        FETCH_RESPONSE_HEADER_SIZE + records_len,
         flags=FLAG_RESPONSE if then is None else FLAG_RESPONSE | FLAG_MORE,
     )
     return Reply(frame_head + head, records=answer.records, then=then)
