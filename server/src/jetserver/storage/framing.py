@@ -233,6 +233,8 @@ def frame_batch_sizes(
     Raises:
         struct.error: an offset, timestamp, epoch or length out of its field's range.
     """
+    if len(bodies) == 1:
+        return _frame_one(first_offset, timestamp, leader_epoch, bodies[0])
     split = any(isinstance(b, tuple) for b in bodies)
     lens = list(map(_body_len if split else len, bodies))
     n = len(lens)
@@ -254,6 +256,18 @@ def frame_batch_sizes(
     if size >= n * GATHER_MIN_RECORD:
         return FramedBatch(flat, lens, uniform, size)
     return FramedBatch(b"".join(flat), lens, uniform, size)
+
+
+def _frame_one(offset: int, timestamp: int, leader_epoch: int, body: Body) -> FramedBatch:
+    """:func:`frame_batch_sizes` of one record (a Produce of one message at light load:
+    about a third of the general path's Python calls)."""
+    pieces: tuple[bytes | memoryview, ...] = body if isinstance(body, tuple) else (body,)
+    length = len(pieces[0]) + len(pieces[1]) if len(pieces) == 2 else len(pieces[0])
+    h = _HEAD.pack(offset, timestamp, leader_epoch, length)
+    parts = [h, _CRC.pack(_body_crc(body, _crc32(h, 0))), *pieces]
+    size = HEADER_SIZE + length
+    data = parts if size >= GATHER_MIN_RECORD else b"".join(parts)
+    return FramedBatch(data, [length], True, size)
 
 
 def _frame_loop(
