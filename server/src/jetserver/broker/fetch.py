@@ -63,11 +63,8 @@ class FetchAnswer:
     """Log end offset."""
     records: ReadSlices | None = None
     """The record bytes to send (None: no records). The receiver must close it."""
-
-    @property
-    def records_len(self) -> int:
-        """Length of the records part."""
-        return 0 if self.records is None else self.records.length
+    records_len: int = 0
+    """Length of the records part (``records.length``, known when they were read)."""
 
 
 async def fetch(
@@ -81,8 +78,9 @@ async def fetch(
     wake-up of the partition's waiters) for records past its offset.
 
     ``replica``: the partition's replica here as an earlier Fetch of the same caller found
-    it (a FetchStream's): on a server alone it is used while it is open, without looking
-    it up again (a deleted or recreated stream's replica is closed).
+    it on a server alone (a FetchStream's): used while it is open, without looking it up
+    again (a deleted or recreated stream's replica is closed). In a cluster: None (this
+    server's replicas and their roles change with the assignments).
 
     ``max_wait_ms`` and ``max_bytes`` are clamped to ``limits.max_fetch_wait_s`` and
     ``limits.max_fetch_bytes``.
@@ -93,10 +91,11 @@ async def fetch(
     """
     if req.replica_id >= 0:
         raise invalid_argument("replica_id", FOLLOWER_FETCH_REFUSED)
-    if replica is None or replica.closed or streams.clustered:
+    if replica is None or replica.closed:
         check_holds_replica(streams, req.stream, req.partition)
         replica = streams.replica(req.stream, req.partition)
-    if not replica.serves_consumers():
+    core = replica.core
+    if not core.serves_consumers():
         replica.check_leader(-1)  # raises NOT_LEADER with the leader's id
     log = replica.log
     if req.offset < log.log_start_offset or req.offset > log.log_end_offset:
@@ -111,8 +110,8 @@ async def fetch(
             hops.mark("fetch.woken")
         if replica.closed:
             replica = streams.replica(req.stream, req.partition)  # raises if deleted
-            log = replica.log
-        if not replica.serves_consumers():
+            log, core = replica.log, replica.core
+        if not core.serves_consumers():
             replica.check_leader(-1)
     return read_records(
         log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), log.high_watermark
@@ -177,7 +176,7 @@ def read_records(log: Log, offset: int, max_bytes: int, end: int) -> FetchAnswer
             p.close()
         raise
     records = ReadSlices(tuple(parts)) if parts else None
-    return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, records)
+    return FetchAnswer(ErrorCode.NONE, hw, log.log_start_offset, log.log_end_offset, records, size)
 
 
 def _out_of_range(log: Log) -> FetchAnswer:

@@ -62,8 +62,8 @@ class FetchStream:
     cancelled: bool = False
     """Its client asked to end it (:meth:`cancel`): the next answer is the empty last one."""
     replica: PartitionReplica | None = None
-    """The partition's replica as the first answer found it (``fetch``'s ``replica``;
-    None again after an early empty answer: looked up anew)."""
+    """On a server alone, the partition's replica as the first answer found it
+    (``fetch``'s ``replica``; None again after an early empty answer: looked up anew)."""
 
     @classmethod
     def open(
@@ -149,7 +149,9 @@ class FetchStream:
 
     def _leader_epoch(self) -> int | None:
         """The epoch this server leads the partition in now (None: it does not)."""
-        replica = self.replica = self.streams.replica(self.request.stream, self.request.partition)
+        replica = self.streams.replica(self.request.stream, self.request.partition)
+        if not self.streams.clustered:
+            self.replica = replica
         try:
             return replica.check_leader(-1).leader_epoch
         except ApiError:
