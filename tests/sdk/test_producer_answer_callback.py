@@ -8,6 +8,7 @@ still ends the producer, and the partition goes on afterwards.
 from __future__ import annotations
 
 import asyncio
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -53,6 +54,26 @@ async def test_an_idle_partitions_ack_is_settled_by_the_answers_callback(
                 assert (await handle).offset == i + 1
     # Before: each was settled in the partition's sender task, woken at the write.
     assert settled_in == [None] * 20
+
+
+async def test_an_idle_partitions_ack_is_settled_in_the_turn_that_reads_its_answer(
+    jet_dev: JetDev, anyio_backend: str
+) -> None:
+    _asyncio_only(anyio_backend)
+    from_reader: list[bool] = []
+
+    def settled(_handle: SendHandle) -> None:
+        # The connection's reader decoding the answer is on the stack: not a loop callback
+        # one turn later (before: the answer's future scheduled it).
+        from_reader.append(any(f.name == "_received" for f in traceback.extract_stack()))
+
+    async with _idle_producer(jet_dev, "cbturn") as producer:
+        for i in range(5):
+            handle = await producer.send_soon(b"m%d" % i)
+            handle.add_done_callback(settled)
+            with anyio.fail_after(30):
+                assert (await handle).offset == i + 1
+    assert from_reader == [True] * 5
 
 
 async def test_a_refused_message_fails_through_the_sender_task_and_the_partition_goes_on(

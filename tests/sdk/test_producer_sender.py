@@ -90,3 +90,61 @@ async def test_close_fails_what_was_never_sent_and_frees_room() -> None:
             for handle in handles:
                 assert isinstance(handle.exception(), ClientClosed)
             tg.cancel_scope.cancel()
+
+
+async def test_room_and_idle_are_waited_for_again_after_each_wake_up() -> None:
+    """The room and idle events are made by the waits that need them (none per message):
+    a second wait after the first was woken waits for the next acks, not at once."""
+    async with cluster_and_client() as (cluster, client):
+        cluster.add_stream("s")
+        acc: Accumulator[Pending] = Accumulator(linger=60.0)  # only a flush cuts batches
+        sender = Sender(
+            client, "s", acc, max_in_flight=1, max_pending=1, ack_timeout=5, delivery_timeout=5
+        )
+        async with anyio.create_task_group() as tg:
+            sender.start(tg, None)
+            for i in range(2):
+                handle = _queue(acc, sender, 0, b"m%d" % i)
+                room = anyio.Event()
+
+                async def wait_for_room(room: anyio.Event = room) -> None:
+                    await sender.wait_for_room()
+                    room.set()
+
+                tg.start_soon(wait_for_room)
+                await anyio.wait_all_tasks_blocked()
+                assert not room.is_set()  # one unresolved of max_pending=1
+                with anyio.fail_after(10):
+                    await sender.flush()
+                    await room.wait()
+                assert sender.unresolved == 0
+                assert handle.result().offset == i
+            tg.cancel_scope.cancel()
+
+
+async def test_a_cancelled_wait_for_a_handle_leaves_the_other_waits() -> None:
+    """Each wait of a handle has its own future on asyncio: one cancelled does not cancel
+    the others, which get the ack."""
+    handle = SendHandle()
+    got: list[int] = []
+    cancelled = anyio.CancelScope()
+
+    async def wait_cancelled() -> None:
+        with cancelled:
+            await handle.wait()
+            got.append(-1)
+
+    async def wait() -> None:
+        got.append((await handle.wait()).offset)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_cancelled)
+        tg.start_soon(wait)
+        tg.start_soon(wait)
+        await anyio.wait_all_tasks_blocked()
+        cancelled.cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert got == []
+        assert handle._set_acked("s", 0, 7, 1)
+    assert got == [7, 7]
+    assert (await handle.wait()).offset == 7  # done: at once

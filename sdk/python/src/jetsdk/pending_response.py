@@ -59,6 +59,8 @@ class PendingResponse:
     """asyncio: set to True by the response, False by the timeout."""
     _event: anyio.Event | None = None
     """Other event loops (trio): set by the response."""
+    _on_done: Callable[[object], None] | None = None
+    """The callback of :meth:`when_done` while the response has not come."""
     _done: bool = False
     _body: bytes | None = None
     _error: JetError | None = None
@@ -74,13 +76,15 @@ class PendingResponse:
         return self._body if self._error is None else None
 
     def when_done(self, callback: Callable[[object], None], timeout: float) -> bool:
-        """asyncio: have the loop call ``callback(future)`` once the response or an error
-        arrived, or ``timeout`` seconds passed (:meth:`wait` then raises Timeout); False
-        (nothing registered) on other loops."""
+        """asyncio: have ``callback(future)`` called once the response or an error
+        arrived (at once, by the connection's reader that resolves this: it must not
+        block) or ``timeout`` seconds passed (by the loop; :meth:`wait` then raises
+        Timeout); False (nothing registered) on other loops."""
         future = self._future
         if future is None:
             return False
-        future.add_done_callback(callback)
+        self._on_done = callback
+        future.add_done_callback(callback)  # (the timeout's way; a response calls it)
         expire_after(future, timeout)
         return True
 
@@ -91,7 +95,21 @@ class PendingResponse:
             future = self._future
             if future is not None:
                 if not future.done():
-                    future.set_result(True)
+                    on_done = self._on_done
+                    if on_done is None:
+                        future.set_result(True)
+                    else:
+                        # Called here, in the reader's turn, not from the loop's next
+                        # turn (a hop and a handle less on each acked send at light load).
+                        self._on_done = None
+                        future.remove_done_callback(on_done)
+                        future.set_result(True)
+                        try:
+                            on_done(future)
+                        except Exception as exc:  # as the loop does with a callback's
+                            future.get_loop().call_exception_handler(
+                                {"message": "response callback failed", "exception": exc}
+                            )
             elif self._event is not None:
                 self._event.set()
 

@@ -12,6 +12,7 @@ CodecError with reason ``"limit"`` for a field over its limit or out of its inte
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -236,9 +237,8 @@ def _produce_request_parts(req: ProduceRequest) -> tuple[list[bytes], list[int]]
     at least :data:`SEPARATE_VALUE_MIN_BYTES`."""
     if req.ack_policy not in _ACK_POLICIES:
         raise CodecError(f"unknown ack policy {req.ack_policy}", reason="limit")
-    parts: list[bytes] = []
+    parts: list[bytes] = list(_stream_field(req.stream))
     separate: list[int] = []
-    w.put_str16(parts, req.stream, "stream name")
     flags = 0 if req.producer_id is None else PRODUCE_FLAG_PRODUCER
     if req.current_values:
         flags |= PRODUCE_FLAG_CURRENT_VALUES
@@ -271,6 +271,15 @@ def _produce_request_parts(req: ProduceRequest) -> tuple[list[bytes], list[int]]
         if len(value) >= SEPARATE_VALUE_MIN_BYTES:
             separate.append(len(parts) - 1)
     return parts, separate
+
+
+@functools.lru_cache(maxsize=1024)
+def _stream_field(stream: str) -> tuple[bytes, bytes]:
+    """A Produce request's stream name field (``str16``: a producer sends the same one in
+    every request, encoded once)."""
+    parts: list[bytes] = []
+    w.put_str16(parts, stream, "stream name")
+    return parts[0], parts[1]
 
 
 ProduceHead = tuple[str, int, AckPolicy, int, int | None, int, int, int]

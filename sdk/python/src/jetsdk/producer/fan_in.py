@@ -158,18 +158,28 @@ class FanIn:
             return None
         loop = asyncio.get_running_loop()
         if self.writes_now(conn):
-            pending = conn.send_nowait(Api.PRODUCE, body)
+            pending = self.write_now(conn, body, loop)
             if pending is not None:
-                self.requests += 1
-                self.sections += 1
-                self._wrote_now.add(conn)
-                loop.call_soon(self._wrote_now.discard, conn)
                 return pending
         group = self._group(conn, loop, timeout)
         answer = SectionAnswer(loop.create_future(), conn.label)
         group.bodies.append(body)
         group.answers.append(answer)
         return answer
+
+    def write_now(
+        self, conn: Connection, body: RequestBody, loop: asyncio.AbstractEventLoop
+    ) -> PendingResponse | None:
+        """:meth:`submit` of a body the caller knows is written at once (:meth:`takes` and
+        :meth:`writes_now` held in this turn): its pending response, None if the
+        connection did not take it (then :meth:`submit` it)."""
+        pending = conn.send_nowait(Api.PRODUCE, body)
+        if pending is not None:
+            self.requests += 1
+            self.sections += 1
+            self._wrote_now.add(conn)
+            loop.call_soon(self._wrote_now.discard, conn)
+        return pending
 
     def defer(self, conn: Connection, cut: Cut, timeout: float) -> None:
         """Have ``cut`` make a body for ``conn`` at the end of this loop turn, to go with

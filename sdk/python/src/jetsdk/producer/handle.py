@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -10,6 +11,7 @@ import anyio.lowlevel
 
 from jetsdk.errors import JetError
 from jetsdk.message import Ack
+from jetsdk.transport import running_asyncio_loop
 
 __all__ = ["SendHandle"]
 
@@ -24,13 +26,18 @@ class SendHandle:
     Task safety: use from the event loop the producer runs in.
     """
 
-    __slots__ = ("_ack", "_acked", "_callbacks", "_error", "_event")
+    __slots__ = ("_ack", "_acked", "_callbacks", "_error", "_event", "_waiters")
 
     def __init__(self) -> None:
         self._ack: Ack | None = None
         self._acked: tuple[str, int, int, int] | None = None  # the Ack's fields, built lazily
         self._error: JetError | None = None
         self._event: anyio.Event | None = None
+        """What :meth:`wait` waits on under trio."""
+        self._waiters: list[asyncio.Future[None]] | None = None
+        """What :meth:`wait` waits on under asyncio: a bare future per waiter (an
+        ``anyio.Event`` is asyncio's behind a look-up of the running backend: about 25
+        Python calls more per wait)."""
         self._callbacks: list[Callable[[SendHandle], None]] | None = None
 
     def done(self) -> bool:
@@ -78,9 +85,19 @@ class SendHandle:
         before the cancellation reaches the caller's wait.
         """
         if not self.done():
-            if self._event is None:
-                self._event = anyio.Event()
-            await self._event.wait()
+            loop = running_asyncio_loop()
+            if loop is not None:
+                # Its own future: a cancelled waiter (an anyio scope too) cancels only its.
+                future: asyncio.Future[None] = loop.create_future()
+                if self._waiters is None:
+                    self._waiters = [future]
+                else:
+                    self._waiters.append(future)
+                await future
+            else:
+                if self._event is None:
+                    self._event = anyio.Event()
+                await self._event.wait()
         if self._error is not None:
             await anyio.lowlevel.checkpoint_if_cancelled()
         return self.result()
@@ -102,11 +119,17 @@ class SendHandle:
         if self._acked is not None or self._ack is not None or self._error is not None:
             return False
         self._acked = (stream, partition, offset, timestamp)
-        if self._event is not None or self._callbacks:
+        if self._waiters is not None or self._event is not None or self._callbacks:
             self._wake()
         return True
 
     def _wake(self) -> None:
+        waiters = self._waiters
+        if waiters is not None:
+            self._waiters = None
+            for future in waiters:
+                if not future.done():
+                    future.set_result(None)
         if self._event is not None:
             self._event.set()
         if self._callbacks:

@@ -15,6 +15,7 @@ Task safety: one event loop.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import functools
@@ -130,7 +131,11 @@ class Sender:
         self._partitions: dict[int, _PartitionSender] = {}
         self._unresolved = 0
         self._space: anyio.Event | None = None
+        """Set when room frees up (made by the first caller waiting for room, then again
+        after each set: nothing to set, no event built, while nobody waits)."""
         self._idle: anyio.Event | None = None
+        """Set when nothing is unresolved (made by :meth:`flush` when it has to wait)."""
+        self._closed = False
         self._flushing = 0
         self.fan_in = FanIn()
         """Groups the requests of many partitions to one server into one request."""
@@ -139,9 +144,6 @@ class Sender:
         """Start sending: partition tasks run in ``tg``."""
         self._tg = tg
         self.producer_id = producer_id
-        self._space = anyio.Event()
-        self._idle = anyio.Event()
-        self._idle.set()
 
     @property
     def unresolved(self) -> int:
@@ -150,8 +152,9 @@ class Sender:
 
     async def wait_for_room(self) -> None:
         """Wait until fewer than ``max_pending`` messages are unresolved, or :meth:`close`."""
-        assert self._space is not None
-        if self._space.is_set():
+        if self._closed:
+            return
+        if self._space is None:
             self._space = anyio.Event()
         await self._space.wait()
 
@@ -159,8 +162,6 @@ class Sender:
         """One more message was queued in the accumulator for ``partition``: count it, and
         have it sent (written here if the partition is idle, else by its task)."""
         self._unresolved += 1
-        if self._unresolved == 1:
-            self._idle = anyio.Event()
         sender = self._partitions.get(partition)
         if sender is None:
             sender = self._start_partition(partition)
@@ -175,7 +176,8 @@ class Sender:
             for sender in self._partitions.values():
                 sender.wake.set()
             while self._unresolved:
-                assert self._idle is not None
+                if self._idle is None:
+                    self._idle = anyio.Event()
                 await self._idle.wait()
         finally:
             self._flushing -= 1
@@ -184,6 +186,7 @@ class Sender:
         """The producer closes: fail ``unsent`` (drained from the accumulator) and wake the
         callers waiting for room (they see the close). The partition tasks end with the
         producer's task group."""
+        self._closed = True
         if self._space is not None:
             self._space.set()
         closed = ClientClosed("the producer was closed before the message was sent")
@@ -287,8 +290,10 @@ class Sender:
         request = self._request(batch, batch.items, sender.next_seq)
         body = encode_produce_request_parts(request)
         response: PendingResponse | SectionAnswer | None
-        if fan_in:  # written at once (the first of this loop turn)
-            response = self.fan_in.submit(conn, body, self._wait_s)
+        if fan_in:  # written at once (the first of this loop turn: writes_now held)
+            response = self.fan_in.write_now(
+                conn, body, asyncio.get_running_loop()
+            ) or self.fan_in.submit(conn, body, self._wait_s)
         else:
             # None cannot happen after can_send_now (nothing yielded); the sender sends it.
             response = conn.send_nowait(Api.PRODUCE, body)
@@ -337,7 +342,8 @@ class Sender:
 
     def _on_answer(self, written: _Written, _future: object = None) -> None:
         """The answer to a batch :meth:`_written` registered came, or its wait timed out
-        (a loop callback): if the sender task has not taken the batch and every message
+        (called by the connection's reader as it decodes the answer, or by the loop at the
+        timeout): if the sender task has not taken the batch and every message
         was stored, settle it here and free its slot, then write what was queued
         meanwhile; else wake the sender task, which sees it through."""
         if written.claimed:
@@ -581,10 +587,12 @@ class Sender:
 
     def _settled(self, count: int) -> None:
         """``count`` more messages are acknowledged or failed."""
-        assert self._space is not None
-        assert self._idle is not None
         self._unresolved -= count
-        if self._unresolved < self._max_pending:
-            self._space.set()
-        if self._unresolved == 0:
-            self._idle.set()
+        space = self._space
+        if space is not None and self._unresolved < self._max_pending:
+            self._space = None
+            space.set()
+        idle = self._idle
+        if idle is not None and self._unresolved == 0:
+            self._idle = None
+            idle.set()
