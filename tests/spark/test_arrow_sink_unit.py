@@ -365,6 +365,19 @@ def _large_rows(rng: random.Random, count: int) -> list[dict[str, Any]]:
     ]
 
 
+def _count_takes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row count of every take the writer makes from now on."""
+    taken: list[int] = []
+    real_take = _write.take
+
+    def counting_take(data: pa.ChunkedArray, picks: Any) -> pa.ChunkedArray:
+        taken.append(len(picks))
+        return real_take(data, picks)
+
+    monkeypatch.setattr(_write, "take", counting_take)
+    return taken
+
+
 @pytest.mark.parametrize("seed", [6, 7])
 def test_large_messages_are_sent_as_views_not_taken(
     monkeypatch: pytest.MonkeyPatch, seed: int
@@ -374,14 +387,7 @@ def test_large_messages_are_sent_as_views_not_taken(
     requests, sequences and messages as through the take (failed before: no ``take`` to
     stand in for, every target's messages were taken)."""
     rows = _large_rows(random.Random(seed), 2000)
-    taken: list[int] = []
-    real_take = _write.take
-
-    def counting_take(data: pa.ChunkedArray, picks: Any) -> pa.ChunkedArray:
-        taken.append(len(picks))
-        return real_take(data, picks)
-
-    monkeypatch.setattr(_write, "take", counting_take)
+    taken = _count_takes(monkeypatch)
     viewed = _write_in_batches(rows, random.Random(seed), task=1, partitions=3)
     assert taken == []
     monkeypatch.setattr(_write, "VIEW_MIN_MESSAGE_BYTES", 1 << 40)  # every target taken
@@ -396,14 +402,7 @@ def test_small_messages_are_still_taken(monkeypatch: pytest.MonkeyPatch) -> None
     """Below VIEW_MIN_MESSAGE_BYTES on average one take per target copies the messages
     (a view per message would cost more)."""
     rows = [{"value": b"x" * 100, "key": b"k%d" % i, "partition": None} for i in range(500)]
-    taken: list[int] = []
-    real_take = _write.take
-
-    def counting_take(data: pa.ChunkedArray, picks: Any) -> pa.ChunkedArray:
-        taken.append(len(picks))
-        return real_take(data, picks)
-
-    monkeypatch.setattr(_write, "take", counting_take)
+    taken = _count_takes(monkeypatch)
     writer = _write_in_batches(rows, random.Random(8), task=0, partitions=3)
     assert len(taken) == 3
     assert sum(taken) == len(rows)
