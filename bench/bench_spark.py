@@ -7,7 +7,8 @@ rows (ack ALL), against a jetsdk Producer sending N messages (ack ALL). Table re
 N records in a compacted stream of 1,000 keys read with ``option("table", ...)`` and
 counted, against a jetsdk ``Table`` opening on it (rates count the N records written;
 compaction may have removed some of them meanwhile, for both readers alike). Spark's start-up is
-not counted; a streaming query's own start-up is shown apart ("wall" vs "in batches").
+not counted; a streaming query's own start-up is shown apart ("wall" vs "in batches"); the
+source and each sink have one untimed warm-up call per value size.
 
 Every rate is the median of the rounds, printed with its ratio to the jetsdk baseline and
 the issue's target. Then the fixed cost of an empty and of a 1-row batch (ms, median of
@@ -46,6 +47,8 @@ KB_VALUE_BYTES = 1000
 LARGE_VALUE_BYTES = 16 * 1024
 """Issue 39: the source and sinks keep their ratios at 16 KiB values."""
 KEYS = 1000
+WARM_ROWS = 64
+"""Rows of each sink's untimed warm-up call (:func:`_warm_sinks`)."""
 FIXED_CALLS = 5
 """Calls per fixed-cost figure (median)."""
 
@@ -242,6 +245,24 @@ def _fixed_costs(spark: Any, servers: list[str], joined: str) -> None:
     _ms_line('df.write.format("jetstream"), 1 row', wr["1-row"])
 
 
+def _warm_sinks(spark: Any, servers: list[str], joined: str, value_bytes: int) -> None:
+    """One untimed call of each sink with WARM_ROWS rows of ``value_bytes``, as the source
+    has its warm-up: the first ``df.write`` of a session also starts Spark's Python workers
+    for the data source's look-up, planning and commit, and the writer task's first Arrow
+    sort and take (a fresh worker's pyarrow kernels); measured at 16 KiB under load 10-12,
+    a first round's write took 2.9-7.7 s where the next took 2.0-6.9 s, its task's sort
+    and take 2.8-3.5 s of wall (0.6 s CPU) against 0.24-0.8 s (0.11 s) after."""
+    import jetspark
+
+    warm = _rows(spark, WARM_ROWS, value_bytes)
+    tag = f"{value_bytes}b"
+    for stream in (f"bench-warm-fb-{tag}", f"bench-warm-ds-{tag}"):
+        anyio.run(_create, servers, stream)
+    jetspark.foreach_batch_sink(joined, f"bench-warm-fb-{tag}", name="bench-warm")(warm, 0)
+    _write(warm, joined, f"bench-warm-ds-{tag}")
+    warm.unpersist()
+
+
 def _throughput(
     spark: Any, servers: list[str], joined: str, count: int, value_bytes: int, rounds: int
 ) -> None:
@@ -265,6 +286,7 @@ def _throughput(
         inside.append(count / i)
         wall.append(count / w)
     rows = _rows(spark, count, value_bytes)
+    _warm_sinks(spark, servers, joined, value_bytes)
     foreach: list[float] = []
     write: list[float] = []
     for r in range(rounds):

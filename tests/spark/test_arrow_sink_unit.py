@@ -352,3 +352,58 @@ def test_sliced_and_large_arrays_encode_like_plain_ones() -> None:
     large = encode_messages(values.cast(pa.large_binary()), keys.cast(pa.large_string()), None)
     assert large.data.to_pylist() == encode_messages(values, keys, None).data.to_pylist()
     assert large.sizes.tolist() == [3, 2, 3, 0, 13]
+
+
+def _large_rows(rng: random.Random, count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "value": b"%d" % rng.randrange(50) * rng.choice([1, 3000, 9000]),
+            "key": rng.choice([None, b"k%d" % rng.randrange(30)]),
+            "partition": rng.choice([None, None, rng.randrange(3)]),
+        }
+        for _ in range(count)
+    ]
+
+
+def _count_takes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row count of every take the writer makes from now on."""
+    taken: list[int] = []
+    real_take = _write.take
+
+    def counting_take(data: pa.ChunkedArray, picks: Any) -> pa.ChunkedArray:
+        taken.append(len(picks))
+        return real_take(data, picks)
+
+    monkeypatch.setattr(_write, "take", counting_take)
+    return taken
+
+
+@pytest.mark.parametrize("seed", [6, 7])
+def test_large_messages_are_sent_as_views_not_taken(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Issue 39: messages of VIEW_MIN_MESSAGE_BYTES and more on average are not copied out
+    by an Arrow take; their requests are views of the encoded messages, with the same
+    requests, sequences and messages as through the take (failed before: no ``take`` to
+    stand in for, every target's messages were taken)."""
+    rows = _large_rows(random.Random(seed), 2000)
+    taken = _count_takes(monkeypatch)
+    viewed = _write_in_batches(rows, random.Random(seed), task=1, partitions=3)
+    assert taken == []
+    monkeypatch.setattr(_write, "VIEW_MIN_MESSAGE_BYTES", 1 << 40)  # every target taken
+    copied = _write_in_batches(rows, random.Random(seed), task=1, partitions=3)
+    assert sum(taken) == len(rows)
+    assert viewed.messages == copied.messages
+    assert viewed.sent == copied.sent
+    assert sorted(viewed.sent) == sorted(_reference(rows, task=1, partitions=3))
+
+
+def test_small_messages_are_still_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below VIEW_MIN_MESSAGE_BYTES on average one take per target copies the messages
+    (a view per message would cost more)."""
+    rows = [{"value": b"x" * 100, "key": b"k%d" % i, "partition": None} for i in range(500)]
+    taken = _count_takes(monkeypatch)
+    writer = _write_in_batches(rows, random.Random(8), task=0, partitions=3)
+    assert len(taken) == 3
+    assert sum(taken) == len(rows)
+    assert sorted(writer.sent) == sorted(_reference(rows, task=0, partitions=3))

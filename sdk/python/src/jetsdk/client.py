@@ -469,11 +469,11 @@ class Client:
         async def attempt() -> tuple[FetchResponseHeader, memoryview]:
             if not read_replicas:
                 conn = await self.leader_connection(stream, partition)
-                answer = await conn.request(Api.FETCH, body, timeout=wait)
+                answer = await conn.request_buffer(Api.FETCH, body, timeout=wait)
             else:
                 conn = await self.replica_connection(stream, partition)
                 try:
-                    answer = await conn.request(Api.FETCH, body, timeout=wait)
+                    answer = await conn.request_buffer(Api.FETCH, body, timeout=wait)
                 except JetError:
                     self._read_replica.pop((stream, partition), None)  # pick again
                     raise

@@ -210,7 +210,7 @@ def decode_produce_answer(
 
 
 def decode_fetch_answer(
-    answer: bytes, stream: str, partition: int, offset: int
+    answer: bytes | bytearray, stream: str, partition: int, offset: int
 ) -> tuple[FetchResponseHeader, memoryview]:
     """A Fetch response's header and record bytes.
 

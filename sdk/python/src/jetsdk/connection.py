@@ -58,7 +58,7 @@ from jetsdk.errors import (
     error_from_body,
 )
 from jetsdk.pending_response import PendingResponse, api_name
-from jetsdk.pending_stream import PendingStream
+from jetsdk.pending_stream import Body, PendingStream
 from jetsdk.transport import ByteStream, receive_into, running_asyncio_loop
 
 __all__ = ["DEFAULT_WRITE_TIMEOUT", "Connection", "PendingResponse", "PendingStream", "RequestBody"]
@@ -71,6 +71,16 @@ GATHER_MIN_BODY_BYTES = 64 * 1024
 """A request body from this size is written after its frame header in one gathered send
 (sendmsg), not joined to it: the join copied every produced byte once more. A smaller body
 is joined, which costs less than a gathered send."""
+
+READ_IN_PLACE_MIN_BYTES = 64 * 1024
+"""A response frame's body of at least this many bytes that is not all received at once is
+received in place, into a ``bytearray`` of its size (FrameDecoder ``readinto_min``, the
+transport's ``recv_into``): not received in 256 KiB chunks and joined (a large Fetch or
+ReplicaFetch answer: one copy of its bytes fewer), as the server receives large requests."""
+
+BUFFER_APIS = frozenset({Api.FETCH, Api.FETCH_STREAM, Api.REPLICA_FETCH})
+"""APIs whose response bodies are handed over as received, a ``bytearray`` when received
+in place (their decoders take views); any other response body is ``bytes``."""
 
 GATHER_MAX_PARTS = 64
 """A body given in parts is written gathered only up to this many parts (a send takes at
@@ -122,7 +132,7 @@ class Connection:
         """
         self._stream = stream
         self.label = label
-        self._decoder = FrameDecoder(max_frame_bytes)
+        self._decoder = FrameDecoder(max_frame_bytes, readinto_min=READ_IN_PLACE_MIN_BYTES)
         self._write_timeout = write_timeout
         self._waiters: dict[int, PendingResponse | PendingStream] = {}
         self._next_id = 1
@@ -211,7 +221,7 @@ class Connection:
                     # The one read path: the transport hands every chunk to _received
                     # (which raises at the end of the stream), from its reader callback
                     # or a loop.
-                    await receive_into(self._stream, self._received)
+                    await receive_into(self._stream, self._received, self._decoder.read_target)
                 except JetError as exc:
                     self._fail(exc)
                 finally:
@@ -330,6 +340,17 @@ class Connection:
         """
         pending = await self.send(api, body)
         return await pending.wait(timeout)
+
+    async def request_buffer(self, api: int, body: RequestBody, *, timeout: float | None) -> Body:
+        """:meth:`request`, with the response body as received
+        (:meth:`PendingResponse.wait_buffer`: a large Fetch answer is the ``bytearray`` it
+        was received into, not copied into ``bytes``).
+
+        Raises:
+            As :meth:`request`.
+        """
+        pending = await self.send(api, body)
+        return await pending.wait_buffer(timeout)
 
     def send_nowait(self, api: int, body: RequestBody) -> PendingResponse | None:
         """Write a request frame from a plain function, without waiting: its handle, or
@@ -467,8 +488,9 @@ class Connection:
         for pending in waiters.values():
             pending._resolve(None, error)
 
-    def _received(self, data: bytes) -> None:
-        """Decode and dispatch the frames in ``data`` (``b""``: the peer closed).
+    def _received(self, data: bytes | int) -> None:
+        """Decode and dispatch the frames in ``data`` (an int: that many bytes were received
+        into the decoder's read target; ``b""``: the peer closed).
 
         Raises:
             JetConnectionError: the peer closed. MalformedFrame, ProtocolError: bad input.
@@ -477,7 +499,10 @@ class Connection:
         if not data:
             torn = " (mid-frame)" if decoder.buffered_bytes else ""
             raise JetConnectionError(f"connection closed by {self.label}{torn}")
-        decoder.feed(data)
+        if isinstance(data, int):
+            decoder.filled(data)
+        else:
+            decoder.feed(data)
         while True:
             try:
                 frame = decoder.next_frame()
@@ -511,8 +536,8 @@ class Connection:
                 f"{self.label} answered {api_name(pending.api)} with api {frame.api}"
             )
         body = frame.body
-        if not isinstance(body, bytes):  # only a decoder with readinto_min makes one
-            body = bytes(body)
+        if not isinstance(body, bytes) and frame.api not in BUFFER_APIS:
+            body = bytes(body)  # a large body received in place, for a decoder of bytes
         if isinstance(pending, PendingStream):
             pending._push(None if error else body, error, more)
         elif more:

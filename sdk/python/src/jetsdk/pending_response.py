@@ -23,7 +23,7 @@ import attrs
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError, Timeout
 from jetsdk.expiries import expire_after
-from jetsdk.pending_stream import wait_future
+from jetsdk.pending_stream import Body, wait_future
 
 __all__ = ["PendingResponse", "api_name"]
 
@@ -62,7 +62,7 @@ class PendingResponse:
     _on_done: Callable[[object], None] | None = None
     """The callback of :meth:`when_done` while the response has not come."""
     _done: bool = False
-    _body: bytes | None = None
+    _body: Body | None = None
     _error: JetError | None = None
 
     @property
@@ -72,8 +72,12 @@ class PendingResponse:
 
     @property
     def body_now(self) -> bytes | None:
-        """The response body if it arrived (None: not yet, or an error arrived)."""
-        return self._body if self._error is None else None
+        """The response body if it arrived, as ``bytes`` (None: not yet, or an error
+        arrived)."""
+        body = self._body
+        if body is None or self._error is not None:
+            return None
+        return body if isinstance(body, bytes) else bytes(body)
 
     def when_done(self, callback: Callable[[object], None], timeout: float) -> bool:
         """asyncio: have ``callback(future)`` called once the response or an error
@@ -88,7 +92,7 @@ class PendingResponse:
         expire_after(future, timeout)
         return True
 
-    def _resolve(self, body: bytes | None, error: JetError | None) -> None:
+    def _resolve(self, body: Body | None, error: JetError | None) -> None:
         if not self._done:
             self._done = True
             self._body, self._error = body, error
@@ -114,7 +118,18 @@ class PendingResponse:
                 self._event.set()
 
     async def wait(self, timeout: float | None) -> bytes:
-        """The response body.
+        """The response body, as ``bytes`` (see :meth:`wait_buffer`).
+
+        Raises:
+            As :meth:`wait_buffer`.
+        """
+        body = await self.wait_buffer(timeout)
+        return body if isinstance(body, bytes) else bytes(body)
+
+    async def wait_buffer(self, timeout: float | None) -> Body:
+        """The response body as received: for the APIs of
+        :data:`jetsdk.connection.BUFFER_APIS`, the ``bytearray`` a large body was received
+        into (no copy), else ``bytes``.
 
         Args:
             timeout: seconds to wait (None: no limit).

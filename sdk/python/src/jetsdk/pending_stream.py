@@ -26,7 +26,12 @@ import attrs
 from jetsdk.errors import JetError, Timeout
 from jetsdk.expiries import expire_after
 
-__all__ = ["PendingStream", "wait_future"]
+__all__ = ["Body", "PendingStream", "wait_future"]
+
+Body = bytes | bytearray
+"""A response body: ``bytes``, or, for the APIs whose decoders take views (Fetch,
+FetchStream, ReplicaFetch), the ``bytearray`` a large body was received into in place
+(:data:`jetsdk.connection.BUFFER_APIS`)."""
 
 
 @attrs.define(eq=False)
@@ -51,7 +56,7 @@ class PendingStream:
     cut: bool = False
     """The buffer bound stopped the stream before its last response."""
     _buffered: int = 0
-    _answers: deque[bytes] = attrs.field(factory=deque)
+    _answers: deque[Body] = attrs.field(factory=deque)
     _error: JetError | None = None
     _ended: bool = False
     """The last response (or an error) arrived, or the stream was closed."""
@@ -63,7 +68,7 @@ class PendingStream:
         """True once every response was taken (or the stream failed or was closed)."""
         return self._ended and not self._answers
 
-    def _push(self, body: bytes | None, error: JetError | None, more: bool) -> None:
+    def _push(self, body: Body | None, error: JetError | None, more: bool) -> None:
         """A response arrived (the connection's reader)."""
         if self._ended:
             return
@@ -84,11 +89,11 @@ class PendingStream:
         elif self._event is not None:
             self._event.set()
 
-    def _resolve(self, body: bytes | None, error: JetError | None) -> None:
+    def _resolve(self, body: Body | None, error: JetError | None) -> None:
         """The connection failed or closed: ``error`` ends the stream."""
         self._push(body, error, more=False)
 
-    async def next(self, timeout: float | None) -> tuple[bytes, bool]:
+    async def next(self, timeout: float | None) -> tuple[Body, bool]:
         """The next response body, and whether more responses follow it.
 
         Args:

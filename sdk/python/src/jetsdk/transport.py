@@ -28,11 +28,13 @@ from jetsdk.errors import InvalidArgument, JetConnectionError
 
 __all__ = [
     "DEFAULT_PORT",
+    "HEAD_READ_BYTES",
     "READ_CHUNK_BYTES",
     "Address",
     "AnyioByteStream",
     "ByteStream",
     "Dialer",
+    "Place",
     "SocketByteStream",
     "map_io_errors",
     "parse_address",
@@ -46,6 +48,16 @@ DEFAULT_PORT = 9292
 
 READ_CHUNK_BYTES = 256 * 1024
 """Bytes asked for per read; large so a big fetch response needs few reads."""
+
+HEAD_READ_BYTES = 4096
+"""Bytes asked for by the read after one into a receiver's place (:func:`receive_into`):
+the next frame is often as large, and a read of READ_CHUNK_BYTES took its header and its
+first 256 KiB into a new ``bytes``, to be copied into that frame's place (as on the
+server's jet port, ``HEAD_READ_BYTES`` there)."""
+
+Place = Callable[[], memoryview | None]
+"""Where a receiver wants its next bytes received (a view to fill), or None: hand them over
+as ``bytes`` (:func:`receive_into`)."""
 
 _Sent = TypeVar("_Sent")
 """What a socket send takes: bytes (send) or a sequence of buffers (sendmsg)."""
@@ -255,29 +267,37 @@ class SocketByteStream:
     def _start_reading(
         self,
         loop: asyncio.AbstractEventLoop,
-        on_data: Callable[[bytes], None],
+        on_data: Callable[[bytes | int], None],
         on_error: Callable[[JetConnectionError], None],
+        place: Place | None = None,
     ) -> None:
         """asyncio only: call ``on_data`` from the event loop with the bytes of each read
-        (``b""`` once, at end of stream), or ``on_error`` once if the socket breaks, until
-        :meth:`_stop_reading` or :meth:`aclose`; instead of :meth:`read`.
+        (``b""`` once, at end of stream), or with the count of bytes received into the
+        view ``place`` gave (when it gave one), or ``on_error`` once if the socket breaks,
+        until :meth:`_stop_reading` or :meth:`aclose`; instead of :meth:`read`.
 
         The socket stays registered with the selector meanwhile, so a response is handled
         in the loop turn that sees it: :meth:`read` re-registers around each wait and
         wakes its task one turn later.
         """
         fd = self.sock.fileno()
+        sock = self.sock
+        ask = READ_CHUNK_BYTES
 
         def readable() -> None:
+            nonlocal ask
+            target = place() if place is not None else None
             try:
-                data = self.sock.recv(READ_CHUNK_BYTES)
+                data: bytes | int = sock.recv(ask) if target is None else sock.recv_into(target)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 self._stop_reading()
                 on_error(JetConnectionError(f"read from {self.label}: {exc}"))
                 return
+            ask = READ_CHUNK_BYTES if target is None else HEAD_READ_BYTES
             if not data:
+                data = b""
                 self._stop_reading()
             on_data(data)
 
@@ -291,17 +311,20 @@ class SocketByteStream:
             self._reading = None
             loop.remove_reader(fd)
 
-    async def deliver_to(self, on_data: Callable[[bytes], None]) -> None:
+    async def deliver_to(
+        self, on_data: Callable[[bytes | int], None], place: Place | None = None
+    ) -> None:
         """:func:`receive_into` for this stream: on asyncio, ``on_data`` runs in the reader
         callback (:meth:`_start_reading`), in the loop turn that sees the bytes, one turn
-        earlier than a reading task; elsewhere (trio) a loop of :meth:`read`."""
+        earlier than a reading task, and bytes go where ``place`` says; elsewhere (trio) a
+        loop of :meth:`read`."""
         loop = running_asyncio_loop()
         if loop is None:
             await _read_into(self, on_data)
             return
         ended: asyncio.Future[Exception | None] = loop.create_future()
 
-        def on_chunk(data: bytes) -> None:
+        def on_chunk(data: bytes | int) -> None:
             if ended.done():
                 return
             try:
@@ -317,7 +340,7 @@ class SocketByteStream:
             if not ended.done():
                 ended.set_result(exc)
 
-        self._start_reading(loop, on_chunk, on_error)
+        self._start_reading(loop, on_chunk, on_error, place)
         try:
             error = await ended
         finally:
@@ -335,23 +358,29 @@ class SocketByteStream:
             self.sock.close()
 
 
-async def receive_into(stream: ByteStream, on_data: Callable[[bytes], None]) -> None:
+async def receive_into(
+    stream: ByteStream, on_data: Callable[[bytes | int], None], place: Place | None = None
+) -> None:
     """Pass each chunk ``stream`` receives to ``on_data``, then ``b""`` once at the end of
     the stream, and return: the one way a connection reads. How the chunks arrive is the
     stream's business: a :class:`SocketByteStream` delivers them itself
     (:meth:`SocketByteStream.deliver_to`), any other ByteStream is read in a loop.
+
+    With ``place``, whenever it gives a view, a SocketByteStream on asyncio receives the
+    next bytes into it (``recv_into``: a large frame's body is not received in chunks to
+    be joined) and passes ``on_data`` their count, an ``int``; other streams pass bytes.
 
     Raises:
         JetConnectionError: the stream broke.
         Exception: whatever ``on_data`` raised (nothing more is read).
     """
     if isinstance(stream, SocketByteStream):
-        await stream.deliver_to(on_data)
+        await stream.deliver_to(on_data, place)
     else:
         await _read_into(stream, on_data)
 
 
-async def _read_into(stream: ByteStream, on_data: Callable[[bytes], None]) -> None:
+async def _read_into(stream: ByteStream, on_data: Callable[[bytes | int], None]) -> None:
     while True:
         data = await stream.read(READ_CHUNK_BYTES)
         on_data(data)

@@ -388,7 +388,7 @@ class FetchSession:
         # From here a partition that asks wakes the request (a wake that overtakes it is
         # remembered by the leader, which then answers this request at once).
         self._woken = False
-        body: bytes | None = None
+        body: bytes | bytearray | None = None
         error: JetError | None = None
         try:
             # A failed send fails the batch too: its partitions are no longer pending, so
@@ -396,7 +396,7 @@ class FetchSession:
             if hops.ENABLED:
                 hops.mark("repl.send")
             pending = await conn.send(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
-            body = await pending.wait(wait_s + cfg.request_slack_s)
+            body = await pending.wait_buffer(wait_s + cfg.request_slack_s)
             if hops.ENABLED:
                 hops.mark("repl.recv")
         except JetError as exc:
