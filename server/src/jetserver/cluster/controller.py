@@ -9,7 +9,8 @@ metadata operations:
   the entry to the metadata leader). The ISR changes this server's partitions propose
   together (a dead follower's partitions all shrink within one check period) go in one
   UpdateIsrs entry: the first waits ``ISR_BATCH_GATHER_S`` for others, those proposed while
-  a batch is in flight go in the next, up to ``ISR_MAX_BATCH`` each. The state machine
+  a batch is in flight go in the next, up to ``ISR_MAX_BATCH`` each within
+  ``ISR_MAX_BATCH_BYTES`` (:func:`isr_batch_size`). The state machine
   checks each change on its own and refuses a stale epoch or a proposer that does not
   lead. Retried with the same op id (applied at most once) within ``ISR_PROPOSE_BOUND_S``.
 - :meth:`Controller.report_leader_silent` — sent to the metadata leader
@@ -31,7 +32,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -54,6 +55,7 @@ from jetserver.raft import (
     RaftStatus,
     Unavailable,
 )
+from jetserver.raft.machine import MAX_ENTRY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +70,19 @@ ISR_PROPOSE_BOUND_S = 10.0
 ISR_BATCH_GATHER_S = 0.02
 """How long the first ISR change of a batch waits for others to join it (a follower's
 death makes every partition it followed here shrink its ISR within one check period)."""
-ISR_MAX_BATCH = 1000
-"""Most ISR changes in one Raft entry (UpdateIsrs; 1,000 with 255-character stream names
-encode to under half of ``MAX_ENTRY_BYTES``). A server failing over the 1,000 partitions it
-followed proposed them in two entries of 500, the second waiting for the first to apply."""
+ISR_MAX_BATCH = 5000
+"""Most ISR changes in one Raft entry (UpdateIsrs), within :data:`ISR_MAX_BATCH_BYTES`
+too: at 10,000 partitions a survivor's 3,334 shrinks of a dead follower in one entry, as
+the elections are (:data:`.elections.MAX_BATCH`). Until 2026-11-29 at most 1,000 (which
+1,000 changes with 255-character names fit): four entries one after the other, each
+waiting for the one before to apply, the metadata Raft taking seconds per entry at load."""
+ISR_MAX_BATCH_BYTES = MAX_ENTRY_BYTES * 3 // 4
+"""Most encoded bytes of one entry's ISR changes (:func:`isr_change_bytes`, an upper
+bound): 3,799 changes of a stream named like ``s12`` with a 32-character id, 1,695 with
+255-character names."""
+ISR_CHANGE_BYTES = 160
+"""An encoded UpdateIsr's bytes besides its names and their quotes (keys, numbers up to
+2**63, ``null``\\ s): 219 bytes measured for one with 50 characters of names."""
 REPORT_TIMEOUT_S = 3.0
 """Bound on delivering one silent-leader report (retries included)."""
 REPORT_BATCH_GATHER_S = 0.02
@@ -95,6 +106,23 @@ elections had been applied (the metadata leader answers a report after its elect
 ``elections.MAX_IN_FLIGHT`` election entries at once."""
 _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
+
+
+def isr_change_bytes(op: UpdateIsr) -> int:
+    """An upper bound of ``op``'s encoded size in an UpdateIsrs entry."""
+    names = op.stream + op.leader + (op.stream_id or "") + "".join(op.isr)
+    return ISR_CHANGE_BYTES + 3 * len(op.isr) + len(names.encode())
+
+
+def isr_batch_size(sizes: Sequence[int]) -> int:
+    """How many queued ISR changes (their :func:`isr_change_bytes`, in order) go in the next
+    entry: at most :data:`ISR_MAX_BATCH`, within :data:`ISR_MAX_BATCH_BYTES`, at least one."""
+    total = 0
+    for taken, size in enumerate(sizes):
+        total += size
+        if taken == ISR_MAX_BATCH or (taken and total > ISR_MAX_BATCH_BYTES):
+            return taken
+    return len(sizes)
 
 
 def backoff_s(attempt: int) -> float:
@@ -241,8 +269,9 @@ class Controller:
                 self._isr_proposing = True
                 try:
                     await anyio.sleep(ISR_BATCH_GATHER_S)
-                    batch = self._isr_queue[:ISR_MAX_BATCH]
-                    self._isr_queue = self._isr_queue[ISR_MAX_BATCH:]
+                    queued = self._isr_queue[: ISR_MAX_BATCH + 1]
+                    n = isr_batch_size([isr_change_bytes(q.op) for q in queued])
+                    batch, self._isr_queue = self._isr_queue[:n], self._isr_queue[n:]
                     with anyio.CancelScope(shield=True):  # the others wait for this batch
                         await self._propose_isr_batch(batch)
                 finally:
