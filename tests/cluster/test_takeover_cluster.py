@@ -31,6 +31,16 @@ MOVE_BOUND_S = 20.0
 machine; the takeover itself takes well under a second after the kill)."""
 
 
+async def full_isrs(address: str) -> bool | None:
+    """True once every partition of stream ``t`` has its 3 replicas in its ISR (None: not
+    yet), in the metadata of the server at ``address``."""
+    got = await metadata(address)
+    for info in got["streams"]:
+        if info["name"] == "t":
+            return True if all(len(p["isr"]) == 3 for p in info["partitions"]) else None
+    return None
+
+
 @pytest.mark.parametrize("metadata_leader_too", [False, True])
 async def test_a_killed_servers_partitions_move_with_no_report_sent(
     tmp_path: Path, metadata_leader_too: bool
@@ -48,14 +58,11 @@ async def test_a_killed_servers_partitions_move_with_no_report_sent(
         led = [p["partition"] for p in parts if p["leader"] == victim]
         assert led, parts
 
-        async def full_isrs() -> bool | None:  # every follower fetches: it could report
-            got = await metadata(cluster.server(victim).address)
-            for info in got["streams"]:
-                if info["name"] == "t":
-                    return True if all(len(p["isr"]) == 3 for p in info["partitions"]) else None
-            return None
-
-        await eventually(full_isrs, "every partition's ISR full", timeout_s=30)
+        await eventually(  # every follower fetches: it could report
+            partial(full_isrs, cluster.server(victim).address),
+            "every partition's ISR full",
+            timeout_s=30,
+        )
         killed_at = time.monotonic()
         cluster.kill(victim)
         survivors = [s for s in cluster.servers if s.server_id != victim]
@@ -102,14 +109,11 @@ async def test_a_survivor_sends_no_report_that_the_takeover_makes_needless(
         led = [p["partition"] for p in parts if p["leader"] == victim]
         other = next(s for s in SERVERS if s not in (meta, victim))
 
-        async def full_isrs() -> bool | None:  # every follower fetches: it could report
-            got = await metadata(cluster.server(victim).address)
-            for info in got["streams"]:
-                if info["name"] == "t":
-                    return True if all(len(p["isr"]) == 3 for p in info["partitions"]) else None
-            return None
-
-        await eventually(full_isrs, "every partition's ISR full", timeout_s=30)
+        await eventually(  # every follower fetches: it could report
+            partial(full_isrs, cluster.server(victim).address),
+            "every partition's ISR full",
+            timeout_s=30,
+        )
         cluster.kill(victim)
 
         async def moved() -> list[str] | None:

@@ -41,7 +41,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
-from jetserver.cluster.elections import Elections
+from jetserver.cluster.elections import Elections, batch_size
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.report_parse import MAX_REPORTS
 from jetserver.errors import ApiError
@@ -117,12 +117,7 @@ def isr_change_bytes(op: UpdateIsr) -> int:
 def isr_batch_size(sizes: Sequence[int]) -> int:
     """How many queued ISR changes (their :func:`isr_change_bytes`, in order) go in the next
     entry: at most :data:`ISR_MAX_BATCH`, within :data:`ISR_MAX_BATCH_BYTES`, at least one."""
-    total = 0
-    for taken, size in enumerate(sizes):
-        total += size
-        if taken == ISR_MAX_BATCH or (taken and total > ISR_MAX_BATCH_BYTES):
-            return taken
-    return len(sizes)
+    return batch_size(sizes, ISR_MAX_BATCH, ISR_MAX_BATCH_BYTES)
 
 
 def backoff_s(attempt: int) -> float:
