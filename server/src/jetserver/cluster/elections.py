@@ -92,16 +92,13 @@ def election_bytes(op: ElectLeader) -> int:
     return ELECTION_BYTES + len(names.encode())
 
 
-def batch_size(
-    sizes: Collection[int], most: int = MAX_BATCH, most_bytes: int = MAX_BATCH_BYTES
-) -> int:
-    """How many queued operations (their encoded sizes' bounds, in order: elections'
-    :func:`election_bytes` by default) go in the next entry: at most ``most``, within
-    ``most_bytes``, at least one."""
+def batch_size(sizes: Collection[int], most: int = MAX_BATCH, bytes_: int = MAX_BATCH_BYTES) -> int:
+    """How many queued ops (bounds of their encoded sizes, in order: :func:`election_bytes`)
+    go in the next entry: at most ``most``, within ``bytes_`` bytes, at least one."""
     total = 0
     for taken, size in enumerate(sizes):
         total += size
-        if taken == most or (taken and total > most_bytes):
+        if taken == most or (taken and total > bytes_):
             return taken
     return len(sizes)
 
