@@ -23,6 +23,11 @@ leader epoch):
   all: each kill finds the cluster settled, as the first one does.
 
 ``JET_BENCH_PARTITIONS=1000`` runs another size (a multiple of 100).
+The survivors' CPU seconds from the kill to the end of the failover's watch are printed
+beside the load average. ``JET_BENCH_PYSPY=<dir>`` records the survivors with py-spy from
+the kill for ``PYSPY_S`` seconds (speedscope files with idle samples, in time order:
+``<dir>/kill<k>-<server>.json``); with ``JET_HOP_TRACE`` the kill's ``perf_counter_ns`` is
+printed (the servers' garbage collections are marked on that clock, jetserver.hops).
 
 Targets (issue 34), each printed with met / NOT met: create <= 10 ms per partition; 0
 leader changes in 60 idle seconds; after every kill -9, every partition with a live ISR
@@ -34,6 +39,8 @@ The figures are from one cluster; on a shared 2-core machine run it a few times.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,6 +76,8 @@ CREATE_MS_TARGET = 10.0
 FAILOVER_S_TARGET = 5.0
 """At 10,000 partitions (and below); scaled with the partitions above."""
 RAFT_MIB_TARGET = 5.0
+PYSPY_S = 15
+"""How long ``JET_BENCH_PYSPY`` records each survivor after a kill."""
 
 State = dict[tuple[str, int], tuple[str | None, int, tuple[str, ...]]]
 """(stream, partition) -> (leader, leader epoch, ISR)."""
@@ -110,8 +119,11 @@ def _elections(before: State, after: State) -> int:
     return sum(max(after[k][1] - b[1], 0) for k, b in before.items() if k in after)
 
 
-PROBE_IN_FLIGHT = 64
-"""Most ListOffsets probes of new leaders in flight at once."""
+PROBE_IN_FLIGHT = int(os.environ.get("JET_BENCH_PROBES", "64"))
+"""Most ListOffsets probes of new leaders in flight at once (``JET_BENCH_PROBES`` sets
+another). A busy survivor answers the probes in flight about once per turn of its event
+loop, so this bounds the probes' pace: the 10,000-partition runs of 2026-11-29 saw new
+leaders served at about 640 a second, which with 64 in flight is one turn per 0.1 s."""
 POLL_S = 0.1
 """Period of the failover watch's Metadata requests, and least time between two probes of
 one partition."""
@@ -246,7 +258,31 @@ def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
     return ", ".join(found)
 
 
-def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
+def _record(dev: DevCluster, victim: str, kill: int) -> list[subprocess.Popen[bytes]]:
+    """With ``JET_BENCH_PYSPY``: py-spy records of the survivors, started now."""
+    out = os.environ.get("JET_BENCH_PYSPY")
+    if not out:
+        return []
+    Path(out).mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).parent / "py-spy"
+    spies = []
+    for p in dev.servers:
+        if p.server_id == victim:
+            continue
+        args = [str(spy), "record", "--nonblocking", "--idle", "--format", "speedscope"]
+        args += ["-d", str(PYSPY_S), "-p", str(p.pid)]
+        args += ["-o", f"{out}/kill{kill}-{p.server_id}.json"]
+        spies.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return spies
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict[str, float]]:
     """Kill -9 the server leading the most partitions; it and its failover's figures."""
     leaders = [v[0] for v in settled.values()]
     victim = max({lead for lead in leaders if lead}, key=leaders.count)
@@ -255,9 +291,17 @@ def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
     # election): it is counted apart.
     alone = {k for k, v in settled.items() if v[0] == victim and v[2] == (victim,)}
     survivors = [p.address for p in dev.servers if p.server_id != victim]
+    spies = _record(dev, victim, kill)
+    pids = {p.server_id: p.pid for p in dev.servers if p.server_id != victim}
+    cpu_before = {s: _cpu_s(pid) for s, pid in pids.items()}
     dev.kill(victim)
     killed, killed_wall = time.perf_counter(), time.time()
+    if os.environ.get("JET_HOP_TRACE"):  # the servers' gc marks are on this clock
+        print(f"  killed at perf_counter_ns {time.perf_counter_ns()}")
     w = anyio.run(_watch_failover, survivors, settled, victim, alone, killed, backend="asyncio")
+    cpu = {s: _cpu_s(pid) - cpu_before[s] for s, pid in pids.items()}
+    for spy in spies:
+        spy.wait(timeout=PYSPY_S + 30)
     timeline, now = w.timeline, w.now
     end = timeline[-1][0] if timeline else FAILOVER_BOUND_S
     moved_s = end if w.moved_s is None else w.moved_s
@@ -276,6 +320,11 @@ def _failover(dev: DevCluster, settled: State) -> tuple[str, dict[str, float]]:
             f"last {served[-1]:.2f} s; {w.probes} ListOffsets probes, Metadata requests "
             f"{max(w.metadata_s):.2f} s at most"
         )
+    print(  # CPU is less noisy than time on a shared machine (load printed beside it)
+        "  survivors' CPU from the kill to the end of the watch: "
+        + ", ".join(f"{s} {c:.2f} s" for s, c in sorted(cpu.items()))
+        + f" in {end:.2f} s (load {Path('/proc/loadavg').read_text().split()[0]})"
+    )
     phases = _log_phases(dev, victim, killed_wall)
     if phases:  # the leader-changed line is any after the kill (the victim led it or not)
         print(f"  from the survivors' logs, after the kill: {phases}")
@@ -410,7 +459,7 @@ def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:
                 rebalance_s.append(preferred_s)
                 settled_s.append(calm_s)
                 settled = anyio.run(_state, dev.addresses, backend="asyncio")
-            victim, run = _failover(dev, settled)
+            victim, run = _failover(dev, settled, kill + 1)
             runs.append(run)
         raft_files, raft_bytes = _raft_files(dev, victim)  # before the cluster's files go
     return {

@@ -46,6 +46,35 @@ async def test_the_collector_is_off_until_every_applier_applied() -> None:
 
 
 @pytest.mark.usefixtures("collector")
+async def test_the_collector_is_off_from_the_turn_that_hands_the_burst_out() -> None:
+    """The woken appliers run before the burst's task first wakes (often all of them in
+    one turn): the collector is off before they run, not from the task's start (until
+    2026-11-29 they ran with it on)."""
+    burst = RoleBurst(ROLE_BURST_MIN)
+    burst.pause_collector()  # the reconcile's turn, before any applier runs
+    assert not gc.isenabled()
+    for _ in range(ROLE_BURST_MIN):
+        burst.applied()  # every role change applied in that same turn
+    assert not gc.isenabled()
+    with anyio.fail_after(5.0):
+        await burst.collector_paused()  # its task: the burst is done, the pause ends
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 0
+
+
+@pytest.mark.usefixtures("collector")
+async def test_a_pause_whose_task_never_ran_ends_at_the_stop() -> None:
+    burst = RoleBurst(ROLE_BURST_MIN)
+    burst.pause_collector()
+    burst.pause_collector()  # once
+    assert not gc.isenabled()
+    burst.resume_collector()  # StreamManager.stop: the task was cancelled before it ran
+    assert gc.isenabled()
+    burst.resume_collector()  # again: nothing
+    assert gc.isenabled()
+
+
+@pytest.mark.usefixtures("collector")
 async def test_the_collector_resumes_after_the_bound_if_an_applier_never_counts() -> None:
     burst = RoleBurst(ROLE_BURST_MIN)
     with anyio.fail_after(5.0):

@@ -143,6 +143,9 @@ class StreamManager:
     _replica_services: ReplicaServices | None = attrs.field(init=False, default=None)
     _scope: ReconcileScope = attrs.field(init=False)
     """Which partitions each reconcile examines (those whose assignment changed)."""
+    _burst: RoleBurst | None = None
+    """The last burst of role changes handed out (its collector pause ends at stop, if
+    its task never ran)."""
 
     def __attrs_post_init__(self) -> None:
         self.lookup = ReplicaLookup(self.store, self._running, self.offline, self.config)
@@ -418,6 +421,8 @@ class StreamManager:
                     if opened.burst is not None:
                         opened.burst.applied()  # it is in this burst now
                     opened.burst = burst
+                burst.pause_collector()  # before the woken appliers run: see role_burst
+                self._burst = burst
                 self._tg.start_soon(burst.collector_paused)
             self._scope.done(plan, self._running)
 
@@ -476,6 +481,8 @@ class StreamManager:
         (in batches; the clean-shutdown markers synced once); True if every log was flushed
         up to its end (a clean stop)."""
         running = list(self._running.values())
+        if self._burst is not None:
+            self._burst.resume_collector()
         for r in running:
             if r.scope is not None:
                 r.scope.cancel()

@@ -9,7 +9,8 @@ metadata operations:
   the entry to the metadata leader). The ISR changes this server's partitions propose
   together (a dead follower's partitions all shrink within one check period) go in one
   UpdateIsrs entry: the first waits ``ISR_BATCH_GATHER_S`` for others, those proposed while
-  a batch is in flight go in the next, up to ``ISR_MAX_BATCH`` each. The state machine
+  a batch is in flight go in the next, up to ``ISR_MAX_BATCH`` each within
+  ``ISR_MAX_BATCH_BYTES`` (:func:`isr_batch_size`). The state machine
   checks each change on its own and refuses a stale epoch or a proposer that does not
   lead. Retried with the same op id (applied at most once) within ``ISR_PROPOSE_BOUND_S``.
 - :meth:`Controller.report_leader_silent` — sent to the metadata leader
@@ -18,7 +19,9 @@ metadata operations:
   partition a dead server led here reports it at once), one ReportLeader with ``reports``
   each, up to ``REPORT_MAX_BATCH``; the next batch gathers and goes while earlier ones are
   in flight (up to ``REPORTS_IN_FLIGHT``). One attempt, bounded; callers report again
-  while the leader stays silent.
+  while the leader stays silent. A partition whose leader's server is gone (its probe
+  refused) is not reported while a live metadata leader elects it from its own liveness
+  view (:mod:`.takeover`), for ``TAKEOVER_GRACE_S`` after that server was found gone.
 
 Task safety: one event loop; any number of replicas may call concurrently.
 """
@@ -29,7 +32,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -38,7 +41,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
-from jetserver.cluster.elections import Elections
+from jetserver.cluster.elections import Elections, batch_size
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.report_parse import MAX_REPORTS
 from jetserver.errors import ApiError
@@ -52,6 +55,7 @@ from jetserver.raft import (
     RaftStatus,
     Unavailable,
 )
+from jetserver.raft.machine import MAX_ENTRY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +70,19 @@ ISR_PROPOSE_BOUND_S = 10.0
 ISR_BATCH_GATHER_S = 0.02
 """How long the first ISR change of a batch waits for others to join it (a follower's
 death makes every partition it followed here shrink its ISR within one check period)."""
-ISR_MAX_BATCH = 1000
-"""Most ISR changes in one Raft entry (UpdateIsrs; 1,000 with 255-character stream names
-encode to under half of ``MAX_ENTRY_BYTES``). A server failing over the 1,000 partitions it
-followed proposed them in two entries of 500, the second waiting for the first to apply."""
+ISR_MAX_BATCH = 5000
+"""Most ISR changes in one Raft entry (UpdateIsrs), within :data:`ISR_MAX_BATCH_BYTES`
+too: at 10,000 partitions a survivor's 3,334 shrinks of a dead follower in one entry, as
+the elections are (:data:`.elections.MAX_BATCH`). Until 2026-11-29 at most 1,000 (which
+1,000 changes with 255-character names fit): four entries one after the other, each
+waiting for the one before to apply, the metadata Raft taking seconds per entry at load."""
+ISR_MAX_BATCH_BYTES = MAX_ENTRY_BYTES * 3 // 4
+"""Most encoded bytes of one entry's ISR changes (:func:`isr_change_bytes`, an upper
+bound): 3,799 changes of a stream named like ``s12`` with a 32-character id, 1,695 with
+255-character names."""
+ISR_CHANGE_BYTES = 160
+"""An encoded UpdateIsr's bytes besides its names and their quotes (keys, numbers up to
+2**63, ``null``\\ s): 219 bytes measured for one with 50 characters of names."""
 REPORT_TIMEOUT_S = 3.0
 """Bound on delivering one silent-leader report (retries included)."""
 REPORT_BATCH_GATHER_S = 0.02
@@ -77,6 +90,14 @@ REPORT_BATCH_GATHER_S = 0.02
 partition a dead server led here reports it at once)."""
 REPORT_MAX_BATCH = MAX_REPORTS
 """Most reports in one ReportLeader request."""
+TAKEOVER_GRACE_S = 3.0
+"""How long after this server found a partition leader's server gone (its probes failing,
+the last refused) its followers leave the election to the metadata leader's takeover
+(:mod:`.takeover`) and send no silent-leader report, while the metadata leader is another
+server that answers. The takeover elects within one probe period plus one Raft entry (a
+second or two at 10,000 partitions on a loaded machine); the reports, which only waited
+for it then (the survivors' 3,334 each, 2.8-2.95 s to deliver), go after this as before,
+in case the metadata leader's view does not find the server gone."""
 REPORTS_IN_FLIGHT = 4
 """Most batches of silent-leader reports delivered at once. One at a time, a dead server's
 second thousand leaderships on a survivor were reported only once the first thousand's
@@ -85,6 +106,18 @@ elections had been applied (the metadata leader answers a report after its elect
 ``elections.MAX_IN_FLIGHT`` election entries at once."""
 _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
+
+
+def isr_change_bytes(op: UpdateIsr) -> int:
+    """An upper bound of ``op``'s encoded size in an UpdateIsrs entry."""
+    names = op.stream + op.leader + (op.stream_id or "") + "".join(op.isr)
+    return ISR_CHANGE_BYTES + 3 * len(op.isr) + len(names.encode())
+
+
+def isr_batch_size(sizes: Sequence[int]) -> int:
+    """How many queued ISR changes (their :func:`isr_change_bytes`, in order) go in the next
+    entry: at most :data:`ISR_MAX_BATCH`, within :data:`ISR_MAX_BATCH_BYTES`, at least one."""
+    return batch_size(sizes, ISR_MAX_BATCH, ISR_MAX_BATCH_BYTES)
 
 
 def backoff_s(attempt: int) -> float:
@@ -134,6 +167,10 @@ class Controller:
     is_gone: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
     """True if this server's last probe of a server was refused (the process is gone:
     :meth:`jetserver.cluster.liveness.Liveness.gone`)."""
+    gone_for: Callable[[str], float] = attrs.field(default=lambda _server_id: float("inf"))
+    """Seconds a server has been gone in this server's liveness view
+    (:meth:`jetserver.cluster.liveness.Liveness.gone_for`; the default: long gone, no
+    :data:`TAKEOVER_GRACE_S`)."""
     server_down_event: Callable[[str], anyio.Event] | None = None
     """An event set once this server's liveness view finds a server down
     (:meth:`jetserver.cluster.liveness.Liveness.down_event`); None: followers watch their
@@ -154,6 +191,12 @@ class Controller:
     """Raft entries that carried them (one per batch)."""
     reports_sent: int = 0
     """Silent-leader reports sent."""
+    reports_left_to_takeover: int = 0
+    """Silent-leader reports not sent: the metadata leader's takeover elects those
+    partitions (:meth:`takeover_due`)."""
+    reports_stale: int = 0
+    """Silent-leader reports not sent: this server's metadata already has the partition
+    at a later leader epoch than the report's."""
     report_batches: int = 0
     """Batches the reports went out in (counted here or one ReportLeader request each)."""
     _report_queue: list[_QueuedReport] = attrs.field(factory=list)
@@ -221,8 +264,9 @@ class Controller:
                 self._isr_proposing = True
                 try:
                     await anyio.sleep(ISR_BATCH_GATHER_S)
-                    batch = self._isr_queue[:ISR_MAX_BATCH]
-                    self._isr_queue = self._isr_queue[ISR_MAX_BATCH:]
+                    queued = self._isr_queue[: ISR_MAX_BATCH + 1]
+                    n = isr_batch_size([isr_change_bytes(q.op) for q in queued])
+                    batch, self._isr_queue = self._isr_queue[:n], self._isr_queue[n:]
                     with anyio.CancelScope(shield=True):  # the others wait for this batch
                         await self._propose_isr_batch(batch)
                 finally:
@@ -361,8 +405,10 @@ class Controller:
     ) -> None:
         """Report the leader of ``stream``/``partition`` at ``leader_epoch`` silent.
 
-        Not sent once this server is :attr:`stopping`, nor by the metadata leader about a
-        partition whose leader's server is gone (it elects those itself). Delivered to the
+        Not sent once this server is :attr:`stopping`, nor about a partition whose
+        leader's server is gone while the metadata leader elects it (:meth:`takeover_due`),
+        nor about an epoch older than this server's metadata has (elected since).
+        Delivered to the
         metadata leader within :data:`REPORT_TIMEOUT_S`: if no metadata leader is known or
         it does not answer (it may have failed with the partition leader), the report waits
         for the next metadata leader and is sent again. Failures are logged (DEBUG) and swallowed:
@@ -370,9 +416,21 @@ class Controller:
         """
         if NO_REPORTS_FOR_TESTS and self._led_by_other(stream, partition, reporter):
             return
-        if self.raft.is_leader and self._leader_gone(stream, partition):
-            # This server elects the partitions of a gone server itself (.takeover): its
-            # own replicas' reports (3,334 at 10,000 partitions) only kept its loop busy.
+        a = self.raft.state.assignment(stream, partition)
+        if a is not None and a.leader_epoch > leader_epoch:
+            # Elected since (the metadata leader's view is at that epoch at least, and
+            # answers such a report "not accepted"): the replica gets its new role from
+            # the metadata. A failover's old followers, until their burst of role changes
+            # applied, reported the elected partitions again: 1,000 on the metadata leader
+            # at 3,000 partitions, 4.6 s of its loop's time to answer.
+            self.reports_stale += 1
+            return
+        if self.takeover_due(stream, partition):
+            # The metadata leader elects the partitions of a gone server itself
+            # (.takeover): the reports (3,334 from each survivor at 10,000 partitions)
+            # only kept both loops busy, and the metadata leader answered them once the
+            # takeover's elections had applied.
+            self.reports_left_to_takeover += 1
             return
         if self.stopping:  # a reporter can be elected, and this server is about to go
             log.debug(
@@ -417,9 +475,23 @@ class Controller:
             if not item.taken and item in self._report_queue:
                 self._report_queue.remove(item)  # cancelled before its batch went out
 
-    def _leader_gone(self, stream: str, partition: int) -> bool:
+    def takeover_due(self, stream: str, partition: int) -> bool:
+        """True if the metadata leader's takeover elects this partition without reports:
+        its leader's server is gone in this server's liveness view and either this server
+        leads the metadata, or another server that this view does not find down does and
+        the leader's server was found gone less than :data:`TAKEOVER_GRACE_S` ago (after
+        that, reports go: that metadata leader's view may not find the server gone)."""
         a = self.raft.state.assignment(stream, partition)
-        return a is not None and a.leader is not None and self.is_gone(a.leader)
+        if a is None or a.leader is None or not self.is_gone(a.leader):
+            return False
+        if self.raft.is_leader:
+            return True
+        metadata_leader = self.raft.leader_id
+        if metadata_leader is None or metadata_leader == a.leader:
+            return False  # the next metadata leader looks when it takes over: reports too
+        if self.is_down(metadata_leader):
+            return False
+        return self.gone_for(a.leader) < TAKEOVER_GRACE_S
 
     def _led_by_other(self, stream: str, partition: int, reporter: str) -> bool:
         a = self.raft.state.assignment(stream, partition)

@@ -92,13 +92,13 @@ def election_bytes(op: ElectLeader) -> int:
     return ELECTION_BYTES + len(names.encode())
 
 
-def batch_size(sizes: Collection[int]) -> int:
-    """How many queued elections (their :func:`election_bytes`, in order) go in the next
-    entry: at most :data:`MAX_BATCH`, within :data:`MAX_BATCH_BYTES`, at least one."""
+def batch_size(sizes: Collection[int], most: int = MAX_BATCH, bytes_: int = MAX_BATCH_BYTES) -> int:
+    """How many queued ops (bounds of their encoded sizes, in order: :func:`election_bytes`)
+    go in the next entry: at most ``most``, within ``bytes_`` bytes, at least one."""
     total = 0
     for taken, size in enumerate(sizes):
         total += size
-        if taken == MAX_BATCH or (taken and total > MAX_BATCH_BYTES):
+        if taken == most or (taken and total > bytes_):
             return taken
     return len(sizes)
 

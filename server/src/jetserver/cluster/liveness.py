@@ -110,6 +110,15 @@ class Liveness:
         probe = self.probes.get(server_id)
         return self.is_down(server_id) and probe is not None and probe.refused
 
+    def gone_for(self, server_id: str) -> float:
+        """Seconds the probes of ``server_id`` have failed in a row, its last one refused
+        (:meth:`gone`); 0 if it is not gone."""
+        probe = self.probes.get(server_id)
+        if probe is None or not self.gone(server_id):
+            return 0.0
+        since = probe.at if probe.failing_since is None else probe.failing_since
+        return time.monotonic() - since
+
     def answering_for(self, server_id: str) -> float:
         """Seconds ``server_id`` has answered every probe in a row (0: its last probe
         failed; this server itself, or one not probed yet: infinity)."""

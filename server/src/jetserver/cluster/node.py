@@ -141,6 +141,7 @@ class ClusterNode:
                 heard_at=liveness.heard_at,
                 is_down=liveness.is_down,
                 is_gone=liveness.gone,
+                gone_for=liveness.gone_for,
                 server_down_event=liveness.down_event,
                 server_up_event=liveness.up_event,
             )

@@ -10,7 +10,9 @@ members in replica order by partition number (``live[partition % len(live)]``, a
 (:meth:`.Elections.propose_now`). Kafka's controller does the same when a broker's
 session ends. It looks again whenever a server is found gone, when this server becomes
 the metadata leader (the dead server may have led the metadata too), and every
-:data:`RESCAN_S` while a server is gone and the metadata changed.
+:data:`RESCAN_S` while a server is gone and the metadata changed. The followers of those
+partitions send no silent-leader report meanwhile (:meth:`.Controller.takeover_due`: on
+this server, and for ``TAKEOVER_GRACE_S`` on the others while this one answers them).
 
 Safety (spec/cluster.md, "Partition leader election"):
 
