@@ -362,11 +362,7 @@ class SharedFile:
                 (for example EMFILE).
         """
         with self._lock:
-            if self._refs <= 0:
-                raise LogClosedError(f"{self.path} is closed")
-            reopened = self.fd < 0
-            if reopened:
-                self._reopen()
+            reopened = self._ensure_open()
             self._refs += 1
         cache = self.cache
         if cache is not None:
@@ -382,11 +378,7 @@ class SharedFile:
             LogClosedError, StorageError: as :meth:`acquire`.
         """
         with self._lock:
-            if self._refs <= 0:
-                raise LogClosedError(f"{self.path} is closed")
-            reopened = self.fd < 0
-            if reopened:
-                self._reopen()
+            reopened = self._ensure_open()
             fd = self.fd
         if reopened and self.on_reopen is not None:
             self.on_reopen()
@@ -405,6 +397,15 @@ class SharedFile:
                 return False
             self._park()
             return True
+
+    def _ensure_open(self) -> bool:
+        """Open a parked file again (lock held); True if it was parked."""
+        if self._refs <= 0:
+            raise LogClosedError(f"{self.path} is closed")
+        if self.fd >= 0:
+            return False
+        self._reopen()
+        return True
 
     def _reopen(self) -> None:
         """Open a parked file again (lock held)."""
