@@ -7,7 +7,10 @@ empty server's), the idle CPU share over a few seconds once settled, and the tim
 ready. Then the produce throughput of one keyed producer writing to every partition of a
 1,000-partition stream (500 with ``--quick``) against one partition, and the cost of 10,000
 long-polling consumer connections (2,000 with ``--quick``; bench/scale_connections.py).
-``JET_BENCH_SIZES=10000`` measures only the sizes listed (comma-separated), no more.
+``JET_BENCH_SIZES=10000`` measures only the sizes listed (comma-separated), no more;
+``JET_BENCH_AGAINST=<another jet work tree>`` measures each size with that tree's server
+too, right after this tree's (rows tagged A and B; the targets are A's). Beside the restart
+time, the server's CPU seconds until ready (steadier than the time on a loaded machine).
 Targets (issue 34), each printed with met / NOT met: <= 12 KB RSS and <= 1 open file per
 idle partition, restart <= 10 s and idle CPU <= 5 % at 50,000 partitions (a row says
 NOT met when the largest size measured is smaller), and the server's open-file limit
@@ -27,6 +30,7 @@ import anyio
 
 from bench import scale_connections
 from bench.scale_connections import open_files, rss_bytes
+from bench.trees import compared_trees, running_tree
 from jetsdk import AckPolicy, Client, Producer
 from jetsdk.errors import JetError
 from jetserver.devcluster import DevCluster
@@ -110,6 +114,7 @@ def _one_size(partitions: int, idle_s: float) -> tuple[dict[str, float], str]:
         dev.start_server(sid, RESTART_BOUND_S)
         restart_s = time.perf_counter() - started
         pid = dev.server(sid).pid
+        restart_cpu_s = _cpu_s(pid)
         time.sleep(1.0)
         rss_after, files_after = rss_bytes(pid), open_files(pid)
     return {
@@ -120,6 +125,7 @@ def _one_size(partitions: int, idle_s: float) -> tuple[dict[str, float], str]:
         "files_per_partition_after_restart": (files_after - files0) / partitions,
         "idle_cpu_percent": cpu * 100,
         "restart_s": restart_s,
+        "restart_cpu_s": restart_cpu_s,
         "stop_s": stop_s,
         "rss_mb": rss / 2**20,
         "created": created,
@@ -228,26 +234,33 @@ def run(quick: bool) -> None:
         "the empty server"
     )
     header = (
-        f"  {'partitions':>10} {'create ms':>10} {'RSS KB':>8} {'files':>6} {'idle CPU':>9} "
-        f"{'restart s':>10} {'stop s':>7} {'RSS MB':>7} {'RSS KB*':>8} {'files*':>7}"
+        f"    {'partitions':>10} {'create ms':>10} {'RSS KB':>8} {'files':>6} {'idle CPU':>9} "
+        f"{'restart s':>10} {'CPU s':>6} {'stop s':>7} {'RSS MB':>7} {'RSS KB*':>8} "
+        f"{'files*':>7}  load"
     )
     print(header)
     results: dict[int, dict[str, float]] = {}
     refusals: dict[int, str] = {}
+    trees = compared_trees()
     for n in sizes:
-        r, refusals[n] = _one_size(n, idle_s)
-        results[n] = r
-        if refusals[n]:
-            print(f"  {n:>10,}: refused after {r['created']:,.0f}: {refusals[n]}")
-        print(
-            f"  {n:>10,} {r['create_ms_per_partition']:>10.2f} "
-            f"{r['rss_kb_per_partition']:>8.1f} {r['files_per_partition']:>6.2f} "
-            f"{r['idle_cpu_percent']:>8.1f}% {r['restart_s']:>10.2f} {r['stop_s']:>7.2f} "
-            f"{r['rss_mb']:>7.0f} "
-            f"{r['rss_kb_per_partition_after_restart']:>8.1f} "
-            f"{r['files_per_partition_after_restart']:>7.2f}",
-            flush=True,
-        )
+        for tag, tree in trees.items():
+            with running_tree(tree):
+                r, refusal = _one_size(n, idle_s)
+            if tag == "A":
+                results[n], refusals[n] = r, refusal
+            if refusal:
+                print(f"  {tag} {n:>10,}: refused after {r['created']:,.0f}: {refusal}")
+            with open("/proc/loadavg", encoding="ascii") as f:
+                load = f.read().split()[0]
+            print(
+                f"  {tag} {n:>10,} {r['create_ms_per_partition']:>10.2f} "
+                f"{r['rss_kb_per_partition']:>8.1f} {r['files_per_partition']:>6.2f} "
+                f"{r['idle_cpu_percent']:>8.1f}% {r['restart_s']:>10.2f} "
+                f"{r['restart_cpu_s']:>6.2f} {r['stop_s']:>7.2f} {r['rss_mb']:>7.0f} "
+                f"{r['rss_kb_per_partition_after_restart']:>8.1f} "
+                f"{r['files_per_partition_after_restart']:>7.2f}  {load}",
+                flush=True,
+            )
     print("  (* after the restart)")
     largest = results[max(sizes)]
     print(f"\n  targets (issue 34: at {TARGET_PARTITIONS:,} partitions), at {max(sizes):,}:")

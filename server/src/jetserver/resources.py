@@ -8,10 +8,13 @@
 - An ``EMFILE``/``ENFILE`` error is described with the limit and the remedy
   (:func:`describe_open_error`).
 
-An idle partition holds :data:`FILES_PER_PARTITION` open file (its active segment); its
-indexes are opened only while they are read or written, and its older (sealed) segments
-share a bounded cache of open files (:data:`~jetserver.storage.files.SEALED_FILES`, the
-``[storage] open_sealed_files`` setting).
+A partition in use holds :data:`FILES_PER_PARTITION` open file (its active segment); an
+idle one holds none once its active file is parked (:func:`park_idle_files`, every
+:data:`IDLE_SWEEP_S`; at once when a server opens it idle), and the open active files are
+bounded by :func:`active_file_budget` (the least recently opened idle ones are parked
+first). Its indexes are opened only while they are read or written, and its older (sealed)
+segments share a bounded cache of open files (:data:`~jetserver.storage.files.SEALED_FILES`,
+the ``[storage] open_sealed_files`` setting).
 """
 
 from __future__ import annotations
@@ -24,15 +27,26 @@ import resource
 import time
 from pathlib import Path
 
+import anyio
+
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.errors import ApiError, JetServerError
 from jetserver.logs import fields
 from jetserver.storage.files import SEALED_FILES
+from jetserver.storage.idle_files import ACTIVE_FILES
 
 log = logging.getLogger(__name__)
 
 FILES_PER_PARTITION = 1
-"""Files an open, idle partition holds (the active segment)."""
+"""Files a partition holds while it is used (its active segment; opening one needs it)."""
+FILES_PER_IDLE_PARTITION = 0
+"""Files an idle partition holds once its active segment file is parked."""
+IDLE_SWEEP_S = 5.0
+"""How often idle partitions' active files are parked: one that appended nothing since the
+last sweep (5-10 s idle), is fully fsynced and unused is closed until its next use."""
+CONNECTIONS_SHARE = 8
+"""One file in this many of the limit is kept for connections (sockets), beside
+:data:`FILES_RESERVED`, when the budget of open active files is set."""
 FILES_PER_CONNECTION = 1
 """Files a client connection holds (its socket)."""
 FILES_RESERVED = 64
@@ -69,15 +83,44 @@ def raise_open_file_limit() -> tuple[int, int]:
     return int(soft), open_file_limit()
 
 
-def files_needed(partitions: int, connections: int = 0) -> int:
-    """An estimate of the files the server needs for this much work: the partitions'
-    active segments, the connections, the cache of open sealed segments, and a reserve."""
+def active_file_budget(limit: int) -> int:
+    """The most active segment files the server keeps open with ``limit`` files: the
+    limit less the sealed-file cache, :data:`FILES_RESERVED` and a share for connections
+    (at least half the limit)."""
+    spare = limit - SEALED_FILES.capacity - FILES_RESERVED - limit // CONNECTIONS_SHARE
+    return max(spare, limit // 2, 1)
+
+
+def files_needed(partitions: int, connections: int = 0, busy: int = 0) -> int:
+    """An estimate of the files the server needs for this much work: the active segments
+    of the ``busy`` partitions (idle ones hold none once parked), the connections, the
+    cache of open sealed segments, and a reserve."""
     return (
-        partitions * FILES_PER_PARTITION
+        min(busy, partitions) * FILES_PER_PARTITION
+        + (partitions - min(busy, partitions)) * FILES_PER_IDLE_PARTITION
         + connections * FILES_PER_CONNECTION
         + SEALED_FILES.capacity
         + FILES_RESERVED
     )
+
+
+def size_active_files(limit: int) -> int:
+    """Bound the process's open active segment files by :func:`active_file_budget` and
+    park a partition's file as soon as it opens idle (a server's start); return the
+    budget."""
+    budget = active_file_budget(limit)
+    ACTIVE_FILES.configure(budget, park_opened=True)
+    return budget
+
+
+async def park_idle_files(interval_s: float = IDLE_SWEEP_S) -> None:
+    """Every ``interval_s``, park the active files of the partitions idle since the last
+    sweep (in a worker thread: a close each; nothing to do while none is open). Runs
+    until cancelled."""
+    while True:
+        await anyio.sleep(interval_s)
+        if len(ACTIVE_FILES):
+            await anyio.to_thread.run_sync(ACTIVE_FILES.sweep)
 
 
 def log_file_limits(partitions: int, before: int, after: int) -> None:
@@ -89,28 +132,37 @@ def log_file_limits(partitions: int, before: int, after: int) -> None:
         partitions=partitions,
         files_needed=needed,
         files_per_partition=FILES_PER_PARTITION,
+        files_per_idle_partition=FILES_PER_IDLE_PARTITION,
+        active_file_budget=ACTIVE_FILES.budget,
         open_sealed_files=SEALED_FILES.capacity,
     )
     if needed > after * NEAR_LIMIT_FRACTION:
         log.warning("the open-file limit is near what the partitions need", extra=extra)
+    elif partitions > ACTIVE_FILES.budget:
+        log.info(
+            "more partitions than open active files: idle ones are parked (closed until used)",
+            extra=extra,
+        )
     else:
         log.info("open-file limit", extra=extra)
 
 
 _RECOUNT_S = 0.5
 """How long a count of the open files is reused (listing /proc/self/fd costs O(files))."""
-_counted: list[float] = [0.0, -1.0]
-"""[time of the last listing, files counted then plus what was reserved since]."""
+_counted: list[float] = [0.0, -1.0, 0.0]
+"""[time of the last listing, files counted then plus what was reserved since, what was
+reserved since]."""
 
 
 def _files_in_use(now: float) -> int:
     if now - _counted[0] >= _RECOUNT_S or _counted[1] < 0:
-        _counted[0], _counted[1] = now, float(open_files())
+        _counted[0], _counted[1], _counted[2] = now, float(open_files()), 0.0
     return int(_counted[1])
 
 
 def check_room(new_files: int, what: str, *, reserve: bool = True) -> None:
-    """Refuse work that would leave fewer than :data:`FILES_RESERVED` files free. The count
+    """Refuse work that would leave fewer than :data:`FILES_RESERVED` files free once
+    the idle partitions' active files are parked (the working set does not fit). The count
     of open files is listed at most every half second and advanced by each reservation in
     between (``reserve``: count ``new_files`` as opened now), so opening thousands of
     partitions stays linear.
@@ -122,6 +174,12 @@ def check_room(new_files: int, what: str, *, reserve: bool = True) -> None:
     if used < 0:
         return
     limit = open_file_limit()
+    over = used + new_files + FILES_RESERVED - limit
+    if over > 0 and (ACTIVE_FILES.make_room(over) or _counted[2]):
+        # Idle partitions' files were closed, or the count holds reservations of files
+        # that may be parked since (a partition opened idle is): count again.
+        _counted[0] = 0.0
+        used = _files_in_use(time.monotonic())
     if used + new_files + FILES_RESERVED > limit:
         raise ApiError(
             ErrorCode.STORAGE_ERROR,
@@ -131,6 +189,7 @@ def check_room(new_files: int, what: str, *, reserve: bool = True) -> None:
         )
     if reserve:
         _counted[1] += new_files
+        _counted[2] += new_files
 
 
 def describe_open_error(exc: BaseException) -> str:

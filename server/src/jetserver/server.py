@@ -65,7 +65,13 @@ from jetserver.protocol.connection import Reply
 from jetserver.protocol.gate_port import Session
 from jetserver.protocol.handlers import Dispatcher
 from jetserver.protocol.listener import ProtocolListener, bind_listener, format_address
-from jetserver.resources import DataDirLock, log_file_limits, raise_open_file_limit
+from jetserver.resources import (
+    DataDirLock,
+    log_file_limits,
+    park_idle_files,
+    raise_open_file_limit,
+    size_active_files,
+)
 from jetserver.runtime import event_loop_name
 from jetserver.security.gate import Security
 from jetserver.security.wiring import acl_proposer, connection_setup
@@ -214,6 +220,7 @@ class Server:
         """
         before, after = raise_open_file_limit()
         SEALED_FILES.set_capacity(self.config.storage.open_sealed_files)
+        size_active_files(after)  # after the sealed cache's size: the budget is what is left
         data_dir = Path(self.config.server.data_dir)
         lock = DataDirLock(data_dir)
         await anyio.to_thread.run_sync(lock.acquire)
@@ -285,6 +292,7 @@ class Server:
             self._running = running
             async with anyio.create_task_group() as tg:
                 tg.start_soon(disk.run)
+                tg.start_soon(park_idle_files)
                 await streams.start(tg)
                 await running.produce.start()
                 if cfg.metrics.port is not None:

@@ -305,6 +305,12 @@ class SharedFile:
     and ``fd`` is -1; the next :meth:`acquire` opens the file again at ``path``. A file
     whose segment was deleted (:meth:`retire`) is never opened again.
 
+    An active segment's file can be parked too (:meth:`park_idle`, by
+    :class:`~jetserver.storage.idle_files.IdleFiles`): only while the parker holds its
+    log's writer lock (the writer uses ``fd`` without a lease), the log is fully fsynced
+    and no lease is out. The writer opens it again with :meth:`unpark`, a reader or an
+    fsync with :meth:`acquire`; either then calls :attr:`on_reopen`.
+
     Thread-safety: acquire/release/park may be called from any thread.
     """
 
@@ -316,6 +322,7 @@ class SharedFile:
         "_retired",
         "cache",
         "fd",
+        "on_reopen",
         "path",
     )
 
@@ -327,6 +334,9 @@ class SharedFile:
         """The path the file was opened at (it may since have been renamed or unlinked)."""
         self.cache: OpenFileCache | None = None
         """The cache that may park this file (a sealed segment's), None while pinned open."""
+        self.on_reopen: Callable[[], None] | None = None
+        """Called (no lock held) after a parked active file was opened again: its log
+        tells its :class:`~jetserver.storage.idle_files.IdleFiles` it holds a file again."""
         self._refs = 1
         self._owned = True
         self._retired = False
@@ -352,14 +362,50 @@ class SharedFile:
                 (for example EMFILE).
         """
         with self._lock:
-            if self._refs <= 0:
-                raise LogClosedError(f"{self.path} is closed")
-            if self.fd < 0:
-                self._reopen()
+            reopened = self._ensure_open()
             self._refs += 1
         cache = self.cache
         if cache is not None:
             cache.touch(self)
+        elif reopened and self.on_reopen is not None:
+            self.on_reopen()
+
+    def unpark(self) -> int:
+        """The writer's descriptor of a parked active file: open it again (the log's
+        writer lock held); return it.
+
+        Raises:
+            LogClosedError, StorageError: as :meth:`acquire`.
+        """
+        with self._lock:
+            reopened = self._ensure_open()
+            fd = self.fd
+        if reopened and self.on_reopen is not None:
+            self.on_reopen()
+        return fd
+
+    def park_idle(self) -> bool:
+        """Close an active file's descriptor if its owner alone holds it; True if it is
+        closed now. The caller holds the log's writer lock and has checked that nothing
+        written is unsynced: closing drops no data, and a later fsync on a new descriptor
+        cannot miss a writeback error of pages it never saw. A lease (a reader, an fsync
+        in flight) keeps the file open: its holder uses the descriptor's number."""
+        with self._lock:
+            if self.fd < 0:
+                return self._refs > 0
+            if self._refs != 1 or not self._owned or self.cache is not None:
+                return False
+            self._park()
+            return True
+
+    def _ensure_open(self) -> bool:
+        """Open a parked file again (lock held); True if it was parked."""
+        if self._refs <= 0:
+            raise LogClosedError(f"{self.path} is closed")
+        if self.fd >= 0:
+            return False
+        self._reopen()
+        return True
 
     def _reopen(self) -> None:
         """Open a parked file again (lock held)."""
@@ -441,6 +487,7 @@ class SharedFile:
             if self._refs <= 0:
                 return
             self.cache = cache
+            self.on_reopen = None
         cache.touch(self)
 
     @property

@@ -22,6 +22,7 @@ from jetserver.storage.files import (
     fsync_directory,
 )
 from jetserver.storage.framing import Body
+from jetserver.storage.idle_files import ACTIVE_FILES, IdleFiles
 from jetserver.storage.log_state import LogState
 from jetserver.storage.maintenance import Maintenance
 from jetserver.storage.read_slice import ReadSlice
@@ -72,6 +73,7 @@ class Log:
         clock: Callable[[], int] = DELETION_CLOCK,
         lock: bool = True,
         file_cache: OpenFileCache = SEALED_FILES,
+        idle_files: IdleFiles = ACTIVE_FILES,
         keep_clean_marker: bool = False,
         sync_dir: Callable[[Path], None] = fsync_directory,
     ) -> Log:
@@ -84,7 +86,9 @@ class Log:
         on the directory's ``.lock`` file while open (one more open file); a caller that
         already owns the whole data directory (the server) passes False. ``file_cache``
         bounds how many of the sealed segments' files stay open (default: the process's
-        :data:`~jetserver.storage.files.SEALED_FILES`). ``keep_clean_marker``: leave
+        :data:`~jetserver.storage.files.SEALED_FILES`); ``idle_files`` parks the active
+        segment's file while the log is idle (default: the process's
+        :data:`~jetserver.storage.idle_files.ACTIVE_FILES`). ``keep_clean_marker``: leave
         the clean-shutdown marker in place until the first truncation (appends alone never
         make it name the active segment's size again; a server opening thousands of
         partitions saves an unlink and a directory fsync each, spec/storage.md §9).
@@ -109,7 +113,7 @@ class Log:
             except OSError as exc:
                 os.close(lock_fd)
                 raise StorageError(f"{path} is in use by another open Log") from exc
-        state = LogState(path, config, clock, file_cache)
+        state = LogState(path, config, clock, file_cache, idle_files)
         try:
             state.load(keep_clean_marker=keep_clean_marker, sync_dir=sync_dir)
         except BaseException:

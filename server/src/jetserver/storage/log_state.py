@@ -25,6 +25,7 @@ from jetserver.storage.epoch_cache import LeaderEpochCache
 from jetserver.storage.errors import LogClosedError, StorageError
 from jetserver.storage.files import OpenFileCache, fsync_directory
 from jetserver.storage.group_commit import GroupCommit
+from jetserver.storage.idle_files import IdleFiles
 from jetserver.storage.recovery import RecoveryReport, recover
 from jetserver.storage.segment import NO_TIMESTAMP, Segment
 
@@ -47,11 +48,14 @@ class LogState:
         config: LogConfig,
         clock: Callable[[], int],
         file_cache: OpenFileCache,
+        idle_files: IdleFiles,
     ) -> None:
         self.dir = directory
         self.config = config
         self.clock = clock
         self.file_cache = file_cache
+        self.idle_files = idle_files
+        """Parks the active segment's file while the log is idle (:meth:`park_idle_file`)."""
         self.lock = threading.Lock()
         self.write_lock = threading.RLock()
         self._ckpt_lock = threading.Lock()
@@ -133,6 +137,39 @@ class LogState:
             seg.seal(self.file_cache)
         self.commit.rebase(leo if synced is None else min(synced, leo))
         self.recovery = found.report
+        self.watch_active(fresh=synced is None)
+
+    def watch_active(self, *, fresh: bool = False) -> None:
+        """The active segment changed or was opened: :attr:`idle_files` may park its
+        file from now on (``fresh``: the log was just opened)."""
+        active = self.segments[-1]
+        active.file.on_reopen = self._file_reopened
+        if active.file.fd >= 0:
+            self.idle_files.opened(self, fresh=fresh)
+
+    def _file_reopened(self) -> None:
+        self.idle_files.opened(self)
+
+    def park_idle_file(self) -> bool:
+        """Close the active segment's descriptor if the log is idle now: its writer is
+        not in it (the writer lock is free: taken here, never waited for), every record
+        is fsynced and no fsync failed, and no lease is out (a reader, a running fsync).
+        True if the log holds no active file now (parked, or the log is closed).
+
+        Only a fully fsynced file is closed: a writeback error of pages written through
+        one descriptor may not be reported by fsync on a descriptor opened after it
+        (Linux reports it to the descriptors open when it happened)."""
+        if not self.write_lock.acquire(blocking=False):
+            return False
+        try:
+            if self.closed:
+                return True
+            commit = self.commit
+            if commit.failure is not None or commit.flushed_offset < self.leo:
+                return False
+            return self.segments[-1].file.park_idle()
+        finally:
+            self.write_lock.release()
 
     def set_high_watermark(self, hw: int) -> int:
         """Set the high watermark, clamped into [log start, LEO]; return the value set."""
@@ -199,6 +236,7 @@ class LogState:
         old.seal(self.file_cache)
         # The old segment was just fsynced, and so was every one before it.
         self.commit.advance(self.leo)
+        self.watch_active()
 
     def replace_empty_active(self, new_base: int) -> None:
         """Replace the empty active segment with one based at ``new_base`` (writer lock
@@ -211,6 +249,7 @@ class LogState:
         old.delete_files()
         old.release()
         fsync_directory(self.dir)
+        self.watch_active()
 
     def release_all(self) -> None:
         """Mark the log closed and release every segment's files (writer lock held)."""
@@ -220,4 +259,5 @@ class LogState:
             self.bases = []
         for seg in segments:
             seg.release()
+        self.idle_files.forget(self)
         self.commit.wake()

@@ -78,6 +78,8 @@ class Maintenance:
                 # The cut landed in a compaction gap: start a new segment at ``offset`` so
                 # the LEO survives a restart (recovery derives it from the last segment).
                 st.roll(offset)
+            else:
+                st.watch_active()
 
     def recover_unsynced(self) -> int:
         """See :meth:`Log.recover_unsynced <jetserver.storage.log.Log.recover_unsynced>`."""
@@ -131,6 +133,7 @@ class Maintenance:
         st.commit.reset(offset)
         st.last_ts = NO_TIMESTAMP
         st.epochs.clear()
+        st.watch_active()
 
     def enforce_retention(self) -> int:
         """See :meth:`Log.enforce_retention <jetserver.storage.log.Log.enforce_retention>`."""

@@ -222,11 +222,14 @@ class Segment:
             StorageError: the write failed (the file is cut back to its previous size).
         """
         st = self.state
+        fd = self.file.fd
+        if fd < 0:  # parked while the log was idle (IdleFiles): the one check it costs
+            fd = self.file.unpark()
         try:
-            write_all(self.file.fd, data, st.size)
+            write_all(fd, data, st.size)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.ftruncate(self.file.fd, st.size)
+                os.ftruncate(fd, st.size)
             raise StorageError(f"write to {self.log_path} failed: {exc}") from exc
         # Exactly ``bytes`` (immutable): a memoryview may be of a buffer reused later.
         self._tail = (
@@ -331,8 +334,14 @@ class Segment:
         self.no_index_files = False
 
     def fsync(self) -> None:
-        """fdatasync the ``.log``."""
-        fdatasync(self.file.fd)
+        """fdatasync the ``.log`` (the writer's: its file may be parked, then reopened).
+
+        Raises:
+            OSError: the fsync failed. LogClosedError, StorageError: a parked file could
+                not be opened again.
+        """
+        fd = self.file.fd
+        fdatasync(fd if fd >= 0 else self.file.unpark())
 
     def release(self) -> None:
         """Drop the segment's own reference to the ``.log`` descriptor."""
