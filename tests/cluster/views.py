@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import anyio
+import attrs
 
 from cluster.checkers import Stored
 from cluster.harness import Cluster, WaitTimeout, wait_until_async
@@ -40,10 +41,73 @@ async def partition_view(address: str, stream: str) -> dict[int, dict[str, Any]]
                 answer = await raw.describe(stream)
     except Exception:  # no answer: a dead or paused server, an error frame
         return None
+    return _partitions(answer)
+
+
+def _partitions(answer: dict[str, Any]) -> dict[int, dict[str, Any]] | None:
     parts = answer.get("partitions")
     if not isinstance(parts, list):
         return None
     return {int(p["partition"]): p for p in parts if isinstance(p, dict)}
+
+
+@attrs.define(eq=False)
+class KeptViews:
+    """:func:`partition_view` over one kept connection per server, for a poller that asks
+    every server many times a second (the HW monitor): a fresh connection per ask cost
+    about four times the CPU of the ask itself, in the server and in the test (300 asks of
+    an idle 3-server cluster: 0.21 + 0.23 CPU-s fresh, 0.05 + 0.05 kept). A connection
+    that fails or times out is dropped, and one that was closed under it (a restarted
+    server) is replaced at once, so a dead or paused server still answers None and a
+    restarted one its new view. Used by one task at a time; :meth:`aclose` at the end."""
+
+    links: dict[str, RawClient] = attrs.field(factory=dict)
+
+    async def view(self, address: str, stream: str) -> dict[int, dict[str, Any]] | None:
+        """As :func:`partition_view`."""
+        kept = self.links.pop(address, None)
+        if kept is not None:
+            answer, closed = await self._ask(address, kept, stream)
+            if not closed:
+                return answer
+        try:
+            with anyio.fail_after(VIEW_TIMEOUT_S):
+                raw = await RawClient.connect(address)
+        except Exception:  # a dead or paused server
+            return None
+        return (await self._ask(address, raw, stream))[0]
+
+    async def _ask(
+        self, address: str, raw: RawClient, stream: str
+    ) -> tuple[dict[int, dict[str, Any]] | None, bool]:
+        """(the view or None, whether the server had closed the connection). The
+        connection is kept if it answered (a view or an error frame), else closed."""
+        closed = sound = False
+        answer: dict[str, Any] | None = None
+        try:
+            with anyio.fail_after(VIEW_TIMEOUT_S):
+                answer = await raw.describe(stream)
+            sound = True
+        except ServerError:  # an error frame: the connection is sound
+            sound = True
+        except TimeoutError:  # slow or paused: a late answer could still come on it
+            pass
+        except Exception:  # closed by the server (killed, restarted)
+            closed = True
+        finally:
+            if sound:
+                self.links[address] = raw
+            else:
+                with anyio.CancelScope(shield=True):
+                    await raw.stream.aclose()
+        return (_partitions(answer) if answer is not None else None), closed
+
+    async def aclose(self) -> None:
+        """Close every kept connection."""
+        links, self.links = list(self.links.values()), {}
+        with anyio.CancelScope(shield=True):
+            for raw in links:
+                await raw.stream.aclose()
 
 
 async def partition_info(
