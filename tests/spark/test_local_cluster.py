@@ -8,7 +8,7 @@ JVM's start costs about as much CPU as the rest of its work; the sink still writ
 Python workers apart from the driver). The target stream ends with every source record
 exactly once.
 
-Its own `jet dev` (the module's, not the Spark tests' shared one): it needs no shared
+The worker's `jet dev` (``jet_dev``, not the Spark tests' ``spark_jet``): it needs no shared
 SparkSession, so it runs on its own xdist worker beside them instead of after them.
 
 Only processes this test started are killed: the executor JVMs are found as children of
