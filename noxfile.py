@@ -85,8 +85,9 @@ def tests(session: nox.Session) -> None:
     session.run("python", "tests/support/warm_rewrite.py")
     # In parallel; the slowest tests are listed at the end so that CI time stays visible.
     # Arguments after `--` replace both (`nox -s tests -- tests/storage` runs serially).
-    # (tests/support/durations.py makes the scheduler's table of test times from that list.)
-    session.run("pytest", *(session.posargs or [*PARALLEL, "--durations=40"]))
+    # (tests/support/durations.py makes the scheduler's table of test times from that list:
+    # 100 rows, so that it also holds the tests of 5-10 s that fill the shared groups.)
+    session.run("pytest", *(session.posargs or [*PARALLEL, "--durations=100"]))
 
 
 def _install_browser(session: nox.Session) -> None:

@@ -3,8 +3,14 @@
 - ``anyio_backend``: asyncio for every async test (the server's NATS link, nats-py, is
   asyncio-only); tests/sdk and tests/raft run on trio too, test_socket_io on uvloop too.
 - ``nats_server`` (function scope): a fresh nats-server on a free 127.0.0.1 port.
-- ``jet_dev`` (module scope): ``jet dev --servers 1`` as a subprocess; ``.nats_url``,
-  ``.servers`` (list of "host:port"), ``.proc``; stopped by PID at teardown.
+- ``jet_dev`` (session scope: one per xdist worker): ``jet dev --servers 1`` as a subprocess;
+  ``.nats_url``, ``.servers`` (list of "host:port"), ``.proc``; stopped by PID at teardown.
+  The tests of a worker share it: each names its streams and groups so that no other test
+  uses them (support.names.unique, or a name only its module uses) and asserts nothing of
+  the server as a whole.
+- ``module_jet_dev`` (module scope): a ``jet dev --servers 1`` of the module's own, for tests
+  that share state in order (the doc examples, run as a reader would) or need a server no
+  other test touched.
 """
 
 from __future__ import annotations
@@ -37,10 +43,19 @@ def nats_server() -> Iterator[NatsServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def jet_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
-    """`jet dev --servers 1` for one test module."""
+    """`jet dev --servers 1` shared by the tests of one worker (a start and stop costs ~1.4
+    CPU-s: once per worker, not once per module)."""
     data_dir = tmp_path_factory.mktemp("jet-dev") / "data"
+    with JetDev.start(data_dir) as dev:
+        yield dev
+
+
+@pytest.fixture(scope="module")
+def module_jet_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
+    """`jet dev --servers 1` for one test module (its tests then share a worker)."""
+    data_dir = tmp_path_factory.mktemp("jet-dev-module") / "data"
     with JetDev.start(data_dir) as dev:
         yield dev
 

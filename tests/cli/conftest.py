@@ -1,4 +1,4 @@
-"""CLI tests run `jet` as a subprocess against the module's `jet dev` (or the package's
+"""CLI tests run `jet` as a subprocess against the worker's `jet dev` (or the package's
 3-server ``dev3``); the console tests share a `jet console` and its traffic."""
 
 from __future__ import annotations

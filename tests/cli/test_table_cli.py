@@ -1,4 +1,4 @@
-"""`jet table get|put|delete|watch` as subprocesses against the module's `jet dev`."""
+"""`jet table get|put|delete|watch` as subprocesses against the worker's `jet dev`."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ import attrs
 from cluster.checkers import Acked, HwSample, Stored, payload_id_of
 from cluster.harness import Cluster
 from cluster.records import stored_from_raw
-from cluster.views import partition_view
+from cluster.views import KeptViews
 from jetsdk import AckPolicy, Client, Consumer, JetError, Producer, RetryPolicy
 from jetsdk.producer import SendHandle
 
@@ -260,12 +260,14 @@ class HwMonitor:
     """Pause between polling rounds."""
     samples: list[HwSample] = attrs.field(factory=list)
     """Every observation, in time order per server."""
+    views: KeptViews = attrs.field(factory=KeptViews)
+    """A kept connection per server (see :class:`KeptViews`)."""
 
     async def poll_once(self) -> None:
         """One DescribeStream per live server."""
         for s in self.cluster.live():
             incarnation = s.starts
-            view = await partition_view(s.address, self.stream)
+            view = await self.views.view(s.address, self.stream)
             if view is None or s.starts != incarnation:
                 continue
             now = time.monotonic()
@@ -287,7 +289,10 @@ class HwMonitor:
     async def run(self, stop: anyio.Event, time_limit_s: float) -> None:
         """Poll until ``stop`` is set or ``time_limit_s`` passes."""
         deadline = time.monotonic() + time_limit_s
-        while not stop.is_set() and time.monotonic() < deadline:
-            await self.poll_once()
-            with anyio.move_on_after(self.interval_s):
-                await stop.wait()
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                await self.poll_once()
+                with anyio.move_on_after(self.interval_s):
+                    await stop.wait()
+        finally:
+            await self.views.aclose()

@@ -2,10 +2,10 @@
 
 Each ``python``, ``sh`` and ``js`` block (tests/doc_examples/blocks.py) not marked as a
 fragment is saved to a file and run the way a user who copied it would: ``python FILE``,
-``bash FILE``, ``node FILE``, against one ``jet dev`` for the module, with ``JET_SERVERS``
-and ``NATS_URL`` set to what it printed (the README tells users to export both). Blocks run
-in document order, as a reader would; each one must exit 0 within a bound and print no
-traceback.
+``bash FILE``, ``node FILE``, against one ``jet dev`` of the module's own
+(``module_jet_dev``: the blocks share its state), with ``JET_SERVERS`` and ``NATS_URL`` set to
+what it printed (the README tells users to export both). Blocks run in document order, as a
+reader would; each one must exit 0 within a bound and print no traceback.
 
 - ``nats`` lines run the real `nats` CLI when it is on PATH, else the nats-py stand-in
   tests/doc_examples/nats_cli.py (``pub`` and ``req``; it prints only the reply).
@@ -114,8 +114,8 @@ def command(block: Block, script: Path, env: dict[str, str]) -> list[str]:
 
 
 @pytest.mark.parametrize("block", params())
-def test_example_runs_as_printed(block: Block, jet_dev: JetDev, tmp_path: Path) -> None:
-    env = environment(jet_dev, tmp_path)
+def test_example_runs_as_printed(block: Block, module_jet_dev: JetDev, tmp_path: Path) -> None:
+    env = environment(module_jet_dev, tmp_path)
     script = tmp_path / f"example{SUFFIX[block.kind or '']}"
     script.write_text(block.code)
     bound = SPARK_TIMEOUT_S if needs_spark(block) else BLOCK_TIMEOUT_S

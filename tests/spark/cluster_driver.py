@@ -1,7 +1,7 @@
 """A Spark driver for tests/spark/test_local_cluster.py, run as its own process on
 ``local-cluster[2,1,1024]`` (two executor JVMs with their own Python workers; in mode
-``available-now``, the resuming driver's, ``local-cluster[1,2,1024]``: one executor JVM
-with two task slots, as no executor is killed then):
+``available-now``, the resuming driver's, ``local[2]``: no executor is killed then, and
+the driver's JVM runs the tasks, in Python workers of their own):
 
     python tests/spark/cluster_driver.py SERVERS SRC OUT CHECKPOINT (run|available-now) [HANG]
 
@@ -30,7 +30,7 @@ def main(servers: str, src: str, out: str, checkpoint: str, mode: str, hang: str
 
     import jetspark
 
-    spark = local_cluster_session("jetspark-local-cluster", executors=2 if mode == "run" else 1)
+    spark = local_cluster_session("jetspark-local-cluster", executors=2 if mode == "run" else 0)
     say("jvm", pid=spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
 
     # minPartitions 2: a Spark partition per stream partition (small ranges would share one),

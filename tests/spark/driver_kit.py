@@ -27,9 +27,11 @@ def say(event: str, **fields: Any) -> None:
 def local_cluster_session(app_name: str, executors: int = 2, **conf: str) -> Any:
     """A SparkSession on ``local-cluster[E,C,1024]`` named ``app_name``, with the
     jetstream format registered: ``executors`` executor JVMs, two task slots in all (one
-    core each of two, or two cores of one); ``conf``: more settings (dots written as
-    ``__``). Each executor JVM and its Python workers cost CPU to start, the scarce thing
-    on a loaded 2-core machine: one where the test is not about several."""
+    core each of two, or two cores of one); with ``executors=0``, ``local[2]`` (the
+    driver's JVM runs the two task slots; the Python workers are still processes of their
+    own). ``conf``: more settings (dots written as ``__``). Each executor JVM and its
+    Python workers cost CPU to start, the scarce thing on a loaded 2-core machine: one,
+    or none, where the test is not about several."""
     import pyspark
 
     use_worker_python()
@@ -41,7 +43,9 @@ def local_cluster_session(app_name: str, executors: int = 2, **conf: str) -> Any
     import jetspark
 
     builder = (
-        SparkSession.builder.master(f"local-cluster[{executors},{2 // executors},1024]")
+        SparkSession.builder.master(
+            f"local-cluster[{executors},{2 // executors},1024]" if executors else "local[2]"
+        )
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

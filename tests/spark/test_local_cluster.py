@@ -2,12 +2,13 @@
 each with its own Python workers, under a driver that is its own process here
 (tests/spark/cluster_driver.py). One executor JVM is killed (SIGKILL) while a micro-batch
 runs; later the driver is killed (SIGKILL, the whole process group this test started)
-after writing part of a batch, and a new driver resumes from the checkpoint (on one
-executor JVM with two task slots: what it checks is the driver's resumption, and an
-executor JVM's start costs about as much CPU as the rest of its work). The target stream
-ends with every source record exactly once.
+after writing part of a batch, and a new driver resumes from the checkpoint (on
+``local[2]``, no executor JVM: what it checks is the driver's resumption, and an executor
+JVM's start costs about as much CPU as the rest of its work; the sink still writes from
+Python workers apart from the driver). The target stream ends with every source record
+exactly once.
 
-Its own `jet dev` (the module's, not the Spark tests' shared one): it needs no shared
+The worker's `jet dev` (``jet_dev``, not the Spark tests' ``spark_jet``): it needs no shared
 SparkSession, so it runs on its own xdist worker beside them instead of after them.
 
 Only processes this test started are killed: the executor JVMs are found as children of

@@ -9,7 +9,7 @@ in test_local_cluster.py):
   failed after part of it was stored: nothing is stored twice and the table ends with each
   key's last order.
 
-Its own `jet dev` (the module's, not the Spark tests' shared one): it needs no shared
+The worker's `jet dev` (``jet_dev``, not the Spark tests' ``spark_jet``): it needs no shared
 SparkSession, so it runs on its own xdist worker beside them instead of after them.
 """
 

@@ -22,10 +22,10 @@ Errors: :mod:`jetsdk.errors` (every one is a :class:`JetError` with ``code`` and
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jetsdk._version import __version__
+from jetsdk.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from jetsdk.client import Client
@@ -112,18 +112,7 @@ _LAZY = {
 (the server's wire codec) does not import the whole client (the server imported 70
 SDK modules at every start, most of them never used there)."""
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 
 __all__ = [

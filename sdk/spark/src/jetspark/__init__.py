@@ -24,13 +24,33 @@ schema and guarantees: spec/spark.md. Errors: :mod:`jetspark.errors`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from jetsdk.lazy_names import lazy_names
 from jetspark._version import __version__
 from jetspark.errors import ColumnError, DataLossError, JetSparkError, OptionError, SinkWriteError
-from jetspark.foreach_batch import BatchResult, ForeachBatchSink, foreach_batch_sink
-from jetspark.offsets_mirror import committed_offsets, group_lag
-from jetspark.source import FORMAT, JetStreamDataSource
+
+if TYPE_CHECKING:
+    from jetspark.foreach_batch import BatchResult, ForeachBatchSink, foreach_batch_sink
+    from jetspark.offsets_mirror import committed_offsets, group_lag
+    from jetspark.source import FORMAT, JetStreamDataSource
+
+_LAZY = {
+    "BatchResult": "jetspark.foreach_batch",
+    "ForeachBatchSink": "jetspark.foreach_batch",
+    "foreach_batch_sink": "jetspark.foreach_batch",
+    "committed_offsets": "jetspark.offsets_mirror",
+    "group_lag": "jetspark.offsets_mirror",
+    "FORMAT": "jetspark.source",
+    "JetStreamDataSource": "jetspark.source",
+}
+"""Where each public name lives: imported on first use. Spark's Python workers import
+``jetspark.source`` (the pickled data source, by reference) or ``jetspark.foreach_batch``
+(the sink's functions): each then imports what it needs, not the whole package (the sinks'
+writer and the SDK's consumer for a worker that only plans a read)."""
+
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
+
 
 __all__ = [
     "FORMAT",
@@ -52,4 +72,6 @@ __all__ = [
 
 def register(spark: Any) -> None:
     """Register the ``jetstream`` format with a SparkSession (idempotent)."""
+    from jetspark.source import JetStreamDataSource
+
     spark.dataSource.register(JetStreamDataSource)

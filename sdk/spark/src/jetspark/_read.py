@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping
 import anyio
 import attrs
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from jetsdk.client import Client
 from jetsdk.codec.record import HEADER_SIZE, peek_header
@@ -283,6 +282,10 @@ def read_range(
         if starts:
             batch = records_batch(got.raw, starts, rng.stream, rng.partition, schema)
             if subjects is not None:
+                # Here, not at the top: a Spark worker that reads without subjectPattern
+                # does not import pyarrow.compute.
+                import pyarrow.compute as pc
+
                 column = batch.column(batch.schema.get_field_index("subject"))
                 batch = batch.filter(pc.match_substring_regex(column, subjects))
             if batch.num_rows:

@@ -19,12 +19,15 @@ headers    array<struct<key:string,value:binary>> ordered headers (``includeHead
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
 
-from jetsdk.codec.record import Record
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+    from jetsdk.codec.record import Record
 
 __all__ = ["arrow_schema", "records_to_batch", "source_schema"]
 
@@ -58,6 +61,8 @@ def records_to_batch(
     builds its batches from the record bytes instead (:mod:`jetspark._records`, same
     result without a Python object per row); this row-by-row form is its reference.
     """
+    import pyarrow as pa  # here: a worker that asks only for the schema needs no Arrow
+
     n = len(records)
     columns: dict[str, pa.Array] = {}
     for field in schema:

@@ -11,6 +11,10 @@ plans; the stream reader's offset methods (``initialOffset``, ``latestOffset``,
 on executors from a pickled copy of the reader, so readers hold only options and the schema
 (connections come from :func:`jetspark._bridge.shared_bridge`, per process).
 
+What needs the SDK's client, pyarrow or another module of the sinks is imported where it is
+used: a Python worker that only asks for the schema (Spark's create_data_source) imports
+none of it, one that plans or reads imports the client and the reader, never the writers.
+
 Options and semantics: spec/spark.md.
 """
 
@@ -20,9 +24,8 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -33,8 +36,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from jetspark import offsets_mirror
-from jetspark._bridge import shared_bridge
 from jetspark._compat import (
     ADMISSION_CONTROL,
     READ_MAX_BYTES,
@@ -44,8 +45,6 @@ from jetspark._compat import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from jetspark._read import Snapshot, read_range, resolve_ends, resolve_start, snapshot
-from jetspark._sizes import bytes_per_offset
 from jetspark.errors import DataLossError, OptionError
 from jetspark.offsets import (
     OffsetRange,
@@ -58,8 +57,13 @@ from jetspark.offsets import (
     to_json,
 )
 from jetspark.options import SourceOptions, sink_options, source_options
-from jetspark.schema import arrow_schema, source_schema
-from jetspark.table import JetTableReader
+from jetspark.schema import source_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from jetspark._bridge import Bridge
+    from jetspark._read import Snapshot
 
 __all__ = [
     "FORMAT",
@@ -108,6 +112,8 @@ class JetStreamDataSource(DataSource):
         (:mod:`jetspark.table`)."""
         opts = source_options(self.options, streaming=False)
         if opts.table:
+            from jetspark.table import JetTableReader
+
             return JetTableReader(opts, schema)
         return JetBatchReader(opts, schema)
 
@@ -128,6 +134,13 @@ class JetStreamDataSource(DataSource):
 
         _no_overwrite(overwrite)
         return JetStreamWriter(sink_options(self.options), schema)
+
+
+def _bridge(opts: SourceOptions) -> Bridge:
+    """This process's bridge to the servers of ``opts`` (imported here: see the module doc)."""
+    from jetspark._bridge import shared_bridge
+
+    return shared_bridge(opts.servers, request_timeout=opts.request_timeout, security=opts.security)
 
 
 def _no_overwrite(overwrite: bool) -> None:
@@ -158,9 +171,9 @@ def _plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[JetInputPar
     ranges = plan_ranges(start, end, min_partitions=opts.min_partitions)
     if len(ranges) <= max(1, opts.min_partitions or 1):
         return [JetInputPartition((r,)) for r in ranges]
-    bridge = shared_bridge(
-        opts.servers, request_timeout=opts.request_timeout, security=opts.security
-    )
+    from jetspark._sizes import bytes_per_offset
+
+    bridge = _bridge(opts)
     sizes = bridge.call(bytes_per_offset, bridge.client, sorted({r.stream for r in ranges}))
     groups = pack_ranges(
         ranges, sizes, opts.max_bytes_per_partition, min_groups=opts.min_partitions or 1
@@ -171,6 +184,9 @@ def _plan(opts: SourceOptions, start: Offsets, end: Offsets) -> list[JetInputPar
 def _read_partition(
     opts: SourceOptions, schema: StructType, partition: InputPartition
 ) -> Iterator[pa.RecordBatch]:
+    from jetspark._read import read_range
+    from jetspark.schema import arrow_schema
+
     ranges = getattr(partition, "ranges", None)
     if not isinstance(ranges, tuple):
         return iter(())  # Spark's placeholder partition when there is nothing to read
@@ -194,10 +210,10 @@ class JetBatchReader(DataSourceReader):
         Raises:
             OptionError: a listed stream does not exist, or bad start/end offsets.
         """
+        from jetspark._read import resolve_ends, resolve_start, snapshot
+
         opts = self.opts
-        bridge = shared_bridge(
-            opts.servers, request_timeout=opts.request_timeout, security=opts.security
-        )
+        bridge = _bridge(opts)
         snap: Snapshot = bridge.call(snapshot, bridge.client, opts, require=True)
         start = bridge.call(resolve_start, bridge.client, opts, snap)
         end = bridge.call(resolve_ends, bridge.client, opts, snap)
@@ -239,21 +255,20 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver side ------------------------------------------------------------------
 
     def _snapshot(self, *, require: bool) -> Snapshot:
-        opts = self.opts
-        bridge = shared_bridge(
-            opts.servers, request_timeout=opts.request_timeout, security=opts.security
-        )
-        return bridge.call(snapshot, bridge.client, opts, require=require)
+        from jetspark._read import snapshot
+
+        bridge = _bridge(self.opts)
+        return bridge.call(snapshot, bridge.client, self.opts, require=require)
 
     def initialOffset(self) -> dict[str, Any]:
         """Where a new query starts (startingTimestamp, else startingOffsetsByTimestamp,
         else startingOffsets; default latest). A restarted query starts from its
         checkpoint instead."""
+        from jetspark._read import resolve_start
+
         opts = self.opts
         snap = self._snapshot(require=True)
-        bridge = shared_bridge(
-            opts.servers, request_timeout=opts.request_timeout, security=opts.security
-        )
+        bridge = _bridge(opts)
         start = bridge.call(resolve_start, bridge.client, opts, snap)
         self._planned = start
         return to_json(start)
@@ -342,10 +357,9 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if rows is not None:
                 latest = limit_offsets(base, latest, rows)
             if size is not None:
-                opts = self.opts
-                bridge = shared_bridge(
-                    opts.servers, request_timeout=opts.request_timeout, security=opts.security
-                )
+                from jetspark._sizes import bytes_per_offset
+
+                bridge = _bridge(self.opts)
                 sizes = bridge.call(bytes_per_offset, bridge.client, sorted(latest))
                 latest = limit_bytes(base, latest, size, sizes)
         return to_json(latest)
@@ -432,11 +446,10 @@ class JetStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not changed:
             return
         try:
-            opts = self.opts
-            bridge = shared_bridge(
-                opts.servers, request_timeout=opts.request_timeout, security=opts.security
-            )
-            bridge.call(offsets_mirror.write_offsets, bridge.client, group, changed)
+            from jetspark.offsets_mirror import write_offsets
+
+            bridge = _bridge(self.opts)
+            bridge.call(write_offsets, bridge.client, group, changed)
         except Exception as exc:
             log.warning("jetstream: could not mirror offsets of group %r: %s", group, exc)
             return
