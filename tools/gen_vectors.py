@@ -1310,9 +1310,10 @@ COMPRESSED_STORED = {
         "1f329a01051b329a011f329a01051b339a011f339a01051b339a0119339a01507275657d5d00000000"
     ),
 }
-"""COMPRESSED_PLAIN as jetsdk's Producer stores it with each codec (zstandard level 3 with
-the content size; an LZ4 frame with the content size). Fixed bytes, not recomputed: another
-library version may compress to other bytes, and every reader must decompress these."""
+"""COMPRESSED_PLAIN as jetsdk's Producer stored it with each codec when these were written
+(zstandard level 3, its level then, with the content size; an LZ4 frame with the content
+size). Fixed bytes, not recomputed: another library version or level may compress to other
+bytes, and every reader must decompress these."""
 
 
 def compression_file() -> dict[str, Any]:

@@ -15,9 +15,13 @@ import pytest
 pytest.importorskip("zstandard")
 pytest.importorskip("lz4")
 
+from jetsdk.codec import compression
 from jetsdk.codec.compression import (
     COMPRESSION_HEADER,
+    MAX_SKIP_AFTER_MISS,
+    ZSTD_LEVEL,
     CompressionError,
+    ValueCompressor,
     compress_value,
     decompress_value,
     plain_records,
@@ -79,7 +83,7 @@ def test_reused_zstd_contexts_write_the_same_bytes_in_every_thread_and_survive_e
     next call, and threads compressing at once do not mix their values."""
     import zstandard
 
-    fresh = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(JSON_LIKE)
+    fresh = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True).compress(JSON_LIKE)
     assert compress_value("zstd", JSON_LIKE) == fresh
     with pytest.raises(CompressionError):
         decompress_value("zstd", fresh[:-7])
@@ -100,17 +104,55 @@ def test_reused_zstd_contexts_write_the_same_bytes_in_every_thread_and_survive_e
 
 def test_producer_step_keeps_key_and_headers_and_an_application_codec() -> None:
     headers = (("Content-Type", b"application/json"),)
-    value, out = compressed("zstd", 1024, JSON_LIKE, headers)
+    value, out = compressed(ValueCompressor("zstd", 1024), JSON_LIKE, headers)
     assert out == (*headers, (COMPRESSION_HEADER, b"zstd"))
     assert decompress_value("zstd", value) == JSON_LIKE
-    short, same = compressed("zstd", 1024, b"tiny", headers)
+    short, same = compressed(ValueCompressor("zstd", 1024), b"tiny", headers)
     assert (short, same) == (b"tiny", headers)
     # Already compressed by the application (its own header): left alone.
     mine = ((COMPRESSION_HEADER.lower(), b"lz4"),)
-    assert compressed("zstd", 1024, JSON_LIKE, mine) == (JSON_LIKE, mine)
+    assert compressed(ValueCompressor("zstd"), JSON_LIKE, mine) == (JSON_LIKE, mine)
     with pytest.raises(CompressionError) as info:
-        compressed("brotli", 1024, JSON_LIKE, ())
+        ValueCompressor("brotli")
     assert info.value.reason == "codec"
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_incompressible_values_are_skipped_after_misses(
+    codec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After values that do not get smaller, the next 1, 2, 4, ... (at most
+    MAX_SKIP_AFTER_MISS) are sent as they are without trying; a value that gets smaller
+    starts over, and short values do not count."""
+    tried: list[bytes] = []
+    real = compression._COMPRESSORS[codec]
+
+    def counting(value: bytes) -> bytes:
+        tried.append(value)
+        return real(value)
+
+    monkeypatch.setitem(compression._COMPRESSORS, codec, counting)
+    rng = random.Random(39)
+    noise = [rng.randbytes(4096) for _ in range(200)]
+    step = ValueCompressor(codec)
+    assert all(step.compress(v) is None for v in noise)
+    # Tried at 0, 2, 5, 10, 19, then every MAX_SKIP_AFTER_MISS + 1 values from 36 on.
+    assert len(tried) == 5 + (199 - 36) // (MAX_SKIP_AFTER_MISS + 1) + 1
+    assert len(tried) < 200 // 8
+    # A compressible value inside a skip is sent as it is; the first one tried after the
+    # skip is compressed and starts over: the next noise value is tried again.
+    tried.clear()
+    step = ValueCompressor(codec)
+    assert step.compress(noise[0]) is None  # a miss: skip 1
+    assert step.compress(JSON_LIKE) is None  # skipped
+    packed = step.compress(JSON_LIKE)
+    assert packed is not None
+    assert decompress_value(codec, packed) == JSON_LIKE
+    assert step.compress(noise[1]) is None
+    assert len(tried) == 3  # noise[0], JSON_LIKE, noise[1]
+    assert step.compress(b"short") is None  # below min_bytes: not tried, not skipped
+    assert step.compress(JSON_LIKE) is None  # the skip of 1 after noise[1]
+    assert len(tried) == 3
 
 
 def test_consumer_step_leaves_what_it_cannot_read() -> None:

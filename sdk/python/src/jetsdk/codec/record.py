@@ -250,6 +250,24 @@ def _new_record(
     return record
 
 
+def with_value(record: Record, value: bytes, headers: Headers) -> Record:
+    """A copy of ``record`` with ``value`` and ``headers`` (``attrs.evolve`` without its
+    per-call field walk: a consumer decompressing every record of a fetch spent 0.45 times as
+    long in ``evolve`` as in zstd at 16 KiB)."""
+    return _new_record(
+        record.offset,
+        record.timestamp,
+        record.leader_epoch,
+        value,
+        record.key,
+        record.subject,
+        record.reply,
+        headers,
+        record.producer_id,
+        record.producer_seq,
+    )
+
+
 def decode_record(
     buf: bytes | bytearray | memoryview, pos: int = 0, *, verify: bool = True
 ) -> tuple[Record, int]:

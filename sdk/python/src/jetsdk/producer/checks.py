@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jetsdk.codec.compression import COMPRESSION_HEADER, compress_value
+from jetsdk.codec.compression import COMPRESSION_HEADER, ValueCompressor
 from jetsdk.codec.limits import (
     MAX_HEADER_COUNT,
     MAX_HEADER_NAME_BYTES,
@@ -179,19 +179,18 @@ def _utf8_size(text: str, field: str) -> int:
 _CODEC_HEADER = COMPRESSION_HEADER.lower()
 
 
-def compressed(codec: str, min_bytes: int, value: bytes, headers: Headers) -> tuple[bytes, Headers]:
-    """``value`` and ``headers`` as a producer with ``codec`` stores them: the value
+def compressed(
+    compressor: ValueCompressor, value: bytes, headers: Headers
+) -> tuple[bytes, Headers]:
+    """``value`` and ``headers`` as a producer with ``compressor`` stores them: the value
     compressed and the header ``Jet-Compression`` added, or both as they are if the value
-    is short, would not get smaller, or already carries the header (compressed by the
-    application).
-
-    Raises:
-        CompressionError: unknown codec, or its package missing.
-    """
+    is short, would not get smaller (or is skipped after such values: see
+    :class:`~jetsdk.codec.compression.ValueCompressor`), or already carries the header
+    (compressed by the application)."""
     for name, _ in headers:
         if name.lower() == _CODEC_HEADER:
             return value, headers
-    packed = compress_value(codec, value, min_bytes)
+    packed = compressor.compress(value)
     if packed is None:
         return value, headers
-    return packed, (*headers, (COMPRESSION_HEADER, codec.encode()))
+    return packed, (*headers, (COMPRESSION_HEADER, compressor.codec.encode()))

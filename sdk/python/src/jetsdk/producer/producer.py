@@ -59,7 +59,7 @@ import anyio.lowlevel
 
 from jetsdk.background import BackgroundTasks
 from jetsdk.client import Client
-from jetsdk.codec.compression import DEFAULT_MIN_COMPRESS_BYTES, check_codec
+from jetsdk.codec.compression import DEFAULT_MIN_COMPRESS_BYTES, ValueCompressor
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import (
     ProduceMessage,
@@ -166,7 +166,8 @@ class Producer:
                 (compaction and key lookups work), and ``max_message_bytes`` counts the
                 compressed size.
             compression_min_bytes: values shorter than this are sent as they are, and so is
-                one that would not get smaller.
+                one that would not get smaller (and, after such values, the next 1, 2, 4,
+                ... up to 16 without trying; one that gets smaller starts over).
 
         Raises:
             ValueError: a limit out of range; CompressionError (a ValueError) for an
@@ -184,8 +185,9 @@ class Producer:
         self.ack_timeout = ack_timeout
         self.idempotent = idempotent
         self.delivery_timeout = delivery_timeout
-        if compression is not None:
-            check_codec(compression)
+        self._compressor = (
+            None if compression is None else ValueCompressor(compression, compression_min_bytes)
+        )
         self.compression = compression
         self.compression_min_bytes = compression_min_bytes
         self._partitioner: Partitioner = partitioner or DefaultPartitioner()
@@ -377,8 +379,8 @@ class Producer:
         if msg_id is not None or expected_offset is not None or timestamp is not None:
             hdrs = control_headers(hdrs, msg_id, expected_offset, timestamp)
         stored = value
-        if self.compression is not None:
-            stored, hdrs = compressed(self.compression, self.compression_min_bytes, value, hdrs)
+        if self._compressor is not None:
+            stored, hdrs = compressed(self._compressor, value, hdrs)
         size = message_size(stored, key, hdrs)
         if size > self._max_message_bytes:
             raise MessageTooLarge(

@@ -81,7 +81,8 @@ class Producer(SyncWrapper[_AsyncProducer]):
                 (compaction and key lookups work), and ``max_message_bytes`` counts the
                 compressed size.
             compression_min_bytes: values shorter than this are sent as they are, and so is
-                one that would not get smaller.
+                one that would not get smaller (and, after such values, the next 1, 2, 4,
+                ... up to 16 without trying; one that gets smaller starts over).
 
         Raises:
             ValueError: a limit out of range; CompressionError (a ValueError) for an
