@@ -14,6 +14,7 @@ from jetsdk.codec.frames import FRAME_HEADER_SIZE, Api, FrameDecoder
 from jetsdk.connection import (
     GATHER_MAX_PARTS,
     GATHER_MIN_BODY_BYTES,
+    GATHER_MIN_PART_BYTES,
     Connection,
     RequestBody,
     _frame_rest,
@@ -112,17 +113,22 @@ async def test_small_bodies_are_written_as_one_frame() -> None:
 async def test_bodies_in_parts_are_gathered_when_large_and_few_else_joined(
     anyio_backend: str,
 ) -> None:
-    """A ProduceMany body in parts (its sections as they are): a large one of few parts goes
-    out as header + parts, unjoined; a small one, or one of too many parts (a send takes
-    at most IOV_MAX buffers), is joined. The peer reads each whole and in order."""
+    """A body in parts (ProduceMany sections, a Spark sink's message views) goes out as
+    header + parts, unjoined, when large and of few, not tiny, parts (a sink's 1 MiB
+    request of 16 KiB messages: head + 64 views; joined before, at 64 parts at most); a
+    small one, one of many tiny parts, or one of too many parts (a send takes at most
+    IOV_MAX buffers) is joined. The peer reads each whole and in order."""
     client_end, peer = _small_send_buffer_pair()
     rng = random.Random(3939)
     large = tuple(rng.randbytes(n) for n in (4, 4, 300_000, 4, 700_000))
     small = (b"ab", b"cd", b"")
+    views = (b"head", *(rng.randbytes(16 * 1024) for _ in range(64)))
+    tiny = tuple(rng.randbytes(GATHER_MIN_PART_BYTES // 2) for _ in range(200))
     many = tuple(rng.randbytes(GATHER_MIN_BODY_BYTES // 8) for _ in range(GATHER_MAX_PARTS))
-    bodies: list[RequestBody] = [large, small, many, large[2]]
+    bodies: list[RequestBody] = [large, small, views, tiny, many, large[2]]
     got = await _send_and_receive(client_end, peer, Api.PRODUCE_MANY, bodies)
     assert got == [b"".join(body) if isinstance(body, tuple) else body for body in bodies]
-    # The large body in parts: header + its 5 parts; the joined many-part one and the
-    # plain large body: header + body. The small one: one joined frame, not gathered.
-    assert client_end.buffers == [1 + len(large), 2, 2]
+    # The large body and the views in parts: header + their parts; the joined tiny-part
+    # and many-part ones and the plain large body: header + body. The small one: one
+    # joined frame, not gathered.
+    assert client_end.buffers == [1 + len(large), 1 + len(views), 2, 2, 2]
