@@ -16,8 +16,8 @@ process on asyncio (nats-py is asyncio-only). For each value size in SIZES:
   JetStream publish, labelled "ack LEADER, no NATS copies";
 - at the sizes of COMPRESSION_SIZES (``JET_BENCH_COMPRESSION_SIZES``, default 16 KiB):
   publish ack LEADER of a JSON-like and a random value, with ``Producer(compression=
-  "zstd")`` and without, vs JetStream streams with and without s2 store compression; MiB/s
-  of payload as sent;
+  "zstd")`` and without (and the JSON-like one with ``"lz4"``), vs JetStream streams with
+  and without s2 store compression; MiB/s of payload as sent;
 - then, at the sizes of RF3_SIZES (``JET_BENCH_RF3_SIZES``, default 16 KiB; empty: none),
   three jet servers and three clustered nats-servers: publish ack ALL to an RF 3 stream vs
   ``publish_async`` to an R3 stream (default store), target >= 1.5x, jet's CPU summed over
