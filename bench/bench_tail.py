@@ -19,10 +19,13 @@ largest part of their time (the server's or the client's wait for a CPU, an fsyn
 collection, ...). With ``JET_TAIL_LOOP=asyncio`` the server and this client run asyncio's
 loop with :mod:`bench.loop_probe` (the CPU of every loop callback: a long turn of this
 process's own, told from a preempted one), and it lists the callbacks of 0.5 ms of CPU or
-more by what they were. ``JET_TAIL_SECONDS`` sets the length (default 30, quick 10);
+more by what they were. ``JET_TAIL_SECONDS`` sets the length (default 30, quick 10),
+``JET_TAIL_DURABILITY`` the cases (default ``flushed,written``), ``JET_TAIL_SERVER_PATH``
+a directory put first on the server's PYTHONPATH (a ``sitecustomize`` of an experiment's);
 ``JET_TAIL_KEEP=<prefix>`` keeps the marks as JSON (``python -m bench.bench_tail <file>``
 prints their analysis again); ``JET_BENCH_AGAINST=<tree>`` runs the same against that
-tree's server after this one's. Run: ``python -m bench tail [--quick]``.
+tree's server after this one's (``JET_TAIL_ONLY_AGAINST=1``: that one's alone, to
+alternate the two builds run by run). Run: ``python -m bench tail [--quick]``.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from bench.stats import pct
 from bench.trees import HERE, compared_trees, tree_paths
 from jetsdk import Client, Consumer, Producer
 from jetsdk.codec.frames import Api
-from jetsdk.connection import PendingResponse
+from jetsdk.connection import Connection, PendingResponse
 from jetserver.devcluster import DevCluster
 
 RATE = 500
@@ -65,15 +68,30 @@ async def _measure(
     total = int(RATE * seconds)
     original_resolve = PendingResponse._resolve
 
+    original_send = Connection.send
+    original_nowait = Connection.send_nowait
+
+    async def marked_send(self: Connection, api: int, body: bytes) -> PendingResponse:
+        if api == Api.PRODUCE:
+            marks["c.write"].append(time.perf_counter_ns())
+        return await original_send(self, api, body)
+
+    def marked_nowait(self: Connection, api: int, body: bytes) -> PendingResponse | None:
+        if api == Api.PRODUCE:  # written in the caller's task (an idle partition)
+            marks["c.write"].append(time.perf_counter_ns())
+        return original_nowait(self, api, body)
+
     def marked_resolve(self: PendingResponse, body: bytes | None, error: object) -> None:
-        if self.api == Api.FETCH:
-            marks["got.fetch"].append(time.perf_counter_ns())
+        if self.api == Api.PRODUCE:
+            marks["got.produce"].append(time.perf_counter_ns())
         original_resolve(self, body, error)  # type: ignore[arg-type]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         marks[f"cgc.{phase}.{info.get('generation', -1)}"].append(time.perf_counter_ns())
 
     PendingResponse._resolve = marked_resolve  # type: ignore[method-assign,assignment]
+    Connection.send = marked_send  # type: ignore[method-assign,assignment]
+    Connection.send_nowait = marked_nowait  # type: ignore[method-assign,assignment]
     gc.callbacks.append(on_gc)
     try:
         async with Client(addresses) as client:
@@ -117,6 +135,8 @@ async def _measure(
     finally:
         gc.callbacks.remove(on_gc)
         PendingResponse._resolve = original_resolve  # type: ignore[method-assign]
+        Connection.send = original_send  # type: ignore[method-assign]
+        Connection.send_nowait = original_nowait  # type: ignore[method-assign]
 
 
 Marks = dict[str, list[int]]
@@ -279,6 +299,12 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
                 f"    {kind:<26} {len(ds) * per:8.1f} per 10k msgs, {len(big) * per:7.1f} of"
                 f" >= {EVENT_MIN_MS:g} ms; p50 {pct(ds, 0.5):6.2f} max {max(ds):7.2f} ms{split}"
             )
+    if fsyncs:
+        ds = sorted((b - a) / 1e6 for a, b in fsyncs)
+        print(
+            f"    fsyncs: {len(ds) * per:.0f} per 10k msgs, p50 {pct(ds, 0.5):.2f} p90 "
+            f"{pct(ds, 0.9):.2f} p99 {pct(ds, 0.99):.2f} max {ds[-1]:.1f} ms"
+        )
     w_all = server.between(0, 1 << 62)
     c_all = client.between(0, 1 << 62)
     print(
@@ -319,13 +345,22 @@ def run(quick: bool) -> None:
     if loops:
         loop_probe.install()
     trees = compared_trees()
-    for durability in ("flushed", "written"):
+    if os.environ.get("JET_TAIL_ONLY_AGAINST") == "1":
+        trees.pop("A")
+    durabilities = os.environ.get("JET_TAIL_DURABILITY", "flushed,written").split(",")
+    for durability in durabilities:
         for tag, tree in trees.items():
             with tempfile.TemporaryDirectory(prefix="jet-tail-") as tmp:
                 prefix = Path(tmp) / "hops"
                 env = {
                     "PYTHONPATH": os.pathsep.join(
-                        str(p) for p in [HERE / "bench/cost_hook", HERE, *tree_paths(tree)]
+                        str(p)
+                        for p in [
+                            *filter(None, [os.environ.get("JET_TAIL_SERVER_PATH")]),
+                            HERE / "bench/cost_hook",
+                            HERE,
+                            *tree_paths(tree),
+                        ]
                     ),
                     "JET_HOP_TRACE": str(prefix),
                     "JET_HOP_USAGE": "1",
