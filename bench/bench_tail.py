@@ -46,11 +46,10 @@ from bench import loop_probe
 from bench.bench_sdk import _load as _load_avg
 from bench.bench_sdk import jet_latency
 from bench.pacing import paced
+from bench.sdk_marks import consume_timed, sdk_marks
 from bench.stats import pct
 from bench.trees import HERE, compared_trees, tree_paths
-from jetsdk import Client, Consumer, Producer
-from jetsdk.codec.frames import Api
-from jetsdk.connection import Connection, PendingResponse
+from jetsdk import Client, Consumer, Message, Producer
 from jetserver.devcluster import DevCluster
 
 RATE = 500
@@ -64,79 +63,56 @@ EVENT_MIN_MS = 1.0
 async def _measure(
     addresses: list[str], durability: str, seconds: float, marks: dict[str, list[int]]
 ) -> None:
-    """Publish and consume at RATE for ``seconds``, recording client marks into ``marks``."""
-    total = int(RATE * seconds)
-    original_resolve = PendingResponse._resolve
-
-    original_send = Connection.send
-    original_nowait = Connection.send_nowait
-
-    async def marked_send(self: Connection, api: int, body: bytes) -> PendingResponse:
-        if api == Api.PRODUCE:
-            marks["c.write"].append(time.perf_counter_ns())
-        return await original_send(self, api, body)
-
-    def marked_nowait(self: Connection, api: int, body: bytes) -> PendingResponse | None:
-        if api == Api.PRODUCE:  # written in the caller's task (an idle partition)
-            marks["c.write"].append(time.perf_counter_ns())
-        return original_nowait(self, api, body)
-
-    def marked_resolve(self: PendingResponse, body: bytes | None, error: object) -> None:
-        if self.api == Api.PRODUCE:
-            marks["got.produce"].append(time.perf_counter_ns())
-        original_resolve(self, body, error)  # type: ignore[arg-type]
+    """Publish and consume at RATE for ``seconds``, recording client marks into ``marks``
+    (the SDK's, :mod:`bench.sdk_marks`, and this process's collections)."""
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
         marks[f"cgc.{phase}.{info.get('generation', -1)}"].append(time.perf_counter_ns())
 
-    PendingResponse._resolve = marked_resolve  # type: ignore[method-assign,assignment]
-    Connection.send = marked_send  # type: ignore[method-assign,assignment]
-    Connection.send_nowait = marked_nowait  # type: ignore[method-assign,assignment]
     gc.callbacks.append(on_gc)
     try:
-        async with Client(addresses) as client:
-            await client.create_stream("tail", "tail", durability=durability)  # type: ignore[arg-type]
-            # Warm up (as ``bench light`` does): a server's first Produce took 18-21 ms of
-            # loop CPU here (code and files first used), not a steady-state outlier.
-            await jet_latency(client, "tail", RATE, 1.0)
-            async with (
-                Consumer(client, "tail", start="new-only", max_wait=5.0) as consumer,
-                Producer(client, "tail", linger=0, max_pending=1000) as producer,
-                anyio.create_task_group() as tg,
-            ):
-                seen = 0
-
-                async def consume() -> None:
-                    nonlocal seen
-                    with anyio.fail_after(seconds + 60):
-                        while seen < total:
-                            got = await consumer.fetch(max_records=1000)
-                            now = time.perf_counter_ns()
-                            cpu, wait = _schedstat()
-                            marks["c.ns"].append(now)
-                            marks["c.cpu"].append(cpu)
-                            marks["c.wait"].append(wait)
-                            for msg in got:
-                                marks["consumed"].append(now)
-                                marks["sent_of"].append(int.from_bytes(msg.value[:8], "big"))
-                            seen += len(got)
-
-                tg.start_soon(consume)
-                start = time.perf_counter_ns()
-                period = 1_000_000_000 // RATE
-                async for i in paced(total, RATE):
-                    sent = time.perf_counter_ns()
-                    cpu, wait = _schedstat()
-                    marks["c.ns"].append(sent)
-                    marks["c.cpu"].append(cpu)
-                    marks["c.wait"].append(wait)
-                    marks["late"].append(sent - (start + i * period))
-                    await producer.send_soon(sent.to_bytes(8, "big") + VALUE[8:])
+        with sdk_marks(marks):
+            await _publish_and_consume(addresses, durability, seconds, marks)
     finally:
         gc.callbacks.remove(on_gc)
-        PendingResponse._resolve = original_resolve  # type: ignore[method-assign]
-        Connection.send = original_send  # type: ignore[method-assign]
-        Connection.send_nowait = original_nowait  # type: ignore[method-assign]
+
+
+def _usage_mark(marks: dict[str, list[int]], now: int) -> None:
+    cpu, wait = _schedstat()
+    marks["c.ns"].append(now)
+    marks["c.cpu"].append(cpu)
+    marks["c.wait"].append(wait)
+
+
+async def _publish_and_consume(
+    addresses: list[str], durability: str, seconds: float, marks: dict[str, list[int]]
+) -> None:
+    total = int(RATE * seconds)
+    async with Client(addresses) as client:
+        await client.create_stream("tail", "tail", durability=durability)  # type: ignore[arg-type]
+        # Warm up (as ``bench light`` does): a server's first Produce took 18-21 ms of
+        # loop CPU here (code and files first used), not a steady-state outlier.
+        await jet_latency(client, "tail", RATE, 1.0)
+        async with (
+            Consumer(client, "tail", start="new-only", max_wait=5.0) as consumer,
+            Producer(client, "tail", linger=0, max_pending=1000) as producer,
+            anyio.create_task_group() as tg,
+        ):
+
+            def batch(now: int, got: list[Message]) -> None:
+                _usage_mark(marks, now)
+                for msg in got:
+                    marks["consumed"].append(now)
+                    marks["sent_of"].append(int.from_bytes(msg.value[:8], "big"))
+
+            tg.start_soon(consume_timed, consumer, total, seconds + 60, batch)
+            start = time.perf_counter_ns()
+            period = 1_000_000_000 // RATE
+            async for i in paced(total, RATE):
+                sent = time.perf_counter_ns()
+                _usage_mark(marks, sent)
+                marks["late"].append(sent - (start + i * period))
+                await producer.send_soon(sent.to_bytes(8, "big") + VALUE[8:])
 
 
 Marks = dict[str, list[int]]
