@@ -32,10 +32,9 @@ import anyio
 
 from bench import latency_rf3
 from bench.pacing import paced
+from bench.sdk_marks import consume_timed, sdk_marks
 from bench.stats import pct
-from jetsdk import AckPolicy, Client, Consumer, Producer
-from jetsdk.codec.frames import Api
-from jetsdk.connection import Connection, PendingResponse
+from jetsdk import AckPolicy, Client, Consumer, Message, Producer
 from jetserver.devcluster import DevCluster
 
 ACK_PATH = (
@@ -80,36 +79,8 @@ async def _run(address: list[str], stream: str, rate: int, seconds: float) -> di
     connection is about to write a Produce request; ``got.produce`` / ``got.fetch``: it
     decoded the response and handed it to the waiting task)."""
     marks: dict[str, list[int]] = defaultdict(list)
-    original = Connection.send
-    original_nowait = Connection.send_nowait
-    original_resolve = PendingResponse._resolve
-
-    async def marked_send(self: Connection, api: int, body: bytes) -> PendingResponse:
-        if api == Api.PRODUCE:
-            marks["write"].append(time.perf_counter_ns())
-        return await original(self, api, body)
-
-    def marked_send_nowait(self: Connection, api: int, body: bytes) -> PendingResponse | None:
-        # The producer writes a request of an idle partition in the caller's task.
-        if api == Api.PRODUCE:
-            marks["write"].append(time.perf_counter_ns())
-        return original_nowait(self, api, body)
-
-    def marked_resolve(self: PendingResponse, body: bytes | None, error: object) -> None:
-        if self.api in (Api.PRODUCE, Api.FETCH):
-            kind = "got.produce" if self.api == Api.PRODUCE else "got.fetch"
-            marks[kind].append(time.perf_counter_ns())
-        original_resolve(self, body, error)  # type: ignore[arg-type]
-
-    Connection.send = marked_send  # type: ignore[method-assign]
-    Connection.send_nowait = marked_send_nowait  # type: ignore[method-assign]
-    PendingResponse._resolve = marked_resolve  # type: ignore[method-assign]
-    try:
+    with sdk_marks(marks):
         return await _publish_and_consume(address, stream, rate, seconds, marks)
-    finally:
-        Connection.send = original  # type: ignore[method-assign]
-        Connection.send_nowait = original_nowait  # type: ignore[method-assign]
-        PendingResponse._resolve = original_resolve  # type: ignore[method-assign]
 
 
 async def _publish_and_consume(
@@ -122,20 +93,13 @@ async def _publish_and_consume(
         Producer(client, stream, linger=0, ack=AckPolicy.LEADER) as producer,
         anyio.create_task_group() as tg,
     ):
-        seen = 0
 
-        async def consume() -> None:
-            nonlocal seen
-            with anyio.fail_after(seconds + 60):
-                while seen < total:
-                    got = await consumer.fetch(max_records=1000)
-                    now = time.perf_counter_ns()
-                    for msg in got:
-                        marks["consumed"].append(now)
-                        marks["e2e"].append(now - int.from_bytes(msg.value[:8], "big"))
-                    seen += len(got)
+        def batch(now: int, got: list[Message]) -> None:
+            for msg in got:
+                marks["consumed"].append(now)
+                marks["e2e"].append(now - int.from_bytes(msg.value[:8], "big"))
 
-        tg.start_soon(consume)
+        tg.start_soon(consume_timed, consumer, total, seconds + 60, batch)
         async for _ in paced(total, rate):
             sent = time.perf_counter_ns()
             marks["send"].append(sent)

@@ -30,6 +30,7 @@ from pathlib import Path
 import anyio
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver import hops
 from jetserver.errors import ApiError, JetServerError
 from jetserver.logs import fields
 from jetserver.storage.files import SEALED_FILES
@@ -120,7 +121,11 @@ async def park_idle_files(interval_s: float = IDLE_SWEEP_S) -> None:
     while True:
         await anyio.sleep(interval_s)
         if len(ACTIVE_FILES):
+            if hops.ENABLED:
+                hops.mark("idle_sweep.start")
             await anyio.to_thread.run_sync(ACTIVE_FILES.sweep)
+            if hops.ENABLED:
+                hops.mark("idle_sweep.end")
 
 
 def log_file_limits(partitions: int, before: int, after: int) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from jetserver import hops
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.running import RunningPartition
 from jetserver.config import StorageConfig
@@ -41,6 +42,8 @@ async def run_housekeeping(running: Mapping[Any, RunningPartition], storage: Sto
     due: dict[int, float] = {}  # id(replica) -> when its maintenance is next due
     while True:
         await anyio.sleep(storage.hw_checkpoint_interval_s)
+        if hops.ENABLED:
+            hops.mark("housekeeping.start")
         live = [r.replica for r in list(running.values()) if not r.replica.closed]
         moved = [(r, r.log.high_watermark) for r in live if r.hw_moved_since_checkpoint]
         if moved:
@@ -57,6 +60,8 @@ async def run_housekeeping(running: Mapping[Any, RunningPartition], storage: Sto
             if now >= at and not replica.closed:
                 due[id(replica)] = now + storage.maintenance_interval_s
                 await replica.run_maintenance()
+        if hops.ENABLED:
+            hops.mark("housekeeping.end")
 
 
 async def _checkpoint_chunk(moved: list[tuple[PartitionReplica, int]]) -> None:
