@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -113,8 +114,9 @@ GROUPS_ENV = "JET_TEST_GROUPS_FILE"
 """Environment variable: the file where workers write ``{node id: group}``."""
 DURATIONS_FILE = Path(__file__).with_name("durations.json")
 """``{node id: seconds}`` of the slowest tests of parallel runs (tests/support/durations.py
-writes it from their ``--durations`` lists; now the 40 slowest of the fresh-clone CI run of
-d0597ce, 2026-11-29); the others count :data:`DEFAULT_TEST_S`."""
+writes it from their ``--durations`` lists; now the 100 slowest of the fresh-clone CI run of
+3d62eea, 2026-11-29: 98 tests, the rest of the list were phases of the same tests); the
+others count :data:`DEFAULT_TEST_S`."""
 DEFAULT_TEST_S = 0.2
 """Seconds of a test the table does not list (most take well under a second)."""
 BUSY_S = 5.0
@@ -240,3 +242,37 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
             super()._assign_work_unit(node)
 
     return GroupScheduling(config, log)
+
+
+@attrs.define
+class WorkerLoad:
+    """In the controller of a parallel run: each worker's seconds in tests and when it ran
+    its last one, printed at the end, so that a run shows whether its wall time is the total
+    work (the workers end together) or a tail (one worker runs alone at the end)."""
+
+    started: float = attrs.field(factory=time.monotonic)
+    busy: dict[str, float] = attrs.field(factory=dict)
+    count: dict[str, int] = attrs.field(factory=dict)
+    last_end: dict[str, float] = attrs.field(factory=dict)
+    last_test: dict[str, str] = attrs.field(factory=dict)
+
+    def record(self, report: pytest.TestReport) -> None:
+        """Count one phase (setup, call, teardown) of a test a worker ran."""
+        node = getattr(report, "node", None)
+        if node is None:
+            return
+        worker = node.gateway.id
+        self.busy[worker] = self.busy.get(worker, 0.0) + report.duration
+        self.last_end[worker] = time.monotonic() - self.started
+        if report.when == "call":
+            self.count[worker] = self.count.get(worker, 0) + 1
+            self.last_test[worker] = report.nodeid
+
+    def lines(self) -> list[str]:
+        """One line per worker: tests, seconds in tests, when its last test ended."""
+        return [
+            f"{worker}: {self.count.get(worker, 0)} tests, {self.busy[worker]:.1f} s in"
+            f" tests, last ended at {self.last_end[worker]:.1f} s"
+            f" ({self.last_test.get(worker, '-')})"
+            for worker in sorted(self.busy)
+        ]
