@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
-from support.parallel import announce_groups_file, arrange, make_scheduler
+from support.parallel import WorkerLoad, announce_groups_file, arrange, make_scheduler
 
 
 @pytest.fixture
@@ -69,9 +69,26 @@ def fsync_shim() -> Path:
         pytest.skip(str(exc))
 
 
+WORKER_LOAD = WorkerLoad()
+"""Per-worker seconds of a parallel run (the controller's), printed at its end."""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """In parallel runs: where the workers tell the scheduler the groups."""
     announce_groups_file(config)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """In the controller of a parallel run: count each worker's seconds."""
+    WORKER_LOAD.record(report)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """In the controller of a parallel run: each worker's load and when it finished."""
+    if lines := WORKER_LOAD.lines():
+        terminalreporter.section("seconds per worker")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

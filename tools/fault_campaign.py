@@ -85,6 +85,9 @@ CLASSES: list[tuple[str, str]] = [
     ("wall-clock-jump", "tests/server/test_clock_jump.py"),
 ]
 RUN_TIMEOUT_S = 600.0
+RANDOM_FAULTS = 6
+"""Faults of each run of the random-fault class (JET_FAULT_COUNT): one of each of its 5
+kinds and one drawn by weight (the suite's own run injects the 5)."""
 BALLAST_TEST_TIMEOUT_S = 420
 """pytest-timeout of a run beside ``--partitions`` (the suite's 120 s cut a bit-rot run
 beside 1,000 partitions at load 15 after it had created them and restarted a server)."""
@@ -110,6 +113,7 @@ def run_one(name: str, node: str, seed: int, row: Row, work: Path, partitions: i
     env = {
         **os.environ,
         "JET_FAULT_SEED": str(seed),
+        "JET_FAULT_COUNT": str(RANDOM_FAULTS),
         "JET_FAULT_REPORT": str(report),
         "JET_FAULT_BALLAST_PARTITIONS": str(partitions),
     }

@@ -25,6 +25,21 @@ async def _waiting(turns: CopyTurns, turn: int, timeout_s: float = BOUND_S) -> a
     return task
 
 
+def _count_futures(
+    monkeypatch: pytest.MonkeyPatch, loop: asyncio.AbstractEventLoop
+) -> list[object]:
+    """A list that gets an entry for every future ``loop.create_future`` makes from now on."""
+    made: list[object] = []
+    create_future = loop.create_future
+
+    def counted() -> asyncio.Future[object]:
+        made.append(None)
+        return create_future()
+
+    monkeypatch.setattr(loop, "create_future", counted)
+    return made
+
+
 async def test_a_turn_goes_once_every_earlier_turn_finished() -> None:
     turns = CopyTurns()
     first, second, third = turns.take(), turns.take(), turns.take()
@@ -75,14 +90,7 @@ async def test_a_turn_with_nothing_before_it_makes_no_future(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     loop = asyncio.get_running_loop()
-    made: list[object] = []
-    create_future = loop.create_future
-
-    def counted() -> asyncio.Future[object]:
-        made.append(None)
-        return create_future()
-
-    monkeypatch.setattr(loop, "create_future", counted)
+    made = _count_futures(monkeypatch, loop)
     turns = CopyTurns()
     for _ in range(3):
         turn = turns.take()
@@ -98,14 +106,7 @@ async def test_a_turn_that_waits_parks_on_one_future_of_the_given_loop(
     set and a done callback per wait, and looked the running loop up: a getpid system
     call each on Python 3.11). Failed before: two futures per wait."""
     loop = asyncio.get_running_loop()
-    made: list[object] = []
-    create_future = loop.create_future
-
-    def counted() -> asyncio.Future[object]:
-        made.append(None)
-        return create_future()
-
-    monkeypatch.setattr(loop, "create_future", counted)
+    made = _count_futures(monkeypatch, loop)
     turns = CopyTurns()
     first, second = turns.take(), turns.take()
     waiting = loop.create_task(turns.wait(second, BOUND_S, loop))

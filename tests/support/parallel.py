@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -54,44 +55,53 @@ one worker for longer than the rest of the suite together (the run's critical pa
 files are dealt by :data:`CLUSTER_SECONDS`, longest first, each to the lane with the least
 so far, so that the lanes end together."""
 CLUSTER_SECONDS = {
-    "test_faults_partition.py": 202,
-    "test_faults_random.py": 157,
-    "test_faults_power_loss.py": 152,
-    "test_control_failover.py": 134,
-    "test_rolling_restart.py": 122,
-    "test_faults_fsync.py": 112,
+    "test_faults_partition.py": 307,
+    "test_faults_fsync.py": 199,
+    "test_control_failover.py": 184,
+    "test_faults_power_loss.py": 160,
+    "test_faults_random.py": 121,
+    "test_takeover_cluster.py": 111,
     "test_faults_corruption.py": 110,
-    "test_faults_bitrot.py": 82,
-    "test_faults_follower.py": 80,
-    "test_faults_leader.py": 76,
-    "test_disk_full_cluster.py": 63,
-    "test_preferred_leaders.py": 63,
-    "test_fetch_sessions.py": 52,
-    "test_isr_long_poll.py": 47,
-    "test_faults_two_stops.py": 32,
-    "test_message_limit_cluster.py": 32,
-    "test_key_cas_failover.py": 30,
-    "test_control_elections.py": 28,
-    "test_control_metadata.py": 28,
-    "test_takeover_cluster.py": 27,
-    "test_group_cluster.py": 26,
-    "test_produce_many_cluster.py": 26,
-    "test_stop_after_kill.py": 26,
-    "test_fetch_stream_cluster.py": 25,
-    "test_hw_news.py": 24,
-    "test_stop_all.py": 24,
-    "test_role_summary.py": 22,
-    "test_parked_wakes.py": 18,
-    "test_rf3_turns.py": 16,
-    "test_replication_cluster.py": 15,
-    "test_control_dev.py": 11,
+    "test_rolling_restart.py": 101,
+    "test_preferred_leaders.py": 92,
+    "test_disk_full_cluster.py": 83,
+    "test_faults_two_stops.py": 81,
+    "test_faults_bitrot.py": 77,
+    "test_faults_follower.py": 69,
+    "test_parked_wakes.py": 55,
+    "test_message_limit_cluster.py": 43,
+    "test_group_cluster.py": 42,
+    "test_faults_leader.py": 37,
+    "test_isr_long_poll.py": 37,
+    "test_control_elections.py": 33,
+    "test_rf3_turns.py": 33,
+    "test_fetch_sessions.py": 29,
+    "test_create_ready.py": 27,
+    "test_replication_cluster.py": 26,
+    "test_stop_after_kill.py": 25,
+    "test_produce_many_cluster.py": 23,
+    "test_fetch_stream_cluster.py": 21,
+    "test_key_cas_failover.py": 20,
+    "test_role_summary.py": 20,
+    "test_control_metadata.py": 17,
+    "test_stop_all.py": 16,
+    "test_hw_news.py": 14,
+    "test_control_dev.py": 13,
+    "test_control_placement.py": 8,
+    "test_control_takeover.py": 7,
+    "test_control_liveness.py": 2,
+    "test_control_config.py": 1,
+    "test_control_handoff.py": 1,
+    "test_control_ops.py": 1,
+    "test_isr_safety.py": 1,
 }
-"""Seconds each cluster test file took in one run of tests/cluster on 2 xdist workers (load
-20-27 on 2 cores shared, 2026-11-29; one test of test_faults_fsync failed there on the
-120 s timeout, test_rolling_restart's on a port taken at a restart, so theirs are high); a
-file not listed counts :data:`CLUSTER_DEFAULT_S`.
-Only the order matters: dealt by these, that run's lanes held 940 and 944 s, by the
-previous table 991 and 893 s."""
+"""Seconds each cluster test file took (its tests' setup, call and teardown summed) in one
+run of tests/cluster and tests/spark on 4 xdist workers (load 15-30 on 2 cores shared,
+2026-11-29, at 3d62eea: 359 passed in 1246 s); a file not listed counts
+:data:`CLUSTER_DEFAULT_S`. Only the order matters: dealt by the table before this one
+(another run's), the lanes of that run held 1207 and 1036 s, and the worker of the
+1207 s lane ended 168 s after the other three; the same seconds dealt by this table make
+lanes of 1122 and 1121 s."""
 CLUSTER_DEFAULT_S = 10
 CLUSTER_FILES = tuple(sorted(p.name for p in (TESTS_ROOT / "cluster").glob("test_*.py")))
 
@@ -113,8 +123,9 @@ GROUPS_ENV = "JET_TEST_GROUPS_FILE"
 """Environment variable: the file where workers write ``{node id: group}``."""
 DURATIONS_FILE = Path(__file__).with_name("durations.json")
 """``{node id: seconds}`` of the slowest tests of parallel runs (tests/support/durations.py
-writes it from their ``--durations`` lists; now the 40 slowest of the fresh-clone CI run of
-d0597ce, 2026-11-29); the others count :data:`DEFAULT_TEST_S`."""
+writes it from their ``--durations`` lists; now the 100 slowest of the fresh-clone CI run of
+3d62eea, 2026-11-29: 98 tests, the rest of the list were phases of the same tests); the
+others count :data:`DEFAULT_TEST_S`."""
 DEFAULT_TEST_S = 0.2
 """Seconds of a test the table does not list (most take well under a second)."""
 BUSY_S = 5.0
@@ -240,3 +251,37 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
             super()._assign_work_unit(node)
 
     return GroupScheduling(config, log)
+
+
+@attrs.define
+class WorkerLoad:
+    """In the controller of a parallel run: each worker's seconds in tests and when it ran
+    its last one, printed at the end, so that a run shows whether its wall time is the total
+    work (the workers end together) or a tail (one worker runs alone at the end)."""
+
+    started: float = attrs.field(factory=time.monotonic)
+    busy: dict[str, float] = attrs.field(factory=dict)
+    count: dict[str, int] = attrs.field(factory=dict)
+    last_end: dict[str, float] = attrs.field(factory=dict)
+    last_test: dict[str, str] = attrs.field(factory=dict)
+
+    def record(self, report: pytest.TestReport) -> None:
+        """Count one phase (setup, call, teardown) of a test a worker ran."""
+        node = getattr(report, "node", None)
+        if node is None:
+            return
+        worker = node.gateway.id
+        self.busy[worker] = self.busy.get(worker, 0.0) + report.duration
+        self.last_end[worker] = time.monotonic() - self.started
+        if report.when == "call":
+            self.count[worker] = self.count.get(worker, 0) + 1
+            self.last_test[worker] = report.nodeid
+
+    def lines(self) -> list[str]:
+        """One line per worker: tests, seconds in tests, when its last test ended."""
+        return [
+            f"{worker}: {self.count.get(worker, 0)} tests, {self.busy[worker]:.1f} s in"
+            f" tests, last ended at {self.last_end[worker]:.1f} s"
+            f" ({self.last_test.get(worker, '-')})"
+            for worker in sorted(self.busy)
+        ]

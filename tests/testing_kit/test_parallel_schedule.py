@@ -1,10 +1,19 @@
 """The parallel suite's order (tests/support/parallel.py): units longest first by the table
-of measured seconds, a busy worker handed the shortest unit, and a table that names only
-tests that exist."""
+of measured seconds, a busy worker handed the shortest unit, a table that names only
+tests that exist, and the per-worker seconds printed at the end."""
 
 from __future__ import annotations
 
-from support.parallel import BUSY_S, DEFAULT_TEST_S, DURATIONS_FILE, TESTS_ROOT, Estimates
+from types import SimpleNamespace
+
+from support.parallel import (
+    BUSY_S,
+    DEFAULT_TEST_S,
+    DURATIONS_FILE,
+    TESTS_ROOT,
+    Estimates,
+    WorkerLoad,
+)
 
 
 def test_units_are_ordered_by_their_summed_seconds_ties_in_collection_order() -> None:
@@ -34,3 +43,28 @@ def test_the_table_names_tests_that_exist() -> None:
         p.relative_to(TESTS_ROOT.parent).as_posix() for p in TESTS_ROOT.rglob("test_*.py")
     }
     assert not missing, f"{DURATIONS_FILE.name} names files that are gone: {sorted(missing)}"
+
+
+def _report(worker: str | None, nodeid: str, when: str, duration: float) -> object:
+    node = None if worker is None else SimpleNamespace(gateway=SimpleNamespace(id=worker))
+    return SimpleNamespace(node=node, nodeid=nodeid, when=when, duration=duration)
+
+
+def test_each_workers_seconds_tests_and_last_test_are_summed_from_its_reports() -> None:
+    load = WorkerLoad()
+    for report in (
+        _report("gw0", "a::one", "setup", 1.5),
+        _report("gw0", "a::one", "call", 2.0),
+        _report("gw1", "b::two", "call", 0.5),
+        _report("gw0", "a::three", "call", 4.0),
+        _report("gw0", "a::three", "teardown", 0.5),
+        _report(None, "c::serial", "call", 9.0),  # not from a worker: not counted
+    ):
+        load.record(report)  # type: ignore[arg-type]
+    lines = load.lines()
+    assert len(lines) == 2
+    assert lines[0].startswith("gw0: 2 tests, 8.0 s in tests, last ended at ")
+    assert lines[0].endswith("(a::three)")
+    assert lines[1].startswith("gw1: 1 tests, 0.5 s in tests")
+    assert lines[1].endswith("(b::two)")
+    assert WorkerLoad().lines() == []  # a serial run prints nothing
