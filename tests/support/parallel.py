@@ -35,7 +35,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -253,17 +253,43 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
+def machine_cpu() -> tuple[int, int] | None:
+    """``(busy, total)`` CPU time of the whole machine, all cores, in clock ticks since boot
+    (/proc/stat; None where there is none). Idle and I/O wait are not busy."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(ticks) < 5:
+        return None
+    total = sum(ticks)
+    return total - ticks[3] - ticks[4], total
+
+
 @attrs.define
 class WorkerLoad:
     """In the controller of a parallel run: each worker's seconds in tests and when it ran
-    its last one, printed at the end, so that a run shows whether its wall time is the total
-    work (the workers end together) or a tail (one worker runs alone at the end)."""
+    its last one, and how busy the machine's CPUs were, printed at the end, so that a run
+    shows whether its wall time is the total work (the workers end together, the CPUs busy
+    throughout) or a tail (one worker runs alone at the end, the CPUs partly idle)."""
 
+    cpu: Callable[[], tuple[int, int] | None] = machine_cpu
+    """Where the machine's CPU time is read (:func:`machine_cpu`)."""
     started: float = attrs.field(factory=time.monotonic)
     busy: dict[str, float] = attrs.field(factory=dict)
     count: dict[str, int] = attrs.field(factory=dict)
     last_end: dict[str, float] = attrs.field(factory=dict)
     last_test: dict[str, str] = attrs.field(factory=dict)
+    samples: list[tuple[float, int, int]] = attrs.field(factory=list)
+    """``(seconds since start, busy, total)`` at the start and at each report."""
+
+    def __attrs_post_init__(self) -> None:
+        self._sample(0.0)
+
+    def _sample(self, at: float) -> None:
+        if (ticks := self.cpu()) is not None:
+            self.samples.append((at, *ticks))
 
     def record(self, report: pytest.TestReport) -> None:
         """Count one phase (setup, call, teardown) of a test a worker ran."""
@@ -271,17 +297,39 @@ class WorkerLoad:
         if node is None:
             return
         worker = node.gateway.id
+        now = time.monotonic() - self.started
         self.busy[worker] = self.busy.get(worker, 0.0) + report.duration
-        self.last_end[worker] = time.monotonic() - self.started
+        self.last_end[worker] = now
         if report.when == "call":
             self.count[worker] = self.count.get(worker, 0) + 1
             self.last_test[worker] = report.nodeid
+        self._sample(now)
+
+    def busy_share(self, since: float) -> float | None:
+        """The share of the machine's CPU time that was busy from ``since`` (seconds from
+        the start) to the last report; None without two samples in that span."""
+        span = [s for s in self.samples if s[0] >= since]
+        if len(span) < 2 or span[-1][2] == span[0][2]:
+            return None
+        return (span[-1][1] - span[0][1]) / (span[-1][2] - span[0][2])
 
     def lines(self) -> list[str]:
-        """One line per worker: tests, seconds in tests, when its last test ended."""
-        return [
+        """One line per worker (tests, seconds in tests, when its last test ended), then
+        the machine's busy CPU share over the run and after all workers but one ended."""
+        out = [
             f"{worker}: {self.count.get(worker, 0)} tests, {self.busy[worker]:.1f} s in"
             f" tests, last ended at {self.last_end[worker]:.1f} s"
             f" ({self.last_test.get(worker, '-')})"
             for worker in sorted(self.busy)
         ]
+        whole = self.busy_share(0.0)
+        if not out or whole is None:
+            return out
+        line = f"CPU busy (whole machine, /proc/stat): {whole:.0%} over the run"
+        ends = sorted(self.last_end.values())
+        if len(ends) > 1 and (tail := self.busy_share(ends[-2])) is not None:
+            line += (
+                f"; {tail:.0%} in its last {ends[-1] - ends[-2]:.1f} s, after all workers"
+                " but one had ended"
+            )
+        return [*out, line]
