@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 from support.parallel import (
     BUSY_S,
+    CLUSTER_LANE_OF,
     DEFAULT_TEST_S,
     DURATIONS_FILE,
+    IN_PROCESS_FILES,
     TESTS_ROOT,
     Estimates,
     WorkerLoad,
@@ -43,6 +45,12 @@ def test_the_table_names_tests_that_exist() -> None:
         p.relative_to(TESTS_ROOT.parent).as_posix() for p in TESTS_ROOT.rglob("test_*.py")
     }
     assert not missing, f"{DURATIONS_FILE.name} names files that are gone: {sorted(missing)}"
+
+
+def test_the_in_process_files_exist_and_only_the_others_are_dealt_to_lanes() -> None:
+    files = {p.name for p in (TESTS_ROOT / "cluster").glob("test_*.py")}
+    assert files >= IN_PROCESS_FILES
+    assert set(CLUSTER_LANE_OF) == files - IN_PROCESS_FILES
 
 
 def _report(worker: str | None, nodeid: str, when: str, duration: float) -> object:
