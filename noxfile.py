@@ -83,7 +83,9 @@ def tests(session: nox.Session) -> None:
     # by each of the 4 workers (a worker's collection: 16.8 s of CPU cold, 5.9 s after
     # this, which took 16.3 s of CPU in all; tests/support/warm_rewrite.py).
     session.run("python", "tests/support/warm_rewrite.py")
-    # In parallel; the slowest tests are listed at the end so that CI time stays visible.
+    # In parallel; the slowest tests are listed at the end so that CI time stays visible,
+    # after each worker's seconds and when it ended, and how busy the CPUs were over the run
+    # and at its end (tests/support/parallel.WorkerLoad): the total work or a tail.
     # Arguments after `--` replace both (`nox -s tests -- tests/storage` runs serially).
     # (tests/support/durations.py makes the scheduler's table of test times from that list:
     # 100 rows, so that it also holds the tests of 5-10 s that fill the shared groups.)

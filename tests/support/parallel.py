@@ -35,7 +35,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,6 @@ CLUSTER_SECONDS = {
     "test_group_cluster.py": 42,
     "test_faults_leader.py": 37,
     "test_isr_long_poll.py": 37,
-    "test_control_elections.py": 33,
     "test_rf3_turns.py": 33,
     "test_fetch_sessions.py": 29,
     "test_create_ready.py": 27,
@@ -87,13 +86,6 @@ CLUSTER_SECONDS = {
     "test_stop_all.py": 16,
     "test_hw_news.py": 14,
     "test_control_dev.py": 13,
-    "test_control_placement.py": 8,
-    "test_control_takeover.py": 7,
-    "test_control_liveness.py": 2,
-    "test_control_config.py": 1,
-    "test_control_handoff.py": 1,
-    "test_control_ops.py": 1,
-    "test_isr_safety.py": 1,
 }
 """Seconds each cluster test file took (its tests' setup, call and teardown summed) in one
 run of tests/cluster and tests/spark on 4 xdist workers (load 15-30 on 2 cores shared,
@@ -101,9 +93,28 @@ run of tests/cluster and tests/spark on 4 xdist workers (load 15-30 on 2 cores s
 :data:`CLUSTER_DEFAULT_S`. Only the order matters: dealt by the table before this one
 (another run's), the lanes of that run held 1207 and 1036 s, and the worker of the
 1207 s lane ended 168 s after the other three; the same seconds dealt by this table make
-lanes of 1122 and 1121 s."""
+lanes of 1122 and 1121 s, and 1097 and 1096 s without :data:`IN_PROCESS_FILES`."""
 CLUSTER_DEFAULT_S = 10
-CLUSTER_FILES = tuple(sorted(p.name for p in (TESTS_ROOT / "cluster").glob("test_*.py")))
+IN_PROCESS_FILES = frozenset(
+    {
+        "test_control_config.py",
+        "test_control_elections.py",
+        "test_control_handoff.py",
+        "test_control_liveness.py",
+        "test_control_ops.py",
+        "test_control_placement.py",
+        "test_control_takeover.py",
+        "test_isr_safety.py",
+    }
+)
+"""Files of tests/cluster that start no server process (pure functions, or a one-member
+Raft in the test's own process): their tests go to any worker, not to a lane (54 s of the
+lanes' 2243 s in the run of :data:`CLUSTER_SECONDS`)."""
+CLUSTER_FILES = tuple(
+    sorted(
+        p.name for p in (TESTS_ROOT / "cluster").glob("test_*.py") if p.name not in IN_PROCESS_FILES
+    )
+)
 
 
 def deal_lanes(files: tuple[str, ...], lanes: int) -> dict[str, int]:
@@ -253,17 +264,43 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
     return GroupScheduling(config, log)
 
 
+def machine_cpu() -> tuple[int, int] | None:
+    """``(busy, total)`` CPU time of the whole machine, all cores, in clock ticks since boot
+    (/proc/stat; None where there is none). Idle and I/O wait are not busy."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(ticks) < 5:
+        return None
+    total = sum(ticks)
+    return total - ticks[3] - ticks[4], total
+
+
 @attrs.define
 class WorkerLoad:
     """In the controller of a parallel run: each worker's seconds in tests and when it ran
-    its last one, printed at the end, so that a run shows whether its wall time is the total
-    work (the workers end together) or a tail (one worker runs alone at the end)."""
+    its last one, and how busy the machine's CPUs were, printed at the end, so that a run
+    shows whether its wall time is the total work (the workers end together, the CPUs busy
+    throughout) or a tail (one worker runs alone at the end, the CPUs partly idle)."""
 
+    cpu: Callable[[], tuple[int, int] | None] = machine_cpu
+    """Where the machine's CPU time is read (:func:`machine_cpu`)."""
     started: float = attrs.field(factory=time.monotonic)
     busy: dict[str, float] = attrs.field(factory=dict)
     count: dict[str, int] = attrs.field(factory=dict)
     last_end: dict[str, float] = attrs.field(factory=dict)
     last_test: dict[str, str] = attrs.field(factory=dict)
+    samples: list[tuple[float, int, int]] = attrs.field(factory=list)
+    """``(seconds since start, busy, total)`` at the start and at each report."""
+
+    def __attrs_post_init__(self) -> None:
+        self._sample(0.0)
+
+    def _sample(self, at: float) -> None:
+        if (ticks := self.cpu()) is not None:
+            self.samples.append((at, *ticks))
 
     def record(self, report: pytest.TestReport) -> None:
         """Count one phase (setup, call, teardown) of a test a worker ran."""
@@ -271,17 +308,39 @@ class WorkerLoad:
         if node is None:
             return
         worker = node.gateway.id
+        now = time.monotonic() - self.started
         self.busy[worker] = self.busy.get(worker, 0.0) + report.duration
-        self.last_end[worker] = time.monotonic() - self.started
+        self.last_end[worker] = now
         if report.when == "call":
             self.count[worker] = self.count.get(worker, 0) + 1
             self.last_test[worker] = report.nodeid
+        self._sample(now)
+
+    def busy_share(self, since: float) -> float | None:
+        """The share of the machine's CPU time that was busy from ``since`` (seconds from
+        the start) to the last report; None without two samples in that span."""
+        span = [s for s in self.samples if s[0] >= since]
+        if len(span) < 2 or span[-1][2] == span[0][2]:
+            return None
+        return (span[-1][1] - span[0][1]) / (span[-1][2] - span[0][2])
 
     def lines(self) -> list[str]:
-        """One line per worker: tests, seconds in tests, when its last test ended."""
-        return [
+        """One line per worker (tests, seconds in tests, when its last test ended), then
+        the machine's busy CPU share over the run and after all workers but one ended."""
+        out = [
             f"{worker}: {self.count.get(worker, 0)} tests, {self.busy[worker]:.1f} s in"
             f" tests, last ended at {self.last_end[worker]:.1f} s"
             f" ({self.last_test.get(worker, '-')})"
             for worker in sorted(self.busy)
         ]
+        whole = self.busy_share(0.0)
+        if not out or whole is None:
+            return out
+        line = f"CPU busy (whole machine, /proc/stat): {whole:.0%} over the run"
+        ends = sorted(self.last_end.values())
+        if len(ends) > 1 and (tail := self.busy_share(ends[-2])) is not None:
+            line += (
+                f"; {tail:.0%} in its last {ends[-1] - ends[-2]:.1f} s, after all workers"
+                " but one had ended"
+            )
+        return [*out, line]

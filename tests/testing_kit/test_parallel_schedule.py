@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 from support.parallel import (
     BUSY_S,
+    CLUSTER_LANE_OF,
     DEFAULT_TEST_S,
     DURATIONS_FILE,
+    IN_PROCESS_FILES,
     TESTS_ROOT,
     Estimates,
     WorkerLoad,
@@ -45,13 +47,19 @@ def test_the_table_names_tests_that_exist() -> None:
     assert not missing, f"{DURATIONS_FILE.name} names files that are gone: {sorted(missing)}"
 
 
+def test_the_in_process_files_exist_and_only_the_others_are_dealt_to_lanes() -> None:
+    files = {p.name for p in (TESTS_ROOT / "cluster").glob("test_*.py")}
+    assert files >= IN_PROCESS_FILES
+    assert set(CLUSTER_LANE_OF) == files - IN_PROCESS_FILES
+
+
 def _report(worker: str | None, nodeid: str, when: str, duration: float) -> object:
     node = None if worker is None else SimpleNamespace(gateway=SimpleNamespace(id=worker))
     return SimpleNamespace(node=node, nodeid=nodeid, when=when, duration=duration)
 
 
 def test_each_workers_seconds_tests_and_last_test_are_summed_from_its_reports() -> None:
-    load = WorkerLoad()
+    load = WorkerLoad(cpu=lambda: None)
     for report in (
         _report("gw0", "a::one", "setup", 1.5),
         _report("gw0", "a::one", "call", 2.0),
@@ -62,9 +70,25 @@ def test_each_workers_seconds_tests_and_last_test_are_summed_from_its_reports() 
     ):
         load.record(report)  # type: ignore[arg-type]
     lines = load.lines()
-    assert len(lines) == 2
+    assert len(lines) == 2  # and no CPU line: no /proc/stat here
     assert lines[0].startswith("gw0: 2 tests, 8.0 s in tests, last ended at ")
     assert lines[0].endswith("(a::three)")
     assert lines[1].startswith("gw1: 1 tests, 0.5 s in tests")
     assert lines[1].endswith("(b::two)")
-    assert WorkerLoad().lines() == []  # a serial run prints nothing
+    assert WorkerLoad(cpu=lambda: None).lines() == []  # a serial run prints nothing
+
+
+def test_the_machines_busy_share_over_the_run_and_in_the_tail() -> None:
+    ticks = iter([(0, 0), (180, 200), (190, 300)])  # (busy, total): start, then 2 reports
+    load = WorkerLoad(cpu=lambda: next(ticks))
+    load.record(_report("gw0", "a::one", "call", 1.0))  # type: ignore[arg-type]
+    load.record(_report("gw1", "b::one", "call", 1.0))  # type: ignore[arg-type]
+    load.last_end = {"gw0": 10.0, "gw1": 30.0}  # the times of those two reports
+    load.samples = [(0.0, *load.samples[0][1:]), (10.0, 180, 200), (30.0, 190, 300)]
+    assert load.busy_share(0.0) == 190 / 300
+    assert load.busy_share(10.0) == 10 / 100
+    assert load.busy_share(30.0) is None  # one sample: no span
+    assert load.lines()[-1] == (
+        "CPU busy (whole machine, /proc/stat): 63% over the run; 10% in its last 20.0 s,"
+        " after all workers but one had ended"
+    )
