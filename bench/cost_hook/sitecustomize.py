@@ -1,6 +1,9 @@
 """Loaded by ``bench cost`` into its jet server processes (through PYTHONPATH) when
 ``JET_COST_PROFILE`` names a file: SIGUSR1 starts a cProfile of the main (event-loop)
-thread, SIGUSR2 stops it and writes the stats to that file. Nothing else changes."""
+thread, SIGUSR2 stops it and writes the stats to that file. If a file of that name plus
+``.lines`` exists when SIGUSR1 comes, the main thread's Python lines run are counted
+instead (``sys.settrace``, per function) and SIGUSR2 writes them to that file as JSON
+(``{"<file>:<first line>(<function>)": lines}``). Nothing else changes."""
 
 from __future__ import annotations
 
@@ -10,17 +13,47 @@ _PATH = os.environ.get("JET_COST_PROFILE", "")
 
 if _PATH:
     import cProfile
+    import json
     import signal
+    import sys
+    from collections import Counter
+    from types import CodeType, FrameType
     from typing import Any
 
     _profile: list[cProfile.Profile] = []
+    _lines: list[Counter[CodeType]] = []
+
+    def _count_lines() -> None:
+        counts: Counter[CodeType] = Counter()
+
+        def local(frame: FrameType, event: str, _arg: Any) -> Any:
+            if event == "line":
+                counts[frame.f_code] += 1
+            return local
+
+        def called(frame: FrameType, event: str, _arg: Any) -> Any:
+            return local if event == "call" else None
+
+        _lines.append(counts)
+        sys.settrace(called)
 
     def _start(_signum: int, _frame: Any) -> None:
-        if not _profile:
-            _profile.append(cProfile.Profile())
-            _profile[0].enable()
+        if _profile or _lines:
+            return
+        if os.path.exists(_PATH + ".lines"):
+            _count_lines()
+            return
+        _profile.append(cProfile.Profile())
+        _profile[0].enable()
 
     def _stop(_signum: int, _frame: Any) -> None:
+        if _lines:
+            sys.settrace(None)
+            counts = _lines.pop()
+            out = {f"{c.co_filename}:{c.co_firstlineno}({c.co_name})": n for c, n in counts.items()}
+            with open(_PATH + ".tmp", "w") as f:
+                json.dump(out, f)
+            os.replace(_PATH + ".tmp", _PATH)  # whole when seen
         if _profile:
             prof = _profile.pop()
             prof.disable()
