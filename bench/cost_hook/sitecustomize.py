@@ -3,7 +3,9 @@
 thread, SIGUSR2 stops it and writes the stats to that file. If a file of that name plus
 ``.lines`` exists when SIGUSR1 comes, the main thread's Python lines run are counted
 instead (``sys.settrace``, per function) and SIGUSR2 writes them to that file as JSON
-(``{"<file>:<first line>(<function>)": lines}``). Nothing else changes."""
+(``{"<file>:<first line>(<function>)": lines}``); with ``JET_COST_BYLINE=<dir>`` the
+count of every line run is written there too (``<profile file name>.json``,
+``{"<file>:<line>": runs}``). Nothing else changes."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ if _PATH:
 
     _profile: list[cProfile.Profile] = []
     _lines: list[Counter[CodeType]] = []
+    _BYLINE = os.environ.get("JET_COST_BYLINE", "")
+    _by_line: Counter[tuple[str, int]] = Counter()
 
     def _count_lines() -> None:
         counts: Counter[CodeType] = Counter()
@@ -29,6 +33,8 @@ if _PATH:
         def local(frame: FrameType, event: str, _arg: Any) -> Any:
             if event == "line":
                 counts[frame.f_code] += 1
+                if _BYLINE:
+                    _by_line[frame.f_code.co_filename, frame.f_lineno] += 1
             return local
 
         def called(frame: FrameType, event: str, _arg: Any) -> Any:
@@ -54,6 +60,11 @@ if _PATH:
             with open(_PATH + ".tmp", "w") as f:
                 json.dump(out, f)
             os.replace(_PATH + ".tmp", _PATH)  # whole when seen
+            if _BYLINE:
+                name = os.path.join(_BYLINE, os.path.basename(_PATH) + ".json")
+                with open(name, "w") as f:
+                    json.dump({f"{path}:{line}": n for (path, line), n in _by_line.items()}, f)
+                _by_line.clear()
         if _profile:
             prof = _profile.pop()
             prof.disable()
