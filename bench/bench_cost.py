@@ -12,6 +12,10 @@ Wall-clock latency on a shared machine is noise; these counts are not (or much l
   slowdown strace causes does not change the counts);
 - ``calls``: Python function calls per message in the loop thread (cProfile switched on
   and off by signal through ``bench/cost_hook/sitecustomize.py``), with the top callees;
+- ``lines``: Python lines run per message in the loop thread (``sys.settrace`` switched
+  the same way), with the functions that run the most: the interpreter's work, which a
+  call count weighs the same for a one-line property and a 100-line function (at 500
+  msg/s most of a message's server CPU, ``python -m bench floor``);
 - ``turns``: event-loop iterations per message of the loop thread (``strace -f -e
   epoll_pwait,epoll_wait``): those that found work ready (the poll's timeout 0: a task or
   callback waited for the next turn) and those that slept until an event (a wake-up),
@@ -22,7 +26,8 @@ With ``JET_BENCH_AGAINST=<another jet work tree>`` a second server runs that tre
 rounds. ``JET_COST_KINDS`` picks the measurements (default ``cpu,strace,calls``),
 ``JET_COST_ROUNDS`` the rounds per kind (default 3; quick 2) and ``JET_COST_MESSAGES`` the
 messages per round (default 2,000; quick 1,000); ``JET_COST_KEEP=<dir>`` keeps the last
-profile of each server and stream there (``prof.<A|B>.<stream>``, pstats format);
+profile of each server and stream there (``prof.<A|B>.<stream>``, pstats format; the
+``lines`` kind's counts as ``lines.<A|B>.<stream>.json``);
 ``JET_COST_NO_COPIES=1`` adds two streams with ``no_nats_copies`` (``cfn``, ``cwn``), so
 the NATS copy's cost per message is the difference from ``cf`` and ``cw``;
 ``JET_COST_VALUE_BYTES=<n>`` sends values of n bytes instead of 100 (the per-byte cost:
@@ -48,6 +53,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import orjson
 
 from bench.bench_light import _switches, jet_clients
 from bench.bench_sdk import _load, _stamp, jet_latency
@@ -144,6 +150,8 @@ async def _round(
         )
     if kind == "turns":
         return await _turns(client, stream, pid, n, work, tag)
+    if kind == "lines":
+        return await _lines(client, stream, pid, n, work, tag)
     if kind == "strace":
         lat = []
 
@@ -217,6 +225,41 @@ def top_callees(stats: pstats.Stats, n: int) -> str:
         key=lambda kv: -kv[1][1],
     )[:8]
     return ", ".join(f"{func[2]} {v[1] / n:.1f}" for func, v in rows)
+
+
+async def _lines(
+    client: Client, stream: str, pid: int, n: int, work: Path, tag: str
+) -> tuple[float, str]:
+    """Python lines run per message in the loop thread of server ``pid`` (``lines``):
+    ``bench/cost_hook`` counts them between SIGUSR1 and SIGUSR2 while a ``.lines`` file
+    sits beside its profile path."""
+    out = work / f"prof.{tag}"
+    marker = work / f"prof.{tag}.lines"
+    out.unlink(missing_ok=True)
+    marker.touch()
+    try:
+        os.kill(pid, signal.SIGUSR1)
+        lat = await _send(client, stream, RATE, n / RATE)
+        os.kill(pid, signal.SIGUSR2)
+        with anyio.fail_after(10):
+            while not out.exists():  # noqa: ASYNC110 - another process writes it
+                await anyio.sleep(0.05)
+    finally:
+        marker.unlink(missing_ok=True)
+    counts: dict[str, int] = orjson.loads(out.read_bytes())
+    keep = os.environ.get("JET_COST_KEEP")
+    if keep:
+        shutil.copy(out, Path(keep) / f"lines.{tag}.{stream}.json")
+    out.unlink()
+    k = len(lat)
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
+    return sum(counts.values()) / k, ", ".join(f"{_short(where)} {c / k:.1f}" for where, c in top)
+
+
+def _short(where: str) -> str:
+    """``<file>:<line>(<function>)`` with the file's directories left out."""
+    path, _, rest = where.rpartition(":")
+    return f"{Path(path).name}:{rest}"
 
 
 async def _straced(
@@ -307,6 +350,7 @@ UNITS = {
     "strace": "syscalls/msg",
     "calls": "Python calls/msg",
     "turns": "loop turns/msg",
+    "lines": "Python lines/msg",
 }
 """Each kind's unit."""
 

@@ -328,3 +328,30 @@ def test_a_body_read_in_place_is_not_zero_filled_first() -> None:
     assert frame is not None
     assert frame.body == body
     assert frame.correlation_id == 5
+
+
+def test_chunks_that_are_each_one_whole_frame_decode_as_fed() -> None:
+    """A chunk that is exactly one frame (a request alone in its read) gives that frame,
+    and leaves the chunks after it buffered: a torn frame behind it still waits."""
+    one = encode_frame(0, 7, b"first")
+    two = encode_frame(3, 8, b"")
+    three = encode_frame(0, 9, b"third body")
+    dec = FrameDecoder()
+    dec.feed(one)
+    dec.feed(two)
+    dec.feed(three[:5])
+    got = dec.next_frame()
+    assert got is not None
+    assert (got.api, got.correlation_id, bytes(got.body)) == (0, 7, b"first")
+    assert dec.buffered_bytes == len(two) + 5
+    got = dec.next_frame()
+    assert got is not None
+    assert (got.api, got.correlation_id, bytes(got.body)) == (3, 8, b"")
+    assert dec.next_frame() is None
+    assert dec.buffered_bytes == 5
+    dec.feed(three[5:])
+    got = dec.next_frame()
+    assert got is not None
+    assert (got.correlation_id, bytes(got.body)) == (9, b"third body")
+    assert dec.buffered_bytes == 0
+    assert dec.next_frame() is None

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from jetsdk.codec.record import iter_records
 from jetserver.storage import Log, LogConfig
-from jetserver.storage.segment import TAIL_MAX_BYTES
+from jetserver.storage.files import SharedFile
+from jetserver.storage.segment import TAIL_MAX_BYTES, Segment
 
 from .helpers import bodies
 
@@ -69,3 +73,47 @@ def test_a_large_append_or_a_raw_one_is_not_kept(tmp_path: Path) -> None:
         with raw.read(0, 1 << 20) as sl:
             assert sl.data is None
             assert sl.read_bytes() == data
+
+
+def test_a_reader_keeping_up_reads_the_tail_without_locating_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read from the first offset of the last small append, with all of it visible,
+    is served from memory before any slice or file lease (Segment.read_tail); one that
+    starts inside it, or whose bound stops short of its end, takes the usual way."""
+    with Log.open(tmp_path / "p", LogConfig(index_interval_bytes=1 << 20)) as log:
+        log.append(bodies(2), 1, 0)
+        log.append(bodies(2, start=2), 2, 0)
+        log.set_high_watermark(4)
+        sliced: list[int] = []
+        acquired: list[int] = []
+        real_slice = Segment.slice
+        real_acquire = SharedFile.acquire
+
+        def slice_(self: Segment, offset: int, *args: Any) -> Any:
+            sliced.append(offset)
+            return real_slice(self, offset, *args)
+
+        def acquire(self: SharedFile) -> None:
+            acquired.append(1)
+            real_acquire(self)
+
+        monkeypatch.setattr(Segment, "slice", slice_)
+        monkeypatch.setattr(SharedFile, "acquire", acquire)
+        with log.read(2, 1 << 20) as tail:
+            assert tail.data is not None
+            assert tail.read_bytes() == _file_bytes(tmp_path / "p", tail.position, tail.length)
+            assert [r.offset for r in iter_records(tail.read_bytes())] == [2, 3]
+            assert tail.next_offset == 4
+        assert sliced == []
+        assert acquired == []
+        with log.read(3, 1 << 20) as inside:
+            assert [r.offset for r in iter_records(inside.read_bytes())] == [3]
+        with log.read(2, 1 << 20, max_offset=3) as bounded:
+            assert [r.offset for r in iter_records(bounded.read_bytes())] == [2]
+        assert sliced == [3, 2]
+        log.append(bodies(1, start=4), 3, 0)  # the reader's next read: the new tail
+        log.set_high_watermark(5)
+        with log.read(4, 1 << 20) as nxt:
+            assert [r.offset for r in iter_records(nxt.read_bytes())] == [4]
+        assert sliced == [3, 2]

@@ -91,31 +91,55 @@ async def fetch(
     """
     if req.replica_id >= 0:
         raise invalid_argument("replica_id", FOLLOWER_FETCH_REFUSED)
+    return await fetch_from(
+        streams,
+        limits,
+        req.stream,
+        req.partition,
+        req.offset,
+        req.max_bytes,
+        req.max_wait_ms,
+        stop,
+        replica,
+    )
+
+
+async def fetch_from(
+    streams: StreamManager,
+    limits: LimitsConfig,
+    stream: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    max_wait_ms: int,
+    stop: Callable[[], bool] | None = None,
+    replica: PartitionReplica | None = None,
+) -> FetchAnswer:
+    """:func:`fetch` of a consumer's request given by its fields (a FetchStream's answers:
+    no request object built for each)."""
     if replica is None or replica.closed:
-        check_holds_replica(streams, req.stream, req.partition)
-        replica = streams.replica(req.stream, req.partition)
+        check_holds_replica(streams, stream, partition)
+        replica = streams.replica(stream, partition)
     core = replica.core
     if not core.serves_consumers():
         replica.check_leader(-1)  # raises NOT_LEADER with the leader's id
     log = replica.log
-    if req.offset < log.log_start_offset or req.offset > log.log_end_offset:
+    if offset < log.log_start_offset or offset > log.log_end_offset:
         return _out_of_range(replica.log)
     # hw <= offset <= leo: wait (a follower's hw may lag the hw a consumer saw elsewhere).
-    if hops.ENABLED and req.offset < log.high_watermark:
+    if hops.ENABLED and offset < log.high_watermark:
         hops.mark("fetch.woken")  # it came after the HW moved: no wait
-    if req.offset >= log.high_watermark and req.max_wait_ms > 0:
-        wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
-        await replica.wait_for_hw_above(req.offset, wait_ms / 1000, stop)
+    if offset >= log.high_watermark and max_wait_ms > 0:
+        wait_ms = min(max_wait_ms, int(limits.max_fetch_wait_s * 1000))
+        await replica.wait_for_hw_above(offset, wait_ms / 1000, stop)
         if hops.ENABLED:
             hops.mark("fetch.woken")
         if replica.closed:
-            replica = streams.replica(req.stream, req.partition)  # raises if deleted
+            replica = streams.replica(stream, partition)  # raises if deleted
             log, core = replica.log, replica.core
         if not core.serves_consumers():
             replica.check_leader(-1)
-    return read_records(
-        log, req.offset, min(req.max_bytes, limits.max_fetch_bytes), log.high_watermark
-    )
+    return read_records(log, offset, min(max_bytes, limits.max_fetch_bytes), log.high_watermark)
 
 
 def check_holds_replica(streams: StreamManager, stream: str, partition: int) -> None:

@@ -25,8 +25,7 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.fetch_stream import MAX_FETCH_STREAM_RESPONSES, FetchStreamRequest
-from jetsdk.codec.messages import FetchRequest
-from jetserver.broker.fetch import FetchAnswer, fetch
+from jetserver.broker.fetch import FetchAnswer, fetch_from
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
@@ -98,10 +97,14 @@ class FetchStream:
             if self.led_epoch is not None:  # raises NOT_LEADER: go to the new leader
                 self.streams.replica(req.stream, req.partition).check_leader(self.led_epoch)
             wait_ms = max(0, int((self.deadline - time.monotonic()) * 1000))
-            answer = await fetch(
+            answer = await fetch_from(
                 self.streams,
                 self.limits,
-                FetchRequest(req.stream, req.partition, self.offset, req.max_bytes, wait_ms),
+                req.stream,
+                req.partition,
+                self.offset,
+                req.max_bytes,
+                wait_ms,
                 self._is_cancelled,
                 self.replica,
             )

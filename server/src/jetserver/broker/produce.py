@@ -556,14 +556,18 @@ def _direct_batch(
     """The typed batch of the messages at ``indexes`` (``to_send[i]`` is message
     ``indexes[i]``, each with an envelope, so each has a record)."""
     assert records is not None  # built whenever a replica here may take them directly
-    return DirectBatch(
-        subjects=[subject for subject, _payload in to_send],
-        records=[r for i in indexes if (r := records[i]) is not None],
-        indexes=indexes,
-        policy=policy,
-        completion=completion,
-        size=sum(len(payload) for _subject, payload in to_send),
-    )
+    subjects: list[str] = []
+    taken: list[DirectRecord] = []
+    size = 0
+    # One loop, not two comprehensions and a generator (a request has one message at
+    # light load: their frames cost more than the work).
+    for (subject, payload), i in zip(to_send, indexes, strict=True):
+        record = records[i]
+        assert record is not None  # each message with an envelope has a record
+        subjects.append(subject)
+        taken.append(record)
+        size += len(payload)
+    return DirectBatch(subjects, taken, indexes, policy, completion, size)
 
 
 def _stored(

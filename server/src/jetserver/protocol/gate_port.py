@@ -43,6 +43,10 @@ class RequestGate(Protocol):
     """Screens requests before dispatch (implemented by
     :class:`jetserver.security.gate.Security`, whose docstrings say more)."""
 
+    def screens(self, api: int) -> bool:
+        """False if :meth:`screen` lets every request of ``api`` through now: no need to
+        call it."""
+
     def authorizes(self, session: Session) -> bool:
         """True if :meth:`screen` checks the grants of ``session``'s requests (a Produce's
         head is then decoded once, by the caller, for both)."""

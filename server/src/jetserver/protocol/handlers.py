@@ -128,13 +128,15 @@ class Dispatcher:
             if self.shutting_down:
                 raise ApiError(ErrorCode.SHUTTING_DOWN, "server is shutting down")
             head: ProduceHead | None = None
-            if self.security is not None:
+            security = self.security
+            if security is not None:
                 session = session or Session()
-                if api == Api.PRODUCE and self.security.authorizes(session):
-                    head = decode_produce_head(frame.body)  # once, for the ACLs and Produce
-                screened = await self.security.screen(frame, session, head)
-                if screened is not None:
-                    return screened
+                if security.screens(api):
+                    if api == Api.PRODUCE and security.authorizes(session):
+                        head = decode_produce_head(frame.body)  # once, for ACLs and Produce
+                    screened = await security.screen(frame, session, head)
+                    if screened is not None:
+                        return screened
             if api == Api.PRODUCE_MANY:
                 return await self._produce_many().handle(frame, session)
             try:

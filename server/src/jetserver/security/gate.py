@@ -75,6 +75,9 @@ MAX_CREDENTIAL_CHARS = 4096
 """Longer tokens or passwords are refused before hashing."""
 
 _INTERNAL_ONLY = frozenset({Api.OFFSET_FOR_LEADER_EPOCH, Api.REPORT_LEADER, Api.REPLICA_FETCH})
+_GATE_APIS = frozenset({Api.AUTHENTICATE, Api.SET_ACL, Api.LIST_ACLS})
+"""The APIs :meth:`Security.screen` answers itself with authentication off (HELLO then
+goes to the handlers)."""
 
 AclProposer = Callable[[dict[str, Any], str, tuple[Grant, ...]], Awaitable[None]]
 """Stores an identity's grants in the metadata (single-server store or through Raft), given
@@ -145,6 +148,12 @@ class Security:
         return io, session
 
     # ------------------------------------------------------------------ per request
+
+    def screens(self, api: int) -> bool:
+        """False if :meth:`screen` lets every request of ``api`` through unlooked at now
+        (authentication off and not an API the gate answers itself): the caller need not
+        call it (a coroutine per request on the Produce path)."""
+        return self.auth_enabled or api in _GATE_APIS
 
     def authorizes(self, session: Session) -> bool:
         """True if :meth:`screen` checks the grants of ``session``'s requests (a Produce's

@@ -58,9 +58,10 @@ class Appender:
             if n == 0:
                 return first, ts
             epochs = state.epochs
-            if leader_epoch < epochs.latest_epoch:
+            latest_epoch = epochs.latest_epoch  # read once: its writers hold the write lock
+            if leader_epoch < latest_epoch:
                 raise InvalidRecordsError(
-                    f"leader epoch {leader_epoch} is below the latest {epochs.latest_epoch}"
+                    f"leader epoch {leader_epoch} is below the latest {latest_epoch}"
                 )
             try:
                 data, lens, uniform, size = frame_batch_sizes(first, ts, leader_epoch, bodies)
@@ -91,7 +92,7 @@ class Appender:
                 state.leo = first + n
             state.appended_bytes += size
             state.last_ts = ts
-            if leader_epoch != epochs.latest_epoch:
+            if leader_epoch != latest_epoch:
                 epochs.assign(leader_epoch, first)
             return first, ts
 

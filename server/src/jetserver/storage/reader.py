@@ -56,6 +56,11 @@ class Reader:
                     i += 1
                 else:
                     return empty_slice(offset, bound)
+                if bound >= st.next_offset:  # a reader keeping up: the last append's bytes?
+                    tail = seg.read_tail(offset, max_bytes, st)
+                    if tail is not None:
+                        pos, last = tail
+                        return ReadSlice(-1, pos, len(last), offset, st.next_offset, data=last)
                 lease = FileLease(seg.file)
             try:
                 found = seg.slice(offset, bound, max_bytes, st)

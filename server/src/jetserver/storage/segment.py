@@ -149,9 +149,10 @@ class Segment:
         self._hints: dict[int, tuple[int, int, bool]] = {}
         self._indexes_on_disk: bytes | None = None
         """Digest of what the index files on disk hold, if known (see :meth:`write_indexes`)."""
-        self._tail: tuple[int, int, bytes] | None = None
-        """(generation, position, bytes) of the last append if it was one ``bytes`` of at
-        most :data:`TAIL_MAX_BYTES` (see :meth:`tail_bytes`)."""
+        self._tail: tuple[int, int, bytes, int] | None = None
+        """(generation, position, bytes, first offset or -1 if not known) of the last
+        append if it was one ``bytes`` of at most :data:`TAIL_MAX_BYTES` (see
+        :meth:`tail_bytes` and :meth:`read_tail`)."""
         self.no_index_files = False
         """Known to have no index files (new, or none found at recovery): a clean close
         writes none while it has no index entries (``write_indexes(keep_absent=True)``)."""
@@ -233,7 +234,7 @@ class Segment:
             raise StorageError(f"write to {self.log_path} failed: {exc}") from exc
         # Exactly ``bytes`` (immutable): a memoryview may be of a buffer reused later.
         self._tail = (
-            (st.generation, st.size, data)
+            (st.generation, st.size, data, -1 if first_offset is None else first_offset)
             if type(data) is bytes and len(data) <= TAIL_MAX_BYTES
             else None
         )
@@ -308,6 +309,23 @@ class Segment:
         if start == position and end == position + len(data):
             return data
         return data[start - position : end - position]
+
+    def read_tail(self, offset: int, max_bytes: int, st: SegmentState) -> tuple[int, bytes] | None:
+        """``(position, bytes)`` of the last append if it starts at ``offset``, ends this
+        segment as of ``st`` and fits ``max_bytes``: what :meth:`slice` then
+        :meth:`tail_bytes` return for a reader keeping up whose bound is past it, without
+        locating the records or a file lease; None if not (read as usual)."""
+        tail = self._tail
+        if (
+            tail is None
+            or tail[3] != offset
+            or tail[0] != st.generation
+            or tail[1] + len(tail[2]) != st.size
+            or len(tail[2]) > max_bytes
+        ):
+            return None
+        self._hint(st.next_offset, st.generation, st.size, False)  # as slice does
+        return tail[1], tail[2]
 
     def note_indexes_on_disk(self, index: bytes, timeindex: bytes) -> None:
         """The index files hold these bytes (read at recovery)."""

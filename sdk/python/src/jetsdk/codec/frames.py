@@ -451,5 +451,11 @@ class FrameDecoder:
         if n < total:  # a large body not all here: read the rest in place
             self._start_in_place(head, pos, total - FRAME_HEADER_SIZE)
             return None
+        if head is first and pos == 0 and len(first) == total:
+            # One received chunk, one whole frame (a request alone on its connection): its
+            # body is the chunk's tail, nothing else buffered moves.
+            self._chunks.popleft()
+            self._size = n - total
+            return Frame(api=api, flags=flags, correlation_id=cid, body=first[FRAME_HEADER_SIZE:])
         body = self._consume(FRAME_HEADER_SIZE, total - FRAME_HEADER_SIZE)
         return Frame(api=api, flags=flags, correlation_id=cid, body=body)

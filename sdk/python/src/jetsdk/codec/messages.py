@@ -13,6 +13,7 @@ CodecError with reason ``"limit"`` for a field over its limit or out of its inte
 from __future__ import annotations
 
 import functools
+import itertools
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -475,9 +476,8 @@ def encode_produce_result_tuples(results: Sequence[tuple[int, int, int]]) -> byt
     Raises:
         CodecError: a field out of range (reason ``"limit"``).
     """
-    pack = _RESULT.pack
-    try:
-        return w.U32.pack(len(results)) + b"".join([pack(*r) for r in results])
+    try:  # starmap: no comprehension frame (one result per request at light load)
+        return w.U32.pack(len(results)) + b"".join(itertools.starmap(_RESULT.pack, results))
     except struct.error as exc:
         raise CodecError(f"produce result field out of range: {exc}", reason="limit") from None
 
