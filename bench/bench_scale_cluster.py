@@ -39,6 +39,7 @@ The figures are from one cluster; on a shared 2-core machine run it a few times.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -245,6 +246,19 @@ def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
     """The failover's phases from the survivors' logs (kept with ``JET_BENCH_ROOT``):
     seconds from the kill to the first line of each (a Raft leader line counts only if it
     names a leader). Empty without logs."""
+    lines = _log_lines(dev, victim, killed_wall)
+    found = []
+    for name, text, last in PHASES:
+        text = text.format(victim=victim)
+        hits = [t for t, line in lines if text in line and "leader=None" not in line]
+        if hits:
+            entries = f" ({len(hits)} entries)" if last else ""
+            found.append(f"{name} {hits[-1 if last else 0]:.2f} s{entries}")
+    return ", ".join(found)
+
+
+def _log_lines(dev: DevCluster, victim: str, killed_wall: float) -> list[tuple[float, str]]:
+    """The survivors' log lines after the kill, as (seconds from the kill, line), in order."""
     lines: list[tuple[float, str]] = []
     for p in dev.servers:
         if p.server_id == victim or not p.log_path.exists():
@@ -258,14 +272,26 @@ def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
                 if at >= killed_wall:
                     lines.append((at - killed_wall, line))
     lines.sort()
-    found = []
-    for name, text, last in PHASES:
-        text = text.format(victim=victim)
-        hits = [t for t, line in lines if text in line and "leader=None" not in line]
-        if hits:
-            entries = f" ({len(hits)} entries)" if last else ""
-            found.append(f"{name} {hits[-1 if last else 0]:.2f} s{entries}")
-    return ", ".join(found)
+    return lines
+
+
+def _taken(lines: list[tuple[float, str]], moved: dict[tuple[str, int], int]) -> list[float]:
+    """When each of ``moved`` (partition -> its new leader epoch) was taken by its new
+    leader, from the survivors' "assignments applied" lines (their time less
+    ``last_ago_s``: no later than that); partitions not found there are left out."""
+    at: dict[tuple[str, int], float] = {}
+    for t, line in lines:
+        if "assignments applied" not in line or " led=" not in line:
+            continue
+        ago = re.search(r" last_ago_s=([0-9.]+)", line)
+        when = t - (float(ago[1]) if ago else 0.0)
+        for item in line.rsplit(" led=", 1)[1].split()[0].split(","):
+            name, _, rest = item.partition("/")
+            part, _, epoch = rest.partition("@")
+            key = (name, int(part))
+            if moved.get(key) == int(epoch):
+                at.setdefault(key, when)
+    return sorted(at.values())
 
 
 def _record(dev: DevCluster, victim: str, kill: int) -> list[subprocess.Popen[bytes]]:
@@ -338,6 +364,17 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
     phases = _log_phases(dev, victim, killed_wall)
     if phases:  # the leader-changed line is any after the kill (the victim led it or not)
         print(f"  from the survivors' logs, after the kill: {phases}")
+        # The servers' side of the served row: on a loaded machine the watch's client is
+        # starved too, and its probes came seconds after the leaderships were taken.
+        taken = _taken(
+            _log_lines(dev, victim, killed_wall),
+            {k: now[k][1] for k in moving if k in now and now[k][0] not in (None, victim)},
+        )
+        if taken:
+            print(
+                f"  new leaderships taken (the survivors' logs): {len(taken)} of "
+                f"{len(moving)}, median {taken[len(taken) // 2]:.2f} s, last {taken[-1]:.2f} s"
+            )
     moved = [now[k][0] for k, v in settled.items() if v[0] == victim and k in now]
     spread = {s: moved.count(s) for s in sorted({m for m in moved if m and m != victim})}
     print(  # the survivors share the role changes (issue 34: one took them all)
