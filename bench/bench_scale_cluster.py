@@ -179,7 +179,8 @@ async def _watch_failover(
     alone: set[tuple[str, int]],
     started: float,
 ) -> Watch:
-    """Poll the metadata (every partition's leader) every ``POLL_S`` and, beside it, probe
+    """Poll the metadata (every partition's leader) every ``POLL_S`` (every
+    ``METADATA_POLL_MOVED_S`` once every partition had a live leader) and, beside it, probe
     each moved partition's new leader with ListOffsets until it answers, each partition at
     most once per ``POLL_S`` and ``PROBE_IN_FLIGHT`` at once. A partition counts as served
     at the time its probe's answer came, not at the end of a round of probes (until
