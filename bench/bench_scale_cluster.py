@@ -39,6 +39,7 @@ The figures are from one cluster; on a shared 2-core machine run it a few times.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -123,10 +124,20 @@ PROBE_IN_FLIGHT = int(os.environ.get("JET_BENCH_PROBES", "64"))
 """Most ListOffsets probes of new leaders in flight at once (``JET_BENCH_PROBES`` sets
 another). A busy survivor answers the probes in flight about once per turn of its event
 loop, so this bounds the probes' pace: the 10,000-partition runs of 2026-11-29 saw new
-leaders served at about 640 a second, which with 64 in flight is one turn per 0.1 s."""
+leaders served at about 640 a second, which with 64 in flight is one turn per 0.1 s. On a
+loaded machine the watch's client is starved as the servers are: at 3,000 partitions
+(load 23) the survivors' marks (``JET_HOP_TRACE``) had every leadership taken 2.4 s after
+the kill and the first probe arriving at 4.0 s, the last at 9.9 s; 512 in flight (load
+18) did no better (7.96 to 13.19 s) and each probe's 2 s timeout fails more of them at
+once. The row "new leaderships taken" (the survivors' logs) is the servers' side."""
 POLL_S = 0.1
-"""Period of the failover watch's Metadata requests, and least time between two probes of
-one partition."""
+"""Period of the failover watch's Metadata requests until the metadata names a live
+leader for every partition, and least time between two probes of one partition."""
+METADATA_POLL_MOVED_S = 1.0
+"""Period of the watch's Metadata requests once every partition had a live leader (a
+later election still shows). At 10,000 partitions each answer is ~10,000 partitions'
+assignments, encoded by a survivor and decoded by the watch: ten a second was work of the
+watch's own on both sides while the new leaders were being probed."""
 PROBE_TIMEOUT_S = 2.0
 
 
@@ -168,7 +179,8 @@ async def _watch_failover(
     alone: set[tuple[str, int]],
     started: float,
 ) -> Watch:
-    """Poll the metadata (every partition's leader) every ``POLL_S`` and, beside it, probe
+    """Poll the metadata (every partition's leader) every ``POLL_S`` (every
+    ``METADATA_POLL_MOVED_S`` once every partition had a live leader) and, beside it, probe
     each moved partition's new leader with ListOffsets until it answers, each partition at
     most once per ``POLL_S`` and ``PROBE_IN_FLIGHT`` at once. A partition counts as served
     at the time its probe's answer came, not at the end of a round of probes (until
@@ -191,16 +203,18 @@ async def _watch_failover(
                     w.served.setdefault(key, elapsed())
 
         async def poll() -> None:
+            asked_meta = -METADATA_POLL_MOVED_S
             while elapsed() < FAILOVER_BOUND_S:
-                before = time.perf_counter()
-                meta = await client.metadata(refresh=True)
-                w.metadata_s.append(time.perf_counter() - before)
-                w.now = {
-                    (name, p.partition): (p.leader, p.leader_epoch, p.isr)
-                    for name, info in meta.streams.items()
-                    if name.startswith("s")
-                    for p in info.partitions
-                }
+                if w.moved_s is None or elapsed() - asked_meta >= METADATA_POLL_MOVED_S:
+                    asked_meta = elapsed()
+                    meta = await client.metadata(refresh=True)
+                    w.metadata_s.append(elapsed() - asked_meta)
+                    w.now = {
+                        (name, p.partition): (p.leader, p.leader_epoch, p.isr)
+                        for name, info in meta.streams.items()
+                        if name.startswith("s")
+                        for p in info.partitions
+                    }
                 t = elapsed()
                 left = sum(1 for k, v in w.now.items() if k not in alone and v[0] in (None, victim))
                 if not left and w.moved_s is None:
@@ -235,6 +249,19 @@ def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
     """The failover's phases from the survivors' logs (kept with ``JET_BENCH_ROOT``):
     seconds from the kill to the first line of each (a Raft leader line counts only if it
     names a leader). Empty without logs."""
+    lines = _log_lines(dev, victim, killed_wall)
+    found = []
+    for name, text, last in PHASES:
+        text = text.format(victim=victim)
+        hits = [t for t, line in lines if text in line and "leader=None" not in line]
+        if hits:
+            entries = f" ({len(hits)} entries)" if last else ""
+            found.append(f"{name} {hits[-1 if last else 0]:.2f} s{entries}")
+    return ", ".join(found)
+
+
+def _log_lines(dev: DevCluster, victim: str, killed_wall: float) -> list[tuple[float, str]]:
+    """The survivors' log lines after the kill, as (seconds from the kill, line), in order."""
     lines: list[tuple[float, str]] = []
     for p in dev.servers:
         if p.server_id == victim or not p.log_path.exists():
@@ -248,14 +275,26 @@ def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
                 if at >= killed_wall:
                     lines.append((at - killed_wall, line))
     lines.sort()
-    found = []
-    for name, text, last in PHASES:
-        text = text.format(victim=victim)
-        hits = [t for t, line in lines if text in line and "leader=None" not in line]
-        if hits:
-            entries = f" ({len(hits)} entries)" if last else ""
-            found.append(f"{name} {hits[-1 if last else 0]:.2f} s{entries}")
-    return ", ".join(found)
+    return lines
+
+
+def _taken(lines: list[tuple[float, str]], moved: dict[tuple[str, int], int]) -> list[float]:
+    """When each of ``moved`` (partition -> its new leader epoch) was taken by its new
+    leader, from the survivors' "assignments applied" lines (their time less
+    ``last_ago_s``: no later than that); partitions not found there are left out."""
+    at: dict[tuple[str, int], float] = {}
+    for t, line in lines:
+        if "assignments applied" not in line or " led=" not in line:
+            continue
+        ago = re.search(r" last_ago_s=([0-9.]+)", line)
+        when = t - (float(ago[1]) if ago else 0.0)
+        for item in line.rsplit(" led=", 1)[1].split()[0].split(","):
+            name, _, rest = item.partition("/")
+            part, _, epoch = rest.partition("@")
+            key = (name, int(part))
+            if moved.get(key) == int(epoch):
+                at.setdefault(key, when)
+    return sorted(at.values())
 
 
 def _record(dev: DevCluster, victim: str, kill: int) -> list[subprocess.Popen[bytes]]:
@@ -328,6 +367,17 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
     phases = _log_phases(dev, victim, killed_wall)
     if phases:  # the leader-changed line is any after the kill (the victim led it or not)
         print(f"  from the survivors' logs, after the kill: {phases}")
+        # The servers' side of the served row: on a loaded machine the watch's client is
+        # starved too, and its probes came seconds after the leaderships were taken.
+        taken = _taken(
+            _log_lines(dev, victim, killed_wall),
+            {k: now[k][1] for k in moving if k in now and now[k][0] not in (None, victim)},
+        )
+        if taken:
+            print(
+                f"  new leaderships taken (the survivors' logs): {len(taken)} of "
+                f"{len(moving)}, median {taken[len(taken) // 2]:.2f} s, last {taken[-1]:.2f} s"
+            )
     moved = [now[k][0] for k, v in settled.items() if v[0] == victim and k in now]
     spread = {s: moved.count(s) for s in sorted({m for m in moved if m and m != victim})}
     print(  # the survivors share the role changes (issue 34: one took them all)

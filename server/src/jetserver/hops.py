@@ -21,6 +21,9 @@ got its answer); on the leader, ``rf.ask.<follower>`` (a replica fetch from that
 read, before its progress is recorded), ``rf.wait`` (a parked replica fetch's task woke
 up, with news or not), ``rf.woken`` (it woke up with news) and
 ``rf.ans.<follower>.r`` / ``.h`` (its answer, with records / with only the HW, built);
+in a cluster, ``meta.state`` (a new metadata state reached the event loop),
+``reconcile.woken.<n>`` (a reconcile handed ``n`` replicas a new assignment),
+``apply.start`` / ``apply.end.<role>`` (a replica's assignment applied, its role then);
 ``gc.start.<generation>`` /
 ``gc.stop.<generation>``, a garbage collection (``gc.callbacks``), to tell its pauses from
 the others in a message's time.

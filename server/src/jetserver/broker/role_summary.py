@@ -7,7 +7,9 @@ measurable part of the event loop's work. Each replica logs its assignment at DE
 many replicas lead, follow or neither, the seconds from the first to the last, and ``led``:
 every leadership taken, as ``stream/partition@leader_epoch`` joined by commas, which the
 fault tests check for two leaders in one epoch), once no assignment was applied for
-``quiet_s`` or at the latest ``max_s`` after the burst began.
+``quiet_s`` or at the latest ``max_s`` after the burst began. ``last_ago_s`` says how long
+before the line the last of them was applied (``bench scale_cluster`` reads when each new
+leadership of a failover was taken from it).
 
 Task safety: event loop only; :meth:`RoleSummary.run` is the one task that logs.
 """
@@ -114,6 +116,7 @@ class RoleSummary:
         }
         if stall > 0:
             counts["loop_stall_s"] = round(stall, 3)
+        counts["last_ago_s"] = round(max(anyio.current_time() - self._last_end, 0.0), 3)
         if led:
             counts["led"] = ",".join(led)
         log.info("assignments applied", extra=fields(**counts))

@@ -535,8 +535,9 @@ class RoleDriver:
         core, controller = self.base.core, self.services.controller
         interval = self.services.replication.isr_check_interval_s
         while True:
-            with anyio.move_on_after(core.isr_check_wait_s(anyio.current_time(), interval)):
-                await self._isr_wake.wait()
+            # A bare timer (LazyEvent.wait_within), not a cancel scope: a failover's new
+            # leaders check every interval while their proposals are unresolved.
+            await self._isr_wake.wait_within(core.isr_check_wait_s(anyio.current_time(), interval))
             self._isr_wake = LazyEvent()
             state = core.leader_state
             if state is None:

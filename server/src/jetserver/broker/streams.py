@@ -37,6 +37,7 @@ import attrs
 from anyio.abc import TaskGroup
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver import hops
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.housekeeping import run_housekeeping
 from jetserver.broker.nats_port import NatsPort, NatsUnavailable
@@ -415,6 +416,8 @@ class StreamManager:
             if new:  # opened in batches (each replica's applier starts as it opens)
                 await self._open_many(new, subscribe=False)
             woken = plan.retarget(self._running)
+            if hops.ENABLED:
+                hops.mark(f"reconcile.woken.{len(woken)}")
             if len(woken) >= ROLE_BURST_MIN and self._tg is not None:  # e.g. a failover
                 burst = RoleBurst(len(woken), on_stall=self.role_summary.stalled)  # see there
                 for opened in woken:
@@ -450,6 +453,8 @@ class StreamManager:
                         await running.wake.wait()
                     continue
                 started = anyio.current_time()
+                if hops.ENABLED:
+                    hops.mark("apply.start")
                 try:
                     await self._apply(running, target)
                 except Exception:
@@ -464,6 +469,8 @@ class StreamManager:
                 running.applied = target
                 running.ready.set()
                 replica, assignment = running.replica, target[0]
+                if hops.ENABLED:
+                    hops.mark(f"apply.end.{replica.role}")
                 led = None
                 if replica.role == ROLE_LEADER:
                     led = (replica.stream, replica.partition, assignment.leader_epoch)

@@ -46,6 +46,7 @@ import attrs
 from anyio.abc import TaskGroup
 
 from jetsdk.background import BackgroundTasks
+from jetserver import hops
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
 from jetserver.metadata.ops import Op, OpResult
@@ -514,6 +515,8 @@ class MetadataRaft:
         while host.events:
             events.append(host.events.popleft())
         if host.machine is not machine_cell.value:
+            if hops.ENABLED:
+                hops.mark("meta.state")
             machine_cell.set(host.machine)
         if host.status != status_cell.value:
             status_cell.set(host.status)

@@ -22,6 +22,9 @@ whose leader is at one address shares a :class:`FetchSession`:
 - A partition that asks while a request is parked at the leader (a new follower, one back
   from an error) sends a wake (ReplicaFetch with ``FLAG_WAKE``): the leader ends the parked
   request and the next one carries everyone.
+- Each waiting partition's bound (its long poll plus ``request_slack_s``) is kept by one
+  task of the session (a heap of deadlines), not by a cancel scope around each fetch: those
+  were half of the followers' fetch loops' time in a failover's profile.
 - :meth:`FetchSession.request_json` sends the fetchers' other requests
   (OffsetForLeaderEpoch) on the same connection, a bounded number at a time.
 
@@ -45,6 +48,7 @@ Task safety: one event loop. A session's loop runs in the task group given to
 
 from __future__ import annotations
 
+import heapq
 import logging
 import secrets
 import time
@@ -100,12 +104,16 @@ class _Entry:
 
     part: ReplicaFetchPartition
     asked_at: float
+    deadline: float = 0.0
+    """When the fetch gives up (:meth:`FetchSession.fetch`'s bound, on the session's clock)."""
     done: LazyEvent = attrs.field(factory=LazyEvent)
     answer: ReplicaFetchAnswer | None = None
     error: Exception | None = None
     abandoned: bool = False
     left_out: bool = False
     """A request that carried it without a long poll was answered without it."""
+    expired: bool = False
+    """Its deadline passed unanswered (set by the session's expiry task)."""
 
     def resolve(self, answer: ReplicaFetchAnswer | None, error: Exception | None) -> None:
         if not self.done.is_set():
@@ -164,6 +172,13 @@ class FetchSession:
     _json_waiting: int = 0
     _json_slots: anyio.Semaphore = attrs.field(factory=lambda: anyio.Semaphore(JSON_CONCURRENCY))
     _rotation: int = 0
+    _deadlines: list[tuple[float, int, _Entry]] = attrs.field(factory=list)
+    """Heap of the waiting fetches' deadlines (:meth:`_expire`); answered ones are dropped
+    when they reach the top."""
+    _deadline_seq: int = 0
+    _earlier: LazyEvent = attrs.field(factory=LazyEvent)
+    """Set when a deadline earlier than the heap's top was pushed (the expiry task sleeps
+    until the top's)."""
 
     # ------------------------------------------------------------------ fetchers' side
 
@@ -179,7 +194,8 @@ class FetchSession:
         """
         if self.closed:
             raise ClientClosed(f"fetch session to {self.address} closed")
-        entry = _Entry(part, self.clock())
+        now = self.clock()
+        entry = _Entry(part, now, now + timeout_s)
         key = (part.stream, part.partition)
         self._asking[key] = entry
         if key in self._awaited:
@@ -204,12 +220,18 @@ class FetchSession:
             self._work.set()
         try:
             if not entry.done.is_set():  # (answered by a round of its own: no yield)
-                with anyio.move_on_after(timeout_s):
-                    if self._woken is False:
-                        # A request is parked: wake it (from this task, with no task in
-                        # between) so that the next one carries this partition.
-                        self._woken = True
+                if self._woken is False:
+                    # A request is parked: wake it (from this task, with no task in
+                    # between) so that the next one carries this partition.
+                    self._woken = True
+                    with anyio.move_on_after(timeout_s):
                         await self._wake()
+                if not entry.done.is_set():
+                    # Bounded by the session's expiry task (_expire), not by a cancel
+                    # scope of its own: a scope with a deadline for every partition's
+                    # every round was about half of the followers' fetch loops' time in
+                    # a 3,000-partition failover's profile, and of an idle follower's.
+                    self._expire_at(entry)
                     await entry.done.wait()
         finally:
             if self._asking.get(key) is entry:
@@ -218,7 +240,7 @@ class FetchSession:
                 entry.abandoned = True
                 if entry in self._pending:
                     self._pending.remove(entry)
-        if not entry.done.is_set():
+        if entry.expired or not entry.done.is_set():
             raise (LeftOut if entry.left_out else Timeout)(
                 f"replica fetch of {part.stream}/{part.partition} unanswered by "
                 f"{self.address} within {timeout_s:.1f} s"
@@ -228,6 +250,35 @@ class FetchSession:
             raise entry.error
         assert entry.answer is not None
         return entry.answer
+
+    def _expire_at(self, entry: _Entry) -> None:
+        """Have the expiry task end ``entry``'s wait at its deadline (at once with
+        ClientClosed if the session ended meanwhile: no task would)."""
+        if self.closed:
+            entry.resolve(None, ClientClosed(f"fetch session to {self.address} closed"))
+            return
+        heap = self._deadlines
+        if not heap or entry.deadline < heap[0][0]:
+            self._earlier.set()
+        self._deadline_seq += 1
+        heapq.heappush(heap, (entry.deadline, self._deadline_seq, entry))
+
+    async def _expire(self) -> None:
+        """Run as a task while the session runs: end each waiting fetch whose deadline
+        passed unanswered (it raises Timeout or LeftOut, as its own bound did before)."""
+        heap = self._deadlines
+        while True:
+            now = self.clock()
+            while heap and (heap[0][2].done.is_set() or heap[0][0] <= now):
+                _, _, entry = heapq.heappop(heap)
+                if not entry.done.is_set():
+                    entry.expired = entry.abandoned = True
+                    if entry in self._pending:
+                        self._pending.remove(entry)
+                    entry.done.set()
+            self._earlier = LazyEvent()
+            with anyio.move_on_after(heap[0][0] - now if heap else CONNECTION_CHECK_S):
+                await self._earlier.wait()
 
     def drop(self, stream: str, partition: int) -> None:
         """End the partition's waiting fetch at once with :class:`~jetsdk.errors.ClientClosed`
@@ -290,6 +341,18 @@ class FetchSession:
 
     async def run(self) -> None:
         """Connect, fetch in rounds, reconnect after failures; end once idle."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._expire)
+            try:
+                await self._run()
+            finally:
+                tg.cancel_scope.cancel()
+                closed = ClientClosed(f"fetch session to {self.address} closed")
+                for _, _, entry in self._deadlines:  # nothing ends their waits any more
+                    entry.resolve(None, closed)
+                self._deadlines.clear()
+
+    async def _run(self) -> None:
         failures = 0
         try:
             while True:
