@@ -143,7 +143,7 @@ class PartitionReplica:
 
     def __attrs_post_init__(self) -> None:
         # What the checkpoint file holds: an idle partition is not checkpointed again.
-        ckpt = self.log.recovery.hw_checkpoint
+        ckpt = self.log.checkpointed_high_watermark
         self._checkpointed_hw = -1 if ckpt is None else ckpt
         life, services = self.life, self.services
         core = self.core = new_core(
