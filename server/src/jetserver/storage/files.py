@@ -326,12 +326,13 @@ class SharedFile:
         "path",
     )
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: str | Path) -> None:
         self.fd = fd
         """The descriptor: valid while any holder has not released it, except that a
         parked file has -1 until the next :meth:`acquire` (hold a lease to use it)."""
-        self.path = path
-        """The path the file was opened at (it may since have been renamed or unlinked)."""
+        self.path = os.fspath(path)
+        """The path the file was opened at (it may since have been renamed or unlinked); a
+        str, not a Path (a third of the size: one is kept per partition, issue 34)."""
         self.cache: OpenFileCache | None = None
         """The cache that may park this file (a sealed segment's), None while pinned open."""
         self.on_reopen: Callable[[], None] | None = None
