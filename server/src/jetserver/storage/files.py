@@ -345,10 +345,10 @@ class SharedFile:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: Path, *, create: bool = False) -> SharedFile:
+    def open(cls, path: str | Path, *, create: bool = False) -> SharedFile:
         """Open ``path`` read-write (creating it if ``create``); raises OSError."""
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        if create and durability_trace.TRACE is not None and not path.exists():
+        if create and durability_trace.TRACE is not None and not os.path.exists(path):
             fd = os.open(path, flags, 0o644)
             traced_create(fd)
             return cls(fd, path)
