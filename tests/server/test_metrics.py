@@ -102,6 +102,34 @@ async def test_metrics_after_traffic(nats_server: NatsServer, tmp_path: Path) ->
         assert (await scrape(server.metrics_address))[0] == 200
 
 
+async def test_active_segment_files_open_and_parked(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """New partitions open idle, their active segment file parked at once; an append
+    opens its partition's file again (issue 34: files of idle partitions)."""
+    async with running_server(nats_server.url, tmp_path / "data", metrics__port=0) as server:
+        assert server.metrics_address is not None
+        names = (
+            "jet_open_active_files",
+            "jet_parked_active_files",
+            "jet_active_files_parked_total",
+        )
+        async with await RawClient.connect(server.address) as c:
+            _status, text = await scrape(server.metrics_address)
+            before = [value(text, name) for name in names]
+            await c.create_stream(name="files", subject="files", partitions=3)
+            _status, text = await scrape(server.metrics_address)
+            opened, parked, parks = (value(text, n) - b for n, b in zip(names, before, strict=True))
+            assert (opened, parked, parks) == (0, 3, 3)
+            results = await c.produce("files", 0, [ProduceMessage(b"x")], ack_policy=AckPolicy.ALL)
+            assert results[0].error_code == 0
+            _status, text = await scrape(server.metrics_address)
+        opened, parked = (value(text, n) - b for n, b in zip(names[:2], before, strict=False))
+        # The idle-files sweep may have parked it again since (two sweeps of no appends).
+        assert (opened, parked) in ((1, 2), (0, 3))
+        assert "# TYPE jet_active_files_parked_total counter" in text
+
+
 @pytest.mark.parametrize("on_loop", [True, False])
 async def test_fsyncs_counted_where_they_ran(
     nats_server: NatsServer, tmp_path: Path, on_loop: bool

@@ -118,3 +118,27 @@ async def test_one_housekeeping_task_checkpoints_moved_hws_and_runs_retention(
             lambda: replicas[2].log.log_start_offset > 0, 10.0, "retention applied"
         )
         assert replicas[0].log.log_start_offset == 0  # 30 records: nothing to cut
+
+
+async def test_idle_empty_partitions_are_not_checkpointed_again_after_a_restart(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """An empty partition has no HW checkpoint file (it reads as the log start): after a
+    restart its HW has not moved since the checkpoint, so housekeeping writes none (it
+    wrote one per idle partition, issue 34)."""
+    data = tmp_path / "data"
+    async with (
+        running_server(nats_server.url, data) as jet,
+        await RawClient.connect(jet.address) as c,
+    ):
+        await c.create_stream(name="idle", subject="idle", partitions=3)
+        await c.create_stream(name="busy", subject="busy")
+        await c.produce("busy", 0, [ProduceMessage(b"x")] * 4, ack_policy=AckPolicy.ALL)
+    assert not list((data / "streams").glob(f"idle-*/*/{HIGH_WATERMARK_FILE}"))
+    async with running_server(nats_server.url, data) as jet:
+        idle = [jet.streams.replica("idle", p) for p in range(3)]
+        assert [r.log.high_watermark for r in idle] == [0, 0, 0]
+        assert not any(r.hw_moved_since_checkpoint for r in idle)
+        busy = jet.streams.replica("busy", 0)
+        assert busy.log.high_watermark == 4
+        assert not busy.hw_moved_since_checkpoint  # its close wrote 4

@@ -164,3 +164,42 @@ def test_a_segment_without_index_entries_keeps_no_index_files(tmp_path: Path) ->
     with Log.open(directory, SMALL) as log:
         assert log.recovery.clean_shutdown
         assert log.log_end_offset == 1
+
+
+def test_an_empty_log_reopened_needs_no_hw_checkpoint(tmp_path: Path) -> None:
+    """A missing HW checkpoint reads as the log start: an empty partition, reopened after
+    a restart, does not write one (at 50,000 idle partitions the first housekeeping round
+    after a restart wrote one each: an atomic write and two fsyncs, issue 34)."""
+    directory = tmp_path / "log"
+    Log.open(directory, SMALL).close()  # created: a .log, no checkpoint
+    hw_file = directory / "high-watermark-checkpoint"
+    assert not hw_file.exists()
+    with Log.open(directory, SMALL) as log:
+        assert not log.recovery.fresh
+        assert log.recovery.hw_checkpoint is None
+        assert log.checkpointed_high_watermark == log.high_watermark == 0
+        log.checkpoint_high_watermark()
+        assert not hw_file.exists()
+        log.append(bodies(2), 1, 0)
+        log.flush()
+        log.set_high_watermark(2)
+        log.checkpoint_high_watermark()  # it moved: written
+        assert log.checkpointed_high_watermark == 2
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.hw_checkpoint == 2
+        assert log.high_watermark == 2
+
+
+def test_a_corrupt_hw_checkpoint_is_rewritten(tmp_path: Path) -> None:
+    directory = tmp_path / "log"
+    traced_close(directory, tmp_path / "t1", appended=3)
+    hw_file = directory / "high-watermark-checkpoint"
+    hw_file.write_bytes(b"garbage")
+    with Log.open(directory, SMALL) as log:
+        assert "high-watermark-checkpoint" in log.recovery.corrupt_files
+        assert log.checkpointed_high_watermark is None
+        log.checkpoint_high_watermark()
+        assert log.checkpointed_high_watermark == log.high_watermark
+    with Log.open(directory, SMALL) as log:
+        assert log.recovery.hw_checkpoint == log.high_watermark
+        assert not log.recovery.corrupt_files

@@ -54,7 +54,7 @@ def test_idle_logs_are_parked_by_the_second_sweep_and_work_again(tmp_path: Path)
         logs[0].flush()
         assert idle.sweep() == 29
         assert open_logs(tmp_path) == 1
-        assert len(idle) == 1
+        assert (len(idle), idle.parked, idle.parks) == (1, 29, 29)
         # A parked log takes appends and reads; its file is open again until idle.
         log = logs[5]
         log.append(bodies(2, start=3), TS, 0)
@@ -62,13 +62,17 @@ def test_idle_logs_are_parked_by_the_second_sweep_and_work_again(tmp_path: Path)
         log.set_high_watermark(log.log_end_offset)
         assert [r.value[:2] for r in read_all(log)] == [b"v0", b"v1", b"v2", b"v3", b"v4"]
         assert open_logs(tmp_path) == 2
+        assert (len(idle), idle.parked) == (2, 28)
         idle.sweep()
         idle.sweep()
         assert open_logs(tmp_path) == 0
+        assert (len(idle), idle.parked) == (0, 30)
+        logs[7].close()
+        assert idle.parked == 29  # a closed log is neither open nor parked
     finally:
         for log in logs:
             log.close()
-    assert len(idle) == 0
+    assert (len(idle), idle.parked) == (0, 0)
     with Log.open(tmp_path / "p5", SMALL, idle_files=idle) as log:
         log.set_high_watermark(log.log_end_offset)
         assert len(read_all(log)) == 5
@@ -78,8 +82,10 @@ def test_unflushed_records_keep_the_file_open(tmp_path: Path) -> None:
     idle = IdleFiles(park_opened=True)
     with Log.open(tmp_path / "p", SMALL, idle_files=idle) as log:
         assert open_logs(tmp_path) == 0  # opened idle: parked at once
+        assert (len(idle), idle.parked, idle.parks) == (0, 1, 1)
         log.append(bodies(3), TS, 0)
         assert open_logs(tmp_path) == 1
+        assert (len(idle), idle.parked) == (1, 0)
         idle.sweep()
         assert idle.sweep() == 0
         assert idle.make_room(1) == 0

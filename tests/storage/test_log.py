@@ -40,8 +40,8 @@ def test_empty_log(tmp_path: Path) -> None:
         ".lock",
         "00000000000000000000.log",
         "clean-shutdown",
-        "high-watermark-checkpoint",
-    ]  # no log-start-offset-checkpoint: missing, it reads as 0 (spec/storage.md §9)
+    ]  # no log-start-offset- or high-watermark-checkpoint: missing, each reads as 0, the
+    # log start (spec/storage.md §9)
 
 
 def test_append_assigns_offsets_and_stores_records_verbatim(tmp_path: Path) -> None:

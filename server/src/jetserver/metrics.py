@@ -31,6 +31,7 @@ from jetsdk.codec.frames import FLAG_ERROR, FRAME_HEADER_SIZE, Api
 from jetsdk.codec.messages import decode_error
 from jetserver.resources import NEAR_LIMIT_FRACTION, open_file_limit, open_files
 from jetserver.storage.files import SEALED_FILES
+from jetserver.storage.idle_files import ACTIVE_FILES
 
 if TYPE_CHECKING:
     from jetserver.broker.copy_backlog import CopyBacklog
@@ -248,6 +249,25 @@ def _files(out: list[str], src: MetricsSources) -> None:
         "Sealed segment files closed by the cache's bound (each reopened on its next read).",
     )
     out.append(f"jet_sealed_files_parked_total {SEALED_FILES.parks}")
+    _gauge(
+        out,
+        "jet_open_active_files",
+        "Active segment files held open (their partitions were used since the last sweep).",
+        len(ACTIVE_FILES),
+    )
+    _gauge(
+        out,
+        "jet_parked_active_files",
+        "Active segment files of open partitions closed while idle (reopened on use).",
+        ACTIVE_FILES.parked,
+    )
+    _head(
+        out,
+        "jet_active_files_parked_total",
+        "counter",
+        "Active segment files closed while their partitions were idle (each reopened on use).",
+    )
+    out.append(f"jet_active_files_parked_total {ACTIVE_FILES.parks}")
     offline = list(src.streams.offline) if src.streams is not None else []
     _head(
         out,

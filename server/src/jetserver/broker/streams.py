@@ -24,7 +24,6 @@ Task safety: event loop thread only; create/delete/reconcile are serialized by a
 
 from __future__ import annotations
 
-import functools
 import logging
 import shutil
 import time
@@ -379,9 +378,7 @@ class StreamManager:
             services=self._services(),
             disk=self.disk,
         )
-        await self._replica_tasks.start(
-            replica.run(), replica.life, functools.partial(replica.stop, drain=False)
-        )
+        await self._replica_tasks.start(replica.run(), replica.life, replica.stop_undrained)
         self.offline.opened(meta.name, p)
         running = RunningPartition(replica, stream_id=meta.stream_id, queue=queue_group(meta))
         self._running[(meta.name, p)] = running

@@ -282,7 +282,7 @@ def swap_files(directory: Path, group: CleanedGroup) -> None:
     os.replace(log_c, first.log_path)
     os.replace(index_c, first.index_path)
     os.replace(time_c, first.timeindex_path)
-    group.segment.file.path = first.log_path
+    group.segment.file.path = os.fspath(first.log_path)
     for seg, _st in group.sources[1:]:
         seg.delete_files()
     fsync_directory(directory)

@@ -326,12 +326,13 @@ class SharedFile:
         "path",
     )
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: str | Path) -> None:
         self.fd = fd
         """The descriptor: valid while any holder has not released it, except that a
         parked file has -1 until the next :meth:`acquire` (hold a lease to use it)."""
-        self.path = path
-        """The path the file was opened at (it may since have been renamed or unlinked)."""
+        self.path = os.fspath(path)
+        """The path the file was opened at (it may since have been renamed or unlinked); a
+        str, not a Path (a third of the size: one is kept per partition, issue 34)."""
         self.cache: OpenFileCache | None = None
         """The cache that may park this file (a sealed segment's), None while pinned open."""
         self.on_reopen: Callable[[], None] | None = None
@@ -344,10 +345,10 @@ class SharedFile:
         self._lock = threading.Lock()
 
     @classmethod
-    def open(cls, path: Path, *, create: bool = False) -> SharedFile:
+    def open(cls, path: str | Path, *, create: bool = False) -> SharedFile:
         """Open ``path`` read-write (creating it if ``create``); raises OSError."""
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        if create and durability_trace.TRACE is not None and not path.exists():
+        if create and durability_trace.TRACE is not None and not os.path.exists(path):
             fd = os.open(path, flags, 0o644)
             traced_create(fd)
             return cls(fd, path)

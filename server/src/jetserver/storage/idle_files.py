@@ -54,6 +54,8 @@ class IdleFiles:
         self._open: dict[IdleCandidate, int] = {}
         """log -> its activity at the last sweep (-1: not swept since it opened)."""
         self._lock = threading.Lock()
+        self._logs = 0
+        """Logs open (opened ``fresh`` and not forgotten since)."""
         self.parks = 0
         """Active files parked so far (each costs one open if its log is used again)."""
 
@@ -77,11 +79,18 @@ class IdleFiles:
         """Active files open now (as far as the registry knows)."""
         return len(self._open)
 
+    @property
+    def parked(self) -> int:
+        """Open logs whose active file is parked now (closed until the log is used)."""
+        return max(self._logs - len(self._open), 0)
+
     def opened(self, log: IdleCandidate, *, fresh: bool = False) -> None:
         """``log`` holds its active file open (it was just opened or reopened); beyond
         the budget, the least recently opened idle files are parked. ``fresh``: the log
         was just opened (with ``park_opened``, parked at once if idle)."""
         with self._lock:
+            if fresh:
+                self._logs += 1
             if fresh and self._park_opened and log.park_idle_file():
                 self._open.pop(log, None)
                 self.parks += 1
@@ -92,9 +101,10 @@ class IdleFiles:
                 self._shed(log, self._budget)
 
     def forget(self, log: IdleCandidate) -> None:
-        """``log`` was closed."""
+        """``log`` was closed (it was :meth:`opened` ``fresh``)."""
         with self._lock:
             self._open.pop(log, None)
+            self._logs -= 1
 
     def make_room(self, files: int) -> int:
         """Park up to ``files`` idle files, least recently opened first (whatever their

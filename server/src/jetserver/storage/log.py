@@ -288,6 +288,12 @@ class Log:
         """Set the high watermark, clamped into [log start, LEO]; return the value set."""
         return self._state.set_high_watermark(hw)
 
+    @property
+    def checkpointed_high_watermark(self) -> int | None:
+        """The HW that recovery would read from the checkpoint file now (None: unknown,
+        until it is written); a missing file reads as the log start."""
+        return self._state.hw_on_disk
+
     def checkpoint_high_watermark(self) -> None:
         """Write the high watermark to ``high-watermark-checkpoint`` atomically, unless the
         file already holds it (an idle partition's close: two fsyncs fewer).

@@ -379,8 +379,8 @@ def _load_segment(
     log_name = segment_file_name(base, LOG_SUFFIX)
     index_name = segment_file_name(base, INDEX_SUFFIX)
     time_name = segment_file_name(base, TIMEINDEX_SUFFIX)
-    try:
-        file = SharedFile.open(directory / log_name)
+    try:  # a str: the Path was 7 % of LogState.load at a restart (issue 34)
+        file = SharedFile.open(f"{directory}/{log_name}")
     except OSError as exc:
         raise StorageError(f"cannot open {directory / log_name}: {exc}") from exc
     try:

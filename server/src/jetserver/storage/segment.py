@@ -99,6 +99,7 @@ class IndexEntries(NamedTuple):
 
 
 NO_INDEX_ENTRIES = IndexEntries((), (), ())
+_NO_HINTS: dict[int, tuple[int, int, bool]] = {}
 
 
 class Segment:
@@ -146,7 +147,9 @@ class Segment:
         # offset -> (generation, position, exact): where the record with that offset (exact),
         # or the first one at or after it (not exact: read its header), starts; where the
         # last reads ended (one per reader keeping up), at most MAX_READ_HINTS, oldest first.
-        self._hints: dict[int, tuple[int, int, bool]] = {}
+        # Until the first read ends here: the shared empty _NO_HINTS (never changed), not a
+        # dict per segment (an idle partition is never read, issue 34).
+        self._hints: dict[int, tuple[int, int, bool]] = _NO_HINTS
         self._indexes_on_disk: bytes | None = None
         """Digest of what the index files on disk hold, if known (see :meth:`write_indexes`)."""
         self._tail: tuple[int, int, bytes, int] | None = None
@@ -288,7 +291,7 @@ class Segment:
         next_offset = self.base_offset if last_offset is None else last_offset + 1
         if position == 0:
             self.first_timestamp = None
-        self._hints.clear()
+        self._hints = _NO_HINTS
         self._tail = None
         self.state = SegmentState(
             position, next_offset, running, index, timeindex, keep, st.generation + 1
@@ -495,6 +498,8 @@ class Segment:
     def _hint(self, offset: int, generation: int, position: int, exact: bool) -> None:
         """Remember where a read ended (the next read of its reader starts there)."""
         hints = self._hints
+        if hints is _NO_HINTS:
+            hints = self._hints = {}
         hints.pop(offset, None)
         hints[offset] = (generation, position, exact)
         if len(hints) > MAX_READ_HINTS:
