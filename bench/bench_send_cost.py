@@ -22,7 +22,8 @@ Each round runs in a process of its own with the tree's code on its PYTHONPATH; 
 ``JET_BENCH_AGAINST=<another jet work tree>`` the rounds of this tree (``A``) and that
 one (``B``) alternate, A first in even rounds. ``SEND_COST_ROUNDS`` rounds (default 3;
 quick 2) of ``SEND_COST_MESSAGES`` sends (default 1,000). ``SEND_COST_TOP=<k>`` prints
-the k functions that run the most lines per send (last round of each tree and case).
+the k functions that run the most lines per send (last round of each tree and case);
+``SEND_COST_BYLINE=<dir>`` writes every line's runs per send there (JSON per round).
 Run: ``python -m bench send_cost [--quick]``.
 """
 
@@ -101,14 +102,18 @@ class _LineCounter:
 
     def __init__(self) -> None:
         self.counts: Counter[CodeType] = Counter()
+        self.by_line: Counter[tuple[str, int]] = Counter()
 
     def install(self) -> None:
         """Count the lines of the calls this thread starts from now on."""
         counts = self.counts
+        by_line = self.by_line if os.environ.get("SEND_COST_BYLINE") else None
 
         def local(frame: FrameType, event: str, _arg: Any) -> Any:
             if event == "line":
                 counts[frame.f_code] += 1
+                if by_line is not None:
+                    by_line[frame.f_code.co_filename, frame.f_lineno] += 1
             return local
 
         def called(_frame: FrameType, event: str, _arg: Any) -> Any:
@@ -124,6 +129,14 @@ class _LineCounter:
             for c, v in self.counts.items()
         }
         return total, per
+
+    def dump_by_line(self, n: int, case: str) -> None:
+        """With ``SEND_COST_BYLINE=<dir>``: every line's runs per send there, as JSON
+        (``<case>.<pid>.json``, ``{"<file>:<line>": runs}``)."""
+        where = os.environ.get("SEND_COST_BYLINE")
+        if where:
+            out = {f"{path}:{line}": runs / n for (path, line), runs in self.by_line.items()}
+            Path(where, f"{case}.{os.getpid()}.json").write_text(json.dumps(out))
 
 
 def _child(n: int, case: str, kinds: list[str]) -> None:
@@ -153,6 +166,7 @@ def _child(n: int, case: str, kinds: list[str]) -> None:
             if loop_trace is not None:
                 loop_trace(lambda: sys.settrace(None))
             figures["lines"], figures["top"] = counter.per_send(n)
+            counter.dump_by_line(n, case)
         if "calls" in kinds:
             profile = cProfile.Profile()
             profile.enable()
@@ -187,6 +201,7 @@ def _child(n: int, case: str, kinds: list[str]) -> None:
                         await producer.send(value)
                     sys.settrace(None)
                     figures["lines"], figures["top"] = counter.per_send(n)
+                    counter.dump_by_line(n, case)
                 if "calls" in kinds:
                     profile = cProfile.Profile()
                     profile.enable()
