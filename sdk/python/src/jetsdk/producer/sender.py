@@ -273,7 +273,9 @@ class Sender:
         conn = self._client.leader_connection_now(self._stream, partition)
         if conn is None:
             return False
-        fan_in = self.fan_in.takes(conn)
+        # One partition's batch has no other to group with: past FanIn, whose mark of
+        # the loop turn (a loop callback and turn per request) would serve none.
+        fan_in = len(self._partitions) > 1 and self.fan_in.takes(conn)
         if fan_in and not self.fan_in.writes_now(conn):
             # Cut at the end of this loop turn, with what else is queued for the partition
             # meanwhile, and sent with the other partitions' batches to that server.
