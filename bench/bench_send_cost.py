@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
@@ -139,105 +139,82 @@ class _LineCounter:
             Path(where, f"{case}.{os.getpid()}.json").write_text(json.dumps(out))
 
 
+@contextlib.contextmanager
+def _measuring(
+    kind: str, n: int, case: str, figures: dict[str, Any], loop_trace: Any = None
+) -> Iterator[None]:
+    """Measure ``kind`` over the ``n`` sends of the block into ``figures``;
+    ``loop_trace(fn)`` runs ``fn`` in the client's loop thread when it is not this one."""
+    if kind == "lines":
+        counter = _LineCounter()
+        if loop_trace is not None:
+            loop_trace(counter.install)
+        counter.install()
+        yield
+        sys.settrace(None)
+        if loop_trace is not None:
+            loop_trace(lambda: sys.settrace(None))
+        figures["lines"], figures["top"] = counter.per_send(n)
+        counter.dump_by_line(n, case)
+    elif kind == "calls":
+        profile = cProfile.Profile()
+        profile.enable()
+        yield
+        profile.disable()
+        with tempfile.NamedTemporaryFile() as f:
+            profile.dump_stats(f.name)
+            figures["calls"] = pstats.Stats(f.name).total_calls / n  # type: ignore[attr-defined]
+    else:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu0 = usage.ru_utime + usage.ru_stime
+        yield
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        figures["cpu"] = (usage.ru_utime + usage.ru_stime - cpu0) / n * 1e6
+
+
 def _child(n: int, case: str, kinds: list[str]) -> None:
-    """One round in this process (this tree's code): print the kinds' figures as JSON."""
+    """One round in this process (this tree's code): print the kinds' figures as JSON.
+    The ``cpu`` kind's sends are paced at ``RATE``, the others' back to back."""
     import anyio
 
     from jetsdk import Client, Producer
     from jetsdk import sync as jsync
+    from jetsdk.client_requests import Durability
     from jetserver.devcluster import DevCluster
 
     figures: dict[str, Any] = {}
-    durability = "written" if case in ("written", "sync") else None
-
-    def measure(send: Callable[[], None], paced: Callable[[float], None], loop_trace: Any) -> None:
-        """The kinds, sending with ``send``; ``paced(t)`` waits until ``t`` (perf_counter);
-        ``loop_trace(fn)`` runs ``fn`` in the loop thread, when it is not this one."""
-        for _ in range(200):  # connections open, the partition's sender idle
-            send()
-        if "lines" in kinds:
-            counter = _LineCounter()
-            if loop_trace is not None:
-                loop_trace(counter.install)
-            counter.install()
-            for _ in range(n):
-                send()
-            sys.settrace(None)
-            if loop_trace is not None:
-                loop_trace(lambda: sys.settrace(None))
-            figures["lines"], figures["top"] = counter.per_send(n)
-            counter.dump_by_line(n, case)
-        if "calls" in kinds:
-            profile = cProfile.Profile()
-            profile.enable()
-            for _ in range(n):
-                send()
-            profile.disable()
-            with tempfile.NamedTemporaryFile() as f:
-                profile.dump_stats(f.name)
-                figures["calls"] = pstats.Stats(f.name).total_calls / n  # type: ignore[attr-defined]
-        if "cpu" in kinds:
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            cpu0 = usage.ru_utime + usage.ru_stime
-            start = time.perf_counter()
-            for i in range(n):
-                paced(start + i / RATE)
-                send()
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            figures["cpu"] = (usage.ru_utime + usage.ru_stime - cpu0) / n * 1e6
+    durability: Durability | None = "written" if case in ("written", "sync") else None
+    value = b"x" * 100
 
     async def async_case(addresses: list[str]) -> None:
         async with Client(addresses) as client:
             await client.create_stream("sendcost", "sendcost.x", durability=durability)
             async with Producer(client, "sendcost", linger=0) as producer:
-                # measure()'s steps, each send awaited.
-                value = b"x" * 100
-                for _ in range(200):
+                for _ in range(200):  # connections open, the partition's sender idle
                     await producer.send(value)
-                if "lines" in kinds:
-                    counter = _LineCounter()
-                    counter.install()
-                    for _ in range(n):
-                        await producer.send(value)
-                    sys.settrace(None)
-                    figures["lines"], figures["top"] = counter.per_send(n)
-                    counter.dump_by_line(n, case)
-                if "calls" in kinds:
-                    profile = cProfile.Profile()
-                    profile.enable()
-                    for _ in range(n):
-                        await producer.send(value)
-                    profile.disable()
-                    with tempfile.NamedTemporaryFile() as f:
-                        profile.dump_stats(f.name)
-                        stats = pstats.Stats(f.name)
-                        figures["calls"] = stats.total_calls / n  # type: ignore[attr-defined]
-                if "cpu" in kinds:
-                    usage = resource.getrusage(resource.RUSAGE_SELF)
-                    cpu0 = usage.ru_utime + usage.ru_stime
-                    start = time.perf_counter()
-                    for i in range(n):
-                        delay = start + i / RATE - time.perf_counter()
-                        if delay > 0:
-                            await anyio.sleep(delay)
-                        await producer.send(value)
-                    usage = resource.getrusage(resource.RUSAGE_SELF)
-                    figures["cpu"] = (usage.ru_utime + usage.ru_stime - cpu0) / n * 1e6
+                for kind in kinds:
+                    with _measuring(kind, n, case, figures):
+                        start, rate = time.perf_counter(), RATE if kind == "cpu" else 0
+                        for i in range(n):
+                            if rate and (delay := start + i / rate - time.perf_counter()) > 0:
+                                await anyio.sleep(delay)
+                            await producer.send(value)
 
     def sync_case(addresses: list[str]) -> None:
         with jsync.Client(addresses) as client:
             client.create_stream("sendcost", "sendcost.x", durability=durability)
             with jsync.Producer(client, "sendcost", linger=0) as producer:
-                value = b"x" * 100
                 portal = client._portal
                 assert portal is not None
-
-                def paced(t: float) -> None:
-                    delay = t - time.perf_counter()
-                    if delay > 0:
-                        time.sleep(delay)
-
-                measure(lambda: producer.send(value) and None, paced, lambda fn: portal.call(fn))
+                for _ in range(200):
+                    producer.send(value)
+                for kind in kinds:
+                    with _measuring(kind, n, case, figures, portal.call):
+                        start, rate = time.perf_counter(), RATE if kind == "cpu" else 0
+                        for i in range(n):
+                            if rate and (delay := start + i / rate - time.perf_counter()) > 0:
+                                time.sleep(delay)
+                            producer.send(value)
 
     with contextlib.ExitStack() as stack:
         devnull = stack.enter_context(open(os.devnull, "wb"))
