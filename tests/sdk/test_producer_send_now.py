@@ -8,6 +8,9 @@ the producer closes with written batches still unanswered.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import anyio
 import pytest
 
@@ -35,6 +38,41 @@ async def test_the_caller_writes_the_request_of_an_idle_partition(
         assert ack.offset == 1
     # The fast path is for plain TCP on asyncio; elsewhere the sender task writes it.
     assert written == (1 if anyio_backend == "asyncio" else 0)
+
+
+async def test_a_one_partition_producer_writes_without_a_loop_callback(
+    jet_dev: JetDev, anyio_backend: str
+) -> None:
+    """Its batch has no other partition's to go with: written at once, as a Produce
+    request, with no end-of-turn mark of the fan-in (a loop callback and a loop turn per
+    message on the old code)."""
+    if anyio_backend != "asyncio":
+        pytest.skip("the caller writes the request on asyncio only")
+    name = unique("one")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        async with Producer(client, name, linger=0) as producer:
+            await producer.send(b"warm")
+            conn = await client.leader_connection(name, 0)
+            loop = asyncio.get_running_loop()
+            scheduled: list[object] = []
+            call_soon = loop.call_soon
+
+            def counting(callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+                scheduled.append(callback)
+                return call_soon(callback, *args, context=context)
+
+            before = conn.pending_count
+            loop.call_soon = counting  # type: ignore[method-assign]
+            try:
+                handle = await producer.send_soon(b"now")
+            finally:
+                del loop.call_soon
+            written = conn.pending_count - before
+            ack = await handle
+    assert ack.offset == 1
+    assert written == 1
+    assert scheduled == []
 
 
 async def test_many_callers_keep_per_key_order_and_every_ack(jet_dev: JetDev) -> None:

@@ -28,6 +28,8 @@ the waiter, so one of the two always sees the other.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import importlib
 import threading
 from collections import deque
@@ -41,6 +43,7 @@ from jetsdk.errors import ClientClosed, JetError, Timeout
 from jetsdk.message import Ack
 from jetsdk.producer.handle import SendHandle as AsyncSendHandle
 from jetsdk.producer.producer import Prepared, Producer
+from jetsdk.transport import running_asyncio_loop
 
 __all__ = ["QueuedSends", "SendHandle", "loop_caller"]
 
@@ -185,6 +188,9 @@ class QueuedSends:
         """A wake-up of the drain task is on its way to the loop thread."""
         self._closed = False
         self._wake: anyio.Event | None = None
+        self._drains_in_callback = False
+        """asyncio: the scheduled callback drains the queue itself (the drain task then
+        only drains at close), a task wake-up and a loop turn less per hand-off."""
         self._scope: anyio.CancelScope | None = None
         self._call_soon: Callable[[Callable[[], None]], Any] = portal.call(self._setup)
         portal.start_task_soon(self._drain_task)
@@ -245,10 +251,20 @@ class QueuedSends:
 
     async def _setup(self) -> Callable[[Callable[[], None]], Any]:
         self._wake = anyio.Event()
-        return loop_caller()
+        loop = running_asyncio_loop()
+        if loop is None:
+            return loop_caller()
+        self._drains_in_callback = True
+        # The callback runs anyio code (a new partition's sender task): in this task's
+        # context, where anyio knows its backend, not the calling thread's.
+        return functools.partial(loop.call_soon_threadsafe, context=contextvars.copy_context())
 
     def _wake_drain(self) -> None:
-        """The callback a sender schedules (in the loop thread, outside any task)."""
+        """The callback a sender schedules (in the loop thread, outside any task): drain
+        here on asyncio, else wake the drain task (a trio callback must not raise)."""
+        if self._drains_in_callback:
+            self._drain()
+            return
         assert self._wake is not None
         self._wake.set()
 

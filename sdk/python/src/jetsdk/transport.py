@@ -91,7 +91,7 @@ class ByteStream(Protocol):
         ...
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a key of the pool's connections, looked up per batch
 class Address:
     """A server address."""
 

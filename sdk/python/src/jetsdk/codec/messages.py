@@ -503,6 +503,29 @@ def decode_produce_response(body: bytes | bytearray | memoryview) -> list[Produc
         raise w.convert(exc, "produce response") from None
 
 
+def decode_produce_result_tuples(
+    body: bytes | bytearray | memoryview,
+) -> list[tuple[int, int, int]]:
+    """A Produce response body's results as ``(error_code, offset, timestamp)`` tuples:
+    what :func:`decode_produce_response` reads, without building the result objects (the
+    producer settling a batch whose messages were all stored).
+
+    Raises:
+        CodecError: truncated or trailing bytes.
+    """
+    try:
+        w.need(body, 0, 4, "result count")
+        (count,) = w.U32.unpack_from(body, 0)
+        if len(body) - 4 != count * _RESULT.size:
+            reason = "truncated" if len(body) - 4 < count * _RESULT.size else "malformed"
+            raise CodecError(
+                f"produce response length does not match {count} results", reason=reason
+            )
+        return list(_RESULT.iter_unpack(memoryview(body)[4:]))
+    except w.DECODE_ERRORS as exc:
+        raise w.convert(exc, "produce response") from None
+
+
 # --------------------------------------------------------------------------------------
 # Fetch (jetsdk.codec.fetch_messages), where the callers have always found it
 

@@ -140,7 +140,12 @@ class Accumulator(Generic[T]):
         entries.append(Queued(item, size, ack_policy, now))
         queue.size += size
         self._total += 1
-        return not was_full and self._head_full(queue)
+        # _head_full of a queue just appended to (not empty), without the call.
+        return not was_full and (
+            count >= self.max_batch_messages - 1
+            or queue.size >= self.max_batch_bytes
+            or queue.mixed
+        )
 
     def _head_full(self, queue: _Queue[T]) -> bool:
         entries = queue.entries
@@ -164,9 +169,10 @@ class Accumulator(Generic[T]):
         queue = self._queues.get(partition)
         if queue is None or not queue.entries:
             return False
-        if flushing or self._head_full(queue):
-            return True
-        return now >= queue.entries[0].enqueued_at + self.linger
+        # By age first: with linger 0 (the default) every batch is ready so.
+        return (
+            now >= queue.entries[0].enqueued_at + self.linger or flushing or self._head_full(queue)
+        )
 
     def drain(self, partition: int) -> Batch[T] | None:
         """Cut the head batch off ``partition``'s queue (None if empty).
@@ -178,6 +184,12 @@ class Accumulator(Generic[T]):
         if queue is None or not queue.entries:
             return None
         entries = queue.entries
+        if len(entries) == 1:  # a message alone (sent to an idle partition): no scan
+            head = entries.popleft()
+            queue.size -= head.size
+            queue.mixed = False
+            self._total -= 1
+            return Batch(partition, head.ack_policy, (head.item,), head.size)
         policy = entries[0].ack_policy
         items: list[T] = []
         size = 0

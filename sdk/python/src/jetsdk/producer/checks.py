@@ -66,6 +66,11 @@ def checked_message(
             or a header name or subject that is not valid UTF-8 text (``field`` says which).
         MessageTooLarge: a value or header value over the encoding's limit.
     """
+    # The plain message (a bytes value in the limit, no key, headers or subject): nothing
+    # else to check (a str subject "" passes every subject check below).
+    plain = type(value) is bytes and key is None and not headers and subject == ""
+    if plain and len(value) <= MAX_VALUE_BYTES:
+        return value, None, ()
     data = checked_bytes("value", value)
     if len(data) > MAX_VALUE_BYTES:
         raise MessageTooLarge(

@@ -84,7 +84,7 @@ class SendHandle:
         fails what was in flight with :class:`~jetsdk.errors.ClientClosed`, and may do so
         before the cancellation reaches the caller's wait.
         """
-        if not self.done():
+        if self._acked is None and self._ack is None and self._error is None:  # not done()
             loop = running_asyncio_loop()
             if loop is not None:
                 # Its own future: a cancelled waiter (an anyio scope too) cancels only its.

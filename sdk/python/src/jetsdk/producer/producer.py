@@ -313,7 +313,8 @@ class Producer:
             Timeout: no ack in time (the message may or may not be stored).
             JetError: any other failure (see :mod:`jetsdk.errors`).
         """
-        handle = await self.send_soon(
+        # send_soon's steps without its call (one coroutine less per message).
+        prepared = self._prepare(
             value,
             key,
             headers,
@@ -324,7 +325,7 @@ class Producer:
             expected_offset=expected_offset,
             timestamp=timestamp,
         )
-        return await handle
+        return await (await self._enqueue(prepared)).wait()
 
     async def send_soon(
         self,

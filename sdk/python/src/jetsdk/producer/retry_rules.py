@@ -3,9 +3,9 @@ after a timeout, since the leader drops the duplicate). Pure values."""
 
 from __future__ import annotations
 
-from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import ErrorCode
-from jetsdk.codec.messages import ProduceResult
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.messages import decode_produce_result_tuples
 from jetsdk.errors import (
     JetConnectionError,
     JetError,
@@ -61,16 +61,19 @@ def should_retry_idempotent(error: JetError) -> bool:
     return isinstance(error, IDEMPOTENT_RETRY_CLASSES)
 
 
-def stored_results(body: bytes | None, count: int) -> list[ProduceResult] | None:
-    """The results of Produce answer ``body`` (for ``count`` messages) if it stored every
-    message (or found it a duplicate); None if it did not, is undecodable, or is None."""
+def stored_results(body: bytes | None, count: int) -> list[tuple[int, int, int]] | None:
+    """The ``(error_code, offset, timestamp)`` results of Produce answer ``body`` (for
+    ``count`` messages) if it stored every message (or found it a duplicate); None if it
+    did not, is undecodable, or is None."""
     if body is None:
         return None
     try:
-        results = decode_produce_answer(body, count)
-    except JetError:
+        results = decode_produce_result_tuples(body)
+    except CodecError:
         return None
-    for result in results:
-        if result.error_code not in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE):
+    if len(results) != count:
+        return None
+    for code, _offset, _timestamp in results:
+        if code != ErrorCode.NONE and code != ErrorCode.DUPLICATE_SEQUENCE:
             return None
     return results

@@ -273,7 +273,9 @@ class Sender:
         conn = self._client.leader_connection_now(self._stream, partition)
         if conn is None:
             return False
-        fan_in = self.fan_in.takes(conn)
+        # One partition's batch has no other to group with: past FanIn, whose mark of
+        # the loop turn (a loop callback and turn per request) would serve none.
+        fan_in = len(self._partitions) > 1 and self.fan_in.takes(conn)
         if fan_in and not self.fan_in.writes_now(conn):
             # Cut at the end of this loop turn, with what else is queued for the partition
             # meanwhile, and sent with the other partitions' batches to that server.
@@ -399,7 +401,7 @@ class Sender:
             partition=batch.partition,
             ack_policy=batch.ack_policy,
             timeout_ms=self._ack_timeout_ms,
-            messages=tuple(p.message for p in items),
+            messages=(items[0].message,) if len(items) == 1 else tuple(p.message for p in items),
             producer_id=self.producer_id,
             base_seq=seq if self.producer_id is not None else 0,
         )
@@ -475,7 +477,8 @@ class Sender:
                     )
                     return
                 else:
-                    error = self._resolve_results(batch, items, results, idempotent)
+                    tuples = [(r.error_code, r.offset, r.timestamp) for r in results]
+                    error = self._resolve_results(batch, items, tuples, idempotent)
                     if error is None:
                         return
             if scope is not None and scope.cancelled_caught:
@@ -551,18 +554,17 @@ class Sender:
         self,
         batch: Batch[Pending],
         items: tuple[Pending, ...],
-        results: list[ProduceResult],
+        results: list[tuple[int, int, int]],
         idempotent: bool,
     ) -> JetError | None:
-        """Settle the handles of ``items``; return the error of the first message that
-        failed retriably (left unresolved, to be sent again), else None."""
+        """Settle ``items`` by their (error_code, offset, timestamp) results; return the error
+        of the first that failed retriably (left unresolved, to go again), else None."""
         stream, partition = self._stream, batch.partition
         acked = 0
         retry: JetError | None = None
-        for pending, result in zip(items, results):
-            code = result.error_code
+        for pending, (code, offset, timestamp) in zip(items, results):
             if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE:
-                if pending.handle._set_acked(stream, partition, result.offset, result.timestamp):
+                if pending.handle._set_acked(stream, partition, offset, timestamp):
                     acked += 1
                 continue
             error = error_from_code(
