@@ -34,6 +34,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import attrs
@@ -46,13 +47,6 @@ from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.running import MetadataView
 from jetserver.broker.streams import StreamManager
-from jetserver.cluster import ClusterNode
-from jetserver.cluster.handoff import (
-    HANDOFF_TIMEOUT_FRACTION,
-    hand_off_during_nats_outages,
-    hand_off_leaderships,
-    leave_isrs,
-)
 from jetserver.config import ServerConfig
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
@@ -78,6 +72,11 @@ from jetserver.security.wiring import acl_proposer, connection_setup
 from jetserver.security.wiring import bootstrap as bootstrap_acls
 from jetserver.storage.files import SEALED_FILES
 from jetserver.storage.space import DiskSpace
+
+if TYPE_CHECKING:
+    # Imported where a cluster member needs them: a server alone does not import the
+    # control plane, its Raft and PySyncObj (about a fifth of a start's imports).
+    from jetserver.cluster import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +246,8 @@ class Server:
         if not self.config.cluster.enabled:
             yield None
             return
+        from jetserver.cluster import ClusterNode
+
         async with ClusterNode.open(self.config) as node:
             yield node
 
@@ -423,6 +424,11 @@ class Server:
                     await self._stop.wait()
                 log.info("shutting down")
                 if node is not None:
+                    from jetserver.cluster.handoff import (
+                        HANDOFF_TIMEOUT_FRACTION,
+                        hand_off_leaderships,
+                    )
+
                     # Still serving: move partition leaderships to in-sync followers first,
                     # so producers fail over without a timeout. The replicas that become
                     # followers do not fetch (they would rejoin the ISRs they just left).
@@ -457,6 +463,8 @@ class Server:
         await running.produce.stop()
         clean = await running.streams.stop()
         if node is not None:
+            from jetserver.cluster.handoff import HANDOFF_TIMEOUT_FRACTION, leave_isrs
+
             # The replicas stopped fetching: leave the ISRs so that their leaders commit
             # without waiting for this server.
             with self._unless_hurried():
@@ -481,6 +489,8 @@ async def _open_metadata(node: ClusterNode | None, data_dir: Path) -> tuple[Meta
 async def _hand_off_during_outages(
     scope: anyio.CancelScope, node: ClusterNode, running: Running
 ) -> None:
+    from jetserver.cluster.handoff import hand_off_during_nats_outages
+
     with scope:
         await hand_off_during_nats_outages(
             running.link, node.raft, running.streams, node.config.server.id, node.liveness

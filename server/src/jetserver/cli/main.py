@@ -15,9 +15,14 @@ Exit codes scripts can rely on (every command):
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import logging
+import os
 import sys
+import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -80,5 +85,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def exit_process(code: int) -> NoReturn:
+    """End this process with ``code`` once ``main`` has returned, without the interpreter's
+    teardown when nothing is left running.
+
+    That teardown frees every object of every module one by one: about 40 ms of CPU for the
+    ~480 modules ``jet server`` imports, paid by every test that stops a server. Here the
+    logs and the standard streams are flushed and the ``atexit`` functions run (as at a
+    normal exit); with another non-daemon thread still alive, the normal exit joins it.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            code = code or EXIT_FAILED  # as the interpreter's own exit does
+    main_thread = threading.main_thread()
+    if any(t is not main_thread and not t.daemon for t in threading.enumerate()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

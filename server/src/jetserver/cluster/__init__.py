@@ -15,8 +15,27 @@
 spec/cluster.md documents the behaviour.
 """
 
-from jetserver.cluster.controller import Controller
-from jetserver.cluster.node import ClusterNode
-from jetserver.cluster.placement import place_replicas, server_load
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jetsdk.lazy_names import lazy_names
+
+if TYPE_CHECKING:
+    from jetserver.cluster.controller import Controller
+    from jetserver.cluster.node import ClusterNode
+    from jetserver.cluster.placement import place_replicas, server_load
+
+_LAZY = {
+    "Controller": "jetserver.cluster.controller",
+    "ClusterNode": "jetserver.cluster.node",
+    "place_replicas": "jetserver.cluster.placement",
+    "server_load": "jetserver.cluster.placement",
+}
+"""Imported on first use: a server alone imports ``report_parse`` (its request handlers), not
+the control plane and its Raft (PySyncObj)."""
+
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
+
 
 __all__ = ["ClusterNode", "Controller", "place_replicas", "server_load"]

@@ -7,6 +7,11 @@ carries results from that thread into the event loop; ``config`` and ``errors`` 
 their names say. spec/cluster.md, "Metadata Raft", documents the behaviour.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jetsdk.lazy_names import lazy_names
 from jetserver.raft.config import RaftConfig, RaftPeer
 from jetserver.raft.errors import (
     EntryTooLarge,
@@ -19,8 +24,20 @@ from jetserver.raft.errors import (
     RaftTimeout,
     Unavailable,
 )
-from jetserver.raft.host import RaftStatus
-from jetserver.raft.metadata_raft import Applied, MetadataRaft
+
+if TYPE_CHECKING:
+    from jetserver.raft.host import RaftStatus
+    from jetserver.raft.metadata_raft import Applied, MetadataRaft
+
+_LAZY = {
+    "RaftStatus": "jetserver.raft.host",
+    "Applied": "jetserver.raft.metadata_raft",
+    "MetadataRaft": "jetserver.raft.metadata_raft",
+}
+"""Imported on first use: ``host`` imports PySyncObj (and through it ``cryptography``),
+which a server alone never runs; ``jetserver.config`` imports this package's ``config``."""
+
+__getattr__, __dir__ = lazy_names(globals(), _LAZY)
 
 __all__ = [
     "Applied",
