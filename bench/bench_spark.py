@@ -50,6 +50,7 @@ from typing import Any
 import anyio
 import attrs
 
+from bench.bench_sdk import _process_cpu_s
 from jetsdk import AckPolicy, Client, Consumer, Producer, Table
 from jetserver.devcluster import DevCluster
 
@@ -150,14 +151,8 @@ async def _count(servers: list[str], stream: str) -> int:
 
 def _jvm_cpu(spark: Any) -> float:
     """CPU seconds (user + system) the session's JVM has used, from /proc; threads that
-    ended (a query's stream execution thread) included. 0.0 where /proc is missing."""
-    pid = spark.sparkContext._gateway.proc.pid
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ended (a query's stream execution thread) included."""
+    return _process_cpu_s(spark.sparkContext._gateway.proc.pid)
 
 
 def _spark_source(
