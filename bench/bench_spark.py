@@ -11,14 +11,26 @@ not counted; a streaming query's own start-up is shown apart ("wall" vs "in batc
 source and each sink have one untimed warm-up call per value size.
 
 Every rate is the median of the rounds, printed with its ratio to the jetsdk baseline and
-the issue's target. Then the fixed cost of an empty and of a 1-row batch (ms, median of
-calls), and the rates at 1 KB and 16 KiB values.
+the issue's target; under the source's rates, the CPU seconds the JVM spent on one query
+(start, batches, stop; from /proc, so it survives the machine's load). Then the fixed cost
+of an empty and of a 1-row batch (ms, median of calls), and the rates at 1 KB and 16 KiB
+values.
 
     python -m bench spark [--quick]
 
 ``JET_BENCH_SPARK_PARTS`` (default ``100,fixed,1000,16384``) limits the run to some of its
 parts (e.g. ``16384``: the 16 KiB rates only); ``JET_BENCH_SPARK_LARGE_ROUNDS`` sets the
 rounds at 16 KiB (1).
+
+Where the JVM's CPU goes at 16 KiB (issue 39; JFR and per-thread /proc counts, local[2],
+C1 only, load 7-10): a query over 10,000 rows took 1.05-1.19 s of JVM CPU and one over 100
+rows 0.41-0.60 s, so about half is per query (the stream execution thread's planning and
+checkpoint, the C1 compiler, a forked chmod). Per row (~30 us at 16 KiB) the executor tasks
+copy each value three times: Arrow's VarBinaryVector.getObject (a new byte[] a value, via
+ArrowColumnVector.getBinary), the UnsafeRow write, and UnsafeRow.getBinary in the count's
+codegen stage (a Python data source cannot prune columns, so even a count reads every value).
+With C2 (the JVM's default tiers) the executor tasks fell 0.35 -> 0.21 s over three queries
+while the compiler took 0.6-0.9 s a query: more JVM CPU for a bench of a few queries.
 
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB and 10,000 x
 16 KiB, one round each. ``--quick``: 50,000, 10,000 and 2,000 rows.
@@ -38,6 +50,7 @@ from typing import Any
 import anyio
 import attrs
 
+from bench.bench_sdk import _process_cpu_s
 from jetsdk import AckPolicy, Client, Consumer, Producer, Table
 from jetserver.devcluster import DevCluster
 
@@ -46,6 +59,9 @@ VALUE_BYTES = 100
 KB_VALUE_BYTES = 1000
 LARGE_VALUE_BYTES = 16 * 1024
 """Issue 39: the source and sinks keep their ratios at 16 KiB values."""
+LARGE_ARROW_ROWS = 256
+"""spark.sql.execution.arrow.maxRecordsPerBatch for the sinks at LARGE_VALUE_BYTES (4 MiB
+Arrow batches; foreach_batch_sink's docstring)."""
 KEYS = 1000
 WARM_ROWS = 64
 """Rows of each sink's untimed warm-up call (:func:`_warm_sinks`)."""
@@ -133,10 +149,20 @@ async def _count(servers: list[str], stream: str) -> int:
         return total
 
 
-def _spark_source(spark: Any, servers: str, stream: str, count: int) -> tuple[float, float, int]:
-    """(wall seconds, seconds inside batches, batches)."""
+def _jvm_cpu(spark: Any) -> float:
+    """CPU seconds (user + system) the session's JVM has used, from /proc; threads that
+    ended (a query's stream execution thread) included."""
+    return _process_cpu_s(spark.sparkContext._gateway.proc.pid)
+
+
+def _spark_source(
+    spark: Any, servers: str, stream: str, count: int
+) -> tuple[float, float, int, float]:
+    """(wall seconds, seconds inside batches, batches, CPU seconds of the JVM for the query
+    from start to end)."""
     counted: list[int] = []
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as checkpoint:
+        cpu = _jvm_cpu(spark)
         started = time.perf_counter()
         query = (
             spark.readStream.format("jetstream")
@@ -151,13 +177,14 @@ def _spark_source(spark: Any, servers: str, stream: str, count: int) -> tuple[fl
         )
         query.awaitTermination(1800)
         wall = time.perf_counter() - started
+        cpu = _jvm_cpu(spark) - cpu
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
         batches = [p for p in query.recentProgress if p["numInputRows"]]
         inside = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
     if sum(counted) != count:
         raise RuntimeError(f"the source counted {sum(counted)} records, not {count}")
-    return wall, inside, len(batches)
+    return wall, inside, len(batches), cpu
 
 
 def _rows(spark: Any, count: int, value_bytes: int) -> Any:
@@ -218,7 +245,7 @@ def _fixed_costs(spark: Any, servers: list[str], joined: str) -> None:
 
     micro: list[float] = []
     for _ in range(FIXED_CALLS):
-        _wall, inside, _n = _spark_source(spark, joined, "bench-one", 1)
+        _wall, inside, _n, _cpu = _spark_source(spark, joined, "bench-one", 1)
         micro.append(inside)
     reads = {
         s: [_timed(lambda s=s: read_count(s)) for _ in range(FIXED_CALLS)]
@@ -280,11 +307,15 @@ def _throughput(
     _spark_source(spark, joined, src, count)  # warm-up: workers, JIT
     inside: list[float] = []
     wall: list[float] = []
+    jvm: list[float] = []
     batches = 0
     for _ in range(rounds):
-        w, i, batches = _spark_source(spark, joined, src, count)
+        w, i, batches, c = _spark_source(spark, joined, src, count)
         inside.append(count / i)
         wall.append(count / w)
+        jvm.append(c)
+    if value_bytes >= LARGE_VALUE_BYTES:  # as foreach_batch_sink's docstring advises
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", LARGE_ARROW_ROWS)
     rows = _rows(spark, count, value_bytes)
     _warm_sinks(spark, servers, joined, value_bytes)
     foreach: list[float] = []
@@ -300,6 +331,7 @@ def _throughput(
             if stored != count:
                 raise RuntimeError(f"{stream} holds {stored} records, not {count}")
     rows.unpersist()
+    spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     table = f"bench-tbl-{tag}"
     anyio.run(partial(_produce, servers, table, count, value_bytes, compact=True))
     _spark_table(spark, joined, table)  # warm-up
@@ -316,6 +348,11 @@ def _throughput(
     _ratio_line("jetsdk Consumer (baseline)", consume, None, None)
     _ratio_line(f"jetstream source, in {batches} batch(es)", inside, base_read, SOURCE_TARGET)
     _ratio_line("jetstream source, wall incl. query start", wall, base_read, None)
+    print(
+        f"  JVM CPU for the whole query (start, {batches} batch(es), stop): "
+        f"{statistics.median(jvm):.2f} s, {statistics.median(jvm) / count * 1e6:,.0f} us/row "
+        f"(load {os.getloadavg()[0]:.1f})"
+    )
     print("sink (rows/s stored, ack ALL)")
     _ratio_line("jetsdk Producer (baseline)", produce, None, None)
     _ratio_line("foreach_batch_sink (exactly-once)", foreach, base_write, FOREACH_TARGET)

@@ -99,6 +99,13 @@ def foreach_batch_sink(
     binary like Spark's Kafka sink; ``offset`` (integer, not written) orders each task's
     rows, pass the source's through to keep per-key order; other columns are ignored.
 
+    Large values: Spark hands the rows to the writing tasks in Arrow batches of
+    ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows (default 10,000), one buffer of
+    the whole batch's values grown as it fills. At 16 KiB values set it to a few hundred
+    (``spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", 256)``): measured
+    over 10,000 rows (local[2]), the JVM's CPU fell from 0.66-0.74 s to 0.31-0.44 s, its
+    kernel time in the tasks from 0.34 s to 0.04-0.07 s.
+
     Raises:
         OptionError: a bad argument (named as the option it stands for).
     """
