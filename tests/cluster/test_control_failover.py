@@ -40,6 +40,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
         yield dev
 
 
+@pytest.fixture(autouse=True)
+def every_server_back(cluster: DevCluster) -> Iterator[None]:
+    """Restart whatever a test left dead (a failed assertion before its own restart), so
+    that one failure does not fail the module's later tests for want of a server."""
+    yield
+    for p in cluster.servers:
+        if not p.alive:
+            cluster.start_server(p.server_id)
+
+
 def live(cluster: DevCluster) -> list[str]:
     return [p.address for p in cluster.servers if p.alive]
 
@@ -292,6 +302,14 @@ SPREAD_PARTITIONS = 12
 """Partitions of the stream whose leader is killed (RF 3: the victim leads 4)."""
 
 
+SPREAD_TRIES = 3
+"""Kills tried until a dead server's partitions land on both survivors: the takeover elects
+only survivors that answered their last liveness probe (a paused or overloaded member is
+not elected), and on a loaded machine one probe of one survivor can time out at the kill,
+which rightly gives that kill's partitions to the other. The old choice ("the first
+reporter in replica order") gave them all to one survivor on every try."""
+
+
 @pytest.mark.anyio
 async def test_a_dead_servers_partitions_are_spread_over_both_survivors(
     cluster: DevCluster,
@@ -301,6 +319,19 @@ async def test_a_dead_servers_partitions_are_spread_over_both_survivors(
     reports arrive first): one survivor took all of the killed server's leaderships and
     made every role change of the failover. The metadata leader now collects both
     survivors' reports and takes them in turn by partition number."""
+    tries: list[tuple[list[int], list[str]]] = []
+    for _ in range(SPREAD_TRIES):
+        led, leaders, survivors = await kill_a_partition_leader(cluster)
+        tries.append((led, leaders))
+        if set(leaders) == survivors:
+            return
+    raise AssertionError(f"never spread over {sorted(survivors)}: {tries}")
+
+
+async def kill_a_partition_leader(cluster: DevCluster) -> tuple[list[int], list[str], set[str]]:
+    """Create an RF 3 stream, kill a partition leader other than the metadata leader, and
+    restart it once its partitions have new leaders: (the partitions it led, their new
+    leaders, the survivors)."""
     meta_leader = await metadata_leader(cluster)
     name = f"spread-{uuid.uuid4().hex[:6]}"
     spec: dict[str, Any] = {"name": name, "subject": name, "partitions": SPREAD_PARTITIONS}
@@ -331,8 +362,8 @@ async def test_a_dead_servers_partitions_are_spread_over_both_survivors(
 
     leaders = await eventually(moved, f"{victim}'s partitions led by survivors", timeout_s=30)
     survivors = {p.server_id for p in cluster.servers if p.server_id != victim}
-    assert set(leaders) == survivors, (led, leaders)
     await anyio.to_thread.run_sync(cluster.start_server, victim)
+    return led, leaders, survivors
 
 
 @pytest.mark.anyio
