@@ -42,7 +42,8 @@ from anyio.from_thread import BlockingPortal
 from jetsdk.errors import ClientClosed, JetError, Timeout
 from jetsdk.message import Ack
 from jetsdk.producer.handle import SendHandle as AsyncSendHandle
-from jetsdk.producer.producer import Prepared, Producer
+from jetsdk.producer.in_flight import Prepared
+from jetsdk.producer.producer import Producer
 from jetsdk.transport import running_asyncio_loop
 
 __all__ = ["QueuedSends", "SendHandle", "loop_caller"]

@@ -367,9 +367,10 @@ class Connection:
         frame (bounded by the write timeout). If the connection breaks here, the returned
         handle fails with the error :meth:`send` would have raised.
         """
-        loop = self._loop
-        write_now = self._write_now
-        if loop is None or write_now is None or not self.can_send_now:
+        loop, lock = self._loop, self._write_lock
+        if loop is None or self._write_now is None or self._closed_error is not None:
+            return None  # (can_send_now's tests, without its call)
+        if self._tail_written is not None or (lock is not None and lock.locked()):
             return None
         cid = self._allocate_id()
         pending = PendingResponse(api, cid, self.label, self._forget, loop.create_future())
