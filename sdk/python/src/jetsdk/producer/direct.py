@@ -21,8 +21,6 @@ Task safety: one event loop (asyncio only; elsewhere every send takes the batchi
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import time
 
 from jetsdk.client import Client
@@ -38,11 +36,6 @@ from jetsdk.transport import running_asyncio_loop
 __all__ = ["DirectSends"]
 
 _STORED = frozenset({ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE})
-
-
-def _wake(waiter: asyncio.Future[None], _answered: object) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class DirectSends:
@@ -68,7 +61,6 @@ class DirectSends:
         self._max_pending = max_pending
         self._timeout_ms = int(ack_timeout * 1000)
         self._answer_s = ack_timeout + client.request_timeout
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.enabled = False
         """True once started with linger 0 on asyncio: :meth:`send` may take a message."""
         self.sent = 0
@@ -76,8 +68,7 @@ class DirectSends:
 
     def start(self, linger: float) -> None:
         """Enable direct sends if ``linger`` is 0 and the running loop is asyncio's."""
-        self._loop = running_asyncio_loop()
-        self.enabled = linger == 0 and self._loop is not None
+        self.enabled = linger == 0 and running_asyncio_loop() is not None
 
     async def send(self, prepared: Prepared) -> Ack | None:
         """Send ``prepared`` directly and wait for its ack, if its partition is idle;
@@ -112,13 +103,12 @@ class DirectSends:
         sender.direct_sent()
         self.sent += 1
         sent_at = time.monotonic()
-        assert self._loop is not None
-        waiter: asyncio.Future[None] = self._loop.create_future()
-        # Its own future: a cancelled caller cancels it alone, not the response's.
-        response.when_done(functools.partial(_wake, waiter), self._answer_s)
+        waiter = response.waiter(self._answer_s)
+        assert waiter is not None  # (asyncio)
         try:
-            await waiter
+            await waiter  # the response's own future: the only waiter until handed over
         except BaseException:  # cancelled: the sender task sees the message through
+            response.waiter_gone()
             sender.hand_over(state, prepared, seq, response, sent_at)
             raise
         body = response.body_now
