@@ -83,9 +83,10 @@ async def test_direct_and_batched_sends_keep_order_and_sequences(
     assert [m.value for m in stored] == [b"warm", *values]
     assert [m.record.producer_seq for m in stored] == list(range(61))
     assert {m.record.producer_id for m in stored} == {producer_id}
-    # Direct (asyncio only): each awaited send after an awaited one (or after "warm"), not
-    # the one after a burst of send_soon (queued behind it).
-    after_send = [v for p, v in zip([b"s", *values], values) if v[:1] == p[:1] == b"s"]
+    # Direct (asyncio only): each message after an awaited send (or after "warm"): an
+    # awaited send, or the first send_soon of a burst; not the rest of a burst nor the
+    # send after it (queued behind it).
+    after_send = [v for p, v in zip([b"s", *values], values) if p[:1] == b"s"]
     assert direct == (0 if anyio_backend == "trio" else len(after_send))
 
 
@@ -141,14 +142,23 @@ async def test_a_cancelled_direct_send_is_still_delivered_once(
 async def test_a_direct_send_answered_with_an_error_fails_as_a_queued_one(
     jet_dev: JetDev, anyio_backend: str
 ) -> None:
-    """The stream is deleted under an idle producer: the direct send's error answer goes to
-    the sender task, which fails the message with the server's error (not retried), and
-    the producer still closes cleanly."""
-    async with _producer(jet_dev, "err") as (client, name, producer):
-        await client.delete_stream(name)
+    """The stream is deleted (by another client: the producer's metadata still names it)
+    under an idle producer: the direct send's error answer goes to the sender task, which
+    fails the message with the server's error, and the producer still closes cleanly."""
+    async with _producer(jet_dev, "err") as (_client, name, producer):
+        async with Client(jet_dev.servers) as other:
+            await other.delete_stream(name)
+        sent_before = producer._direct.sent
         with anyio.fail_after(60), pytest.raises(JetError):
             await producer.send(b"gone")
         assert producer.pending == 0
+        # send_soon's handle, settled from the answer's callback, fails the same way.
+        handle = await producer.send_soon(b"gone too")
+        with anyio.fail_after(60), pytest.raises(JetError):
+            await handle
+        assert producer.pending == 0
+        direct = producer._direct.sent - sent_before
+    assert direct == (0 if anyio_backend == "trio" else 2)
 
 
 @pytest.mark.parametrize("producer_id", [None, 7])

@@ -21,15 +21,18 @@ Task safety: one event loop (asyncio only; elsewhere every send takes the batchi
 
 from __future__ import annotations
 
+import functools
 import time
 
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_produce_one, encode_produce_one
+from jetsdk.connection import PendingResponse
 from jetsdk.message import Ack
 from jetsdk.producer.accumulator import Accumulator
-from jetsdk.producer.in_flight import Pending, Prepared
+from jetsdk.producer.handle import SendHandle
+from jetsdk.producer.in_flight import PartitionSender, Pending, Prepared
 from jetsdk.producer.sender import Sender
 from jetsdk.transport import running_asyncio_loop
 
@@ -71,21 +74,87 @@ class DirectSends:
         self.enabled = linger == 0 and running_asyncio_loop() is not None
 
     async def send(self, prepared: Prepared) -> Ack | None:
-        """Send ``prepared`` directly and wait for its ack, if its partition is idle;
-        None (nothing done) if it is not: queue it then.
+        """Send ``prepared`` directly and wait for its ack, if its partition is idle and
+        fewer than ``max_pending`` messages are pending; None (nothing done) if not: queue
+        it then.
 
         Raises:
             JetError: as :meth:`Producer.send <jetsdk.producer.producer.Producer.send>`
                 (a failure is the sender task's, after its retries).
         """
+        sender = self._sender
+        if sender.unresolved >= self._max_pending:
+            return None
+        written = self._write(prepared)
+        if written is None:
+            return None
+        state, response, seq, sent_at = written
+        waiter = response.waiter(self._answer_s)
+        assert waiter is not None  # (asyncio)
+        try:
+            await waiter  # the response's own future: the only waiter until handed over
+        except BaseException:  # cancelled: the sender task sees the message through
+            response.waiter_gone()
+            sender.hand_over(state, prepared, seq, response, sent_at)
+            raise
+        body = response.body_now
+        result = None if body is None else decode_produce_one(body)
+        if result is None or result[0] not in _STORED:
+            return await sender.hand_over(state, prepared, seq, response, sent_at).wait()
+        sender.direct_acked(prepared.partition, state)
+        return Ack(self._stream, prepared.partition, result[1], result[2])
+
+    def write(self, prepared: Prepared, handle: SendHandle) -> bool:
+        """Write ``prepared`` directly if its partition is idle, and have its answer settle
+        ``handle`` (from the connection's reader, as it decodes the answer); False (nothing
+        done) if not: queue it then. The caller counted it against ``max_pending``
+        (``send_soon``, the sync API's queue)."""
+        written = self._write(prepared)
+        if written is None:
+            return False
+        state, response, seq, sent_at = written
+        answered = functools.partial(
+            self._answered, prepared, handle, state, seq, sent_at, response
+        )
+        response.when_done(answered, self._answer_s)
+        return True
+
+    def _answered(
+        self,
+        prepared: Prepared,
+        handle: SendHandle,
+        state: PartitionSender,
+        seq: int,
+        sent_at: float,
+        response: PendingResponse,
+        _future: object,
+    ) -> None:
+        """The answer to a message :meth:`write` wrote came (or its wait timed out)."""
+        body = response.body_now
+        result = None if body is None else decode_produce_one(body)
+        if result is None or result[0] not in _STORED:
+            self._sender.hand_over(state, prepared, seq, response, sent_at, handle)
+            return
+        try:
+            handle._set_acked(self._stream, prepared.partition, result[1], result[2])
+        except BaseException as exc:  # a handle's callback: the sender task raises it
+            state.failure = exc
+        self._sender.direct_acked(prepared.partition, state)
+
+    def _write(
+        self, prepared: Prepared
+    ) -> tuple[PartitionSender, PendingResponse, int, float] | None:
+        """If ``prepared``'s partition is idle (module doc): write its Produce request, hold
+        the partition and count the message; its state, response, sequence and send time.
+        None (nothing done) if not."""
         message, partition, policy, _size = prepared
         state = self._states.get(partition)
-        sender = self._sender
         if state is None or not state.waiting or state.direct or state.deferred:
             return None
         if state.written or state.failure is not None or self._acc.queued(partition):
             return None
-        if state.in_flight.value < self._max_in_flight or sender.unresolved >= self._max_pending:
+        sender = self._sender
+        if state.in_flight.value < self._max_in_flight:
             return None
         conn = self._client.leader_connection_now(self._stream, partition)
         if conn is None or (len(self._states) > 1 and sender.fan_in.takes(conn)):
@@ -102,18 +171,4 @@ class DirectSends:
         state.direct = True
         sender.direct_sent()
         self.sent += 1
-        sent_at = time.monotonic()
-        waiter = response.waiter(self._answer_s)
-        assert waiter is not None  # (asyncio)
-        try:
-            await waiter  # the response's own future: the only waiter until handed over
-        except BaseException:  # cancelled: the sender task sees the message through
-            response.waiter_gone()
-            sender.hand_over(state, prepared, seq, response, sent_at)
-            raise
-        body = response.body_now
-        result = None if body is None else decode_produce_one(body)
-        if result is None or result[0] not in _STORED:
-            return await sender.hand_over(state, prepared, seq, response, sent_at).wait()
-        sender.direct_acked(partition, state)
-        return Ack(self._stream, partition, result[1], result[2])
+        return state, response, seq, time.monotonic()

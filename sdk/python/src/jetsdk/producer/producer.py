@@ -425,6 +425,8 @@ class Producer:
         """Queue a message from :meth:`_prepare` in the accumulator, without waiting (the
         caller keeps ``max_pending``: :meth:`_enqueue`, or the sync API's queue, which
         counts on its callers' side); True if it made its partition's head batch full."""
+        if self._direct.enabled and self._direct.write(prepared, handle):
+            return False  # written at once to its idle partition (jetsdk.producer.direct)
         partition = prepared.partition
         full = self._acc.append(
             partition,

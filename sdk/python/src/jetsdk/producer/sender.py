@@ -138,8 +138,10 @@ class Sender:
         """That message was stored: settle it and send what was queued behind it."""
         sender.direct = False
         self._settled(1)
-        if self._acc.queued(partition) and not self._send_now(partition, sender):
-            sender.wake.set()
+        if sender.failure is not None or (
+            self._acc.queued(partition) and not self._send_now(partition, sender)
+        ):
+            sender.wake.set()  # (a failure: raised by the sender task)
 
     def hand_over(
         self,
@@ -148,12 +150,14 @@ class Sender:
         seq: int,
         response: PendingResponse,
         sent_at: float,
+        handle: SendHandle | None = None,
     ) -> SendHandle:
         """That message's answer was not a clean ack (an error, a refusal, the timeout) or
         its caller stopped waiting: the partition's sender task sees it through as a batch
-        a caller wrote (retries, ``delivery_timeout``); its handle."""
+        a caller wrote (retries, ``delivery_timeout``), settling ``handle`` (default: a
+        new one); the handle."""
         sender.direct = False
-        handle = SendHandle()
+        handle = SendHandle() if handle is None else handle
         message, partition, policy, size = prepared
         batch = Batch(partition, policy, (Pending(message, handle),), size)
         if self._closed:  # the sender task ends (or ended): it would not see it through
