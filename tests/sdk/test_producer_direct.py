@@ -26,7 +26,7 @@ from jetsdk.codec.messages import (
     encode_produce_request,
     encode_produce_result_tuples,
 )
-from jetsdk.errors import JetError
+from jetsdk.errors import JetError, WrongExpectedOffset
 from jetsdk.message import Message
 from support.jet_dev import JetDev
 from support.names import unique
@@ -159,6 +159,28 @@ async def test_a_direct_send_answered_with_an_error_fails_as_a_queued_one(
         assert producer.pending == 0
         direct = producer._direct.sent - sent_before
     assert direct == (0 if anyio_backend == "trio" else 2)
+
+
+@pytest.mark.anyio
+async def test_keyed_and_refused_messages_go_direct_and_settle_as_queued_ones(
+    jet_dev: JetDev, anyio_backend: str
+) -> None:
+    """A message with a key and headers is sent directly too (its request encoded whole);
+    one the server refuses (a wrong expected offset) fails with that error through the
+    sender task, and the partition goes on in order."""
+    async with _producer(jet_dev, "keyed", idempotent=True) as (client, name, producer):
+        sent_before = producer._direct.sent
+        with anyio.fail_after(60):
+            ack = await producer.send(b"k1", key=b"k", headers={"h": "1"})
+            assert ack.offset == 1
+            with pytest.raises(WrongExpectedOffset):
+                await producer.send(b"no", expected_offset=7)
+            assert (await producer.send(b"k2", key=b"k")).offset == 2
+        direct = producer._direct.sent - sent_before
+        stored = await _stored(client, name, 3)
+    assert [(m.value, m.key) for m in stored] == [(b"warm", None), (b"k1", b"k"), (b"k2", b"k")]
+    assert stored[1].header("h") == b"1"
+    assert direct == (0 if anyio_backend == "trio" else 3)
 
 
 @pytest.mark.parametrize("producer_id", [None, 7])

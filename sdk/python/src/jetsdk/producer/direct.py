@@ -27,8 +27,13 @@ import time
 from jetsdk.client import Client
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import decode_produce_one, encode_produce_one
-from jetsdk.connection import PendingResponse
+from jetsdk.codec.messages import (
+    ProduceRequest,
+    decode_produce_one,
+    encode_produce_one,
+    encode_produce_request_parts,
+)
+from jetsdk.connection import PendingResponse, RequestBody
 from jetsdk.message import Ack
 from jetsdk.producer.accumulator import Accumulator
 from jetsdk.producer.handle import SendHandle
@@ -161,10 +166,16 @@ class DirectSends:
             return None  # grouped with other partitions' batches by the sender tasks
         pid = sender.producer_id
         seq = state.next_seq
-        body = encode_produce_one(
-            self._stream, partition, policy, self._timeout_ms, message, pid, seq if pid else 0
+        seq_sent = seq if pid is not None else 0
+        body: RequestBody | None = encode_produce_one(
+            self._stream, partition, policy, self._timeout_ms, message, pid, seq_sent
         )
-        response = None if body is None else conn.send_nowait(Api.PRODUCE, body)
+        if body is None:  # a key, headers, a subject or a large value: the request's parts
+            request = ProduceRequest(
+                self._stream, partition, policy, self._timeout_ms, (message,), pid, seq_sent
+            )
+            body = encode_produce_request_parts(request)
+        response = conn.send_nowait(Api.PRODUCE, body)
         if response is None:  # the connection is busy writing, or closed
             return None
         state.next_seq = seq + 1
