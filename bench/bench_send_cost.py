@@ -6,7 +6,12 @@ awaited before the next, in the cases of ``SEND_COST_CASES`` (default all three)
 - ``written`` / ``flushed``: ``await producer.send(...)`` on asyncio's own event loop,
   to a stream of that durability (as ``bench light``'s ``lw`` and ``lf``);
 - ``sync``: the generated sync API's ``producer.send(...)`` (its loop thread, asyncio),
-  to a ``written`` stream.
+  to a ``written`` stream;
+- ``aiter`` / ``iter`` (only when named in ``SEND_COST_CASES``): not a send but one
+  message read, ``async for msg in consumer`` (asyncio) against the sync API's ``for msg
+  in consumer``, of a ``written`` stream filled first (``SEND_COST_MESSAGES`` read per
+  kind, from the earliest offset, after 200; the same kinds, per message; ``cpu`` reads
+  as fast as it can, not at 500/s).
 
 The kinds (``SEND_COST_KINDS``, default ``lines,calls,cpu``):
 
@@ -177,13 +182,13 @@ def _child(n: int, case: str, kinds: list[str]) -> None:
     The ``cpu`` kind's sends are paced at ``RATE``, the others' back to back."""
     import anyio
 
-    from jetsdk import Client, Producer
+    from jetsdk import Client, Consumer, Producer
     from jetsdk import sync as jsync
     from jetsdk.client_requests import Durability
     from jetserver.devcluster import DevCluster
 
     figures: dict[str, Any] = {}
-    durability: Durability | None = "written" if case in ("written", "sync") else None
+    durability: Durability | None = None if case == "flushed" else "written"
     value = b"x" * 100
 
     async def async_case(addresses: list[str]) -> None:
@@ -216,10 +221,53 @@ def _child(n: int, case: str, kinds: list[str]) -> None:
                                 time.sleep(delay)
                             producer.send(value)
 
+    async def fill(addresses: list[str]) -> None:
+        async with Client(addresses) as client:
+            await client.create_stream("sendcost", "sendcost.x", durability="written")
+            async with Producer(client, "sendcost", linger=0.005) as producer:
+                for _ in range(200 + n * len(kinds)):
+                    await producer.send_soon(value)
+
+    async def aiter_case(addresses: list[str]) -> None:
+        async with Client(addresses) as client, Consumer(client, "sendcost") as consumer:
+            read = 0
+            async for _msg in consumer:  # warm: connections open, the fetcher running
+                read += 1
+                if read == 200:
+                    break
+            for kind in kinds:  # n messages each
+                with _measuring(kind, n, case, figures):
+                    async for _msg in consumer:
+                        read += 1
+                        if read % n == 200 % n:
+                            break
+
+    def iter_case(addresses: list[str]) -> None:
+        with jsync.Client(addresses) as client, jsync.Consumer(client, "sendcost") as consumer:
+            portal = client._portal
+            assert portal is not None
+            read = 0
+            for _msg in consumer:
+                read += 1
+                if read == 200:
+                    break
+            for kind in kinds:
+                with _measuring(kind, n, case, figures, portal.call):
+                    for _msg in consumer:
+                        read += 1
+                        if read % n == 200 % n:
+                            break
+
     with contextlib.ExitStack() as stack:
         devnull = stack.enter_context(open(os.devnull, "wb"))
         dev = stack.enter_context(DevCluster(size=1, log_file=devnull))
-        if case == "sync":
+        if case in ("aiter", "iter"):
+            anyio.run(fill, dev.addresses, backend="asyncio")
+        if case == "aiter":
+            anyio.run(aiter_case, dev.addresses, backend="asyncio")
+        elif case == "iter":
+            iter_case(dev.addresses)
+        elif case == "sync":
             sync_case(dev.addresses)
         else:
             anyio.run(async_case, dev.addresses, backend="asyncio")

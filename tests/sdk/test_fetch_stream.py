@@ -90,9 +90,9 @@ async def test_a_closed_stream_is_cancelled_on_the_server(
     frames: list[Frame] = []
     dispatch = Connection._dispatch
 
-    def tapped(self: Connection, frame: Frame) -> None:
-        frames.append(frame)
-        dispatch(self, frame)
+    def tapped(self: Connection, api: int, flags: int, cid: int, body: bytes) -> None:
+        frames.append(Frame(api=api, flags=flags, correlation_id=cid, body=body))
+        dispatch(self, api, flags, cid, body)
 
     monkeypatch.setattr(Connection, "_dispatch", tapped)
     name = unique("fs")

@@ -42,7 +42,8 @@ from anyio.from_thread import BlockingPortal
 from jetsdk.errors import ClientClosed, JetError, Timeout
 from jetsdk.message import Ack
 from jetsdk.producer.handle import SendHandle as AsyncSendHandle
-from jetsdk.producer.producer import Prepared, Producer
+from jetsdk.producer.in_flight import Prepared
+from jetsdk.producer.producer import Producer
 from jetsdk.transport import running_asyncio_loop
 
 __all__ = ["QueuedSends", "SendHandle", "loop_caller"]
@@ -70,8 +71,8 @@ class SendHandle(AsyncSendHandle):
         self._event = None
         self._callbacks = None
         self._finished = False
+        # Held until the handle is done; a waiter takes it, then passes it on.
         self._waiter: threading.Lock | None = None
-        """Held until the handle is done; a waiter takes it, then passes it on."""
         self._sends = sends
 
     def done(self) -> bool:
@@ -293,30 +294,27 @@ class QueuedSends:
         """Move everything queued into the producer (the loop thread, without a wait:
         ``max_pending`` is kept on the callers' side)."""
         producer = self._producer
-        while True:
-            with self._lock:
-                if not self._queue:
-                    self._scheduled = False
-                    return
-                batch = list(self._queue)
-                self._queue.clear()
-            i = 0
-            try:
-                producer._check_open()
-                for prepared, handle in batch:
-                    try:
-                        producer._append(prepared, handle)
-                    except JetError as exc:  # this message only
-                        handle._set(None, exc)
-                    i += 1
-            except BaseException as exc:  # closed, or a bug: fail what is left, not hang
-                error = exc if isinstance(exc, JetError) else _closed()
-                for _p, left in batch[i:]:
-                    left._set(None, error)
-                if not isinstance(exc, JetError):
-                    with self._lock:
-                        self._scheduled = False
-                    raise
+        with self._lock:
+            batch = list(self._queue)
+            self._queue.clear()
+            # What is queued from now on schedules a drain of its own (the queue was
+            # taken whole under the lock: nothing is left behind for this one).
+            self._scheduled = False
+        i = 0
+        try:
+            producer._check_open()
+            for prepared, handle in batch:
+                try:
+                    producer._append(prepared, handle)
+                except JetError as exc:  # this message only
+                    handle._set(None, exc)
+                i += 1
+        except BaseException as exc:  # closed, or a bug: fail what is left, not hang
+            error = exc if isinstance(exc, JetError) else _closed()
+            for _p, left in batch[i:]:
+                left._set(None, error)
+            if not isinstance(exc, JetError):
+                raise
 
 
 def loop_caller() -> Callable[[Callable[[], None]], Any]:

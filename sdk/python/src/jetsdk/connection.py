@@ -39,9 +39,9 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.fetch_stream import encode_cancel_fetch_stream
 from jetsdk.codec.frames import (
     FLAG_ERROR,
+    FLAG_MORE,
     FLAG_RESPONSE,
     Api,
-    Frame,
     FrameDecoder,
     encode_frame,
     encode_frame_header,
@@ -367,9 +367,10 @@ class Connection:
         frame (bounded by the write timeout). If the connection breaks here, the returned
         handle fails with the error :meth:`send` would have raised.
         """
-        loop = self._loop
-        write_now = self._write_now
-        if loop is None or write_now is None or not self.can_send_now:
+        loop, lock = self._loop, self._write_lock
+        if loop is None or self._write_now is None or self._closed_error is not None:
+            return None  # (can_send_now's tests, without its call)
+        if self._tail_written is not None or (lock is not None and lock.locked()):
             return None
         cid = self._allocate_id()
         pending = PendingResponse(api, cid, self.label, self._forget, loop.create_future())
@@ -510,6 +511,9 @@ class Connection:
             raise JetConnectionError(f"connection closed by {self.label}{torn}")
         if isinstance(data, int):
             decoder.filled(data)
+        elif (whole := decoder.whole_frame(data)) is not None:
+            self._dispatch(*whole)  # one answer alone in its read: no buffering, no Frame
+            return
         else:
             decoder.feed(data)
         while True:
@@ -519,33 +523,21 @@ class Connection:
                 raise MalformedFrame(f"bad frame from {self.label}: {exc}") from exc
             if frame is None:
                 return
-            self._dispatch(frame)
+            self._dispatch(frame.api, frame.flags, frame.correlation_id, frame.body)
 
-    def _dispatch(self, frame: Frame) -> None:
-        if not frame.flags & FLAG_RESPONSE:
-            raise ProtocolError(f"{self.label} sent a request frame (api {frame.api})")
-        error: JetError | None = None
-        if frame.flags & FLAG_ERROR:
-            try:
-                error = error_from_body(decode_error(frame.body))
-            except CodecError as exc:
-                error = MalformedFrame(f"undecodable error body from {self.label}: {exc}")
-            if frame.correlation_id == 0:
-                # A connection-level error (e.g. FRAME_TOO_LARGE): the server closes.
-                if not isinstance(error, ProtocolError):
-                    error = FrameTooLarge(str(error), code=error.code, details=error.details)
-                raise error
-        more = frame.has_more
-        cid = frame.correlation_id
-        pending = self._waiters.get(cid) if more else self._waiters.pop(cid, None)
+    def _dispatch(self, api: int, flags: int, cid: int, body: bytes | bytearray) -> None:
+        """Hand one received frame to its waiter (a plain answer: one dict look-up)."""
+        if flags == FLAG_RESPONSE:  # the common answer: not an error, not one of several
+            pending = self._waiters.pop(cid, None)
+            error = None
+            more = False
+        else:
+            pending, error, more = self._unusual_frame(api, flags, cid, body)
         if pending is None:
             return  # the requester gave up (timeout or cancel); drop the late answer
-        if pending.api != frame.api:
-            raise ProtocolError(
-                f"{self.label} answered {api_name(pending.api)} with api {frame.api}"
-            )
-        body = frame.body
-        if not isinstance(body, bytes) and frame.api not in BUFFER_APIS:
+        if pending.api != api:
+            raise ProtocolError(f"{self.label} answered {api_name(pending.api)} with api {api}")
+        if type(body) is not bytes and api not in BUFFER_APIS:
             body = bytes(body)  # a large body received in place, for a decoder of bytes
         if isinstance(pending, PendingStream):
             pending._push(None if error else body, error, more)
@@ -553,3 +545,29 @@ class Connection:
             raise ProtocolError(f"{self.label} answered {api_name(pending.api)} more than once")
         else:
             pending._resolve(None if error else body, error)
+
+    def _unusual_frame(
+        self, api: int, flags: int, cid: int, body: bytes | bytearray
+    ) -> tuple[PendingResponse | PendingStream | None, JetError | None, bool]:
+        """:meth:`_dispatch` of a frame that is not a plain answer (an error, one of several
+        answers, a request): its waiter, its error, whether more follow.
+
+        Raises:
+            ProtocolError: a request frame. JetError: a connection-level error (cid 0).
+        """
+        if not flags & FLAG_RESPONSE:
+            raise ProtocolError(f"{self.label} sent a request frame (api {api})")
+        error: JetError | None = None
+        if flags & FLAG_ERROR:
+            try:
+                error = error_from_body(decode_error(body))
+            except CodecError as exc:
+                error = MalformedFrame(f"undecodable error body from {self.label}: {exc}")
+            if cid == 0:
+                # A connection-level error (e.g. FRAME_TOO_LARGE): the server closes.
+                if not isinstance(error, ProtocolError):
+                    error = FrameTooLarge(str(error), code=error.code, details=error.details)
+                raise error
+        more = bool(flags & FLAG_MORE)
+        pending = self._waiters.get(cid) if more else self._waiters.pop(cid, None)
+        return pending, error, more

@@ -18,7 +18,6 @@ from collections.abc import Callable
 
 import anyio
 import anyio.lowlevel
-import attrs
 
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError, Timeout
@@ -36,7 +35,6 @@ def api_name(api: int) -> str:
         return f"api {api}"
 
 
-@attrs.define(eq=False)
 class PendingResponse:
     """A request that was written and whose response has not been collected yet.
 
@@ -47,16 +45,8 @@ class PendingResponse:
     unwinds at once: cancelling the task cancels the future it awaits.
     """
 
-    api: int
-    """API key of the request."""
-    correlation_id: int
-    """Correlation id the response will carry."""
-    label: str
-    """The peer, for messages."""
-    _forget: Callable[[int], None]
-    """Drops the correlation id from the connection (a late response is then dropped)."""
-    _future: asyncio.Future[bool] | None = None
-    """asyncio: set to True by the response, False by the timeout."""
+    # Not attrs, no slots: the fields with defaults are the class's until set (five
+    # assignments fewer for each request's object).
     _event: anyio.Event | None = None
     """Other event loops (trio): set by the response."""
     _on_done: Callable[[object], None] | None = None
@@ -64,6 +54,22 @@ class PendingResponse:
     _done: bool = False
     _body: Body | None = None
     _error: JetError | None = None
+
+    def __init__(
+        self,
+        api: int,
+        correlation_id: int,
+        label: str,
+        forget: Callable[[int], None],
+        future: asyncio.Future[bool] | None = None,
+    ) -> None:
+        # (Comments, not attribute docstrings: each of those is a traced line per request.)
+        self.api = api  # API key of the request
+        self.correlation_id = correlation_id  # the id the response will carry
+        self.label = label  # the peer, for messages
+        # Drops the correlation id from the connection (a late response is then dropped).
+        self._forget = forget
+        self._future = future  # asyncio: set True by the response, False by the timeout
 
     @property
     def done(self) -> bool:
@@ -91,6 +97,24 @@ class PendingResponse:
         future.add_done_callback(callback)  # (the timeout's way; a response calls it)
         expire_after(future, timeout)
         return True
+
+    def waiter(self, timeout: float) -> asyncio.Future[bool] | None:
+        """asyncio: the future the response (or an error) sets True, or ``timeout``
+        seconds set False, to be awaited by the requester itself (None on other loops).
+        A requester cancelled while it awaits it cancels it: then :meth:`waiter_gone`
+        before anyone waits again."""
+        future = self._future
+        if future is not None:
+            expire_after(future, timeout)
+        return future
+
+    def waiter_gone(self) -> None:
+        """The requester that awaited :meth:`waiter` stopped (cancelled, with the future):
+        a fresh future for whoever waits next (:meth:`wait`), as long as no response
+        came."""
+        future = self._future
+        if future is not None and future.cancelled():
+            self._future = future.get_loop().create_future()
 
     def _resolve(self, body: Body | None, error: JetError | None) -> None:
         if not self._done:

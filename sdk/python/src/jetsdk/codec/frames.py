@@ -214,6 +214,10 @@ def encode_frame(api: int, correlation_id: int, body: bytes, *, flags: int = 0) 
     return encode_frame_header(api, correlation_id, len(body), flags=flags) + body
 
 
+FrameParts = tuple[int, int, int, bytes]
+"""A frame's api, flags, correlation id and body (:meth:`FrameDecoder.whole_frame`)."""
+
+
 class FrameDecoder:
     """Incremental frame decoder: :meth:`feed` bytes in, pull frames with :meth:`next_frame`.
 
@@ -312,6 +316,20 @@ class FrameDecoder:
             chunk = data if type(data) is bytes else bytes(data)
             self._chunks.append(chunk)
             self._size += len(chunk)
+
+    def whole_frame(self, data: bytes) -> FrameParts | None:
+        """If nothing is buffered and ``data`` is exactly one whole, valid frame (an answer
+        alone in its read, the common case at light load): its parts, without buffering
+        anything or building a :class:`Frame`. None for anything else: :meth:`feed` it
+        then, and take its frames with :meth:`next_frame` (which checks it the same way)."""
+        if self._size or self._big is not None or self._error is not None:
+            return None
+        if len(data) < FRAME_HEADER_SIZE:
+            return None
+        length, api, flags, cid = _HEADER.unpack_from(data)
+        if length + 4 != len(data) or length > self._max or flags not in VALID_FLAGS:
+            return None
+        return api, flags, cid, data[FRAME_HEADER_SIZE:]
 
     def read_target(self) -> memoryview | None:
         """Where the rest of a body read in place goes (receive into it, then call

@@ -51,7 +51,6 @@ import secrets
 import time
 from datetime import datetime
 from types import TracebackType
-from typing import NamedTuple
 
 import anyio
 import anyio.abc
@@ -62,7 +61,6 @@ from jetsdk.client import Client
 from jetsdk.codec.compression import DEFAULT_MIN_COMPRESS_BYTES, ValueCompressor
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import (
-    ProduceMessage,
     new_produce_message,
 )
 from jetsdk.errors import (
@@ -79,8 +77,10 @@ from jetsdk.producer.accumulator import (
     Accumulator,
 )
 from jetsdk.producer.checks import checked_message, compressed, control_headers, message_size
+from jetsdk.producer.direct import DirectSends
 from jetsdk.producer.handle import SendHandle
-from jetsdk.producer.sender import Pending, Sender
+from jetsdk.producer.in_flight import Pending, Prepared
+from jetsdk.producer.sender import Sender
 
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
@@ -105,15 +105,6 @@ _PER_MESSAGE_OVERHEAD = 16
 
 _new_tuple = tuple.__new__
 """Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
-
-
-class Prepared(NamedTuple):
-    """A checked message with its partition, ack policy and accounted size."""
-
-    message: ProduceMessage
-    partition: int
-    policy: AckPolicy
-    size: int
 
 
 class Producer:
@@ -203,6 +194,15 @@ class Producer:
             ack_timeout=ack_timeout,
             delivery_timeout=delivery_timeout,
         )
+        self._direct = DirectSends(
+            client,
+            stream,
+            self._acc,
+            self._sender,
+            max_in_flight=max_in_flight,
+            max_pending=max_pending,
+            ack_timeout=ack_timeout,
+        )
         self._background = BackgroundTasks()
         self._started = False
         self._since_yield = 0
@@ -224,6 +224,7 @@ class Producer:
         self._max_message_bytes = limit
         tg = await self._background.open()
         self._sender.start(tg, secrets.randbits(63) if self.idempotent else None)
+        self._direct.start(self._acc.linger)
         self._started = True
         return self
 
@@ -313,7 +314,8 @@ class Producer:
             Timeout: no ack in time (the message may or may not be stored).
             JetError: any other failure (see :mod:`jetsdk.errors`).
         """
-        # send_soon's steps without its call (one coroutine less per message).
+        # send_soon's steps without its call (one coroutine less per message), or the
+        # direct send's (jetsdk.producer.direct) to an idle partition.
         prepared = self._prepare(
             value,
             key,
@@ -325,6 +327,8 @@ class Producer:
             expected_offset=expected_offset,
             timestamp=timestamp,
         )
+        if self._direct.enabled and (acked := await self._direct.send(prepared)) is not None:
+            return acked
         return await (await self._enqueue(prepared)).wait()
 
     async def send_soon(
@@ -421,6 +425,8 @@ class Producer:
         """Queue a message from :meth:`_prepare` in the accumulator, without waiting (the
         caller keeps ``max_pending``: :meth:`_enqueue`, or the sync API's queue, which
         counts on its callers' side); True if it made its partition's head batch full."""
+        if self._direct.enabled and self._direct.write(prepared, handle):
+            return False  # written at once to its idle partition (jetsdk.producer.direct)
         partition = prepared.partition
         full = self._acc.append(
             partition,

@@ -77,3 +77,22 @@ def stored_results(body: bytes | None, count: int) -> list[tuple[int, int, int]]
         if code != ErrorCode.NONE and code != ErrorCode.DUPLICATE_SEQUENCE:
             return None
     return results
+
+
+def expired(where: tuple[str, int], delivery_timeout: float, error: JetError | None) -> JetError:
+    """The error for messages to ``where`` (stream, partition) not delivered within
+    ``delivery_timeout``: ``error`` (the last one) said so, or Timeout if there was none."""
+    stream, partition = where
+    details = {"stream": stream, "partition": partition}
+    if error is None:
+        return Timeout(
+            f"send to {stream}/{partition} not acknowledged within delivery_timeout="
+            f"{delivery_timeout} s; the message may or may not be stored",
+            details=details,
+        )
+    return type(error)(
+        f"send to {stream}/{partition} failed after retrying for delivery_timeout="
+        f"{delivery_timeout} s: {error}",
+        code=error.code,
+        details={**details, **error.details},
+    )

@@ -16,35 +16,34 @@ Task safety: one event loop.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import functools
 import time
 
 import anyio
 import anyio.abc
-import attrs
 
 from jetsdk.client import Client
 from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import (
-    ProduceMessage,
     ProduceRequest,
     ProduceResult,
     encode_produce_request_parts,
 )
 from jetsdk.connection import Connection, PendingResponse, RequestBody
-from jetsdk.errors import ClientClosed, InvalidArgument, JetError, Timeout, error_from_code
+from jetsdk.errors import ClientClosed, InvalidArgument, JetError, error_from_code
 from jetsdk.message import Ack
 from jetsdk.producer.accumulator import Accumulator, Batch
 from jetsdk.producer.fan_in import FanIn, SectionAnswer
 from jetsdk.producer.handle import SendHandle
+from jetsdk.producer.in_flight import PartitionSender, Pending, Prepared, Written
 from jetsdk.producer.retry_rules import (
     IDEMPOTENT_RETRY_CODES,
     MAX_BACKOFF_STEP,
     RETRY_CODES,
+    expired,
     never,
     should_retry,
     should_retry_idempotent,
@@ -55,46 +54,6 @@ from jetsdk.retry import needs_metadata_refresh
 __all__ = ["Pending", "Sender"]
 
 _UNSCOPED = contextlib.nullcontext()
-
-
-@attrs.define(eq=False, slots=True)
-class Pending:
-    """A message queued or in flight, with the handle of its outcome."""
-
-    message: ProduceMessage
-    handle: SendHandle
-
-
-@attrs.define(eq=False)
-class _Written:
-    """A batch whose first request the caller wrote (:meth:`Sender._send_now`)."""
-
-    batch: Batch[Pending]
-    base_seq: int
-    request: ProduceRequest
-    response: PendingResponse | SectionAnswer | None
-    """None: not written after all (the sender task sends it)."""
-    sender: _PartitionSender
-    sent_at: float
-    """``time.monotonic()`` when it was written: ``delivery_timeout`` counts from there."""
-    claimed: bool = False
-    """Seen through already: by the sender task (:meth:`Sender._see_through`) or by its
-    answer's callback (:meth:`Sender._on_answer`), whichever came first."""
-
-
-@attrs.define(eq=False)
-class _PartitionSender:
-    wake: anyio.Event
-    in_flight: anyio.Semaphore
-    next_seq: int = 0
-    waiting: bool = False
-    deferred: bool = False
-    """Its next batch is cut at the end of this loop turn (:meth:`Sender._cut_deferred`)."""
-    written: collections.deque[_Written] = attrs.field(factory=collections.deque)
-    """Batches written by callers, in order, for the sender task to see through."""
-    failure: BaseException | None = None
-    """What a handle's callback raised when :meth:`Sender._on_answer` settled a batch: the
-    sender task raises it (as it would have, settling the batch itself)."""
 
 
 class Sender:
@@ -128,7 +87,9 @@ class Sender:
         self.retries = 0
         """Produce requests sent again so far (whole or partial batches)."""
         self._tg: anyio.abc.TaskGroup | None = None
-        self._partitions: dict[int, _PartitionSender] = {}
+        self._partitions: dict[int, PartitionSender] = {}
+        self.states = self._partitions
+        """Every partition's state, by partition (read by the direct sends)."""
         self._unresolved = 0
         self._space: anyio.Event | None = None
         """Set when room frees up (made by the first caller waiting for room, then again
@@ -165,8 +126,48 @@ class Sender:
         sender = self._partitions.get(partition)
         if sender is None:
             sender = self._start_partition(partition)
-        if sender.waiting and not self._send_now(partition, sender):
-            sender.wake.set()
+        if sender.waiting and not sender.direct and not self._send_now(partition, sender):
+            sender.wake.set()  # (a direct send's end sends what was queued behind it)
+
+    def direct_sent(self) -> None:
+        """A message was written by :class:`~jetsdk.producer.direct.DirectSends`: count it
+        (its partition's ``direct`` holds the partition meanwhile)."""
+        self._unresolved += 1
+
+    def direct_acked(self, partition: int, sender: PartitionSender) -> None:
+        """That message was stored: settle it and send what was queued behind it."""
+        sender.direct = False
+        self._settled(1)
+        if sender.failure is not None or (
+            self._acc.queued(partition) and not self._send_now(partition, sender)
+        ):
+            sender.wake.set()  # (a failure: raised by the sender task)
+
+    def hand_over(
+        self,
+        sender: PartitionSender,
+        prepared: Prepared,
+        seq: int,
+        response: PendingResponse,
+        sent_at: float,
+        handle: SendHandle | None = None,
+    ) -> SendHandle:
+        """That message's answer was not a clean ack (an error, a refusal, the timeout) or
+        its caller stopped waiting: the partition's sender task sees it through as a batch
+        a caller wrote (retries, ``delivery_timeout``), settling ``handle`` (default: a
+        new one); the handle."""
+        sender.direct = False
+        handle = SendHandle() if handle is None else handle
+        message, partition, policy, size = prepared
+        batch = Batch(partition, policy, (Pending(message, handle),), size)
+        if self._closed:  # the sender task ends (or ended): it would not see it through
+            self._fail(batch.items, ClientClosed("the producer was closed"))
+            return handle
+        request = self._request(batch, batch.items, seq)
+        sender.in_flight.acquire_nowait()  # (free: the task stays parked while direct)
+        sender.written.append(Written(batch, seq, request, response, sender, sent_at))
+        sender.wake.set()
+        return handle
 
     async def flush(self) -> None:
         """Send everything queued now (ignoring linger) and wait until nothing is
@@ -193,8 +194,8 @@ class Sender:
         for pending in unsent:
             self._resolve(pending, None, closed)
 
-    def _start_partition(self, partition: int) -> _PartitionSender:
-        sender = _PartitionSender(
+    def _start_partition(self, partition: int) -> PartitionSender:
+        sender = PartitionSender(
             anyio.Event(), anyio.Semaphore(self._max_in_flight, fast_acquire=True)
         )
         self._partitions[partition] = sender
@@ -202,13 +203,13 @@ class Sender:
         self._tg.start_soon(self._send_loop, partition, sender)
         return sender
 
-    async def _send_loop(self, partition: int, sender: _PartitionSender) -> None:
+    async def _send_loop(self, partition: int, sender: PartitionSender) -> None:
         try:
             await self._send_batches(partition, sender)
         finally:
             self._fail_written(sender)
 
-    async def _send_batches(self, partition: int, sender: _PartitionSender) -> None:
+    async def _send_batches(self, partition: int, sender: PartitionSender) -> None:
         acc = self._acc
         while True:
             if sender.failure is not None:
@@ -216,7 +217,10 @@ class Sender:
             await self._see_through(sender)
             while (
                 not sender.written
-                and not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
+                and (
+                    sender.direct
+                    or not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
+                )
                 and sender.failure is None
             ):
                 sender.wake = anyio.Event()
@@ -245,7 +249,7 @@ class Sender:
                 assert self._tg is not None
                 self._tg.start_soon(self._send_batch, batch, base_seq, sender)
 
-    def _send_now(self, partition: int, sender: _PartitionSender) -> bool:
+    def _send_now(self, partition: int, sender: PartitionSender) -> bool:
         """If ``partition``'s next batch is due, its sender is idle with no request in
         flight, and the leader's connection is open and free: cut the batch and write its
         request here, in the caller's task; the sender task only waits for the response
@@ -263,6 +267,8 @@ class Sender:
         sender would, and the sender sees written batches through first, in order."""
         if sender.deferred:  # its batch is cut at the end of this loop turn
             return True
+        if sender.direct:  # a direct send holds the partition
+            return False
         acc = self._acc
         if (
             not sender.waiting
@@ -303,7 +309,7 @@ class Sender:
         return True
 
     def _cut_deferred(
-        self, partition: int, sender: _PartitionSender, answer: SectionAnswer
+        self, partition: int, sender: PartitionSender, answer: SectionAnswer
     ) -> RequestBody | None:
         """End of the loop turn: cut the batch :meth:`_send_now` left for it, as that
         would have (numbered, in flight, seen through by the sender task), answered by
@@ -322,7 +328,7 @@ class Sender:
 
     def _written(
         self,
-        sender: _PartitionSender,
+        sender: PartitionSender,
         batch: Batch[Pending],
         request: ProduceRequest,
         response: PendingResponse | SectionAnswer | None,
@@ -333,7 +339,7 @@ class Sender:
         (:meth:`_on_answer`): the sender task is not woken for it, neither now nor at the
         answer, one task step and one park less per message at light load. Anything else
         (an error, a retry, the timeout, trio) is the sender task's, as before."""
-        written = _Written(batch, sender.next_seq, request, response, sender, time.monotonic())
+        written = Written(batch, sender.next_seq, request, response, sender, time.monotonic())
         sender.in_flight.acquire_nowait()
         sender.written.append(written)
         sender.next_seq += len(batch.items)
@@ -342,7 +348,7 @@ class Sender:
         ):
             sender.wake.set()
 
-    def _on_answer(self, written: _Written, _future: object = None) -> None:
+    def _on_answer(self, written: Written, _future: object = None) -> None:
         """The answer to a batch :meth:`_written` registered came, or its wait timed out
         (called by the connection's reader as it decodes the answer, or by the loop at the
         timeout): if the sender task has not taken the batch and every message
@@ -370,7 +376,7 @@ class Sender:
         if self._acc.queued(batch.partition) and not self._send_now(batch.partition, sender):
             sender.wake.set()
 
-    async def _see_through(self, sender: _PartitionSender) -> None:
+    async def _see_through(self, sender: PartitionSender) -> None:
         """Deliver the batches callers wrote (:meth:`_send_now`), in order."""
         while sender.written:
             written = sender.written.popleft()
@@ -383,7 +389,7 @@ class Sender:
                     self._send_batch, written.batch, written.base_seq, sender, written
                 )
 
-    def _fail_written(self, sender: _PartitionSender) -> None:
+    def _fail_written(self, sender: PartitionSender) -> None:
         """The sender ends (the producer closes): fail what it never saw through."""
         closed = ClientClosed("the producer was closed while the message was in flight")
         while sender.written:
@@ -410,8 +416,8 @@ class Sender:
         self,
         batch: Batch[Pending],
         base_seq: int,
-        sender: _PartitionSender,
-        written: _Written | None = None,
+        sender: PartitionSender,
+        written: Written | None = None,
     ) -> None:
         try:
             await self._deliver(batch, base_seq, written)
@@ -424,7 +430,7 @@ class Sender:
             sender.in_flight.release()
 
     async def _deliver(
-        self, batch: Batch[Pending], base_seq: int, written: _Written | None = None
+        self, batch: Batch[Pending], base_seq: int, written: Written | None = None
     ) -> None:
         """Send ``batch`` (already written, as ``written``, by :meth:`_send_now`), then send
         again what failed retriably (same sequences) until every message is resolved or
@@ -435,6 +441,7 @@ class Sender:
             self._delivery_timeout
         )
         items = batch.items
+        where = (self._stream, batch.partition)
         seq = base_seq
         tries = 0
         while True:
@@ -482,7 +489,7 @@ class Sender:
                     if error is None:
                         return
             if scope is not None and scope.cancelled_caught:
-                self._fail(items, self._expired(batch, error))
+                self._fail(items, expired(where, self._delivery_timeout, error))
                 return
             assert error is not None
             # What is still unresolved goes again: with the same sequences (idempotent: one
@@ -498,7 +505,7 @@ class Sender:
             tries += 1
             pause = self._client.retry.delay(min(tries, MAX_BACKOFF_STEP))
             if time.monotonic() + pause >= deadline:
-                self._fail(items, self._expired(batch, error))
+                self._fail(items, expired(where, self._delivery_timeout, error))
                 return
             await anyio.sleep(pause)
             if needs_metadata_refresh(error):
@@ -528,23 +535,6 @@ class Sender:
         if answer is None:  # a server without ProduceMany, or not asyncio
             return await self._client.produce(request, retry_if=never)
         return decode_produce_answer(await answer.wait(wait), len(request.messages))
-
-    def _expired(self, batch: Batch[Pending], error: JetError | None) -> JetError:
-        """The error for messages not delivered within ``delivery_timeout``."""
-        where = f"{self._stream}/{batch.partition}"
-        details = {"stream": self._stream, "partition": batch.partition}
-        if error is None:
-            return Timeout(
-                f"send to {where} not acknowledged within delivery_timeout="
-                f"{self._delivery_timeout} s; the message may or may not be stored",
-                details=details,
-            )
-        return type(error)(
-            f"send to {where} failed after retrying for delivery_timeout="
-            f"{self._delivery_timeout} s: {error}",
-            code=error.code,
-            details={**details, **error.details},
-        )
 
     def _fail(self, items: tuple[Pending, ...], error: JetError) -> None:
         for pending in items:

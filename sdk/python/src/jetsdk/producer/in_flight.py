@@ -1,0 +1,78 @@
+"""What a producer's :class:`~jetsdk.producer.sender.Sender` keeps per partition and per
+message in flight (value types, shared with :mod:`jetsdk.producer.direct`).
+
+Task safety: one event loop.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import NamedTuple
+
+import anyio
+import attrs
+
+from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest
+from jetsdk.connection import PendingResponse
+from jetsdk.producer.accumulator import Batch
+from jetsdk.producer.fan_in import SectionAnswer
+from jetsdk.producer.handle import SendHandle
+
+__all__ = ["PartitionSender", "Pending", "Prepared", "Written"]
+
+
+class Prepared(NamedTuple):
+    """A checked message with its partition, ack policy and accounted size."""
+
+    message: ProduceMessage
+    partition: int
+    policy: AckPolicy
+    size: int
+
+
+@attrs.define(eq=False, slots=True)
+class Pending:
+    """A message queued or in flight, with the handle of its outcome."""
+
+    message: ProduceMessage
+    handle: SendHandle
+
+
+@attrs.define(eq=False)
+class Written:
+    """A batch whose first request the caller wrote (:meth:`Sender._send_now`)."""
+
+    batch: Batch[Pending]
+    base_seq: int
+    request: ProduceRequest
+    response: PendingResponse | SectionAnswer | None
+    """None: not written after all (the sender task sends it)."""
+    sender: PartitionSender
+    sent_at: float
+    """``time.monotonic()`` when it was written: ``delivery_timeout`` counts from there."""
+    claimed: bool = False
+    """Seen through already: by the sender task (:meth:`Sender._see_through`) or by its
+    answer's callback (:meth:`Sender._on_answer`), whichever came first."""
+
+
+@attrs.define(eq=False)
+class PartitionSender:
+    """One partition's state in the sender: its task's wake-up, its in-flight window, its
+    idempotent sequence, what callers wrote for it."""
+
+    wake: anyio.Event
+    in_flight: anyio.Semaphore
+    next_seq: int = 0
+    waiting: bool = False
+    deferred: bool = False
+    """Its next batch is cut at the end of this loop turn (:meth:`Sender._cut_deferred`)."""
+    written: collections.deque[Written] = attrs.field(factory=collections.deque)
+    """Batches written by callers, in order, for the sender task to see through."""
+    failure: BaseException | None = None
+    """What a handle's callback raised when :meth:`Sender._on_answer` settled a batch: the
+    sender task raises it (as it would have, settling the batch itself)."""
+    direct: bool = False
+    """A message sent by :class:`~jetsdk.producer.direct.DirectSends` is in flight: the
+    sender task stays parked (nothing is cut or sent behind it) until it is settled or
+    handed over (as a :class:`Written` batch)."""
