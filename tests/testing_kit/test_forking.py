@@ -23,6 +23,7 @@ def fork_server() -> Iterator[forking.ForkServer]:
     """A fork server of this test's own (the worker's shared one is left alone)."""
     server = forking.ForkServer()
     try:
+        server.wait_preloaded()
         yield server
     finally:
         server.close()

@@ -9,7 +9,8 @@ child becomes what ``python -m jetserver.cli.main ARGS`` would be (standard inpu
 /dev/null, output to the log, the request's environment, directory, session and open-file
 limit, the signal dispositions of a fresh interpreter) and ends like it. On the channel the
 server answers ``{"pid": N}``, and ``{"code": C, "cpu_s": S}`` once the child has ended
-(``C`` as ``Popen.returncode``: negative for a signal; ``S`` its user + system CPU). The end
+(``C`` as ``Popen.returncode``: negative for a signal; ``S`` its user + system CPU). It says
+``ready`` on the socket once its imports are done. The end
 of the socket (the owner is gone) ends the server; children still running go on alone.
 
 The server runs no thread and no event loop: a fork of it has nothing half-done. Linux only
@@ -212,6 +213,7 @@ def main() -> None:
     if threading.active_count() != 1:
         raise SystemExit("fork server: an import started a thread; not forking")
     control = socket.socket(fileno=int(sys.argv[1]))
+    control.send(b"ready")
     serve(control)
 
 

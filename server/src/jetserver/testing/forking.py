@@ -137,6 +137,21 @@ class ForkServer:
             )
         self._control = ours
         self._lock = threading.Lock()
+        self._preloaded = False
+
+    def wait_preloaded(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait until it has done its imports (a start does not need to: it queues).
+
+        Raises:
+            OSError: it ended, or did not finish them within ``timeout_s``.
+        """
+        with self._lock:
+            if self._preloaded:
+                return
+            readable, _, _ = select.select([self._control], [], [], timeout_s)
+            if not readable or self._control.recv(64) != b"ready":
+                raise OSError("fork server: not ready")
+            self._preloaded = True
 
     def can_fork(self, env: Mapping[str, str]) -> bool:
         """True if a server with environment ``env`` may be forked (module docstring)."""
