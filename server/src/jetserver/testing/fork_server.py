@@ -178,7 +178,10 @@ def serve(control: socket.socket) -> None:
     """Answer start requests on ``control`` until its other end closes."""
     children = _Children()
     while True:
-        readable, _, _ = select.select([control.fileno(), *children.by_pidfd], [], [])
+        poller = select.poll()
+        for fd in (control.fileno(), *children.by_pidfd):
+            poller.register(fd, select.POLLIN)
+        readable = [fd for fd, _ in poller.poll()]
         for fd in readable:
             if fd != control.fileno():
                 children.ended(fd)

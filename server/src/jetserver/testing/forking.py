@@ -54,6 +54,14 @@ LOST_CODE = -int(signal.SIGKILL)
 """``returncode`` of a forked process whose fork server ended before it did."""
 
 
+def _readable(sock: socket.socket, timeout_s: float | None) -> bool:
+    """Wait up to ``timeout_s`` (None: no bound) for ``sock`` to be readable (poll, not
+    select: a test process may hold descriptors past select's 1024)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(None if timeout_s is None else timeout_s * 1000))
+
+
 class ForkedProcess:
     """A forked server process, with ``subprocess.Popen``'s interface for a child that
     was given no pipes: ``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``,
@@ -77,8 +85,7 @@ class ForkedProcess:
             if self.returncode is not None:
                 return True
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            readable, _, _ = select.select([self._channel], [], [], left)
-            if not readable:
+            if not _readable(self._channel, left):
                 return False
             message = self._channel.recv(4096)
             self._channel.close()
@@ -148,8 +155,7 @@ class ForkServer:
         with self._lock:
             if self._preloaded:
                 return
-            readable, _, _ = select.select([self._control], [], [], timeout_s)
-            if not readable or self._control.recv(64) != b"ready":
+            if not _readable(self._control, timeout_s) or self._control.recv(64) != b"ready":
                 raise OSError("fork server: not ready")
             self._preloaded = True
 
@@ -187,7 +193,7 @@ class ForkServer:
                 socket.send_fds(
                     self._control, [orjson.dumps(request)], [theirs.fileno(), log.fileno()]
                 )
-            readable, _, _ = select.select([ours], [], [], START_TIMEOUT_S)
+            readable = _readable(ours, START_TIMEOUT_S)
             answer: dict[str, Any] = orjson.loads(ours.recv(4096) or b"{}") if readable else {}
         except BaseException:
             ours.close()
