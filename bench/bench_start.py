@@ -11,6 +11,11 @@ Per round, in CPU-s of the child processes (user + system, ``RUSAGE_CHILDREN`` a
 - ``cluster3``: a test ``Cluster`` of 3 (nats-server included) started (every server ready
   and registered) and stopped.
 
+``single fork`` and ``cluster3 fork``: the same, the servers forked from the test kit's fork
+server (``jetserver.testing.forking``, as the test suite does; its one start of ~0.7 CPU-s
+per worker not counted), in turns with the spawned ones; CPU-s of the children and of the
+fork server with its ended children (/proc).
+
 With ``JET_BENCH_AGAINST=<another jet work tree>`` the rounds alternate between this tree
 (``A``) and that one (``B``), in turns (A B, B A, ...). ``JET_START_ROUNDS`` (default 5;
 quick 2). Run: ``python -m bench start [--quick]``.
@@ -29,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.trees import compared_trees, running_tree
-from jetserver.testing import Cluster, JetServer, NatsServer, server_config
+from jetserver.testing import Cluster, JetServer, NatsServer, forking, server_config
 
 IMPORTS = "import jetserver.cli.main as m; m.build_parser('server'); import jetserver.server"
 """What ``jet server`` imports before it runs."""
@@ -37,7 +42,9 @@ IMPORTS = "import jetserver.cli.main as m; m.build_parser('server'); import jets
 
 def _children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    fork_server = forking.shared()
+    fork_cpu_s = 0.0 if fork_server is None else fork_server.cpu_s()
+    return usage.ru_utime + usage.ru_stime + fork_cpu_s
 
 
 def _load() -> str:
@@ -72,6 +79,22 @@ def _cluster3(root: Path) -> dict[str, float]:
     return {"cluster3": _children_cpu_s() - before, "cluster3 ready s": ready - started}
 
 
+def _forked(nats: NatsServer, root: Path) -> dict[str, float]:
+    """``_single`` and ``_cluster3`` with the servers forked from the fork server."""
+    forking.use(True)
+    try:
+        fork_server = forking.shared()
+        assert fork_server is not None
+        fork_server.wait_preloaded()  # its one start per test process is not counted
+        single = _single(nats, root / "single")
+        cluster = _cluster3(root / "cluster")
+    finally:
+        forking.use(False)
+    return {
+        f"{k.split()[0]} fork{k[len(k.split()[0]) :]}": v for k, v in {**single, **cluster}.items()
+    }
+
+
 def run(quick: bool) -> None:
     rounds = int(os.environ.get("JET_START_ROUNDS", "2" if quick else "5"))
     trees = compared_trees()
@@ -90,6 +113,7 @@ def run(quick: bool) -> None:
                             "imports": _python(IMPORTS),
                             **_single(nats, root / "single"),
                             **_cluster3(root / "cluster"),
+                            **_forked(nats, root / "forked"),
                         }
                     for key, value in got.items():
                         figures[name][key].append(value)

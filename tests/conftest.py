@@ -8,6 +8,9 @@
   The tests of a worker share it: each names its streams and groups so that no other test
   uses them (support.names.unique, or a name only its module uses) and asserts nothing of
   the server as a whole.
+- Server processes of the test kit (``jetserver.testing.JetServer``, ``Cluster``) are forked
+  from one pre-imported interpreter per worker (``jetserver.testing.forking``), not spawned;
+  ``JET_TEST_FORK_SERVER=0`` spawns them all.
 - ``module_jet_dev`` (module scope): a ``jet dev --servers 1`` of the module's own, for tests
   that share state in order (the doc examples, run as a reader would) or need a server no
   other test touched.
@@ -24,6 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from jetserver.testing import forking
 from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
@@ -74,8 +78,10 @@ WORKER_LOAD = WorkerLoad()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In parallel runs: where the workers tell the scheduler the groups."""
+    """In parallel runs: where the workers tell the scheduler the groups. Servers are forked
+    from a fork server (module docstring)."""
     announce_groups_file(config)
+    forking.use(True)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -13,7 +13,6 @@ import sys
 import anyio
 import pytest
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 
 from jetsdk.codec.envelope import parse_nats_payload
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
@@ -21,8 +20,8 @@ from jetsdk.codec.messages import ProduceMessage
 from jetsdk.codec.transcode import SPLIT_VALUE_MIN
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
-from support.nats_server import NatsServer
 from support.raw_client import RawClient
+from support.subscriber import Subscriber
 
 pytestmark = pytest.mark.anyio
 
@@ -32,17 +31,9 @@ _OURS = ("broker/direct_copies.py", "broker/commit.py", "broker/copy_turns.py")
 
 @pytest.mark.parametrize("durability", ["flushed", "written"])
 async def test_a_lone_requests_copies_go_without_a_future(
-    jet: Server, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch, durability: str
+    jet: Server, nc: NatsClient, monkeypatch: pytest.MonkeyPatch, durability: str
 ) -> None:
     name = f"lone{durability[0]}"
-    seen: list[Msg] = []
-    arrived = anyio.Event()
-
-    async def on_msg(msg: Msg) -> None:
-        nonlocal arrived
-        seen.append(msg)
-        arrived.set()
-
     loop = asyncio.get_running_loop()
     made: list[str] = []
     create_future = loop.create_future
@@ -53,64 +44,41 @@ async def test_a_lone_requests_copies_go_without_a_future(
             made.append(code.co_name)
         return create_future()
 
-    nc = NatsClient()
-    await nc.connect(nats_server.url)
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(jet.address) as c:
-                await c.create_stream(name=name, subject=f"{name}.x", durability=durability)
-                await nc.subscribe(f"{name}.x", cb=on_msg)
-                await nc.flush()
-                monkeypatch.setattr(loop, "create_future", counted)
-                for i in range(5):
-                    results = await c.produce(
-                        name, 0, [ProduceMessage(b"v%d" % i)], ack_policy=AckPolicy.LEADER
-                    )
-                    assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, i)]
-                    while len(seen) <= i:
-                        arrived = anyio.Event()
-                        await arrived.wait()
-                monkeypatch.undo()
-    finally:
-        await nc.close()
+    with anyio.fail_after(BOUND_S):
+        async with await RawClient.connect(jet.address) as c:
+            await c.create_stream(name=name, subject=f"{name}.x", durability=durability)
+            copies = await Subscriber.of(nc, f"{name}.x")
+            monkeypatch.setattr(loop, "create_future", counted)
+            for i in range(5):
+                results = await c.produce(
+                    name, 0, [ProduceMessage(b"v%d" % i)], ack_policy=AckPolicy.LEADER
+                )
+                assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, i)]
+                seen = await copies.wait_for(i + 1)
+            monkeypatch.undo()
     assert made == []
     assert [m.data[-2:] for m in seen] == [b"v%d" % i for i in range(5)]
     assert all(m.headers is not None and m.headers[STORED_HEADER] == f"{name} 0" for m in seen)
 
 
 async def test_large_values_are_copied_to_nats_from_the_request_byte_for_byte(
-    jet: Server, nats_server: NatsServer
+    jet: Server, nc: NatsClient
 ) -> None:
     """A value of SPLIT_VALUE_MIN bytes or more goes to NATS as its envelope's head and a
     view of the request (not joined into one more copy): the subscriber gets the same
     envelope, its CRC checking, and the partition stores each value once."""
     values = [b"s" * 100, b"m" * SPLIT_VALUE_MIN, b"l" * (512 * 1024)]
-    seen: list[Msg] = []
-    arrived = anyio.Event()
-
-    async def on_msg(msg: Msg) -> None:
-        seen.append(msg)
-        arrived.set()
-
-    nc = NatsClient()
-    await nc.connect(nats_server.url)
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(jet.address) as c:
-                await c.create_stream(name="big", subject="big.x")
-                await nc.subscribe("big.x", cb=on_msg)
-                await nc.flush()
-                messages = [ProduceMessage(v, key=b"k") for v in values]
-                results = await c.produce("big", 0, messages, ack_policy=AckPolicy.ALL)
-                assert [(r.error_code, r.offset) for r in results] == [
-                    (ErrorCode.NONE, i) for i in range(len(values))
-                ]
-                while len(seen) < len(values):
-                    arrived = anyio.Event()
-                    await arrived.wait()
-                stored = await c.collect("big", 0, len(values))
-    finally:
-        await nc.close()
+    with anyio.fail_after(BOUND_S):
+        async with await RawClient.connect(jet.address) as c:
+            await c.create_stream(name="big", subject="big.x")
+            copies = await Subscriber.of(nc, "big.x")
+            messages = [ProduceMessage(v, key=b"k") for v in values]
+            results = await c.produce("big", 0, messages, ack_policy=AckPolicy.ALL)
+            assert [(r.error_code, r.offset) for r in results] == [
+                (ErrorCode.NONE, i) for i in range(len(values))
+            ]
+            seen = await copies.wait_for(len(values))
+            stored = await c.collect("big", 0, len(values))
     envelopes = [parse_nats_payload(m.data) for m in seen]
     assert [e.value if e is not None else None for e in envelopes] == values
     assert all(e is not None and e.key == b"k" for e in envelopes)
@@ -118,7 +86,7 @@ async def test_large_values_are_copied_to_nats_from_the_request_byte_for_byte(
 
 
 async def test_a_large_values_bytes_are_crc_checked_once(
-    jet: Server, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+    jet: Server, nc: NatsClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 39: the server ran CRC-32 over a large value twice, once for its NATS copy's
     envelope and once for its record. The value's CRC is taken once and both follow from
@@ -139,31 +107,18 @@ async def test_a_large_values_bytes_are_crc_checked_once(
 
         monkeypatch.setattr(module, "_crc32", counting)
     value = os.urandom(900 * 1024)
-    seen: list[Msg] = []
-    arrived = anyio.Event()
-
-    async def on_msg(msg: Msg) -> None:
-        seen.append(msg)
-        arrived.set()
-
-    nc = NatsClient()
-    await nc.connect(nats_server.url)
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(jet.address) as c:
-                await c.create_stream(name="once", subject="once.x")
-                await nc.subscribe("once.x", cb=on_msg)
-                await nc.flush()
-                scanned[0] = 0
-                results = await c.produce(
-                    "once", 0, [ProduceMessage(value, key=b"k")], ack_policy=AckPolicy.ALL
-                )
-                assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, 0)]
-                await arrived.wait()
-                used = scanned[0]
-                stored = await c.collect("once", 0, 1)
-    finally:
-        await nc.close()
+    with anyio.fail_after(BOUND_S):
+        async with await RawClient.connect(jet.address) as c:
+            await c.create_stream(name="once", subject="once.x")
+            copies = await Subscriber.of(nc, "once.x")
+            scanned[0] = 0
+            results = await c.produce(
+                "once", 0, [ProduceMessage(value, key=b"k")], ack_policy=AckPolicy.ALL
+            )
+            assert [(r.error_code, r.offset) for r in results] == [(ErrorCode.NONE, 0)]
+            seen = await copies.wait_for(1)
+            used = scanned[0]
+            stored = await c.collect("once", 0, 1)
     assert used < 1.5 * len(value), used
     envelope = parse_nats_payload(seen[0].data)  # checks the envelope's CRC
     assert envelope is not None

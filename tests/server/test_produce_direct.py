@@ -17,7 +17,6 @@ from typing import Any
 import anyio
 import pytest
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
@@ -42,6 +41,7 @@ from support.fsync_choice import fsyncs_on_the_loop
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
+from support.subscriber import Subscriber
 
 pytestmark = pytest.mark.anyio
 
@@ -104,16 +104,7 @@ async def produce_and_see_each(
 async def test_direct_produce_stores_once_and_still_reaches_nats(
     jet: Server, nc: NatsClient, policy: AckPolicy
 ) -> None:
-    seen: list[Msg] = []
-    got_all = anyio.Event()
-
-    async def on_msg(msg: Msg) -> None:
-        seen.append(msg)
-        if len(seen) == N:
-            got_all.set()
-
-    await nc.subscribe("d.x", cb=on_msg)
-    await nc.flush()
+    copies = await Subscriber.of(nc, "d.x")
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="d", subject="d.x")
         await c.create_stream(name="wide", subject="d.*")  # the same messages, once
@@ -124,7 +115,7 @@ async def test_direct_produce_stores_once_and_still_reaches_nats(
             if policy != AckPolicy.NONE:
                 assert [r.offset for r in results] == list(range(start, start + 10))
         with anyio.fail_after(10):
-            await got_all.wait()
+            seen = await copies.wait_for(N)
         await _wait_skipped(jet, "d", N)
         stored = await c.collect("d", 0, N)
         wide = await c.collect("wide", 0, N)
@@ -212,21 +203,14 @@ async def test_copies_come_back_only_when_another_local_stream_wants_them(
     subject: from then on they come back and that stream stores them."""
     assert jet.address is not None
     assert jet.streams is not None
-    seen: list[bytes] = []
-
-    async def on_msg(msg: Msg) -> None:
-        seen.append(msg.data)
-
-    await nc.subscribe("e.x", cb=on_msg)
-    await nc.flush()
+    copies = await Subscriber.of(nc, "e.x")
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="e", subject="e.x")
         first = [ProduceMessage(b"a%d" % i) for i in range(10)]
         results = await c.produce("e", 0, first, ack_policy=AckPolicy.LEADER)
         assert [r.offset for r in results] == list(range(10))
         with anyio.fail_after(10):
-            while len(seen) < 10:  # noqa: ASYNC110 - a list filled by a callback
-                await anyio.sleep(0.01)
+            await copies.wait_for(10)
         # A round trip on the ingest connection: any echo would have arrived before it.
         assert jet.link is not None
         await jet.link.flush(5.0, ingest=True)

@@ -23,7 +23,6 @@ from pathlib import Path
 import anyio
 import pytest
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 
 from cluster.harness import wait_until_async
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
@@ -33,39 +32,13 @@ from support.fsync_fault import ArmableFault, FsyncGate
 from support.jet_server import start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
+from support.subscriber import Subscriber
 
 pytestmark = pytest.mark.anyio
 
 BOUND_S = 30.0
 HELD_S = 0.5
 """How long a copy is checked not to come (a copy that may come arrives in milliseconds)."""
-
-
-class _Copies:
-    """A plain NATS subscriber's view of a subject: the payload of every message seen."""
-
-    def __init__(self) -> None:
-        self.seen: list[Msg] = []
-        self._arrived = anyio.Event()
-
-    async def on_msg(self, msg: Msg) -> None:
-        self.seen.append(msg)
-        self._arrived.set()
-
-    @classmethod
-    async def of(cls, nc: NatsClient, subject: str) -> _Copies:
-        """A subscriber of ``subject`` on ``nc`` (flushed: it sees what comes from now)."""
-        copies = cls()
-        await nc.subscribe(subject, cb=copies.on_msg)
-        await nc.flush()
-        return copies
-
-    async def next(self) -> Msg:
-        """The first message not taken yet (bounded by the caller)."""
-        while not self.seen:
-            self._arrived = anyio.Event()
-            await self._arrived.wait()
-        return self.seen.pop(0)
 
 
 @asynccontextmanager
@@ -96,8 +69,8 @@ async def test_the_copy_waits_for_the_commit_not_the_response(
             with anyio.fail_after(BOUND_S):
                 await c.create_stream(name="fl", subject="fl")
                 await c.create_stream(name="wr", subject="wr", durability="written")
-                flushed = await _Copies.of(nc, "fl")
-                written = await _Copies.of(nc, "wr")
+                flushed = await Subscriber.of(nc, "fl")
+                written = await Subscriber.of(nc, "wr")
 
                 gate.close()
                 # Committed once written: its copy does not wait for its fsync, which a
@@ -133,7 +106,7 @@ async def test_no_copy_of_a_record_a_failed_fsync_cut(
     async with _served(nats_server, tmp_path, fault.env()) as (c, nc):
         with anyio.fail_after(BOUND_S):
             await c.create_stream(name="cut", subject="cut")
-            copies = await _Copies.of(nc, "cut")
+            copies = await Subscriber.of(nc, "cut")
             # The first fsync of its segment from now on passes, the second fails.
             fault.arm("/streams/cut-", 2)
             results = await c.produce("cut", 0, [ProduceMessage(b"kept")])

@@ -17,7 +17,9 @@ bounds every wait:
   power loss);
 - :class:`Cluster`: nats-server plus N servers, clustered when N > 1;
 - :func:`running_server`: a server inside the caller's asyncio event loop;
-- :func:`wait_until` / :func:`wait_until_async`: bounded polling on a condition.
+- :func:`wait_until` / :func:`wait_until_async`: bounded polling on a condition;
+- :mod:`jetserver.testing.forking`: servers forked from one pre-imported interpreter instead
+  of spawned (``forking.use(True)``; jet's own tests do), a tenth of a spawn's CPU.
 
 ``jet dev``, the demo, the benchmarks and jet's own tests run on this kit.
 

@@ -35,6 +35,8 @@ import orjson
 
 from jetserver.storage.durability_trace import ENV_VAR as TRACE_ENV_VAR
 from jetserver.storage.durability_trace import PowerLossReport, simulate_power_loss
+from jetserver.testing import forking
+from jetserver.testing.forking import ForkedProcess
 from jetserver.testing.waiting import WaitTimeout, reap, wait_until
 
 __all__ = [
@@ -208,8 +210,9 @@ class JetServer:
     """Start it in its own session (a terminal's Ctrl-C then reaches only the owner)."""
     file_limit: int | None = None
     """Its open-file limit (soft and hard), or None to inherit."""
-    proc: subprocess.Popen[bytes] | None = None
-    """The running process (None before the first start)."""
+    proc: subprocess.Popen[bytes] | ForkedProcess | None = None
+    """The running process (None before the first start): spawned, or forked from the
+    fork server (:mod:`jetserver.testing.forking`) where one is in use."""
     paused: bool = False
     """True between :meth:`pause` and :meth:`resume`."""
     starts: int = 0
@@ -294,16 +297,7 @@ class JetServer:
         env.pop(TRACE_ENV_VAR, None)
         if self.trace:
             env[TRACE_ENV_VAR] = str(self.trace_path)
-        command = [
-            *self.exec_prefix,
-            sys.executable,
-            "-m",
-            "jetserver.cli.main",
-            "server",
-            "--config",
-            str(config_path),
-            *self.args,
-        ]
+        args = ["server", "--config", str(config_path), *self.args]
         opened = (
             open(self.log_path, "ab")  # noqa: SIM115 - closed by the with
             if self.log_file is None
@@ -313,8 +307,8 @@ class JetServer:
             if self.log_file is None:  # a shared log gets no markers
                 log.write(f"---- start {self.starts + 1} at {time.time():.3f}\n".encode())
                 log.flush()
-            self.proc = subprocess.Popen(
-                command,
+            self.proc = self._fork(args, env, log) or subprocess.Popen(
+                [*self.exec_prefix, sys.executable, "-m", "jetserver.cli.main", *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -324,6 +318,19 @@ class JetServer:
             )
         self.paused = False
         self.starts += 1
+
+    def _fork(self, args: list[str], env: dict[str, str], log: IO[bytes]) -> ForkedProcess | None:
+        """The process forked from this process's fork server, or None to spawn it: no
+        fork server in use, a command prefix, or an environment it cannot give."""
+        server = forking.shared()
+        if server is None or self.exec_prefix or not server.can_fork(env):
+            return None
+        try:
+            return server.start(
+                args, env, log, new_session=self.new_session, file_limit=self.file_limit
+            )
+        except OSError:
+            return None
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait for the ready file of the current incarnation.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -31,11 +31,23 @@ DEFAULT_INTERVAL_S = 0.02
 """Pause between two checks of the condition."""
 
 
+class Process(Protocol):
+    """A child process as :func:`reap` needs it (``subprocess.Popen`` is one)."""
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code once it ended (``subprocess.TimeoutExpired`` after ``timeout``)."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        ...
+
+
 class WaitTimeout(AssertionError):
     """A condition did not become true in time (or a process did not start or stop)."""
 
 
-def reap(proc: subprocess.Popen[Any], timeout_s: float) -> int:
+def reap(proc: Process, timeout_s: float) -> int:
     """Wait up to ``timeout_s`` for ``proc`` to exit (asked to already, or ending by
     itself); if it has not, SIGKILL it (by its PID) and wait as long again. Its exit code.
 
