@@ -79,6 +79,11 @@ from jetsdk.producer.accumulator import (
     Accumulator,
 )
 from jetsdk.producer.checks import checked_message, compressed, control_headers, message_size
+from jetsdk.producer.compression_stage import (
+    OFFLOAD_MIN_BYTES,
+    CompressionStage,
+    compressed_message,
+)
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.sender import Pending, Sender
 
@@ -107,6 +112,10 @@ _new_tuple = tuple.__new__
 """Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
 
 
+def _is_deferred(prepared: Prepared) -> bool:
+    return prepared.deferred
+
+
 class Prepared(NamedTuple):
     """A checked message with its partition, ack policy and accounted size."""
 
@@ -114,6 +123,8 @@ class Prepared(NamedTuple):
     partition: int
     policy: AckPolicy
     size: int
+    deferred: bool
+    """Its value is still to be compressed, by the producer's :class:`CompressionStage`."""
 
 
 class Producer:
@@ -203,6 +214,11 @@ class Producer:
             ack_timeout=ack_timeout,
             delivery_timeout=delivery_timeout,
         )
+        self._stage: CompressionStage[Prepared] | None = (
+            None
+            if self._compressor is None
+            else CompressionStage(self._compress_deferred, self._append_all, _is_deferred)
+        )
         self._background = BackgroundTasks()
         self._started = False
         self._since_yield = 0
@@ -224,6 +240,8 @@ class Producer:
         self._max_message_bytes = limit
         tg = await self._background.open()
         self._sender.start(tg, secrets.randbits(63) if self.idempotent else None)
+        if self._stage is not None:
+            tg.start_soon(self._stage.run)
         self._started = True
         return self
 
@@ -240,6 +258,8 @@ class Producer:
         finally:
             self._closed = True
             # Callers blocked on backpressure see the close; what is queued fails.
+            if self._stage is not None:
+                self._stage.close()
             self._sender.close(self._acc.drain_all())
             await self._background.close()
         return None
@@ -252,7 +272,7 @@ class Producer:
     @property
     def pending(self) -> int:
         """Messages queued or awaiting their ack."""
-        return self._sender.unresolved
+        return self._sender.unresolved + (self._stage.held if self._stage else 0)
 
     @property
     def retries(self) -> int:
@@ -324,6 +344,7 @@ class Producer:
             msg_id=msg_id,
             expected_offset=expected_offset,
             timestamp=timestamp,
+            offload=True,
         )
         return await (await self._enqueue(prepared)).wait()
 
@@ -357,6 +378,7 @@ class Producer:
                 msg_id=msg_id,
                 expected_offset=expected_offset,
                 timestamp=timestamp,
+                offload=True,
             )
         )
 
@@ -372,17 +394,29 @@ class Producer:
         msg_id: str | bytes | None = None,
         expected_offset: int | None = None,
         timestamp: int | datetime | None = None,
+        offload: bool = False,
     ) -> Prepared:
         """Check one message and choose its partition (pure: from any thread; the sync
-        API calls it on the caller's thread so a bad message fails there)."""
+        API calls it on the caller's thread so a bad message fails there). ``offload``: a
+        value of at least OFFLOAD_MIN_BYTES within the limit, or any while the compression
+        stage holds some (its compressor then sees values in send order, from one thread),
+        is left to the stage (``deferred``)."""
         self._check_open()
         value, key, hdrs = checked_message(value, key, headers, subject)
         if msg_id is not None or expected_offset is not None or timestamp is not None:
             hdrs = control_headers(hdrs, msg_id, expected_offset, timestamp)
         stored = value
-        if self._compressor is not None:
-            stored, hdrs = compressed(self._compressor, value, hdrs)
         size = message_size(stored, key, hdrs)
+        stage = self._stage
+        deferred = (
+            offload
+            and stage is not None
+            and (len(value) >= OFFLOAD_MIN_BYTES or stage.held > 0)
+            and size <= self._max_message_bytes
+        )
+        if self._compressor is not None and not deferred:
+            stored, hdrs = compressed(self._compressor, value, hdrs)
+            size = message_size(stored, key, hdrs)
         if size > self._max_message_bytes:
             raise MessageTooLarge(
                 f"message of {size} bytes exceeds the limit of {self._max_message_bytes}",
@@ -398,20 +432,43 @@ class Producer:
         policy = self.ack if ack is None else AckPolicy(ack)
         message = new_produce_message(stored, key, hdrs, subject)
         return _new_tuple(
-            Prepared, (message, partition, policy, size + len(subject) + _PER_MESSAGE_OVERHEAD)
+            Prepared,
+            (
+                message,
+                partition,
+                policy,
+                size + len(subject) + _PER_MESSAGE_OVERHEAD,
+                deferred,
+            ),
+        )
+
+    def _compress_deferred(self, prepared: Prepared) -> Prepared:
+        """``prepared`` with its value compressed (or as it is): the compression stage's
+        step, in its worker thread."""
+        assert self._compressor is not None
+        out = compressed_message(self._compressor, prepared.message)
+        if out is None:
+            return prepared._replace(deferred=False)
+        message, saved = out
+        return _new_tuple(
+            Prepared, (message, prepared.partition, prepared.policy, prepared.size - saved, False)
         )
 
     async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
         """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);
         ``handle``: the one to complete (default: a new one)."""
-        sender = self._sender
-        while sender.unresolved >= self.max_pending:  # backpressure
+        sender, stage = self._sender, self._stage
+        while sender.unresolved + (stage.held if stage else 0) >= self.max_pending:
             await sender.wait_for_room()
             self._check_open()
         if handle is None:
             handle = SendHandle()
         self._since_yield += 1
-        if self._append(prepared, handle) or self._since_yield >= self._acc.max_batch_messages:
+        if stage is not None and (prepared.deferred or stage.held):
+            full = stage.submit(prepared, handle)  # appended in order once compressed
+        else:
+            full = self._append(prepared, handle)
+        if full or self._since_yield >= self._acc.max_batch_messages:
             # Let the senders ship full batches before queueing more.
             self._since_yield = 0
             await anyio.lowlevel.checkpoint()
@@ -432,11 +489,29 @@ class Producer:
         self._sender.queued(partition)
         return full
 
+    def _append_all(self, items: list[tuple[Prepared, SendHandle]]) -> None:
+        """Queue the compression stage's messages: all in the accumulator first, then
+        counted, so that an idle partition sends them in one request, not one each."""
+        acc, now = self._acc, time.monotonic()
+        for prepared, handle in items:
+            acc.append(
+                prepared.partition,
+                Pending(prepared.message, handle),
+                size=prepared.size,
+                ack_policy=prepared.policy,
+                now=now,
+            )
+        queued = self._sender.queued
+        for prepared, _ in items:
+            queued(prepared.partition)
+
     async def flush(self) -> None:
         """Send everything queued now (ignoring linger) and wait until every message sent
         before the call is acknowledged or failed. Does not raise for failed messages
         (their handles do)."""
         self._check_open()
+        if self._stage is not None:
+            await self._stage.drained()
         await self._sender.flush()
 
     # -- internals ------------------------------------------------------------------------
