@@ -107,3 +107,31 @@ async def test_closing_fails_what_the_stage_still_holds(jet_dev: JetDev) -> None
         for handle in handles:
             with pytest.raises(ClientClosed):
                 await handle
+
+
+async def test_a_value_whose_compression_fails_is_sent_as_it_is(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compress = ValueCompressor.compress
+
+    def failing(self: ValueCompressor, value: bytes) -> bytes | None:
+        if value.startswith(b"boom"):
+            raise RuntimeError("codec failure")
+        return compress(self, value)
+
+    monkeypatch.setattr(ValueCompressor, "compress", failing)
+    values = [_json_like(16384, 1), b"boom" + _json_like(16384, 2), _json_like(16384, 3)]
+    name = f"cs-{uuid.uuid4().hex[:8]}"
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        async with Producer(client, name, compression="zstd") as producer:
+            handles = [await producer.send_soon(value) for value in values]
+            offsets = [(await h).offset for h in handles]
+        assert offsets == [0, 1, 2]
+        stored = await _stored(client, name, len(values))
+    assert [COMPRESSION_HEADER in dict(stored[i].headers) for i in range(3)] == [
+        True,
+        False,
+        True,
+    ]
+    assert stored[1].value == values[1]

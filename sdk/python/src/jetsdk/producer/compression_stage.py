@@ -12,6 +12,9 @@ compressed there: a short one does not overtake a long one of the same partition
 :class:`~jetsdk.codec.compression.ValueCompressor` (whose skipping after incompressible
 values depends on their order) sees the values in send order, from one thread at a time.
 
+A value whose compression fails in the thread (a codec error) is sent as it is, which the
+message size limit allows (checked on the value as it is), and the failure logged.
+
 The blocking producer (:mod:`jetsdk.sync.producer`) compresses on its caller's thread
 already and does not use a stage.
 
@@ -21,6 +24,7 @@ task; the ``compress`` function runs in one worker thread at a time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -43,6 +47,7 @@ MAX_STAGE_BATCH = 256
 (and get sent) while later ones are still being compressed."""
 
 T = TypeVar("T")
+log = logging.getLogger("jetsdk.producer")
 
 
 def compressed_message(
@@ -146,4 +151,12 @@ class CompressionStage(Generic[T]):
 
     def _compress_all(self, batch: list[tuple[T, SendHandle]]) -> list[tuple[T, SendHandle]]:
         compress, offloaded = self._compress, self._offloaded
-        return [(compress(item) if offloaded(item) else item, h) for item, h in batch]
+        out = []
+        for item, handle in batch:
+            if offloaded(item):
+                try:
+                    item = compress(item)
+                except Exception:  # the codec failed: send the value as it is
+                    log.warning("compression failed; the value is sent uncompressed", exc_info=True)
+            out.append((item, handle))
+        return out
