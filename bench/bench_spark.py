@@ -59,9 +59,9 @@ VALUE_BYTES = 100
 KB_VALUE_BYTES = 1000
 LARGE_VALUE_BYTES = 16 * 1024
 """Issue 39: the source and sinks keep their ratios at 16 KiB values."""
-LARGE_ARROW_ROWS = 256
-"""spark.sql.execution.arrow.maxRecordsPerBatch for the sinks at LARGE_VALUE_BYTES (4 MiB
-Arrow batches; foreach_batch_sink's docstring)."""
+WRITE_ARROW_BATCH_BYTES = "4m"
+"""spark.sql.execution.arrow.maxBytesPerBatch for ``df.write`` (docs/tutorial/spark.md
+advises it; at 16 KiB values 256 rows a batch); foreach_batch_sink sets it itself."""
 KEYS = 1000
 WARM_ROWS = 64
 """Rows of each sink's untimed warm-up call (:func:`_warm_sinks`)."""
@@ -200,9 +200,15 @@ def _rows(spark: Any, count: int, value_bytes: int) -> Any:
 
 
 def _write(df: Any, servers: str, stream: str) -> None:
-    df.write.format("jetstream").option("servers", servers).option("stream", stream).mode(
-        "append"
-    ).save()
+    """``df.write`` with the Arrow batch bytes docs/tutorial/spark.md advises."""
+    conf = df.sparkSession.conf
+    conf.set("spark.sql.execution.arrow.maxBytesPerBatch", WRITE_ARROW_BATCH_BYTES)
+    try:
+        df.write.format("jetstream").option("servers", servers).option("stream", stream).mode(
+            "append"
+        ).save()
+    finally:
+        conf.unset("spark.sql.execution.arrow.maxBytesPerBatch")
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -314,8 +320,6 @@ def _throughput(
         inside.append(count / i)
         wall.append(count / w)
         jvm.append(c)
-    if value_bytes >= LARGE_VALUE_BYTES:  # as foreach_batch_sink's docstring advises
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", LARGE_ARROW_ROWS)
     rows = _rows(spark, count, value_bytes)
     _warm_sinks(spark, servers, joined, value_bytes)
     foreach: list[float] = []
@@ -331,7 +335,6 @@ def _throughput(
             if stored != count:
                 raise RuntimeError(f"{stream} holds {stored} records, not {count}")
     rows.unpersist()
-    spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     table = f"bench-tbl-{tag}"
     anyio.run(partial(_produce, servers, table, count, value_bytes, compact=True))
     _spark_table(spark, joined, table)  # warm-up

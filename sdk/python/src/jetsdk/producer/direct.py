@@ -152,7 +152,7 @@ class DirectSends:
         """If ``prepared``'s partition is idle (module doc): write its Produce request, hold
         the partition and count the message; its state, response, sequence and send time.
         None (nothing done) if not."""
-        message, partition, policy, _size = prepared
+        message, partition, policy, _size, _deferred = prepared
         state = self._states.get(partition)
         if state is None or not state.waiting or state.direct or state.deferred:
             return None

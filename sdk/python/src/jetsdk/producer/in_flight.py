@@ -29,6 +29,9 @@ class Prepared(NamedTuple):
     partition: int
     policy: AckPolicy
     size: int
+    deferred: bool
+    """Its value is still to be compressed, by the producer's
+    :class:`~jetsdk.producer.compression_stage.CompressionStage`."""
 
 
 @attrs.define(eq=False, slots=True)

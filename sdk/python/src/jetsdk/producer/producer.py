@@ -77,6 +77,11 @@ from jetsdk.producer.accumulator import (
     Accumulator,
 )
 from jetsdk.producer.checks import checked_message, compressed, control_headers, message_size
+from jetsdk.producer.compression_stage import (
+    OFFLOAD_MIN_BYTES,
+    CompressionStage,
+    compressed_message,
+)
 from jetsdk.producer.direct import DirectSends
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.in_flight import Pending, Prepared
@@ -105,6 +110,10 @@ _PER_MESSAGE_OVERHEAD = 16
 
 _new_tuple = tuple.__new__
 """Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
+
+
+def _is_deferred(prepared: Prepared) -> bool:
+    return prepared.deferred
 
 
 class Producer:
@@ -203,6 +212,11 @@ class Producer:
             max_pending=max_pending,
             ack_timeout=ack_timeout,
         )
+        self._stage: CompressionStage[Prepared] | None = (
+            None
+            if self._compressor is None
+            else CompressionStage(self._compress_deferred, self._append_all, _is_deferred)
+        )
         self._background = BackgroundTasks()
         self._started = False
         self._since_yield = 0
@@ -225,6 +239,8 @@ class Producer:
         tg = await self._background.open()
         self._sender.start(tg, secrets.randbits(63) if self.idempotent else None)
         self._direct.start(self._acc.linger)
+        if self._stage is not None:
+            tg.start_soon(self._stage.run)
         self._started = True
         return self
 
@@ -241,6 +257,8 @@ class Producer:
         finally:
             self._closed = True
             # Callers blocked on backpressure see the close; what is queued fails.
+            if self._stage is not None:
+                self._stage.close()
             self._sender.close(self._acc.drain_all())
             await self._background.close()
         return None
@@ -253,7 +271,7 @@ class Producer:
     @property
     def pending(self) -> int:
         """Messages queued or awaiting their ack."""
-        return self._sender.unresolved
+        return self._sender.unresolved + (self._stage.held if self._stage else 0)
 
     @property
     def retries(self) -> int:
@@ -326,8 +344,14 @@ class Producer:
             msg_id=msg_id,
             expected_offset=expected_offset,
             timestamp=timestamp,
+            offload=True,
         )
-        if self._direct.enabled and (acked := await self._direct.send(prepared)) is not None:
+        stage = self._stage  # nothing overtakes what the compression stage holds
+        if (
+            self._direct.enabled
+            and (stage is None or not (prepared.deferred or stage.held))
+            and (acked := await self._direct.send(prepared)) is not None
+        ):
             return acked
         return await (await self._enqueue(prepared)).wait()
 
@@ -361,6 +385,7 @@ class Producer:
                 msg_id=msg_id,
                 expected_offset=expected_offset,
                 timestamp=timestamp,
+                offload=True,
             )
         )
 
@@ -376,17 +401,29 @@ class Producer:
         msg_id: str | bytes | None = None,
         expected_offset: int | None = None,
         timestamp: int | datetime | None = None,
+        offload: bool = False,
     ) -> Prepared:
         """Check one message and choose its partition (pure: from any thread; the sync
-        API calls it on the caller's thread so a bad message fails there)."""
+        API calls it on the caller's thread so a bad message fails there). ``offload``: a
+        value of at least OFFLOAD_MIN_BYTES within the limit, or any while the compression
+        stage holds some (its compressor then sees values in send order, from one thread),
+        is left to the stage (``deferred``)."""
         self._check_open()
         value, key, hdrs = checked_message(value, key, headers, subject)
         if msg_id is not None or expected_offset is not None or timestamp is not None:
             hdrs = control_headers(hdrs, msg_id, expected_offset, timestamp)
         stored = value
-        if self._compressor is not None:
-            stored, hdrs = compressed(self._compressor, value, hdrs)
         size = message_size(stored, key, hdrs)
+        stage = self._stage
+        deferred = (
+            offload
+            and stage is not None
+            and (len(value) >= OFFLOAD_MIN_BYTES or stage.held > 0)
+            and size <= self._max_message_bytes
+        )
+        if self._compressor is not None and not deferred:
+            stored, hdrs = compressed(self._compressor, value, hdrs)
+            size = message_size(stored, key, hdrs)
         if size > self._max_message_bytes:
             raise MessageTooLarge(
                 f"message of {size} bytes exceeds the limit of {self._max_message_bytes}",
@@ -402,20 +439,43 @@ class Producer:
         policy = self.ack if ack is None else AckPolicy(ack)
         message = new_produce_message(stored, key, hdrs, subject)
         return _new_tuple(
-            Prepared, (message, partition, policy, size + len(subject) + _PER_MESSAGE_OVERHEAD)
+            Prepared,
+            (
+                message,
+                partition,
+                policy,
+                size + len(subject) + _PER_MESSAGE_OVERHEAD,
+                deferred,
+            ),
+        )
+
+    def _compress_deferred(self, prepared: Prepared) -> Prepared:
+        """``prepared`` with its value compressed (or as it is): the compression stage's
+        step, in its worker thread."""
+        assert self._compressor is not None
+        out = compressed_message(self._compressor, prepared.message)
+        if out is None:
+            return prepared._replace(deferred=False)
+        message, saved = out
+        return _new_tuple(
+            Prepared, (message, prepared.partition, prepared.policy, prepared.size - saved, False)
         )
 
     async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
         """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);
         ``handle``: the one to complete (default: a new one)."""
-        sender = self._sender
-        while sender.unresolved >= self.max_pending:  # backpressure
+        sender, stage = self._sender, self._stage
+        while sender.unresolved + (stage.held if stage else 0) >= self.max_pending:
             await sender.wait_for_room()
             self._check_open()
         if handle is None:
             handle = SendHandle()
         self._since_yield += 1
-        if self._append(prepared, handle) or self._since_yield >= self._acc.max_batch_messages:
+        if stage is not None and (prepared.deferred or stage.held):
+            full = stage.submit(prepared, handle)  # appended in order once compressed
+        else:
+            full = self._append(prepared, handle)
+        if full or self._since_yield >= self._acc.max_batch_messages:
             # Let the senders ship full batches before queueing more.
             self._since_yield = 0
             await anyio.lowlevel.checkpoint()
@@ -438,11 +498,29 @@ class Producer:
         self._sender.queued(partition)
         return full
 
+    def _append_all(self, items: list[tuple[Prepared, SendHandle]]) -> None:
+        """Queue the compression stage's messages: all in the accumulator first, then
+        counted, so that an idle partition sends them in one request, not one each."""
+        acc, now = self._acc, time.monotonic()
+        for prepared, handle in items:
+            acc.append(
+                prepared.partition,
+                Pending(prepared.message, handle),
+                size=prepared.size,
+                ack_policy=prepared.policy,
+                now=now,
+            )
+        queued = self._sender.queued
+        for prepared, _ in items:
+            queued(prepared.partition)
+
     async def flush(self) -> None:
         """Send everything queued now (ignoring linger) and wait until every message sent
         before the call is acknowledged or failed. Does not raise for failed messages
         (their handles do)."""
         self._check_open()
+        if self._stage is not None:
+            await self._stage.drained()
         await self._sender.flush()
 
     # -- internals ------------------------------------------------------------------------

@@ -158,7 +158,7 @@ class Sender:
         new one); the handle."""
         sender.direct = False
         handle = SendHandle() if handle is None else handle
-        message, partition, policy, size = prepared
+        message, partition, policy, size, _deferred = prepared
         batch = Batch(partition, policy, (Pending(message, handle),), size)
         if self._closed:  # the sender task ends (or ended): it would not see it through
             self._fail(batch.items, ClientClosed("the producer was closed"))

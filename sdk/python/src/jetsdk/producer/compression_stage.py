@@ -1,0 +1,162 @@
+"""The async producer's compression off the event loop, in send order.
+
+Compressing a 16 KiB JSON-like value with zstd takes about 30-50 µs of CPU; done in
+:meth:`~jetsdk.producer.producer.Producer.send_soon` it ran on the event loop, one value
+after the other with the loop's own work (batching, writing requests, reading acks). Both
+``zstandard`` and ``lz4`` release the GIL while they compress, so a
+:class:`CompressionStage` takes the values of at least :data:`OFFLOAD_MIN_BYTES` and
+compresses them in a worker thread (``anyio.to_thread``, one batch of values per call, one
+call at a time), while the loop goes on; they enter the accumulator in the order they were
+sent. Every message sent while the stage holds any goes through it too, its value
+compressed there: a short one does not overtake a long one of the same partition, and the
+:class:`~jetsdk.codec.compression.ValueCompressor` (whose skipping after incompressible
+values depends on their order) sees the values in send order, from one thread at a time.
+
+A value whose compression fails in the thread (a codec error) is sent as it is, which the
+message size limit allows (checked on the value as it is), and the failure logged.
+
+The blocking producer (:mod:`jetsdk.sync.producer`) compresses on its caller's thread
+already and does not use a stage.
+
+Task safety: one event loop; :meth:`CompressionStage.run` is the producer's background
+task; the ``compress`` function runs in one worker thread at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from jetsdk.codec.compression import ValueCompressor
+from jetsdk.codec.messages import ProduceMessage, new_produce_message
+from jetsdk.errors import ClientClosed
+from jetsdk.producer.checks import compressed, message_size
+from jetsdk.producer.handle import SendHandle
+
+__all__ = ["MAX_STAGE_BATCH", "OFFLOAD_MIN_BYTES", "CompressionStage", "compressed_message"]
+
+OFFLOAD_MIN_BYTES = 8 * 1024
+"""Values at least this long are compressed in the worker thread; shorter ones (cheap to
+compress) on the loop, as they were."""
+MAX_STAGE_BATCH = 256
+"""Most values one worker-thread call compresses: the first ones enter the accumulator
+(and get sent) while later ones are still being compressed."""
+
+T = TypeVar("T")
+log = logging.getLogger("jetsdk.producer")
+
+
+def compressed_message(
+    compressor: ValueCompressor, message: ProduceMessage
+) -> tuple[ProduceMessage, int] | None:
+    """``message`` with its value compressed and the ``Jet-Compression`` header added, and
+    the bytes it saves against the message size limit; None to send it as it is (the
+    value did not get smaller by more than the header's length, or was skipped: see
+    :class:`~jetsdk.codec.compression.ValueCompressor`). Never larger than ``message``, so
+    a message within the limit stays within it. Pure: runs in the stage's thread."""
+    value, key, headers = message.value, message.key, message.headers
+    stored, hdrs = compressed(compressor, value, headers)
+    if stored is value:
+        return None
+    saved = message_size(value, key, headers) - message_size(stored, key, hdrs)
+    if saved <= 0:
+        return None
+    return new_produce_message(stored, key, hdrs, message.subject), saved
+
+
+class CompressionStage(Generic[T]):
+    """Holds messages from ``send_soon`` until their values are compressed (``compress``,
+    in a worker thread) and hands them to ``append_all`` (the accumulator) in arrival order.
+
+    Messages are counted in :attr:`held` until appended; the producer counts them against
+    ``max_pending`` and :meth:`drained` before it flushes.
+    """
+
+    def __init__(
+        self,
+        compress: Callable[[T], T],
+        append_all: Callable[[list[tuple[T, SendHandle]]], object],
+        offloaded: Callable[[T], bool],
+    ) -> None:
+        """``compress``: the message compressed (or as it is), called in the worker
+        thread; ``append_all``: queue messages for sending, in order (on the loop);
+        ``offloaded``: whether a
+        message is to be compressed here (else it only keeps its place in the order)."""
+        self._compress = compress
+        self._append_all = append_all
+        self._offloaded = offloaded
+        self._queue: list[tuple[T, SendHandle]] = []
+        self._working: list[tuple[T, SendHandle]] = []
+        self._wake = anyio.Event()
+        self._idle: anyio.Event | None = None
+        self._closed = False
+
+    @property
+    def held(self) -> int:
+        """Messages queued here or being compressed, not yet appended."""
+        return len(self._queue) + len(self._working)
+
+    def submit(self, item: T, handle: SendHandle) -> bool:
+        """Queue a message (on the loop); :meth:`run` appends it after those before it.
+        True if that made a full batch for the worker (the caller should let :meth:`run`
+        take it: a checkpoint)."""
+        queue = self._queue
+        queue.append((item, handle))
+        self._wake.set()
+        return len(queue) % MAX_STAGE_BATCH == 0
+
+    async def drained(self) -> None:
+        """Wait until every message submitted before the call is appended (or the stage
+        closed)."""
+        while self.held and not self._closed:
+            if self._idle is None:
+                self._idle = anyio.Event()
+            await self._idle.wait()
+
+    def close(self) -> None:
+        """Fail the messages still held (the producer closes); :meth:`run` appends no more."""
+        self._closed = True
+        held, self._queue, self._working = self._queue + self._working, [], []
+        closed = ClientClosed("the producer was closed before the message was sent")
+        for _, handle in held:
+            if not handle.done():
+                handle._set(None, closed)
+        if self._idle is not None:
+            self._idle.set()
+
+    async def run(self) -> None:
+        """The background task: compress and append, batch by batch, until cancelled."""
+        while not self._closed:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            while self._queue and not self._closed:
+                self._working = batch = self._queue[:MAX_STAGE_BATCH]
+                del self._queue[:MAX_STAGE_BATCH]
+                if any(self._offloaded(item) for item, _ in batch):
+                    done = await anyio.to_thread.run_sync(self._compress_all, batch)
+                    if self._working is not batch:  # close() failed them meanwhile
+                        return
+                else:
+                    done = batch
+                self._working = []
+                self._append_all(done)
+            idle = self._idle
+            if idle is not None and not self.held:
+                self._idle = None
+                idle.set()
+
+    def _compress_all(self, batch: list[tuple[T, SendHandle]]) -> list[tuple[T, SendHandle]]:
+        compress, offloaded = self._compress, self._offloaded
+        out = []
+        for item, handle in batch:
+            if offloaded(item):
+                try:
+                    item = compress(item)
+                except Exception:  # the codec failed: send the value as it is
+                    log.warning("compression failed; the value is sent uncompressed", exc_info=True)
+            out.append((item, handle))
+        return out

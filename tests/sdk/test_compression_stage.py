@@ -1,0 +1,137 @@
+"""The async producer compresses values of OFFLOAD_MIN_BYTES and more off the event loop
+(jetsdk.producer.compression_stage): in a worker thread, the messages still stored in send
+order (short values between long ones included), counted against ``max_pending``, drained
+by ``flush``, and failed with ClientClosed if the producer closes first. Before, every
+value was compressed on the loop's thread (the first test failed there)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+
+import anyio
+import pytest
+
+pytest.importorskip("zstandard")
+
+from jetsdk import Client, ClientClosed, Consumer, Producer
+from jetsdk.codec.compression import COMPRESSION_HEADER, ValueCompressor, decompress_value
+from jetsdk.codec.record import Record, iter_records
+from jetsdk.producer.compression_stage import OFFLOAD_MIN_BYTES
+from jetsdk.producer.handle import SendHandle
+from support.jet_dev import JetDev
+
+pytestmark = pytest.mark.anyio
+
+
+def _json_like(size: int, seed: int) -> bytes:
+    line = b'{"seed":%d,"item":"widget","qty":1,"note":"same again"}\n' % seed
+    return (line * (size // len(line) + 1))[:size]
+
+
+async def _stored(client: Client, name: str, count: int) -> dict[int, Record]:
+    stored: dict[int, Record] = {}
+    with anyio.fail_after(20):
+        while len(stored) < count:
+            _, raw = await client.fetch(name, 0, len(stored), max_bytes=8 << 20, max_wait=1)
+            stored.update((r.offset, r) for r in iter_records(raw))
+    return stored
+
+
+async def test_large_values_are_compressed_off_the_loop_in_send_order(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[int] = []
+    compress = ValueCompressor.compress
+
+    def recording(self: ValueCompressor, value: bytes) -> bytes | None:
+        if len(value) >= OFFLOAD_MIN_BYTES:
+            threads.append(threading.get_ident())
+        return compress(self, value)
+
+    monkeypatch.setattr(ValueCompressor, "compress", recording)
+    values = []
+    for i in range(60):  # long compressible, short, long incompressible, compressed-short
+        values += [_json_like(16384 + i, i), b"short-%d" % i, os.urandom(OFFLOAD_MIN_BYTES)]
+        values.append(_json_like(2048, i))
+    name = f"cs-{uuid.uuid4().hex[:8]}"
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        async with Producer(client, name, compression="zstd", max_pending=50) as producer:
+            handles = []
+            for value in values:
+                handles.append(await producer.send_soon(value))
+                assert producer.pending <= 50
+            await producer.flush()
+            assert producer.pending == 0
+            offsets = [(await h).offset for h in handles]
+        assert offsets == list(range(len(values)))
+        assert threads
+        assert threading.get_ident() not in threads
+        stored = await _stored(client, name, len(values))
+        compressed = 0
+        for offset, value in enumerate(values):
+            record = stored[offset]
+            if dict(record.headers).get(COMPRESSION_HEADER) == b"zstd":
+                assert decompress_value("zstd", record.value) == value
+                compressed += offset % 4 == 0
+            else:
+                assert record.value == value
+        assert compressed == 60
+        async with Consumer(client, name) as consumer:
+            got = []
+            with anyio.fail_after(20):
+                async for msg in consumer:
+                    got.append(msg.value)
+                    if len(got) == len(values):
+                        break
+        assert got == values
+
+
+async def test_closing_fails_what_the_stage_still_holds(jet_dev: JetDev) -> None:
+    name = f"cs-{uuid.uuid4().hex[:8]}"
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        handles: list[SendHandle] = []
+
+        async def leave_early() -> None:
+            async with Producer(client, name, compression="zstd") as producer:
+                for i in range(10):  # no checkpoint in between: the stage has not run
+                    handles.append(await producer.send_soon(_json_like(16384, i)))
+                assert producer.pending == 10
+                raise RuntimeError("leaving")
+
+        with pytest.raises(RuntimeError, match="leaving"):
+            await leave_early()
+        for handle in handles:
+            with pytest.raises(ClientClosed):
+                await handle
+
+
+async def test_a_value_whose_compression_fails_is_sent_as_it_is(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compress = ValueCompressor.compress
+
+    def failing(self: ValueCompressor, value: bytes) -> bytes | None:
+        if value.startswith(b"boom"):
+            raise RuntimeError("codec failure")
+        return compress(self, value)
+
+    monkeypatch.setattr(ValueCompressor, "compress", failing)
+    values = [_json_like(16384, 1), b"boom" + _json_like(16384, 2), _json_like(16384, 3)]
+    name = f"cs-{uuid.uuid4().hex[:8]}"
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        async with Producer(client, name, compression="zstd") as producer:
+            handles = [await producer.send_soon(value) for value in values]
+            offsets = [(await h).offset for h in handles]
+        assert offsets == [0, 1, 2]
+        stored = await _stored(client, name, len(values))
+    assert [COMPRESSION_HEADER in dict(stored[i].headers) for i in range(3)] == [
+        True,
+        False,
+        True,
+    ]
+    assert stored[1].value == values[1]
