@@ -135,3 +135,22 @@ async def test_a_value_whose_compression_fails_is_sent_as_it_is(
         True,
     ]
     assert stored[1].value == values[1]
+
+
+async def test_an_awaited_send_does_not_overtake_what_the_stage_holds(jet_dev: JetDev) -> None:
+    """A message sent with ``send`` to an idle partition at linger 0 is written at once
+    (jetsdk.producer.direct), but not while the compression stage holds earlier messages:
+    they are not yet queued, so the partition looked idle and the short value was stored
+    before the long ones sent ahead of it."""
+    name = f"cs-{uuid.uuid4().hex[:8]}"
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        async with Producer(client, name, compression="zstd", linger=0) as producer:
+            for round_ in range(5):
+                longs = [
+                    await producer.send_soon(_json_like(OFFLOAD_MIN_BYTES * 2, round_ * 10 + i))
+                    for i in range(4)
+                ]
+                short = await producer.send(b"after the long ones %d" % round_)
+                long_offsets = [(await h).offset for h in longs]
+                assert max(long_offsets) < short.offset, (long_offsets, short.offset)
