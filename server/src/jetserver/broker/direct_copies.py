@@ -198,6 +198,37 @@ class DirectCopies:
 
         return Copies(publish_copies, ticket, len(messages), turns, turn, deadline)
 
+    async def publish_now(
+        self,
+        replica: PartitionReplica,
+        message: tuple[str, EnvelopeBytes],
+        end: int,
+        failures: int,
+        turn: int,
+        ticket: CopyTicket,
+    ) -> bool:
+        """Publish the copy of a request answered already (:meth:`after_commit`'s
+        arguments, one message) in this step if it may go now: let in at once, its turn
+        next, committed (durability ``written``) and no fsync failure since. False:
+        nothing done (its after-work publishes it)."""
+        committer = replica.committer
+        turns = committer.copy_turns
+        if not (
+            ticket.admitted is None
+            and turns.is_next(turn)
+            and committer.sync_failures == failures
+            and replica.log.high_watermark >= end
+        ):
+            return False
+        try:
+            await self.link.publish_stored_copies(
+                (message,), _header_block(replica.stream, replica.partition), replica
+            )
+        finally:
+            self.backlog.release(ticket.size)
+            turns.finish(turn)
+        return True
+
     async def in_order(self, afters: Sequence[After]) -> list[After]:
         """The after-work of the sections of one request (ProduceMany), to run one after
         the other, in the order of their copies' turns, once the first of their copies
