@@ -220,10 +220,10 @@ class DirectCopies:
             and replica.log.high_watermark >= end
         ):
             return False
+        header = _header_block(replica.stream, replica.partition)
         try:
-            await self.link.publish_stored_copies(
-                (message,), _header_block(replica.stream, replica.partition), replica
-            )
+            if not self.link.send_stored_copy(message[0], message[1], header, replica):
+                await self.link.publish_stored_copies((message,), header, replica)
         finally:
             self.backlog.release(ticket.size)
             turns.finish(turn)
