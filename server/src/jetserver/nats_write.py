@@ -63,14 +63,18 @@ class PendingWriter:
 
     def send_now(self, nc: NatsClient, parts: Iterable[bytes | memoryview]) -> bool:
         """Write the commands ``parts`` to ``nc``'s socket now, if nothing is pending on
-        it (so they keep their order), it is connected and its socket buffer has room:
-        True if written; False: nothing done (the caller publishes as always)."""
-        if nc._pending_data_size or nc._status != _CONNECTED:
+        it (so they keep their order) nor was written so this loop turn, it is connected
+        and its socket buffer has room: True if written; False: nothing done (the caller
+        publishes as always). What is published on ``nc`` later in the turn waits for
+        its end (:meth:`write_soon`): one write per turn more at most, not one per
+        message, under load."""
+        if nc._pending_data_size or nc._status != _CONNECTED or id(nc) in self._write_due:
             return False
         raw = self._raw_transport(nc)
         if raw is None or raw.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
             return False
         raw.writelines(parts)
+        self.write_soon(nc)  # the turn's later publishes: at its end, together
         return True
 
     def _raw_transport(self, nc: NatsClient) -> asyncio.WriteTransport | None:
