@@ -136,6 +136,18 @@ async def test_batched_publish_internals_exist_on_a_connected_client(
 _MARK = b"\r\nJet-Stored: s 0\r\n"
 
 
+async def _probe(nc: Any, subject: str, heard: anyio.Event) -> None:
+    """Publish to ``subject`` on ``nc`` until a subscriber says it ``heard`` one (bounded):
+    a subscriber's flush does not always mean another connection's messages reach it yet
+    (on a loaded machine about 1 run of 15 lost the first ones, plain nats-py too)."""
+    with anyio.fail_after(10):
+        while not heard.is_set():
+            await nc.publish(subject, b"")
+            await nc.flush()
+            with anyio.move_on_after(0.1):
+                await heard.wait()
+
+
 def _is_marked(call: tuple[Any, ...]) -> bool:
     headers, payload = call[5], call[4]
     return bool(headers) and _MARK in headers and payload.startswith(b"\xffJET")
@@ -554,12 +566,7 @@ async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher
         # The watcher's flush does not always mean the link's messages reach it yet: on a
         # loaded machine, in about 1 run of 15 (plain nats-py clients too, measured), the
         # first messages after it never arrived. Probe through the link until one does.
-        with anyio.fail_after(10):
-            while not heard.is_set():
-                await nc.publish("w.probe", b"")
-                await nc.flush()
-                with anyio.move_on_after(0.1):
-                    await heard.wait()
+        await _probe(nc, "w.probe", heard)
         kicks = [0]
         real_put = nc._flush_queue.put_nowait
 
@@ -593,16 +600,21 @@ async def test_one_copy_a_turn_goes_at_once_and_the_rest_at_its_end_in_order(
     publishes on that connection wait for the turn's end, together."""
     seen: list[bytes] = []
     got = anyio.Event()
+    heard = anyio.Event()
 
     async def on_msg(msg: Msg) -> None:
+        if msg.subject == "c.probe":
+            heard.set()
+            return
         seen.append(msg.data)
         if len(seen) == 5:
             got.set()
 
     nc = await nats.connect(nats_server.url)
     try:
-        await nc.subscribe("c.x", cb=on_msg)
+        await nc.subscribe("c.>", cb=on_msg)
         await nc.flush()
+        await _probe(link._ingest_nc, "c.probe", heard)  # the copies' connection
         header = stored_header_block("c", 0)
         owner = object()
         # The subject's bytes are cached by a first publish (the general path).
