@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,6 +11,7 @@ from jetsdk import Client
 from jetsdk.codec import messages, transcode
 from jetsdk.codec.messages import AckPolicy, ProduceHead, ProduceMessage, ProduceRequest
 from jetserver.broker import produce
+from jetserver.broker.produce_one import OneProduce
 from jetserver.protocol import handlers
 from jetserver.security import gate
 from security.auth_kit import auth_server, auth_settings, clients_as, tokens_for
@@ -47,3 +49,19 @@ async def test_a_produce_head_is_decoded_once_with_acls_on(
                 results = await alice.produce(request)
                 assert [r.error_code for r in results] == [0, 0]
                 assert len(decoded) == 1, decoded
+            # One message, ack LEADER: the one-step path (broker/produce_one.py), with the
+            # head the grants were checked with; its answer as the general path's.
+            served: list[bool] = []
+            serve = OneProduce.serve
+
+            async def spying(self: OneProduce, *args: Any) -> Any:
+                out = await serve(self, *args)
+                served.append(out is not None)
+                return out
+
+            monkeypatch.setattr(OneProduce, "serve", spying)
+            one = ProduceRequest("orders.eu", 0, AckPolicy.LEADER, 10_000, (ProduceMessage(b"c"),))
+            decoded.clear()
+            results = await alice.produce(one)
+            assert [(r.error_code, r.offset) for r in results] == [(0, 4)]
+            assert (len(decoded), served) == (1, [True])

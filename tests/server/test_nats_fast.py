@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.protocol.parser import Parser
 
 from jetserver.broker.nats_port import SkipMarked, header_lines
+from jetserver.broker.stored_copy import stored_header_block
 from jetserver.config import NatsConfig
 from jetserver.nats_fast import JetNatsClient, JetParser, fast_path_supported
 from jetserver.nats_link import _NATS_PY_PUB_INTERNALS, NatsLink
@@ -133,6 +134,18 @@ async def test_batched_publish_internals_exist_on_a_connected_client(
 
 
 _MARK = b"\r\nJet-Stored: s 0\r\n"
+
+
+async def _probe(nc: Any, subject: str, heard: anyio.Event) -> None:
+    """Publish to ``subject`` on ``nc`` until a subscriber says it ``heard`` one (bounded):
+    a subscriber's flush does not always mean another connection's messages reach it yet
+    (on a loaded machine about 1 run of 15 lost the first ones, plain nats-py too)."""
+    with anyio.fail_after(10):
+        while not heard.is_set():
+            await nc.publish(subject, b"")
+            await nc.flush()
+            with anyio.move_on_after(0.1):
+                await heard.wait()
 
 
 def _is_marked(call: tuple[Any, ...]) -> bool:
@@ -553,12 +566,7 @@ async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher
         # The watcher's flush does not always mean the link's messages reach it yet: on a
         # loaded machine, in about 1 run of 15 (plain nats-py clients too, measured), the
         # first messages after it never arrived. Probe through the link until one does.
-        with anyio.fail_after(10):
-            while not heard.is_set():
-                await nc.publish("w.probe", b"")
-                await nc.flush()
-                with anyio.move_on_after(0.1):
-                    await heard.wait()
+        await _probe(nc, "w.probe", heard)
         kicks = [0]
         real_put = nc._flush_queue.put_nowait
 
@@ -581,3 +589,53 @@ async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher
     finally:
         await watcher.close()
     assert got == [b"%d" % i for i in range(31)]
+
+
+@pytest.mark.anyio
+async def test_one_copy_a_turn_goes_at_once_and_the_rest_at_its_end_in_order(
+    nats_server: NatsServer, link: NatsLink
+) -> None:
+    """A stored copy written to the socket at once (NatsLink.send_stored_copy) keeps the
+    order of publishes and one write per loop turn under load: after it, the turn's other
+    publishes on that connection wait for the turn's end, together."""
+    seen: list[bytes] = []
+    got = anyio.Event()
+    heard = anyio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        if msg.subject == "c.probe":
+            heard.set()
+            return
+        seen.append(msg.data)
+        if len(seen) == 5:
+            got.set()
+
+    nc = await nats.connect(nats_server.url)
+    try:
+        await nc.subscribe("c.>", cb=on_msg)
+        await nc.flush()
+        await _probe(link._ingest_nc, "c.probe", heard)  # the copies' connection
+        header = stored_header_block("c", 0)
+        owner = object()
+        # The subject's bytes are cached by a first publish (the general path).
+        await link.publish_stored_copies([("c.x", b"p0")], header, owner)
+        await link.flush(5.0, ingest=True)
+        ingest = link._ingest_nc
+        assert ingest is not None
+        assert not ingest._pending_data_size
+        # One loop turn (no await that yields between): the first goes to the socket
+        # now; the next one is refused (its caller publishes it: pending, for the turn's
+        # end), and so is the one after, behind it.
+        sent = [link.send_stored_copy("c.x", b"p1", header, owner)]
+        sent.append(link.send_stored_copy("c.x", b"p2", header, owner))
+        assert not ingest._pending_data_size
+        await link.publish_stored_copies([("c.x", b"p2")], header, owner)
+        sent.append(link.send_stored_copy("c.x", b"p3", header, owner))
+        assert sent == [True, False, False]
+        assert ingest._pending_data_size > 0  # p2 waits for the turn's end
+        await link.publish_stored_copies([("c.x", b"p3"), ("c.x", b"p4")], header, owner)
+        with anyio.fail_after(10):
+            await got.wait()
+    finally:
+        await nc.close()
+    assert seen == [b"p0", b"p1", b"p2", b"p3", b"p4"]

@@ -20,7 +20,6 @@ Task safety: use from the event loop thread only (the asyncio backend of anyio).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import re
@@ -40,8 +39,9 @@ from jetserver.config import NatsConfig
 from jetserver.logs import fields
 from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
 from jetserver.nats_fast import JetNatsClient
-from jetserver.nats_flush import round_trip, socket_transport
+from jetserver.nats_flush import round_trip
 from jetserver.nats_read import JetParser
+from jetserver.nats_write import PendingWriter
 from jetserver.natsproto import header_map
 from jetserver.shared_rounds import SharedRounds
 
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 _BAD_SUBJECT = re.compile(r"\s")
 """What nats-py refuses in a published subject (whitespace, CR, LF: no protocol injection)."""
 _CONNECTED = NatsClient.CONNECTED
-_CONNECTING = NatsClient.CONNECTING
 _MAX_CACHED_SUBJECTS = 4096
 _MAX_ECHO_CACHE = 4096
 _NATS_PY_PUB_INTERNALS = (
@@ -66,9 +65,6 @@ _NATS_PY_PUB_INTERNALS = (
 )
 """nats-py client attributes :meth:`NatsLink.publish_many` writes through (checked at
 connect; without them it publishes message by message)."""
-WRITE_BUFFER_LIMIT = 64 * 1024
-"""Above this many bytes waiting in a NATS connection's socket buffer, publishes go
-through nats-py's flusher task, which waits for the buffer to drain."""
 
 
 def _has_pub_internals(nc: NatsClient) -> bool:
@@ -142,15 +138,8 @@ class NatsLink:
     _closing: bool = False
     _batch_pub: bool = False
     _subjects: dict[str, bytes] = attrs.field(factory=dict)
-    _write_due: set[int] = attrs.field(factory=set)
-    _socket_transports: dict[int, tuple[object, asyncio.WriteTransport | None]] = attrs.field(
-        factory=dict
-    )  # by connection id: its nats-py transport and the asyncio one under it
-    _loop: asyncio.AbstractEventLoop | None = None
-    """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
-    call per call on Python 3.11; the link lives on one loop)."""
-    """ids of the connections whose pending publishes this loop turn writes
-    (:meth:`_write_soon`)."""
+    _writer: PendingWriter = attrs.field(factory=PendingWriter)
+    """Writes the connections' pending publishes without nats-py's flusher task."""
     disconnects: int = 0
     """Times one of the link's two connections was lost since start (a NATS outage
     counts twice)."""
@@ -393,6 +382,30 @@ class NatsLink:
             nc = self._nc
         return await self._publish_on(nc, messages, header_block)
 
+    def send_stored_copy(
+        self, subject: str, payload: EnvelopeBytes, header_block: bytes, owner: object
+    ) -> bool:
+        """:meth:`publish_stored_copies` of one message, written to the socket now if
+        nothing is pending on its connection (the copy of a request answered already:
+        nothing waits behind it). False: nothing done (publish it as always)."""
+        nc = self._nc if self._echo_needed(subject, owner) else self._ingest_nc
+        raw = self._subjects.get(subject)  # known from an earlier publish
+        if nc is None or raw is None or not self._batch_pub:
+            return False
+        size = len(payload)
+        hlen = len(header_block)
+        if nc._max_payload and size + hlen > nc._max_payload:
+            return False
+        cmd = b"HPUB %b %d %d\r\n%b" % (raw, hlen, hlen + size, header_block)
+        if isinstance(payload, SplitEnvelope):
+            written = self._writer.send_now(nc, (cmd, payload.head, payload.value, b"\r\n"))
+        else:
+            written = self._writer.send_now(nc, (cmd, payload, b"\r\n"))
+        if written:
+            nc.stats["out_msgs"] += 1
+            nc.stats["out_bytes"] += size
+        return written
+
     async def publish(
         self,
         subject: str,
@@ -499,49 +512,10 @@ class NatsLink:
             if 0 < nc._max_pending_size < nc._pending_data_size:
                 await nc._flush_pending(force_flush=True)
             elif nc._flush_queue is not None and nc._flush_queue.empty():
-                self._write_soon(nc)
+                self._writer.write_soon(nc)
         except Exception as exc:  # queued already: nats-py sends or drops it on reconnect
             log.debug("flush kick failed", extra=fields(error=str(exc)))
         return queued
-
-    def _write_soon(self, nc: NatsClient) -> None:
-        """Have what ``nc`` holds pending written at the end of this loop turn, by a loop
-        callback (:meth:`_write_pending`), as nats-py's flusher task would once woken: all
-        publishes of the turn in one write, without the task's wake-up and queue round
-        trip (one per Produce request at light load, docs/latency.md, "Hops")."""
-        key = id(nc)
-        if key not in self._write_due:
-            self._write_due.add(key)
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            loop.call_soon(self._write_pending, nc)
-
-    def _write_pending(self, nc: NatsClient) -> None:
-        self._write_due.discard(id(nc))
-        status = nc._status
-        if not nc._pending_data_size or (status != _CONNECTED and not nc.is_connected):
-            return  # written already, or nats-py writes it once reconnected
-        if status == _CONNECTING:
-            return
-        transport = nc._transport
-        try:
-            # The socket's transport, found once per nats-py transport (a reconnect makes
-            # a new one): not looked up through three objects for every write.
-            known = self._socket_transports.get(id(nc))
-            if known is None or known[0] is not transport:
-                known = self._socket_transports[id(nc)] = (transport, socket_transport(transport))
-            raw = known[1]
-            if raw is not None and raw.get_write_buffer_size() <= WRITE_BUFFER_LIMIT:
-                raw.writelines(nc._pending)
-                nc._pending = []
-                nc._pending_data_size = 0
-                return
-        except Exception as exc:  # the flusher meets it again and reconnects
-            log.debug("NATS write failed", extra=fields(error=str(exc)))
-        queue = nc._flush_queue
-        if queue is not None and queue.empty():  # the flusher writes and drains
-            queue.put_nowait(asyncio.get_running_loop().create_future())
 
     async def flush(self, timeout_s: float, *, ingest: bool = False) -> None:
         """Wait until NATS has received everything published so far on the main

@@ -163,7 +163,7 @@ class DirectCopies:
             turns.finish(turn)
             return None
         header = _header_block(replica.stream, replica.partition)
-        link = self.link
+        publish = self._publish
         log_ = replica.log
 
         async def publish_copies() -> None:
@@ -187,16 +187,62 @@ class DirectCopies:
                     deadline = deadline or time.monotonic() + timeout_s
                     in_turn = await turns.wait(turn, timeout_s, committer.running_loop())
                 if committer.sync_failures == failures and log_.high_watermark >= end:
-                    await link.publish_stored_copies(messages, header, replica)
+                    await publish(messages, header, replica)
                 else:
                     left = (deadline or time.monotonic() + timeout_s) - time.monotonic()
                     if left > 0 and await committer.wait_committed(end, failures, left):
-                        await link.publish_stored_copies(messages, header, replica)
+                        await publish(messages, header, replica)
             finally:
                 backlog.release(ticket.size)
                 turns.finish(turn, overtake=not in_turn)
 
         return Copies(publish_copies, ticket, len(messages), turns, turn, deadline)
+
+    async def publish_now(
+        self,
+        replica: PartitionReplica,
+        message: tuple[str, EnvelopeBytes],
+        end: int,
+        failures: int,
+        turn: int,
+        ticket: CopyTicket,
+    ) -> bool:
+        """Publish the copy of a request answered already (:meth:`after_commit`'s
+        arguments, one message) in this step if it may go now: let in at once, its turn
+        next, committed (durability ``written``) and no fsync failure since. False:
+        nothing done (its after-work publishes it)."""
+        committer = replica.committer
+        turns = committer.copy_turns
+        if not (
+            ticket.admitted is None
+            and turns.is_next(turn)
+            and committer.sync_failures == failures
+            and replica.log.high_watermark >= end
+        ):
+            return False
+        try:
+            await self._publish(
+                (message,), _header_block(replica.stream, replica.partition), replica
+            )
+        finally:
+            self.backlog.release(ticket.size)
+            turns.finish(turn)
+        return True
+
+    async def _publish(
+        self,
+        messages: Sequence[tuple[str, EnvelopeBytes]],
+        header: bytes,
+        replica: PartitionReplica,
+    ) -> None:
+        """Publish the stored copies ``messages`` of ``replica``'s records: one alone is
+        written to the socket at once if nothing is pending before it (its response went
+        already: :meth:`NatsLink.send_stored_copy`)."""
+        if len(messages) == 1:
+            subject, payload = messages[0]
+            if self.link.send_stored_copy(subject, payload, header, replica):
+                return
+        await self.link.publish_stored_copies(messages, header, replica)
 
     async def in_order(self, afters: Sequence[After]) -> list[After]:
         """The after-work of the sections of one request (ProduceMany), to run one after

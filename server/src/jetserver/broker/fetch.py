@@ -21,9 +21,7 @@ Waiting uses the partition's events: no polling.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from jetsdk.codec.epoch_messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from jetsdk.codec.error_codes import ErrorCode
@@ -49,9 +47,9 @@ FOLLOWER_FETCH_REFUSED = (
 """The INVALID_ARGUMENT message for a Fetch with ``replica_id >= 0``."""
 
 
-@attrs.frozen
-class FetchAnswer:
-    """What to send back for one Fetch."""
+class FetchAnswer(NamedTuple):
+    """What to send back for one Fetch (a typed tuple: a tailing consumer gets one per
+    message)."""
 
     error_code: int
     """NONE or OFFSET_OUT_OF_RANGE."""

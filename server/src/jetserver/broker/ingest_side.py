@@ -18,8 +18,9 @@ from nats.aio.msg import Msg
 
 from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.transcode import DirectRecord
 from jetserver import hops
-from jetserver.broker.direct import DirectBatch
+from jetserver.broker.direct import DirectBatch, Result
 from jetserver.broker.nats_port import SkipMarked, header_lines
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.sequencer import Sequencer
@@ -151,3 +152,13 @@ class Intake:
             return True
         sequencer.offer(batch, batch.size)
         return True
+
+    async def append_one(self, subject: str, record: DirectRecord) -> Result:
+        """:meth:`ingest_direct` of one message with a LEADER ack and no controls or
+        producer id, in the caller's task, its outcome returned (the caller saw
+        :meth:`appends_at_once` hold in this turn: :meth:`Sequencer.append_one`)."""
+        if hops.ENABLED:
+            hops.mark("sink")
+        self.produce_direct += 1
+        self.produce_inline += 1
+        return await self.sequencer.append_one(subject, record)

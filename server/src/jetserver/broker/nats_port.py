@@ -134,6 +134,11 @@ class NatsPort(Protocol):
         """Queue the NATS copies of records ``owner`` stored directly (not echoed back to
         this server unless another ingest subscription here wants one)."""
 
+    def send_stored_copy(
+        self, subject: str, payload: EnvelopeBytes, header_block: bytes, owner: object
+    ) -> bool:
+        """One such copy written now if nothing is pending before it; False: not done."""
+
     async def publish_unstored_copies(self, messages: Sequence[tuple[str, EnvelopeBytes]]) -> int:
         """Queue unmarked copies of directly appended messages, not echoed back here."""
 

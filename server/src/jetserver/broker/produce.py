@@ -22,7 +22,6 @@ Task safety: event loop thread only.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
 import time
@@ -64,26 +63,23 @@ from jetserver.broker.direct_copies import (
 )
 from jetserver.broker.nats_port import NatsPort, NatsSubscription, NatsUnavailable
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.produce_one import (
+    OneProduce,
+    check_subjects,
+    link_down,
+    partition_subject_of,
+)
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
 from jetserver.logs import fields
 from jetserver.metadata.reserved import is_internal
-from jetserver.metadata.validate import (
-    has_wildcard,
-    partition_subject,
-    subject_error,
-    subject_matches,
-)
 
 _PUBLISHED: Result = (ErrorCode.NONE, -1, -1)
 """Result of a message with ack policy NONE that reached NATS."""
 _UNAVAILABLE: Result = (ErrorCode.UNAVAILABLE, -1, -1)
 _TIMEOUT: Result = (ErrorCode.TIMEOUT, -1, -1)
 _UNSCOPED = contextlib.nullcontext()
-PARTITION_SUBJECTS_CACHED = 65_536
-"""Most partition subjects :func:`_partition_subject` remembers (least recently used
-dropped first): a few MiB at most, and more partitions than a server leads in practice."""
 _TOO_LARGE: Result = (ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
 _INVALID: Result = (ErrorCode.INVALID_ARGUMENT, -1, -1)
 _NOT_LEADER: Result = (ErrorCode.NOT_LEADER, -1, -1)
@@ -117,9 +113,14 @@ class ProduceService:
     acks_unmatched: int = 0
     """Acks received for no waiting request (late, after a timeout)."""
     _copies: DirectCopies = attrs.field(init=False)
+    _one: OneProduce = attrs.field(init=False)
+    """The common case in one step (broker/produce_one.py)."""
 
     def __attrs_post_init__(self) -> None:
         self._copies = DirectCopies(self.link, self.copy_backlog)
+        self._one = OneProduce(
+            self.streams, self.link, self.limits, self._copies, self.copy_backlog
+        )
 
     async def start(self) -> None:
         """Subscribe to this server's ack inboxes."""
@@ -239,7 +240,7 @@ class ProduceService:
             (self.direct or internal) and replica.takes_direct(policy)
         ):
             replica = None
-        psubj, wildcard = _partition_subject(meta.spec.subject, partition)
+        psubj, wildcard = partition_subject_of(meta.spec.subject, partition)
         if internal:
             _check_internal(stream, partition, policy, replica)
         elif (
@@ -248,23 +249,7 @@ class ProduceService:
             and self.link.echo_needed({s or psubj for s, _n, _e in messages}, replica)
         ):
             replica = None  # copies on the main connection: its own subscription gets them
-        for i, (subject, _size, _envelope) in enumerate(messages):
-            if not subject:
-                if wildcard:
-                    raise invalid_argument(
-                        "subject",
-                        f"message {i}: partition subject {psubj!r} has wildcards, so each "
-                        "message needs a subject",
-                    )
-                continue
-            error = subject_error(subject, allow_wildcards=False)
-            if error is not None:
-                raise invalid_argument("subject", f"message {i}: {error}")
-            if not subject_matches(psubj, subject):
-                raise invalid_argument(
-                    "subject",
-                    f"message {i}: subject {subject!r} does not match partition subject {psubj!r}",
-                )
+        check_subjects(psubj, wildcard, messages)
         limit = meta.spec.max_message_bytes or self.limits.max_message_bytes
         return psubj, limit, replica, not meta.spec.no_nats_copies, internal
 
@@ -337,6 +322,10 @@ class ProduceService:
         # Where each message lies in the request, if this server may append it directly.
         if head is None:
             head = decode_produce_head(body)
+        if own_task and hold_for_room and self.direct:
+            served = await self._one.serve(body, head, inbox, answer_now)
+            if served is not None:
+                return served
         direct = self._direct_replica(head[0], head[1], head[2])
         records: list[DirectRecord | None] | None = [] if direct is not None else None
         # Large values stay views of the request (split): not copied into an envelope
@@ -348,10 +337,7 @@ class ProduceService:
             stream, partition, policy, messages, direct
         )
         if not self.link.connected:
-            raise ApiError(
-                ErrorCode.UNAVAILABLE,
-                "the server's NATS link is down; retry later or use another server",
-            )
+            raise link_down()
         results: list[Result | None] = [None] * n
         after: After | None = None
         waiting = ProduceCompletion(stream, partition, results=results, remaining=0)
@@ -513,14 +499,6 @@ class ProduceService:
     def give_up_copies(self, afters: Iterable[After | None]) -> None:
         """:meth:`DirectCopies.give_up` (sections of a cancelled ProduceMany request)."""
         self._copies.give_up(a for a in afters if a is not None)
-
-
-@functools.lru_cache(maxsize=PARTITION_SUBJECTS_CACHED)
-def _partition_subject(stream_subject: str, partition: int) -> tuple[str, bool]:
-    """The subject of ``partition`` of a stream on ``stream_subject``, and whether it has
-    wildcards (remembered: a ProduceMany request asks for hundreds per request)."""
-    psubj = partition_subject(stream_subject, partition)
-    return psubj, has_wildcard(psubj)
 
 
 def _check_internal(

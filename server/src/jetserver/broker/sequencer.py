@@ -34,13 +34,13 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.record_controls import RecordControls
-from jetsdk.codec.transcode import envelope_record
+from jetsdk.codec.transcode import DirectRecord, envelope_record
 from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck
 from jetserver.broker.append_batch import AppendBatch, Wanted, acks_after_append
 from jetserver.broker.append_checks import AppendChecks, Refusal
 from jetserver.broker.commit import Committer
-from jetserver.broker.direct import DirectAckTo, DirectBatch, record_body
+from jetserver.broker.direct import DirectAckTo, DirectBatch, Result, record_body
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.ingested import Queued
 from jetserver.broker.record_fields import RecordFields
@@ -75,6 +75,8 @@ def _nothing() -> None:
 
 _NOT_LEADER = (int(ErrorCode.NOT_LEADER), -1, -1)
 _SHUTTING_DOWN = (int(ErrorCode.SHUTTING_DOWN), -1, -1)
+_INVALID = (int(ErrorCode.INVALID_ARGUMENT), -1, -1)
+_TOO_LARGE = (int(ErrorCode.MESSAGE_TOO_LARGE), -1, -1)
 
 
 def _unappended(items: Iterable[Queued], result: tuple[int, int, int]) -> None:
@@ -244,6 +246,51 @@ class Sequencer:
                     await self.committer.commit_here(self.lost_race_since_commit)
             else:
                 self.committer.defer_flush()
+
+    async def append_one(self, subject: str, record: DirectRecord) -> Result:
+        """:meth:`append_now` of one direct message with a LEADER ack, no header controls
+        and no producer id (the caller saw :attr:`idle` in this turn), its outcome
+        returned instead of settled on a completion (broker/produce_one.py): the same
+        checks, append, commit and flush as :meth:`_take_direct` and :meth:`_append`."""
+        core = self.base.core
+        if not core.leading:
+            return _NOT_LEADER
+        subjects = self._fields_cache.subjects(subject, "")
+        if subjects is None or record.size > self.max_message_bytes:
+            self.messages_rejected += 1
+            return _INVALID if subjects is None else _TOO_LARGE
+        log_ = self.base.log
+        bodies: list[Body] = [record_body(record, subjects)]
+        self._appending = True
+        try:
+            if hops.ENABLED:
+                hops.mark("append.start")
+            try:
+                first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
+            except Exception as exc:
+                log.error("append failed", extra=self.base.fields(records=1, error=repr(exc)))
+                self.messages_rejected += 1
+                return (int(ErrorCode.STORAGE_ERROR), -1, -1)
+            self.messages_in += 1
+            if hops.ENABLED:
+                hops.mark("append")
+            self.checks.appended(self.leader_epoch, self.committer.sync_failures, first, ts, bodies)
+            committed = core.appended(first + 1, log_.high_watermark)
+            if committed is not None:  # durability "written": committed once appended
+                await self.committer.carry_out(committed)
+            if hops.ENABLED:
+                hops.mark("acked")
+            if core.leader_state is not None:
+                self.wake_replicas()
+        finally:
+            self._appending = False
+            if self._queue or self.base.life.stopping:
+                self._wake.set()
+        if core.role == ROLE_SINGLE and core.policy.durability == DURABILITY_FLUSHED:
+            self.committer.defer_flush()  # as append_now's (_commit_in_task)
+        else:
+            self.committer.request_flush()
+        return (0, first, ts)
 
     def lost_race_since_commit(self) -> bool:
         """True if a compare-and-set was refused here since the last call (writers race

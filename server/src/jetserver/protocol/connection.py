@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import attrs
@@ -89,9 +89,10 @@ ANSWER_NOW: ContextVar[Callable[[bytes], bool] | None] = ContextVar("jet_answer_
 an answer written from the turn that settles the request rather than from its task."""
 
 
-@attrs.frozen
-class Reply:
-    """A response to write: frame bytes, optionally followed by file bytes."""
+class Reply(NamedTuple):
+    """A response to write: frame bytes, optionally followed by file bytes (a typed tuple:
+    one is built per answer, a consumer's per message; an attrs frozen class's
+    ``__init__`` set each of its six fields through ``object.__setattr__``)."""
 
     data: bytes
     """A whole frame, or (with ``records``) the frame header and the fixed part of the body."""

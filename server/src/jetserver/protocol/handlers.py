@@ -70,6 +70,9 @@ STALE_METADATA_GRACE_S = 1.0
 know (created through another server a moment ago) before it answers STREAM_NOT_FOUND."""
 _UNKNOWN_NAME = frozenset({ErrorCode.STREAM_NOT_FOUND, ErrorCode.PARTITION_NOT_FOUND})
 """Errors that a starting cluster server turns into UNAVAILABLE (see Dispatcher.handle)."""
+_SENT = Reply(b"", sent=True)
+"""The reply of a Produce request answered already, with nothing left to do (a frozen
+value: one for all)."""
 
 
 @attrs.define(eq=False)
@@ -365,8 +368,8 @@ class Dispatcher:
         )
         if hops.ENABLED:
             hops.mark("produce.resumed")  # the request's task, after its commit
-        if not body:  # written from the turn that settled it (AnswerNow)
-            return Reply(b"", after=after, sent=True)
+        if not body:  # written already (AnswerNow, or the one-step path's write_now)
+            return _SENT if after is None else Reply(b"", after=after, sent=True)
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE), after=after
         )

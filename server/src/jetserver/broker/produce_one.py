@@ -1,0 +1,200 @@
+"""A Produce request's common case in one function: one message to a one-replica
+partition led here, ack LEADER, the partition's sequencer idle.
+
+:class:`OneProduce` takes such a request from its decoded head to its append and its
+answer (:meth:`Sequencer.append_one`: the outcome returned, not settled on a
+:class:`~jetserver.broker.direct.ProduceCompletion`), with the checks of the general path
+(:meth:`~jetserver.broker.produce.ProduceService.produce_then`) and the same answer and
+NATS copy, but without its per-stage objects (no completion, typed batch, copies place,
+ack tuples or registration of the request for acks). Anything else, or anything it is
+unsure of, it leaves to the general path (None), before it changed anything.
+
+Task safety: event loop thread only.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+
+import attrs
+
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.messages import (
+    ProduceHead,
+    encode_produce_result_tuples,
+    produce_wants_current_values,
+)
+from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envelopes
+from jetserver.broker.copy_backlog import CopyBacklog
+from jetserver.broker.direct_copies import After, Copies, DirectCopies
+from jetserver.broker.nats_port import NatsPort
+from jetserver.broker.streams import StreamManager
+from jetserver.config import LimitsConfig
+from jetserver.errors import ApiError, invalid_argument, partition_not_found
+from jetserver.metadata.reserved import is_internal
+from jetserver.metadata.validate import (
+    has_wildcard,
+    partition_subject,
+    subject_error,
+    subject_matches,
+)
+
+__all__ = ["OneProduce", "check_subjects", "link_down", "partition_subject_of"]
+
+PARTITION_SUBJECTS_CACHED = 65_536
+"""Most partition subjects :func:`partition_subject_of` remembers (least recently used
+dropped first): a few MiB at most, and more partitions than a server leads in practice."""
+_LEADER = int(AckPolicy.LEADER)
+
+
+@functools.lru_cache(maxsize=PARTITION_SUBJECTS_CACHED)
+def partition_subject_of(stream_subject: str, partition: int) -> tuple[str, bool]:
+    """The subject of ``partition`` of a stream on ``stream_subject``, and whether it has
+    wildcards (remembered: a ProduceMany request asks for hundreds per request)."""
+    psubj = partition_subject(stream_subject, partition)
+    return psubj, has_wildcard(psubj)
+
+
+def check_subjects(psubj: str, wildcard: bool, messages: list[ProducedEnvelope]) -> None:
+    """Check each message's subject against the partition subject ``psubj``.
+
+    Raises:
+        ApiError: INVALID_ARGUMENT (``subject``).
+    """
+    for i, (subject, _size, _envelope) in enumerate(messages):
+        if not subject:
+            if wildcard:
+                raise invalid_argument(
+                    "subject",
+                    f"message {i}: partition subject {psubj!r} has wildcards, so each "
+                    "message needs a subject",
+                )
+            continue
+        error = subject_error(subject, allow_wildcards=False)
+        if error is not None:
+            raise invalid_argument("subject", f"message {i}: {error}")
+        if not subject_matches(psubj, subject):
+            raise invalid_argument(
+                "subject",
+                f"message {i}: subject {subject!r} does not match partition subject {psubj!r}",
+            )
+
+
+def link_down() -> ApiError:
+    """The error of a Produce request while this server's NATS link is down."""
+    return ApiError(
+        ErrorCode.UNAVAILABLE,
+        "the server's NATS link is down; retry later or use another server",
+    )
+
+
+@attrs.define(eq=False)
+class OneProduce:
+    """Serves the common Produce request in one step (module docstring)."""
+
+    streams: StreamManager
+    """Stream lookups."""
+    link: NatsPort
+    """The NATS link (up or down, its max_payload)."""
+    limits: LimitsConfig
+    """Produce timeout cap and the default message size limit."""
+    copies: DirectCopies
+    """Publishes the NATS copy after the answer."""
+    backlog: CopyBacklog
+    """The bound on copies waiting for NATS."""
+
+    async def serve(
+        self,
+        body: bytes | bytearray | memoryview,
+        head: ProduceHead,
+        inbox: str,
+        answer_now: Callable[[bytes], bool] | None,
+    ) -> tuple[bytes, After | None] | None:
+        """As :meth:`ProduceService.produce_then` of a request in its own task, for the
+        common case; None (nothing done) for the general path. ``inbox``: the request's
+        ack inbox (its NATS copy's envelope carries it). ``answer_now``: writes the
+        response now (as ``produce_then``'s): then the copy can go in this step, without
+        after-work (the response returned is empty: it went)."""
+        stream, partition, policy, timeout_ms, producer_id, _seq, count, _pos = head
+        if count != 1 or policy != _LEADER or producer_id is not None:
+            return None
+        replica = self.streams.local_replica(stream, partition)
+        if replica is None or replica.replication_factor != 1:
+            return None
+        sequencer = replica.sequencer
+        if not (sequencer.idle and sequencer.has_room and replica.takes_direct(policy)):
+            return None
+        if is_internal(stream) or produce_wants_current_values(body):
+            return None
+        records: list[DirectRecord | None] = []
+        head, messages = produce_envelopes(body, inbox, records, head, split=True)
+        meta = self.streams.stream(stream)
+        spec = meta.spec
+        if not 0 <= partition < spec.partitions:
+            raise partition_not_found(stream, partition, spec.partitions)
+        self.streams.offline.check(stream, partition)
+        leader = self.streams.leader_replica(stream, partition)
+        if leader is not None and leader is not replica:
+            return None  # the general path answers (or refuses) it
+        psubj, wildcard = partition_subject_of(spec.subject, partition)
+        check_subjects(psubj, wildcard, messages)
+        link = self.link
+        if not link.connected:
+            raise link_down()
+        subject, size, payload = messages[0]
+        record = records[0]
+        max_payload = link.max_payload
+        if (
+            record is None
+            or payload is None
+            or size > (spec.max_message_bytes or self.limits.max_message_bytes)
+            or (max_payload and len(payload) > max_payload)
+            or record.controls is not None
+        ):
+            return None  # the general path answers (or refuses) it
+        subject = subject or psubj
+        timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
+        deadline = time.monotonic() + timeout_s
+        if spec.no_nats_copies:
+            result = await replica.intake.append_one(subject, record)
+            return encode_produce_result_tuples([result]), replica.commit_deferred
+        failures = replica.sync_failures
+        # The copy's turn and ticket, taken as the message enters the sequencer (as
+        # CopiesPlace does on the general path), passed on if the append is cancelled.
+        committer = replica.committer
+        turn = committer.copies_turn()
+        backlog = self.backlog
+        ticket = backlog.enter(len(payload))
+        try:
+            result = await replica.intake.append_one(subject, record)
+        except BaseException:
+            backlog.leave(ticket)
+            committer.copy_turns.finish(turn)
+            raise
+        code, offset, _ts = result
+        stored = code == ErrorCode.NONE and offset >= 0
+        message = (subject, payload)
+        response = encode_produce_result_tuples([result])
+        # Answered now, unless it must wait for room for its copy (backpressure): then
+        # the copy goes in this step if it may, else in the after-work as always.
+        if answer_now is not None and ticket.admitted is None and answer_now(response):
+            response = b""
+            if stored and await self.copies.publish_now(
+                replica, message, offset + 1, failures, turn, ticket
+            ):
+                return response, None
+        after = self.copies.after_commit(
+            replica,
+            [message] if stored else [],
+            offset + 1 if stored else 0,
+            failures,
+            timeout_s,
+            turn,
+            ticket,
+            deadline,
+        )
+        if isinstance(after, Copies) and after.ticket.admitted is not None:
+            return response, await self.copies.room_for(after, deadline)
+        return response, after
