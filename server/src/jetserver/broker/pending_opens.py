@@ -39,8 +39,10 @@ log = logging.getLogger(__name__)
 Key = tuple[str, int]
 Wanted = tuple[StreamMeta, PartitionAssignment]
 
-OPEN_BATCH = 32
-"""Partitions the background task opens per turn (one worker-thread call; as a start's)."""
+OPEN_BATCH = 128
+"""Partitions the background task opens per turn: four worker-thread calls of 32, as a
+start's, so that a worker thread opens the next 32 while the event loop starts the
+replicas of the last (a request waits for at most about two turns: some 0.1 s)."""
 OPEN_WAIT_S = 5.0
 """How long a request waits for the open of the partition it names."""
 
@@ -70,7 +72,8 @@ class PartitionOpening(ApiError):
 class PendingOpens:
     """The partitions not opened yet, in the order they open unless one is asked for."""
 
-    _wanted: dict[Key, Wanted] = attrs.field(factory=dict)
+    wanted: dict[Key, Wanted] = attrs.field(factory=dict)
+    """The partitions not open yet (empty once all are: the Produce path checks that)."""
     _order: deque[Key] = attrs.field(factory=deque)
     _urgent: deque[Key] = attrs.field(factory=deque)
     _done: dict[Key, anyio.Event] = attrs.field(factory=dict)
@@ -84,19 +87,19 @@ class PendingOpens:
 
     def __len__(self) -> int:
         """Partitions not opened yet."""
-        return len(self._wanted)
+        return len(self.wanted)
 
     def add(self, wanted: list[Wanted]) -> None:
         """Partitions to open (in this order)."""
         for meta, a in wanted:
             key = (meta.name, a.partition)
-            self._wanted[key] = (meta, a)
+            self.wanted[key] = (meta, a)
             self._order.append(key)
 
     def check(self, name: str, partition: int) -> None:
         """Raise :class:`PartitionOpening` if the partition is not open yet (and move it to
-        the front). One dict check when nothing is pending (the Produce path)."""
-        if self._wanted and (name, partition) in self._wanted:
+        the front)."""
+        if (name, partition) in self.wanted:
             raise PartitionOpening(name, partition, self._urge((name, partition)))
 
     def _urge(self, key: Key) -> anyio.Event:
@@ -110,17 +113,17 @@ class PendingOpens:
     def drop_stream(self, name: str) -> None:
         """The stream is deleted: its partitions are no longer to open (requests waiting
         for them are released)."""
-        for key in [k for k in self._wanted if k[0] == name]:
-            del self._wanted[key]
+        for key in [k for k in self.wanted if k[0] == name]:
+            del self.wanted[key]
             self._release(key)
 
     async def close(self) -> None:
         """No more opens (the server stops): drop what is pending, release the requests
         waiting, and return once a batch being opened is open (so it is closed with the
         others). The partitions never opened keep their files as the last stop left them."""
-        for key in list(self._wanted):
+        for key in list(self.wanted):
             self._release(key)
-        self._wanted.clear()
+        self.wanted.clear()
         if self._turn is not None:
             await self._turn.wait()
 
@@ -133,7 +136,7 @@ class PendingOpens:
         batch: list[Wanted] = []
         for queue in (self._urgent, self._order):
             while queue and len(batch) < OPEN_BATCH:
-                wanted = self._wanted.pop(queue.popleft(), None)  # None: taken or dropped
+                wanted = self.wanted.pop(queue.popleft(), None)  # None: taken or dropped
                 if wanted is not None:
                     batch.append(wanted)
         return batch
@@ -141,20 +144,20 @@ class PendingOpens:
     async def run(self, open_batch: Callable[[list[Wanted]], Awaitable[None]]) -> None:
         """Open every pending partition, ``open_batch`` (which opens what it is handed, or
         marks it offline) one batch at a time, those asked for first; then return."""
-        started, total = time.monotonic(), len(self._wanted)
+        started, total = time.monotonic(), len(self.wanted)
         with collector_paused(total):  # as a start's opening: see gc_pause
-            while self._wanted:
+            while self.wanted:
                 batch = self._next_batch()
                 keys = [(m.name, a.partition) for m, a in batch]
                 # Still counted as pending while it opens: a request for it waits too.
                 for (meta, a), key in zip(batch, keys, strict=True):
-                    self._wanted[key] = (meta, a)
+                    self.wanted[key] = (meta, a)
                 self._turn = turn = anyio.Event()
                 try:
                     await open_batch(batch)
                 finally:
                     for key in keys:
-                        if self._wanted.pop(key, None) is not None:
+                        if self.wanted.pop(key, None) is not None:
                             self.opened += 1
                         self._release(key)
                     self._turn = None

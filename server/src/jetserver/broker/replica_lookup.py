@@ -61,7 +61,8 @@ class ReplicaLookup:
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(name, partition, meta.spec.partitions)
         self.offline.check(name, partition)
-        self.pending.check(name, partition)
+        if self.pending.wanted:
+            self.pending.check(name, partition)
         running = self.running.get((name, partition))
         if running is None or running.replica.closed or running.stream_id != meta.stream_id:
             raise ApiError(
