@@ -35,24 +35,26 @@ def _unopened(server: Server) -> list[int]:
     return [p for p in range(PARTITIONS) if server.streams.local_replica("late", p) is None]
 
 
-async def _fill(nats_url: str, data: Path) -> None:
-    """Stream ``late`` with PARTITIONS partitions; 3 records in the last one; a clean stop."""
+@pytest.fixture
+async def filled(nats_server: NatsServer, tmp_path: Path) -> Path:
+    """A data directory: stream ``late`` of PARTITIONS partitions, 3 records in the last
+    one, stopped cleanly."""
+    data = tmp_path / "data"
     async with (
-        running_server(nats_url, data) as server,
+        running_server(nats_server.url, data) as server,
         await RawClient.connect(server.address) as c,
     ):
         await c.create_stream(name="late", subject="late", partitions=PARTITIONS)
         last = PARTITIONS - 1
         acks = await c.produce("late", last, [ProduceMessage(b"r")] * 3, ack_policy=AckPolicy.ALL)
         assert [a.offset for a in acks] == [0, 1, 2]
+    return data
 
 
 async def test_a_restart_answers_before_opening_and_a_request_opens_its_partition_first(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsServer, filled: Path
 ) -> None:
-    data = tmp_path / "data"
-    await _fill(nats_server.url, data)
-    async with running_server(nats_server.url, data, **LATE) as server:
+    async with running_server(nats_server.url, filled, **LATE) as server:
         # Ready (answering), yet most partitions, the last among them, are not open.
         assert len(server.streams.pending) > 0
         assert PARTITIONS - 1 in _unopened(server)
@@ -75,30 +77,26 @@ async def test_a_restart_answers_before_opening_and_a_request_opens_its_partitio
 
 
 async def test_a_stop_before_every_partition_opened_leaves_the_others_as_they_were(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsServer, filled: Path
 ) -> None:
-    data = tmp_path / "data"
-    await _fill(nats_server.url, data)
-    async with running_server(nats_server.url, data, **LATE) as server:
+    async with running_server(nats_server.url, filled, **LATE) as server:
         assert len(server.streams.pending) > 0  # stopped at once
     # Opened at the next start (all before ready, the default below 1,000): nothing lost.
-    async with running_server(nats_server.url, data) as server:
+    async with running_server(nats_server.url, filled) as server:
         assert not _unopened(server)
         assert server.streams.replica("late", PARTITIONS - 1).log.log_end_offset == 3
         assert server.streams.replica("late", PARTITIONS - 1).log.recovery.clean_shutdown
 
 
 async def test_a_stream_deleted_before_its_partitions_opened_is_not_opened(
-    nats_server: NatsServer, tmp_path: Path
+    nats_server: NatsServer, filled: Path
 ) -> None:
-    data = tmp_path / "data"
-    await _fill(nats_server.url, data)
-    async with running_server(nats_server.url, data, **LATE) as server:
+    async with running_server(nats_server.url, filled, **LATE) as server:
         async with await RawClient.connect(server.address) as c:
             await c.delete_stream("late")
         await wait_until_async(lambda: len(server.streams.pending) == 0, BOUND_S, "none pending")
         assert len(_unopened(server)) == PARTITIONS
-        assert not list((data / "streams").glob("late-*"))
+        assert not list((filled / "streams").glob("late-*"))
 
 
 def test_a_torn_tail_after_a_kill_is_cut_before_the_first_read(
