@@ -4,9 +4,11 @@ For each size (1,000 / 10,000 / 50,000 partitions; ``--quick``: 500 / 2,000), a 
 ``jet dev`` server (its own process) gets streams of 100 partitions each; then, from
 ``/proc``: the create time per partition, RSS and open files per idle partition (above the
 empty server's), the idle CPU share over a few seconds once settled, and the time from a restart to
-ready. Then the produce throughput of one keyed producer writing to every partition of a
-1,000-partition stream (500 with ``--quick``) against one partition, and the cost of 10,000
-long-polling consumer connections (2,000 with ``--quick``; bench/scale_connections.py).
+ready (the server answers; a server alone with many partitions opens them after it, so
+beside it the time and the server's CPU seconds until every partition is open). Then the
+produce throughput of one keyed producer writing to every partition of a 1,000-partition
+stream (500 with ``--quick``) against one partition, and the cost of 10,000 long-polling
+consumer connections (2,000 with ``--quick``; bench/scale_connections.py).
 ``JET_BENCH_SIZES=10000`` measures only the sizes listed (comma-separated), no more;
 ``JET_BENCH_AGAINST=<another jet work tree>`` measures each size with that tree's server
 too, right after this tree's (rows tagged A and B; the targets are A's). Beside the restart
@@ -84,6 +86,21 @@ async def _create(address: list[str], partitions: int) -> tuple[float, int, str]
     return time.perf_counter() - started, created, refusal
 
 
+async def _wait_all_open(address: list[str], partitions: int, bound_s: float) -> float:
+    """Seconds until every partition is open, at most ``bound_s``: polled twice a second
+    on one connection, by describing the stream a server opens last (streams open in name
+    order; an unopened partition shows no log, and asking does not open it)."""
+    last = max(f"s{i}" for i in range(max(partitions // PER_STREAM, 1)))
+    started = time.perf_counter()
+    async with Client(address) as client:
+        while time.perf_counter() - started < bound_s:
+            info = await client.describe_stream(last)
+            if all(p.leo is not None for p in info.partitions):
+                break
+            await anyio.sleep(0.5)
+    return time.perf_counter() - started
+
+
 RESTART_BOUND_S = 300.0
 """Bound on the restart (the figure is reported, however far above the target it is)."""
 STOP_BOUND_S = 300.0
@@ -115,6 +132,10 @@ def _one_size(partitions: int, idle_s: float) -> tuple[dict[str, float], str]:
         restart_s = time.perf_counter() - started
         pid = dev.server(sid).pid
         restart_cpu_s = _cpu_s(pid)
+        opened_s = restart_s + anyio.run(
+            _wait_all_open, dev.addresses, partitions, RESTART_BOUND_S, backend="asyncio"
+        )
+        opened_cpu_s = _cpu_s(pid)
         time.sleep(1.0)
         rss_after, files_after = rss_bytes(pid), open_files(pid)
     return {
@@ -126,6 +147,8 @@ def _one_size(partitions: int, idle_s: float) -> tuple[dict[str, float], str]:
         "idle_cpu_percent": cpu * 100,
         "restart_s": restart_s,
         "restart_cpu_s": restart_cpu_s,
+        "opened_s": opened_s,
+        "opened_cpu_s": opened_cpu_s,
         "stop_s": stop_s,
         "rss_mb": rss / 2**20,
         "created": created,
@@ -236,7 +259,7 @@ def run(quick: bool) -> None:
     header = (
         f"    {'partitions':>10} {'create ms':>10} {'RSS KB':>8} {'files':>6} {'idle CPU':>9} "
         f"{'restart s':>10} {'CPU s':>6} {'stop s':>7} {'RSS MB':>7} {'RSS KB*':>8} "
-        f"{'files*':>7}  load"
+        f"{'files*':>7} {'open s':>7} {'CPU s':>6}  load"
     )
     print(header)
     results: dict[int, dict[str, float]] = {}
@@ -258,10 +281,11 @@ def run(quick: bool) -> None:
                 f"{r['idle_cpu_percent']:>8.1f}% {r['restart_s']:>10.2f} "
                 f"{r['restart_cpu_s']:>6.2f} {r['stop_s']:>7.2f} {r['rss_mb']:>7.0f} "
                 f"{r['rss_kb_per_partition_after_restart']:>8.1f} "
-                f"{r['files_per_partition_after_restart']:>7.2f}  {load}",
+                f"{r['files_per_partition_after_restart']:>7.2f} {r['opened_s']:>7.2f} "
+                f"{r['opened_cpu_s']:>6.2f}  {load}",
                 flush=True,
             )
-    print("  (* after the restart)")
+    print("  (* after the restart; open s / CPU s: until every partition was open)")
     largest = results[max(sizes)]
     print(f"\n  targets (issue 34: at {TARGET_PARTITIONS:,} partitions), at {max(sizes):,}:")
     for label, value, target, unit in (

@@ -333,6 +333,9 @@ class StorageConfig:
     """How many sealed (older) segment files stay open when idle, over all partitions; the
     least recently read beyond it are closed and opened again on their next read. Active
     segments are always open (one file per partition)."""
+    open_in_background_from: int = attrs.field(default=1000, validator=_positive)
+    """A server alone holding this many partitions or more answers before opening them
+    (jetserver.broker.pending_opens): after it is ready, and each on its first use."""
     fsync_on_loop: bool = True
     """Run a partition's fsync directly on the event loop while fsyncs are fast (under
     20 ms) and take under a fifth of its time, and the fsync covers at most 256 KiB (a

@@ -268,6 +268,16 @@ def _files(out: list[str], src: MetricsSources) -> None:
         "Active segment files closed while their partitions were idle (each reopened on use).",
     )
     out.append(f"jet_active_files_parked_total {ACTIVE_FILES.parks}")
+    if src.streams is not None:
+        pending = src.streams.pending
+        _gauge(
+            out,
+            "jet_partitions_unopened",
+            "Partitions of a server alone not opened yet (they open after ready, or when asked).",
+            len(pending),
+        )
+        _head(out, "jet_partitions_opened_late_total", "counter", "Partitions opened after ready.")
+        out.append(f"jet_partitions_opened_late_total {pending.opened}")
     offline = list(src.streams.offline) if src.streams is not None else []
     _head(
         out,

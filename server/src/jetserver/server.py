@@ -1,8 +1,10 @@
 """The jet server: metadata, NATS link, partitions, Produce service and protocol listener.
 
 Start-up: load metadata, connect to NATS (retrying with backoff), open and recover every
-partition log and subscribe it, subscribe the ack inboxes, then listen; the bound address
-is reported through ``task_status.started(address)`` and the optional ready file.
+partition log and subscribe it (a server alone with ``[storage] open_in_background_from``
+partitions or more: after it is ready, :mod:`jetserver.broker.pending_opens`), subscribe
+the ack inboxes, then listen; the bound address is reported through
+``task_status.started(address)`` and the optional ready file.
 
 In a cluster (``[cluster]`` configured) the metadata is the metadata Raft member's state
 (:class:`~jetserver.cluster.ClusterNode`, started first). Once listening, the server

@@ -223,6 +223,8 @@ class ProduceService:
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(stream, partition, meta.spec.partitions)
         self.streams.offline.check(stream, partition)
+        if self.streams.pending.wanted:  # after a restart: not all open yet (pending_opens)
+            self.streams.pending.check(stream, partition)
         # In a cluster only the partition leader answers: NATS drops what nobody subscribes.
         replica = self.streams.leader_replica(stream, partition)
         if replica is not None and not replica.leading:

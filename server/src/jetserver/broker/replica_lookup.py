@@ -16,6 +16,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.pending_opens import PendingOpens
 from jetserver.broker.running import MetadataView, RunningPartition
 from jetserver.config import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
@@ -39,6 +40,8 @@ class ReplicaLookup:
     """Partitions whose replica here cannot open."""
     config: ServerConfig
     """This server's id and whether it is clustered."""
+    pending: PendingOpens = attrs.field(factory=PendingOpens)
+    """A server alone: partitions not opened yet (a request for one waits for its open)."""
 
     def _stream(self, name: str) -> StreamMeta:
         meta = self.store.state.streams.get(name)
@@ -51,12 +54,15 @@ class ReplicaLookup:
 
         Raises:
             ApiError: STREAM_NOT_FOUND, PARTITION_NOT_FOUND, PARTITION_OFFLINE if it is offline
-                (it could not open), or UNAVAILABLE if it is not open (yet).
+                (it could not open), or UNAVAILABLE if it is not open (yet; a
+                :class:`PartitionOpening` if it opens next).
         """
         meta = self._stream(name)
         if not 0 <= partition < meta.spec.partitions:
             raise partition_not_found(name, partition, meta.spec.partitions)
         self.offline.check(name, partition)
+        if self.pending.wanted:
+            self.pending.check(name, partition)
         running = self.running.get((name, partition))
         if running is None or running.replica.closed or running.stream_id != meta.stream_id:
             raise ApiError(

@@ -41,7 +41,9 @@ from jetserver.broker.acks import AckRouter
 from jetserver.broker.housekeeping import run_housekeeping
 from jetserver.broker.nats_port import NatsPort, NatsUnavailable
 from jetserver.broker.offline import OfflinePartitions
+from jetserver.broker.open_many import open_many
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.pending_opens import PendingOpens
 from jetserver.broker.reconcile_scope import ReconcileScope
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
 from jetserver.broker.replica_tasks import ReplicaTasks
@@ -60,9 +62,7 @@ from jetserver.broker.stream_files import (
     STREAMS_DIR,
     LogCloser,
     MarkerSync,
-    OpenJob,
     OpenJobs,
-    open_partition_logs,
     remove_stream_dir,
     remove_unknown_stream_dirs,
     stream_dir,
@@ -93,14 +93,6 @@ log = logging.getLogger(__name__)
 SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 APPLY_RETRY_S = 1.0
 """Pause before applying an assignment again after ``apply_assignment`` failed."""
-START_OPEN_CONCURRENCY = 1
-"""Worker-thread calls opening (recovering) partitions at once: GIL-bound Python, so one
-thread opens while the event loop starts what it opened. At 10,000 partitions on 2 cores,
-4 threads and the loop handed the GIL back and forth around every file call: 5-6 s of
-system CPU and 11.4-12.6 s restarts against 1.6-1.8 s and 7.9-9.4 s with 1 (README)."""
-START_OPEN_BATCH = 32
-"""Partitions one worker-thread call opens, one after the other (a hand-off to a worker
-thread and back per partition cost about a third of a restart's event-loop time)."""
 
 
 @attrs.define(eq=False)
@@ -128,6 +120,8 @@ class StreamManager:
     """Called with (stream, partition) when a local replica stops leading."""
     offline: OfflinePartitions = attrs.field(factory=OfflinePartitions)
     """Partitions whose replica here cannot open, and why."""
+    pending: PendingOpens = attrs.field(factory=PendingOpens)
+    """A server alone: the partitions it has not opened yet (opened after ready)."""
     fetch_sessions: FetchSessions | None = None
     """Cluster mode: the follower replicas' fetch sessions to leader servers (set by
     :meth:`start`)."""
@@ -148,7 +142,9 @@ class StreamManager:
     its task never ran)."""
 
     def __attrs_post_init__(self) -> None:
-        self.lookup = ReplicaLookup(self.store, self._running, self.offline, self.config)
+        self.lookup = ReplicaLookup(
+            self.store, self._running, self.offline, self.config, self.pending
+        )
         self._scope = ReconcileScope(self.server_id)
 
     def _services(self) -> ReplicaServices:
@@ -258,6 +254,10 @@ class StreamManager:
         started = time.monotonic()
         me = self.server_id
         wanted = [(m, a) for m in self.streams() for a in m.partitions if a.leader == me]
+        if len(wanted) >= self.config.storage.open_in_background_from:
+            self.pending.add(wanted)  # opened after ready, each on first use: see there
+            tg.start_soon(self.pending.run, self._open_pending)
+            return
         opened = await self._open_many(wanted, subscribe=True)
         await self._confirm_subscriptions()
         log.info(
@@ -294,14 +294,10 @@ class StreamManager:
         subscribe: bool,
         errors: list[Exception] | None = None,
     ) -> int:
-        """Open (recover) the logs of ``wanted`` partitions START_OPEN_BATCH per worker call,
-        START_OPEN_CONCURRENCY calls at once, and start each replica (``subscribe``: single
-        server, subscribe it as leader; else: cluster, start its assignment applier). One
-        that cannot open is offline (or its error appended to ``errors``). Returns how many
-        opened."""
-        limiter = anyio.CapacityLimiter(START_OPEN_CONCURRENCY)
-        make_jobs = OpenJobs(self.data_dir, self.config)
-        counts: list[int] = []
+        """:func:`~jetserver.broker.open_many.open_many`, each replica then started
+        (``subscribe``: single server, subscribed as leader; else: cluster, its assignment
+        applier started). One that cannot open is offline (or its error appended to
+        ``errors``). Returns how many opened."""
 
         def failed(meta: StreamMeta, a: PartitionAssignment, exc: Exception) -> None:
             if errors is None:
@@ -309,39 +305,30 @@ class StreamManager:
             else:
                 errors.append(exc)
 
-        async def open_batch(batch: list[tuple[StreamMeta, PartitionAssignment]]) -> None:
-            jobs: list[tuple[StreamMeta, PartitionAssignment, OpenJob]] = []
-            for meta, a in batch:
-                try:
-                    check_room(FILES_PER_PARTITION, f"partition {meta.name}/{a.partition}")
-                except ApiError as exc:
-                    failed(meta, a, exc)
-                    continue
-                jobs.append((meta, a, make_jobs.job(meta, a)))
-            results = await anyio.to_thread.run_sync(
-                open_partition_logs, [j for _m, _a, j in jobs], limiter=limiter
-            )
-            started: list[tuple[RunningPartition, PartitionAssignment]] = []
-            for (meta, a, _job), result in zip(jobs, results, strict=True):
-                if isinstance(result, Exception):
-                    failed(meta, a, result)
-                    continue
-                started.append((await self._start_replica(meta, a, *result), a))
-            # Subscribed one after the other without yielding: the batch's SUBs go out in
-            # one write (one per partition was a quarter of a restart's event-loop time).
-            for running, a in started:
-                if subscribe:
-                    await self._subscribe_leader(running, a)
-                else:
-                    assert self._tg is not None
-                    self._tg.start_soon(self._applier, running)
-            counts.append(len(started))
+        async def then(running: RunningPartition, a: PartitionAssignment) -> None:
+            if subscribe:
+                await self._subscribe_leader(running, a)
+            else:
+                assert self._tg is not None
+                self._tg.start_soon(self._applier, running)
 
-        with collector_paused(len(wanted)):  # thousands at a start: see gc_pause
-            async with anyio.create_task_group() as tg:
-                for i in range(0, len(wanted), START_OPEN_BATCH):
-                    tg.start_soon(open_batch, wanted[i : i + START_OPEN_BATCH])
-        return sum(counts)
+        jobs = OpenJobs(self.data_dir, self.config)
+        return await open_many(wanted, jobs, self._start_replica, then, failed)
+
+    async def _open_pending(self, batch: list[tuple[StreamMeta, PartitionAssignment]]) -> None:
+        """Open and subscribe partitions of :attr:`pending` (those of a stream deleted or
+        replaced meanwhile: not), with their streams' current metadata."""
+        async with self._lock:
+            streams = self.store.state.streams
+            current = [streams.get(m.name) for m, _a in batch]
+            await self._open_many(
+                [
+                    (now, now.partitions[a.partition])
+                    for (m, a), now in zip(batch, current, strict=True)
+                    if now is not None and now.stream_id == m.stream_id
+                ],
+                subscribe=True,
+            )
 
     async def _subscribe_leader(
         self, running: RunningPartition, assignment: PartitionAssignment
@@ -484,6 +471,7 @@ class StreamManager:
         """Stop ingest (unsubscribe), append what was queued, flush, checkpoint, close logs
         (in batches; the clean-shutdown markers synced once); True if every log was flushed
         up to its end (a clean stop)."""
+        await self.pending.close()  # no more opens (an open under way ends first)
         running = list(self._running.values())
         if self._burst is not None:
             self._burst.resume_collector()
@@ -579,6 +567,7 @@ class StreamManager:
             raise ApiError(result.error_code, result.message, {"stream": name})
         meta = result.stream
         assert meta is not None
+        self.pending.drop_stream(name)
         for p in range(meta.spec.partitions):
             self.offline.opened(name, p)
             running = self._running.pop((name, p), None)

@@ -43,6 +43,7 @@ from jetserver import hops
 from jetserver.broker.fetch import FetchAnswer, fetch, offset_for_leader_epoch
 from jetserver.broker.fetch_stream import FetchStream
 from jetserver.broker.live_settings import LiveLogSettings
+from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.stream_info import StreamInfoCache
@@ -143,6 +144,9 @@ class Dispatcher:
             if api == Api.PRODUCE_MANY:
                 return await self._produce_many().handle(frame, session)
             try:
+                return await self._dispatch(frame, head)
+            except PartitionOpening as exc:  # opens next (after a restart): wait, bounded
+                await exc.opened()
                 return await self._dispatch(frame, head)
             except ApiError as exc:
                 if exc.code not in _UNKNOWN_NAME or self.cluster is None or self.starting:

@@ -39,6 +39,7 @@ from jetsdk.codec.produce_many import (
     produce_many_section_views,
 )
 from jetserver.broker.direct_copies import After
+from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.logs import fields
@@ -159,6 +160,9 @@ class ProduceMany:
                         body, head, own_task=True, hold_for_room=False
                     )
                     return ProduceSection(ErrorCode.NONE, response), after
+                except PartitionOpening as exc:  # after a restart: it opens next
+                    if not await exc.opened():
+                        raise
                 except ApiError as exc:
                     if exc.code not in _UNKNOWN_NAME:
                         raise
