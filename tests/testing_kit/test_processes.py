@@ -3,6 +3,8 @@ restart by PID, the failure report of a dead server, bounded waits."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import socket
 import subprocess
@@ -111,3 +113,43 @@ def test_a_single_server_cluster_reports_a_dead_server_and_restarts_it(tmp_path:
         assert server.starts == 2
         assert "---- start 2 at" in server.incarnation_log()
     assert not root.exists(), "a temporary root is removed at stop"
+
+
+BLOCK_OF = (
+    "import sys, json; from jetserver.testing.jet_process import _worker_ports, free_ports; "
+    "print(json.dumps([_worker_ports().start, free_ports(4)]), flush=True); sys.stdin.read()"
+)
+"""A process printing the first port of its xdist port block and four ports drawn from it,
+then holding its block until its stdin closes."""
+
+
+def test_two_sessions_workers_of_the_same_name_draw_ports_from_different_blocks() -> None:
+    """Two pytest sessions on one machine both have a worker gw0: while the first one's
+    process lives, the second's gets another block (found with two sessions' clusters at
+    once: a server of one could not bind a Raft port the other had just chosen)."""
+    env = {**os.environ, "PYTEST_XDIST_WORKER": "gw0"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BLOCK_OF],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        seen = []
+        for proc in procs:
+            assert proc.stdout is not None
+            start, ports = json.loads(proc.stdout.readline())
+            seen.append(start)
+            assert all(start <= p < start + 1000 for p in ports)
+        assert seen[0] != seen[1]
+    finally:
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            reap(proc, 10)
+            assert proc.stdout is not None
+            proc.stdout.close()

@@ -2,9 +2,10 @@
 
 ``metadata_raft.MetadataRaft`` is the interface the server uses (propose, state, leadership,
 wait/watch); ``machine`` is the pure state machine applied under Raft; ``host`` hosts
-PySyncObj in its own thread; ``journal`` is the durable journal PySyncObj writes; ``bridge``
-carries results from that thread into the event loop; ``config`` and ``errors`` are what
-their names say. spec/cluster.md, "Metadata Raft", documents the behaviour.
+PySyncObj in its own thread; ``incoming`` filters the messages PySyncObj receives;
+``journal`` is the durable journal PySyncObj writes; ``bridge`` carries results from that
+thread into the event loop; ``config`` and ``errors`` are what their names say.
+spec/cluster.md, "Metadata Raft", documents the behaviour.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The PySyncObj node, hosted in a thread of its own. The only module that touches PySyncObj.
+"""The PySyncObj node, hosted in a thread of its own. The only module that touches PySyncObj
+(with :mod:`.incoming`, the filter of the messages it receives).
 
 :class:`RaftHost` builds a ``SyncObj`` in its thread with ``autoTick=False`` and ticks it in
 a loop (so the thread's life is ours: no dependency on the thread that built it, a bounded
@@ -18,6 +19,9 @@ PySyncObj specifics handled here:
 - snapshots ("full dumps") are written by our serializer as orjson, never pickle; the
   serializer also stores PySyncObj's two boundary log entries and the member list.
 - log records are routed by :mod:`.logbridge`.
+- the messages it receives pass through :mod:`.incoming` first (keepalives dropped, a
+  leader's next index kept on late acknowledgements, Raft's AppendEntries rule on a
+  follower).
 
 Thread safety: :meth:`RaftHost.submit`, :meth:`RaftHost.change_membership`,
 :meth:`RaftHost.force_compaction` and :meth:`RaftHost.stop` may be called from any thread;
@@ -49,7 +53,7 @@ from pysyncobj.node import TCPNode
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
-from jetserver.raft import journal, logbridge
+from jetserver.raft import incoming, journal, logbridge
 from jetserver.raft.config import RaftConfig
 from jetserver.raft.machine import (
     MAX_ENTRY_BYTES,
@@ -76,9 +80,6 @@ splits an entry over several messages (its "transmission" path cuts the last chu
 entry whose pickled size crosses a multiple of the batch size, and the follower fails to
 unpickle it: reproduced with 0.3.17)."""
 TICK_ERROR_LOG_EVERY = 100
-KEEPALIVE_TYPE = "jet_keepalive"
-"""A message every member sends every other member (:func:`_send_keepalives`); dropped on
-receipt before PySyncObj sees it."""
 KEEPALIVES_PER_TIMEOUT = 4
 """Keepalives per ``connection_timeout_s`` on each member-to-member connection."""
 FIRST_ELECTION_S = (1.0, 2.0)
@@ -190,45 +191,8 @@ def _sync_path(path: Path) -> None:
         os.close(fd)
 
 
-def _keep_next_index_on_stale_acks(obj: Any) -> None:
-    """Stop a late acknowledgement from moving the leader's next index for a follower back.
-
-    PySyncObj advances ``nextIndex[follower]`` optimistically when it sends entries, then
-    sets it to whatever a successful ``next_node_idx`` answer says. The answer to a
-    heartbeat sent before the last entries arrives after them and moves ``nextIndex``
-    back, so the leader sends those entries again; the follower then deletes the entries
-    after ``prevLogIdx`` (all of them, not only conflicting ones) and appends the resent
-    ones, logging CRITICAL "truncating already-applied log entries". The entries are the
-    same, but Raft forbids truncating a consistent suffix (an acknowledged entry is gone
-    until it is re-appended). Keeping ``nextIndex`` where it was on a successful, non-reset
-    answer removes these resends; ``matchIndex`` (which decides commits) is PySyncObj's
-    own, and a follower that really misses entries answers with a reset, handled as before.
-    """
-    on_message = obj._SyncObj__onMessageReceived
-    next_index = obj._SyncObj__raftNextIndex
-
-    def filtered(node: Any, message: Any) -> None:
-        if isinstance(message, dict) and message.get("type") == KEEPALIVE_TYPE:
-            return  # it refreshed the connection's last read: all it is for
-        if (
-            isinstance(message, dict)
-            and message.get("type") == "next_node_idx"
-            and message.get("success")
-            and not message.get("reset")
-        ):
-            before = next_index.get(node)
-            on_message(node, message)
-            after = next_index.get(node)
-            if before is not None and after is not None and after < before:
-                next_index[node] = before
-            return
-        on_message(node, message)
-
-    obj._SyncObj__transport.setOnMessageReceivedCallback(filtered)
-
-
 def _send_keepalives(obj: Any) -> None:
-    """Send :data:`KEEPALIVE_TYPE` to every other member.
+    """Send :data:`.incoming.KEEPALIVE_TYPE` to every other member.
 
     PySyncObj drops a connection on which nothing was read for ``connectionTimeout``, and
     checks that when it next sends on it. Followers send each other nothing while a leader
@@ -240,7 +204,7 @@ def _send_keepalives(obj: Any) -> None:
     second survivor entered the term only at its own hastened deadline)."""
     transport = obj._SyncObj__transport
     for node in list(obj._SyncObj__otherNodes):
-        transport.send(node, {"type": KEEPALIVE_TYPE})
+        transport.send(node, {"type": incoming.KEEPALIVE_TYPE})
 
 
 def _first_election(obj: Any, min_s: float, max_s: float) -> None:
@@ -417,7 +381,7 @@ class RaftHost:
         )
         others = [_node(p.address, p.server_id) for p in config.peers]
         obj = _MetadataSyncObj(self, _node(config.address, config.server_id), others, conf)
-        _keep_next_index_on_stale_acks(obj)
+        incoming.install(obj)
         return obj
 
     def _publish(self, obj: Any) -> None:

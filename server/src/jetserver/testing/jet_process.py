@@ -18,6 +18,7 @@ Thread safety: one owner; the blocking calls may run in a worker thread.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
 import resource
@@ -25,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -68,19 +70,38 @@ WORKER_PORT_BASE = 12000
 ephemeral range (``ip_local_port_range``, 32768-60999 by default), from which the kernel picks
 the ports of every outgoing connection and of every ``bind(("", 0))``."""
 WORKER_PORT_BLOCK = 1000
-"""Ports per xdist worker (gw0 gets 12000-12999, gw1 13000-13999, ...)."""
+"""Ports per block (gw0 first tries 12000-12999, gw1 13000-13999, ...)."""
+PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "jet-test-ports"
+"""Lock files of the port blocks: a process uses a block while it holds its lock."""
+_claimed: list[tuple[range, IO[bytes]]] = []
+"""This process's block and its locked file (kept open: the lock goes with the process)."""
 
 
 def _worker_ports() -> range | None:
-    """This pytest-xdist worker's port block (children inherit the worker's variable), or
-    None outside xdist or when the block would reach the ephemeral range."""
+    """This process's port block under pytest-xdist, or None outside xdist or when every
+    block is taken. Worker ``gwN`` tries block N first, then the next ones: a block is
+    claimed with a lock file held while the process lives, so that pytest sessions run at
+    the same time on one machine (whose workers have the same names) do not draw the same
+    ports and take each other's ports between a choice and a (re)start."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not (worker.startswith("gw") and worker[2:].isdigit()):
         return None
-    low = WORKER_PORT_BASE + int(worker[2:]) * WORKER_PORT_BLOCK
-    if low + WORKER_PORT_BLOCK > 32768:
-        return None
-    return range(low, low + WORKER_PORT_BLOCK)
+    if not _claimed:
+        PORT_LOCK_DIR.mkdir(exist_ok=True)
+        blocks = (32768 - WORKER_PORT_BASE) // WORKER_PORT_BLOCK
+        for i in range(blocks):
+            low = WORKER_PORT_BASE + (int(worker[2:]) + i) % blocks * WORKER_PORT_BLOCK
+            lock = open(PORT_LOCK_DIR / f"{low}.lock", "ab")  # noqa: SIM115 (held)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock.close()
+                continue
+            _claimed.append((range(low, low + WORKER_PORT_BLOCK), lock))
+            break
+        else:
+            return None
+    return _claimed[0][0]
 
 
 def free_ports(count: int) -> list[int]:
@@ -91,8 +112,8 @@ def free_ports(count: int) -> list[int]:
     takes it first (``Address already in use``). Alone, the ports come from the kernel's
     ephemeral range. Under pytest-xdist, where several workers start servers at once and
     every outgoing connection also takes an ephemeral port, they are drawn at random from the
-    worker's own block below that range (:data:`WORKER_PORT_BASE`), so only the same worker's
-    processes could collide.
+    process's own block below that range (:data:`WORKER_PORT_BASE`, :func:`_worker_ports`),
+    so only the same process's servers could collide.
     """
     block = _worker_ports()
     socks: list[socket.socket] = []
