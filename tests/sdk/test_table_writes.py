@@ -233,3 +233,40 @@ async def _fsync_failure_round(nats_server: NatsServer, tmp_path: Path) -> int:
     finally:
         assert proc.stop() == 0
     return retries
+
+
+async def test_a_lone_write_goes_on_the_leaders_connection_from_its_caller(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On asyncio a write alone in its round is written on the open leader connection by
+    its caller (no :meth:`Client.produce`), a refusal still names the current revision and
+    value; with no leader connection at hand (stale metadata) it goes through
+    ``Client.produce``, as every write does on trio."""
+    stream = unique("wlone")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True)
+        async with Table(client, stream) as table:
+            await table.put(b"warm", b"0")  # the leader's connection is open
+            produced: list[int] = []
+            produce = client.produce
+
+            async def counted(request, **kwargs):  # type: ignore[no-untyped-def]
+                produced.append(request.partition)
+                return await produce(request, **kwargs)
+
+            monkeypatch.setattr(client, "produce", counted)
+            with anyio.fail_after(30):
+                rev = await table.put(b"k", b"1")
+                rev2 = await table.update(b"k", b"2", rev)
+                with pytest.raises(WrongExpectedKeyOffset) as refused:
+                    await table.update(b"k", b"3", rev)
+            assert refused.value.current_revision == rev2
+            assert refused.value.details["current_value"] == b"2"
+            direct = sniffio.current_async_library() == "asyncio"
+            assert produced == ([] if direct else [0, 0, 0])
+            client._metadata_stale = True  # no leader connection without a lookup
+            with anyio.fail_after(30):
+                rev3 = await table.update(b"k", b"4", rev2)
+            assert produced[-1:] == [0]
+            await table.sync()
+            assert table.entry(b"k") == Entry(b"k", b"4", rev3, 0)

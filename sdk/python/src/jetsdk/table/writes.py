@@ -21,7 +21,9 @@ batch (no linger): the wait is one loop turn, and a lone writer's write goes at 
 write whose result is retriable is tried again (its partition stays busy), alone,
 :data:`RETRY_PAUSE_S` apart. Each partition of a round is free again, and its writes'
 callers woken, as soon as its own answer came (only the round's caller waits for all of
-the round); a ProduceMany is answered once all its sections are.
+the round); a ProduceMany is answered once all its sections are. A round of one partition
+(a lone writer, each try of a racing compare-and-set) is written on asyncio by its caller
+on the leader's open connection, as the producer's direct send.
 
 A compare-and-set carries ``Jet-Expected-Key-Offset`` (spec/envelope.md, "Per-key
 compare-and-set"); the server checks the messages of a request in order, each against the
@@ -45,11 +47,13 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, is_retriable
+from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
     ProduceResult,
     encode_produce_request,
+    encode_produce_request_parts,
     new_produce_message,
 )
 from jetsdk.codec.ttl import TTL_HEADER
@@ -358,7 +362,7 @@ class TableWriter:
                 results = await self._produce(request)
             else:
                 self._direct += 1
-                results = await self.client.produce(request)
+                results = await self._produce_alone(request)
         except JetError as exc:
             if needs_metadata_refresh(exc):  # the leader may have moved
                 with contextlib.suppress(JetError):
@@ -382,6 +386,38 @@ class TableWriter:
                 w.retry_error = error_from_code(code, text, details)
             else:
                 w.result = result
+
+    async def _produce_alone(self, request: ProduceRequest) -> list[ProduceResult]:
+        """Send ``request`` on its own; its results. On asyncio, with the leader's
+        connection open and taking a write at once, written from this task
+        (:meth:`Connection.send_nowait <jetsdk.connection.Connection.send_nowait>`,
+        as the producer's direct send) and its answer awaited: none of
+        :meth:`Client.produce`'s leader lookup, retry wrapper and write lock per
+        request (a racing compare-and-set is a request per try). Through
+        :meth:`Client.produce` (which finds the leader and retries) otherwise, and
+        again, with the same sequences (a duplicate is answered with its offset), if
+        that one try failed retriably."""
+        client = self.client
+        conn = (
+            None
+            if self._loop is None
+            else client.leader_connection_now(self.stream, request.partition)
+        )
+        response = None
+        if conn is not None:
+            response = conn.send_nowait(Api.PRODUCE, encode_produce_request_parts(request))
+        if response is None:
+            return await client.produce(request)
+        try:
+            answer = await response.wait(request.timeout_ms / 1000 + client.request_timeout)
+        except JetError as exc:
+            if not exc.retriable:
+                raise
+            if needs_metadata_refresh(exc):  # the leader may have moved
+                with contextlib.suppress(JetError):
+                    await client.refresh_metadata()
+            return await client.produce(request)
+        return decode_produce_answer(answer, len(request.messages), request.current_values)
 
     async def _produce(self, request: ProduceRequest) -> list[ProduceResult]:
         """Send ``request`` to its partition's leader with the round's other requests to
