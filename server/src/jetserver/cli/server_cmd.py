@@ -8,11 +8,13 @@ signal aborts the grace period for in-flight requests (data is still flushed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import sys
 import textwrap
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +209,31 @@ def _operator_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _each_once(signum: int, frame: object) -> None:
+    """The Python-level handler of a stop signal: nothing (its wake-up byte is what counts)."""
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[AsyncIterator[int]]:
+    """SIGTERM and SIGINT as the event loop receives them, each delivery once.
+
+    uvloop counts a signal from two sources, the byte the C handler writes to the loop's
+    wake-up socket and a set its Python-level handler fills; when a delivery's two halves
+    fall on either side of one reading of the socket (the handler ran, the byte came after
+    the read, as when a busy machine preempts the loop there), the signal is yielded twice:
+    a SIGTERM then a SIGINT counted as three, an immediate stop with no ``clean_stop``. A
+    Python-level handler that does nothing leaves the bytes, one per delivery (as on
+    asyncio's own loop, whose handler does nothing too).
+    """
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _each_once)
+        yield signals
+
+
 async def serve(config: ServerConfig) -> None:
     """Run a server until SIGTERM/SIGINT."""
     from jetserver.server import Server
@@ -215,7 +242,7 @@ async def serve(config: ServerConfig) -> None:
     async with anyio.create_task_group() as tg:
 
         async def on_signals() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            with stop_signals() as signals:
                 count = 0
                 async for signum in signals:
                     count += 1
