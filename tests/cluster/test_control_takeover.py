@@ -225,6 +225,7 @@ async def test_reports_are_held_while_the_takeovers_elections_apply(raft: Metada
     assert ended is not None
     assert not ended.is_set()
     assert me.report_hold("s2") is None  # not gone: not held
+    assert hold.held_reports == 1  # counted for the summary line
     stream_id = raft.state.streams["wide"].stream_id
     now[0] = 102.5  # the takeover's first entry applies (within the grace)
     assert (await raft.propose(ElectLeader("wide", 0, "s2", 1, stream_id))).result.ok

@@ -489,7 +489,12 @@ class Controller:
         """An event set when reports about the partitions ``server_id`` leads are no longer
         held (:mod:`.report_hold`), or None if they are not held now: the followers of a
         gone leader wait on it rather than each reporting every silence period."""
-        return None if self.hold is None else self.hold.ended(server_id)
+        if self.hold is None:
+            return None
+        ended = self.hold.ended(server_id)
+        if ended is not None:
+            self.hold.counted(server_id, sent=False)  # a report held (in the summary line)
+        return ended
 
     def _led_by_other(self, stream: str, partition: int, reporter: str) -> bool:
         a = self.raft.state.assignment(stream, partition)
