@@ -14,7 +14,7 @@ import anyio.lowlevel
 import attrs
 import pytest
 
-from jetserver.cluster.controller import Controller
+from jetserver.cluster.controller import Controller, per_leader
 from jetserver.cluster.elections import Elections
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.report_hold import ReportHold
@@ -292,3 +292,28 @@ async def test_the_hold_ends_when_the_server_answers_again(raft: MetadataRaft) -
         with anyio.fail_after(5):
             await ended.wait()
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_the_grace_counts_from_the_death_not_from_the_first_look(
+    raft: MetadataRaft,
+) -> None:
+    """A follower that first looks 2.5 s after its leader's server was found gone (while
+    the metadata leader is known) is held for the rest of the grace only: the grace
+    counted from the first look held such reports up to 3 s longer."""
+    await create(raft, "wide", (R3,))
+    gone, now = {"s1"}, [100.0]
+    hold = ReportHold(
+        FollowerView(raft),  # type: ignore[arg-type]
+        gone.__contains__,
+        lambda s: s in gone,
+        lambda s: 2.5 if s in gone else 0.0,
+        clock=lambda: now[0],
+    )
+    assert hold.held("s1")
+    now[0] = 100.6
+    assert not hold.held("s1")
+
+
+def test_a_batch_of_reports_is_logged_with_its_count_per_leader() -> None:
+    assert per_leader(["s3", "s1", "s3", None]) == "?:1,s1:1,s3:2"

@@ -32,7 +32,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -113,6 +114,12 @@ def isr_batch_size(sizes: Sequence[int]) -> int:
     return batch_size(sizes, ISR_MAX_BATCH, ISR_MAX_BATCH_BYTES)
 
 
+def per_leader(leaders: Iterable[str | None]) -> str:
+    """``s1:94,s3:2``: how many reports of a batch name each partition leader."""
+    counts = Counter(leader or "?" for leader in leaders)
+    return ",".join(f"{server}:{n}" for server, n in sorted(counts.items()))
+
+
 def backoff_s(attempt: int) -> float:
     """Pause before retry ``attempt`` (1-based): 50 ms doubling up to 1 s."""
     return float(min(_BACKOFF_FIRST_S * (2 ** (attempt - 1)), _BACKOFF_MAX_S))
@@ -132,6 +139,8 @@ class _QueuedReport:
     """A silent-leader report waiting for its batch."""
 
     request: dict[str, Any]
+    leader: str | None = None
+    """The partition leader reported (for the batch's line)."""
     done: anyio.Event = attrs.field(factory=anyio.Event)
     taken: bool = False
     """In a batch (being delivered)."""
@@ -442,7 +451,7 @@ class Controller:
             "leader_epoch": leader_epoch,
             "reporter": reporter,
         }
-        item = _QueuedReport(request)
+        item = _QueuedReport(request, a.leader if a is not None else None)
         self._report_queue.append(item)
         try:
             while not item.taken:
@@ -521,6 +530,7 @@ class Controller:
                             "silent-leader reports delivered",
                             extra=fields(
                                 count=len(batch),
+                                leaders=per_leader(q.leader for q in batch),
                                 metadata_leader=leader,
                                 # the metadata leader answers once the elections applied
                                 deliver_s=round(time.monotonic() - started, 3),

@@ -135,7 +135,8 @@ class ReportHold:
         if hold is None:
             if not self.is_gone(server):
                 return None
-            hold = _Hold(began=now - min(self.gone_for(server), self.grace_s))
+            began = now - min(self.gone_for(server), self.grace_s)
+            hold = _Hold(began, metadata_leader=self.raft.leader_id, leader_since=began)
             if not self._holding(server, hold, now):
                 return None
             self._holds[server] = hold

@@ -327,8 +327,9 @@ class FollowerFetcher:
             silence.heard(at)
 
     async def _report(self, why: str, *, repeated: bool = False) -> None:
-        """Report the leader silent (if this replica is whole); a repeated report of the
-        same silence logs at DEBUG (thousands of partitions repeat theirs every period)."""
+        """Report the leader silent (if this replica is whole), logged at DEBUG: the
+        controller logs one line per batch, with the count per leader server (thousands of
+        partitions report at once, and repeat theirs every period)."""
         if self._stopped:  # the role ended: its next one decides
             return
         if not self.whole:
@@ -337,9 +338,8 @@ class FollowerFetcher:
                 extra=self._fields(flushed=self.log.flushed_offset),
             )
             return
-        level = logging.DEBUG if repeated else logging.INFO
-        if log.isEnabledFor(level):  # thousands at once: no fields built for nothing
-            log.log(level, f"{why}; reporting it", extra=self._fields())
+        if log.isEnabledFor(logging.DEBUG):  # thousands at once: no fields built for nothing
+            log.debug(f"{why}; reporting it", extra=self._fields(repeated=repeated))
         if self.controller is not None:
             c, epoch = self.controller, self.leader_epoch
             await c.report_leader_silent(self.stream, self.partition, epoch, self.server_id)
