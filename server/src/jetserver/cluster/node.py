@@ -142,7 +142,7 @@ class ClusterNode:
                 heard_at=liveness.heard_at,
                 is_down=liveness.is_down,
                 is_gone=liveness.gone,
-                hold=ReportHold(member, liveness.gone, liveness.is_down, liveness.gone_for),
+                hold=ReportHold(member, liveness.gone, liveness.is_down),
                 server_down_event=liveness.down_event,
                 server_up_event=liveness.up_event,
             )

@@ -14,12 +14,14 @@ is (they wait on it instead of each waking every silence period):
   Raft elects another (the new metadata leader looks as soon as it leads, :mod:`.takeover`),
   up to :data:`HOLD_MAX_S`;
 - another metadata leader that this view does not find down: held for
-  :data:`TAKEOVER_GRACE_S` from when the hold began or that leader became known (whichever
-  is later), and after that while the takeover is being applied here: the count of
-  partitions the gone server leads in this server's metadata went down less than
+  :data:`TAKEOVER_GRACE_S` from when the hold began (the first look, when this view found
+  the server down: its probes may have timed out before, under load) or that leader became
+  known (whichever is later), and after that while the takeover is being applied here: the
+  count of partitions the gone server leads in this server's metadata went down less than
   :data:`PROGRESS_S` ago. A takeover that does not start (that leader's view does not find
   the server gone) ends the hold after the grace: the reports go as before
-  (spec/cluster.md, "Silent leaders").
+  (spec/cluster.md, "Silent leaders"); one whose elections begin to apply after that
+  (slower than the grace) holds them again while they go on.
 
 The hold ends at once when the gone server answers again, leads nothing here any more, or
 the metadata leader is found down. One task (:meth:`ReportHold.run`) looks every
@@ -105,8 +107,6 @@ class ReportHold:
     """Liveness: True if a server's last probe was refused (the process is gone)."""
     is_down: Callable[[str], bool]
     """Liveness: True if a server is down in this server's view."""
-    gone_for: Callable[[str], float]
-    """Liveness: seconds a server has been gone (0: not gone)."""
     clock: Callable[[], float] = anyio.current_time
     """Monotonic seconds."""
     grace_s: float = TAKEOVER_GRACE_S
@@ -126,17 +126,29 @@ class ReportHold:
         """An event set when the hold of ``server`` ends, or None if it is not held (a
         follower of a gone leader waits on it before reporting)."""
         hold = self._holds.get(server)
-        if hold is not None and hold.event.is_set():
-            if self.is_gone(server):
-                return None  # its hold ended: not held again until it has come back
-            del self._holds[server]
-            hold = None
         now = self.clock()
+        if hold is not None and hold.event.is_set():
+            if not self.is_gone(server):
+                del self._holds[server]  # it came back: a later death holds again
+                return None
+            if not self._counted(server, hold, now):
+                return None  # its hold ended, and no election of its partitions since
+            # Its partitions' elections began to apply after the hold ended (a takeover
+            # slower than the grace): held again while they go on.
+            old, hold = hold, _Hold(hold.began, metadata_leader=self.raft.leader_id)
+            hold.leader_since, hold.state_id, hold.led = old.began, old.state_id, old.led
+            hold.progress_at, hold.held_total = now, old.held_total
+            if not self._holding(server, hold, now):
+                return None
+            self._holds[server] = hold
+            self._wake.set()
+            return hold.event
         if hold is None:
             if not self.is_gone(server):
                 return None
-            began = now - min(self.gone_for(server), self.grace_s)
-            hold = _Hold(began, metadata_leader=self.raft.leader_id, leader_since=began)
+            # Its first look: the followers look when the liveness view finds the server
+            # down (its probes may have timed out before, under load: not its death).
+            hold = _Hold(now, metadata_leader=self.raft.leader_id, leader_since=now)
             if not self._holding(server, hold, now):
                 return None
             self._holds[server] = hold
@@ -175,17 +187,25 @@ class ReportHold:
             return now - hold.began < HOLD_MAX_S
         if self.is_down(leader):
             return False
-        state = raft.state
-        if id(state) != hold.state_id or hold.led is None:
-            led = led_by(state, server)
-            if hold.led is not None and led < hold.led:
-                hold.progress_at = now
-            hold.state_id, hold.led = id(state), led
+        self._counted(server, hold, now)
         if not hold.led:
             return False  # it leads nothing here any more: nothing to report
         if now - max(hold.began, hold.leader_since) < self.grace_s:
             return True
         return hold.progress_at is not None and now - hold.progress_at < self.progress_s
+
+    def _counted(self, server: str, hold: _Hold, now: float) -> bool:
+        """Count ``server``'s leaderships in the metadata again if it changed since the last
+        count; True if the count went down (its elections applying)."""
+        state = self.raft.state
+        if id(state) == hold.state_id and hold.led is not None:
+            return False
+        led = led_by(state, server)
+        progress = hold.led is not None and led < hold.led
+        if progress:
+            hold.progress_at = now
+        hold.state_id, hold.led = id(state), led
+        return progress
 
     def _end(self, server: str, hold: _Hold) -> None:
         """End the hold (kept, set, while ``server`` stays gone: not held again)."""
