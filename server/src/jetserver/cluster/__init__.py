@@ -9,6 +9,7 @@
   reports, leaving an ISR with a damaged log;
 - :mod:`.elections` — the metadata leader's partition leader elections (pure rules + state);
 - :mod:`.takeover` — the metadata leader elects a gone server's partitions without reports;
+  :mod:`.report_hold` — the other servers' followers hold their reports meanwhile;
 - :mod:`.liveness` — which servers answer; :mod:`.peers` — server-to-server connections;
 - :mod:`.bootstrap` — ``[cluster]`` configuration to Raft configuration.
 

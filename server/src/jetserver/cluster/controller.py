@@ -20,8 +20,8 @@ metadata operations:
   each, up to ``REPORT_MAX_BATCH``; the next batch gathers and goes while earlier ones are
   in flight (up to ``REPORTS_IN_FLIGHT``). One attempt, bounded; callers report again
   while the leader stays silent. A partition whose leader's server is gone (its probe
-  refused) is not reported while a live metadata leader elects it from its own liveness
-  view (:mod:`.takeover`), for ``TAKEOVER_GRACE_S`` after that server was found gone.
+  refused) is not reported while the metadata leader's takeover elects it from its own
+  liveness view (:mod:`.takeover`), as :class:`~.report_hold.ReportHold` decides.
 
 Task safety: one event loop; any number of replicas may call concurrently.
 """
@@ -32,7 +32,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -43,6 +44,7 @@ from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
 from jetserver.cluster.elections import Elections, batch_size
 from jetserver.cluster.peers import PeerPool
+from jetserver.cluster.report_hold import ReportHold
 from jetserver.cluster.report_parse import MAX_REPORTS
 from jetserver.errors import ApiError
 from jetserver.logs import fields
@@ -90,14 +92,6 @@ REPORT_BATCH_GATHER_S = 0.02
 partition a dead server led here reports it at once)."""
 REPORT_MAX_BATCH = MAX_REPORTS
 """Most reports in one ReportLeader request."""
-TAKEOVER_GRACE_S = 3.0
-"""How long after this server found a partition leader's server gone (its probes failing,
-the last refused) its followers leave the election to the metadata leader's takeover
-(:mod:`.takeover`) and send no silent-leader report, while the metadata leader is another
-server that answers. The takeover elects within one probe period plus one Raft entry (a
-second or two at 10,000 partitions on a loaded machine); the reports, which only waited
-for it then (the survivors' 3,334 each, 2.8-2.95 s to deliver), go after this as before,
-in case the metadata leader's view does not find the server gone."""
 REPORTS_IN_FLIGHT = 4
 """Most batches of silent-leader reports delivered at once. One at a time, a dead server's
 second thousand leaderships on a survivor were reported only once the first thousand's
@@ -120,6 +114,12 @@ def isr_batch_size(sizes: Sequence[int]) -> int:
     return batch_size(sizes, ISR_MAX_BATCH, ISR_MAX_BATCH_BYTES)
 
 
+def per_leader(leaders: Iterable[str | None]) -> str:
+    """``s1:94,s3:2``: how many reports of a batch name each partition leader."""
+    counts = Counter(leader or "?" for leader in leaders)
+    return ",".join(f"{server}:{n}" for server, n in sorted(counts.items()))
+
+
 def backoff_s(attempt: int) -> float:
     """Pause before retry ``attempt`` (1-based): 50 ms doubling up to 1 s."""
     return float(min(_BACKOFF_FIRST_S * (2 ** (attempt - 1)), _BACKOFF_MAX_S))
@@ -139,6 +139,8 @@ class _QueuedReport:
     """A silent-leader report waiting for its batch."""
 
     request: dict[str, Any]
+    leader: str | None = None
+    """The partition leader reported (for the batch's line)."""
     done: anyio.Event = attrs.field(factory=anyio.Event)
     taken: bool = False
     """In a batch (being delivered)."""
@@ -167,10 +169,10 @@ class Controller:
     is_gone: Callable[[str], bool] = attrs.field(default=lambda _server_id: False)
     """True if this server's last probe of a server was refused (the process is gone:
     :meth:`jetserver.cluster.liveness.Liveness.gone`)."""
-    gone_for: Callable[[str], float] = attrs.field(default=lambda _server_id: float("inf"))
-    """Seconds a server has been gone in this server's liveness view
-    (:meth:`jetserver.cluster.liveness.Liveness.gone_for`; the default: long gone, no
-    :data:`TAKEOVER_GRACE_S`)."""
+    hold: ReportHold | None = None
+    """Decides whether a gone server's takeover is under way, when this server does not
+    lead the metadata (None: reports about a gone leader go unless this server leads the
+    metadata)."""
     server_down_event: Callable[[str], anyio.Event] | None = None
     """An event set once this server's liveness view finds a server down
     (:meth:`jetserver.cluster.liveness.Liveness.down_event`); None: followers watch their
@@ -431,6 +433,8 @@ class Controller:
             # only kept both loops busy, and the metadata leader answered them once the
             # takeover's elections had applied.
             self.reports_left_to_takeover += 1
+            if self.hold is not None and a is not None and a.leader is not None:
+                self.hold.counted(a.leader, sent=False)
             return
         if self.stopping:  # a reporter can be elected, and this server is about to go
             log.debug(
@@ -439,13 +443,15 @@ class Controller:
             )
             return
         self.reports_sent += 1
+        if self.hold is not None and a is not None and a.leader is not None:
+            self.hold.counted(a.leader, sent=True)
         request = {
             "stream": stream,
             "partition": partition,
             "leader_epoch": leader_epoch,
             "reporter": reporter,
         }
-        item = _QueuedReport(request)
+        item = _QueuedReport(request, a.leader if a is not None else None)
         self._report_queue.append(item)
         try:
             while not item.taken:
@@ -478,20 +484,26 @@ class Controller:
     def takeover_due(self, stream: str, partition: int) -> bool:
         """True if the metadata leader's takeover elects this partition without reports:
         its leader's server is gone in this server's liveness view and either this server
-        leads the metadata, or another server that this view does not find down does and
-        the leader's server was found gone less than :data:`TAKEOVER_GRACE_S` ago (after
-        that, reports go: that metadata leader's view may not find the server gone)."""
+        leads the metadata, or :attr:`hold` finds that server's takeover under way
+        (:mod:`.report_hold`; after it, reports go: that metadata leader's view may not
+        find the server gone)."""
         a = self.raft.state.assignment(stream, partition)
         if a is None or a.leader is None or not self.is_gone(a.leader):
             return False
         if self.raft.is_leader:
             return True
-        metadata_leader = self.raft.leader_id
-        if metadata_leader is None or metadata_leader == a.leader:
-            return False  # the next metadata leader looks when it takes over: reports too
-        if self.is_down(metadata_leader):
-            return False
-        return self.gone_for(a.leader) < TAKEOVER_GRACE_S
+        return self.hold is not None and self.hold.held(a.leader)
+
+    def report_hold(self, server_id: str) -> anyio.Event | None:
+        """An event set when reports about the partitions ``server_id`` leads are no longer
+        held (:mod:`.report_hold`), or None if they are not held now: the followers of a
+        gone leader wait on it rather than each reporting every silence period."""
+        if self.hold is None:
+            return None
+        ended = self.hold.ended(server_id)
+        if ended is not None:
+            self.hold.counted(server_id, sent=False)  # a report held (in the summary line)
+        return ended
 
     def _led_by_other(self, stream: str, partition: int, reporter: str) -> bool:
         a = self.raft.state.assignment(stream, partition)
@@ -518,6 +530,7 @@ class Controller:
                             "silent-leader reports delivered",
                             extra=fields(
                                 count=len(batch),
+                                leaders=per_leader(q.leader for q in batch),
                                 metadata_leader=leader,
                                 # the metadata leader answers once the elections applied
                                 deliver_s=round(time.monotonic() - started, 3),

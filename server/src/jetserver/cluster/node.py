@@ -44,6 +44,7 @@ from jetserver.cluster.forwarding import MetadataRequests
 from jetserver.cluster.liveness import Liveness
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.rebalance import LeaderRebalancer, unsettled
+from jetserver.cluster.report_hold import ReportHold
 from jetserver.cluster.takeover import Takeover
 from jetserver.config import ServerConfig
 from jetserver.logs import fields
@@ -141,7 +142,7 @@ class ClusterNode:
                 heard_at=liveness.heard_at,
                 is_down=liveness.is_down,
                 is_gone=liveness.gone,
-                gone_for=liveness.gone_for,
+                hold=ReportHold(member, liveness.gone, liveness.is_down),
                 server_down_event=liveness.down_event,
                 server_up_event=liveness.up_event,
             )
@@ -213,6 +214,8 @@ class ClusterNode:
                 tg.start_soon(self.liveness.run)
                 tg.start_soon(self.rebalancer.run)
                 tg.start_soon(self.takeover.run)
+                if self.controller.hold is not None:
+                    tg.start_soon(self.controller.hold.run)
                 tg.start_soon(self.elections.watch_unreported)
 
     async def stop_tasks(self) -> None:

@@ -12,7 +12,7 @@ session ends. It looks again whenever a server is found gone, when this server b
 the metadata leader (the dead server may have led the metadata too), and every
 :data:`RESCAN_S` while a server is gone and the metadata changed. The followers of those
 partitions send no silent-leader report meanwhile (:meth:`.Controller.takeover_due`: on
-this server, and for ``TAKEOVER_GRACE_S`` on the others while this one answers them).
+this server, and on the others while :mod:`.report_hold` finds the takeover under way).
 
 Safety (spec/cluster.md, "Partition leader election"):
 

@@ -60,6 +60,14 @@ def server_gone_of(controller: object) -> Callable[[str], bool] | None:
     return gone if callable(gone) else None
 
 
+def report_hold_of(controller: object) -> Callable[[str], anyio.Event | None] | None:
+    """The controller's ``report_hold`` (an event set when reports about a gone server's
+    partitions are no longer held while the metadata leader's takeover elects them; None
+    while not held), or None for a control plane without it."""
+    hold = getattr(controller, "report_hold", None)
+    return hold if callable(hold) else None
+
+
 def leave_isr_of(controller: object) -> Callable[[str, int], Awaitable[bool]] | None:
     """The controller's ``leave_isr`` (take this server out of a partition's ISR: its log
     was found damaged), or None for a control plane without it."""

@@ -73,7 +73,7 @@ from jetserver import hops
 from jetserver.fsync_runner import FsyncRunner
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
-from jetserver.replication.control import ControlPlane, server_gone_of
+from jetserver.replication.control import ControlPlane, report_hold_of, server_gone_of
 from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import NotLeaderRun, SilenceDetector, follower_hw
 from jetserver.replication.interruptions import Interruptions
@@ -92,8 +92,7 @@ while its server answers liveness probes."""
 
 
 DOWN_RECHECK_S = 0.25
-"""While its leader is silent but the leader's server not (yet) down in this server's
-liveness view, a follower looks again this often."""
+"""While its leader is silent but its server not (yet) down here, look again this often."""
 
 T = TypeVar("T")
 
@@ -277,8 +276,6 @@ class FollowerFetcher:
                 await self._replicate()
             tg.cancel_scope.cancel()
 
-    # ------------------------------------------------------------------ silence
-
     async def _watch_leader(self) -> None:
         silence = self._silence
         assert silence is not None
@@ -288,6 +285,14 @@ class FollowerFetcher:
                 await self.server_down_event(self.leader).wait()
                 self._heard_from_server()
                 gone = server_gone_of(self.controller)
+                held = report_hold_of(self.controller)
+                ended = held(self.leader) if held is not None and gone is not None else None
+                if ended is not None:
+                    # Its takeover is under way (report_hold): one event for every partition
+                    # it leads here, not a wake-up and a report each per period.
+                    await ended.wait()
+                    self._heard_from_server()
+                    continue
                 if gone is not None and gone(self.leader) and silence.leader_down(self.clock()):
                     # Its probe was refused: the process is gone. Report now rather than
                     # leader_silence_s after the last answer (1-1.5 s of every failover). A
@@ -322,8 +327,9 @@ class FollowerFetcher:
             silence.heard(at)
 
     async def _report(self, why: str, *, repeated: bool = False) -> None:
-        """Report the leader silent (if this replica is whole); a repeated report of the
-        same silence logs at DEBUG (thousands of partitions repeat theirs every period)."""
+        """Report the leader silent (if this replica is whole), logged at DEBUG: the
+        controller logs one line per batch, with the count per leader server (thousands of
+        partitions report at once, and repeat theirs every period)."""
         if self._stopped:  # the role ended: its next one decides
             return
         if not self.whole:
@@ -332,15 +338,11 @@ class FollowerFetcher:
                 extra=self._fields(flushed=self.log.flushed_offset),
             )
             return
-        log.log(
-            logging.DEBUG if repeated else logging.INFO,
-            f"{why}; reporting it",
-            extra=self._fields(),
-        )
+        if log.isEnabledFor(logging.DEBUG):  # thousands at once: no fields built for nothing
+            log.debug(f"{why}; reporting it", extra=self._fields(repeated=repeated))
         if self.controller is not None:
-            await self.controller.report_leader_silent(
-                self.stream, self.partition, self.leader_epoch, self.server_id
-            )
+            c, epoch = self.controller, self.leader_epoch
+            await c.report_leader_silent(self.stream, self.partition, epoch, self.server_id)
 
     # ------------------------------------------------------------------ main loop
 
