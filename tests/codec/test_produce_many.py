@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -83,6 +83,18 @@ def test_a_count_the_body_cannot_hold_is_refused_before_any_item_is_read() -> No
         assert err.reason == "truncated"
         assert text in str(err)
         assert "exceeds the body" in str(err)
+
+
+@pytest.mark.parametrize("decode", [msg.decode_produce_response, msg.decode_produce_result_tuples])
+def test_a_plain_produce_response_must_hold_exactly_its_count_of_results(
+    decode: Callable[[bytes], Sequence[object]],
+) -> None:
+    body = msg.encode_produce_response([msg.ProduceResult(0, 5, 7), msg.ProduceResult(0, 6, 8)])
+    assert len(decode(body)) == 2
+    for bad, reason in ((body[:-1], "truncated"), (body + b"\x00", "malformed")):
+        err = _count_past_the_body(decode, bad)
+        assert err.reason == reason
+        assert "produce response length does not match 2 results" in str(err)
 
 
 def _large_request() -> tuple[msg.ProduceRequest, list[bytes]]:
