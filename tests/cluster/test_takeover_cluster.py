@@ -41,28 +41,51 @@ async def full_isrs(address: str) -> bool | None:
     return None
 
 
+async def _stream_and_victim(
+    cluster: Cluster, metadata_leader_too: bool
+) -> tuple[str, str, list[int]]:
+    """Create stream ``t`` (RF 3), pick the server to kill (the metadata leader, or else a
+    partition leader that is not it) and wait until every follower fetches (each could
+    report). Returns the metadata leader, the victim and the partitions the victim leads."""
+    meta = await metadata_leader(cluster)
+    spec: dict[str, Any] = {"name": "t", "subject": "t", "partitions": PARTITIONS}
+    spec["replication_factor"] = 3
+    answer = await call(cluster.addresses[0], partial(RawClient.create_stream, **spec))
+    parts = answer["stream"]["partitions"]
+    victim = (
+        meta if metadata_leader_too else next(p["leader"] for p in parts if p["leader"] != meta)
+    )
+    led = [p["partition"] for p in parts if p["leader"] == victim]
+    assert led, parts
+    await eventually(
+        partial(full_isrs, cluster.server(victim).address),
+        "every partition's ISR full",
+        timeout_s=30,
+    )
+    return meta, victim, led
+
+
+async def _served(cluster: Cluster, led: list[int], leaders: list[str]) -> None:
+    """Wait until each partition of ``led`` is served (ListOffsets answers) by its new leader."""
+    for p, leader in zip(led, leaders, strict=True):
+        got = await eventually(
+            lambda p=p, leader=leader: call(
+                cluster.server(leader).address,
+                partial(RawClient.list_offsets, stream="t", partition=p),
+            ),
+            f"t/{p} served by {leader}",
+            timeout_s=MOVE_BOUND_S,
+        )
+        assert got["offset"] >= 0
+
+
 @pytest.mark.parametrize("metadata_leader_too", [False, True])
 async def test_a_killed_servers_partitions_move_with_no_report_sent(
     tmp_path: Path, metadata_leader_too: bool
 ) -> None:
     env = {s: {"JET_TEST_NO_LEADER_REPORTS": "1"} for s in SERVERS}
     with Cluster(root=tmp_path, size=3, server_env=env) as cluster:
-        meta = await metadata_leader(cluster)
-        spec: dict[str, Any] = {"name": "t", "subject": "t", "partitions": PARTITIONS}
-        spec["replication_factor"] = 3
-        answer = await call(cluster.addresses[0], partial(RawClient.create_stream, **spec))
-        parts = answer["stream"]["partitions"]
-        victim = (
-            meta if metadata_leader_too else next(p["leader"] for p in parts if p["leader"] != meta)
-        )
-        led = [p["partition"] for p in parts if p["leader"] == victim]
-        assert led, parts
-
-        await eventually(  # every follower fetches: it could report
-            partial(full_isrs, cluster.server(victim).address),
-            "every partition's ISR full",
-            timeout_s=30,
-        )
+        _meta, victim, led = await _stream_and_victim(cluster, metadata_leader_too)
         killed_at = time.monotonic()
         cluster.kill(victim)
         survivors = [s for s in cluster.servers if s.server_id != victim]
@@ -77,16 +100,7 @@ async def test_a_killed_servers_partitions_move_with_no_report_sent(
 
         leaders = await eventually(moved, f"{victim}'s partitions led", timeout_s=MOVE_BOUND_S)
         moved_s = time.monotonic() - killed_at
-        for p, leader in zip(led, leaders, strict=True):
-            got = await eventually(
-                lambda p=p, leader=leader: call(
-                    cluster.server(leader).address,
-                    partial(RawClient.list_offsets, stream="t", partition=p),
-                ),
-                f"t/{p} served by {leader}",
-                timeout_s=MOVE_BOUND_S,
-            )
-            assert got["offset"] >= 0
+        await _served(cluster, led, leaders)
         print(f"kill -9 of {victim} ({len(led)} leaderships) -> led again in {moved_s:.2f} s")
 
 
@@ -107,23 +121,8 @@ async def test_a_survivor_sends_no_report_that_the_takeover_makes_needless(
     theirs then (the one that became the metadata leader to itself); run on that code,
     the case fails on the same line."""
     with Cluster(root=tmp_path, size=3) as cluster:
-        meta = await metadata_leader(cluster)
-        spec: dict[str, Any] = {"name": "t", "subject": "t", "partitions": PARTITIONS}
-        spec["replication_factor"] = 3
-        answer = await call(cluster.addresses[0], partial(RawClient.create_stream, **spec))
-        parts = answer["stream"]["partitions"]
-        victim = (
-            meta if metadata_leader_too else next(p["leader"] for p in parts if p["leader"] != meta)
-        )
-        led = [p["partition"] for p in parts if p["leader"] == victim]
-        assert led, parts
+        meta, victim, led = await _stream_and_victim(cluster, metadata_leader_too)
         other = next(s for s in SERVERS if s not in (meta, victim))
-
-        await eventually(  # every follower fetches: it could report
-            partial(full_isrs, cluster.server(victim).address),
-            "every partition's ISR full",
-            timeout_s=30,
-        )
         cluster.kill(victim)
 
         async def moved() -> list[str] | None:
@@ -132,15 +131,7 @@ async def test_a_survivor_sends_no_report_that_the_takeover_makes_needless(
             return leaders if all(lead not in (None, "", victim) for lead in leaders) else None
 
         leaders = await eventually(moved, f"{victim}'s partitions led", timeout_s=MOVE_BOUND_S)
-        for p, leader in zip(led, leaders, strict=True):  # served: the burst is over
-            await eventually(
-                lambda p=p, leader=leader: call(
-                    cluster.server(leader).address,
-                    partial(RawClient.list_offsets, stream="t", partition=p),
-                ),
-                f"t/{p} served by {leader}",
-                timeout_s=MOVE_BOUND_S,
-            )
+        await _served(cluster, led, leaders)  # the burst is over
         logs = cluster.all_logs()
         survivors = [s for s in SERVERS if s != victim]
         elected = "partitions of a gone server elected from the liveness view"

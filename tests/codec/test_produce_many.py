@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import pytest
 
 from jetsdk.codec import messages as msg
 from jetsdk.codec import produce_many as pm
+from jetsdk.codec import produce_values as pv
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
 
@@ -58,6 +61,40 @@ def test_bad_requests_are_typed(body: bytes, reason: str) -> None:
     with pytest.raises(CodecError) as caught:
         pm.decode_produce_many_request(body)
     assert caught.value.reason == reason
+
+
+def _count_past_the_body(decode: Callable[[bytes], object], body: bytes) -> CodecError:
+    with pytest.raises(CodecError) as caught:
+        decode(body)
+    return caught.value
+
+
+def test_a_count_the_body_cannot_hold_is_refused_before_any_item_is_read() -> None:
+    """Each decoder bounds its u32 count by the rest of the body (one rule, ``_wire.get_count``)."""
+    one = msg.encode_produce_request(msg.ProduceRequest("s", 0, AckPolicy.LEADER, 1, ()))
+    request = one[:-4] + (1000).to_bytes(4, "big")  # 1,000 messages in 0 bytes
+    cases = [
+        (msg.decode_produce_head, request, "message count 1000 exceeds the body"),
+        (pm.decode_produce_many_response, (2).to_bytes(4, "big") + b"\x00" * 8, "section count 2"),
+        (pv.decode_produce_response_values, (1).to_bytes(4, "big"), "result count 1"),
+    ]
+    for decode, body, text in cases:
+        err = _count_past_the_body(decode, body)
+        assert err.reason == "truncated"
+        assert text in str(err)
+        assert "exceeds the body" in str(err)
+
+
+@pytest.mark.parametrize("decode", [msg.decode_produce_response, msg.decode_produce_result_tuples])
+def test_a_plain_produce_response_must_hold_exactly_its_count_of_results(
+    decode: Callable[[bytes], Sequence[object]],
+) -> None:
+    body = msg.encode_produce_response([msg.ProduceResult(0, 5, 7), msg.ProduceResult(0, 6, 8)])
+    assert len(decode(body)) == 2
+    for bad, reason in ((body[:-1], "truncated"), (body + b"\x00", "malformed")):
+        err = _count_past_the_body(decode, bad)
+        assert err.reason == reason
+        assert "produce response length does not match 2 results" in str(err)
 
 
 def _large_request() -> tuple[msg.ProduceRequest, list[bytes]]:

@@ -52,18 +52,12 @@ from jetserver.replication.follower import NotLeaderRun
 from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from support.control_plane import RecordingControl
-from support.fetchers import follower_fetcher, session_to
+from support.fetchers import FAST_FETCH, follower_fetcher, session_to
 from support.frames_in import frames_from
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = ReplicationConfig(
-    fetch_max_wait_s=0.1,
-    request_slack_s=0.1,
-    retry_min_s=0.02,
-    retry_max_s=0.05,
-    leader_silence_s=0.2,
-)
+CONFIG = FAST_FETCH
 BOUND_S = 10.0
 """Bound on each wait for the follower's fetches to time out."""
 

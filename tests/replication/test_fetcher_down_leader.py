@@ -13,24 +13,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 
-from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
 from jetserver.testing.jet_process import free_ports
 from support.control_plane import RecordingControl
-from support.fetchers import follower_fetcher
+from support.fetchers import FAST_FETCH, follower_fetcher
 
 pytestmark = pytest.mark.anyio
 
-CONFIG = ReplicationConfig(
-    fetch_max_wait_s=0.1,
-    request_slack_s=0.1,
-    retry_min_s=0.02,
-    retry_max_s=0.05,
-    leader_silence_s=30.0,
-)
+CONFIG = attrs.evolve(FAST_FETCH, leader_silence_s=30.0)
+"""FAST_FETCH with a leader silence far past the test's waits."""
 WATCH_S = 1.0
 """How long the down leader's follower is watched: its back-off would retry ~20 times."""
 BOUND_S = 10.0

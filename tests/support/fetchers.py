@@ -16,6 +16,16 @@ from jetserver.storage import Log
 
 F = TypeVar("F", bound=FollowerFetcher)
 
+FAST_FETCH = ReplicationConfig(
+    fetch_max_wait_s=0.1,
+    request_slack_s=0.1,
+    retry_min_s=0.02,
+    retry_max_s=0.05,
+    leader_silence_s=0.2,
+)
+"""Short polls, slack and back-off for a follower of a fake leader: a fetch with no answer
+times out after 0.2 s, and the leader counts as silent after 0.2 s."""
+
 
 def follower_fetcher(
     cls: type[F],

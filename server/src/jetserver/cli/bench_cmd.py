@@ -27,13 +27,11 @@ from typing import Any
 import anyio
 
 from jetsdk import Client, JetError, StreamNotFound
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from jetserver.cli.progress import Progress
 from jetserver.cli.security_opts import security_kwargs
 from jetserver.cli.stream_cmd import (
     ACK_POLICIES,
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
     add_ack_option,
     client_command,
     fail,

@@ -41,15 +41,9 @@ from jetsdk.admin import MAX_REBALANCE, LeaderRebalance, rebalance_leaders
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.metadata import ClusterMetadata, StreamInfo
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from jetserver.cli.security_opts import security_kwargs
-from jetserver.cli.stream_cmd import (
-    EXIT_FAILED,
-    EXIT_OK,
-    add_command_group,
-    client_command,
-    print_json,
-    run_with_client,
-)
+from jetserver.cli.stream_cmd import add_command_group, client_command, print_json, run_with_client
 
 SERVER_CONNECT_TIMEOUT_S = 2.0
 """Bound on reaching one listed server."""

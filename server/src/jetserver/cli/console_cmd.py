@@ -21,8 +21,9 @@ from typing import Any
 import anyio
 
 from jetsdk import Client
+from jetserver.cli.exit_codes import EXIT_OK
 from jetserver.cli.security_opts import security_kwargs
-from jetserver.cli.stream_cmd import EXIT_OK, client_command, run_with_client
+from jetserver.cli.stream_cmd import client_command, run_with_client
 
 DEFAULT_PORT = 8080
 

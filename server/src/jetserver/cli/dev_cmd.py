@@ -27,12 +27,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from jetserver.devcluster import DevCluster, DevClusterError
 from jetserver.testing import NatsServerError, WaitTimeout, reap
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 _WATCH_INTERVAL_S = 0.5
 
 

@@ -24,11 +24,7 @@ import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-EXIT_INTERRUPTED = 130
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED
 
 COMMANDS: dict[str, tuple[str, ...]] = {
     "server": ("jetserver.cli.server_cmd",),

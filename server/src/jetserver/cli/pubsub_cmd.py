@@ -24,12 +24,10 @@ from jetsdk import Client, Consumer, Producer
 from jetsdk.consumer.positions import StartAt, StartPosition
 from jetsdk.message import Message
 from jetsdk.partitioner import partition_for_key
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from jetserver.cli.progress import Progress
 from jetserver.cli.stream_cmd import (
     ACK_POLICIES,
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
     add_ack_option,
     client_command,
     fail,

@@ -16,9 +16,8 @@ from typing import Any
 
 from jetsdk import Client
 from jetsdk.acl import PERMISSIONS, list_acls, set_acl
+from jetserver.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from jetserver.cli.stream_cmd import (
-    EXIT_OK,
-    EXIT_USAGE,
     add_command_group,
     client_command,
     fail,

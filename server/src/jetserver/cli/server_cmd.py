@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 
 from jetserver import logs
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from jetserver.config import FETCH_IO_AUTO, FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
 from jetserver.config_load import load_config, settings_help, to_toml
 from jetserver.errors import ConfigError, JetServerError
@@ -28,9 +29,6 @@ from jetserver.runtime import tune_gc, tune_malloc, uses_uvloop
 
 log = logging.getLogger("jetserver.cli")
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 _HELP_WIDTH = 100
 """Width of the description and the settings list in ``jet server --help``."""
 

@@ -16,9 +16,8 @@ from typing import Any
 from jetsdk import Client, JetError
 from jetsdk.consumer.share_consumer import read_share_group
 from jetsdk.share.state import ACKED, ACQUIRED, DEAD, DEAD_PENDING, PartitionShare
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from jetserver.cli.stream_cmd import (
-    EXIT_FAILED,
-    EXIT_OK,
     _print_table,
     add_command_group,
     client_command,

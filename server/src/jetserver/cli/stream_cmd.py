@@ -21,12 +21,8 @@ from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, ENV_SERVERS
 from jetsdk.describe import merge_described
 from jetsdk.errors import InvalidArgument
 from jetsdk.metadata import StreamInfo
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from jetserver.cli.security_opts import add_security_options, security_kwargs
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
 
 _UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
 _IUNITS = {"ki": 1024, "mi": 1024**2, "gi": 1024**3, "ti": 1024**4}

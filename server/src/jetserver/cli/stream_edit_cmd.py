@@ -8,9 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from jetsdk import Client
+from jetserver.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from jetserver.cli.stream_cmd import (
-    EXIT_OK,
-    EXIT_USAGE,
     client_command,
     duration,
     fail,

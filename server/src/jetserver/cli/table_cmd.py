@@ -20,9 +20,8 @@ from typing import Any
 
 from jetsdk import Client, Table, WrongExpectedKeyOffset
 from jetsdk.table import Change
+from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from jetserver.cli.stream_cmd import (
-    EXIT_FAILED,
-    EXIT_OK,
     add_command_group,
     client_command,
     fail,

@@ -32,8 +32,9 @@ from typing import Any
 import anyio
 
 from jetsdk import Client, JetError
+from jetserver.cli.exit_codes import EXIT_OK
 from jetserver.cli.security_opts import security_kwargs
-from jetserver.cli.stream_cmd import EXIT_OK, client_command, positive_float, run_with_client
+from jetserver.cli.stream_cmd import client_command, positive_float, run_with_client
 
 SORT_KEYS = ("stream", "in", "out", "lag", "hw")
 """``--sort`` choices (the same as :data:`jetserver.observe.top_view.SORT_KEYS`; rich is

@@ -160,6 +160,21 @@ def need(buf: Buffer, p: int, n: int, what: str) -> None:
         raise CodecError(f"truncated {what}", reason="truncated")
 
 
+def get_count(buf: Buffer, p: int, item_bytes: int, what: str) -> tuple[int, int]:
+    """The u32 count of ``what`` items at ``p`` and the position after it.
+
+    Raises a "truncated" CodecError if the count is missing, or if that many items of at
+    least ``item_bytes`` each cannot fit in the rest of ``buf``: a count is bounded by the
+    body before anything is sized by it.
+    """
+    need(buf, p, 4, f"{what} count")
+    (count,) = U32.unpack_from(buf, p)
+    p += 4
+    if count * item_bytes > len(buf) - p:
+        raise CodecError(f"{what} count {count} exceeds the body", reason="truncated")
+    return count, p
+
+
 def check_end(buf: Buffer, p: int, what: str) -> None:
     """Raise unless ``p`` is exactly the end of ``buf`` (no trailing bytes)."""
     if p != len(buf):

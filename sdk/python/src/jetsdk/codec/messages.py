@@ -356,11 +356,7 @@ def decode_produce_head(body: bytes | bytearray | memoryview) -> ProduceHead:
             w.need(body, p, 16, "producer id")
             producer_id, base_seq = _PRODUCER.unpack_from(body, p)
             p += 16
-        w.need(body, p, 4, "message count")
-        (count,) = w.U32.unpack_from(body, p)
-        p += 4
-        if count * _MIN_PRODUCE_MESSAGE > len(body) - p:
-            raise CodecError(f"message count {count} exceeds the body", reason="truncated")
+        count, p = w.get_count(body, p, _MIN_PRODUCE_MESSAGE, "message")
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "produce request") from None
     return (
@@ -528,6 +524,16 @@ def encode_produce_result_tuples(results: Sequence[tuple[int, int, int]]) -> byt
         raise CodecError(f"produce result field out of range: {exc}", reason="limit") from None
 
 
+def _check_result_count(body: bytes | bytearray | memoryview) -> None:
+    """Raise unless ``body`` is a u32 count followed by exactly that many fixed-size
+    results (a Produce response without current values)."""
+    w.need(body, 0, 4, "result count")
+    (count,) = w.U32.unpack_from(body, 0)
+    if len(body) - 4 != count * _RESULT.size:
+        reason = "truncated" if len(body) - 4 < count * _RESULT.size else "malformed"
+        raise CodecError(f"produce response length does not match {count} results", reason=reason)
+
+
 def decode_produce_response(body: bytes | bytearray | memoryview) -> list[ProduceResult]:
     """Decode a Produce response body (of a request without the current-values flag).
 
@@ -535,14 +541,7 @@ def decode_produce_response(body: bytes | bytearray | memoryview) -> list[Produc
         CodecError: truncated or trailing bytes.
     """
     try:
-        w.need(body, 0, 4, "result count")
-        (count,) = w.U32.unpack_from(body, 0)
-        size = _RESULT.size
-        if len(body) - 4 != count * size:
-            reason = "truncated" if len(body) - 4 < count * size else "malformed"
-            raise CodecError(
-                f"produce response length does not match {count} results", reason=reason
-            )
+        _check_result_count(body)
         new = _new_result
         return [new(e, o, t) for e, o, t in _RESULT.iter_unpack(memoryview(body)[4:])]
     except w.DECODE_ERRORS as exc:
@@ -560,13 +559,7 @@ def decode_produce_result_tuples(
         CodecError: truncated or trailing bytes.
     """
     try:
-        w.need(body, 0, 4, "result count")
-        (count,) = w.U32.unpack_from(body, 0)
-        if len(body) - 4 != count * _RESULT.size:
-            reason = "truncated" if len(body) - 4 < count * _RESULT.size else "malformed"
-            raise CodecError(
-                f"produce response length does not match {count} results", reason=reason
-            )
+        _check_result_count(body)
         return list(_RESULT.iter_unpack(memoryview(body)[4:]))
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "produce response") from None

@@ -166,11 +166,7 @@ def decode_produce_many_response(body: bytes | bytearray | memoryview) -> list[P
     if not isinstance(body, bytes):
         body = bytes(body)
     try:
-        w.need(body, 0, 4, "section count")
-        (count,) = w.U32.unpack_from(body, 0)
-        if count * _SECTION_HEAD.size > len(body) - 4:
-            raise CodecError(f"section count {count} exceeds the body", reason="truncated")
-        p = 4
+        count, p = w.get_count(body, 0, _SECTION_HEAD.size, "section")
         out: list[ProduceSection] = []
         for _ in range(count):
             w.need(body, p, _SECTION_HEAD.size, "section head")

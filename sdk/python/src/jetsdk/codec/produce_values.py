@@ -67,11 +67,7 @@ def decode_produce_response_values(body: bytes | bytearray | memoryview) -> list
     """
     body = bytes(body)
     try:
-        w.need(body, 0, 4, "result count")
-        (count,) = w.U32.unpack_from(body, 0)
-        if count * _RESULT.size > len(body) - 4:
-            raise CodecError(f"result count {count} exceeds the body", reason="truncated")
-        p = 4
+        count, p = w.get_count(body, 0, _RESULT.size, "result")
         out: list[ProduceResult] = []
         for _ in range(count):
             w.need(body, p, _RESULT.size, "produce result")
