@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 
 from bench.bench_cluster import JetStreamCluster
+from bench.bench_sdk import JETSTREAM_PIDS
 from bench.bench_sizes import (
     MAX_ROUND_MESSAGES,
     QUICK_MAX_ROUND_MESSAGES,
@@ -68,7 +69,12 @@ def json_like(size: int) -> bytes:
 
 
 async def compression_size(
-    size: int, quick: bool, client: Client, js_url: str, server_pid: int | None
+    size: int,
+    quick: bool,
+    client: Client,
+    js_url: str,
+    server_pid: int | None,
+    nats_pid: int | None = None,
 ) -> list[Row]:
     """Publish ack LEADER of a JSON-like and a random value, with and without zstd (and the
     JSON-like one with lz4, jetsdk's fast codec), vs JetStream's publish_async to a stream
@@ -112,6 +118,8 @@ async def compression_size(
                     lambda k, v=value, s=name: js_publish(js, f"js.{s}", k, v),
                     server_pid,
                     min(n // 4, 1000),
+                    nats_pid,
+                    JETSTREAM_PIDS.get(js_url),
                 )
             finally:
                 await client.delete_stream(name)
@@ -150,6 +158,8 @@ async def rf3_size(
     js_urls: list[str],
     data_dir: Path,
     server_pids: tuple[int, ...],
+    nats_pid: int | None = None,
+    js_pids: tuple[int, ...] = (),
 ) -> tuple[Row, float, float]:
     """Publish ack ALL to an RF 3 stream vs publish_async to a JetStream R3 stream."""
     rounds = QUICK_ROUNDS if quick else ROUNDS
@@ -183,6 +193,8 @@ async def rf3_size(
             lambda k: js_publish(js, f"js.r{size}", k, value),
             server_pids,
             min(n // 4, 1000),
+            nats_pid,
+            js_pids or None,
         )
     finally:
         await client.delete_stream(name)
@@ -199,8 +211,11 @@ async def rf3_main(
     js_urls: list[str],
     data_dir: Path,
     server_pids: tuple[int, ...],
+    nats_pid: int | None = None,
+    js_pids: tuple[int, ...] = (),
 ) -> list[tuple[Row, float, float]]:
     async with Client(jet_servers) as client:
         return [
-            await rf3_size(size, quick, client, js_urls, data_dir, server_pids) for size in sizes
+            await rf3_size(size, quick, client, js_urls, data_dir, server_pids, nats_pid, js_pids)
+            for size in sizes
         ]
