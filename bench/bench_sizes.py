@@ -16,7 +16,8 @@ process on asyncio (nats-py is asyncio-only). For each value size in SIZES:
   JetStream publish, labelled "ack LEADER, no NATS copies";
 - at the sizes of COMPRESSION_SIZES (``JET_BENCH_COMPRESSION_SIZES``, default 16 KiB):
   publish ack LEADER of a JSON-like and a random value, with ``Producer(compression=
-  "zstd")`` and without (and the JSON-like one with ``"lz4"``), vs JetStream streams with
+  "zstd")`` and without (and the JSON-like one with ``"lz4"``, and with zstd in the
+  producer's worker thread: ``compression_offload_bytes``), vs JetStream streams with
   and without s2 store compression; MiB/s of payload as sent;
 - then, at the sizes of RF3_SIZES (``JET_BENCH_RF3_SIZES``, default 16 KiB; empty: none),
   three jet servers and three clustered nats-servers: publish ack ALL to an RF 3 stream vs
@@ -175,11 +176,13 @@ async def jet_publish(
     n: int,
     ack: AckPolicy,
     compression: str | None = None,
+    offload: int | None = None,
 ) -> float:
-    """bench_sdk's acked publish, with this size's value, window and requests in flight."""
+    """bench_sdk's acked publish, with this size's value, window and requests in flight
+    (``offload``: the producer's ``compression_offload_bytes``)."""
     size = len(value)
     return await bench_sdk.jet_publish(
-        client, stream, n, ack, value, _window(size), _in_flight(size), compression
+        client, stream, n, ack, value, _window(size), _in_flight(size), compression, offload
     )
 
 

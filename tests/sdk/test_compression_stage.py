@@ -45,14 +45,19 @@ async def test_large_values_are_compressed_off_the_loop_in_send_order(
     jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[int] = []
-    compress = ValueCompressor.compress
+    compress, compress_many = ValueCompressor.compress, ValueCompressor.compress_many
 
     def recording(self: ValueCompressor, value: bytes) -> bytes | None:
         if len(value) >= OFFLOAD:
             threads.append(threading.get_ident())
         return compress(self, value)
 
+    def recording_many(self: ValueCompressor, values: list[bytes]) -> list[bytes | None]:
+        threads.extend(threading.get_ident() for v in values if len(v) >= OFFLOAD)
+        return compress_many(self, values)
+
     monkeypatch.setattr(ValueCompressor, "compress", recording)
+    monkeypatch.setattr(ValueCompressor, "compress_many", recording_many)
     values = []
     for i in range(60):  # long compressible, short, long incompressible, compressed-short
         values += [_json_like(16384 + i, i), b"short-%d" % i, os.urandom(OFFLOAD)]
@@ -118,14 +123,20 @@ async def test_closing_fails_what_the_stage_still_holds(jet_dev: JetDev) -> None
 async def test_a_value_whose_compression_fails_is_sent_as_it_is(
     jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    compress = ValueCompressor.compress
+    compress, compress_many = ValueCompressor.compress, ValueCompressor.compress_many
 
     def failing(self: ValueCompressor, value: bytes) -> bytes | None:
         if value.startswith(b"boom"):
             raise RuntimeError("codec failure")
         return compress(self, value)
 
+    def failing_many(self: ValueCompressor, values: list[bytes]) -> list[bytes | None]:
+        if any(value.startswith(b"boom") for value in values):
+            raise RuntimeError("codec failure")
+        return compress_many(self, values)
+
     monkeypatch.setattr(ValueCompressor, "compress", failing)
+    monkeypatch.setattr(ValueCompressor, "compress_many", failing_many)
     values = [_json_like(16384, 1), b"boom" + _json_like(16384, 2), _json_like(16384, 3)]
     name = f"cs-{uuid.uuid4().hex[:8]}"
     async with Client(jet_dev.servers) as client:

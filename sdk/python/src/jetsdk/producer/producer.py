@@ -77,7 +77,7 @@ from jetsdk.producer.accumulator import (
     Accumulator,
 )
 from jetsdk.producer.checks import checked_message, compressed, control_headers, message_size
-from jetsdk.producer.compression_stage import CompressionStage, compressed_message
+from jetsdk.producer.compression_stage import CompressionStage, compressed_messages
 from jetsdk.producer.direct import DirectSends
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.in_flight import Pending, Prepared
@@ -456,17 +456,24 @@ class Producer:
             ),
         )
 
-    def _compress_deferred(self, prepared: Prepared) -> Prepared:
-        """``prepared`` with its value compressed (or as it is): the compression stage's
+    def _compress_deferred(self, items: list[Prepared]) -> list[Prepared]:
+        """``items`` with their values compressed (or as they are): the compression stage's
         step, in its worker thread."""
         assert self._compressor is not None
-        out = compressed_message(self._compressor, prepared.message)
-        if out is None:
-            return prepared._replace(deferred=False)
-        message, saved = out
-        return _new_tuple(
-            Prepared, (message, prepared.partition, prepared.policy, prepared.size - saved, False)
-        )
+        done = compressed_messages(self._compressor, [p.message for p in items])
+        out = []
+        for prepared, result in zip(items, done, strict=True):
+            if result is None:
+                out.append(prepared._replace(deferred=False))
+                continue
+            message, saved = result
+            out.append(
+                _new_tuple(
+                    Prepared,
+                    (message, prepared.partition, prepared.policy, prepared.size - saved, False),
+                )
+            )
+        return out
 
     async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
         """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);
