@@ -173,6 +173,31 @@ def test_compress_many_gives_what_compress_gives_one_by_one(seed: int) -> None:
     assert any(g is None for g in got)
 
 
+def test_compress_many_without_the_batch_call_compresses_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """zstandard's CFFI backend raises NotImplementedError for multi_compress_to_buffer:
+    compress_many then compresses value by value, the same bytes, without an error."""
+    import zstandard
+
+    class CffiLike:
+        def __init__(self) -> None:
+            self._real = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
+
+        def compress(self, value: bytes) -> bytes:
+            out: bytes = self._real.compress(value)
+            return out
+
+        def multi_compress_to_buffer(self, values: object, threads: int = 0) -> object:
+            raise NotImplementedError
+
+    monkeypatch.setattr(compression._contexts, "compressor", CffiLike(), raising=False)
+    values = [JSON_LIKE, JSON_LIKE[:3000], JSON_LIKE[5:]]
+    got = ValueCompressor("zstd").compress_many(values)
+    assert got == [compress_value("zstd", v) for v in values]
+    assert all(g is not None and decompress_value("zstd", g) == v for g, v in zip(got, values))
+
+
 def test_consumer_step_leaves_what_it_cannot_read() -> None:
     packed = compress_value("zstd", JSON_LIKE)
     assert packed is not None

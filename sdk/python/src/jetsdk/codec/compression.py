@@ -127,11 +127,14 @@ def _zstd_compress_many(values: list[bytes]) -> list[bytes]:
         compressor = _contexts.compressor = _module("zstd").ZstdCompressor(
             level=ZSTD_LEVEL, write_content_size=True
         )
-    many = getattr(compressor, "multi_compress_to_buffer", None)
-    if many is None or len(values) < 2:
-        return [compressor.compress(value) for value in values]
-    out = many(values, threads=0)
-    return [out[i].tobytes() for i in range(len(values))]
+    if len(values) > 1:
+        try:  # marked experimental by zstandard; its CFFI backend does not have it
+            out = compressor.multi_compress_to_buffer(values, threads=0)  # 0: this thread
+        except (AttributeError, NotImplementedError):
+            pass
+        else:
+            return [out[i].tobytes() for i in range(len(values))]
+    return [compressor.compress(value) for value in values]
 
 
 def _lz4_compress(value: bytes) -> bytes:
