@@ -197,10 +197,11 @@ async def jet_publish(
     window: int = WINDOW,
     max_in_flight: int = 4,
     compression: str | None = None,
+    compression_offload_bytes: int | None = None,
 ) -> float:
     """Messages per second for ``n`` acked sends of ``value`` through a window of ``window``
     (and ``max_in_flight`` Produce requests per partition, values compressed with
-    ``compression`` if given)."""
+    ``compression`` if given, in a worker thread from ``compression_offload_bytes``)."""
     async with Producer(
         client,
         stream,
@@ -208,6 +209,7 @@ async def jet_publish(
         max_pending=window,
         max_in_flight=max_in_flight,
         compression=compression,
+        compression_offload_bytes=compression_offload_bytes,
     ) as p:
         start = time.perf_counter()
         handle = None

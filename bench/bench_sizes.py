@@ -16,7 +16,8 @@ process on asyncio (nats-py is asyncio-only). For each value size in SIZES:
   JetStream publish, labelled "ack LEADER, no NATS copies";
 - at the sizes of COMPRESSION_SIZES (``JET_BENCH_COMPRESSION_SIZES``, default 16 KiB):
   publish ack LEADER of a JSON-like and a random value, with ``Producer(compression=
-  "zstd")`` and without (and the JSON-like one with ``"lz4"``), vs JetStream streams with
+  "zstd")`` and without (and the JSON-like one with ``"lz4"``, and with zstd in the
+  producer's worker thread: ``compression_offload_bytes``), vs JetStream streams with
   and without s2 store compression; MiB/s of payload as sent;
 - then, at the sizes of RF3_SIZES (``JET_BENCH_RF3_SIZES``, default 16 KiB; empty: none),
   three jet servers and three clustered nats-servers: publish ack ALL to an RF 3 stream vs
@@ -33,8 +34,11 @@ JetStream (after one untimed warm-up per side) and is printed with met / NOT met
 Beside every row the machine's own ceiling for the same bytes: a sequential buffered write
 (one ``write`` per value) to a file in the jet server's data directory, and a memory copy
 (one slice assignment per value into a preallocated buffer); jet's MiB/s as a fraction of
-each. And jet's CPU per MiB (client process + server process, from
-/proc), the steadier figure for before/after comparisons on a loaded machine.
+each. And the CPU per MiB of values of each side, from /proc, the steadier figure for
+before/after comparisons on a loaded machine: jet's (client process + server process(es)),
+apart the CPU of jet's nats-server in jet's rounds (it takes the records' NATS copies), and
+JetStream's (the publisher, this process, + its nats-server(s)): JetStream's s2 is
+compressed by its server, jet's zstd by its client, so only the sums compare.
 
 Run: ``python -m bench sizes [--quick]`` (``--quick``: less data per round and one round,
 about a minute). ``JET_BENCH_VALUE_SIZES=16384,262144`` limits the sizes;
@@ -56,6 +60,7 @@ import anyio
 
 from bench import bench_sdk
 from bench.bench_sdk import (
+    JETSTREAM_PIDS,
     _load,
     _process_cpu_s,
     compared_servers,
@@ -171,11 +176,13 @@ async def jet_publish(
     n: int,
     ack: AckPolicy,
     compression: str | None = None,
+    offload: int | None = None,
 ) -> float:
-    """bench_sdk's acked publish, with this size's value, window and requests in flight."""
+    """bench_sdk's acked publish, with this size's value, window and requests in flight
+    (``offload``: the producer's ``compression_offload_bytes``)."""
     size = len(value)
     return await bench_sdk.jet_publish(
-        client, stream, n, ack, value, _window(size), _in_flight(size), compression
+        client, stream, n, ack, value, _window(size), _in_flight(size), compression, offload
     )
 
 
@@ -216,8 +223,12 @@ async def js_stream(
 # -- rounds -------------------------------------------------------------------------------
 
 
+Pids = int | tuple[int, ...] | None
+"""A process, several (summed), or none (unknown)."""
+
+
 class Row:
-    """One printed comparison: per-round rates of both sides and jet's CPU per MiB."""
+    """One printed comparison: per-round rates of both sides and their CPU per MiB."""
 
     def __init__(self, label: str, size: int, target: float) -> None:
         self.label = label
@@ -226,6 +237,11 @@ class Row:
         self.jet: list[float] = []
         self.js: list[float] = []
         self.cpu_ms_per_mib: list[float] = []
+        """jet's CPU per MiB of values: this process (the client) + the jet server(s)."""
+        self.nats_ms_per_mib: list[float] = []
+        """The CPU per MiB of jet's nats-server in jet's rounds (the records' NATS copies)."""
+        self.js_ms_per_mib: list[float] = []
+        """JetStream's: this process (the publisher) + its nats-server(s)."""
 
     def ratio(self) -> float:
         return statistics.median(a / b for a, b in zip(self.jet, self.js, strict=True))
@@ -234,8 +250,8 @@ class Row:
         return statistics.median(rates) * self.size / MIB
 
 
-def _servers_cpu_s(pids: int | tuple[int, ...] | None) -> float:
-    """CPU seconds of the jet server process(es) (0.0 if unknown)."""
+def _servers_cpu_s(pids: Pids) -> float:
+    """CPU seconds of the server process(es) (0.0 if unknown)."""
     if isinstance(pids, tuple):
         return sum(_process_cpu_s(pid) for pid in pids)
     return _process_cpu_s(pids)
@@ -247,23 +263,37 @@ async def alternate(
     n: int,
     jet: Callable[[int], Awaitable[float]],
     js: Callable[[int], Awaitable[float]],
-    server_pid: int | tuple[int, ...] | None,
+    server_pid: Pids,
     warm: int,
+    nats_pid: Pids = None,
+    js_pid: Pids = None,
 ) -> None:
-    """A warm-up of ``warm`` messages per side (if any), then ``rounds`` alternating rounds."""
+    """A warm-up of ``warm`` messages per side (if any), then ``rounds`` alternating rounds.
+    ``server_pid``: the jet server(s); ``nats_pid``: jet's nats-server; ``js_pid``:
+    JetStream's nats-server(s), for the CPU per MiB of each side."""
     if warm:
         await jet(warm)
         await js(warm)
+    mib = n * row.size / MIB
     for i in range(rounds):
-        server, client = _servers_cpu_s(server_pid), time.process_time()
+        server, nats, client = (
+            _servers_cpu_s(server_pid),
+            _servers_cpu_s(nats_pid),
+            time.process_time(),
+        )
         row.jet.append(await jet(n))
         used = _servers_cpu_s(server_pid) - server + time.process_time() - client
-        row.cpu_ms_per_mib.append(used * 1000 / (n * row.size / MIB))
+        row.cpu_ms_per_mib.append(used * 1000 / mib)
+        row.nats_ms_per_mib.append((_servers_cpu_s(nats_pid) - nats) * 1000 / mib)
+        server, client = _servers_cpu_s(js_pid), time.process_time()
         row.js.append(await js(n))
+        used = _servers_cpu_s(js_pid) - server + time.process_time() - client
+        row.js_ms_per_mib.append(used * 1000 / mib)
         print(
             f"    {row.label} round {i + 1}: jet {row.jet[-1]:,.0f} msg/s, jetstream "
-            f"{row.js[-1]:,.0f} msg/s, ratio {row.jet[-1] / row.js[-1]:.2f}x, jet CPU "
-            f"{row.cpu_ms_per_mib[-1]:.1f} ms/MiB (load {_load()})",
+            f"{row.js[-1]:,.0f} msg/s, ratio {row.jet[-1] / row.js[-1]:.2f}x, CPU ms/MiB jet "
+            f"{row.cpu_ms_per_mib[-1]:.1f} + its nats {row.nats_ms_per_mib[-1]:.1f}, "
+            f"jetstream {row.js_ms_per_mib[-1]:.1f} (load {_load()})",
             flush=True,
         )
 
@@ -284,7 +314,10 @@ async def one_size(
     js_sync_url: str,
     server_pid: int | None,
     data_dir: Path,
+    nats_pid: int | None = None,
 ) -> list[tuple[Row, float, float]]:
+    """The rows of one value size; ``server_pid``, ``nats_pid``: jet's server and
+    nats-server (JetStream's from JETSTREAM_PIDS), for the CPU per MiB."""
     rounds = QUICK_ROUNDS if quick else int(os.environ.get("JET_BENCH_ROUNDS", ROUNDS))
     round_bytes = QUICK_ROUND_BYTES if quick else ROUND_BYTES
     cap = QUICK_MAX_ROUND_MESSAGES if quick else MAX_ROUND_MESSAGES
@@ -324,6 +357,7 @@ async def one_size(
             ctx: Any,
             subject: str,
             count: int,
+            js_pid: int | None,
         ) -> Row:
             """Publishes of ``count`` values to jet ``stream`` with ``ack`` alternating with
             as many to JetStream ``subject`` through ``ctx``."""
@@ -336,18 +370,34 @@ async def one_size(
                 lambda k: js_publish(ctx, subject, k, value),
                 server_pid,
                 min(warm, count // 4),
+                nats_pid,
+                js_pid,
             )
             return row
 
         rows = [
             await publish_row(
-                "publish ack LEADER", f"{tag}pub", AckPolicy.LEADER, js, f"js.{tag}.pub", n
+                "publish ack LEADER",
+                f"{tag}pub",
+                AckPolicy.LEADER,
+                js,
+                f"js.{tag}.pub",
+                n,
+                JETSTREAM_PIDS.get(js_url),
             )
         ]
         if no_copies:
             label = "ack LEADER, no NATS copies"
             rows.append(
-                await publish_row(label, f"{tag}nc", AckPolicy.LEADER, js, f"js.{tag}.pub", n)
+                await publish_row(
+                    label,
+                    f"{tag}nc",
+                    AckPolicy.LEADER,
+                    js,
+                    f"js.{tag}.pub",
+                    n,
+                    JETSTREAM_PIDS.get(js_url),
+                )
             )
         all_row = await publish_row(
             "publish ack ALL / sync always",
@@ -356,6 +406,7 @@ async def one_size(
             sjs,
             f"js.{tag}.all",
             n_all,
+            JETSTREAM_PIDS.get(js_sync_url),
         )
         await jet_publish(client, f"{tag}cons", value, n, AckPolicy.LEADER)
         await js_publish(js, f"js.{tag}.cons", n, value)
@@ -368,6 +419,8 @@ async def one_size(
             lambda k: js_consume_ordered(js, f"js.{tag}.cons", k),
             server_pid,
             0,
+            nats_pid,
+            JETSTREAM_PIDS.get(js_url),
         )
     finally:
         for name in names:
@@ -385,12 +438,14 @@ async def one_size(
 def _table(rows: list[tuple[Row, float, float]]) -> None:
     print(
         "\n  summary: medians of alternating rounds; ratio = jet / JetStream; ceiling = this "
-        "machine's buffered write to the data dir / memory copy of the same values"
+        "machine's buffered write to the data dir / memory copy of the same values; CPU ms "
+        "per MiB of values: jet = client + jet server(s), +nats = jet's nats-server (the "
+        "records' NATS copies), js = publisher + JetStream server(s)"
     )
     print(
         f"  {'size':>7} {'row':<30} {'jet MiB/s':>10} {'js MiB/s':>9} {'ratio':>6} "
         f"{'target':<14} {'write MiB/s':>11} {'jet/write':>9} {'memcpy MiB/s':>12} "
-        f"{'jet/memcpy':>10} {'jet CPU ms/MiB':>14}"
+        f"{'jet/memcpy':>10} {'jet CPU ms/MiB':>14} {'+nats':>6} {'js CPU':>7}"
     )
     for row, write, memcpy in rows:
         ratio = row.ratio()
@@ -400,7 +455,9 @@ def _table(rows: list[tuple[Row, float, float]]) -> None:
             f"  {_size_label(row.size):>7} {row.label:<30} {jet_mib:>10,.1f} "
             f"{row.mib(row.js):>9,.1f} {ratio:>5.2f}x {f'>= {row.target:g}x {verdict}':<14} "
             f"{write:>11,.0f} {jet_mib / write:>9.1%} {memcpy:>12,.0f} "
-            f"{jet_mib / memcpy:>10.2%} {statistics.median(row.cpu_ms_per_mib):>14.1f}"
+            f"{jet_mib / memcpy:>10.2%} {statistics.median(row.cpu_ms_per_mib):>14.1f} "
+            f"{statistics.median(row.nats_ms_per_mib):>6.1f} "
+            f"{statistics.median(row.js_ms_per_mib):>7.1f}"
         )
 
 
@@ -413,12 +470,15 @@ async def _main(
     server_pid: int | None,
     data_dir: Path,
     compression_sizes: tuple[int, ...],
+    nats_pid: int | None = None,
 ) -> list[tuple[Row, float, float]]:
     rows: list[tuple[Row, float, float]] = []
     async with Client(jet_servers) as client:
         for size in sizes:
             rows.extend(
-                await one_size(size, quick, client, js_url, js_sync_url, server_pid, data_dir)
+                await one_size(
+                    size, quick, client, js_url, js_sync_url, server_pid, data_dir, nats_pid
+                )
             )
         from bench.sizes_extra import compression_size, json_like
 
@@ -427,7 +487,7 @@ async def _main(
             n_ceiling = max(8, (QUICK_ROUND_BYTES if quick else ROUND_BYTES) // size)
             write = ceiling_write(data_dir, value, n_ceiling)
             memcpy = ceiling_memcpy(value, n_ceiling)
-            for row in await compression_size(size, quick, client, js_url, server_pid):
+            for row in await compression_size(size, quick, client, js_url, server_pid, nats_pid):
                 rows.append((row, write, memcpy))
     return rows
 
@@ -451,6 +511,7 @@ def run(quick: bool) -> None:
     if sizes or z_sizes:  # none: the RF 3 row only
         with compared_servers() as (dev, js_url, js_sync_url):
             server_pid = dev.servers[0].pid if dev.servers else None
+            nats = dev.nats.proc if dev.nats is not None else None
             assert dev.root is not None
             rows += anyio.run(
                 _main,
@@ -462,6 +523,7 @@ def run(quick: bool) -> None:
                 server_pid,
                 Path(dev.root),
                 z_sizes,
+                nats.pid if nats is not None else None,
                 backend="asyncio",
             )
     if rf3_sizes:
@@ -481,6 +543,8 @@ def run(quick: bool) -> None:
                     jsc.urls,
                     Path(dev3.root),
                     tuple(s.pid for s in dev3.servers if s.pid is not None),
+                    dev3.nats.proc.pid if dev3.nats and dev3.nats.proc else None,
+                    tuple(n.proc.pid for n in jsc.nodes if n.proc is not None),
                     backend="asyncio",
                 )
         finally:

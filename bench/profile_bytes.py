@@ -18,8 +18,9 @@ the servers' memory growing to its peak (page faults), the later ones show the s
 
 Run: ``PYTHONPATH=. python -m bench.profile_bytes [SIZE ...] [--profile] [--mib N]
 [--processes RF [--repeat N]]`` (``JET_PROFILE_IN_FLIGHT``: Produce requests in flight, 4;
-``JET_PROFILE_COMPRESSION``, ``JET_PROFILE_VALUES``, ``JET_PROFILE_ACK``: the producer's
-codec, the values and its ack, ``all`` or ``leader``;
+``JET_PROFILE_COMPRESSION``, ``JET_PROFILE_OFFLOAD``, ``JET_PROFILE_VALUES``,
+``JET_PROFILE_ACK``: the producer's codec and ``compression_offload_bytes``, the values and
+its ack, ``all`` or ``leader``;
 peak RSS per process is printed with ``--processes``) (default sizes 16384 262144
 1048576, 64 MiB each).
 """
@@ -48,6 +49,9 @@ IN_FLIGHT = int(os.environ.get("JET_PROFILE_IN_FLIGHT", "4"))
 """Produce requests in flight (``JET_PROFILE_IN_FLIGHT``; bench sizes holds up to 32)."""
 COMPRESSION = os.environ.get("JET_PROFILE_COMPRESSION") or None
 """The producer's compression (``JET_PROFILE_COMPRESSION``: zstd or lz4; none by default)."""
+OFFLOAD = int(os.environ.get("JET_PROFILE_OFFLOAD", "0")) or None
+"""The producer's ``compression_offload_bytes`` (``JET_PROFILE_OFFLOAD``; none by default:
+compressed on the event loop)."""
 ACK = os.environ.get("JET_PROFILE_ACK", "")
 """``all`` or ``leader`` (``JET_PROFILE_ACK``); default: LEADER at RF 1, ALL at RF 3."""
 VALUES = os.environ.get("JET_PROFILE_VALUES", "random")
@@ -147,6 +151,7 @@ async def _one(
             max_pending=window,
             max_in_flight=IN_FLIGHT,
             compression=COMPRESSION,
+            compression_offload_bytes=OFFLOAD,
         ) as p:
             for _ in range(n):
                 await p.send_soon(value)

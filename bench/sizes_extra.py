@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 
 from bench.bench_cluster import JetStreamCluster
+from bench.bench_sdk import JETSTREAM_PIDS
 from bench.bench_sizes import (
     MAX_ROUND_MESSAGES,
     QUICK_MAX_ROUND_MESSAGES,
@@ -46,6 +47,10 @@ __all__ = [
 TARGET_RF3 = 1.5
 COMPRESSION_SIZES = (16 * 1024,)
 """Sizes of the compression rows (``JET_BENCH_COMPRESSION_SIZES``; empty: none)."""
+OFFLOAD_BYTES = 8 * 1024
+"""The ``compression_offload_bytes`` of the "zstd thread" row: the same values compressed
+in the producer's worker thread (jetsdk.producer.compression_stage), an A/B of the
+compression stage against the "zstd" row beside it (each against the same JetStream)."""
 RF3_SIZES = (16 * 1024,)
 """Sizes of the RF 3 row (the issue's target is at 16 KiB)."""
 RF3_READY_TIMEOUT_S = 60.0
@@ -68,10 +73,16 @@ def json_like(size: int) -> bytes:
 
 
 async def compression_size(
-    size: int, quick: bool, client: Client, js_url: str, server_pid: int | None
+    size: int,
+    quick: bool,
+    client: Client,
+    js_url: str,
+    server_pid: int | None,
+    nats_pid: int | None = None,
 ) -> list[Row]:
     """Publish ack LEADER of a JSON-like and a random value, with and without zstd (and the
-    JSON-like one with lz4, jetsdk's fast codec), vs JetStream's publish_async to a stream
+    JSON-like one with lz4, jetsdk's fast codec, and with zstd in the producer's worker
+    thread, ``compression_offload_bytes``), vs JetStream's publish_async to a stream
     with and without s2 (its store compression: in the server, at S2's fast level, with
     its skipping of incompressible input); jet compresses in the producer, one value at a
     time (spec/envelope.md). The MiB/s are of payload as sent (before compression)."""
@@ -86,15 +97,16 @@ async def compression_size(
         flush=True,
     )
     cases = [
-        ("JSON-like, none / none", json_like(size), None),
-        ("JSON-like, zstd / s2", json_like(size), "zstd"),
-        ("JSON-like, lz4 / s2", json_like(size), "lz4"),
-        ("random, zstd / s2", _value(size), "zstd"),
+        ("JSON-like, none / none", json_like(size), None, None),
+        ("JSON-like, zstd / s2", json_like(size), "zstd", None),
+        ("JSON-like, zstd thread / s2", json_like(size), "zstd", OFFLOAD_BYTES),
+        ("JSON-like, lz4 / s2", json_like(size), "lz4", None),
+        ("random, zstd / s2", _value(size), "zstd", None),
     ]
     nc, js = await js_connect(js_url, window)
     rows = []
     try:
-        for i, (label, value, codec) in enumerate(cases):
+        for i, (label, value, codec, offload) in enumerate(cases):
             name, js_name = f"z{size}c{i}", f"Z{size}C{i}"
             await client.create_stream(
                 name, f"bench.{name}", max_message_bytes=max(size, 1024), exist_ok=True
@@ -106,12 +118,14 @@ async def compression_size(
                     row,
                     rounds,
                     n,
-                    lambda k, v=value, c=codec, s=name: jet_publish(
-                        client, s, v, k, AckPolicy.LEADER, c
+                    lambda k, v=value, c=codec, s=name, o=offload: jet_publish(
+                        client, s, v, k, AckPolicy.LEADER, c, o
                     ),
                     lambda k, v=value, s=name: js_publish(js, f"js.{s}", k, v),
                     server_pid,
                     min(n // 4, 1000),
+                    nats_pid,
+                    JETSTREAM_PIDS.get(js_url),
                 )
             finally:
                 await client.delete_stream(name)
@@ -150,6 +164,8 @@ async def rf3_size(
     js_urls: list[str],
     data_dir: Path,
     server_pids: tuple[int, ...],
+    nats_pid: int | None = None,
+    js_pids: tuple[int, ...] = (),
 ) -> tuple[Row, float, float]:
     """Publish ack ALL to an RF 3 stream vs publish_async to a JetStream R3 stream."""
     rounds = QUICK_ROUNDS if quick else ROUNDS
@@ -183,6 +199,8 @@ async def rf3_size(
             lambda k: js_publish(js, f"js.r{size}", k, value),
             server_pids,
             min(n // 4, 1000),
+            nats_pid,
+            js_pids or None,
         )
     finally:
         await client.delete_stream(name)
@@ -199,8 +217,11 @@ async def rf3_main(
     js_urls: list[str],
     data_dir: Path,
     server_pids: tuple[int, ...],
+    nats_pid: int | None = None,
+    js_pids: tuple[int, ...] = (),
 ) -> list[tuple[Row, float, float]]:
     async with Client(jet_servers) as client:
         return [
-            await rf3_size(size, quick, client, js_urls, data_dir, server_pids) for size in sizes
+            await rf3_size(size, quick, client, js_urls, data_dir, server_pids, nats_pid, js_pids)
+            for size in sizes
         ]

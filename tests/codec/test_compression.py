@@ -155,6 +155,49 @@ def test_incompressible_values_are_skipped_after_misses(
     assert len(tried) == 3
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_compress_many_gives_what_compress_gives_one_by_one(seed: int) -> None:
+    """ValueCompressor.compress_many (zstd's values in one library call while nothing was
+    missed) returns what compress returns value by value, the same bytes, and leaves the
+    same skip counters: mixes of compressible, incompressible, short and empty values."""
+    rng = random.Random(seed)
+    kinds = [JSON_LIKE, b"", b"short", rng.randbytes(2048), JSON_LIKE[: 1024 + seed]]
+    values = [rng.choice(kinds) if rng.random() < 0.6 else JSON_LIKE for _ in range(120)]
+    one, many = ValueCompressor("zstd"), ValueCompressor("zstd")
+    got: list[bytes | None] = []
+    for start in range(0, len(values), 17):
+        got += many.compress_many(values[start : start + 17])
+    assert got == [one.compress(v) for v in values]
+    assert (many._skip, many._misses) == (one._skip, one._misses)
+    assert any(g is not None for g in got)
+    assert any(g is None for g in got)
+
+
+def test_compress_many_without_the_batch_call_compresses_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """zstandard's CFFI backend raises NotImplementedError for multi_compress_to_buffer:
+    compress_many then compresses value by value, the same bytes, without an error."""
+    import zstandard
+
+    class CffiLike:
+        def __init__(self) -> None:
+            self._real = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
+
+        def compress(self, value: bytes) -> bytes:
+            out: bytes = self._real.compress(value)
+            return out
+
+        def multi_compress_to_buffer(self, values: object, threads: int = 0) -> object:
+            raise NotImplementedError
+
+    monkeypatch.setattr(compression._contexts, "compressor", CffiLike(), raising=False)
+    values = [JSON_LIKE, JSON_LIKE[:3000], JSON_LIKE[5:]]
+    got = ValueCompressor("zstd").compress_many(values)
+    assert got == [compress_value("zstd", v) for v in values]
+    assert all(g is not None and decompress_value("zstd", g) == v for g, v in zip(got, values))
+
+
 def test_consumer_step_leaves_what_it_cannot_read() -> None:
     packed = compress_value("zstd", JSON_LIKE)
     assert packed is not None

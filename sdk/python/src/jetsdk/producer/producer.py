@@ -77,11 +77,7 @@ from jetsdk.producer.accumulator import (
     Accumulator,
 )
 from jetsdk.producer.checks import checked_message, compressed, control_headers, message_size
-from jetsdk.producer.compression_stage import (
-    OFFLOAD_MIN_BYTES,
-    CompressionStage,
-    compressed_message,
-)
+from jetsdk.producer.compression_stage import CompressionStage, compressed_messages
 from jetsdk.producer.direct import DirectSends
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.in_flight import Pending, Prepared
@@ -136,6 +132,7 @@ class Producer:
         delivery_timeout: float = DEFAULT_DELIVERY_TIMEOUT,
         compression: str | None = None,
         compression_min_bytes: int = DEFAULT_MIN_COMPRESS_BYTES,
+        compression_offload_bytes: int | None = None,
     ) -> None:
         """Configure a producer; it starts in ``__aenter__``.
 
@@ -168,6 +165,12 @@ class Producer:
             compression_min_bytes: values shorter than this are sent as they are, and so is
                 one that would not get smaller (and, after such values, the next 1, 2, 4,
                 ... up to 16 without trying; one that gets smaller starts over).
+            compression_offload_bytes: the async producer compresses values at least
+                this long in a worker thread, off its event loop, still stored in send
+                order (:mod:`jetsdk.producer.compression_stage`); None (default): in
+                ``send_soon``, on the loop (the blocking producer compresses on its
+                caller's thread either way). It pays only where the process has a core to
+                spare: with the server on the same 2 cores it measured slower.
 
         Raises:
             ValueError: a limit out of range; CompressionError (a ValueError) for an
@@ -175,6 +178,8 @@ class Producer:
         """
         if max_in_flight < 1 or max_pending < 1:
             raise ValueError("max_in_flight and max_pending must be >= 1")
+        if compression_offload_bytes is not None and compression_offload_bytes < 1:
+            raise ValueError("compression_offload_bytes must be >= 1 (or None)")
         if ack_timeout <= 0 or delivery_timeout <= 0:
             raise ValueError("ack_timeout and delivery_timeout must be > 0")
         self.client = client
@@ -190,6 +195,7 @@ class Producer:
         )
         self.compression = compression
         self.compression_min_bytes = compression_min_bytes
+        self.compression_offload_bytes = compression_offload_bytes
         self._partitioner: Partitioner = partitioner or DefaultPartitioner()
         self._acc: Accumulator[Pending] = Accumulator(
             linger=linger, max_batch_messages=max_batch_messages, max_batch_bytes=max_batch_bytes
@@ -214,9 +220,10 @@ class Producer:
         )
         self._stage: CompressionStage[Prepared] | None = (
             None
-            if self._compressor is None
+            if self._compressor is None or compression_offload_bytes is None
             else CompressionStage(self._compress_deferred, self._append_all, _is_deferred)
         )
+        self._offload_min = compression_offload_bytes or 0
         self._background = BackgroundTasks()
         self._started = False
         self._since_yield = 0
@@ -404,10 +411,10 @@ class Producer:
         offload: bool = False,
     ) -> Prepared:
         """Check one message and choose its partition (pure: from any thread; the sync
-        API calls it on the caller's thread so a bad message fails there). ``offload``: a
-        value of at least OFFLOAD_MIN_BYTES within the limit, or any while the compression
-        stage holds some (its compressor then sees values in send order, from one thread),
-        is left to the stage (``deferred``)."""
+        API calls it on the caller's thread so a bad message fails there). ``offload``: with
+        a compression stage, a value of at least ``compression_offload_bytes`` within the
+        limit, or any while the stage holds some (its compressor then sees values in send
+        order, from one thread), is left to the stage (``deferred``)."""
         self._check_open()
         value, key, hdrs = checked_message(value, key, headers, subject)
         if msg_id is not None or expected_offset is not None or timestamp is not None:
@@ -418,7 +425,7 @@ class Producer:
         deferred = (
             offload
             and stage is not None
-            and (len(value) >= OFFLOAD_MIN_BYTES or stage.held > 0)
+            and (len(value) >= self._offload_min or stage.held > 0)
             and size <= self._max_message_bytes
         )
         if self._compressor is not None and not deferred:
@@ -449,17 +456,24 @@ class Producer:
             ),
         )
 
-    def _compress_deferred(self, prepared: Prepared) -> Prepared:
-        """``prepared`` with its value compressed (or as it is): the compression stage's
+    def _compress_deferred(self, items: list[Prepared]) -> list[Prepared]:
+        """``items`` with their values compressed (or as they are): the compression stage's
         step, in its worker thread."""
         assert self._compressor is not None
-        out = compressed_message(self._compressor, prepared.message)
-        if out is None:
-            return prepared._replace(deferred=False)
-        message, saved = out
-        return _new_tuple(
-            Prepared, (message, prepared.partition, prepared.policy, prepared.size - saved, False)
-        )
+        done = compressed_messages(self._compressor, [p.message for p in items])
+        out = []
+        for prepared, result in zip(items, done, strict=True):
+            if result is None:
+                out.append(prepared._replace(deferred=False))
+                continue
+            message, saved = result
+            out.append(
+                _new_tuple(
+                    Prepared,
+                    (message, prepared.partition, prepared.policy, prepared.size - saved, False),
+                )
+            )
+        return out
 
     async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
         """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);

@@ -51,6 +51,7 @@ class Producer(SyncWrapper[_AsyncProducer]):
         delivery_timeout: float = DEFAULT_DELIVERY_TIMEOUT,
         compression: str | None = None,
         compression_min_bytes: int = DEFAULT_MIN_COMPRESS_BYTES,
+        compression_offload_bytes: int | None = None,
     ) -> None:
         """Configure a producer; it starts in ``__enter__``.
 
@@ -83,6 +84,12 @@ class Producer(SyncWrapper[_AsyncProducer]):
             compression_min_bytes: values shorter than this are sent as they are, and so is
                 one that would not get smaller (and, after such values, the next 1, 2, 4,
                 ... up to 16 without trying; one that gets smaller starts over).
+            compression_offload_bytes: the async producer compresses values at least
+                this long in a worker thread, off its event loop, still stored in send
+                order (:mod:`jetsdk.producer.compression_stage`); None (default): in
+                ``send_soon``, on the loop (the blocking producer compresses on its
+                caller's thread either way). It pays only where the process has a core to
+                spare: with the server on the same 2 cores it measured slower.
 
         Raises:
             ValueError: a limit out of range; CompressionError (a ValueError) for an
@@ -103,6 +110,7 @@ class Producer(SyncWrapper[_AsyncProducer]):
             delivery_timeout=delivery_timeout,
             compression=compression,
             compression_min_bytes=compression_min_bytes,
+            compression_offload_bytes=compression_offload_bytes,
         )
         self._owner = client
 
