@@ -14,7 +14,9 @@ durability). Rows, medians of rounds:
   value that won, spec/protocol.md §6 "current values", and the writer retries on it at
   once) against ``kv.update`` (a refused writer reads the key with ``kv.get`` and retries),
   4 writers incrementing one counter, each with its own client (and table); lost updates
-  counted (must be 0 on both). Beside it the same with 1 writer: every increment waits
+  counted (must be 0 on both), and round trips per update (requests: each try of ours is
+  one Produce request, no read; each of theirs an update and, when refused, a get; the
+  first get of each KV writer not counted). Beside it the same with 1 writer: every increment waits
   for the previous one's commit (an fsync and a round trip) on both sides. The clients,
   tables and nats-py's connection are opened before the clock starts (a table's open, a
   few ms, was timed before on jet's side only); :data:`CAS_INCREMENTS` per writer.
@@ -187,11 +189,13 @@ async def _cas_race(
             for _ in range(writers):  # opened before the clock starts, as nats-py's connection
                 client = await stack.enter_async_context(Client(addresses))
                 tables.append(await stack.enter_async_context(Table(client, stream)))
+            sent = sum(t._writer.requests for t in tables if t._writer is not None)
             started = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for table in tables:
                     tg.start_soon(ours, table)
             our_s = time.perf_counter() - started
+            our_requests = sum(t._writer.requests for t in tables if t._writer is not None) - sent
         async with Table(admin, stream) as table:
             our_lost = writers * increments - int(table.get(b"n") or b"0")
     nc = await nats.connect(nats_url)
@@ -200,10 +204,15 @@ async def _cas_race(
         kv = await js.create_key_value(bucket=f"c{uuid.uuid4().hex[:8]}")
         await kv.create("n", b"0")
 
+        kv_requests = [0]
+
+        async def theirs() -> None:
+            kv_requests[0] += await kv_increments(kv, increments) - 1  # not the first get
+
         started = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for _ in range(writers):
-                tg.start_soon(kv_increments, kv, increments)
+                tg.start_soon(theirs)
         kv_s = time.perf_counter() - started
         kv_lost = writers * increments - int((await kv.get("n")).value or b"0")
     finally:
@@ -211,7 +220,9 @@ async def _cas_race(
     total = writers * increments
     print(
         f"  CAS, {writers} racing writer(s) x {increments}: Table {total / our_s:.0f}/s "
-        f"({our_lost} lost), JetStream kv.update {total / kv_s:.0f}/s ({kv_lost} lost) "
+        f"({our_lost} lost, {our_requests / total:.2f} round trips per update), "
+        f"JetStream kv.update {total / kv_s:.0f}/s ({kv_lost} lost, "
+        f"{kv_requests[0] / total:.2f} round trips per update) "
         f"({kv_s / our_s:.2f}x; target >= 2x) [{_load()}]",
         flush=True,
     )

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from jetsdk import Client, Table
+from jetsdk.table.linger import Linger
 from support.jet_dev import JetDev
 from support.names import unique
 
@@ -65,3 +66,28 @@ async def test_sync_and_wait_for_end_the_linger(jet_dev: JetDev) -> None:
             assert entry is not None
             assert entry.value == b"3"
             assert time.monotonic() - started < 5
+
+
+async def test_a_linger_ends_by_its_time_or_by_hurry() -> None:
+    """The readers' wait (jetsdk.table.linger): one of 50 ms returns by itself; ten of an
+    hour all return once hurried; a cancelled one leaves nothing waiting behind."""
+    short = Linger(0.05)
+    with anyio.fail_after(10):
+        await short.wait()
+    long = Linger(3600.0)
+    ended: list[int] = []
+
+    async def waiter(i: int) -> None:
+        await long.wait()
+        ended.append(i)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for i in range(10):
+                tg.start_soon(waiter, i)
+            await anyio.wait_all_tasks_blocked()  # all ten wait
+            long.hurry()
+    assert sorted(ended) == list(range(10))
+    with anyio.move_on_after(0.05):
+        await long.wait()
+    assert not long._waiting

@@ -5,6 +5,7 @@ before it), and a caller cancelled while its write waits does not stall the othe
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import anyio
@@ -270,3 +271,31 @@ async def test_a_lone_write_goes_on_the_leaders_connection_from_its_caller(
             assert produced[-1:] == [0]
             await table.sync()
             assert table.entry(b"k") == Entry(b"k", b"4", rev3, 0)
+
+
+async def test_a_lone_write_cancelled_in_flight_frees_its_partition(jet_dev: JetDev) -> None:
+    """A round of the caller's write alone is not shielded: cancelled before, while or
+    after its request goes, the caller gets the cancellation, and the next write goes
+    and is what the view then holds; the writer is left with nothing queued or busy."""
+    stream = unique("wlone")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True)
+        async with Table(client, stream) as table:
+
+            async def refused(turns: int) -> None:
+                with contextlib.suppress(WrongExpectedKeyOffset):  # if it ends first
+                    await table.update(b"k", b"v%d" % turns, 10**9)
+
+            for turns in (0, 1, 2, 3, 5, 8):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(refused, turns)
+                    for _ in range(turns):
+                        await anyio.lowlevel.checkpoint()
+                    tg.cancel_scope.cancel()
+                with anyio.fail_after(20):
+                    rev = await table.put(b"after", b"%d" % turns)
+                await table.sync()
+                assert (table.revision(b"after"), table.get(b"after")) == (rev, b"%d" % turns)
+                writer = table._writer
+                assert writer is not None
+                assert (writer._queues, writer._gatherer, writer._busy) == ({}, None, set())

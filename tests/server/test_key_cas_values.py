@@ -88,3 +88,44 @@ async def test_through_nats_the_refusal_has_no_value(
         assert (ok.error_code, ok.offset) == (ErrorCode.NONE, 0)
         (refused,) = await produce(client, "vianats", cas(b"k", b"v2", 5))
         assert (refused.error_code, refused.offset, refused.current_value) == (REFUSED, 0, None)
+
+
+async def test_a_lost_compare_and_set_is_answered_at_once(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Once a compare-and-set lost on a partition (writers race there), a lone refused one
+    with the values flag is answered before any append (``refused_at_once``), with the
+    refusal and value the append would give; what another check settles first still gets
+    that answer: the retry of a stored one is its duplicate (not refused by its own
+    success), one too large is MESSAGE_TOO_LARGE."""
+    async with (
+        running_server(
+            nats_server.url, tmp_path / "data", limits__max_message_bytes=1000
+        ) as server,
+        Client([server.address]) as client,
+    ):
+        await client.create_stream("atonce", compact=True)
+        checks = server.streams.local_replica("atonce", 0).sequencer.checks
+
+        async def send(message: ProduceMessage, seq: int) -> ProduceResult:
+            request = ProduceRequest(
+                "atonce", 0, AckPolicy.ALL, 5000, (message,), 77, seq, current_values=True
+            )
+            (result,) = await client.produce(request)
+            return result
+
+        ok = await send(cas(b"k", b"v1", -1), 0)
+        assert (ok.error_code, ok.offset, checks.refused_at_once) == (ErrorCode.NONE, 0, 0)
+        first = await send(cas(b"k", b"v2", -1), 1)  # no race seen yet: through the append
+        assert (first.error_code, first.offset, first.current_value) == (REFUSED, 0, b"v1")
+        assert checks.refused_at_once == 0
+        lost = await send(cas(b"k", b"v2", 7), 2)
+        assert (lost.error_code, lost.offset, lost.current_value) == (REFUSED, 0, b"v1")
+        assert checks.refused_at_once == 1
+        again = await send(cas(b"k", b"v1", -1), 0)  # the first one's retry
+        assert (again.error_code, again.offset) == (ErrorCode.DUPLICATE_SEQUENCE, 0)
+        big = await send(cas(b"k", b"x" * 2000, 5), 3)
+        assert big.error_code == ErrorCode.MESSAGE_TOO_LARGE
+        won = await send(cas(b"k", b"v3", 0), 4)
+        assert (won.error_code, won.offset) == (ErrorCode.NONE, 1)
+        assert checks.refused_at_once == 1

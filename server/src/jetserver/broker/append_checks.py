@@ -29,6 +29,9 @@ from jetserver.storage import Log
 from jetserver.storage.errors import StorageError
 from jetserver.storage.framing import Body
 
+CONTENDED_CHECKS = 64
+"""Key checks that pass after one refused while lone compare-and-sets are still tried for a
+refusal ahead of their append (:attr:`AppendChecks.contended`)."""
 Refusal = tuple[ErrorCode, str, int]
 """Why a message is refused: the error code, its text, and the ack's offset field (the key's
 current offset for WRONG_EXPECTED_KEY_OFFSET, else -1)."""
@@ -43,6 +46,14 @@ class AppendChecks:
     lost_races: int = 0
     """Compare-and-sets refused so far (WRONG_EXPECTED_OFFSET, WRONG_EXPECTED_KEY_OFFSET):
     each is a writer that lost a race and is likely to retry at once."""
+    contended: int = 0
+    """Key checks left before a lone compare-and-set is no longer tried for a refusal
+    ahead of its append (:data:`CONTENDED_CHECKS` after each one refused, down by one per
+    one that passes): writers race on this partition. A partition whose compare-and-sets
+    all pass (a lone writer) never pays for that early check."""
+    refused_at_once: int = 0
+    """Of those, lone compare-and-sets answered before any append began
+    (:func:`jetserver.broker.current_values.refused_now`; a metric and a test hook)."""
 
     def refusal(
         self,
@@ -73,6 +84,20 @@ class AppendChecks:
             return (ErrorCode.INVALID_ARGUMENT, str(exc), -1)
         if key is None:
             return (ErrorCode.INVALID_ARGUMENT, "Jet-Expected-Key-Offset needs a key", -1)
+        return self.key_refusal(log_, epoch, compact, key, expected_key, pending, cuts)
+
+    def key_refusal(
+        self,
+        log_: Log,
+        epoch: int,
+        compact: bool,
+        key: bytes,
+        expected_key: int,
+        pending: list[bytes],
+        cuts: int = 0,
+    ) -> Refusal | None:
+        """:meth:`refusal`'s ``Jet-Expected-Key-Offset`` check of a message whose key is
+        ``key`` (from its record body, or from where it lies in the request)."""
         if not compact:
             text = "Jet-Expected-Key-Offset needs a compacted stream"
             return (ErrorCode.INVALID_ARGUMENT, text, -1)
@@ -86,7 +111,10 @@ class AppendChecks:
         except (CodecError, StorageError, OSError) as exc:
             return (ErrorCode.STORAGE_ERROR, f"key index: {exc}", -1)
         if current == expected_key:
+            if self.contended:
+                self.contended -= 1
             return None
+        self.contended = CONTENDED_CHECKS
         now = "has no live record" if current == ABSENT else f"is at offset {current}"
         text = f"key {key[:40]!r} {now}, not {expected_key}"
         self.lost_races += 1

@@ -13,6 +13,12 @@ response's values would pass :data:`MAX_CURRENT_VALUE_BYTES`.
 Only a leader that appended the request itself (the direct path) has the log at hand; a
 request that went through NATS gets no values.
 
+A request of one message with the flag whose compare-and-set is refused while its
+partition's sequencer is idle is answered at once (:func:`refusal_answer`): the checks its
+append would run before the precondition, then the precondition, in the step that answers
+it, so nothing is appended in between; no batch, completion or copies place is made. A
+table's racing writers send such a request per try, most of them refused.
+
 Task safety: event loop thread only (reads the log as the key index does).
 """
 
@@ -21,12 +27,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from jetsdk.codec.compression import COMPRESSION_HEADER
-from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.produce_values import encode_produce_result_values
 from jetsdk.codec.record import iter_records
 from jetsdk.codec.transcode import DirectRecord
+from jetserver.broker.append_checks import Refusal
 from jetserver.broker.direct import Result
 from jetserver.broker.key_index import KeyIndex
+from jetserver.broker.sequencer import Sequencer
 from jetserver.storage import Log
 from jetserver.storage.errors import StorageError
 
@@ -67,6 +76,74 @@ def current_values(
             values[i] = value
             budget -= len(value)
     return values
+
+
+def refusal_answer(
+    sequencer: Sequencer,
+    log_: Log,
+    record: DirectRecord | None,
+    policy: int,
+) -> bytes | None:
+    """The response body of a Produce request of one message, with the current-values
+    flag, that lost its compare-and-set (:func:`refused_now`): its refusal and the key's
+    current value, answered at once; None if it is not refused there and then (the caller
+    serves it as always). A table's racing writers send one such request per try: this
+    spares a lost one the batch, completion and copies place of an append."""
+    refused = None if record is None else refused_now(sequencer, record, policy)
+    if refused is None:
+        return None
+    result: Result = (int(refused[0]), refused[2], -1)
+    values = current_values(log_, [record], [result], index=sequencer.checks.keys)
+    return encode_produce_result_values([result], values)
+
+
+def refused_now(sequencer: Sequencer, record: DirectRecord, policy: int) -> Refusal | None:
+    """The WRONG_EXPECTED_KEY_OFFSET refusal of a lone direct message (a compare-and-set
+    that lost a race) if writers race on the partition (``AppendChecks.contended``; else
+    it likely passes, and is checked once, by its append), ``sequencer`` is idle and every
+    check its append runs before the precondition (:meth:`Sequencer._take_direct`; the
+    Produce service checked the subject) passes; None otherwise (nothing done: the message
+    takes the general path, which settles it as always). Checked in one step with the
+    caller's answer, nothing appended in between, so the refusal is the one the append
+    would give."""
+    controls = record.controls
+    if (
+        not sequencer.checks.contended
+        or controls is None
+        or controls.expected_key_offset is None
+        or controls.expected_offset is not None
+        or controls.error
+        or controls.msg_id is not None
+        or policy == AckPolicy.NONE
+        or not sequencer.idle
+        or record.size > sequencer.max_message_bytes
+    ):
+        return None
+    core = sequencer.base.core
+    if policy == AckPolicy.ALL and not core.enough_replicas():
+        return None
+    if (
+        record.producer_id is not None
+        and core.producers.lookup(record.producer_id, record.producer_seq) is not None
+    ):
+        return None  # a retry of a stored message: answered as its duplicate
+    key = _key_of(record)
+    if key is None:
+        return None
+    refused = sequencer.checks.key_refusal(
+        sequencer.base.log,
+        sequencer.leader_epoch,
+        sequencer.compact,
+        key,
+        controls.expected_key_offset,
+        [],
+        sequencer.committer.sync_failures,
+    )
+    if refused is None or refused[0] != ErrorCode.WRONG_EXPECTED_KEY_OFFSET:
+        return None
+    sequencer.messages_rejected += 1
+    sequencer.checks.refused_at_once += 1
+    return refused
 
 
 def value_at(log_: Log, offset: int, key: bytes) -> bytes | None:

@@ -52,7 +52,7 @@ from jetsdk.codec.transcode import DirectRecord, EnvelopeBytes, ProducedEnvelope
 from jetserver import hops
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.copy_backlog import CopyBacklog
-from jetserver.broker.current_values import current_values
+from jetserver.broker.current_values import current_values, refusal_answer
 from jetserver.broker.direct import AnswerNow, DirectBatch, ProduceCompletion, Result
 from jetserver.broker.direct_copies import (
     After,
@@ -340,6 +340,17 @@ class ProduceService:
         )
         if not self.link.connected:
             raise link_down()
+        if n == 1 and records and replica is not None and produce_wants_current_values(body):
+            _subject, size, payload = messages[0]  # a lost compare-and-set: answered at once
+            max_payload = self.link.max_payload
+            if (
+                payload is not None
+                and size <= limit
+                and not (max_payload and len(payload) > max_payload)
+            ):
+                lost = refusal_answer(replica.sequencer, replica.log, records[0], policy)
+                if lost is not None:
+                    return lost, None
         results: list[Result | None] = [None] * n
         after: After | None = None
         waiting = ProduceCompletion(stream, partition, results=results, remaining=0)

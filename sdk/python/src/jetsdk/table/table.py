@@ -55,6 +55,7 @@ from jetsdk.errors import (
     WrongExpectedKeyOffset,
 )
 from jetsdk.table import snapshot as snapshots
+from jetsdk.table.linger import Linger
 from jetsdk.table.own_writes import OwnWrites
 from jetsdk.table.rows import table_rows
 from jetsdk.table.view import Change, Entry, TableView, WatchOverflow, initial_change
@@ -125,8 +126,8 @@ class Table:
                 f"linger must be >= 0 seconds, not {linger!r}", details={"field": "linger"}
             )
         self._linger = linger
-        self._hurry = anyio.Event()
-        """Set (and replaced) to end the readers' linger (:meth:`sync`, :meth:`wait_for`)."""
+        self._lingers: Linger | None = None
+        """The readers' waits after an answer (made at open, in the loop they run in)."""
         self.loaded_from_snapshot = 0
         """Entries the last open loaded from the snapshot (0: none used)."""
         self.records_read = 0
@@ -159,6 +160,7 @@ class Table:
                 view.expire()
                 self.loaded_from_snapshot = len(found.entries)
         self._view = view
+        self._lingers = Linger(self._linger)
         self._writer = TableWriter(self._client, self.stream, count, self._timeout)
         tg = anyio.create_task_group()
         await tg.__aenter__()
@@ -494,14 +496,19 @@ class Table:
             self.records_read += decoded.records
             self.fetches += 1
             view.apply(partition, decoded.entries, decoded.expiries, decoded.next_offset)
-            if self._linger and decoded.records and view.positions[partition] >= header.hw:
-                with anyio.move_on_after(self._linger):
-                    await self._hurry.wait()
+            lingers = self._lingers
+            if (
+                lingers is not None
+                and lingers.seconds
+                and decoded.records
+                and view.positions[partition] >= header.hw
+            ):
+                await lingers.wait()
 
     def _end_linger(self) -> None:
         """Wake the readers that linger (someone waits for the view)."""
-        self._hurry.set()
-        self._hurry = anyio.Event()
+        if self._lingers is not None:
+            self._lingers.hurry()
 
     async def _expire(self) -> None:
         """Remove entries as their TTLs run out (and tell watchers), for the table's life."""
