@@ -74,13 +74,13 @@ async def test_the_one_step_answer_is_the_general_paths_answer(
     served = 0
     next_tail = FetchStream.next_tail
 
-    async def counting(self: FetchStream) -> Any:
+    async def counting(self: FetchStream, *args: Any) -> Any:
         nonlocal served
-        out = await next_tail(self)
+        out = await next_tail(self, *args)
         served += out is not None
         return out
 
-    async def never(self: FetchStream) -> None:
+    async def never(self: FetchStream, *args: Any) -> None:
         return None
 
     with anyio.fail_after(30):

@@ -32,7 +32,6 @@ from jetsdk.codec.messages import (
     decode_fetch_request,
     decode_json,
     decode_produce_head,
-    encode_fetch_records_frame,
     encode_fetch_response_header,
     encode_json,
 )
@@ -404,9 +403,11 @@ class Dispatcher:
             if self.shutting_down:
                 raise ApiError(ErrorCode.SHUTTING_DOWN, "server is shutting down")
             if not first:  # a tailing consumer's answer in one step (else None)
-                tail = await stream.next_tail()
+                tail = await stream.next_tail(frame.api, frame.correlation_id)
                 if tail is not None:
-                    return self._tail_reply(frame, stream, tail)
+                    if not tail[1]:
+                        return Reply(tail[0])
+                    return Reply(tail[0], then=partial(self._fetch_stream_reply, frame, stream))
             answer, more = await stream.next_answer()
         except Exception as exc:
             if first:
@@ -415,20 +416,6 @@ class Dispatcher:
         if not more:
             return _fetch_reply(frame, answer)
         return _fetch_reply(frame, answer, partial(self._fetch_stream_reply, frame, stream))
-
-    def _tail_reply(
-        self, frame: Frame, stream: FetchStream, tail: tuple[bytes, int, int, int, bool]
-    ) -> Reply:
-        """The reply of :meth:`FetchStream.next_tail`'s answer: what :func:`_fetch_reply`
-        gives for the same answer, as one frame."""
-        records, hw, log_start, leo, more = tail
-        flags = FLAG_RESPONSE | FLAG_MORE if more else FLAG_RESPONSE
-        data = encode_fetch_records_frame(
-            frame.api, frame.correlation_id, flags, hw, log_start, leo, records
-        )
-        if not more:
-            return Reply(data)
-        return Reply(data, then=partial(self._fetch_stream_reply, frame, stream))
 
     async def _replica_fetch(self, frame: Frame) -> Reply:
         if self.cluster is None:
