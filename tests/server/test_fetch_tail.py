@@ -8,8 +8,6 @@ start, LEO, records length, the records) must be the same.
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import pytest
 
@@ -20,6 +18,7 @@ from jetsdk.codec.record import iter_records
 from jetserver.broker.fetch_stream import FetchStream
 from jetserver.server import Server
 from jetserver.storage.segment import TAIL_MAX_BYTES
+from support.one_step import OneStepSwitch
 from support.raw_client import RawClient
 
 pytestmark = pytest.mark.anyio
@@ -71,18 +70,7 @@ async def test_the_one_step_answer_is_the_general_paths_answer(
     jet: Server, durability: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert jet.address is not None
-    served = 0
-    next_tail = FetchStream.next_tail
-
-    async def counting(self: FetchStream, *args: Any) -> Any:
-        nonlocal served
-        out = await next_tail(self, *args)
-        served += out is not None
-        return out
-
-    async def never(self: FetchStream, *args: Any) -> None:
-        return None
-
+    step = OneStepSwitch(monkeypatch, FetchStream, "next_tail")
     with anyio.fail_after(30):
         async with (
             await RawClient.connect(jet.address) as c,
@@ -90,10 +78,10 @@ async def test_the_one_step_answer_is_the_general_paths_answer(
         ):
             for name in ("one", "gen"):
                 await c.create_stream(name=name, subject=f"{name}.x", durability=durability)
-            monkeypatch.setattr(FetchStream, "next_tail", counting)
+            step.on()
             one = await _run(c, producer, "one", 100)
-            taken = served
-            monkeypatch.setattr(FetchStream, "next_tail", never)
+            taken = step.taken
+            step.off()
             gen = await _run(c, producer, "gen", 200)
     # b, c-e, the keyed one, f, g and i: the path under test was taken
     assert taken >= 6
