@@ -159,11 +159,11 @@ class FetchStream:
             await replica.wait_for_hw_above(offset, wait_ms / 1000, self._is_cancelled)
             if self.cancelled or replica.closed or core.role != ROLE_SINGLE:
                 return None
-        if hops.ENABLED:
-            hops.mark("fetch.woken")
         tail = log.read_tail(offset, min(self.request.max_bytes, self.limits.max_fetch_bytes))
         if tail is None:
-            return None
+            return None  # (next_answer marks the hop)
+        if hops.ENABLED:
+            hops.mark("fetch.woken")
         records, self.offset = tail
         self.answered += 1
         self.deadline = time.monotonic() + self.idle_s
