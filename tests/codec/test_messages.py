@@ -18,6 +18,7 @@ from jetsdk.codec.error_codes import (
     is_retriable,
 )
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE, encode_frame
 from jetsdk.codec.limits import (
     MAX_HEADER_COUNT,
     MAX_HEADER_NAME_BYTES,
@@ -39,6 +40,7 @@ from jetsdk.codec.messages import (
     decode_produce_request,
     decode_produce_response,
     encode_error,
+    encode_fetch_records_frame,
     encode_fetch_request,
     encode_fetch_response_header,
     encode_json,
@@ -118,6 +120,27 @@ def test_fetch_response_round_trip(
     assert bytes(view) == data
     assert list(iter_records(view)) == recs
     assert FETCH_RESPONSE_HEADER_SIZE == 30
+
+
+@PROPS
+@given(
+    st.integers(0, 255),
+    st.integers(0, 2**32 - 1),
+    st.booleans(),
+    I64,
+    I64,
+    I64,
+    st.lists(records, max_size=3),
+)
+def test_a_fetch_records_frame_is_its_header_parts_and_records(
+    api: int, cid: int, more: bool, hw: int, log_start: int, leo: int, recs: list[Record]
+) -> None:
+    data = b"".join(encode_record(r) for r in recs)
+    flags = FLAG_RESPONSE | FLAG_MORE if more else FLAG_RESPONSE
+    body = encode_fetch_response_header(ErrorCode.NONE, hw, log_start, leo, len(data)) + data
+    assert encode_fetch_records_frame(api, cid, flags, hw, log_start, leo, data) == (
+        encode_frame(api, cid, body, flags=flags)
+    )
 
 
 @PROPS

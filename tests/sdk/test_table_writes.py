@@ -265,7 +265,7 @@ async def test_a_lone_write_goes_on_the_leaders_connection_from_its_caller(
             assert refused.value.details["current_value"] == b"2"
             direct = sniffio.current_async_library() == "asyncio"
             assert produced == ([] if direct else [0, 0, 0])
-            client._metadata_stale = True  # no leader connection without a lookup
+            client.metadata_cache.mark_stale()  # no leader connection without a lookup
             with anyio.fail_after(30):
                 rev3 = await table.update(b"k", b"4", rev2)
             assert produced[-1:] == [0]

@@ -20,6 +20,7 @@ from jetsdk.codec.messages import ProduceMessage, ProduceResult
 from jetsdk.envelope import parse_message
 from jetserver.broker.produce_one import OneProduce
 from jetserver.server import Server
+from support.one_step import OneStepSwitch
 from support.raw_client import RawClient, ServerError
 
 pytestmark = pytest.mark.anyio
@@ -89,28 +90,17 @@ async def test_the_one_step_path_answers_stores_and_copies_as_the_general_path(
     await nc.subscribe("one.x", cb=on_msg)
     await nc.subscribe("gen.x", cb=on_msg)
     await nc.flush()
-    served = 0
-    serve = OneProduce.serve
-
-    async def counting(self: OneProduce, *args: Any) -> Any:
-        nonlocal served
-        out = await serve(self, *args)
-        served += out is not None
-        return out
-
-    async def never(self: OneProduce, *args: Any) -> None:
-        return None
-
+    step = OneStepSwitch(monkeypatch, OneProduce, "serve")
     async with await RawClient.connect(jet.address) as c:
         for name in ("one", "gen"):
             await c.create_stream(
                 name=name, subject=f"{name}.x", durability=durability, max_message_bytes=200
             )
-        monkeypatch.setattr(OneProduce, "serve", counting)
+        step.on()
         one = await _run(c, "one")
-        monkeypatch.setattr(OneProduce, "serve", never)
+        step.off()
         gen = await _run(c, "gen")
-        assert served >= 5  # the path under test was taken
+        assert step.taken >= 5  # the path under test was taken
         assert one == gen
         leo = jet.streams.replica("one", 0).log.log_end_offset
         assert leo == jet.streams.replica("gen", 0).log.log_end_offset

@@ -117,3 +117,36 @@ def test_a_reader_keeping_up_reads_the_tail_without_locating_it(
         with log.read(4, 1 << 20) as nxt:
             assert [r.offset for r in iter_records(nxt.read_bytes())] == [4]
         assert sliced == [3, 2]
+
+
+def test_read_tail_gives_what_read_gives_for_a_reader_at_the_last_append(tmp_path: Path) -> None:
+    """``Log.read_tail`` (a tailing consumer's answer in one step) gives the bytes and the
+    next offset that ``read`` to the HW gives when the last append starts at the offset,
+    lies below the HW and fits; None otherwise: an offset inside or before it, the HW
+    short of its end, ``max_bytes`` short of it, a large append, after a roll, a closed
+    log."""
+    log = Log.open(tmp_path / "p", LogConfig(index_interval_bytes=1 << 20))
+    with log:
+        log.append(bodies(2), 1, 0)
+        log.append(bodies(3, start=2), 2, 0)
+        assert log.read_tail(2, 1 << 20) is None  # not committed yet
+        log.set_high_watermark(4)
+        assert log.read_tail(2, 1 << 20) is None  # committed in part
+        log.set_high_watermark(5)
+        with log.read(2, 1 << 20) as sl:
+            assert log.read_tail(2, 1 << 20) == (sl.read_bytes(), sl.next_offset)
+            assert log.read_tail(2, sl.length) == (sl.read_bytes(), 5)
+            assert log.read_tail(2, sl.length - 1) is None
+        assert log.read_tail(3, 1 << 20) is None  # inside it
+        assert log.read_tail(0, 1 << 20) is None  # before it
+        assert log.read_tail(5, 1 << 20) is None  # at the end: nothing to read
+        log.append(bodies(1, start=5, size=TAIL_MAX_BYTES + 1), 3, 0)
+        log.set_high_watermark(6)
+        assert log.read_tail(5, 1 << 20) is None  # large: from the file
+        log.append(bodies(1, start=6), 3, 0)
+        log.set_high_watermark(7)
+        with log.read(6, 1 << 20) as sl:
+            assert log.read_tail(6, 1 << 20) == (sl.read_bytes(), 7)
+        log.roll()
+        assert log.read_tail(6, 1 << 20) is None  # the active segment is a new one
+    assert log.read_tail(6, 1 << 20) is None  # closed

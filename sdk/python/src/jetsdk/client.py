@@ -48,6 +48,7 @@ from jetsdk.client_dial import (
     choose_dialer,
     resolve_servers,
 )
+from jetsdk.client_metadata import MetadataCache
 from jetsdk.client_requests import (
     CREATE_OPTIONS,
     Durability,
@@ -77,7 +78,6 @@ from jetsdk.connection import Connection, PendingResponse, RequestBody
 from jetsdk.describe import describe_at_leaders
 from jetsdk.errors import (
     ClientClosed,
-    InvalidArgument,
     JetError,
     PartitionNotFound,
     StreamNotFound,
@@ -87,7 +87,7 @@ from jetsdk.metadata import ClusterMetadata, OffsetInfo, PartitionInfo, StreamIn
 from jetsdk.retry import DEFAULT_RETRY, RetryPolicy, is_retriable, retry_calls
 from jetsdk.security import Credentials
 from jetsdk.stream_admin import purge_body, update_body
-from jetsdk.transport import Address, Dialer, parse_address
+from jetsdk.transport import Address, Dialer
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -168,9 +168,9 @@ class Client:
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
         self._read_replica: dict[tuple[str, int], str] = {}
-        self._metadata = ClusterMetadata()
-        self._metadata_stale = True
-        self._metadata_version = 0
+        self.metadata_cache = MetadataCache(self._pool)
+        """The metadata requests are routed by (a producer keeps its leader look-ups
+        while its epoch stays: :class:`~jetsdk.client_metadata.PartitionLeaders`)."""
         self._metadata_lock: anyio.Lock | None = None
         self._background = BackgroundTasks()
 
@@ -184,14 +184,14 @@ class Client:
         try:
             await self._any_connection()
         except BaseException:
-            self._closed = True
+            self._closed = self.metadata_cache.closed = True
             await self._pool.close_all()
             await self._background.close()
             raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self._closed = True
+        self._closed = self.metadata_cache.closed = True
         await self._pool.close_all()
         await self._background.close()
         return None
@@ -233,15 +233,15 @@ class Client:
 
     async def _any_connection(self) -> Connection:
         """The bootstrap connection: any reachable server."""
-        listed = [server.address for server in self._metadata.servers.values()]
+        listed = [server.address for server in self.metadata_cache.metadata.servers.values()]
         return await self._pool.any(
             self._check_open(), [*self._bootstrap_addresses, *listed], self._check_open
         )
 
     async def _server_connection(self, server_id: str) -> Connection:
-        address = self._pool.address_for(self._metadata, server_id)
+        address = self._pool.address_for(self.metadata_cache.metadata, server_id)
         if address is None:
-            self._metadata_stale = True
+            self.metadata_cache.mark_stale()
             raise Unavailable(f"server {server_id!r} is not in the metadata")
         return await self._connection(address)
 
@@ -255,11 +255,8 @@ class Client:
             attempt,
             self.retry,
             retry_if=lambda exc: retry_if(exc) and not self._closed,
-            on_metadata_stale=self._mark_metadata_stale,
+            on_metadata_stale=self.metadata_cache.mark_stale,
         )
-
-    def _mark_metadata_stale(self) -> None:
-        self._metadata_stale = True
 
     async def request_any(self, api: int, body: bytes, *, timeout: float | None = None) -> bytes:
         """Send a request to any server (admin APIs), retrying retriable errors.
@@ -280,25 +277,19 @@ class Client:
         """Fetch the full metadata now (concurrent callers share one request)."""
         self._check_open()
         assert self._metadata_lock is not None
-        version = self._metadata_version
+        cache = self.metadata_cache
+        version = cache.version
         async with self._metadata_lock:
-            if self._metadata_version == version:
+            if cache.version == version:
                 answer = await self.request_any(Api.METADATA, encode_json({"streams": None}))
-                self._metadata = parse_answer(ClusterMetadata.from_json, answer)
-                for server in self._metadata.servers.values():
-                    try:
-                        self._pool.address_of_id[server.id] = parse_address(server.address)
-                    except InvalidArgument:
-                        continue
-                self._metadata_stale = False
-                self._metadata_version += 1
-        return self._metadata
+                cache.install(parse_answer(ClusterMetadata.from_json, answer))
+        return cache.metadata
 
     async def metadata(self, *, refresh: bool = False) -> ClusterMetadata:
         """The cached metadata (fetched first if stale, missing, or ``refresh``)."""
-        if refresh or self._metadata_stale:
+        if refresh or self.metadata_cache.stale:
             return await self.refresh_metadata()
-        return self._metadata
+        return self.metadata_cache.metadata
 
     async def stream_info(self, name: str, *, refresh: bool = False) -> StreamInfo:
         """A stream's metadata from the cache (refreshed once if the stream is missing).
@@ -351,7 +342,7 @@ class Client:
         """
         part = await self.partition_info(stream, partition)
         if part.leader is None:
-            self._metadata_stale = True
+            self.metadata_cache.mark_stale()
             raise Unavailable(f"partition {stream}/{partition} has no leader")
         return await self._server_connection(part.leader)
 
@@ -359,12 +350,7 @@ class Client:
         """The open connection to the partition's leader, if the cached metadata (not
         stale) names one and a connection to it is open; None otherwise (then
         :meth:`leader_connection`, which may refresh and dial). Never waits."""
-        info = None if self._metadata_stale else self._metadata.streams.get(stream)
-        part = None if info is None or self._closed else info.partition(partition)
-        if part is None or part.leader is None:
-            return None
-        address = self._pool.address_for(self._metadata, part.leader)
-        return None if address is None else self._pool.open_connection(address)
+        return self.metadata_cache.leader_connection_now(stream, partition)
 
     async def replica_connection(self, stream: str, partition: int) -> Connection:
         """A connection to an in-sync follower of the partition (read replicas), or to its
@@ -529,7 +515,7 @@ class Client:
         options = {k: v for k, v in locals().items() if k in CREATE_OPTIONS}
         body = create_stream_body(name, subject, **options)
         answer = await self.request_any(Api.CREATE_STREAM, body)
-        self._metadata_stale = True
+        self.metadata_cache.mark_stale()
         return parse_create_answer(name, answer, exist_ok=exist_ok)
 
     async def delete_stream(self, name: str) -> None:
@@ -540,7 +526,7 @@ class Client:
         """
         body = encode_json({"op_id": uuid4().hex, "name": name})
         await self.request_any(Api.DELETE_STREAM, body)
-        self._metadata_stale = True
+        self.metadata_cache.mark_stale()
 
     async def update_stream(self, name: str, **settings: Any) -> StreamInfo:
         """Change an existing stream's retention, segment, ``max_message_bytes`` and
@@ -549,7 +535,7 @@ class Client:
         them. Raises InvalidArgument for a fixed (``partitions``...), unknown or bad
         setting."""
         answer = await self.request_any(Api.UPDATE_STREAM, update_body(name, settings))
-        self._metadata_stale = True
+        self.metadata_cache.mark_stale()
         return parse_create_answer(name, answer, exist_ok=True)
 
     async def purge_stream(

@@ -162,9 +162,7 @@ class DirectCopies:
             backlog.leave(ticket)
             turns.finish(turn)
             return None
-        header = _header_block(replica.stream, replica.partition)
-        publish = self._publish
-        log_ = replica.log
+        publish_let_in = self.publish_let_in
 
         async def publish_copies() -> None:
             deadline = 0.0  # read from the clock at the first wait
@@ -179,24 +177,50 @@ class DirectCopies:
                         turns.finish(turn)
                 if not let_in:
                     return
-            in_turn = True
-            try:
-                # The fsync its append left to it (Committer.defer_flush), if still due.
-                await committer.commit_deferred()
-                if not turns.is_next(turn):
-                    deadline = deadline or time.monotonic() + timeout_s
-                    in_turn = await turns.wait(turn, timeout_s, committer.running_loop())
-                if committer.sync_failures == failures and log_.high_watermark >= end:
-                    await publish(messages, header, replica)
-                else:
-                    left = (deadline or time.monotonic() + timeout_s) - time.monotonic()
-                    if left > 0 and await committer.wait_committed(end, failures, left):
-                        await publish(messages, header, replica)
-            finally:
-                backlog.release(ticket.size)
-                turns.finish(turn, overtake=not in_turn)
+            await publish_let_in(
+                replica, messages, end, failures, timeout_s, turn, ticket, deadline
+            )
 
         return Copies(publish_copies, ticket, len(messages), turns, turn, deadline)
+
+    async def publish_let_in(
+        self,
+        replica: PartitionReplica,
+        messages: Sequence[tuple[str, EnvelopeBytes]],
+        end: int,
+        failures: int,
+        timeout_s: float,
+        turn: int,
+        ticket: CopyTicket,
+        deadline: float = 0.0,
+    ) -> None:
+        """:meth:`after_commit`'s after-work once its copies were let in to the backlog:
+        the fsync its append left to it, its turn, the commit; then the copies (the
+        one-step Produce's after-work whose copy :meth:`publish_now` could not send yet,
+        durability ``flushed``, called directly: no closure or :class:`Copies`).
+        ``deadline``: the wait's, if one began (0: read from the clock at the first)."""
+        committer = replica.committer
+        turns = committer.copy_turns
+        in_turn = True
+        try:
+            # The fsync its append left to it (Committer.defer_flush), if still due.
+            await committer.commit_deferred()
+            if not turns.is_next(turn):
+                deadline = deadline or time.monotonic() + timeout_s
+                in_turn = await turns.wait(turn, timeout_s, committer.running_loop())
+            if committer.sync_failures == failures and replica.log.high_watermark >= end:
+                await self._publish(
+                    messages, _header_block(replica.stream, replica.partition), replica
+                )
+            else:
+                left = (deadline or time.monotonic() + timeout_s) - time.monotonic()
+                if left > 0 and await committer.wait_committed(end, failures, left):
+                    await self._publish(
+                        messages, _header_block(replica.stream, replica.partition), replica
+                    )
+        finally:
+            self.backlog.release(ticket.size)
+            turns.finish(turn, overtake=not in_turn)
 
     async def publish_now(
         self,

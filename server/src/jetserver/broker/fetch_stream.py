@@ -24,13 +24,18 @@ import time
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.fetch_messages import encode_fetch_records_frame
 from jetsdk.codec.fetch_stream import MAX_FETCH_STREAM_RESPONSES, FetchStreamRequest
+from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE
+from jetserver import hops
 from jetserver.broker.fetch import FetchAnswer, fetch_from
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument
+from jetserver.replication.core import ROLE_SINGLE
 
+_MORE = FLAG_RESPONSE | FLAG_MORE
 EARLY_EMPTY_ROUNDS = 8
 """Fetches one answer may take when they come back empty before the idle wait ran out
 (a closed partition, a wake-up for nothing, compaction gaps past ``MAX_GAP_SKIPS``); then
@@ -126,6 +131,46 @@ class FetchStream:
         self.offset = records.next_offset
         self.deadline = time.monotonic() + self.idle_s
         return answer, self.answered < req.max_responses
+
+    async def next_tail(self, api: int, correlation_id: int) -> tuple[bytes, bool] | None:
+        """The next answer in one step in the common case: a server alone (the replica
+        in its single role, as the first answer found it), the reader at the log end
+        waiting for the next append to be committed, whose bytes are then still in
+        memory (``Log.read_tail``). Returns the answer's whole response frame (of ``api``
+        and ``correlation_id``) and whether more answers follow: the frame of what
+        :meth:`next_answer` (``fetch_from``, ``read_records``) gives then. None where
+        anything else holds (cancelled, closed, an idle wait run out, records to read
+        from the files...), having waited no longer than :meth:`next_answer` would have:
+        then :meth:`next_answer`, which finds what the wait left."""
+        replica = self.replica
+        if replica is None or self.cancelled or replica.closed:
+            return None
+        core = replica.core
+        if core.role != ROLE_SINGLE or self.led_epoch is not None:
+            return None
+        log = replica.log
+        offset = self.offset
+        if offset >= log.high_watermark:
+            if offset != log.log_end_offset:
+                return None
+            wait_ms = int((self.deadline - time.monotonic()) * 1000)
+            if wait_ms <= 0:
+                return None
+            await replica.wait_for_hw_above(offset, wait_ms / 1000, self._is_cancelled)
+            if self.cancelled or replica.closed or core.role != ROLE_SINGLE:
+                return None
+        tail = log.read_tail(offset, min(self.request.max_bytes, self.limits.max_fetch_bytes))
+        if tail is None:
+            return None  # (next_answer marks the hop)
+        if hops.ENABLED:
+            hops.mark("fetch.woken")
+        records, self.offset = tail
+        self.answered += 1
+        self.deadline = time.monotonic() + self.idle_s
+        more = self.answered < self.request.max_responses
+        flags = _MORE if more else FLAG_RESPONSE
+        hw, start, leo = log.high_watermark, log.log_start_offset, log.log_end_offset
+        return encode_fetch_records_frame(api, correlation_id, flags, hw, start, leo, records), more
 
     def cancel(self) -> None:
         """End the stream early (CancelFetchStream): its next answer is the empty last

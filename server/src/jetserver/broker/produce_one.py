@@ -181,10 +181,21 @@ class OneProduce:
         # the copy goes in this step if it may, else in the after-work as always.
         if answer_now is not None and ticket.admitted is None and answer_now(response):
             response = b""
-            if stored and await self.copies.publish_now(
-                replica, message, offset + 1, failures, turn, ticket
-            ):
-                return response, None
+            if stored:
+                copies = self.copies
+                if await copies.publish_now(replica, message, offset + 1, failures, turn, ticket):
+                    return response, None
+                # Not committed yet (durability flushed): after the fsync, in the after-work.
+                return response, functools.partial(
+                    copies.publish_let_in,
+                    replica,
+                    (message,),
+                    offset + 1,
+                    failures,
+                    timeout_s,
+                    turn,
+                    ticket,
+                )
         after = self.copies.after_commit(
             replica,
             [message] if stored else [],

@@ -402,6 +402,12 @@ class Dispatcher:
         try:
             if self.shutting_down:
                 raise ApiError(ErrorCode.SHUTTING_DOWN, "server is shutting down")
+            if not first:  # a tailing consumer's answer in one step (else None)
+                tail = await stream.next_tail(frame.api, frame.correlation_id)
+                if tail is not None:
+                    if not tail[1]:
+                        return Reply(tail[0])
+                    return Reply(tail[0], then=partial(self._fetch_stream_reply, frame, stream))
             answer, more = await stream.next_answer()
         except Exception as exc:
             if first:

@@ -514,6 +514,16 @@ class Log:
         """
         return self._reader.read(offset, max_bytes, max_offset)
 
+    def read_tail(self, offset: int, max_bytes: int) -> tuple[bytes, int] | None:
+        """The bytes of the log's last append and the offset after them, if that append
+        starts at ``offset``, lies below the high watermark and fits ``max_bytes``: what
+        :meth:`read` (to the high watermark) returns then, in memory, for a reader that
+        kept up (a tailing consumer's next answer), without locating the records.
+
+        None if not (or the log is closed): :meth:`read` as usual.
+        """
+        return self._reader.read_tail(offset, max_bytes)
+
     def offset_for_timestamp(self, timestamp_ns: int, max_offset: int | None = None) -> int | None:
         """The first offset whose record has a timestamp >= ``timestamp_ns``.
 

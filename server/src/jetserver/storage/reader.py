@@ -84,6 +84,20 @@ class Reader:
                 return ReadSlice(-1, start, end_pos - start, first, next_offset, data=data)
             return ReadSlice(seg.file.fd, start, end_pos - start, first, next_offset, lease)
 
+    def read_tail(self, offset: int, max_bytes: int) -> tuple[bytes, int] | None:
+        """See :meth:`jetserver.storage.Log.read_tail`."""
+        state = self._state
+        with state.lock:
+            segments = state.segments
+            if state.closed or offset < state.log_start or not segments:
+                return None
+            seg = segments[-1]
+            st = seg.state
+            if st.next_offset > state.hw:
+                return None
+            tail = seg.read_tail(offset, max_bytes, st)
+            return None if tail is None else (tail[1], st.next_offset)
+
     def offset_for_timestamp(self, timestamp_ns: int, max_offset: int | None = None) -> int | None:
         """See :meth:`jetserver.storage.Log.offset_for_timestamp`."""
         state = self._state

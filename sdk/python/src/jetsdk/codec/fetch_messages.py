@@ -127,6 +127,33 @@ def encode_fetch_response_header(
         raise CodecError(f"fetch response field out of range: {exc}", reason="limit") from None
 
 
+_FETCH_FRAME_HEAD = struct.Struct(">IBBI" + _FETCH_RESP.format[1:])
+"""A Fetch response frame's header (spec/protocol.md, "Frame") and its body's fixed part."""
+_BODY_AFTER = _FETCH_FRAME_HEAD.size - 4
+"""The frame's length field less its records: all of the head but the field itself."""
+
+
+def encode_fetch_records_frame(
+    api: int, correlation_id: int, flags: int, hw: int, start: int, leo: int, records: bytes
+) -> bytes:
+    """A whole Fetch (or FetchStream) response frame of ``records`` without error: what
+    :func:`jetsdk.codec.frames.encode_frame_header` and :func:`encode_fetch_response_header`
+    give, then the records, in one step (a tailing consumer's answer, one per message).
+    ``flags``: FLAG_RESPONSE, or with FLAG_MORE; ``start``: the log start offset.
+
+    Raises:
+        CodecError: a field out of range (reason ``"limit"``).
+    """
+    n = len(records)
+    try:
+        head = _FETCH_FRAME_HEAD.pack(
+            n + _BODY_AFTER, api, flags, correlation_id, 0, hw, start, leo, n
+        )
+    except struct.error as exc:
+        raise CodecError(f"fetch response field out of range: {exc}", reason="limit") from None
+    return head + records
+
+
 def decode_fetch_response(
     body: bytes | bytearray | memoryview,
 ) -> tuple[FetchResponseHeader, memoryview]:

@@ -574,4 +574,5 @@ FetchResponseHeader = _fetch.FetchResponseHeader
 encode_fetch_request = _fetch.encode_fetch_request
 decode_fetch_request = _fetch.decode_fetch_request
 encode_fetch_response_header = _fetch.encode_fetch_response_header
+encode_fetch_records_frame = _fetch.encode_fetch_records_frame
 decode_fetch_response = _fetch.decode_fetch_response

@@ -161,7 +161,7 @@ class DirectSends:
         sender = self._sender
         if state.in_flight.value < self._max_in_flight:
             return None
-        conn = self._client.leader_connection_now(self._stream, partition)
+        conn = sender.leaders.now(partition)
         if conn is None or (len(self._states) > 1 and sender.fan_in.takes(conn)):
             return None  # grouped with other partitions' batches by the sender tasks
         pid = sender.producer_id

@@ -24,6 +24,7 @@ import anyio
 import anyio.abc
 
 from jetsdk.client import Client
+from jetsdk.client_metadata import PartitionLeaders
 from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
@@ -100,6 +101,8 @@ class Sender:
         self._flushing = 0
         self.fan_in = FanIn()
         """Groups the requests of many partitions to one server into one request."""
+        self.leaders = PartitionLeaders(client.metadata_cache, stream)
+        """Each partition's leader connection, kept between sends (the direct ones too)."""
 
     def start(self, tg: anyio.abc.TaskGroup, producer_id: int | None) -> None:
         """Start sending: partition tasks run in ``tg``."""
@@ -276,7 +279,7 @@ class Sender:
             or not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
         ):
             return False
-        conn = self._client.leader_connection_now(self._stream, partition)
+        conn = self.leaders.now(partition)
         if conn is None:
             return False
         # One partition's batch has no other to group with: past FanIn, whose mark of
@@ -453,7 +456,7 @@ class Sender:
             time_left = deadline - time.monotonic()
             conn = None
             if response is None:
-                conn = self._client.leader_connection_now(self._stream, request.partition)
+                conn = self.leaders.now(request.partition)
             # A request written (or to be written now, through the fan-in, with no wait
             # before it) whose answer is waited for within less than the delivery time
             # left is bounded by that wait: no cancel scope (one per batch was a fifth of
@@ -526,7 +529,7 @@ class Sender:
         :meth:`_deliver` retries, so it knows every error."""
         client = self._client
         if conn is None:
-            conn = client.leader_connection_now(self._stream, request.partition)
+            conn = self.leaders.now(request.partition)
         if conn is None:  # stale metadata, or not connected yet: may refresh and dial
             conn = await client.leader_connection(self._stream, request.partition)
         body = encode_produce_request_parts(request)

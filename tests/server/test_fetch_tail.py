@@ -1,0 +1,88 @@
+"""A tailing consumer's FetchStream answer in one step (``FetchStream.next_tail``) answers
+as the general path (``next_answer`` -> ``fetch_from`` -> ``read_records``) does.
+
+The same requests go to two identical streams, one served as always (the one-step answer
+where it applies) and one with it switched off; every answer (flags, error code, HW, log
+start, LEO, records length, the records) must be the same.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from jetsdk.codec.fetch_stream import FetchStreamRequest, encode_fetch_stream_request
+from jetsdk.codec.frames import Api, Frame, encode_frame
+from jetsdk.codec.messages import ProduceMessage, decode_error, decode_fetch_response
+from jetsdk.codec.record import iter_records
+from jetserver.broker.fetch_stream import FetchStream
+from jetserver.server import Server
+from jetserver.storage.segment import TAIL_MAX_BYTES
+from support.one_step import OneStepSwitch
+from support.raw_client import RawClient
+
+pytestmark = pytest.mark.anyio
+
+MAX_BYTES = 500
+"""The request's ``max_bytes``: a message above it is answered alone, whole."""
+APPENDS: list[list[ProduceMessage]] = [
+    [ProduceMessage(b"a")],  # the first answer (general in both)
+    [ProduceMessage(b"b")],
+    [ProduceMessage(b"c"), ProduceMessage(b"d"), ProduceMessage(b"e")],  # one append, 3 records
+    [ProduceMessage(b"k" * (MAX_BYTES + 100))],  # above max_bytes: alone
+    [ProduceMessage(b"t" * (TAIL_MAX_BYTES + 100))],  # not kept in memory: from the file
+    [ProduceMessage(b"with key", key=b"k", headers=(("h", b"1"),))],
+    [ProduceMessage(b"f")],
+    [ProduceMessage(b"g")],  # the last of max_responses
+]
+
+
+def _seen(frame: Frame) -> tuple[object, ...]:
+    assert frame.api == Api.FETCH_STREAM
+    assert not frame.is_error, decode_error(frame.body)
+    header, raw = decode_fetch_response(frame.body)
+    records = [(r.offset, r.key, r.value, r.headers) for r in iter_records(raw, verify=True)]
+    return (frame.flags, len(frame.body), header, records)
+
+
+async def _run(c: RawClient, producer: RawClient, stream: str, cid: int) -> list[object]:
+    """A stream of ``len(APPENDS)`` answers, one append each; then one of 3 answers that
+    runs out of idle time after its first."""
+    req = FetchStreamRequest(stream, 0, 0, MAX_BYTES, 5_000, len(APPENDS))
+    await c.send_raw(encode_frame(Api.FETCH_STREAM, cid, encode_fetch_stream_request(req)))
+    seen: list[object] = []
+    for messages in APPENDS:
+        await producer.produce(stream, 0, messages)
+        seen.append(_seen(await c.recv_frame()))
+    end = sum(map(len, APPENDS))
+    req = FetchStreamRequest(stream, 0, end, MAX_BYTES, 300, 3)
+    await c.send_raw(encode_frame(Api.FETCH_STREAM, cid + 1, encode_fetch_stream_request(req)))
+    await producer.produce(stream, 0, [ProduceMessage(b"h")])
+    seen.append(_seen(await c.recv_frame()))
+    await producer.produce(stream, 0, [ProduceMessage(b"i")])
+    seen.append(_seen(await c.recv_frame()))
+    seen.append(_seen(await c.recv_frame()))  # the idle wait ran out: empty, last
+    return seen
+
+
+@pytest.mark.parametrize("durability", ["flushed", "written"])
+async def test_the_one_step_answer_is_the_general_paths_answer(
+    jet: Server, durability: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert jet.address is not None
+    step = OneStepSwitch(monkeypatch, FetchStream, "next_tail")
+    with anyio.fail_after(30):
+        async with (
+            await RawClient.connect(jet.address) as c,
+            await RawClient.connect(jet.address) as producer,
+        ):
+            for name in ("one", "gen"):
+                await c.create_stream(name=name, subject=f"{name}.x", durability=durability)
+            step.on()
+            one = await _run(c, producer, "one", 100)
+            taken = step.taken
+            step.off()
+            gen = await _run(c, producer, "gen", 200)
+    # b, c-e, the keyed one, f, g and i: the path under test was taken
+    assert taken >= 6
+    assert one == gen
