@@ -176,3 +176,19 @@ async def test_a_burst_without_new_leaderships_hands_out_its_first_chunk_at_once
         with anyio.fail_after(1.0):
             while not all(w.woken for _a, w in rest):
                 await anyio.lowlevel.checkpoint()
+
+
+async def test_what_is_left_is_handed_out_at_once_after_the_total_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """However many chunks, every new follower is woken within REST_MAX_S (they must fetch
+    within replica_lag_max_s), even while no chunk ever counts as applied."""
+    monkeypatch.setattr(role_burst, "LEADERS_FIRST_MAX_S", 0.01)
+    monkeypatch.setattr(role_burst, "REST_CHUNK_MAX_S", 60.0)  # chunk by chunk: minutes
+    monkeypatch.setattr(role_burst, "REST_MAX_S", 0.05)
+    rest = [(object(), _Wake()) for _ in range(REST_CHUNK * 3)]
+    burst = RoleBurst(len(rest))
+    with anyio.fail_after(10.0):
+        async with anyio.create_task_group() as tg:
+            burst.hand_out([(object(), _Wake())], rest, tg.start_soon)
+    assert all(w.woken for _a, w in rest)

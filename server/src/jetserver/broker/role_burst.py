@@ -29,7 +29,8 @@ its new leaderships only once its ~3,300 role changes had all applied (the last 
 at 10,000 partitions up to 13 s after the kill against 1.7 s for the elections): the new
 followers' tasks (fetchers reconciling with the other survivor, itself busy taking its
 leaderships) shared every turn of the loop with the new leaders and the requests they
-answer. The followers wait at most :data:`LEADERS_FIRST_MAX_S` for the leaders, well within
+answer. The followers wait at most :data:`LEADERS_FIRST_MAX_S` for the leaders, and what is
+left is handed out at once :data:`REST_MAX_S` after the leaderships, well within
 ``replica_lag_max_s``.
 
 While it waits, the task also measures how late the event loop wakes it (ticks of
@@ -55,6 +56,7 @@ __all__ = [
     "LEADERS_FIRST_MAX_S",
     "REST_CHUNK",
     "REST_CHUNK_MAX_S",
+    "REST_MAX_S",
     "ROLE_BURST_MIN",
     "ROLE_BURST_PAUSE_MAX_S",
     "STALL_TICK_S",
@@ -73,6 +75,10 @@ REST_CHUNK = 250
 """Role changes after the leaderships handed out at a time."""
 REST_CHUNK_MAX_S = 0.5
 """The next chunk is handed out at the latest this long after the one before."""
+REST_MAX_S = 5.0
+"""Whatever is left of a burst is handed out at once this long after its leaderships:
+every new follower fetches well within ``replica_lag_max_s`` (10 s by default) however
+many chunks there are."""
 
 
 class Wakeable(Protocol):
@@ -153,12 +159,15 @@ class RoleBurst:
             wake.set()
 
     async def _hand_out_rest(self, rest: Sequence[tuple[object, Wakeable]]) -> None:
-        wait_s = LEADERS_FIRST_MAX_S
-        for i in range(0, len(rest), REST_CHUNK):
+        wait_s, due = LEADERS_FIRST_MAX_S, anyio.current_time() + REST_MAX_S
+        i = 0
+        while i < len(rest):
             if self._waiting:
-                with anyio.move_on_after(wait_s):
+                with anyio.move_on_after(min(wait_s, max(due - anyio.current_time(), 0.0))):
                     await self._part_done.wait()
-            self._wake(rest[i : i + REST_CHUNK])
+            chunk = REST_CHUNK if anyio.current_time() < due else len(rest)
+            self._wake(rest[i : i + chunk])
+            i += chunk
             wait_s = REST_CHUNK_MAX_S
         self._waiting = set()
 
