@@ -8,11 +8,9 @@ from collections.abc import Iterator
 
 import anyio
 import anyio.lowlevel
-import attrs
 import pytest
 
-from jetserver.broker import role_burst
-from jetserver.broker.role_burst import REST_CHUNK, ROLE_BURST_MIN, RoleBurst
+from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
 
 pytestmark = pytest.mark.anyio
 
@@ -113,82 +111,3 @@ async def test_a_burst_applied_in_the_turn_that_handed_it_out_counts_that_turn()
         burst.applied()
     assert len(stalls) == 1
     assert stalls[0] >= 0.25
-
-
-@attrs.define
-class _Wake:
-    """An applier's wake-up, as the burst sees it."""
-
-    woken: bool = False
-
-    def set(self) -> None:
-        self.woken = True
-
-
-async def test_the_new_leaderships_are_handed_out_before_the_rest_in_chunks() -> None:
-    """Issue 34: a survivor's new leaderships were served only once its ~3,300 role changes
-    of a failover had all applied, the new followers' tasks sharing every turn with the new
-    leaders. The burst wakes the new leaders' appliers at once, the rest once those applied,
-    REST_CHUNK at a time, each chunk once the one before applied."""
-    leaders = [(object(), _Wake()) for _ in range(3)]
-    rest = [(object(), _Wake()) for _ in range(REST_CHUNK + 2)]
-    burst = RoleBurst(len(leaders) + len(rest))
-    async with anyio.create_task_group() as tg:
-        burst.hand_out(leaders, rest, tg.start_soon)
-        assert all(w.woken for _a, w in leaders)  # at once, in the reconcile's turn
-        for _ in range(5):
-            await anyio.lowlevel.checkpoint()
-        assert not any(w.woken for _a, w in rest)  # the leaders have not applied
-        for applier, _w in leaders:
-            burst.applied(applier)
-        with anyio.fail_after(5.0):
-            while not rest[0][1].woken:
-                await anyio.lowlevel.checkpoint()
-        assert [w.woken for _a, w in rest] == [True] * REST_CHUNK + [False] * 2
-        for applier, _w in rest[:REST_CHUNK]:
-            burst.applied(applier)
-        with anyio.fail_after(5.0):
-            while not rest[-1][1].woken:
-                await anyio.lowlevel.checkpoint()
-    assert burst.left == 2
-
-
-async def test_the_rest_is_handed_out_after_a_bound_if_the_leaders_never_apply(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A leader's applier retrying (a failed epoch write) does not hold the followers back
-    for longer than LEADERS_FIRST_MAX_S: they must fetch within replica_lag_max_s."""
-    monkeypatch.setattr(role_burst, "LEADERS_FIRST_MAX_S", 0.05)
-    leaders = [(object(), _Wake())]
-    rest = [(object(), _Wake()) for _ in range(3)]
-    burst = RoleBurst(4)
-    with anyio.fail_after(5.0):
-        async with anyio.create_task_group() as tg:
-            burst.hand_out(leaders, rest, tg.start_soon)
-    assert all(w.woken for _a, w in rest)
-
-
-async def test_a_burst_without_new_leaderships_hands_out_its_first_chunk_at_once() -> None:
-    rest = [(object(), _Wake()) for _ in range(2)]
-    burst = RoleBurst(2)
-    async with anyio.create_task_group() as tg:
-        burst.hand_out([], rest, tg.start_soon)
-        with anyio.fail_after(1.0):
-            while not all(w.woken for _a, w in rest):
-                await anyio.lowlevel.checkpoint()
-
-
-async def test_what_is_left_is_handed_out_at_once_after_the_total_bound(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """However many chunks, every new follower is woken within REST_MAX_S (they must fetch
-    within replica_lag_max_s), even while no chunk ever counts as applied."""
-    monkeypatch.setattr(role_burst, "LEADERS_FIRST_MAX_S", 0.01)
-    monkeypatch.setattr(role_burst, "REST_CHUNK_MAX_S", 60.0)  # chunk by chunk: minutes
-    monkeypatch.setattr(role_burst, "REST_MAX_S", 0.05)
-    rest = [(object(), _Wake()) for _ in range(REST_CHUNK * 3)]
-    burst = RoleBurst(len(rest))
-    with anyio.fail_after(10.0):
-        async with anyio.create_task_group() as tg:
-            burst.hand_out([(object(), _Wake())], rest, tg.start_soon)
-    assert all(w.woken for _a, w in rest)

@@ -37,18 +37,6 @@ Key = tuple[str, int]
 Want = tuple[StreamMeta, PartitionAssignment]
 
 
-def takes_lead(opened: RunningPartition, me: str) -> bool:
-    """True if ``opened``'s target makes server ``me`` the leader of an epoch it has not
-    applied yet (a burst hands these out first: role_burst)."""
-    wanted, applied = opened.wanted, opened.applied
-    if wanted is None or wanted[0].leader != me:
-        return False
-    return applied is None or (applied[0].leader, applied[0].leader_epoch) != (
-        me,
-        wanted[0].leader_epoch,
-    )
-
-
 @attrs.frozen
 class ReconcilePlan:
     """The partitions one reconcile examines and what this server wants of them."""
@@ -83,8 +71,7 @@ class ReconcilePlan:
         return [w for _key, w in sorted(kw for kw in self.wanted.items() if kw[0] not in running)]
 
     def retarget(self, running: Mapping[Key, RunningPartition]) -> list[RunningPartition]:
-        """Hand each wanted running replica its target; those whose target changed, not
-        woken yet (the caller wakes them: a burst leaders first, see role_burst)."""
+        """Hand each wanted running replica its target; those whose target changed (woken)."""
         woken: list[RunningPartition] = []
         named: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {}  # replicas: few sets
         for key, (_meta, a) in self.wanted.items():
@@ -98,6 +85,7 @@ class ReconcilePlan:
             target: Wanted = (a, replicas)
             if opened.wanted != target:
                 opened.wanted = target
+                opened.wake.set()
                 woken.append(opened)
         return woken
 

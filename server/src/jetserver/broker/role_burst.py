@@ -21,18 +21,6 @@ them in a single turn, which until 2026-11-29 ran with the collector on (a survi
 3,000-partition failover spent 1.22 s at one line of a new leader's start, one sample
 stack, in py-spy's record of the burst).
 
-**Leaders first.** The burst's new leaderships are handed out at once; the other role
-changes (new followers, ISR adoptions, replicas leaving) after them, in chunks of
-:data:`REST_CHUNK` (each handed out once the one before applied, or after
-:data:`REST_CHUNK_MAX_S`): :meth:`RoleBurst.hand_out`. A failover's survivor was serving
-its new leaderships only once its ~3,300 role changes had all applied (the last leadership
-at 10,000 partitions up to 13 s after the kill against 1.7 s for the elections): the new
-followers' tasks (fetchers reconciling with the other survivor, itself busy taking its
-leaderships) shared every turn of the loop with the new leaders and the requests they
-answer. The followers wait at most :data:`LEADERS_FIRST_MAX_S` for the leaders, and what is
-left is handed out at once :data:`REST_MAX_S` after the leaderships, well within
-``replica_lag_max_s``.
-
 While it waits, the task also measures how late the event loop wakes it (ticks of
 :data:`STALL_TICK_S`): the longest stall of the loop during the burst, handed to
 ``on_stall`` at its end (the role summary logs it: a loop held for seconds is what keeps
@@ -44,24 +32,14 @@ Task safety: the event loop.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable
 
 import anyio
 import attrs
 
 from jetserver.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused
 
-__all__ = [
-    "LEADERS_FIRST_MAX_S",
-    "REST_CHUNK",
-    "REST_CHUNK_MAX_S",
-    "REST_MAX_S",
-    "ROLE_BURST_MIN",
-    "ROLE_BURST_PAUSE_MAX_S",
-    "STALL_TICK_S",
-    "RoleBurst",
-]
+__all__ = ["ROLE_BURST_MIN", "ROLE_BURST_PAUSE_MAX_S", "STALL_TICK_S", "RoleBurst"]
 
 ROLE_BURST_MIN = FREEZE_MIN_PARTITIONS
 """Assignments handed over at once from which the collector is paused while they apply."""
@@ -69,22 +47,6 @@ ROLE_BURST_PAUSE_MAX_S = 10.0
 """The collector resumes at the latest this long after the burst began."""
 STALL_TICK_S = 0.02
 """Period of the loop-stall measurement while a burst applies."""
-LEADERS_FIRST_MAX_S = 2.0
-"""The rest of a burst is handed out at the latest this long after its new leaderships."""
-REST_CHUNK = 250
-"""Role changes after the leaderships handed out at a time."""
-REST_CHUNK_MAX_S = 0.5
-"""The next chunk is handed out at the latest this long after the one before."""
-REST_MAX_S = 5.0
-"""Whatever is left of a burst is handed out at once this long after its leaderships:
-every new follower fetches well within ``replica_lag_max_s`` (10 s by default) however
-many chunks there are."""
-
-
-class Wakeable(Protocol):
-    """An applier's wake-up (:class:`~jetserver.lazy_event.LazyEvent`)."""
-
-    def set(self) -> None: ...
 
 
 @attrs.define(eq=False)
@@ -106,11 +68,6 @@ class RoleBurst:
     """When ``left`` reached 0."""
     _resume: Callable[[], None] | None = None
     """Ends the collector's pause (set while it lasts)."""
-    _waiting: set[int] = attrs.field(factory=set)
-    """``id`` of the appliers of the part being handed out (:meth:`hand_out`) that have not
-    applied yet."""
-    _part_done: anyio.Event = attrs.field(factory=anyio.Event)
-    """Set when ``_waiting`` empties."""
 
     def pause_collector(self) -> None:
         """Turn the collector off now (once; see the module docstring); the burst's task
@@ -127,49 +84,12 @@ class RoleBurst:
         if resume is not None:
             resume()
 
-    def applied(self, applier: object = None) -> None:
-        """One applier applied its assignment (or left the burst for a later one);
-        ``applier``: the object handed to :meth:`hand_out` for it."""
-        if self._waiting:
-            self._waiting.discard(id(applier))
-            if not self._waiting:
-                self._part_done.set()
+    def applied(self) -> None:
+        """One applier applied its assignment (or left the burst for a later one)."""
         self.left -= 1
         if self.left <= 0 and not self.done.is_set():
             self.done_at = anyio.current_time()
             self.done.set()
-
-    def hand_out(
-        self,
-        leaders: Sequence[tuple[object, Wakeable]],
-        rest: Sequence[tuple[object, Wakeable]],
-        start_soon: Callable[..., object],
-    ) -> None:
-        """Wake the appliers of ``leaders`` now, and those of ``rest`` in a task started with
-        ``start_soon`` once they applied (see the module docstring). Each item: (the applier's
-        object, as later passed to :meth:`applied`; its wake-up)."""
-        self._wake(leaders)
-        if rest:
-            start_soon(self._hand_out_rest, rest)
-
-    def _wake(self, part: Sequence[tuple[object, Wakeable]]) -> None:
-        self._waiting = {id(who) for who, _wake in part}
-        self._part_done = anyio.Event()
-        for _who, wake in part:
-            wake.set()
-
-    async def _hand_out_rest(self, rest: Sequence[tuple[object, Wakeable]]) -> None:
-        wait_s, due = LEADERS_FIRST_MAX_S, anyio.current_time() + REST_MAX_S
-        i = 0
-        while i < len(rest):
-            if self._waiting:
-                with anyio.move_on_after(min(wait_s, max(due - anyio.current_time(), 0.0))):
-                    await self._part_done.wait()
-            chunk = REST_CHUNK if anyio.current_time() < due else len(rest)
-            self._wake(rest[i : i + chunk])
-            i += chunk
-            wait_s = REST_CHUNK_MAX_S
-        self._waiting = set()
 
     async def collector_paused(self, max_s: float = ROLE_BURST_PAUSE_MAX_S) -> None:
         """Run as a task: the collector paused (then what exists frozen) until every

@@ -44,7 +44,7 @@ from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.open_many import open_many
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.pending_opens import PendingOpens
-from jetserver.broker.reconcile_scope import ReconcileScope, takes_lead
+from jetserver.broker.reconcile_scope import ReconcileScope
 from jetserver.broker.replica_lookup import PARTITION_READY_TIMEOUT_S, ReplicaLookup
 from jetserver.broker.replica_tasks import ReplicaTasks
 from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
@@ -406,18 +406,11 @@ class StreamManager:
                 burst = RoleBurst(len(woken), on_stall=self.role_summary.stalled)  # see there
                 for opened in woken:
                     if opened.burst is not None:
-                        opened.burst.applied(opened)  # it is in this burst now
+                        opened.burst.applied()  # it is in this burst now
                     opened.burst = burst
                 burst.pause_collector()  # before the woken appliers run: see role_burst
                 self._burst = burst
                 self._tg.start_soon(burst.collector_paused)
-                parts: tuple[list[Any], list[Any]] = ([], [])  # leaderships, the rest
-                for r in woken:
-                    parts[not takes_lead(r, self.server_id)].append((r, r.wake))
-                burst.hand_out(*parts, self._tg.start_soon)  # leaders first: see there
-            else:
-                for opened in woken:
-                    opened.wake.set()
             self._scope.done(plan, self._running)
 
     async def _close_partition(self, key: tuple[str, int], running: RunningPartition) -> None:
@@ -468,7 +461,7 @@ class StreamManager:
                 self.role_summary.applied(replica.role, started, anyio.current_time(), led)
                 burst, running.burst = running.burst, None
                 if burst is not None:
-                    burst.applied(running)
+                    burst.applied()
 
     async def _apply(self, running: RunningPartition, target: Wanted) -> None:
         assignment, replica_addresses = target
