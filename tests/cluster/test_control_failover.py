@@ -304,10 +304,11 @@ SPREAD_PARTITIONS = 12
 
 SPREAD_TRIES = 3
 """Kills tried until a dead server's partitions land on both survivors: the takeover elects
-only survivors that answered their last liveness probe (a paused or overloaded member is
-not elected), and on a loaded machine one probe of one survivor can time out at the kill,
-which rightly gives that kill's partitions to the other. The old choice ("the first
-reporter in replica order") gave them all to one survivor on every try."""
+only survivors that answered one of their last two liveness probes (a paused or overloaded
+member is not elected), and on a loaded machine two probes of one survivor in a row can
+time out at the kill, which rightly gives that kill's partitions to the other. The old
+choice ("the first reporter in replica order") gave them all to one survivor on every
+try."""
 
 
 @pytest.mark.anyio

@@ -49,6 +49,9 @@ async def test_refused_is_down_at_once_a_silent_server_only_after_a_while(
         assert live.is_down("gone")  # refused: the process is gone
         assert live.down_event("gone").is_set()
         assert not live.is_down("slow")  # timed out once: maybe only busy
+        assert not live.answered_lately("gone")
+        if live.probes["slow"].failures == 1:  # one failure: still electable by a takeover
+            assert live.answered_lately("slow")
         slow_down = live.down_event("slow")
         assert not slow_down.is_set()
         first_failure = live.probes["slow"].failing_since
@@ -57,6 +60,8 @@ async def test_refused_is_down_at_once_a_silent_server_only_after_a_while(
             while not live.is_down("slow"):
                 await live.next_round()
         assert live.probes["slow"].at - first_failure >= 1.0
+        assert live.probes["slow"].failures >= 2
+        assert not live.answered_lately("slow")  # stuck for two probes: not elected
         assert slow_down.is_set()  # what followers wait on instead of a timer each
         assert not live.is_down("me")
         tg.cancel_scope.cancel()

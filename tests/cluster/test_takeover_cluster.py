@@ -29,6 +29,9 @@ PARTITIONS = 6
 MOVE_BOUND_S = 20.0
 """Bound on every partition of the killed server being led by a survivor (a loaded test
 machine; the takeover itself takes well under a second after the kill)."""
+SLOW_PROBE_INTERVAL_S = 4.0
+"""Liveness probe period of the missed-probe test: the metadata leader's view keeps one
+timed-out probe of a survivor for seconds (its next probe comes this long after)."""
 
 
 async def full_isrs(address: str) -> bool | None:
@@ -138,3 +141,75 @@ async def test_a_survivor_sends_no_report_that_the_takeover_makes_needless(
         assert any(elected in logs[s] for s in survivors)
         for s in survivors if metadata_leader_too else [other]:
             assert "silent-leader reports delivered" not in logs[s], logs[s][-3000:]
+
+
+async def test_a_survivor_that_missed_one_probe_is_still_elected(tmp_path: Path) -> None:
+    """Issue 34: the takeover elected only survivors whose last liveness probe answered; on
+    a loaded machine one probe of a busy survivor times out now and then, and a kill at
+    that moment gave every one of the dead server's leaderships to the other survivor
+    (which then made all of the failover's role changes alone). A survivor that answered
+    one of its last two probes is elected now (Liveness.answered_lately).
+
+    The metadata leader's probes of ``other`` are made to time out once (SIGSTOP until the
+    leader logs it, then SIGCONT; probes 4 s apart, so the next one comes seconds after
+    the kill), then the victim is killed: its partitions go to both survivors, each to
+    ``live[partition % 2]``. Run on the code before, every one went to the metadata leader
+    and this test failed on the assertion of the new leaders."""
+    settings: dict[str, Any] = {
+        "cluster": {"probe_interval_s": SLOW_PROBE_INTERVAL_S},
+        # The pause must not take ``other`` out of an ISR, nor have its own partitions
+        # reported silent and moved meanwhile.
+        "replication": {"replica_lag_max_s": 60.0, "leader_silence_s": 60.0},
+        # The first probe's failure is logged at DEBUG (the pause may come before it).
+        "logging": {"level": "DEBUG"},
+    }
+    with Cluster(root=tmp_path, size=3, settings=settings) as cluster:
+        meta = await metadata_leader(cluster)
+        spec: dict[str, Any] = {"name": "t", "subject": "t", "partitions": 12}
+        spec["replication_factor"] = 3
+        answer = await call(cluster.addresses[0], partial(RawClient.create_stream, **spec))
+        parts = answer["stream"]["partitions"]
+
+        def planned(victim: str) -> dict[int, str]:
+            """The takeover's leader for each partition ``victim`` leads (full ISRs)."""
+            out = {}
+            for p in parts:
+                if p["leader"] == victim:
+                    live = [r for r in p["replicas"] if r != victim]
+                    out[p["partition"]] = live[p["partition"] % len(live)]
+            return out
+
+        others = [s for s in SERVERS if s != meta]
+        # A victim some of whose partitions the plan gives to the survivor made to miss a
+        # probe (with 12 partitions, one of the two almost surely has some).
+        victim = next(v for v in others if set(planned(v).values()) == {meta, *others} - {v})
+        other = next(s for s in others if s != victim)
+        expected = planned(victim)
+        await eventually(
+            partial(full_isrs, cluster.server(victim).address),
+            "every partition's ISR full",
+            timeout_s=30,
+        )
+        meta_log = cluster.server(meta).log_path
+        missed = f"server does not answer server={other} "
+        cluster.server(other).pause()
+        try:
+
+            async def probe_missed() -> bool | None:
+                return True if missed in meta_log.read_text(errors="replace") else None
+
+            await eventually(probe_missed, f"{meta}'s probe of {other} timed out", timeout_s=15)
+        finally:
+            cluster.server(other).resume()
+        cluster.kill(victim)
+
+        async def moved() -> dict[int, str] | None:
+            got = assignments(await metadata(cluster.server(meta).address), "t")
+            leaders = {p: got[p][0] for p in expected}
+            return leaders if all(v not in (None, "", victim) for v in leaders.values()) else None
+
+        leaders = await eventually(moved, f"{victim}'s partitions led", timeout_s=MOVE_BOUND_S)
+        assert leaders == expected, (leaders, expected)
+        assert "partitions of a gone server elected from the liveness view" in (
+            meta_log.read_text(errors="replace")
+        )

@@ -57,6 +57,8 @@ class Probe:
     """When (monotonic seconds) the current run of failed probes began (None: it answered)."""
     answering_since: float | None = None
     """When (monotonic seconds) the current run of answered probes began (None: it failed)."""
+    failures: int = 0
+    """Probes failed in a row, this one included (0: it answered)."""
 
 
 @attrs.define(eq=False)
@@ -130,6 +132,23 @@ class Liveness:
         if not probe.ok or probe.answering_since is None:
             return 0.0
         return time.monotonic() - probe.answering_since
+
+    def answered_lately(self, server_id: str) -> bool:
+        """True if ``server_id`` answered one of its last two probes and the last one was
+        not refused (this server itself, or one not probed yet: True).
+
+        Whom a gone server's takeover may elect (:mod:`.takeover`). Under load one probe
+        of a live survivor times out now and then (its loop, or this server's, busy for a
+        second): with "answered its last probe" a kill at that moment gave every one of the
+        dead server's leaderships to the other survivor, which then made all of the
+        failover's role changes alone. A server paused or stuck for two probes in a row
+        (two probe bounds, :data:`PROBE_TIMEOUT_S` each) is still not elected."""
+        if server_id == self.server_id:
+            return True
+        probe = self.probes.get(server_id)
+        if probe is None or probe.ok:
+            return True
+        return not probe.refused and probe.failures <= 1
 
     def down_event(self, server_id: str) -> anyio.Event:
         """An event set once ``server_id`` is down in this view (:meth:`is_down`); a new,
@@ -281,14 +300,16 @@ class Liveness:
         now = time.monotonic()
         since: float | None = None
         answering: float | None = None
+        failures = 0
         same = previous is not None and previous.address == address
         if not ok:
             failing = same and previous is not None and not previous.ok
             since = previous.failing_since if failing and previous is not None else now
+            failures = previous.failures + 1 if failing and previous is not None else 1
         else:
             steady = same and previous is not None and previous.ok
             answering = previous.answering_since if steady and previous is not None else now
-        self.probes[server_id] = Probe(ok, now, address, refused, since, answering)
+        self.probes[server_id] = Probe(ok, now, address, refused, since, answering, failures)
         self._note_down(server_id)
         if refused and self.on_refused is not None and (previous is None or previous.ok):
             self.on_refused(server_id)

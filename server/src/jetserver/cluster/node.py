@@ -154,9 +154,7 @@ class ClusterNode:
                 interval_s=config.cluster.leader_rebalance_interval_s,
                 max_per_round=config.cluster.leader_rebalance_max,
             )
-            takeover = Takeover(
-                member, elections, liveness.gone, lambda s: liveness.answering_for(s) > 0
-            )
+            takeover = Takeover(member, elections, liveness.gone, liveness.answered_lately)
             node = cls(
                 config, member, peers, liveness, elections, controller, rebalancer, takeover, tg=tg
             )

@@ -4,7 +4,8 @@ When this server leads the metadata and its liveness probes find a server **gone
 connections ended and a probe was refused: nothing listens at its address, the process
 is dead), it proposes, without waiting for the followers' silent-leader reports, an
 election for every partition that server leads whose ISR has another member that answered
-its last liveness probe (this server included): at epoch + 1, the new leader taken among those ISR
+one of its last two liveness probes, the last not refused (this server included;
+:meth:`.Liveness.answered_lately`): at epoch + 1, the new leader taken among those ISR
 members in replica order by partition number (``live[partition % len(live)]``, as
 :func:`~.elections.choose_leader` spreads reporters), in batched ElectLeaders entries
 (:meth:`.Elections.propose_now`). Kafka's controller does the same when a broker's
@@ -68,8 +69,9 @@ def plan_takeover(
     Args:
         state: the metadata.
         gone: True for a server whose process is gone (its probe was refused).
-        answers: True for a server that answered its last liveness probe (a paused or
-            overloaded member is not elected: the reports path waits for it).
+        answers: True for a server that answered lately (one of its last two liveness
+            probes: a member paused or stuck longer is not elected, the reports path waits
+            for it).
 
     Returns:
         One ElectLeader at epoch + 1 per partition whose leader is gone and whose ISR has
@@ -105,7 +107,8 @@ class Takeover:
     gone: Callable[[str], bool]
     """Liveness: True if a server's process is gone (its probe was refused)."""
     answers: Callable[[str], bool]
-    """Liveness: True if a server answered its last probe (this server included)."""
+    """Liveness: True if a server answered one of its last two probes (this server
+    included; :meth:`.Liveness.answered_lately`)."""
     rescan_s: float = RESCAN_S
     """See :data:`RESCAN_S`."""
     taken: int = 0
