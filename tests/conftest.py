@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -32,6 +33,11 @@ from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
 from support.parallel import WorkerLoad, announce_groups_file, arrange, make_scheduler
+
+settings.register_profile("jet", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("jet")
+"""Property tests on a loaded machine: no deadline, and no health check on how long drawing
+the examples took (the tests' properties still hold; a slow draw is the machine, not the test)."""
 
 
 @pytest.fixture
