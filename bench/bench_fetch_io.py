@@ -27,7 +27,8 @@ from pathlib import Path
 
 import anyio
 
-from jetserver.protocol.socket_io import READ_INLINE_MAX_BYTES, SocketIO
+from jetserver.protocol.socket_io import SocketIO
+from jetserver.storage.read_slice import READ_INLINE_MAX_BYTES
 
 HEADER = b"\x00" * 40
 FILE_BYTES = 64 * 1024 * 1024

@@ -40,6 +40,10 @@ Sink = Callable[[str, str, bytes], bool]
 returns False to have it delivered through the callback (e.g. while its queue is full)."""
 
 
+SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
+"""Bound on confirming a new NATS subscription (a flush: one PING round trip to nats-server)."""
+
+
 class NatsUnavailable(JetServerError):
     """The NATS link is down (not connected yet, reconnecting or closed)."""
 

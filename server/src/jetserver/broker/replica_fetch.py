@@ -49,10 +49,9 @@ from jetserver.config import LimitsConfig
 from jetserver.errors import ApiError
 from jetserver.lazy_event import LazyEvent
 from jetserver.storage import StorageError
+from jetserver.storage.read_slice import READ_INLINE_MAX_BYTES
 from jetserver.storage.read_slices import ReadSlices
 
-READ_INLINE_MAX_BYTES = 256 * 1024
-"""Records up to this size are read on the event loop; bigger reads in a worker thread."""
 MAX_NEWS_WAITS = 64
 """Bound on one request's waits: each ends with news, a wake, the HW delay or the long poll's
 end (a wait that ends with nothing due, a timer a little early, waits again)."""

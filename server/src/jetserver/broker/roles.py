@@ -41,7 +41,11 @@ from jetsdk.codec.errors import CodecError
 from jetserver.broker.acks import PendingAck
 from jetserver.broker.commit import Committer
 from jetserver.broker.ingest_side import Intake
-from jetserver.broker.nats_port import NatsSubscription, NatsUnavailable
+from jetserver.broker.nats_port import (
+    SUBSCRIBE_CONFIRM_TIMEOUT_S,
+    NatsSubscription,
+    NatsUnavailable,
+)
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.services import ReplicaServices
@@ -80,10 +84,7 @@ from jetserver.storage import Log, StorageError
 
 log = logging.getLogger(__name__)
 
-SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
-"""Bound on confirming a new NATS subscription (a PING round trip)."""
-
-__all__ = ["SUBSCRIBE_CONFIRM_TIMEOUT_S", "RoleDriver", "new_core"]
+__all__ = ["RoleDriver", "new_core"]
 
 
 def _rebuild_producers(log_: Log) -> ProducerTable | Exception:

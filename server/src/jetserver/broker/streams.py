@@ -39,7 +39,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver import hops
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.housekeeping import run_housekeeping
-from jetserver.broker.nats_port import NatsPort, NatsUnavailable
+from jetserver.broker.nats_port import SUBSCRIBE_CONFIRM_TIMEOUT_S, NatsPort, NatsUnavailable
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.open_many import open_many
 from jetserver.broker.partition import PartitionReplica
@@ -90,7 +90,6 @@ from jetserver.storage.space import DiskSpace
 
 log = logging.getLogger(__name__)
 
-SUBSCRIBE_CONFIRM_TIMEOUT_S = 5.0
 APPLY_RETRY_S = 1.0
 """Pause before applying an assignment again after ``apply_assignment`` failed."""
 

@@ -48,9 +48,10 @@ from jetserver import hops
 from jetserver.config import LimitsConfig
 from jetserver.logs import fields
 from jetserver.protocol import stream_control
-from jetserver.protocol.socket_io import READ_INLINE_MAX_BYTES, RECV_BYTES, SocketIO
+from jetserver.protocol.socket_io import RECV_BYTES, SocketIO
 from jetserver.protocol.stream_control import StreamControl
 from jetserver.storage import ReadSlice
+from jetserver.storage.read_slice import READ_INLINE_MAX_BYTES
 from jetserver.storage.read_slices import ReadSlices
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,6 @@ import anyio
 
 RECV_BYTES = 256 * 1024
 """Bytes asked for per recv."""
-READ_INLINE_MAX_BYTES = 1024 * 1024
-"""fetch.io=read: slices up to this size are read on the event loop (a page-cache pread is
-cheaper than a worker-thread hop); bigger ones in a worker thread."""
 _MSG_MORE = getattr(socket, "MSG_MORE", 0)
 _TIMER_SLACK_S = 0.002
 """A read wait's timer that fires this close to the wait's deadline ends it (uvloop's

@@ -6,6 +6,11 @@ import attrs
 
 from jetserver.storage.files import FileLease, pread_exact
 
+READ_INLINE_MAX_BYTES = 1024 * 1024
+"""A read of up to this many bytes (a page-cache pread) runs on the event loop, cheaper than a
+worker-thread hop; a bigger one in a worker thread (a consumer's ``fetch.io=read`` answer and a
+follower's ReplicaFetch answer alike; bench fetch_io measures the line)."""
+
 
 @attrs.frozen
 class ReadSlice:
