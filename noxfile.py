@@ -161,7 +161,7 @@ def docs(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """Run the demo on an embedded default (temporary data directory)."""
     session.install(*PACKAGES)
-    session.run("python", "-m", "jetserver.demo", *session.posargs)
+    session.run("python", "-m", "jetserver.cli.demo", *session.posargs)
 
 
 @nox.session

@@ -24,7 +24,7 @@ import orjson
 
 from bench.bench_sdk import _load
 from bench.trees import HERE, compared_trees
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 ROUND = HERE / "bench" / "client_round.py"
 

@@ -51,7 +51,7 @@ from bench.pacing import paced
 from bench.trees import HERE, compared_trees, tree_paths
 from cluster.views import wait_info
 from jetsdk import AckPolicy, Client, Producer
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 RATE = 500
 """Messages per second."""

@@ -60,7 +60,7 @@ from bench.bench_sdk import _load, _stamp, jet_latency
 from bench.trees import HERE, compared_trees, tree_paths
 from jetsdk import Client, Consumer, Producer
 from jetsdk.client_requests import Durability
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 RATE = 500
 """Messages per second (100 B each)."""

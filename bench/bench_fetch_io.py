@@ -10,7 +10,7 @@ Two measurements:
    a stream filled with records, consumers fetching the whole log, with ``fetch.io`` set to
    each mode.
 
-The server's default (``jetserver.config.DEFAULT_FETCH_IO``, sendfile) was chosen from these
+The server's default (``jetserver.config.server.DEFAULT_FETCH_IO``, sendfile) was chosen from these
 figures; ``auto`` (read+send below ``fetch.sendfile_min_bytes``, sendfile above) and ``read``
 stay available.
 """
@@ -168,7 +168,7 @@ async def _e2e_mode(
         encode_json,
         encode_produce_request,
     )
-    from jetserver.config_load import load_config
+    from jetserver.config.load import load_config
     from jetserver.server import Server
 
     config = load_config(

@@ -44,8 +44,8 @@ import orjson
 from bench.bench_sdk import Results, jet_fill, jetstream_server, js_fill, js_setup
 from bench.worker_io import Tally, js_fetch, js_pull, ready, send_paced
 from jetsdk import Client, Consumer, MemberConfig, Producer, StreamPartition
-from jetserver.devcluster import DevCluster
 from jetserver.testing import reap
+from jetserver.testing.devcluster import DevCluster
 
 PARTITIONS = 8
 SESSION = 2.0

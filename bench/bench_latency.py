@@ -1,6 +1,6 @@
 """Where the time of one message goes: publish -> ack and publish -> consume, hop by hop.
 
-One jet server (``jet dev``, RF 1) runs with ``JET_HOP_TRACE`` (jetserver/hops.py), which
+One jet server (``jet dev``, RF 1) runs with ``JET_HOP_TRACE`` (jetserver/infra/hops.py), which
 records the moment each message reaches each hop inside the server; this process
 publishes timestamped 100-byte messages at a fixed rate with a ``Producer`` (linger 0) and
 reads them with a ``Consumer`` (long-poll fetch), noting when each send starts, when the
@@ -35,7 +35,7 @@ from bench.pacing import paced
 from bench.sdk_marks import consume_timed, sdk_marks
 from bench.stats import pct
 from jetsdk import AckPolicy, Client, Consumer, Message, Producer
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 ACK_PATH = (
     "send",

@@ -40,7 +40,7 @@ from bench.stats import pct
 from bench.trees import compared_trees, running_tree
 from jetsdk import Client
 from jetsdk.client_requests import Durability
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 RATE = 500
 """Messages per second (100 B each)."""

@@ -32,7 +32,7 @@ from bench.pacing import paced
 from bench.trees import compared_trees, running_tree
 from cluster.views import wait_info
 from jetsdk import AckPolicy, Client, Producer
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 RATE = 500
 """Messages per second (each one alone on its way at this rate on the dev VM)."""

@@ -3,9 +3,10 @@
 less).
 
 Per request the server counts (api, outcome) and observes the latency in a histogram
-(``jetserver.metrics.RequestMetrics.observe``). The same with prometheus_client is a labelled
-Counter and a labelled Histogram, each child looked up per request (``labels()``) or, the
-best a port could do, looked up once and cached. Also one scrape of the request families.
+(``jetserver.metrics.exposition.RequestMetrics.observe``). The same with
+prometheus_client is a labelled Counter and a labelled Histogram, each child looked up per
+request (``labels()``) or, the best a port could do, looked up once and cached. Also one
+scrape of the request families.
 
 Run: ``pip install prometheus_client`` in a scratch place, then
 ``PYTHONPATH=<there> python -m bench.bench_metrics_lib`` (prometheus_client is not a
@@ -19,7 +20,7 @@ import time
 from typing import Any
 
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, encode_frame
-from jetserver.metrics import (
+from jetserver.metrics.exposition import (
     LATENCY_BUCKETS_S,
     MetricsSources,
     RequestMetrics,

@@ -59,7 +59,7 @@ def _elect(state: Any, third: bool) -> Any:
 async def _child_async(partitions: int) -> dict[str, float]:
     from jetserver.broker.running import RunningPartition
     from jetserver.broker.streams import StreamManager
-    from jetserver.config import ServerConfig, ServerSection
+    from jetserver.config.server import ServerConfig, ServerSection
     from jetserver.metadata.store import MetadataStore
 
     config = ServerConfig(server=ServerSection(id="s1", data_dir="/nonexistent"))

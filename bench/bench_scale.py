@@ -17,7 +17,7 @@ Targets (issue 34), each printed with met / NOT met: <= 12 KB RSS and <= 1 open 
 idle partition, restart <= 10 s and idle CPU <= 5 % at 50,000 partitions (a row says
 NOT met when the largest size measured is smaller), and the server's open-file limit
 (``/proc/PID/limits``, after the server raised it) covering what the partitions need
-(``jetserver.resources.files_needed``) or, where it cannot, CreateStream refused with the
+(``jetserver.infra.resources.files_needed``) or, where it cannot, CreateStream refused with the
 error naming the limit and the remedy; the failover at 3,000 RF 3 within
 5 s; keyed produce to many partitions at >= 0.8x of produce to one.
 """
@@ -35,8 +35,8 @@ from bench.scale_connections import open_files, rss_bytes
 from bench.trees import compared_trees, running_tree
 from jetsdk import AckPolicy, Client, Producer
 from jetsdk.errors import JetError
-from jetserver.devcluster import DevCluster
-from jetserver.resources import files_needed
+from jetserver.infra.resources import files_needed
+from jetserver.testing.devcluster import DevCluster
 
 PER_STREAM = 100
 """Partitions per stream."""

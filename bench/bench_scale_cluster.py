@@ -27,7 +27,7 @@ The survivors' CPU seconds from the kill to the end of the failover's watch are 
 beside the load average. ``JET_BENCH_PYSPY=<dir>`` records the survivors with py-spy from
 the kill for ``PYSPY_S`` seconds (speedscope files with idle samples, in time order:
 ``<dir>/kill<k>-<server>.json``); with ``JET_HOP_TRACE`` the kill's ``perf_counter_ns`` is
-printed (the servers' garbage collections are marked on that clock, jetserver.hops).
+printed (the servers' garbage collections are marked on that clock, jetserver.infra.hops).
 
 Targets (issue 34), each printed with met / NOT met: create <= 10 ms per partition; 0
 leader changes in 60 idle seconds; after every kill -9, every partition with a live ISR
@@ -54,7 +54,7 @@ from jetsdk import Client
 from jetsdk.client_requests import list_offsets_body
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 PER_STREAM = 100
 """Partitions per stream."""

@@ -60,8 +60,8 @@ import orjson
 from bench.pacing import paced
 from bench.stats import pct, ratio_text
 from jetsdk import AckPolicy, Client, Consumer, Producer
-from jetserver.devcluster import DevCluster
 from jetserver.testing import find_nats_server
+from jetserver.testing.devcluster import DevCluster
 
 VALUE = b"x" * 100
 WINDOW = 4000

@@ -185,7 +185,7 @@ def _child(n: int, case: str, kinds: list[str]) -> None:
     from jetsdk import Client, Consumer, Producer
     from jetsdk import sync as jsync
     from jetsdk.client_requests import Durability
-    from jetserver.devcluster import DevCluster
+    from jetserver.testing.devcluster import DevCluster
 
     figures: dict[str, Any] = {}
     durability: Durability | None = None if case == "flushed" else "written"

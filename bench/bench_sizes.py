@@ -69,7 +69,7 @@ from bench.bench_sdk import (
 )
 from jetsdk import AckPolicy, Client
 from jetsdk.producer.accumulator import DEFAULT_MAX_BATCH_BYTES
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 SIZES = (100, 1024, 16 * 1024, 256 * 1024, 1024 * 1024)
 WINDOW = 4000

@@ -52,7 +52,7 @@ import attrs
 
 from bench.bench_sdk import _process_cpu_s
 from jetsdk import AckPolicy, Client, Consumer, Producer, Table
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 PARTITIONS = 8
 VALUE_BYTES = 100

@@ -21,7 +21,7 @@ import uuid
 import anyio
 
 from jetsdk import AckPolicy, Client, Consumer, Producer, sync
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 VALUE = b"x" * 100
 

@@ -49,8 +49,8 @@ from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from jetsdk import AckPolicy, Client, Producer, Table
-from jetserver.devcluster import DevCluster
 from jetserver.testing import NatsServer
+from jetserver.testing.devcluster import DevCluster
 
 VALUE = b"v" * 100
 PARTITIONS = 4

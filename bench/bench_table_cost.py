@@ -211,7 +211,7 @@ def _kv_child(kind: str) -> None:
 
 def _child(kind: str) -> None:
     """One round in this process (its code is the tree on its PYTHONPATH)."""
-    from jetserver.devcluster import DevCluster
+    from jetserver.testing.devcluster import DevCluster
 
     if kind.startswith("kv_"):
         _kv_child(kind)

@@ -1,7 +1,7 @@
 """The slow 1 % at 500 msg/s: where each outlying message spent its time, and what coincided.
 
 One jet server (``jet dev``, RF 1) runs with ``JET_HOP_TRACE`` and ``JET_HOP_USAGE``
-(jetserver/hops.py: its stage marks per message, its garbage collections, its fsyncs,
+(jetserver/infra/hops.py: its stage marks per message, its garbage collections, its fsyncs,
 its periodic rounds, each with the marking thread's CPU time and its time spent waiting
 for a CPU); after a second of warm-up this process publishes timestamped 100-byte
 messages at 500 msg/s with ``send_soon`` (the ``bench light`` loop) and consumes them,
@@ -50,7 +50,7 @@ from bench.sdk_marks import consume_timed, sdk_marks
 from bench.stats import pct
 from bench.trees import HERE, compared_trees, tree_paths
 from jetsdk import Client, Consumer, Message, Producer
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 RATE = 500
 VALUE = bytes(100)
@@ -121,7 +121,7 @@ Usage = dict[str, list[tuple[int, int, int, int]]]
 
 
 def _load(prefix: Path) -> tuple[Marks, Usage]:
-    """The server's marks (``hops.py``'s files), with their thread usage if recorded."""
+    """The server's marks (``infra/hops.py``'s files), with their thread usage if recorded."""
     marks: Marks = defaultdict(list)
     usage: Usage = defaultdict(list)
     for path in prefix.parent.glob(prefix.name + ".*"):

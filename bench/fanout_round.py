@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from jetsdk import AckPolicy, Client, Producer
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 WARM_UP = 2000

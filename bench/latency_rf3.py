@@ -1,7 +1,7 @@
 """Where the time of an RF 3 ack ALL publish goes, hop by hop, across three servers.
 
 Part of ``python -m bench latency``. Three jet servers (``jet dev --servers 3``) run with
-``JET_HOP_TRACE`` (jetserver/hops.py), each writing its own marks file; this process
+``JET_HOP_TRACE`` (jetserver/infra/hops.py), each writing its own marks file; this process
 publishes 100-byte messages at a fixed rate with an ack ALL ``Producer`` (linger 0), one
 message in flight at a time. The leader is the process that decoded the Produce requests;
 the followers are those that appended replicated records (``repl.fetched``).
@@ -31,7 +31,7 @@ import anyio
 from bench.pacing import paced
 from bench.stats import pct
 from jetsdk import AckPolicy, Client, Producer
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 
 ROWS = (
     "send -> leader req.produce",

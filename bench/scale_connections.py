@@ -24,8 +24,8 @@ from bench.stats import pct
 from jetsdk import AckPolicy, Client, Producer
 from jetsdk.codec.frames import Api, encode_frame
 from jetsdk.codec.messages import FetchRequest, encode_fetch_request
-from jetserver.devcluster import DevCluster
 from jetserver.testing import reap
+from jetserver.testing.devcluster import DevCluster
 
 WAIT_MS = 60_000
 """Each parked Fetch's max_wait (re-sent when answered)."""

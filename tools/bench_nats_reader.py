@@ -2,7 +2,7 @@
 
 Prints microseconds per message for :class:`jetserver.natsproto.NatsReader` on runs of
 ``MSG`` (the ingest hot path) and of ``HMSG``, read in 64 KiB chunks as the server's
-connection reads them, and for :class:`jetserver.nats_read.JetParser` (the reader and its
+connection reads them, and for :class:`jetserver.natslink.read.JetParser` (the reader and its
 dispatch to a no-op direct subscription). CPU time of this process, best of the rounds.
 Usage: ``python tools/bench_nats_reader.py [--messages N] [--rounds R]``.
 """
@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import Any
 
-from jetserver.nats_read import JetParser
+from jetserver.natslink.read import JetParser
 from jetserver.natsproto import NatsReader
 
 CHUNK = 64 * 1024

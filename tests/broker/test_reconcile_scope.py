@@ -14,8 +14,8 @@ from jetserver.broker.reconcile_scope import Key, ReconcilePlan, ReconcileScope
 from jetserver.broker.running import RunningPartition, Wanted
 from jetserver.broker.stream_files import stream_dir
 from jetserver.broker.streams import StreamManager
-from jetserver.config import ServerConfig, ServerSection
-from jetserver.lazy_event import LazyEvent
+from jetserver.config.server import ServerConfig, ServerSection
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata import ops
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta, StreamSpec
 from jetserver.metadata.store import MetadataStore

@@ -44,7 +44,7 @@ from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import OpenJobs, open_partition_logs
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamSpec
 from jetserver.metadata.ops import CreateStream, apply
-from jetserver.nats_link import NatsLink
+from jetserver.natslink.link import NatsLink
 from jetserver.replication.core import ROLE_FOLLOWER, ROLE_LEADER, ROLE_NONE
 from jetserver.testing import in_process_config, wait_until_async
 from support.control_plane import RecordingControl

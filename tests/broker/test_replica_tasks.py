@@ -11,7 +11,7 @@ import pytest
 
 from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.replica_tasks import ReplicaTasks
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra.lazy_event import LazyEvent
 
 pytestmark = pytest.mark.anyio
 

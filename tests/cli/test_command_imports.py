@@ -31,7 +31,7 @@ def _loaded_by(command: str) -> set[str]:
 def test_a_client_command_does_not_import_the_server(command: str) -> None:
     loaded = _loaded_by(command)
     assert "jetserver.server" not in loaded
-    assert "jetserver.devcluster" not in loaded
+    assert "jetserver.testing.devcluster" not in loaded
     assert not {m for m in loaded if m.startswith("nats")}, "nats-py is the server's link"
 
 
@@ -39,7 +39,7 @@ def test_jet_dev_runs_its_servers_without_importing_one() -> None:
     """`jet dev` starts nats-server and `jet server` processes (jetserver.testing's process
     kit): the in-process server is imported only where it is used."""
     loaded = _loaded_by("dev")
-    assert "jetserver.devcluster" in loaded
+    assert "jetserver.testing.devcluster" in loaded
     assert "jetserver.server" not in loaded
     assert "jetserver.testing.in_process" not in loaded
 

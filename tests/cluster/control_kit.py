@@ -2,7 +2,7 @@
 bounded waits.
 
 Every wait is bounded in time (and polls at a fixed interval); servers are started and
-killed by PID through :class:`jetserver.devcluster.DevCluster`.
+killed by PID through :class:`jetserver.testing.devcluster.DevCluster`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any, TypeVar
 
 import anyio
 
-from jetserver.devcluster import DevCluster
 from jetserver.metadata.model import StreamSpec
 from jetserver.metadata.ops import CreateStream
 from jetserver.raft import MetadataRaft, RaftConfig
 from jetserver.testing import Cluster as KitCluster
 from jetserver.testing import WaitTimeout, free_ports, wait_until_async
+from jetserver.testing.devcluster import DevCluster
 from raft.kit import FAST_TIMINGS
 from support.raw_client import RawClient, ServerError
 

@@ -8,7 +8,7 @@ import pytest
 
 from jetserver.cli.server_cmd import config_from_args
 from jetserver.cluster.bootstrap import raft_config
-from jetserver.config_load import load_config, to_toml
+from jetserver.config.load import load_config, to_toml
 from jetserver.errors import ConfigError
 from jetserver.raft import RaftPeer
 from support.jet_server import server_args

@@ -20,7 +20,7 @@ import pytest
 from jetsdk import AckPolicy, Client, Producer
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 from support.raw_client import ConnectionClosed, RawClient, ServerError
 
 from .control_kit import assignments, call, dev_cluster, eventually, metadata, metadata_leader

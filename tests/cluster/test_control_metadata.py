@@ -18,7 +18,7 @@ from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage, encode_json
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 from support.raw_client import RawClient, ServerError
 
 from .control_kit import assignments, call, dev_cluster, eventually, metadata, metadata_leader

@@ -24,8 +24,8 @@ from cluster.harness import Cluster, needs_cluster, wait_until_async
 from cluster.records import read_disk_log
 from cluster.scenario import Scenario
 from cluster.views import wait_full_isr, wait_leader
-from jetserver.fatal import EXIT_STORAGE_FATAL
 from jetserver.raft.config import JOURNAL_FILE
+from jetserver.storage.fatal import EXIT_STORAGE_FATAL
 from support.fsync_fault import ArmableFault
 
 pytestmark = [pytest.mark.fault, pytest.mark.anyio, needs_cluster]

@@ -15,7 +15,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.fetch_stream import FetchStreamRequest, encode_fetch_stream_request
 from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE, Api, encode_frame
 from jetsdk.codec.messages import ProduceMessage, decode_error
-from jetserver.devcluster import DevCluster
+from jetserver.testing.devcluster import DevCluster
 from support.raw_client import RawClient
 
 from .control_kit import assignments, call, dev_cluster, eventually, metadata, metadata_leader

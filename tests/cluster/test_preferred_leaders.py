@@ -23,9 +23,9 @@ import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.cluster.rebalance import plan_preferred, unsettled
-from jetserver.devcluster import DevCluster
 from jetserver.metadata.model import MetadataState, StreamSpec
 from jetserver.metadata.ops import CreateStream, ElectLeader, ElectLeaders, apply
+from jetserver.testing.devcluster import DevCluster
 
 from .control_kit import call, eventually, metadata, metadata_leader
 from .test_control_ops import state_with_stream

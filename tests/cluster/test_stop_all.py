@@ -19,7 +19,7 @@ from cluster.views import wait_full_isr
 from cluster.workload import client
 from jetsdk import AckPolicy, Producer
 from jetserver.cluster.handoff import HANDOFF_TIMEOUT_FRACTION
-from jetserver.config import DEFAULT_SHUTDOWN_TIMEOUT_S
+from jetserver.config.server import DEFAULT_SHUTDOWN_TIMEOUT_S
 from jetserver.server import CLEAN_STOP_FILE
 
 pytestmark = [pytest.mark.anyio, needs_cluster]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from jetserver.config_load import load_config
+from jetserver.config.load import load_config
 from jetserver.errors import ConfigError
 from jetserver.metadata.model import Grant, MetadataState
 from jetserver.metadata.op_codec import op_from_dict

@@ -93,7 +93,7 @@ async def test_client_certificate_required(
 
 
 def test_tls_config_errors(tmp_path: Path, ca: CertAuthority) -> None:
-    from jetserver.config_load import load_config
+    from jetserver.config.load import load_config
     from jetserver.errors import ConfigError
 
     with pytest.raises(ConfigError, match="cert and key"):

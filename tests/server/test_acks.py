@@ -17,8 +17,8 @@ from jetserver.broker.acks import (
     encode_ack_payloads,
     group_by_inbox,
 )
-from jetserver.config import NatsConfig
-from jetserver.nats_link import NatsLink
+from jetserver.config.server import NatsConfig
+from jetserver.natslink.link import NatsLink
 
 partition_acks = st.builds(
     PartitionAck,

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.protocol.connection import ANSWER_NOW, AcceptedConnection, Reply
 from jetserver.protocol.socket_io import SocketIO
 

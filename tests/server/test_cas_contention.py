@@ -2,7 +2,7 @@
 
 On a server alone with durability ``flushed``, an ALL-acked request that appended in its own
 task fsyncs there too, on the event loop while the loop looks free
-(:class:`jetserver.fsync_runner.FsyncRunner`). A writer whose compare-and-set lost to the
+(:class:`jetserver.storage.fsync_runner.FsyncRunner`). A writer whose compare-and-set lost to the
 records being fsynced retries within a round trip; with the fsync on the loop its retry
 waited until the disk was done, so racing writers committed one increment per fsync.
 A partition that refused a compare-and-set since its last commit in a request's task

@@ -8,8 +8,8 @@ import pytest
 
 from jetsdk.transport import DEFAULT_PORT
 from jetserver.cli.server_cmd import config_from_args
-from jetserver.config import ServerConfig
-from jetserver.config_load import load_config
+from jetserver.config.load import load_config
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ConfigError
 from support.jet_server import server_args
 
@@ -95,7 +95,7 @@ def test_missing_config_file() -> None:
 
 
 def test_print_config_round_trips(tmp_path: Path) -> None:
-    from jetserver.config_load import to_toml
+    from jetserver.config.load import to_toml
 
     cfg = load_config(
         None,

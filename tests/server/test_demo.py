@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cluster.harness import needs_cluster
-from jetserver import demo
+from jetserver.cli import demo
 
 
 @pytest.mark.fault

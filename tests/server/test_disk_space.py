@@ -26,7 +26,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
 from jetsdk.consumer.group_admin import commit_offsets, group_offsets
 from jetsdk.group.stream_partition import StreamPartition as SP
-from jetserver.metrics import render
+from jetserver.metrics.exposition import render
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError

@@ -7,7 +7,7 @@ ALL ack and a consumer's read of a record in a ``written`` stream come while the
 that record is held open; in a ``flushed`` stream (the default) the ack waits for the gate.
 
 A ``written`` partition's fsyncs run in a worker thread that reports nothing back to the
-event loop (jetserver/flush_behind.py) unless one fails; then the flusher takes over and
+event loop (jetserver/storage/flush_behind.py) unless one fails; then the flusher takes over and
 cuts the log back, and the records acknowledged after that are stored.
 """
 
@@ -23,8 +23,8 @@ from cluster.harness import wait_until_async
 from jetsdk import Client, Consumer, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
-from jetserver import fsync_threads
 from jetserver.server import Server
+from jetserver.storage import fsync_threads
 from support.fsync_fault import FsyncFault, FsyncGate
 from support.jet_server import records_after_restart, start_server_process
 from support.nats_server import NatsServer

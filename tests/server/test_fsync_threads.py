@@ -1,4 +1,4 @@
-"""The fsync worker threads (jetserver/fsync_threads.py): results, errors, reuse of an
+"""The fsync worker threads (jetserver/storage/fsync_threads.py): results, errors, reuse of an
 idle thread, the thread limit, and a cancelled caller that waits for its job."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import anyio
 import pytest
 
-from jetserver.fsync_threads import FsyncThreads
+from jetserver.storage.fsync_threads import FsyncThreads
 
 pytestmark = pytest.mark.anyio
 
@@ -89,10 +89,10 @@ async def test_a_cancelled_caller_waits_for_its_job_to_end() -> None:
 async def test_a_submitted_job_runs_without_a_word_back_to_the_loop(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """``submit`` (the fsyncs of ``written`` partitions, jetserver/flush_behind.py): the
+    """``submit`` (the fsyncs of ``written`` partitions, jetserver/storage/flush_behind.py): the
     job runs in a worker thread, nothing is handed back through the loop, an exception is
     logged, and the thread serves the next job."""
-    from jetserver import fsync_threads
+    from jetserver.storage import fsync_threads
 
     settled: list[object] = []
     monkeypatch.setattr(fsync_threads, "_settle", lambda *args: settled.append(args))

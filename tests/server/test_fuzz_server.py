@@ -51,8 +51,8 @@ from jetsdk.codec.messages import (
     encode_produce_request,
 )
 from jetserver.broker.nats_port import NatsUnavailable
-from jetserver.config import NatsConfig
-from jetserver.nats_link import NatsLink
+from jetserver.config.server import NatsConfig
+from jetserver.natslink.link import NatsLink
 from jetserver.testing import JetServer
 from support.jet_server import start_server_process
 from support.nats_server import NatsServer

@@ -8,7 +8,7 @@ import sys
 
 CHILD = """
 import gc
-from jetserver.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused, release_frozen
+from jetserver.broker.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused, release_frozen
 
 def cycle():
     a = []

@@ -10,7 +10,7 @@ from pathlib import Path
 _SCRIPT = textwrap.dedent(
     """
     import gc
-    from jetserver import hops
+    from jetserver.infra import hops
 
     gc.disable()
     before = gc.get_count()[0]

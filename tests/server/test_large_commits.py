@@ -1,7 +1,7 @@
 """The commits of large ack-ALL Produce requests on a server alone (durability
 ``flushed``): their fsyncs leave the event loop, and while one request's fsync runs in a
 worker thread the requests appended meanwhile are committed by the partition's flusher,
-whose next fsync covers them all (jetserver.fsync_runner, Committer.commit_here).
+whose next fsync covers them all (jetserver.storage.fsync_runner, Committer.commit_here).
 
 An in-process server; the log's fdatasync is wrapped to wait at a gate (bounded), so the
 requests pile up behind one fsync as they do behind a slow disk.
@@ -22,8 +22,8 @@ from jetsdk.codec.messages import (
     decode_produce_response,
     encode_produce_request,
 )
-from jetserver import fsync_runner
 from jetserver.server import Server
+from jetserver.storage import fsync_runner
 from jetserver.storage import log as log_module
 from support.raw_client import RawClient
 

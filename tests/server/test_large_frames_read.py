@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from jetsdk.codec.frames import Api, Frame, encode_frame
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.protocol import connection
 from jetserver.protocol.connection import AcceptedConnection, Reply
 from jetserver.protocol.socket_io import RECV_BYTES, SocketIO

@@ -7,7 +7,7 @@ from typing import TypeVar
 import anyio
 import pytest
 
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra.lazy_event import LazyEvent
 
 T = TypeVar("T")
 

@@ -17,7 +17,7 @@ import pytest
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api, encode_frame
 from jetsdk.codec.messages import FetchRequest, ProduceMessage, decode_error, encode_fetch_request
-from jetserver.config import (
+from jetserver.config.server import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_FETCH_BYTES,

@@ -15,7 +15,7 @@ import pytest
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceMessage
-from jetserver.metrics import Histogram
+from jetserver.metrics.exposition import Histogram
 from support.jet_dev import JetDev
 from support.jet_server import running_server, start_server_process
 from support.nats_server import NatsServer

@@ -1,4 +1,4 @@
-"""jet's receive path of nats-py connections (jetserver.nats_fast) and NatsLink.publish_many.
+"""jet's receive path of nats-py connections (jetserver.natslink.fast) and NatsLink.publish_many.
 
 JetParser is checked against nats-py's own parser on random well-formed protocol streams
 cut at random points (the same calls to the client), and on malformed header blocks and
@@ -22,9 +22,9 @@ from nats.protocol.parser import Parser
 
 from jetserver.broker.nats_port import SkipMarked, header_lines
 from jetserver.broker.stored_copy import stored_header_block
-from jetserver.config import NatsConfig
-from jetserver.nats_fast import JetNatsClient, JetParser, fast_path_supported
-from jetserver.nats_link import _NATS_PY_PUB_INTERNALS, NatsLink
+from jetserver.config.server import NatsConfig
+from jetserver.natslink.fast import JetNatsClient, JetParser, fast_path_supported
+from jetserver.natslink.link import _NATS_PY_PUB_INTERNALS, NatsLink
 from support.nats_server import NatsServer
 
 

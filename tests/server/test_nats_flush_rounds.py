@@ -1,5 +1,5 @@
 """Flushes of the NATS link that wait at the same time share PING round trips
-(:mod:`jetserver.shared_rounds`).
+(:mod:`jetserver.natslink.shared_rounds`).
 
 A failover's thousand new partition leaders each subscribe and confirm the subscription
 with a flush; each flush was a PING round trip of its own (0.9 s on average of the role
@@ -20,8 +20,8 @@ from typing import Any
 import anyio
 import pytest
 
-from jetserver.nats_link import NatsLink
-from jetserver.shared_rounds import SharedRounds
+from jetserver.natslink.link import NatsLink
+from jetserver.natslink.shared_rounds import SharedRounds
 from jetserver.testing import in_process_config
 from support.nats_server import NatsServer
 

@@ -11,7 +11,7 @@ import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
-from jetserver.nats_link import NatsLink
+from jetserver.natslink.link import NatsLink
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
@@ -74,7 +74,7 @@ async def test_stop_while_nats_is_unreachable(tmp_path: Path) -> None:
                 retrying.set()
 
     handler = OnRetry()
-    logging.getLogger("jetserver.nats_link").addHandler(handler)
+    logging.getLogger("jetserver.natslink.link").addHandler(handler)
     server = Server(in_process_config(url, tmp_path / "data"))
     try:
         with anyio.fail_after(10):
@@ -83,14 +83,14 @@ async def test_stop_while_nats_is_unreachable(tmp_path: Path) -> None:
                 await retrying.wait()  # an attempt to connect failed
                 server.request_stop()
     finally:
-        logging.getLogger("jetserver.nats_link").removeHandler(handler)
+        logging.getLogger("jetserver.natslink.link").removeHandler(handler)
     with pytest.raises(RuntimeError, match="not running"):
         server.address  # noqa: B018 - it never listened
 
 
 async def test_nats_authentication(tmp_path: Path) -> None:
     from jetserver.broker.nats_port import NatsUnavailable
-    from jetserver.config import NatsConfig
+    from jetserver.config.server import NatsConfig
 
     with NatsServer(extra_config='authorization { user: "jet", password: "s3cret" }') as auth:
         good = NatsLink(NatsConfig(servers=(auth.url,), user="jet", password="s3cret"))
@@ -105,9 +105,9 @@ async def test_nats_authentication(tmp_path: Path) -> None:
 
 
 def test_tls_files_are_checked(tmp_path: Path) -> None:
-    from jetserver.config import NatsConfig
+    from jetserver.config.server import NatsConfig
     from jetserver.errors import JetServerError
-    from jetserver.nats_connect import tls_context
+    from jetserver.natslink.connect import tls_context
 
     assert tls_context(NatsConfig()) is None
     assert tls_context(NatsConfig(servers=("tls://127.0.0.1:4222",))) is not None

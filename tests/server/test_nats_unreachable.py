@@ -17,8 +17,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jetserver.config import NatsConfig
-from jetserver.nats_link import NatsLink
+from jetserver.config.server import NatsConfig
+from jetserver.natslink.link import NatsLink
 from support.nats_server import NatsServer
 
 JET = [sys.executable, "-m", "jetserver.cli.main"]

@@ -11,7 +11,7 @@ import pytest
 
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import ProduceMessage
-from jetserver.metrics import render
+from jetserver.metrics.exposition import render
 from jetserver.server import Server
 from jetserver.testing import wait_until_async
 from support.jet_server import running_server, start_server_process

@@ -1,4 +1,4 @@
-"""Partition health (jetserver.metadata.health, metrics_cluster): offline means no live
+"""Partition health (jetserver.metadata.health, jetserver.metrics.cluster): offline means no live
 leader, and the counts the metadata leader exports follow from it; the SDK reads the
 Metadata answer's ``offline`` and ``live``."""
 
@@ -11,7 +11,7 @@ from jetsdk.metadata import ClusterMetadata
 from jetserver.broker.stream_info import StreamInfoCache, stream_info
 from jetserver.metadata.health import NO_LEADER, cluster_health, offline_reason
 from jetserver.metadata.model import PartitionAssignment, StreamMeta, StreamSpec
-from jetserver.metrics_cluster import ClusterCounts
+from jetserver.metrics.cluster import ClusterCounts
 
 
 def assignment(

@@ -28,7 +28,6 @@ from jetsdk.codec.messages import (
 )
 from jetsdk.codec.transcode import DirectRecord, produce_envelopes
 from jetsdk.envelope import build_message
-from jetserver import fsync_runner
 from jetserver.broker.acks import AckRouter, PartitionAck
 from jetserver.broker.direct import DirectBatch, ProduceCompletion
 from jetserver.broker.ingested import Queued
@@ -37,6 +36,7 @@ from jetserver.broker.produce import ProduceService
 from jetserver.broker.sequencer import DEFER_MAX_RECORDS, Sequencer
 from jetserver.broker.stored_copy import STORED_HEADER
 from jetserver.server import Server
+from jetserver.storage import fsync_runner
 from support.fsync_choice import fsyncs_on_the_loop
 from support.jet_server import running_server
 from support.nats_server import NatsServer

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from jetserver.runtime import GC_GEN0_THRESHOLD
+from jetserver.infra.runtime import GC_GEN0_THRESHOLD
 
 
 def test_tune_gc_freezes_and_raises_the_young_threshold() -> None:
     code = (
-        "import gc; from jetserver.runtime import tune_gc; tune_gc(); "
+        "import gc; from jetserver.infra.runtime import tune_gc; tune_gc(); "
         "print(gc.get_threshold()[0], gc.get_freeze_count() > 0)"
     )
     out = subprocess.run(
@@ -25,7 +25,7 @@ def test_tune_gc_freezes_and_raises_the_young_threshold() -> None:
 
 _BUFFER_ROUNDS = """
 import resource, sys
-from jetserver.runtime import tune_malloc
+from jetserver.infra.runtime import tune_malloc
 tuned = tune_malloc() if sys.argv[1] == "tune" else False
 src = bytes(1 << 20)
 def rounds(n):

@@ -7,7 +7,7 @@ import sys
 
 import attrs
 
-from jetserver.config import SECTIONS
+from jetserver.config.server import SECTIONS
 
 JET = [sys.executable, "-m", "jetserver.cli.main"]
 

@@ -30,7 +30,7 @@ from jetsdk.codec.stream_settings import (
     repair_stored,
 )
 from jetserver.broker.stream_files import log_config
-from jetserver.config import ServerConfig
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ApiError, ConfigError
 from jetserver.metadata.creation import create_stream_op
 from jetserver.metadata.model import StreamMeta, StreamSpec

@@ -13,7 +13,7 @@ import pytest
 
 from jetsdk.codec.frames import Api, Frame, encode_frame
 from jetsdk.codec.record import encode_body, iter_records
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.protocol import socket_io
 from jetserver.protocol.connection import AcceptedConnection, Reply
 from jetserver.protocol.socket_io import SocketIO

@@ -1,4 +1,4 @@
-"""The one set of configuration validators (jetserver/validators.py)."""
+"""The one set of configuration validators (jetserver/config/validators.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 import attrs
 import pytest
 
+from jetserver.config.validators import non_negative, optional_non_negative, positive, positive_int
 from jetserver.errors import ConfigError
 from jetserver.raft.config import RaftConfig, RaftPeer
 from jetserver.replication.config import ReplicationConfig
 from jetserver.storage.config import LogConfig
-from jetserver.validators import non_negative, optional_non_negative, positive, positive_int
 
 
 @attrs.frozen

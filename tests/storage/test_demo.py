@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from jetserver import demo_storage
+from jetserver.cli import demo_storage
 
 
 def test_demo_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

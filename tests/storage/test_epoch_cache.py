@@ -103,7 +103,7 @@ def test_a_deferred_epoch_changes_the_entries_at_once_and_the_file_when_written(
     tmp_path: Path,
 ) -> None:
     """assign(deferred=...) hands the cache over instead of writing (a new leader's epoch:
-    its file is written by a worker thread, jetserver.epoch_writes)."""
+    its file is written by a worker thread, jetserver.storage.epoch_writes)."""
     cache = make(tmp_path, [100])
     cache.assign(1, 10)
     handed: list[LeaderEpochCache] = []

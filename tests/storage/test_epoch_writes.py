@@ -1,4 +1,4 @@
-"""jetserver.epoch_writes: new leaders' epoch checkpoints written by worker threads."""
+"""jetserver.storage.epoch_writes: new leaders' epoch checkpoints written by worker threads."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from jetserver.epoch_writes import EpochWrites
-from jetserver.fsync_threads import FsyncThreads
 from jetserver.storage import LeaderEpochCache, epoch_cache
 from jetserver.storage.checkpoint import LEADER_EPOCH_FILE
+from jetserver.storage.epoch_writes import EpochWrites
+from jetserver.storage.fsync_threads import FsyncThreads
 
 
 def caches(root: Path, n: int) -> list[LeaderEpochCache]:

@@ -1,4 +1,4 @@
-"""Where fsyncs run (jetserver.fsync_runner): on the event loop while they are fast and few,
+"""Where fsyncs run (jetserver.storage.fsync_runner): on the event loop while they are fast and few,
 in a worker thread when the disk is slow, the loop busy, or another thread already fsyncs.
 
 Real logs on real files; the fdatasync the log calls is wrapped to be gated or to report a
@@ -21,10 +21,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from jetserver import fsync_runner, fsync_threads
-from jetserver.fsync_runner import FsyncRunner
-from jetserver.storage import Log, SyncFailedError, files
+from jetserver.storage import Log, SyncFailedError, files, fsync_runner, fsync_threads
 from jetserver.storage import log as log_module
+from jetserver.storage.fsync_runner import FsyncRunner
 
 from .helpers import bodies
 

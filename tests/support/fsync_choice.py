@@ -1,10 +1,11 @@
-"""Pinning the fsync runner's choice of the event loop in a test (jetserver.fsync_runner)."""
+"""Pinning the fsync runner's choice of the event loop in a test
+(jetserver.storage.fsync_runner)."""
 
 from __future__ import annotations
 
 import pytest
 
-from jetserver import fsync_runner
+from jetserver.storage import fsync_runner
 
 
 def fsyncs_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,30 +49,30 @@ from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.running import MetadataView
 from jetserver.broker.streams import StreamManager
-from jetserver.config import ServerConfig
-from jetserver.fsync_runner import FsyncRunner
-from jetserver.logs import fields
-from jetserver.metadata.store import MetadataStore, write_atomic
-from jetserver.metrics import MetricsSources, render
-from jetserver.metrics_cluster import ClusterCounts
-from jetserver.metrics_http import serve_metrics
-from jetserver.nats_link import NatsLink
-from jetserver.protocol.connection import Reply
-from jetserver.protocol.gate_port import Session
-from jetserver.protocol.handlers import Dispatcher
-from jetserver.protocol.listener import ProtocolListener, bind_listener, format_address
-from jetserver.resources import (
+from jetserver.config.server import ServerConfig
+from jetserver.infra.resources import (
     DataDirLock,
     log_file_limits,
     park_idle_files,
     raise_open_file_limit,
     size_active_files,
 )
-from jetserver.runtime import event_loop_name
+from jetserver.infra.runtime import event_loop_name
+from jetserver.logs import fields
+from jetserver.metadata.store import MetadataStore, write_atomic
+from jetserver.metrics.cluster import ClusterCounts
+from jetserver.metrics.endpoint import serve_metrics
+from jetserver.metrics.exposition import MetricsSources, render
+from jetserver.natslink.link import NatsLink
+from jetserver.protocol.connection import Reply
+from jetserver.protocol.gate_port import Session
+from jetserver.protocol.handlers import Dispatcher
+from jetserver.protocol.listener import ProtocolListener, bind_listener, format_address
 from jetserver.security.gate import Security
 from jetserver.security.wiring import acl_proposer, connection_setup
 from jetserver.security.wiring import bootstrap as bootstrap_acls
 from jetserver.storage.files import SEALED_FILES
+from jetserver.storage.fsync_runner import FsyncRunner
 from jetserver.storage.space import DiskSpace
 
 if TYPE_CHECKING:

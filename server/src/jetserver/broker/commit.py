@@ -3,7 +3,7 @@
 :class:`Committer` owns the flusher task, the high-watermark waits and the count of failed
 fsyncs. Its flusher waits until records were appended (:meth:`Committer.request_flush`),
 fsyncs them (one fsync covers everything appended so far) on the event loop or in a worker
-thread as :class:`~jetserver.fsync_runner.FsyncRunner` decides, then tells the replica's
+thread as :class:`~jetserver.storage.fsync_runner.FsyncRunner` decides, then tells the replica's
 :class:`~jetserver.replication.core.ReplicaCore`, which says what follows: the high
 watermark to set (single server: the flushed offset; leader: per the ISR), the ALL acks to
 send, whom to wake (:meth:`Committer.carry_out`). Records appended during an fsync are
@@ -27,16 +27,16 @@ import anyio
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver import hops
 from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
 from jetserver.broker.copy_turns import CopyTurns
 from jetserver.broker.replica_base import ReplicaBase
-from jetserver.flush_behind import FlushBehind
-from jetserver.fsync_runner import FsyncRunner
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra import hops
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata.model import DURABILITY_FLUSHED, DURABILITY_WRITTEN
 from jetserver.replication.core import ROLE_SINGLE, Outcome
 from jetserver.storage import SyncFailedError
+from jetserver.storage.flush_behind import FlushBehind
+from jetserver.storage.fsync_runner import FsyncRunner
 
 log = logging.getLogger(__name__)
 

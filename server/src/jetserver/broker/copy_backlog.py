@@ -26,7 +26,7 @@ import time
 
 import attrs
 
-from jetserver.config import COPY_BACKLOG_MAX_BYTES
+from jetserver.config.server import COPY_BACKLOG_MAX_BYTES
 
 
 @attrs.define(eq=False)

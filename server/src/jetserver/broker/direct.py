@@ -21,8 +21,8 @@ import attrs
 
 from jetsdk.codec.messages import encode_produce_result_tuples
 from jetsdk.codec.transcode import DirectRecord
-from jetserver import hops
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra import hops
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.storage.framing import CheckedBody
 

@@ -29,11 +29,11 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.messages import (
     FetchRequest,
 )
-from jetserver import hops
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument
+from jetserver.infra import hops
 from jetserver.storage import Log, OffsetOutOfRange, ReadSlice
 from jetserver.storage.read_slices import ReadSlices
 

@@ -27,12 +27,12 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.fetch_messages import encode_fetch_records_frame
 from jetsdk.codec.fetch_stream import MAX_FETCH_STREAM_RESPONSES, FetchStreamRequest
 from jetsdk.codec.frames import FLAG_MORE, FLAG_RESPONSE
-from jetserver import hops
 from jetserver.broker.fetch import FetchAnswer, fetch_from
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument
+from jetserver.infra import hops
 from jetserver.replication.core import ROLE_SINGLE
 
 _MORE = FLAG_RESPONSE | FLAG_MORE

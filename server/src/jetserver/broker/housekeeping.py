@@ -20,10 +20,10 @@ from typing import Any
 
 import anyio
 
-from jetserver import hops
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.running import RunningPartition
-from jetserver.config import StorageConfig
+from jetserver.config.server import StorageConfig
+from jetserver.infra import hops
 from jetserver.logs import fields
 
 log = logging.getLogger(__name__)

@@ -19,12 +19,12 @@ from nats.aio.msg import Msg
 from jetsdk.codec.envelope import COOKIE
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.transcode import DirectRecord
-from jetserver import hops
 from jetserver.broker.direct import DirectBatch, Result
 from jetserver.broker.nats_port import SkipMarked, header_lines
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.stored_copy import is_stored_copy, stored_skip, stored_value
+from jetserver.infra import hops
 
 __all__ = ["Intake"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import attrs
 
 from jetserver.broker.part_tasks import PartTasks
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra.lazy_event import LazyEvent
 
 __all__ = ["Lifecycle"]
 

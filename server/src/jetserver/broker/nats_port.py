@@ -2,7 +2,7 @@
 
 The broker subscribes partitions and ack inboxes, publishes acks and the NATS copies of
 directly stored records, and flushes, through :class:`NatsPort`; it imports nothing of the
-NATS link itself. :class:`~jetserver.nats_link.NatsLink` (the server's two nats-py
+NATS link itself. :class:`~jetserver.natslink.link.NatsLink` (the server's two nats-py
 connections, a layer above) is the implementation; tests may pass any object with these
 members. The values both sides exchange live here too: the error :class:`NatsUnavailable`,
 the stored-copy filter :class:`SkipMarked`, and a received message's header lines as sent
@@ -97,7 +97,7 @@ class NatsSubscription(Protocol):
 
 class NatsPort(Protocol):
     """The broker's view of the server's NATS connections (implemented by
-    :class:`jetserver.nats_link.NatsLink`, whose docstrings say more)."""
+    :class:`jetserver.natslink.link.NatsLink`, whose docstrings say more)."""
 
     @property
     def connected(self) -> bool:

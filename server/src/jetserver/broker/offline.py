@@ -15,8 +15,8 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.errors import ApiError
+from jetserver.infra.resources import describe_open_error
 from jetserver.logs import fields
-from jetserver.resources import describe_open_error
 
 log = logging.getLogger(__name__)
 

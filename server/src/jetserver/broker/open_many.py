@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
+from jetserver.broker.gc_pause import collector_paused
 from jetserver.broker.running import RunningPartition
 from jetserver.broker.stream_files import OpenJob, OpenJobs, open_partition_logs
 from jetserver.errors import ApiError
-from jetserver.gc_pause import collector_paused
+from jetserver.infra.resources import FILES_PER_PARTITION, check_room
 from jetserver.metadata.model import PartitionAssignment, StreamMeta
 from jetserver.replication.producers import ProducerTable
-from jetserver.resources import FILES_PER_PARTITION, check_room
 from jetserver.storage import Log
 
 START_OPEN_CONCURRENCY = 1

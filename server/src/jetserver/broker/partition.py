@@ -65,7 +65,7 @@ from jetserver.broker.replica_news import NewsWaker, ReplicaNews
 from jetserver.broker.roles import RoleDriver, new_core
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.services import ReplicaServices
-from jetserver.config import IngestConfig, StorageConfig
+from jetserver.config.server import IngestConfig, StorageConfig
 from jetserver.metadata.model import PartitionAssignment, StreamSpec
 from jetserver.replication import LeaderState
 from jetserver.replication.core import ReplicaCore

@@ -29,8 +29,8 @@ import anyio.lowlevel
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.broker.gc_pause import collector_paused
 from jetserver.errors import ApiError
-from jetserver.gc_pause import collector_paused
 from jetserver.logs import fields
 from jetserver.metadata.model import PartitionAssignment, StreamMeta
 

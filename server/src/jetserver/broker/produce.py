@@ -49,7 +49,6 @@ from jetsdk.codec.produce_values import (
     encode_produce_result_values,
 )
 from jetsdk.codec.transcode import DirectRecord, EnvelopeBytes, ProducedEnvelope, produce_envelopes
-from jetserver import hops
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.current_values import current_values, refusal_answer
@@ -70,8 +69,9 @@ from jetserver.broker.produce_one import (
     partition_subject_of,
 )
 from jetserver.broker.streams import StreamManager
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
+from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.metadata.reserved import is_internal
 

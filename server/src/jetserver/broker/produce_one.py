@@ -31,7 +31,7 @@ from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.direct_copies import After, Copies, DirectCopies
 from jetserver.broker.nats_port import NatsPort
 from jetserver.broker.streams import StreamManager
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
 from jetserver.metadata.reserved import is_internal
 from jetserver.metadata.validate import (

@@ -41,13 +41,13 @@ from jetsdk.codec.replica_fetch import (
     ReplicaFetchPartition,
     ReplicaFetchRequest,
 )
-from jetserver import hops
 from jetserver.broker.fetch import check_holds_replica, read_records
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra import hops
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.storage import StorageError
 from jetserver.storage.read_slice import READ_INLINE_MAX_BYTES
 from jetserver.storage.read_slices import ReadSlices

@@ -18,7 +18,7 @@ from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.pending_opens import PendingOpens
 from jetserver.broker.running import MetadataView, RunningPartition
-from jetserver.config import ServerConfig
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.metadata.model import StreamMeta
 

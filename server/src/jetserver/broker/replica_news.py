@@ -18,7 +18,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.errors import ApiError
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.replication import LeaderState, replica_at
 
 __all__ = ["NewsWaker", "ReplicaNews"]

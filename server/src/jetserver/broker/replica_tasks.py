@@ -34,7 +34,7 @@ import anyio
 
 from jetserver.broker.lifecycle import Lifecycle
 from jetserver.broker.part_tasks import task_error
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra.lazy_event import LazyEvent
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ again while they run. Timed with ``gc.callbacks`` on the survivors of a 3,000-pa
 failover (load 5): 8-10 young collections and one middle one, 0.43-0.52 s of a burst that
 took 0.68-1.06 s from its first role change to its last; the objects they walk are mostly
 the new roles' (fetchers, leader states, tasks), which live as long as the role. As when
-thousands of partitions open (:mod:`jetserver.gc_pause`), the collector is off while the
+thousands of partitions open (:mod:`jetserver.broker.gc_pause`), the collector is off while the
 burst runs and what exists is frozen after it.
 
 :class:`RoleBurst` counts the appliers handed an assignment by one reconciliation; the
@@ -37,7 +37,7 @@ from collections.abc import Callable
 import anyio
 import attrs
 
-from jetserver.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused
+from jetserver.broker.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused
 
 __all__ = ["ROLE_BURST_MIN", "ROLE_BURST_PAUSE_MAX_S", "STALL_TICK_S", "RoleBurst"]
 
@@ -79,7 +79,7 @@ class RoleBurst:
 
     def resume_collector(self) -> None:
         """End the collector's pause, if it lasts (then freezes what exists, as
-        :func:`~jetserver.gc_pause.collector_paused` does)."""
+        :func:`~jetserver.broker.gc_pause.collector_paused` does)."""
         resume, self._resume = self._resume, None
         if resume is not None:
             resume()

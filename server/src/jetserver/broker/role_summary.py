@@ -22,7 +22,7 @@ from collections import Counter
 import anyio
 import attrs
 
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.logs import fields
 
 log = logging.getLogger(__name__)

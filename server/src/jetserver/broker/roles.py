@@ -50,8 +50,7 @@ from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import tail_records
-from jetserver.epoch_writes import EPOCH_WRITES
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata.model import (
     DEFAULT_DUPLICATE_WINDOW_S,
     DURABILITY_FLUSHED,
@@ -81,6 +80,7 @@ from jetserver.replication.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.replication.scrub import checkpointed_hw, scrub_and_truncate
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log, StorageError
+from jetserver.storage.epoch_writes import EPOCH_WRITES
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from jetserver.broker.nats_port import NatsSubscription
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.role_burst import RoleBurst
 from jetserver.broker.services import ReplicaServices
-from jetserver.config import ServerConfig
-from jetserver.lazy_event import LazyEvent
+from jetserver.config.server import ServerConfig
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.metadata.validate import partition_subject
 from jetserver.replication.producers import ProducerTable

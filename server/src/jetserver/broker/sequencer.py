@@ -35,7 +35,6 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import encode_body
 from jetsdk.codec.record_controls import RecordControls
 from jetsdk.codec.transcode import DirectRecord, envelope_record
-from jetserver import hops
 from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck
 from jetserver.broker.append_batch import AppendBatch, Wanted, acks_after_append
 from jetserver.broker.append_checks import AppendChecks, Refusal
@@ -45,8 +44,9 @@ from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.ingested import Queued
 from jetserver.broker.record_fields import RecordFields
 from jetserver.broker.replica_base import ReplicaBase
-from jetserver.config import IngestConfig
-from jetserver.lazy_event import LazyEvent
+from jetserver.config.server import IngestConfig
+from jetserver.infra import hops
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata.model import DURABILITY_FLUSHED
 from jetserver.replication.core import ROLE_SINGLE
 from jetserver.storage.clock import wall_ns

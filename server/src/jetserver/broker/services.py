@@ -15,9 +15,9 @@ import attrs
 
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.nats_port import NatsPort
-from jetserver.fsync_runner import FsyncRunner
 from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.session import FetchSessions
+from jetserver.storage.fsync_runner import FsyncRunner
 
 __all__ = ["ReplicaServices"]
 

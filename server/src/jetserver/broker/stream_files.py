@@ -22,13 +22,13 @@ import attrs
 
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.record import Record, iter_records
-from jetserver.config import ServerConfig
-from jetserver.fsync_threads import FSYNC_LANES, THREADS
+from jetserver.config.server import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
 from jetserver.replication.producers import REBUILD_RECORDS, ProducerTable
 from jetserver.storage import Log, LogConfig, StorageError
 from jetserver.storage.files import fsync_directory, sync_file_system
+from jetserver.storage.fsync_threads import FSYNC_LANES, THREADS
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def open_partition_logs(jobs: Sequence[OpenJob]) -> list[tuple[Log, ProducerTabl
 
 def sync_directories(directories: Sequence[Path], lanes: int = FSYNC_LANES) -> dict[Path, OSError]:
     """Fsync each directory, shared among up to ``lanes`` threads that run at once (this
-    one and :data:`~jetserver.fsync_threads.THREADS`), and return once all returned: the
+    one and :data:`~jetserver.storage.fsync_threads.THREADS`), and return once all returned: the
     directories whose fsync failed, with the error. Blocks: call from a worker thread."""
     failed: dict[Path, OSError] = {}
     shares = [list(directories[i::lanes]) for i in range(min(lanes, len(directories)))]

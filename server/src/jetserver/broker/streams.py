@@ -36,8 +36,8 @@ import attrs
 from anyio.abc import TaskGroup
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver import hops
 from jetserver.broker.acks import AckRouter
+from jetserver.broker.gc_pause import collector_paused, release_frozen
 from jetserver.broker.housekeeping import run_housekeeping
 from jetserver.broker.nats_port import SUBSCRIBE_CONFIRM_TIMEOUT_S, NatsPort, NatsUnavailable
 from jetserver.broker.offline import OfflinePartitions
@@ -68,11 +68,11 @@ from jetserver.broker.stream_files import (
     stream_dir,
     unknown_stream_dirs,
 )
-from jetserver.config import ServerConfig
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ApiError, stream_not_found
-from jetserver.fsync_runner import FsyncRunner
-from jetserver.gc_pause import collector_paused, release_frozen
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra import hops
+from jetserver.infra.lazy_event import LazyEvent
+from jetserver.infra.resources import FILES_PER_PARTITION, check_room, describe_open_error
 from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
@@ -83,9 +83,9 @@ from jetserver.replication.control import ControlPlane
 from jetserver.replication.core import ROLE_LEADER
 from jetserver.replication.producers import ProducerTable
 from jetserver.replication.session import FetchSessions
-from jetserver.resources import FILES_PER_PARTITION, check_room, describe_open_error
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log
+from jetserver.storage.fsync_runner import FsyncRunner
 from jetserver.storage.space import DiskSpace
 
 log = logging.getLogger(__name__)

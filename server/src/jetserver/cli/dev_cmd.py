@@ -28,8 +28,8 @@ from types import FrameType
 from typing import Any
 
 from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from jetserver.devcluster import DevCluster, DevClusterError
 from jetserver.testing import NatsServerError, WaitTimeout, reap
+from jetserver.testing.devcluster import DevCluster, DevClusterError
 
 _WATCH_INTERVAL_S = 0.5
 

@@ -22,10 +22,10 @@ import anyio
 
 from jetserver import logs
 from jetserver.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from jetserver.config import FETCH_IO_AUTO, FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
-from jetserver.config_load import load_config, settings_help, to_toml
+from jetserver.config.load import load_config, settings_help, to_toml
+from jetserver.config.server import FETCH_IO_AUTO, FETCH_IO_READ, FETCH_IO_SENDFILE, ServerConfig
 from jetserver.errors import ConfigError, JetServerError
-from jetserver.runtime import tune_gc, tune_malloc, uses_uvloop
+from jetserver.infra.runtime import tune_gc, tune_malloc, uses_uvloop
 
 log = logging.getLogger("jetserver.cli")
 

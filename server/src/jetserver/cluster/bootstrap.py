@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from jetserver.config import RAFT_DIR, ServerConfig
+from jetserver.config.cluster import RAFT_DIR
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ConfigError
 from jetserver.raft import RaftConfig, RaftPeer
 from jetserver.raft.config import DEFAULT_CONNECTION_TIMEOUT_S, DEFAULT_LEADER_FALLBACK_S

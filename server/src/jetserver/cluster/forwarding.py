@@ -43,7 +43,7 @@ from jetserver.cluster.liveness import Liveness
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.placement import place_replicas, server_load
 from jetserver.cluster.rebalance import MAX_REBALANCE_BATCH, LeaderRebalancer
-from jetserver.config import ServerConfig
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.logs import fields
 from jetserver.metadata.creation import create_stream_op, created_stream

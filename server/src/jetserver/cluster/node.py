@@ -46,7 +46,7 @@ from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.rebalance import LeaderRebalancer, unsettled
 from jetserver.cluster.report_hold import ReportHold
 from jetserver.cluster.takeover import Takeover
-from jetserver.config import ServerConfig
+from jetserver.config.server import ServerConfig
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState, RegisteredServer
 from jetserver.metadata.ops import RegisterServer

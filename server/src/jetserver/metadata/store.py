@@ -20,10 +20,10 @@ import attrs
 import orjson
 
 from jetserver.errors import JetServerError
-from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
 from jetserver.metadata.ops import Op, OpResult, apply
+from jetserver.storage.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.storage.space import with_reserve
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class MetadataCorrupt(JetServerError):
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically and durably (tmp + fsync + rename + dir fsync).
 
-    A failed fsync stops the server (:mod:`jetserver.fatal`): the new state may be visible
+    A failed fsync stops the server (:mod:`jetserver.storage.fatal`): the new state may be visible
     in the page cache but not on disk, and nothing can make it durable now. A failed write
     (ENOSPC) removes the temporary file and raises.
     """

@@ -44,8 +44,8 @@ from jetsdk.codec.frames import (
     encode_frame,
 )
 from jetsdk.codec.messages import encode_error
-from jetserver import hops
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
+from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.protocol import stream_control
 from jetserver.protocol.socket_io import RECV_BYTES, SocketIO
@@ -62,7 +62,7 @@ _API_NAMES: dict[int, str] = {
     Api.FETCH_STREAM: "fetch_stream",
     Api.REPLICA_FETCH: "replica_fetch",
 }
-"""Hop names of the APIs on a message's path (jetserver.hops)."""
+"""Hop names of the APIs on a message's path (jetserver.infra.hops)."""
 
 _ERROR_FLAGS = FLAG_RESPONSE | FLAG_ERROR
 HEAD_READ_BYTES = 4096

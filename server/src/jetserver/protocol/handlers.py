@@ -39,7 +39,6 @@ from jetsdk.codec.replica_fetch import (
     decode_replica_fetch_request,
     replica_fetch_response_parts,
 )
-from jetserver import hops
 from jetserver.broker.fetch import FetchAnswer, fetch, offset_for_leader_epoch
 from jetserver.broker.fetch_stream import FetchStream
 from jetserver.broker.live_settings import LiveLogSettings
@@ -49,8 +48,9 @@ from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.stream_info import StreamInfoCache
 from jetserver.broker.streams import StreamManager
 from jetserver.cluster.report_parse import parse_report, parse_reports
-from jetserver.config import ServerConfig
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ApiError
+from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.protocol import json_api, stream_control
 from jetserver.protocol.connection import ANSWER_NOW, Reply, error_reply

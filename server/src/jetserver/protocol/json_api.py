@@ -14,7 +14,7 @@ from jetsdk.codec.frames import Api
 from jetserver import __version__
 from jetserver.broker.stream_info import StreamInfoCache, stream_info
 from jetserver.broker.streams import StreamManager
-from jetserver.config import ServerConfig
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ApiError, invalid_argument
 from jetserver.metadata.health import IsDown, never_down
 

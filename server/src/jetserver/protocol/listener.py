@@ -19,7 +19,7 @@ import attrs
 from anyio.abc import TaskStatus
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver.config import LimitsConfig
+from jetserver.config.server import LimitsConfig
 from jetserver.logs import fields
 from jetserver.protocol.connection import AcceptedConnection, Handler, error_reply
 from jetserver.protocol.socket_io import SocketIO

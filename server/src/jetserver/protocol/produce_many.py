@@ -9,7 +9,7 @@ to the server's backlog of copies), and the sections' after-work (their NATS cop
 committed) runs together, one after the other in the order of their copies' turns
 (broker/direct_copies.py). The partitions' fsyncs that one loop turn hands to worker
 threads go as one batch, split among a few threads that fsync at once
-(:class:`jetserver.fsync_runner.FsyncRunner`): group commit across the partitions of the
+(:class:`jetserver.storage.fsync_runner.FsyncRunner`): group commit across the partitions of the
 request.
 
 A section's error (not leader, unknown stream, permission denied, a body that does not
@@ -196,7 +196,7 @@ def _all_after(afters: list[After]) -> After:
 
     One loop turn first: the fsyncs the sections' appends left to their requests
     (``Committer.defer_flush``) then go to their partitions' flushers, all in that turn
-    (one thread job for all of them, :class:`~jetserver.fsync_runner.FsyncRunner`),
+    (one thread job for all of them, :class:`~jetserver.storage.fsync_runner.FsyncRunner`),
     instead of each section's after-work trying its own on the loop; then each waits for
     its commit and publishes its copies, in section order (no task each)."""
 

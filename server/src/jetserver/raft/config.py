@@ -17,8 +17,8 @@ from pathlib import Path
 
 import attrs
 
+from jetserver.config.validators import positive
 from jetserver.errors import ConfigError
-from jetserver.validators import positive
 
 DEFAULT_HEARTBEAT_S = 0.1
 """Leader heartbeat / append-entries period (PySyncObj ``appendEntriesPeriod``)."""

@@ -51,7 +51,6 @@ from pysyncobj.monotonic import monotonic
 from pysyncobj.node import TCPNode
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.raft import incoming, journal, logbridge
 from jetserver.raft.config import RaftConfig
@@ -64,6 +63,7 @@ from jetserver.raft.machine import (
     machine_from_dict,
     machine_to_dict,
 )
+from jetserver.storage.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.storage.space import with_reserve
 
 log = logging.getLogger(__name__)

@@ -37,9 +37,9 @@ from typing import Any
 import orjson
 
 from jetserver.errors import JetServerError
-from jetserver.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.logs import fields
 from jetserver.metadata.store import write_atomic
+from jetserver.storage.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.storage.files import write_all
 from jetserver.storage.space import with_reserve
 

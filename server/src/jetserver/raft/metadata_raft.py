@@ -46,7 +46,7 @@ import attrs
 from anyio.abc import TaskGroup
 
 from jetsdk.background import BackgroundTasks
-from jetserver import hops
+from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.metadata.model import MetadataState
 from jetserver.metadata.ops import Op, OpResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import attrs
 
-from jetserver.validators import non_negative, positive
+from jetserver.config.validators import non_negative, positive
 
 DEFAULT_REPLICA_LAG_MAX_S = 10.0
 DEFAULT_LEADER_SILENCE_S = 1.5

@@ -28,11 +28,11 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.stream_settings import MAX_DURATION_S
+from jetserver.config.validators import at_most
 from jetserver.metadata.model import DURABILITY_WRITTEN, PartitionAssignment
 from jetserver.replication.invariants import ReplicaInvariantViolation
 from jetserver.replication.leader import LeaderPolicy, LeaderState
 from jetserver.replication.producers import ProducerTable
-from jetserver.validators import at_most
 
 ROLE_SINGLE = "single"
 """A server without a cluster: it leads, committed means flushed."""

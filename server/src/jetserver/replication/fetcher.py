@@ -69,8 +69,7 @@ from jetsdk.errors import (
     Timeout,
     Unavailable,
 )
-from jetserver import hops
-from jetserver.fsync_runner import FsyncRunner
+from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane, report_hold_of, server_gone_of
@@ -81,6 +80,7 @@ from jetserver.replication.invariants import ReplicaInvariantViolation
 from jetserver.replication.session import FetchSession, LeftOut
 from jetserver.security.peer import PLAIN, PeerSecurity
 from jetserver.storage import Log, StorageError
+from jetserver.storage.fsync_runner import FsyncRunner
 
 log = logging.getLogger(__name__)
 

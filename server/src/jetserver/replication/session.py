@@ -74,8 +74,8 @@ from jetsdk.codec.replica_fetch import (
 from jetsdk.connection import Connection
 from jetsdk.errors import ClientClosed, JetConnectionError, JetError, Timeout, error_from_code
 from jetsdk.transport import parse_address
-from jetserver import hops
-from jetserver.lazy_event import LazyEvent
+from jetserver.infra import hops
+from jetserver.infra.lazy_event import LazyEvent
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.peer import PLAIN, PeerSecurity

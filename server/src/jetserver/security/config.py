@@ -34,8 +34,8 @@ from pathlib import Path
 
 import attrs
 
+from jetserver.config.validators import one_of
 from jetserver.errors import ConfigError
-from jetserver.validators import one_of
 
 CLIENT_AUTH_CHOICES = ("none", "optional", "required")
 MIN_INTERNAL_TOKEN_CHARS = 16

@@ -45,7 +45,7 @@ from jetsdk.codec.messages import (
 )
 from jetsdk.codec.produce_scan import produce_subjects
 from jetsdk.metadata import INTERNAL_PREFIX
-from jetserver.config import ServerConfig
+from jetserver.config.server import ServerConfig
 from jetserver.errors import ApiError
 from jetserver.logs import fields
 from jetserver.metadata.model import Grant, StreamMeta

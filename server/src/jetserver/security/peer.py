@@ -24,7 +24,7 @@ from jetserver.errors import ConfigError
 from jetserver.security.config import TlsConfig
 
 if TYPE_CHECKING:
-    from jetserver.config import ServerConfig
+    from jetserver.config.server import ServerConfig
 
 
 def peer_context(cfg: TlsConfig) -> ssl.SSLContext | None:

@@ -28,7 +28,7 @@ from jetserver.security.grants import bootstrap_acls
 if TYPE_CHECKING:
     from jetserver.broker.running import MetadataView
     from jetserver.cluster import ClusterNode
-    from jetserver.config import ServerConfig
+    from jetserver.config.server import ServerConfig
 
 log = logging.getLogger(__name__)
 

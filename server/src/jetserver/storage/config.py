@@ -12,7 +12,7 @@ from jetsdk.codec.stream_settings import (
     MAX_DURATION_S,
     MAX_SEGMENT_MAX_BYTES,
 )
-from jetserver.validators import at_most, optional, positive, positive_int
+from jetserver.config.validators import at_most, optional, positive, positive_int
 
 DEFAULT_OPEN_SEALED_FILES = 1024
 """How many sealed segment files an :class:`~jetserver.storage.files.OpenFileCache` keeps

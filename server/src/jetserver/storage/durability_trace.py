@@ -19,7 +19,7 @@ Not modelled: the old content of a file rewritten in place (its size is reset to
 the next fsync, which is harsher than most file systems), a rename or unlink not yet made
 durable (the new state is kept), and directories the engine never fsyncs (their entries
 are kept). The Raft journal, its snapshot and meta files and the metadata file are traced
-too: they sync through :mod:`jetserver.fatal`, which uses this module's functions.
+too: they sync through :mod:`jetserver.storage.fatal`, which uses this module's functions.
 
 Cost when off: one module attribute test per fsync or file creation. Enable the trace from
 the server's first start on an empty data directory (a file that existed before tracing

@@ -12,7 +12,7 @@ server at 10,000 partitions queued 6,668 fsyncs before they served. A truncation
 follower whose log diverged) is still made durable before it returns.
 
 A new leader's epoch may also be written later, off the event loop
-(:meth:`LeaderEpochCache.assign` with ``deferred``; :mod:`jetserver.epoch_writes`): the
+(:meth:`LeaderEpochCache.assign` with ``deferred``; :mod:`jetserver.storage.epoch_writes`): the
 entries change at once, the file when a worker thread calls
 :meth:`LeaderEpochCache.write_pending`. Writes of one cache's file are serialized, and each
 writes the entries as they are when it starts, so an older write never overtakes a later

@@ -12,7 +12,7 @@ attribute check on the append path), as does the next read or fsync (their lease
 It also bounds the open active files (``budget``): opening one more beyond it parks the
 least recently opened idle ones first. Only a working set of busy logs larger than the
 budget goes beyond it (the server refuses new partitions then, see
-:func:`jetserver.resources.check_room`).
+:func:`jetserver.infra.resources.check_room`).
 
 Thread-safety: every method may be called from any thread. Lock order: the registry's
 lock, then a log's writer lock (only tried, never waited for), then a file's lock. A
@@ -147,4 +147,4 @@ class IdleFiles:
 
 ACTIVE_FILES = IdleFiles()
 """The process's registry of open active segment files (a server sets its budget from
-the open-file limit, :func:`jetserver.resources.size_file_budget`)."""
+the open-file limit, :func:`jetserver.infra.resources.size_file_budget`)."""

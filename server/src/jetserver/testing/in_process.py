@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 
-from jetserver.config import ServerConfig
-from jetserver.config_load import load_config
+from jetserver.config.load import load_config
+from jetserver.config.server import ServerConfig
 from jetserver.server import Server
 from jetserver.testing.jet_process import TEST_RESERVE_BYTES
 

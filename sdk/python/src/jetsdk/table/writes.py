@@ -15,7 +15,7 @@ callers putting to one partition: one request per ~60 puts, where sending at onc
 batches of 1 and 63 by turns), and the partitions of a round share a round trip, a pass
 of the server and its fsyncs (which the server runs at once: one after the other, they
 made the ProduceMany rounds slower than a request per partition, see
-:mod:`jetserver.fsync_runner`). A partition has at most one request in flight (its
+:mod:`jetserver.storage.fsync_runner`). A partition has at most one request in flight (its
 writes keep their order); writes to it wait for the next round. Nothing waits to fill a
 batch (no linger): the wait is one loop turn, and a lone writer's write goes at once. A
 write whose result is retriable is tried again (its partition stays busy), alone,

@@ -23,12 +23,12 @@ import attrs
 import nats.errors
 
 from jetserver.broker.nats_port import NatsUnavailable
-from jetserver.config import NatsConfig
+from jetserver.config.server import NatsConfig
 from jetserver.errors import JetServerError
 from jetserver.logs import fields
-from jetserver.nats_fast import JetNatsClient
+from jetserver.natslink.fast import JetNatsClient
 
-log = logging.getLogger("jetserver.nats_link")
+log = logging.getLogger("jetserver.natslink.link")
 
 _MAX_BACKOFF_EXPONENT = 16
 _CLOSE_FAILED_ATTEMPT_S = 2.0

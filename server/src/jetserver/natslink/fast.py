@@ -50,7 +50,7 @@ from nats.protocol import parser as nats_parser
 
 from jetsdk.codec.nats_headers import parse_header_block
 from jetserver.broker.nats_port import HeaderedMsg, MessageHandler, Sink, SkipMarked
-from jetserver.nats_read import JetParser
+from jetserver.natslink.read import JetParser
 from jetserver.natsproto import header_block_ok, header_map
 
 __all__ = ["JetNatsClient", "JetParser", "fast_path_supported"]

@@ -35,7 +35,7 @@ the loop unless:
   whenever the share allowed, acked publishing with ack LEADER fell by about a quarter).
 
 Durability is the same either way: the high watermark and ALL acks move only after the
-fsync returned. Worker threads are :data:`jetserver.fsync_threads.THREADS` (a job and one
+fsync returned. Worker threads are :data:`jetserver.storage.fsync_threads.THREADS` (a job and one
 loop callback per fsync, not ``anyio.to_thread``'s two extra loop turns and ~110 calls).
 The fsyncs handed to threads in one loop turn go as ONE batch (:class:`_FlushBatch`): a
 ProduceMany request that appended to 500 partitions has their flushers ask in the same
@@ -64,9 +64,9 @@ from collections.abc import Callable, Generator
 
 import attrs
 
-from jetserver.fsync_threads import FSYNC_LANES, THREADS
 from jetserver.logs import fields
 from jetserver.storage import Log
+from jetserver.storage.fsync_threads import FSYNC_LANES, THREADS
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""A short demonstration of the storage engine: ``python -m jetserver.demo_storage [DIR]``.
+"""A short demonstration of the storage engine: ``python -m jetserver.cli.demo_storage [DIR]``.
 
 Appends keyed records across several segments, compacts them (record count before and
 after, and the offset gaps compaction leaves), simulates a torn write by cutting bytes off

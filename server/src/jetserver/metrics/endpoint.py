@@ -17,7 +17,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
 from jetserver.logs import fields
-from jetserver.metrics import CONTENT_TYPE
+from jetserver.metrics.exposition import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 

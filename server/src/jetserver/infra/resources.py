@@ -30,8 +30,8 @@ from pathlib import Path
 import anyio
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetserver import hops
 from jetserver.errors import ApiError, JetServerError
+from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.storage.files import SEALED_FILES
 from jetserver.storage.idle_files import ACTIVE_FILES

@@ -1,4 +1,5 @@
-"""Build a :class:`~jetserver.config.ServerConfig` from a TOML file, the environment and flags.
+"""Build a :class:`~jetserver.config.server.ServerConfig` from a TOML file, the environment
+and flags.
 
 Precedence, highest first: flags > environment (``JET_<SECTION>_<KEY>``, e.g.
 ``JET_LISTEN_PORT=9300``, ``JET_NATS_SERVERS=nats://a:4222,nats://b:4222``) > file > defaults.
@@ -20,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from jetserver.config import SECTIONS, ServerConfig
+from jetserver.config.server import SECTIONS, ServerConfig
 from jetserver.errors import ConfigError
 from jetserver.logs import fields
 

@@ -1,4 +1,4 @@
-"""The README demo: ``nox -s demo`` (or ``python -m jetserver.demo``).
+"""The README demo: ``nox -s demo`` (or ``python -m jetserver.cli.demo``).
 
 Starts a private nats-server and a cluster of jet servers (default 3) in a temporary
 directory (the embedded default), then shows the real flow and prints what happened:
@@ -48,7 +48,7 @@ from jetsdk import AckPolicy, Client, Consumer, JetError, Producer, StreamInfo
 from jetsdk.envelope import parse_ack
 from jetsdk.group.records import GROUPS_STREAM
 from jetsdk.partitioner import partition_for_key
-from jetserver.devcluster import MAX_DEV_SERVERS, DevCluster
+from jetserver.testing.devcluster import MAX_DEV_SERVERS, DevCluster
 
 STREAM = "orders"
 SUBJECT = "orders"
@@ -523,7 +523,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m jetserver.demo",
+        prog="python -m jetserver.cli.demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

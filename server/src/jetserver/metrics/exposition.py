@@ -29,14 +29,14 @@ import attrs
 from jetsdk.codec.error_codes import error_name
 from jetsdk.codec.frames import FLAG_ERROR, FRAME_HEADER_SIZE, Api
 from jetsdk.codec.messages import decode_error
-from jetserver.resources import NEAR_LIMIT_FRACTION, open_file_limit, open_files
+from jetserver.infra.resources import NEAR_LIMIT_FRACTION, open_file_limit, open_files
 from jetserver.storage.files import SEALED_FILES
 from jetserver.storage.idle_files import ACTIVE_FILES
 
 if TYPE_CHECKING:
     from jetserver.broker.copy_backlog import CopyBacklog
     from jetserver.broker.streams import StreamManager
-    from jetserver.nats_link import NatsLink
+    from jetserver.natslink.link import NatsLink
     from jetserver.protocol.listener import ProtocolListener
     from jetserver.storage.space import DiskSpace
 
@@ -173,7 +173,7 @@ class MetricsSources:
     disk: DiskSpace | None = None
     """Free space of the data directory's file system."""
     cluster: Callable[[], list[str]] | None = None
-    """More exposition lines: the metadata leader's partition counts (metrics_cluster)."""
+    """More exposition lines: the metadata leader's partition counts (metrics.cluster)."""
 
 
 def render(src: MetricsSources) -> str:

@@ -35,15 +35,15 @@ from nats.aio.subscription import Subscription
 from jetsdk.codec.transcode import EnvelopeBytes, SplitEnvelope
 from jetsdk.subjects import is_literal, subject_matches
 from jetserver.broker.nats_port import MessageHandler, NatsUnavailable, Sink, SkipMarked
-from jetserver.config import NatsConfig
+from jetserver.config.server import NatsConfig
 from jetserver.logs import fields
-from jetserver.nats_connect import LinkCallbacks, backoff_delay, open_connection
-from jetserver.nats_fast import JetNatsClient
-from jetserver.nats_flush import round_trip
-from jetserver.nats_read import JetParser
-from jetserver.nats_write import PendingWriter
+from jetserver.natslink.connect import LinkCallbacks, backoff_delay, open_connection
+from jetserver.natslink.fast import JetNatsClient
+from jetserver.natslink.flush import round_trip
+from jetserver.natslink.read import JetParser
+from jetserver.natslink.shared_rounds import SharedRounds
+from jetserver.natslink.write import PendingWriter
 from jetserver.natsproto import header_map
-from jetserver.shared_rounds import SharedRounds
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ class NatsLink:
             sink: optional fast path for messages without headers: a plain function that
                 takes ``(subject, reply, data)`` now (True) or declines (False: the message
                 and those after it go to ``handler``); order is kept either way
-                (:mod:`~jetserver.nats_fast`). Ignored where the fast path is unsupported.
+                (:mod:`~jetserver.natslink.fast`). Ignored where the fast path is unsupported.
             skip: drop the messages it matches before any parsing (where the fast path is
                 supported; the handler must apply the same rule for the others).
             ingest_owner: a partition's ingest subscription: on the ingest connection
@@ -296,7 +296,7 @@ class NatsLink:
             raise NatsUnavailable("NATS connection is closed")
         if isinstance(nc, JetNatsClient):
             # Same callback, order and limits; cheaper than nats-py's queue and task
-            # (nats_fast.py), in time and in memory per subscription.
+            # (natslink/fast.py), in time and in memory per subscription.
             sub = await nc.subscribe_direct(
                 subject,
                 queue,

@@ -20,7 +20,7 @@ import attrs
 from nats.aio.client import Client as NatsClient
 
 from jetserver.logs import fields
-from jetserver.nats_flush import socket_transport
+from jetserver.natslink.flush import socket_transport
 
 __all__ = ["WRITE_BUFFER_LIMIT", "PendingWriter"]
 

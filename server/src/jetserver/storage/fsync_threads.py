@@ -17,7 +17,7 @@ to end before its cancellation goes on (an fsync's outcome is the committer's to
 
 :meth:`FsyncThreads.call` hands a job over with a loop callback for its outcome (no future,
 no task to wake). :meth:`FsyncThreads.submit` hands a job over without any result coming
-back (the fsyncs of ``written`` partitions, :mod:`jetserver.flush_behind`): no loop wake-up
+back (the fsyncs of ``written`` partitions, :mod:`jetserver.storage.flush_behind`): no loop wake-up
 at all.
 
 Task safety: :meth:`FsyncThreads.run` and :meth:`FsyncThreads.call` from event-loop
@@ -44,7 +44,7 @@ MAX_THREADS = 40
 """Most worker threads (anyio's default limit for ``to_thread``): beyond, jobs queue."""
 FSYNC_LANES = 8
 """Most threads that fsync one batch of files at once, each its share in turn (a loop turn's
-partition fsyncs, :mod:`jetserver.fsync_runner`; a batch of new partitions' directories,
+partition fsyncs, :mod:`jetserver.storage.fsync_runner`; a batch of new partitions' directories,
 ``broker.stream_files.sync_directories``): a disk commits fsyncs that run at once together,
 one after the other each on its own (ext4 on the dev VM's virtio disk, 2026-11-28: append
 to 4 files, then their fdatasyncs one after the other in one thread took 7.4-9.6 ms p50, at
@@ -148,7 +148,7 @@ class FsyncThreads:
         error)`` as a callback on ``loop`` (not called if the loop closed meanwhile). No
         future and no task: the loop turn that reads the worker's wake-up runs ``then``
         itself, where :meth:`run` settles a future whose awaiting task steps one turn later
-        (:mod:`jetserver.fsync_runner`'s batches: the task that awaited it was a task
+        (:mod:`jetserver.storage.fsync_runner`'s batches: the task that awaited it was a task
         created, started and woken per fsync handed to a thread). ``then`` must not raise.
         From the event loop thread."""
         self._put(_Job(loop, fn, args, then))

@@ -7,8 +7,8 @@ was the largest part of a failover's role changes: the 500 new leaders of a surv
 each, 0.9 ms of system CPU on the dev VM's ext4, more under load), and at 10,000 partitions
 a survivor takes about 1,700 leaderships at once. Here the loop changes the cache in memory
 (followers ask the leader about its epochs from there) and hands the cache over; up to
-:data:`~jetserver.fsync_threads.FSYNC_LANES` jobs of
-:data:`~jetserver.fsync_threads.THREADS` write the queued caches' files, each job one cache
+:data:`~jetserver.storage.fsync_threads.FSYNC_LANES` jobs of
+:data:`~jetserver.storage.fsync_threads.THREADS` write the queued caches' files, each job one cache
 after the other, while the loop goes on. Nothing waits for a write: a crash before it
 leaves the file without the new epoch, which the spec allows for a new epoch (recovery adds
 the epochs the records carry, §9); the log's close writes what is still pending.
@@ -27,9 +27,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from jetserver.fsync_threads import FSYNC_LANES, THREADS
 from jetserver.logs import fields
 from jetserver.storage import LeaderEpochCache
+from jetserver.storage.fsync_threads import FSYNC_LANES, THREADS
 
 __all__ = ["EPOCH_WRITES", "EpochWrites"]
 

@@ -2,7 +2,7 @@
 
 :class:`JetParser` is the parser object nats-py's client feeds each read (its ``_ps``).
 Jet's sans-I/O reader (:mod:`jetserver.natsproto`) parses the bytes; this dispatches the
-events: messages of direct subscriptions (:mod:`jetserver.nats_fast`) straight to them,
+events: messages of direct subscriptions (:mod:`jetserver.natslink.fast`) straight to them,
 everything else to nats-py's ``_process_*`` handlers. :class:`SkipMarked` drops a direct
 subscription's stored copies before any further work.
 
@@ -40,7 +40,7 @@ MALFORMED_LOG_INTERVAL_S = 10.0
 
 
 class DirectDelivery(Protocol):
-    """What :class:`JetParser` uses of a direct subscription (``nats_fast._Direct``)."""
+    """What :class:`JetParser` uses of a direct subscription (``natslink.fast._Direct``)."""
 
     skip: SkipMarked | None
     """Drops the stored copies it matches, if set."""

@@ -30,8 +30,8 @@ import contextlib
 import threading
 from collections.abc import Callable
 
-from jetserver.fsync_threads import THREADS, FsyncThreads
 from jetserver.storage import Log
+from jetserver.storage.fsync_threads import THREADS, FsyncThreads
 
 __all__ = ["FlushBehind"]
 
