@@ -11,16 +11,17 @@ not counted; a streaming query's own start-up is shown apart ("wall" vs "in batc
 source and each sink have one untimed warm-up call per value size.
 
 Every rate is the median of the rounds, printed with its ratio to the jetsdk baseline and
-the issue's target; under the source's rates, the CPU seconds the JVM spent on one query
-(start, batches, stop; from /proc, so it survives the machine's load). Then the fixed cost
-of an empty and of a 1-row batch (ms, median of calls), and the rates at 1 KB and 16 KiB
-values.
+the issue's target; a round runs the baseline and then the Spark paths, so the machine's
+load changes weigh on both sides of a ratio. Under the source's rates and each sink's, the
+CPU seconds (median) the JVM and the Python processes it started spent on one query or call
+(from /proc, so they survive the machine's load). Then the fixed cost of an empty and of a
+1-row batch (ms, median of calls), and the rates at 1 KB and 16 KiB values.
 
     python -m bench spark [--quick]
 
 ``JET_BENCH_SPARK_PARTS`` (default ``100,fixed,1000,16384``) limits the run to some of its
 parts (e.g. ``16384``: the 16 KiB rates only); ``JET_BENCH_SPARK_LARGE_ROUNDS`` sets the
-rounds at 16 KiB (1).
+rounds at 16 KiB (:data:`LARGE_ROUNDS`).
 
 Where the JVM's CPU goes at 16 KiB (issue 39; JFR and per-thread /proc counts, local[2],
 C1 only, load 7-10): a query over 10,000 rows took 1.05-1.19 s of JVM CPU and one over 100
@@ -32,8 +33,20 @@ codegen stage (a Python data source cannot prune columns, so even a count reads 
 With C2 (the JVM's default tiers) the executor tasks fell 0.35 -> 0.21 s over three queries
 while the compiler took 0.6-0.9 s a query: more JVM CPU for a bench of a few queries.
 
-Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB and 10,000 x
-16 KiB, one round each. ``--quick``: 50,000, 10,000 and 2,000 rows.
+Where the Python processes' CPU goes at 16 KiB (2026-11-29, py-spy on the JVM's Python
+processes, 10,000 rows, load 10-17): the executor's read itself (Fetch, CRC, the Arrow
+batch with one copy of each value, Arrow IPC to the JVM) took 0.26-0.29 CPU-s a query
+outside Spark, as much as the jetsdk Consumer's 0.27-0.37 s; but each query also starts a
+``python_streaming_source_runner`` process that imports pyspark from
+``$SPARK_HOME/python/lib/pyspark.zip`` (zipimport compiles every module from source: 1.66
+CPU-s against 0.5 from site-packages) and whose ``importlib.invalidate_caches()`` re-reads
+that zip's directory once for each of its 14 package importers (0.14 s). That is Spark's,
+before the query's first batch: it weighs on "wall incl. query start", not "in batches".
+Inside the batch, foreachBatch's DataFrame is a ``Scan ExistingRDD`` of the batch's rows
+(Spark's ForeachBatchSink), so its count projects every column of every row.
+
+Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
+10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds. ``--quick``: 50,000, 10,000 and 2,000 rows.
 """
 
 from __future__ import annotations
@@ -67,6 +80,9 @@ WARM_ROWS = 64
 """Rows of each sink's untimed warm-up call (:func:`_warm_sinks`)."""
 FIXED_CALLS = 5
 """Calls per fixed-cost figure (median)."""
+LARGE_ROUNDS = 3
+"""Rounds at 16 KiB values (``JET_BENCH_SPARK_LARGE_ROUNDS``): one round is a few seconds,
+and a ratio from a single round moved by a factor of 2 between runs on the shared machine."""
 
 SOURCE_TARGET = 0.8
 """source >= 0.8x the jetsdk Consumer, inside batches."""
@@ -155,14 +171,75 @@ def _jvm_cpu(spark: Any) -> float:
     return _process_cpu_s(spark.sparkContext._gateway.proc.pid)
 
 
+def _stat_cpu_s(pid: int, *, reaped: bool) -> float:
+    """User + system CPU seconds of ``pid`` from /proc (0.0 if it is gone), with its reaped
+    children's if ``reaped``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out
+
+
+def _python_cpu(spark: Any) -> float:
+    """CPU seconds of the Python processes the session's JVM started (its workers' daemon
+    and workers, the streaming source's runner of each query, the planners), ended ones
+    included: the JVM's reaped children plus every live descendant with its own reaped
+    children. From /proc: 0.0 where it is not Linux."""
+    jvm = spark.sparkContext._gateway.proc.pid
+    total = _stat_cpu_s(jvm, reaped=True) - _stat_cpu_s(jvm, reaped=False)
+    stack = _children(jvm)
+    while stack:
+        pid = stack.pop()
+        total += _stat_cpu_s(pid, reaped=True)
+        stack += _children(pid)
+    return total
+
+
+@attrs.frozen
+class _Cpu:
+    """CPU seconds of the session's JVM and of its Python processes over a span."""
+
+    jvm: float
+    python: float
+
+
+def _cpu_now(spark: Any) -> _Cpu:
+    return _Cpu(_jvm_cpu(spark), _python_cpu(spark))
+
+
+def _cpu_since(spark: Any, start: _Cpu) -> _Cpu:
+    now = _cpu_now(spark)
+    return _Cpu(now.jvm - start.jvm, now.python - start.python)
+
+
 def _spark_source(
     spark: Any, servers: str, stream: str, count: int
-) -> tuple[float, float, int, float]:
-    """(wall seconds, seconds inside batches, batches, CPU seconds of the JVM for the query
-    from start to end)."""
+) -> tuple[float, float, int, _Cpu]:
+    """(wall seconds, seconds inside batches, batches, CPU seconds of the JVM and its
+    Python processes for the query from start to end)."""
     counted: list[int] = []
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as checkpoint:
-        cpu = _jvm_cpu(spark)
+        cpu = _cpu_now(spark)
         started = time.perf_counter()
         query = (
             spark.readStream.format("jetstream")
@@ -177,14 +254,14 @@ def _spark_source(
         )
         query.awaitTermination(1800)
         wall = time.perf_counter() - started
-        cpu = _jvm_cpu(spark) - cpu
+        spent = _cpu_since(spark, cpu)
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
         batches = [p for p in query.recentProgress if p["numInputRows"]]
         inside = sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000
     if sum(counted) != count:
         raise RuntimeError(f"the source counted {sum(counted)} records, not {count}")
-    return wall, inside, len(batches), cpu
+    return wall, inside, len(batches), spent
 
 
 def _rows(spark: Any, count: int, value_bytes: int) -> Any:
@@ -296,40 +373,65 @@ def _warm_sinks(spark: Any, servers: list[str], joined: str, value_bytes: int) -
     warm.unpersist()
 
 
+def _timed_cpu(spark: Any, fn: Callable[[], object]) -> tuple[float, _Cpu]:
+    """Seconds ``fn`` took, and the CPU the session's JVM and Python processes spent."""
+    cpu = _cpu_now(spark)
+    seconds = _timed(fn)
+    return seconds, _cpu_since(spark, cpu)
+
+
+def _cpu_line(label: str, spent: list[_Cpu], count: int) -> None:
+    jvm = statistics.median(c.jvm for c in spent)
+    python = statistics.median(c.python for c in spent)
+    print(
+        f"  {label}: JVM {jvm:.2f} s ({jvm / count * 1e6:,.0f} us/row), its Python processes "
+        f"{python:.2f} s ({python / count * 1e6:,.0f} us/row) (load {os.getloadavg()[0]:.1f})"
+    )
+
+
 def _throughput(
     spark: Any, servers: list[str], joined: str, count: int, value_bytes: int, rounds: int
 ) -> None:
-    """Print the source and sink rates (median of ``rounds``) against jetsdk."""
+    """Print the source and sink rates (median of ``rounds``) against jetsdk. Each round
+    runs a baseline and then the Spark paths it is compared with, so that a change of the
+    machine's load between rounds weighs on both sides of a ratio alike."""
     import jetspark
 
     tag = f"{value_bytes}b"
     src = f"bench-src-{tag}"
-    produce = [count / anyio.run(_produce, servers, src, count, value_bytes)]
-    for r in range(1, rounds):
-        produce.append(
-            count / anyio.run(_produce, servers, f"bench-p-{tag}-{r}", count, value_bytes)
-        )
-    consume = [count / anyio.run(_consume, servers, src, count) for _ in range(rounds)]
+    anyio.run(_produce, servers, src, count, value_bytes)  # the source's records
     _spark_source(spark, joined, src, count)  # warm-up: workers, JIT
+    consume: list[float] = []
     inside: list[float] = []
     wall: list[float] = []
-    jvm: list[float] = []
+    source_cpu: list[_Cpu] = []
     batches = 0
     for _ in range(rounds):
+        consume.append(count / anyio.run(_consume, servers, src, count))
         w, i, batches, c = _spark_source(spark, joined, src, count)
         inside.append(count / i)
         wall.append(count / w)
-        jvm.append(c)
+        source_cpu.append(c)
     rows = _rows(spark, count, value_bytes)
     _warm_sinks(spark, servers, joined, value_bytes)
+    produce: list[float] = []
     foreach: list[float] = []
     write: list[float] = []
+    foreach_cpu: list[_Cpu] = []
+    write_cpu: list[_Cpu] = []
     for r in range(rounds):
+        produce.append(
+            count / anyio.run(_produce, servers, f"bench-p-{tag}-{r}", count, value_bytes)
+        )
         anyio.run(_create, servers, f"bench-fb-{tag}-{r}")
         anyio.run(_create, servers, f"bench-ds-{tag}-{r}")
         sink = jetspark.foreach_batch_sink(joined, f"bench-fb-{tag}-{r}", name="bench")
-        foreach.append(count / _timed(lambda sink=sink, r=r: sink(rows, r)))
-        write.append(count / _timed(lambda r=r: _write(rows, joined, f"bench-ds-{tag}-{r}")))
+        seconds, c = _timed_cpu(spark, lambda sink=sink, r=r: sink(rows, r))
+        foreach.append(count / seconds)
+        foreach_cpu.append(c)
+        seconds, c = _timed_cpu(spark, lambda r=r: _write(rows, joined, f"bench-ds-{tag}-{r}"))
+        write.append(count / seconds)
+        write_cpu.append(c)
         for stream in (f"bench-fb-{tag}-{r}", f"bench-ds-{tag}-{r}"):
             stored = anyio.run(_count, servers, stream)
             if stored != count:
@@ -338,28 +440,30 @@ def _throughput(
     table = f"bench-tbl-{tag}"
     anyio.run(partial(_produce, servers, table, count, value_bytes, compact=True))
     _spark_table(spark, joined, table)  # warm-up
-    table_open = [count / anyio.run(_table_open, servers, table) for _ in range(rounds)]
-    table_read = [count / _spark_table(spark, joined, table) for _ in range(rounds)]
+    table_open: list[float] = []
+    table_read: list[float] = []
+    for _ in range(rounds):
+        table_open.append(count / anyio.run(_table_open, servers, table))
+        table_read.append(count / _spark_table(spark, joined, table))
     base_read = statistics.median(consume)
     base_write = statistics.median(produce)
     unix = spark.sparkContext.getConf().get("spark.python.unix.domain.socket.enabled", "false")
     print(
         f"{count:,} rows of {value_bytes} B, {PARTITIONS} partitions, ack ALL, local[2] "
-        f"(Python workers over Unix sockets: {unix}), median of {rounds} round(s) [min..max]"
+        f"(Python workers over Unix sockets: {unix}), median of {rounds} round(s) [min..max], "
+        "each round a baseline then the Spark paths"
     )
     print("source (rows/s into a counting foreachBatch)")
     _ratio_line("jetsdk Consumer (baseline)", consume, None, None)
     _ratio_line(f"jetstream source, in {batches} batch(es)", inside, base_read, SOURCE_TARGET)
     _ratio_line("jetstream source, wall incl. query start", wall, base_read, None)
-    print(
-        f"  JVM CPU for the whole query (start, {batches} batch(es), stop): "
-        f"{statistics.median(jvm):.2f} s, {statistics.median(jvm) / count * 1e6:,.0f} us/row "
-        f"(load {os.getloadavg()[0]:.1f})"
-    )
+    _cpu_line(f"CPU of the whole query (start, {batches} batch(es), stop)", source_cpu, count)
     print("sink (rows/s stored, ack ALL)")
     _ratio_line("jetsdk Producer (baseline)", produce, None, None)
     _ratio_line("foreach_batch_sink (exactly-once)", foreach, base_write, FOREACH_TARGET)
+    _cpu_line("CPU of a foreach_batch_sink call", foreach_cpu, count)
     _ratio_line('df.write.format("jetstream")', write, base_write, WRITE_TARGET)
+    _cpu_line("CPU of a df.write", write_cpu, count)
     print(f"table read (records/s reduced to the latest value of {KEYS:,} keys)")
     _ratio_line("jetsdk Table open (baseline)", table_open, None, None)
     _ratio_line(
@@ -391,7 +495,7 @@ def run(quick: bool) -> None:
                 _throughput(spark, servers, joined, scale.kb_count, KB_VALUE_BYTES, 1)
             if "16384" in parts:
                 print("at 16 KiB values:")
-                rounds = int(os.environ.get("JET_BENCH_SPARK_LARGE_ROUNDS", "1"))
+                rounds = int(os.environ.get("JET_BENCH_SPARK_LARGE_ROUNDS", str(LARGE_ROUNDS)))
                 _throughput(spark, servers, joined, scale.large_count, LARGE_VALUE_BYTES, rounds)
         finally:
             spark.stop()
