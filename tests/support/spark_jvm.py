@@ -3,7 +3,11 @@ a local-cluster driver, a doc example's own).
 
 Tests are short and the CI box has 2 cores: the C1 compiler only (no C2 compiler threads)
 and the serial GC. Measured on two test_pipeline tests under load 8-11: 141-165 s -> 77-90 s;
-on the spark.md doc example at load 17-18: 156 s -> 85 s.
+on the spark.md doc example at load 17-18: 156 s -> 85 s. And no bytecode verification of
+the classes loaded from the class path (``-XX:-BytecodeVerificationRemote``, a diagnostic
+option: the JDK's own classes are not verified anyway): a Spark JVM loads thousands of
+classes from pyspark's jars, installed by pip, and verifying them is CPU spent at every
+start of every driver and executor JVM.
 
 Spark's Python workers (the daemons, a streaming query's source runner, the planner
 workers) run this interpreter through tests/support/spark_python.sh, which imports pyspark
@@ -19,7 +23,10 @@ import os
 import sys
 from pathlib import Path
 
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+JVM_OPTIONS = (
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    " -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"
+)
 """For ``spark.driver.extraJavaOptions`` (a session the test builds) or ``JDK_JAVA_OPTIONS``
 (a Spark a program under test starts)."""
 WORKER_PYTHON = Path(__file__).with_name("spark_python.sh")
