@@ -106,13 +106,18 @@ _contexts = threading.local()
 each one-shot call resets its context, so a reused one writes the same bytes."""
 
 
-def _zstd_compress(value: bytes) -> bytes:
+def _zstd_compressor() -> Any:
+    """This thread's zstd compressor (made on first use)."""
     compressor = getattr(_contexts, "compressor", None)
     if compressor is None:
         compressor = _contexts.compressor = _module("zstd").ZstdCompressor(
             level=ZSTD_LEVEL, write_content_size=True
         )
-    out: bytes = compressor.compress(value)
+    return compressor
+
+
+def _zstd_compress(value: bytes) -> bytes:
+    out: bytes = _zstd_compressor().compress(value)
     return out
 
 
@@ -122,11 +127,7 @@ def _zstd_compress_many(values: list[bytes]) -> list[bytes]:
     the GIL is released once for the batch, not once per value, so a worker thread that
     compresses a batch does not wait for the GIL after every value while the event loop's
     thread runs."""
-    compressor = getattr(_contexts, "compressor", None)
-    if compressor is None:
-        compressor = _contexts.compressor = _module("zstd").ZstdCompressor(
-            level=ZSTD_LEVEL, write_content_size=True
-        )
+    compressor = _zstd_compressor()
     if len(values) > 1:
         try:  # marked experimental by zstandard; its CFFI backend does not have it
             out = compressor.multi_compress_to_buffer(values, threads=0)  # 0: this thread
@@ -269,18 +270,10 @@ class ValueCompressor:
         out: list[bytes | None] = []
         for i, value in enumerate(values):
             result = results.get(i)
-            if result is None:  # short or empty: never tried
+            if result is None or self._skipping():  # never tried (short, empty), or skipped
                 out.append(None)
-            elif self._skip:
-                self._skip -= 1
-                out.append(None)
-            elif len(result) < len(value):
-                self._misses = 0
-                out.append(result)
             else:
-                self._skip = min(MAX_SKIP_AFTER_MISS, 1 << min(self._misses, 16))
-                self._misses += 1
-                out.append(None)
+                out.append(self._counted(result if len(result) < len(value) else None))
         return out
 
     def compress(self, value: bytes) -> bytes | None:
@@ -288,10 +281,21 @@ class ValueCompressor:
         smaller, or skipped after misses)."""
         if not value or len(value) < self.min_bytes:
             return None
+        if self._skipping():
+            return None
+        return self._counted(compress_value(self.codec, value, self.min_bytes))
+
+    def _skipping(self) -> bool:
+        """True if this value is one of those skipped after a miss (and counted)."""
         if self._skip:
             self._skip -= 1
-            return None
-        out = compress_value(self.codec, value, self.min_bytes)
+            return True
+        return False
+
+    def _counted(self, out: bytes | None) -> bytes | None:
+        """``out`` (a value compressed, or None: it would not get smaller), after counting
+        it: a miss skips the next few values (more after each miss in a row), a hit ends
+        the run of misses."""
         if out is None:
             self._skip = min(MAX_SKIP_AFTER_MISS, 1 << min(self._misses, 16))
             self._misses += 1
