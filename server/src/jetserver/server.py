@@ -284,7 +284,10 @@ class Server:
             store,
             link,
             controller=node.controller if node is not None else None,
-            fsyncs=FsyncRunner(on_loop=cfg.storage.fsync_on_loop),
+            fsyncs=FsyncRunner(
+                on_loop=cfg.storage.fsync_on_loop,
+                large_writes_in_thread=cfg.storage.large_writes_in_thread,
+            ),
             disk=disk,
         )
         sock: socket.socket | None = None

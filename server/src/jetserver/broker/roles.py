@@ -345,6 +345,9 @@ class RoleDriver:
             fetcher.stop()  # from here it writes nothing (a write in progress ends first)
         await self.unsubscribe()
         self.sequencer.drop_queued()
+        # A large write in a worker thread ends first: it holds the ended epoch (the next
+        # role assigns a new one at the LEO, or truncates).
+        await self.sequencer.large.done()
         scope, done = self._role_scope, self._role_done
         self._role_scope = self._role_done = None
         if fetcher is not None and fetcher.ends_when_stopped:

@@ -42,6 +42,7 @@ from jetserver.broker.commit import Committer
 from jetserver.broker.direct import DirectAckTo, DirectBatch, Result, record_body
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.ingested import Queued
+from jetserver.broker.large_writes import LargeWrites, RoleEnded
 from jetserver.broker.record_fields import RecordFields
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.config.server import IngestConfig
@@ -129,6 +130,8 @@ class Sequencer:
     """An append left its flush to :meth:`append_now`."""
     _races_seen: int = 0
     """``checks.lost_races`` at the last :meth:`lost_race_since_commit`."""
+    large: LargeWrites = attrs.field(factory=LargeWrites)
+    """Its appends of a few large records, from a worker thread (a role's end waits)."""
 
     # ---------------------------------------------------------------- the queue
 
@@ -266,7 +269,15 @@ class Sequencer:
             if hops.ENABLED:
                 hops.mark("append.start")
             try:
-                first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
+                if self.committer.fsyncs.is_large(bodies):
+                    runner = self.committer.fsyncs
+                    first, ts = await self.large.append(
+                        runner, self.base, bodies, self.leader_epoch
+                    )
+                else:
+                    first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
+            except RoleEnded:
+                return _NOT_LEADER
             except Exception as exc:
                 log.error("append failed", extra=self.base.fields(records=1, error=repr(exc)))
                 self.messages_rejected += 1
@@ -520,18 +531,25 @@ class Sequencer:
             if hops.ENABLED:
                 hops.mark("append.start")
             try:
-                first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
+                if self.committer.fsyncs.is_large(bodies):
+                    runner = self.committer.fsyncs
+                    first, ts = await self.large.append(
+                        runner, self.base, bodies, self.leader_epoch
+                    )
+                else:
+                    first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
             except Exception as exc:
+                code = ErrorCode.NOT_LEADER if type(exc) is RoleEnded else ErrorCode.STORAGE_ERROR
                 log.error(
                     "append failed", extra=self.base.fields(records=len(bodies), error=repr(exc))
                 )
                 self.messages_rejected += len(bodies)
                 for maybe in wanted:
                     if maybe is not None:
-                        b.error_ack(maybe, ErrorCode.STORAGE_ERROR, str(exc))
+                        b.error_ack(maybe, code, str(exc))
                 for who, index, _o, _t in dups:
                     if index is not None:
-                        b.error_ack(who, ErrorCode.STORAGE_ERROR, str(exc))
+                        b.error_ack(who, code, str(exc))
                 dups = [d for d in dups if d[1] is None]
                 wanted = []
             else:

@@ -351,6 +351,11 @@ class StorageConfig:
     thread. Either way nothing is visible or ALL-acked before its fsync returned. The risk
     of true: a disk whose fsync stalls stalls the whole server for that one fsync, after
     which fsyncs go to worker threads for 10 s (:mod:`jetserver.storage.fsync_runner`)."""
+    large_writes_in_thread: bool = True
+    """Append a batch of a few large records (64 KiB or more in at most 64 records) from a
+    worker thread, so that the event loop serves other requests while the write waits for
+    an fsync of the same file (ext4 holds it then); false: on the loop, like every other
+    append (:mod:`jetserver.storage.fsync_runner`)."""
     disk_free_floor_bytes: int | None = attrs.field(default=None, validator=optional_non_negative())
     """Produce, NATS ingest and CreateStream are refused (STORAGE_ERROR) while the data
     directory's file system has less free space; None: min(64 MiB, 5 % of its size); 0:

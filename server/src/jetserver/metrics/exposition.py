@@ -227,6 +227,21 @@ def _fsyncs(out: list[str], src: MetricsSources) -> None:
         "fsyncs on the event loop slower than 20 ms (each sends fsyncs to threads for 10 s).",
     )
     out.append(f"jet_fsyncs_slow_total {runner.slow_fsyncs}")
+    _head(
+        out,
+        "jet_large_writes_total",
+        "counter",
+        "Appends of 64 KiB or more in a few records, by where they were written.",
+    )
+    out.append(f'jet_large_writes_total{{place="loop"}} {runner.loop_large_writes}')
+    out.append(f'jet_large_writes_total{{place="thread"}} {runner.thread_large_writes}')
+    _head(
+        out,
+        "jet_large_write_loop_seconds_total",
+        "counter",
+        "Event-loop time spent in large writes made on the loop.",
+    )
+    out.append(f"jet_large_write_loop_seconds_total {runner.loop_large_write_s:.6f}")
 
 
 def _files(out: list[str], src: MetricsSources) -> None:
