@@ -269,13 +269,7 @@ class Sequencer:
             if hops.ENABLED:
                 hops.mark("append.start")
             try:
-                if self.committer.fsyncs.is_large(bodies):
-                    runner = self.committer.fsyncs
-                    first, ts = await self.large.append(
-                        runner, self.base, bodies, self.leader_epoch
-                    )
-                else:
-                    first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
+                first, ts = await self._write(bodies)
             except RoleEnded:
                 return _NOT_LEADER
             except Exception as exc:
@@ -302,6 +296,14 @@ class Sequencer:
         else:
             self.committer.request_flush()
         return (0, first, ts)
+
+    async def _write(self, bodies: list[Body]) -> tuple[int, int]:
+        """``log.append`` of ``bodies``: on the loop, or a large write from a worker thread
+        (:class:`LargeWrites`; RoleEnded if the role ended meanwhile)."""
+        runner = self.committer.fsyncs
+        if runner.is_large(bodies):
+            return await self.large.append(runner, self.base, bodies, self.leader_epoch)
+        return self.base.log.append(bodies, wall_ns(), self.leader_epoch)
 
     def lost_race_since_commit(self) -> bool:
         """True if a compare-and-set was refused here since the last call (writers race
@@ -531,13 +533,7 @@ class Sequencer:
             if hops.ENABLED:
                 hops.mark("append.start")
             try:
-                if self.committer.fsyncs.is_large(bodies):
-                    runner = self.committer.fsyncs
-                    first, ts = await self.large.append(
-                        runner, self.base, bodies, self.leader_epoch
-                    )
-                else:
-                    first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
+                first, ts = await self._write(bodies)
             except Exception as exc:
                 code = ErrorCode.NOT_LEADER if type(exc) is RoleEnded else ErrorCode.STORAGE_ERROR
                 log.error(
