@@ -450,6 +450,8 @@ def envelope_file() -> dict[str, Any]:
 
 def produce_request_fields(r: msg.ProduceRequest) -> Fields:
     current = {"current_values": True} if r.current_values else {}
+    if r.latest_values:
+        current["latest_values"] = True
     return {
         **current,
         "stream": r.stream,
@@ -586,6 +588,15 @@ PRODUCE_RESULTS_CAS = [
 ]
 """Its answer: AAPL is at offset 17, not 12 (the value there follows); EURUSD has no live
 record (deleted: offset -1, no value); MSFT was absent and is stored at 18."""
+PRODUCE_REQ_LATEST = attrs.evolve(PRODUCE_REQ_CAS, latest_values=True)
+"""The same with the latest-values flag too (spec/protocol.md §6, bit 3)."""
+PRODUCE_RESULTS_LATEST = [
+    msg.ProduceResult(int(ErrorCode.WRONG_EXPECTED_KEY_OFFSET), 17, -1, b"189.9"),
+    msg.ProduceResult(0, 18, T0, b"1.10", 21),
+    msg.ProduceResult(0, 19, T0),
+]
+"""Its answer: AAPL refused as before; EURUSD stored at 18, and a racing write of it built
+on that one is at 21 (its value follows); MSFT stored at 19, no later record (-1)."""
 PRODUCE_RESULTS = [
     msg.ProduceResult(error_code=0, offset=17, timestamp=T0),
     msg.ProduceResult(error_code=0, offset=18, timestamp=T0),
@@ -862,6 +873,27 @@ def protocol_file() -> dict[str, Any]:
                 ]
             },
             pv.encode_produce_response_values(PRODUCE_RESULTS_CAS),
+        ),
+        produce_request_case("produce_request_latest_values", 10, PRODUCE_REQ_LATEST),
+        frame_case(
+            "produce_response_latest_values",
+            fr.Api.PRODUCE,
+            10,
+            RESP,
+            "produce_response_latest_values",
+            {
+                "results": [
+                    {
+                        "error_code": r.error_code,
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "current_value_hex": hx(r.current_value),
+                        "latest_offset": r.latest_offset,
+                    }
+                    for r in PRODUCE_RESULTS_LATEST
+                ]
+            },
+            pv.encode_produce_response_values(PRODUCE_RESULTS_LATEST, latest=True),
         ),
         frame_case(
             "produce_many_request",
@@ -1275,7 +1307,8 @@ def protocol_file() -> dict[str, Any]:
         "format": "protocol",
         "doc": "spec/protocol.md. type frame: a whole frame; fields.body_type names the body "
         "codec (json, error, produce_request, produce_response, produce_response_current_values "
-        "(the answer to a request with current_values), fetch_request, fetch_response, "
+        "(the answer to a request with current_values), produce_response_latest_values (with "
+        "latest_values too), fetch_request, fetch_response, "
         "replica_fetch_request, replica_fetch_response). "
         "JSON bodies are compact with keys in the order given: other encoders may differ in "
         "bytes and must compare the decoded objects. invalid: type frame goes through a frame "

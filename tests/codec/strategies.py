@@ -60,6 +60,7 @@ produce_messages = st.builds(
 @st.composite
 def produce_requests(draw: st.DrawFn) -> ProduceRequest:
     producer_id = draw(producer_ids)
+    current = draw(st.booleans())
     return ProduceRequest(
         stream=draw(names),
         partition=draw(U32),
@@ -68,7 +69,8 @@ def produce_requests(draw: st.DrawFn) -> ProduceRequest:
         messages=tuple(draw(st.lists(produce_messages, max_size=4))),
         producer_id=producer_id,
         base_seq=0 if producer_id is None else draw(U64),
-        current_values=draw(st.booleans()),
+        current_values=current,
+        latest_values=current and draw(st.booleans()),  # bit 3 only with bit 2
     )
 
 
@@ -84,6 +86,26 @@ produce_results_with_values = st.one_of(
     ),
 )
 """Results of a request with the current-values flag (decode back to themselves)."""
+produce_results_with_latest = st.one_of(
+    produce_results_with_values.filter(lambda r: r.error_code != 0),
+    st.builds(
+        ProduceResult,
+        error_code=st.just(0),
+        offset=I64,
+        timestamp=I64,
+        current_value=st.just(None),
+        latest_offset=st.just(-1),
+    ),
+    st.builds(
+        ProduceResult,
+        error_code=st.just(0),  # a later record of the key: its offset and value follow
+        offset=I64,
+        timestamp=I64,
+        current_value=st.none() | st.binary(max_size=16),
+        latest_offset=st.integers(0, 2**63 - 1),
+    ),
+)
+"""Results of a request with the latest-values flag too (decode back to themselves)."""
 
 
 @st.composite

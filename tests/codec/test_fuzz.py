@@ -34,6 +34,7 @@ from .strategies import (
     json_objects,
     produce_requests,
     produce_results,
+    produce_results_with_latest,
     produce_results_with_values,
     records,
 )
@@ -83,6 +84,7 @@ DECODERS: dict[str, Callable[[bytes], Any]] = {
     "produce_request": msg.decode_produce_request,
     "produce_response": msg.decode_produce_response,
     "produce_response_current_values": pv.decode_produce_response_values,
+    "produce_response_latest_values": lambda b: pv.decode_produce_response_values(b, True),
     "produce_many_request": pm.decode_produce_many_request,
     "produce_many_response": pm.decode_produce_many_response,
     "fetch_request": msg.decode_fetch_request,
@@ -164,6 +166,9 @@ ENCODINGS: dict[str, st.SearchStrategy[bytes]] = {
     "produce_response": st.lists(produce_results, max_size=4).map(msg.encode_produce_response),
     "produce_response_current_values": st.lists(produce_results_with_values, max_size=4).map(
         pv.encode_produce_response_values
+    ),
+    "produce_response_latest_values": st.lists(produce_results_with_latest, max_size=4).map(
+        lambda results: pv.encode_produce_response_values(results, latest=True)
     ),
     "produce_many_request": st.lists(
         produce_requests().map(msg.encode_produce_request), max_size=3

@@ -64,6 +64,7 @@ from .strategies import (
     json_objects,
     produce_requests,
     produce_results,
+    produce_results_with_latest,
     produce_results_with_values,
     records,
 )
@@ -92,6 +93,31 @@ def test_produce_response_with_current_values_round_trip(results: list[ProduceRe
     refusals = [r for r in results if r.error_code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET]
     values = sum(len(r.current_value or b"") for r in refusals)
     assert len(raw) == 4 + 18 * len(results) + 4 * len(refusals) + values
+
+
+@PROPS
+@given(st.lists(produce_results_with_latest, max_size=8))
+def test_produce_response_with_latest_values_round_trip(results: list[ProduceResult]) -> None:
+    """Bit 3: a success result carries its key's later offset (-1: none) and, with one,
+    that record's value; other results as with bit 2 alone."""
+    raw = encode_produce_response_values(results, latest=True)
+    assert decode_produce_response_values(raw, latest=True) == results
+    refusals = [r for r in results if r.error_code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET]
+    stored = [r for r in results if r.error_code == 0]
+    moved = [r for r in stored if r.latest_offset >= 0]
+    values = sum(len(r.current_value or b"") for r in refusals + moved)
+    size = 4 + 18 * len(results) + 4 * len(refusals) + 8 * len(stored) + 4 * len(moved)
+    assert len(raw) == size + values
+
+
+def test_latest_values_flag_needs_current_values() -> None:
+    """Bit 3 without bit 2 is malformed (a request says what its answer carries)."""
+    req = ProduceRequest("s", 0, AckPolicy.ALL, 10, (), current_values=True, latest_values=True)
+    body = bytearray(encode_produce_request(req))
+    assert decode_produce_request(bytes(body)).latest_values
+    body[2 + 1 + 9] &= ~0x04  # stream "s": the flags byte
+    with pytest.raises(CodecError):
+        decode_produce_request(bytes(body))
 
 
 def test_produce_response_without_the_flag_is_unchanged_for_refusals() -> None:

@@ -94,6 +94,7 @@ def test_vector_files_cover_the_brief() -> None:
         "produce_request",
         "produce_response",
         "produce_response_current_values",
+        "produce_response_latest_values",
         "produce_many_request",
         "produce_many_response",
         "fetch_request",
@@ -189,6 +190,7 @@ def produce_request_of(f: dict[str, Any]) -> msg.ProduceRequest:
         producer_id=f["producer_id"],
         base_seq=f["base_seq"],
         current_values=f.get("current_values", False),
+        latest_values=f.get("latest_values", False),
         messages=tuple(
             msg.ProduceMessage(
                 value=bytes.fromhex(m["value_hex"]),
@@ -205,6 +207,19 @@ def current_results_of(f: dict[str, Any]) -> list[msg.ProduceResult]:
     return [
         msg.ProduceResult(
             r["error_code"], r["offset"], r["timestamp"], unhex(r["current_value_hex"])
+        )
+        for r in f["results"]
+    ]
+
+
+def latest_results_of(f: dict[str, Any]) -> list[msg.ProduceResult]:
+    return [
+        msg.ProduceResult(
+            r["error_code"],
+            r["offset"],
+            r["timestamp"],
+            unhex(r["current_value_hex"]),
+            r["latest_offset"],
         )
         for r in f["results"]
     ]
@@ -265,6 +280,8 @@ def encode_body(body_type: str, f: Any) -> bytes:
         return msg.encode_produce_response([msg.ProduceResult(**r) for r in f["results"]])
     if body_type == "produce_response_current_values":
         return pv.encode_produce_response_values(current_results_of(f))
+    if body_type == "produce_response_latest_values":
+        return pv.encode_produce_response_values(latest_results_of(f), latest=True)
     if body_type == "fetch_request":
         return msg.encode_fetch_request(msg.FetchRequest(**f))
     if body_type == "fetch_stream_request":
@@ -297,6 +314,8 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
         assert msg.decode_produce_response(body) == [msg.ProduceResult(**r) for r in f["results"]]
     elif body_type == "produce_response_current_values":
         assert pv.decode_produce_response_values(body) == current_results_of(f)
+    elif body_type == "produce_response_latest_values":
+        assert pv.decode_produce_response_values(body, latest=True) == latest_results_of(f)
     elif body_type == "produce_many_request":
         sections = pm.decode_produce_many_request(body)
         assert [msg.decode_produce_request(s) for s in sections] == [

@@ -129,3 +129,43 @@ async def test_a_lost_compare_and_set_is_answered_at_once(
         won = await send(cas(b"k", b"v3", 0), 4)
         assert (won.error_code, won.offset) == (ErrorCode.NONE, 1)
         assert checks.refused_at_once == 1
+
+
+async def test_a_won_compare_and_set_carries_the_later_record(jet_dev: JetDev) -> None:
+    """With the latest-values flag (bit 3) a success result names its key's later record
+    when one was appended after it before the answer (here: a compare-and-set built on it in
+    the same request), with that record's value; -1 when the key is still at the record,
+    was deleted since, or the request did not ask (then the answer is as before)."""
+    stream = f"caslatest{next(_names)}"
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True)
+
+        async def send(*messages: ProduceMessage, latest: bool = True) -> list[ProduceResult]:
+            request = ProduceRequest(
+                stream, 0, AckPolicy.ALL, 5000, messages, current_values=True, latest_values=latest
+            )
+            return await client.produce(request)
+
+        (alone,) = await send(cas(b"k", b"v1", -1))
+        assert (alone.error_code, alone.offset, alone.latest_offset) == (ErrorCode.NONE, 0, -1)
+        assert alone.current_value is None
+        first, second, other = await send(
+            cas(b"k", b"v2", 0), cas(b"k", b"v3", 1), cas(b"x", b"y", -1)
+        )
+        assert (first.error_code, first.offset) == (ErrorCode.NONE, 1)
+        assert (first.latest_offset, first.current_value) == (2, b"v3")
+        assert (second.error_code, second.offset, second.latest_offset) == (ErrorCode.NONE, 2, -1)
+        assert (other.error_code, other.offset, other.latest_offset) == (ErrorCode.NONE, 3, -1)
+        stored, refused, deleted = await send(
+            cas(b"k", b"v4", 2), cas(b"k", b"v5", 2), cas(b"k", b"", None)
+        )
+        assert (stored.error_code, stored.offset, stored.latest_offset) == (ErrorCode.NONE, 4, -1)
+        assert (refused.error_code, refused.offset, refused.current_value) == (REFUSED, 4, b"v4")
+        assert (deleted.error_code, deleted.offset, deleted.latest_offset) == (
+            ErrorCode.NONE,
+            5,
+            -1,
+        )
+        won, built = await send(cas(b"k", b"v6", -1), cas(b"k", b"v7", 6), latest=False)
+        assert (won.error_code, won.offset, won.latest_offset) == (ErrorCode.NONE, 6, -1)
+        assert (built.error_code, built.offset) == (ErrorCode.NONE, 7)

@@ -422,7 +422,9 @@ class Client:
         answer = await self.request_leader(
             request.stream, request.partition, Api.PRODUCE, body, timeout=wait, retry_if=retry_if
         )
-        return decode_produce_answer(answer, len(request.messages), request.current_values)
+        return decode_produce_answer(
+            answer, len(request.messages), request.current_values, request.latest_values
+        )
 
     async def fetch(
         self,

@@ -189,17 +189,17 @@ def parse_answer(parser: Callable[[dict[str, Any]], _T], body: bytes) -> _T:
 
 
 def decode_produce_answer(
-    answer: bytes, count: int, current_values: bool = False
+    answer: bytes, count: int, current_values: bool = False, latest_values: bool = False
 ) -> list[ProduceResult]:
-    """A Produce response's results, one per message sent (``count``; ``current_values``:
-    the request had that flag).
+    """A Produce response's results, one per message sent (``count``; ``current_values``,
+    ``latest_values``: the request had that flag).
 
     Raises:
         MalformedFrame: undecodable, or another number of results.
     """
     try:
         if current_values:
-            results = decode_produce_response_values(answer)
+            results = decode_produce_response_values(answer, latest_values)
         else:
             results = decode_produce_response(answer)
     except CodecError as exc:

@@ -10,6 +10,9 @@ the record cannot be read or is not that key's (an append that failed after the 
 is stored compressed (its headers are not sent, so its bytes would mean nothing), or the
 response's values would pass :data:`MAX_CURRENT_VALUE_BYTES`.
 
+A request with the latest-values flag too gets, with each success result, the key's later
+record if one was appended after it (:func:`latest_values`).
+
 Only a leader that appended the request itself (the direct path) has the log at hand; a
 request that went through NATS gets no values.
 
@@ -34,7 +37,7 @@ from jetsdk.codec.record import iter_records
 from jetsdk.codec.transcode import DirectRecord
 from jetserver.broker.append_checks import Refusal
 from jetserver.broker.direct import Result
-from jetserver.broker.key_index import KeyIndex
+from jetserver.broker.key_index import IndexBehind, IndexFull, KeyIndex
 from jetserver.broker.sequencer import Sequencer
 from jetserver.storage import Log
 from jetserver.storage.errors import StorageError
@@ -76,6 +79,50 @@ def current_values(
             values[i] = value
             budget -= len(value)
     return values
+
+
+def latest_values(
+    sequencer: Sequencer,
+    records: Sequence[DirectRecord | None] | None,
+    results: Sequence[Result],
+    budget: int = MAX_CURRENT_VALUE_BYTES,
+) -> list[tuple[int, bytes | None]]:
+    """One entry per result, for a request with the latest-values flag (spec/protocol.md
+    §6): for a success result of a keyed message whose key has a later live record in the
+    leader's log (committed or not: a racing writer's compare-and-set built on this one
+    while its commit ran), that record's (offset, value); (-1, None) otherwise. The writer
+    whose write won then starts its next compare-and-set of the key from there, instead of
+    from its own value (refused: one request more per won update when writers race). The
+    value is left out (None) as :func:`current_values` leaves one out."""
+    out: list[tuple[int, bytes | None]] = [(-1, None)] * len(results)
+    if records is None:
+        return out
+    checks = sequencer.checks
+    log_ = sequencer.base.log
+    for i, (code, offset, _ts) in enumerate(results):
+        if code != 0 or offset < 0 or i >= len(records):
+            continue
+        record = records[i]
+        key = None if record is None else _key_of(record)
+        if key is None:
+            continue
+        try:
+            latest = checks.keys.offset_of(
+                log_, sequencer.leader_epoch, key, [], sequencer.committer.sync_failures
+            )
+        except (IndexBehind, IndexFull, CodecError, StorageError, OSError):
+            continue
+        if latest <= offset:  # still this record, or deleted since (ABSENT)
+            continue
+        value = checks.keys.recent_value(key, latest)
+        if value is None:
+            value = value_at(log_, latest, key)
+        if value is not None and len(value) <= budget:
+            budget -= len(value)
+        else:
+            value = None
+        out[i] = (latest, value)
+    return out
 
 
 def refusal_answer(

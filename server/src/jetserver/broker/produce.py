@@ -43,6 +43,7 @@ from jetsdk.codec.messages import (
     encode_produce_request,
     encode_produce_result_tuples,
     produce_wants_current_values,
+    produce_wants_latest_values,
 )
 from jetsdk.codec.produce_values import (
     decode_produce_response_values,
@@ -51,7 +52,7 @@ from jetsdk.codec.produce_values import (
 from jetsdk.codec.transcode import DirectRecord, EnvelopeBytes, ProducedEnvelope, produce_envelopes
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.copy_backlog import CopyBacklog
-from jetserver.broker.current_values import current_values, refusal_answer
+from jetserver.broker.current_values import current_values, latest_values, refusal_answer
 from jetserver.broker.direct import AnswerNow, DirectBatch, ProduceCompletion, Result
 from jetserver.broker.direct_copies import (
     After,
@@ -263,7 +264,7 @@ class ProduceService:
         """
         body = await self.produce_body(encode_produce_request(req))
         if req.current_values:
-            return decode_produce_response_values(body)
+            return decode_produce_response_values(body, req.latest_values)
         return decode_produce_response(body)
 
     async def produce_body(self, body: bytes) -> bytes:
@@ -462,7 +463,10 @@ class ProduceService:
                     if values_wanted:  # a refusal's value (§6)
                         keys = replica.sequencer.checks.keys
                         values = current_values(replica.log, records, final, index=keys)
-                        response = encode_produce_result_values(final, values)
+                        latest = None
+                        if produce_wants_latest_values(body):  # a won one's successor (§6)
+                            latest = latest_values(replica.sequencer, records, final)
+                        response = encode_produce_result_values(final, values, latest)
                     else:
                         response = encode_produce_result_tuples(final)
                     if (
@@ -502,7 +506,8 @@ class ProduceService:
             self._waiting.pop(token, None)
         final = [r if r is not None else _TIMEOUT for r in results]
         if produce_wants_current_values(body):  # through NATS: no values (§6)
-            return encode_produce_result_values(final, [None] * n), None
+            latest = [(-1, None)] * n if produce_wants_latest_values(body) else None
+            return encode_produce_result_values(final, [None] * n, latest), None
         return encode_produce_result_tuples(final), None
 
     async def copies_in_order(self, afters: Sequence[After]) -> list[After]:

@@ -132,7 +132,10 @@ PRODUCE_FLAG_PRODUCER = 0x01
 PRODUCE_FLAG_CURRENT_VALUES = 0x04
 """Produce request flag: a WRONG_EXPECTED_KEY_OFFSET result carries the key's current value
 (spec/protocol.md §6, "current values")."""
-_PRODUCE_FLAGS = PRODUCE_FLAG_PRODUCER | PRODUCE_FLAG_CURRENT_VALUES
+PRODUCE_FLAG_LATEST_VALUES = 0x08
+"""Produce request flag, with the previous one only: a success result carries its key's
+later record if any (spec/protocol.md §6)."""
+_PRODUCE_FLAGS = PRODUCE_FLAG_PRODUCER | PRODUCE_FLAG_CURRENT_VALUES | PRODUCE_FLAG_LATEST_VALUES
 _MIN_PRODUCE_MESSAGE = 2 + 4 + 2 + 4  # empty subject, null key, no headers, empty value
 _PLAIN_MESSAGE_HEAD = b"\x00\x00" + w.NULL_LEN + b"\x00\x00"
 """A Produce message up to its value: empty subject, no key, no headers."""
@@ -175,6 +178,9 @@ class ProduceRequest:
     current_values: bool = False
     """Ask for the key's current value in each WRONG_EXPECTED_KEY_OFFSET result (flags bit
     2): :attr:`ProduceResult.current_value`."""
+    latest_values: bool = False
+    """With :attr:`current_values`: ask for a success result's later record of its key
+    (flags bit 3): :attr:`ProduceResult.latest_offset`."""
 
 
 @attrs.frozen
@@ -190,7 +196,10 @@ class ProduceResult:
     current_value: bytes | None = None
     """WRONG_EXPECTED_KEY_OFFSET of a request with :attr:`ProduceRequest.current_values`:
     the value of the key's record at :attr:`offset`, which may not be committed yet (build a
-    compare-and-set on it, never treat it as committed); None: none or left out."""
+    compare-and-set on it, never treat it as committed); None: none or left out. With
+    :attr:`latest_offset`: the value there (the same caveats)."""
+    latest_offset: int = -1
+    """With :attr:`ProduceRequest.latest_values`, a success result: its key's later offset."""
 
 
 SEPARATE_VALUE_MIN_BYTES = 64 * 1024
@@ -243,6 +252,8 @@ def _produce_request_parts(req: ProduceRequest) -> tuple[list[bytes], list[int]]
     flags = 0 if req.producer_id is None else PRODUCE_FLAG_PRODUCER
     if req.current_values:
         flags |= PRODUCE_FLAG_CURRENT_VALUES
+        if req.latest_values:
+            flags |= PRODUCE_FLAG_LATEST_VALUES
     try:
         parts.append(_PRODUCE_HEAD.pack(req.partition, req.ack_policy, req.timeout_ms, flags))
         if req.producer_id is not None:
@@ -350,6 +361,8 @@ def decode_produce_head(body: bytes | bytearray | memoryview) -> ProduceHead:
             raise CodecError(f"unknown ack policy {ack}")
         if flags & ~_PRODUCE_FLAGS:
             raise CodecError(f"unknown produce flags {flags:#x}")
+        if flags & PRODUCE_FLAG_LATEST_VALUES and not flags & PRODUCE_FLAG_CURRENT_VALUES:
+            raise CodecError("produce flag latest values (bit 3) without current values (bit 2)")
         producer_id: int | None = None
         base_seq = 0
         if flags & PRODUCE_FLAG_PRODUCER:
@@ -397,6 +410,7 @@ def decode_produce_request(body: bytes | bytearray | memoryview) -> ProduceReque
         producer_id=producer_id,
         base_seq=base_seq,
         current_values=produce_wants_current_values(body),
+        latest_values=produce_wants_latest_values(body),
     )
 
 
@@ -405,6 +419,12 @@ def produce_wants_current_values(body: bytes | bytearray | memoryview) -> bool:
     must be valid (:func:`decode_produce_head` checked it)."""
     (slen,) = w.U16.unpack_from(body, 0)
     return bool(body[2 + slen + 9] & PRODUCE_FLAG_CURRENT_VALUES)
+
+
+def produce_wants_latest_values(body: bytes | bytearray | memoryview) -> bool:
+    """As :func:`produce_wants_current_values`, for the latest-values flag (bit 3)."""
+    (slen,) = w.U16.unpack_from(body, 0)
+    return bool(body[2 + slen + 9] & PRODUCE_FLAG_LATEST_VALUES)
 
 
 def _decode_produce_messages(body: bytes, p: int, count: int) -> tuple[list[ProduceMessage], int]:
@@ -485,7 +505,7 @@ _set_value, _set_key, _set_headers, _set_subject = slot_setters(
     ProduceMessage, "value", "key", "headers", "subject"
 )
 _new_object = object.__new__
-_set_current_value = slot_setters(ProduceResult, "current_value")[0]
+_set_current_value, _set_latest = slot_setters(ProduceResult, "current_value", "latest_offset")
 
 
 def _new_result(error_code: int, offset: int, timestamp: int) -> ProduceResult:
@@ -494,6 +514,7 @@ def _new_result(error_code: int, offset: int, timestamp: int) -> ProduceResult:
     _set_result_offset(result, offset)
     _set_result_ts(result, timestamp)
     _set_current_value(result, None)
+    _set_latest(result, -1)
     return result
 
 

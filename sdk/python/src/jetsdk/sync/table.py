@@ -131,9 +131,10 @@ class Table(SyncWrapper[_AsyncTable]):
         """Set ``key`` to ``change(value)`` of its value (None: it has none) by
         compare-and-set, and when another write got there first, again on the value that
         won (a read-modify-write that loses no update); the new revision. The first value
-        is the view's, or the one this table's last modify of the key stored if the view
-        does not have that yet (:mod:`jetsdk.table.own_writes`); a refusal carries the
-        winner's value back (no read in between).
+        is the view's, or the one this table's last modify of the key stored (or the later
+        one that modify's answer named: racing writers built on it) if the view does not
+        have that yet (:mod:`jetsdk.table.own_writes`); a refusal carries the winner's value
+        back (no read in between).
 
         ``change`` may be called several times (keep it free of side effects), and with a
         value that is not committed yet (a racing write just stored it): the write built on

@@ -5,7 +5,10 @@ succeeds the view still holds the key's previous value: a read-modify-write
 (:meth:`jetsdk.Table.modify`) that started from the view would be refused once (and
 retried on the value the refusal carries), two requests per update for a lone writer. The
 writer knows better: the write's result is the key's value at that revision, so the next
-modify of the key starts from it instead.
+modify of the key starts from it instead; or, when racing writers built on the write while
+it committed, from the later record its answer named (spec/protocol.md §6, "latest
+values": such a value may not be committed yet; a compare-and-set built on it is committed
+only if it is).
 
 Only a hint: the server's compare-and-set decides. A stale hint (another process wrote
 since, the key expired) costs one refused try, never a lost update.

@@ -286,9 +286,10 @@ class Table:
         """Set ``key`` to ``change(value)`` of its value (None: it has none) by
         compare-and-set, and when another write got there first, again on the value that
         won (a read-modify-write that loses no update); the new revision. The first value
-        is the view's, or the one this table's last modify of the key stored if the view
-        does not have that yet (:mod:`jetsdk.table.own_writes`); a refusal carries the
-        winner's value back (no read in between).
+        is the view's, or the one this table's last modify of the key stored (or the later
+        one that modify's answer named: racing writers built on it) if the view does not
+        have that yet (:mod:`jetsdk.table.own_writes`); a refusal carries the winner's value
+        back (no read in between).
 
         ``change`` may be called several times (keep it free of side effects), and with a
         value that is not committed yet (a racing write just stored it): the write built on
@@ -312,8 +313,15 @@ class Table:
             new = change(value)
             _check_value(new)
             try:
-                stored = await writer.write(key, new, revision, ttl_ms)
-                self._own_writes.wrote(Entry(key, new, stored, partition), view.positions)
+                result = await writer.write_result(key, new, revision, ttl_ms)
+                stored, latest = result.offset, result.latest_offset
+                if latest > stored and result.current_value is not None:
+                    # Racing writers built on this write while it committed: the next
+                    # modify of the key starts from their latest (its own would be refused).
+                    hint = Entry(key, result.current_value, latest, partition)
+                else:
+                    hint = Entry(key, new, stored, partition)
+                self._own_writes.wrote(hint, view.positions)
                 return stored
             except WrongExpectedKeyOffset as exc:
                 if attempt == MAX_MODIFY_ATTEMPTS:

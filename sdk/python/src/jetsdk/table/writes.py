@@ -31,7 +31,10 @@ ones before it, and refuses it with WRONG_EXPECTED_KEY_OFFSET naming the key's c
 offset, raised here as :class:`~jetsdk.errors.WrongExpectedKeyOffset`. A request holding
 a compare-and-set asks for the key's current value too (the Produce flag "current values",
 spec/protocol.md §6): the refusal then carries it (``current_value``), so the writer can
-retry at once on it instead of reading the key first.
+retry at once on it instead of reading the key first. It asks for the latest values too
+(flag "latest values"): a compare-and-set that won is answered with the key's later record
+when racing writers built on it while its commit ran, so the winner's next try starts from
+there instead of from its own, by then stale, value.
 """
 
 from __future__ import annotations
@@ -185,6 +188,18 @@ class TableWriter:
         Raises:
             WrongExpectedKeyOffset: the key is at another revision (``current_revision``).
             JetError: the write failed (retriable errors after :data:`MAX_WRITE_ATTEMPTS`).
+        """
+        return (await self.write_result(key, value, expected, ttl_ms)).offset
+
+    async def write_result(
+        self, key: bytes, value: bytes, expected: int | None, ttl_ms: int | None = None
+    ) -> ProduceResult:
+        """:meth:`write`, returning the write's result: its offset, and for a
+        compare-and-set the key's later record if one was appended after it before the
+        answer (``latest_offset``, its value in ``current_value``; spec/protocol.md §6).
+
+        Raises:
+            As :meth:`write`.
         """
         headers: tuple[tuple[str, bytes], ...] = ()
         if expected is not None:
@@ -354,6 +369,7 @@ class TableWriter:
         write's result, or its ``retry_error`` if retriable, or its error. ``grouped``:
         with the round's other requests to its server (:meth:`_produce`)."""
         partition = run[0].partition
+        cas = any(w.expected is not None for w in run)
         request = ProduceRequest(
             self.stream,
             partition,
@@ -362,7 +378,8 @@ class TableWriter:
             tuple(w.message for w in run),
             self.producer_id,
             run[0].seq,
-            current_values=any(w.expected is not None for w in run),
+            current_values=cas,
+            latest_values=cas,
         )
         self.requests += 1
         try:
@@ -425,7 +442,9 @@ class TableWriter:
                 with contextlib.suppress(JetError):
                     await client.refresh_metadata()
             return await client.produce(request)
-        return decode_produce_answer(answer, len(request.messages), request.current_values)
+        return decode_produce_answer(
+            answer, len(request.messages), request.current_values, request.latest_values
+        )
 
     async def _produce(self, request: ProduceRequest) -> list[ProduceResult]:
         """Send ``request`` to its partition's leader with the round's other requests to
@@ -449,16 +468,18 @@ class TableWriter:
 
         self._fan_in.defer(conn, section, wait)
         answer = await (await cut).wait(wait)
-        return decode_produce_answer(answer, len(request.messages), request.current_values)
+        return decode_produce_answer(
+            answer, len(request.messages), request.current_values, request.latest_values
+        )
 
-    def _outcome(self, partition: int, w: _Write) -> int:
+    def _outcome(self, partition: int, w: _Write) -> ProduceResult:
         if w.error is not None:
             raise w.error
         result = w.result
         assert result is not None
         code = result.error_code
         if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE):
-            return result.offset
+            return result
         details = {"stream": self.stream, "partition": partition, "expected": w.expected}
         if code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET:
             current = result.offset
