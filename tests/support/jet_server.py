@@ -4,12 +4,15 @@ async with running_server(nats.url, tmp_path / "data") as server:   # in this ev
     server.address
 proc = start_server_process(nats.url, tmp_path / "s1", "--log-level", "INFO")
 proc.address; proc.ready_file; proc.log_path; proc.stop()           # a `jet server`
+with gated_server_process(nats.url, tmp_path) as (gate, proc):       # its fsyncs gated
+    gate.close()
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +21,11 @@ import anyio
 from jetsdk.codec.record import Record
 from jetserver.cli.server_cmd import register
 from jetserver.testing import JetServer, running_server, server_config
+from support.fsync_fault import FsyncGate
 from support.raw_client import RawClient
 
 __all__ = [
+    "gated_server_process",
     "records_after_restart",
     "running_server",
     "server_args",
@@ -49,6 +54,27 @@ def start_server_process(
     )
     server.start()
     return server
+
+
+@contextmanager
+def gated_server_process(
+    nats_url: str,
+    tmp_path: Path,
+    *args: str,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Iterator[tuple[FsyncGate, JetServer]]:
+    """A `jet server` (:func:`start_server_process`, data in ``tmp_path / "data"``) whose
+    syncs of stream files wait while the gate is closed (the fsync shim: the test takes the
+    ``fsync_shim`` fixture); at the end the gate is opened and the server stopped (exit 0)."""
+    gate = FsyncGate(tmp_path / "gate", match="/streams/")
+    proc = start_server_process(
+        nats_url, tmp_path / "data", *args, env=gate.env(), settings=settings
+    )
+    try:
+        yield gate, proc
+    finally:
+        gate.open()
+        assert proc.stop() == 0
 
 
 async def records_after_restart(
