@@ -4,6 +4,7 @@ async with running_server(nats.url, tmp_path / "data") as server:   # in this ev
     server.address
 proc = start_server_process(nats.url, tmp_path / "s1", "--log-level", "INFO")
 proc.address; proc.ready_file; proc.log_path; proc.stop()           # a `jet server`
+with stopping(start_server_process(nats.url, tmp_path / "s1")) as proc:  # exit 0 at the end
 with gated_server_process(nats.url, tmp_path) as (gate, proc):       # its fsyncs gated
     gate.close()
 """
@@ -30,6 +31,7 @@ __all__ = [
     "running_server",
     "server_args",
     "start_server_process",
+    "stopping",
 ]
 
 
@@ -57,6 +59,16 @@ def start_server_process(
 
 
 @contextmanager
+def stopping(server: JetServer) -> Iterator[JetServer]:
+    """``server`` (e.g. of :func:`start_server_process`) for a ``with`` block, at whose end
+    it is stopped and must exit cleanly (status 0); as :func:`contextlib.closing`."""
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0
+
+
+@contextmanager
 def gated_server_process(
     nats_url: str,
     tmp_path: Path,
@@ -67,14 +79,14 @@ def gated_server_process(
     syncs of stream files wait while the gate is closed (the fsync shim: the test takes the
     ``fsync_shim`` fixture); at the end the gate is opened and the server stopped (exit 0)."""
     gate = FsyncGate(tmp_path / "gate", match="/streams/")
-    proc = start_server_process(
-        nats_url, tmp_path / "data", *args, env=gate.env(), settings=settings
-    )
-    try:
-        yield gate, proc
-    finally:
-        gate.open()
-        assert proc.stop() == 0
+    data_dir = tmp_path / "data"
+    with stopping(
+        start_server_process(nats_url, data_dir, *args, env=gate.env(), settings=settings)
+    ) as proc:
+        try:
+            yield gate, proc
+        finally:
+            gate.open()  # before the stop: a sync held at the gate would hold the exit
 
 
 async def records_after_restart(
