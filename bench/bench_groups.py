@@ -231,6 +231,40 @@ class Round:
         self.procs[i][0].send_signal(signal.SIGKILL)
         self.procs[i][0].wait(30)
 
+    def kill_one_mid_batch(self, ids: list[int], marker: str) -> tuple[int, float]:
+        """Start the ready workers, let them run 4 s, then SIGKILL worker ``ids[1]`` mid-batch
+        (:meth:`kill_mid_batch`); the victim and the time of the kill."""
+        self.wait_ready()
+        self.go.touch()
+        time.sleep(4.0)
+        victim = ids[1]
+        self.kill_mid_batch(victim, marker)
+        return victim, time.time()
+
+    def taken_over(
+        self, ids: list[int], victim: int, killed: float, held: set[str], tag: str
+    ) -> float:
+        """Seconds from ``killed`` until each name in ``held`` is in a line ``TAG NAMES AT``
+        (NAMES comma-separated) of a worker other than ``victim``, stamped after it (nan if
+        none was held, or not all within 60 s). Ends the round."""
+        first: dict[str, float] = {}
+        deadline = time.monotonic() + 60
+        while len(first) < len(held) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            for i in ids:
+                if i == victim:
+                    continue
+                for line in self.lines(i):
+                    if line.startswith(tag):
+                        _, names, at = line.split()
+                        for name in names.split(","):
+                            if name in held and float(at) > killed:
+                                first[name] = min(first.get(name, float(at)), float(at))
+        self.finish()
+        if not held or len(first) < len(held):
+            return float("nan")
+        return max(first.values()) - killed
+
     def finish(self) -> list[dict[str, Any]]:
         self.stop.touch()
         results = []
@@ -291,35 +325,14 @@ def _jet_takeover(work: Path, base: dict[str, Any], rate: int) -> float:
     rnd.spawn({**base, "kind": "jet-produce", "rate": rate})
     member = {**base, "kind": "jet", "track": True, "delay": 0.001, "short_session": True}
     members = [rnd.spawn(member) for _ in range(3)]
-    rnd.wait_ready()
-    rnd.go.touch()
-    time.sleep(4.0)
-    victim = members[1]
-    rnd.kill_mid_batch(victim, "seen ")
-    killed = time.time()
-    owned: set[int] = set()
+    victim, killed = rnd.kill_one_mid_batch(members, "seen ")
+    owned: set[str] = set()  # partition numbers, as the lines write them
     for line in rnd.lines(victim):
         tag, *rest = line.split()
         if tag in ("a", "r", "l"):
-            parts = {int(p) for p in rest[0].split(",") if p}
+            parts = {p for p in rest[0].split(",") if p}
             owned = owned | parts if tag == "a" else owned - parts
-    moved: dict[int, float] = {}
-    deadline = time.monotonic() + 60
-    while len(moved) < len(owned) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        for i in members:
-            if i == victim:
-                continue
-            for line in rnd.lines(i):
-                if line.startswith("seen "):
-                    _, listed, at = line.split()
-                    for p in map(int, listed.split(",")):
-                        if p in owned and float(at) > killed:
-                            moved[p] = min(moved.get(p, float(at)), float(at))
-    rnd.finish()
-    if not owned or len(moved) < len(owned):
-        return float("nan")
-    return max(moved.values()) - killed
+    return rnd.taken_over(members, victim, killed, owned, "seen ")
 
 
 def redelivery_after_kill(
@@ -331,36 +344,14 @@ def redelivery_after_kill(
     JetStream: sequences). Also used by bench_share."""
     rnd.spawn(producer)
     ids = [rnd.spawn({**worker, "track": True, "delay": 0.001}) for _ in range(workers)]
-    rnd.wait_ready()
-    rnd.go.touch()
-    time.sleep(4.0)
-    victim = ids[1]
-    rnd.kill_mid_batch(victim, "got ")
-    killed = time.time()
+    victim, killed = rnd.kill_one_mid_batch(ids, "got ")
     got: set[str] = set()
     done: set[str] = set()
     for line in rnd.lines(victim):
         tag, *rest = line.split()
         if tag in ("got", "done") and len(rest) == 2:
             (got if tag == "got" else done).update(rest[0].split(","))
-    stuck = got - done
-    redone: dict[str, float] = {}
-    deadline = time.monotonic() + 60
-    while stuck and len(redone) < len(stuck) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        for i in ids:
-            if i == victim:
-                continue
-            for line in rnd.lines(i):
-                if line.startswith("done "):
-                    _, names, at = line.split()
-                    for name in names.split(","):
-                        if name in stuck and float(at) > killed:
-                            redone[name] = min(redone.get(name, float(at)), float(at))
-    rnd.finish()
-    if not stuck or len(redone) < len(stuck):
-        return float("nan")
-    return max(redone.values()) - killed
+    return rnd.taken_over(ids, victim, killed, got - done, "done ")
 
 
 def _js_redelivery(work: Path, base: dict[str, Any], rate: int) -> float:

@@ -12,7 +12,7 @@ from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import ProduceMessage
 from support.jet_cli import jet
 from support.jet_dev import JetDev
-from support.jet_server import start_server_process
+from support.jet_server import start_server_process, stopping
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -40,13 +40,10 @@ async def test_sigterm_is_a_clean_shutdown(nats_server: NatsServer, tmp_path: Pa
     assert not proc.ready_file.exists()
     log = proc.log_path.read_text()
     assert "server stopped" in log
-    proc = start_server_process(nats_server.url, data)
-    try:
+    with stopping(start_server_process(nats_server.url, data)) as proc:
         async with await RawClient.connect(proc.address) as c:
             records = await c.fetch_all("cli", 0)
         assert [r.value for r in records] == [str(i).encode() for i in range(200)]
-    finally:
-        assert proc.stop() == 0
     log = proc.log_path.read_text().rsplit("---- start", 1)[-1]  # the second start's part
     # The stop marked the log cleanly shut down (its close runs in a worker thread), and
     # the start says once how many partitions it opened.

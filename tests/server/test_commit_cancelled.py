@@ -26,8 +26,7 @@ from cluster.harness import wait_until_async
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.frames import Api, encode_frame
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_produce_request
-from support.fsync_fault import FsyncGate
-from support.jet_server import start_server_process
+from support.jet_server import gated_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -39,14 +38,9 @@ BOUND_S = 30.0
 async def test_a_commit_whose_request_was_cancelled_still_happens(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:
-    gate = FsyncGate(tmp_path / "gate", match="/streams/")
-    proc = start_server_process(
-        nats_server.url,
-        tmp_path / "data",
-        env=gate.env(),
-        settings={"storage": {"fsync_on_loop": False}},
-    )
-    try:
+    with gated_server_process(
+        nats_server.url, tmp_path, settings={"storage": {"fsync_on_loop": False}}
+    ) as (gate, proc):
         with anyio.fail_after(BOUND_S):
             async with await RawClient.connect(proc.address) as admin:
                 await admin.create_stream(name="cc", subject="cc")
@@ -69,6 +63,3 @@ async def test_a_commit_whose_request_was_cancelled_still_happens(
                 await wait_until_async(committed, 10.0, "the record committed")
                 records = await admin.fetch_all("cc", 0)
                 assert [r.value for r in records] == [b"held"]
-    finally:
-        gate.open()
-        assert proc.stop() == 0

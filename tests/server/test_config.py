@@ -110,6 +110,18 @@ def test_print_config_round_trips(tmp_path: Path) -> None:
     assert load_config(conf) == cfg
 
 
+def test_print_config_round_trips_strings_toml_must_escape(tmp_path: Path) -> None:
+    """Quotes, backslashes, control characters and DEL in a string setting come back as
+    they were (the old writer left a newline bare: not TOML)."""
+    from jetserver.config.load import to_toml
+
+    token = 'a"b\\c\nd\te\x7ff\u00e9'
+    cfg = load_config(None, {"JET_NATS_TOKEN": token}, {("listen", "port"): 0})
+    conf = tmp_path / "out.toml"
+    conf.write_text(to_toml(cfg, show_secrets=True))
+    assert load_config(conf).nats.token == token
+
+
 def test_old_millisecond_limit_keys_still_work(tmp_path: Path) -> None:
     """Durations are float seconds; the old ``_ms`` limit keys are read and converted."""
     path = tmp_path / "jet.toml"

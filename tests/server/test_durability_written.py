@@ -25,8 +25,8 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
 from jetserver.server import Server
 from jetserver.storage import fsync_threads
-from support.fsync_fault import FsyncFault, FsyncGate
-from support.jet_server import records_after_restart, start_server_process
+from support.fsync_fault import FsyncFault
+from support.jet_server import gated_server_process, records_after_restart, start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -40,11 +40,7 @@ HELD_S = 1.0
 async def test_written_commits_before_the_fsync_and_flushed_waits_for_it(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:
-    gate = FsyncGate(tmp_path / "gate", match="/streams/")
-    proc = start_server_process(
-        nats_server.url, tmp_path / "data", "--log-level", "INFO", env=gate.env()
-    )
-    try:
+    with gated_server_process(nats_server.url, tmp_path, "--log-level", "INFO") as (gate, proc):
         with anyio.fail_after(BOUND_S):
             async with Client([proc.address]) as client:
                 await client.create_stream("wr", "wr", durability="written")
@@ -68,9 +64,6 @@ async def test_written_commits_before_the_fsync_and_flushed_waits_for_it(
                     assert held.cancelled_caught, "a flushed stream acked before its fsync"
                     gate.open()
                     await handle
-    finally:
-        gate.open()
-        assert proc.stop() == 0
 
 
 async def test_a_written_partition_fsyncs_in_a_thread_that_does_not_wake_the_loop(

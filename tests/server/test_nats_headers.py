@@ -17,7 +17,7 @@ from nats.aio.client import Client as NatsClient
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.server import Server
-from support.jet_server import start_server_process
+from support.jet_server import start_server_process, stopping
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 from support.raw_nats import hpub, send_frames
@@ -83,8 +83,9 @@ async def test_header_controls_of_plain_requests(jet: Server, nc: NatsClient) ->
 async def test_nats_msg_id_deduplicates_within_the_window_and_across_a_restart(
     nats_server: NatsServer, nc: NatsClient, tmp_path: Path
 ) -> None:
-    proc = start_server_process(nats_server.url, tmp_path / "data", "--log-level", "INFO")
-    try:
+    with stopping(
+        start_server_process(nats_server.url, tmp_path / "data", "--log-level", "INFO")
+    ) as proc:
         async with await RawClient.connect(proc.address) as c:
             await c.create_stream(name="ids", subject="ids")
 
@@ -97,17 +98,14 @@ async def test_nats_msg_id_deduplicates_within_the_window_and_across_a_restart(
         assert await request(b"two", "order-2") == {"stream": "ids", "partition": 0, "offset": 1}
         again = await request(b"one, sent again", "order-1")
         assert again == {"stream": "ids", "partition": 0, "offset": 0, "duplicate": True}
-    finally:
-        assert proc.stop() == 0
     # A new leadership (here: the same server started again) rebuilds the ids from its log.
-    proc = start_server_process(nats_server.url, tmp_path / "data", "--log-level", "INFO")
-    try:
+    with stopping(
+        start_server_process(nats_server.url, tmp_path / "data", "--log-level", "INFO")
+    ) as proc:
         async with await RawClient.connect(proc.address) as c:
             again = await request(b"two, after a restart", "order-2")
             assert again == {"stream": "ids", "partition": 0, "offset": 1, "duplicate": True}
             assert (await request(b"three", "order-3"))["offset"] == 2
             records = await c.collect("ids", 0, 3)
-    finally:
-        assert proc.stop() == 0
     assert [r.value for r in records] == [b"one", b"two", b"three"]
     assert records[0].headers == (("Nats-Msg-Id", b"order-1"),)  # kept: the ids survive

@@ -23,7 +23,7 @@ import pytest
 
 from jetsdk import AckPolicy, Client, Consumer, Producer
 from jetsdk.errors import PartitionOffline, StorageError, StreamNotFound
-from support.jet_server import start_server_process
+from support.jet_server import start_server_process, stopping
 from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
@@ -49,8 +49,9 @@ async def _roundtrip(client: Client, stream: str, partition: int, value: bytes) 
 async def test_idle_partitions_hold_no_file_and_a_stream_that_cannot_fit_is_refused(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
-    server = start_server_process(nats_server.url, tmp_path / "data", file_limit=200)
-    try:
+    with stopping(
+        start_server_process(nats_server.url, tmp_path / "data", file_limit=200)
+    ) as server:
         empty = _fds(server.pid)
         async with Client([server.address]) as client:
             for i in range(STREAMS):
@@ -72,33 +73,24 @@ async def test_idle_partitions_hold_no_file_and_a_stream_that_cannot_fit_is_refu
             assert {f"s{i}" for i in range(STREAMS)} <= names
             await _roundtrip(client, "s1", 0, b"still here")
         assert not (tmp_path / "data" / "streams" / "big").exists()
-    finally:
-        server.stop()
 
 
 async def test_partitions_that_cannot_open_at_start_are_offline(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    server = start_server_process(nats_server.url, data, file_limit=400)
-    try:
+    with stopping(start_server_process(nats_server.url, data, file_limit=400)) as server:
         async with Client([server.address]) as client:
             for i in range(8):
                 await client.create_stream(f"s{i}", f"s{i}", partitions=PARTITIONS)
-    finally:
-        assert server.stop() == 0
     # 80 partitions parked at open: all of them fit under 110 files.
-    server = start_server_process(nats_server.url, data, file_limit=110)
-    try:
+    with stopping(start_server_process(nats_server.url, data, file_limit=110)) as server:
         async with Client([server.address]) as client:
             infos = [await client.describe_stream(f"s{i}") for i in range(8)]
             assert all(p.offline is None for info in infos for p in info.partitions)
             await _roundtrip(client, "s5", 5, b"fine")
-    finally:
-        assert server.stop() == 0
     # Under 80 files the reserve (64) and the server's own (about 18) leave no room.
-    server = start_server_process(nats_server.url, data, file_limit=80)
-    try:
+    with stopping(start_server_process(nats_server.url, data, file_limit=80)) as server:
         async with Client([server.address]) as client:
             infos = [await client.describe_stream(f"s{i}") for i in range(8)]
             parts = [(info.name, p) for info in infos for p in info.partitions]
@@ -117,5 +109,3 @@ async def test_partitions_that_cannot_open_at_start_are_offline(
                 async with Consumer(client, name, partitions=[part]) as consumer:
                     await consumer.fetch(max_records=1, timeout=20)
             assert time.monotonic() - started < 10, "answered at once, not after a timeout"
-    finally:
-        server.stop()

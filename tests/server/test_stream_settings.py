@@ -26,7 +26,7 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.stream_settings import MAX_DURATION_S, MAX_SEGMENT_MAX_BYTES
 from jetserver.metadata.store import METADATA_FILE
 from jetserver.server import Server
-from support.jet_server import start_server_process
+from support.jet_server import start_server_process, stopping
 from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
 
@@ -174,12 +174,9 @@ async def test_stored_settings_beyond_the_limits_are_clamped_and_the_stream_serv
     starts, clamps each to its limit with a warning naming the stream and the setting,
     and stores every message (before: OverflowError at ingest and at retention)."""
     data = tmp_path / "data"
-    proc = start_server_process(nats_server.url, data, "--log-level", "INFO")
-    try:
+    with stopping(start_server_process(nats_server.url, data, "--log-level", "INFO")) as proc:
         async with await RawClient.connect(proc.address) as c:
             await c.create_stream(name="old", subject="old", compact=True)
-    finally:
-        assert proc.stop() == 0
     path = data / METADATA_FILE
     state = json.loads(path.read_text())
     state["streams"][0]["spec"].update(
@@ -191,15 +188,12 @@ async def test_stored_settings_beyond_the_limits_are_clamped_and_the_stream_serv
         min_isr=7,
     )
     path.write_text(json.dumps(state))
-    proc = start_server_process(nats_server.url, data, "--log-level", "INFO")
-    try:
+    with stopping(start_server_process(nats_server.url, data, "--log-level", "INFO")) as proc:
         async with await RawClient.connect(proc.address) as c:
             config = (await c.describe("old"))["config"]
             await _publish_around_one_msg_id(nc, "old")
             records = await c.collect("old", 0, PLAIN_MESSAGES, timeout_s=10)
         log_text = proc.log_tail(200_000)
-    finally:
-        assert proc.stop() == 0
     assert len(records) == PLAIN_MESSAGES
     assert config["duplicate_window_s"] == MAX_DURATION_S
     assert config["retention_max_age_s"] == MAX_DURATION_S

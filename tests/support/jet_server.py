@@ -4,12 +4,16 @@ async with running_server(nats.url, tmp_path / "data") as server:   # in this ev
     server.address
 proc = start_server_process(nats.url, tmp_path / "s1", "--log-level", "INFO")
 proc.address; proc.ready_file; proc.log_path; proc.stop()           # a `jet server`
+with stopping(start_server_process(nats.url, tmp_path / "s1")) as proc:  # exit 0 at the end
+with gated_server_process(nats.url, tmp_path) as (gate, proc):       # its fsyncs gated
+    gate.close()
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +22,16 @@ import anyio
 from jetsdk.codec.record import Record
 from jetserver.cli.server_cmd import register
 from jetserver.testing import JetServer, running_server, server_config
+from support.fsync_fault import FsyncGate
 from support.raw_client import RawClient
 
 __all__ = [
+    "gated_server_process",
     "records_after_restart",
     "running_server",
     "server_args",
     "start_server_process",
+    "stopping",
 ]
 
 
@@ -49,6 +56,37 @@ def start_server_process(
     )
     server.start()
     return server
+
+
+@contextmanager
+def stopping(server: JetServer) -> Iterator[JetServer]:
+    """``server`` (e.g. of :func:`start_server_process`) for a ``with`` block, at whose end
+    it is stopped and must exit cleanly (status 0); as :func:`contextlib.closing`."""
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0
+
+
+@contextmanager
+def gated_server_process(
+    nats_url: str,
+    tmp_path: Path,
+    *args: str,
+    settings: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Iterator[tuple[FsyncGate, JetServer]]:
+    """A `jet server` (:func:`start_server_process`, data in ``tmp_path / "data"``) whose
+    syncs of stream files wait while the gate is closed (the fsync shim: the test takes the
+    ``fsync_shim`` fixture); at the end the gate is opened and the server stopped (exit 0)."""
+    gate = FsyncGate(tmp_path / "gate", match="/streams/")
+    data_dir = tmp_path / "data"
+    with stopping(
+        start_server_process(nats_url, data_dir, *args, env=gate.env(), settings=settings)
+    ) as proc:
+        try:
+            yield gate, proc
+        finally:
+            gate.open()  # before the stop: a sync held at the gate would hold the exit
 
 
 async def records_after_restart(

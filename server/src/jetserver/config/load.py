@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 
 from jetserver.config.server import SECTIONS, ServerConfig
 from jetserver.errors import ConfigError
@@ -228,15 +229,17 @@ SECRET_KEYS = frozenset(
 """Settings masked by :func:`to_toml` unless asked otherwise."""
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """``value`` as a TOML value: a bool, an int or float, a list or tuple of values, or a
+    string (any other value as its ``str``), escaped as TOML reads it back (JSON's string
+    escapes are TOML's; DEL, which JSON leaves bare and TOML refuses, as ``\\u007f``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return orjson.dumps(str(value)).decode().replace("\x7f", "\\u007f")
 
 
 def to_toml(config: ServerConfig, *, show_secrets: bool = False) -> str:
@@ -252,7 +255,7 @@ def to_toml(config: ServerConfig, *, show_secrets: bool = False) -> str:
             elif (section, key) in SECRET_KEYS and not show_secrets:
                 lines.append(f'{key} = "***"')
             else:
-                lines.append(f"{key} = {_toml_value(value)}")
+                lines.append(f"{key} = {toml_value(value)}")
         lines.append("")
     return "\n".join(lines)
 
@@ -275,7 +278,7 @@ def settings_help(width: int = 100) -> str:
     for section in SECTIONS:
         values = attrs.asdict(getattr(defaults, section), recurse=False)
         items = [
-            f"{key}={'-' if value is None else _toml_value(value)}" for key, value in values.items()
+            f"{key}={'-' if value is None else toml_value(value)}" for key, value in values.items()
         ]
         head = f"  [{section}]".ljust(indent)
         paragraphs.append(

@@ -31,6 +31,7 @@ import attrs
 
 from jetsdk import Client, JetError, Table
 from jetserver.console.http import HttpError
+from jetserver.observe.held import Held
 
 MAX_OPEN_TABLES = 4
 """Tables the console keeps live at once."""
@@ -63,13 +64,10 @@ def _key_of(cursor: str) -> bytes:
 
 
 @attrs.define(eq=False)
-class _Held:
-    """One live table and the task that owns it."""
+class _LiveTable:
+    """One live table, held by a task of its own, and its sorted keys."""
 
-    ready: anyio.Event = attrs.field(factory=anyio.Event)
-    close: anyio.Event = attrs.field(factory=anyio.Event)
-    table: Table | None = None
-    error: Exception | None = None
+    held: Held[Table] = attrs.field(factory=Held)
     sorted_keys: list[bytes] = attrs.field(factory=list)
     sorted_at: list[int] | None = None
     """The view's positions when ``sorted_keys`` was made (None: never)."""
@@ -89,7 +87,7 @@ class TableBrowser:
     def __init__(self, client: Client, *, max_open: int = MAX_OPEN_TABLES) -> None:
         self.client = client
         self.max_open = max_open
-        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._live: OrderedDict[str, _LiveTable] = OrderedDict()
         self._tg: anyio.abc.TaskGroup | None = None
         self._running = anyio.Event()
 
@@ -113,12 +111,12 @@ class TableBrowser:
             raise HttpError(HTTPStatus.BAD_REQUEST, "limit must be an integer") from None
         if not 1 <= limit <= MAX_PAGE:
             raise HttpError(HTTPStatus.BAD_REQUEST, f"limit must be 1..{MAX_PAGE}")
-        held = await self._open(stream)
-        table = held.table
+        live = await self._open(stream)
+        table = live.held.value
         assert table is not None
         with anyio.fail_after(SYNC_TIMEOUT_S):
             await table.sync()
-        keys = held.keys(table)
+        keys = live.keys(table)
         matching = [k for k in keys if k.startswith(prefix)] if prefix else keys
         start = 0
         if after is not None:
@@ -148,21 +146,22 @@ class TableBrowser:
             "next": _cursor(shown[-1]) if more and shown else None,
         }
 
-    async def _open(self, stream: str) -> _Held:
-        held = self._held.get(stream)
-        if held is None or (held.ready.is_set() and held.table is None):
+    async def _open(self, stream: str) -> _LiveTable:
+        live = self._live.get(stream)
+        if live is None or live.held.ended:
             with anyio.fail_after(OPEN_TIMEOUT_S):
                 await self._running.wait()
             tg = self._tg
             if tg is None:
                 raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "the console is stopping")
-            held = _Held()
-            self._held[stream] = held
-            tg.start_soon(self._hold, stream, held)
-            while len(self._held) > self.max_open:
-                _, oldest = self._held.popitem(last=False)
-                oldest.close.set()
-        self._held.move_to_end(stream)
+            live = _LiveTable()
+            self._live[stream] = live
+            tg.start_soon(self._hold, stream, live)
+            while len(self._live) > self.max_open:
+                _, oldest = self._live.popitem(last=False)
+                oldest.held.closing.set()
+        self._live.move_to_end(stream)
+        held = live.held
         began = time.monotonic()
         with anyio.move_on_after(OPEN_TIMEOUT_S):
             await held.ready.wait()
@@ -171,24 +170,17 @@ class TableBrowser:
                 HTTPStatus.GATEWAY_TIMEOUT,
                 f"table {stream!r} still loading after {time.monotonic() - began:.0f} s",
             )
-        if held.table is None:
-            self._held.pop(stream, None)
+        if held.value is None:
+            self._live.pop(stream, None)
             error = held.error
             if isinstance(error, JetError):
                 raise error
             raise HttpError(HTTPStatus.BAD_GATEWAY, f"table {stream!r} failed: {error!r}")
-        return held
+        return live
 
-    async def _hold(self, stream: str, held: _Held) -> None:
-        try:
-            async with Table(self.client, stream) as table:
-                held.table = table
-                held.ready.set()
-                await held.close.wait()
-        except Exception as exc:  # shown on the page; the console keeps serving
-            held.error = exc
+    async def _hold(self, stream: str, live: _LiveTable) -> None:
+        try:  # an error is shown on the page; the console keeps serving
+            await live.held.run(lambda: Table(self.client, stream), Exception)
         finally:
-            held.table = None
-            held.ready.set()
-            if self._held.get(stream) is held and held.error is None:
-                self._held.pop(stream, None)
+            if self._live.get(stream) is live and live.held.error is None:
+                self._live.pop(stream, None)

@@ -14,20 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import TracebackType
 
-import anyio
-import attrs
-
 from jetsdk import Client, JetError
 from jetsdk.background import BackgroundTasks
-
-
-@attrs.define(eq=False)
-class _Link:
-    ready: anyio.Event = attrs.field(factory=anyio.Event)
-    closing: anyio.Event = attrs.field(factory=anyio.Event)
-    client: Client | None = None
-    error: BaseException | None = None
-    failed: bool = False
+from jetserver.observe.held import Held
 
 
 class ServerLinks:
@@ -35,7 +24,7 @@ class ServerLinks:
 
     def __init__(self, open_client: Callable[[str], Client]) -> None:
         self._open_client = open_client
-        self._links: dict[str, _Link] = {}
+        self._links: dict[str, Held[Client]] = {}
         self._background = BackgroundTasks()
         self.opened = 0
         """Clients opened so far (each one connection to its server)."""
@@ -63,14 +52,13 @@ class ServerLinks:
         if not self._background.is_open:
             raise RuntimeError("use ServerLinks inside `async with`")
         link = self._links.get(address)
-        if link is None or link.failed:
-            link = self._links[address] = _Link()
+        if link is None or link.ended:
+            link = self._links[address] = Held()
             self._background.group.start_soon(self._hold, address, link)
         await link.ready.wait()
-        if link.client is None:
-            assert link.error is not None
-            raise link.error
-        return link.client
+        if link.value is None:
+            raise link.error or JetError(f"the client of {address} is closed")
+        return link.value
 
     def keep_only(self, addresses: set[str]) -> None:
         """Close the clients of servers no longer listed."""
@@ -78,18 +66,6 @@ class ServerLinks:
             if address not in addresses:
                 self._links.pop(address).closing.set()
 
-    async def _hold(self, address: str, link: _Link) -> None:
-        try:
-            self.opened += 1
-            async with self._open_client(address) as client:
-                link.client = client
-                link.ready.set()
-                await link.closing.wait()
-        except (JetError, OSError) as exc:
-            link.error = exc
-        finally:
-            link.client = None
-            link.failed = True
-            if link.error is None:
-                link.error = JetError(f"the client of {address} is closed")
-            link.ready.set()
+    async def _hold(self, address: str, link: Held[Client]) -> None:
+        self.opened += 1
+        await link.run(lambda: self._open_client(address), (JetError, OSError))

@@ -35,6 +35,7 @@ from typing import IO, Any
 import attrs
 import orjson
 
+from jetserver.config.load import toml_value
 from jetserver.storage.durability_trace import ENV_VAR as TRACE_ENV_VAR
 from jetserver.storage.durability_trace import PowerLossReport, simulate_power_loss
 from jetserver.testing import forking
@@ -139,24 +140,12 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return orjson.dumps(value).decode()
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} as TOML")
-
-
 def to_toml(sections: Mapping[str, Mapping[str, Any]]) -> str:
     """A TOML document of flat sections (str, int, float, bool and lists of them)."""
     lines: list[str] = []
     for name, values in sections.items():
         lines.append(f"[{name}]")
-        lines.extend(f"{key} = {_toml_value(v)}" for key, v in values.items() if v is not None)
+        lines.extend(f"{key} = {toml_value(v)}" for key, v in values.items() if v is not None)
         lines.append("")
     return "\n".join(lines)
 

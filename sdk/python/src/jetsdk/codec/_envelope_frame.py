@@ -68,15 +68,10 @@ def seal(sealer: tuple[bytes, int], body: bytes) -> bytes:
 
 
 def str16(text: str, what: str, limit: int) -> bytes:
-    """``text`` as a str16 (u16 length + UTF-8), refusing more than ``limit`` bytes."""
-    try:
-        raw = text.encode()
-    except (UnicodeEncodeError, AttributeError) as exc:
-        raise CodecError(f"{what} is not encodable text: {exc}", reason="limit") from None
-    n = len(raw)
-    if n > limit:
-        raise CodecError(f"{what} of {n} bytes exceeds {limit}", reason="limit")
-    return U16.pack(n) + raw
+    """``text`` as a str16 (u16 length + UTF-8), refusing more than ``limit`` bytes (as
+    :func:`~jetsdk.codec._wire.encode_text`)."""
+    raw = w.encode_text(text, what, limit)
+    return U16.pack(len(raw)) + raw
 
 
 def open_envelope(payload: w.Buffer) -> tuple[int, int]:

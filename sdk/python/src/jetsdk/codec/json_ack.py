@@ -20,6 +20,7 @@ import orjson
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.messages import decode_json
 
 
 def encode_json_ack(
@@ -49,14 +50,9 @@ def decode_json_ack(data: bytes) -> tuple[str, int, int, int, str]:
     duplicate is DUPLICATE_SEQUENCE with its offset).
 
     Raises:
-        CodecError: not a JSON ack.
+        CodecError: not a JSON ack (not a JSON object: as :func:`decode_json`).
     """
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise CodecError(f"not a JSON ack: {exc}") from None
-    if not isinstance(obj, dict):
-        raise CodecError("a JSON ack is an object")
+    obj = decode_json(data)
     stream, partition = obj.get("stream"), obj.get("partition")
     if not isinstance(stream, str) or not isinstance(partition, int):
         raise CodecError("a JSON ack has a string 'stream' and an integer 'partition'")

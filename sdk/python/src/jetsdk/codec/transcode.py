@@ -17,6 +17,7 @@ import struct
 from typing import NamedTuple
 
 from jetsdk.codec import _wire as w
+from jetsdk.codec._envelope_frame import str16
 from jetsdk.codec.crc import crc32 as _crc32
 from jetsdk.codec.crc import crc32_combine as _crc32_combine
 from jetsdk.codec.envelope import (
@@ -200,13 +201,7 @@ def produce_envelopes(
     _stream, _partition, policy, _timeout, producer_id, base_seq, count, p = head
     if policy == AckPolicy.NONE:
         ack_inbox = ""
-    try:
-        raw_inbox = ack_inbox.encode()
-    except UnicodeEncodeError as exc:
-        raise CodecError(f"ack inbox is not encodable text: {exc}", reason="limit") from None
-    if len(raw_inbox) > MAX_SUBJECT_BYTES:
-        raise CodecError(f"ack inbox of {len(raw_inbox)} bytes exceeds limit", reason="limit")
-    inbox16 = _U16.pack(len(raw_inbox)) + raw_inbox
+    inbox16 = str16(ack_inbox, "ack inbox", MAX_SUBJECT_BYTES)  # as MessageEncoder's
     record_policy = _POLICY_BY_VALUE[policy]
     policy_byte = bytes((int(policy),))
     prefix, prefix_crc = _SEAL_PLAIN if producer_id is None else _SEAL_PRODUCER
@@ -351,17 +346,7 @@ def record_subjects(subject: str, reply: str) -> bytes:
     Raises:
         CodecError: a subject over MAX_SUBJECT_BYTES or not encodable (reason ``"limit"``).
     """
-    parts: list[bytes] = []
-    for text in (subject, reply):
-        try:
-            raw = text.encode()
-        except UnicodeEncodeError as exc:
-            raise CodecError(f"record field out of range: {exc}", reason="limit") from None
-        if len(raw) > MAX_SUBJECT_BYTES:
-            raise CodecError(f"subject of {len(raw)} bytes exceeds limit", reason="limit")
-        parts.append(_U16.pack(len(raw)))
-        parts.append(raw)
-    return b"".join(parts)
+    return str16(subject, "subject", MAX_SUBJECT_BYTES) + str16(reply, "reply", MAX_SUBJECT_BYTES)
 
 
 def envelope_record(

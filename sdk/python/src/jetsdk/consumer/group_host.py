@@ -1,5 +1,5 @@
-"""The consumer as its :class:`~jetsdk.consumer.group_side.GroupSide` sees it: the parts of
-:class:`~jetsdk.consumer.group_side.GroupHost`, handed over by the consumer."""
+"""The consumer as its :class:`~jetsdk.consumer.group_side.GroupSide` sees it: the parts the
+group side needs of its consumer (and nothing more), handed over by the consumer."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ __all__ = ["ConsumerParts"]
 
 @attrs.frozen
 class ConsumerParts:
-    """A :class:`~jetsdk.consumer.group_side.GroupHost` made of the consumer's parts."""
+    """What :class:`~jetsdk.consumer.group_side.GroupSide` needs of its consumer, made of the
+    consumer's parts."""
 
     client: Client
     """The consumer's client."""

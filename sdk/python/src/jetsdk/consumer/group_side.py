@@ -29,16 +29,14 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import attrs
 
-from jetsdk.client import Client
-from jetsdk.consumer.delivery import Delivery
 from jetsdk.consumer.fetcher import PartitionRun
+from jetsdk.consumer.group_host import ConsumerParts
 from jetsdk.consumer.group_runtime import GroupRuntime, new_member_id
 from jetsdk.consumer.progress import Progress, commit_entries, decode_progress, encode_progress
 from jetsdk.consumer.values import OffsetAndMetadata, PartitionRef, PartitionsCallback
@@ -50,7 +48,6 @@ from jetsdk.group.stream_partition import StreamPartition
 
 __all__ = [
     "DEFAULT_AUTO_COMMIT_INTERVAL",
-    "GroupHost",
     "GroupSide",
     "OffsetAndMetadata",
     "PartitionRef",
@@ -107,43 +104,12 @@ def _assignor_setup(
     return tuple(names), registry
 
 
-class GroupHost(Protocol):
-    """What :class:`GroupSide` needs of its consumer (and nothing more)."""
-
-    @property
-    def client(self) -> Client:
-        """The consumer's client."""
-
-    @property
-    def delivery(self) -> Delivery:
-        """The consumer's partition runs and fetched batches."""
-
-    @property
-    def start(self) -> object:
-        """Where a partition without a committed offset starts (None: per ``reset``)."""
-
-    async def initial_offset(self, key: StreamPartition, start: object) -> int:
-        """The offset a partition without a committed offset starts at."""
-
-    def begin_run(
-        self,
-        key: StreamPartition,
-        offset: int,
-        generation: int | None = None,
-        inherited: Progress | None = None,
-    ) -> PartitionRun:
-        """Start reading ``key`` from ``offset``."""
-
-    def fail(self, error: BaseException) -> None:
-        """Raise ``error`` from the consumer's next call."""
-
-
 class GroupSide:
     """Group membership of one consumer (see the module docstring)."""
 
     def __init__(
         self,
-        consumer: GroupHost,
+        consumer: ConsumerParts,
         name: str,
         *,
         member_id: str | None,
