@@ -76,12 +76,15 @@ from jetsdk.errors import ClientClosed, JetConnectionError, JetError, Timeout, e
 from jetsdk.transport import parse_address
 from jetserver.infra import hops
 from jetserver.infra.lazy_event import LazyEvent
+from jetserver.infra.log_tally import LogTally
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.security.peer import PLAIN, PeerSecurity
 
 log = logging.getLogger(__name__)
 
+FETCHER_LOGGER = "jetserver.replication.fetcher"
+"""The logger of the fetchers' lines that the session tallies (:attr:`FetchSession.interrupted`)."""
 CONNECT_TIMEOUT_S = 2.0
 """Bound on dialing the leader."""
 COALESCE_S = 0.05
@@ -157,6 +160,14 @@ class FetchSession:
     inline_rounds: int = 0
     """Requests a lone partition's fetcher sent and took the answer of in its own task
     (:meth:`fetch`)."""
+    partitions_sent: int = 0
+    """Partitions carried by the ReplicaFetch requests sent (each request carries every
+    partition waiting: :attr:`partitions_sent` / :attr:`requests` is the cost per round)."""
+    interrupted: LogTally = attrs.field(
+        factory=lambda: LogTally(logging.getLogger(FETCHER_LOGGER), "replication interrupted")
+    )
+    """The fetchers' "replication interrupted" lines at INFO: one per cause per interval
+    for all the partitions followed there (``FollowerFetcher._pause_after``)."""
     _pending: list[_Entry] = attrs.field(factory=list)
     _asking: dict[tuple[str, int], _Entry] = attrs.field(factory=dict)
     """Each partition's fetch waiting for its answer (:meth:`drop`)."""
@@ -390,6 +401,7 @@ class FetchSession:
         finally:
             self.closed = True
             self._fail_waiting(ClientClosed(f"fetch session to {self.address} closed"))
+            self.interrupted.close()
 
     async def _wait_for_work(self, *, conn: Connection | None = None) -> None:
         """Return once a partition waits (or, without ``conn``, another request waits for
@@ -459,6 +471,7 @@ class FetchSession:
             if hops.ENABLED:
                 hops.mark("repl.send")
             pending = await conn.send(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
+            self.partitions_sent += len(batch)
             body = await pending.wait_buffer(wait_s + cfg.request_slack_s)
             if hops.ENABLED:
                 hops.mark("repl.recv")
