@@ -7,7 +7,9 @@ session's requests and never answers them:
 - fetches asked with different bounds, the later-asked one due first, each end with
   Timeout at their own bound, in the order of their bounds;
 - a fetch waiting when its session ends is told at once (ClientClosed), rather than when
-  its bound passes: nothing would end its wait any more.
+  its bound passes: nothing would end its wait any more;
+- a request answered late, after one of its fetches' bounds but before another's (a
+  loaded leader), times out only the first: the other gets its answer.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import anyio
 import anyio.abc
 import pytest
 
-from jetsdk.codec.replica_fetch import ReplicaFetchPartition
+from jetsdk.codec.frames import FLAG_RESPONSE, encode_frame
+from jetsdk.codec.replica_fetch import (
+    ReplicaFetchAnswer,
+    ReplicaFetchPartition,
+    decode_replica_fetch_request,
+    encode_replica_fetch_response,
+)
 from jetsdk.errors import ClientClosed, Timeout
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.session import FetchSession
@@ -115,3 +123,64 @@ async def test_a_fetch_waiting_when_its_session_ends_is_told_at_once() -> None:
         tg.cancel_scope.cancel()
     assert len(outcome) == 1
     assert isinstance(outcome[0], ClientClosed)
+
+
+LATE_S = 0.6
+"""The late leader answers every request this long after it came."""
+SHORT = ReplicationConfig(fetch_max_wait_s=0.1, request_slack_s=0.1)
+"""A request's long poll plus slack: 0.2 s, well below ``LATE_S``."""
+
+
+async def _answer_late(listener: anyio.abc.SocketListener) -> None:
+    """Answer every partition of every request (no records, HW 0), ``LATE_S`` after it."""
+
+    async def handle(conn: anyio.abc.SocketStream) -> None:
+        async with conn:
+            async for frame in frames_from(conn):
+                req = decode_replica_fetch_request(frame.body)
+                if req.wake:
+                    continue
+                await anyio.sleep(LATE_S)  # (the leader's delay, not a synchronisation)
+                answers = [
+                    ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
+                    for i in range(len(req.partitions))
+                ]
+                body = encode_replica_fetch_response(answers)
+                await conn.send(
+                    encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE)
+                )
+
+    await listener.serve(handle)
+
+
+async def test_a_late_answer_reaches_the_fetches_whose_own_bounds_have_not_passed() -> None:
+    """Issue 34: a request is awaited until the last of its partitions' bounds, not the
+    first's: a loaded leader's late answer used to be thrown away with every partition in
+    it (each asked again, and the leader served the whole request again)."""
+    outcome: dict[str, BaseException | int] = {}
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(_answer_late, listener)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        session = FetchSession(f"127.0.0.1:{port}", SHORT)
+        session.users = 2
+
+        async def fetch(stream: str, bound_s: float) -> None:
+            try:
+                outcome[stream] = (await session.fetch(_part(stream), bound_s)).hw
+            except Exception as exc:
+                outcome[stream] = exc
+
+        with anyio.fail_after(10.0):
+            async with anyio.create_task_group() as fetches:
+                # Both ask before the session runs (tasks start in order): it dials, then
+                # one request carries both.
+                fetches.start_soon(fetch, "short", 0.2)
+                fetches.start_soon(fetch, "long", 3.0)
+                tg.start_soon(session.run)
+        tg.cancel_scope.cancel()
+    assert session.requests == 1, session.requests
+    assert isinstance(outcome["short"], Timeout), outcome  # its own bound passed first
+    assert outcome["long"] == 0, outcome  # answered, not timed out with the other

@@ -526,8 +526,12 @@ class RoleDriver:
         try:
             await self.services.link.flush(SUBSCRIBE_CONFIRM_TIMEOUT_S, ingest=True)
         except NatsUnavailable as exc:
-            # nats-py replays the subscription once the link is back.
-            log.warning("cannot confirm the subscription", extra=self.base.fields(error=str(exc)))
+            # nats-py replays the subscription once the link is back. One line per
+            # interval: the new leaders waiting on the same round trip fail together.
+            error = str(exc)
+            self.services.unconfirmed.event(
+                "NatsUnavailable", lambda: self.base.fields(error=error)
+            )
 
     async def unsubscribe(self) -> None:
         sub, self._sub = self._sub, None

@@ -9,12 +9,14 @@ to it instead of one per service (issue 34: memory per idle partition).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import attrs
 
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.nats_port import NatsPort
+from jetserver.infra.log_tally import LogTally
 from jetserver.replication import ControlPlane, ReplicationConfig
 from jetserver.replication.session import FetchSessions
 from jetserver.storage.fsync_runner import FsyncRunner
@@ -40,6 +42,15 @@ class ReplicaServices:
     """The server's fetch sessions, shared by followers (None: each runs its own)."""
     fsyncs: FsyncRunner = attrs.field(factory=FsyncRunner)
     """Where the partitions' fsyncs run."""
+    unconfirmed: LogTally = attrs.field(
+        factory=lambda: LogTally(
+            logging.getLogger("jetserver.broker.roles"),
+            "cannot confirm the subscription",
+            level=logging.WARNING,
+        )
+    )
+    """The new leaders' "cannot confirm the subscription" lines: one per interval (they
+    share the PING round trip that failed: 2,793 lines on a survivor in a failover)."""
     on_leadership_end: Callable[[str, int], None] | None = None
     """Called with (stream, partition) when a replica stops leading, after its pending ALL
     acks were failed with NOT_LEADER (the Produce service then answers at once the requests

@@ -203,6 +203,11 @@ def _fetch_sessions(out: list[str], src: MetricsSources) -> None:
         ("jet_fetch_session_partitions", "Follower replicas using the session.", "users"),
         ("jet_fetch_session_requests_total", "ReplicaFetch requests answered.", "requests"),
         ("jet_fetch_session_wakes_total", "Wakes sent to a parked request.", "wakes"),
+        (
+            "jet_fetch_session_partitions_sent_total",
+            "Partitions carried by the ReplicaFetch requests sent.",
+            "partitions_sent",
+        ),
     ):
         _head(out, name, "counter" if name.endswith("_total") else "gauge", text)
         out.extend(f'{name}{{leader="{_escape(s.address)}"}} {getattr(s, attr)}' for s in open_)

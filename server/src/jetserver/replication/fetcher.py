@@ -35,13 +35,11 @@ empty at the leader's log start; above the leader's LEO the follower reconciles 
 ``NOT_LEADER`` (the leader moved or the epochs disagree): wait and retry; the partition
 hands over a new assignment when the metadata changes.
 
-Task safety: runs as one task in the partition's task group; it is the log's only writer
-while the partition follows. A role change calls :meth:`FollowerFetcher.stop` and waits only
-for a write in progress (:meth:`FollowerFetcher.writes_done`), not for the task's end: from
-``stop`` on, the fetcher writes nothing more to the log, sets no HW and reports no silence,
-so the next role may start at once (a failover's new leaders waited 0.7-1.8 s for their
-cancelled fetchers' tasks to end, the cancellation of a thousand tasks being delivered on a
-busy loop).
+Task safety: one task in the partition's task group, the log's only writer while the
+partition follows. A role change calls :meth:`FollowerFetcher.stop` and waits only for a
+write in progress (:meth:`FollowerFetcher.writes_done`), not for the task's end: from
+``stop`` on, it writes nothing, sets no HW and reports no silence (a failover's new leaders
+waited 0.7-1.8 s for a thousand cancelled fetchers' tasks to end on a busy loop).
 """
 
 from __future__ import annotations
@@ -385,17 +383,19 @@ class FollowerFetcher:
                 await self._pause_after(exc)
 
     async def _pause_after(self, exc: Exception, *, quiet: bool = False) -> None:
-        """Log an interruption (:class:`Interruptions` decides at which level) and back
-        off. The session's connection lost while this server's liveness view finds the
-        leader's server down: wait until that server answers probes again (the role ends
-        first in a failover: this task is then cancelled), up to ``leader_silence_s`` and
-        at least the back-off, instead of retrying at each step of it (a kill -9 left a
-        survivor's thousands of followers of the dead leader retrying together: half of its
-        loop's time in the seconds before the elections)."""
+        """Log an interruption (:class:`Interruptions` decides the level; INFO goes through
+        the session's tally: a line per cause per interval) and back off. The connection
+        lost while the liveness view finds the leader's server down: wait until it answers
+        probes again, up to ``leader_silence_s`` and at least the back-off (a kill -9 left
+        thousands of followers of the dead leader retrying together)."""
         if self._stopped:
             raise _Stopped  # the role ended (its fetch was dropped): nothing to retry
         level, pause = self.interruptions.failed(exc, anyio.current_time(), quiet=quiet)
-        log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
+        tally = self.session.interrupted if self.session is not None else None
+        if level > logging.DEBUG and tally is not None:
+            tally.event(type(exc).__name__, lambda: self._fields(error=repr(exc)))
+        elif log.isEnabledFor(level):
+            log.log(level, "replication interrupted", extra=self._fields(error=repr(exc)))
         up, down = self.server_up_event, self.server_down
         if (
             isinstance(exc, JetConnectionError)
