@@ -47,6 +47,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,13 +84,19 @@ PYSPY_S = 15
 """How long ``JET_BENCH_PYSPY`` records each survivor after a kill."""
 
 
-async def _create(address: list[str], partitions: int) -> tuple[float, int]:
-    """Create the streams; (seconds, refused attempts). A create refused because a server
-    looked down at that moment is tried again (up to CREATE_ATTEMPTS times)."""
+async def _create(
+    address: list[str], partitions: int, cpu: Callable[[], float]
+) -> tuple[float, int, list[tuple[float, float]]]:
+    """Create the streams, one after the other; (seconds, refused attempts, each stream's
+    seconds and the servers' CPU seconds meanwhile, ``cpu`` telling theirs so far). A
+    create refused because a server looked down at that moment is tried again (up to
+    CREATE_ATTEMPTS times)."""
     started = time.perf_counter()
     refused = 0
+    each: list[tuple[float, float]] = []
     async with Client(address, request_timeout=60.0) as client:
         for i in range(partitions // PER_STREAM):
+            began, cpu_began = time.perf_counter(), cpu()
             for attempt in range(CREATE_ATTEMPTS):
                 try:
                     await client.create_stream(
@@ -101,7 +108,42 @@ async def _create(address: list[str], partitions: int) -> tuple[float, int]:
                     if attempt == CREATE_ATTEMPTS - 1:
                         raise
                     await anyio.sleep(2.0)
-    return time.perf_counter() - started, refused
+            each.append((time.perf_counter() - began, cpu() - cpu_began))
+    return time.perf_counter() - started, refused, each
+
+
+def _create_phases(dev: DevCluster, each: list[tuple[float, float]]) -> str:
+    """Where a creation's time went: the streams' create times and the servers' CPU
+    meanwhile (a tenth at the start and at the end: a growth with the partitions already
+    there shows), and with ``JET_BENCH_ROOT`` the metadata leader's phases of each ("stream
+    created" lines: placing, the Raft commit and apply, every partition leader serving),
+    their medians in ms per stream; the rest of a stream's time is the client's request,
+    its forwarding to the metadata leader and the answering server applying the entry."""
+    tenth = max(1, len(each) // 10)
+    out = f"per stream of {PER_STREAM}, median of the first tenth / the last: " + ", ".join(
+        f"{what} {_median([e[i] for e in each[:tenth]]) * 1000:.0f} / "
+        f"{_median([e[i] for e in each[-tenth:]]) * 1000:.0f} ms"
+        for i, what in enumerate(("time", "the servers' CPU"))
+    )
+    phases: dict[str, list[float]] = {}
+    for p in dev.servers:
+        if not p.log_path.exists():
+            continue
+        with open(p.log_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if " stream created " in line:
+                    for name, value in re.findall(r" (\w+_s)=([0-9.]+)", line):
+                        phases.setdefault(name, []).append(float(value))
+    if phases:
+        out += "; on the metadata leader, median per stream: " + ", ".join(
+            f"{name.removesuffix('_s')} {_median(v) * 1000:.0f} ms" for name, v in phases.items()
+        )
+        out += f" ({len(next(iter(phases.values())))} streams)"
+    return out
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else 0.0
 
 
 async def _state(address: list[str]) -> State:
@@ -418,7 +460,21 @@ def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:
         open(os.devnull, "wb") as devnull,
         DevCluster(size=3, root=root, log_file=None if keep else devnull, settings=SETTINGS) as dev,
     ):
-        create_s, refused = anyio.run(_create, dev.addresses, partitions, backend="asyncio")
+        pids = [p.pid for p in dev.servers]
+
+        def servers_cpu() -> float:
+            return sum(_cpu_s(pid) for pid in pids)
+
+        cpu_before = servers_cpu()
+        create_s, refused, each = anyio.run(
+            _create, dev.addresses, partitions, servers_cpu, backend="asyncio"
+        )
+        create_cpu_s = servers_cpu() - cpu_before
+        print(  # CPU is less noisy than time on a shared machine
+            f"  created: {_create_phases(dev, each)}; the servers' CPU "
+            f"{create_cpu_s * 1000 / partitions:.1f} ms per partition (the three together, "
+            f"load {Path('/proc/loadavg').read_text().split()[0]})"
+        )
         time.sleep(SETTLE_S)
         before = anyio.run(_state, dev.addresses, backend="asyncio")
         time.sleep(idle_s)
