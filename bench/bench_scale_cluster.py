@@ -116,7 +116,7 @@ def _create_phases(dev: DevCluster, each: list[tuple[float, float]]) -> str:
     """Where a creation's time went: the streams' create times and the servers' CPU
     meanwhile (a tenth at the start and at the end: a growth with the partitions already
     there shows), and with ``JET_BENCH_ROOT`` the metadata leader's phases of each ("stream
-    created" lines: placing, the Raft commit and apply, every partition leader serving),
+    creation phases" lines: placing, the Raft commit and apply, every leader serving),
     their medians in ms per stream; the rest of a stream's time is the client's request,
     its forwarding to the metadata leader and the answering server applying the entry."""
     tenth = max(1, len(each) // 10)
@@ -131,7 +131,7 @@ def _create_phases(dev: DevCluster, each: list[tuple[float, float]]) -> str:
             continue
         with open(p.log_path, encoding="utf-8", errors="replace") as f:
             for line in f:
-                if " stream created " in line:
+                if " stream creation phases " in line:
                     for name, value in re.findall(r" (\w+_s)=([0-9.]+)", line):
                         phases.setdefault(name, []).append(float(value))
     if phases:
@@ -310,7 +310,7 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
             f"{served[len(served) // 2]:.2f} s, 90% {served[len(served) * 9 // 10]:.2f} s, "
             f"last {served[-1]:.2f} s; {w.probes} ListOffsets probes ({w.sweeps} sweeps), "
             f"Metadata requests "
-            f"{max(w.metadata_s):.2f} s at most"
+            f"{max(w.metadata_s, default=0.0):.2f} s at most"
         )
     print(  # CPU is less noisy than time on a shared machine (load printed beside it)
         "  survivors' CPU from the kill to the end of the watch: "

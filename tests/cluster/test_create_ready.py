@@ -61,7 +61,7 @@ async def test_a_create_probes_each_remote_leader_about_once_per_partition(tmp_p
 @pytest.mark.anyio
 async def test_a_create_logs_its_phases_once_on_the_metadata_leader(tmp_path: Path) -> None:
     """Issue 34: where a creation's time goes (bench scale_cluster reads it): the metadata
-    leader logs one "stream created" line per stream it created, with the seconds of
+    leader logs one "stream creation phases" line per stream it created, with the seconds of
     placing, of the Raft commit and apply, and of waiting for every leader to serve; a
     create of a stream that exists (``created`` false) logs none."""
     with metered_cluster(tmp_path, {}) as (cluster, _ports):
@@ -73,7 +73,9 @@ async def test_a_create_logs_its_phases_once_on_the_metadata_leader(tmp_path: Pa
         found = [
             line
             for text in cluster.all_logs().values()
-            for line in re.findall(r" stream created stream=timed partitions=6 (.*)$", text, re.M)
+            for line in re.findall(
+                r" stream creation phases stream=timed partitions=6 (.*)$", text, re.M
+            )
         ]
         assert len(found) == 1, found
         phases = {k: float(v) for k, v in re.findall(r"(\w+_s)=([0-9.]+)", found[0])}

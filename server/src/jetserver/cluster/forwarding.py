@@ -384,7 +384,7 @@ class MetadataRequests:
                 # partition leader serving (bench scale_cluster reads them)
                 phases["ready_s"] = time.perf_counter() - ready_from
                 log.info(
-                    "stream created",
+                    "stream creation phases",
                     extra=fields(
                         stream=spec.name,
                         partitions=spec.partitions,
