@@ -24,8 +24,10 @@ leader epoch):
 
 ``JET_BENCH_PARTITIONS=1000`` runs another size (a multiple of 100).
 The survivors' CPU seconds from the kill to the end of the failover's watch are printed
-beside the load average, and the watch's own (its Metadata polls and probes share one
-process and loop: a watch near a whole core's CPU measures itself as much as the servers).
+beside the load average, and the watch's own (bench/failover_watch.py: its Metadata polls
+and probes share one process and loop, and it is kept cheap: a watch near a whole core's
+CPU measured itself as much as the servers); with ``JET_BENCH_ROOT`` how long after the
+survivors' logs show each leadership taken the watch saw it served.
 ``JET_BENCH_PYSPY=<dir>`` records the survivors with py-spy from the kill for ``PYSPY_S``
 seconds (speedscope files with idle samples, in time order: ``<dir>/kill<k>-<server>.json``);
 with ``JET_HOP_TRACE`` the kill's ``perf_counter_ns`` is
@@ -45,13 +47,14 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
-import attrs
 
+from bench.failover_watch import FAILOVER_BOUND_S, State, watch_failover
 from jetsdk import Client
 from jetsdk.client_requests import list_offsets_body
 from jetsdk.codec.frames import Api
@@ -66,8 +69,6 @@ IDLE_S = 60.0
 """The idle window in which leader changes are counted."""
 CREATE_ATTEMPTS = 10
 """Tries per stream."""
-FAILOVER_BOUND_S = 120.0
-"""Give up waiting for leaders after this."""
 RESTART_BOUND_S = 300.0
 """Bound on a killed server's restart (it recovers every partition's log first)."""
 REBALANCE_BOUND_S = 600.0
@@ -82,17 +83,20 @@ RAFT_MIB_TARGET = 5.0
 PYSPY_S = 15
 """How long ``JET_BENCH_PYSPY`` records each survivor after a kill."""
 
-State = dict[tuple[str, int], tuple[str | None, int, tuple[str, ...]]]
-"""(stream, partition) -> (leader, leader epoch, ISR)."""
 
-
-async def _create(address: list[str], partitions: int) -> tuple[float, int]:
-    """Create the streams; (seconds, refused attempts). A create refused because a server
-    looked down at that moment is tried again (up to CREATE_ATTEMPTS times)."""
+async def _create(
+    address: list[str], partitions: int, cpu: Callable[[], float]
+) -> tuple[float, int, list[tuple[float, float]]]:
+    """Create the streams, one after the other; (seconds, refused attempts, each stream's
+    seconds and the servers' CPU seconds meanwhile, ``cpu`` telling theirs so far). A
+    create refused because a server looked down at that moment is tried again (up to
+    CREATE_ATTEMPTS times)."""
     started = time.perf_counter()
     refused = 0
+    each: list[tuple[float, float]] = []
     async with Client(address, request_timeout=60.0) as client:
         for i in range(partitions // PER_STREAM):
+            began, cpu_began = time.perf_counter(), cpu()
             for attempt in range(CREATE_ATTEMPTS):
                 try:
                     await client.create_stream(
@@ -104,7 +108,42 @@ async def _create(address: list[str], partitions: int) -> tuple[float, int]:
                     if attempt == CREATE_ATTEMPTS - 1:
                         raise
                     await anyio.sleep(2.0)
-    return time.perf_counter() - started, refused
+            each.append((time.perf_counter() - began, cpu() - cpu_began))
+    return time.perf_counter() - started, refused, each
+
+
+def _create_phases(dev: DevCluster, each: list[tuple[float, float]]) -> str:
+    """Where a creation's time went: the streams' create times and the servers' CPU
+    meanwhile (a tenth at the start and at the end: a growth with the partitions already
+    there shows), and with ``JET_BENCH_ROOT`` the metadata leader's phases of each ("stream
+    creation phases" lines: placing, the Raft commit and apply, every leader serving),
+    their medians in ms per stream; the rest of a stream's time is the client's request,
+    its forwarding to the metadata leader and the answering server applying the entry."""
+    tenth = max(1, len(each) // 10)
+    out = f"per stream of {PER_STREAM}, median of the first tenth / the last: " + ", ".join(
+        f"{what} {_median([e[i] for e in each[:tenth]]) * 1000:.0f} / "
+        f"{_median([e[i] for e in each[-tenth:]]) * 1000:.0f} ms"
+        for i, what in enumerate(("time", "the servers' CPU"))
+    )
+    phases: dict[str, list[float]] = {}
+    for p in dev.servers:
+        if not p.log_path.exists():
+            continue
+        with open(p.log_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if " stream creation phases " in line:
+                    for name, value in re.findall(r" (\w+_s)=([0-9.]+)", line):
+                        phases.setdefault(name, []).append(float(value))
+    if phases:
+        out += "; on the metadata leader, median per stream: " + ", ".join(
+            f"{name.removesuffix('_s')} {_median(v) * 1000:.0f} ms" for name, v in phases.items()
+        )
+        out += f" ({len(next(iter(phases.values())))} streams)"
+    return out
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else 0.0
 
 
 async def _state(address: list[str]) -> State:
@@ -123,23 +162,9 @@ def _elections(before: State, after: State) -> int:
 
 
 PROBE_IN_FLIGHT = int(os.environ.get("JET_BENCH_PROBES", "64"))
-"""Most ListOffsets probes of new leaders in flight at once (``JET_BENCH_PROBES`` sets
-another). A busy survivor answers the probes in flight about once per turn of its event
-loop, so this bounds the probes' pace: the 10,000-partition runs of 2026-11-29 saw new
-leaders served at about 640 a second, which with 64 in flight is one turn per 0.1 s. On a
-loaded machine the watch's client is starved as the servers are: at 3,000 partitions
-(load 23) the survivors' marks (``JET_HOP_TRACE``) had every leadership taken 2.4 s after
-the kill and the first probe arriving at 4.0 s, the last at 9.9 s; 512 in flight (load
-18) did no better (7.96 to 13.19 s) and each probe's 2 s timeout fails more of them at
-once. The row "new leaderships taken" (the survivors' logs) is the servers' side."""
-POLL_S = 0.1
-"""Period of the failover watch's Metadata requests until the metadata names a live
-leader for every partition, and least time between two probes of one partition."""
-METADATA_POLL_MOVED_S = 1.0
-"""Period of the watch's Metadata requests once every partition had a live leader (a
-later election still shows). At 10,000 partitions each answer is ~10,000 partitions'
-assignments, encoded by a survivor and decoded by the watch: ten a second was work of the
-watch's own on both sides while the new leaders were being probed."""
+"""Most ListOffsets probes in flight at once while waiting for a restarted cluster to
+settle (``JET_BENCH_PROBES`` sets another); the failover's watch has its own
+(bench/failover_watch.py)."""
 PROBE_TIMEOUT_S = 2.0
 
 
@@ -154,85 +179,6 @@ async def _probe_ready(client: Client, key: tuple[str, int]) -> bool:
     except JetError:
         return False
     return True
-
-
-@attrs.define
-class Watch:
-    """What a failover's watch saw (:func:`_watch_failover`)."""
-
-    timeline: list[tuple[float, int, int]] = attrs.field(factory=list)
-    """(seconds from the kill, partitions left in the metadata, not yet serving)."""
-    now: State = attrs.field(factory=dict)
-    """The last metadata."""
-    moved_s: float | None = None
-    """When the metadata first named a live leader for every partition."""
-    served: dict[tuple[str, int], float] = attrs.field(factory=dict)
-    """When each moved partition's new leader first answered a probe (its answer's time)."""
-    probes: int = 0
-    """ListOffsets probes sent."""
-    metadata_s: list[float] = attrs.field(factory=list)
-    """Duration of each Metadata request."""
-
-
-async def _watch_failover(
-    survivors: list[str],
-    settled: State,
-    victim: str,
-    alone: set[tuple[str, int]],
-    started: float,
-) -> Watch:
-    """Poll the metadata (every partition's leader) every ``POLL_S`` (every
-    ``METADATA_POLL_MOVED_S`` once every partition had a live leader) and, beside it, probe
-    each moved partition's new leader with ListOffsets until it answers, each partition at
-    most once per ``POLL_S`` and ``PROBE_IN_FLIGHT`` at once. A partition counts as served
-    at the time its probe's answer came, not at the end of a round of probes (until
-    2026-11-29 the rounds' ends: one round of 3,334 probes took up to 7.4 s, and what
-    answered early in it counted as served at its end)."""
-    moving = {k for k, v in settled.items() if v[0] == victim and k not in alone}
-    w = Watch(now=settled)
-    asked: dict[tuple[str, int], float] = {}
-    limiter = anyio.CapacityLimiter(PROBE_IN_FLIGHT)
-
-    def elapsed() -> float:
-        return time.perf_counter() - started
-
-    async with Client(survivors) as client, anyio.create_task_group() as tg:
-
-        async def one(key: tuple[str, int]) -> None:
-            async with limiter:
-                w.probes += 1
-                if await _probe_ready(client, key):
-                    w.served.setdefault(key, elapsed())
-
-        async def poll() -> None:
-            asked_meta = -METADATA_POLL_MOVED_S
-            while elapsed() < FAILOVER_BOUND_S:
-                if w.moved_s is None or elapsed() - asked_meta >= METADATA_POLL_MOVED_S:
-                    asked_meta = elapsed()
-                    meta = await client.metadata(refresh=True)
-                    w.metadata_s.append(elapsed() - asked_meta)
-                    w.now = {
-                        (name, p.partition): (p.leader, p.leader_epoch, p.isr)
-                        for name, info in meta.streams.items()
-                        if name.startswith("s")
-                        for p in info.partitions
-                    }
-                t = elapsed()
-                left = sum(1 for k, v in w.now.items() if k not in alone and v[0] in (None, victim))
-                if not left and w.moved_s is None:
-                    w.moved_s = t
-                w.timeline.append((t, left, len(moving - set(w.served))))
-                if not left and not moving - set(w.served):
-                    break
-                for key in moving - set(w.served):
-                    if w.now[key][0] not in (None, victim) and t - asked.get(key, -1.0) >= POLL_S:
-                        asked[key] = t
-                        tg.start_soon(one, key)
-                await anyio.sleep(POLL_S)
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(poll)
-    return w
 
 
 PHASES = (
@@ -280,7 +226,9 @@ def _log_lines(dev: DevCluster, victim: str, killed_wall: float) -> list[tuple[f
     return lines
 
 
-def _taken(lines: list[tuple[float, str]], moved: dict[tuple[str, int], int]) -> list[float]:
+def _taken(
+    lines: list[tuple[float, str]], moved: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], float]:
     """When each of ``moved`` (partition -> its new leader epoch) was taken by its new
     leader, from the survivors' "assignments applied" lines (their time less
     ``last_ago_s``: no later than that); partitions not found there are left out."""
@@ -296,7 +244,7 @@ def _taken(lines: list[tuple[float, str]], moved: dict[tuple[str, int], int]) ->
             key = (name, int(part))
             if moved.get(key) == int(epoch):
                 at.setdefault(key, when)
-    return sorted(at.values())
+    return at
 
 
 def _record(dev: DevCluster, victim: str, kill: int) -> list[subprocess.Popen[bytes]]:
@@ -331,7 +279,7 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
     # A partition whose ISR is the victim alone stays without a leader (no unclean
     # election): it is counted apart.
     alone = {k for k, v in settled.items() if v[0] == victim and v[2] == (victim,)}
-    survivors = [p.address for p in dev.servers if p.server_id != victim]
+    survivors = {p.server_id: p.address for p in dev.servers if p.server_id != victim}
     spies = _record(dev, victim, kill)
     pids = {p.server_id: p.pid for p in dev.servers if p.server_id != victim}
     cpu_before = {s: _cpu_s(pid) for s, pid in pids.items()}
@@ -340,7 +288,7 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
     killed, killed_wall = time.perf_counter(), time.time()
     if os.environ.get("JET_HOP_TRACE"):  # the servers' gc marks are on this clock
         print(f"  killed at perf_counter_ns {time.perf_counter_ns()}")
-    w = anyio.run(_watch_failover, survivors, settled, victim, alone, killed, backend="asyncio")
+    w = anyio.run(watch_failover, survivors, settled, victim, alone, killed, backend="asyncio")
     cpu = {s: _cpu_s(pid) - cpu_before[s] for s, pid in pids.items()}
     watch_cpu = time.process_time() - watch_cpu_before
     for spy in spies:
@@ -360,8 +308,9 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
         print(
             f"  new leaders served (first answer to a probe): median "
             f"{served[len(served) // 2]:.2f} s, 90% {served[len(served) * 9 // 10]:.2f} s, "
-            f"last {served[-1]:.2f} s; {w.probes} ListOffsets probes, Metadata requests "
-            f"{max(w.metadata_s):.2f} s at most"
+            f"last {served[-1]:.2f} s; {w.probes} ListOffsets probes ({w.sweeps} sweeps), "
+            f"Metadata requests "
+            f"{max(w.metadata_s, default=0.0):.2f} s at most"
         )
     print(  # CPU is less noisy than time on a shared machine (load printed beside it)
         "  survivors' CPU from the kill to the end of the watch: "
@@ -379,9 +328,19 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
             {k: now[k][1] for k in moving if k in now and now[k][0] not in (None, victim)},
         )
         if taken:
+            times = sorted(taken.values())
+            # The watch's honesty: how long after the survivor's line (a burst's last role
+            # change, so no later than the partition's own) its probe was answered.
+            lag = sorted(w.served[k] - t for k, t in taken.items() if k in w.served)
             print(
-                f"  new leaderships taken (the survivors' logs): {len(taken)} of "
-                f"{len(moving)}, median {taken[len(taken) // 2]:.2f} s, last {taken[-1]:.2f} s"
+                f"  new leaderships taken (the survivors' logs): {len(times)} of "
+                f"{len(moving)}, median {times[len(times) // 2]:.2f} s, last {times[-1]:.2f} s"
+                + (
+                    f"; served after taken: median {lag[len(lag) // 2]:.2f} s, "
+                    f"90% {lag[len(lag) * 9 // 10]:.2f} s, most {lag[-1]:.2f} s"
+                    if lag
+                    else ""
+                )
             )
     moved = [now[k][0] for k, v in settled.items() if v[0] == victim and k in now]
     spread = {s: moved.count(s) for s in sorted({m for m in moved if m and m != victim})}
@@ -501,7 +460,21 @@ def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:
         open(os.devnull, "wb") as devnull,
         DevCluster(size=3, root=root, log_file=None if keep else devnull, settings=SETTINGS) as dev,
     ):
-        create_s, refused = anyio.run(_create, dev.addresses, partitions, backend="asyncio")
+        pids = [p.pid for p in dev.servers]
+
+        def servers_cpu() -> float:
+            return sum(_cpu_s(pid) for pid in pids)
+
+        cpu_before = servers_cpu()
+        create_s, refused, each = anyio.run(
+            _create, dev.addresses, partitions, servers_cpu, backend="asyncio"
+        )
+        create_cpu_s = servers_cpu() - cpu_before
+        print(  # CPU is less noisy than time on a shared machine
+            f"  created: {_create_phases(dev, each)}; the servers' CPU "
+            f"{create_cpu_s * 1000 / partitions:.1f} ms per partition (the three together, "
+            f"load {Path('/proc/loadavg').read_text().split()[0]})"
+        )
         time.sleep(SETTLE_S)
         before = anyio.run(_state, dev.addresses, backend="asyncio")
         time.sleep(idle_s)

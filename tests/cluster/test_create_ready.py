@@ -56,3 +56,28 @@ async def test_a_create_probes_each_remote_leader_about_once_per_partition(tmp_p
             waited = math.ceil(took / READY_POLL_MAX_S)
             bound = led[sid] + led[sid] // 2 + 5 + waited
             assert led[sid] <= probes <= bound, (sid, led[sid], probes, round(took, 2))
+
+
+@pytest.mark.anyio
+async def test_a_create_logs_its_phases_once_on_the_metadata_leader(tmp_path: Path) -> None:
+    """Issue 34: where a creation's time goes (bench scale_cluster reads it): the metadata
+    leader logs one "stream creation phases" line per stream it created, with the seconds of
+    placing, of the Raft commit and apply, and of waiting for every leader to serve; a
+    create of a stream that exists (``created`` false) logs none."""
+    with metered_cluster(tmp_path, {}) as (cluster, _ports):
+        async with Client(cluster.addresses) as client:
+            started = time.monotonic()
+            await client.create_stream("timed", "timed", partitions=6, replication_factor=3)
+            took = time.monotonic() - started
+            await client.create_stream("timed", "timed", partitions=6, replication_factor=3)
+        found = [
+            line
+            for text in cluster.all_logs().values()
+            for line in re.findall(
+                r" stream creation phases stream=timed partitions=6 (.*)$", text, re.M
+            )
+        ]
+        assert len(found) == 1, found
+        phases = {k: float(v) for k, v in re.findall(r"(\w+_s)=([0-9.]+)", found[0])}
+        assert sorted(phases) == ["commit_s", "place_s", "ready_s"]
+        assert sum(phases.values()) <= took

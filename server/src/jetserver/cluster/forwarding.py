@@ -356,11 +356,13 @@ class MetadataRequests:
         remembered = self.raft.machine.recent.get(op_id)
         existing = state.streams.get(spec.name)
         result: OpResult
+        phases: dict[str, float] = {}  # of a creation proposed here, for its log line
         if remembered is not None:
             result = remembered.result
         elif existing is not None and existing.spec == spec:
             result = OpResult(created=False, stream=existing)
         else:
+            started = time.perf_counter()
             if self.streams.disk is not None:
                 self.streams.disk.check_now()  # DiskFull: this (metadata leader's) disk is low
             await self.liveness.recheck_down()
@@ -371,10 +373,24 @@ class MetadataRequests:
                 server_load(state.streams.values()),
             )
             op = create_stream_op(spec, replicas)
+            placed = time.perf_counter()
             result = (await self.raft.propose(op, op_id=op_id)).result
+            phases = {"place_s": placed - started, "commit_s": time.perf_counter() - placed}
         stream = created_stream(result, spec)
         if result.created:
+            ready_from = time.perf_counter()
             await self._wait_partitions_ready(stream)
+            if phases:  # placing, the metadata Raft's commit and apply here, every
+                # partition leader serving (bench scale_cluster reads them)
+                phases["ready_s"] = time.perf_counter() - ready_from
+                log.info(
+                    "stream creation phases",
+                    extra=fields(
+                        stream=spec.name,
+                        partitions=spec.partitions,
+                        **{k: round(v, 4) for k, v in phases.items()},
+                    ),
+                )
         return {"created": result.created, "stream": stream_info(stream)}
 
     async def _delete_here(self, name: str, op_id: str) -> dict[str, Any]:
