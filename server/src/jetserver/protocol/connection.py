@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -325,6 +326,7 @@ class AcceptedConnection:
             if frame.api == Api.FETCH_STREAM:
                 control = self._stream_controls[frame.correlation_id] = StreamControl()
                 stream_control.CURRENT.set(control)
+                ANSWER_NOW.set(functools.partial(self.write_now, hop="resp.fetch_stream"))
                 reply = await self.handler(frame)
             elif frame.api == Api.CANCEL_FETCH_STREAM:
                 reply = self._cancel_stream(frame)
@@ -398,12 +400,13 @@ class AcceptedConnection:
         body = encode_cancel_fetch_stream_answer(control is not None)
         return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
 
-    def write_now(self, data: bytes) -> bool:
+    def write_now(self, data: bytes, hop: str = "resp.produce") -> bool:
         """Write a whole response frame now, from outside its request's task (a Produce
         request's answer, from the turn that settled it): True if it is on its way, False
         if the request's task must write it (a reply is being written or waits to be, or
         the connection closes or failed). What the socket does not take now is sent by
-        the next holder of the write lock before anything else (:attr:`_tail`)."""
+        the next holder of the write lock before anything else (:attr:`_tail`). ``hop``:
+        its mark in the hop trace (a FetchStream's answer pushed from a commit too)."""
         if self._closing or self._writers:
             return False
         try:
@@ -411,7 +414,7 @@ class AcceptedConnection:
         except OSError:
             return False  # the task's own write fails the same way and shuts down
         if hops.ENABLED:
-            hops.mark("resp.produce")
+            hops.mark(hop)
         if sent < len(data):
             self._tail = memoryview(data)[sent:]
             self._writers += 1
