@@ -16,9 +16,17 @@ import pytest
 
 from jetsdk.codec.fetch_stream import FetchStreamRequest, encode_fetch_stream_request
 from jetsdk.codec.frames import Api, Frame, encode_frame
-from jetsdk.codec.messages import ProduceMessage, decode_error, decode_fetch_response
+from jetsdk.codec.messages import (
+    AckPolicy,
+    ProduceMessage,
+    ProduceRequest,
+    decode_error,
+    decode_fetch_response,
+    encode_produce_request,
+)
 from jetsdk.codec.record import iter_records
 from jetserver.broker.fetch_stream import FetchStream
+from jetserver.protocol.socket_io import SocketIO
 from jetserver.server import Server
 from jetserver.storage.segment import TAIL_MAX_BYTES
 from support.one_step import OneStepSwitch
@@ -143,3 +151,43 @@ async def test_a_parked_tailing_stream_is_answered_from_the_commit_without_wakin
     assert offsets == list(range(n))
     assert len(calls) <= 2, calls  # the first answer's general path, then parked once
     assert pushed == list(range(1, n)), pushed
+
+
+async def test_a_produce_answer_and_the_answer_it_pushes_on_its_connection_go_in_one_send(
+    jet: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that produces and tails on one connection (the SDK's one connection per
+    server) gets the Produce answer and the FetchStream answer that Produce's commit
+    pushed in one send of the server's (durability ``written``: both in the Produce's
+    turn). Before, two sends per message: each a system call and a wake-up of the client."""
+    assert jet.address is not None
+    sends: list[int] = []
+    real = SocketIO.send_now
+
+    def counted(io: SocketIO, data: bytes | memoryview, **kw: Any) -> int:
+        sends.append(len(data))
+        return real(io, data, **kw)
+
+    n = 10
+    with anyio.fail_after(30):
+        async with await RawClient.connect(jet.address) as c:
+            await c.create_stream(name="t", subject="t.x", durability="written")
+            req = FetchStreamRequest("t", 0, 0, MAX_BYTES, 5_000, n + 5)
+            await c.send_raw(encode_frame(Api.FETCH_STREAM, 1, encode_fetch_stream_request(req)))
+            frames: list[Frame] = []
+            for i in range(n):
+                if i == 1:  # the stream is parked pushing from here on
+                    monkeypatch.setattr(SocketIO, "send_now", counted)
+                body = encode_produce_request(
+                    ProduceRequest("t", 0, AckPolicy.LEADER, 5_000, (ProduceMessage(b"%d" % i),))
+                )
+                await c.send_raw(encode_frame(Api.PRODUCE, 100 + i, body))
+                frames += [await c.recv_frame(), await c.recv_frame()]
+            monkeypatch.setattr(SocketIO, "send_now", real)
+    answers = [f for f in frames if f.api == Api.FETCH_STREAM]
+    offsets = [offset for f in answers for offset, *_ in _seen(f)[3]]  # type: ignore[index]
+    assert offsets == list(range(n))
+    assert sorted(f.correlation_id for f in frames if f.api == Api.PRODUCE) == [
+        100 + i for i in range(n)
+    ]
+    assert len(sends) == n - 1, sends  # one per message after the first, not two
