@@ -256,7 +256,7 @@ class FetchStream:
         if not self.push(frame):
             return False
         if hops.ENABLED:
-            hops.mark("fetch.pushed")
+            hops.mark("fetch.woken")  # (answered in the HW move's turn)
         self.offset = next_offset
         self.answered += 1
         self.deadline = time.monotonic() + self.idle_s

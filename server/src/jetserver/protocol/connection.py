@@ -413,6 +413,8 @@ class AcceptedConnection:
         its mark in the hop trace (a FetchStream's answer pushed from a commit too)."""
         if self._closing or self._writers:
             return False
+        if hops.ENABLED:
+            hops.mark(hop)  # (corked: sent at the end of this step)
         if self._corked is not None:
             self._corked.append(data)
             return True
@@ -420,8 +422,6 @@ class AcceptedConnection:
             sent = self.io.send_now(data)
         except OSError:
             return False  # the task's own write fails the same way and shuts down
-        if hops.ENABLED:
-            hops.mark(hop)
         if sent < len(data):
             self._tail = memoryview(data)[sent:]
             self._writers += 1
@@ -438,7 +438,7 @@ class AcceptedConnection:
 
     def _uncork(self) -> None:
         corked, self._corked = self._corked, None
-        if not corked or self.write_now(b"".join(corked)) or self._closing:
+        if not corked or self.write_now(b"".join(corked), "resp.uncorked") or self._closing:
             return
         held = b"".join(corked) if self._tail is None else bytes(self._tail) + b"".join(corked)
         self._writers += self._tail is None  # a writer came meanwhile: it sends them first
