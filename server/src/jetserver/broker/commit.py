@@ -82,6 +82,10 @@ class Committer:
     _flushing: bool = False
     """The flusher task runs (started by the first :meth:`request_flush`)."""
     _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
+    _tail_pushers: list[Callable[[], bool]] | None = None
+    """Tailing FetchStreams parked here that write their next answer from the turn that
+    moves the HW (:meth:`add_tail_pusher`); None while there are none (an idle
+    partition holds no list)."""
     copy_turns: CopyTurns = attrs.field(factory=CopyTurns)
     """The order of this partition's NATS copies (:meth:`copies_turn`)."""
     _deferred: bool = False
@@ -244,9 +248,31 @@ class Committer:
     # ---------------------------------------------------------------- waits
 
     def wake_waiters(self) -> None:
-        """Wake every fetch waiting on this partition (HW move, stop, shutdown)."""
+        """Wake every fetch waiting on this partition (HW move, stop, shutdown). The tail
+        pushers are called first, in this turn: each writes its stream's next answer
+        itself and stays (True) or wakes its task and is dropped (False)."""
+        pushers = self._tail_pushers
+        if pushers:
+            self._tail_pushers = [push for push in pushers if push()] or None
         event, self._hw_moved = self._hw_moved, LazyEvent()
         event.set()
+
+    def add_tail_pusher(self, push: Callable[[], bool]) -> None:
+        """Have :meth:`wake_waiters` call ``push`` (a parked tailing FetchStream,
+        :meth:`jetserver.broker.fetch_stream.FetchStream.next_tail`) until it returns
+        False or :meth:`drop_tail_pusher`."""
+        if self._tail_pushers is None:
+            self._tail_pushers = [push]
+        else:
+            self._tail_pushers.append(push)
+
+    def drop_tail_pusher(self, push: Callable[[], bool]) -> None:
+        """Stop calling ``push`` (a no-op if it is not called any more)."""
+        pushers = self._tail_pushers
+        if pushers is not None and push in pushers:
+            pushers.remove(push)
+            if not pushers:
+                self._tail_pushers = None
 
     def role_ended(self) -> None:
         """The replica's role ended (leader, follower, or single): wake every parked fetch

@@ -19,7 +19,9 @@ last answer (at once if it is parked: its wait is woken and ends).
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 
 import attrs
 
@@ -68,6 +70,10 @@ class FetchStream:
     replica: PartitionReplica | None = None
     """On a server alone, the partition's replica as the first answer found it
     (``fetch``'s ``replica``; None again after an early empty answer: looked up anew)."""
+    push: Callable[[bytes], bool] | None = None
+    """Writes a whole answer frame on the stream's connection now, from outside its task
+    (False: not now, the task writes it): set, :meth:`next_tail` parks with a tail
+    pusher, whose answers go from the turn that moves the HW."""
 
     @classmethod
     def open(
@@ -156,10 +162,13 @@ class FetchStream:
             wait_ms = int((self.deadline - time.monotonic()) * 1000)
             if wait_ms <= 0:
                 return None
-            await replica.wait_for_hw_above(offset, wait_ms / 1000, self._is_cancelled)
+            if self.push is None:
+                await replica.wait_for_hw_above(offset, wait_ms / 1000, self._is_cancelled)
+            else:
+                await self._park_pushing(replica, api, correlation_id, wait_ms / 1000)
             if self.cancelled or replica.closed or core.role != ROLE_SINGLE:
                 return None
-        tail = log.read_tail(offset, min(self.request.max_bytes, self.limits.max_fetch_bytes))
+        tail = log.read_tail(self.offset, min(self.request.max_bytes, self.limits.max_fetch_bytes))
         if tail is None:
             return None  # (next_answer marks the hop)
         if hops.ENABLED:
@@ -171,6 +180,87 @@ class FetchStream:
         flags = _MORE if more else FLAG_RESPONSE
         hw, start, leo = log.high_watermark, log.log_start_offset, log.log_end_offset
         return encode_fetch_records_frame(api, correlation_id, flags, hw, start, leo, records), more
+
+    async def _park_pushing(
+        self, replica: PartitionReplica, api: int, correlation_id: int, seconds: float
+    ) -> None:
+        """Park at the log end as ``wait_for_hw_above`` does, but while parked each commit
+        that moves the HW writes the next answer itself (:meth:`_push`, called by the
+        committer's :meth:`~jetserver.broker.commit.Committer.wake_waiters` in the turn
+        that moved it): no wake-up of this task, no loop turn, per answer. Returns when an
+        answer cannot go so (then :meth:`next_tail` goes on as after any wait: its tail
+        read, or None for the general path), the stream's idle wait ran out (from its
+        last answer) or the task is cancelled."""
+        committer = replica.committer
+        loop = committer.running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+        max_bytes = min(self.request.max_bytes, self.limits.max_fetch_bytes)
+
+        def push() -> bool:
+            if woken.done():
+                return False
+            try:
+                if self._push(replica, api, correlation_id, max_bytes):
+                    return True
+            except Exception:  # the task meets it again on its own path
+                pass
+            woken.set_result(None)
+            return False
+
+        timer: asyncio.TimerHandle | None = None
+
+        def expire() -> None:
+            nonlocal timer
+            if woken.done():
+                return
+            left = self.deadline - time.monotonic()
+            if left > 0:  # answers went meanwhile: the idle wait runs from the last
+                timer = loop.call_later(left, expire)
+            else:
+                woken.set_result(None)
+
+        timer = loop.call_later(seconds, expire)
+        committer.add_tail_pusher(push)
+        committer.fetch_waiters += 1
+        try:
+            await woken
+        finally:
+            timer.cancel()  # (the last one armed)
+            committer.fetch_waiters -= 1
+            committer.drop_tail_pusher(push)
+
+    def _push(
+        self, replica: PartitionReplica, api: int, correlation_id: int, max_bytes: int
+    ) -> bool:
+        """The HW moved (or a wake-up): write the next answer now if :meth:`next_tail`
+        would answer it so with more to follow, and the connection takes it now. True:
+        written, or nothing new to answer (still parked); False: the task takes over."""
+        if self.cancelled or replica.closed or replica.life.stopping:
+            return False
+        core = replica.core
+        if core.role != ROLE_SINGLE:
+            return False
+        log = replica.log
+        offset = self.offset
+        if log.high_watermark <= offset:
+            return True  # a wake-up for nothing new
+        if self.answered + 1 >= self.request.max_responses:
+            return False  # the last answer: the task's
+        tail = log.read_tail(offset, max_bytes)
+        if tail is None:
+            return False
+        records, next_offset = tail
+        hw, start, leo = log.high_watermark, log.log_start_offset, log.log_end_offset
+        frame = encode_fetch_records_frame(api, correlation_id, _MORE, hw, start, leo, records)
+        assert self.push is not None
+        if not self.push(frame):
+            return False
+        if hops.ENABLED:
+            hops.mark("fetch.woken")  # (answered in the HW move's turn)
+        self.offset = next_offset
+        self.answered += 1
+        self.deadline = time.monotonic() + self.idle_s
+        return True
 
     def cancel(self) -> None:
         """End the stream early (CancelFetchStream): its next answer is the empty last

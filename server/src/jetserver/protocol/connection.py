@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -167,6 +168,7 @@ class AcceptedConnection:
     _stream_controls: dict[int, StreamControl] = attrs.field(factory=dict)
     """The FetchStream requests in flight, by correlation id: what ends each early
     (CancelFetchStream, :mod:`jetserver.protocol.stream_control`)."""
+    _corked: list[bytes] | None = None  # write_now's frames held for one send (_cork)
     _ended: bool = False
     """No more requests will be read (the peer closed its side, or the connection fails)."""
     _loop: asyncio.AbstractEventLoop | None = None
@@ -325,13 +327,17 @@ class AcceptedConnection:
             if frame.api == Api.FETCH_STREAM:
                 control = self._stream_controls[frame.correlation_id] = StreamControl()
                 stream_control.CURRENT.set(control)
+                ANSWER_NOW.set(functools.partial(self.write_now, hop="resp.fetch_stream"))
                 reply = await self.handler(frame)
             elif frame.api == Api.CANCEL_FETCH_STREAM:
                 reply = self._cancel_stream(frame)
             else:
+                corked = frame.api == Api.PRODUCE and self._cork()
                 if frame.api == Api.PRODUCE:
                     ANSWER_NOW.set(self.write_now)
                 reply = await self.handler(frame)
+                if corked:
+                    self._uncork()
             if reply.sent:
                 if self._tail is not None:  # not all of it went: the rest, under the lock
                     await self._write_locked(b"", (), None)
@@ -398,24 +404,48 @@ class AcceptedConnection:
         body = encode_cancel_fetch_stream_answer(control is not None)
         return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
 
-    def write_now(self, data: bytes) -> bool:
+    def write_now(self, data: bytes, hop: str = "resp.produce") -> bool:
         """Write a whole response frame now, from outside its request's task (a Produce
         request's answer, from the turn that settled it): True if it is on its way, False
         if the request's task must write it (a reply is being written or waits to be, or
         the connection closes or failed). What the socket does not take now is sent by
-        the next holder of the write lock before anything else (:attr:`_tail`)."""
+        the next holder of the write lock before anything else (:attr:`_tail`). ``hop``:
+        its mark in the hop trace (a FetchStream's answer pushed from a commit too)."""
         if self._closing or self._writers:
             return False
+        if hops.ENABLED:
+            hops.mark(hop)  # (corked: sent at the end of this step)
+        if self._corked is not None:
+            self._corked.append(data)
+            return True
         try:
             sent = self.io.send_now(data)
         except OSError:
             return False  # the task's own write fails the same way and shuts down
-        if hops.ENABLED:
-            hops.mark("resp.produce")
         if sent < len(data):
             self._tail = memoryview(data)[sent:]
             self._writers += 1
         return True
+
+    def _cork(self) -> bool:
+        """Hold :meth:`write_now`'s frames for one send (a Produce's answer and the FetchStream
+        answers its commit pushes here) until :meth:`_uncork`, at the latest next turn."""
+        if self._corked is not None or self._writers or self._closing or self._loop is None:
+            return False
+        self._corked = []
+        self._loop.call_soon(self._uncork)
+        return True
+
+    def _uncork(self) -> None:
+        corked, self._corked = self._corked, None
+        if not corked or self.write_now(b"".join(corked), "resp.uncorked") or self._closing:
+            return
+        held = b"".join(corked) if self._tail is None else bytes(self._tail) + b"".join(corked)
+        self._writers += self._tail is None  # a writer came meanwhile: it sends them first
+        self._tail = memoryview(held)
+        task = self._loop.create_task(self._write_locked(b"", (), None))  # type: ignore[union-attr]
+        self._tasks.add(task)
+        task.add_done_callback(self._request_done)
 
     async def _write(self, reply: Reply) -> None:
         records = reply.records

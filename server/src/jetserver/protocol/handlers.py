@@ -390,6 +390,9 @@ class Dispatcher:
         control = stream_control.CURRENT.get()
         if control is not None:  # CancelFetchStream on its connection ends it
             control.attach(stream.cancel)
+        write_now = ANSWER_NOW.get()
+        if write_now is not None:  # tailing answers from the commit's turn (next_tail)
+            stream.push = partial(self._push_stream_answer, write_now, stream)
         return await self._fetch_stream_reply(frame, stream, first=True)
 
     async def _fetch_stream_reply(
@@ -416,6 +419,17 @@ class Dispatcher:
         if not more:
             return _fetch_reply(frame, answer)
         return _fetch_reply(frame, answer, partial(self._fetch_stream_reply, frame, stream))
+
+    def _push_stream_answer(
+        self, write_now: Callable[[bytes], bool], stream: FetchStream, frame: bytes
+    ) -> bool:
+        """A FetchStream answer written from the turn that moved the HW (as
+        :meth:`_fetch_stream_reply` would write it, its checks first): False if not now."""
+        if self.shutting_down:
+            return False
+        req = stream.request
+        self.consumer_positions[(req.stream, req.partition)] = stream.offset
+        return write_now(frame)
 
     async def _replica_fetch(self, frame: Frame) -> Reply:
         if self.cluster is None:

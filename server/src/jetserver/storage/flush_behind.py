@@ -82,20 +82,19 @@ class FlushBehind:
         return self._running
 
     def kick_soon(self) -> bool:
-        """:meth:`kick` two loop turns from now, once what the append set going ran: the
-        parked Fetches it woke (next turn) and the NATS copies of its request (written by
-        a loop callback the turn after). A worker thread woken at once takes the GIL from
-        the loop thread at each of their system calls, and the loop thread must wait to
-        take it back (futex calls per message, ``python -m bench cost``). False if a kick
-        is already due."""
+        """:meth:`kick` one loop turn from now, once what the append set going ran: its
+        request's answer and NATS copy (written in its turn), a tailing FetchStream's
+        answer (pushed in its turn) and a parked Fetch it woke (ready before this kick in
+        the next turn). A worker thread woken at once takes the GIL from the loop thread
+        at each of their system calls, and the loop thread must wait to take it back
+        (futex calls per message, ``python -m bench cost``). Two turns from now, as
+        before tailing answers were pushed, cost a loop turn per message. False if a
+        kick is already due."""
         if self._due:
             return False
         self._due = True
-        self._loop.call_soon(self._kick_later)
-        return True
-
-    def _kick_later(self) -> None:
         self._loop.call_soon(self._kick_due)
+        return True
 
     def _kick_due(self) -> None:
         self._due = False
