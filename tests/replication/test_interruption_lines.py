@@ -30,7 +30,7 @@ from jetsdk.codec.replica_fetch import (
 )
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
-from support.fetchers import FAST_FETCH, session_to
+from support.fetchers import FAST_FETCH, follower_fetcher, session_to
 from support.frames_in import frames_from
 
 pytestmark = pytest.mark.anyio
@@ -107,18 +107,12 @@ async def test_followers_of_one_leader_log_an_interruption_once(tmp_path: Path) 
         async with session_to(serve_unavailable, FAST_FETCH, users=FOLLOWERS) as (tg, port, s):
             s.interrupted.interval_s = INTERVAL_S
             for i in range(FOLLOWERS):
-                f = _Failing(
-                    stream=f"p{i}",
-                    partition=0,
-                    server_id="f1",
-                    replica_id=1,
-                    leader="l1",
-                    leader_address=f"127.0.0.1:{port}",
-                    leader_epoch=0,
-                    log=Log.open(tmp_path / f"p{i}-0"),
-                    durability="flushed",
-                    config=FAST_FETCH,
-                    request_flush=lambda: None,
+                f = follower_fetcher(
+                    _Failing,
+                    f"p{i}",
+                    port,
+                    Log.open(tmp_path / f"p{i}-0"),
+                    FAST_FETCH,
                     on_hw=_ignore_hw,
                     session=s,
                 )
