@@ -5,14 +5,14 @@ replica is the server's own :class:`~jetserver.replication.core.ReplicaCore` (th
 assignment asks for, the leader state, the HW, the ALL acks, the ISR proposals, the cut
 after a failed fsync) fed with the real metadata (:mod:`jetserver.metadata.ops` applied by
 the controller); the follower's reconciliation uses the server's pure rules
-(truncation_point, follower_hw, SilenceDetector). This module is only the wiring: the
-simulated network, timers and log, with the same protocol as the server: registration at
-every start, OffsetForLeaderEpoch, then long-poll fetches served up to the leader's LEO
-(woken by its appends, before its fsync), HW piggybacked, a leader that gave up its epoch
-after a failed fsync asking the controller to renew it, ISR proposals compare-and-set on
-the partition epoch, silence reports, and on a graceful stop the handoff and LeaveIsr
-planned by
-:mod:`jetserver.cluster.handoff` from the node's own (maybe stale) view.
+(truncation_point, answer_cannot_cut, follower_hw, SilenceDetector). This module is only
+the wiring: the simulated network, timers and log, with the same protocol as the server:
+registration at every start, OffsetForLeaderEpoch, then long-poll fetches served up to the
+leader's LEO (woken by its appends, before its fsync), HW piggybacked, a leader that gave
+up its epoch after a failed fsync asking the controller to renew it, ISR proposals
+compare-and-set on the partition epoch, silence reports, and on a graceful stop the handoff
+and LeaveIsr planned by :mod:`jetserver.cluster.handoff` from the node's own (maybe stale)
+view.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from jetserver.replication.core import (
     Plan,
     ReplicaCore,
 )
+from jetserver.replication.epochs import answer_cannot_cut
 
 from .invariants import Rec
 from .sim_model import (
@@ -87,6 +88,8 @@ class Node:
     silence: SilenceDetector | None = None
     proposal_rid: int | None = None
     leader_hw: int = -1
+    ask_leader: bool = False
+    """The last fetch was past the leader's LEO: the next reconciliation asks it."""
     answer_isr: Callable[[bool], None] | None = None
     fail_next_fsync: bool = False
     """Settles the ISR proposal in flight (with its leader state and proposal)."""
@@ -507,8 +510,15 @@ class Node:
 
     def reconcile(self) -> None:
         self.phase = "reconcile"
-        latest = self.log.epochs.latest_epoch
-        if latest < 0:
+        log, latest = self.log, self.log.epochs.latest_epoch
+        anyway, self.ask_leader = self.ask_leader, False
+        if latest < 0 or (
+            not anyway
+            and answer_cannot_cut(
+                log_start=0, leo=log.leo, latest_epoch=latest, following=self.epoch
+            )
+        ):
+            log.truncate_to(log.leo)  # drops an epoch entry at the LEO (led, nothing appended)
             self.fetch()
             return
         self._request(lambda rid: EpochQuery(rid, self.name, latest, self.epoch))
@@ -549,6 +559,7 @@ class Node:
         assert self.silence is not None
         self.silence.heard(self.sim.now)
         if msg.error == OUT_OF_RANGE:
+            self.ask_leader = True
             self.reconcile()
             return
         if msg.error is not None:

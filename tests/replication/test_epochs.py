@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from jetserver.replication import truncation_point
+from jetserver.replication.epochs import answer_cannot_cut
 from jetserver.storage import EpochEntry, LeaderEpochCache
 
 
@@ -97,3 +98,23 @@ def test_a_later_epoch_the_leader_never_had_is_cut_at_its_start() -> None:
     follower = [(0, 0), (1, 62), (2, 101)]
     leader = [(0, 0), (1, 62), (3, 103)]
     assert reconcile(follower, 179, leader, 200) == (101, 1)
+
+
+def test_no_answer_cuts_a_log_without_records() -> None:
+    # A replica that led epoch 2 without appending holds the entry (2, 0) on an empty log:
+    # whatever the leader answers, the exchange ends at its LEO, only dropping the entry.
+    for leader in ([], [(0, 0)], [(0, 0), (3, 40)], [(1, 0), (3, 40)], [(5, 0)]):
+        assert reconcile([(2, 0)], 0, leader, 40)[0] == 0
+    assert answer_cannot_cut(log_start=0, leo=0, latest_epoch=2, following=3)
+    assert answer_cannot_cut(log_start=7, leo=7, latest_epoch=2, following=3)
+
+
+def test_no_answer_cuts_a_log_already_in_the_epoch_it_follows() -> None:
+    # Its records of epoch 4 came from this leader, whose log in epoch 4 only grows: the
+    # answer is (4, leader's LEO >= its LEO), so the cut is its LEO.
+    follower, leader = [(0, 0), (4, 50)], [(0, 0), (4, 50)]
+    assert reconcile(follower, 60, leader, 90) == (60, 1)
+    assert answer_cannot_cut(log_start=0, leo=60, latest_epoch=4, following=4)
+    # An older latest epoch may be cut: asked.
+    assert reconcile([(0, 0), (2, 30)], 60, [(0, 0), (4, 50)], 90) == (30, 1)
+    assert not answer_cannot_cut(log_start=0, leo=60, latest_epoch=2, following=4)

@@ -13,6 +13,15 @@ follower shares with the leader and drops exactly the ones the leader does not h
 committed record is never cut (a bare truncate-to-HW can drop a committed record the
 follower had, then lose it if the leader fails too; it can also keep a divergent one).
 
+The follower does not ask when the answer cannot cut anything
+(:func:`answer_cannot_cut`): its log holds no record, or its latest epoch is the one it
+follows (what it holds of that epoch came from this leader, whose log in an epoch only
+grows; a LEO above the leader's is answered ``OFFSET_OUT_OF_RANGE`` at the first fetch,
+and the follower asks then). Kafka's rule is the same in substance: since truncation on
+fetch (KIP-595, 2.7) a follower sends no OffsetsForLeaderEpoch before fetching; its last
+fetched epoch rides in the fetch, and the leader answers a divergence only if it lacks that
+epoch or the epoch ends on its side before the fetch offset.
+
 Pure: the follower's cache is given as a lookup function.
 """
 
@@ -63,3 +72,20 @@ def truncation_point(
     # Both know the epoch: the logs agree up to where it ends on *both* (the follower may
     # hold a later epoch the leader never had, starting before the leader's end).
     return Truncation(min(leader_end_offset, follower_end, local_leo), True)
+
+
+def answer_cannot_cut(*, log_start: int, leo: int, latest_epoch: int, following: int) -> bool:
+    """True if no OffsetForLeaderEpoch answer can cut a record of the follower's log: it
+    holds none (``leo <= log_start``, or no epoch at all), or its latest epoch is
+    ``following``, the epoch of the leader it follows (module docstring). The follower then
+    only drops its epoch entries at or after its LEO (an epoch it led without appending),
+    which is all that asking could do to it. A follower whose fetch was answered
+    ``OFFSET_OUT_OF_RANGE`` above the leader's LEO asks anyway.
+
+    Args:
+        log_start: the follower's log start offset.
+        leo: the follower's log end offset.
+        latest_epoch: the follower's latest epoch (-1: none).
+        following: the leader epoch it follows.
+    """
+    return latest_epoch in (UNDEFINED, following) or leo <= log_start

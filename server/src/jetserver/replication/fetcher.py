@@ -6,8 +6,9 @@ starts a new one when the leader or the epoch changes). Through the
 and one long poll for every partition this server follows there) it:
 
 1. **Reconciles** (KIP-101): ``OffsetForLeaderEpoch(latest local epoch)``, truncate to
-   :func:`~jetserver.replication.truncation_point`, again until done; a log that is empty,
-   or whose tail is damaged, starts at what it holds.
+   :func:`~jetserver.replication.truncation_point`, again until done
+   (:mod:`~jetserver.replication.reconcile`); not asked when no answer could cut a record:
+   a log without records, or already in the epoch it follows.
 2. **Fetches** in a loop: ``(replica_id, offset = LEO, replica_flushed, leader_epoch)`` in
    the session's ReplicaFetch (a long poll); appends the records as they are
    (``Log.append_raw``, CRC-checked); with
@@ -71,10 +72,10 @@ from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.control import ControlPlane, report_hold_of, server_gone_of
-from jetserver.replication.epochs import truncation_point
 from jetserver.replication.follower import NotLeaderRun, SilenceDetector, follower_hw
 from jetserver.replication.interruptions import Interruptions
 from jetserver.replication.invariants import ReplicaInvariantViolation
+from jetserver.replication.reconcile import reconcile
 from jetserver.replication.session import FetchSession, LeftOut
 from jetserver.security.peer import PLAIN, PeerSecurity
 from jetserver.storage import Log, StorageError
@@ -194,6 +195,8 @@ class FollowerFetcher:
     )
     """The current series of failed fetches (pauses, log levels)."""
     _timeouts: int = 0
+    _ask_leader: bool = False
+    """The last fetch found this log past the leader's LEO: reconcile by asking."""
     _leader_hw: int = -1
     _stopped: bool = False
     _writing: int = 0
@@ -439,11 +442,8 @@ class FollowerFetcher:
 
     async def _reconcile(self, session: FetchSession) -> None:
         """Truncate the log where it diverges from the leader's (KIP-101)."""
-        log_ = self.log
-        for _ in range(64):  # each round lowers the latest epoch; 64 is far beyond need
-            latest = log_.epochs.latest_epoch
-            if latest < 0:
-                return
+
+        async def ask(latest: int) -> tuple[int, int]:
             req = OffsetForLeaderEpochRequest(
                 self.stream,
                 self.partition,
@@ -454,17 +454,14 @@ class FollowerFetcher:
             answer = OffsetForLeaderEpochResponse.from_json(
                 await self._json(session, Api.OFFSET_FOR_LEADER_EPOCH, req.to_json())
             )
-            cut = truncation_point(
-                local_epoch_end=log_.epochs.epoch_and_end_offset_for,
-                local_leo=log_.log_end_offset,
-                local_hw=log_.high_watermark,
-                leader_epoch=answer.leader_epoch,
-                leader_end_offset=answer.end_offset,
-            )
-            await self._truncate(cut.offset)
-            if cut.done:
-                return
-        raise _Restart("reconciliation did not converge")
+            return answer.leader_epoch, answer.end_offset
+
+        anyway, self._ask_leader = self._ask_leader, False
+        following, cut = self.leader_epoch, self._truncate
+        if not await reconcile(
+            self.log, following=following, ask=ask, truncate=cut, ask_anyway=anyway
+        ):
+            raise _Restart("reconciliation did not converge")
 
     async def _truncate(self, offset: int) -> None:
         log_ = self.log
@@ -588,6 +585,7 @@ class FollowerFetcher:
             )
             await self._in_thread(log_.restart_at, leader_log_start)
             return
+        self._ask_leader = True  # the next reconciliation asks, whatever the log holds
         raise _Restart(f"offset {log_.log_end_offset} beyond the leader's LEO {leader_leo}")
 
     def _fields(self, **extra: Any) -> dict[str, Any]:
