@@ -10,7 +10,8 @@ Pure, sans-I/O parts (driven by the server and by the seeded simulation alike):
 - :mod:`~jetserver.replication.ids` — replica ids on the wire.
 
 I/O: :mod:`~jetserver.replication.fetcher` (the follower's fetch loop over the client
-protocol) and :mod:`~jetserver.replication.reconcile` (its reconciliation exchange). :class:`ControlPlane` is what replicas need from the controller.
+protocol) and :mod:`~jetserver.replication.reconcile` (its reconciliation exchange).
+:class:`ControlPlane` is what replicas need from the controller.
 """
 
 from jetserver.replication.config import ReplicationConfig
