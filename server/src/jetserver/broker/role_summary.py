@@ -9,7 +9,10 @@ every leadership taken, as ``stream/partition@leader_epoch`` joined by commas, w
 fault tests check for two leaders in one epoch), once no assignment was applied for
 ``quiet_s`` or at the latest ``max_s`` after the burst began. ``last_ago_s`` says how long
 before the line the last of them was applied (``bench scale_cluster`` reads when each new
-leadership of a failover was taken from it).
+leadership of a failover was taken from it). From the first role change to the last, the
+CPU the process used (every thread: ``cpu_s``) and the event loop's thread (``loop_cpu_s``),
+and ``cpu_ms_per_role``: ``cpu_s`` over the role changes after the first (what else the
+server did meanwhile counts too: during a failover, mostly the new roles' own work).
 
 Task safety: event loop only; :meth:`RoleSummary.run` is the one task that logs.
 """
@@ -17,6 +20,7 @@ Task safety: event loop only; :meth:`RoleSummary.run` is the one task that logs.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 
 import anyio
@@ -46,6 +50,8 @@ class RoleSummary:
     _roles: Counter[str] = attrs.field(factory=Counter)
     _led: list[str] = attrs.field(factory=list)
     _first_start: float | None = None
+    _cpu: tuple[float, float, float, float] | None = None
+    """(process, loop thread) CPU seconds at the first role change counted, then at the last."""
     _last_end: float = 0.0
     _slowest: float = 0.0
     _stall: float = 0.0
@@ -58,6 +64,9 @@ class RoleSummary:
         ``ended`` (``anyio.current_time()``); ``led``: (stream, partition, leader epoch) of
         the leadership it took, if it leads."""
         self._roles[role] += 1
+        cpu, loop_cpu = time.process_time(), time.thread_time()
+        first = self._cpu
+        self._cpu = (cpu, loop_cpu, cpu, loop_cpu) if first is None else (*first[:2], cpu, loop_cpu)
         if led is not None:
             self._led.append(f"{led[0]}/{led[1]}@{led[2]}")
         if self._first_start is None or started < self._first_start:
@@ -116,6 +125,12 @@ class RoleSummary:
         }
         if stall > 0:
             counts["loop_stall_s"] = round(stall, 3)
+        cpu, self._cpu = self._cpu, None
+        count = sum(roles.values())
+        if cpu is not None and count > 1:
+            counts["cpu_s"] = round(cpu[2] - cpu[0], 3)
+            counts["loop_cpu_s"] = round(cpu[3] - cpu[1], 3)
+            counts["cpu_ms_per_role"] = round(1000 * (cpu[2] - cpu[0]) / (count - 1), 3)
         counts["last_ago_s"] = round(max(anyio.current_time() - self._last_end, 0.0), 3)
         if led:
             counts["led"] = ",".join(led)
