@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,6 +60,20 @@ def test_successive_streams_spread_their_leaders() -> None:
     load = server_load(streams)
     assert [load[s][0] for s in ids] == [2, 2, 2]  # leaders
     assert [load[s][1] for s in ids] == [4, 4, 4]  # replicas
+
+
+def test_the_load_follows_changed_and_removed_streams() -> None:
+    # Counted once per stream object: a stream replaced by another object (an election)
+    # or gone is counted as it is now, not as it was.
+    a = meta("a", (("s1", "s2"), ("s2", "s3")))
+    b = meta("b", (("s3", "s1"),))
+    assert server_load([a, b]) == {"s1": (1, 2), "s2": (1, 2), "s3": (1, 2)}
+    moved = attrs.evolve(
+        a, partitions=(attrs.evolve(a.partitions[0], leader="s2"), a.partitions[1])
+    )
+    assert server_load([moved, b]) == {"s1": (0, 2), "s2": (2, 2), "s3": (1, 2)}
+    assert server_load([b]) == {"s3": (1, 1), "s1": (0, 1)}
+    assert server_load([a, b]) == {"s1": (1, 2), "s2": (1, 2), "s3": (1, 2)}
 
 
 def test_replication_factor_above_the_live_servers_is_refused() -> None:

@@ -15,6 +15,13 @@
   partitions of existing streams (ties: the fewest replicas, then the id), so successive
   small streams do not pile their leaders on one server.
 
+:func:`server_load` counts each stream's partitions once and keeps the count while the
+stream's metadata is the same object (the state is persistent: a change replaces only the
+streams it touches), so a create no longer walks every partition of the cluster: at 10,000
+partitions that walk was 6 ms of each create on the metadata leader's event loop, 14 ms at
+20,000 (``place_s`` grew from 1 to 24 ms from a 10,000-partition run's first streams to
+its last).
+
 The leader comes first in each partition's replica list, the others follow in ring order.
 Nothing here reads a clock or randomness: the same inputs give the same placement (the
 metadata leader decides it and carries it in the CreateStream operation).
@@ -27,16 +34,50 @@ from collections.abc import Iterable, Mapping, Sequence
 from jetserver.errors import invalid_argument
 from jetserver.metadata.model import StreamMeta
 
+Load = dict[str, list[int]]
+"""Server id -> [partitions it leads, replicas it holds]."""
+
+
+class _StreamLoads:
+    """Each stream's load, kept while its metadata is the same object (event loop only)."""
+
+    def __init__(self) -> None:
+        self.counted: dict[int, tuple[StreamMeta, Load]] = {}
+        """id of a stream's metadata -> it (so that the id is not reused) and its load,
+        from the last call."""
+
+    def total(self, streams: Iterable[StreamMeta]) -> Load:
+        counted: dict[int, tuple[StreamMeta, Load]] = {}
+        load: Load = {}
+        for meta in streams:
+            seen = self.counted.get(id(meta))
+            if seen is None or seen[0] is not meta:
+                seen = (meta, _stream_load(meta))
+            counted[id(meta)] = seen
+            for server, (leads, holds) in seen[1].items():
+                both = load.setdefault(server, [0, 0])
+                both[0] += leads
+                both[1] += holds
+        self.counted = counted
+        return load
+
+
+def _stream_load(meta: StreamMeta) -> Load:
+    load: Load = {}
+    for a in meta.partitions:
+        load.setdefault(a.leader, [0, 0])[0] += 1
+        for r in a.replicas:
+            load.setdefault(r, [0, 0])[1] += 1
+    return load
+
+
+_LOADS = _StreamLoads()
+
 
 def server_load(streams: Iterable[StreamMeta]) -> dict[str, tuple[int, int]]:
-    """Server id -> (partitions it leads, replicas it holds) over ``streams``."""
-    load: dict[str, list[int]] = {}
-    for meta in streams:
-        for a in meta.partitions:
-            load.setdefault(a.leader, [0, 0])[0] += 1
-            for r in a.replicas:
-                load.setdefault(r, [0, 0])[1] += 1
-    return {s: (v[0], v[1]) for s, v in load.items()}
+    """Server id -> (partitions it leads, replicas it holds) over ``streams`` (each
+    stream counted once per metadata object: module docstring)."""
+    return {s: (v[0], v[1]) for s, v in _LOADS.total(streams).items()}
 
 
 def place_replicas(
