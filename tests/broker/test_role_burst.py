@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 import pytest
 
 from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
+from jetserver.storage import LeaderEpochCache
+from jetserver.storage.epoch_writes import EpochWrites
 
 pytestmark = pytest.mark.anyio
 
@@ -111,3 +114,22 @@ async def test_a_burst_applied_in_the_turn_that_handed_it_out_counts_that_turn()
         burst.applied()
     assert len(stalls) == 1
     assert stalls[0] >= 0.25
+
+
+@pytest.mark.usefixtures("collector")
+async def test_epoch_writes_wait_until_the_burst_is_applied(tmp_path: Path) -> None:
+    jobs: list[Callable[[], object]] = []
+    writes = EpochWrites(submit=jobs.append, lanes=1)
+    burst = RoleBurst(2, epoch_writes=writes)
+    burst.pause_collector()  # the reconcile's turn, before any role change
+    cache = LeaderEpochCache(tmp_path, lambda: 0)
+    cache.assign(1, 0, deferred=writes.add)  # a new leader of the burst
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(burst.collector_paused)
+        burst.applied()
+        await anyio.lowlevel.checkpoint()
+        assert not jobs  # one still applies
+        burst.applied()
+    assert len(jobs) == 1  # the burst is over: written now
+    jobs.pop()()
+    assert not cache.pending

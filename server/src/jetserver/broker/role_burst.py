@@ -21,6 +21,11 @@ them in a single turn, which until 2026-11-29 ran with the collector on (a survi
 3,000-partition failover spent 1.22 s at one line of a new leader's start, one sample
 stack, in py-spy's record of the burst).
 
+The new leaders' epoch-cache files are not written while the burst applies either
+(:meth:`~jetserver.storage.epoch_writes.EpochWrites.hold`, for as long as the collector's
+pause): their worker threads' system calls made the event loop wait for the interpreter's
+lock in the middle of the burst. They are written when it ends.
+
 While it waits, the task also measures how late the event loop wakes it (ticks of
 :data:`STALL_TICK_S`): the longest stall of the loop during the burst, handed to
 ``on_stall`` at its end (the role summary logs it: a loop held for seconds is what keeps
@@ -38,6 +43,7 @@ import anyio
 import attrs
 
 from jetserver.broker.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused
+from jetserver.storage.epoch_writes import EPOCH_WRITES, EpochWrites
 
 __all__ = ["ROLE_BURST_MIN", "ROLE_BURST_PAUSE_MAX_S", "STALL_TICK_S", "RoleBurst"]
 
@@ -66,6 +72,8 @@ class RoleBurst:
     late by as long as the turn that runs role changes before it lasts."""
     done_at: float | None = None
     """When ``left`` reached 0."""
+    epoch_writes: EpochWrites = EPOCH_WRITES
+    """Where the new leaders' epoch-cache files are written (held while the burst applies)."""
     _resume: Callable[[], None] | None = None
     """Ends the collector's pause (set while it lasts)."""
 
@@ -75,6 +83,8 @@ class RoleBurst:
         if self._resume is None:
             stack = contextlib.ExitStack()
             stack.enter_context(collector_paused(max(self.left, 0)))
+            self.epoch_writes.hold()
+            stack.callback(self.epoch_writes.release)
             self._resume = stack.close
 
     def resume_collector(self) -> None:
