@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from jetserver.broker.role_burst import ROLE_BURST_CHUNK, ROLE_BURST_MIN, RoleBurst
-from jetserver.storage import LeaderEpochCache
-from jetserver.storage.epoch_writes import EpochWrites
+from jetserver.broker.role_burst import ROLE_BURST_MIN, RoleBurst
 
 pytestmark = pytest.mark.anyio
 
@@ -115,61 +111,3 @@ async def test_a_burst_applied_in_the_turn_that_handed_it_out_counts_that_turn()
         burst.applied()
     assert len(stalls) == 1
     assert stalls[0] >= 0.25
-
-
-@pytest.mark.usefixtures("collector")
-async def test_epoch_writes_wait_until_the_burst_is_applied(tmp_path: Path) -> None:
-    jobs: list[Callable[[], object]] = []
-    writes = EpochWrites(submit=jobs.append, lanes=1)
-    burst = RoleBurst(2, epoch_writes=writes)
-    burst.pause_collector()  # the reconcile's turn, before any role change
-    cache = LeaderEpochCache(tmp_path, lambda: 0)
-    cache.assign(1, 0, deferred=writes.add)  # a new leader of the burst
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(burst.collector_paused)
-        burst.applied()
-        await anyio.lowlevel.checkpoint()
-        assert not jobs  # one still applies
-        burst.applied()
-    assert len(jobs) == 1  # the burst is over: written now
-    jobs.pop()()
-    assert not cache.pending
-
-
-@pytest.mark.usefixtures("collector")
-async def test_at_most_a_chunk_of_role_changes_starts_per_loop_pass() -> None:
-    appliers = 3 * ROLE_BURST_CHUNK + 5
-    burst = RoleBurst(appliers)
-    passes = 0
-    started_at: list[int] = []
-
-    async def count_passes() -> None:
-        nonlocal passes
-        while not burst.done.is_set():
-            passes += 1
-            await anyio.lowlevel.checkpoint()
-
-    async def applier() -> None:
-        await burst.turn()
-        started_at.append(passes)
-        burst.applied()
-
-    with anyio.fail_after(10):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(count_passes)
-            tg.start_soon(burst.collector_paused)
-            for _ in range(appliers):
-                tg.start_soon(applier)
-    assert len(started_at) == appliers
-    per_pass = Counter(started_at)
-    assert max(per_pass.values()) <= ROLE_BURST_CHUNK, per_pass
-    assert len(per_pass) >= 4  # the chunks started in passes of their own
-    await burst.turn()  # the burst is over: at once
-
-
-async def test_turns_do_not_wait_once_the_burst_task_ended() -> None:
-    burst = RoleBurst(ROLE_BURST_CHUNK + 1)
-    with anyio.fail_after(10):
-        await burst.collector_paused(max_s=0.0)  # ended (bounded) before any applied
-        for _ in range(ROLE_BURST_CHUNK + 1):
-            await burst.turn()

@@ -89,24 +89,3 @@ def test_a_change_stays_pending_until_its_write_returned(
     assert cache.write_pending()
     assert not cache.pending
     assert (tmp_path / "p0" / LEADER_EPOCH_FILE).read_bytes() == b"0\n2\n7 0\n8 50\n"
-
-
-def test_held_writes_start_when_the_last_hold_ends(tmp_path: Path) -> None:
-    jobs: list[Callable[[], object]] = []
-    writes = EpochWrites(submit=jobs.append, lanes=2)
-    a, b, c = caches(tmp_path, 3)
-    writes.hold()
-    writes.hold()
-    for cache in (a, b, c):
-        cache.assign(1, 0, deferred=writes.add)
-    writes.release()
-    assert not jobs  # one hold is still in force
-    assert writes.queued == 3
-    writes.release()
-    assert len(jobs) == 2  # the lanes, not one job per cache
-    jobs.pop(0)()
-    assert writes.queued == 0
-    assert not any(cache.pending for cache in (a, b, c))
-    jobs.pop(0)()  # finds nothing and ends
-    a.assign(2, 5, deferred=writes.add)
-    assert len(jobs) == 1  # not held: at once

@@ -21,18 +21,6 @@ them in a single turn, which until 2026-11-29 ran with the collector on (a survi
 3,000-partition failover spent 1.22 s at one line of a new leader's start, one sample
 stack, in py-spy's record of the burst).
 
-The new leaders' epoch-cache files are not written while the burst applies either
-(:meth:`~jetserver.storage.epoch_writes.EpochWrites.hold`, for as long as the collector's
-pause): their worker threads' system calls made the event loop wait for the interpreter's
-lock in the middle of the burst. They are written when it ends.
-
-The burst's role changes start at most :data:`ROLE_BURST_CHUNK` per pass of the event loop
-(:meth:`RoleBurst.turn`, awaited by each applier before it applies): woken together, a
-survivor's thousand appliers ran in one pass, 0.35-0.43 s at 3,000 partitions under load,
-during which no request, replica fetch or probe answer was read. The burst's task lets the
-next chunk start at each pass, so the loop reads its sockets between chunks; the role
-changes themselves cost what they did.
-
 While it waits, the task also measures how late the event loop wakes it (ticks of
 :data:`STALL_TICK_S`): the longest stall of the loop during the burst, handed to
 ``on_stall`` at its end (the role summary logs it: a loop held for seconds is what keeps
@@ -47,27 +35,16 @@ import contextlib
 from collections.abc import Callable
 
 import anyio
-import anyio.lowlevel
 import attrs
 
 from jetserver.broker.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused
-from jetserver.storage.epoch_writes import EPOCH_WRITES, EpochWrites
 
-__all__ = [
-    "ROLE_BURST_CHUNK",
-    "ROLE_BURST_MIN",
-    "ROLE_BURST_PAUSE_MAX_S",
-    "STALL_TICK_S",
-    "RoleBurst",
-]
+__all__ = ["ROLE_BURST_MIN", "ROLE_BURST_PAUSE_MAX_S", "STALL_TICK_S", "RoleBurst"]
 
 ROLE_BURST_MIN = FREEZE_MIN_PARTITIONS
 """Assignments handed over at once from which the collector is paused while they apply."""
 ROLE_BURST_PAUSE_MAX_S = 10.0
 """The collector resumes at the latest this long after the burst began."""
-ROLE_BURST_CHUNK = 64
-"""Role changes of a burst that start in one pass of the event loop (about 10 ms of it at
-0.15 ms of CPU each)."""
 STALL_TICK_S = 0.02
 """Period of the loop-stall measurement while a burst applies."""
 
@@ -89,47 +66,8 @@ class RoleBurst:
     late by as long as the turn that runs role changes before it lasts."""
     done_at: float | None = None
     """When ``left`` reached 0."""
-    epoch_writes: EpochWrites = EPOCH_WRITES
-    """Where the new leaders' epoch-cache files are written (held while the burst applies)."""
     _resume: Callable[[], None] | None = None
     """Ends the collector's pause (set while it lasts)."""
-    _turns: int = 0
-    """Appliers that asked for their turn (:meth:`turn`)."""
-    _open_chunks: int = 1
-    """Chunks of :data:`ROLE_BURST_CHUNK` turns allowed to start so far."""
-    _chunks: dict[int, anyio.Event] = attrs.field(factory=dict)
-    """Chunk -> the event its appliers wait on, while not allowed yet."""
-    _more: anyio.Event = attrs.field(factory=anyio.Event)
-    """Set when a chunk waits (wakes the burst's task)."""
-    _ended: bool = False
-    """The burst's task ended: every turn starts at once."""
-
-    async def turn(self) -> None:
-        """Return when this applier may apply: at most :data:`ROLE_BURST_CHUNK` of the
-        burst's role changes start per pass of the event loop (module docstring)."""
-        chunk = self._turns // ROLE_BURST_CHUNK
-        self._turns += 1
-        if self._ended or chunk < self._open_chunks:
-            return
-        event = self._chunks.get(chunk)
-        if event is None:
-            event = self._chunks[chunk] = anyio.Event()
-            self._more.set()
-        await event.wait()
-
-    def _open_next(self) -> bool:
-        """Allow the next chunk that waits; False if none waits."""
-        if not self._chunks:
-            return False
-        self._open_chunks = min(self._chunks) + 1
-        self._chunks.pop(min(self._chunks)).set()
-        return True
-
-    def _open_all(self) -> None:
-        self._ended = True
-        for event in self._chunks.values():
-            event.set()
-        self._chunks.clear()
 
     def pause_collector(self) -> None:
         """Turn the collector off now (once; see the module docstring); the burst's task
@@ -137,8 +75,6 @@ class RoleBurst:
         if self._resume is None:
             stack = contextlib.ExitStack()
             stack.enter_context(collector_paused(max(self.left, 0)))
-            self.epoch_writes.hold()
-            stack.callback(self.epoch_writes.release)
             self._resume = stack.close
 
     def resume_collector(self) -> None:
@@ -154,7 +90,6 @@ class RoleBurst:
         if self.left <= 0 and not self.done.is_set():
             self.done_at = anyio.current_time()
             self.done.set()
-            self._more.set()
 
     async def collector_paused(self, max_s: float = ROLE_BURST_PAUSE_MAX_S) -> None:
         """Run as a task: the collector paused (then what exists frozen) until every
@@ -170,18 +105,10 @@ class RoleBurst:
                     self.longest_stall_s = max(self.longest_stall_s, woke - due)
                     if self.done.is_set():
                         break
-                    if self._open_next():  # the next chunk starts in the next pass
-                        due = woke
-                        await anyio.lowlevel.checkpoint()
-                        continue
                     due = woke + STALL_TICK_S
-                    self._more = anyio.Event()
-                    if self._chunks:
-                        continue  # one came meanwhile
                     with anyio.move_on_after(STALL_TICK_S):
-                        await self._more.wait()
+                        await self.done.wait()
         finally:
-            self._open_all()
             self.resume_collector()
             if self.on_stall is not None:
                 self.on_stall(self.longest_stall_s)

@@ -435,11 +435,6 @@ class StreamManager:
                     if running.wanted == running.applied:
                         await running.wake.wait()
                     continue
-                if running.burst is not None:
-                    await running.burst.turn()  # a chunk per loop pass: see role_burst
-                    target = running.wanted
-                    if target is None or target == running.applied:
-                        continue
                 started = anyio.current_time()
                 if hops.ENABLED:
                     hops.mark("apply.start")

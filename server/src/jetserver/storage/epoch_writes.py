@@ -13,13 +13,6 @@ after the other, while the loop goes on. Nothing waits for a write: a crash befo
 leaves the file without the new epoch, which the spec allows for a new epoch (recovery adds
 the epochs the records carry, §9); the log's close writes what is still pending.
 
-While a burst of role changes applies, the writes are held (:meth:`EpochWrites.hold`, by
-:class:`~jetserver.broker.role_burst.RoleBurst`) and start when it ends: each write's system
-calls hand the interpreter's lock back and forth with the event loop, which then waits for
-it (a survivor of a 3,000-partition failover on a loaded 2-core machine: 2.3 s of its loop,
-in py-spy's record, at the line that woke a writer). Held, the caches are only queued, once
-each; nothing else changes (no write is awaited).
-
 One cache's writes never overtake each other (:class:`LeaderEpochCache` serializes them and
 each writes the entries as they are when it starts), so a later truncation's durable write
 is not undone by an older queued one.
@@ -47,7 +40,7 @@ class EpochWrites:
     """A queue of epoch caches whose new entries are to be written, drained by at most
     ``lanes`` jobs at once handed to ``submit`` (module docstring)."""
 
-    __slots__ = ("_held", "_lock", "_queue", "_queued", "_running", "lanes", "submit")
+    __slots__ = ("_lock", "_queue", "_queued", "_running", "lanes", "submit")
 
     def __init__(
         self,
@@ -62,8 +55,6 @@ class EpochWrites:
         self._queued: set[int] = set()
         """ids of the queued caches (a cache changed twice before its write goes once)."""
         self._running = 0
-        self._held = 0
-        """Holds in force (:meth:`hold`): no job starts while there is one."""
 
     @property
     def queued(self) -> int:
@@ -79,26 +70,10 @@ class EpochWrites:
                 return
             self._queued.add(id(cache))
             self._queue.append(cache)
-            start = not self._held and self._running < self.lanes
+            start = self._running < self.lanes
             if start:
                 self._running += 1
         if start:
-            self.submit(self._drain)
-
-    def hold(self) -> None:
-        """Start no write until :meth:`release` (as many calls); jobs running go on."""
-        with self._lock:
-            self._held += 1
-
-    def release(self) -> None:
-        """End one :meth:`hold`; the last starts the jobs for what was queued meanwhile."""
-        with self._lock:
-            self._held = max(self._held - 1, 0)
-            jobs = 0
-            if not self._held:
-                jobs = max(min(len(self._queue), self.lanes - self._running), 0)
-                self._running += jobs
-        for _ in range(jobs):
             self.submit(self._drain)
 
     def _next(self) -> LeaderEpochCache | None:
