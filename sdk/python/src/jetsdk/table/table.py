@@ -12,7 +12,10 @@
 Reads (:meth:`get`, :meth:`items`, ``len``) answer from memory: one background task per
 partition long-polls Fetch and applies each record to the view (a tombstone deletes its
 key). Writes go to the partition leader as Produce messages with ack ALL
-(:mod:`jetsdk.table.writes`); a write's revision is its offset in its partition. A write is
+(:mod:`jetsdk.table.writes`), acknowledged under the stream's durability (spec/cluster.md,
+"Durability settings": fsynced by default; a stream created with ``durability="written"``
+acks before the fsync, as a JetStream KV bucket's default store); a write's revision is its
+offset in its partition. A write is
 in the view once its reader got it: :meth:`sync` waits for everything acknowledged before
 the call, whichever process wrote it.
 
