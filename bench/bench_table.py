@@ -17,7 +17,9 @@ durability, ``flushed``), and a second with the default ``sync_interval`` for th
   4 writers incrementing one counter, each with its own client (and table); lost updates
   counted (must be 0 on both), and round trips per update (requests: each try of ours is
   one Produce request, no read; each of theirs an update and, when refused, a get; the
-  first get of each KV writer not counted). Beside it the same with 1 writer: every increment waits
+  first get of each KV writer not counted); beside them the Fetch answers the tables'
+  views took per update (each table follows the stream; its readers linger 20 ms after
+  an answer, ``Table(linger=)``). Beside it the same with 1 writer: every increment waits
   for the previous one's commit (an fsync and a round trip) on both sides. The clients,
   tables and nats-py's connection are opened before the clock starts (a table's open, a
   few ms, was timed before on jet's side only); :data:`CAS_INCREMENTS` per writer.
@@ -201,12 +203,14 @@ async def _cas_race(
                 client = await stack.enter_async_context(Client(addresses))
                 tables.append(await stack.enter_async_context(Table(client, stream)))
             sent = sum(t._writer.requests for t in tables if t._writer is not None)
+            fetched = sum(t.fetches for t in tables)
             started = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for table in tables:
                     tg.start_soon(ours, table)
             our_s = time.perf_counter() - started
             our_requests = sum(t._writer.requests for t in tables if t._writer is not None) - sent
+            our_fetches = sum(t.fetches for t in tables) - fetched
         async with Table(admin, stream) as table:
             our_lost = writers * increments - int(table.get(b"n") or b"0")
     nc = await nats.connect(nats_url)
@@ -235,7 +239,8 @@ async def _cas_race(
     total = writers * increments
     print(
         f"  CAS, {writers} racing writer(s) x {increments}: Table {total / our_s:.0f}/s "
-        f"({our_lost} lost, {our_requests / total:.2f} round trips per update), "
+        f"({our_lost} lost, {our_requests / total:.2f} round trips per update, "
+        f"{our_fetches / total:.2f} Fetch answers of the views), "
         f"JetStream kv.update {total / kv_s:.0f}/s ({kv_lost} lost, "
         f"{kv_requests[0] / total:.2f} round trips per update) "
         f"({kv_s / our_s:.2f}x; target >= 2x) [{_load()}]",
