@@ -2,7 +2,8 @@
 
 One ``jet dev`` server and, for JetStream KV, a nats-server with JetStream on a file store
 with ``sync_interval: always`` (every write fsynced, as an ALL ack of jet's default
-durability). Rows, medians of rounds:
+durability, ``flushed``), and a second with the default ``sync_interval`` for the
+``written`` row. Rows, medians of rounds:
 
 - **reopen**: a table of N keys x 100 B values (N = 1,000,000; 100,000 with --quick) in a
   compacted stream of 4 partitions: open with a full replay (fetch every record) against
@@ -16,7 +17,9 @@ durability). Rows, medians of rounds:
   4 writers incrementing one counter, each with its own client (and table); lost updates
   counted (must be 0 on both), and round trips per update (requests: each try of ours is
   one Produce request, no read; each of theirs an update and, when refused, a get; the
-  first get of each KV writer not counted). Beside it the same with 1 writer: every increment waits
+  first get of each KV writer not counted); beside them the Fetch answers the tables'
+  views took per update (each table follows the stream; its readers linger 20 ms after
+  an answer, ``Table(linger=)``). Beside it the same with 1 writer: every increment waits
   for the previous one's commit (an fsync and a round trip) on both sides. The clients,
   tables and nats-py's connection are opened before the clock starts (a table's open, a
   few ms, was timed before on jet's side only); :data:`CAS_INCREMENTS` per writer.
@@ -25,6 +28,15 @@ durability). Rows, medians of rounds:
   a table of :data:`PARTITIONS` partitions (an append and an fsync per partition batch;
   a round's batches go as one ProduceMany request, their fsyncs run at once), and beside
   it one of 1 partition (one log, one fsync per batch: as a KV bucket's stream).
+- **put, durability written** (beside the rows above, no target): the same 4-partition
+  put row on a stream created with ``durability="written"`` (an ALL ack waits for the
+  write, not its fsync, which follows at once outside the ack path; spec/cluster.md,
+  "Durability settings") against ``kv.put`` on a JetStream store with the default
+  ``sync_interval`` (2 min: no fsync per write either). The target rows compare fsynced
+  writes on both sides (``strace -c`` of 200 puts: nats-server with ``sync_interval:
+  always`` 202 fsyncs, the jet server 200 fdatasyncs; with the default ``sync_interval``
+  none, a ``written`` stream 10); this row is the comparison a KV user who kept the
+  bucket's default makes.
 - **watch initial load**: a new ``Table`` and its ``watch()`` of N keys (10,000; 100,000
   without --quick) until the N-th initial change, against ``kv.watchall()`` until its
   end-of-initial-values marker.
@@ -49,6 +61,7 @@ from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from jetsdk import AckPolicy, Client, Producer, Table
+from jetsdk.client_requests import Durability
 from jetserver.testing import NatsServer
 from jetserver.testing.devcluster import DevCluster
 
@@ -190,12 +203,14 @@ async def _cas_race(
                 client = await stack.enter_async_context(Client(addresses))
                 tables.append(await stack.enter_async_context(Table(client, stream)))
             sent = sum(t._writer.requests for t in tables if t._writer is not None)
+            fetched = sum(t.fetches for t in tables)
             started = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for table in tables:
                     tg.start_soon(ours, table)
             our_s = time.perf_counter() - started
             our_requests = sum(t._writer.requests for t in tables if t._writer is not None) - sent
+            our_fetches = sum(t.fetches for t in tables) - fetched
         async with Table(admin, stream) as table:
             our_lost = writers * increments - int(table.get(b"n") or b"0")
     nc = await nats.connect(nats_url)
@@ -224,7 +239,8 @@ async def _cas_race(
     total = writers * increments
     print(
         f"  CAS, {writers} racing writer(s) x {increments}: Table {total / our_s:.0f}/s "
-        f"({our_lost} lost, {our_requests / total:.2f} round trips per update), "
+        f"({our_lost} lost, {our_requests / total:.2f} round trips per update, "
+        f"{our_fetches / total:.2f} Fetch answers of the views), "
         f"JetStream kv.update {total / kv_s:.0f}/s ({kv_lost} lost, "
         f"{kv_requests[0] / total:.2f} round trips per update) "
         f"({kv_s / our_s:.2f}x; target >= 2x) [{_load()}]",
@@ -248,11 +264,19 @@ async def _in_flight(count: int, put: Callable[[int], Awaitable[object]]) -> flo
 
 
 async def _put_all(
-    addresses: list[str], nats_url: str, count: int, partitions: int = PARTITIONS
+    addresses: list[str],
+    nats_url: str,
+    count: int,
+    partitions: int = PARTITIONS,
+    durability: Durability | None = None,
 ) -> None:
+    """The put row; ``durability``: the stream's (None: the default, ``flushed``), and
+    ``nats_url`` a JetStream store whose fsyncs match it."""
     stream = f"put-{uuid.uuid4().hex[:8]}"
     async with Client(addresses) as client:
-        await client.create_stream(stream, compact=True, partitions=partitions)
+        await client.create_stream(
+            stream, compact=True, partitions=partitions, durability=durability
+        )
         async with Table(client, stream) as table:
             ours = await _in_flight(count, lambda i: table.put(b"p-%08d" % i, VALUE))
     nc = await nats.connect(nats_url)
@@ -261,11 +285,15 @@ async def _put_all(
         theirs = await _in_flight(count, lambda i: kv.put(f"p-{i:08d}", VALUE))
     finally:
         await nc.close()
+    if durability is None:
+        sides, target = "fsynced: flushed / sync always", "target >= 5x"
+    else:
+        sides, target = f"not fsynced: {durability} / default sync_interval", "no target"
     print(
-        f"  put ack ALL, {PUT_CONCURRENCY} in flight x {count:,}, {partitions} partition(s): "
-        f"Table {count / ours:,.0f}/s, "
-        f"JetStream kv.put (sync always) {count / theirs:,.0f}/s ({theirs / ours:.2f}x; "
-        f"target >= 5x) [{_load()}]",
+        f"  put ack ALL ({sides}), {PUT_CONCURRENCY} in flight x {count:,}, "
+        f"{partitions} partition(s): Table {count / ours:,.0f}/s, "
+        f"JetStream kv.put {count / theirs:,.0f}/s ({theirs / ours:.2f}x; "
+        f"{target}) [{_load()}]",
         flush=True,
     )
 
@@ -319,6 +347,9 @@ def run(quick: bool) -> None:
         extra = f'jetstream {{\n  store_dir: "{store}"\n  sync_interval: always\n}}\n'
         js = NatsServer(work_dir=Path(root) / "nats", extra_config=extra)
         js.start()
+        default_store = f'jetstream {{\n  store_dir: "{Path(root) / "js-default"}"\n}}\n'
+        js_default = NatsServer(work_dir=Path(root) / "nats-default", extra_config=default_store)
+        js_default.start()
         try:
             anyio.run(_get_p50, dev.addresses, js.url)
             increments = CAS_INCREMENTS[quick]
@@ -327,7 +358,9 @@ def run(quick: bool) -> None:
             puts = 5_000 if quick else 20_000
             anyio.run(_put_all, dev.addresses, js.url, puts)
             anyio.run(_put_all, dev.addresses, js.url, puts, 1)
+            anyio.run(_put_all, dev.addresses, js_default.url, puts, PARTITIONS, "written")
             anyio.run(_watch_load, dev.addresses, js.url, 10_000 if quick else 100_000)
         finally:
             js.stop()
+            js_default.stop()
         anyio.run(_reopen, dev.addresses, n, rounds, Path(root))

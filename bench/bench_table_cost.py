@@ -14,7 +14,9 @@ ProduceMany of a round's batches counting one) and the Fetch answers its view ap
 - ``race4``: 4 tables (own clients) each ``modify`` one counter (the CAS row of
   ``bench table``); lost updates are counted;
 - ``put``: ``Table.put`` with ack ALL, 64 in flight over 4 partitions (the put row);
-  ``put1`` the same over 1 partition;
+  ``put1`` the same over 1 partition; ``putw`` as ``put`` on a stream of durability
+  ``written`` (the ack waits for no fsync: JetStream KV's default store, see
+  ``bench table``);
 - ``kv_update1``, ``kv_race4``: JetStream KV's side of ``modify1`` and ``race4`` (nats-py
   ``kv.update`` with the revision last seen, a refused writer reads the key with
   ``kv.get``: :func:`bench.bench_table.kv_increments`) against a nats-server with
@@ -25,7 +27,9 @@ The kv kinds do not depend on the tree (they run in each, as a control of the lo
 
 With ``JET_BENCH_AGAINST=<another jet work tree>`` the rounds alternate between this tree
 (A) and that one (B), A first in odd pairs; medians per kind and tree at the end.
-``JET_TABLE_COST_ROUNDS`` (default 4; quick 2) pairs per kind.
+``JET_TABLE_COST_ROUNDS`` (default 4; quick 2) pairs per kind; ``JET_TABLE_COST_KINDS``
+(comma-separated) runs only those kinds; ``JET_TABLE_COST_LINGER`` (seconds) sets the
+tables' reader linger (``Table(linger=)``; default: the tree's default, 5 ms).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ KINDS = {
     "kv_race4": 1000,
     "put": 10_000,
     "put1": 10_000,
+    "putw": 10_000,
 }
 """Operations per round of each kind."""
 _VALUE = b"v" * 100
@@ -86,16 +91,23 @@ def _wire(table: object) -> int:
 
 async def _round(kind: str, n: int, addresses: list[str], pids: dict[str, int]) -> dict[str, float]:
     from jetsdk import Client, Table
+    from jetsdk.table.table import DEFAULT_LINGER_S
 
     stream = f"tc{uuid.uuid4().hex[:8]}"
     async with contextlib.AsyncExitStack() as stack:
         admin = await stack.enter_async_context(Client(addresses))
-        await admin.create_stream(stream, compact=True, partitions=4 if kind == "put" else 1)
+        await admin.create_stream(
+            stream,
+            compact=True,
+            partitions=4 if kind in ("put", "putw") else 1,
+            durability="written" if kind == "putw" else None,
+        )
         count = 4 if kind == "race4" else 1
+        linger = float(os.environ.get("JET_TABLE_COST_LINGER", DEFAULT_LINGER_S))
         tables = []
         for _ in range(count):
             client = await stack.enter_async_context(Client(addresses))
-            tables.append(await stack.enter_async_context(Table(client, stream)))
+            tables.append(await stack.enter_async_context(Table(client, stream, linger=linger)))
         work: Callable[[int], Awaitable[None]]
         updates = [0]
         if kind.startswith("put"):
@@ -232,8 +244,13 @@ def run(quick: bool) -> None:
         + "".join(f"; {tag} = {tree}" for tag, tree in trees.items()),
         flush=True,
     )
+    chosen = os.environ.get("JET_TABLE_COST_KINDS")
+    kinds = list(KINDS) if not chosen else [k.strip() for k in chosen.split(",")]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise SystemExit(f"JET_TABLE_COST_KINDS: unknown {unknown}; known: {list(KINDS)}")
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
-    for kind in KINDS:
+    for kind in kinds:
         for r in range(pairs):
             tags = list(trees) if r % 2 == 0 else list(trees)[::-1]
             for tag in tags:
