@@ -65,30 +65,30 @@ class DriverProcess:
         self.proc.stdin.write(orjson.dumps({"do": scenario, **fields}).decode() + "\n")
         self.proc.stdin.flush()
 
+    def _next(self, before: str) -> dict[str, Any]:
+        """The next event; the driver's exit or an ``error`` event fails (``before``: what
+        the caller waits for, for the message)."""
+        got = self.events.get(timeout=EVENT_TIMEOUT_S)
+        if got is None:
+            raise AssertionError(f"driver exited ({self.proc.wait()}) before {before}")
+        if got["event"] == "error":
+            raise AssertionError(f"driver failed before {before}: {got}\n{self.log_tail()}")
+        return got
+
     def expect(self, event: str, **fields: Any) -> dict[str, Any]:
         """The next event named ``event`` with ``fields`` (others before it are skipped);
         an ``error`` event fails."""
         while True:
-            got = self.events.get(timeout=EVENT_TIMEOUT_S)
-            if got is None:
-                raise AssertionError(f"driver exited ({self.proc.wait()}) before {event}")
-            if got["event"] == "error":
-                raise AssertionError(f"driver failed before {event}: {got}\n{self.log_tail()}")
+            got = self._next(event)
             if got["event"] == event and all(got.get(k) == v for k, v in fields.items()):
                 return got
 
     def until(self, event: str) -> list[dict[str, Any]]:
         """The events up to and including the next ``event`` (an ``error`` fails)."""
-        seen: list[dict[str, Any]] = []
-        while True:
-            got = self.events.get(timeout=EVENT_TIMEOUT_S)
-            if got is None:
-                raise AssertionError(f"driver exited ({self.proc.wait()}) before {event}: {seen}")
-            if got["event"] == "error":
-                raise AssertionError(f"driver failed: {got} after {seen}\n{self.log_tail()}")
-            seen.append(got)
-            if got["event"] == event:
-                return seen
+        seen = [self._next(event)]
+        while seen[-1]["event"] != event:
+            seen.append(self._next(event))
+        return seen
 
     def log_tail(self) -> str:
         return self.log_path.read_text()[-LOG_TAIL_CHARS:]
