@@ -1,7 +1,8 @@
 """The local-cluster tests share one Spark driver on ``local-cluster[2,1,1024]`` (driver.py
-``serve``): one driver JVM and two executor JVMs for the package, not a set per test (a
-set cost 30-40 CPU-s to start and run on the 2-core dev VM). The test that kills the
-driver (a module with ``ENDS_THE_DRIVER = True``) runs after the others.
+``serve``): one driver JVM and two executor JVMs for the package, not a driver with its
+executors per test (the pair took 81 CPU-s so, 111 with a driver each, on the 2-core dev
+VM). The test that kills the driver (a module with ``ENDS_THE_DRIVER = True``) runs after
+the others.
 
 Being a package-scoped fixture, ``local_cluster`` puts these tests on one xdist worker
 (tests/support/parallel.py), apart from the shared SparkSession's tests (``spark``). They
