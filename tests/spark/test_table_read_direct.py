@@ -1,7 +1,7 @@
 """Table reads (``option("table", ...)``) called directly against a real server, no JVM:
 the rows equal what a :class:`jetsdk.Table` holds (tombstones, expired TTLs and keyless
 records give none), whether the executor reduces the rows in one round or many.
-The same read runs on Spark local-cluster in test_table_local_cluster.py."""
+The same read runs on Spark local-cluster in local_cluster/test_table_local_cluster.py."""
 
 from __future__ import annotations
 

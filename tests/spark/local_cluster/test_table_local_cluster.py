@@ -1,6 +1,7 @@
-"""Tables in Spark on a multi-process Spark (``local-cluster[1,2,1024]``, an executor JVM
-apart from the driver's; the driver is tests/spark/table_driver.py in its own process, as
-in test_local_cluster.py):
+"""Tables in Spark on a multi-process Spark (``local-cluster[2,1,1024]``, executor JVMs
+apart from the driver's: the table's reads and writes run in other processes than the
+driver's; the driver is driver.py in its own process, shared with this package's other
+tests):
 
 - ``spark.read.format("jetstream").option("table", ...)`` gives exactly what a
   :class:`jetsdk.Table` holds (latest value per key; deletes and expired keys absent);
@@ -8,34 +9,23 @@ in test_local_cluster.py):
   ``foreach_batch_sink(table=...)``, has exactly-once effect when Spark replays a batch that
   failed after part of it was stored: nothing is stored twice and the table ends with each
   key's last order.
-
-The worker's `jet dev` (``jet_dev``, not the Spark tests' ``spark_jet``): it needs no shared
-SparkSession, so it runs on its own xdist worker beside them instead of after them.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
-import orjson
 import pytest
 
 from jetsdk import Client, Table
 from support.jet_dev import JetDev
 
-from .helpers import create, produce, read_all, unique, until_expired
+from ..helpers import create, produce, read_all, unique, until_expired
+from .processes import SharedDriver
 
 pytestmark = pytest.mark.spark
 
-DRIVER = Path(__file__).with_name("table_driver.py")
-DRIVER_TIMEOUT_S = 480.0
-"""Bound on the whole driver run (a cold local-cluster start on a loaded 2-core machine
-took up to a minute; then five Spark jobs)."""
 ORDERS = 200
 
 
@@ -59,9 +49,9 @@ async def _table(servers: list[str], name: str) -> dict[bytes, bytes]:
 
 
 @pytest.mark.timeout(600)
-def test_table_read_and_table_sink_on_local_cluster(jet_dev: JetDev, tmp_path: Path) -> None:
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no Java for Spark")
+def test_table_read_and_table_sink_on_local_cluster(
+    local_cluster: SharedDriver, jet_dev: JetDev, tmp_path: Path
+) -> None:
     servers = list(jet_dev.servers)
     prices, orders, totals = unique("lc-prices"), unique("lc-orders"), unique("lc-totals")
     create(servers, prices, partitions=2, compact=True)
@@ -71,17 +61,16 @@ def test_table_read_and_table_sink_on_local_cluster(jet_dev: JetDev, tmp_path: P
     sent = [(b"k%d" % (i % 25), b"order-%d" % i) for i in range(ORDERS)]
     produce(servers, orders, sent)
 
-    log = tmp_path / "driver.log"
-    with log.open("w") as err:
-        run = subprocess.run(
-            [sys.executable, str(DRIVER), ",".join(servers), prices, orders, totals, str(tmp_path)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            timeout=DRIVER_TIMEOUT_S,
-        )
-    events = [orjson.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    assert run.returncode == 0, (events, log.read_text()[-4000:])
+    driver = local_cluster.get()
+    driver.send(
+        "table",
+        servers=",".join(servers),
+        prices=prices,
+        orders=orders,
+        totals=totals,
+        checkpoint=str(tmp_path / "checkpoint"),
+    )
+    events = driver.until("end")
     by_name = {e["event"]: e for e in events}
 
     # The table read is the SDK table's view.

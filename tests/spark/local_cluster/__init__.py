@@ -1,0 +1,1 @@
+"""Spark integration tests (jetspark)."""
