@@ -492,11 +492,13 @@ def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:
         idle_cpu, idle_counts = servers_cpu(), _session_counts(metrics)
         time.sleep(idle_s)
         idle_cpu = servers_cpu() - idle_cpu
-        sent, asked = (b - a for a, b in zip(idle_counts, _session_counts(metrics), strict=True))
+        sent, asked, full, lost = (
+            b - a for a, b in zip(idle_counts, _session_counts(metrics), strict=True)
+        )
         print(
             f"  idle {idle_s:.0f} s: the servers' CPU {idle_cpu:.1f} s (the three together), "
             f"{sent:,} partitions in {asked:,} ReplicaFetch requests "
-            f"({sent / max(asked, 1):.1f} per request; load "
+            f"({sent / max(asked, 1):.1f} per request; {full} full, {lost} sessions lost; load "
             f"{Path('/proc/loadavg').read_text().split()[0]})"
         )
         settled = anyio.run(_state, dev.addresses, backend="asyncio")
@@ -523,18 +525,25 @@ def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:
     }
 
 
-def _session_counts(metrics: dict[str, int]) -> tuple[int, int]:
-    """Partitions sent and ReplicaFetch requests answered, over every server's sessions."""
-    sent = asked = 0
+SESSION_COUNTS = (
+    "jet_fetch_session_partitions_sent_total",
+    "jet_fetch_session_requests_total",
+    "jet_fetch_session_full_requests_total",
+    "jet_fetch_session_lost_total",
+)
+"""The fetch sessions' counters read over the idle window."""
+
+
+def _session_counts(metrics: dict[str, int]) -> list[int]:
+    """:data:`SESSION_COUNTS`, over every server's sessions (0: not served)."""
+    counts = dict.fromkeys(SESSION_COUNTS, 0)
     for port in metrics.values():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
             text = answer.read().decode()
         for name, value in re.findall(r"^(jet_fetch_session_\w+)\{[^}]*\} (\d+)$", text, re.M):
-            if name == "jet_fetch_session_partitions_sent_total":
-                sent += int(value)
-            elif name == "jet_fetch_session_requests_total":
-                asked += int(value)
-    return sent, asked
+            if name in counts:
+                counts[name] += int(value)
+    return list(counts.values())
 
 
 def _row(label: str, value: str, target: str, ok: bool) -> str:
