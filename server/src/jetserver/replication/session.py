@@ -6,7 +6,7 @@ and a long-poll Fetch per partition, every :class:`~jetserver.replication.fetche
 whose leader is at one address shares a :class:`FetchSession`:
 
 - :meth:`FetchSession.fetch` takes one partition's replica fetch and waits for its answer.
-  The session's loop sends every waiting partition in one ReplicaFetch request (api 13)
+  The session's loop has every waiting partition in one ReplicaFetch request (api 13)
   and hands each its answer; a partition the leader left out (nothing new for it) waits on
   in the next request, whose ``max_wait_ms`` ends at the earliest partition's long-poll
   bound (``fetch_max_wait_s`` after it asked), so no partition waits longer than with its
@@ -29,7 +29,7 @@ whose leader is at one address shares a :class:`FetchSession`:
   does not name parked: their bounds start again (an idle round is an empty answer).
 - A partition that asks while a request is parked at the leader (a new follower, one back
   from an error) sends a wake (ReplicaFetch with ``FLAG_WAKE``): the leader ends the parked
-  request and the next one carries everyone.
+  request and the next one carries the new partition.
 - Each waiting partition's bound (its long poll plus ``request_slack_s``) is kept by one
   task of the session (a heap of deadlines), not by a cancel scope around each fetch: those
   were half of the followers' fetch loops' time in a failover's profile.
