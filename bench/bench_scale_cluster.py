@@ -23,6 +23,9 @@ leader epoch):
   all: each kill finds the cluster settled, as the first one does.
 
 ``JET_BENCH_PARTITIONS=1000`` runs another size (a multiple of 100).
+Over the idle window, the servers' CPU seconds and their fetch sessions' counts
+(``jet_fetch_session_partitions_sent_total`` over ``jet_fetch_session_requests_total``:
+partitions carried per ReplicaFetch request) are printed too.
 The survivors' CPU seconds from the kill to the end of the failover's watch are printed
 beside the load average, and the watch's own (bench/failover_watch.py: its Metadata polls
 and probes share one process and loop, and it is kept cheap: a watch near a whole core's
@@ -47,6 +50,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +63,7 @@ from jetsdk import Client
 from jetsdk.client_requests import list_offsets_body
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
+from jetserver.testing import free_ports
 from jetserver.testing.devcluster import DevCluster
 
 PER_STREAM = 100
@@ -456,9 +461,16 @@ def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:
     runs: list[dict[str, float]] = []
     rebalance_s: list[float] = []
     settled_s: list[float] = []
+    metrics = dict(zip(("s1", "s2", "s3"), free_ports(3), strict=True))
     with (
         open(os.devnull, "wb") as devnull,
-        DevCluster(size=3, root=root, log_file=None if keep else devnull, settings=SETTINGS) as dev,
+        DevCluster(
+            size=3,
+            root=root,
+            log_file=None if keep else devnull,
+            settings=SETTINGS,
+            server_env={s: {"JET_METRICS_PORT": str(p)} for s, p in metrics.items()},
+        ) as dev,
     ):
         pids = [p.pid for p in dev.servers]
 
@@ -477,7 +489,18 @@ def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:
         )
         time.sleep(SETTLE_S)
         before = anyio.run(_state, dev.addresses, backend="asyncio")
+        idle_cpu, idle_counts = servers_cpu(), _session_counts(metrics)
         time.sleep(idle_s)
+        idle_cpu = servers_cpu() - idle_cpu
+        sent, asked, full, lost = (
+            b - a for a, b in zip(idle_counts, _session_counts(metrics), strict=True)
+        )
+        print(
+            f"  idle {idle_s:.0f} s: the servers' CPU {idle_cpu:.1f} s (the three together), "
+            f"{sent:,} partitions in {asked:,} ReplicaFetch requests "
+            f"({sent / max(asked, 1):.1f} per request; {full} full, {lost} sessions lost; load "
+            f"{Path('/proc/loadavg').read_text().split()[0]})"
+        )
         settled = anyio.run(_state, dev.addresses, backend="asyncio")
         idle_changes = _elections(before, settled)
         victim = ""
@@ -500,6 +523,27 @@ def measure(partitions: int, idle_s: float, kills: int) -> dict[str, Any]:
         "raft_files": raft_files,
         "raft_mib": raft_bytes / 2**20,
     }
+
+
+SESSION_COUNTS = (
+    "jet_fetch_session_partitions_sent_total",
+    "jet_fetch_session_requests_total",
+    "jet_fetch_session_full_requests_total",
+    "jet_fetch_session_lost_total",
+)
+"""The fetch sessions' counters read over the idle window."""
+
+
+def _session_counts(metrics: dict[str, int]) -> list[int]:
+    """:data:`SESSION_COUNTS`, over every server's sessions (0: not served)."""
+    counts = dict.fromkeys(SESSION_COUNTS, 0)
+    for port in metrics.values():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        for name, value in re.findall(r"^(jet_fetch_session_\w+)\{[^}]*\} (\d+)$", text, re.M):
+            if name in counts:
+                counts[name] += int(value)
+    return list(counts.values())
 
 
 def _row(label: str, value: str, target: str, ok: bool) -> str:

@@ -711,9 +711,17 @@ REPLICA_FETCH_REQ = rf.ReplicaFetchRequest(
     max_wait_ms=5000,
     max_bytes=8388608,
     partitions=(
-        rf.ReplicaFetchPartition("orders", 3, 120, 2, 118, 4, 1048576),
-        rf.ReplicaFetchPartition("audit", 0, 0, 1, 0, 7, 1048576),
+        rf.ReplicaFetchPartition("orders", 3, 120, 2, 118, 4, 1048576, slot=0),
+        rf.ReplicaFetchPartition("audit", 0, 0, 1, 0, 7, 1048576, slot=1),
     ),
+)
+REPLICA_FETCH_INCREMENTAL = rf.ReplicaFetchRequest(
+    session_id=0x0123456789ABCDEF,
+    max_wait_ms=500,
+    max_bytes=8388608,
+    partitions=(rf.ReplicaFetchPartition("orders", 3, 125, 2, 125, 4, 1048576, slot=0),),
+    session_epoch=7,
+    forget=(1, 4),
 )
 REPLICA_FETCH_WAKE = rf.ReplicaFetchRequest(
     session_id=0x0123456789ABCDEF, max_wait_ms=0, max_bytes=0, flags=rf.FLAG_WAKE
@@ -726,6 +734,11 @@ REPLICA_FETCH_ANSWERS = [
 ]
 
 
+REPLICA_FETCH_POLL_ENDED = rf.ReplicaFetchResponse(
+    [rf.ReplicaFetchAnswer(2, 0, 21, 0, 21, "")], rf.RESPONSE_POLL_ENDED
+)
+
+
 def _with_wake_flag(body: bytes) -> bytes:
     """``body`` with its flags byte (after the 8-byte session id) set to WAKE."""
     return body[:8] + bytes([rf.FLAG_WAKE]) + body[9:]
@@ -735,14 +748,18 @@ def replica_fetch_request_fields(r: rf.ReplicaFetchRequest) -> Fields:
     return {
         "session_id": r.session_id,
         "flags": r.flags,
+        "session_epoch": r.session_epoch,
         "max_wait_ms": r.max_wait_ms,
         "max_bytes": r.max_bytes,
         "partitions": [attrs.asdict(p) for p in r.partitions],
+        "forget": list(r.forget),
     }
 
 
-def replica_fetch_response_fields(answers: list[rf.ReplicaFetchAnswer]) -> Fields:
+def replica_fetch_response_fields(response: rf.ReplicaFetchResponse) -> Fields:
+    answers = response.answers
     return {
+        "flags": response.flags,
         "answers": [
             {
                 "index": a.index,
@@ -754,7 +771,7 @@ def replica_fetch_response_fields(answers: list[rf.ReplicaFetchAnswer]) -> Field
                 "records_hex": bytes(a.records).hex(),
             }
             for a in answers
-        ]
+        ],
     }
 
 
@@ -764,9 +781,9 @@ def replica_fetch_request_case(name: str, cid: int, req: rf.ReplicaFetchRequest)
     return frame_case(name, fr.Api.REPLICA_FETCH, cid, 0, "replica_fetch_request", fields, body)
 
 
-def replica_fetch_response_case(name: str, cid: int, answers: list[rf.ReplicaFetchAnswer]) -> Case:
-    fields = replica_fetch_response_fields(answers)
-    body = rf.encode_replica_fetch_response(answers)
+def replica_fetch_response_case(name: str, cid: int, response: rf.ReplicaFetchResponse) -> Case:
+    fields = replica_fetch_response_fields(response)
+    body = rf.encode_replica_fetch_response(response.answers, response.flags)
     return frame_case(name, fr.Api.REPLICA_FETCH, cid, RESP, "replica_fetch_response", fields, body)
 
 
@@ -1053,8 +1070,16 @@ def protocol_file() -> dict[str, Any]:
         ),
         replica_fetch_request_case("replica_fetch_request", 20, REPLICA_FETCH_REQ),
         replica_fetch_request_case("replica_fetch_wake", 21, REPLICA_FETCH_WAKE),
-        replica_fetch_response_case("replica_fetch_response", 20, REPLICA_FETCH_ANSWERS),
-        replica_fetch_response_case("replica_fetch_response_nothing_new", 21, []),
+        replica_fetch_request_case("replica_fetch_incremental", 22, REPLICA_FETCH_INCREMENTAL),
+        replica_fetch_response_case(
+            "replica_fetch_response", 20, rf.ReplicaFetchResponse(REPLICA_FETCH_ANSWERS)
+        ),
+        replica_fetch_response_case(
+            "replica_fetch_response_nothing_new", 21, rf.ReplicaFetchResponse([])
+        ),
+        replica_fetch_response_case(
+            "replica_fetch_response_poll_ended", 22, REPLICA_FETCH_POLL_ENDED
+        ),
         frame_case(
             "fetch_stream_request",
             fr.Api.FETCH_STREAM,

@@ -301,14 +301,16 @@ async def test_an_answer_carries_every_partition_s_records_as_stored(cluster: Cl
         follower = next(r for r in info.replicas if r != leader)
         replica_id = info.replicas.index(follower)
         asks.append(
-            ReplicaFetchPartition("slices", p, 0, replica_id, 0, info.leader_epoch, 1 << 20)
+            ReplicaFetchPartition(
+                "slices", p, 0, replica_id, 0, info.leader_epoch, 1 << 20, slot=len(asks)
+            )
         )
     req = ReplicaFetchRequest(
         session_id=77, max_wait_ms=0, max_bytes=1 << 22, partitions=tuple(asks)
     )
     async with Client(cluster.server(leader).address, request_timeout=BOUND_S) as at_leader:
         body = await at_leader.request_any(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
-        answers = decode_replica_fetch_response(body)
+        answers = decode_replica_fetch_response(body).answers
         stored = []
         for p in parts:
             fetched = await at_leader.request_any(

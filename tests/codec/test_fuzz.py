@@ -125,6 +125,7 @@ replica_fetch_partitions = st.builds(
     replica_flushed=st.integers(-1, 2**63 - 1),
     leader_epoch=st.integers(0, 2**63 - 1),
     max_bytes=st.integers(0, 2**32 - 1),
+    slot=st.integers(0, 2**32 - 1),
 )
 replica_fetch_requests = st.builds(
     rf.ReplicaFetchRequest,
@@ -132,6 +133,8 @@ replica_fetch_requests = st.builds(
     max_wait_ms=st.integers(0, 2**32 - 1),
     max_bytes=st.integers(0, 2**32 - 1),
     partitions=st.lists(replica_fetch_partitions, max_size=3).map(tuple),
+    session_epoch=st.integers(0, 2**32 - 1),
+    forget=st.lists(st.integers(0, 2**32 - 1), max_size=3).map(tuple),
 )
 replica_fetch_answers = st.lists(
     st.builds(

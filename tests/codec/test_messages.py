@@ -211,7 +211,7 @@ def test_json_encoding_failures_are_codec_errors() -> None:
 
 
 def test_error_codes_table() -> None:
-    assert [c.value for c in ErrorCode] == list(range(24))
+    assert [c.value for c in ErrorCode] == list(range(25))
     assert {c.name for c in RETRIABLE} == {
         "NOT_LEADER",
         "TIMEOUT",

@@ -232,6 +232,8 @@ def replica_fetch_request_of(f: Any) -> rf.ReplicaFetchRequest:
         max_bytes=f["max_bytes"],
         partitions=tuple(rf.ReplicaFetchPartition(**p) for p in f["partitions"]),
         flags=f["flags"],
+        session_epoch=f["session_epoch"],
+        forget=tuple(f["forget"]),
     )
 
 
@@ -293,7 +295,7 @@ def encode_body(body_type: str, f: Any) -> bytes:
     if body_type == "replica_fetch_request":
         return rf.encode_replica_fetch_request(replica_fetch_request_of(f))
     if body_type == "replica_fetch_response":
-        return rf.encode_replica_fetch_response(replica_fetch_answers_of(f))
+        return rf.encode_replica_fetch_response(replica_fetch_answers_of(f), f["flags"])
     assert body_type == "fetch_response"
     data = b"".join(encode_record(record_of(r)) for r in f["records"])
     data += bytes.fromhex(f["trailing_hex"])
@@ -342,7 +344,8 @@ def check_decoded_body(body_type: str, f: Any, body: bytes) -> None:
         assert rf.decode_replica_fetch_request(body) == replica_fetch_request_of(f)
     elif body_type == "replica_fetch_response":
         decoded = rf.decode_replica_fetch_response(body)
-        assert [attrs.evolve(a, records=bytes(a.records)) for a in decoded] == (
+        assert decoded.flags == f["flags"]
+        assert [attrs.evolve(a, records=bytes(a.records)) for a in decoded.answers] == (
             replica_fetch_answers_of(f)
         )
     else:

@@ -31,6 +31,7 @@ __all__ = [
     "ClientClosed",
     "ConcurrentUse",
     "DuplicateSequence",
+    "FetchSessionLost",
     "FrameTooLarge",
     "InvalidArgument",
     "JetConnectionError",
@@ -350,6 +351,14 @@ class PartitionOffline(JetError):
     default_code = ErrorCode.PARTITION_OFFLINE
 
 
+class FetchSessionLost(JetError):
+    """A leader server does not hold the fetch session an incremental ReplicaFetch builds on
+    (it restarted, evicted the session, or the request's ``session_epoch`` is not the one
+    it expects): the follower server sends a full request (servers only)."""
+
+    default_code = ErrorCode.FETCH_SESSION_LOST
+
+
 _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.UNKNOWN: ServerError,
     ErrorCode.MALFORMED_FRAME: MalformedFrame,
@@ -374,6 +383,7 @@ _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.WRONG_EXPECTED_OFFSET: WrongExpectedOffset,
     ErrorCode.PARTITION_OFFLINE: PartitionOffline,
     ErrorCode.WRONG_EXPECTED_KEY_OFFSET: WrongExpectedKeyOffset,
+    ErrorCode.FETCH_SESSION_LOST: FetchSessionLost,
 }
 """Wire code -> exception class. Every ErrorCode except NONE has an entry."""
 

@@ -14,10 +14,17 @@ of records sent ends the leader's epoch), the HW sent noted. The wait and the an
   (:class:`SessionWakers`: a follower with new partitions to add ends its parked request
   with a wake request) or ``max_wait_ms`` passes; its task wakes only then (a partition's
   possible news is checked in the turn that made it: :meth:`_Parked.poke`);
+- the request is incremental (:mod:`~jetserver.broker.replica_sessions`): it carries the
+  partitions new to the follower's session or changed; the others stay parked in the
+  session from the last request, and this request is their follower's fetch again (their
+  checks run again, and their follower's progress is recorded again: a caught-up follower
+  stays caught up while it fetches);
 - after news or a wake it answers only the partitions with something to say (a HW not
-  due yet included, since an answer goes out anyway); after
-  ``max_wait_ms`` (or with ``max_wait_ms`` 0) every partition. A partition left out is
-  asked for again in the follower's next request (its long poll goes on);
+  due yet included, since an answer goes out anyway); after ``max_wait_ms`` the
+  partitions with news and those not answered since they entered the session or changed,
+  flagged ``POLL_ENDED`` (the others wait on in the session: an idle round is an empty
+  answer); with ``max_wait_ms`` 0 every partition. A partition left out stays parked
+  (its long poll goes on);
 - the records of the whole answer are bounded by ``max_bytes`` (and the server's
   ``limits.max_fetch_bytes``); a partition with records that do not fit is left out, never
   answered without its records (an empty answer tells a follower it holds everything the
@@ -37,12 +44,13 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.replica_fetch import (
+    RESPONSE_POLL_ENDED,
     ReplicaFetchAnswer,
-    ReplicaFetchPartition,
     ReplicaFetchRequest,
 )
 from jetserver.broker.fetch import check_holds_replica, read_records
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.replica_sessions import LeaderSession, LeaderSessions, Slot
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError
@@ -106,7 +114,7 @@ class _Parked:
 
     news: LazyEvent = attrs.field(factory=LazyEvent)
     woken: bool = False
-    live: list[_Live] = attrs.field(factory=list)
+    live: list[Slot] = attrs.field(factory=list)
     """The request's partitions that passed the checks (set while it waits)."""
     start: float = 0.0
     """When the wait began (the loop's clock)."""
@@ -158,16 +166,6 @@ class _Parked:
             self._timer = None
 
 
-@attrs.define(eq=False)
-class _Live:
-    """A partition of the request that passed the checks."""
-
-    index: int
-    part: ReplicaFetchPartition
-    replica: PartitionReplica
-    follower: str
-
-
 def _error(index: int, exc: ApiError | StorageError) -> ReplicaFetchAnswer:
     code = exc.code
     message = exc.message if isinstance(exc, ApiError) else f"storage: {exc}"
@@ -182,23 +180,34 @@ class ReplicaFetchReply:
 
     answers: list[ReplicaFetchAnswer]
     last_records: ReadSlices | None = None
+    flags: int = 0
+    """The response's flags (``RESPONSE_POLL_ENDED``)."""
 
 
 async def replica_fetch(
     streams: StreamManager,
     limits: LimitsConfig,
     wakers: SessionWakers,
+    sessions: LeaderSessions,
     req: ReplicaFetchRequest,
 ) -> ReplicaFetchReply:
     """Answer ``req`` (see the module docstring). The caller sends and closes
-    ``last_records``."""
+    ``last_records``.
+
+    Raises:
+        ApiError: FETCH_SESSION_LOST (the whole request).
+    """
     if req.wake:
         wakers.wake(req.session_id)
         return ReplicaFetchReply([])
+    session = sessions.open(req)
     parked = _Parked()  # set by a partition's news or by the session's wake
     wakers.park(req.session_id, parked)  # before any await: a wake may follow at once
     try:
-        return await _serve(streams, limits, parked, req)
+        return await _serve(streams, limits, parked, session, req)
+    except BaseException:
+        sessions.forget(session)  # the follower starts afresh after a failed request
+        raise
     finally:
         wakers.unpark(req.session_id, parked)
 
@@ -207,14 +216,20 @@ async def _serve(
     streams: StreamManager,
     limits: LimitsConfig,
     parked: _Parked,
+    session: LeaderSession,
     req: ReplicaFetchRequest,
 ) -> ReplicaFetchReply:
     answers: list[ReplicaFetchAnswer] = []
-    live: list[_Live] = []
+    slots = session.slots
     committed = False
     wait_ms = min(req.max_wait_ms, int(limits.max_fetch_wait_s * 1000))
     poll_s = max(wait_ms, 0) / 1000  # a fetch at the end is caught up while parked
-    for index, part in enumerate(req.partitions):
+    for index in req.forget:
+        slots.pop(index, None)
+    arrived: set[int] = set()
+    for part in req.partitions:
+        index = part.slot
+        slots.pop(index, None)
         try:
             check_holds_replica(streams, part.stream, part.partition)
             replica = streams.replica(part.stream, part.partition)
@@ -232,24 +247,38 @@ async def _serve(
         except (ApiError, StorageError) as exc:
             answers.append(_error(index, exc))
             continue
-        live.append(_Live(index, part, replica, follower))
+        slots[index] = Slot(index, part, replica, follower)
+        arrived.add(index)
+    for slot in [e for e in slots.values() if e.index not in arrived]:
+        # Parked from the last request: this request is its follower's fetch again.
+        try:
+            moved = await _fetched_again(streams, slot, poll_s)
+            committed = committed or moved
+        except (ApiError, StorageError) as exc:
+            answers.append(_error(slot.index, exc))
+            del slots[slot.index]
+        except _OutOfRange as exc:
+            answers.append(_out_of_range(slot.index, exc.replica))
+            del slots[slot.index]
+    live = list(slots.values())
     answer_all = wait_ms <= 0
+    ended = False
     parked_s = 0.0
     if not answers and live and not answer_all and not any(_has_news(e, 0.0) for e in live):
         # It parks: the producers' answers that its report committed go meanwhile.
-        answer_all, parked_s = await _wait_news(live, parked, wait_ms / 1000)
+        ended, parked_s = await _wait_news(live, parked, wait_ms / 1000)
     elif committed:
         # This request committed records and is answered now: let the producers' answers,
         # ready now, go before this one (it carries the new HW). Measured: the commit's ack
         # left 0.1 ms after the HW moved instead of 0.6 ms (RF 3, 200 msg/s).
         await asyncio.sleep(0)
     if not answer_all:
-        due = [e for e in live if _has_news(e, parked_s)]
-        if due or answers:
+        due = [e for e in live if _has_news(e, parked_s) or (ended and e.fresh)]
+        if due or answers or ended:
             # An answer goes out: a HW not due yet rides along (no round of its own), so
             # other partitions' records never hold it back past its delay.
             due = [e for e in live if e in due or _hw_news(e, parked_s)]
-        live = due  # the others have nothing new: their long polls go on in the next request
+        live = due  # the others have nothing new: they stay parked, their long polls go on
     if parked_s > 0.0:
         # Parked fetches answered now: their followers were caught up until now (a live
         # one asks again at once; one gone meanwhile is caught up no longer).
@@ -263,10 +292,14 @@ async def _serve(
                 answer = await _answer(streams, e, budget, unread)
             except (ApiError, StorageError) as exc:
                 answers.append(_error(e.index, exc))
+                slots.pop(e.index, None)
                 continue
             if answer is None:
                 continue  # records that do not fit this answer: the next request gets them
             budget -= unread[e.index].length if e.index in unread else len(answer.records)
+            if answer.error_code != ErrorCode.NONE:
+                slots.pop(e.index, None)  # an error leaves the session on both sides
+            e.fresh = False
             answers.append(answer)
         answers.sort(key=lambda a: a.index)
         # The last answer's records end the frame: they go from their files. The others'
@@ -276,7 +309,7 @@ async def _serve(
             records = unread.pop(answer.index, None)
             if records is not None:
                 answers[i] = attrs.evolve(answer, records=await _read(records))
-        return ReplicaFetchReply(answers, last)
+        return ReplicaFetchReply(answers, last, RESPONSE_POLL_ENDED if ended else 0)
     finally:
         for records in unread.values():
             records.close()
@@ -292,16 +325,47 @@ async def _read(records: ReadSlices) -> bytes:
         records.close()
 
 
-def _has_news(e: _Live, parked_s: float) -> bool:
+class _OutOfRange(Exception):
+    """A parked partition's position left the leader's log (its start moved past it)."""
+
+    def __init__(self, replica: PartitionReplica) -> None:
+        super().__init__("offset out of range")
+        self.replica = replica
+
+
+async def _fetched_again(streams: StreamManager, slot: Slot, poll_s: float) -> bool:
+    """The checks and the progress report of a partition parked in the session, as its own
+    fetch again would run them (a follower that stays at the leader's end stays caught
+    up); True if the HW moved.
+
+    Raises:
+        ApiError: NOT_LEADER & co, as the partition's own fetch.
+        StorageError: likewise.
+        _OutOfRange: its offset is out of the leader's log.
+    """
+    part = slot.part
+    replica = slot.replica
+    if replica.closed:
+        replica = slot.replica = streams.replica(part.stream, part.partition)
+    replica.check_leader(part.leader_epoch)
+    log = replica.log
+    if part.offset < log.log_start_offset or part.offset > log.log_end_offset:
+        raise _OutOfRange(replica)
+    hw_was = log.high_watermark
+    await replica.replica_fetched(slot.follower, part.offset, part.replica_flushed, poll_s)
+    return log.high_watermark != hw_was
+
+
+def _has_news(e: Slot, parked_s: float) -> bool:
     return e.replica.closed or e.replica.replica_has_news(e.follower, e.part.offset, parked_s)
 
 
-def _hw_news(e: _Live, parked_s: float) -> bool:
+def _hw_news(e: Slot, parked_s: float) -> bool:
     """The partition's follower has not been sent its HW (due or not)."""
     return e.replica.replica_hw_news_due_s(e.follower, parked_s) is not None
 
 
-def _hw_due_s(live: list[_Live], parked_s: float) -> float | None:
+def _hw_due_s(live: list[Slot], parked_s: float) -> float | None:
     """Seconds until the earliest HW news of ``live`` is due (None: none has any)."""
     due: float | None = None
     for e in live:
@@ -311,7 +375,7 @@ def _hw_due_s(live: list[_Live], parked_s: float) -> float | None:
     return due
 
 
-async def _wait_news(live: list[_Live], parked: _Parked, timeout_s: float) -> tuple[bool, float]:
+async def _wait_news(live: list[Slot], parked: _Parked, timeout_s: float) -> tuple[bool, float]:
     """Wait until a partition has news or the session is woken: (False, parked seconds),
     or (True, ...) after ``timeout_s`` (answer every partition). A partition's news or a
     wake sets ``parked.news`` with no task in between (:meth:`_Parked.poke`); a bare future
@@ -353,7 +417,7 @@ async def _wait_news(live: list[_Live], parked: _Parked, timeout_s: float) -> tu
 
 
 async def _answer(
-    streams: StreamManager, e: _Live, budget: int, unread: dict[int, ReadSlices]
+    streams: StreamManager, e: Slot, budget: int, unread: dict[int, ReadSlices]
 ) -> ReplicaFetchAnswer | None:
     """The answer for one partition after the wait (None: its records do not fit); its
     records, if any, go to ``unread`` (by index), not read yet."""

@@ -18,7 +18,7 @@ from jetserver.broker.acks import AckRouter
 from jetserver.broker.nats_port import NatsPort
 from jetserver.infra.log_tally import LogTally
 from jetserver.replication import ControlPlane, ReplicationConfig
-from jetserver.replication.session import FetchSessions
+from jetserver.replication.session_pool import FetchSessions
 from jetserver.storage.fsync_runner import FsyncRunner
 
 __all__ = ["ReplicaServices"]

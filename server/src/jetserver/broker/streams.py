@@ -82,7 +82,7 @@ from jetserver.metadata.store import MetadataStore
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.core import ROLE_LEADER
 from jetserver.replication.producers import ProducerTable
-from jetserver.replication.session import FetchSessions
+from jetserver.replication.session_pool import FetchSessions
 from jetserver.security.peer import peer_security_of
 from jetserver.storage import Log
 from jetserver.storage.fsync_runner import FsyncRunner

@@ -208,6 +208,16 @@ def _fetch_sessions(out: list[str], src: MetricsSources) -> None:
             "Partitions carried by the ReplicaFetch requests sent.",
             "partitions_sent",
         ),
+        (
+            "jet_fetch_session_full_requests_total",
+            "Full ReplicaFetch requests sent (the first, and after a failure).",
+            "full_requests",
+        ),
+        (
+            "jet_fetch_session_lost_total",
+            "Incremental requests the leader refused with FETCH_SESSION_LOST.",
+            "sessions_lost",
+        ),
     ):
         _head(out, name, "counter" if name.endswith("_total") else "gauge", text)
         out.extend(f'{name}{{leader="{_escape(s.address)}"}} {getattr(s, attr)}' for s in open_)

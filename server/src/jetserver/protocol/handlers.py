@@ -45,6 +45,7 @@ from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
+from jetserver.broker.replica_sessions import LeaderSessions
 from jetserver.broker.stream_info import StreamInfoCache
 from jetserver.broker.streams import StreamManager
 from jetserver.cluster.report_parse import parse_report, parse_reports
@@ -97,6 +98,8 @@ class Dispatcher:
     consumer_positions: dict[tuple[str, int], int] = attrs.field(factory=dict)
     """(stream, partition) -> offset of the latest consumer Fetch (metrics: consumer lag)."""
     session_wakers: SessionWakers = attrs.field(factory=SessionWakers)
+    leader_sessions: LeaderSessions = attrs.field(factory=LeaderSessions)
+    """Followers' fetch sessions held here: their parked partitions (incremental requests)."""
     live_settings: LiveLogSettings = attrs.field(factory=LiveLogSettings)
     """A server alone: applies UpdateStream's settings to the open logs."""
     """Followers' parked ReplicaFetch requests, by session (to wake them)."""
@@ -439,14 +442,18 @@ class Dispatcher:
                 {"api": int(Api.REPLICA_FETCH)},
             )
         req = decode_replica_fetch_request(frame.body)
-        reply = await replica_fetch(self.streams, self.config.limits, self.session_wakers, req)
+        reply = await replica_fetch(
+            self.streams, self.config.limits, self.session_wakers, self.leader_sessions, req
+        )
         # The last answer's records, which end the frame, go from their files (sendfile);
         # the rest is joined once (records read and joined copied them twice, and the
         # records of the other answers are still copied so).
         last = reply.last_records
         try:
             last_len = None if last is None else last.length
-            parts = replica_fetch_response_parts(reply.answers, last_records_len=last_len)
+            parts = replica_fetch_response_parts(
+                reply.answers, last_records_len=last_len, flags=reply.flags
+            )
             head = encode_frame_header(
                 frame.api,
                 frame.correlation_id,

@@ -28,8 +28,8 @@ and one long poll for every partition this server follows there) it:
    loaded leader answering late, does not count); a whole session request unanswered is
    the leader's server's silence,
    which the liveness view decides. Only while this replica holds every record it knows to
-   be committed (a replica that lost data must not be elected). The probes are what keeps
-   an idle partition's leader heard between long polls.
+   be committed (a replica that lost data must not be elected). Probes and session answers
+   keep an idle partition's leader heard.
 
 ``OFFSET_OUT_OF_RANGE``: below the leader's log start (retention moved it) the log restarts
 empty at the leader's log start; above the leader's LEO the follower reconciles again.
@@ -318,14 +318,14 @@ class FollowerFetcher:
             await self._report("leader silent", repeated=not first)
 
     def _heard_from_server(self) -> None:
-        """Count the leader's server answering this server's liveness probes as hearing
-        from the leader (its idle long polls answer only every ``fetch_max_wait_s``)."""
-        silence = self._silence
-        if self.server_heard is None or silence is None:
+        """Count answers to this server's liveness probes or to the session (its parked
+        partitions are answered with it) as hearing from the leader."""
+        if (silence := self._silence) is None:
             return
-        at = self.server_heard(self.leader)
-        if at is not None and at > silence.last_heard_s:
-            silence.heard(at)
+        ago, at = (self.session.heard_s_ago() if self.session else None), self.server_heard
+        for t in (at and at(self.leader), None if ago is None else self.clock() - ago):
+            if t is not None and t > silence.last_heard_s:
+                silence.heard(t)
 
     async def _report(self, why: str, *, repeated: bool = False) -> None:
         """Report the leader silent (if this replica is whole), logged at DEBUG: the

@@ -6,7 +6,7 @@ and a long-poll Fetch per partition, every :class:`~jetserver.replication.fetche
 whose leader is at one address shares a :class:`FetchSession`:
 
 - :meth:`FetchSession.fetch` takes one partition's replica fetch and waits for its answer.
-  The session's loop sends every waiting partition in one ReplicaFetch request (api 13)
+  The session's loop has every waiting partition in one ReplicaFetch request (api 13)
   and hands each its answer; a partition the leader left out (nothing new for it) waits on
   in the next request, whose ``max_wait_ms`` ends at the earliest partition's long-poll
   bound (``fetch_max_wait_s`` after it asked), so no partition waits longer than with its
@@ -19,9 +19,17 @@ whose leader is at one address shares a :class:`FetchSession`:
   awaited (a session with one partition, the usual case at light load) sends its request
   and takes its answer in its own task: the hand-off to the loop and back were two
   event-loop turns on every round of a replicated message's way.
+- Requests are incremental (KIP-227): the leader keeps the session's partitions parked
+  from one request to the next (``broker/replica_sessions.py``); a request carries only
+  the partitions new to the session or whose fetch changed (offset, flushed offset, epoch),
+  and the slots of those that leave it (answered and not back, or dropped). The first
+  request, and the one after any failure, is full (``session_epoch`` 0); a leader that no
+  longer holds the session answers ``FETCH_SESSION_LOST`` and the round is sent again in
+  full. An answer flagged ``POLL_ENDED`` (the long poll ended) leaves the partitions it
+  does not name parked: their bounds start again (an idle round is an empty answer).
 - A partition that asks while a request is parked at the leader (a new follower, one back
   from an error) sends a wake (ReplicaFetch with ``FLAG_WAKE``): the leader ends the parked
-  request and the next one carries everyone.
+  request and the next one carries the new partition.
 - Each waiting partition's bound (its long poll plus ``request_slack_s``) is kept by one
   task of the session (a heap of deadlines), not by a cancel scope around each fetch: those
   were half of the followers' fetch loops' time in a failover's profile.
@@ -40,11 +48,11 @@ answers every partition of such a request: this one is stuck there), else a plai
 follower cannot tell from late ones); a broken connection raises its error to every
 partition waiting, and the session dials again (backing off).
 
-:class:`FetchSessions` holds the sessions of one server by leader address; a session with
-no fetcher left closes after ``IDLE_CLOSE_S``.
+:class:`~jetserver.replication.session_pool.FetchSessions` holds the sessions of one
+server by leader address; a session with no fetcher left closes after ``IDLE_CLOSE_S``.
 
 Task safety: one event loop. A session's loop runs in the task group given to
-:class:`FetchSessions`.
+``FetchSessions``.
 """
 
 from __future__ import annotations
@@ -58,7 +66,6 @@ from typing import Any
 
 import anyio
 import attrs
-from anyio.abc import TaskGroup
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
@@ -69,17 +76,28 @@ from jetsdk.codec.replica_fetch import (
     ReplicaFetchAnswer,
     ReplicaFetchPartition,
     ReplicaFetchRequest,
+    ReplicaFetchResponse,
     decode_replica_fetch_response,
     encode_replica_fetch_request,
 )
 from jetsdk.connection import Connection
-from jetsdk.errors import ClientClosed, JetConnectionError, JetError, Timeout, error_from_code
+from jetsdk.errors import (
+    ClientClosed,
+    FetchSessionLost,
+    JetConnectionError,
+    JetError,
+    Timeout,
+    error_from_code,
+)
 from jetsdk.transport import parse_address
 from jetserver.infra import hops
 from jetserver.infra.lazy_event import LazyEvent
 from jetserver.infra.log_tally import LogTally
 from jetserver.logs import fields
 from jetserver.replication.config import ReplicationConfig
+from jetserver.replication.session_entry import Entry
+from jetserver.replication.session_entry import LeftOut as LeftOut
+from jetserver.replication.session_view import HeldPartitions
 from jetserver.security.peer import PLAIN, PeerSecurity
 
 log = logging.getLogger(__name__)
@@ -102,37 +120,8 @@ CONNECTION_CHECK_S = 1.0
 """How often an idle session looks whether its connection broke (then it dials again)."""
 
 
-@attrs.define(eq=False)
-class _Entry:
-    """One partition's fetch waiting for its answer."""
-
-    part: ReplicaFetchPartition
-    asked_at: float
-    deadline: float = 0.0
-    """When the fetch gives up (:meth:`FetchSession.fetch`'s bound, on the session's clock)."""
-    done: LazyEvent = attrs.field(factory=LazyEvent)
-    answer: ReplicaFetchAnswer | None = None
-    error: Exception | None = None
-    abandoned: bool = False
-    left_out: bool = False
-    """A request that carried it without a long poll was answered without it."""
-    expired: bool = False
-    """Its deadline passed unanswered (set by the session's expiry task)."""
-
-    def resolve(self, answer: ReplicaFetchAnswer | None, error: Exception | None) -> None:
-        if not self.done.is_set():
-            self.answer, self.error = answer, error
-            self.done.set()
-
-
 class _Idle(Exception):
     """No fetcher uses the session any more."""
-
-
-class LeftOut(Timeout):
-    """A partition's replica fetch unanswered in time although a request that carried it
-    without a long poll (it was due) was answered without it: the leader's server
-    answers, but not for this partition."""
 
 
 @attrs.define(eq=False)
@@ -162,15 +151,22 @@ class FetchSession:
     """Requests a lone partition's fetcher sent and took the answer of in its own task
     (:meth:`fetch`)."""
     partitions_sent: int = 0
-    """Partitions carried by the ReplicaFetch requests sent (each request carries every
-    partition waiting: :attr:`partitions_sent` / :attr:`requests` is the cost per round)."""
+    """Partitions carried by the ReplicaFetch requests sent (only those new to the session
+    or changed: :attr:`partitions_sent` / :attr:`requests` is the cost per round)."""
+    full_requests: int = 0
+    """Full requests sent (``session_epoch`` 0: the first, and after any failure)."""
+    sessions_lost: int = 0
+    """Requests the leader refused with ``FETCH_SESSION_LOST`` (then sent again in full)."""
+    last_heard: float | None = None
+    """When the leader last answered a ReplicaFetch request (``clock``; None: never): an
+    answer with ``POLL_ENDED`` answers every partition parked there."""
     interrupted: LogTally = attrs.field(
         factory=lambda: LogTally(logging.getLogger(FETCHER_LOGGER), "replication interrupted")
     )
     """The fetchers' "replication interrupted" lines at INFO: one per cause per interval
     for all the partitions followed there (``FollowerFetcher._pause_after``)."""
-    _pending: list[_Entry] = attrs.field(factory=list)
-    _asking: dict[tuple[str, int], _Entry] = attrs.field(factory=dict)
+    _pending: list[Entry] = attrs.field(factory=list)
+    _asking: dict[tuple[str, int], Entry] = attrs.field(factory=dict)
     """Each partition's fetch waiting for its answer (:meth:`drop`)."""
     _awaited: set[tuple[str, int]] = attrs.field(factory=set)
     _back: LazyEvent = attrs.field(factory=LazyEvent)
@@ -184,7 +180,9 @@ class FetchSession:
     _json_waiting: int = 0
     _json_slots: anyio.Semaphore = attrs.field(factory=lambda: anyio.Semaphore(JSON_CONCURRENCY))
     _rotation: int = 0
-    _deadlines: list[tuple[float, int, _Entry]] = attrs.field(factory=list)
+    held: HeldPartitions = attrs.field(factory=HeldPartitions)
+    """What the leader holds of the session (its parked partitions), as sent."""
+    _deadlines: list[tuple[float, int, Entry]] = attrs.field(factory=list)
     """Heap of the waiting fetches' deadlines (:meth:`_expire`); answered ones are dropped
     when they reach the top."""
     _deadline_seq: int = 0
@@ -207,7 +205,7 @@ class FetchSession:
         if self.closed:
             raise ClientClosed(f"fetch session to {self.address} closed")
         now = self.clock()
-        entry = _Entry(part, now, now + timeout_s)
+        entry = Entry(part, now, now + timeout_s, timeout_s)
         key = (part.stream, part.partition)
         self._asking[key] = entry
         if key in self._awaited:
@@ -263,7 +261,7 @@ class FetchSession:
         assert entry.answer is not None
         return entry.answer
 
-    def _expire_at(self, entry: _Entry) -> None:
+    def _expire_at(self, entry: Entry) -> None:
         """Have the expiry task end ``entry``'s wait at its deadline (at once with
         ClientClosed if the session ended meanwhile: no task would)."""
         if self.closed:
@@ -282,7 +280,9 @@ class FetchSession:
         while True:
             now = self.clock()
             while heap and (heap[0][2].done.is_set() or heap[0][0] <= now):
-                _, _, entry = heapq.heappop(heap)
+                at, _, entry = heapq.heappop(heap)
+                if entry.deadline > at:
+                    continue  # renewed (POLL_ENDED): its later deadline is in the heap too
                 if not entry.done.is_set():
                     entry.expired = entry.abandoned = True
                     if entry in self._pending:
@@ -303,7 +303,7 @@ class FetchSession:
             entry.abandoned = True
             entry.resolve(None, ClientClosed(f"replica fetch of {stream}/{partition} dropped"))
 
-    async def _inline_round(self, conn: Connection, entry: _Entry) -> None:
+    async def _inline_round(self, conn: Connection, entry: Entry) -> None:
         """One round for ``entry`` alone, in the caller's task (see :meth:`fetch`). The
         session's loop sends no request meanwhile; a partition that asks meanwhile wakes
         this one as usual, and an entry it leaves unanswered goes back to the loop."""
@@ -448,18 +448,39 @@ class FetchSession:
             if batch:
                 await self._round(conn, batch)
 
-    async def _round(self, conn: Connection, batch: list[_Entry]) -> None:
+    def heard_s_ago(self) -> float | None:
+        """Seconds since the leader last answered a request (None: never)."""
+        return None if self.last_heard is None else self.clock() - self.last_heard
+
+    async def _round(self, conn: Connection, batch: list[Entry]) -> None:
         self._rotation = (self._rotation + 1) % len(batch)
         batch = batch[self._rotation :] + batch[: self._rotation]  # fairness under the bound
+        for _ in range(2):  # a lost session: once more, in full
+            if not await self._request(conn, batch):
+                return
+            self.sessions_lost += 1
+            log.info(
+                "fetch session lost at the leader; sending it in full",
+                extra=fields(leader=self.address),
+            )
+
+    async def _request(self, conn: Connection, batch: list[Entry]) -> bool:
+        """One request for ``batch`` and its answers delivered; True if the leader answered
+        ``FETCH_SESSION_LOST`` to an incremental request (nothing delivered: send it again,
+        in full)."""
         cfg = self.config
         now = self.clock()
         wait_s = min(e.asked_at + cfg.fetch_max_wait_s - now for e in batch)
         wait_s = min(max(wait_s, 0.0), cfg.fetch_max_wait_s)
+        delta = self.held.delta([e.part for e in batch])  # any failure: the next is full
+        epoch = delta.epoch
         req = ReplicaFetchRequest(
             session_id=self.session_id,
             max_wait_ms=int(wait_s * 1000),
             max_bytes=SESSION_MAX_BYTES,
-            partitions=tuple(e.part for e in batch),
+            partitions=delta.partitions,
+            session_epoch=epoch,
+            forget=delta.forget,
         )
         # From here a partition that asks wakes the request (a wake that overtakes it is
         # remembered by the leader, which then answers this request at once).
@@ -472,7 +493,9 @@ class FetchSession:
             if hops.ENABLED:
                 hops.mark("repl.send")
             pending = await conn.send(Api.REPLICA_FETCH, encode_replica_fetch_request(req))
-            self.partitions_sent += len(batch)
+            self.partitions_sent += len(delta.partitions)
+            if epoch == 0:
+                self.full_requests += 1
             # Until the last of its partitions' own bounds (each expires alone at its own:
             # _expire), at least its long poll plus the slack. Bounded by the earliest, a
             # late answer of a loaded leader was thrown away with every partition in it
@@ -487,6 +510,8 @@ class FetchSession:
             error = exc
         finally:
             self._woken = None
+        if isinstance(error, FetchSessionLost) and epoch != 0:
+            return True
         if error is not None:
             if isinstance(error, Timeout):
                 log.info(  # once for every partition in it (they log it at DEBUG)
@@ -497,27 +522,39 @@ class FetchSession:
                 entry.resolve(None, error)
             if conn.closed:
                 raise error
-            return
+            return False
         assert body is not None
         self.requests += 1
+        self.last_heard = self.clock()
         try:
-            answers = decode_replica_fetch_response(body)
+            response = decode_replica_fetch_response(body)
         except CodecError as exc:
             for entry in batch:
                 entry.resolve(None, exc)
             raise
+        self.held.answered(delta)
+        by_slot = dict(zip(delta.slots, batch, strict=True))
         # Without a long poll the leader answers every partition it can (an answer to a
         # request with one may come early, for other partitions' news, and late on a
         # loaded machine: the follower cannot tell).
-        self._deliver(batch, answers, full=req.max_wait_ms == 0)
+        self._deliver(batch, by_slot, response, full=req.max_wait_ms == 0)
+        return False
 
     def _deliver(
-        self, batch: list[_Entry], answers: list[ReplicaFetchAnswer], *, full: bool = False
+        self,
+        batch: list[Entry],
+        by_slot: dict[int, Entry],
+        response: ReplicaFetchResponse,
+        *,
+        full: bool = False,
     ) -> None:
-        for answer in answers:
-            if not 0 <= answer.index < len(batch):
-                raise CodecError(f"replica fetch answer index {answer.index} out of range")
-            entry = batch[answer.index]
+        for answer in response.answers:
+            entry = by_slot.get(answer.index)
+            if entry is None:
+                self.held.reset()
+                raise CodecError(f"replica fetch answer for slot {answer.index}, not sent")
+            if answer.error_code != ErrorCode.NONE:
+                self.held.dropped(entry.part)  # the leader dropped it
             if answer.error_code in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
                 if not entry.abandoned:
                     self._awaited.add((entry.part.stream, entry.part.partition))
@@ -528,6 +565,12 @@ class FetchSession:
         if full:
             for e in left:
                 e.left_out = True
+        elif response.poll_ended:
+            # Parked at the leader with nothing new: their long polls start again.
+            now = self.clock()
+            for e in left:
+                e.asked_at, e.deadline = now, now + e.timeout_s
+                self._expire_at(e)
         self._pending = left + self._pending
         self._back = LazyEvent()
         if not self._awaited:
@@ -546,40 +589,3 @@ class FetchSession:
             self.wakes += 1
         except JetError:
             pass  # the request in flight fails with the connection's error
-
-
-@attrs.define(eq=False)
-class FetchSessions:
-    """The fetch sessions of one server, by leader address."""
-
-    config: ReplicationConfig
-    """Replication settings."""
-    task_group: TaskGroup
-    """Where the sessions' loops run."""
-    security: PeerSecurity = PLAIN
-    """TLS and the internal token for connections to leaders."""
-    _sessions: dict[str, FetchSession] = attrs.field(factory=dict)
-
-    def acquire(self, address: str) -> FetchSession:
-        """The session to ``address`` (started if needed), counted as used until
-        :meth:`release`."""
-        session = self._sessions.get(address)
-        if session is None or session.closed:
-            session = FetchSession(address, self.config, self.security)
-            self._sessions[address] = session
-            self.task_group.start_soon(session.run)
-        session.users += 1
-        return session
-
-    def release(self, session: FetchSession) -> None:
-        """A fetcher stopped using ``session``."""
-        session.users -= 1
-        if session.users <= 0:
-            session._work.set()  # start its idle bound
-            if self._sessions.get(session.address) is session and session.closed:
-                del self._sessions[session.address]
-
-    @property
-    def sessions(self) -> list[FetchSession]:
-        """Open sessions."""
-        return [s for s in self._sessions.values() if not s.closed]

@@ -36,6 +36,7 @@ class ErrorCode(enum.IntEnum):
     WRONG_EXPECTED_OFFSET = 21
     PARTITION_OFFLINE = 22
     WRONG_EXPECTED_KEY_OFFSET = 23
+    FETCH_SESSION_LOST = 24
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset(
