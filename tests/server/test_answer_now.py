@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 import pytest
 
-from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
+from jetsdk.codec.frames import FLAG_ERROR, FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
 from jetserver.config.server import LimitsConfig
 from jetserver.protocol.connection import ANSWER_NOW, AcceptedConnection, Reply
 from jetserver.protocol.socket_io import SocketIO
@@ -142,3 +142,72 @@ async def test_what_the_socket_did_not_take_goes_before_the_next_response(
         (1, b"first answer, sent in part"),
         (2, b"second answer"),
     ]
+
+
+class _Reads:
+    """The read loop's waits that ended with bytes (its steps that took a read)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seen = asyncio.Event()
+        """Set at each (clear it to wait for the next)."""
+
+
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> _Reads:
+    """Count the read loop's waits that ended with bytes."""
+    real_recv_within = SocketIO.recv_within
+    reads = _Reads()
+
+    async def recv_within(self: SocketIO, seconds: float, max_bytes: int = 1 << 18) -> bytes | None:
+        data = await real_recv_within(self, seconds, max_bytes)
+        if data:
+            reads.count += 1
+            reads.seen.set()
+        return data
+
+    monkeypatch.setattr(SocketIO, "recv_within", recv_within)
+    return reads
+
+
+async def _echo(frame: Frame) -> Reply:
+    return Reply(_response(frame.correlation_id, b"re " + bytes(frame.body)))
+
+
+async def test_a_request_alone_in_its_read_starts_from_the_reader_callback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request frame that arrives alone (the usual one at light load) starts its task
+    from the socket's reader callback: the read loop does not take a step per request
+    (it took one for every request before, a loop turn and its lines)."""
+    reads = _count_reads(monkeypatch)
+    async with _serving(_echo) as client:
+        for cid in range(1, 6):
+            client.sendall(encode_frame(Api.PRODUCE, cid, b"m%d" % cid))
+            (frame,) = await _read_frames(client, 1)
+            assert (frame.correlation_id, bytes(frame.body)) == (cid, b"re m%d" % cid)
+    assert reads.count <= 1  # the first may be there before the reader callback is
+
+
+async def test_the_read_loop_still_takes_what_is_not_one_whole_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two requests in one read, a request split across reads and a response frame (which
+    a client must not send) go through the read loop as before: answered in order, and
+    the response frame closes the connection with MALFORMED_FRAME."""
+    reads = _count_reads(monkeypatch)
+    async with _serving(_echo) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 1, b"a") + encode_frame(Api.PRODUCE, 2, b"b"))
+        frames = await _read_frames(client, 2)
+        assert [(f.correlation_id, bytes(f.body)) for f in frames] == [(1, b"re a"), (2, b"re b")]
+        whole = encode_frame(Api.PRODUCE, 3, b"split")
+        reads.seen.clear()
+        client.sendall(whole[:7])
+        with anyio.fail_after(BOUND_S):
+            await reads.seen.wait()  # the read loop took the first part
+        client.sendall(whole[7:])
+        (frame,) = await _read_frames(client, 1)
+        assert (frame.correlation_id, bytes(frame.body)) == (3, b"re split")
+        client.sendall(encode_frame(Api.PRODUCE, 4, b"x", flags=FLAG_RESPONSE))
+        (frame,) = await _read_frames(client, 1)
+        assert frame.flags & FLAG_ERROR
+        assert frame.correlation_id == 4

@@ -9,6 +9,7 @@ subscribers still see every message.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -469,6 +470,48 @@ async def test_a_deferred_fsync_sent_to_threads_runs_from_the_requests_own_task(
             assert replica.log.flushed_offset >= 3
         finally:
             runner.on_loop = True
+
+
+async def test_a_thread_fsync_commits_in_the_callback_that_learns_it_ended(
+    jet: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's own fsync in a worker thread (durability ``flushed``) is committed in
+    the loop callback that learns the thread's fsync ended: the HW moves there (no task
+    runs), not a loop turn later in the request's task, so a parked consumer's answer
+    goes a turn earlier. The same for the flusher's fsyncs in a thread."""
+    async with await RawClient.connect(jet.address) as c:
+        replica = await new_partition(c, jet, "cbk")
+        runner = replica.committer.fsyncs
+        runner.on_loop = False
+        log_ = replica.log
+        real_set = log_.set_high_watermark
+        in_task: list[bool] = []
+
+        def set_high_watermark(hw: int) -> int:
+            in_task.append(asyncio.current_task() is not None)
+            return real_set(hw)
+
+        monkeypatch.setattr(log_, "set_high_watermark", set_high_watermark)
+        try:
+            threads = runner.thread_fsyncs
+            await produce_and_see_each(c, "cbk", [b"c0", b"c1", b"c2"])
+            assert runner.thread_fsyncs >= threads + 3
+            assert not replica.committer.flushing  # the request's own fsyncs, no flusher
+            assert len(in_task) == 3
+            assert not any(in_task)
+            # More than DEFER_MAX_RECORDS: the flusher's fsync, committed the same way.
+            many = [ProduceMessage(b"m%d" % i) for i in range(DEFER_MAX_RECORDS + 4)]
+            results = await c.produce("cbk", 0, many, ack_policy=AckPolicy.LEADER)
+            assert results[0].error_code == ErrorCode.NONE
+            records = await c.collect("cbk", 0, 3 + len(many))
+            assert records[-1].value == many[-1].value
+            assert replica.committer.flushing
+        finally:
+            runner.on_loop = True
+            monkeypatch.undo()
+    assert len(in_task) >= 4
+    assert not any(in_task)
+    assert replica.high_watermark == 3 + len(many)
 
 
 async def test_a_request_appending_at_once_enters_no_cancel_scope(

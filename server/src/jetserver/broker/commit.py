@@ -221,24 +221,32 @@ class Committer:
             self._loop_refused = True
             self.request_flush()
             return
+        committed = False
         try:
             if hops.ENABLED:
                 hops.mark("fsync.start")
             if in_thread:
                 self._thread_flush = True
+                in_turn = _InTurn(self)
                 try:
-                    flushed: int | None = await runner.flush(log_, on_loop=False, loop=loop)
+                    flushed: int | None = await runner.flush(
+                        log_, on_loop=False, loop=loop, then=in_turn
+                    )
                 finally:
                     self._thread_flush = False
+                committed = in_turn.committed
             else:
                 flushed = await runner.flush_here(log_, loop=loop, checked=True)  # to the LEO
-            if hops.ENABLED and flushed is not None:
+            if hops.ENABLED and flushed is not None and not committed:
                 hops.mark("fsync.end")
         except Exception:
             flushed = None
         except BaseException:  # cancelled (the server stops): the flusher takes it
             self.request_flush()
             raise
+        if committed:  # in the thread job's callback (_InTurn); what needs an await here
+            await in_turn.rest()
+            return
         if flushed is None:
             self._loop_refused = True
             self.request_flush()
@@ -347,10 +355,11 @@ class Committer:
                     and not self._loop_refused
                 )
                 self._loop_refused = False
+                in_turn = _InTurn(self)
                 flushed = await self.fsyncs.flush(
-                    self.base.log, target, on_loop=on_loop, loop=self._running_loop()
+                    self.base.log, target, on_loop=on_loop, loop=self._running_loop(), then=in_turn
                 )
-                if hops.ENABLED:
+                if hops.ENABLED and not in_turn.committed:
                     hops.mark("fsync.end")
             except SyncFailedError as exc:
                 await self._recover_unsynced(exc)
@@ -362,7 +371,10 @@ class Committer:
                 await anyio.sleep(FLUSH_RETRY_S)
                 self._dirty.set()
                 continue
-            await self.commit(flushed)
+            if in_turn.committed:  # in the thread job's callback; what needs an await here
+                await in_turn.rest()
+            else:
+                await self.commit(flushed)
 
     async def _recover_unsynced(self, exc: Exception) -> None:
         """An fsync failed: cut the log back to its last good sync (spec/storage.md,
@@ -486,6 +498,13 @@ class Committer:
         requests, wake waiters and replica fetches, then send the acks that go through
         NATS. In that order: a producer's answer is the commit's latency, and a woken
         replica fetch answered first (the new HW, on its own) would run ahead of it."""
+        messages = self.carry_out_now(out)
+        if messages or out.leadership_ended:
+            await self.carry_out_rest(messages, out.leadership_ended)
+
+    def carry_out_now(self, out: Outcome[PendingAck]) -> list[tuple[str, bytes]] | None:
+        """:meth:`carry_out`'s part without an await: the HW, this server's acks, the
+        wake-ups; the messages for NATS inboxes returned."""
         moved = False
         if out.hw is not None and out.hw > self.base.log.high_watermark:
             if hops.ENABLED:
@@ -501,11 +520,56 @@ class Committer:
             self.wake_waiters()
         if out.wake_replicas:
             self.wake_replicas()
+        return messages
+
+    async def carry_out_rest(
+        self, messages: list[tuple[str, bytes]] | None, leadership_ended: bool
+    ) -> None:
+        """:meth:`carry_out`'s part after :meth:`carry_out_now`: the acks to NATS inboxes,
+        then a leadership end."""
         if messages:
             await self.acks.send(messages)
-        if out.leadership_ended and self.on_leadership_end is not None:
+        if leadership_ended and self.on_leadership_end is not None:
             self.on_leadership_end(self.base.stream, self.base.partition)
 
     async def fail_pending_all(self, code: ErrorCode, message: str) -> None:
         """Fail every pending ALL ack with ``code``."""
         await self.carry_out(self.base.core.fail_all(code, message))
+
+
+class _InTurn:
+    """:meth:`Committer.commit` of one fsync in a worker thread, run from the loop callback
+    that learns it ended (``then`` of :meth:`FsyncRunner.flush`): the HW moves, this
+    server's Produce requests are answered and parked fetches woken (a tailing
+    consumer's answer written) in that turn, not one turn later in the task that awaits
+    the fsync. What needs an await (acks to NATS inboxes, a leadership end) is left to
+    that task (:meth:`rest`); if the commit raised here, the task commits as before
+    (:attr:`committed` false)."""
+
+    __slots__ = ("committed", "committer", "left")
+
+    def __init__(self, committer: Committer) -> None:
+        self.committer = committer
+        self.committed = False
+        self.left: tuple[list[tuple[str, bytes]] | None, bool] | None = None
+
+    def __call__(self, flushed: int) -> None:
+        committer = self.committer
+        base = committer.base
+        try:
+            if hops.ENABLED:
+                hops.mark("fsync.end")
+            log_ = base.log
+            out = base.core.flushed(flushed, leo=log_.log_end_offset, hw=log_.high_watermark)
+            messages = committer.carry_out_now(out)
+        except Exception:  # a loop callback must not raise: the task commits instead
+            log.exception("commit in the fsync's callback failed", extra=base.fields())
+            return
+        self.committed = True
+        if messages or out.leadership_ended:
+            self.left = (messages, out.leadership_ended)
+
+    async def rest(self) -> None:
+        """What the commit left to the task that awaited the fsync."""
+        if self.left is not None:
+            await self.committer.carry_out_rest(*self.left)

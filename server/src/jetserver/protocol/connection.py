@@ -22,9 +22,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
-from typing import Any, NamedTuple
+from typing import Any
 
 import anyio
 import attrs
@@ -44,18 +42,19 @@ from jetsdk.codec.frames import (
     FrameTooLarge,
     encode_frame,
 )
-from jetsdk.codec.messages import encode_error
 from jetserver.config.server import LimitsConfig
 from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.protocol import stream_control
+from jetserver.protocol.reply import ANSWER_NOW, Handler, Reply, error_reply
 from jetserver.protocol.socket_io import RECV_BYTES, SocketIO
 from jetserver.protocol.stream_control import StreamControl
 from jetserver.storage import ReadSlice
 from jetserver.storage.read_slice import READ_INLINE_MAX_BYTES
-from jetserver.storage.read_slices import ReadSlices
 
 log = logging.getLogger(__name__)
+
+__all__ = ["ANSWER_NOW", "AcceptedConnection", "Handler", "Reply", "error_reply"]
 
 _API_NAMES: dict[int, str] = {
     Api.PRODUCE: "produce",
@@ -84,55 +83,6 @@ _CANCEL_WAIT_S = 5.0
 """Bound on in-flight requests finishing their cancellation when a connection ends."""
 _CLOSE_NOTICE_TIMEOUT_S = 1.0
 """Bound on writing the last error frame before closing a misbehaving connection."""
-
-
-ANSWER_NOW: ContextVar[Callable[[bytes], bool] | None] = ContextVar("jet_answer_now", default=None)
-"""In a Produce request's task: its connection's :meth:`AcceptedConnection.write_now`, for
-an answer written from the turn that settles the request rather than from its task."""
-
-
-class Reply(NamedTuple):
-    """A response to write: frame bytes, optionally followed by file bytes (a typed tuple:
-    one is built per answer, a consumer's per message; an attrs frozen class's
-    ``__init__`` set each of its six fields through ``object.__setattr__``)."""
-
-    data: bytes
-    """A whole frame, or (with ``records``) the frame header and the fixed part of the body."""
-    records: ReadSlices | None = None
-    """Record bytes to send after ``data`` (closed after sending)."""
-    close: bool = False
-    """Close the connection after this reply (malformed input)."""
-    after: Callable[[], Awaitable[None]] | None = None
-    """Work that belongs to the request but not before its response: run in the request's
-    task once the response is written (its in-flight slot already freed, no longer
-    cancelled when the connection closes: it must bound itself; an error is logged, never
-    sent). Used for the NATS copies of directly stored Produce messages."""
-    then: Callable[[], Awaitable[Reply]] | None = None
-    """The request's next reply, once this one is written (FetchStream: this reply has
-    the "more" flag): awaited in the request's task, which stays in flight and is
-    cancelled when the connection closes. It must not raise (errors become error
-    replies); a reply without ``then`` is the request's last."""
-    sent: bool = False
-    """The response went already (:meth:`AcceptedConnection.write_now`): ``data`` is empty,
-    only ``after`` is left."""
-
-
-def error_reply(
-    api: int,
-    correlation_id: int,
-    code: ErrorCode,
-    message: str,
-    details: dict[str, Any] | None = None,
-    *,
-    close: bool = False,
-) -> Reply:
-    """An error frame (flags response|error, JSON error body)."""
-    body = encode_error(code, message, details)
-    return Reply(encode_frame(api, correlation_id, body, flags=_ERROR_FLAGS), close=close)
-
-
-Handler = Callable[[Frame], Awaitable[Reply]]
-"""Answers one request frame; must not raise (errors become error replies)."""
 
 
 @attrs.define(eq=False)
@@ -176,6 +126,9 @@ class AcceptedConnection:
     getpid system call per call on Python 3.11."""
     requests: int = 0
     """Requests received."""
+    _decoder: FrameDecoder | None = None
+    """The read loop's decoder, while requests may start from the reader callback
+    (:meth:`_take_whole`)."""
 
     async def serve(self) -> None:
         """Run until the connection ends; never raises (errors are logged)."""
@@ -224,8 +177,45 @@ class AcceptedConnection:
         for task in self._tasks:
             task.cancel()
 
+    def _take_whole(self, data: bytes) -> bool:
+        """What the reader callback received while the read loop waits: a request frame
+        alone in its read, nothing buffered before it (a request at light load), starts
+        its task here, in the callback, not from the read loop's next step (a loop turn
+        and the read loop's ~80 Python lines per request). False: the read loop takes the
+        bytes as always (anything else: part or several frames, a response frame, a
+        ProduceMany, the in-flight limit reached, closing)."""
+        decoder = self._decoder
+        if (
+            decoder is None
+            or self._closing
+            or self._inflight >= self.limits.max_inflight_per_connection
+        ):
+            return False
+        parts = decoder.whole_frame(data)
+        if parts is None:
+            return False
+        api, flags, cid, body = parts
+        if flags & FLAG_RESPONSE or api == Api.PRODUCE_MANY:
+            return False
+        if hops.ENABLED:
+            hops.mark("read")
+        self.requests += 1
+        self._last_activity = time.monotonic()
+        self._inflight += 1
+        self._spawn(Frame(api, flags, cid, body))
+        return True
+
     async def _read_loop(self) -> None:
         decoder = FrameDecoder(self.limits.max_frame_bytes, readinto_min=READ_IN_PLACE_MIN_BYTES)
+        if type(self.io) is SocketIO:  # not TLS: its reader callback receives ciphertext
+            self._decoder = decoder
+            self.io.sink = self._take_whole
+        try:
+            await self._read_frames(decoder)
+        finally:
+            self.io.sink = self._decoder = None
+
+    async def _read_frames(self, decoder: FrameDecoder) -> None:
         frame_started: float | None = None
         read_bytes = RECV_BYTES
         while not self._closing:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 
@@ -39,6 +39,7 @@ class SocketIO:
         "_waiter",
         "_watch",
         "peer",
+        "sink",
         "sock",
     )
 
@@ -62,6 +63,9 @@ class SocketIO:
         wait to the next, re-armed when it fires before the deadline of the wait then."""
         self._deadline = 0.0
         """The current wait's deadline (loop time)."""
+        self.sink: Callable[[bytes], bool] | None = None
+        """Offered what the reader callback receives for a pending :meth:`recv_within`
+        before that wait ends with it: True if it took the bytes (the wait goes on)."""
         try:
             peer = sock.getpeername()
             self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
@@ -195,6 +199,9 @@ class SocketIO:
             if isinstance(data, OSError):
                 waiter.set_exception(data)
             else:
+                sink = self.sink
+                if sink is not None and isinstance(data, bytes) and data and sink(data):
+                    return  # taken in this callback: the wait goes on
                 waiter.set_result(data)
             if data:
                 return

@@ -145,19 +145,26 @@ class FsyncRunner:
         on_loop: bool = True,
         loop: asyncio.AbstractEventLoop | None = None,
         unless: Callable[[], bool] | None = None,
+        then: Callable[[int], None] | None = None,
     ) -> int:
         """``log_.flush(upto)``, on the loop or in a worker thread (always in a thread with
         ``on_loop`` false). ``loop``: the running loop, if the caller knows it. ``unless``:
-        asked after the probe turn (:meth:`flush_here`); True sends the fsync to a thread."""
+        asked after the probe turn (:meth:`flush_here`); True sends the fsync to a thread.
+        ``then``: called with the flushed offset in the loop callback that learns a
+        thread's fsync ended, before the caller resumes (:meth:`_flush_in_thread`)."""
         if on_loop:
             flushed = await self.flush_here(log_, upto, loop, unless)
             if flushed is not None:
                 return flushed
         self.thread_fsyncs += 1
-        return await self._flush_in_thread(log_, upto, loop)
+        return await self._flush_in_thread(log_, upto, loop, then)
 
     async def _flush_in_thread(
-        self, log_: Log, upto: int | None, loop: asyncio.AbstractEventLoop | None
+        self,
+        log_: Log,
+        upto: int | None,
+        loop: asyncio.AbstractEventLoop | None,
+        then: Callable[[int], None] | None = None,
     ) -> int:
         """``log_.flush(upto)`` in a worker thread, in one job with the other fsyncs asked
         for in this loop turn. A caller cancelled meanwhile still waits for the job to end
@@ -165,7 +172,9 @@ class FsyncRunner:
 
         Each caller waits on a future of its own, set by the job's loop callback: no task
         per batch and no ``shield`` (each was one more loop turn and task step per fsync
-        between the thread's return and the caller's)."""
+        between the thread's return and the caller's). ``then(flushed)``, if given, runs
+        in that callback when the fsync succeeded (a committer moves the HW there: one
+        loop turn before its task would; it must not raise)."""
         batch = self._batch
         if batch is None:
             loop = loop or asyncio.get_running_loop()
@@ -174,6 +183,10 @@ class FsyncRunner:
         waiter: asyncio.Future[tuple[int, BaseException | None]] = batch.loop.create_future()
         batch.logs.append((log_, upto))
         batch.waiters.append(waiter)
+        if then is not None:
+            if batch.thens is None:
+                batch.thens = {}
+            batch.thens[len(batch.waiters) - 1] = then
         try:
             flushed, error = await waiter
         except asyncio.CancelledError:
@@ -369,6 +382,9 @@ class _FlushBatch:
     logs: list[tuple[Log, int | None]] = attrs.field(factory=list)
     waiters: list[asyncio.Future[tuple[int, BaseException | None]]] = attrs.field(factory=list)
     """Each log's caller's future: (flushed offset, None) or (-1, its error)."""
+    thens: dict[int, Callable[[int], None]] | None = None
+    """By caller's index: called with the flushed offset before its future is set (None:
+    no caller gave one)."""
     results: list[tuple[int, BaseException | None]] = attrs.field(factory=list)
     size: int = 0
     """Logs per job (the last one's share may be smaller)."""
@@ -419,7 +435,10 @@ class _FlushBatch:
     def _settle(self) -> None:
         """Every job ended: set each caller's future (on the loop)."""
         self.settled = True
-        for waiter, outcome in zip(self.waiters, self.results, strict=True):
+        thens = self.thens
+        for i, (waiter, outcome) in enumerate(zip(self.waiters, self.results, strict=True)):
+            if thens is not None and outcome[1] is None and i in thens:
+                thens[i](outcome[0])
             if not waiter.done():
                 waiter.set_result(outcome)
         if self.ended is not None and not self.ended.done():
