@@ -57,14 +57,18 @@ the source's ``read()`` took 20.6 and 28.1 CPU us/row against the Consumer's 23.
 value, an Arrow ``take``; a binary column cannot point into the Fetch buffer, whose values
 are separated by the next record's header, and Spark takes no other type than the schema's
 ``binary``: ``pa_schema.equals`` in pyspark's plan_data_source_read). A sink task's
-``write_batches`` took 49.3 and 82.9 against the Producer's 27.4 and 42.4 there (1.1-1.15x
-in other runs of the same code; its sort took 25 ms and its encoding 40 ms of 10,000 rows,
-a view per message 70 ms, all at load 24). Inside Spark the query adds the JVM (57-76
-us/row, about 0.4 s of it per query) and the runner process (0.5-1.7 s a query) to the
-workers' 33-38 us/row, so on two cores the source's batch cannot reach 0.8x the Consumer
-by jetspark's Python alone; the foreach_batch_sink call holds a task's rows until the last
-one came (its content order, spec/spark.md "Row order", is what makes a replay
-exactly-once), then sends them.
+``write_batches`` took 49.3, 82.9 and 98.8 against the Producer's 27.4, 42.4 and 37.8
+there: the encoded copies of the values it held to its end cost 0.3-0.5 s per 10,000 rows
+whenever the allocator took fresh memory for them. Sent as views of the batch's values
+since (no copy), 25.9 and 41.1 against 22.5 and 39.6, where the old code took 35.5 and
+76.3 against 33.8 and 33.4 in the runs between (load 8-9). In Spark the workers' medians
+did not move (52-66 us/row either way, a call's first round 0.53-0.57 CPU-s against
+1.01-1.19 before). Inside Spark the source's query adds the JVM (57-76 us/row, about 0.4
+s of it per query) and the runner process (0.5-1.7 s a query) to the workers' 33-38
+us/row, so on two cores its batch cannot reach 0.8x the Consumer by jetspark's Python
+alone; the foreach_batch_sink call holds a task's rows until the last one came (its
+content order, spec/spark.md "Row order", is what makes a replay exactly-once), then sends
+them.
 
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds. ``--quick``: 50,000, 10,000 and 2,000 rows.
