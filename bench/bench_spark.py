@@ -14,14 +14,19 @@ Every rate is the median of the rounds, printed with its ratio to the jetsdk bas
 the issue's target; a round runs the baseline and then the Spark paths, so the machine's
 load changes weigh on both sides of a ratio. Under the source's rates and each sink's, the
 CPU seconds (median) the JVM and the Python processes it started spent on one query or call
-(from /proc, so they survive the machine's load). Then the fixed cost of an empty and of a
-1-row batch (ms, median of calls), and the rates at 1 KB and 16 KiB values.
+(from /proc, so they survive the machine's load), the Python ones in two parts: Spark's
+Python workers (the tasks' reads and writes, the per-row part) and its other Python
+processes (the streaming source's runner, which each query starts, and the planners: a
+per-query cost, not divided by rows). Then the fixed cost of an empty and of a 1-row batch
+(ms, median of calls), the jetspark code paths without Spark at 16 KiB
+(:mod:`bench.spark_paths`: CPU per row of the source's read and of a sink task's write
+against the jetsdk Consumer and Producer), and the rates at 1 KB and 16 KiB values.
 
     python -m bench spark [--quick]
 
-``JET_BENCH_SPARK_PARTS`` (default ``100,fixed,1000,16384``) limits the run to some of its
-parts (e.g. ``16384``: the 16 KiB rates only); ``JET_BENCH_SPARK_LARGE_ROUNDS`` sets the
-rounds at 16 KiB (:data:`LARGE_ROUNDS`).
+``JET_BENCH_SPARK_PARTS`` (default ``100,fixed,1000,paths,16384``) limits the run to some
+of its parts (e.g. ``16384``: the 16 KiB rates only; ``paths``: the code paths without
+Spark); ``JET_BENCH_SPARK_LARGE_ROUNDS`` sets the rounds at 16 KiB (:data:`LARGE_ROUNDS`).
 
 Where the JVM's CPU goes at 16 KiB (issue 39; JFR and per-thread /proc counts, local[2],
 C1 only, load 7-10): a query over 10,000 rows took 1.05-1.19 s of JVM CPU and one over 100
@@ -44,6 +49,26 @@ that zip's directory once for each of its 14 package importers (0.14 s). That is
 before the query's first batch: it weighs on "wall incl. query start", not "in batches".
 Inside the batch, foreachBatch's DataFrame is a ``Scan ExistingRDD`` of the batch's rows
 (Spark's ForeachBatchSink), so its count projects every column of every row.
+
+Where the 16 KiB gap is (issue 39, 2026-11-30, load 20-37, so absolute figures are slow):
+the source's jetspark code is at par with jetsdk. Without Spark (part ``paths``, two runs),
+the source's ``read()`` took 20.6 and 28.1 CPU us/row against the Consumer's 23.5 and 34.4
+(Fetch and the SDK's receive about 19, the CRC 2-3, the Arrow batch 6-9: one copy of each
+value, an Arrow ``take``; a binary column cannot point into the Fetch buffer, whose values
+are separated by the next record's header, and Spark takes no other type than the schema's
+``binary``: ``pa_schema.equals`` in pyspark's plan_data_source_read). A sink task's
+``write_batches`` took 49.3, 82.9 and 98.8 against the Producer's 27.4, 42.4 and 37.8
+there: the encoded copies of the values it held to its end cost 0.3-0.5 s per 10,000 rows
+whenever the allocator took fresh memory for them. Sent as views of the batch's values
+since (no copy), 25.9 and 41.1 against 22.5 and 39.6, where the old code took 35.5 and
+76.3 against 33.8 and 33.4 in the runs between (load 8-9). In Spark the workers' medians
+did not move (52-66 us/row either way, a call's first round 0.53-0.57 CPU-s against
+1.01-1.19 before). Inside Spark the source's query adds the JVM (57-76 us/row, about 0.4
+s of it per query) and the runner process (0.5-1.7 s a query) to the workers' 33-38
+us/row, so on two cores its batch cannot reach 0.8x the Consumer by jetspark's Python
+alone; the foreach_batch_sink call holds a task's rows until the last one came (its
+content order, spec/spark.md "Row order", is what makes a replay exactly-once), then sends
+them.
 
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds. ``--quick``: 50,000, 10,000 and 2,000 rows.
@@ -200,19 +225,42 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _python_cpu(spark: Any) -> float:
-    """CPU seconds of the Python processes the session's JVM started (its workers' daemon
-    and workers, the streaming source's runner of each query, the planners), ended ones
-    included: the JVM's reaped children plus every live descendant with its own reaped
-    children. From /proc: 0.0 where it is not Linux."""
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+_WORKERS = ["pyspark.daemon", "pyspark.worker"]
+"""The end of the command line of Spark's Python worker daemon (and of the workers it
+forks); the planners' daemons end with another module (``pyspark.sql.worker.*``)."""
+
+
+def _python_cpu(spark: Any) -> tuple[float, float]:
+    """CPU seconds of the Python processes the session's JVM started, ended ones included
+    (a process that ends with its parent, reaped outside the JVM's tree, is lost: a span
+    may then show ``others`` below zero),
+    split in two: ``(workers, others)``. ``workers`` are the worker daemon
+    (``pyspark.daemon pyspark.worker``) and the workers it forked (the tasks' reads and
+    writes: the per-row work); ``others`` are the rest (the streaming source's runner,
+    which each query starts and which ends with it; the planners' daemons and their forks):
+    the JVM's reaped children plus every other live descendant. From /proc: (0.0, 0.0)
+    where it is not Linux."""
     jvm = spark.sparkContext._gateway.proc.pid
-    total = _stat_cpu_s(jvm, reaped=True) - _stat_cpu_s(jvm, reaped=False)
+    others = _stat_cpu_s(jvm, reaped=True) - _stat_cpu_s(jvm, reaped=False)
+    workers = 0.0
     stack = _children(jvm)
     while stack:
         pid = stack.pop()
-        total += _stat_cpu_s(pid, reaped=True)
+        spent = _stat_cpu_s(pid, reaped=True)
+        if _cmdline(pid)[-3:-1] == _WORKERS:
+            workers += spent
+        else:
+            others += spent
         stack += _children(pid)
-    return total
+    return workers, others
 
 
 @attrs.frozen
@@ -220,16 +268,19 @@ class _Cpu:
     """CPU seconds of the session's JVM and of its Python processes over a span."""
 
     jvm: float
-    python: float
+    workers: float
+    """Spark's Python workers (the daemon and its forks): the tasks' reads and writes."""
+    others: float
+    """Spark's other Python processes (per query or plan: the source runner, planners)."""
 
 
 def _cpu_now(spark: Any) -> _Cpu:
-    return _Cpu(_jvm_cpu(spark), _python_cpu(spark))
+    return _Cpu(_jvm_cpu(spark), *_python_cpu(spark))
 
 
 def _cpu_since(spark: Any, start: _Cpu) -> _Cpu:
     now = _cpu_now(spark)
-    return _Cpu(now.jvm - start.jvm, now.python - start.python)
+    return _Cpu(now.jvm - start.jvm, now.workers - start.workers, now.others - start.others)
 
 
 def _spark_source(
@@ -382,10 +433,12 @@ def _timed_cpu(spark: Any, fn: Callable[[], object]) -> tuple[float, _Cpu]:
 
 def _cpu_line(label: str, spent: list[_Cpu], count: int) -> None:
     jvm = statistics.median(c.jvm for c in spent)
-    python = statistics.median(c.python for c in spent)
+    workers = statistics.median(c.workers for c in spent)
+    others = statistics.median(c.others for c in spent)
     print(
-        f"  {label}: JVM {jvm:.2f} s ({jvm / count * 1e6:,.0f} us/row), its Python processes "
-        f"{python:.2f} s ({python / count * 1e6:,.0f} us/row) (load {os.getloadavg()[0]:.1f})"
+        f"  {label}: JVM {jvm:.2f} s ({jvm / count * 1e6:,.0f} us/row), Python workers "
+        f"{workers:.2f} s ({workers / count * 1e6:,.0f} us/row), other Python processes "
+        f"{others:.2f} s (load {os.getloadavg()[0]:.1f})"
     )
 
 
@@ -474,7 +527,7 @@ def _throughput(
 def run(quick: bool) -> None:
     """Measure and print the source and sink comparisons, fixed costs, 1 KB and 16 KiB rates."""
     scale = QUICK if quick else FULL
-    parts = os.environ.get("JET_BENCH_SPARK_PARTS", "100,fixed,1000,16384").split(",")
+    parts = os.environ.get("JET_BENCH_SPARK_PARTS", "100,fixed,1000,paths,16384").split(",")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import jetspark
@@ -493,6 +546,10 @@ def run(quick: bool) -> None:
             if "1000" in parts:
                 print("at 1 KB values:")
                 _throughput(spark, servers, joined, scale.kb_count, KB_VALUE_BYTES, 1)
+            if "paths" in parts:
+                from bench.spark_paths import run_paths
+
+                run_paths(spark, servers, LARGE_VALUE_BYTES, _produce, _consume, _create, KEYS)
             if "16384" in parts:
                 print("at 16 KiB values:")
                 rounds = int(os.environ.get("JET_BENCH_SPARK_LARGE_ROUNDS", str(LARGE_ROUNDS)))

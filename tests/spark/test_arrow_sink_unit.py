@@ -407,3 +407,49 @@ def test_small_messages_are_still_taken(monkeypatch: pytest.MonkeyPatch) -> None
     assert len(taken) == 3
     assert sum(taken) == len(rows)
     assert sorted(writer.sent) == sorted(_reference(rows, task=0, partitions=3))
+
+
+class _ChunkKeeper(_FakeWriter):
+    """Keeps each request's parts as given (views), not only their joined bytes."""
+
+    def __init__(self, task: int, partitions: int) -> None:
+        super().__init__(task=task, partitions=partitions)
+        self.parts: list[Any] = []
+
+    def ship(self, stream: str, partition: int, target: Any) -> None:
+        self.parts += target.chunk
+        super().ship(stream, partition, target)
+
+
+def test_large_values_are_sent_from_the_batches_own_buffers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 39: at VIEW_MIN_MESSAGE_BYTES and more a message is sent as a view of its
+    head and a view of the value in the batch's own buffer, so no value is copied (on the
+    old code every part was a view of an encoded copy of the values). Null values (sent
+    empty), string values and rows whose heads tie (same key and value length, other
+    bytes) give the same messages and sequences as the joined path."""
+    rng = random.Random(11)
+    values = [b"%d" % rng.randrange(10, 40) * 3000 for _ in range(300)] + [None] * 5
+    keys = [rng.choice([None, b"k1", b"k2"]) for _ in values]
+    value_col = pa.array([None if v is None else v.decode() for v in values], pa.string())
+    batch = pa.RecordBatch.from_pydict({"value": value_col, "key": pa.array(keys, pa.binary())})
+    viewed = _ChunkKeeper(task=0, partitions=3)
+    viewed.add_batch(batch)
+    viewed.finish()
+    buffer = value_col.buffers()[2]
+    inside = [
+        buffer.address <= np.frombuffer(p, np.uint8).ctypes.data < buffer.address + buffer.size
+        for p in viewed.parts
+        if len(p) >= 3000
+    ]
+    assert len(inside) == 300
+    assert all(inside)
+    monkeypatch.setattr(_write, "VIEW_MIN_MESSAGE_BYTES", 1 << 40)  # joined and taken
+    joined = _FakeWriter(task=0, partitions=3)
+    joined.add_batch(batch)
+    joined.finish()
+    assert viewed.messages == joined.messages
+    assert viewed.sent == joined.sent
+    rows = [{"value": v or b"", "key": k, "partition": None} for v, k in zip(values, keys)]
+    assert sorted(viewed.sent) == sorted(_reference(rows, task=0, partitions=3))

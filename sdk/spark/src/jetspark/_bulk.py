@@ -34,13 +34,14 @@ from jetsdk.codec.messages import ProduceRequest, encode_produce_request
 from jetspark._arrow import I64, U8, binary_parts
 from jetspark.errors import ColumnError
 
-__all__ = ["Messages", "encode_messages", "murmur2", "request_body"]
+__all__ = ["Messages", "encode_messages", "join_messages", "murmur2", "request_body"]
 
 _M = np.uint64(0x5BD1E995)
 _SEED = np.uint64(0x9747B28C)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_EMPTY = pa.scalar(b"", pa.binary())
 _NO_HEADERS = b"\x00\x00"
 """An empty subject's str16 is the same two zero bytes as an empty header list."""
 
@@ -82,10 +83,14 @@ def murmur2(data: U8, starts: I64, lengths: I64) -> I64:
 
 @attrs.frozen
 class Messages:
-    """Rows encoded as Produce messages."""
+    """Rows encoded as Produce messages: row i's message is ``heads[i]`` then
+    ``value[i]`` (the value's bytes are not copied until :attr:`data` joins them)."""
 
-    data: pa.Array
-    """binary: row i's whole message."""
+    heads: pa.Array
+    """binary: row i's message up to its value (subject, key, headers, value length)."""
+    value: pa.Array
+    """binary: the value column (strings viewed as binary, large types cast; null =
+    empty)."""
     sizes: I64
     """Row i's size as the sinks count it for chunking: value + key + header names and
     values (names in characters)."""
@@ -94,6 +99,17 @@ class Messages:
     key_lengths: I64
     has_key: npt.NDArray[np.bool_]
     """The keys (for partitioning): row i's key is ``key_data[key_starts[i]:...]``."""
+
+    @property
+    def data(self) -> pa.Array:
+        """binary: row i's whole message (a copy of every value)."""
+        return join_messages(self.heads, self.value)
+
+
+def join_messages(heads: pa.Array | pa.ChunkedArray, value: pa.Array | pa.ChunkedArray) -> Any:
+    """The whole messages (binary) of :attr:`Messages.heads` and :attr:`Messages.value`
+    (arrays, or chunked arrays chunked alike)."""
+    return pc.binary_join_element_wise(heads, value, _EMPTY, null_handling="skip")
 
 
 def encode_messages(
@@ -143,14 +159,13 @@ def encode_messages(
     parts = [
         *subject_parts,
         _fixed(np.ascontiguousarray(head)),
-        _binary(key) if key is not None else pa.scalar(b"", pa.binary()),
+        _binary(key) if key is not None else _EMPTY,
         middle,
         _fixed(tail),
-        _binary(value),
-        pa.scalar(b"", pa.binary()),  # the separator
+        _EMPTY,  # the separator
     ]
-    data = pc.binary_join_element_wise(*parts, null_handling="skip")
-    return Messages(data, sizes, k_data, k_start, k_len, has_key)
+    heads = pc.binary_join_element_wise(*parts, null_handling="skip")
+    return Messages(heads, _binary(value), sizes, k_data, k_start, k_len, has_key)
 
 
 def _fixed(rows: U8) -> pa.Array:

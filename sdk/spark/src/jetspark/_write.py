@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
+from functools import partial
 
 import attrs
 import numpy as np
@@ -56,9 +56,9 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import ProduceResult
 from jetsdk.connection import RequestBody
 from jetsdk.errors import StreamNotFound
-from jetspark._arrow import I64
+from jetspark._arrow import I64, binary_parts
 from jetspark._bridge import Bridge, shared_bridge
-from jetspark._bulk import Messages, encode_messages, murmur2, request_body
+from jetspark._bulk import Messages, encode_messages, join_messages, murmur2, request_body
 from jetspark.errors import ColumnError, JetSparkError, SinkWriteError
 from jetspark.options import SinkOptions
 
@@ -80,10 +80,13 @@ MAX_REQUESTS_IN_FLIGHT = 64
 """Most Produce requests of one writer task awaiting their answers (one per partition)."""
 VIEW_MIN_MESSAGE_BYTES = 4096
 """From this mean size of a task's encoded messages, each target's requests are views of
-them, one per message (written gathered or joined by the connection), instead of an Arrow
-take copying them out in sorted order: at 16 KiB the take cost about 0.09 s CPU per 80 MiB
-(1.1 ms/MiB), a message's view about 0.2 us; below it, per-message Python objects cost
-more than the take."""
+them, a view of each message's head and one of its value where the batch brought it
+(written gathered or joined by the connection): no value is copied, where the messages
+below it are joined and then copied out in sorted order (an Arrow take per target). At 16
+KiB the take cost about 0.09 s CPU per 80 MiB (1.1 ms/MiB), a view about 0.2 us; and the
+join, whose copies a task holds to its end, cost 0.3-0.5 s per 10,000 rows once the
+memory allocator had to take fresh memory for them (0.04 s when it reused freed memory).
+Below it, per-message Python objects cost more than the copies."""
 MAX_RESENDS = 5
 """Times a request whose messages got a retriable per-message error is sent again."""
 _SINK_COLUMNS = ("value", "key", "headers", "partition", "stream", "offset", "subject")
@@ -192,8 +195,10 @@ class _Rows:
     """int64: the ``partition`` column (nulls kept), for the sort."""
     offset: pa.Array
     """int64: the ``offset`` column (all null without one), for the sort."""
-    data: pa.Array
-    """binary: the encoded messages."""
+    heads: pa.Array
+    """binary: the encoded messages up to their values (:class:`~jetspark._bulk.Messages`)."""
+    value: pa.Array
+    """binary: the values, as the batch brought them (not copied)."""
     sizes: I64
 
 
@@ -253,7 +258,8 @@ class _TaskWriter:
                 partition=partition,
                 explicit=pa.nulls(n, pa.int64()) if explicit is None else explicit.cast(pa.int64()),
                 offset=pa.nulls(n, pa.int64()) if offset is None else offset.cast(pa.int64()),
-                data=msgs.data,
+                heads=msgs.heads,
+                value=msgs.value,
                 sizes=msgs.sizes,
             )
         )
@@ -309,10 +315,17 @@ class _TaskWriter:
         names = sorted(self.stream_names)
         rank = np.array([names.index(name) for name in self.stream_names], dtype=np.int64)
         stream = rank[np.concatenate([r.stream for r in rows])]
-        data = pa.chunked_array([r.data for r in rows], pa.binary())
+        heads = pa.chunked_array([r.heads for r in rows], pa.binary())
+        values = pa.chunked_array([r.value for r in rows], pa.binary())
         explicit = pa.chunked_array([r.explicit for r in rows], pa.int64())
         offset = pa.chunked_array([r.offset for r in rows], pa.int64())
-        order_np = _content_order(stream, offset, explicit, data)
+        # Large messages stay in two parts, head and value, sorted as the pair (the same
+        # order as their joined bytes: a head is never a proper prefix of another head)
+        # and sent as views of both, so that no value is copied; small ones are joined.
+        large = heads.nbytes + values.nbytes >= VIEW_MIN_MESSAGE_BYTES * len(heads)
+        data = None if large else join_messages(heads, values)
+        content = pa.table({"h": heads, "v": values} if data is None else {"m": data})
+        order_np = _content_order(stream, offset, explicit, content)
         partition = np.concatenate([r.partition for r in rows])[order_np]
         stream = stream[order_np]
         counts = np.array([self.partitions_of(name) for name in names], dtype=np.int64)
@@ -323,9 +336,9 @@ class _TaskWriter:
             self.keyless += len(keyless)
         sizes = np.concatenate([r.sizes for r in rows])[order_np]
         # Group the sorted rows by target, each group in sorted order. Small messages are
-        # copied out of the encoded ones once, in that order (one Arrow take per target);
+        # copied out of the joined ones once, in that order (one Arrow take per target);
         # large ones are not copied: their requests are views of them (_message_views).
-        views = _message_views(data) if data.nbytes >= VIEW_MIN_MESSAGE_BYTES * len(data) else None
+        views = _message_views(heads, values) if data is None else None
         target = stream * (int(counts.max()) + 1) + partition
         grouped = np.argsort(target, kind="stable")
         cuts = np.flatnonzero(np.diff(target[grouped])) + 1
@@ -334,8 +347,9 @@ class _TaskWriter:
             name, part = names[int(stream[first])], int(partition[first])
             if views is not None:
                 chosen = [views[i] for i in order_np[picks].tolist()]
-                self._queue(name, part, chosen.__getitem__, sizes[picks])
+                self._queue(name, part, partial(_flat, chosen), sizes[picks])
                 continue
+            assert data is not None
             start = 0
             for chunk in take(data, order_np[picks]).chunks:
                 end = start + len(chunk)
@@ -451,17 +465,27 @@ def _runs_of(chunk: pa.Array) -> Callable[[slice], list[_Piece]]:
     return pieces
 
 
-def _message_views(data: pa.ChunkedArray) -> list[memoryview]:
-    """A view of each encoded message, in row order (no copy)."""
+def _message_views(
+    heads: pa.ChunkedArray, values: pa.ChunkedArray
+) -> list[tuple[memoryview, memoryview]]:
+    """Views of each message's head and value, in row order (no copy)."""
+    return list(zip(_views(heads), _views(values), strict=True))
+
+
+def _views(array: pa.ChunkedArray) -> list[memoryview]:
+    """A view of each element's bytes (empty for a null), in row order."""
     views: list[memoryview] = []
-    for chunk in data.chunks:
-        buffers = chunk.buffers()
-        offsets = np.frombuffer(
-            buffers[1], dtype=np.int32, count=len(chunk) + 1, offset=4 * chunk.offset
-        ).tolist()
-        payload = memoryview(buffers[2])
-        views += [payload[lo:hi] for lo, hi in itertools.pairwise(offsets)]
+    for chunk in array.chunks:
+        data, offsets, valid = binary_parts(chunk)
+        payload = data.data
+        ends = np.where(valid, offsets[1:], offsets[:-1]).tolist()
+        views += [payload[lo:hi] for lo, hi in zip(offsets[:-1].tolist(), ends, strict=True)]
     return views
+
+
+def _flat(chosen: list[tuple[memoryview, memoryview]], run: slice) -> list[_Piece]:
+    """``pieces`` of views: the head and the value of each message of ``run``."""
+    return [part for pair in chosen[run] for part in pair]
 
 
 def _close(target: _Target) -> None:
@@ -471,11 +495,13 @@ def _close(target: _Target) -> None:
 
 
 def _content_order(
-    stream: I64, offset: pa.ChunkedArray, explicit: pa.ChunkedArray, data: pa.ChunkedArray
+    stream: I64, offset: pa.ChunkedArray, explicit: pa.ChunkedArray, content: pa.Table
 ) -> I64:
     """Row indices sorted by (stream, offset null first, partition null first, message
     bytes): numpy sorts the integer keys; only rows that tie on all of them (every row when
-    there is no ``offset`` column) are then sorted by their bytes, in one Arrow sort."""
+    there is no ``offset`` column) are then sorted by their bytes, in one Arrow sort.
+    ``content``: the messages (column ``m``), or their heads and values (``h``, ``v``),
+    which sort as the pair as their joined bytes do."""
     has_offset = offset.is_valid().to_numpy(zero_copy_only=False).astype(np.int64)
     offsets = pc.fill_null(offset, 0).to_numpy().astype(np.int64)
     partitions = pc.fill_null(explicit, -1).to_numpy().astype(np.int64)  # partitions >= 0
@@ -488,16 +514,22 @@ def _content_order(
     tied = size[group] > 1
     if not tied.any():
         return order
+    names = content.column_names
     if len(size) == 1:
-        # One group, every row tied: sort the bytes alone, where they are (no copy; much
-        # faster than a table sort). Rows of equal bytes may come in another order than
-        # through ``order``, which sends the same bytes.
-        whole: I64 = pc.sort_indices(data).to_numpy().astype(np.int64)
+        # One group, every row tied: sort the bytes alone, where they are (no copy; one
+        # column much faster than a table sort). Rows of equal bytes may come in another
+        # order than through ``order``, which sends the same bytes.
+        if len(names) == 1:
+            indices = pc.sort_indices(content.column(0))
+        else:
+            indices = pc.sort_indices(content, sort_keys=[(name, "ascending") for name in names])
+        whole: I64 = indices.to_numpy().astype(np.int64)
         return whole
     rows = order[tied]
-    table = pa.table({"g": group[tied], "m": data.take(pa.array(rows))})
-    within = pc.sort_indices(table, sort_keys=[("g", "ascending"), ("m", "ascending")])
-    within = within.to_numpy()
+    picked = content.take(pa.array(rows))
+    table = pa.table({"g": group[tied], **{name: picked.column(name) for name in names}})
+    by = [("g", "ascending"), *((name, "ascending") for name in names)]
+    within = pc.sort_indices(table, sort_keys=by).to_numpy()
     # The tied rows keep their groups' places; inside each group, byte order.
     order[np.flatnonzero(tied)] = rows[within]
     return order
