@@ -20,7 +20,8 @@ of records sent ends the leader's epoch), the HW sent noted. The wait and the an
   checks run again, and their follower's progress is recorded again: a caught-up follower
   stays caught up while it fetches);
 - after news or a wake it answers only the partitions with something to say (a HW not
-  due yet included, since an answer goes out anyway); after ``max_wait_ms`` the
+  due yet and a log start moved since its last answer included, since an answer goes
+  out anyway); after ``max_wait_ms`` the
   partitions with news and those not answered since they entered the session or changed,
   flagged ``POLL_ENDED`` (the others wait on in the session: an idle round is an empty
   answer); with ``max_wait_ms`` 0 every partition. A partition left out stays parked
@@ -229,7 +230,7 @@ async def _serve(
     arrived: set[int] = set()
     for part in req.partitions:
         index = part.slot
-        slots.pop(index, None)
+        was = slots.pop(index, None)
         try:
             check_holds_replica(streams, part.stream, part.partition)
             replica = streams.replica(part.stream, part.partition)
@@ -247,7 +248,9 @@ async def _serve(
         except (ApiError, StorageError) as exc:
             answers.append(_error(index, exc))
             continue
-        slots[index] = Slot(index, part, replica, follower)
+        slot = slots[index] = Slot(index, part, replica, follower)
+        if was is not None and was.replica is replica:
+            slot.log_start_sent = was.log_start_sent  # what this follower was last told
         arrived.add(index)
     for slot in [e for e in slots.values() if e.index not in arrived]:
         # Parked from the last request: this request is its follower's fetch again.
@@ -275,9 +278,11 @@ async def _serve(
     if not answer_all:
         due = [e for e in live if _has_news(e, parked_s) or (ended and e.fresh)]
         if due or answers or ended:
-            # An answer goes out: a HW not due yet rides along (no round of its own), so
-            # other partitions' records never hold it back past its delay.
-            due = [e for e in live if e in due or _hw_news(e, parked_s)]
+            # An answer goes out: a HW not due yet and a log start moved since it was last
+            # sent ride along (no round of their own), so other partitions' records never
+            # hold them back, and a purge reaches an idle follower within a long poll.
+            chosen = {e.index for e in due}
+            due = [e for e in live if e.index in chosen or _hw_news(e, parked_s) or _start_moved(e)]
         live = due  # the others have nothing new: they stay parked, their long polls go on
     if parked_s > 0.0:
         # Parked fetches answered now: their followers were caught up until now (a live
@@ -358,6 +363,13 @@ async def _fetched_again(streams: StreamManager, slot: Slot, poll_s: float) -> b
 
 def _has_news(e: Slot, parked_s: float) -> bool:
     return e.replica.closed or e.replica.replica_has_news(e.follower, e.part.offset, parked_s)
+
+
+def _start_moved(e: Slot) -> bool:
+    """The log start moved since ``e``'s last answer (a purge, retention); a slot not
+    answered yet is answered at the long poll's end anyway."""
+    sent = e.log_start_sent
+    return sent >= 0 and e.replica.log.log_start_offset != sent
 
 
 def _hw_news(e: Slot, parked_s: float) -> bool:
@@ -443,6 +455,7 @@ async def _answer(
         if read.records is not None:
             unread[e.index] = read.records
     state.note_hw_sent(e.follower, hw)
+    e.log_start_sent = log.log_start_offset
     if hops.ENABLED:
         hops.mark(f"rf.ans.{e.follower}.{'r' if e.index in unread else 'h'}")
     return ReplicaFetchAnswer(

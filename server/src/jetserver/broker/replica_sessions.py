@@ -55,6 +55,10 @@ class Slot:
     """Not answered since it entered the session or changed: the end of a long poll
     answers it (an answer without records is what clears a damaged replica), where it
     leaves a partition answered before out."""
+    log_start_sent: int = -1
+    """The log start offset the last answer for its slot carried (-1: none yet): one
+    that moved since (a purge, retention) rides along with the next answer that goes
+    out."""
 
 
 @attrs.define(eq=False)
