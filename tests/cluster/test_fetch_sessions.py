@@ -31,6 +31,7 @@ from nats.aio.msg import Msg
 
 from cluster.harness import Cluster, needs_cluster
 from cluster.metered import metered_cluster, per_leader, scrape
+from cluster.streams import create_replicated, produce_all
 from cluster.views import replica_logs, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
@@ -102,20 +103,8 @@ async def wait_sessions_parked(cluster: Cluster) -> None:
                 last, since = now, time.monotonic()
 
 
-async def produce_all(cluster: Cluster, stream: str, count: int) -> None:
-    async with (
-        Client(cluster.addresses, request_timeout=10.0) as client,
-        Producer(client, stream, ack=AckPolicy.ALL) as producer,
-    ):
-        for i in range(count):
-            await producer.send_soon(b"v%d" % i, key=b"k%d" % i)
-        await producer.flush()
-
-
 async def test_followers_share_one_session_per_leader_server(cluster: Cluster) -> None:
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("wide", "wide", partitions=PARTITIONS, replication_factor=3)
-    infos = [(await wait_full_isr(cluster, "wide", p, 3, BOUND_S))[0] for p in range(PARTITIONS)]
+    infos = [info for info, _ in await create_replicated(cluster, "wide", PARTITIONS, BOUND_S)]
     await produce_all(cluster, "wide", 10 * PARTITIONS)
     for p, info in enumerate(infos):
         _info, hw = await wait_caught_up(cluster, "wide", p, BOUND_S)
@@ -134,9 +123,7 @@ async def test_followers_share_one_session_per_leader_server(cluster: Cluster) -
 
 
 async def test_a_new_stream_joins_parked_sessions_at_once(cluster: Cluster) -> None:
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("parked", "parked", partitions=1, replication_factor=3)
-    await wait_full_isr(cluster, "parked", 0, 3, BOUND_S)
+    await create_replicated(cluster, "parked", 1, BOUND_S)
     await wait_sessions_parked(cluster)
     async with Client(cluster.addresses, request_timeout=30.0) as client:
         await client.create_stream("late", "late", partitions=3, replication_factor=3)
@@ -148,9 +135,7 @@ async def test_a_new_stream_joins_parked_sessions_at_once(cluster: Cluster) -> N
 
 
 async def test_a_session_answers_each_partition_on_its_own(cluster: Cluster) -> None:
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("direct", "direct", partitions=2, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "direct", 0, 3, BOUND_S)
+    (info, leader), _ = await create_replicated(cluster, "direct", 2, BOUND_S)
     await produce_all(cluster, "direct", 4)
     _info, hw = await wait_caught_up(cluster, "direct", 0, BOUND_S)
     follower = next(r for r in info.replicas if r != leader)
@@ -190,9 +175,7 @@ async def test_a_lone_partition_sends_its_fetches_from_its_own_task(cluster: Clu
     """Once the session's loop has dialed (the first request), a partition fetching alone
     sends each request and takes its answer in its own task, without the loop's round
     trip: every answer arrives, each request is one of its own."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("lone", "lone", partitions=1, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "lone", 0, 3, BOUND_S)
+    [(info, leader)] = await create_replicated(cluster, "lone", 1, BOUND_S)
     follower = next(r for r in info.replicas if r != leader)
     # Past the leader's end: answered at once, and the leader's view does not change.
     beyond = ReplicaFetchPartition(
@@ -220,9 +203,7 @@ async def test_a_partition_asking_during_another_ones_own_round_wakes_it(
     task) is parked at the leader wakes that round: it is answered at once, not when the
     long poll ends, and the parked partition goes on waiting in the session's next
     request."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("pair", "pair", partitions=4, replication_factor=3)
-    infos = [(await wait_full_isr(cluster, "pair", p, 3, BOUND_S))[0] for p in range(4)]
+    infos = [info for info, _ in await create_replicated(cluster, "pair", 4, BOUND_S)]
     # Four partitions on three servers: two of them have the same leader.
     p, q = next(
         (i, j) for i in range(4) for j in range(i + 1, 4) if infos[i].leader == infos[j].leader
@@ -284,9 +265,7 @@ async def test_an_answer_carries_every_partition_s_records_as_stored(cluster: Cl
     are the bytes the leader's files hold (as a consumer's Fetch reads them), the last
     answer's sent from its file (sendfile) after the rest of the frame, the first's read
     and joined into it."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("slices", "slices", partitions=4, replication_factor=3)
-    infos = [await wait_full_isr(cluster, "slices", p, 3, BOUND_S) for p in range(4)]
+    infos = await create_replicated(cluster, "slices", 4, BOUND_S)
     await produce_all(cluster, "slices", 80)
     by_leader: dict[str, list[int]] = {}
     for p, (_info, leader) in enumerate(infos):
@@ -329,9 +308,7 @@ async def test_a_follower_fetch_is_refused_replica_fetch_is_the_one_follower_pat
     """A Fetch with a follower's ``replica_id`` at the leader is refused (INVALID_ARGUMENT,
     field ``replica_id``) instead of being served up to the LEO as a follower's fetch, and
     it does not change the leader's view of that follower."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("asfollower", "asfollower", partitions=1, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "asfollower", 0, 3, BOUND_S)
+    [(info, leader)] = await create_replicated(cluster, "asfollower", 1, BOUND_S)
     await produce_all(cluster, "asfollower", 1)
     follower = next(r for r in info.replicas if r != leader)
     req = FetchRequest(
@@ -353,9 +330,7 @@ async def test_a_session_dials_again_when_its_idle_connection_broke(cluster: Clu
     """A session whose connection broke while no partition fetched (its leader restarted)
     dials again for the next request of any kind (here OffsetForLeaderEpoch, which a
     follower sends first after an election)."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("redial", "redial", partitions=1, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "redial", 0, 3, BOUND_S)
+    [(info, leader)] = await create_replicated(cluster, "redial", 1, BOUND_S)
     follower = next(r for r in info.replicas if r != leader)
     ask = {
         "stream": "redial",
@@ -469,9 +444,7 @@ async def test_a_lagging_follower_catches_up_in_few_large_fetches(cluster: Clust
     """A follower 6 MiB behind takes it in rounds of up to ``replication.fetch_max_bytes``
     (4 MiB by default): the answer its parked request got (the first record), then two
     rounds, then the HW; with 1 MiB fetches it took six rounds for the records alone."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("catchup", "catchup", partitions=1, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "catchup", 0, 3, BOUND_S)
+    [(info, leader)] = await create_replicated(cluster, "catchup", 1, BOUND_S)
     await wait_caught_up(cluster, "catchup", 0, BOUND_S)
     follower = next(r for r in info.replicas if r != leader)
     leader_address = cluster.server(leader).address

@@ -26,7 +26,8 @@ import pytest
 
 from cluster.harness import Cluster, needs_cluster
 from cluster.metered import metered_cluster, per_leader
-from cluster.views import partition_view, wait_caught_up, wait_full_isr
+from cluster.streams import create_replicated
+from cluster.views import partition_view, wait_caught_up
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.frames import Api
@@ -103,9 +104,7 @@ async def follower_hws(cluster: Cluster, stream: str, followers: list[str]) -> d
 
 
 async def test_one_message_at_a_time_costs_each_follower_one_answer(cluster: Cluster) -> None:
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("steady", "steady", partitions=1, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "steady", 0, 3, BOUND_S)
+    [(info, leader)] = await create_replicated(cluster, "steady", 1, BOUND_S)
     followers = [r for r in info.replicas if r != leader]
     address = cluster.server(leader).address
     async with (
@@ -128,9 +127,7 @@ async def test_one_message_at_a_time_costs_each_follower_one_answer(cluster: Clu
 
 
 async def test_a_follower_s_hw_catches_up_without_further_records(cluster: Cluster) -> None:
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("quiet", "quiet", partitions=1, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "quiet", 0, 3, BOUND_S)
+    [(info, leader)] = await create_replicated(cluster, "quiet", 1, BOUND_S)
     followers = [r for r in info.replicas if r != leader]
     async with (
         Client(cluster.addresses, request_timeout=10.0) as client,
@@ -155,11 +152,10 @@ async def test_a_busy_partition_does_not_hold_back_a_quiet_one_s_hw(cluster: Clu
     records keep answering the session's requests, the other's HW rides along with them
     (it would otherwise wait for a request parked its full delay: never, while the busy one
     answers every few milliseconds)."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("pair", "pair", partitions=PAIR_PARTITIONS, replication_factor=3)
     by_leader: dict[str, list[int]] = {}
-    for p in range(PAIR_PARTITIONS):
-        _info, leader = await wait_full_isr(cluster, "pair", p, 3, BOUND_S)
+    for p, (_info, leader) in enumerate(
+        await create_replicated(cluster, "pair", PAIR_PARTITIONS, BOUND_S)
+    ):
         by_leader.setdefault(leader, []).append(p)
     leader, (quiet, busy, *_) = next((s, ps) for s, ps in by_leader.items() if len(ps) >= 2)
     followers = [s.server_id for s in cluster.servers if s.server_id != leader]
@@ -202,9 +198,7 @@ async def test_a_wake_that_came_first_still_ends_the_next_request_at_once(
     """A session's wake that finds no parked request is remembered: its next request, with
     nothing new for its partition, is answered at once (empty), not after its long poll
     (the wait's loop must not trade the woken event for a fresh one)."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("early", "early", partitions=1, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "early", 0, 3, BOUND_S)
+    [(info, leader)] = await create_replicated(cluster, "early", 1, BOUND_S)
     async with (
         Client(cluster.addresses, request_timeout=10.0) as client,
         Producer(client, "early", ack=AckPolicy.ALL) as producer,

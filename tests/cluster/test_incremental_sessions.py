@@ -28,9 +28,9 @@ import pytest
 
 from cluster.harness import Cluster, needs_cluster
 from cluster.metered import metered_cluster, per_leader
+from cluster.streams import create_replicated, produce_all
 from cluster.views import partition_info, wait_caught_up, wait_full_isr
-from jetsdk import Client, Producer
-from jetsdk.codec.error_codes import AckPolicy, ErrorCode
+from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.replica_fetch import ReplicaFetchAnswer, ReplicaFetchPartition
 from jetserver.replication import ReplicationConfig
 from jetserver.replication.session import FetchSession
@@ -67,21 +67,8 @@ def totals(cluster: Cluster, metric: str) -> int:
     )
 
 
-async def produce_all(cluster: Cluster, stream: str, count: int) -> None:
-    async with (
-        Client(cluster.addresses, request_timeout=10.0) as client,
-        Producer(client, stream, ack=AckPolicy.ALL) as producer,
-    ):
-        for i in range(count):
-            await producer.send_soon(b"v%d" % i, key=b"k%d" % i)
-        await producer.flush()
-
-
 async def wide_stream(cluster: Cluster, name: str) -> None:
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream(name, name, partitions=PARTITIONS, replication_factor=3)
-    for p in range(PARTITIONS):
-        await wait_full_isr(cluster, name, p, 3, BOUND_S)
+    await create_replicated(cluster, name, PARTITIONS, BOUND_S)
     await produce_all(cluster, name, PARTITIONS * 2)
     for p in range(PARTITIONS):
         await wait_caught_up(cluster, name, p, BOUND_S)
@@ -130,9 +117,7 @@ async def test_idle_caught_up_followers_stay_in_the_isr(cluster: Cluster) -> Non
 async def test_a_session_lost_at_the_leader_is_sent_again_in_full(cluster: Cluster) -> None:
     """Another session with the same id moves the leader's session on: the first one's
     next incremental request is refused with FETCH_SESSION_LOST and sent again in full."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("lost", "lost", partitions=1, replication_factor=3)
-    info, leader = await wait_full_isr(cluster, "lost", 0, 3, BOUND_S)
+    [(info, leader)] = await create_replicated(cluster, "lost", 1, BOUND_S)
     await produce_all(cluster, "lost", 3)
     _info, hw = await wait_caught_up(cluster, "lost", 0, BOUND_S)
     follower = next(r for r in info.replicas if r != leader)

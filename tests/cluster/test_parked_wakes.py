@@ -21,7 +21,8 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster
-from cluster.views import wait_caught_up, wait_full_isr
+from cluster.streams import create_replicated
+from cluster.views import wait_caught_up
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 
@@ -63,9 +64,7 @@ async def test_a_parked_replica_fetch_wakes_only_for_news_it_answers(
     traced: tuple[Cluster, Path],
 ) -> None:
     cluster, prefix = traced
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream("wakes", "wakes", partitions=1, replication_factor=3)
-    _info, leader = await wait_full_isr(cluster, "wakes", 0, 3, BOUND_S)
+    [(_info, leader)] = await create_replicated(cluster, "wakes", 1, BOUND_S)
     async with (
         Client(cluster.addresses, request_timeout=10.0) as client,
         Producer(client, "wakes", ack=AckPolicy.ALL) as producer,

@@ -22,7 +22,8 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster
-from cluster.views import wait_caught_up, wait_full_isr
+from cluster.streams import create_replicated
+from cluster.views import wait_caught_up
 from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 
@@ -57,9 +58,7 @@ async def _leader_marks(
 ) -> list[str]:
     """Send ``MESSAGES`` ack ALL messages one at a time, then ``pipelined`` at once, to a
     new RF 3 stream; check their offsets; stop its leader: its marks."""
-    async with Client(cluster.addresses, request_timeout=30.0) as client:
-        await client.create_stream(stream, stream, partitions=1, replication_factor=3)
-    _info, leader = await wait_full_isr(cluster, stream, 0, 3, BOUND_S)
+    [(_info, leader)] = await create_replicated(cluster, stream, 1, BOUND_S)
     async with (
         Client(cluster.addresses, request_timeout=10.0) as client,
         Producer(client, stream, ack=AckPolicy.ALL, max_in_flight=4) as producer,
