@@ -53,7 +53,7 @@ from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from support.control_plane import RecordingControl
 from support.fetchers import FAST_FETCH, follower_fetcher, session_to
-from support.frames_in import frames_from
+from support.frames_in import frames_from, replica_fetch_reply, replica_fetches
 
 pytestmark = pytest.mark.anyio
 
@@ -87,24 +87,15 @@ async def serve_leader(listener: anyio.abc.SocketListener, answer_streams: set[s
 
     async def handle(conn: anyio.abc.SocketStream) -> None:
         async with conn, anyio.create_task_group() as tg:
-            async for frame in frames_from(conn):
-                if frame.api != Api.REPLICA_FETCH or not answer_streams:
-                    continue
-                req = decode_replica_fetch_request(frame.body)
-                if req.wake:
+            async for frame, req in replica_fetches(conn):
+                if not answer_streams:
                     continue
                 answers = [
                     ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
                     for i, p in enumerate(req.partitions)
                     if p.stream in answer_streams
                 ]
-                reply = encode_frame(
-                    frame.api,
-                    frame.correlation_id,
-                    encode_replica_fetch_response(answers),
-                    flags=FLAG_RESPONSE,
-                )
-
+                reply = replica_fetch_reply(frame, answers)
                 tg.start_soon(answer_later, conn, req.max_wait_ms / 1000, reply)
 
     await listener.serve(handle)
@@ -124,22 +115,14 @@ async def serve_busy_leader(listener: anyio.abc.SocketListener) -> None:
                 await conn.send(reply)
 
         async with conn, anyio.create_task_group() as tg:
-            async for frame in frames_from(conn):
-                req = decode_replica_fetch_request(frame.body)
-                if frame.api != Api.REPLICA_FETCH or req.wake:
-                    continue
+            async for frame, req in replica_fetches(conn):
                 late = req.max_wait_ms == 0
                 answers = [
                     ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
                     for i in range(len(req.partitions))
                     if late
                 ]
-                reply = encode_frame(
-                    frame.api,
-                    frame.correlation_id,
-                    encode_replica_fetch_response(answers),
-                    flags=FLAG_RESPONSE,
-                )
+                reply = replica_fetch_reply(frame, answers)
                 tg.start_soon(answer, 2 * CONFIG.request_slack_s if late else 0.01, reply)
 
     await listener.serve(handle)

@@ -17,19 +17,16 @@ import anyio
 import anyio.abc
 import pytest
 
-from jetsdk.codec.frames import FLAG_RESPONSE, Api, encode_frame
 from jetsdk.codec.record import encode_body, frame_body
 from jetsdk.codec.replica_fetch import (
     ReplicaFetchAnswer,
-    decode_replica_fetch_request,
-    encode_replica_fetch_response,
 )
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
 from jetserver.testing import wait_until_async
 from support.fetchers import follower_fetcher, session_to
-from support.frames_in import frames_from
+from support.frames_in import replica_fetch_reply, replica_fetches
 
 pytestmark = pytest.mark.anyio
 
@@ -45,18 +42,12 @@ async def test_a_stopped_fetcher_appends_nothing_and_ends(tmp_path: Path) -> Non
     async def serve(listener: anyio.abc.SocketListener) -> None:
         async def handle(conn: anyio.abc.SocketStream) -> None:
             async with conn:
-                async for frame in frames_from(conn):
-                    req = decode_replica_fetch_request(frame.body)
-                    if frame.api != Api.REPLICA_FETCH or req.wake:
-                        continue
+                async for frame, _req in replica_fetches(conn):
                     asked.set()
                     await release.wait()  # answered once the fetcher was stopped
                     record = frame_body(0, 5, 0, encode_body(b"x"))
                     answer = ReplicaFetchAnswer(0, 0, hw=1, log_start=0, leo=1, records=record)
-                    reply = encode_replica_fetch_response([answer])
-                    await conn.send(
-                        encode_frame(frame.api, frame.correlation_id, reply, flags=FLAG_RESPONSE)
-                    )
+                    await conn.send(replica_fetch_reply(frame, [answer]))
 
         await listener.serve(handle)
 

@@ -22,16 +22,13 @@ import anyio.abc
 import pytest
 
 from jetsdk.codec.error_codes import ErrorCode
-from jetsdk.codec.frames import FLAG_RESPONSE, Api, encode_frame
 from jetsdk.codec.replica_fetch import (
     ReplicaFetchAnswer,
-    decode_replica_fetch_request,
-    encode_replica_fetch_response,
 )
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
 from support.fetchers import FAST_FETCH, follower_fetcher, session_to
-from support.frames_in import frames_from
+from support.frames_in import replica_fetch_reply, replica_fetches
 
 pytestmark = pytest.mark.anyio
 
@@ -47,20 +44,14 @@ async def serve_unavailable(listener: anyio.abc.SocketListener) -> None:
 
     async def handle(conn: anyio.abc.SocketStream) -> None:
         async with conn:
-            async for frame in frames_from(conn):
-                req = decode_replica_fetch_request(frame.body)
-                if frame.api != Api.REPLICA_FETCH or req.wake:
-                    continue
+            async for frame, req in replica_fetches(conn):
                 answers = [
                     ReplicaFetchAnswer(
                         i, int(ErrorCode.UNAVAILABLE), -1, -1, -1, "not open on this server"
                     )
                     for i in range(len(req.partitions))
                 ]
-                body = encode_replica_fetch_response(answers)
-                await conn.send(
-                    encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE)
-                )
+                await conn.send(replica_fetch_reply(frame, answers))
 
     await listener.serve(handle)
 

@@ -20,17 +20,14 @@ import anyio
 import anyio.abc
 import pytest
 
-from jetsdk.codec.frames import FLAG_RESPONSE, encode_frame
 from jetsdk.codec.replica_fetch import (
     ReplicaFetchAnswer,
     ReplicaFetchPartition,
-    decode_replica_fetch_request,
-    encode_replica_fetch_response,
 )
 from jetsdk.errors import ClientClosed, Timeout
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.session import FetchSession
-from support.frames_in import frames_from
+from support.frames_in import frames_from, replica_fetch_reply, replica_fetches
 
 pytestmark = pytest.mark.anyio
 
@@ -136,19 +133,13 @@ async def _answer_late(listener: anyio.abc.SocketListener) -> None:
 
     async def handle(conn: anyio.abc.SocketStream) -> None:
         async with conn:
-            async for frame in frames_from(conn):
-                req = decode_replica_fetch_request(frame.body)
-                if req.wake:
-                    continue
+            async for frame, req in replica_fetches(conn):
                 await anyio.sleep(LATE_S)  # (the leader's delay, not a synchronisation)
                 answers = [
                     ReplicaFetchAnswer(i, 0, hw=0, log_start=0, leo=0)
                     for i in range(len(req.partitions))
                 ]
-                body = encode_replica_fetch_response(answers)
-                await conn.send(
-                    encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE)
-                )
+                await conn.send(replica_fetch_reply(frame, answers))
 
     await listener.serve(handle)
 
