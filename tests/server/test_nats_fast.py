@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import attrs
 import nats
 import pytest
 from hypothesis import example, given, settings
@@ -146,6 +148,43 @@ async def _probe(nc: Any, subject: str, heard: anyio.Event) -> None:
             await nc.flush()
             with anyio.move_on_after(0.1):
                 await heard.wait()
+
+
+@attrs.define(eq=False)
+class _Watch:
+    """What a watcher subscribed to ``<prefix>.>`` received: the payloads, in order, and
+    an event set once ``count`` arrived."""
+
+    prefix: str
+    count: int
+    payloads: list[bytes] = attrs.Factory(list)
+    all_in: anyio.Event = attrs.Factory(anyio.Event)
+    heard: anyio.Event = attrs.Factory(anyio.Event)
+    """Set at the first ``<prefix>.probe`` (not counted among the payloads)."""
+
+    async def on_msg(self, msg: Msg) -> None:
+        if msg.subject == f"{self.prefix}.probe":
+            self.heard.set()
+            return
+        self.payloads.append(msg.data)
+        if len(self.payloads) == self.count:
+            self.all_in.set()
+
+
+@asynccontextmanager
+async def _watching(url: str, prefix: str, count: int, sender: Any) -> AsyncIterator[_Watch]:
+    """A watcher on its own NATS connection to ``url``, subscribed to ``<prefix>.>``,
+    once what ``sender`` (a nats-py connection) publishes is known to reach it
+    (:func:`_probe`); closed on exit."""
+    watch = _Watch(prefix, count)
+    nc = await nats.connect(url)
+    try:
+        await nc.subscribe(f"{prefix}.>", cb=watch.on_msg)
+        await nc.flush()
+        await _probe(sender, f"{prefix}.probe", watch.heard)
+        yield watch
+    finally:
+        await nc.close()
 
 
 def _is_marked(call: tuple[Any, ...]) -> bool:
@@ -546,27 +585,7 @@ async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher
     flusher task is not woken (a task step per Produce request at light load), and the
     order holds across turns and with nats-py's own publishes."""
     nc = link.client
-    got: list[bytes] = []
-    done = anyio.Event()
-
-    heard = anyio.Event()
-
-    async def handler(msg: Msg) -> None:
-        if msg.subject == "w.probe":
-            heard.set()
-            return
-        got.append(msg.data)
-        if len(got) == 31:
-            done.set()
-
-    watcher = await nats.connect(nats_server.url)
-    try:
-        await watcher.subscribe("w.>", cb=handler)
-        await watcher.flush()
-        # The watcher's flush does not always mean the link's messages reach it yet: on a
-        # loaded machine, in about 1 run of 15 (plain nats-py clients too, measured), the
-        # first messages after it never arrived. Probe through the link until one does.
-        await _probe(nc, "w.probe", heard)
+    async with _watching(nats_server.url, "w", 31, nc) as watch:
         kicks = [0]
         real_put = nc._flush_queue.put_nowait
 
@@ -585,10 +604,8 @@ async def test_publish_many_writes_in_a_loop_callback_without_waking_the_flusher
         await nc.publish("w.end", b"30")  # nats-py's own path still works after ours
         await nc.flush()
         with anyio.fail_after(10):
-            await done.wait()
-    finally:
-        await watcher.close()
-    assert got == [b"%d" % i for i in range(31)]
+            await watch.all_in.wait()
+    assert watch.payloads == [b"%d" % i for i in range(31)]
 
 
 @pytest.mark.anyio
@@ -598,23 +615,8 @@ async def test_one_copy_a_turn_goes_at_once_and_the_rest_at_its_end_in_order(
     """A stored copy written to the socket at once (NatsLink.send_stored_copy) keeps the
     order of publishes and one write per loop turn under load: after it, the turn's other
     publishes on that connection wait for the turn's end, together."""
-    seen: list[bytes] = []
-    got = anyio.Event()
-    heard = anyio.Event()
-
-    async def on_msg(msg: Msg) -> None:
-        if msg.subject == "c.probe":
-            heard.set()
-            return
-        seen.append(msg.data)
-        if len(seen) == 5:
-            got.set()
-
-    nc = await nats.connect(nats_server.url)
-    try:
-        await nc.subscribe("c.>", cb=on_msg)
-        await nc.flush()
-        await _probe(link._ingest_nc, "c.probe", heard)  # the copies' connection
+    # Watched through the copies' connection.
+    async with _watching(nats_server.url, "c", 5, link._ingest_nc) as watch:
         header = stored_header_block("c", 0)
         owner = object()
         # The subject's bytes are cached by a first publish (the general path).
@@ -635,7 +637,5 @@ async def test_one_copy_a_turn_goes_at_once_and_the_rest_at_its_end_in_order(
         assert ingest._pending_data_size > 0  # p2 waits for the turn's end
         await link.publish_stored_copies([("c.x", b"p3"), ("c.x", b"p4")], header, owner)
         with anyio.fail_after(10):
-            await got.wait()
-    finally:
-        await nc.close()
-    assert seen == [b"p0", b"p1", b"p2", b"p3", b"p4"]
+            await watch.all_in.wait()
+    assert watch.payloads == [b"p0", b"p1", b"p2", b"p3", b"p4"]
