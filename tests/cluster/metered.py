@@ -2,6 +2,7 @@
 
 with metered_cluster(root, settings) as (cluster, ports):   # server id -> metrics port
     per_leader(ports["s2"], "jet_fetch_session_requests_total")
+    per_leader(metrics_port(cluster, "s2"), "jet_fetch_session_requests_total")  # the same
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ def metered_cluster(
     env = {sid: {"JET_METRICS_PORT": str(port)} for sid, port in ports.items()}
     with Cluster(root=root, size=size, settings=settings, server_env=env, ports=planned) as cluster:
         yield cluster, ports
+
+
+def metrics_port(cluster: Cluster, server_id: str) -> int:
+    """The metrics port of ``server_id`` in a cluster :func:`metered_cluster` started."""
+    return int(cluster.server_env[server_id]["JET_METRICS_PORT"])
 
 
 def scrape(port: int) -> str:

@@ -30,7 +30,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from cluster.harness import Cluster, needs_cluster
-from cluster.metered import metered_cluster, per_leader, scrape
+from cluster.metered import metered_cluster, metrics_port, per_leader, scrape
 from cluster.streams import create_replicated, produce_all
 from cluster.views import replica_logs, wait_caught_up, wait_full_isr
 from jetsdk import Client, Producer
@@ -59,21 +59,18 @@ BOUND_S = 30.0
 """Bound on any cluster-side change."""
 PARTITIONS = 12
 """Partitions of the wide stream."""
-METRICS_PORTS: dict[str, int] = {}
-"""Server id -> its metrics port (set by the cluster fixture)."""
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     settings = {"replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S}}
-    with metered_cluster(tmp_path_factory.mktemp("sessions"), settings) as (c, ports):
-        METRICS_PORTS.update(ports)
+    with metered_cluster(tmp_path_factory.mktemp("sessions"), settings) as (c, _ports):
         yield c
 
 
-def session_partitions(server_id: str) -> dict[str, int]:
+def session_partitions(cluster: Cluster, server_id: str) -> dict[str, int]:
     """leader address -> follower replicas using the session (from the server's metrics)."""
-    return per_leader(METRICS_PORTS[server_id], "jet_fetch_session_partitions")
+    return per_leader(metrics_port(cluster, server_id), "jet_fetch_session_partitions")
 
 
 PARKED_AFTER_S = 0.3
@@ -81,9 +78,9 @@ PARKED_AFTER_S = 0.3
 news at once, a parked one after FETCH_MAX_WAIT_S)."""
 
 
-def session_requests(server_id: str) -> dict[str, int]:
+def session_requests(cluster: Cluster, server_id: str) -> dict[str, int]:
     """leader address -> ReplicaFetch requests answered (from the server's metrics)."""
-    return per_leader(METRICS_PORTS[server_id], "jet_fetch_session_requests_total")
+    return per_leader(metrics_port(cluster, server_id), "jet_fetch_session_requests_total")
 
 
 async def wait_sessions_parked(cluster: Cluster) -> None:
@@ -91,7 +88,7 @@ async def wait_sessions_parked(cluster: Cluster) -> None:
     count of answered requests moved for PARKED_AFTER_S."""
 
     def counts() -> list[dict[str, int]]:
-        return [session_requests(s.server_id) for s in cluster.servers]
+        return [session_requests(cluster, s.server_id) for s in cluster.servers]
 
     with anyio.fail_after(BOUND_S):
         last = await anyio.to_thread.run_sync(counts)
@@ -118,7 +115,7 @@ async def test_followers_share_one_session_per_leader_server(cluster: Cluster) -
                 assert info.leader is not None
                 followed[address[info.leader]] = followed.get(address[info.leader], 0) + 1
         # One session per leader server, used by every partition followed from it.
-        seen = await anyio.to_thread.run_sync(session_partitions, server.server_id)
+        seen = await anyio.to_thread.run_sync(session_partitions, cluster, server.server_id)
         assert {a: n for a, n in seen.items() if n} == followed
 
 
@@ -406,7 +403,7 @@ async def test_replicated_all_acked_produce_is_appended_by_the_leader_directly(
     finally:
         await nc.close()
     assert took < FETCH_MAX_WAIT_S / 2, "a follower's fetch waited for its timeout"
-    direct = await anyio.to_thread.run_sync(direct_count, leader, "viadirect")
+    direct = await anyio.to_thread.run_sync(direct_count, cluster, leader, "viadirect")
     assert direct == 5  # the ALL-acked ones
     assert sorted(_value(data) for data, _h in seen) == sorted(
         [b"all-%d" % i for i in range(5)] + [b"leader-%d" % i for i in range(5)]
@@ -427,9 +424,9 @@ def _value(envelope: bytes) -> bytes:
     return message.value
 
 
-def direct_count(server_id: str, stream: str) -> int:
+def direct_count(cluster: Cluster, server_id: str, stream: str) -> int:
     """jet_partition_produce_direct_total of ``stream``/0 on ``server_id``."""
-    text = scrape(METRICS_PORTS[server_id])
+    text = scrape(metrics_port(cluster, server_id))
     pattern = rf'^jet_partition_produce_direct_total\{{stream="{stream}",partition="0"\}} (\d+)$'
     found = re.search(pattern, text, re.M)
     assert found is not None
@@ -448,7 +445,9 @@ async def test_a_lagging_follower_catches_up_in_few_large_fetches(cluster: Clust
     await wait_caught_up(cluster, "catchup", 0, BOUND_S)
     follower = next(r for r in info.replicas if r != leader)
     leader_address = cluster.server(leader).address
-    before = (await anyio.to_thread.run_sync(session_requests, follower)).get(leader_address, 0)
+    before = (await anyio.to_thread.run_sync(session_requests, cluster, follower)).get(
+        leader_address, 0
+    )
     cluster.server(follower).pause()
     try:
         async with (
@@ -463,5 +462,5 @@ async def test_a_lagging_follower_catches_up_in_few_large_fetches(cluster: Clust
         cluster.server(follower).resume()
     _info, hw = await wait_caught_up(cluster, "catchup", 0, BOUND_S)
     assert hw == CATCH_UP_VALUES
-    after = (await anyio.to_thread.run_sync(session_requests, follower))[leader_address]
+    after = (await anyio.to_thread.run_sync(session_requests, cluster, follower))[leader_address]
     assert after - before <= 6

@@ -25,7 +25,7 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster
-from cluster.metered import metered_cluster, per_leader
+from cluster.metered import metered_cluster, metrics_port, per_leader
 from cluster.streams import create_replicated
 from cluster.views import partition_view, wait_caught_up
 from jetsdk import Client, Producer
@@ -72,8 +72,6 @@ EARLY_SESSION = 991
 """Session id of the raw requests (no follower server uses it: theirs are random)."""
 EARLY_WAIT_MS = 10_000
 """Long poll of the raw request that a remembered wake must end at once."""
-METRICS_PORTS: dict[str, int] = {}
-"""Server id -> its metrics port (set by the cluster fixture)."""
 
 
 @pytest.fixture(scope="module")
@@ -81,15 +79,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     settings = {
         "replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S, "hw_news_delay_s": HW_NEWS_DELAY_S}
     }
-    with metered_cluster(tmp_path_factory.mktemp("hwnews"), settings) as (c, ports):
-        METRICS_PORTS.update(ports)
+    with metered_cluster(tmp_path_factory.mktemp("hwnews"), settings) as (c, _ports):
         yield c
 
 
-def answered_from(server_id: str, leader_address: str) -> int:
+def answered_from(cluster: Cluster, server_id: str, leader_address: str) -> int:
     """ReplicaFetch requests of ``server_id``'s session to the leader that were answered
     (the follower's metric ``jet_fetch_session_requests_total``)."""
-    return per_leader(METRICS_PORTS[server_id], "jet_fetch_session_requests_total").get(
+    return per_leader(metrics_port(cluster, server_id), "jet_fetch_session_requests_total").get(
         leader_address, 0
     )
 
@@ -113,11 +110,15 @@ async def test_one_message_at_a_time_costs_each_follower_one_answer(cluster: Clu
     ):
         await producer.send(b"first")  # sessions dialed, the partition in them
         await wait_caught_up(cluster, "steady", 0, BOUND_S)
-        before = {f: await anyio.to_thread.run_sync(answered_from, f, address) for f in followers}
+        before = {
+            f: await anyio.to_thread.run_sync(answered_from, cluster, f, address) for f in followers
+        }
         with anyio.fail_after(BOUND_S):
             for i in range(MESSAGES):
                 await producer.send(b"m%d" % i)
-        after = {f: await anyio.to_thread.run_sync(answered_from, f, address) for f in followers}
+        after = {
+            f: await anyio.to_thread.run_sync(answered_from, cluster, f, address) for f in followers
+        }
     answers = {f: after[f] - before[f] for f in followers}
     # One answer per message (its records) plus the last message's HW on its own; a
     # message that waits past the delay on a loaded machine costs one more. Before, every

@@ -27,7 +27,7 @@ import anyio
 import pytest
 
 from cluster.harness import Cluster, needs_cluster
-from cluster.metered import metered_cluster, per_leader
+from cluster.metered import metered_cluster, metrics_port, per_leader
 from cluster.streams import create_replicated, produce_all
 from cluster.views import partition_info, wait_caught_up, wait_full_isr
 from jetsdk.codec.error_codes import ErrorCode
@@ -46,8 +46,6 @@ IDLE_S = 4.0
 BOUND_S = 30.0
 """Bound on any cluster-side change."""
 PARTITIONS = 12
-METRICS_PORTS: dict[str, int] = {}
-"""Server id -> its metrics port (set by the cluster fixture)."""
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +53,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     settings = {
         "replication": {"fetch_max_wait_s": FETCH_MAX_WAIT_S, "replica_lag_max_s": LAG_MAX_S}
     }
-    with metered_cluster(tmp_path_factory.mktemp("incremental"), settings) as (c, ports):
-        METRICS_PORTS.update(ports)
+    with metered_cluster(tmp_path_factory.mktemp("incremental"), settings) as (c, _ports):
         yield c
 
 
 def totals(cluster: Cluster, metric: str) -> int:
     """``metric`` summed over every server's sessions."""
     return sum(
-        sum(per_leader(METRICS_PORTS[s.server_id], metric).values()) for s in cluster.servers
+        sum(per_leader(metrics_port(cluster, s.server_id), metric).values())
+        for s in cluster.servers
     )
 
 
