@@ -52,7 +52,7 @@ from jetserver.replication.follower import NotLeaderRun
 from jetserver.replication.session import FetchSession
 from jetserver.storage import Log
 from support.control_plane import RecordingControl
-from support.fetchers import FAST_FETCH, follower_fetcher, session_to
+from support.fetchers import FAST_FETCH, follower_fetcher, ignore_hw, session_to
 from support.frames_in import frames_from, replica_fetch_reply, replica_fetches
 
 pytestmark = pytest.mark.anyio
@@ -176,7 +176,7 @@ def stuck_follower(
         port,
         log_,
         config,
-        on_hw=_ignore_hw,
+        on_hw=ignore_hw,
         controller=reports,
         server_down=reports.server_down,
         server_down_event=reports.server_down_event,
@@ -223,10 +223,6 @@ async def follow(
         tg.cancel_scope.cancel()
     log_.close()
     return reports, fetcher, session
-
-
-async def _ignore_hw(hw: int) -> None:
-    return None
 
 
 async def test_a_session_left_unanswered_is_not_reported_by_its_partitions(

@@ -20,7 +20,7 @@ from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
 from jetserver.testing.jet_process import free_ports
 from support.control_plane import RecordingControl
-from support.fetchers import FAST_FETCH, follower_fetcher
+from support.fetchers import FAST_FETCH, follower_fetcher, ignore_hw
 
 pytestmark = pytest.mark.anyio
 
@@ -46,10 +46,6 @@ class Liveness(RecordingControl):
         return self.up
 
 
-async def _noop_hw(_hw: int) -> None:
-    return None
-
-
 async def test_a_follower_of_a_down_leader_waits_for_it_to_answer_again(tmp_path: Path) -> None:
     control = Liveness()
     (port,) = free_ports(1)  # nothing listens there: every connection is refused
@@ -60,7 +56,7 @@ async def test_a_follower_of_a_down_leader_waits_for_it_to_answer_again(tmp_path
         port,
         log_,
         CONFIG,
-        on_hw=_noop_hw,
+        on_hw=ignore_hw,
         controller=control,
         server_down=control.server_down,
         server_up_event=control.server_up_event,

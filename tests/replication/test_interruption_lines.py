@@ -27,7 +27,7 @@ from jetsdk.codec.replica_fetch import (
 )
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.storage import Log
-from support.fetchers import FAST_FETCH, follower_fetcher, session_to
+from support.fetchers import FAST_FETCH, follower_fetcher, ignore_hw, session_to
 from support.frames_in import replica_fetch_reply, replica_fetches
 
 pytestmark = pytest.mark.anyio
@@ -83,10 +83,6 @@ class _Failing(FollowerFetcher):
             self.failed.set()
 
 
-async def _ignore_hw(hw: int) -> None:
-    pass
-
-
 async def test_followers_of_one_leader_log_an_interruption_once(tmp_path: Path) -> None:
     logger = logging.getLogger("jetserver.replication.fetcher")
     lines = _Lines()
@@ -104,7 +100,7 @@ async def test_followers_of_one_leader_log_an_interruption_once(tmp_path: Path) 
                     port,
                     Log.open(tmp_path / f"p{i}-0"),
                     FAST_FETCH,
-                    on_hw=_ignore_hw,
+                    on_hw=ignore_hw,
                     session=s,
                 )
                 f.failed = anyio.Event()

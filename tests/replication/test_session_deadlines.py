@@ -27,6 +27,7 @@ from jetsdk.codec.replica_fetch import (
 from jetsdk.errors import ClientClosed, Timeout
 from jetserver.replication.config import ReplicationConfig
 from jetserver.replication.session import FetchSession
+from support.fetchers import session_to
 from support.frames_in import frames_from, replica_fetch_reply, replica_fetches
 
 pytestmark = pytest.mark.anyio
@@ -55,15 +56,7 @@ def _part(stream: str) -> ReplicaFetchPartition:
 
 async def test_waiting_fetches_end_at_their_own_bounds_in_order() -> None:
     ended: list[tuple[str, float, type[BaseException]]] = []
-    async with (
-        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
-        anyio.create_task_group() as tg,
-    ):
-        tg.start_soon(_never_answer, listener)
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        session = FetchSession(f"127.0.0.1:{port}", CONFIG)
-        session.users = 3
-        tg.start_soon(session.run)
+    async with session_to(_never_answer, CONFIG, users=3) as (tg, _port, session):
         started = anyio.current_time()
 
         async def fetch(stream: str, bound_s: float) -> None:

@@ -27,6 +27,10 @@ FAST_FETCH = ReplicationConfig(
 times out after 0.2 s, and the leader counts as silent after 0.2 s."""
 
 
+async def ignore_hw(_hw: int) -> None:
+    """An ``on_hw`` for a fetcher whose HW the test does not look at."""
+
+
 def follower_fetcher(
     cls: type[F],
     stream: str,
