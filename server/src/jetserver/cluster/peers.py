@@ -20,11 +20,11 @@ import anyio.abc
 import attrs
 
 from jetsdk._version import PROTOCOL_VERSION
-from jetsdk.codec.errors import CodecError
+from jetsdk.client_requests import decode_answer
 from jetsdk.codec.frames import Api
-from jetsdk.codec.messages import decode_json, encode_json
+from jetsdk.codec.messages import encode_json
 from jetsdk.connection import Connection
-from jetsdk.errors import JetConnectionError, JetError, MalformedFrame, Timeout
+from jetsdk.errors import JetConnectionError, JetError, Timeout
 from jetsdk.transport import parse_address
 from jetserver.security.peer import PLAIN, PeerSecurity
 
@@ -83,7 +83,7 @@ class PeerPool:
             try:
                 body = encode_json({"protocol": PROTOCOL_VERSION, "client": PEER_CLIENT_NAME})
                 answer = await conn.request(Api.HELLO, body, timeout=self.connect_timeout_s)
-                conn.server_info = _decode(answer)
+                conn.server_info = decode_answer(answer)
                 await self.security.authenticate(conn, self.connect_timeout_s)
             except BaseException:
                 await conn.aclose()
@@ -125,7 +125,7 @@ class PeerPool:
         Raises:
             JetError: as :meth:`request`; MalformedFrame for a body that is not JSON.
         """
-        return _decode(await self.request(address, api, encode_json(request), timeout_s))
+        return decode_answer(await self.request(address, api, encode_json(request), timeout_s))
 
     async def hello(self, address: str, timeout_s: float) -> dict[str, Any]:
         """A Hello round trip (a liveness probe); returns the Hello answer."""
@@ -135,10 +135,3 @@ class PeerPool:
             {"protocol": PROTOCOL_VERSION, "client": PEER_CLIENT_NAME},
             timeout_s,
         )
-
-
-def _decode(body: bytes) -> dict[str, Any]:
-    try:
-        return decode_json(body)
-    except CodecError as exc:
-        raise MalformedFrame(f"bad JSON response: {exc}") from exc
