@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 pytest.importorskip("zstandard")
@@ -28,10 +26,9 @@ from jetsdk.codec.compression import (
 )
 from jetsdk.codec.record import Record, decode_record
 from jetsdk.producer.checks import compressed
+from support.vectors import load_vectors
 
-VECTORS = orjson.loads(
-    (Path(__file__).resolve().parents[2] / "spec" / "vectors" / "compression.json").read_bytes()
-)
+VECTORS = load_vectors("compression.json")
 JSON_LIKE = b"".join(b'{"id":%d,"name":"user-%d","tags":["a","b"]}\n' % (i, i) for i in range(200))
 
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -26,6 +24,7 @@ from jetsdk.codec import transcode
 from jetsdk.codec.errors import CodecError
 from jetsdk.codec.frames import Frame, FrameDecoder
 from jetsdk.codec.record import HEADER_SIZE, decode_record, encode_record, frame_body, iter_records
+from support.vectors import load_vectors
 
 from .strategies import (
     acks,
@@ -40,7 +39,6 @@ from .strategies import (
 )
 
 FUZZ = settings(max_examples=200, deadline=None)
-VECTORS = Path(__file__).resolve().parents[2] / "spec" / "vectors"
 
 
 def decode_fetch_with_records(body: bytes) -> None:
@@ -219,11 +217,11 @@ def reseal(name: str, raw: bytes) -> bytes:
 def vector_encodings() -> list[tuple[str, bytes]]:
     """Valid encodings from the committed vectors, tagged with their decoder."""
     out: list[tuple[str, bytes]] = []
-    for case in orjson.loads((VECTORS / "record.json").read_bytes())["cases"]:
+    for case in load_vectors("record.json")["cases"]:
         out.append(("record", bytes.fromhex(case["hex"])))
-    for case in orjson.loads((VECTORS / "envelope.json").read_bytes())["cases"]:
+    for case in load_vectors("envelope.json")["cases"]:
         out.append(("message" if case["type"] == "message" else "acks", bytes.fromhex(case["hex"])))
-    for case in orjson.loads((VECTORS / "protocol.json").read_bytes())["cases"]:
+    for case in load_vectors("protocol.json")["cases"]:
         raw = bytes.fromhex(case["hex"])
         body_type = case["fields"]["body_type"]
         out.append((body_type, raw[10:]))

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import orjson
 import pytest
 
 from jetsdk.codec import envelope as env
@@ -22,14 +21,9 @@ from jetsdk.codec.errors import CodecError
 from jetsdk.codec.json_ack import decode_json_ack, encode_json_ack
 from jetsdk.codec.nats_headers import parse_header_block
 from jetsdk.codec.record import Record, decode_record, encode_record, iter_records
+from support.vectors import VECTORS, load_vectors
 
 ROOT = Path(__file__).resolve().parents[2]
-VECTORS = ROOT / "spec" / "vectors"
-
-
-def load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = orjson.loads((VECTORS / name).read_bytes())
-    return data
 
 
 def ids(cases: list[dict[str, Any]]) -> list[str]:
@@ -59,9 +53,9 @@ def record_of(f: dict[str, Any]) -> Record:
     )
 
 
-RECORD = load("record.json")
-ENVELOPE = load("envelope.json")
-PROTOCOL = load("protocol.json")
+RECORD = load_vectors("record.json")
+ENVELOPE = load_vectors("envelope.json")
+PROTOCOL = load_vectors("protocol.json")
 
 
 def test_vectors_are_up_to_date() -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,8 +12,7 @@ from jetsdk.partitioner import (
     murmur2,
     partition_for_key,
 )
-
-VECTORS = Path(__file__).parents[2] / "spec" / "vectors" / "partitioning.json"
+from support.vectors import load_vectors
 
 # From Kafka's UtilsTest (clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java).
 KAFKA = {
@@ -35,7 +31,7 @@ def test_murmur2_matches_kafka(key: bytes, expected: int) -> None:
 
 
 def test_spec_vectors() -> None:
-    doc = orjson.loads(VECTORS.read_bytes())
+    doc = load_vectors("partitioning.json")
     assert len(doc["cases"]) >= 10
     for case in doc["cases"]:
         key = bytes.fromhex(case["key_hex"])

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from jetsdk.codec.record import encode_body
@@ -22,19 +21,13 @@ from jetserver.storage.offset_index import OffsetIndex
 from jetserver.storage.offset_index import encode_entry as index_entry
 from jetserver.storage.time_index import TimeIndex
 from jetserver.storage.time_index import encode_entry as time_entry
+from support.vectors import VECTORS, load_vectors
 
 from . import storage_vectors
 
-VECTORS = Path(__file__).resolve().parents[2] / "spec" / "vectors"
-
-
-def load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = orjson.loads((VECTORS / name).read_bytes())
-    return data
-
 
 def cases(kind: str) -> list[dict[str, Any]]:
-    return [c for c in load("storage.json")["cases"] if c["type"] == kind]
+    return [c for c in load_vectors("storage.json")["cases"] if c["type"] == kind]
 
 
 def test_storage_json_is_generated() -> None:
@@ -99,7 +92,7 @@ def test_segment_files(case: dict[str, Any], tmp_path: Path) -> None:
         assert log.recovery.indexes_rebuilt == 0
 
 
-@pytest.mark.parametrize("case", load("storage.json")["invalid"], ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", load_vectors("storage.json")["invalid"], ids=lambda c: c["name"])
 def test_invalid_inputs_are_refused(case: dict[str, Any]) -> None:
     raw = bytes.fromhex(case["hex"])
     parsers: dict[str, Callable[[], object]] = {
@@ -115,7 +108,7 @@ def record_cases() -> list[dict[str, Any]]:
     path = VECTORS / "record.json"
     if not path.exists():  # pragma: no cover - written by the codec helper
         return []
-    return [c for c in load("record.json")["cases"] if c["type"] == "record"]
+    return [c for c in load_vectors("record.json")["cases"] if c["type"] == "record"]
 
 
 @pytest.mark.skipif(not (VECTORS / "record.json").exists(), reason="record.json not written yet")
