@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from jetsdk.codec.record import Record, encode_body, iter_records
 from jetserver.storage import Log, LogConfig
 
@@ -50,3 +53,19 @@ def read_all(log: Log, start: int | None = None, max_bytes: int = 1000) -> list[
             records.extend(got)
             offset = sl.next_offset
     raise AssertionError("read_all did not finish")
+
+
+def open_logs(directory: Path) -> int:
+    """How many ``.log`` files under ``directory`` this process holds open now (from
+    /proc/self/fd), deleted ones still open included."""
+    prefix = str(directory.resolve())
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        # A deleted file's link reads "<path> (deleted)".
+        if target.startswith(prefix) and ".log" in target:
+            count += 1
+    return count

@@ -20,25 +20,11 @@ from jetserver.storage import segment as segment_module
 from jetserver.storage.durability_trace import simulate_power_loss
 from jetserver.storage.idle_files import IdleFiles
 
-from .helpers import SMALL, bodies, fill, read_all
+from .helpers import SMALL, bodies, fill, open_logs, read_all
 
 TS = 1_000_000_000
 WAIT_S = 10.0
 """Bound on every wait for a gate."""
-
-
-def open_logs(directory: Path) -> int:
-    """How many ``.log`` files under ``directory`` this process holds open now."""
-    prefix = str(directory.resolve())
-    count = 0
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith(prefix) and target.endswith(".log"):
-            count += 1
-    return count
 
 
 def test_idle_logs_are_parked_by_the_second_sweep_and_work_again(tmp_path: Path) -> None:

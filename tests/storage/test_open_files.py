@@ -7,7 +7,6 @@ compaction and reopening keep working on files that were closed by the bound.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -15,23 +14,9 @@ import pytest
 from jetserver.storage import Log, LogClosedError, LogConfig
 from jetserver.storage.files import OpenFileCache, SharedFile
 
-from .helpers import SMALL, bodies, fill, read_all
+from .helpers import SMALL, bodies, fill, open_logs, read_all
 
 TS = 1_000_000_000
-
-
-def open_logs(directory: Path) -> int:
-    """How many ``.log`` files under ``directory`` this process holds open now."""
-    count = 0
-    prefix = str(directory.resolve())
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith(prefix) and ".log" in target:
-            count += 1
-    return count
 
 
 def test_sealed_segments_beyond_the_bound_are_closed_and_reopened_on_read(
