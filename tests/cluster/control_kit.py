@@ -7,7 +7,7 @@ killed by PID through :class:`jetserver.testing.devcluster.DevCluster`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -58,11 +58,16 @@ async def one_member_raft(root: Path) -> AsyncIterator[MetadataRaft]:
 
 
 @contextmanager
-def dev_cluster(root: Path, servers: int = 3) -> Iterator[DevCluster]:
-    """A started dev cluster (logs in ``root/servers.log``), stopped by PID on exit."""
+def dev_cluster(
+    root: Path, servers: int = 3, settings: Mapping[str, Any] | None = None
+) -> Iterator[DevCluster]:
+    """A started dev cluster (logs in ``root/servers.log``, ``settings`` in its servers'
+    config files), stopped by PID on exit."""
     root.mkdir(parents=True, exist_ok=True)
     with open(root / "servers.log", "ab") as log:
-        cluster = DevCluster(size=servers, root=root / "data", log_file=log)
+        cluster = DevCluster(
+            size=servers, root=root / "data", log_file=log, settings=settings or {}
+        )
         cluster.start()
         try:
             yield cluster

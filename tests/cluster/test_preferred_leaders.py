@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ from jetserver.metadata.model import MetadataState, StreamSpec
 from jetserver.metadata.ops import CreateStream, ElectLeader, ElectLeaders, apply
 from jetserver.testing.devcluster import DevCluster
 
-from .control_kit import call, eventually, metadata, metadata_leader
+from .control_kit import call, dev_cluster, eventually, metadata, metadata_leader
 from .test_control_ops import state_with_stream
 
 PARTITIONS = 6
@@ -42,18 +40,6 @@ ROUND_S = 1.0
 """``[cluster] leader_rebalance_interval_s`` of the automatic rounds' test: the return
 comes at the first round after the 10 s hold, 0-1 s after it rather than 0-5 s."""
 CLI_TIMEOUT_S = 60
-
-
-@contextmanager
-def cluster_at(root: Path, settings: dict[str, Any] | None = None) -> Iterator[DevCluster]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / "servers.log", "ab") as log:
-        cluster = DevCluster(size=3, root=root / "data", log_file=log, settings=settings or {})
-        cluster.start()
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
 
 
 def partitions(answer: dict[str, Any], stream: str) -> list[dict[str, Any]]:
@@ -117,7 +103,7 @@ async def kill_and_restart(cluster: DevCluster, stream: str) -> tuple[str, int]:
 @pytest.mark.anyio
 async def test_leadership_returns_after_kill_and_restart(tmp_path: Path) -> None:
     settings = {"cluster": {"leader_rebalance_interval_s": ROUND_S}}
-    with cluster_at(tmp_path / "auto", settings) as cluster:
+    with dev_cluster(tmp_path / "auto", settings=settings) as cluster:
         victim, preferred = await kill_and_restart(cluster, "pref")
 
         async def returned() -> list[dict[str, Any]] | None:
@@ -137,7 +123,7 @@ async def test_leadership_returns_after_kill_and_restart(tmp_path: Path) -> None
 @pytest.mark.anyio
 async def test_rebalance_by_hand_when_automatic_rounds_are_off(tmp_path: Path) -> None:
     settings = {"cluster": {"auto_leader_rebalance": False}}
-    with cluster_at(tmp_path / "manual", settings) as cluster:
+    with dev_cluster(tmp_path / "manual", settings=settings) as cluster:
         victim, preferred = await kill_and_restart(cluster, "hand")
         parts = await live_view(cluster, "hand")
         assert parts is not None
