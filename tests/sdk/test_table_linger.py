@@ -137,3 +137,17 @@ async def test_a_refused_modify_marks_the_table_racing(jet_dev: JetDev) -> None:
             assert blind._lingers._racing_until > time.monotonic()
             await table.sync()
             assert table.get(b"n") == b"3"
+
+
+async def test_a_hurry_during_a_readers_fetch_ends_its_next_wait() -> None:
+    """A reader reads ``hurries`` before its Fetch: a hurry() meanwhile (someone began to wait
+    for the view; the answer may predate it) makes its next wait return at once, while a
+    wait with no hurry since still waits."""
+    linger = Linger(3600.0)
+    since = linger.hurries
+    linger.hurry()  # no wait under way: only the counter moves
+    with anyio.fail_after(10):
+        await linger.wait(since)
+    with anyio.move_on_after(0.2) as scope:
+        await linger.wait(linger.hurries)
+    assert scope.cancelled_caught

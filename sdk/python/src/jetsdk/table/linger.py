@@ -49,15 +49,21 @@ class Linger:
     """What the waits under way wait for under another event loop (made by the first)."""
     _racing_until: float = 0.0
     """Until when (``time.monotonic``) compare-and-sets count as racing (:meth:`raced`)."""
+    hurries: int = 0
+    """:meth:`hurry` calls so far (a reader reads it before its Fetch: :meth:`wait`)."""
 
     def raced(self) -> None:
         """A compare-and-set try of the table was refused: waits starting within
         :data:`RACING_WINDOW_S` last :data:`RACING_FACTOR` times as long."""
         self._racing_until = time.monotonic() + RACING_WINDOW_S
 
-    async def wait(self) -> None:
+    async def wait(self, since: int | None = None) -> None:
         """Return after :attr:`seconds` (longer while compare-and-sets race: :meth:`raced`),
-        or once :meth:`hurry` is called (cancellable)."""
+        or once :meth:`hurry` is called (cancellable); at once if it was called since
+        :attr:`hurries` was ``since`` (a reader's Fetch was under way when someone began
+        to wait for the view: its answer may predate what they wait for)."""
+        if since is not None and since != self.hurries:
+            return
         seconds = self.seconds
         if self._racing_until and time.monotonic() < self._racing_until:
             seconds *= RACING_FACTOR
@@ -78,7 +84,9 @@ class Linger:
             self._waiting.discard(future)
 
     def hurry(self) -> None:
-        """End every wait under way now."""
+        """End every wait under way now (and the next of a reader whose Fetch is under
+        way: :meth:`wait`'s ``since``)."""
+        self.hurries += 1
         for future in self._waiting:
             _end(future)
         if self._hurried is not None:

@@ -487,6 +487,7 @@ class Table:
         view = self._opened()
         while True:
             position = view.positions[partition]
+            hurried = None if self._lingers is None else self._lingers.hurries
             try:
                 header, data = await self._client.fetch(
                     self.stream,
@@ -525,7 +526,7 @@ class Table:
                 and decoded.records
                 and view.positions[partition] >= header.hw
             ):
-                await lingers.wait()
+                await lingers.wait(hurried)
 
     def _end_linger(self) -> None:
         """Wake the readers that linger (someone waits for the view)."""
