@@ -75,6 +75,21 @@ class IndexBehind(Exception):
         self.end = end
 
 
+def _read_key(body: bytes) -> tuple[bytes | None, int, int]:
+    """A record body's key (None: it has none), its length field and where the subject
+    starts (spec/storage.md, "Record").
+
+    Raises:
+        struct.error, IndexError: the body is cut short.
+    """
+    p = 17 if body[0] & 1 else 1
+    (klen,) = _I32.unpack_from(body, p)
+    p += 4
+    if klen < 0:
+        return None, klen, p
+    return body[p : p + klen], klen, p + klen
+
+
 def scan_body(body: bytes) -> tuple[bytes | None, bool]:
     """``(key, is_tombstone)`` of a record body (spec/storage.md, "Record").
 
@@ -82,13 +97,7 @@ def scan_body(body: bytes) -> tuple[bytes | None, bool]:
         CodecError: the body is malformed.
     """
     try:
-        p = 17 if body[0] & 1 else 1
-        (klen,) = _I32.unpack_from(body, p)
-        p += 4
-        key = None
-        if klen >= 0:
-            key = body[p : p + klen]
-            p += klen
+        key, _klen, p = _read_key(body)
         for _ in range(2):  # subject, reply
             (n,) = _U16.unpack_from(body, p)
             p += 2 + n
@@ -304,13 +313,7 @@ def _plain_fields(body: bytes) -> tuple[bytes | None, bytes] | None:
     has either or does not parse so (:func:`decode_record` then decides): the common body
     a compare-and-set appends, indexed without a :class:`Record` made for it."""
     try:
-        p = 17 if body[0] & 1 else 1
-        (klen,) = _I32.unpack_from(body, p)
-        p += 4
-        key = None
-        if klen >= 0:
-            key = body[p : p + klen]
-            p += klen
+        key, klen, p = _read_key(body)
         (slen,) = _U16.unpack_from(body, p)
         p += 2 + slen
         reply, count, vlen = _PLAIN_TAIL.unpack_from(body, p)
