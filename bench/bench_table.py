@@ -19,7 +19,8 @@ durability, ``flushed``), and a second with the default ``sync_interval`` for th
   one Produce request, no read; each of theirs an update and, when refused, a get; the
   first get of each KV writer not counted); beside them the Fetch answers the tables'
   views took per update (each table follows the stream; its readers linger 20 ms after
-  an answer, ``Table(linger=)``). Beside it the same with 1 writer: every increment waits
+  an answer, ``Table(linger=)``, 100 ms while its ``modify`` tries are being refused:
+  :mod:`jetsdk.table.linger`). Beside it the same with 1 writer: every increment waits
   for the previous one's commit (an fsync and a round trip) on both sides. The clients,
   tables and nats-py's connection are opened before the clock starts (a table's open, a
   few ms, was timed before on jet's side only); :data:`CAS_INCREMENTS` per writer.

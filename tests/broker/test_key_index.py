@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.record import encode_body
+from jetsdk.codec.record import HEADER, decode_record, encode_body
 from jetsdk.codec.record_controls import record_controls
 from jetsdk.codec.ttl import TTL_HEADER
 from jetserver.broker.key_index import (
@@ -19,6 +19,7 @@ from jetserver.broker.key_index import (
     IndexBehind,
     IndexFull,
     KeyIndex,
+    _plain_fields,
     scan_body,
 )
 from jetserver.storage import Log
@@ -219,3 +220,21 @@ def test_appends_it_is_told_of_are_indexed_without_reading_the_log(tmp_path: Pat
         assert index.offset_of(reads, 0, b"a", []) == first  # type: ignore[arg-type]
         assert reads.reads > built
         assert index.rebuilds == 1
+
+
+@pytest.mark.parametrize("producer", [None, (7, 3)])
+def test_plain_bodies_read_as_the_full_decoder_reads_them(producer: tuple[int, int] | None) -> None:
+    """``_plain_fields`` (the index's shortcut for an appended body with no reply and no
+    headers) gives the key and value decode_record gives, and declines (None) a body with a
+    reply or headers, or one cut short."""
+    pid, seq = producer or (None, 0)
+    cases = [(b"k", b"v" * 100), (b"k", b""), (None, b"v"), (b"", b"x")]
+    for key, value in cases:
+        body = encode_body(value, key=key, subject="s.t", producer_id=pid, producer_seq=seq)
+        framed = HEADER.pack(5, 1, 0, len(body), 0) + body
+        record, _end = decode_record(framed, verify=False)
+        assert _plain_fields(body) == (record.key, record.value)
+        assert _plain_fields(body[:-1]) is None
+    assert _plain_fields(encode_body(b"v", key=b"k", subject="s", reply="r")) is None
+    headers = ((TTL_HEADER, b"1000"),)
+    assert _plain_fields(encode_body(b"v", key=b"k", subject="s", headers=headers)) is None

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from jetsdk import Client, Table
-from jetsdk.table.linger import Linger
+from jetsdk.table.linger import RACING_FACTOR, Linger
 from support.jet_dev import JetDev
 from support.names import unique
 
@@ -91,3 +91,63 @@ async def test_a_linger_ends_by_its_time_or_by_hurry() -> None:
     with anyio.move_on_after(0.05):
         await long.wait()
     assert not long._waiting
+
+
+async def test_a_linger_lasts_longer_while_compare_and_sets_race() -> None:
+    """After :meth:`Linger.raced` a wait of 0.2 s lasts RACING_FACTOR times as long (still
+    waiting at 0.5 s), and hurry() still ends it; without it the same wait returns."""
+    assert RACING_FACTOR * 0.2 > 0.5
+    linger = Linger(0.2)
+    with anyio.fail_after(10):
+        await linger.wait()
+    linger.raced()
+    with anyio.move_on_after(0.5) as scope:
+        await linger.wait()
+    assert scope.cancelled_caught
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(linger.wait)
+            await anyio.wait_all_tasks_blocked()
+            linger.hurry()
+
+
+async def test_a_refused_modify_marks_the_table_racing(jet_dev: JetDev) -> None:
+    """A modify by a table that holds none of the stream's partitions starts from no value,
+    is refused once and stores on the value the refusal carried; that table's readers now
+    linger as racing (jetsdk.table.linger). A modify that was not refused does not."""
+    stream = unique("tlingr")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(stream, compact=True)
+        async with (
+            Table(client, stream) as table,
+            Table(client, stream, partitions=[]) as blind,
+        ):
+            await table.put(b"n", b"1")
+            with anyio.fail_after(10):
+                await table.sync()
+                await table.modify(b"n", lambda v: b"%d" % (int(v or b"0") + 1))
+            assert table._lingers is not None
+            assert not table._lingers._racing_until  # its view had the value: not refused
+            assert blind._writer is not None
+            assert blind._lingers is not None
+            sent = blind._writer.requests
+            with anyio.fail_after(10):
+                await blind.modify(b"n", lambda v: b"%d" % (int(v or b"0") + 1))
+            assert blind._writer.requests - sent == 2  # refused once, then stored
+            assert blind._lingers._racing_until > time.monotonic()
+            await table.sync()
+            assert table.get(b"n") == b"3"
+
+
+async def test_a_hurry_during_a_readers_fetch_ends_its_next_wait() -> None:
+    """A reader reads ``hurries`` before its Fetch: a hurry() meanwhile (someone began to wait
+    for the view; the answer may predate it) makes its next wait return at once, while a
+    wait with no hurry since still waits."""
+    linger = Linger(3600.0)
+    since = linger.hurries
+    linger.hurry()  # no wait under way: only the counter moves
+    with anyio.fail_after(10):
+        await linger.wait(since)
+    with anyio.move_on_after(0.2) as scope:
+        await linger.wait(linger.hurries)
+    assert scope.cancelled_caught

@@ -58,6 +58,8 @@ _COMPRESSION = COMPRESSION_HEADER.lower()
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_PLAIN_TAIL = struct.Struct(">HHI")
+"""After the subject: reply length, header count, value length."""
 
 
 class IndexFull(Exception):
@@ -73,6 +75,21 @@ class IndexBehind(Exception):
         self.end = end
 
 
+def _read_key(body: bytes) -> tuple[bytes | None, int, int]:
+    """A record body's key (None: it has none), its length field and where the subject
+    starts (spec/storage.md, "Record").
+
+    Raises:
+        struct.error, IndexError: the body is cut short.
+    """
+    p = 17 if body[0] & 1 else 1
+    (klen,) = _I32.unpack_from(body, p)
+    p += 4
+    if klen < 0:
+        return None, klen, p
+    return body[p : p + klen], klen, p + klen
+
+
 def scan_body(body: bytes) -> tuple[bytes | None, bool]:
     """``(key, is_tombstone)`` of a record body (spec/storage.md, "Record").
 
@@ -80,13 +97,7 @@ def scan_body(body: bytes) -> tuple[bytes | None, bool]:
         CodecError: the body is malformed.
     """
     try:
-        p = 17 if body[0] & 1 else 1
-        (klen,) = _I32.unpack_from(body, p)
-        p += 4
-        key = None
-        if klen >= 0:
-            key = body[p : p + klen]
-            p += klen
+        key, _klen, p = _read_key(body)
         for _ in range(2):  # subject, reply
             (n,) = _U16.unpack_from(body, p)
             p += 2 + n
@@ -220,10 +231,17 @@ class KeyIndex:
             return
         for i, part in enumerate(bodies):
             body = whole_body(part)
-            framed = HEADER.pack(first + i, timestamp, epoch, len(body), 0) + body
-            record, _end = decode_record(framed, verify=False)
-            self._index(record)
-            self._next = first + i + 1
+            offset = first + i
+            plain = _plain_fields(body)
+            if plain is None:  # headers (a TTL, compression?), a reply: decoded whole
+                framed = HEADER.pack(offset, timestamp, epoch, len(body), 0) + body
+                record, _end = decode_record(framed, verify=False)
+                self._index(record)
+            else:
+                key, value = plain
+                if key is not None:
+                    self._set(key, offset, value, value, None)
+            self._next = offset + 1
 
     def _catch_up(self, log_: Log, epoch: int, cuts: int) -> None:
         leo = log_.log_end_offset
@@ -260,18 +278,48 @@ class KeyIndex:
         key = record.key
         if key is None:
             return
-        if not record.value:
+        value = record.value
+        if value and record.headers:
+            compressed = any(n.lower() == _COMPRESSION for n, _v in record.headers)
+            expires = expiry_ns(key, value, record.timestamp, record.headers)
+            self._set(key, record.offset, value, None if compressed else value, expires)
+        else:
+            self._set(key, record.offset, value, value, None)
+
+    def _set(
+        self, key: bytes, offset: int, value: bytes, kept: bytes | None, expires: int | None
+    ) -> None:
+        """Index ``key``'s record at ``offset`` of ``value`` (empty: a tombstone),
+        remembering ``kept`` as its value (None: not, e.g. compressed), expiring at
+        ``expires`` (ns; None: never)."""
+        if not value:
             self._offsets.pop(key, None)
             self._expiries.pop(key, None)
-            self._remember(key, record.offset, None)
+            self._remember(key, offset, None)
         elif key in self._offsets or len(self._offsets) < self.max_keys:
-            self._offsets[key] = record.offset
-            compressed = any(n.lower() == _COMPRESSION for n, _v in record.headers)
-            self._remember(key, record.offset, None if compressed else record.value)
-            expires = expiry_ns(key, record.value, record.timestamp, record.headers)
+            self._offsets[key] = offset
+            self._remember(key, offset, kept)
             if expires is None:
                 self._expiries.pop(key, None)
             else:
                 self._expiries[key] = expires
         else:
             self._full = True
+
+
+def _plain_fields(body: bytes) -> tuple[bytes | None, bytes] | None:
+    """``(key, value)`` of a record body with no reply and no headers (spec/storage.md,
+    "Record"; the key None if it has none, the value empty for a tombstone), or None if it
+    has either or does not parse so (:func:`decode_record` then decides): the common body
+    a compare-and-set appends, indexed without a :class:`Record` made for it."""
+    try:
+        key, klen, p = _read_key(body)
+        (slen,) = _U16.unpack_from(body, p)
+        p += 2 + slen
+        reply, count, vlen = _PLAIN_TAIL.unpack_from(body, p)
+    except (struct.error, IndexError):
+        return None
+    p += 8
+    if reply or count or klen < -1 or p + vlen != len(body) or len(key or b"") != max(klen, 0):
+        return None
+    return key, body[p:]

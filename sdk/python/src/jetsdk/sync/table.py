@@ -28,7 +28,8 @@ class Table(SyncWrapper[_AsyncTable]):
             within it reach the view together, one Fetch answer for all instead of one per
             commit (a busy table's reads cost the server and this process a fraction);
             a change after a quiet spell still comes at once (the reader's Fetch waits for
-            it on the server). :meth:`sync` and :meth:`wait_for` end it.
+            it on the server). :meth:`sync` and :meth:`wait_for` end it. Longer while its
+            :meth:`modify` tries are refused (:mod:`jetsdk.table.linger`).
 
     Blocking version of :class:`jetsdk.table.table.Table`
     (generated); every call runs in the client's private event-loop thread. Thread-safe.

@@ -102,7 +102,8 @@ class Table:
             within it reach the view together, one Fetch answer for all instead of one per
             commit (a busy table's reads cost the server and this process a fraction);
             a change after a quiet spell still comes at once (the reader's Fetch waits for
-            it on the server). :meth:`sync` and :meth:`wait_for` end it.
+            it on the server). :meth:`sync` and :meth:`wait_for` end it. Longer while its
+            :meth:`modify` tries are refused (:mod:`jetsdk.table.linger`).
     """
 
     def __init__(
@@ -337,6 +338,8 @@ class Table:
             except WrongExpectedKeyOffset as exc:
                 if attempt == MAX_MODIFY_ATTEMPTS:
                     raise
+                if self._lingers is not None:
+                    self._lingers.raced()  # its view can wait (jetsdk.table.linger)
                 revision, value = exc.current_revision, exc.current_value
                 if revision != ABSENT and value is None:  # left out: the view has it soon
                     seen = await self.wait_for(key, revision)
@@ -484,6 +487,7 @@ class Table:
         view = self._opened()
         while True:
             position = view.positions[partition]
+            hurried = None if self._lingers is None else self._lingers.hurries
             try:
                 header, data = await self._client.fetch(
                     self.stream,
@@ -522,7 +526,7 @@ class Table:
                 and decoded.records
                 and view.positions[partition] >= header.hw
             ):
-                await lingers.wait()
+                await lingers.wait(hurried)
 
     def _end_linger(self) -> None:
         """Wake the readers that linger (someone waits for the view)."""
