@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import attrs
 import pytest
 
@@ -217,6 +218,27 @@ async def test_the_stream_manager_does_not_read_the_streams_that_did_not_change(
     _CountedTuple.reads = 0
     await manager.reconcile(changed, collect=False)
     assert _CountedTuple.reads == 0
+
+
+@pytest.mark.anyio
+async def test_a_reconcile_runs_in_its_callers_step(tmp_path: Path) -> None:
+    """The manager's lock is taken without a pass of the event loop when it is free: a
+    failover's reconcile (its retarget hands out the role changes) waited a whole pass of a
+    survivor's busy loop there. A task made ready before the reconcile has not run when it
+    returns (nothing to open here: this server, "s9", holds no replica)."""
+    config = ServerConfig(server=ServerSection(id="s9", data_dir=str(tmp_path)))
+    manager = StreamManager(config, MetadataStore(tmp_path / "metadata.json"), cast(Any, None))
+    state = _create(MetadataState(), "a", 3, "a1")
+    ran: list[str] = []
+
+    async def woken() -> None:
+        ran.append("woken")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(woken)
+        await manager.reconcile(state, collect=False)
+        assert ran == []
+    assert ran == ["woken"]
 
 
 @pytest.mark.anyio

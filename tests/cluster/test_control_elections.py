@@ -22,16 +22,8 @@ from jetserver.cluster.controller import (
     isr_batch_size,
     isr_change_bytes,
 )
-from jetserver.cluster.elections import (
-    MAX_BATCH,
-    MAX_BATCH_BYTES,
-    Elections,
-    awaited,
-    batch_size,
-    choose_leader,
-    election_bytes,
-    votes_needed,
-)
+from jetserver.cluster.elections import Elections, awaited, choose_leader, votes_needed
+from jetserver.cluster.entry_batches import MAX_BATCH, MAX_BATCH_BYTES, batch_size, election_bytes
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.report_parse import MAX_REPORTS, parse_report, parse_reports
 from jetserver.errors import ApiError

@@ -123,6 +123,38 @@ async def test_a_report_during_the_takeover_waits_for_its_election(raft: Metadat
 
 
 @pytest.mark.anyio
+async def test_the_takeovers_entry_goes_to_raft_before_the_loop_turns(
+    raft: MetadataRaft, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's death wakes thousands of its followers' tasks on the metadata leader. The
+    takeover's entry went to Raft two passes of the loop after ``propose_now`` (a task of
+    its own, then the limiter's checkpoint), each behind every task woken meanwhile
+    (since_report_s 0.3-0.75 s at 3,000 partitions, load 9-10). Now it is submitted in the
+    takeover's own step: a task made ready before it has not run yet."""
+    elections = Elections(raft, {"s1"}.__contains__)
+    ran: list[str] = []
+    seen_at_submit: list[list[str]] = []
+    propose = raft.propose
+
+    async def spy(op: Any, **kwargs: Any) -> Any:
+        seen_at_submit.append(list(ran))
+        return await propose(op, **kwargs)
+
+    async def woken() -> None:
+        ran.append("woken")
+
+    monkeypatch.setattr(raft, "propose", spy)
+    op = ElectLeader("orders", 0, "s2", 1, raft.state.streams["orders"].stream_id)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(woken)
+            applied = await elections.propose_now([op])
+    assert applied == [op]
+    assert seen_at_submit == [[]]
+    assert leaders(raft.state, "orders") == [("s2", 1, ("s2", "s3"))]
+
+
+@pytest.mark.anyio
 async def test_a_damaged_follower_leaves_the_isr_and_is_not_elected(raft: MetadataRaft) -> None:
     """A follower whose recovery found its log damaged takes itself out of the ISR
     (LeaveIsr), so the takeover, which elects ISR members without their reports, cannot

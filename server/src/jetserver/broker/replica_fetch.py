@@ -235,20 +235,16 @@ async def _serve(
             check_holds_replica(streams, part.stream, part.partition)
             replica = streams.replica(part.stream, part.partition)
             replica.check_leader(part.leader_epoch)
-            follower = replica.follower_name(part.replica_id)
-            log = replica.log
-            if part.offset < log.log_start_offset or part.offset > log.log_end_offset:
-                answers.append(_out_of_range(index, replica))
-                continue
-            hw_was = replica.log.high_watermark
-            if hops.ENABLED:
-                hops.mark(f"rf.ask.{follower}")
-            await replica.replica_fetched(follower, part.offset, part.replica_flushed, poll_s)
-            committed = committed or replica.log.high_watermark != hw_was
+            slot = Slot(index, part, replica, replica.follower_name(part.replica_id))
+            moved = await _report(slot, poll_s, arriving=True)
+            committed = committed or moved
         except (ApiError, StorageError) as exc:
             answers.append(_error(index, exc))
             continue
-        slot = slots[index] = Slot(index, part, replica, follower)
+        except _OutOfRange as exc:
+            answers.append(_out_of_range(index, exc.replica))
+            continue
+        slots[index] = slot
         if was is not None and was.replica is replica:
             slot.log_start_sent = was.log_start_sent  # what this follower was last told
         arrived.add(index)
@@ -353,10 +349,23 @@ async def _fetched_again(streams: StreamManager, slot: Slot, poll_s: float) -> b
     if replica.closed:
         replica = slot.replica = streams.replica(part.stream, part.partition)
     replica.check_leader(part.leader_epoch)
+    return await _report(slot, poll_s)
+
+
+async def _report(slot: Slot, poll_s: float, *, arriving: bool = False) -> bool:
+    """A checked partition's fetch (arriving in the request, or parked in the session):
+    its offset in the leader's log, its follower's progress recorded; True if the HW moved.
+
+    Raises:
+        _OutOfRange: its offset is out of the leader's log.
+    """
+    part, replica = slot.part, slot.replica
     log = replica.log
     if part.offset < log.log_start_offset or part.offset > log.log_end_offset:
         raise _OutOfRange(replica)
     hw_was = log.high_watermark
+    if hops.ENABLED and arriving:
+        hops.mark(f"rf.ask.{slot.follower}")
     await replica.replica_fetched(slot.follower, part.offset, part.replica_flushed, poll_s)
     return log.high_watermark != hw_was
 

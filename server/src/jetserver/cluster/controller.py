@@ -42,7 +42,8 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.errors import JetError
-from jetserver.cluster.elections import Elections, batch_size
+from jetserver.cluster.elections import Elections
+from jetserver.cluster.entry_batches import batch_size
 from jetserver.cluster.peers import PeerPool
 from jetserver.cluster.report_hold import ReportHold
 from jetserver.cluster.report_parse import MAX_REPORTS
@@ -75,7 +76,7 @@ death makes every partition it followed here shrink its ISR within one check per
 ISR_MAX_BATCH = 5000
 """Most ISR changes in one Raft entry (UpdateIsrs), within :data:`ISR_MAX_BATCH_BYTES`
 too: at 10,000 partitions a survivor's 3,334 shrinks of a dead follower in one entry, as
-the elections are (:data:`.elections.MAX_BATCH`). Until 2026-11-29 at most 1,000 (which
+the elections are (:data:`.entry_batches.MAX_BATCH`). Until 2026-11-29 at most 1,000 (which
 1,000 changes with 255-character names fit): four entries one after the other, each
 waiting for the one before to apply, the metadata Raft taking seconds per entry at load."""
 ISR_MAX_BATCH_BYTES = MAX_ENTRY_BYTES * 3 // 4

@@ -43,12 +43,12 @@ import anyio
 import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
+from jetserver.cluster.entry_batches import batch_size, election_bytes
 from jetserver.errors import ApiError, partition_not_found, stream_not_found
 from jetserver.logs import fields
 from jetserver.metadata.model import PartitionAssignment
 from jetserver.metadata.ops import ElectLeader, ElectLeaders, OpResult
 from jetserver.raft import MetadataRaft, NotLeader, RaftError
-from jetserver.raft.machine import MAX_ENTRY_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -75,32 +75,6 @@ COLLECT_S = 1.0
 live ISR members (:func:`awaited`), so that the new leader can be taken among all of them
 (the survivors of a server that stopped answering find it down within one probe period of
 each other); a member that never reports delays the election this long."""
-MAX_BATCH = 5000
-"""Most elections in one Raft entry (ElectLeaders), within :data:`MAX_BATCH_BYTES` too (a
-dead server's 3,334 leaderships at 10,000 partitions in one entry; spec/cluster.md)."""
-MAX_BATCH_BYTES = MAX_ENTRY_BYTES // 2
-"""Most encoded bytes of one entry's elections (:func:`election_bytes`): half the limit,
-about 4,000 elections of short names, 1,300 of 255-character ones."""
-ELECTION_BYTES = 128
-"""An encoded ElectLeader's bytes besides its names (keys, numbers: 111 at most, and
-``keep_isr``)."""
-
-
-def election_bytes(op: ElectLeader) -> int:
-    """An upper bound of ``op``'s encoded size in an ElectLeaders entry."""
-    names = op.stream + op.leader + (op.stream_id or "")
-    return ELECTION_BYTES + len(names.encode())
-
-
-def batch_size(sizes: Collection[int], most: int = MAX_BATCH, bytes_: int = MAX_BATCH_BYTES) -> int:
-    """How many queued ops (bounds of their encoded sizes, in order: :func:`election_bytes`)
-    go in the next entry: at most ``most``, within ``bytes_`` bytes, at least one."""
-    total = 0
-    for taken, size in enumerate(sizes):
-        total += size
-        if taken == most or (taken and total > bytes_):
-            return taken
-    return len(sizes)
 
 
 def votes_needed(isr: Collection[str]) -> int:
@@ -332,13 +306,14 @@ class Elections:
         async def one(batch: list[_Queued]) -> None:
             for q in batch:
                 q.batch_size = len(batch)
-            async with self._in_flight:
-                await self._propose(batch)
+            await self._propose(batch)
 
         with anyio.CancelScope(shield=True):  # reports wait for these; proposals are bounded
             async with anyio.create_task_group() as tg:
-                for batch in batches:
+                for batch in batches[1:]:
                     tg.start_soon(one, batch)
+                if batches:  # the first in this task: no pass of the loop before it goes
+                    await one(batches[0])
         applied = [q.op for b in batches for q in b if q.result is not None and q.result.ok]
         for op in applied:
             self._reports.pop((op.stream, op.partition), None)
@@ -497,8 +472,7 @@ class Elections:
                     taken.set()
                     if batch:
                         with anyio.CancelScope(shield=True):  # the others wait for this batch
-                            async with self._in_flight:
-                                await self._propose(batch)
+                            await self._propose(batch)
         finally:
             if not item.taken and item in self._queue:
                 # Cancelled before its batch: the caller releases the partition's lock, and
@@ -525,11 +499,21 @@ class Elections:
             await anyio.sleep(BATCH_GATHER_S)
 
     async def _propose(self, batch: list[_Queued]) -> None:
-        """Propose ``batch`` (one ElectLeader, or ElectLeaders) and hand out the results
-        (every item's ``done`` is set on return, whatever happens)."""
+        """Propose ``batch`` (one ElectLeader, or ElectLeaders) within :data:`MAX_IN_FLIGHT`
+        and hand out the results (every item's ``done`` is set on return, whatever happens).
+        A free place is taken without a pass of the event loop (``async with`` the limiter
+        takes one: a failover's takeover waited there behind the replicas the death woke)."""
+        held = False
         try:
+            try:
+                self._in_flight.acquire_nowait()
+            except anyio.WouldBlock:
+                await self._in_flight.acquire()
+            held = True
             await self._propose_batch(batch)
         finally:
+            if held:
+                self._in_flight.release()
             for q in batch:
                 if not q.done.is_set():
                     q.error = q.error or ApiError(ErrorCode.UNKNOWN, "election not proposed")

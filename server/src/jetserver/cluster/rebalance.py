@@ -48,7 +48,7 @@ REBALANCE_PROPOSE_TIMEOUT_S = 5.0
 """Bound on proposing one round's elections."""
 MAX_REBALANCE_BATCH = 1000
 """Most elections in one round (one Raft entry; a failover's entries hold up to
-:data:`.elections.MAX_BATCH`, a rebalance is bounded in rate on purpose)."""
+:data:`.entry_batches.MAX_BATCH`, a rebalance is bounded in rate on purpose)."""
 REBALANCE_HOLD_S = 10.0
 """A server takes part in a round (as the preferred replica or as the leader giving up)
 only once it has answered every liveness probe for this long: on an overloaded machine,
