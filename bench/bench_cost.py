@@ -16,6 +16,13 @@ Wall-clock latency on a shared machine is noise; these counts are not (or much l
   the same way), with the functions that run the most: the interpreter's work, which a
   call count weighs the same for a one-line property and a 100-line function (at 500
   msg/s most of a message's server CPU, ``python -m bench floor``);
+- ``instructions``: the instructions the server process (every thread, user space: not
+  the kernel's work in its system calls) runs per message, counted by valgrind's
+  callgrind (the servers run under it, its counting switched on by ``callgrind_control``
+  for the round only): unlike CPU time this does not move with the machine's load or
+  cache state (the same code counts the same within 1-3 %), so a cut of a few per cent is
+  seen. It slows the server about 50-fold (messages still go one at a time), so it runs
+  alone (no other kind in the same run) and 300-500 messages a round are enough;
 - ``turns``: event-loop iterations per message of the loop thread (``strace -f -e
   epoll_pwait,epoll_wait``): those that found work ready (the poll's timeout 0: a task or
   callback waited for the next turn) and those that slept until an event (a wake-up),
@@ -150,6 +157,8 @@ async def _round(
         )
     if kind == "turns":
         return await _turns(client, stream, pid, n, work, tag)
+    if kind == "instructions":
+        return await _instructions(client, stream, pid, n, work, tag)
     if kind == "lines":
         return await _lines(client, stream, pid, n, work, tag)
     if kind == "strace":
@@ -256,6 +265,53 @@ async def _lines(
     return sum(counts.values()) / k, ", ".join(f"{_short(where)} {c / k:.1f}" for where, c in top)
 
 
+async def _callgrind(pid: int, *args: str) -> None:
+    with anyio.fail_after(120):
+        await anyio.run_process(["callgrind_control", *args, str(pid)], check=True)
+
+
+async def _instructions(
+    client: Client, stream: str, pid: int, n: int, work: Path, tag: str
+) -> tuple[float, str]:
+    """Thousands of instructions per message in server ``pid`` (``instructions``), which
+    runs under callgrind with its counting off: on for the round, then dumped."""
+    await _callgrind(pid, "-z")
+    await _callgrind(pid, "-i", "on")
+    try:
+        lat = await _send(client, stream, RATE, n / RATE)
+    finally:
+        await _callgrind(pid, "-i", "off")
+    before = _dumps(work, tag)
+    await _callgrind(pid, "-d", stream)
+    with anyio.fail_after(60):
+        while not (dumps := _dumps(work, tag) - before):  # noqa: ASYNC110 - valgrind writes it
+            await anyio.sleep(0.1)
+    await anyio.sleep(0.5)  # let the dump finish
+    (dump,) = dumps
+    total = _take_total(dump, f"callgrind.{tag}.{stream}")
+    k = len(lat)
+    return total / k / 1000, f"{total:,} over {k} messages"
+
+
+def _dumps(work: Path, tag: str) -> set[Path]:
+    """Server ``tag``'s callgrind dumps in ``work``."""
+    return set(work.glob(f"callgrind.{tag}.*"))
+
+
+def _take_total(dump: Path, keep_as: str) -> int:
+    """The instruction count of callgrind dump ``dump``, which is then removed (copied to
+    ``$JET_COST_KEEP/keep_as`` first if that is set)."""
+    total = 0
+    for line in dump.read_text().splitlines():
+        if line.startswith("totals:"):
+            total = int(line.split()[1])
+    keep = os.environ.get("JET_COST_KEEP")
+    if keep:
+        shutil.copy(dump, Path(keep) / keep_as)
+    dump.unlink()
+    return total
+
+
 def _short(where: str) -> str:
     """``<file>:<line>(<function>)`` with the file's directories left out."""
     path, _, rest = where.rpartition(":")
@@ -351,6 +407,7 @@ UNITS = {
     "calls": "Python calls/msg",
     "turns": "loop turns/msg",
     "lines": "Python lines/msg",
+    "instructions": "k instructions/msg",
 }
 """Each kind's unit."""
 
@@ -390,6 +447,12 @@ def settings(quick: bool, messages: int) -> tuple[list[str], int, int]:
         print("  (strace not found: no system call or loop turn counts)")
         kinds = [k for k in kinds if k not in ("strace", "turns")]
     rounds = int(os.environ.get("JET_COST_ROUNDS", "2" if quick else "3"))
+    if "instructions" in kinds:
+        if kinds != ["instructions"]:
+            raise SystemExit("JET_COST_KINDS: instructions runs alone (servers under valgrind)")
+        if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+            raise SystemExit("instructions: valgrind and callgrind_control are needed")
+        quick, messages = False, 400  # about 2 minutes a round at the 50-fold slowdown
     n = int(os.environ.get("JET_COST_MESSAGES", "1000" if quick else str(messages)))
     return kinds, rounds, n
 
@@ -413,9 +476,23 @@ def run(quick: bool) -> None:
                 if os.environ.get("JET_COST_FSYNC_THREADS") == "1"
                 else {}
             )
+            prefix = (
+                (
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--instr-atstart=no",
+                    f"--callgrind-out-file={work}/callgrind.{tag}.%p",
+                )
+                if kinds == ["instructions"]
+                else ()
+            )
             dev = stack.enter_context(
                 DevCluster(
-                    size=1, log_file=devnull, server_env={"s1": env}, settings=server_settings
+                    size=1,
+                    log_file=devnull,
+                    server_env={"s1": env},
+                    settings=server_settings,
+                    server_prefix=prefix,
                 )
             )
             jets[tag] = (dev.addresses, dev.servers[0].pid)
