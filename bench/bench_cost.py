@@ -68,8 +68,11 @@ from bench.trees import HERE, compared_trees, tree_paths
 from jetsdk import Client, Consumer, Producer
 from jetsdk.client_requests import Durability
 from jetserver.testing.devcluster import DevCluster
+from jetserver.testing.jet_process import READY_TIMEOUT_S
 
 RATE = 500
+_VALGRIND_START_S = 600.0
+"""How long a server started under valgrind (the ``instructions`` kind) may take."""
 """Messages per second (100 B each)."""
 _MODE_ENV = "JET_COST_MODE"
 """``alone`` (default: :func:`one_at_a_time`) or ``paced`` (``bench light``'s loop)."""
@@ -486,15 +489,17 @@ def run(quick: bool) -> None:
                 if kinds == ["instructions"]
                 else ()
             )
-            dev = stack.enter_context(
-                DevCluster(
-                    size=1,
-                    log_file=devnull,
-                    server_env={"s1": env},
-                    settings=server_settings,
-                    server_prefix=prefix,
-                )
+            dev = DevCluster(
+                size=1,
+                log_file=devnull,
+                server_env={"s1": env},
+                settings=server_settings,
+                server_prefix=prefix,
             )
+            stack.push(dev)  # (its __exit__ stops it)
+            # Under valgrind a server starts about 50 times slower: on a machine at load
+            # 30 that was more than the usual 90 s.
+            dev.start(_VALGRIND_START_S if prefix else READY_TIMEOUT_S)
             jets[tag] = (dev.addresses, dev.servers[0].pid)
         print(
             f"one message's server cost at {RATE} msg/s, 100 B, {rounds} rounds of {n} messages"
