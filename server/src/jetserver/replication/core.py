@@ -286,7 +286,8 @@ class ReplicaCore(Generic[P]):
             return None
         if self.policy.durability == DURABILITY_WRITTEN and self.role == ROLE_SINGLE and leo > hw:
             out: Outcome[P] = Outcome(hw=leo)
-            out.acks = self._take_below(leo, True)
+            if self.pending:  # (else none to take: no call per message)
+                out.acks = self._take_below(leo, True)
             return out
         return None
 
