@@ -306,7 +306,8 @@ class ReplicaCore(Generic[P]):
         # Not Outcome[P](...): calling a subscripted generic goes through typing's
         # machinery (it tries to set __orig_class__) on every fsync.
         out = Outcome(hw=flushed if flushed > hw else None)
-        out.acks = self._take_below(max(hw, flushed), True)
+        if self.pending:  # (else none to take: no call per fsync)
+            out.acks = self._take_below(max(hw, flushed), True)
         return out
 
     def cut(self, end: int, message: str) -> Outcome[P]:
