@@ -16,6 +16,13 @@ Wall-clock latency on a shared machine is noise; these counts are not (or much l
   the same way), with the functions that run the most: the interpreter's work, which a
   call count weighs the same for a one-line property and a 100-line function (at 500
   msg/s most of a message's server CPU, ``python -m bench floor``);
+- ``instructions``: the instructions the server process (every thread, user space: not
+  the kernel's work in its system calls) runs per message, counted by valgrind's
+  callgrind (the servers run under it, its counting switched on by ``callgrind_control``
+  for the round only): unlike CPU time this does not move with the machine's load or
+  cache state (the same code counts the same within 1-3 %), so a cut of a few per cent is
+  seen. It slows the server about 50-fold (messages still go one at a time), so it runs
+  alone (no other kind in the same run) and 300-500 messages a round are enough;
 - ``turns``: event-loop iterations per message of the loop thread (``strace -f -e
   epoll_pwait,epoll_wait``): those that found work ready (the poll's timeout 0: a task or
   callback waited for the next turn) and those that slept until an event (a wake-up),
@@ -61,8 +68,12 @@ from bench.trees import HERE, compared_trees, tree_paths
 from jetsdk import Client, Consumer, Producer
 from jetsdk.client_requests import Durability
 from jetserver.testing.devcluster import DevCluster
+from jetserver.testing.jet_process import READY_TIMEOUT_S
 
 RATE = 500
+_VALGRIND_START_S = 600.0
+"""How long a server started under valgrind (the ``instructions`` kind) may take to start,
+and a round of it beyond its time at RATE (the server is about 50 times slower)."""
 """Messages per second (100 B each)."""
 _MODE_ENV = "JET_COST_MODE"
 """``alone`` (default: :func:`one_at_a_time`) or ``paced`` (``bench light``'s loop)."""
@@ -75,11 +86,14 @@ _CALL = re.compile(r"^(\d+)\s+(\w+)\(")
 _LINE = re.compile(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)\s*$")
 
 
-async def one_at_a_time(client: Client, stream: str, rate: int, seconds: float) -> list[float]:
+async def one_at_a_time(
+    client: Client, stream: str, rate: int, seconds: float, slack_s: float = 60.0
+) -> list[float]:
     """As :func:`bench.bench_sdk.jet_latency`, but each message alone on its way: sent
     (ack LEADER awaited), then received by the consumer, then the next one at its slot.
     Under load ``jet_latency``'s messages bunch into shared requests and responses, so
-    its counts per message fall as the machine gets busier; these do not."""
+    its counts per message fall as the machine gets busier; these do not. ``slack_s``:
+    how much longer than ``seconds`` the round may take."""
     latencies: list[float] = []
     total = int(rate * seconds)
     pad = b"p" * max(int(os.environ.get("JET_COST_VALUE_BYTES", "100")) - 100, 0)
@@ -100,7 +114,7 @@ async def one_at_a_time(client: Client, stream: str, rate: int, seconds: float) 
 
         tg.start_soon(consume)
         start = time.perf_counter()
-        with anyio.fail_after(seconds + 60):
+        with anyio.fail_after(seconds + slack_s):
             for i in range(total):
                 delay = start + i / rate - time.perf_counter()
                 if delay > 0:
@@ -119,9 +133,12 @@ def _user_system_s(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-async def _send(client: Client, stream: str, rate: int, seconds: float) -> list[float]:
-    paced = os.environ.get(_MODE_ENV, "alone") == "paced"
-    return await (jet_latency if paced else one_at_a_time)(client, stream, rate, seconds)
+async def _send(
+    client: Client, stream: str, rate: int, seconds: float, slack_s: float = 60.0
+) -> list[float]:
+    if os.environ.get(_MODE_ENV, "alone") == "paced":
+        return await jet_latency(client, stream, rate, seconds)
+    return await one_at_a_time(client, stream, rate, seconds, slack_s)
 
 
 def _strace_counts(path: Path) -> dict[str, int]:
@@ -150,6 +167,8 @@ async def _round(
         )
     if kind == "turns":
         return await _turns(client, stream, pid, n, work, tag)
+    if kind == "instructions":
+        return await _instructions(client, stream, pid, n, work, tag)
     if kind == "lines":
         return await _lines(client, stream, pid, n, work, tag)
     if kind == "strace":
@@ -256,6 +275,53 @@ async def _lines(
     return sum(counts.values()) / k, ", ".join(f"{_short(where)} {c / k:.1f}" for where, c in top)
 
 
+async def _callgrind(pid: int, *args: str) -> None:
+    with anyio.fail_after(120):
+        await anyio.run_process(["callgrind_control", *args, str(pid)], check=True)
+
+
+async def _instructions(
+    client: Client, stream: str, pid: int, n: int, work: Path, tag: str
+) -> tuple[float, str]:
+    """Thousands of instructions per message in server ``pid`` (``instructions``), which
+    runs under callgrind with its counting off: on for the round, then dumped."""
+    await _callgrind(pid, "-z")
+    await _callgrind(pid, "-i", "on")
+    try:
+        lat = await _send(client, stream, RATE, n / RATE, _VALGRIND_START_S)
+    finally:
+        await _callgrind(pid, "-i", "off")
+    before = _dumps(work, tag)
+    await _callgrind(pid, "-d", stream)
+    with anyio.fail_after(60):
+        while not (dumps := _dumps(work, tag) - before):  # noqa: ASYNC110 - valgrind writes it
+            await anyio.sleep(0.1)
+    await anyio.sleep(0.5)  # let the dump finish
+    (dump,) = dumps
+    total = _take_total(dump, f"callgrind.{tag}.{stream}")
+    k = len(lat)
+    return total / k / 1000, f"{total:,} over {k} messages"
+
+
+def _dumps(work: Path, tag: str) -> set[Path]:
+    """Server ``tag``'s callgrind dumps in ``work``."""
+    return set(work.glob(f"callgrind.{tag}.*"))
+
+
+def _take_total(dump: Path, keep_as: str) -> int:
+    """The instruction count of callgrind dump ``dump``, which is then removed (copied to
+    ``$JET_COST_KEEP/keep_as`` first if that is set)."""
+    total = 0
+    for line in dump.read_text().splitlines():
+        if line.startswith("totals:"):
+            total = int(line.split()[1])
+    keep = os.environ.get("JET_COST_KEEP")
+    if keep:
+        shutil.copy(dump, Path(keep) / keep_as)
+    dump.unlink()
+    return total
+
+
 def _short(where: str) -> str:
     """``<file>:<line>(<function>)`` with the file's directories left out."""
     path, _, rest = where.rpartition(":")
@@ -351,6 +417,7 @@ UNITS = {
     "calls": "Python calls/msg",
     "turns": "loop turns/msg",
     "lines": "Python lines/msg",
+    "instructions": "k instructions/msg",
 }
 """Each kind's unit."""
 
@@ -390,6 +457,12 @@ def settings(quick: bool, messages: int) -> tuple[list[str], int, int]:
         print("  (strace not found: no system call or loop turn counts)")
         kinds = [k for k in kinds if k not in ("strace", "turns")]
     rounds = int(os.environ.get("JET_COST_ROUNDS", "2" if quick else "3"))
+    if "instructions" in kinds:
+        if kinds != ["instructions"]:
+            raise SystemExit("JET_COST_KINDS: instructions runs alone (servers under valgrind)")
+        if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+            raise SystemExit("instructions: valgrind and callgrind_control are needed")
+        quick, messages = False, 400  # about 2 minutes a round at the 50-fold slowdown
     n = int(os.environ.get("JET_COST_MESSAGES", "1000" if quick else str(messages)))
     return kinds, rounds, n
 
@@ -413,11 +486,27 @@ def run(quick: bool) -> None:
                 if os.environ.get("JET_COST_FSYNC_THREADS") == "1"
                 else {}
             )
-            dev = stack.enter_context(
-                DevCluster(
-                    size=1, log_file=devnull, server_env={"s1": env}, settings=server_settings
+            prefix = (
+                (
+                    "valgrind",
+                    "--tool=callgrind",
+                    "--instr-atstart=no",
+                    f"--callgrind-out-file={work}/callgrind.{tag}.%p",
                 )
+                if kinds == ["instructions"]
+                else ()
             )
+            dev = DevCluster(
+                size=1,
+                log_file=devnull,
+                server_env={"s1": env},
+                settings=server_settings,
+                server_prefix=prefix,
+            )
+            stack.push(dev)  # (its __exit__ stops it)
+            # Under valgrind a server starts about 50 times slower: on a machine at load
+            # 30 that was more than the usual 90 s.
+            dev.start(_VALGRIND_START_S if prefix else READY_TIMEOUT_S)
             jets[tag] = (dev.addresses, dev.servers[0].pid)
         print(
             f"one message's server cost at {RATE} msg/s, 100 B, {rounds} rounds of {n} messages"

@@ -115,6 +115,13 @@ def test_a_single_server_cluster_reports_a_dead_server_and_restarts_it(tmp_path:
     assert not root.exists(), "a temporary root is removed at stop"
 
 
+def test_a_cluster_starts_its_servers_behind_the_command_prefix_it_is_given() -> None:
+    # `python -m bench cost`'s instructions kind runs the server under valgrind this way.
+    with Cluster(size=1, server_prefix=("nice", "-n", "7")) as cluster:
+        niceness = Path(f"/proc/{cluster.server('s1').pid}/stat").read_text()
+        assert int(niceness.rsplit(")", 1)[1].split()[16]) == min(os.nice(0) + 7, 19)
+
+
 BLOCK_OF = (
     "import sys, json; from jetserver.testing.jet_process import _worker_ports, free_ports; "
     "print(json.dumps([_worker_ports().start, free_ports(4)]), flush=True); sys.stdin.read()"

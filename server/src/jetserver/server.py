@@ -199,7 +199,9 @@ class Server:
                 self._hurry_scopes.discard(scope)
 
     async def _handle(self, frame: Frame, session: Session | None = None) -> Reply:
-        running = self.running
+        running = self._running  # (not the property: a call per request)
+        if running is None:
+            raise RuntimeError("the server is not running")
         self._inflight += 1
         started = time.perf_counter()
         try:

@@ -91,6 +91,8 @@ class Committer:
     _deferred: bool = False
     """Records were appended whose fsync is left to the appending request
     (:meth:`defer_flush`) and nobody has started it yet."""
+    _deferred_soon: asyncio.Handle | None = None
+    """The next turn's :meth:`_flush_if_deferred` of the last :meth:`defer_flush`."""
     _loop: asyncio.AbstractEventLoop | None = None
     """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
     call per call on Python 3.11; a replica lives on one loop)."""
@@ -153,7 +155,7 @@ class Committer:
         has not started it by the next loop turn (it yielded first, or has no after-work),
         the flusher is asked as always, so the records never wait longer than that."""
         self._deferred = True
-        self._running_loop().call_soon(self._flush_if_deferred)
+        self._deferred_soon = self._running_loop().call_soon(self._flush_if_deferred)
 
     def _behind_failed(self, error: BaseException) -> None:
         """A :class:`FlushBehind` fsync failed (a loop callback): the flusher takes over,
@@ -213,6 +215,9 @@ class Committer:
         if not self._deferred:
             return
         self._deferred = False  # appends from here on defer again, or ask the flusher
+        soon = self._deferred_soon
+        if soon is not None:  # taken here: the next turn's check has nothing to do
+            soon.cancel()
         log_ = self.base.log
         runner = self.fsyncs
         loop = self._running_loop()  # known: no getpid (3.11)
@@ -229,9 +234,7 @@ class Committer:
                 self._thread_flush = True
                 in_turn = _InTurn(self)
                 try:
-                    flushed: int | None = await runner.flush(
-                        log_, on_loop=False, loop=loop, then=in_turn
-                    )
+                    flushed: int | None = await runner.flush_in_thread(log_, None, loop, in_turn)
                 finally:
                     self._thread_flush = False
                 committed = in_turn.committed
@@ -245,7 +248,8 @@ class Committer:
             self.request_flush()
             raise
         if committed:  # in the thread job's callback (_InTurn); what needs an await here
-            await in_turn.rest()
+            if in_turn.left is not None:  # (its rest() inline: no coroutine per message)
+                await self.carry_out_rest(*in_turn.left)
             return
         if flushed is None:
             self._loop_refused = True
@@ -262,8 +266,10 @@ class Committer:
         pushers = self._tail_pushers
         if pushers:
             self._tail_pushers = [push for push in pushers if push()] or None
-        event, self._hw_moved = self._hw_moved, LazyEvent()
-        event.set()
+        event = self._hw_moved
+        if event.has_waiters():  # else it stays, unset: nobody to wake, none to make
+            self._hw_moved = LazyEvent()
+            event.set()
 
     def add_tail_pusher(self, push: Callable[[], bool]) -> None:
         """Have :meth:`wake_waiters` call ``push`` (a parked tailing FetchStream,

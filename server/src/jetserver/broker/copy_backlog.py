@@ -105,7 +105,8 @@ class CopyBacklog:
         """Give back ``size`` bytes let in (their copies went to NATS or were given up) and
         let in those waiting in line that now fit."""
         self.held -= size
-        self._let_in()
+        if self._line:  # (else nobody to let in: no call)
+            self._let_in()
 
     def _let_in(self) -> None:
         line = self._line

@@ -242,7 +242,8 @@ class FetchStream:
             return False
         log = replica.log
         offset = self.offset
-        if log.high_watermark <= offset:
+        hw, start, leo = log.ends()  # (the read below, in this step, changes none of them)
+        if hw <= offset:
             return True  # a wake-up for nothing new
         if self.answered + 1 >= self.request.max_responses:
             return False  # the last answer: the task's
@@ -250,7 +251,6 @@ class FetchStream:
         if tail is None:
             return False
         records, next_offset = tail
-        hw, start, leo = log.high_watermark, log.log_start_offset, log.log_end_offset
         frame = encode_fetch_records_frame(api, correlation_id, _MORE, hw, start, leo, records)
         assert self.push is not None
         if not self.push(frame):

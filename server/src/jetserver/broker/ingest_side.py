@@ -11,7 +11,8 @@ Task safety: event loop thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import attrs
 from nats.aio.msg import Msg
@@ -153,12 +154,14 @@ class Intake:
         sequencer.offer(batch, batch.size)
         return True
 
-    async def append_one(self, subject: str, record: DirectRecord) -> Result:
+    def append_one(self, subject: str, record: DirectRecord) -> Coroutine[Any, Any, Result]:
         """:meth:`ingest_direct` of one message with a LEADER ack and no controls or
         producer id, in the caller's task, its outcome returned (the caller saw
-        :meth:`appends_at_once` hold in this turn: :meth:`Sequencer.append_one`)."""
+        :meth:`appends_at_once` hold in this turn: :meth:`Sequencer.append_one`). A plain
+        call that returns the sequencer's coroutine: no coroutine of its own to create
+        and resume per message."""
         if hops.ENABLED:
             hops.mark("sink")
         self.produce_direct += 1
         self.produce_inline += 1
-        return await self.sequencer.append_one(subject, record)
+        return self.sequencer.append_one(subject, record)

@@ -47,6 +47,7 @@ PARTITION_SUBJECTS_CACHED = 65_536
 """Most partition subjects :func:`partition_subject_of` remembers (least recently used
 dropped first): a few MiB at most, and more partitions than a server leads in practice."""
 _LEADER = int(AckPolicy.LEADER)
+_NONE = int(ErrorCode.NONE)
 
 
 @functools.lru_cache(maxsize=PARTITION_SUBJECTS_CACHED)
@@ -134,12 +135,15 @@ class OneProduce:
         spec = meta.spec
         if not 0 <= partition < spec.partitions:
             raise partition_not_found(stream, partition, spec.partitions)
-        self.streams.offline.check(stream, partition)
-        leader = self.streams.leader_replica(stream, partition)
+        offline = self.streams.offline
+        if offline.reasons:  # (none offline: no call)
+            offline.check(stream, partition)
+        leader = self.streams.lookup.leader_replica(stream, partition)  # (no forwarding call)
         if leader is not None and leader is not replica:
             return None  # the general path answers (or refuses) it
         psubj, wildcard = partition_subject_of(spec.subject, partition)
-        check_subjects(psubj, wildcard, messages)
+        if wildcard or messages[0][0]:  # (no subject, none needed: nothing to check)
+            check_subjects(psubj, wildcard, messages)
         link = self.link
         if not link.connected:
             raise link_down()
@@ -164,7 +168,7 @@ class OneProduce:
         # The copy's turn and ticket, taken as the message enters the sequencer (as
         # CopiesPlace does on the general path), passed on if the append is cancelled.
         committer = replica.committer
-        turn = committer.copies_turn()
+        turn = committer.copy_turns.take()  # (Committer.copies_turn without its call)
         backlog = self.backlog
         ticket = backlog.enter(len(payload))
         try:
@@ -174,7 +178,7 @@ class OneProduce:
             committer.copy_turns.finish(turn)
             raise
         code, offset, _ts = result
-        stored = code == ErrorCode.NONE and offset >= 0
+        stored = code == _NONE and offset >= 0
         message = (subject, payload)
         response = encode_produce_result_tuples([result])
         # Answered now, unless it must wait for room for its copy (backpressure): then

@@ -268,8 +268,14 @@ class Sequencer:
         try:
             if hops.ENABLED:
                 hops.mark("append.start")
-            try:
-                first, ts = await self._write(bodies)
+            try:  # (:meth:`_write` inline: no coroutine of its own per message)
+                runner = self.committer.fsyncs
+                if runner.is_large(bodies):
+                    first, ts = await self.large.append(
+                        runner, self.base, bodies, self.leader_epoch
+                    )
+                else:
+                    first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
             except RoleEnded:
                 return _NOT_LEADER
             except Exception as exc:
@@ -282,7 +288,11 @@ class Sequencer:
             self.checks.appended(self.leader_epoch, self.committer.sync_failures, first, ts, bodies)
             committed = core.appended(first + 1, log_.high_watermark)
             if committed is not None:  # durability "written": committed once appended
-                await self.committer.carry_out(committed)
+                # Committer.carry_out in two parts: its coroutine only if NATS acks or a
+                # leadership end need one (never on this path's usual message).
+                messages = self.committer.carry_out_now(committed)
+                if messages or committed.leadership_ended:
+                    await self.committer.carry_out_rest(messages, committed.leadership_ended)
             if hops.ENABLED:
                 hops.mark("acked")
             if core.leader_state is not None:

@@ -71,6 +71,10 @@ class LazyEvent:
             timer.cancel()
             self._remove(future)
 
+    def has_waiters(self) -> bool:
+        """True if a :meth:`wait` or :meth:`wait_within` is parked on this event."""
+        return self._futures is not None
+
     def is_set(self) -> bool:
         """True once :meth:`set` was called."""
         return self._set

@@ -149,7 +149,10 @@ class RequestMetrics:
             key = (key[0], reply_code(reply))
         counts = self.counts
         counts[key] = counts.get(key, 0) + 1
-        hist.observe(seconds)
+        # Histogram.observe's three lines, here: one call less per request.
+        hist.counts[bisect.bisect_left(hist.bounds, seconds)] += 1
+        hist.total += seconds
+        hist.count += 1
 
 
 @attrs.define(eq=False)

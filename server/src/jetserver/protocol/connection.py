@@ -65,6 +65,11 @@ _API_NAMES: dict[int, str] = {
 """Hop names of the APIs on a message's path (jetserver.infra.hops)."""
 
 _ERROR_FLAGS = FLAG_RESPONSE | FLAG_ERROR
+# Plain ints: an enum member's look-up costs ~170 ns on Python 3.11 (five per request).
+_PRODUCE = int(Api.PRODUCE)
+_PRODUCE_MANY = int(Api.PRODUCE_MANY)
+_FETCH_STREAM = int(Api.FETCH_STREAM)
+_CANCEL_FETCH_STREAM = int(Api.CANCEL_FETCH_STREAM)
 HEAD_READ_BYTES = 4096
 """Bytes asked for by the read after a frame's body was read in place: the next frame is
 often as large, and a read of RECV_BYTES took its header and its first 256 KiB into a new
@@ -119,6 +124,7 @@ class AcceptedConnection:
     """The FetchStream requests in flight, by correlation id: what ends each early
     (CancelFetchStream, :mod:`jetserver.protocol.stream_control`)."""
     _corked: list[bytes] | None = None  # write_now's frames held for one send (_cork)
+    _uncork_soon: asyncio.Handle | None = None  # the next turn's _uncork of the last _cork
     _ended: bool = False
     """No more requests will be read (the peer closed its side, or the connection fails)."""
     _loop: asyncio.AbstractEventLoop | None = None
@@ -195,7 +201,7 @@ class AcceptedConnection:
         if parts is None:
             return False
         api, flags, cid, body = parts
-        if flags & FLAG_RESPONSE or api == Api.PRODUCE_MANY:
+        if flags & FLAG_RESPONSE or api == _PRODUCE_MANY:
             return False
         if hops.ENABLED:
             hops.mark("read")
@@ -314,19 +320,23 @@ class AcceptedConnection:
         try:
             if hops.ENABLED:
                 hops.mark(f"req.{_API_NAMES.get(frame.api, str(frame.api))}")
-            if frame.api == Api.FETCH_STREAM:
+            api = frame.api
+            if api == _FETCH_STREAM:
                 control = self._stream_controls[frame.correlation_id] = StreamControl()
                 stream_control.CURRENT.set(control)
                 ANSWER_NOW.set(functools.partial(self.write_now, hop="resp.fetch_stream"))
                 reply = await self.handler(frame)
-            elif frame.api == Api.CANCEL_FETCH_STREAM:
+            elif api == _CANCEL_FETCH_STREAM:
                 reply = self._cancel_stream(frame)
             else:
-                corked = frame.api == Api.PRODUCE and self._cork()
-                if frame.api == Api.PRODUCE:
+                corked = api == _PRODUCE and self._cork()
+                if api == _PRODUCE:
                     ANSWER_NOW.set(self.write_now)
                 reply = await self.handler(frame)
-                if corked:
+                if corked:  # (a later request's cancelled too: this uncork sends its frames)
+                    soon = self._uncork_soon
+                    if soon is not None:
+                        soon.cancel()
                     self._uncork()
             if reply.sent:
                 if self._tail is not None:  # not all of it went: the rest, under the lock
@@ -340,7 +350,7 @@ class AcceptedConnection:
             if reply.close:
                 self._shutdown()
         finally:
-            if frame.api == Api.FETCH_STREAM:
+            if frame.api == _FETCH_STREAM:
                 self._stream_controls.pop(frame.correlation_id, None)
             self._inflight -= 1
             self._last_activity = time.monotonic()
@@ -423,7 +433,7 @@ class AcceptedConnection:
         if self._corked is not None or self._writers or self._closing or self._loop is None:
             return False
         self._corked = []
-        self._loop.call_soon(self._uncork)
+        self._uncork_soon = self._loop.call_soon(self._uncork)
         return True
 
     def _uncork(self) -> None:

@@ -73,6 +73,8 @@ know (created through another server a moment ago) before it answers STREAM_NOT_
 _UNKNOWN_NAME = frozenset({ErrorCode.STREAM_NOT_FOUND, ErrorCode.PARTITION_NOT_FOUND})
 """Errors that a starting cluster server turns into UNAVAILABLE (see Dispatcher.handle)."""
 _SENT = Reply(b"", sent=True)
+_PRODUCE = int(Api.PRODUCE)  # (plain ints: an enum member's look-up costs ~170 ns on 3.11)
+_PRODUCE_MANY = int(Api.PRODUCE_MANY)
 """The reply of a Produce request answered already, with nothing left to do (a frozen
 value: one for all)."""
 
@@ -144,7 +146,7 @@ class Dispatcher:
                     screened = await security.screen(frame, session, head)
                     if screened is not None:
                         return screened
-            if api == Api.PRODUCE_MANY:
+            if api == _PRODUCE_MANY:
                 return await self._produce_many().handle(frame, session)
             try:
                 return await self._dispatch(frame, head)
@@ -198,7 +200,7 @@ class Dispatcher:
             ApiError: UNSUPPORTED_API (at once).
         """
         api = frame.api
-        if api == Api.PRODUCE:
+        if api == _PRODUCE:
             return self._produce(frame, produce_head)
         if api == Api.FETCH:
             return self._fetch(frame)

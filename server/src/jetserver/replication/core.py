@@ -286,7 +286,8 @@ class ReplicaCore(Generic[P]):
             return None
         if self.policy.durability == DURABILITY_WRITTEN and self.role == ROLE_SINGLE and leo > hw:
             out: Outcome[P] = Outcome(hw=leo)
-            out.acks = self._take_below(leo, True)
+            if self.pending:  # (else none to take: no call per message)
+                out.acks = self._take_below(leo, True)
             return out
         return None
 
@@ -305,7 +306,8 @@ class ReplicaCore(Generic[P]):
         # Not Outcome[P](...): calling a subscripted generic goes through typing's
         # machinery (it tries to set __orig_class__) on every fsync.
         out = Outcome(hw=flushed if flushed > hw else None)
-        out.acks = self._take_below(max(hw, flushed), True)
+        if self.pending:  # (else none to take: no call per fsync)
+            out.acks = self._take_below(max(hw, flushed), True)
         return out
 
     def cut(self, end: int, message: str) -> Outcome[P]:

@@ -153,7 +153,7 @@ class Security:
         """False if :meth:`screen` lets every request of ``api`` through unlooked at now
         (authentication off and not an API the gate answers itself): the caller need not
         call it (a coroutine per request on the Produce path)."""
-        return self.auth_enabled or api in _GATE_APIS
+        return self.config.auth.enabled or api in _GATE_APIS  # (no property call)
 
     def authorizes(self, session: Session) -> bool:
         """True if :meth:`screen` checks the grants of ``session``'s requests (a Produce's

@@ -4,11 +4,12 @@ or Raft), the bootstrap of configured grants, and the per-connection setup of th
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -36,7 +37,13 @@ BOOTSTRAP_ATTEMPTS = 30
 """Bounded retries of proposing the configured grants (no metadata leader yet...)."""
 BOOTSTRAP_RETRY_S = 1.0
 
-SessionHandler = Callable[[Frame, Session], Awaitable[Reply]]
+
+class SessionHandler(Protocol):
+    """The server's request handler: a frame and its connection's session."""
+
+    def __call__(self, frame: Frame, session: Session | None = None) -> Awaitable[Reply]: ...
+
+
 FrameHandler = Callable[[Frame], Awaitable[Reply]]
 ConnectionSetup = Callable[[socket.socket], Awaitable[tuple[SocketIO, FrameHandler]]]
 
@@ -62,28 +69,15 @@ def acl_proposer(store: MetadataView, node: ClusterNode | None) -> AclProposer:
     return propose
 
 
-class _SessionBound:
-    """A connection's handler: ``handle`` with its session. A plain call that returns
-    ``handle``'s coroutine, not a coroutine of its own: no frame to create and resume
-    per request."""
-
-    __slots__ = ("_handle", "_session")
-
-    def __init__(self, handle: SessionHandler, session: Session) -> None:
-        self._handle = handle
-        self._session = session
-
-    def __call__(self, frame: Frame) -> Awaitable[Reply]:
-        return self._handle(frame, self._session)
-
-
 def connection_setup(security: Security, handle: SessionHandler) -> ConnectionSetup:
     """The listener's per-socket setup: TLS handshake and a session-bound handler."""
 
     async def setup(sock: socket.socket) -> tuple[SocketIO, FrameHandler]:
         io, session = await security.setup(sock)
 
-        return io, _SessionBound(handle, session)
+        # A partial (a C call), not a class or closure of ours: no Python frame per
+        # request; it returns ``handle``'s coroutine.
+        return io, functools.partial(handle, session=session)
 
     return setup
 

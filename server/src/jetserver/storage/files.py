@@ -151,6 +151,12 @@ def write_all(
     takes whole buffers up to WRITE_MAX_BYTES together; a buffer over that is written in
     pieces of :data:`WRITE_PIECE_BYTES`.
     """
+    if type(data) is bytes and len(data) <= WRITE_MAX_BYTES:  # the usual record: no view
+        written = os.pwrite(fd, data, position)
+        if written == len(data):
+            return
+        data = memoryview(data)[written:]
+        position += written
     if isinstance(data, (bytes, memoryview)):
         view = memoryview(data)
         while view:

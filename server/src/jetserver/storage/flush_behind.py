@@ -93,15 +93,13 @@ class FlushBehind:
         if self._due:
             return False
         self._due = True
-        self._loop.call_soon(self._kick_due)
+        self._loop.call_soon(self.kick)
         return True
 
-    def _kick_due(self) -> None:
-        self._due = False
-        self.kick()
-
     def kick(self) -> bool:
-        """Have what is appended fsynced; True if that started a job (none was running)."""
+        """Have what is appended fsynced; True if that started a job (none was running).
+        (Also :meth:`kick_soon`'s callback: no call of its own to clear the flag.)"""
+        self._due = False
         with self._lock:
             if self._running:
                 self._again = True

@@ -68,7 +68,8 @@ import math
 import threading
 import time
 import types
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
+from typing import Any
 
 import attrs
 
@@ -156,8 +157,19 @@ class FsyncRunner:
             flushed = await self.flush_here(log_, upto, loop, unless)
             if flushed is not None:
                 return flushed
+        return await self.flush_in_thread(log_, upto, loop, then)
+
+    def flush_in_thread(
+        self,
+        log_: Log,
+        upto: int | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        then: Callable[[int], None] | None = None,
+    ) -> Coroutine[Any, Any, int]:
+        """:meth:`flush` with ``on_loop`` false: a plain call that returns the thread job's
+        coroutine (no coroutine of its own per fsync)."""
         self.thread_fsyncs += 1
-        return await self._flush_in_thread(log_, upto, loop, then)
+        return self._flush_in_thread(log_, upto, loop, then)
 
     async def _flush_in_thread(
         self,
@@ -208,6 +220,7 @@ class FsyncRunner:
         if batch.lanes == 1:
             THREADS.call(batch.loop, functools.partial(batch.lane_done, 0), _flush_all, logs)
             return
+        batch._lock = threading.Lock()
         for i in range(0, len(logs), size):
             THREADS.submit(functools.partial(batch.run_lane, i))
 
@@ -385,7 +398,8 @@ class _FlushBatch:
     thens: dict[int, Callable[[int], None]] | None = None
     """By caller's index: called with the flushed offset before its future is set (None:
     no caller gave one)."""
-    results: list[tuple[int, BaseException | None]] = attrs.field(factory=list)
+    results: list[tuple[int, BaseException | None]] = attrs.field(init=False)
+    """Each log's outcome, in :attr:`logs`' order (made by :meth:`FsyncRunner._submit`)."""
     size: int = 0
     """Logs per job (the last one's share may be smaller)."""
     lanes: int = 0
@@ -394,8 +408,9 @@ class _FlushBatch:
     """Made for a caller cancelled while the jobs run (:meth:`wait_ended`)."""
     settled: bool = False
     """Every job ended and the callers' futures are set (on the loop)."""
-    _lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)
-    """Guards :attr:`lanes` while jobs of several threads count down (:meth:`run_lane`)."""
+    _lock: threading.Lock | None = attrs.field(default=None, repr=False)
+    """Guards :attr:`lanes` while jobs of several threads count down (:meth:`run_lane`);
+    made only for a batch of several jobs (not per message at light load)."""
 
     def run_lane(self, start: int) -> None:
         """One job of a batch of several, in a worker thread: fsync its share of the logs
@@ -409,6 +424,7 @@ class _FlushBatch:
             raise
         finally:
             self.results[start : start + len(share)] = outcomes
+            assert self._lock is not None  # several jobs: made before they started
             with self._lock:
                 self.lanes -= 1
                 last = self.lanes == 0

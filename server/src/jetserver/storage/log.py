@@ -245,6 +245,12 @@ class Log:
         """Offsets below this are committed and served by :meth:`read` by default."""
         return self._state.hw
 
+    def ends(self) -> tuple[int, int, int]:
+        """The high watermark, log start and LEO at once (one call, not three properties:
+        a tailing consumer's answer per message)."""
+        state = self._state
+        return state.hw, state.log_start, state.leo
+
     @property
     def flushed_offset(self) -> int:
         """Every offset below this is on disk (fsynced)."""

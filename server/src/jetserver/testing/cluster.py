@@ -121,6 +121,9 @@ class Cluster:
     """Extra ``jet server`` flags for every server."""
     server_env: Mapping[str, Mapping[str, str]] = attrs.field(factory=dict)
     """Extra environment per server id (``s1``...), for every start of that server."""
+    server_prefix: tuple[str, ...] = ()
+    """Command prefix of every server process, e.g. ``valgrind --tool=callgrind``
+    (``python -m bench cost``'s ``instructions``); after the network lab's."""
     password: str = attrs.field(default=DEFAULT_PASSWORD, repr=False)
     """The cluster password (with ``size > 1``)."""
     ports: Mapping[str, tuple[int, int]] | None = None
@@ -233,7 +236,7 @@ class Cluster:
                     password=self.password if self.clustered else "",
                     trace=self.power_loss,
                     extra_env=dict(self.server_env.get(sid, {})),
-                    exec_prefix=self._prefix(sid),
+                    exec_prefix=(*self._prefix(sid), *self.server_prefix),
                     log_file=self.log_file,
                     new_session=self.new_session,
                 )

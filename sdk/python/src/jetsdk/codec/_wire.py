@@ -167,7 +167,8 @@ def get_count(buf: Buffer, p: int, item_bytes: int, what: str) -> tuple[int, int
     least ``item_bytes`` each cannot fit in the rest of ``buf``: a count is bounded by the
     body before anything is sized by it.
     """
-    need(buf, p, 4, f"{what} count")
+    if p + 4 > len(buf):  # (need's check, without its call and this text made each time)
+        raise CodecError(f"truncated {what} count", reason="truncated")
     (count,) = U32.unpack_from(buf, p)
     p += 4
     if count * item_bytes > len(buf) - p:

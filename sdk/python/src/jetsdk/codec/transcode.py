@@ -169,6 +169,7 @@ def _envelope_sealer(flags: int) -> tuple[bytes, int]:
 
 _SEAL_PLAIN = _envelope_sealer(0)
 _SEAL_PRODUCER = _envelope_sealer(FLAG_PRODUCER)
+_NONE = int(AckPolicy.NONE)  # (a plain int: an enum member's look-up is ~170 ns on 3.11)
 
 
 def produce_envelopes(
@@ -199,7 +200,7 @@ def produce_envelopes(
     if head is None:
         head = decode_produce_head(body)
     _stream, _partition, policy, _timeout, producer_id, base_seq, count, p = head
-    if policy == AckPolicy.NONE:
+    if policy == _NONE:
         ack_inbox = ""
     inbox16 = str16(ack_inbox, "ack inbox", MAX_SUBJECT_BYTES)  # as MessageEncoder's
     record_policy = _POLICY_BY_VALUE[policy]
