@@ -4,8 +4,10 @@ walks only what tasks create."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,39 +23,63 @@ FRESH_TIMEOUT_S = 120.0
 
 PROBE = """
 import gc, sys
+import pyarrow as pa
 from pyspark.taskcontext import TaskContext
-from jetspark._bridge import shared_bridge
+from jetspark._write import write_batches
+from jetspark.options import sink_options, source_options
+from jetspark.source import JetBatchReader
+from spark.helpers import source_struct
 
-servers = sys.argv[1].split(",")
-in_task = sys.argv[2] == "task"
-if in_task:
+servers, stream, target, where = sys.argv[1:]
+if where == "task":
     TaskContext._getOrCreate()  # as pyspark.worker does before it runs a task
-before = gc.get_freeze_count()
-first = shared_bridge(servers)
-frozen = gc.get_freeze_count()
-again = shared_bridge(servers, request_timeout=7.0)  # a second bridge: no second freeze
-print(before, frozen, gc.get_freeze_count(), len(gc.get_objects()))
+raw = {"servers": servers, "streams": stream, "startingOffsets": "earliest"}
+reader = JetBatchReader(source_options(raw, streaming=False), source_struct())
+
+def read():
+    return sum(b.num_rows for p in reader.partitions() for b in reader.read(p))
+
+counts = [gc.get_freeze_count()]
+rows = read()
+counts.append(gc.get_freeze_count())
+rows += read()  # the read path froze already: no second freeze
+counts.append(gc.get_freeze_count())
+batch = pa.record_batch({"value": pa.array([b"v"] * 5, pa.binary())})
+sink = sink_options({"servers": servers, "stream": target})
+written = write_batches(sink, 77, 0, [batch]).written
+counts.append(gc.get_freeze_count())  # the write path's own freeze
+print(rows, written, *counts, len(gc.get_objects()))
 """
 
 
 def _probe(dev: JetDev, where: str) -> list[int]:
+    stream, target = unique("heap"), unique("heap-out")
+    create(dev.servers, stream, partitions=2)
+    create(dev.servers, target, partitions=1)
+    produce(dev.servers, stream, [(b"k%d" % i, b"v") for i in range(20)])
+    args = [",".join(dev.servers), stream, target, where]
+    tests = str(Path(__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     out = subprocess.check_output(
-        [sys.executable, "-c", PROBE, ",".join(dev.servers), where], timeout=FRESH_TIMEOUT_S
+        [sys.executable, "-c", PROBE, *args], timeout=FRESH_TIMEOUT_S, env=env
     )
     return [int(n) for n in out.split()]
 
 
-def test_a_task_freezes_its_heap_once_when_it_first_connects(spark_jet: JetDev) -> None:
-    before, frozen, after, tracked = _probe(spark_jet, "task")
+def test_a_task_freezes_its_heap_once_per_path(spark_jet: JetDev) -> None:
+    rows, written, before, read, again, write, tracked = _probe(spark_jet, "task")
+    assert (rows, written) == (40, 5)
     assert before == 0
-    assert frozen > 10_000  # pyspark's, pyarrow's, the SDK's, the bridge's objects
-    assert after == frozen
-    assert tracked < frozen // 10  # what a collection still walks
+    assert read > 10_000  # pyspark's, pyarrow's (pyarrow.compute's), the SDK's, the bridge's
+    assert again <= read  # frozen objects still die by reference counting
+    assert write > read  # the writers' modules and objects joined the frozen ones
+    assert tracked < read // 10  # what a collection still walks
 
 
 def test_a_driver_or_runner_heap_is_never_frozen(spark_jet: JetDev) -> None:
-    before, frozen, after, tracked = _probe(spark_jet, "driver")
-    assert (before, frozen, after) == (0, 0, 0)
+    rows, written, *frozen, tracked = _probe(spark_jet, "driver")
+    assert (rows, written) == (40, 5)
+    assert frozen == [0, 0, 0, 0]
     assert tracked > 10_000
 
 

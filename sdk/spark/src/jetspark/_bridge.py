@@ -12,8 +12,7 @@ joined at interpreter exit) so that a Python worker Spark abandons never hangs o
 :func:`shared_bridge` keeps one Bridge per (process, servers): Spark reuses its Python
 workers for many tasks, and reconnecting for each would cost a Hello and a metadata
 round trip per task. A bridge does not survive ``fork()``; the pid check makes a forked
-child build its own. The first bridge made inside a Spark task freezes the worker's heap
-(:mod:`jetspark._worker_heap`).
+child build its own.
 
 Thread safety: :meth:`call` and :meth:`submit` may be used from any thread.
 """
@@ -31,7 +30,6 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from jetsdk.client import Client
-from jetspark._worker_heap import freeze_worker_heap
 from jetspark.options import NO_SECURITY, Security
 
 __all__ = ["LOOP_START_TIMEOUT_S", "Bridge", "shared_bridge"]
@@ -157,5 +155,4 @@ def shared_bridge(
         if bridge is None or not bridge.alive:
             bridge = Bridge(servers, request_timeout=request_timeout, security=security)
             _shared[key] = bridge
-            freeze_worker_heap()  # connected: the SDK's and the loop's objects are made
         return bridge
