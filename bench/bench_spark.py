@@ -70,6 +70,19 @@ alone; the foreach_batch_sink call holds a task's rows until the last one came (
 content order, spec/spark.md "Row order", is what makes a replay exactly-once), then sends
 them.
 
+The Python workers inside Spark (issue 39, 2026-11-30, perf on the two workers of a
+10,000 x 16 KiB query, load ~9): ~22% of their samples were the garbage collector
+(``gc_collect_main`` and its visitors), mostly the full ``gc.collect()`` pyspark's daemon
+runs after every task over the ~51,000 objects of pyspark, pyarrow, numpy and the SDK (40 ms
+a collection at load 19). jetspark now freezes that heap once per worker and path
+(:mod:`jetspark._worker_heap`): 71 objects left to a collection, the workers' CPU per query
+0.45-0.56 -> 0.35-0.37 s (load 11-36). What the workers spend now is mostly copies: the
+kernel's into the Fetch buffers and into the Unix socket to the JVM, the Arrow take, the
+CRC, and page faults of fresh buffers (~18,000 a query); the JVM (0.86-1.27 s a query, its
+executor tasks 0.29-0.36 s) and the source runner's start (2-3 CPU-s a query, pyspark
+imported from its zip; the tests' worker Python, tests/support/spark_python.sh, avoids
+that) are Spark's.
+
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds. ``--quick``: 50,000, 10,000 and 2,000 rows.
 """

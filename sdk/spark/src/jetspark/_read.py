@@ -21,6 +21,7 @@ from jetsdk.errors import OffsetOutOfRange
 from jetsdk.metadata import OffsetInfo
 from jetspark._bridge import shared_bridge
 from jetspark._records import records_batch, scan
+from jetspark._worker_heap import freeze_worker_heap
 from jetspark.errors import DataLossError, OptionError
 from jetspark.offsets import OffsetRange, Offsets
 from jetspark.options import EARLIEST, LATEST, SourceOptions
@@ -281,6 +282,7 @@ def read_range(
             )
         if starts:
             batch = records_batch(got.raw, starts, rng.stream, rng.partition, schema)
+            freeze_worker_heap("read")
             if subjects is not None:
                 # Here, not at the top: a Spark worker that reads without subjectPattern
                 # does not import pyarrow.compute.

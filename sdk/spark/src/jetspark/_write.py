@@ -59,6 +59,7 @@ from jetsdk.errors import StreamNotFound
 from jetspark._arrow import I64, binary_parts
 from jetspark._bridge import Bridge, shared_bridge
 from jetspark._bulk import Messages, encode_messages, join_messages, murmur2, request_body
+from jetspark._worker_heap import freeze_worker_heap
 from jetspark.errors import ColumnError, JetSparkError, SinkWriteError
 from jetspark.options import SinkOptions
 
@@ -570,4 +571,6 @@ def write_batches(
     writer = _TaskWriter(opts, producer_id, task)
     for batch in batches:
         writer.add_batch(batch)
-    return writer.finish()
+    stats = writer.finish()
+    freeze_worker_heap("write")
+    return stats
