@@ -129,8 +129,26 @@ class Sender:
         sender = self._partitions.get(partition)
         if sender is None:
             sender = self._start_partition(partition)
-        if sender.waiting and not sender.direct and not self._send_now(partition, sender):
-            sender.wake.set()  # (a direct send's end sends what was queued behind it)
+        if (
+            sender.waiting
+            and not sender.direct  # (a direct send's end sends what was queued behind it)
+            and not self._send_now(partition, sender)
+            and not self._answer_sends_next(sender)
+        ):
+            sender.wake.set()
+
+    def _answer_sends_next(self, sender: PartitionSender) -> bool:
+        """True if the answer's callback of the batch in flight sends what is queued next
+        (:meth:`_on_answer`), so the parked sender task is not woken for it: one partition
+        of several, its one batch in flight written outside the task (``max_in_flight=1``;
+        with more slots the task fills them)."""
+        written = sender.written
+        return (
+            len(written) == 1
+            and self._max_in_flight == 1
+            and len(self._partitions) > 1
+            and not written[0].claimed
+        )
 
     def direct_sent(self) -> None:
         """A message was written by :class:`~jetsdk.producer.direct.DirectSends`: count it
@@ -178,7 +196,8 @@ class Sender:
         self._flushing += 1
         try:
             for sender in self._partitions.values():
-                sender.wake.set()
+                if not self._answer_sends_next(sender):  # (its callback sends, flushing)
+                    sender.wake.set()
             while self._unresolved:
                 if self._idle is None:
                     self._idle = anyio.Event()
@@ -222,12 +241,14 @@ class Sender:
                 not sender.written
                 and (
                     sender.direct
+                    or sender.deferred
                     or not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
                 )
                 and sender.failure is None
             ):
                 sender.wake = anyio.Event()
-                deadline = acc.deadline(partition)
+                # (deferred: its batch is cut at the end of this turn, due or not)
+                deadline = None if sender.deferred else acc.deadline(partition)
                 sender.waiting = True
                 try:
                     if deadline is None:
@@ -239,6 +260,12 @@ class Sender:
                     sender.waiting = False
             if sender.written or sender.failure is not None:
                 continue  # a caller wrote a batch (and holds its slot), or a callback failed
+            if (
+                len(self._partitions) > 1
+                and sender.in_flight.value == self._max_in_flight
+                and self._write_or_defer(partition, sender)
+            ):
+                continue  # seen through by its answer's callback (_written), parked above
             await sender.in_flight.acquire()  # (callers write only while this waits above)
             batch = acc.drain(partition)
             if batch is None:
@@ -272,13 +299,24 @@ class Sender:
             return True
         if sender.direct:  # a direct send holds the partition
             return False
-        acc = self._acc
         if (
             not sender.waiting
             or sender.in_flight.value < self._max_in_flight  # not idle: batches form there
-            or not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
+            or not self._acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
         ):
             return False
+        return self._write_or_defer(partition, sender)
+
+    def _write_or_defer(self, partition: int, sender: PartitionSender) -> bool:
+        """``partition``'s next batch, with nothing of it in flight: write its request now
+        or have it cut at the end of this loop turn with the other partitions' batches to
+        that server (:class:`FanIn`), seen through by its answer's callback
+        (:meth:`_written`); True if it did (False: the sender task sends it).
+
+        From :meth:`_send_now` (a caller, or an answer's callback) and from the sender task
+        itself once its batch was seen through: a wide producer's partitions stay on the
+        callbacks then, one task wake-up and park less per batch."""
+        acc = self._acc
         conn = self.leaders.now(partition)
         if conn is None:
             return False
