@@ -89,6 +89,9 @@ class Sender:
         """Produce requests sent again so far (whole or partial batches)."""
         self._tg: anyio.abc.TaskGroup | None = None
         self._partitions: dict[int, PartitionSender] = {}
+        self._wide = False
+        """More than one partition started, ``max_in_flight=1``: answers' callbacks send
+        the next batches (:meth:`_answer_sends_next`)."""
         self.states = self._partitions
         """Every partition's state, by partition (read by the direct sends)."""
         self._unresolved = 0
@@ -133,7 +136,7 @@ class Sender:
             sender.waiting
             and not sender.direct  # (a direct send's end sends what was queued behind it)
             and not self._send_now(partition, sender)
-            and not self._answer_sends_next(sender)
+            and not (self._wide and self._answer_sends_next(sender))
         ):
             sender.wake.set()
 
@@ -143,12 +146,7 @@ class Sender:
         of several, its one batch in flight written outside the task (``max_in_flight=1``;
         with more slots the task fills them)."""
         written = sender.written
-        return (
-            len(written) == 1
-            and self._max_in_flight == 1
-            and len(self._partitions) > 1
-            and not written[0].claimed
-        )
+        return self._wide and len(written) == 1 and not written[0].claimed
 
     def direct_sent(self) -> None:
         """A message was written by :class:`~jetsdk.producer.direct.DirectSends`: count it
@@ -221,6 +219,7 @@ class Sender:
             anyio.Event(), anyio.Semaphore(self._max_in_flight, fast_acquire=True)
         )
         self._partitions[partition] = sender
+        self._wide = self._max_in_flight == 1 and len(self._partitions) > 1
         assert self._tg is not None
         self._tg.start_soon(self._send_loop, partition, sender)
         return sender
@@ -261,7 +260,7 @@ class Sender:
             if sender.written or sender.failure is not None:
                 continue  # a caller wrote a batch (and holds its slot), or a callback failed
             if (
-                len(self._partitions) > 1
+                self._wide
                 and sender.in_flight.value == self._max_in_flight
                 and self._write_or_defer(partition, sender)
             ):
