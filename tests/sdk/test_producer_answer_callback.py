@@ -103,3 +103,37 @@ async def test_a_raising_handle_callback_still_ends_the_producer(
             handle = await producer.send_soon(b"m")
             handle.add_done_callback(broken)
             await anyio.sleep(60)  # ended by the producer's failure, not by this
+
+
+async def test_a_wide_producers_batches_are_settled_by_the_answers_callbacks(
+    jet_dev: JetDev, anyio_backend: str
+) -> None:
+    # Keyed to 20 partitions, more than one loop turn of sends: each partition's next
+    # batch goes from its previous batch's answer callback (with the other partitions'
+    # batches in one ProduceMany), in order, and no sender task wakes for any of them.
+    _asyncio_only(anyio_backend)
+    name = unique("cbwide")
+    settled_in: list[object] = []
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name, partitions=20)
+        async with Producer(client, name, linger=0) as producer:
+            for i in range(20):  # every partition's sender started and idle
+                await producer.send(b"warm", partition=i)
+            handles = []
+            for i in range(3000):
+                handle = await producer.send_soon(b"m%d" % i, key=b"k%d" % i)
+                handle.add_done_callback(lambda _h: settled_in.append(asyncio.current_task()))
+                handles.append(handle)
+            with anyio.fail_after(60):
+                await producer.flush()
+                acks = [await h for h in handles]
+    by_partition: dict[int, list[int]] = {}
+    for ack in acks:
+        by_partition.setdefault(ack.partition, []).append(ack.offset)
+    assert len(by_partition) == 20
+    assert all(offsets == sorted(offsets) for offsets in by_partition.values())
+    assert sum(map(len, by_partition.values())) == 3000
+    # Before: most were settled in their partition's sender task.
+    tasks = [t for t in settled_in if t is not None]
+    assert len(settled_in) == 3000
+    assert tasks == []

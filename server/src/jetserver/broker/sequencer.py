@@ -51,6 +51,7 @@ from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata.model import DURABILITY_FLUSHED
 from jetserver.replication.core import ROLE_SINGLE
 from jetserver.storage.clock import wall_ns
+from jetserver.storage.epoch_writes import EPOCH_WRITES
 from jetserver.storage.framing import Body, whole_bodies, whole_body
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class Sequencer:
     """:meth:`append_now` commits in its caller's task: the append leaves the flush to it."""
     _flush_held: bool = False
     """An append left its flush to :meth:`append_now`."""
+    _epoch_noted: int = -1  # the epoch whose start is in the epoch cache (_note_epoch)
     _races_seen: int = 0
     """``checks.lost_races`` at the last :meth:`lost_race_since_commit`."""
     large: LargeWrites = attrs.field(factory=LargeWrites)
@@ -310,10 +312,20 @@ class Sequencer:
     async def _write(self, bodies: list[Body]) -> tuple[int, int]:
         """``log.append`` of ``bodies``: on the loop, or a large write from a worker thread
         (:class:`LargeWrites`; RoleEnded if the role ended meanwhile)."""
+        if self.leader_epoch != self._epoch_noted:
+            self._note_epoch()
         runner = self.committer.fsyncs
         if runner.is_large(bodies):
             return await self.large.append(runner, self.base, bodies, self.leader_epoch)
         return self.base.log.append(bodies, wall_ns(), self.leader_epoch)
+
+    def _note_epoch(self) -> None:
+        """Before the first append of :attr:`leader_epoch`: its start in the epoch cache,
+        the file written by a worker thread (epoch_writes, as a new leader's), not on the
+        loop by the append (a new stream's 500 partitions: 500 files made and renamed)."""
+        log_ = self.base.log
+        log_.epochs.assign(self.leader_epoch, log_.log_end_offset, deferred=EPOCH_WRITES.add)
+        self._epoch_noted = self.leader_epoch
 
     def lost_race_since_commit(self) -> bool:
         """True if a compare-and-set was refused here since the last call (writers race

@@ -3,9 +3,10 @@
 :class:`Sender` runs one task per partition that cuts batches off the producer's
 :class:`~jetsdk.producer.accumulator.Accumulator` and sends each as one Produce request,
 retried until acknowledged or ``delivery_timeout`` (see :mod:`jetsdk.producer.producer`),
-plus the fast path where the caller writes the request of an idle partition itself. It
-settles every message's :class:`~jetsdk.producer.handle.SendHandle` and keeps the count of
-messages not settled yet, which the producer's backpressure and ``flush`` wait on.
+plus the fast path where the caller, or the answer's callback of a partition's previous
+batch, writes the request of an idle partition. It settles every message's
+:class:`~jetsdk.producer.handle.SendHandle` and keeps the count of messages not settled
+yet, which the producer's backpressure and ``flush`` wait on.
 
 The :class:`~jetsdk.producer.producer.Producer` holds an accumulator and a sender; the
 sender reads the accumulator and owns everything else here.
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from collections.abc import Iterable
 
 import anyio
 import anyio.abc
@@ -89,6 +91,7 @@ class Sender:
         """Produce requests sent again so far (whole or partial batches)."""
         self._tg: anyio.abc.TaskGroup | None = None
         self._partitions: dict[int, PartitionSender] = {}
+        self._wide = False  # several partitions, max_in_flight=1 (_answer_sends_next)
         self.states = self._partitions
         """Every partition's state, by partition (read by the direct sends)."""
         self._unresolved = 0
@@ -129,8 +132,18 @@ class Sender:
         sender = self._partitions.get(partition)
         if sender is None:
             sender = self._start_partition(partition)
-        if sender.waiting and not sender.direct and not self._send_now(partition, sender):
-            sender.wake.set()  # (a direct send's end sends what was queued behind it)
+        if (
+            sender.waiting
+            and not sender.direct  # (a direct send's end sends what was queued behind it)
+            and not self._send_now(partition, sender)
+            and not (self._wide and self._answer_sends_next(sender))
+        ):
+            sender.wake.set()
+
+    def _answer_sends_next(self, sender: PartitionSender) -> bool:
+        """True if the answer's callback of the one batch in flight sends what is queued."""
+        written = sender.written
+        return self._wide and len(written) == 1 and not written[0].claimed
 
     def direct_sent(self) -> None:
         """A message was written by :class:`~jetsdk.producer.direct.DirectSends`: count it
@@ -156,9 +169,8 @@ class Sender:
         handle: SendHandle | None = None,
     ) -> SendHandle:
         """That message's answer was not a clean ack (an error, a refusal, the timeout) or
-        its caller stopped waiting: the partition's sender task sees it through as a batch
-        a caller wrote (retries, ``delivery_timeout``), settling ``handle`` (default: a
-        new one); the handle."""
+        its caller stopped waiting: the sender task sees it through as a written batch
+        (retries, ``delivery_timeout``), settling ``handle`` (default: a new one)."""
         sender.direct = False
         handle = SendHandle() if handle is None else handle
         message, partition, policy, size, _deferred = prepared
@@ -173,12 +185,12 @@ class Sender:
         return handle
 
     async def flush(self) -> None:
-        """Send everything queued now (ignoring linger) and wait until nothing is
-        unresolved."""
+        """Send everything queued now (ignoring linger); wait until nothing is unresolved."""
         self._flushing += 1
         try:
             for sender in self._partitions.values():
-                sender.wake.set()
+                if not self._answer_sends_next(sender):  # (its callback sends, flushing)
+                    sender.wake.set()
             while self._unresolved:
                 if self._idle is None:
                     self._idle = anyio.Event()
@@ -187,21 +199,20 @@ class Sender:
             self._flushing -= 1
 
     def close(self, unsent: list[Pending]) -> None:
-        """The producer closes: fail ``unsent`` (drained from the accumulator) and wake the
-        callers waiting for room (they see the close). The partition tasks end with the
-        producer's task group."""
+        """The producer closes: fail ``unsent`` (drained from the accumulator), wake the
+        callers waiting for room (they see the close); the tasks end with its task group."""
         self._closed = True
         if self._space is not None:
             self._space.set()
         closed = ClientClosed("the producer was closed before the message was sent")
-        for pending in unsent:
-            self._resolve(pending, None, closed)
+        self._fail(unsent, closed)
 
     def _start_partition(self, partition: int) -> PartitionSender:
         sender = PartitionSender(
             anyio.Event(), anyio.Semaphore(self._max_in_flight, fast_acquire=True)
         )
         self._partitions[partition] = sender
+        self._wide = self._max_in_flight == 1 and len(self._partitions) > 1
         assert self._tg is not None
         self._tg.start_soon(self._send_loop, partition, sender)
         return sender
@@ -222,12 +233,13 @@ class Sender:
                 not sender.written
                 and (
                     sender.direct
+                    or sender.deferred
                     or not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
                 )
                 and sender.failure is None
             ):
                 sender.wake = anyio.Event()
-                deadline = acc.deadline(partition)
+                deadline = None if sender.deferred else acc.deadline(partition)  # (cut soon)
                 sender.waiting = True
                 try:
                     if deadline is None:
@@ -239,6 +251,8 @@ class Sender:
                     sender.waiting = False
             if sender.written or sender.failure is not None:
                 continue  # a caller wrote a batch (and holds its slot), or a callback failed
+            if self._wide and sender.in_flight.value and self._write_or_defer(partition, sender):
+                continue  # (one slot, free) seen through by its answer's callback: park
             await sender.in_flight.acquire()  # (callers write only while this waits above)
             batch = acc.drain(partition)
             if batch is None:
@@ -259,26 +273,28 @@ class Sender:
         (:meth:`_see_through`). True if it did.
 
         Only with nothing in flight: with ``linger=0`` batches form while a request is in
-        flight, and a burst written one message per request while in-flight slots were
-        free cut acked throughput by 15-30 % (``python -m bench sdk``, ack ALL and LEADER
-        with ``max_in_flight=4``).
-
-        The hand-off to the sender task is an event-loop turn before the write (about a
-        tenth of a millisecond at light load on the 2-core dev VM, ``send -> write`` in
-        ``python -m bench latency``); this takes it off the way of a message sent to an
-        idle partition. Order is kept: the caller cuts and numbers the batch as the
-        sender would, and the sender sees written batches through first, in order."""
+        flight (written one message per request while slots were free: 15-30 % less acked
+        throughput, ``bench sdk``, ``max_in_flight=4``). The hand-off to the sender task
+        is a loop turn before the write (~0.1 ms, ``bench latency``). Order is kept: the
+        caller cuts and numbers the batch as the sender would, and the sender sees written
+        batches through first, in order."""
         if sender.deferred:  # its batch is cut at the end of this loop turn
             return True
         if sender.direct:  # a direct send holds the partition
             return False
-        acc = self._acc
         if (
             not sender.waiting
             or sender.in_flight.value < self._max_in_flight  # not idle: batches form there
-            or not acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
+            or not self._acc.ready(partition, time.monotonic(), flushing=self._flushing > 0)
         ):
             return False
+        return self._write_or_defer(partition, sender)
+
+    def _write_or_defer(self, partition: int, sender: PartitionSender) -> bool:
+        """Write ``partition``'s next batch (none in flight) now, or have it cut at the end of
+        this turn with other partitions' (:class:`FanIn`), seen through by its answer's
+        callback (also for a wide producer's task: a wake-up less per batch); True if so."""
+        acc = self._acc
         conn = self.leaders.now(partition)
         if conn is None:
             return False
@@ -314,9 +330,8 @@ class Sender:
     def _cut_deferred(
         self, partition: int, sender: PartitionSender, answer: SectionAnswer
     ) -> RequestBody | None:
-        """End of the loop turn: cut the batch :meth:`_send_now` left for it, as that
-        would have (numbered, in flight, seen through by the sender task), answered by
-        ``answer``; its body. None if the sender task took the partition meanwhile."""
+        """End of the loop turn: cut the batch left for it (as :meth:`_write_or_defer`
+        would), answered by ``answer``; its body (None: the sender task took it)."""
         sender.deferred = False
         if not sender.waiting or sender.in_flight.value < self._max_in_flight:
             sender.wake.set()
@@ -336,12 +351,9 @@ class Sender:
         request: ProduceRequest,
         response: PendingResponse | SectionAnswer | None,
     ) -> None:
-        """``batch``'s request was written outside the sender task (:meth:`_send_now`,
-        :meth:`_cut_deferred`): number it, hold its in-flight slot, and have it seen
-        through. On asyncio its answer's callback settles it when every message was stored
-        (:meth:`_on_answer`): the sender task is not woken for it, neither now nor at the
-        answer, one task step and one park less per message at light load. Anything else
-        (an error, a retry, the timeout, trio) is the sender task's, as before."""
+        """``batch``'s request was written outside the sender task: number it, hold its slot.
+        On asyncio its answer's callback settles it when every message was stored
+        (:meth:`_on_answer`); anything else (an error, the timeout, trio): the task's."""
         written = Written(batch, sender.next_seq, request, response, sender, time.monotonic())
         sender.in_flight.acquire_nowait()
         sender.written.append(written)
@@ -352,11 +364,9 @@ class Sender:
             sender.wake.set()
 
     def _on_answer(self, written: Written, _future: object = None) -> None:
-        """The answer to a batch :meth:`_written` registered came, or its wait timed out
-        (called by the connection's reader as it decodes the answer, or by the loop at the
-        timeout): if the sender task has not taken the batch and every message
-        was stored, settle it here and free its slot, then write what was queued
-        meanwhile; else wake the sender task, which sees it through."""
+        """A batch :meth:`_written` registered was answered, or its wait timed out: if the
+        task has not taken it and every message was stored, settle it, free its slot and
+        send what was queued meanwhile; else wake the sender task to see it through."""
         if written.claimed:
             return
         sender = written.sender
@@ -398,8 +408,7 @@ class Sender:
         while sender.written:
             written = sender.written.popleft()
             written.claimed = True
-            for pending in written.batch.items:
-                self._resolve(pending, None, closed)
+            self._fail(written.batch.items, closed)
 
     def _request(
         self, batch: Batch[Pending], items: tuple[Pending, ...], seq: int
@@ -440,9 +449,8 @@ class Sender:
         ``delivery_timeout`` passes."""
         idempotent = self.producer_id is not None
         retry_if = should_retry_idempotent if idempotent else should_retry
-        deadline = (time.monotonic() if written is None else written.sent_at) + (
-            self._delivery_timeout
-        )
+        sent_at = time.monotonic() if written is None else written.sent_at
+        deadline = sent_at + self._delivery_timeout
         items = batch.items
         where = (self._stream, batch.partition)
         seq = base_seq
@@ -457,10 +465,9 @@ class Sender:
             conn = None
             if response is None:
                 conn = self.leaders.now(request.partition)
-            # A request written (or to be written now, through the fan-in, with no wait
-            # before it) whose answer is waited for within less than the delivery time
-            # left is bounded by that wait: no cancel scope (one per batch was a fifth of
-            # the sender's Python calls per batch of a wide fan-out).
+            # A request written (or to be written now, through the fan-in) whose answer's
+            # wait ends within the delivery time left is bounded by it: no cancel scope
+            # (one per batch was a fifth of the Python calls per batch of a wide fan-out).
             bounded = answer_s < time_left and (
                 response is not None or (conn is not None and self.fan_in.takes(conn))
             )
@@ -539,7 +546,7 @@ class Sender:
             return await self._client.produce(request, retry_if=never)
         return decode_produce_answer(await answer.wait(wait), len(request.messages))
 
-    def _fail(self, items: tuple[Pending, ...], error: JetError) -> None:
+    def _fail(self, items: Iterable[Pending], error: JetError) -> None:
         for pending in items:
             self._resolve(pending, None, error)
 
