@@ -160,7 +160,7 @@ def _derived_runtime_values(spec: StreamSpec) -> None:
         cfg.retention_max_age_s,
         cfg.delete_retention_s,  # storage/compaction.py: retention_ns
         cfg.segment_max_age_s,  # storage/log.py: the age roll
-        spec.duplicate_window_s,  # broker/partition.py: _seen_msg_id's window_ns
+        spec.duplicate_window_s,  # broker/append_batch.py: AppendBatch.seen_msg_id's window_ns
     ):
         if seconds is None:
             continue

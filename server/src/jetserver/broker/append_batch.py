@@ -19,6 +19,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetserver.broker.acks import PartitionAck, PendingAck
 from jetserver.broker.direct import DirectAckTo
 from jetserver.replication.core import ReplicaCore
+from jetserver.replication.producers import ProducerTable
 from jetserver.storage.framing import Body
 
 _LEADER = int(AckPolicy.LEADER)
@@ -67,6 +68,37 @@ class AppendBatch:
             self.now.append((to, PartitionAck(offset, -1, who.corr, who.policy, code, text)))
         else:
             to.completion.settle(to.position, code, offset, -1)
+
+    def duplicate(self, who: Wanted, producers: ProducerTable) -> bool:
+        """True (noted in :attr:`dups`) if an idempotent producer's message is already
+        stored (``producers``) or earlier in this batch; otherwise it is noted as in this
+        batch."""
+        producer_id = who.producer_id
+        if producer_id is None:
+            return False
+        producer_seq = who.producer_seq
+        stored = producers.lookup(producer_id, producer_seq)
+        if stored is not None:
+            self.dups.append((who, None, stored[0], stored[1]))
+            return True
+        index = self.in_batch.get((producer_id, producer_seq))
+        if index is not None:
+            self.dups.append((who, index, -1, -1))
+            return True
+        self.in_batch[(producer_id, producer_seq)] = len(self.bodies)
+        return False
+
+    def seen_msg_id(
+        self, msg_id: bytes, producers: ProducerTable, now_ns: int, window_ns: int
+    ) -> tuple[int | None, int, int] | None:
+        """Where a plain message with ``msg_id`` is already stored (``producers``, within
+        ``window_ns`` of ``now_ns``) or earlier in this batch, as a :attr:`dups` entry's
+        tail ``(batch index or None, offset, timestamp)``; None if it is new."""
+        stored = producers.lookup_msg_id(msg_id, now_ns, window_ns)
+        if stored is not None:
+            return None, stored[0], stored[1]
+        index = self.in_batch.get(msg_id)
+        return (index, -1, -1) if index is not None else None
 
     def success_ack(
         self,

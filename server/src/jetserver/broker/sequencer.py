@@ -434,7 +434,7 @@ class Sequencer:
             who = _new_tuple(Wanted, (inbox, corr, policy, producer_id, producer_seq))
             if controls is not None and self._controls_refused(b, who, controls):
                 continue
-            if self._refused(b, who, size, policy) or self._duplicate(b, who):
+            if self._refused(b, who, size, policy) or b.duplicate(who, self.base.core.producers):
                 continue
             if body is None:  # a plain message
                 try:
@@ -468,7 +468,9 @@ class Sequencer:
             controls = record.controls
             if controls is not None and self._controls_refused(b, who, controls):
                 continue
-            if self._refused(b, who, record.size, policy) or self._duplicate(b, who):
+            if self._refused(b, who, record.size, policy) or b.duplicate(
+                who, self.base.core.producers
+            ):
                 continue
             body = record_body(record, subjects)
             if controls is not None and self._precondition_failed(b, who, body, controls):
@@ -487,7 +489,9 @@ class Sequencer:
             b.error_ack(who, ErrorCode.INVALID_ARGUMENT, controls.error)
             return True
         if controls.msg_id is not None:
-            seen = self._seen_msg_id(controls.msg_id, b.in_batch)
+            core = self.base.core
+            window_ns = int(core.duplicate_window_s * 1e9)
+            seen = b.seen_msg_id(controls.msg_id, core.producers, wall_ns(), window_ns)
             if seen is not None:
                 b.dups.append((who, *seen))
                 return True
@@ -523,24 +527,6 @@ class Sequencer:
             self.messages_rejected += 1
             b.error_ack(who, ErrorCode.NOT_ENOUGH_REPLICAS, self.base.core.isr_text())
             return True
-        return False
-
-    def _duplicate(self, b: AppendBatch, who: Wanted) -> bool:
-        """True (noted in ``b.dups``) if an idempotent producer's message is already
-        stored or earlier in this batch; otherwise it is noted as in this batch."""
-        producer_id = who.producer_id
-        if producer_id is None:
-            return False
-        producer_seq = who.producer_seq
-        stored = self.base.core.producers.lookup(producer_id, producer_seq)
-        if stored is not None:
-            b.dups.append((who, None, stored[0], stored[1]))
-            return True
-        index = b.in_batch.get((producer_id, producer_seq))
-        if index is not None:
-            b.dups.append((who, index, -1, -1))
-            return True
-        b.in_batch[(producer_id, producer_seq)] = len(b.bodies)
         return False
 
     async def _append(self, b: AppendBatch) -> None:
@@ -596,15 +582,3 @@ class Sequencer:
             )
         if b.now:
             await self._publish_acks(b.now)
-
-    def _seen_msg_id(
-        self, msg_id: bytes, in_batch: dict[tuple[int, int] | bytes, int]
-    ) -> tuple[int | None, int, int] | None:
-        """Where a plain message with ``msg_id`` is already stored, as a ``dups`` entry's
-        tail ``(batch index or None, offset, timestamp)``; None if it is new."""
-        window_ns = int(self.base.core.duplicate_window_s * 1e9)
-        stored = self.base.core.producers.lookup_msg_id(msg_id, wall_ns(), window_ns)
-        if stored is not None:
-            return None, stored[0], stored[1]
-        index = in_batch.get(msg_id)
-        return (index, -1, -1) if index is not None else None
