@@ -271,6 +271,8 @@ class Sequencer:
             if hops.ENABLED:
                 hops.mark("append.start")
             try:  # (:meth:`_write` inline: no coroutine of its own per message)
+                if self.leader_epoch != self._epoch_noted:
+                    self._note_epoch()
                 runner = self.committer.fsyncs
                 if runner.is_large(bodies):
                     first, ts = await self.large.append(
