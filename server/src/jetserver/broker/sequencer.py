@@ -270,16 +270,9 @@ class Sequencer:
         try:
             if hops.ENABLED:
                 hops.mark("append.start")
-            try:  # (:meth:`_write` inline: no coroutine of its own per message)
-                if self.leader_epoch != self._epoch_noted:
-                    self._note_epoch()
-                runner = self.committer.fsyncs
-                if runner.is_large(bodies):
-                    first, ts = await self.large.append(
-                        runner, self.base, bodies, self.leader_epoch
-                    )
-                else:
-                    first, ts = log_.append(bodies, wall_ns(), self.leader_epoch)
+            try:  # (:meth:`_write` without its coroutine unless the write is large)
+                written = self._write_here(bodies)
+                first, ts = written if written is not None else await self._write(bodies)
             except RoleEnded:
                 return _NOT_LEADER
             except Exception as exc:
@@ -314,11 +307,19 @@ class Sequencer:
     async def _write(self, bodies: list[Body]) -> tuple[int, int]:
         """``log.append`` of ``bodies``: on the loop, or a large write from a worker thread
         (:class:`LargeWrites`; RoleEnded if the role ended meanwhile)."""
+        written = self._write_here(bodies)
+        if written is not None:
+            return written
+        runner = self.committer.fsyncs
+        return await self.large.append(runner, self.base, bodies, self.leader_epoch)
+
+    def _write_here(self, bodies: list[Body]) -> tuple[int, int] | None:
+        """``log.append`` of ``bodies`` on the loop, after noting a new leader epoch; None
+        (nothing written) if the write is large (:meth:`_write` hands it to a thread)."""
         if self.leader_epoch != self._epoch_noted:
             self._note_epoch()
-        runner = self.committer.fsyncs
-        if runner.is_large(bodies):
-            return await self.large.append(runner, self.base, bodies, self.leader_epoch)
+        if self.committer.fsyncs.is_large(bodies):
+            return None
         return self.base.log.append(bodies, wall_ns(), self.leader_epoch)
 
     def _note_epoch(self) -> None:

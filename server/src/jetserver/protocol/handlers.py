@@ -72,9 +72,9 @@ STALE_METADATA_GRACE_S = 1.0
 know (created through another server a moment ago) before it answers STREAM_NOT_FOUND."""
 _UNKNOWN_NAME = frozenset({ErrorCode.STREAM_NOT_FOUND, ErrorCode.PARTITION_NOT_FOUND})
 """Errors that a starting cluster server turns into UNAVAILABLE (see Dispatcher.handle)."""
-_SENT = Reply(b"", sent=True)
 _PRODUCE = int(Api.PRODUCE)  # (plain ints: an enum member's look-up costs ~170 ns on 3.11)
 _PRODUCE_MANY = int(Api.PRODUCE_MANY)
+_SENT = Reply(b"", sent=True)
 """The reply of a Produce request answered already, with nothing left to do (a frozen
 value: one for all)."""
 
