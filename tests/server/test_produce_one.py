@@ -78,9 +78,37 @@ async def _run(c: RawClient, stream: str) -> list[object]:
     return answers
 
 
+class _AtOnceSwitch:
+    """Switches ``OneProduce.serve_now`` (the request answered in the reader callback, no
+    task) between counting and never taken."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._monkeypatch = monkeypatch
+        self._real = OneProduce.serve_now
+        self.taken = 0
+
+    def set(self, on: bool) -> None:
+        real = self._real
+
+        def counting(obj: OneProduce, *args: Any) -> Any:
+            out = real(obj, *args)
+            self.taken += out is not None
+            return out
+
+        def never(obj: OneProduce, *args: Any) -> None:
+            return None
+
+        self._monkeypatch.setattr(OneProduce, "serve_now", counting if on else never)
+
+
 @pytest.mark.parametrize("durability", ["flushed", "written"])
+@pytest.mark.parametrize("at_once", [True, False], ids=["at_once", "in_task"])
 async def test_the_one_step_path_answers_stores_and_copies_as_the_general_path(
-    jet: Server, nc: NatsClient, durability: str, monkeypatch: pytest.MonkeyPatch
+    jet: Server,
+    nc: NatsClient,
+    durability: str,
+    at_once: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     copies: dict[str, list[Msg]] = {"one": [], "gen": []}
 
@@ -91,16 +119,20 @@ async def test_the_one_step_path_answers_stores_and_copies_as_the_general_path(
     await nc.subscribe("gen.x", cb=on_msg)
     await nc.flush()
     step = OneStepSwitch(monkeypatch, OneProduce, "serve")
+    now = _AtOnceSwitch(monkeypatch)
     async with await RawClient.connect(jet.address) as c:
         for name in ("one", "gen"):
             await c.create_stream(
                 name=name, subject=f"{name}.x", durability=durability, max_message_bytes=200
             )
         step.on()
+        now.set(at_once)
         one = await _run(c, "one")
         step.off()
+        now.set(False)
         gen = await _run(c, "gen")
-        assert step.taken >= 5  # the path under test was taken
+        assert (now.taken if at_once else step.taken) >= 5  # the path under test was taken
+        assert not at_once or step.taken == 0
         assert one == gen
         leo = jet.streams.replica("one", 0).log.log_end_offset
         assert leo == jet.streams.replica("gen", 0).log.log_end_offset

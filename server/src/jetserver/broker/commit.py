@@ -106,9 +106,22 @@ class Committer:
     """:meth:`commit_deferred` waits for an fsync in a worker thread."""
     _handover: asyncio.Task[None] | None = None
     """The task handing a partition whose background fsync failed to the flusher."""
+    _rests: set[asyncio.Task[None]] = attrs.field(factory=set)
+    """:meth:`carry_out_rest_soon`'s tasks (held until done)."""
 
     def __repr__(self) -> str:
         return self.base.part_repr(self)
+
+    def defer_longer(self) -> bool:
+        """:meth:`defer_flush`'s check a turn later: the after-work that takes the fsync
+        starts in a task made after this call (a Produce answered in its reader callback).
+        False: no fsync is left to the appending request."""
+        soon = self._deferred_soon
+        if soon is not None and self._deferred:
+            soon.cancel()
+            loop = self._running_loop()
+            self._deferred_soon = loop.call_soon(loop.call_soon, self._flush_if_deferred)
+        return self._deferred
 
     @property
     def flushing(self) -> bool:
@@ -537,6 +550,12 @@ class Committer:
             await self.acks.send(messages)
         if leadership_ended and self.on_leadership_end is not None:
             self.on_leadership_end(self.base.stream, self.base.partition)
+
+    def carry_out_rest_soon(self, messages: list[tuple[str, bytes]] | None, ended: bool) -> None:
+        """:meth:`carry_out_rest` in a task (from Sequencer.append_one_now: no await)."""
+        task = self._running_loop().create_task(self.carry_out_rest(messages, ended))
+        self._rests.add(task)
+        task.add_done_callback(self._rests.discard)
 
     async def fail_pending_all(self, code: ErrorCode, message: str) -> None:
         """Fail every pending ALL ack with ``code``."""

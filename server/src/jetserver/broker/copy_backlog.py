@@ -61,6 +61,10 @@ class CopyBacklog:
     _taken: int = 0
     """Tickets taken so far (the next one's :attr:`CopyTicket.seq`)."""
 
+    def admits(self, size: int) -> bool:
+        """True if :meth:`enter` would let ``size`` bytes in at once."""
+        return not self._line and (not self.held or self.held + size <= self.limit)
+
     def enter(self, size: int) -> CopyTicket:
         """Take a place for ``size`` bytes of copies, right when the request takes its
         copies' turn: let in at once if nobody waits and they fit (or nothing is held),

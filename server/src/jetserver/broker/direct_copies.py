@@ -231,10 +231,27 @@ class DirectCopies:
         turn: int,
         ticket: CopyTicket,
     ) -> bool:
+        """:meth:`send_now`, its NATS write awaited if it left one."""
+        sent = self.send_now(replica, message, end, failures, turn, ticket)
+        if sent is True or sent is False:
+            return sent
+        await sent()
+        return True
+
+    def send_now(
+        self,
+        replica: PartitionReplica,
+        message: tuple[str, EnvelopeBytes],
+        end: int,
+        failures: int,
+        turn: int,
+        ticket: CopyTicket,
+    ) -> bool | After:
         """Publish the copy of a request answered already (:meth:`after_commit`'s
         arguments, one message) in this step if it may go now: let in at once, its turn
         next, committed (durability ``written``) and no fsync failure since. False:
-        nothing done (its after-work publishes it)."""
+        nothing done (its after-work publishes it); True: written to the NATS socket; else
+        the write to await (something was pending on the NATS connection)."""
         committer = replica.committer
         turns = committer.copy_turns
         if not (
@@ -244,15 +261,32 @@ class DirectCopies:
             and replica.log.high_watermark >= end
         ):
             return False
+        header = _header_block(replica.stream, replica.partition)
+        subject, payload = message
+        held = False
         try:  # (:meth:`_publish` of one message inline: no coroutine for the usual case)
-            header = _header_block(replica.stream, replica.partition)
-            subject, payload = message
-            if not self.link.send_stored_copy(subject, payload, header, replica):
-                await self.link.publish_stored_copies((message,), header, replica)
+            held = not self.link.send_stored_copy(subject, payload, header, replica)
+        finally:
+            if not held:
+                self.backlog.release(ticket.size)
+                turns.finish(turn)
+        if held:
+            return functools.partial(self._publish_held, message, header, replica, turn, ticket)
+        return True
+
+    async def _publish_held(
+        self,
+        message: tuple[str, EnvelopeBytes],
+        header: bytes,
+        replica: PartitionReplica,
+        turn: int,
+        ticket: CopyTicket,
+    ) -> None:
+        try:
+            await self.link.publish_stored_copies((message,), header, replica)
         finally:
             self.backlog.release(ticket.size)
-            turns.finish(turn)
-        return True
+            replica.committer.copy_turns.finish(turn)
 
     async def _publish(
         self,

@@ -11,8 +11,7 @@ Task safety: event loop thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import attrs
 from nats.aio.msg import Msg
@@ -154,14 +153,15 @@ class Intake:
         sequencer.offer(batch, batch.size)
         return True
 
-    def append_one(self, subject: str, record: DirectRecord) -> Coroutine[Any, Any, Result]:
+    def append_one(self, subject: str, record: DirectRecord) -> Result | None:
         """:meth:`ingest_direct` of one message with a LEADER ack and no controls or
-        producer id, in the caller's task, its outcome returned (the caller saw
-        :meth:`appends_at_once` hold in this turn: :meth:`Sequencer.append_one`). A plain
-        call that returns the sequencer's coroutine: no coroutine of its own to create
-        and resume per message."""
+        producer id, in the caller's step, its outcome returned (the caller saw
+        :meth:`appends_at_once` hold in this turn: :meth:`Sequencer.append_one_now`);
+        None, nothing done: a large write, for the general path."""
         if hops.ENABLED:
             hops.mark("sink")
-        self.produce_direct += 1
-        self.produce_inline += 1
-        return self.sequencer.append_one(subject, record)
+        result = self.sequencer.append_one_now(subject, record)
+        if result is not None:
+            self.produce_direct += 1
+            self.produce_inline += 1
+        return result

@@ -280,6 +280,19 @@ class ProduceService:
             await after()
         return response
 
+    def produce_now(self, body: bytes) -> tuple[bytes, After | None] | None:
+        """A Produce request body served with no await (:meth:`OneProduce.serve_now`: the
+        common request, from the connection's reader callback): its response body and
+        after-work; None, nothing done: :meth:`produce_then` serves it, in its task."""
+        if not self.direct:
+            return None
+        try:
+            head = decode_produce_head(body)
+        except CodecError:
+            return None
+        token = format(next(self._tokens), "x")
+        return self._one.serve_now(body, head, f"{self._prefix}.{token}")
+
     async def produce_then(
         self,
         body: bytes | bytearray | memoryview,

@@ -26,10 +26,16 @@ from jetsdk.codec.messages import (
     encode_produce_result_tuples,
     produce_wants_current_values,
 )
-from jetsdk.codec.transcode import DirectRecord, ProducedEnvelope, produce_envelopes
-from jetserver.broker.copy_backlog import CopyBacklog
+from jetsdk.codec.transcode import (
+    DirectRecord,
+    EnvelopeBytes,
+    ProducedEnvelope,
+    produce_envelopes,
+)
+from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
 from jetserver.broker.direct_copies import After, Copies, DirectCopies
 from jetserver.broker.nats_port import NatsPort
+from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -118,6 +124,146 @@ class OneProduce:
         ack inbox (its NATS copy's envelope carries it). ``answer_now``: writes the
         response now (as ``produce_then``'s): then the copy can go in this step, without
         after-work (the response returned is empty: it went)."""
+        checked = self._checked(body, head, inbox)
+        if checked is None:
+            return None
+        replica, subject, record, payload, timeout_s = checked
+        deadline = time.monotonic() + timeout_s
+        if payload is None:  # no NATS copies (no_nats_copies)
+            result = replica.intake.append_one(subject, record)
+            if result is None:
+                return None
+            return encode_produce_result_tuples([result]), replica.commit_deferred
+        failures = replica.sync_failures
+        # The copy's turn and ticket, taken as the message enters the sequencer (as
+        # CopiesPlace does on the general path), passed on if it is not appended here.
+        committer = replica.committer
+        turn = committer.copy_turns.take()  # (Committer.copies_turn without its call)
+        backlog = self.backlog
+        ticket = backlog.enter(len(payload))
+        result = None
+        try:
+            result = replica.intake.append_one(subject, record)
+        finally:
+            if result is None:  # (or raised)
+                backlog.leave(ticket)
+                committer.copy_turns.finish(turn)
+        if result is None:
+            return None  # a large write: the general path's
+        code, offset, _ts = result
+        stored = code == _NONE and offset >= 0
+        message = (subject, payload)
+        response = encode_produce_result_tuples([result])
+        # Answered now, unless it must wait for room for its copy (backpressure): then
+        # the copy goes in this step if it may, else in the after-work as always.
+        if answer_now is not None and ticket.admitted is None and answer_now(response):
+            response = b""
+            if stored:
+                copies = self.copies
+                if await copies.publish_now(replica, message, offset + 1, failures, turn, ticket):
+                    return response, None
+                # Not committed yet (durability flushed): after the fsync, in the after-work.
+                return response, self._let_in(
+                    replica, message, offset, failures, timeout_s, turn, ticket
+                )
+        after = self.copies.after_commit(
+            replica,
+            [message] if stored else [],
+            offset + 1 if stored else 0,
+            failures,
+            timeout_s,
+            turn,
+            ticket,
+            deadline,
+        )
+        if isinstance(after, Copies) and after.ticket.admitted is not None:
+            return response, await self.copies.room_for(after, deadline)
+        return response, after
+
+    def serve_now(
+        self, body: bytes | bytearray | memoryview, head: ProduceHead, inbox: str
+    ) -> tuple[bytes, After | None] | None:
+        """:meth:`serve` with no await, from the connection's reader callback (no task):
+        the response (to write now) and the after-work (None: nothing left). None, nothing
+        done, where :meth:`serve` would not serve it, raise (the task's path answers the
+        same error) or wait (no room for its copy in the backlog)."""
+        try:
+            checked = self._checked(body, head, inbox)
+        except Exception:
+            return None
+        if checked is None:
+            return None
+        replica, subject, record, payload, timeout_s = checked
+        if payload is None:  # no NATS copies (no_nats_copies)
+            result = replica.intake.append_one(subject, record)
+            if result is None:
+                return None
+            deferred = replica.committer.defer_longer()  # (the fsync left to this request)
+            return encode_produce_result_tuples([result]), (
+                replica.commit_deferred if deferred else None
+            )
+        backlog = self.backlog
+        if not backlog.admits(len(payload)):
+            return None
+        failures = replica.sync_failures
+        turns = replica.committer.copy_turns
+        turn = turns.take()
+        ticket = backlog.enter(len(payload))
+        result = None
+        try:
+            result = replica.intake.append_one(subject, record)
+        finally:
+            if result is None or result[0] != _NONE or result[1] < 0:  # no copy
+                backlog.leave(ticket)
+                turns.finish(turn)
+        if result is None:
+            return None
+        response = encode_produce_result_tuples([result])
+        offset = result[1]
+        if offset < 0 or result[0] != _NONE:
+            return response, None
+        message = (subject, payload)
+        sent = self.copies.send_now(replica, message, offset + 1, failures, turn, ticket)
+        if sent is True:
+            return response, None
+        if sent is False:  # not committed yet (durability flushed): after the fsync
+            replica.committer.defer_longer()  # (its task starts after this step)
+            return response, self._let_in(
+                replica, message, offset, failures, timeout_s, turn, ticket
+            )
+        return response, sent
+
+    def _let_in(
+        self,
+        replica: PartitionReplica,
+        message: tuple[str, EnvelopeBytes],
+        offset: int,
+        failures: int,
+        timeout_s: float,
+        turn: int,
+        ticket: CopyTicket,
+    ) -> After:
+        """The after-work of an answered request whose copy waits for its commit."""
+        return functools.partial(
+            self.copies.publish_let_in,
+            replica,
+            (message,),
+            offset + 1,
+            failures,
+            timeout_s,
+            turn,
+            ticket,
+        )
+
+    def _checked(
+        self, body: bytes | bytearray | memoryview, head: ProduceHead, inbox: str
+    ) -> tuple[PartitionReplica, str, DirectRecord, EnvelopeBytes | None, float] | None:
+        """The checks of the general path, for the common case: its replica, subject,
+        record, NATS copy (None: no_nats_copies) and timeout; None for the general path.
+
+        Raises:
+            ApiError, CodecError: as the general path.
+        """
         stream, partition, policy, timeout_ms, producer_id, _seq, count, _pos = head
         if count != 1 or policy != _LEADER or producer_id is not None:
             return None
@@ -158,58 +304,6 @@ class OneProduce:
             or record.controls is not None
         ):
             return None  # the general path answers (or refuses) it
-        subject = subject or psubj
         timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
-        deadline = time.monotonic() + timeout_s
-        if spec.no_nats_copies:
-            result = await replica.intake.append_one(subject, record)
-            return encode_produce_result_tuples([result]), replica.commit_deferred
-        failures = replica.sync_failures
-        # The copy's turn and ticket, taken as the message enters the sequencer (as
-        # CopiesPlace does on the general path), passed on if the append is cancelled.
-        committer = replica.committer
-        turn = committer.copy_turns.take()  # (Committer.copies_turn without its call)
-        backlog = self.backlog
-        ticket = backlog.enter(len(payload))
-        try:
-            result = await replica.intake.append_one(subject, record)
-        except BaseException:
-            backlog.leave(ticket)
-            committer.copy_turns.finish(turn)
-            raise
-        code, offset, _ts = result
-        stored = code == _NONE and offset >= 0
-        message = (subject, payload)
-        response = encode_produce_result_tuples([result])
-        # Answered now, unless it must wait for room for its copy (backpressure): then
-        # the copy goes in this step if it may, else in the after-work as always.
-        if answer_now is not None and ticket.admitted is None and answer_now(response):
-            response = b""
-            if stored:
-                copies = self.copies
-                if await copies.publish_now(replica, message, offset + 1, failures, turn, ticket):
-                    return response, None
-                # Not committed yet (durability flushed): after the fsync, in the after-work.
-                return response, functools.partial(
-                    copies.publish_let_in,
-                    replica,
-                    (message,),
-                    offset + 1,
-                    failures,
-                    timeout_s,
-                    turn,
-                    ticket,
-                )
-        after = self.copies.after_commit(
-            replica,
-            [message] if stored else [],
-            offset + 1 if stored else 0,
-            failures,
-            timeout_s,
-            turn,
-            ticket,
-            deadline,
-        )
-        if isinstance(after, Copies) and after.ticket.admitted is not None:
-            return response, await self.copies.room_for(after, deadline)
-        return response, after
+        copy = None if spec.no_nats_copies else payload
+        return replica, subject or psubj, record, copy, timeout_s

@@ -252,11 +252,13 @@ class Sequencer:
             else:
                 self.committer.defer_flush()
 
-    async def append_one(self, subject: str, record: DirectRecord) -> Result:
+    def append_one_now(self, subject: str, record: DirectRecord) -> Result | None:
         """:meth:`append_now` of one direct message with a LEADER ack, no header controls
         and no producer id (the caller saw :attr:`idle` in this turn), its outcome
-        returned instead of settled on a completion (broker/produce_one.py): the same
-        checks, append, commit and flush as :meth:`_take_direct` and :meth:`_append`."""
+        returned, not settled on a completion (broker/produce_one.py), with no await: the
+        checks, append, commit and flush of :meth:`_take_direct` and :meth:`_append`; acks
+        to NATS inboxes and a leadership end its commit leaves go in a task. None (nothing
+        done): a large write (the general path's, from a worker thread)."""
         core = self.base.core
         if not core.leading:
             return _NOT_LEADER
@@ -264,17 +266,15 @@ class Sequencer:
         if subjects is None or record.size > self.max_message_bytes:
             self.messages_rejected += 1
             return _INVALID if subjects is None else _TOO_LARGE
-        log_ = self.base.log
         bodies: list[Body] = [record_body(record, subjects)]
+        if self.committer.fsyncs.is_large(bodies):
+            return None
         self._appending = True
         try:
             if hops.ENABLED:
                 hops.mark("append.start")
-            try:  # (:meth:`_write` without its coroutine unless the write is large)
-                written = self._write_here(bodies)
-                first, ts = written if written is not None else await self._write(bodies)
-            except RoleEnded:
-                return _NOT_LEADER
+            try:
+                first, ts = self.base.log.append(bodies, wall_ns(), self._epoch_to_note())
             except Exception as exc:
                 log.error("append failed", extra=self.base.fields(records=1, error=repr(exc)))
                 self.messages_rejected += 1
@@ -283,13 +283,11 @@ class Sequencer:
             if hops.ENABLED:
                 hops.mark("append")
             self.checks.appended(self.leader_epoch, self.committer.sync_failures, first, ts, bodies)
-            committed = core.appended(first + 1, log_.high_watermark)
+            committed = core.appended(first + 1, self.base.log.high_watermark)
             if committed is not None:  # durability "written": committed once appended
-                # Committer.carry_out in two parts: its coroutine only if NATS acks or a
-                # leadership end need one (never on this path's usual message).
-                messages = self.committer.carry_out_now(committed)
-                if messages or committed.leadership_ended:
-                    await self.committer.carry_out_rest(messages, committed.leadership_ended)
+                messages = self.committer.carry_out_now(committed)  # (carry_out, 2 parts)
+                if messages or committed.leadership_ended:  # (never the usual message)
+                    self.committer.carry_out_rest_soon(messages, committed.leadership_ended)
             if hops.ENABLED:
                 hops.mark("acked")
             if core.leader_state is not None:
@@ -316,11 +314,16 @@ class Sequencer:
     def _write_here(self, bodies: list[Body]) -> tuple[int, int] | None:
         """``log.append`` of ``bodies`` on the loop, after noting a new leader epoch; None
         (nothing written) if the write is large (:meth:`_write` hands it to a thread)."""
-        if self.leader_epoch != self._epoch_noted:
-            self._note_epoch()
+        epoch = self._epoch_to_note()
         if self.committer.fsyncs.is_large(bodies):
             return None
-        return self.base.log.append(bodies, wall_ns(), self.leader_epoch)
+        return self.base.log.append(bodies, wall_ns(), epoch)
+
+    def _epoch_to_note(self) -> int:
+        """:attr:`leader_epoch`, its start noted first if this is its first append."""
+        if self.leader_epoch != self._epoch_noted:
+            self._note_epoch()
+        return self.leader_epoch
 
     def _note_epoch(self) -> None:
         """Before the first append of :attr:`leader_epoch`: its start in the epoch cache,

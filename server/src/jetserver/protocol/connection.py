@@ -29,10 +29,6 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.fetch_stream import (
-    decode_cancel_fetch_stream,
-    encode_cancel_fetch_stream_answer,
-)
 from jetsdk.codec.frames import (
     FLAG_ERROR,
     FLAG_RESPONSE,
@@ -40,17 +36,16 @@ from jetsdk.codec.frames import (
     Frame,
     FrameDecoder,
     FrameTooLarge,
-    encode_frame,
 )
 from jetserver.config.server import LimitsConfig
 from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.protocol import stream_control
-from jetserver.protocol.reply import ANSWER_NOW, Handler, Reply, error_reply
+from jetserver.protocol.reply import ANSWER_NOW, AnswerAtOnce, Handler, Reply, error_reply
+from jetserver.protocol.reply_send import send_at_once, send_rest
 from jetserver.protocol.socket_io import RECV_BYTES, SocketIO
 from jetserver.protocol.stream_control import StreamControl
 from jetserver.storage import ReadSlice
-from jetserver.storage.read_slice import READ_INLINE_MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +74,6 @@ READ_IN_PLACE_MIN_BYTES = 64 * 1024
 """A request frame's body of at least this many bytes that is not all received at once is
 received in place, into a buffer of its size (FrameDecoder ``readinto_min``): no join of
 the received chunks (about 0.2-0.35 CPU ms per MiB of Produce requests)."""
-READ_AT_ONCE_MAX_BYTES = 64 * 1024
-"""A Fetch answer whose records are one slice of at most this many bytes, in memory or
-below the sendfile threshold, goes out with its head in one ``send`` when the socket takes
-it (a tailing consumer's answer); bigger or split ones go through
-:meth:`AcceptedConnection._send_rest`."""
 _CANCEL_WAIT_S = 5.0
 """Bound on in-flight requests finishing their cancellation when a connection ends."""
 _CLOSE_NOTICE_TIMEOUT_S = 1.0
@@ -135,6 +125,11 @@ class AcceptedConnection:
     _decoder: FrameDecoder | None = None
     """The read loop's decoder, while requests may start from the reader callback
     (:meth:`_take_whole`)."""
+    at_once: AnswerAtOnce | None = None
+    """Answers the common Produce request in the reader callback, with no task
+    (:meth:`_answer_at_once`); None: every request in its task."""
+    _afters: set[asyncio.Future[None]] = attrs.field(factory=set)
+    """The after-work of requests answered in the reader callback (held until done)."""
 
     async def serve(self) -> None:
         """Run until the connection ends; never raises (errors are logged)."""
@@ -207,9 +202,53 @@ class AcceptedConnection:
             hops.mark("read")
         self.requests += 1
         self._last_activity = time.monotonic()
+        if (
+            api == _PRODUCE
+            and self.at_once is not None
+            and self._inflight == len(self._streaming)  # (answers in order: none before)
+            and not self._writers
+            and self._corked is None
+            and self._answer_at_once(cid, body)
+        ):
+            return True
         self._inflight += 1
         self._spawn(Frame(api, flags, cid, body))
         return True
+
+    def _answer_at_once(self, correlation_id: int, body: bytes) -> bool:
+        """A Produce request answered in the reader callback by :attr:`at_once` (no task)
+        while no other request is in flight (but FetchStreams past their first answer:
+        no earlier answer to overtake); its answer and those its commit pushes here in
+        one send (as :meth:`_cork`'s). False: nothing done, its task serves it."""
+        assert self.at_once is not None
+        self._corked = corked = []
+        try:
+            served = self.at_once(correlation_id, body)
+        except Exception as exc:  # (as a request task's failure)
+            log.debug("request failed; closing connection", extra=fields(error=repr(exc)))
+            self._shutdown()
+            served = None
+        self._corked = None
+        if served is not None:
+            corked.append(served[0])
+        if corked:
+            self._send_held(corked, own_tail=True)
+        if served is None:
+            return self._closing
+        after = served[1]
+        if after is not None:  # (not the connection's: its close does not cancel it)
+            task = asyncio.ensure_future(after(), loop=self._loop)
+            self._afters.add(task)
+            task.add_done_callback(self._after_done)
+        return True
+
+    def _after_done(self, task: asyncio.Future[None]) -> None:
+        self._afters.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning(
+                "work after a response failed",
+                extra=fields(peer=self.io.peer, api=_PRODUCE, error=repr(task.exception())),
+            )
 
     async def _read_loop(self) -> None:
         decoder = FrameDecoder(self.limits.max_frame_bytes, readinto_min=READ_IN_PLACE_MIN_BYTES)
@@ -327,7 +366,7 @@ class AcceptedConnection:
                 ANSWER_NOW.set(functools.partial(self.write_now, hop="resp.fetch_stream"))
                 reply = await self.handler(frame)
             elif api == _CANCEL_FETCH_STREAM:
-                reply = self._cancel_stream(frame)
+                reply = stream_control.cancel_stream(frame, self._stream_controls)
             else:
                 corked = api == _PRODUCE and self._cork()
                 if api == _PRODUCE:
@@ -384,26 +423,6 @@ class AcceptedConnection:
             self._streaming.discard(task)
         return reply
 
-    def _cancel_stream(self, frame: Frame) -> Reply:
-        """CancelFetchStream (api 19): end this connection's FetchStream of the correlation
-        id named, if one is in flight; the answer says whether one was. Only this
-        connection's own streams can be named, so no grant is needed."""
-        try:
-            correlation_id = decode_cancel_fetch_stream(frame.body)
-        except CodecError as exc:
-            return error_reply(
-                frame.api,
-                frame.correlation_id,
-                ErrorCode.MALFORMED_FRAME,
-                f"request body does not decode: {exc}",
-                close=True,
-            )
-        control = self._stream_controls.pop(correlation_id, None)
-        if control is not None:
-            control.fire()
-        body = encode_cancel_fetch_stream_answer(control is not None)
-        return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
-
     def write_now(self, data: bytes, hop: str = "resp.produce") -> bool:
         """Write a whole response frame now, from outside its request's task (a Produce
         request's answer, from the turn that settled it): True if it is on its way, False
@@ -438,11 +457,26 @@ class AcceptedConnection:
 
     def _uncork(self) -> None:
         corked, self._corked = self._corked, None
-        if not corked or self.write_now(b"".join(corked), "resp.uncorked") or self._closing:
+        if corked:
+            self._send_held(corked)
+
+    def _send_held(self, frames: list[bytes], *, own_tail: bool = False) -> None:
+        """Send the frames :meth:`write_now` held (corked) now, or from a task after what
+        is being written (``own_tail``: also what the socket did not take now)."""
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        if self.write_now(data, "resp.uncorked"):
+            if own_tail and self._tail is not None:
+                self._write_tail_soon()
             return
-        held = b"".join(corked) if self._tail is None else bytes(self._tail) + b"".join(corked)
+        if self._closing:
+            return
+        held = data if self._tail is None else bytes(self._tail) + data
         self._writers += self._tail is None  # a writer came meanwhile: it sends them first
         self._tail = memoryview(held)
+        self._write_tail_soon()
+
+    def _write_tail_soon(self) -> None:
+        """A task sends :attr:`_tail` (counted in :attr:`_writers`) under the write lock."""
         task = self._loop.create_task(self._write_locked(b"", (), None))  # type: ignore[union-attr]
         self._tasks.add(task)
         task.add_done_callback(self._request_done)
@@ -462,7 +496,7 @@ class AcceptedConnection:
             # once, with no lock, no timed wait and no await (so nothing can interleave);
             # the rest of one that did not is sent holding the lock, which nobody holds or
             # waits for, so it is taken without yielding.
-            rest = self._send_at_once(reply.data, parts)
+            rest = send_at_once(self.io, reply.data, parts, self.sendfile_min_bytes)
             if rest is not None:
                 await self._write_locked(reply.data, parts, rest)
         except OSError as exc:
@@ -493,12 +527,16 @@ class AcceptedConnection:
             self._writers -= 1
         try:
             if rest is None:
-                rest = self._send_at_once(data, parts) if tail is None else (data, 0)
+                rest = (
+                    send_at_once(self.io, data, parts, self.sendfile_min_bytes)
+                    if tail is None
+                    else (data, 0)
+                )
             if rest is not None:
                 with anyio.move_on_after(self.limits.write_timeout_s) as scope:
                     if tail is not None:
                         await self.io.send_all(tail)
-                    await self._send_rest(rest[0], parts, rest[1])
+                    await send_rest(self.io, rest[0], parts, rest[1], self.sendfile_min_bytes)
                 if scope.cancelled_caught:
                     log.info(
                         "client not reading; connection closed",
@@ -508,60 +546,6 @@ class AcceptedConnection:
         finally:
             lock.release()
             self._writers -= 1
-
-    def _send_at_once(
-        self, data: bytes, parts: tuple[ReadSlice, ...]
-    ) -> tuple[bytes | memoryview, int] | None:
-        """Send what the socket takes of a reply now: None if all of it went, else what
-        is left of ``data`` and how many bytes of the first slice went (sendfile)."""
-        if not parts:
-            sent = self.io.send_now(data)
-            return None if sent == len(data) else (memoryview(data)[sent:], 0)
-        first = parts[0]
-        in_memory = first.data is not None
-        if in_memory or first.length < self.sendfile_min_bytes:
-            if len(parts) > 1 or first.length > READ_AT_ONCE_MAX_BYTES:
-                return data, 0
-            # One small slice (a tailing consumer's answer, usually in memory: the last
-            # append): head and records in one system call, no lock and no timed wait.
-            whole = data + first.read_bytes()
-            sent = self.io.send_now(whole)
-            if sent == len(whole):
-                return None
-            # The rest goes as bytes: nothing of the slice is left to send from the file.
-            return memoryview(whole)[sent:], first.length
-        sent = self.io.send_now(data, more=True)
-        if sent < len(data):
-            return memoryview(data)[sent:], 0
-        file_done = self.io.sendfile_now(first.fileno, first.position, first.length)
-        if file_done == first.length and len(parts) == 1:
-            return None
-        return b"", file_done
-
-    async def _send_rest(
-        self, data: bytes | memoryview, parts: tuple[ReadSlice, ...], file_done: int
-    ) -> None:
-        """Send what is left of a reply: ``data``, then each slice from ``file_done`` bytes
-        into the first (sendfile from ``sendfile_min_bytes`` on, else pread + send)."""
-        pending = data
-        for i, part in enumerate(parts):
-            skip = file_done if i == 0 else 0
-            if part.length - skip <= 0:
-                continue
-            if part.data is None and part.length >= self.sendfile_min_bytes:
-                if pending:
-                    await self.io.send_all(pending, more=True)
-                    pending = b""
-                await self.io.sendfile(part.fileno, part.position + skip, part.length - skip)
-            else:
-                if part.length <= READ_INLINE_MAX_BYTES:
-                    chunk = part.read_bytes()
-                else:
-                    chunk = await anyio.to_thread.run_sync(part.read_bytes)
-                await self.io.send_buffers([b for b in (pending, chunk) if b])
-                pending = b""
-        if pending:
-            await self.io.send_all(pending)
 
     async def _fail(
         self,

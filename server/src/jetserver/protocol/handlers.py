@@ -364,6 +364,26 @@ class Dispatcher:
             Api.OFFSET_FOR_LEADER_EPOCH: offset_for_epoch,
         }
 
+    def produce_now(
+        self, correlation_id: int, body: bytes
+    ) -> tuple[bytes, Callable[[], Awaitable[None]] | None] | None:
+        """A Produce request answered with no await, from its connection's reader
+        callback (:meth:`ProduceService.produce_now`): its response frame and after-work;
+        None, nothing done: :meth:`handle` answers it in its task (shutting down, a
+        screened request, anything but the common request)."""
+        security = self.security
+        if self.shutting_down or (security is not None and security.screens(_PRODUCE)):
+            return None
+        try:
+            served = self.produce.produce_now(body)
+        except Exception as exc:  # raised after its append: answered as handle's
+            reply = self._error_reply(Frame(_PRODUCE, 0, correlation_id, body), exc)
+            return reply.data, None
+        if served is None:
+            return None
+        response, after = served
+        return encode_frame(_PRODUCE, correlation_id, response, flags=FLAG_RESPONSE), after
+
     async def _produce(self, frame: Frame, head: ProduceHead | None) -> Reply:
         # Each request runs in a plain asyncio task of its own (AcceptedConnection).
         write_now = ANSWER_NOW.get()

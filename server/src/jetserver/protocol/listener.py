@@ -22,6 +22,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver.config.server import LimitsConfig
 from jetserver.logs import fields
 from jetserver.protocol.connection import AcceptedConnection, Handler, error_reply
+from jetserver.protocol.reply import AnswerAtOnce
 from jetserver.protocol.socket_io import SocketIO
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ class ProtocolListener:
     setup: Callable[[socket.socket], Awaitable[tuple[SocketIO, Handler]]] | None = None
     """Per accepted socket: wrap it (TLS handshake) and give its handler (a session-bound
     one); None: plain socket and ``handler``."""
+    at_once: AnswerAtOnce | None = None
+    """Answers the common Produce request in its reader callback (None: every request
+    in its task)."""
     connections: int = 0
     """Connections open now."""
     accepted: int = 0
@@ -133,7 +137,11 @@ class ProtocolListener:
                 io, handler = SocketIO(sock), self.handler
             log.debug("client connected", extra=fields(peer=io.peer))
             conn = AcceptedConnection(
-                io, handler, self.limits, sendfile_min_bytes=self.sendfile_min_bytes
+                io,
+                handler,
+                self.limits,
+                sendfile_min_bytes=self.sendfile_min_bytes,
+                at_once=self.at_once,
             )
             await conn.serve()
             log.debug("client gone", extra=fields(peer=io.peer, requests=conn.requests))

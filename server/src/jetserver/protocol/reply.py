@@ -17,7 +17,7 @@ from jetsdk.codec.frames import FLAG_ERROR, FLAG_RESPONSE, Frame, encode_frame
 from jetsdk.codec.messages import encode_error
 from jetserver.storage.read_slices import ReadSlices
 
-__all__ = ["ANSWER_NOW", "Handler", "Reply", "error_reply"]
+__all__ = ["ANSWER_NOW", "AnswerAtOnce", "Handler", "Reply", "error_reply"]
 
 _ERROR_FLAGS = FLAG_RESPONSE | FLAG_ERROR
 
@@ -69,3 +69,8 @@ def error_reply(
 
 Handler = Callable[[Frame], Awaitable[Reply]]
 """Answers one request frame; must not raise (errors become error replies)."""
+
+AnswerAtOnce = Callable[[int, bytes], tuple[bytes, Callable[[], Awaitable[None]] | None] | None]
+"""Answers a Produce request (correlation id, body) with no await, in the reader callback
+that received it: its response frame and its after-work (None: nothing left), or None,
+nothing done: the request goes to its task as always."""

@@ -16,7 +16,16 @@ from contextvars import ContextVar
 
 import attrs
 
-__all__ = ["CURRENT", "StreamControl"]
+from jetsdk.codec.error_codes import ErrorCode
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.fetch_stream import (
+    decode_cancel_fetch_stream,
+    encode_cancel_fetch_stream_answer,
+)
+from jetsdk.codec.frames import FLAG_RESPONSE, Frame, encode_frame
+from jetserver.protocol.reply import Reply, error_reply
+
+__all__ = ["CURRENT", "StreamControl", "cancel_stream"]
 
 
 @attrs.define(eq=False)
@@ -43,3 +52,25 @@ class StreamControl:
 
 CURRENT: ContextVar[StreamControl | None] = ContextVar("jet_stream_control", default=None)
 """The FetchStream request's control, in the task that runs it (None elsewhere)."""
+
+
+def cancel_stream(frame: Frame, controls: dict[int, StreamControl]) -> Reply:
+    """CancelFetchStream (api 19): end the FetchStream of the correlation id named, if one
+    of ``controls`` (its connection's, by correlation id) is in flight; the answer says
+    whether one was. Only the connection's own streams can be named, so no grant is
+    needed."""
+    try:
+        correlation_id = decode_cancel_fetch_stream(frame.body)
+    except CodecError as exc:
+        return error_reply(
+            frame.api,
+            frame.correlation_id,
+            ErrorCode.MALFORMED_FRAME,
+            f"request body does not decode: {exc}",
+            close=True,
+        )
+    control = controls.pop(correlation_id, None)
+    if control is not None:
+        control.fire()
+    body = encode_cancel_fetch_stream_answer(control is not None)
+    return Reply(encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE))
