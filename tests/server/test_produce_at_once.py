@@ -18,7 +18,13 @@ import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
-from jetsdk.codec.messages import ProduceMessage
+from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_produce_request
+from jetsdk.codec.transcode import (
+    SPLIT_VALUE_MIN,
+    DirectRecord,
+    one_message_envelope,
+    produce_envelopes,
+)
 from jetserver.broker.produce_one import OneProduce
 from jetserver.config.server import LimitsConfig
 from jetserver.protocol.connection import AcceptedConnection, Reply
@@ -276,3 +282,53 @@ async def test_requests_it_declines_are_answered_by_their_task(
     assert plain.offset == 6
     assert counted.taken == 1
     assert counted.declined == 5  # all but the one refused before it (shutting down)
+
+
+def _body(messages: list[ProduceMessage], **options: Any) -> bytes:
+    fields: dict[str, Any] = {"ack_policy": AckPolicy.LEADER, "timeout_ms": 5000, **options}
+    req = ProduceRequest(stream="s", partition=0, messages=tuple(messages), **fields)
+    return encode_produce_request(req)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ProduceMessage(b"v"),
+        ProduceMessage(b""),
+        ProduceMessage(b"v", key=b"k"),
+        ProduceMessage(b"v", key=b""),
+        ProduceMessage(b"v", subject="s.\u00e9"),
+        ProduceMessage(b"x" * (SPLIT_VALUE_MIN - 1), key=b"k" * 300),
+    ],
+)
+def test_one_message_envelope_is_the_general_decoding(message: ProduceMessage) -> None:
+    body = _body([message], ack_policy=AckPolicy.LEADER, timeout_ms=1234)
+    one = one_message_envelope(body, "_INBOX.x.1f")
+    records: list[DirectRecord | None] = []
+    head, messages = produce_envelopes(body, "_INBOX.x.1f", records, split=True)
+    assert one is not None
+    assert one[:3] == (head[0], head[1], head[3])
+    assert one[3:] == (*messages[0], records[0])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _body([ProduceMessage(b"v")], ack_policy=AckPolicy.NONE),
+        _body([ProduceMessage(b"v")], ack_policy=AckPolicy.ALL),
+        _body([ProduceMessage(b"v")], producer_id=1),
+        _body([ProduceMessage(b"v")], current_values=True),
+        _body([ProduceMessage(b"v", headers=(("h", b"1"),))]),
+        _body([ProduceMessage(b"v"), ProduceMessage(b"w")]),
+        _body([ProduceMessage(b"x" * SPLIT_VALUE_MIN)]),
+        _body([ProduceMessage(b"v")]) + b"\x00",  # trailing
+        _body([ProduceMessage(b"v")])[:-1],  # truncated
+        _body([ProduceMessage(b"v", key=b"k")])[:30],
+        b"\xff\xff",
+        b"",
+    ],
+)
+def test_one_message_envelope_leaves_anything_else_to_the_general_decoding(
+    body: bytes,
+) -> None:
+    assert one_message_envelope(body, "_INBOX.x.1f") is None

@@ -286,12 +286,8 @@ class ProduceService:
         after-work; None, nothing done: :meth:`produce_then` serves it, in its task."""
         if not self.direct:
             return None
-        try:
-            head = decode_produce_head(body)
-        except CodecError:
-            return None
         token = format(next(self._tokens), "x")
-        return self._one.serve_now(body, head, f"{self._prefix}.{token}")
+        return self._one.serve_now(body, f"{self._prefix}.{token}")
 
     async def produce_then(
         self,

@@ -30,6 +30,7 @@ from jetsdk.codec.transcode import (
     DirectRecord,
     EnvelopeBytes,
     ProducedEnvelope,
+    one_message_envelope,
     produce_envelopes,
 )
 from jetserver.broker.copy_backlog import CopyBacklog, CopyTicket
@@ -180,20 +181,24 @@ class OneProduce:
             return response, await self.copies.room_for(after, deadline)
         return response, after
 
-    def serve_now(
-        self, body: bytes | bytearray | memoryview, head: ProduceHead, inbox: str
-    ) -> tuple[bytes, After | None] | None:
-        """:meth:`serve` with no await, from the connection's reader callback (no task):
-        the response (to write now) and the after-work (None: nothing left). None, nothing
+    def serve_now(self, body: bytes, inbox: str) -> tuple[bytes, After | None] | None:
+        """:meth:`serve` with no await, from the connection's reader callback (no task),
+        of the common request decoded in one pass (:func:`one_message_envelope`): the
+        response (to write now) and the after-work (None: nothing left). None, nothing
         done, where :meth:`serve` would not serve it, raise (the task's path answers the
         same error) or wait (no room for its copy in the backlog)."""
+        one = one_message_envelope(body, inbox)
+        if one is None:
+            return None
+        stream, partition, timeout_ms, subject, size, envelope, record = one
         try:
-            checked = self._checked(body, head, inbox)
+            checked = self._check_one(stream, partition, subject, size, envelope, record)
         except Exception:
             return None
         if checked is None:
             return None
-        replica, subject, record, payload, timeout_s = checked
+        replica, subject, payload = checked
+        timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
         if payload is None:  # no NATS copies (no_nats_copies)
             result = replica.intake.append_one(subject, record)
             if result is None:
@@ -267,16 +272,44 @@ class OneProduce:
         stream, partition, policy, timeout_ms, producer_id, _seq, count, _pos = head
         if count != 1 or policy != _LEADER or producer_id is not None:
             return None
+        if produce_wants_current_values(body):
+            return None
+        records: list[DirectRecord | None] = []
+        head, messages = produce_envelopes(body, inbox, records, head, split=True)
+        subject, size, payload = messages[0]
+        record = records[0]
+        if record is None or payload is None:
+            return None  # the general path answers (or refuses) it
+        checked = self._check_one(stream, partition, subject, size, payload, record)
+        if checked is None:
+            return None
+        timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
+        return checked[0], checked[1], record, checked[2], timeout_s
+
+    def _check_one(
+        self,
+        stream: str,
+        partition: int,
+        subject: str,
+        size: int,
+        payload: EnvelopeBytes,
+        record: DirectRecord,
+    ) -> tuple[PartitionReplica, str, EnvelopeBytes | None] | None:
+        """The general path's checks of a request of one message with a LEADER ack: the
+        replica, the subject (the partition's if none), the NATS copy (None:
+        no_nats_copies); None for the general path.
+
+        Raises:
+            ApiError: as the general path.
+        """
         replica = self.streams.local_replica(stream, partition)
         if replica is None or replica.replication_factor != 1:
             return None
         sequencer = replica.sequencer
-        if not (sequencer.idle and sequencer.has_room and replica.takes_direct(policy)):
+        if not (sequencer.idle and sequencer.has_room and replica.takes_direct(_LEADER)):
             return None
-        if is_internal(stream) or produce_wants_current_values(body):
+        if is_internal(stream):
             return None
-        records: list[DirectRecord | None] = []
-        head, messages = produce_envelopes(body, inbox, records, head, split=True)
         meta = self.streams.stream(stream)
         spec = meta.spec
         if not 0 <= partition < spec.partitions:
@@ -288,22 +321,16 @@ class OneProduce:
         if leader is not None and leader is not replica:
             return None  # the general path answers (or refuses) it
         psubj, wildcard = partition_subject_of(spec.subject, partition)
-        if wildcard or messages[0][0]:  # (no subject, none needed: nothing to check)
-            check_subjects(psubj, wildcard, messages)
+        if wildcard or subject:  # (no subject, none needed: nothing to check)
+            check_subjects(psubj, wildcard, [(subject, size, payload)])
         link = self.link
         if not link.connected:
             raise link_down()
-        subject, size, payload = messages[0]
-        record = records[0]
         max_payload = link.max_payload
         if (
-            record is None
-            or payload is None
-            or size > (spec.max_message_bytes or self.limits.max_message_bytes)
+            size > (spec.max_message_bytes or self.limits.max_message_bytes)
             or (max_payload and len(payload) > max_payload)
             or record.controls is not None
         ):
             return None  # the general path answers (or refuses) it
-        timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
-        copy = None if spec.no_nats_copies else payload
-        return replica, subject or psubj, record, copy, timeout_s
+        return replica, subject or psubj, None if spec.no_nats_copies else payload

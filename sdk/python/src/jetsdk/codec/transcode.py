@@ -49,6 +49,7 @@ __all__ = [
     "SplitEnvelope",
     "direct_record",
     "envelope_record",
+    "one_message_envelope",
     "produce_envelopes",
     "record_subjects",
 ]
@@ -321,6 +322,85 @@ def produce_envelopes(
     except w.DECODE_ERRORS as exc:
         raise w.convert(exc, "produce request") from None
     return head, out
+
+
+OneMessage = tuple[str, int, int, str, int, bytes, DirectRecord]
+"""A Produce request of one message (:func:`one_message_envelope`): stream, partition,
+timeout_ms, subject, message size, envelope and record."""
+_ONE_HEAD = struct.Struct(">IBIBI")  # partition, ack_policy, timeout_ms, flags, count
+_LEADER = int(AckPolicy.LEADER)
+_LEADER_BYTE = bytes((_LEADER,))
+
+
+def one_message_envelope(body: bytes, ack_inbox: str) -> OneMessage | None:
+    """:func:`~jetsdk.codec.messages.decode_produce_head` and :func:`produce_envelopes`
+    (with ``records``) of the common Produce request in one pass: one message, ack LEADER,
+    no flags (no producer id, no values asked for), no headers, a value under
+    :data:`SPLIT_VALUE_MIN`; its envelope and record byte for byte theirs. None for any
+    other request, or a body that does not decode (the general functions say why)."""
+    n = len(body)
+    try:
+        (slen,) = _U16.unpack_from(body, 0)
+        p = 2 + slen
+        partition, ack, timeout_ms, flags, count = _ONE_HEAD.unpack_from(body, p)
+        if ack != _LEADER or flags or count != 1 or slen > w.MAX_STR16_BYTES:
+            return None
+        stream = str(body[2:p], "utf-8")
+        p += _ONE_HEAD.size
+        (slen,) = _U16.unpack_from(body, p)
+        p += 2
+        subject = ""
+        if slen:
+            if slen > MAX_SUBJECT_BYTES:
+                return None
+            subject = str(body[p : p + slen], "utf-8")
+            p += slen
+        key_pos = p
+        (klen,) = _I32.unpack_from(body, p)
+        p += 4
+        size = 0
+        if klen != -1:
+            if not 0 <= klen <= MAX_KEY_BYTES:
+                return None
+            p += klen
+            size = klen
+        key_end = p
+        if body[p : p + 2] != _NO_HEADERS:
+            return None
+        value_pos = p + 2
+        (vlen,) = _U32.unpack_from(body, value_pos)
+        end = value_pos + 4 + vlen
+        if end != n or vlen >= SPLIT_VALUE_MIN:
+            return None
+        inbox16 = str16(ack_inbox, "ack inbox", MAX_SUBJECT_BYTES)
+    except (struct.error, UnicodeDecodeError, CodecError):
+        return None
+    env_head = b"".join((_LEADER_BYTE, body[key_pos:value_pos], inbox16, _CORR16[0]))
+    value = body[value_pos:end]
+    prefix, prefix_crc = _SEAL_PLAIN
+    crc = _U32.pack(_crc32(value, _crc32(env_head, prefix_crc)))
+    size += vlen
+    record = _new_tuple(
+        DirectRecord,
+        (
+            body,
+            _NO_PRODUCER,
+            key_pos,
+            key_end,
+            end,
+            size,
+            ack_inbox,
+            "0",
+            AckPolicy.LEADER,
+            None,
+            0,
+            None,
+            -1,
+            end - value_pos,
+        ),
+    )
+    envelope = b"".join((prefix, crc, env_head, value))
+    return stream, partition, timeout_ms, subject, size, envelope, record
 
 
 def _without_controls(
