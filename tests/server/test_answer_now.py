@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -19,7 +20,9 @@ import pytest
 from jetsdk.codec.frames import FLAG_ERROR, FLAG_RESPONSE, Api, Frame, FrameDecoder, encode_frame
 from jetserver.config.server import LimitsConfig
 from jetserver.protocol.connection import ANSWER_NOW, AcceptedConnection, Reply
+from jetserver.protocol.reply import AnswerAtOnce
 from jetserver.protocol.socket_io import SocketIO
+from support.loop_tasks import tasks_made
 
 pytestmark = pytest.mark.anyio
 
@@ -43,14 +46,17 @@ async def _read_frames(client: socket.socket, count: int) -> list[Frame]:
 
 
 @contextlib.asynccontextmanager
-async def _serving(handler: Callable[[Frame], Awaitable[Reply]]) -> AsyncIterator[socket.socket]:
-    """A client socket whose server side an AcceptedConnection serves with ``handler``."""
+async def _serving(
+    handler: Callable[[Frame], Awaitable[Reply]], at_once: AnswerAtOnce | None = None
+) -> AsyncIterator[socket.socket]:
+    """A client socket whose server side an AcceptedConnection serves with ``handler``
+    (and ``at_once``, the Produce requests it answers in the reader callback)."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         client = socket.create_connection(server.getsockname())
         accepted, _ = server.accept()
     client.setblocking(False)
     with client:
-        conn = AcceptedConnection(SocketIO(accepted), handler, LimitsConfig())
+        conn = AcceptedConnection(SocketIO(accepted), handler, LimitsConfig(), at_once=at_once)
         async with anyio.create_task_group() as tg:
             tg.start_soon(conn.serve)
             yield client
@@ -99,13 +105,11 @@ async def test_an_answer_is_on_the_socket_in_the_turn_that_settles_it() -> None:
     assert [(f.correlation_id, bytes(f.body)) for f in later] == [(12, b"next")]
 
 
-async def test_what_the_socket_did_not_take_goes_before_the_next_response(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An early answer the socket takes only in part: its rest goes out before the next
-    request's response, whole, so the client reads both frames intact and in order."""
+def _send_next_in_part(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Once armed (a value appended to the list returned), the socket takes only 5 bytes
+    of the next frame sent (a full buffer)."""
     real_send_now = SocketIO.send_now
-    short = [True]
+    short: list[bool] = []
 
     def send_now(self: SocketIO, data: bytes | memoryview, *, more: bool = False) -> int:
         if short and len(data) > 8:
@@ -114,6 +118,15 @@ async def test_what_the_socket_did_not_take_goes_before_the_next_response(
         return real_send_now(self, data, more=more)
 
     monkeypatch.setattr(SocketIO, "send_now", send_now)
+    return short
+
+
+async def test_what_the_socket_did_not_take_goes_before_the_next_response(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An early answer the socket takes only in part: its rest goes out before the next
+    request's response, whole, so the client reads both frames intact and in order."""
+    _send_next_in_part(monkeypatch).append(True)
     first_parked = asyncio.Event()
     writers: list[Callable[[bytes], bool]] = []
 
@@ -211,3 +224,105 @@ async def test_the_read_loop_still_takes_what_is_not_one_whole_request(
         (frame,) = await _read_frames(client, 1)
         assert frame.flags & FLAG_ERROR
         assert frame.correlation_id == 4
+
+
+async def test_a_produce_alone_is_answered_in_the_reader_callback_with_no_task() -> None:
+    """Taken at once: answered, its after-work run after the answer (in a task: the one
+    task left), the handler never called."""
+    handled: list[int] = []
+    after_ran = asyncio.Event()
+
+    async def handler(frame: Frame) -> Reply:
+        handled.append(frame.correlation_id)
+        return Reply(_response(frame.correlation_id, b"from the task"))
+
+    async def after() -> None:
+        after_ran.set()
+
+    def at_once(cid: int, body: bytes) -> tuple[bytes, Any] | None:
+        if cid == 0:
+            return None  # the first: its task (the read loop then waits for the next)
+        return _response(cid, b"at once " + body), after if cid == 3 else None
+
+    async with _serving(handler, at_once) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 0, b"m0"))
+        await _read_frames(client, 1)
+        with tasks_made() as made:
+            for cid in (1, 2):
+                client.sendall(encode_frame(Api.PRODUCE, cid, b"m%d" % cid))
+                (frame,) = await _read_frames(client, 1)
+                assert (frame.correlation_id, bytes(frame.body)) == (cid, b"at once m%d" % cid)
+        assert made == []  # no request task, no after-work task
+        client.sendall(encode_frame(Api.PRODUCE, 3, b"m3"))
+        (frame,) = await _read_frames(client, 1)
+        with anyio.fail_after(BOUND_S):
+            await after_ran.wait()
+    assert bytes(frame.body) == b"at once m3"
+    assert handled == [0]
+
+
+async def test_a_produce_behind_a_request_in_flight_is_served_by_its_task() -> None:
+    """A request pipelined behind one still in its task is not taken at once (its answer
+    could overtake the earlier one's): its task serves it; declined ones too."""
+    offered: list[int] = []
+    handled: list[int] = []
+    parked = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(frame: Frame) -> Reply:
+        handled.append(frame.correlation_id)
+        if frame.correlation_id == 1:
+            parked.set()
+            await release.wait()
+        return Reply(_response(frame.correlation_id, b"task"))
+
+    def at_once(cid: int, body: bytes) -> tuple[bytes, Any] | None:
+        offered.append(cid)
+        return None if cid == 1 else (_response(cid, b"at once"), None)
+
+    async with _serving(handler, at_once) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 1, b"slow"))
+        with anyio.fail_after(BOUND_S):
+            await parked.wait()
+        client.sendall(encode_frame(Api.PRODUCE, 2, b"fast"))
+        with anyio.fail_after(BOUND_S):
+            while len(handled) < 2:  # noqa: ASYNC110 (bounded: the second's task)
+                await asyncio.sleep(0.005)
+        release.set()
+        frames = await _read_frames(client, 2)
+        client.sendall(encode_frame(Api.PRODUCE, 3, b"alone again"))
+        (third,) = await _read_frames(client, 1)
+    assert offered == [3]  # (the first came through the read loop) not the second
+    assert handled == [1, 2]
+    assert sorted((f.correlation_id, bytes(f.body)) for f in frames) == [
+        (1, b"task"),
+        (2, b"task"),
+    ]
+    assert bytes(third.body) == b"at once"
+
+
+async def test_what_the_socket_does_not_take_of_an_answer_at_once_follows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An answer at once the socket takes in part: a task sends the rest, whole, before
+    the next answer."""
+    short = _send_next_in_part(monkeypatch)
+
+    async def handler(frame: Frame) -> Reply:
+        return Reply(_response(frame.correlation_id, b"task"))
+
+    def at_once(cid: int, body: bytes) -> tuple[bytes, Any] | None:
+        return _response(cid, b"answer %d at once" % cid), None
+
+    async with _serving(handler, at_once) as client:
+        client.sendall(encode_frame(Api.PRODUCE, 0, b"first: the read loop's"))
+        await _read_frames(client, 1)
+        short.append(True)  # the next answer: sent in part
+        client.sendall(encode_frame(Api.PRODUCE, 1, b"a"))
+        (first,) = await _read_frames(client, 1)
+        client.sendall(encode_frame(Api.PRODUCE, 2, b"b"))
+        (second,) = await _read_frames(client, 1)
+    assert [(f.correlation_id, bytes(f.body)) for f in (first, second)] == [
+        (1, b"answer 1 at once"),
+        (2, b"answer 2 at once"),
+    ]

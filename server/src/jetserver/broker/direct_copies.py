@@ -196,7 +196,7 @@ class DirectCopies:
     ) -> None:
         """:meth:`after_commit`'s after-work once its copies were let in to the backlog:
         the fsync its append left to it, its turn, the commit; then the copies (the
-        one-step Produce's after-work whose copy :meth:`publish_now` could not send yet,
+        one-step Produce's after-work whose copy :meth:`send_now` could not send yet,
         durability ``flushed``, called directly: no closure or :class:`Copies`).
         ``deadline``: the wait's, if one began (0: read from the clock at the first)."""
         committer = replica.committer
@@ -221,22 +221,6 @@ class DirectCopies:
         finally:
             self.backlog.release(ticket.size)
             turns.finish(turn, overtake=not in_turn)
-
-    async def publish_now(
-        self,
-        replica: PartitionReplica,
-        message: tuple[str, EnvelopeBytes],
-        end: int,
-        failures: int,
-        turn: int,
-        ticket: CopyTicket,
-    ) -> bool:
-        """:meth:`send_now`, its NATS write awaited if it left one."""
-        sent = self.send_now(replica, message, end, failures, turn, ticket)
-        if sent is True or sent is False:
-            return sent
-        await sent()
-        return True
 
     def send_now(
         self,

@@ -160,8 +160,10 @@ class OneProduce:
         if answer_now is not None and ticket.admitted is None and answer_now(response):
             response = b""
             if stored:
-                copies = self.copies
-                if await copies.publish_now(replica, message, offset + 1, failures, turn, ticket):
+                sent = self.copies.send_now(replica, message, offset + 1, failures, turn, ticket)
+                if sent is not False:
+                    if sent is not True:
+                        await sent()  # (something was pending on the NATS connection)
                     return response, None
                 # Not committed yet (durability flushed): after the fsync, in the after-work.
                 return response, self._let_in(
