@@ -221,6 +221,8 @@ class AcceptedConnection:
         no earlier answer to overtake); its answer and those its commit pushes here in
         one send (as :meth:`_cork`'s). False: nothing done, its task serves it."""
         assert self.at_once is not None
+        if hops.ENABLED:
+            hops.mark("req.produce")
         self._corked = corked = []
         try:
             served = self.at_once(correlation_id, body)
@@ -231,6 +233,8 @@ class AcceptedConnection:
         self._corked = None
         if served is not None:
             corked.append(served[0])
+            if hops.ENABLED:
+                hops.mark("resp.produce")
         if corked:
             self._send_held(corked, own_tail=True)
         if served is None:
