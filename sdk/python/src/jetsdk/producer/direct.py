@@ -86,7 +86,7 @@ class DirectSends:
                 (a failure is the sender task's, after its retries).
         """
         sender = self._sender
-        if sender.full():
+        if sender.outcomes.full():
             return None
         written = self._write(prepared)
         if written is None:

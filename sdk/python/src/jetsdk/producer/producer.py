@@ -223,6 +223,7 @@ class Producer:
             delivery_timeout=delivery_timeout,
             max_pending_bytes=max_pending_bytes,
         )
+        self._outcomes = self._sender.outcomes
         self._direct = DirectSends(
             client,
             stream,
@@ -494,7 +495,7 @@ class Producer:
         ``max_pending``, ``max_pending_bytes``);
         ``handle``: the one to complete (default: a new one)."""
         sender, stage = self._sender, self._stage
-        while sender.full(stage.held if stage else 0):
+        while self._outcomes.full(stage.held if stage else 0):
             await sender.wait_for_room()
             self._check_open()
         if handle is None:

@@ -113,10 +113,6 @@ class Sender:
         """Messages queued or in flight, not acknowledged or failed yet."""
         return self.outcomes.unresolved
 
-    def full(self, held: int = 0) -> bool:
-        """True if ``send_soon`` must wait for room (:meth:`Outcomes.full`)."""
-        return self.outcomes.full(held)
-
     async def wait_for_room(self) -> None:
         """Wait until a message was settled (then check :meth:`full` again), or :meth:`close`."""
         await self.outcomes.wait_for_room()
@@ -125,7 +121,9 @@ class Sender:
         """One more message (``size`` estimated bytes) was queued in the accumulator for
         ``partition``: count it, and have it sent (written here if the partition is idle,
         else by its task)."""
-        self.outcomes.added(size)
+        outcomes = self.outcomes  # (Outcomes.added, inline: once per message)
+        outcomes.unresolved += 1
+        outcomes.unresolved_bytes += size
         sender = self._partitions.get(partition)
         if sender is None:
             sender = self._start_partition(partition)
