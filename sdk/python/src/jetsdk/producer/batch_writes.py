@@ -140,11 +140,10 @@ class BatchWrites:
             return True
         if not fan_in and not conn.can_send_now:
             return False
-        batch = self._acc.drain(partition)
-        if batch is None:
+        cut = self._cut(partition, sender)
+        if cut is None:
             return False
-        request = self.request(batch, batch.items, sender.next_seq)
-        body = encode_produce_request_parts(request)
+        batch, request, body = cut
         response: PendingResponse | SectionAnswer | None
         if fan_in:  # written at once (the first of this loop turn: writes_now held)
             response = self.fan_in.write_now(
@@ -165,13 +164,23 @@ class BatchWrites:
         if not sender.waiting or sender.in_flight.value < self._max_in_flight:
             sender.wake.set()
             return None
+        cut = self._cut(partition, sender)
+        if cut is None:
+            return None
+        batch, request, body = cut
+        self._written(sender, batch, request, answer)
+        return body
+
+    def _cut(
+        self, partition: int, sender: PartitionSender
+    ) -> tuple[Batch[Pending], ProduceRequest, RequestBody] | None:
+        """``partition``'s next batch cut off the accumulator, its request and the request's
+        body, numbered from ``sender``'s next sequence (None: nothing queued)."""
         batch = self._acc.drain(partition)
         if batch is None:
             return None
         request = self.request(batch, batch.items, sender.next_seq)
-        body = encode_produce_request_parts(request)
-        self._written(sender, batch, request, answer)
-        return body
+        return batch, request, encode_produce_request_parts(request)
 
     def _written(
         self,
