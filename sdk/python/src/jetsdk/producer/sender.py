@@ -131,8 +131,10 @@ class Sender:
         if (
             sender.waiting
             and not sender.direct  # (a direct send's end sends what was queued behind it)
-            and not writes.send_now(partition, sender)
+            # A wide producer's message mostly meets its partition's batch in flight, whose
+            # answer sends it: asked first (send_now would refuse it then, holding no slot).
             and not (writes.wide and writes.answer_sends_next(sender))
+            and not writes.send_now(partition, sender)
         ):
             sender.wake.set()
 
