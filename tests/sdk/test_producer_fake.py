@@ -137,6 +137,36 @@ async def test_backpressure_bounds_pending() -> None:
         assert cluster.streams["s"].partitions[0].hw == 50
 
 
+async def test_backpressure_bounds_pending_bytes() -> None:
+    """``max_pending_bytes`` (Kafka's ``buffer.memory``) holds send_soon back by the
+    estimated bytes pending, whatever ``max_pending`` allows."""
+    async with cluster_and_client() as (cluster, client):
+        cluster.add_stream("s")
+        seen: list[int] = []
+        async with Producer(
+            client, "s", linger=0.01, max_pending=1000, max_pending_bytes=1000
+        ) as producer:
+            for _ in range(50):
+                await producer.send_soon(b"x" * 200)  # about 216 bytes estimated
+                seen.append(producer.pending)
+            assert producer._sender.outcomes.unresolved_bytes > 0
+            await producer.flush()
+            assert producer._sender.outcomes.unresolved_bytes == 0
+        assert max(seen) == 5  # 4 x 216 < 1000: a fifth; then full
+        assert cluster.streams["s"].partitions[0].hw == 50
+
+
+async def test_a_message_over_max_pending_bytes_still_goes_alone() -> None:
+    async with cluster_and_client() as (cluster, client):
+        cluster.add_stream("s")
+        async with Producer(client, "s", linger=0, max_pending_bytes=100) as producer:
+            first = await producer.send_soon(b"x" * 1000)
+            second = await producer.send_soon(b"y" * 1000)  # waits for the first's ack
+            assert first.done()
+        assert (await first).offset == 0
+        assert (await second).offset == 1
+
+
 async def test_callbacks_run_on_completion() -> None:
     async with cluster_and_client() as (cluster, client):
         cluster.add_stream("s")

@@ -13,6 +13,7 @@ from anyio.from_thread import BlockingPortal
 from jetsdk import sync
 from jetsdk._sync_sends import QueuedSends
 from jetsdk.errors import MessageTooLarge, PartitionNotFound
+from jetserver.testing import wait_until
 from support.jet_dev import JetDev
 
 THREADS = 8
@@ -83,6 +84,32 @@ def test_an_ack_wakes_no_sender_when_none_waits_for_room(
             room = producer._queued()._room  # the sync queue's slots
             assert all(h.done() for h in handles)
     assert [c for c in notified if c is room] == []
+
+
+def test_send_soon_blocks_at_max_pending_bytes_until_acks_free_room(jet_dev: JetDev) -> None:
+    """The sync queue counts ``max_pending_bytes`` on the callers' side too: with nothing
+    sent before a flush (linger), the caller blocks once the bytes pending reach it."""
+    name = _name("bytes")
+    with sync.Client(jet_dev.servers) as client:
+        client.create_stream(name, name)
+        with sync.Producer(client, name, linger=60, max_pending_bytes=1000) as producer:
+            producer.send(b"first")  # the queue exists
+            sends = producer._queued()
+            queued: list[sync.SendHandle] = []
+
+            def work() -> None:
+                for i in range(8):
+                    queued.append(producer.send_soon(b"%03d" % i + b"x" * 197))
+
+            thread = threading.Thread(target=work)
+            thread.start()
+            wait_until(lambda: sends.waiting == 1, 10, "the sender waiting for room")
+            assert len(queued) == 5  # about 216 bytes each: 4 below 1000, a fifth; full
+            producer.flush()  # acks free the room: the rest go
+            thread.join(10)
+            assert not thread.is_alive()
+            producer.flush()
+        assert [h.result(0).offset for h in queued] == list(range(1, 9))
 
 
 def test_bad_messages_fail_on_the_callers_thread(jet_dev: JetDev) -> None:

@@ -556,3 +556,17 @@ async def test_fsyncs_of_several_logs_asked_in_one_turn_go_to_threads_together(
         for lg in logs:
             with contextlib.suppress(Exception):
                 lg.close()
+
+
+def test_is_large_sums_every_kind_of_body_alike() -> None:
+    """A batch's bytes are summed in C where its bodies are of one kind (whole records, or
+    a direct request's head and tail), with the same answer as body by body."""
+    big = fsync_runner.LARGE_WRITE_BYTES
+    view = memoryview(b"x" * big)
+    assert FsyncRunner.is_large([b"x" * big])
+    assert not FsyncRunner.is_large([b"x" * (big // 4)] * 3)
+    assert FsyncRunner.is_large([(b"h", view)])
+    assert FsyncRunner.is_large([(b"h" * (big // 2), b"t" * (big // 2))])
+    assert not FsyncRunner.is_large([(b"h", b"t" * (big // 4))] * 3)
+    assert FsyncRunner.is_large([b"a", (b"h", view)])  # mixed: body by body
+    assert not FsyncRunner.is_large([(b"h", view)] * (fsync_runner.LARGE_WRITE_MAX_RECORDS + 1))

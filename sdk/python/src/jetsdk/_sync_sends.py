@@ -10,13 +10,13 @@ drain task, and the messages queued before it runs go with it. The caller gets a
 :class:`SendHandle`, which the producer completes directly from the loop thread and which
 any thread may wait on.
 
-``max_pending`` is counted on the caller's side: ``send_soon`` blocks while that many
-messages are queued or unacknowledged. Callers count what they queue (under the queue's
-lock) and handles count what is done (in the loop thread alone, no lock): an ack takes the
-lock only when a caller waits for room. ``send`` is ``send_soon(...).result()``, so sends
-keep their order whichever way they were made; waiting for one ack is one thread wake per
-direction (the loop callback, the handle's release). ``flush`` drains the queue, then
-flushes the producer.
+``max_pending`` and ``max_pending_bytes`` are counted on the caller's side: ``send_soon``
+blocks while that many messages (or bytes of them) are queued or unacknowledged. Callers
+count what they queue (under the queue's lock) and handles count what is done (in the loop
+thread alone, no lock): an ack takes the lock only when a caller waits for room. ``send``
+is ``send_soon(...).result()``, so sends keep their order whichever way they were made;
+waiting for one ack is one thread wake per direction (the loop callback, the handle's
+release). ``flush`` drains the queue, then flushes the producer.
 
 Thread safety: any number of threads may share one sync producer; the queue keeps each
 thread's order. Blocking waits (backpressure, ``result``) are plain thread waits, which a
@@ -60,9 +60,9 @@ class SendHandle(AsyncSendHandle):
     loop thread (or at once if already done): keep them short and do not call the sync API
     from them."""
 
-    __slots__ = ("_finished", "_sends", "_waiter")
+    __slots__ = ("_finished", "_sends", "_size", "_waiter")
 
-    def __init__(self, sends: QueuedSends | None = None) -> None:
+    def __init__(self, sends: QueuedSends | None = None, size: int = 0) -> None:
         # The base class's fields set here, not through super().__init__(): one Python
         # call less per message on the caller's thread (keep in step with the base).
         self._ack: Ack | None = None
@@ -74,6 +74,8 @@ class SendHandle(AsyncSendHandle):
         # Held until the handle is done; a waiter takes it, then passes it on.
         self._waiter: threading.Lock | None = None
         self._sends = sends
+        self._size = size
+        """The message's estimated size (counted against ``max_pending_bytes``)."""
 
     def done(self) -> bool:
         """True once acknowledged or failed."""
@@ -147,6 +149,7 @@ class SendHandle(AsyncSendHandle):
         sends = self._sends
         if sends is not None:  # a max_pending slot free before any waiter runs
             sends.done += 1
+            sends.done_bytes += self._size
             if sends.waiting:
                 sends.wake_one()
         waiter = self._waiter  # read after storing _finished (see the module doc)
@@ -174,10 +177,15 @@ class QueuedSends:
         self._portal = portal
         self._producer = producer
         self._max = producer.max_pending
+        self._max_bytes = producer.max_pending_bytes
         self._sent = 0
         """Messages queued so far (written by callers, under :attr:`_lock`)."""
+        self._sent_bytes = 0
+        """Their estimated sizes."""
         self.done = 0
         """Of those, how many are done (written by handles in the loop thread alone)."""
+        self.done_bytes = 0
+        """Their estimated sizes."""
         self._lock = threading.Lock()
         """The lock of :attr:`_room`, entered directly where no wait or notify follows
         (Condition's ``with`` is two Python calls per message)."""
@@ -197,14 +205,17 @@ class QueuedSends:
         portal.start_task_soon(self._drain_task)
 
     def send_soon(self, prepared: Prepared) -> SendHandle:
-        """Queue a checked message; blocks while ``max_pending`` are pending."""
+        """Queue a checked message; blocks while the producer is full (``max_pending``,
+        ``max_pending_bytes``)."""
         with self._lock:
-            if self._sent - self.done >= self._max:
+            if self._full():
                 self._wait_for_room()
             if self._closed:
                 raise _closed()
             self._sent += 1
-            handle = SendHandle(self)
+            size = prepared.size
+            self._sent_bytes += size
+            handle = SendHandle(self, size)
             self._queue.append((prepared, handle))
             schedule, self._scheduled = not self._scheduled, True
         if schedule:
@@ -216,11 +227,17 @@ class QueuedSends:
                 raise
         return handle
 
+    def _full(self) -> bool:
+        """True while ``max_pending`` messages or ``max_pending_bytes`` are pending."""
+        return self._sent - self.done >= self._max or (
+            self._sent_bytes - self.done_bytes >= self._max_bytes
+        )
+
     def _wait_for_room(self) -> None:
-        """Wait (holding :attr:`_lock`) until fewer than ``max_pending`` are pending."""
+        """Wait (holding :attr:`_lock`) until the producer is not :meth:`_full`."""
         self.waiting += 1  # stored before reading `done` (see the module doc)
         try:
-            while self._sent - self.done >= self._max:
+            while self._full():
                 self._room.wait()
         finally:
             self.waiting -= 1
@@ -292,7 +309,7 @@ class QueuedSends:
 
     def _drain(self) -> None:
         """Move everything queued into the producer (the loop thread, without a wait:
-        ``max_pending`` is kept on the callers' side)."""
+        ``max_pending`` and ``max_pending_bytes`` are kept on the callers' side)."""
         producer = self._producer
         with self._lock:
             batch = list(self._queue)

@@ -63,13 +63,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import math
 import threading
 import time
 import types
 from collections.abc import Callable, Coroutine, Generator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -103,6 +104,8 @@ is a large write (:meth:`FsyncRunner.append_large`)."""
 LARGE_WRITE_MAX_RECORDS = 64
 """A batch of more records is never a large write (small records: framed on the loop; the
 bytes are not even summed)."""
+_HEADS_AND_TAILS: frozenset[type] = frozenset({tuple})
+_WHOLE: frozenset[type] = frozenset({bytes})
 
 __all__ = ["FsyncRunner"]
 
@@ -292,6 +295,12 @@ class FsyncRunner:
         :data:`LARGE_WRITE_BYTES` in at most :data:`LARGE_WRITE_MAX_RECORDS` records."""
         if len(bodies) > LARGE_WRITE_MAX_RECORDS:
             return False
+        kinds = set(map(type, bodies))  # one kind: summed in C (not 2 lines a body)
+        if kinds == _HEADS_AND_TAILS:  # a direct request's (record_body)
+            parts = itertools.chain.from_iterable(cast("Sequence[tuple[bytes, bytes]]", bodies))
+            return sum(map(len, parts)) >= LARGE_WRITE_BYTES
+        if kinds == _WHOLE:
+            return sum(map(len, bodies)) >= LARGE_WRITE_BYTES
         size = 0
         for body in bodies:
             size += len(body[0]) + len(body[1]) if isinstance(body, tuple) else len(body)

@@ -57,7 +57,6 @@ class DirectSends:
         sender: Sender,
         *,
         max_in_flight: int,
-        max_pending: int,
         ack_timeout: float,
     ) -> None:
         self._client = client
@@ -66,7 +65,6 @@ class DirectSends:
         self._sender = sender
         self._states = sender.states
         self._max_in_flight = max_in_flight
-        self._max_pending = max_pending
         self._timeout_ms = int(ack_timeout * 1000)
         self._answer_s = ack_timeout + client.request_timeout
         self.enabled = False
@@ -80,15 +78,15 @@ class DirectSends:
 
     async def send(self, prepared: Prepared) -> Ack | None:
         """Send ``prepared`` directly and wait for its ack, if its partition is idle and
-        fewer than ``max_pending`` messages are pending; None (nothing done) if not: queue
-        it then.
+        the producer has room (``max_pending``, ``max_pending_bytes``); None (nothing
+        done) if not: queue it then.
 
         Raises:
             JetError: as :meth:`Producer.send <jetsdk.producer.producer.Producer.send>`
                 (a failure is the sender task's, after its retries).
         """
         sender = self._sender
-        if sender.unresolved >= self._max_pending:
+        if sender.outcomes.full():
             return None
         written = self._write(prepared)
         if written is None:
@@ -106,13 +104,13 @@ class DirectSends:
         result = None if body is None else decode_produce_one(body)
         if result is None or result[0] not in _STORED:
             return await sender.hand_over(state, prepared, seq, response, sent_at).wait()
-        sender.direct_acked(prepared.partition, state)
+        sender.direct_acked(prepared.partition, state, prepared.size)
         return Ack(self._stream, prepared.partition, result[1], result[2])
 
     def write(self, prepared: Prepared, handle: SendHandle) -> bool:
         """Write ``prepared`` directly if its partition is idle, and have its answer settle
         ``handle`` (from the connection's reader, as it decodes the answer); False (nothing
-        done) if not: queue it then. The caller counted it against ``max_pending``
+        done) if not: queue it then. The caller checked the room for it
         (``send_soon``, the sync API's queue)."""
         written = self._write(prepared)
         if written is None:
@@ -144,7 +142,7 @@ class DirectSends:
             handle._set_acked(self._stream, prepared.partition, result[1], result[2])
         except BaseException as exc:  # a handle's callback: the sender task raises it
             state.failure = exc
-        self._sender.direct_acked(prepared.partition, state)
+        self._sender.direct_acked(prepared.partition, state, prepared.size)
 
     def _write(
         self, prepared: Prepared
@@ -152,7 +150,7 @@ class DirectSends:
         """If ``prepared``'s partition is idle (module doc): write its Produce request, hold
         the partition and count the message; its state, response, sequence and send time.
         None (nothing done) if not."""
-        message, partition, policy, _size, _deferred = prepared
+        message, partition, policy, size, _deferred = prepared
         state = self._states.get(partition)
         if state is None or not state.waiting or state.direct or state.deferred:
             return None
@@ -180,6 +178,6 @@ class DirectSends:
             return None
         state.next_seq = seq + 1
         state.direct = True
-        sender.direct_sent()
+        sender.direct_sent(size)
         self.sent += 1
         return state, response, seq, time.monotonic()

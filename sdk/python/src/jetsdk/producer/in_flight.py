@@ -40,11 +40,14 @@ class Pending:
 
     message: ProduceMessage
     handle: SendHandle
+    size: int = 0
+    """Its estimated size (``Prepared.size``), counted against ``max_pending_bytes``."""
 
 
 @attrs.define(eq=False)
 class Written:
-    """A batch whose first request the caller wrote (:meth:`Sender._send_now`)."""
+    """A batch whose first request the caller wrote (:meth:`BatchWrites.send_now
+    <jetsdk.producer.batch_writes.BatchWrites.send_now>`)."""
 
     batch: Batch[Pending]
     base_seq: int
@@ -56,7 +59,7 @@ class Written:
     """``time.monotonic()`` when it was written: ``delivery_timeout`` counts from there."""
     claimed: bool = False
     """Seen through already: by the sender task (:meth:`Sender._see_through`) or by its
-    answer's callback (:meth:`Sender._on_answer`), whichever came first."""
+    answer's callback (``BatchWrites._on_answer``), whichever came first."""
 
 
 @attrs.define(eq=False)
@@ -69,11 +72,11 @@ class PartitionSender:
     next_seq: int = 0
     waiting: bool = False
     deferred: bool = False
-    """Its next batch is cut at the end of this loop turn (:meth:`Sender._cut_deferred`)."""
+    """Its next batch is cut at the end of this loop turn (``BatchWrites._cut_deferred``)."""
     written: collections.deque[Written] = attrs.field(factory=collections.deque)
     """Batches written by callers, in order, for the sender task to see through."""
     failure: BaseException | None = None
-    """What a handle's callback raised when :meth:`Sender._on_answer` settled a batch: the
+    """What a handle's callback raised when ``BatchWrites._on_answer`` settled a batch: the
     sender task raises it (as it would have, settling the batch itself)."""
     direct: bool = False
     """A message sent by :class:`~jetsdk.producer.direct.DirectSends` is in flight: the

@@ -20,8 +20,11 @@ producer is these two objects composed, as aiokafka's (accumulator + sender): it
 and partitions messages and owns the lifecycle; the accumulator owns the queues, the
 sender the requests, retries and the count of unsettled messages.
 
-Backpressure: at most ``max_pending`` messages may be queued or in flight; ``send_soon``
-waits for room beyond that. Ordering: with ``max_in_flight=1`` (default) one Produce
+Backpressure: at most ``max_pending`` messages, and ``max_pending_bytes`` bytes of them
+(estimated sizes: Kafka's ``buffer.memory``), may be queued or in flight; ``send_soon``
+waits for room beyond that. The byte bound is what holds small messages back: a producer
+spread over many partitions then still has many messages queued per partition, so its
+batches stay large. Ordering: with ``max_in_flight=1`` (default) one Produce
 request per partition is outstanding at a time, so messages of one partition are stored in
 send order, retries included. A larger window pipelines requests (more throughput when the
 round trip dominates) but a retried batch may then land after a later one.
@@ -81,6 +84,7 @@ from jetsdk.producer.compression_stage import CompressionStage, compressed_messa
 from jetsdk.producer.direct import DirectSends
 from jetsdk.producer.handle import SendHandle
 from jetsdk.producer.in_flight import Pending, Prepared
+from jetsdk.producer.outcomes import DEFAULT_MAX_PENDING_BYTES
 from jetsdk.producer.sender import Sender
 
 __all__ = [
@@ -88,6 +92,7 @@ __all__ = [
     "DEFAULT_DELIVERY_TIMEOUT",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_MAX_PENDING",
+    "DEFAULT_MAX_PENDING_BYTES",
     "Producer",
 ]
 
@@ -96,8 +101,10 @@ DEFAULT_ACK_TIMEOUT = 30.0
 DEFAULT_DELIVERY_TIMEOUT = 120.0
 """Seconds from a batch's first send until its messages must be acknowledged; retriable
 failures are retried until then (Kafka's ``delivery.timeout.ms``)."""
-DEFAULT_MAX_PENDING = 10_000
-"""Most messages queued or in flight per producer before send_soon waits."""
+DEFAULT_MAX_PENDING = 100_000
+"""Most messages queued or in flight per producer before send_soon waits (10,000 until
+issue 34: at 500 partitions that left ~10 messages per partition's batch; the byte bound,
+:data:`DEFAULT_MAX_PENDING_BYTES`, now holds back all but small messages first)."""
 DEFAULT_MAX_IN_FLIGHT = 1
 """Outstanding Produce requests per partition (1 keeps per-partition order on retries)."""
 
@@ -126,6 +133,7 @@ class Producer:
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_pending: int = DEFAULT_MAX_PENDING,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         partitioner: Partitioner | None = None,
         idempotent: bool = False,
@@ -148,6 +156,10 @@ class Producer:
                 each partition's messages in send order, retries included; more
                 pipelines requests, but a retried batch may land after a later one.
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
+            max_pending_bytes: most bytes of messages queued or unacknowledged (their
+                estimated sizes, as ``max_batch_bytes`` counts them; Kafka's
+                ``buffer.memory``); send_soon waits beyond. A message larger than this
+                still goes, alone.
             ack_timeout: seconds the server waits for acks before answering TIMEOUT.
             partitioner: ``(key, value, num_partitions) -> partition`` for messages without
                 an explicit partition; default: murmur2 of the key, round-robin if keyless.
@@ -176,8 +188,8 @@ class Producer:
             ValueError: a limit out of range; CompressionError (a ValueError) for an
                 unknown codec or one whose package is not installed.
         """
-        if max_in_flight < 1 or max_pending < 1:
-            raise ValueError("max_in_flight and max_pending must be >= 1")
+        if max_in_flight < 1 or max_pending < 1 or max_pending_bytes < 1:
+            raise ValueError("max_in_flight, max_pending and max_pending_bytes must be >= 1")
         if compression_offload_bytes is not None and compression_offload_bytes < 1:
             raise ValueError("compression_offload_bytes must be >= 1 (or None)")
         if ack_timeout <= 0 or delivery_timeout <= 0:
@@ -187,6 +199,7 @@ class Producer:
         self.ack = AckPolicy(ack)
         self.max_in_flight = max_in_flight
         self.max_pending = max_pending
+        self.max_pending_bytes = max_pending_bytes
         self.ack_timeout = ack_timeout
         self.idempotent = idempotent
         self.delivery_timeout = delivery_timeout
@@ -208,14 +221,15 @@ class Producer:
             max_pending=max_pending,
             ack_timeout=ack_timeout,
             delivery_timeout=delivery_timeout,
+            max_pending_bytes=max_pending_bytes,
         )
+        self._outcomes = self._sender.outcomes
         self._direct = DirectSends(
             client,
             stream,
             self._acc,
             self._sender,
             max_in_flight=max_in_flight,
-            max_pending=max_pending,
             ack_timeout=ack_timeout,
         )
         self._stage: CompressionStage[Prepared] | None = (
@@ -377,7 +391,8 @@ class Producer:
     ) -> SendHandle:
         """Queue one message and return at once with a handle to its outcome.
 
-        Waits only while ``max_pending`` messages are already pending (backpressure).
+        Waits only while ``max_pending`` messages (or ``max_pending_bytes``) are already
+        pending (backpressure).
         Arguments as :meth:`send`; errors about the message itself (too large, bad
         partition, bad headers) are raised here, delivery errors by the handle.
         """
@@ -476,10 +491,11 @@ class Producer:
         return out
 
     async def _enqueue(self, prepared: Prepared, handle: SendHandle | None = None) -> SendHandle:
-        """Queue a message from :meth:`_prepare` (waits while ``max_pending`` are pending);
+        """Queue a message from :meth:`_prepare` (waits while the producer is full:
+        ``max_pending``, ``max_pending_bytes``);
         ``handle``: the one to complete (default: a new one)."""
         sender, stage = self._sender, self._stage
-        while sender.unresolved + (stage.held if stage else 0) >= self.max_pending:
+        while self._outcomes.full(stage.held if stage else 0):
             await sender.wait_for_room()
             self._check_open()
         if handle is None:
@@ -497,19 +513,20 @@ class Producer:
 
     def _append(self, prepared: Prepared, handle: SendHandle) -> bool:
         """Queue a message from :meth:`_prepare` in the accumulator, without waiting (the
-        caller keeps ``max_pending``: :meth:`_enqueue`, or the sync API's queue, which
-        counts on its callers' side); True if it made its partition's head batch full."""
+        caller keeps ``max_pending`` and ``max_pending_bytes``: :meth:`_enqueue`, or the
+        sync API's queue, which counts on its callers' side); True if it made its
+        partition's head batch full."""
         if self._direct.enabled and self._direct.write(prepared, handle):
             return False  # written at once to its idle partition (jetsdk.producer.direct)
         partition = prepared.partition
         full = self._acc.append(
             partition,
-            Pending(prepared.message, handle),
+            Pending(prepared.message, handle, prepared.size),
             size=prepared.size,
             ack_policy=prepared.policy,
             now=time.monotonic(),
         )
-        self._sender.queued(partition)
+        self._sender.queued(partition, prepared.size)
         return full
 
     def _append_all(self, items: list[tuple[Prepared, SendHandle]]) -> None:
@@ -519,14 +536,14 @@ class Producer:
         for prepared, handle in items:
             acc.append(
                 prepared.partition,
-                Pending(prepared.message, handle),
+                Pending(prepared.message, handle, prepared.size),
                 size=prepared.size,
                 ack_policy=prepared.policy,
                 now=now,
             )
         queued = self._sender.queued
         for prepared, _ in items:
-            queued(prepared.partition)
+            queued(prepared.partition, prepared.size)
 
     async def flush(self) -> None:
         """Send everything queued now (ignoring linger) and wait until every message sent

@@ -17,6 +17,7 @@ from jetsdk.producer.accumulator import (
     DEFAULT_MAX_BATCH_BYTES,
     DEFAULT_MAX_BATCH_MESSAGES,
 )
+from jetsdk.producer.outcomes import DEFAULT_MAX_PENDING_BYTES
 from jetsdk.producer.producer import (
     DEFAULT_ACK_TIMEOUT,
     DEFAULT_DELIVERY_TIMEOUT,
@@ -45,6 +46,7 @@ class Producer(SyncWrapper[_AsyncProducer]):
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_pending: int = DEFAULT_MAX_PENDING,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
         partitioner: Partitioner | None = None,
         idempotent: bool = False,
@@ -67,6 +69,10 @@ class Producer(SyncWrapper[_AsyncProducer]):
                 each partition's messages in send order, retries included; more
                 pipelines requests, but a retried batch may land after a later one.
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
+            max_pending_bytes: most bytes of messages queued or unacknowledged (their
+                estimated sizes, as ``max_batch_bytes`` counts them; Kafka's
+                ``buffer.memory``); send_soon waits beyond. A message larger than this
+                still goes, alone.
             ack_timeout: seconds the server waits for acks before answering TIMEOUT.
             partitioner: ``(key, value, num_partitions) -> partition`` for messages without
                 an explicit partition; default: murmur2 of the key, round-robin if keyless.
@@ -104,6 +110,7 @@ class Producer(SyncWrapper[_AsyncProducer]):
             max_batch_bytes=max_batch_bytes,
             max_in_flight=max_in_flight,
             max_pending=max_pending,
+            max_pending_bytes=max_pending_bytes,
             ack_timeout=ack_timeout,
             partitioner=partitioner,
             idempotent=idempotent,
@@ -209,7 +216,8 @@ class Producer(SyncWrapper[_AsyncProducer]):
     ) -> SendHandle:
         """Queue one message and return at once with a handle to its outcome.
 
-        Waits only while ``max_pending`` messages are already pending (backpressure).
+        Waits only while ``max_pending`` messages (or ``max_pending_bytes``) are already
+        pending (backpressure).
         Arguments as :meth:`send`; errors about the message itself (too large, bad
         partition, bad headers) are raised here, delivery errors by the handle.
         """
