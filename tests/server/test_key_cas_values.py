@@ -169,3 +169,46 @@ async def test_a_won_compare_and_set_carries_the_later_record(jet_dev: JetDev) -
         won, built = await send(cas(b"k", b"v6", -1), cas(b"k", b"v7", 6), latest=False)
         assert (won.error_code, won.offset, won.latest_offset) == (ErrorCode.NONE, 6, -1)
         assert (built.error_code, built.offset) == (ErrorCode.NONE, 7)
+
+
+async def test_a_plain_lost_compare_and_set_is_answered_from_its_bytes(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A lost compare-and-set whose message is plain (no subject, one header) is refused
+    from the request's bytes alone (``refused_lean``), with the answer the general path
+    gives a message that is not plain (here: a TTL header too); a too large one, or one
+    not refused, still takes the general path."""
+    async with (
+        running_server(
+            nats_server.url, tmp_path / "data", limits__max_message_bytes=1000
+        ) as server,
+        Client([server.address]) as client,
+    ):
+        await client.create_stream("lean", compact=True)
+        checks = server.streams.local_replica("lean", 0).sequencer.checks
+
+        async def send(message: ProduceMessage) -> ProduceResult:
+            (result,) = await produce(client, "lean", message)
+            return result
+
+        assert (await send(cas(b"k", b"v1", -1))).error_code == ErrorCode.NONE
+        first = await send(cas(b"k", b"v2", -1))  # no race seen yet: through the append
+        assert (first.error_code, first.offset, first.current_value) == (REFUSED, 0, b"v1")
+        assert (checks.refused_at_once, checks.refused_lean) == (0, 0)
+        lean = await send(cas(b"k", b"v2", 7))
+        assert (lean.error_code, lean.offset, lean.current_value) == (REFUSED, 0, b"v1")
+        assert (checks.refused_at_once, checks.refused_lean) == (1, 1)
+        ttl = ProduceMessage(value=b"v2", key=b"k", headers=((HEADER, b"7"), ("Jet-TTL", b"9")))
+        general = await send(ttl)
+        assert (general.error_code, general.offset, general.current_value) == (REFUSED, 0, b"v1")
+        assert (checks.refused_at_once, checks.refused_lean) == (2, 1)
+        absent = await send(cas(b"other", b"v", 3))
+        assert (absent.error_code, absent.offset, absent.current_value) == (REFUSED, -1, None)
+        assert (checks.refused_at_once, checks.refused_lean) == (3, 2)
+        big = await send(cas(b"k", b"x" * 2000, 5))
+        assert big.error_code == ErrorCode.MESSAGE_TOO_LARGE
+        won = await send(cas(b"k", b"v3", 0))
+        assert (won.error_code, won.offset) == (ErrorCode.NONE, 1)
+        lost = await send(cas(b"k", b"v4", 0))
+        assert (lost.error_code, lost.offset, lost.current_value) == (REFUSED, 1, b"v3")
+        assert (checks.refused_at_once, checks.refused_lean) == (4, 3)

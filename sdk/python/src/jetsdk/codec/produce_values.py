@@ -14,18 +14,67 @@ from collections.abc import Sequence
 from jetsdk.codec import _wire as w
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.errors import CodecError
-from jetsdk.codec.limits import MAX_VALUE_BYTES
+from jetsdk.codec.limits import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from jetsdk.codec.messages import ProduceResult
+from jetsdk.codec.record_controls import EXPECTED_KEY_OFFSET_HEADER, parse_expected_key_offset
 
 __all__ = [
+    "LoneKeyCas",
     "decode_produce_response_values",
     "encode_produce_response_values",
     "encode_produce_result_values",
+    "lone_key_cas",
 ]
 
 _RESULT = struct.Struct(">Hqq")
 _LATEST = struct.Struct(">q")
 _REFUSED = int(ErrorCode.WRONG_EXPECTED_KEY_OFFSET)
+_CAS_NAME = EXPECTED_KEY_OFFSET_HEADER.lower().encode()
+_CAS_HEAD = struct.Struct(">Hi")  # the subject's length (0: none), the key's
+_ONE_HEADER = b"\x00\x01"
+_CAS_NAME_LEN = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_MAX_CAS_VALUE_BYTES = 24
+"""Longest ``Jet-Expected-Key-Offset`` value :func:`lone_key_cas` takes (an i64 and room)."""
+
+LoneKeyCas = tuple[bytes, int, int]
+"""A Produce request's one message that is a plain compare-and-set (:func:`lone_key_cas`):
+its key, the offset its ``Jet-Expected-Key-Offset`` names (-1: absent) and its size as
+counted against max_message_bytes (key, header name and value, value)."""
+
+
+def lone_key_cas(body: bytes | bytearray | memoryview, p: int) -> LoneKeyCas | None:
+    """The message at ``p`` (the first of the request body ``body``, which must hold
+    nothing after it) if it is a plain compare-and-set: no subject, a key, one header,
+    ``Jet-Expected-Key-Offset`` with a valid value, and a value; None for anything else
+    (a malformed body too: the full decode says why). A leader answers such a message's
+    lost race from this alone (``jetserver.broker.current_values.lean_refusal``), without
+    building its envelope and record (a table's racing writers send one per try)."""
+    n = len(body)
+    if p + 6 > n:
+        return None
+    subject_len, klen = _CAS_HEAD.unpack_from(body, p)
+    if subject_len or not 0 <= klen <= MAX_KEY_BYTES:
+        return None
+    key_end = p + 6 + klen
+    q = key_end + 2  # the header name's length
+    if q + 2 > n or body[key_end:q] != _ONE_HEADER:
+        return None
+    (name_len,) = _CAS_NAME_LEN.unpack_from(body, q)
+    name_end = q + 2 + name_len
+    if name_len != len(_CAS_NAME) or name_end + 4 > n:
+        return None
+    if bytes(body[q + 2 : name_end]).lower() != _CAS_NAME:
+        return None
+    (hlen,) = _U32.unpack_from(body, name_end)
+    hval_end = name_end + 4 + hlen
+    if hlen > _MAX_CAS_VALUE_BYTES or hval_end + 4 > n:
+        return None
+    expected = parse_expected_key_offset(bytes(body[name_end + 4 : hval_end]))
+    (vlen,) = _U32.unpack_from(body, hval_end)
+    if expected is None or vlen > MAX_VALUE_BYTES or hval_end + 4 + vlen != n:
+        return None
+    return bytes(body[p + 6 : key_end]), expected, klen + name_len + hlen + vlen
 
 
 def encode_produce_result_values(
