@@ -1,5 +1,6 @@
-"""``lone_key_cas``: the one-message read a leader answers a lost compare-and-set from
-(jetsdk/codec/produce_values.py), checked against the full decode of the same body."""
+"""A table's lone write in jetsdk/codec/produce_values.py, each checked against the full
+codec: ``encode_key_write`` (its request), ``lone_key_cas`` (the one-message read a leader
+answers a lost compare-and-set from), ``decode_one_result_values`` (its answer)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,27 @@ from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
+    ProduceResult,
     decode_produce_head,
     encode_produce_request,
 )
-from jetsdk.codec.produce_values import lone_key_cas
+from jetsdk.codec.produce_values import (
+    decode_one_result_values,
+    decode_produce_response_values,
+    encode_key_write,
+    encode_produce_response_values,
+    lone_key_cas,
+)
 from jetsdk.codec.record_controls import record_controls
 
-from .strategies import PROPS, keys, small_bytes
+from .strategies import (
+    PROPS,
+    U64,
+    keys,
+    produce_results_with_latest,
+    produce_results_with_values,
+    small_bytes,
+)
 
 CAS = "Jet-Expected-Key-Offset"
 
@@ -78,3 +93,57 @@ def test_it_takes_one_whole_message_only() -> None:
     two, p2 = _body(plain, plain)
     assert lone_key_cas(two, p2) is None
     assert lone_key_cas(memoryview(body), p) == (b"k", 4, 1 + len(CAS) + 1 + 1)
+
+
+@PROPS
+@given(
+    st.text(max_size=12),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    U64,
+    U64,
+    small_bytes,
+    small_bytes,
+    st.none() | st.integers(-1, 2**63 - 1),
+)
+def test_a_key_write_is_the_request_it_stands_for(
+    stream: str,
+    partition: int,
+    timeout_ms: int,
+    producer_id: int,
+    seq: int,
+    key: bytes,
+    value: bytes,
+    expected: int | None,
+) -> None:
+    headers = () if expected is None else ((CAS, str(expected).encode()),)
+    cas = expected is not None
+    request = ProduceRequest(
+        stream,
+        partition,
+        AckPolicy.ALL,
+        timeout_ms,
+        (ProduceMessage(value=value, key=key, headers=headers),),
+        producer_id,
+        seq,
+        current_values=cas,
+        latest_values=cas,
+    )
+    body = encode_key_write(stream, partition, timeout_ms, producer_id, seq, key, value, expected)
+    assert body == encode_produce_request(request)
+    if cas:
+        assert body is not None
+        assert lone_key_cas(body, decode_produce_head(body)[7])[:2] == (key, expected)
+
+
+@PROPS
+@given(st.booleans(), st.data())
+def test_one_result_decodes_as_the_full_decode(latest: bool, data: st.DataObject) -> None:
+    results = produce_results_with_latest if latest else produce_results_with_values
+    result: ProduceResult = data.draw(results)
+    body = encode_produce_response_values([result], latest)
+    assert decode_one_result_values(body, latest) == decode_produce_response_values(body, latest)[0]
+    assert decode_one_result_values(body + b"\x00", latest) is None
+    assert decode_one_result_values(body[:-1], latest) is None
+    two = encode_produce_response_values([result, result], latest)
+    assert decode_one_result_values(two, latest) is None
