@@ -96,26 +96,13 @@ def test_it_takes_one_whole_message_only() -> None:
 
 
 @PROPS
-@given(
-    st.text(max_size=12),
-    st.integers(0, 2**32 - 1),
-    st.integers(0, 2**32 - 1),
-    U64,
-    U64,
-    small_bytes,
-    small_bytes,
-    st.none() | st.integers(-1, 2**63 - 1),
-)
-def test_a_key_write_is_the_request_it_stands_for(
-    stream: str,
-    partition: int,
-    timeout_ms: int,
-    producer_id: int,
-    seq: int,
-    key: bytes,
-    value: bytes,
-    expected: int | None,
-) -> None:
+@given(st.data())
+def test_a_key_write_is_the_request_it_stands_for(data: st.DataObject) -> None:
+    stream = data.draw(st.text(max_size=12))
+    partition, timeout_ms = data.draw(st.integers(0, 2**32 - 1)), data.draw(st.integers(0, 99))
+    producer_id, seq = data.draw(U64), data.draw(U64)
+    key, value = data.draw(small_bytes), data.draw(small_bytes)
+    expected = data.draw(st.none() | st.integers(-1, 2**63 - 1))
     headers = () if expected is None else ((CAS, str(expected).encode()),)
     cas = expected is not None
     request = ProduceRequest(

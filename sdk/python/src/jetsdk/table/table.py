@@ -336,7 +336,7 @@ class Table:
                 self._own_writes.wrote(hint, view.positions)
                 return stored
             if attempt == MAX_MODIFY_ATTEMPTS:
-                writer.outcome(partition, key, revision, result)  # raises the refusal
+                writer.outcome(key, revision, result)  # raises the refusal
             if self._lingers is not None:
                 self._lingers.raced()  # its view can wait (jetsdk.table.linger)
             revision, value = result.offset, result.current_value

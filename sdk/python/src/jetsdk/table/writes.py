@@ -151,18 +151,12 @@ class TableWriter:
         Raises:
             As :meth:`write`.
         """
-        partition = self.partition_of(key)
-        result = None
-        if not self._calls and ttl_ms is None and self._loop is not None:
-            result = await self._write_alone(key, value, expected, partition)
-        if result is None:
-            result = await self._write_queued(key, value, expected, ttl_ms, partition)
-        return self.outcome(partition, key, expected, result)
+        return self.outcome(key, expected, await self.write_try(key, value, expected, ttl_ms))
 
     async def write_try(
-        self, key: bytes, value: bytes, expected: int, ttl_ms: int | None = None
+        self, key: bytes, value: bytes, expected: int | None, ttl_ms: int | None = None
     ) -> ProduceResult:
-        """One compare-and-set (:meth:`write_result`) whose refusal is returned, not raised
+        """:meth:`write_result`, with a compare-and-set's refusal returned, not raised
         (``error_code`` WRONG_EXPECTED_KEY_OFFSET, ``offset`` the key's current revision,
         ``current_value`` its value if carried): :meth:`Table.modify
         <jetsdk.table.table.Table.modify>`'s tries, most of them refused when writers race.
@@ -178,7 +172,7 @@ class TableWriter:
             result = await self._write_queued(key, value, expected, ttl_ms, partition)
         if result.error_code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET:
             return result
-        return self.outcome(partition, key, expected, result)
+        return self.outcome(key, expected, result)
 
     async def _write_alone(
         self, key: bytes, value: bytes, expected: int | None, partition: int
@@ -531,14 +525,13 @@ class TableWriter:
             answer, len(request.messages), request.current_values, request.latest_values
         )
 
-    def outcome(
-        self, partition: int, key: bytes, expected: int | None, result: ProduceResult
-    ) -> ProduceResult:
-        """``result`` if the write was stored (or was a duplicate of a stored one); else
-        its error raised."""
+    def outcome(self, key: bytes, expected: int | None, result: ProduceResult) -> ProduceResult:
+        """``result`` of a write of ``key`` (a compare-and-set expecting ``expected``) if it
+        was stored (or was a duplicate of a stored one); else its error raised."""
         code = result.error_code
         if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE):
             return result
+        partition = self.partition_of(key)
         details = {"stream": self.stream, "partition": partition, "expected": expected}
         if code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET:
             current = result.offset
