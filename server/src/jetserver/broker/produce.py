@@ -330,12 +330,12 @@ class ProduceService:
         # Where each message lies in the request, if this server may append it directly.
         if head is None:
             head = decode_produce_head(body)
-        checked = False  # a lone compare-and-set passed its check: its append decides
-        if self.direct and produce_wants_current_values(body):
+        asks_values = produce_wants_current_values(body)
+        lost = None  # (b"": a lone compare-and-set passed its check, its append decides)
+        if asks_values and self.direct:
             lost = lean_refusal(self.streams, self.link, self.limits, body, head)
-            if lost:  # a compare-and-set that lost a race: answered at once
-                return lost, None
-            checked = lost is not None
+        if lost:  # a compare-and-set that lost a race: answered at once
+            return lost, None
         if own_task and hold_for_room and self.direct:
             served = await self._one.serve(body, head, inbox, answer_now)
             if served is not None:
@@ -352,13 +352,7 @@ class ProduceService:
         )
         if not self.link.connected:
             raise link_down()
-        if (
-            n == 1
-            and records
-            and replica is not None
-            and not checked
-            and produce_wants_current_values(body)
-        ):
+        if n == 1 and records and replica is not None and asks_values and lost is None:
             _subject, size, payload = messages[0]  # a lost compare-and-set: answered at once
             max_payload = self.link.max_payload
             if (
