@@ -197,8 +197,21 @@ async def test_a_partition_retried_after_a_failed_fsync_holds_back_no_other(
     assert retried[-1] >= 1, retried  # partition 1's failed batch, tried again
 
 
-async def _fsync_failure_round(nats_server: NatsServer, tmp_path: Path) -> int:
-    """One run of the scenario above; the writer's retries."""
+async def test_a_lone_write_is_retried_after_a_failed_fsync(
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+) -> None:
+    """As above with one writer: each put is a lone write (written by its caller, no
+    round); the one whose fsync fails is tried again with its sequence and stored once."""
+    retried = []
+    for attempt in range(FSYNC_ATTEMPTS):
+        retried.append(await _fsync_failure_round(nats_server, tmp_path / f"a{attempt}", 1))
+        if retried[-1]:
+            break
+    assert retried[-1] >= 1, retried
+
+
+async def _fsync_failure_round(nats_server: NatsServer, tmp_path: Path, lanes: int = 8) -> int:
+    """One run of the scenario above (``lanes`` writers); the writer's retries."""
     stream = "wfsync"
     await anyio.Path(tmp_path).mkdir()
     marker = tmp_path / "fault-fired"
@@ -221,8 +234,8 @@ async def _fsync_failure_round(nats_server: NatsServer, tmp_path: Path) -> int:
                             revisions[key] = await table.put(key, key * 2)
 
                     async with anyio.create_task_group() as tg:
-                        for i in range(8):
-                            tg.start_soon(lane, keys[i::8])
+                        for i in range(lanes):
+                            tg.start_soon(lane, keys[i::lanes])
                     assert marker.exists(), "the injected fsync failure never fired"
                     await table.sync()
                     assert {k: table.entry(k) for k in keys} == {

@@ -5,7 +5,9 @@ request), none for an absent key, and at most 1 MiB of values per response."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from jetsdk import Client
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, ProduceResult
+from jetserver.broker.append_checks import AppendChecks
 from jetserver.broker.current_values import MAX_CURRENT_VALUE_BYTES
 from support.jet_dev import JetDev
 from support.jet_server import running_server
@@ -90,6 +93,22 @@ async def test_through_nats_the_refusal_has_no_value(
         assert (refused.error_code, refused.offset, refused.current_value) == (REFUSED, 0, None)
 
 
+@contextlib.asynccontextmanager
+async def contended(
+    nats_server: NatsServer, tmp_path: Path, stream: str
+) -> AsyncIterator[tuple[Client, AppendChecks]]:
+    """A server alone (messages up to 1000 bytes) with the compacted stream ``stream``: a
+    client and the checks of its partition 0."""
+    async with (
+        running_server(
+            nats_server.url, tmp_path / "data", limits__max_message_bytes=1000
+        ) as server,
+        Client([server.address]) as client,
+    ):
+        await client.create_stream(stream, compact=True)
+        yield client, server.streams.local_replica(stream, 0).sequencer.checks
+
+
 async def test_a_lost_compare_and_set_is_answered_at_once(
     nats_server: NatsServer, tmp_path: Path
 ) -> None:
@@ -98,14 +117,7 @@ async def test_a_lost_compare_and_set_is_answered_at_once(
     refusal and value the append would give; what another check settles first still gets
     that answer: the retry of a stored one is its duplicate (not refused by its own
     success), one too large is MESSAGE_TOO_LARGE."""
-    async with (
-        running_server(
-            nats_server.url, tmp_path / "data", limits__max_message_bytes=1000
-        ) as server,
-        Client([server.address]) as client,
-    ):
-        await client.create_stream("atonce", compact=True)
-        checks = server.streams.local_replica("atonce", 0).sequencer.checks
+    async with contended(nats_server, tmp_path, "atonce") as (client, checks):
 
         async def send(message: ProduceMessage, seq: int) -> ProduceResult:
             request = ProduceRequest(
@@ -169,3 +181,39 @@ async def test_a_won_compare_and_set_carries_the_later_record(jet_dev: JetDev) -
         won, built = await send(cas(b"k", b"v6", -1), cas(b"k", b"v7", 6), latest=False)
         assert (won.error_code, won.offset, won.latest_offset) == (ErrorCode.NONE, 6, -1)
         assert (built.error_code, built.offset) == (ErrorCode.NONE, 7)
+
+
+async def test_a_plain_lost_compare_and_set_is_answered_from_its_bytes(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """A lost compare-and-set whose message is plain (no subject, one header) is refused
+    from the request's bytes alone (``refused_lean``), with the answer the general path
+    gives a message that is not plain (here: a TTL header too); a too large one, or one
+    not refused, still takes the general path."""
+    async with contended(nats_server, tmp_path, "lean") as (client, checks):
+
+        async def send(message: ProduceMessage) -> ProduceResult:
+            (result,) = await produce(client, "lean", message)
+            return result
+
+        assert (await send(cas(b"k", b"v1", -1))).error_code == ErrorCode.NONE
+        first = await send(cas(b"k", b"v2", -1))  # no race seen yet: through the append
+        assert (first.error_code, first.offset, first.current_value) == (REFUSED, 0, b"v1")
+        assert (checks.refused_at_once, checks.refused_lean) == (0, 0)
+        lean = await send(cas(b"k", b"v2", 7))
+        assert (lean.error_code, lean.offset, lean.current_value) == (REFUSED, 0, b"v1")
+        assert (checks.refused_at_once, checks.refused_lean) == (1, 1)
+        ttl = ProduceMessage(value=b"v2", key=b"k", headers=((HEADER, b"7"), ("Jet-TTL", b"9")))
+        general = await send(ttl)
+        assert (general.error_code, general.offset, general.current_value) == (REFUSED, 0, b"v1")
+        assert (checks.refused_at_once, checks.refused_lean) == (2, 1)
+        absent = await send(cas(b"other", b"v", 3))
+        assert (absent.error_code, absent.offset, absent.current_value) == (REFUSED, -1, None)
+        assert (checks.refused_at_once, checks.refused_lean) == (3, 2)
+        big = await send(cas(b"k", b"x" * 2000, 5))
+        assert big.error_code == ErrorCode.MESSAGE_TOO_LARGE
+        won = await send(cas(b"k", b"v3", 0))
+        assert (won.error_code, won.offset) == (ErrorCode.NONE, 1)
+        lost = await send(cas(b"k", b"v4", 0))
+        assert (lost.error_code, lost.offset, lost.current_value) == (REFUSED, 1, b"v3")
+        assert (checks.refused_at_once, checks.refused_lean) == (4, 3)

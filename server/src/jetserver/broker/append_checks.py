@@ -54,6 +54,9 @@ class AppendChecks:
     refused_at_once: int = 0
     """Of those, lone compare-and-sets answered before any append began
     (:func:`jetserver.broker.current_values.refused_now`; a metric and a test hook)."""
+    refused_lean: int = 0
+    """Of those, answered from the request's head and its message alone, no envelope or
+    record built (:func:`jetserver.broker.current_values.lean_refusal`; a test hook)."""
 
     def refusal(
         self,

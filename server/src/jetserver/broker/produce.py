@@ -52,7 +52,12 @@ from jetsdk.codec.produce_values import (
 from jetsdk.codec.transcode import DirectRecord, EnvelopeBytes, ProducedEnvelope, produce_envelopes
 from jetserver.broker.acks import PartitionAck
 from jetserver.broker.copy_backlog import CopyBacklog
-from jetserver.broker.current_values import current_values, latest_values, refusal_answer
+from jetserver.broker.current_values import (
+    current_values,
+    latest_values,
+    lean_refusal,
+    refusal_answer,
+)
 from jetserver.broker.direct import AnswerNow, DirectBatch, ProduceCompletion, Result
 from jetserver.broker.direct_copies import (
     After,
@@ -334,6 +339,12 @@ class ProduceService:
         # Where each message lies in the request, if this server may append it directly.
         if head is None:
             head = decode_produce_head(body)
+        asks_values = produce_wants_current_values(body)
+        lost = None  # (b"": a lone compare-and-set passed its check, its append decides)
+        if asks_values and self.direct:
+            lost = lean_refusal(self.streams, self.link, self.limits, body, head)
+        if lost:  # a compare-and-set that lost a race: answered at once
+            return lost, None
         if own_task and hold_for_room and self.direct:
             served = await self._one.serve(body, head, inbox, answer_now)
             if served is not None:
@@ -350,7 +361,7 @@ class ProduceService:
         )
         if not self.link.connected:
             raise link_down()
-        if n == 1 and records and replica is not None and produce_wants_current_values(body):
+        if n == 1 and records and replica is not None and asks_values and lost is None:
             _subject, size, payload = messages[0]  # a lost compare-and-set: answered at once
             max_payload = self.link.max_payload
             if (

@@ -48,6 +48,7 @@ import anyio
 import anyio.abc
 
 from jetsdk.client import Client
+from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.record import iter_records
 from jetsdk.codec.ttl import MAX_TTL_MS
 from jetsdk.errors import (
@@ -55,7 +56,6 @@ from jetsdk.errors import (
     InvalidArgument,
     JetError,
     OffsetOutOfRange,
-    WrongExpectedKeyOffset,
 )
 from jetsdk.table import snapshot as snapshots
 from jetsdk.table.linger import Linger
@@ -324,8 +324,8 @@ class Table:
         for attempt in range(1, MAX_MODIFY_ATTEMPTS + 1):
             new = change(value)
             _check_value(new)
-            try:
-                result = await writer.write_result(key, new, revision, ttl_ms)
+            result = await writer.write_try(key, new, revision, ttl_ms)  # a refusal returned
+            if result.error_code != ErrorCode.WRONG_EXPECTED_KEY_OFFSET:
                 stored, latest = result.offset, result.latest_offset
                 if latest > stored and result.current_value is not None:
                     # Racing writers built on this write while it committed: the next
@@ -335,18 +335,17 @@ class Table:
                     hint = Entry(key, new, stored, partition)
                 self._own_writes.wrote(hint, view.positions)
                 return stored
-            except WrongExpectedKeyOffset as exc:
-                if attempt == MAX_MODIFY_ATTEMPTS:
-                    raise
-                if self._lingers is not None:
-                    self._lingers.raced()  # its view can wait (jetsdk.table.linger)
-                revision, value = exc.current_revision, exc.current_value
-                if revision != ABSENT and value is None:  # left out: the view has it soon
-                    seen = await self.wait_for(key, revision)
-                    if seen is None:
-                        value, revision = None, ABSENT
-                    else:
-                        value, revision = seen.value, seen.revision
+            if attempt == MAX_MODIFY_ATTEMPTS:
+                writer.outcome(key, revision, result)  # raises the refusal
+            if self._lingers is not None:
+                self._lingers.raced()  # its view can wait (jetsdk.table.linger)
+            revision, value = result.offset, result.current_value
+            if revision != ABSENT and value is None:  # left out: the view has it soon
+                seen = await self.wait_for(key, revision)
+                if seen is None:
+                    value, revision = None, ABSENT
+                else:
+                    value, revision = seen.value, seen.revision
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     # ---------------------------------------------------------------- waiting, history

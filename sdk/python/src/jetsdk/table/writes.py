@@ -52,18 +52,19 @@ from jetsdk.client_requests import decode_produce_answer
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode, is_retriable
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import (
-    ProduceMessage,
     ProduceRequest,
     ProduceResult,
     encode_produce_request,
     encode_produce_request_parts,
     new_produce_message,
 )
+from jetsdk.codec.produce_values import decode_one_result_values, encode_key_write
 from jetsdk.codec.ttl import TTL_HEADER
 from jetsdk.errors import JetError, Timeout, WrongExpectedKeyOffset, error_from_code
 from jetsdk.partitioner import partition_for_key
 from jetsdk.producer.fan_in import FanIn, SectionAnswer
 from jetsdk.retry import needs_metadata_refresh
+from jetsdk.table.queued_write import QueuedWrite
 from jetsdk.transport import running_asyncio_loop
 
 EXPECTED_KEY_OFFSET = "Jet-Expected-Key-Offset"
@@ -86,57 +87,6 @@ _FINAL = frozenset(
 
 
 @attrs.define(eq=False)
-class _Write:
-    """One call's message, waiting for its result or for its turn to start a round."""
-
-    key: bytes
-    expected: int | None
-    message: ProduceMessage
-    partition: int
-    seq: int = -1
-    _woken: bool = False
-    _future: asyncio.Future[None] | None = None
-    """What a waiting caller awaits under asyncio (a future: a tenth of an anyio event's
-    cost, as :class:`jetsdk.connection.PendingResponse`); made only if it waits."""
-    _event: anyio.Event | None = None
-    """The same under another event loop (trio)."""
-    result: ProduceResult | None = None
-    error: BaseException | None = None
-    sends: bool = False
-    """Its caller gathers the next round (set before it is woken)."""
-    retry_error: JetError | None = None
-    """Why its last try must be repeated (raised if the tries run out)."""
-
-    @property
-    def done(self) -> bool:
-        """Its outcome is known."""
-        return self.result is not None or self.error is not None
-
-    def wake(self) -> None:
-        """Its result is known or its turn to gather came (the next :meth:`wait` returns)."""
-        self._woken = True
-        future = self._future
-        if future is not None:
-            if not future.done():
-                future.set_result(None)
-        elif self._event is not None:
-            self._event.set()
-
-    async def wait(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        """Return once :meth:`wake` was called since the last wait (cancellable).
-        ``loop``: the running asyncio loop (None: another event loop, trio)."""
-        if not self._woken:
-            if loop is not None:
-                self._future = loop.create_future()
-                await self._future
-            else:
-                self._event = anyio.Event()
-                await self._event.wait()
-        self._woken = False
-        self._future = self._event = None
-
-
-@attrs.define(eq=False)
 class TableWriter:
     """Writes the keys of one stream (module docstring)."""
 
@@ -146,11 +96,11 @@ class TableWriter:
     timeout_s: float
     producer_id: int = attrs.field(factory=lambda: secrets.randbits(63))
     _seq: int = 0
-    _queues: dict[int, list[_Write]] = attrs.field(factory=dict)
+    _queues: dict[int, list[QueuedWrite]] = attrs.field(factory=dict)
     """Writes waiting (not sent) per partition; a partition without any is absent."""
     _busy: set[int] = attrs.field(factory=set)
     """Partitions with a request in flight (or a retry pending)."""
-    _gatherer: _Write | None = None
+    _gatherer: QueuedWrite | None = None
     """The write whose caller gathers the next round (None: no round gathering)."""
     _calls: int = 0
     """:meth:`write` calls under way."""
@@ -201,13 +151,112 @@ class TableWriter:
         Raises:
             As :meth:`write`.
         """
-        headers: tuple[tuple[str, bytes], ...] = ()
-        if expected is not None:
-            headers = ((EXPECTED_KEY_OFFSET, str(expected).encode()),)
+        return self.outcome(key, expected, await self.write_try(key, value, expected, ttl_ms))
+
+    async def write_try(
+        self, key: bytes, value: bytes, expected: int | None, ttl_ms: int | None = None
+    ) -> ProduceResult:
+        """:meth:`write_result`, with a compare-and-set's refusal returned, not raised
+        (``error_code`` WRONG_EXPECTED_KEY_OFFSET, ``offset`` the key's current revision,
+        ``current_value`` its value if carried): :meth:`Table.modify
+        <jetsdk.table.table.Table.modify>`'s tries, most of them refused when writers race.
+
+        Raises:
+            JetError: the write failed (retriable errors after :data:`MAX_WRITE_ATTEMPTS`).
+        """
+        partition = self.partition_of(key)
+        result = None
+        if not self._calls and ttl_ms is None and self._loop is not None:
+            result = await self._write_alone(key, value, expected, partition)
+        if result is None:
+            result = await self._write_queued(key, value, expected, ttl_ms, partition)
+        if result.error_code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET:
+            return result
+        return self.outcome(key, expected, result)
+
+    async def _write_alone(
+        self, key: bytes, value: bytes, expected: int | None, partition: int
+    ) -> ProduceResult | None:
+        """A write while no other is under way, on asyncio: its request encoded from its
+        fields, written on the leader's open connection from this task and its answer
+        awaited, none of the rounds' objects and steps (a table's lone writer; each try
+        of a racing compare-and-set); if that try fails retriably, tried again as
+        :meth:`_send` tries (same sequence, its partition busy meanwhile). Its final
+        result; None if it cannot go this way (nothing sent: the caller queues it).
+
+        Raises:
+            JetError: as :meth:`write`.
+        """
+        conn = self.client.leader_connection_now(self.stream, partition)
+        if conn is None:
+            return None
+        seq = self._seq
+        timeout_ms = int(self.timeout_s * 1000)
+        body = encode_key_write(
+            self.stream, partition, timeout_ms, self.producer_id, seq, key, value, expected
+        )
+        response = None if body is None else conn.send_nowait(Api.PRODUCE, body)
+        if response is None:
+            return None
+        self._seq = seq + 1
+        self._calls += 1
+        self._busy.add(partition)
+        self.requests += 1
+        self._direct += 1
+        cas = expected is not None
+        retry: JetError | None = None
+        result = None
+        settled = False
+        try:
+            try:
+                answer = await response.wait(timeout_ms / 1000 + self.client.request_timeout)
+                result = decode_one_result_values(answer, cas) if cas else None
+                if result is None:
+                    (result,) = decode_produce_answer(answer, 1, cas, cas)
+            except JetError as exc:
+                if not exc.retriable:
+                    raise
+                if needs_metadata_refresh(exc):  # the leader may have moved
+                    with contextlib.suppress(JetError):
+                        await self.client.refresh_metadata()
+                retry = exc
+            if result is not None and retry is None:
+                code = result.error_code
+                if code in _FINAL or not is_retriable(code):
+                    return result
+                text = f"table write to {self.stream}/{partition}"
+                retry = error_from_code(code, text, {"stream": self.stream, "partition": partition})
+            message = new_produce_message(value, key, _headers(expected), "")
+            write = QueuedWrite(key, expected, message, partition, seq, retry_error=retry)
+            settled = True
+            await self._send([write], tried=1)  # again, after a pause; frees the partition
+            if write.error is not None:
+                raise write.error
+            assert write.result is not None
+            return write.result
+        finally:
+            self._calls -= 1
+            if not settled:
+                self._busy.discard(partition)
+                self._hand_on()
+
+    async def _write_queued(
+        self,
+        key: bytes,
+        value: bytes,
+        expected: int | None,
+        ttl_ms: int | None,
+        partition: int,
+    ) -> ProduceResult:
+        """:meth:`write_result` through the rounds (module docstring): its final result.
+
+        Raises:
+            JetError: as :meth:`write`.
+        """
+        headers = _headers(expected)
         if ttl_ms is not None:
             headers = (*headers, (TTL_HEADER, b"%d" % ttl_ms))
-        partition = self.partition_of(key)
-        write = _Write(key, expected, new_produce_message(value, key, headers, ""), partition)
+        write = QueuedWrite(key, expected, new_produce_message(value, key, headers, ""), partition)
         queue = self._queues.get(partition)
         if queue is None:
             self._queues[partition] = queue = []
@@ -229,9 +278,12 @@ class TableWriter:
             raise
         finally:
             self._calls -= 1
-        return self._outcome(partition, write)
+        if write.error is not None:
+            raise write.error
+        assert write.result is not None
+        return write.result
 
-    def _withdraw(self, write: _Write) -> None:
+    def _withdraw(self, write: QueuedWrite) -> None:
         """Take a cancelled caller's write out of its queue if it was not sent yet, and
         hand the gathering on if it had it."""
         queue = self._queues.get(write.partition)
@@ -256,7 +308,7 @@ class TableWriter:
                 nxt.wake()
                 return
 
-    async def _gather(self, own: _Write) -> None:
+    async def _gather(self, own: QueuedWrite) -> None:
         """Let this loop turn's writes join (if another write call is under way: a lone
         one goes at once, an extra loop turn costs a lone writer more than it saves),
         take the waiting writes of every idle partition and send them (one round).
@@ -268,7 +320,7 @@ class TableWriter:
         if self._calls > 1:
             await anyio.lowlevel.checkpoint()  # cancellable: write() withdraws, hands on
         self._gatherer = None
-        batches: list[list[_Write]] = []
+        batches: list[list[QueuedWrite]] = []
         for partition, queue in list(self._queues.items()):
             if partition in self._busy:
                 continue
@@ -289,7 +341,7 @@ class TableWriter:
         with anyio.CancelScope(shield=True):  # its writes' callers wait for the answers
             await self._round(batches)
 
-    async def _round(self, batches: list[list[_Write]]) -> None:
+    async def _round(self, batches: list[list[QueuedWrite]]) -> None:
         """Send ``batches`` (one per partition) at once (as one ProduceMany per server
         where it can): a partition is free again, and its writes' callers woken, as soon
         as its writes are settled."""
@@ -315,14 +367,15 @@ class TableWriter:
             for batch in batches:  # all first tries in this turn: one ProduceMany
                 tg.start_soon(self._send, batch, True)
 
-    async def _send(self, batch: list[_Write], grouped: bool = False) -> None:
+    async def _send(self, batch: list[QueuedWrite], grouped: bool = False, tried: int = 0) -> None:
         """Send one partition's ``batch`` until every write has a final result; writes
         whose result is retriable are tried again with their own sequences (each run of
         consecutive ones in one request, alone), :data:`RETRY_PAUSE_S` apart.
-        ``grouped``: the first try goes with the round's other batches."""
+        ``grouped``: the first try goes with the round's other batches. ``tried``: tries
+        made already (the next one is a retry)."""
         runs = [batch]
         try:
-            for attempt in range(MAX_WRITE_ATTEMPTS):
+            for attempt in range(tried, MAX_WRITE_ATTEMPTS):
                 if attempt:
                     await anyio.sleep(RETRY_PAUSE_S)
                     self.retries += len(runs)
@@ -339,11 +392,11 @@ class TableWriter:
             self._settle(runs, final=True)
             raise
 
-    def _settle(self, runs: list[list[_Write]], final: bool) -> list[list[_Write]]:
+    def _settle(self, runs: list[list[QueuedWrite]], final: bool) -> list[list[QueuedWrite]]:
         """Wake the writes of ``runs`` (one partition's) that are done (with ``final``,
         all: those left get their last retriable error), free the partition if all are,
         and return the runs to try again."""
-        left: list[_Write] = []
+        left: list[QueuedWrite] = []
         for run in runs:
             for w in run:
                 if not w.done and final:
@@ -359,12 +412,12 @@ class TableWriter:
             self._hand_on()
         if not left:
             return []
-        again: list[list[_Write]] = []
+        again: list[list[QueuedWrite]] = []
         for partition in retrying:
             again += _runs([w for w in left if w.partition == partition])
         return again
 
-    async def _try(self, run: list[_Write], grouped: bool = False) -> None:
+    async def _try(self, run: list[QueuedWrite], grouped: bool = False) -> None:
         """One request with ``run`` (consecutive sequences of one partition); sets each
         write's result, or its ``retry_error`` if retriable, or its error. ``grouped``:
         with the round's other requests to its server (:meth:`_produce`)."""
@@ -472,20 +525,19 @@ class TableWriter:
             answer, len(request.messages), request.current_values, request.latest_values
         )
 
-    def _outcome(self, partition: int, w: _Write) -> ProduceResult:
-        if w.error is not None:
-            raise w.error
-        result = w.result
-        assert result is not None
+    def outcome(self, key: bytes, expected: int | None, result: ProduceResult) -> ProduceResult:
+        """``result`` of a write of ``key`` (a compare-and-set expecting ``expected``) if it
+        was stored (or was a duplicate of a stored one); else its error raised."""
         code = result.error_code
         if code in (ErrorCode.NONE, ErrorCode.DUPLICATE_SEQUENCE):
             return result
-        details = {"stream": self.stream, "partition": partition, "expected": w.expected}
+        partition = self.partition_of(key)
+        details = {"stream": self.stream, "partition": partition, "expected": expected}
         if code == ErrorCode.WRONG_EXPECTED_KEY_OFFSET:
             current = result.offset
             now = "has no value" if current == ABSENT else f"is at revision {current}"
             raise WrongExpectedKeyOffset(
-                f"key {w.key[:40]!r} {now}, not {w.expected}",
+                f"key {key[:40]!r} {now}, not {expected}",
                 details={
                     **details,
                     "current_revision": current,
@@ -495,9 +547,16 @@ class TableWriter:
         raise error_from_code(code, f"table write to {self.stream}/{partition}", details)
 
 
-def _runs(writes: list[_Write]) -> list[list[_Write]]:
+def _headers(expected: int | None) -> tuple[tuple[str, bytes], ...]:
+    """A write's headers: its compare-and-set's, if it is one."""
+    if expected is None:
+        return ()
+    return ((EXPECTED_KEY_OFFSET, str(expected).encode()),)
+
+
+def _runs(writes: list[QueuedWrite]) -> list[list[QueuedWrite]]:
     """``writes`` (in sequence order) cut into runs of consecutive sequences."""
-    runs: list[list[_Write]] = []
+    runs: list[list[QueuedWrite]] = []
     for w in writes:
         if runs and runs[-1][-1].seq + 1 == w.seq:
             runs[-1].append(w)
