@@ -407,7 +407,8 @@ async def test_state_listeners_see_each_state_in_the_step_that_publishes_it(
         seen: list[int] = []
         remove = alone.on_state(lambda: seen.append(alone.index))
         applied = await alone.propose(create_op("heard"))
-        assert seen and seen[-1] >= applied.index
+        assert seen
+        assert seen[-1] >= applied.index
         remove()
         count = len(seen)
         await alone.propose(create_op("unheard"))
