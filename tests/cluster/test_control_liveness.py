@@ -215,6 +215,16 @@ async def test_a_stop_hands_leaderships_only_to_isr_members_that_answer_now() ->
         await stream.aclose()
 
 
+async def _probe_rounds(live: Liveness, rounds: int) -> None:
+    """Run ``live``'s probes for ``rounds`` rounds of every server (bounded), then stop."""
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(live.run)
+            for _ in range(rounds):
+                await live.next_round()
+            tg.cancel_scope.cancel()
+
+
 class _BrokenHello(PeerPool):
     """A peer pool whose probe fails with an error that is not a connection error."""
 
@@ -229,12 +239,7 @@ async def test_an_unexpected_probe_error_counts_as_unanswered_and_the_prober_goe
     servers = {"other": RegisteredServer("other", "127.0.0.1:1", "127.0.0.1:2")}
     state = MetadataState(servers=servers)
     live = Liveness("me", _BrokenHello(connect_timeout_s=0.2), lambda: state, interval_s=0.02)
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(live.run)
-            for _ in range(3):
-                await live.next_round()
-            tg.cancel_scope.cancel()
+    await _probe_rounds(live, 3)
     probe = live.probes["other"]
     assert not probe.ok
     assert not probe.refused  # not news that the process is gone
@@ -263,12 +268,7 @@ async def test_a_gone_server_stays_gone_while_its_later_probes_only_time_out() -
     servers = {"killed": RegisteredServer("killed", "127.0.0.1:1", "127.0.0.1:2")}
     state = MetadataState(servers=servers)
     live = Liveness("me", _RefusedThenSilent(), lambda: state, interval_s=0.02)
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(live.run)
-            for _ in range(3):
-                await live.next_round()
-            tg.cancel_scope.cancel()
+    await _probe_rounds(live, 3)
     probe = live.probes["killed"]
     assert probe.failures >= 3
     assert not probe.refused  # the last probe timed out

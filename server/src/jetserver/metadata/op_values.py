@@ -311,10 +311,10 @@ class OpResult:
     stream: StreamMeta | None = None
     """CreateStream: the stream (new or existing); DeleteStream: the deleted stream;
     UpdateIsr / LeaveIsr / ElectLeader: the stream after the change (also when nothing
-    changed); None in each of ``results``."""
+    changed); in each of ``results``, the stream after the whole batch."""
     results: tuple[OpResult, ...] = ()
-    """ElectLeaders / UpdateIsrs: each one's result, in order, its code and message only
-    (the whole op always succeeds; the state after the batch holds its streams)."""
+    """ElectLeaders / UpdateIsrs: each one's result, in order (the whole op always
+    succeeds)."""
 
     @property
     def ok(self) -> bool:

@@ -36,8 +36,6 @@ PartitionOp = UpdateIsr | LeaveIsr | ElectLeader
 Decision = PartitionAssignment | OpResult
 """The partition's next assignment, or the result of an operation that leaves it (a
 refusal, or nothing to change) without its ``stream``."""
-_APPLIED = OpResult()
-"""A batch item's result when it changed its partition (one value, shared)."""
 
 
 def apply_one(state: MetadataState, op: PartitionOp) -> tuple[MetadataState, OpResult]:
@@ -60,31 +58,45 @@ def apply_one(state: MetadataState, op: PartitionOp) -> tuple[MetadataState, OpR
 def apply_batch(
     state: MetadataState, op: ElectLeaders | UpdateIsrs
 ) -> tuple[MetadataState, OpResult]:
-    """Apply a batch's items in order, the state built once at the end (module docstring)."""
+    """Apply a batch's items in order, the state built once at the end (module docstring).
+    Each item's result holds its stream as the batch left it."""
     staged: dict[str, list[PartitionAssignment]] = {}  # stream -> its partitions so far
-    results: list[OpResult] = []
+    decided: list[tuple[OpResult | None, str | None]] = []  # None: applied; its stream
     items: tuple[PartitionOp, ...] = op.elections if isinstance(op, ElectLeaders) else op.changes
     for each in items:
         found = _partition_of(state.streams, staged, each.stream, each.partition, each.stream_id)
         if isinstance(found, OpResult):
-            results.append(found)
+            decided.append((found, None))
             continue
         meta, current = found
-        decided = decide(current, each)
-        if isinstance(decided, OpResult):
-            results.append(decided)
+        outcome = decide(current, each)
+        if isinstance(outcome, OpResult):
+            decided.append((outcome, meta.name))
             continue
         parts = staged.get(meta.name)
         if parts is None:
             parts = staged[meta.name] = list(meta.partitions)
-        parts[decided.partition] = decided
-        results.append(_APPLIED)
-    if not staged:
-        return state, OpResult(results=tuple(results))
-    streams = dict(state.streams)
-    for name, parts in staged.items():
-        streams[name] = attrs.evolve(streams[name], partitions=tuple(parts))
-    return attrs.evolve(state, streams=streams), OpResult(results=tuple(results))
+        parts[outcome.partition] = outcome
+        decided.append((None, meta.name))
+    if staged:
+        streams = dict(state.streams)
+        for name, parts in staged.items():
+            streams[name] = attrs.evolve(streams[name], partitions=tuple(parts))
+        state = attrs.evolve(state, streams=streams)
+    applied: dict[str, OpResult] = {}  # one result value per stream for the applied items
+    results: list[OpResult] = []
+    for result, held in decided:
+        if held is None:
+            assert result is not None
+            results.append(result)
+        elif result is None:
+            ok = applied.get(held)
+            if ok is None:
+                ok = applied[held] = OpResult(stream=state.streams[held])
+            results.append(ok)
+        else:
+            results.append(attrs.evolve(result, stream=state.streams[held]))
+    return state, OpResult(results=tuple(results))
 
 
 def decide(current: PartitionAssignment, op: PartitionOp) -> Decision:
