@@ -188,6 +188,7 @@ async def _probe_ready(client: Client, key: tuple[str, int]) -> bool:
 
 PHASES = (
     ("detected", "server does not answer server={victim} ", False),
+    ("metadata Raft election retried (a split vote)", "the next election sooner", False),
     ("metadata Raft leader again", "metadata raft leader changed server=", False),
     ("election entry applied", "leader elections proposed in one entry", False),
     ("last election entry applied", "leader elections proposed in one entry", True),

@@ -10,6 +10,7 @@ import pytest
 
 from jetsdk.codec.frames import FLAG_RESPONSE, encode_frame
 from jetsdk.codec.messages import encode_json
+from jetsdk.errors import JetConnectionError, Timeout
 from jetserver.cluster import liveness as liveness_module
 from jetserver.cluster.handoff import handoff_candidates, plan_handoffs
 from jetserver.cluster.liveness import Liveness
@@ -214,6 +215,16 @@ async def test_a_stop_hands_leaderships_only_to_isr_members_that_answer_now() ->
         await stream.aclose()
 
 
+async def _probe_rounds(live: Liveness, rounds: int) -> None:
+    """Run ``live``'s probes for ``rounds`` rounds of every server (bounded), then stop."""
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(live.run)
+            for _ in range(rounds):
+                await live.next_round()
+            tg.cancel_scope.cancel()
+
+
 class _BrokenHello(PeerPool):
     """A peer pool whose probe fails with an error that is not a connection error."""
 
@@ -228,12 +239,39 @@ async def test_an_unexpected_probe_error_counts_as_unanswered_and_the_prober_goe
     servers = {"other": RegisteredServer("other", "127.0.0.1:1", "127.0.0.1:2")}
     state = MetadataState(servers=servers)
     live = Liveness("me", _BrokenHello(connect_timeout_s=0.2), lambda: state, interval_s=0.02)
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(live.run)
-            for _ in range(3):
-                await live.next_round()
-            tg.cancel_scope.cancel()
+    await _probe_rounds(live, 3)
     probe = live.probes["other"]
     assert not probe.ok
     assert not probe.refused  # not news that the process is gone
+
+
+class _RefusedThenSilent(PeerPool):
+    """A peer pool whose first probe is refused (the process is gone) and whose later ones
+    time out (the prober's own loop too busy to see the refusals in time)."""
+
+    probes = 0
+
+    async def hello(self, address: str, timeout_s: float) -> dict[str, object]:
+        self.probes += 1
+        if self.probes == 1:
+            raise JetConnectionError(f"connect to {address}: refused")
+        raise Timeout(f"connect to {address}: timed out")
+
+
+@pytest.mark.anyio
+async def test_a_gone_server_stays_gone_while_its_later_probes_only_time_out() -> None:
+    """Issue 34: at 3,000 partitions under load the new metadata leader's probes of the
+    killed server timed out (its loop busy with the failover's role changes) after the
+    first had been refused; the server no longer counted as gone, and the takeover of its
+    partitions waited 7 s for a refused probe again. Failures since a refusal, with no
+    answer in between, keep it gone."""
+    servers = {"killed": RegisteredServer("killed", "127.0.0.1:1", "127.0.0.1:2")}
+    state = MetadataState(servers=servers)
+    live = Liveness("me", _RefusedThenSilent(), lambda: state, interval_s=0.02)
+    await _probe_rounds(live, 3)
+    probe = live.probes["killed"]
+    assert probe.failures >= 3
+    assert not probe.refused  # the last probe timed out
+    assert live.gone("killed")
+    assert live.is_down("killed")
+    assert not live.answered_lately("killed")

@@ -59,6 +59,12 @@ class Probe:
     """When (monotonic seconds) the current run of answered probes began (None: it failed)."""
     failures: int = 0
     """Probes failed in a row, this one included (0: it answered)."""
+    refused_in_run: bool = False
+    """One of the probes failed in a row (this one included) was refused: the process was
+    found gone and has not answered since, even if later probes only timed out (the
+    prober's own loop too busy to see the refusal within the bound: at 3,000 partitions
+    under load, the new metadata leader's takeover of a killed server's partitions then
+    waited 7 s for a refused probe again)."""
 
 
 @attrs.define(eq=False)
@@ -101,16 +107,20 @@ class Liveness:
             return False
         if probe.ok or probe.address != registered.client_address:
             return False
-        if probe.refused:
+        if probe.refused or probe.refused_in_run:
             return True
         since = probe.at if probe.failing_since is None else probe.failing_since
         return probe.at - since >= self.down_after_s
 
     def gone(self, server_id: str) -> bool:
-        """True if the last probe of ``server_id`` was refused (down, and not merely slow:
-        nothing listens at its address, the process is gone)."""
+        """True if a probe of ``server_id`` was refused and none answered since (down, and
+        not merely slow: nothing listens at its address, the process is gone)."""
         probe = self.probes.get(server_id)
-        return self.is_down(server_id) and probe is not None and probe.refused
+        return (
+            self.is_down(server_id)
+            and probe is not None
+            and (probe.refused or probe.refused_in_run)
+        )
 
     def gone_for(self, server_id: str) -> float:
         """Seconds the probes of ``server_id`` have failed in a row, its last one refused
@@ -301,15 +311,20 @@ class Liveness:
         since: float | None = None
         answering: float | None = None
         failures = 0
+        refused_in_run = refused
         same = previous is not None and previous.address == address
         if not ok:
             failing = same and previous is not None and not previous.ok
             since = previous.failing_since if failing and previous is not None else now
             failures = previous.failures + 1 if failing and previous is not None else 1
+            if failing and previous is not None:
+                refused_in_run = refused or previous.refused_in_run
         else:
             steady = same and previous is not None and previous.ok
             answering = previous.answering_since if steady and previous is not None else now
-        self.probes[server_id] = Probe(ok, now, address, refused, since, answering, failures)
+        self.probes[server_id] = Probe(
+            ok, now, address, refused, since, answering, failures, refused_in_run
+        )
         self._note_down(server_id)
         if refused and self.on_refused is not None and (previous is None or previous.ok):
             self.on_refused(server_id)

@@ -171,16 +171,31 @@ class ClusterNode:
         """A server refused this server's probe: if it led the metadata Raft, elect another
         now rather than after the election timeout (1-2 s, and more when votes split),
         which every partition leadership it held waits for. The surviving members stagger
-        their elections by their rank (``METADATA_ELECTION_STAGGER_S`` apart). The
-        metadata leader elects its partitions at once (:mod:`.takeover`)."""
+        their elections by their rank (``METADATA_ELECTION_STAGGER_S`` apart), and a term
+        after that without a leader comes within 0.4-1.6 s
+        (:data:`jetserver.raft.election_timing.HASTENED_RETRY_S`: a split vote). Also when
+        no leader is known any more (another survivor stands already). The metadata
+        leader elects its partitions at once (:mod:`.takeover`)."""
         self.takeover.server_gone(server_id)
         status = self.raft.status
-        if status.is_leader or status.leader_id != server_id or status.leader_address is None:
+        peers = dict(self.config.cluster.peer_list())
+        if status.is_leader:
+            return
+        if status.leader_id is None:
+            # Another survivor that found the death first stands already: this one joins
+            # the short retries too (it may hold the longer log, which the other cannot
+            # win against).
+            address = peers.get(server_id)
+        elif status.leader_id == server_id:
+            address = status.leader_address
+        else:
+            return
+        if address is None:
             return
         me = self.config.server.id
-        members = sorted({me, *(p for p, _ in self.config.cluster.peer_list())} - {server_id})
+        members = sorted({me, *peers} - {server_id})
         rank = members.index(me) if me in members else 0
-        self.raft.hasten_election(status.leader_address, rank * METADATA_ELECTION_STAGGER_S)
+        self.raft.hasten_election(address, rank * METADATA_ELECTION_STAGGER_S)
 
     def attach(self, streams: StreamManager) -> None:
         """Give the node this server's StreamManager (before :meth:`start`)."""
@@ -206,7 +221,7 @@ class ClusterNode:
         with self._tasks_scope:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._register)
-                tg.start_soon(self._watch_state)
+                tg.start_soon(self._watch_state)  # the reconciler wakes in the dispatch step
                 tg.start_soon(self._watch_ready)
                 tg.start_soon(self._reconciler)
                 tg.start_soon(self.liveness.run)
@@ -268,8 +283,17 @@ class ClusterNode:
     # ------------------------------------------------------------------ reconciliation
 
     async def _watch_state(self) -> None:
-        async for _state in self.raft.watch_state():
+        """Wake the reconciler at each new applied state, from the Raft dispatcher's own
+        step (:meth:`MetadataRaft.on_state`), until cancelled."""
+        remove = self.raft.on_state(self._state_changed)
+        try:
             self._dirty.set()
+            await anyio.sleep_forever()
+        finally:
+            remove()
+
+    def _state_changed(self) -> None:
+        self._dirty.set()
 
     async def _watch_ready(self) -> None:
         async for status in self.raft.watch_status():

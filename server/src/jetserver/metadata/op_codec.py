@@ -9,20 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from jetserver.metadata import op_values as values
 from jetserver.metadata.model import Grant, StreamSpec
-from jetserver.metadata.ops import (
-    CreateStream,
-    DeleteStream,
-    ElectLeader,
-    ElectLeaders,
-    LeaveIsr,
-    Op,
-    RegisterServer,
-    SetAcl,
-    UpdateIsr,
-    UpdateIsrs,
-    UpdateStream,
-)
 
 __all__ = ["op_from_dict"]
 
@@ -37,59 +25,59 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def op_from_dict(data: Mapping[str, Any]) -> Op:
+def op_from_dict(data: Mapping[str, Any]) -> values.Op:
     """Inverse of ``op.to_dict()``.
 
     Raises:
         ValueError: unknown ``op``.
     """
     kind = data.get("op")
-    if kind == CreateStream.kind:
-        return CreateStream(
+    if kind == values.CreateStream.kind:
+        return values.CreateStream(
             spec=StreamSpec.from_dict(data["spec"]),
             stream_id=str(data["stream_id"]),
             created_ns=int(data["created_ns"]),
             replicas=tuple(tuple(r) for r in data["replicas"]),
         )
-    if kind == DeleteStream.kind:
-        return DeleteStream(name=str(data["name"]))
-    if kind == UpdateStream.kind:
-        return UpdateStream(
+    if kind == values.DeleteStream.kind:
+        return values.DeleteStream(name=str(data["name"]))
+    if kind == values.UpdateStream.kind:
+        return values.UpdateStream(
             name=str(data["name"]), settings=tuple(sorted(dict(data["settings"]).items()))
         )
-    if kind == RegisterServer.kind:
-        return RegisterServer(
+    if kind == values.RegisterServer.kind:
+        return values.RegisterServer(
             server_id=str(data["server_id"]),
             client_address=str(data["client_address"]),
             raft_address=str(data["raft_address"]),
             incarnation=str(data.get("incarnation", "")),
             clean=data.get("clean") is True,
         )
-    if kind == UpdateIsr.kind:
+    if kind == values.UpdateIsr.kind:
         return _update_isr_from_dict(data)
-    if kind == LeaveIsr.kind:
-        return LeaveIsr(
+    if kind == values.LeaveIsr.kind:
+        return values.LeaveIsr(
             stream=str(data["stream"]),
             partition=_int(data["partition"]),
             server_id=str(data["server_id"]),
             stream_id=_opt_str(data.get("stream_id")),
         )
-    if kind == ElectLeader.kind:
+    if kind == values.ElectLeader.kind:
         return _elect_from_dict(data)
-    if kind == UpdateIsrs.kind:
-        return UpdateIsrs(tuple(_update_isr_from_dict(c) for c in data["changes"]))
-    if kind == ElectLeaders.kind:
-        return ElectLeaders(tuple(_elect_from_dict(e) for e in data["elections"]))
-    if kind == SetAcl.kind:
-        return SetAcl(
+    if kind == values.UpdateIsrs.kind:
+        return values.UpdateIsrs(tuple(_update_isr_from_dict(c) for c in data["changes"]))
+    if kind == values.ElectLeaders.kind:
+        return values.ElectLeaders(tuple(_elect_from_dict(e) for e in data["elections"]))
+    if kind == values.SetAcl.kind:
+        return values.SetAcl(
             identity=str(data["identity"]),
             grants=tuple(Grant.from_dict(g) for g in data["grants"]),
         )
     raise ValueError(f"unknown metadata op {kind!r}")
 
 
-def _elect_from_dict(data: Mapping[str, Any]) -> ElectLeader:
-    return ElectLeader(
+def _elect_from_dict(data: Mapping[str, Any]) -> values.ElectLeader:
+    return values.ElectLeader(
         stream=str(data["stream"]),
         partition=_int(data["partition"]),
         leader=str(data["leader"]),
@@ -99,8 +87,8 @@ def _elect_from_dict(data: Mapping[str, Any]) -> ElectLeader:
     )
 
 
-def _update_isr_from_dict(data: Mapping[str, Any]) -> UpdateIsr:
-    return UpdateIsr(
+def _update_isr_from_dict(data: Mapping[str, Any]) -> values.UpdateIsr:
+    return values.UpdateIsr(
         stream=str(data["stream"]),
         partition=_int(data["partition"]),
         leader=str(data["leader"]),

@@ -1,5 +1,6 @@
 """The PySyncObj node, hosted in a thread of its own. The only module that touches PySyncObj
-(with :mod:`.incoming`, the filter of the messages it receives).
+(with :mod:`.incoming`, the filter of the messages it receives, and
+:mod:`.election_timing`, which moves its election deadline).
 
 :class:`RaftHost` builds a ``SyncObj`` in its thread with ``autoTick=False`` and ticks it in
 a loop (so the thread's life is ours: no dependency on the thread that built it, a bounded
@@ -35,7 +36,6 @@ import contextlib
 import functools
 import logging
 import os
-import random
 import threading
 import time
 from collections import deque
@@ -47,13 +47,19 @@ import attrs
 import orjson
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
-from pysyncobj.monotonic import monotonic
 from pysyncobj.node import TCPNode
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.logs import fields
 from jetserver.raft import incoming, journal, logbridge
 from jetserver.raft.config import RaftConfig
+from jetserver.raft.election_timing import (
+    Hastened,
+    first_election,
+    hasten_election,
+    postpone_election,
+    retry_soon,
+)
 from jetserver.raft.machine import (
     MAX_ENTRY_BYTES,
     UNDECODABLE,
@@ -80,17 +86,11 @@ splits an entry over several messages (its "transmission" path cuts the last chu
 entry whose pickled size crosses a multiple of the batch size, and the follower fails to
 unpickle it: reproduced with 0.3.17)."""
 TICK_ERROR_LOG_EVERY = 100
+"""Log one in this many consecutive tick failures (the first is always logged)."""
 KEEPALIVES_PER_TIMEOUT = 4
 """Keepalives per ``connection_timeout_s`` on each member-to-member connection."""
-FIRST_ELECTION_S = (1.0, 2.0)
-"""Election timeout (bounds) of a member that has not known a leader since it started,
-when the configured one is longer: a cluster's first election, and a restarted member's
-while no leader answers it, come as soon as before the election timeout became 3-4.5 s
-(the servers' steady timeout leaves room for garbage collections; the first election has
-none to wait out). Every later timeout is the configured one."""
 JOURNAL_CHECK_S = 0.5
 """How often the Raft thread looks at the journal file's size (``compaction_max_bytes``)."""
-"""Log one in this many consecutive tick failures (the first is always logged)."""
 
 FAIL_SUCCESS = FAIL_REASON.SUCCESS
 """PySyncObj's success code, for :class:`CommandDone`."""
@@ -207,36 +207,6 @@ def _send_keepalives(obj: Any) -> None:
         transport.send(node, {"type": incoming.KEEPALIVE_TYPE})
 
 
-def _first_election(obj: Any, min_s: float, max_s: float) -> None:
-    """Bring the first election deadline within :data:`FIRST_ELECTION_S` (never later)."""
-    if obj._getLeader() is not None:
-        return
-    low, high = min(FIRST_ELECTION_S[0], min_s), min(FIRST_ELECTION_S[1], max_s)
-    deadline = monotonic() + random.uniform(low, high)
-    if deadline < obj._SyncObj__raftElectionDeadline:
-        obj._SyncObj__raftElectionDeadline = deadline
-
-
-def _postpone_election(obj: Any, delay_s: float) -> None:
-    """Keep PySyncObj from starting an election for ``delay_s`` from now."""
-    obj._SyncObj__raftElectionDeadline = monotonic() + delay_s
-
-
-def _hasten_election(obj: Any, leader_address: str, delay_s: float) -> None:
-    """Start an election ``delay_s`` from now if ``obj`` follows ``leader_address`` and
-    its election deadline is later (never postpones one)."""
-    leader = obj._getLeader()
-    if obj._isLeader() or leader is None or str(leader.id) != leader_address:
-        return
-    deadline = monotonic() + delay_s
-    if deadline < obj._SyncObj__raftElectionDeadline:
-        obj._SyncObj__raftElectionDeadline = deadline
-        log.info(
-            "metadata raft: the leader's process is gone; electing another",
-            extra=fields(leader=leader_address, in_s=round(delay_s, 3)),
-        )
-
-
 class _MetadataSyncObj(SyncObj):  # type: ignore[misc]
     """PySyncObj's replicated object: one replicated method applying an encoded entry."""
 
@@ -323,8 +293,10 @@ class RaftHost:
 
     def hasten_election(self, leader_address: str, delay_s: float) -> None:
         """Start an election ``delay_s`` from now, instead of after the election timeout,
-        if this member still follows the leader at ``leader_address`` then (done by the
-        Raft thread at its next tick). For a leader whose process is known gone."""
+        if this member still follows the leader at ``leader_address`` then, or knows no
+        leader (done by the Raft thread at its next tick); later terms without a leader
+        get short timeouts (:data:`.election_timing.HASTENED_RETRY_S`). For a leader whose
+        process is known gone."""
         self._hasten = (leader_address, delay_s)
 
     def force_compaction(self) -> None:
@@ -444,23 +416,24 @@ class RaftHost:
         machine = self.machine
         joining = self._config.join
         if not joining:
-            _first_election(
+            first_election(
                 obj, self._config.election_timeout_min_s, self._config.election_timeout_max_s
             )
         keepalive_s = self._config.connection_timeout_s / KEEPALIVES_PER_TIMEOUT
         next_keepalive = time.monotonic()
+        hastened: Hastened | None = None
         while not self._stop.is_set():
             if time.monotonic() >= next_keepalive:
                 next_keepalive = time.monotonic() + keepalive_s
                 _send_keepalives(obj)
             if joining:
                 if obj._getLeader() is None:
-                    _postpone_election(obj, self._config.election_timeout_max_s)
+                    postpone_election(obj, self._config.election_timeout_max_s)
                 else:
                     joining = False
             hasten, self._hasten = self._hasten, None
             if hasten is not None:
-                _hasten_election(obj, *hasten)
+                hastened = hasten_election(obj, *hasten) or hastened
             try:
                 obj.doTick(self._config.tick_s)
                 failures = 0
@@ -471,6 +444,8 @@ class RaftHost:
                 self._stop.wait(self._config.tick_s)
             if self._load_error is not None:
                 raise self._load_error
+            if hastened is not None:
+                hastened = retry_soon(obj, hastened)
             self._check_journal_size(obj)
             self._publish(obj)
             if self.machine is not machine:
