@@ -541,7 +541,6 @@ def run(quick: bool) -> None:
     """Measure and print the source and sink comparisons, fixed costs, 1 KB and 16 KiB rates."""
     scale = QUICK if quick else FULL
     parts = os.environ.get("JET_BENCH_SPARK_PARTS", "100,fixed,1000,paths,16384").split(",")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import jetspark
     from jetspark.demo import local_spark
