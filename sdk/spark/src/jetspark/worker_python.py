@@ -61,23 +61,23 @@ def _zips() -> list[str]:
 def script_text(python: str, zips: list[str]) -> str:
     """The ``sh`` script that runs ``python`` with the entries ``zips`` taken off
     ``PYTHONPATH`` (unset when nothing is left)."""
-    patterns = " | ".join(shlex.quote(z) for z in zips)
+    quoted = " ".join(shlex.quote(z) for z in zips)
     return f"""#!/bin/sh
 # Written by jetspark.worker_python: Spark's Python workers run {python}
 # with pyspark's own zips off PYTHONPATH, so that pyspark is imported compiled.
-set -f
-kept=
-IFS=:
-for entry in $PYTHONPATH; do
-    case "$entry" in
-        {patterns}) ;;
-        *) kept="${{kept:+$kept:}}$entry" ;;
-    esac
+path=":${{PYTHONPATH:-}}:"
+for zip in {quoted}; do
+    while :; do
+        case $path in
+            *":$zip:"*) path="${{path%%":$zip:"*}}:${{path#*":$zip:"}}" ;;
+            *) break ;;
+        esac
+    done
 done
-unset IFS
-if [ -n "$kept" ]; then
-    PYTHONPATH=$kept
-    export PYTHONPATH
+path=${{path#:}}
+path=${{path%:}}
+if [ -n "$path" ]; then
+    export PYTHONPATH="$path"
 else
     unset PYTHONPATH
 fi
