@@ -83,6 +83,22 @@ executor tasks 0.29-0.36 s) and the source runner's start (2-3 CPU-s a query, py
 imported from its zip; the tests' worker Python, tests/support/spark_python.sh, avoids
 that) are Spark's.
 
+The source runner (2026-11-30, helper spark): the bench's session runs Spark's Python
+through :mod:`jetspark.worker_python` (``local_spark`` does), which imports pyspark
+compiled from site-packages. The runner's imports took 2.20-2.38 CPU-s from the zip and
+0.86-1.03 s so (5 pairs, load 22-26); sampled from /proc every 20 ms, a whole runner took
+0.99-1.19 CPU-s a 100-row query (load 29-34), where a session without it failed every
+query at load 30-34 ("Python worker failed to connect back": the runner has 10 s). In this
+bench (``JET_BENCH_SPARK_PARTS=16384 --quick``, 17cb566 then this tree): other Python
+processes 2.99 -> 1.18 s a query, Python workers 0.09 -> 0.09 s (load 20-24, then 10-19).
+What is left of the runner is pyspark's own imports (pyspark.sql, pyarrow, numpy). Larger
+Arrow batches do not help at 16 KiB: option fetchMaxBytes 1, 4 (the default) and 16 MiB,
+alternating in one session, 10,000 rows, 3 queries each, load 28-36: workers 0.77-0.82 /
+0.41-0.56 / 0.44-0.51 CPU-s a query, JVM 1.06-1.51 / 0.99-1.19 / 0.95-1.04 s. The
+workers' perf profile (10,000 rows, load ~40): 37% kernel (the socket copies in and out,
+page clearing), 11% memmove (the Arrow take; pyarrow hands the IPC body to pyspark's socket
+file as a Buffer, not copied), 4% the CRC, 4% the collector.
+
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds. ``--quick``: 50,000, 10,000 and 2,000 rows.
 """
@@ -541,7 +557,6 @@ def run(quick: bool) -> None:
     """Measure and print the source and sink comparisons, fixed costs, 1 KB and 16 KiB rates."""
     scale = QUICK if quick else FULL
     parts = os.environ.get("JET_BENCH_SPARK_PARTS", "100,fixed,1000,paths,16384").split(",")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import jetspark
     from jetspark.demo import local_spark

@@ -53,11 +53,20 @@ is most of a small micro-batch's cost."""
 def local_spark(app: str = "jetspark-demo", master: str | None = None) -> Any:
     """A SparkSession set up like the tests (UI off, 2 shuffle partitions, a JVM with the
     C1 compiler only and the serial GC: short jobs on small machines; Python workers over
-    Unix sockets, :data:`UNIX_SOCKETS`).
+    Unix sockets, :data:`UNIX_SOCKETS`; on a local master, unless ``PYSPARK_PYTHON`` is
+    set, Spark's Python workers are this interpreter importing pyspark compiled,
+    :func:`jetspark.worker_python.worker_python`).
 
     ``master``: a Spark master URL (``spark://host:7077``, ``local-cluster[2,1,1024]``);
     default ``local[2]``, or, under ``spark-submit``, the master it was given.
     """
+    local = (master is None and "PYSPARK_GATEWAY_PORT" not in os.environ) or (
+        master is not None and master.startswith("local")
+    )
+    if local and "PYSPARK_PYTHON" not in os.environ:
+        from jetspark.worker_python import worker_python
+
+        os.environ["PYSPARK_PYTHON"] = worker_python()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     import pyspark
