@@ -19,8 +19,9 @@ from typing import NamedTuple, cast
 
 import attrs
 
+from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import encode_produce_result_tuples
-from jetsdk.codec.transcode import DirectRecord
+from jetsdk.codec.transcode import DirectRecord, EnvelopeBytes
 from jetserver.infra import hops
 from jetserver.infra.lazy_event import LazyEvent
 from jetserver.logs import fields
@@ -28,7 +29,15 @@ from jetserver.storage.framing import CheckedBody
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AnswerNow", "DirectAckTo", "DirectBatch", "ProduceCompletion", "Result"]
+__all__ = [
+    "AnswerNow",
+    "DirectAckTo",
+    "DirectBatch",
+    "ProduceCompletion",
+    "Result",
+    "batch_of",
+    "stored_of",
+]
 
 Result = tuple[int, int, int]
 """A message's outcome: (error_code, offset, timestamp)."""
@@ -161,3 +170,49 @@ def record_body(record: DirectRecord, subjects: bytes) -> tuple[bytes, bytes | m
     if record.value_crc >= 0:  # a large value's CRC, taken once (framing.CheckedBody)
         return CheckedBody(head, tail, record.value_crc, record.value_len)
     return head, tail
+
+
+def batch_of(
+    to_send: list[tuple[str, EnvelopeBytes]],
+    records: list[DirectRecord | None] | None,
+    indexes: list[int],
+    policy: int,
+    completion: ProduceCompletion,
+) -> DirectBatch:
+    """The typed batch of the messages at ``indexes`` (``to_send[i]`` is message
+    ``indexes[i]``, each with an envelope, so each has a record)."""
+    assert records is not None  # built whenever a replica here may take them directly
+    subjects: list[str] = []
+    taken: list[DirectRecord] = []
+    size = 0
+    # One loop, not two comprehensions and a generator (a request has one message at
+    # light load: their frames cost more than the work).
+    for (subject, payload), i in zip(to_send, indexes, strict=True):
+        record = records[i]
+        assert record is not None  # each message with an envelope has a record
+        subjects.append(subject)
+        taken.append(record)
+        size += len(payload)
+    return DirectBatch(subjects, taken, indexes, policy, completion, size)
+
+
+def stored_of(
+    messages: list[tuple[str, EnvelopeBytes]],
+    indexes: list[int],
+    results: list[Result | None],
+    policy: int,
+    appended_end: int,
+) -> tuple[list[tuple[str, EnvelopeBytes]], int]:
+    """Of ``messages`` (request message ``indexes[i]`` each), those acked as stored and the
+    end of their offsets; with ack NONE (no offsets known) all of them, and
+    ``appended_end``, the log end when their append returned."""
+    if policy == AckPolicy.NONE:
+        return messages, appended_end
+    stored: list[tuple[str, EnvelopeBytes]] = []
+    end = 0
+    for message, i in zip(messages, indexes, strict=True):
+        result = results[i]
+        if result is not None and result[0] == ErrorCode.NONE and result[1] >= 0:
+            stored.append(message)
+            end = max(end, result[1] + 1)
+    return stored, end

@@ -58,7 +58,13 @@ from jetserver.broker.current_values import (
     lean_refusal,
     refusal_answer,
 )
-from jetserver.broker.direct import AnswerNow, DirectBatch, ProduceCompletion, Result
+from jetserver.broker.direct import (
+    AnswerNow,
+    ProduceCompletion,
+    Result,
+    batch_of,
+    stored_of,
+)
 from jetserver.broker.direct_copies import (
     After,
     Copies,
@@ -415,7 +421,7 @@ class ProduceService:
                 batch = (
                     None
                     if replica is None
-                    else _direct_batch(to_send, records, sent_index, policy, waiting)
+                    else batch_of(to_send, records, sent_index, policy, waiting)
                 )
                 # Copies of a one-replica partition: their turn and their place in the
                 # backlog, taken as the batch enters the sequencer (in append order).
@@ -458,7 +464,7 @@ class ProduceService:
                         # Cancelled (the connection closed, or the scope of the request's
                         # timeout): no after-work will run, its copies are given up.
                         if place is not None:
-                            stored, _end = _stored(
+                            stored, _end = stored_of(
                                 to_send, sent_index, results, policy, appended_end
                             )
                             self.copy_backlog.dropped += len(stored)
@@ -472,7 +478,7 @@ class ProduceService:
                         # its append may have left to it (Committer.defer_flush).
                         after = replica.commit_deferred
                     if turn is not None:
-                        copies, end = _stored(to_send, sent_index, results, policy, appended_end)
+                        copies, end = stored_of(to_send, sent_index, results, policy, appended_end)
                         if internal:
                             copies = []
                         assert ticket is not None  # taken with the turn
@@ -560,49 +566,3 @@ def _check_internal(
         f"partition {stream}/{partition} does not take writes here yet; retry",
         {"stream": stream, "partition": partition},
     )
-
-
-def _direct_batch(
-    to_send: list[tuple[str, EnvelopeBytes]],
-    records: list[DirectRecord | None] | None,
-    indexes: list[int],
-    policy: int,
-    completion: ProduceCompletion,
-) -> DirectBatch:
-    """The typed batch of the messages at ``indexes`` (``to_send[i]`` is message
-    ``indexes[i]``, each with an envelope, so each has a record)."""
-    assert records is not None  # built whenever a replica here may take them directly
-    subjects: list[str] = []
-    taken: list[DirectRecord] = []
-    size = 0
-    # One loop, not two comprehensions and a generator (a request has one message at
-    # light load: their frames cost more than the work).
-    for (subject, payload), i in zip(to_send, indexes, strict=True):
-        record = records[i]
-        assert record is not None  # each message with an envelope has a record
-        subjects.append(subject)
-        taken.append(record)
-        size += len(payload)
-    return DirectBatch(subjects, taken, indexes, policy, completion, size)
-
-
-def _stored(
-    messages: list[tuple[str, EnvelopeBytes]],
-    indexes: list[int],
-    results: list[Result | None],
-    policy: int,
-    appended_end: int,
-) -> tuple[list[tuple[str, EnvelopeBytes]], int]:
-    """Of ``messages`` (request message ``indexes[i]`` each), those acked as stored and the
-    end of their offsets; with ack NONE (no offsets known) all of them, and
-    ``appended_end``, the log end when their append returned."""
-    if policy == AckPolicy.NONE:
-        return messages, appended_end
-    stored: list[tuple[str, EnvelopeBytes]] = []
-    end = 0
-    for message, i in zip(messages, indexes, strict=True):
-        result = results[i]
-        if result is not None and result[0] == ErrorCode.NONE and result[1] >= 0:
-            stored.append(message)
-            end = max(end, result[1] + 1)
-    return stored, end
