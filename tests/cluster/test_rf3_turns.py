@@ -8,6 +8,12 @@ leader marks ``acked`` when the HW move settles a request, ``resp.produce`` when
 answer is written and ``produce.resumed`` when the request's task runs again. Before,
 the task wrote the answer once it resumed.
 
+A follower's replica fetch parked on the partition alone (one follower's session, one
+partition) is answered in the append's own turn (``_Parked.poke``): both followers'
+answers are written (``resp.replica_fetch``) before any parked request's task wakes
+(``rf.wait``). Before, each request's task woke to build and write its answer, one after
+the other.
+
 Every wait is bounded.
 """
 
@@ -92,3 +98,17 @@ async def test_an_ack_all_answer_is_written_before_its_task_resumes(tmp_path: Pa
             late += 1
     # The one-at-a-time messages at least (pipelined ones may find the writer busy).
     assert early >= MESSAGES, (early, late)
+
+
+async def test_parked_replica_fetches_are_answered_in_the_append_turn(tmp_path: Path) -> None:
+    with traced(tmp_path) as (cluster, prefix):
+        names = await _leader_marks(cluster, prefix, "inturn")
+    # Per append, the replica fetch answers written before the next parked task's wake-up.
+    in_turn = 0
+    for i, name in enumerate(names):
+        if name != "append":
+            continue
+        until_wake = names[i + 1 : names.index("rf.wait", i)] if "rf.wait" in names[i:] else []
+        if until_wake.count("resp.replica_fetch") >= 2:
+            in_turn += 1
+    assert in_turn >= MESSAGES, in_turn
