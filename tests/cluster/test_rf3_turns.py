@@ -9,10 +9,10 @@ answer is written and ``produce.resumed`` when the request's task runs again. Be
 the task wrote the answer once it resumed.
 
 A follower's replica fetch parked on the partition alone (one follower's session, one
-partition) is answered in the append's own turn (``_Parked.poke``): both followers'
-answers are written (``resp.replica_fetch``) before any parked request's task wakes
-(``rf.wait``). Before, each request's task woke to build and write its answer, one after
-the other.
+partition) is answered from a plain callback first in the turn after the append
+(``_Parked.poke``): both followers' answers are written (``resp.replica_fetch``) before
+any parked request's task wakes (``rf.wait``). Before, each request's task woke to build
+and write its answer, one after the other.
 
 Every wait is bounded.
 """
@@ -100,7 +100,7 @@ async def test_an_ack_all_answer_is_written_before_its_task_resumes(tmp_path: Pa
     assert early >= MESSAGES, (early, late)
 
 
-async def test_parked_replica_fetches_are_answered_in_the_append_turn(tmp_path: Path) -> None:
+async def test_parked_replica_fetches_are_answered_before_their_tasks_wake(tmp_path: Path) -> None:
     with traced(tmp_path) as (cluster, prefix):
         names = await _leader_marks(cluster, prefix, "inturn")
     # Per append, the replica fetch answers written before the next parked task's wake-up.

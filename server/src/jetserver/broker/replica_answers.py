@@ -44,7 +44,8 @@ class ReplicaFetchReply:
     flags: int = 0
     """The response's flags (``RESPONSE_POLL_ENDED``)."""
     sent: bool = False
-    """The reply went already (written in the turn of its news): nothing to send."""
+    """The reply went already (written by the callback after the news of a parked request,
+    broker/replica_fetch.py): nothing to send."""
 
 
 SENT = ReplicaFetchReply([], sent=True)

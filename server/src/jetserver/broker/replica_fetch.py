@@ -14,8 +14,9 @@ of records sent ends the leader's epoch), the HW sent noted. The wait and the an
   (:class:`SessionWakers`: a follower with new partitions to add ends its parked request
   with a wake request) or ``max_wait_ms`` passes; its task wakes only then (a partition's
   possible news is checked in the turn that made it: :meth:`_Parked.poke`). A request
-  parked on one partition (a follower's session at light load) is answered in that turn
-  (the append's), written by the connection at once; its task then only ends it;
+  parked on one partition (a follower's session at light load) is answered from a plain
+  callback first in the next turn, written by the connection at once; its task then only
+  ends it;
 - the request is incremental (:mod:`~jetserver.broker.replica_sessions`): it carries the
   partitions new to the follower's session or changed; the others stay parked in the
   session from the last request, and this request is their follower's fetch again (their
@@ -80,13 +81,14 @@ end (a wait that ends with nothing due, a timer a little early, waits again)."""
 MAX_EARLY_WAKES = 1024
 """Wakes remembered for sessions with no parked request (the oldest are forgotten)."""
 ANSWER_HERE_MAX_BYTES = 64 * 1024
-"""Most record bytes of an answer read and written in the turn of its news (a parked lone
+"""Most record bytes of an answer read and written by the callback after its news (a parked lone
 partition's); a bigger one is sent by its request's task (``os.sendfile``)."""
 
 
 @attrs.frozen
 class AnswerHere:
-    """What answering a parked request in the turn of its news takes (:meth:`_Parked.poke`)."""
+    """What answering a parked request from the callback after its news takes
+    (:meth:`_Parked.poke`)."""
 
     streams: StreamManager
     slots: dict[int, Slot]
@@ -153,19 +155,21 @@ class _Parked:
     deadline: float = math.inf
     """When the current wait ends by itself (the loop's clock)."""
     here: AnswerHere | None = None
-    """How to answer a lone partition's request in the turn of its news (None: its task
+    """How to answer a lone partition's request from the callback after its news (None: its task
     answers)."""
     built: Built | None = None
-    """The answers chosen in that turn, not written yet: the task writes them."""
+    """The answers chosen by that callback, not written yet: the task writes them."""
     sent: bool = False
-    """The answer went in that turn: the task only ends the request."""
+    """The answer went from that callback: the task only ends the request."""
     failed: Exception | None = None
-    """Choosing the answers in that turn raised: the task raises it."""
+    """Choosing the answers in that callback raised: the task raises it."""
+    _answer_due: bool = False
+    """That callback is on its way."""
     _timer: asyncio.TimerHandle | None = None
 
     @property
     def answered(self) -> bool:
-        """True if the request was answered (or failed) in the turn of its news."""
+        """True if the request was answered (or failed) by the callback after its news."""
         return self.sent or self.built is not None or self.failed is not None
 
     def wake(self) -> None:
@@ -177,38 +181,52 @@ class _Parked:
         now; else, if a HW it has not been sent falls due before the wait ends, end the wait
         then (no task wake-up until something is due)."""
         loop = self.loop
-        if loop is None or self.news.is_set():
+        if loop is None or self.news.is_set() or self.answered:
             return
         now = loop.time()
         parked_s = now - self.start
         if any(has_news(e, parked_s) for e in self.live):
             if self.here is not None and len(self.live) == 1 and not self.woken:
-                self._answer_here(parked_s)
+                if not self._answer_due:  # (the callback sets ``news``)
+                    self._answer_due = True
+                    loop.call_soon(self._answer_here)
+                return
             self.news.set()
             return
         due = _hw_due_s(self.live, parked_s)
         if due is not None and now + due < self.deadline:
             self.end_at(now + due)
 
-    def _answer_here(self, parked_s: float) -> None:
-        """Answer the parked request of a lone partition now, in the turn that brought its
-        news (the append's: each follower's records go out in that turn, not from its
-        request's task a turn later, one task after the other), if its records are small
-        and the connection takes the frame now; else the task sends what was chosen. A
-        request parked on many partitions is answered by its task (the other partitions
-        appended in the same turn, a ProduceMany's, go in the same answer)."""
-        here = self.here
+    def _answer_here(self) -> None:
+        """Answer the parked request of a lone partition from a plain callback at the start
+        of the turn after its news (the append's), not from its request's task (each
+        follower's task woke in turn to build and write its answer), if its records are
+        small and the connection takes the frame now; else the task sends what was chosen.
+        Not in the append's own turn: what else that turn appends (the other Produce
+        requests read with it) goes in the same answer, as from the task. A request parked
+        on many partitions is answered by its task. Its task wakes after (``news``): the
+        followers' answers all go before the first such wake-up."""
+        try:
+            self._answer_now()
+        finally:
+            self._answer_due = False
+            self.news.set()
+
+    def _answer_now(self) -> None:
+        here, loop = self.here, self.loop
         assert here is not None
         replica = self.live[0].replica
-        if replica.closed or replica.life.ending:
-            return  # the end of the leadership or the replica: the task answers
+        if loop is None or replica.closed or replica.life.ending:
+            return  # the wait ended, or the leadership or the replica did: the task answers
         try:
             answers, unread = choose_answers(
-                here.streams, self.live, here.slots, parked_s, here.budget
+                here.streams, self.live, here.slots, loop.time() - self.start, here.budget
             )
         except Exception as exc:  # (as the task would have raised it)
             self.failed = exc
             return
+        if not answers:
+            return  # nothing due any more: the task waits on
         if sum(r.length for r in unread.values()) > ANSWER_HERE_MAX_BYTES:
             self.built = (answers, unread)
             return
@@ -433,7 +451,7 @@ async def _wait_news(live: list[Slot], parked: _Parked, timeout_s: float) -> tup
                 hops.mark("rf.wait")
             parked_s = loop.time() - start
             if parked.answered:
-                return False, parked_s  # in the turn of its news (_Parked.poke)
+                return False, parked_s  # by the callback after its news (_Parked.poke)
             if any(has_news(e, parked_s) for e in live):
                 if hops.ENABLED and woken:
                     hops.mark("rf.woken")
