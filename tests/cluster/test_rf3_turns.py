@@ -101,7 +101,12 @@ async def test_an_ack_all_answer_is_written_before_its_task_resumes(tmp_path: Pa
 
 
 async def test_parked_replica_fetches_are_answered_before_their_tasks_wake(tmp_path: Path) -> None:
-    with traced(tmp_path) as (cluster, prefix):
+    # A HW alone never goes between two messages here, nor a poll's end: at each append
+    # both followers' fetches are parked (on a loaded machine a message could take longer
+    # than the 25 ms default, and the answer with the HW alone let the next append find a
+    # follower's next fetch not parked yet: 14 of 30 in one run of the suite).
+    settings = {"replication": {"fetch_max_wait_s": 20.0, "hw_news_delay_s": 2.0}}
+    with traced(tmp_path, settings) as (cluster, prefix):
         names = await _leader_marks(cluster, prefix, "inturn")
     # Per append, the replica fetch answers written before the next parked task's wake-up.
     in_turn = 0
