@@ -65,6 +65,7 @@ _PRODUCE = int(Api.PRODUCE)
 _PRODUCE_MANY = int(Api.PRODUCE_MANY)
 _FETCH_STREAM = int(Api.FETCH_STREAM)
 _CANCEL_FETCH_STREAM = int(Api.CANCEL_FETCH_STREAM)
+_REPLICA_FETCH = int(Api.REPLICA_FETCH)
 HEAD_READ_BYTES = 4096
 """Bytes asked for by the read after a frame's body was read in place: the next frame is
 often as large, and a read of RECV_BYTES took its header and its first 256 KiB into a new
@@ -375,6 +376,8 @@ class AcceptedConnection:
                 corked = api == _PRODUCE and self._cork()
                 if api == _PRODUCE:
                     ANSWER_NOW.set(self.write_now)
+                elif api == _REPLICA_FETCH:  # a parked one's answer from the append's turn
+                    ANSWER_NOW.set(functools.partial(self.write_now, hop="resp.replica_fetch"))
                 reply = await self.handler(frame)
                 if corked:  # (a later request's cancelled too: this uncork sends its frames)
                     soon = self._uncork_soon

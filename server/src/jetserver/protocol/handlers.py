@@ -44,6 +44,7 @@ from jetserver.broker.fetch_stream import FetchStream
 from jetserver.broker.live_settings import LiveLogSettings
 from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
+from jetserver.broker.replica_answers import ReplicaFetchReply
 from jetserver.broker.replica_fetch import SessionWakers, replica_fetch
 from jetserver.broker.replica_sessions import LeaderSessions
 from jetserver.broker.stream_info import StreamInfoCache
@@ -75,8 +76,8 @@ _UNKNOWN_NAME = frozenset({ErrorCode.STREAM_NOT_FOUND, ErrorCode.PARTITION_NOT_F
 _PRODUCE = int(Api.PRODUCE)  # (plain ints: an enum member's look-up costs ~170 ns on 3.11)
 _PRODUCE_MANY = int(Api.PRODUCE_MANY)
 _SENT = Reply(b"", sent=True)
-"""The reply of a Produce request answered already, with nothing left to do (a frozen
-value: one for all)."""
+"""The reply of a Produce or ReplicaFetch request answered already, with nothing left to do
+(a frozen value: one for all)."""
 
 
 @attrs.define(eq=False)
@@ -464,9 +465,17 @@ class Dispatcher:
                 {"api": int(Api.REPLICA_FETCH)},
             )
         req = decode_replica_fetch_request(frame.body)
+        write_now = ANSWER_NOW.get()  # a parked lone partition's answer from the append's turn
         reply = await replica_fetch(
-            self.streams, self.config.limits, self.session_wakers, self.leader_sessions, req
+            self.streams,
+            self.config.limits,
+            self.session_wakers,
+            self.leader_sessions,
+            req,
+            None if write_now is None else partial(_replica_answer_now, write_now, frame),
         )
+        if reply.sent:
+            return _SENT
         # The last answer's records, which end the frame, go from their files (sendfile);
         # the rest is joined once (records read and joined copied them twice, and the
         # records of the other answers are still copied so).
@@ -513,3 +522,11 @@ def _answer_now(
     """A Produce request's response body framed and written now (``write_now``: its
     connection's :meth:`~jetserver.protocol.connection.AcceptedConnection.write_now`)."""
     return write_now(encode_frame(api, correlation_id, body, flags=FLAG_RESPONSE))
+
+
+def _replica_answer_now(
+    write_now: Callable[[bytes], bool], frame: Frame, reply: ReplicaFetchReply
+) -> bool:
+    """A ReplicaFetch reply (its records in memory) framed and written now."""
+    body = b"".join(replica_fetch_response_parts(reply.answers, flags=reply.flags))
+    return _answer_now(write_now, frame.api, frame.correlation_id, body)
