@@ -26,23 +26,39 @@ a directory put first on the server's PYTHONPATH (a ``sitecustomize`` of an expe
 prints their analysis again); ``JET_BENCH_AGAINST=<tree>`` runs the same against that
 tree's server after this one's (``JET_TAIL_ONLY_AGAINST=1``: that one's alone, to
 alternate the two builds run by run). Run: ``python -m bench tail [--quick]``.
+
+Then each outlier's cause (:mod:`bench.tail_stages`): its way split into stages (queued in
+the producer, to the server, to the append, the append's ``write()``, the fsync with
+``flushed``, to the consumer's answer, to the consumer), the stage that grew, and the first
+event covering 30 % of that stage's excess: a stall of the machine (a real-time
+:mod:`bench.stall_probe` per CPU that woke late), a collection, an fsync on the server's
+loop or beyond its median, a slow ``write()``, a periodic round, a process waiting for a
+CPU, the background fsync of a ``written`` partition; or waiting behind an earlier
+message's request (then that message's cause). On a loaded machine the waits for a CPU
+hide everything else: run it at real-time priority (``chrt -f 1 python -m bench tail``,
+root; the probes run above it) so that the process's own causes and the machine's stalls
+are what is left.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import gc
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import orjson
 
-from bench import loop_probe
+from bench import loop_probe, stall_probe, tail_stages
 from bench.bench_sdk import _load as _load_avg
 from bench.bench_sdk import jet_latency
 from bench.pacing import paced
@@ -310,6 +326,47 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
         "    the outliers' excess over p50 (ms in all), covered by: "
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
     )
+    stalls = _stalls(marks)
+    tail_stages.report(
+        marks,
+        tail_stages.FLUSHED if marks.get("fsync.start") else tail_stages.WRITTEN,
+        {
+            "host stall (all CPUs)": stalls[0],
+            "host stall (one CPU)": stalls[1],
+            "server gc": spans["server gc"],
+            "client gc": spans["client gc"],
+            "fsync on the server loop": _spans(marks, "loop_fsync.start", "loop_fsync.end"),
+            tail_stages.DISK: spans["fsync (beyond its p50)"],
+            "append write() >= 1 ms": [
+                (a, b) for a, b in spans["append write()"] if b - a >= EVENT_MIN_MS * 1e6
+            ],
+            "periodic round (server)": spans["server periodic"],
+            "server waits for a CPU": tail_stages.waits_of(server.samples),
+            "client waits for a CPU": tail_stages.waits_of(client.samples),
+            "fsync in the server's worker thread": _spans(
+                marks, "behind_fsync.start", "behind_fsync.end"
+            ),
+        },
+        p50,
+        OUTLIER_X,
+    )
+
+
+def _stalls(marks: Marks) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The stall probes' spans (``stall.<cpu>.a`` / ``.b`` marks): those of all CPUs at
+    once, and those of any one."""
+    per_cpu = []
+    for key in sorted(k for k in marks if k.startswith("stall.") and k.endswith(".a")):
+        per_cpu.append(sorted(zip(marks[key], marks[key[:-1] + "b"], strict=True)))
+    anyone = sorted(s for spans in per_cpu for s in spans)
+    if not per_cpu:
+        return [], []
+    common = per_cpu[0]
+    for spans in per_cpu[1:]:
+        common = [
+            (max(a, c), min(b, d)) for a, b in common for c, d in spans if max(a, c) < min(b, d)
+        ]
+    return common, anyone
 
 
 def run(quick: bool) -> None:
@@ -349,6 +406,7 @@ def run(quick: bool) -> None:
                 with (
                     open(os.devnull, "wb") as devnull,
                     DevCluster(size=1, log_file=devnull, server_env={"s1": env}) as dev,
+                    _probes(Path(tmp), seconds + 60, client_marks),
                 ):
                     anyio.run(
                         _measure,
@@ -377,6 +435,25 @@ def run(quick: bool) -> None:
                     server_loop[0] if server_loop else None,
                     client_loop["kept"][kept_before:],
                 )
+
+
+@contextlib.contextmanager
+def _probes(tmp: Path, seconds: float, marks: Marks) -> Iterator[None]:
+    """A :mod:`bench.stall_probe` per CPU while the block runs; their stalls into
+    ``marks`` (``stall.<cpu>.a`` / ``.b``)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    run = [sys.executable, "-m", "bench.stall_probe"]
+    procs = [subprocess.Popen([*run, f"{tmp}/stall.{c}", f"{seconds}", f"{c}"]) for c in cpus]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+        for c in cpus:
+            for a, b in stall_probe.load(str(tmp / f"stall.{c}")):
+                marks[f"stall.{c}.a"].append(a)
+                marks[f"stall.{c}.b"].append(b)
 
 
 def _loops(marks: Marks, server: dict[str, Any] | None, client_kept: list[Any]) -> None:

@@ -26,7 +26,10 @@ in a cluster, ``meta.state`` (a new metadata state reached the event loop),
 ``apply.start`` / ``apply.end.<role>`` (a replica's assignment applied, its role then);
 ``gc.start.<generation>`` /
 ``gc.stop.<generation>``, a garbage collection (``gc.callbacks``), to tell its pauses from
-the others in a message's time.
+the others in a message's time; ``loop_fsync.start`` / ``.end``, an fsync on the event loop
+(``FsyncRunner.flush_here``: nothing else runs on the loop meanwhile), and
+``behind_fsync.start`` / ``.end``, one of a ``written`` partition's fsyncs in its worker
+thread (``FlushBehind``).
 
 With ``JET_HOP_USAGE=1`` as well, each mark also records the calling thread's native id,
 its CPU time and its time spent runnable but waiting for a CPU so far (ns, the thread's

@@ -30,6 +30,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 
+from jetserver.infra import hops
 from jetserver.storage import Log
 from jetserver.storage.fsync_threads import THREADS, FsyncThreads
 
@@ -121,10 +122,14 @@ class FlushBehind:
         """In a worker thread: fsync until no kick came during the last one."""
         while True:
             error: BaseException | None = None
+            if hops.ENABLED:
+                hops.mark("behind_fsync.start")
             try:
                 self._log.flush()
             except BaseException as exc:  # the loop's to handle (the cut back)
                 error = exc
+            if hops.ENABLED:
+                hops.mark("behind_fsync.end")
             with self._lock:
                 self.fsyncs += 1
                 again = self._again and error is None

@@ -74,6 +74,7 @@ from typing import Any, cast
 
 import attrs
 
+from jetserver.infra import hops
 from jetserver.logs import fields
 from jetserver.storage import Log
 from jetserver.storage.framing import Body
@@ -263,10 +264,14 @@ class FsyncRunner:
         if unless is not None and unless():
             return None
         start = self.clock()
+        if hops.ENABLED:
+            hops.mark("loop_fsync.start")
         try:
             flushed = log_.flush_unless_busy(upto)
         finally:
             self._spent(start)
+            if hops.ENABLED:
+                hops.mark("loop_fsync.end")
         if flushed is not None:
             self.loop_fsyncs += 1
         return flushed
