@@ -327,9 +327,10 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
         + ", ".join(f"{k} {v:.0f}" for k, v in sorted(share.items(), key=lambda kv: -kv[1]))
     )
     stalls = _stalls(marks)
-    tail_stages.report(
+    stages = tail_stages.FLUSHED if marks.get("fsync.start") else tail_stages.WRITTEN
+    attributed = tail_stages.attribute(
         marks,
-        tail_stages.FLUSHED if marks.get("fsync.start") else tail_stages.WRITTEN,
+        stages,
         {
             "host stall (all CPUs)": stalls[0],
             "host stall (one CPU)": stalls[1],
@@ -350,6 +351,7 @@ def _analyse(name: str, marks: Marks, usage: Usage) -> None:
         p50,
         OUTLIER_X,
     )
+    tail_stages.report(n, stages, attributed)
 
 
 def _stalls(marks: Marks) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

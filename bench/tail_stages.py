@@ -1,31 +1,28 @@
 """``bench tail``'s per-message timeline: each outlying message's grown stage and its cause.
 
 A message's way, from the marks of ``bench tail`` (the client's and the server's hop
-trace), is six stages: ``queued`` (``send_soon`` to the client's ``write`` of the Produce
-carrying it: the producer's accumulator, and waiting for the partition's request in
-flight), ``to server`` (that write to the server's ``req.produce``: the client's send,
-the network and the server's wake-up and read), ``to append`` (the request's decoding and
-checks), ``write()`` (the append's ``write`` system call), ``to push`` (the commit: with
-``flushed`` the fsync, then the HW moving and the tailing consumer's answer pushed,
-``resp.fetch_stream``) and ``to consumer`` (the client's read of that answer to the
-consumer's batch). Marks are matched by time (each stage's end is the first mark of its
-kind after its start): at 500 msg/s one message is usually alone on its way.
+trace), is split into stages (:data:`WRITTEN`): ``queued`` (``send_soon`` to the client's
+``write`` of the Produce carrying it: the producer's accumulator, and waiting for the
+partition's request in flight), ``to server`` (that write to the server's
+``req.produce``: the client's send, the network, the server's wake-up and read), ``to
+append`` (the request's decoding and checks), ``write()`` (the append's ``write`` system
+call), ``to push`` (the HW moving and the tailing consumer's answer pushed,
+``resp.fetch_stream``, or its parked Fetch woken) and ``to consumer`` (the client's read of
+that answer to the consumer's batch); with ``flushed`` (:data:`FLUSHED`) ``to fsync`` and
+``fsync`` come before ``to push``. Marks are matched by time (each stage's end is the first
+mark of its kind after its start): at 500 msg/s one message is usually alone on its way.
 
 An outlier (over 3x the run's p50) is put down to the stage with the largest excess over
-its own median, then to the first of these that covers at least :data:`COVER` of that
-excess inside that stage:
-
-- ``host stall``: a CPU did not run a waiting real-time probe thread
-  (:mod:`bench.stall_probe`: the hypervisor, or interrupts);
-- ``server gc`` / ``client gc``: a collection in that process;
-- ``server waits for a CPU`` / ``client waits for a CPU``: the process was runnable and
-  not running (the machine's other processes);
-- ``fsync beyond its p50`` (``to push`` only), ``append write() >= 1 ms``, ``server
-  periodic round`` (HW checkpoints, the idle sweep);
-- ``behind an earlier message``: stage ``queued`` of a message whose partition's request
-  was still in flight when it was sent (one request at a time per partition): the cause is
-  the earlier message's (counted under it, with this label's count beside it);
-- else ``not attributed: <stage>``.
+its own median, then to the first event given to :func:`attribute` (``bench tail``'s
+order: host stalls of all CPUs, of one CPU, collections, an fsync on the server's loop,
+fsyncs beyond their median, ``write()`` of 1 ms or more, periodic rounds, waits for a
+CPU, a ``written`` partition's background fsync) that covers at least :data:`COVER` of
+that excess inside that stage; an event of one side (named ``client ...`` or ``server
+...``) only for a stage of that side, :data:`DISK` only for the commit's stages. A
+``queued`` stage with none of them, of a message sent while its partition's request was
+in flight (one request at a time per partition), is put down to the earlier message's
+cause (counted under it; how many were is printed beside), or to ``behind an earlier
+message`` if that one was no outlier. Else ``not attributed: <stage>``.
 """
 
 from __future__ import annotations
@@ -206,15 +203,13 @@ def waits_of(samples: list[tuple[int, int, int]]) -> list[Span]:
 
 
 def report(
-    marks: dict[str, list[int]],
+    n: int,
     stages: tuple[Stage, ...],
-    events: dict[str, list[Span]],
-    p50_ms: float,
-    outlier_x: float,
+    attributed: tuple[list[float], Counter[str], Counter[str], int],
 ) -> None:
-    """Print the stage medians and the outliers by grown stage and by cause."""
-    med, causes, grown, unmatched = attribute(marks, stages, events, p50_ms, outlier_x)
-    n = len(marks["sent_of"])
+    """Print what :func:`attribute` found for ``n`` messages: the stage medians and the
+    outliers by grown stage and by cause."""
+    med, causes, grown, unmatched = attributed
     if not med:
         print("    no message's marks line up")
         return
