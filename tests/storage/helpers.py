@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
+import pytest
+
 from jetsdk.codec.record import Record, encode_body, iter_records
-from jetserver.storage import Log, LogConfig
+from jetserver.storage import Log, LogConfig, files
+from jetserver.storage import log as log_module
 
 SMALL = LogConfig(segment_max_bytes=2000, index_interval_bytes=100)
 """Tiny segments and a dense index, so a few records exercise rolling and lookups."""
@@ -69,3 +73,20 @@ def open_logs(directory: Path) -> int:
         if target.startswith(prefix) and ".log" in target:
             count += 1
     return count
+
+
+def gate_fdatasync(
+    monkeypatch: pytest.MonkeyPatch, wait_s: float
+) -> tuple[threading.Event, threading.Event]:
+    """Hold every fdatasync a log calls open until the first event returned is set (at
+    most ``wait_s``); the second is set once one is held."""
+    release, held = threading.Event(), threading.Event()
+    real = files.fdatasync
+
+    def gated(fd: int) -> None:
+        held.set()
+        assert release.wait(wait_s)
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", gated)
+    return release, held

@@ -25,7 +25,7 @@ from jetserver.storage import Log, SyncFailedError, files, fsync_runner, fsync_t
 from jetserver.storage import log as log_module
 from jetserver.storage.fsync_runner import FsyncRunner
 
-from .helpers import bodies
+from .helpers import bodies, gate_fdatasync
 
 pytestmark = pytest.mark.anyio
 WAIT = 10.0
@@ -320,15 +320,7 @@ async def test_a_cancelled_caller_waits_for_its_thread_fsync_to_end(
 ) -> None:
     """The log must not be closed under a running fsync: its caller, cancelled, returns
     only once the fsync ended (anyio's non-abandoning hand-off)."""
-    entered, release = threading.Event(), threading.Event()
-    real = files.fdatasync
-
-    def gated(fd: int) -> None:
-        entered.set()
-        assert release.wait(WAIT)
-        real(fd)
-
-    monkeypatch.setattr(log_module, "fdatasync", gated)
+    release, entered = gate_fdatasync(monkeypatch, WAIT)
     runner = FsyncRunner(on_loop=False)
     log.append(bodies(3), 1, 0)
     ended: list[int] = []
