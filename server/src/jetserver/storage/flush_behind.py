@@ -23,16 +23,17 @@ The fsyncs are spaced: one starts at least :data:`MIN_GAP_S` after the previous 
 started (a kick sooner than that sets a loop timer; every kick until it fires is covered by
 its fsync). An idle partition's first kick fsyncs at once; a log about to close fsyncs at
 once (:meth:`FlushBehind.wait_idle`). At 500 messages a second one fsync per message was
-500 fsyncs a second, and on the shared VM each burst of them made the host stall its
-virtual CPUs (a real-time probe woke 1.5-6 ms late on both CPUs at once, ``bench tail``):
-the outliers of ``written`` at 500 msg/s (over 3x p50, ``bench tail`` at real-time
-priority) were 178-314 per 10,000 messages with an fsync per message, 86-138 with a gap of
-10 ms and 54-56 with 50 ms (20-44 with no fsyncs at all), p50 1.4 ms with 10 ms against
-1.05 ms with 50 ms (docs/latency.md, 2026-11-30, helper tail). The price is the loss
-window of ``written`` (spec/cluster.md, "Durability"): a power loss may take what was
-written up to MIN_GAP_S before the fsync that would have covered it, where it took what
-one fsync covers. A sustained load whose fsyncs take longer than the gap is not slowed:
-the next fsync starts when one ends, as before.
+500 fsyncs a second, and on the shared VM they made its virtual CPUs stall (a real-time
+probe per CPU woke 2.4-3.1 ms late at the median, about 9 times a second, often on both
+CPUs at once; ``bench tail``): the outliers of ``written`` at 500 msg/s (over 3x p50,
+``bench tail`` at real-time priority, interleaved runs) were 142-314 per 10,000 messages
+with an fsync per message, 86-138 with a gap of 10 ms, 10-56 with 50 ms (20-44 with no
+fsyncs at all); p50 1.40 ms with 10 ms against 1.05 ms with 50 ms (docs/latency.md,
+2026-11-30, helper tail). The price is the loss window of ``written`` (spec/cluster.md,
+"Durability"): a power loss may take the records written since the last fsync started,
+up to MIN_GAP_S plus one fsync's time, where it took those of one fsync's time. A
+sustained load whose fsyncs take longer than the gap is not slowed: the next fsync starts
+when one ends, as before.
 
 Task safety: :meth:`kick` and :meth:`wait_idle` on the event loop thread; the state the
 worker thread shares is under a lock.
