@@ -252,19 +252,33 @@ async def _jet_publish_rate(jet: Client, n: int) -> float:
 
 
 async def _jet_latency(jet: Client, rate: float, total: int, stream: str = STREAM) -> list[float]:
+    """Send -> ack of each message, sent with ``send_soon`` at ``rate``. Also prints the
+    share of sends that found an earlier message not acknowledged yet: with
+    ``max_in_flight=1`` (the default) such a message waits for that request's answer
+    before its own request goes (at 500 msg/s, whenever a round trip takes over 2 ms), so
+    its latency is that wait plus its own round trip (docs/latency.md, 2026-11-30 rf3)."""
     latencies: list[float] = []
+    unacked = [0, 0]  # messages not acknowledged now; sends that found one
     async with Producer(jet, stream, ack=AckPolicy.ALL, linger=0, max_pending=WINDOW) as p:
+
+        def acked(sent: float) -> None:
+            latencies.append((time.perf_counter() - sent) * 1e3)
+            unacked[0] -= 1
 
         async def send() -> None:
             sent = time.perf_counter()
+            unacked[1] += unacked[0] > 0
+            unacked[0] += 1
             handle = await p.send_soon(VALUE)
-            handle.add_done_callback(
-                lambda _h: latencies.append((time.perf_counter() - sent) * 1e3)
-            )
+            handle.add_done_callback(lambda _h: acked(sent))
 
         async for _ in paced(total, rate):
             await send()
         await p.flush()
+    print(
+        f"  jet latency ({stream}): {unacked[1] / max(total, 1):.0%} of sends found an earlier "
+        f"message unacknowledged (max_in_flight 1: it waits for that answer)"
+    )
     return latencies
 
 

@@ -11,11 +11,10 @@ and one long poll for every partition this server follows there) it:
    a log without records, or already in the epoch it follows.
 2. **Fetches** in a loop: ``(replica_id, offset = LEO, replica_flushed, leader_epoch)`` in
    the session's ReplicaFetch (a long poll); appends the records as they are
-   (``Log.append_raw``, CRC-checked); with
-   durability ``flushed`` fsyncs them (group commit) before the next fetch so that fetch
-   reports them flushed; with ``replicated`` the partition's flusher fsyncs in the
-   background. The HW carried by each answer becomes the follower's HW
-   (:func:`~jetserver.replication.follower_hw`).
+   (``Log.append_raw``, CRC-checked); with durability ``flushed`` fsyncs them (group
+   commit) before the next fetch so that fetch reports them flushed; with ``replicated``
+   the next fetch reports them at once and the partition's flusher fsyncs them. The HW
+   carried by each answer becomes the follower's HW (:func:`~jetserver.replication.follower_hw`).
 3. **Watches the leader**: no answer for ``leader_silence_s`` — neither to its fetches nor
    to this server's liveness probes of the leader's server — while those probes find the
    leader's server down (refused, or timing out for ``DOWN_AFTER_S``) → report the leader
@@ -79,7 +78,7 @@ from jetserver.replication.reconcile import reconcile
 from jetserver.replication.session import FetchSession, LeftOut
 from jetserver.security.peer import PLAIN, PeerSecurity
 from jetserver.storage import Log, StorageError
-from jetserver.storage.fsync_runner import FsyncRunner
+from jetserver.storage.fsync_runner import INLINE_MAX_BYTES, FsyncRunner
 
 log = logging.getLogger(__name__)
 
@@ -537,8 +536,11 @@ class FollowerFetcher:
                     await self._write(self.fsyncs.append_and_flush, log_, data)
                     if hops.ENABLED:
                         hops.mark("repl.flushed")
-                else:
-                    await self._in_thread(log_.append_raw, data)
+                else:  # small: on the loop, reported at once (not after a thread's 2 wake-ups)
+                    if len(data) > INLINE_MAX_BYTES or self._stopped:
+                        await self._in_thread(log_.append_raw, data)  # (or raises _Stopped)
+                    else:
+                        log_.append_raw(data)
                     self.request_flush()
                 self.records_bytes += len(data)
             # Reset once stored: a refused append (a disk below its floor) backs off.
