@@ -6,7 +6,7 @@ Manager is bypassed by naming the driver). Skips with the reason when any piece 
 
 The tests share one browser per pytest process (:class:`SharedChromium`, the ``chromium``
 fixture): a Chromium and its chromedriver cost ~1.7 CPU-s to start and stop (2-core VM,
-load ~30, 2026-11-30), and nine tests each started their own.
+load ~30, 2026-11-30), and eight tests each started their own.
 """
 
 from __future__ import annotations
