@@ -11,6 +11,9 @@
 - Server processes of the test kit (``jetserver.testing.JetServer``, ``Cluster``) are forked
   from one pre-imported interpreter per worker (``jetserver.testing.forking``), not spawned;
   ``JET_TEST_FORK_SERVER=0`` spawns them all.
+- ``chromium`` (session scope: one per xdist worker that runs a browser test): a headless
+  Chromium the browser tests share, each through ``chromium.page()``
+  (support.browser.SharedChromium).
 - ``module_jet_dev`` (module scope): a ``jet dev --servers 1`` of the module's own, for tests
   that share state in order (the doc examples, run as a reader would) or need a server no
   other test touched.
@@ -29,6 +32,7 @@ from hypothesis import HealthCheck, settings
 sys.path.insert(0, str(Path(__file__).parent))
 
 from jetserver.testing import forking
+from support.browser import SharedChromium
 from support.fsync_fault import ShimUnavailable, shim_path
 from support.jet_dev import JetDev
 from support.nats_server import NatsServer
@@ -77,6 +81,16 @@ def fsync_shim() -> Path:
         return shim_path()
     except ShimUnavailable as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[SharedChromium]:
+    """The worker's headless Chromium, started at the first test that takes a page."""
+    shared = SharedChromium()
+    try:
+        yield shared
+    finally:
+        shared.close()
 
 
 WORKER_LOAD = WorkerLoad()

@@ -17,7 +17,7 @@ from jetsdk import Client
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.consumer.group_admin import group_offsets
-from support.browser import headless_chromium, wait_js
+from support.browser import SharedChromium, wait_js
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 
@@ -70,10 +70,10 @@ def goto(driver: Any, console: JetConsole, route: str, page: str) -> None:
 
 
 def test_every_page_in_chromium(
-    dev3: JetDev, console: JetConsole, traffic: Traffic, tmp_path: Path
+    dev3: JetDev, console: JetConsole, traffic: Traffic, tmp_path: Path, chromium: SharedChromium
 ) -> None:
     sdk = anyio.run(_figures, dev3.servers)
-    with headless_chromium() as driver:
+    with chromium.page() as driver:
         # Cluster: servers up, metadata leader.
         goto(driver, console, "cluster", "cluster")
         wait_js(driver, text("#servers-up"), lambda v: v == "3/3", "3/3 servers up")

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from jetsdk import Client
-from support.browser import headless_chromium, wait_js
+from support.browser import SharedChromium, wait_js
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 
@@ -48,9 +48,11 @@ def error_shown(driver: Any, route: str, fragment: str) -> str:
     return str(message)
 
 
-def test_errors_show_in_place_and_in_red(dev3: JetDev, console: JetConsole, tmp_path: Path) -> None:
+def test_errors_show_in_place_and_in_red(
+    dev3: JetDev, console: JetConsole, tmp_path: Path, chromium: SharedChromium
+) -> None:
     anyio.run(_create, dev3.servers)
-    with headless_chromium() as driver:
+    with chromium.page() as driver:
         # A fresh load of a bad route: the error, not "Loading..." forever.
         driver.get(console.url + "#/partition/nosuch/0")
         wait_js(driver, text("#page-error"), lambda v: v is not None and "nosuch" in v, "error")

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 
 from jetsdk import Client
-from support.browser import headless_chromium, wait_js
+from support.browser import SharedChromium, wait_js
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 
@@ -30,9 +30,11 @@ ROWS = (
 STREAMS = "return [...document.querySelectorAll('tr[data-stream]')].map((r) => r.dataset.stream)"
 
 
-def test_filter_and_paging(dev3: JetDev, console: JetConsole, tmp_path: Path) -> None:
+def test_filter_and_paging(
+    dev3: JetDev, console: JetConsole, tmp_path: Path, chromium: SharedChromium
+) -> None:
     anyio.run(_create, dev3.servers)
-    with headless_chromium() as driver:
+    with chromium.page() as driver:
         goto(driver, console, "streams", "streams")
         rows = wait_js(driver, ROWS, lambda v: len(v) == 20, "the first page of zpage")
         assert rows == [f"zpage/{p}" for p in range(20)]

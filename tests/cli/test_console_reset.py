@@ -8,7 +8,7 @@ import anyio
 
 from jetsdk import Client, StreamPartition
 from jetsdk.consumer.group_admin import commit_offsets, group_offsets
-from support.browser import headless_chromium, wait_js
+from support.browser import SharedChromium, wait_js
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 
@@ -38,9 +38,9 @@ PREVIEW = (
 )
 
 
-def test_reset_previews_then_confirms(dev3: JetDev) -> None:
+def test_reset_previews_then_confirms(dev3: JetDev, chromium: SharedChromium) -> None:
     anyio.run(_commit, dev3.servers)
-    with JetConsole.start(dev3, "--allow-writes") as rw, headless_chromium() as driver:
+    with JetConsole.start(dev3, "--allow-writes") as rw, chromium.page() as driver:
         goto(driver, rw, "groups", "groups")
         wait_js(driver, f"return !!document.querySelector('{FORM}')", bool, "the reset form")
 
@@ -63,7 +63,7 @@ def test_reset_previews_then_confirms(dev3: JetDev) -> None:
         assert anyio.run(_offsets, dev3.servers) == {0: 3, 1: 3}
 
 
-def test_produce_from_the_records_page(dev3: JetDev) -> None:
+def test_produce_from_the_records_page(dev3: JetDev, chromium: SharedChromium) -> None:
     async def create() -> None:
         async with Client(dev3.servers) as client:
             await client.create_stream("conSend", partitions=1, replication_factor=1)
@@ -79,7 +79,7 @@ def test_produce_from_the_records_page(dev3: JetDev) -> None:
             ]
 
     anyio.run(create)
-    with JetConsole.start(dev3, "--allow-writes") as rw, headless_chromium() as driver:
+    with JetConsole.start(dev3, "--allow-writes") as rw, chromium.page() as driver:
         goto(driver, rw, "partition/conSend/0", "partition")
         driver.find_element("id", "produce-key").send_keys("k1")
         driver.find_element("id", "produce-value").send_keys("from the page")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 
 from jetsdk import AckPolicy, Client, Producer
-from support.browser import headless_chromium, wait_js
+from support.browser import SharedChromium, wait_js
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 
@@ -29,7 +29,7 @@ async def _produce(servers: list[str], first: int, count: int) -> None:
             await producer.flush()
 
 
-def test_search_and_tail(dev3: JetDev, console: JetConsole) -> None:
+def test_search_and_tail(dev3: JetDev, console: JetConsole, chromium: SharedChromium) -> None:
     anyio.run(_produce, dev3.servers, 0, 30)
     # Over HTTP: matches only, from the log start, and how far the scan read.
     body = console.get("/api/records?stream=conFind&key=k2&limit=50")
@@ -39,7 +39,7 @@ def test_search_and_tail(dev3: JetDev, console: JetConsole) -> None:
     assert [r["offset"] for r in body["records"]] == [0, 15]
     body = console.get("/api/records?stream=conFind&header=color&offset=25&limit=2")
     assert [r["offset"] for r in body["records"]] == [25, 26]
-    with headless_chromium() as driver:
+    with chromium.page() as driver:
         goto(driver, console, "partition/conFind/0?key=k4&header=color%3Dblue", "partition")
         found = wait_js(driver, OFFSETS, lambda v: v is not None and len(v) > 0, "matches")
         assert found == [4, 14, 19, 29]  # k4 and blue (9 and 24 are red)

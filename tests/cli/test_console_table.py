@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 
 from jetsdk import Client, Table
-from support.browser import headless_chromium, wait_js
+from support.browser import SharedChromium, wait_js
 from support.jet_console import JetConsole
 from support.jet_dev import JetDev
 
@@ -36,7 +36,7 @@ async def _put(servers: list[str], key: bytes, value: bytes) -> int:
         return await table.put(key, value)
 
 
-def test_table_page(dev3: JetDev, console: JetConsole) -> None:
+def test_table_page(dev3: JetDev, console: JetConsole, chromium: SharedChromium) -> None:
     anyio.run(_fill, dev3.servers)
     first = console.get(f"/api/tables/{STREAM}?limit=3")
     assert (first["keys"], first["matching"]) == (5, 5)
@@ -66,7 +66,7 @@ def test_table_page(dev3: JetDev, console: JetConsole) -> None:
         code, body, _ = console.request("GET", path)
         assert code == status, (path, code, body)
         assert words in body["error"], (path, body)
-    with headless_chromium() as driver:
+    with chromium.page() as driver:
         goto(driver, console, "streams", "streams")
         wait_js(driver, text(f"a[data-table='{STREAM}']"), lambda v: v == "table", "table link")
         goto(driver, console, f"table/{STREAM}?limit=2", "table")

@@ -32,6 +32,7 @@ from jetsdk.codec.messages import decode_json, encode_json
 from jetsdk.consumer.group_admin import commit_offsets
 from jetsdk.metadata import ClusterMetadata
 from jetserver.testing import Cluster, wait_until
+from support.browser import SharedChromium, wait_js
 from support.jet_cli import jet, jet_env
 from support.jet_console import JetConsole
 
@@ -268,9 +269,7 @@ def test_jet_cluster_status_shows_it(lost: Lost) -> None:
     assert re.search(r"^rf1\s+0\s+OFFLINE\s", text, re.MULTILINE), text
 
 
-def test_the_console_shows_it(lost: Lost, tmp_path: Path) -> None:
-    from support.browser import headless_chromium, wait_js
-
+def test_the_console_shows_it(lost: Lost, tmp_path: Path, chromium: SharedChromium) -> None:
     from .test_console_browser import text
 
     def agrees() -> bool:
@@ -292,7 +291,7 @@ def test_the_console_shows_it(lost: Lost, tmp_path: Path) -> None:
     rows = {r["partition"]: r for r in rf1["partition_rows"]}
     assert rows[0]["state"] == "offline"
     assert rows[0]["is_offline"]
-    with headless_chromium() as driver:
+    with chromium.page() as driver:
         driver.get(lost.console.url + "#/cluster")
         wait_js(driver, text("#offline-count"), lambda v: v not in (None, "0"), "offline count")
         color = driver.execute_script(

@@ -25,6 +25,7 @@ from jetsdk.group.changes import (
     ReleaseRequested,
 )
 from jetsdk.group.errors import InvalidGroupRecord, UnknownAssignor
+from jetsdk.group.membership import MemberInfo
 from jetsdk.group.records import GroupRecord, Heartbeat
 from jetsdk.group.state import GroupState
 from jetsdk.group.stream_partition import StreamPartition as SP
@@ -453,3 +454,19 @@ def test_reconciling_after_every_record_changes_nothing(seed: int) -> None:
         eager.state._reconcile(extra)  # type: ignore[arg-type]
         assert extra == []
         assert eager.state.snapshot() == lazy.state.snapshot()
+
+
+@pytest.mark.parametrize("parked", [False, True])
+def test_seen_at_is_evolve_of_last_seen(parked: bool) -> None:
+    # MemberInfo.seen_at is GroupState's fast path for attrs.evolve(info, last_seen=...): it
+    # must carry every other field, including any a later change adds (hence all of them).
+    info = MemberInfo.from_join(
+        join("a", instance="i-a"), joined_offset=3, last_seen=ns(1.0), parked=parked
+    )
+    seen = info.seen_at(ns(2.5))
+    assert seen == attrs.evolve(info, last_seen=ns(2.5))
+    assert [getattr(seen, f.name) for f in attrs.fields(MemberInfo) if f.name != "last_seen"] == [
+        getattr(info, f.name) for f in attrs.fields(MemberInfo) if f.name != "last_seen"
+    ]
+    assert seen.last_seen == ns(2.5)
+    assert info.last_seen == ns(1.0)

@@ -45,9 +45,10 @@ import pytest
 
 TESTS_ROOT = Path(__file__).resolve().parent.parent
 """The tests/ directory."""
-CHEAP_SHARED = frozenset({"fsync_shim", "ca", "other_ca", "jet_dev"})
+CHEAP_SHARED = frozenset({"fsync_shim", "ca", "other_ca", "jet_dev", "chromium"})
 """Session fixtures cheap enough to make once per worker (a compiled shim, throwaway CAs, the
-1-server `jet dev` its tests share): they do not tie their tests to one worker."""
+1-server `jet dev` its tests share, the browser tests' Chromium): they do not tie their
+tests to one worker."""
 CLUSTER_LANES = 2
 """Groups the files of tests/cluster are dealt into, so that at most that many clusters run
 at once beside the lighter tests. With one lane its ~160 tests ran one after another on

@@ -278,7 +278,7 @@ class GroupState:
         entry = self._members.get(member)
         if entry is None or entry.parked:
             return False
-        self._members[member] = attrs.evolve(entry, last_seen=self._clock)
+        self._members[member] = entry.seen_at(self._clock)
         return True
 
     def _earliest_deadline(self) -> int:
