@@ -8,10 +8,10 @@ partition, ack LEADER: appended at once, their fsyncs left to the request and ru
 thread job that commits each) and reads what each partition committed after each round.
 
 Then: partition 2 was cut back to its last good sync and takes new records after it
-(its HW reaches the last round's records: the group handed the failure to its flusher,
-which recovered); the other partitions committed everything; and after a restart every
-record a reader was ever served is still there, at its offset (no HW moved past a
-failed fsync).
+(its HW reaches a round sent after the cut: the group handed the failure to its
+flusher, which recovered; the fault may hit any round's fsync, the last one's too); the
+other partitions committed everything; and after a restart every record a reader was
+ever served is still there, at its offset (no HW moved past a failed fsync).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from jetsdk.codec.messages import (
 )
 from jetsdk.codec.produce_many import decode_produce_many_response, encode_produce_many_request
 from jetsdk.codec.record import Record
+from jetserver.testing import wait_until_async
 from support.fsync_fault import FsyncFault
 from support.jet_server import start_server_process
 from support.nats_server import NatsServer
@@ -44,6 +45,7 @@ FAILING = 2
 ROUNDS = 12
 PER_SECTION = 3
 BOUND_S = 120.0
+CUT = "fsync failed: cut the log back to its last good sync"
 
 
 def _value(partition: int, round_: int, i: int) -> bytes:
@@ -87,28 +89,29 @@ async def test_a_failed_fsync_in_a_group_is_its_partitions_alone(
     fault = FsyncFault(match=f"/{FAILING}/00000000000000000000.log", at=4, marker=marker)
     proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
     seen: list[dict[int, bytes]] = [{} for _ in range(PARTITIONS)]
-    last: list[int] = []
     try:
         with anyio.fail_after(BOUND_S):
             async with await RawClient.connect(proc.address) as c:
                 await c.create_stream(name="g", subject="g", partitions=PARTITIONS)
                 for round_ in range(ROUNDS):
-                    offsets = await _round(c, round_)
-                    last = [section[-1] for section in offsets]
+                    await _round(c, round_)
                     for p in range(PARTITIONS):  # what a reader is served now
                         for record in await _served(c, p):
                             assert record.value is not None
                             seen[p][record.offset] = record.value
-                # Every partition commits its last round, the failed one too (its
-                # flusher recovered and fsyncs again): a long poll past each.
+                # Once the failed partition was cut back (the fault may hit any round's
+                # fsync, the last one's too), one more round: every partition commits it,
+                # the failed one too (its flusher recovered): a long poll past each.
+                await wait_until_async(
+                    lambda: CUT in proc.log_path.read_text(errors="replace"), BOUND_S, "the cut"
+                )
+                last = [section[-1] for section in await _round(c, ROUNDS)]
                 for p in range(PARTITIONS):
                     got = await c.collect("g", p, 1, offset=last[p], timeout_s=30.0)
-                    assert got[0].value == _value(p, ROUNDS - 1, PER_SECTION - 1)
+                    assert got[0].value == _value(p, ROUNDS, PER_SECTION - 1)
     finally:
         assert proc.stop() == 0
     assert marker.exists(), "the injected fsync failure never fired"
-    log_text = proc.log_path.read_text(errors="replace")
-    assert "fsync failed: cut the log back to its last good sync" in log_text
 
     again = start_server_process(nats_server.url, data, "--log-level", "INFO")
     try:
@@ -124,10 +127,10 @@ async def test_a_failed_fsync_in_a_group_is_its_partitions_alone(
         lost = {o: v for o, v in seen[p].items() if stored[p].get(o) != v}
         assert not lost, f"partition {p}: records served to a reader then lost: {lost}"
         if p != FAILING:  # the healthy partitions: everything, in order
-            expected = [_value(p, r, i) for r in range(ROUNDS) for i in range(PER_SECTION)]
+            expected = [_value(p, r, i) for r in range(ROUNDS + 1) for i in range(PER_SECTION)]
             assert [stored[p][o] for o in sorted(stored[p])] == expected
     # The failed partition lost the records of its failed fsync (they were acked LEADER
     # only) and took the later rounds' after its cut.
     failing = list(stored[FAILING].values())
-    assert len(failing) < ROUNDS * PER_SECTION
-    assert failing[-1] == _value(FAILING, ROUNDS - 1, PER_SECTION - 1)
+    assert len(failing) < (ROUNDS + 1) * PER_SECTION
+    assert failing[-PER_SECTION:] == [_value(FAILING, ROUNDS, i) for i in range(PER_SECTION)]
