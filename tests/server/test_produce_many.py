@@ -27,6 +27,7 @@ from jetsdk.codec.produce_many import (
     encode_produce_many_request,
 )
 from jetsdk.codec.record import Record
+from jetserver.broker.sequencer import DEFER_MAX_RECORDS
 from jetserver.server import Server
 from security.auth_kit import auth_settings, tokens_for
 from support.jet_server import running_server
@@ -287,3 +288,31 @@ async def test_large_sections_read_in_place_are_stored_as_sent(jet: Server) -> N
                 (m.value, m.key, m.subject) for m in messages
             ]
             assert records[-1].headers == messages[-1].headers
+
+
+async def test_the_fsyncs_of_sections_appended_at_once_go_as_one_job_that_commits(
+    jet: Server,
+) -> None:
+    """LEADER-acked sections to 4 idle partitions (one over DEFER_MAX_RECORDS) are
+    appended at once and leave their fsyncs to the request, which runs them as ONE thread
+    job whose callback commits each (broker/commit_group.py): no partition's flusher task
+    starts (on 020f2b6 each partition's flusher was woken, and started, to take its
+    fsync), and every record is committed."""
+    assert jet.address is not None
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="g", subject="g", partitions=4)
+        replicas = [jet.streams.replica("g", p) for p in range(4)]
+        sizes = [1, 2, DEFER_MAX_RECORDS + 1, 3]
+        sections = [
+            _section("g", p, [b"g%d-%d" % (p, i) for i in range(n)]) for p, n in enumerate(sizes)
+        ]
+        for round_ in range(2):
+            answer = await _many(c, sections)
+            assert [_offsets(s) for s in answer] == [
+                list(range(round_ * n, (round_ + 1) * n)) for n in sizes
+            ]
+            for p, n in enumerate(sizes):
+                records = await c.collect("g", p, n, offset=round_ * n)
+                assert [r.value for r in records] == [b"g%d-%d" % (p, i) for i in range(n)]
+        assert not any(r.committer.flushing for r in replicas)
+        assert [r.log.flushed_offset for r in replicas] == [2 * n for n in sizes]

@@ -589,3 +589,49 @@ def test_is_large_sums_every_kind_of_body_alike() -> None:
     assert not FsyncRunner.is_large([(b"h", b"t" * (big // 4))] * 3)
     assert FsyncRunner.is_large([b"a", (b"h", view)])  # mixed: body by body
     assert not FsyncRunner.is_large([(b"h", view)] * (fsync_runner.LARGE_WRITE_MAX_RECORDS + 1))
+
+
+@pytest.mark.parametrize("count", [3, fsync_runner.FSYNC_LANES * 2 + 1])
+async def test_a_group_fsyncs_every_log_and_settles_once_with_each_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    """:meth:`FsyncRunner.flush_group` (a ProduceMany's partitions, broker/commit_group.py):
+    every log is fsynced, in one lane or several, and ONE loop callback gets each log's
+    outcome in order; a failed fsync is that log's alone (its error, the others flushed)."""
+    logs = [Log.open(tmp_path / f"p{i}") for i in range(count)]
+    real = files.fdatasync
+
+    def failing_one(fd: int) -> None:  # the second log's segment (directory p1)
+        if f"{os.sep}p1{os.sep}" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(log_module, "fdatasync", failing_one)
+    runner = FsyncRunner()
+    calls: list[list[tuple[int, BaseException | None]]] = []
+    settled = anyio.Event()
+
+    def on_settled(outcomes: list[tuple[int, BaseException | None]]) -> None:
+        calls.append(outcomes)
+        settled.set()
+
+    try:
+        for i, lg in enumerate(logs):
+            lg.append(bodies(i + 1), 1, 0)
+        runner.flush_group(logs, asyncio.get_running_loop(), on_settled)
+        with anyio.fail_after(WAIT):
+            await settled.wait()
+        await anyio.lowlevel.checkpoint()  # a second callback would have run by now
+        assert len(calls) == 1
+        outcomes = calls[0]
+        assert [flushed for flushed, _error in outcomes] == [
+            -1 if i == 1 else i + 1 for i in range(count)
+        ]
+        assert isinstance(outcomes[1][1], SyncFailedError)
+        assert all(error is None for i, (_f, error) in enumerate(outcomes) if i != 1)
+        assert [lg.flushed_offset for lg in logs] == [0 if i == 1 else i + 1 for i in range(count)]
+        assert runner.thread_fsyncs == count
+    finally:
+        for lg in logs:
+            with contextlib.suppress(Exception):
+                lg.close()

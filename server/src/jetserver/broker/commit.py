@@ -29,6 +29,7 @@ import attrs
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
 from jetserver.broker.copy_turns import CopyTurns
+from jetserver.broker.in_turn import InTurn
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.infra import hops
 from jetserver.infra.lazy_event import LazyEvent
@@ -76,9 +77,8 @@ class Committer:
     """Roles this replica ended (:meth:`role_ended`): a parked fetch returns when it
     changes, so that a fetch parked under a leadership that ended is answered at once."""
     _dirty: LazyEvent = attrs.field(init=False)
-    """Set when there is something to fsync (a LazyEvent: a new anyio.Event per flush
-    looked up the async backend, with a getpid system call, on every message)."""
-    """Set to have the flusher fsync (made with the flusher: :meth:`request_flush`)."""
+    """Set to have the flusher fsync (made with it, :meth:`request_flush`; a LazyEvent: a
+    new anyio.Event per flush looked up the backend, a getpid system call, each message)."""
     _flushing: bool = False
     """The flusher task runs (started by the first :meth:`request_flush`)."""
     _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
@@ -106,6 +106,10 @@ class Committer:
     """:meth:`commit_deferred` waits for an fsync in a worker thread."""
     _handover: asyncio.Task[None] | None = None
     """The task handing a partition whose background fsync failed to the flusher."""
+    in_group: bool = False
+    """A request group's fsync of this log runs (broker/commit_group.py)."""
+    group_again: bool = False
+    """A later group left its fsync of this log to the running one's end."""
     _rests: set[asyncio.Task[None]] = attrs.field(factory=set)
     """:meth:`carry_out_rest_soon`'s tasks (held until done)."""
 
@@ -208,6 +212,38 @@ class Committer:
         """``anyio.current_time()`` (the loop's clock) without its backend look-up."""
         return self._running_loop().time()
 
+    @property
+    def deferred_due(self) -> bool:
+        """An fsync left by :meth:`defer_flush` is not started yet."""
+        return self._deferred
+
+    def claim_deferred(self) -> None:
+        """Take the fsync :meth:`defer_flush` left (:attr:`deferred_due`), for a request's
+        group of partitions (broker/commit_group.py: one thread job, then
+        :meth:`group_flushed`). One of this log's fsyncs may run meanwhile: the storage
+        engine's flush waits for it and fsyncs again only what it did not cover."""
+        self._deferred = False
+        if self._deferred_soon is not None:
+            self._deferred_soon.cancel()
+
+    def group_flushed(self, flushed: int, error: BaseException | None) -> None:
+        """The group's fsync of a :meth:`claim_deferred` ended (a loop callback): commit
+        as :class:`InTurn` (acks to NATS inboxes in a task); a failure, or a commit
+        that raised, goes to the flusher, which recovers (the cut back) as always,
+        started from a task if it never ran (anyio's task group needs one)."""
+        if error is None:
+            in_turn = InTurn(self)
+            in_turn(flushed)
+            if in_turn.committed:
+                if in_turn.left is not None:
+                    self.carry_out_rest_soon(*in_turn.left)
+                return
+        self._loop_refused = True
+        if self._flushing:
+            self._dirty.set()
+        elif self.base.life.tg is not None:
+            self._handover = self._running_loop().create_task(self._hand_over())
+
     def _flush_if_deferred(self) -> None:
         if self._deferred:
             self._deferred = False
@@ -245,7 +281,7 @@ class Committer:
                 hops.mark("fsync.start")
             if in_thread:
                 self._thread_flush = True
-                in_turn = _InTurn(self)
+                in_turn = InTurn(self)
                 try:
                     flushed: int | None = await runner.flush_in_thread(log_, None, loop, in_turn)
                 finally:
@@ -260,7 +296,7 @@ class Committer:
         except BaseException:  # cancelled (the server stops): the flusher takes it
             self.request_flush()
             raise
-        if committed:  # in the thread job's callback (_InTurn); what needs an await here
+        if committed:  # in the thread job's callback (InTurn); what needs an await here
             if in_turn.left is not None:  # (its rest() inline: no coroutine per message)
                 await self.carry_out_rest(*in_turn.left)
             return
@@ -374,7 +410,7 @@ class Committer:
                     and not self._loop_refused
                 )
                 self._loop_refused = False
-                in_turn = _InTurn(self)
+                in_turn = InTurn(self)
                 flushed = await self.fsyncs.flush(
                     self.base.log, target, on_loop=on_loop, loop=self._running_loop(), then=in_turn
                 )
@@ -560,41 +596,3 @@ class Committer:
     async def fail_pending_all(self, code: ErrorCode, message: str) -> None:
         """Fail every pending ALL ack with ``code``."""
         await self.carry_out(self.base.core.fail_all(code, message))
-
-
-class _InTurn:
-    """:meth:`Committer.commit` of one fsync in a worker thread, run from the loop callback
-    that learns it ended (``then`` of :meth:`FsyncRunner.flush`): the HW moves, this
-    server's Produce requests are answered and parked fetches woken (a tailing
-    consumer's answer written) in that turn, not one turn later in the task that awaits
-    the fsync. What needs an await (acks to NATS inboxes, a leadership end) is left to
-    that task (:meth:`rest`); if the commit raised here, the task commits as before
-    (:attr:`committed` false)."""
-
-    __slots__ = ("committed", "committer", "left")
-
-    def __init__(self, committer: Committer) -> None:
-        self.committer = committer
-        self.committed = False
-        self.left: tuple[list[tuple[str, bytes]] | None, bool] | None = None
-
-    def __call__(self, flushed: int) -> None:
-        committer = self.committer
-        base = committer.base
-        try:
-            if hops.ENABLED:
-                hops.mark("fsync.end")
-            log_ = base.log
-            out = base.core.flushed(flushed, leo=log_.log_end_offset, hw=log_.high_watermark)
-            messages = committer.carry_out_now(out)
-        except Exception:  # a loop callback must not raise: the task commits instead
-            log.exception("commit in the fsync's callback failed", extra=base.fields())
-            return
-        self.committed = True
-        if messages or out.leadership_ended:
-            self.left = (messages, out.leadership_ended)
-
-    async def rest(self) -> None:
-        """What the commit left to the task that awaited the fsync."""
-        if self.left is not None:
-            await self.committer.carry_out_rest(*self.left)

@@ -348,8 +348,9 @@ class Sequencer:
         ``flushed`` (the commit is the fsync), is committed in its own task: (here, after)
         = it waits for the commit anyway (an ALL ack: fsync and commit before answering,
         :meth:`Committer.commit_here`); it does not and is small (LEADER, NONE, up to
-        :data:`DEFER_MAX_RECORDS`: the fsync is left to its after-work, once its answer is
-        written, :meth:`Committer.defer_flush`)."""
+        :data:`DEFER_MAX_RECORDS`, or any size in a group, ``FsyncRunner.grouping``: the
+        fsync is left to its after-work, once its answer is written,
+        :meth:`Committer.defer_flush`)."""
         item = batch[0] if len(batch) == 1 else None
         core = self.base.core
         if not (
@@ -358,7 +359,7 @@ class Sequencer:
             and core.policy.durability == DURABILITY_FLUSHED
         ):
             return False, False
-        small = len(item.records) <= DEFER_MAX_RECORDS
+        small = len(item.records) <= DEFER_MAX_RECORDS or self.committer.fsyncs.grouping
         return item.policy == _ALL, small and item.policy != _ALL
 
     # ---------------------------------------------------------------- the append

@@ -10,7 +10,10 @@ committed) runs together, one after the other in the order of their copies' turn
 (broker/direct_copies.py). The partitions' fsyncs that one loop turn hands to worker
 threads go as one batch, split among a few threads that fsync at once
 (:class:`jetserver.storage.fsync_runner.FsyncRunner`): group commit across the partitions of the
-request.
+request. Sections appended at once leave their fsyncs to the request, which hands them
+over as that batch itself and commits each partition from its end
+(:func:`jetserver.broker.commit_group.commit_together`), not through each partition's
+flusher task.
 
 A section's error (not leader, unknown stream, permission denied, a body that does not
 decode...) is that section's answer; the other sections are served as usual.
@@ -38,6 +41,7 @@ from jetsdk.codec.produce_many import (
     produce_many_section_count,
     produce_many_section_views,
 )
+from jetserver.broker.commit_group import commit_together
 from jetserver.broker.direct_copies import After
 from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
@@ -86,18 +90,25 @@ class ProduceMany:
         sections = produce_many_section_views(frame.body)
         session = session or Session()
         answers: Sequence[tuple[ProduceSection, After | None]]
+        committed: asyncio.Future[None] | None = None
         heads = self._at_once(sections)
         if heads is not None:
             # Each is appended and answered without waiting: one after the other, here
             # (each head decoded once, for the check and the section).
             served: list[tuple[ProduceSection, After | None]] = []
+            fsyncs = self.produce.streams.fsyncs
+            fsyncs.grouping = len(heads) > 1  # their fsyncs are left to this request
             try:
                 for body, head in zip(sections, heads, strict=True):
                     served.append(await self._section(body, session, head))
             except BaseException:  # cancelled: the after-work of those served won't run
                 self.produce.give_up_copies(after for _section, after in served)
                 raise
+            finally:
+                fsyncs.grouping = False
             answers = served
+            # Their fsyncs (left to this request) in one thread job that commits them.
+            committed = self._commit_together(heads)
         else:
             loop = asyncio.get_running_loop()
             tasks = [loop.create_task(self._section(body, session)) for body in sections]
@@ -118,7 +129,16 @@ class ProduceMany:
         )
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE),
-            after=_all_after(afters) if afters else None,
+            after=_all_after(afters, committed) if afters else None,
+        )
+
+    def _commit_together(self, heads: list[ProduceHead]) -> asyncio.Future[None] | None:
+        """:func:`commit_together` of the partitions of ``heads`` led here (their sections
+        were just appended at once)."""
+        local = self.produce.streams.local_replica
+        replicas = [local(head[0], head[1]) for head in heads]
+        return commit_together(
+            (r.committer for r in replicas if r is not None), asyncio.get_running_loop()
         )
 
     def _at_once(self, sections: list[bytes | memoryview]) -> list[ProduceHead] | None:
@@ -190,18 +210,22 @@ def _error(code: ErrorCode, message: str, details: dict[str, object] | None) -> 
     return ProduceSection(int(code), encode_error(code, message, details))
 
 
-def _all_after(afters: list[After]) -> After:
+def _all_after(afters: list[After], committed: asyncio.Future[None] | None) -> After:
     """The after-work of every section (each bounds itself), one after the other (in
     the order of their copies' turns: :meth:`ProduceService.copies_in_order`).
 
-    One loop turn first: the fsyncs the sections' appends left to their requests
+    ``committed``: the one thread job that fsyncs and commits the sections' partitions
+    (:func:`commit_together`), awaited first; then each section finds its commit done
+    and publishes its copies, in section order (no task each). Without it, one loop
+    turn first: the fsyncs the sections' appends left to their requests
     (``Committer.defer_flush``) then go to their partitions' flushers, all in that turn
-    (one thread job for all of them, :class:`~jetserver.storage.fsync_runner.FsyncRunner`),
-    instead of each section's after-work trying its own on the loop; then each waits for
-    its commit and publishes its copies, in section order (no task each)."""
+    (one thread batch, :class:`~jetserver.storage.fsync_runner.FsyncRunner`), instead
+    of each section's after-work trying its own on the loop."""
 
     async def run() -> None:
-        if len(afters) > 1:
+        if committed is not None:
+            await committed  # set from the job's loop callback, whatever the outcomes
+        elif len(afters) > 1:
             await asyncio.sleep(0)
         for after in afters:
             try:

@@ -47,6 +47,10 @@ ProduceMany with ack ALL to 4 partitions waited for 4 commits one after the othe
 of a batch of several hand the loop ONE callback, from the one that ends last (each job's
 own callback woke the loop once per job: 4 wake-ups and GIL hand-overs per round of a
 table's 4-partition puts, for outcomes the callers get only once all are in).
+A request that appended to many partitions at once may hand their fsyncs over itself as
+one such batch (:meth:`FsyncRunner.flush_group`, broker/commit_group.py: a ProduceMany's
+sections), with one callback that gets every outcome and commits them: no flusher task
+per partition, and no caller's future.
 Large writes (:meth:`FsyncRunner.append_large`): a batch of a few large records (at least
 :data:`LARGE_WRITE_BYTES`) is written from a worker thread, not on the loop. A write to a
 segment file blocks while an fsync of that file commits (ext4: the journal), and a large
@@ -135,6 +139,10 @@ class FsyncRunner:
     """Loop time spent in them."""
     thread_large_writes: int = 0
     """Large writes made from a worker thread."""
+    grouping: bool = False
+    """True while a request appends to many partitions whose fsyncs it then runs as one
+    group (:meth:`flush_group`; a ProduceMany's sections appended at once): an append
+    made meanwhile leaves its fsync to the request, whatever its size."""
     _batch: _FlushBatch | None = attrs.field(default=None, repr=False)
     _probing: int = 0
     """Callers of :meth:`flush_here` in their free-loop probe turn now."""
@@ -211,6 +219,20 @@ class FsyncRunner:
         if error is not None:
             raise error
         return flushed
+
+    def flush_group(
+        self,
+        logs: list[Log],
+        loop: asyncio.AbstractEventLoop,
+        settled: Callable[[list[tuple[int, BaseException | None]]], None],
+    ) -> None:
+        """``log.flush()`` of each of ``logs`` in worker threads, handed over now as one
+        batch (split among lanes as a turn's batch is); ``settled`` gets every log's
+        outcome, (flushed offset, None) or (-1, its error), in one loop callback once all
+        ended. No caller awaits: the callback commits (broker/commit_group.py)."""
+        self.thread_fsyncs += len(logs)
+        batch = _FlushBatch(loop, [(log_, None) for log_ in logs], group=settled)
+        loop.call_soon(self._submit, batch)
 
     def _submit(self, batch: _FlushBatch) -> None:
         if self._batch is batch:
@@ -424,6 +446,8 @@ class _FlushBatch:
     thens: dict[int, Callable[[int], None]] | None = None
     """By caller's index: called with the flushed offset before its future is set (None:
     no caller gave one)."""
+    group: Callable[[list[tuple[int, BaseException | None]]], None] | None = None
+    """:meth:`FsyncRunner.flush_group`'s callback (then no waiters): gets every outcome."""
     results: list[tuple[int, BaseException | None]] = attrs.field(init=False)
     """Each log's outcome, in :attr:`logs`' order (made by :meth:`FsyncRunner._submit`)."""
     size: int = 0
@@ -477,6 +501,12 @@ class _FlushBatch:
     def _settle(self) -> None:
         """Every job ended: set each caller's future (on the loop)."""
         self.settled = True
+        if self.group is not None:
+            try:
+                self.group(self.results)
+            except Exception:  # a loop callback must not raise
+                log.exception("settling a group of fsyncs failed")
+            return
         thens = self.thens
         for i, (waiter, outcome) in enumerate(zip(self.waiters, self.results, strict=True)):
             if thens is not None and outcome[1] is None and i in thens:
