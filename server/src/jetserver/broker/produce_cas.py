@@ -24,12 +24,12 @@ import attrs
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.key_cas_envelope import key_cas_envelope
 from jetsdk.codec.messages import ProduceHead, produce_wants_latest_values
 from jetsdk.codec.produce_values import encode_produce_result_values
 from jetsdk.codec.stream_settings import DURABILITY_FLUSHED
-from jetsdk.codec.transcode import DirectRecord, produce_envelopes
 from jetserver.broker.copy_backlog import CopyBacklog
-from jetserver.broker.current_values import key_check, key_of, latest_values, refusal_of
+from jetserver.broker.current_values import key_check, latest_values, refusal_of
 from jetserver.broker.direct import Result
 from jetserver.broker.direct_copies import After, Copies, DirectCopies
 from jetserver.broker.key_index import IndexBehind, IndexFull
@@ -86,23 +86,10 @@ class CasProduce:
         core = replica.core
         if producer_id is not None and core.producers.lookup(producer_id, seq) is not None:
             return None  # a retry of a stored one: answered as its duplicate
-        records: list[DirectRecord | None] = []
-        _head, messages = produce_envelopes(body, inbox, records, head, split=True)
-        subject, size, payload = messages[0]
-        record = records[0]
-        if record is None or payload is None or subject:
-            return None  # (a subject: the general path checks it)
-        controls = record.controls
-        key = key_of(record)
-        if (
-            key is None
-            or controls is None
-            or controls.expected_key_offset is None
-            or controls.expected_offset is not None
-            or controls.error
-            or controls.msg_id is not None
-        ):
-            return None
+        one = key_cas_envelope(body, head, inbox)
+        if one is None:
+            return None  # not a plain one (a subject, other headers): the general path's
+        key, expected, size, record, payload = one
         spec = self.streams.stream(stream).spec
         max_payload = self.link.max_payload
         if size > (spec.max_message_bytes or self.limits.max_message_bytes) or (
@@ -112,7 +99,6 @@ class CasProduce:
         sequencer = replica.sequencer
         if size > sequencer.max_message_bytes or not core.enough_replicas():
             return None
-        expected = controls.expected_key_offset
         if checked:
             pass
         elif sequencer.checks.contended:  # writers race: refused here, as refused_now
@@ -163,7 +149,7 @@ class CasProduce:
             raise
         latest = None
         if produce_wants_latest_values(body):  # a won one's successor (§6)
-            latest = latest_values(sequencer, records, [result])
+            latest = latest_values(sequencer, [record], [result])
         response = encode_produce_result_values([result], [None], latest)
         if ticket is None:
             return response, None
