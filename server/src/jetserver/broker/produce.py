@@ -136,9 +136,7 @@ class ProduceService:
         self._one = OneProduce(
             self.streams, self.link, self.limits, self._copies, self.copy_backlog
         )
-        self._cas = CasProduce(
-            self.streams, self.link, self.limits, self._copies, self.copy_backlog
-        )
+        self._cas = CasProduce(self._one)
 
     async def start(self) -> None:
         """Subscribe to this server's ack inboxes."""

@@ -28,17 +28,13 @@ from jetsdk.codec.key_cas_envelope import key_cas_envelope
 from jetsdk.codec.messages import ProduceHead, produce_wants_latest_values
 from jetsdk.codec.produce_values import encode_produce_result_values
 from jetsdk.codec.stream_settings import DURABILITY_FLUSHED
-from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.current_values import key_check, latest_values, refusal_of
 from jetserver.broker.direct import Result
-from jetserver.broker.direct_copies import After, Copies, DirectCopies
+from jetserver.broker.direct_copies import After, Copies
 from jetserver.broker.key_index import IndexBehind, IndexFull
-from jetserver.broker.nats_port import NatsPort
 from jetserver.broker.partition import PartitionReplica
-from jetserver.broker.produce_one import partition_subject_of
+from jetserver.broker.produce_one import OneProduce, partition_subject_of
 from jetserver.broker.sequencer import Sequencer
-from jetserver.broker.streams import StreamManager
-from jetserver.config.server import LimitsConfig
 from jetserver.metadata.reserved import is_internal
 from jetserver.replication.core import ROLE_SINGLE
 from jetserver.storage.errors import StorageError
@@ -58,16 +54,9 @@ _SHUTTING_DOWN: Result = (int(ErrorCode.SHUTTING_DOWN), -1, -1)
 class CasProduce:
     """Serves a lone compare-and-set with an ALL ack in one step (module docstring)."""
 
-    streams: StreamManager
-    """Stream lookups."""
-    link: NatsPort
-    """The NATS link (up or down, its max_payload)."""
-    limits: LimitsConfig
-    """Produce timeout cap and the default message size limit."""
-    copies: DirectCopies
-    """Publishes the NATS copy after the answer."""
-    backlog: CopyBacklog
-    """The bound on copies waiting for NATS."""
+    one: OneProduce
+    """The one-step Produce of a plain message: its stream lookups, NATS link, limits,
+    NATS copies and copy backlog are this one's too."""
 
     async def serve(
         self, body: bytes | bytearray | memoryview, head: ProduceHead, inbox: str, checked: bool
@@ -90,9 +79,9 @@ class CasProduce:
         if one is None:
             return None  # not a plain one (a subject, other headers): the general path's
         key, expected, size, record, payload = one
-        spec = self.streams.stream(stream).spec
-        max_payload = self.link.max_payload
-        if size > (spec.max_message_bytes or self.limits.max_message_bytes) or (
+        spec = self.one.streams.stream(stream).spec
+        max_payload = self.one.link.max_payload
+        if size > (spec.max_message_bytes or self.one.limits.max_message_bytes) or (
             max_payload and len(payload) > max_payload
         ):
             return None
@@ -110,14 +99,14 @@ class CasProduce:
         elif not _passes(sequencer, key, expected):
             return None  # a lone writer's first lost race: the general path refuses it
         psubj, _wildcard = partition_subject_of(spec.subject, partition)
-        timeout_s = min(timeout_ms / 1000, self.limits.max_produce_timeout_s)
+        timeout_s = min(timeout_ms / 1000, self.one.limits.max_produce_timeout_s)
         deadline = time.monotonic() + timeout_s
         committer = replica.committer
         failures = replica.sync_failures
         copy = not spec.no_nats_copies
         turns = committer.copy_turns
         turn = turns.take() if copy else -1  # in append order (as CopiesPlace)
-        ticket = self.backlog.enter(len(payload)) if copy else None
+        ticket = self.one.backlog.enter(len(payload)) if copy else None
         result = None
         try:
             result = replica.intake.append_one(psubj, record)
@@ -125,7 +114,7 @@ class CasProduce:
                 core.producers.record(producer_id, seq, result[1], result[2])
         finally:
             if ticket is not None and (result is None or result[0] != _NONE):
-                self.backlog.leave(ticket)
+                self.one.backlog.leave(ticket)
                 turns.finish(turn)
         if result is None:
             return None  # a large write: the general path's
@@ -143,8 +132,8 @@ class CasProduce:
                     result = _outcome(replica, failures)
         except BaseException:  # cancelled (its connection failed): no copy
             if ticket is not None:
-                self.backlog.leave(ticket)
-                self.backlog.dropped += 1
+                self.one.backlog.leave(ticket)
+                self.one.backlog.dropped += 1
                 turns.finish(turn)
             raise
         latest = None
@@ -154,7 +143,7 @@ class CasProduce:
         if ticket is None:
             return response, None
         stored = result[0] == _NONE
-        after: After | Copies | None = self.copies.after_commit(
+        after: After | Copies | None = self.one.copies.after_commit(
             replica,
             [(psubj, payload)] if stored else [],
             end if stored else 0,
@@ -165,13 +154,13 @@ class CasProduce:
             deadline,
         )
         if isinstance(after, Copies) and after.ticket.admitted is not None:
-            after = await self.copies.room_for(after, deadline)
+            after = await self.one.copies.room_for(after, deadline)
         return response, after
 
     def _replica(self, stream: str, partition: int) -> PartitionReplica | None:
         """The replica here that takes such a request now: led here alone, durability
         ``flushed``, its sequencer idle with room; None otherwise."""
-        streams = self.streams
+        streams = self.one.streams
         replica = streams.local_replica(stream, partition)
         if (
             replica is None
@@ -180,7 +169,7 @@ class CasProduce:
             or is_internal(stream)
             or streams.offline.reasons
             or streams.pending.wanted
-            or not self.link.connected
+            or not self.one.link.connected
         ):
             return None
         core = replica.core
