@@ -30,7 +30,7 @@ from jetsdk.codec.produce_values import encode_produce_result_values
 from jetsdk.codec.stream_settings import DURABILITY_FLUSHED
 from jetserver.broker.current_values import key_check, latest_values, refusal_of
 from jetserver.broker.direct import Result
-from jetserver.broker.direct_copies import After, Copies
+from jetserver.broker.direct_copies import After
 from jetserver.broker.key_index import IndexBehind, IndexFull
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.produce_one import OneProduce, partition_subject_of
@@ -143,19 +143,9 @@ class CasProduce:
         if ticket is None:
             return response, None
         stored = result[0] == _NONE
-        after: After | Copies | None = self.one.copies.after_commit(
-            replica,
-            [(psubj, payload)] if stored else [],
-            end if stored else 0,
-            failures,
-            timeout_s,
-            turn,
-            ticket,
-            deadline,
-        )
-        if isinstance(after, Copies) and after.ticket.admitted is not None:
-            after = await self.one.copies.room_for(after, deadline)
-        return response, after
+        message = (psubj, payload) if stored else None
+        where = (end if stored else 0, failures, timeout_s, turn, ticket, deadline)
+        return response, await self.one.copies.after_room(replica, message, where)
 
     def _replica(self, stream: str, partition: int) -> PartitionReplica | None:
         """The replica here that takes such a request now: led here alone, durability
