@@ -8,6 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jetsdk.codec.error_codes import AckPolicy
+from jetsdk.codec.errors import CodecError
+from jetsdk.codec.key_cas_envelope import key_cas_envelope
 from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
@@ -23,6 +25,7 @@ from jetsdk.codec.produce_values import (
     lone_key_cas,
 )
 from jetsdk.codec.record_controls import record_controls
+from jetsdk.codec.transcode import DirectRecord, produce_envelopes
 
 from .strategies import (
     PROPS,
@@ -134,3 +137,43 @@ def test_one_result_decodes_as_the_full_decode(latest: bool, data: st.DataObject
     assert decode_one_result_values(body[:-1], latest) is None
     two = encode_produce_response_values([result, result], latest)
     assert decode_one_result_values(two, latest) is None
+
+
+@PROPS
+@given(
+    messages,
+    st.sampled_from([AckPolicy.ALL, AckPolicy.LEADER, AckPolicy.NONE]),
+    st.one_of(st.none(), U64),
+    U64,
+)
+def test_a_plain_compare_and_sets_envelope_and_record_are_the_codecs(
+    message: ProduceMessage, policy: AckPolicy, producer_id: int | None, seq: int
+) -> None:
+    """``key_cas_envelope`` gives exactly what ``produce_envelopes`` gives for a plain
+    compare-and-set (and nothing for any other message)."""
+    request = ProduceRequest("tbl", 3, policy, 1000, (message,), producer_id, seq)
+    body = encode_produce_request(request)
+    head = decode_produce_head(body)
+    got = key_cas_envelope(body, head, "_INBOX.x.1")
+    plain = lone_key_cas(body, head[7])
+    if plain is None:
+        assert got is None
+        return
+    records: list[DirectRecord | None] = []
+    try:
+        _head, ((subject, size, envelope),) = produce_envelopes(
+            body, "_INBOX.x.1", records, head, split=True
+        )
+    except CodecError:  # (a sequence past the range: the codec refuses it)
+        assert got is None
+        return
+    if records[0] is None:
+        assert got is None
+        return
+    assert got is not None
+    key, expected, got_size, record, got_envelope = got
+    assert (key, expected, got_size) == plain
+    assert (subject, size, envelope) == ("", got_size, got_envelope)
+    assert tuple(bytes(f) if isinstance(f, memoryview) else f for f in record) == tuple(
+        bytes(f) if isinstance(f, memoryview) else f for f in records[0]
+    )

@@ -57,6 +57,10 @@ class AppendChecks:
     refused_lean: int = 0
     """Of those, answered from the request's head and its message alone, no envelope or
     record built (:func:`jetserver.broker.current_values.lean_refusal`; a test hook)."""
+    appended_lean: int = 0
+    """Lone compare-and-sets with an ALL ack appended and answered in one step, none of
+    the general path's per-request objects (:mod:`jetserver.broker.produce_cas`; a test
+    hook)."""
 
     def refusal(
         self,

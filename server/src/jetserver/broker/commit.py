@@ -249,14 +249,14 @@ class Committer:
             self._deferred = False
             self.request_flush()
 
-    async def commit_deferred(self) -> None:
+    async def commit_deferred(self, unless: Callable[[], bool] | None = None) -> None:
         """Fsync and commit what :meth:`defer_flush` left, in this task: on the loop if
         the fsync runner would run it there now; in a worker thread if the runner sends
         fsyncs there for now (a slow disk, a high share of loop time, many bytes to
-        fsync: :meth:`FsyncRunner.may_run_here_for`), unless one from a
-        request's task is there already (then the flusher groups the rest). Else (the loop
-        is busy), or on any error, ask the flusher, which recovers from a failed fsync as
-        always. A no-op if nothing is left (the flusher or another request took it).
+        fsync: :meth:`FsyncRunner.may_run_here_for`), unless one from a request's task is
+        there already (then the flusher groups the rest). Else (the loop is busy, or
+        ``unless()``, as :meth:`commit_here`'s ``contended``), or on any error, ask the
+        flusher, which recovers from a failed fsync as always. A no-op if nothing is left.
 
         In a thread from this task, not the flusher's: the flusher's wake-up was a task
         switch between the answer and the fsync on a message's way (``python -m bench
@@ -288,7 +288,7 @@ class Committer:
                     self._thread_flush = False
                 committed = in_turn.committed
             else:
-                flushed = await runner.flush_here(log_, loop=loop, checked=True)  # to the LEO
+                flushed = await runner.flush_here(log_, None, loop, unless, checked=True)
             if hops.ENABLED and flushed is not None and not committed:
                 hops.mark("fsync.end")
         except Exception:
@@ -440,8 +440,7 @@ class Committer:
         replica whose followers were sent none of the records cut keeps its role: the
         records that come next at the cut offsets diverge from nothing. A leader whose
         followers were sent some gives up its epoch in the same step and asks for the next
-        one (:meth:`ReplicaCore.cut`).
-        """
+        one (:meth:`ReplicaCore.cut`). Waits for a commit (:meth:`wait_committed`) end."""
         log_ = self.base.log
         if log_.sync_failure is None:
             return
@@ -464,6 +463,7 @@ class Committer:
             extra=self.base.fields(error=repr(exc), flushed=cut_from, leo_was=leo, leo=end),
         )
         await self.carry_out(out)
+        self.wake_waiters()
         if out.renew_epoch is not None:
             self.renew_leadership(out.renew_epoch)
 

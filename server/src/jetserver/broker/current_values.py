@@ -79,7 +79,7 @@ def current_values(
         if code != _REFUSED or offset < 0 or i >= len(records):
             continue
         record = records[i]
-        key = None if record is None else _key_of(record)
+        key = None if record is None else key_of(record)
         if key is None:
             continue
         value = None if index is None else index.recent_value(key, offset)
@@ -113,7 +113,7 @@ def latest_values(
         if code != 0 or offset < 0 or i >= len(records):
             continue
         record = records[i]
-        key = None if record is None else _key_of(record)
+        key = None if record is None else key_of(record)
         if key is None:
             continue
         try:
@@ -173,12 +173,12 @@ def refused_now(sequencer: Sequencer, record: DirectRecord, policy: int) -> Refu
         or controls.msg_id is not None
     ):
         return None
-    key = _key_of(record)
+    key = key_of(record)
     if key is None or not _may_refuse_now(
         sequencer, policy, record.size, record.producer_id, record.producer_seq
     ):
         return None
-    refused = _key_check(sequencer, key, controls.expected_key_offset)
+    refused = key_check(sequencer, key, controls.expected_key_offset)
     return None if refused is None or refused is _PASSED else refused
 
 
@@ -205,7 +205,7 @@ def _may_refuse_now(
 _PASSED: Refusal = (ErrorCode.NONE, "", -1)
 
 
-def _key_check(sequencer: Sequencer, key: bytes, expected: int) -> Refusal | None:
+def key_check(sequencer: Sequencer, key: bytes, expected: int) -> Refusal | None:
     """The WRONG_EXPECTED_KEY_OFFSET refusal of a compare-and-set of ``key`` expecting
     ``expected`` now (counted); :data:`_PASSED` if it passes; None if another check
     answers (the append's gives the same answer)."""
@@ -276,19 +276,25 @@ def lean_refusal(
     sequencer = replica.sequencer
     if not _may_refuse_now(sequencer, policy, size, producer_id, seq):
         return None
-    refused = _key_check(sequencer, key, expected)
+    refused = key_check(sequencer, key, expected)
     if refused is _PASSED:
         return b""
     if refused is None:
         return None
     sequencer.checks.refused_lean += 1
-    offset = refused[2]
+    return refusal_of(sequencer, key, refused[2])
+
+
+def refusal_of(sequencer: Sequencer, key: bytes, offset: int) -> bytes:
+    """The response of a lone compare-and-set of ``key`` refused now (the key is at
+    ``offset``, -1: absent): its WRONG_EXPECTED_KEY_OFFSET result and the key's current
+    value (left out as :func:`current_values` leaves one out)."""
     value = None if offset < 0 else sequencer.checks.keys.recent_value(key, offset)
     if value is None and offset >= 0:
-        value = value_at(replica.log, offset, key)
+        value = value_at(sequencer.base.log, offset, key)
     if value is not None and len(value) > MAX_CURRENT_VALUE_BYTES:
         value = None
-    return encode_produce_result_values([(int(refused[0]), offset, -1)], [value])
+    return encode_produce_result_values([(_REFUSED, offset, -1)], [value])
 
 
 def value_at(log_: Log, offset: int, key: bytes) -> bytes | None:
@@ -312,7 +318,7 @@ def value_at(log_: Log, offset: int, key: bytes) -> bytes | None:
     return None
 
 
-def _key_of(record: DirectRecord) -> bytes | None:
+def key_of(record: DirectRecord) -> bytes | None:
     """The message's key (``nbytes32`` at ``key_pos`` in its request bytes)."""
     request, start = record.request, record.key_pos
     if request[start : start + 4] == b"\xff\xff\xff\xff":

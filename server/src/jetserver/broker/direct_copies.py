@@ -183,6 +183,21 @@ class DirectCopies:
 
         return Copies(publish_copies, ticket, len(messages), turns, turn, deadline)
 
+    async def after_room(
+        self,
+        replica: PartitionReplica,
+        message: tuple[str, EnvelopeBytes] | None,
+        where: tuple[int, int, float, int, CopyTicket, float],
+    ) -> Copies | None:
+        """:meth:`after_commit` of one stored ``message`` (None: none stored; ``where``:
+        its ``end``, ``failures``, ``timeout_s``, ``turn``, ``ticket`` and ``deadline``),
+        then :meth:`room_for` it if the backlog has not let it in yet (the response
+        waits: producer backpressure)."""
+        after = self.after_commit(replica, [] if message is None else [message], *where)
+        if isinstance(after, Copies) and after.ticket.admitted is not None:
+            return await self.room_for(after, where[5])
+        return after
+
     async def publish_let_in(
         self,
         replica: PartitionReplica,

@@ -74,6 +74,7 @@ from jetserver.broker.direct_copies import (
 )
 from jetserver.broker.nats_port import NatsPort, NatsSubscription, NatsUnavailable
 from jetserver.broker.partition import PartitionReplica
+from jetserver.broker.produce_cas import CasProduce
 from jetserver.broker.produce_one import (
     OneProduce,
     check_subjects,
@@ -127,12 +128,15 @@ class ProduceService:
     _copies: DirectCopies = attrs.field(init=False)
     _one: OneProduce = attrs.field(init=False)
     """The common case in one step (broker/produce_one.py)."""
+    _cas: CasProduce = attrs.field(init=False)
+    """A table's compare-and-set in one step (broker/produce_cas.py)."""
 
     def __attrs_post_init__(self) -> None:
         self._copies = DirectCopies(self.link, self.copy_backlog)
         self._one = OneProduce(
             self.streams, self.link, self.limits, self._copies, self.copy_backlog
         )
+        self._cas = CasProduce(self._one)
 
     async def start(self) -> None:
         """Subscribe to this server's ack inboxes."""
@@ -353,6 +357,8 @@ class ProduceService:
             return lost, None
         if own_task and hold_for_room and self.direct:
             served = await self._one.serve(body, head, inbox, answer_now)
+            if served is None and asks_values:  # a table's compare-and-set (produce_cas)
+                served = await self._cas.serve(body, head, inbox, checked=lost == b"")
             if served is not None:
                 return served
         direct = self._direct_replica(head[0], head[1], head[2])

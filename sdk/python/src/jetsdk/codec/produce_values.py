@@ -33,6 +33,7 @@ __all__ = [
     "encode_produce_response_values",
     "encode_produce_result_values",
     "lone_key_cas",
+    "lone_key_cas_at",
 ]
 
 _RESULT = struct.Struct(">Hqq")
@@ -103,6 +104,15 @@ def lone_key_cas(body: bytes | bytearray | memoryview, p: int) -> LoneKeyCas | N
     (a malformed body too: the full decode says why). A leader answers such a message's
     lost race from this alone (``jetserver.broker.current_values.lean_refusal``), without
     building its envelope and record (a table's racing writers send one per try)."""
+    found = lone_key_cas_at(body, p)
+    return None if found is None else found[:3]
+
+
+def lone_key_cas_at(
+    body: bytes | bytearray | memoryview, p: int
+) -> tuple[bytes, int, int, int, int] | None:
+    """:func:`lone_key_cas` and where its message's key field ends and its value field
+    (``u32`` length, bytes) starts in ``body``."""
     n = len(body)
     if p + 6 > n:
         return None
@@ -127,7 +137,8 @@ def lone_key_cas(body: bytes | bytearray | memoryview, p: int) -> LoneKeyCas | N
     (vlen,) = _U32.unpack_from(body, hval_end)
     if expected is None or vlen > MAX_VALUE_BYTES or hval_end + 4 + vlen != n:
         return None
-    return bytes(body[p + 6 : key_end]), expected, klen + name_len + hlen + vlen
+    size = klen + name_len + hlen + vlen
+    return bytes(body[p + 6 : key_end]), expected, size, key_end, hval_end
 
 
 def encode_produce_result_values(
