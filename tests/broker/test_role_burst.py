@@ -111,3 +111,22 @@ async def test_a_burst_applied_in_the_turn_that_handed_it_out_counts_that_turn()
         burst.applied()
     assert len(stalls) == 1
     assert stalls[0] >= 0.25
+
+
+@pytest.mark.usefixtures("collector")
+async def test_a_few_role_changes_on_a_server_holding_many_pause_and_freeze() -> None:
+    """A new stream's 100 first roles on a server holding thousands of partitions: the
+    collector is off while they apply and what they made is frozen after (see gc_pause)."""
+    small = RoleBurst(3, held=3)
+    small.pause_collector()
+    assert gc.isenabled()  # a small server: left alone
+    small.resume_collector()
+    burst = RoleBurst(3, held=ROLE_BURST_MIN + 3)
+    burst.pause_collector()
+    assert not gc.isenabled()
+    for _ in range(3):
+        burst.applied()
+    with anyio.fail_after(5.0):
+        await burst.collector_paused()
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 0

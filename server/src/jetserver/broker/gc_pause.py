@@ -32,12 +32,15 @@ _paused = 0
 
 
 @contextlib.contextmanager
-def collector_paused(partitions: int) -> Iterator[None]:
-    """Around opening ``partitions`` partitions: with at least FREEZE_MIN_PARTITIONS and the
-    collector enabled, disable it; at the end (of the last such opening, if they overlap)
-    freeze every object that exists and enable it again."""
+def collector_paused(partitions: int, held: int = 0) -> Iterator[None]:
+    """Around opening ``partitions`` partitions (or changing their roles) on a server that
+    holds ``held`` partitions with them: with at least FREEZE_MIN_PARTITIONS either way
+    (and ``partitions`` not 0) and the collector enabled, disable it; at the end (of the
+    last such opening, if they overlap) freeze every object that exists and enable it
+    again."""
     global _paused
-    if partitions < FREEZE_MIN_PARTITIONS or (_paused == 0 and not gc.isenabled()):
+    many = partitions >= FREEZE_MIN_PARTITIONS or (partitions > 0 and held >= FREEZE_MIN_PARTITIONS)
+    if not many or (_paused == 0 and not gc.isenabled()):
         yield
         return
     _paused += 1

@@ -34,12 +34,19 @@ Failed = Callable[[StreamMeta, PartitionAssignment, Exception], None]
 
 
 async def open_many(
-    wanted: list[Wanted], make_jobs: OpenJobs, start: Start, then: Then, failed: Failed
+    wanted: list[Wanted],
+    make_jobs: OpenJobs,
+    start: Start,
+    then: Then,
+    failed: Failed,
+    held: int = 0,
 ) -> int:
     """Open (recover) the logs of ``wanted`` partitions START_OPEN_BATCH per worker call,
     START_OPEN_CONCURRENCY calls at once; ``start`` the replica of each opened log, then,
     once the batch's replicas are started, ``then`` each; ``failed`` is told of each that
-    cannot open. Returns how many opened."""
+    cannot open. ``held``: the partitions the server holds with these (the collector is
+    paused, then what exists frozen, for many of either: see gc_pause). Returns how many
+    opened."""
     limiter = anyio.CapacityLimiter(START_OPEN_CONCURRENCY)
     counts: list[int] = []
 
@@ -67,7 +74,7 @@ async def open_many(
             await then(running, a)
         counts.append(len(started))
 
-    with collector_paused(len(wanted)):  # thousands at a start: see gc_pause
+    with collector_paused(len(wanted), held):  # thousands at a start: see gc_pause
         async with anyio.create_task_group() as tg:
             for i in range(0, len(wanted), START_OPEN_BATCH):
                 tg.start_soon(open_batch, wanted[i : i + START_OPEN_BATCH])

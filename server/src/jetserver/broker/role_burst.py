@@ -58,6 +58,9 @@ class RoleBurst:
     done: anyio.Event = attrs.field(factory=anyio.Event)
     """Set when ``left`` reaches 0."""
     on_stall: Callable[[float], None] | None = None
+    held: int = 0
+    """The partitions the server holds (a few role changes on a server holding many pause
+    the collector too, then freeze what they made: see gc_pause)."""
     """Called at the end with the longest stall of the loop seen meanwhile (seconds)."""
     longest_stall_s: float = 0.0
     """The longest the loop woke the burst's task late, so far."""
@@ -74,7 +77,7 @@ class RoleBurst:
         (:meth:`collector_paused`) or :meth:`resume_collector` turns it on again."""
         if self._resume is None:
             stack = contextlib.ExitStack()
-            stack.enter_context(collector_paused(max(self.left, 0)))
+            stack.enter_context(collector_paused(max(self.left, 0), self.held))
             self._resume = stack.close
 
     def resume_collector(self) -> None:

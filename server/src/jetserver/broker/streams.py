@@ -315,7 +315,8 @@ class StreamManager:
                 self._tg.start_soon(self._applier, running)
 
         jobs = OpenJobs(self.data_dir, self.config)
-        return await open_many(wanted, jobs, self._start_replica, then, failed)
+        held = len(self._running) + len(wanted)
+        return await open_many(wanted, jobs, self._start_replica, then, failed, held)
 
     async def _open_pending(self, batch: list[tuple[StreamMeta, PartitionAssignment]]) -> None:
         """Open and subscribe partitions of :attr:`pending` (those of a stream deleted or
@@ -404,8 +405,12 @@ class StreamManager:
             woken = plan.retarget(self._running)
             if hops.ENABLED:
                 hops.mark(f"reconcile.woken.{len(woken)}")
-            if len(woken) >= ROLE_BURST_MIN and self._tg is not None:  # e.g. a failover
-                burst = RoleBurst(len(woken), on_stall=self.role_summary.stalled)  # see there
+            # A failover (many role changes), or a few new partitions' first roles on a
+            # server holding many (their objects frozen after: see gc_pause).
+            held = len(self._running)
+            many = len(woken) >= ROLE_BURST_MIN or (bool(new) and held >= ROLE_BURST_MIN)
+            if woken and many and self._tg is not None:
+                burst = RoleBurst(len(woken), on_stall=self.role_summary.stalled, held=held)
                 for opened in woken:
                     if opened.burst is not None:
                         opened.burst.applied()  # it is in this burst now
