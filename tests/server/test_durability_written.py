@@ -137,3 +137,66 @@ async def test_a_failed_background_fsync_hands_the_written_partition_to_the_flus
     records = await records_after_restart(nats_server.url, data, "wf", BOUND_S)
     stored = {r.offset: r.value for r in records}
     assert {o: stored.get(o) for o in after_cut} == after_cut
+
+
+async def test_a_failed_fsync_of_a_one_step_produce_sends_no_copy_of_what_it_cut(
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+) -> None:
+    """A ``flushed`` partition's LEADER-acked messages, one at a time, are answered in
+    their reader callback and their fsync and NATS copy run from loop callbacks
+    (broker/commit_soon.py). One fsync fails (EIO, the bytes since the last good sync
+    dropped): the flusher cuts the log back; no NATS copy is sent of a record the cut
+    took (a copy goes only once its record is committed), and what is sent after the cut
+    is stored at its offsets after a restart."""
+    import nats
+
+    data = tmp_path / "data"
+    marker = tmp_path / "fault-fired"
+    fault = FsyncFault(match="/0/00000000000000000000.log", at=3, marker=marker)
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
+    nc = await nats.connect(nats_server.url, allow_reconnect=False)
+    copies: list[bytes] = []
+
+    async def on_copy(msg: object) -> None:
+        copies.append(msg.data[-12:])  # type: ignore[attr-defined]  # (the value)
+
+    after_cut: dict[int, bytes] = {}
+    sent: list[bytes] = []
+    try:
+        await nc.subscribe("ff", cb=on_copy)
+        await nc.flush()
+        with anyio.fail_after(BOUND_S):
+            async with Client([proc.address]) as client:
+                await client.create_stream("ff", "ff")  # (durability flushed: the default)
+                async with Producer(client, "ff", ack=AckPolicy.LEADER, linger=0) as producer:
+                    i = 0
+                    while not marker.exists():  # one message at a time: an fsync each
+                        sent.append(b"before-%05d" % i)
+                        await producer.send(sent[-1])
+                        i += 1
+                    cut = "fsync failed: cut the log back to its last good sync"
+                    await wait_until_async(
+                        lambda: cut in proc.log_path.read_text(errors="replace"),
+                        BOUND_S,
+                        "the flusher cut the log back",
+                    )
+                    for j in range(50):
+                        value = b"after--%05d" % j
+                        sent.append(value)
+                        ack = await producer.send(value)
+                        after_cut[ack.offset] = value
+                await wait_until_async(
+                    lambda: sum(c.startswith(b"after") for c in copies) >= 50,
+                    BOUND_S,
+                    "the copies of the messages after the cut",
+                )
+    finally:
+        await nc.close()
+        assert proc.stop() == 0
+    records = await records_after_restart(nats_server.url, data, "ff", BOUND_S)
+    stored = {r.offset: r.value for r in records}
+    assert {o: stored.get(o) for o in after_cut} == after_cut
+    lost = set(sent) - set(stored.values())
+    assert lost, "the failed fsync cut nothing (the fault fired elsewhere)"
+    assert set(copies) <= set(stored.values())  # no copy of a record the cut took
+    assert [c for c in copies if c.startswith(b"after")] == list(after_cut.values())

@@ -28,6 +28,7 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
+from jetserver.broker.commit_soon import CommitSoon, InTurn
 from jetserver.broker.copy_turns import CopyTurns
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.infra import hops
@@ -96,14 +97,17 @@ class Committer:
     _loop: asyncio.AbstractEventLoop | None = None
     """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
     call per call on Python 3.11; a replica lives on one loop)."""
-    _loop_refused: bool = False
+    loop_refused: bool = False
     """:meth:`commit_deferred` just found the fsync may not run on the loop: the flusher
     goes to a thread without asking again (no second probe turn)."""
     _behind: FlushBehind | None = None
     """The fsyncs of a ``written`` partition on its own (:meth:`request_flush`), made on
     the first."""
-    _thread_flush: bool = False
-    """:meth:`commit_deferred` waits for an fsync in a worker thread."""
+    thread_flush: bool = False
+    """A request's deferred fsync runs in a worker thread (:meth:`commit_deferred`,
+    :meth:`commit_here`, :class:`CommitSoon`)."""
+    _soon: CommitSoon | None = None
+    """The deferred fsyncs of one-step appends, run from loop callbacks (:meth:`soon`)."""
     _handover: asyncio.Task[None] | None = None
     """The task handing a partition whose background fsync failed to the flusher."""
     _rests: set[asyncio.Task[None]] = attrs.field(factory=set)
@@ -112,16 +116,33 @@ class Committer:
     def __repr__(self) -> str:
         return self.base.part_repr(self)
 
-    def defer_longer(self) -> bool:
-        """:meth:`defer_flush`'s check a turn later: the after-work that takes the fsync
-        starts in a task made after this call (a Produce answered in its reader callback).
-        False: no fsync is left to the appending request."""
+    def soon(self) -> CommitSoon:
+        """Runs the fsync a one-step append left (:meth:`defer_flush`) and the work after
+        its commit from loop callbacks, with no task (made on first use)."""
+        soon = self._soon
+        if soon is None:
+            soon = self._soon = CommitSoon(self)
+        return soon
+
+    def keep_deferred(self) -> bool:
+        """Whether an fsync is left to the appending request (:meth:`defer_flush`); the
+        next turn's check is cancelled: the caller runs it (:class:`CommitSoon`)."""
         soon = self._deferred_soon
-        if soon is not None and self._deferred:
+        if soon is not None:
             soon.cancel()
-            loop = self._running_loop()
-            self._deferred_soon = loop.call_soon(loop.call_soon, self._flush_if_deferred)
+            self._deferred_soon = None
         return self._deferred
+
+    def take_deferred(self) -> bool:
+        """Take the fsync :meth:`defer_flush` left (True; the next turn's check has nothing
+        to do); False if none is left (the flusher or another request took it)."""
+        if not self._deferred:
+            return False
+        self._deferred = False  # appends from here on defer again, or ask the flusher
+        soon = self._deferred_soon
+        if soon is not None:
+            soon.cancel()
+        return True
 
     @property
     def flushing(self) -> bool:
@@ -154,6 +175,10 @@ class Committer:
                     behind = self._behind = FlushBehind(self.base.log, loop, self._behind_failed)
                 if behind.kick_soon():
                     self.fsyncs.thread_fsyncs += 1
+                return
+            loop = self._running_loop()
+            if asyncio.current_task(loop) is None:  # a loop callback (CommitSoon): anyio's
+                self._handover = loop.create_task(self._hand_over())  # start needs a task
                 return
             self._flushing = True
             self._dirty = LazyEvent()
@@ -225,18 +250,14 @@ class Committer:
         In a thread from this task, not the flusher's: the flusher's wake-up was a task
         switch between the answer and the fsync on a message's way (``python -m bench
         cost`` on a disk slow enough for the runner's back-off)."""
-        if not self._deferred:
+        if not self.take_deferred():
             return
-        self._deferred = False  # appends from here on defer again, or ask the flusher
-        soon = self._deferred_soon
-        if soon is not None:  # taken here: the next turn's check has nothing to do
-            soon.cancel()
         log_ = self.base.log
         runner = self.fsyncs
         loop = self._running_loop()  # known: no getpid (3.11)
         in_thread = not runner.may_run_here_for(log_)
-        if in_thread and self._thread_flush:
-            self._loop_refused = True
+        if in_thread and self.thread_flush:
+            self.loop_refused = True
             self.request_flush()
             return
         committed = False
@@ -244,12 +265,12 @@ class Committer:
             if hops.ENABLED:
                 hops.mark("fsync.start")
             if in_thread:
-                self._thread_flush = True
-                in_turn = _InTurn(self)
+                self.thread_flush = True
+                in_turn = InTurn(self)
                 try:
                     flushed: int | None = await runner.flush_in_thread(log_, None, loop, in_turn)
                 finally:
-                    self._thread_flush = False
+                    self.thread_flush = False
                 committed = in_turn.committed
             else:
                 flushed = await runner.flush_here(log_, loop=loop, checked=True)  # to the LEO
@@ -260,12 +281,12 @@ class Committer:
         except BaseException:  # cancelled (the server stops): the flusher takes it
             self.request_flush()
             raise
-        if committed:  # in the thread job's callback (_InTurn); what needs an await here
+        if committed:  # in the thread job's callback (InTurn); what needs an await here
             if in_turn.left is not None:  # (its rest() inline: no coroutine per message)
                 await self.carry_out_rest(*in_turn.left)
             return
         if flushed is None:
-            self._loop_refused = True
+            self.loop_refused = True
             self.request_flush()
             return
         await self.commit(flushed)
@@ -370,11 +391,10 @@ class Committer:
                 # On the loop only where the fsync stands between a record and its
                 # readers; with ``written``/``replicated`` it is background work.
                 on_loop = (
-                    self.base.core.policy.durability == DURABILITY_FLUSHED
-                    and not self._loop_refused
+                    self.base.core.policy.durability == DURABILITY_FLUSHED and not self.loop_refused
                 )
-                self._loop_refused = False
-                in_turn = _InTurn(self)
+                self.loop_refused = False
+                in_turn = InTurn(self)
                 flushed = await self.fsyncs.flush(
                     self.base.log, target, on_loop=on_loop, loop=self._running_loop(), then=in_turn
                 )
@@ -391,7 +411,8 @@ class Committer:
                 self._dirty.set()
                 continue
             if in_turn.committed:  # in the thread job's callback; what needs an await here
-                await in_turn.rest()
+                if in_turn.left is not None:
+                    await self.carry_out_rest(*in_turn.left)
             else:
                 await self.commit(flushed)
 
@@ -463,19 +484,19 @@ class Committer:
             end = log_.log_end_offset
             flushed = await runner.flush_here(log_, end, loop, contended)
             if flushed is None:
-                if self._thread_flush:
+                if self.thread_flush:
                     # A request's fsync runs in a thread already: the flusher's next one
                     # covers this request with every other appended meanwhile (one thread
                     # job per group, not one per request: 32 large requests in flight
                     # held up to 32 threads waiting on the log's group commit).
-                    self._loop_refused = True
+                    self.loop_refused = True
                     self.request_flush()
                     return
-                self._thread_flush = True
+                self.thread_flush = True
                 try:
                     flushed = await runner.flush(log_, end, on_loop=False, loop=loop)
                 finally:
-                    self._thread_flush = False
+                    self.thread_flush = False
             if hops.ENABLED:
                 hops.mark("fsync.end")
         except Exception:
@@ -560,41 +581,3 @@ class Committer:
     async def fail_pending_all(self, code: ErrorCode, message: str) -> None:
         """Fail every pending ALL ack with ``code``."""
         await self.carry_out(self.base.core.fail_all(code, message))
-
-
-class _InTurn:
-    """:meth:`Committer.commit` of one fsync in a worker thread, run from the loop callback
-    that learns it ended (``then`` of :meth:`FsyncRunner.flush`): the HW moves, this
-    server's Produce requests are answered and parked fetches woken (a tailing
-    consumer's answer written) in that turn, not one turn later in the task that awaits
-    the fsync. What needs an await (acks to NATS inboxes, a leadership end) is left to
-    that task (:meth:`rest`); if the commit raised here, the task commits as before
-    (:attr:`committed` false)."""
-
-    __slots__ = ("committed", "committer", "left")
-
-    def __init__(self, committer: Committer) -> None:
-        self.committer = committer
-        self.committed = False
-        self.left: tuple[list[tuple[str, bytes]] | None, bool] | None = None
-
-    def __call__(self, flushed: int) -> None:
-        committer = self.committer
-        base = committer.base
-        try:
-            if hops.ENABLED:
-                hops.mark("fsync.end")
-            log_ = base.log
-            out = base.core.flushed(flushed, leo=log_.log_end_offset, hw=log_.high_watermark)
-            messages = committer.carry_out_now(out)
-        except Exception:  # a loop callback must not raise: the task commits instead
-            log.exception("commit in the fsync's callback failed", extra=base.fields())
-            return
-        self.committed = True
-        if messages or out.leadership_ended:
-            self.left = (messages, out.leadership_ended)
-
-    async def rest(self) -> None:
-        """What the commit left to the task that awaited the fsync."""
-        if self.left is not None:
-            await self.committer.carry_out_rest(*self.left)

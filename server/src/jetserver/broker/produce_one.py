@@ -205,10 +205,8 @@ class OneProduce:
             result = replica.intake.append_one(subject, record)
             if result is None:
                 return None
-            deferred = replica.committer.defer_longer()  # (the fsync left to this request)
-            return encode_produce_result_tuples([result]), (
-                replica.commit_deferred if deferred else None
-            )
+            replica.committer.soon().after_commit(None)  # (the fsync left to it, if any)
+            return encode_produce_result_tuples([result]), None
         backlog = self.backlog
         if not backlog.admits(len(payload)):
             return None
@@ -234,10 +232,12 @@ class OneProduce:
         if sent is True:
             return response, None
         if sent is False:  # not committed yet (durability flushed): after the fsync
-            replica.committer.defer_longer()  # (its task starts after this step)
-            return response, self._let_in(
-                replica, message, offset, failures, timeout_s, turn, ticket
+            replica.committer.soon().after_commit(
+                self.copies.copy_committed(
+                    replica, message, offset + 1, failures, timeout_s, turn, ticket
+                )
             )
+            return response, None
         return response, sent
 
     def _let_in(
