@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
@@ -43,9 +42,6 @@ from jetserver.broker.direct import DirectBatch
 from jetserver.broker.nats_port import NatsPort
 from jetserver.broker.partition import PartitionReplica
 from jetserver.broker.stored_copy import stored_header_block
-from jetserver.logs import fields
-
-log = logging.getLogger(__name__)
 
 __all__ = ["After", "Copies", "CopiesPlace", "DirectCopies", "ingest_taking_place"]
 
@@ -274,26 +270,12 @@ class DirectCopies:
         timeout_s: float,
         turn: int,
         ticket: CopyTicket,
-    ) -> Callable[[], None]:
+    ) -> None:
         """The work after the commit of a request answered in its reader callback whose
         copy waits for the fsync its append left (durability ``flushed``), run from the
         loop callback that commits it (:class:`~jetserver.broker.commit_soon.CommitSoon`):
         the copy sent then if it may (:meth:`send_now`), else its after-work
         (:meth:`publish_let_in`: its turn, the commit, within ``timeout_s``) in a task."""
-        return functools.partial(
-            self._copy_committed, replica, message, end, failures, timeout_s, turn, ticket
-        )
-
-    def _copy_committed(
-        self,
-        replica: PartitionReplica,
-        message: tuple[str, EnvelopeBytes],
-        end: int,
-        failures: int,
-        timeout_s: float,
-        turn: int,
-        ticket: CopyTicket,
-    ) -> None:
         sent = self.send_now(replica, message, end, failures, turn, ticket)
         if sent is True:
             return
@@ -302,14 +284,7 @@ class DirectCopies:
         )
         task = asyncio.ensure_future(after())
         self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Future[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning(
-                "publishing a stored copy failed", extra=fields(error=repr(task.exception()))
-            )
+        task.add_done_callback(self._tasks.discard)
 
     async def _publish_held(
         self,

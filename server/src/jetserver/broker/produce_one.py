@@ -242,8 +242,15 @@ class OneProduce:
             return response, None
         if sent is False:  # not committed yet (durability flushed): after the fsync
             replica.committer.soon().after_commit(
-                self.copies.copy_committed(
-                    replica, message, offset + 1, failures, timeout_s, turn, ticket
+                functools.partial(
+                    self.copies.copy_committed,
+                    replica,
+                    message,
+                    offset + 1,
+                    failures,
+                    timeout_s,
+                    turn,
+                    ticket,
                 )
             )
             return response, None
