@@ -14,6 +14,7 @@ cuts the log back, and the records acknowledged after that are stored.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -25,6 +26,7 @@ from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
 from jetserver.server import Server
 from jetserver.storage import fsync_threads
+from jetserver.testing import JetServer
 from support.fsync_fault import FsyncFault
 from support.jet_server import gated_server_process, records_after_restart, start_server_process
 from support.nats_server import NatsServer
@@ -97,6 +99,32 @@ async def test_a_written_partition_fsyncs_in_a_thread_that_does_not_wake_the_loo
         assert [r.value for r in await c.collect("wb", 0, 20)] == [b"w%d" % i for i in range(20)]
 
 
+async def _send_around_a_cut(
+    producer: Producer, proc: JetServer, fired: Callable[[], bool]
+) -> tuple[list[bytes], dict[int, bytes]]:
+    """Send one message at a time (an fsync each) until the fsync fault fired, wait for
+    the flusher's cut back, then send 50 more: every value sent (12 bytes each), and the
+    offsets acked after the cut with their values."""
+    sent: list[bytes] = []
+    i = 0
+    while not fired():  # (the fault's marker file)
+        sent.append(b"before-%05d" % i)
+        await producer.send(sent[-1])
+        i += 1
+    cut = "fsync failed: cut the log back to its last good sync"
+    await wait_until_async(
+        lambda: cut in proc.log_path.read_text(errors="replace"),
+        BOUND_S,
+        "the flusher cut the log back",
+    )
+    after_cut: dict[int, bytes] = {}
+    for j in range(50):
+        sent.append(b"after--%05d" % j)
+        ack = await producer.send(sent[-1])
+        after_cut[ack.offset] = sent[-1]
+    return sent, after_cut
+
+
 async def test_a_failed_background_fsync_hands_the_written_partition_to_the_flusher(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:
@@ -114,20 +142,7 @@ async def test_a_failed_background_fsync_hands_the_written_partition_to_the_flus
             async with Client([proc.address]) as client:
                 await client.create_stream("wf", "wf", durability="written")
                 async with Producer(client, "wf", ack=AckPolicy.ALL, linger=0) as producer:
-                    i = 0
-                    while not marker.exists():  # one message at a time: an fsync each
-                        await producer.send(b"before-%d" % i)
-                        i += 1
-                    cut = "fsync failed: cut the log back to its last good sync"
-                    await wait_until_async(
-                        lambda: cut in proc.log_path.read_text(errors="replace"),
-                        BOUND_S,
-                        "the flusher cut the log back",
-                    )
-                    for j in range(50):
-                        value = b"after-%d" % j
-                        ack = await producer.send(value)
-                        after_cut[ack.offset] = value
+                    after_cut = (await _send_around_a_cut(producer, proc, marker.exists))[1]
     finally:
         assert proc.stop() == 0
     assert "background fsync failed; the flusher takes over" in proc.log_path.read_text(
@@ -137,3 +152,51 @@ async def test_a_failed_background_fsync_hands_the_written_partition_to_the_flus
     records = await records_after_restart(nats_server.url, data, "wf", BOUND_S)
     stored = {r.offset: r.value for r in records}
     assert {o: stored.get(o) for o in after_cut} == after_cut
+
+
+async def test_a_failed_fsync_of_a_one_step_produce_sends_no_copy_of_what_it_cut(
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+) -> None:
+    """A ``flushed`` partition's LEADER-acked messages, one at a time, are answered in
+    their reader callback and their fsync and NATS copy run from loop callbacks
+    (broker/commit_soon.py). One fsync fails (EIO, the bytes since the last good sync
+    dropped): the flusher cuts the log back; no NATS copy is sent of a record the cut
+    took (a copy goes only once its record is committed), and what is sent after the cut
+    is stored at its offsets after a restart."""
+    import nats
+
+    data = tmp_path / "data"
+    marker = tmp_path / "fault-fired"
+    fault = FsyncFault(match="/0/00000000000000000000.log", at=3, marker=marker)
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
+    nc = await nats.connect(nats_server.url, allow_reconnect=False)
+    copies: list[bytes] = []
+
+    async def on_copy(msg: object) -> None:
+        copies.append(msg.data[-12:])  # type: ignore[attr-defined]  # (the value)
+
+    after_cut: dict[int, bytes] = {}
+    sent: list[bytes] = []
+    try:
+        await nc.subscribe("ff", cb=on_copy)
+        await nc.flush()
+        with anyio.fail_after(BOUND_S):
+            async with Client([proc.address]) as client:
+                await client.create_stream("ff", "ff")  # (durability flushed: the default)
+                async with Producer(client, "ff", ack=AckPolicy.LEADER, linger=0) as producer:
+                    sent, after_cut = await _send_around_a_cut(producer, proc, marker.exists)
+                await wait_until_async(
+                    lambda: sum(c.startswith(b"after") for c in copies) >= 50,
+                    BOUND_S,
+                    "the copies of the messages after the cut",
+                )
+    finally:
+        await nc.close()
+        assert proc.stop() == 0
+    records = await records_after_restart(nats_server.url, data, "ff", BOUND_S)
+    stored = {r.offset: r.value for r in records}
+    assert {o: stored.get(o) for o in after_cut} == after_cut
+    lost = set(sent) - set(stored.values())
+    assert lost, "the failed fsync cut nothing (the fault fired elsewhere)"
+    assert set(copies) <= set(stored.values())  # no copy of a record the cut took
+    assert [c for c in copies if c.startswith(b"after")] == list(after_cut.values())

@@ -626,16 +626,15 @@ async def test_one_copy_a_turn_goes_at_once_and_the_rest_at_its_end_in_order(
         assert ingest is not None
         assert not ingest._pending_data_size
         # One loop turn (no await that yields between): the first goes to the socket
-        # now; the next one is refused (its caller publishes it: pending, for the turn's
-        # end), and so is the one after, behind it.
+        # now; the next ones join what the turn's end writes (pending, in order: no
+        # task of their callers' to publish them), as does a publish after them.
         sent = [link.send_stored_copy("c.x", b"p1", header, owner)]
-        sent.append(link.send_stored_copy("c.x", b"p2", header, owner))
         assert not ingest._pending_data_size
-        await link.publish_stored_copies([("c.x", b"p2")], header, owner)
-        sent.append(link.send_stored_copy("c.x", b"p3", header, owner))
-        assert sent == [True, False, False]
+        sent.append(link.send_stored_copy("c.x", b"p2", header, owner))
         assert ingest._pending_data_size > 0  # p2 waits for the turn's end
-        await link.publish_stored_copies([("c.x", b"p3"), ("c.x", b"p4")], header, owner)
+        sent.append(link.send_stored_copy("c.x", b"p3", header, owner))
+        assert sent == [True, True, True]
+        await link.publish_stored_copies([("c.x", b"p4")], header, owner)
         with anyio.fail_after(10):
             await watch.all_in.wait()
     assert watch.payloads == [b"p0", b"p1", b"p2", b"p3", b"p4"]

@@ -5,9 +5,13 @@ counted by the loop's task factory); the connection's side: test_answer_now.py."
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any
 
+import anyio
 import pytest
+from nats.aio.client import Client as NatsClient
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage, ProduceRequest, encode_produce_request
@@ -21,6 +25,7 @@ from jetserver.broker.produce_one import OneProduce
 from jetserver.server import Server
 from support.loop_tasks import tasks_made
 from support.raw_client import RawClient, ServerError
+from support.subscriber import Subscriber
 
 pytestmark = pytest.mark.anyio
 
@@ -46,24 +51,82 @@ class _Counted:
 
 @pytest.mark.parametrize("durability", ["written", "flushed"])
 async def test_the_server_makes_no_task_for_the_common_produce(
-    jet: Server, durability: str, monkeypatch: pytest.MonkeyPatch
+    jet: Server, nc: NatsClient, durability: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One message at a time: ``written``, no task at all per message; ``flushed``, one
-    (the after-work: the fsync, then the NATS copy)."""
+    """One message at a time, no task at all per message: ``flushed`` too, whose
+    after-work (the fsync, the commit, then the NATS copy) runs from loop callbacks
+    (broker/commit_soon.py)."""
     counted = _Counted(monkeypatch)
+    copies = await Subscriber.of(nc, "t.x")
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="t", subject="t.x", durability=durability)
         await c.produce("t", 0, [ProduceMessage(b"first")])  # the partition's set-up
+        with anyio.fail_after(BOUND_S):  # (the first copy to a subject goes in a task)
+            await copies.wait_for(1)
         with tasks_made() as made:
             for i in range(20):
                 (result,) = await c.produce("t", 0, [ProduceMessage(b"m%d" % i)])
                 assert (result.error_code, result.offset) == (ErrorCode.NONE, i + 1)
+            with anyio.fail_after(BOUND_S):
+                got = await copies.wait_for(21)
     assert counted.taken == 21
-    if durability == "written":
+    assert made == []
+    values = [b"first"] + [b"m%d" % i for i in range(20)]  # (each in its envelope)
+    assert [m.data[-len(v) :] for m, v in zip(got, values, strict=True)] == values
+    assert jet.streams.replica("t", 0).high_watermark == 21
+
+
+async def test_messages_answered_at_once_during_an_fsync_share_the_next_one(
+    jet: Server, nc: NatsClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Group commit on the one-step path: the ``flushed`` messages appended, and answered,
+    while an fsync runs in a worker thread wait together for the next fsync (one for all
+    of them), run from the loop callback that learns the first ended; no task."""
+    copies = await Subscriber.of(nc, "g.x")
+    gate = threading.Event()
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(gate.set)
+        clients = [
+            await stack.enter_async_context(await RawClient.connect(jet.address)) for _ in range(8)
+        ]
+        await clients[0].create_stream(name="g", subject="g.x", durability="flushed")
+        for i, c in enumerate(clients):  # (each connection's first request: its set-up)
+            await c.produce("g", 0, [ProduceMessage(b"w%d" % i)])
+        with anyio.fail_after(BOUND_S):
+            await copies.wait_for(len(clients))
+        replica = jet.streams.replica("g", 0)
+        runner = replica.committer.fsyncs
+        runner.on_loop = False
+        stack.callback(setattr, runner, "on_loop", True)
+        real_flush = replica.log.flush
+
+        def held_flush(upto: int | None = None) -> int:
+            flushed = real_flush(upto)
+            if not gate.wait(BOUND_S):
+                raise TimeoutError("the test never opened the gate")
+            return flushed
+
+        monkeypatch.setattr(replica.log, "flush", held_flush)
+        counted = _Counted(monkeypatch)
+        threads = runner.thread_fsyncs
+        with tasks_made() as made:
+            (first,) = await clients[0].produce("g", 0, [ProduceMessage(b"a")])
+            with anyio.fail_after(BOUND_S):  # its fsync is in the thread, held
+                while runner.thread_fsyncs == threads:  # noqa: ASYNC110 - no event
+                    await anyio.sleep(0.005)
+            async with anyio.create_task_group() as tg:
+                for i, c in enumerate(clients):
+                    tg.start_soon(c.produce, "g", 0, [ProduceMessage(b"b%d" % i)])
+            assert replica.high_watermark == len(clients)  # none committed yet
+            gate.set()
+            with anyio.fail_after(BOUND_S):
+                got = await copies.wait_for(2 * len(clients) + 1)
+        assert first.offset == len(clients)
+        assert counted.taken == len(clients) + 1
         assert made == []
-    else:
-        assert len(made) <= 20
-        assert set(made) <= {"DirectCopies.publish_let_in"}
+        assert runner.thread_fsyncs == threads + 2  # the held one, then one for the rest
+        assert replica.high_watermark == 2 * len(clients) + 1
+        assert len(got) == 2 * len(clients) + 1
 
 
 async def test_requests_it_declines_are_answered_by_their_task(

@@ -433,16 +433,22 @@ async def test_a_leader_acked_request_on_an_idle_partition_fsyncs_after_its_answ
 async def test_a_busy_loop_sends_a_deferred_fsync_to_a_thread_after_one_look(
     jet: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where the request's after-work finds the loop busy, the flusher takes the fsync to
-    a thread without a second probe turn (the path is then as long as before the after-work
-    took the fsync: one probe, the flusher's wake-up, the thread)."""
+    """Where the fsync a request's append left finds the loop busy after its one look,
+    it goes to a thread without a second probe turn: from the request's after-work task
+    (the flusher's), or, for one answered in its reader callback, from the loop callback
+    that looked (broker/commit_soon.py)."""
     probes = [0]
 
     async def busy(_loop: object = None) -> bool:
         probes[0] += 1
         return False
 
+    def busy_now(_loop: object, _since: float) -> bool:
+        probes[0] += 1
+        return False
+
     monkeypatch.setattr(fsync_runner, "_loop_free", busy)
+    monkeypatch.setattr(fsync_runner, "free_after_turn", busy_now)
     async with await RawClient.connect(jet.address) as c:
         replica = await new_partition(c, jet, "busy")
         runner = replica.committer.fsyncs

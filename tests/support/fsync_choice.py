@@ -19,3 +19,4 @@ def fsyncs_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
         return True
 
     monkeypatch.setattr(fsync_runner, "_loop_free", free)
+    monkeypatch.setattr(fsync_runner, "free_after_turn", lambda _loop, _since: True)

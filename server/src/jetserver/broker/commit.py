@@ -28,7 +28,9 @@ import attrs
 
 from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import AckRouter, PendingAck, deliver_pending
+from jetserver.broker.commit_soon import CommitSoon
 from jetserver.broker.copy_turns import CopyTurns
+from jetserver.broker.hw_waits import HwWaits
 from jetserver.broker.in_turn import InTurn
 from jetserver.broker.replica_base import ReplicaBase
 from jetserver.infra import hops
@@ -71,21 +73,13 @@ class Committer:
     """Called with (stream, partition) once leadership ended (the Produce service)."""
     sync_failures: int = 0
     """fsyncs of this partition's log that failed (each followed by a cut back to disk)."""
-    fetch_waiters: int = 0
-    """Fetches parked waiting for the HW to move."""
-    roles_ended: int = 0
-    """Roles this replica ended (:meth:`role_ended`): a parked fetch returns when it
-    changes, so that a fetch parked under a leadership that ended is answered at once."""
     _dirty: LazyEvent = attrs.field(init=False)
     """Set to have the flusher fsync (made with it, :meth:`request_flush`; a LazyEvent: a
     new anyio.Event per flush looked up the backend, a getpid system call, each message)."""
     _flushing: bool = False
     """The flusher task runs (started by the first :meth:`request_flush`)."""
-    _hw_moved: LazyEvent = attrs.field(factory=LazyEvent)
-    _tail_pushers: list[Callable[[], bool]] | None = None
-    """Tailing FetchStreams parked here that write their next answer from the turn that
-    moves the HW (:meth:`add_tail_pusher`); None while there are none (an idle
-    partition holds no list)."""
+    waits: HwWaits = attrs.field(init=False)
+    """Who waits for the HW to move (broker/hw_waits.py): woken by each commit."""
     copy_turns: CopyTurns = attrs.field(factory=CopyTurns)
     """The order of this partition's NATS copies (:meth:`copies_turn`)."""
     _deferred: bool = False
@@ -96,14 +90,17 @@ class Committer:
     _loop: asyncio.AbstractEventLoop | None = None
     """The running loop, once looked up (asyncio.get_running_loop costs a getpid system
     call per call on Python 3.11; a replica lives on one loop)."""
-    _loop_refused: bool = False
+    loop_refused: bool = False
     """:meth:`commit_deferred` just found the fsync may not run on the loop: the flusher
     goes to a thread without asking again (no second probe turn)."""
     _behind: FlushBehind | None = None
     """The fsyncs of a ``written`` partition on its own (:meth:`request_flush`), made on
     the first."""
-    _thread_flush: bool = False
-    """:meth:`commit_deferred` waits for an fsync in a worker thread."""
+    thread_flush: bool = False
+    """A request's deferred fsync runs in a worker thread (:meth:`commit_deferred`,
+    :meth:`commit_here`, :class:`CommitSoon`)."""
+    _soon: CommitSoon | None = None
+    """The deferred fsyncs of one-step appends, run from loop callbacks (:meth:`soon`)."""
     _handover: asyncio.Task[None] | None = None
     """The task handing a partition whose background fsync failed to the flusher."""
     in_group: bool = False
@@ -113,19 +110,39 @@ class Committer:
     _rests: set[asyncio.Task[None]] = attrs.field(factory=set)
     """:meth:`carry_out_rest_soon`'s tasks (held until done)."""
 
+    def __attrs_post_init__(self) -> None:
+        self.waits = HwWaits(self.base, self.running_loop)
+
     def __repr__(self) -> str:
         return self.base.part_repr(self)
 
-    def defer_longer(self) -> bool:
-        """:meth:`defer_flush`'s check a turn later: the after-work that takes the fsync
-        starts in a task made after this call (a Produce answered in its reader callback).
-        False: no fsync is left to the appending request."""
+    def soon(self) -> CommitSoon:
+        """Runs the fsync a one-step append left (:meth:`defer_flush`) and the work after
+        its commit from loop callbacks, with no task (made on first use)."""
+        soon = self._soon
+        if soon is None:
+            soon = self._soon = CommitSoon(self)
+        return soon
+
+    def keep_deferred(self) -> bool:
+        """Whether an fsync is left to the appending request (:meth:`defer_flush`); the
+        next turn's check is cancelled: the caller runs it (:class:`CommitSoon`)."""
         soon = self._deferred_soon
-        if soon is not None and self._deferred:
+        if soon is not None:
             soon.cancel()
-            loop = self._running_loop()
-            self._deferred_soon = loop.call_soon(loop.call_soon, self._flush_if_deferred)
+            self._deferred_soon = None
         return self._deferred
+
+    def take_deferred(self) -> bool:
+        """Take the fsync :meth:`defer_flush` left (True; the next turn's check has nothing
+        to do); False if none is left (the flusher or another request took it)."""
+        if not self._deferred:
+            return False
+        self._deferred = False  # appends from here on defer again, or ask the flusher
+        soon = self._deferred_soon
+        if soon is not None:
+            soon.cancel()
+        return True
 
     @property
     def flushing(self) -> bool:
@@ -158,6 +175,10 @@ class Committer:
                     behind = self._behind = FlushBehind(self.base.log, loop, self._behind_failed)
                 if behind.kick_soon():
                     self.fsyncs.thread_fsyncs += 1
+                return
+            loop = self._running_loop()
+            if asyncio.current_task(loop) is None:  # a loop callback (CommitSoon): anyio's
+                self._handover = loop.create_task(self._hand_over())  # start needs a task
                 return
             self._flushing = True
             self._dirty = LazyEvent()
@@ -238,7 +259,7 @@ class Committer:
                 if in_turn.left is not None:
                     self.carry_out_rest_soon(*in_turn.left)
                 return
-        self._loop_refused = True
+        self.loop_refused = True
         if self._flushing:
             self._dirty.set()
         elif self.base.life.tg is not None:
@@ -261,18 +282,14 @@ class Committer:
         In a thread from this task, not the flusher's: the flusher's wake-up was a task
         switch between the answer and the fsync on a message's way (``python -m bench
         cost`` on a disk slow enough for the runner's back-off)."""
-        if not self._deferred:
+        if not self.take_deferred():
             return
-        self._deferred = False  # appends from here on defer again, or ask the flusher
-        soon = self._deferred_soon
-        if soon is not None:  # taken here: the next turn's check has nothing to do
-            soon.cancel()
         log_ = self.base.log
         runner = self.fsyncs
         loop = self._running_loop()  # known: no getpid (3.11)
         in_thread = not runner.may_run_here_for(log_)
-        if in_thread and self._thread_flush:
-            self._loop_refused = True
+        if in_thread and self.thread_flush:
+            self.loop_refused = True
             self.request_flush()
             return
         committed = False
@@ -280,12 +297,12 @@ class Committer:
             if hops.ENABLED:
                 hops.mark("fsync.start")
             if in_thread:
-                self._thread_flush = True
+                self.thread_flush = True
                 in_turn = InTurn(self)
                 try:
                     flushed: int | None = await runner.flush_in_thread(log_, None, loop, in_turn)
                 finally:
-                    self._thread_flush = False
+                    self.thread_flush = False
                 committed = in_turn.committed
             else:
                 flushed = await runner.flush_here(log_, None, loop, unless, checked=True)
@@ -301,71 +318,12 @@ class Committer:
                 await self.carry_out_rest(*in_turn.left)
             return
         if flushed is None:
-            self._loop_refused = True
+            self.loop_refused = True
             self.request_flush()
             return
         await self.commit(flushed)
 
     # ---------------------------------------------------------------- waits
-
-    def wake_waiters(self) -> None:
-        """Wake every fetch waiting on this partition (HW move, stop, shutdown). The tail
-        pushers are called first, in this turn: each writes its stream's next answer
-        itself and stays (True) or wakes its task and is dropped (False)."""
-        pushers = self._tail_pushers
-        if pushers:
-            self._tail_pushers = [push for push in pushers if push()] or None
-        event = self._hw_moved
-        if event.has_waiters():  # else it stays, unset: nobody to wake, none to make
-            self._hw_moved = LazyEvent()
-            event.set()
-
-    def add_tail_pusher(self, push: Callable[[], bool]) -> None:
-        """Have :meth:`wake_waiters` call ``push`` (a parked tailing FetchStream,
-        :meth:`jetserver.broker.fetch_stream.FetchStream.next_tail`) until it returns
-        False or :meth:`drop_tail_pusher`."""
-        if self._tail_pushers is None:
-            self._tail_pushers = [push]
-        else:
-            self._tail_pushers.append(push)
-
-    def drop_tail_pusher(self, push: Callable[[], bool]) -> None:
-        """Stop calling ``push`` (a no-op if it is not called any more)."""
-        pushers = self._tail_pushers
-        if pushers is not None and push in pushers:
-            pushers.remove(push)
-            if not pushers:
-                self._tail_pushers = None
-
-    def role_ended(self) -> None:
-        """The replica's role ended (leader, follower, or single): wake every parked fetch
-        and end its wait, whether or not the HW moved (its caller checks the new role)."""
-        self.roles_ended += 1
-        self.wake_waiters()
-
-    async def wait_for_hw_above(
-        self, offset: int, timeout_s: float, stop: Callable[[], bool] | None = None
-    ) -> None:
-        """Return when the HW passes ``offset``, the partition stops, its role ends
-        (:meth:`role_ended`), ``stop()`` is true after a wake-up (:meth:`wake_waiters`),
-        or ``timeout_s`` passes."""
-        self.fetch_waiters += 1
-        try:
-            deadline = time.monotonic() + timeout_s
-            life = self.base.life
-            roles_ended = self.roles_ended
-            while (
-                self.base.log.high_watermark <= offset
-                and not life.closed
-                and not life.stopping
-                and self.roles_ended == roles_ended
-                and (stop is None or not stop())
-            ):
-                left = deadline - time.monotonic()
-                if left <= 0 or not await self._hw_moved.wait_within(left, self._running_loop()):
-                    return
-        finally:
-            self.fetch_waiters -= 1
 
     async def wait_committed(self, end: int, failures: int, timeout_s: float) -> bool:
         """Wait until the HW reaches ``end``: True then; False (at once when seen) if
@@ -382,7 +340,7 @@ class Committer:
             left = deadline - time.monotonic()
             if self.base.life.closed or log_.log_end_offset < end or left <= 0:
                 return False
-            await self._hw_moved.wait_within(left, self._running_loop())
+            await self.waits.wait_moved(left)
 
     def copies_turn(self) -> int:
         """A place in this partition's order of NATS copies (:class:`CopyTurns`), taken as
@@ -406,10 +364,9 @@ class Committer:
                 # On the loop only where the fsync stands between a record and its
                 # readers; with ``written``/``replicated`` it is background work.
                 on_loop = (
-                    self.base.core.policy.durability == DURABILITY_FLUSHED
-                    and not self._loop_refused
+                    self.base.core.policy.durability == DURABILITY_FLUSHED and not self.loop_refused
                 )
-                self._loop_refused = False
+                self.loop_refused = False
                 in_turn = InTurn(self)
                 flushed = await self.fsyncs.flush(
                     self.base.log, target, on_loop=on_loop, loop=self._running_loop(), then=in_turn
@@ -427,7 +384,8 @@ class Committer:
                 self._dirty.set()
                 continue
             if in_turn.committed:  # in the thread job's callback; what needs an await here
-                await in_turn.rest()
+                if in_turn.left is not None:
+                    await self.carry_out_rest(*in_turn.left)
             else:
                 await self.commit(flushed)
 
@@ -463,7 +421,7 @@ class Committer:
             extra=self.base.fields(error=repr(exc), flushed=cut_from, leo_was=leo, leo=end),
         )
         await self.carry_out(out)
-        self.wake_waiters()
+        self.waits.wake()
         if out.renew_epoch is not None:
             self.renew_leadership(out.renew_epoch)
 
@@ -499,19 +457,19 @@ class Committer:
             end = log_.log_end_offset
             flushed = await runner.flush_here(log_, end, loop, contended)
             if flushed is None:
-                if self._thread_flush:
+                if self.thread_flush:
                     # A request's fsync runs in a thread already: the flusher's next one
                     # covers this request with every other appended meanwhile (one thread
                     # job per group, not one per request: 32 large requests in flight
                     # held up to 32 threads waiting on the log's group commit).
-                    self._loop_refused = True
+                    self.loop_refused = True
                     self.request_flush()
                     return
-                self._thread_flush = True
+                self.thread_flush = True
                 try:
                     flushed = await runner.flush(log_, end, on_loop=False, loop=loop)
                 finally:
-                    self._thread_flush = False
+                    self.thread_flush = False
             if hops.ENABLED:
                 hops.mark("fsync.end")
         except Exception:
@@ -572,7 +530,7 @@ class Committer:
             else None
         )
         if moved:
-            self.wake_waiters()
+            self.waits.wake()
         if out.wake_replicas:
             self.wake_replicas()
         return messages

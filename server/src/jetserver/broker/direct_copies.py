@@ -28,6 +28,7 @@ Task safety: event loop thread only.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -128,6 +129,8 @@ class DirectCopies:
     """Where the copies go."""
     backlog: CopyBacklog
     """Their bound."""
+    _tasks: set[asyncio.Future[None]] = attrs.field(factory=set)
+    """The tasks of :meth:`copy_committed`'s copies that could not go at once."""
 
     def after_commit(
         self,
@@ -272,6 +275,31 @@ class DirectCopies:
         if held:
             return functools.partial(self._publish_held, message, header, replica, turn, ticket)
         return True
+
+    def copy_committed(
+        self,
+        replica: PartitionReplica,
+        message: tuple[str, EnvelopeBytes],
+        end: int,
+        failures: int,
+        timeout_s: float,
+        turn: int,
+        ticket: CopyTicket,
+    ) -> None:
+        """The work after the commit of a request answered in its reader callback whose
+        copy waits for the fsync its append left (durability ``flushed``), run from the
+        loop callback that commits it (:class:`~jetserver.broker.commit_soon.CommitSoon`):
+        the copy sent then if it may (:meth:`send_now`), else its after-work
+        (:meth:`publish_let_in`: its turn, the commit, within ``timeout_s``) in a task."""
+        sent = self.send_now(replica, message, end, failures, turn, ticket)
+        if sent is True:
+            return
+        after = sent or functools.partial(
+            self.publish_let_in, replica, (message,), end, failures, timeout_s, turn, ticket
+        )
+        task = asyncio.ensure_future(after())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _publish_held(
         self,

@@ -186,7 +186,7 @@ class FetchStream:
     ) -> None:
         """Park at the log end as ``wait_for_hw_above`` does, but while parked each commit
         that moves the HW writes the next answer itself (:meth:`_push`, called by the
-        committer's :meth:`~jetserver.broker.commit.Committer.wake_waiters` in the turn
+        committer's :meth:`~jetserver.broker.hw_waits.HwWaits.wake` in the turn
         that moved it): no wake-up of this task, no loop turn, per answer. Returns when an
         answer cannot go so (then :meth:`next_tail` goes on as after any wait: its tail
         read, or None for the general path), the stream's idle wait ran out (from its
@@ -220,14 +220,14 @@ class FetchStream:
                 woken.set_result(None)
 
         timer = loop.call_later(seconds, expire)
-        committer.add_tail_pusher(push)
-        committer.fetch_waiters += 1
+        committer.waits.add_tail_pusher(push)
+        committer.waits.fetch_waiters += 1
         try:
             await woken
         finally:
             timer.cancel()  # (the last one armed)
-            committer.fetch_waiters -= 1
-            committer.drop_tail_pusher(push)
+            committer.waits.fetch_waiters -= 1
+            committer.waits.drop_tail_pusher(push)
 
     def _push(
         self, replica: PartitionReplica, api: int, correlation_id: int, max_bytes: int

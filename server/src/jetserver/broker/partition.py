@@ -232,7 +232,7 @@ class PartitionReplica:
         life.drain = drain
         life.run_started.set()  # apply_assignment stops waiting for run: none will come
         self.sequencer.wake()
-        self.committer.wake_waiters()
+        self.committer.waits.wake()
         self.news.wake()
 
     async def wait_stopped(self) -> None:
@@ -257,7 +257,7 @@ class PartitionReplica:
                     log.exception("closing the log failed", extra=self.base.fields())
         finally:
             life.closed = True
-            self.committer.wake_waiters()
+            self.committer.waits.wake()
             life.stopped.set()
 
     # ---------------------------------------------------------------- state
@@ -347,7 +347,7 @@ class PartitionReplica:
     @property
     def fetch_waiters(self) -> int:
         """Fetches parked waiting for the HW to move."""
-        return self.committer.fetch_waiters
+        return self.committer.waits.fetch_waiters
 
     # ---------------------------------------------------------------- ingest
 
@@ -389,12 +389,12 @@ class PartitionReplica:
     def wait_for_hw_above(
         self, offset: int, timeout_s: float, stop: Callable[[], bool] | None = None
     ) -> Coroutine[Any, Any, None]:
-        """:meth:`Committer.wait_for_hw_above`."""
-        return self.committer.wait_for_hw_above(offset, timeout_s, stop)
+        """:meth:`HwWaits.wait_for_hw_above`."""
+        return self.committer.waits.wait_for_hw_above(offset, timeout_s, stop)
 
     def wake_waiters(self) -> None:
         """Wake every fetch waiting on this partition."""
-        self.committer.wake_waiters()
+        self.committer.waits.wake()
 
     def wait_committed(
         self, end: int, failures: int, timeout_s: float

@@ -126,21 +126,28 @@ class ProduceService:
     acks_unmatched: int = 0
     """Acks received for no waiting request (late, after a timeout)."""
     _copies: DirectCopies = attrs.field(init=False)
-    _one: OneProduce = attrs.field(init=False)
-    """The common case in one step (broker/produce_one.py)."""
+    one: OneProduce = attrs.field(init=False)
+    """The common case in one step (broker/produce_one.py); its :meth:`OneProduce.
+    serve_now` serves it from the connection's reader callback (None: not ``direct``)."""
     _cas: CasProduce = attrs.field(init=False)
     """A table's compare-and-set in one step (broker/produce_cas.py)."""
 
     def __attrs_post_init__(self) -> None:
         self._copies = DirectCopies(self.link, self.copy_backlog)
-        self._one = OneProduce(
-            self.streams, self.link, self.limits, self._copies, self.copy_backlog
+        self.one = OneProduce(
+            self.streams,
+            self.link,
+            self.limits,
+            self._copies,
+            self.copy_backlog,
+            self._tokens,
+            self.direct,
         )
-        self._cas = CasProduce(self._one)
+        self._cas = CasProduce(self.one)
 
     async def start(self) -> None:
         """Subscribe to this server's ack inboxes."""
-        self._prefix = self.link.new_inbox()
+        self._prefix = self.one.inbox_prefix = self.link.new_inbox()
         self.streams.acks.local_inboxes[self._prefix] = self._on_local_acks
         self._sub = await self.link.subscribe(self._prefix + ".*", self._on_acks)
         await self.link.flush(5.0)
@@ -295,15 +302,6 @@ class ProduceService:
             await after()
         return response
 
-    def produce_now(self, body: bytes) -> tuple[bytes, After | None] | None:
-        """A Produce request body served with no await (:meth:`OneProduce.serve_now`: the
-        common request, from the connection's reader callback): its response body and
-        after-work; None, nothing done: :meth:`produce_then` serves it, in its task."""
-        if not self.direct:
-            return None
-        token = format(next(self._tokens), "x")
-        return self._one.serve_now(body, f"{self._prefix}.{token}")
-
     async def produce_then(
         self,
         body: bytes | bytearray | memoryview,
@@ -356,7 +354,7 @@ class ProduceService:
         if lost:  # a compare-and-set that lost a race: answered at once
             return lost, None
         if own_task and hold_for_room and self.direct:
-            served = await self._one.serve(body, head, inbox, answer_now)
+            served = await self.one.serve(body, head, inbox, answer_now)
             if served is None and asks_values:  # a table's compare-and-set (produce_cas)
                 served = await self._cas.serve(body, head, inbox, checked=lost == b"")
             if served is not None:

@@ -15,6 +15,7 @@ Task safety: event loop thread only.
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from collections.abc import Callable
 
@@ -112,6 +113,12 @@ class OneProduce:
     """Publishes the NATS copy after the answer."""
     backlog: CopyBacklog
     """The bound on copies waiting for NATS."""
+    tokens: itertools.count[int]
+    """The ack inboxes' tokens (the Produce service's: one sequence for both paths)."""
+    direct: bool = True
+    """False: :meth:`serve_now` serves nothing (``ProduceService.direct``)."""
+    inbox_prefix: str = ""
+    """This server's ack inboxes' prefix (set when the Produce service starts)."""
 
     async def serve(
         self,
@@ -183,13 +190,15 @@ class OneProduce:
             return response, await self.copies.room_for(after, deadline)
         return response, after
 
-    def serve_now(self, body: bytes, inbox: str) -> tuple[bytes, After | None] | None:
+    def serve_now(self, body: bytes) -> tuple[bytes, After | None] | None:
         """:meth:`serve` with no await, from the connection's reader callback (no task),
         of the common request decoded in one pass (:func:`one_message_envelope`): the
         response (to write now) and the after-work (None: nothing left). None, nothing
         done, where :meth:`serve` would not serve it, raise (the task's path answers the
         same error) or wait (no room for its copy in the backlog)."""
-        one = one_message_envelope(body, inbox)
+        if not self.direct:
+            return None
+        one = one_message_envelope(body, f"{self.inbox_prefix}.{next(self.tokens):x}")
         if one is None:
             return None
         stream, partition, timeout_ms, subject, size, envelope, record = one
@@ -205,10 +214,8 @@ class OneProduce:
             result = replica.intake.append_one(subject, record)
             if result is None:
                 return None
-            deferred = replica.committer.defer_longer()  # (the fsync left to this request)
-            return encode_produce_result_tuples([result]), (
-                replica.commit_deferred if deferred else None
-            )
+            replica.committer.soon().after_commit(None)  # (the fsync left to it, if any)
+            return encode_produce_result_tuples([result]), None
         backlog = self.backlog
         if not backlog.admits(len(payload)):
             return None
@@ -234,10 +241,19 @@ class OneProduce:
         if sent is True:
             return response, None
         if sent is False:  # not committed yet (durability flushed): after the fsync
-            replica.committer.defer_longer()  # (its task starts after this step)
-            return response, self._let_in(
-                replica, message, offset, failures, timeout_s, turn, ticket
+            replica.committer.soon().after_commit(
+                functools.partial(
+                    self.copies.copy_committed,
+                    replica,
+                    message,
+                    offset + 1,
+                    failures,
+                    timeout_s,
+                    turn,
+                    ticket,
+                )
             )
+            return response, None
         return response, sent
 
     def _let_in(

@@ -362,7 +362,7 @@ class RoleDriver:
                 await done.wait()
         self._fetcher = None
         await self.committer.carry_out(out)
-        self.committer.role_ended()
+        self.committer.waits.role_ended()
 
     def _start_role_task(self, fn: Callable[[], Any]) -> None:
         """Run ``fn`` until the role ends (cancelled by :meth:`_end_role`); only while
@@ -495,7 +495,7 @@ class RoleDriver:
     async def _follower_hw(self, hw: int) -> None:
         if hw > self.base.log.high_watermark:
             self.base.log.set_high_watermark(hw)
-            self.committer.wake_waiters()
+            self.committer.waits.wake()
 
     async def _subscribe(self, *, confirm: bool) -> None:
         """Subscribe to the partition's subject; with ``confirm``, wait until the NATS

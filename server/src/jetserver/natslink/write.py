@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import attrs
 from nats.aio.client import Client as NatsClient
@@ -61,14 +61,24 @@ class PendingWriter:
                 loop = self._loop = asyncio.get_running_loop()
             loop.call_soon(self._write_pending, nc)
 
-    def send_now(self, nc: NatsClient, parts: Iterable[bytes | memoryview]) -> bool:
+    def send_now(self, nc: NatsClient, parts: Sequence[bytes | memoryview]) -> bool:
         """Write the commands ``parts`` to ``nc``'s socket now, if nothing is pending on
         it (so they keep their order) nor was written so this loop turn, it is connected
         and its socket buffer has room: True if written; False: nothing done (the caller
         publishes as always). What is published on ``nc`` later in the turn waits for
         its end (:meth:`write_soon`): one write per turn more at most, not one per
-        message, under load."""
-        if nc._pending_data_size or nc._status != _CONNECTED or id(nc) in self._write_due:
+        message, under load; so do ``parts`` if that write is due already (queued behind
+        what it writes, in order: True too)."""
+        if nc._status != _CONNECTED:
+            return False
+        if id(nc) in self._write_due:
+            size = sum(map(len, parts))
+            if 0 < nc._max_pending_size < nc._pending_data_size + size:
+                return False  # (nats-py's publish waits for its flush then)
+            nc._pending.extend(parts)  # type: ignore[arg-type]  # (as _publish_on's views)
+            nc._pending_data_size += size
+            return True
+        if nc._pending_data_size:
             return False
         raw = self._raw_transport(nc)
         if raw is None or raw.get_write_buffer_size() > WRITE_BUFFER_LIMIT:

@@ -105,6 +105,9 @@ class Dispatcher:
     """Followers' fetch sessions held here: their parked partitions (incremental requests)."""
     live_settings: LiveLogSettings = attrs.field(factory=LiveLogSettings)
     """A server alone: applies UpdateStream's settings to the open logs."""
+    observe: Callable[[int, bytes, float], None] | None = None
+    """Counts a request answered by :meth:`produce_now` (api, response frame, seconds):
+    the server's request metrics, as its handler counts the others (None: not counted)."""
     """Followers' parked ReplicaFetch requests, by session (to wake them)."""
     _many: ProduceMany | None = attrs.field(default=None, init=False, repr=False)
     _stream_infos: StreamInfoCache = attrs.field(factory=StreamInfoCache, init=False, repr=False)
@@ -369,21 +372,28 @@ class Dispatcher:
         self, correlation_id: int, body: bytes
     ) -> tuple[bytes, Callable[[], Awaitable[None]] | None] | None:
         """A Produce request answered with no await, from its connection's reader
-        callback (:meth:`ProduceService.produce_now`): its response frame and after-work;
+        callback (:meth:`OneProduce.serve_now`): its response frame and after-work;
         None, nothing done: :meth:`handle` answers it in its task (shutting down, a
         screened request, anything but the common request)."""
         security = self.security
         if self.shutting_down or (security is not None and security.screens(_PRODUCE)):
             return None
+        started = time.perf_counter()
         try:
-            served = self.produce.produce_now(body)
+            served = self.produce.one.serve_now(body)
         except Exception as exc:  # raised after its append: answered as handle's
-            reply = self._error_reply(Frame(_PRODUCE, 0, correlation_id, body), exc)
-            return reply.data, None
-        if served is None:
-            return None
-        response, after = served
-        return encode_frame(_PRODUCE, correlation_id, response, flags=FLAG_RESPONSE), after
+            served = self._error_reply(Frame(_PRODUCE, 0, correlation_id, body), exc).data, None
+        else:
+            if served is None:
+                return None
+            served = (
+                encode_frame(_PRODUCE, correlation_id, served[0], flags=FLAG_RESPONSE),
+                served[1],
+            )
+        observe = self.observe
+        if observe is not None:
+            observe(_PRODUCE, served[0], time.perf_counter() - started)
+        return served
 
     async def _produce(self, frame: Frame, head: ProduceHead | None) -> Reply:
         # Each request runs in a plain asyncio task of its own (AcceptedConnection).

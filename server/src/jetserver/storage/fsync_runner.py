@@ -199,11 +199,7 @@ class FsyncRunner:
         between the thread's return and the caller's). ``then(flushed)``, if given, runs
         in that callback when the fsync succeeded (a committer moves the HW there: one
         loop turn before its task would; it must not raise)."""
-        batch = self._batch
-        if batch is None:
-            loop = loop or asyncio.get_running_loop()
-            batch = self._batch = _FlushBatch(loop)
-            loop.call_soon(self._submit, batch)
+        batch = self._batch_of_turn(loop)
         waiter: asyncio.Future[tuple[int, BaseException | None]] = batch.loop.create_future()
         batch.logs.append((log_, upto))
         batch.waiters.append(waiter)
@@ -226,13 +222,40 @@ class FsyncRunner:
         loop: asyncio.AbstractEventLoop,
         settled: Callable[[list[tuple[int, BaseException | None]]], None],
     ) -> None:
-        """``log.flush()`` of each of ``logs`` in worker threads, handed over now as one
-        batch (split among lanes as a turn's batch is); ``settled`` gets every log's
-        outcome, (flushed offset, None) or (-1, its error), in one loop callback once all
-        ended. No caller awaits: the callback commits (broker/commit_group.py)."""
+        """``log.flush()`` of each of ``logs`` in worker threads as one batch (split among
+        lanes); ``settled`` gets every outcome, (flushed offset, None) or (-1, its error),
+        in one loop callback once all ended: it commits (broker/commit_group.py)."""
         self.thread_fsyncs += len(logs)
         batch = _FlushBatch(loop, [(log_, None) for log_ in logs], group=settled)
         loop.call_soon(self._submit, batch)
+
+    def flush_in_thread_then(
+        self,
+        log_: Log,
+        loop: asyncio.AbstractEventLoop,
+        then: Callable[[int, BaseException | None], None],
+    ) -> None:
+        """:meth:`flush_in_thread` to the LEO with no caller to resume: ``then(flushed,
+        None)`` or ``then(-1, error)`` in the job's loop callback (no future, no task:
+        a one-step Produce's commit, :class:`jetserver.broker.commit_soon.CommitSoon`);
+        ``then`` must not raise."""
+        self.thread_fsyncs += 1
+        batch = self._batch_of_turn(loop)
+        batch.logs.append((log_, None))
+        batch.waiters.append(None)
+        if batch.calls is None:
+            batch.calls = {}
+        batch.calls[len(batch.waiters) - 1] = then
+
+    def _batch_of_turn(self, loop: asyncio.AbstractEventLoop | None) -> _FlushBatch:
+        """The batch of the fsyncs handed to threads in this loop turn (made, and its
+        submission the next turn, by the first)."""
+        batch = self._batch
+        if batch is None:
+            loop = loop or asyncio.get_running_loop()
+            batch = self._batch = _FlushBatch(loop)
+            loop.call_soon(self._submit, batch)
+        return batch
 
     def _submit(self, batch: _FlushBatch) -> None:
         if self._batch is batch:
@@ -285,6 +308,17 @@ class FsyncRunner:
             return None
         if unless is not None and unless():
             return None
+        return self._fsync_here(log_, upto)
+
+    def flush_probed(self, log_: Log) -> int | None:
+        """:meth:`flush_here`'s fsync to the LEO once its caller, not a task, found the
+        loop free after a turn (:meth:`may_run_here_for` held before it); None, nothing
+        done, as there (other fsyncs asked for in this turn, another thread fsyncing)."""
+        if self._probing or self._batch is not None:
+            return None
+        return self._fsync_here(log_, None)
+
+    def _fsync_here(self, log_: Log, upto: int | None) -> int | None:
         start = self.clock()
         if hops.ENABLED:
             hops.mark("loop_fsync.start")
@@ -426,6 +460,16 @@ async def _loop_free(loop: asyncio.AbstractEventLoop | None = None) -> bool:
     return not ready
 
 
+def free_after_turn(loop: asyncio.AbstractEventLoop, since: float) -> bool:
+    """:func:`_loop_free`'s verdict for a caller that is not a task: a loop callback that
+    let the loop turn once since ``since`` (``time.perf_counter``) by calling itself back
+    (:class:`jetserver.broker.commit_soon.CommitSoon`)."""
+    ready = getattr(loop, "_ready", None)
+    if ready is None:
+        return time.perf_counter() - since <= FREE_TURN_S
+    return not ready
+
+
 @types.coroutine
 def _one_turn() -> Generator[None, None, None]:
     """One event-loop turn for the task (asyncio's ``sleep(0)`` without its own frame
@@ -441,8 +485,14 @@ class _FlushBatch:
 
     loop: asyncio.AbstractEventLoop
     logs: list[tuple[Log, int | None]] = attrs.field(factory=list)
-    waiters: list[asyncio.Future[tuple[int, BaseException | None]]] = attrs.field(factory=list)
-    """Each log's caller's future: (flushed offset, None) or (-1, its error)."""
+    waiters: list[asyncio.Future[tuple[int, BaseException | None]] | None] = attrs.field(
+        factory=list
+    )
+    """Each log's caller's future: (flushed offset, None) or (-1, its error); None for a
+    caller called back instead (:attr:`calls`)."""
+    calls: dict[int, Callable[[int, BaseException | None], None]] | None = None
+    """By caller's index: called with the outcome instead of a future
+    (:meth:`FsyncRunner.flush_in_thread_then`)."""
     thens: dict[int, Callable[[int], None]] | None = None
     """By caller's index: called with the flushed offset before its future is set (None:
     no caller gave one)."""
@@ -509,6 +559,10 @@ class _FlushBatch:
             return
         thens = self.thens
         for i, (waiter, outcome) in enumerate(zip(self.waiters, self.results, strict=True)):
+            if waiter is None:
+                assert self.calls is not None  # (a caller called back: flush_in_thread_then)
+                self.calls[i](*outcome)
+                continue
             if thens is not None and outcome[1] is None and i in thens:
                 thens[i](outcome[0])
             if not waiter.done():
