@@ -178,7 +178,7 @@ class Committer:
                 return
             loop = self._running_loop()
             if asyncio.current_task(loop) is None:  # a loop callback (CommitSoon): anyio's
-                self._handover = loop.create_task(self._hand_over())  # start needs a task
+                self._hand_over_soon()  # start needs a task
                 return
             self._flushing = True
             self._dirty = LazyEvent()
@@ -204,8 +204,15 @@ class Committer:
             "background fsync failed; the flusher takes over",
             extra=self.base.fields(error=repr(error)),
         )
-        # A task starts it: anyio's task group needs a task to find its backend from.
-        self._handover = self._running_loop().create_task(self._hand_over())
+        self._hand_over_soon()
+
+    def _hand_over_soon(self) -> None:
+        """Start the flusher from a task (anyio's task group needs one to find its backend
+        from); one pending hand-over covers every later request until it runs (it sets
+        :attr:`_dirty`), and :attr:`_handover` keeps it referenced until then."""
+        pending = self._handover
+        if pending is None or pending.done():
+            self._handover = self._running_loop().create_task(self._hand_over())
 
     async def _hand_over(self) -> None:
         if self._flushing:  # another failure handed it over already
