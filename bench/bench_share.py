@@ -48,6 +48,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,19 @@ class Trips:
         )
 
 
+async def _until_one_is_done(items: list[Any], work: Callable[[Any], Awaitable[None]]) -> None:
+    """``work(item)`` for every item at once; the first to return cancels the others (their
+    fetch() waits are not part of the run)."""
+    async with anyio.create_task_group() as tg:
+
+        async def one(item: Any) -> None:
+            await work(item)
+            tg.cancel_scope.cancel()
+
+        for item in items:
+            tg.start_soon(one, item)
+
+
 async def _jet_in_process(
     servers: list[str], stream: str, group: str, n: int
 ) -> tuple[float, int, float, str]:
@@ -327,7 +341,7 @@ async def _jet_in_process(
         trips.watch(client)
         cpu = _cpu()
 
-        async def work(consumer: ShareConsumer, tg: anyio.abc.TaskGroup) -> None:
+        async def work(consumer: ShareConsumer) -> None:
             nonlocal got, first, waited
             while got < n:
                 t = time.perf_counter()
@@ -339,12 +353,9 @@ async def _jet_in_process(
                 for msg in batch:
                     msg.ack()
                 got += len(batch)
-            tg.cancel_scope.cancel()  # the others' fetch() waits are not part of the run
 
         with anyio.fail_after(WAIT_S):
-            async with anyio.create_task_group() as tg:
-                for c in consumers:
-                    tg.start_soon(work, c, tg)
+            await _until_one_is_done(consumers, work)
             done = time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for c in consumers:
@@ -375,7 +386,7 @@ async def _js_in_process(
         ]
         cpu = _cpu()
 
-        async def work(sub: Any, tg: anyio.abc.TaskGroup) -> None:
+        async def work(sub: Any) -> None:
             nonlocal got, first
             while got < n:
                 try:
@@ -387,12 +398,9 @@ async def _js_in_process(
                 for m in msgs:
                     await (m.ack_sync() if ack_sync else m.ack())
                 got += len(msgs)
-            tg.cancel_scope.cancel()  # the others' fetch() waits are not part of the run
 
         with anyio.fail_after(WAIT_S):
-            async with anyio.create_task_group() as tg:
-                for sub in subs:
-                    tg.start_soon(work, sub, tg)
+            await _until_one_is_done(subs, work)
             await nc.flush()
             await _js_empty(js, stream, lambda: False)  # every ack applied
         end = time.perf_counter()

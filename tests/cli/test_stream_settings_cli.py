@@ -34,8 +34,12 @@ def test_out_of_range_settings_exit_2_naming_the_setting(jet_dev: JetDev) -> Non
             jet_dev,
             *("stream", "create", "cli-settings", "--json"),
             *("--segment-max-bytes", str(2**31 - 1), "--duplicate-window", "5m"),
+            # create takes every setting `jet stream edit` changes (one table), "none" too
+            *("--delete-retention", "2h", "--retention-max-bytes", "none"),
         )
     )
     config = orjson.loads(created)["config"]
     assert config["segment_max_bytes"] == 2**31 - 1
     assert config["duplicate_window_s"] == 300
+    assert config["delete_retention_s"] == 7200
+    assert config["retention_max_bytes"] is None

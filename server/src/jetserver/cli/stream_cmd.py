@@ -176,6 +176,32 @@ def duration(text: str) -> float:
     return float(match.group(1)) * _DURATIONS[match.group(2) or ""]
 
 
+_NONE = "none"
+"""The value that lifts a retention limit (``--retention-max-bytes none``), or gives the
+message limit back to the server's (``--max-message-bytes none``)."""
+
+
+def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_or_none(text: str) -> Any:
+        return None if text.strip().lower() == _NONE else parse(text)
+
+    parse_or_none.__name__ = getattr(parse, "__name__", "value")
+    return parse_or_none
+
+
+STREAM_SETTINGS: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
+    ("retention_max_age", _or_none(duration), "DURATION", "e.g. 7d, 12h; none: no limit"),
+    ("retention_max_bytes", _or_none(size), "SIZE", "per partition; none: no limit"),
+    ("retention_max_messages", _or_none(positive_int), "N", "per partition; none: no limit"),
+    ("segment_max_bytes", size, "SIZE", "roll segments at this size"),
+    ("segment_max_age", duration, "DURATION", "roll segments at this age"),
+    ("delete_retention", duration, "DURATION", "how long compaction keeps tombstones"),
+    ("max_message_bytes", _or_none(size), "SIZE", "largest message; none: the server's limit"),
+)
+"""(setting, parser, metavar, help) of the stream settings that ``jet stream create`` sets
+and ``jet stream edit`` changes, each an option ``--setting-name``."""
+
+
 # -- jet stream ---------------------------------------------------------------------------
 
 
@@ -205,16 +231,10 @@ def register(subparsers: Any) -> None:
     create.add_argument(
         "--group", metavar="G", help="load-balance group (one of its streams stores each message)"
     )
-    create.add_argument(
-        "--retention-max-age", type=duration, metavar="DURATION", help="e.g. 7d, 12h"
-    )
-    create.add_argument("--retention-max-bytes", type=size, metavar="SIZE", help="per partition")
-    create.add_argument(
-        "--retention-max-messages", type=positive_int, metavar="N", help="per partition"
-    )
-    create.add_argument("--segment-max-bytes", type=size, metavar="SIZE")
-    create.add_argument("--segment-max-age", type=duration, metavar="DURATION")
-    create.add_argument("--max-message-bytes", type=size, metavar="SIZE")
+    for setting, parse, metavar, text in STREAM_SETTINGS:
+        create.add_argument(
+            "--" + setting.replace("_", "-"), dest=setting, type=parse, metavar=metavar, help=text
+        )
     create.add_argument(
         "--duplicate-window",
         type=duration,
@@ -271,12 +291,7 @@ def _create(args: argparse.Namespace) -> int:
                 replication_factor=args.replicas,
                 compact=args.compact,
                 group=args.group,
-                retention_max_age=args.retention_max_age,
-                retention_max_bytes=args.retention_max_bytes,
-                retention_max_messages=args.retention_max_messages,
-                segment_max_bytes=args.segment_max_bytes,
-                segment_max_age=args.segment_max_age,
-                max_message_bytes=args.max_message_bytes,
+                **{setting: getattr(args, setting) for setting, *_ in STREAM_SETTINGS},
                 duplicate_window=args.duplicate_window,
                 no_nats_copies=args.no_nats_copies,
                 exist_ok=False,

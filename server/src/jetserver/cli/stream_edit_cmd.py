@@ -10,30 +10,16 @@ from typing import Any
 from jetsdk import Client
 from jetserver.cli.exit_codes import EXIT_OK, EXIT_USAGE
 from jetserver.cli.stream_cmd import (
+    STREAM_SETTINGS,
     client_command,
-    duration,
     fail,
     nonnegative_int,
     positive_int,
     print_json,
     run_with_client,
-    size,
 )
 
 __all__ = ["register"]
-
-_NONE = "none"
-"""The value that lifts a retention limit (``--retention-max-bytes none``), or gives the
-message limit back to the server's (``--max-message-bytes none``)."""
-
-
-def _or_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def parse_or_none(text: str) -> Any:
-        return None if text.strip().lower() == _NONE else parse(text)
-
-    parse_or_none.__name__ = getattr(parse, "__name__", "value")
-    return parse_or_none
-
 
 _YES = frozenset({"yes", "true", "on", "1"})
 _NO = frozenset({"no", "false", "off", "0"})
@@ -48,18 +34,7 @@ def yes_no(text: str) -> bool:
 
 
 _EDITABLE: tuple[tuple[str, Callable[[str], Any], str, str], ...] = (
-    ("retention_max_age", _or_none(duration), "DURATION", "e.g. 7d, 12h; none: no limit"),
-    ("retention_max_bytes", _or_none(size), "SIZE", "per partition; none: no limit"),
-    ("retention_max_messages", _or_none(positive_int), "N", "per partition; none: no limit"),
-    ("segment_max_bytes", size, "SIZE", "roll segments at this size"),
-    ("segment_max_age", duration, "DURATION", "roll segments at this age"),
-    ("delete_retention", duration, "DURATION", "how long compaction keeps tombstones"),
-    (
-        "max_message_bytes",
-        _or_none(size),
-        "SIZE",
-        "largest message from now on; none: the server's limit",
-    ),
+    *STREAM_SETTINGS,
     (
         "no_nats_copies",
         yes_no,

@@ -25,7 +25,7 @@ Pure code: no I/O. Values are immutable and thread-safe.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -167,13 +167,19 @@ def _assignor_names(value: Iterable[str]) -> tuple[str, ...]:
 
 
 @attrs.frozen
-class Join:
-    """A member enters the group, or updates its subscriptions (same member id)."""
+class _MemberRecord:
+    """The fields every group-log record starts with."""
 
     group: str = attrs.field(validator=_id_validator)
     """The group name."""
     member: str = attrs.field(validator=_id_validator)
-    """The member id: unique per process incarnation."""
+    """The id of the member that wrote the record: unique per process incarnation."""
+
+
+@attrs.frozen
+class Join(_MemberRecord):
+    """A member enters the group, or updates its subscriptions (same member id)."""
+
     subscriptions: tuple[tuple[str, int], ...] = attrs.field(converter=_subscriptions)
     """(stream, partition count as the member sees it), sorted by stream; a mapping is accepted."""
     instance: str | None = attrs.field(default=None, validator=_optional_id_validator)
@@ -196,13 +202,9 @@ class Join:
 
 
 @attrs.frozen
-class Heartbeat:
+class Heartbeat(_MemberRecord):
     """The member is alive."""
 
-    group: str = attrs.field(validator=_id_validator)
-    """The group name."""
-    member: str = attrs.field(validator=_id_validator)
-    """The member id."""
     generation: int = attrs.field(default=0, validator=_non_negative)
     """The generation of the member's view when it sent this (informational)."""
 
@@ -217,14 +219,10 @@ def _commit_generation(_inst: object, attribute: attrs.Attribute[Any], value: ob
 
 
 @attrs.frozen
-class OffsetCommit:
+class OffsetCommit(_MemberRecord):
     """An offset commit for one partition: from its owner in its owner generation, or a simple
     commit (generation :data:`SIMPLE_GENERATION`) while nobody owns or targets it."""
 
-    group: str = attrs.field(validator=_id_validator)
-    """The group name."""
-    member: str = attrs.field(validator=_id_validator)
-    """The committing member id."""
     stream: str = attrs.field(validator=_id_validator)
     """The stream name."""
     partition: int = attrs.field(validator=_partition_validator)
@@ -280,13 +278,9 @@ def _final_offsets(value: Iterable[FinalOffset]) -> tuple[FinalOffset, ...]:
 
 
 @attrs.frozen
-class Release:
+class Release(_MemberRecord):
     """The member hands partitions back; each entry's offset is committed first, atomically."""
 
-    group: str = attrs.field(validator=_id_validator)
-    """The group name."""
-    member: str = attrs.field(validator=_id_validator)
-    """The releasing member id."""
     partitions: tuple[FinalOffset, ...] = attrs.field(converter=_final_offsets)
     """The released partitions (at least one)."""
 
@@ -297,13 +291,9 @@ class Release:
 
 
 @attrs.frozen
-class Leave:
+class Leave(_MemberRecord):
     """The member goes: final offsets are committed, then all its partitions are released."""
 
-    group: str = attrs.field(validator=_id_validator)
-    """The group name."""
-    member: str = attrs.field(validator=_id_validator)
-    """The leaving member id."""
     temporary: bool = attrs.field(default=False)
     """A static member keeps its slot (no rebalance) until its session timeout passes."""
     final_offsets: tuple[FinalOffset, ...] = attrs.field(default=(), converter=_final_offsets)
@@ -316,13 +306,9 @@ class Leave:
 
 
 @attrs.frozen
-class Checkpoint:
+class Checkpoint(_MemberRecord):
     """The whole group state as of log offset ``as_of`` (see :mod:`jetsdk.group.snapshot`)."""
 
-    group: str = attrs.field(validator=_id_validator)
-    """The group name."""
-    member: str = attrs.field(validator=_id_validator)
-    """The member that wrote it."""
     as_of: int = attrs.field()
     """Offset of the last record the state includes (-1: none)."""
     state: Mapping[str, Any] = attrs.field(hash=False)
@@ -361,66 +347,54 @@ def _final_to_json(entry: FinalOffset) -> dict[str, Any]:
     }
 
 
+def _finals_to_json(entries: tuple[FinalOffset, ...]) -> list[dict[str, Any]]:
+    return [_final_to_json(e) for e in entries]
+
+
+_ENCODED: dict[type, tuple[str, tuple[str, ...]]] = {
+    Join: (
+        "join",
+        (
+            "instance",
+            "subscriptions",
+            "assignors",
+            "session_timeout_ms",
+            "release_timeout_ms",
+            "metadata",
+        ),
+    ),
+    Heartbeat: ("heartbeat", ("generation",)),
+    OffsetCommit: ("commit", ("stream", "partition", "generation", "offset", "metadata")),
+    Release: ("release", ("partitions",)),
+    Leave: ("leave", ("temporary", "final_offsets")),
+    Checkpoint: ("checkpoint", ("as_of", "state")),
+}
+"""Record class -> (its ``type``, its fields after ``group`` and ``member``, in spec order)."""
+_AS_JSON: dict[str, Callable[[Any], Any]] = {
+    "subscriptions": dict,
+    "partitions": _finals_to_json,
+    "final_offsets": _finals_to_json,
+}
+"""Fields whose value is not JSON as it is (tuples are: arrays)."""
+
+
 def encode_record(record: GroupRecord) -> bytes:
     """Encode a record as the UTF-8 JSON value of its message.
 
     Field order is fixed (as in spec/groups.md) so the bytes are reproducible; readers must not
     depend on it.
     """
-    obj: dict[str, Any] = {"v": RECORD_VERSION}
-    if isinstance(record, Join):
-        obj |= {
-            "type": "join",
-            "group": record.group,
-            "member": record.member,
-            "instance": record.instance,
-            "subscriptions": dict(record.subscriptions),
-            "assignors": list(record.assignors),
-            "session_timeout_ms": record.session_timeout_ms,
-            "release_timeout_ms": record.release_timeout_ms,
-            "metadata": record.metadata,
-        }
-    elif isinstance(record, Heartbeat):
-        obj |= {
-            "type": "heartbeat",
-            "group": record.group,
-            "member": record.member,
-            "generation": record.generation,
-        }
-    elif isinstance(record, OffsetCommit):
-        obj |= {
-            "type": "commit",
-            "group": record.group,
-            "member": record.member,
-            "stream": record.stream,
-            "partition": record.partition,
-            "generation": record.generation,
-            "offset": record.offset,
-            "metadata": record.metadata,
-        }
-    elif isinstance(record, Release):
-        obj |= {
-            "type": "release",
-            "group": record.group,
-            "member": record.member,
-            "partitions": [_final_to_json(e) for e in record.partitions],
-        }
-    elif isinstance(record, Leave):
-        obj |= {
-            "type": "leave",
-            "group": record.group,
-            "member": record.member,
-            "temporary": record.temporary,
-            "final_offsets": [_final_to_json(e) for e in record.final_offsets],
-        }
-    else:
-        obj |= {
-            "type": "checkpoint",
-            "group": record.group,
-            "member": record.member,
-            "as_of": record.as_of,
-            "state": record.state,
-        }
+    kind, fields = _ENCODED[type(record)]
+    obj: dict[str, Any] = {
+        "v": RECORD_VERSION,
+        "type": kind,
+        "group": record.group,
+        "member": record.member,
+    }
+    for name in fields:
+        value = getattr(record, name)
+        convert = _AS_JSON.get(name)
+        obj[name] = value if convert is None else convert(value)
     return orjson.dumps(obj)
 
 

@@ -161,57 +161,42 @@ class Settings:
 ShareRecord = Claim | Settle | Settings
 
 
+_ENCODED: dict[type, tuple[str, tuple[str, ...]]] = {
+    Settings: ("settings", ("group", "member", "lease_ms", "max_deliveries", "starts")),
+    Claim: (
+        "claim",
+        (
+            "group",
+            "member",
+            "stream",
+            "partition",
+            "start",
+            "end",
+            "size",
+            "lease_ms",
+            "max_deliveries",
+            "dlq_hw",
+        ),
+    ),
+    Settle: ("settle", ("group", "member", "stream", "partition", "start", "lease")),
+}
+"""Record class -> (its ``type``, the fields it always has, in spec order)."""
+_SETTLE_SPARSE = ("acked", "released", "returned", "rejected", "dead", "extend", "renew", "dlq_hw")
+"""A settle's fields after the ones it always has, each left out when empty, false or null
+(spec §3.2): most settles hold acks only."""
+
+
 def encode_share_record(record: ShareRecord) -> bytes:
     """The canonical JSON value of ``record`` (fields in spec order)."""
-    head: dict[str, Any] = {"v": RECORD_VERSION}
-    if isinstance(record, Settings):
-        head.update(
-            type="settings",
-            group=record.group,
-            member=record.member,
-            lease_ms=record.lease_ms,
-            max_deliveries=record.max_deliveries,
-            starts=[list(x) for x in record.starts],
-        )
-    elif isinstance(record, Claim):
-        head.update(
-            type="claim",
-            group=record.group,
-            member=record.member,
-            stream=record.stream,
-            partition=record.partition,
-            start=record.start,
-            end=record.end,
-            size=record.size,
-            lease_ms=record.lease_ms,
-            max_deliveries=record.max_deliveries,
-            dlq_hw=record.dlq_hw,
-        )
-    else:  # a settle leaves out what is empty, false or null (spec §3.2): most hold acks only
-        head.update(
-            type="settle",
-            group=record.group,
-            member=record.member,
-            stream=record.stream,
-            partition=record.partition,
-            start=record.start,
-            lease=record.lease,
-        )
-        for name, runs in (
-            ("acked", record.acked),
-            ("released", record.released),
-            ("returned", record.returned),
-            ("rejected", record.rejected),
-            ("dead", record.dead),
-        ):
-            if runs:
-                head[name] = runs
-        if record.extend:
-            head["extend"] = True
-        if record.renew:
-            head["renew"] = record.renew
-        if record.dlq_hw is not None:
-            head["dlq_hw"] = record.dlq_hw
+    kind, fields = _ENCODED[type(record)]
+    head: dict[str, Any] = {"v": RECORD_VERSION, "type": kind}
+    for name in fields:
+        head[name] = getattr(record, name)
+    if isinstance(record, Settle):
+        for name in _SETTLE_SPARSE:
+            value = getattr(record, name)
+            if value is not None and value is not False and value != ():
+                head[name] = value
     return orjson.dumps(head)
 
 
