@@ -5,10 +5,8 @@
 
 Only the async code is written by hand. For each class in :data:`SPECS` this reads the
 source with :mod:`ast` and emits a wrapper class with the same name, the same public
-methods, signatures and defaults. The docstrings are not copied: each sync one names the
-async method it runs (whose docstring is the one to keep up to date), and the class keeps
-the first paragraph of the async class's docstring (rewritten by the ordered substitution
-table :data:`DOC_SUBS`), where
+methods, signatures, defaults and docstrings (rewritten by the ordered substitution table
+:data:`DOC_SUBS`), where
 
 - ``async def m(...)`` becomes ``def m(...)`` that runs the coroutine in the client's loop
   thread (``SyncWrapper._run``) and returns its result;
@@ -339,13 +337,12 @@ class _Emitter:
         self.imports.add("SyncWrapper", "jetsdk._sync_support")
         body: list[str] = []
         self.lines = body
-        summary = (ast.get_docstring(node) or spec.cls).split("\n\n")[0]
+        doc = ast.get_docstring(node)
         extra = (
-            f"\n\nBlocking version of :class:`{spec.module}.{spec.cls}` (generated): each"
-            "\nmethod runs the async one it names, documented there, in the client's private"
-            "\nevent-loop thread. Thread-safe."
+            f"\n\nBlocking version of :class:`{spec.module}.{spec.cls}`\n(generated); "
+            "every call runs in the client's private event-loop thread. Thread-safe."
         )
-        body += _doc(summary + extra, "    ")
+        body += _doc((doc or spec.cls) + extra, "    ")
         methods = {
             m.name: m for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)
         }
@@ -377,7 +374,7 @@ class _Emitter:
             params_sig = params
         self.lines.append("")
         self._signature("__init__", params_sig, "None", "    ")
-        doc = f"Arguments as for :class:`{self.spec.module}.{self.spec.cls}`."
+        doc = ast.get_docstring(init) or ""
         if any(_callback_wrapper(p.annotation) for p in params):
             doc += (
                 "\n\nCallbacks run in a worker thread (not the loop thread): they may block and"
@@ -413,8 +410,7 @@ class _Emitter:
         is_property = any(
             isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list
         )
-        target = f"{self.spec.module}.{self.spec.cls}.{name}"
-        doc = f"As :attr:`{target}`." if is_property else f"Blocking :meth:`{target}`."
+        doc = ast.get_docstring(method)
         L = self.lines
         L.append("")
         if name == "__aiter__":

@@ -22,9 +22,8 @@ from jetsdk.transport import Dialer
 class Client(SyncWrapper[_AsyncClient]):
     """A connection to a jet cluster. Use as ``with Client(...) as client:``.
 
-    Blocking version of :class:`jetsdk.client.Client` (generated): each
-    method runs the async one it names, documented there, in the client's private
-    event-loop thread. Thread-safe.
+    Blocking version of :class:`jetsdk.client.Client`
+    (generated); every call runs in the client's private event-loop thread. Thread-safe.
     """
 
     def __init__(
@@ -47,7 +46,30 @@ class Client(SyncWrapper[_AsyncClient]):
         password: str | None = None,
         backend: str = "asyncio",
     ) -> None:
-        """Arguments as for :class:`jetsdk.client.Client`.
+        """Configure a client; it connects in ``__enter__``.
+
+        Args:
+            servers: bootstrap servers (``"host:port"`` strings or one comma-separated
+                string); default $JET_SERVERS, then ``127.0.0.1:9292``.
+            connect_timeout: seconds to connect to one server and get its Hello answer.
+            request_timeout: seconds to wait for any response.
+            retry: retry policy for retriable errors.
+            dialer: opens byte streams (tests pass :meth:`jetsdk.memory.MemoryNetwork.dial`);
+                default plain TCP, or TLS when a TLS option is given.
+            client_name: sent in Hello.
+            tls: an ``SSLContext`` to connect with TLS, or True for a default context
+                (built from ``tls_ca``/``tls_cert``/``tls_key`` if given).
+            tls_ca: PEM file, the CA bundle to verify servers with (turns TLS on).
+            tls_cert: PEM file, the client certificate to present (turns TLS on).
+            tls_key: PEM file, the client certificate's key (turns TLS on).
+            server_hostname: name checked against server certificates (default: the host
+                of each address).
+            credentials: what to authenticate with when a server requires it (or pass
+                ``token``, or ``user`` and ``password``).
+
+        Raises:
+            InvalidArgument: a malformed server address, unusable TLS files, or conflicting
+                credentials.
 
         backend: the anyio backend of the private loop thread (``"asyncio"`` or ``"trio"``).
         """
@@ -72,42 +94,55 @@ class Client(SyncWrapper[_AsyncClient]):
 
     @property
     def server_info(self) -> dict[str, Any]:
-        """As :attr:`jetsdk.client.Client.server_info`."""
+        """The Hello answer of the server this client bootstrapped from."""
         return self._obj.server_info
 
     @property
     def identity(self) -> str | None:
-        """As :attr:`jetsdk.client.Client.identity`."""
+        """The identity the last authenticated connection was given (None: none yet)."""
         return self._obj.identity
 
     @property
     def max_message_bytes(self) -> int:
-        """As :attr:`jetsdk.client.Client.max_message_bytes`."""
+        """The server's message size limit (from Hello; the default if unknown)."""
         return self._obj.max_message_bytes
 
     @property
     def max_frame_bytes(self) -> int:
-        """As :attr:`jetsdk.client.Client.max_frame_bytes`."""
+        """The server's frame limit (from Hello; the default if unknown)."""
         return self._obj.max_frame_bytes
 
     def refresh_metadata(self) -> ClusterMetadata:
-        """Blocking :meth:`jetsdk.client.Client.refresh_metadata`."""
+        """Fetch the full metadata now (concurrent callers share one request)."""
         return self._run(self._obj.refresh_metadata)
 
     def metadata(self, *, refresh: bool = False) -> ClusterMetadata:
-        """Blocking :meth:`jetsdk.client.Client.metadata`."""
+        """The cached metadata (fetched first if stale, missing, or ``refresh``)."""
         return self._run(self._obj.metadata, refresh=refresh)
 
     def stream_info(self, name: str, *, refresh: bool = False) -> StreamInfo:
-        """Blocking :meth:`jetsdk.client.Client.stream_info`."""
+        """A stream's metadata from the cache (refreshed once if the stream is missing).
+        With ``refresh``: fresh, with each partition's ``hw``, ``leo``, ``log_start``,
+        ``size_bytes`` and ``segments`` as its leader describes them (None if it has no
+        leader or its leader does not answer at once).
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
         return self._run(self._obj.stream_info, name, refresh=refresh)
 
     def partition_info(self, stream: str, partition: int) -> PartitionInfo:
-        """Blocking :meth:`jetsdk.client.Client.partition_info`."""
+        """A partition's metadata from the cache.
+
+        Raises:
+            StreamNotFound, PartitionNotFound: no such stream or partition.
+        """
         return self._run(self._obj.partition_info, stream, partition)
 
     def streams_for_subject(self, subject: str) -> list[tuple[StreamInfo, int]]:
-        """Blocking :meth:`jetsdk.client.Client.streams_for_subject`."""
+        """Every (stream, partition) whose partition subject matches the literal ``subject``,
+        ordered by stream name.
+        """
         return self._run(self._obj.streams_for_subject, subject)
 
     def create_stream(
@@ -132,7 +167,27 @@ class Client(SyncWrapper[_AsyncClient]):
         no_nats_copies: bool = False,
         exist_ok: bool = True,
     ) -> StreamInfo:
-        """Blocking :meth:`jetsdk.client.Client.create_stream`."""
+        """Create a stream listening on ``subject`` (default: the name).
+
+        Creating a stream that exists with the same settings succeeds (idempotent) unless
+        ``exist_ok`` is False. Durations are float seconds; None leaves the server default.
+        ``min_isr``: fewest in-sync replicas for an ALL ack (default 2 when the replication
+        factor is 3 or more, else 1). ``durability``: ``"flushed"`` (default: an ALL ack
+        means fsynced on every in-sync replica), ``"replicated"`` (fsynced on the leader,
+        written on the followers) or ``"written"`` (replication factor 1 only: committed
+        and visible once written, before the fsync, like Kafka's and JetStream's defaults;
+        a power loss or a failed fsync can lose the last milliseconds of acknowledged
+        records); see spec/cluster.md, "Durability". ``duplicate_window``: how long a plain
+        NATS message's ``Nats-Msg-Id`` is remembered for deduplication (default 120 s).
+        ``no_nats_copies`` (replication factor 1, no ``group``): the records the server
+        stores from jet Produce requests (this SDK's producers) are not also published to
+        NATS, so plain NATS subscribers and other streams on the subject do not see them
+        (for streams read through jet only; spec/protocol.md §6).
+
+        Raises:
+            StreamExists: the name exists with other settings (or at all, if not exist_ok).
+            InvalidArgument: a bad name, subject or option (``field``), found here or by the server.
+        """
         return self._run(
             self._obj.create_stream,
             name,
@@ -156,11 +211,20 @@ class Client(SyncWrapper[_AsyncClient]):
         )
 
     def delete_stream(self, name: str) -> None:
-        """Blocking :meth:`jetsdk.client.Client.delete_stream`."""
+        """Delete a stream and its data.
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
         self._run(self._obj.delete_stream, name)
 
     def update_stream(self, name: str, **settings: Any) -> StreamInfo:
-        """Blocking :meth:`jetsdk.client.Client.update_stream`."""
+        """Change an existing stream's retention, segment, ``max_message_bytes`` and
+        ``no_nats_copies`` settings (names of :meth:`create_stream`; None lifts a
+        retention limit, or gives back the server's message limit); every replica applies
+        them. Raises InvalidArgument for a fixed (``partitions``...), unknown or bad
+        setting.
+        """
         return self._run(self._obj.update_stream, name, **settings)
 
     def purge_stream(
@@ -169,15 +233,25 @@ class Client(SyncWrapper[_AsyncClient]):
         partition: int | None = None,
         before: int | None = None,
     ) -> dict[int, int]:
-        """Blocking :meth:`jetsdk.client.Client.purge_stream`."""
+        """Drop ``partition``'s records (None: every partition's) below offset ``before``
+        (None: all committed ones) on every replica; return {partition: log start now}.
+        Raises OffsetOutOfRange if ``before`` is above the high watermark.
+        """
         return self._run(self._obj.purge_stream, name, partition, before)
 
     def list_streams(self, *, include_internal: bool = False) -> list[StreamInfo]:
-        """Blocking :meth:`jetsdk.client.Client.list_streams`."""
+        """Every stream, ordered by name (fresh metadata); internal streams (``__groups``,
+        ``__share.*``: :attr:`StreamInfo.internal`) only with ``include_internal``.
+        """
         return self._run(self._obj.list_streams, include_internal=include_internal)
 
     def describe_stream(self, name: str) -> StreamInfo:
-        """Blocking :meth:`jetsdk.client.Client.describe_stream`."""
+        """A stream with per-partition ``hw``, ``leo``, ``log_start``, ``size_bytes``,
+        ``segments`` (as seen by the answering server).
+
+        Raises:
+            StreamNotFound: no such stream.
+        """
         return self._run(self._obj.describe_stream, name)
 
     def list_offsets(
@@ -186,5 +260,14 @@ class Client(SyncWrapper[_AsyncClient]):
         partition: int = 0,
         position: OffsetPosition = "latest",
     ) -> OffsetInfo:
-        """Blocking :meth:`jetsdk.client.Client.list_offsets`."""
+        """Resolve a position to an offset on the partition leader.
+
+        Args:
+            position: ``"earliest"`` (log start), ``"latest"`` (the high watermark: the next
+                offset a committed message gets), or a time (a datetime, or an int of ns
+                since the epoch): the first offset stored at or after it, else the HW.
+
+        Raises:
+            JetError: StreamNotFound, PartitionNotFound or InvalidArgument (a bad position).
+        """
         return self._run(self._obj.list_offsets, stream, partition, position)

@@ -31,9 +31,8 @@ from jetsdk.sync.client import Client
 class Producer(SyncWrapper[_AsyncProducer]):
     """Sends messages to one stream. Use as ``with Producer(client, stream) as p:``.
 
-    Blocking version of :class:`jetsdk.producer.producer.Producer` (generated): each
-    method runs the async one it names, documented there, in the client's private
-    event-loop thread. Thread-safe.
+    Blocking version of :class:`jetsdk.producer.producer.Producer`
+    (generated); every call runs in the client's private event-loop thread. Thread-safe.
     """
 
     def __init__(
@@ -56,7 +55,52 @@ class Producer(SyncWrapper[_AsyncProducer]):
         compression_min_bytes: int = DEFAULT_MIN_COMPRESS_BYTES,
         compression_offload_bytes: int | None = None,
     ) -> None:
-        """Arguments as for :class:`jetsdk.producer.producer.Producer`."""
+        """Configure a producer; it starts in ``__enter__``.
+
+        Args:
+            client: an entered :class:`~jetsdk.client.Client`.
+            stream: the stream to send to.
+            ack: default ack policy (per-message override in :meth:`send`).
+            linger: seconds a message may wait for others to share its batch (0: send as
+                soon as the partition's sender is free).
+            max_batch_messages: most messages per Produce request.
+            max_batch_bytes: most (estimated) bytes per Produce request.
+            max_in_flight: outstanding Produce requests per partition. 1 (default) keeps
+                each partition's messages in send order, retries included; more
+                pipelines requests, but a retried batch may land after a later one.
+            max_pending: most messages queued or unacknowledged; send_soon waits beyond.
+            max_pending_bytes: most bytes of messages queued or unacknowledged (their
+                estimated sizes, as ``max_batch_bytes`` counts them; Kafka's
+                ``buffer.memory``); send_soon waits beyond. A message larger than this
+                still goes, alone.
+            ack_timeout: seconds the server waits for acks before answering TIMEOUT.
+            partitioner: ``(key, value, num_partitions) -> partition`` for messages without
+                an explicit partition; default: murmur2 of the key, round-robin if keyless.
+            idempotent: attach a producer id and sequences so retries can be deduplicated.
+            delivery_timeout: seconds from a batch's first send during which retriable
+                failures (leader moved, connection lost, ...) are retried on the
+                partition's current leader (Kafka's ``delivery.timeout.ms``); then its
+                messages fail with the last error.
+            compression: ``"zstd"`` or ``"lz4"`` to store values compressed, with the
+                header ``Jet-Compression`` naming the codec (spec/envelope.md, "Compressed
+                values"; consumers of this SDK decompress them); None: as they are. Needs
+                ``pip install jetsdk[compression]``. The key and headers stay readable
+                (compaction and key lookups work), and ``max_message_bytes`` counts the
+                compressed size.
+            compression_min_bytes: values shorter than this are sent as they are, and so is
+                one that would not get smaller (and, after such values, the next 1, 2, 4,
+                ... up to 16 without trying; one that gets smaller starts over).
+            compression_offload_bytes: the async producer compresses values at least
+                this long in a worker thread, off its event loop, still stored in send
+                order (:mod:`jetsdk.producer.compression_stage`); None (default): in
+                ``send_soon``, on the loop (the blocking producer compresses on its
+                caller's thread either way). It pays only where the process has a core to
+                spare: with the server on the same 2 cores it measured slower.
+
+        Raises:
+            ValueError: a limit out of range; CompressionError (a ValueError) for an
+                unknown codec or one whose package is not installed.
+        """
         self._factory = lambda: _AsyncProducer(
             client._obj,
             stream,
@@ -79,22 +123,22 @@ class Producer(SyncWrapper[_AsyncProducer]):
 
     @property
     def num_partitions(self) -> int:
-        """As :attr:`jetsdk.producer.producer.Producer.num_partitions`."""
+        """Partitions of the stream (known once entered)."""
         return self._obj.num_partitions
 
     @property
     def pending(self) -> int:
-        """As :attr:`jetsdk.producer.producer.Producer.pending`."""
+        """Messages queued or awaiting their ack."""
         return self._obj.pending
 
     @property
     def retries(self) -> int:
-        """As :attr:`jetsdk.producer.producer.Producer.retries`."""
+        """Produce requests sent again so far (whole or partial batches)."""
         return self._obj.retries
 
     @property
     def producer_id(self) -> int | None:
-        """As :attr:`jetsdk.producer.producer.Producer.producer_id`."""
+        """The idempotent producer id (None unless ``idempotent``; set once entered)."""
         return self._obj.producer_id
 
     def send(
@@ -110,7 +154,40 @@ class Producer(SyncWrapper[_AsyncProducer]):
         expected_offset: int | None = None,
         timestamp: int | datetime | None = None,
     ) -> Ack:
-        """Blocking :meth:`jetsdk.producer.producer.Producer.send`."""
+        """Send one message and wait for its ack.
+
+        Args:
+            value: the payload.
+            key: the key (drives partitioning and compaction), or None.
+            headers: a mapping or (name, value) pairs; str values are UTF-8 encoded.
+            ack: ack policy for this message (default: the producer's).
+            partition: explicit partition (default: the partitioner's choice).
+            subject: NATS subject to publish on, which must match the partition's subject
+                pattern (default: the partition subject).
+            msg_id: an id for deduplication, sent as the ``Nats-Msg-Id`` header: a message
+                whose id the partition stored within the stream's ``duplicate_window_s``
+                is not stored again, and its ack is the stored copy's (same offset).
+            expected_offset: store the message only if it gets this offset (optimistic
+                concurrency; the ``Jet-Expected-Offset`` header), else it fails with
+                :class:`~jetsdk.errors.WrongExpectedOffset` and is not stored.
+            timestamp: the message's own time, ns since the epoch or an aware datetime,
+                stored in the ``Jet-Timestamp`` header and read back as
+                ``Message.producer_timestamp``; the record's timestamp (the ack's and the
+                message's ``timestamp``) stays the server's
+                (non-decreasing per partition, spec/storage.md).
+
+        Returns:
+            The :class:`~jetsdk.message.Ack` (offset -1 with ack policy NONE).
+
+        Raises:
+            MessageTooLarge: over the server's or stream's message limit.
+            PartitionNotFound: ``partition`` out of range.
+            InvalidArgument: a bad ``msg_id``, ``expected_offset`` or ``timestamp``, or a
+                header that one of them writes given in ``headers`` too.
+            WrongExpectedOffset: the message would not get ``expected_offset``.
+            Timeout: no ack in time (the message may or may not be stored).
+            JetError: any other failure (see :mod:`jetsdk.errors`).
+        """
         prepared = self._obj._prepare(
             value,
             key,
@@ -137,7 +214,13 @@ class Producer(SyncWrapper[_AsyncProducer]):
         expected_offset: int | None = None,
         timestamp: int | datetime | None = None,
     ) -> SendHandle:
-        """Blocking :meth:`jetsdk.producer.producer.Producer.send_soon`."""
+        """Queue one message and return at once with a handle to its outcome.
+
+        Waits only while ``max_pending`` messages (or ``max_pending_bytes``) are already
+        pending (backpressure).
+        Arguments as :meth:`send`; errors about the message itself (too large, bad
+        partition, bad headers) are raised here, delivery errors by the handle.
+        """
         prepared = self._obj._prepare(
             value,
             key,
@@ -152,5 +235,8 @@ class Producer(SyncWrapper[_AsyncProducer]):
         return self._queued().send_soon(prepared)
 
     def flush(self) -> None:
-        """Blocking :meth:`jetsdk.producer.producer.Producer.flush`."""
+        """Send everything queued now (ignoring linger) and wait until every message sent
+        before the call is acknowledged or failed. Does not raise for failed messages
+        (their handles do).
+        """
         self._queued().flush()
