@@ -81,6 +81,23 @@ async def _served(c: RawClient, partition: int) -> list[Record]:
     return []
 
 
+async def _stored_after_restart(
+    nats_server: NatsServer, data: Path, stream: str
+) -> list[dict[int, bytes | None]]:
+    """Every partition's records (offset -> value) as a server restarted on ``data``
+    (without the fault) serves them."""
+    again = start_server_process(nats_server.url, data, "--log-level", "INFO")
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with await RawClient.connect(again.address) as c:
+                return [
+                    {r.offset: r.value for r in await c.fetch_all(stream, p)}
+                    for p in range(PARTITIONS)
+                ]
+    finally:
+        again.stop()
+
+
 async def test_a_failed_fsync_in_a_group_is_its_partitions_alone(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:
@@ -113,16 +130,7 @@ async def test_a_failed_fsync_in_a_group_is_its_partitions_alone(
         assert proc.stop() == 0
     assert marker.exists(), "the injected fsync failure never fired"
 
-    again = start_server_process(nats_server.url, data, "--log-level", "INFO")
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(again.address) as c:
-                stored = [
-                    {r.offset: r.value for r in await c.fetch_all("g", p)}
-                    for p in range(PARTITIONS)
-                ]
-    finally:
-        again.stop()
+    stored = await _stored_after_restart(nats_server, data, "g")
     for p in range(PARTITIONS):
         lost = {o: v for o, v in seen[p].items() if stored[p].get(o) != v}
         assert not lost, f"partition {p}: records served to a reader then lost: {lost}"
@@ -179,16 +187,7 @@ async def test_all_sections_commit_as_one_group_a_failed_fsync_fails_its_own(
         if p != FAILING:
             assert len(acked[p]) == ROUNDS * PER_SECTION, p
 
-    again = start_server_process(nats_server.url, data, "--log-level", "INFO")
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(again.address) as c:
-                stored = [
-                    {r.offset: r.value for r in await c.fetch_all("a", p)}
-                    for p in range(PARTITIONS)
-                ]
-    finally:
-        again.stop()
+    stored = await _stored_after_restart(nats_server, data, "a")
     for p in range(PARTITIONS):
         lost = {o: v for o, v in acked[p].items() if stored[p].get(o) != v}
         assert not lost, f"partition {p}: acked ALL, then lost: {lost}"
