@@ -8,6 +8,7 @@ not decode, a partition it does not lead, a stream the identity may not write).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +30,8 @@ from jetsdk.codec.produce_many import (
 from jetsdk.codec.record import Record
 from jetserver.broker.sequencer import DEFER_MAX_RECORDS
 from jetserver.server import Server
+from jetserver.storage import Log
+from jetserver.storage.fsync_runner import FsyncRunner
 from security.auth_kit import auth_settings, tokens_for
 from support.jet_server import running_server
 from support.nats_server import NatsServer
@@ -290,29 +293,44 @@ async def test_large_sections_read_in_place_are_stored_as_sent(jet: Server) -> N
             assert records[-1].headers == messages[-1].headers
 
 
-async def test_the_fsyncs_of_sections_appended_at_once_go_as_one_job_that_commits(
-    jet: Server,
+@pytest.mark.parametrize("policy", [AckPolicy.LEADER, AckPolicy.ALL])
+async def test_the_fsyncs_of_a_requests_sections_go_as_one_job_that_commits(
+    jet: Server, monkeypatch: pytest.MonkeyPatch, policy: AckPolicy
 ) -> None:
-    """LEADER-acked sections to 4 idle partitions (one over DEFER_MAX_RECORDS) are
-    appended at once and leave their fsyncs to the request, which runs them as ONE thread
-    job whose callback commits each (broker/commit_group.py): no partition's flusher task
-    starts (on 020f2b6 each partition's flusher was woken, and started, to take its
-    fsync), and every record is committed."""
+    """Sections to 4 idle partitions (one over DEFER_MAX_RECORDS) leave their fsyncs to
+    the request, which runs them as ONE thread job whose callback commits each
+    (broker/commit_group.py): LEADER-acked ones appended at once in the request's task
+    (on 020f2b6 each partition's flusher was woken, and started, to take its fsync),
+    ALL-acked ones in a task each, answered once that commit moved their HW (on fb72720f
+    each ran its own fsync and commit, ``Committer.commit_here``, and no group job ran).
+    No partition's flusher task starts, and every record is committed."""
+    groups: list[int] = []
+    flush_group = FsyncRunner.flush_group
+
+    def spy(self: FsyncRunner, logs: list[Log], *args: Any) -> None:
+        groups.append(len(logs))
+        flush_group(self, logs, *args)
+
+    monkeypatch.setattr(FsyncRunner, "flush_group", spy)
     assert jet.address is not None
     async with await RawClient.connect(jet.address) as c:
         await c.create_stream(name="g", subject="g", partitions=4)
         replicas = [jet.streams.replica("g", p) for p in range(4)]
         sizes = [1, 2, DEFER_MAX_RECORDS + 1, 3]
         sections = [
-            _section("g", p, [b"g%d-%d" % (p, i) for i in range(n)]) for p, n in enumerate(sizes)
+            _section("g", p, [b"g%d-%d" % (p, i) for i in range(n)], policy=policy)
+            for p, n in enumerate(sizes)
         ]
         for round_ in range(2):
             answer = await _many(c, sections)
             assert [_offsets(s) for s in answer] == [
                 list(range(round_ * n, (round_ + 1) * n)) for n in sizes
             ]
+            if policy == AckPolicy.ALL:  # committed before the answer
+                assert [r.log.high_watermark for r in replicas] == [(round_ + 1) * n for n in sizes]
             for p, n in enumerate(sizes):
                 records = await c.collect("g", p, n, offset=round_ * n)
                 assert [r.value for r in records] == [b"g%d-%d" % (p, i) for i in range(n)]
+        assert groups == [4, 4]
         assert not any(r.committer.flushing for r in replicas)
         assert [r.log.flushed_offset for r in replicas] == [2 * n for n in sizes]

@@ -81,6 +81,23 @@ async def _served(c: RawClient, partition: int) -> list[Record]:
     return []
 
 
+async def _stored_after_restart(
+    nats_server: NatsServer, data: Path, stream: str
+) -> list[dict[int, bytes | None]]:
+    """Every partition's records (offset -> value) as a server restarted on ``data``
+    (without the fault) serves them."""
+    again = start_server_process(nats_server.url, data, "--log-level", "INFO")
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with await RawClient.connect(again.address) as c:
+                return [
+                    {r.offset: r.value for r in await c.fetch_all(stream, p)}
+                    for p in range(PARTITIONS)
+                ]
+    finally:
+        again.stop()
+
+
 async def test_a_failed_fsync_in_a_group_is_its_partitions_alone(
     nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
 ) -> None:
@@ -113,16 +130,7 @@ async def test_a_failed_fsync_in_a_group_is_its_partitions_alone(
         assert proc.stop() == 0
     assert marker.exists(), "the injected fsync failure never fired"
 
-    again = start_server_process(nats_server.url, data, "--log-level", "INFO")
-    try:
-        with anyio.fail_after(BOUND_S):
-            async with await RawClient.connect(again.address) as c:
-                stored = [
-                    {r.offset: r.value for r in await c.fetch_all("g", p)}
-                    for p in range(PARTITIONS)
-                ]
-    finally:
-        again.stop()
+    stored = await _stored_after_restart(nats_server, data, "g")
     for p in range(PARTITIONS):
         lost = {o: v for o, v in seen[p].items() if stored[p].get(o) != v}
         assert not lost, f"partition {p}: records served to a reader then lost: {lost}"
@@ -134,3 +142,52 @@ async def test_a_failed_fsync_in_a_group_is_its_partitions_alone(
     failing = list(stored[FAILING].values())
     assert len(failing) < (ROUNDS + 1) * PER_SECTION
     assert failing[-PER_SECTION:] == [_value(FAILING, ROUNDS, i) for i in range(PER_SECTION)]
+
+
+def _all_section(partition: int, round_: int) -> bytes:
+    messages = tuple(ProduceMessage(_value(partition, round_, i)) for i in range(PER_SECTION))
+    return encode_produce_request(ProduceRequest("a", partition, AckPolicy.ALL, 10000, messages))
+
+
+async def test_all_sections_commit_as_one_group_a_failed_fsync_fails_its_own(
+    nats_server: NatsServer, tmp_path: Path, fsync_shim: Path
+) -> None:
+    """ALL sections (a task each) leave their fsyncs to the request's group too: every
+    section answers only once its own partition committed it, so every record acked is
+    still there after a restart; partition 2's failed fsync fails exactly its section
+    (retriable), the other partitions' sections of that round succeed."""
+    data = tmp_path / "data"
+    marker = tmp_path / "fault-fired"
+    fault = FsyncFault(match=f"/{FAILING}/00000000000000000000.log", at=4, marker=marker)
+    proc = start_server_process(nats_server.url, data, "--log-level", "INFO", env=fault.env())
+    acked: list[dict[int, bytes]] = [{} for _ in range(PARTITIONS)]
+    refused: list[tuple[int, int]] = []
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with await RawClient.connect(proc.address) as c:
+                await c.create_stream(name="a", subject="a", partitions=PARTITIONS)
+                for round_ in range(ROUNDS):
+                    sections = [_all_section(p, round_) for p in range(PARTITIONS)]
+                    body = encode_produce_many_request(sections)
+                    frame = await c.request(Api.PRODUCE_MANY, body)
+                    answers = decode_produce_many_response(frame.body)
+                    for p, section in enumerate(answers):
+                        assert section.error_code == 0, decode_error(section.body)
+                        for i, r in enumerate(decode_produce_response(section.body)):
+                            if r.error_code == 0:
+                                acked[p][r.offset] = _value(p, round_, i)
+                            else:
+                                refused.append((p, r.error_code))
+    finally:
+        assert proc.stop() == 0
+    assert marker.exists(), "the injected fsync failure never fired"
+    assert refused, "the failed fsync's records were acked"
+    assert {p for p, _code in refused} == {FAILING}, refused
+    for p in range(PARTITIONS):
+        if p != FAILING:
+            assert len(acked[p]) == ROUNDS * PER_SECTION, p
+
+    stored = await _stored_after_restart(nats_server, data, "a")
+    for p in range(PARTITIONS):
+        lost = {o: v for o, v in acked[p].items() if stored[p].get(o) != v}
+        assert not lost, f"partition {p}: acked ALL, then lost: {lost}"

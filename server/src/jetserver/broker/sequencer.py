@@ -39,6 +39,7 @@ from jetserver.broker.acks import JSON_ACK_MARK, AckRouter, PartitionAck
 from jetserver.broker.append_batch import AppendBatch, Wanted, acks_after_append
 from jetserver.broker.append_checks import AppendChecks, Refusal
 from jetserver.broker.commit import Committer
+from jetserver.broker.commit_group import IN_GROUP
 from jetserver.broker.direct import DirectAckTo, DirectBatch, Result, record_body
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.ingested import Queued
@@ -348,9 +349,10 @@ class Sequencer:
         ``flushed`` (the commit is the fsync), is committed in its own task: (here, after)
         = it waits for the commit anyway (an ALL ack: fsync and commit before answering,
         :meth:`Committer.commit_here`); it does not and is small (LEADER, NONE, up to
-        :data:`DEFER_MAX_RECORDS`, or any size in a group, ``FsyncRunner.grouping``: the
-        fsync is left to its after-work, once its answer is written,
-        :meth:`Committer.defer_flush`)."""
+        :data:`DEFER_MAX_RECORDS`: the fsync is left to its after-work, once its answer
+        is written, :meth:`Committer.defer_flush`). Any size and any ack in an open
+        :class:`FsyncGroup` (a ProduceMany's sections, broker/commit_group.py): the fsync
+        is left to the request, which fsyncs and commits its partitions together."""
         item = batch[0] if len(batch) == 1 else None
         core = self.base.core
         if not (
@@ -359,8 +361,12 @@ class Sequencer:
             and core.policy.durability == DURABILITY_FLUSHED
         ):
             return False, False
-        small = len(item.records) <= DEFER_MAX_RECORDS or self.committer.fsyncs.grouping
-        return item.policy == _ALL, small and item.policy != _ALL
+        group = IN_GROUP.get()
+        if group is not None and group.join(self.committer):
+            return False, True
+        if item.policy == _ALL:
+            return True, False
+        return False, len(item.records) <= DEFER_MAX_RECORDS
 
     # ---------------------------------------------------------------- the append
 

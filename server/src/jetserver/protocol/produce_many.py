@@ -41,7 +41,7 @@ from jetsdk.codec.produce_many import (
     produce_many_section_count,
     produce_many_section_views,
 )
-from jetserver.broker.commit_group import commit_together
+from jetserver.broker.commit_group import IN_GROUP, FsyncGroup
 from jetserver.broker.direct_copies import After
 from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
@@ -90,14 +90,16 @@ class ProduceMany:
         sections = produce_many_section_views(frame.body)
         session = session or Session()
         answers: Sequence[tuple[ProduceSection, After | None]]
-        committed: asyncio.Future[None] | None = None
         heads = self._at_once(sections)
+        loop = asyncio.get_running_loop()
+        # Several sections leave their partitions' fsyncs to this request (an append made
+        # in their step joins the group), which fsyncs and commits them in one thread job.
+        group = FsyncGroup() if len(sections) > 1 else None
         if heads is not None:
             # Each is appended and answered without waiting: one after the other, here
             # (each head decoded once, for the check and the section).
             served: list[tuple[ProduceSection, After | None]] = []
-            fsyncs = self.produce.streams.fsyncs
-            fsyncs.grouping = len(heads) > 1  # their fsyncs are left to this request
+            joined = IN_GROUP.set(group)
             try:
                 for body, head in zip(sections, heads, strict=True):
                     served.append(await self._section(body, session, head))
@@ -105,13 +107,22 @@ class ProduceMany:
                 self.produce.give_up_copies(after for _section, after in served)
                 raise
             finally:
-                fsyncs.grouping = False
+                IN_GROUP.reset(joined)
+                if group is not None:
+                    group.close(loop)
             answers = served
-            # Their fsyncs (left to this request) in one thread job that commits them.
-            committed = self._commit_together(heads)
+            committed = None if group is None else group.committed
         else:
-            loop = asyncio.get_running_loop()
-            tasks = [loop.create_task(self._section(body, session)) for body in sections]
+            joined = IN_GROUP.set(group)  # (each task copies it: their first steps join)
+            try:
+                tasks = [loop.create_task(self._section(body, session)) for body in sections]
+            finally:
+                IN_GROUP.reset(joined)
+            if group is not None:
+                # After every section's first step (their appends, if at once; an ALL
+                # section then waits for its partition's commit): one group (not one fsync
+                # per section: issue 38's table puts), a group of one included.
+                loop.call_soon(group.close, loop, 1)
             try:
                 answers = await asyncio.gather(*tasks) if tasks else []
             except BaseException:
@@ -123,6 +134,7 @@ class ProduceMany:
                     if task.done() and not task.cancelled() and task.exception() is None
                 )
                 raise
+            committed = None if group is None else group.committed
         body = encode_produce_many_response([section for section, _after in answers])
         afters = await self.produce.copies_in_order(
             [after for _section, after in answers if after is not None]
@@ -130,15 +142,6 @@ class ProduceMany:
         return Reply(
             encode_frame(frame.api, frame.correlation_id, body, flags=FLAG_RESPONSE),
             after=_all_after(afters, committed) if afters else None,
-        )
-
-    def _commit_together(self, heads: list[ProduceHead]) -> asyncio.Future[None] | None:
-        """:func:`commit_together` of the partitions of ``heads`` led here (their sections
-        were just appended at once)."""
-        local = self.produce.streams.local_replica
-        replicas = [local(head[0], head[1]) for head in heads]
-        return commit_together(
-            (r.committer for r in replicas if r is not None), asyncio.get_running_loop()
         )
 
     def _at_once(self, sections: list[bytes | memoryview]) -> list[ProduceHead] | None:

@@ -139,10 +139,6 @@ class FsyncRunner:
     """Loop time spent in them."""
     thread_large_writes: int = 0
     """Large writes made from a worker thread."""
-    grouping: bool = False
-    """True while a request appends to many partitions whose fsyncs it then runs as one
-    group (:meth:`flush_group`; a ProduceMany's sections appended at once): an append
-    made meanwhile leaves its fsync to the request, whatever its size."""
     _batch: _FlushBatch | None = attrs.field(default=None, repr=False)
     _probing: int = 0
     """Callers of :meth:`flush_here` in their free-loop probe turn now."""
