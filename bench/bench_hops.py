@@ -12,7 +12,6 @@ Run: ``python -m bench hops [--quick]`` (quick: 2 rounds of 300 messages, else 4
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -40,41 +39,34 @@ def _client(tree: Path, args: list[str], n: int) -> dict[str, dict[str, float]]:
     return result
 
 
+STAGES = ("write", "read", "parsed", "resumed")
+COUNTS = "{read_to_resumed_us:.0f} us, {steps:g} steps ({steps_mean:.2f} mean), {iters:g} turns"
+
+
 def _line(tag: str, flow: str, row: dict[str, float]) -> str:
-    stages = " ".join(
-        f"{s} {row[f'{s}_us']:.0f}"
-        for s in ("write", "read", "parsed", "resumed")
-        if f"{s}_us" in row
-    )
-    return (
-        f"  {tag:<16} {flow:<4} us from call: {stages};"
-        f" read->resumed {row['read_to_resumed_us']:.0f} us, {row['steps']:g} steps"
-        f" ({row['steps_mean']:.2f} mean), {row['iters']:g} iterations"
-    )
+    stages = " ".join(f"{s} {row[s + '_us']:.0f}" for s in STAGES if s + "_us" in row)
+    return f"  {tag:<16} {flow:<4} us from call: {stages}; read->resumed {COUNTS.format(**row)}"
 
 
 def run(quick: bool) -> None:
     """Start the servers and alternate the clients' rounds (see the module docstring)."""
     rounds, n = (2, 300) if quick else (4, 1000)
     trees = compared_trees()
-    print(
-        f"client timeline, one message at a time, 100 B, {rounds} rounds of {n}"
-        + "".join(f"; {tag} = {tree}" for tag, tree in trees.items())
-        + f" (load {_load()})"
-    )
-    with contextlib.ExitStack() as stack:
-        devnull = stack.enter_context(open(os.devnull, "wb"))
-        dev = stack.enter_context(DevCluster(size=1, log_file=devnull))
-        js_url = stack.enter_context(jetstream_server(sync_always=False))
+    named = "".join(f"; {tag} = {tree}" for tag, tree in trees.items())
+    print(f"client timeline, one message at a time, 100 B, {rounds} x {n}{named} (load {_load()})")
+    with (
+        open(os.devnull, "wb") as devnull,
+        DevCluster(size=1, log_file=devnull) as dev,
+        jetstream_server(sync_always=False) as js_url,
+    ):
+        sides: list[tuple[str, Path, list[str]]] = [
+            (f"jet {tag} {backend}", tree, ["jet", dev.addresses[0], backend])
+            for tag, tree in trees.items()
+            for backend in ("asyncio", "trio")
+        ]
+        sides.append(("nats-py asyncio", HERE, ["nats", js_url, "asyncio"]))
         for r in range(rounds):
-            sides: list[tuple[str, Path, list[str]]] = [
-                (f"jet {tag} {backend}", tree, ["jet", dev.addresses[0], backend])
-                for tag, tree in trees.items()
-                for backend in ("asyncio", "trio")
-            ]
-            sides.append(("nats-py asyncio", HERE, ["nats", js_url, "asyncio"]))
             for name, tree, args in sides if r % 2 == 0 else sides[::-1]:
-                result = _client(tree, args, n)
-                for flow, row in result.items():
+                for flow, row in _client(tree, args, n).items():
                     if row:
                         print(_line(f"r{r} {name}", flow, row) + f" (load {_load()})", flush=True)

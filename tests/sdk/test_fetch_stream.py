@@ -5,6 +5,8 @@ against a server without it (the fake cluster)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -218,6 +220,25 @@ def test_a_stream_asks_for_at_most_its_buffer_in_answers() -> None:
     assert fetch_source.stream_shape(64 << 20, tailing=False) == (2, 64 << 20)
 
 
+@asynccontextmanager
+async def _tailing(jet_dev: JetDev) -> AsyncIterator[tuple[Consumer, Producer]]:
+    """A new stream's consumer at its tail (its stream open: the first answer opened it)
+    and a producer of it (linger 0)."""
+    name = unique("fs")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        async with (
+            Consumer(client, name, start="new-only", max_wait=5.0) as consumer,
+            Producer(client, name, linger=0) as producer,
+        ):
+            with anyio.fail_after(BOUND_S):
+                while not await consumer.fetch(timeout=0.5):
+                    await producer.send(b"warm")
+                while await consumer.fetch(timeout=0.2):
+                    pass
+            yield consumer, producer
+
+
 async def test_a_tailing_consumer_gets_each_answer_without_its_fetch_loop_waking(
     jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -234,27 +255,17 @@ async def test_a_tailing_consumer_gets_each_answer_without_its_fetch_loop_waking
         return answer
 
     monkeypatch.setattr(fetch_source.FetchSource, "next", counted)
-    name = unique("fs")
     count = 40
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(name, name)
-        async with (
-            Consumer(client, name, start="new-only", max_wait=5.0) as consumer,
-            Producer(client, name, linger=0) as producer,
-        ):
-            with anyio.fail_after(BOUND_S):  # tailing: the first answer opened the stream
-                while not await consumer.fetch(timeout=0.5):
-                    await producer.send(b"warm")
-                while await consumer.fetch(timeout=0.2):
-                    pass
-                before = returned
-                offsets = []
-                for i in range(count):
-                    sent = await producer.send(b"%d" % i)
-                    got = await consumer.fetch(timeout=BOUND_S)
-                    assert [m.value for m in got] == [b"%d" % i]
-                    offsets.append(got[0].offset)
-                    assert offsets[-1] == sent.offset
+    async with _tailing(jet_dev) as (consumer, producer):
+        with anyio.fail_after(BOUND_S):
+            before = returned
+            offsets = []
+            for i in range(count):
+                sent = await producer.send(b"%d" % i)
+                got = await consumer.fetch(timeout=BOUND_S)
+                assert [m.value for m in got] == [b"%d" % i]
+                offsets.append(got[0].offset)
+                assert offsets[-1] == sent.offset
         assert offsets == list(range(offsets[0], offsets[0] + count))
         # Before: one return per message (40). Now: a stream's last answer of its 64 ends
         # in the loop's task, and opens the next stream.
@@ -266,28 +277,18 @@ async def test_answers_left_untaken_keep_their_order_behind_a_full_credit(
 ) -> None:
     """While the application does not take what was handed over, the run's credit is
     used up: later answers queue in the stream and come out in order, none lost."""
-    name = unique("fs")
     count = 30
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(name, name)
-        async with (
-            Consumer(client, name, start="new-only", max_wait=5.0) as consumer,
-            Producer(client, name, linger=0) as producer,
-        ):
-            with anyio.fail_after(BOUND_S):
-                while not await consumer.fetch(timeout=0.5):
-                    await producer.send(b"warm")
-                while await consumer.fetch(timeout=0.2):
-                    pass
-                first = (await producer.send(b"0")).offset
-                for i in range(1, count):  # one request each, nobody fetching meanwhile
-                    await producer.send(b"%d" % i)
-                values: list[bytes] = []
-                offsets: list[int] = []
-                while len(values) < count:
-                    for msg in await consumer.fetch(max_records=7, timeout=BOUND_S):
-                        values.append(msg.value)
-                        offsets.append(msg.offset)
+    async with _tailing(jet_dev) as (consumer, producer):
+        with anyio.fail_after(BOUND_S):
+            first = (await producer.send(b"0")).offset
+            for i in range(1, count):  # one request each, nobody fetching meanwhile
+                await producer.send(b"%d" % i)
+            values: list[bytes] = []
+            offsets: list[int] = []
+            while len(values) < count:
+                for msg in await consumer.fetch(max_records=7, timeout=BOUND_S):
+                    values.append(msg.value)
+                    offsets.append(msg.offset)
         assert values == [b"%d" % i for i in range(count)]
         assert offsets == list(range(first, first + count))
 
