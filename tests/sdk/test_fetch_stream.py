@@ -5,6 +5,8 @@ against a server without it (the fake cluster)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -21,6 +23,8 @@ from jetsdk.codec.messages import ProduceMessage, ProduceRequest, decode_fetch_r
 from jetsdk.codec.record import iter_records
 from jetsdk.connection import Connection
 from jetsdk.consumer import fetch_source
+from jetsdk.pending_stream import PendingStream
+from jetsdk.transport import running_asyncio_loop
 from support.jet_dev import JetDev
 from support.names import unique
 
@@ -214,3 +218,111 @@ def test_a_stream_asks_for_at_most_its_buffer_in_answers() -> None:
     assert fetch_source.stream_shape(1000, tailing=True) == (64, 1000)
     assert fetch_source.stream_shape(1 << 20, tailing=False) == (8, 1 << 20)
     assert fetch_source.stream_shape(64 << 20, tailing=False) == (2, 64 << 20)
+
+
+@asynccontextmanager
+async def _tailing(jet_dev: JetDev) -> AsyncIterator[tuple[Consumer, Producer]]:
+    """A new stream's consumer at its tail (its stream open: the first answer opened it)
+    and a producer of it (linger 0)."""
+    name = unique("fs")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        async with (
+            Consumer(client, name, start="new-only", max_wait=5.0) as consumer,
+            Producer(client, name, linger=0) as producer,
+        ):
+            with anyio.fail_after(BOUND_S):
+                while not await consumer.fetch(timeout=0.5):
+                    await producer.send(b"warm")
+                while await consumer.fetch(timeout=0.2):
+                    pass
+            yield consumer, producer
+
+
+async def test_a_tailing_consumer_gets_each_answer_without_its_fetch_loop_waking(
+    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open stream's answer is decoded and handed to the waiting application in the
+    connection reader's turn (FetchSource.take): the fetch loop's ``source.next`` returns
+    only for what it cannot take there (here: a stream's last answer, or the first)."""
+    returned = 0
+    next_answer = fetch_source.FetchSource.next
+
+    async def counted(self: fetch_source.FetchSource, offset: int, max_bytes: int) -> Any:
+        nonlocal returned
+        answer = await next_answer(self, offset, max_bytes)
+        returned += 1
+        return answer
+
+    monkeypatch.setattr(fetch_source.FetchSource, "next", counted)
+    count = 40
+    async with _tailing(jet_dev) as (consumer, producer):
+        with anyio.fail_after(BOUND_S):
+            before = returned
+            offsets = []
+            for i in range(count):
+                sent = await producer.send(b"%d" % i)
+                got = await consumer.fetch(timeout=BOUND_S)
+                assert [m.value for m in got] == [b"%d" % i]
+                offsets.append(got[0].offset)
+                assert offsets[-1] == sent.offset
+        assert offsets == list(range(offsets[0], offsets[0] + count))
+        # Before: one return per message (40). Now: a stream's last answer of its 64 ends
+        # in the loop's task, and opens the next stream.
+        assert returned - before <= 2
+
+
+async def test_answers_left_untaken_keep_their_order_behind_a_full_credit(
+    jet_dev: JetDev,
+) -> None:
+    """While the application does not take what was handed over, the run's credit is
+    used up: later answers queue in the stream and come out in order, none lost."""
+    count = 30
+    async with _tailing(jet_dev) as (consumer, producer):
+        with anyio.fail_after(BOUND_S):
+            first = (await producer.send(b"0")).offset
+            for i in range(1, count):  # one request each, nobody fetching meanwhile
+                await producer.send(b"%d" % i)
+            values: list[bytes] = []
+            offsets: list[int] = []
+            while len(values) < count:
+                for msg in await consumer.fetch(max_records=7, timeout=BOUND_S):
+                    values.append(msg.value)
+                    offsets.append(msg.offset)
+        assert values == [b"%d" % i for i in range(count)]
+        assert offsets == list(range(first, first + count))
+
+
+async def test_a_streams_wait_starts_again_after_answers_taken_in_the_readers_turn() -> None:
+    """``PendingStream.next``'s timeout bounds the time without any answer: answers its
+    ``on_answer`` took meanwhile start the wait again (a tailing consumer's stream is
+    not timed out while its answers flow to the application)."""
+    forgotten: list[int] = []
+    loop = running_asyncio_loop()  # asyncio: a future; trio: an event
+    pending = PendingStream(Api.FETCH_STREAM, 7, "peer", forgotten.append, loop)
+    taken: list[bytes] = []
+
+    def take(body: bytes | bytearray) -> bool:
+        taken.append(bytes(body))
+        return body != b"queue me"
+
+    pending.on_answer = take
+    async with anyio.create_task_group() as tg:
+
+        async def feed() -> None:
+            for body in (b"a", b"b", b"c"):
+                await anyio.sleep(0.15)
+                pending._push(body, None, more=True)
+            await anyio.sleep(0.15)
+            pending._push(b"queue me", None, more=True)
+
+        tg.start_soon(feed)
+        with anyio.fail_after(BOUND_S):
+            body, more = await pending.next(0.3)  # 0.6 s in all, 0.15 s between answers
+    assert (body, more) == (b"queue me", True)
+    assert taken == [b"a", b"b", b"c", b"queue me"]
+    assert pending.taken == 3
+    assert forgotten == []
+    pending._push(b"last", None, more=False)  # a last answer is never taken
+    assert taken[-1] == b"queue me"
+    assert await pending.next(BOUND_S) == (b"last", False)

@@ -36,8 +36,8 @@ async def test_the_caller_writes_the_request_of_an_idle_partition(
             written = conn.pending_count - before
             ack = await handle
         assert ack.offset == 1
-    # The fast path is for plain TCP on asyncio; elsewhere the sender task writes it.
-    assert written == (1 if anyio_backend == "asyncio" else 0)
+    # The fast path is for plain TCP, on asyncio and trio alike.
+    assert written == 1
 
 
 async def test_a_one_partition_producer_writes_without_a_loop_callback(

@@ -176,7 +176,7 @@ class Connection:
         """True if :meth:`send_nowait` would write a frame now."""
         lock = self._write_lock
         return (
-            self._loop is not None
+            self._side_tasks is not None
             and self._write_now is not None
             and self._closed_error is None
             and self._tail_written is None
@@ -359,7 +359,8 @@ class Connection:
     def send_nowait(self, api: int, body: RequestBody) -> PendingResponse | None:
         """Write a request frame from a plain function, without waiting: its handle, or
         None if that cannot be done now (another frame is being written, the connection
-        is closed, or it is not plain TCP on asyncio): use :meth:`send` then.
+        is closed or its reader not running, or it is not plain TCP): use :meth:`send`
+        then. On asyncio and trio alike.
 
         A producer whose partition sender is idle writes its request this way in the
         caller's task, one event-loop turn before the sender task would. What the socket
@@ -367,13 +368,14 @@ class Connection:
         frame (bounded by the write timeout). If the connection breaks here, the returned
         handle fails with the error :meth:`send` would have raised.
         """
-        loop, lock = self._loop, self._write_lock
-        if loop is None or self._write_now is None or self._closed_error is not None:
+        loop, lock, side_tasks = self._loop, self._write_lock, self._side_tasks
+        if side_tasks is None or self._write_now is None or self._closed_error is not None:
             return None  # (can_send_now's tests, without its call)
         if self._tail_written is not None or (lock is not None and lock.locked()):
             return None
         cid = self._allocate_id()
-        pending = PendingResponse(api, cid, self.label, self._forget, loop.create_future())
+        future = None if loop is None else loop.create_future()
+        pending = PendingResponse(api, cid, self.label, self._forget, future)
         frame = self._frame(api, cid, body)
         self._waiters[cid] = pending
         try:
@@ -384,7 +386,11 @@ class Connection:
             return pending
         if sent < sum(map(len, frame)):
             self._tail_written = anyio.Event()
-            self._tail_task = loop.create_task(self._write_tail(_frame_rest(frame, sent)))
+            rest = _frame_rest(frame, sent)
+            if loop is not None:
+                self._tail_task = loop.create_task(self._write_tail(rest))
+            else:  # trio: a task of the reader's group (its write is shielded)
+                side_tasks.start_soon(self._write_tail, rest)
         return pending
 
     def _frame(self, api: int, cid: int, body: RequestBody) -> FrameParts:

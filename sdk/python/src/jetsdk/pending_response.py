@@ -52,6 +52,8 @@ class PendingResponse:
     _on_done: Callable[[object], None] | None = None
     """The callback of :meth:`when_done` while the response has not come."""
     _done: bool = False
+    _expired: bool = False
+    """Other loops (trio): :meth:`settled` timed out (asyncio: the future set False)."""
     _body: Body | None = None
     _error: JetError | None = None
 
@@ -116,6 +118,18 @@ class PendingResponse:
         if future is not None and future.cancelled():
             self._future = future.get_loop().create_future()
 
+    async def settled(self, timeout: float) -> None:
+        """Other loops (trio): wait until the response (or an error) arrived, or
+        ``timeout`` seconds passed (then nothing is raised and nothing forgotten; a later
+        :meth:`wait` raises Timeout at once, as after an asyncio :meth:`waiter`'s timeout).
+        A cancelled caller is cancelled here, the request still pending."""
+        if not self._done:
+            if self._event is None:
+                self._event = anyio.Event()
+            with anyio.move_on_after(timeout):
+                await self._event.wait()
+            self._expired = not self._done
+
     def _resolve(self, body: Body | None, error: JetError | None) -> None:
         if not self._done:
             self._done = True
@@ -171,8 +185,9 @@ class PendingResponse:
                 else:
                     if self._event is None:
                         self._event = anyio.Event()
-                    with anyio.move_on_after(math.inf if timeout is None else timeout):
-                        await self._event.wait()
+                    if not self._expired:
+                        with anyio.move_on_after(math.inf if timeout is None else timeout):
+                            await self._event.wait()
             finally:
                 if not self._done:  # timed out or cancelled: drop a late answer
                     self._forget(self.correlation_id)

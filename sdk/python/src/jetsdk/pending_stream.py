@@ -62,6 +62,14 @@ class PendingStream:
     """The last response (or an error) arrived, or the stream was closed."""
     _future: asyncio.Future[bool] | None = None
     _event: anyio.Event | None = None
+    on_answer: Callable[[Body], bool] | None = None
+    """Takes an answer in the reader's turn instead of queueing it (the requester sets it
+    only while it waits in :meth:`next` with nothing queued): called with a response that
+    more follow (never the last, an error, or one past the buffer bound); True: taken (not
+    queued, the waiter not woken), False: queue it as usual. It must not raise (it runs
+    in the connection's reader)."""
+    taken: int = 0
+    """Responses :attr:`on_answer` took."""
 
     @property
     def finished(self) -> bool:
@@ -76,6 +84,10 @@ class PendingStream:
             self._error = error
             self._ended = True
         else:
+            take = self.on_answer
+            if take is not None and more and not self._answers and take(body):
+                self.taken += 1  # handed on in this turn: the waiter stays parked
+                return
             self._answers.append(body)
             self._buffered += len(body)
             self._ended = not more
@@ -97,7 +109,8 @@ class PendingStream:
         """The next response body, and whether more responses follow it.
 
         Args:
-            timeout: seconds to wait for it (None: no limit).
+            timeout: seconds to wait for it (None: no limit; answers :attr:`on_answer`
+                took meanwhile start it again).
 
         Raises:
             Timeout: none arrived in time (the stream is closed: later ones are dropped).
@@ -110,7 +123,10 @@ class PendingStream:
                 raise self._error
             if self._ended:
                 raise RuntimeError("the stream's last response was taken already")
+            taken = self.taken
             if not await self._wait(timeout):
+                if self.taken != taken:
+                    continue  # answers came meanwhile (taken by on_answer): wait again
                 self.close()
                 raise Timeout(f"no response to a stream request from {self.label} in {timeout}s")
         body = self._answers.popleft()

@@ -23,6 +23,8 @@ Read replicas (``read_replicas``) and servers whose Hello does not list api 18 g
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from jetsdk.client import Client
@@ -36,7 +38,7 @@ from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import FetchResponseHeader
 from jetsdk.errors import JetError
 from jetsdk.group.stream_partition import StreamPartition
-from jetsdk.pending_stream import PendingStream
+from jetsdk.pending_stream import Body, PendingStream
 from jetsdk.retry import needs_metadata_refresh
 
 __all__ = ["STREAM_BUFFER_BYTES", "FetchSource", "stream_shape"]
@@ -70,6 +72,12 @@ class FetchSource:
     key: StreamPartition
     max_wait: float
     read_replicas: bool = False
+    take: Callable[[FetchResponseHeader, memoryview], bool] | None = None
+    """The fetch loop's taker of an open stream's answers in the connection reader's
+    turn, while :meth:`next` waits with none queued (:attr:`PendingStream.on_answer`): a
+    tailing consumer's records reach the application without a wake-up of the loop's
+    task. True: taken (the loop's position moved past them); False: :meth:`next`
+    returns the answer as usual."""
     _pending: PendingStream | None = None
     _limit: int = 0
     """The ``max_bytes`` the loop asked for when the open stream was sent."""
@@ -80,6 +88,8 @@ class FetchSource:
     at first: a consumer starting behind (from offset 0, say) reads its first stream in
     answers of ``max_bytes``, not in the tail's small ones (a tailing consumer's first
     small answer makes its next stream a tailing one)."""
+    _offset: int = 0
+    """The offset :meth:`next` was asked for (the messages of an error taken now)."""
     _stale: bool = False
     """The last error said the leader may have moved: refresh the metadata first."""
     streams_opened: int = 0
@@ -119,7 +129,13 @@ class FetchSource:
                         max_wait=self.max_wait,
                         read_replicas=self.read_replicas,
                     )
-            body, more = await pending.next(self.max_wait + self.client.request_timeout)
+            if self.take is not None:
+                self._offset = offset
+                pending.on_answer = self._take_now
+            try:
+                body, more = await pending.next(self.max_wait + self.client.request_timeout)
+            finally:
+                pending.on_answer = None
         except JetError as exc:
             self.close()
             self._stale = needs_metadata_refresh(exc)
@@ -129,6 +145,18 @@ class FetchSource:
         header, raw = decode_fetch_answer(body, stream, partition, offset)
         self._tailing = header.records_len < self._answer_bytes // 2 and not pending.cut
         return header, raw
+
+    def _take_now(self, body: Body) -> bool:
+        """:attr:`PendingStream.on_answer` of the open stream: a plain answer's header and
+        records to :attr:`take` (an error code, an undecodable answer, or anything the
+        taker raises: left to :meth:`next`, which raises it in the loop's task)."""
+        assert self.take is not None
+        try:
+            header, raw = decode_fetch_answer(body, *self.key, self._offset)
+            self._tailing = header.records_len < self._answer_bytes // 2
+            return self.take(header, raw)
+        except Exception:
+            return False
 
     async def _open(self, offset: int, max_bytes: int) -> PendingStream | None:
         """Send a FetchStream from ``offset``; None if the leader does not serve it."""

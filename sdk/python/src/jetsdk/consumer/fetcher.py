@@ -6,7 +6,11 @@ For each partition it reads, a :class:`~jetsdk.consumer.consumer.Consumer` runs
 decoded with :func:`jetsdk.codec.record.iter_records` (a trailing partial record is ignored
 and fetched again), each decoded batch handed to the consumer's inbox. A credit semaphore
 allows one batch waiting per partition besides the one being read, so the next response is
-always on its way while the application works through the current one.
+always on its way while the application works through the current one. While the loop
+waits for an open FetchStream's next answer, an answer with records the run has credit for
+is decoded and handed to the consumer in the connection reader's turn (``take_now``,
+through :attr:`FetchSource.take <jetsdk.consumer.fetch_source.FetchSource.take>`): the
+application's task is the only one woken for it, as nats-py wakes its subscription's.
 
 Errors: retriable ones are retried with backoff without surfacing; the others are handed to
 the consumer as a batch with an ``error`` and the loop ends (until a seek restarts it). An
@@ -26,6 +30,7 @@ import attrs
 from jetsdk.client import Client
 from jetsdk.codec.compression import plain_records
 from jetsdk.codec.errors import CodecError
+from jetsdk.codec.messages import FetchResponseHeader
 from jetsdk.codec.record import HEADER_SIZE, Record, iter_records, peek_header
 from jetsdk.consumer.fetch_source import FetchSource
 from jetsdk.consumer.positions import ResetPolicy, reset_offset
@@ -149,6 +154,24 @@ async def _fetch_from(
     failures = 0
     limit = max_bytes
     credit = run.credit
+
+    def take_now(header: FetchResponseHeader, raw: memoryview) -> bool:
+        # A stream's answer, in the reader's turn while this task waits in source.next
+        # (module doc): the loop's step below for records the run has credit for.
+        nonlocal offset, limit, failures
+        if not credit.value or not run.processed.alive:  # (ended: its task is cancelled)
+            return False
+        records = plain_records([r for r in iter_records(raw) if r.offset >= offset])
+        if not records:
+            return False
+        failures, limit = 0, max_bytes
+        run.hw, run.log_start = header.hw, header.log_start
+        offset = records[-1].offset + 1
+        credit.acquire_nowait()
+        deliver(Fetched(run.key, run, records))
+        return True
+
+    source.take = take_now
     while True:
         try:
             header, raw = await source.next(offset, limit)

@@ -1,7 +1,7 @@
 """The direct send: one message to an idle partition, written and awaited in the caller's
 task (no accumulator, no batch, no wake of the partition's sender task).
 
-``await producer.send(...)`` with ``linger=0`` on asyncio, when nothing is queued, in
+``await producer.send(...)`` with ``linger=0``, when nothing is queued, in
 flight or being cut for the message's partition, its sender task is parked, the leader's
 connection is open and takes a write at once (and, with other partitions, no fan-in
 would group it): the caller encodes the Produce request of its one message, writes it,
@@ -16,7 +16,9 @@ sequence number, and while it is in flight its partition is held (``direct``): l
 messages queue in the accumulator, the sender task stays parked, and what was queued is
 sent once the message is settled or handed over (then behind it, the retry first).
 
-Task safety: one event loop (asyncio only; elsewhere every send takes the batching path).
+Task safety: one event loop. On trio ``send`` goes this way too (its caller waits on the
+answer's event, set by the connection's reader task); ``send_soon``'s :meth:`write`
+needs asyncio (its answer's callback and the loop's shared timer).
 """
 
 from __future__ import annotations
@@ -68,13 +70,17 @@ class DirectSends:
         self._timeout_ms = int(ack_timeout * 1000)
         self._answer_s = ack_timeout + client.request_timeout
         self.enabled = False
-        """True once started with linger 0 on asyncio: :meth:`send` may take a message."""
+        """True once started with linger 0: :meth:`send` may take a message."""
+        self.writes = False
+        """And on asyncio: :meth:`write` may take one (its answer settles the handle from
+        the reader, with the loop's shared timer for its timeout)."""
         self.sent = 0
         """Messages sent this way (tests, measurements)."""
 
     def start(self, linger: float) -> None:
-        """Enable direct sends if ``linger`` is 0 and the running loop is asyncio's."""
-        self.enabled = linger == 0 and running_asyncio_loop() is not None
+        """Enable direct sends if ``linger`` is 0 (:meth:`write`: on asyncio)."""
+        self.enabled = linger == 0
+        self.writes = self.enabled and running_asyncio_loop() is not None
 
     async def send(self, prepared: Prepared) -> Ack | None:
         """Send ``prepared`` directly and wait for its ack, if its partition is idle and
@@ -92,10 +98,14 @@ class DirectSends:
         if written is None:
             return None
         state, response, seq, sent_at = written
-        waiter = response.waiter(self._answer_s)
-        assert waiter is not None  # (asyncio)
         try:
-            await waiter  # the response's own future: the only waiter until handed over
+            # asyncio: the response's own future, the only waiter until handed over; trio:
+            # its event (woken by the connection's reader task).
+            waiter = response.waiter(self._answer_s)
+            if waiter is not None:
+                await waiter
+            else:
+                await response.settled(self._answer_s)
         except BaseException:  # cancelled: the sender task sees the message through
             response.waiter_gone()
             sender.hand_over(state, prepared, seq, response, sent_at)

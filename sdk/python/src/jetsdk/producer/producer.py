@@ -516,7 +516,7 @@ class Producer:
         caller keeps ``max_pending`` and ``max_pending_bytes``: :meth:`_enqueue`, or the
         sync API's queue, which counts on its callers' side); True if it made its
         partition's head batch full."""
-        if self._direct.enabled and self._direct.write(prepared, handle):
+        if self._direct.writes and self._direct.write(prepared, handle):
             return False  # written at once to its idle partition (jetsdk.producer.direct)
         partition = prepared.partition
         full = self._acc.append(
