@@ -126,7 +126,22 @@ parquet 0.21x, the literal (no read at all) 0.42x; 1-row batches 1.2 / 1.3 / 0.7
 Python, where the Consumer's whole read took 0.07 CPU-s. At load 43-47, 0.12-0.16x,
 0.18-0.21x, 0.25-0.32x. Spark's micro-batch itself (offsets WAL and commit, planning, a
 job) costs several times the Consumer's read of 2,000 values of 16 KiB, whatever the
-source: at this size no Spark source reaches 0.8x here. Not measured on a quiet machine.
+source: at this size no Spark source reaches 0.8x here. At 10,000 rows (the full run's
+size, ``JET_BENCH_SPARK_LARGE_ROUNDS=2``, load 16-25) they can: parquet 1.08x, the
+literal 1.26x, the jetstream source 0.42x (batches 1.97 / 1.68 / 5.00 s, 1-row batches
+1.6 / 1.1 / 1.1 s, 38 / 62 / 386 us/row beyond them; a query's JVM 0.79 / 0.57 / 1.16
+CPU-s, Python workers 0 / 0 / 0.52 s, other Python 0.19 / 0.13 / 0.74 s; the Consumer
+0.42 CPU-s). So the row is not blocked by Spark at that size; what costs is the Python
+path: the Arrow stream between the JVM and its workers, the workers and the runner. A
+JVM-native reader (not built) would need, in a jar beside pyspark's (javac 17 here): a
+DataSource V2 ``MicroBatchStream`` with ``SupportsAdmissionControl`` and
+``SupportsTriggerAvailableNow`` whose offsets are the Python source's JSON (checkpoints
+carry over), partition planning by stored bytes as :mod:`jetspark.source` does, a
+columnar ``PartitionReader`` decoding Fetch answers (spec/ record format, CRC-32 by
+``java.util.zip.CRC32``) into an ``OnHeapColumnVector`` of the values (one copy, as the
+parquet reader makes), and a NATS request client for jet's protocol: no NATS jar comes
+with pyspark (netty does), so a small one over netty or a socket. Not measured on a
+quiet machine.
 
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds. ``--quick``: 50,000, 10,000 and 2,000 rows.
