@@ -26,7 +26,9 @@ against the jetsdk Consumer and Producer), and the rates at 1 KB and 16 KiB valu
 
 ``JET_BENCH_SPARK_PARTS`` (default ``100,fixed,1000,paths,16384``) limits the run to some
 of its parts (e.g. ``16384``: the 16 KiB rates only; ``paths``: the code paths without
-Spark); ``JET_BENCH_SPARK_LARGE_ROUNDS`` sets the rounds at 16 KiB (:data:`LARGE_ROUNDS`).
+Spark; ``floor``, not in the default: Spark's own streaming sources at 16 KiB against the
+Consumer, :mod:`bench.bench_spark_floor`); ``JET_BENCH_SPARK_LARGE_ROUNDS`` sets the
+rounds at 16 KiB (:data:`LARGE_ROUNDS`).
 
 Where the JVM's CPU goes at 16 KiB (issue 39; JFR and per-thread /proc counts, local[2],
 C1 only, load 7-10): a query over 10,000 rows took 1.05-1.19 s of JVM CPU and one over 100
@@ -99,6 +101,48 @@ workers' perf profile (10,000 rows, load ~40): 37% kernel (the socket copies in 
 page clearing), 11% memmove (the Arrow take; pyarrow hands the IPC body to pyspark's socket
 file as a Buffer, not copied), 4% the CRC, 4% the collector.
 
+The sinks and the source's floor at 16 KiB (2026-11-30 14:10-15:30, helper spark, load
+11-47 throughout: other sessions shared the 2 cores; wall figures are that load's). A
+foreach_batch_sink call of 2,000 x 16 KiB rows (2 Spark partitions) is three phases in a
+row: Spark's job start (an empty batch's call 0.10-0.11 JVM CPU-s, an empty
+``mapInArrow(...).collect()`` 0.09 s: Spark's, not jetspark's), the JVM's Arrow stream to
+the two workers (a ``mapInArrow`` that only counts the batches: JVM 0.29 s a call against the
+sink's 0.33-0.36 s, workers 0.02 s against 0.11-0.13 s), then the send, which cannot
+start before a task's last row (the content order that makes a replay exactly-once needs
+them all) and took about the Producer's time for the same bytes (task timelines, load
+19-21: first Arrow batch 0.1-0.3 s after the task's start, the sort 3-70 ms, the send and
+acks 0.29-0.87 s; the Producer 0.73-0.95 s for all 2,000). The sink's Python side is at par
+with the Producer; what the ratio loses is Spark's job and Arrow stream ahead of the send.
+maxBytesPerBatch 512 KiB / 1 / 4 / 16 MiB, alternating, 6 calls each (load 44-48): JVM
+0.33 / 0.31 / 0.28 / 0.36 CPU-s a call, workers 0.23 / 0.16 / 0.12 / 0.11 s: 4 MiB stays.
+df.write against foreach_batch_sink (6 alternating pairs, load 31-37): JVM 0.30 vs 0.36
+s a call (0.22-0.32 vs 0.29-0.44), workers 0.13 s both, empty calls 0.12 vs 0.11 s.
+The source's floor (part ``floor``, :mod:`bench.bench_spark_floor`: Spark's own parquet
+directory stream and a ``rate-micro-batch`` source of a 16 KiB literal, the same counting
+foreachBatch, against the Consumer, alternating; ``JET_BENCH_SPARK_PARTS=floor python -m
+bench spark --quick``, 2,000 rows, 3 rounds): at load 25 the jetstream source 0.18x,
+parquet 0.21x, the literal (no read at all) 0.42x; 1-row batches 1.2 / 1.3 / 0.7 s of
+1.6 / 1.3 / 0.7 s batches; a query 0.66 / 0.60 / 0.39 JVM CPU-s and 0.12-0.21 s of other
+Python, where the Consumer's whole read took 0.07 CPU-s. At load 43-47, 0.12-0.16x,
+0.18-0.21x, 0.25-0.32x. Spark's micro-batch itself (offsets WAL and commit, planning, a
+job) costs several times the Consumer's read of 2,000 values of 16 KiB, whatever the
+source: at this size no Spark source reaches 0.8x here. At 10,000 rows (the full run's
+size, ``JET_BENCH_SPARK_LARGE_ROUNDS=2``, load 16-25) they can: parquet 1.08x, the
+literal 1.26x, the jetstream source 0.42x (batches 1.97 / 1.68 / 5.00 s, 1-row batches
+1.6 / 1.1 / 1.1 s, 38 / 62 / 386 us/row beyond them; a query's JVM 0.79 / 0.57 / 1.16
+CPU-s, Python workers 0 / 0 / 0.52 s, other Python 0.19 / 0.13 / 0.74 s; the Consumer
+0.42 CPU-s). So the row is not blocked by Spark at that size; what costs is the Python
+path: the Arrow stream between the JVM and its workers, the workers and the runner. A
+JVM-native reader (not built) would need, in a jar beside pyspark's (javac 17 here): a
+DataSource V2 ``MicroBatchStream`` with ``SupportsAdmissionControl`` and
+``SupportsTriggerAvailableNow`` whose offsets are the Python source's JSON (checkpoints
+carry over), partition planning by stored bytes as :mod:`jetspark.source` does, a
+columnar ``PartitionReader`` decoding Fetch answers (spec/ record format, CRC-32 by
+``java.util.zip.CRC32``) into an ``OnHeapColumnVector`` of the values (one copy, as the
+parquet reader makes), and a NATS request client for jet's protocol: no NATS jar comes
+with pyspark (netty does), so a small one over netty or a socket. Not measured on a
+quiet machine.
+
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds. ``--quick``: 50,000, 10,000 and 2,000 rows.
 """
@@ -117,7 +161,7 @@ from typing import Any
 import anyio
 import attrs
 
-from bench.bench_sdk import _process_cpu_s
+from bench.bench_spark_cpu import Cpu, cpu_now, cpu_since
 from jetsdk import AckPolicy, Client, Consumer, Producer, Table
 from jetserver.testing.devcluster import DevCluster
 
@@ -219,107 +263,14 @@ async def _count(servers: list[str], stream: str) -> int:
         return total
 
 
-def _jvm_cpu(spark: Any) -> float:
-    """CPU seconds (user + system) the session's JVM has used, from /proc; threads that
-    ended (a query's stream execution thread) included."""
-    return _process_cpu_s(spark.sparkContext._gateway.proc.pid)
-
-
-def _stat_cpu_s(pid: int, *, reaped: bool) -> float:
-    """User + system CPU seconds of ``pid`` from /proc (0.0 if it is gone), with its reaped
-    children's if ``reaped``."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12])
-    if reaped:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    out: list[int] = []
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out += [int(c) for c in f.read().split()]
-        except OSError:
-            continue
-    return out
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().decode(errors="replace").split("\0")
-    except OSError:
-        return []
-
-
-_WORKERS = ["pyspark.daemon", "pyspark.worker"]
-"""The end of the command line of Spark's Python worker daemon (and of the workers it
-forks); the planners' daemons end with another module (``pyspark.sql.worker.*``)."""
-
-
-def _python_cpu(spark: Any) -> tuple[float, float]:
-    """CPU seconds of the Python processes the session's JVM started, ended ones included
-    (a process that ends with its parent, reaped outside the JVM's tree, is lost: a span
-    may then show ``others`` below zero),
-    split in two: ``(workers, others)``. ``workers`` are the worker daemon
-    (``pyspark.daemon pyspark.worker``) and the workers it forked (the tasks' reads and
-    writes: the per-row work); ``others`` are the rest (the streaming source's runner,
-    which each query starts and which ends with it; the planners' daemons and their forks):
-    the JVM's reaped children plus every other live descendant. From /proc: (0.0, 0.0)
-    where it is not Linux."""
-    jvm = spark.sparkContext._gateway.proc.pid
-    others = _stat_cpu_s(jvm, reaped=True) - _stat_cpu_s(jvm, reaped=False)
-    workers = 0.0
-    stack = _children(jvm)
-    while stack:
-        pid = stack.pop()
-        spent = _stat_cpu_s(pid, reaped=True)
-        if _cmdline(pid)[-3:-1] == _WORKERS:
-            workers += spent
-        else:
-            others += spent
-        stack += _children(pid)
-    return workers, others
-
-
-@attrs.frozen
-class _Cpu:
-    """CPU seconds of the session's JVM and of its Python processes over a span."""
-
-    jvm: float
-    workers: float
-    """Spark's Python workers (the daemon and its forks): the tasks' reads and writes."""
-    others: float
-    """Spark's other Python processes (per query or plan: the source runner, planners)."""
-
-
-def _cpu_now(spark: Any) -> _Cpu:
-    return _Cpu(_jvm_cpu(spark), *_python_cpu(spark))
-
-
-def _cpu_since(spark: Any, start: _Cpu) -> _Cpu:
-    now = _cpu_now(spark)
-    return _Cpu(now.jvm - start.jvm, now.workers - start.workers, now.others - start.others)
-
-
 def _spark_source(
     spark: Any, servers: str, stream: str, count: int
-) -> tuple[float, float, int, _Cpu]:
+) -> tuple[float, float, int, Cpu]:
     """(wall seconds, seconds inside batches, batches, CPU seconds of the JVM and its
     Python processes for the query from start to end)."""
     counted: list[int] = []
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as checkpoint:
-        cpu = _cpu_now(spark)
+        cpu = cpu_now(spark)
         started = time.perf_counter()
         query = (
             spark.readStream.format("jetstream")
@@ -334,7 +285,7 @@ def _spark_source(
         )
         query.awaitTermination(1800)
         wall = time.perf_counter() - started
-        spent = _cpu_since(spark, cpu)
+        spent = cpu_since(spark, cpu)
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
         batches = [p for p in query.recentProgress if p["numInputRows"]]
@@ -453,14 +404,14 @@ def _warm_sinks(spark: Any, servers: list[str], joined: str, value_bytes: int) -
     warm.unpersist()
 
 
-def _timed_cpu(spark: Any, fn: Callable[[], object]) -> tuple[float, _Cpu]:
+def _timed_cpu(spark: Any, fn: Callable[[], object]) -> tuple[float, Cpu]:
     """Seconds ``fn`` took, and the CPU the session's JVM and Python processes spent."""
-    cpu = _cpu_now(spark)
+    cpu = cpu_now(spark)
     seconds = _timed(fn)
-    return seconds, _cpu_since(spark, cpu)
+    return seconds, cpu_since(spark, cpu)
 
 
-def _cpu_line(label: str, spent: list[_Cpu], count: int) -> None:
+def _cpu_line(label: str, spent: list[Cpu], count: int) -> None:
     jvm = statistics.median(c.jvm for c in spent)
     workers = statistics.median(c.workers for c in spent)
     others = statistics.median(c.others for c in spent)
@@ -486,7 +437,7 @@ def _throughput(
     consume: list[float] = []
     inside: list[float] = []
     wall: list[float] = []
-    source_cpu: list[_Cpu] = []
+    source_cpu: list[Cpu] = []
     batches = 0
     for _ in range(rounds):
         consume.append(count / anyio.run(_consume, servers, src, count))
@@ -499,8 +450,8 @@ def _throughput(
     produce: list[float] = []
     foreach: list[float] = []
     write: list[float] = []
-    foreach_cpu: list[_Cpu] = []
-    write_cpu: list[_Cpu] = []
+    foreach_cpu: list[Cpu] = []
+    write_cpu: list[Cpu] = []
     for r in range(rounds):
         produce.append(
             count / anyio.run(_produce, servers, f"bench-p-{tag}-{r}", count, value_bytes)
@@ -578,6 +529,20 @@ def run(quick: bool) -> None:
                 from bench.spark_paths import run_paths
 
                 run_paths(spark, servers, LARGE_VALUE_BYTES, _produce, _consume, _create, KEYS)
+            if "floor" in parts:
+                from bench.bench_spark_floor import run_floor
+
+                rounds = int(os.environ.get("JET_BENCH_SPARK_LARGE_ROUNDS", str(LARGE_ROUNDS)))
+                run_floor(
+                    spark,
+                    servers,
+                    scale.large_count,
+                    LARGE_VALUE_BYTES,
+                    rounds,
+                    _produce,
+                    _consume,
+                    _spark_source,
+                )
             if "16384" in parts:
                 print("at 16 KiB values:")
                 rounds = int(os.environ.get("JET_BENCH_SPARK_LARGE_ROUNDS", str(LARGE_ROUNDS)))
