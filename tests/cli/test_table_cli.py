@@ -1,29 +1,16 @@
-"""`jet table get|put|delete|watch` as subprocesses against the worker's `jet dev`."""
+"""`jet table get|put|delete|watch` against the worker's `jet dev`: run in this process, with
+a child's exit code, stdout and stderr (support.jet_cli.jet; `table` is a client command
+that prints and returns, so 12 child interpreters were CPU spent on imports)."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
 
 import anyio
 import orjson
 import pytest
 
 from jetsdk import Client
+from support.jet_cli import jet
 from support.jet_dev import JetDev
-
-
-def jet(dev: JetDev, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, JET_SERVERS=",".join(dev.servers))
-    return subprocess.run(
-        [sys.executable, "-m", "jetserver.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
 
 
 async def _create(dev: JetDev, name: str) -> None:
@@ -31,7 +18,7 @@ async def _create(dev: JetDev, name: str) -> None:
         await client.create_stream(name, compact=True)
 
 
-@pytest.mark.timeout(300)  # 7 `jet` processes, each importing the SDK: slow on a loaded host
+@pytest.mark.timeout(300)
 def test_put_get_cas_delete_watch(jet_dev: JetDev) -> None:
     anyio.run(_create, jet_dev, "tcli")
     first = jet(jet_dev, "table", "put", "tcli", "AAPL", "189.5")
@@ -57,7 +44,7 @@ def test_put_get_cas_delete_watch(jet_dev: JetDev) -> None:
 @pytest.mark.timeout(300)
 def test_put_with_ttl_and_watch_reports_the_expiry(jet_dev: JetDev) -> None:
     """`put --ttl`: `watch --count 2` shows the key, then its expiry (waiting for it, bounded
-    by the subprocess timeout). 10 s: the watch process must start before the expiry."""
+    by the test's timeout). 10 s: the watch must start before the expiry."""
     anyio.run(_create, jet_dev, "tttl")
     put = jet(jet_dev, "table", "put", "tttl", "lock", "me", "--create", "--ttl", "10")
     assert put.returncode == 0, put.stderr

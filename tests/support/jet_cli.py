@@ -22,9 +22,12 @@ from contextlib import contextmanager
 from typing import Protocol
 
 TIMEOUT_S = 120
-IN_PROCESS = frozenset({"stream", "pub", "sub", "table", "share", "cluster"})
+IN_PROCESS = frozenset({"stream", "pub", "sub", "table", "share", "cluster", "bench"})
 """Commands :func:`jet` runs in this process: clients that print and return (``server``,
-``dev``, ``console``, ``bench`` and ``top`` own processes, signals or a terminal)."""
+``dev``, ``console`` and ``top`` own processes, signals or a terminal). ``bench`` is one
+too: it runs its publishers and subscribers as tasks of one event loop and imports
+matplotlib only for ``--plot`` (tests/cli/test_bench_faults.py runs it as a child, to kill
+servers under it)."""
 _swap = threading.Lock()
 """One in-process command at a time swaps the process's environment and streams."""
 
