@@ -254,8 +254,8 @@ class Sequencer:
                 self.committer.defer_flush()
 
     def append_one_now(self, subject: str, record: DirectRecord) -> Result | None:
-        """:meth:`append_now` of one direct message with a LEADER ack, no header controls
-        and no producer id (the caller saw :attr:`idle` in this turn), its outcome
+        """:meth:`append_now` of one direct message with a LEADER or NONE ack, no header
+        controls and no producer id (the caller saw :attr:`idle` in this turn), its outcome
         returned, not settled on a completion (broker/produce_one.py), with no await: the
         checks, append, commit and flush of :meth:`_take_direct` and :meth:`_append`; acks
         to NATS inboxes and a leadership end its commit leaves go in a task. None (nothing
