@@ -184,10 +184,15 @@ def _body(messages: list[ProduceMessage], **options: Any) -> bytes:
         ProduceMessage(b"v", key=b""),
         ProduceMessage(b"v", subject="s.\u00e9"),
         ProduceMessage(b"x" * (SPLIT_VALUE_MIN - 1), key=b"k" * 300),
+        ProduceMessage(b"v", headers=(("h", b"1"),)),
+        ProduceMessage(b"v", key=b"k", headers=(("a", b""), ("b\u00e9", b"x" * 70))),
     ],
 )
-def test_one_message_envelope_is_the_general_decoding(message: ProduceMessage) -> None:
-    body = _body([message], ack_policy=AckPolicy.LEADER, timeout_ms=1234)
+@pytest.mark.parametrize("ack", [AckPolicy.LEADER, AckPolicy.NONE])
+def test_one_message_envelope_is_the_general_decoding(
+    message: ProduceMessage, ack: AckPolicy
+) -> None:
+    body = _body([message], ack_policy=ack, timeout_ms=1234)
     one = one_message_envelope(body, "_INBOX.x.1f")
     records: list[DirectRecord | None] = []
     head, messages = produce_envelopes(body, "_INBOX.x.1f", records, split=True)
@@ -199,11 +204,12 @@ def test_one_message_envelope_is_the_general_decoding(message: ProduceMessage) -
 @pytest.mark.parametrize(
     "body",
     [
-        _body([ProduceMessage(b"v")], ack_policy=AckPolicy.NONE),
         _body([ProduceMessage(b"v")], ack_policy=AckPolicy.ALL),
         _body([ProduceMessage(b"v")], producer_id=1),
         _body([ProduceMessage(b"v")], current_values=True),
-        _body([ProduceMessage(b"v", headers=(("h", b"1"),))]),
+        _body([ProduceMessage(b"v", headers=(("Nats-Msg-Id", b"1"),))]),  # a header control
+        _body([ProduceMessage(b"v", headers=(("h", b"1"), ("Jet-Expected-Offset", b"0")))]),
+        _body([ProduceMessage(b"v", headers=(("h", b"1"),))])[:-8],  # truncated header
         _body([ProduceMessage(b"v"), ProduceMessage(b"w")]),
         _body([ProduceMessage(b"x" * SPLIT_VALUE_MIN)]),
         _body([ProduceMessage(b"v")]) + b"\x00",  # trailing

@@ -55,7 +55,18 @@ PARTITION_SUBJECTS_CACHED = 65_536
 """Most partition subjects :func:`partition_subject_of` remembers (least recently used
 dropped first): a few MiB at most, and more partitions than a server leads in practice."""
 _LEADER = int(AckPolicy.LEADER)
+_ACK_NONE = int(AckPolicy.NONE)
 _NONE = int(ErrorCode.NONE)
+_PUBLISHED_ANSWER = encode_produce_result_tuples([(_NONE, -1, -1)])
+"""The answer to a Produce of one message with ack NONE, taken (the general path's)."""
+
+
+def _answer(record: DirectRecord, result: tuple[int, int, int]) -> bytes:
+    """The answer to a request of the one message ``record`` appended with ``result``:
+    with ack NONE, no offset (published), as the general path answers."""
+    if record.policy == _ACK_NONE:
+        return _PUBLISHED_ANSWER
+    return encode_produce_result_tuples([result])
 
 
 @functools.lru_cache(maxsize=PARTITION_SUBJECTS_CACHED)
@@ -215,7 +226,7 @@ class OneProduce:
             if result is None:
                 return None
             replica.committer.soon().after_commit(None)  # (the fsync left to it, if any)
-            return encode_produce_result_tuples([result]), None
+            return _answer(record, result), None
         backlog = self.backlog
         if not backlog.admits(len(payload)):
             return None
@@ -232,7 +243,7 @@ class OneProduce:
                 turns.finish(turn)
         if result is None:
             return None
-        response = encode_produce_result_tuples([result])
+        response = _answer(record, result)
         offset = result[1]
         if offset < 0 or result[0] != _NONE:
             return response, None
@@ -324,7 +335,7 @@ class OneProduce:
         if replica is None or replica.replication_factor != 1:
             return None
         sequencer = replica.sequencer
-        if not (sequencer.idle and sequencer.has_room and replica.takes_direct(_LEADER)):
+        if not (sequencer.idle and sequencer.has_room and replica.takes_direct(record.policy)):
             return None
         if is_internal(stream):
             return None

@@ -54,6 +54,7 @@ from jetserver.replication.core import ROLE_SINGLE
 from jetserver.storage.clock import wall_ns
 from jetserver.storage.epoch_writes import EPOCH_WRITES
 from jetserver.storage.framing import Body, whole_bodies, whole_body
+from jetserver.storage.fsync_runner import LARGE_WRITE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -254,8 +255,8 @@ class Sequencer:
                 self.committer.defer_flush()
 
     def append_one_now(self, subject: str, record: DirectRecord) -> Result | None:
-        """:meth:`append_now` of one direct message with a LEADER ack, no header controls
-        and no producer id (the caller saw :attr:`idle` in this turn), its outcome
+        """:meth:`append_now` of one direct message with a LEADER or NONE ack, no header
+        controls and no producer id (the caller saw :attr:`idle` in this turn), its outcome
         returned, not settled on a completion (broker/produce_one.py), with no await: the
         checks, append, commit and flush of :meth:`_take_direct` and :meth:`_append`; acks
         to NATS inboxes and a leadership end its commit leaves go in a task. None (nothing
@@ -267,15 +268,15 @@ class Sequencer:
         if subjects is None or record.size > self.max_message_bytes:
             self.messages_rejected += 1
             return _INVALID if subjects is None else _TOO_LARGE
-        bodies: list[Body] = [record_body(record, subjects)]
-        if self.committer.fsyncs.is_large(bodies):
+        body = record_body(record, subjects)
+        if len(body[0]) + len(body[1]) >= LARGE_WRITE_BYTES:  # FsyncRunner.is_large of one
             return None
         self._appending = True
         try:
             if hops.ENABLED:
                 hops.mark("append.start")
             try:
-                first, ts = self.base.log.append(bodies, wall_ns(), self._epoch_to_note())
+                first, ts = self.base.log.append_one(body, wall_ns(), self._epoch_to_note())
             except Exception as exc:
                 log.error("append failed", extra=self.base.fields(records=1, error=repr(exc)))
                 self.messages_rejected += 1
@@ -283,7 +284,9 @@ class Sequencer:
             self.messages_in += 1
             if hops.ENABLED:
                 hops.mark("append")
-            self.checks.appended(self.leader_epoch, self.committer.sync_failures, first, ts, bodies)
+            self.checks.appended(
+                self.leader_epoch, self.committer.sync_failures, first, ts, (body,)
+            )
             committed = core.appended(first + 1, self.base.log.high_watermark)
             if committed is not None:  # durability "written": committed once appended
                 messages = self.committer.carry_out_now(committed)  # (carry_out, 2 parts)

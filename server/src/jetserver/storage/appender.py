@@ -20,7 +20,7 @@ from jetsdk.codec.crc import crc32
 from jetsdk.codec.record import CRC_COVERED_HEADER, HEADER, HEADER_SIZE, MAX_BODY_BYTES
 from jetserver.storage.epoch_cache import MAX_EPOCH
 from jetserver.storage.errors import InvalidArgumentError, InvalidRecordsError, InvariantViolation
-from jetserver.storage.framing import Body, frame_batch_sizes
+from jetserver.storage.framing import GATHER_MIN_RECORD, Body, frame_batch_sizes, frame_small
 from jetserver.storage.log_state import LogState
 from jetserver.storage.offset_index import U32_MAX, index_points
 from jetserver.storage.segment import (
@@ -50,36 +50,19 @@ class Appender:
             raise InvalidArgumentError(f"bad timestamp {timestamp_ns} or epoch {leader_epoch}")
         state = self._state
         with state.write_lock:
-            state.check_open()
-            last_ts = state.last_ts
-            ts = timestamp_ns if timestamp_ns > last_ts else last_ts
+            if not bodies:
+                state.check_open()
+                return state.leo, max(timestamp_ns, state.last_ts)
+            first, ts, latest_epoch = self._begin(timestamp_ns, leader_epoch)
             n = len(bodies)
-            first = state.leo
-            if n == 0:
-                return first, ts
-            epochs = state.epochs
-            latest_epoch = epochs.latest_epoch  # read once: its writers hold the write lock
-            if leader_epoch < latest_epoch:
-                raise InvalidRecordsError(
-                    f"leader epoch {leader_epoch} is below the latest {latest_epoch}"
-                )
             try:
                 data, lens, uniform, size = frame_batch_sizes(first, ts, leader_epoch, bodies)
             except struct.error as exc:
                 raise InvalidRecordsError(f"cannot frame the batch: {exc}") from exc
             if size > MAX_BODY_BYTES and max(lens) > MAX_BODY_BYTES:
                 raise InvalidRecordsError(f"a record body is over {MAX_BODY_BYTES} bytes")
-            if not state.log_start <= state.hw <= first:  # HW <= LEO, checked before writing
-                raise InvariantViolation(
-                    f"append at LEO {first}: HW {state.hw}, log start {state.log_start} "
-                    f"in {state.dir}"
-                )
-            seg = self._prepare_segment(size, first, first + n - 1, ts)
+            seg = self._segment_for(size, first, first + n - 1, ts)
             st = seg.state
-            if st.next_offset > first:  # the active segment ends at or below the LEO
-                raise InvariantViolation(
-                    f"append at LEO {first}: {seg.log_path} already ends at {st.next_offset}"
-                )
             entries = NO_INDEX_ENTRIES
             interval = state.config.index_interval_bytes
             last_indexed = seg.last_indexed_position
@@ -88,13 +71,81 @@ class Appender:
                     first, ts, lens, uniform, st.size, last_indexed, interval
                 )
             seg.append(data, first + n - 1, ts, ts, entries, size, first)
-            with state.lock:
-                state.leo = first + n
-            state.appended_bytes += size
-            state.last_ts = ts
-            if leader_epoch != latest_epoch:
-                epochs.assign(leader_epoch, first)
+            self._appended(first + n, size, ts, leader_epoch, latest_epoch)
             return first, ts
+
+    def append_one(self, body: Body, timestamp_ns: int, leader_epoch: int) -> tuple[int, int]:
+        """:meth:`append` of one record (a Produce of one message at light load). A small
+        body in two parts (``(head, tail)``: ``broker.direct.record_body``) is framed here
+        into one buffer, written with one ``pwrite``, without a batch's framing, sizes and
+        index arithmetic; anything else (a whole body, a known value CRC, a record of
+        ``GATHER_MIN_RECORD`` bytes or more, an argument out of range) goes through
+        :meth:`append`. The stored bytes, offsets and index entries are the same."""
+        if (
+            type(body) is not tuple
+            or not _I64_MIN <= timestamp_ns <= _I64_MAX
+            or not 0 <= leader_epoch <= MAX_EPOCH
+        ):
+            return self.append((body,), timestamp_ns, leader_epoch)
+        head, tail = body
+        length = len(head) + len(tail)
+        size = HEADER_SIZE + length
+        if size >= GATHER_MIN_RECORD:
+            return self.append((body,), timestamp_ns, leader_epoch)
+        state = self._state
+        with state.write_lock:
+            first, ts, latest_epoch = self._begin(timestamp_ns, leader_epoch)
+            data = frame_small(first, ts, leader_epoch, head, tail, length)
+            seg = self._segment_for(size, first, first, ts)
+            position = seg.state.size
+            entries = NO_INDEX_ENTRIES
+            # The rule of index_points for one record at ``position``.
+            if position - seg.last_indexed_position >= state.config.index_interval_bytes:
+                entries = IndexEntries((first,), (position,), (ts,))
+            seg.append(data, first, ts, ts, entries, size, first)
+            self._appended(first + 1, size, ts, leader_epoch, latest_epoch)
+            return first, ts
+
+    def _begin(self, timestamp_ns: int, leader_epoch: int) -> tuple[int, int, int]:
+        """The first offset, the timestamp and the latest epoch before a leader append of
+        ``leader_epoch`` at the LEO (writer lock held; the log open, the epoch not below
+        the latest: else raises)."""
+        state = self._state
+        state.check_open()
+        last_ts = state.last_ts
+        latest_epoch = state.epochs.latest_epoch  # read once: its writers hold the write lock
+        if leader_epoch < latest_epoch:
+            raise InvalidRecordsError(
+                f"leader epoch {leader_epoch} is below the latest {latest_epoch}"
+            )
+        return state.leo, timestamp_ns if timestamp_ns > last_ts else last_ts, latest_epoch
+
+    def _segment_for(self, size: int, first: int, last: int, ts: int) -> Segment:
+        """The segment a leader append of ``size`` bytes at the LEO ``first`` goes to
+        (:meth:`_prepare_segment`), after the invariants it relies on (HW <= LEO, the
+        active segment ends at or below the LEO), checked before anything is written."""
+        state = self._state
+        if not state.log_start <= state.hw <= first:
+            raise InvariantViolation(
+                f"append at LEO {first}: HW {state.hw}, log start {state.log_start} in {state.dir}"
+            )
+        seg = self._prepare_segment(size, first, last, ts)
+        if seg.state.next_offset > first:
+            raise InvariantViolation(
+                f"append at LEO {first}: {seg.log_path} already ends at {seg.state.next_offset}"
+            )
+        return seg
+
+    def _appended(self, leo: int, size: int, ts: int, leader_epoch: int, latest_epoch: int) -> None:
+        """After a leader append of ``size`` bytes up to ``leo``, stamped ``ts``."""
+        state = self._state
+        first = state.leo
+        with state.lock:
+            state.leo = leo
+        state.appended_bytes += size
+        state.last_ts = ts
+        if leader_epoch != latest_epoch:
+            state.epochs.assign(leader_epoch, first)
 
     def append_raw(self, data: bytes | memoryview) -> int:
         """See :meth:`jetserver.storage.Log.append_raw`."""

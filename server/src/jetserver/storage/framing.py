@@ -270,6 +270,24 @@ def _frame_one(offset: int, timestamp: int, leader_epoch: int, body: Body) -> Fr
     return FramedBatch(data, [length], True, size)
 
 
+def frame_small(
+    offset: int,
+    timestamp: int,
+    leader_epoch: int,
+    head: bytes,
+    tail: bytes | memoryview,
+    length: int,
+) -> bytes:
+    """The stored record of the body ``head + tail`` (``length`` bytes) as one buffer:
+    :func:`frame_batch` of one small two-part body (``Appender.append_one``).
+
+    Raises:
+        struct.error: an offset, timestamp, epoch or length out of its field's range.
+    """
+    h = _HEAD.pack(offset, timestamp, leader_epoch, length)
+    return b"".join((h, _CRC.pack(_crc32(tail, _crc32(head, _crc32(h, 0)))), head, tail))
+
+
 def _frame_loop(
     first_offset: int, timestamp: int, leader_epoch: int, bodies: Sequence[Body]
 ) -> list[bytes | Body]:

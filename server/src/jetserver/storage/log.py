@@ -337,6 +337,11 @@ class Log:
         """
         return self._appender.append(bodies, timestamp_ns, leader_epoch)
 
+    def append_one(self, body: Body, timestamp_ns: int, leader_epoch: int) -> tuple[int, int]:
+        """:meth:`append` of the one record ``body``, a small one framed and written
+        directly (:meth:`Appender.append_one`): the same bytes, result and errors."""
+        return self._appender.append_one(body, timestamp_ns, leader_epoch)
+
     def append_raw(self, data: bytes | memoryview) -> int:
         """Append already-framed records (replication); return the new LEO.
 

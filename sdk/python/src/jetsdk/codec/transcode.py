@@ -329,21 +329,24 @@ OneMessage = tuple[str, int, int, str, int, bytes, DirectRecord]
 timeout_ms, subject, message size, envelope and record."""
 _ONE_HEAD = struct.Struct(">IBIBI")  # partition, ack_policy, timeout_ms, flags, count
 _LEADER = int(AckPolicy.LEADER)
-_LEADER_BYTE = bytes((_LEADER,))
+_LEADER_POLICY = (AckPolicy.LEADER, bytes((_LEADER,)))
+_NONE_POLICY = (AckPolicy.NONE, bytes((_NONE,)))
 
 
 def one_message_envelope(body: bytes, ack_inbox: str) -> OneMessage | None:
     """:func:`~jetsdk.codec.messages.decode_produce_head` and :func:`produce_envelopes`
-    (with ``records``) of the common Produce request in one pass: one message, ack LEADER,
-    no flags (no producer id, no values asked for), no headers, a value under
-    :data:`SPLIT_VALUE_MIN`; its envelope and record byte for byte theirs. None for any
-    other request, or a body that does not decode (the general functions say why)."""
+    (with ``records``) of the common Produce request in one pass: one message, ack LEADER
+    or NONE (then no ack inbox, whatever is passed), no flags (no producer id, no values
+    asked for), no header controls (headers that are not
+    :mod:`~jetsdk.codec.record_controls`), a value under :data:`SPLIT_VALUE_MIN`; its
+    envelope and record byte for byte theirs. None for any other request, or a body that
+    does not decode (the general functions say why)."""
     n = len(body)
     try:
         (slen,) = _U16.unpack_from(body, 0)
         p = 2 + slen
         partition, ack, timeout_ms, flags, count = _ONE_HEAD.unpack_from(body, p)
-        if ack != _LEADER or flags or count != 1 or slen > w.MAX_STR16_BYTES:
+        if (ack != _LEADER and ack != _NONE) or flags or count != 1 or slen > w.MAX_STR16_BYTES:
             return None
         stream = str(body[2:p], "utf-8")
         p += _ONE_HEAD.size
@@ -365,17 +368,24 @@ def one_message_envelope(body: bytes, ack_inbox: str) -> OneMessage | None:
             p += klen
             size = klen
         key_end = p
-        if body[p : p + 2] != _NO_HEADERS:
-            return None
-        value_pos = p + 2
+        if body[p : p + 2] == _NO_HEADERS:
+            value_pos = p + 2
+        else:  # as produce_envelopes: the general path takes a message with controls
+            headers, value_pos = w.get_headers(body, p)
+            if record_controls(headers) is not None:
+                return None
+            size += sum(len(name) + len(value) for name, value in headers)
         (vlen,) = _U32.unpack_from(body, value_pos)
         end = value_pos + 4 + vlen
         if end != n or vlen >= SPLIT_VALUE_MIN:
             return None
+        if ack == _NONE:
+            ack_inbox = ""
         inbox16 = str16(ack_inbox, "ack inbox", MAX_SUBJECT_BYTES)
     except (struct.error, UnicodeDecodeError, CodecError):
         return None
-    env_head = b"".join((_LEADER_BYTE, body[key_pos:value_pos], inbox16, _CORR16[0]))
+    policy = _LEADER_POLICY if ack == _LEADER else _NONE_POLICY
+    env_head = b"".join((policy[1], body[key_pos:value_pos], inbox16, _CORR16[0]))
     value = body[value_pos:end]
     prefix, prefix_crc = _SEAL_PLAIN
     crc = _U32.pack(_crc32(value, _crc32(env_head, prefix_crc)))
@@ -391,7 +401,7 @@ def one_message_envelope(body: bytes, ack_inbox: str) -> OneMessage | None:
             size,
             ack_inbox,
             "0",
-            AckPolicy.LEADER,
+            policy[0],
             None,
             0,
             None,
