@@ -48,6 +48,7 @@ from jetsdk.codec.messages import (
     encode_produce_response,
     new_produce_message,
 )
+from jetsdk.codec.produce_one import encode_produce_one
 from jetsdk.codec.produce_values import (
     decode_produce_response_values,
     encode_produce_response_values,
@@ -118,6 +119,22 @@ def test_latest_values_flag_needs_current_values() -> None:
     body[2 + 1 + 9] &= ~0x04  # stream "s": the flags byte
     with pytest.raises(CodecError):
         decode_produce_request(bytes(body))
+
+
+def test_sequence_start_flag_round_trips_and_needs_a_producer() -> None:
+    """Bit 1 (sequence start) is set only with a producer id; without bit 0 malformed."""
+    msg = (ProduceMessage(b"v"),)
+    req = ProduceRequest("s", 0, AckPolicy.ALL, 10, msg, 7, 5, sequence_start=True)
+    body = bytearray(encode_produce_request(req))
+    assert body[2 + 1 + 9] == 0x03  # stream "s": the flags byte
+    assert decode_produce_request(bytes(body)) == req
+    assert encode_produce_one("s", 0, AckPolicy.ALL, 10, msg[0], 7, 5, True) == bytes(body)
+    plain = ProduceRequest("s", 0, AckPolicy.ALL, 10, msg, sequence_start=True)
+    assert encode_produce_request(plain)[2 + 1 + 9] == 0  # no producer: no flag
+    bad = encode_produce_request(attrs.evolve(plain, sequence_start=False))
+    bad = bad[: 2 + 1 + 9] + b"\x02" + bad[2 + 1 + 10 :]
+    with pytest.raises(CodecError):
+        decode_produce_request(bad)
 
 
 def test_produce_response_without_the_flag_is_unchanged_for_refusals() -> None:
@@ -211,7 +228,7 @@ def test_json_encoding_failures_are_codec_errors() -> None:
 
 
 def test_error_codes_table() -> None:
-    assert [c.value for c in ErrorCode] == list(range(25))
+    assert [c.value for c in ErrorCode] == list(range(26))
     assert {c.name for c in RETRIABLE} == {
         "NOT_LEADER",
         "TIMEOUT",
@@ -220,6 +237,7 @@ def test_error_codes_table() -> None:
         "UNAVAILABLE",
         "SHUTTING_DOWN",
         "TOO_MANY_REQUESTS",
+        "OUT_OF_ORDER_SEQUENCE",
     }
     assert is_retriable(12)
     assert not is_retriable(5)

@@ -22,11 +22,10 @@ from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.codec.messages import (
     ProduceMessage,
     ProduceRequest,
-    decode_produce_one,
-    encode_produce_one,
     encode_produce_request,
     encode_produce_result_tuples,
 )
+from jetsdk.codec.produce_one import decode_produce_one, encode_produce_one
 from jetsdk.errors import JetError, WrongExpectedOffset
 from jetsdk.message import Message
 from support.jet_dev import JetDev

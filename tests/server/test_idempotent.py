@@ -55,8 +55,9 @@ async def test_retries_are_not_stored_twice(nats_server: NatsServer, tmp_path: P
         # Same sequences from another producer id are new messages.
         other = await c.produce("idem", 0, msgs[:1], producer_id=8, base_seq=0)
         assert (other[0].error_code, other[0].offset) == (0, 5)
-        # A lower sequence never seen is stored (a late retry after a newer batch).
-        late = await c.produce("idem", 0, msgs[:1], producer_id=9, base_seq=5)
+        # A producer not remembered starts at 0 or with the sequence-start flag; then a
+        # lower sequence never seen is stored (a late retry whose run was forgotten).
+        late = await c.produce("idem", 0, msgs[:1], producer_id=9, base_seq=5, sequence_start=True)
         late2 = await c.produce("idem", 0, msgs[:1], producer_id=9, base_seq=2)
         assert [late[0].offset, late2[0].offset] == [6, 7]
     # After a restart the producer state is rebuilt from the log.
@@ -108,3 +109,59 @@ def test_producer_table_top_never_hides_a_remembered_sequence() -> None:
     table.record(7, 3, 0, 2)  # the producer is remembered again from scratch
     assert table.lookup(7, 3) == (0, 2)
     assert table.lookup(7, 50) is None
+
+
+@pytest.mark.anyio
+async def test_a_sequence_after_a_hole_waits_for_the_hole_or_the_start_flag(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """Several requests in flight keep their order: a sequence above the next one expected
+    is refused OUT_OF_ORDER_SEQUENCE (not stored, the expected one in the offset) until the
+    hole is filled or the producer says every earlier sequence is settled (flags bit 1)."""
+    msgs = [ProduceMessage(f"m{i}".encode()) for i in range(4)]
+    ooo = ErrorCode.OUT_OF_ORDER_SEQUENCE
+    async with (
+        running_server(nats_server.url, tmp_path / "data") as server,
+        await RawClient.connect(server.address) as c,
+    ):
+        await c.create_stream(name="seq", subject="seq")
+        # Not remembered and not starting at 0: refused (its first request may be lost).
+        ahead = await c.produce("seq", 0, msgs[:2], producer_id=3, base_seq=2)
+        assert [(r.error_code, r.offset) for r in ahead] == [(ooo, -1), (ooo, -1)]
+        first = await c.produce("seq", 0, msgs[:2], producer_id=3, base_seq=0)
+        assert [(r.error_code, r.offset) for r in first] == [(0, 0), (0, 1)]
+        # Sequences 2-3 "lost"; 4-5 arrive: refused, sequence 2 expected.
+        for policy in (AckPolicy.LEADER, AckPolicy.ALL):
+            skip = await c.produce("seq", 0, msgs[:2], producer_id=3, base_seq=4, ack_policy=policy)
+            assert [(r.error_code, r.offset) for r in skip] == [(ooo, 2), (ooo, 2)]
+        fill = await c.produce("seq", 0, msgs[:2], producer_id=3, base_seq=2)
+        then = await c.produce("seq", 0, msgs[:2], producer_id=3, base_seq=4)
+        assert [(r.error_code, r.offset) for r in fill + then] == [(0, 2), (0, 3), (0, 4), (0, 5)]
+        # A hole the producer knows is settled (a message refused for good): the flag.
+        flagged = await c.produce(
+            "seq",
+            0,
+            msgs[:1],
+            producer_id=3,
+            base_seq=9,
+            sequence_start=True,
+            ack_policy=AckPolicy.ALL,  # (then the HW covers every record)
+        )
+        assert (flagged[0].error_code, flagged[0].offset) == (0, 6)
+        records = await c.fetch_all("seq", 0)
+        assert [r.producer_seq for r in records] == [0, 1, 2, 3, 4, 5, 9]
+
+
+def test_a_cut_of_the_log_moves_the_expected_sequence_back() -> None:
+    """After a truncation the producer's next sequence expected is the one after the
+    highest it still has (else a request after a cut-off one would be taken out of order)."""
+    table = ProducerTable()
+    for seq in range(10):
+        table.record(1, seq, 100 + seq, 5)
+    assert table.expected(1) == 10
+    table.forget_from(105)
+    assert table.expected(1) == 5
+    assert table.lookup(1, 4) == (104, 5)
+    assert table.lookup(1, 5) is None
+    table.forget_from(100)
+    assert table.expected(1) is None

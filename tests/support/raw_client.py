@@ -195,8 +195,9 @@ class RawClient:
         timeout_ms: int = 5000,
         producer_id: int | None = None,
         base_seq: int = 0,
+        sequence_start: bool = False,
     ) -> list[ProduceResult]:
-        """Produce; one result per message."""
+        """Produce; one result per message (``sequence_start``: flags bit 1)."""
         req = ProduceRequest(
             stream=stream,
             partition=partition,
@@ -205,6 +206,7 @@ class RawClient:
             messages=tuple(messages),
             producer_id=producer_id,
             base_seq=base_seq,
+            sequence_start=sequence_start,
         )
         frame = await self.request(
             Api.PRODUCE, encode_produce_request(req), timeout_ms / 1000 + DEFAULT_TIMEOUT_S

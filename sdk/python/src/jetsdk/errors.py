@@ -41,6 +41,7 @@ __all__ = [
     "NotEnoughReplicas",
     "NotLeader",
     "OffsetOutOfRange",
+    "OutOfOrderSequence",
     "PartitionNotFound",
     "PartitionOffline",
     "PermissionDenied",
@@ -359,6 +360,14 @@ class FetchSessionLost(JetError):
     default_code = ErrorCode.FETCH_SESSION_LOST
 
 
+class OutOfOrderSequence(JetError):
+    """An idempotent producer's message came before an earlier sequence of its producer
+    for the partition was stored (a request ahead of one that failed or was lost): not
+    stored; retriable, the producer sends it again after the earlier ones."""
+
+    default_code = ErrorCode.OUT_OF_ORDER_SEQUENCE
+
+
 _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.UNKNOWN: ServerError,
     ErrorCode.MALFORMED_FRAME: MalformedFrame,
@@ -384,6 +393,7 @@ _REGISTRY: dict[int, type[JetError]] = {
     ErrorCode.PARTITION_OFFLINE: PartitionOffline,
     ErrorCode.WRONG_EXPECTED_KEY_OFFSET: WrongExpectedKeyOffset,
     ErrorCode.FETCH_SESSION_LOST: FetchSessionLost,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: OutOfOrderSequence,
 }
 """Wire code -> exception class. Every ErrorCode except NONE has an entry."""
 

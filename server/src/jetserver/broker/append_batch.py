@@ -58,6 +58,8 @@ class AppendBatch:
     """Producer (id, seq) or msg id -> index in this batch."""
     msg_ids: list[tuple[int, bytes]] = attrs.Factory(list)
     """(index in this batch, Nats-Msg-Id) of plain messages."""
+    next_seqs: dict[int, int] = attrs.Factory(dict)
+    """Producer id -> the sequence after its last one admitted in this batch."""
 
     def error_ack(self, who: Wanted, code: ErrorCode, text: str, offset: int = -1) -> None:
         """An error ack (``offset``: the ack's offset field, -1 unless the error says one)."""
@@ -87,6 +89,30 @@ class AppendBatch:
             return True
         self.in_batch[(producer_id, producer_seq)] = len(self.bodies)
         return False
+
+    def out_of_order(self, who: Wanted, producers: ProducerTable, start: bool) -> bool:
+        """True (answered OUT_OF_ORDER_SEQUENCE, with the sequence expected in the offset,
+        -1: none) if an idempotent producer's message comes before the one after its
+        latest sequence (admitted in this batch, else stored: ``producers``) and
+        ``start`` (its request's sequence-start flag, for its first message) is not set;
+        a producer not remembered must start at 0 or with the flag. Otherwise it becomes
+        its producer's latest (spec/protocol.md "Sequences")."""
+        producer_id = who.producer_id
+        if producer_id is None:
+            return False
+        seq = who.producer_seq
+        expected = self.next_seqs.get(producer_id)
+        if expected is None:
+            expected = producers.expected(producer_id)
+        if start or (seq == 0 if expected is None else seq <= expected):
+            if start or expected is None or seq >= expected:
+                self.next_seqs[producer_id] = seq + 1
+            return False
+        text = f"sequence {seq} of producer {producer_id} before {expected}"
+        self.error_ack(
+            who, ErrorCode.OUT_OF_ORDER_SEQUENCE, text, -1 if expected is None else expected
+        )
+        return True
 
     def seen_msg_id(
         self, msg_id: bytes, producers: ProducerTable, now_ns: int, window_ns: int

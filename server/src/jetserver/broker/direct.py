@@ -156,6 +156,9 @@ class DirectBatch:
     """Where the outcomes go."""
     size: int
     """Bytes it counts for in the sequencer's queue (``max_pending_bytes``)."""
+    sequence_start: bool = False
+    """The request's sequence-start flag (its first message's producer sequence is taken
+    as the next one: ``AppendBatch.out_of_order``)."""
 
 
 def record_body(record: DirectRecord, subjects: bytes) -> tuple[bytes, bytes | memoryview]:
@@ -178,9 +181,11 @@ def batch_of(
     indexes: list[int],
     policy: int,
     completion: ProduceCompletion,
+    sequence_start: bool = False,
 ) -> DirectBatch:
     """The typed batch of the messages at ``indexes`` (``to_send[i]`` is message
-    ``indexes[i]``, each with an envelope, so each has a record)."""
+    ``indexes[i]``, each with an envelope, so each has a record; ``sequence_start``: the
+    request's flag)."""
     assert records is not None  # built whenever a replica here may take them directly
     subjects: list[str] = []
     taken: list[DirectRecord] = []
@@ -193,7 +198,7 @@ def batch_of(
         subjects.append(subject)
         taken.append(record)
         size += len(payload)
-    return DirectBatch(subjects, taken, indexes, policy, completion, size)
+    return DirectBatch(subjects, taken, indexes, policy, completion, size, sequence_start)
 
 
 def stored_of(

@@ -42,6 +42,7 @@ from jetsdk.codec.messages import (
     decode_produce_response,
     encode_produce_request,
     encode_produce_result_tuples,
+    produce_starts_sequence,
     produce_wants_current_values,
     produce_wants_latest_values,
 )
@@ -425,7 +426,9 @@ class ProduceService:
                 batch = (
                     None
                     if replica is None
-                    else batch_of(to_send, records, sent_index, policy, waiting)
+                    else batch_of(
+                        to_send, records, sent_index, policy, waiting, produce_starts_sequence(body)
+                    )
                 )
                 # Copies of a one-replica partition: their turn and their place in the
                 # backlog, taken as the batch enters the sequencer (in append order).

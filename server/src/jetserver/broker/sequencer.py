@@ -471,11 +471,14 @@ class Sequencer:
         cache = self._fields_cache
         policy = _POLICIES[batch.policy]
         completion = batch.completion
+        producers = self.base.core.producers
+        start = batch.sequence_start  # (its first message's)
         for subject, record, index in zip(
             batch.subjects, batch.records, batch.indexes, strict=True
         ):
             to = _new_tuple(DirectAckTo, (completion, index))
             who = _new_tuple(Wanted, (to, "", policy, record.producer_id, record.producer_seq))
+            first, start = start, False
             subjects = cache.subjects(subject, "")
             if subjects is None:  # a subject over its limit (the Produce service checked)
                 self.messages_rejected += 1
@@ -484,8 +487,10 @@ class Sequencer:
             controls = record.controls
             if controls is not None and self._controls_refused(b, who, controls):
                 continue
-            if self._refused(b, who, record.size, policy) or b.duplicate(
-                who, self.base.core.producers
+            if (
+                self._refused(b, who, record.size, policy)
+                or b.out_of_order(who, producers, first)
+                or b.duplicate(who, producers)
             ):
                 continue
             body = record_body(record, subjects)

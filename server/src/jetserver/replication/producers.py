@@ -6,11 +6,13 @@ at consecutive offsets with one timestamp). A message whose (producer id, sequen
 remembered is a retry: it is not stored again and is answered DUPLICATE_SEQUENCE with the
 stored copy's offset and timestamp (spec/acks.md).
 
-A sequence that is not remembered is stored, even if it is lower than one already seen: a
-producer with several requests in flight may retry an older batch after a newer one landed,
-and refusing it would lose it. So the guarantee is "no duplicate while the leader remembers
+A sequence that is not remembered and lower than one already seen is stored: a late retry
+whose run was forgotten. So the guarantee is "no duplicate while the leader remembers
 the producer" (``MAX_RUNS_PER_PRODUCER`` runs, ``MAX_PRODUCERS`` producers, least recently
-used first out); beyond that a late retry is stored twice, never lost.
+used first out); beyond that a late retry is stored twice, never lost. A sequence above
+the next one expected (:meth:`ProducerTable.expected`) is refused on the direct Produce
+path (``AppendBatch.out_of_order``, spec/protocol.md "Sequences"): that is what keeps a
+producer's messages in order with several requests in flight.
 
 Pure and single-threaded (the partition's sequencer owns its table).
 """
@@ -88,6 +90,11 @@ class ProducerTable:
     def __len__(self) -> int:
         return len(self._producers)
 
+    def expected(self, producer_id: int) -> int | None:
+        """The sequence after the highest one stored for ``producer_id``; None: not
+        remembered."""
+        return self._tops.get(producer_id)
+
     def lookup(self, producer_id: int, seq: int) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the stored copy, or None if not remembered."""
         runs = self._producers.get(producer_id)
@@ -135,6 +142,8 @@ class ProducerTable:
                 runs[-1].count = offset - runs[-1].first_offset
             if not runs:
                 del self._producers[producer_id], self._tops[producer_id]
+            else:  # the next sequence expected is back after the highest one kept
+                self._tops[producer_id] = max(r.first_seq + r.count for r in runs)
         ids = self._msg_ids
         while ids and next(reversed(ids.values()))[0] >= offset:
             ids.popitem(last=True)

@@ -37,6 +37,7 @@ class ErrorCode(enum.IntEnum):
     PARTITION_OFFLINE = 22
     WRONG_EXPECTED_KEY_OFFSET = 23
     FETCH_SESSION_LOST = 24
+    OUT_OF_ORDER_SEQUENCE = 25
 
 
 RETRIABLE: frozenset[ErrorCode] = frozenset(
@@ -48,6 +49,7 @@ RETRIABLE: frozenset[ErrorCode] = frozenset(
         ErrorCode.UNAVAILABLE,
         ErrorCode.SHUTTING_DOWN,
         ErrorCode.TOO_MANY_REQUESTS,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE,
     }
 )
 """Codes after which the same request may succeed if sent again (maybe to another server)."""

@@ -129,13 +129,22 @@ _PRODUCER = struct.Struct(">QQ")
 _RESULT = struct.Struct(">Hqq")
 PRODUCE_FLAG_PRODUCER = 0x01
 """Produce request flag: producer_id and base_seq follow."""
+PRODUCE_FLAG_SEQUENCE_START = 0x02
+"""Produce request flag (with the producer flag): every earlier sequence of the producer
+for the partition is settled, so the leader takes ``base_seq`` as the next one whatever
+it remembers (spec/protocol.md, "Sequences")."""
 PRODUCE_FLAG_CURRENT_VALUES = 0x04
 """Produce request flag: a WRONG_EXPECTED_KEY_OFFSET result carries the key's current value
 (spec/protocol.md §6, "current values")."""
 PRODUCE_FLAG_LATEST_VALUES = 0x08
 """Produce request flag, with the previous one only: a success result carries its key's
 later record if any (spec/protocol.md §6)."""
-_PRODUCE_FLAGS = PRODUCE_FLAG_PRODUCER | PRODUCE_FLAG_CURRENT_VALUES | PRODUCE_FLAG_LATEST_VALUES
+_PRODUCE_FLAGS = (
+    PRODUCE_FLAG_PRODUCER
+    | PRODUCE_FLAG_SEQUENCE_START
+    | PRODUCE_FLAG_CURRENT_VALUES
+    | PRODUCE_FLAG_LATEST_VALUES
+)
 _MIN_PRODUCE_MESSAGE = 2 + 4 + 2 + 4  # empty subject, null key, no headers, empty value
 _PLAIN_MESSAGE_HEAD = b"\x00\x00" + w.NULL_LEN + b"\x00\x00"
 """A Produce message up to its value: empty subject, no key, no headers."""
@@ -181,6 +190,9 @@ class ProduceRequest:
     latest_values: bool = False
     """With :attr:`current_values`: ask for a success result's later record of its key
     (flags bit 3): :attr:`ProduceResult.latest_offset`."""
+    sequence_start: bool = False
+    """With a producer id: every earlier sequence of the producer for this partition is
+    settled (flags bit 1): the leader takes ``base_seq`` as the next one."""
 
 
 @attrs.frozen
@@ -249,7 +261,11 @@ def _produce_request_parts(req: ProduceRequest) -> tuple[list[bytes], list[int]]
         raise CodecError(f"unknown ack policy {req.ack_policy}", reason="limit")
     parts: list[bytes] = list(_stream_field(req.stream))
     separate: list[int] = []
-    flags = 0 if req.producer_id is None else PRODUCE_FLAG_PRODUCER
+    flags = 0
+    if req.producer_id is not None:
+        flags = PRODUCE_FLAG_PRODUCER
+        if req.sequence_start:
+            flags |= PRODUCE_FLAG_SEQUENCE_START
     if req.current_values:
         flags |= PRODUCE_FLAG_CURRENT_VALUES
         if req.latest_values:
@@ -285,52 +301,6 @@ def _produce_request_parts(req: ProduceRequest) -> tuple[list[bytes], list[int]]
     return parts, separate
 
 
-_ONE_MESSAGE = w.U32.pack(1)
-_ONE_RESULT = struct.Struct(">IHqq")  # count 1, error_code, offset, timestamp
-
-
-def encode_produce_one(
-    stream: str,
-    partition: int,
-    ack_policy: AckPolicy,
-    timeout_ms: int,
-    message: ProduceMessage,
-    producer_id: int | None,
-    base_seq: int,
-) -> bytes | None:
-    """The body :func:`encode_produce_request` encodes for ``ProduceRequest(stream,
-    partition, ack_policy, timeout_ms, (message,), producer_id, base_seq)``, without the
-    request object, for a plain message (no subject, key or headers; a value under
-    :data:`SEPARATE_VALUE_MIN_BYTES`): the producer's direct send. None for any other
-    message or a field out of range (encode the request)."""
-    value = message.value
-    if message.subject or message.key is not None or message.headers:
-        return None
-    if len(value) >= SEPARATE_VALUE_MIN_BYTES or ack_policy not in _ACK_POLICIES:
-        return None
-    try:
-        if producer_id is None:
-            head = _PRODUCE_HEAD.pack(partition, ack_policy, timeout_ms, 0)
-        else:
-            flags = PRODUCE_FLAG_PRODUCER
-            head = _PRODUCE_HEAD.pack(partition, ack_policy, timeout_ms, flags)
-            head += _PRODUCER.pack(producer_id, base_seq)
-    except struct.error:
-        return None
-    name_len, name = _stream_field(stream)
-    size = w.U32.pack(len(value))
-    return b"".join((name_len, name, head, _ONE_MESSAGE, _PLAIN_MESSAGE_HEAD, size, value))
-
-
-def decode_produce_one(body: bytes | bytearray) -> tuple[int, int, int] | None:
-    """The ``(error_code, offset, timestamp)`` of a Produce response body of exactly one
-    result (:func:`decode_produce_result_tuples`'s one tuple); None for any other body."""
-    if len(body) != _ONE_RESULT.size:
-        return None
-    count, code, offset, timestamp = _ONE_RESULT.unpack(body)
-    return (code, offset, timestamp) if count == 1 else None
-
-
 @functools.lru_cache(maxsize=1024)
 def _stream_field(stream: str) -> tuple[bytes, bytes]:
     """A Produce request's stream name field (``str16``: a producer sends the same one in
@@ -361,6 +331,8 @@ def decode_produce_head(body: bytes | bytearray | memoryview) -> ProduceHead:
             raise CodecError(f"unknown ack policy {ack}")
         if flags & ~_PRODUCE_FLAGS:
             raise CodecError(f"unknown produce flags {flags:#x}")
+        if flags & PRODUCE_FLAG_SEQUENCE_START and not flags & PRODUCE_FLAG_PRODUCER:
+            raise CodecError("produce flag sequence start (bit 1) without a producer (bit 0)")
         if flags & PRODUCE_FLAG_LATEST_VALUES and not flags & PRODUCE_FLAG_CURRENT_VALUES:
             raise CodecError("produce flag latest values (bit 3) without current values (bit 2)")
         producer_id: int | None = None
@@ -411,6 +383,7 @@ def decode_produce_request(body: bytes | bytearray | memoryview) -> ProduceReque
         base_seq=base_seq,
         current_values=produce_wants_current_values(body),
         latest_values=produce_wants_latest_values(body),
+        sequence_start=produce_starts_sequence(body),
     )
 
 
@@ -419,6 +392,12 @@ def produce_wants_current_values(body: bytes | bytearray | memoryview) -> bool:
     must be valid (:func:`decode_produce_head` checked it)."""
     (slen,) = w.U16.unpack_from(body, 0)
     return bool(body[2 + slen + 9] & PRODUCE_FLAG_CURRENT_VALUES)
+
+
+def produce_starts_sequence(body: bytes | bytearray | memoryview) -> bool:
+    """As :func:`produce_wants_current_values`, for the sequence-start flag (bit 1)."""
+    (slen,) = w.U16.unpack_from(body, 0)
+    return bool(body[2 + slen + 9] & PRODUCE_FLAG_SEQUENCE_START)
 
 
 def produce_wants_latest_values(body: bytes | bytearray | memoryview) -> bool:

@@ -19,6 +19,7 @@ from jetsdk.codec.messages import (
     PRODUCE_FLAG_CURRENT_VALUES,
     PRODUCE_FLAG_LATEST_VALUES,
     PRODUCE_FLAG_PRODUCER,
+    PRODUCE_FLAG_SEQUENCE_START,
     SEPARATE_VALUE_MIN_BYTES,
     ProduceResult,
     _stream_field,
@@ -51,7 +52,10 @@ _KEY_WRITE_HEAD = struct.Struct(">IBIBQQIHI")
 """A table write's request after the stream name: partition, ack ALL, timeout, flags,
 producer id and sequence, one message, no subject, the key's length."""
 _ALL = int(AckPolicy.ALL)
-_CAS_FLAGS = PRODUCE_FLAG_PRODUCER | PRODUCE_FLAG_CURRENT_VALUES | PRODUCE_FLAG_LATEST_VALUES
+_WRITE_FLAGS = PRODUCE_FLAG_PRODUCER | PRODUCE_FLAG_SEQUENCE_START
+"""A table numbers its writes across its partitions (one producer id): each request starts
+its own sequence (spec/protocol.md, "Sequences"), duplicates are still recognised."""
+_CAS_FLAGS = _WRITE_FLAGS | PRODUCE_FLAG_CURRENT_VALUES | PRODUCE_FLAG_LATEST_VALUES
 _CAS_HEADER = b"\x00\x01" + _CAS_NAME_LEN.pack(len(EXPECTED_KEY_OFFSET_HEADER))
 _CAS_HEADER += EXPECTED_KEY_OFFSET_HEADER.encode()
 _NO_HEADER = b"\x00\x00"
@@ -69,13 +73,14 @@ def encode_key_write(
 ) -> bytes | None:
     """The body :func:`~jetsdk.codec.messages.encode_produce_request` encodes for a
     table's write of one message: ``value`` under ``key``, ack ALL, producer
-    ``producer_id`` at ``seq``, with ``Jet-Expected-Key-Offset: expected`` and the
-    current- and latest-values flags (None: no header, no flags); without the request
+    ``producer_id`` at ``seq`` (sequence start: :data:`_WRITE_FLAGS`), with
+    ``Jet-Expected-Key-Offset: expected`` and the current- and latest-values flags (None:
+    no header, neither flag); without the request
     object (a table's lone writer sends one per try). None if a field is out of range or
     the value is large (encode the request)."""
     if len(key) > MAX_KEY_BYTES or len(value) >= SEPARATE_VALUE_MIN_BYTES:
         return None
-    flags = PRODUCE_FLAG_PRODUCER if expected is None else _CAS_FLAGS
+    flags = _WRITE_FLAGS if expected is None else _CAS_FLAGS
     try:
         head = _KEY_WRITE_HEAD.pack(
             partition, _ALL, timeout_ms, flags, producer_id, seq, 1, 0, len(key)

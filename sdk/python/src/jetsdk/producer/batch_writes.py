@@ -82,9 +82,10 @@ class BatchWrites:
         return request.timeout_ms / 1000 + self._request_timeout
 
     def request(
-        self, batch: Batch[Pending], items: tuple[Pending, ...], seq: int
+        self, batch: Batch[Pending], items: tuple[Pending, ...], seq: int, start: bool = False
     ) -> ProduceRequest:
-        """The Produce request for ``items`` of ``batch``, the first numbered ``seq``."""
+        """The Produce request for ``items`` of ``batch``, the first numbered ``seq``
+        (``start``: every earlier sequence is settled, its sequence-start flag)."""
         pid = self.producer_id
         return ProduceRequest(
             stream=self._stream,
@@ -94,6 +95,7 @@ class BatchWrites:
             messages=(items[0].message,) if len(items) == 1 else tuple(p.message for p in items),
             producer_id=pid,
             base_seq=seq if pid is not None else 0,
+            sequence_start=start,
         )
 
     def send_now(self, partition: int, sender: PartitionSender) -> bool:
@@ -179,7 +181,7 @@ class BatchWrites:
         batch = self._acc.drain(partition)
         if batch is None:
             return None
-        request = self.request(batch, batch.items, sender.next_seq)
+        request = self.request(batch, batch.items, sender.next_seq, not sender.open)
         return batch, request, encode_produce_request_parts(request)
 
     def _written(
@@ -194,6 +196,7 @@ class BatchWrites:
         (:meth:`_on_answer`); anything else (an error, the timeout, trio): the task's."""
         written = Written(batch, sender.next_seq, request, response, sender, time.monotonic())
         sender.in_flight.acquire_nowait()
+        sender.open[written.base_seq] = None
         sender.written.append(written)
         sender.next_seq += len(batch.items)
         if response is None or not response.when_done(
@@ -216,6 +219,7 @@ class BatchWrites:
             return
         written.claimed = True
         sender.written.remove(written)
+        sender.open.pop(written.base_seq, None)
         sender.in_flight.release()
         batch = written.batch
         try:

@@ -31,10 +31,9 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetsdk.codec.messages import (
     ProduceRequest,
-    decode_produce_one,
-    encode_produce_one,
     encode_produce_request_parts,
 )
+from jetsdk.codec.produce_one import decode_produce_one, encode_produce_one
 from jetsdk.connection import PendingResponse, RequestBody
 from jetsdk.message import Ack
 from jetsdk.producer.accumulator import Accumulator
@@ -175,12 +174,20 @@ class DirectSends:
         pid = sender.producer_id
         seq = state.next_seq
         seq_sent = seq if pid is not None else 0
+        start = not state.open  # (nothing in flight: every earlier sequence is settled)
         body: RequestBody | None = encode_produce_one(
-            self._stream, partition, policy, self._timeout_ms, message, pid, seq_sent
+            self._stream, partition, policy, self._timeout_ms, message, pid, seq_sent, start
         )
         if body is None:  # a key, headers, a subject or a large value: the request's parts
             request = ProduceRequest(
-                self._stream, partition, policy, self._timeout_ms, (message,), pid, seq_sent
+                self._stream,
+                partition,
+                policy,
+                self._timeout_ms,
+                (message,),
+                pid,
+                seq_sent,
+                sequence_start=start,
             )
             body = encode_produce_request_parts(request)
         response = conn.send_nowait(Api.PRODUCE, body)

@@ -78,7 +78,16 @@ class PartitionSender:
     failure: BaseException | None = None
     """What a handle's callback raised when ``BatchWrites._on_answer`` settled a batch: the
     sender task raises it (as it would have, settling the batch itself)."""
+    open: dict[int, None] = attrs.field(factory=dict)
+    """The first sequences of the batches holding a slot of :attr:`in_flight` (sent, not
+    settled yet). The lowest one's requests carry the sequence-start flag: every earlier
+    sequence is settled (:meth:`starts`)."""
     direct: bool = False
     """A message sent by :class:`~jetsdk.producer.direct.DirectSends` is in flight: the
     sender task stays parked (nothing is cut or sent behind it) until it is settled or
     handed over (as a :class:`Written` batch)."""
+
+    def starts(self, base_seq: int) -> bool:
+        """True if the batch numbered from ``base_seq`` (holding a slot) is the oldest one
+        not settled: its request may carry the sequence-start flag."""
+        return min(self.open) == base_seq

@@ -24,10 +24,19 @@ Backpressure: at most ``max_pending`` messages, and ``max_pending_bytes`` bytes 
 (estimated sizes: Kafka's ``buffer.memory``), may be queued or in flight; ``send_soon``
 waits for room beyond that. The byte bound is what holds small messages back: a producer
 spread over many partitions then still has many messages queued per partition, so its
-batches stay large. Ordering: with ``max_in_flight=1`` (default) one Produce
-request per partition is outstanding at a time, so messages of one partition are stored in
-send order, retries included. A larger window pipelines requests (more throughput when the
-round trip dominates) but a retried batch may then land after a later one.
+batches stay large. Ordering: with ``max_in_flight=1`` one Produce request per partition
+is outstanding at a time, so messages of one partition are stored in send order, retries
+included. A larger window pipelines requests (more throughput, and less waiting when the
+round trip is longer than the time between sends); a retried batch may then land after a
+later one, except for an idempotent producer whose requests the leader appends itself
+(every ack policy on a one-replica partition, ack ALL on a replicated one; not through a
+queue group): there the leader refuses a sequence that skips one
+(OUT_OF_ORDER_SEQUENCE, retried) and the oldest batch not settled carries the
+sequence-start flag (spec/protocol.md, "Sequences"), as Kafka's idempotent producer with
+``max.in.flight.requests.per.connection`` <= 5. Not yet on a replicated partition's
+failover: a new leader stores the old one's NATS copies unchecked, and a fault test
+(tests/cluster/test_faults_partition.py) found a batch stored before an earlier one
+there; so the default stays 1.
 
 Retries: a batch that fails with a retriable error (the partition leader moved or died:
 NOT_LEADER, a lost connection, UNAVAILABLE, SHUTTING_DOWN, NOT_ENOUGH_REPLICAS,
@@ -154,7 +163,9 @@ class Producer:
             max_batch_bytes: most (estimated) bytes per Produce request.
             max_in_flight: outstanding Produce requests per partition. 1 (default) keeps
                 each partition's messages in send order, retries included; more
-                pipelines requests, but a retried batch may land after a later one.
+                pipelines requests, and a retried batch may land after a later one unless
+                the producer is idempotent and the leader appends its requests itself
+                (module doc).
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
             max_pending_bytes: most bytes of messages queued or unacknowledged (their
                 estimated sizes, as ``max_batch_bytes`` counts them; Kafka's

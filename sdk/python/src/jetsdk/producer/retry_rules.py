@@ -11,6 +11,7 @@ from jetsdk.errors import (
     JetError,
     NotEnoughReplicas,
     NotLeader,
+    OutOfOrderSequence,
     ShuttingDown,
     StorageError,
     Timeout,
@@ -27,6 +28,7 @@ RETRY_CLASSES = (
     NotEnoughReplicas,
     StorageError,
     JetConnectionError,
+    OutOfOrderSequence,
 )
 IDEMPOTENT_RETRY_CLASSES = (*RETRY_CLASSES, Timeout)
 """Also a request timeout (maybe stored) when the server deduplicates the retry."""
@@ -40,6 +42,7 @@ RETRY_CODES = frozenset(
         ErrorCode.TOO_MANY_REQUESTS,
         ErrorCode.NOT_ENOUGH_REPLICAS,
         ErrorCode.STORAGE_ERROR,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE,
     }
 )
 """Per-message result codes after which the message is sent again."""

@@ -174,6 +174,7 @@ class Sender:
             return handle
         request = self._writes.request(batch, batch.items, seq)
         sender.in_flight.acquire_nowait()  # (free: the task stays parked while direct)
+        sender.open[seq] = None
         sender.written.append(Written(batch, seq, request, response, sender, sent_at))
         sender.wake.set()
         return handle
@@ -250,6 +251,7 @@ class Sender:
                 continue
             base_seq = sender.next_seq
             sender.next_seq += len(batch.items)
+            sender.open[base_seq] = None
             if self._max_in_flight == 1:
                 await self._send_batch(batch, base_seq, sender)
             else:
@@ -275,6 +277,7 @@ class Sender:
         while sender.written:
             written = sender.written.popleft()
             written.claimed = True
+            sender.open.pop(written.base_seq, None)
             self.outcomes.fail(written.batch.items, closed)
 
     async def _send_batch(
@@ -285,20 +288,29 @@ class Sender:
         written: Written | None = None,
     ) -> None:
         try:
-            await self._deliver(batch, base_seq, written)
+            await self._deliver(batch, base_seq, sender, written)
         except BaseException:
             closed = ClientClosed("the producer was closed while the message was in flight")
             self.outcomes.fail(batch.items, closed)
             raise
         finally:
+            sender.open.pop(base_seq, None)
             sender.in_flight.release()
 
     async def _deliver(
-        self, batch: Batch[Pending], base_seq: int, written: Written | None = None
+        self,
+        batch: Batch[Pending],
+        base_seq: int,
+        sender: PartitionSender,
+        written: Written | None = None,
     ) -> None:
         """Send ``batch`` (already written, as ``written``, by ``BatchWrites.send_now``), then send
         again what failed retriably (same sequences) until every message is resolved or
-        ``delivery_timeout`` passes."""
+        ``delivery_timeout`` passes. An idempotent producer's request carries the
+        sequence-start flag while its batch is the partition's oldest not settled
+        (:meth:`PartitionSender.starts`): a request after a hole in the leader's sequences
+        (one lost, refused, or a leader that does not know the producer) is refused
+        OUT_OF_ORDER_SEQUENCE until then, so batches land in sequence order."""
         idempotent = self.producer_id is not None
         retry_if = should_retry_idempotent if idempotent else should_retry
         sent_at = time.monotonic() if written is None else written.sent_at
@@ -308,7 +320,11 @@ class Sender:
         seq = base_seq
         tries = 0
         while True:
-            request = written.request if written else self._writes.request(batch, items, seq)
+            request = (
+                written.request
+                if written
+                else self._writes.request(batch, items, seq, idempotent and sender.starts(base_seq))
+            )
             error: JetError | None = None
             response = None if written is None else written.response
             written = None

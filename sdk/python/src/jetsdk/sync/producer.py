@@ -67,7 +67,9 @@ class Producer(SyncWrapper[_AsyncProducer]):
             max_batch_bytes: most (estimated) bytes per Produce request.
             max_in_flight: outstanding Produce requests per partition. 1 (default) keeps
                 each partition's messages in send order, retries included; more
-                pipelines requests, but a retried batch may land after a later one.
+                pipelines requests, and a retried batch may land after a later one unless
+                the producer is idempotent and the leader appends its requests itself
+                (module doc).
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
             max_pending_bytes: most bytes of messages queued or unacknowledged (their
                 estimated sizes, as ``max_batch_bytes`` counts them; Kafka's

@@ -433,6 +433,7 @@ class TableWriter:
             run[0].seq,
             current_values=cas,
             latest_values=cas,
+            sequence_start=True,  # (sequences run across partitions: encode_key_write)
         )
         self.requests += 1
         try:
