@@ -214,11 +214,16 @@ def _log_phases(dev: DevCluster, victim: str, killed_wall: float) -> str:
     return ", ".join(found)
 
 
-def _log_lines(dev: DevCluster, victim: str, killed_wall: float) -> list[tuple[float, str]]:
-    """The survivors' log lines after the kill, as (seconds from the kill, line), in order."""
+def _log_lines(
+    dev: DevCluster, victim: str, killed_wall: float, only: str | None = None
+) -> list[tuple[float, str]]:
+    """The survivors' log lines after the kill (``only``: that server's), as (seconds from
+    the kill, line), in order."""
     lines: list[tuple[float, str]] = []
     for p in dev.servers:
-        if p.server_id == victim or not p.log_path.exists():
+        if p.server_id == victim or (only is not None and p.server_id != only):
+            continue
+        if not p.log_path.exists():
             continue
         with open(p.log_path, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -251,6 +256,34 @@ def _taken(
             if moved.get(key) == int(epoch):
                 at.setdefault(key, when)
     return at
+
+
+def _bursts(
+    dev: DevCluster, victim: str, killed_wall: float, moved: dict[tuple[str, int], int]
+) -> str:
+    """Each survivor's role bursts that took any of ``moved`` (its "assignments applied"
+    lines): role changes, the process's CPU over them and per role change (the count that
+    holds under load), the loop thread's, first to last, the longest loop stall."""
+    out = []
+    for p in dev.servers:
+        if p.server_id == victim:
+            continue
+        for _t, line in _log_lines(dev, victim, killed_wall, only=p.server_id):
+            if "assignments applied" not in line or " led=" not in line:
+                continue
+            led = (i.partition("/") for i in line.rsplit(" led=", 1)[1].split()[0].split(","))
+            if not any(moved.get((n, int(r.partition("@")[0]))) for n, _, r in led):
+                continue
+            f = dict(re.findall(r" (\w+)=([0-9.]+)(?= )", line))
+            per_role = (
+                f"{1000 * float(f['cpu_ms_per_role']):.0f}" if "cpu_ms_per_role" in f else "?"
+            )
+            out.append(
+                f"{p.server_id} {f.get('count', '?')} roles, CPU {f.get('cpu_s', '?')} s "
+                f"({per_role} us per role; loop {f.get('loop_cpu_s', '?')} s) in "
+                f"{f.get('seconds', '?')} s, loop stall {f.get('loop_stall_s', '0')} s"
+            )
+    return "; ".join(out)
 
 
 def _record(dev: DevCluster, victim: str, kill: int) -> list[subprocess.Popen[bytes]]:
@@ -329,10 +362,12 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
         print(f"  from the survivors' logs, after the kill: {phases}")
         # The servers' side of the served row: on a loaded machine the watch's client is
         # starved too, and its probes came seconds after the leaderships were taken.
-        taken = _taken(
-            _log_lines(dev, victim, killed_wall),
-            {k: now[k][1] for k in moving if k in now and now[k][0] not in (None, victim)},
-        )
+        lines = _log_lines(dev, victim, killed_wall)
+        moved_to = {k: now[k][1] for k in moving if k in now and now[k][0] not in (None, victim)}
+        bursts = _bursts(dev, victim, killed_wall, moved_to)
+        if bursts:
+            print(f"  the survivors' role bursts that took them: {bursts}")
+        taken = _taken(lines, moved_to)
         if taken:
             times = sorted(taken.values())
             # The watch's honesty: how long after the survivor's line (a burst's last role

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio.lowlevel
 import pytest
 
 from jetserver.storage import LeaderEpochCache, epoch_cache
@@ -89,3 +90,27 @@ def test_a_change_stays_pending_until_its_write_returned(
     assert cache.write_pending()
     assert not cache.pending
     assert (tmp_path / "p0" / LEADER_EPOCH_FILE).read_bytes() == b"0\n2\n7 0\n8 50\n"
+
+
+@pytest.mark.anyio
+async def test_a_loop_turns_changes_start_at_most_lanes_jobs_at_its_end(tmp_path: Path) -> None:
+    """A failover's new leaders take their roles in a few loop turns. With workers that
+    drain the queue before the next change comes (here: at once), a job per change woke a
+    worker thread per role change; now the turn's changes start their jobs at its end."""
+    jobs = 0
+
+    def run_now(job: Callable[[], object]) -> None:
+        nonlocal jobs
+        jobs += 1
+        job()
+
+    writes = EpochWrites(submit=run_now, lanes=4)
+    many = caches(tmp_path, 300)
+    for cache in many:  # one turn: no await between them
+        cache.assign(5, 0, deferred=writes.add)
+    assert jobs == 0  # started at the turn's end, not at each change
+    await anyio.lowlevel.checkpoint()
+    assert 1 <= jobs <= 4
+    assert not any(c.pending for c in many)
+    for i in (0, 299):
+        assert (tmp_path / f"p{i}" / LEADER_EPOCH_FILE).read_bytes() == b"0\n1\n5 0\n"
