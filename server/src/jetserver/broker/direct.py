@@ -30,17 +30,40 @@ from jetserver.storage.framing import CheckedBody
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "INVALID",
+    "NOT_LEADER",
+    "SHUTTING_DOWN",
+    "TIMEOUT",
+    "TOO_LARGE",
     "AnswerNow",
     "DirectAckTo",
     "DirectBatch",
     "ProduceCompletion",
     "Result",
     "batch_of",
+    "fail_unappended",
     "stored_of",
 ]
 
 Result = tuple[int, int, int]
 """A message's outcome: (error_code, offset, timestamp)."""
+
+NOT_LEADER: Result = (int(ErrorCode.NOT_LEADER), -1, -1)
+"""Its partition's leadership left this server before its ack (it may or may not be
+stored: an idempotent producer's retry is deduplicated)."""
+SHUTTING_DOWN: Result = (int(ErrorCode.SHUTTING_DOWN), -1, -1)
+INVALID: Result = (int(ErrorCode.INVALID_ARGUMENT), -1, -1)
+TOO_LARGE: Result = (int(ErrorCode.MESSAGE_TOO_LARGE), -1, -1)
+TIMEOUT: Result = (int(ErrorCode.TIMEOUT), -1, -1)
+
+
+def fail_unappended(items: Iterable[object], result: Result) -> None:
+    """Answer the direct requests among ``items`` (queued, dropped, not appended) with
+    ``result`` at once (through NATS their publishers would time out: the outcome is the
+    same, unknown, only sooner)."""
+    for item in items:
+        if type(item) is DirectBatch:
+            item.completion.fail_unsettled(result)
 
 
 @attrs.define(eq=False)

@@ -60,6 +60,10 @@ from jetserver.broker.current_values import (
     refusal_answer,
 )
 from jetserver.broker.direct import (
+    INVALID,
+    NOT_LEADER,
+    TIMEOUT,
+    TOO_LARGE,
     AnswerNow,
     ProduceCompletion,
     Result,
@@ -92,13 +96,7 @@ from jetserver.metadata.reserved import is_internal
 _PUBLISHED: Result = (ErrorCode.NONE, -1, -1)
 """Result of a message with ack policy NONE that reached NATS."""
 _UNAVAILABLE: Result = (ErrorCode.UNAVAILABLE, -1, -1)
-_TIMEOUT: Result = (ErrorCode.TIMEOUT, -1, -1)
 _UNSCOPED = contextlib.nullcontext()
-_TOO_LARGE: Result = (ErrorCode.MESSAGE_TOO_LARGE, -1, -1)
-_INVALID: Result = (ErrorCode.INVALID_ARGUMENT, -1, -1)
-_NOT_LEADER: Result = (ErrorCode.NOT_LEADER, -1, -1)
-"""Result of a message whose partition leadership left this server before its ack (it
-may or may not be stored: an idempotent producer's retry is deduplicated)."""
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +158,7 @@ class ProduceService:
         their timeout; NATS drops what is published while no replica subscribes."""
         for waiting in self._waiting.values():
             if waiting.stream == stream and waiting.partition == partition:
-                waiting.fail_unsettled(_NOT_LEADER)
+                waiting.fail_unsettled(NOT_LEADER)
 
     async def stop(self) -> None:
         """Unsubscribe; waiting requests time out on their own."""
@@ -394,12 +392,12 @@ class ProduceService:
         max_payload = self.link.max_payload
         for i, (subject, size, payload) in enumerate(messages):
             if size > limit:
-                results[i] = _TOO_LARGE
+                results[i] = TOO_LARGE
             elif payload is None:
-                results[i] = _INVALID
+                results[i] = INVALID
             elif max_payload and len(payload) > max_payload:
                 # NATS itself would refuse it (its max_payload is below our message limit).
-                results[i] = _TOO_LARGE
+                results[i] = TOO_LARGE
             else:
                 to_send.append((subject or psubj, payload))
                 sent_index.append(i)
@@ -492,7 +490,7 @@ class ProduceService:
                         after = self._copies.after_commit(
                             replica, copies, end, failures, timeout_s, turn, ticket, deadline
                         )
-                    final = [r if r is not None else _TIMEOUT for r in results]
+                    final = [r if r is not None else TIMEOUT for r in results]
                     if values_wanted:  # a refusal's value (§6)
                         keys = replica.sequencer.checks.keys
                         values = current_values(replica.log, records, final, index=keys)
@@ -537,7 +535,7 @@ class ProduceService:
                     await waiting.done.wait()
         finally:
             self._waiting.pop(token, None)
-        final = [r if r is not None else _TIMEOUT for r in results]
+        final = [r if r is not None else TIMEOUT for r in results]
         if produce_wants_current_values(body):  # through NATS: no values (§6)
             latest = [(-1, None)] * n if produce_wants_latest_values(body) else None
             return encode_produce_result_values(final, [None] * n, latest), None

@@ -29,7 +29,7 @@ from jetsdk.codec.messages import ProduceHead, produce_wants_latest_values
 from jetsdk.codec.produce_values import encode_produce_result_values
 from jetsdk.codec.stream_settings import DURABILITY_FLUSHED
 from jetserver.broker.current_values import key_check, latest_values, refusal_of
-from jetserver.broker.direct import Result
+from jetserver.broker.direct import SHUTTING_DOWN, TIMEOUT, Result
 from jetserver.broker.direct_copies import After
 from jetserver.broker.key_index import IndexBehind, IndexFull
 from jetserver.broker.partition import PartitionReplica
@@ -46,8 +46,6 @@ _NONE = int(ErrorCode.NONE)
 _CUT: Result = (int(ErrorCode.STORAGE_ERROR), -1, -1)
 """An fsync failed after the append: the cut may have taken it (retry; the general path's
 pending ack fails so too, ``ReplicaCore.cut``)."""
-_TIMEOUT: Result = (int(ErrorCode.TIMEOUT), -1, -1)
-_SHUTTING_DOWN: Result = (int(ErrorCode.SHUTTING_DOWN), -1, -1)
 
 
 @attrs.define(eq=False)
@@ -196,5 +194,5 @@ def _outcome(replica: PartitionReplica, failures: int) -> Result:
     if replica.sync_failures != failures:
         return _CUT
     if replica.closed:
-        return _SHUTTING_DOWN
-    return _TIMEOUT
+        return SHUTTING_DOWN
+    return TIMEOUT

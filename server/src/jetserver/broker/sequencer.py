@@ -24,7 +24,7 @@ import collections
 import contextlib
 import logging
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import anyio
 import attrs
@@ -40,7 +40,17 @@ from jetserver.broker.append_batch import AppendBatch, Wanted, acks_after_append
 from jetserver.broker.append_checks import AppendChecks, Refusal
 from jetserver.broker.commit import Committer
 from jetserver.broker.commit_group import IN_GROUP
-from jetserver.broker.direct import DirectAckTo, DirectBatch, Result, record_body
+from jetserver.broker.direct import (
+    INVALID,
+    NOT_LEADER,
+    SHUTTING_DOWN,
+    TOO_LARGE,
+    DirectAckTo,
+    DirectBatch,
+    Result,
+    fail_unappended,
+    record_body,
+)
 from jetserver.broker.header_controls import Controls, read_controls
 from jetserver.broker.ingested import Queued
 from jetserver.broker.large_writes import LargeWrites, RoleEnded
@@ -75,21 +85,6 @@ __all__ = ["Sequencer"]
 
 def _nothing() -> None:
     return None
-
-
-_NOT_LEADER = (int(ErrorCode.NOT_LEADER), -1, -1)
-_SHUTTING_DOWN = (int(ErrorCode.SHUTTING_DOWN), -1, -1)
-_INVALID = (int(ErrorCode.INVALID_ARGUMENT), -1, -1)
-_TOO_LARGE = (int(ErrorCode.MESSAGE_TOO_LARGE), -1, -1)
-
-
-def _unappended(items: Iterable[Queued], result: tuple[int, int, int]) -> None:
-    """Answer the direct requests among ``items`` (dropped, not appended) with ``result``
-    at once (through NATS their publishers would time out: the outcome is the same,
-    unknown, only sooner)."""
-    for item in items:
-        if type(item) is DirectBatch:
-            item.completion.fail_unsettled(result)
 
 
 @attrs.define(eq=False, repr=False)
@@ -171,7 +166,7 @@ class Sequencer:
         """Forget what is queued (the role ended: NATS publishers retry, direct requests
         are answered NOT_LEADER)."""
         if self._queue:
-            _unappended(self._queue, _NOT_LEADER)
+            fail_unappended(self._queue, NOT_LEADER)
             self._queue.clear()
         self._queued_bytes = 0
         self._space.set()
@@ -195,7 +190,7 @@ class Sequencer:
                 await self._wake.wait()
                 continue
             if life.stopping and not life.drain:
-                _unappended(queue, _SHUTTING_DOWN)
+                fail_unappended(queue, SHUTTING_DOWN)
                 queue.clear()
                 return
             batch: list[Queued] = []
@@ -263,11 +258,11 @@ class Sequencer:
         done): a large write (the general path's, from a worker thread)."""
         core = self.base.core
         if not core.leading:
-            return _NOT_LEADER
+            return NOT_LEADER
         subjects = self._fields_cache.subjects(subject, "")
         if subjects is None or record.size > self.max_message_bytes:
             self.messages_rejected += 1
-            return _INVALID if subjects is None else _TOO_LARGE
+            return INVALID if subjects is None else TOO_LARGE
         body = record_body(record, subjects)
         if len(body[0]) + len(body[1]) >= LARGE_WRITE_BYTES:  # FsyncRunner.is_large of one
             return None
@@ -397,7 +392,7 @@ class Sequencer:
         if not core.leading:
             # Queued before this replica stopped leading: NATS publishers retry; direct
             # requests are answered NOT_LEADER (they may ask the new leader at once).
-            _unappended(batch, _NOT_LEADER)
+            fail_unappended(batch, NOT_LEADER)
             return
         b = AppendBatch()
         limit = self.max_message_bytes
