@@ -118,6 +118,7 @@ def test_a_key_write_is_the_request_it_stands_for(data: st.DataObject) -> None:
         seq,
         current_values=cas,
         latest_values=cas,
+        sequence_start=True,  # a table's write starts its own sequence (spec/protocol.md)
     )
     body = encode_key_write(stream, partition, timeout_ms, producer_id, seq, key, value, expected)
     assert body == encode_produce_request(request)
