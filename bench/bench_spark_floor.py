@@ -42,17 +42,14 @@ def _counting(counted: list[int]) -> Callable[[Any, int], None]:
     return lambda df, _batch: counted.append(df.count())
 
 
-def _parquet_query(spark: Any, path: str, count: int) -> tuple[float, Cpu]:
-    """(seconds inside the batches, CPU of the query) of a parquet directory read as a
-    stream into the counting foreachBatch."""
-    counted: list[int] = []
+def _run_to_end(spark: Any, frame: Any, counted: list[int]) -> tuple[float, Cpu]:
+    """(seconds inside its batches, CPU of the query) of the streaming ``frame`` run to its
+    end (Trigger.AvailableNow) into the counting foreachBatch, which appends to
+    ``counted``."""
     with tempfile.TemporaryDirectory(prefix="bench-floor-cp-") as checkpoint:
         cpu = cpu_now(spark)
         query = (
-            spark.readStream.schema("offset long, value binary")
-            .option("maxFilesPerTrigger", 10 * FLOOR_FILES)
-            .parquet(path)
-            .writeStream.foreachBatch(_counting(counted))
+            frame.writeStream.foreachBatch(_counting(counted))
             .option("checkpointLocation", checkpoint)
             .trigger(availableNow=True)
             .start()
@@ -62,9 +59,22 @@ def _parquet_query(spark: Any, path: str, count: int) -> tuple[float, Cpu]:
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()))
         batches = [p for p in query.recentProgress if p["numInputRows"]]
+    return sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000, spent
+
+
+def _parquet_query(spark: Any, path: str, count: int) -> tuple[float, Cpu]:
+    """(seconds inside the batches, CPU of the query) of a parquet directory read as a
+    stream into the counting foreachBatch."""
+    counted: list[int] = []
+    frame = (
+        spark.readStream.schema("offset long, value binary")
+        .option("maxFilesPerTrigger", 10 * FLOOR_FILES)
+        .parquet(path)
+    )
+    result = _run_to_end(spark, frame, counted)
     if sum(counted) != count:
         raise RuntimeError(f"the parquet stream counted {sum(counted)} rows, not {count}")
-    return sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000, spent
+    return result
 
 
 def _rate_query(spark: Any, count: int, value: bytes) -> tuple[float, Cpu]:
@@ -75,26 +85,16 @@ def _rate_query(spark: Any, count: int, value: bytes) -> tuple[float, Cpu]:
     from pyspark.sql import functions as F
 
     counted: list[int] = []
-    with tempfile.TemporaryDirectory(prefix="bench-floor-cp-") as checkpoint:
-        cpu = cpu_now(spark)
-        rows = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", count)
-        query = (
-            rows.option("numPartitions", 2)
-            .load()
-            .select(F.col("value").alias("offset"), F.lit(value).alias("value"))
-            .writeStream.foreachBatch(_counting(counted))
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(1800)
-        spent = cpu_since(spark, cpu)
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
-        batches = [p for p in query.recentProgress if p["numInputRows"]]
+    rows = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", count)
+    frame = (
+        rows.option("numPartitions", 2)
+        .load()
+        .select(F.col("value").alias("offset"), F.lit(value).alias("value"))
+    )
+    result = _run_to_end(spark, frame, counted)
     if counted != [count]:
         raise RuntimeError(f"the rate stream counted {counted}, not one batch of {count}")
-    return sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000, spent
+    return result
 
 
 def _write_parquet(spark: Any, path: str, count: int, value: bytes) -> None:
