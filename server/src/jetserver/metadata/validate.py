@@ -189,23 +189,7 @@ def spec_from_request(
             raise invalid_argument("group", f"group name over {MAX_GROUP_NAME_CHARS} characters")
     max_message = settings["max_message_bytes"]
     check_message_limit(max_message, max_message_bytes, nats_max_payload)
-    return StreamSpec(
-        name=name,
-        subject=subject,
-        partitions=partitions,
-        replication_factor=rf,
-        group=group,
-        compact=settings["compact"],
-        retention_max_age_s=settings["retention_max_age_s"],
-        retention_max_bytes=settings["retention_max_bytes"],
-        retention_max_messages=settings["retention_max_messages"],
-        segment_max_bytes=settings["segment_max_bytes"] or default_segment_max_bytes,
-        segment_max_age_s=settings["segment_max_age_s"] or default_segment_max_age_s,
-        delete_retention_s=settings["delete_retention_s"],
-        max_message_bytes=max_message,
-        internal=internal,
-        min_isr=settings["min_isr"],
-        durability=settings["durability"],
-        duplicate_window_s=settings["duplicate_window_s"],
-        no_nats_copies=settings["no_nats_copies"],
-    )
+    # check_settings returns every StreamSpec field but the name, subject and group.
+    settings["segment_max_bytes"] = settings["segment_max_bytes"] or default_segment_max_bytes
+    settings["segment_max_age_s"] = settings["segment_max_age_s"] or default_segment_max_age_s
+    return StreamSpec(name=name, subject=subject, group=group, **settings)

@@ -27,24 +27,9 @@ class ConsumerParts:
     """The consumer's partition runs and fetched batches."""
     start: object
     """Where a partition without a committed offset starts (None: per ``reset``)."""
-    _initial_offset: Callable[[StreamPartition, object], Awaitable[int]]
-    _begin_run: Callable[[StreamPartition, int, int | None, Progress | None], PartitionRun]
-    _fail: Callable[[BaseException], None]
-
-    async def initial_offset(self, key: StreamPartition, start: object) -> int:
-        """The offset a partition without a committed offset starts at."""
-        return await self._initial_offset(key, start)
-
-    def begin_run(
-        self,
-        key: StreamPartition,
-        offset: int,
-        generation: int | None = None,
-        inherited: Progress | None = None,
-    ) -> PartitionRun:
-        """Start reading ``key`` from ``offset``."""
-        return self._begin_run(key, offset, generation, inherited)
-
-    def fail(self, error: BaseException) -> None:
-        """Raise ``error`` from the consumer's next call."""
-        self._fail(error)
+    initial_offset: Callable[[StreamPartition, object], Awaitable[int]]
+    """``(key, start)``: the offset a partition without a committed offset starts at."""
+    begin_run: Callable[[StreamPartition, int, int | None, Progress | None], PartitionRun]
+    """``(key, offset, generation, inherited)``: start reading ``key`` from ``offset``."""
+    fail: Callable[[BaseException], None]
+    """Raise the error from the consumer's next call."""

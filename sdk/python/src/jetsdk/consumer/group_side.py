@@ -367,7 +367,7 @@ class GroupSide:
         if start.offset is None:
             start.offset = offset  # NoCommittedOffset: the application chose where
             del self._starting[key]
-            self.consumer.begin_run(key, offset, start.generation)
+            self.consumer.begin_run(key, offset, start.generation, None)
             return True
         start.offset, start.progress = offset, None
         return True
