@@ -12,7 +12,8 @@ methods, signatures, defaults and docstrings (rewritten by the ordered substitut
   thread (``SyncWrapper._run``) and returns its result;
 - a plain ``def m(...)`` runs in the loop thread too (``_run_sync``): the object's state
   belongs to that thread;
-- ``@property`` reads are forwarded as they are;
+- ``@property`` reads are forwarded as they are (one line each, ``Forwarded``, with the
+  property's docstring as the attribute's);
 - ``__aenter__/__aexit__`` become ``__enter__/__exit__`` plus ``open()/close()``, one
   lifecycle for every class in the base ``SyncWrapper`` (the class's async object comes from
   the ``_factory`` its ``__init__`` sets); ``__aiter__/__anext__`` become
@@ -405,14 +406,18 @@ class _Emitter:
 
     def _emit_method(self, method: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         name = method.name
-        params = _params(method.args)
-        returns = self._annotation(method.returns) or "None"
-        is_property = any(
-            isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list
-        )
         doc = ast.get_docstring(method)
         L = self.lines
         L.append("")
+        if any(isinstance(d, ast.Name) and d.id == "property" for d in method.decorator_list):
+            # One line, read through Forwarded (its type is the async property's); the
+            # docstring stays, as the attribute's, for the reference page.
+            self.imports.add("Forwarded", "jetsdk._sync_support")
+            L.append(f"    {name} = Forwarded(_Async{self.spec.cls}.{name})")
+            L += _doc(doc, "    ")
+            return
+        params = _params(method.args)
+        returns = self._annotation(method.returns) or "None"
         if name == "__aiter__":
             L += [f"    def __iter__(self) -> {self.spec.cls}:", "        return self"]
             return
@@ -438,12 +443,6 @@ class _Emitter:
             self._signature(name, params, returns, "    ")
             L += _doc(doc, "        ")
             self._call("return self._buffered_fetch", "self._obj", params, "", "        ")
-            return
-        if is_property:
-            L.append("    @property")
-            L.append(f"    def {name}(self) -> {returns}:")
-            L += _doc(doc, "        ")
-            L.append(f"        return self._obj.{name}")
             return
         self._signature(name, params, returns, "    ")
         L += _doc(doc, "        ")

@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -13,6 +14,7 @@ import pytest
 
 from jetsdk import sync
 from jetsdk.errors import ClientClosed, JetConnectionError
+from support.jet_dev import JetDev
 
 ROOT = Path(__file__).parents[2]
 
@@ -73,3 +75,23 @@ def test_unreachable_server_and_use_before_open() -> None:
         client.open()
     with pytest.raises(ClientClosed):
         client.list_streams()
+
+
+def test_properties_read_the_async_object_and_are_read_only(jet_dev: JetDev) -> None:
+    from jetsdk import Producer
+
+    # The reference page and help() show the async property's docstring.
+    assert sync.Producer.pending.__doc__ == Producer.pending.__doc__
+    client = sync.Client(jet_dev.servers)
+    with pytest.raises(ClientClosed):
+        _ = client.max_message_bytes  # not open: no async client to read
+    name = f"gen-{uuid.uuid4().hex[:8]}"
+    with client:
+        assert client.max_message_bytes == client._obj.max_message_bytes > 0
+        client.create_stream(name, name, partitions=3)
+        with sync.Producer(client, name) as producer:
+            assert producer.num_partitions == 3
+            producer.send(b"x")
+            assert producer.pending == 0
+            with pytest.raises(AttributeError, match="no setter"):
+                producer.pending = 1  # type: ignore[assignment]

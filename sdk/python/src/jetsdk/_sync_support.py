@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager, suppress
 from functools import partial
 from types import TracebackType
-from typing import Any, Generic, ParamSpec, Self, TypeVar
+from typing import Any, Generic, NoReturn, ParamSpec, Self, TypeVar, overload
 
 import anyio
 import anyio.to_thread
@@ -47,6 +47,7 @@ from jetsdk.message import Message
 __all__ = [
     "ITER_BATCH",
     "LOOP_START_TIMEOUT",
+    "Forwarded",
     "LoopThread",
     "SyncWrapper",
     "thread_callback",
@@ -323,3 +324,34 @@ def thread_callback(
         await anyio.to_thread.run_sync(target, arg)
 
     return in_thread
+
+
+class Forwarded(Generic[T]):
+    """A read-only property of a sync wrapper that reads the async object's property of the
+    same name, as it is (no loop-thread hop, as the async property reads its own state);
+    ``help()`` shows the async property's docstring.
+
+    ``pending = Forwarded(_AsyncProducer.pending)`` in a generated class: mypy types a
+    property read off its class as its getter (``Callable[[_AsyncProducer], int]``), so the
+    wrapper's ``pending`` is an ``int``; at run time ``prop`` is the property object.
+    """
+
+    def __init__(self, prop: Callable[[Any], T]) -> None:
+        self.__doc__ = prop.__doc__
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> Forwarded[T]: ...
+    @overload
+    def __get__(self, obj: SyncWrapper[Any], owner: type) -> T: ...
+    def __get__(self, obj: SyncWrapper[Any] | None, owner: type) -> Forwarded[T] | T:
+        if obj is None:
+            return self
+        value: T = getattr(obj._obj, self._name)
+        return value
+
+    def __set__(self, obj: SyncWrapper[Any], value: NoReturn) -> NoReturn:
+        raise AttributeError(f"property {self._name!r} of {type(obj).__name__} has no setter")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ssl import SSLContext
 from typing import Any
 
-from jetsdk._sync_support import SyncWrapper
+from jetsdk._sync_support import Forwarded, SyncWrapper
 from jetsdk._version import __version__
 from jetsdk.client import DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
 from jetsdk.client import Client as _AsyncClient
@@ -92,25 +92,17 @@ class Client(SyncWrapper[_AsyncClient]):
         )
         self._backend = backend
 
-    @property
-    def server_info(self) -> dict[str, Any]:
-        """The Hello answer of the server this client bootstrapped from."""
-        return self._obj.server_info
+    server_info = Forwarded(_AsyncClient.server_info)
+    """The Hello answer of the server this client bootstrapped from."""
 
-    @property
-    def identity(self) -> str | None:
-        """The identity the last authenticated connection was given (None: none yet)."""
-        return self._obj.identity
+    identity = Forwarded(_AsyncClient.identity)
+    """The identity the last authenticated connection was given (None: none yet)."""
 
-    @property
-    def max_message_bytes(self) -> int:
-        """The server's message size limit (from Hello; the default if unknown)."""
-        return self._obj.max_message_bytes
+    max_message_bytes = Forwarded(_AsyncClient.max_message_bytes)
+    """The server's message size limit (from Hello; the default if unknown)."""
 
-    @property
-    def max_frame_bytes(self) -> int:
-        """The server's frame limit (from Hello; the default if unknown)."""
-        return self._obj.max_frame_bytes
+    max_frame_bytes = Forwarded(_AsyncClient.max_frame_bytes)
+    """The server's frame limit (from Hello; the default if unknown)."""
 
     def refresh_metadata(self) -> ClusterMetadata:
         """Fetch the full metadata now (concurrent callers share one request)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from jetsdk._sync_support import SyncWrapper, thread_callback
+from jetsdk._sync_support import Forwarded, SyncWrapper, thread_callback
 from jetsdk.consumer.consumer import (
     DEFAULT_FETCH_MAX_BYTES,
     DEFAULT_FETCH_MAX_WAIT,
@@ -204,20 +204,14 @@ class Consumer(SyncWrapper[_AsyncConsumer]):
         """The assigned partitions paused now."""
         return self._run_sync(self._obj.paused)
 
-    @property
-    def group(self) -> str | None:
-        """The consumer group (also of a simple consumer), or None."""
-        return self._obj.group
+    group = Forwarded(_AsyncConsumer.group)
+    """The consumer group (also of a simple consumer), or None."""
 
-    @property
-    def member_id(self) -> str | None:
-        """This member's id in its group (None without a group)."""
-        return self._obj.member_id
+    member_id = Forwarded(_AsyncConsumer.member_id)
+    """This member's id in its group (None without a group)."""
 
-    @property
-    def generation(self) -> int | None:
-        """The group generation in this member's view (None without a group or view)."""
-        return self._obj.generation
+    generation = Forwarded(_AsyncConsumer.generation)
+    """The group generation in this member's view (None without a group or view)."""
 
     def committed(self, partition: PartitionRef) -> OffsetAndMetadata | None:
         """The group's committed offset of any partition of its streams (not only assigned

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from jetsdk._sync_sends import SendHandle
-from jetsdk._sync_support import SyncWrapper
+from jetsdk._sync_support import Forwarded, SyncWrapper
 from jetsdk.codec.compression import DEFAULT_MIN_COMPRESS_BYTES
 from jetsdk.codec.error_codes import AckPolicy
 from jetsdk.message import Ack, HeadersInput
@@ -123,25 +123,17 @@ class Producer(SyncWrapper[_AsyncProducer]):
         )
         self._owner = client
 
-    @property
-    def num_partitions(self) -> int:
-        """Partitions of the stream (known once entered)."""
-        return self._obj.num_partitions
+    num_partitions = Forwarded(_AsyncProducer.num_partitions)
+    """Partitions of the stream (known once entered)."""
 
-    @property
-    def pending(self) -> int:
-        """Messages queued or awaiting their ack."""
-        return self._obj.pending
+    pending = Forwarded(_AsyncProducer.pending)
+    """Messages queued or awaiting their ack."""
 
-    @property
-    def retries(self) -> int:
-        """Produce requests sent again so far (whole or partial batches)."""
-        return self._obj.retries
+    retries = Forwarded(_AsyncProducer.retries)
+    """Produce requests sent again so far (whole or partial batches)."""
 
-    @property
-    def producer_id(self) -> int | None:
-        """The idempotent producer id (None unless ``idempotent``; set once entered)."""
-        return self._obj.producer_id
+    producer_id = Forwarded(_AsyncProducer.producer_id)
+    """The idempotent producer id (None unless ``idempotent``; set once entered)."""
 
     def send(
         self,

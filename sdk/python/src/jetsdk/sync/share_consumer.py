@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jetsdk._sync_support import SyncWrapper
+from jetsdk._sync_support import Forwarded, SyncWrapper
 from jetsdk.consumer.positions import StartPosition
-from jetsdk.consumer.share_consumer import AckMode, LostCallback, ShareSettings
+from jetsdk.consumer.share_consumer import AckMode, LostCallback
 from jetsdk.consumer.share_consumer import ShareConsumer as _AsyncShareConsumer
 from jetsdk.consumer.share_message import AcknowledgeType, ShareMessage
 from jetsdk.message import Done
-from jetsdk.share.state import ShareState
 from jetsdk.sync.client import Client
 
 
@@ -97,24 +96,18 @@ class ShareConsumer(SyncWrapper[_AsyncShareConsumer]):
         )
         self._owner = client
 
-    @property
-    def state(self) -> ShareState:
-        """The group's state as this member knows it (its view of the share log; read it,
-        do not change it).
-        """
-        return self._obj.state
+    state = Forwarded(_AsyncShareConsumer.state)
+    """The group's state as this member knows it (its view of the share log; read it,
+    do not change it).
+    """
 
-    @property
-    def settings(self) -> ShareSettings:
-        """The group's settings (from its share log once read; this member's before)."""
-        return self._obj.settings
+    settings = Forwarded(_AsyncShareConsumer.settings)
+    """The group's settings (from its share log once read; this member's before)."""
 
-    @property
-    def given_back(self) -> int:
-        """Messages this member acquired and gave back without handing them out (paced out,
-        at a lease's stop point, or on close): their delivery was not counted.
-        """
-        return self._obj.given_back
+    given_back = Forwarded(_AsyncShareConsumer.given_back)
+    """Messages this member acquired and gave back without handing them out (paced out,
+    at a lease's stop point, or on close): their delivery was not counted.
+    """
 
     def __iter__(self) -> ShareConsumer:
         return self

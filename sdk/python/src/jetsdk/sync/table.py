@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from os import PathLike
 
-from jetsdk._sync_support import SyncWrapper
+from jetsdk._sync_support import Forwarded, SyncWrapper
 from jetsdk.sync.client import Client
 from jetsdk.table.table import DEFAULT_LINGER_S
 from jetsdk.table.table import Table as _AsyncTable
@@ -87,10 +87,8 @@ class Table(SyncWrapper[_AsyncTable]):
         """True if ``key`` has a value in the view."""
         return self._run_sync(self._obj.__contains__, key)
 
-    @property
-    def positions(self) -> list[int]:
-        """Next offset the view will apply, per partition."""
-        return self._obj.positions
+    positions = Forwarded(_AsyncTable.positions)
+    """Next offset the view will apply, per partition."""
 
     def put(self, key: bytes, value: bytes, *, ttl: float | None = None) -> int:
         """Set ``key`` to ``value`` (not empty: an empty value is a delete); its revision.
@@ -161,10 +159,8 @@ class Table(SyncWrapper[_AsyncTable]):
         """
         self._run(self._obj.sync)
 
-    @property
-    def held(self) -> list[int]:
-        """The partitions this table holds (reads and keeps up to date)."""
-        return self._obj.held
+    held = Forwarded(_AsyncTable.held)
+    """The partitions this table holds (reads and keeps up to date)."""
 
     def hold(self, partitions: Iterable[int]) -> None:
         """Hold ``partitions`` too: read each from its start and return once the view holds
