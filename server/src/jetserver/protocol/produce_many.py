@@ -102,7 +102,8 @@ class ProduceMany:
             joined = IN_GROUP.set(group)
             try:
                 for body, head in zip(sections, heads, strict=True):
-                    served.append(await self._section(body, session, head))
+                    now = self._section_now(body, session, head)
+                    served.append(now or await self._section(body, session, head))
             except BaseException:  # cancelled: the after-work of those served won't run
                 self.produce.give_up_copies(after for _section, after in served)
                 raise
@@ -159,6 +160,19 @@ class ProduceMany:
         except (CodecError, ApiError):
             return None
         return heads
+
+    def _section_now(
+        self, body: bytes | memoryview, session: Session, head: ProduceHead
+    ) -> tuple[ProduceSection, After | None] | None:
+        """One section served in this step if it is the common case
+        (:class:`~jetserver.broker.produce_section.SectionProduce`); None (nothing done):
+        :meth:`_section` serves it, and answers its refusal or error."""
+        if self.security is not None and self.security.produce_refusal(session, body, head):
+            return None
+        served = self.produce.section.serve_now(body, head)
+        if served is None:
+            return None
+        return ProduceSection(ErrorCode.NONE, served[0]), served[1]
 
     async def _section(
         self, body: bytes | memoryview, session: Session, head: ProduceHead | None = None
