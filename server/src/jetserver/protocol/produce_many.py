@@ -15,6 +15,12 @@ over as that batch itself and commits each partition from its end
 (:func:`jetserver.broker.commit_group.commit_together`), not through each partition's
 flusher task.
 
+When every section would be appended and answered without waiting, they are served one
+after the other in the request's task instead, and the common section (one replica, ack
+LEADER or NONE, no producer id or header controls) in one step with no await
+(:class:`~jetserver.broker.produce_section.SectionProduce`: no per-section coroutine,
+completion or typed batch); any other goes through the Produce path as before.
+
 A section's error (not leader, unknown stream, permission denied, a body that does not
 decode...) is that section's answer; the other sections are served as usual.
 
