@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from jetsdk.codec.envelope import decode_message
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.frames import Api, encode_frame
 from jetsdk.codec.messages import (
@@ -38,6 +40,8 @@ from support.nats_server import NatsServer
 from support.raw_client import RawClient, ServerError
 
 pytestmark = pytest.mark.anyio
+
+_MSG_ID = (("Nats-Msg-Id", b"1"),)
 
 
 def _section(
@@ -334,3 +338,69 @@ async def test_the_fsyncs_of_a_requests_sections_go_as_one_job_that_commits(
         assert groups == [4, 4]
         assert not any(r.committer.flushing for r in replicas)
         assert [r.log.flushed_offset for r in replicas] == [2 * n for n in sizes]
+
+
+async def test_common_sections_are_served_in_one_step_the_rest_as_before(
+    jet: Server, nc: Any
+) -> None:
+    """Issue 34 item 4: a section of a one-replica partition led here (ack LEADER or
+    NONE, no producer id, no header controls) is appended in the request's step
+    (broker/produce_section.py); a section that is not (a ``Nats-Msg-Id``, a message
+    over the limit, a producer id) goes through the general path in the same request.
+    Each gets its own answer, offsets run on in each partition, and the NATS copies of
+    the common sections reach a subscriber in append order."""
+    assert jet.address is not None
+    copies: list[tuple[str, bytes]] = []
+    got_all = anyio.Event()
+
+    async def on_copy(msg: Any) -> None:
+        copies.append((msg.subject, decode_message(msg.data).value))
+        if len(copies) == 10:
+            got_all.set()
+
+    await nc.subscribe("w", cb=on_copy)
+    await nc.subscribe("w.*", cb=on_copy)
+    await nc.flush()
+    async with await RawClient.connect(jet.address) as c:
+        await c.create_stream(name="w", subject="w", partitions=3, max_message_bytes=1000)
+        controlled = encode_produce_request(
+            ProduceRequest("w", 1, AckPolicy.LEADER, 5000, (ProduceMessage(b"m", headers=_MSG_ID),))
+        )
+        served = jet.running.produce.section.served
+        answer = await _many(
+            c,
+            [
+                _section("w", 0, [b"a", b"b", b"c"]),
+                controlled,
+                _section("w", 1, [b"d", b"e"]),
+                _section("w", 2, [b"f"], policy=AckPolicy.NONE),
+                _section("w", 2, [b"g", b"x" * 2000]),  # its second message is too large
+                _section("w", 0, [b"h"], producer_id=5),
+                _section("w", 2, [b"i"]),
+            ],
+        )
+        assert jet.running.produce.section.served - served == 4  # a, d-e, f, i
+        assert _offsets(answer[0]) == [0, 1, 2]
+        assert _offsets(answer[1]) == [0]
+        assert _offsets(answer[2]) == [1, 2]
+        assert [r.error_code for r in decode_produce_response(answer[3].body)] == [0]
+        too_large = decode_produce_response(answer[4].body)
+        assert [r.error_code for r in too_large] == [0, ErrorCode.MESSAGE_TOO_LARGE]
+        assert too_large[0].offset == 1
+        assert _offsets(answer[5]) == [3]
+        assert _offsets(answer[6]) == [2]
+        expected = {0: [b"a", b"b", b"c", b"h"], 1: [b"m", b"d", b"e"], 2: [b"f", b"g", b"i"]}
+        for partition, values in expected.items():
+            records = await _fetch_until(c, "w", partition, len(values))
+            assert [r.value for r in records] == values
+    with anyio.fail_after(10):
+        await got_all.wait()
+    by_subject: dict[str, list[bytes]] = {}
+    for subject, data in copies:
+        by_subject.setdefault(subject, []).append(data)
+    # The copies of both paths' sections, each partition's in append order.
+    assert by_subject == {
+        "w": [b"a", b"b", b"c", b"h"],
+        "w.1": [b"m", b"d", b"e"],
+        "w.2": [b"f", b"g", b"i"],
+    }

@@ -86,6 +86,7 @@ from jetserver.broker.produce_one import (
     link_down,
     partition_subject_of,
 )
+from jetserver.broker.produce_section import SectionProduce
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -130,6 +131,8 @@ class ProduceService:
     serve_now` serves it from the connection's reader callback (None: not ``direct``)."""
     _cas: CasProduce = attrs.field(init=False)
     """A table's compare-and-set in one step (broker/produce_cas.py)."""
+    section: SectionProduce = attrs.field(init=False)
+    """A ProduceMany section's common case in one step (broker/produce_section.py)."""
 
     def __attrs_post_init__(self) -> None:
         self._copies = DirectCopies(self.link, self.copy_backlog)
@@ -143,6 +146,7 @@ class ProduceService:
             self.direct,
         )
         self._cas = CasProduce(self.one)
+        self.section = SectionProduce(self.one)
 
     async def start(self) -> None:
         """Subscribe to this server's ack inboxes."""

@@ -15,6 +15,12 @@ over as that batch itself and commits each partition from its end
 (:func:`jetserver.broker.commit_group.commit_together`), not through each partition's
 flusher task.
 
+When every section would be appended and answered without waiting, they are served one
+after the other in the request's task instead, and the common section (one replica, ack
+LEADER or NONE, no producer id or header controls) in one step with no await
+(:class:`~jetserver.broker.produce_section.SectionProduce`: no per-section coroutine,
+completion or typed batch); any other goes through the Produce path as before.
+
 A section's error (not leader, unknown stream, permission denied, a body that does not
 decode...) is that section's answer; the other sections are served as usual.
 
@@ -102,7 +108,8 @@ class ProduceMany:
             joined = IN_GROUP.set(group)
             try:
                 for body, head in zip(sections, heads, strict=True):
-                    served.append(await self._section(body, session, head))
+                    now = self._section_now(body, session, head)
+                    served.append(now or await self._section(body, session, head))
             except BaseException:  # cancelled: the after-work of those served won't run
                 self.produce.give_up_copies(after for _section, after in served)
                 raise
@@ -159,6 +166,19 @@ class ProduceMany:
         except (CodecError, ApiError):
             return None
         return heads
+
+    def _section_now(
+        self, body: bytes | memoryview, session: Session, head: ProduceHead
+    ) -> tuple[ProduceSection, After | None] | None:
+        """One section served in this step if it is the common case
+        (:class:`~jetserver.broker.produce_section.SectionProduce`); None (nothing done):
+        :meth:`_section` serves it, and answers its refusal or error."""
+        if self.security is not None and self.security.produce_refusal(session, body, head):
+            return None
+        served = self.produce.section.serve_now(body, head)
+        if served is None:
+            return None
+        return ProduceSection(ErrorCode.NONE, served[0]), served[1]
 
     async def _section(
         self, body: bytes | memoryview, session: Session, head: ProduceHead | None = None
