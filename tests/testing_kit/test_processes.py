@@ -160,3 +160,19 @@ def test_two_sessions_workers_of_the_same_name_draw_ports_from_different_blocks(
             reap(proc, 10)
             assert proc.stdout is not None
             proc.stdout.close()
+
+
+def test_a_cluster_that_fails_to_start_prints_its_servers_logs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A cluster that never becomes ready says why before it stops (a fault campaign run
+    timed out at start-up with only the test's traceback kept)."""
+    failing = ("sh", "-c", "echo boom at start; exit 3", "sh")
+    cluster = Cluster(size=1, server_prefix=failing)
+    with pytest.raises(WaitTimeout, match="exited"):
+        cluster.start(timeout_s=30)
+    out = capsys.readouterr().out
+    assert "start failed" in out
+    assert "==== s1" in out
+    assert "boom at start" in out
+    assert cluster.nats is None or not accepts(cluster.nats.url)

@@ -278,6 +278,9 @@ class Cluster:
             if self.clustered and self.wait_registered and not self._secured:
                 self.wait_all_registered(max(0.1, deadline - time.monotonic()))
         except BaseException:
+            # As __exit__ does: a cluster that never became ready says why (its servers'
+            # logs go with the data directories when the test's tmp_path is cleaned).
+            print(f"\nserver logs (tails) under {self.root}, start failed:\n{self.logs()}")
             self.stop()
             raise
 
