@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.tools import load_tool
 
 RUN = """
 from pathlib import Path
@@ -26,15 +24,7 @@ passes or fails."""
 
 
 def campaign() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "jet_fault_campaign", ROOT / "tools" / "fault_campaign.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("fault_campaign", "jet_fault_campaign")
 
 
 def test_a_failed_run_keeps_its_process_logs_and_not_its_data(
