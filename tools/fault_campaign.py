@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,7 +93,11 @@ BALLAST_TEST_TIMEOUT_S = 420
 """pytest-timeout of a run beside ``--partitions`` (the suite's 120 s cut a bit-rot run
 beside 1,000 partitions at load 15 after it had created them and restarted a server)."""
 FAILED_OUTPUT_DIR = Path(tempfile.gettempdir()) / "jet-fault-campaign"
-"""Where the whole output of each failed run is kept."""
+"""Where the whole output of each failed run is kept (``NAME-SEED.log``), with the log
+files its processes wrote (``NAME-SEED/``: every server's ``server.log``, nats-server's)."""
+KEPT_LOGS = "*.log"
+"""The files of a failed run's pytest temporary directory that are kept (its data
+directories are not: segments and journals are large and the logs name what happened)."""
 
 
 @dataclass
@@ -117,7 +122,12 @@ def run_one(name: str, node: str, seed: int, row: Row, work: Path, partitions: i
         "JET_FAULT_REPORT": str(report),
         "JET_FAULT_BALLAST_PARTITIONS": str(partitions),
     }
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", node]
+    # Its own temporary directory, so that a failed run's server logs can be kept (pytest
+    # keeps only the last few base directories, and a cluster that never became ready has
+    # printed nothing of them).
+    basetemp = work / f"{name}-{seed}-tmp"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x"]
+    cmd += ["--basetemp", str(basetemp), node]
     if partitions:
         cmd[-1:-1] = ["-o", f"timeout={BALLAST_TEST_TIMEOUT_S}"]
     started = time.monotonic()
@@ -131,6 +141,8 @@ def run_one(name: str, node: str, seed: int, row: Row, work: Path, partitions: i
     took = time.monotonic() - started
     lines = [orjson.loads(x) for x in report.read_bytes().splitlines()] if report.exists() else []
     last = output.strip().splitlines()[-1] if output.strip() else ""
+    logs = keep_logs(basetemp, FAILED_OUTPUT_DIR / f"{name}-{seed}") if code != 0 else 0
+    shutil.rmtree(basetemp, ignore_errors=True)
     if code == 0 and "skipped" in last and "passed" not in last:
         row.skipped += 1
         print(f"  {name} seed {seed}: skipped ({last})", flush=True)
@@ -153,11 +165,26 @@ def run_one(name: str, node: str, seed: int, row: Row, work: Path, partitions: i
         kept.write_text(output)
         print(
             f"  {name} seed {seed}: FAILED in {took:.0f} s (rerun: JET_FAULT_SEED={seed} "
-            f"pytest '{node}'; whole output in {kept})\n{tail}",
+            f"pytest '{node}'; whole output in {kept}, {logs} process logs in "
+            f"{kept.with_suffix('')})\n{tail}",
             flush=True,
         )
     else:
         print(f"  {name} seed {seed}: ok in {took:.0f} s ({last})", flush=True)
+
+
+def keep_logs(basetemp: Path, dest: Path) -> int:
+    """Copy the log files under ``basetemp`` (:data:`KEPT_LOGS`) to ``dest``, keeping their
+    paths below it; return how many."""
+    kept = 0
+    for log in sorted(basetemp.rglob(KEPT_LOGS)) if basetemp.is_dir() else []:
+        if not log.is_file():
+            continue
+        target = dest / log.relative_to(basetemp)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, target)
+        kept += 1
+    return kept
 
 
 def print_table(rows: dict[str, Row]) -> None:

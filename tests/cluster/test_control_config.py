@@ -42,6 +42,7 @@ def test_cluster_from_a_file_and_the_password_from_the_environment(tmp_path: Pat
     # Timing for a loaded machine: 1-2 s election timeout, the leader steps down as late.
     assert (raft.election_timeout_min_s, raft.election_timeout_max_s) == (3.0, 4.5)
     assert raft.leader_fallback_s == raft.connection_timeout_s == 4.5
+    assert raft.tick_s == 0.02
     assert "***" in to_toml(cfg)
     assert PASSWORD not in to_toml(cfg)
     assert PASSWORD not in repr(cfg)
@@ -113,3 +114,14 @@ def test_bad_peer_lists_are_refused(peers: str, fragment: str) -> None:
             {"JET_CLUSTER_PASSWORD": PASSWORD, "JET_CLUSTER_PEERS": peers},
             {("cluster", "raft_address"): "127.0.0.1:7001"},
         )
+
+
+def test_the_raft_tick_is_a_cluster_option(tmp_path: Path) -> None:
+    conf = tmp_path / "jet.toml"
+    conf.write_text(
+        '[server]\nid = "s1"\n[cluster]\nraft_address = "127.0.0.1:7001"\nraft_tick_s = 0.1\n'
+    )
+    assert raft_config(load_config(conf, {"JET_CLUSTER_PASSWORD": PASSWORD})).tick_s == 0.1
+    conf.write_text('[server]\nid = "s1"\n[cluster]\nraft_tick_s = 0\n')
+    with pytest.raises(ConfigError, match="raft_tick_s"):
+        load_config(conf, {})

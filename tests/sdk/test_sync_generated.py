@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 from jetsdk import sync
 from jetsdk.errors import ClientClosed, JetConnectionError
 from support.jet_dev import JetDev
+from support.tools import load_tool
 
 ROOT = Path(__file__).parents[2]
 
@@ -45,14 +45,7 @@ def test_generated_files_have_header_and_are_formatted() -> None:
 
 def _generator() -> ModuleType:
     """tools/gen_sync.py as a module (its SPECS say which methods are not mirrored)."""
-    path = ROOT / "tools" / "gen_sync.py"
-    spec = importlib.util.spec_from_file_location("jet_tools_gen_sync", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("gen_sync", "jet_tools_gen_sync")
 
 
 def test_public_methods_mirror_the_async_classes() -> None:

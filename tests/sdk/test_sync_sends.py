@@ -93,7 +93,10 @@ def test_send_soon_blocks_at_max_pending_bytes_until_acks_free_room(jet_dev: Jet
     with sync.Client(jet_dev.servers) as client:
         client.create_stream(name, name)
         with sync.Producer(client, name, linger=60, max_pending_bytes=1000) as producer:
-            producer.send(b"first")  # the queue exists
+            # The queue exists (not `send`: a sync send waits for its ack, so out the
+            # 60 s linger, as a send_soon's result() does; flush ignores the linger).
+            producer.send_soon(b"first")
+            producer.flush()
             sends = producer._queued()
             queued: list[sync.SendHandle] = []
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from jetserver.config.load import load_config
 from jetserver.testing import (
     Cluster,
     NatsServer,
@@ -23,6 +24,7 @@ from jetserver.testing import (
     wait_until,
     wait_until_async,
 )
+from jetserver.testing import cluster as cluster_module
 
 
 def state(pid: int) -> str:
@@ -160,3 +162,46 @@ def test_two_sessions_workers_of_the_same_name_draw_ports_from_different_blocks(
             reap(proc, 10)
             assert proc.stdout is not None
             proc.stdout.close()
+
+
+def test_a_cluster_that_fails_to_start_prints_its_servers_logs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A cluster that never becomes ready says why before it stops (a fault campaign run
+    timed out at start-up with only the test's traceback kept)."""
+    failing = ("sh", "-c", "echo boom at start; exit 3", "sh")
+    cluster = Cluster(size=1, server_prefix=failing)
+    with pytest.raises(WaitTimeout, match="exited"):
+        cluster.start(timeout_s=30)
+    out = capsys.readouterr().out
+    assert "start failed" in out
+    assert "==== s1" in out
+    assert "boom at start" in out
+    assert cluster.nats is None or not accepts(cluster.nats.url)
+
+
+def test_suite_settings_go_under_every_cluster_s_own() -> None:
+    """tests/conftest.py gives every test cluster a Raft tick of its own this way; a
+    cluster's own settings still win, key by key."""
+    before = cluster_module.merged_settings({})
+    try:
+        cluster_module.use_settings({"cluster": {"raft_tick_s": 0.05, "probe_interval_s": 0.5}})
+        own = {"cluster": {"probe_interval_s": 0.2}, "auth": {"enabled": True}}
+        assert cluster_module.merged_settings(own) == {
+            "cluster": {"raft_tick_s": 0.05, "probe_interval_s": 0.2},
+            "auth": {"enabled": True},
+        }
+        assert own == {"cluster": {"probe_interval_s": 0.2}, "auth": {"enabled": True}}
+        cluster_module.use_settings({})
+        assert cluster_module.merged_settings(own) == own
+    finally:
+        cluster_module.use_settings(before)
+
+
+def test_a_one_server_cluster_takes_the_suite_s_cluster_section(tmp_path: Path) -> None:
+    """A [cluster] section with only the suite's timer in it leaves a lone server alone."""
+    conf = tmp_path / "jet.toml"
+    conf.write_text('[server]\nid = "s1"\n[cluster]\nraft_tick_s = 0.05\n')
+    cfg = load_config(conf, {})
+    assert not cfg.cluster.enabled
+    assert cfg.cluster.raft_tick_s == 0.05

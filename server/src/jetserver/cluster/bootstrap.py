@@ -61,6 +61,7 @@ def raft_config(config: ServerConfig, **overrides: Any) -> RaftConfig:
         heartbeat_s=cluster.heartbeat_s,
         election_timeout_min_s=cluster.election_timeout_min_s,
         election_timeout_max_s=cluster.election_timeout_max_s,
+        tick_s=cluster.raft_tick_s,
         join=cluster.join,
         # A leader steps down after as long without a majority as a follower waits
         # before it elects another (1 s would make a briefly starved leader step down).

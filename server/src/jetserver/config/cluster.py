@@ -71,6 +71,9 @@ class ClusterConfig:
         default=raft_config.DEFAULT_ELECTION_TIMEOUT_MAX_S, validator=_positive
     )
     """Raft election timeout, upper bound."""
+    raft_tick_s: float = attrs.field(default=raft_config.DEFAULT_TICK_S, validator=_positive)
+    """Longest wait of the Raft thread between two timer checks (messages and proposals
+    wake it at once). Mostly for tests: a longer tick costs an idle server fewer wake-ups."""
     leader_silent_window_s: float = attrs.field(
         default=DEFAULT_LEADER_SILENT_WINDOW_S, validator=_positive
     )

@@ -49,13 +49,33 @@ from jetserver.testing.jet_process import (
 from jetserver.testing.nats import NatsServer
 from jetserver.testing.waiting import WaitTimeout, wait_until
 
-__all__ = ["DEFAULT_PASSWORD", "Cluster", "NetworkLab", "metadata_request"]
+__all__ = ["DEFAULT_PASSWORD", "Cluster", "NetworkLab", "metadata_request", "use_settings"]
 
 DEFAULT_PASSWORD = "jet-testing-password-0123456789"
 """The cluster secret of test clusters (>= 16 characters)."""
 
 Settings = Mapping[str, Mapping[str, Any]]
 """Extra config: section -> key -> value (merged into every server's TOML)."""
+_SUITE_SETTINGS: dict[str, dict[str, Any]] = {}
+"""Settings under every cluster's own (:func:`use_settings`)."""
+
+
+def use_settings(settings: Settings) -> None:
+    """Merge ``settings`` into the TOML of every server of every :class:`Cluster` planned
+    from now on in this process, under the cluster's own :attr:`Cluster.settings` (which
+    win key by key). For a test suite's timer settings (tests/conftest.py: a Raft tick of
+    its own); an empty mapping clears them."""
+    _SUITE_SETTINGS.clear()
+    for section, values in settings.items():
+        _SUITE_SETTINGS[section] = dict(values)
+
+
+def merged_settings(own: Settings) -> dict[str, dict[str, Any]]:
+    """The settings of :func:`use_settings` with ``own`` over them, key by key."""
+    out = {section: dict(values) for section, values in _SUITE_SETTINGS.items()}
+    for section, values in own.items():
+        out.setdefault(section, {}).update(values)
+    return out
 
 
 class NetworkLab(Protocol):
@@ -224,7 +244,7 @@ class Cluster:
                     "raft_address": f"{self._host(sid)}:{raft_port}",
                     "peers": [f"{o}@{self._host(o)}:{ports[o][1]}" for o in ids if o != sid],
                 }
-            for section, values in self.settings.items():
+            for section, values in merged_settings(self.settings).items():
                 config.setdefault(section, {}).update(values)
             out.append(
                 JetServer(
@@ -278,6 +298,9 @@ class Cluster:
             if self.clustered and self.wait_registered and not self._secured:
                 self.wait_all_registered(max(0.1, deadline - time.monotonic()))
         except BaseException:
+            # As __exit__ does: a cluster that never became ready says why (its servers'
+            # logs go with the data directories when the test's tmp_path is cleaned).
+            print(f"\nserver logs (tails) under {self.root}, start failed:\n{self.logs()}")
             self.stop()
             raise
 
