@@ -91,7 +91,16 @@ class CommitSoon:
         if then is not None:
             self._waiting.append(then)
         if idle:
-            self._soon = self.committer.running_loop().call_soon(self._look)
+            self._start()
+
+    def _start(self) -> None:
+        """The next fsync: handed to a thread in this step if the runner says threads (no
+        turn to look); else looked at next turn."""
+        committer = self.committer
+        if committer.fsyncs.may_run_here_for(committer.base.log):
+            self._soon = committer.running_loop().call_soon(self._look)
+        else:
+            self._to_thread()
 
     def _look(self) -> None:
         """The turn after the appends: an fsync on the loop after one more turn, if the
@@ -143,9 +152,12 @@ class CommitSoon:
             hops.mark("fsync.start")
         committer.thread_flush = True
         self._in_thread = waiting
-        committer.fsyncs.flush_in_thread_then(
+        if not committer.fsyncs.sync_in_thread_then(
             committer.base.log, committer.running_loop(), self._thread_done
-        )
+        ):  # another thread's fsync of the log runs: the flusher's covers these
+            committer.thread_flush = False
+            self._in_thread = None
+            self._to_flusher(waiting)
 
     def _thread_done(self, flushed: int, error: BaseException | None) -> None:
         committer = self.committer
@@ -156,8 +168,8 @@ class CommitSoon:
             self._committed(flushed, waiting)
         else:
             self._to_flusher(waiting)
-        if self._waiting and self._soon is None:  # appended meanwhile: the next fsync
-            self._soon = committer.running_loop().call_soon(self._look)
+        if self._waiting and self._soon is None and self._in_thread is None:
+            self._start()  # appended meanwhile: the next fsync
 
     def _committed(self, flushed: int, waiting: list[Callable[[], None]]) -> None:
         in_turn = InTurn(self.committer)
