@@ -505,7 +505,7 @@ class Log:
                     state.appended_bytes,
                     FileLease(seg.file),
                     generation,
-                    seg.log_path,
+                    seg,
                 )
         except BaseException:
             commit.finish(generation, -1, None)
@@ -524,7 +524,7 @@ class Log:
         if error is None:
             state.synced_bytes = pending.appended
         elif isinstance(error, OSError):
-            error = StorageError(f"fsync of {pending.path} failed: {error}")
+            error = StorageError(f"fsync of {pending.segment.log_path} failed: {error}")
         return state.commit.finish(pending.generation, pending.covered, error)
 
     def _flush(self, upto: int | None, *, wait: bool) -> int | None:
