@@ -262,6 +262,38 @@ class FsyncRunner:
         THREADS.call(loop, functools.partial(_synced, log_, pending, then), sync, pending.fd)
         return True
 
+    async def sync_in_thread(
+        self,
+        log_: Log,
+        loop: asyncio.AbstractEventLoop,
+        then: Callable[[int], None] | None = None,
+    ) -> int:
+        """:meth:`flush_in_thread` to the LEO as :meth:`sync_in_thread_then` runs it (the
+        system call alone in the thread, no batch turn), for a caller that awaits it (an
+        ALL-acked request's commit, :meth:`Committer.commit_here
+        <jetserver.broker.commit.Committer.commit_here>`); ``then(flushed)`` in the job's
+        loop callback once it succeeded, as there. Another fsync of the log running: as
+        :meth:`flush_in_thread`. A caller cancelled meanwhile leaves the job to end on its
+        own (its outcome is still recorded on the loop, :meth:`Log.end_sync`).
+
+        Raises:
+            SyncFailedError, StorageError: as :meth:`Log.flush`.
+        """
+        outcome: asyncio.Future[tuple[int, BaseException | None]] = loop.create_future()
+
+        def ended(flushed: int, error: BaseException | None) -> None:
+            if error is None and then is not None:
+                then(flushed)
+            if not outcome.done():
+                outcome.set_result((flushed, error))
+
+        if not self.sync_in_thread_then(log_, loop, ended):
+            return await self.flush_in_thread(log_, None, loop, then)
+        flushed, error = await outcome
+        if error is not None:
+            raise error
+        return flushed
+
     def _batch_of_turn(self, loop: asyncio.AbstractEventLoop | None) -> FlushBatch:
         """The batch of the fsyncs handed to threads in this loop turn (made, and its
         submission the next turn, by the first)."""
