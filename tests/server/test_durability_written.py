@@ -28,7 +28,12 @@ from jetserver.server import Server
 from jetserver.storage import fsync_threads
 from jetserver.testing import JetServer
 from support.fsync_fault import FsyncFault
-from support.jet_server import gated_server_process, records_after_restart, start_server_process
+from support.jet_server import (
+    gated_server_process,
+    records_after_restart,
+    start_faulty_process,
+    start_server_process,
+)
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
 
@@ -171,14 +176,7 @@ async def test_a_failed_fsync_of_a_one_step_produce_sends_no_copy_of_what_it_cut
     data = tmp_path / "data"
     marker = tmp_path / "fault-fired"
     fault = FsyncFault(match="/0/00000000000000000000.log", at=3, marker=marker)
-    proc = start_server_process(
-        nats_server.url,
-        data,
-        "--log-level",
-        "INFO",
-        env=fault.env(),
-        settings={"storage": {"fsync_on_loop": on_loop}},
-    )
+    proc = start_faulty_process(nats_server.url, data, fault.env(), fsync_on_loop=on_loop)
     nc = await nats.connect(nats_server.url, allow_reconnect=False)
     copies: list[bytes] = []
 

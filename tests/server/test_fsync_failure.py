@@ -27,7 +27,7 @@ from jetsdk import Client, Producer
 from jetsdk.codec.error_codes import AckPolicy
 from support.fault_report import write_report
 from support.fsync_fault import FsyncFault
-from support.jet_server import records_after_restart, start_server_process
+from support.jet_server import records_after_restart, start_faulty_process
 from support.nats_server import NatsServer
 
 pytestmark = pytest.mark.anyio
@@ -65,14 +65,7 @@ async def test_failed_fsync_on_a_single_server_loses_no_acked_record(
     data = tmp_path / "data"
     marker = tmp_path / "fault-fired"
     fault = FsyncFault(match=SEGMENT, at=fail_at, marker=marker)
-    proc = start_server_process(
-        nats_server.url,
-        data,
-        "--log-level",
-        "INFO",
-        env=fault.env(),
-        settings={"storage": {"fsync_on_loop": on_loop}},
-    )
+    proc = start_faulty_process(nats_server.url, data, fault.env(), fsync_on_loop=on_loop)
     acked: dict[int, bytes] = {}
     failed: list[BaseException] = []
     try:
