@@ -164,6 +164,7 @@ import attrs
 from bench.bench_spark_cpu import Cpu, cpu_now, cpu_since
 from jetsdk import AckPolicy, Client, Consumer, Producer, Table
 from jetserver.testing.devcluster import DevCluster
+from jetspark.jvm import JVM_FORMAT
 
 PARTITIONS = 8
 VALUE_BYTES = 100
@@ -264,16 +265,17 @@ async def _count(servers: list[str], stream: str) -> int:
 
 
 def _spark_source(
-    spark: Any, servers: str, stream: str, count: int
+    spark: Any, servers: str, stream: str, count: int, fmt: str = "jetstream"
 ) -> tuple[float, float, int, Cpu]:
     """(wall seconds, seconds inside batches, batches, CPU seconds of the JVM and its
-    Python processes for the query from start to end)."""
+    Python processes for the query from start to end), reading with format ``fmt``
+    (``jetstream-jvm``: the JVM reader, :mod:`jetspark.jvm`)."""
     counted: list[int] = []
     with tempfile.TemporaryDirectory(prefix="bench-spark-") as checkpoint:
         cpu = cpu_now(spark)
         started = time.perf_counter()
         query = (
-            spark.readStream.format("jetstream")
+            spark.readStream.format(fmt)
             .option("servers", servers)
             .option("streams", stream)
             .option("startingOffsets", "earliest")
@@ -434,17 +436,25 @@ def _throughput(
     src = f"bench-src-{tag}"
     anyio.run(_produce, servers, src, count, value_bytes)  # the source's records
     _spark_source(spark, joined, src, count)  # warm-up: workers, JIT
+    _spark_source(spark, joined, src, count, JVM_FORMAT)
     consume: list[float] = []
     inside: list[float] = []
     wall: list[float] = []
     source_cpu: list[Cpu] = []
-    batches = 0
+    jvm_inside: list[float] = []
+    jvm_wall: list[float] = []
+    jvm_cpu: list[Cpu] = []
+    batches = jvm_batches = 0
     for _ in range(rounds):
         consume.append(count / anyio.run(_consume, servers, src, count))
         w, i, batches, c = _spark_source(spark, joined, src, count)
         inside.append(count / i)
         wall.append(count / w)
         source_cpu.append(c)
+        w, i, jvm_batches, c = _spark_source(spark, joined, src, count, JVM_FORMAT)
+        jvm_inside.append(count / i)
+        jvm_wall.append(count / w)
+        jvm_cpu.append(c)
     rows = _rows(spark, count, value_bytes)
     _warm_sinks(spark, servers, joined, value_bytes)
     produce: list[float] = []
@@ -491,6 +501,11 @@ def _throughput(
     _ratio_line(f"jetstream source, in {batches} batch(es)", inside, base_read, SOURCE_TARGET)
     _ratio_line("jetstream source, wall incl. query start", wall, base_read, None)
     _cpu_line(f"CPU of the whole query (start, {batches} batch(es), stop)", source_cpu, count)
+    _ratio_line(
+        f"{JVM_FORMAT} source, in {jvm_batches} batch(es)", jvm_inside, base_read, SOURCE_TARGET
+    )
+    _ratio_line(f"{JVM_FORMAT} source, wall incl. query start", jvm_wall, base_read, None)
+    _cpu_line(f"CPU of the whole {JVM_FORMAT} query", jvm_cpu, count)
     print("sink (rows/s stored, ack ALL)")
     _ratio_line("jetsdk Producer (baseline)", produce, None, None)
     _ratio_line("foreach_batch_sink (exactly-once)", foreach, base_write, FOREACH_TARGET)
@@ -515,7 +530,7 @@ def run(quick: bool) -> None:
     with open(os.devnull, "wb") as devnull, DevCluster(size=1, log_file=devnull) as dev:
         servers = dev.addresses
         joined = ",".join(servers)
-        spark = local_spark("jetspark-bench")
+        spark = local_spark("jetspark-bench", jvm_reader=True)
         try:
             jetspark.register(spark)
             if "100" in parts:

@@ -1,0 +1,123 @@
+package jet.spark;
+
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.Closeable;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+/**
+ * One plaintext connection to a jet server (spec/protocol.md, "Frame"): requests are sent
+ * and answered one at a time, or one ahead ({@link #send} then {@link #receive}).
+ */
+final class JetWire implements Closeable {
+  static final int HELLO = 0;
+  static final int METADATA = 1;
+  static final int LIST_OFFSETS = 5;
+  static final int FETCH = 7;
+  static final ObjectMapper JSON = new ObjectMapper();
+
+  final String address;
+  private final Socket socket;
+  private final DataInputStream in;
+  private final DataOutputStream out;
+  private int nextId = 1;
+
+  JetWire(String address, int timeoutMs) throws IOException {
+    this.address = address;
+    int colon = address.lastIndexOf(':');
+    if (colon < 0) {
+      throw new IOException("jetstream-jvm: server address " + address + " has no port");
+    }
+    String host = address.substring(0, colon);
+    int port = Integer.parseInt(address.substring(colon + 1));
+    socket = new Socket();
+    socket.setTcpNoDelay(true);
+    socket.setSoTimeout(timeoutMs);
+    socket.connect(new InetSocketAddress(host, port), timeoutMs);
+    in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 65536));
+    out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 8192));
+    hello();
+  }
+
+  /** Send one request frame; its correlation id. */
+  int send(int api, byte[] body) throws IOException {
+    int id = nextId++;
+    out.writeInt(6 + body.length);
+    out.writeByte(api);
+    out.writeByte(0);
+    out.writeInt(id);
+    out.write(body);
+    out.flush();
+    return id;
+  }
+
+  /** The body of the answer to request {@code id} (the next frame). */
+  byte[] receive(int api, int id) throws IOException {
+    int length = in.readInt();
+    if (length < 6 || length > 128 * 1024 * 1024) {
+      throw new IOException("jetstream-jvm: bad frame length " + length + " from " + address);
+    }
+    int gotApi = in.readUnsignedByte();
+    int flags = in.readUnsignedByte();
+    int gotId = in.readInt();
+    byte[] body = new byte[length - 6];
+    in.readFully(body);
+    if ((flags & 0x02) != 0) {
+      JsonNode err = JSON.readTree(body);
+      throw new JetServerError(
+          err.path("code").asInt(1),
+          err.path("name").asText(""),
+          err.path("message").asText(""),
+          err.path("details"));
+    }
+    if (gotApi != api || gotId != id || (flags & 0x01) == 0) {
+      throw new IOException(
+          "jetstream-jvm: answer api " + gotApi + " id " + gotId + " flags " + flags
+              + ", expected api " + api + " id " + id);
+    }
+    return body;
+  }
+
+  byte[] call(int api, byte[] body) throws IOException {
+    return receive(api, send(api, body));
+  }
+
+  JsonNode callJson(int api, Object request) throws IOException {
+    return JSON.readTree(call(api, JSON.writeValueAsBytes(request)));
+  }
+
+  /** A Fetch request body (spec/protocol.md, "7 Fetch"), replica_id -1. */
+  static byte[] fetchBody(String stream, int partition, long offset, int maxBytes) {
+    byte[] name = stream.getBytes(StandardCharsets.UTF_8);
+    java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(2 + name.length + 4 + 8 + 4 + 4 + 4);
+    b.putShort((short) name.length).put(name).putInt(partition).putLong(offset);
+    b.putInt(maxBytes).putInt(0).putInt(-1);
+    return b.array();
+  }
+
+  @Override
+  public void close() throws IOException {
+    socket.close();
+  }
+
+  /** Hello (protocol 1): the first request on a connection. */
+  private void hello() throws IOException {
+    java.util.Map<String, Object> req = new java.util.LinkedHashMap<>();
+    req.put("protocol", 1);
+    req.put("client", "jetspark-jvm/0.1");
+    JsonNode answer = callJson(HELLO, req);
+    if (answer.path("auth_required").asBoolean(false)) {
+      throw new JetServerError(17, "UNAUTHENTICATED",
+          "the server requires authentication: the jetstream-jvm reader is plaintext and "
+              + "unauthenticated only; use format \"jetstream\"", JSON.createObjectNode());
+    }
+  }
+}
