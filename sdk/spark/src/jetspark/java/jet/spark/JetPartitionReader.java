@@ -85,7 +85,9 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
       try {
         int id = pending;
         pending = -1;
-        return wire.receive(JetWire.FETCH, id);
+        // The buffer of the previous answer is reused: its rows were consumed (Spark copies
+        // a row before it calls next() again).
+        return wire.receive(JetWire.FETCH, id, buf);
       } catch (IOException e) {
         retry(e, attempt);
         send(pendingOffset, pendingMax);
@@ -109,11 +111,18 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
   /** Take the answer in flight; set up the records of [offset, end) it holds. */
   private void answer() throws IOException {
     byte[] body = receive();
+    buf = body;
+    pos = 0;
+    stop = 0;
     int error = u16(body, 0);
     long hw = i64(body, 2);
     long logStart = i64(body, 10);
     long leo = i64(body, 18);
     int len = (int) u32(body, 26);
+    if (30 + len != wire.length) {
+      throw new IOException("jetstream-jvm: Fetch answer of " + wire.length + " bytes holds "
+          + len + " record bytes, for " + where());
+    }
     int base = 30;
     if (error == JetServerError.OFFSET_OUT_OF_RANGE) {
       if (offset < logStart) {
@@ -175,7 +184,6 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
     if (nxt < range.end) {
       send(nxt, opts.fetchMaxBytes);
     }
-    buf = body;
     pos = base;
     stop = last;
   }

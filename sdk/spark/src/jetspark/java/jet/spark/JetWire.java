@@ -29,6 +29,8 @@ final class JetWire implements Closeable {
   private final DataInputStream in;
   private final DataOutputStream out;
   private int nextId = 1;
+  /** The body length of the last answer received. */
+  int length;
 
   JetWire(String address, int timeoutMs) throws IOException {
     this.address = address;
@@ -61,6 +63,14 @@ final class JetWire implements Closeable {
 
   /** The body of the answer to request {@code id} (the next frame). */
   byte[] receive(int api, int id) throws IOException {
+    return receive(api, id, null);
+  }
+
+  /**
+   * The body of the answer to request {@code id} (the next frame), in {@code reuse} when it
+   * is large enough (its length is then {@link #length}, the array may be longer).
+   */
+  byte[] receive(int api, int id, byte[] reuse) throws IOException {
     int length = in.readInt();
     if (length < 6 || length > 128 * 1024 * 1024) {
       throw new IOException("jetstream-jvm: bad frame length " + length + " from " + address);
@@ -68,10 +78,11 @@ final class JetWire implements Closeable {
     int gotApi = in.readUnsignedByte();
     int flags = in.readUnsignedByte();
     int gotId = in.readInt();
-    byte[] body = new byte[length - 6];
-    in.readFully(body);
+    this.length = length - 6;
+    byte[] body = reuse != null && reuse.length >= this.length ? reuse : new byte[this.length];
+    in.readFully(body, 0, this.length);
     if ((flags & 0x02) != 0) {
-      JsonNode err = JSON.readTree(body);
+      JsonNode err = JSON.readTree(body, 0, this.length);
       throw new JetServerError(
           err.path("code").asInt(1),
           err.path("name").asText(""),
