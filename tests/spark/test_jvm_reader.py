@@ -18,8 +18,8 @@ from jetsdk.partitioner import partition_for_key
 from jetspark.jvm import JVM_FORMAT, JavacNotFoundError, jar_path, source_format
 from support.jet_dev import JetDev
 
-from .helpers import bounds, create, produce, read_partitions, unique
-from .test_sources import _settled
+from .helpers import create, produce, read_partitions, unique
+from .test_sources import _settled, retained_stream
 
 pytestmark = pytest.mark.spark
 
@@ -162,12 +162,7 @@ def test_a_checkpoint_carries_over_between_the_readers(
 def test_retention_gap_as_the_python_reader(spark: Any, spark_jet: JetDev) -> None:
     """Records removed by retention below the start: failOnDataLoss fails the read (naming
     the option), else the read starts at the log start, as the Python reader's."""
-    servers = spark_jet.servers
-    name = unique("jvm-logs")
-    create(servers, name, segment_max_bytes=1024, retention_max_messages=20)
-    produce(servers, name, [(None, f"line-{i}".encode()) for i in range(200)], chunk=10)
-    _settled(servers, name, lambda records: records and records[0].offset > 0)
-    log_start, hw = bounds(servers, name)
+    name, log_start, hw = retained_stream(spark_jet.servers, "jvm-logs")
     start = {"startingOffsets": orjson.dumps({name: {"0": 0}}).decode()}
 
     with pytest.raises(Exception, match="failOnDataLoss") as info:

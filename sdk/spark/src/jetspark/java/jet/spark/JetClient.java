@@ -118,10 +118,32 @@ final class JetClient implements Closeable {
     return a != null ? a : servers.get(0);
   }
 
-  /** Log start and high watermark of every partition of {@code streams} (absent streams left out). */
+  /**
+   * Log start and high watermark of every partition of {@code streams} (absent streams left
+   * out): the ListOffsets requests to each leader are sent at once, then their answers read.
+   */
   Map<String, TreeMap<Integer, Info>> snapshot(List<String> streams, boolean require)
       throws IOException {
+    IOException last = null;
+    for (int attempt = 0; attempt < 5; attempt++) {
+      try {
+        return snapshotOnce(streams, require);
+      } catch (IOException e) {
+        close(); // answers of the other requests may be unread: fresh connections
+        if (e instanceof JetServerError && !((JetServerError) e).retriable()) {
+          throw e;
+        }
+        last = e;
+      }
+      pause(attempt);
+    }
+    throw last;
+  }
+
+  private Map<String, TreeMap<Integer, Info>> snapshotOnce(List<String> streams, boolean require)
+      throws IOException {
     metadata();
+    Map<String, List<String[]>> byLeader = new TreeMap<>();
     Map<String, TreeMap<Integer, Info>> out = new TreeMap<>();
     for (String stream : streams) {
       List<Integer> parts = partitions(stream);
@@ -132,39 +154,31 @@ final class JetClient implements Closeable {
         }
         continue;
       }
-      TreeMap<Integer, Info> infos = new TreeMap<>();
+      out.put(stream, new TreeMap<>());
       for (int p : parts) {
-        infos.put(p, listOffsets(stream, p));
+        byLeader.computeIfAbsent(leader(stream, p), k -> new ArrayList<>())
+            .add(new String[] {stream, String.valueOf(p)});
       }
-      out.put(stream, infos);
+    }
+    for (Map.Entry<String, List<String[]>> e : byLeader.entrySet()) {
+      JetWire w = wire(e.getKey());
+      List<String[]> parts = e.getValue();
+      int[] ids = new int[parts.size()];
+      for (int i = 0; i < ids.length; i++) {
+        Map<String, Object> req = new LinkedHashMap<>();
+        req.put("stream", parts.get(i)[0]);
+        req.put("partition", Integer.parseInt(parts.get(i)[1]));
+        req.put("position", "latest");
+        ids[i] = w.send(JetWire.LIST_OFFSETS, JetWire.JSON.writeValueAsBytes(req));
+      }
+      byte[][] answers = w.receiveAll(JetWire.LIST_OFFSETS, ids);
+      for (int i = 0; i < ids.length; i++) {
+        JsonNode a = JetWire.JSON.readTree(answers[i]);
+        out.get(parts.get(i)[0]).put(Integer.parseInt(parts.get(i)[1]),
+            new Info(a.path("log_start").asLong(), a.path("hw").asLong()));
+      }
     }
     return out;
-  }
-
-  Info listOffsets(String stream, int partition) throws IOException {
-    Map<String, Object> req = new LinkedHashMap<>();
-    req.put("stream", stream);
-    req.put("partition", partition);
-    req.put("position", "latest");
-    IOException last = null;
-    for (int attempt = 0; attempt < 5; attempt++) {
-      String address = leader(stream, partition);
-      try {
-        JsonNode a = wire(address).callJson(JetWire.LIST_OFFSETS, req);
-        return new Info(a.path("log_start").asLong(), a.path("hw").asLong());
-      } catch (JetServerError e) {
-        if (!e.retriable()) {
-          throw e;
-        }
-        last = e;
-      } catch (IOException e) {
-        drop(address);
-        last = e;
-      }
-      pause(attempt);
-      metadata();
-    }
-    throw last;
   }
 
   static void pause(int attempt) throws IOException {

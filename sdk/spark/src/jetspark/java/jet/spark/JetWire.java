@@ -105,6 +105,41 @@ final class JetWire implements Closeable {
     return JSON.readTree(call(api, JSON.writeValueAsBytes(request)));
   }
 
+  /**
+   * The answers to requests {@code ids} (sent on this connection, all of api {@code api}),
+   * in the order of {@code ids}, whatever order they come in.
+   */
+  byte[][] receiveAll(int api, int[] ids) throws IOException {
+    java.util.Map<Integer, Integer> where = new java.util.HashMap<>();
+    for (int i = 0; i < ids.length; i++) {
+      where.put(ids[i], i);
+    }
+    byte[][] out = new byte[ids.length][];
+    for (int n = 0; n < ids.length; n++) {
+      int length = in.readInt();
+      if (length < 6 || length > 128 * 1024 * 1024) {
+        throw new IOException("jetstream-jvm: bad frame length " + length + " from " + address);
+      }
+      int gotApi = in.readUnsignedByte();
+      int flags = in.readUnsignedByte();
+      int gotId = in.readInt();
+      byte[] body = new byte[length - 6];
+      in.readFully(body);
+      if ((flags & 0x02) != 0) {
+        JsonNode err = JSON.readTree(body);
+        throw new JetServerError(err.path("code").asInt(1), err.path("name").asText(""),
+            err.path("message").asText(""), err.path("details"));
+      }
+      Integer at = where.get(gotId);
+      if (gotApi != api || at == null || out[at] != null || (flags & 0x01) == 0) {
+        throw new IOException("jetstream-jvm: unexpected answer api " + gotApi + " id " + gotId
+            + " flags " + flags + " from " + address);
+      }
+      out[at] = body;
+    }
+    return out;
+  }
+
   /** A Fetch request body (spec/protocol.md, "7 Fetch"), replica_id -1. */
   static byte[] fetchBody(String stream, int partition, long offset, int maxBytes) {
     byte[] name = stream.getBytes(StandardCharsets.UTF_8);
