@@ -29,8 +29,11 @@ final class JetWire implements Closeable {
   private final DataInputStream in;
   private final DataOutputStream out;
   private int nextId = 1;
-  /** The body length of the last answer received. */
+  /** The body length of the last frame received. */
   int length;
+  private int gotApi;
+  private int gotFlags;
+  private int gotId;
 
   JetWire(String address, int timeoutMs) throws IOException {
     this.address = address;
@@ -71,28 +74,38 @@ final class JetWire implements Closeable {
    * is large enough (its length is then {@link #length}, the array may be longer).
    */
   byte[] receive(int api, int id, byte[] reuse) throws IOException {
-    int length = in.readInt();
-    if (length < 6 || length > 128 * 1024 * 1024) {
-      throw new IOException("jetstream-jvm: bad frame length " + length + " from " + address);
+    byte[] body = frame(reuse);
+    if (gotApi != api || gotId != id || (gotFlags & 0x01) == 0) {
+      throw new IOException(
+          "jetstream-jvm: answer api " + gotApi + " id " + gotId + " flags " + gotFlags
+              + ", expected api " + api + " id " + id);
     }
-    int gotApi = in.readUnsignedByte();
-    int flags = in.readUnsignedByte();
-    int gotId = in.readInt();
-    this.length = length - 6;
-    byte[] body = reuse != null && reuse.length >= this.length ? reuse : new byte[this.length];
-    in.readFully(body, 0, this.length);
-    if ((flags & 0x02) != 0) {
-      JsonNode err = JSON.readTree(body, 0, this.length);
+    return body;
+  }
+
+  /**
+   * The next frame's body ({@link #length} bytes, in {@code reuse} when it is large
+   * enough); its api, flags and id in {@link #gotApi}, {@link #gotFlags}, {@link #gotId}.
+   * An error frame is thrown as a {@link JetServerError}.
+   */
+  private byte[] frame(byte[] reuse) throws IOException {
+    int size = in.readInt();
+    if (size < 6 || size > 128 * 1024 * 1024) {
+      throw new IOException("jetstream-jvm: bad frame length " + size + " from " + address);
+    }
+    gotApi = in.readUnsignedByte();
+    gotFlags = in.readUnsignedByte();
+    gotId = in.readInt();
+    length = size - 6;
+    byte[] body = reuse != null && reuse.length >= length ? reuse : new byte[length];
+    in.readFully(body, 0, length);
+    if ((gotFlags & 0x02) != 0) {
+      JsonNode err = JSON.readTree(body, 0, length);
       throw new JetServerError(
           err.path("code").asInt(1),
           err.path("name").asText(""),
           err.path("message").asText(""),
           err.path("details"));
-    }
-    if (gotApi != api || gotId != id || (flags & 0x01) == 0) {
-      throw new IOException(
-          "jetstream-jvm: answer api " + gotApi + " id " + gotId + " flags " + flags
-              + ", expected api " + api + " id " + id);
     }
     return body;
   }
@@ -116,24 +129,11 @@ final class JetWire implements Closeable {
     }
     byte[][] out = new byte[ids.length][];
     for (int n = 0; n < ids.length; n++) {
-      int length = in.readInt();
-      if (length < 6 || length > 128 * 1024 * 1024) {
-        throw new IOException("jetstream-jvm: bad frame length " + length + " from " + address);
-      }
-      int gotApi = in.readUnsignedByte();
-      int flags = in.readUnsignedByte();
-      int gotId = in.readInt();
-      byte[] body = new byte[length - 6];
-      in.readFully(body);
-      if ((flags & 0x02) != 0) {
-        JsonNode err = JSON.readTree(body);
-        throw new JetServerError(err.path("code").asInt(1), err.path("name").asText(""),
-            err.path("message").asText(""), err.path("details"));
-      }
+      byte[] body = frame(null);
       Integer at = where.get(gotId);
-      if (gotApi != api || at == null || out[at] != null || (flags & 0x01) == 0) {
+      if (gotApi != api || at == null || out[at] != null || (gotFlags & 0x01) == 0) {
         throw new IOException("jetstream-jvm: unexpected answer api " + gotApi + " id " + gotId
-            + " flags " + flags + " from " + address);
+            + " flags " + gotFlags + " from " + address);
       }
       out[at] = body;
     }
