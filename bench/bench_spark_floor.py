@@ -113,7 +113,7 @@ def run_floor(
     rounds: int,
     produce: Callable[[list[str], str, int, int], Any],
     consume: Callable[[list[str], str, int], Any],
-    source: Callable[[Any, str, str, int], tuple[float, float, int, Cpu]],
+    source: Callable[..., tuple[float, float, int, Cpu]],
 ) -> None:
     """Print the jetstream source and Spark's own sources against the jetsdk Consumer.
     ``produce``, ``consume`` and ``source`` are :mod:`bench.bench_spark`'s (the stream's
@@ -128,6 +128,7 @@ def run_floor(
         _write_parquet(spark, f"{folder}/one", 1, value)
         paths: dict[str, Callable[[int], tuple[float, Cpu]]] = {
             "jetstream source": lambda n: _jetstream(spark, joined, source, n),
+            "jetstream-jvm source": lambda n: _jetstream(spark, joined, source, n, "jetstream-jvm"),
             "parquet directory stream": lambda n: _parquet_query(
                 spark, f"{folder}/{'rows' if n > 1 else 'one'}", n
             ),
@@ -176,10 +177,11 @@ def run_floor(
 def _jetstream(
     spark: Any,
     joined: str,
-    source: Callable[[Any, str, str, int], tuple[float, float, int, Cpu]],
+    source: Callable[..., tuple[float, float, int, Cpu]],
     count: int,
+    fmt: str = "jetstream",
 ) -> tuple[float, Cpu]:
     _wall, inside, _batches, cpu = source(
-        spark, joined, "bench-floor" if count > 1 else "bench-floor-one", count
+        spark, joined, "bench-floor" if count > 1 else "bench-floor-one", count, fmt
     )
     return inside, cpu

@@ -54,7 +54,8 @@ def spark_jet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JetDev]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """A local[2] SparkSession with the jetstream format registered."""
+    """A local[2] SparkSession with the jetstream format registered and the jetstream-jvm
+    reader's jar (:mod:`jetspark.jvm`)."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("no Java for Spark")
     use_worker_python()
@@ -62,8 +63,9 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     import jetspark
+    from jetspark.jvm import with_jvm_reader
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("jetspark-tests")
         .config("spark.ui.enabled", "false")
@@ -78,8 +80,9 @@ def spark() -> Iterator[Any]:
         # Python workers over Unix sockets: over TCP each Python task waits ~40 ms for
         # its input (jetspark.demo.UNIX_SOCKETS).
         .config("spark.python.unix.domain.socket.enabled", "true")
-        .getOrCreate()
     )
+    # The jetstream-jvm reader's jar (built at first use, then cached): test_jvm_reader.
+    session = with_jvm_reader(builder).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     jetspark.register(session)
     try:

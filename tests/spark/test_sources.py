@@ -82,13 +82,19 @@ def test_compaction_gaps_do_not_fail_the_query(
     assert latest == {k: v for k, v in sent}
 
 
-def test_retention_past_the_start_is_data_loss(spark: Any, spark_jet: JetDev) -> None:
-    servers = spark_jet.servers
-    name = unique("logs")
+def retained_stream(servers: list[str], prefix: str) -> tuple[str, int, int]:
+    """A one-partition stream of 200 records of which retention removed the first ones
+    (it keeps about 20): its name, log start and high watermark once maintenance settled."""
+    name = unique(prefix)
     create(servers, name, segment_max_bytes=1024, retention_max_messages=20)
     produce(servers, name, [(None, f"line-{i}".encode()) for i in range(200)], chunk=10)
     _settled(servers, name, lambda records: records and records[0].offset > 0)
     log_start, hw = bounds(servers, name)
+    return name, log_start, hw
+
+
+def test_retention_past_the_start_is_data_loss(spark: Any, spark_jet: JetDev) -> None:
+    name, log_start, hw = retained_stream(spark_jet.servers, "logs")
 
     def read(fail_on_data_loss: str) -> list[Any]:
         rows: list[Any] = (

@@ -32,6 +32,13 @@ end of stdin it stops Spark and exits.
   partition 0, prints ``{"event": "hang", "batch": N, "written": W}`` and waits to be
   killed; the query never stops by itself (the test kills the driver: nothing follows).
 
+- ``jvm`` (servers, src, checkpoint): reads SRC with the JVM reader (format
+  ``jetstream-jvm``, :mod:`jetspark.jvm`), whose tasks run in the executor JVMs: a batch
+  read prints ``{"event": "jvm-batch", "rows": [[partition, offset, value], ...]}``, then a
+  stream from earliest at RUN_RECORDS_PER_TRIGGER records a batch (Trigger.AvailableNow)
+  prints ``{"event": "jvm-stream", "batch": N, "rows": [...]}`` per batch and ``{"event":
+  "end"}``.
+
 ``available-now`` is the same query as ``run`` on ``local[2]`` (the driver's JVM runs the
 two task slots; the Python workers are still processes of their own), a resuming driver's:
 it ends when the stream's records are written, printing ``done`` per batch and ``end``.
@@ -80,9 +87,10 @@ def session(app_name: str, executors: int) -> Any:
     from pyspark.sql import SparkSession
 
     import jetspark
+    from jetspark.jvm import with_jvm_reader
 
     master = f"local-cluster[{executors},{2 // executors},1024]" if executors else "local[2]"
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -92,8 +100,8 @@ def session(app_name: str, executors: int) -> Any:
         .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
         .config("spark.python.unix.domain.socket.enabled", "true")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    spark = with_jvm_reader(builder).getOrCreate()  # the jetstream-jvm reader's jar too
     spark.sparkContext.setLogLevel("ERROR")
     jetspark.register(spark)
     return spark
@@ -194,7 +202,34 @@ def run(spark: Any, servers: str, src: str, out: str, checkpoint: str, hang: int
         writer.trigger(processingTime="0 seconds").start().awaitTermination()
 
 
-SCENARIOS = {"table": table, "run": run}
+def jvm(spark: Any, servers: str, src: str, checkpoint: str) -> None:
+    """The ``jvm`` scenario (module docstring)."""
+    from jetspark.jvm import JVM_FORMAT
+
+    def rows(df: Any) -> list[list[Any]]:
+        got = df.select("partition", "offset", "value").collect()
+        return sorted([r.partition, r.offset, r.value.decode()] for r in got)
+
+    reader = spark.read.format(JVM_FORMAT).option("servers", servers).option("streams", src)
+    say("jvm-batch", rows=rows(reader.load()))
+    stream = (
+        spark.readStream.format(JVM_FORMAT)
+        .option("servers", servers)
+        .option("streams", src)
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerTrigger", str(RUN_RECORDS_PER_TRIGGER))
+        .load()
+    )
+
+    def write(batch: Any, batch_id: int) -> None:
+        say("jvm-stream", batch=batch_id, rows=rows(batch))
+
+    writer = stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
+    writer.trigger(availableNow=True).start().awaitTermination()
+    say("end")
+
+
+SCENARIOS = {"table": table, "run": run, "jvm": jvm}
 
 
 def serve() -> None:

@@ -50,7 +50,9 @@ Linux every Python task waited about 40 ms for its input (delayed ACKs; measured
 is most of a small micro-batch's cost."""
 
 
-def local_spark(app: str = "jetspark-demo", master: str | None = None) -> Any:
+def local_spark(
+    app: str = "jetspark-demo", master: str | None = None, *, jvm_reader: bool = False
+) -> Any:
     """A SparkSession set up like the tests (UI off, 2 shuffle partitions, a JVM with the
     C1 compiler only and the serial GC: short jobs on small machines; Python workers over
     Unix sockets, :data:`UNIX_SOCKETS`; on a local master, unless ``PYSPARK_PYTHON`` is
@@ -59,6 +61,8 @@ def local_spark(app: str = "jetspark-demo", master: str | None = None) -> Any:
 
     ``master``: a Spark master URL (``spark://host:7077``, ``local-cluster[2,1,1024]``);
     default ``local[2]``, or, under ``spark-submit``, the master it was given.
+    ``jvm_reader``: the session gets the ``jetstream-jvm`` reader's jar (:mod:`jetspark.jvm`,
+    built at first use).
     """
     local = (master is None and "PYSPARK_GATEWAY_PORT" not in os.environ) or (
         master is not None and master.startswith("local")
@@ -89,6 +93,10 @@ def local_spark(app: str = "jetspark-demo", master: str | None = None) -> Any:
         .config("spark.executor.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .config(UNIX_SOCKETS, "true")
     )
+    if jvm_reader:
+        from jetspark.jvm import with_jvm_reader
+
+        builder = with_jvm_reader(builder)
     if not ADMISSION_CONTROL:
         # PySpark 4.0/4.1: a Python worker had more than the default 15 s to connect back on
         # a loaded 2-core machine (nox -s spark_compat). On 4.3 this setting broke the

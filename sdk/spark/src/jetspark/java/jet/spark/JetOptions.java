@@ -1,0 +1,103 @@
+package jet.spark;
+
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * The options of the jetstream-jvm reader: a subset of the Python source's
+ * (spec/spark.md). Any other option of the Python source is refused with a message that
+ * names format "jetstream", which has them all (jetspark.jvm.source_format picks it).
+ */
+final class JetOptions implements Serializable {
+  private static final long serialVersionUID = 1L;
+
+  /** Options (lower case) this reader takes. */
+  static final Set<String> SUPPORTED = new HashSet<>(Arrays.asList(
+      "servers", "streams", "startingoffsets", "endingoffsets", "failondataloss",
+      "fetchmaxbytes", "requesttimeout", "maxrecordspertrigger", "maxoffsetspertrigger",
+      "minpartitions", "path", "checkpointlocation", "queryname"));
+
+  /** Options of the Python source (lower case) this reader does not take. */
+  static final Set<String> PYTHON_ONLY = new HashSet<>(Arrays.asList(
+      "streamspattern", "startingtimestamp", "startingoffsetsbytimestamp",
+      "startingoffsetsbytimestampstrategy", "endingtimestamp", "endingoffsetsbytimestamp",
+      "maxbytespertrigger", "minoffsetspertrigger", "maxtriggerdelay", "includeheaders",
+      "maxbytesperpartition", "group", "subjects", "table", "tls", "tlsca", "tlscert",
+      "tlskey", "tlsserverhostname", "token", "user", "password", "nkeyseed", "credentials"));
+
+  final List<String> servers;
+  final List<String> streams;
+  final String starting;
+  final String ending;
+  final boolean failOnDataLoss;
+  final int fetchMaxBytes;
+  final int timeoutMs;
+  final long maxRecordsPerTrigger;
+  final int minPartitions;
+
+  JetOptions(Map<String, String> raw, boolean streaming) {
+    Map<String, String> o = new java.util.HashMap<>();
+    for (Map.Entry<String, String> e : raw.entrySet()) {
+      String key = e.getKey().toLowerCase(Locale.ROOT);
+      if (!SUPPORTED.contains(key) && PYTHON_ONLY.contains(key)) {
+        throw new IllegalArgumentException("jetstream-jvm does not take option " + e.getKey()
+            + ": use format \"jetstream\" (the Python reader), which does");
+      }
+      o.put(key, e.getValue());
+    }
+    String text = o.getOrDefault("servers", System.getenv().getOrDefault("JET_SERVERS", ""));
+    servers = split(text);
+    if (servers.isEmpty()) {
+      throw new IllegalArgumentException(
+          "jetstream-jvm option servers: required: comma-separated host:port list");
+    }
+    streams = split(o.getOrDefault("streams", ""));
+    if (streams.isEmpty()) {
+      throw new IllegalArgumentException("jetstream-jvm option streams: required");
+    }
+    starting = o.getOrDefault("startingoffsets", streaming ? "latest" : "earliest").trim();
+    ending = o.getOrDefault("endingoffsets", "latest").trim();
+    if (streaming && o.containsKey("endingoffsets")) {
+      throw new IllegalArgumentException(
+          "jetstream-jvm option endingOffsets: only for batch reads (spark.read)");
+    }
+    failOnDataLoss = !"false".equalsIgnoreCase(o.getOrDefault("failondataloss", "true").trim());
+    fetchMaxBytes = (int) positive(o, "fetchmaxbytes", 4L * 1024 * 1024);
+    String timeout = o.get("requesttimeout");
+    timeoutMs = timeout == null ? 30_000 : (int) (Double.parseDouble(timeout.trim()) * 1000);
+    long rows = positive(o, "maxrecordspertrigger", 0);
+    if (rows == 0) {
+      rows = positive(o, "maxoffsetspertrigger", 0);
+    }
+    maxRecordsPerTrigger = rows;
+    minPartitions = (int) positive(o, "minpartitions", 0);
+  }
+
+  private static long positive(Map<String, String> o, String key, long dflt) {
+    String text = o.get(key);
+    if (text == null) {
+      return dflt;
+    }
+    long value = Long.parseLong(text.trim());
+    if (value < 1) {
+      throw new IllegalArgumentException("jetstream-jvm option " + key + ": must be >= 1");
+    }
+    return value;
+  }
+
+  private static List<String> split(String text) {
+    List<String> out = new ArrayList<>();
+    for (String s : text.split(",")) {
+      if (!s.trim().isEmpty()) {
+        out.add(s.trim());
+      }
+    }
+    return out;
+  }
+}

@@ -1,0 +1,169 @@
+package jet.spark;
+
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.Closeable;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+
+/**
+ * One plaintext connection to a jet server (spec/protocol.md, "Frame"): requests are sent
+ * and answered one at a time, or one ahead ({@link #send} then {@link #receive}).
+ */
+final class JetWire implements Closeable {
+  static final int HELLO = 0;
+  static final int METADATA = 1;
+  static final int LIST_OFFSETS = 5;
+  static final int FETCH = 7;
+  static final ObjectMapper JSON = new ObjectMapper();
+
+  final String address;
+  private final Socket socket;
+  private final DataInputStream in;
+  private final DataOutputStream out;
+  private int nextId = 1;
+  /** The body length of the last frame received. */
+  int length;
+  private int gotApi;
+  private int gotFlags;
+  private int gotId;
+
+  JetWire(String address, int timeoutMs) throws IOException {
+    this.address = address;
+    int colon = address.lastIndexOf(':');
+    if (colon < 0) {
+      throw new IOException("jetstream-jvm: server address " + address + " has no port");
+    }
+    String host = address.substring(0, colon);
+    int port = Integer.parseInt(address.substring(colon + 1));
+    socket = new Socket();
+    socket.setTcpNoDelay(true);
+    socket.setSoTimeout(timeoutMs);
+    socket.connect(new InetSocketAddress(host, port), timeoutMs);
+    in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 65536));
+    out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 8192));
+    hello();
+  }
+
+  /** Send one request frame; its correlation id. */
+  int send(int api, byte[] body) throws IOException {
+    int id = nextId++;
+    out.writeInt(6 + body.length);
+    out.writeByte(api);
+    out.writeByte(0);
+    out.writeInt(id);
+    out.write(body);
+    out.flush();
+    return id;
+  }
+
+  /** The body of the answer to request {@code id} (the next frame). */
+  byte[] receive(int api, int id) throws IOException {
+    return receive(api, id, null);
+  }
+
+  /**
+   * The body of the answer to request {@code id} (the next frame), in {@code reuse} when it
+   * is large enough (its length is then {@link #length}, the array may be longer).
+   */
+  byte[] receive(int api, int id, byte[] reuse) throws IOException {
+    byte[] body = frame(reuse);
+    if (gotApi != api || gotId != id || (gotFlags & 0x01) == 0) {
+      throw new IOException(
+          "jetstream-jvm: answer api " + gotApi + " id " + gotId + " flags " + gotFlags
+              + ", expected api " + api + " id " + id);
+    }
+    return body;
+  }
+
+  /**
+   * The next frame's body ({@link #length} bytes, in {@code reuse} when it is large
+   * enough); its api, flags and id in {@link #gotApi}, {@link #gotFlags}, {@link #gotId}.
+   * An error frame is thrown as a {@link JetServerError}.
+   */
+  private byte[] frame(byte[] reuse) throws IOException {
+    int size = in.readInt();
+    if (size < 6 || size > 128 * 1024 * 1024) {
+      throw new IOException("jetstream-jvm: bad frame length " + size + " from " + address);
+    }
+    gotApi = in.readUnsignedByte();
+    gotFlags = in.readUnsignedByte();
+    gotId = in.readInt();
+    length = size - 6;
+    byte[] body = reuse != null && reuse.length >= length ? reuse : new byte[length];
+    in.readFully(body, 0, length);
+    if ((gotFlags & 0x02) != 0) {
+      JsonNode err = JSON.readTree(body, 0, length);
+      throw new JetServerError(
+          err.path("code").asInt(1),
+          err.path("name").asText(""),
+          err.path("message").asText(""),
+          err.path("details"));
+    }
+    return body;
+  }
+
+  byte[] call(int api, byte[] body) throws IOException {
+    return receive(api, send(api, body));
+  }
+
+  JsonNode callJson(int api, Object request) throws IOException {
+    return JSON.readTree(call(api, JSON.writeValueAsBytes(request)));
+  }
+
+  /**
+   * The answers to requests {@code ids} (sent on this connection, all of api {@code api}),
+   * in the order of {@code ids}, whatever order they come in.
+   */
+  byte[][] receiveAll(int api, int[] ids) throws IOException {
+    java.util.Map<Integer, Integer> where = new java.util.HashMap<>();
+    for (int i = 0; i < ids.length; i++) {
+      where.put(ids[i], i);
+    }
+    byte[][] out = new byte[ids.length][];
+    for (int n = 0; n < ids.length; n++) {
+      byte[] body = frame(null);
+      Integer at = where.get(gotId);
+      if (gotApi != api || at == null || out[at] != null || (gotFlags & 0x01) == 0) {
+        throw new IOException("jetstream-jvm: unexpected answer api " + gotApi + " id " + gotId
+            + " flags " + gotFlags + " from " + address);
+      }
+      out[at] = body;
+    }
+    return out;
+  }
+
+  /** A Fetch request body (spec/protocol.md, "7 Fetch"), replica_id -1. */
+  static byte[] fetchBody(String stream, int partition, long offset, int maxBytes) {
+    byte[] name = stream.getBytes(StandardCharsets.UTF_8);
+    java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(2 + name.length + 4 + 8 + 4 + 4 + 4);
+    b.putShort((short) name.length).put(name).putInt(partition).putLong(offset);
+    b.putInt(maxBytes).putInt(0).putInt(-1);
+    return b.array();
+  }
+
+  @Override
+  public void close() throws IOException {
+    socket.close();
+  }
+
+  /** Hello (protocol 1): the first request on a connection. */
+  private void hello() throws IOException {
+    java.util.Map<String, Object> req = new java.util.LinkedHashMap<>();
+    req.put("protocol", 1);
+    req.put("client", "jetspark-jvm/0.1");
+    JsonNode answer = callJson(HELLO, req);
+    if (answer.path("auth_required").asBoolean(false)) {
+      throw new JetServerError(17, "UNAUTHENTICATED",
+          "the server requires authentication: the jetstream-jvm reader is plaintext and "
+              + "unauthenticated only; use format \"jetstream\"", JSON.createObjectNode());
+    }
+  }
+}
