@@ -4,6 +4,7 @@ for one opens it first, and recovery (a torn tail cut) still comes before anythi
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import anyio
@@ -14,6 +15,7 @@ from jetsdk.codec.messages import ProduceMessage
 from jetserver.metrics.exposition import render
 from jetserver.server import Server
 from jetserver.testing import wait_until_async
+from jetserver.testing.in_process import in_process_config
 from support.jet_server import running_server, start_server_process
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -74,6 +76,35 @@ async def test_a_restart_answers_before_opening_and_a_request_opens_its_partitio
             assert _metric(server, "jet_partitions_opened_late_total") == PARTITIONS
             describe = await c.describe("late")
             assert describe["partitions"][PARTITIONS - 1]["leo"] == 3
+
+
+async def test_the_background_opens_begin_once_the_server_is_ready(
+    nats_server: NatsServer, filled: Path
+) -> None:
+    """At "server ready" no batch is being opened nor was: the opens do not compete with the
+    start for the CPU (they began during its NATS round trips)."""
+    server = Server(in_process_config(nats_server.url, filled, **LATE))
+    at_ready: list[tuple[bool, int]] = []
+
+    class AtReady(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "server ready":
+                pending = server.streams.pending
+                at_ready.append((pending.opening, pending.opened))
+
+    logger, handler = logging.getLogger("jetserver.server"), AtReady()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(server.run)
+            await wait_until_async(lambda: not _unopened(server), BOUND_S, "all opened")
+            server.request_stop()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert at_ready == [(False, 0)]
 
 
 async def test_a_stop_before_every_partition_opened_leaves_the_others_as_they_were(

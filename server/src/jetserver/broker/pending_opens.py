@@ -85,6 +85,11 @@ class PendingOpens:
     _turn: anyio.Event | None = None
     """Set when the batch being opened is done (None: none being opened)."""
 
+    @property
+    def opening(self) -> bool:
+        """True while a batch is being opened."""
+        return self._turn is not None
+
     def __len__(self) -> int:
         """Partitions not opened yet."""
         return len(self.wanted)

@@ -257,8 +257,7 @@ class StreamManager:
         me = self.server_id
         wanted = [(m, a) for m in self.streams() for a in m.partitions if a.leader == me]
         if len(wanted) >= self.config.storage.open_in_background_from:
-            self.pending.add(wanted)  # opened after ready, each on first use: see there
-            tg.start_soon(self.pending.run, self._open_pending)
+            self.pending.add(wanted)  # opened after ready (open_pending), each on first use
             return
         opened = await self._open_many(wanted, subscribe=True)
         await self._confirm_subscriptions()
@@ -270,6 +269,13 @@ class StreamManager:
                 seconds=round(time.monotonic() - started, 2),
             ),
         )
+
+    def open_pending(self) -> None:
+        """Start opening the partitions :meth:`start` left pending (a server alone with
+        many): called once the server is ready, so that the opens do not delay it (they
+        began during the start's NATS round trips, and competed with it for the CPU)."""
+        if self.pending and self._tg is not None:
+            self._tg.start_soon(self.pending.run, self._open_pending)
 
     async def _confirm_subscriptions(self) -> None:
         """Round-trip to NATS so the new subscriptions are active before we answer: a
