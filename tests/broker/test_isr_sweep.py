@@ -16,6 +16,7 @@ import pytest
 from jetserver.broker.isr_sweep import IsrSweep
 from jetserver.replication.control import IsrChange
 from jetserver.testing import wait_until_async
+from support.control_plane import RecordingControl
 
 pytestmark = pytest.mark.anyio
 
@@ -50,35 +51,19 @@ class Leader:
         return self.wait_s if self.leading else None
 
 
-@attrs.define(eq=False)
-class Control:
+class Control(RecordingControl):
     """Records each batch; answers every change of a batch once :attr:`go` is set."""
 
-    server_id: str = "s1"
-    accept: bool = True
-    batches: list[list[IsrChange]] = attrs.field(factory=list)
-    go: anyio.Event = attrs.field(factory=anyio.Event)
-
-    async def propose_isr(
-        self,
-        stream: str,
-        partition: int,
-        leader_epoch: int,
-        isr: tuple[str, ...],
-        *,
-        partition_epoch: int | None = None,
-    ) -> bool:
-        raise AssertionError("the sweep proposes its changes together")
+    def __init__(self, accept: bool = True) -> None:
+        super().__init__("s1")
+        self.accept = accept
+        self.batches: list[list[IsrChange]] = []
+        self.go = anyio.Event()
 
     async def propose_isrs(self, changes: Sequence[IsrChange]) -> list[bool]:
         self.batches.append(list(changes))
         await self.go.wait()
         return [self.accept for _ in changes]
-
-    async def report_leader_silent(
-        self, stream: str, partition: int, leader_epoch: int, reporter: str
-    ) -> None:
-        raise AssertionError("not used")
 
 
 async def test_the_leaders_due_together_are_checked_in_one_round_and_proposed_in_one_call() -> None:
