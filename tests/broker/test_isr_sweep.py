@@ -127,3 +127,22 @@ async def test_an_idle_leader_is_checked_when_it_said_and_a_wake_brings_it_forwa
         assert sweep.rounds == 1
         assert control.batches == []
         tg.cancel_scope.cancel()
+
+
+async def test_leaders_due_microseconds_apart_are_checked_in_one_round() -> None:
+    """A failover's new leaders join the sweep one after the other, each due an interval
+    after its role was taken: they are checked together, not in a round each."""
+    sweep, control = IsrSweep(), Control()
+    leaders = [Leader(i, ask=False) for i in range(LEADERS)]
+    now = anyio.current_time()
+    for i, leader in enumerate(leaders):
+        sweep.add(leader, now, 0.1 + i * 5e-5)  # 15 ms from the first to the last
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sweep.run, control)
+        await wait_until_async(
+            lambda: all(leader.checks for leader in leaders), BOUND_S, "all checked",
+            interval_s=POLL_S,
+        )  # fmt: skip
+        assert sweep.checks == LEADERS
+        assert sweep.rounds == 1
+        tg.cancel_scope.cancel()

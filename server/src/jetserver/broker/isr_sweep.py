@@ -34,6 +34,11 @@ from jetserver.replication.control import ControlPlane, IsrChange
 
 log = logging.getLogger(__name__)
 
+SWEEP_SLACK_S = 0.02
+"""A round also checks the leaders due within this much after it: a failover's thousands of
+new leaders, due a few microseconds apart, are checked in a few rounds, not one each (a
+check that comes early only says when to look again)."""
+
 
 class IsrLeader(Protocol):
     """A leader replica as the sweep sees it (``broker.roles.RoleDriver``)."""
@@ -128,7 +133,7 @@ class IsrSweep:
             if entry is None or entry[1] != seq:
                 heapq.heappop(heap)  # stale: rescheduled or removed since
                 continue
-            if at > now:
+            if at > now + SWEEP_SLACK_S:
                 break
             heapq.heappop(heap)
             del due[leader]
