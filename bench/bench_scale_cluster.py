@@ -49,6 +49,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -85,6 +86,9 @@ CREATE_MS_TARGET = 10.0
 FAILOVER_S_TARGET = 5.0
 """At 10,000 partitions (and below); scaled with the partitions above."""
 RAFT_MIB_TARGET = 5.0
+CPU_WINDOW_S = 10.0
+"""The survivors' CPU is also printed over this long from the kill (the same span in every
+run, whenever its watch ends)."""
 PYSPY_S = 15
 """How long ``JET_BENCH_PYSPY`` records each survivor after a kill."""
 
@@ -327,8 +331,14 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
     killed, killed_wall = time.perf_counter(), time.time()
     if os.environ.get("JET_HOP_TRACE"):  # the servers' gc marks are on this clock
         print(f"  killed at perf_counter_ns {time.perf_counter_ns()}")
+    window: dict[str, float] = {}
+    timer = threading.Timer(
+        CPU_WINDOW_S, lambda: window.update({s: _cpu_s(p) - cpu_before[s] for s, p in pids.items()})
+    )
+    timer.start()
     w = anyio.run(watch_failover, survivors, settled, victim, alone, killed, backend="asyncio")
     cpu = {s: _cpu_s(pid) - cpu_before[s] for s, pid in pids.items()}
+    timer.join(CPU_WINDOW_S + 5)
     watch_cpu = time.process_time() - watch_cpu_before
     for spy in spies:
         spy.wait(timeout=PYSPY_S + 30)
@@ -356,6 +366,10 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
         + ", ".join(f"{s} {c:.2f} s" for s, c in sorted(cpu.items()))
         + f" in {end:.2f} s; the watch's own (this process) {watch_cpu:.2f} s"
         + f" (load {Path('/proc/loadavg').read_text().split()[0]})"
+    )
+    print(  # a fixed window: comparable between runs whose watches end apart
+        f"  survivors' CPU in the first {CPU_WINDOW_S:.0f} s after the kill: "
+        + ", ".join(f"{s} {c:.2f} s" for s, c in sorted(window.items()))
     )
     phases = _log_phases(dev, victim, killed_wall)
     if phases:  # the leader-changed line is any after the kill (the victim led it or not)

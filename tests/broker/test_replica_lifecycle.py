@@ -27,6 +27,7 @@ The control plane is a stand-in that refuses every ISR change (nothing here prop
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -345,3 +346,41 @@ async def test_a_failover_leader_serves_before_nats_confirms_its_subscription(
         replica.stop()
         with anyio.fail_after(BOUND_S):
             await replica.wait_stopped()
+
+
+async def test_a_failover_leader_runs_no_isr_task_of_its_own(
+    link: NatsLink, tmp_path: Path
+) -> None:
+    """Issue 34: a new leader's ISR is checked by the server's one sweep
+    (``broker.isr_sweep``), not by a task of its own: once its subscription is confirmed,
+    the replica runs no role task (its flusher, as any leader's, aside). The old code kept an
+    ISR loop task per leader (a survivor of a kill -9 at 10,000 partitions: 1,700 tasks
+    waking every 0.25 s while their proposals were pending)."""
+
+    def role_tasks() -> list[asyncio.Task[object]]:
+        return [t for t in asyncio.all_tasks() if "_start_role_task" in task_name(t)]
+
+    replica, state = await replica_over_a_real_log(tmp_path, link, replicas=("s2", "s1", "s3"))
+    a = state.streams["orders"].partitions[0]
+    async with anyio.create_task_group() as tg:
+        await tg.start(replica.run)
+        elected = attrs.evolve(a, leader=ME, leader_epoch=a.leader_epoch + 1)
+        with anyio.fail_after(BOUND_S):
+            await replica.apply_assignment(elected, ADDRESSES)
+        assert replica.role == ROLE_LEADER
+        await wait_until_async(
+            lambda: not role_tasks(),
+            BOUND_S / 2,
+            "the role's tasks ended (the subscription confirmed)",
+            interval_s=POLL_S,
+        )
+        assert len(replica.roles.services.isr_sweep) == 1  # its ISR is the sweep's
+        replica.stop()
+        with anyio.fail_after(BOUND_S):
+            await replica.wait_stopped()
+        assert len(replica.roles.services.isr_sweep) == 0
+
+
+def task_name(task: asyncio.Task[object]) -> str:
+    coro = task.get_coro()
+    return str(getattr(coro, "__qualname__", ""))

@@ -37,6 +37,7 @@ from jetserver.metadata.ops import (
 )
 from jetserver.raft import MetadataRaft
 from jetserver.raft.machine import Entry, encode_entry
+from jetserver.replication.control import IsrChange
 
 from .control_kit import one_member_raft
 
@@ -465,6 +466,15 @@ def test_batches_of_isr_changes_are_bounded_in_count_and_bytes() -> None:
     assert isr_batch_size([isr_change_bytes(short)] * 3334) == 3334  # a third of 10,000
 
 
+async def _wide_stream_led_here(raft: MetadataRaft, n: int) -> Controller:
+    """Stream ``wide`` of ``n`` partitions led by s1 (ISR s1, s2, s3); s1's controller."""
+    spec = StreamSpec(name="wide", subject="wide", partitions=n, replication_factor=3)
+    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3,) * n))).result.ok
+    return Controller(
+        "s1", raft, PeerPool(), Elections(raft, lambda _s: False), client_addresses=dict
+    )
+
+
 @pytest.mark.anyio
 async def test_a_dead_followers_shrinks_go_in_one_entry_past_a_thousand(
     raft: MetadataRaft,
@@ -472,11 +482,7 @@ async def test_a_dead_followers_shrinks_go_in_one_entry_past_a_thousand(
     """1,500 partitions led here drop their dead follower at once: one UpdateIsrs entry
     (until 2026-11-29 at most 1,000 per entry: two, the second waiting for the first)."""
     n = 1500
-    spec = StreamSpec(name="wide", subject="wide", partitions=n, replication_factor=3)
-    assert (await raft.propose(CreateStream(spec, "id2", 1, (R3,) * n))).result.ok
-    controller = Controller(
-        "s1", raft, PeerPool(), Elections(raft, lambda _s: False), client_addresses=dict
-    )
+    controller = await _wide_stream_led_here(raft, n)
     index_before = raft.index
     accepted: list[bool] = []
 
@@ -489,6 +495,27 @@ async def test_a_dead_followers_shrinks_go_in_one_entry_past_a_thousand(
                 tg.start_soon(shrink, p)
     assert accepted == [True] * n
     assert all(a.isr == R2 for a in raft.state.streams["wide"].partitions)
+    assert controller.isr_entries == 1
+    assert raft.index - index_before == 1
+
+
+@pytest.mark.anyio
+async def test_a_sweeps_isr_changes_go_in_one_entry_with_each_outcome_in_order(
+    raft: MetadataRaft,
+) -> None:
+    """The ISR sweep (``broker.isr_sweep``) hands the controller one round's changes in
+    one call: one UpdateIsrs entry, each change checked on its own, the outcomes in the
+    order given (a stream gone meanwhile: refused without a proposal)."""
+    n = 1500
+    controller = await _wide_stream_led_here(raft, n)
+    index_before = raft.index
+    changes = [IsrChange("wide", p, 0, R2, 5 if p == 7 else 0) for p in range(n)]
+    changes.insert(3, IsrChange("gone", 0, 0, R2, 0))
+    with anyio.fail_after(60):
+        accepted = await controller.propose_isrs(changes)
+    assert accepted == [c.stream == "wide" and c.partition != 7 for c in changes]
+    parts = raft.state.streams["wide"].partitions
+    assert [a.isr for a in parts] == [R2 if p != 7 else R3 for p in range(n)]
     assert controller.isr_entries == 1
     assert raft.index - index_before == 1
 

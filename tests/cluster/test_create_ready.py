@@ -12,11 +12,14 @@ import math
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import anyio
 import pytest
 
 from jetsdk import Client
-from jetserver.cluster.forwarding import READY_POLL_MAX_S
+from jetserver.cluster import forwarding
+from jetserver.cluster.forwarding import READY_POLL_MAX_S, MetadataRequests
 
 from .control_kit import metadata_leader
 from .metered import metered_cluster, scrape
@@ -84,3 +87,42 @@ async def test_a_create_logs_its_phases_once_on_the_metadata_leader(tmp_path: Pa
         phases = {k: float(v) for k, v in re.findall(r"(\w+_s)=([0-9.]+)", found[0])}
         assert sorted(phases) == ["commit_s", "place_s", "ready_s"]
         assert sum(phases.values()) <= took
+
+
+class _Remote:
+    """A remote leader that serves the stream's partitions once the readiness wait's pauses
+    add up to ``ready_after`` seconds (a clock that only its pauses move)."""
+
+    def __init__(self, ready_after: float) -> None:
+        self.ready_after = ready_after
+        self.elapsed = 0.0
+        self.probes = 0
+
+    async def sleep(self, seconds: float) -> None:
+        self.elapsed += seconds
+
+    async def _serves(self, name: str, partition: int, leader: str) -> bool:
+        self.probes += 1
+        return self.elapsed >= self.ready_after - 1e-9
+
+    async def _probe_into(
+        self, ready: list[bool], i: int, name: str, partition: int, leader: str
+    ) -> None:
+        ready[i] = await self._serves(name, partition, leader)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ready_after", [0.31, 0.77, 1.23, 2.9])
+async def test_a_remote_leader_is_seen_ready_at_most_50_ms_late(
+    ready_after: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34 (create <= 10 ms per partition): the sentinel's pauses are at most 50 ms, so
+    a remote server that opened its replicas is seen within 50 ms (the pauses grew to 0.2 s
+    until 2026-11-30: up to 0.19 s late, of about 1 s per 100-partition stream)."""
+    remote = _Remote(ready_after)
+    fake = SimpleNamespace(sleep=remote.sleep, create_task_group=anyio.create_task_group)
+    monkeypatch.setattr(forwarding, "anyio", fake)
+    wait = MetadataRequests._wait_leader_ready
+    await wait(remote, "s", "s2", list(range(34)))  # type: ignore[arg-type]
+    assert ready_after <= remote.elapsed <= ready_after + 0.05 + 1e-9
+    assert remote.probes <= 34 + ready_after / 0.02  # one sentinel per pause, then each once

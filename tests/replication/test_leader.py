@@ -280,6 +280,24 @@ def test_a_failed_expansion_keeps_counting_the_member_until_resolved() -> None:
     assert s2.maximal_isr == ("a", "b")
 
 
+def test_the_maximal_isr_is_built_once_while_a_change_is_pending() -> None:
+    # A failover's re-pointed followers fetch thousands of times while their leaders' ISR
+    # proposals are pending: each fetch's HW asked for a new tuple built from sets.
+    s = leader(isr=("a", "b"))
+    s.on_fetch("c", 0, 0, 1.0)
+    proposal = s.isr_proposal(1.0)
+    assert proposal == ("a", "b", "c")
+    first = s.maximal_isr
+    assert first == ("a", "b", "c")
+    for t in range(100):
+        s.on_fetch("b", 0, 0, 1.0 + t)
+        assert s.maximal_isr is first
+    s.proposal_done(proposal, accepted=False)
+    assert s.maximal_isr == ("a", "b", "c")  # unresolved: rebuilt for the new inputs
+    s.set_isr(("a", "b"))
+    assert s.maximal_isr == ("a", "b")
+
+
 def test_next_shrink_is_when_the_first_isr_follower_could_lag() -> None:
     s = leader(now=0.0)
     assert s.next_shrink_s(2.0) == LAG - 2.0  # nobody fetched: due from the epoch start

@@ -5,7 +5,11 @@ them adds them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
+
+from jetserver.replication.control import IsrChange
 
 
 class RecordingControl:
@@ -30,6 +34,9 @@ class RecordingControl:
         partition_epoch: int | None = None,
     ) -> bool:
         return False
+
+    async def propose_isrs(self, changes: Sequence[IsrChange]) -> list[bool]:
+        return [False for _ in changes]
 
     async def report_leader_silent(
         self, stream: str, partition: int, leader_epoch: int, reporter: str

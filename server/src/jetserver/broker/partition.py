@@ -242,6 +242,7 @@ class PartitionReplica:
     async def _finish(self) -> None:
         life = self.life
         try:
+            self.roles.leave_isr_sweep()
             await self.roles.unsubscribe()
             if not life.closed:
                 await self.committer.final_flush()

@@ -10,7 +10,8 @@ committer.
 
 - Becoming **leader** (a new epoch): stop the previous role, record the epoch's start
   offset in the epoch cache, rebuild the idempotent-producer table from the log tail, start
-  a :class:`~jetserver.replication.LeaderState`, propose ISR changes in a loop, subscribe
+  a :class:`~jetserver.replication.LeaderState`, have the server's ISR sweep
+  (``broker.isr_sweep``) check its ISR, subscribe
   to NATS. In the same epoch, a new assignment only brings a new ISR.
 - **At open** (a replicated partition after an unclean shutdown): CRC-check the whole log
   and truncate at the first damaged record, before the partition is visible; a replica
@@ -50,7 +51,6 @@ from jetserver.broker.replica_base import ReplicaBase
 from jetserver.broker.sequencer import Sequencer
 from jetserver.broker.services import ReplicaServices
 from jetserver.broker.stream_files import tail_records
-from jetserver.infra.lazy_event import LazyEvent
 from jetserver.metadata.model import (
     DEFAULT_DUPLICATE_WINDOW_S,
     DURABILITY_FLUSHED,
@@ -58,8 +58,9 @@ from jetserver.metadata.model import (
     StreamSpec,
 )
 from jetserver.metadata.reserved import is_internal
-from jetserver.replication import LeaderPolicy, ReplicationConfig
+from jetserver.replication import LeaderPolicy, LeaderState, ReplicationConfig
 from jetserver.replication.control import (
+    IsrChange,
     hand_over_of,
     leave_isr_of,
     server_down_event_of,
@@ -155,7 +156,8 @@ class RoleDriver:
     _role_scope: anyio.CancelScope | None = None
     _role_done: anyio.Event | None = None
     _role_lock_: anyio.Lock | None = None
-    _isr_wake: LazyEvent = attrs.field(factory=LazyEvent)
+    _isr_asked: LeaderState | None = None
+    """The leader state whose ISR change the sweep is proposing."""
     _committed_floor: int = 0
     _scrubbed: bool = False
     """The log was CRC-checked (or needs no check) since this process opened it."""
@@ -183,7 +185,7 @@ class RoleDriver:
 
     def wake_isr(self) -> None:
         """Have the ISR check look again now (a follower's fetch may have changed it)."""
-        self._isr_wake.set()
+        self.services.isr_sweep.wake(self, anyio.current_time())
 
     async def scrub_at_open(self) -> None:
         """A replicated partition opened after an unclean shutdown (or after any, with
@@ -250,7 +252,7 @@ class RoleDriver:
             return True
         if plan is Plan.ADOPT_ISR:
             await self.committer.carry_out(core.adopt_isr(assignment, self.base.log.high_watermark))
-            self._isr_wake.set()  # new members: the ISR check's next time may be sooner
+            self.wake_isr()  # new members: the ISR check's next time may be sooner
             return True
         if plan is Plan.LEAD:
             if not await self._become_leader(assignment):
@@ -340,6 +342,7 @@ class RoleDriver:
     async def _end_role(self, next_role: str) -> None:
         """Stop the current role's tasks, ingest and pending acks; switch to ``next_role``."""
         out = self.base.core.end_role(next_role)
+        self.leave_isr_sweep()
         fetcher = self._fetcher
         if fetcher is not None:
             fetcher.stop()  # from here it writes nothing (a write in progress ends first)
@@ -418,8 +421,8 @@ class RoleDriver:
             await self._end_role(ROLE_NONE)
             return False
         self.committer.request_flush()  # flush whatever a previous role left unflushed
+        self._join_isr_sweep()
         if a.leader_epoch == 0:  # its stream's creation: CreateStream answers once it leads
-            self._start_role_task(self._isr_loop)
             await self._subscribe(confirm=True)
         else:
             # A failover, handoff or rebalance: serve as soon as the SUB is sent, and
@@ -429,8 +432,8 @@ class RoleDriver:
             # its busy loop (2.6 s for one). Produce and fetch requests do not need the
             # subscription; a NATS publish reaches it once the server has the SUB.
             await self._subscribe(confirm=False)
-            if self._roles_open():  # else the stop ends the role (no task to start)
-                self._start_role_task(self._confirmed_isr_loop)
+            if self._roles_open() and self._sub is not None:  # else no task to start
+                self._start_role_task(self._confirm_subscription)
         if self.base.life.tg is None:  # run ended while subscribing: its end unsubscribed before
             await self.unsubscribe()
         return True
@@ -513,13 +516,6 @@ class RoleDriver:
         if confirm:
             await self._confirm_subscription()
 
-    async def _confirmed_isr_loop(self) -> None:
-        """A leader's role task after a failover: confirm the subscription, then
-        :meth:`_isr_loop`."""
-        if self._sub is not None:
-            await self._confirm_subscription()
-        await self._isr_loop()
-
     async def _confirm_subscription(self) -> None:
         """A PING round trip on the ingest connection (shared with the other new leaders
         waiting at the same time): the NATS server has every SUB sent before it."""
@@ -538,42 +534,49 @@ class RoleDriver:
         if sub is not None:
             await sub.unsubscribe()
 
-    async def _isr_loop(self) -> None:
-        """Leader: propose ISR changes (lagging followers out, caught-up ones in)."""
-        core, controller = self.base.core, self.services.controller
+    def _join_isr_sweep(self) -> None:
+        """A leader with a control plane: its ISR is checked by the server's sweep."""
+        if self.services.controller is None:
+            return  # a server alone: no ISR changes
+        now = anyio.current_time()
         interval = self.services.replication.isr_check_interval_s
-        while True:
-            # A bare timer (LazyEvent.wait_within), not a cancel scope: a failover's new
-            # leaders check every interval while their proposals are unresolved.
-            await self._isr_wake.wait_within(core.isr_check_wait_s(anyio.current_time(), interval))
-            self._isr_wake = LazyEvent()
-            state = core.leader_state
-            if state is None:
-                return
-            wanted = core.isr_proposal(anyio.current_time())
-            if wanted is None:
-                continue
-            proposal, base = wanted
-            accepted = False
-            if controller is not None:
-                log.debug(  # the controller logs the batch's changes (one line for many)
-                    "proposing an ISR change",
-                    extra=self.base.fields(isr=",".join(state.isr), proposed=",".join(proposal)),
-                )
-                accepted = await controller.propose_isr(
-                    self.base.stream,
-                    self.base.partition,
-                    state.leader_epoch,
-                    proposal,
-                    partition_epoch=base,
-                )
-            if core.leader_state is not state:
-                return
-            await self.committer.carry_out(
-                core.proposal_done(state, proposal, accepted, hw=self.base.log.high_watermark)
-            )
-            if not accepted:
-                await anyio.sleep(interval)
+        self.services.isr_sweep.add(self, now, self.base.core.isr_check_wait_s(now, interval))
+
+    def leave_isr_sweep(self) -> None:
+        """No more ISR checks (the role ends, or the replica stops): an answer in flight is
+        dropped."""
+        self.services.isr_sweep.remove(self)
+        self._isr_asked = None
+
+    def isr_check(self, now: float) -> IsrChange | float | None:
+        """The sweep's look at this leader: the ISR change to propose (lagging followers
+        out, caught-up ones in), else the seconds until the next look; None: not leading."""
+        core = self.base.core
+        state = core.leader_state
+        if state is None:
+            return None
+        wanted = core.isr_proposal(now)
+        if wanted is None:
+            return core.isr_check_wait_s(now, self.services.replication.isr_check_interval_s)
+        proposal, base = wanted
+        log.debug(  # the controller logs the batch's changes (one line for many)
+            "proposing an ISR change",
+            extra=self.base.fields(isr=",".join(state.isr), proposed=",".join(proposal)),
+        )
+        self._isr_asked = state
+        return IsrChange(self.base.stream, self.base.partition, state.leader_epoch, proposal, base)
+
+    async def isr_answered(self, change: IsrChange, accepted: bool) -> float | None:
+        """The outcome of the change :meth:`isr_check` asked for: the seconds until the next
+        look, or None if that leadership ended."""
+        core, state = self.base.core, self._isr_asked
+        if state is None or core.leader_state is not state:
+            return None
+        self._isr_asked = None
+        hw = self.base.log.high_watermark
+        await self.committer.carry_out(core.proposal_done(state, change.isr, accepted, hw=hw))
+        interval = self.services.replication.isr_check_interval_s
+        return core.isr_check_wait_s(anyio.current_time(), interval)
 
     async def replica_fetched(
         self, follower: str, offset: int, flushed: int, poll_s: float = 0.0
@@ -589,5 +592,5 @@ class RoleDriver:
             poll_s=poll_s,
         )
         if out.wake_isr:
-            self._isr_wake.set()
+            self.wake_isr()
         await self.committer.carry_out(out)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import attrs
 
 from jetserver.broker.acks import AckRouter
+from jetserver.broker.isr_sweep import IsrSweep
 from jetserver.broker.nats_port import NatsPort
 from jetserver.infra.log_tally import LogTally
 from jetserver.replication import ControlPlane, ReplicationConfig
@@ -51,6 +52,9 @@ class ReplicaServices:
     )
     """The new leaders' "cannot confirm the subscription" lines: one per interval (they
     share the PING round trip that failed: 2,793 lines on a survivor in a failover)."""
+    isr_sweep: IsrSweep = attrs.field(factory=IsrSweep)
+    """The server's one ISR check over the leaders it holds (run by the stream manager in
+    cluster mode)."""
     on_leadership_end: Callable[[str, int], None] | None = None
     """Called with (stream, partition) when a replica stops leading, after its pending ALL
     acks were failed with NOT_LEADER (the Produce service then answers at once the requests

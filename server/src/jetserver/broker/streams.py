@@ -39,6 +39,7 @@ from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.gc_pause import collector_paused, release_frozen
 from jetserver.broker.housekeeping import run_housekeeping
+from jetserver.broker.isr_sweep import IsrSweep
 from jetserver.broker.nats_port import SUBSCRIBE_CONFIRM_TIMEOUT_S, NatsPort, NatsUnavailable
 from jetserver.broker.offline import OfflinePartitions
 from jetserver.broker.open_many import open_many
@@ -160,6 +161,7 @@ class StreamManager:
                 replication=self.config.replication,
                 fetch_sessions=self.fetch_sessions,
                 fsyncs=self.fsyncs,
+                isr_sweep=IsrSweep(self.config.replication.isr_check_interval_s),
                 on_leadership_end=self._leadership_ended,
             )
         return self._replica_services
@@ -241,6 +243,8 @@ class StreamManager:
             )
         if self.clustered:
             tg.start_soon(self.role_summary.run)
+            if self.controller is not None:
+                tg.start_soon(self._services().isr_sweep.run, self.controller)
         root = self.data_dir / STREAMS_DIR
         root.mkdir(parents=True, exist_ok=True)
         for leftover in root.glob(f"*{DELETED_SUFFIX}"):

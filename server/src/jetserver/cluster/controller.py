@@ -59,6 +59,7 @@ from jetserver.raft import (
     Unavailable,
 )
 from jetserver.raft.machine import MAX_ENTRY_BYTES
+from jetserver.replication.control import IsrChange
 
 log = logging.getLogger(__name__)
 
@@ -245,30 +246,41 @@ class Controller:
             leader, a bad ISR), the stream is gone, or no outcome was reached within
             :attr:`isr_bound_s` (it may then still be applied: watch the metadata).
         """
-        meta = self.raft.state.streams.get(stream)
-        if meta is None:
-            return False
-        op = UpdateIsr(
-            stream,
-            partition,
-            self.server_id,
-            leader_epoch,
-            tuple(isr),
-            meta.stream_id,
-            partition_epoch,
-        )
-        item = _QueuedIsr(op)
-        self._isr_queue.append(item)
+        change = IsrChange(stream, partition, leader_epoch, tuple(isr), partition_epoch)
+        return (await self.propose_isrs((change,)))[0]
+
+    async def propose_isrs(self, changes: Sequence[IsrChange]) -> list[bool]:
+        """:meth:`propose_isr` for many changes at once (one server's ISR sweep): queued
+        together, each change's outcome in order."""
+        streams = self.raft.state.streams
+        items: list[_QueuedIsr | None] = []
+        for c in changes:
+            meta = streams.get(c.stream)
+            op = None if meta is None else UpdateIsr(
+                c.stream, c.partition, self.server_id, c.leader_epoch, c.isr, meta.stream_id,
+                c.partition_epoch,
+            )  # fmt: skip
+            items.append(None if op is None else _QueuedIsr(op))
+        queued = [q for q in items if q is not None]
+        if queued:
+            await self._isr_outcomes(queued)
+        return [q is not None and q.ok for q in items]
+
+    async def _isr_outcomes(self, queued: list[_QueuedIsr]) -> None:
+        """Queue ``queued`` and take part in proposing the batches until the last of them
+        (batches go in queue order) has its outcome."""
+        self._isr_queue.extend(queued)
+        last = queued[-1]
         try:
-            while not item.done.is_set():
+            while not last.done.is_set():
                 if self._isr_proposing:
                     await self._isr_round_done.wait()
                     continue
                 self._isr_proposing = True
                 try:
                     await anyio.sleep(ISR_BATCH_GATHER_S)
-                    queued = self._isr_queue[: ISR_MAX_BATCH + 1]
-                    n = isr_batch_size([isr_change_bytes(q.op) for q in queued])
+                    queue = self._isr_queue[: ISR_MAX_BATCH + 1]
+                    n = isr_batch_size([isr_change_bytes(q.op) for q in queue])
                     batch, self._isr_queue = self._isr_queue[:n], self._isr_queue[n:]
                     with anyio.CancelScope(shield=True):  # the others wait for this batch
                         await self._propose_isr_batch(batch)
@@ -277,9 +289,9 @@ class Controller:
                     done, self._isr_round_done = self._isr_round_done, anyio.Event()
                     done.set()
         finally:
-            if not item.done.is_set() and item in self._isr_queue:
-                self._isr_queue.remove(item)  # cancelled before its batch went out
-        return item.ok
+            if not last.done.is_set():  # cancelled before its batches went out
+                mine = {id(q) for q in queued if not q.done.is_set()}
+                self._isr_queue = [q for q in self._isr_queue if id(q) not in mine]
 
     async def _propose_isr_batch(self, batch: list[_QueuedIsr]) -> None:
         """Propose ``batch`` (one UpdateIsr, or UpdateIsrs) through the metadata Raft,

@@ -6,10 +6,25 @@ simulation use their own.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import anyio
+import attrs
+
+
+@attrs.frozen
+class IsrChange:
+    """An ISR change a partition leader proposes (UpdateIsr)."""
+
+    stream: str
+    partition: int
+    leader_epoch: int
+    """The leadership proposing it."""
+    isr: tuple[str, ...]
+    """The ISR proposed."""
+    partition_epoch: int | None = None
+    """The partition epoch it was computed from (compare-and-set; None: not checked)."""
 
 
 class ControlPlane(Protocol):
@@ -28,6 +43,11 @@ class ControlPlane(Protocol):
     ) -> bool:
         """Propose ``isr`` as the partition leader of ``leader_epoch``; True once applied,
         False if refused (stale epoch, not the leader)."""
+        ...
+
+    async def propose_isrs(self, changes: Sequence[IsrChange]) -> list[bool]:
+        """:meth:`propose_isr` for many partitions at once (one server's ISR sweep): each
+        change's outcome, in order."""
         ...
 
     async def report_leader_silent(

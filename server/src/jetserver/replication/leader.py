@@ -154,6 +154,13 @@ class LeaderState:
     served_end: int = 0
     """Replica fetches were sent records below this offset: those above the leader's
     flushed offset may be taken back by a failed fsync's cut (:meth:`on_cut`)."""
+    _maximal: tuple[object, object, object, tuple[str, ...]] | None = attrs.field(
+        default=None, init=False, eq=False, repr=False
+    )
+    """:attr:`maximal_isr` while a change is pending, with the (immutable) ``isr``,
+    ``pending_isr`` and ``unresolved`` it was built from: a failover's re-pointed followers
+    fetch thousands of times while their leaders' ISR proposals are pending, and each
+    fetch's HW asks for it."""
 
     @classmethod
     def start(
@@ -201,10 +208,20 @@ class LeaderState:
     @property
     def maximal_isr(self) -> tuple[str, ...]:
         """The committed ISR plus the members of a proposal in flight or unresolved."""
-        if self.pending_isr is None and not self.unresolved:
-            return self.isr
-        members = set(self.isr) | set(self.pending_isr or ()) | self.unresolved
-        return _ordered(self.replicas, members)
+        isr, pending, unresolved = self.isr, self.pending_isr, self.unresolved
+        if pending is None and not unresolved:
+            return isr
+        cached = self._maximal
+        if (
+            cached is not None
+            and cached[0] is isr
+            and cached[1] is pending
+            and cached[2] is unresolved
+        ):
+            return cached[3]
+        maximal = _ordered(self.replicas, set(isr) | set(pending or ()) | unresolved)
+        self._maximal = (isr, pending, unresolved, maximal)
+        return maximal
 
     def enough_replicas(self) -> bool:
         """True if ALL acks may be accepted: the committed ISR has ``min_isr`` members."""
