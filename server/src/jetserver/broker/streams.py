@@ -141,8 +141,7 @@ class StreamManager:
     _scope: ReconcileScope = attrs.field(init=False)
     """Which partitions each reconcile examines (those whose assignment changed)."""
     _burst: RoleBurst | None = None
-    """The last burst of role changes handed out (its collector pause ends at stop, if
-    its task never ran)."""
+    """The last burst of role changes handed out (its pause ends at stop if it never ran)."""
 
     def __attrs_post_init__(self) -> None:
         self.lookup = ReplicaLookup(
@@ -275,9 +274,8 @@ class StreamManager:
         )
 
     def open_pending(self) -> None:
-        """Start opening the partitions :meth:`start` left pending (a server alone with
-        many): called once the server is ready, so that the opens do not delay it (they
-        began during the start's NATS round trips, and competed with it for the CPU)."""
+        """Open what :meth:`start` left pending, once the server is ready (opened during
+        the start's NATS round trips, they competed with it for the CPU)."""
         if self.pending and self._tg is not None:
             self._tg.start_soon(self.pending.run, self._open_pending)
 
