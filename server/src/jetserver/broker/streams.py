@@ -274,8 +274,7 @@ class StreamManager:
         )
 
     def open_pending(self) -> None:
-        """Open what :meth:`start` left pending, once the server is ready (opened during
-        the start's NATS round trips, they competed with it for the CPU)."""
+        """Open what :meth:`start` left pending, once ready (not competing with the start)."""
         if self.pending and self._tg is not None:
             self._tg.start_soon(self.pending.run, self._open_pending)
 
