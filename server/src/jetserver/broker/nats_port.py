@@ -128,9 +128,13 @@ class NatsPort(Protocol):
         of ``subjects``."""
 
     async def publish_many(
-        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
+        self,
+        messages: Sequence[tuple[str, EnvelopeBytes]],
+        header_block: bytes = b"",
+        first_block: bytes | None = None,
     ) -> int:
-        """Queue messages in order; returns how many leading ones were queued."""
+        """Queue messages in order (the first with ``first_block`` if given); returns how
+        many leading ones were queued."""
 
     async def publish_stored_copies(
         self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes, owner: object
@@ -143,8 +147,14 @@ class NatsPort(Protocol):
     ) -> bool:
         """One such copy written now if nothing is pending before it; False: not done."""
 
-    async def publish_unstored_copies(self, messages: Sequence[tuple[str, EnvelopeBytes]]) -> int:
-        """Queue unmarked copies of directly appended messages, not echoed back here."""
+    async def publish_unstored_copies(
+        self,
+        messages: Sequence[tuple[str, EnvelopeBytes]],
+        header_block: bytes = b"",
+        first_block: bytes | None = None,
+    ) -> int:
+        """Queue copies of directly appended messages not marked stored (with sequence
+        marks if given, as :meth:`publish_many`), not echoed back here."""
 
     async def flush(self, timeout_s: float, *, ingest: bool = False) -> None:
         """Wait until NATS has received everything published so far.
