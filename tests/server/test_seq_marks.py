@@ -13,6 +13,7 @@ the path a forwarded request and a cut-off leader's copies take.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import nats
@@ -20,8 +21,9 @@ import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
+from jetsdk.codec.transcode import EnvelopeBytes
 from jetsdk.envelope import build_message
-from jetserver.broker.seq_marks import SEQ_NEXT_BLOCK, SEQ_START_BLOCK, marks_of, seq_mark
+from jetserver.broker.seq_marks import SEQ_NEXT_BLOCK, SEQ_START_BLOCK, publish_marked, seq_mark
 from support.jet_server import running_server
 from support.nats_server import NatsServer
 from support.raw_client import RawClient
@@ -35,10 +37,25 @@ def _msgs(*seqs: int) -> list[ProduceMessage]:
     return [ProduceMessage(b"s%d" % s) for s in seqs]
 
 
-def test_marks() -> None:
-    assert marks_of(False, True) == (b"", None)
-    assert marks_of(True, False) == (SEQ_NEXT_BLOCK, None)
-    assert marks_of(True, True) == (SEQ_NEXT_BLOCK, SEQ_START_BLOCK)
+async def test_publish_marked_marks_each_message_and_the_first_of_a_start() -> None:
+    sent: list[tuple[list[str], bytes]] = []
+
+    async def publish(messages: Sequence[tuple[str, EnvelopeBytes]], block: bytes) -> int:
+        sent.append(([bytes(p).decode() for _s, p in messages], block))
+        return len(messages)
+
+    msgs: list[tuple[str, EnvelopeBytes]] = [("s", b"a"), ("s", b"b"), ("s", b"c")]
+    assert await publish_marked(publish, msgs, False, True) == 3
+    assert await publish_marked(publish, msgs, True, False) == 3
+    assert await publish_marked(publish, msgs, True, True) == 3
+    assert await publish_marked(publish, msgs[:1], True, True) == 1
+    assert sent == [
+        (["a", "b", "c"], b""),
+        (["a", "b", "c"], SEQ_NEXT_BLOCK),
+        (["a"], SEQ_START_BLOCK),
+        (["b", "c"], SEQ_NEXT_BLOCK),
+        (["a"], SEQ_START_BLOCK),
+    ]
     assert seq_mark([("Jet-Seq", b"start")]) is True
     assert seq_mark([("x", b"1"), ("jet-seq", b"next")]) is False
     assert seq_mark([("Jet-Stored", b"d 0")]) is None
@@ -52,6 +69,8 @@ async def test_a_request_through_nats_that_skips_a_sequence_waits_for_the_gap(
         await RawClient.connect(jet.address) as c,
     ):
         await c.create_stream(name="q", subject="q")
+        nc = await nats.connect(nats_server.url)
+        seen = await nc.subscribe("q")
 
         async def produce(*seqs: int, start: bool = False) -> list[tuple[int, int]]:
             results = await c.produce(
@@ -82,6 +101,9 @@ async def test_a_request_through_nats_that_skips_a_sequence_waits_for_the_gap(
         assert [(r.error_code, r.offset) for r in results] == [(OOO, -1)]
         records = await c.collect("q", 0, 7)
         _h, extra = await c.fetch("q", 0, 7, max_wait_ms=200)
+        # What the server published for its first two requests: each message marked.
+        marks = [(await seen.next_msg(timeout=10)).headers for _ in range(4)]
+        await nc.close()
     assert [(r.producer_id, r.producer_seq) for r in records] == [
         (7, 0),
         (7, 1),
@@ -92,6 +114,7 @@ async def test_a_request_through_nats_that_skips_a_sequence_waits_for_the_gap(
         (7, 10),
     ]
     assert extra == []
+    assert marks == [{"Jet-Seq": "next"}] * 4  # (sequence_start not set on them)
 
 
 async def test_a_plain_nats_publisher_is_not_checked(

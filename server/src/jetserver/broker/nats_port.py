@@ -128,13 +128,9 @@ class NatsPort(Protocol):
         of ``subjects``."""
 
     async def publish_many(
-        self,
-        messages: Sequence[tuple[str, EnvelopeBytes]],
-        header_block: bytes = b"",
-        first_block: bytes | None = None,
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
     ) -> int:
-        """Queue messages in order (the first with ``first_block`` if given); returns how
-        many leading ones were queued."""
+        """Queue messages in order; returns how many leading ones were queued."""
 
     async def publish_stored_copies(
         self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes, owner: object
@@ -148,13 +144,10 @@ class NatsPort(Protocol):
         """One such copy written now if nothing is pending before it; False: not done."""
 
     async def publish_unstored_copies(
-        self,
-        messages: Sequence[tuple[str, EnvelopeBytes]],
-        header_block: bytes = b"",
-        first_block: bytes | None = None,
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
     ) -> int:
-        """Queue copies of directly appended messages not marked stored (with sequence
-        marks if given, as :meth:`publish_many`), not echoed back here."""
+        """Queue copies of directly appended messages not marked stored (with
+        ``header_block``: sequence marks), not echoed back here."""
 
     async def flush(self, timeout_s: float, *, ingest: bool = False) -> None:
         """Wait until NATS has received everything published so far.

@@ -86,7 +86,7 @@ from jetserver.broker.produce_one import (
     link_down,
     partition_subject_of,
 )
-from jetserver.broker.seq_marks import marks_of
+from jetserver.broker.seq_marks import publish_marked
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -448,11 +448,12 @@ class ProduceService:
                         turn, ticket = place.turn, place.ticket
                         assert turn is not None  # taken: ingest_direct took the batch
                     if replica.replication_factor > 1 and not internal:
-                        # Replicated: unmarked and before the ack wait, so that a new
-                        # leader elected meanwhile (this one cut off from its cluster)
-                        # stores them as through NATS and acks them.
-                        marks = marks_of(pid is not None, produce_starts_sequence(body))
-                        await self.link.publish_unstored_copies(to_send, *marks)
+                        # Replicated: not marked stored, before the ack wait, so that a
+                        # new leader elected meanwhile (this one cut off from its cluster)
+                        # stores them as through NATS (sequence checked) and acks them.
+                        starts = produce_starts_sequence(body)
+                        unstored = self.link.publish_unstored_copies
+                        await publish_marked(unstored, to_send, pid is not None, starts)
                     try:
                         if policy == AckPolicy.NONE:
                             for i in sent_index:
@@ -520,8 +521,8 @@ class ProduceService:
                 # stream there): the leader checks their order (broker/seq_marks.py).
                 sequenced = pid is not None and policy != AckPolicy.NONE
                 sequenced = sequenced and self.streams.stream(stream).spec.group is None
-                marks = marks_of(sequenced, produce_starts_sequence(body))
-                queued = await self.link.publish_many(to_send, *marks)
+                starts = produce_starts_sequence(body)
+                queued = await publish_marked(self.link.publish_many, to_send, sequenced, starts)
                 if hops.ENABLED:
                     hops.mark("published")
                 for i in sent_index[queued:]:

@@ -17,9 +17,11 @@ NATS header on an envelope), so mixed versions store as before (spec/envelope.md
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
-__all__ = ["SEQ_HEADER", "SEQ_NEXT_BLOCK", "SEQ_START_BLOCK", "marks_of", "seq_mark"]
+from jetsdk.codec.transcode import EnvelopeBytes
+
+__all__ = ["SEQ_HEADER", "SEQ_NEXT_BLOCK", "SEQ_START_BLOCK", "publish_marked", "seq_mark"]
 
 SEQ_HEADER = "Jet-Seq"
 """The NATS header of a message a server published for a sequenced Produce request."""
@@ -29,14 +31,25 @@ SEQ_NEXT_BLOCK = b"NATS/1.0\r\nJet-Seq: next\r\n\r\n"
 """The whole header block of any other message of a sequenced request."""
 _LOWER = SEQ_HEADER.lower()
 
+Publish = Callable[[Sequence[tuple[str, EnvelopeBytes]], bytes], Awaitable[int]]
+"""Publishes messages in order with a NATS header block; how many leading ones went."""
 
-def marks_of(has_producer: bool, starts: bool) -> tuple[bytes, bytes | None]:
-    """``(header_block, first_block)`` for ``NatsLink.publish_many`` of a Produce
-    request's messages: none without a producer id; else :data:`SEQ_NEXT_BLOCK` on each,
-    :data:`SEQ_START_BLOCK` on the first if the request ``starts`` a sequence."""
-    if not has_producer:
-        return b"", None
-    return SEQ_NEXT_BLOCK, SEQ_START_BLOCK if starts else None
+
+async def publish_marked(
+    publish: Publish, messages: list[tuple[str, EnvelopeBytes]], sequenced: bool, starts: bool
+) -> int:
+    """``publish`` (``NatsPort.publish_many`` or ``publish_unstored_copies``) a Produce
+    request's ``messages``: unmarked unless ``sequenced`` (a producer id and an ack), else
+    :data:`SEQ_START_BLOCK` on the first if the request ``starts`` a sequence and
+    :data:`SEQ_NEXT_BLOCK` on the others. Returns how many leading ones were queued."""
+    if not sequenced or not messages:
+        return await publish(messages, b"")
+    if not starts:
+        return await publish(messages, SEQ_NEXT_BLOCK)
+    first = await publish(messages[:1], SEQ_START_BLOCK)
+    if first < 1 or len(messages) == 1:
+        return first
+    return first + await publish(messages[1:], SEQ_NEXT_BLOCK)
 
 
 def seq_mark(headers: Sequence[tuple[str, bytes]]) -> bool | None:

@@ -361,17 +361,14 @@ class NatsLink:
         return any(self._echo_needed(subject, owner) for subject in subjects)
 
     async def publish_unstored_copies(
-        self,
-        messages: Sequence[tuple[str, EnvelopeBytes]],
-        header_block: bytes = b"",
-        first_block: bytes | None = None,
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
     ) -> int:
-        """:meth:`publish_many` on the ``no_echo`` ingest connection, not marked stored: for
-        the messages a replicated partition's leader appended directly (spec/protocol.md,
-        Produce). They do not come back to this server; any other subscriber, a new leader
-        of the partition included, gets them as if they had been published to NATS (with
-        the request's sequence marks, if any: broker/seq_marks.py)."""
-        return await self._publish_on(self._ingest_nc, messages, header_block, first_block)
+        """:meth:`publish_many` on the ``no_echo`` ingest connection, not marked stored:
+        for the messages a replicated partition's leader appended directly (spec/
+        protocol.md, Produce). They do not come back to this server; any other subscriber,
+        a new leader of the partition included, gets them as if they had been published
+        to NATS (``header_block``: their sequence marks, broker/seq_marks.py)."""
+        return await self._publish_on(self._ingest_nc, messages, header_block)
 
     async def publish_stored_copies(
         self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes, owner: object
@@ -436,14 +433,10 @@ class NatsLink:
             raise NatsUnavailable(f"NATS publish failed: {exc}") from exc
 
     async def publish_many(
-        self,
-        messages: Sequence[tuple[str, EnvelopeBytes]],
-        header_block: bytes = b"",
-        first_block: bytes | None = None,
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
     ) -> int:
         """Queue several messages at once, in order (no reply subject; every message with
-        the NATS header block ``header_block`` if given: ``NATS/1.0`` line to blank line;
-        the first one with ``first_block`` instead, if given).
+        the NATS header block ``header_block`` if given: ``NATS/1.0`` line to blank line).
 
         One buffer write for all of them instead of one nats-py ``publish`` each: this is
         the Produce and ack hot path. Falls back to publishing one by one if this nats-py
@@ -454,14 +447,13 @@ class NatsLink:
             down, a subject is invalid or a payload is over the server's max_payload (the
             rest were not published).
         """
-        return await self._publish_on(self._nc, messages, header_block, first_block)
+        return await self._publish_on(self._nc, messages, header_block)
 
     async def _publish_on(
         self,
         nc: NatsClient | None,
         messages: Sequence[tuple[str, EnvelopeBytes]],
         header_block: bytes,
-        first_block: bytes | None = None,
     ) -> int:
         if nc is None or not messages:
             return 0
@@ -470,13 +462,8 @@ class NatsLink:
                 return 0
             headers = header_map(header_block)
             for done, (subject, payload) in enumerate(messages):
-                block = first_block if done == 0 and first_block is not None else None
                 try:
-                    await nc.publish(
-                        subject,
-                        bytes(payload),
-                        headers=headers if block is None else header_map(block),
-                    )
+                    await nc.publish(subject, bytes(payload), headers=headers)
                 except Exception as exc:
                     log.debug("publish failed", extra=fields(subject=subject, error=str(exc)))
                     return done
@@ -487,12 +474,9 @@ class NatsLink:
         subjects = self._subjects
         max_payload = int(nc._max_payload or 0)
         cmds: list[bytes | memoryview] = []
-        block = header_block
         hlen = len(header_block)
         payload_bytes = 0
         queued = 0
-        if first_block is not None:
-            block, hlen = first_block, len(first_block)
         for subject, payload in messages:
             raw = subjects.get(subject)
             if raw is None:
@@ -510,11 +494,9 @@ class NatsLink:
             # once, when the flusher writes the pending buffers (a large value was copied
             # twice more here, into the command and into the batch).
             if hlen:
-                cmds.append(b"HPUB %b %d %d\r\n%b" % (raw, hlen, hlen + size, block))
+                cmds.append(b"HPUB %b %d %d\r\n%b" % (raw, hlen, hlen + size, header_block))
             else:
                 cmds.append(b"PUB %b %d\r\n" % (raw, size))
-            if block is not header_block:  # the first message's: the others' from here
-                block, hlen = header_block, len(header_block)
             if isinstance(payload, SplitEnvelope):  # a large value: written from the request
                 cmds.append(payload.head)
                 cmds.append(payload.value)
