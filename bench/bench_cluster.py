@@ -254,12 +254,23 @@ async def _jet_publish_rate(jet: Client, n: int) -> float:
 async def _jet_latency(jet: Client, rate: float, total: int, stream: str = STREAM) -> list[float]:
     """Send -> ack of each message, sent with ``send_soon`` at ``rate``. Also prints the
     share of sends that found an earlier message not acknowledged yet: with
-    ``max_in_flight=1`` (the default) such a message waits for that request's answer
-    before its own request goes (at 500 msg/s, whenever a round trip takes over 2 ms), so
-    its latency is that wait plus its own round trip (docs/latency.md, 2026-11-30 rf3)."""
+    ``max_in_flight=1`` such a message waits for that request's answer before its own
+    request goes (at 500 msg/s, whenever a round trip takes over 2 ms), so its latency is
+    that wait plus its own round trip (docs/latency.md, 2026-11-30 rf3). The producer is
+    idempotent (Kafka's default), so it has the default window of such a producer, 5 in
+    flight since 2026-11-30 session 23 (``JET_BENCH_IN_FLIGHT`` sets another)."""
     latencies: list[float] = []
     unacked = [0, 0]  # messages not acknowledged now; sends that found one
-    async with Producer(jet, stream, ack=AckPolicy.ALL, linger=0, max_pending=WINDOW) as p:
+    window = os.environ.get("JET_BENCH_IN_FLIGHT")
+    async with Producer(
+        jet,
+        stream,
+        ack=AckPolicy.ALL,
+        linger=0,
+        max_pending=WINDOW,
+        idempotent=True,
+        max_in_flight=int(window) if window else None,
+    ) as p:
 
         def acked(sent: float) -> None:
             latencies.append((time.perf_counter() - sent) * 1e3)
@@ -277,7 +288,8 @@ async def _jet_latency(jet: Client, rate: float, total: int, stream: str = STREA
         await p.flush()
     print(
         f"  jet latency ({stream}): {unacked[1] / max(total, 1):.0%} of sends found an earlier "
-        f"message unacknowledged (max_in_flight 1: it waits for that answer)"
+        f"message unacknowledged (idempotent, max_in_flight {p.max_in_flight}: beyond it "
+        f"a message waits for an answer)"
     )
     return latencies
 

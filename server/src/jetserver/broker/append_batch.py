@@ -11,6 +11,7 @@ Task safety: event loop thread only (the sequencer's).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import attrs
@@ -18,6 +19,7 @@ import attrs
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetserver.broker.acks import PartitionAck, PendingAck
 from jetserver.broker.direct import DirectAckTo
+from jetserver.broker.seq_marks import seq_mark
 from jetserver.replication.core import ReplicaCore
 from jetserver.replication.producers import ProducerTable
 from jetserver.storage.framing import Body
@@ -113,6 +115,22 @@ class AppendBatch:
             who, ErrorCode.OUT_OF_ORDER_SEQUENCE, text, -1 if expected is None else expected
         )
         return True
+
+    def duplicate_or_skips(
+        self,
+        who: Wanted,
+        producers: ProducerTable,
+        headers: Sequence[tuple[str, bytes]] | None,
+    ) -> bool:
+        """For a message from NATS (``headers``: its NATS header lines): :meth:`out_of_order`
+        if a server marked it as part of a sequenced Produce request (``Jet-Seq``,
+        broker/seq_marks.py) and it has a producer id and an ack to answer a refusal with
+        (unmarked ones are stored as before), then :meth:`duplicate`."""
+        if headers and who.producer_id is not None and who.policy != AckPolicy.NONE:
+            mark = seq_mark(headers)
+            if mark is not None and self.out_of_order(who, producers, mark):
+                return True
+        return self.duplicate(who, producers)
 
     def seen_msg_id(
         self, msg_id: bytes, producers: ProducerTable, now_ns: int, window_ns: int

@@ -143,8 +143,11 @@ class NatsPort(Protocol):
     ) -> bool:
         """One such copy written now if nothing is pending before it; False: not done."""
 
-    async def publish_unstored_copies(self, messages: Sequence[tuple[str, EnvelopeBytes]]) -> int:
-        """Queue unmarked copies of directly appended messages, not echoed back here."""
+    async def publish_unstored_copies(
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
+    ) -> int:
+        """Queue copies of directly appended messages not marked stored (with
+        ``header_block``: sequence marks), not echoed back here."""
 
     async def flush(self, timeout_s: float, *, ingest: bool = False) -> None:
         """Wait until NATS has received everything published so far.

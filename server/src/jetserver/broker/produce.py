@@ -87,6 +87,7 @@ from jetserver.broker.produce_one import (
     partition_subject_of,
 )
 from jetserver.broker.produce_section import SectionProduce
+from jetserver.broker.seq_marks import publish_marked
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import LimitsConfig
 from jetserver.errors import ApiError, invalid_argument, partition_not_found
@@ -367,7 +368,7 @@ class ProduceService:
         # Large values stay views of the request (split): not copied into an envelope
         # only to be written to NATS.
         head, messages = produce_envelopes(body, inbox, records, head, split=True)
-        stream, partition, policy, timeout_ms, _pid, _seq, n, _pos = head
+        stream, partition, policy, timeout_ms, pid, _seq, n, _pos = head
         # internal: appended here only, no NATS copies (security.md §2)
         psubj, limit, replica, nats_copies, internal = self._check(
             stream, partition, policy, messages, direct
@@ -451,10 +452,12 @@ class ProduceService:
                         turn, ticket = place.turn, place.ticket
                         assert turn is not None  # taken: ingest_direct took the batch
                     if replica.replication_factor > 1 and not internal:
-                        # Replicated: unmarked and before the ack wait, so that a new
-                        # leader elected meanwhile (this one cut off from its cluster)
-                        # stores them as through NATS and acks them.
-                        await self.link.publish_unstored_copies(to_send)
+                        # Replicated: not marked stored, before the ack wait, so that a
+                        # new leader elected meanwhile (this one cut off from its cluster)
+                        # stores them as through NATS (sequence checked) and acks them.
+                        starts = produce_starts_sequence(body)
+                        unstored = self.link.publish_unstored_copies
+                        await publish_marked(unstored, to_send, pid is not None, starts)
                     try:
                         if policy == AckPolicy.NONE:
                             for i in sent_index:
@@ -518,7 +521,12 @@ class ProduceService:
                         f"partition {stream}/{partition} is no longer led here; retry",
                         {"stream": stream, "partition": partition},
                     )
-                queued = await self.link.publish_many(to_send)
+                # Sequenced (a producer id, acked, no queue group: NATS picks the storing
+                # stream there): the leader checks their order (broker/seq_marks.py).
+                sequenced = pid is not None and policy != AckPolicy.NONE
+                sequenced = sequenced and self.streams.stream(stream).spec.group is None
+                starts = produce_starts_sequence(body)
+                queued = await publish_marked(self.link.publish_many, to_send, sequenced, starts)
                 if hops.ENABLED:
                     hops.mark("published")
                 for i in sent_index[queued:]:

@@ -72,11 +72,9 @@ _U32 = struct.Struct(">I")
 _UNSCOPED = contextlib.nullcontext()
 _ALL = int(AckPolicy.ALL)
 _POLICIES = {int(p): p for p in AckPolicy}
-"""Ack policy by wire value (an enum call per request goes through EnumType.__call__;
-a direct batch's policy was checked when its request was decoded)."""
+"""Ack policy by wire value (no EnumType.__call__ per request; checked when decoded)."""
 DEFER_MAX_RECORDS = 16
-"""Largest LEADER/NONE-acked request that fsyncs in its own after-work (light load); the
-flusher groups the fsyncs of larger ones."""
+"""Largest LEADER/NONE-acked request fsynced in its own after-work (else: the flusher's)."""
 _new_tuple = tuple.__new__
 """Builds a NamedTuple from a tuple without its Python-level ``__new__`` (hot path)."""
 
@@ -119,8 +117,7 @@ class Sequencer:
     _wake: LazyEvent = attrs.field(factory=LazyEvent)
     _space: LazyEvent = attrs.field(factory=LazyEvent)
     _appending: bool = False
-    """A batch is being appended (by :meth:`run`, or by a Produce request in its own task:
-    :meth:`append_now`); the other waits."""
+    """A batch is being appended (:meth:`run` or :meth:`append_now`); the other waits."""
     _fields_cache: RecordFields = attrs.field(factory=RecordFields)
     _hold_flush: bool = False
     """:meth:`append_now` commits in its caller's task: the append leaves the flush to it."""
@@ -445,7 +442,10 @@ class Sequencer:
             who = _new_tuple(Wanted, (inbox, corr, policy, producer_id, producer_seq))
             if controls is not None and self._controls_refused(b, who, controls):
                 continue
-            if self._refused(b, who, size, policy) or b.duplicate(who, self.base.core.producers):
+            producers = self.base.core.producers  # (Jet-Seq marks: broker/seq_marks.py)
+            if self._refused(b, who, size, policy) or b.duplicate_or_skips(
+                who, producers, nats_headers
+            ):
                 continue
             if body is None:  # a plain message
                 try:

@@ -360,12 +360,15 @@ class NatsLink:
         of ``subjects`` (then copies of them must go on the main connection)."""
         return any(self._echo_needed(subject, owner) for subject in subjects)
 
-    async def publish_unstored_copies(self, messages: Sequence[tuple[str, EnvelopeBytes]]) -> int:
-        """:meth:`publish_many` on the ``no_echo`` ingest connection, unmarked: for the
-        messages a replicated partition's leader appended directly (spec/protocol.md,
-        Produce). They do not come back to this server; any other subscriber, a new leader
-        of the partition included, gets them as if they had been published to NATS."""
-        return await self._publish_on(self._ingest_nc, messages, b"")
+    async def publish_unstored_copies(
+        self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes = b""
+    ) -> int:
+        """:meth:`publish_many` on the ``no_echo`` ingest connection, not marked stored:
+        for the messages a replicated partition's leader appended directly (spec/
+        protocol.md, Produce). They do not come back to this server; any other subscriber,
+        a new leader of the partition included, gets them as if they had been published
+        to NATS (``header_block``: their sequence marks, broker/seq_marks.py)."""
+        return await self._publish_on(self._ingest_nc, messages, header_block)
 
     async def publish_stored_copies(
         self, messages: Sequence[tuple[str, EnvelopeBytes]], header_block: bytes, owner: object

@@ -28,15 +28,14 @@ batches stay large. Ordering: with ``max_in_flight=1`` one Produce request per p
 is outstanding at a time, so messages of one partition are stored in send order, retries
 included. A larger window pipelines requests (more throughput, and less waiting when the
 round trip is longer than the time between sends); a retried batch may then land after a
-later one, except for an idempotent producer whose requests the leader appends itself
-(every ack policy on a one-replica partition, ack ALL on a replicated one; not through a
-queue group): there the leader refuses a sequence that skips one
-(OUT_OF_ORDER_SEQUENCE, retried) and the oldest batch not settled carries the
-sequence-start flag (spec/protocol.md, "Sequences"), as Kafka's idempotent producer with
-``max.in.flight.requests.per.connection`` <= 5. Not yet on a replicated partition's
-failover: a new leader stores the old one's NATS copies unchecked, and a fault test
-(tests/cluster/test_faults_partition.py) found a batch stored before an earlier one
-there; so the default stays 1.
+later one, except for an idempotent producer whose ack is LEADER or ALL (not on a stream
+in a queue group): there the leader refuses a sequence that skips one
+(OUT_OF_ORDER_SEQUENCE, retried), on the direct path and through NATS alike (a failover's
+copies and forwarded requests carry ``Jet-Seq`` marks), and the oldest batch not settled
+carries the sequence-start flag (spec/protocol.md, "Sequences"), as Kafka's idempotent
+producer with ``max.in.flight.requests.per.connection`` <= 5. So an idempotent producer
+whose ack is ALL has :data:`DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT` requests in flight by
+default, any other one 1.
 
 Retries: a batch that fails with a retriable error (the partition leader moved or died:
 NOT_LEADER, a lost connection, UNAVAILABLE, SHUTTING_DOWN, NOT_ENOUGH_REPLICAS,
@@ -99,6 +98,7 @@ from jetsdk.producer.sender import Sender
 __all__ = [
     "DEFAULT_ACK_TIMEOUT",
     "DEFAULT_DELIVERY_TIMEOUT",
+    "DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT",
     "DEFAULT_MAX_IN_FLIGHT",
     "DEFAULT_MAX_PENDING",
     "DEFAULT_MAX_PENDING_BYTES",
@@ -116,6 +116,9 @@ issue 34: at 500 partitions that left ~10 messages per partition's batch; the by
 :data:`DEFAULT_MAX_PENDING_BYTES`, now holds back all but small messages first)."""
 DEFAULT_MAX_IN_FLIGHT = 1
 """Outstanding Produce requests per partition (1 keeps per-partition order on retries)."""
+DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT = 5
+"""Outstanding Produce requests per partition of an idempotent producer whose ack is ALL
+(its order is kept by the leader's sequence check: module doc)."""
 
 _PER_MESSAGE_OVERHEAD = 16
 
@@ -140,7 +143,7 @@ class Producer:
         linger: float = DEFAULT_LINGER,
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight: int | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
@@ -161,11 +164,11 @@ class Producer:
                 soon as the partition's sender is free).
             max_batch_messages: most messages per Produce request.
             max_batch_bytes: most (estimated) bytes per Produce request.
-            max_in_flight: outstanding Produce requests per partition. 1 (default) keeps
-                each partition's messages in send order, retries included; more
-                pipelines requests, and a retried batch may land after a later one unless
-                the producer is idempotent and the leader appends its requests itself
-                (module doc).
+            max_in_flight: outstanding Produce requests per partition (None: 5 for an
+                idempotent producer whose ack is ALL, else 1). 1 keeps each partition's
+                messages in send order, retries included; more pipelines requests, and
+                a retried batch may land after a later one unless the producer is
+                idempotent and the leader appends its requests itself (module doc).
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
             max_pending_bytes: most bytes of messages queued or unacknowledged (their
                 estimated sizes, as ``max_batch_bytes`` counts them; Kafka's
@@ -199,6 +202,9 @@ class Producer:
             ValueError: a limit out of range; CompressionError (a ValueError) for an
                 unknown codec or one whose package is not installed.
         """
+        if max_in_flight is None:
+            ordered = idempotent and AckPolicy(ack) == AckPolicy.ALL
+            max_in_flight = DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT if ordered else DEFAULT_MAX_IN_FLIGHT
         if max_in_flight < 1 or max_pending < 1 or max_pending_bytes < 1:
             raise ValueError("max_in_flight, max_pending and max_pending_bytes must be >= 1")
         if compression_offload_bytes is not None and compression_offload_bytes < 1:

@@ -21,7 +21,6 @@ from jetsdk.producer.outcomes import DEFAULT_MAX_PENDING_BYTES
 from jetsdk.producer.producer import (
     DEFAULT_ACK_TIMEOUT,
     DEFAULT_DELIVERY_TIMEOUT,
-    DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_PENDING,
 )
 from jetsdk.producer.producer import Producer as _AsyncProducer
@@ -44,7 +43,7 @@ class Producer(SyncWrapper[_AsyncProducer]):
         linger: float = DEFAULT_LINGER,
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight: int | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
@@ -65,11 +64,11 @@ class Producer(SyncWrapper[_AsyncProducer]):
                 soon as the partition's sender is free).
             max_batch_messages: most messages per Produce request.
             max_batch_bytes: most (estimated) bytes per Produce request.
-            max_in_flight: outstanding Produce requests per partition. 1 (default) keeps
-                each partition's messages in send order, retries included; more
-                pipelines requests, and a retried batch may land after a later one unless
-                the producer is idempotent and the leader appends its requests itself
-                (module doc).
+            max_in_flight: outstanding Produce requests per partition (None: 5 for an
+                idempotent producer whose ack is ALL, else 1). 1 keeps each partition's
+                messages in send order, retries included; more pipelines requests, and
+                a retried batch may land after a later one unless the producer is
+                idempotent and the leader appends its requests itself (module doc).
             max_pending: most messages queued or unacknowledged; send_soon waits beyond.
             max_pending_bytes: most bytes of messages queued or unacknowledged (their
                 estimated sizes, as ``max_batch_bytes`` counts them; Kafka's
