@@ -257,8 +257,8 @@ async def _jet_latency(jet: Client, rate: float, total: int, stream: str = STREA
     ``max_in_flight=1`` such a message waits for that request's answer before its own
     request goes (at 500 msg/s, whenever a round trip takes over 2 ms), so its latency is
     that wait plus its own round trip (docs/latency.md, 2026-11-30 rf3). The producer is
-    idempotent (Kafka's default), so it has the default window of such a producer, 5 in
-    flight since 2026-11-30 session 23 (``JET_BENCH_IN_FLIGHT`` sets another)."""
+    idempotent (Kafka's default), with that producer's default window (1: 5 was slower
+    here, see DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT; ``JET_BENCH_IN_FLIGHT`` sets another)."""
     latencies: list[float] = []
     unacked = [0, 0]  # messages not acknowledged now; sends that found one
     window = os.environ.get("JET_BENCH_IN_FLIGHT")

@@ -34,8 +34,8 @@ in a queue group): there the leader refuses a sequence that skips one
 copies and forwarded requests carry ``Jet-Seq`` marks), and the oldest batch not settled
 carries the sequence-start flag (spec/protocol.md, "Sequences"), as Kafka's idempotent
 producer with ``max.in.flight.requests.per.connection`` <= 5. So an idempotent producer
-whose ack is ALL has :data:`DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT` requests in flight by
-default, any other one 1.
+may have up to 5 requests in flight (``max_in_flight``); the default is
+:data:`DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT` (1, measured there), as for any other producer.
 
 Retries: a batch that fails with a retriable error (the partition leader moved or died:
 NOT_LEADER, a lost connection, UNAVAILABLE, SHUTTING_DOWN, NOT_ENOUGH_REPLICAS,
@@ -116,9 +116,12 @@ issue 34: at 500 partitions that left ~10 messages per partition's batch; the by
 :data:`DEFAULT_MAX_PENDING_BYTES`, now holds back all but small messages first)."""
 DEFAULT_MAX_IN_FLIGHT = 1
 """Outstanding Produce requests per partition (1 keeps per-partition order on retries)."""
-DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT = 5
-"""Outstanding Produce requests per partition of an idempotent producer whose ack is ALL
-(its order is kept by the leader's sequence check: module doc)."""
+DEFAULT_IDEMPOTENT_MAX_IN_FLIGHT = 1
+"""Outstanding Produce requests per partition of an idempotent producer whose ack is ALL by
+default. Up to 5 keep their order (the leader's sequence check: module doc), but 5 made
+RF 3's p50 worse on a quiet 2-core machine (`bench cluster --quick`, 10.6-16.1 ms against
+6.3-11.4 ms at 1, 2026-11-30): each message went as its own request, and the servers' CPU
+per request was the wait. Pass ``max_in_flight`` to choose."""
 
 _PER_MESSAGE_OVERHEAD = 16
 
