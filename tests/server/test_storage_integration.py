@@ -6,11 +6,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import anyio
 import pytest
 
 from jetsdk.codec.error_codes import AckPolicy, ErrorCode
 from jetsdk.codec.messages import ProduceMessage
 from jetserver.server import Server
+from jetserver.storage import Log
 from jetserver.storage.checkpoint import HIGH_WATERMARK_FILE, read_single_value
 from jetserver.testing import wait_until_async
 from support.jet_server import running_server
@@ -142,3 +144,52 @@ async def test_idle_empty_partitions_are_not_checkpointed_again_after_a_restart(
         busy = jet.streams.replica("busy", 0)
         assert busy.log.high_watermark == 4
         assert not busy.hw_moved_since_checkpoint  # its close wrote 4
+
+
+async def test_housekeeping_leaves_a_stopping_partition_alone(
+    nats_server: NatsServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stopping partition closes its log in a worker thread before it reads as closed:
+    housekeeping must not run retention or a HW checkpoint on it meanwhile (it did, and
+    logged "maintenance failed ... LogClosedError" at the stop of a large server)."""
+    async with (
+        running_server(
+            nats_server.url,
+            tmp_path / "data",
+            storage__hw_checkpoint_interval_s=0.02,
+            storage__maintenance_interval_s=0.02,
+        ) as jet,
+        await RawClient.connect(jet.address) as c,
+    ):
+        for name in ("going", "staying"):
+            await c.create_stream(name=name, subject=name, retention_max_messages=50)
+            await c.produce(name, 0, [ProduceMessage(b"v")] * 3, ack_policy=AckPolicy.ALL)
+        going = jet.streams.replica("going", 0)
+        staying = jet.streams.replica("staying", 0)
+        closed_log = anyio.Event()
+        release = anyio.Event()
+
+        async def slow_closer(log: Log) -> None:
+            await anyio.to_thread.run_sync(log.close)
+            closed_log.set()
+            await release.wait()  # the log is closed; the replica does not say so yet
+
+        going.closer = slow_closer
+        going.stop()
+        with anyio.fail_after(10):
+            await closed_log.wait()
+        for n in range(4, 7):  # each checkpoint of "staying" is a later housekeeping round
+            await c.produce("staying", 0, [ProduceMessage(b"v")], ack_policy=AckPolicy.ALL)
+            await wait_until_async(
+                lambda n=n: read_single_value(staying.log.directory, HIGH_WATERMARK_FILE) == n,
+                10.0,
+                "a housekeeping round after the stop",
+            )
+        release.set()
+        await going.wait_stopped()
+    failed = [
+        r.getMessage()
+        for r in caplog.records
+        if "maintenance failed" in r.getMessage() or "checkpoint failed" in r.getMessage()
+    ]
+    assert failed == []

@@ -44,7 +44,9 @@ async def run_housekeeping(running: Mapping[Any, RunningPartition], storage: Sto
         await anyio.sleep(storage.hw_checkpoint_interval_s)
         if hops.ENABLED:
             hops.mark("housekeeping.start")
-        live = [r.replica for r in list(running.values()) if not r.replica.closed]
+        # Not one that is stopping: its log closes in a worker thread before it reads as
+        # closed, and its stop checkpoints the HW itself.
+        live = [r.replica for r in list(running.values()) if not r.replica.life.ending]
         moved = [(r, r.log.high_watermark) for r in live if r.hw_moved_since_checkpoint]
         if moved:
             # Worker threads in parallel (each checkpoint waits for its fsyncs), a chunk each.
@@ -57,7 +59,7 @@ async def run_housekeeping(running: Mapping[Any, RunningPartition], storage: Sto
             del due[key]
         for replica in live:
             at = due.setdefault(id(replica), now + storage.maintenance_interval_s)
-            if now >= at and not replica.closed:
+            if now >= at and not replica.life.ending:
                 due[id(replica)] = now + storage.maintenance_interval_s
                 await replica.run_maintenance()
         if hops.ENABLED:
@@ -69,7 +71,7 @@ async def _checkpoint_chunk(moved: list[tuple[PartitionReplica, int]]) -> None:
     for (replica, hw), error in zip(moved, failed, strict=True):
         if error is None:
             replica.checkpointed(hw)
-        else:
+        elif not replica.life.ending:  # a stop that began meanwhile checkpoints it itself
             log.warning(
                 "hw checkpoint failed",
                 extra=fields(stream=replica.stream, partition=replica.partition, error=error),

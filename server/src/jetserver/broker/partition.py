@@ -71,7 +71,7 @@ from jetserver.replication import LeaderState
 from jetserver.replication.core import ReplicaCore
 from jetserver.replication.fetcher import FollowerFetcher
 from jetserver.replication.producers import ProducerTable
-from jetserver.storage import Log
+from jetserver.storage import Log, LogClosedError
 
 log = logging.getLogger(__name__)
 
@@ -490,4 +490,6 @@ class PartitionReplica:
                 report = await anyio.to_thread.run_sync(self.log.compact)
                 log.debug("compacted", extra=self.base.fields(report=str(report)))
         except Exception as exc:
+            if isinstance(exc, LogClosedError) and self.life.ending:
+                return  # a stop began while compaction ran in its thread: expected
             log.warning("maintenance failed", extra=self.base.fields(error=repr(exc)))
