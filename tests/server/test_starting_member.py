@@ -90,11 +90,11 @@ async def test_a_stream_created_elsewhere_a_moment_ago_is_found_after_catching_u
     node = _node()
     node.reconciled.set()
     dispatcher = Dispatcher(jet.config, jet.streams, jet._dispatcher.produce, cluster=node)
-    node.raft.on_apply = lambda: jet.streams.create({"name": "late", "subject": "late"})
+    node.raft.on_apply = lambda: jet.local_streams.create({"name": "late", "subject": "late"})
     error, payload = await _ask(dispatcher, Api.DESCRIBE_STREAM, {"name": "late"})
     assert not error
     assert orjson.loads(payload)["name"] == "late"
-    node.raft.on_apply = lambda: jet.streams.create({"name": "later", "subject": "later"})
+    node.raft.on_apply = lambda: jet.local_streams.create({"name": "later", "subject": "later"})
     error, payload = await _ask(dispatcher, Api.METADATA, {"streams": ["later"]})
     assert not error
     assert [s["name"] for s in orjson.loads(payload)["streams"]] == ["later"]

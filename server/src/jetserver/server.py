@@ -47,6 +47,7 @@ from jetsdk.codec.frames import Frame
 from jetsdk.codec.limits import ENVELOPE_ALLOWANCE_BYTES
 from jetserver.broker.copy_backlog import CopyBacklog
 from jetserver.broker.gc_pause import FREEZE_MIN_PARTITIONS, collector_paused
+from jetserver.broker.local_streams import LocalStreams
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.running import MetadataView
 from jetserver.broker.streams import StreamManager
@@ -101,6 +102,8 @@ class Running:
     """The NATS link."""
     streams: StreamManager
     """Streams and their partitions."""
+    local: LocalStreams | None
+    """A server alone: its stream operations (None in a cluster)."""
     produce: ProduceService
     """The Produce service."""
     dispatcher: Dispatcher
@@ -156,6 +159,18 @@ class Server:
     def streams(self) -> StreamManager:
         """Streams (for tests and tools)."""
         return self.running.streams
+
+    @property
+    def local_streams(self) -> LocalStreams:
+        """A server alone: CreateStream and DeleteStream (for tests and tools).
+
+        Raises:
+            RuntimeError: in a cluster (they go through the metadata leader there).
+        """
+        local = self.running.local
+        if local is None:
+            raise RuntimeError("create/delete go through jetserver.cluster in a cluster")
+        return local
 
     @property
     def link(self) -> NatsLink:
@@ -303,6 +318,8 @@ class Server:
                 tg.start_soon(disk.run)
                 tg.start_soon(park_idle_files)
                 await streams.start(tg)
+                if running.local is not None:
+                    await running.local.open_all()
                 await running.produce.start()
                 if cfg.metrics.port is not None:
                     metrics = running.metrics
@@ -356,12 +373,15 @@ class Server:
             direct=cfg.ingest.produce_direct,
             copy_backlog=CopyBacklog(cfg.ingest.copy_backlog_max_bytes),
         )
+        store = streams.store
+        local = LocalStreams(streams, store) if isinstance(store, MetadataStore) else None
         dispatcher = Dispatcher(
             cfg,
             streams,
             produce,
             address=cfg.listen.advertise or address,
             cluster=node,
+            local=local,
             security=security,
         )
         listener = ProtocolListener(
@@ -386,7 +406,7 @@ class Server:
             ).lines,
         )
         dispatcher.observe = metrics.requests.observe  # (the requests answered at once)
-        return Running(address, link, streams, produce, dispatcher, listener, metrics), sock
+        return Running(address, link, streams, local, produce, dispatcher, listener, metrics), sock
 
     async def _serve(
         self,

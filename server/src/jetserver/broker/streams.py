@@ -7,9 +7,10 @@ load-balance queue group, if any).
 Two modes:
 
 - **Single server** (no ``[cluster]``): the metadata is ``metadata.json``
-  (:class:`~jetserver.metadata.store.MetadataStore`). :meth:`StreamManager.create` proposes a
-  CreateStream, then opens and subscribes the partitions; :meth:`StreamManager.delete`
-  stops them and removes the data. This server leads every partition.
+  (:class:`~jetserver.metadata.store.MetadataStore`);
+  :class:`~jetserver.broker.local_streams.LocalStreams` creates and deletes streams there and
+  has this manager open, subscribe and close their partitions. This server leads every
+  partition.
 - **Cluster**: the metadata is replicated by Raft; CreateStream/DeleteStream are handled by
   :mod:`jetserver.cluster.forwarding`. Every server calls :meth:`StreamManager.reconcile`
   with each new replicated state: it opens the partitions this server holds a replica of,
@@ -19,23 +20,21 @@ Two modes:
   latest first, in order, so a slow follower never delays the other partitions.
 
 Files: :mod:`~jetserver.broker.stream_files`; periodic work: :mod:`~jetserver.broker.housekeeping`.
-Task safety: event loop thread only; create/delete/reconcile are serialized by a lock.
+Task safety: event loop thread only; create, delete and reconcile are serialized by
+:attr:`StreamManager.lock`.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import attrs
 from anyio.abc import TaskGroup
 
-from jetsdk.codec.error_codes import ErrorCode
 from jetserver.broker.acks import AckRouter
 from jetserver.broker.gc_pause import collector_paused, release_frozen
 from jetserver.broker.housekeeping import run_housekeeping
@@ -64,22 +63,15 @@ from jetserver.broker.stream_files import (
     LogCloser,
     MarkerSync,
     OpenJobs,
-    remove_stream_dir,
     remove_unknown_stream_dirs,
-    stream_dir,
-    unknown_stream_dirs,
 )
 from jetserver.config.server import ServerConfig
-from jetserver.errors import ApiError, stream_not_found
+from jetserver.errors import stream_not_found
 from jetserver.infra import hops
 from jetserver.infra.lazy_event import LazyEvent
-from jetserver.infra.resources import FILES_PER_PARTITION, check_room, describe_open_error
 from jetserver.logs import fields
-from jetserver.metadata.creation import create_stream_op, created_stream
 from jetserver.metadata.model import MetadataState, PartitionAssignment, StreamMeta
-from jetserver.metadata.ops import DeleteStream
-from jetserver.metadata.reserved import checked_spec, is_internal
-from jetserver.metadata.store import MetadataStore
+from jetserver.metadata.reserved import is_internal
 from jetserver.replication.control import ControlPlane
 from jetserver.replication.core import ROLE_LEADER
 from jetserver.replication.producers import ProducerTable
@@ -115,10 +107,11 @@ class StreamManager:
     _replica_tasks: ReplicaTasks = attrs.field(factory=ReplicaTasks)
     """The replicas' ``run`` tasks (plain asyncio tasks: 2.7 KB less per partition)."""
     _running: dict[tuple[str, int], RunningPartition] = attrs.field(factory=dict)
-    _lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True))
-    """Taken without a pass of the loop when free: a failover's reconcile waited one there,
-    behind the thousands of tasks the death of a server wakes (after the three from the
-    applied entry to the reconcile: the state's dispatch, its watcher, the reconciler)."""
+    lock: anyio.Lock = attrs.field(factory=lambda: anyio.Lock(fast_acquire=True))
+    """Serializes create, delete and reconcile. Taken without a pass of the loop when
+    free: a failover's reconcile waited one there, behind the thousands of tasks the death
+    of a server wakes (after the three from the applied entry to the reconcile: the state's
+    dispatch, its watcher, the reconciler)."""
     leadership_listeners: list[Callable[[str, int], None]] = attrs.field(factory=list)
     """Called with (stream, partition) when a local replica stops leading."""
     offline: OfflinePartitions = attrs.field(factory=OfflinePartitions)
@@ -231,8 +224,9 @@ class StreamManager:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, tg: TaskGroup) -> None:
-        """Finish interrupted deletes, then open and subscribe every stream in the metadata
-        (cluster mode: nothing more; :meth:`reconcile` opens the replicas)."""
+        """Start the server-wide tasks and finish interrupted deletes. The replicas open
+        later: in a cluster by :meth:`reconcile` once this server's restart is registered,
+        alone by :meth:`~jetserver.broker.local_streams.LocalStreams.open_all`."""
         self._tg = tg
         tg.start_soon(self._replica_tasks.guard)
         tg.start_soon(run_housekeeping, self._running, self.config.storage)
@@ -249,36 +243,13 @@ class StreamManager:
         for leftover in root.glob(f"*{DELETED_SUFFIX}"):
             log.info("removing data of a deleted stream", extra=fields(path=str(leftover)))
             await anyio.to_thread.run_sync(shutil.rmtree, leftover, True)
-        if self.clustered:
-            return  # the cluster node reconciles once this server's restart is registered
-        for path in unknown_stream_dirs(self.data_dir, self.store.state):
-            log.warning(
-                "data directory not in metadata; left alone (remove it by hand)",
-                extra=fields(path=str(path)),
-            )
-        started = time.monotonic()
-        me = self.server_id
-        wanted = [(m, a) for m in self.streams() for a in m.partitions if a.leader == me]
-        if len(wanted) >= self.config.storage.open_in_background_from:
-            self.pending.add(wanted)  # opened after ready (open_pending), each on first use
-            return
-        opened = await self._open_many(wanted, subscribe=True)
-        await self._confirm_subscriptions()
-        log.info(
-            "partitions opened",
-            extra=fields(
-                count=opened,
-                offline=len(wanted) - opened,
-                seconds=round(time.monotonic() - started, 2),
-            ),
-        )
 
     def open_pending(self) -> None:
         """Open what :meth:`start` left pending, once ready (not competing with the start)."""
         if self.pending and self._tg is not None:
             self._tg.start_soon(self.pending.run, self._open_pending)
 
-    async def _confirm_subscriptions(self) -> None:
+    async def confirm_subscriptions(self) -> None:
         """Round-trip to NATS so the new subscriptions are active before we answer: a
         message published after CreateStream returns is then captured."""
         try:
@@ -287,16 +258,7 @@ class StreamManager:
             # Subscriptions are replayed by nats-py once the link is back.
             log.warning("cannot confirm subscriptions", extra=fields(error=str(exc)))
 
-    async def _open_stream(self, meta: StreamMeta) -> None:
-        """Single server: open every partition of a new stream this server leads and
-        subscribe it (as :meth:`_open_many`); raises the first error."""
-        errors: list[Exception] = []
-        leading = [(meta, a) for a in meta.partitions if a.leader == self.server_id]
-        await self._open_many(leading, subscribe=True, errors=errors)
-        if errors:
-            raise errors[0]
-
-    async def _open_many(
+    async def open_partitions(
         self,
         wanted: list[tuple[StreamMeta, PartitionAssignment]],
         *,
@@ -328,10 +290,10 @@ class StreamManager:
     async def _open_pending(self, batch: list[tuple[StreamMeta, PartitionAssignment]]) -> None:
         """Open and subscribe partitions of :attr:`pending` (those of a stream deleted or
         replaced meanwhile: not), with their streams' current metadata."""
-        async with self._lock:
+        async with self.lock:
             streams = self.store.state.streams
             current = [streams.get(m.name) for m, _a in batch]
-            await self._open_many(
+            await self.open_partitions(
                 [
                     (now, now.partitions[a.partition])
                     for (m, a), now in zip(batch, current, strict=True)
@@ -400,7 +362,7 @@ class StreamManager:
         once the state is known to be current: a server restarting replays an older
         state first).
         """
-        async with self._lock:
+        async with self.lock:
             plan = self._scope.plan(state, collect=collect)  # only what changed: see there
             for key, running in plan.stale(self._running):
                 await self._close_partition(key, running)
@@ -408,7 +370,7 @@ class StreamManager:
                 await remove_unknown_stream_dirs(self.data_dir, state)
             new = plan.to_open(self._running)
             if new:  # opened in batches (each replica's applier starts as it opens)
-                await self._open_many(new, subscribe=False)
+                await self.open_partitions(new, subscribe=False)
             woken = plan.retarget(self._running)
             if hops.ENABLED:
                 hops.mark(f"reconcile.woken.{len(woken)}")
@@ -515,72 +477,10 @@ class StreamManager:
 
     # ------------------------------------------------------------------ operations
 
-    async def create(self, request: Mapping[str, Any]) -> tuple[bool, StreamMeta]:
-        """Validate and create a stream (idempotent); return ``(created, stream)``.
-
-        Raises:
-            ApiError: INVALID_ARGUMENT, STREAM_EXISTS, STORAGE_ERROR.
-        """
-        store = self._single_store()
-        spec = checked_spec(
-            request,
-            cluster_size=1,
-            max_message_bytes=self.config.limits.max_message_bytes,
-            default_segment_max_bytes=self.config.storage.segment_max_bytes,
-            default_segment_max_age_s=self.config.storage.segment_max_age_s,
-            nats_max_payload=self.link.max_payload,
-        )
-        async with self._lock:
-            if spec.name not in store.state.streams:
-                need = spec.partitions * FILES_PER_PARTITION
-                check_room(need, f"stream {spec.name!r}", reserve=False)
-                if self.disk is not None:
-                    self.disk.check_now()  # DiskFull (STORAGE_ERROR) below the floor
-            op = create_stream_op(spec, tuple((self.server_id,) for _ in range(spec.partitions)))
-            try:
-                result = await store.propose(op)
-            except OSError as exc:
-                raise ApiError(ErrorCode.STORAGE_ERROR, f"cannot write metadata: {exc}") from exc
-            stream = created_stream(result, spec)
-            if result.created:
-                try:
-                    await self._open_stream(stream)
-                    await self._confirm_subscriptions()
-                except Exception as exc:
-                    reason = describe_open_error(exc)
-                    log.error(
-                        "cannot open new stream; creating it is undone",
-                        extra=fields(stream=spec.name, error=reason),
-                    )
-                    with anyio.CancelScope(shield=True):
-                        await self._delete_locked(spec.name)
-                    raise ApiError(
-                        ErrorCode.STORAGE_ERROR,
-                        f"stream {spec.name!r} cannot be opened, not created: {reason}",
-                        {"stream": spec.name},
-                    ) from exc
-            return result.created, stream
-
-    async def delete(self, name: str) -> None:
-        """Delete a stream: metadata first, then stop its partitions and remove its data.
-
-        Raises:
-            ApiError: STREAM_NOT_FOUND, STORAGE_ERROR.
-        """
-        async with self._lock:
-            await self._delete_locked(name)
-            log.info("stream deleted", extra=fields(stream=name))
-
-    async def _delete_locked(self, name: str) -> None:
-        store = self._single_store()
-        try:
-            result = await store.propose(DeleteStream(name))
-        except OSError as exc:
-            raise ApiError(ErrorCode.STORAGE_ERROR, f"cannot write metadata: {exc}") from exc
-        if not result.ok:
-            raise ApiError(result.error_code, result.message, {"stream": name})
-        meta = result.stream
-        assert meta is not None
+    async def stop_stream(self, meta: StreamMeta) -> None:
+        """Stop every local partition of ``meta`` (a deleted stream), undrained, and forget
+        them (pending opens, offline reasons); the caller removes the data."""
+        name = meta.name
         self.pending.drop_stream(name)
         for p in range(meta.spec.partitions):
             self.offline.opened(name, p)
@@ -591,10 +491,3 @@ class StreamManager:
                 await running.sub.unsubscribe()
             running.replica.stop(drain=False)
             await running.replica.wait_stopped()
-        release_frozen()
-        await anyio.to_thread.run_sync(remove_stream_dir, stream_dir(self.data_dir, meta))
-
-    def _single_store(self) -> MetadataStore:
-        if not isinstance(self.store, MetadataStore):
-            raise RuntimeError("create/delete go through jetserver.cluster in a cluster")
-        return self.store

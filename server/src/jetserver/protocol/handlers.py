@@ -42,6 +42,7 @@ from jetsdk.codec.replica_fetch import (
 from jetserver.broker.fetch import FetchAnswer, fetch, offset_for_leader_epoch
 from jetserver.broker.fetch_stream import FetchStream
 from jetserver.broker.live_settings import LiveLogSettings
+from jetserver.broker.local_streams import LocalStreams
 from jetserver.broker.pending_opens import PartitionOpening
 from jetserver.broker.produce import ProduceService
 from jetserver.broker.replica_answers import ReplicaFetchReply
@@ -96,6 +97,8 @@ class Dispatcher:
     """Set at shutdown: new requests get SHUTTING_DOWN."""
     cluster: ClusterNode | None = None
     """The control plane, in a cluster (None: a server alone)."""
+    local: LocalStreams | None = None
+    """A server alone: CreateStream and DeleteStream (None in a cluster: :attr:`cluster`)."""
     security: RequestGate | None = None
     """Authentication and authorization gate (None: nothing checked)."""
     consumer_positions: dict[tuple[str, int], int] = attrs.field(factory=dict)
@@ -108,7 +111,6 @@ class Dispatcher:
     observe: Callable[[int, bytes, float], None] | None = None
     """Counts a request answered by :meth:`produce_now` (api, response frame, seconds):
     the server's request metrics, as its handler counts the others (None: not counted)."""
-    """Followers' parked ReplicaFetch requests, by session (to wake them)."""
     _many: ProduceMany | None = attrs.field(default=None, init=False, repr=False)
     _stream_infos: StreamInfoCache = attrs.field(factory=StreamInfoCache, init=False, repr=False)
     """Metadata answers' StreamInfo, reused while a stream and the liveness view stay."""
@@ -306,13 +308,15 @@ class Dispatcher:
             if self.cluster is not None:
                 assert self.cluster.requests is not None
                 return await self.cluster.requests.create_stream(req)
-            return await json_api.create_stream(req, self.streams)
+            assert self.local is not None
+            return await json_api.create_stream(req, self.local)
 
         async def delete(req: dict[str, Any]) -> dict[str, Any]:
             if self.cluster is not None:
                 assert self.cluster.requests is not None
                 return await self.cluster.requests.delete_stream(req)
-            return await json_api.delete_stream(req, self.streams)
+            assert self.local is not None
+            return await json_api.delete_stream(req, self.local)
 
         async def report_leader(req: dict[str, Any]) -> dict[str, Any]:
             if self.cluster is None:

@@ -12,6 +12,7 @@ from jetsdk._version import PROTOCOL_VERSION
 from jetsdk.codec.error_codes import ErrorCode
 from jetsdk.codec.frames import Api
 from jetserver import __version__
+from jetserver.broker.local_streams import LocalStreams
 from jetserver.broker.stream_info import StreamInfoCache, stream_info
 from jetserver.broker.streams import StreamManager
 from jetserver.config.server import ServerConfig
@@ -83,14 +84,14 @@ def metadata(
     return {"servers": servers, "streams": [cache.info(m, down, is_down) for m in metas]}
 
 
-async def create_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
-    """CreateStream (idempotent for the same settings)."""
+async def create_stream(req: dict[str, Any], streams: LocalStreams) -> dict[str, Any]:
+    """CreateStream on a server alone (idempotent for the same settings)."""
     created, meta = await streams.create(req)
     return {"created": created, "stream": stream_info(meta)}
 
 
-async def delete_stream(req: dict[str, Any], streams: StreamManager) -> dict[str, Any]:
-    """DeleteStream: removes the stream and its data."""
+async def delete_stream(req: dict[str, Any], streams: LocalStreams) -> dict[str, Any]:
+    """DeleteStream on a server alone: removes the stream and its data."""
     await streams.delete(_str_field(req, "name"))
     return {"deleted": True}
 
