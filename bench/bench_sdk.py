@@ -24,6 +24,9 @@ asyncio backend (nats-py is asyncio-only):
 Before (c) and (d) the page cache is written back (``os.sync``, its duration printed), so
 that the fsyncs measured there do not queue behind the writeback of what (b) wrote (about
 100 MB per side; JetStream's default store flushes only every two minutes).
+Before (c) this process's heap is collected once and frozen (:mod:`bench.heap`): its full
+collections then walk what the clients made since, not the test kit, nats-py and what (a)
+and (b) left, which cost 32-60 ms of CPU each in (c)'s 5,000 msg/s rounds.
 
 The machine may be shared and noisy: (a) and (d) first run each side once untimed (a
 warm-up of WARMUP messages: connections, first segment, code paths), then ROUNDS rounds
@@ -57,6 +60,7 @@ from typing import Any
 import anyio
 import orjson
 
+from bench.heap import settle_heap
 from bench.pacing import paced
 from bench.stats import pct, ratio_text
 from jetsdk import AckPolicy, Client, Consumer, Producer
@@ -516,6 +520,7 @@ async def _main(
             results.add("consume vs pull fetch(1000)", jet_rate, pull, "msg/s", True)
 
             await _settle_disk()
+            print(f"  {settle_heap()}")
             print(
                 f"(c) publish->consume latency, {rounds} rounds alternating jet and JetStream, "
                 f"median of the per-round p50 and p99 (load {_load()})"
