@@ -18,10 +18,12 @@ client application would; the SDK's own garbage is collected as before.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
+from collections.abc import Iterator
 
-__all__ = ["settle_heap"]
+__all__ = ["FullCollections", "full_collections", "settle_heap"]
 
 
 def settle_heap() -> str:
@@ -32,3 +34,36 @@ def settle_heap() -> str:
     gc.freeze()
     took_ms = (time.perf_counter() - started) * 1e3
     return f"(client heap: {gc.get_freeze_count():,} objects frozen, collected in {took_ms:.0f} ms)"
+
+
+class FullCollections:
+    """The full (generation 2) collections of this process while :func:`full_collections`
+    ran: how many, and the CPU of the thread that ran them (ms)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.cpu_ms = 0.0
+        self._started = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._started = time.thread_time_ns()
+        else:
+            self.count += 1
+            self.cpu_ms += (time.thread_time_ns() - self._started) / 1e6
+
+    def __str__(self) -> str:
+        return f"{self.count} ({self.cpu_ms:.0f} ms CPU)" if self.count else "0"
+
+
+@contextlib.contextmanager
+def full_collections() -> Iterator[FullCollections]:
+    """Count this process's full collections while the block runs (``gc.callbacks``)."""
+    seen = FullCollections()
+    gc.callbacks.append(seen)
+    try:
+        yield seen
+    finally:
+        gc.callbacks.remove(seen)
