@@ -10,6 +10,7 @@ nats-server process), and for jet the context switches per message of
 its event-loop thread (voluntary: it waited, e.g. for the socket or a thread; involuntary:
 it was preempted), the client's CPU per message and the load average; then the medians
 over the rounds.
+Before the first round this process's heap is collected and frozen (:mod:`bench.heap`).
 
 With ``JET_BENCH_AGAINST=<path of another jet work tree>`` a second jet server runs that
 tree's code beside this one (``A`` = this tree, ``B`` = that one), in the same rounds: an
@@ -36,6 +37,7 @@ from bench.bench_sdk import (
     js_latency,
     js_setup,
 )
+from bench.heap import settle_heap
 from bench.stats import pct
 from bench.trees import compared_trees, running_tree
 from jetsdk import Client
@@ -100,6 +102,7 @@ async def _rounds(
             for tag in jets
         ]
         cases += [("js sync_always", None, sync_js), ("js default", None, js)]
+        print(f"  {settle_heap()}")
         try:
             for r in range(rounds):
                 for name, tag, target in cases if r % 2 == 0 else cases[::-1]:

@@ -24,6 +24,9 @@ asyncio backend (nats-py is asyncio-only):
 Before (c) and (d) the page cache is written back (``os.sync``, its duration printed), so
 that the fsyncs measured there do not queue behind the writeback of what (b) wrote (about
 100 MB per side; JetStream's default store flushes only every two minutes).
+Before (c) this process's heap is collected once and frozen (:mod:`bench.heap`): its full
+collections then walk what the clients made since, not the test kit, nats-py and what (a)
+and (b) left, which cost 32-60 ms of CPU each in (c)'s 5,000 msg/s rounds.
 
 The machine may be shared and noisy: (a) and (d) first run each side once untimed (a
 warm-up of WARMUP messages: connections, first segment, code paths), then ROUNDS rounds
@@ -57,6 +60,7 @@ from typing import Any
 import anyio
 import orjson
 
+from bench.heap import full_collections, settle_heap
 from bench.pacing import paced
 from bench.stats import pct, ratio_text
 from jetsdk import AckPolicy, Client, Consumer, Producer
@@ -281,18 +285,25 @@ async def latency_rows(
     target: float | None,
 ) -> None:
     """``rounds`` alternating rounds of each side; rows of the median per-round p50 and p99,
-    and jet's p99 / p50 (issue 11 asks for at most 3)."""
+    and jet's p99 / p50 (issue 11 asks for at most 3). Each round's full collections of
+    this process are printed with it (a pause of the client's that its p99 then shows)."""
     per: dict[str, list[tuple[float, float]]] = {"jet": [], "js": []}
+    full: dict[str, list[str]] = {"jet": [], "js": []}
     for _ in range(rounds):
         for side, fn in (("jet", jet), ("js", js)):
-            lat = await fn()
+            with full_collections() as seen:
+                lat = await fn()
             per[side].append((pct(lat, 0.5), pct(lat, 0.99)))
+            full[side].append(str(seen))
     print(
         f"  {label}: per round jet "
         + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in per["jet"])
         + " ms, jetstream "
         + ", ".join(f"{a:.2f}/{b:.2f}" for a, b in per["js"])
-        + " ms (p50/p99)"
+        + " ms (p50/p99); client full collections per round jet "
+        + ", ".join(full["jet"])
+        + ", jetstream "
+        + ", ".join(full["js"])
     )
     jet50 = statistics.median(a for a, _ in per["jet"])
     jet99 = statistics.median(b for _, b in per["jet"])
@@ -516,6 +527,7 @@ async def _main(
             results.add("consume vs pull fetch(1000)", jet_rate, pull, "msg/s", True)
 
             await _settle_disk()
+            print(f"  {settle_heap()}")
             print(
                 f"(c) publish->consume latency, {rounds} rounds alternating jet and JetStream, "
                 f"median of the per-round p50 and p99 (load {_load()})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -89,3 +90,41 @@ async def test_without_a_gap_a_kick_during_an_fsync_runs_the_next_at_once(
     await wait_until_async(lambda: not behind.running, WAIT_S, "both fsyncs ended")
     assert (behind.fsyncs, log.flushed_offset) == (2, 2)
     assert not behind.waiting
+
+
+async def test_a_kick_soon_while_an_fsync_runs_or_waits_for_its_timer_schedules_nothing(
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At light load nearly every append finds the partition's fsync running or waiting
+    for the gap: that fsync, or the one it is asked to run after it, covers the append, so
+    no loop callback is scheduled per message for a kick that would only find it so."""
+    release, held = gate_fdatasync(monkeypatch, WAIT_S)
+    loop = asyncio.get_running_loop()
+    behind = FlushBehind(log, loop, _failed, min_gap_s=LONG_GAP_S)
+    log.append(bodies(1), 1, 0)
+    assert behind.kick_soon()  # idle: one turn from now
+    await wait_until_async(held.is_set, WAIT_S, "the first fsync is held")
+    scheduled: list[object] = []
+    real_call_soon = loop.call_soon
+
+    def counted(*args: Any, **kwargs: Any) -> asyncio.Handle:
+        scheduled.append(args[0])
+        return real_call_soon(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "call_soon", counted)
+        for i in range(1, 6):
+            log.append(bodies(1, start=i), 1, 0)
+            assert not behind.kick_soon()  # running: once more after it
+    assert scheduled == []
+    release.set()
+    await wait_until_async(lambda: behind.waiting, WAIT_S, "the next fsync waits for the gap")
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "call_soon", counted)
+        for i in range(6, 12):
+            log.append(bodies(1, start=i), 1, 0)
+            assert not behind.kick_soon()  # covered by the waiting fsync
+    assert scheduled == []
+    assert behind.fsyncs == 1
+    await behind.wait_idle()  # the waiting fsync covers all of them
+    assert (behind.fsyncs, log.flushed_offset) == (2, 12)

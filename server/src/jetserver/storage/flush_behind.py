@@ -126,10 +126,18 @@ class FlushBehind:
         the next turn). A worker thread woken at once takes the GIL from the loop thread
         at each of their system calls, and the loop thread must wait to take it back
         (futex calls per message, ``python -m bench cost``). Two turns from now, as
-        before tailing answers were pushed, cost a loop turn per message. False if a
-        kick is already due."""
-        if self._due:
+        before tailing answers were pushed, cost a loop turn per message.
+
+        False if a kick is already due, or an fsync waits for its timer (it covers what
+        is appended until it starts), or one runs (it is asked to run once more, now:
+        that wakes no thread). At 500 messages a second nearly every append finds one
+        of these, and its kick was a loop callback for nothing."""
+        if self._due or self._timer is not None:
             return False
+        with self._lock:
+            if self._running:
+                self._again = True
+                return False
         self._due = True
         self._loop.call_soon(self.kick)
         return True
