@@ -60,8 +60,8 @@ class OffsetForLeaderEpochResponse:
     epoch's start offset (-1: unknown)."""
 
     def to_json(self) -> dict[str, Any]:
-        """As a JSON object: every field, keys in the spec's order (the fields')."""
-        return attrs.asdict(self)
+        """As a JSON object."""
+        return {"leader_epoch": self.leader_epoch, "end_offset": self.end_offset}
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> OffsetForLeaderEpochResponse:
