@@ -248,22 +248,12 @@ class Node:
     # -- metadata ------------------------------------------------------------------------
 
     def receive(self, msg: Any) -> None:
-        if isinstance(msg, Meta):
-            self.apply_meta(msg)
-        elif isinstance(msg, Registered):
-            self.registered = True
-        elif isinstance(msg, Fetch):
-            self.on_fetch(msg)
-        elif isinstance(msg, FetchReply):
-            self.on_fetch_reply(msg)
-        elif isinstance(msg, EpochQuery):
-            self.on_epoch_query(msg)
-        elif isinstance(msg, EpochReply):
-            self.on_epoch_reply(msg)
-        elif isinstance(msg, Produce):
-            self.on_produce(msg)
-        elif isinstance(msg, IsrReply):
-            self.on_isr_reply(msg)
+        handler = _RECEIVERS.get(type(msg))
+        if handler is not None:
+            handler(self, msg)
+
+    def on_registered(self, _msg: Registered) -> None:
+        self.registered = True
 
     def apply_meta(self, meta: Meta) -> None:
         if not self.registered or self.stopping:
@@ -523,12 +513,19 @@ class Node:
             return
         self._request(lambda rid: EpochQuery(rid, self.name, latest, self.epoch))
 
-    def on_epoch_reply(self, msg: EpochReply) -> None:
-        if self.core.role != ROLE_FOLLOWER or msg.rid != self.inflight or self.phase != "reconcile":
-            return
+    def _awaited(self, rid: int, phase: str) -> bool:
+        """True for the answer to the request in flight of ``phase`` while still a follower
+        (the leader is heard from, nothing is in flight any more); False: a stale one."""
+        if self.core.role != ROLE_FOLLOWER or rid != self.inflight or self.phase != phase:
+            return False
         self.inflight = None
         assert self.silence is not None
         self.silence.heard(self.sim.now)
+        return True
+
+    def on_epoch_reply(self, msg: EpochReply) -> None:
+        if not self._awaited(msg.rid, "reconcile"):
+            return
         if msg.error is not None:
             self.retry()
             return
@@ -553,11 +550,8 @@ class Node:
         self._request(lambda rid: Fetch(rid, self.name, log.leo, log.flushed, self.epoch))
 
     def on_fetch_reply(self, msg: FetchReply) -> None:
-        if self.core.role != ROLE_FOLLOWER or msg.rid != self.inflight or self.phase != "fetch":
+        if not self._awaited(msg.rid, "fetch"):
             return
-        self.inflight = None
-        assert self.silence is not None
-        self.silence.heard(self.sim.now)
         if msg.error == OUT_OF_RANGE:
             self.ask_leader = True
             self.reconcile()
@@ -600,3 +594,16 @@ class Node:
         if self.silence.should_report(self.sim.now):
             self.send(CTL, Silent(self.name, self.epoch))
         self.after(self.sim.cfg.silence_s / 4, self._silence_loop)
+
+
+_RECEIVERS: dict[type, Callable[[Node, Any], None]] = {
+    Meta: Node.apply_meta,
+    Registered: Node.on_registered,
+    Fetch: Node.on_fetch,
+    FetchReply: Node.on_fetch_reply,
+    EpochQuery: Node.on_epoch_query,
+    EpochReply: Node.on_epoch_reply,
+    Produce: Node.on_produce,
+    IsrReply: Node.on_isr_reply,
+}
+"""A replica's handler of each message type (the others it ignores)."""

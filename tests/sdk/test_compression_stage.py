@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -20,11 +20,21 @@ from jetsdk.codec.compression import COMPRESSION_HEADER, ValueCompressor, decomp
 from jetsdk.codec.record import Record, iter_records
 from jetsdk.producer.handle import SendHandle
 from support.jet_dev import JetDev
+from support.names import unique
 
 pytestmark = pytest.mark.anyio
 
 OFFLOAD = 8 * 1024
 """The producers' ``compression_offload_bytes`` here."""
+
+
+@pytest.fixture
+async def stream(jet_dev: JetDev) -> AsyncIterator[tuple[Client, str]]:
+    """A client and a new stream of one partition."""
+    name = unique("cs")
+    async with Client(jet_dev.servers) as client:
+        await client.create_stream(name, name)
+        yield client, name
 
 
 def _json_like(size: int, seed: int) -> bytes:
@@ -42,7 +52,7 @@ async def _stored(client: Client, name: str, count: int) -> dict[int, Record]:
 
 
 async def test_large_values_are_compressed_off_the_loop_in_send_order(
-    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+    stream: tuple[Client, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[int] = []
     compress, compress_many = ValueCompressor.compress, ValueCompressor.compress_many
@@ -62,66 +72,62 @@ async def test_large_values_are_compressed_off_the_loop_in_send_order(
     for i in range(60):  # long compressible, short, long incompressible, compressed-short
         values += [_json_like(16384 + i, i), b"short-%d" % i, os.urandom(OFFLOAD)]
         values.append(_json_like(2048, i))
-    name = f"cs-{uuid.uuid4().hex[:8]}"
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(name, name)
+    client, name = stream
+    async with Producer(
+        client, name, compression="zstd", max_pending=50, compression_offload_bytes=OFFLOAD
+    ) as producer:
+        handles = []
+        for value in values:
+            handles.append(await producer.send_soon(value))
+            assert producer.pending <= 50
+        await producer.flush()
+        assert producer.pending == 0
+        offsets = [(await h).offset for h in handles]
+    assert offsets == list(range(len(values)))
+    assert threads
+    assert threading.get_ident() not in threads
+    stored = await _stored(client, name, len(values))
+    compressed = 0
+    for offset, value in enumerate(values):
+        record = stored[offset]
+        if dict(record.headers).get(COMPRESSION_HEADER) == b"zstd":
+            assert decompress_value("zstd", record.value) == value
+            compressed += offset % 4 == 0
+        else:
+            assert record.value == value
+    assert compressed == 60
+    async with Consumer(client, name) as consumer:
+        got = []
+        with anyio.fail_after(20):
+            async for msg in consumer:
+                got.append(msg.value)
+                if len(got) == len(values):
+                    break
+    assert got == values
+
+
+async def test_closing_fails_what_the_stage_still_holds(stream: tuple[Client, str]) -> None:
+    client, name = stream
+    handles: list[SendHandle] = []
+
+    async def leave_early() -> None:
         async with Producer(
-            client, name, compression="zstd", max_pending=50, compression_offload_bytes=OFFLOAD
+            client, name, compression="zstd", compression_offload_bytes=OFFLOAD
         ) as producer:
-            handles = []
-            for value in values:
-                handles.append(await producer.send_soon(value))
-                assert producer.pending <= 50
-            await producer.flush()
-            assert producer.pending == 0
-            offsets = [(await h).offset for h in handles]
-        assert offsets == list(range(len(values)))
-        assert threads
-        assert threading.get_ident() not in threads
-        stored = await _stored(client, name, len(values))
-        compressed = 0
-        for offset, value in enumerate(values):
-            record = stored[offset]
-            if dict(record.headers).get(COMPRESSION_HEADER) == b"zstd":
-                assert decompress_value("zstd", record.value) == value
-                compressed += offset % 4 == 0
-            else:
-                assert record.value == value
-        assert compressed == 60
-        async with Consumer(client, name) as consumer:
-            got = []
-            with anyio.fail_after(20):
-                async for msg in consumer:
-                    got.append(msg.value)
-                    if len(got) == len(values):
-                        break
-        assert got == values
+            for i in range(10):  # no checkpoint in between: the stage has not run
+                handles.append(await producer.send_soon(_json_like(16384, i)))
+            assert producer.pending == 10
+            raise RuntimeError("leaving")
 
-
-async def test_closing_fails_what_the_stage_still_holds(jet_dev: JetDev) -> None:
-    name = f"cs-{uuid.uuid4().hex[:8]}"
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(name, name)
-        handles: list[SendHandle] = []
-
-        async def leave_early() -> None:
-            async with Producer(
-                client, name, compression="zstd", compression_offload_bytes=OFFLOAD
-            ) as producer:
-                for i in range(10):  # no checkpoint in between: the stage has not run
-                    handles.append(await producer.send_soon(_json_like(16384, i)))
-                assert producer.pending == 10
-                raise RuntimeError("leaving")
-
-        with pytest.raises(RuntimeError, match="leaving"):
-            await leave_early()
-        for handle in handles:
-            with pytest.raises(ClientClosed):
-                await handle
+    with pytest.raises(RuntimeError, match="leaving"):
+        await leave_early()
+    for handle in handles:
+        with pytest.raises(ClientClosed):
+            await handle
 
 
 async def test_a_value_whose_compression_fails_is_sent_as_it_is(
-    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+    stream: tuple[Client, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     compress, compress_many = ValueCompressor.compress, ValueCompressor.compress_many
 
@@ -138,16 +144,14 @@ async def test_a_value_whose_compression_fails_is_sent_as_it_is(
     monkeypatch.setattr(ValueCompressor, "compress", failing)
     monkeypatch.setattr(ValueCompressor, "compress_many", failing_many)
     values = [_json_like(16384, 1), b"boom" + _json_like(16384, 2), _json_like(16384, 3)]
-    name = f"cs-{uuid.uuid4().hex[:8]}"
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(name, name)
-        async with Producer(
-            client, name, compression="zstd", compression_offload_bytes=OFFLOAD
-        ) as producer:
-            handles = [await producer.send_soon(value) for value in values]
-            offsets = [(await h).offset for h in handles]
-        assert offsets == [0, 1, 2]
-        stored = await _stored(client, name, len(values))
+    client, name = stream
+    async with Producer(
+        client, name, compression="zstd", compression_offload_bytes=OFFLOAD
+    ) as producer:
+        handles = [await producer.send_soon(value) for value in values]
+        offsets = [(await h).offset for h in handles]
+    assert offsets == [0, 1, 2]
+    stored = await _stored(client, name, len(values))
     assert [COMPRESSION_HEADER in dict(stored[i].headers) for i in range(3)] == [
         True,
         False,
@@ -156,29 +160,28 @@ async def test_a_value_whose_compression_fails_is_sent_as_it_is(
     assert stored[1].value == values[1]
 
 
-async def test_an_awaited_send_does_not_overtake_what_the_stage_holds(jet_dev: JetDev) -> None:
+async def test_an_awaited_send_does_not_overtake_what_the_stage_holds(
+    stream: tuple[Client, str],
+) -> None:
     """A message sent with ``send`` to an idle partition at linger 0 is written at once
     (jetsdk.producer.direct), but not while the compression stage holds earlier messages:
     they are not yet queued, so the partition looked idle and the short value was stored
     before the long ones sent ahead of it."""
-    name = f"cs-{uuid.uuid4().hex[:8]}"
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(name, name)
-        async with Producer(
-            client, name, compression="zstd", linger=0, compression_offload_bytes=OFFLOAD
-        ) as producer:
-            for round_ in range(5):
-                longs = [
-                    await producer.send_soon(_json_like(OFFLOAD * 2, round_ * 10 + i))
-                    for i in range(4)
-                ]
-                short = await producer.send(b"after the long ones %d" % round_)
-                long_offsets = [(await h).offset for h in longs]
-                assert max(long_offsets) < short.offset, (long_offsets, short.offset)
+    client, name = stream
+    async with Producer(
+        client, name, compression="zstd", linger=0, compression_offload_bytes=OFFLOAD
+    ) as producer:
+        for round_ in range(5):
+            longs = [
+                await producer.send_soon(_json_like(OFFLOAD * 2, round_ * 10 + i)) for i in range(4)
+            ]
+            short = await producer.send(b"after the long ones %d" % round_)
+            long_offsets = [(await h).offset for h in longs]
+            assert max(long_offsets) < short.offset, (long_offsets, short.offset)
 
 
 async def test_by_default_values_are_compressed_on_the_loop(
-    jet_dev: JetDev, monkeypatch: pytest.MonkeyPatch
+    stream: tuple[Client, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without ``compression_offload_bytes`` no value goes to a worker thread: the stage
     measured slower than the loop on 2 cores shared with the server (it used to be on for
@@ -192,14 +195,12 @@ async def test_by_default_values_are_compressed_on_the_loop(
 
     monkeypatch.setattr(ValueCompressor, "compress", recording)
     values = [_json_like(64 * 1024, i) for i in range(8)]
-    name = f"cs-{uuid.uuid4().hex[:8]}"
-    async with Client(jet_dev.servers) as client:
-        await client.create_stream(name, name)
-        async with Producer(client, name, compression="zstd") as producer:
-            handles = [await producer.send_soon(value) for value in values]
-            offsets = [(await h).offset for h in handles]
-        assert offsets == list(range(len(values)))
-        stored = await _stored(client, name, len(values))
+    client, name = stream
+    async with Producer(client, name, compression="zstd") as producer:
+        handles = [await producer.send_soon(value) for value in values]
+        offsets = [(await h).offset for h in handles]
+    assert offsets == list(range(len(values)))
+    stored = await _stored(client, name, len(values))
     assert set(threads) == {threading.get_ident()}
     assert len(threads) == len(values)
     for offset, value in enumerate(values):

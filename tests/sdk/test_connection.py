@@ -6,7 +6,7 @@ them at once)."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 import pytest
@@ -42,13 +42,23 @@ def stream_pair(request: pytest.FixtureRequest) -> Callable[[], tuple[ByteStream
     return memory_stream_pair if request.param == "memory" else _socket_pair  # type: ignore[return-value]
 
 
-async def test_responses_out_of_order_reach_their_requesters(
+@pytest.fixture
+async def wired(
     stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
-) -> None:
+) -> AsyncIterator[tuple[Connection, FramePeer]]:
+    """An entered Connection over a new pair of either kind, and the frame peer of its
+    server end (``peer.stream``: that end's bytes)."""
     client_end, server_end = stream_pair()
-    peer = FramePeer(server_end)
+    async with Connection(client_end) as conn:
+        yield conn, FramePeer(server_end)
+
+
+async def test_responses_out_of_order_reach_their_requesters(
+    wired: tuple[Connection, FramePeer],
+) -> None:
+    conn, peer = wired
     results: dict[int, bytes] = {}
-    async with Connection(client_end, label="mem") as conn, anyio.create_task_group() as tg:
+    async with anyio.create_task_group() as tg:
 
         async def ask(i: int) -> None:
             results[i] = await conn.request(Api.METADATA, b"q%d" % i, timeout=5)
@@ -62,127 +72,108 @@ async def test_responses_out_of_order_reach_their_requesters(
     assert results == {0: b"a0", 1: b"a1", 2: b"a2"}
 
 
-async def test_error_response_raises_registered_class(
-    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
-) -> None:
-    client_end, server_end = stream_pair()
-    peer = FramePeer(server_end)
-    async with Connection(client_end) as conn:
-        async with anyio.create_task_group() as tg:
+async def test_error_response_raises_registered_class(wired: tuple[Connection, FramePeer]) -> None:
+    conn, peer = wired
+    async with anyio.create_task_group() as tg:
 
-            async def serve() -> None:
-                frame = await peer.receive()
-                assert frame is not None
-                await peer.respond_error(
-                    frame, ErrorCode.STREAM_NOT_FOUND, "no such stream", {"stream": "x"}
-                )
+        async def serve() -> None:
+            frame = await peer.receive()
+            assert frame is not None
+            await peer.respond_error(
+                frame, ErrorCode.STREAM_NOT_FOUND, "no such stream", {"stream": "x"}
+            )
 
-            tg.start_soon(serve)
-            with pytest.raises(StreamNotFound) as info:
-                await conn.request(Api.DESCRIBE_STREAM, b"{}", timeout=5)
-        assert info.value.stream == "x"
-        assert not info.value.retriable
-        assert not conn.closed  # an error answer leaves the connection usable
+        tg.start_soon(serve)
+        with pytest.raises(StreamNotFound) as info:
+            await conn.request(Api.DESCRIBE_STREAM, b"{}", timeout=5)
+    assert info.value.stream == "x"
+    assert not info.value.retriable
+    assert not conn.closed  # an error answer leaves the connection usable
 
 
-async def test_timeout_then_late_answer_is_dropped(
-    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
-) -> None:
-    client_end, server_end = stream_pair()
-    peer = FramePeer(server_end)
-    async with Connection(client_end) as conn:
-        with pytest.raises(Timeout) as info:
-            await conn.request(Api.METADATA, b"slow", timeout=0.05)
-        assert info.value.retriable
-        assert isinstance(info.value, TimeoutError)
-        slow = await peer.receive()
-        assert slow is not None
-        await peer.respond(slow, b"too late")
-        async with anyio.create_task_group() as tg:
+async def test_timeout_then_late_answer_is_dropped(wired: tuple[Connection, FramePeer]) -> None:
+    conn, peer = wired
+    with pytest.raises(Timeout) as info:
+        await conn.request(Api.METADATA, b"slow", timeout=0.05)
+    assert info.value.retriable
+    assert isinstance(info.value, TimeoutError)
+    slow = await peer.receive()
+    assert slow is not None
+    await peer.respond(slow, b"too late")
+    async with anyio.create_task_group() as tg:
 
-            async def serve() -> None:
-                frame = await peer.receive()
-                assert frame is not None
-                await peer.respond(frame, b"fresh")
+        async def serve() -> None:
+            frame = await peer.receive()
+            assert frame is not None
+            await peer.respond(frame, b"fresh")
 
-            tg.start_soon(serve)
-            assert await conn.request(Api.METADATA, b"next", timeout=5) == b"fresh"
-        assert conn.pending_count == 0
+        tg.start_soon(serve)
+        assert await conn.request(Api.METADATA, b"next", timeout=5) == b"fresh"
+    assert conn.pending_count == 0
 
 
 async def test_connection_loss_fails_pending_with_retriable_error(
-    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+    wired: tuple[Connection, FramePeer],
 ) -> None:
-    client_end, server_end = stream_pair()
-    peer = FramePeer(server_end)
-    async with Connection(client_end) as conn:
-        pending = [await conn.send(Api.FETCH, b"x") for _ in range(3)]
-        await peer.aclose()
-        for p in pending:
-            with pytest.raises(JetConnectionError) as info:
-                await p.wait(5)
-            assert info.value.retriable
-        assert conn.closed
-        with pytest.raises(JetConnectionError):
-            await conn.request(Api.METADATA, b"", timeout=1)
+    conn, peer = wired
+    pending = [await conn.send(Api.FETCH, b"x") for _ in range(3)]
+    await peer.aclose()
+    for p in pending:
+        with pytest.raises(JetConnectionError) as info:
+            await p.wait(5)
+        assert info.value.retriable
+    assert conn.closed
+    with pytest.raises(JetConnectionError):
+        await conn.request(Api.METADATA, b"", timeout=1)
 
 
-async def test_garbage_from_server_is_a_protocol_error(
-    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
-) -> None:
-    client_end, server_end = stream_pair()
-    async with Connection(client_end) as conn:
-        pending = await conn.send(Api.METADATA, b"")
-        await server_end.write(b"\x00\x00\x00\x01zzzz")  # length 1 < 6
-        with pytest.raises(MalformedFrame):
-            await pending.wait(5)
-        assert conn.closed
+async def test_garbage_from_server_is_a_protocol_error(wired: tuple[Connection, FramePeer]) -> None:
+    conn, peer = wired
+    pending = await conn.send(Api.METADATA, b"")
+    await peer.stream.write(b"\x00\x00\x00\x01zzzz")  # length 1 < 6
+    with pytest.raises(MalformedFrame):
+        await pending.wait(5)
+    assert conn.closed
 
 
 async def test_frame_too_large_on_correlation_zero_fails_everything(
-    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+    wired: tuple[Connection, FramePeer],
 ) -> None:
-    client_end, server_end = stream_pair()
-    async with Connection(client_end) as conn:
-        pending = await conn.send(Api.PRODUCE, b"big")
-        body = encode_error(ErrorCode.FRAME_TOO_LARGE, "too big", {"max_frame_bytes": 10})
-        await server_end.write(encode_frame(Api.PRODUCE, 0, body, flags=FLAG_RESPONSE | FLAG_ERROR))
-        with pytest.raises(FrameTooLarge) as info:
-            await pending.wait(5)
-        assert info.value.details == {"max_frame_bytes": 10}
+    conn, peer = wired
+    pending = await conn.send(Api.PRODUCE, b"big")
+    body = encode_error(ErrorCode.FRAME_TOO_LARGE, "too big", {"max_frame_bytes": 10})
+    await peer.stream.write(encode_frame(Api.PRODUCE, 0, body, flags=FLAG_RESPONSE | FLAG_ERROR))
+    with pytest.raises(FrameTooLarge) as info:
+        await pending.wait(5)
+    assert info.value.details == {"max_frame_bytes": 10}
 
 
-async def test_close_fails_pending_with_client_closed(
-    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
-) -> None:
-    client_end, _server_end = stream_pair()
-    async with Connection(client_end) as conn:
-        pending = await conn.send(Api.METADATA, b"")
-        await conn.aclose()
-        with pytest.raises(ClientClosed):
-            await pending.wait(5)
+async def test_close_fails_pending_with_client_closed(wired: tuple[Connection, FramePeer]) -> None:
+    conn = wired[0]
+    pending = await conn.send(Api.METADATA, b"")
+    await conn.aclose()
+    with pytest.raises(ClientClosed):
+        await pending.wait(5)
 
 
 async def test_cancelled_waiter_does_not_break_connection(
-    stream_pair: Callable[[], tuple[ByteStream, ByteStream]],
+    wired: tuple[Connection, FramePeer],
 ) -> None:
-    client_end, server_end = stream_pair()
-    peer = FramePeer(server_end)
-    async with Connection(client_end) as conn:
-        with anyio.move_on_after(0.05):
-            await conn.request(Api.FETCH, b"long poll", timeout=None)
-        first = await peer.receive()
-        assert first is not None
-        async with anyio.create_task_group() as tg:
+    conn, peer = wired
+    with anyio.move_on_after(0.05):
+        await conn.request(Api.FETCH, b"long poll", timeout=None)
+    first = await peer.receive()
+    assert first is not None
+    async with anyio.create_task_group() as tg:
 
-            async def serve() -> None:
-                frame = await peer.receive()
-                assert frame is not None
-                await peer.respond(first, b"late")  # dropped: nobody waits for it
-                await peer.respond(frame, b"ok")
+        async def serve() -> None:
+            frame = await peer.receive()
+            assert frame is not None
+            await peer.respond(first, b"late")  # dropped: nobody waits for it
+            await peer.respond(frame, b"ok")
 
-            tg.start_soon(serve)
-            assert await conn.request(Api.METADATA, b"", timeout=5) == b"ok"
+        tg.start_soon(serve)
+        assert await conn.request(Api.METADATA, b"", timeout=5) == b"ok"
 
 
 async def test_a_frame_begun_without_waiting_is_finished_before_the_next(

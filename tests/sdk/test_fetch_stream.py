@@ -59,16 +59,34 @@ async def _produce(client: Client, name: str, values: list[bytes], *, partition:
     await client.produce(ProduceRequest(name, partition, 1, 5000, messages))
 
 
+async def _fetch_stream(
+    client: Client,
+    name: str,
+    *,
+    max_bytes: int = 1 << 20,
+    max_wait_ms: int = 10_000,
+    max_responses: int = 5,
+    max_buffered_bytes: int | None = None,
+) -> tuple[Connection, PendingStream]:
+    """A FetchStream of partition 0 from offset 0, sent on its leader's connection."""
+    conn = await client.leader_connection(name, 0)
+    request = FetchStreamRequest(name, 0, 0, max_bytes, max_wait_ms, max_responses)
+    pending = await conn.send_stream(
+        Api.FETCH_STREAM,
+        encode_fetch_stream_request(request),
+        max_buffered_bytes=max_buffered_bytes,
+    )
+    return conn, pending
+
+
 async def test_a_stream_answers_each_commit_and_drops_the_rest_once_closed(
     jet_dev: JetDev,
 ) -> None:
     name = unique("fs")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(name, name)
-        conn = await client.leader_connection(name, 0)
+        conn, pending = await _fetch_stream(client, name)
         assert conn.serves(Api.FETCH_STREAM)
-        body = encode_fetch_stream_request(FetchStreamRequest(name, 0, 0, 1 << 20, 10_000, 5))
-        pending = await conn.send_stream(Api.FETCH_STREAM, body)
         got = []
         for i in range(2):
             await _produce(client, name, [b"v%d" % i])
@@ -102,10 +120,8 @@ async def test_a_closed_stream_is_cancelled_on_the_server(
     name = unique("fs")
     async with Client(jet_dev.servers) as client:
         await client.create_stream(name, name)
-        conn = await client.leader_connection(name, 0)
+        conn, pending = await _fetch_stream(client, name, max_wait_ms=60_000)
         assert conn.serves(Api.CANCEL_FETCH_STREAM)
-        body = encode_fetch_stream_request(FetchStreamRequest(name, 0, 0, 1 << 20, 60_000, 5))
-        pending = await conn.send_stream(Api.FETCH_STREAM, body)
         await _produce(client, name, [b"v0"])
         _answer, more = await pending.next(BOUND_S)
         assert more
@@ -133,9 +149,9 @@ async def test_a_stream_past_its_buffer_bound_stops_after_what_it_holds(jet_dev:
         await client.create_stream(name, name)
         for i in range(6):
             await _produce(client, name, [b"x" * 1000 + b"%d" % i])
-        conn = await client.leader_connection(name, 0)
-        body = encode_fetch_stream_request(FetchStreamRequest(name, 0, 0, 1500, 10_000, 100))
-        pending = await conn.send_stream(Api.FETCH_STREAM, body, max_buffered_bytes=2500)
+        _conn, pending = await _fetch_stream(
+            client, name, max_bytes=1500, max_responses=100, max_buffered_bytes=2500
+        )
         with anyio.fail_after(BOUND_S):
             while not pending.cut:  # noqa: ASYNC110 - the reader fills it; no event to wait on
                 await anyio.sleep(0.01)

@@ -41,6 +41,7 @@ import inspect
 import logging
 from typing import Any
 
+import attrs
 import nats.errors
 from nats.aio import client as nats_client
 from nats.aio.client import Client as NatsClient
@@ -85,6 +86,22 @@ def fast_path_supported() -> bool:
 _SUPPORTED = fast_path_supported()
 
 
+@attrs.frozen
+class DirectDelivery:
+    """Where a directly delivered subscription's messages go, and its pending limits."""
+
+    handler: MessageHandler
+    """Called with each message the sink does not take, in order."""
+    max_msgs: int
+    """Most messages waiting for the handler (nats-py's ``pending_msgs_limit``)."""
+    max_bytes: int
+    """Most bytes waiting for the handler (nats-py's ``pending_bytes_limit``)."""
+    sink: Sink | None = None
+    """Takes messages in the reader's callback when it can (None: all go to the handler)."""
+    skip: SkipMarked | None = None
+    """Drops the messages it matches before any parsing (None: none)."""
+
+
 class _Direct:
     """Direct delivery for one subscription: a deque and the task that drains it."""
 
@@ -104,25 +121,17 @@ class _Direct:
         "wake",
     )
 
-    def __init__(
-        self,
-        nc: JetNatsClient,
-        sid: int,
-        handler: MessageHandler,
-        max_msgs: int,
-        max_bytes: int,
-        sink: Sink | None = None,
-        skip: SkipMarked | None = None,
-    ) -> None:
+    def __init__(self, nc: JetNatsClient, sid: int, delivery: DirectDelivery) -> None:
         self.nc = nc
         self.sid = sid
-        self.handler = handler
-        self.sink = sink
-        self.skip = skip
+        # Copied into slots: the per-message path reads them without a second lookup.
+        self.handler = delivery.handler
+        self.sink = delivery.sink
+        self.skip = delivery.skip
         self.busy = False
         """The task is delivering a message (a later one must not overtake it by the sink)."""
-        self.max_msgs = max_msgs
-        self.max_bytes = max_bytes
+        self.max_msgs = delivery.max_msgs
+        self.max_bytes = delivery.max_bytes
         # The deque, the event and the task come with the first message the sink does not
         # take (about 2.5 KB together: most of an idle partition's subscription).
         self.queue: collections.deque[Msg] | None = None
@@ -254,38 +263,23 @@ class JetNatsClient(NatsClient):
                 "a plain message keeps only the last value of a repeated header name"
             )
 
-    def deliver_directly(
-        self,
-        sid: int,
-        handler: MessageHandler,
-        max_msgs: int,
-        max_bytes: int,
-        sink: Sink | None = None,
-        skip: SkipMarked | None = None,
-    ) -> bool:
-        """Deliver the messages of subscription ``sid`` to ``sink`` when it takes them, else
-        to ``handler`` through a deque and one task, instead of nats-py's queue (see the
-        module docstring); messages that ``skip`` matches are dropped first. Returns False
-        (nothing changed) if this nats-py is not supported. Call :meth:`stop_direct` when
-        unsubscribing."""
+    def deliver_directly(self, sid: int, delivery: DirectDelivery) -> bool:
+        """Deliver the messages of subscription ``sid`` to ``delivery.sink`` when it takes
+        them, else to its handler through a deque and one task, instead of nats-py's queue
+        (see the module docstring); messages that its ``skip`` matches are dropped first.
+        Returns False (nothing changed) if this nats-py is not supported. Call
+        :meth:`stop_direct` when unsubscribing."""
         if not _SUPPORTED:
             return False
         self.stop_direct(sid)
-        self._jet_direct[sid] = _Direct(self, sid, handler, max_msgs, max_bytes, sink, skip)
+        self._jet_direct[sid] = _Direct(self, sid, delivery)
         return True
 
     async def subscribe_direct(
-        self,
-        subject: str,
-        queue: str,
-        handler: MessageHandler,
-        max_msgs: int,
-        max_bytes: int,
-        sink: Sink | None = None,
-        skip: SkipMarked | None = None,
+        self, subject: str, queue: str, delivery: DirectDelivery
     ) -> Subscription:
         """Subscribe with direct delivery (:meth:`deliver_directly`) from the first
-        message on: as nats-py's ``subscribe(subject, queue, cb=handler, ...)`` but without
+        message on: as nats-py's ``subscribe(subject, queue, cb=delivery.handler, ...)`` but without
         its per-subscription task and ``asyncio.Queue`` (about 4 KB per subscription, most
         of an idle partition's memory with thousands of them). Where the fast path is not
         supported, nats-py's own subscribe.
@@ -297,9 +291,9 @@ class JetNatsClient(NatsClient):
             return await self.subscribe(
                 subject,
                 queue=queue,
-                cb=handler,
-                pending_msgs_limit=max_msgs,
-                pending_bytes_limit=max_bytes,
+                cb=delivery.handler,
+                pending_msgs_limit=delivery.max_msgs,
+                pending_bytes_limit=delivery.max_bytes,
             )
         validate = getattr(nats_client, "_validate_subject", None)
         if validate is not None:
@@ -317,11 +311,11 @@ class JetNatsClient(NatsClient):
             sid,
             subject,
             queue=queue,
-            cb=handler,
-            pending_msgs_limit=max_msgs,
-            pending_bytes_limit=max_bytes,
+            cb=delivery.handler,
+            pending_msgs_limit=delivery.max_msgs,
+            pending_bytes_limit=delivery.max_bytes,
         )
-        self.deliver_directly(sid, handler, max_msgs, max_bytes, sink, skip)
+        self.deliver_directly(sid, delivery)
         self._subs[sid] = sub
         await self._send_subscribe(sub)
         return sub

@@ -38,7 +38,7 @@ from jetserver.broker.nats_port import MessageHandler, NatsUnavailable, Sink, Sk
 from jetserver.config.server import NatsConfig
 from jetserver.logs import fields
 from jetserver.natslink.connect import LinkCallbacks, backoff_delay, open_connection
-from jetserver.natslink.fast import JetNatsClient
+from jetserver.natslink.fast import DirectDelivery, JetNatsClient
 from jetserver.natslink.flush import round_trip
 from jetserver.natslink.read import JetParser
 from jetserver.natslink.shared_rounds import SharedRounds
@@ -299,15 +299,11 @@ class NatsLink:
         if isinstance(nc, JetNatsClient):
             # Same callback, order and limits; cheaper than nats-py's queue and task
             # (natslink/fast.py), in time and in memory per subscription.
-            sub = await nc.subscribe_direct(
-                subject,
-                queue,
-                handler,
-                self.config.sub_pending_msgs,
-                self.config.sub_pending_bytes,
-                sink,
-                skip,
+            cfg = self.config
+            delivery = DirectDelivery(
+                handler, cfg.sub_pending_msgs, cfg.sub_pending_bytes, sink, skip
             )
+            sub = await nc.subscribe_direct(subject, queue, delivery)
         else:
             sub = await nc.subscribe(
                 subject,

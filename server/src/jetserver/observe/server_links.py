@@ -12,7 +12,6 @@ Task safety: one event loop; use :meth:`ServerLinks.get` from any task.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
 
 from jetsdk import Client, JetError
 from jetsdk.background import BackgroundTasks
@@ -33,14 +32,8 @@ class ServerLinks:
         await self._background.open()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self._background.close()
-        return None
 
     async def get(self, address: str) -> Client:
         """The client of ``address`` (opening it if it is not open; bound the wait with a

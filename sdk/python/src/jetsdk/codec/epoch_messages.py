@@ -27,14 +27,8 @@ class OffsetForLeaderEpochRequest:
     """The asking follower's index in the replica list (-1: not a replica)."""
 
     def to_json(self) -> dict[str, Any]:
-        """As a JSON object (keys in the spec's order)."""
-        return {
-            "stream": self.stream,
-            "partition": self.partition,
-            "leader_epoch": self.leader_epoch,
-            "current_leader_epoch": self.current_leader_epoch,
-            "replica_id": self.replica_id,
-        }
+        """As a JSON object: every field, keys in the spec's order (the fields')."""
+        return attrs.asdict(self)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> OffsetForLeaderEpochRequest:

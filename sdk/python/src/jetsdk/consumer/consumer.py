@@ -48,7 +48,6 @@ Task safety: one event loop; iterate from one task at a time. ``msg.ack()`` is t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
 
 import anyio
 import anyio.abc
@@ -269,12 +268,7 @@ class Consumer:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         assert self._tg is not None
         try:
             if self._group is not None and not self._closed:
@@ -286,7 +280,6 @@ class Consumer:
             for run in list(self._delivery.runs.values()):
                 run.end()
             await self._background.close()
-        return None
 
     async def _initial_offset(self, key: StreamPartition, start: object) -> int:
         """Where a partition with no committed offset starts (``start``, else ``reset``)."""

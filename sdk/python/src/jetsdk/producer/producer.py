@@ -61,7 +61,6 @@ from __future__ import annotations
 import secrets
 import time
 from datetime import datetime
-from types import TracebackType
 
 import anyio
 import anyio.abc
@@ -285,12 +284,7 @@ class Producer:
         self._started = True
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         assert self._started
         try:
             if exc_type is None:
@@ -302,7 +296,6 @@ class Producer:
                 self._stage.close()
             self._sender.close(self._acc.drain_all())
             await self._background.close()
-        return None
 
     @property
     def num_partitions(self) -> int:
