@@ -61,6 +61,8 @@ JVM_OPTIONS = frozenset(
         "maxrecordspertrigger",
         "maxoffsetspertrigger",
         "minpartitions",
+        "fetchstream",
+        "grouppartitions",
     }
 )
 """The source options (lower case) the JVM reader takes; the jar refuses the Python source's

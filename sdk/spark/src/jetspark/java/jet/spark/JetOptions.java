@@ -21,7 +21,8 @@ final class JetOptions implements Serializable {
   static final Set<String> SUPPORTED = new HashSet<>(Arrays.asList(
       "servers", "streams", "startingoffsets", "endingoffsets", "failondataloss",
       "fetchmaxbytes", "requesttimeout", "maxrecordspertrigger", "maxoffsetspertrigger",
-      "minpartitions", "path", "checkpointlocation", "queryname"));
+      "minpartitions", "fetchstream", "grouppartitions", "path", "checkpointlocation",
+      "queryname"));
 
   /** Options of the Python source (lower case) this reader does not take. */
   static final Set<String> PYTHON_ONLY = new HashSet<>(Arrays.asList(
@@ -40,6 +41,10 @@ final class JetOptions implements Serializable {
   final int timeoutMs;
   final long maxRecordsPerTrigger;
   final int minPartitions;
+  /** Read with FetchStream where the server has it (else Fetch requests). */
+  final boolean fetchStream;
+  /** One task reads several ranges when they outnumber Spark's task slots. */
+  final boolean groupPartitions;
 
   JetOptions(Map<String, String> raw, boolean streaming) {
     Map<String, String> o = new java.util.HashMap<>();
@@ -77,6 +82,16 @@ final class JetOptions implements Serializable {
     }
     maxRecordsPerTrigger = rows;
     minPartitions = (int) positive(o, "minpartitions", 0);
+    fetchStream = flag(o, "fetchstream");
+    groupPartitions = flag(o, "grouppartitions");
+  }
+
+  private static boolean flag(Map<String, String> o, String key) {
+    String text = o.getOrDefault(key, "true").trim();
+    if (!text.equalsIgnoreCase("true") && !text.equalsIgnoreCase("false")) {
+      throw new IllegalArgumentException("jetstream-jvm option " + key + ": true or false");
+    }
+    return text.equalsIgnoreCase("true");
   }
 
   private static long positive(Map<String, String> o, String key, long dflt) {

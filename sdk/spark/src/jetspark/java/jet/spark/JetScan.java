@@ -71,7 +71,7 @@ final class JetScan implements ScanBuilder, Scan, Batch {
         }
       }
       List<JetRange> ranges = JetPlan.ranges(start, end, opts.minPartitions);
-      return ranges.toArray(new InputPartition[0]);
+      return JetPlan.tasks(ranges, opts.groupPartitions, JetPlan.slots(), opts.minPartitions);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
