@@ -30,7 +30,7 @@ final class JetStream implements MicroBatchStream, SupportsTriggerAvailableNow {
 
   private JetClient client() {
     if (client == null) {
-      client = new JetClient(opts.servers, opts.timeoutMs);
+      client = new JetClient(opts);
     }
     return client;
   }

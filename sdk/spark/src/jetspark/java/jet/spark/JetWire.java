@@ -43,7 +43,9 @@ final class JetWire implements Closeable {
   /** The APIs the server lists in its Hello answer (0 to 16 when it lists none). */
   private final java.util.BitSet apis = new java.util.BitSet();
 
-  JetWire(String address, int timeoutMs) throws IOException {
+  static final int AUTHENTICATE = 10;
+
+  JetWire(String address, int timeoutMs, java.util.Map<String, String> auth) throws IOException {
     this.address = address;
     int colon = address.lastIndexOf(':');
     if (colon < 0) {
@@ -57,7 +59,7 @@ final class JetWire implements Closeable {
     socket.connect(new InetSocketAddress(host, port), timeoutMs);
     in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 65536));
     out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 8192));
-    hello();
+    hello(auth);
   }
 
   /** Send one request frame; its correlation id. */
@@ -188,7 +190,7 @@ final class JetWire implements Closeable {
   }
 
   /** Hello (protocol 1): the first request on a connection. */
-  private void hello() throws IOException {
+  private void hello(java.util.Map<String, String> auth) throws IOException {
     java.util.Map<String, Object> req = new java.util.LinkedHashMap<>();
     req.put("protocol", 1);
     req.put("client", "jetspark-jvm/0.1");
@@ -201,10 +203,14 @@ final class JetWire implements Closeable {
         apis.set(api.asInt());
       }
     }
-    if (answer.path("auth_required").asBoolean(false)) {
-      throw new JetServerError(17, "UNAUTHENTICATED",
-          "the server requires authentication: the jetstream-jvm reader is plaintext and "
-              + "unauthenticated only; use format \"jetstream\"", JSON.createObjectNode());
+    if (!answer.path("auth_required").asBoolean(false) || answer.hasNonNull("identity")) {
+      return;
     }
+    if (auth == null) {
+      throw new JetServerError(17, "UNAUTHENTICATED",
+          "the server requires authentication: give option token, or user and password",
+          JSON.createObjectNode());
+    }
+    callJson(AUTHENTICATE, auth); // refused: an UNAUTHENTICATED error frame, thrown
   }
 }
