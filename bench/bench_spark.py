@@ -171,6 +171,30 @@ NOT met at this load; the JVM reader takes a third of the Python source's CPU a 
 us/row beyond them, the Consumer 143 us/row over its 8 partitions at once, where Spark's
 two task slots read two, one Fetch ahead each; a query's JVM CPU 1.10 / 1.01 / 0.68 / 0.52 s).
 
+Several ranges a task, FetchStream (2026-11-30 19:55-21:45, helper spark, load 35-47
+throughout: every wall figure is that load's). The JVM reader's tasks now send a FetchStream
+per range (the server pushes its answers while the task builds rows; Fetch where the server
+lacks api 18, or option fetchStream false) and, when a batch's ranges outnumber Spark's
+task slots, that many tasks read several ranges each at once (option groupPartitions).
+A/B of the four modes in one session (ad hoc, alternating, 10,000 x 16 KiB, 8 partitions,
+local[2], batch time ``triggerExecution``): 3 rounds at load 38-41, the Consumer 2.84 s:
+Fetch one range a task (the old reader) 0.60x, FetchStream one a task 0.45x, Fetch grouped
+0.54x, FetchStream grouped 0.80x; 5 rounds at load 37-46 (tests beside), the Consumer
+6.12 s: 0.60x / 0.65x / 0.76x / 0.80x, the JVM's CPU a query 1.08 / 1.04 / 0.88 / 0.86 s.
+Grouping carries most of it (two tasks instead of eight: fewer task launches, four
+answers in flight a task). Inside a task (nanoTime counters, logged at DEBUG by logger
+``jet.spark`` when a task closes; 10,000 rows, load 39-47): grouped FetchStream tasks of
+5,000 rows spent 1.34-1.79 s waiting for and reading answers (the server's pace), 0.20-0.76
+s checking CRCs, 0.48-1.13 s building rows (two copies of 16 KiB a row: ours into the
+row's byte[], Spark's into the UnsafeRow) and 0.31-1.15 s in Spark, of 2.6-4.4 s. A
+columnar reader would not save a copy here: foreachBatch turns its batch into rows
+(ForeachBatchSink's ``toRdd``), so Spark's copy stays, and ours would become the column
+vector's. ``JET_BENCH_SPARK_PARTS=16384 --quick`` (2,000 rows, 3 rounds, the spark tests
+running beside): 28cc276 at load 36, jetstream-jvm 0.16x (479 rows/s against the Consumer's
+2,985), the JVM 0.90 CPU-s a query; this tree at load 39, 0.21x (412 against 1,997), 0.70
+s. At 2,000 rows the batch's fixed cost is still Spark's (part ``floor`` above). The sinks
+(item 3) were not worked on in this session.
+
 Full run: 1,000,000 x 100 B, 8 partitions, local[2], 3 rounds; 100,000 x 1 KB, one round;
 10,000 x 16 KiB, :data:`LARGE_ROUNDS` rounds. ``--quick``: 50,000, 10,000 and 2,000 rows.
 """

@@ -11,11 +11,12 @@ by a hash of the sources and the Spark version, and the session gets the jar at 
     fmt = jetspark.jvm.source_format(spark, options)  # "jetstream-jvm" where it can
     df = spark.readStream.format(fmt).options(**options).load()
 
-The JVM reader has the Python source's rows (without ``headers``) and offsets: its
-checkpoints and the Python source's carry over either way. It takes a subset of the options
-(:data:`JVM_OPTIONS`): plaintext, unauthenticated connections, streams by name, start and end
-offsets, maxRecordsPerTrigger. :func:`source_format` picks ``jetstream`` (and logs why) for
-any other option, or when the session does not have the jar.
+The JVM reader has the Python source's rows and offsets (spec/spark.md, "The JVM reader"):
+its checkpoints and the Python source's carry over either way. It takes a subset of the
+options (:data:`JVM_OPTIONS`): plaintext connections (with a token or user + password),
+streams by name, start and end offsets, maxRecordsPerTrigger, includeHeaders.
+:func:`source_format` picks ``jetstream`` (and logs why) for any other option, or when the
+session does not have the jar.
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ JVM_OPTIONS = frozenset(
         "maxrecordspertrigger",
         "maxoffsetspertrigger",
         "minpartitions",
+        "fetchstream",
+        "grouppartitions",
+        "includeheaders",
+        "token",
+        "user",
+        "password",
     }
 )
 """The source options (lower case) the JVM reader takes; the jar refuses the Python source's

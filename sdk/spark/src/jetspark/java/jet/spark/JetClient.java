@@ -29,21 +29,23 @@ final class JetClient implements Closeable {
 
   private final List<String> servers;
   private final int timeoutMs;
+  private final Map<String, String> auth;
   private final Map<String, JetWire> wires = new HashMap<>();
   private final Map<String, String> addressOf = new HashMap<>();
   private final Map<String, String> leaderOf = new HashMap<>();
   private JsonNode meta;
 
-  JetClient(List<String> servers, int timeoutMs) {
-    this.servers = servers;
-    this.timeoutMs = timeoutMs;
+  JetClient(JetOptions opts) {
+    this.servers = opts.servers;
+    this.timeoutMs = opts.timeoutMs;
+    this.auth = opts.auth;
   }
 
   /** A connection to {@code address}, opened on first use. */
   JetWire wire(String address) throws IOException {
     JetWire w = wires.get(address);
     if (w == null) {
-      w = new JetWire(address, timeoutMs);
+      w = new JetWire(address, timeoutMs, auth);
       wires.put(address, w);
     }
     return w;
@@ -85,6 +87,9 @@ final class JetClient implements Closeable {
         return meta;
       } catch (IOException e) {
         drop(s);
+        if (e instanceof JetServerError && !((JetServerError) e).retriable()) {
+          throw e; // e.g. UNAUTHENTICATED: every server would say so
+        }
         last = e;
       }
     }

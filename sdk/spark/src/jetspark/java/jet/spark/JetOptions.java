@@ -21,15 +21,16 @@ final class JetOptions implements Serializable {
   static final Set<String> SUPPORTED = new HashSet<>(Arrays.asList(
       "servers", "streams", "startingoffsets", "endingoffsets", "failondataloss",
       "fetchmaxbytes", "requesttimeout", "maxrecordspertrigger", "maxoffsetspertrigger",
-      "minpartitions", "path", "checkpointlocation", "queryname"));
+      "minpartitions", "fetchstream", "grouppartitions", "includeheaders", "token", "user",
+      "password", "path", "checkpointlocation", "queryname"));
 
   /** Options of the Python source (lower case) this reader does not take. */
   static final Set<String> PYTHON_ONLY = new HashSet<>(Arrays.asList(
       "streamspattern", "startingtimestamp", "startingoffsetsbytimestamp",
       "startingoffsetsbytimestampstrategy", "endingtimestamp", "endingoffsetsbytimestamp",
-      "maxbytespertrigger", "minoffsetspertrigger", "maxtriggerdelay", "includeheaders",
+      "maxbytespertrigger", "minoffsetspertrigger", "maxtriggerdelay",
       "maxbytesperpartition", "group", "subjects", "table", "tls", "tlsca", "tlscert",
-      "tlskey", "tlsserverhostname", "token", "user", "password", "nkeyseed", "credentials"));
+      "tlskey", "tlsserverhostname", "nkeyseed", "credentials"));
 
   final List<String> servers;
   final List<String> streams;
@@ -40,6 +41,17 @@ final class JetOptions implements Serializable {
   final int timeoutMs;
   final long maxRecordsPerTrigger;
   final int minPartitions;
+  /** Read with FetchStream where the server has it (else Fetch requests). */
+  final boolean fetchStream;
+  /** One task reads several ranges when they outnumber Spark's task slots. */
+  final boolean groupPartitions;
+  /** The rows have the headers column (option includeHeaders). */
+  final boolean includeHeaders;
+  /**
+   * The Authenticate request (spec/protocol.md, "10 Authenticate") for option token or
+   * user + password, sent where a server requires authentication; null without them.
+   */
+  final java.util.LinkedHashMap<String, String> auth;
 
   JetOptions(Map<String, String> raw, boolean streaming) {
     Map<String, String> o = new java.util.HashMap<>();
@@ -77,6 +89,64 @@ final class JetOptions implements Serializable {
     }
     maxRecordsPerTrigger = rows;
     minPartitions = (int) positive(o, "minpartitions", 0);
+    fetchStream = flag(o, "fetchstream");
+    groupPartitions = flag(o, "grouppartitions");
+    includeHeaders = includeHeaders(raw);
+    auth = auth(o);
+  }
+
+  /** Option includeHeaders of {@code raw} (any case). */
+  static boolean includeHeaders(Map<String, String> raw) {
+    for (Map.Entry<String, String> e : raw.entrySet()) {
+      if (e.getKey().equalsIgnoreCase("includeheaders")) {
+        return flag(Map.of("includeheaders", e.getValue()), "includeheaders", "false");
+      }
+    }
+    return false;
+  }
+
+  private static java.util.LinkedHashMap<String, String> auth(Map<String, String> o) {
+    for (String key : new String[] {"token", "user", "password"}) {
+      if (o.containsKey(key) && o.get(key).trim().isEmpty()) {
+        throw new IllegalArgumentException("jetstream-jvm option " + key + ": must not be empty");
+      }
+    }
+    String token = o.get("token");
+    String user = o.get("user");
+    String password = o.get("password");
+    if (token != null && (user != null || password != null)) {
+      throw new IllegalArgumentException(
+          "jetstream-jvm option token: give either token or user + password, not both");
+    }
+    if ((user == null) != (password == null)) {
+      throw new IllegalArgumentException("jetstream-jvm option "
+          + (password == null ? "password" : "user") + ": user and password go together");
+    }
+    if (token == null && user == null) {
+      return null;
+    }
+    java.util.LinkedHashMap<String, String> req = new java.util.LinkedHashMap<>();
+    if (token != null) {
+      req.put("mechanism", "token");
+      req.put("token", token);
+    } else {
+      req.put("mechanism", "password");
+      req.put("user", user);
+      req.put("password", password);
+    }
+    return req;
+  }
+
+  private static boolean flag(Map<String, String> o, String key) {
+    return flag(o, key, "true");
+  }
+
+  private static boolean flag(Map<String, String> o, String key, String dflt) {
+    String text = o.getOrDefault(key, dflt).trim();
+    if (!text.equalsIgnoreCase("true") && !text.equalsIgnoreCase("false")) {
+      throw new IllegalArgumentException("jetstream-jvm option " + key + ": true or false");
+    }
+    return text.equalsIgnoreCase("true");
   }
 
   private static long positive(Map<String, String> o, String key, long dflt) {

@@ -1,119 +1,218 @@
 package jet.spark;
 
 import java.io.IOException;
-import java.io.UncheckedIOException;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.zip.CRC32;
 
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * The records of one range, exactly [start, end) (jetspark._read.read_range): Fetch
- * answers from the partition's leader, one request ahead, each record's CRC checked and
- * its fields decoded from the answer's bytes (spec/storage.md, "Record").
+ * The records of one task's ranges, each exactly [start, end) (jetspark._read.read_range).
+ * The ranges of one leader are read at once on one connection: a FetchStream each (one
+ * request, the server pushes its answers while the task turns the previous one into rows),
+ * or a Fetch each, the next sent before the answer's rows are taken, where the server has
+ * no FetchStream or option fetchStream is false. Rows come in the order the answers arrive
+ * (each range's in offset order). Each record's CRC is checked and its fields decoded from
+ * the answer's bytes (spec/storage.md, "Record").
  */
 final class JetPartitionReader implements PartitionReader<InternalRow> {
   private static final int HEADER = 28;
   private static final int MAX_BODY = 83951616;
   private static final int ATTEMPTS = 6;
+  private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger("jet.spark");
+
+  /** One range's progress. */
+  private static final class Cursor {
+    final JetRange range;
+    final UTF8String stream;
+    long offset;
+    boolean done;
+    /** The correlation id of its request in flight, or -1. */
+    int request = -1;
+    boolean cancelled;
+    int maxBytes;
+
+    Cursor(JetRange range, int maxBytes) {
+      this.range = range;
+      this.stream = UTF8String.fromString(range.stream);
+      this.offset = range.start;
+      this.maxBytes = maxBytes;
+    }
+
+    String where() {
+      return range.stream + "/" + range.partition;
+    }
+  }
 
   private final JetOptions opts;
-  private final JetRange range;
   private final JetClient client;
-  private final UTF8String stream;
-  private final Object[] values = new Object[7];
-  private final GenericInternalRow row = new GenericInternalRow(values);
+  private final Cursor[] cursors;
+  private final Map<Integer, Cursor> inFlight = new HashMap<>();
+  private final Object[] values;
+  private final GenericInternalRow row;
   private final CRC32 crc = new CRC32();
   private JetWire wire;
-  private int pending = -1;
-  private long pendingOffset;
-  private int pendingMax;
-  private long offset;
   private byte[] buf;
   private int pos;
   private int stop;
-  private boolean done;
+  private int failures;
+  // Where a task's time goes, logged at DEBUG when it closes (logger jet.spark): waiting for
+  // and reading answers, checking their records, building rows, and the rest (Spark's).
+  private final long opened = System.nanoTime();
+  private long frameNs;
+  private long checkNs;
+  private long rowNs;
+  private long rows;
+  private long answers;
 
-  JetPartitionReader(JetOptions opts, JetRange range) {
+  JetPartitionReader(JetOptions opts, JetRange[] ranges) {
     this.opts = opts;
-    this.range = range;
-    this.client = new JetClient(opts.servers, opts.timeoutMs);
-    this.stream = UTF8String.fromString(range.stream);
-    this.offset = range.start;
-    values[2] = stream;
-    values[4] = range.partition;
+    this.client = new JetClient(opts);
+    this.values = new Object[opts.includeHeaders ? 8 : 7];
+    this.row = new GenericInternalRow(values);
+    this.cursors = new Cursor[ranges.length];
+    for (int i = 0; i < ranges.length; i++) {
+      cursors[i] = new Cursor(ranges[i], opts.fetchMaxBytes);
+      cursors[i].done = ranges[i].start >= ranges[i].end;
+    }
   }
 
   @Override
   public boolean next() throws IOException {
-    while (true) {
-      if (pos < stop) {
-        decode();
-        return true;
-      }
-      if (done || offset >= range.end) {
+    while (pos >= stop) {
+      if (!step()) {
         return false;
       }
-      if (pending < 0) {
-        send(offset, opts.fetchMaxBytes);
-      }
-      answer();
     }
+    long t = System.nanoTime();
+    decode();
+    rowNs += System.nanoTime() - t;
+    rows++;
+    return true;
   }
 
-  private void send(long at, int maxBytes) throws IOException {
-    for (int attempt = 0; ; attempt++) {
+  /** Take one answer (sending requests first where none is in flight); false when all is read. */
+  private boolean step() throws IOException {
+    while (true) {
       try {
-        if (wire == null) {
-          wire = client.wire(client.leader(range.stream, range.partition));
+        if (wire == null && !open()) {
+          return false;
         }
-        pending = wire.send(JetWire.FETCH, JetWire.fetchBody(range.stream, range.partition, at, maxBytes));
-        pendingOffset = at;
-        pendingMax = maxBytes;
-        return;
+        if (inFlight.isEmpty()) {
+          wire = null; // this leader's ranges are read; the connection stays in the client
+          continue;
+        }
+        // The previous answer's rows were consumed (Spark copies a row before it calls
+        // next() again): its buffer takes this one.
+        long t0 = System.nanoTime();
+        buf = wire.frame(buf);
+        long t1 = System.nanoTime();
+        failures = 0;
+        answer();
+        frameNs += t1 - t0;
+        checkNs += System.nanoTime() - t1;
+        answers++;
+        return true;
       } catch (IOException e) {
-        retry(e, attempt);
+        retry(e);
       }
     }
   }
 
-  private byte[] receive() throws IOException {
-    for (int attempt = 0; ; attempt++) {
-      try {
-        int id = pending;
-        pending = -1;
-        // The buffer of the previous answer is reused: its rows were consumed (Spark copies
-        // a row before it calls next() again).
-        return wire.receive(JetWire.FETCH, id, buf);
-      } catch (IOException e) {
-        retry(e, attempt);
-        send(pendingOffset, pendingMax);
+  /** Requests for every unfinished range the leader of the first one leads; false if none. */
+  private boolean open() throws IOException {
+    String leader = null;
+    for (Cursor c : cursors) {
+      if (!c.done) {
+        leader = client.leader(c.range.stream, c.range.partition);
+        break;
       }
     }
+    if (leader == null) {
+      return false;
+    }
+    wire = client.wire(leader);
+    for (Cursor c : cursors) {
+      if (!c.done && leader.equals(client.leader(c.range.stream, c.range.partition))) {
+        request(c);
+      }
+    }
+    return true;
   }
 
-  /** After a failed request: a fresh connection to the leader as the metadata says now. */
-  private void retry(IOException e, int attempt) throws IOException {
-    if (attempt + 1 >= ATTEMPTS || (e instanceof JetServerError && !((JetServerError) e).retriable())) {
+  private void request(Cursor c) throws IOException {
+    JetRange r = c.range;
+    int id;
+    if (opts.fetchStream && wire.serves(JetWire.FETCH_STREAM)) {
+      id = wire.send(JetWire.FETCH_STREAM, JetWire.fetchStreamBody(r.stream, r.partition,
+          c.offset, c.maxBytes, 0, JetWire.MAX_STREAM_RESPONSES));
+    } else {
+      id = wire.send(JetWire.FETCH, JetWire.fetchBody(r.stream, r.partition, c.offset, c.maxBytes));
+    }
+    c.request = id;
+    c.cancelled = false;
+    inFlight.put(id, c);
+  }
+
+  /** After a failed request: fresh connections, the metadata as it is now, the requests again. */
+  private void retry(IOException e) throws IOException {
+    if (++failures >= ATTEMPTS
+        || (e instanceof JetServerError && !((JetServerError) e).retriable())) {
       throw e;
     }
-    if (wire != null) {
-      client.drop(wire.address);
-      wire = null;
+    client.close();
+    wire = null;
+    inFlight.clear();
+    pos = stop = 0;
+    for (Cursor c : cursors) {
+      c.request = -1;
     }
-    JetClient.pause(attempt);
+    JetClient.pause(failures - 1);
     client.metadata();
   }
 
-  /** Take the answer in flight; set up the records of [offset, end) it holds. */
+  /** The frame just received: set up the records of its range's [offset, end) it holds. */
   private void answer() throws IOException {
-    byte[] body = receive();
-    buf = body;
-    pos = 0;
-    stop = 0;
+    pos = stop = 0;
+    if (wire.gotApi == JetWire.CANCEL_FETCH_STREAM) {
+      return; // the answer to a cancel: the stream's last response says it ended
+    }
+    Cursor c = inFlight.get(wire.gotId);
+    if (c == null || (wire.gotApi != JetWire.FETCH && wire.gotApi != JetWire.FETCH_STREAM)) {
+      throw new IOException("jetstream-jvm: unexpected answer api " + wire.gotApi + " id "
+          + wire.gotId + " from " + wire.address);
+    }
+    if (!wire.more()) {
+      inFlight.remove(wire.gotId);
+      c.request = -1;
+    }
+    if (!c.done) {
+      records(c, buf);
+    }
+    if (c.done && c.request >= 0 && !c.cancelled) {
+      // Its stream would go on past the range's end: end it (the last response then comes).
+      c.cancelled = true;
+      if (wire.serves(JetWire.CANCEL_FETCH_STREAM)) {
+        wire.send(JetWire.CANCEL_FETCH_STREAM, JetWire.cancelBody(c.request));
+      }
+    }
+    if (!c.done && c.request < 0) {
+      request(c); // sent before this answer's rows are taken
+    }
+    values[2] = c.stream;
+    values[4] = c.range.partition;
+  }
+
+  /** Check the records of Fetch answer {@code body}; those below the range's end become rows. */
+  private void records(Cursor c, byte[] body) throws IOException {
     int error = u16(body, 0);
     long hw = i64(body, 2);
     long logStart = i64(body, 10);
@@ -121,69 +220,71 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
     int len = (int) u32(body, 26);
     if (30 + len != wire.length) {
       throw new IOException("jetstream-jvm: Fetch answer of " + wire.length + " bytes holds "
-          + len + " record bytes, for " + where());
+          + len + " record bytes, for " + c.where());
     }
-    int base = 30;
     if (error == JetServerError.OFFSET_OUT_OF_RANGE) {
-      if (offset < logStart) {
-        long goneTo = Math.min(logStart, range.end);
-        if (opts.failOnDataLoss && !range.newPartition) {
-          throw new JetDataLoss(where(), "offsets " + offset + ".." + (goneTo - 1)
+      if (c.offset < logStart) {
+        long goneTo = Math.min(logStart, c.range.end);
+        if (opts.failOnDataLoss && !c.range.newPartition) {
+          throw new JetDataLoss(c.where(), "offsets " + c.offset + ".." + (goneTo - 1)
               + " were removed (retention) before the query read them");
         }
-        offset = logStart;
+        c.offset = logStart;
+        c.done = c.offset >= c.range.end;
         return;
       }
-      truncated(leo);
+      truncated(c, leo);
       return;
     }
     if (error != 0) {
-      throw new IOException("jetstream-jvm: Fetch error code " + error + " for " + where());
+      throw new IOException("jetstream-jvm: Fetch error code " + error + " for " + c.where());
     }
     // The whole records with offsets below the end, CRC checked.
+    int base = 30;
     int p = base;
     int end = base + len;
     long nxt = -1;
     int last = p;
+    boolean partial = false;
     while (end - p >= HEADER) {
       long recOffset = i64(body, p);
       long length = u32(body, p + 20);
       if (length > MAX_BODY) {
-        throw new IOException("jetstream-jvm: record length " + length + " over limit in " + where());
+        throw new IOException("jetstream-jvm: record length " + length + " over limit in " + c.where());
       }
       int size = HEADER + (int) length;
       if (end - p < size) {
-        if (nxt < 0 && p == base && size > pendingMax) {
-          // Only a partial record came: ask again for at least its size.
-          send(offset, Math.max(opts.fetchMaxBytes, size));
-          return;
+        if (nxt < 0 && p == base && size > c.maxBytes) {
+          c.maxBytes = Math.max(opts.fetchMaxBytes, size); // only a partial record came
+          partial = true;
         }
         break;
       }
       nxt = recOffset + 1;
-      if (recOffset >= range.end) {
+      if (recOffset >= c.range.end) {
         break;
       }
       crc.reset();
       crc.update(body, p, 24);
       crc.update(body, p + HEADER, (int) length);
       if ((int) crc.getValue() != (int) u32(body, p + 24)) {
-        throw new IOException("jetstream-jvm: record CRC mismatch at offset " + recOffset + " of " + where());
+        throw new IOException("jetstream-jvm: record CRC mismatch at offset " + recOffset + " of " + c.where());
       }
       p += size;
       last = p;
     }
     if (nxt < 0) {
-      if (hw <= offset) {
-        truncated(hw);
+      if (partial && c.request < 0) {
+        return; // asked again (answer()) for the whole record
       }
-      done = true; // nothing came back below the high watermark: a compaction gap reaching it
+      if (hw <= c.offset) {
+        truncated(c, hw);
+      }
+      c.done = true; // nothing came back below the high watermark: a compaction gap reaching it
       return;
     }
-    offset = nxt;
-    if (nxt < range.end) {
-      send(nxt, opts.fetchMaxBytes);
-    }
+    c.offset = nxt;
+    c.done = nxt >= c.range.end;
     pos = base;
     stop = last;
   }
@@ -214,9 +315,21 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
     q += 2 + u16(b, q); // reply
     int hcount = u16(b, q);
     q += 2;
+    Object[] headers = opts.includeHeaders ? new Object[hcount] : null;
     for (int h = 0; h < hcount; h++) {
-      q += 2 + u16(b, q);
-      q += 4 + (int) u32(b, q);
+      int hk = u16(b, q);
+      long hv = q + 6 + hk > recEnd ? -1 : u32(b, q + 2 + hk);
+      if (hv < 0 || q + 6 + hk + hv > recEnd) {
+        throw new IOException("jetstream-jvm: bad header length at offset " + recOffset);
+      }
+      if (headers != null) {
+        headers[h] = new GenericInternalRow(new Object[] {UTF8String.fromBytes(b, q + 2, hk),
+            Arrays.copyOfRange(b, q + 6 + hk, q + 6 + hk + (int) hv)});
+      }
+      q += 6 + hk + (int) hv;
+    }
+    if (headers != null) {
+      values[7] = new GenericArrayData(headers);
     }
     int vlen = (int) u32(b, q);
     q += 4;
@@ -229,17 +342,13 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
     pos = recEnd;
   }
 
-  private void truncated(long logEnd) {
-    String message = "the log ends at offset " + logEnd + ", below offset " + offset
-        + " the query reads up to " + range.end + " (truncated, or the stream was recreated)";
+  private void truncated(Cursor c, long logEnd) {
+    String message = "the log ends at offset " + logEnd + ", below offset " + c.offset
+        + " the query reads up to " + c.range.end + " (truncated, or the stream was recreated)";
     if (opts.failOnDataLoss) {
-      throw new JetDataLoss(where(), message);
+      throw new JetDataLoss(c.where(), message);
     }
-    done = true;
-  }
-
-  private String where() {
-    return range.stream + "/" + range.partition;
+    c.done = true;
   }
 
   @Override
@@ -250,6 +359,13 @@ final class JetPartitionReader implements PartitionReader<InternalRow> {
   @Override
   public void close() {
     client.close();
+    if (LOG.isDebugEnabled()) {
+      long total = System.nanoTime() - opened;
+      LOG.debug(String.format("jetstream-jvm task: %d range(s), %d rows, %d answers in %.1f ms:"
+          + " answers %.1f ms, checks %.1f ms, rows %.1f ms, rest %.1f ms", cursors.length, rows,
+          answers, total / 1e6, frameNs / 1e6, checkNs / 1e6, rowNs / 1e6,
+          (total - frameNs - checkNs - rowNs) / 1e6));
+    }
   }
 
   private static int u16(byte[] b, int p) {

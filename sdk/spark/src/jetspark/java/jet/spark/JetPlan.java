@@ -9,6 +9,8 @@ import java.util.TreeMap;
 
 import com.fasterxml.jackson.databind.JsonNode;
 
+import org.apache.spark.sql.connector.read.InputPartition;
+
 /**
  * The driver's arithmetic, as the Python source's (jetspark._read, jetspark.offsets):
  * start and end offsets from the options, the latest offsets of a micro-batch, admission
@@ -230,5 +232,53 @@ final class JetPlan {
       }
     }
     return out;
+  }
+
+  /**
+   * The tasks reading {@code ranges}: one range each, or, with {@code group} and more ranges
+   * than {@code slots} (and than {@code minPartitions}), that many tasks, the ranges dealt
+   * largest first to the task with the fewest records so far (each task then reads its
+   * ranges at once).
+   */
+  static InputPartition[] tasks(List<JetRange> ranges, boolean group, int slots, int minPartitions) {
+    int count = Math.max(slots, minPartitions);
+    if (!group || slots < 1 || ranges.size() <= count) {
+      InputPartition[] out = new InputPartition[ranges.size()];
+      for (int i = 0; i < out.length; i++) {
+        out[i] = new JetRanges(new JetRange[] {ranges.get(i)});
+      }
+      return out;
+    }
+    List<JetRange> bySize = new ArrayList<>(ranges);
+    bySize.sort((a, b) -> Long.compare(b.end - b.start, a.end - a.start));
+    List<List<JetRange>> tasks = new ArrayList<>();
+    long[] load = new long[count];
+    for (int i = 0; i < count; i++) {
+      tasks.add(new ArrayList<>());
+    }
+    for (JetRange r : bySize) {
+      int least = 0;
+      for (int i = 1; i < count; i++) {
+        if (load[i] < load[least]) {
+          least = i;
+        }
+      }
+      tasks.get(least).add(r);
+      load[least] += r.end - r.start;
+    }
+    InputPartition[] out = new InputPartition[count];
+    for (int i = 0; i < count; i++) {
+      out[i] = new JetRanges(tasks.get(i).toArray(new JetRange[0]));
+    }
+    return out;
+  }
+
+  /** Spark's default parallelism (its task slots in local mode), or 0 if there is no session. */
+  static int slots() {
+    try {
+      return org.apache.spark.sql.SparkSession.active().sparkContext().defaultParallelism();
+    } catch (RuntimeException e) {
+      return 0;
+    }
   }
 }

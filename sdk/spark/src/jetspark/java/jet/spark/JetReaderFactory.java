@@ -17,6 +17,6 @@ final class JetReaderFactory implements PartitionReaderFactory {
 
   @Override
   public PartitionReader<InternalRow> createReader(InputPartition partition) {
-    return new JetPartitionReader(opts, (JetRange) partition);
+    return new JetPartitionReader(opts, ((JetRanges) partition).ranges);
   }
 }

@@ -29,7 +29,7 @@ final class JetScan implements ScanBuilder, Scan, Batch {
 
   @Override
   public StructType readSchema() {
-    return JetSource.SCHEMA;
+    return JetSource.schema(raw);
   }
 
   @Override
@@ -51,7 +51,7 @@ final class JetScan implements ScanBuilder, Scan, Batch {
   @Override
   public InputPartition[] planInputPartitions() {
     JetOptions opts = new JetOptions(raw, false);
-    try (JetClient client = new JetClient(opts.servers, opts.timeoutMs)) {
+    try (JetClient client = new JetClient(opts)) {
       Map<String, TreeMap<Integer, JetClient.Info>> snap = client.snapshot(opts.streams, true);
       JetOffsets start = new JetOffsets(JetPlan.resolve(opts.starting, "startingOffsets", snap));
       JetOffsets end = new JetOffsets(JetPlan.resolve(opts.ending, "endingOffsets", snap));
@@ -71,7 +71,7 @@ final class JetScan implements ScanBuilder, Scan, Batch {
         }
       }
       List<JetRange> ranges = JetPlan.ranges(start, end, opts.minPartitions);
-      return ranges.toArray(new InputPartition[0]);
+      return JetPlan.tasks(ranges, opts.groupPartitions, JetPlan.slots(), opts.minPartitions);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

@@ -31,6 +31,14 @@ public final class JetSource implements TableProvider, DataSourceRegister {
       .add("offset", DataTypes.LongType)
       .add("timestamp", DataTypes.TimestampType);
 
+  /** With option includeHeaders: the headers column last, as the Python source's. */
+  static final StructType WITH_HEADERS = SCHEMA.add("headers", DataTypes.createArrayType(
+      new StructType().add("key", DataTypes.StringType).add("value", DataTypes.BinaryType)));
+
+  static StructType schema(Map<String, String> options) {
+    return JetOptions.includeHeaders(options) ? WITH_HEADERS : SCHEMA;
+  }
+
   @Override
   public String shortName() {
     return "jetstream-jvm";
@@ -38,16 +46,22 @@ public final class JetSource implements TableProvider, DataSourceRegister {
 
   @Override
   public StructType inferSchema(CaseInsensitiveStringMap options) {
-    return SCHEMA;
+    return schema(options);
   }
 
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> props) {
-    return new JetTable();
+    return new JetTable(schema);
   }
 
   /** The stream(s) read, as a Spark table. */
   static final class JetTable implements Table, SupportsRead {
+    private final StructType schema;
+
+    JetTable(StructType schema) {
+      this.schema = schema;
+    }
+
     @Override
     public String name() {
       return "jetstream-jvm";
@@ -55,7 +69,7 @@ public final class JetSource implements TableProvider, DataSourceRegister {
 
     @Override
     public StructType schema() {
-      return SCHEMA;
+      return schema;
     }
 
     @Override

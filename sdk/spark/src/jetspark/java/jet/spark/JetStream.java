@@ -30,7 +30,7 @@ final class JetStream implements MicroBatchStream, SupportsTriggerAvailableNow {
 
   private JetClient client() {
     if (client == null) {
-      client = new JetClient(opts.servers, opts.timeoutMs);
+      client = new JetClient(opts);
     }
     return client;
   }
@@ -110,8 +110,8 @@ final class JetStream implements MicroBatchStream, SupportsTriggerAvailableNow {
 
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
-    return JetPlan.ranges((JetOffsets) start, (JetOffsets) end, opts.minPartitions)
-        .toArray(new InputPartition[0]);
+    return JetPlan.tasks(JetPlan.ranges((JetOffsets) start, (JetOffsets) end, opts.minPartitions),
+        opts.groupPartitions, JetPlan.slots(), opts.minPartitions);
   }
 
   @Override

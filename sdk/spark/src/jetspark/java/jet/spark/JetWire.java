@@ -15,13 +15,18 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 
 /**
  * One plaintext connection to a jet server (spec/protocol.md, "Frame"): requests are sent
- * and answered one at a time, or one ahead ({@link #send} then {@link #receive}).
+ * and answered one at a time, or pipelined ({@link #send}, then {@link #receive} or
+ * {@link #frame} for answers in any order, several to a FetchStream).
  */
 final class JetWire implements Closeable {
   static final int HELLO = 0;
   static final int METADATA = 1;
   static final int LIST_OFFSETS = 5;
   static final int FETCH = 7;
+  static final int FETCH_STREAM = 18;
+  static final int CANCEL_FETCH_STREAM = 19;
+  /** Most responses one FetchStream may ask for (spec/protocol.md, MAX_FETCH_STREAM_RESPONSES). */
+  static final int MAX_STREAM_RESPONSES = 1024;
   static final ObjectMapper JSON = new ObjectMapper();
 
   final String address;
@@ -31,11 +36,16 @@ final class JetWire implements Closeable {
   private int nextId = 1;
   /** The body length of the last frame received. */
   int length;
-  private int gotApi;
-  private int gotFlags;
-  private int gotId;
+  /** The api, flags and correlation id of the last frame received. */
+  int gotApi;
+  int gotFlags;
+  int gotId;
+  /** The APIs the server lists in its Hello answer (0 to 16 when it lists none). */
+  private final java.util.BitSet apis = new java.util.BitSet();
 
-  JetWire(String address, int timeoutMs) throws IOException {
+  static final int AUTHENTICATE = 10;
+
+  JetWire(String address, int timeoutMs, java.util.Map<String, String> auth) throws IOException {
     this.address = address;
     int colon = address.lastIndexOf(':');
     if (colon < 0) {
@@ -49,7 +59,7 @@ final class JetWire implements Closeable {
     socket.connect(new InetSocketAddress(host, port), timeoutMs);
     in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 65536));
     out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 8192));
-    hello();
+    hello(auth);
   }
 
   /** Send one request frame; its correlation id. */
@@ -83,12 +93,22 @@ final class JetWire implements Closeable {
     return body;
   }
 
+  /** True if the server implements {@code api} (its Hello answer lists it). */
+  boolean serves(int api) {
+    return apis.get(api);
+  }
+
+  /** True if the last frame received says more answers to its request follow (FetchStream). */
+  boolean more() {
+    return (gotFlags & 0x04) != 0;
+  }
+
   /**
    * The next frame's body ({@link #length} bytes, in {@code reuse} when it is large
    * enough); its api, flags and id in {@link #gotApi}, {@link #gotFlags}, {@link #gotId}.
    * An error frame is thrown as a {@link JetServerError}.
    */
-  private byte[] frame(byte[] reuse) throws IOException {
+  byte[] frame(byte[] reuse) throws IOException {
     int size = in.readInt();
     if (size < 6 || size > 128 * 1024 * 1024) {
       throw new IOException("jetstream-jvm: bad frame length " + size + " from " + address);
@@ -149,21 +169,48 @@ final class JetWire implements Closeable {
     return b.array();
   }
 
+  /** A FetchStream request body (spec/protocol.md, "18 FetchStream"). */
+  static byte[] fetchStreamBody(
+      String stream, int partition, long offset, int maxBytes, int maxWaitMs, int responses) {
+    byte[] name = stream.getBytes(StandardCharsets.UTF_8);
+    java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(2 + name.length + 4 + 8 + 4 + 4 + 4);
+    b.putShort((short) name.length).put(name).putInt(partition).putLong(offset);
+    b.putInt(maxBytes).putInt(maxWaitMs).putInt(responses);
+    return b.array();
+  }
+
+  /** A CancelFetchStream request body naming FetchStream request {@code id}. */
+  static byte[] cancelBody(int id) {
+    return java.nio.ByteBuffer.allocate(4).putInt(id).array();
+  }
+
   @Override
   public void close() throws IOException {
     socket.close();
   }
 
   /** Hello (protocol 1): the first request on a connection. */
-  private void hello() throws IOException {
+  private void hello(java.util.Map<String, String> auth) throws IOException {
     java.util.Map<String, Object> req = new java.util.LinkedHashMap<>();
     req.put("protocol", 1);
     req.put("client", "jetspark-jvm/0.1");
     JsonNode answer = callJson(HELLO, req);
-    if (answer.path("auth_required").asBoolean(false)) {
-      throw new JetServerError(17, "UNAUTHENTICATED",
-          "the server requires authentication: the jetstream-jvm reader is plaintext and "
-              + "unauthenticated only; use format \"jetstream\"", JSON.createObjectNode());
+    JsonNode listed = answer.get("apis");
+    if (listed == null || !listed.isArray()) {
+      apis.set(0, 17);
+    } else {
+      for (JsonNode api : listed) {
+        apis.set(api.asInt());
+      }
     }
+    if (!answer.path("auth_required").asBoolean(false) || answer.hasNonNull("identity")) {
+      return;
+    }
+    if (auth == null) {
+      throw new JetServerError(17, "UNAUTHENTICATED",
+          "the server requires authentication: give option token, or user and password",
+          JSON.createObjectNode());
+    }
+    callJson(AUTHENTICATE, auth); // refused: an UNAUTHENTICATED error frame, thrown
   }
 }
