@@ -301,7 +301,11 @@ def _record(dev: DevCluster, victim: str, kill: int) -> list[subprocess.Popen[by
     for p in dev.servers:
         if p.server_id == victim:
             continue
-        args = [str(spy), "record", "--nonblocking", "--idle", "--format", "speedscope"]
+        # --native (``JET_BENCH_PYSPY_NATIVE``): C frames too; py-spy then pauses the process
+        # for each sample (it refuses --native with --nonblocking).
+        native = os.environ.get("JET_BENCH_PYSPY_NATIVE")
+        args = [str(spy), "record", "--native" if native else "--nonblocking", "--idle"]
+        args += ["--format", "speedscope"]
         args += ["-d", str(PYSPY_S), "-p", str(p.pid)]
         args += ["-o", f"{out}/kill{kill}-{p.server_id}.json"]
         spies.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
