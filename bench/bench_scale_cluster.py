@@ -32,7 +32,9 @@ and probes share one process and loop, and it is kept cheap: a watch near a whol
 CPU measured itself as much as the servers); with ``JET_BENCH_ROOT`` how long after the
 survivors' logs show each leadership taken the watch saw it served.
 ``JET_BENCH_PYSPY=<dir>`` records the survivors with py-spy from the kill for ``PYSPY_S``
-seconds (speedscope files with idle samples, in time order: ``<dir>/kill<k>-<server>.json``);
+seconds (speedscope files with idle samples, in time order: ``<dir>/kill<k>-<server>.json``;
+``JET_BENCH_PYSPY_NATIVE=1``: with C frames, the garbage collector's and waits for the
+interpreter lock among them, at the price of a pause of the process per sample);
 with ``JET_HOP_TRACE`` the kill's ``perf_counter_ns`` is
 printed (the servers' garbage collections are marked on that clock, jetserver.infra.hops).
 
