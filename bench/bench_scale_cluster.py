@@ -594,7 +594,8 @@ def _session_counts(metrics: dict[str, int]) -> list[int]:
     """:data:`SESSION_COUNTS`, over every server's sessions (0: not served)."""
     counts = dict.fromkeys(SESSION_COUNTS, 0)
     for port in metrics.values():
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        # 60 s: at load 55 a server answered its metrics later than 10 s and the run was lost.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as answer:
             text = answer.read().decode()
         for name, value in re.findall(r"^(jet_fetch_session_\w+)\{[^}]*\} (\d+)$", text, re.M):
             if name in counts:
