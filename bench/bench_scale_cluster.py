@@ -365,7 +365,8 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
             f"{served[len(served) // 2]:.2f} s, 90% {served[len(served) * 9 // 10]:.2f} s, "
             f"last {served[-1]:.2f} s; {w.probes} ListOffsets probes ({w.sweeps} sweeps), "
             f"Metadata requests "
-            f"{max(w.metadata_s, default=0.0):.2f} s at most"
+            f"{max(w.metadata_s, default=0.0):.2f} s at most; probes not answered with "
+            f"offsets: {w.failed or 'none'}, the slowest {w.slowest_s:.2f} s"
         )
     print(  # CPU is less noisy than time on a shared machine (load printed beside it)
         "  survivors' CPU from the kill to the end of the watch: "
