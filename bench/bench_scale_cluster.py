@@ -32,7 +32,9 @@ and probes share one process and loop, and it is kept cheap: a watch near a whol
 CPU measured itself as much as the servers); with ``JET_BENCH_ROOT`` how long after the
 survivors' logs show each leadership taken the watch saw it served.
 ``JET_BENCH_PYSPY=<dir>`` records the survivors with py-spy from the kill for ``PYSPY_S``
-seconds (speedscope files with idle samples, in time order: ``<dir>/kill<k>-<server>.json``);
+seconds (speedscope files with idle samples, in time order: ``<dir>/kill<k>-<server>.json``;
+``JET_BENCH_PYSPY_NATIVE=1``: with C frames, the garbage collector's and waits for the
+interpreter lock among them, at the price of a pause of the process per sample);
 with ``JET_HOP_TRACE`` the kill's ``perf_counter_ns`` is
 printed (the servers' garbage collections are marked on that clock, jetserver.infra.hops).
 
@@ -301,7 +303,11 @@ def _record(dev: DevCluster, victim: str, kill: int) -> list[subprocess.Popen[by
     for p in dev.servers:
         if p.server_id == victim:
             continue
-        args = [str(spy), "record", "--nonblocking", "--idle", "--format", "speedscope"]
+        # --native (``JET_BENCH_PYSPY_NATIVE``): C frames too; py-spy then pauses the process
+        # for each sample (it refuses --native with --nonblocking).
+        native = os.environ.get("JET_BENCH_PYSPY_NATIVE")
+        args = [str(spy), "record", "--native" if native else "--nonblocking", "--idle"]
+        args += ["--format", "speedscope"]
         args += ["-d", str(PYSPY_S), "-p", str(p.pid)]
         args += ["-o", f"{out}/kill{kill}-{p.server_id}.json"]
         spies.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -359,7 +365,8 @@ def _failover(dev: DevCluster, settled: State, kill: int = 1) -> tuple[str, dict
             f"{served[len(served) // 2]:.2f} s, 90% {served[len(served) * 9 // 10]:.2f} s, "
             f"last {served[-1]:.2f} s; {w.probes} ListOffsets probes ({w.sweeps} sweeps), "
             f"Metadata requests "
-            f"{max(w.metadata_s, default=0.0):.2f} s at most"
+            f"{max(w.metadata_s, default=0.0):.2f} s at most; probes not answered with "
+            f"offsets: {w.failed or 'none'}, the slowest {w.slowest_s:.2f} s"
         )
     print(  # CPU is less noisy than time on a shared machine (load printed beside it)
         "  survivors' CPU from the kill to the end of the watch: "
@@ -588,7 +595,8 @@ def _session_counts(metrics: dict[str, int]) -> list[int]:
     """:data:`SESSION_COUNTS`, over every server's sessions (0: not served)."""
     counts = dict.fromkeys(SESSION_COUNTS, 0)
     for port in metrics.values():
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        # 60 s: at load 55 a server answered its metrics later than 10 s and the run was lost.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as answer:
             text = answer.read().decode()
         for name, value in re.findall(r"^(jet_fetch_session_\w+)\{[^}]*\} (\d+)$", text, re.M):
             if name in counts:

@@ -97,6 +97,11 @@ class Watch:
     """Sweeps of a survivor's partitions after one of them answered."""
     metadata_s: list[float] = attrs.field(factory=list)
     """Duration of each Metadata request (with the watch's reading of the answer)."""
+    failed: dict[str, int] = attrs.field(factory=dict)
+    """Probes not answered with offsets, by the error's name (``Timeout``: no answer within
+    ``PROBE_TIMEOUT_S``; else the survivor's error, e.g. NOT_LEADER)."""
+    slowest_s: float = 0.0
+    """The longest a probe waited for its answer (or its timeout)."""
 
 
 def state_of(answer: bytes, prefix: str = "s") -> State:
@@ -161,11 +166,16 @@ async def watch_failover(
 
         async def probe(conn: Connection, key: tuple[str, int]) -> bool:
             w.probes += 1
+            sent = elapsed()
             try:
                 body = list_offsets_body(key[0], key[1], "latest")
                 await conn.request(Api.LIST_OFFSETS, body, timeout=PROBE_TIMEOUT_S)
-            except JetError:
+            except JetError as exc:
+                name = getattr(getattr(exc, "code", None), "name", None) or type(exc).__name__
+                w.failed[name] = w.failed.get(name, 0) + 1
                 return False
+            finally:
+                w.slowest_s = max(w.slowest_s, elapsed() - sent)
             w.served.setdefault(key, elapsed())
             return True
 

@@ -9,7 +9,7 @@ and for replay.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -252,12 +252,14 @@ class MetadataState:
         """Server id -> client ``host:port`` of every registered server."""
         return {i: s.client_address for i, s in self.servers.items()}
 
-    def to_dict(self) -> dict[str, Any]:
-        """As a JSON object (the content of metadata.json; ``servers`` only if any)."""
+    def to_dict(self, stream: Callable[[StreamMeta], Any] = StreamMeta.to_dict) -> dict[str, Any]:
+        """As a JSON object (the content of metadata.json; ``servers`` only if any);
+        ``stream`` encodes each stream (the Raft snapshot's keeps the unchanged ones'
+        encodings)."""
         out: dict[str, Any] = {
             "version": 1,
             "applied": self.applied,
-            "streams": [s.to_dict() for s in sorted(self.streams.values(), key=lambda s: s.name)],
+            "streams": [stream(s) for s in sorted(self.streams.values(), key=lambda s: s.name)],
         }
         if self.servers:
             out["servers"] = [self.servers[i].to_dict() for i in sorted(self.servers)]

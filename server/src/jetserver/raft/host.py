@@ -67,8 +67,8 @@ from jetserver.raft.machine import (
     MachineState,
     apply_entry,
     machine_from_dict,
-    machine_to_dict,
 )
+from jetserver.raft.snapshot_pieces import SnapshotPieces
 from jetserver.storage.fatal import fsync_directory_or_die, fsync_or_die
 from jetserver.storage.space import with_reserve
 
@@ -242,6 +242,7 @@ class RaftHost:
         self._hasten: tuple[str, float] | None = None
         self._journal_checked = 0.0
         self._compaction_asked = False
+        self._pieces = SnapshotPieces()
         self._obj: Any = None
         self._load_error: BaseException | None = None
         self._thread = threading.Thread(
@@ -489,7 +490,7 @@ class RaftHost:
         last, prev, cluster = raft_part
         doc = {
             "format": SNAPSHOT_FORMAT,
-            "machine": machine_to_dict(self.machine),
+            "machine": self._pieces.machine(self.machine),  # what did not change: as it was
             "raft": {
                 "last": _entry_to_json(last),
                 "prev": _entry_to_json(prev),

@@ -23,7 +23,7 @@ Thread safety: everything here is pure; values are frozen and never mutated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -195,11 +195,19 @@ def result_to_dict(result: OpResult) -> dict[str, Any]:
         "stream": None if result.stream is None else result.stream.to_dict(),
     }
     if result.results:
-        if all(r == OpResult(r.error_code) for r in result.results):
+        if all(_code_only(r) for r in result.results):
             out["codes"] = [int(r.error_code) for r in result.results]  # codes alone: compact
         else:
             out["results"] = [result_to_dict(r) for r in result.results]
     return out
+
+
+def _code_only(result: OpResult) -> bool:
+    """``result == OpResult(result.error_code)``, without building one (a remembered batch
+    holds up to thousands of results, and every snapshot looked at each)."""
+    return (
+        not result.message and not result.created and result.stream is None and not result.results
+    )
 
 
 def result_from_dict(data: Mapping[str, Any]) -> OpResult:
@@ -215,14 +223,19 @@ def result_from_dict(data: Mapping[str, Any]) -> OpResult:
     )
 
 
-def machine_to_dict(state: MachineState) -> dict[str, Any]:
-    """The whole state as a JSON object (the snapshot content)."""
+def machine_to_dict(
+    state: MachineState,
+    *,
+    stream: Callable[[StreamMeta], Any] = StreamMeta.to_dict,
+    result: Callable[[RememberedOp], Any] = lambda seen: result_to_dict(seen.result),
+) -> dict[str, Any]:
+    """The whole state as a JSON object (the snapshot content); ``stream`` and ``result``
+    encode each stream and each remembered op's result (the Raft host passes encodings it
+    kept from the last snapshot: :mod:`jetserver.raft.snapshot_pieces`)."""
     return {
         "format": SNAPSHOT_FORMAT,
-        "metadata": state.metadata.to_dict(),
-        "recent": [
-            [op_id, seen.index, result_to_dict(seen.result)] for op_id, seen in state.recent.items()
-        ],
+        "metadata": state.metadata.to_dict(stream=stream),
+        "recent": [[op_id, seen.index, result(seen)] for op_id, seen in state.recent.items()],
     }
 
 
