@@ -24,6 +24,7 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -58,7 +59,11 @@ VALUE_BYTES = 100
 Marks = dict[str, list[int]]
 
 
-async def _publish(addresses: list[str], rate: int, total: int) -> tuple[list[int], list[int]]:
+async def _publish(
+    addresses: list[str], rate: int, total: int, around: Callable[[], None] | None = None
+) -> tuple[list[int], list[int]]:
+    """Send ``total`` messages one at a time at ``rate``: each one's send and ack times.
+    ``around`` is called just before the first measured send and after the last ack."""
     sends: list[int] = []
     acks: list[int] = []
     async with Client(addresses) as client:
@@ -66,11 +71,15 @@ async def _publish(addresses: list[str], rate: int, total: int) -> tuple[list[in
         async with Producer(client, "lat3", ack=AckPolicy.ALL, linger=0) as producer:
             for _ in range(WARMUP):  # the ISR is full and every connection open
                 await producer.send(bytes(VALUE_BYTES))
+            if around is not None:
+                around()
             async for _ in paced(total, rate):
                 sent = time.perf_counter_ns()
                 await producer.send(bytes(VALUE_BYTES))
                 sends.append(sent)
                 acks.append(time.perf_counter_ns())
+            if around is not None:
+                around()
     return sends, acks
 
 
