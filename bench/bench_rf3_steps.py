@@ -20,48 +20,15 @@ mostly do not). Run: ``python -m bench rf3_steps [--quick]`` (quick: 4 s, else 1
 
 from __future__ import annotations
 
-import glob
-import os
-import tempfile
-from collections import defaultdict
-from pathlib import Path
-
-import anyio
-
 from bench import latency_rf3
+from bench.bench_light3 import _switches
 from bench.bench_sdk import _load, _process_cpu_s
 from bench.stats import pct
-from jetserver.testing.devcluster import DevCluster
 
 RATE = 200
 """Messages per second, one at a time (each alone on its way)."""
 
-Marks = dict[str, list[int]]
-
-
-def _switches(pid: int) -> int:
-    """Voluntary context switches of every thread of ``pid`` so far (0 if unknown)."""
-    total = 0
-    for path in glob.glob(f"/proc/{pid}/task/*/status"):
-        try:
-            with open(path) as f:
-                for line in f:
-                    if line.startswith("voluntary_ctxt_switches"):
-                        total += int(line.split()[1])
-        except OSError:
-            continue
-    return total
-
-
-def _marks_by_pid(prefix: Path) -> dict[int, Marks]:
-    out: dict[int, Marks] = {}
-    for path in prefix.parent.glob(prefix.name + ".*"):
-        marks: Marks = defaultdict(list)
-        for line in path.read_text(encoding="ascii").splitlines():
-            name, ns = line.split()[:2]
-            marks[name].append(int(ns))
-        out[int(path.suffix[1:])] = {name: sorted(v) for name, v in marks.items()}
-    return out
+Marks = latency_rf3.Marks
 
 
 def _count(marks: Marks, start: int, end: int, names: tuple[str, str]) -> int:
@@ -79,25 +46,13 @@ def run(quick: bool) -> None:
     seconds = 4.0 if quick else 10.0
     total = int(RATE * seconds)
     usage: list[dict[int, tuple[float, int]]] = []
-    with tempfile.TemporaryDirectory(prefix="jet-rf3-steps-") as tmp:
-        prefix = Path(tmp) / "hops"
-        os.environ["JET_HOP_TRACE"] = str(prefix)
-        try:
-            with open(os.devnull, "wb") as devnull, DevCluster(size=3, log_file=devnull) as dev:
-                os.environ.pop("JET_HOP_TRACE", None)  # the servers have it; not this process
-                pids = [s.pid for s in dev.servers]
 
-                def snapshot() -> None:
-                    usage.append({p: (_process_cpu_s(p), _switches(p)) for p in pids})
+    def snapshot(pids: list[int]) -> None:
+        usage.append({p: (_process_cpu_s(p), _switches(p)) for p in pids})
 
-                load_before = _load()
-                sends, acks = anyio.run(
-                    latency_rf3._publish, dev.addresses, RATE, total, snapshot, backend="asyncio"
-                )
-                load_after = _load()
-        finally:
-            os.environ.pop("JET_HOP_TRACE", None)
-        by_pid = _marks_by_pid(prefix)
+    load_before = _load()
+    by_pid, sends, acks = latency_rf3.traced(RATE, total, snapshot)
+    load_after = _load()
     rows = latency_rf3._breakdown(list(by_pid.values()), sends, acks)
     print(
         f"RF 3, ack ALL, durability=flushed: {RATE} msg/s one at a time for {seconds:g} s, "
