@@ -24,6 +24,7 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -58,7 +59,11 @@ VALUE_BYTES = 100
 Marks = dict[str, list[int]]
 
 
-async def _publish(addresses: list[str], rate: int, total: int) -> tuple[list[int], list[int]]:
+async def _publish(
+    addresses: list[str], rate: int, total: int, around: Callable[[], None] | None = None
+) -> tuple[list[int], list[int]]:
+    """Send ``total`` messages one at a time at ``rate``: each one's send and ack times.
+    ``around`` is called just before the first measured send and after the last ack."""
     sends: list[int] = []
     acks: list[int] = []
     async with Client(addresses) as client:
@@ -66,23 +71,51 @@ async def _publish(addresses: list[str], rate: int, total: int) -> tuple[list[in
         async with Producer(client, "lat3", ack=AckPolicy.ALL, linger=0) as producer:
             for _ in range(WARMUP):  # the ISR is full and every connection open
                 await producer.send(bytes(VALUE_BYTES))
+            if around is not None:
+                around()
             async for _ in paced(total, rate):
                 sent = time.perf_counter_ns()
                 await producer.send(bytes(VALUE_BYTES))
                 sends.append(sent)
                 acks.append(time.perf_counter_ns())
+            if around is not None:
+                around()
     return sends, acks
 
 
-def _load(prefix: Path) -> list[Marks]:
-    out: list[Marks] = []
+def _load(prefix: Path) -> dict[int, Marks]:
+    """Each server's marks by its process id (the marks files are ``<prefix>.<pid>``)."""
+    out: dict[int, Marks] = {}
     for path in prefix.parent.glob(prefix.name + ".*"):
         marks: Marks = defaultdict(list)
         for line in path.read_text(encoding="ascii").splitlines():
-            name, ns = line.split()
+            name, ns = line.split()[:2]
             marks[name].append(int(ns))
-        out.append({name: sorted(values) for name, values in marks.items()})
+        out[int(path.suffix[1:])] = {name: sorted(values) for name, values in marks.items()}
     return out
+
+
+def traced(
+    rate: int, total: int, around: Callable[[list[int]], None] | None = None
+) -> tuple[dict[int, Marks], list[int], list[int]]:
+    """Run three traced servers, send ``total`` messages one at a time at ``rate``: the
+    servers' marks by process id, and each message's send and ack times. ``around`` is
+    called with the servers' process ids before the first measured send and after the
+    last ack."""
+    with tempfile.TemporaryDirectory(prefix="jet-hops3-") as tmp:
+        prefix = Path(tmp) / "hops"
+        os.environ["JET_HOP_TRACE"] = str(prefix)
+        try:
+            with open(os.devnull, "wb") as devnull, DevCluster(size=3, log_file=devnull) as dev:
+                os.environ.pop("JET_HOP_TRACE", None)  # the servers have it; not this process
+                pids = [s.pid for s in dev.servers]
+                hook = None if around is None else (lambda: around(pids))
+                sends, acks = anyio.run(
+                    _publish, dev.addresses, rate, total, hook, backend="asyncio"
+                )
+        finally:
+            os.environ.pop("JET_HOP_TRACE", None)
+        return _load(prefix), sends, acks
 
 
 def _after(values: list[int], t: int | None) -> int | None:
@@ -171,16 +204,8 @@ def run(quick: bool) -> None:
     """Measure RF 3 ack ALL and print its breakdown."""
     rate, seconds = (200, 3.0) if quick else (200, 10.0)
     total = int(rate * seconds)
-    with tempfile.TemporaryDirectory(prefix="jet-hops3-") as tmp:
-        prefix = Path(tmp) / "hops"
-        os.environ["JET_HOP_TRACE"] = str(prefix)
-        try:
-            with open(os.devnull, "wb") as devnull, DevCluster(size=3, log_file=devnull) as dev:
-                os.environ.pop("JET_HOP_TRACE", None)  # the servers have it; not this process
-                sends, acks = anyio.run(_publish, dev.addresses, rate, total, backend="asyncio")
-        finally:
-            os.environ.pop("JET_HOP_TRACE", None)
-        rows = _breakdown(_load(prefix), sends, acks)
+    marks, sends, acks = traced(rate, total)
+    rows = _breakdown(list(marks.values()), sends, acks)
     print(f"\nRF 3, ack ALL, durability=flushed: {rate} msg/s for {seconds:g} s, 100 B, linger 0")
     print(f"  ({len(rows['end to end'])} of {total} messages traced through every hop)")
     print(f"    {'hop':<52} {'p50 us':>9} {'p99 us':>9}")

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -154,8 +155,8 @@ class FollowerFetcher:
     replica does not report a silent leader."""
     on_whole: Callable[[], None] | None = None
     """Called when a damaged replica has caught up with its leader."""
-    clock: Callable[[], float] = anyio.current_time
-    """Monotonic seconds."""
+    clock: Callable[[], float] = time.monotonic
+    """Monotonic seconds (asyncio's loop clock; not anyio's: a getpid per fetch answer)."""
     security: PeerSecurity = PLAIN
     """TLS and the internal token for the connection to the leader (a session of its own,
     when ``session`` is None)."""
@@ -177,9 +178,8 @@ class FollowerFetcher:
     instead of retrying on a timer (:meth:`_pause_after`)."""
     server_down_event: Callable[[str], anyio.Event] | None = None
     """An event set once this server's liveness view finds a server down (None: not
-    known): while the leader's server is not down, the silence watch waits on it instead
-    of waking every silence period (thousands of followers: thousands of wake-ups a
-    second)."""
+    known): while the leader's server is not down, the silence watch waits on it instead of
+    waking every silence period (thousands of followers: thousands of wake-ups a second)."""
     not_leader: NotLeaderRun = attrs.field(factory=NotLeaderRun)
     """When a leader answering NOT_LEADER in its own epoch is reported silent."""
     fetches: int = 0

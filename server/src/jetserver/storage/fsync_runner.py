@@ -347,6 +347,8 @@ class FsyncRunner:
                 self._spent(start)
             if flushed is not None:
                 self.loop_fsyncs += 1
+                if hops.ENABLED:
+                    hops.mark("loop_fsync.fetched")  # (a follower's, not in a thread)
                 return
             self.thread_fsyncs += 1
             await THREADS.run(log_.flush)
