@@ -34,6 +34,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from jetserver.storage.loop_waker import LoopWaker, waker_of
+
 __all__ = ["FSYNC_LANES", "MAX_THREADS", "THREADS", "FsyncThreads"]
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,7 @@ one after the other, 5-13 ms in 8 threads)."""
 class _Job:
     """One call: run in a worker thread, settled on its loop."""
 
-    __slots__ = ("args", "ended", "fn", "future", "loop", "then")
+    __slots__ = ("args", "ended", "fn", "future", "loop", "then", "waker")
 
     def __init__(
         self,
@@ -75,6 +77,9 @@ class _Job:
         self.fn = fn
         self.args = args
         self.ended = False
+        self.waker: LoopWaker | None = None
+        """Hands the outcome to :attr:`then` from the loop's I/O phase (:meth:`FsyncThreads.
+        call`); None: ``call_soon_threadsafe``."""
 
 
 class _Worker:
@@ -151,7 +156,9 @@ class FsyncThreads:
         (:mod:`jetserver.storage.fsync_runner`'s batches: the task that awaited it was a task
         created, started and woken per fsync handed to a thread). ``then`` must not raise.
         From the event loop thread."""
-        self._put(_Job(loop, fn, args, then))
+        job = _Job(loop, fn, args, then)
+        job.waker = waker_of(loop)
+        self._put(job)
 
     def submit(self, fn: Callable[[], object]) -> None:
         """``fn()`` in a worker thread, and nothing handed back: no future, no loop
@@ -200,6 +207,9 @@ class FsyncThreads:
             if done.loop is None:
                 if error is not None:
                     log.error("a background fsync job failed", exc_info=error)
+                continue
+            if done.waker is not None:
+                done.waker.call(_settle, done, result, error)
                 continue
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
                 done.loop.call_soon_threadsafe(_settle, done, result, error)
