@@ -50,3 +50,40 @@ async def test_calls_from_a_thread_run_on_the_loop_in_order(
         thread.join(WAIT)
     assert ran == [(i, True) for i in range(40)]
     assert "a call from a worker thread failed" in caplog.text
+
+
+@pytest.mark.parametrize("anyio_backend", LOOPS)
+async def test_calls_from_threads_racing_the_loops_drain_are_never_lost() -> None:
+    """Each thread waits for its call to run before it makes the next, so a wake-up lost
+    (a thread that saw one pending when the loop had just read it) stops that thread.
+    Before the fix the loop cleared its pending mark before reading the eventfd: a call
+    made between the two wrote a wake-up that read consumed, the mark stayed set, and no
+    later call woke the loop (all three threads stuck within ~100 calls each)."""
+    loop = asyncio.get_running_loop()
+    waker = waker_of(loop)
+    assert waker is not None
+    threads, calls = 3, 2000
+    ran = [threading.Event() for _ in range(threads)]
+    counts = [0] * threads
+    lost: list[tuple[int, int]] = []
+
+    def record(i: int) -> None:
+        counts[i] += 1
+        ran[i].set()
+
+    def from_thread(i: int) -> None:
+        for n in range(calls):
+            ran[i].clear()
+            waker.call(record, i)
+            if not ran[i].wait(WAIT):
+                lost.append((i, n))
+                return
+
+    workers = [threading.Thread(target=from_thread, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    with anyio.fail_after(WAIT * 3):
+        while any(worker.is_alive() for worker in workers):  # noqa: ASYNC110 - threads
+            await anyio.sleep(0.01)
+    assert lost == []
+    assert counts == [calls] * threads

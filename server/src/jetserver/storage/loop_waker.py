@@ -13,6 +13,12 @@ of its own. The system calls are the same as ``call_soon_threadsafe``'s (the thr
 ``write`` of the eventfd, the loop's ``read``), and as it does, a thread writes only when
 no wake-up is pending.
 
+The loop reads the eventfd *before* it clears its pending mark: cleared first, a call made
+between the two saw no wake-up pending and wrote one that this read consumed, the mark
+stayed set with nothing left to read, and no later call woke the loop again (a split
+sync's end lost, and with it every later thread's outcome: the hang of session 23's
+merged tree, tests/storage/test_loop_waker.py, test_split_sync_race.py).
+
 Task safety: :meth:`LoopWaker.call` from any thread; the rest on the loop's thread.
 """
 
@@ -62,9 +68,9 @@ class LoopWaker:
                 os.eventfd_write(self._fd, 1)
 
     def _drain(self) -> None:
-        self._posted = False  # before the read: a call appended later writes again
         with contextlib.suppress(BlockingIOError):
             os.eventfd_read(self._fd)
+        self._posted = False  # after the read: a call from here on writes again
         calls = self._calls
         while calls:
             fn, args = calls.popleft()
