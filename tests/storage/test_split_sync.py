@@ -106,7 +106,7 @@ async def test_the_runner_hands_the_system_call_alone_to_a_thread(tmp_path: Path
                 await done.wait()
             done = anyio.Event()
         assert outcomes == [(4, None), (-1, SyncFailedError)]
-        assert threads == ["jet-fsync", "jet-fsync"]
+        assert threads == ["jet-sync", "jet-sync"]  # the split syncs' own lane
         assert log.flushed_offset == 4
         assert log.sync_failure is not None
         assert runner.sync_in_thread_then(log, loop, then)  # poisoned: refused at once

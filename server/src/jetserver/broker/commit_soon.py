@@ -7,9 +7,10 @@ message ran that after-work (the fsync, the commit, the copy). :class:`CommitSoo
 it from loop callbacks instead: if the fsync runner would run it on the loop, the next
 turn looks at the fsync left, lets the loop turn once (ready work first, as
 :meth:`FsyncRunner.flush_here`'s probe) and fsyncs on the loop if it is free; else (or
-if the loop was busy) it goes to a worker thread that runs the system call alone
-(:meth:`FsyncRunner.sync_in_thread_then`: the log's group commit begun and ended on the
-loop), whose end the loop hears of in its I/O phase (storage/loop_waker.py) and commits
+if the loop was busy) it goes to a worker thread of the split syncs' own lane
+(:meth:`FsyncRunner.sync_in_thread_then`: the log's group commit begun on the loop, the
+fsync and its end in the thread), whose end the loop hears of in its I/O phase
+(storage/loop_waker.py) and commits
 there (:class:`InTurn`); then each waiting request's work after the commit runs (its
 copy sent, or, if it cannot go now, its task started). Group commit holds: the messages
 appended while an fsync runs wait together for the next one, one fsync for all of them.

@@ -85,7 +85,7 @@ from jetserver.storage.errors import StorageError
 from jetserver.storage.files import fdatasync
 from jetserver.storage.flush_batch import FlushBatch, flush_all
 from jetserver.storage.framing import Body
-from jetserver.storage.fsync_threads import FSYNC_LANES, THREADS
+from jetserver.storage.fsync_threads import FSYNC_LANES, SYNCS, THREADS
 from jetserver.storage.group_commit import PendingSync
 
 log = logging.getLogger(__name__)
@@ -239,13 +239,22 @@ class FsyncRunner:
         then: Callable[[int, BaseException | None], None],
     ) -> bool:
         """The fsync of ``log_`` to its LEO in a worker thread, handed over now (no batch
-        turn) with the thread running the system call alone (:meth:`Log.begin_sync` and
-        :meth:`Log.end_sync` on the loop: the worker holds the GIL for a few lines, not
-        the log's group commit); ``then(flushed, None)`` or ``then(-1, error)`` in the
-        job's loop callback, no future and no task (a one-step Produce's commit,
+        turn): :meth:`Log.begin_sync` on the loop (the LEO, the segment and a lease on its
+        file, no flush closure), the fdatasync and :meth:`Log.end_sync` in a thread of
+        :data:`~jetserver.storage.fsync_threads.SYNCS` (the split syncs' own lane: its
+        jobs wait for nothing but the disk, so none waits behind a ``Log.flush`` that
+        waits for it); ``then(flushed, None)`` or ``then(-1, error)`` in the job's loop
+        callback, no future and no task (a one-step Produce's commit,
         :class:`jetserver.broker.commit_soon.CommitSoon`); now if the log is flushed
         already or could not begin. False, nothing done, if another fsync of the log
-        runs. ``then`` must not raise."""
+        runs. ``then`` must not raise.
+
+        The group commit's end is the thread's, not the loop's: a ``Log.flush`` waiting
+        for this fsync in another thread (a flush lane, :class:`FlushBehind
+        <jetserver.storage.flush_behind.FlushBehind>`, a follower's append) waits for the
+        disk alone, never for the loop's next turn (the merged tree of session 23 ended
+        it on the loop, and a lost loop wake-up left those waiting for ever:
+        tests/storage/test_split_sync_race.py)."""
         try:
             pending = log_.begin_sync()
         except Exception as exc:
@@ -259,7 +268,9 @@ class FsyncRunner:
         self.thread_fsyncs += 1
         self.thread_jobs += 1
         sync = self.thread_sync or (os.fdatasync if durability_trace.TRACE is None else fdatasync)
-        THREADS.call(loop, functools.partial(_synced, log_, pending, then), sync, pending.fd)
+        SYNCS.call(
+            loop, functools.partial(_synced, pending, then), _sync_and_end, log_, pending, sync
+        )
         return True
 
     async def sync_in_thread(
@@ -269,12 +280,12 @@ class FsyncRunner:
         then: Callable[[int], None] | None = None,
     ) -> int:
         """:meth:`flush_in_thread` to the LEO as :meth:`sync_in_thread_then` runs it (the
-        system call alone in the thread, no batch turn), for a caller that awaits it (an
-        ALL-acked request's commit, :meth:`Committer.commit_here
+        fsync and its end in the split syncs' thread, no batch turn), for a caller that
+        awaits it (an ALL-acked request's commit, :meth:`Committer.commit_here
         <jetserver.broker.commit.Committer.commit_here>`); ``then(flushed)`` in the job's
         loop callback once it succeeded, as there. Another fsync of the log running: as
         :meth:`flush_in_thread`. A caller cancelled meanwhile leaves the job to end on its
-        own (its outcome is still recorded on the loop, :meth:`Log.end_sync`).
+        own (its outcome is still recorded, by :meth:`Log.end_sync` in the thread).
 
         Raises:
             SyncFailedError, StorageError: as :meth:`Log.flush`.
@@ -524,18 +535,30 @@ def _one_turn() -> Generator[None, None, None]:
     yield
 
 
+def _sync_and_end(log_: Log, pending: PendingSync, sync: Callable[[int], None]) -> int:
+    """:meth:`FsyncRunner.sync_in_thread_then`'s job (in a thread of ``SYNCS``): the
+    fsync, then its end in the log's group commit: the flushed offset.
+
+    Raises:
+        SyncFailedError: the fsync failed (the log is poisoned, as after ``Log.flush``).
+    """
+    error: BaseException | None = None
+    try:
+        sync(pending.fd)
+    except BaseException as exc:  # (the log's to record: poisoned)
+        error = exc
+    return log_.end_sync(pending, error)
+
+
 def _synced(
-    log_: Log,
     pending: PendingSync,
     then: Callable[[int, BaseException | None], None],
-    _result: object,
+    flushed: int | None,
     error: BaseException | None,
 ) -> None:
     """:meth:`FsyncRunner.sync_in_thread_then`'s job ended (a loop callback)."""
-    try:
-        flushed = log_.end_sync(pending, error)
-    except Exception as exc:
-        then(-1, exc)
+    if error is not None or flushed is None:
+        then(-1, error or StorageError("the fsync job ended without an outcome"))
         return
     if flushed < pending.covered:  # the log was cut back meanwhile: nothing proven
         then(-1, StorageError("the log was truncated during its fsync"))

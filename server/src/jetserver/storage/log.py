@@ -482,7 +482,9 @@ class Log:
     def begin_sync(self) -> PendingSync | int | None:
         """:meth:`flush`'s bookkeeping before the fsync, for a caller that runs the fsync
         (``os.fdatasync(pending.fd)``) in a worker thread and ends it here with
-        :meth:`end_sync` (the event loop: the thread runs nothing but the system call).
+        :meth:`end_sync` (the event loop begins it: the thread runs the system call and
+        its end, :meth:`FsyncRunner.sync_in_thread_then
+        <jetserver.storage.fsync_runner.FsyncRunner.sync_in_thread_then>`).
         The flushed offset if it covers the LEO already; None if another fsync of this
         log runs (it may not cover the LEO: the caller flushes another way).
 
@@ -514,7 +516,8 @@ class Log:
 
     def end_sync(self, pending: PendingSync, error: BaseException | None) -> int:
         """:meth:`flush`'s bookkeeping after the fsync :meth:`begin_sync` began ended
-        (``error``: how it failed): the flushed offset.
+        (``error``: how it failed): the flushed offset. Any thread (the one that ran the
+        fsync: a flush waiting for it then waits for the disk, not for the loop).
 
         Raises:
             SyncFailedError: it failed (the log is poisoned, as after :meth:`flush`).
